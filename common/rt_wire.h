@@ -1,0 +1,57 @@
+/*
+ * rt_wire.h - the few helpers the daemon and the client library share for
+ * moving protobuf-c messages through gRPC core byte buffers, plus a clock.
+ *
+ *     grpc_byte_buffer *bb = rt_wire_pack(&resp.base, NULL);  // one slice
+ *     ...
+ *     Rtrain__V1__PingRequest *req = (Rtrain__V1__PingRequest *)
+ *         rt_wire_unpack(bb, &rtrain__v1__ping_request__descriptor, NULL);
+ *     if (!req) -> malformed (garbage bytes)
+ *     protobuf_c_message_free_unpacked(&req->base, NULL);
+ */
+#ifndef RTRAIN_WIRE_H
+#define RTRAIN_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <grpc/byte_buffer.h>
+#include <protobuf-c/protobuf-c.h>
+
+#include "rtrain.pb-c.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+static inline uint64_t rt_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Pack msg into a new one-slice raw byte buffer. If tail is not NULL, its
+ * packed bytes are appended as field 15 (the Timings field every response
+ * has), after msg's own bytes: protobuf merges repeated occurrences of a
+ * message field, so this is a valid encoding, and it lets the daemon time
+ * the packing of everything else. The caller owns the result
+ * (grpc_byte_buffer_destroy), NULL on out of memory. */
+grpc_byte_buffer *rt_wire_pack(const ProtobufCMessage *msg,
+                               const ProtobufCMessage *tail);
+
+/* Unpack bb as desc. NULL if bb is NULL or the bytes are not a valid
+ * message (garbage). The caller frees with protobuf_c_message_free_unpacked
+ * using the same allocator (NULL = malloc). */
+ProtobufCMessage *rt_wire_unpack(grpc_byte_buffer *bb,
+                                 const ProtobufCMessageDescriptor *desc,
+                                 ProtobufCAllocator *alloc);
+
+/* Total payload bytes of bb (0 for NULL). */
+size_t rt_wire_length(grpc_byte_buffer *bb);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

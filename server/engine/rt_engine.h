@@ -1,0 +1,332 @@
+/*
+ * rt_engine.h - rtrain's training engine: graph IR, compile, execute.
+ *
+ * The engine turns a model graph plus a training configuration into a plan
+ * (an immutable, shareable compiled program: validated graph, inferred
+ * shapes, backward graph, loss, optimizer update, memory plan, chosen
+ * kernels), and runs it through an exec (one model instance: parameters,
+ * optimizer state, the arena, the data cursor). The daemon caches plans by
+ * rt_plan_key() and gives every Compile call its own exec.
+ *
+ *     rt_graph *g = rt_graph_create();
+ *     int64_t in[] = {RT_BATCH, 4}, w1[] = {4, 32}, b1[] = {32};
+ *     rt_graph_add_input(g, "x", RT_F32, 2, in);
+ *     rt_graph_add_param(g, "d1/kernel", 2, w1, RT_INIT_GLOROT_UNIFORM, 1, NULL);
+ *     rt_graph_add_param(g, "d1/bias", 1, b1, RT_INIT_ZEROS, 1, NULL);
+ *     const char *d1_in[] = {"x", "d1/kernel", "d1/bias"};
+ *     rt_graph_add_node(g, "d1", "Dense", 3, d1_in, 0, NULL);
+ *     ...
+ *     rt_graph_set_output(g, "probs");
+ *
+ *     rt_train_config cfg;
+ *     rt_train_config_init(&cfg);            // Keras defaults
+ *     cfg.loss = RT_LOSS_LOGCOSH; cfg.opt = RT_OPT_ADAM; cfg.lr = 0.1f;
+ *     cfg.batch_size = 20; cfg.seed = 1;
+ *
+ *     rt_plan *p; rt_compile_report rep; char err[256];
+ *     if (rt_plan_compile(g, &cfg, &p, &rep, err, sizeof err) < 0) ...
+ *     rt_exec *e;
+ *     rt_exec_create(p, &e);
+ *     rt_data d = {.x = xs, .y = ys, .y_dtype = RT_I32, .n = 105};
+ *     rt_train_result r;
+ *     rt_exec_train(e, &d, 120, &r, NULL, NULL, NULL);
+ *     rt_exec_destroy(e);
+ *     rt_plan_release(p);
+ *     rt_graph_destroy(g);
+ *
+ * Threads: a plan is immutable after compile and may be shared by threads
+ * (refcounted, atomically). An exec is used by one thread at a time.
+ * Nothing here blocks on I/O. A training step allocates nothing.
+ */
+#ifndef RTRAIN_ENGINE_H
+#define RTRAIN_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rtrain/rt_error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RT_ENGINE_VERSION 1
+#define RT_MAX_DIMS 8
+#define RT_BATCH (-1) /* symbolic batch dimension in input shapes */
+
+/* Values match proto DType. */
+typedef enum rt_dtype { RT_F32 = 1, RT_I32 = 2, RT_I64 = 3, RT_U8 = 4 } rt_dtype;
+
+size_t rt_dtype_size(rt_dtype dt); /* 0 for an unknown dtype */
+
+/* Values match proto Initializer. */
+typedef enum rt_init {
+    RT_INIT_DEFAULT = 0, /* glorot_uniform for rank >= 2, zeros otherwise */
+    RT_INIT_ZEROS = 1,
+    RT_INIT_ONES = 2,
+    RT_INIT_GLOROT_UNIFORM = 3,
+    RT_INIT_GLOROT_NORMAL = 4,
+    RT_INIT_HE_NORMAL = 5,
+    RT_INIT_HE_UNIFORM = 6,
+} rt_init;
+
+/* ------------------------------------------------------------------ graph */
+
+/* A graph under construction. All of its memory (names, nodes, attributes,
+ * explicit parameter values) lives in one arena freed by rt_graph_destroy.
+ * Builder calls copy their arguments. Builder calls only record; rt_plan_compile
+ * validates (so a bad graph is reported with the node's name at compile). The
+ * builder itself rejects only what it cannot record: NULL or empty names,
+ * ndim outside 0..RT_MAX_DIMS, n_in/n_attr < 0; those return RT_EINVAL. */
+typedef struct rt_graph rt_graph;
+
+rt_graph *rt_graph_create(void); /* NULL on out of memory */
+void rt_graph_destroy(rt_graph *g); /* NULL is a no-op */
+/* The last builder error, "" if none. Owned by g. */
+const char *rt_graph_errmsg(const rt_graph *g);
+
+/* The data input. dims[0] may be RT_BATCH. */
+int rt_graph_add_input(rt_graph *g, const char *name, rt_dtype dt, int ndim,
+                       const int64_t *dims);
+
+/* A parameter. value, if not NULL, holds product(dims) floats copied now and
+ * used instead of init. Non-trainable parameters get no gradient and no
+ * optimizer update (BatchNorm moving statistics are such parameters). */
+int rt_graph_add_param(rt_graph *g, const char *name, int ndim,
+                       const int64_t *dims, rt_init init, int trainable,
+                       const float *value);
+
+typedef enum rt_attr_kind {
+    RT_ATTR_INT, RT_ATTR_FLOAT, RT_ATTR_STR, RT_ATTR_INTS, RT_ATTR_FLOATS
+} rt_attr_kind;
+
+typedef struct rt_attr {
+    const char *name;
+    rt_attr_kind kind;
+    int64_t i;
+    double f;
+    const char *s;
+    int n;                /* INTS, FLOATS */
+    const int64_t *ints;
+    const float *floats;
+} rt_attr;
+
+/* A node computing op over inputs (names of inputs, params or other nodes).
+ * Its single output is named name. See the op list below. */
+int rt_graph_add_node(rt_graph *g, const char *name, const char *op, int n_in,
+                      const char *const *inputs, int n_attr,
+                      const rt_attr *attrs);
+
+int rt_graph_set_output(rt_graph *g, const char *name);
+
+/*
+ * Ops (names are case-sensitive; rt_engine_op_names lists them):
+ *   Dense(x, W[in,out], b[out]?)      x (B,...,in) -> (B,...,out)
+ *   MatMul(a, b)                      2-D matrix product
+ *   Add, Sub, Mul(a, b)               numpy broadcasting
+ *   Relu, Sigmoid, Tanh(x)
+ *   Softmax, LogSoftmax(x)            over the last axis
+ *   Reshape(x) attr shape (ints, per sample; one -1 allowed)
+ *   Flatten(x)                        (B, ...) -> (B, prod)
+ *   Dropout(x) attr rate (float)      training only; identity in eval
+ *   Identity(x)
+ * Issue 5 adds, NHWC:
+ *   Conv2D(x, W[kh,kw,cin,cout], b?) attrs strides (ints 2), padding ("same"|"valid"),
+ *                                    dilations (ints 2)
+ *   MaxPool2D, AvgPool2D(x)          attrs pool (ints 2), strides (ints 2), padding
+ *   GlobalAvgPool(x)                 (B,H,W,C) -> (B,C)
+ *   BatchNorm(x, gamma, beta, moving_mean, moving_var) attrs momentum, epsilon
+ *   Concat(a, b, ...) attr axis (int, default -1)
+ */
+/* NULL-terminated list of supported op names; static. */
+const char *const *rt_engine_op_names(void);
+
+/* ------------------------------------------------------------ training config */
+
+typedef enum rt_loss_kind {
+    RT_LOSS_SPARSE_CE = 1,   /* sparse_categorical_crossentropy */
+    RT_LOSS_CE,              /* categorical_crossentropy (one-hot f32 labels) */
+    RT_LOSS_BCE,             /* binary_crossentropy */
+    RT_LOSS_MSE,
+    RT_LOSS_MAE,
+    RT_LOSS_LOGCOSH,         /* Keras semantics; see notes/baselines.md W-A */
+} rt_loss_kind;
+
+typedef enum rt_opt_kind {
+    RT_OPT_SGD = 1, RT_OPT_ADAM, RT_OPT_ADAMW, RT_OPT_RMSPROP,
+} rt_opt_kind;
+
+typedef enum rt_sched_kind {
+    RT_SCHED_CONSTANT = 0,
+    RT_SCHED_STEP,          /* lr * gamma^(floor(step / step_size)) */
+    RT_SCHED_COSINE,        /* min_lr + (lr-min_lr)*(1+cos(pi*min(step,total)/total))/2 */
+    RT_SCHED_LINEAR_WARMUP, /* lr * min(1, (step+1)/warmup) */
+    RT_SCHED_WARMUP_COSINE, /* linear warmup, then cosine over total-warmup */
+} rt_sched_kind;
+
+#define RT_METRIC_ACCURACY 1u
+
+typedef struct rt_train_config {
+    rt_loss_kind loss;
+    int from_logits;          /* CE/BCE: the output is logits, not probabilities */
+    rt_opt_kind opt;
+    float lr;
+    float momentum;           /* SGD */
+    int nesterov;             /* SGD */
+    float beta1, beta2, eps;  /* Adam(W): 0.9, 0.999, 1e-7 (Keras) */
+    float weight_decay;       /* AdamW decoupled decay (Keras default 0.004) */
+    float rho;                /* RMSprop: 0.9 */
+    float clip_norm;          /* > 0: clip gradients by global norm */
+    rt_sched_kind sched;
+    uint32_t step_size;
+    float gamma;
+    uint32_t warmup_steps;
+    uint32_t total_steps;
+    float min_lr;
+    uint32_t metrics;         /* RT_METRIC_* bits */
+    int batch_size;           /* the largest batch; the last one may be smaller */
+    uint64_t seed;            /* initializers, shuffling, dropout */
+    int shuffle;              /* reshuffle every epoch (default 1) */
+    rt_dtype label_dtype;     /* RT_I32 for sparse losses, else RT_F32 */
+    int label_ndim;           /* per-sample label rank */
+    int64_t label_dims[RT_MAX_DIMS];
+} rt_train_config;
+
+/* Keras defaults: adam, lr 1e-3, beta 0.9/0.999, eps 1e-7, rho 0.9,
+ * sparse CE, accuracy, batch 32, seed 0, shuffle 1, label i32 scalar. */
+void rt_train_config_init(rt_train_config *cfg);
+
+/* Name lookups (Keras spellings and common aliases, e.g. "adam", "sgd",
+ * "sparse_categorical_crossentropy", "mse"/"mean_squared_error"). Return 0 or
+ * RT_EINVAL for an unknown name. */
+int rt_loss_from_name(const char *name, rt_loss_kind *out);
+int rt_opt_from_name(const char *name, rt_opt_kind *out);
+int rt_sched_from_name(const char *name, rt_sched_kind *out);
+const char *const *rt_engine_loss_names(void);      /* NULL-terminated */
+const char *const *rt_engine_optimizer_names(void); /* NULL-terminated */
+
+/* ------------------------------------------------------------------- plan */
+
+typedef struct rt_plan rt_plan;
+
+typedef struct rt_compile_report {
+    uint64_t param_count;
+    uint64_t trainable_param_count;
+    uint64_t flops_per_step;  /* forward + backward + update, at full batch */
+    uint64_t arena_bytes;     /* planned peak of activations/gradients/scratch */
+    uint64_t naive_bytes;     /* sum of the same buffers without reuse */
+    uint64_t param_bytes;     /* parameters + gradients + optimizer state */
+    uint64_t compile_ns;
+    uint32_t n_nodes;
+    uint32_t n_kernels;       /* kernel calls per training step */
+} rt_compile_report;
+
+/* A 128-bit cache key over (canonical graph, training config, batch size,
+ * device, RT_ENGINE_VERSION). Equal graphs built in the same order get equal
+ * keys. Returns 0 or a negative code. */
+int rt_plan_key(const rt_graph *g, const rt_train_config *cfg, uint8_t key[16]);
+
+/* Compile. On success *out holds a plan with refcount 1 and rep (if not NULL)
+ * is filled. On failure returns a negative code and writes a short message
+ * naming the node/field into err (always NUL-terminated, at most errlen). */
+int rt_plan_compile(const rt_graph *g, const rt_train_config *cfg,
+                    rt_plan **out, rt_compile_report *rep, char *err,
+                    size_t errlen);
+void rt_plan_retain(rt_plan *p);
+void rt_plan_release(rt_plan *p); /* NULL is a no-op */
+
+const rt_compile_report *rt_plan_report(const rt_plan *p);
+const rt_train_config *rt_plan_config(const rt_plan *p);
+/* Per-sample shapes (batch dimension dropped). */
+int rt_plan_input_shape(const rt_plan *p, int64_t dims[RT_MAX_DIMS]);  /* returns ndim */
+int rt_plan_output_shape(const rt_plan *p, int64_t dims[RT_MAX_DIMS]); /* returns ndim */
+int rt_plan_label_shape(const rt_plan *p, int64_t dims[RT_MAX_DIMS]);  /* returns ndim */
+int rt_plan_n_params(const rt_plan *p);
+/* Parameter i: name (owned by p), shape. Returns ndim, or RT_EINVAL. */
+int rt_plan_param_info(const rt_plan *p, int i, const char **name,
+                       int64_t dims[RT_MAX_DIMS], int *trainable);
+
+/* ------------------------------------------------------------------- exec */
+
+typedef struct rt_exec rt_exec;
+
+/* A data set in memory, not owned. x holds n samples of the plan's input
+ * shape (f32, row-major); y holds n labels of the plan's label shape in
+ * y_dtype (RT_I32 or RT_F32), or is NULL for prediction. */
+typedef struct rt_data {
+    const float *x;
+    const void *y;
+    rt_dtype y_dtype;
+    int64_t n;
+} rt_data;
+
+typedef struct rt_metrics {
+    double loss;
+    double acc;        /* NaN when accuracy is not a metric */
+    int64_t samples;
+} rt_metrics;
+
+/* Passed to the step callback after every step. */
+typedef struct rt_step_info {
+    int64_t step;            /* global step count after this step */
+    int64_t epoch;           /* 1-based epoch this step belongs to */
+    int64_t step_in_epoch;   /* 1-based */
+    int64_t steps_per_epoch;
+    float loss;              /* this step's mean loss */
+    float acc;               /* this step's accuracy (NaN if not a metric) */
+    int epoch_end;           /* this step completed an epoch */
+    rt_metrics epoch;        /* running (or, at epoch_end, final) epoch metrics */
+} rt_step_info;
+
+/* Return nonzero to stop after this step (cancellation). */
+typedef int (*rt_step_cb)(void *ud, const rt_step_info *info);
+
+typedef struct rt_train_result {
+    int64_t steps_run;
+    int64_t global_step;
+    rt_metrics last;   /* the last step */
+    rt_metrics mean;   /* over the steps of this call, sample-weighted */
+    int stopped;       /* the callback asked to stop */
+    uint64_t execute_ns;
+} rt_train_result;
+
+/* A fresh model instance: the arena, parameters initialised from the
+ * config's seed, optimizer state zeroed, step 0. */
+int rt_exec_create(rt_plan *p, rt_exec **out); /* retains p */
+void rt_exec_destroy(rt_exec *e); /* NULL is a no-op */
+const char *rt_exec_errmsg(const rt_exec *e); /* last error, "" if none */
+rt_plan *rt_exec_plan(const rt_exec *e);
+int64_t rt_exec_global_step(const rt_exec *e);
+
+/* Check that d fits the plan: x/y present, label dtype and, for sparse
+ * losses, label values in [0, classes). Returns 0 or RT_EDATA/RT_ESHAPE/
+ * RT_EDTYPE with a message in rt_exec_errmsg. rt_exec_train/evaluate call it. */
+int rt_exec_check_data(rt_exec *e, const rt_data *d);
+
+/*
+ * Run steps training steps over d. Batches of batch_size are taken in order
+ * of a per-epoch permutation (seeded by (seed, epoch) when shuffling); an
+ * epoch is ceil(n / batch_size) steps and its last batch may be smaller. The
+ * data cursor (epoch, position) lives in the exec, so K calls of one step
+ * give bit-identical weights to one call of K steps. Passing a different
+ * data set (another x pointer or n) starts a new epoch at its first batch.
+ * step_losses, if not NULL, receives steps floats.
+ */
+int rt_exec_train(rt_exec *e, const rt_data *d, int64_t steps,
+                  rt_train_result *res, rt_step_cb cb, void *ud,
+                  float *step_losses);
+
+/* Forward pass in inference mode over all of d in batches. */
+int rt_exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out);
+
+/* Outputs for n samples into out (n * product(output shape) floats). */
+int rt_exec_predict(rt_exec *e, const float *x, int64_t n, float *out);
+
+/* Parameter i's values (product(dims) floats). */
+int rt_exec_get_param(const rt_exec *e, int i, float *dst);
+int rt_exec_set_param(rt_exec *e, int i, const float *src);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
