@@ -10,7 +10,10 @@ pkgs=(build-essential cmake pkg-config
       python3-dev python3-numpy python3-sklearn)
 if [ "${1:-}" = "--test" ]; then
   pkgs+=(python3-pytest python3-torch jupyter-nbconvert python3-ipykernel
-         python3-matplotlib nodejs npm)
+         python3-matplotlib librsvg2-bin)
+  # The interop test needs node and npm; this machine kind ships them
+  # (nodesource's nodejs bundles npm), a bare Debian gets Debian's.
+  command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
