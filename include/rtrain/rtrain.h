@@ -1,0 +1,500 @@
+/*
+ * rtrain.h - the rtrain client library (librtrain).
+ *
+ * A client talks to one rtraind over gRPC. It creates a session, compiles a
+ * model (a native graph built with rt_model_*, or a Keras JSON string) with
+ * training options into a program, uploads a data set once (it stays on the
+ * daemon, stored under its content hash), then trains with run_steps (K steps
+ * per call) or fit (one call, a stream of progress events), evaluates,
+ * predicts and reads or writes the weights.
+ *
+ * Every call records where its time went: the daemon's phases (queue,
+ * decode, compile, execute, encode, other) and the client's (encode, round
+ * trip, decode). round trip - server total = wire + framework. Nothing is
+ * hidden: what no named phase covers is reported as "unattributed".
+ *
+ *     rt_client *c;
+ *     if (rt_client_create("127.0.0.1:7070", &c) < 0) return 1;
+ *     char sid[RT_ID_MAX];
+ *     if (rt_client_session_create(c, "demo", sid) < 0)
+ *         fprintf(stderr, "%s\n", rt_client_errmsg(c));  // names the address
+ *
+ *     rt_train_opts o;
+ *     rt_train_opts_init(&o);                      // Keras defaults
+ *     o.loss = "sparse_categorical_crossentropy";
+ *     o.optimizer = "adam"; o.lr = 0.01f; o.batch_size = 20; o.seed = 1;
+ *     rt_client_compile_result prog;
+ *     rt_client_compile_keras(c, sid, keras_json, &o, &prog);
+ *
+ *     rt_client_array x = {xs, RT_DTYPE_F32, 2, {105, 4}};
+ *     rt_client_array y = {ys, RT_DTYPE_I32, 1, {105}};
+ *     rt_client_dataset ds;
+ *     rt_client_upload(c, sid, "iris", &x, &y, &ds);   // chunked, deduplicated
+ *
+ *     rt_client_fit_params fp = {.session = sid, .program = prog.program_id,
+ *                                .dataset = ds.id, .epochs = 20};
+ *     rt_client_fit(c, &fp, on_event, NULL);  // on_event returns 1 to stop
+ *
+ *     rt_client_timings t;
+ *     rt_client_last_timings(c, &t);
+ *     printf("execute %llu ns, wire %llu ns\n",
+ *            (unsigned long long)t.execute_ns, (unsigned long long)t.wire_ns);
+ *
+ *     rt_client_compile_result_free(&prog);
+ *     rt_client_session_close(c, sid);
+ *     rt_client_destroy(c);
+ *
+ * Errors: every function returning int returns 0 or a negative RT_E* code
+ * (rt_error.h). The handle then holds a message (rt_client_errmsg), e.g.
+ * "NOT_FOUND: unknown session 's-12'" or "cannot connect to 127.0.0.1:7070
+ * (daemon down?)", and the gRPC status code (rt_client_grpc_status).
+ *
+ * Ownership: strings and arrays passed in are copied or only read during the
+ * call. Result structs filled by the library own their heap members; free
+ * them with the matching *_free function (which accepts NULL and zeroed
+ * structs, and leaves the struct zeroed). Ids are NUL-terminated strings of
+ * fewer than RT_ID_MAX bytes, stored in caller buffers or result structs.
+ *
+ * Threads: an rt_client is used by one thread at a time, except
+ * rt_client_cancel, which any thread (or a signal handler) may call.
+ * Different clients are independent. rt_model and result structs are plain
+ * data with no hidden sharing.
+ */
+#ifndef RTRAIN_RTRAIN_H
+#define RTRAIN_RTRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rtrain/rt_error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RT_ID_MAX 64          /* session, program and dataset ids, with NUL */
+#define RT_CLIENT_MAX_DIMS 8
+#define RT_DEFAULT_SERVER "127.0.0.1:7070"
+#define RT_CLIENT_DEFAULT_TIMEOUT_MS 60000
+#define RT_UPLOAD_CHUNK (1u << 20) /* bytes of data per UploadChunk message */
+
+/* Values match proto DType. */
+typedef enum rt_client_dtype {
+    RT_DTYPE_F32 = 1,
+    RT_DTYPE_I32 = 2,
+    RT_DTYPE_I64 = 3,
+    RT_DTYPE_U8 = 4,
+} rt_client_dtype;
+
+size_t rt_client_dtype_size(rt_client_dtype dt); /* 0 for an unknown dtype */
+const char *rt_client_dtype_name(rt_client_dtype dt); /* "f32", ..., "?" */
+
+/* A tensor the caller owns (input): data is only read during the call. */
+typedef struct rt_client_array {
+    const void *data;
+    rt_client_dtype dtype;
+    int ndim;
+    int64_t shape[RT_CLIENT_MAX_DIMS];
+} rt_client_array;
+
+/* A tensor the library allocated (output). Free with rt_client_tensor_free. */
+typedef struct rt_client_tensor {
+    char *name;              /* "" if the daemon sent none; never NULL once filled */
+    rt_client_dtype dtype;
+    int ndim;
+    int64_t shape[RT_CLIENT_MAX_DIMS];
+    void *data;              /* nbytes bytes, little-endian row-major */
+    size_t nbytes;
+} rt_client_tensor;
+
+void rt_client_tensor_free(rt_client_tensor *t);
+/* Elements = product(shape); 1 for ndim 0. */
+int64_t rt_client_tensor_numel(const rt_client_tensor *t);
+
+/* ------------------------------------------------------------- timings */
+
+/* One call's time account, all in ns. Server fields come from the response's
+ * Timings (for a Fit stream: summed over its events). wire_ns = round_trip_ns
+ * - server_total_ns (0 if the server reported more than the round trip).
+ * unattributed_ns = the daemon's other_ns + any client time between the
+ * phases measured here (client_total_ns - encode - round trip - decode). */
+typedef struct rt_client_timings {
+    const char *method;        /* "Ping", "Compile", ...; static string */
+    uint64_t start_ns;         /* rt monotonic clock at call start */
+    int has_server;            /* the response carried Timings */
+    int cache_hit;             /* Compile: program came from the cache */
+    uint64_t queue_ns, decode_ns, compile_ns, execute_ns, encode_ns;
+    uint64_t server_other_ns;
+    uint64_t server_total_ns;
+    uint64_t client_encode_ns; /* protobuf pack into a byte buffer */
+    uint64_t round_trip_ns;    /* batch start -> response and status in hand */
+    uint64_t client_decode_ns; /* protobuf unpack + copy into result structs */
+    uint64_t client_total_ns;  /* the whole library call */
+    uint64_t wire_ns;          /* round trip - server total */
+    uint64_t unattributed_ns;
+    uint64_t bytes_sent, bytes_received; /* message payload bytes */
+} rt_client_timings;
+
+/* ------------------------------------------------------------- the client */
+
+typedef struct rt_client rt_client;
+
+/* Connect lazily to target ("host:port"; NULL = $RTRAIN_SERVER or
+ * RT_DEFAULT_SERVER). No I/O happens here; a daemon that is down is reported
+ * by the first call, fast (no wait-for-ready), with RT_EUNAVAILABLE.
+ * *out is NULL on failure. Returns 0, RT_EINVAL or RT_ENOMEM. */
+int rt_client_create(const char *target, rt_client **out);
+void rt_client_destroy(rt_client *c); /* NULL is a no-op */
+const char *rt_client_target(const rt_client *c); /* owned by c */
+
+/* The last error message, "" after a success. Owned by c, valid until the
+ * next call on c. */
+const char *rt_client_errmsg(const rt_client *c);
+/* The gRPC status code of the last call (0 = OK; -1 = no call reached gRPC). */
+int rt_client_grpc_status(const rt_client *c);
+
+/* Deadline of every call from its start, default RT_CLIENT_DEFAULT_TIMEOUT_MS.
+ * ms <= 0 means no deadline. */
+void rt_client_set_timeout_ms(rt_client *c, int64_t ms);
+/* Override the deadline for the next call only. */
+void rt_client_next_timeout_ms(rt_client *c, int64_t ms);
+
+/* Timings of the last completed call (also after a failed call, as far as it
+ * got). Returns RT_ENOTFOUND if no call was made yet. */
+int rt_client_last_timings(const rt_client *c, rt_client_timings *out);
+
+/* Tracing: while enabled, every call's timings are kept (from the moment it
+ * is enabled). rt_client_trace_calls gives them (owned by c, valid until the
+ * next call or trace change). rt_client_trace_write writes a Chrome
+ * trace-event JSON file: client phases on tid 1, server phases on tid 2
+ * placed inside the round trip, the call itself on tid 0. */
+void rt_client_trace_enable(rt_client *c, int on);
+void rt_client_trace_clear(rt_client *c);
+const rt_client_timings *rt_client_trace_calls(const rt_client *c, size_t *n);
+int rt_client_trace_write(const rt_client *c, const char *path);
+/* Write any list of timings (e.g. collected from several clients). */
+int rt_client_trace_write_calls(const rt_client_timings *calls, size_t n,
+                                const char *path);
+
+/* Cancel the call in flight (Fit stream, upload, or any unary call) from any
+ * thread or a signal handler: sets an atomic flag and cancels the gRPC call.
+ * A Fit stream is then stopped by the daemon at a step boundary. The
+ * cancelled call returns RT_ECANCELLED. The flag is cleared when the next
+ * call starts. Returns 0. */
+int rt_client_cancel(rt_client *c);
+
+/* ------------------------------------------------------------- info, ping */
+
+typedef struct rt_client_info {
+    char *version;
+    uint32_t engine_version;
+    char *device_name, *device_kind, *backend; /* first device; "" if none */
+    uint64_t device_memory_bytes;
+    uint32_t device_cores;
+    uint64_t max_message_bytes, max_dataset_bytes, max_dim, max_params,
+        max_steps_per_call;
+    uint32_t max_sessions;
+    char **ops;        size_t n_ops;
+    char **formats;    size_t n_formats;
+    char **losses;     size_t n_losses;
+    char **optimizers; size_t n_optimizers;
+} rt_client_info;
+
+int rt_client_info_get(rt_client *c, rt_client_info *out);
+void rt_client_info_free(rt_client_info *info);
+
+/* Ping with payload_bytes each way. *rtt_ns (may be NULL) = round trip. */
+int rt_client_ping(rt_client *c, size_t payload_bytes, uint64_t *rtt_ns);
+
+/* ------------------------------------------------------------- sessions */
+
+/* id_out: a buffer of RT_ID_MAX bytes. name is free text (NULL = ""). */
+int rt_client_session_create(rt_client *c, const char *name, char *id_out);
+int rt_client_session_close(rt_client *c, const char *session);
+
+/* ------------------------------------------------------------- models */
+
+/* A native graph under construction (proto Graph). Builder calls copy their
+ * arguments. Only rt_client_compile validates the graph (the daemon names
+ * the faulty node). See server/engine/rt_engine.h for the ops. */
+typedef struct rt_model rt_model;
+
+typedef enum rt_model_init { /* values match proto Initializer */
+    RT_MODEL_INIT_DEFAULT = 0, RT_MODEL_INIT_ZEROS, RT_MODEL_INIT_ONES,
+    RT_MODEL_INIT_GLOROT_UNIFORM, RT_MODEL_INIT_GLOROT_NORMAL,
+    RT_MODEL_INIT_HE_NORMAL, RT_MODEL_INIT_HE_UNIFORM,
+} rt_model_init;
+
+typedef enum rt_model_attr_kind {
+    RT_MODEL_ATTR_INT, RT_MODEL_ATTR_FLOAT, RT_MODEL_ATTR_STR,
+    RT_MODEL_ATTR_INTS, RT_MODEL_ATTR_FLOATS,
+} rt_model_attr_kind;
+
+typedef struct rt_model_attr {
+    const char *name;
+    rt_model_attr_kind kind;
+    int64_t i;
+    float f;
+    const char *s;
+    int n;                /* INTS, FLOATS */
+    const int64_t *ints;
+    const float *floats;
+} rt_model_attr;
+
+rt_model *rt_model_create(void);     /* NULL on out of memory */
+void rt_model_destroy(rt_model *m);  /* NULL is a no-op */
+/* The data input; shape[0] = -1 is the batch dimension. */
+int rt_model_add_input(rt_model *m, const char *name, rt_client_dtype dt,
+                       int ndim, const int64_t *shape);
+/* value: NULL, or product(shape) floats used instead of init. */
+int rt_model_add_param(rt_model *m, const char *name, int ndim,
+                       const int64_t *shape, rt_model_init init, int trainable,
+                       const float *value);
+int rt_model_add_node(rt_model *m, const char *name, const char *op, int n_in,
+                      const char *const *inputs, int n_attr,
+                      const rt_model_attr *attrs);
+int rt_model_set_output(rt_model *m, const char *name);
+/* Convenience: Dense layer name with params name/kernel [in,units] and
+ * name/bias [units], followed (if activation is not NULL/"linear") by a node
+ * name/act applying "relu", "sigmoid", "tanh" or "softmax". out_name (may be
+ * NULL) receives the name of the layer's output, a string owned by m. */
+int rt_model_dense(rt_model *m, const char *name, const char *input,
+                   int64_t in_features, int64_t units, const char *activation,
+                   const char **out_name);
+
+/* ------------------------------------------------------------- compile */
+
+typedef struct rt_train_opts {
+    const char *loss;        /* NULL = daemon default */
+    int from_logits;
+    const char *optimizer;   /* "sgd", "adam", "adamw", "rmsprop" */
+    float lr;                /* 0 = optimizer default */
+    float momentum;
+    int nesterov;
+    float beta1, beta2, eps; /* 0 = optimizer default */
+    float weight_decay;
+    float rho;
+    float clip_norm;         /* 0 = no clipping */
+    const char *schedule;    /* NULL/"constant", "step", "cosine", ... */
+    uint32_t step_size;
+    float gamma;
+    uint32_t warmup_steps, total_steps;
+    float min_lr;
+    const char *const *metrics; /* e.g. {"accuracy"} */
+    int n_metrics;
+    uint32_t batch_size;
+    uint64_t seed;
+    int no_shuffle;
+    rt_client_dtype label_dtype; /* 0 = daemon default (i32 for sparse losses) */
+    int label_ndim;              /* per-sample label shape; 0 = scalar */
+    int64_t label_shape[RT_CLIENT_MAX_DIMS];
+} rt_train_opts;
+
+/* Zero everything, then: metrics {"accuracy"}, batch_size 32. Names left
+ * NULL let the daemon choose (its defaults are Keras's). */
+void rt_train_opts_init(rt_train_opts *o);
+
+typedef struct rt_client_param_info {
+    char *name;
+    int ndim;
+    int64_t shape[RT_CLIENT_MAX_DIMS];
+    int trainable;
+} rt_client_param_info;
+
+typedef struct rt_client_compile_result {
+    char program_id[RT_ID_MAX];
+    uint64_t param_count, trainable_param_count, flops_per_step;
+    uint64_t arena_bytes, naive_bytes, compile_ns;
+    int cache_hit;
+    uint32_t kernels;
+    int input_ndim, output_ndim;
+    int64_t input_shape[RT_CLIENT_MAX_DIMS], output_shape[RT_CLIENT_MAX_DIMS];
+    rt_client_param_info *params;
+    size_t n_params;
+} rt_client_compile_result;
+
+int rt_client_compile(rt_client *c, const char *session, const rt_model *m,
+                      const rt_train_opts *o, rt_client_compile_result *out);
+/* keras_json: the output of Keras model.to_json() (NUL-terminated). */
+int rt_client_compile_keras(rt_client *c, const char *session,
+                            const char *keras_json, const rt_train_opts *o,
+                            rt_client_compile_result *out);
+void rt_client_compile_result_free(rt_client_compile_result *r);
+
+/* ------------------------------------------------------------- datasets */
+
+typedef struct rt_client_dataset {
+    char id[RT_ID_MAX];
+    uint64_t samples;
+    int x_ndim;
+    int64_t x_shape[RT_CLIENT_MAX_DIMS]; /* per sample */
+    rt_client_dtype y_dtype;
+    int y_ndim;
+    int64_t y_shape[RT_CLIENT_MAX_DIMS]; /* per sample */
+    uint64_t bytes;
+    int deduplicated;   /* the daemon already held it (FindDataset hit, or
+                           the upload matched stored content) */
+    uint64_t bytes_sent; /* data bytes this client streamed (0 on a Find hit) */
+} rt_client_dataset;
+
+typedef enum rt_client_role {       /* values match proto DataRole */
+    RT_ROLE_FEATURES = 0, RT_ROLE_LABELS = 1, RT_ROLE_BOTH = 2,
+} rt_client_role;
+
+typedef enum rt_client_format {     /* values match proto DataFormat */
+    RT_FORMAT_RAW = 0, RT_FORMAT_NPY = 1, RT_FORMAT_CSV = 2, RT_FORMAT_IDX = 3,
+} rt_client_format;
+
+/* One part of a data set: bytes from memory (data/nbytes) or a file (path,
+ * streamed as is; the daemon parses the format). */
+typedef struct rt_client_upload_part {
+    rt_client_role role;
+    rt_client_format format;
+    const char *path;          /* file source, or NULL */
+    const void *data;          /* memory source when path is NULL */
+    size_t nbytes;
+    rt_client_dtype dtype;     /* RAW */
+    int ndim;                  /* RAW: full shape, first dim = samples */
+    int64_t shape[RT_CLIENT_MAX_DIMS];
+    int label_column;          /* CSV: column index; -1 = last */
+    int csv_header;            /* CSV: skip the first line */
+    int normalize;             /* u8 features: / 255 on the daemon */
+} rt_client_upload_part;
+
+/* Upload parts as one data set: first FindDataset by the XXH3-128 hash of
+ * all part bytes (a hit costs one round trip), else stream UploadDataset in
+ * RT_UPLOAD_CHUNK chunks with offsets and an XXH64 checksum in the last. */
+int rt_client_upload_parts(rt_client *c, const char *session, const char *name,
+                           const rt_client_upload_part *parts, size_t n_parts,
+                           rt_client_dataset *out);
+/* x and y from memory as RAW parts (y may be NULL for an unlabelled set). */
+int rt_client_upload(rt_client *c, const char *session, const char *name,
+                     const rt_client_array *x, const rt_client_array *y,
+                     rt_client_dataset *out);
+/* A numeric CSV file; label_column -1 = last. */
+int rt_client_upload_csv(rt_client *c, const char *session, const char *name,
+                         const char *path, int label_column, int header,
+                         rt_client_dataset *out);
+/* .npy pair (labels_path may be NULL). */
+int rt_client_upload_npy(rt_client *c, const char *session, const char *name,
+                         const char *x_path, const char *y_path,
+                         rt_client_dataset *out);
+/* IDX pair, gzipped or not; normalize divides u8 images by 255. */
+int rt_client_upload_idx(rt_client *c, const char *session, const char *name,
+                         const char *images_path, const char *labels_path,
+                         int normalize, rt_client_dataset *out);
+
+/* ------------------------------------------------------------- training */
+
+typedef struct rt_client_metrics {
+    double loss;
+    double accuracy;  /* NaN when not computed */
+    uint64_t samples;
+} rt_client_metrics;
+
+typedef struct rt_client_epoch {
+    uint64_t epoch;    /* 1-based */
+    rt_client_metrics train;
+    int has_val;
+    rt_client_metrics val;
+    uint64_t steps;    /* global step count at the end of the epoch */
+    uint64_t execute_ns;
+} rt_client_epoch;
+
+typedef struct rt_client_steps_result {
+    uint64_t global_step;
+    rt_client_metrics last, mean;
+    int replayed;          /* seq already applied; nothing ran */
+    float *losses;         /* n_losses, when return_losses */
+    size_t n_losses;
+    rt_client_epoch *epochs; /* epochs completed inside this call */
+    size_t n_epochs;
+} rt_client_steps_result;
+
+typedef struct rt_client_steps_params {
+    const char *session, *program, *dataset;
+    const char *val_dataset; /* NULL/"": no validation */
+    uint64_t steps;
+    uint64_t seq;            /* 0 = the client's own increasing counter */
+    int return_losses;
+} rt_client_steps_params;
+
+int rt_client_run_steps(rt_client *c, const rt_client_steps_params *p,
+                        rt_client_steps_result *out);
+void rt_client_steps_result_free(rt_client_steps_result *r);
+
+typedef enum rt_client_fit_kind {
+    RT_FIT_PROGRESS = 1, RT_FIT_EPOCH_END = 2, RT_FIT_DONE = 3,
+} rt_client_fit_kind;
+
+typedef struct rt_client_fit_event {
+    rt_client_fit_kind kind;
+    /* RT_FIT_PROGRESS */
+    uint64_t step, epoch, step_in_epoch, steps_per_epoch;
+    float loss, accuracy;   /* running means in this epoch */
+    /* RT_FIT_EPOCH_END */
+    rt_client_epoch epoch_end;
+    /* every event */
+    int done, cancelled;
+} rt_client_fit_event;
+
+/* Return nonzero to cancel the fit (at the next step boundary). */
+typedef int (*rt_client_fit_cb)(const rt_client_fit_event *ev, void *user);
+
+typedef struct rt_client_fit_params {
+    const char *session, *program, *dataset;
+    const char *val_dataset;   /* NULL/"": no validation */
+    uint32_t epochs;
+    uint32_t steps_per_epoch;  /* 0 = ceil(samples / batch) */
+    uint32_t progress_every;   /* StepProgress every N steps; 0 = epoch ends only */
+} rt_client_fit_params;
+
+/* Runs the Fit stream; cb (may be NULL) sees each event in order. Returns 0
+ * when the daemon finished, RT_ECANCELLED when cb or rt_client_cancel
+ * stopped it (the weights then hold the last completed step). */
+int rt_client_fit(rt_client *c, const rt_client_fit_params *p,
+                  rt_client_fit_cb cb, void *user);
+
+int rt_client_evaluate(rt_client *c, const char *session, const char *program,
+                       const char *dataset, rt_client_metrics *out);
+
+/* Outputs for x (f32, first dim = samples) into *out (free with
+ * rt_client_tensor_free). */
+int rt_client_predict(rt_client *c, const char *session, const char *program,
+                      const rt_client_array *x, rt_client_tensor *out);
+int rt_client_predict_dataset(rt_client *c, const char *session,
+                              const char *program, const char *dataset,
+                              rt_client_tensor *out);
+
+/* ------------------------------------------------------------- weights */
+
+typedef struct rt_client_weights {
+    rt_client_tensor *t;  /* f32, named, in parameter order */
+    size_t n;
+    uint64_t global_step;
+} rt_client_weights;
+
+int rt_client_get_weights(rt_client *c, const char *session,
+                          const char *program, rt_client_weights *out);
+/* All parameters, matched by name. */
+int rt_client_set_weights(rt_client *c, const char *session,
+                          const char *program, const rt_client_tensor *t,
+                          size_t n);
+void rt_client_weights_free(rt_client_weights *w);
+
+/*
+ * Weights file (little-endian), written atomically:
+ *   magic "RTWTS001" (8 bytes), u32 count, u64 global_step, then per tensor:
+ *   u32 name_len, name bytes (no NUL), u32 dtype, u32 ndim, i64 shape[ndim],
+ *   u64 nbytes, data bytes; then u64 XXH64 (seed 0) of everything before it.
+ * errbuf (may be NULL) receives a message of at most errlen bytes.
+ */
+int rt_client_weights_save(const rt_client_weights *w, const char *path,
+                           char *errbuf, size_t errlen);
+int rt_client_weights_load(rt_client_weights *w, const char *path,
+                           char *errbuf, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
