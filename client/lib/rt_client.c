@@ -1,0 +1,562 @@
+/* rt_client.c - the client handle, the gRPC core transport for unary calls,
+ * errors and the per-call time account. */
+#include "rt_client_impl.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+
+const char *const rt__method_names[RT__M_COUNT] = {
+    [RT__M_INFO] = "GetInfo",
+    [RT__M_PING] = "Ping",
+    [RT__M_CREATE_SESSION] = "CreateSession",
+    [RT__M_CLOSE_SESSION] = "CloseSession",
+    [RT__M_COMPILE] = "Compile",
+    [RT__M_UPLOAD] = "UploadDataset",
+    [RT__M_FIND_DATASET] = "FindDataset",
+    [RT__M_RUN_STEPS] = "RunSteps",
+    [RT__M_FIT] = "Fit",
+    [RT__M_EVALUATE] = "Evaluate",
+    [RT__M_PREDICT] = "Predict",
+    [RT__M_GET_WEIGHTS] = "GetWeights",
+    [RT__M_SET_WEIGHTS] = "SetWeights",
+};
+
+/* How often a blocked call looks at the cancel flag. Small enough that
+ * Ctrl-C feels immediate, large enough to cost nothing measurable. */
+#define RT__POLL_MS 20
+
+size_t rt_client_dtype_size(rt_client_dtype dt)
+{
+    switch (dt) {
+    case RT_DTYPE_F32: return 4;
+    case RT_DTYPE_I32: return 4;
+    case RT_DTYPE_I64: return 8;
+    case RT_DTYPE_U8: return 1;
+    }
+    return 0;
+}
+
+const char *rt_client_dtype_name(rt_client_dtype dt)
+{
+    switch (dt) {
+    case RT_DTYPE_F32: return "f32";
+    case RT_DTYPE_I32: return "i32";
+    case RT_DTYPE_I64: return "i64";
+    case RT_DTYPE_U8: return "u8";
+    }
+    return "?";
+}
+
+char *rt__strdup(const char *s)
+{
+    if (!s)
+        s = "";
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+int rt__err(rt_client *c, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int rt_client_create(const char *target, rt_client **out)
+{
+    if (!out)
+        return RT_EINVAL;
+    *out = NULL;
+    if (!target || !*target)
+        target = getenv("RTRAIN_SERVER");
+    if (!target || !*target)
+        target = RT_DEFAULT_SERVER;
+    rt_client *c = calloc(1, sizeof *c);
+    if (!c)
+        return RT_ENOMEM;
+    c->target = rt__strdup(target);
+    if (!c->target) {
+        free(c);
+        return RT_ENOMEM;
+    }
+    grpc_init();
+    /* GetWeights and Predict answers grow with the model and the data; the
+     * 4 MiB default would turn them into RESOURCE_EXHAUSTED. */
+    grpc_arg args[2];
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = -1;
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+    args[1].value.integer = -1;
+    grpc_channel_args ca = {2, args};
+    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    c->ch = grpc_channel_create(c->target, creds, &ca);
+    grpc_channel_credentials_release(creds);
+    c->cq = grpc_completion_queue_create_for_pluck(NULL);
+    if (!c->ch || !c->cq) {
+        rt_client_destroy(c);
+        return RT_ENOMEM;
+    }
+    for (int i = 0; i < RT__M_COUNT; i++) {
+        char path[96];
+        snprintf(path, sizeof path, "/rtrain.v1.Trainer/%s", rt__method_names[i]);
+        c->reg[i] = grpc_channel_register_call(c->ch, path, NULL, NULL);
+    }
+    c->timeout_ms = RT_CLIENT_DEFAULT_TIMEOUT_MS;
+    c->next_timeout_ms = INT64_MIN;
+    c->grpc_status = -1;
+    atomic_init(&c->cancel_flag, 0);
+    *out = c;
+    return 0;
+}
+
+void rt_client_destroy(rt_client *c)
+{
+    if (!c)
+        return;
+    if (c->cq) {
+        grpc_completion_queue_shutdown(c->cq);
+        /* A pluck queue is drained with pluck on a tag that never comes;
+         * after shutdown it returns GRPC_QUEUE_SHUTDOWN. */
+        grpc_event ev;
+        do {
+            ev = grpc_completion_queue_pluck(c->cq, NULL,
+                                             gpr_inf_future(GPR_CLOCK_REALTIME),
+                                             NULL);
+        } while (ev.type != GRPC_QUEUE_SHUTDOWN);
+        grpc_completion_queue_destroy(c->cq);
+    }
+    if (c->ch)
+        grpc_channel_destroy(c->ch);
+    if (c->target) {
+        grpc_shutdown();
+        free(c->target);
+    }
+    free(c->trace);
+    free(c);
+}
+
+const char *rt_client_target(const rt_client *c) { return c ? c->target : ""; }
+const char *rt_client_errmsg(const rt_client *c) { return c ? c->errmsg : ""; }
+int rt_client_grpc_status(const rt_client *c) { return c ? c->grpc_status : -1; }
+
+void rt_client_set_timeout_ms(rt_client *c, int64_t ms)
+{
+    if (c)
+        c->timeout_ms = ms;
+}
+
+void rt_client_next_timeout_ms(rt_client *c, int64_t ms)
+{
+    if (c)
+        c->next_timeout_ms = ms;
+}
+
+int rt_client_cancel(rt_client *c)
+{
+    /* Only an atomic store: safe from signal handlers and other threads.
+     * The thread blocked in rt__pluck sees it within RT__POLL_MS. */
+    if (c)
+        atomic_store(&c->cancel_flag, 1);
+    return 0;
+}
+
+gpr_timespec rt__deadline(rt_client *c)
+{
+    int64_t ms = c->timeout_ms;
+    if (c->next_timeout_ms != INT64_MIN) {
+        ms = c->next_timeout_ms;
+        c->next_timeout_ms = INT64_MIN;
+    }
+    if (ms <= 0)
+        return gpr_inf_future(GPR_CLOCK_MONOTONIC);
+    return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                        gpr_time_from_millis(ms, GPR_TIMESPAN));
+}
+
+void rt__call_begin(rt_client *c, int method)
+{
+    c->errmsg[0] = 0;
+    c->grpc_status = -1;
+    atomic_store(&c->cancel_flag, 0);
+    memset(&c->cur, 0, sizeof c->cur);
+    c->cur.method = rt__method_names[method];
+    c->cur.start_ns = rt_now_ns();
+    c->t_response = 0;
+}
+
+int rt__call_end(rt_client *c, int rc)
+{
+    uint64_t now = rt_now_ns();
+    rt_client_timings *t = &c->cur;
+    t->client_total_ns = now - t->start_ns;
+    if (c->t_response && now >= c->t_response)
+        t->client_decode_ns = now - c->t_response;
+    t->wire_ns = t->round_trip_ns > t->server_total_ns
+                     ? t->round_trip_ns - t->server_total_ns : 0;
+    uint64_t known = t->client_encode_ns + t->round_trip_ns + t->client_decode_ns;
+    t->unattributed_ns = t->server_other_ns +
+                         (t->client_total_ns > known ? t->client_total_ns - known : 0);
+    c->last = *t;
+    c->has_last = 1;
+    if (c->trace_on) {
+        if (c->n_trace == c->cap_trace) {
+            size_t cap = c->cap_trace ? c->cap_trace * 2 : 256;
+            rt_client_timings *n = realloc(c->trace, cap * sizeof *n);
+            if (n) {
+                c->trace = n;
+                c->cap_trace = cap;
+            }
+        }
+        /* Out of memory only loses trace entries, never the call. */
+        if (c->n_trace < c->cap_trace)
+            c->trace[c->n_trace++] = *t;
+    }
+    if (rc < 0 && !c->errmsg[0])
+        snprintf(c->errmsg, sizeof c->errmsg, "%s: %s", c->cur.method,
+                 rt_strerror(rc));
+    return rc;
+}
+
+int rt_client_last_timings(const rt_client *c, rt_client_timings *out)
+{
+    if (!c || !out)
+        return RT_EINVAL;
+    if (!c->has_last)
+        return RT_ENOTFOUND;
+    *out = c->last;
+    return 0;
+}
+
+void rt_client_trace_enable(rt_client *c, int on)
+{
+    if (c)
+        c->trace_on = on;
+}
+
+void rt_client_trace_clear(rt_client *c)
+{
+    if (c)
+        c->n_trace = 0;
+}
+
+const rt_client_timings *rt_client_trace_calls(const rt_client *c, size_t *n)
+{
+    if (n)
+        *n = c ? c->n_trace : 0;
+    return c ? c->trace : NULL;
+}
+
+int rt_client_trace_write(const rt_client *c, const char *path)
+{
+    if (!c)
+        return RT_EINVAL;
+    return rt_client_trace_write_calls(c->trace, c->n_trace, path);
+}
+
+int rt__pluck(rt_client *c, grpc_call *call, void *tag)
+{
+    int cancelled = 0;
+    for (;;) {
+        gpr_timespec dl = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                       gpr_time_from_millis(RT__POLL_MS, GPR_TIMESPAN));
+        grpc_event ev = grpc_completion_queue_pluck(c->cq, tag, dl, NULL);
+        if (ev.type == GRPC_OP_COMPLETE)
+            return ev.success;
+        if (ev.type == GRPC_QUEUE_SHUTDOWN)
+            return 0;
+        if (!cancelled && call && atomic_load(&c->cancel_flag)) {
+            grpc_call_cancel(call, NULL);
+            cancelled = 1;
+        }
+    }
+}
+
+static const char *status_name(grpc_status_code st)
+{
+    static const char *const names[] = {
+        "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+        "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+        "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+    if ((int)st >= 0 && (size_t)st < sizeof names / sizeof names[0])
+        return names[st];
+    return "UNKNOWN";
+}
+
+int rt__status(rt_client *c, grpc_status_code st, grpc_slice details,
+               const char *error_string)
+{
+    c->grpc_status = (int)st;
+    char *d = grpc_slice_to_c_string(details);
+    grpc_slice_unref(details);
+    int rc = 0;
+    if (st != GRPC_STATUS_OK) {
+        rc = rt_err_from_grpc((int)st);
+        if (rc == 0)
+            rc = RT_EGRPC;
+        const char *name = status_name(st);
+        const char *method = c->cur.method ? c->cur.method : "call";
+        if (st == GRPC_STATUS_UNAVAILABLE) {
+            rt__err(c, RT_EUNAVAILABLE,
+                    "cannot connect to %s (is rtraind running there?): %s: %s",
+                    c->target, method, d && *d ? d : "unavailable");
+        } else if (st == GRPC_STATUS_DEADLINE_EXCEEDED) {
+            rt__err(c, rc, "DEADLINE_EXCEEDED: %s on %s did not finish in time "
+                    "(raise the timeout)", method, c->target);
+        } else if (st == GRPC_STATUS_CANCELLED && atomic_load(&c->cancel_flag)) {
+            rt__err(c, RT_ECANCELLED, "CANCELLED: %s cancelled by the client", method);
+        } else if (d && strncmp(d, name, strlen(name)) == 0) {
+            rt__err(c, rc, "%s", d); /* the daemon already named the status */
+        } else {
+            rt__err(c, rc, "%s: %s", name, d && *d ? d : method);
+        }
+    }
+    gpr_free(d);
+    if (error_string)
+        gpr_free((void *)error_string);
+    return rc;
+}
+
+int rt__unary(rt_client *c, int method, const ProtobufCMessage *req,
+              const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp)
+{
+    *resp = NULL;
+    uint64_t t0 = rt_now_ns();
+    grpc_byte_buffer *send = rt_wire_pack(req, NULL);
+    if (!send)
+        return rt__err(c, RT_ENOMEM, "%s: out of memory packing the request",
+                       rt__method_names[method]);
+    c->cur.bytes_sent = rt_wire_length(send);
+    uint64_t t1 = rt_now_ns();
+    c->cur.client_encode_ns = t1 - t0;
+
+    grpc_call *call = grpc_channel_create_registered_call(
+        c->ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq, c->reg[method],
+        rt__deadline(c), NULL);
+    if (!call) {
+        grpc_byte_buffer_destroy(send);
+        return rt__err(c, RT_ENOMEM, "%s: cannot create the call", rt__method_names[method]);
+    }
+
+    grpc_metadata_array init_md, trail_md;
+    grpc_metadata_array_init(&init_md);
+    grpc_metadata_array_init(&trail_md);
+    grpc_byte_buffer *recv = NULL;
+    grpc_status_code st = GRPC_STATUS_UNKNOWN;
+    grpc_slice details = grpc_empty_slice();
+    const char *error_string = NULL;
+
+    grpc_op ops[6];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = send;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &init_md;
+    ops[4].op = GRPC_OP_RECV_MESSAGE;
+    ops[4].data.recv_message.recv_message = &recv;
+    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[5].data.recv_status_on_client.trailing_metadata = &trail_md;
+    ops[5].data.recv_status_on_client.status = &st;
+    ops[5].data.recv_status_on_client.status_details = &details;
+    ops[5].data.recv_status_on_client.error_string = &error_string;
+
+    uint64_t t2 = rt_now_ns();
+    int rc = 0;
+    grpc_call_error ce = grpc_call_start_batch(call, ops, 6, ops, NULL);
+    if (ce != GRPC_CALL_OK) {
+        grpc_slice_unref(details);
+        rc = rt__err(c, RT_EGRPC, "%s: grpc_call_start_batch failed (%d)",
+                     rt__method_names[method], (int)ce);
+    } else {
+        rt__pluck(c, call, ops);
+        c->t_response = rt_now_ns();
+        c->cur.round_trip_ns = c->t_response - t2;
+        c->cur.bytes_received = rt_wire_length(recv);
+        rc = rt__status(c, st, details, error_string);
+        if (rc == 0) {
+            *resp = rt_wire_unpack(recv, desc, NULL);
+            if (!*resp)
+                rc = rt__err(c, RT_EPROTO, "%s: the daemon's response is not a "
+                             "valid %s message", rt__method_names[method], desc->name);
+        }
+    }
+    grpc_byte_buffer_destroy(send);
+    if (recv)
+        grpc_byte_buffer_destroy(recv);
+    grpc_metadata_array_destroy(&init_md);
+    grpc_metadata_array_destroy(&trail_md);
+    grpc_call_unref(call);
+    return rc;
+}
+
+void rt__take_timings(rt_client *c, const Rtrain__V1__Timings *t, int add)
+{
+    if (!t)
+        return;
+    rt_client_timings *d = &c->cur;
+    if (!add) {
+        d->queue_ns = d->decode_ns = d->compile_ns = d->execute_ns = 0;
+        d->encode_ns = d->server_other_ns = d->server_total_ns = 0;
+    }
+    d->has_server = 1;
+    d->queue_ns += t->queue_ns;
+    d->decode_ns += t->decode_ns;
+    d->compile_ns += t->compile_ns;
+    d->execute_ns += t->execute_ns;
+    d->encode_ns += t->encode_ns;
+    d->server_other_ns += t->other_ns;
+    d->server_total_ns += t->total_ns;
+    if (t->cache_hit)
+        d->cache_hit = 1;
+}
+
+/* ------------------------------------------------------------- helpers */
+
+int rt__check_id(rt_client *c, const char *what, const char *id)
+{
+    if (!id || !*id)
+        return rt__err(c, RT_EINVAL, "%s id is empty", what);
+    if (strlen(id) >= RT_ID_MAX)
+        return rt__err(c, RT_EINVAL, "%s id is longer than %d bytes", what,
+                       RT_ID_MAX - 1);
+    return 0;
+}
+
+int rt__copy_id(rt_client *c, char dst[RT_ID_MAX], const char *src)
+{
+    if (!src || strlen(src) >= RT_ID_MAX)
+        return rt__err(c, RT_EPROTO, "the daemon sent an id longer than %d bytes",
+                       RT_ID_MAX - 1);
+    memcpy(dst, src, strlen(src) + 1);
+    return 0;
+}
+
+int rt__shape_from_pb(rt_client *c, const char *what, size_t n,
+                      const int64_t *src, int *ndim,
+                      int64_t dst[RT_CLIENT_MAX_DIMS])
+{
+    if (n > RT_CLIENT_MAX_DIMS)
+        return rt__err(c, RT_EPROTO, "%s has %zu dims (at most %d)", what, n,
+                       RT_CLIENT_MAX_DIMS);
+    *ndim = (int)n;
+    for (size_t i = 0; i < n; i++)
+        dst[i] = src[i];
+    return 0;
+}
+
+void rt__metrics_from_pb(const Rtrain__V1__Metrics *m, rt_client_metrics *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!m) {
+        out->loss = out->accuracy = __builtin_nan("");
+        return;
+    }
+    out->loss = m->loss;
+    out->accuracy = m->accuracy;
+    out->samples = m->samples;
+}
+
+void rt__epoch_from_pb(const Rtrain__V1__EpochEnd *e, rt_client_epoch *out)
+{
+    memset(out, 0, sizeof *out);
+    out->epoch = e->epoch;
+    rt__metrics_from_pb(e->train, &out->train);
+    out->has_val = e->val != NULL;
+    rt__metrics_from_pb(e->val, &out->val);
+    out->steps = e->steps;
+    out->execute_ns = e->execute_ns;
+}
+
+int rt__array_nbytes(rt_client *c, const char *what, const rt_client_array *a,
+                     size_t *nbytes)
+{
+    size_t es = rt_client_dtype_size(a->dtype);
+    if (!es)
+        return rt__err(c, RT_EDTYPE, "%s: unknown dtype %d", what, (int)a->dtype);
+    if (a->ndim < 1 || a->ndim > RT_CLIENT_MAX_DIMS)
+        return rt__err(c, RT_ESHAPE, "%s: ndim %d outside 1..%d", what, a->ndim,
+                       RT_CLIENT_MAX_DIMS);
+    size_t n = es;
+    for (int i = 0; i < a->ndim; i++) {
+        if (a->shape[i] < 0)
+            return rt__err(c, RT_ESHAPE, "%s: negative dim %d", what, i);
+        if (a->shape[i] && n > SIZE_MAX / (size_t)a->shape[i])
+            return rt__err(c, RT_EOVERFLOW, "%s: size overflows", what);
+        n *= (size_t)a->shape[i];
+    }
+    if (n && !a->data)
+        return rt__err(c, RT_EINVAL, "%s: data is NULL", what);
+    *nbytes = n;
+    return 0;
+}
+
+int rt__tensor_from_pb(rt_client *c, const Rtrain__V1__Tensor *t,
+                       rt_client_tensor *out)
+{
+    memset(out, 0, sizeof *out);
+    size_t es = rt_client_dtype_size((rt_client_dtype)t->dtype);
+    if (!es)
+        return rt__err(c, RT_EPROTO, "tensor '%s' has unknown dtype %d",
+                       t->name ? t->name : "", (int)t->dtype);
+    int rc = rt__shape_from_pb(c, "tensor", t->n_shape, t->shape, &out->ndim,
+                               out->shape);
+    if (rc < 0)
+        return rc;
+    size_t n = es;
+    for (int i = 0; i < out->ndim; i++) {
+        if (out->shape[i] < 0 ||
+            (out->shape[i] && n > SIZE_MAX / (size_t)out->shape[i]))
+            return rt__err(c, RT_EPROTO, "tensor '%s' has a bad shape", t->name);
+        n *= (size_t)out->shape[i];
+    }
+    if (n != t->data.len)
+        return rt__err(c, RT_EPROTO, "tensor '%s': %zu data bytes for a shape "
+                       "of %zu bytes", t->name, t->data.len, n);
+    out->dtype = (rt_client_dtype)t->dtype;
+    out->name = rt__strdup(t->name);
+    out->data = malloc(n ? n : 1);
+    if (!out->name || !out->data) {
+        rt_client_tensor_free(out);
+        return rt__err(c, RT_ENOMEM, "out of memory");
+    }
+    if (n)
+        memcpy(out->data, t->data.data, n);
+    out->nbytes = n;
+    return 0;
+}
+
+void rt_client_tensor_free(rt_client_tensor *t)
+{
+    if (!t)
+        return;
+    free(t->name);
+    free(t->data);
+    memset(t, 0, sizeof *t);
+}
+
+int64_t rt_client_tensor_numel(const rt_client_tensor *t)
+{
+    if (!t)
+        return 0;
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
+    return n;
+}

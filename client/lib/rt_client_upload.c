@@ -1,0 +1,486 @@
+/* rt_client_upload.c - data set uploads.
+ *
+ * A data set is a list of parts (memory or files) streamed back to back as
+ * one byte sequence. First FindDataset with the XXH3-128 hash of those bytes
+ * (canonical, big-endian 16 bytes): when the daemon already holds them the
+ * upload costs one round trip. Otherwise the UploadDataset client stream
+ * sends RT_UPLOAD_CHUNK-byte chunks with offsets; the first chunk carries the
+ * header, the last one last = true and the XXH64 (seed 0) of all bytes, so
+ * the gRPC message limit never limits a data set's size. Files are read in
+ * chunks, never whole, and the daemon parses their formats. */
+#include "rt_client_impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <grpc/slice.h>
+#include <xxhash.h>
+
+typedef struct src {
+    const rt_client_upload_part *p;
+    FILE *f;
+    uint64_t len;
+} src;
+
+static void close_srcs(src *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i].f)
+            fclose(s[i].f);
+}
+
+static int open_srcs(rt_client *c, const rt_client_upload_part *parts,
+                     size_t n, src *s, uint64_t *total)
+{
+    *total = 0;
+    for (size_t i = 0; i < n; i++) {
+        const rt_client_upload_part *p = &parts[i];
+        s[i].p = p;
+        if ((int)p->role < RT_ROLE_FEATURES || p->role > RT_ROLE_BOTH)
+            return rt__err(c, RT_EINVAL, "upload part %zu: bad role %d", i, (int)p->role);
+        if ((int)p->format < RT_FORMAT_RAW || p->format > RT_FORMAT_IDX)
+            return rt__err(c, RT_EINVAL, "upload part %zu: bad format %d", i, (int)p->format);
+        if (p->path) {
+            s[i].f = fopen(p->path, "rb");
+            if (!s[i].f)
+                return rt__err(c, RT_EIO, "cannot open %s: %s", p->path, strerror(errno));
+            struct stat st;
+            if (fstat(fileno(s[i].f), &st) < 0 || !S_ISREG(st.st_mode))
+                return rt__err(c, RT_EIO, "%s is not a regular file", p->path);
+            s[i].len = (uint64_t)st.st_size;
+            if (s[i].len == 0)
+                return rt__err(c, RT_EDATA, "%s is empty", p->path);
+        } else {
+            if (p->nbytes && !p->data)
+                return rt__err(c, RT_EINVAL, "upload part %zu: data is NULL", i);
+            s[i].len = p->nbytes;
+        }
+        if (p->format == RT_FORMAT_RAW) {
+            if (!rt_client_dtype_size(p->dtype))
+                return rt__err(c, RT_EDTYPE, "upload part %zu: RAW needs a dtype", i);
+            if (p->ndim < 1 || p->ndim > RT_CLIENT_MAX_DIMS)
+                return rt__err(c, RT_ESHAPE, "upload part %zu: RAW needs a shape "
+                               "(1..%d dims)", i, RT_CLIENT_MAX_DIMS);
+            uint64_t want = rt_client_dtype_size(p->dtype);
+            for (int d = 0; d < p->ndim; d++) {
+                if (p->shape[d] < 0)
+                    return rt__err(c, RT_ESHAPE, "upload part %zu: negative dim", i);
+                want *= (uint64_t)p->shape[d];
+            }
+            if (want != s[i].len)
+                return rt__err(c, RT_ESHAPE, "upload part %zu: shape needs %llu "
+                               "bytes, got %llu", i, (unsigned long long)want,
+                               (unsigned long long)s[i].len);
+        }
+        *total += s[i].len;
+    }
+    return 0;
+}
+
+/* Copy up to cap bytes of the concatenated parts from position part/off. */
+static int read_at(rt_client *c, src *s, size_t n, size_t *part, uint64_t *off,
+                   uint8_t *buf, size_t cap, size_t *got)
+{
+    *got = 0;
+    while (*got < cap && *part < n) {
+        src *x = &s[*part];
+        uint64_t left = x->len - *off;
+        if (left == 0) {
+            (*part)++;
+            *off = 0;
+            if (*part < n && s[*part].f)
+                rewind(s[*part].f);
+            continue;
+        }
+        size_t take = cap - *got < left ? cap - *got : (size_t)left;
+        if (x->f) {
+            if (*off == 0)
+                rewind(x->f);
+            size_t r = fread(buf + *got, 1, take, x->f);
+            if (r != take)
+                return rt__err(c, RT_EIO, "reading %s: %s", x->p->path,
+                               ferror(x->f) ? strerror(errno) : "file shrank");
+        } else {
+            memcpy(buf + *got, (const uint8_t *)x->p->data + *off, take);
+        }
+        *got += take;
+        *off += take;
+    }
+    return 0;
+}
+
+static int hash_all(rt_client *c, src *s, size_t n, uint8_t *buf, uint8_t out[16])
+{
+    XXH3_state_t *st = XXH3_createState();
+    if (!st)
+        return rt__err(c, RT_ENOMEM, "out of memory");
+    XXH3_128bits_reset(st);
+    size_t part = 0;
+    uint64_t off = 0;
+    int rc = 0;
+    for (;;) {
+        size_t got;
+        rc = read_at(c, s, n, &part, &off, buf, RT_UPLOAD_CHUNK, &got);
+        if (rc < 0 || got == 0)
+            break;
+        XXH3_128bits_update(st, buf, got);
+    }
+    XXH128_canonical_t canon;
+    XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(st));
+    memcpy(out, canon.digest, 16);
+    XXH3_freeState(st);
+    return rc;
+}
+
+static int dataset_from_pb(rt_client *c, const Rtrain__V1__DatasetInfo *d,
+                           rt_client_dataset *out)
+{
+    if (!d)
+        return rt__err(c, RT_EPROTO, "the response has no dataset info");
+    int rc = rt__copy_id(c, out->id, d->dataset_id);
+    if (rc == 0 && !out->id[0])
+        rc = rt__err(c, RT_EPROTO, "the daemon sent an empty dataset id");
+    if (rc == 0)
+        rc = rt__shape_from_pb(c, "x shape", d->n_x_shape, d->x_shape,
+                               &out->x_ndim, out->x_shape);
+    if (rc == 0)
+        rc = rt__shape_from_pb(c, "y shape", d->n_y_shape, d->y_shape,
+                               &out->y_ndim, out->y_shape);
+    out->samples = d->samples;
+    out->y_dtype = (rt_client_dtype)d->y_dtype;
+    out->bytes = d->bytes;
+    out->deduplicated = d->deduplicated;
+    return rc;
+}
+
+/* The UploadDataset client stream. */
+static int stream_upload(rt_client *c, Rtrain__V1__DatasetHeader *hdr, src *s,
+                         size_t n, uint64_t total, uint8_t *buf,
+                         rt_client_dataset *out)
+{
+    grpc_call *call = grpc_channel_create_registered_call(
+        c->ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq, c->reg[RT__M_UPLOAD],
+        rt__deadline(c), NULL);
+    if (!call)
+        return rt__err(c, RT_ENOMEM, "UploadDataset: cannot create the call");
+    XXH64_state_t *x64 = XXH64_createState();
+    if (!x64) {
+        grpc_call_unref(call);
+        return rt__err(c, RT_ENOMEM, "out of memory");
+    }
+    XXH64_reset(x64, 0);
+
+    grpc_metadata_array init_md, trail_md;
+    grpc_metadata_array_init(&init_md);
+    grpc_metadata_array_init(&trail_md);
+    grpc_byte_buffer *recv = NULL;
+    grpc_status_code st = GRPC_STATUS_UNKNOWN;
+    grpc_slice details = grpc_empty_slice();
+    const char *error_string = NULL;
+    int rc = 0;
+    uint64_t t_start = rt_now_ns(), local = 0;
+
+    grpc_op opa[1], ops[3], opw[2];
+    memset(opa, 0, sizeof opa);
+    memset(ops, 0, sizeof ops);
+    opa[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[0].data.recv_initial_metadata.recv_initial_metadata = &init_md;
+    ops[1].op = GRPC_OP_RECV_MESSAGE;
+    ops[1].data.recv_message.recv_message = &recv;
+    ops[2].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[2].data.recv_status_on_client.trailing_metadata = &trail_md;
+    ops[2].data.recv_status_on_client.status = &st;
+    ops[2].data.recv_status_on_client.status_details = &details;
+    ops[2].data.recv_status_on_client.error_string = &error_string;
+    grpc_call_error e1 = grpc_call_start_batch(call, opa, 1, opa, NULL);
+    grpc_call_error e2 = grpc_call_start_batch(call, ops, 3, ops, NULL);
+    if (e1 != GRPC_CALL_OK || e2 != GRPC_CALL_OK) {
+        if (e1 == GRPC_CALL_OK)
+            rt__pluck(c, call, opa);
+        grpc_call_cancel(call, NULL);
+        if (e2 == GRPC_CALL_OK)
+            rt__pluck(c, call, ops);
+        else
+            grpc_slice_unref(details);
+        rc = rt__err(c, RT_EGRPC, "UploadDataset: grpc_call_start_batch failed");
+        goto out;
+    }
+    rt__pluck(c, call, opa);
+
+    size_t part = 0;
+    uint64_t off = 0, sent = 0;
+    int first = 1, stream_ok = 1;
+    while (stream_ok) {
+        uint64_t l0 = rt_now_ns();
+        size_t got = 0;
+        rc = read_at(c, s, n, &part, &off, buf, RT_UPLOAD_CHUNK, &got);
+        if (rc < 0) {
+            grpc_call_cancel(call, NULL);
+            break;
+        }
+        XXH64_update(x64, buf, got);
+        int last = sent + got >= total;
+        Rtrain__V1__UploadChunk ch = RTRAIN__V1__UPLOAD_CHUNK__INIT;
+        ch.header = first ? hdr : NULL;
+        ch.offset = sent;
+        ch.data.data = buf;
+        ch.data.len = got;
+        ch.last = last;
+        if (last)
+            ch.checksum = XXH64_digest(x64);
+        grpc_byte_buffer *bb = rt_wire_pack(&ch.base, NULL);
+        if (!bb) {
+            rc = rt__err(c, RT_ENOMEM, "UploadDataset: out of memory");
+            grpc_call_cancel(call, NULL);
+            break;
+        }
+        c->cur.bytes_sent += rt_wire_length(bb);
+        memset(opw, 0, sizeof opw);
+        opw[0].op = GRPC_OP_SEND_MESSAGE;
+        opw[0].data.send_message.send_message = bb;
+        opw[1].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+        local += rt_now_ns() - l0;
+        if (grpc_call_start_batch(call, opw, last ? 2 : 1, opw, NULL) != GRPC_CALL_OK) {
+            grpc_byte_buffer_destroy(bb);
+            grpc_call_cancel(call, NULL);
+            break;
+        }
+        /* One SEND_MESSAGE in flight at a time; a failed send means the
+         * daemon ended the call, and the status will say why. */
+        stream_ok = rt__pluck(c, call, opw);
+        grpc_byte_buffer_destroy(bb);
+        sent += got;
+        first = 0;
+        if (last)
+            break;
+    }
+    rt__pluck(c, call, ops);
+    {
+        uint64_t now = rt_now_ns();
+        uint64_t wall = now - t_start;
+        c->cur.client_encode_ns += local;
+        c->cur.round_trip_ns = wall > local ? wall - local : 0;
+        c->t_response = now;
+        c->cur.bytes_received = rt_wire_length(recv);
+        out->bytes_sent = sent;
+        int src_rc = rt__status(c, st, details, error_string);
+        if (rc == 0)
+            rc = src_rc;
+    }
+    if (rc == 0) {
+        Rtrain__V1__UploadResponse *r = (Rtrain__V1__UploadResponse *)rt_wire_unpack(
+            recv, &rtrain__v1__upload_response__descriptor, NULL);
+        if (!r) {
+            rc = rt__err(c, RT_EPROTO, "UploadDataset: malformed response");
+        } else {
+            rt__take_timings(c, r->timings, 0);
+            rc = dataset_from_pb(c, r->dataset, out);
+            if (rc == 0 && r->bytes_received != total)
+                rc = rt__err(c, RT_ETRUNCATED, "UploadDataset: the daemon received "
+                             "%llu of %llu bytes", (unsigned long long)r->bytes_received,
+                             (unsigned long long)total);
+            protobuf_c_message_free_unpacked(&r->base, NULL);
+        }
+    }
+out:
+    if (recv)
+        grpc_byte_buffer_destroy(recv);
+    grpc_metadata_array_destroy(&init_md);
+    grpc_metadata_array_destroy(&trail_md);
+    XXH64_freeState(x64);
+    grpc_call_unref(call);
+    return rc;
+}
+
+int rt_client_upload_parts(rt_client *c, const char *session, const char *name,
+                           const rt_client_upload_part *parts, size_t n_parts,
+                           rt_client_dataset *out)
+{
+    if (!c || !out)
+        return RT_EINVAL;
+    memset(out, 0, sizeof *out);
+    rt__call_begin(c, RT__M_FIND_DATASET);
+    int rc = rt__check_id(c, "session", session);
+    if (rc == 0 && (!parts || n_parts == 0 || n_parts > 16))
+        rc = rt__err(c, RT_EINVAL, "upload: 1..16 parts needed, got %zu", n_parts);
+    if (rc < 0)
+        return rt__call_end(c, rc);
+
+    src *s = calloc(n_parts, sizeof *s);
+    Rtrain__V1__DataPart *dp = calloc(n_parts, sizeof *dp);
+    Rtrain__V1__DataPart **dpp = calloc(n_parts, sizeof *dpp);
+    uint8_t *buf = malloc(RT_UPLOAD_CHUNK);
+    uint8_t hash[16];
+    uint64_t total = 0;
+    if (!s || !dp || !dpp || !buf) {
+        rc = rt__err(c, RT_ENOMEM, "upload: out of memory");
+        goto done;
+    }
+    uint64_t t0 = rt_now_ns();
+    rc = open_srcs(c, parts, n_parts, s, &total);
+    if (rc == 0 && total == 0)
+        rc = rt__err(c, RT_EDATA, "upload: the data set is empty");
+    if (rc == 0)
+        rc = hash_all(c, s, n_parts, buf, hash);
+    if (rc < 0)
+        goto done;
+    for (size_t i = 0; i < n_parts; i++) {
+        const rt_client_upload_part *p = &parts[i];
+        rtrain__v1__data_part__init(&dp[i]);
+        dp[i].role = (Rtrain__V1__DataRole)p->role;
+        dp[i].format = (Rtrain__V1__DataFormat)p->format;
+        dp[i].length = s[i].len;
+        if (p->format == RT_FORMAT_RAW) {
+            dp[i].dtype = (Rtrain__V1__DType)p->dtype;
+            dp[i].n_shape = (size_t)p->ndim;
+            dp[i].shape = (int64_t *)p->shape;
+        }
+        dp[i].label_column = p->label_column;
+        dp[i].csv_header = p->csv_header != 0;
+        dp[i].normalize = p->normalize != 0;
+        dpp[i] = &dp[i];
+    }
+    Rtrain__V1__DatasetHeader hdr = RTRAIN__V1__DATASET_HEADER__INIT;
+    hdr.session_id = (char *)session;
+    hdr.name = (char *)(name ? name : "");
+    hdr.n_parts = n_parts;
+    hdr.parts = dpp;
+    hdr.total_bytes = total;
+    hdr.content_hash.data = hash;
+    hdr.content_hash.len = 16;
+
+    /* FindDataset: its encode includes reading and hashing the data. */
+    Rtrain__V1__FindDatasetRequest freq = RTRAIN__V1__FIND_DATASET_REQUEST__INIT;
+    freq.session_id = (char *)session;
+    freq.content_hash.data = hash;
+    freq.content_hash.len = 16;
+    freq.header = &hdr;
+    uint64_t hash_ns = rt_now_ns() - t0;
+    Rtrain__V1__FindDatasetResponse *fr;
+    rc = rt__unary(c, RT__M_FIND_DATASET, &freq.base,
+                   &rtrain__v1__find_dataset_response__descriptor,
+                   (ProtobufCMessage **)&fr);
+    c->cur.client_encode_ns += hash_ns;
+    if (rc == RT_EUNIMPLEMENTED) {
+        rc = 0; /* a daemon without FindDataset: just upload */
+        fr = NULL;
+    }
+    if (rc < 0)
+        goto done;
+    int found = 0;
+    if (fr) {
+        rt__take_timings(c, fr->timings, 0);
+        if (fr->found) {
+            found = 1;
+            rc = dataset_from_pb(c, fr->dataset, out);
+            out->deduplicated = 1;
+        }
+        protobuf_c_message_free_unpacked(&fr->base, NULL);
+    }
+    if (found || rc < 0)
+        goto done;
+    rt__call_end(c, 0);
+
+    rt__call_begin(c, RT__M_UPLOAD);
+    rc = stream_upload(c, &hdr, s, n_parts, total, buf, out);
+done:
+    close_srcs(s, s ? n_parts : 0);
+    free(s);
+    free(dp);
+    free(dpp);
+    free(buf);
+    return rt__call_end(c, rc);
+}
+
+int rt_client_upload(rt_client *c, const char *session, const char *name,
+                     const rt_client_array *x, const rt_client_array *y,
+                     rt_client_dataset *out)
+{
+    if (!c || !x || !out)
+        return RT_EINVAL;
+    rt_client_upload_part p[2];
+    memset(p, 0, sizeof p);
+    size_t nb;
+    rt__call_begin(c, RT__M_FIND_DATASET);
+    int rc = rt__array_nbytes(c, "features", x, &nb);
+    if (rc < 0)
+        return rt__call_end(c, rc);
+    p[0].role = RT_ROLE_FEATURES;
+    p[0].format = RT_FORMAT_RAW;
+    p[0].data = x->data;
+    p[0].nbytes = nb;
+    p[0].dtype = x->dtype;
+    p[0].ndim = x->ndim;
+    memcpy(p[0].shape, x->shape, sizeof p[0].shape);
+    if (y) {
+        rc = rt__array_nbytes(c, "labels", y, &nb);
+        if (rc == 0 && y->shape[0] != x->shape[0])
+            rc = rt__err(c, RT_ESHAPE, "upload: %lld feature rows but %lld labels",
+                         (long long)x->shape[0], (long long)y->shape[0]);
+        if (rc < 0)
+            return rt__call_end(c, rc);
+        p[1].role = RT_ROLE_LABELS;
+        p[1].format = RT_FORMAT_RAW;
+        p[1].data = y->data;
+        p[1].nbytes = nb;
+        p[1].dtype = y->dtype;
+        p[1].ndim = y->ndim;
+        memcpy(p[1].shape, y->shape, sizeof p[1].shape);
+    }
+    return rt_client_upload_parts(c, session, name, p, y ? 2 : 1, out);
+}
+
+int rt_client_upload_csv(rt_client *c, const char *session, const char *name,
+                         const char *path, int label_column, int header,
+                         rt_client_dataset *out)
+{
+    if (!c || !path || !out)
+        return RT_EINVAL;
+    rt_client_upload_part p;
+    memset(&p, 0, sizeof p);
+    p.role = RT_ROLE_BOTH;
+    p.format = RT_FORMAT_CSV;
+    p.path = path;
+    p.label_column = label_column;
+    p.csv_header = header;
+    return rt_client_upload_parts(c, session, name, &p, 1, out);
+}
+
+int rt_client_upload_npy(rt_client *c, const char *session, const char *name,
+                         const char *x_path, const char *y_path,
+                         rt_client_dataset *out)
+{
+    if (!c || !x_path || !out)
+        return RT_EINVAL;
+    rt_client_upload_part p[2];
+    memset(p, 0, sizeof p);
+    p[0].role = RT_ROLE_FEATURES;
+    p[0].format = RT_FORMAT_NPY;
+    p[0].path = x_path;
+    p[1].role = RT_ROLE_LABELS;
+    p[1].format = RT_FORMAT_NPY;
+    p[1].path = y_path;
+    return rt_client_upload_parts(c, session, name, p, y_path ? 2 : 1, out);
+}
+
+int rt_client_upload_idx(rt_client *c, const char *session, const char *name,
+                         const char *images_path, const char *labels_path,
+                         int normalize, rt_client_dataset *out)
+{
+    if (!c || !images_path || !out)
+        return RT_EINVAL;
+    rt_client_upload_part p[2];
+    memset(p, 0, sizeof p);
+    p[0].role = RT_ROLE_FEATURES;
+    p[0].format = RT_FORMAT_IDX;
+    p[0].path = images_path;
+    p[0].normalize = normalize;
+    p[1].role = RT_ROLE_LABELS;
+    p[1].format = RT_FORMAT_IDX;
+    p[1].path = labels_path;
+    return rt_client_upload_parts(c, session, name, p, labels_path ? 2 : 1, out);
+}
