@@ -1,0 +1,525 @@
+"""rtrain: train on a remote rtraind from Python, Keras style.
+
+    import rtrain
+    client = rtrain.connect("127.0.0.1:7070", timeout=10)
+    model = client.compile(rtrain.Sequential([
+                rtrain.layers.Dense(32, activation="relu", input_shape=(4,)),
+                rtrain.layers.Dense(3, activation="softmax")]),
+            optimizer="adam", loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"])
+    history = model.fit(x, y, batch_size=20, epochs=20,
+                        validation_data=(xv, yv))
+    history["loss"], model.last_timings
+
+The C extension (rtrain._rtrain, on librtrain) does the networking, the
+zero-copy uploads, the fit loop with its progress bar and Ctrl-C
+cancellation, and the timing account of every call. This module declares
+models (layers, Sequential -> Keras JSON) and converts arguments.
+
+Data conversions (documented, never silent about what they cannot do):
+  * features: C-contiguous float32 arrays are uploaded as they are, without a
+    copy. Other real dtypes (float64, ints, bool) and non-contiguous views are
+    converted to a C-contiguous float32 copy. Complex, object and string
+    arrays raise TypeError. A shape that does not match the model's input
+    raises ValueError.
+  * labels: sparse losses take class indices and upload int32 (int64 or
+    integral floats are converted; fractional values, or indices outside
+    [0, classes), raise ValueError). Other losses upload float32.
+"""
+
+import json as _json
+import time as _time
+
+import numpy as _np
+
+from . import _rtrain
+from . import layers
+from . import optimizers
+from ._rtrain import (Error, ConnectionError, InvalidArgument, NotFound,
+                      DeadlineExceeded, Cancelled, ResourceExhausted,
+                      FailedPrecondition, AlreadyExists, Unauthenticated,
+                      Unimplemented, DataLoss, InternalError)
+
+__all__ = [
+    "connect", "Client", "Model", "Sequential", "History", "layers",
+    "optimizers", "summarize_timings", "Error", "ConnectionError",
+    "InvalidArgument", "NotFound", "DeadlineExceeded", "Cancelled",
+    "ResourceExhausted", "FailedPrecondition", "AlreadyExists",
+    "Unauthenticated", "Unimplemented", "DataLoss", "InternalError",
+]
+
+__version__ = "0.1.0"
+
+_SPARSE_LOSSES = {"sparse_categorical_crossentropy"}
+_LOSSES = {
+    "sparse_categorical_crossentropy": "sparse_categorical_crossentropy",
+    "categorical_crossentropy": "categorical_crossentropy",
+    "binary_crossentropy": "binary_crossentropy",
+    "mse": "mse", "mean_squared_error": "mse",
+    "mae": "mae", "mean_absolute_error": "mae",
+    "logcosh": "logcosh", "log_cosh": "logcosh",
+}
+_METRICS = ("accuracy", "acc")
+
+# Inline Predict messages stay well under gRPC's default 4 MiB receive limit.
+_PREDICT_CHUNK_BYTES = 2 << 20
+
+
+# ---------------------------------------------------------------- models
+
+class Sequential:
+    """A linear stack of rtrain.layers, serialised as Keras model JSON."""
+
+    def __init__(self, layers=None, name="sequential"):
+        self.name = name
+        self.layers = []
+        for layer in layers or []:
+            self.add(layer)
+
+    def add(self, layer):
+        if not isinstance(layer, layers.Layer):
+            raise TypeError("Sequential takes rtrain.layers objects, got %r"
+                            % (layer,))
+        if self.layers and isinstance(layer, layers.InputLayer):
+            raise ValueError("an InputLayer can only be the first layer")
+        self.layers.append(layer)
+
+    def get_config(self):
+        if not self.layers:
+            raise ValueError("Sequential model has no layers")
+        first = self.layers[0]
+        if first.input_shape is None:
+            raise ValueError("the first layer needs input_shape=... (or start "
+                             "with rtrain.layers.Input(shape))")
+        counts, names, out = {}, set(), []
+        for layer in self.layers:
+            if layer.name is not None:
+                name = layer.name
+            else:
+                # Keras' automatic names: dense, dense_1, dense_2, ...
+                base = layer._auto_name
+                k = counts.get(base, 0)
+                name = base if k == 0 else "%s_%d" % (base, k)
+                while name in names:
+                    k += 1
+                    name = "%s_%d" % (base, k)
+                counts[base] = k + 1
+            if name in names:
+                raise ValueError("duplicate layer name %r" % name)
+            names.add(name)
+            out.append(layer.get_config(name))
+        if not isinstance(first, layers.InputLayer):
+            out.insert(0, layers.InputLayer(first.input_shape).get_config(
+                out[0]["config"]["name"] + "_input"))
+        return {"name": self.name, "layers": out}
+
+    def to_json(self):
+        """The JSON Keras' model.to_json() writes for this model."""
+        return _json.dumps({"class_name": "Sequential",
+                            "config": self.get_config(),
+                            "keras_version": "2.11.0",
+                            "backend": "tensorflow"})
+
+    def __repr__(self):
+        return "Sequential([%s])" % ", ".join(map(repr, self.layers))
+
+
+def _spec_json(spec):
+    if isinstance(spec, Sequential):
+        return spec.to_json()
+    if isinstance(spec, str):
+        try:
+            doc = _json.loads(spec)
+        except ValueError as e:
+            raise ValueError("model spec is not valid JSON: %s" % e) from None
+        if not isinstance(doc, dict) or "class_name" not in doc:
+            raise ValueError("model spec JSON is not a Keras model "
+                             "(no class_name)")
+        return spec
+    if hasattr(spec, "to_json"):  # a Keras model object
+        return spec.to_json()
+    raise TypeError("model spec must be rtrain.Sequential or a Keras model "
+                    "JSON string, got %r" % (type(spec).__name__,))
+
+
+class History(dict):
+    """fit()'s result: a dict with Keras' keys (loss, accuracy, val_loss,
+    val_accuracy; one value per epoch). ``history.history`` is the dict
+    itself, as on Keras' History object. ``timings`` lists the timing
+    breakdown of every remote call the fit made."""
+
+    def __init__(self):
+        super().__init__()
+        self.timings = []
+        self.epoch = []
+        self.params = {}
+        self.status = "running"
+        self.wall_s = 0.0
+
+    @property
+    def history(self):
+        return self
+
+
+def summarize_timings(timings):
+    """Sum a list of timing dicts (e.g. History.timings): calls, and the
+    total of every *_ns field, plus bytes sent/received."""
+    out = {"calls": 0}
+    for t in timings:
+        out["calls"] += 1
+        for k, v in t.items():
+            if k.endswith("_ns") and k != "start_ns" or k.startswith("bytes_"):
+                out[k] = out.get(k, 0) + v
+    return out
+
+
+def _as_array(a, what):
+    try:
+        arr = _np.asarray(a)
+    except Exception as e:  # ragged lists and the like
+        raise TypeError("%s cannot be made into an array: %s" % (what, e))
+    if arr.dtype.kind not in "biuf":
+        raise TypeError("%s must hold real numbers, got dtype %s"
+                        % (what, arr.dtype))
+    return arr
+
+
+def _features(x, input_shape, what="x"):
+    """float32, C-contiguous, shape (n,) + input_shape. No copy when x is
+    already that."""
+    arr = _as_array(x, what)
+    if arr.ndim == 0:
+        raise ValueError("%s must have a sample dimension, got a scalar" % what)
+    if input_shape is not None and tuple(arr.shape[1:]) != tuple(input_shape):
+        raise ValueError("%s has shape %s but the model wants (n, %s)"
+                         % (what, tuple(arr.shape),
+                            ", ".join(map(str, input_shape))))
+    if arr.shape[0] == 0:
+        raise ValueError("%s has no samples" % what)
+    return _np.ascontiguousarray(arr, dtype=_np.float32)
+
+
+class Model:
+    """A model compiled on the daemon (made by Client.compile)."""
+
+    def __init__(self, client, spec_json, opts, metric):
+        self._client = client
+        self._json = spec_json
+        self._opts = opts
+        self._metric = metric
+        self._sparse = opts["loss"] in _SPARSE_LOSSES
+        self._prog = None
+        self._key = None
+        self._n_classes = None
+        self.history = None
+
+    # -- the program on the daemon ---------------------------------------
+
+    def _compile(self, key):
+        batch_size, shuffle, label = key
+        opts = dict(self._opts, batch_size=batch_size, shuffle=shuffle)
+        if label is not None:
+            opts["label_dtype"], opts["label_shape"] = label
+        old = self._prog
+        weights = None
+        if old is not None:
+            weights = old.get_weights()[1]
+        prog = self._client._compile(self._json, opts)
+        if weights is not None:
+            # A new batch size or label layout needs a new program; the
+            # weights carry over (the optimizer state starts afresh).
+            prog.set_weights([(n, w) for n, w in weights])
+        self._prog, self._key = prog, key
+        out = prog.report["output_shape"]
+        self._n_classes = out[-1] if out else None
+
+    def _ensure(self, batch_size=None, shuffle=None, label=None):
+        bs, sh, lab = self._key
+        key = (bs if batch_size is None else int(batch_size),
+               sh if shuffle is None else bool(shuffle),
+               lab if label is None else label)
+        if key != self._key:
+            self._compile(key)
+
+    @property
+    def program_id(self):
+        return self._prog.id
+
+    @property
+    def report(self):
+        """The daemon's compile report (params, FLOPs, arena bytes, ...)."""
+        return self._prog.report
+
+    @property
+    def input_shape(self):
+        s = self._prog.report["input_shape"]
+        return tuple(s) if s else None
+
+    @property
+    def output_shape(self):
+        s = self._prog.report["output_shape"]
+        return tuple(s) if s else None
+
+    @property
+    def weight_names(self):
+        return [p[0] for p in self._prog.report["params"]]
+
+    @property
+    def last_timings(self):
+        """Timing breakdown (ns) of this model's last remote call: the
+        daemon's queue/decode/compile/execute/encode/other, the client's
+        encode/round trip/decode, and wire = round trip - server total."""
+        return self._prog.last_timings
+
+    @property
+    def batch_size(self):
+        return self._key[0]
+
+    def summary(self, print_fn=print):
+        r = self.report
+        print_fn("Model %s (%s)" % (r["program_id"], self._client.target))
+        print_fn("%-28s %-18s %s" % ("param", "shape", "trainable"))
+        for name, shape, trainable in r["params"]:
+            print_fn("%-28s %-18s %s" % (name, shape, trainable))
+        print_fn("total params: %d (trainable %d), %d FLOP/step, arena %d B"
+                 % (r["param_count"], r["trainable_param_count"],
+                    r["flops_per_step"], r["arena_bytes"]))
+
+    # -- data -------------------------------------------------------------
+
+    def _labels(self, y, n, what="y"):
+        arr = _as_array(y, what)
+        if arr.ndim == 0 or arr.shape[0] != n:
+            raise ValueError("%s has %s samples but x has %d"
+                             % (what, arr.shape[0] if arr.ndim else "no", n))
+        if self._sparse:
+            if arr.ndim == 2 and arr.shape[1] == 1:
+                arr = arr.reshape(-1)
+            if arr.ndim != 1:
+                raise ValueError("%s: a sparse loss wants class indices of "
+                                 "shape (n,), got %s" % (what, arr.shape))
+            if arr.dtype.kind == "f" and not _np.all(_np.floor(arr) == arr):
+                raise ValueError("%s: class indices must be whole numbers"
+                                 % what)
+            k = self._n_classes
+            if k is not None and (arr.min() < 0 or arr.max() >= k):
+                raise ValueError("%s: class indices must be in [0, %d), got "
+                                 "%s..%s" % (what, k, arr.min(), arr.max()))
+            return (_np.ascontiguousarray(arr, dtype=_np.int32),
+                    ("int32", ()))
+        arr = _np.ascontiguousarray(arr, dtype=_np.float32)
+        return arr, ("float32", tuple(arr.shape[1:]))
+
+    def _upload(self, x, y, name):
+        xs = _features(x, self.input_shape, "x" if name == "train" else
+                       "%s x" % name)
+        if y is None:
+            return self._client._upload(xs, None, name), None
+        ys, label = self._labels(y, xs.shape[0],
+                                 "y" if name == "train" else "%s y" % name)
+        return self._client._upload(xs, ys, name), label
+
+    # -- Keras API --------------------------------------------------------
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto",
+            callbacks=None, validation_split=0.0, validation_data=None,
+            shuffle=True, steps_per_epoch=None, steps_per_execution=None):
+        """Train on the daemon; returns a History (a dict of per-epoch
+        lists under Keras' keys).
+
+        steps_per_execution: None runs the whole fit as one streamed call
+        (the daemon validates at every epoch end); an int K runs K steps per
+        RunSteps call plus one Evaluate per epoch for validation, as Keras
+        does with steps_per_execution=K against a remote device.
+        Ctrl-C (KeyboardInterrupt) stops the remote fit at a step boundary;
+        the model keeps the weights of the steps done, and ``model.history``
+        holds the epochs completed."""
+        if callbacks:
+            raise ValueError("callbacks are not supported; the progress bar "
+                             "and history come from the daemon's stream")
+        if x is None or y is None:
+            raise ValueError("fit needs x and y")
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
+            raise ValueError("epochs must be an int >= 0, got %r" % (epochs,))
+        verbose = 1 if verbose == "auto" else int(verbose)
+        if verbose not in (0, 1, 2):
+            raise ValueError("verbose must be 0, 1, 2 or 'auto'")
+        if batch_size is not None and (isinstance(batch_size, bool) or
+                                       int(batch_size) <= 0):
+            raise ValueError("batch_size must be a positive int")
+        if validation_data is not None and validation_split:
+            raise ValueError("give validation_data or validation_split, "
+                             "not both")
+        if validation_split:
+            if not 0.0 < validation_split < 1.0:
+                raise ValueError("validation_split must be in (0, 1)")
+            x, y = _as_array(x, "x"), _as_array(y, "y")
+            # Keras takes the last fraction, before any shuffling.
+            cut = int(len(x) * (1.0 - validation_split))
+            if cut <= 0 or cut >= len(x):
+                raise ValueError("validation_split leaves no training or no "
+                                 "validation samples")
+            validation_data = (x[cut:], y[cut:])
+            x, y = x[:cut], y[:cut]
+        t0 = _time.perf_counter()
+        hist = History()
+        self.history = hist
+        try:
+            ds, label = self._upload(x, y, "train")
+            hist.timings.append(self._client.last_timings)
+            val_id = None
+            if validation_data is not None:
+                if (not isinstance(validation_data, (tuple, list)) or
+                        len(validation_data) != 2):
+                    raise ValueError("validation_data must be (x_val, y_val)")
+                vds, vlabel = self._upload(validation_data[0],
+                                           validation_data[1], "validation")
+                hist.timings.append(self._client.last_timings)
+                if vlabel != label:
+                    raise ValueError("validation labels have layout %s but "
+                                     "training labels %s" % (vlabel, label))
+                val_id = vds["id"]
+            self._ensure(batch_size, shuffle, label)
+            bs = self._key[0]
+            n = ds["samples"]
+            spe = (int(steps_per_epoch) if steps_per_epoch is not None
+                   else -(-n // bs))
+            if spe <= 0:
+                raise ValueError("steps_per_epoch must be positive")
+            spx = 0
+            if steps_per_execution is not None:
+                spx = int(steps_per_execution)
+                if spx <= 0:
+                    raise ValueError("steps_per_execution must be positive")
+            hist.params = {"epochs": epochs, "steps": spe, "batch_size": bs,
+                           "samples": n, "steps_per_execution": spx or None,
+                           "verbose": verbose}
+            hist.status = self._prog.fit(
+                ds["id"], val_id, epochs, spe, spx, verbose, hist,
+                hist.timings, self._metric, 1)
+        finally:
+            hist.epoch = list(range(len(hist.get("loss", ()))))
+            hist.wall_s = _time.perf_counter() - t0
+        return hist
+
+    def evaluate(self, x=None, y=None, batch_size=None, verbose=0,
+                 return_dict=False):
+        """Loss (and the metric) over x, y on the daemon: a float, or
+        [loss, accuracy] when compiled with metrics, or a dict."""
+        ds, label = self._upload(x, y, "evaluate")
+        self._ensure(batch_size, None, label)
+        loss, acc, _ = self._prog.evaluate(ds["id"])
+        if return_dict:
+            d = {"loss": loss}
+            if self._metric:
+                d[self._metric] = acc
+            return d
+        return [loss, acc] if self._metric else loss
+
+    def predict(self, x, batch_size=None, verbose=0):
+        """Model outputs for x, as a float32 array (n,) + output_shape."""
+        xs = _features(x, self.input_shape)
+        n = xs.shape[0]
+        row_in = xs[0].nbytes
+        out_shape = self.output_shape or ()
+        row_out = 4 * int(_np.prod(out_shape)) if out_shape else 4
+        rows = max(1, _PREDICT_CHUNK_BYTES // max(row_in, row_out, 1))
+        if batch_size is not None:
+            rows = max(1, min(rows, int(batch_size) * 64))
+        parts = [self._prog.predict(xs[i:i + rows]) for i in range(0, n, rows)]
+        return parts[0] if len(parts) == 1 else _np.concatenate(parts)
+
+    def get_weights(self):
+        """The parameters as float32 arrays, in the model's order."""
+        return [w for _, w in self._prog.get_weights()[1]]
+
+    def get_named_weights(self):
+        return dict(self._prog.get_weights()[1])
+
+    @property
+    def global_step(self):
+        return self._prog.get_weights()[0]
+
+    def set_weights(self, weights):
+        """Replace every parameter (a list in get_weights() order)."""
+        params = self._prog.report["params"]
+        weights = list(weights)
+        if len(weights) != len(params):
+            raise ValueError("set_weights wants %d arrays, got %d"
+                             % (len(params), len(weights)))
+        out = []
+        for (name, shape, _), w in zip(params, weights):
+            a = _as_array(w, "weight %s" % name)
+            if tuple(a.shape) != tuple(shape):
+                raise ValueError("weight %s has shape %s, the model wants %s"
+                                 % (name, tuple(a.shape), tuple(shape)))
+            out.append((name, _np.ascontiguousarray(a, dtype=_np.float32)))
+        self._prog.set_weights(out)
+
+    def stop_training(self):
+        """Cancel a fit running in another thread (it returns early with
+        status 'cancelled')."""
+        self._client.cancel()
+
+    def __repr__(self):
+        return "<rtrain.Model %s on %s>" % (self._prog.id, self._client.target)
+
+
+# ---------------------------------------------------------------- client
+
+class Client(_rtrain.Client):
+    """A session on one rtraind. Use rtrain.connect()."""
+
+    def compile(self, spec, optimizer="rmsprop", loss=None, metrics=None,
+                batch_size=32, shuffle=True, seed=0, from_logits=False,
+                label_shape=None, label_dtype=None):
+        """Compile spec (rtrain.Sequential or Keras model JSON) on the
+        daemon. optimizer: a name or an rtrain.optimizers object; loss: a
+        Keras loss name; metrics: [] or ["accuracy"].
+
+        batch_size, shuffle and the label layout are part of a program;
+        fit() recompiles (keeping the weights) when they change, so giving
+        them here saves that first recompile."""
+        if loss is None:
+            raise ValueError("compile needs a loss, e.g. "
+                             "loss='sparse_categorical_crossentropy'")
+        if not isinstance(loss, str) or loss not in _LOSSES:
+            raise ValueError("unknown loss %r (known: %s)"
+                             % (loss, ", ".join(sorted(_LOSSES))))
+        metric = None
+        for m in metrics or []:
+            if m not in _METRICS:
+                raise ValueError("unknown metric %r (known: accuracy)" % (m,))
+            metric = m
+        opts = optimizers.get(optimizer).get_config()
+        opts.update(loss=_LOSSES[loss], from_logits=bool(from_logits),
+                    metrics=["accuracy"] if metric else [], seed=int(seed))
+        spec_json = _spec_json(spec)
+        model = Model(self, spec_json, opts, metric)
+        label = None
+        if label_shape is not None or label_dtype is not None or \
+                _LOSSES[loss] in _SPARSE_LOSSES:
+            sparse = _LOSSES[loss] in _SPARSE_LOSSES
+            label = (label_dtype or ("int32" if sparse else "float32"),
+                     tuple(label_shape) if label_shape is not None else ())
+        if batch_size is None or int(batch_size) <= 0:
+            raise ValueError("batch_size must be a positive int")
+        model._compile((int(batch_size), bool(shuffle), label))
+        return model
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return "<rtrain.Client %s session %s>" % (self.target, self.session_id)
+
+
+def connect(target=None, timeout=60.0, name="python"):
+    """Connect to rtraind at target ("host:port"; None = $RTRAIN_SERVER or
+    127.0.0.1:7070) and open a session. timeout: seconds per call (0 = no
+    deadline; fits never have one). A daemon that is not running raises
+    rtrain.ConnectionError here."""
+    return Client(target, float(timeout), name)

@@ -1,0 +1,120 @@
+"""Keras-like optimizer declarations.
+
+An optimizer here is only its settings; the update runs on the daemon.
+``client.compile(spec, optimizer=rtrain.optimizers.Adam(learning_rate=0.1))``
+or a plain name, ``optimizer="adam"``, as in Keras.
+"""
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "get"]
+
+
+def _rate(v, what):
+    v = float(v)
+    if not v > 0.0 or v != v or v == float("inf"):
+        raise ValueError("%s must be a positive number, got %r" % (what, v))
+    return v
+
+
+class Optimizer:
+    name = None
+
+    def __init__(self, learning_rate, clipnorm=None):
+        self.learning_rate = _rate(learning_rate, "learning_rate")
+        self.clipnorm = None if clipnorm is None else _rate(clipnorm, "clipnorm")
+
+    def get_config(self):
+        """The options the C layer passes to rt_train_opts."""
+        cfg = {"optimizer": self.name, "learning_rate": self.learning_rate}
+        if self.clipnorm is not None:
+            cfg["clipnorm"] = self.clipnorm
+        cfg.update(self._extra())
+        return cfg
+
+    def _extra(self):
+        return {}
+
+    def __repr__(self):
+        return "%s(%s)" % (type(self).__name__, ", ".join(
+            "%s=%r" % kv for kv in sorted(self.get_config().items())
+            if kv[0] != "optimizer"))
+
+
+class SGD(Optimizer):
+    name = "sgd"
+
+    def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False,
+                 **kw):
+        super().__init__(learning_rate, **kw)
+        self.momentum = float(momentum)
+        if not 0.0 <= self.momentum < 1.0:
+            raise ValueError("momentum must be in [0, 1), got %r" % momentum)
+        self.nesterov = bool(nesterov)
+
+    def _extra(self):
+        return {"momentum": self.momentum, "nesterov": self.nesterov}
+
+
+class Adam(Optimizer):
+    name = "adam"
+
+    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999,
+                 epsilon=1e-7, **kw):
+        super().__init__(learning_rate, **kw)
+        self.beta_1, self.beta_2 = float(beta_1), float(beta_2)
+        for b, n in ((self.beta_1, "beta_1"), (self.beta_2, "beta_2")):
+            if not 0.0 < b < 1.0:
+                raise ValueError("%s must be in (0, 1), got %r" % (n, b))
+        self.epsilon = _rate(epsilon, "epsilon")
+
+    def _extra(self):
+        return {"beta_1": self.beta_1, "beta_2": self.beta_2,
+                "epsilon": self.epsilon}
+
+
+class AdamW(Adam):
+    name = "adamw"
+
+    def __init__(self, learning_rate=0.001, weight_decay=0.004, **kw):
+        super().__init__(learning_rate, **kw)
+        self.weight_decay = float(weight_decay)
+        if self.weight_decay < 0:
+            raise ValueError("weight_decay must be >= 0")
+
+    def _extra(self):
+        d = super()._extra()
+        d["weight_decay"] = self.weight_decay
+        return d
+
+
+class RMSprop(Optimizer):
+    name = "rmsprop"
+
+    def __init__(self, learning_rate=0.001, rho=0.9, momentum=0.0,
+                 epsilon=1e-7, **kw):
+        super().__init__(learning_rate, **kw)
+        self.rho = float(rho)
+        if not 0.0 < self.rho < 1.0:
+            raise ValueError("rho must be in (0, 1), got %r" % rho)
+        self.momentum = float(momentum)
+        self.epsilon = _rate(epsilon, "epsilon")
+
+    def _extra(self):
+        return {"rho": self.rho, "momentum": self.momentum,
+                "epsilon": self.epsilon}
+
+
+_BY_NAME = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop}
+
+
+def get(identifier):
+    """An Optimizer from a name ("adam") or an Optimizer (returned as is)."""
+    if isinstance(identifier, Optimizer):
+        return identifier
+    if isinstance(identifier, str):
+        cls = _BY_NAME.get(identifier.lower())
+        if cls is None:
+            raise ValueError("unknown optimizer %r (known: %s)"
+                             % (identifier, ", ".join(sorted(_BY_NAME))))
+        return cls()
+    raise TypeError("optimizer must be a name or an rtrain.optimizers "
+                    "object, got %r" % (identifier,))

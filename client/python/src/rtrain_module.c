@@ -1,0 +1,1809 @@
+/*
+ * rtrain_module.c - the CPython extension `rtrain._rtrain`, on librtrain.
+ *
+ * The C side does the real work: the connection, buffer-protocol uploads
+ * (C-contiguous float32/int32 memory goes to the wire without a copy), the
+ * fit loop with its progress bar and cancellation, exceptions carrying the
+ * daemon's message, and the timing account of every call. The pure-Python
+ * package around it (rtrain/__init__.py) only declares models and converts
+ * arguments.
+ *
+ *     import rtrain._rtrain as R
+ *     c = R.Client("127.0.0.1:7070", 5.0)
+ *     p = c._compile(keras_json, {"loss": "mse", "batch_size": 20})
+ *     ds = c._upload(x_f32, y_f32)
+ *     p.fit(ds["id"], None, 20, 6, 0, 1, history, timings)
+ *
+ * Threads and the GIL: every network wait runs with the GIL released. An
+ * rt_client serves one thread at a time, so each Client has a lock that
+ * calls take (waiting for it without the GIL). Client.cancel() takes no lock:
+ * librtrain's rt_client_cancel is safe from any thread or a signal handler.
+ *
+ * Ctrl-C: while a fit runs on the main thread, a SIGINT handler is chained
+ * in front of Python's. It cancels the remote call at once (the daemon stops
+ * at a step boundary and keeps the weights of the steps done) and then runs
+ * Python's own handler, so the KeyboardInterrupt is raised when the stream
+ * has ended. A simulated interrupt (_thread.interrupt_main) has no OS
+ * signal; it is seen by PyErr_CheckSignals at the next stream event.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "rtrain/rtrain.h"
+
+static uint64_t rt_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------ exceptions */
+
+static PyObject *RtError;           /* rtrain.Error */
+static PyObject *RtConnectionError; /* UNAVAILABLE; also builtins.ConnectionError */
+static PyObject *RtInvalidArgument; /* also ValueError */
+static PyObject *RtNotFound;        /* also LookupError */
+static PyObject *RtDeadlineExceeded;/* also TimeoutError */
+static PyObject *RtCancelled;
+static PyObject *RtResourceExhausted;
+static PyObject *RtFailedPrecondition;
+static PyObject *RtAlreadyExists;
+static PyObject *RtUnauthenticated;
+static PyObject *RtUnimplemented;   /* also NotImplementedError */
+static PyObject *RtDataLoss;
+static PyObject *RtInternalError;
+
+static PyObject *rt_py__exc_for_grpc(int st)
+{
+    switch (st) {
+    case 1: return RtCancelled;
+    case 3: return RtInvalidArgument;
+    case 4: return RtDeadlineExceeded;
+    case 5: return RtNotFound;
+    case 6: return RtAlreadyExists;
+    case 8: return RtResourceExhausted;
+    case 9: return RtFailedPrecondition;
+    case 12: return RtUnimplemented;
+    case 13: return RtInternalError;
+    case 14: return RtConnectionError;
+    case 15: return RtDataLoss;
+    case 16: return RtUnauthenticated;
+    default: return RtError;
+    }
+}
+
+/* Raise the exception for rc with msg; attributes code (the RT_E* value),
+ * name ("EINVAL") and grpc_status let a notebook branch on them. */
+static PyObject *rt_py__raise(int rc, int grpc_status, const char *msg)
+{
+    /* Prefer the status the daemon sent; a client-side failure has none. */
+    int st = grpc_status > 0 ? grpc_status : rt_err_to_grpc(rc);
+    PyObject *type = rt_py__exc_for_grpc(st);
+    if (!msg || !*msg)
+        msg = rt_strerror(rc);
+    PyObject *exc = PyObject_CallFunction(type, "s", msg);
+    if (!exc)
+        return NULL;
+    PyObject *code = PyLong_FromLong(rc);
+    PyObject *name = PyUnicode_FromString(rt_err_name(rc));
+    PyObject *gst = PyLong_FromLong(st);
+    if (code && name && gst) {
+        PyObject_SetAttrString(exc, "code", code);
+        PyObject_SetAttrString(exc, "name", name);
+        PyObject_SetAttrString(exc, "grpc_status", gst);
+    }
+    Py_XDECREF(code);
+    Py_XDECREF(name);
+    Py_XDECREF(gst);
+    PyErr_SetObject(type, exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ timings */
+
+static int rt_py__set_u64(PyObject *d, const char *k, uint64_t v)
+{
+    PyObject *o = PyLong_FromUnsignedLongLong(v);
+    if (!o)
+        return -1;
+    int r = PyDict_SetItemString(d, k, o);
+    Py_DECREF(o);
+    return r;
+}
+
+static int rt_py__set_obj(PyObject *d, const char *k, PyObject *o)
+{
+    if (!o)
+        return -1;
+    int r = PyDict_SetItemString(d, k, o);
+    Py_DECREF(o);
+    return r;
+}
+
+/* One call's account as a dict of ns (names match rt_client_timings). */
+static PyObject *rt_py__timings_dict(const rt_client_timings *t)
+{
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+    if (rt_py__set_obj(d, "method", PyUnicode_FromString(t->method ? t->method : "?")) < 0 ||
+        rt_py__set_obj(d, "has_server", PyBool_FromLong(t->has_server)) < 0 ||
+        rt_py__set_obj(d, "cache_hit", PyBool_FromLong(t->cache_hit)) < 0 ||
+        rt_py__set_u64(d, "start_ns", t->start_ns) < 0 ||
+        rt_py__set_u64(d, "queue_ns", t->queue_ns) < 0 ||
+        rt_py__set_u64(d, "decode_ns", t->decode_ns) < 0 ||
+        rt_py__set_u64(d, "compile_ns", t->compile_ns) < 0 ||
+        rt_py__set_u64(d, "execute_ns", t->execute_ns) < 0 ||
+        rt_py__set_u64(d, "encode_ns", t->encode_ns) < 0 ||
+        rt_py__set_u64(d, "server_other_ns", t->server_other_ns) < 0 ||
+        rt_py__set_u64(d, "server_total_ns", t->server_total_ns) < 0 ||
+        rt_py__set_u64(d, "client_encode_ns", t->client_encode_ns) < 0 ||
+        rt_py__set_u64(d, "round_trip_ns", t->round_trip_ns) < 0 ||
+        rt_py__set_u64(d, "client_decode_ns", t->client_decode_ns) < 0 ||
+        rt_py__set_u64(d, "client_total_ns", t->client_total_ns) < 0 ||
+        rt_py__set_u64(d, "wire_ns", t->wire_ns) < 0 ||
+        rt_py__set_u64(d, "unattributed_ns", t->unattributed_ns) < 0 ||
+        rt_py__set_u64(d, "bytes_sent", t->bytes_sent) < 0 ||
+        rt_py__set_u64(d, "bytes_received", t->bytes_received) < 0) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* ------------------------------------------------------------ Client */
+
+typedef struct {
+    PyObject_HEAD
+    rt_client *c;
+    PyThread_type_lock lock;
+    char sid[RT_ID_MAX];
+    int has_session;
+    PyObject *last_timings; /* dict or None */
+} ClientObject;
+
+static PyTypeObject ClientType;
+
+/* Take the client's lock, waiting without the GIL. */
+static void rt_py__lock(ClientObject *self)
+{
+    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(self->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+}
+
+static void rt_py__unlock(ClientObject *self)
+{
+    PyThread_release_lock(self->lock);
+}
+
+/* Keep the last call's timings as a dict (GIL held, lock held). Returns the
+ * new dict (borrowed from self) or NULL with an exception set. */
+static PyObject *rt_py__record(ClientObject *self)
+{
+    rt_client_timings t;
+    if (rt_client_last_timings(self->c, &t) < 0)
+        return Py_None;
+    PyObject *d = rt_py__timings_dict(&t);
+    if (!d)
+        return NULL;
+    Py_XSETREF(self->last_timings, d);
+    return d;
+}
+
+static int rt_py__check_open(ClientObject *self)
+{
+    if (!self->c) {
+        PyErr_SetString(RtError, "the client is closed");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *rt_py__fail(ClientObject *self, int rc)
+{
+    return rt_py__raise(rc, rt_client_grpc_status(self->c),
+                        rt_client_errmsg(self->c));
+}
+
+static PyObject *Client_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    ClientObject *self = (ClientObject *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    self->lock = PyThread_allocate_lock();
+    if (!self->lock) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    self->last_timings = Py_NewRef(Py_None);
+    return (PyObject *)self;
+}
+
+/* Close the session (best effort, short deadline) and free the handle. */
+static void rt_py__close(ClientObject *self)
+{
+    if (!self->c)
+        return;
+    rt_client *c = self->c;
+    self->c = NULL;
+    if (self->has_session) {
+        self->has_session = 0;
+        Py_BEGIN_ALLOW_THREADS
+        rt_client_next_timeout_ms(c, 2000);
+        rt_client_session_close(c, self->sid);
+        Py_END_ALLOW_THREADS
+    }
+    rt_client_destroy(c);
+}
+
+static void Client_dealloc(ClientObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    if (self->c) {
+        /* Nobody else can hold the lock once the refcount is 0. */
+        rt_py__close(self);
+    }
+    if (self->lock)
+        PyThread_free_lock(self->lock);
+    Py_CLEAR(self->last_timings);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Client_traverse(ClientObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->last_timings);
+    return 0;
+}
+
+static int Client_clear(ClientObject *self)
+{
+    Py_CLEAR(self->last_timings);
+    return 0;
+}
+
+static int Client_init(ClientObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"target", "timeout", "name", NULL};
+    const char *target = NULL, *name = "python";
+    double timeout = RT_CLIENT_DEFAULT_TIMEOUT_MS / 1000.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zds:Client", kwlist, &target,
+                                     &timeout, &name))
+        return -1;
+    if (self->c) {
+        PyErr_SetString(RtError, "Client.__init__ called twice");
+        return -1;
+    }
+    if (!(timeout >= 0.0) || timeout > 1e9) {
+        char msg[96];
+        snprintf(msg, sizeof msg,
+                 "timeout must be seconds >= 0 (0 = none), got %g", timeout);
+        PyErr_SetString(PyExc_ValueError, msg);
+        return -1;
+    }
+    rt_client *c = NULL;
+    int rc = rt_client_create(target, &c);
+    if (rc < 0) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "cannot use server address '%.200s': %s",
+                 target ? target : "(default)", rt_strerror(rc));
+        rt_py__raise(rc, -1, msg);
+        return -1;
+    }
+    rt_client_set_timeout_ms(c, timeout > 0 ? (int64_t)(timeout * 1000.0 + 0.5) : 0);
+    /* The session is created now, so a daemon that is down is reported by
+     * connect() itself rather than by the first compile. */
+    Py_BEGIN_ALLOW_THREADS
+    rc = rt_client_session_create(c, name, self->sid);
+    Py_END_ALLOW_THREADS
+    self->c = c;
+    rt_py__record(self);
+    if (rc < 0) {
+        rt_py__fail(self, rc);
+        self->c = NULL;
+        rt_client_destroy(c);
+        return -1;
+    }
+    self->has_session = 1;
+    return 0;
+}
+
+static PyObject *Client_close(ClientObject *self, PyObject *unused)
+{
+    rt_py__lock(self);
+    rt_py__close(self);
+    rt_py__unlock(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Client_cancel(ClientObject *self, PyObject *unused)
+{
+    /* No lock: this is how another thread stops a call in flight. */
+    rt_client *c = self->c;
+    if (c)
+        rt_client_cancel(c);
+    Py_RETURN_NONE;
+}
+
+static PyObject *rt_py__strlist(char **v, size_t n)
+{
+    PyObject *l = PyList_New((Py_ssize_t)n);
+    if (!l)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        PyObject *s = PyUnicode_FromString(v[i] ? v[i] : "");
+        if (!s) {
+            Py_DECREF(l);
+            return NULL;
+        }
+        PyList_SET_ITEM(l, (Py_ssize_t)i, s);
+    }
+    return l;
+}
+
+static PyObject *Client_info(ClientObject *self, PyObject *unused)
+{
+    if (rt_py__check_open(self) < 0)
+        return NULL;
+    rt_client_info info;
+    memset(&info, 0, sizeof info);
+    int rc;
+    rt_py__lock(self);
+    Py_BEGIN_ALLOW_THREADS
+    rc = rt_client_info_get(self->c, &info);
+    Py_END_ALLOW_THREADS
+    PyObject *res = NULL;
+    if (!rt_py__record(self))
+        goto out;
+    if (rc < 0) {
+        rt_py__fail(self, rc);
+        goto out;
+    }
+    res = Py_BuildValue(
+        "{s:s,s:I,s:{s:s,s:s,s:s,s:K,s:I},s:{s:K,s:K,s:I,s:K,s:K,s:K},"
+        "s:N,s:N,s:N,s:N,s:s}",
+        "version", info.version ? info.version : "", "engine_version",
+        (unsigned)info.engine_version, "device", "name",
+        info.device_name ? info.device_name : "", "kind",
+        info.device_kind ? info.device_kind : "", "backend",
+        info.backend ? info.backend : "", "memory_bytes",
+        (unsigned long long)info.device_memory_bytes, "cores",
+        (unsigned)info.device_cores, "limits", "max_message_bytes",
+        (unsigned long long)info.max_message_bytes, "max_dataset_bytes",
+        (unsigned long long)info.max_dataset_bytes, "max_sessions",
+        (unsigned)info.max_sessions, "max_dim",
+        (unsigned long long)info.max_dim, "max_params",
+        (unsigned long long)info.max_params, "max_steps_per_call",
+        (unsigned long long)info.max_steps_per_call, "ops",
+        rt_py__strlist(info.ops, info.n_ops), "formats",
+        rt_py__strlist(info.formats, info.n_formats), "losses",
+        rt_py__strlist(info.losses, info.n_losses), "optimizers",
+        rt_py__strlist(info.optimizers, info.n_optimizers), "target",
+        rt_client_target(self->c));
+out:
+    rt_py__unlock(self);
+    rt_client_info_free(&info);
+    return res;
+}
+
+static PyObject *Client_ping(ClientObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"payload_bytes", NULL};
+    Py_ssize_t payload = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|n:ping", kwlist, &payload))
+        return NULL;
+    if (payload < 0) {
+        PyErr_SetString(PyExc_ValueError, "payload_bytes must be >= 0");
+        return NULL;
+    }
+    if (rt_py__check_open(self) < 0)
+        return NULL;
+    uint64_t rtt = 0;
+    int rc;
+    rt_py__lock(self);
+    Py_BEGIN_ALLOW_THREADS
+    rc = rt_client_ping(self->c, (size_t)payload, &rtt);
+    Py_END_ALLOW_THREADS
+    PyObject *res = NULL;
+    if (!rt_py__record(self))
+        goto out;
+    if (rc < 0)
+        rt_py__fail(self, rc);
+    else
+        res = PyFloat_FromDouble((double)rtt / 1e9);
+out:
+    rt_py__unlock(self);
+    return res;
+}
+
+static PyObject *Client_get_last_timings(ClientObject *self, void *closure)
+{
+    return Py_NewRef(self->last_timings);
+}
+
+static PyObject *Client_get_target(ClientObject *self, void *closure)
+{
+    if (!self->c)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(rt_client_target(self->c));
+}
+
+static PyObject *Client_get_session(ClientObject *self, void *closure)
+{
+    if (!self->c || !self->has_session)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(self->sid);
+}
+
+static PyObject *Client_get_closed(ClientObject *self, void *closure)
+{
+    return PyBool_FromLong(self->c == NULL);
+}
+
+/* Tracing: every call's account from now on, as a list of dicts. */
+static PyObject *Client_trace(ClientObject *self, PyObject *args)
+{
+    int on = 1;
+    if (!PyArg_ParseTuple(args, "|p:trace", &on))
+        return NULL;
+    if (rt_py__check_open(self) < 0)
+        return NULL;
+    rt_py__lock(self);
+    rt_client_trace_clear(self->c);
+    rt_client_trace_enable(self->c, on);
+    rt_py__unlock(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Client_trace_calls(ClientObject *self, PyObject *unused)
+{
+    if (rt_py__check_open(self) < 0)
+        return NULL;
+    rt_py__lock(self);
+    size_t n = 0;
+    const rt_client_timings *t = rt_client_trace_calls(self->c, &n);
+    PyObject *l = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; l && i < n; i++) {
+        PyObject *d = rt_py__timings_dict(&t[i]);
+        if (!d) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, (Py_ssize_t)i, d);
+    }
+    rt_py__unlock(self);
+    return l;
+}
+
+static PyObject *Client_trace_write(ClientObject *self, PyObject *args)
+{
+    PyObject *path_obj;
+    if (!PyArg_ParseTuple(args, "O&:trace_write", PyUnicode_FSConverter,
+                          &path_obj))
+        return NULL;
+    if (rt_py__check_open(self) < 0) {
+        Py_DECREF(path_obj);
+        return NULL;
+    }
+    int rc;
+    rt_py__lock(self);
+    Py_BEGIN_ALLOW_THREADS
+    rc = rt_client_trace_write(self->c, PyBytes_AS_STRING(path_obj));
+    Py_END_ALLOW_THREADS
+    PyObject *res = rc < 0 ? rt_py__fail(self, rc) : Py_NewRef(Py_None);
+    rt_py__unlock(self);
+    Py_DECREF(path_obj);
+    return res;
+}
+
+/* ------------------------------------------------------------ buffers */
+
+/* A float32 or int32 C-contiguous buffer, as rt_client_array. The caller
+ * keeps *view until the call that reads the memory has returned: this is
+ * what makes uploads zero-copy. Conversions (float64 -> float32, strided ->
+ * contiguous) belong to the Python layer, which documents them; here a
+ * wrong buffer is an error. */
+static int rt_py__array(PyObject *obj, const char *what, int allow_int,
+                        Py_buffer *view, rt_client_array *a)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        if (PyErr_ExceptionMatches(PyExc_BufferError) ||
+            PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            if (PyObject_CheckBuffer(obj))
+                PyErr_Format(PyExc_ValueError,
+                             "%s must be C-contiguous (use numpy.ascontiguousarray)",
+                             what);
+            else
+                PyErr_Format(PyExc_TypeError,
+                             "%s must support the buffer protocol (a numpy array), not %.100s",
+                             what, Py_TYPE(obj)->tp_name);
+        }
+        return -1;
+    }
+    const char *f = view->format ? view->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@')
+        f++;
+    rt_client_dtype dt;
+    if (!strcmp(f, "f") && view->itemsize == 4)
+        dt = RT_DTYPE_F32;
+    else if (allow_int && (!strcmp(f, "i") || !strcmp(f, "l")) && view->itemsize == 4)
+        dt = RT_DTYPE_I32;
+    else {
+        PyErr_Format(PyExc_TypeError,
+                     "%s must hold float32%s values, got buffer format '%s' "
+                     "(%zd bytes per item)",
+                     what, allow_int ? " or int32" : "", view->format ? view->format : "B",
+                     view->itemsize);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    if (view->ndim < 1 || view->ndim > RT_CLIENT_MAX_DIMS) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s must have 1 to %d dimensions (samples first), got %d",
+                     what, RT_CLIENT_MAX_DIMS, view->ndim);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    memset(a, 0, sizeof *a);
+    a->data = view->buf;
+    a->dtype = dt;
+    a->ndim = view->ndim;
+    for (int i = 0; i < view->ndim; i++)
+        a->shape[i] = view->shape[i];
+    return 0;
+}
+
+static PyObject *rt_py__shape_tuple(int ndim, const int64_t *shape)
+{
+    PyObject *t = PyTuple_New(ndim);
+    for (int i = 0; t && i < ndim; i++) {
+        PyObject *v = PyLong_FromLongLong(shape[i]);
+        if (!v) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
+/* A library tensor as a new float32/int32 numpy array (one copy: the
+ * library's buffer is freed by its own free function). */
+static PyObject *rt_py__tensor_to_numpy(const rt_client_tensor *t)
+{
+    int typenum;
+    switch (t->dtype) {
+    case RT_DTYPE_F32: typenum = NPY_FLOAT32; break;
+    case RT_DTYPE_I32: typenum = NPY_INT32; break;
+    case RT_DTYPE_I64: typenum = NPY_INT64; break;
+    case RT_DTYPE_U8: typenum = NPY_UINT8; break;
+    default:
+        PyErr_Format(RtError, "the daemon sent a tensor of unknown dtype %d",
+                     (int)t->dtype);
+        return NULL;
+    }
+    npy_intp dims[RT_CLIENT_MAX_DIMS];
+    for (int i = 0; i < t->ndim; i++)
+        dims[i] = (npy_intp)t->shape[i];
+    PyObject *arr = PyArray_SimpleNew(t->ndim, dims, typenum);
+    if (!arr)
+        return NULL;
+    size_t want = (size_t)PyArray_NBYTES((PyArrayObject *)arr);
+    if (want != t->nbytes) {
+        Py_DECREF(arr);
+        PyErr_Format(RtError, "the daemon sent %zu bytes for a tensor of %zu",
+                     t->nbytes, want);
+        return NULL;
+    }
+    if (want)
+        memcpy(PyArray_DATA((PyArrayObject *)arr), t->data, want);
+    return arr;
+}
+
+/* _upload(x, y=None, name="data") -> dict(id, samples, ...) */
+static PyObject *Client_upload(ClientObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"x", "y", "name", NULL};
+    PyObject *xo, *yo = Py_None;
+    const char *name = "data";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Os:_upload", kwlist, &xo,
+                                     &yo, &name))
+        return NULL;
+    if (rt_py__check_open(self) < 0)
+        return NULL;
+    Py_buffer xv, yv;
+    rt_client_array xa, ya;
+    if (rt_py__array(xo, "x", 0, &xv, &xa) < 0)
+        return NULL;
+    int has_y = yo != Py_None;
+    if (has_y && rt_py__array(yo, "y", 1, &yv, &ya) < 0) {
+        PyBuffer_Release(&xv);
+        return NULL;
+    }
+    if (has_y && ya.shape[0] != xa.shape[0]) {
+        PyErr_Format(PyExc_ValueError,
+                     "x has %lld samples but y has %lld",
+                     (long long)xa.shape[0], (long long)ya.shape[0]);
+        PyBuffer_Release(&xv);
+        PyBuffer_Release(&yv);
+        return NULL;
+    }
+    rt_client_dataset ds;
+    memset(&ds, 0, sizeof ds);
+    int rc;
+    rt_py__lock(self);
+    Py_BEGIN_ALLOW_THREADS
+    rt_client_next_timeout_ms(self->c, 0); /* big uploads take their time */
+    rc = rt_client_upload(self->c, self->sid, name, &xa, has_y ? &ya : NULL, &ds);
+    Py_END_ALLOW_THREADS
+    PyObject *res = NULL;
+    if (!rt_py__record(self))
+        goto out;
+    if (rc < 0) {
+        rt_py__fail(self, rc);
+        goto out;
+    }
+    res = Py_BuildValue("{s:s,s:K,s:N,s:N,s:K,s:O,s:K}", "id", ds.id,
+                        "samples", (unsigned long long)ds.samples, "x_shape",
+                        rt_py__shape_tuple(ds.x_ndim, ds.x_shape), "y_shape",
+                        rt_py__shape_tuple(ds.y_ndim, ds.y_shape), "bytes",
+                        (unsigned long long)ds.bytes, "deduplicated",
+                        ds.deduplicated ? Py_True : Py_False, "bytes_sent",
+                        (unsigned long long)ds.bytes_sent);
+out:
+    rt_py__unlock(self);
+    PyBuffer_Release(&xv);
+    if (has_y)
+        PyBuffer_Release(&yv);
+    return res;
+}
+
+/* ------------------------------------------------------------ Program */
+
+typedef struct {
+    PyObject_HEAD
+    ClientObject *client;
+    char id[RT_ID_MAX];
+    PyObject *report; /* dict */
+    PyObject *last_timings;
+} ProgramObject;
+
+static PyTypeObject ProgramType;
+
+static void Program_dealloc(ProgramObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    Py_CLEAR(self->client);
+    Py_CLEAR(self->report);
+    Py_CLEAR(self->last_timings);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Program_traverse(ProgramObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->client);
+    Py_VISIT(self->report);
+    Py_VISIT(self->last_timings);
+    return 0;
+}
+
+static int Program_clear(ProgramObject *self)
+{
+    Py_CLEAR(self->client);
+    Py_CLEAR(self->report);
+    Py_CLEAR(self->last_timings);
+    return 0;
+}
+
+/* Options dict -> rt_train_opts. Strings point into dict values, which the
+ * caller keeps alive through the call. */
+static int rt_py__opt_get(PyObject *d, const char *k, PyObject **out)
+{
+    *out = PyDict_GetItemString(d, k); /* borrowed */
+    return *out && *out != Py_None;
+}
+
+static int rt_py__opt_float(PyObject *d, const char *k, float *dst)
+{
+    PyObject *v;
+    if (!rt_py__opt_get(d, k, &v))
+        return 0;
+    double x = PyFloat_AsDouble(v);
+    if (x == -1.0 && PyErr_Occurred())
+        return -1;
+    if (!isfinite(x)) {
+        PyErr_Format(PyExc_ValueError, "%s must be finite, got %R", k, v);
+        return -1;
+    }
+    *dst = (float)x;
+    return 0;
+}
+
+static int rt_py__opt_uint(PyObject *d, const char *k, uint64_t max,
+                           uint64_t *dst)
+{
+    PyObject *v;
+    if (!rt_py__opt_get(d, k, &v))
+        return 0;
+    long long x = PyLong_AsLongLong(v);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    if (x < 0 || (uint64_t)x > max) {
+        PyErr_Format(PyExc_ValueError, "%s must be in 0..%llu, got %R", k,
+                     (unsigned long long)max, v);
+        return -1;
+    }
+    *dst = (uint64_t)x;
+    return 0;
+}
+
+static int rt_py__opt_str(PyObject *d, const char *k, const char **dst)
+{
+    PyObject *v;
+    if (!rt_py__opt_get(d, k, &v))
+        return 0;
+    if (!PyUnicode_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a string, got %R", k, v);
+        return -1;
+    }
+    *dst = PyUnicode_AsUTF8(v);
+    return *dst ? 0 : -1;
+}
+
+static int rt_py__opt_bool(PyObject *d, const char *k, int *dst)
+{
+    PyObject *v;
+    if (!rt_py__opt_get(d, k, &v))
+        return 0;
+    int b = PyObject_IsTrue(v);
+    if (b < 0)
+        return -1;
+    *dst = b;
+    return 0;
+}
+
+#define RT_PY_MAX_METRICS 8
+
+static int rt_py__train_opts(PyObject *d, rt_train_opts *o,
+                             const char **metrics)
+{
+    rt_train_opts_init(o);
+    if (!PyDict_Check(d)) {
+        PyErr_SetString(PyExc_TypeError, "options must be a dict");
+        return -1;
+    }
+    uint64_t u;
+    int shuffle = 1;
+    if (rt_py__opt_str(d, "loss", &o->loss) < 0 ||
+        rt_py__opt_bool(d, "from_logits", &o->from_logits) < 0 ||
+        rt_py__opt_str(d, "optimizer", &o->optimizer) < 0 ||
+        rt_py__opt_float(d, "learning_rate", &o->lr) < 0 ||
+        rt_py__opt_float(d, "momentum", &o->momentum) < 0 ||
+        rt_py__opt_bool(d, "nesterov", &o->nesterov) < 0 ||
+        rt_py__opt_float(d, "beta_1", &o->beta1) < 0 ||
+        rt_py__opt_float(d, "beta_2", &o->beta2) < 0 ||
+        rt_py__opt_float(d, "epsilon", &o->eps) < 0 ||
+        rt_py__opt_float(d, "weight_decay", &o->weight_decay) < 0 ||
+        rt_py__opt_float(d, "rho", &o->rho) < 0 ||
+        rt_py__opt_float(d, "clipnorm", &o->clip_norm) < 0 ||
+        rt_py__opt_str(d, "schedule", &o->schedule) < 0 ||
+        rt_py__opt_float(d, "gamma", &o->gamma) < 0 ||
+        rt_py__opt_float(d, "min_lr", &o->min_lr) < 0 ||
+        rt_py__opt_bool(d, "shuffle", &shuffle) < 0)
+        return -1;
+    o->no_shuffle = !shuffle;
+    u = o->batch_size;
+    if (rt_py__opt_uint(d, "batch_size", UINT32_MAX, &u) < 0)
+        return -1;
+    o->batch_size = (uint32_t)u;
+    u = 0;
+    if (rt_py__opt_uint(d, "seed", UINT64_MAX >> 1, &u) < 0)
+        return -1;
+    o->seed = u;
+    u = 0;
+    if (rt_py__opt_uint(d, "step_size", UINT32_MAX, &u) < 0)
+        return -1;
+    o->step_size = (uint32_t)u;
+    u = 0;
+    if (rt_py__opt_uint(d, "warmup_steps", UINT32_MAX, &u) < 0)
+        return -1;
+    o->warmup_steps = (uint32_t)u;
+    u = 0;
+    if (rt_py__opt_uint(d, "total_steps", UINT32_MAX, &u) < 0)
+        return -1;
+    o->total_steps = (uint32_t)u;
+
+    PyObject *v;
+    if (rt_py__opt_get(d, "metrics", &v)) {
+        if (!PyList_Check(v) || PyList_GET_SIZE(v) > RT_PY_MAX_METRICS) {
+            PyErr_SetString(PyExc_TypeError, "metrics must be a short list of strings");
+            return -1;
+        }
+        Py_ssize_t n = PyList_GET_SIZE(v);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *s = PyList_GET_ITEM(v, i);
+            if (!PyUnicode_Check(s)) {
+                PyErr_Format(PyExc_TypeError, "metric names must be strings, got %R", s);
+                return -1;
+            }
+            if (!(metrics[i] = PyUnicode_AsUTF8(s)))
+                return -1;
+        }
+        o->metrics = metrics;
+        o->n_metrics = (int)n;
+    }
+    if (rt_py__opt_get(d, "label_dtype", &v)) {
+        const char *s = PyUnicode_Check(v) ? PyUnicode_AsUTF8(v) : NULL;
+        if (s && !strcmp(s, "int32"))
+            o->label_dtype = RT_DTYPE_I32;
+        else if (s && !strcmp(s, "float32"))
+            o->label_dtype = RT_DTYPE_F32;
+        else {
+            PyErr_Format(PyExc_ValueError, "label_dtype must be 'int32' or 'float32', got %R", v);
+            return -1;
+        }
+    }
+    if (rt_py__opt_get(d, "label_shape", &v)) {
+        PyObject *seq = PySequence_Fast(v, "label_shape must be a tuple of ints");
+        if (!seq)
+            return -1;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        if (n > RT_CLIENT_MAX_DIMS) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "label_shape has too many dimensions");
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            long long x = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+            if (x == -1 && PyErr_Occurred()) {
+                Py_DECREF(seq);
+                return -1;
+            }
+            o->label_shape[i] = x;
+        }
+        o->label_ndim = (int)n;
+        Py_DECREF(seq);
+    }
+    return 0;
+}
+
+static PyObject *rt_py__report(const rt_client_compile_result *r)
+{
+    PyObject *params = PyList_New((Py_ssize_t)r->n_params);
+    if (!params)
+        return NULL;
+    for (size_t i = 0; i < r->n_params; i++) {
+        PyObject *p = Py_BuildValue("(sNO)", r->params[i].name ? r->params[i].name : "",
+                                    rt_py__shape_tuple(r->params[i].ndim, r->params[i].shape),
+                                    r->params[i].trainable ? Py_True : Py_False);
+        if (!p) {
+            Py_DECREF(params);
+            return NULL;
+        }
+        PyList_SET_ITEM(params, (Py_ssize_t)i, p);
+    }
+    return Py_BuildValue(
+        "{s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:I,s:N,s:N,s:N}", "program_id",
+        r->program_id, "param_count", (unsigned long long)r->param_count,
+        "trainable_param_count", (unsigned long long)r->trainable_param_count,
+        "flops_per_step", (unsigned long long)r->flops_per_step, "arena_bytes",
+        (unsigned long long)r->arena_bytes, "naive_bytes",
+        (unsigned long long)r->naive_bytes, "compile_ns",
+        (unsigned long long)r->compile_ns, "cache_hit",
+        r->cache_hit ? Py_True : Py_False, "kernels", (unsigned)r->kernels,
+        "input_shape", rt_py__shape_tuple(r->input_ndim, r->input_shape),
+        "output_shape", rt_py__shape_tuple(r->output_ndim, r->output_shape),
+        "params", params);
+}
+
+/* _compile(keras_json, options) -> Program */
+static PyObject *Client_compile(ClientObject *self, PyObject *args)
+{
+    const char *json;
+    Py_ssize_t json_len;
+    PyObject *opts;
+    if (!PyArg_ParseTuple(args, "s#O!:_compile", &json, &json_len,
+                          &PyDict_Type, &opts))
+        return NULL;
+    if (rt_py__check_open(self) < 0)
+        return NULL;
+    if ((size_t)json_len != strlen(json)) {
+        PyErr_SetString(PyExc_ValueError, "model JSON contains a NUL character");
+        return NULL;
+    }
+    rt_train_opts o;
+    const char *metrics[RT_PY_MAX_METRICS];
+    if (rt_py__train_opts(opts, &o, metrics) < 0)
+        return NULL;
+    rt_client_compile_result r;
+    memset(&r, 0, sizeof r);
+    int rc;
+    Py_INCREF(opts); /* keeps the option strings alive without the GIL */
+    rt_py__lock(self);
+    Py_BEGIN_ALLOW_THREADS
+    rc = rt_client_compile_keras(self->c, self->sid, json, &o, &r);
+    Py_END_ALLOW_THREADS
+    PyObject *res = NULL, *timings = rt_py__record(self);
+    if (!timings)
+        goto out;
+    if (rc < 0) {
+        rt_py__fail(self, rc);
+        goto out;
+    }
+    ProgramObject *p = PyObject_GC_New(ProgramObject, &ProgramType);
+    if (!p)
+        goto out;
+    p->client = (ClientObject *)Py_NewRef(self);
+    memcpy(p->id, r.program_id, sizeof p->id);
+    p->last_timings = Py_NewRef(timings);
+    p->report = rt_py__report(&r);
+    PyObject_GC_Track(p);
+    if (!p->report)
+        Py_CLEAR(p);
+    res = (PyObject *)p;
+out:
+    rt_py__unlock(self);
+    Py_DECREF(opts);
+    rt_client_compile_result_free(&r);
+    return res;
+}
+
+/* Every Program call: the client is open, its lock is taken. */
+static int rt_py__prog_begin(ProgramObject *self)
+{
+    if (rt_py__check_open(self->client) < 0)
+        return -1;
+    rt_py__lock(self->client);
+    if (!self->client->c) { /* closed while we waited */
+        rt_py__unlock(self->client);
+        PyErr_SetString(RtError, "the client is closed");
+        return -1;
+    }
+    return 0;
+}
+
+/* After a call: record timings; on rc < 0 raise. Returns 0 or -1. */
+static int rt_py__prog_after(ProgramObject *self, int rc)
+{
+    PyObject *t = rt_py__record(self->client);
+    if (!t)
+        return -1;
+    Py_XSETREF(self->last_timings, Py_NewRef(t));
+    if (rc < 0) {
+        rt_py__fail(self->client, rc);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Program_evaluate(ProgramObject *self, PyObject *args)
+{
+    const char *ds;
+    if (!PyArg_ParseTuple(args, "s:evaluate", &ds))
+        return NULL;
+    if (rt_py__prog_begin(self) < 0)
+        return NULL;
+    rt_client_metrics m;
+    int rc;
+    rt_client *c = self->client->c;
+    const char *sid = self->client->sid;
+    Py_BEGIN_ALLOW_THREADS
+    rc = rt_client_evaluate(c, sid, self->id, ds, &m);
+    Py_END_ALLOW_THREADS
+    PyObject *res = NULL;
+    if (rt_py__prog_after(self, rc) == 0)
+        res = Py_BuildValue("(ddK)", m.loss, m.accuracy, (unsigned long long)m.samples);
+    rt_py__unlock(self->client);
+    return res;
+}
+
+static PyObject *Program_predict(ProgramObject *self, PyObject *args)
+{
+    PyObject *xo;
+    if (!PyArg_ParseTuple(args, "O:predict", &xo))
+        return NULL;
+    Py_buffer xv;
+    rt_client_array xa;
+    if (rt_py__array(xo, "x", 0, &xv, &xa) < 0)
+        return NULL;
+    if (rt_py__prog_begin(self) < 0) {
+        PyBuffer_Release(&xv);
+        return NULL;
+    }
+    rt_client_tensor out;
+    memset(&out, 0, sizeof out);
+    int rc;
+    rt_client *c = self->client->c;
+    const char *sid = self->client->sid;
+    Py_BEGIN_ALLOW_THREADS
+    rc = rt_client_predict(c, sid, self->id, &xa, &out);
+    Py_END_ALLOW_THREADS
+    PyObject *res = NULL;
+    if (rt_py__prog_after(self, rc) == 0)
+        res = rt_py__tensor_to_numpy(&out);
+    rt_py__unlock(self->client);
+    rt_client_tensor_free(&out);
+    PyBuffer_Release(&xv);
+    return res;
+}
+
+static PyObject *Program_predict_dataset(ProgramObject *self, PyObject *args)
+{
+    const char *ds;
+    if (!PyArg_ParseTuple(args, "s:predict_dataset", &ds))
+        return NULL;
+    if (rt_py__prog_begin(self) < 0)
+        return NULL;
+    rt_client_tensor out;
+    memset(&out, 0, sizeof out);
+    int rc;
+    rt_client *c = self->client->c;
+    const char *sid = self->client->sid;
+    Py_BEGIN_ALLOW_THREADS
+    rc = rt_client_predict_dataset(c, sid, self->id, ds, &out);
+    Py_END_ALLOW_THREADS
+    PyObject *res = NULL;
+    if (rt_py__prog_after(self, rc) == 0)
+        res = rt_py__tensor_to_numpy(&out);
+    rt_py__unlock(self->client);
+    rt_client_tensor_free(&out);
+    return res;
+}
+
+/* get_weights() -> (global_step, [(name, ndarray), ...]) */
+static PyObject *Program_get_weights(ProgramObject *self, PyObject *unused)
+{
+    if (rt_py__prog_begin(self) < 0)
+        return NULL;
+    rt_client_weights w;
+    memset(&w, 0, sizeof w);
+    int rc;
+    rt_client *c = self->client->c;
+    const char *sid = self->client->sid;
+    Py_BEGIN_ALLOW_THREADS
+    rc = rt_client_get_weights(c, sid, self->id, &w);
+    Py_END_ALLOW_THREADS
+    PyObject *res = NULL, *l = NULL;
+    if (rt_py__prog_after(self, rc) < 0)
+        goto out;
+    if (!(l = PyList_New((Py_ssize_t)w.n)))
+        goto out;
+    for (size_t i = 0; i < w.n; i++) {
+        PyObject *a = rt_py__tensor_to_numpy(&w.t[i]);
+        PyObject *item = a ? Py_BuildValue("(sN)", w.t[i].name ? w.t[i].name : "", a) : NULL;
+        if (!item) {
+            Py_CLEAR(l);
+            goto out;
+        }
+        PyList_SET_ITEM(l, (Py_ssize_t)i, item);
+    }
+    res = Py_BuildValue("(KN)", (unsigned long long)w.global_step, l);
+out:
+    rt_py__unlock(self->client);
+    rt_client_weights_free(&w);
+    return res;
+}
+
+/* set_weights([(name, float32 C-contiguous array), ...]); no copies. */
+static PyObject *Program_set_weights(ProgramObject *self, PyObject *args)
+{
+    PyObject *lst;
+    if (!PyArg_ParseTuple(args, "O!:set_weights", &PyList_Type, &lst))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(lst);
+    Py_buffer *views = PyMem_Calloc((size_t)(n ? n : 1), sizeof *views);
+    rt_client_tensor *ts = PyMem_Calloc((size_t)(n ? n : 1), sizeof *ts);
+    Py_ssize_t got = 0;
+    PyObject *res = NULL;
+    if (!views || !ts) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (; got < n; got++) {
+        PyObject *item = PyList_GET_ITEM(lst, got);
+        const char *name;
+        PyObject *arr;
+        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "sO", &name, &arr)) {
+            if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+                PyErr_Clear();
+                PyErr_SetString(PyExc_TypeError, "set_weights wants a list of (name, array)");
+            }
+            goto out;
+        }
+        if (PyObject_GetBuffer(arr, &views[got], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            goto out;
+        const char *f = views[got].format ? views[got].format : "B";
+        if (*f == '<' || *f == '=' || *f == '@')
+            f++;
+        if (strcmp(f, "f") || views[got].itemsize != 4 ||
+            views[got].ndim > RT_CLIENT_MAX_DIMS) {
+            PyErr_Format(PyExc_TypeError, "weight %s must be a float32 array", name);
+            PyBuffer_Release(&views[got]);
+            goto out;
+        }
+        ts[got].name = (char *)name; /* only read by the library */
+        ts[got].dtype = RT_DTYPE_F32;
+        ts[got].ndim = views[got].ndim;
+        for (int k = 0; k < views[got].ndim; k++)
+            ts[got].shape[k] = views[got].shape[k];
+        ts[got].data = views[got].buf;
+        ts[got].nbytes = (size_t)views[got].len;
+    }
+    if (rt_py__prog_begin(self) < 0)
+        goto out;
+    int rc;
+    rt_client *c = self->client->c;
+    const char *sid = self->client->sid;
+    Py_INCREF(lst);
+    Py_BEGIN_ALLOW_THREADS
+    rc = rt_client_set_weights(c, sid, self->id, ts, (size_t)n);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(lst);
+    if (rt_py__prog_after(self, rc) == 0)
+        res = Py_NewRef(Py_None);
+    rt_py__unlock(self->client);
+out:
+    for (Py_ssize_t i = 0; i < got; i++)
+        PyBuffer_Release(&views[i]);
+    PyMem_Free(views);
+    PyMem_Free(ts);
+    return res;
+}
+
+/* ------------------------------------------------------------ SIGINT */
+
+/* Only the main thread runs Python signal handlers, so only a fit on the
+ * main thread chains a handler; one fit at a time can own it. */
+static rt_client *volatile rt_py__sig_client;
+static volatile sig_atomic_t rt_py__sig_fired;
+static struct sigaction rt_py__sig_old;
+
+static void rt_py__on_sigint(int sig, siginfo_t *si, void *uc)
+{
+    rt_client *c = rt_py__sig_client;
+    rt_py__sig_fired = 1;
+    if (c)
+        rt_client_cancel(c); /* async-signal-safe: sets a flag */
+    /* Chain to the previous handler (Python's trips its flag, so the
+     * KeyboardInterrupt, or the user's own handler, runs after the fit). */
+    if (rt_py__sig_old.sa_flags & SA_SIGINFO) {
+        if (rt_py__sig_old.sa_sigaction)
+            rt_py__sig_old.sa_sigaction(sig, si, uc);
+    } else if (rt_py__sig_old.sa_handler != SIG_DFL &&
+               rt_py__sig_old.sa_handler != SIG_IGN &&
+               rt_py__sig_old.sa_handler) {
+        rt_py__sig_old.sa_handler(sig);
+    }
+}
+
+static int rt_py__sig_install(rt_client *c)
+{
+    if (!_PyOS_IsMainThread() || rt_py__sig_client)
+        return 0;
+    struct sigaction cur;
+    if (sigaction(SIGINT, NULL, &cur) < 0 || cur.sa_handler == SIG_IGN)
+        return 0;
+    rt_py__sig_fired = 0;
+    rt_py__sig_old = cur;
+    rt_py__sig_client = c;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = rt_py__on_sigint;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGINT, &sa, NULL) < 0) {
+        rt_py__sig_client = NULL;
+        return 0;
+    }
+    return 1;
+}
+
+static void rt_py__sig_remove(int installed)
+{
+    if (!installed)
+        return;
+    sigaction(SIGINT, &rt_py__sig_old, NULL);
+    rt_py__sig_client = NULL;
+}
+
+/* ------------------------------------------------------------ fit */
+
+/* Progress display and history of one fit, shared by the stream and the
+ * RunSteps paths. Touched only with the GIL held. */
+typedef struct fitctx {
+    ProgramObject *prog;
+    PyThreadState *ts;       /* saved thread state while the GIL is released */
+    PyObject *history;       /* dict: loss, accuracy, val_loss, val_accuracy */
+    PyObject *timings;       /* list of per-call dicts */
+    PyObject *metric_name;   /* "accuracy" or None */
+    int verbose;
+    uint32_t epochs, done_epochs;
+    uint64_t steps_per_epoch;
+    uint64_t epoch_step;     /* steps done in the current epoch */
+    uint64_t epoch_start_ns, last_draw_ns;
+    double run_loss, run_acc; uint64_t run_samples; /* RunSteps path */
+    int stop;                /* an exception is pending (fetched) */
+    PyObject *et, *ev, *etb;
+} fitctx;
+
+static int rt_py__write(const char *s)
+{
+    PyObject *out = PySys_GetObject("stdout"); /* borrowed */
+    if (!out || out == Py_None)
+        return 0;
+    PyObject *r = PyObject_CallMethod(out, "write", "s", s);
+    if (!r)
+        return -1;
+    Py_DECREF(r);
+    r = PyObject_CallMethod(out, "flush", NULL);
+    if (!r) {
+        PyErr_Clear(); /* a stream without flush is fine */
+        return 0;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+static void rt_py__fmt_time(char *buf, size_t n, double s)
+{
+    if (s >= 3600)
+        snprintf(buf, n, "%d:%02d:%02d", (int)(s / 3600), (int)fmod(s / 60, 60), (int)fmod(s, 60));
+    else if (s >= 60)
+        snprintf(buf, n, "%d:%02d", (int)(s / 60), (int)fmod(s, 60));
+    else
+        snprintf(buf, n, "%ds", (int)s);
+}
+
+static void rt_py__fmt_per_step(char *buf, size_t n, double s)
+{
+    if (s >= 1)
+        snprintf(buf, n, "%.0fs/step", s);
+    else if (s >= 1e-3)
+        snprintf(buf, n, "%.0fms/step", s * 1e3);
+    else
+        snprintf(buf, n, "%.0fus/step", s * 1e6);
+}
+
+/* Keras' bar: "3/6 [==============>...............] - ETA: 0s - loss: ..." */
+static int rt_py__draw(fitctx *f, uint64_t step, uint64_t total, double loss,
+                       double acc, int final, const rt_client_epoch *ep)
+{
+    if (f->verbose != 1 && !(f->verbose == 2 && final))
+        return 0;
+    uint64_t now = rt_now_ns();
+    if (!final && now - f->last_draw_ns < 50000000ull && step < total)
+        return 0; /* Keras' 0.05 s update interval keeps notebooks light */
+    f->last_draw_ns = now;
+    char line[512], t[32];
+    int w = 1;
+    for (uint64_t v = total; v >= 10; v /= 10)
+        w++;
+    size_t o = 0;
+    double el = (double)(now - f->epoch_start_ns) / 1e9;
+    if (f->verbose == 1) {
+        o += (size_t)snprintf(line + o, sizeof line - o, "\r%*llu/%llu [", w,
+                              (unsigned long long)step, (unsigned long long)total);
+        int bar = total ? (int)(30 * (double)step / (double)total) : 30;
+        if (bar > 30)
+            bar = 30;
+        for (int i = 0; i < 30; i++)
+            line[o++] = i < bar - 1 ? '=' : i == bar - 1 ? (step < total ? '>' : '=') : '.';
+        line[o++] = ']';
+        line[o] = 0;
+        if (final) {
+            rt_py__fmt_time(t, sizeof t, el);
+            o += (size_t)snprintf(line + o, sizeof line - o, " - %s", t);
+            rt_py__fmt_per_step(t, sizeof t, step ? el / (double)step : 0);
+            o += (size_t)snprintf(line + o, sizeof line - o, " %s", t);
+        } else {
+            double eta = step ? el / (double)step * (double)(total - step) : 0;
+            rt_py__fmt_time(t, sizeof t, eta);
+            o += (size_t)snprintf(line + o, sizeof line - o, " - ETA: %s", t);
+        }
+    } else {
+        rt_py__fmt_time(t, sizeof t, el);
+        o += (size_t)snprintf(line + o, sizeof line - o, "%llu/%llu - %s",
+                              (unsigned long long)step, (unsigned long long)total, t);
+        rt_py__fmt_per_step(t, sizeof t, step ? el / (double)step : 0);
+        o += (size_t)snprintf(line + o, sizeof line - o, " - %s", t);
+    }
+    o += (size_t)snprintf(line + o, sizeof line - o, " - loss: %.4f", loss);
+    const char *mn = f->metric_name ? PyUnicode_AsUTF8(f->metric_name) : NULL;
+    if (mn && !isnan(acc))
+        o += (size_t)snprintf(line + o, sizeof line - o, " - %s: %.4f", mn, acc);
+    if (ep && ep->has_val) {
+        o += (size_t)snprintf(line + o, sizeof line - o, " - val_loss: %.4f", ep->val.loss);
+        if (mn && !isnan(ep->val.accuracy))
+            o += (size_t)snprintf(line + o, sizeof line - o, " - val_%s: %.4f", mn,
+                                  ep->val.accuracy);
+    }
+    if (final && o < sizeof line - 1) {
+        line[o++] = '\n';
+        line[o] = 0;
+    }
+    return rt_py__write(line);
+}
+
+static int rt_py__epoch_header(fitctx *f)
+{
+    f->epoch_start_ns = rt_now_ns();
+    f->last_draw_ns = 0;
+    f->epoch_step = 0;
+    if (!f->verbose)
+        return 0;
+    char line[64];
+    snprintf(line, sizeof line, "Epoch %u/%u\n", f->done_epochs + 1, f->epochs);
+    return rt_py__write(line);
+}
+
+static int rt_py__hist_append(PyObject *h, const char *key, double v)
+{
+    PyObject *l = PyDict_GetItemString(h, key);
+    if (!l) {
+        if (!(l = PyList_New(0)) || PyDict_SetItemString(h, key, l) < 0) {
+            Py_XDECREF(l);
+            return -1;
+        }
+        Py_DECREF(l);
+    }
+    PyObject *x = PyFloat_FromDouble(v);
+    if (!x)
+        return -1;
+    int r = PyList_Append(l, x);
+    Py_DECREF(x);
+    return r;
+}
+
+/* An epoch ended: history, final bar, next header. */
+static int rt_py__epoch_done(fitctx *f, const rt_client_epoch *ep)
+{
+    const char *mn = f->metric_name ? PyUnicode_AsUTF8(f->metric_name) : NULL;
+    char key[80];
+    if (rt_py__hist_append(f->history, "loss", ep->train.loss) < 0)
+        return -1;
+    if (mn && rt_py__hist_append(f->history, mn, ep->train.accuracy) < 0)
+        return -1;
+    if (ep->has_val) {
+        if (rt_py__hist_append(f->history, "val_loss", ep->val.loss) < 0)
+            return -1;
+        snprintf(key, sizeof key, "val_%s", mn ? mn : "");
+        if (mn && rt_py__hist_append(f->history, key, ep->val.accuracy) < 0)
+            return -1;
+    }
+    uint64_t spe = f->steps_per_epoch ? f->steps_per_epoch : f->epoch_step;
+    if (rt_py__draw(f, spe, spe, ep->train.loss, ep->train.accuracy, 1, ep) < 0)
+        return -1;
+    f->done_epochs++;
+    if (f->done_epochs < f->epochs)
+        return rt_py__epoch_header(f);
+    return 0;
+}
+
+/* With the GIL: stop on a pending exception (KeyboardInterrupt or a failed
+ * write). Returns 1 to stop. */
+static int rt_py__poll(fitctx *f)
+{
+    if (!f->stop && PyErr_CheckSignals() < 0)
+        f->stop = 1;
+    if (f->stop && PyErr_Occurred())
+        PyErr_Fetch(&f->et, &f->ev, &f->etb);
+    return f->stop;
+}
+
+static int rt_py__fit_cb(const rt_client_fit_event *ev, void *user)
+{
+    fitctx *f = user;
+    PyEval_RestoreThread(f->ts);
+    if (!f->stop) {
+        int r = 0;
+        if (ev->kind == RT_FIT_PROGRESS) {
+            if (!f->steps_per_epoch)
+                f->steps_per_epoch = ev->steps_per_epoch;
+            f->epoch_step = ev->step_in_epoch;
+            r = rt_py__draw(f, ev->step_in_epoch,
+                            ev->steps_per_epoch ? ev->steps_per_epoch : f->steps_per_epoch,
+                            ev->loss, ev->accuracy, 0, NULL);
+        } else if (ev->kind == RT_FIT_EPOCH_END) {
+            r = rt_py__epoch_done(f, &ev->epoch_end);
+        }
+        if (r < 0)
+            f->stop = 1;
+    }
+    int stop = rt_py__poll(f) || rt_py__sig_fired;
+    f->ts = PyEval_SaveThread();
+    return stop;
+}
+
+static int rt_py__append_timings(fitctx *f)
+{
+    PyObject *t = rt_py__record(f->prog->client);
+    if (!t)
+        return -1;
+    Py_XSETREF(f->prog->last_timings, Py_NewRef(t));
+    if (t != Py_None && PyList_Append(f->timings, t) < 0)
+        return -1;
+    return 0;
+}
+
+/* One Fit call: the daemon runs every epoch and streams events. */
+static int rt_py__fit_stream(fitctx *f, const char *ds, const char *val,
+                             uint32_t progress_every)
+{
+    rt_client *c = f->prog->client->c;
+    rt_client_fit_params p = {
+        .session = f->prog->client->sid, .program = f->prog->id,
+        .dataset = ds, .val_dataset = val, .epochs = f->epochs,
+        .steps_per_epoch = (uint32_t)f->steps_per_epoch,
+        .progress_every = progress_every};
+    int rc;
+    f->ts = PyEval_SaveThread();
+    rt_client_next_timeout_ms(c, 0); /* a fit lasts as long as it lasts */
+    rc = rt_client_fit(c, &p, rt_py__fit_cb, f);
+    PyEval_RestoreThread(f->ts);
+    if (rt_py__append_timings(f) < 0 && !f->stop) {
+        f->stop = 1;
+        PyErr_Fetch(&f->et, &f->ev, &f->etb);
+    }
+    return rc;
+}
+
+/* K steps per RunSteps call, an Evaluate per epoch for validation: what a
+ * Keras loop with steps_per_execution = K does against a remote device. */
+static int rt_py__fit_steps(fitctx *f, const char *ds, const char *val,
+                            uint64_t k)
+{
+    rt_client *c = f->prog->client->c;
+    int rc = 0;
+    while (f->done_epochs < f->epochs && !f->stop && !rt_py__sig_fired) {
+        f->run_loss = f->run_acc = 0;
+        f->run_samples = 0;
+        while (f->epoch_step < f->steps_per_epoch) {
+            uint64_t n = f->steps_per_epoch - f->epoch_step;
+            rt_client_steps_params p = {
+                .session = f->prog->client->sid, .program = f->prog->id,
+                .dataset = ds, .steps = n < k ? n : k};
+            rt_client_steps_result r;
+            memset(&r, 0, sizeof r);
+            Py_BEGIN_ALLOW_THREADS
+            rt_client_next_timeout_ms(c, 0);
+            rc = rt_client_run_steps(c, &p, &r);
+            Py_END_ALLOW_THREADS
+            if (rt_py__append_timings(f) < 0)
+                f->stop = 1;
+            if (rc < 0) {
+                rt_client_steps_result_free(&r);
+                return rc;
+            }
+            f->epoch_step += p.steps;
+            /* sample-weighted, as Keras' running mean */
+            double s = (double)r.mean.samples;
+            f->run_loss += r.mean.loss * s;
+            f->run_acc += r.mean.accuracy * s;
+            f->run_samples += r.mean.samples;
+            rt_client_steps_result_free(&r);
+            double den = f->run_samples ? (double)f->run_samples : 1.0;
+            if (!f->stop &&
+                rt_py__draw(f, f->epoch_step, f->steps_per_epoch,
+                            f->run_loss / den, f->run_acc / den, 0, NULL) < 0)
+                f->stop = 1;
+            if (rt_py__poll(f) || rt_py__sig_fired)
+                return 0;
+        }
+        rt_client_epoch ep;
+        memset(&ep, 0, sizeof ep);
+        double den = f->run_samples ? (double)f->run_samples : 1.0;
+        ep.train.loss = f->run_loss / den;
+        ep.train.accuracy = f->run_acc / den;
+        ep.train.samples = f->run_samples;
+        if (val && *val) {
+            Py_BEGIN_ALLOW_THREADS
+            rc = rt_client_evaluate(c, f->prog->client->sid, f->prog->id, val,
+                                    &ep.val);
+            Py_END_ALLOW_THREADS
+            if (rt_py__append_timings(f) < 0)
+                f->stop = 1;
+            if (rc < 0)
+                return rc;
+            ep.has_val = 1;
+        }
+        if (!f->stop && rt_py__epoch_done(f, &ep) < 0)
+            f->stop = 1;
+        if (rt_py__poll(f))
+            return 0;
+    }
+    return rc;
+}
+
+/* fit(dataset, val_dataset, epochs, steps_per_epoch, steps_per_execution,
+ *     verbose, history, timings, metric_name=None, progress_every=1)
+ * -> "done" | "cancelled" (client.cancel() from another thread).
+ * Raises KeyboardInterrupt (after the remote fit stopped) on Ctrl-C. The
+ * history dict and timings list are filled in place, so a caller still has
+ * the epochs completed before an interrupt. */
+static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"dataset", "val_dataset", "epochs",
+                             "steps_per_epoch", "steps_per_execution",
+                             "verbose", "history", "timings", "metric_name",
+                             "progress_every", NULL};
+    const char *ds, *val = NULL;
+    unsigned int epochs;
+    unsigned long long spe, spx;
+    int verbose;
+    PyObject *history, *timings, *metric = Py_None;
+    unsigned int progress_every = 1;
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kw, "szIKKiO!O!|OI:fit", kwlist, &ds, &val, &epochs, &spe,
+            &spx, &verbose, &PyDict_Type, &history, &PyList_Type, &timings,
+            &metric, &progress_every))
+        return NULL;
+    if (epochs == 0)
+        Py_RETURN_NONE;
+    if (spx && !spe) {
+        PyErr_SetString(PyExc_ValueError,
+                        "steps_per_execution needs steps_per_epoch");
+        return NULL;
+    }
+    if (spe > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "steps_per_epoch is too large");
+        return NULL;
+    }
+    if (metric != Py_None && !PyUnicode_Check(metric)) {
+        PyErr_SetString(PyExc_TypeError, "metric_name must be a string or None");
+        return NULL;
+    }
+    if (rt_py__prog_begin(self) < 0)
+        return NULL;
+    fitctx f;
+    memset(&f, 0, sizeof f);
+    f.prog = self;
+    f.history = history;
+    f.timings = timings;
+    f.metric_name = metric == Py_None ? NULL : metric;
+    f.verbose = verbose;
+    f.epochs = epochs;
+    f.steps_per_epoch = spe;
+    PyObject *res = NULL;
+    int installed = rt_py__sig_install(self->client->c);
+    int rc = 0;
+    if (rt_py__epoch_header(&f) < 0)
+        goto out;
+    if (spx)
+        rc = rt_py__fit_steps(&f, ds, val, spx);
+    else
+        rc = rt_py__fit_stream(&f, ds, val, verbose == 1 ? progress_every : 0);
+    rt_py__sig_remove(installed);
+    installed = 0;
+    if (f.et) {
+        PyErr_Restore(f.et, f.ev, f.etb);
+        goto out;
+    }
+    if (rt_py__sig_fired) {
+        /* Python's handler was chained: run it now (normally it raises
+         * KeyboardInterrupt). A handler that does not raise still ends the
+         * fit early, as the user asked. */
+        rt_py__sig_fired = 0;
+        if (PyErr_CheckSignals() < 0)
+            goto out;
+        if (rt_py__sig_old.sa_handler == SIG_DFL) {
+            PyErr_SetNone(PyExc_KeyboardInterrupt);
+            goto out;
+        }
+        res = PyUnicode_FromString("cancelled");
+        goto out;
+    }
+    if (rc == RT_ECANCELLED) {
+        res = PyUnicode_FromString("cancelled");
+        goto out;
+    }
+    if (rc < 0) {
+        rt_py__fail(self->client, rc);
+        goto out;
+    }
+    res = PyUnicode_FromString("done");
+out:
+    rt_py__sig_remove(installed);
+    rt_py__unlock(self->client);
+    return res;
+}
+
+static PyObject *Program_get_id(ProgramObject *self, void *closure)
+{
+    return PyUnicode_FromString(self->id);
+}
+
+static PyObject *Program_get_report(ProgramObject *self, void *closure)
+{
+    return Py_NewRef(self->report);
+}
+
+static PyObject *Program_get_client(ProgramObject *self, void *closure)
+{
+    return Py_NewRef((PyObject *)self->client);
+}
+
+static PyObject *Program_get_last_timings(ProgramObject *self, void *closure)
+{
+    return Py_NewRef(self->last_timings);
+}
+
+/* ------------------------------------------------------------ tables */
+
+static PyMethodDef Client_methods[] = {
+    {"info", (PyCFunction)Client_info, METH_NOARGS,
+     "info() -> dict: the daemon's version, device, limits, ops, losses."},
+    {"ping", (PyCFunction)(void (*)(void))Client_ping, METH_VARARGS | METH_KEYWORDS,
+     "ping(payload_bytes=0) -> round trip in seconds."},
+    {"close", (PyCFunction)Client_close, METH_NOARGS,
+     "close(): end the session and drop the connection (idempotent)."},
+    {"cancel", (PyCFunction)Client_cancel, METH_NOARGS,
+     "cancel(): stop the call in flight (from any thread)."},
+    {"trace", (PyCFunction)Client_trace, METH_VARARGS,
+     "trace(on=True): start (clearing) or stop keeping every call's timings."},
+    {"trace_calls", (PyCFunction)Client_trace_calls, METH_NOARGS,
+     "trace_calls() -> list of timing dicts kept since trace()."},
+    {"trace_write", (PyCFunction)Client_trace_write, METH_VARARGS,
+     "trace_write(path): write the traced calls as Chrome trace-event JSON."},
+    {"_upload", (PyCFunction)(void (*)(void))Client_upload, METH_VARARGS | METH_KEYWORDS,
+     "_upload(x, y=None, name='data') -> dataset dict. x: float32, y: int32 "
+     "or float32, both C-contiguous (uploaded without a copy)."},
+    {"_compile", (PyCFunction)Client_compile, METH_VARARGS,
+     "_compile(keras_json, options) -> Program."},
+    {NULL}};
+
+static PyGetSetDef Client_getset[] = {
+    {"last_timings", (getter)Client_get_last_timings, NULL,
+     "Timing breakdown (ns) of the last call on this client.", NULL},
+    {"target", (getter)Client_get_target, NULL, "host:port", NULL},
+    {"session_id", (getter)Client_get_session, NULL, "the daemon session", NULL},
+    {"closed", (getter)Client_get_closed, NULL, "close() was called", NULL},
+    {NULL}};
+
+static PyTypeObject ClientType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "rtrain._rtrain.Client",
+    .tp_basicsize = sizeof(ClientObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Client(target=None, timeout=60.0, name='python'): a session "
+              "on one rtraind.",
+    .tp_new = Client_new,
+    .tp_init = (initproc)Client_init,
+    .tp_dealloc = (destructor)Client_dealloc,
+    .tp_traverse = (traverseproc)Client_traverse,
+    .tp_clear = (inquiry)Client_clear,
+    .tp_methods = Client_methods,
+    .tp_getset = Client_getset,
+};
+
+static PyMethodDef Program_methods[] = {
+    {"fit", (PyCFunction)(void (*)(void))Program_fit, METH_VARARGS | METH_KEYWORDS,
+     "fit(dataset, val_dataset, epochs, steps_per_epoch, steps_per_execution, "
+     "verbose, history, timings, metric_name=None, progress_every=1)"},
+    {"evaluate", (PyCFunction)Program_evaluate, METH_VARARGS,
+     "evaluate(dataset_id) -> (loss, accuracy, samples)"},
+    {"predict", (PyCFunction)Program_predict, METH_VARARGS,
+     "predict(x float32 C-contiguous) -> ndarray"},
+    {"predict_dataset", (PyCFunction)Program_predict_dataset, METH_VARARGS,
+     "predict_dataset(dataset_id) -> ndarray"},
+    {"get_weights", (PyCFunction)Program_get_weights, METH_NOARGS,
+     "get_weights() -> (global_step, [(name, ndarray), ...])"},
+    {"set_weights", (PyCFunction)Program_set_weights, METH_VARARGS,
+     "set_weights([(name, float32 array), ...])"},
+    {NULL}};
+
+static PyGetSetDef Program_getset[] = {
+    {"id", (getter)Program_get_id, NULL, "program id", NULL},
+    {"report", (getter)Program_get_report, NULL, "compile report", NULL},
+    {"client", (getter)Program_get_client, NULL, "the Client", NULL},
+    {"last_timings", (getter)Program_get_last_timings, NULL,
+     "Timing breakdown (ns) of this program's last call.", NULL},
+    {NULL}};
+
+static PyTypeObject ProgramType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "rtrain._rtrain.Program",
+    .tp_basicsize = sizeof(ProgramObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A compiled program on the daemon (made by Client._compile).",
+    .tp_dealloc = (destructor)Program_dealloc,
+    .tp_traverse = (traverseproc)Program_traverse,
+    .tp_clear = (inquiry)Program_clear,
+    .tp_methods = Program_methods,
+    .tp_getset = Program_getset,
+};
+
+static PyObject *mod_strerror(PyObject *m, PyObject *args)
+{
+    int rc;
+    if (!PyArg_ParseTuple(args, "i:strerror", &rc))
+        return NULL;
+    return Py_BuildValue("(ss)", rt_err_name(rc), rt_strerror(rc));
+}
+
+static PyMethodDef module_methods[] = {
+    {"strerror", mod_strerror, METH_VARARGS,
+     "strerror(code) -> (name, text) for an RT_E* code."},
+    {NULL}};
+
+static struct PyModuleDef rtrain_module = {
+    PyModuleDef_HEAD_INIT, "rtrain._rtrain",
+    "C core of the rtrain notebook client (see the rtrain package).", -1,
+    module_methods};
+
+static PyObject *rt_py__new_exc(PyObject *m, const char *name, PyObject *bases,
+                                const char *doc)
+{
+    char full[96];
+    snprintf(full, sizeof full, "rtrain.%s", name);
+    PyObject *e = PyErr_NewExceptionWithDoc(full, doc, bases, NULL);
+    Py_DECREF(bases);
+    if (!e)
+        return NULL;
+    if (PyModule_AddObjectRef(m, name, e) < 0) {
+        Py_DECREF(e);
+        return NULL;
+    }
+    return e; /* the module keeps a reference; so does this static */
+}
+
+PyMODINIT_FUNC PyInit__rtrain(void)
+{
+    import_array();
+    if (PyType_Ready(&ClientType) < 0 || PyType_Ready(&ProgramType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&rtrain_module);
+    if (!m)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Client", (PyObject *)&ClientType) < 0 ||
+        PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0)
+        goto fail;
+    if (!(RtError = rt_py__new_exc(m, "Error", Py_BuildValue("(O)", PyExc_Exception),
+                                   "Base of every error rtrain raises for the daemon.")))
+        goto fail;
+#define RT_PY_EXC(var, name, extra, doc)                                        \
+    if (!(var = rt_py__new_exc(m, name, Py_BuildValue("(OO)", RtError, extra), doc))) \
+        goto fail;
+#define RT_PY_EXC1(var, name, doc)                                              \
+    if (!(var = rt_py__new_exc(m, name, Py_BuildValue("(O)", RtError), doc)))   \
+        goto fail;
+    RT_PY_EXC(RtConnectionError, "ConnectionError", PyExc_ConnectionError,
+              "The daemon cannot be reached (not running, wrong address).");
+    RT_PY_EXC(RtInvalidArgument, "InvalidArgument", PyExc_ValueError,
+              "The daemon rejected a model, option or data set.");
+    RT_PY_EXC(RtNotFound, "NotFound", PyExc_LookupError,
+              "Unknown session, program or data set.");
+    RT_PY_EXC(RtDeadlineExceeded, "DeadlineExceeded", PyExc_TimeoutError,
+              "The call ran past its timeout.");
+    RT_PY_EXC(RtUnimplemented, "Unimplemented", PyExc_NotImplementedError,
+              "The daemon does not implement this.");
+    RT_PY_EXC1(RtCancelled, "Cancelled", "The call was cancelled.");
+    RT_PY_EXC1(RtResourceExhausted, "ResourceExhausted",
+               "Over a daemon limit (message size, sessions, memory).");
+    RT_PY_EXC1(RtFailedPrecondition, "FailedPrecondition",
+               "The call does not fit the daemon's state.");
+    RT_PY_EXC1(RtAlreadyExists, "AlreadyExists", "Already exists.");
+    RT_PY_EXC1(RtUnauthenticated, "Unauthenticated", "Missing or bad token.");
+    RT_PY_EXC1(RtDataLoss, "DataLoss", "Corrupt or truncated data.");
+    RT_PY_EXC1(RtInternalError, "InternalError", "The daemon failed internally.");
+#undef RT_PY_EXC
+#undef RT_PY_EXC1
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}
