@@ -1,0 +1,138 @@
+/*
+ * cli.h - internals of the `rtrain` command: option parsing, output helpers
+ * (progress line, timing table, CSV, .npy, SVG plot), and the commands.
+ *
+ * Parsing and the writers are pure functions so tests/cli/test_cli_unit.c can
+ * check them without a daemon:
+ *
+ *     cli_opts o;
+ *     char err[256];
+ *     if (cli_parse(argc, argv, &o, err, sizeof err) < 0) -> usage error, exit 2
+ *     o.cmd == CLI_FIT, o.epochs, o.data, ...
+ */
+#ifndef RTRAIN_CLI_H
+#define RTRAIN_CLI_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "rtrain/rtrain.h"
+
+/* Exit codes; documented in `rtrain --help`. */
+enum {
+    CLI_EXIT_OK = 0,
+    CLI_EXIT_USAGE = 2,
+    CLI_EXIT_CONNECT = 3,
+    CLI_EXIT_INVALID = 4,
+    CLI_EXIT_NOTFOUND = 5,
+    CLI_EXIT_OTHER = 6,
+    CLI_EXIT_INTERRUPTED = 130,
+};
+
+typedef enum cli_cmd {
+    CLI_NONE = 0, CLI_HELP, CLI_VERSION, CLI_INFO, CLI_PING, CLI_FIT, CLI_EVAL,
+    CLI_PREDICT, CLI_BENCH_OVERHEAD, CLI_BENCH_STORY,
+} cli_cmd;
+
+typedef enum cli_data_kind {
+    CLI_DATA_UNKNOWN = 0, CLI_DATA_CSV, CLI_DATA_NPY, CLI_DATA_IDX,
+} cli_data_kind;
+
+typedef struct cli_opts {
+    cli_cmd cmd;
+    const char *server;       /* NULL = $RTRAIN_SERVER or the default */
+    double timeout_s;         /* < 0: not given */
+    const char *model, *weights, *save_weights;
+    const char *data, *labels, *val, *val_labels;
+    const char *out;          /* predict: .csv or .npy */
+    long epochs, batch_size, steps_per_call, steps_per_epoch;
+    const char *loss, *optimizer;
+    double lr;                /* < 0: not given */
+    long label_column;        /* CSV; -1 = last */
+    int csv_header;
+    long long seed;
+    int no_shuffle;
+    int no_normalize;         /* IDX: keep raw 0..255 */
+    int timings;
+    const char *trace;
+    long size, count;         /* ping */
+    long max_k, reps;         /* bench */
+    const char *csv, *plot;
+    int progress;             /* 1 force bar, 0 force lines, -1 auto (TTY) */
+} cli_opts;
+
+/* Parse argv (argv[0] is the program). Returns 0, or -1 with a message in
+ * err for a usage error. Pointers in *o point into argv. */
+int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen);
+const char *cli_cmd_name(cli_cmd c);
+void cli_usage(FILE *f);
+
+/* Map a library error code to a CLI exit code. */
+int cli_exit_code(int rt_err);
+
+/* The data kind of a path by its name: .csv, .npy, .idx/-ubyte (optionally
+ * .gz). */
+cli_data_kind cli_data_kind_of(const char *path);
+
+/* Statistics: sorts v in place; p in [0, 100], nearest-rank. 0 for n == 0. */
+double cli_percentile(double *v, size_t n, double p);
+
+/* "Epoch"-line body: " 6/6 [====...] - 0s 12us/step - loss: ..." into buf.
+ * bar_width 0 omits the bar. val_* NaN/has_val 0 omits them; acc NaN omits
+ * accuracy. Returns buf. */
+char *cli_format_progress(char *buf, size_t len, uint64_t done, uint64_t total,
+                          int bar_width, double elapsed_s, double eta_s,
+                          double loss, double acc, int has_val,
+                          double val_loss, double val_acc);
+
+/* Print one row per call (and a header) of the timing breakdown, in us. */
+void cli_print_timings(FILE *f, const rt_client_timings *calls, size_t n);
+
+/* A .npy (v1.0) writer for f32/i32/i64/u8 and its header parser (used by the
+ * tests and by predict's .npy output). */
+int cli_npy_write(const char *path, rt_client_dtype dt, int ndim,
+                  const int64_t *shape, const void *data);
+int cli_npy_parse_header(const uint8_t *buf, size_t len, rt_client_dtype *dt,
+                         int *ndim, int64_t shape[RT_CLIENT_MAX_DIMS],
+                         size_t *data_offset);
+
+/* CSV of a 2-D f32 (or 1-D) tensor, %.9g. */
+int cli_csv_write_tensor(const char *path, const rt_client_tensor *t);
+
+/* The overhead plot. xs = K values, series of per-step times (us) with
+ * names; ping_floor_us is drawn as the line ping/K. Returns 0 or RT_EIO. */
+typedef struct cli_series {
+    const char *name;
+    const char *color;
+    int dashed;
+    const double *y;
+} cli_series;
+int cli_svg_plot(const char *path, const char *title, const char *xlabel,
+                 const char *ylabel, const double *xs, size_t n,
+                 const cli_series *series, size_t n_series);
+
+/* Commands (return an exit code). */
+extern volatile sig_atomic_t cli_interrupted;
+extern rt_client *volatile cli_active_client;
+void cli_install_sigint(void);
+
+int cli_cmd_info(const cli_opts *o);
+int cli_cmd_ping(const cli_opts *o);
+int cli_cmd_fit(const cli_opts *o);
+int cli_cmd_eval(const cli_opts *o, int predict);
+int cli_cmd_bench_overhead(const cli_opts *o);
+int cli_cmd_bench_story(const cli_opts *o);
+
+/* Shared by the commands: connect (create + timeout), report an error. */
+int cli_connect(const cli_opts *o, rt_client **c);
+int cli_fail(rt_client *c, const char *what, int rc);
+/* Upload a data set given as --data/--labels style paths. */
+int cli_upload(rt_client *c, const char *sid, const char *name, const char *data,
+               const char *labels, const cli_opts *o, rt_client_dataset *out);
+/* Read a whole text file (NUL-terminated); NULL with errno on failure. */
+char *cli_read_file(const char *path, size_t *len);
+void cli_train_opts(const cli_opts *o, rt_train_opts *t);
+
+#endif

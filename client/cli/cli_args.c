@@ -1,0 +1,426 @@
+/* cli_args.c - `rtrain` command line: commands, options, usage, exit codes.
+ * One option table; each option lists the commands it applies to, so a
+ * misplaced option is a usage error rather than silently ignored. */
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define B(c) (1u << (c))
+#define TRAIN (B(CLI_FIT) | B(CLI_EVAL) | B(CLI_PREDICT))
+#define NET (B(CLI_INFO) | B(CLI_PING) | TRAIN | B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY))
+
+enum {
+    O_SERVER = 1000, O_TIMEOUT, O_MODEL, O_WEIGHTS, O_SAVE_WEIGHTS, O_DATA,
+    O_LABELS, O_VAL, O_VAL_LABELS, O_OUT, O_EPOCHS, O_BATCH, O_SPC, O_SPE,
+    O_LOSS, O_OPT, O_LR, O_LABEL_COL, O_CSV_HEADER, O_SEED, O_NO_SHUFFLE,
+    O_NO_NORMALIZE, O_TIMINGS, O_TRACE, O_SIZE, O_COUNT, O_MAX_K, O_REPS,
+    O_CSV, O_PLOT, O_PROGRESS, O_NO_PROGRESS, O_HELP,
+};
+
+typedef struct opt_def {
+    const char *name;
+    int has_arg;
+    int id;
+    unsigned cmds;
+} opt_def;
+
+static const opt_def defs[] = {
+    {"server", 1, O_SERVER, NET},
+    {"timeout", 1, O_TIMEOUT, NET},
+    {"model", 1, O_MODEL, TRAIN},
+    {"weights", 1, O_WEIGHTS, B(CLI_EVAL) | B(CLI_PREDICT)},
+    {"save-weights", 1, O_SAVE_WEIGHTS, B(CLI_FIT)},
+    {"data", 1, O_DATA, TRAIN | B(CLI_BENCH_STORY)},
+    {"labels", 1, O_LABELS, TRAIN},
+    {"val", 1, O_VAL, B(CLI_FIT) | B(CLI_BENCH_STORY)},
+    {"val-labels", 1, O_VAL_LABELS, B(CLI_FIT)},
+    {"out", 1, O_OUT, B(CLI_PREDICT)},
+    {"epochs", 1, O_EPOCHS, B(CLI_FIT) | B(CLI_BENCH_STORY)},
+    {"batch-size", 1, O_BATCH, TRAIN},
+    {"steps-per-call", 1, O_SPC, B(CLI_FIT)},
+    {"steps-per-epoch", 1, O_SPE, B(CLI_FIT)},
+    {"loss", 1, O_LOSS, TRAIN},
+    {"optimizer", 1, O_OPT, TRAIN},
+    {"lr", 1, O_LR, TRAIN},
+    {"label-column", 1, O_LABEL_COL, TRAIN},
+    {"csv-header", 0, O_CSV_HEADER, TRAIN},
+    {"seed", 1, O_SEED, TRAIN},
+    {"no-shuffle", 0, O_NO_SHUFFLE, TRAIN},
+    {"no-normalize", 0, O_NO_NORMALIZE, TRAIN},
+    {"timings", 0, O_TIMINGS, NET},
+    {"trace", 1, O_TRACE, B(CLI_FIT) | B(CLI_EVAL) | B(CLI_PREDICT) |
+                          B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY) | B(CLI_PING)},
+    {"size", 1, O_SIZE, B(CLI_PING)},
+    {"count", 1, O_COUNT, B(CLI_PING)},
+    {"max-k", 1, O_MAX_K, B(CLI_BENCH_OVERHEAD)},
+    {"reps", 1, O_REPS, B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY)},
+    {"csv", 1, O_CSV, B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY)},
+    {"plot", 1, O_PLOT, B(CLI_BENCH_OVERHEAD)},
+    {"progress", 0, O_PROGRESS, B(CLI_FIT)},
+    {"no-progress", 0, O_NO_PROGRESS, B(CLI_FIT)},
+    {"help", 0, O_HELP, ~0u},
+};
+#define N_DEFS (sizeof defs / sizeof defs[0])
+
+const char *cli_cmd_name(cli_cmd c)
+{
+    switch (c) {
+    case CLI_INFO: return "info";
+    case CLI_PING: return "ping";
+    case CLI_FIT: return "fit";
+    case CLI_EVAL: return "eval";
+    case CLI_PREDICT: return "predict";
+    case CLI_BENCH_OVERHEAD: return "bench overhead";
+    case CLI_BENCH_STORY: return "bench story";
+    case CLI_HELP: return "help";
+    case CLI_VERSION: return "version";
+    case CLI_NONE: break;
+    }
+    return "?";
+}
+
+void cli_usage(FILE *f)
+{
+    fputs(
+"usage: rtrain COMMAND [options]\n"
+"\n"
+"Commands:\n"
+"  info                      the daemon's version, device, limits, ops\n"
+"  ping [--size N] [--count N]\n"
+"                            round trips with N-byte payloads; p50/p99\n"
+"  fit --model M.json --data D [--val V] --epochs N --batch-size B\n"
+"      [--steps-per-call K] [--steps-per-epoch S] [--loss L] [--optimizer O]\n"
+"      [--lr X] [--label-column C] [--csv-header] [--seed S] [--no-shuffle]\n"
+"      [--save-weights W.bin] [--timings] [--trace out.json]\n"
+"                            train; K = 0 or absent: one Fit stream, else\n"
+"                            RunSteps K steps per call\n"
+"  eval --model M.json --weights W.bin --data D [--labels L]\n"
+"  predict --model M.json --weights W.bin --data D --out P.csv|P.npy\n"
+"  bench overhead [--max-k 1024] [--reps N] [--csv out.csv] [--plot out.svg]\n"
+"                            per-call overhead of W-A vs steps per call K\n"
+"  bench story [--reps N] [--epochs 20] [--data train.csv --val val.csv]\n"
+"                            the remote-TPU story's three configurations,\n"
+"                            beside PyTorch eager on this machine\n"
+"\n"
+"Data (--data, --labels, --val, --val-labels) by file name:\n"
+"  *.csv                     numeric CSV; the label is --label-column C\n"
+"                            (default -1 = last), --csv-header skips line 1\n"
+"  *.npy                     features; labels in --labels y.npy\n"
+"  *.idx, *-ubyte (.gz)      IDX images (divided by 255 unless\n"
+"                            --no-normalize) and IDX labels in --labels\n"
+"\n"
+"Common options:\n"
+"  --server HOST:PORT        default $RTRAIN_SERVER or " RT_DEFAULT_SERVER "\n"
+"  --timeout SECONDS         deadline of each call (default 60; fit's stream\n"
+"                            has none unless given)\n"
+"  --timings                 print each call's time breakdown (us): queue,\n"
+"                            decode, compile, execute, encode, server total,\n"
+"                            client encode, round trip, client decode,\n"
+"                            wire+framework = round trip - server total,\n"
+"                            unattributed\n"
+"  --trace FILE              write the calls as Chrome trace-event JSON\n"
+"  --progress/--no-progress  force the progress bar on or off (default: on a\n"
+"                            TTY)\n"
+"\n"
+"Weights files (--save-weights, --weights): magic RTWTS001, see rtrain.h.\n"
+"\n"
+"Exit codes:\n"
+"  0 ok, 2 usage error, 3 cannot connect to the daemon, 4 invalid input or\n"
+"  rejected by the daemon, 5 not found, 6 internal or other error,\n"
+"  130 interrupted (SIGINT cancels a running fit at a step boundary)\n",
+        f);
+}
+
+static int perr(char *err, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int parse_long(const char *s, long lo, long hi, long *out)
+{
+    if (!s || !*s)
+        return -1;
+    errno = 0;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *s, double lo, double hi, double *out)
+{
+    if (!s || !*s)
+        return -1;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v) || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static void defaults(cli_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->timeout_s = -1;
+    o->lr = -1;
+    o->label_column = -1;
+    o->seed = -1;
+    o->batch_size = -1;
+    o->epochs = -1;
+    o->size = 0;
+    o->count = 100;
+    o->max_k = 1024;
+    o->reps = -1;
+    o->progress = -1;
+}
+
+int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen)
+{
+    defaults(o);
+    if (errlen)
+        err[0] = 0;
+    if (argc < 2)
+        return perr(err, errlen, "no command given (try rtrain --help)");
+    const char *c = argv[1];
+    int first = 2;
+    if (!strcmp(c, "--help") || !strcmp(c, "-h") || !strcmp(c, "help")) {
+        o->cmd = CLI_HELP;
+        return 0;
+    }
+    if (!strcmp(c, "--version") || !strcmp(c, "version")) {
+        o->cmd = CLI_VERSION;
+        return 0;
+    }
+    if (!strcmp(c, "info")) o->cmd = CLI_INFO;
+    else if (!strcmp(c, "ping")) o->cmd = CLI_PING;
+    else if (!strcmp(c, "fit")) o->cmd = CLI_FIT;
+    else if (!strcmp(c, "eval") || !strcmp(c, "evaluate")) o->cmd = CLI_EVAL;
+    else if (!strcmp(c, "predict")) o->cmd = CLI_PREDICT;
+    else if (!strcmp(c, "bench")) {
+        if (argc < 3)
+            return perr(err, errlen, "bench: which one? overhead or story");
+        if (!strcmp(argv[2], "overhead")) o->cmd = CLI_BENCH_OVERHEAD;
+        else if (!strcmp(argv[2], "story")) o->cmd = CLI_BENCH_STORY;
+        else return perr(err, errlen, "bench: unknown benchmark '%s' "
+                         "(overhead or story)", argv[2]);
+        first = 3;
+    } else {
+        return perr(err, errlen, "unknown command '%s' (try rtrain --help)", c);
+    }
+
+    struct option lopts[N_DEFS + 1];
+    for (size_t i = 0; i < N_DEFS; i++) {
+        lopts[i].name = defs[i].name;
+        lopts[i].has_arg = defs[i].has_arg ? required_argument : no_argument;
+        lopts[i].flag = NULL;
+        lopts[i].val = defs[i].id;
+    }
+    memset(&lopts[N_DEFS], 0, sizeof lopts[N_DEFS]);
+
+    /* getopt_long over the options after the command words. optind = 0
+     * makes glibc reinitialise, so cli_parse can run many times (tests). */
+    int sub_argc = argc - first + 1;
+    char **sub_argv = argv + first - 1;
+    optind = 0;
+    opterr = 0;
+    for (;;) {
+        int li = -1;
+        int id = getopt_long(sub_argc, sub_argv, "+", lopts, &li);
+        if (id == -1)
+            break;
+        if (id == '?' || id == ':') {
+            const char *bad = sub_argv[optind - 1];
+            if (optopt >= O_SERVER)
+                return perr(err, errlen, "%s: option '%s' needs a value",
+                            cli_cmd_name(o->cmd), bad);
+            return perr(err, errlen, "%s: unknown option '%s'", cli_cmd_name(o->cmd), bad);
+        }
+        const opt_def *d = NULL;
+        for (size_t i = 0; i < N_DEFS; i++)
+            if (defs[i].id == id)
+                d = &defs[i];
+        if (!d)
+            return perr(err, errlen, "internal: option %d", id);
+        if (!(d->cmds & B(o->cmd)))
+            return perr(err, errlen, "%s: option --%s does not apply to this command",
+                        cli_cmd_name(o->cmd), d->name);
+        const char *a = optarg;
+        long lv;
+        double dv;
+        switch (id) {
+        case O_SERVER: o->server = a; break;
+        case O_TIMEOUT:
+            if (parse_double(a, 0.001, 1e7, &o->timeout_s) < 0)
+                return perr(err, errlen, "--timeout: expected seconds > 0, got '%s'", a);
+            break;
+        case O_MODEL: o->model = a; break;
+        case O_WEIGHTS: o->weights = a; break;
+        case O_SAVE_WEIGHTS: o->save_weights = a; break;
+        case O_DATA: o->data = a; break;
+        case O_LABELS: o->labels = a; break;
+        case O_VAL: o->val = a; break;
+        case O_VAL_LABELS: o->val_labels = a; break;
+        case O_OUT: o->out = a; break;
+        case O_EPOCHS:
+            if (parse_long(a, 1, 1000000, &o->epochs) < 0)
+                return perr(err, errlen, "--epochs: expected an integer >= 1, got '%s'", a);
+            break;
+        case O_BATCH:
+            if (parse_long(a, 1, 1 << 24, &o->batch_size) < 0)
+                return perr(err, errlen, "--batch-size: expected an integer >= 1, got '%s'", a);
+            break;
+        case O_SPC:
+            if (parse_long(a, 0, 1L << 30, &o->steps_per_call) < 0)
+                return perr(err, errlen, "--steps-per-call: expected an integer >= 0, got '%s'", a);
+            break;
+        case O_SPE:
+            if (parse_long(a, 1, 1L << 30, &o->steps_per_epoch) < 0)
+                return perr(err, errlen, "--steps-per-epoch: expected an integer >= 1, got '%s'", a);
+            break;
+        case O_LOSS: o->loss = a; break;
+        case O_OPT: o->optimizer = a; break;
+        case O_LR:
+            if (parse_double(a, 1e-12, 1e6, &o->lr) < 0)
+                return perr(err, errlen, "--lr: expected a number > 0, got '%s'", a);
+            break;
+        case O_LABEL_COL:
+            if (parse_long(a, -1, 1 << 20, &o->label_column) < 0)
+                return perr(err, errlen, "--label-column: expected an index >= 0 "
+                            "or -1 (last), got '%s'", a);
+            break;
+        case O_CSV_HEADER: o->csv_header = 1; break;
+        case O_SEED:
+            if (parse_long(a, 0, __LONG_MAX__, &lv) < 0)
+                return perr(err, errlen, "--seed: expected an integer >= 0, got '%s'", a);
+            o->seed = lv;
+            break;
+        case O_NO_SHUFFLE: o->no_shuffle = 1; break;
+        case O_NO_NORMALIZE: o->no_normalize = 1; break;
+        case O_TIMINGS: o->timings = 1; break;
+        case O_TRACE: o->trace = a; break;
+        case O_SIZE:
+            if (parse_long(a, 0, 1L << 30, &o->size) < 0)
+                return perr(err, errlen, "--size: expected bytes >= 0, got '%s'", a);
+            break;
+        case O_COUNT:
+            if (parse_long(a, 1, 10000000, &o->count) < 0)
+                return perr(err, errlen, "--count: expected an integer >= 1, got '%s'", a);
+            break;
+        case O_MAX_K:
+            if (parse_long(a, 1, 1 << 20, &o->max_k) < 0)
+                return perr(err, errlen, "--max-k: expected an integer >= 1, got '%s'", a);
+            break;
+        case O_REPS:
+            if (parse_long(a, 1, 100000, &o->reps) < 0)
+                return perr(err, errlen, "--reps: expected an integer >= 1, got '%s'", a);
+            break;
+        case O_CSV: o->csv = a; break;
+        case O_PLOT: o->plot = a; break;
+        case O_PROGRESS: o->progress = 1; break;
+        case O_NO_PROGRESS: o->progress = 0; break;
+        case O_HELP: o->cmd = CLI_HELP; return 0;
+        }
+        (void)dv;
+    }
+    if (optind < sub_argc)
+        return perr(err, errlen, "%s: unexpected argument '%s'", cli_cmd_name(o->cmd),
+                    sub_argv[optind]);
+
+    /* Per-command requirements. */
+    switch (o->cmd) {
+    case CLI_FIT:
+        if (!o->model || !o->data)
+            return perr(err, errlen, "fit: --model and --data are required");
+        if (o->epochs < 0)
+            o->epochs = 1;
+        break;
+    case CLI_EVAL:
+        if (!o->model || !o->weights || !o->data)
+            return perr(err, errlen, "eval: --model, --weights and --data are required");
+        break;
+    case CLI_PREDICT:
+        if (!o->model || !o->weights || !o->data || !o->out)
+            return perr(err, errlen, "predict: --model, --weights, --data and --out "
+                        "are required");
+        break;
+    default:
+        break;
+    }
+    if ((o->cmd == CLI_FIT || o->cmd == CLI_EVAL || o->cmd == CLI_PREDICT)) {
+        cli_data_kind k = cli_data_kind_of(o->data);
+        if (k == CLI_DATA_UNKNOWN)
+            return perr(err, errlen, "%s: cannot tell the format of '%s' (expected "
+                        ".csv, .npy, .idx or -ubyte, optionally .gz)",
+                        cli_cmd_name(o->cmd), o->data);
+        if (k != CLI_DATA_CSV && !o->labels && o->cmd != CLI_PREDICT)
+            return perr(err, errlen, "%s: %s data needs --labels", cli_cmd_name(o->cmd),
+                        k == CLI_DATA_NPY ? ".npy" : "IDX");
+        if (o->val) {
+            cli_data_kind vk = cli_data_kind_of(o->val);
+            if (vk == CLI_DATA_UNKNOWN)
+                return perr(err, errlen, "fit: cannot tell the format of '%s'", o->val);
+            if (vk != CLI_DATA_CSV && !o->val_labels)
+                return perr(err, errlen, "fit: --val %s needs --val-labels", o->val);
+        }
+    }
+    return 0;
+}
+
+int cli_exit_code(int rc)
+{
+    switch (rc) {
+    case 0:
+        return CLI_EXIT_OK;
+    case RT_EUNAVAILABLE:
+        return CLI_EXIT_CONNECT;
+    case RT_ENOTFOUND:
+        return CLI_EXIT_NOTFOUND;
+    case RT_ECANCELLED:
+        return CLI_EXIT_INTERRUPTED;
+    case RT_EINVAL: case RT_EGRAPH: case RT_EUNKNOWN_OP: case RT_ECYCLE:
+    case RT_ESHAPE: case RT_EDTYPE: case RT_EOVERFLOW: case RT_EDATA:
+    case RT_ECHECKSUM: case RT_ETOOBIG: case RT_EEXIST: case RT_ESTATE:
+    case RT_EAUTH: case RT_EUNKNOWN_LAYER: case RT_EJSON: case RT_ENAN:
+    case RT_ETRUNCATED: case RT_EUNIMPLEMENTED:
+        return CLI_EXIT_INVALID;
+    default:
+        return CLI_EXIT_OTHER;
+    }
+}
+
+static int ends_with(const char *s, const char *suf)
+{
+    size_t n = strlen(s), m = strlen(suf);
+    return n >= m && strcasecmp(s + n - m, suf) == 0;
+}
+
+cli_data_kind cli_data_kind_of(const char *path)
+{
+    if (!path || !*path)
+        return CLI_DATA_UNKNOWN;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    if (ends_with(tmp, ".gz"))
+        tmp[strlen(tmp) - 3] = 0;
+    if (ends_with(tmp, ".csv"))
+        return CLI_DATA_CSV;
+    if (ends_with(tmp, ".npy"))
+        return CLI_DATA_NPY;
+    if (ends_with(tmp, ".idx") || ends_with(tmp, "-ubyte") || ends_with(tmp, ".idx1") ||
+        ends_with(tmp, ".idx3") || strstr(tmp, "-idx1-") || strstr(tmp, "-idx3-"))
+        return CLI_DATA_IDX;
+    return CLI_DATA_UNKNOWN;
+}

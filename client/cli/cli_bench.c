@@ -1,0 +1,527 @@
+/* cli_bench.c - `rtrain bench overhead` and `rtrain bench story`.
+ *
+ * Both run W-A (notes/baselines.md): Dense(32, relu, input 4) -> Dense(3,
+ * softmax), Adam lr 0.1, Keras logcosh on integer labels, batch 20.
+ * Benchmarks print numbers and ratios against a peer measured in the same
+ * run; they assert nothing about time. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "rt_wire.h"
+
+#ifndef RT_SOURCE_DIR
+#define RT_SOURCE_DIR "."
+#endif
+
+/* The W-A graph, built natively (the bench needs no files). */
+static rt_model *wa_model(void)
+{
+    rt_model *m = rt_model_create();
+    if (!m)
+        return NULL;
+    int64_t in[2] = {-1, 4};
+    const char *h = NULL, *y = NULL;
+    if (rt_model_add_input(m, "x", RT_DTYPE_F32, 2, in) < 0 ||
+        rt_model_dense(m, "dense", "x", 4, 32, "relu", &h) < 0 ||
+        rt_model_dense(m, "dense_1", h, 32, 3, "softmax", &y) < 0 ||
+        rt_model_set_output(m, y) < 0) {
+        rt_model_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
+static void wa_opts(rt_train_opts *t, uint64_t seed)
+{
+    rt_train_opts_init(t);
+    t->loss = "logcosh";
+    t->optimizer = "adam";
+    t->lr = 0.1f;
+    t->eps = 1e-7f;
+    t->batch_size = 20;
+    t->seed = seed;
+}
+
+/* 105 iris-shaped samples (3 separable clusters), deterministic. The
+ * overhead bench measures the cost of calls, which does not depend on the
+ * values; bench story uses the real iris split. */
+static void synth_iris(float *x, int32_t *y, int n)
+{
+    static const float mu[3][4] = {{5.0f, 3.4f, 1.5f, 0.2f},
+                                   {5.9f, 2.8f, 4.3f, 1.3f},
+                                   {6.6f, 3.0f, 5.5f, 2.0f}};
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < n; i++) {
+        int c = i * 3 / n;
+        y[i] = c;
+        for (int j = 0; j < 4; j++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            float u = (float)((s >> 40) & 0xffffff) / 16777216.0f - 0.5f;
+            x[i * 4 + j] = mu[c][j] + 0.6f * u;
+        }
+    }
+}
+
+typedef struct calls_acc {
+    rt_client_timings *v;
+    size_t n, cap;
+} calls_acc;
+
+static void acc_add(calls_acc *a, rt_client *c)
+{
+    size_t n;
+    const rt_client_timings *t = rt_client_trace_calls(c, &n);
+    if (!n)
+        return;
+    if (a->n + n > a->cap) {
+        size_t cap = (a->n + n) * 2;
+        rt_client_timings *nv = realloc(a->v, cap * sizeof *nv);
+        if (!nv)
+            return;
+        a->v = nv;
+        a->cap = cap;
+    }
+    memcpy(a->v + a->n, t, n * sizeof *t);
+    a->n += n;
+}
+
+/* ------------------------------------------------------------- overhead */
+
+int cli_cmd_bench_overhead(const cli_opts *o)
+{
+    long reps = o->reps > 0 ? o->reps : 30;
+    rt_client *c;
+    int ex = cli_connect(o, &c);
+    if (ex)
+        return ex;
+    rt_client_trace_enable(c, o->trace != NULL);
+    char sid[RT_ID_MAX] = "";
+    rt_client_compile_result prog;
+    memset(&prog, 0, sizeof prog);
+    rt_model *m = wa_model();
+    size_t nk = 0;
+    long kmax = o->max_k;
+    for (long k = 1; k <= kmax; k *= 2)
+        nk++;
+    double *ks = calloc(nk, sizeof *ks);
+    double *rtt = calloc((size_t)reps, sizeof *rtt);
+    double *ovh = calloc((size_t)reps, sizeof *ovh);
+    double *exe = calloc((size_t)reps, sizeof *exe);
+    double *col[9];
+    for (int i = 0; i < 9; i++)
+        col[i] = calloc(nk, sizeof(double));
+    int oom = !m || !ks || !rtt || !ovh || !exe;
+    for (int i = 0; i < 9; i++)
+        oom |= !col[i];
+    FILE *csv = NULL;
+    if (oom) {
+        fprintf(stderr, "rtrain: out of memory\n");
+        ex = CLI_EXIT_OTHER;
+        goto out;
+    }
+    int rc = rt_client_session_create(c, "bench overhead", sid);
+    if (rc < 0) {
+        ex = cli_fail(c, "CreateSession", rc);
+        goto out;
+    }
+    rt_train_opts t;
+    wa_opts(&t, 1);
+    rc = rt_client_compile(c, sid, m, &t, &prog);
+    if (rc < 0) {
+        ex = cli_fail(c, "Compile", rc);
+        goto out;
+    }
+    float x[105 * 4];
+    int32_t y[105];
+    synth_iris(x, y, 105);
+    rt_client_array xa = {x, RT_DTYPE_F32, 2, {105, 4}};
+    rt_client_array ya = {y, RT_DTYPE_I32, 1, {105}};
+    rt_client_dataset ds;
+    rc = rt_client_upload(c, sid, "iris-like", &xa, &ya, &ds);
+    if (rc < 0) {
+        ex = cli_fail(c, "upload", rc);
+        goto out;
+    }
+
+    /* The floor: a bare Ping in the same run, same connection. */
+    int nping = 200;
+    double *pv = calloc((size_t)nping, sizeof *pv);
+    if (!pv) {
+        ex = CLI_EXIT_OTHER;
+        goto out;
+    }
+    for (int i = 0; i < nping + 20 && !cli_interrupted; i++) {
+        uint64_t ns;
+        rc = rt_client_ping(c, 0, &ns);
+        if (rc < 0) {
+            free(pv);
+            ex = cli_fail(c, "Ping", rc);
+            goto out;
+        }
+        if (i >= 20) /* warm-up first */
+            pv[i - 20] = ns / 1e3;
+    }
+    double ping50 = cli_percentile(pv, (size_t)nping, 50);
+    double ping99 = cli_percentile(pv, (size_t)nping, 99);
+    free(pv);
+
+    rt_client_steps_params sp = {.session = sid, .program = prog.program_id,
+                                 .dataset = ds.id, .steps = 1};
+    for (int i = 0; i < 10; i++) { /* warm the program and the caches */
+        rt_client_steps_result r;
+        rc = rt_client_run_steps(c, &sp, &r);
+        if (rc < 0) {
+            ex = cli_fail(c, "RunSteps", rc);
+            goto out;
+        }
+        rt_client_steps_result_free(&r);
+    }
+
+    printf("bench overhead: W-A (iris MLP 4-32-3, batch 20, Adam, logcosh) on %s\n",
+           rt_client_target(c));
+    printf("Ping floor (empty unary call, same connection): p50 %.1f us, p99 %.1f us "
+           "(%d calls)\n", ping50, ping99, nping);
+    printf("Definitions, per K (steps per RunSteps call), over %ld calls:\n"
+           "  round trip   client-side time of one call (p50, p99)\n"
+           "  per step     round trip p50 / K\n"
+           "  compute/step daemon execute_ns / K (kernels, batch gather, optimizer)\n"
+           "  overhead     per call: round trip - execute_ns (= round trip - K x\n"
+           "               per-step compute), p50: wire, gRPC, protobuf, queue,\n"
+           "               decode, encode, everything but the training work\n"
+           "  compute %%    execute_ns / round trip (sum over calls)\n"
+           "  ovh/ping     overhead p50 / Ping p50\n", reps);
+    printf("%6s %12s %12s %12s %13s %13s %10s %9s\n", "K", "rtt p50 us", "rtt p99 us",
+           "per step us", "compute/step", "overhead us", "compute %", "ovh/ping");
+    size_t ki = 0;
+    for (long k = 1; k <= kmax && !cli_interrupted; k *= 2, ki++) {
+        double sum_exe = 0, sum_rtt = 0;
+        sp.steps = (uint64_t)k;
+        for (long r = 0; r < reps; r++) {
+            rt_client_steps_result res;
+            rc = rt_client_run_steps(c, &sp, &res);
+            if (rc < 0) {
+                ex = cli_fail(c, "RunSteps", rc);
+                goto out;
+            }
+            rt_client_steps_result_free(&res);
+            rt_client_timings tm;
+            rt_client_last_timings(c, &tm);
+            rtt[r] = tm.round_trip_ns / 1e3;
+            exe[r] = tm.execute_ns / 1e3;
+            ovh[r] = rtt[r] - exe[r];
+            sum_exe += exe[r];
+            sum_rtt += rtt[r];
+        }
+        double r50 = cli_percentile(rtt, (size_t)reps, 50);
+        double r99 = cli_percentile(rtt, (size_t)reps, 99);
+        double e50 = cli_percentile(exe, (size_t)reps, 50);
+        double o50 = cli_percentile(ovh, (size_t)reps, 50);
+        ks[ki] = (double)k;
+        col[0][ki] = r50;
+        col[1][ki] = r99;
+        col[2][ki] = r50 / (double)k;
+        col[3][ki] = e50 / (double)k;
+        col[4][ki] = o50;
+        col[5][ki] = sum_rtt > 0 ? sum_exe / sum_rtt : 0;
+        col[6][ki] = ping50 > 0 ? o50 / ping50 : 0;
+        col[7][ki] = ping50 / (double)k;
+        printf("%6ld %12.1f %12.1f %12.2f %13.3f %13.1f %9.1f%% %9.2f\n", k, r50, r99,
+               col[2][ki], col[3][ki], o50, 100 * col[5][ki], col[6][ki]);
+        fflush(stdout);
+    }
+    if (cli_interrupted) {
+        ex = CLI_EXIT_INTERRUPTED;
+        goto out;
+    }
+    if (o->csv) {
+        csv = fopen(o->csv, "w");
+        if (!csv) {
+            fprintf(stderr, "rtrain: cannot write %s: %s\n", o->csv, strerror(errno));
+            ex = CLI_EXIT_OTHER;
+            goto out;
+        }
+        fprintf(csv, "k,reps,rtt_p50_us,rtt_p99_us,per_step_us,compute_per_step_us,"
+                "overhead_per_call_us,compute_share,overhead_vs_ping,ping_p50_us\n");
+        for (size_t i = 0; i < nk; i++)
+            fprintf(csv, "%.0f,%ld,%.3f,%.3f,%.4f,%.4f,%.3f,%.4f,%.3f,%.3f\n", ks[i], reps,
+                    col[0][i], col[1][i], col[2][i], col[3][i], col[4][i], col[5][i],
+                    col[6][i], ping50);
+        if (fclose(csv) != 0)
+            ex = CLI_EXIT_OTHER;
+        csv = NULL;
+        printf("csv: %s\n", o->csv);
+    }
+    if (o->plot) {
+        cli_series s[3] = {
+            {"per-step time (round trip / K)", "#1f77b4", 0, col[2]},
+            {"compute per step (execute / K)", "#2ca02c", 0, col[3]},
+            {"Ping floor (Ping p50 / K)", "#d62728", 1, col[7]},
+        };
+        char title[160];
+        snprintf(title, sizeof title, "rtrain W-A: time per training step vs steps per "
+                 "call (Ping p50 %.0f us)", ping50);
+        rc = cli_svg_plot(o->plot, title, "K = steps per RunSteps call (log)",
+                          "microseconds per step (log)", ks, nk, s, 3);
+        if (rc < 0) {
+            fprintf(stderr, "rtrain: cannot write the plot %s\n", o->plot);
+            ex = CLI_EXIT_OTHER;
+        } else {
+            printf("plot: %s\n", o->plot);
+        }
+    }
+out:
+    if (o->trace && c && rt_client_trace_write(c, o->trace) < 0)
+        fprintf(stderr, "rtrain: cannot write the trace %s\n", o->trace);
+    if (sid[0] && !cli_interrupted)
+        rt_client_session_close(c, sid);
+    rt_client_compile_result_free(&prog);
+    rt_model_destroy(m);
+    free(ks);
+    free(rtt);
+    free(ovh);
+    free(exe);
+    for (int i = 0; i < 9; i++)
+        free(col[i]);
+    cli_active_client = NULL;
+    rt_client_destroy(c);
+    return ex;
+}
+
+/* ------------------------------------------------------------- story */
+
+enum { STORY_PER_STEP, STORY_PER_EPOCH, STORY_WHOLE, STORY_N };
+
+static const char *const story_names[STORY_N] = {
+    "one call per step", "one call per epoch", "one call for the run"};
+static const char *const story_reported[STORY_N] = {
+    "~30 s (remote TPU)", "~6 s (remote TPU)", "-"};
+
+typedef struct story_run {
+    double wall_s;
+    size_t calls;
+    double val_loss, val_acc;
+    int cache_hit, dedup;
+} story_run;
+
+/* One full run: connect, session, compile, upload train+val, train, close. */
+static int story_once(const cli_opts *o, int cfg, const char *train, const char *val,
+                      long epochs, uint64_t seed, story_run *out, calls_acc *acc)
+{
+    memset(out, 0, sizeof *out);
+    out->val_loss = out->val_acc = NAN;
+    uint64_t t0 = rt_now_ns();
+    rt_client *c;
+    int ex = cli_connect(o, &c);
+    if (ex)
+        return ex;
+    rt_client_trace_enable(c, 1);
+    char sid[RT_ID_MAX] = "";
+    rt_client_compile_result prog;
+    memset(&prog, 0, sizeof prog);
+    rt_model *m = wa_model();
+    rt_client_dataset tr, va;
+    int rc = m ? rt_client_session_create(c, "bench story", sid) : RT_ENOMEM;
+    const char *what = "CreateSession";
+    rt_train_opts t;
+    wa_opts(&t, seed);
+    if (rc == 0) {
+        what = "Compile";
+        rc = rt_client_compile(c, sid, m, &t, &prog);
+    }
+    if (rc == 0) {
+        what = "upload";
+        rc = rt_client_upload_csv(c, sid, "iris-train", train, -1, 0, &tr);
+    }
+    if (rc == 0)
+        rc = rt_client_upload_csv(c, sid, "iris-val", val, -1, 0, &va);
+    const uint64_t spe = 2; /* the story's steps per epoch */
+    if (rc == 0 && cfg == STORY_PER_STEP) {
+        for (long e = 0; e < epochs && rc == 0 && !cli_interrupted; e++) {
+            for (uint64_t s = 0; s < spe && rc == 0; s++) {
+                rt_client_steps_params sp = {.session = sid, .program = prog.program_id,
+                                             .dataset = tr.id, .steps = 1};
+                rt_client_steps_result r;
+                what = "RunSteps";
+                rc = rt_client_run_steps(c, &sp, &r);
+                if (rc == 0)
+                    rt_client_steps_result_free(&r);
+            }
+            if (rc == 0) {
+                rt_client_metrics mm;
+                what = "Evaluate";
+                rc = rt_client_evaluate(c, sid, prog.program_id, va.id, &mm);
+                out->val_loss = mm.loss;
+                out->val_acc = mm.accuracy;
+            }
+        }
+    } else if (rc == 0) {
+        long calls = cfg == STORY_PER_EPOCH ? epochs : 1;
+        rt_client_fit_params fp = {.session = sid, .program = prog.program_id,
+                                   .dataset = tr.id, .val_dataset = va.id,
+                                   .epochs = (uint32_t)(cfg == STORY_PER_EPOCH ? 1 : epochs),
+                                   .steps_per_epoch = (uint32_t)spe};
+        for (long i = 0; i < calls && rc == 0 && !cli_interrupted; i++) {
+            what = "Fit";
+            rc = rt_client_fit(c, &fp, NULL, NULL);
+        }
+        if (rc == 0) {
+            rt_client_metrics mm;
+            /* The final validation figures, for the table; not timed apart. */
+            what = "Evaluate";
+            rc = rt_client_evaluate(c, sid, prog.program_id, va.id, &mm);
+            out->val_loss = mm.loss;
+            out->val_acc = mm.accuracy;
+        }
+    }
+    if (rc == 0 && cli_interrupted)
+        rc = RT_ECANCELLED;
+    if (rc < 0)
+        ex = cli_fail(c, what, rc);
+    else {
+        rt_client_session_close(c, sid);
+        out->wall_s = (double)(rt_now_ns() - t0) / 1e9;
+        out->cache_hit = prog.cache_hit;
+        out->dedup = tr.deduplicated;
+    }
+    size_t n;
+    rt_client_trace_calls(c, &n);
+    out->calls = n;
+    if (acc)
+        acc_add(acc, c);
+    rt_client_compile_result_free(&prog);
+    rt_model_destroy(m);
+    cli_active_client = NULL;
+    rt_client_destroy(c);
+    return ex;
+}
+
+/* Runs bench/story_torch.py; returns its median wall time in s, or NAN. */
+static double torch_peer(const char *train, const char *val, long epochs, long reps,
+                         char *note, size_t notelen)
+{
+    const char *script = RT_SOURCE_DIR "/bench/story_torch.py";
+    const char *py = "/usr/bin/python3";
+    if (access(script, R_OK) != 0) {
+        snprintf(note, notelen, "n/a (%s missing)", script);
+        return NAN;
+    }
+    if (access(py, X_OK) != 0) {
+        snprintf(note, notelen, "n/a (%s not installed)", py);
+        return NAN;
+    }
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s '%s' --train '%s' --val '%s' "
+             "--epochs %ld --reps %ld 2>&1", py, script, train, val, epochs, reps);
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        snprintf(note, notelen, "n/a (cannot run %s)", py);
+        return NAN;
+    }
+    char line[1024];
+    double med = NAN, acc = NAN;
+    int missing = 0;
+    while (fgets(line, sizeof line, p)) {
+        if (strstr(line, "python3-torch not installed"))
+            missing = 1;
+        double a, b;
+        if (sscanf(line, "torch_story median_s=%lf val_accuracy=%lf", &a, &b) == 2) {
+            med = a;
+            acc = b;
+        }
+    }
+    int st = pclose(p);
+    if (missing) {
+        snprintf(note, notelen, "n/a (python3-torch not installed)");
+        return NAN;
+    }
+    if (isnan(med) || st != 0) {
+        snprintf(note, notelen, "n/a (story_torch.py failed)");
+        return NAN;
+    }
+    snprintf(note, notelen, "%.3f s (val acc %.2f)", med, acc);
+    return med;
+}
+
+int cli_cmd_bench_story(const cli_opts *o)
+{
+    long reps = o->reps > 0 ? o->reps : 5;
+    long epochs = o->epochs > 0 ? o->epochs : 20;
+    const char *train = o->data ? o->data : RT_SOURCE_DIR "/examples/iris/train.csv";
+    const char *val = o->val ? o->val : RT_SOURCE_DIR "/examples/iris/val.csv";
+    if (access(train, R_OK) != 0 || access(val, R_OK) != 0) {
+        fprintf(stderr, "rtrain: bench story: cannot read %s or %s (give --data and "
+                "--val: the iris CSV splits)\n", train, val);
+        return CLI_EXIT_INVALID;
+    }
+    calls_acc acc = {0};
+    story_run runs[STORY_N][64];
+    if (reps > 64)
+        reps = 64;
+    printf("bench story: W-A on iris (%s / %s), batch 20, %ld epochs x 2 steps, Adam "
+           "lr 0.1, logcosh, validation each epoch; %ld reps, interleaved\n",
+           train, val, epochs, reps);
+    fflush(stdout);
+    int ex = 0;
+    /* Interleave the configurations so machine noise hits them alike. */
+    for (long r = 0; r < reps && !ex; r++)
+        for (int cfg = 0; cfg < STORY_N && !ex; cfg++)
+            ex = story_once(o, cfg, train, val, epochs, 1, &runs[cfg][r],
+                            o->trace ? &acc : NULL);
+    if (ex) {
+        free(acc.v);
+        return ex;
+    }
+    char torch_note[256];
+    double torch_s = torch_peer(train, val, epochs, reps, torch_note, sizeof torch_note);
+    printf("\n%-22s %12s %12s %7s %9s %20s\n", "configuration", "rtrain p50", "first run",
+           "calls", "val acc", "story reported");
+    double p50[STORY_N];
+    for (int cfg = 0; cfg < STORY_N; cfg++) {
+        double w[64];
+        for (long r = 0; r < reps; r++)
+            w[r] = runs[cfg][r].wall_s;
+        double first = w[0];
+        p50[cfg] = cli_percentile(w, (size_t)reps, 50);
+        printf("%-22s %10.3f s %10.3f s %7zu %9.3f %20s\n", story_names[cfg], p50[cfg],
+               first, runs[cfg][0].calls, runs[cfg][reps - 1].val_acc,
+               story_reported[cfg]);
+    }
+    printf("%-22s %12s %12s %7s %9s %20s\n", "Keras, laptop CPU", "-", "-", "-", "-",
+           "~1.3 s");
+    printf("%-22s %s\n", "PyTorch eager, here", torch_note);
+    printf("\nrtrain times include connect, session, compile (a cache hit after the "
+           "first run), upload (deduplicated after the first run) and training.\n"
+           "val acc is 0 by construction on the unshuffled split (as in the story).\n");
+    if (!isnan(torch_s))
+        printf("ratios to PyTorch eager: per step %.2fx, per epoch %.2fx, whole run "
+               "%.2fx\n", p50[0] / torch_s, p50[1] / torch_s, p50[2] / torch_s);
+    if (o->csv) {
+        FILE *f = fopen(o->csv, "w");
+        if (f) {
+            fprintf(f, "configuration,rtrain_p50_s,first_run_s,calls,story_reported,"
+                       "torch_eager_s\n");
+            for (int cfg = 0; cfg < STORY_N; cfg++)
+                fprintf(f, "%s,%.6f,%.6f,%zu,%s,%.6f\n", story_names[cfg], p50[cfg],
+                        runs[cfg][0].wall_s, runs[cfg][0].calls, story_reported[cfg],
+                        torch_s);
+            fclose(f);
+        } else {
+            fprintf(stderr, "rtrain: cannot write %s\n", o->csv);
+            ex = CLI_EXIT_OTHER;
+        }
+    }
+    if (o->trace) {
+        if (rt_client_trace_write_calls(acc.v, acc.n, o->trace) < 0) {
+            fprintf(stderr, "rtrain: cannot write the trace %s\n", o->trace);
+            ex = CLI_EXIT_OTHER;
+        }
+    }
+    free(acc.v);
+    return ex;
+}

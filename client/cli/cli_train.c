@@ -1,0 +1,472 @@
+/* cli_train.c - `rtrain fit`, `rtrain eval`, `rtrain predict`, and what the
+ * commands share: connecting, error reporting, uploads, SIGINT. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rt_wire.h" /* rt_now_ns */
+
+volatile sig_atomic_t cli_interrupted;
+rt_client *volatile cli_active_client;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    cli_interrupted = 1;
+    /* rt_client_cancel only stores an atomic flag: async-signal-safe. */
+    rt_client *c = cli_active_client;
+    if (c)
+        rt_client_cancel(c);
+    /* A second Ctrl-C ends the process the default way. */
+    signal(SIGINT, SIG_DFL);
+}
+
+void cli_install_sigint(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+int cli_connect(const cli_opts *o, rt_client **c)
+{
+    int rc = rt_client_create(o->server, c);
+    if (rc < 0) {
+        fprintf(stderr, "rtrain: cannot create a client for %s: %s\n",
+                o->server ? o->server : "(default)", rt_strerror(rc));
+        return cli_exit_code(rc);
+    }
+    if (o->timeout_s > 0)
+        rt_client_set_timeout_ms(*c, (int64_t)(o->timeout_s * 1000));
+    cli_active_client = *c;
+    return 0;
+}
+
+int cli_fail(rt_client *c, const char *what, int rc)
+{
+    if (rc == RT_ECANCELLED && cli_interrupted) {
+        fprintf(stderr, "rtrain: %s: interrupted\n", what);
+        return CLI_EXIT_INTERRUPTED;
+    }
+    const char *msg = c ? rt_client_errmsg(c) : "";
+    fprintf(stderr, "rtrain: %s failed: %s\n", what, msg && *msg ? msg : rt_strerror(rc));
+    return cli_exit_code(rc);
+}
+
+char *cli_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0)
+            break;
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                errno = ENOMEM;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf)
+        return NULL;
+    if (bad) {
+        free(buf);
+        errno = EIO;
+        return NULL;
+    }
+    buf[n] = 0;
+    if (len)
+        *len = n;
+    return buf;
+}
+
+static const char *base_name(const char *p)
+{
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+int cli_upload(rt_client *c, const char *sid, const char *name, const char *data,
+               const char *labels, const cli_opts *o, rt_client_dataset *out)
+{
+    switch (cli_data_kind_of(data)) {
+    case CLI_DATA_CSV:
+        return rt_client_upload_csv(c, sid, name, data, (int)o->label_column,
+                                    o->csv_header, out);
+    case CLI_DATA_NPY:
+        return rt_client_upload_npy(c, sid, name, data, labels, out);
+    case CLI_DATA_IDX:
+        return rt_client_upload_idx(c, sid, name, data, labels, !o->no_normalize, out);
+    default:
+        return RT_EINVAL;
+    }
+}
+
+void cli_train_opts(const cli_opts *o, rt_train_opts *t)
+{
+    rt_train_opts_init(t);
+    if (o->loss)
+        t->loss = o->loss;
+    if (o->optimizer)
+        t->optimizer = o->optimizer;
+    if (o->lr > 0)
+        t->lr = (float)o->lr;
+    if (o->batch_size > 0)
+        t->batch_size = (uint32_t)o->batch_size;
+    if (o->seed >= 0)
+        t->seed = (uint64_t)o->seed;
+    t->no_shuffle = o->no_shuffle;
+}
+
+/* Session + compile of --model; on failure prints and returns an exit code. */
+static int setup(rt_client *c, const cli_opts *o, const char *what, char *sid,
+                 rt_client_compile_result *prog)
+{
+    int rc = rt_client_session_create(c, what, sid);
+    if (rc < 0)
+        return cli_fail(c, "CreateSession", rc);
+    size_t len;
+    char *json = cli_read_file(o->model, &len);
+    if (!json) {
+        fprintf(stderr, "rtrain: cannot read the model %s: %s\n", o->model, strerror(errno));
+        return CLI_EXIT_INVALID;
+    }
+    rt_train_opts t;
+    cli_train_opts(o, &t);
+    rc = rt_client_compile_keras(c, sid, json, &t, prog);
+    free(json);
+    if (rc < 0)
+        return cli_fail(c, "Compile", rc);
+    return 0;
+}
+
+static void finish_outputs(rt_client *c, const cli_opts *o)
+{
+    size_t n;
+    const rt_client_timings *calls = rt_client_trace_calls(c, &n);
+    if (o->timings) {
+        printf("\n");
+        cli_print_timings(stdout, calls, n);
+    }
+    if (o->trace) {
+        if (rt_client_trace_write(c, o->trace) < 0)
+            fprintf(stderr, "rtrain: cannot write the trace %s\n", o->trace);
+        else
+            fprintf(stderr, "trace: %s (%zu calls)\n", o->trace, n);
+    }
+}
+
+/* ------------------------------------------------------------- fit */
+
+typedef struct fit_view {
+    int bar;             /* TTY progress bar */
+    long epochs;
+    uint64_t spe;
+    uint64_t cur_epoch;  /* epoch whose header was printed */
+    uint64_t t_epoch;    /* start of the current epoch */
+    uint64_t t_start;
+    rt_client_epoch last;
+    int have_last;
+} fit_view;
+
+static void view_epoch_start(fit_view *v, uint64_t epoch)
+{
+    if (epoch <= v->cur_epoch)
+        return;
+    v->cur_epoch = epoch;
+    v->t_epoch = rt_now_ns();
+    if (v->bar) {
+        printf("Epoch %llu/%ld\n", (unsigned long long)epoch, v->epochs);
+        fflush(stdout);
+    }
+}
+
+static void view_progress(fit_view *v, uint64_t epoch, uint64_t done, double loss,
+                          double acc)
+{
+    view_epoch_start(v, epoch);
+    if (!v->bar)
+        return;
+    double el = (double)(rt_now_ns() - v->t_epoch) / 1e9;
+    double eta = done ? el / (double)done * (double)(v->spe > done ? v->spe - done : 0) : 0;
+    char line[512];
+    cli_format_progress(line, sizeof line, done, v->spe, 30, el, eta, loss, acc, 0,
+                        NAN, NAN);
+    printf("\r%s\033[K", line);
+    fflush(stdout);
+}
+
+static void view_epoch_end(fit_view *v, const rt_client_epoch *e)
+{
+    view_epoch_start(v, e->epoch);
+    double el = (double)(rt_now_ns() - v->t_epoch) / 1e9;
+    char line[512];
+    uint64_t steps = v->spe;
+    cli_format_progress(line, sizeof line, steps, steps, v->bar ? 30 : 0, el, 0,
+                        e->train.loss, e->train.accuracy, e->has_val, e->val.loss,
+                        e->val.accuracy);
+    if (v->bar)
+        printf("\r%s\033[K\n", line);
+    else
+        printf("Epoch %llu/%ld - %s\n", (unsigned long long)e->epoch, v->epochs, line);
+    fflush(stdout);
+    v->last = *e;
+    v->have_last = 1;
+    v->t_epoch = rt_now_ns();
+}
+
+static int on_fit_event(const rt_client_fit_event *ev, void *user)
+{
+    fit_view *v = user;
+    if (ev->kind == RT_FIT_PROGRESS)
+        view_progress(v, ev->epoch, ev->step_in_epoch, ev->loss, ev->accuracy);
+    else if (ev->kind == RT_FIT_EPOCH_END)
+        view_epoch_end(v, &ev->epoch_end);
+    return cli_interrupted ? 1 : 0;
+}
+
+int cli_cmd_fit(const cli_opts *o)
+{
+    rt_client *c = NULL;
+    int ex = cli_connect(o, &c);
+    if (ex)
+        return ex;
+    rt_client_trace_enable(c, 1);
+    char sid[RT_ID_MAX] = "";
+    rt_client_compile_result prog;
+    memset(&prog, 0, sizeof prog);
+    rt_client_dataset tr, va;
+    memset(&va, 0, sizeof va);
+    uint64_t t0 = rt_now_ns();
+    ex = setup(c, o, "rtrain fit", sid, &prog);
+    if (ex)
+        goto out;
+    int rc = cli_upload(c, sid, base_name(o->data), o->data, o->labels, o, &tr);
+    if (rc < 0) {
+        ex = cli_fail(c, "upload of --data", rc);
+        goto out;
+    }
+    if (o->val) {
+        rc = cli_upload(c, sid, base_name(o->val), o->val, o->val_labels, o, &va);
+        if (rc < 0) {
+            ex = cli_fail(c, "upload of --val", rc);
+            goto out;
+        }
+    }
+    uint64_t batch = o->batch_size > 0 ? (uint64_t)o->batch_size : 32;
+    fit_view v;
+    memset(&v, 0, sizeof v);
+    v.bar = o->progress >= 0 ? o->progress : isatty(STDOUT_FILENO);
+    v.epochs = o->epochs;
+    v.spe = o->steps_per_epoch > 0 ? (uint64_t)o->steps_per_epoch
+                                   : (tr.samples + batch - 1) / batch;
+    if (v.spe == 0)
+        v.spe = 1;
+    v.t_start = rt_now_ns();
+    printf("train: %llu samples%s%s, %llu steps/epoch, %s\n",
+           (unsigned long long)tr.samples, tr.deduplicated ? " (already on the daemon)" : "",
+           o->val ? ", with validation" : "", (unsigned long long)v.spe,
+           o->steps_per_call > 0 ? "RunSteps" : "Fit stream");
+    if (o->val)
+        printf("val: %llu samples%s\n", (unsigned long long)va.samples,
+               va.deduplicated ? " (already on the daemon)" : "");
+    printf("program: %s, %llu params%s\n", prog.program_id,
+           (unsigned long long)prog.param_count, prog.cache_hit ? " (compile cache hit)" : "");
+    fflush(stdout);
+    if (cli_interrupted) {
+        ex = CLI_EXIT_INTERRUPTED;
+        goto out;
+    }
+
+    if (o->steps_per_call <= 0) {
+        rt_client_fit_params fp = {
+            .session = sid, .program = prog.program_id, .dataset = tr.id,
+            .val_dataset = o->val ? va.id : NULL, .epochs = (uint32_t)o->epochs,
+            .steps_per_epoch = (uint32_t)(o->steps_per_epoch > 0 ? o->steps_per_epoch : 0),
+            .progress_every = v.bar ? 1 : 0};
+        /* A long fit has no deadline unless --timeout asks for one. */
+        if (o->timeout_s <= 0)
+            rt_client_next_timeout_ms(c, 0);
+        rc = rt_client_fit(c, &fp, on_fit_event, &v);
+        if (rc < 0) {
+            if (v.bar)
+                printf("\n");
+            ex = cli_fail(c, "Fit", rc);
+            goto out;
+        }
+    } else {
+        uint64_t total = (uint64_t)o->epochs * v.spe, done = 0;
+        uint64_t K = (uint64_t)o->steps_per_call;
+        while (done < total) {
+            if (cli_interrupted) {
+                ex = CLI_EXIT_INTERRUPTED;
+                fprintf(stderr, "rtrain: fit: interrupted after step %llu\n",
+                        (unsigned long long)done);
+                goto out;
+            }
+            uint64_t k = total - done < K ? total - done : K;
+            rt_client_steps_params sp = {
+                .session = sid, .program = prog.program_id, .dataset = tr.id,
+                .val_dataset = o->val ? va.id : NULL, .steps = k};
+            rt_client_steps_result r;
+            rc = rt_client_run_steps(c, &sp, &r);
+            if (rc < 0) {
+                if (v.bar)
+                    printf("\n");
+                ex = cli_fail(c, "RunSteps", rc);
+                goto out;
+            }
+            done += k;
+            for (size_t i = 0; i < r.n_epochs; i++)
+                view_epoch_end(&v, &r.epochs[i]);
+            uint64_t in_epoch = done % v.spe;
+            if (in_epoch)
+                view_progress(&v, done / v.spe + 1, in_epoch, r.mean.loss, r.mean.accuracy);
+            rt_client_steps_result_free(&r);
+        }
+    }
+    double wall = (double)(rt_now_ns() - t0) / 1e9;
+    if (v.have_last) {
+        printf("final: loss %.4f", v.last.train.loss);
+        if (!isnan(v.last.train.accuracy))
+            printf(" - accuracy %.4f", v.last.train.accuracy);
+        if (v.last.has_val) {
+            printf(" - val_loss %.4f", v.last.val.loss);
+            if (!isnan(v.last.val.accuracy))
+                printf(" - val_accuracy %.4f", v.last.val.accuracy);
+        }
+        printf(" - steps %llu - wall %.3f s (connect, upload, compile, train)\n",
+               (unsigned long long)v.last.steps, wall);
+    } else {
+        printf("final: no epoch completed - wall %.3f s\n", wall);
+    }
+    if (o->save_weights) {
+        rt_client_weights w;
+        rc = rt_client_get_weights(c, sid, prog.program_id, &w);
+        if (rc < 0) {
+            ex = cli_fail(c, "GetWeights", rc);
+            goto out;
+        }
+        char err[256];
+        rc = rt_client_weights_save(&w, o->save_weights, err, sizeof err);
+        if (rc < 0) {
+            fprintf(stderr, "rtrain: --save-weights: %s\n", err);
+            ex = cli_exit_code(rc);
+        } else {
+            printf("weights: %s (%zu tensors, step %llu)\n", o->save_weights, w.n,
+                   (unsigned long long)w.global_step);
+        }
+        rt_client_weights_free(&w);
+    }
+out:
+    if (sid[0] && !cli_interrupted) {
+        rt_client_next_timeout_ms(c, 5000);
+        rt_client_session_close(c, sid);
+    }
+    if (c)
+        finish_outputs(c, o);
+    rt_client_compile_result_free(&prog);
+    cli_active_client = NULL;
+    rt_client_destroy(c);
+    if (cli_interrupted && ex == 0)
+        ex = CLI_EXIT_INTERRUPTED;
+    return ex;
+}
+
+/* ------------------------------------------------------------- eval, predict */
+
+int cli_cmd_eval(const cli_opts *o, int predict)
+{
+    char err[256];
+    rt_client_weights w;
+    int rc = rt_client_weights_load(&w, o->weights, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "rtrain: --weights: %s\n", err);
+        return cli_exit_code(rc);
+    }
+    rt_client *c = NULL;
+    int ex = cli_connect(o, &c);
+    if (ex) {
+        rt_client_weights_free(&w);
+        return ex;
+    }
+    rt_client_trace_enable(c, 1);
+    char sid[RT_ID_MAX] = "";
+    rt_client_compile_result prog;
+    memset(&prog, 0, sizeof prog);
+    ex = setup(c, o, predict ? "rtrain predict" : "rtrain eval", sid, &prog);
+    if (ex)
+        goto out;
+    rc = rt_client_set_weights(c, sid, prog.program_id, w.t, w.n);
+    if (rc < 0) {
+        ex = cli_fail(c, "SetWeights", rc);
+        goto out;
+    }
+    rt_client_dataset ds;
+    rc = cli_upload(c, sid, base_name(o->data), o->data, o->labels, o, &ds);
+    if (rc < 0) {
+        ex = cli_fail(c, "upload of --data", rc);
+        goto out;
+    }
+    if (!predict) {
+        rt_client_metrics m;
+        rc = rt_client_evaluate(c, sid, prog.program_id, ds.id, &m);
+        if (rc < 0) {
+            ex = cli_fail(c, "Evaluate", rc);
+            goto out;
+        }
+        printf("loss: %.4f", m.loss);
+        if (!isnan(m.accuracy))
+            printf(" - accuracy: %.4f", m.accuracy);
+        printf(" - samples: %llu\n", (unsigned long long)m.samples);
+    } else {
+        rt_client_tensor y;
+        rc = rt_client_predict_dataset(c, sid, prog.program_id, ds.id, &y);
+        if (rc < 0) {
+            ex = cli_fail(c, "Predict", rc);
+            goto out;
+        }
+        size_t ol = strlen(o->out);
+        int npy = ol > 4 && strcmp(o->out + ol - 4, ".npy") == 0;
+        rc = npy ? cli_npy_write(o->out, y.dtype, y.ndim, y.shape, y.data)
+                 : cli_csv_write_tensor(o->out, &y);
+        if (rc < 0) {
+            fprintf(stderr, "rtrain: cannot write %s: %s\n", o->out, rt_strerror(rc));
+            ex = cli_exit_code(rc);
+        } else {
+            printf("predictions: %s (%lld x %lld)\n", o->out, (long long)y.shape[0],
+                   (long long)(y.ndim > 1 ? y.shape[1] : 1));
+        }
+        rt_client_tensor_free(&y);
+    }
+out:
+    if (sid[0]) {
+        rt_client_next_timeout_ms(c, 5000);
+        rt_client_session_close(c, sid);
+    }
+    finish_outputs(c, o);
+    rt_client_compile_result_free(&prog);
+    rt_client_weights_free(&w);
+    cli_active_client = NULL;
+    rt_client_destroy(c);
+    return ex;
+}

@@ -1,0 +1,286 @@
+/* cli_util.c - output helpers of `rtrain`: statistics, the Keras-style
+ * progress line, the timing table, .npy and CSV writers. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double cli_percentile(double *v, size_t n, double p)
+{
+    if (!n)
+        return 0;
+    qsort(v, n, sizeof *v, cmp_double);
+    if (p <= 0)
+        return v[0];
+    if (p >= 100)
+        return v[n - 1];
+    /* Nearest rank: the smallest value with at least p% of values <= it. */
+    size_t rank = (size_t)ceil(p / 100.0 * (double)n);
+    if (rank < 1)
+        rank = 1;
+    return v[rank - 1];
+}
+
+static void fmt_time(char *buf, size_t len, double s)
+{
+    if (s >= 3600)
+        snprintf(buf, len, "%d:%02d:%02d", (int)(s / 3600), (int)fmod(s / 60, 60),
+                 (int)fmod(s, 60));
+    else if (s >= 60)
+        snprintf(buf, len, "%d:%02d", (int)(s / 60), (int)fmod(s, 60));
+    else
+        snprintf(buf, len, "%.0fs", s);
+}
+
+static void fmt_per_step(char *buf, size_t len, double s)
+{
+    if (s >= 1)
+        snprintf(buf, len, "%.0fs/step", s);
+    else if (s >= 1e-3)
+        snprintf(buf, len, "%.0fms/step", s * 1e3);
+    else
+        snprintf(buf, len, "%.0fus/step", s * 1e6);
+}
+
+char *cli_format_progress(char *buf, size_t len, uint64_t done, uint64_t total,
+                          int bar_width, double elapsed_s, double eta_s,
+                          double loss, double acc, int has_val,
+                          double val_loss, double val_acc)
+{
+    size_t at = 0;
+#define PUT(...) do { \
+        int w_ = snprintf(buf + at, at < len ? len - at : 0, __VA_ARGS__); \
+        if (w_ > 0) at += (size_t)w_; \
+        if (at >= len) at = len ? len - 1 : 0; \
+    } while (0)
+    if (!len)
+        return buf;
+    buf[0] = 0;
+    int digits = snprintf(NULL, 0, "%llu", (unsigned long long)total);
+    PUT("%*llu/%llu", digits, (unsigned long long)done, (unsigned long long)total);
+    if (bar_width > 0) {
+        int filled = total ? (int)((double)done / (double)total * bar_width) : bar_width;
+        if (filled > bar_width)
+            filled = bar_width;
+        PUT(" [");
+        for (int i = 0; i < bar_width; i++) {
+            char ch = i < filled ? '=' : '.';
+            if (i == filled - 1 && done < total)
+                ch = '>';
+            PUT("%c", ch);
+        }
+        PUT("]");
+    }
+    char t[32], ps[32];
+    if (done < total) {
+        fmt_time(t, sizeof t, eta_s);
+        PUT(" - ETA: %s", t);
+    } else {
+        fmt_time(t, sizeof t, elapsed_s);
+        fmt_per_step(ps, sizeof ps, done ? elapsed_s / (double)done : 0);
+        PUT(" - %s %s", t, ps);
+    }
+    if (!isnan(loss))
+        PUT(" - loss: %.4f", loss);
+    if (!isnan(acc))
+        PUT(" - accuracy: %.4f", acc);
+    if (has_val) {
+        if (!isnan(val_loss))
+            PUT(" - val_loss: %.4f", val_loss);
+        if (!isnan(val_acc))
+            PUT(" - val_accuracy: %.4f", val_acc);
+    }
+#undef PUT
+    return buf;
+}
+
+void cli_print_timings(FILE *f, const rt_client_timings *calls, size_t n)
+{
+    fprintf(f, "%-14s %9s %9s %9s %10s %9s %10s | %9s %10s %9s %10s %10s %6s\n",
+            "call (us)", "queue", "decode", "compile", "execute", "encode",
+            "srv total", "cl encode", "round trip", "cl decode", "wire+fw",
+            "unattrib", "cache");
+    rt_client_timings sum;
+    memset(&sum, 0, sizeof sum);
+    for (size_t i = 0; i < n; i++) {
+        const rt_client_timings *t = &calls[i];
+        fprintf(f, "%-14s %9.1f %9.1f %9.1f %10.1f %9.1f %10.1f | %9.1f %10.1f "
+                "%9.1f %10.1f %10.1f %6s\n",
+                t->method ? t->method : "?", t->queue_ns / 1e3, t->decode_ns / 1e3,
+                t->compile_ns / 1e3, t->execute_ns / 1e3, t->encode_ns / 1e3,
+                t->server_total_ns / 1e3, t->client_encode_ns / 1e3,
+                t->round_trip_ns / 1e3, t->client_decode_ns / 1e3,
+                t->wire_ns / 1e3, t->unattributed_ns / 1e3,
+                !t->has_server ? "n/a" : t->cache_hit ? "hit" : "-");
+        sum.queue_ns += t->queue_ns;
+        sum.decode_ns += t->decode_ns;
+        sum.compile_ns += t->compile_ns;
+        sum.execute_ns += t->execute_ns;
+        sum.encode_ns += t->encode_ns;
+        sum.server_total_ns += t->server_total_ns;
+        sum.client_encode_ns += t->client_encode_ns;
+        sum.round_trip_ns += t->round_trip_ns;
+        sum.client_decode_ns += t->client_decode_ns;
+        sum.wire_ns += t->wire_ns;
+        sum.unattributed_ns += t->unattributed_ns;
+        sum.client_total_ns += t->client_total_ns;
+    }
+    if (n > 1)
+        fprintf(f, "%-14s %9.1f %9.1f %9.1f %10.1f %9.1f %10.1f | %9.1f %10.1f "
+                "%9.1f %10.1f %10.1f\n", "total", sum.queue_ns / 1e3,
+                sum.decode_ns / 1e3, sum.compile_ns / 1e3, sum.execute_ns / 1e3,
+                sum.encode_ns / 1e3, sum.server_total_ns / 1e3,
+                sum.client_encode_ns / 1e3, sum.round_trip_ns / 1e3,
+                sum.client_decode_ns / 1e3, sum.wire_ns / 1e3,
+                sum.unattributed_ns / 1e3);
+    fprintf(f, "(%zu calls; wire+fw = round trip - server total; unattributed = "
+            "server other + client time outside encode/round trip/decode; "
+            "calls' wall total %.1f us)\n", n, sum.client_total_ns / 1e3);
+}
+
+/* ------------------------------------------------------------- .npy */
+
+static const char *npy_descr(rt_client_dtype dt)
+{
+    switch (dt) {
+    case RT_DTYPE_F32: return "<f4";
+    case RT_DTYPE_I32: return "<i4";
+    case RT_DTYPE_I64: return "<i8";
+    case RT_DTYPE_U8: return "|u1";
+    }
+    return NULL;
+}
+
+int cli_npy_write(const char *path, rt_client_dtype dt, int ndim,
+                  const int64_t *shape, const void *data)
+{
+    const char *descr = npy_descr(dt);
+    if (!descr || ndim < 0 || ndim > RT_CLIENT_MAX_DIMS)
+        return RT_EINVAL;
+    char dict[512];
+    size_t at = (size_t)snprintf(dict, sizeof dict,
+                                 "{'descr': '%s', 'fortran_order': False, 'shape': (",
+                                 descr);
+    size_t n = rt_client_dtype_size(dt);
+    for (int i = 0; i < ndim; i++) {
+        at += (size_t)snprintf(dict + at, sizeof dict - at, "%lld%s",
+                               (long long)shape[i], ndim == 1 ? "," : i + 1 < ndim ? ", " : "");
+        n *= (size_t)shape[i];
+    }
+    at += (size_t)snprintf(dict + at, sizeof dict - at, "), }");
+    /* magic(6) + version(2) + len(2) + dict + padding + '\n' ≡ 0 mod 64 */
+    size_t hlen = at + 1;
+    size_t pad = (64 - (10 + hlen) % 64) % 64;
+    hlen += pad;
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return RT_EIO;
+    uint8_t pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
+                       (uint8_t)(hlen & 0xff), (uint8_t)(hlen >> 8)};
+    int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(dict, 1, at, f) == at;
+    for (size_t i = 0; ok && i < pad; i++)
+        ok = fputc(' ', f) != EOF;
+    ok = ok && fputc('\n', f) != EOF;
+    ok = ok && (n == 0 || fwrite(data, 1, n, f) == n);
+    ok = (fclose(f) == 0) && ok;
+    return ok ? 0 : RT_EIO;
+}
+
+int cli_npy_parse_header(const uint8_t *buf, size_t len, rt_client_dtype *dt,
+                         int *ndim, int64_t shape[RT_CLIENT_MAX_DIMS],
+                         size_t *data_offset)
+{
+    if (len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0)
+        return RT_EDATA;
+    size_t hlen, off;
+    if (buf[6] == 1) {
+        hlen = buf[8] | (size_t)buf[9] << 8;
+        off = 10;
+    } else if (buf[6] == 2 || buf[6] == 3) {
+        if (len < 12)
+            return RT_EDATA;
+        hlen = buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
+        off = 12;
+    } else {
+        return RT_EDATA;
+    }
+    if (hlen > 65536 || len < off + hlen)
+        return RT_EDATA;
+    char h[65537];
+    memcpy(h, buf + off, hlen);
+    h[hlen] = 0;
+    const char *d = strstr(h, "'descr'");
+    const char *fo = strstr(h, "'fortran_order'");
+    const char *sh = strstr(h, "'shape'");
+    if (!d || !fo || !sh)
+        return RT_EDATA;
+    d = strchr(d + 7, '\'');
+    if (!d)
+        return RT_EDATA;
+    d++;
+    if (!strncmp(d, "<f4'", 4)) *dt = RT_DTYPE_F32;
+    else if (!strncmp(d, "<i4'", 4)) *dt = RT_DTYPE_I32;
+    else if (!strncmp(d, "<i8'", 4)) *dt = RT_DTYPE_I64;
+    else if (!strncmp(d, "|u1'", 4) || !strncmp(d, "<u1'", 4)) *dt = RT_DTYPE_U8;
+    else return RT_EDTYPE;
+    const char *fv = fo + 15;
+    while (*fv == ':' || *fv == ' ')
+        fv++;
+    if (strncmp(fv, "False", 5) != 0)
+        return RT_EDATA; /* Fortran order is not supported */
+    const char *p = strchr(sh, '(');
+    if (!p)
+        return RT_EDATA;
+    p++;
+    int nd = 0;
+    for (;;) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        if (*p == ')')
+            break;
+        if (nd == RT_CLIENT_MAX_DIMS)
+            return RT_ESHAPE;
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < 0)
+            return RT_EDATA;
+        shape[nd++] = v;
+        p = end;
+        if (*p == 'L')
+            p++;
+        if (*p != ',' && *p != ')' && *p != ' ')
+            return RT_EDATA;
+    }
+    *ndim = nd;
+    *data_offset = off + hlen;
+    return 0;
+}
+
+int cli_csv_write_tensor(const char *path, const rt_client_tensor *t)
+{
+    if (!t || t->ndim < 1 || t->ndim > 2 || t->dtype != RT_DTYPE_F32)
+        return RT_EINVAL;
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return RT_EIO;
+    int64_t rows = t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 1;
+    const float *v = t->data;
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t c = 0; c < cols; c++)
+            fprintf(f, "%s%.9g", c ? "," : "", (double)v[r * cols + c]);
+        fputc('\n', f);
+    }
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad)
+        return RT_EIO;
+    return 0;
+}

@@ -1,0 +1,149 @@
+/* main.c - `rtrain`: the command-line client. Parses, dispatches, and
+ * implements the two small commands (info, ping). Exit codes in cli.h. */
+#include "cli.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt_wire.h"
+
+static void print_list(const char *label, char **v, size_t n)
+{
+    printf("%-12s", label);
+    for (size_t i = 0; i < n; i++)
+        printf("%s%s", i ? ", " : "", v[i]);
+    printf("%s\n", n ? "" : "-");
+}
+
+int cli_cmd_info(const cli_opts *o)
+{
+    rt_client *c;
+    int ex = cli_connect(o, &c);
+    if (ex)
+        return ex;
+    rt_client_info in;
+    int rc = rt_client_info_get(c, &in);
+    if (rc < 0) {
+        ex = cli_fail(c, "GetInfo", rc);
+    } else {
+        printf("server      %s\n", rt_client_target(c));
+        printf("version     %s (engine %u)\n", in.version, in.engine_version);
+        printf("device      %s (%s, %s), %u cores, %.1f GiB\n", in.device_name,
+               in.device_kind, in.backend, in.device_cores,
+               (double)in.device_memory_bytes / (1u << 30));
+        printf("limits      message %llu B, dataset %llu B, sessions %u, dim %llu, "
+               "params %llu, steps/call %llu\n",
+               (unsigned long long)in.max_message_bytes,
+               (unsigned long long)in.max_dataset_bytes, in.max_sessions,
+               (unsigned long long)in.max_dim, (unsigned long long)in.max_params,
+               (unsigned long long)in.max_steps_per_call);
+        print_list("ops", in.ops, in.n_ops);
+        print_list("formats", in.formats, in.n_formats);
+        print_list("losses", in.losses, in.n_losses);
+        print_list("optimizers", in.optimizers, in.n_optimizers);
+        rt_client_info_free(&in);
+        if (o->timings) {
+            rt_client_timings t;
+            rt_client_last_timings(c, &t);
+            printf("\n");
+            cli_print_timings(stdout, &t, 1);
+        }
+    }
+    cli_active_client = NULL;
+    rt_client_destroy(c);
+    return ex;
+}
+
+int cli_cmd_ping(const cli_opts *o)
+{
+    rt_client *c;
+    int ex = cli_connect(o, &c);
+    if (ex)
+        return ex;
+    rt_client_trace_enable(c, o->trace != NULL);
+    /* The first call opens the connection; it is reported apart. */
+    uint64_t first;
+    int rc = rt_client_ping(c, (size_t)o->size, &first);
+    if (rc < 0) {
+        ex = cli_fail(c, "Ping", rc);
+        goto out;
+    }
+    double *rtt = malloc((size_t)o->count * sizeof *rtt);
+    double *srv = malloc((size_t)o->count * sizeof *srv);
+    if (!rtt || !srv) {
+        free(rtt);
+        free(srv);
+        fprintf(stderr, "rtrain: out of memory\n");
+        ex = CLI_EXIT_OTHER;
+        goto out;
+    }
+    long n = 0;
+    for (; n < o->count && !cli_interrupted; n++) {
+        uint64_t ns;
+        rc = rt_client_ping(c, (size_t)o->size, &ns);
+        if (rc < 0) {
+            ex = cli_fail(c, "Ping", rc);
+            break;
+        }
+        rt_client_timings t;
+        rt_client_last_timings(c, &t);
+        rtt[n] = ns / 1e3;
+        srv[n] = t.server_total_ns / 1e3;
+    }
+    if (!ex && n > 0) {
+        double mean = 0;
+        for (long i = 0; i < n; i++)
+            mean += rtt[i];
+        mean /= (double)n;
+        double p50 = cli_percentile(rtt, (size_t)n, 50);
+        double p99 = cli_percentile(rtt, (size_t)n, 99);
+        double mn = rtt[0], mx = rtt[n - 1];
+        double s50 = cli_percentile(srv, (size_t)n, 50);
+        printf("ping %s: %ld calls, %ld B each way (first call, with connect: %.1f us)\n",
+               rt_client_target(c), n, o->size, first / 1e3);
+        printf("round trip us: min %.1f  p50 %.1f  p99 %.1f  max %.1f  mean %.1f\n",
+               mn, p50, p99, mx, mean);
+        printf("server total p50 %.1f us; wire+framework p50 ~%.1f us\n", s50, p50 - s50);
+    }
+    if (cli_interrupted && !ex)
+        ex = CLI_EXIT_INTERRUPTED;
+    free(rtt);
+    free(srv);
+    if (o->trace && rt_client_trace_write(c, o->trace) < 0)
+        fprintf(stderr, "rtrain: cannot write the trace %s\n", o->trace);
+out:
+    cli_active_client = NULL;
+    rt_client_destroy(c);
+    return ex;
+}
+
+int main(int argc, char **argv)
+{
+    cli_opts o;
+    char err[512];
+    if (cli_parse(argc, argv, &o, err, sizeof err) < 0) {
+        fprintf(stderr, "rtrain: %s\n", err);
+        fprintf(stderr, "usage: rtrain {info|ping|fit|eval|predict|bench overhead|"
+                "bench story} [options]; rtrain --help for more\n");
+        return CLI_EXIT_USAGE;
+    }
+    cli_install_sigint();
+    switch (o.cmd) {
+    case CLI_HELP:
+        cli_usage(stdout);
+        return 0;
+    case CLI_VERSION:
+        printf("rtrain 0.1.0\n");
+        return 0;
+    case CLI_INFO: return cli_cmd_info(&o);
+    case CLI_PING: return cli_cmd_ping(&o);
+    case CLI_FIT: return cli_cmd_fit(&o);
+    case CLI_EVAL: return cli_cmd_eval(&o, 0);
+    case CLI_PREDICT: return cli_cmd_eval(&o, 1);
+    case CLI_BENCH_OVERHEAD: return cli_cmd_bench_overhead(&o);
+    case CLI_BENCH_STORY: return cli_cmd_bench_story(&o);
+    case CLI_NONE: break;
+    }
+    return CLI_EXIT_USAGE;
+}
