@@ -1,0 +1,443 @@
+"""The rtrain notebook client against a real rtraind (see conftest.py)."""
+import _thread
+import builtins
+import io
+import os
+import signal
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import rtrain
+from conftest import free_port, load_iris
+
+KEYS = ["loss", "accuracy", "val_loss", "val_accuracy"]
+
+
+def iris_model(client, lr=0.05, seed=1, **kw):
+    spec = rtrain.Sequential([
+        rtrain.layers.Dense(32, activation="relu", input_shape=(4,)),
+        rtrain.layers.Dense(3, activation="softmax"),
+    ])
+    return client.compile(spec, optimizer=rtrain.optimizers.Adam(lr),
+                          loss="sparse_categorical_crossentropy",
+                          metrics=["accuracy"], seed=seed, **kw)
+
+
+def np_forward(weights, x):
+    """Reference forward pass of iris_model in NumPy (float64)."""
+    w1, b1, w2, b2 = [np.asarray(w, np.float64) for w in weights]
+    h = np.maximum(x.astype(np.float64) @ w1 + b1, 0.0)
+    z = h @ w2 + b2
+    z -= z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+# ------------------------------------------------------------ connection
+
+def test_daemon_not_running():
+    port = free_port()  # nothing listens there
+    with pytest.raises(rtrain.ConnectionError) as ei:
+        rtrain.connect("127.0.0.1:%d" % port, timeout=5)
+    e = ei.value
+    assert isinstance(e, rtrain.Error)
+    assert isinstance(e, builtins.ConnectionError)
+    assert str(port) in str(e)
+    assert e.grpc_status == 14
+
+
+def test_bad_timeout():
+    with pytest.raises(ValueError):
+        rtrain.connect("127.0.0.1:1", timeout=-1)
+
+
+def test_info_and_ping(client):
+    info = client.info()
+    assert info["version"]
+    assert "Dense" in info["ops"]
+    assert "sparse_categorical_crossentropy" in info["losses"]
+    assert info["device"]["kind"]
+    rtt = client.ping()
+    assert 0 < rtt < 10
+    t = client.last_timings
+    assert t["method"] == "Ping"
+    assert t["round_trip_ns"] > 0
+    assert t["has_server"]
+    # The account closes: round trip = server total + wire when the server
+    # reported less than the round trip.
+    if t["round_trip_ns"] >= t["server_total_ns"]:
+        assert t["wire_ns"] == t["round_trip_ns"] - t["server_total_ns"]
+    assert client.ping(payload_bytes=100000) > 0
+    assert client.last_timings["bytes_received"] >= 100000
+
+
+def test_close_is_idempotent(daemon):
+    c = rtrain.connect(daemon.addr, timeout=5)
+    assert c.session_id
+    c.close()
+    c.close()
+    assert c.closed
+    with pytest.raises(rtrain.Error, match="closed"):
+        c.ping()
+
+
+# ------------------------------------------------------------ training
+
+def test_fit_evaluate_predict_iris(client, iris):
+    xtr, ytr, xte, yte = iris
+    model = iris_model(client, batch_size=16)
+    hist = model.fit(xtr, ytr, batch_size=16, epochs=40, verbose=0,
+                     validation_data=(xte, yte))
+    assert sorted(hist.keys()) == sorted(KEYS)
+    assert hist.history is hist
+    for k in KEYS:
+        assert len(hist[k]) == 40
+        assert all(np.isfinite(hist[k]))
+    assert hist["loss"][-1] < hist["loss"][0]
+    assert hist.status == "done"
+    assert hist.timings and hist.timings[-1]["method"] == "Fit"
+
+    loss, acc = model.evaluate(xte, yte)
+    assert acc > 0.8
+    # The history's last validation entry is the same evaluation.
+    assert loss == pytest.approx(hist["val_loss"][-1], rel=1e-4, abs=1e-6)
+    assert acc == pytest.approx(hist["val_accuracy"][-1], abs=1e-6)
+
+    p = model.predict(xte)
+    assert p.shape == (len(xte), 3) and p.dtype == np.float32
+    np.testing.assert_allclose(p.sum(axis=1), 1.0, rtol=1e-5)
+    # evaluate() agrees with a NumPy computation from predict()'s outputs...
+    ref_loss = -np.mean(np.log(p[np.arange(len(yte)), yte].astype(np.float64)))
+    assert loss == pytest.approx(ref_loss, rel=1e-4)
+    assert acc == pytest.approx(np.mean(p.argmax(axis=1) == yte), abs=1e-9)
+    # ...and predict() with a NumPy forward pass from get_weights().
+    np.testing.assert_allclose(p, np_forward(model.get_weights(), xte),
+                               rtol=1e-4, atol=1e-6)
+    assert model.last_timings["method"] == "Predict"
+    rd = model.evaluate(xte, yte, return_dict=True)
+    assert set(rd) == {"loss", "accuracy"}
+
+
+def test_logcosh_integer_labels_wa(client):
+    """W-A: logcosh on integer labels (Keras broadcasts (B,) against (B,3))."""
+    x, y = load_iris()
+    model = client.compile(
+        rtrain.Sequential([
+            rtrain.layers.Dense(32, activation="relu", input_shape=(4,)),
+            rtrain.layers.Dense(3, activation="softmax")]),
+        optimizer=rtrain.optimizers.Adam(0.1, epsilon=1e-7), loss="logcosh",
+        metrics=["accuracy"], batch_size=20, label_shape=())
+    hist = model.fit(x[:105], y[:105], batch_size=20, epochs=3, verbose=0,
+                     validation_data=(x[105:], y[105:]))
+    assert sorted(hist) == sorted(KEYS)
+    loss = model.evaluate(x[105:], y[105:])[0]
+    p = model.predict(x[105:]).astype(np.float64)
+    d = p - y[105:, None].astype(np.float64)
+    ref = np.mean(np.mean(d + np.logaddexp(0.0, -2.0 * d) - np.log(2.0),
+                          axis=1))
+    assert loss == pytest.approx(ref, rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize("spx", [1, 4, "epoch"])
+def test_steps_per_execution_matches_one_call(client, iris, spx):
+    """K steps per call gives the weights of one streamed call."""
+    xtr, ytr, xte, yte = iris
+    steps = -(-len(xtr) // 20)
+    a = iris_model(client, seed=7, batch_size=20)
+    b = iris_model(client, seed=7, batch_size=20)
+    np.testing.assert_array_equal(a.get_weights()[0], b.get_weights()[0])
+    ha = a.fit(xtr, ytr, batch_size=20, epochs=3, verbose=0,
+               validation_data=(xte, yte))
+    hb = b.fit(xtr, ytr, batch_size=20, epochs=3, verbose=0,
+               validation_data=(xte, yte),
+               steps_per_execution=steps if spx == "epoch" else spx)
+    assert sorted(hb) == sorted(ha) == sorted(KEYS)
+    for wa, wb in zip(a.get_weights(), b.get_weights()):
+        np.testing.assert_allclose(wa, wb, rtol=1e-6, atol=1e-7)
+    for k in KEYS:
+        np.testing.assert_allclose(ha[k], hb[k], rtol=1e-5, atol=1e-6)
+    k = steps if spx == "epoch" else spx
+    calls = [t["method"] for t in hb.timings]
+    assert calls.count("RunSteps") == 3 * -(-steps // k)
+    assert calls.count("Evaluate") == 3
+    assert a.global_step == b.global_step == 3 * steps
+
+
+def test_progress_bar(client, iris, capsys):
+    xtr, ytr, xte, yte = iris
+    model = iris_model(client, batch_size=20)
+    model.fit(xtr, ytr, batch_size=20, epochs=2, verbose=1,
+              validation_data=(xte, yte))
+    out = capsys.readouterr().out
+    assert "Epoch 1/2" in out and "Epoch 2/2" in out
+    steps = -(-len(xtr) // 20)
+    assert "%d/%d [==============================]" % (steps, steps) in out
+    assert "val_accuracy:" in out and "loss:" in out
+    model.fit(xtr, ytr, epochs=1, verbose=2, steps_per_execution=2)
+    out = capsys.readouterr().out
+    assert "Epoch 1/1" in out and ("ms/step" in out or "us/step" in out)
+    model.fit(xtr, ytr, epochs=1, verbose=0)
+    assert capsys.readouterr().out == ""
+
+
+def test_recompile_keeps_weights(client, iris):
+    xtr, ytr, _, _ = iris
+    model = iris_model(client, batch_size=32)
+    model.fit(xtr, ytr, epochs=2, verbose=0)
+    before = model.get_weights()
+    pid = model.program_id
+    model.fit(xtr, ytr, batch_size=10, epochs=0, verbose=0)
+    assert model.program_id != pid and model.batch_size == 10
+    for w0, w1 in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(w0, w1)
+
+
+# ------------------------------------------------------------ weights
+
+def test_weights_round_trip(client, iris):
+    xtr, ytr, xte, _ = iris
+    model = iris_model(client)
+    w = model.get_weights()
+    assert [a.shape for a in w] == [(4, 32), (32,), (32, 3), (3,)]
+    assert all(a.dtype == np.float32 for a in w)
+    assert model.weight_names == [n for n in model.get_named_weights()]
+    rng = np.random.RandomState(3)
+    new = [rng.standard_normal(a.shape).astype(np.float32) * 0.3 for a in w]
+    model.set_weights(new)
+    for a, b in zip(new, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(model.predict(xte), np_forward(new, xte),
+                               rtol=1e-4, atol=1e-6)
+    # float64 and non-contiguous weights are converted.
+    model.set_weights([np.asfortranarray(a.astype(np.float64)) for a in new])
+    for a, b in zip(new, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    # Weights move between models.
+    other = iris_model(client, seed=99)
+    other.set_weights(model.get_weights())
+    np.testing.assert_array_equal(other.predict(xte), model.predict(xte))
+
+
+def test_set_weights_errors(client):
+    model = iris_model(client)
+    w = model.get_weights()
+    with pytest.raises(ValueError, match="4 arrays"):
+        model.set_weights(w[:3])
+    with pytest.raises(ValueError, match="shape"):
+        model.set_weights([w[0].T] + w[1:])
+    with pytest.raises(TypeError):
+        model.set_weights([w[0].astype(str)] + w[1:])
+
+
+# ------------------------------------------------------------ data errors
+
+def test_dtype_and_shape_errors(client, iris):
+    xtr, ytr, _, _ = iris
+    model = iris_model(client)
+    with pytest.raises(TypeError, match="real numbers"):
+        model.fit(xtr.astype(str), ytr, epochs=1, verbose=0)
+    with pytest.raises(TypeError, match="real numbers"):
+        model.fit(xtr.astype(np.complex64), ytr, epochs=1, verbose=0)
+    with pytest.raises(TypeError):
+        model.fit(np.array([object()] * len(xtr)), ytr, epochs=1, verbose=0)
+    with pytest.raises(ValueError, match=r"shape \(\d+, 5\).*\(n, 4\)"):
+        model.fit(np.zeros((len(xtr), 5), np.float32), ytr, epochs=1,
+                  verbose=0)
+    with pytest.raises(ValueError, match="samples"):
+        model.fit(xtr, ytr[:-1], epochs=1, verbose=0)
+    with pytest.raises(ValueError, match=r"\[0, 3\)"):
+        model.fit(xtr, ytr + 1, epochs=1, verbose=0)
+    with pytest.raises(ValueError, match="whole numbers"):
+        model.fit(xtr, ytr + 0.5, epochs=1, verbose=0)
+    with pytest.raises(ValueError, match="no samples"):
+        model.predict(np.zeros((0, 4), np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        model.predict(np.zeros((3, 4, 1), np.float32))
+    with pytest.raises(ValueError):
+        model.fit(xtr, ytr, epochs=-1)
+    with pytest.raises(ValueError):
+        model.fit(xtr, ytr, batch_size=0)
+    with pytest.raises(ValueError, match="loss"):
+        client.compile(rtrain.Sequential([rtrain.layers.Dense(
+            3, input_shape=(4,))]), loss="hinge")
+    with pytest.raises(ValueError, match="input_shape"):
+        rtrain.Sequential([rtrain.layers.Dense(3)]).to_json()
+    with pytest.raises(ValueError, match="activation"):
+        rtrain.layers.Dense(3, activation="gelu_fancy")
+    # The C layer itself wants float32 C-contiguous buffers and says so.
+    with pytest.raises(TypeError, match="float32"):
+        client._upload(xtr.astype(np.float64))
+    with pytest.raises(ValueError, match="contiguous"):
+        client._upload(np.asfortranarray(xtr))
+    with pytest.raises(TypeError, match="buffer"):
+        client._upload([[1.0, 2.0]])
+
+
+def test_conversions_give_the_same_result(client, iris):
+    xtr, ytr, xte, yte = iris
+    model = iris_model(client)
+    ref = model.evaluate(xte, yte)
+    # float64 features, int64 / float labels, Fortran order, strided views
+    assert model.evaluate(xte.astype(np.float64), yte) == ref
+    assert model.evaluate(xte, yte.astype(np.float32)) == ref
+    assert model.evaluate(np.asfortranarray(xte), yte) == ref
+    wide = np.repeat(xte, 2, axis=1)[:, ::2]
+    assert not wide.flags.c_contiguous
+    assert model.evaluate(wide, yte) == ref
+    assert model.evaluate(xte.tolist(), yte.tolist()) == ref
+    assert model.evaluate(xte, yte.reshape(-1, 1)) == ref
+    np.testing.assert_array_equal(model.predict(xte.astype(np.float64)),
+                                  model.predict(xte))
+
+
+def test_daemon_errors_raise_with_its_message(client, iris):
+    bad = ('{"class_name": "Sequential", "config": {"name": "s", "layers": '
+           '[{"class_name": "FancyLayer", "config": {"name": "fancy", '
+           '"batch_input_shape": [null, 4]}}]}}')
+    with pytest.raises(rtrain.InvalidArgument) as ei:
+        client.compile(bad, loss="mse")
+    assert isinstance(ei.value, ValueError)
+    assert "FancyLayer" in str(ei.value)
+    model = iris_model(client)
+    with pytest.raises(rtrain.NotFound) as ei:
+        model._prog.evaluate("no-such-dataset")
+    assert isinstance(ei.value, LookupError)
+    assert ei.value.grpc_status == 5
+
+
+# ------------------------------------------------------------ interrupting
+
+class _Trigger(io.StringIO):
+    """A stdout that sets an event once the progress bar reaches epoch 3."""
+
+    def __init__(self):
+        super().__init__()
+        self.event = threading.Event()
+
+    def write(self, s):
+        if "Epoch 3/" in s:
+            self.event.set()
+        return super().write(s)
+
+
+def _interrupt_case(client, iris, interrupt):
+    xtr, ytr, xte, yte = iris
+    model = iris_model(client, batch_size=20)
+    w0 = model.get_weights()
+    epochs = 200000  # far more than the test waits for
+    out = _Trigger()
+    t = threading.Thread(target=lambda: out.event.wait(60) and interrupt())
+    t.start()
+    old = sys.stdout
+    sys.stdout = out
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            model.fit(xtr, ytr, batch_size=20, epochs=epochs, verbose=1,
+                      validation_data=(xte, yte))
+    finally:
+        sys.stdout = old
+        t.join()
+    steps = -(-len(xtr) // 20)
+    done = model.global_step
+    assert 2 * steps <= done < epochs * steps
+    # The model keeps what was trained, the history what completed.
+    assert len(model.history["loss"]) >= 2
+    assert any(not np.array_equal(a, b)
+               for a, b in zip(w0, model.get_weights()))
+    # The daemon stays healthy and the model trains on.
+    assert client.ping() > 0
+    h = model.fit(xtr, ytr, epochs=1, verbose=0)
+    assert model.global_step == done + steps and len(h["loss"]) == 1
+
+
+def test_interrupt_main_from_thread(client, iris):
+    _interrupt_case(client, iris, _thread.interrupt_main)
+
+
+def test_sigint_from_thread(client, iris):
+    _interrupt_case(client, iris, lambda: os.kill(os.getpid(), signal.SIGINT))
+
+
+def test_sigint_during_run_steps(client, iris):
+    xtr, ytr, _, _ = iris
+    model = iris_model(client, batch_size=20)
+    out = _Trigger()
+    t = threading.Thread(target=lambda: out.event.wait(60) and
+                         signal.pthread_kill(threading.main_thread().ident,
+                                             signal.SIGINT))
+    t.start()
+    old, sys.stdout = sys.stdout, out
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            model.fit(xtr, ytr, epochs=200000, verbose=1,
+                      steps_per_execution=1)
+    finally:
+        sys.stdout = old
+        t.join()
+    assert model.global_step >= 12
+    assert client.ping() > 0
+
+
+def test_stop_training_from_thread(client, iris):
+    xtr, ytr, _, _ = iris
+    model = iris_model(client, batch_size=20)
+    out = _Trigger()
+    t = threading.Thread(target=lambda: out.event.wait(60) and
+                         model.stop_training())
+    t.start()
+    old, sys.stdout = sys.stdout, out
+    try:
+        h = model.fit(xtr, ytr, epochs=200000, verbose=1)
+    finally:
+        sys.stdout = old
+        t.join()
+    assert h.status == "cancelled"
+    assert len(h["loss"]) >= 2
+    assert client.ping() > 0
+
+
+def test_gil_released_during_fit(client, iris):
+    """With verbose=0 a streamed fit runs no Python code until it returns;
+    the main thread can only see a half-filled history if the C code lets
+    go of the GIL while it waits on the network."""
+    xtr, ytr, _, _ = iris
+    model = iris_model(client, batch_size=20)
+    epochs = 100
+    result = {}
+    t = threading.Thread(target=lambda: result.update(
+        h=model.fit(xtr, ytr, epochs=epochs, verbose=0)))
+    seen_mid = 0
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(0.0005)
+    try:
+        t.start()
+        while t.is_alive():
+            h = model.history
+            if h is not None and 0 < len(h.get("loss", ())) < epochs:
+                seen_mid += 1
+        t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert len(result["h"]["loss"]) == epochs
+    assert seen_mid > 0
+
+
+def test_timings_of_every_call(client, iris):
+    xtr, ytr, xte, yte = iris
+    model = iris_model(client, batch_size=20)
+    h = model.fit(xtr, ytr, epochs=2, verbose=0, steps_per_execution=1)
+    runs = [t for t in h.timings if t["method"] == "RunSteps"]
+    assert len(runs) == 2 * -(-len(xtr) // 20)
+    for t in runs:
+        assert t["has_server"] and t["execute_ns"] > 0
+        assert t["round_trip_ns"] > 0
+        assert t["server_total_ns"] >= t["execute_ns"]
+    s = rtrain.summarize_timings(h.timings)
+    assert s["calls"] == len(h.timings)
+    assert s["execute_ns"] == sum(t["execute_ns"] for t in h.timings)
+    model.predict(xte)
+    assert model.last_timings["method"] == "Predict"
+    assert model.report["param_count"] == 4 * 32 + 32 + 32 * 3 + 3
