@@ -275,7 +275,9 @@ typedef struct rt_step_info {
     float loss;              /* this step's mean loss */
     float acc;               /* this step's accuracy (NaN if not a metric) */
     int epoch_end;           /* this step completed an epoch */
-    rt_metrics epoch;        /* running (or, at epoch_end, final) epoch metrics */
+    rt_metrics epoch_metrics; /* running (or, at epoch_end, final) epoch metrics;
+                                 (was a second member named epoch, which
+                                 does not compile) */
 } rt_step_info;
 
 /* Return nonzero to stop after this step (cancellation). */
@@ -325,6 +327,30 @@ int rt_exec_predict(rt_exec *e, const float *x, int64_t n, float *out);
 /* Parameter i's values (product(dims) floats). */
 int rt_exec_get_param(const rt_exec *e, int i, float *dst);
 int rt_exec_set_param(rt_exec *e, int i, const float *src);
+
+/* ------------------------------------------------- additions (engine v1) */
+
+/* Gradients without an update, for gradient checks and reference tests:
+ * forward (training mode; dropout keyed by the current global step) and
+ * backward over the first n samples of d in order (1 <= n <= batch_size).
+ * *loss gets the mean loss. Parameters, optimizer state, the step counter
+ * and the data cursor are unchanged. */
+int rt_exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n,
+                          double *loss);
+/* Parameter i's gradient from the last step or rt_exec_compute_grads
+ * (product(dims) floats; zeros for a non-trainable parameter). */
+int rt_exec_get_grad(const rt_exec *e, int i, float *dst);
+
+/* Checkpoints: the exec's whole training state (weights, optimizer state,
+ * step counter, data cursor: epoch and position; the RNG is counter-based,
+ * so nothing else is needed) as one versioned blob. A restored exec
+ * continues bit-identically: the first data set passed after a load is
+ * taken as the one the cursor refers to. */
+size_t rt_exec_state_size(const rt_exec *e);
+/* Writes rt_exec_state_size(e) bytes into buf (len must be >= that). */
+int rt_exec_save_state(const rt_exec *e, void *buf, size_t len);
+/* RT_EDATA with a message for a blob of another plan or version. */
+int rt_exec_load_state(rt_exec *e, const void *buf, size_t len);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,228 @@
+/*
+ * op_eltwise.c - Add/Sub/Mul (numpy broadcasting), Relu/Sigmoid/Tanh,
+ * Softmax/LogSoftmax, Reshape/Flatten/Identity, Dropout.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cpu/rt_kern_cpu.h"
+#include "rt_engine_impl.h"
+
+static void rt__fmt_shape(const rt__shape *s, char *buf, size_t len)
+{
+    size_t o = (size_t)snprintf(buf, len, "(%s", s->batched ? "B" : "");
+    for (int i = 0; i < s->ndim && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%lld",
+                              (i || s->batched) ? "," : "", (long long)s->d[i]);
+    if (o < len) snprintf(buf + o, len - o, ")");
+}
+
+/* full dim i (right-aligned to rank R) of s: -1 is the batch, 1 if absent */
+static int64_t rt__full_dim(const rt__shape *s, int R, int i)
+{
+    int r = s->ndim + s->batched;
+    int j = i - (R - r);
+    if (j < 0) return 1;
+    if (s->batched) return j == 0 ? -1 : s->d[j - 1];
+    return s->d[j];
+}
+
+static int rt__bcast_infer(rt__cc *cc, rt__node *nd, int op)
+{
+    const rt__shape *A = nd->in_shape[0], *B = nd->in_shape[1];
+    int ra = A->ndim + A->batched, rb = B->ndim + B->batched;
+    int R = ra > rb ? ra : rb;
+    char sa[96], sb[96];
+    rt__fmt_shape(A, sa, sizeof sa);
+    rt__fmt_shape(B, sb, sizeof sb);
+    int batched = A->batched || B->batched;
+    /* the batch must stay the leading dim of the result */
+    if ((A->batched && ra < R) || (B->batched && rb < R))
+        return rt__cerr(cc, nd, RT_ESHAPE,
+                        "cannot broadcast '%s' %s with '%s' %s: batch dim not leading",
+                        nd->in_name[0], sa, nd->in_name[1], sb);
+    rt__shape out = {.ndim = batched ? R - 1 : R, .batched = batched};
+    for (int i = 0; i < R; i++) {
+        int64_t da = rt__full_dim(A, R, i), db = rt__full_dim(B, R, i), d;
+        if (da == db) d = da;
+        else if (da == 1) d = db;
+        else if (db == 1) d = da;
+        else
+            return rt__cerr(cc, nd, RT_ESHAPE, "cannot broadcast '%s' %s with '%s' %s",
+                            nd->in_name[0], sa, nd->in_name[1], sb);
+        if (batched && i == 0) continue;
+        out.d[batched ? i - 1 : i] = d;
+    }
+    nd->out = out;
+    rt_kern_bcast_setup(nd, op);
+    return 0;
+}
+
+static int rt__add_infer(rt__cc *cc, rt__node *nd) { return rt__bcast_infer(cc, nd, RT_KERN_ADD); }
+static int rt__sub_infer(rt__cc *cc, rt__node *nd) { return rt__bcast_infer(cc, nd, RT_KERN_SUB); }
+static int rt__mul_infer(rt__cc *cc, rt__node *nd) { return rt__bcast_infer(cc, nd, RT_KERN_MUL); }
+
+static uint64_t rt__numel_flops(const rt__node *nd, int64_t B, unsigned need_dx)
+{
+    uint64_t n = (uint64_t)(nd->out.batched ? B : 1) * (uint64_t)rt__shape_numel(&nd->out);
+    return n + (need_dx ? 2 * n : 0);
+}
+
+const rt__op_def rt__op_add = {
+    .name = "Add", .min_in = 2, .max_in = 2,
+    .infer = rt__add_infer, .flops = rt__numel_flops,
+    .cpu = {rt_kern_add_fwd, rt_kern_add_bwd},
+};
+const rt__op_def rt__op_sub = {
+    .name = "Sub", .min_in = 2, .max_in = 2,
+    .infer = rt__sub_infer, .flops = rt__numel_flops,
+    .cpu = {rt_kern_sub_fwd, rt_kern_sub_bwd},
+};
+const rt__op_def rt__op_mul = {
+    .name = "Mul", .min_in = 2, .max_in = 2, .bwd_needs_in = 3u,
+    .infer = rt__mul_infer, .flops = rt__numel_flops,
+    .cpu = {rt_kern_mul_fwd, rt_kern_mul_bwd},
+};
+
+/* ---------------------------------------------------------------- unary */
+
+static int rt__same_infer(rt__cc *cc, rt__node *nd)
+{
+    nd->out = *nd->in_shape[0];
+    return 0;
+}
+
+const rt__op_def rt__op_relu = {
+    .name = "Relu", .min_in = 1, .max_in = 1, .bwd_needs_out = 1,
+    .infer = rt__same_infer, .flops = rt__numel_flops,
+    .cpu = {rt_kern_relu_fwd, rt_kern_relu_bwd},
+};
+const rt__op_def rt__op_sigmoid = {
+    .name = "Sigmoid", .min_in = 1, .max_in = 1, .bwd_needs_out = 1,
+    .infer = rt__same_infer, .flops = rt__numel_flops,
+    .cpu = {rt_kern_sigmoid_fwd, rt_kern_sigmoid_bwd},
+};
+const rt__op_def rt__op_tanh = {
+    .name = "Tanh", .min_in = 1, .max_in = 1, .bwd_needs_out = 1,
+    .infer = rt__same_infer, .flops = rt__numel_flops,
+    .cpu = {rt_kern_tanh_fwd, rt_kern_tanh_bwd},
+};
+const rt__op_def rt__op_identity = {
+    .name = "Identity", .min_in = 1, .max_in = 1,
+    .infer = rt__same_infer, .flops = rt__numel_flops,
+    .cpu = {rt_kern_copy_fwd, rt_kern_copy_bwd},
+};
+
+static int rt__softmax_infer(rt__cc *cc, rt__node *nd)
+{
+    const rt__shape *x = nd->in_shape[0];
+    if (x->ndim < 1)
+        return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' has no axis to normalise",
+                        nd->in_name[0]);
+    nd->out = *x;
+    nd->ia[0] = x->d[x->ndim - 1];
+    return 0;
+}
+
+const rt__op_def rt__op_softmax = {
+    .name = "Softmax", .min_in = 1, .max_in = 1, .bwd_needs_out = 1,
+    .infer = rt__softmax_infer, .flops = rt__numel_flops,
+    .cpu = {rt_kern_softmax_fwd, rt_kern_softmax_bwd},
+};
+const rt__op_def rt__op_logsoftmax = {
+    .name = "LogSoftmax", .min_in = 1, .max_in = 1, .bwd_needs_out = 1,
+    .infer = rt__softmax_infer, .flops = rt__numel_flops,
+    .cpu = {rt_kern_logsoftmax_fwd, rt_kern_logsoftmax_bwd},
+};
+
+/* ---------------------------------------------------------------- shapes */
+
+/* Reshape(x) attr shape: per-sample dims (full dims when x has no batch),
+ * at most one -1, inferred from the element count. */
+static int rt__reshape_infer(rt__cc *cc, rt__node *nd)
+{
+    const rt__shape *x = nd->in_shape[0];
+    int64_t dims[RT_MAX_DIMS];
+    int ok = 1;
+    int nd_ = rt__attr_ints(cc, nd, "shape", dims, RT_MAX_DIMS, &ok);
+    if (!ok) return RT_EINVAL;
+    if (nd_ < 0)
+        return rt__cerr(cc, nd, RT_EINVAL, "attribute 'shape' (ints) is required");
+    if (nd_ > RT_MAX_DIMS)
+        return rt__cerr(cc, nd, RT_ESHAPE, "shape has %d dims, max %d", nd_,
+                        RT_MAX_DIMS);
+    int64_t want = rt__shape_numel(x), have = 1;
+    int neg = -1;
+    for (int i = 0; i < nd_; i++) {
+        if (dims[i] == -1 && neg < 0) {
+            neg = i;
+            continue;
+        }
+        if (dims[i] <= 0 || __builtin_mul_overflow(have, dims[i], &have))
+            return rt__cerr(cc, nd, RT_ESHAPE, "bad target dim %lld",
+                            (long long)dims[i]);
+    }
+    if (neg >= 0) {
+        if (have == 0 || want % have)
+            return rt__cerr(cc, nd, RT_ESHAPE, "cannot infer -1: %lld elements",
+                            (long long)want);
+        dims[neg] = want / have;
+        have = want;
+    }
+    if (have != want)
+        return rt__cerr(cc, nd, RT_ESHAPE, "reshape of %lld elements into %lld",
+                        (long long)want, (long long)have);
+    nd->out.batched = x->batched;
+    nd->out.ndim = nd_;
+    for (int i = 0; i < nd_; i++) nd->out.d[i] = dims[i];
+    return 0;
+}
+
+const rt__op_def rt__op_reshape = {
+    .name = "Reshape", .min_in = 1, .max_in = 1,
+    .infer = rt__reshape_infer, .flops = rt__numel_flops,
+    .cpu = {rt_kern_copy_fwd, rt_kern_copy_bwd},
+};
+
+/* Flatten: (B, ...) -> (B, prod); without a batch, (d0, ...) -> (d0, prod) */
+static int rt__flatten_infer(rt__cc *cc, rt__node *nd)
+{
+    const rt__shape *x = nd->in_shape[0];
+    nd->out.batched = x->batched;
+    if (x->batched) {
+        nd->out.ndim = 1;
+        nd->out.d[0] = rt__shape_numel(x);
+    } else {
+        if (x->ndim < 1)
+            return rt__cerr(cc, nd, RT_ESHAPE, "cannot flatten a scalar");
+        nd->out.ndim = 2;
+        nd->out.d[0] = x->d[0];
+        nd->out.d[1] = rt__shape_numel(x) / x->d[0];
+    }
+    return 0;
+}
+
+const rt__op_def rt__op_flatten = {
+    .name = "Flatten", .min_in = 1, .max_in = 1,
+    .infer = rt__flatten_infer, .flops = rt__numel_flops,
+    .cpu = {rt_kern_copy_fwd, rt_kern_copy_bwd},
+};
+
+/* Dropout(x) attr rate in [0, 1): inverted dropout, as Keras */
+static int rt__dropout_infer(rt__cc *cc, rt__node *nd)
+{
+    int ok = 1;
+    double rate = rt__attr_float(cc, nd, "rate", 0.5, &ok);
+    if (!ok) return RT_EINVAL;
+    if (!(rate >= 0.0 && rate < 1.0))
+        return rt__cerr(cc, nd, RT_EINVAL, "rate %g outside [0, 1)", rate);
+    nd->fa[0] = rate;
+    nd->out = *nd->in_shape[0];
+    return 0;
+}
+
+const rt__op_def rt__op_dropout = {
+    .name = "Dropout", .min_in = 1, .max_in = 1,
+    .infer = rt__dropout_infer, .flops = rt__numel_flops,
+    .cpu = {rt_kern_dropout_fwd, rt_kern_dropout_bwd},
+};

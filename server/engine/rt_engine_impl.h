@@ -1,0 +1,360 @@
+/*
+ * rt_engine_impl.h - the engine's internals, shared by server/engine/ sources and
+ * the kernels in server/kernels/cpu/ kernels. Nothing outside the engine includes
+ * this file; the public API is rt_engine.h.
+ *
+ * Life of a model:
+ *   rt_graph (builder records, rt_graph.c)
+ *     -> rt_plan_compile (rt_compile.c): copy into the plan's arena, resolve
+ *        names, topological order, per-op shape inference (rt__op_def.infer),
+ *        fusion, backward derivation (which values need gradients, in which
+ *        order kernels run, which gradient writes overwrite and which add),
+ *        liveness-based memory plan, kernel selection through the backend
+ *        table. The result is a flat array of rt__call with buffer offsets.
+ *     -> rt_exec (rt_exec.c): resolves offsets to pointers once, then each
+ *        step is: gather batch, forward calls, loss (rt_loss.c), backward
+ *        calls, optimizer (rt_optim.c). Nothing is allocated per step.
+ *
+ * Adding an op: write server/engine/op_<name>.c defining
+ *     const rt__op_def rt__op_<name> = {.name = "Name", .infer = ..., ...};
+ * with its kernels (forward and backward side by side) in
+ * server/kernels/cpu/, then add one line X(rt__op_<name>) to RT__OP_LIST
+ * below. See op_dense.c for a complete example.
+ */
+#ifndef RTRAIN_ENGINE_IMPL_H
+#define RTRAIN_ENGINE_IMPL_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rt_engine.h"
+
+#define RT__MAX_IN 16     /* inputs per node (Concat is the widest) */
+#define RT__ERRLEN 200    /* error messages stay short (gRPC trailers) */
+#define RT__MAX_NUMEL (INT64_C(1) << 36)  /* elements in one tensor at full batch */
+#define RT__MAX_BATCH (1 << 24)
+#define RT__ALIGN 64      /* arena buffers and parameters: one cache line */
+
+#define RT_ASSERT(c)                                                          \
+    do {                                                                      \
+        if (!(c)) rt__assert_fail(#c, __FILE__, __LINE__);                    \
+    } while (0)
+void rt__assert_fail(const char *cond, const char *file, int line);
+
+/* ------------------------------------------------------------------ arena */
+
+/* A bump allocator made of chunks; one rt__arena_free releases everything.
+ * Allocations are zeroed and 16-byte aligned. */
+typedef struct rt__chunk rt__chunk;
+typedef struct rt__arena {
+    rt__chunk *head;
+} rt__arena;
+
+void *rt__arena_alloc(rt__arena *a, size_t n);
+char *rt__arena_strdup(rt__arena *a, const char *s);
+void *rt__arena_memdup(rt__arena *a, const void *p, size_t n);
+void rt__arena_free(rt__arena *a);
+
+void *rt__aligned_alloc(size_t n); /* zeroed, RT__ALIGN-aligned, free() */
+
+/* -------------------------------------------------------------------- rng */
+
+/* Counter-based: a value is a pure function of (seed, stream, counter), so
+ * results never depend on call boundaries or on the order of draws. */
+uint64_t rt__rng_u64(uint64_t seed, uint64_t stream, uint64_t counter);
+static inline float rt__rng_unit(uint64_t seed, uint64_t stream, uint64_t ctr)
+{
+    /* 24 random bits: uniform in [0, 1) exactly representable as float */
+    return (float)(rt__rng_u64(seed, stream, ctr) >> 40) * (1.0f / 16777216.0f);
+}
+/* RNG streams: keep distinct so initializers, shuffles and dropout never
+ * share random numbers. */
+#define RT__STREAM_INIT    0x1000000ull   /* + param index */
+#define RT__STREAM_SHUFFLE 0x2000000ull
+#define RT__STREAM_DROPOUT 0x3000000ull   /* + node index */
+
+/* ------------------------------------------------------------------ graph */
+
+typedef enum rt__tkind { RT__T_INPUT, RT__T_PARAM, RT__T_NODE } rt__tkind;
+
+/* A shape. batched: d[] are per-sample dims and the batch dimension is an
+ * implicit leading dim of runtime size n <= batch_size; otherwise d[] are
+ * the full dims. */
+typedef struct rt__shape {
+    int ndim;
+    int batched;
+    int64_t d[RT_MAX_DIMS];
+} rt__shape;
+
+int64_t rt__shape_numel(const rt__shape *s); /* per sample when batched */
+
+/* One graph entry: the data input, a parameter or a node. */
+typedef struct rt__entry {
+    rt__tkind kind;
+    const char *name;
+    rt_dtype dt;
+    rt__shape shape;        /* input/param: as declared */
+    rt_init init;           /* param */
+    int trainable;          /* param */
+    const float *value;     /* param: explicit values or NULL */
+    const char *op;         /* node */
+    int n_in;
+    const char **in;
+    int n_attr;
+    rt_attr *attrs;
+} rt__entry;
+
+struct rt_graph {
+    rt__arena arena;
+    rt__entry *e;
+    int n, cap;
+    const char *output;     /* NULL: the last node */
+    char err[RT__ERRLEN];
+};
+
+/* ---------------------------------------------------------------- kernels */
+
+typedef struct rt__node rt__node;
+typedef struct rt__op_def rt__op_def;
+
+/* Per-step state every kernel may read. Lives in the exec. */
+typedef struct rt__run {
+    int64_t n;          /* samples in this batch, 1..batch_size */
+    int64_t step;       /* global step (dropout masks are keyed by it) */
+    uint64_t seed;
+    int training;
+    float *gemm_scratch;   /* small-GEMM transposes */
+    int64_t gemm_scratch_floats;
+} rt__run;
+
+/* One kernel call with resolved pointers. Forward reads x[] and writes y;
+ * backward reads dy (and x[]/y where the op says so) and writes dx[i] for
+ * the inputs that need a gradient (NULL otherwise): overwrite, or add when
+ * accum bit i is set (the gradient buffer already holds another consumer's
+ * contribution). */
+typedef struct rt__kargs {
+    const rt__node *nd;
+    const rt__run *r;
+    float *y, *dy;
+    float *x[RT__MAX_IN];
+    float *dx[RT__MAX_IN];
+    float *scratch;
+    unsigned accum;
+} rt__kargs;
+
+typedef void (*rt__kfn)(const rt__kargs *a);
+
+/* ------------------------------------------------------------------- ops */
+
+/* Compile context given to infer(): for errors and attributes. */
+typedef struct rt__cc rt__cc;
+
+/* Format "node 'name': ..." into the compile error and return code. */
+int rt__cerr(rt__cc *cc, const rt__node *nd, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+const rt_attr *rt__attr(const rt__node *nd, const char *name);
+/* Typed attribute getters: def when absent; RT_EINVAL via rt__cerr when the
+ * kind is wrong (then *ok is set to 0). */
+int64_t rt__attr_int(rt__cc *cc, const rt__node *nd, const char *name,
+                     int64_t def, int *ok);
+double rt__attr_float(rt__cc *cc, const rt__node *nd, const char *name,
+                      double def, int *ok);
+const char *rt__attr_str(rt__cc *cc, const rt__node *nd, const char *name,
+                         const char *def, int *ok);
+/* ints attribute: returns its count (copies at most max) or -1 when
+ * absent; error on kind */
+int rt__attr_ints(rt__cc *cc, const rt__node *nd, const char *name,
+                  int64_t *out, int max, int *ok);
+/* The plan's batch size (for scratch sizing). */
+int64_t rt__cc_batch(const rt__cc *cc);
+
+enum {
+    RT__ACT_NONE = 0, RT__ACT_RELU, RT__ACT_SIGMOID, RT__ACT_TANH,
+};
+
+struct rt__op_def {
+    const char *name;
+    int min_in, max_in;
+    unsigned bwd_needs_in;  /* bit i: backward reads input i's value */
+    int bwd_needs_out;      /* backward reads the output value */
+    unsigned no_grad_in;    /* bit i: input i never gets a gradient */
+    /* Validate inputs (nd->in_shape, nd->in_dt) and attributes, set
+     * nd->out, the op's parsed fields in nd->ia/fa and scratch sizes.
+     * Returns 0 or rt__cerr(...). */
+    int (*infer)(rt__cc *cc, rt__node *nd);
+    /* FLOPs at batch B: forward, and backward given which inputs need dx. */
+    uint64_t (*flops)(const rt__node *nd, int64_t B, unsigned need_dx);
+    struct { rt__kfn fwd, bwd; } cpu;
+};
+
+#define RT__OP_LIST(X)                                                        \
+    X(rt__op_dense)                                                           \
+    X(rt__op_matmul)                                                          \
+    X(rt__op_add)                                                             \
+    X(rt__op_sub)                                                             \
+    X(rt__op_mul)                                                             \
+    X(rt__op_relu)                                                            \
+    X(rt__op_sigmoid)                                                         \
+    X(rt__op_tanh)                                                            \
+    X(rt__op_softmax)                                                         \
+    X(rt__op_logsoftmax)                                                      \
+    X(rt__op_reshape)                                                         \
+    X(rt__op_flatten)                                                         \
+    X(rt__op_identity)                                                        \
+    X(rt__op_dropout)
+
+#define RT__OP_DECL(def) extern const rt__op_def def;
+RT__OP_LIST(RT__OP_DECL)
+#undef RT__OP_DECL
+
+const rt__op_def *rt__op_find(const char *name);
+
+/* A node of a compiled plan. */
+struct rt__node {
+    const char *name;
+    const rt__op_def *op;
+    int id;                 /* index of its entry (RNG stream for dropout) */
+    int n_in;
+    int in[RT__MAX_IN];     /* entry indices */
+    const char *in_name[RT__MAX_IN];
+    const rt__shape *in_shape[RT__MAX_IN];
+    rt_dtype in_dt[RT__MAX_IN];
+    int n_attr;
+    const rt_attr *attrs;
+    rt__shape out;
+    int act;                /* fused activation (Dense) */
+    int64_t ia[48];         /* op-private parsed values */
+    double fa[8];
+    int64_t scratch_per_sample; /* floats of scratch per sample ... */
+    int64_t scratch_fixed;      /* ... plus these, for fwd and bwd */
+};
+
+/* Rows of a batched-or-not shape at runtime batch n: product of all dims
+ * but the last (including the batch). */
+static inline int64_t rt__rows(const rt__shape *s, int64_t n)
+{
+    int64_t r = s->batched ? n : 1;
+    for (int i = 0; i + 1 < s->ndim; i++) r *= s->d[i];
+    if (!s->batched && s->ndim == 0) return 1;
+    return r;
+}
+static inline int64_t rt__numel_n(const rt__shape *s, int64_t n)
+{
+    return s->batched ? n * rt__shape_numel(s) : rt__shape_numel(s);
+}
+
+/* ---------------------------------------------------------------- backend */
+
+/* A backend maps ops to kernels. The CPU one takes the op's .cpu pair; a
+ * CUDA backend would add a .cuda pair to rt__op_def and its own table. */
+typedef struct rt__backend {
+    const char *name;
+    int (*supports_op)(const rt__op_def *op, const rt__node *nd);
+    void (*kernels)(const rt__op_def *op, const rt__node *nd, rt__kfn *fwd,
+                    rt__kfn *bwd);
+} rt__backend;
+extern const rt__backend rt__backend_cpu;
+
+/* ------------------------------------------------------------------- plan */
+
+enum { RT__SP_NONE = 0, RT__SP_ARENA, RT__SP_PARAM, RT__SP_GRAD };
+typedef struct rt__ref {
+    uint32_t space;
+    uint64_t off;           /* bytes in arena; floats in param/grad blocks */
+} rt__ref;
+
+typedef struct rt__call {
+    rt__kfn fn;
+    const rt__node *nd;
+    int bwd;
+    rt__ref y, dy, scratch;
+    rt__ref x[RT__MAX_IN], dx[RT__MAX_IN];
+    unsigned accum;
+} rt__call;
+
+typedef struct rt__param {
+    const char *name;
+    rt__shape shape;
+    int64_t numel;
+    int trainable;
+    rt_init init;
+    const float *value;     /* explicit initial values (plan arena) or NULL */
+    int64_t off;            /* floats into the parameter block */
+    int64_t goff;           /* floats into grad/opt blocks (trainable) */
+    int entry;
+} rt__param;
+
+/* How the loss reads labels against the output. */
+typedef struct rt__lossinfo {
+    rt_loss_kind kind;
+    int from_logits;
+    int64_t classes;        /* last dim of the output per row */
+    int64_t rows;           /* rows per sample: out numel / classes */
+    int64_t out_numel;      /* per sample */
+    int64_t lab_numel;      /* per sample */
+    int lab_bcast;          /* one label per row, broadcast over classes */
+    rt_dtype lab_dt;
+    int acc;                /* accuracy requested */
+} rt__lossinfo;
+
+struct rt_plan {
+    atomic_int refs;
+    rt__arena arena;        /* everything below points into it */
+    rt_train_config cfg;
+    rt_compile_report rep;
+    const rt__backend *backend;
+    int n_entries;
+    const char **entry_name;
+    rt__shape in_shape;     /* per sample */
+    int64_t in_numel;
+    rt__node *nodes;        /* topological order, only what the output needs */
+    int n_nodes;
+    rt__shape out_shape;
+    rt__param *params;      /* trainable first, in graph order */
+    int n_params;
+    int64_t param_floats;   /* parameter block */
+    int64_t train_floats;   /* gradient and each optimizer-state block */
+    rt__call *calls;        /* n_fwd forward calls, then n_bwd backward */
+    int n_fwd, n_bwd;
+    rt__ref x_buf, lab_buf, out_val, out_grad;
+    uint64_t arena_bytes;
+    int64_t gemm_scratch_floats;
+    rt__lossinfo loss;
+};
+
+/* --------------------------------------------------------------- internals */
+
+/* rt_loss.c: loss and metrics of one batch. y is (n, out_numel); lab is
+ * (n, lab_numel) i32 or f32. Adds the batch's summed per-sample losses to
+ * *loss_sum and summed per-sample accuracies to *acc_sum. If dy is not NULL,
+ * writes d(mean loss)/dy (overwriting). */
+void rt__loss_run(const rt__lossinfo *L, const float *y, const void *lab,
+                  int64_t n, float *dy, double *loss_sum, double *acc_sum);
+int rt__loss_check(const rt__lossinfo *L, const rt_train_config *cfg,
+                   char *err, size_t errlen);
+
+/* rt_optim.c */
+float rt__sched_lr(const rt_train_config *c, int64_t step);
+/* One update of count floats at 1-based step t. */
+void rt__opt_update(const rt_train_config *c, float lr, int64_t t, float *w,
+                    float *g, float *s1, float *s2, int64_t count);
+/* Scale g so its global L2 norm is at most clip; returns the norm. */
+double rt__clip_by_norm(float *g, int64_t count, float clip);
+
+/* Keras-style initializers (rt_exec.c) */
+void rt__init_param(const rt__param *pr, int index, uint64_t seed, float *w);
+
+/* server/kernels/cpu/rt_kern_gemm.c: C (M,N) = op(A) op(B) + beta C,
+ * row-major, alpha 1. Tiny products use a hand-written kernel (oneDNN's call
+ * overhead dominates there); the rest go to dnnl_sgemm. */
+void rt_kern_gemm(const rt__run *r, int ta, int tb, int64_t M, int64_t N,
+                  int64_t K, const float *A, int64_t lda, const float *B,
+                  int64_t ldb, float beta, float *C, int64_t ldc);
+/* Below this M*N*K the hand-written kernel runs; the bench measured it. */
+#define RT_KERN_SMALL_GEMM 32768
+/* floats of scratch the small kernel needs for a transposed B of K x N */
+#define RT_KERN_GEMM_SCRATCH 8192
+
+#endif

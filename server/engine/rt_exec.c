@@ -1,0 +1,574 @@
+/*
+ * rt_exec.c - a model instance: parameters, optimizer state, the arena, the
+ * data cursor; training, evaluation, prediction.
+ *
+ * A training step: gather the batch (rows of the epoch's permutation) into
+ * the arena, run the forward calls, the loss (which also writes the output
+ * gradient), the backward calls, clip, update. Everything it touches was
+ * allocated at rt_exec_create (the permutation when a data set is first
+ * seen), so a step allocates nothing.
+ *
+ * Determinism: initial values, permutations and dropout masks are pure
+ * functions of (seed, what, counter), and the cursor (epoch, position)
+ * lives here, so K calls of one step equal one call of K steps.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rt_engine_impl.h"
+
+struct rt_exec {
+    rt_plan *p;
+    char err[RT__ERRLEN];
+    float *block;              /* w | g | s1 | s2 */
+    float *w, *g, *s1, *s2;
+    unsigned char *arena;
+    float *gemm_scratch;
+    rt__kargs *k;              /* n_fwd + n_bwd resolved calls */
+    rt__run run;
+    float *xb, *out, *dout;
+    void *lb;
+    int64_t step;              /* global step */
+    int64_t epoch, pos;        /* 0-based epoch, next batch in it */
+    const float *dx;           /* the data set the cursor refers to */
+    int64_t dn;
+    int restored;              /* cursor loaded from a checkpoint */
+    int64_t *perm;
+    int64_t perm_cap, perm_epoch;
+    double ep_loss, ep_acc;
+    int64_t ep_samples;
+};
+
+static uint64_t rt__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int rt__eerr(rt_exec *e, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int rt__eerr(rt_exec *e, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->err, sizeof e->err, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* ------------------------------------------------------------ initializers */
+
+static float rt__normal(uint64_t seed, uint64_t stream, uint64_t ctr)
+{
+    /* Box-Muller on two uniforms; 1 - u keeps log's argument in (0, 1] */
+    float u1 = 1.0f - rt__rng_unit(seed, stream, 2 * ctr);
+    float u2 = rt__rng_unit(seed, stream, 2 * ctr + 1);
+    return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530717958648f * u2);
+}
+
+/* Keras' truncated_normal: redraw outside 2 stddev */
+static float rt__trunc_normal(uint64_t seed, uint64_t stream, uint64_t i)
+{
+    for (uint64_t a = 0; a < 64; a++) {
+        float z = rt__normal(seed, stream, i * 64 + a);
+        if (z >= -2.0f && z <= 2.0f) return z;
+    }
+    return 0.0f; /* 64 misses in a row: p < 1e-80 */
+}
+
+void rt__init_param(const rt__param *pr, int index, uint64_t seed, float *w)
+{
+    (void)index;
+    const int64_t n = pr->numel;
+    if (pr->value) {
+        memcpy(w, pr->value, sizeof(float) * (size_t)n);
+        return;
+    }
+    const rt__shape *s = &pr->shape;
+    double fan_in = 1, fan_out = 1;
+    if (s->ndim == 1) {
+        fan_in = fan_out = (double)s->d[0];
+    } else if (s->ndim >= 2) {
+        /* Keras: the receptive field multiplies both fans (conv kernels) */
+        double rf = 1;
+        for (int i = 0; i + 2 < s->ndim; i++) rf *= (double)s->d[i];
+        fan_in = (double)s->d[s->ndim - 2] * rf;
+        fan_out = (double)s->d[s->ndim - 1] * rf;
+    }
+    rt_init init = pr->init;
+    if (init == RT_INIT_DEFAULT) init = s->ndim >= 2 ? RT_INIT_GLOROT_UNIFORM : RT_INIT_ZEROS;
+    /* one stream per parameter, keyed by its position in the graph */
+    const uint64_t st = RT__STREAM_INIT + (uint64_t)pr->entry;
+    switch (init) {
+    case RT_INIT_ZEROS:
+    case RT_INIT_DEFAULT:
+        memset(w, 0, sizeof(float) * (size_t)n);
+        break;
+    case RT_INIT_ONES:
+        for (int64_t i = 0; i < n; i++) w[i] = 1.0f;
+        break;
+    case RT_INIT_GLOROT_UNIFORM:
+    case RT_INIT_HE_UNIFORM: {
+        double lim = init == RT_INIT_GLOROT_UNIFORM ? sqrt(6.0 / (fan_in + fan_out))
+                                                    : sqrt(6.0 / fan_in);
+        for (int64_t i = 0; i < n; i++)
+            w[i] = (float)((2.0 * rt__rng_unit(seed, st, (uint64_t)i) - 1.0) * lim);
+        break;
+    }
+    case RT_INIT_GLOROT_NORMAL:
+    case RT_INIT_HE_NORMAL: {
+        /* Keras: truncated normal, stddev = sqrt(scale / fan) / .8796...,
+         * the std of a unit normal truncated at +-2 */
+        double var = init == RT_INIT_GLOROT_NORMAL ? 2.0 / (fan_in + fan_out) : 2.0 / fan_in;
+        double sd = sqrt(var) / 0.87962566103423978;
+        for (int64_t i = 0; i < n; i++)
+            w[i] = (float)(sd * rt__trunc_normal(seed, st, (uint64_t)i));
+        break;
+    }
+    }
+}
+
+/* ---------------------------------------------------------------- create */
+
+static float *rt__resolve(rt_exec *e, rt__ref r)
+{
+    switch (r.space) {
+    case RT__SP_ARENA: return (float *)(e->arena + r.off);
+    case RT__SP_PARAM: return e->w + r.off;
+    case RT__SP_GRAD: return e->g + r.off;
+    default: return NULL;
+    }
+}
+
+int rt_exec_create(rt_plan *p, rt_exec **out)
+{
+    if (!out) return RT_EINVAL;
+    *out = NULL;
+    if (!p) return RT_EINVAL;
+    rt_exec *e = calloc(1, sizeof *e);
+    if (!e) return RT_ENOMEM;
+    e->p = p;
+    rt_plan_retain(p);
+    const int64_t P = p->param_floats, T = p->train_floats;
+    e->block = rt__aligned_alloc(sizeof(float) * (size_t)(P + 3 * T));
+    e->arena = rt__aligned_alloc((size_t)p->arena_bytes);
+    e->gemm_scratch = rt__aligned_alloc(sizeof(float) * (size_t)p->gemm_scratch_floats);
+    int nc = p->n_fwd + p->n_bwd;
+    e->k = calloc((size_t)(nc ? nc : 1), sizeof *e->k);
+    if (!e->block || !e->arena || !e->gemm_scratch || !e->k) {
+        rt_exec_destroy(e);
+        return RT_ENOMEM;
+    }
+    e->w = e->block;
+    e->g = e->w + P;
+    e->s1 = e->g + T;
+    e->s2 = e->s1 + T;
+    for (int i = 0; i < p->n_params; i++)
+        rt__init_param(&p->params[i], i, p->cfg.seed, e->w + p->params[i].off);
+    e->run.seed = p->cfg.seed;
+    e->run.gemm_scratch = e->gemm_scratch;
+    e->run.gemm_scratch_floats = p->gemm_scratch_floats;
+    for (int i = 0; i < nc; i++) {
+        const rt__call *c = &p->calls[i];
+        rt__kargs *a = &e->k[i];
+        a->nd = c->nd;
+        a->r = &e->run;
+        a->y = rt__resolve(e, c->y);
+        a->dy = rt__resolve(e, c->dy);
+        a->scratch = rt__resolve(e, c->scratch);
+        for (int j = 0; j < c->nd->n_in; j++) {
+            a->x[j] = rt__resolve(e, c->x[j]);
+            a->dx[j] = rt__resolve(e, c->dx[j]);
+        }
+        a->accum = c->accum;
+    }
+    e->xb = rt__resolve(e, p->x_buf);
+    e->lb = rt__resolve(e, p->lab_buf);
+    e->out = rt__resolve(e, p->out_val);
+    e->dout = rt__resolve(e, p->out_grad);
+    e->perm_epoch = -1;
+    *out = e;
+    return 0;
+}
+
+void rt_exec_destroy(rt_exec *e)
+{
+    if (!e) return;
+    free(e->block);
+    free(e->arena);
+    free(e->gemm_scratch);
+    free(e->k);
+    free(e->perm);
+    rt_plan_release(e->p);
+    free(e);
+}
+
+const char *rt_exec_errmsg(const rt_exec *e) { return e ? e->err : "exec is NULL"; }
+rt_plan *rt_exec_plan(const rt_exec *e) { return e ? e->p : NULL; }
+int64_t rt_exec_global_step(const rt_exec *e) { return e ? e->step : RT_EINVAL; }
+
+/* ------------------------------------------------------------------ data */
+
+static int rt__check_x(rt_exec *e, const float *x, int64_t n)
+{
+    if (!x) return rt__eerr(e, RT_EDATA, "no input data");
+    if (n <= 0) return rt__eerr(e, RT_EDATA, "data set has %lld samples", (long long)n);
+    if (n > (INT64_C(1) << 31))
+        return rt__eerr(e, RT_ETOOBIG, "data set has %lld samples, max 2^31", (long long)n);
+    return 0;
+}
+
+int rt_exec_check_data(rt_exec *e, const rt_data *d)
+{
+    if (!e) return RT_EINVAL;
+    e->err[0] = '\0';
+    if (!d) return rt__eerr(e, RT_EINVAL, "data is NULL");
+    int rc = rt__check_x(e, d->x, d->n);
+    if (rc < 0) return rc;
+    if (!d->y) return rt__eerr(e, RT_EDATA, "no labels");
+    const rt__lossinfo *L = &e->p->loss;
+    if (d->y_dtype != L->lab_dt)
+        return rt__eerr(e, RT_EDTYPE, "labels are %s, the program expects %s",
+                        d->y_dtype == RT_I32 ? "i32" : d->y_dtype == RT_F32 ? "f32" : "?",
+                        L->lab_dt == RT_I32 ? "i32" : "f32");
+    if (L->kind == RT_LOSS_SPARSE_CE) {
+        const int64_t cnt = d->n * L->lab_numel, C = L->classes;
+        for (int64_t i = 0; i < cnt; i++) {
+            double v = d->y_dtype == RT_I32 ? (double)((const int32_t *)d->y)[i]
+                                            : (double)((const float *)d->y)[i];
+            if (!(v >= 0 && v < (double)C) || v != floor(v))
+                return rt__eerr(e, RT_EDATA, "label %g at sample %lld outside [0, %lld)",
+                                v, (long long)(i / L->lab_numel), (long long)C);
+        }
+    }
+    return 0;
+}
+
+static void rt__gen_perm(rt_exec *e)
+{
+    const int64_t n = e->dn;
+    for (int64_t i = 0; i < n; i++) e->perm[i] = i;
+    if (e->p->cfg.shuffle) {
+        /* Fisher-Yates; j from a 64-bit draw by multiply-shift (Lemire) */
+        for (int64_t i = n - 1; i > 0; i--) {
+            uint64_t r = rt__rng_u64(e->p->cfg.seed, RT__STREAM_SHUFFLE,
+                                     ((uint64_t)e->epoch << 32) | (uint64_t)i);
+            int64_t j = (int64_t)(((unsigned __int128)r * (uint64_t)(i + 1)) >> 64);
+            int64_t t = e->perm[i];
+            e->perm[i] = e->perm[j];
+            e->perm[j] = t;
+        }
+    }
+    e->perm_epoch = e->epoch;
+}
+
+/* copy rows idx[0..nb) (or start..start+nb when idx is NULL) into the arena */
+static void rt__gather(rt_exec *e, const float *x, const void *y,
+                       const int64_t *idx, int64_t start, int64_t nb)
+{
+    const int64_t in = e->p->in_numel, ln = e->p->loss.lab_numel;
+    if (!idx) {
+        memcpy(e->xb, x + start * in, sizeof(float) * (size_t)(nb * in));
+        if (y)
+            memcpy(e->lb, (const char *)y + start * ln * 4, (size_t)(nb * ln * 4));
+        return;
+    }
+    for (int64_t i = 0; i < nb; i++) {
+        int64_t r = idx[i];
+        memcpy(e->xb + i * in, x + r * in, sizeof(float) * (size_t)in);
+        if (y)
+            memcpy((char *)e->lb + i * ln * 4, (const char *)y + r * ln * 4,
+                   (size_t)(ln * 4));
+    }
+}
+
+static void rt__forward(rt_exec *e, int64_t nb, int training)
+{
+    e->run.n = nb;
+    e->run.training = training;
+    e->run.step = e->step;
+    const rt_plan *p = e->p;
+    for (int i = 0; i < p->n_fwd; i++) p->calls[i].fn(&e->k[i]);
+}
+
+static void rt__backward(rt_exec *e)
+{
+    const rt_plan *p = e->p;
+    for (int i = p->n_fwd; i < p->n_fwd + p->n_bwd; i++) p->calls[i].fn(&e->k[i]);
+}
+
+/* --------------------------------------------------------------- training */
+
+int rt_exec_train(rt_exec *e, const rt_data *d, int64_t steps,
+                  rt_train_result *res, rt_step_cb cb, void *ud,
+                  float *step_losses)
+{
+    if (!e) return RT_EINVAL;
+    if (steps < 0) return rt__eerr(e, RT_EINVAL, "steps %lld < 0", (long long)steps);
+    int rc = rt_exec_check_data(e, d);
+    if (rc < 0) return rc;
+    const uint64_t t0 = rt__now();
+    rt_plan *p = e->p;
+    const rt_train_config *cfg = &p->cfg;
+    const int64_t B = cfg->batch_size;
+
+    if (d->x != e->dx || d->n != e->dn) {
+        if (d->n > e->perm_cap) {
+            int64_t *np = realloc(e->perm, sizeof(int64_t) * (size_t)d->n);
+            if (!np) return rt__eerr(e, RT_ENOMEM, "out of memory for %lld samples",
+                                     (long long)d->n);
+            e->perm = np;
+            e->perm_cap = d->n;
+        }
+        if (e->dx && !e->restored && e->pos > 0) {
+            /* another data set: start a new epoch at its first batch */
+            e->epoch++;
+            e->pos = 0;
+            e->ep_loss = e->ep_acc = 0;
+            e->ep_samples = 0;
+        }
+        if (e->restored && e->pos * B >= d->n) e->pos = 0;
+        e->restored = 0;
+        e->dx = d->x;
+        e->dn = d->n;
+        e->perm_epoch = -1;
+    }
+    const int64_t n = d->n, spe = (n + B - 1) / B;
+    double sum_loss = 0, sum_acc = 0;
+    int64_t sum_n = 0;
+    rt_train_result r = {0};
+    const int acc = p->loss.acc;
+    const double nan = NAN;
+
+    for (int64_t s = 0; s < steps; s++) {
+        if (e->perm_epoch != e->epoch) rt__gen_perm(e);
+        const int64_t start = e->pos * B;
+        const int64_t nb = n - start < B ? n - start : B;
+        rt__gather(e, d->x, d->y, e->perm + start, 0, nb);
+        rt__forward(e, nb, 1);
+        double bl = 0, ba = 0;
+        rt__loss_run(&p->loss, e->out, e->lb, nb, e->dout, &bl, &ba);
+        rt__backward(e);
+        if (p->train_floats) {
+            if (cfg->clip_norm > 0) rt__clip_by_norm(e->g, p->train_floats, cfg->clip_norm);
+            float lr = rt__sched_lr(cfg, e->step);
+            rt__opt_update(cfg, lr, e->step + 1, e->w, e->g, e->s1, e->s2, p->train_floats);
+        }
+        e->step++;
+        e->pos++;
+        e->ep_loss += bl;
+        e->ep_acc += ba;
+        e->ep_samples += nb;
+        sum_loss += bl;
+        sum_acc += ba;
+        sum_n += nb;
+        const float step_loss = (float)(bl / (double)nb);
+        if (step_losses) step_losses[s] = step_loss;
+        r.steps_run++;
+        r.last.loss = bl / (double)nb;
+        r.last.acc = acc ? ba / (double)nb : nan;
+        r.last.samples = nb;
+        const int epoch_end = e->pos == spe;
+        int stop = 0;
+        if (cb) {
+            rt_step_info info = {
+                .step = e->step,
+                .epoch = e->epoch + 1,
+                .step_in_epoch = e->pos,
+                .steps_per_epoch = spe,
+                .loss = step_loss,
+                .acc = acc ? (float)(ba / (double)nb) : (float)nan,
+                .epoch_end = epoch_end,
+                .epoch_metrics = {.loss = e->ep_loss / (double)e->ep_samples,
+                          .acc = acc ? e->ep_acc / (double)e->ep_samples : nan,
+                          .samples = e->ep_samples},
+            };
+            stop = cb(ud, &info);
+        }
+        if (epoch_end) {
+            e->epoch++;
+            e->pos = 0;
+            e->ep_loss = e->ep_acc = 0;
+            e->ep_samples = 0;
+        }
+        if (stop) {
+            r.stopped = 1;
+            break;
+        }
+    }
+    r.global_step = e->step;
+    if (sum_n) {
+        r.mean.loss = sum_loss / (double)sum_n;
+        r.mean.acc = acc ? sum_acc / (double)sum_n : nan;
+        r.mean.samples = sum_n;
+    } else {
+        r.mean.acc = r.last.acc = nan;
+    }
+    r.execute_ns = rt__now() - t0;
+    if (res) *res = r;
+    return 0;
+}
+
+int rt_exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
+{
+    if (!e) return RT_EINVAL;
+    int rc = rt_exec_check_data(e, d);
+    if (rc < 0) return rc;
+    const int64_t B = e->p->cfg.batch_size;
+    double ls = 0, as = 0;
+    for (int64_t start = 0; start < d->n; start += B) {
+        const int64_t nb = d->n - start < B ? d->n - start : B;
+        rt__gather(e, d->x, d->y, NULL, start, nb);
+        rt__forward(e, nb, 0);
+        rt__loss_run(&e->p->loss, e->out, e->lb, nb, NULL, &ls, &as);
+    }
+    if (out) {
+        out->loss = ls / (double)d->n;
+        out->acc = e->p->loss.acc ? as / (double)d->n : NAN;
+        out->samples = d->n;
+    }
+    return 0;
+}
+
+int rt_exec_predict(rt_exec *e, const float *x, int64_t n, float *out)
+{
+    if (!e) return RT_EINVAL;
+    e->err[0] = '\0';
+    int rc = rt__check_x(e, x, n);
+    if (rc < 0) return rc;
+    if (!out) return rt__eerr(e, RT_EINVAL, "no output buffer");
+    const int64_t B = e->p->cfg.batch_size, on = e->p->loss.out_numel;
+    for (int64_t start = 0; start < n; start += B) {
+        const int64_t nb = n - start < B ? n - start : B;
+        rt__gather(e, x, NULL, NULL, start, nb);
+        rt__forward(e, nb, 0);
+        memcpy(out + start * on, e->out, sizeof(float) * (size_t)(nb * on));
+    }
+    return 0;
+}
+
+int rt_exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n, double *loss)
+{
+    if (!e) return RT_EINVAL;
+    int rc = rt_exec_check_data(e, d);
+    if (rc < 0) return rc;
+    if (n < 1 || n > d->n || n > e->p->cfg.batch_size)
+        return rt__eerr(e, RT_EINVAL, "n %lld outside 1..min(%lld, batch_size)",
+                        (long long)n, (long long)d->n);
+    rt__gather(e, d->x, d->y, NULL, 0, n);
+    rt__forward(e, n, 1);
+    double ls = 0, as = 0;
+    rt__loss_run(&e->p->loss, e->out, e->lb, n, e->dout, &ls, &as);
+    rt__backward(e);
+    if (loss) *loss = ls / (double)n;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- params */
+
+int rt_exec_get_param(const rt_exec *e, int i, float *dst)
+{
+    if (!e || !dst || i < 0 || i >= e->p->n_params) return RT_EINVAL;
+    const rt__param *pr = &e->p->params[i];
+    memcpy(dst, e->w + pr->off, sizeof(float) * (size_t)pr->numel);
+    return 0;
+}
+
+int rt_exec_set_param(rt_exec *e, int i, const float *src)
+{
+    if (!e || !src || i < 0 || i >= e->p->n_params) return RT_EINVAL;
+    const rt__param *pr = &e->p->params[i];
+    memcpy(e->w + pr->off, src, sizeof(float) * (size_t)pr->numel);
+    return 0;
+}
+
+int rt_exec_get_grad(const rt_exec *e, int i, float *dst)
+{
+    if (!e || !dst || i < 0 || i >= e->p->n_params) return RT_EINVAL;
+    const rt__param *pr = &e->p->params[i];
+    if (pr->trainable) memcpy(dst, e->g + pr->goff, sizeof(float) * (size_t)pr->numel);
+    else memset(dst, 0, sizeof(float) * (size_t)pr->numel);
+    return 0;
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+typedef struct rt__state_hdr {
+    char magic[8];            /* "RTEXEC\0\0" */
+    uint32_t version, n_params;
+    int64_t param_floats, train_floats;
+    int64_t step, epoch, pos, ep_samples;
+    double ep_loss, ep_acc;
+    uint64_t seed;
+} rt__state_hdr;
+
+#define RT__STATE_VERSION 1u
+
+size_t rt_exec_state_size(const rt_exec *e)
+{
+    if (!e) return 0;
+    return sizeof(rt__state_hdr) +
+           sizeof(float) * (size_t)(e->p->param_floats + 2 * e->p->train_floats);
+}
+
+int rt_exec_save_state(const rt_exec *e, void *buf, size_t len)
+{
+    if (!e || !buf || len < rt_exec_state_size(e)) return RT_EINVAL;
+    rt__state_hdr h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, "RTEXEC", 6);
+    h.version = RT__STATE_VERSION;
+    h.n_params = (uint32_t)e->p->n_params;
+    h.param_floats = e->p->param_floats;
+    h.train_floats = e->p->train_floats;
+    h.step = e->step;
+    h.epoch = e->epoch;
+    h.pos = e->pos;
+    h.ep_samples = e->ep_samples;
+    h.ep_loss = e->ep_loss;
+    h.ep_acc = e->ep_acc;
+    h.seed = e->p->cfg.seed;
+    char *o = buf;
+    memcpy(o, &h, sizeof h);
+    o += sizeof h;
+    memcpy(o, e->w, sizeof(float) * (size_t)h.param_floats);
+    o += sizeof(float) * (size_t)h.param_floats;
+    /* s1 and s2 are adjacent in the block */
+    memcpy(o, e->s1, sizeof(float) * (size_t)(2 * h.train_floats));
+    return 0;
+}
+
+int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
+{
+    if (!e || !buf) return RT_EINVAL;
+    rt__state_hdr h;
+    if (len < sizeof h) return rt__eerr(e, RT_EDATA, "state blob too short");
+    memcpy(&h, buf, sizeof h);
+    if (memcmp(h.magic, "RTEXEC", 6) || h.version != RT__STATE_VERSION)
+        return rt__eerr(e, RT_EDATA, "not an exec state blob of version %u",
+                        RT__STATE_VERSION);
+    if (h.param_floats != e->p->param_floats || h.train_floats != e->p->train_floats ||
+        h.n_params != (uint32_t)e->p->n_params || len != rt_exec_state_size(e))
+        return rt__eerr(e, RT_EDATA, "state blob belongs to another program");
+    if (h.step < 0 || h.epoch < 0 || h.pos < 0)
+        return rt__eerr(e, RT_EDATA, "state blob has a negative counter");
+    const char *s = (const char *)buf + sizeof h;
+    memcpy(e->w, s, sizeof(float) * (size_t)h.param_floats);
+    s += sizeof(float) * (size_t)h.param_floats;
+    memcpy(e->s1, s, sizeof(float) * (size_t)(2 * h.train_floats));
+    e->step = h.step;
+    e->epoch = h.epoch;
+    e->pos = h.pos;
+    e->ep_samples = h.ep_samples;
+    e->ep_loss = h.ep_loss;
+    e->ep_acc = h.ep_acc;
+    e->restored = 1;
+    e->perm_epoch = -1;
+    e->dx = NULL;
+    e->dn = 0;
+    return 0;
+}

@@ -1,0 +1,416 @@
+/* rt_graph.c - the graph builder, the arena, the RNG and name tables. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt_engine_impl.h"
+
+void rt__assert_fail(const char *cond, const char *file, int line)
+{
+    fprintf(stderr, "%s:%d: assertion failed: %s\n", file, line, cond);
+    abort();
+}
+
+/* ------------------------------------------------------------------ arena */
+
+struct rt__chunk {
+    rt__chunk *next;
+    size_t used, cap;
+    _Alignas(16) unsigned char data[];
+};
+
+void *rt__arena_alloc(rt__arena *a, size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    if (n == 0) n = 16;
+    rt__chunk *c = a->head;
+    if (!c || c->cap - c->used < n) {
+        size_t cap = n > 16384 ? n : 16384;
+        c = malloc(sizeof *c + cap);
+        if (!c) return NULL;
+        c->next = a->head;
+        c->used = 0;
+        c->cap = cap;
+        a->head = c;
+    }
+    void *p = c->data + c->used;
+    c->used += n;
+    memset(p, 0, n);
+    return p;
+}
+
+char *rt__arena_strdup(rt__arena *a, const char *s)
+{
+    return rt__arena_memdup(a, s, strlen(s) + 1);
+}
+
+void *rt__arena_memdup(rt__arena *a, const void *p, size_t n)
+{
+    void *q = rt__arena_alloc(a, n);
+    if (q && n) memcpy(q, p, n);
+    return q;
+}
+
+void rt__arena_free(rt__arena *a)
+{
+    rt__chunk *c = a->head;
+    while (c) {
+        rt__chunk *next = c->next;
+        free(c);
+        c = next;
+    }
+    a->head = NULL;
+}
+
+void *rt__aligned_alloc(size_t n)
+{
+    n = (n + RT__ALIGN - 1) & ~(size_t)(RT__ALIGN - 1);
+    if (n == 0) n = RT__ALIGN;
+    void *p = aligned_alloc(RT__ALIGN, n);
+    if (p) memset(p, 0, n);
+    return p;
+}
+
+/* -------------------------------------------------------------------- rng */
+
+static inline uint64_t rt__mix64(uint64_t z)
+{
+    /* splitmix64's finalizer: a bijection with full avalanche */
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+uint64_t rt__rng_u64(uint64_t seed, uint64_t stream, uint64_t counter)
+{
+    uint64_t k = rt__mix64(seed + 0x9e3779b97f4a7c15ull);
+    k = rt__mix64(k ^ (stream * 0xd6e8feb86659fd93ull));
+    return rt__mix64(k ^ (counter * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull));
+}
+
+/* ------------------------------------------------------------------ misc */
+
+size_t rt_dtype_size(rt_dtype dt)
+{
+    switch (dt) {
+    case RT_F32: case RT_I32: return 4;
+    case RT_I64: return 8;
+    case RT_U8: return 1;
+    }
+    return 0;
+}
+
+int64_t rt__shape_numel(const rt__shape *s)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->ndim; i++) n *= s->d[i];
+    return n;
+}
+
+static const rt__op_def *const rt__ops[] = {
+#define RT__OP_PTR(def) &def,
+    RT__OP_LIST(RT__OP_PTR)
+#undef RT__OP_PTR
+};
+#define RT__N_OPS (sizeof rt__ops / sizeof rt__ops[0])
+
+const char *const *rt_engine_op_names(void)
+{
+    /* The names live in the op definitions (other translation units, not
+     * constant expressions here), so the list is filled on first use. Every
+     * writer stores the same values, so a race is harmless. */
+    static const char *tab[RT__N_OPS + 1];
+    static atomic_int ready;
+    if (!atomic_load(&ready)) {
+        for (size_t i = 0; i < RT__N_OPS; i++) tab[i] = rt__ops[i]->name;
+        tab[RT__N_OPS] = NULL;
+        atomic_store(&ready, 1);
+    }
+    return tab;
+}
+
+const rt__op_def *rt__op_find(const char *name)
+{
+    for (size_t i = 0; i < RT__N_OPS; i++)
+        if (strcmp(rt__ops[i]->name, name) == 0) return rt__ops[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ graph */
+
+rt_graph *rt_graph_create(void)
+{
+    rt_graph *g = calloc(1, sizeof *g);
+    return g;
+}
+
+void rt_graph_destroy(rt_graph *g)
+{
+    if (!g) return;
+    rt__arena_free(&g->arena);
+    free(g);
+}
+
+const char *rt_graph_errmsg(const rt_graph *g)
+{
+    return g ? g->err : "graph is NULL";
+}
+
+static int rt__gerr(rt_graph *g, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int rt__gerr(rt_graph *g, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->err, sizeof g->err, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+static rt__entry *rt__graph_new_entry(rt_graph *g, rt__tkind kind,
+                                      const char *name)
+{
+    if (g->n == g->cap) {
+        /* Old arrays stay in the arena until destroy: a graph is built once,
+         * so the doubling wastes at most as much as it keeps. */
+        int cap = g->cap ? 2 * g->cap : 16;
+        rt__entry *e = rt__arena_alloc(&g->arena, sizeof *e * (size_t)cap);
+        if (!e) return NULL;
+        if (g->n) memcpy(e, g->e, sizeof *e * (size_t)g->n);
+        g->e = e;
+        g->cap = cap;
+    }
+    rt__entry *e = &g->e[g->n];
+    memset(e, 0, sizeof *e);
+    e->kind = kind;
+    e->name = rt__arena_strdup(&g->arena, name);
+    if (!e->name) return NULL;
+    g->n++;
+    return e;
+}
+
+static int rt__check_name(rt_graph *g, const char *name, const char *what)
+{
+    if (!g) return RT_EINVAL;
+    if (!name || !name[0])
+        return rt__gerr(g, RT_EINVAL, "%s: empty name", what);
+    if (strlen(name) > 128)
+        return rt__gerr(g, RT_EINVAL, "%s: name longer than 128 bytes", what);
+    return 0;
+}
+
+static int rt__copy_dims(rt_graph *g, rt__shape *s, int ndim,
+                         const int64_t *dims, const char *name)
+{
+    if (ndim < 0 || ndim > RT_MAX_DIMS)
+        return rt__gerr(g, RT_EINVAL, "'%s': rank %d outside 0..%d", name,
+                        ndim, RT_MAX_DIMS);
+    if (ndim > 0 && !dims)
+        return rt__gerr(g, RT_EINVAL, "'%s': dims is NULL", name);
+    s->ndim = ndim;
+    for (int i = 0; i < ndim; i++) s->d[i] = dims[i];
+    return 0;
+}
+
+int rt_graph_add_input(rt_graph *g, const char *name, rt_dtype dt, int ndim,
+                       const int64_t *dims)
+{
+    int rc = rt__check_name(g, name, "input");
+    if (rc < 0) return rc;
+    rt__shape s = {0};
+    if ((rc = rt__copy_dims(g, &s, ndim, dims, name)) < 0) return rc;
+    rt__entry *e = rt__graph_new_entry(g, RT__T_INPUT, name);
+    if (!e) return rt__gerr(g, RT_ENOMEM, "out of memory");
+    e->dt = dt;
+    e->shape = s;
+    return 0;
+}
+
+int rt_graph_add_param(rt_graph *g, const char *name, int ndim,
+                       const int64_t *dims, rt_init init, int trainable,
+                       const float *value)
+{
+    int rc = rt__check_name(g, name, "param");
+    if (rc < 0) return rc;
+    rt__shape s = {0};
+    if ((rc = rt__copy_dims(g, &s, ndim, dims, name)) < 0) return rc;
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (s.d[i] <= 0 || s.d[i] > RT__MAX_NUMEL ||
+            __builtin_mul_overflow(numel, s.d[i], &numel) ||
+            numel > RT__MAX_NUMEL)
+            return rt__gerr(g, RT_ESHAPE, "param '%s': bad dim %lld", name,
+                            (long long)s.d[i]);
+    }
+    rt__entry *e = rt__graph_new_entry(g, RT__T_PARAM, name);
+    if (!e) return rt__gerr(g, RT_ENOMEM, "out of memory");
+    e->dt = RT_F32;
+    e->shape = s;
+    e->init = init;
+    e->trainable = trainable != 0;
+    if (value) {
+        e->value = rt__arena_memdup(&g->arena, value,
+                                    (size_t)numel * sizeof(float));
+        if (!e->value) return rt__gerr(g, RT_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+int rt_graph_add_node(rt_graph *g, const char *name, const char *op, int n_in,
+                      const char *const *inputs, int n_attr,
+                      const rt_attr *attrs)
+{
+    int rc = rt__check_name(g, name, "node");
+    if (rc < 0) return rc;
+    if (!op || !op[0])
+        return rt__gerr(g, RT_EINVAL, "node '%s': empty op", name);
+    if (n_in < 0 || n_attr < 0 || (n_in && !inputs) || (n_attr && !attrs))
+        return rt__gerr(g, RT_EINVAL, "node '%s': bad input/attr count", name);
+    for (int i = 0; i < n_in; i++)
+        if (!inputs[i])
+            return rt__gerr(g, RT_EINVAL, "node '%s': input %d is NULL", name, i);
+    for (int i = 0; i < n_attr; i++) {
+        const rt_attr *a = &attrs[i];
+        if (!a->name || a->n < 0 || (a->kind == RT_ATTR_STR && !a->s) ||
+            (a->kind == RT_ATTR_INTS && a->n && !a->ints) ||
+            (a->kind == RT_ATTR_FLOATS && a->n && !a->floats))
+            return rt__gerr(g, RT_EINVAL, "node '%s': attribute %d malformed",
+                            name, i);
+    }
+    rt__entry *e = rt__graph_new_entry(g, RT__T_NODE, name);
+    if (!e) return rt__gerr(g, RT_ENOMEM, "out of memory");
+    rt__arena *A = &g->arena;
+    e->dt = RT_F32;
+    e->op = rt__arena_strdup(A, op);
+    e->n_in = n_in;
+    e->in = rt__arena_alloc(A, sizeof(char *) * (size_t)(n_in ? n_in : 1));
+    if (!e->op || !e->in) goto oom;
+    for (int i = 0; i < n_in; i++)
+        if (!(e->in[i] = rt__arena_strdup(A, inputs[i]))) goto oom;
+    e->n_attr = n_attr;
+    e->attrs = rt__arena_alloc(A, sizeof(rt_attr) * (size_t)(n_attr ? n_attr : 1));
+    if (!e->attrs) goto oom;
+    for (int i = 0; i < n_attr; i++) {
+        rt_attr a = attrs[i];
+        a.name = rt__arena_strdup(A, attrs[i].name);
+        if (!a.name) goto oom;
+        if (a.kind == RT_ATTR_STR && !(a.s = rt__arena_strdup(A, attrs[i].s)))
+            goto oom;
+        if (a.kind == RT_ATTR_INTS && a.n &&
+            !(a.ints = rt__arena_memdup(A, attrs[i].ints, sizeof(int64_t) * (size_t)a.n)))
+            goto oom;
+        if (a.kind == RT_ATTR_FLOATS && a.n &&
+            !(a.floats = rt__arena_memdup(A, attrs[i].floats, sizeof(float) * (size_t)a.n)))
+            goto oom;
+        e->attrs[i] = a;
+    }
+    return 0;
+oom:
+    g->n--;
+    return rt__gerr(g, RT_ENOMEM, "out of memory");
+}
+
+int rt_graph_set_output(rt_graph *g, const char *name)
+{
+    int rc = rt__check_name(g, name, "output");
+    if (rc < 0) return rc;
+    g->output = rt__arena_strdup(&g->arena, name);
+    return g->output ? 0 : rt__gerr(g, RT_ENOMEM, "out of memory");
+}
+
+/* ------------------------------------------------------------ config/names */
+
+void rt_train_config_init(rt_train_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->loss = RT_LOSS_SPARSE_CE;
+    c->opt = RT_OPT_ADAM;
+    c->lr = 1e-3f;
+    c->momentum = 0.0f;
+    c->beta1 = 0.9f;
+    c->beta2 = 0.999f;
+    c->eps = 1e-7f;
+    c->weight_decay = 0.004f;
+    c->rho = 0.9f;
+    c->sched = RT_SCHED_CONSTANT;
+    c->gamma = 0.1f;
+    c->metrics = RT_METRIC_ACCURACY;
+    c->batch_size = 32;
+    c->seed = 0;
+    c->shuffle = 1;
+    c->label_dtype = RT_I32;
+    c->label_ndim = 0;
+}
+
+typedef struct { const char *name; int val; } rt__name_val;
+
+static const rt__name_val rt__loss_tab[] = {
+    {"sparse_categorical_crossentropy", RT_LOSS_SPARSE_CE},
+    {"categorical_crossentropy", RT_LOSS_CE},
+    {"binary_crossentropy", RT_LOSS_BCE},
+    {"mean_squared_error", RT_LOSS_MSE},
+    {"mean_absolute_error", RT_LOSS_MAE},
+    {"logcosh", RT_LOSS_LOGCOSH},
+    {"mse", RT_LOSS_MSE},
+    {"mae", RT_LOSS_MAE},
+    {"log_cosh", RT_LOSS_LOGCOSH},
+    {"sparse_ce", RT_LOSS_SPARSE_CE},
+    {"bce", RT_LOSS_BCE},
+    {NULL, 0}};
+static const rt__name_val rt__opt_tab[] = {
+    {"sgd", RT_OPT_SGD}, {"adam", RT_OPT_ADAM}, {"adamw", RT_OPT_ADAMW},
+    {"rmsprop", RT_OPT_RMSPROP}, {NULL, 0}};
+static const rt__name_val rt__sched_tab[] = {
+    {"constant", RT_SCHED_CONSTANT}, {"step", RT_SCHED_STEP},
+    {"step_decay", RT_SCHED_STEP}, {"cosine", RT_SCHED_COSINE},
+    {"cosine_decay", RT_SCHED_COSINE}, {"linear_warmup", RT_SCHED_LINEAR_WARMUP},
+    {"warmup", RT_SCHED_LINEAR_WARMUP}, {"warmup_cosine", RT_SCHED_WARMUP_COSINE},
+    {NULL, 0}};
+
+static int rt__lookup(const rt__name_val *t, const char *name, int *out)
+{
+    if (!name) return RT_EINVAL;
+    for (; t->name; t++) {
+        if (strcasecmp(t->name, name) == 0) {
+            *out = t->val;
+            return 0;
+        }
+    }
+    return RT_EINVAL;
+}
+
+int rt_loss_from_name(const char *name, rt_loss_kind *out)
+{
+    int v, rc = rt__lookup(rt__loss_tab, name, &v);
+    if (rc == 0) *out = (rt_loss_kind)v;
+    return rc;
+}
+
+int rt_opt_from_name(const char *name, rt_opt_kind *out)
+{
+    int v, rc = rt__lookup(rt__opt_tab, name, &v);
+    if (rc == 0) *out = (rt_opt_kind)v;
+    return rc;
+}
+
+int rt_sched_from_name(const char *name, rt_sched_kind *out)
+{
+    int v, rc = rt__lookup(rt__sched_tab, name, &v);
+    if (rc == 0) *out = (rt_sched_kind)v;
+    return rc;
+}
+
+const char *const *rt_engine_loss_names(void)
+{
+    static const char *const names[] = {
+        "sparse_categorical_crossentropy", "categorical_crossentropy",
+        "binary_crossentropy", "mean_squared_error", "mean_absolute_error",
+        "logcosh", NULL};
+    return names;
+}
+
+const char *const *rt_engine_optimizer_names(void)
+{
+    static const char *const names[] = {"sgd", "adam", "adamw", "rmsprop", NULL};
+    return names;
+}

@@ -1,0 +1,258 @@
+/*
+ * rt_loss.c - losses (forward and gradient in one pass) and accuracy.
+ *
+ * Keras semantics: a per-row loss over the last axis (C classes), the mean
+ * over the rows of a sample, then the mean over the batch. So
+ * dy = d(per-row loss)/dy / (n * rows).
+ *   sparse CE   labels one per row; from probabilities as Keras' TF backend:
+ *               q = clip(p, 1e-7, 1-1e-7), loss = -log(q_l / sum q)
+ *   CE          one-hot f32 labels; probabilities are normalised to sum 1,
+ *               then clipped, loss = -sum y log q
+ *   BCE         Keras: p clipped, -(y log(p+eps) + (1-y) log(1-p+eps));
+ *               from logits max(z,0) - z y + log1p(exp(-|z|))
+ *   MSE, MAE    mean over the last axis of (p-y)^2, |p-y|
+ *   logcosh     x = p - y, mean over the last axis of x + softplus(-2x) - log 2
+ * Labels with one value per row (e.g. int labels (B,) against a (B,3)
+ * output) are broadcast over the last axis, as Keras does after expanding
+ * them to (B,1) (notes/baselines.md, W-A).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rt_engine_impl.h"
+
+#define RT__EPS 1e-7f
+
+int rt__loss_check(const rt__lossinfo *L, const rt_train_config *cfg,
+                   char *err, size_t errlen)
+{
+    (void)cfg;
+    const long long C = (long long)L->classes, R = (long long)L->rows;
+    switch (L->kind) {
+    case RT_LOSS_SPARSE_CE:
+        if (L->lab_numel != L->rows) {
+            snprintf(err, errlen, "sparse labels have %lld values per sample; the output "
+                     "has %lld rows of %lld classes", (long long)L->lab_numel, R, C);
+            return RT_ESHAPE;
+        }
+        if (C < 2 && !L->from_logits) {
+            snprintf(err, errlen, "sparse crossentropy needs >= 2 classes, output has %lld", C);
+            return RT_ESHAPE;
+        }
+        return 0;
+    case RT_LOSS_CE:
+        if (L->lab_dt != RT_F32) {
+            snprintf(err, errlen, "categorical crossentropy needs f32 one-hot labels");
+            return RT_EDTYPE;
+        }
+        if (L->lab_numel != L->out_numel) {
+            snprintf(err, errlen, "one-hot labels have %lld values per sample, output %lld",
+                     (long long)L->lab_numel, (long long)L->out_numel);
+            return RT_ESHAPE;
+        }
+        return 0;
+    default:
+        if (L->lab_numel != L->out_numel && L->lab_numel != L->rows) {
+            snprintf(err, errlen, "labels have %lld values per sample; output has %lld "
+                     "(or %lld rows to broadcast over)", (long long)L->lab_numel,
+                     (long long)L->out_numel, R);
+            return RT_ESHAPE;
+        }
+        return 0;
+    }
+}
+
+static inline float rt__lab(const rt__lossinfo *L, const void *lab, int64_t i)
+{
+    return L->lab_dt == RT_I32 ? (float)((const int32_t *)lab)[i]
+                               : ((const float *)lab)[i];
+}
+
+static inline int64_t rt__lab_class(const rt__lossinfo *L, const void *lab,
+                                    int64_t i)
+{
+    int64_t c = L->lab_dt == RT_I32 ? ((const int32_t *)lab)[i]
+                                    : (int64_t)((const float *)lab)[i];
+    /* rt_exec_check_data rejected out-of-range labels; never index out */
+    if (c < 0) c = 0;
+    if (c >= L->classes) c = L->classes - 1;
+    return c;
+}
+
+static inline int64_t rt__argmax(const float *x, int64_t C)
+{
+    int64_t b = 0;
+    for (int64_t j = 1; j < C; j++)
+        if (x[j] > x[b]) b = j;
+    return b;
+}
+
+static inline float rt__softplus(float x)
+{
+    return x > 0 ? x + log1pf(expf(-x)) : log1pf(expf(x));
+}
+
+/* one row: returns its loss, writes dz (scaled by s) when dz != NULL */
+static double rt__row(const rt__lossinfo *L, const float *restrict z,
+                      const void *lab, int64_t lab_i, float *restrict dz,
+                      float s)
+{
+    const int64_t C = L->classes;
+    const int bc = L->lab_numel != L->out_numel; /* one label per row */
+    double loss = 0;
+    switch (L->kind) {
+    case RT_LOSS_SPARSE_CE: {
+        int64_t l = rt__lab_class(L, lab, lab_i);
+        if (L->from_logits) {
+            float m = z[0];
+            for (int64_t j = 1; j < C; j++) m = z[j] > m ? z[j] : m;
+            float se = 0;
+            for (int64_t j = 0; j < C; j++) se += expf(z[j] - m);
+            float lse = m + logf(se);
+            loss = lse - z[l];
+            if (dz) {
+                for (int64_t j = 0; j < C; j++) dz[j] = s * expf(z[j] - lse);
+                dz[l] -= s;
+            }
+        } else {
+            float sum = 0;
+            for (int64_t j = 0; j < C; j++) sum += fminf(fmaxf(z[j], RT__EPS), 1 - RT__EPS);
+            float ql = fminf(fmaxf(z[l], RT__EPS), 1 - RT__EPS);
+            loss = -log(ql) + log(sum);
+            if (dz) {
+                for (int64_t j = 0; j < C; j++) {
+                    int in = z[j] >= RT__EPS && z[j] <= 1 - RT__EPS;
+                    dz[j] = in ? s * (1.0f / sum - (j == l ? 1.0f / ql : 0.0f)) : 0.0f;
+                }
+            }
+        }
+        break;
+    }
+    case RT_LOSS_CE: {
+        const float *restrict y = (const float *)lab + lab_i;
+        if (L->from_logits) {
+            float m = z[0];
+            for (int64_t j = 1; j < C; j++) m = z[j] > m ? z[j] : m;
+            float se = 0, ys = 0;
+            for (int64_t j = 0; j < C; j++) {
+                se += expf(z[j] - m);
+                ys += y[j];
+            }
+            float lse = m + logf(se);
+            for (int64_t j = 0; j < C; j++) loss += (double)y[j] * (lse - z[j]);
+            if (dz)
+                for (int64_t j = 0; j < C; j++) dz[j] = s * (expf(z[j] - lse) * ys - y[j]);
+        } else {
+            float S = 0;
+            for (int64_t j = 0; j < C; j++) S += z[j];
+            float gu = 0; /* sum_k g_k u_k */
+            for (int64_t j = 0; j < C; j++) {
+                float u = z[j] / S, q = fminf(fmaxf(u, RT__EPS), 1 - RT__EPS);
+                loss -= (double)y[j] * log(q);
+                float g = (u >= RT__EPS && u <= 1 - RT__EPS) ? -y[j] / q : 0.0f;
+                if (dz) dz[j] = g;
+                gu += g * u;
+            }
+            if (dz)
+                for (int64_t j = 0; j < C; j++) dz[j] = s * (dz[j] - gu) / S;
+        }
+        break;
+    }
+    default: {
+        const double inv = 1.0 / (double)C;
+        const float sc = s / (float)C;
+        for (int64_t j = 0; j < C; j++) {
+            float y = rt__lab(L, lab, bc ? lab_i : lab_i + j);
+            float p = z[j], g, f;
+            switch (L->kind) {
+            case RT_LOSS_BCE:
+                if (L->from_logits) {
+                    f = fmaxf(p, 0) - p * y + log1pf(expf(-fabsf(p)));
+                    float sg = p >= 0 ? 1 / (1 + expf(-p)) : expf(p) / (1 + expf(p));
+                    g = sg - y;
+                } else {
+                    float q = fminf(fmaxf(p, RT__EPS), 1 - RT__EPS);
+                    f = -(y * logf(q + RT__EPS) + (1 - y) * logf(1 - q + RT__EPS));
+                    int in = p >= RT__EPS && p <= 1 - RT__EPS;
+                    g = in ? -(y / (q + RT__EPS) - (1 - y) / (1 - q + RT__EPS)) : 0.0f;
+                }
+                break;
+            case RT_LOSS_MSE: {
+                float d = p - y;
+                f = d * d;
+                g = 2 * d;
+                break;
+            }
+            case RT_LOSS_MAE: {
+                float d = p - y;
+                f = fabsf(d);
+                g = d > 0 ? 1.0f : d < 0 ? -1.0f : 0.0f;
+                break;
+            }
+            default: { /* logcosh, stable: x + softplus(-2x) - log 2 */
+                float x = p - y;
+                f = x + rt__softplus(-2 * x) - 0.69314718055994531f;
+                g = tanhf(x);
+                break;
+            }
+            }
+            loss += (double)f * inv;
+            if (dz) dz[j] = sc * g;
+        }
+        break;
+    }
+    }
+    return loss;
+}
+
+/* accuracy of one row, 0 or 1 */
+static int rt__row_acc(const rt__lossinfo *L, const float *z, const void *lab,
+                       int64_t lab_i)
+{
+    const int64_t C = L->classes;
+    const int bc = L->lab_numel != L->out_numel;
+    if (L->kind == RT_LOSS_BCE || C == 1) {
+        /* binary accuracy; for several outputs, a row counts if all match */
+        const float thr = L->from_logits ? 0.0f : 0.5f;
+        for (int64_t j = 0; j < C; j++) {
+            float y = rt__lab(L, lab, bc ? lab_i : lab_i + j);
+            if ((z[j] > thr) != (y > 0.5f)) return 0;
+        }
+        return 1;
+    }
+    int64_t a = rt__argmax(z, C);
+    if (L->kind == RT_LOSS_SPARSE_CE || bc) return a == rt__lab_class(L, lab, lab_i);
+    const float *y = (const float *)lab + lab_i;
+    if (L->lab_dt == RT_I32) {
+        const int32_t *yi = (const int32_t *)lab + lab_i;
+        int64_t b = 0;
+        for (int64_t j = 1; j < C; j++)
+            if (yi[j] > yi[b]) b = j;
+        return a == b;
+    }
+    return a == rt__argmax(y, C);
+}
+
+void rt__loss_run(const rt__lossinfo *L, const float *y, const void *lab,
+                  int64_t n, float *dy, double *loss_sum, double *acc_sum)
+{
+    const int64_t C = L->classes, R = L->rows;
+    const int bc = L->lab_numel != L->out_numel;
+    const float s = 1.0f / (float)((double)n * (double)R);
+    double ls = 0, as = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double sl = 0;
+        int64_t correct = 0;
+        for (int64_t r = 0; r < R; r++) {
+            const float *z = y + (i * R + r) * C;
+            int64_t li = bc ? i * R + r : (i * R + r) * C;
+            sl += rt__row(L, z, lab, li, dy ? dy + (i * R + r) * C : NULL, s);
+            if (L->acc) correct += rt__row_acc(L, z, lab, li);
+        }
+        ls += sl / (double)R;
+        as += (double)correct / (double)R;
+    }
+    *loss_sum += ls;
+    *acc_sum += as;
+}

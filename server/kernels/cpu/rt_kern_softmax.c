@@ -1,0 +1,80 @@
+/* rt_kern_softmax.c - Softmax and LogSoftmax over the last axis. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu/rt_kern_cpu.h"
+
+/* x, y are (R,C) */
+void rt_kern_softmax_fwd(const rt__kargs *a)
+{
+    const int64_t C = a->nd->ia[0];
+    const int64_t R = rt__rows(&a->nd->out, a->r->n);
+    for (int64_t r = 0; r < R; r++) {
+        const float *restrict x = a->x[0] + r * C;
+        float *restrict y = a->y + r * C;
+        float m = x[0];
+        for (int64_t j = 1; j < C; j++) m = x[j] > m ? x[j] : m;
+        float s = 0.0f;
+        for (int64_t j = 0; j < C; j++) {
+            y[j] = expf(x[j] - m);
+            s += y[j];
+        }
+        const float inv = 1.0f / s;
+        for (int64_t j = 0; j < C; j++) y[j] *= inv;
+    }
+}
+
+/* dx = y * (dy - sum(dy * y)) */
+void rt_kern_softmax_bwd(const rt__kargs *a)
+{
+    if (!a->dx[0]) return;
+    const int64_t C = a->nd->ia[0];
+    const int64_t R = rt__rows(&a->nd->out, a->r->n);
+    const int accum = a->accum & 1u;
+    for (int64_t r = 0; r < R; r++) {
+        const float *restrict y = a->y + r * C, *restrict dy = a->dy + r * C;
+        float *restrict dx = a->dx[0] + r * C;
+        float s = 0.0f;
+        for (int64_t j = 0; j < C; j++) s += dy[j] * y[j];
+        if (accum)
+            for (int64_t j = 0; j < C; j++) dx[j] += y[j] * (dy[j] - s);
+        else
+            for (int64_t j = 0; j < C; j++) dx[j] = y[j] * (dy[j] - s);
+    }
+}
+
+/* y = x - max - log(sum(exp(x - max))) */
+void rt_kern_logsoftmax_fwd(const rt__kargs *a)
+{
+    const int64_t C = a->nd->ia[0];
+    const int64_t R = rt__rows(&a->nd->out, a->r->n);
+    for (int64_t r = 0; r < R; r++) {
+        const float *restrict x = a->x[0] + r * C;
+        float *restrict y = a->y + r * C;
+        float m = x[0];
+        for (int64_t j = 1; j < C; j++) m = x[j] > m ? x[j] : m;
+        float s = 0.0f;
+        for (int64_t j = 0; j < C; j++) s += expf(x[j] - m);
+        const float lse = m + logf(s);
+        for (int64_t j = 0; j < C; j++) y[j] = x[j] - lse;
+    }
+}
+
+/* dx = dy - exp(y) * sum(dy) */
+void rt_kern_logsoftmax_bwd(const rt__kargs *a)
+{
+    if (!a->dx[0]) return;
+    const int64_t C = a->nd->ia[0];
+    const int64_t R = rt__rows(&a->nd->out, a->r->n);
+    const int accum = a->accum & 1u;
+    for (int64_t r = 0; r < R; r++) {
+        const float *restrict y = a->y + r * C, *restrict dy = a->dy + r * C;
+        float *restrict dx = a->dx[0] + r * C;
+        float s = 0.0f;
+        for (int64_t j = 0; j < C; j++) s += dy[j];
+        if (accum)
+            for (int64_t j = 0; j < C; j++) dx[j] += dy[j] - expf(y[j]) * s;
+        else
+            for (int64_t j = 0; j < C; j++) dx[j] = dy[j] - expf(y[j]) * s;
+    }
+}

@@ -1,0 +1,146 @@
+/*
+ * rt_test.h - helpers shared by the engine tests: checks that count
+ * failures instead of aborting, the iris data, and graph builders for the
+ * reference workloads.
+ */
+#ifndef RTRAIN_TEST_H
+#define RTRAIN_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt_engine.h"
+
+static int rt_test_failures;
+
+#define CHECK(c)                                                              \
+    do {                                                                      \
+        if (!(c)) {                                                           \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__,  \
+                    #c);                                                      \
+            rt_test_failures++;                                               \
+        }                                                                     \
+    } while (0)
+
+#define CHECK_RC(expr)                                                        \
+    do {                                                                      \
+        int rc_ = (expr);                                                     \
+        if (rc_ < 0) {                                                        \
+            fprintf(stderr, "%s:%d: %s returned %s\n", __FILE__, __LINE__,    \
+                    #expr, rt_err_name(rc_));                                 \
+            rt_test_failures++;                                               \
+        }                                                                     \
+    } while (0)
+
+/* Fatal: the rest of the test cannot run */
+#define REQUIRE(c)                                                            \
+    do {                                                                      \
+        if (!(c)) {                                                           \
+            fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__,          \
+                    __LINE__, #c);                                            \
+            exit(1);                                                          \
+        }                                                                     \
+    } while (0)
+
+static inline int rt_test_done(const char *name)
+{
+    if (rt_test_failures) {
+        fprintf(stderr, "%s: %d check(s) failed\n", name, rt_test_failures);
+        return 1;
+    }
+    printf("%s: ok\n", name);
+    return 0;
+}
+
+/* The iris data: 150 rows of 4 floats and a class 0..2. The header line is
+ * "150,4,setosa,versicolor,virginica". Returns the row count or -1. */
+static inline int rt_test_load_iris(const char *path, float x[150 * 4], int32_t y[150])
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[256];
+    int n = 0;
+    if (!fgets(line, sizeof line, f)) {
+        fclose(f);
+        return -1;
+    }
+    while (n < 150 && fgets(line, sizeof line, f)) {
+        float a, b, c, d;
+        int k;
+        if (sscanf(line, "%f,%f,%f,%f,%d", &a, &b, &c, &d, &k) != 5) break;
+        x[n * 4 + 0] = a;
+        x[n * 4 + 1] = b;
+        x[n * 4 + 2] = c;
+        x[n * 4 + 3] = d;
+        y[n] = k;
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+/* W-A: Dense(32, relu, input 4) -> Dense(3, softmax). Values may be NULL
+ * (Keras initializers). Parameter order: d1/kernel, d1/bias, d2/kernel,
+ * d2/bias. */
+static inline rt_graph *rt_test_wa_graph(const float *w1, const float *b1,
+                                         const float *w2, const float *b2)
+{
+    rt_graph *g = rt_graph_create();
+    if (!g) return NULL;
+    int64_t in[] = {RT_BATCH, 4}, dw1[] = {4, 32}, db1[] = {32}, dw2[] = {32, 3}, db2[] = {3};
+    int rc = 0;
+    rc |= rt_graph_add_input(g, "x", RT_F32, 2, in);
+    rc |= rt_graph_add_param(g, "d1/kernel", 2, dw1, RT_INIT_GLOROT_UNIFORM, 1, w1);
+    rc |= rt_graph_add_param(g, "d1/bias", 1, db1, RT_INIT_ZEROS, 1, b1);
+    rc |= rt_graph_add_param(g, "d2/kernel", 2, dw2, RT_INIT_GLOROT_UNIFORM, 1, w2);
+    rc |= rt_graph_add_param(g, "d2/bias", 1, db2, RT_INIT_ZEROS, 1, b2);
+    const char *i1[] = {"x", "d1/kernel", "d1/bias"};
+    rc |= rt_graph_add_node(g, "d1", "Dense", 3, i1, 0, NULL);
+    const char *i2[] = {"d1"};
+    rc |= rt_graph_add_node(g, "relu1", "Relu", 1, i2, 0, NULL);
+    const char *i3[] = {"relu1", "d2/kernel", "d2/bias"};
+    rc |= rt_graph_add_node(g, "d2", "Dense", 3, i3, 0, NULL);
+    const char *i4[] = {"d2"};
+    rc |= rt_graph_add_node(g, "probs", "Softmax", 1, i4, 0, NULL);
+    rc |= rt_graph_set_output(g, "probs");
+    if (rc) {
+        rt_graph_destroy(g);
+        return NULL;
+    }
+    return g;
+}
+
+/* A stratified shuffled split of iris (seeded LCG, fixed): n_val samples
+ * of each class go to validation (n_val of 50), the rest to training. */
+static inline void rt_test_split_iris(const float *x, const int32_t *y, int n_val,
+                                      float *xt, int32_t *yt, int *nt,
+                                      float *xv, int32_t *yv, int *nv)
+{
+    int idx[150];
+    for (int i = 0; i < 150; i++) idx[i] = i;
+    uint64_t s = 12345;
+    for (int i = 149; i > 0; i--) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        int j = (int)((s >> 33) % (uint64_t)(i + 1));
+        int t = idx[i];
+        idx[i] = idx[j];
+        idx[j] = t;
+    }
+    int taken[3] = {0, 0, 0};
+    *nt = *nv = 0;
+    for (int k = 0; k < 150; k++) {
+        int i = idx[k], c = y[i];
+        if (taken[c] < n_val) {
+            taken[c]++;
+            memcpy(xv + *nv * 4, x + i * 4, sizeof(float) * 4);
+            yv[(*nv)++] = c;
+        } else {
+            memcpy(xt + *nt * 4, x + i * 4, sizeof(float) * 4);
+            yt[(*nt)++] = c;
+        }
+    }
+}
+
+#endif
