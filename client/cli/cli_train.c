@@ -60,45 +60,6 @@ int cli_fail(rt_client *c, const char *what, int rc)
     return cli_exit_code(rc);
 }
 
-char *cli_read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 65536, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0)
-            break;
-        if (n + 1 == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                errno = ENOMEM;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf)
-        return NULL;
-    if (bad) {
-        free(buf);
-        errno = EIO;
-        return NULL;
-    }
-    buf[n] = 0;
-    if (len)
-        *len = n;
-    return buf;
-}
-
 static const char *base_name(const char *p)
 {
     const char *s = strrchr(p, '/');
