@@ -1,0 +1,850 @@
+/* rt_data.c - dataset formats (RAW, NPY, CSV, IDX[.gz]) and assembly. */
+#include "rt_data.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+#include <zlib.h>
+
+/* Element types a source can hold. Parsers describe their bytes with one of
+ * these and the converters below read them, so each format only parses its
+ * header. */
+typedef enum src_type { S_U8, S_I8, S_I16, S_I32, S_I64, S_F32, S_F64 } src_type;
+
+typedef struct src_arr {
+    src_type t;
+    int big_endian;
+    int ndim;
+    int64_t dims[RT_MAX_DIMS];
+    const uint8_t *data;
+    void *owned;              /* decompressed or parsed buffer, freed after */
+    int64_t label_col;        /* CSV both: column index into each row, else -1 */
+    int64_t row_cols;         /* CSV: values per row */
+} src_arr;
+
+static const size_t src_size[] = {1, 1, 2, 4, 8, 4, 8};
+
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+int64_t rt_data_numel(int ndim, const int64_t *dims)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= dims[i];
+    return n;
+}
+
+const char *rt_data_shape_str(int ndim, const int64_t *dims, char *buf,
+                              size_t len)
+{
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, len - o, "(");
+    for (int i = 0; i < ndim && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, i ? ", %lld" : "%lld",
+                              (long long)dims[i]);
+    if (o < len)
+        snprintf(buf + o, len - o, ndim == 1 ? ",)" : ")");
+    return buf;
+}
+
+/* Multiply with an overflow check against a cap. */
+static int mul_cap(int64_t a, int64_t b, int64_t cap, int64_t *out)
+{
+    if (a < 0 || b < 0)
+        return -1;
+    if (a != 0 && b > cap / a)
+        return -1;
+    *out = a * b;
+    return 0;
+}
+
+static double get_elem(const src_arr *s, int64_t i)
+{
+    const uint8_t *p = s->data + (size_t)i * src_size[s->t];
+    uint8_t tmp[8];
+    size_t sz = src_size[s->t];
+    if (s->big_endian && sz > 1) {
+        for (size_t k = 0; k < sz; k++)
+            tmp[k] = p[sz - 1 - k];
+        p = tmp;
+    }
+    switch (s->t) {
+    case S_U8: return p[0];
+    case S_I8: return (int8_t)p[0];
+    case S_I16: { int16_t v; memcpy(&v, p, 2); return v; }
+    case S_I32: { int32_t v; memcpy(&v, p, 4); return v; }
+    case S_I64: { int64_t v; memcpy(&v, p, 8); return (double)v; }
+    case S_F32: { float v; memcpy(&v, p, 4); return v; }
+    case S_F64: { double v; memcpy(&v, p, 8); return v; }
+    }
+    return 0;
+}
+
+static int is_float_src(src_type t) { return t == S_F32 || t == S_F64; }
+
+/* ------------------------------------------------------------------- gzip */
+static int gunzip(const uint8_t *in, size_t len, uint64_t max_bytes,
+                  uint8_t **out, size_t *out_len, char *err, size_t errlen)
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
+        return fail(err, errlen, RT_ENOMEM, "zlib init failed");
+    size_t cap = len * 4 + 4096, n = 0;
+    uint8_t *buf = malloc(cap);
+    if (!buf) {
+        inflateEnd(&z);
+        return fail(err, errlen, RT_ENOMEM, "out of memory inflating gzip");
+    }
+    z.next_in = (Bytef *)in;
+    z.avail_in = (uInt)len;
+    int zr;
+    for (;;) {
+        if (n == cap) {
+            if (cap >= max_bytes) {
+                free(buf);
+                inflateEnd(&z);
+                return fail(err, errlen, RT_ETOOBIG,
+                            "gzip data inflates past %llu bytes",
+                            (unsigned long long)max_bytes);
+            }
+            size_t nc = cap * 2 > max_bytes ? (size_t)max_bytes : cap * 2;
+            uint8_t *nb = realloc(buf, nc);
+            if (!nb) {
+                free(buf);
+                inflateEnd(&z);
+                return fail(err, errlen, RT_ENOMEM, "out of memory inflating gzip");
+            }
+            buf = nb;
+            cap = nc;
+        }
+        z.next_out = buf + n;
+        z.avail_out = (uInt)(cap - n);
+        zr = inflate(&z, Z_NO_FLUSH);
+        n = cap - z.avail_out;
+        if (zr == Z_STREAM_END)
+            break;
+        if (zr != Z_OK && !(zr == Z_BUF_ERROR && z.avail_out == 0)) {
+            free(buf);
+            inflateEnd(&z);
+            return fail(err, errlen, RT_EDATA, "corrupt gzip data (%s)",
+                        z.msg ? z.msg : "truncated");
+        }
+    }
+    inflateEnd(&z);
+    *out = buf;
+    *out_len = n;
+    return 0;
+}
+
+/* -------------------------------------------------------------------- RAW */
+static int parse_raw(const rt_data_part *p, const uint8_t *b, size_t len,
+                     src_arr *s, char *err, size_t errlen)
+{
+    switch (p->dtype) {
+    case RT_F32: s->t = S_F32; break;
+    case RT_I32: s->t = S_I32; break;
+    case RT_I64: s->t = S_I64; break;
+    case RT_U8: s->t = S_U8; break;
+    default:
+        return fail(err, errlen, RT_EDATA, "RAW part needs a dtype (got %d)",
+                    (int)p->dtype);
+    }
+    if (p->ndim < 1 || p->ndim > RT_MAX_DIMS)
+        return fail(err, errlen, RT_EDATA,
+                    "RAW part needs a shape of 1..%d dims (got %d)", RT_MAX_DIMS,
+                    p->ndim);
+    int64_t n = 1;
+    for (int i = 0; i < p->ndim; i++)
+        if (mul_cap(n, p->dims[i], INT64_MAX / 8, &n) < 0)
+            return fail(err, errlen, RT_EDATA, "RAW shape dim %d is invalid", i);
+    if ((uint64_t)n * src_size[s->t] != len)
+        return fail(err, errlen, RT_EDATA,
+                    "RAW part is %zu bytes but its shape needs %llu", len,
+                    (unsigned long long)((uint64_t)n * src_size[s->t]));
+    s->ndim = p->ndim;
+    memcpy(s->dims, p->dims, sizeof(int64_t) * (size_t)p->ndim);
+    s->data = b;
+    return 0;
+}
+
+/* -------------------------------------------------------------------- NPY */
+/* Find 'key': in a Python-dict header and return a pointer past the colon. */
+static const char *npy_field(const char *h, const char *key)
+{
+    const char *k = strstr(h, key);
+    if (!k)
+        return NULL;
+    k += strlen(key);
+    while (*k == ' ' || *k == ':')
+        k++;
+    return k;
+}
+
+static int parse_npy(const uint8_t *b, size_t len, src_arr *s, char *err,
+                     size_t errlen)
+{
+    if (len < 10 || memcmp(b, "\x93NUMPY", 6) != 0)
+        return fail(err, errlen, RT_EDATA, "NPY part lacks the \\x93NUMPY magic");
+    int major = b[6];
+    size_t hl, off;
+    if (major == 1) {
+        hl = (size_t)b[8] | ((size_t)b[9] << 8);
+        off = 10;
+    } else if (major == 2 || major == 3) {
+        if (len < 12)
+            return fail(err, errlen, RT_EDATA, "NPY header truncated");
+        hl = (size_t)b[8] | ((size_t)b[9] << 8) | ((size_t)b[10] << 16) |
+             ((size_t)b[11] << 24);
+        off = 12;
+    } else {
+        return fail(err, errlen, RT_EDATA, "NPY version %d is not supported", major);
+    }
+    if (hl > len - off || hl > 65536)
+        return fail(err, errlen, RT_EDATA, "NPY header length %zu is past the data", hl);
+    char h[65537];
+    memcpy(h, b + off, hl);
+    h[hl] = 0;
+    const char *d = npy_field(h, "'descr'");
+    const char *f = npy_field(h, "'fortran_order'");
+    const char *sh = npy_field(h, "'shape'");
+    if (!d || !f || !sh)
+        return fail(err, errlen, RT_EDATA, "NPY header lacks descr/fortran_order/shape");
+    static const struct { const char *d; src_type t; } descrs[] = {
+        {"'<f4'", S_F32}, {"'<f8'", S_F64}, {"'<i4'", S_I32}, {"'<i8'", S_I64},
+        {"'|u1'", S_U8}, {"'<u1'", S_U8}, {"'|i1'", S_I8}, {"'<i2'", S_I16},
+    };
+    int found = 0;
+    for (size_t i = 0; i < sizeof descrs / sizeof descrs[0]; i++)
+        if (strncmp(d, descrs[i].d, strlen(descrs[i].d)) == 0) {
+            s->t = descrs[i].t;
+            found = 1;
+        }
+    if (!found) {
+        char dd[16] = {0};
+        for (int i = 0; i < 15 && d[i] && d[i] != ','; i++)
+            dd[i] = d[i];
+        return fail(err, errlen, RT_EDATA,
+                    "NPY dtype %s is not supported (use <f4, <f8, <i4, <i8 or |u1)", dd);
+    }
+    if (strncmp(f, "True", 4) == 0)
+        return fail(err, errlen, RT_EDATA,
+                    "NPY array is fortran_order; save it C-contiguous");
+    if (*sh != '(')
+        return fail(err, errlen, RT_EDATA, "NPY shape is not a tuple");
+    sh++;
+    s->ndim = 0;
+    while (*sh && *sh != ')') {
+        while (*sh == ' ' || *sh == ',')
+            sh++;
+        if (*sh == ')')
+            break;
+        char *end;
+        errno = 0;
+        long long v = strtoll(sh, &end, 10);
+        if (end == sh || errno || v < 0)
+            return fail(err, errlen, RT_EDATA, "NPY shape is malformed");
+        if (s->ndim == RT_MAX_DIMS)
+            return fail(err, errlen, RT_EDATA, "NPY array has more than %d dims", RT_MAX_DIMS);
+        s->dims[s->ndim++] = v;
+        sh = end;
+    }
+    if (s->ndim == 0)
+        return fail(err, errlen, RT_EDATA, "NPY array is a scalar; need samples first");
+    size_t data_off = off + hl;
+    int64_t n = 1;
+    for (int i = 0; i < s->ndim; i++)
+        if (mul_cap(n, s->dims[i], INT64_MAX / 8, &n) < 0)
+            return fail(err, errlen, RT_EDATA, "NPY shape overflows");
+    if ((uint64_t)n * src_size[s->t] != len - data_off)
+        return fail(err, errlen, RT_EDATA,
+                    "NPY data is %zu bytes but shape and dtype need %llu",
+                    len - data_off, (unsigned long long)((uint64_t)n * src_size[s->t]));
+    s->data = b + data_off;
+    return 0;
+}
+
+/* -------------------------------------------------------------------- IDX */
+static int parse_idx(const rt_data_part *p, const uint8_t *b, size_t len,
+                     uint64_t max_bytes, src_arr *s, char *err, size_t errlen)
+{
+    if (len >= 2 && b[0] == 0x1f && b[1] == 0x8b) {
+        uint8_t *raw = NULL;
+        size_t rl = 0;
+        int rc = gunzip(b, len, max_bytes, &raw, &rl, err, errlen);
+        if (rc < 0)
+            return rc;
+        s->owned = raw;
+        b = raw;
+        len = rl;
+    }
+    if (len < 4 || b[0] != 0 || b[1] != 0)
+        return fail(err, errlen, RT_EDATA, "IDX part lacks the 00 00 magic");
+    switch (b[2]) {
+    case 0x08: s->t = S_U8; break;
+    case 0x09: s->t = S_I8; break;
+    case 0x0B: s->t = S_I16; break;
+    case 0x0C: s->t = S_I32; break;
+    case 0x0D: s->t = S_F32; break;
+    case 0x0E: s->t = S_F64; break;
+    default:
+        return fail(err, errlen, RT_EDATA, "IDX type 0x%02x is unknown", b[2]);
+    }
+    s->big_endian = 1;
+    s->ndim = b[3];
+    if (s->ndim < 1 || s->ndim > RT_MAX_DIMS)
+        return fail(err, errlen, RT_EDATA, "IDX has %d dims (1..%d allowed)", s->ndim,
+                    RT_MAX_DIMS);
+    size_t off = 4 + 4 * (size_t)s->ndim;
+    if (len < off)
+        return fail(err, errlen, RT_EDATA, "IDX header truncated");
+    int64_t n = 1;
+    for (int i = 0; i < s->ndim; i++) {
+        const uint8_t *q = b + 4 + 4 * i;
+        s->dims[i] = ((int64_t)q[0] << 24) | ((int64_t)q[1] << 16) |
+                     ((int64_t)q[2] << 8) | q[3];
+        if (mul_cap(n, s->dims[i], INT64_MAX / 8, &n) < 0)
+            return fail(err, errlen, RT_EDATA, "IDX shape overflows");
+    }
+    if ((uint64_t)n * src_size[s->t] != len - off)
+        return fail(err, errlen, RT_EDATA,
+                    "IDX data is %zu bytes but its header needs %llu", len - off,
+                    (unsigned long long)((uint64_t)n * src_size[s->t]));
+    s->data = b + off;
+    (void)p;
+    return 0;
+}
+
+/* -------------------------------------------------------------------- CSV */
+/* Numeric CSV into an (rows, cols) f64 array. Empty lines are skipped; a
+ * trailing \r is ignored. */
+static int parse_csv(const rt_data_part *p, const uint8_t *b, size_t len,
+                     uint64_t max_bytes, src_arr *s, char *err, size_t errlen)
+{
+    const char *c = (const char *)b, *end = c + len;
+    size_t cap = 1024, n = 0;
+    double *v = malloc(cap * sizeof *v);
+    if (!v)
+        return fail(err, errlen, RT_ENOMEM, "out of memory parsing CSV");
+    int64_t cols = -1, rows = 0, line = 0;
+    int rc = 0;
+    char num[128];
+    while (c < end) {
+        const char *eol = memchr(c, '\n', (size_t)(end - c));
+        if (!eol)
+            eol = end;
+        line++;
+        const char *le = eol;
+        if (le > c && le[-1] == '\r')
+            le--;
+        int blank = 1;
+        for (const char *q = c; q < le; q++)
+            if (!isspace((unsigned char)*q))
+                blank = 0;
+        if (blank || (line == 1 && p->csv_header)) {
+            c = eol + 1;
+            continue;
+        }
+        int64_t k = 0;
+        const char *f = c;
+        for (;;) {
+            const char *fe = memchr(f, ',', (size_t)(le - f));
+            if (!fe)
+                fe = le;
+            size_t fl = (size_t)(fe - f);
+            while (fl && isspace((unsigned char)*f)) { f++; fl--; }
+            while (fl && isspace((unsigned char)f[fl - 1])) fl--;
+            if (fl == 0 || fl >= sizeof num) {
+                rc = fail(err, errlen, RT_EDATA,
+                          "CSV line %lld, column %lld is %s", (long long)line,
+                          (long long)k, fl ? "too long" : "empty");
+                goto out;
+            }
+            memcpy(num, f, fl);
+            num[fl] = 0;
+            char *ne;
+            double d = strtod(num, &ne);
+            if (*ne) {
+                rc = fail(err, errlen, RT_EDATA,
+                          "CSV line %lld, column %lld is not a number ('%.20s')%s",
+                          (long long)line, (long long)k, num,
+                          line == 1 ? "; set csv_header to skip a header line" : "");
+                goto out;
+            }
+            if (n == cap) {
+                if ((cap * 2) * sizeof(double) > max_bytes * 8 + 8192) {
+                    rc = fail(err, errlen, RT_ETOOBIG, "CSV is too large");
+                    goto out;
+                }
+                double *nv = realloc(v, cap * 2 * sizeof *v);
+                if (!nv) {
+                    rc = fail(err, errlen, RT_ENOMEM, "out of memory parsing CSV");
+                    goto out;
+                }
+                v = nv;
+                cap *= 2;
+            }
+            v[n++] = d;
+            k++;
+            if (fe == le)
+                break;
+            f = fe + 1;
+        }
+        if (cols < 0)
+            cols = k;
+        else if (k != cols) {
+            rc = fail(err, errlen, RT_EDATA,
+                      "CSV line %lld has %lld columns, expected %lld", (long long)line,
+                      (long long)k, (long long)cols);
+            goto out;
+        }
+        rows++;
+        c = eol + 1;
+    }
+    if (rows == 0) {
+        rc = fail(err, errlen, RT_EDATA, "CSV part has no rows");
+        goto out;
+    }
+    s->t = S_F64;
+    s->ndim = 2;
+    s->dims[0] = rows;
+    s->dims[1] = cols;
+    s->data = (const uint8_t *)v;
+    s->owned = v;
+    s->row_cols = cols;
+    return 0;
+out:
+    free(v);
+    return rc;
+}
+
+/* ----------------------------------------------------------- conversions */
+static const char *nonfinite_name(double d) { return isnan(d) ? "NaN" : "Inf"; }
+
+/* Features: f32 (n, per-sample...). For a CSV with a label column, that
+ * column is skipped. */
+static int to_features(const src_arr *s, int normalize, rt_dataset *ds,
+                       uint64_t max_bytes, char *err, size_t errlen)
+{
+    int64_t n = s->dims[0];
+    int64_t per = rt_data_numel(s->ndim - 1, s->dims + 1);
+    int64_t skip = s->label_col;
+    if (skip >= 0)
+        per -= 1;
+    if (n <= 0 || per <= 0)
+        return fail(err, errlen, RT_EDATA, "features are empty (%lld samples of %lld values)",
+                    (long long)n, (long long)per);
+    int64_t total;
+    if (mul_cap(n, per, (int64_t)(max_bytes * 4 + 4096) / 4, &total) < 0)
+        return fail(err, errlen, RT_ETOOBIG, "features are too large");
+    float *x = malloc((size_t)total * sizeof(float));
+    if (!x)
+        return fail(err, errlen, RT_ENOMEM, "out of memory for features");
+    int scale = normalize && s->t == S_U8;
+    int64_t in_per = skip >= 0 ? per + 1 : per;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t o = 0;
+        for (int64_t j = 0; j < in_per; j++) {
+            if (j == skip)
+                continue;
+            double d = get_elem(s, i * in_per + j);
+            if (!isfinite(d)) {
+                free(x);
+                return fail(err, errlen, RT_ENAN,
+                            "features contain %s at sample %lld, column %lld",
+                            nonfinite_name(d), (long long)i, (long long)o);
+            }
+            x[i * per + o++] = scale ? (float)(d / 255.0) : (float)d;
+        }
+    }
+    ds->x = x;
+    ds->n = n;
+    if (skip >= 0 || s->ndim == 1) {
+        ds->x_ndim = 1;
+        ds->x_dims[0] = per;
+    } else {
+        ds->x_ndim = s->ndim - 1;
+        memcpy(ds->x_dims, s->dims + 1, sizeof(int64_t) * (size_t)ds->x_ndim);
+    }
+    ds->bytes += (uint64_t)total * sizeof(float);
+    return 0;
+}
+
+/* Labels: integer sources become i32, float sources f32. For a CSV with a
+ * label column only that column is read. */
+static int to_labels(const src_arr *s, rt_dataset *ds, char *err, size_t errlen)
+{
+    int64_t n = s->dims[0];
+    int64_t per, stride, col0;
+    if (s->label_col >= 0) {
+        per = 1;
+        stride = s->row_cols;
+        col0 = s->label_col;
+    } else {
+        per = rt_data_numel(s->ndim - 1, s->dims + 1);
+        stride = per;
+        col0 = 0;
+    }
+    if (n <= 0 || per <= 0)
+        return fail(err, errlen, RT_EDATA, "labels are empty");
+    int fl = is_float_src(s->t);
+    void *y = malloc((size_t)(n * per) * 4);
+    if (!y)
+        return fail(err, errlen, RT_ENOMEM, "out of memory for labels");
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < per; j++) {
+            double d = get_elem(s, i * stride + col0 + j);
+            if (fl) {
+                if (!isfinite(d)) {
+                    free(y);
+                    return fail(err, errlen, RT_ENAN,
+                                "labels contain %s at sample %lld, column %lld",
+                                nonfinite_name(d), (long long)i, (long long)j);
+                }
+                ((float *)y)[i * per + j] = (float)d;
+            } else {
+                if (d < -2147483648.0 || d > 2147483647.0) {
+                    free(y);
+                    return fail(err, errlen, RT_EDATA,
+                                "label %lld at sample %lld does not fit in int32",
+                                (long long)d, (long long)i);
+                }
+                ((int32_t *)y)[i * per + j] = (int32_t)d;
+            }
+        }
+    ds->y = y;
+    ds->y_dtype = fl ? RT_F32 : RT_I32;
+    if (s->label_col >= 0 || s->ndim == 1) {
+        ds->y_ndim = 0;
+    } else {
+        ds->y_ndim = s->ndim - 1;
+        memcpy(ds->y_dims, s->dims + 1, sizeof(int64_t) * (size_t)ds->y_ndim);
+    }
+    ds->bytes += (uint64_t)(n * per) * 4;
+    return n == ds->n || ds->n == 0
+               ? 0
+               : fail(err, errlen, RT_EDATA,
+                      "features have %lld samples but labels have %lld",
+                      (long long)ds->n, (long long)n);
+}
+
+static const char *const fmt_names[] = {"RAW", "NPY", "CSV", "IDX"};
+
+int rt_data_parse(const rt_data_part *parts, int n_parts, const uint8_t *buf,
+                  size_t len, uint64_t max_bytes, rt_dataset **out, char *err,
+                  size_t errlen)
+{
+    *out = NULL;
+    if (n_parts < 1 || n_parts > 2)
+        return fail(err, errlen, RT_EDATA,
+                    "a dataset has 1 or 2 parts (features [+ labels]); got %d", n_parts);
+    uint64_t sum = 0;
+    for (int i = 0; i < n_parts; i++)
+        sum += parts[i].length;
+    if (sum != len)
+        return fail(err, errlen, RT_EDATA,
+                    "parts add up to %llu bytes but %zu were uploaded",
+                    (unsigned long long)sum, len);
+    int have_x = 0, have_y = 0;
+    for (int i = 0; i < n_parts; i++) {
+        if ((int)parts[i].role < 0 || parts[i].role > RT_ROLE_BOTH)
+            return fail(err, errlen, RT_EDATA, "part %d has an unknown role %d", i,
+                        (int)parts[i].role);
+        if ((int)parts[i].format < 0 || parts[i].format > RT_FMT_IDX)
+            return fail(err, errlen, RT_EDATA, "part %d has an unknown format %d", i,
+                        (int)parts[i].format);
+        if (parts[i].role == RT_ROLE_BOTH && parts[i].format != RT_FMT_CSV)
+            return fail(err, errlen, RT_EDATA,
+                        "part %d: only a CSV part can hold features and labels", i);
+        have_x += parts[i].role != RT_ROLE_LABELS;
+        have_y += parts[i].role != RT_ROLE_FEATURES;
+    }
+    if (have_x != 1 || have_y > 1)
+        return fail(err, errlen, RT_EDATA,
+                    "a dataset needs exactly one features part and at most one labels part");
+
+    rt_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds)
+        return fail(err, errlen, RT_ENOMEM, "out of memory");
+    pthread_mutex_init(&ds->mu, NULL);
+    ds->refs = 1;
+    /* Features first so labels can be checked against the sample count. */
+    const uint8_t *ptrs[2];
+    uint64_t off = 0;
+    for (int i = 0; i < n_parts; i++) {
+        ptrs[i] = buf + off;
+        off += parts[i].length;
+    }
+    int rc = 0;
+    for (int pass = 0; pass < 2 && rc == 0; pass++) {
+        for (int i = 0; i < n_parts && rc == 0; i++) {
+            const rt_data_part *p = &parts[i];
+            int is_x = p->role != RT_ROLE_LABELS;
+            if ((pass == 0) != is_x)
+                continue;
+            src_arr s;
+            memset(&s, 0, sizeof s);
+            s.label_col = -1;
+            size_t plen = (size_t)p->length;
+            switch (p->format) {
+            case RT_FMT_RAW: rc = parse_raw(p, ptrs[i], plen, &s, err, errlen); break;
+            case RT_FMT_NPY: rc = parse_npy(ptrs[i], plen, &s, err, errlen); break;
+            case RT_FMT_IDX: rc = parse_idx(p, ptrs[i], plen, max_bytes, &s, err, errlen); break;
+            case RT_FMT_CSV: rc = parse_csv(p, ptrs[i], plen, max_bytes, &s, err, errlen); break;
+            }
+            if (rc == 0 && p->role == RT_ROLE_BOTH) {
+                int64_t lc = p->label_column < 0 ? s.row_cols + p->label_column
+                                                 : p->label_column;
+                if (lc < 0 || lc >= s.row_cols || s.row_cols < 2) {
+                    rc = fail(err, errlen, RT_EDATA,
+                              "CSV label_column %d is outside its %lld columns",
+                              p->label_column, (long long)s.row_cols);
+                } else {
+                    s.label_col = lc;
+                }
+            }
+            if (rc == 0 && is_x)
+                rc = to_features(&s, p->normalize, ds, max_bytes, err, errlen);
+            if (rc == 0 && p->role != RT_ROLE_FEATURES) {
+                if (p->role == RT_ROLE_LABELS)
+                    s.label_col = -1;
+                rc = to_labels(&s, ds, err, errlen);
+            }
+            if (rc < 0 && err && errlen) {
+                /* Say which part failed, keeping the message short. */
+                char tmp[256];
+                snprintf(tmp, sizeof tmp, "%s %s part: %s", fmt_names[p->format],
+                         p->role == RT_ROLE_LABELS ? "labels" : "features", err);
+                snprintf(err, errlen, "%s", tmp);
+            }
+            free(s.owned);
+        }
+    }
+    if (rc < 0) {
+        rt_dataset_release(ds);
+        return rc;
+    }
+    *out = ds;
+    return 0;
+}
+
+void rt_data_key(const uint8_t content_hash[16], const rt_data_part *parts,
+                 int n_parts, uint8_t key[16])
+{
+    XXH3_state_t *st = XXH3_createState();
+    XXH3_128bits_reset(st);
+    XXH3_128bits_update(st, content_hash, 16);
+    for (int i = 0; i < n_parts; i++) {
+        /* Field by field: struct padding must not enter the key. */
+        int64_t f[6 + RT_MAX_DIMS];
+        memset(f, 0, sizeof f);
+        f[0] = parts[i].role;
+        f[1] = parts[i].format;
+        f[2] = (int64_t)parts[i].length;
+        f[3] = parts[i].format == RT_FMT_RAW ? parts[i].dtype : 0;
+        f[4] = parts[i].format == RT_FMT_CSV
+                   ? ((int64_t)parts[i].label_column << 1 | (parts[i].csv_header != 0))
+                   : 0;
+        f[5] = parts[i].normalize != 0;
+        if (parts[i].format == RT_FMT_RAW)
+            for (int d = 0; d < parts[i].ndim && d < RT_MAX_DIMS; d++)
+                f[6 + d] = parts[i].dims[d];
+        XXH3_128bits_update(st, f, sizeof f);
+    }
+    XXH128_hash_t h = XXH3_128bits_digest(st);
+    XXH3_freeState(st);
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, h);
+    memcpy(key, c.digest, 16);
+}
+
+void rt_dataset_set_key(rt_dataset *ds, const uint8_t key[16])
+{
+    memcpy(ds->key, key, 16);
+    strcpy(ds->id, "d-");
+    for (int i = 0; i < 16; i++)
+        snprintf(ds->id + 2 + 2 * i, 3, "%02x", key[i]);
+}
+
+void rt_dataset_retain(rt_dataset *ds)
+{
+    __atomic_add_fetch(&ds->refs, 1, __ATOMIC_RELAXED);
+}
+
+void rt_dataset_release(rt_dataset *ds)
+{
+    if (!ds || __atomic_sub_fetch(&ds->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    free(ds->x);
+    free(ds->y);
+    free(ds->y_conv);
+    pthread_mutex_destroy(&ds->mu);
+    free(ds);
+}
+
+int rt_dataset_labels_as(rt_dataset *ds, rt_dtype dtype, const void **out,
+                         char *err, size_t errlen)
+{
+    *out = NULL;
+    if (!ds->y)
+        return fail(err, errlen, RT_EDATA, "dataset %s has no labels", ds->id);
+    if (dtype == ds->y_dtype) {
+        *out = ds->y;
+        return 0;
+    }
+    if (dtype != RT_F32 && dtype != RT_I32)
+        return fail(err, errlen, RT_EDTYPE, "labels can be f32 or i32, not dtype %d",
+                    (int)dtype);
+    int rc = 0;
+    pthread_mutex_lock(&ds->mu);
+    if (ds->y_conv && ds->y_conv_dtype == dtype) {
+        *out = ds->y_conv;
+        goto done;
+    }
+    int64_t m = ds->n * rt_data_numel(ds->y_ndim, ds->y_dims);
+    void *c = malloc((size_t)m * 4);
+    if (!c) {
+        rc = fail(err, errlen, RT_ENOMEM, "out of memory converting labels");
+        goto done;
+    }
+    if (dtype == RT_F32) {
+        for (int64_t i = 0; i < m; i++)
+            ((float *)c)[i] = (float)((const int32_t *)ds->y)[i];
+    } else {
+        for (int64_t i = 0; i < m; i++) {
+            float f = ((const float *)ds->y)[i];
+            if (f != floorf(f) || f < -2147483648.0f || f >= 2147483648.0f) {
+                free(c);
+                rc = fail(err, errlen, RT_EDTYPE,
+                          "the program needs integer labels but label %lld is %g",
+                          (long long)i, (double)f);
+                goto done;
+            }
+            ((int32_t *)c)[i] = (int32_t)f;
+        }
+    }
+    free(ds->y_conv);
+    ds->y_conv = c;
+    ds->y_conv_dtype = dtype;
+    ds->bytes += (uint64_t)m * 4;
+    *out = c;
+done:
+    pthread_mutex_unlock(&ds->mu);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ store */
+struct rt_data_store {
+    pthread_mutex_t mu;
+    rt_dataset **v;
+    size_t n, cap;
+};
+
+rt_data_store *rt_data_store_create(void)
+{
+    rt_data_store *s = calloc(1, sizeof *s);
+    if (s)
+        pthread_mutex_init(&s->mu, NULL);
+    return s;
+}
+
+void rt_data_store_destroy(rt_data_store *s)
+{
+    if (!s)
+        return;
+    for (size_t i = 0; i < s->n; i++)
+        rt_dataset_release(s->v[i]);
+    free(s->v);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+static rt_dataset *find_locked(rt_data_store *s, const uint8_t key[16])
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (memcmp(s->v[i]->key, key, 16) == 0)
+            return s->v[i];
+    return NULL;
+}
+
+void rt_data_store_put(rt_data_store *s, rt_dataset *ds, rt_dataset **kept,
+                       int *dedup)
+{
+    pthread_mutex_lock(&s->mu);
+    rt_dataset *old = find_locked(s, ds->key);
+    if (old) {
+        rt_dataset_retain(old);
+        pthread_mutex_unlock(&s->mu);
+        rt_dataset_release(ds);
+        *kept = old;
+        *dedup = 1;
+        return;
+    }
+    if (s->n == s->cap) {
+        size_t nc = s->cap ? s->cap * 2 : 16;
+        rt_dataset **nv = realloc(s->v, nc * sizeof *nv);
+        if (!nv) {
+            /* Keep serving without storing: the caller still gets ds. */
+            pthread_mutex_unlock(&s->mu);
+            *kept = ds;
+            *dedup = 0;
+            return;
+        }
+        s->v = nv;
+        s->cap = nc;
+    }
+    s->v[s->n++] = ds;
+    rt_dataset_retain(ds);
+    pthread_mutex_unlock(&s->mu);
+    *kept = ds;
+    *dedup = 0;
+}
+
+rt_dataset *rt_data_store_find_key(rt_data_store *s, const uint8_t key[16])
+{
+    pthread_mutex_lock(&s->mu);
+    rt_dataset *d = find_locked(s, key);
+    if (d)
+        rt_dataset_retain(d);
+    pthread_mutex_unlock(&s->mu);
+    return d;
+}
+
+rt_dataset *rt_data_store_find_id(rt_data_store *s, const char *id)
+{
+    rt_dataset *d = NULL;
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < s->n; i++)
+        if (strcmp(s->v[i]->id, id) == 0) {
+            d = s->v[i];
+            rt_dataset_retain(d);
+            break;
+        }
+    pthread_mutex_unlock(&s->mu);
+    return d;
+}
+
+size_t rt_data_store_count(rt_data_store *s)
+{
+    pthread_mutex_lock(&s->mu);
+    size_t n = s->n;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}

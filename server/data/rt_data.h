@@ -1,0 +1,126 @@
+/*
+ * rt_data.h - datasets on the daemon: formats (RAW, NPY, CSV, IDX with
+ * optional gzip), assembly from parts, and a content-addressed store.
+ *
+ * An upload carries one or more parts (features, labels, or one CSV with
+ * both) back to back. rt_data_parse turns those bytes into a dataset whose
+ * features are f32 (n, x_dims...) and whose labels are f32 or i32 as parsed.
+ * Non-finite values are rejected with the sample and column that hold them.
+ *
+ *     rt_data_part p[2] = {{.role = RT_ROLE_FEATURES, .format = RT_FMT_NPY, .length = n1},
+ *                          {.role = RT_ROLE_LABELS,   .format = RT_FMT_NPY, .length = n2}};
+ *     rt_dataset *ds; char err[256];
+ *     if (rt_data_parse(p, 2, bytes, n1 + n2, max_bytes, &ds, err, sizeof err) < 0) ...
+ *     rt_data_key(content_hash, p, 2, ds->key);      // content + how it is parsed
+ *     rt_dataset *kept; int dedup;
+ *     rt_data_store_put(store, ds, &kept, &dedup);   // takes ds; kept is retained
+ *     ...
+ *     rt_dataset_release(kept);
+ *
+ * Threads: a dataset is immutable once stored except for its converted-label
+ * cache, which is filled once under the dataset's mutex. The store is
+ * guarded by its own mutex.
+ */
+#ifndef RTRAIN_DATA_H
+#define RTRAIN_DATA_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rt_engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Values match proto DataFormat / DataRole. */
+typedef enum rt_data_format {
+    RT_FMT_RAW = 0, RT_FMT_NPY = 1, RT_FMT_CSV = 2, RT_FMT_IDX = 3
+} rt_data_format;
+typedef enum rt_data_role {
+    RT_ROLE_FEATURES = 0, RT_ROLE_LABELS = 1, RT_ROLE_BOTH = 2
+} rt_data_role;
+
+typedef struct rt_data_part {
+    rt_data_role role;
+    rt_data_format format;
+    uint64_t length;           /* bytes of this part, in stream order */
+    rt_dtype dtype;            /* RAW */
+    int ndim;                  /* RAW: full shape, first dim = samples */
+    int64_t dims[RT_MAX_DIMS];
+    int label_column;          /* CSV with role BOTH: index, -1 = last */
+    int csv_header;            /* CSV: skip the first line */
+    int normalize;             /* u8 features: / 255 */
+} rt_data_part;
+
+typedef struct rt_dataset {
+    char id[40];               /* "d-" + 32 hex digits of key */
+    uint8_t key[16];
+    int64_t n;                 /* samples */
+    int x_ndim;                /* per-sample shape of x */
+    int64_t x_dims[RT_MAX_DIMS];
+    float *x;                  /* n * prod(x_dims) */
+    rt_dtype y_dtype;          /* 0 when the dataset has no labels */
+    int y_ndim;                /* per-sample label shape; 0 = scalar */
+    int64_t y_dims[RT_MAX_DIMS];
+    void *y;
+    uint64_t bytes;            /* bytes held (x + y) */
+
+    /* private */
+    pthread_mutex_t mu;
+    void *y_conv;              /* labels converted to y_conv_dtype, cached */
+    rt_dtype y_conv_dtype;
+    int refs;
+} rt_dataset;
+
+/* Parse parts (back to back in buf, len = sum of lengths) into a new dataset
+ * (refcount 1, key and id not set). max_bytes bounds what parsing may
+ * allocate (gzip bombs). Returns 0 or RT_EDATA/RT_ENAN/RT_ETOOBIG/RT_ENOMEM
+ * with a short message in err. */
+int rt_data_parse(const rt_data_part *parts, int n_parts, const uint8_t *buf,
+                  size_t len, uint64_t max_bytes, rt_dataset **out, char *err,
+                  size_t errlen);
+
+/* The store key: XXH3-128 over the content hash and how the parts are parsed,
+ * so the same bytes read another way are another dataset. */
+void rt_data_key(const uint8_t content_hash[16], const rt_data_part *parts,
+                 int n_parts, uint8_t key[16]);
+/* Fill ds->key and ds->id from key. */
+void rt_dataset_set_key(rt_dataset *ds, const uint8_t key[16]);
+
+void rt_dataset_retain(rt_dataset *ds);
+void rt_dataset_release(rt_dataset *ds); /* NULL is a no-op */
+
+/* Labels as dtype (RT_F32 or RT_I32). The first call for a dtype other than
+ * the stored one converts and caches the copy in ds (f32 -> i32 only when
+ * every label is integral). *out is owned by ds. */
+int rt_dataset_labels_as(rt_dataset *ds, rt_dtype dtype, const void **out,
+                         char *err, size_t errlen);
+
+/* Product of a shape (1 for ndim 0). */
+int64_t rt_data_numel(int ndim, const int64_t *dims);
+/* "(150, 4)"-style text of a shape into buf. */
+const char *rt_data_shape_str(int ndim, const int64_t *dims, char *buf,
+                              size_t len);
+
+/* ------------------------------------------------------------------ store */
+typedef struct rt_data_store rt_data_store;
+
+rt_data_store *rt_data_store_create(void);
+void rt_data_store_destroy(rt_data_store *s); /* NULL is a no-op */
+
+/* Insert ds (the store takes the caller's reference). If a dataset with the
+ * same key is stored, ds is released, *dedup = 1 and *kept is the stored
+ * one. *kept is retained for the caller either way. */
+void rt_data_store_put(rt_data_store *s, rt_dataset *ds, rt_dataset **kept,
+                       int *dedup);
+/* Retained dataset or NULL. */
+rt_dataset *rt_data_store_find_key(rt_data_store *s, const uint8_t key[16]);
+rt_dataset *rt_data_store_find_id(rt_data_store *s, const char *id);
+size_t rt_data_store_count(rt_data_store *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

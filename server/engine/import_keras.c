@@ -1,0 +1,775 @@
+/* import_keras.c - Keras model JSON -> rt_graph (see import_keras.h). */
+#include "import_keras.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+int rt_keras_fail(rt_keras_ctx *c, int code, const char *fmt, ...)
+{
+    char msg[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (c->err && c->errlen)
+        snprintf(c->err, c->errlen, "%s (layer '%.64s')", msg,
+                 c->layer ? c->layer : "?");
+    return code;
+}
+
+static json_object *cfg_get(rt_keras_ctx *c, const char *key)
+{
+    json_object *v = NULL;
+    if (!c->cfg || !json_object_object_get_ex(c->cfg, key, &v))
+        return NULL;
+    return v; /* JSON null comes back as NULL too: treated as missing */
+}
+
+int rt_keras_cfg_int(rt_keras_ctx *c, const char *key, int64_t def, int64_t *out)
+{
+    json_object *v = cfg_get(c, key);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (!json_object_is_type(v, json_type_int))
+        return rt_keras_fail(c, RT_EINVAL, "'%s' must be an integer", key);
+    *out = json_object_get_int64(v);
+    return 0;
+}
+
+int rt_keras_cfg_float(rt_keras_ctx *c, const char *key, double def, double *out)
+{
+    json_object *v = cfg_get(c, key);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (!json_object_is_type(v, json_type_double) &&
+        !json_object_is_type(v, json_type_int))
+        return rt_keras_fail(c, RT_EINVAL, "'%s' must be a number", key);
+    *out = json_object_get_double(v);
+    return 0;
+}
+
+int rt_keras_cfg_bool(rt_keras_ctx *c, const char *key, int def, int *out)
+{
+    json_object *v = cfg_get(c, key);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (!json_object_is_type(v, json_type_boolean))
+        return rt_keras_fail(c, RT_EINVAL, "'%s' must be true or false", key);
+    *out = json_object_get_boolean(v);
+    return 0;
+}
+
+int rt_keras_cfg_str(rt_keras_ctx *c, const char *key, const char *def,
+                     const char **out)
+{
+    json_object *v = cfg_get(c, key);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (!json_object_is_type(v, json_type_string))
+        return rt_keras_fail(c, RT_EINVAL, "'%s' must be a string", key);
+    *out = json_object_get_string(v);
+    return 0;
+}
+
+int rt_keras_cfg_ints(rt_keras_ctx *c, const char *key, int64_t *out, int max)
+{
+    json_object *v = cfg_get(c, key);
+    if (!v)
+        return 0;
+    if (json_object_is_type(v, json_type_int)) {
+        out[0] = json_object_get_int64(v);
+        return 1;
+    }
+    if (!json_object_is_type(v, json_type_array))
+        return rt_keras_fail(c, RT_EINVAL, "'%s' must be a list of integers", key);
+    int n = (int)json_object_array_length(v);
+    if (n > max)
+        return rt_keras_fail(c, RT_EINVAL, "'%s' has more than %d entries", key, max);
+    for (int i = 0; i < n; i++) {
+        json_object *e = json_object_array_get_idx(v, (size_t)i);
+        if (!e || !json_object_is_type(e, json_type_int))
+            return rt_keras_fail(c, RT_EINVAL, "'%s'[%d] must be an integer", key, i);
+        out[i] = json_object_get_int64(e);
+    }
+    return n;
+}
+
+/* "GlorotUniform", "glorot_uniform" and "he_normal" all compare equal. */
+static int name_eq(const char *a, const char *b)
+{
+    for (;;) {
+        while (*a == '_') a++;
+        while (*b == '_') b++;
+        if (tolower((unsigned char)*a) != tolower((unsigned char)*b))
+            return 0;
+        if (!*a)
+            return 1;
+        a++;
+        b++;
+    }
+}
+
+int rt_keras_cfg_init(rt_keras_ctx *c, const char *key, rt_init def,
+                      rt_init *out)
+{
+    json_object *v = cfg_get(c, key);
+    *out = def;
+    if (!v)
+        return 0;
+    const char *name = NULL;
+    if (json_object_is_type(v, json_type_string)) {
+        name = json_object_get_string(v);
+    } else if (json_object_is_type(v, json_type_object)) {
+        json_object *cn;
+        if (json_object_object_get_ex(v, "class_name", &cn) &&
+            json_object_is_type(cn, json_type_string))
+            name = json_object_get_string(cn);
+    }
+    if (!name)
+        return rt_keras_fail(c, RT_EINVAL, "'%s' is not an initializer", key);
+    static const struct { const char *n; rt_init i; } inits[] = {
+        {"GlorotUniform", RT_INIT_GLOROT_UNIFORM}, {"GlorotNormal", RT_INIT_GLOROT_NORMAL},
+        {"HeNormal", RT_INIT_HE_NORMAL}, {"HeUniform", RT_INIT_HE_UNIFORM},
+        {"Zeros", RT_INIT_ZEROS}, {"Ones", RT_INIT_ONES},
+        {"Zero", RT_INIT_ZEROS}, {"One", RT_INIT_ONES},
+    };
+    for (size_t i = 0; i < sizeof inits / sizeof inits[0]; i++)
+        if (name_eq(name, inits[i].n)) {
+            *out = inits[i].i;
+            return 0;
+        }
+    return rt_keras_fail(c, RT_EINVAL, "unsupported initializer '%.40s' in '%s'", name, key);
+}
+
+/* Names made of the layer name and a suffix, checked for length. */
+static int join_name(rt_keras_ctx *c, char *dst, const char *suffix)
+{
+    int n = snprintf(dst, RT_KERAS_NAME, "%s%s%s", c->layer, suffix ? "/" : "",
+                     suffix ? suffix : "");
+    if (n < 0 || n >= RT_KERAS_NAME)
+        return rt_keras_fail(c, RT_EINVAL, "layer name is too long");
+    return 0;
+}
+
+int rt_keras_add_activation(rt_keras_ctx *c, const char *act)
+{
+    static const struct { const char *keras, *op; } acts[] = {
+        {"relu", "Relu"}, {"sigmoid", "Sigmoid"}, {"tanh", "Tanh"},
+        {"softmax", "Softmax"}, {"log_softmax", "LogSoftmax"},
+    };
+    if (!act || strcmp(act, "linear") == 0)
+        return 0;
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
+        if (strcmp(act, acts[i].keras) != 0)
+            continue;
+        char name[RT_KERAS_NAME];
+        int rc = join_name(c, name, act);
+        if (rc < 0)
+            return rc;
+        const char *in[1] = {c->out.name};
+        rc = rt_graph_add_node(c->g, name, acts[i].op, 1, in, 0, NULL);
+        if (rc < 0)
+            return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+        snprintf(c->out.name, sizeof c->out.name, "%s", name);
+        return 0;
+    }
+    return rt_keras_fail(c, RT_EINVAL, "unsupported activation '%.40s'", act);
+}
+
+/* The layer's own node becomes its output; helpers for single-op layers. */
+static int add_simple(rt_keras_ctx *c, const char *op, int n_attr,
+                      const rt_attr *attrs)
+{
+    const char *in[1] = {c->in[0].name};
+    int rc = rt_graph_add_node(c->g, c->layer, op, 1, in, n_attr, attrs);
+    if (rc < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    snprintf(c->out.name, sizeof c->out.name, "%s", c->layer);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ layers */
+
+static int k_dense(rt_keras_ctx *c)
+{
+    int64_t units;
+    int use_bias, rc;
+    const char *act;
+    rt_init kinit, binit;
+    if ((rc = rt_keras_cfg_int(c, "units", 0, &units)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "use_bias", 1, &use_bias)) < 0 ||
+        (rc = rt_keras_cfg_str(c, "activation", "linear", &act)) < 0 ||
+        (rc = rt_keras_cfg_init(c, "kernel_initializer", RT_INIT_GLOROT_UNIFORM, &kinit)) < 0 ||
+        (rc = rt_keras_cfg_init(c, "bias_initializer", RT_INIT_ZEROS, &binit)) < 0)
+        return rc;
+    if (units <= 0)
+        return rt_keras_fail(c, RT_EINVAL, "Dense needs units > 0");
+    if (c->in[0].ndim < 1)
+        return rt_keras_fail(c, RT_ESHAPE, "Dense needs an input with at least one dim");
+    int64_t fan_in = c->in[0].dims[c->in[0].ndim - 1];
+    char kname[RT_KERAS_NAME], bname[RT_KERAS_NAME];
+    if ((rc = join_name(c, kname, "kernel")) < 0 || (rc = join_name(c, bname, "bias")) < 0)
+        return rc;
+    int64_t kd[2] = {fan_in, units};
+    if ((rc = rt_graph_add_param(c->g, kname, 2, kd, kinit, 1, NULL)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    if (use_bias && (rc = rt_graph_add_param(c->g, bname, 1, &units, binit, 1, NULL)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    const char *in[3] = {c->in[0].name, kname, bname};
+    if ((rc = rt_graph_add_node(c->g, c->layer, "Dense", use_bias ? 3 : 2, in, 0, NULL)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    snprintf(c->out.name, sizeof c->out.name, "%s", c->layer);
+    c->out.ndim = c->in[0].ndim;
+    memcpy(c->out.dims, c->in[0].dims, sizeof c->out.dims);
+    c->out.dims[c->out.ndim - 1] = units;
+    return rt_keras_add_activation(c, act);
+}
+
+static int k_activation(rt_keras_ctx *c)
+{
+    const char *act;
+    int rc = rt_keras_cfg_str(c, "activation", NULL, &act);
+    if (rc < 0)
+        return rc;
+    if (!act)
+        return rt_keras_fail(c, RT_EINVAL, "Activation needs 'activation'");
+    c->out = c->in[0];
+    if (strcmp(act, "linear") == 0)
+        return add_simple(c, "Identity", 0, NULL);
+    /* The layer's node carries the layer's name so Functional references
+     * to it resolve. */
+    static const struct { const char *keras, *op; } acts[] = {
+        {"relu", "Relu"}, {"sigmoid", "Sigmoid"}, {"tanh", "Tanh"},
+        {"softmax", "Softmax"}, {"log_softmax", "LogSoftmax"},
+    };
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
+        if (strcmp(act, acts[i].keras) == 0)
+            return add_simple(c, acts[i].op, 0, NULL);
+    return rt_keras_fail(c, RT_EINVAL, "unsupported activation '%.40s'", act);
+}
+
+static int k_dropout(rt_keras_ctx *c)
+{
+    double rate;
+    int rc = rt_keras_cfg_float(c, "rate", 0.5, &rate);
+    if (rc < 0)
+        return rc;
+    if (!(rate >= 0 && rate < 1))
+        return rt_keras_fail(c, RT_EINVAL, "Dropout rate %g is outside [0, 1)", rate);
+    c->out = c->in[0];
+    rt_attr a = {.name = "rate", .kind = RT_ATTR_FLOAT, .f = rate};
+    return add_simple(c, "Dropout", 1, &a);
+}
+
+static int k_flatten(rt_keras_ctx *c)
+{
+    int64_t n = 1;
+    for (int i = 0; i < c->in[0].ndim; i++)
+        n *= c->in[0].dims[i];
+    c->out.ndim = 1;
+    c->out.dims[0] = n;
+    return add_simple(c, "Flatten", 0, NULL);
+}
+
+static int k_reshape(rt_keras_ctx *c)
+{
+    int64_t t[RT_MAX_DIMS];
+    int n = rt_keras_cfg_ints(c, "target_shape", t, RT_MAX_DIMS - 1);
+    if (n < 0)
+        return n;
+    if (n == 0)
+        return rt_keras_fail(c, RT_EINVAL, "Reshape needs 'target_shape'");
+    int64_t in_n = 1, known = 1;
+    int neg = -1;
+    for (int i = 0; i < c->in[0].ndim; i++)
+        in_n *= c->in[0].dims[i];
+    for (int i = 0; i < n; i++) {
+        if (t[i] == -1 && neg < 0)
+            neg = i;
+        else if (t[i] <= 0)
+            return rt_keras_fail(c, RT_EINVAL, "Reshape target_shape has a bad dim %lld",
+                                 (long long)t[i]);
+        else
+            known *= t[i];
+    }
+    if (neg >= 0) {
+        if (in_n % known)
+            return rt_keras_fail(c, RT_ESHAPE, "Reshape cannot fit %lld values", (long long)in_n);
+        t[neg] = in_n / known;
+        known = in_n;
+    }
+    if (known != in_n)
+        return rt_keras_fail(c, RT_ESHAPE,
+                             "Reshape target_shape holds %lld values but the input has %lld",
+                             (long long)known, (long long)in_n);
+    c->out.ndim = n;
+    memcpy(c->out.dims, t, sizeof(int64_t) * (size_t)n);
+    rt_attr a = {.name = "shape", .kind = RT_ATTR_INTS, .n = n, .ints = t};
+    return add_simple(c, "Reshape", 1, &a);
+}
+
+/* One entry per supported layer class. InputLayer is handled by the model
+ * walkers since it creates the graph input instead of a node. */
+static const struct {
+    const char *class_name;
+    rt_keras_layer_fn fn;
+    int n_in; /* inputs it takes; 0 = any number >= 1 */
+} layer_table[] = {
+    {"Dense", k_dense, 1},
+    {"Activation", k_activation, 1},
+    {"Dropout", k_dropout, 1},
+    {"Flatten", k_flatten, 1},
+    {"Reshape", k_reshape, 1},
+};
+
+/* ---------------------------------------------------------------- walking */
+
+typedef struct imp {
+    rt_graph *g;
+    char *err;
+    size_t errlen;
+    /* layer name -> output tensor, in processing order */
+    int n_done;
+    int cap;
+    char (*names)[RT_KERAS_NAME];
+    rt_keras_tensor *outs;
+} imp;
+
+static int ifail(imp *m, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int ifail(imp *m, int code, const char *fmt, ...)
+{
+    if (m->err && m->errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(m->err, m->errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+static const rt_keras_tensor *done_find(imp *m, const char *name)
+{
+    for (int i = 0; i < m->n_done; i++)
+        if (strcmp(m->names[i], name) == 0)
+            return &m->outs[i];
+    return NULL;
+}
+
+static int done_add(imp *m, const char *name, const rt_keras_tensor *t)
+{
+    if (m->n_done == m->cap) {
+        int nc = m->cap ? m->cap * 2 : 16;
+        void *a = realloc(m->names, sizeof *m->names * (size_t)nc);
+        if (!a)
+            return RT_ENOMEM;
+        m->names = a;
+        void *b = realloc(m->outs, sizeof *m->outs * (size_t)nc);
+        if (!b)
+            return RT_ENOMEM;
+        m->outs = b;
+        m->cap = nc;
+    }
+    snprintf(m->names[m->n_done], RT_KERAS_NAME, "%s", name);
+    m->outs[m->n_done++] = *t;
+    return 0;
+}
+
+static const char *jstr(json_object *o, const char *key)
+{
+    json_object *v;
+    if (!o || !json_object_object_get_ex(o, key, &v) ||
+        !json_object_is_type(v, json_type_string))
+        return NULL;
+    return json_object_get_string(v);
+}
+
+static json_object *jget(json_object *o, const char *key, json_type t)
+{
+    json_object *v;
+    if (!o || !json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, t))
+        return NULL;
+    return v;
+}
+
+/* The per-sample shape from batch_input_shape / batch_shape / input_shape. */
+static int layer_input_shape(imp *m, const char *lname, json_object *cfg,
+                             rt_keras_tensor *t, int *found)
+{
+    json_object *s = jget(cfg, "batch_input_shape", json_type_array);
+    int skip = 1;
+    if (!s)
+        s = jget(cfg, "batch_shape", json_type_array);
+    if (!s) {
+        s = jget(cfg, "input_shape", json_type_array);
+        skip = 0;
+    }
+    *found = s != NULL;
+    if (!s)
+        return 0;
+    int n = (int)json_object_array_length(s) - skip;
+    if (n < 0 || n > RT_MAX_DIMS - 1)
+        return ifail(m, RT_ESHAPE, "input shape of layer '%.64s' has %d dims", lname, n);
+    t->ndim = n;
+    for (int i = 0; i < n; i++) {
+        json_object *e = json_object_array_get_idx(s, (size_t)(i + skip));
+        if (!e || !json_object_is_type(e, json_type_int) || json_object_get_int64(e) <= 0)
+            return ifail(m, RT_ESHAPE,
+                         "input shape of layer '%.64s' has an unknown or bad dim %d",
+                         lname, i + 1);
+        t->dims[i] = json_object_get_int64(e);
+    }
+    return 0;
+}
+
+static int add_input(imp *m, const char *name, rt_keras_tensor *t)
+{
+    int64_t d[RT_MAX_DIMS];
+    d[0] = RT_BATCH;
+    memcpy(d + 1, t->dims, sizeof(int64_t) * (size_t)t->ndim);
+    int rc = rt_graph_add_input(m->g, name, RT_F32, t->ndim + 1, d);
+    if (rc < 0)
+        return ifail(m, rc, "input '%.64s': %s", name, rt_graph_errmsg(m->g));
+    snprintf(t->name, sizeof t->name, "%s", name);
+    return 0;
+}
+
+/* Run one non-input layer on its inputs; records its output. */
+static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
+                     int n_in, rt_keras_tensor *out)
+{
+    const char *cls = jstr(layer, "class_name");
+    json_object *cfg = jget(layer, "config", json_type_object);
+    const char *lname = jstr(cfg, "name");
+    if (!lname)
+        lname = jstr(layer, "name");
+    if (!cls || !lname)
+        return ifail(m, RT_EJSON, "a layer lacks class_name or config.name");
+    rt_keras_ctx c;
+    memset(&c, 0, sizeof c);
+    c.g = m->g;
+    c.cfg = cfg;
+    c.layer = lname;
+    c.class_name = cls;
+    c.err = m->err;
+    c.errlen = m->errlen;
+    if (n_in > RT_KERAS_MAX_IN)
+        return rt_keras_fail(&c, RT_EINVAL, "too many inputs (%d)", n_in);
+    c.n_in = n_in;
+    for (int i = 0; i < n_in; i++)
+        c.in[i] = ins[i];
+    for (size_t i = 0; i < sizeof layer_table / sizeof layer_table[0]; i++) {
+        if (strcmp(layer_table[i].class_name, cls) != 0)
+            continue;
+        if (layer_table[i].n_in && n_in != layer_table[i].n_in)
+            return rt_keras_fail(&c, RT_EINVAL, "%s takes %d input(s), got %d", cls,
+                                 layer_table[i].n_in, n_in);
+        int rc = layer_table[i].fn(&c);
+        if (rc < 0)
+            return rc;
+        *out = c.out;
+        return done_add(m, lname, out);
+    }
+    return ifail(m, RT_EUNKNOWN_LAYER, "unknown Keras layer '%.48s' (layer '%.64s')",
+                 cls, lname);
+}
+
+static int walk_sequential(imp *m, json_object *layers)
+{
+    int n = (int)json_object_array_length(layers);
+    if (n == 0)
+        return ifail(m, RT_EJSON, "Sequential model has no layers");
+    rt_keras_tensor cur;
+    memset(&cur, 0, sizeof cur);
+    int have = 0;
+    for (int i = 0; i < n; i++) {
+        json_object *layer = json_object_array_get_idx(layers, (size_t)i);
+        const char *cls = jstr(layer, "class_name");
+        json_object *cfg = jget(layer, "config", json_type_object);
+        const char *lname = jstr(cfg, "name");
+        if (!cls || !cfg || !lname)
+            return ifail(m, RT_EJSON, "layer %d lacks class_name or config.name", i);
+        if (strcmp(cls, "InputLayer") == 0) {
+            if (have)
+                return ifail(m, RT_EINVAL, "InputLayer '%.64s' is not first", lname);
+            int found, rc = layer_input_shape(m, lname, cfg, &cur, &found);
+            if (rc < 0)
+                return rc;
+            if (!found)
+                return ifail(m, RT_ESHAPE, "InputLayer '%.64s' has no shape", lname);
+            if ((rc = add_input(m, lname, &cur)) < 0)
+                return rc;
+            have = 1;
+            continue;
+        }
+        if (!have) {
+            /* Keras 2 puts the input shape on the first layer itself. */
+            int found, rc = layer_input_shape(m, lname, cfg, &cur, &found);
+            if (rc < 0)
+                return rc;
+            if (!found)
+                return ifail(m, RT_ESHAPE,
+                             "the model's input shape is unknown: first layer '%.64s' "
+                             "has no batch_input_shape and there is no InputLayer", lname);
+            if ((rc = add_input(m, "input", &cur)) < 0)
+                return rc;
+            have = 1;
+        }
+        rt_keras_tensor out;
+        int rc = run_layer(m, layer, &cur, 1, &out);
+        if (rc < 0)
+            return rc;
+        cur = out;
+    }
+    if (rt_graph_set_output(m->g, cur.name) < 0)
+        return ifail(m, RT_EGRAPH, "%s", rt_graph_errmsg(m->g));
+    return 0;
+}
+
+/* The source layer names of a Functional layer's single inbound node, for
+ * both the Keras 2 ([[["name", 0, 0, {}], ...]]) and the Keras 3
+ * ([{"args": [tensor or [tensors]], "kwargs": {}}]) encodings. */
+static int inbound_names(imp *m, const char *lname, json_object *layer,
+                         const char **names, int max)
+{
+    json_object *nodes = jget(layer, "inbound_nodes", json_type_array);
+    if (!nodes || json_object_array_length(nodes) == 0)
+        return 0;
+    if (json_object_array_length(nodes) > 1)
+        return ifail(m, RT_EINVAL,
+                     "layer '%.64s' is called more than once (shared layers are not supported)",
+                     lname);
+    json_object *node = json_object_array_get_idx(nodes, 0);
+    int n = 0;
+    if (json_object_is_type(node, json_type_array)) {
+        int k = (int)json_object_array_length(node);
+        for (int i = 0; i < k && n < max; i++) {
+            json_object *ref = json_object_array_get_idx(node, (size_t)i);
+            json_object *nm = json_object_is_type(ref, json_type_array)
+                                  ? json_object_array_get_idx(ref, 0) : NULL;
+            if (!nm || !json_object_is_type(nm, json_type_string))
+                return ifail(m, RT_EJSON, "layer '%.64s' has a malformed inbound node", lname);
+            names[n++] = json_object_get_string(nm);
+        }
+        return n;
+    }
+    json_object *args = jget(node, "args", json_type_array);
+    if (!args)
+        return ifail(m, RT_EJSON, "layer '%.64s' has a malformed inbound node", lname);
+    /* args is [tensor] or [[tensor, tensor, ...]]. */
+    json_object *list = args;
+    if (json_object_array_length(args) == 1 &&
+        json_object_is_type(json_object_array_get_idx(args, 0), json_type_array))
+        list = json_object_array_get_idx(args, 0);
+    int k = (int)json_object_array_length(list);
+    for (int i = 0; i < k && n < max; i++) {
+        json_object *t = json_object_array_get_idx(list, (size_t)i);
+        json_object *tc = jget(t, "config", json_type_object);
+        json_object *h = jget(tc, "keras_history", json_type_array);
+        json_object *nm = h ? json_object_array_get_idx(h, 0) : NULL;
+        if (!nm || !json_object_is_type(nm, json_type_string))
+            return ifail(m, RT_EJSON, "layer '%.64s' has a malformed inbound tensor", lname);
+        names[n++] = json_object_get_string(nm);
+    }
+    return n;
+}
+
+/* ["name", 0, 0] or [["name", 0, 0], ...] -> names. */
+static int io_names(json_object *v, const char **names, int max)
+{
+    if (!v || !json_object_is_type(v, json_type_array) || json_object_array_length(v) == 0)
+        return 0;
+    json_object *first = json_object_array_get_idx(v, 0);
+    if (json_object_is_type(first, json_type_string)) {
+        names[0] = json_object_get_string(first);
+        return 1;
+    }
+    int n = 0;
+    for (size_t i = 0; i < json_object_array_length(v) && n < max; i++) {
+        json_object *e = json_object_array_get_idx(v, i);
+        json_object *nm = json_object_is_type(e, json_type_array)
+                              ? json_object_array_get_idx(e, 0) : NULL;
+        if (!nm || !json_object_is_type(nm, json_type_string))
+            return -1;
+        names[n++] = json_object_get_string(nm);
+    }
+    return n;
+}
+
+static int walk_functional(imp *m, json_object *cfg)
+{
+    json_object *layers = jget(cfg, "layers", json_type_array);
+    if (!layers)
+        return ifail(m, RT_EJSON, "Functional model has no layers list");
+    const char *in_names[4], *out_names[4];
+    json_object *il = NULL, *ol = NULL;
+    json_object_object_get_ex(cfg, "input_layers", &il);
+    json_object_object_get_ex(cfg, "output_layers", &ol);
+    int n_in = io_names(il, in_names, 4), n_out = io_names(ol, out_names, 4);
+    if (n_in != 1)
+        return ifail(m, RT_EINVAL, "Functional model needs exactly one input (got %d)", n_in);
+    if (n_out != 1)
+        return ifail(m, RT_EINVAL, "Functional model needs exactly one output (got %d)", n_out);
+    int n = (int)json_object_array_length(layers);
+    char *placed = calloc((size_t)n + 1, 1);
+    if (!placed)
+        return RT_ENOMEM;
+    int remaining = n, rc = 0;
+    /* Layers are listed in topological order by Keras, but a hand-edited
+     * file may not be: keep sweeping until no layer can be placed. */
+    while (remaining > 0 && rc == 0) {
+        int progress = 0;
+        for (int i = 0; i < n && rc == 0; i++) {
+            if (placed[i])
+                continue;
+            json_object *layer = json_object_array_get_idx(layers, (size_t)i);
+            const char *cls = jstr(layer, "class_name");
+            json_object *lcfg = jget(layer, "config", json_type_object);
+            const char *lname = jstr(layer, "name");
+            if (!lname)
+                lname = jstr(lcfg, "name");
+            if (!cls || !lname) {
+                rc = ifail(m, RT_EJSON, "layer %d lacks class_name or name", i);
+                break;
+            }
+            if (strcmp(cls, "InputLayer") == 0) {
+                rt_keras_tensor t;
+                memset(&t, 0, sizeof t);
+                int found;
+                if ((rc = layer_input_shape(m, lname, lcfg, &t, &found)) < 0)
+                    break;
+                if (!found) {
+                    rc = ifail(m, RT_ESHAPE, "InputLayer '%.64s' has no shape", lname);
+                    break;
+                }
+                if (strcmp(lname, in_names[0]) != 0) {
+                    rc = ifail(m, RT_EINVAL, "InputLayer '%.64s' is not the model input", lname);
+                    break;
+                }
+                if ((rc = add_input(m, lname, &t)) < 0 || (rc = done_add(m, lname, &t)) < 0)
+                    break;
+                placed[i] = 1;
+                remaining--;
+                progress = 1;
+                continue;
+            }
+            const char *src[RT_KERAS_MAX_IN];
+            int k = inbound_names(m, lname, layer, src, RT_KERAS_MAX_IN);
+            if (k < 0) {
+                rc = k;
+                break;
+            }
+            if (k == 0) {
+                rc = ifail(m, RT_EINVAL, "layer '%.64s' has no inbound node", lname);
+                break;
+            }
+            rt_keras_tensor ins[RT_KERAS_MAX_IN];
+            int ready = 1;
+            for (int j = 0; j < k; j++) {
+                const rt_keras_tensor *t = done_find(m, src[j]);
+                if (!t) {
+                    ready = 0;
+                    break;
+                }
+                ins[j] = *t;
+            }
+            if (!ready)
+                continue;
+            rt_keras_tensor out;
+            if ((rc = run_layer(m, layer, ins, k, &out)) < 0)
+                break;
+            placed[i] = 1;
+            remaining--;
+            progress = 1;
+        }
+        if (rc == 0 && !progress)
+            rc = ifail(m, RT_EINVAL,
+                       "%d layer(s) have inputs that no layer produces (or form a cycle)",
+                       remaining);
+    }
+    free(placed);
+    if (rc < 0)
+        return rc;
+    const rt_keras_tensor *o = done_find(m, out_names[0]);
+    if (!o)
+        return ifail(m, RT_EINVAL, "output layer '%.64s' is not in the model", out_names[0]);
+    if (rt_graph_set_output(m->g, o->name) < 0)
+        return ifail(m, RT_EGRAPH, "%s", rt_graph_errmsg(m->g));
+    return 0;
+}
+
+int rt_keras_import(const char *json, size_t len, rt_graph **out, char *err,
+                    size_t errlen)
+{
+    *out = NULL;
+    if (err && errlen)
+        err[0] = 0;
+    imp m;
+    memset(&m, 0, sizeof m);
+    m.err = err;
+    m.errlen = errlen;
+    if (!json || len == 0)
+        return ifail(&m, RT_EJSON, "empty Keras JSON");
+    if (len > (size_t)INT32_MAX)
+        return ifail(&m, RT_ETOOBIG, "Keras JSON is too large");
+    json_tokener *tok = json_tokener_new();
+    if (!tok)
+        return RT_ENOMEM;
+    json_object *root = json_tokener_parse_ex(tok, json, (int)len);
+    enum json_tokener_error jerr = json_tokener_get_error(tok);
+    size_t used = json_tokener_get_parse_end(tok);
+    json_tokener_free(tok);
+    if (!root || jerr != json_tokener_success) {
+        json_object_put(root);
+        return ifail(&m, RT_EJSON, "Keras JSON does not parse: %s at byte %zu",
+                     json_tokener_error_desc(jerr), used);
+    }
+    int rc = 0;
+    const char *cls = jstr(root, "class_name");
+    json_object *cfg = NULL;
+    json_object_object_get_ex(root, "config", &cfg);
+    if (!cls || !cfg) {
+        rc = ifail(&m, RT_EJSON, "not a Keras model: no class_name/config at the top");
+        goto out;
+    }
+    m.g = rt_graph_create();
+    if (!m.g) {
+        rc = RT_ENOMEM;
+        goto out;
+    }
+    if (strcmp(cls, "Sequential") == 0) {
+        /* Keras 2.0-2.1 wrote the layer list as the config itself. */
+        json_object *layers = json_object_is_type(cfg, json_type_array)
+                                  ? cfg : jget(cfg, "layers", json_type_array);
+        rc = layers ? walk_sequential(&m, layers)
+                    : ifail(&m, RT_EJSON, "Sequential model has no layers list");
+    } else if (strcmp(cls, "Functional") == 0 || strcmp(cls, "Model") == 0) {
+        rc = walk_functional(&m, cfg);
+    } else {
+        rc = ifail(&m, RT_EUNKNOWN_LAYER,
+                   "unknown Keras model class '%.48s' (Sequential, Functional or Model)", cls);
+    }
+out:
+    json_object_put(root);
+    free(m.names);
+    free(m.outs);
+    if (rc < 0) {
+        rt_graph_destroy(m.g);
+        return rc;
+    }
+    *out = m.g;
+    return 0;
+}

@@ -1,0 +1,92 @@
+/*
+ * import_keras.h - Keras model JSON (model.to_json()) -> rt_graph.
+ *
+ * Sequential and Functional ("Functional"/"Model") models, Keras 2 JSON
+ * (batch_input_shape, nested inbound_nodes lists) and Keras 3 JSON
+ * (batch_shape, inbound_nodes with args/keras_history) alike.
+ *
+ *     rt_graph *g; char err[256];
+ *     if (rt_keras_import(json, strlen(json), &g, err, sizeof err) < 0)
+ *         ... err says which layer and why ...
+ *     rt_plan_compile(g, &cfg, ...);
+ *     rt_graph_destroy(g);
+ *
+ * Naming: the input is named after the InputLayer ("input" when the first
+ * layer carries the shape itself); a layer's node has the layer's name; its
+ * parameters are "<layer>/kernel", "<layer>/bias"; a fused activation is a
+ * separate node "<layer>/<activation>".
+ *
+ * Adding a layer = one rt_keras_layer_fn in import_keras.c plus one entry in
+ * its layer table. A layer function reads c->cfg with the rt_keras_cfg_*
+ * helpers, adds params and nodes to c->g, and sets c->out (tensor name and
+ * per-sample shape) so later layers can infer their parameter shapes.
+ */
+#ifndef RTRAIN_IMPORT_KERAS_H
+#define RTRAIN_IMPORT_KERAS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rt_engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Parse json (len bytes, need not be NUL-terminated) into a new graph owned
+ * by the caller (*out, rt_graph_destroy). Returns 0 or RT_EJSON (not JSON /
+ * not a model), RT_EUNKNOWN_LAYER ("unknown Keras layer 'Foo' (layer
+ * 'foo_1')"), RT_EINVAL/RT_ESHAPE (an unsupported setting or shape), with a
+ * message (< errlen) in err. */
+int rt_keras_import(const char *json, size_t len, rt_graph **out, char *err,
+                    size_t errlen);
+
+/* ------------------------------------------------- for layer functions */
+struct json_object;
+
+#define RT_KERAS_NAME 128
+#define RT_KERAS_MAX_IN 8
+
+typedef struct rt_keras_tensor {
+    char name[RT_KERAS_NAME];   /* graph value name */
+    int ndim;                   /* per-sample shape (batch dropped) */
+    int64_t dims[RT_MAX_DIMS];
+} rt_keras_tensor;
+
+typedef struct rt_keras_ctx {
+    rt_graph *g;
+    struct json_object *cfg;    /* the layer's "config" object */
+    const char *layer;          /* layer name */
+    const char *class_name;
+    int n_in;
+    rt_keras_tensor in[RT_KERAS_MAX_IN];
+    rt_keras_tensor out;        /* set by the layer function */
+    char *err;
+    size_t errlen;
+} rt_keras_ctx;
+
+typedef int (*rt_keras_layer_fn)(rt_keras_ctx *c);
+
+/* Set c->err to "<message> (layer '<name>')" and return code. */
+int rt_keras_fail(rt_keras_ctx *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Config readers. Missing keys give def; a wrong JSON type is an error. */
+int rt_keras_cfg_int(rt_keras_ctx *c, const char *key, int64_t def, int64_t *out);
+int rt_keras_cfg_float(rt_keras_ctx *c, const char *key, double def, double *out);
+int rt_keras_cfg_bool(rt_keras_ctx *c, const char *key, int def, int *out);
+/* String value, or def; the pointer is owned by the JSON document. */
+int rt_keras_cfg_str(rt_keras_ctx *c, const char *key, const char *def,
+                     const char **out);
+/* Integer list (e.g. "kernel_size": [3, 3]); returns the count or an error. */
+int rt_keras_cfg_ints(rt_keras_ctx *c, const char *key, int64_t *out, int max);
+/* An initializer setting (string or {"class_name": ...}) as rt_init. */
+int rt_keras_cfg_init(rt_keras_ctx *c, const char *key, rt_init def,
+                      rt_init *out);
+/* Append the node for a Keras activation name ("linear" adds nothing) after
+ * c->out and update c->out. */
+int rt_keras_add_activation(rt_keras_ctx *c, const char *activation);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

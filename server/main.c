@@ -1,0 +1,232 @@
+/*
+ * rtraind - the rtrain daemon.
+ *
+ *     rtraind --listen 127.0.0.1:0        # prints "rtraind listening on 127.0.0.1:PORT"
+ *
+ * The main thread runs a libuv loop that owns signals (SIGTERM/SIGINT start
+ * a graceful stop) and the grace timer; gRPC work runs on the server's
+ * completion-queue threads and the device executor (server/rpc).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <malloc.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <uv.h>
+
+#include "rt_obs.h"
+#include "rt_srv.h"
+#include "rtrain/rt_error.h"
+
+typedef struct daemon_state {
+    uv_loop_t *loop;
+    uv_signal_t sigterm, sigint;
+    uv_timer_t grace;
+    uv_async_t drained;
+    rt_srv *srv;
+    uint64_t grace_ms;
+    int stopping;
+} daemon_state;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: rtraind [options]\n"
+            "  --listen ADDR            host:port to listen on (default 127.0.0.1:7070;\n"
+            "                           port 0 picks a free port, printed on stdout)\n"
+            "  --threads N              completion-queue threads (default 2)\n"
+            "  --max-message-bytes N    gRPC receive limit (default 67108864)\n"
+            "  --max-sessions N         open sessions at once (default 64)\n"
+            "  --max-dataset-bytes N    bytes of one dataset upload (default 4294967296)\n"
+            "  --inline-us N            run device jobs estimated under N us on the\n"
+            "                           gRPC thread when the device is free; 0 = never\n"
+            "                           (default 200)\n"
+            "  --grace-ms N             on SIGTERM/SIGINT, let running calls finish for\n"
+            "                           N ms before cancelling them (default 5000)\n"
+            "  --log-level LEVEL        error|warn|info|debug (default info)\n"
+            "  --version                print the version and exit\n"
+            "  --help                   this text\n");
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-')
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static void close_cb(uv_handle_t *h) { (void)h; }
+
+static void on_drained_async(uv_async_t *a)
+{
+    daemon_state *d = a->data;
+    RT_LOG(RT_LOG_INFO, "all calls finished; shutting down");
+    uv_timer_stop(&d->grace);
+    uv_close((uv_handle_t *)&d->sigterm, close_cb);
+    uv_close((uv_handle_t *)&d->sigint, close_cb);
+    uv_close((uv_handle_t *)&d->grace, close_cb);
+    uv_close((uv_handle_t *)&d->drained, close_cb);
+}
+
+/* Called from a gRPC thread: only uv_async_send is allowed there. */
+static void on_drained(void *ud)
+{
+    daemon_state *d = ud;
+    uv_async_send(&d->drained);
+}
+
+static void on_grace(uv_timer_t *t)
+{
+    daemon_state *d = t->data;
+    RT_LOG(RT_LOG_WARN, "grace period over: cancelling %d running call(s)",
+           rt_srv_live_calls(d->srv));
+    rt_srv_cancel_all(d->srv);
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    daemon_state *d = s->data;
+    if (d->stopping) {
+        /* A second signal: do not wait for the grace period. */
+        RT_LOG(RT_LOG_WARN, "second signal: cancelling running calls");
+        rt_srv_cancel_all(d->srv);
+        return;
+    }
+    d->stopping = 1;
+    RT_LOG(RT_LOG_INFO, "%s: stopping (grace %llu ms, %d call(s) running)",
+           signum == SIGTERM ? "SIGTERM" : "SIGINT", (unsigned long long)d->grace_ms,
+           rt_srv_live_calls(d->srv));
+    rt_srv_stop(d->srv);
+    uv_timer_start(&d->grace, on_grace, d->grace_ms, 0);
+}
+
+int main(int argc, char **argv)
+{
+    /* Large upload chunks are malloc'ed per message; mmap for each would
+     * halve upload throughput (notes/grpc-core.md). */
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
+    signal(SIGPIPE, SIG_IGN);
+
+    rt_srv_config cfg;
+    rt_srv_config_init(&cfg);
+    daemon_state d;
+    memset(&d, 0, sizeof d);
+    d.grace_ms = 5000;
+
+    enum { O_LISTEN = 1, O_THREADS, O_MAXMSG, O_MAXSESS, O_MAXDATA, O_INLINE, O_GRACE,
+           O_LOG, O_VERSION, O_HELP };
+    static const struct option opts[] = {
+        {"listen", required_argument, 0, O_LISTEN},
+        {"threads", required_argument, 0, O_THREADS},
+        {"max-message-bytes", required_argument, 0, O_MAXMSG},
+        {"max-sessions", required_argument, 0, O_MAXSESS},
+        {"max-dataset-bytes", required_argument, 0, O_MAXDATA},
+        {"inline-us", required_argument, 0, O_INLINE},
+        {"grace-ms", required_argument, 0, O_GRACE},
+        {"log-level", required_argument, 0, O_LOG},
+        {"version", no_argument, 0, O_VERSION},
+        {"help", no_argument, 0, O_HELP},
+        {0, 0, 0, 0},
+    };
+    int o;
+    uint64_t v;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case O_LISTEN: cfg.listen = optarg; break;
+        case O_THREADS:
+            if (parse_u64(optarg, &v) < 0 || v < 1 || v > 64)
+                goto bad;
+            cfg.threads = (int)v;
+            break;
+        case O_MAXMSG:
+            if (parse_u64(optarg, &v) < 0 || v < 1024 || v > INT32_MAX)
+                goto bad;
+            cfg.max_message_bytes = v;
+            break;
+        case O_MAXSESS:
+            if (parse_u64(optarg, &v) < 0 || v < 1 || v > 1000000)
+                goto bad;
+            cfg.max_sessions = (int)v;
+            break;
+        case O_MAXDATA:
+            if (parse_u64(optarg, &v) < 0 || v < 1)
+                goto bad;
+            cfg.max_dataset_bytes = v;
+            break;
+        case O_INLINE:
+            if (parse_u64(optarg, &v) < 0 || v > 60000000)
+                goto bad;
+            cfg.inline_ns = v * 1000;
+            break;
+        case O_GRACE:
+            if (parse_u64(optarg, &v) < 0 || v > 3600000)
+                goto bad;
+            d.grace_ms = v;
+            break;
+        case O_LOG: {
+            rt_log_level lvl;
+            if (rt_obs_level_from_name(optarg, &lvl) < 0)
+                goto bad;
+            rt_obs_set_level(lvl);
+            break;
+        }
+        case O_VERSION:
+            printf("rtraind %s (engine %d)\n", RT_VERSION_STRING, 1);
+            return 0;
+        case O_HELP:
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+        continue;
+    bad:
+        fprintf(stderr, "rtraind: bad value '%s' for --%s\n", optarg, opts[o - 1].name);
+        return 2;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "rtraind: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+
+    char err[256] = "";
+    int rc = rt_srv_create(&cfg, &d.srv, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "rtraind: %s\n", err[0] ? err : rt_strerror(rc));
+        return 1;
+    }
+    d.loop = uv_default_loop();
+    uv_signal_init(d.loop, &d.sigterm);
+    uv_signal_init(d.loop, &d.sigint);
+    uv_timer_init(d.loop, &d.grace);
+    uv_async_init(d.loop, &d.drained, on_drained_async);
+    d.sigterm.data = d.sigint.data = d.grace.data = d.drained.data = &d;
+    uv_signal_start(&d.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&d.sigint, on_signal, SIGINT);
+
+    if ((rc = rt_srv_start(d.srv, on_drained, &d)) < 0) {
+        fprintf(stderr, "rtraind: cannot start: %s\n", rt_strerror(rc));
+        return 1;
+    }
+    printf("rtraind listening on %s\n", rt_srv_bound(d.srv));
+    fflush(stdout);
+    RT_LOG(RT_LOG_INFO, "rtraind %s listening on %s (%d cq threads, inline below %llu us)",
+           RT_VERSION_STRING, rt_srv_bound(d.srv), cfg.threads,
+           (unsigned long long)(cfg.inline_ns / 1000));
+
+    uv_run(d.loop, UV_RUN_DEFAULT);
+    rt_srv_destroy(d.srv);
+    uv_loop_close(d.loop);
+    RT_LOG(RT_LOG_INFO, "stopped");
+    return 0;
+}

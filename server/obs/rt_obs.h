@@ -1,0 +1,79 @@
+/*
+ * rt_obs.h - the daemon's observability: leveled logging to stderr with
+ * timestamps, and the phase-timing record every response carries.
+ *
+ *     rt_obs_set_level(RT_LOG_INFO);
+ *     RT_LOG(RT_LOG_WARN, "session %s: %s", id, msg);
+ *
+ *     rt_obs_timing t;  rt_obs_timing_begin(&t);   // at request arrival
+ *     ... t.decode_ns += ...; t.execute_ns += ...;
+ *     rt_obs_timing_finish(&t, encode_ns, &pb);      // fills Timings (pb)
+ *
+ * Logging is thread-safe (one fprintf per line); nothing is buffered.
+ */
+#ifndef RTRAIN_OBS_H
+#define RTRAIN_OBS_H
+
+#include <stdint.h>
+
+#include "rtrain.pb-c.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum rt_log_level {
+    RT_LOG_ERROR = 0, RT_LOG_WARN = 1, RT_LOG_INFO = 2, RT_LOG_DEBUG = 3
+} rt_log_level;
+
+/* Parse "error"|"warn"|"info"|"debug". Returns 0 or RT_EINVAL. */
+int rt_obs_level_from_name(const char *name, rt_log_level *out);
+void rt_obs_set_level(rt_log_level lvl);
+rt_log_level rt_obs_level(void);
+void rt_obs_log(rt_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Cheap level check first, so debug lines cost nothing when off. */
+#define RT_LOG(lvl, ...)                                                       \
+    do {                                                                       \
+        if ((int)(lvl) <= (int)rt_obs_level())                                 \
+            rt_obs_log((lvl), __VA_ARGS__);                                    \
+    } while (0)
+
+/* Phase times of one call, in nanoseconds. arrival_ns is rt_now_ns() when
+ * the completion-queue thread got the call's tag. */
+typedef struct rt_obs_timing {
+    uint64_t arrival_ns;
+    uint64_t queue_ns;
+    uint64_t decode_ns;
+    uint64_t compile_ns;
+    uint64_t execute_ns;
+    uint64_t encode_ns;
+    int cache_hit;
+} rt_obs_timing;
+
+void rt_obs_timing_begin(rt_obs_timing *t, uint64_t arrival_ns);
+
+/* Fill pb from t with total = end_ns - arrival and other = total - sum of
+ * the parts. If rounding or clock granularity makes the parts exceed total,
+ * total is raised to their sum so other is 0, never negative: the invariant
+ * queue+decode+compile+execute+encode+other == total always holds. */
+void rt_obs_timing_fill(const rt_obs_timing *t, uint64_t end_ns,
+                        Rtrain__V1__Timings *pb);
+
+/* Daemon-wide counters, read by GetInfo logs and tests; atomics. */
+typedef struct rt_obs_counters {
+    uint64_t calls;
+    uint64_t errors;
+    uint64_t inline_jobs;
+    uint64_t executor_jobs;
+    uint64_t bytes_uploaded;
+} rt_obs_counters;
+
+extern rt_obs_counters rt_obs_ctr;
+#define RT_OBS_ADD(field, n) __atomic_add_fetch(&rt_obs_ctr.field, (n), __ATOMIC_RELAXED)
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,1365 @@
+/* rt_methods.c - one handler per rtrain.v1.Trainer method, and the method
+ * table (in .proto order). Handlers run on a completion-queue thread; the
+ * *_work functions run with the device held, inline or on the executor. */
+#include "rt_srv_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <oneapi/dnnl/dnnl.h>
+#include <xxhash.h>
+
+#include "import_keras.h"
+
+#define RT_MAX_DIM_LIMIT (1ll << 31)
+#define RT_MAX_PARAMS_LIMIT (1ull << 31)
+#define RT_MAX_STEPS_PER_CALL 10000000ull
+#define RT_MAX_RETURN_LOSSES 1000000ull
+
+#define REQ(c, T) ((T *)(c)->req)
+#define NEW(c, T, INIT)                                                        \
+    ({                                                                         \
+        T *p_ = rt_call_alloc((c), sizeof(T));                                 \
+        if (p_) {                                                              \
+            T init_ = INIT;                                                    \
+            *p_ = init_;                                                       \
+        }                                                                      \
+        p_;                                                                    \
+    })
+#define OOM(c) rt_call_fail((c), RT_ENOMEM, "out of memory")
+
+/* ---------------------------------------------------------------- helpers */
+
+static int need_session(rt_call *c, const char *id)
+{
+    if (!id || !*id)
+        return rt_call_fail(c, RT_EINVAL, "session_id is empty");
+    c->sess = rt_session_find(c->srv->sessions, id);
+    if (!c->sess)
+        return rt_call_fail(c, RT_ENOTFOUND, "unknown session '%.64s'", id);
+    return 0;
+}
+
+static int need_program(rt_call *c, const char *sid, const char *pid)
+{
+    int rc = need_session(c, sid);
+    if (rc < 0)
+        return rc;
+    if (!pid || !*pid)
+        return rt_call_fail(c, RT_EINVAL, "program_id is empty");
+    c->prog = rt_session_find_program(c->sess, pid);
+    if (!c->prog)
+        return rt_call_fail(c, RT_ENOTFOUND, "unknown program '%.64s' in session %s",
+                            pid, c->sess->id);
+    return 0;
+}
+
+static int need_dataset(rt_call *c, const char *id, rt_dataset **out,
+                        const char *what)
+{
+    if (!id || !*id)
+        return rt_call_fail(c, RT_EINVAL, "%s is empty", what);
+    *out = rt_data_store_find_id(c->srv->data, id);
+    if (!*out)
+        return rt_call_fail(c, RT_ENOTFOUND, "unknown dataset '%.64s'", id);
+    return 0;
+}
+
+/* The dataset's per-sample shapes must match what the program expects.
+ * Equal element counts are accepted when either side is flat, since the
+ * row-major bytes are then the same. */
+static int shapes_fit(int an, const int64_t *a, int bn, const int64_t *b)
+{
+    if (an == bn && memcmp(a, b, sizeof(int64_t) * (size_t)an) == 0)
+        return 1;
+    if (rt_data_numel(an, a) != rt_data_numel(bn, b))
+        return 0;
+    return an <= 1 || bn <= 1;
+}
+
+static int check_fit(rt_call *c, rt_dataset *ds, int need_labels)
+{
+    rt_plan *p = c->prog->plan;
+    int64_t in[RT_MAX_DIMS], lab[RT_MAX_DIMS];
+    int in_n = rt_plan_input_shape(p, in);
+    char a[96], b[96];
+    if (in_n >= 0 && !shapes_fit(ds->x_ndim, ds->x_dims, in_n, in))
+        return rt_call_fail(c, RT_ESHAPE,
+                            "dataset %s has samples of shape %s but program %s expects %s",
+                            ds->id, rt_data_shape_str(ds->x_ndim, ds->x_dims, a, sizeof a),
+                            c->prog->id, rt_data_shape_str(in_n, in, b, sizeof b));
+    if (!need_labels)
+        return 0;
+    if (!ds->y)
+        return rt_call_fail(c, RT_EDATA, "dataset %s has no labels", ds->id);
+    int lab_n = rt_plan_label_shape(p, lab);
+    if (lab_n >= 0 && rt_data_numel(ds->y_ndim, ds->y_dims) != rt_data_numel(lab_n, lab))
+        return rt_call_fail(c, RT_ESHAPE,
+                            "dataset %s has labels of shape %s but program %s expects %s",
+                            ds->id, rt_data_shape_str(ds->y_ndim, ds->y_dims, a, sizeof a),
+                            c->prog->id, rt_data_shape_str(lab_n, lab, b, sizeof b));
+    return 0;
+}
+
+/* rt_data for the engine, labels converted (and cached) to the program's
+ * label dtype. */
+static int data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels)
+{
+    memset(d, 0, sizeof *d);
+    d->x = ds->x;
+    d->n = ds->n;
+    if (!need_labels)
+        return 0;
+    rt_dtype want = rt_plan_config(c->prog->plan)->label_dtype;
+    char err[200];
+    int rc = rt_dataset_labels_as(ds, want, &d->y, err, sizeof err);
+    if (rc < 0)
+        return rt_call_fail(c, rc, "dataset %s: %s", ds->id, err);
+    d->y_dtype = want;
+    return 0;
+}
+
+static int engine_fail(rt_call *c, int rc)
+{
+    const char *m = rt_exec_errmsg(c->prog->exec);
+    return rt_call_fail(c, rc, "%.240s", m && *m ? m : rt_strerror(rc));
+}
+
+static Rtrain__V1__Metrics *metrics_pb(rt_call *c, const rt_metrics *m)
+{
+    Rtrain__V1__Metrics *p = NEW(c, Rtrain__V1__Metrics, RTRAIN__V1__METRICS__INIT);
+    if (p) {
+        p->loss = m->loss;
+        p->accuracy = m->acc;
+        p->samples = (uint64_t)m->samples;
+    }
+    return p;
+}
+
+static int64_t *dims_pb(rt_call *c, int n, const int64_t *d)
+{
+    int64_t *p = rt_call_alloc(c, sizeof(int64_t) * (size_t)(n ? n : 1));
+    if (p && n)
+        memcpy(p, d, sizeof(int64_t) * (size_t)n);
+    return p;
+}
+
+/* A step estimate before any step was measured: ~2 GFLOP/s. */
+static double step_estimate_ns(rt_program *p)
+{
+    if (p->step_ns > 0)
+        return p->step_ns;
+    return (double)rt_plan_report(p->plan)->flops_per_step * 0.5 + 2000.0;
+}
+
+static uint64_t clamp_est(double ns) { return ns > 1e18 ? (uint64_t)1e18 : (uint64_t)ns; }
+
+static void note_step_time(rt_program *p, uint64_t ns, int64_t steps)
+{
+    if (steps <= 0)
+        return;
+    double per = (double)ns / (double)steps;
+    p->step_ns = p->step_ns > 0 ? 0.8 * p->step_ns + 0.2 * per : per;
+}
+
+/* ---------------------------------------------------------------- GetInfo */
+static const char *const formats[] = {"raw", "npy", "csv", "idx", "idx.gz", NULL};
+
+static char **strv(rt_call *c, const char *const *v, size_t *n)
+{
+    size_t k = 0;
+    while (v && v[k])
+        k++;
+    char **out = rt_call_alloc(c, sizeof(char *) * (k ? k : 1));
+    if (out)
+        for (size_t i = 0; i < k; i++)
+            out[i] = (char *)v[i];
+    *n = out ? k : 0;
+    return out;
+}
+
+static int h_get_info(rt_call *c)
+{
+    rt_srv *s = c->srv;
+    Rtrain__V1__InfoResponse *r = NEW(c, Rtrain__V1__InfoResponse, RTRAIN__V1__INFO_RESPONSE__INIT);
+    Rtrain__V1__Device *d = NEW(c, Rtrain__V1__Device, RTRAIN__V1__DEVICE__INIT);
+    Rtrain__V1__Device **dv = rt_call_alloc(c, sizeof *dv);
+    Rtrain__V1__Limits *l = NEW(c, Rtrain__V1__Limits, RTRAIN__V1__LIMITS__INIT);
+    char *backend = rt_call_alloc(c, 64);
+    if (!r || !d || !dv || !l || !backend)
+        return OOM(c);
+    r->version = RT_VERSION_STRING;
+    r->engine_version = RT_ENGINE_VERSION;
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(backend, 64, "cpu+onednn-%d.%d", v->major, v->minor);
+    d->name = "cpu0";
+    d->kind = "cpu";
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    d->memory_bytes = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+    long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    d->cores = nc > 0 ? (uint32_t)nc : 1;
+    d->backend = backend;
+    dv[0] = d;
+    r->n_devices = 1;
+    r->devices = dv;
+    l->max_message_bytes = s->cfg.max_message_bytes;
+    l->max_dataset_bytes = s->cfg.max_dataset_bytes;
+    l->max_sessions = (uint32_t)s->cfg.max_sessions;
+    l->max_dim = RT_MAX_DIM_LIMIT;
+    l->max_params = RT_MAX_PARAMS_LIMIT;
+    l->max_steps_per_call = RT_MAX_STEPS_PER_CALL;
+    r->limits = l;
+    r->ops = strv(c, rt_engine_op_names(), &r->n_ops);
+    r->formats = strv(c, formats, &r->n_formats);
+    r->losses = strv(c, rt_engine_loss_names(), &r->n_losses);
+    r->optimizers = strv(c, rt_engine_optimizer_names(), &r->n_optimizers);
+    c->resp = &r->base;
+    return 0;
+}
+
+/* ------------------------------------------------------------------- Ping */
+static int h_ping(rt_call *c)
+{
+    Rtrain__V1__PingRequest *q = REQ(c, Rtrain__V1__PingRequest);
+    Rtrain__V1__PingResponse *r = NEW(c, Rtrain__V1__PingResponse, RTRAIN__V1__PING_RESPONSE__INIT);
+    if (!r)
+        return OOM(c);
+    size_t n = q->response_bytes;
+    if (n > c->srv->cfg.max_message_bytes)
+        return rt_call_fail(c, RT_ETOOBIG,
+                            "response_bytes %zu is over the message limit %llu", n,
+                            (unsigned long long)c->srv->cfg.max_message_bytes);
+    if (n) {
+        uint8_t *p = rt_call_alloc(c, n);
+        if (!p)
+            return OOM(c);
+        /* Echo the request's bytes, repeated to the asked size. */
+        if (q->payload.len)
+            for (size_t i = 0; i < n; i += q->payload.len)
+                memcpy(p + i, q->payload.data,
+                       n - i < q->payload.len ? n - i : q->payload.len);
+        r->payload.data = p;
+        r->payload.len = n;
+    }
+    c->resp = &r->base;
+    return 0;
+}
+
+/* --------------------------------------------------------------- Sessions */
+static int h_create_session(rt_call *c)
+{
+    Rtrain__V1__CreateSessionRequest *q = REQ(c, Rtrain__V1__CreateSessionRequest);
+    Rtrain__V1__CreateSessionResponse *r =
+        NEW(c, Rtrain__V1__CreateSessionResponse, RTRAIN__V1__CREATE_SESSION_RESPONSE__INIT);
+    if (!r)
+        return OOM(c);
+    rt_session *s;
+    int rc = rt_session_open(c->srv->sessions, q->name, &s);
+    if (rc == RT_ETOOBIG)
+        return rt_call_fail(c, rc, "session limit (%d) reached", c->srv->cfg.max_sessions);
+    if (rc < 0)
+        return rt_call_fail(c, rc, "cannot create a session");
+    r->session_id = rt_call_strdup(c, s->id);
+    RT_LOG(RT_LOG_INFO, "session %s opened (%.64s)", s->id, q->name);
+    rt_session_release(s);
+    c->resp = &r->base;
+    return r->session_id ? 0 : OOM(c);
+}
+
+static int h_close_session(rt_call *c)
+{
+    Rtrain__V1__CloseSessionRequest *q = REQ(c, Rtrain__V1__CloseSessionRequest);
+    Rtrain__V1__CloseSessionResponse *r =
+        NEW(c, Rtrain__V1__CloseSessionResponse, RTRAIN__V1__CLOSE_SESSION_RESPONSE__INIT);
+    if (!r)
+        return OOM(c);
+    if (rt_session_close(c->srv->sessions, q->session_id) < 0)
+        return rt_call_fail(c, RT_ENOTFOUND, "unknown session '%.64s'", q->session_id);
+    RT_LOG(RT_LOG_INFO, "session %s closed", q->session_id);
+    c->resp = &r->base;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- Compile */
+typedef struct compile_st {
+    rt_graph *g;
+    rt_train_config cfg;
+    uint8_t key[16];
+    rt_plan *plan; /* from the cache, or compiled by the work */
+} compile_st;
+
+static void compile_st_free(void *p)
+{
+    compile_st *st = p;
+    rt_graph_destroy(st->g);
+    rt_plan_release(st->plan);
+    free(st);
+}
+
+static int graph_from_pb(rt_call *c, const Rtrain__V1__Graph *pg, rt_graph *g)
+{
+    int rc;
+    for (size_t i = 0; i < pg->n_inputs; i++) {
+        const Rtrain__V1__ValueInfo *v = pg->inputs[i];
+        if (v->n_shape > RT_MAX_DIMS)
+            return rt_call_fail(c, RT_EINVAL, "input '%.64s' has %zu dims (max %d)", v->name,
+                                v->n_shape, RT_MAX_DIMS);
+        rt_dtype dt = v->dtype == 0 ? RT_F32 : (rt_dtype)v->dtype;
+        if ((rc = rt_graph_add_input(g, v->name, dt, (int)v->n_shape, v->shape)) < 0)
+            return rt_call_fail(c, rc, "input '%.64s': %s", v->name, rt_graph_errmsg(g));
+    }
+    for (size_t i = 0; i < pg->n_params; i++) {
+        const Rtrain__V1__Param *p = pg->params[i];
+        if (p->n_shape > RT_MAX_DIMS)
+            return rt_call_fail(c, RT_EINVAL, "param '%.64s' has %zu dims (max %d)", p->name,
+                                p->n_shape, RT_MAX_DIMS);
+        int64_t n = 1;
+        for (size_t k = 0; k < p->n_shape; k++) {
+            if (p->shape[k] <= 0 || p->shape[k] > RT_MAX_DIM_LIMIT)
+                return rt_call_fail(c, RT_EINVAL, "param '%.64s' dim %zu is %lld", p->name, k,
+                                    (long long)p->shape[k]);
+            n *= p->shape[k];
+            if ((uint64_t)n > RT_MAX_PARAMS_LIMIT)
+                return rt_call_fail(c, RT_ETOOBIG, "param '%.64s' is over the size limit",
+                                    p->name);
+        }
+        const float *val = NULL;
+        if (p->value && p->value->data.len) {
+            if (p->value->dtype != RTRAIN__V1__DTYPE__F32 ||
+                p->value->data.len != (size_t)n * 4)
+                return rt_call_fail(c, RT_EINVAL,
+                                    "param '%.64s' value must be %lld f32 values (%zu bytes given)",
+                                    p->name, (long long)n, p->value->data.len);
+            float *f = rt_call_alloc(c, (size_t)n * 4);
+            if (!f)
+                return OOM(c);
+            memcpy(f, p->value->data.data, (size_t)n * 4); /* alignment */
+            val = f;
+        }
+        if ((rc = rt_graph_add_param(g, p->name, (int)p->n_shape, p->shape,
+                                     (rt_init)p->init, p->trainable, val)) < 0)
+            return rt_call_fail(c, rc, "param '%.64s': %s", p->name, rt_graph_errmsg(g));
+    }
+    for (size_t i = 0; i < pg->n_nodes; i++) {
+        const Rtrain__V1__Node *nd = pg->nodes[i];
+        rt_attr *a = rt_call_alloc(c, sizeof *a * (nd->n_attrs ? nd->n_attrs : 1));
+        if (!a)
+            return OOM(c);
+        for (size_t k = 0; k < nd->n_attrs; k++) {
+            const Rtrain__V1__Attr *pa = nd->attrs[k];
+            a[k].name = pa->name;
+            switch (pa->value_case) {
+            case RTRAIN__V1__ATTR__VALUE_I: a[k].kind = RT_ATTR_INT; a[k].i = pa->i; break;
+            case RTRAIN__V1__ATTR__VALUE_F: a[k].kind = RT_ATTR_FLOAT; a[k].f = pa->f; break;
+            case RTRAIN__V1__ATTR__VALUE_S: a[k].kind = RT_ATTR_STR; a[k].s = pa->s; break;
+            case RTRAIN__V1__ATTR__VALUE_INTS:
+                a[k].kind = RT_ATTR_INTS;
+                a[k].n = (int)pa->ints->n_v;
+                a[k].ints = pa->ints->v;
+                break;
+            case RTRAIN__V1__ATTR__VALUE_FLOATS:
+                a[k].kind = RT_ATTR_FLOATS;
+                a[k].n = (int)pa->floats->n_v;
+                a[k].floats = pa->floats->v;
+                break;
+            default:
+                return rt_call_fail(c, RT_EINVAL, "node '%.64s' attr '%.32s' has no value",
+                                    nd->name, pa->name);
+            }
+        }
+        if ((rc = rt_graph_add_node(g, nd->name, nd->op, (int)nd->n_inputs,
+                                    (const char *const *)nd->inputs, (int)nd->n_attrs, a)) < 0)
+            return rt_call_fail(c, rc, "node '%.64s': %s", nd->name, rt_graph_errmsg(g));
+    }
+    if (pg->output && *pg->output && (rc = rt_graph_set_output(g, pg->output)) < 0)
+        return rt_call_fail(c, rc, "output: %s", rt_graph_errmsg(g));
+    return 0;
+}
+
+static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train_config *cfg)
+{
+    rt_train_config_init(cfg);
+    if (!p)
+        return 0;
+    if (p->loss && *p->loss && rt_loss_from_name(p->loss, &cfg->loss) < 0)
+        return rt_call_fail(c, RT_EINVAL, "unknown loss '%.48s'", p->loss);
+    if (p->optimizer && *p->optimizer && rt_opt_from_name(p->optimizer, &cfg->opt) < 0)
+        return rt_call_fail(c, RT_EINVAL, "unknown optimizer '%.48s'", p->optimizer);
+    cfg->from_logits = p->from_logits;
+    if (p->learning_rate > 0) cfg->lr = p->learning_rate;
+    if (p->momentum > 0) cfg->momentum = p->momentum;
+    cfg->nesterov = p->nesterov;
+    if (p->beta1 > 0) cfg->beta1 = p->beta1;
+    if (p->beta2 > 0) cfg->beta2 = p->beta2;
+    if (p->epsilon > 0) cfg->eps = p->epsilon;
+    if (p->weight_decay > 0) cfg->weight_decay = p->weight_decay;
+    if (p->rho > 0) cfg->rho = p->rho;
+    if (p->clip_norm > 0) cfg->clip_norm = p->clip_norm;
+    if (p->schedule) {
+        const Rtrain__V1__LrSchedule *s = p->schedule;
+        if (s->kind && *s->kind && rt_sched_from_name(s->kind, &cfg->sched) < 0)
+            return rt_call_fail(c, RT_EINVAL, "unknown schedule '%.48s'", s->kind);
+        cfg->step_size = s->step_size;
+        cfg->gamma = s->gamma;
+        cfg->warmup_steps = s->warmup_steps;
+        cfg->total_steps = s->total_steps;
+        cfg->min_lr = s->min_lr;
+    }
+    if (p->n_metrics) {
+        cfg->metrics = 0;
+        for (size_t i = 0; i < p->n_metrics; i++) {
+            const char *m = p->metrics[i];
+            if (!strcmp(m, "accuracy") || !strcmp(m, "acc") ||
+                !strcmp(m, "sparse_categorical_accuracy") || !strcmp(m, "categorical_accuracy") ||
+                !strcmp(m, "binary_accuracy"))
+                cfg->metrics |= RT_METRIC_ACCURACY;
+            else
+                return rt_call_fail(c, RT_EINVAL, "unknown metric '%.48s'", m);
+        }
+    }
+    if (p->batch_size) cfg->batch_size = (int)p->batch_size;
+    cfg->seed = p->seed;
+    cfg->shuffle = !p->no_shuffle;
+    if (p->label_dtype == RTRAIN__V1__DTYPE__F32 || p->label_dtype == RTRAIN__V1__DTYPE__I32)
+        cfg->label_dtype = (rt_dtype)p->label_dtype;
+    else if (p->label_dtype != RTRAIN__V1__DTYPE__DTYPE_UNSPECIFIED)
+        return rt_call_fail(c, RT_EINVAL, "label_dtype must be F32 or I32");
+    else
+        cfg->label_dtype = cfg->loss == RT_LOSS_SPARSE_CE ? RT_I32 : RT_F32;
+    if (p->n_label_shape > RT_MAX_DIMS)
+        return rt_call_fail(c, RT_EINVAL, "label_shape has more than %d dims", RT_MAX_DIMS);
+    if (p->n_label_shape) {
+        cfg->label_ndim = (int)p->n_label_shape;
+        memcpy(cfg->label_dims, p->label_shape, sizeof(int64_t) * p->n_label_shape);
+    }
+    return 0;
+}
+
+static int compile_work(rt_call *c)
+{
+    compile_st *st = c->st;
+    int hit = st->plan != NULL;
+    if (!hit) {
+        char err[256];
+        uint64_t t0 = rt_now_ns();
+        rt_plan *p;
+        int rc = rt_plan_compile(st->g, &st->cfg, &p, NULL, err, sizeof err);
+        c->tm.compile_ns += rt_now_ns() - t0;
+        if (rc < 0)
+            return rt_call_fail(c, rc, "%.250s", err);
+        rt_plan_cache_put(c->srv->plans, st->key, p, &st->plan);
+        rt_plan_release(p);
+    }
+    rt_exec *e;
+    int rc = rt_exec_create(st->plan, &e);
+    if (rc < 0)
+        return rt_call_fail(c, rc, "cannot create the program instance: %s", rt_strerror(rc));
+    rt_plan_retain(st->plan);
+    rt_program *prog;
+    if ((rc = rt_session_add_program(c->sess, st->plan, e, &prog)) < 0)
+        return rt_call_fail(c, rc, "cannot add the program to the session");
+
+    const rt_compile_report *rep = rt_plan_report(st->plan);
+    Rtrain__V1__CompileResponse *r = NEW(c, Rtrain__V1__CompileResponse, RTRAIN__V1__COMPILE_RESPONSE__INIT);
+    Rtrain__V1__CompileReport *cr = NEW(c, Rtrain__V1__CompileReport, RTRAIN__V1__COMPILE_REPORT__INIT);
+    if (!r || !cr)
+        return OOM(c);
+    r->program_id = rt_call_strdup(c, prog->id);
+    cr->param_count = rep->param_count;
+    cr->trainable_param_count = rep->trainable_param_count;
+    cr->flops_per_step = rep->flops_per_step;
+    cr->arena_bytes = rep->arena_bytes;
+    cr->naive_bytes = rep->naive_bytes;
+    cr->compile_ns = rep->compile_ns;
+    cr->cache_hit = hit;
+    cr->kernels = rep->n_kernels;
+    int np = rt_plan_n_params(st->plan);
+    cr->params = rt_call_alloc(c, sizeof *cr->params * (size_t)(np > 0 ? np : 1));
+    if (!cr->params || !r->program_id)
+        return OOM(c);
+    for (int i = 0; i < np; i++) {
+        Rtrain__V1__ParamInfo *pi = NEW(c, Rtrain__V1__ParamInfo, RTRAIN__V1__PARAM_INFO__INIT);
+        const char *name;
+        int64_t dims[RT_MAX_DIMS];
+        int tr, nd = rt_plan_param_info(st->plan, i, &name, dims, &tr);
+        if (!pi || nd < 0)
+            return OOM(c);
+        pi->name = (char *)name;
+        pi->shape = dims_pb(c, nd, dims);
+        pi->n_shape = (size_t)nd;
+        pi->trainable = tr;
+        cr->params[cr->n_params++] = pi;
+    }
+    int64_t d[RT_MAX_DIMS];
+    int n = rt_plan_input_shape(st->plan, d);
+    if (n >= 0) {
+        cr->input_shape = dims_pb(c, n, d);
+        cr->n_input_shape = (size_t)n;
+    }
+    n = rt_plan_output_shape(st->plan, d);
+    if (n >= 0) {
+        cr->output_shape = dims_pb(c, n, d);
+        cr->n_output_shape = (size_t)n;
+    }
+    r->report = cr;
+    c->tm.cache_hit = hit;
+    c->resp = &r->base;
+    RT_LOG(RT_LOG_INFO, "session %s: program %s (%s, %llu params)", c->sess->id, prog->id,
+           hit ? "cache hit" : "compiled", (unsigned long long)rep->param_count);
+    return 0;
+}
+
+static int h_compile(rt_call *c)
+{
+    Rtrain__V1__CompileRequest *q = REQ(c, Rtrain__V1__CompileRequest);
+    int rc = need_session(c, q->session_id);
+    if (rc < 0)
+        return rc;
+    compile_st *st = calloc(1, sizeof *st);
+    if (!st)
+        return OOM(c);
+    c->st = st;
+    c->st_free = compile_st_free;
+    if ((rc = config_from_pb(c, q->config, &st->cfg)) < 0)
+        return rc;
+    if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON) {
+        char err[256];
+        rc = rt_keras_import(q->keras_json, strlen(q->keras_json), &st->g, err, sizeof err);
+        if (rc < 0)
+            return rt_call_fail(c, rc, "%s", err);
+    } else if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH) {
+        st->g = rt_graph_create();
+        if (!st->g)
+            return OOM(c);
+        if ((rc = graph_from_pb(c, q->graph, st->g)) < 0)
+            return rc;
+    } else {
+        return rt_call_fail(c, RT_EINVAL, "CompileRequest has neither graph nor keras_json");
+    }
+    /* The cache lookup is the compile phase of a hit. */
+    uint64_t t0 = rt_now_ns();
+    rc = rt_plan_key(st->g, &st->cfg, st->key);
+    if (rc == 0)
+        st->plan = rt_plan_cache_get(c->srv->plans, st->key);
+    c->tm.compile_ns += rt_now_ns() - t0;
+    if (rc < 0)
+        return rt_call_fail(c, rc, "%s", rt_graph_errmsg(st->g)[0] ? rt_graph_errmsg(st->g)
+                                                                    : rt_strerror(rc));
+    c->work = compile_work;
+    c->needs_device = 1;
+    /* A hit only creates the instance (parameter init); a miss compiles. */
+    c->est_ns = st->plan ? rt_plan_report(st->plan)->param_count * 4 + 5000 : UINT64_MAX;
+    return 0;
+}
+
+/* ----------------------------------------------------------------- Upload */
+typedef struct upload_st {
+    int have_header;
+    int done;              /* the last chunk arrived and checked */
+    char name[64];
+    rt_data_part parts[2];
+    int n_parts;
+    uint8_t content_hash_given[16];
+    int has_content_hash;
+    uint64_t total, received;
+    uint8_t *buf;
+    XXH64_state_t *x64;
+    XXH3_state_t *x3;
+} upload_st;
+
+static void upload_st_free(void *p)
+{
+    upload_st *u = p;
+    free(u->buf);
+    if (u->x64)
+        XXH64_freeState(u->x64);
+    if (u->x3)
+        XXH3_freeState(u->x3);
+    free(u);
+}
+
+static int parts_from_header(rt_call *c, const Rtrain__V1__DatasetHeader *h,
+                             rt_data_part *parts, int *n_parts, uint64_t *total)
+{
+    if (h->n_parts < 1 || h->n_parts > 2)
+        return rt_call_fail(c, RT_EDATA,
+                            "a dataset has 1 or 2 parts (features [+ labels]); got %zu", h->n_parts);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < h->n_parts; i++) {
+        const Rtrain__V1__DataPart *p = h->parts[i];
+        rt_data_part *d = &parts[i];
+        memset(d, 0, sizeof *d);
+        d->role = (rt_data_role)p->role;
+        d->format = (rt_data_format)p->format;
+        d->length = p->length;
+        d->dtype = (rt_dtype)p->dtype;
+        if (p->n_shape > RT_MAX_DIMS)
+            return rt_call_fail(c, RT_EDATA, "part %zu shape has more than %d dims", i, RT_MAX_DIMS);
+        d->ndim = (int)p->n_shape;
+        memcpy(d->dims, p->shape, sizeof(int64_t) * p->n_shape);
+        d->label_column = p->label_column;
+        d->csv_header = p->csv_header;
+        d->normalize = p->normalize;
+        if (p->length > UINT64_MAX - sum)
+            return rt_call_fail(c, RT_EDATA, "part lengths overflow");
+        sum += p->length;
+    }
+    if (h->total_bytes && h->total_bytes != sum)
+        return rt_call_fail(c, RT_EDATA, "total_bytes %llu is not the sum of part lengths %llu",
+                            (unsigned long long)h->total_bytes, (unsigned long long)sum);
+    *n_parts = (int)h->n_parts;
+    *total = sum;
+    return 0;
+}
+
+static int h_upload_chunk(rt_call *c)
+{
+    Rtrain__V1__UploadChunk *q = REQ(c, Rtrain__V1__UploadChunk);
+    upload_st *u = c->st;
+    if (!u) {
+        u = calloc(1, sizeof *u);
+        if (!u)
+            return OOM(c);
+        c->st = u;
+        c->st_free = upload_st_free;
+    }
+    if (u->done)
+        return rt_call_fail(c, RT_EPROTO, "UploadChunk after the last one");
+    if (!u->have_header) {
+        if (!q->header)
+            return rt_call_fail(c, RT_EPROTO, "the first UploadChunk has no header");
+        int rc = need_session(c, q->header->session_id);
+        if (rc < 0)
+            return rc;
+        if ((rc = parts_from_header(c, q->header, u->parts, &u->n_parts, &u->total)) < 0)
+            return rc;
+        if (u->total > c->srv->cfg.max_dataset_bytes)
+            return rt_call_fail(c, RT_ETOOBIG, "dataset of %llu bytes is over the limit of %llu",
+                                (unsigned long long)u->total,
+                                (unsigned long long)c->srv->cfg.max_dataset_bytes);
+        if (q->header->content_hash.len) {
+            if (q->header->content_hash.len != 16)
+                return rt_call_fail(c, RT_EINVAL, "content_hash must be 16 bytes (XXH3-128)");
+            memcpy(u->content_hash_given, q->header->content_hash.data, 16);
+            u->has_content_hash = 1;
+        }
+        snprintf(u->name, sizeof u->name, "%s", q->header->name);
+        u->buf = malloc(u->total ? u->total : 1);
+        u->x64 = XXH64_createState();
+        u->x3 = XXH3_createState();
+        if (!u->buf || !u->x64 || !u->x3)
+            return rt_call_fail(c, RT_ENOMEM, "out of memory for a %llu-byte dataset",
+                                (unsigned long long)u->total);
+        XXH64_reset(u->x64, 0);
+        XXH3_128bits_reset(u->x3);
+        u->have_header = 1;
+    } else if (q->header) {
+        return rt_call_fail(c, RT_EPROTO, "UploadChunk header after the first chunk");
+    }
+    if (q->data.len) {
+        if (q->offset != u->received)
+            return rt_call_fail(c, RT_EPROTO, "chunk offset %llu, expected %llu",
+                                (unsigned long long)q->offset, (unsigned long long)u->received);
+        if (q->data.len > u->total - u->received)
+            return rt_call_fail(c, RT_EDATA, "chunk at %llu overruns the %llu bytes declared",
+                                (unsigned long long)q->offset, (unsigned long long)u->total);
+        memcpy(u->buf + u->received, q->data.data, q->data.len);
+        XXH64_update(u->x64, q->data.data, q->data.len);
+        XXH3_128bits_update(u->x3, q->data.data, q->data.len);
+        u->received += q->data.len;
+        RT_OBS_ADD(bytes_uploaded, q->data.len);
+    }
+    if (q->last) {
+        uint64_t sum = XXH64_digest(u->x64);
+        if (sum != q->checksum)
+            return rt_call_fail(c, RT_ECHECKSUM,
+                                "checksum mismatch: XXH64 of the data is %016llx, the client sent %016llx",
+                                (unsigned long long)sum, (unsigned long long)q->checksum);
+        if (u->received != u->total)
+            return rt_call_fail(c, RT_ETRUNCATED, "upload ended at %llu of %llu bytes",
+                                (unsigned long long)u->received, (unsigned long long)u->total);
+        u->done = 1;
+    }
+    return 0;
+}
+
+static Rtrain__V1__DatasetInfo *dataset_info(rt_call *c, const rt_dataset *ds, int dedup)
+{
+    Rtrain__V1__DatasetInfo *i = NEW(c, Rtrain__V1__DatasetInfo, RTRAIN__V1__DATASET_INFO__INIT);
+    if (!i)
+        return NULL;
+    i->dataset_id = rt_call_strdup(c, ds->id);
+    i->samples = (uint64_t)ds->n;
+    i->x_shape = dims_pb(c, ds->x_ndim, ds->x_dims);
+    i->n_x_shape = (size_t)ds->x_ndim;
+    i->y_dtype = ds->y ? (Rtrain__V1__DType)ds->y_dtype : RTRAIN__V1__DTYPE__DTYPE_UNSPECIFIED;
+    i->y_shape = dims_pb(c, ds->y_ndim, ds->y_dims);
+    i->n_y_shape = (size_t)ds->y_ndim;
+    i->bytes = ds->bytes;
+    i->deduplicated = dedup;
+    return i->dataset_id && i->x_shape && i->y_shape ? i : NULL;
+}
+
+static int upload_work(rt_call *c)
+{
+    upload_st *u = c->st;
+    XXH128_canonical_t h;
+    XXH128_canonicalFromHash(&h, XXH3_128bits_digest(u->x3));
+    if (u->has_content_hash && memcmp(h.digest, u->content_hash_given, 16) != 0)
+        return rt_call_fail(c, RT_ECHECKSUM, "content_hash does not match the data's XXH3-128");
+    uint8_t key[16];
+    rt_data_key(h.digest, u->parts, u->n_parts, key);
+    rt_dataset *kept = rt_data_store_find_key(c->srv->data, key);
+    int dedup = kept != NULL;
+    if (!kept) {
+        rt_dataset *ds;
+        char err[256];
+        int rc = rt_data_parse(u->parts, u->n_parts, u->buf, u->total,
+                               c->srv->cfg.max_dataset_bytes, &ds, err, sizeof err);
+        if (rc < 0)
+            return rt_call_fail(c, rc, "%s", err);
+        rt_dataset_set_key(ds, key);
+        rt_data_store_put(c->srv->data, ds, &kept, &dedup);
+        RT_LOG(RT_LOG_INFO, "dataset %s: %lld samples, %llu bytes (%s)", kept->id,
+               (long long)kept->n, (unsigned long long)kept->bytes, u->name);
+    }
+    c->ds = kept;
+    free(u->buf); /* parsed; the raw bytes are not kept */
+    u->buf = NULL;
+    Rtrain__V1__UploadResponse *r = NEW(c, Rtrain__V1__UploadResponse, RTRAIN__V1__UPLOAD_RESPONSE__INIT);
+    if (!r || !(r->dataset = dataset_info(c, kept, dedup)))
+        return OOM(c);
+    r->bytes_received = u->received;
+    c->resp = &r->base;
+    return 0;
+}
+
+static int h_upload_end(rt_call *c)
+{
+    upload_st *u = c->st;
+    if (!u || !u->have_header)
+        return rt_call_fail(c, RT_ETRUNCATED, "upload ended before its header");
+    if (!u->done)
+        return rt_call_fail(c, RT_ETRUNCATED,
+                            "upload ended without a last chunk (%llu of %llu bytes received)",
+                            (unsigned long long)u->received, (unsigned long long)u->total);
+    c->work = upload_work;
+    c->needs_device = 0;
+    c->est_ns = u->total * 4; /* parsing ~4 ns/byte: small ones stay inline */
+    return 0;
+}
+
+static int h_find_dataset(rt_call *c)
+{
+    Rtrain__V1__FindDatasetRequest *q = REQ(c, Rtrain__V1__FindDatasetRequest);
+    int rc = need_session(c, q->session_id);
+    if (rc < 0)
+        return rc;
+    if (q->content_hash.len != 16)
+        return rt_call_fail(c, RT_EINVAL, "content_hash must be 16 bytes (XXH3-128), got %zu",
+                            q->content_hash.len);
+    if (!q->header)
+        return rt_call_fail(c, RT_EINVAL, "FindDatasetRequest needs the upload's header");
+    rt_data_part parts[2];
+    int n;
+    uint64_t total;
+    if ((rc = parts_from_header(c, q->header, parts, &n, &total)) < 0)
+        return rc;
+    uint8_t key[16];
+    rt_data_key(q->content_hash.data, parts, n, key);
+    Rtrain__V1__FindDatasetResponse *r =
+        NEW(c, Rtrain__V1__FindDatasetResponse, RTRAIN__V1__FIND_DATASET_RESPONSE__INIT);
+    if (!r)
+        return OOM(c);
+    c->ds = rt_data_store_find_key(c->srv->data, key);
+    if (c->ds) {
+        r->found = 1;
+        if (!(r->dataset = dataset_info(c, c->ds, 1)))
+            return OOM(c);
+    }
+    c->resp = &r->base;
+    return 0;
+}
+
+/* --------------------------------------------------------------- RunSteps */
+typedef struct run_cb {
+    rt_call *c;
+    Rtrain__V1__EpochEnd **epochs;
+    size_t n_epochs, cap_epochs;
+    int stop_for_val;
+    int hit_epoch_end;
+} run_cb;
+
+static Rtrain__V1__EpochEnd *epoch_pb(rt_call *c, int64_t epoch, const rt_metrics *train,
+                                      int64_t steps, uint64_t exec_ns)
+{
+    Rtrain__V1__EpochEnd *e = NEW(c, Rtrain__V1__EpochEnd, RTRAIN__V1__EPOCH_END__INIT);
+    if (!e)
+        return NULL;
+    e->epoch = (uint64_t)epoch;
+    e->train = metrics_pb(c, train);
+    e->steps = (uint64_t)steps;
+    e->execute_ns = exec_ns;
+    return e->train ? e : NULL;
+}
+
+static int run_step_cb(void *ud, const rt_step_info *info)
+{
+    run_cb *r = ud;
+    if (!info->epoch_end)
+        return 0;
+    if (r->n_epochs == r->cap_epochs) {
+        size_t nc = r->cap_epochs ? r->cap_epochs * 2 : 8;
+        Rtrain__V1__EpochEnd **nv = rt_call_alloc(r->c, sizeof *nv * nc);
+        if (!nv)
+            return 1;
+        if (r->n_epochs)
+            memcpy(nv, r->epochs, sizeof *nv * r->n_epochs);
+        r->epochs = nv;
+        r->cap_epochs = nc;
+    }
+    Rtrain__V1__EpochEnd *e = epoch_pb(r->c, info->epoch, &info->epoch_metrics, info->step, 0);
+    if (!e)
+        return 1;
+    r->epochs[r->n_epochs++] = e;
+    r->hit_epoch_end = 1;
+    /* Stop here so the caller can validate between epochs. */
+    return r->stop_for_val;
+}
+
+static int run_steps_work(rt_call *c)
+{
+    Rtrain__V1__RunStepsRequest *q = REQ(c, Rtrain__V1__RunStepsRequest);
+    rt_program *p = c->prog;
+    Rtrain__V1__RunStepsResponse *r = NEW(c, Rtrain__V1__RunStepsResponse, RTRAIN__V1__RUN_STEPS_RESPONSE__INIT);
+    if (!r)
+        return OOM(c);
+    c->resp = &r->base;
+    if (q->seq && q->seq <= p->last_seq) {
+        r->replayed = 1;
+        r->global_step = (uint64_t)rt_exec_global_step(p->exec);
+        r->last = metrics_pb(c, &p->last_metrics);
+        r->mean = metrics_pb(c, &p->last_mean);
+        return r->last && r->mean ? 0 : OOM(c);
+    }
+    rt_data d, vd;
+    int rc = data_for(c, c->ds, &d, 1);
+    if (rc < 0)
+        return rc;
+    if (c->val_ds && (rc = data_for(c, c->val_ds, &vd, 1)) < 0)
+        return rc;
+    float *losses = NULL;
+    if (q->return_losses) {
+        losses = rt_call_alloc(c, sizeof(float) * q->steps);
+        if (!losses)
+            return OOM(c);
+    }
+    run_cb cb = {.c = c, .stop_for_val = c->val_ds != NULL};
+    int64_t left = (int64_t)q->steps, done = 0;
+    double loss_sum = 0, acc_sum = 0;
+    int64_t samples = 0;
+    rt_train_result res;
+    memset(&res, 0, sizeof res);
+    uint64_t exec_ns = 0;
+    while (left > 0) {
+        rt_train_result part;
+        cb.hit_epoch_end = 0;
+        rc = rt_exec_train(p->exec, &d, left, &part, run_step_cb, &cb,
+                           losses ? losses + done : NULL);
+        if (rc < 0)
+            return engine_fail(c, rc);
+        exec_ns += part.execute_ns;
+        left -= part.steps_run;
+        done += part.steps_run;
+        loss_sum += part.mean.loss * (double)part.mean.samples;
+        acc_sum += part.mean.acc * (double)part.mean.samples;
+        samples += part.mean.samples;
+        res = part;
+        if (cb.hit_epoch_end && c->val_ds && cb.n_epochs) {
+            rt_metrics vm;
+            if ((rc = rt_exec_evaluate(p->exec, &vd, &vm)) < 0)
+                return engine_fail(c, rc);
+            Rtrain__V1__EpochEnd *e = cb.epochs[cb.n_epochs - 1];
+            if (!(e->val = metrics_pb(c, &vm)))
+                return OOM(c);
+        }
+        if (part.steps_run == 0)
+            break; /* defensive: the engine made no progress */
+    }
+    note_step_time(p, exec_ns, done);
+    rt_metrics mean = {.loss = samples ? loss_sum / (double)samples : NAN,
+                       .acc = samples ? acc_sum / (double)samples : NAN,
+                       .samples = samples};
+    p->last_metrics = res.last;
+    p->last_mean = mean;
+    if (q->seq)
+        p->last_seq = q->seq;
+    r->global_step = (uint64_t)rt_exec_global_step(p->exec);
+    r->last = metrics_pb(c, &res.last);
+    r->mean = metrics_pb(c, &mean);
+    if (losses) {
+        r->losses = losses;
+        r->n_losses = (size_t)done;
+    }
+    r->epochs = cb.epochs;
+    r->n_epochs = cb.n_epochs;
+    return r->last && r->mean ? 0 : OOM(c);
+}
+
+static int h_run_steps(rt_call *c)
+{
+    Rtrain__V1__RunStepsRequest *q = REQ(c, Rtrain__V1__RunStepsRequest);
+    int rc;
+    if ((rc = need_program(c, q->session_id, q->program_id)) < 0 ||
+        (rc = need_dataset(c, q->dataset_id, &c->ds, "dataset_id")) < 0)
+        return rc;
+    if (q->val_dataset_id && *q->val_dataset_id &&
+        (rc = need_dataset(c, q->val_dataset_id, &c->val_ds, "val_dataset_id")) < 0)
+        return rc;
+    if (q->steps == 0)
+        return rt_call_fail(c, RT_EINVAL, "steps must be at least 1");
+    if (q->steps > RT_MAX_STEPS_PER_CALL)
+        return rt_call_fail(c, RT_ETOOBIG, "steps %llu is over the limit of %llu per call",
+                            (unsigned long long)q->steps, RT_MAX_STEPS_PER_CALL);
+    if (q->return_losses && q->steps > RT_MAX_RETURN_LOSSES)
+        return rt_call_fail(c, RT_ETOOBIG, "return_losses allows at most %llu steps",
+                            RT_MAX_RETURN_LOSSES);
+    if ((rc = check_fit(c, c->ds, 1)) < 0 || (c->val_ds && (rc = check_fit(c, c->val_ds, 1)) < 0))
+        return rc;
+    c->work = run_steps_work;
+    c->needs_device = 1;
+    c->est_ns = clamp_est((double)q->steps * step_estimate_ns(c->prog));
+    return 0;
+}
+
+/* -------------------------------------------------------------------- Fit */
+typedef struct fit_cb {
+    rt_call *c;
+    uint32_t every;
+    int64_t epoch, spe, in_epoch;
+    double loss_sum, acc_sum;
+} fit_cb;
+
+static int fit_step_cb(void *ud, const rt_step_info *info)
+{
+    fit_cb *f = ud;
+    f->in_epoch++;
+    f->loss_sum += info->loss;
+    f->acc_sum += info->acc;
+    if (rt_call_is_cancelled(f->c))
+        return 1;
+    if (f->every && f->in_epoch % f->every == 0 && f->in_epoch < f->spe) {
+        Rtrain__V1__StepProgress sp = RTRAIN__V1__STEP_PROGRESS__INIT;
+        Rtrain__V1__FitEvent ev = RTRAIN__V1__FIT_EVENT__INIT;
+        sp.step = (uint64_t)info->step;
+        sp.epoch = (uint64_t)f->epoch;
+        sp.step_in_epoch = (uint64_t)f->in_epoch;
+        sp.steps_per_epoch = (uint64_t)f->spe;
+        sp.loss = (float)(f->loss_sum / (double)f->in_epoch);
+        sp.accuracy = (float)(f->acc_sum / (double)f->in_epoch);
+        ev.event_case = RTRAIN__V1__FIT_EVENT__EVENT_PROGRESS;
+        ev.progress = &sp;
+        uint64_t t0 = rt_now_ns();
+        rt_call_stream_send(f->c, &ev.base, 1, 0);
+        f->c->tm.encode_ns += rt_now_ns() - t0;
+    }
+    return 0;
+}
+
+static int fit_work(rt_call *c)
+{
+    Rtrain__V1__FitRequest *q = REQ(c, Rtrain__V1__FitRequest);
+    rt_program *p = c->prog;
+    rt_data d, vd;
+    int rc = data_for(c, c->ds, &d, 1);
+    if (rc < 0)
+        return rc;
+    if (c->val_ds && (rc = data_for(c, c->val_ds, &vd, 1)) < 0)
+        return rc;
+    int64_t bs = rt_plan_config(p->plan)->batch_size;
+    int64_t spe = q->steps_per_epoch ? q->steps_per_epoch : (d.n + bs - 1) / bs;
+    fit_cb f = {.c = c, .every = q->progress_every, .spe = spe};
+    int cancelled = 0;
+    uint64_t exec_ns = 0;
+    int64_t steps = 0;
+    for (uint32_t ep = 0; ep < q->epochs && !cancelled; ep++) {
+        f.epoch = p->fit_epochs + 1;
+        f.in_epoch = 0;
+        f.loss_sum = f.acc_sum = 0;
+        rt_train_result res;
+        if ((rc = rt_exec_train(p->exec, &d, spe, &res, fit_step_cb, &f, NULL)) < 0)
+            return engine_fail(c, rc);
+        exec_ns += res.execute_ns;
+        steps += res.steps_run;
+        if (res.stopped || rt_call_is_cancelled(c)) {
+            cancelled = 1;
+            break;
+        }
+        p->fit_epochs++;
+        uint64_t t0 = rt_now_ns();
+        Rtrain__V1__EpochEnd *e = epoch_pb(c, p->fit_epochs, &res.mean, res.global_step,
+                                           res.execute_ns);
+        if (!e)
+            return OOM(c);
+        if (c->val_ds) {
+            rt_metrics vm;
+            if ((rc = rt_exec_evaluate(p->exec, &vd, &vm)) < 0)
+                return engine_fail(c, rc);
+            if (!(e->val = metrics_pb(c, &vm)))
+                return OOM(c);
+        }
+        Rtrain__V1__FitEvent ev = RTRAIN__V1__FIT_EVENT__INIT;
+        ev.event_case = RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END;
+        ev.epoch_end = e;
+        c->tm.execute_ns += rt_now_ns() - t0; /* validation; sends add encode */
+        rt_call_stream_send(c, &ev.base, 0, 0);
+        c->tm.execute_ns -= 0;
+    }
+    note_step_time(p, exec_ns, steps);
+    Rtrain__V1__FitEvent *fin = NEW(c, Rtrain__V1__FitEvent, RTRAIN__V1__FIT_EVENT__INIT);
+    if (!fin)
+        return OOM(c);
+    fin->done = 1;
+    fin->cancelled = cancelled;
+    c->resp = &fin->base;
+    if (cancelled)
+        RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld: the client cancelled", p->id,
+               (long long)rt_exec_global_step(p->exec));
+    return 0;
+}
+
+static int h_fit(rt_call *c)
+{
+    Rtrain__V1__FitRequest *q = REQ(c, Rtrain__V1__FitRequest);
+    int rc;
+    if ((rc = need_program(c, q->session_id, q->program_id)) < 0 ||
+        (rc = need_dataset(c, q->dataset_id, &c->ds, "dataset_id")) < 0)
+        return rc;
+    if (q->val_dataset_id && *q->val_dataset_id &&
+        (rc = need_dataset(c, q->val_dataset_id, &c->val_ds, "val_dataset_id")) < 0)
+        return rc;
+    if (q->epochs == 0)
+        return rt_call_fail(c, RT_EINVAL, "epochs must be at least 1");
+    if ((uint64_t)q->epochs * (q->steps_per_epoch ? q->steps_per_epoch : 1) > RT_MAX_STEPS_PER_CALL)
+        return rt_call_fail(c, RT_ETOOBIG, "epochs x steps_per_epoch is over the limit of %llu",
+                            RT_MAX_STEPS_PER_CALL);
+    if ((rc = check_fit(c, c->ds, 1)) < 0 || (c->val_ds && (rc = check_fit(c, c->val_ds, 1)) < 0))
+        return rc;
+    c->work = fit_work;
+    c->needs_device = 1;
+    c->est_ns = UINT64_MAX;
+    return 0;
+}
+
+/* --------------------------------------------------------------- Evaluate */
+static int evaluate_work(rt_call *c)
+{
+    rt_data d;
+    int rc = data_for(c, c->ds, &d, 1);
+    if (rc < 0)
+        return rc;
+    rt_metrics m;
+    if ((rc = rt_exec_evaluate(c->prog->exec, &d, &m)) < 0)
+        return engine_fail(c, rc);
+    Rtrain__V1__EvaluateResponse *r = NEW(c, Rtrain__V1__EvaluateResponse, RTRAIN__V1__EVALUATE_RESPONSE__INIT);
+    if (!r || !(r->metrics = metrics_pb(c, &m)))
+        return OOM(c);
+    c->resp = &r->base;
+    return 0;
+}
+
+static uint64_t forward_estimate(rt_call *c, int64_t n)
+{
+    int64_t bs = rt_plan_config(c->prog->plan)->batch_size;
+    if (bs < 1)
+        bs = 1;
+    return clamp_est((double)((n + bs - 1) / bs) * step_estimate_ns(c->prog) / 2);
+}
+
+static int h_evaluate(rt_call *c)
+{
+    Rtrain__V1__EvaluateRequest *q = REQ(c, Rtrain__V1__EvaluateRequest);
+    int rc;
+    if ((rc = need_program(c, q->session_id, q->program_id)) < 0 ||
+        (rc = need_dataset(c, q->dataset_id, &c->ds, "dataset_id")) < 0 ||
+        (rc = check_fit(c, c->ds, 1)) < 0)
+        return rc;
+    c->work = evaluate_work;
+    c->needs_device = 1;
+    c->est_ns = forward_estimate(c, c->ds->n);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- Predict */
+typedef struct predict_st {
+    const float *x;
+    int64_t n;
+} predict_st;
+
+static int predict_work(rt_call *c)
+{
+    predict_st *ps = c->st;
+    int64_t od[RT_MAX_DIMS];
+    int on = rt_plan_output_shape(c->prog->plan, od);
+    if (on < 0)
+        return rt_call_fail(c, on, "the program has no output shape");
+    int64_t per = rt_data_numel(on, od);
+    float *y = rt_call_alloc(c, sizeof(float) * (size_t)(ps->n * per));
+    int64_t *shape = rt_call_alloc(c, sizeof(int64_t) * (size_t)(on + 1));
+    Rtrain__V1__PredictResponse *r = NEW(c, Rtrain__V1__PredictResponse, RTRAIN__V1__PREDICT_RESPONSE__INIT);
+    Rtrain__V1__Tensor *t = NEW(c, Rtrain__V1__Tensor, RTRAIN__V1__TENSOR__INIT);
+    if (!y || !shape || !r || !t)
+        return OOM(c);
+    int rc = rt_exec_predict(c->prog->exec, ps->x, ps->n, y);
+    if (rc < 0)
+        return engine_fail(c, rc);
+    shape[0] = ps->n;
+    memcpy(shape + 1, od, sizeof(int64_t) * (size_t)on);
+    t->name = "y";
+    t->dtype = RTRAIN__V1__DTYPE__F32;
+    t->shape = shape;
+    t->n_shape = (size_t)on + 1;
+    t->data.data = (uint8_t *)y;
+    t->data.len = sizeof(float) * (size_t)(ps->n * per);
+    r->y = t;
+    c->resp = &r->base;
+    return 0;
+}
+
+static int h_predict(rt_call *c)
+{
+    Rtrain__V1__PredictRequest *q = REQ(c, Rtrain__V1__PredictRequest);
+    int rc = need_program(c, q->session_id, q->program_id);
+    if (rc < 0)
+        return rc;
+    predict_st *ps = calloc(1, sizeof *ps);
+    if (!ps)
+        return OOM(c);
+    c->st = ps;
+    c->st_free = free;
+    if (q->input_case == RTRAIN__V1__PREDICT_REQUEST__INPUT_DATASET_ID) {
+        if ((rc = need_dataset(c, q->dataset_id, &c->ds, "dataset_id")) < 0 ||
+            (rc = check_fit(c, c->ds, 0)) < 0)
+            return rc;
+        ps->x = c->ds->x;
+        ps->n = c->ds->n;
+    } else if (q->input_case == RTRAIN__V1__PREDICT_REQUEST__INPUT_X) {
+        const Rtrain__V1__Tensor *x = q->x;
+        int64_t in[RT_MAX_DIMS];
+        int in_n = rt_plan_input_shape(c->prog->plan, in);
+        char a[96], b[96];
+        if (x->dtype != RTRAIN__V1__DTYPE__F32)
+            return rt_call_fail(c, RT_EDTYPE, "Predict x must be F32");
+        if (x->n_shape < 1 || x->n_shape > RT_MAX_DIMS)
+            return rt_call_fail(c, RT_ESHAPE, "Predict x needs a shape (samples first)");
+        for (size_t i = 0; i < x->n_shape; i++)
+            if (x->shape[i] < 0 || x->shape[i] > RT_MAX_DIM_LIMIT)
+                return rt_call_fail(c, RT_ESHAPE, "Predict x dim %zu is %lld", i,
+                                    (long long)x->shape[i]);
+        if (in_n >= 0 && !shapes_fit((int)x->n_shape - 1, x->shape + 1, in_n, in))
+            return rt_call_fail(c, RT_ESHAPE, "x has samples of shape %s but program %s expects %s",
+                                rt_data_shape_str((int)x->n_shape - 1, x->shape + 1, a, sizeof a),
+                                c->prog->id, rt_data_shape_str(in_n, in, b, sizeof b));
+        int64_t n = x->shape[0], numel = rt_data_numel((int)x->n_shape, x->shape);
+        if ((uint64_t)numel * 4 != x->data.len)
+            return rt_call_fail(c, RT_EDATA, "x holds %zu bytes but its shape needs %lld",
+                                x->data.len, (long long)numel * 4);
+        float *f = rt_call_alloc(c, x->data.len ? x->data.len : 4);
+        if (!f)
+            return OOM(c);
+        memcpy(f, x->data.data, x->data.len);
+        for (int64_t i = 0; i < numel; i++)
+            if (!isfinite(f[i]))
+                return rt_call_fail(c, RT_ENAN, "x contains %s at sample %lld, column %lld",
+                                    isnan(f[i]) ? "NaN" : "Inf", (long long)(i / (numel / (n ? n : 1))),
+                                    (long long)(i % (numel / (n ? n : 1))));
+        ps->x = f;
+        ps->n = n;
+    } else {
+        return rt_call_fail(c, RT_EINVAL, "PredictRequest needs dataset_id or x");
+    }
+    c->work = predict_work;
+    c->needs_device = 1;
+    c->est_ns = forward_estimate(c, ps->n);
+    return 0;
+}
+
+/* ------------------------------------------------------------- Weights */
+static int get_weights_work(rt_call *c)
+{
+    rt_plan *p = c->prog->plan;
+    int np = rt_plan_n_params(p);
+    Rtrain__V1__GetWeightsResponse *r =
+        NEW(c, Rtrain__V1__GetWeightsResponse, RTRAIN__V1__GET_WEIGHTS_RESPONSE__INIT);
+    if (!r || !(r->weights = rt_call_alloc(c, sizeof *r->weights * (size_t)(np > 0 ? np : 1))))
+        return OOM(c);
+    for (int i = 0; i < np; i++) {
+        const char *name;
+        int64_t dims[RT_MAX_DIMS];
+        int tr, nd = rt_plan_param_info(p, i, &name, dims, &tr);
+        if (nd < 0)
+            return rt_call_fail(c, nd, "parameter %d has no info", i);
+        int64_t n = rt_data_numel(nd, dims);
+        Rtrain__V1__Tensor *t = NEW(c, Rtrain__V1__Tensor, RTRAIN__V1__TENSOR__INIT);
+        float *v = rt_call_alloc(c, sizeof(float) * (size_t)(n ? n : 1));
+        if (!t || !v)
+            return OOM(c);
+        int rc = rt_exec_get_param(c->prog->exec, i, v);
+        if (rc < 0)
+            return engine_fail(c, rc);
+        t->name = (char *)name;
+        t->dtype = RTRAIN__V1__DTYPE__F32;
+        t->shape = dims_pb(c, nd, dims);
+        t->n_shape = (size_t)nd;
+        t->data.data = (uint8_t *)v;
+        t->data.len = sizeof(float) * (size_t)n;
+        r->weights[r->n_weights++] = t;
+    }
+    r->global_step = (uint64_t)rt_exec_global_step(c->prog->exec);
+    c->resp = &r->base;
+    return 0;
+}
+
+static int h_get_weights(rt_call *c)
+{
+    Rtrain__V1__GetWeightsRequest *q = REQ(c, Rtrain__V1__GetWeightsRequest);
+    int rc = need_program(c, q->session_id, q->program_id);
+    if (rc < 0)
+        return rc;
+    c->work = get_weights_work;
+    c->needs_device = 1;
+    c->est_ns = rt_plan_report(c->prog->plan)->param_count + 2000;
+    return 0;
+}
+
+typedef struct set_st {
+    int np;
+    const float **vals; /* by parameter index */
+} set_st;
+
+static void set_st_free(void *p)
+{
+    set_st *s = p;
+    free(s->vals);
+    free(s);
+}
+
+static int set_weights_work(rt_call *c)
+{
+    set_st *s = c->st;
+    for (int i = 0; i < s->np; i++) {
+        int rc = rt_exec_set_param(c->prog->exec, i, s->vals[i]);
+        if (rc < 0)
+            return engine_fail(c, rc);
+    }
+    Rtrain__V1__SetWeightsResponse *r =
+        NEW(c, Rtrain__V1__SetWeightsResponse, RTRAIN__V1__SET_WEIGHTS_RESPONSE__INIT);
+    if (!r)
+        return OOM(c);
+    c->resp = &r->base;
+    return 0;
+}
+
+static int h_set_weights(rt_call *c)
+{
+    Rtrain__V1__SetWeightsRequest *q = REQ(c, Rtrain__V1__SetWeightsRequest);
+    int rc = need_program(c, q->session_id, q->program_id);
+    if (rc < 0)
+        return rc;
+    rt_plan *p = c->prog->plan;
+    int np = rt_plan_n_params(p);
+    set_st *s = calloc(1, sizeof *s);
+    if (!s)
+        return OOM(c);
+    c->st = s;
+    c->st_free = set_st_free;
+    s->np = np;
+    s->vals = calloc((size_t)(np > 0 ? np : 1), sizeof *s->vals);
+    if (!s->vals)
+        return OOM(c);
+    /* Everything is checked before anything is written: all or nothing. */
+    for (size_t k = 0; k < q->n_weights; k++) {
+        const Rtrain__V1__Tensor *t = q->weights[k];
+        int found = 0;
+        for (int i = 0; i < np; i++) {
+            const char *name;
+            int64_t dims[RT_MAX_DIMS];
+            int tr, nd = rt_plan_param_info(p, i, &name, dims, &tr);
+            if (nd < 0 || strcmp(name, t->name) != 0)
+                continue;
+            found = 1;
+            char a[96], b[96];
+            if (t->dtype != RTRAIN__V1__DTYPE__F32)
+                return rt_call_fail(c, RT_EDTYPE, "weight '%.64s' must be F32", t->name);
+            if ((int)t->n_shape != nd || memcmp(t->shape, dims, sizeof(int64_t) * (size_t)nd))
+                return rt_call_fail(c, RT_ESHAPE, "weight '%.64s' has shape %s, expected %s",
+                                    t->name, rt_data_shape_str((int)t->n_shape, t->shape, a, sizeof a),
+                                    rt_data_shape_str(nd, dims, b, sizeof b));
+            int64_t n = rt_data_numel(nd, dims);
+            if (t->data.len != (size_t)n * 4)
+                return rt_call_fail(c, RT_EDATA, "weight '%.64s' has %zu bytes, expected %lld",
+                                    t->name, t->data.len, (long long)n * 4);
+            if (s->vals[i])
+                return rt_call_fail(c, RT_EINVAL, "weight '%.64s' is given twice", t->name);
+            float *v = rt_call_alloc(c, t->data.len ? t->data.len : 4);
+            if (!v)
+                return OOM(c);
+            memcpy(v, t->data.data, t->data.len);
+            for (int64_t j = 0; j < n; j++)
+                if (!isfinite(v[j]))
+                    return rt_call_fail(c, RT_ENAN, "weight '%.64s' contains %s at %lld", t->name,
+                                        isnan(v[j]) ? "NaN" : "Inf", (long long)j);
+            s->vals[i] = v;
+        }
+        if (!found)
+            return rt_call_fail(c, RT_ENOTFOUND, "program %s has no parameter '%.64s'",
+                                c->prog->id, t->name);
+    }
+    for (int i = 0; i < np; i++)
+        if (!s->vals[i]) {
+            const char *name;
+            int64_t dims[RT_MAX_DIMS];
+            int tr;
+            rt_plan_param_info(p, i, &name, dims, &tr);
+            return rt_call_fail(c, RT_EINVAL, "weight '%.64s' is missing (all must be given)", name);
+        }
+    c->work = set_weights_work;
+    c->needs_device = 1;
+    c->est_ns = rt_plan_report(p)->param_count + 2000;
+    return 0;
+}
+
+/* ------------------------------------------------------------ the table */
+
+const rt_method rt_methods[] = {
+    {"/rtrain.v1.Trainer/GetInfo", "InfoRequest", &rtrain__v1__info_request__descriptor,
+     RT_UNARY, h_get_info, NULL},
+    {"/rtrain.v1.Trainer/Ping", "PingRequest", &rtrain__v1__ping_request__descriptor,
+     RT_UNARY, h_ping, NULL},
+    {"/rtrain.v1.Trainer/CreateSession", "CreateSessionRequest",
+     &rtrain__v1__create_session_request__descriptor, RT_UNARY, h_create_session, NULL},
+    {"/rtrain.v1.Trainer/CloseSession", "CloseSessionRequest",
+     &rtrain__v1__close_session_request__descriptor, RT_UNARY, h_close_session, NULL},
+    {"/rtrain.v1.Trainer/Compile", "CompileRequest", &rtrain__v1__compile_request__descriptor,
+     RT_UNARY, h_compile, NULL},
+    {"/rtrain.v1.Trainer/UploadDataset", "UploadChunk", &rtrain__v1__upload_chunk__descriptor,
+     RT_CLIENT_STREAM, h_upload_chunk, h_upload_end},
+    {"/rtrain.v1.Trainer/FindDataset", "FindDatasetRequest",
+     &rtrain__v1__find_dataset_request__descriptor, RT_UNARY, h_find_dataset, NULL},
+    {"/rtrain.v1.Trainer/RunSteps", "RunStepsRequest", &rtrain__v1__run_steps_request__descriptor,
+     RT_UNARY, h_run_steps, NULL},
+    {"/rtrain.v1.Trainer/Fit", "FitRequest", &rtrain__v1__fit_request__descriptor,
+     RT_SERVER_STREAM, h_fit, NULL},
+    {"/rtrain.v1.Trainer/Evaluate", "EvaluateRequest", &rtrain__v1__evaluate_request__descriptor,
+     RT_UNARY, h_evaluate, NULL},
+    {"/rtrain.v1.Trainer/Predict", "PredictRequest", &rtrain__v1__predict_request__descriptor,
+     RT_UNARY, h_predict, NULL},
+    {"/rtrain.v1.Trainer/GetWeights", "GetWeightsRequest",
+     &rtrain__v1__get_weights_request__descriptor, RT_UNARY, h_get_weights, NULL},
+    {"/rtrain.v1.Trainer/SetWeights", "SetWeightsRequest",
+     &rtrain__v1__set_weights_request__descriptor, RT_UNARY, h_set_weights, NULL},
+};
+const int rt_n_methods = (int)(sizeof rt_methods / sizeof rt_methods[0]);

@@ -1,0 +1,59 @@
+/*
+ * rt_srv.h - the rtraind gRPC front end: completion-queue threads, the
+ * method table, per-call state machines, the device executor and graceful
+ * stop. main.c owns flags, signals and the libuv loop; this module owns
+ * everything gRPC.
+ *
+ *     rt_srv_config cfg;  rt_srv_config_init(&cfg);  cfg.listen = "127.0.0.1:0";
+ *     rt_srv *s;  char err[256];
+ *     if (rt_srv_create(&cfg, &s, err, sizeof err) < 0) -> print err, exit 1
+ *     printf("rtraind listening on %s\n", rt_srv_bound(s));
+ *     rt_srv_start(s, on_drained, ud);  // cq threads + executor
+ *     ...SIGTERM: rt_srv_stop(s);       // no new calls; running ones go on
+ *     ...after the grace: rt_srv_cancel_all(s);
+ *     ...on_drained(ud) fires (from a gRPC thread) once the shutdown is
+ *        acknowledged and no call is live; then, on the main thread:
+ *     rt_srv_destroy(s);
+ */
+#ifndef RTRAIN_SRV_H
+#define RTRAIN_SRV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RT_VERSION_STRING "0.1.0"
+
+typedef struct rt_srv_config {
+    const char *listen;          /* host:port, port 0 = ephemeral */
+    int threads;                 /* completion-queue threads */
+    uint64_t max_message_bytes;  /* gRPC receive limit */
+    int max_sessions;
+    uint64_t max_dataset_bytes;  /* one upload */
+    uint64_t inline_ns;          /* run device jobs estimated below this on
+                                    the cq thread; 0 = always the executor */
+} rt_srv_config;
+
+void rt_srv_config_init(rt_srv_config *cfg);
+
+typedef struct rt_srv rt_srv;
+
+/* Create the server and bind. On failure returns a negative code with a
+ * message in err, e.g. "address 127.0.0.1:7070 already in use". */
+int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
+                  size_t errlen);
+/* "127.0.0.1:PORT" with the port actually bound. Owned by s. */
+const char *rt_srv_bound(const rt_srv *s);
+int rt_srv_start(rt_srv *s, void (*on_drained)(void *ud), void *ud);
+void rt_srv_stop(rt_srv *s);
+void rt_srv_cancel_all(rt_srv *s);
+int rt_srv_live_calls(rt_srv *s);
+void rt_srv_destroy(rt_srv *s); /* NULL is a no-op */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

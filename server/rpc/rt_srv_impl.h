@@ -1,0 +1,173 @@
+/*
+ * rt_srv_impl.h - internals shared by the gRPC core (rt_srv.c) and the
+ * method handlers (rt_methods.c).
+ *
+ * Every call is an rt_call. The core decodes the request and calls the
+ * method's handler on the completion-queue thread. A handler either fills
+ * c->resp itself (cheap, no device: Ping, CreateSession, ...) or validates,
+ * takes references (session, program, datasets) and sets c->work. The core
+ * then runs work inline on the cq thread when the device mutex is free and
+ * the estimate is small, or queues it for the device's executor thread.
+ */
+#ifndef RTRAIN_SRV_IMPL_H
+#define RTRAIN_SRV_IMPL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <grpc/grpc.h>
+
+#include "rt_data.h"
+#include "rt_obs.h"
+#include "rt_session.h"
+#include "rt_srv.h"
+#include "rt_wire.h"
+
+typedef struct rt__tag {
+    void (*fn)(struct rt__tag *t, int ok);
+} rt__tag;
+
+#define RT_CONTAINER(ptr, type, member) \
+    ((type *)((char *)(ptr) - offsetof(type, member)))
+
+typedef enum rt_call_kind {
+    RT_UNARY, RT_CLIENT_STREAM, RT_SERVER_STREAM
+} rt_call_kind;
+
+typedef struct rt_call rt_call;
+
+/* One handler signature for every method (STYLE.md 8). For unary and
+ * server-streaming methods handle() runs once with c->req decoded; for the
+ * client-streaming upload it runs per message, and end() when the client
+ * half-closes. Return 0, or a negative code after rt_call_fail(). */
+typedef int (*rt_handler_fn)(rt_call *c);
+
+typedef struct rt_method {
+    const char *path;         /* "/rtrain.v1.Trainer/Ping" */
+    const char *req_name;     /* "PingRequest", for "malformed PingRequest" */
+    const ProtobufCMessageDescriptor *req_desc;
+    rt_call_kind kind;
+    rt_handler_fn handle;
+    rt_handler_fn end;
+} rt_method;
+
+extern const rt_method rt_methods[];
+extern const int rt_n_methods;
+
+/* A bump arena: the decoded request and the response of one call live in
+ * it and go with one free (STYLE.md: protobuf-c with a per-request arena). */
+typedef struct rt__arena_blk {
+    struct rt__arena_blk *next;
+    size_t used, cap;
+    _Alignas(16) unsigned char mem[];
+} rt__arena_blk;
+
+typedef struct rt__out {
+    struct rt__out *next;
+    grpc_byte_buffer *bb;
+    int coalesce; /* a progress event a later one may replace */
+} rt__out;
+
+struct rt_call {
+    rt__tag tag;        /* arrival, then the stream's RECV_MESSAGE */
+    rt__tag close_tag;  /* streams: RECV_CLOSE_ON_SERVER */
+    rt__tag send_tag;   /* server stream: one SEND_MESSAGE */
+    rt__tag final_tag;  /* the status batch */
+    rt_srv *srv;
+    const rt_method *m;
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array md;
+    grpc_byte_buffer *payload;
+    int recv_cancelled;           /* written by RECV_CLOSE_ON_SERVER */
+    int cancelled;                /* atomic: the client cancelled/went away */
+    int close_done;               /* atomic */
+    int refs;                     /* atomic: batches in flight + owner */
+    int sent_initial_md;
+
+    rt__arena_blk *arena;
+    ProtobufCAllocator alloc;     /* over arena */
+
+    rt_obs_timing tm;
+    ProtobufCMessage *req;
+    ProtobufCMessage *resp;       /* in the arena, or NULL */
+    int err;
+    char errmsg[256];
+
+    /* Routing: set by the handler when the call needs the executor. */
+    int (*work)(rt_call *c);
+    int needs_device;
+    uint64_t est_ns;
+    uint64_t enq_ns;
+    rt_call *next_job;
+
+    /* References a handler took for its work; released at the end. */
+    rt_session *sess;
+    rt_program *prog;
+    rt_dataset *ds;
+    rt_dataset *val_ds;
+    void *st;                     /* method state (upload, fit) */
+    void (*st_free)(void *st);
+
+    /* Server stream: outbound queue, one SEND_MESSAGE in flight. */
+    pthread_mutex_t out_mu;
+    rt__out *out_head, *out_tail;
+    int send_in_flight;
+    int final_pending;
+    int final_started;
+    grpc_byte_buffer *sending;
+    grpc_byte_buffer *final_bb;
+    grpc_slice final_details;
+    int final_has_details;
+};
+
+/* The server object; fields used by handlers. */
+struct rt_srv {
+    rt_srv_config cfg;
+    char bound[128];
+    grpc_server *server;
+    grpc_completion_queue *cq;
+    void *reg[32];
+    pthread_t *threads;
+    int n_threads;
+
+    rt_session_table *sessions;
+    rt_plan_cache *plans;
+    rt_data_store *data;
+
+    pthread_mutex_t dev_mu;       /* the device: one job at a time */
+    pthread_mutex_t q_mu;
+    pthread_cond_t q_cv;
+    rt_call *q_head, *q_tail;
+    int q_stop;
+    pthread_t exec_thread;
+    int exec_started;
+
+    int live;                     /* atomic: matched calls not yet freed */
+    int stopping;                 /* atomic */
+    int shutdown_acked;           /* atomic */
+    int drained_fired;            /* atomic */
+    rt__tag shutdown_tag;
+    void (*on_drained)(void *ud);
+    void *drained_ud;
+    uint64_t start_ns;
+};
+
+/* Arena allocation; never NULL-checked by callers that can fail softly:
+ * returns NULL on out of memory. Zeroed. */
+void *rt_call_alloc(rt_call *c, size_t n);
+char *rt_call_strdup(rt_call *c, const char *s);
+
+/* Record an error for the call (code from rt_error.h, short message). */
+int rt_call_fail(rt_call *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Server stream: queue one message (packed now, with timings if tm is not
+ * NULL). coalesce = 1 lets a later coalescable message replace this one if
+ * it has not been sent yet. Returns 0 or RT_ECANCELLED/RT_ENOMEM. */
+int rt_call_stream_send(rt_call *c, const ProtobufCMessage *msg,
+                        int coalesce, int with_timings);
+/* The client cancelled or the daemon is cancelling calls. */
+int rt_call_is_cancelled(rt_call *c);
+
+#endif

@@ -1,0 +1,286 @@
+/* rt_session.c - session table, programs, plan cache. */
+#include "rt_session.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+struct rt_session_table {
+    pthread_mutex_t mu;
+    rt_session **v;
+    int n, cap, max;
+    uint64_t next_prog;
+};
+
+/* Ids are random so one client cannot guess another's session. */
+static void random_id(char *dst, size_t len, const char *prefix)
+{
+    uint8_t r[8];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+        uint64_t t = (uint64_t)(uintptr_t)dst ^ (uint64_t)getpid();
+        memcpy(r, &t, sizeof r);
+    }
+    int o = snprintf(dst, len, "%s", prefix);
+    for (int i = 0; i < 8 && (size_t)o + 2 < len; i++, o += 2)
+        snprintf(dst + o, len - (size_t)o, "%02x", r[i]);
+}
+
+rt_session_table *rt_session_table_create(int max_sessions)
+{
+    rt_session_table *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    pthread_mutex_init(&t->mu, NULL);
+    t->max = max_sessions > 0 ? max_sessions : 64;
+    return t;
+}
+
+void rt_session_table_destroy(rt_session_table *t)
+{
+    if (!t)
+        return;
+    for (int i = 0; i < t->n; i++)
+        rt_session_release(t->v[i]);
+    free(t->v);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
+
+int rt_session_open(rt_session_table *t, const char *name, rt_session **out)
+{
+    *out = NULL;
+    rt_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return RT_ENOMEM;
+    pthread_mutex_init(&s->mu, NULL);
+    s->refs = 2; /* the table's and the caller's */
+    random_id(s->id, sizeof s->id, "s-");
+    snprintf(s->name, sizeof s->name, "%s", name ? name : "");
+    pthread_mutex_lock(&t->mu);
+    if (t->n >= t->max) {
+        pthread_mutex_unlock(&t->mu);
+        pthread_mutex_destroy(&s->mu);
+        free(s);
+        return RT_ETOOBIG;
+    }
+    if (t->n == t->cap) {
+        int nc = t->cap ? t->cap * 2 : 16;
+        rt_session **nv = realloc(t->v, sizeof *nv * (size_t)nc);
+        if (!nv) {
+            pthread_mutex_unlock(&t->mu);
+            pthread_mutex_destroy(&s->mu);
+            free(s);
+            return RT_ENOMEM;
+        }
+        t->v = nv;
+        t->cap = nc;
+    }
+    t->v[t->n++] = s;
+    pthread_mutex_unlock(&t->mu);
+    *out = s;
+    return 0;
+}
+
+rt_session *rt_session_find(rt_session_table *t, const char *id)
+{
+    rt_session *s = NULL;
+    if (!id)
+        return NULL;
+    pthread_mutex_lock(&t->mu);
+    for (int i = 0; i < t->n; i++)
+        if (strcmp(t->v[i]->id, id) == 0) {
+            s = t->v[i];
+            rt_session_retain(s);
+            break;
+        }
+    pthread_mutex_unlock(&t->mu);
+    return s;
+}
+
+int rt_session_close(rt_session_table *t, const char *id)
+{
+    rt_session *s = NULL;
+    pthread_mutex_lock(&t->mu);
+    for (int i = 0; i < t->n; i++)
+        if (strcmp(t->v[i]->id, id) == 0) {
+            s = t->v[i];
+            t->v[i] = t->v[--t->n];
+            break;
+        }
+    pthread_mutex_unlock(&t->mu);
+    if (!s)
+        return RT_ENOTFOUND;
+    rt_session_release(s);
+    return 0;
+}
+
+int rt_session_count(rt_session_table *t)
+{
+    pthread_mutex_lock(&t->mu);
+    int n = t->n;
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
+void rt_session_retain(rt_session *s)
+{
+    __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
+}
+
+void rt_session_release(rt_session *s)
+{
+    if (!s || __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    for (int i = 0; i < s->n_progs; i++) {
+        rt_exec_destroy(s->progs[i]->exec);
+        rt_plan_release(s->progs[i]->plan);
+        free(s->progs[i]);
+    }
+    free(s->progs);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+int rt_session_add_program(rt_session *s, rt_plan *plan, rt_exec *exec,
+                           rt_program **out)
+{
+    *out = NULL;
+    rt_program *p = calloc(1, sizeof *p);
+    if (!p)
+        goto oom;
+    random_id(p->id, sizeof p->id, "p-");
+    p->plan = plan;
+    p->exec = exec;
+    pthread_mutex_lock(&s->mu);
+    if (s->n_progs == s->cap_progs) {
+        int nc = s->cap_progs ? s->cap_progs * 2 : 4;
+        rt_program **nv = realloc(s->progs, sizeof *nv * (size_t)nc);
+        if (!nv) {
+            pthread_mutex_unlock(&s->mu);
+            free(p);
+            goto oom;
+        }
+        s->progs = nv;
+        s->cap_progs = nc;
+    }
+    s->progs[s->n_progs++] = p;
+    pthread_mutex_unlock(&s->mu);
+    *out = p;
+    return 0;
+oom:
+    rt_exec_destroy(exec);
+    rt_plan_release(plan);
+    return RT_ENOMEM;
+}
+
+rt_program *rt_session_find_program(rt_session *s, const char *id)
+{
+    rt_program *p = NULL;
+    if (!id)
+        return NULL;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_progs; i++)
+        if (strcmp(s->progs[i]->id, id) == 0) {
+            p = s->progs[i];
+            break;
+        }
+    pthread_mutex_unlock(&s->mu);
+    return p;
+}
+
+/* ------------------------------------------------------------ plan cache */
+typedef struct cache_ent {
+    uint8_t key[16];
+    rt_plan *plan;
+    uint64_t used;
+} cache_ent;
+
+struct rt_plan_cache {
+    pthread_mutex_t mu;
+    cache_ent *v;
+    int n, cap;
+    uint64_t clock;
+};
+
+rt_plan_cache *rt_plan_cache_create(int capacity)
+{
+    rt_plan_cache *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->cap = capacity > 0 ? capacity : 128;
+    c->v = calloc((size_t)c->cap, sizeof *c->v);
+    if (!c->v) {
+        free(c);
+        return NULL;
+    }
+    pthread_mutex_init(&c->mu, NULL);
+    return c;
+}
+
+void rt_plan_cache_destroy(rt_plan_cache *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->n; i++)
+        rt_plan_release(c->v[i].plan);
+    free(c->v);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+rt_plan *rt_plan_cache_get(rt_plan_cache *c, const uint8_t key[16])
+{
+    rt_plan *p = NULL;
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < c->n; i++)
+        if (memcmp(c->v[i].key, key, 16) == 0) {
+            p = c->v[i].plan;
+            c->v[i].used = ++c->clock;
+            rt_plan_retain(p);
+            break;
+        }
+    pthread_mutex_unlock(&c->mu);
+    return p;
+}
+
+void rt_plan_cache_put(rt_plan_cache *c, const uint8_t key[16], rt_plan *plan,
+                       rt_plan **winner)
+{
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < c->n; i++)
+        if (memcmp(c->v[i].key, key, 16) == 0) {
+            *winner = c->v[i].plan;
+            rt_plan_retain(*winner);
+            pthread_mutex_unlock(&c->mu);
+            return;
+        }
+    int slot = c->n;
+    if (c->n == c->cap) {
+        /* Evict the least recently used; sessions using it keep their ref. */
+        slot = 0;
+        for (int i = 1; i < c->n; i++)
+            if (c->v[i].used < c->v[slot].used)
+                slot = i;
+        rt_plan_release(c->v[slot].plan);
+    } else {
+        c->n++;
+    }
+    memcpy(c->v[slot].key, key, 16);
+    c->v[slot].plan = plan;
+    c->v[slot].used = ++c->clock;
+    rt_plan_retain(plan);
+    *winner = plan;
+    rt_plan_retain(plan);
+    pthread_mutex_unlock(&c->mu);
+}
+
+int rt_plan_cache_count(rt_plan_cache *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int n = c->n;
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}

@@ -1,0 +1,101 @@
+/*
+ * rt_session.h - sessions, their program instances, and the daemon-wide
+ * program (plan) cache.
+ *
+ * A session owns programs; a program is one rt_exec (weights, optimizer
+ * state, data cursor) over a plan that may be shared through the cache.
+ *
+ *     rt_session_table *t = rt_session_table_create(64);
+ *     rt_session *s;
+ *     rt_session_open(t, "notebook", &s);            // s is retained
+ *     rt_program *p;
+ *     rt_session_add_program(s, plan, exec, &p);     // takes plan ref + exec
+ *     rt_session_release(s);
+ *     ...
+ *     rt_session *s2 = rt_session_find(t, id);       // retained or NULL
+ *     rt_program *p2 = rt_session_find_program(s2, pid); // valid while s2 held
+ *
+ * Threads: the table and each session have a mutex. A program's exec is
+ * only used under the device lock (server/rpc), never concurrently.
+ */
+#ifndef RTRAIN_SESSION_H
+#define RTRAIN_SESSION_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "rt_engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rt_program {
+    char id[24];
+    rt_plan *plan;
+    rt_exec *exec;
+    /* RunSteps replay protection: the highest applied seq and what its
+     * call reported, returned again when a seq is replayed. */
+    uint64_t last_seq;
+    rt_metrics last_metrics;
+    rt_metrics last_mean;
+    /* Measured cost of one training step, for choosing inline vs executor;
+     * an exponential moving average, 0 until the first measurement. */
+    double step_ns;
+    /* Epochs completed by Fit calls (1-based numbering of EpochEnd). */
+    int64_t fit_epochs;
+} rt_program;
+
+typedef struct rt_session {
+    char id[24];
+    char name[64];
+    /* private */
+    pthread_mutex_t mu;
+    rt_program **progs;
+    int n_progs, cap_progs;
+    int refs;
+} rt_session;
+
+typedef struct rt_session_table rt_session_table;
+
+rt_session_table *rt_session_table_create(int max_sessions);
+/* Destroys every remaining session; NULL is a no-op. */
+void rt_session_table_destroy(rt_session_table *t);
+
+/* A new session with a random id; RT_ETOOBIG at max_sessions. *out is
+ * retained for the caller. */
+int rt_session_open(rt_session_table *t, const char *name, rt_session **out);
+/* Retained session or NULL. */
+rt_session *rt_session_find(rt_session_table *t, const char *id);
+/* Remove from the table; the session is freed when its last holder
+ * releases it. RT_ENOTFOUND if unknown. */
+int rt_session_close(rt_session_table *t, const char *id);
+int rt_session_count(rt_session_table *t);
+
+void rt_session_retain(rt_session *s);
+void rt_session_release(rt_session *s); /* NULL is a no-op */
+
+/* Add a program over plan (the session takes the caller's plan reference)
+ * and exec (the session takes ownership). On error both are released. */
+int rt_session_add_program(rt_session *s, rt_plan *plan, rt_exec *exec,
+                           rt_program **out);
+rt_program *rt_session_find_program(rt_session *s, const char *id);
+
+/* ----------------------------------------------------------- plan cache */
+typedef struct rt_plan_cache rt_plan_cache;
+
+rt_plan_cache *rt_plan_cache_create(int capacity);
+void rt_plan_cache_destroy(rt_plan_cache *c); /* NULL is a no-op */
+/* A retained plan or NULL. */
+rt_plan *rt_plan_cache_get(rt_plan_cache *c, const uint8_t key[16]);
+/* Insert (retains plan). If the key is already there (two compiles raced),
+ * the cached plan is returned retained in *winner; else *winner = plan
+ * retained again. The caller releases its own reference either way. */
+void rt_plan_cache_put(rt_plan_cache *c, const uint8_t key[16], rt_plan *plan,
+                       rt_plan **winner);
+int rt_plan_cache_count(rt_plan_cache *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

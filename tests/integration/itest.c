@@ -1,0 +1,529 @@
+/* itest.c - raw gRPC C-core test client and daemon launcher. */
+#include "itest.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/alloc.h>
+#include <xxhash.h>
+
+int itest_failures, itest_checks, itest_tests, itest_failed_tests;
+
+int itest_summary(void)
+{
+    printf("%d checks\n", itest_checks);
+    printf("%d passed, %d failed\n", itest_tests - itest_failed_tests, itest_failed_tests);
+    return itest_failures ? 1 : 0;
+}
+
+uint64_t itest_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+const char *itest_data_dir(void)
+{
+    const char *d = getenv("RT_ITEST_DATA");
+#ifdef RT_ITEST_DATA_DIR
+    if (!d)
+        d = RT_ITEST_DATA_DIR;
+#endif
+    return d ? d : "tests/integration/data";
+}
+
+uint8_t *itest_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    if (b)
+        b[n] = 0;
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+/* ----------------------------------------------------------------- daemon */
+int itest_daemon_start(itest_daemon *d, const char *path, const char *const *extra)
+{
+    memset(d, 0, sizeof d[0]);
+    int fds[2];
+    if (pipe(fds) < 0)
+        return -1;
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = path;
+    argv[n++] = "--listen";
+    argv[n++] = "127.0.0.1:0";
+    argv[n++] = "--log-level";
+    argv[n++] = getenv("RT_ITEST_LOG") ? getenv("RT_ITEST_LOG") : "warn";
+    for (int i = 0; extra && extra[i] && n < 30; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        execv(path, (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    d->pid = pid;
+    char line[128];
+    size_t got = 0;
+    uint64_t t_end = itest_now_ns() + 30ull * 1000000000ull;
+    while (got < sizeof line - 1) {
+        struct pollfd p = {.fd = fds[0], .events = POLLIN};
+        int left = (int)((t_end - itest_now_ns()) / 1000000);
+        if (left <= 0 || poll(&p, 1, left) <= 0)
+            break;
+        ssize_t k = read(fds[0], line + got, 1);
+        if (k <= 0)
+            break;
+        got++;
+        if (line[got - 1] == '\n')
+            break;
+    }
+    line[got] = 0;
+    close(fds[0]);
+    const char *pfx = "rtraind listening on ";
+    if (strncmp(line, pfx, strlen(pfx)) != 0) {
+        fprintf(stderr, "itest: daemon did not start (read '%s')\n", line);
+        itest_daemon_stop(d, SIGKILL);
+        return -1;
+    }
+    char *nl = strchr(line, '\n');
+    if (nl)
+        *nl = 0;
+    snprintf(d->addr, sizeof d->addr, "%s", line + strlen(pfx));
+    char *colon = strrchr(d->addr, ':');
+    d->port = colon ? atoi(colon + 1) : 0;
+    return d->port > 0 ? 0 : -1;
+}
+
+int itest_daemon_stop(itest_daemon *d, int sig)
+{
+    if (d->pid <= 0)
+        return -1;
+    if (sig)
+        kill(d->pid, sig);
+    int st = 0;
+    /* Bounded wait: a daemon that hangs on stop is a failure, not a hang. */
+    for (int i = 0; i < 3000; i++) {
+        pid_t w = waitpid(d->pid, &st, WNOHANG);
+        if (w == d->pid) {
+            d->pid = 0;
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        }
+        usleep(10000);
+    }
+    fprintf(stderr, "itest: daemon %d did not exit in 30 s; killing it\n", (int)d->pid);
+    kill(d->pid, SIGKILL);
+    waitpid(d->pid, &st, 0);
+    d->pid = 0;
+    return 255;
+}
+
+int itest_run_capture(const char *path, const char *const *args, char *err, size_t len)
+{
+    int fds[2];
+    if (pipe(fds) < 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0)
+            dup2(devnull, 1);
+        close(fds[0]);
+        close(fds[1]);
+        execv(path, (char *const *)args);
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t got = 0;
+    ssize_t k;
+    while (got + 1 < len && (k = read(fds[0], err + got, len - 1 - got)) > 0)
+        got += (size_t)k;
+    err[got] = 0;
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* ------------------------------------------------------------------ calls */
+struct itest_conn {
+    grpc_channel *ch;
+    grpc_completion_queue *cq;
+};
+
+static int grpc_inited;
+
+itest_conn *itest_connect(const char *addr)
+{
+    if (!grpc_inited) {
+        grpc_init();
+        grpc_inited = 1;
+    }
+    itest_conn *c = calloc(1, sizeof *c);
+    grpc_arg args[1];
+    memset(args, 0, sizeof args);
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = -1;
+    grpc_channel_args ca = {1, args};
+    grpc_channel_credentials *cr = grpc_insecure_credentials_create();
+    c->ch = grpc_channel_create(addr, cr, &ca);
+    grpc_channel_credentials_release(cr);
+    c->cq = grpc_completion_queue_create_for_pluck(NULL);
+    return c;
+}
+
+void itest_disconnect(itest_conn *c)
+{
+    if (!c)
+        return;
+    grpc_channel_destroy(c->ch);
+    grpc_completion_queue_shutdown(c->cq);
+    while (grpc_completion_queue_pluck(c->cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+               .type != GRPC_QUEUE_SHUTDOWN)
+        ;
+    grpc_completion_queue_destroy(c->cq);
+    free(c);
+}
+
+void itest_res_free(itest_res *r)
+{
+    free(r->data);
+    r->data = NULL;
+    r->len = 0;
+}
+
+static gpr_timespec deadline_s(int s)
+{
+    return gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_seconds(s, GPR_TIMESPAN));
+}
+
+static grpc_call *make_call(itest_conn *c, const char *method)
+{
+    char path[256];
+    if (method[0] == '/')
+        snprintf(path, sizeof path, "%s", method);
+    else
+        snprintf(path, sizeof path, "/rtrain.v1.Trainer/%s", method);
+    grpc_slice m = grpc_slice_from_copied_string(path);
+    grpc_call *call = grpc_channel_create_call(c->ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq, m,
+                                               NULL, deadline_s(120), NULL);
+    grpc_slice_unref(m);
+    return call;
+}
+
+static int batch(itest_conn *c, grpc_call *call, grpc_op *ops, size_t n, void *tag)
+{
+    if (grpc_call_start_batch(call, ops, n, tag, NULL) != GRPC_CALL_OK)
+        return 0;
+    grpc_event ev = grpc_completion_queue_pluck(c->cq, tag, deadline_s(180), NULL);
+    return ev.type == GRPC_OP_COMPLETE && ev.success;
+}
+
+static grpc_byte_buffer *bb_from(const void *data, size_t len)
+{
+    grpc_slice s = grpc_slice_from_copied_buffer((const char *)data, len);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    return bb;
+}
+
+static void bb_take(grpc_byte_buffer *bb, itest_res *r)
+{
+    if (!bb)
+        return;
+    grpc_byte_buffer_reader rd;
+    grpc_byte_buffer_reader_init(&rd, bb);
+    grpc_slice s = grpc_byte_buffer_reader_readall(&rd);
+    grpc_byte_buffer_reader_destroy(&rd);
+    r->len = GRPC_SLICE_LENGTH(s);
+    r->data = malloc(r->len ? r->len : 1);
+    memcpy(r->data, GRPC_SLICE_START_PTR(s), r->len);
+    grpc_slice_unref(s);
+    grpc_byte_buffer_destroy(bb);
+}
+
+typedef struct status_box {
+    grpc_metadata_array trailing;
+    grpc_status_code status;
+    grpc_slice details;
+    const char *error_string;
+} status_box;
+
+static void status_op(grpc_op *op, status_box *b)
+{
+    memset(b, 0, sizeof *b);
+    grpc_metadata_array_init(&b->trailing);
+    op->op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    op->data.recv_status_on_client.trailing_metadata = &b->trailing;
+    op->data.recv_status_on_client.status = &b->status;
+    op->data.recv_status_on_client.status_details = &b->details;
+    op->data.recv_status_on_client.error_string = &b->error_string;
+}
+
+static void status_take(status_box *b, itest_res *r, int ok)
+{
+    r->status = ok ? (int)b->status : -1;
+    size_t n = GRPC_SLICE_LENGTH(b->details);
+    if (n >= sizeof r->details)
+        n = sizeof r->details - 1;
+    memcpy(r->details, GRPC_SLICE_START_PTR(b->details), n);
+    r->details[n] = 0;
+    grpc_slice_unref(b->details);
+    if (b->error_string)
+        gpr_free((void *)b->error_string);
+    grpc_metadata_array_destroy(&b->trailing);
+}
+
+int itest_unary_raw(itest_conn *c, const char *method, const void *req, size_t len,
+                    itest_res *r)
+{
+    memset(r, 0, sizeof *r);
+    grpc_call *call = make_call(c, method);
+    grpc_byte_buffer *send = bb_from(req, len), *recv = NULL;
+    grpc_metadata_array imd;
+    grpc_metadata_array_init(&imd);
+    status_box sb;
+    grpc_op ops[6];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = send;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &imd;
+    ops[4].op = GRPC_OP_RECV_MESSAGE;
+    ops[4].data.recv_message.recv_message = &recv;
+    status_op(&ops[5], &sb);
+    uint64_t t0 = itest_now_ns();
+    int ok = batch(c, call, ops, 6, (void *)1);
+    r->rtt_ns = itest_now_ns() - t0;
+    grpc_byte_buffer_destroy(send);
+    status_take(&sb, r, ok);
+    bb_take(recv, r);
+    grpc_metadata_array_destroy(&imd);
+    grpc_call_unref(call);
+    return r->status;
+}
+
+int itest_unary(itest_conn *c, const char *method, const ProtobufCMessage *req,
+                const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                itest_res *r)
+{
+    size_t n = protobuf_c_message_get_packed_size(req);
+    uint8_t *buf = malloc(n ? n : 1);
+    protobuf_c_message_pack(req, buf);
+    itest_unary_raw(c, method, buf, n, r);
+    free(buf);
+    if (resp) {
+        *resp = NULL;
+        if (r->status == 0)
+            *resp = protobuf_c_message_unpack(resp_desc, NULL, r->len, r->data);
+    }
+    return r->status;
+}
+
+int itest_client_stream(itest_conn *c, const char *method, ProtobufCMessage *const *msgs,
+                        int n, int cancel_after, itest_res *r)
+{
+    memset(r, 0, sizeof *r);
+    grpc_call *call = make_call(c, method);
+    status_box sb;
+    grpc_op sop;
+    memset(&sop, 0, sizeof sop);
+    status_op(&sop, &sb);
+    /* Status first, so a server abort is seen while still sending. */
+    grpc_call_start_batch(call, &sop, 1, (void *)9, NULL);
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_SEND_INITIAL_METADATA;
+    int ok = batch(c, call, &op, 1, (void *)1);
+    uint64_t t0 = itest_now_ns();
+    for (int i = 0; ok && i < n; i++) {
+        if (cancel_after >= 0 && i == cancel_after)
+            break;
+        size_t len = protobuf_c_message_get_packed_size(msgs[i]);
+        uint8_t *buf = malloc(len ? len : 1);
+        protobuf_c_message_pack(msgs[i], buf);
+        grpc_byte_buffer *bb = bb_from(buf, len);
+        free(buf);
+        memset(&op, 0, sizeof op);
+        op.op = GRPC_OP_SEND_MESSAGE;
+        op.data.send_message.send_message = bb;
+        ok = batch(c, call, &op, 1, (void *)2);
+        grpc_byte_buffer_destroy(bb);
+    }
+    grpc_byte_buffer *recv = NULL;
+    grpc_metadata_array imd;
+    grpc_metadata_array_init(&imd);
+    if (cancel_after >= 0) {
+        grpc_call_cancel(call, NULL);
+    } else if (ok) {
+        grpc_op ops[3];
+        memset(ops, 0, sizeof ops);
+        ops[0].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+        ops[1].op = GRPC_OP_RECV_INITIAL_METADATA;
+        ops[1].data.recv_initial_metadata.recv_initial_metadata = &imd;
+        ops[2].op = GRPC_OP_RECV_MESSAGE;
+        ops[2].data.recv_message.recv_message = &recv;
+        batch(c, call, ops, 3, (void *)3);
+    }
+    grpc_event ev = grpc_completion_queue_pluck(c->cq, (void *)9, deadline_s(180), NULL);
+    r->rtt_ns = itest_now_ns() - t0;
+    status_take(&sb, r, ev.type == GRPC_OP_COMPLETE);
+    bb_take(recv, r);
+    grpc_metadata_array_destroy(&imd);
+    grpc_call_unref(call);
+    return r->status;
+}
+
+int itest_server_stream(itest_conn *c, const char *method, const ProtobufCMessage *req,
+                        itest_msg_fn on_msg, void *ud, itest_res *r)
+{
+    memset(r, 0, sizeof *r);
+    grpc_call *call = make_call(c, method);
+    status_box sb;
+    grpc_op sop;
+    memset(&sop, 0, sizeof sop);
+    status_op(&sop, &sb);
+    grpc_call_start_batch(call, &sop, 1, (void *)9, NULL);
+    size_t len = protobuf_c_message_get_packed_size(req);
+    uint8_t *buf = malloc(len ? len : 1);
+    protobuf_c_message_pack(req, buf);
+    grpc_byte_buffer *bb = bb_from(buf, len);
+    free(buf);
+    grpc_metadata_array imd;
+    grpc_metadata_array_init(&imd);
+    grpc_op ops[4];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = bb;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &imd;
+    uint64_t t0 = itest_now_ns();
+    int ok = batch(c, call, ops, 4, (void *)1);
+    grpc_byte_buffer_destroy(bb);
+    while (ok) {
+        grpc_byte_buffer *recv = NULL;
+        grpc_op op;
+        memset(&op, 0, sizeof op);
+        op.op = GRPC_OP_RECV_MESSAGE;
+        op.data.recv_message.recv_message = &recv;
+        if (!batch(c, call, &op, 1, (void *)2) || !recv)
+            break;
+        itest_res tmp;
+        memset(&tmp, 0, sizeof tmp);
+        bb_take(recv, &tmp);
+        int stop = on_msg ? on_msg(ud, tmp.data, tmp.len) : 0;
+        free(r->data); /* keep the last message */
+        r->data = tmp.data;
+        r->len = tmp.len;
+        if (stop) {
+            grpc_call_cancel(call, NULL);
+            break;
+        }
+    }
+    grpc_event ev = grpc_completion_queue_pluck(c->cq, (void *)9, deadline_s(180), NULL);
+    r->rtt_ns = itest_now_ns() - t0;
+    status_take(&sb, r, ev.type == GRPC_OP_COMPLETE);
+    grpc_metadata_array_destroy(&imd);
+    grpc_call_unref(call);
+    return r->status;
+}
+
+/* ---------------------------------------------------------------- helpers */
+int itest_session(itest_conn *c, const char *name, char *id)
+{
+    Rtrain__V1__CreateSessionRequest q = RTRAIN__V1__CREATE_SESSION_REQUEST__INIT;
+    q.name = (char *)name;
+    Rtrain__V1__CreateSessionResponse *resp = NULL;
+    itest_res r;
+    itest_unary(c, "CreateSession", &q.base, &rtrain__v1__create_session_response__descriptor,
+                (ProtobufCMessage **)&resp, &r);
+    id[0] = 0;
+    if (resp) {
+        snprintf(id, 24, "%s", resp->session_id);
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+    }
+    itest_res_free(&r);
+    return r.status;
+}
+
+int itest_upload(itest_conn *c, const char *session, Rtrain__V1__DataPart **parts, int n_parts,
+                 const uint8_t *data, size_t len, size_t chunk, char *id, itest_res *r)
+{
+    int n = (int)(len / chunk) + 2;
+    Rtrain__V1__UploadChunk *ch = calloc((size_t)n, sizeof *ch);
+    ProtobufCMessage **msgs = calloc((size_t)n, sizeof *msgs);
+    Rtrain__V1__DatasetHeader h = RTRAIN__V1__DATASET_HEADER__INIT;
+    h.session_id = (char *)session;
+    h.name = "itest";
+    h.parts = parts;
+    h.n_parts = (size_t)n_parts;
+    h.total_bytes = len;
+    int k = 0;
+    size_t off = 0;
+    do {
+        Rtrain__V1__UploadChunk init = RTRAIN__V1__UPLOAD_CHUNK__INIT;
+        ch[k] = init;
+        if (k == 0)
+            ch[k].header = &h;
+        size_t m = len - off < chunk ? len - off : chunk;
+        ch[k].offset = off;
+        ch[k].data.data = (uint8_t *)data + off;
+        ch[k].data.len = m;
+        off += m;
+        if (off == len) {
+            ch[k].last = 1;
+            ch[k].checksum = XXH64(data, len, 0);
+        }
+        msgs[k] = &ch[k].base;
+        k++;
+    } while (off < len);
+    itest_client_stream(c, "UploadDataset", msgs, k, -1, r);
+    if (id)
+        id[0] = 0;
+    if (r->status == 0 && id) {
+        Rtrain__V1__UploadResponse *u = rtrain__v1__upload_response__unpack(NULL, r->len, r->data);
+        if (u && u->dataset)
+            snprintf(id, 40, "%s", u->dataset->dataset_id);
+        if (u)
+            rtrain__v1__upload_response__free_unpacked(u, NULL);
+    }
+    free(ch);
+    free(msgs);
+    return r->status;
+}

@@ -1,0 +1,119 @@
+/*
+ * itest.h - a tiny raw gRPC C-core client and test harness for the
+ * integration tests. It deliberately does not use librtrain: it sends raw
+ * bytes (garbage included) or packed protobuf-c messages to a method and
+ * returns the status, the details and the response bytes.
+ *
+ *     itest_daemon d;
+ *     itest_daemon_start(&d, argv[1], NULL);     // rtraind on 127.0.0.1:0
+ *     itest_conn *c = itest_connect(d.addr);
+ *     itest_res r;
+ *     itest_unary_raw(c, "Ping", "\xff\xff", 2, &r);  // r.status == 3
+ *     itest_res_free(&r);
+ *     itest_disconnect(c);
+ *     itest_daemon_stop(&d, SIGTERM);            // exit status
+ */
+#ifndef RTRAIN_ITEST_H
+#define RTRAIN_ITEST_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include <grpc/grpc.h>
+#include <protobuf-c/protobuf-c.h>
+
+#include "rtrain.pb-c.h"
+
+/* ----------------------------------------------------------------- checks */
+extern int itest_failures, itest_checks;
+#define CHECK(cond, ...)                                                        \
+    do {                                                                        \
+        itest_checks++;                                                         \
+        if (!(cond)) {                                                          \
+            itest_failures++;                                                   \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);    \
+            fprintf(stderr, __VA_ARGS__);                                       \
+            fprintf(stderr, "\n");                                              \
+        }                                                                       \
+    } while (0)
+/* Run one test function and report it; tests never abort the process. */
+#define RUN(fn, ...)                                                            \
+    do {                                                                        \
+        int f0_ = itest_failures;                                               \
+        fn(__VA_ARGS__);                                                        \
+        printf("%s %s\n", itest_failures == f0_ ? "ok  " : "FAIL", #fn);       \
+        fflush(stdout);                                                         \
+        itest_tests++;                                                          \
+        if (itest_failures != f0_)                                              \
+            itest_failed_tests++;                                               \
+    } while (0)
+extern int itest_tests, itest_failed_tests;
+/* Print "N passed, N failed" and return the exit code. */
+int itest_summary(void);
+
+/* ----------------------------------------------------------------- daemon */
+typedef struct itest_daemon {
+    pid_t pid;
+    int port;
+    char addr[128];
+} itest_daemon;
+
+/* Start path with --listen 127.0.0.1:0 --log-level warn plus extra (NULL-
+ * terminated, may be NULL) and wait for its "listening on" line. */
+int itest_daemon_start(itest_daemon *d, const char *path, const char *const *extra);
+/* Send sig (0 = none) and wait; returns the exit code, or 128+signal. */
+int itest_daemon_stop(itest_daemon *d, int sig);
+/* Run path with args, capture stderr (up to len), return the exit code. */
+int itest_run_capture(const char *path, const char *const *args, char *err, size_t len);
+
+/* ------------------------------------------------------------------ calls */
+typedef struct itest_conn itest_conn;
+
+typedef struct itest_res {
+    int status;          /* grpc_status_code; -1 if the call did not complete */
+    char details[512];
+    uint8_t *data;       /* response bytes (unary, upload), malloc'ed */
+    size_t len;
+    uint64_t rtt_ns;     /* client-measured round trip */
+} itest_res;
+
+itest_conn *itest_connect(const char *addr);
+void itest_disconnect(itest_conn *c);
+void itest_res_free(itest_res *r);
+
+/* method is the short name ("Ping"); "/x.Y/Z" is taken as a full path. */
+int itest_unary_raw(itest_conn *c, const char *method, const void *req, size_t len,
+                    itest_res *r);
+/* Pack req, call, unpack the reply as resp_desc into *resp (NULL on error
+ * status). Free *resp with protobuf_c_message_free_unpacked(.., NULL). */
+int itest_unary(itest_conn *c, const char *method, const ProtobufCMessage *req,
+                const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                itest_res *r);
+
+/* Client stream: send n packed messages; if cancel_after >= 0, cancel the
+ * call after that many instead of half-closing. */
+int itest_client_stream(itest_conn *c, const char *method, ProtobufCMessage *const *msgs,
+                        int n, int cancel_after, itest_res *r);
+
+/* Server stream: send req, call on_msg for each message (its packed bytes);
+ * on_msg returning nonzero cancels the call. */
+typedef int (*itest_msg_fn)(void *ud, const uint8_t *data, size_t len);
+int itest_server_stream(itest_conn *c, const char *method, const ProtobufCMessage *req,
+                        itest_msg_fn on_msg, void *ud, itest_res *r);
+
+/* ---------------------------------------------------------------- helpers */
+/* Upload bytes as one dataset (chunked, with the XXH64 checksum). parts
+ * describe the bytes; returns the grpc status and, on success, a copy of
+ * the dataset id in id (>= 40 bytes). */
+int itest_upload(itest_conn *c, const char *session, Rtrain__V1__DataPart **parts, int n_parts,
+                 const uint8_t *data, size_t len, size_t chunk, char *id, itest_res *r);
+/* CreateSession -> id (>= 24 bytes); returns the grpc status. */
+int itest_session(itest_conn *c, const char *name, char *id);
+/* Read a whole file (tests/integration/data/...) into memory; NULL if missing. */
+uint8_t *itest_read_file(const char *path, size_t *len);
+/* The data directory (from the environment or next to the source). */
+const char *itest_data_dir(void);
+uint64_t itest_now_ns(void);
+
+#endif
