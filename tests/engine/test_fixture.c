@@ -1,0 +1,239 @@
+/*
+ * test_fixture.c - the engine against PyTorch 1.13 (tests/fixtures/
+ * engine_ref.bin, written by tests/fixtures/gen_fixtures.py; torch is not
+ * needed to run this test).
+ *
+ * For W-A (Dense(32, relu) -> Dense(3, softmax), logcosh on int labels,
+ * Adam lr 0.1 eps 1e-7) and an MLP 8-16-16-5 (relu, tanh, sparse CE from
+ * logits; Adam, AdamW, SGD with Nesterov momentum), with the fixture's
+ * initial weights and batches in order: the first batch's output, loss and
+ * every gradient, then 10 training steps' losses and all weights after each.
+ *
+ * Tolerances (f32 against f32; differences come from summation order):
+ *   outputs, loss, gradients   |a - b| <= 2e-5 + 1e-4 |b|
+ *   10-step trajectories       |a - b| <= 1e-4 + 1e-3 |b|
+ */
+#include <stdint.h>
+
+#include "rt_test.h"
+
+typedef struct ref_tensor {
+    char name[64];
+    uint32_t dtype, ndim, dims[4];
+    void *data;
+    size_t count;
+} ref_tensor;
+
+static ref_tensor refs[256];
+static int n_refs;
+
+static void load_refs(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    REQUIRE(f);
+    uint32_t hdr[3];
+    REQUIRE(fread(hdr, 4, 3, f) == 3);
+    REQUIRE(hdr[0] == 0x46525452u); /* "RTRF" */
+    REQUIRE(hdr[1] == 1);           /* version */
+    REQUIRE(hdr[2] <= 256);
+    for (uint32_t i = 0; i < hdr[2]; i++) {
+        ref_tensor *t = &refs[n_refs++];
+        REQUIRE(fread(t->name, 1, 64, f) == 64);
+        t->name[63] = 0;
+        REQUIRE(fread(&t->dtype, 4, 1, f) == 1 && fread(&t->ndim, 4, 1, f) == 1);
+        REQUIRE(fread(t->dims, 4, 4, f) == 4);
+        t->count = 1;
+        for (int d = 0; d < 4; d++) t->count *= t->dims[d];
+        t->data = malloc(t->count * 4);
+        REQUIRE(t->data && fread(t->data, 4, t->count, f) == t->count);
+    }
+    fclose(f);
+}
+
+static const ref_tensor *ref(const char *fmt, const char *a, const char *b)
+{
+    char name[128];
+    snprintf(name, sizeof name, fmt, a, b);
+    for (int i = 0; i < n_refs; i++)
+        if (strcmp(refs[i].name, name) == 0) return &refs[i];
+    fprintf(stderr, "fixture has no tensor '%s'\n", name);
+    exit(1);
+}
+
+/* max violation of |a-b| <= atol + rtol|b|; prints the worst element */
+static int compare(const char *what, const float *got, const float *want,
+                   size_t n, double atol, double rtol)
+{
+    double worst = 0;
+    size_t wi = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        double lim = atol + rtol * fabs(want[i]);
+        if (!(d <= lim) && (d - lim > worst || worst == 0)) {
+            worst = d - lim;
+            wi = i;
+            if (isnan(d)) break;
+        }
+    }
+    if (worst > 0 || (n && (isnan(got[wi]) || isnan(want[wi])))) {
+        fprintf(stderr, "%s: element %zu is %.8g, torch %.8g\n", what, wi,
+                (double)got[wi], (double)want[wi]);
+        return 1;
+    }
+    return 0;
+}
+
+typedef struct model {
+    const char *prefix;
+    int n_params;
+    const char *names[6];
+    int in, batch;
+    rt_loss_kind loss;
+    int from_logits;
+    rt_opt_kind opt;
+    float lr, momentum;
+    int nesterov;
+    float weight_decay;
+} model;
+
+static rt_graph *build(const model *m)
+{
+    if (m->n_params == 4) {
+        return rt_test_wa_graph(ref("%s/init/%s", m->prefix, "d1/kernel")->data,
+                                ref("%s/init/%s", m->prefix, "d1/bias")->data,
+                                ref("%s/init/%s", m->prefix, "d2/kernel")->data,
+                                ref("%s/init/%s", m->prefix, "d2/bias")->data);
+    }
+    /* MLP 8-16-16-5: Dense + Relu, Dense + Tanh, Dense (logits) */
+    rt_graph *g = rt_graph_create();
+    int64_t in[] = {RT_BATCH, 8};
+    REQUIRE(rt_graph_add_input(g, "x", RT_F32, 2, in) == 0);
+    const int64_t dims[3][2] = {{8, 16}, {16, 16}, {16, 5}};
+    const char *acts[] = {"Relu", "Tanh", NULL};
+    const char *prev = "x";
+    char nb[3][16], na[3][16];
+    for (int l = 0; l < 3; l++) {
+        const ref_tensor *w = ref("%s/init/%s", m->prefix, m->names[2 * l]);
+        const ref_tensor *b = ref("%s/init/%s", m->prefix, m->names[2 * l + 1]);
+        REQUIRE(rt_graph_add_param(g, m->names[2 * l], 2, dims[l], RT_INIT_GLOROT_UNIFORM, 1, w->data) == 0);
+        REQUIRE(rt_graph_add_param(g, m->names[2 * l + 1], 1, &dims[l][1], RT_INIT_ZEROS, 1, b->data) == 0);
+        snprintf(nb[l], sizeof nb[l], "dense%d", l + 1);
+        const char *ins[] = {prev, m->names[2 * l], m->names[2 * l + 1]};
+        REQUIRE(rt_graph_add_node(g, nb[l], "Dense", 3, ins, 0, NULL) == 0);
+        prev = nb[l];
+        if (acts[l]) {
+            snprintf(na[l], sizeof na[l], "act%d", l + 1);
+            const char *ai[] = {prev};
+            REQUIRE(rt_graph_add_node(g, na[l], acts[l], 1, ai, 0, NULL) == 0);
+            prev = na[l];
+        }
+    }
+    REQUIRE(rt_graph_set_output(g, prev) == 0);
+    return g;
+}
+
+static void check_model(const model *m)
+{
+    rt_graph *g = build(m);
+    REQUIRE(g);
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = m->loss;
+    cfg.from_logits = m->from_logits;
+    cfg.opt = m->opt;
+    cfg.lr = m->lr;
+    cfg.eps = 1e-7f;
+    cfg.momentum = m->momentum;
+    cfg.nesterov = m->nesterov;
+    cfg.weight_decay = m->weight_decay;
+    cfg.batch_size = m->batch;
+    cfg.shuffle = 0; /* the fixture's batches are in order */
+    cfg.seed = 7;
+    rt_plan *p;
+    char err[256];
+    int rc = rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err);
+    if (rc < 0) fprintf(stderr, "%s: %s\n", m->prefix, err);
+    REQUIRE(rc == 0);
+    REQUIRE(rt_plan_n_params(p) == m->n_params);
+    rt_exec *e;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+
+    const ref_tensor *x = ref("%s/%s", m->prefix, "x"), *y = ref("%s/%s", m->prefix, "y");
+    rt_data d = {.x = x->data, .y = y->data, .y_dtype = RT_I32, .n = x->dims[0]};
+    char what[160];
+
+    /* first batch: output, loss, gradients */
+    const ref_tensor *out0 = ref("%s/%s", m->prefix, "out0");
+    float *out = malloc(out0->count * 4);
+    CHECK_RC(rt_exec_predict(e, x->data, m->batch, out));
+    snprintf(what, sizeof what, "%s output", m->prefix);
+    rt_test_failures += compare(what, out, out0->data, out0->count, 2e-5, 1e-4);
+    free(out);
+    double loss;
+    CHECK_RC(rt_exec_compute_grads(e, &d, m->batch, &loss));
+    float l32 = (float)loss;
+    snprintf(what, sizeof what, "%s loss", m->prefix);
+    rt_test_failures += compare(what, &l32, ref("%s/%s", m->prefix, "loss0")->data, 1, 2e-5, 1e-4);
+    for (int i = 0; i < m->n_params; i++) {
+        const char *name;
+        int64_t dims[RT_MAX_DIMS];
+        int tr;
+        rt_plan_param_info(p, i, &name, dims, &tr);
+        const ref_tensor *gr = ref("%s/grad0/%s", m->prefix, name);
+        float *gv = malloc(gr->count * 4);
+        CHECK_RC(rt_exec_get_grad(e, i, gv));
+        snprintf(what, sizeof what, "%s grad %s", m->prefix, name);
+        rt_test_failures += compare(what, gv, gr->data, gr->count, 2e-5, 1e-4);
+        free(gv);
+    }
+
+    /* 10 steps, one call each, weights after every step */
+    const ref_tensor *losses = ref("%s/%s", m->prefix, "losses");
+    float sl = NAN;
+    for (int s = 0; s < 10; s++) {
+        rt_train_result r;
+        CHECK_RC(rt_exec_train(e, &d, 1, &r, NULL, NULL, &sl));
+        snprintf(what, sizeof what, "%s step %d loss", m->prefix, s + 1);
+        rt_test_failures += compare(what, &sl, (float *)losses->data + s, 1, 1e-4, 1e-3);
+        for (int i = 0; i < m->n_params; i++) {
+            const char *name;
+            rt_plan_param_info(p, i, &name, NULL, NULL);
+            const ref_tensor *tr = ref("%s/traj/%s", m->prefix, name);
+            size_t per = tr->count / 10;
+            float *w = malloc(per * 4);
+            CHECK_RC(rt_exec_get_param(e, i, w));
+            snprintf(what, sizeof what, "%s step %d %s", m->prefix, s + 1, name);
+            rt_test_failures += compare(what, w, (float *)tr->data + per * (size_t)s, per, 1e-4, 1e-3);
+            free(w);
+        }
+    }
+    printf("%s: step 10 loss %.7f (torch %.7f)\n", m->prefix, (double)sl,
+           (double)((float *)losses->data)[9]);
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+}
+
+int main(int argc, char **argv)
+{
+    load_refs(argc > 1 ? argv[1] : "tests/fixtures/engine_ref.bin");
+    const model wa = {"wa", 4, {"d1/kernel", "d1/bias", "d2/kernel", "d2/bias"},
+                      4, 20, RT_LOSS_LOGCOSH, 0, RT_OPT_ADAM, 0.1f, 0, 0, 0};
+    check_model(&wa);
+    model mlp = {"mlp", 6, {"l1/kernel", "l1/bias", "l2/kernel", "l2/bias", "l3/kernel", "l3/bias"},
+                 8, 16, RT_LOSS_SPARSE_CE, 1, RT_OPT_ADAM, 0.01f, 0, 0, 0};
+    check_model(&mlp);
+    mlp.prefix = "mlp_adamw";
+    mlp.opt = RT_OPT_ADAMW;
+    mlp.weight_decay = 0.004f;
+    check_model(&mlp);
+    mlp.prefix = "mlp_nesterov";
+    mlp.opt = RT_OPT_SGD;
+    mlp.lr = 0.05f;
+    mlp.momentum = 0.9f;
+    mlp.nesterov = 1;
+    mlp.weight_decay = 0;
+    check_model(&mlp);
+    for (int i = 0; i < n_refs; i++) free(refs[i].data);
+    return rt_test_done("test_fixture");
+}
