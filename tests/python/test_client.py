@@ -108,6 +108,7 @@ def test_fit_evaluate_predict_iris(client, iris):
 
     p = model.predict(xte)
     assert p.shape == (len(xte), 3) and p.dtype == np.float32
+    assert model.last_timings["method"] == "Predict"
     np.testing.assert_allclose(p.sum(axis=1), 1.0, rtol=1e-5)
     # evaluate() agrees with a NumPy computation from predict()'s outputs...
     ref_loss = -np.mean(np.log(p[np.arange(len(yte)), yte].astype(np.float64)))
@@ -116,7 +117,6 @@ def test_fit_evaluate_predict_iris(client, iris):
     # ...and predict() with a NumPy forward pass from get_weights().
     np.testing.assert_allclose(p, np_forward(model.get_weights(), xte),
                                rtol=1e-4, atol=1e-6)
-    assert model.last_timings["method"] == "Predict"
     rd = model.evaluate(xte, yte, return_dict=True)
     assert set(rd) == {"loss", "accuracy"}
 

@@ -171,6 +171,9 @@ typedef struct {
     PyThread_type_lock lock;
     char sid[RT_ID_MAX];
     int has_session;
+    /* Set by cancel(); a fit checks it at every event and between calls,
+     * because a busy stream may never give librtrain's own flag a look. */
+    volatile sig_atomic_t cancel_req;
     PyObject *last_timings; /* dict or None */
 } ClientObject;
 
@@ -334,6 +337,7 @@ static PyObject *Client_cancel(ClientObject *self, PyObject *unused)
 {
     /* No lock: this is how another thread stops a call in flight. */
     rt_client *c = self->c;
+    self->cancel_req = 1;
     if (c)
         rt_client_cancel(c);
     Py_RETURN_NONE;
@@ -1424,7 +1428,7 @@ static int rt_py__fit_cb(const rt_client_fit_event *ev, void *user)
         if (r < 0)
             f->stop = 1;
     }
-    int stop = rt_py__poll(f) || rt_py__sig_fired;
+    int stop = rt_py__poll(f) || rt_py__sig_fired || f->prog->client->cancel_req;
     f->ts = PyEval_SaveThread();
     return stop;
 }
@@ -1469,7 +1473,8 @@ static int rt_py__fit_steps(fitctx *f, const char *ds, const char *val,
 {
     rt_client *c = f->prog->client->c;
     int rc = 0;
-    while (f->done_epochs < f->epochs && !f->stop && !rt_py__sig_fired) {
+    while (f->done_epochs < f->epochs && !f->stop && !rt_py__sig_fired &&
+           !f->prog->client->cancel_req) {
         f->run_loss = f->run_acc = 0;
         f->run_samples = 0;
         while (f->epoch_step < f->steps_per_epoch) {
@@ -1503,6 +1508,8 @@ static int rt_py__fit_steps(fitctx *f, const char *ds, const char *val,
                 f->stop = 1;
             if (rt_py__poll(f) || rt_py__sig_fired)
                 return 0;
+            if (f->prog->client->cancel_req)
+                return RT_ECANCELLED;
         }
         rt_client_epoch ep;
         memset(&ep, 0, sizeof ep);
@@ -1553,7 +1560,7 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
             &metric, &progress_every))
         return NULL;
     if (epochs == 0)
-        Py_RETURN_NONE;
+        return PyUnicode_FromString("done");
     if (spx && !spe) {
         PyErr_SetString(PyExc_ValueError,
                         "steps_per_execution needs steps_per_epoch");
@@ -1579,6 +1586,7 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
     f.epochs = epochs;
     f.steps_per_epoch = spe;
     PyObject *res = NULL;
+    self->client->cancel_req = 0;
     int installed = rt_py__sig_install(self->client->c);
     int rc = 0;
     if (rt_py__epoch_header(&f) < 0)
@@ -1607,7 +1615,7 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
         res = PyUnicode_FromString("cancelled");
         goto out;
     }
-    if (rc == RT_ECANCELLED) {
+    if (rc == RT_ECANCELLED || self->client->cancel_req) {
         res = PyUnicode_FromString("cancelled");
         goto out;
     }
