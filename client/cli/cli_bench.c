@@ -113,10 +113,12 @@ int cli_cmd_bench_overhead(const cli_opts *o)
     double *rtt = calloc((size_t)reps, sizeof *rtt);
     double *ovh = calloc((size_t)reps, sizeof *ovh);
     double *exe = calloc((size_t)reps, sizeof *exe);
+    double *wire = calloc((size_t)reps, sizeof *wire);
+    double *srvo = calloc((size_t)reps, sizeof *srvo);
     double *col[9];
     for (int i = 0; i < 9; i++)
         col[i] = calloc(nk, sizeof(double));
-    int oom = !m || !ks || !rtt || !ovh || !exe;
+    int oom = !m || !ks || !rtt || !ovh || !exe || !wire || !srvo;
     for (int i = 0; i < 9; i++)
         oom |= !col[i];
     FILE *csv = NULL;
@@ -194,10 +196,14 @@ int cli_cmd_bench_overhead(const cli_opts *o)
            "  overhead     per call: round trip - execute_ns (= round trip - K x\n"
            "               per-step compute), p50: wire, gRPC, protobuf, queue,\n"
            "               decode, encode, everything but the training work\n"
+           "  daemon other per call: server total - execute_ns (p50): the\n"
+           "               daemon's decode, queue, encode and unattributed time\n"
+           "  wire+fw      per call: round trip - server total (p50)\n"
            "  compute %%    execute_ns / round trip (sum over calls)\n"
            "  ovh/ping     overhead p50 / Ping p50\n", reps);
-    printf("%6s %12s %12s %12s %13s %13s %10s %9s\n", "K", "rtt p50 us", "rtt p99 us",
-           "per step us", "compute/step", "overhead us", "compute %", "ovh/ping");
+    printf("%6s %11s %11s %11s %13s %12s %12s %10s %10s %9s\n", "K", "rtt p50 us",
+           "rtt p99 us", "per step us", "compute/step", "overhead us", "daemon oth",
+           "wire+fw", "compute %", "ovh/ping");
     size_t ki = 0;
     for (long k = 1; k <= kmax && !cli_interrupted; k *= 2, ki++) {
         double sum_exe = 0, sum_rtt = 0;
@@ -215,6 +221,9 @@ int cli_cmd_bench_overhead(const cli_opts *o)
             rtt[r] = tm.round_trip_ns / 1e3;
             exe[r] = tm.execute_ns / 1e3;
             ovh[r] = rtt[r] - exe[r];
+            wire[r] = tm.wire_ns / 1e3;
+            srvo[r] = (tm.server_total_ns > tm.execute_ns
+                       ? tm.server_total_ns - tm.execute_ns : 0) / 1e3;
             sum_exe += exe[r];
             sum_rtt += rtt[r];
         }
@@ -231,8 +240,11 @@ int cli_cmd_bench_overhead(const cli_opts *o)
         col[5][ki] = sum_rtt > 0 ? sum_exe / sum_rtt : 0;
         col[6][ki] = ping50 > 0 ? o50 / ping50 : 0;
         col[7][ki] = ping50 / (double)k;
-        printf("%6ld %12.1f %12.1f %12.2f %13.3f %13.1f %9.1f%% %9.2f\n", k, r50, r99,
-               col[2][ki], col[3][ki], o50, 100 * col[5][ki], col[6][ki]);
+        col[8][ki] = cli_percentile(wire, (size_t)reps, 50);
+        double so50 = cli_percentile(srvo, (size_t)reps, 50);
+        printf("%6ld %11.1f %11.1f %11.2f %13.3f %12.1f %12.1f %10.1f %9.1f%% %9.2f\n",
+               k, r50, r99, col[2][ki], col[3][ki], o50, so50, col[8][ki],
+               100 * col[5][ki], col[6][ki]);
         fflush(stdout);
     }
     if (cli_interrupted) {
@@ -247,11 +259,12 @@ int cli_cmd_bench_overhead(const cli_opts *o)
             goto out;
         }
         fprintf(csv, "k,reps,rtt_p50_us,rtt_p99_us,per_step_us,compute_per_step_us,"
-                "overhead_per_call_us,compute_share,overhead_vs_ping,ping_p50_us\n");
+                "overhead_per_call_us,compute_share,overhead_vs_ping,ping_p50_us,"
+                "wire_fw_p50_us\n");
         for (size_t i = 0; i < nk; i++)
-            fprintf(csv, "%.0f,%ld,%.3f,%.3f,%.4f,%.4f,%.3f,%.4f,%.3f,%.3f\n", ks[i], reps,
-                    col[0][i], col[1][i], col[2][i], col[3][i], col[4][i], col[5][i],
-                    col[6][i], ping50);
+            fprintf(csv, "%.0f,%ld,%.3f,%.3f,%.4f,%.4f,%.3f,%.4f,%.3f,%.3f,%.3f\n", ks[i],
+                    reps, col[0][i], col[1][i], col[2][i], col[3][i], col[4][i], col[5][i],
+                    col[6][i], ping50, col[8][i]);
         if (fclose(csv) != 0)
             ex = CLI_EXIT_OTHER;
         csv = NULL;
@@ -286,6 +299,8 @@ out:
     free(rtt);
     free(ovh);
     free(exe);
+    free(wire);
+    free(srvo);
     for (int i = 0; i < 9; i++)
         free(col[i]);
     cli_active_client = NULL;

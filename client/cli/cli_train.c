@@ -125,6 +125,7 @@ static void finish_outputs(rt_client *c, const cli_opts *o)
     size_t n;
     const rt_client_timings *calls = rt_client_trace_calls(c, &n);
     if (o->timings) {
+        fflush(stderr);
         printf("\n");
         cli_print_timings(stdout, calls, n);
     }
@@ -132,7 +133,7 @@ static void finish_outputs(rt_client *c, const cli_opts *o)
         if (rt_client_trace_write(c, o->trace) < 0)
             fprintf(stderr, "rtrain: cannot write the trace %s\n", o->trace);
         else
-            fprintf(stderr, "trace: %s (%zu calls)\n", o->trace, n);
+            printf("trace: %s (%zu calls)\n", o->trace, n);
     }
 }
 
@@ -179,7 +180,10 @@ static void view_progress(fit_view *v, uint64_t epoch, uint64_t done, double los
 static void view_epoch_end(fit_view *v, const rt_client_epoch *e)
 {
     view_epoch_start(v, e->epoch);
-    double el = (double)(rt_now_ns() - v->t_epoch) / 1e9;
+    /* Client-side epoch time is meaningless when a call completes many
+     * epochs at once; the daemon's execute time for the epoch is exact. */
+    double el = e->execute_ns ? (double)e->execute_ns / 1e9
+                              : (double)(rt_now_ns() - v->t_epoch) / 1e9;
     char line[512];
     uint64_t steps = v->spe;
     cli_format_progress(line, sizeof line, steps, steps, v->bar ? 30 : 0, el, 0,
