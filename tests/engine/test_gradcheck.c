@@ -1,0 +1,279 @@
+/*
+ * test_gradcheck.c - finite-difference gradient checks for every op and
+ * every loss.
+ *
+ * Each case is a small graph x -> Dense -> (op under test) -> ... -> loss, so
+ * the op's input gradient is checked through the first Dense's parameters
+ * and its own parameters directly. The analytic gradient comes from
+ * rt_exec_compute_grads; the numeric one is the central difference
+ * (L(w+h) - L(w-h)) / 2h with h = 1e-3, where L is the f32 forward's loss
+ * accumulated in double. Every element of every parameter is checked.
+ *
+ * Tolerance: |analytic - numeric| <= 1e-3 + 2e-2 * max(|analytic|, |numeric|)
+ * (f32 rounding in the forward is ~1e-7 relative, divided by 2h).
+ */
+#include <stdint.h>
+
+#include "rt_test.h"
+
+#define B 5
+static uint64_t lcg = 88172645463325252ull;
+static float rnd(void)
+{
+    /* deterministic normal-ish values in about (-2, 2) */
+    float s = 0;
+    for (int i = 0; i < 4; i++) {
+        lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+        s += (float)((lcg >> 40) & 0xffffff) / 16777216.0f;
+    }
+    return (s - 2.0f) * 1.7f;
+}
+
+static rt_graph *g;
+static int fails_before;
+
+static void param(const char *name, int nd, int64_t d0, int64_t d1)
+{
+    int64_t d[2] = {d0, d1};
+    REQUIRE(rt_graph_add_param(g, name, nd, d, RT_INIT_GLOROT_UNIFORM, 1, NULL) == 0);
+}
+
+static void node(const char *name, const char *op, const char *a, const char *b,
+                 const char *c, int n_attr, const rt_attr *attrs)
+{
+    const char *in[3] = {a, b, c};
+    int n = c ? 3 : b ? 2 : 1;
+    if (rt_graph_add_node(g, name, op, n, in, n_attr, attrs) != 0) {
+        fprintf(stderr, "add_node %s: %s\n", name, rt_graph_errmsg(g));
+        exit(1);
+    }
+}
+
+/* x (B, in) -> h = Dense(x) (B, k) */
+static void start(int in, int k)
+{
+    g = rt_graph_create();
+    int64_t d[] = {RT_BATCH, in};
+    REQUIRE(rt_graph_add_input(g, "x", RT_F32, 2, d) == 0);
+    param("W0", 2, in, k);
+    param("b0", 1, k, 0);
+    node("h", "Dense", "x", "W0", "b0", 0, NULL);
+}
+
+static void run_check(const char *name, rt_loss_kind loss, int from_logits,
+                      rt_dtype ydt, int lab_per_sample, int in)
+{
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = loss;
+    cfg.from_logits = from_logits;
+    cfg.batch_size = B;
+    cfg.seed = 3;
+    cfg.label_dtype = ydt;
+    cfg.label_ndim = lab_per_sample > 1 ? 1 : 0;
+    cfg.label_dims[0] = lab_per_sample;
+    rt_plan *p;
+    char err[256];
+    if (rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: compile: %s\n", name, err);
+        rt_test_failures++;
+        rt_graph_destroy(g);
+        return;
+    }
+    int64_t od[RT_MAX_DIMS];
+    int ond = rt_plan_output_shape(p, od);
+    int64_t C = ond ? od[ond - 1] : 1;
+    rt_exec *e;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    float x[B * 16];
+    for (int i = 0; i < B * in; i++) x[i] = rnd();
+    union { int32_t i[B * 16]; float f[B * 16]; } y;
+    for (int i = 0; i < B * lab_per_sample; i++) {
+        lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+        int cls = (int)((lcg >> 33) % (uint64_t)C);
+        if (ydt == RT_I32) y.i[i] = cls;
+        else if (loss == RT_LOSS_BCE) y.f[i] = (float)((lcg >> 20) & 1);
+        else y.f[i] = rnd();
+    }
+    if (loss == RT_LOSS_CE) /* one-hot rows */
+        for (int r = 0; r < B * lab_per_sample / (int)C; r++) {
+            int hot = r % (int)C;
+            for (int j = 0; j < C; j++) y.f[r * C + j] = j == hot ? 1.0f : 0.0f;
+        }
+    rt_data d = {.x = x, .y = &y, .y_dtype = ydt, .n = B};
+    double l0;
+    CHECK_RC(rt_exec_compute_grads(e, &d, B, &l0));
+    int checked = 0;
+    double worst = 0;
+    for (int pi = 0; pi < rt_plan_n_params(p); pi++) {
+        int64_t dims[RT_MAX_DIMS];
+        const char *pname;
+        int nd = rt_plan_param_info(p, pi, &pname, dims, NULL);
+        int64_t n = 1;
+        for (int k = 0; k < nd; k++) n *= dims[k];
+        float *w = malloc((size_t)n * 4), *ga = malloc((size_t)n * 4);
+        CHECK_RC(rt_exec_compute_grads(e, &d, B, &l0));
+        rt_exec_get_grad(e, pi, ga);
+        rt_exec_get_param(e, pi, w);
+        for (int64_t k = 0; k < n; k++) {
+            const float h = 1e-3f, w0 = w[k];
+            double lp, lm;
+            w[k] = w0 + h;
+            rt_exec_set_param(e, pi, w);
+            rt_exec_compute_grads(e, &d, B, &lp);
+            w[k] = w0 - h;
+            rt_exec_set_param(e, pi, w);
+            rt_exec_compute_grads(e, &d, B, &lm);
+            w[k] = w0;
+            rt_exec_set_param(e, pi, w);
+            /* the actual step: (w0+h) - (w0-h) in f32 */
+            double num = (lp - lm) / ((double)(w0 + h) - (double)(w0 - h));
+            double an = ga[k];
+            double tol = 1e-3 + 2e-2 * fmax(fabs(an), fabs(num));
+            double over = fabs(an - num) - tol;
+            if (over > 0 || isnan(an)) {
+                if (over > worst || isnan(an))
+                    fprintf(stderr, "%s: d%s[%lld] analytic %.6g numeric %.6g\n", name,
+                            pname, (long long)k, an, num);
+                worst = over > worst ? over : worst;
+                rt_test_failures++;
+            }
+            checked++;
+        }
+        free(w);
+        free(ga);
+    }
+    printf("%-28s %4d gradients %s\n", name, checked,
+           rt_test_failures == fails_before ? "ok" : "FAILED");
+    fails_before = rt_test_failures;
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+}
+
+/* the usual tail: output (B, C) logits or values, MSE against f32 labels */
+static void mse(const char *name, int in) { run_check(name, RT_LOSS_MSE, 0, RT_F32, 0, in); }
+
+int main(void)
+{
+    const rt_attr rate = {.name = "rate", .kind = RT_ATTR_FLOAT, .f = 0.3};
+    const int64_t shp[] = {2, 3};
+    const rt_attr reshape = {.name = "shape", .kind = RT_ATTR_INTS, .n = 2, .ints = shp};
+    const rt_attr act_tanh = {.name = "activation", .kind = RT_ATTR_STR, .s = "tanh"};
+
+    /* ---- ops; output width 1 unless stated, MSE against f32 labels */
+    start(3, 4); param("W", 2, 4, 1); param("b", 1, 1, 0);
+    node("y", "Dense", "h", "W", "b", 0, NULL);
+    run_check("Dense", RT_LOSS_MSE, 0, RT_F32, 0, 3);
+
+    start(3, 4); param("W", 2, 4, 2);
+    node("y", "Dense", "h", "W", NULL, 1, &act_tanh); /* no bias, activation attr */
+    run_check("Dense(no bias, tanh)", RT_LOSS_MSE, 0, RT_F32, 2, 3);
+
+    start(3, 4); param("W", 2, 4, 3);
+    node("y", "MatMul", "h", "W", NULL, 0, NULL);
+    run_check("MatMul", RT_LOSS_MSE, 0, RT_F32, 3, 3);
+
+    start(3, 4); param("P", 1, 4, 0);
+    node("y", "Add", "h", "P", NULL, 0, NULL);
+    run_check("Add (broadcast row)", RT_LOSS_MSE, 0, RT_F32, 4, 3);
+
+    start(3, 4); param("W1", 2, 3, 4);
+    node("h2", "Dense", "x", "W1", NULL, 0, NULL);
+    node("y", "Sub", "h", "h2", NULL, 0, NULL);
+    run_check("Sub (same shape)", RT_LOSS_MSE, 0, RT_F32, 4, 3);
+
+    start(3, 4); param("P", 2, 1, 4);
+    node("y", "Sub", "P", "h", NULL, 0, NULL);
+    run_check("Sub (param - batch)", RT_LOSS_MSE, 0, RT_F32, 4, 3);
+
+    start(3, 4); param("P", 1, 4, 0);
+    node("y", "Mul", "h", "P", NULL, 0, NULL);
+    run_check("Mul (broadcast row)", RT_LOSS_MSE, 0, RT_F32, 4, 3);
+
+    start(3, 4);
+    node("y", "Mul", "h", "h", NULL, 0, NULL); /* one input twice */
+    run_check("Mul (x * x)", RT_LOSS_MSE, 0, RT_F32, 4, 3);
+
+    start(3, 6); param("P", 2, 2, 1);
+    node("r", "Reshape", "h", NULL, NULL, 1, &reshape); /* (B,6) -> (B,2,3) */
+    node("y", "Mul", "r", "P", NULL, 0, NULL);          /* column broadcast */
+    run_check("Reshape + Mul (column)", RT_LOSS_MSE, 0, RT_F32, 6, 3);
+
+    const char *acts[] = {"Relu", "Sigmoid", "Tanh"};
+    for (int i = 0; i < 3; i++) {
+        char nm[64];
+        /* standalone kernel: the input is not a Dense, so nothing fuses */
+        start(3, 4); param("P", 1, 4, 0);
+        node("s", "Add", "h", "P", NULL, 0, NULL);
+        node("y", acts[i], "s", NULL, NULL, 0, NULL);
+        snprintf(nm, sizeof nm, "%s", acts[i]);
+        run_check(nm, RT_LOSS_MSE, 0, RT_F32, 4, 3);
+        /* fused into the Dense before it */
+        start(3, 4); param("W", 2, 4, 3); param("b", 1, 3, 0);
+        node("d", "Dense", "h", "W", "b", 0, NULL);
+        node("y", acts[i], "d", NULL, NULL, 0, NULL);
+        snprintf(nm, sizeof nm, "Dense+%s (fused)", acts[i]);
+        run_check(nm, RT_LOSS_MSE, 0, RT_F32, 3, 3);
+    }
+
+    start(3, 4);
+    node("y", "Softmax", "h", NULL, NULL, 0, NULL);
+    run_check("Softmax", RT_LOSS_MSE, 0, RT_F32, 4, 3);
+
+    start(3, 4);
+    node("y", "LogSoftmax", "h", NULL, NULL, 0, NULL);
+    run_check("LogSoftmax", RT_LOSS_MSE, 0, RT_F32, 4, 3);
+
+    start(3, 6);
+    node("r", "Reshape", "h", NULL, NULL, 1, &reshape);
+    node("s", "Softmax", "r", NULL, NULL, 0, NULL); /* rows of 3, 2 per sample */
+    node("y", "Flatten", "s", NULL, NULL, 0, NULL);
+    run_check("Reshape+Softmax+Flatten", RT_LOSS_MSE, 0, RT_F32, 6, 3);
+
+    start(3, 4);
+    node("y", "Identity", "h", NULL, NULL, 0, NULL);
+    run_check("Identity", RT_LOSS_MSE, 0, RT_F32, 4, 3);
+
+    start(3, 8); param("W", 2, 8, 2);
+    node("dr", "Dropout", "h", NULL, NULL, 1, &rate);
+    node("y", "Dense", "dr", "W", NULL, 0, NULL);
+    run_check("Dropout (training mode)", RT_LOSS_MSE, 0, RT_F32, 2, 3);
+
+    /* a value with two readers: gradients accumulate */
+    start(3, 4); param("W", 2, 4, 4);
+    node("a", "Relu", "h", NULL, NULL, 0, NULL);
+    node("c", "Dense", "h", "W", NULL, 0, NULL);
+    node("y", "Add", "a", "c", NULL, 0, NULL);
+    run_check("fan-out (accumulation)", RT_LOSS_MSE, 0, RT_F32, 4, 3);
+
+    /* ---- losses */
+    start(3, 4);
+    run_check("loss sparse CE (logits)", RT_LOSS_SPARSE_CE, 1, RT_I32, 1, 3);
+    start(3, 4);
+    node("y", "Softmax", "h", NULL, NULL, 0, NULL);
+    run_check("loss sparse CE (probs)", RT_LOSS_SPARSE_CE, 0, RT_I32, 1, 3);
+    start(3, 4);
+    run_check("loss CE (logits)", RT_LOSS_CE, 1, RT_F32, 4, 3);
+    start(3, 4);
+    node("y", "Softmax", "h", NULL, NULL, 0, NULL);
+    run_check("loss CE (probs)", RT_LOSS_CE, 0, RT_F32, 4, 3);
+    start(3, 1);
+    run_check("loss BCE (logits)", RT_LOSS_BCE, 1, RT_F32, 1, 3);
+    start(3, 2);
+    node("y", "Sigmoid", "h", NULL, NULL, 0, NULL);
+    run_check("loss BCE (probs)", RT_LOSS_BCE, 0, RT_F32, 2, 3);
+    start(3, 3);
+    run_check("loss MSE", RT_LOSS_MSE, 0, RT_F32, 3, 3);
+    start(3, 3);
+    run_check("loss MAE", RT_LOSS_MAE, 0, RT_F32, 3, 3);
+    start(3, 3);
+    run_check("loss logcosh (f32)", RT_LOSS_LOGCOSH, 0, RT_F32, 3, 3);
+    start(3, 3);
+    node("y", "Softmax", "h", NULL, NULL, 0, NULL);
+    run_check("loss logcosh (int, bcast)", RT_LOSS_LOGCOSH, 0, RT_I32, 1, 3);
+    start(3, 3);
+    run_check("loss MSE (f32, bcast)", RT_LOSS_MSE, 0, RT_F32, 1, 3);
+    (void)mse;
+    return rt_test_done("test_gradcheck");
+}
