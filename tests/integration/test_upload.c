@@ -1,0 +1,515 @@
+/* test_upload.c - UploadDataset and FindDataset against a real rtraind:
+ * every format, dedup by content hash, and the bad-upload list (bad
+ * checksum, truncated, missing bytes, NaN/Inf, fortran order, cancel
+ * mid-stream, over the size limit, offset gaps). */
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+#include <zlib.h>
+
+#include "itest.h"
+
+static int ping_ok(itest_conn *c)
+{
+    Rtrain__V1__PingRequest q = RTRAIN__V1__PING_REQUEST__INIT;
+    itest_res r;
+    int st = itest_unary(c, "Ping", &q.base, NULL, NULL, &r);
+    itest_res_free(&r);
+    return st == 0;
+}
+
+static Rtrain__V1__DataPart part(Rtrain__V1__DataRole role, Rtrain__V1__DataFormat fmt,
+                                 uint64_t len)
+{
+    Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
+    p.role = role;
+    p.format = fmt;
+    p.length = len;
+    return p;
+}
+
+static Rtrain__V1__UploadResponse *upload_resp(itest_res *r)
+{
+    return r->status == 0 ? rtrain__v1__upload_response__unpack(NULL, r->len, r->data) : NULL;
+}
+
+static void test_csv_and_dedup(itest_conn *c, const char *sid)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/iris.csv", itest_data_dir());
+    size_t len;
+    uint8_t *csv = itest_read_file(path, &len);
+    CHECK(csv != NULL, "cannot read %s", path);
+    if (!csv)
+        return;
+    Rtrain__V1__DataPart p = part(RTRAIN__V1__DATA_ROLE__ROLE_BOTH, RTRAIN__V1__DATA_FORMAT__FORMAT_CSV, len);
+    p.label_column = -1;
+    p.csv_header = 1;
+    Rtrain__V1__DataPart *pp[1] = {&p};
+    char id1[40], id2[40];
+    itest_res r;
+    itest_upload(c, sid, pp, 1, csv, len, 1000, id1, &r);
+    CHECK(r.status == 0, "iris csv upload: %d %s", r.status, r.details);
+    Rtrain__V1__UploadResponse *u = upload_resp(&r);
+    if (u) {
+        CHECK(u->dataset->samples == 150, "samples %llu", (unsigned long long)u->dataset->samples);
+        CHECK(u->dataset->n_x_shape == 1 && u->dataset->x_shape[0] == 4, "x shape");
+        CHECK(u->dataset->y_dtype == RTRAIN__V1__DTYPE__F32 && u->dataset->n_y_shape == 0,
+              "csv labels f32 scalar");
+        CHECK(!u->dataset->deduplicated, "first upload deduplicated");
+        CHECK(u->bytes_received == len, "bytes_received");
+        CHECK(u->timings && u->timings->total_ns ==
+                  u->timings->queue_ns + u->timings->decode_ns + u->timings->compile_ns +
+                      u->timings->execute_ns + u->timings->encode_ns + u->timings->other_ns,
+              "upload timings add up");
+        rtrain__v1__upload_response__free_unpacked(u, NULL);
+    }
+    itest_res_free(&r);
+    /* Again: stored under its content hash, nothing new kept. */
+    itest_upload(c, sid, pp, 1, csv, len, 4096, id2, &r);
+    u = upload_resp(&r);
+    CHECK(u && u->dataset->deduplicated && !strcmp(id1, id2), "re-upload dedup (%s vs %s)", id1, id2);
+    if (u)
+        rtrain__v1__upload_response__free_unpacked(u, NULL);
+    itest_res_free(&r);
+    /* FindDataset: one round trip instead of an upload. */
+    XXH128_canonical_t h;
+    XXH128_canonicalFromHash(&h, XXH3_128bits(csv, len));
+    Rtrain__V1__DatasetHeader hd = RTRAIN__V1__DATASET_HEADER__INIT;
+    hd.session_id = (char *)sid;
+    hd.parts = pp;
+    hd.n_parts = 1;
+    hd.total_bytes = len;
+    Rtrain__V1__FindDatasetRequest fq = RTRAIN__V1__FIND_DATASET_REQUEST__INIT;
+    fq.session_id = (char *)sid;
+    fq.content_hash.data = h.digest;
+    fq.content_hash.len = 16;
+    fq.header = &hd;
+    Rtrain__V1__FindDatasetResponse *f = NULL;
+    itest_unary(c, "FindDataset", &fq.base, &rtrain__v1__find_dataset_response__descriptor,
+                (ProtobufCMessage **)&f, &r);
+    CHECK(f && f->found && f->dataset && !strcmp(f->dataset->dataset_id, id1),
+          "FindDataset finds the upload: %d %s", r.status, r.details);
+    if (f)
+        protobuf_c_message_free_unpacked(&f->base, NULL);
+    itest_res_free(&r);
+    /* The same bytes read another way (no header skip) are another dataset. */
+    p.csv_header = 0;
+    itest_unary(c, "FindDataset", &fq.base, &rtrain__v1__find_dataset_response__descriptor,
+                (ProtobufCMessage **)&f, &r);
+    CHECK(f && !f->found, "FindDataset with other parse settings must miss");
+    if (f)
+        protobuf_c_message_free_unpacked(&f->base, NULL);
+    itest_res_free(&r);
+    p.csv_header = 1;
+    h.digest[0] ^= 1;
+    itest_unary(c, "FindDataset", &fq.base, &rtrain__v1__find_dataset_response__descriptor,
+                (ProtobufCMessage **)&f, &r);
+    CHECK(f && !f->found, "FindDataset with another hash must miss");
+    if (f)
+        protobuf_c_message_free_unpacked(&f->base, NULL);
+    itest_res_free(&r);
+    /* Without the header line the first line is not a number. */
+    p.csv_header = 0;
+    itest_upload(c, sid, pp, 1, csv, len, 1 << 20, NULL, &r);
+    CHECK(r.status == 3 && strstr(r.details, "not a number"), "csv header as data: %d '%s'",
+          r.status, r.details);
+    itest_res_free(&r);
+    free(csv);
+}
+
+/* A v1 .npy file in memory. */
+static uint8_t *npy(const char *descr, const char *shape, const void *data, size_t dlen,
+                    int fortran, size_t *len)
+{
+    char hdr[256];
+    int n = snprintf(hdr, sizeof hdr, "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }",
+                     descr, fortran ? "True" : "False", shape);
+    int total = 10 + n + 1;
+    int pad = (64 - total % 64) % 64;
+    int hl = n + pad + 1;
+    uint8_t *b = malloc((size_t)(10 + hl) + dlen);
+    memcpy(b, "\x93NUMPY\x01\x00", 8);
+    b[8] = (uint8_t)(hl & 0xff);
+    b[9] = (uint8_t)(hl >> 8);
+    memcpy(b + 10, hdr, (size_t)n);
+    memset(b + 10 + n, ' ', (size_t)pad);
+    b[10 + hl - 1] = '\n';
+    memcpy(b + 10 + hl, data, dlen);
+    *len = (size_t)(10 + hl) + dlen;
+    return b;
+}
+
+static void test_npy_raw(itest_conn *c, const char *sid)
+{
+    float x[30 * 4];
+    int64_t y[30];
+    for (int i = 0; i < 30; i++) {
+        for (int j = 0; j < 4; j++)
+            x[i * 4 + j] = (float)(i + j) * 0.25f;
+        y[i] = i % 3;
+    }
+    size_t xl, yl;
+    uint8_t *xb = npy("<f4", "(30, 4)", x, sizeof x, 0, &xl);
+    uint8_t *yb = npy("<i8", "(30,)", y, sizeof y, 0, &yl);
+    uint8_t *all = malloc(xl + yl);
+    memcpy(all, xb, xl);
+    memcpy(all + xl, yb, yl);
+    Rtrain__V1__DataPart px = part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DATA_FORMAT__FORMAT_NPY, xl);
+    Rtrain__V1__DataPart py = part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS, RTRAIN__V1__DATA_FORMAT__FORMAT_NPY, yl);
+    Rtrain__V1__DataPart *pp[2] = {&px, &py};
+    itest_res r;
+    itest_upload(c, sid, pp, 2, all, xl + yl, 100, NULL, &r);
+    Rtrain__V1__UploadResponse *u = upload_resp(&r);
+    CHECK(u && u->dataset->samples == 30 && u->dataset->y_dtype == RTRAIN__V1__DTYPE__I32,
+          "npy upload: %d %s", r.status, r.details);
+    if (u)
+        rtrain__v1__upload_response__free_unpacked(u, NULL);
+    itest_res_free(&r);
+
+    /* fortran_order is rejected with a clear message. */
+    uint8_t *fb = npy("<f4", "(30, 4)", x, sizeof x, 1, &xl);
+    px.length = xl;
+    Rtrain__V1__DataPart *p1[1] = {&px};
+    itest_upload(c, sid, p1, 1, fb, xl, 1 << 20, NULL, &r);
+    CHECK(r.status == 3 && strstr(r.details, "fortran"), "fortran npy: %d '%s'", r.status, r.details);
+    itest_res_free(&r);
+    free(fb);
+
+    /* Inf in NPY features. */
+    x[7 * 4 + 2] = INFINITY;
+    uint8_t *ib = npy("<f4", "(30, 4)", x, sizeof x, 0, &xl);
+    px.length = xl;
+    itest_upload(c, sid, p1, 1, ib, xl, 1 << 20, NULL, &r);
+    CHECK(r.status == 3 && strstr(r.details, "Inf at sample 7, column 2"), "inf npy: %d '%s'",
+          r.status, r.details);
+    itest_res_free(&r);
+    free(ib);
+    x[7 * 4 + 2] = 1;
+
+    /* RAW f32 + u8 labels with explicit shapes. */
+    uint8_t yl8[30];
+    for (int i = 0; i < 30; i++)
+        yl8[i] = (uint8_t)(i % 3);
+    uint8_t *raw = malloc(sizeof x + 30);
+    memcpy(raw, x, sizeof x);
+    memcpy(raw + sizeof x, yl8, 30);
+    Rtrain__V1__DataPart rx = part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DATA_FORMAT__FORMAT_RAW, sizeof x);
+    Rtrain__V1__DataPart ry = part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS, RTRAIN__V1__DATA_FORMAT__FORMAT_RAW, 30);
+    int64_t xs[2] = {30, 4}, ys[1] = {30};
+    rx.dtype = RTRAIN__V1__DTYPE__F32;
+    rx.shape = xs;
+    rx.n_shape = 2;
+    ry.dtype = RTRAIN__V1__DTYPE__U8;
+    ry.shape = ys;
+    ry.n_shape = 1;
+    Rtrain__V1__DataPart *pr[2] = {&rx, &ry};
+    itest_upload(c, sid, pr, 2, raw, sizeof x + 30, 64, NULL, &r);
+    u = upload_resp(&r);
+    CHECK(u && u->dataset->samples == 30 && u->dataset->x_shape[0] == 4 &&
+              u->dataset->y_dtype == RTRAIN__V1__DTYPE__I32,
+          "raw upload: %d %s", r.status, r.details);
+    if (u)
+        rtrain__v1__upload_response__free_unpacked(u, NULL);
+    itest_res_free(&r);
+    /* A RAW shape that does not match the byte count. */
+    xs[0] = 31;
+    itest_upload(c, sid, pr, 2, raw, sizeof x + 30, 64, NULL, &r);
+    CHECK(r.status == 3 && strstr(r.details, "RAW"), "raw shape mismatch: %d '%s'", r.status, r.details);
+    itest_res_free(&r);
+    /* Features and labels with different sample counts. */
+    xs[0] = 30;
+    ys[0] = 15;
+    ry.dtype = RTRAIN__V1__DTYPE__U8;
+    ry.n_shape = 2;
+    int64_t ys2[2] = {15, 2};
+    ry.shape = ys2;
+    itest_upload(c, sid, pr, 2, raw, sizeof x + 30, 64, NULL, &r);
+    CHECK(r.status == 3 && strstr(r.details, "30 samples but labels have 15"),
+          "sample count mismatch: %d '%s'", r.status, r.details);
+    itest_res_free(&r);
+    free(raw);
+    free(xb);
+    free(yb);
+    free(all);
+}
+
+static size_t gzip_mem(const uint8_t *in, size_t n, uint8_t *out, size_t cap)
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    deflateInit2(&z, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
+    z.next_in = (Bytef *)in;
+    z.avail_in = (uInt)n;
+    z.next_out = out;
+    z.avail_out = (uInt)cap;
+    deflate(&z, Z_FINISH);
+    size_t o = cap - z.avail_out;
+    deflateEnd(&z);
+    return o;
+}
+
+static void test_idx(itest_conn *c, const char *sid)
+{
+    /* idx3 u8 images (12, 5, 5), gzipped; idx1 u8 labels, plain. */
+    uint8_t img[16 + 12 * 25], lab[8 + 12];
+    memcpy(img, "\x00\x00\x08\x03\x00\x00\x00\x0c\x00\x00\x00\x05\x00\x00\x00\x05", 16);
+    for (int i = 0; i < 12 * 25; i++)
+        img[16 + i] = (uint8_t)(i * 7);
+    memcpy(lab, "\x00\x00\x08\x01\x00\x00\x00\x0c", 8);
+    for (int i = 0; i < 12; i++)
+        lab[8 + i] = (uint8_t)(i % 10);
+    uint8_t gz[1024];
+    size_t gl = gzip_mem(img, sizeof img, gz, sizeof gz);
+    uint8_t all[2048];
+    memcpy(all, gz, gl);
+    memcpy(all + gl, lab, sizeof lab);
+    Rtrain__V1__DataPart px = part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DATA_FORMAT__FORMAT_IDX, gl);
+    Rtrain__V1__DataPart py = part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS, RTRAIN__V1__DATA_FORMAT__FORMAT_IDX, sizeof lab);
+    px.normalize = 1;
+    Rtrain__V1__DataPart *pp[2] = {&px, &py};
+    itest_res r;
+    itest_upload(c, sid, pp, 2, all, gl + sizeof lab, 50, NULL, &r);
+    Rtrain__V1__UploadResponse *u = upload_resp(&r);
+    CHECK(u && u->dataset->samples == 12 && u->dataset->n_x_shape == 2 &&
+              u->dataset->x_shape[0] == 5 && u->dataset->x_shape[1] == 5 &&
+              u->dataset->y_dtype == RTRAIN__V1__DTYPE__I32,
+          "idx.gz upload: %d %s", r.status, r.details);
+    if (u)
+        rtrain__v1__upload_response__free_unpacked(u, NULL);
+    itest_res_free(&r);
+    /* Corrupt gzip. */
+    all[gl / 2] ^= 0x55;
+    all[gl / 2 + 1] ^= 0x55;
+    itest_upload(c, sid, pp, 2, all, gl + sizeof lab, 50, NULL, &r);
+    CHECK(r.status == 3 && strstr(r.details, "IDX"), "corrupt idx.gz: %d '%s'", r.status, r.details);
+    itest_res_free(&r);
+    CHECK(ping_ok(c), "ping after idx");
+}
+
+static void test_nan_csv(itest_conn *c, const char *sid)
+{
+    char csv[4096];
+    size_t o = 0;
+    for (int i = 0; i < 20; i++)
+        o += (size_t)snprintf(csv + o, sizeof csv - o, "%d,%d,%d,%s,%d\n", i, i + 1, i + 2,
+                              i == 12 ? "nan" : "0.5", i % 3);
+    Rtrain__V1__DataPart p = part(RTRAIN__V1__DATA_ROLE__ROLE_BOTH, RTRAIN__V1__DATA_FORMAT__FORMAT_CSV, o);
+    p.label_column = -1;
+    Rtrain__V1__DataPart *pp[1] = {&p};
+    itest_res r;
+    itest_upload(c, sid, pp, 1, (uint8_t *)csv, o, 256, NULL, &r);
+    CHECK(r.status == 3 && strstr(r.details, "features contain NaN at sample 12, column 3"),
+          "NaN csv: %d '%s'", r.status, r.details);
+    itest_res_free(&r);
+    CHECK(ping_ok(c), "ping after NaN");
+}
+
+/* Build the chunks of an upload by hand to break it in specific ways. */
+static void test_broken_streams(itest_conn *c, const char *sid)
+{
+    static uint8_t data[3000];
+    for (size_t i = 0; i < sizeof data; i++)
+        data[i] = (uint8_t)i;
+    Rtrain__V1__DataPart p = part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DATA_FORMAT__FORMAT_RAW, sizeof data);
+    int64_t shape[2] = {750, 1};
+    p.dtype = RTRAIN__V1__DTYPE__U8;
+    p.shape = shape;
+    p.n_shape = 2;
+    shape[0] = 3000;
+    Rtrain__V1__DataPart *pp[1] = {&p};
+    Rtrain__V1__DatasetHeader h = RTRAIN__V1__DATASET_HEADER__INIT;
+    h.session_id = (char *)sid;
+    h.parts = pp;
+    h.n_parts = 1;
+    h.total_bytes = sizeof data;
+    Rtrain__V1__UploadChunk ch[3];
+    for (int i = 0; i < 3; i++) {
+        Rtrain__V1__UploadChunk init = RTRAIN__V1__UPLOAD_CHUNK__INIT;
+        ch[i] = init;
+        ch[i].offset = (uint64_t)i * 1000;
+        ch[i].data.data = data + i * 1000;
+        ch[i].data.len = 1000;
+    }
+    ch[0].header = &h;
+    ProtobufCMessage *m[3] = {&ch[0].base, &ch[1].base, &ch[2].base};
+    itest_res r;
+
+    /* 1. A wrong checksum -> DATA_LOSS. */
+    ch[2].last = 1;
+    ch[2].checksum = XXH64(data, sizeof data, 0) ^ 1;
+    itest_client_stream(c, "UploadDataset", m, 3, -1, &r);
+    CHECK(r.status == 15 && strstr(r.details, "checksum"), "bad checksum: %d '%s'", r.status, r.details);
+    itest_res_free(&r);
+
+    /* 2. The stream ends without a last chunk -> DATA_LOSS (truncated). */
+    ch[2].last = 0;
+    itest_client_stream(c, "UploadDataset", m, 2, -1, &r);
+    CHECK(r.status == 15 && strstr(r.details, "without a last chunk"), "no last: %d '%s'", r.status,
+          r.details);
+    itest_res_free(&r);
+
+    /* 3. last=true but bytes missing -> DATA_LOSS. */
+    ch[1].last = 1;
+    ch[1].checksum = XXH64(data, 2000, 0);
+    itest_client_stream(c, "UploadDataset", m, 2, -1, &r);
+    CHECK(r.status == 15 && strstr(r.details, "2000 of 3000"), "missing bytes: %d '%s'", r.status,
+          r.details);
+    itest_res_free(&r);
+    ch[1].last = 0;
+
+    /* 4. A gap in the offsets. */
+    ch[1].offset = 1500;
+    ch[2].last = 1;
+    ch[2].checksum = XXH64(data, sizeof data, 0);
+    itest_client_stream(c, "UploadDataset", m, 3, -1, &r);
+    CHECK(r.status == 3 && strstr(r.details, "offset 1500, expected 1000"), "offset gap: %d '%s'",
+          r.status, r.details);
+    itest_res_free(&r);
+    ch[1].offset = 1000;
+
+    /* 5. The client cancels mid-stream: nothing is kept. */
+    itest_client_stream(c, "UploadDataset", m, 3, 2, &r);
+    CHECK(r.status == 1, "cancelled upload: status %d", r.status);
+    itest_res_free(&r);
+    CHECK(ping_ok(c), "ping after a cancelled upload");
+    XXH128_canonical_t hh;
+    XXH128_canonicalFromHash(&hh, XXH3_128bits(data, sizeof data));
+    Rtrain__V1__FindDatasetRequest fq = RTRAIN__V1__FIND_DATASET_REQUEST__INIT;
+    fq.session_id = (char *)sid;
+    fq.content_hash.data = hh.digest;
+    fq.content_hash.len = 16;
+    fq.header = &h;
+    Rtrain__V1__FindDatasetResponse *f = NULL;
+    itest_unary(c, "FindDataset", &fq.base, &rtrain__v1__find_dataset_response__descriptor,
+                (ProtobufCMessage **)&f, &r);
+    CHECK(f && !f->found, "a cancelled/broken upload must not be stored");
+    if (f)
+        protobuf_c_message_free_unpacked(&f->base, NULL);
+    itest_res_free(&r);
+
+    /* 6. Now the good one, with the optional content_hash, is stored. */
+    h.content_hash.data = hh.digest;
+    h.content_hash.len = 16;
+    itest_client_stream(c, "UploadDataset", m, 3, -1, &r);
+    CHECK(r.status == 0, "good upload: %d '%s'", r.status, r.details);
+    itest_res_free(&r);
+    itest_unary(c, "FindDataset", &fq.base, &rtrain__v1__find_dataset_response__descriptor,
+                (ProtobufCMessage **)&f, &r);
+    CHECK(f && f->found && f->dataset->samples == 3000, "stored after a good upload");
+    if (f)
+        protobuf_c_message_free_unpacked(&f->base, NULL);
+    itest_res_free(&r);
+    /* 7. A content_hash that does not match the bytes -> DATA_LOSS. */
+    uint8_t wrong[16];
+    memcpy(wrong, hh.digest, 16);
+    wrong[3] ^= 0xff;
+    h.content_hash.data = wrong;
+    data[5] ^= 1; /* other bytes, so this is not a dedup hit */
+    ch[2].checksum = XXH64(data, sizeof data, 0);
+    itest_client_stream(c, "UploadDataset", m, 3, -1, &r);
+    CHECK(r.status == 15 && strstr(r.details, "content_hash"), "wrong content_hash: %d '%s'",
+          r.status, r.details);
+    itest_res_free(&r);
+    data[5] ^= 1;
+    h.content_hash.len = 0;
+
+    /* 8. A first chunk without a header; an unknown session. */
+    itest_client_stream(c, "UploadDataset", m + 1, 1, -1, &r);
+    CHECK(r.status == 3 && strstr(r.details, "no header"), "headerless: %d '%s'", r.status, r.details);
+    itest_res_free(&r);
+    h.session_id = "s-unknown";
+    itest_client_stream(c, "UploadDataset", m, 3, -1, &r);
+    CHECK(r.status == 5 && strstr(r.details, "s-unknown"), "unknown session: %d '%s'", r.status,
+          r.details);
+    itest_res_free(&r);
+    /* 9. An empty stream. */
+    itest_client_stream(c, "UploadDataset", m, 0, -1, &r);
+    CHECK(r.status == 15, "empty upload stream: %d '%s'", r.status, r.details);
+    itest_res_free(&r);
+    CHECK(ping_ok(c), "ping after broken uploads");
+}
+
+static void test_too_big(itest_conn *c, const char *sid)
+{
+    Rtrain__V1__DataPart p = part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DATA_FORMAT__FORMAT_RAW, 5u << 20);
+    Rtrain__V1__DataPart *pp[1] = {&p};
+    Rtrain__V1__DatasetHeader h = RTRAIN__V1__DATASET_HEADER__INIT;
+    h.session_id = (char *)sid;
+    h.parts = pp;
+    h.n_parts = 1;
+    Rtrain__V1__UploadChunk ch = RTRAIN__V1__UPLOAD_CHUNK__INIT;
+    ch.header = &h;
+    ProtobufCMessage *m[1] = {&ch.base};
+    itest_res r;
+    itest_client_stream(c, "UploadDataset", m, 1, -1, &r);
+    CHECK(r.status == 8 && strstr(r.details, "over the limit"), "over --max-dataset-bytes: %d '%s'",
+          r.status, r.details);
+    itest_res_free(&r);
+}
+
+/* Throughput of a 48 MiB upload in 1 MiB chunks: printed, not asserted. */
+static void bench_upload(itest_conn *c, const char *sid)
+{
+    size_t n = 48u << 20;
+    uint8_t *b = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        b[i] = (uint8_t)(i * 131 + (i >> 13));
+    Rtrain__V1__DataPart p = part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DATA_FORMAT__FORMAT_RAW, n);
+    int64_t shape[2] = {(int64_t)(n / 64), 64};
+    p.dtype = RTRAIN__V1__DTYPE__U8;
+    p.shape = shape;
+    p.n_shape = 2;
+    Rtrain__V1__DataPart *pp[1] = {&p};
+    itest_res r;
+    uint64_t t0 = itest_now_ns();
+    itest_upload(c, sid, pp, 1, b, n, 1u << 20, NULL, &r);
+    double s = (double)(itest_now_ns() - t0) / 1e9;
+    CHECK(r.status == 0, "48 MiB upload: %d %s", r.status, r.details);
+    Rtrain__V1__UploadResponse *u = upload_resp(&r);
+    if (u) {
+        printf("upload 48 MiB in 1 MiB chunks: %.3f s, %.0f MB/s end to end (server decode %.1f ms, parse+store %.1f ms)\n",
+               s, (double)n / s / 1e6, (double)u->timings->decode_ns / 1e6,
+               (double)u->timings->execute_ns / 1e6);
+        rtrain__v1__upload_response__free_unpacked(u, NULL);
+    }
+    itest_res_free(&r);
+    free(b);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s RTRAIND\n", argv[0]);
+        return 2;
+    }
+    itest_daemon d;
+    const char *extra[] = {"--max-dataset-bytes", "4194304", NULL};
+    if (itest_daemon_start(&d, argv[1], extra) < 0)
+        return 1;
+    itest_conn *c = itest_connect(d.addr);
+    char sid[24];
+    CHECK(itest_session(c, "upload", sid) == 0, "session");
+    RUN(test_csv_and_dedup, c, sid);
+    RUN(test_npy_raw, c, sid);
+    RUN(test_idx, c, sid);
+    RUN(test_nan_csv, c, sid);
+    RUN(test_broken_streams, c, sid);
+    RUN(test_too_big, c, sid);
+    itest_disconnect(c);
+    int code = itest_daemon_stop(&d, SIGTERM);
+    CHECK(code == 0, "daemon exit %d", code);
+
+    /* A daemon with the default limits for the throughput figure. */
+    if (itest_daemon_start(&d, argv[1], NULL) == 0) {
+        c = itest_connect(d.addr);
+        itest_session(c, "bench", sid);
+        RUN(bench_upload, c, sid);
+        itest_disconnect(c);
+        itest_daemon_stop(&d, SIGTERM);
+    }
+    return itest_summary();
+}
