@@ -272,6 +272,12 @@ int rt__pluck(rt_client *c, grpc_call *call, void *tag)
 {
     int cancelled = 0;
     for (;;) {
+        /* Checked before every wait, not only on timeouts: a stream that
+         * delivers events faster than RT__POLL_MS never times out. */
+        if (!cancelled && call && atomic_load(&c->cancel_flag)) {
+            grpc_call_cancel(call, NULL);
+            cancelled = 1;
+        }
         gpr_timespec dl = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                                        gpr_time_from_millis(RT__POLL_MS, GPR_TIMESPAN));
         grpc_event ev = grpc_completion_queue_pluck(c->cq, tag, dl, NULL);
@@ -279,10 +285,6 @@ int rt__pluck(rt_client *c, grpc_call *call, void *tag)
             return ev.success;
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             return 0;
-        if (!cancelled && call && atomic_load(&c->cancel_flag)) {
-            grpc_call_cancel(call, NULL);
-            cancelled = 1;
-        }
     }
 }
 

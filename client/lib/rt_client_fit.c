@@ -171,7 +171,10 @@ int rt_client_fit(rt_client *c, const rt_client_fit_params *p,
             rc = src;
         c->cur.client_decode_ns = decoding;
     }
-    if (user_stop || atomic_load(&c->cancel_flag) || server_cancelled) {
+    /* A stream that finished (done, OK status) before a late cancel took
+     * effect is a success: the whole fit ran. */
+    int finished = rc == 0 && saw_done && !server_cancelled;
+    if (!finished && (user_stop || atomic_load(&c->cancel_flag) || server_cancelled)) {
         rc = RT_ECANCELLED;
         rt__err(c, RT_ECANCELLED, "Fit: cancelled %s",
                 user_stop ? "by the callback" : server_cancelled && !atomic_load(&c->cancel_flag)

@@ -1,0 +1,432 @@
+/* test_client_e2e.c - librtrain against a real rtraind on a loopback port.
+ *
+ * Starts `rtraind --listen 127.0.0.1:0` as a child, reads its address from
+ * its stdout, and drives every RPC through the library: info, ping, sessions,
+ * compile (Keras JSON and the native builder; cache hit), uploads (file and
+ * memory, chunked, deduplicated), fit (history, accuracy), evaluate, predict,
+ * run_steps (losses, replay), weights round trip, cancellation (callback and
+ * another thread), deadlines, error codes, timings consistency and the trace.
+ *
+ * usage: test_client_e2e RTRAIND EXAMPLES_DIR TMPDIR */
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include "rtrain/rtrain.h"
+
+static int fails, checks;
+#define CHECK(cond) do { checks++; if (!(cond)) { fails++; \
+    fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); } } while (0)
+#define CHECK_RC(call) do { int rc_ = (call); checks++; if (rc_ < 0) { fails++; \
+    fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, \
+            rt_err_name(rc_), rt_client_errmsg(c)); } } while (0)
+
+/* Progress with elapsed time, so a slow step shows in the test log. */
+static struct timespec t_start;
+static void step(const char *name)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    printf("[%8.3f s] %s\n", (double)(t.tv_sec - t_start.tv_sec) +
+           (double)(t.tv_nsec - t_start.tv_nsec) / 1e9, name);
+    fflush(stdout);
+}
+
+static pid_t daemon_pid;
+static char addr[128];
+
+static int start_daemon(const char *bin)
+{
+    int fd[2];
+    if (pipe(fd) < 0)
+        return -1;
+    daemon_pid = fork();
+    if (daemon_pid == 0) {
+        dup2(fd[1], 1);
+        close(fd[0]);
+        close(fd[1]);
+        execl(bin, bin, "--listen", "127.0.0.1:0", "--log-level", "warn", (char *)NULL);
+        _exit(127);
+    }
+    close(fd[1]);
+    FILE *f = fdopen(fd[0], "r");
+    char line[256];
+    int ok = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "rtraind listening on %127s", addr) == 1) {
+            ok = 1;
+            break;
+        }
+    /* Keep the pipe open in a detached reader? The daemon writes nothing
+     * more to stdout after the address, so closing our end is harmless. */
+    fclose(f);
+    return ok ? 0 : -1;
+}
+
+static void stop_daemon(void)
+{
+    if (daemon_pid > 0) {
+        kill(daemon_pid, SIGTERM);
+        int st;
+        waitpid(daemon_pid, &st, 0);
+    }
+}
+
+/* Server phases sum to the server total; the server total fits in the
+ * round trip; the client's own phases fit in the call. */
+static void check_timings(rt_client *c, const char *method)
+{
+    rt_client_timings t;
+    CHECK(rt_client_last_timings(c, &t) == 0);
+    if (strcmp(t.method, method) != 0) {
+        fprintf(stderr, "last call was %s, expected %s\n", t.method, method);
+        fails++;
+        return;
+    }
+    CHECK(t.has_server);
+    uint64_t parts = t.queue_ns + t.decode_ns + t.compile_ns + t.execute_ns + t.encode_ns +
+                     t.server_other_ns;
+    if (parts != t.server_total_ns || t.server_total_ns > t.round_trip_ns) {
+        fprintf(stderr, "%s: parts %llu total %llu rtt %llu\n", method,
+                (unsigned long long)parts, (unsigned long long)t.server_total_ns,
+                (unsigned long long)t.round_trip_ns);
+        fails++;
+    }
+    checks++;
+    CHECK(t.server_total_ns > 0 && t.round_trip_ns > 0);
+    CHECK(t.wire_ns == t.round_trip_ns - t.server_total_ns);
+    CHECK(t.client_encode_ns + t.round_trip_ns + t.client_decode_ns <= t.client_total_ns);
+}
+
+typedef struct csv_data {
+    float x[200 * 4];
+    int32_t y[200];
+    int n;
+} csv_data;
+
+static int read_iris(const char *path, csv_data *d)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    d->n = 0;
+    float a, b, cc, e, l;
+    while (d->n < 200 && fscanf(f, "%f,%f,%f,%f,%f", &a, &b, &cc, &e, &l) == 5) {
+        float *x = d->x + d->n * 4;
+        x[0] = a, x[1] = b, x[2] = cc, x[3] = e;
+        d->y[d->n++] = (int32_t)l;
+    }
+    fclose(f);
+    return d->n;
+}
+
+typedef struct fit_log {
+    int epochs, progress, done, stop_after;
+    double last_val_acc, last_val_loss;
+    uint64_t last_epoch;
+} fit_log;
+
+static int on_event(const rt_client_fit_event *ev, void *u)
+{
+    fit_log *l = u;
+    if (ev->kind == RT_FIT_EPOCH_END) {
+        l->epochs++;
+        l->last_epoch = ev->epoch_end.epoch;
+        if (ev->epoch_end.has_val) {
+            l->last_val_acc = ev->epoch_end.val.accuracy;
+            l->last_val_loss = ev->epoch_end.val.loss;
+        }
+    } else if (ev->kind == RT_FIT_PROGRESS) {
+        l->progress++;
+    }
+    if (ev->done)
+        l->done = 1;
+    return l->stop_after && l->progress + l->epochs >= l->stop_after;
+}
+
+typedef struct canceller {
+    rt_client *c;
+} canceller;
+
+static void *cancel_later(void *p)
+{
+    canceller *k = p;
+    usleep(100 * 1000);
+    rt_client_cancel(k->c);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 4) {
+        fprintf(stderr, "usage: %s RTRAIND EXAMPLES_DIR TMPDIR\n", argv[0]);
+        return 2;
+    }
+    const char *ex = argv[2], *tmp = argv[3];
+    char p_model[1024], p_train[1024], p_val[1024], p_trace[1024], p_w[1024];
+    snprintf(p_model, sizeof p_model, "%s/model.json", ex);
+    snprintf(p_train, sizeof p_train, "%s/train_shuffled.csv", ex);
+    snprintf(p_val, sizeof p_val, "%s/val_shuffled.csv", ex);
+    snprintf(p_trace, sizeof p_trace, "%s/trace.json", tmp);
+    snprintf(p_w, sizeof p_w, "%s/w.bin", tmp);
+    clock_gettime(CLOCK_MONOTONIC, &t_start);
+    if (start_daemon(argv[1]) < 0) {
+        fprintf(stderr, "cannot start %s\n", argv[1]);
+        stop_daemon();
+        return 1;
+    }
+    printf("daemon at %s\n", addr);
+
+    rt_client *c;
+    CHECK(rt_client_create(addr, &c) == 0);
+    rt_client_trace_enable(c, 1);
+
+    step("info");
+    /* info, ping */
+    rt_client_info info;
+    CHECK_RC(rt_client_info_get(c, &info));
+    CHECK(info.version && *info.version);
+    int has_dense = 0;
+    for (size_t i = 0; i < info.n_ops; i++)
+        has_dense |= !strcmp(info.ops[i], "Dense");
+    CHECK(has_dense);
+    rt_client_info_free(&info);
+    check_timings(c, "GetInfo");
+    uint64_t rtt;
+    CHECK_RC(rt_client_ping(c, 65536, &rtt));
+    CHECK(rtt > 0);
+    check_timings(c, "Ping");
+    rt_client_timings pt;
+    rt_client_last_timings(c, &pt);
+    CHECK(pt.bytes_sent >= 65536 && pt.bytes_received >= 65536);
+
+    step("compile");
+    /* session, compile, cache hit */
+    char sid[RT_ID_MAX];
+    CHECK_RC(rt_client_session_create(c, "e2e", sid));
+    FILE *mf = fopen(p_model, "r");
+    char json[8192] = {0};
+    CHECK(mf && fread(json, 1, sizeof json - 1, mf) > 0);
+    if (mf)
+        fclose(mf);
+    rt_train_opts o;
+    rt_train_opts_init(&o);
+    o.loss = "sparse_categorical_crossentropy";
+    o.optimizer = "adam";
+    o.lr = 0.02f;
+    o.batch_size = 20;
+    o.seed = 1;
+    rt_client_compile_result prog, prog2;
+    CHECK_RC(rt_client_compile_keras(c, sid, json, &o, &prog));
+    check_timings(c, "Compile");
+    CHECK(prog.param_count == 4 * 32 + 32 + 32 * 3 + 3);
+    CHECK(prog.n_params == 4);
+    CHECK(prog.input_ndim == 1 && prog.input_shape[0] == 4);
+    CHECK(prog.output_ndim == 1 && prog.output_shape[0] == 3);
+    CHECK_RC(rt_client_compile_keras(c, sid, json, &o, &prog2));
+    CHECK(prog2.cache_hit);
+    rt_client_timings ct;
+    rt_client_last_timings(c, &ct);
+    CHECK(ct.cache_hit);
+    CHECK(strcmp(prog.program_id, prog2.program_id) != 0); /* fresh weights each */
+
+    step("uploads");
+    /* uploads: a CSV file, again (deduplicated in one round trip), memory */
+    rt_client_dataset tr, tr2, va;
+    CHECK_RC(rt_client_upload_csv(c, sid, "train", p_train, -1, 0, &tr));
+    CHECK(tr.samples == 105 && tr.x_ndim == 1 && tr.x_shape[0] == 4 && tr.bytes_sent > 0);
+    check_timings(c, "UploadDataset");
+    CHECK_RC(rt_client_upload_csv(c, sid, "train", p_train, -1, 0, &tr2));
+    CHECK(tr2.deduplicated && tr2.bytes_sent == 0 && !strcmp(tr.id, tr2.id));
+    check_timings(c, "FindDataset");
+    csv_data vd;
+    CHECK(read_iris(p_val, &vd) == 45);
+    rt_client_array vx = {vd.x, RT_DTYPE_F32, 2, {45, 4}};
+    rt_client_array vy = {vd.y, RT_DTYPE_I32, 1, {45}};
+    CHECK_RC(rt_client_upload(c, sid, "val", &vx, &vy, &va));
+    CHECK(va.samples == 45);
+
+    step("big upload");
+    /* A data set bigger than one chunk and than gRPC's default message. */
+    size_t bn = 300000;
+    float *bx = malloc(bn * 4 * sizeof(float));
+    int32_t *by = malloc(bn * sizeof(int32_t));
+    for (size_t i = 0; i < bn * 4; i++)
+        bx[i] = (float)(i % 97) * 0.01f;
+    for (size_t i = 0; i < bn; i++)
+        by[i] = (int32_t)(i % 3);
+    rt_client_array bxa = {bx, RT_DTYPE_F32, 2, {(int64_t)bn, 4}};
+    rt_client_array bya = {by, RT_DTYPE_I32, 1, {(int64_t)bn}};
+    rt_client_dataset big, big2;
+    CHECK_RC(rt_client_upload(c, sid, "big", &bxa, &bya, &big));
+    CHECK(big.samples == bn && !big.deduplicated && big.bytes_sent == bn * 20);
+    CHECK_RC(rt_client_upload(c, sid, "big", &bxa, &bya, &big2));
+    CHECK(big2.deduplicated && !strcmp(big.id, big2.id));
+    free(bx);
+    free(by);
+
+    step("fit");
+    /* fit: history and accuracy */
+    fit_log fl = {0};
+    rt_client_fit_params fp = {.session = sid, .program = prog.program_id, .dataset = tr.id,
+                               .val_dataset = va.id, .epochs = 60, .progress_every = 3};
+    CHECK_RC(rt_client_fit(c, &fp, on_event, &fl));
+    check_timings(c, "Fit");
+    CHECK(fl.epochs == 60 && fl.done && fl.last_epoch == 60 && fl.progress > 0);
+    printf("fit: val_accuracy %.4f val_loss %.4f\n", fl.last_val_acc, fl.last_val_loss);
+    CHECK(fl.last_val_acc >= 0.9);
+
+    rt_client_metrics m;
+    CHECK_RC(rt_client_evaluate(c, sid, prog.program_id, va.id, &m));
+    check_timings(c, "Evaluate");
+    CHECK(m.samples == 45 && fabs(m.accuracy - fl.last_val_acc) < 1e-6);
+    CHECK(fabs(m.loss - fl.last_val_loss) < 1e-4);
+
+    rt_client_tensor y;
+    CHECK_RC(rt_client_predict(c, sid, prog.program_id, &vx, &y));
+    check_timings(c, "Predict");
+    CHECK(y.dtype == RT_DTYPE_F32 && y.ndim == 2 && y.shape[0] == 45 && y.shape[1] == 3);
+    int correct = 0, sums_ok = 1;
+    if (y.ndim == 2 && y.shape[0] == 45) {
+        const float *p = y.data;
+        for (int i = 0; i < 45; i++) {
+            int am = 0;
+            for (int j = 1; j < 3; j++)
+                if (p[i * 3 + j] > p[i * 3 + am])
+                    am = j;
+            correct += am == vd.y[i];
+            if (fabsf(p[i * 3] + p[i * 3 + 1] + p[i * 3 + 2] - 1) > 1e-4f)
+                sums_ok = 0;
+        }
+    }
+    CHECK(sums_ok);
+    CHECK(fabs(correct / 45.0 - m.accuracy) < 1e-6);
+    rt_client_tensor yd;
+    CHECK_RC(rt_client_predict_dataset(c, sid, prog.program_id, va.id, &yd));
+    CHECK(yd.nbytes == y.nbytes && !memcmp(yd.data, y.data, y.nbytes));
+    rt_client_tensor_free(&yd);
+
+    step("weights");
+    /* weights: get, file round trip, set into the second program */
+    rt_client_weights w, wl;
+    CHECK_RC(rt_client_get_weights(c, sid, prog.program_id, &w));
+    check_timings(c, "GetWeights");
+    CHECK(w.n == 4 && w.global_step == 60 * 6);
+    char err[256];
+    CHECK(rt_client_weights_save(&w, p_w, err, sizeof err) == 0);
+    CHECK(rt_client_weights_load(&wl, p_w, err, sizeof err) == 0);
+    CHECK_RC(rt_client_set_weights(c, sid, prog2.program_id, wl.t, wl.n));
+    check_timings(c, "SetWeights");
+    rt_client_tensor y2;
+    CHECK_RC(rt_client_predict(c, sid, prog2.program_id, &vx, &y2));
+    CHECK(y2.nbytes == y.nbytes && !memcmp(y2.data, y.data, y.nbytes));
+    rt_client_tensor_free(&y2);
+    /* A missing tensor is rejected by the daemon. */
+    CHECK(rt_client_set_weights(c, sid, prog2.program_id, wl.t, 3) < 0);
+    rt_client_weights_free(&w);
+    rt_client_weights_free(&wl);
+    rt_client_tensor_free(&y);
+
+    step("run_steps");
+    /* run_steps: losses, epochs inside the call, replay by seq */
+    rt_client_steps_result sr;
+    rt_client_steps_params sp = {.session = sid, .program = prog2.program_id,
+                                 .dataset = tr.id, .val_dataset = va.id, .steps = 7,
+                                 .seq = 1000, .return_losses = 1};
+    CHECK_RC(rt_client_run_steps(c, &sp, &sr));
+    check_timings(c, "RunSteps");
+    CHECK(sr.n_losses == 7 && !sr.replayed && sr.n_epochs == 1 && sr.epochs[0].has_val);
+    uint64_t gs = sr.global_step;
+    rt_client_steps_result_free(&sr);
+    CHECK_RC(rt_client_run_steps(c, &sp, &sr));
+    CHECK(sr.replayed && sr.global_step == gs);
+    rt_client_steps_result_free(&sr);
+
+    step("cancel");
+    /* cancellation: by the callback, then by another thread */
+    fit_log stop = {.stop_after = 5};
+    rt_client_fit_params lf = {.session = sid, .program = prog2.program_id, .dataset = tr.id,
+                               .epochs = 1000000, .progress_every = 1};
+    rt_client_set_timeout_ms(c, 120000);
+    int rc = rt_client_fit(c, &lf, on_event, &stop);
+    CHECK(rc == RT_ECANCELLED);
+    CHECK(!stop.done);
+    step("cancel thread");
+    canceller k = {c};
+    pthread_t th;
+    pthread_create(&th, NULL, cancel_later, &k);
+    fit_log quiet = {0};
+    rc = rt_client_fit(c, &lf, on_event, &quiet);
+    pthread_join(th, NULL);
+    CHECK(rc == RT_ECANCELLED);
+    CHECK(!quiet.done && quiet.progress > 0); /* stopped mid-way, not at the end */
+    CHECK(strstr(rt_client_errmsg(c), "cancel") != NULL);
+    /* The session still works after a cancelled call. */
+    CHECK_RC(rt_client_evaluate(c, sid, prog2.program_id, va.id, &m));
+
+    step("deadline");
+    /* deadline */
+    rt_client_next_timeout_ms(c, 50);
+    rc = rt_client_fit(c, &lf, NULL, NULL);
+    CHECK(rc == RT_ETIMEDOUT);
+    CHECK(strstr(rt_client_errmsg(c), "DEADLINE") != NULL);
+
+    step("errors");
+    /* errors the daemon reports */
+    rc = rt_client_evaluate(c, sid, prog.program_id, "d-nope", &m);
+    CHECK(rc == RT_ENOTFOUND && rt_client_grpc_status(c) == 5);
+    CHECK(strstr(rt_client_errmsg(c), "NOT_FOUND") != NULL);
+    rc = rt_client_compile_keras(c, sid, "{not json", &o, &prog2);
+    CHECK(rc < 0 && rc != RT_EUNAVAILABLE && *rt_client_errmsg(c));
+    rt_client_compile_result_free(&prog2);
+    rt_train_opts bad = o;
+    bad.loss = "no_such_loss";
+    rc = rt_client_compile_keras(c, sid, json, &bad, &prog2);
+    CHECK(rc < 0 && strstr(rt_client_errmsg(c), "no_such_loss") != NULL);
+
+    step("native");
+    /* The native builder compiles the same model. */
+    rt_model *nm = rt_model_create();
+    int64_t in[2] = {-1, 4};
+    const char *h, *out;
+    rt_model_add_input(nm, "x", RT_DTYPE_F32, 2, in);
+    rt_model_dense(nm, "dense", "x", 4, 32, "relu", &h);
+    rt_model_dense(nm, "dense_1", h, 32, 3, "softmax", &out);
+    rt_model_set_output(nm, out);
+    rt_client_compile_result np;
+    CHECK_RC(rt_client_compile(c, sid, nm, &o, &np));
+    CHECK(np.param_count == prog.param_count);
+    rt_client_compile_result_free(&np);
+    rt_model_destroy(nm);
+
+    step("trace");
+    /* trace */
+    size_t ncalls;
+    rt_client_trace_calls(c, &ncalls);
+    CHECK(ncalls > 20);
+    CHECK(rt_client_trace_write(c, p_trace) == 0);
+    json_object *root = json_object_from_file(p_trace), *evs;
+    CHECK(root && json_object_object_get_ex(root, "traceEvents", &evs) &&
+          json_object_array_length(evs) > ncalls * 4);
+    json_object_put(root);
+
+    step("close");
+    /* close: then the session is gone */
+    CHECK_RC(rt_client_session_close(c, sid));
+    rc = rt_client_evaluate(c, sid, prog.program_id, va.id, &m);
+    CHECK(rc == RT_ENOTFOUND);
+    rt_client_compile_result_free(&prog);
+    rt_client_destroy(c);
+    step("stop");
+    stop_daemon();
+    printf("%d checks, %d failed\n", checks, fails);
+    return fails ? 1 : 0;
+}
