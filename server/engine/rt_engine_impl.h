@@ -33,7 +33,7 @@
 
 #define RT__MAX_IN 16     /* inputs per node (Concat is the widest) */
 #define RT__ERRLEN 200    /* error messages stay short (gRPC trailers) */
-#define RT__MAX_NUMEL (INT64_C(1) << 36)  /* elements in one tensor at full batch */
+#define RT__MAX_NUMEL (INT64_C(1) << 32)  /* elements in one tensor at full batch */
 #define RT__MAX_BATCH (1 << 24)
 #define RT__ALIGN 64      /* arena buffers and parameters: one cache line */
 
@@ -203,7 +203,13 @@ struct rt__op_def {
     X(rt__op_reshape)                                                         \
     X(rt__op_flatten)                                                         \
     X(rt__op_identity)                                                        \
-    X(rt__op_dropout)
+    X(rt__op_dropout)                                                         \
+    X(rt__op_conv2d)                                                          \
+    X(rt__op_maxpool2d)                                                       \
+    X(rt__op_avgpool2d)                                                       \
+    X(rt__op_globalavgpool)                                                   \
+    X(rt__op_batchnorm)                                                       \
+    X(rt__op_concat)
 
 #define RT__OP_DECL(def) extern const rt__op_def def;
 RT__OP_LIST(RT__OP_DECL)

@@ -87,7 +87,8 @@ static void run_check(const char *name, rt_loss_kind loss, int from_logits,
     REQUIRE(rt_exec_create(p, &e) == 0);
     float x[B * 16];
     for (int i = 0; i < B * in; i++) x[i] = rnd();
-    union { int32_t i[B * 16]; float f[B * 16]; } y;
+    union { int32_t i[B * 16]; float f[B * 16]; } y = {{0}};
+    REQUIRE(lab_per_sample >= 1 && lab_per_sample <= 16);
     for (int i = 0; i < B * lab_per_sample; i++) {
         lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
         int cls = (int)((lcg >> 33) % (uint64_t)C);
@@ -164,7 +165,7 @@ int main(void)
     /* ---- ops; output width 1 unless stated, MSE against f32 labels */
     start(3, 4); param("W", 2, 4, 1); param("b", 1, 1, 0);
     node("y", "Dense", "h", "W", "b", 0, NULL);
-    run_check("Dense", RT_LOSS_MSE, 0, RT_F32, 0, 3);
+    run_check("Dense", RT_LOSS_MSE, 0, RT_F32, 1, 3);
 
     start(3, 4); param("W", 2, 4, 2);
     node("y", "Dense", "h", "W", NULL, 1, &act_tanh); /* no bias, activation attr */
