@@ -1,0 +1,277 @@
+/*
+ * op_conv.c - Conv2D, MaxPool2D, AvgPool2D and GlobalAvgPool (NHWC, Keras'
+ * layout): attribute parsing, shape inference, scratch sizes and FLOP
+ * counts. Kernels: server/kernels/cpu/rt_kern_conv.c and rt_kern_pool.c.
+ *
+ * Padding follows TensorFlow: "valid" uses only full windows; "same" gives
+ * ceil(H / stride) outputs and pads (total) max((OH-1)*s + k_eff - H, 0),
+ * half before and the odd one after.
+ */
+#include <string.h>
+#include <strings.h>
+
+#include "cpu/rt_kern_conv.h"
+#include "cpu/rt_kern_cpu.h"
+#include "rt_engine_impl.h"
+
+/* im2col chunks hold about this many floats (1 MiB: the L2 of one core) */
+#define RT__CONV_CHUNK_FLOATS (256 * 1024)
+
+/* a pair attribute (ints of 1 or 2, or an int) with a default; >= 1 */
+static int rt__pair(rt__cc *cc, rt__node *nd, const char *name, int64_t def0,
+                    int64_t def1, int64_t out[2])
+{
+    int ok = 1;
+    int64_t v[2];
+    int n = rt__attr_ints(cc, nd, name, v, 2, &ok);
+    if (!ok) return RT_EINVAL;
+    if (n < 0) {
+        out[0] = def0;
+        out[1] = def1;
+    } else if (n == 1) {
+        out[0] = out[1] = v[0];
+    } else if (n == 2) {
+        out[0] = v[0];
+        out[1] = v[1];
+    } else {
+        return rt__cerr(cc, nd, RT_EINVAL, "attribute '%s' needs 1 or 2 values, got %d",
+                        name, n);
+    }
+    if (out[0] < 1 || out[1] < 1 || out[0] > (1 << 20) || out[1] > (1 << 20))
+        return rt__cerr(cc, nd, RT_EINVAL, "attribute '%s' (%lld, %lld) must be >= 1",
+                        name, (long long)out[0], (long long)out[1]);
+    return 0;
+}
+
+/* padding "valid" (default) or "same": 0 or 1 */
+static int rt__padding(rt__cc *cc, rt__node *nd, int *same)
+{
+    int ok = 1;
+    const char *s = rt__attr_str(cc, nd, "padding", "valid", &ok);
+    if (!ok) return RT_EINVAL;
+    if (!strcasecmp(s, "valid")) *same = 0;
+    else if (!strcasecmp(s, "same")) *same = 1;
+    else return rt__cerr(cc, nd, RT_EINVAL, "padding '%s' is neither 'valid' nor 'same'", s);
+    return 0;
+}
+
+/* one spatial dim: output size and padding before; RT_ESHAPE if the window
+ * does not fit a valid convolution */
+static int rt__out_dim(rt__cc *cc, rt__node *nd, const char *what, int64_t in,
+                       int64_t k, int64_t s, int64_t d, int same, int64_t *out,
+                       int64_t *pad)
+{
+    const int64_t keff = (k - 1) * d + 1;
+    if (same) {
+        *out = (in + s - 1) / s;
+        int64_t tot = (*out - 1) * s + keff - in;
+        *pad = tot > 0 ? tot / 2 : 0;
+        return 0;
+    }
+    if (in < keff)
+        return rt__cerr(cc, nd, RT_ESHAPE,
+                        "%s %lld is smaller than the window %lld with padding 'valid'",
+                        what, (long long)in, (long long)keff);
+    *out = (in - keff) / s + 1;
+    *pad = 0;
+    return 0;
+}
+
+static int rt__nhwc_input(rt__cc *cc, rt__node *nd)
+{
+    const rt__shape *x = nd->in_shape[0];
+    if (!x->batched || x->ndim != 3)
+        return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' must be (B,H,W,C) (NHWC), has rank %d",
+                        nd->in_name[0], x->ndim + x->batched);
+    if (rt__shape_numel(x) > INT32_MAX)
+        return rt__cerr(cc, nd, RT_EOVERFLOW, "input '%s' has more than 2^31 values per sample",
+                        nd->in_name[0]);
+    nd->ia[RT_CV_H] = x->d[0];
+    nd->ia[RT_CV_W] = x->d[1];
+    nd->ia[RT_CV_C] = x->d[2];
+    return 0;
+}
+
+static int rt__act_of(rt__cc *cc, rt__node *nd)
+{
+    int ok = 1;
+    const char *s = rt__attr_str(cc, nd, "activation", NULL, &ok);
+    if (!ok) return RT_EINVAL;
+    if (!s || !strcmp(s, "linear") || !strcmp(s, "") || !strcmp(s, "none")) nd->act = RT__ACT_NONE;
+    else if (!strcmp(s, "relu")) nd->act = RT__ACT_RELU;
+    else if (!strcmp(s, "sigmoid")) nd->act = RT__ACT_SIGMOID;
+    else if (!strcmp(s, "tanh")) nd->act = RT__ACT_TANH;
+    else return rt__cerr(cc, nd, RT_EINVAL, "unknown activation '%s'", s);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- Conv2D */
+
+/* Conv2D(x (B,H,W,C), W (KH,KW,C,OC), b (OC)?) attrs strides, padding,
+ * dilations, activation (fused, as Dense's) */
+static int rt__conv2d_infer(rt__cc *cc, rt__node *nd)
+{
+    int rc;
+    if ((rc = rt__nhwc_input(cc, nd)) < 0) return rc;
+    int64_t *ia = nd->ia;
+    const rt__shape *w = nd->in_shape[1];
+    if (w->batched || w->ndim != 4)
+        return rt__cerr(cc, nd, RT_ESHAPE, "kernel '%s' must be 4-D (kh, kw, in, out)",
+                        nd->in_name[1]);
+    if (w->d[2] != ia[RT_CV_C])
+        return rt__cerr(cc, nd, RT_ESHAPE, "kernel '%s' expects %lld input channels, input has %lld",
+                        nd->in_name[1], (long long)w->d[2], (long long)ia[RT_CV_C]);
+    const int64_t OC = w->d[3];
+    ia[RT_CV_BIAS] = nd->n_in > 2;
+    if (nd->n_in > 2) {
+        const rt__shape *b = nd->in_shape[2];
+        if (b->batched || b->ndim != 1 || b->d[0] != OC)
+            return rt__cerr(cc, nd, RT_ESHAPE, "bias '%s' must be (%lld)", nd->in_name[2],
+                            (long long)OC);
+    }
+    int64_t s[2], d[2];
+    int same = 0;
+    if ((rc = rt__pair(cc, nd, "strides", 1, 1, s)) < 0 ||
+        (rc = rt__pair(cc, nd, "dilations", 1, 1, d)) < 0 ||
+        (rc = rt__padding(cc, nd, &same)) < 0 || (rc = rt__act_of(cc, nd)) < 0)
+        return rc;
+    ia[RT_CV_KH] = w->d[0];
+    ia[RT_CV_KW] = w->d[1];
+    ia[RT_CV_SH] = s[0];
+    ia[RT_CV_SW] = s[1];
+    ia[RT_CV_DH] = d[0];
+    ia[RT_CV_DW] = d[1];
+    ia[RT_CV_OC] = OC;
+    if ((rc = rt__out_dim(cc, nd, "height", ia[RT_CV_H], w->d[0], s[0], d[0], same,
+                          &ia[RT_CV_OH], &ia[RT_CV_PT])) < 0 ||
+        (rc = rt__out_dim(cc, nd, "width", ia[RT_CV_W], w->d[1], s[1], d[1], same,
+                          &ia[RT_CV_OW], &ia[RT_CV_PL])) < 0)
+        return rc;
+    nd->out = (rt__shape){.ndim = 3, .batched = 1,
+                          .d = {ia[RT_CV_OH], ia[RT_CV_OW], OC}};
+    const int64_t P = ia[RT_CV_OH] * ia[RT_CV_OW];
+    const int64_t K = ia[RT_CV_KH] * ia[RT_CV_KW] * ia[RT_CV_C];
+    if (__builtin_mul_overflow(P, K, &(int64_t){0}) || P * K > RT__MAX_NUMEL)
+        return rt__cerr(cc, nd, RT_EOVERFLOW, "im2col of one sample exceeds %lld values",
+                        (long long)RT__MAX_NUMEL);
+    int64_t cs = RT__CONV_CHUNK_FLOATS / (P * K);
+    if (cs < 1) cs = 1;
+    if (cs > rt__cc_batch(cc)) cs = rt__cc_batch(cc);
+    ia[RT_CV_CHUNK] = cs;
+    ia[RT_CV_DIRECT] = ia[RT_CV_KH] == 1 && ia[RT_CV_KW] == 1 && s[0] == 1 && s[1] == 1;
+    nd->scratch_fixed = cs * P * (K + OC);
+    return 0;
+}
+
+static uint64_t rt__conv2d_flops(const rt__node *nd, int64_t B, unsigned need_dx)
+{
+    const uint64_t R = (uint64_t)B * (uint64_t)(nd->ia[RT_CV_OH] * nd->ia[RT_CV_OW]);
+    const uint64_t K = (uint64_t)(nd->ia[RT_CV_KH] * nd->ia[RT_CV_KW] * nd->ia[RT_CV_C]);
+    const uint64_t N = (uint64_t)nd->ia[RT_CV_OC];
+    uint64_t f = 2 * R * K * N + (nd->ia[RT_CV_BIAS] ? R * N : 0) + (nd->act ? R * N : 0);
+    if (need_dx & 1u) f += 2 * R * K * N;
+    if (need_dx & 2u) f += 2 * R * K * N;
+    if (need_dx & 4u) f += R * N;
+    return f;
+}
+
+const rt__op_def rt__op_conv2d = {
+    .name = "Conv2D",
+    .min_in = 2,
+    .max_in = 3,
+    .bwd_needs_in = 3u, /* x for dW, W for dx */
+    .infer = rt__conv2d_infer,
+    .flops = rt__conv2d_flops,
+    .cpu = {rt_kern_conv2d_fwd, rt_kern_conv2d_bwd},
+};
+
+/* ----------------------------------------------------------------- pools */
+
+/* MaxPool2D/AvgPool2D(x (B,H,W,C)) attrs pool (default 2x2), strides
+ * (default: the pool), padding */
+static int rt__pool_infer(rt__cc *cc, rt__node *nd)
+{
+    int rc;
+    if ((rc = rt__nhwc_input(cc, nd)) < 0) return rc;
+    int64_t *ia = nd->ia;
+    int64_t k[2], s[2];
+    int same = 0;
+    if ((rc = rt__pair(cc, nd, "pool", 2, 2, k)) < 0 ||
+        (rc = rt__pair(cc, nd, "strides", k[0], k[1], s)) < 0 ||
+        (rc = rt__padding(cc, nd, &same)) < 0)
+        return rc;
+    ia[RT_CV_KH] = k[0];
+    ia[RT_CV_KW] = k[1];
+    ia[RT_CV_SH] = s[0];
+    ia[RT_CV_SW] = s[1];
+    ia[RT_CV_DH] = ia[RT_CV_DW] = 1;
+    ia[RT_CV_OC] = ia[RT_CV_C];
+    if ((rc = rt__out_dim(cc, nd, "height", ia[RT_CV_H], k[0], s[0], 1, same,
+                          &ia[RT_CV_OH], &ia[RT_CV_PT])) < 0 ||
+        (rc = rt__out_dim(cc, nd, "width", ia[RT_CV_W], k[1], s[1], 1, same,
+                          &ia[RT_CV_OW], &ia[RT_CV_PL])) < 0)
+        return rc;
+    /* with 'same' every window still covers at least one input cell:
+     * the padding before is at most (k-1)/2 < k */
+    nd->out = (rt__shape){.ndim = 3, .batched = 1,
+                          .d = {ia[RT_CV_OH], ia[RT_CV_OW], ia[RT_CV_C]}};
+    nd->scratch_fixed = 2 * ia[RT_CV_C]; /* MaxPool's backward: max, argmax */
+    return 0;
+}
+
+static uint64_t rt__pool_flops(const rt__node *nd, int64_t B, unsigned need_dx)
+{
+    const uint64_t n = (uint64_t)B * (uint64_t)rt__shape_numel(&nd->out) *
+                       (uint64_t)(nd->ia[RT_CV_KH] * nd->ia[RT_CV_KW]);
+    return n + (need_dx ? n : 0);
+}
+
+const rt__op_def rt__op_maxpool2d = {
+    .name = "MaxPool2D",
+    .min_in = 1,
+    .max_in = 1,
+    .bwd_needs_in = 1u, /* the argmax is recomputed from x */
+    .infer = rt__pool_infer,
+    .flops = rt__pool_flops,
+    .cpu = {rt_kern_maxpool2d_fwd, rt_kern_maxpool2d_bwd},
+};
+
+const rt__op_def rt__op_avgpool2d = {
+    .name = "AvgPool2D",
+    .min_in = 1,
+    .max_in = 1,
+    .infer = rt__pool_infer,
+    .flops = rt__pool_flops,
+    .cpu = {rt_kern_avgpool2d_fwd, rt_kern_avgpool2d_bwd},
+};
+
+/* GlobalAvgPool(x (B,H,W,C)) -> (B,C); attr keepdims (int) -> (B,1,1,C) */
+static int rt__gap_infer(rt__cc *cc, rt__node *nd)
+{
+    int rc;
+    if ((rc = rt__nhwc_input(cc, nd)) < 0) return rc;
+    int ok = 1;
+    int64_t keep = rt__attr_int(cc, nd, "keepdims", 0, &ok);
+    if (!ok) return RT_EINVAL;
+    const int64_t H = nd->ia[RT_CV_H], W = nd->ia[RT_CV_W], C = nd->ia[RT_CV_C];
+    nd->ia[0] = H * W;
+    nd->ia[1] = C;
+    if (keep) nd->out = (rt__shape){.ndim = 3, .batched = 1, .d = {1, 1, C}};
+    else nd->out = (rt__shape){.ndim = 1, .batched = 1, .d = {C}};
+    return 0;
+}
+
+static uint64_t rt__gap_flops(const rt__node *nd, int64_t B, unsigned need_dx)
+{
+    const uint64_t n = (uint64_t)B * (uint64_t)(nd->ia[0] * nd->ia[1]);
+    return n + (need_dx ? n : 0);
+}
+
+const rt__op_def rt__op_globalavgpool = {
+    .name = "GlobalAvgPool",
+    .min_in = 1,
+    .max_in = 1,
+    .infer = rt__gap_infer,
+    .flops = rt__gap_flops,
+    .cpu = {rt_kern_gap_fwd, rt_kern_gap_bwd},
+};

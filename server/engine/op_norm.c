@@ -1,0 +1,123 @@
+/*
+ * op_norm.c - BatchNorm and Concat: shape inference and FLOP counts.
+ * Kernels: server/kernels/cpu/rt_kern_norm.c.
+ */
+#include <string.h>
+
+#include "cpu/rt_kern_conv.h"
+#include "rt_engine_impl.h"
+
+/* BatchNorm(x (B,...,C), gamma, beta, moving_mean, moving_var), all (C),
+ * over the last axis. attrs momentum (0.99), epsilon (1e-3), axis (-1 or
+ * the last axis counting the batch, as Keras), frozen (int: inference mode
+ * also while training, as Keras does for trainable=False). The moving
+ * statistics must be non-trainable parameters: the forward pass updates
+ * them in training mode. */
+static int rt__bn_infer(rt__cc *cc, rt__node *nd)
+{
+    const rt__shape *x = nd->in_shape[0];
+    if (!x->batched || x->ndim < 1)
+        return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' needs a batch and a channel axis",
+                        nd->in_name[0]);
+    const int64_t C = x->d[x->ndim - 1];
+    static const char *what[] = {"", "gamma", "beta", "moving_mean", "moving_var"};
+    for (int i = 1; i < 5; i++) {
+        const rt__shape *s = nd->in_shape[i];
+        if (s->batched || s->ndim != 1 || s->d[0] != C)
+            return rt__cerr(cc, nd, RT_ESHAPE, "%s '%s' must be (%lld)", what[i],
+                            nd->in_name[i], (long long)C);
+    }
+    int ok = 1;
+    const double mom = rt__attr_float(cc, nd, "momentum", 0.99, &ok);
+    const double eps = rt__attr_float(cc, nd, "epsilon", 1e-3, &ok);
+    const int64_t axis = rt__attr_int(cc, nd, "axis", -1, &ok);
+    const int64_t frozen = rt__attr_int(cc, nd, "frozen", 0, &ok);
+    if (!ok) return RT_EINVAL;
+    if (!(mom >= 0.0 && mom <= 1.0))
+        return rt__cerr(cc, nd, RT_EINVAL, "momentum %g outside [0, 1]", mom);
+    if (!(eps > 0.0) || eps > 1e10)
+        return rt__cerr(cc, nd, RT_EINVAL, "epsilon %g must be > 0", eps);
+    if (axis != -1 && axis != x->ndim)
+        return rt__cerr(cc, nd, RT_EUNIMPLEMENTED,
+                        "axis %lld: only the last (channels) axis is supported", (long long)axis);
+    nd->ia[RT_BN_C] = C;
+    nd->ia[RT_BN_FROZEN] = frozen != 0;
+    nd->fa[0] = mom;
+    nd->fa[1] = eps;
+    nd->out = *x;
+    /* 4 doubles (mean, var/inv, sums) and 3 floats per channel */
+    nd->scratch_fixed = 8 * C + 3 * C + 16;
+    return 0;
+}
+
+static uint64_t rt__bn_flops(const rt__node *nd, int64_t B, unsigned need_dx)
+{
+    const uint64_t n = (uint64_t)rt__numel_n(&nd->out, B);
+    return 5 * n + (need_dx ? 8 * n : 0);
+}
+
+const rt__op_def rt__op_batchnorm = {
+    .name = "BatchNorm",
+    .min_in = 5,
+    .max_in = 5,
+    .bwd_needs_in = 1u | 2u, /* x (statistics are recomputed), gamma */
+    .no_grad_in = 8u | 16u,  /* the moving statistics */
+    .infer = rt__bn_infer,
+    .flops = rt__bn_flops,
+    .cpu = {rt_kern_batchnorm_fwd, rt_kern_batchnorm_bwd},
+};
+
+/* Concat(a, b, ...) attr axis (default -1; counts the batch as axis 0, as
+ * Keras' Concatenate): every input has the same dims except the axis. */
+static int rt__concat_infer(rt__cc *cc, rt__node *nd)
+{
+    const rt__shape *x0 = nd->in_shape[0];
+    int ok = 1;
+    int64_t axis = rt__attr_int(cc, nd, "axis", -1, &ok);
+    if (!ok) return RT_EINVAL;
+    for (int i = 0; i < nd->n_in; i++)
+        if (!nd->in_shape[i]->batched || nd->in_shape[i]->ndim != x0->ndim)
+            return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' must have a batch and rank %d",
+                            nd->in_name[i], x0->ndim + 1);
+    const int64_t rank = x0->ndim + 1;
+    if (axis < 0) axis += rank;
+    if (axis <= 0 || axis >= rank)
+        return rt__cerr(cc, nd, RT_EINVAL, "axis %lld outside 1..%lld (0 is the batch)",
+                        (long long)rt__attr_int(cc, nd, "axis", -1, &ok), (long long)rank - 1);
+    const int ax = (int)axis - 1;
+    rt__shape out = *x0;
+    out.d[ax] = 0;
+    for (int i = 0; i < nd->n_in; i++) {
+        const rt__shape *s = nd->in_shape[i];
+        for (int d = 0; d < s->ndim; d++)
+            if (d != ax && s->d[d] != x0->d[d])
+                return rt__cerr(cc, nd, RT_ESHAPE,
+                                "input '%s' has dim %d = %lld, '%s' has %lld", nd->in_name[i],
+                                d + 1, (long long)s->d[d], nd->in_name[0], (long long)x0->d[d]);
+        out.d[ax] += s->d[ax];
+    }
+    int64_t outer = 1, after = 1;
+    for (int d = 0; d < ax; d++) outer *= x0->d[d];
+    for (int d = ax + 1; d < x0->ndim; d++) after *= x0->d[d];
+    nd->ia[0] = nd->n_in;
+    nd->ia[1] = outer;
+    nd->ia[2] = out.d[ax] * after;
+    for (int i = 0; i < nd->n_in; i++) nd->ia[3 + i] = nd->in_shape[i]->d[ax] * after;
+    nd->out = out;
+    return 0;
+}
+
+static uint64_t rt__concat_flops(const rt__node *nd, int64_t B, unsigned need_dx)
+{
+    const uint64_t n = (uint64_t)rt__numel_n(&nd->out, B);
+    return n + (need_dx ? n : 0);
+}
+
+const rt__op_def rt__op_concat = {
+    .name = "Concat",
+    .min_in = 1,
+    .max_in = RT__MAX_IN,
+    .infer = rt__concat_infer,
+    .flops = rt__concat_flops,
+    .cpu = {rt_kern_concat_fwd, rt_kern_concat_bwd},
+};

@@ -1,0 +1,62 @@
+/*
+ * rt_kern_conv.h - CPU kernels of the convolutional ops (issue 5), NHWC:
+ * Conv2D, MaxPool2D/AvgPool2D, GlobalAvgPool, BatchNorm, Concat. The op
+ * definitions (shape inference, attributes) are in server/engine/op_conv.c,
+ * op_pool.c, op_batchnorm.c and op_concat.c; they fill the node's ia[]
+ * slots named below, and the kernels read only those.
+ *
+ * Conv2D is im2col + GEMM, done in chunks of whole samples so the column
+ * buffer stays in cache (a 1x1 stride-1 unpadded convolution skips im2col:
+ * NHWC already is its column matrix). The bench in bench/conv measured this
+ * against oneDNN's convolution primitive for the reference shapes.
+ */
+#ifndef RTRAIN_KERN_CONV_H
+#define RTRAIN_KERN_CONV_H
+
+#include "rt_engine_impl.h"
+
+/* ia[] layout shared by Conv2D and the 2-D pools */
+enum {
+    RT_CV_H = 0, RT_CV_W, RT_CV_C,     /* input per sample */
+    RT_CV_OH, RT_CV_OW, RT_CV_OC,      /* output per sample */
+    RT_CV_KH, RT_CV_KW,                /* kernel / pool window */
+    RT_CV_SH, RT_CV_SW,                /* strides */
+    RT_CV_DH, RT_CV_DW,                /* dilations (1 for pools) */
+    RT_CV_PT, RT_CV_PL,                /* padding before, top and left */
+    RT_CV_CHUNK,                       /* Conv2D: samples per im2col chunk */
+    RT_CV_DIRECT,                      /* Conv2D: 1x1, stride 1, no pad */
+    RT_CV_BIAS,                        /* Conv2D: has a bias input */
+};
+
+/* Conv2D(x (B,H,W,C), W (KH,KW,C,OC), b (OC)?), nd->act fused.
+ * Scratch: chunk rows x (KH*KW*C + OC) floats. */
+void rt_kern_conv2d_fwd(const rt__kargs *a);
+void rt_kern_conv2d_bwd(const rt__kargs *a);
+
+/* MaxPool2D: scratch 2*C floats (running max and its window index).
+ * Padding cells never win. */
+void rt_kern_maxpool2d_fwd(const rt__kargs *a);
+void rt_kern_maxpool2d_bwd(const rt__kargs *a);
+/* AvgPool2D: the mean over the window's cells inside the input (padding
+ * is not counted, as TensorFlow/Keras). */
+void rt_kern_avgpool2d_fwd(const rt__kargs *a);
+void rt_kern_avgpool2d_bwd(const rt__kargs *a);
+
+/* GlobalAvgPool: ia[0] = H*W, ia[1] = C. (B,H,W,C) -> (B,C) */
+void rt_kern_gap_fwd(const rt__kargs *a);
+void rt_kern_gap_bwd(const rt__kargs *a);
+
+/* BatchNorm(x (...,C), gamma, beta, moving_mean, moving_var) over the last
+ * axis: ia[0] = C, ia[1] = frozen (always inference mode); fa[0] =
+ * momentum, fa[1] = epsilon. Scratch: 4*C doubles (8*C floats). */
+enum { RT_BN_C = 0, RT_BN_FROZEN };
+void rt_kern_batchnorm_fwd(const rt__kargs *a);
+void rt_kern_batchnorm_bwd(const rt__kargs *a);
+
+/* Concat: ia[0] = inputs k, ia[1] = outer rows per sample (product of the
+ * dims before the axis), ia[2] = output inner size, ia[3 + i] = input i's
+ * inner size (its axis dim times the dims after the axis). */
+void rt_kern_concat_fwd(const rt__kargs *a);
+void rt_kern_concat_bwd(const rt__kargs *a);
+
+#endif

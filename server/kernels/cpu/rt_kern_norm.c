@@ -1,0 +1,195 @@
+/*
+ * rt_kern_norm.c - BatchNorm over the last axis (channels, NHWC) and
+ * Concat.
+ *
+ * BatchNorm follows Keras: training mode normalises with the batch's mean
+ * and biased variance and moves moving_mean/moving_var towards them
+ * (moving = momentum * moving + (1 - momentum) * batch); inference mode,
+ * and a frozen layer (trainable=False) always, uses the moving statistics.
+ * Per-channel sums are accumulated in double: a channel of a large batch
+ * sums hundreds of thousands of values. The backward pass recomputes the
+ * batch statistics from x rather than keeping them from the forward pass
+ * (the engine gives each call its own scratch; this costs one read of x).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cpu/rt_kern_conv.h"
+
+/* mean[c] and biased var[c] over R rows of x (R, C), two passes */
+static void rt__bn_stats(const float *restrict x, int64_t R, int64_t C,
+                         double *restrict mean, double *restrict var)
+{
+    for (int64_t c = 0; c < C; c++) mean[c] = var[c] = 0.0;
+    for (int64_t r = 0; r < R; r++) {
+        const float *restrict v = x + r * C;
+        for (int64_t c = 0; c < C; c++) mean[c] += v[c];
+    }
+    for (int64_t c = 0; c < C; c++) mean[c] /= (double)R;
+    for (int64_t r = 0; r < R; r++) {
+        const float *restrict v = x + r * C;
+        for (int64_t c = 0; c < C; c++) {
+            const double d = (double)v[c] - mean[c];
+            var[c] += d * d;
+        }
+    }
+    for (int64_t c = 0; c < C; c++) var[c] /= (double)R;
+}
+
+static inline int rt__bn_batch_mode(const rt__kargs *a)
+{
+    return a->r->training && !a->nd->ia[RT_BN_FROZEN];
+}
+
+/* y = gamma (x - mean) / sqrt(var + eps) + beta, x and y (R, C) */
+void rt_kern_batchnorm_fwd(const rt__kargs *a)
+{
+    const rt__node *nd = a->nd;
+    const int64_t C = nd->ia[RT_BN_C];
+    const int64_t R = rt__rows(nd->in_shape[0], a->r->n);
+    const double mom = nd->fa[0], eps = nd->fa[1];
+    const float *gamma = a->x[1], *beta = a->x[2];
+    float *mm = a->x[3], *mv = a->x[4];
+    double *mean = (double *)a->scratch, *var = mean + C;
+    float *scale = (float *)(var + C), *shift = scale + C;
+    if (rt__bn_batch_mode(a)) {
+        rt__bn_stats(a->x[0], R, C, mean, var);
+        for (int64_t c = 0; c < C; c++) {
+            mm[c] = (float)(mom * mm[c] + (1.0 - mom) * mean[c]);
+            mv[c] = (float)(mom * mv[c] + (1.0 - mom) * var[c]);
+        }
+    } else {
+        for (int64_t c = 0; c < C; c++) {
+            mean[c] = mm[c];
+            var[c] = mv[c];
+        }
+    }
+    for (int64_t c = 0; c < C; c++) {
+        const double s = (double)gamma[c] / sqrt(var[c] + eps);
+        scale[c] = (float)s;
+        shift[c] = (float)((double)beta[c] - mean[c] * s);
+    }
+    for (int64_t r = 0; r < R; r++) {
+        const float *restrict v = a->x[0] + r * C;
+        float *restrict y = a->y + r * C;
+        for (int64_t c = 0; c < C; c++) y[c] = v[c] * scale[c] + shift[c];
+    }
+}
+
+/* With xh = (x - mean) * inv, inv = 1/sqrt(var + eps):
+ *   dbeta = sum dy, dgamma = sum dy * xh,
+ *   batch mode:     dx = gamma inv (dy - dbeta/R - xh dgamma/R)
+ *   inference mode: dx = gamma inv dy (the statistics are constants) */
+void rt_kern_batchnorm_bwd(const rt__kargs *a)
+{
+    const rt__node *nd = a->nd;
+    const int64_t C = nd->ia[RT_BN_C];
+    const int64_t R = rt__rows(nd->in_shape[0], a->r->n);
+    const double eps = nd->fa[1];
+    const int batch = rt__bn_batch_mode(a);
+    const float *x = a->x[0], *dy = a->dy, *gamma = a->x[1];
+    double *mean = (double *)a->scratch, *var = mean + C;
+    double *sdy = var + C, *sdyx = sdy + C;
+    if (batch) {
+        rt__bn_stats(x, R, C, mean, var);
+    } else {
+        for (int64_t c = 0; c < C; c++) {
+            mean[c] = a->x[3][c];
+            var[c] = a->x[4][c];
+        }
+    }
+    /* var becomes inv from here on */
+    for (int64_t c = 0; c < C; c++) {
+        var[c] = 1.0 / sqrt(var[c] + eps);
+        sdy[c] = sdyx[c] = 0.0;
+    }
+    const double *inv = var;
+    for (int64_t r = 0; r < R; r++) {
+        const float *restrict v = x + r * C, *restrict d = dy + r * C;
+        for (int64_t c = 0; c < C; c++) {
+            sdy[c] += d[c];
+            sdyx[c] += (double)d[c] * ((double)v[c] - mean[c]);
+        }
+    }
+    if (a->dx[1]) {
+        float *dg = a->dx[1];
+        const int add = (a->accum & 2u) != 0;
+        for (int64_t c = 0; c < C; c++) {
+            const float g = (float)(sdyx[c] * inv[c]);
+            dg[c] = add ? dg[c] + g : g;
+        }
+    }
+    if (a->dx[2]) {
+        float *dbt = a->dx[2];
+        const int add = (a->accum & 4u) != 0;
+        for (int64_t c = 0; c < C; c++) dbt[c] = add ? dbt[c] + (float)sdy[c] : (float)sdy[c];
+    }
+    if (!a->dx[0]) return;
+    /* dx = k1 dy + k2 x + k0 per channel, in float for the row loop */
+    float *k = (float *)(sdyx + C), *k1 = k, *k2 = k + C, *k0 = k + 2 * C;
+    for (int64_t c = 0; c < C; c++) {
+        const double gi = (double)gamma[c] * inv[c];
+        if (batch) {
+            const double m1 = sdy[c] / (double)R;
+            const double m2 = sdyx[c] * inv[c] * inv[c] / (double)R;
+            /* gi (dy - m1 - (x - mean) m2) */
+            k1[c] = (float)gi;
+            k2[c] = (float)(-gi * m2);
+            k0[c] = (float)(gi * (-m1 + mean[c] * m2));
+        } else {
+            k1[c] = (float)gi;
+            k2[c] = 0.0f;
+            k0[c] = 0.0f;
+        }
+    }
+    float *dx = a->dx[0];
+    const int add = (a->accum & 1u) != 0;
+    for (int64_t r = 0; r < R; r++) {
+        const float *restrict v = x + r * C, *restrict d = dy + r * C;
+        float *restrict o = dx + r * C;
+        if (add)
+            for (int64_t c = 0; c < C; c++) o[c] += k1[c] * d[c] + k2[c] * v[c] + k0[c];
+        else
+            for (int64_t c = 0; c < C; c++) o[c] = k1[c] * d[c] + k2[c] * v[c] + k0[c];
+    }
+}
+
+/* ---------------------------------------------------------------- concat */
+
+/* y (rows, inner) = [x0 (rows, inner0) | x1 (rows, inner1) | ...] */
+void rt_kern_concat_fwd(const rt__kargs *a)
+{
+    const int64_t *ia = a->nd->ia;
+    const int64_t k = ia[0], rows = a->r->n * ia[1], inner = ia[2];
+    int64_t off = 0;
+    for (int64_t i = 0; i < k; i++) {
+        const int64_t w = ia[3 + i];
+        const float *x = a->x[i];
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(a->y + r * inner + off, x + r * w, sizeof(float) * (size_t)w);
+        off += w;
+    }
+}
+
+void rt_kern_concat_bwd(const rt__kargs *a)
+{
+    const int64_t *ia = a->nd->ia;
+    const int64_t k = ia[0], rows = a->r->n * ia[1], inner = ia[2];
+    int64_t off = 0;
+    for (int64_t i = 0; i < k; i++) {
+        const int64_t w = ia[3 + i];
+        float *dx = a->dx[i];
+        if (dx) {
+            const int add = (a->accum >> i) & 1u;
+            for (int64_t r = 0; r < rows; r++) {
+                const float *restrict d = a->dy + r * inner + off;
+                float *restrict o = dx + r * w;
+                if (add)
+                    for (int64_t j = 0; j < w; j++) o[j] += d[j];
+                else
+                    memcpy(o, d, sizeof(float) * (size_t)w);
+            }
+        }
+        off += w;
+    }
+}

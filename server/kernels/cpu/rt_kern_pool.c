@@ -1,0 +1,193 @@
+/*
+ * rt_kern_pool.c - MaxPool2D, AvgPool2D and GlobalAvgPool, NHWC. The inner
+ * loops run over channels, which are contiguous, so they vectorise.
+ *
+ * MaxPool's backward recomputes each window's argmax from x instead of
+ * storing indices in the forward pass: the recomputation reads x once,
+ * an index buffer would cost as much memory as the output and would have
+ * to stay alive from forward to backward.
+ */
+#include <string.h>
+
+#include "cpu/rt_kern_conv.h"
+
+typedef struct rt__pool {
+    int64_t H, W, C, OH, OW, KH, KW, SH, SW, PT, PL;
+} rt__pool;
+
+static rt__pool rt__pool_of(const int64_t *ia)
+{
+    return (rt__pool){ia[RT_CV_H], ia[RT_CV_W], ia[RT_CV_C], ia[RT_CV_OH],
+                      ia[RT_CV_OW], ia[RT_CV_KH], ia[RT_CV_KW], ia[RT_CV_SH],
+                      ia[RT_CV_SW], ia[RT_CV_PT], ia[RT_CV_PL]};
+}
+
+/* the window of output (oh, ow) clipped to the input: [h0,h1) x [w0,w1) */
+static inline void rt__window(const rt__pool *p, int64_t oh, int64_t ow,
+                              int64_t *h0, int64_t *h1, int64_t *w0, int64_t *w1)
+{
+    int64_t a = oh * p->SH - p->PT, b = ow * p->SW - p->PL;
+    *h0 = a < 0 ? 0 : a;
+    *h1 = a + p->KH > p->H ? p->H : a + p->KH;
+    *w0 = b < 0 ? 0 : b;
+    *w1 = b + p->KW > p->W ? p->W : b + p->KW;
+}
+
+/* ------------------------------------------------------------------ max */
+
+/* y (B,OH,OW,C) = max over each window of x (B,H,W,C) */
+void rt_kern_maxpool2d_fwd(const rt__kargs *a)
+{
+    const rt__pool p = rt__pool_of(a->nd->ia);
+    const int64_t C = p.C;
+    for (int64_t b = 0; b < a->r->n; b++) {
+        const float *xb = a->x[0] + b * p.H * p.W * C;
+        float *yb = a->y + b * p.OH * p.OW * C;
+        for (int64_t oh = 0; oh < p.OH; oh++) {
+            for (int64_t ow = 0; ow < p.OW; ow++) {
+                int64_t h0, h1, w0, w1;
+                rt__window(&p, oh, ow, &h0, &h1, &w0, &w1);
+                float *restrict m = yb + (oh * p.OW + ow) * C;
+                memcpy(m, xb + (h0 * p.W + w0) * C, sizeof(float) * (size_t)C);
+                for (int64_t h = h0; h < h1; h++)
+                    for (int64_t w = w0; w < w1; w++) {
+                        const float *restrict v = xb + (h * p.W + w) * C;
+                        for (int64_t c = 0; c < C; c++) m[c] = v[c] > m[c] ? v[c] : m[c];
+                    }
+            }
+        }
+    }
+}
+
+/* dx (+)= dy routed to the first maximum of each window (scan order), as
+ * PyTorch and TensorFlow do for ties */
+void rt_kern_maxpool2d_bwd(const rt__kargs *a)
+{
+    const rt__pool p = rt__pool_of(a->nd->ia);
+    const int64_t C = p.C;
+    float *dx = a->dx[0];
+    if (!dx) return;
+    if (!(a->accum & 1u))
+        memset(dx, 0, sizeof(float) * (size_t)(a->r->n * p.H * p.W * C));
+    float *restrict m = a->scratch;
+    int32_t *restrict id = (int32_t *)(a->scratch + C);
+    for (int64_t b = 0; b < a->r->n; b++) {
+        const float *xb = a->x[0] + b * p.H * p.W * C;
+        float *dxb = dx + b * p.H * p.W * C;
+        const float *dyb = a->dy + b * p.OH * p.OW * C;
+        for (int64_t oh = 0; oh < p.OH; oh++) {
+            for (int64_t ow = 0; ow < p.OW; ow++) {
+                int64_t h0, h1, w0, w1;
+                rt__window(&p, oh, ow, &h0, &h1, &w0, &w1);
+                const int32_t first = (int32_t)((h0 * p.W + w0) * C);
+                memcpy(m, xb + first, sizeof(float) * (size_t)C);
+                for (int64_t c = 0; c < C; c++) id[c] = first;
+                for (int64_t h = h0; h < h1; h++)
+                    for (int64_t w = w0; w < w1; w++) {
+                        const int32_t off = (int32_t)((h * p.W + w) * C);
+                        const float *restrict v = xb + off;
+                        for (int64_t c = 0; c < C; c++) {
+                            const int gt = v[c] > m[c];
+                            m[c] = gt ? v[c] : m[c];
+                            id[c] = gt ? off : id[c];
+                        }
+                    }
+                const float *restrict d = dyb + (oh * p.OW + ow) * C;
+                for (int64_t c = 0; c < C; c++) dxb[id[c] + c] += d[c];
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ avg */
+
+void rt_kern_avgpool2d_fwd(const rt__kargs *a)
+{
+    const rt__pool p = rt__pool_of(a->nd->ia);
+    const int64_t C = p.C;
+    for (int64_t b = 0; b < a->r->n; b++) {
+        const float *xb = a->x[0] + b * p.H * p.W * C;
+        float *yb = a->y + b * p.OH * p.OW * C;
+        for (int64_t oh = 0; oh < p.OH; oh++) {
+            for (int64_t ow = 0; ow < p.OW; ow++) {
+                int64_t h0, h1, w0, w1;
+                rt__window(&p, oh, ow, &h0, &h1, &w0, &w1);
+                float *restrict s = yb + (oh * p.OW + ow) * C;
+                memset(s, 0, sizeof(float) * (size_t)C);
+                for (int64_t h = h0; h < h1; h++)
+                    for (int64_t w = w0; w < w1; w++) {
+                        const float *restrict v = xb + (h * p.W + w) * C;
+                        for (int64_t c = 0; c < C; c++) s[c] += v[c];
+                    }
+                const float inv = 1.0f / (float)((h1 - h0) * (w1 - w0));
+                for (int64_t c = 0; c < C; c++) s[c] *= inv;
+            }
+        }
+    }
+}
+
+void rt_kern_avgpool2d_bwd(const rt__kargs *a)
+{
+    const rt__pool p = rt__pool_of(a->nd->ia);
+    const int64_t C = p.C;
+    float *dx = a->dx[0];
+    if (!dx) return;
+    if (!(a->accum & 1u))
+        memset(dx, 0, sizeof(float) * (size_t)(a->r->n * p.H * p.W * C));
+    for (int64_t b = 0; b < a->r->n; b++) {
+        float *dxb = dx + b * p.H * p.W * C;
+        const float *dyb = a->dy + b * p.OH * p.OW * C;
+        for (int64_t oh = 0; oh < p.OH; oh++) {
+            for (int64_t ow = 0; ow < p.OW; ow++) {
+                int64_t h0, h1, w0, w1;
+                rt__window(&p, oh, ow, &h0, &h1, &w0, &w1);
+                const float inv = 1.0f / (float)((h1 - h0) * (w1 - w0));
+                const float *restrict d = dyb + (oh * p.OW + ow) * C;
+                for (int64_t h = h0; h < h1; h++)
+                    for (int64_t w = w0; w < w1; w++) {
+                        float *restrict v = dxb + (h * p.W + w) * C;
+                        for (int64_t c = 0; c < C; c++) v[c] += d[c] * inv;
+                    }
+            }
+        }
+    }
+}
+
+/* --------------------------------------------------------------- global */
+
+/* y (B,C) = mean over H*W of x (B,H,W,C) */
+void rt_kern_gap_fwd(const rt__kargs *a)
+{
+    const int64_t HW = a->nd->ia[0], C = a->nd->ia[1];
+    const float inv = 1.0f / (float)HW;
+    for (int64_t b = 0; b < a->r->n; b++) {
+        const float *xb = a->x[0] + b * HW * C;
+        float *restrict s = a->y + b * C;
+        memset(s, 0, sizeof(float) * (size_t)C);
+        for (int64_t i = 0; i < HW; i++) {
+            const float *restrict v = xb + i * C;
+            for (int64_t c = 0; c < C; c++) s[c] += v[c];
+        }
+        for (int64_t c = 0; c < C; c++) s[c] *= inv;
+    }
+}
+
+void rt_kern_gap_bwd(const rt__kargs *a)
+{
+    const int64_t HW = a->nd->ia[0], C = a->nd->ia[1];
+    const float inv = 1.0f / (float)HW;
+    float *dx = a->dx[0];
+    if (!dx) return;
+    const int add = (a->accum & 1u) != 0;
+    for (int64_t b = 0; b < a->r->n; b++) {
+        const float *restrict d = a->dy + b * C;
+        float *dxb = dx + b * HW * C;
+        for (int64_t i = 0; i < HW; i++) {
+            float *restrict v = dxb + i * C;
+            if (add)
+                for (int64_t c = 0; c < C; c++) v[c] += d[c] * inv;
+            else
+                for (int64_t c = 0; c < C; c++) v[c] = d[c] * inv;
+        }
+    }
+}
