@@ -1,0 +1,262 @@
+/* test_lifecycle.c - rtraind start and stop: SIGTERM lets an in-flight call
+ * finish and exits 0; a call still running after the grace period is
+ * cancelled and the daemon still exits 0; a second daemon on a used port
+ * fails loudly; flags. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "itest.h"
+
+typedef struct bg_call {
+    const char *addr;
+    char sid[24], pid[24], did[40];
+    uint64_t steps;
+    int fit;          /* Fit instead of RunSteps */
+    int status;
+    char details[600];
+    uint64_t global_step;
+    volatile int started;
+} bg_call;
+
+static Rtrain__V1__Graph *small_graph(void)
+{
+    static Rtrain__V1__Graph g = RTRAIN__V1__GRAPH__INIT;
+    static Rtrain__V1__ValueInfo in = RTRAIN__V1__VALUE_INFO__INIT;
+    static Rtrain__V1__ValueInfo *ins[1] = {&in};
+    static Rtrain__V1__Param w = RTRAIN__V1__PARAM__INIT, b = RTRAIN__V1__PARAM__INIT;
+    static Rtrain__V1__Param *ps[2] = {&w, &b};
+    static Rtrain__V1__Node d = RTRAIN__V1__NODE__INIT, s = RTRAIN__V1__NODE__INIT;
+    static Rtrain__V1__Node *ns[2] = {&d, &s};
+    static int64_t ish[2] = {-1, 4}, wsh[2] = {4, 3}, bsh[1] = {3};
+    static char *din[3] = {"x", "w", "b"}, *sin[1] = {"d"};
+    in.name = "x";
+    in.dtype = RTRAIN__V1__DTYPE__F32;
+    in.shape = ish;
+    in.n_shape = 2;
+    w.name = "w"; w.shape = wsh; w.n_shape = 2; w.trainable = 1;
+    b.name = "b"; b.shape = bsh; b.n_shape = 1; b.trainable = 1;
+    d.name = "d"; d.op = "Dense"; d.inputs = din; d.n_inputs = 3;
+    s.name = "probs"; s.op = "Softmax"; s.inputs = sin; s.n_inputs = 1;
+    g.inputs = ins; g.n_inputs = 1; g.params = ps; g.n_params = 2; g.nodes = ns; g.n_nodes = 2;
+    g.output = "probs";
+    return &g;
+}
+
+/* A session, the iris data and a compiled program on a fresh daemon. */
+static int prepare(itest_conn *c, bg_call *b)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/iris.csv", itest_data_dir());
+    size_t len;
+    uint8_t *csv = itest_read_file(path, &len);
+    if (!csv || itest_session(c, "life", b->sid) != 0)
+        return -1;
+    Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
+    p.role = RTRAIN__V1__DATA_ROLE__ROLE_BOTH;
+    p.format = RTRAIN__V1__DATA_FORMAT__FORMAT_CSV;
+    p.length = len;
+    p.label_column = -1;
+    p.csv_header = 1;
+    Rtrain__V1__DataPart *pp[1] = {&p};
+    itest_res r;
+    int st = itest_upload(c, b->sid, pp, 1, csv, len, 1 << 16, b->did, &r);
+    itest_res_free(&r);
+    free(csv);
+    if (st)
+        return -1;
+    Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+    Rtrain__V1__TrainConfig cfg = RTRAIN__V1__TRAIN_CONFIG__INIT;
+    cfg.batch_size = 1; /* many small steps: a long call */
+    q.session_id = b->sid;
+    q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH;
+    q.graph = small_graph();
+    q.config = &cfg;
+    Rtrain__V1__CompileResponse *cr = NULL;
+    itest_unary(c, "Compile", &q.base, &rtrain__v1__compile_response__descriptor,
+                (ProtobufCMessage **)&cr, &r);
+    itest_res_free(&r);
+    if (!cr)
+        return -1;
+    snprintf(b->pid, sizeof b->pid, "%s", cr->program_id);
+    protobuf_c_message_free_unpacked(&cr->base, NULL);
+    return 0;
+}
+
+static int count_events(void *ud, const uint8_t *d, size_t n)
+{
+    bg_call *b = ud;
+    b->started = 1;
+    Rtrain__V1__FitEvent *e = rtrain__v1__fit_event__unpack(NULL, n, d);
+    if (e && e->event_case == RTRAIN__V1__FIT_EVENT__EVENT_PROGRESS)
+        b->global_step = e->progress->step;
+    if (e)
+        rtrain__v1__fit_event__free_unpacked(e, NULL);
+    return 0;
+}
+
+static void *bg_main(void *arg)
+{
+    bg_call *b = arg;
+    itest_conn *c = itest_connect(b->addr);
+    itest_res r;
+    if (b->fit) {
+        Rtrain__V1__FitRequest q = RTRAIN__V1__FIT_REQUEST__INIT;
+        q.session_id = b->sid;
+        q.program_id = b->pid;
+        q.dataset_id = b->did;
+        q.epochs = 1000000;
+        q.progress_every = 50;
+        itest_server_stream(c, "Fit", &q.base, count_events, b, &r);
+    } else {
+        Rtrain__V1__RunStepsRequest q = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
+        q.session_id = b->sid;
+        q.program_id = b->pid;
+        q.dataset_id = b->did;
+        q.steps = b->steps;
+        Rtrain__V1__RunStepsResponse *p = NULL;
+        b->started = 1;
+        itest_unary(c, "RunSteps", &q.base, &rtrain__v1__run_steps_response__descriptor,
+                    (ProtobufCMessage **)&p, &r);
+        if (p) {
+            b->global_step = p->global_step;
+            protobuf_c_message_free_unpacked(&p->base, NULL);
+        }
+    }
+    b->status = r.status;
+    snprintf(b->details, sizeof b->details, "%s", r.details);
+    itest_res_free(&r);
+    itest_disconnect(c);
+    return NULL;
+}
+
+static void test_sigterm_inflight(const char *rtraind)
+{
+    itest_daemon d;
+    const char *extra[] = {"--grace-ms", "30000", NULL};
+    if (itest_daemon_start(&d, rtraind, extra) < 0) {
+        CHECK(0, "daemon start");
+        return;
+    }
+    itest_conn *c = itest_connect(d.addr);
+    bg_call b;
+    memset(&b, 0, sizeof b);
+    b.addr = d.addr;
+    CHECK(prepare(c, &b) == 0, "prepare");
+    /* Time one chunk of steps so the in-flight call lasts ~1.5 s here. */
+    Rtrain__V1__RunStepsRequest q = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
+    q.session_id = b.sid;
+    q.program_id = b.pid;
+    q.dataset_id = b.did;
+    q.steps = 20000;
+    itest_res r;
+    itest_unary(c, "RunSteps", &q.base, NULL, NULL, &r);
+    CHECK(r.status == 0, "timing run: %d %s", r.status, r.details);
+    uint64_t per = r.rtt_ns / 20000 + 1;
+    itest_res_free(&r);
+    itest_disconnect(c);
+    b.steps = 1500000000ull / per;
+    if (b.steps < 20000)
+        b.steps = 20000;
+    pthread_t th;
+    pthread_create(&th, NULL, bg_main, &b);
+    while (!b.started)
+        usleep(1000);
+    usleep(300000);
+    kill(d.pid, SIGTERM);
+    pthread_join(th, NULL);
+    CHECK(b.status == 0, "the in-flight call completes: %d '%s'", b.status, b.details);
+    CHECK(b.global_step == 20000 + b.steps, "all of its steps ran (%llu)",
+          (unsigned long long)b.global_step);
+    int code = itest_daemon_stop(&d, 0);
+    CHECK(code == 0, "exit code after SIGTERM: %d", code);
+}
+
+static void test_grace_expiry(const char *rtraind)
+{
+    itest_daemon d;
+    const char *extra[] = {"--grace-ms", "300", NULL};
+    if (itest_daemon_start(&d, rtraind, extra) < 0) {
+        CHECK(0, "daemon start");
+        return;
+    }
+    itest_conn *c = itest_connect(d.addr);
+    bg_call b;
+    memset(&b, 0, sizeof b);
+    b.addr = d.addr;
+    b.fit = 1;
+    CHECK(prepare(c, &b) == 0, "prepare");
+    itest_disconnect(c);
+    pthread_t th;
+    pthread_create(&th, NULL, bg_main, &b);
+    while (!b.started)
+        usleep(1000);
+    uint64_t t0 = itest_now_ns();
+    kill(d.pid, SIGTERM);
+    pthread_join(th, NULL);
+    double s = (double)(itest_now_ns() - t0) / 1e9;
+    CHECK(b.status != 0, "a Fit running past the grace period is cancelled (status %d)", b.status);
+    CHECK(s < 20, "cancelled %.1f s after SIGTERM", s);
+    int code = itest_daemon_stop(&d, 0);
+    CHECK(code == 0, "exit code after a cancelled drain: %d", code);
+}
+
+static void test_port_in_use(const char *rtraind)
+{
+    itest_daemon d;
+    if (itest_daemon_start(&d, rtraind, NULL) < 0) {
+        CHECK(0, "daemon start");
+        return;
+    }
+    char listen[64], err[4096];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", d.port);
+    const char *args[] = {rtraind, "--listen", listen, NULL};
+    int code = itest_run_capture(rtraind, args, err, sizeof err);
+    char want[96];
+    snprintf(want, sizeof want, "address %s already in use", listen);
+    CHECK(code == 1, "second daemon exit code %d", code);
+    CHECK(strstr(err, want) != NULL, "second daemon says '%s'; got '%s'", want, err);
+    /* The first daemon is unaffected. */
+    itest_conn *c = itest_connect(d.addr);
+    Rtrain__V1__PingRequest q = RTRAIN__V1__PING_REQUEST__INIT;
+    itest_res r;
+    itest_unary(c, "Ping", &q.base, NULL, NULL, &r);
+    CHECK(r.status == 0, "first daemon still serves");
+    itest_res_free(&r);
+    itest_disconnect(c);
+    CHECK(itest_daemon_stop(&d, SIGINT) == 0, "SIGINT exit code");
+}
+
+static void test_flags(const char *rtraind)
+{
+    char out[4096];
+    const char *v[] = {rtraind, "--version", NULL};
+    CHECK(itest_run_capture(rtraind, v, out, sizeof out) == 0, "--version");
+    const char *h[] = {rtraind, "--help", NULL};
+    CHECK(itest_run_capture(rtraind, h, out, sizeof out) == 0, "--help");
+    const char *bad[] = {rtraind, "--threads", "zero", NULL};
+    CHECK(itest_run_capture(rtraind, bad, out, sizeof out) == 2 && strstr(out, "threads"),
+          "bad --threads: '%s'", out);
+    const char *unk[] = {rtraind, "--frobnicate", NULL};
+    CHECK(itest_run_capture(rtraind, unk, out, sizeof out) == 2, "unknown flag");
+    const char *lvl[] = {rtraind, "--log-level", "chatty", NULL};
+    CHECK(itest_run_capture(rtraind, lvl, out, sizeof out) == 2, "bad --log-level");
+    const char *addr[] = {rtraind, "--listen", "256.1.1.1:80", NULL};
+    CHECK(itest_run_capture(rtraind, addr, out, sizeof out) == 1 && strstr(out, "cannot listen"),
+          "bad address: '%s'", out);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s RTRAIND\n", argv[0]);
+        return 2;
+    }
+    RUN(test_sigterm_inflight, argv[1]);
+    RUN(test_grace_expiry, argv[1]);
+    RUN(test_port_in_use, argv[1]);
+    RUN(test_flags, argv[1]);
+    return itest_summary();
+}
