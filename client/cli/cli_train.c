@@ -60,6 +60,20 @@ int cli_fail(rt_client *c, const char *what, int rc)
     return cli_exit_code(rc);
 }
 
+/* Input files are checked before connecting, so a typo is exit code 4 with
+ * the file's name, not an I/O error halfway through. */
+static int check_inputs(const cli_opts *o)
+{
+    const char *files[] = {o->model, o->weights, o->data, o->labels, o->val, o->val_labels};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        if (files[i] && access(files[i], R_OK) != 0) {
+            fprintf(stderr, "rtrain: cannot read %s: %s\n", files[i], strerror(errno));
+            return errno == ENOENT && files[i] == o->weights ? CLI_EXIT_NOTFOUND
+                                                            : CLI_EXIT_INVALID;
+        }
+    return 0;
+}
+
 static const char *base_name(const char *p)
 {
     const char *s = strrchr(p, '/');
@@ -212,7 +226,10 @@ static int on_fit_event(const rt_client_fit_event *ev, void *user)
 int cli_cmd_fit(const cli_opts *o)
 {
     rt_client *c = NULL;
-    int ex = cli_connect(o, &c);
+    int ex = check_inputs(o);
+    if (ex)
+        return ex;
+    ex = cli_connect(o, &c);
     if (ex)
         return ex;
     rt_client_trace_enable(c, 1);
@@ -363,13 +380,16 @@ int cli_cmd_eval(const cli_opts *o, int predict)
 {
     char err[256];
     rt_client_weights w;
+    int ex = check_inputs(o);
+    if (ex)
+        return ex;
     int rc = rt_client_weights_load(&w, o->weights, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, "rtrain: --weights: %s\n", err);
         return cli_exit_code(rc);
     }
     rt_client *c = NULL;
-    int ex = cli_connect(o, &c);
+    ex = cli_connect(o, &c);
     if (ex) {
         rt_client_weights_free(&w);
         return ex;

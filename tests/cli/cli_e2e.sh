@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# End-to-end tests of the `rtrain` CLI against a real rtraind on a loopback
+# port: fit (both drivers, accuracy, history, weights, timings, trace), eval,
+# predict (.npy and .csv), bench overhead (CSV rows, SVG), bench story, exit
+# codes (usage 2, daemon down 3, invalid 4, not found 5) and SIGINT during
+# fit (130, daemon unharmed).
+#   usage: cli_e2e.sh RTRAIND RTRAIN SOURCE_DIR
+set -uo pipefail
+rtraind=$1 rtrain=$2 src=$3
+ex=$src/examples/iris
+py=/usr/bin/python3
+tmp=$(mktemp -d)
+fails=0 checks=0
+dpid=""
+cleanup() {
+  [ -n "$dpid" ] && kill "$dpid" 2>/dev/null && wait "$dpid" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+ok()   { checks=$((checks + 1)); echo "ok   $*"; }
+bad()  { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL $*"; }
+expect_rc() { # expect_rc WANT NAME -- command...
+  local want=$1 name=$2; shift 3
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ "$rc" -eq "$want" ]; then ok "$name (exit $rc)"; else
+    bad "$name: exit $rc, want $want"; sed 's/^/     /' "$tmp/out" "$tmp/err" | tail -20; fi
+}
+ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && a + 0 >= b + 0) }'; }
+
+"$rtraind" --listen 127.0.0.1:0 --log-level warn >"$tmp/daemon.log" 2>&1 &
+dpid=$!
+addr=""
+for _ in $(seq 1 100); do
+  addr=$(sed -n 's/^rtraind listening on \([^ ]*\).*/\1/p' "$tmp/daemon.log" | head -n 1)
+  [ -n "$addr" ] && break
+  sleep 0.1
+done
+[ -n "$addr" ] || { echo "rtraind did not start"; cat "$tmp/daemon.log"; exit 1; }
+echo "daemon at $addr"
+S=(--server "$addr")
+FIT=(fit "${S[@]}" --model "$ex/model.json" --data "$ex/train_shuffled.csv"
+     --val "$ex/val_shuffled.csv" --loss sparse_categorical_crossentropy
+     --optimizer adam --lr 0.02 --batch-size 20 --epochs 60 --seed 1)
+
+# --- info, ping
+expect_rc 0 "info" -- "$rtrain" info "${S[@]}"
+grep -q "Dense" "$tmp/out" && ok "info lists ops" || bad "info lists no Dense op"
+expect_rc 0 "ping" -- "$rtrain" ping "${S[@]}" --count 50 --size 1024
+grep -q "p50" "$tmp/out" && ok "ping prints p50" || bad "ping output"
+
+# --- fit through the Fit stream, with weights, timings and trace
+expect_rc 0 "fit (Fit stream)" -- "$rtrain" "${FIT[@]}" --save-weights "$tmp/w.bin" \
+  --timings --trace "$tmp/trace.json"
+cp "$tmp/out" "$tmp/fit1.out"
+acc1=$(sed -n 's/^final:.* val_accuracy \([0-9.]*\).*/\1/p' "$tmp/fit1.out")
+ge "$acc1" 0.9 && ok "fit val_accuracy $acc1 >= 0.9" || bad "fit val_accuracy '$acc1' < 0.9"
+n_epochs=$(grep -c '^Epoch [0-9]*/60 - ' "$tmp/fit1.out")
+[ "$n_epochs" -eq 60 ] && ok "history: 60 epoch lines" || bad "history: $n_epochs epoch lines"
+grep -q "^Fit " "$tmp/fit1.out" && grep -q "round trip" "$tmp/fit1.out" \
+  && ok "--timings table" || bad "--timings table missing"
+[ -s "$tmp/w.bin" ] && [ "$(head -c 8 "$tmp/w.bin")" = "RTWTS001" ] \
+  && ok "weights file" || bad "weights file"
+if $py - "$tmp/trace.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+ev = d["traceEvents"]
+xs = [e for e in ev if e["ph"] == "X"]
+assert xs, "no complete events"
+for e in xs:
+    for k in ("name", "ph", "ts", "dur", "pid", "tid"):
+        assert k in e, (k, e)
+    assert e["dur"] >= 0
+assert {e["tid"] for e in xs} >= {0, 1, 2}
+assert any(e["name"] == "Fit" for e in xs)
+EOF
+then ok "trace is trace-event JSON"; else bad "trace JSON"; fi
+
+# --- the same training through RunSteps, 7 steps per call: same result
+expect_rc 0 "fit (RunSteps K=7)" -- "$rtrain" "${FIT[@]}" --steps-per-call 7
+acc2=$(sed -n 's/^final:.* val_accuracy \([0-9.]*\).*/\1/p' "$tmp/out")
+[ "$acc1" = "$acc2" ] && ok "RunSteps gives the same val_accuracy ($acc2)" \
+  || bad "RunSteps val_accuracy '$acc2' != Fit '$acc1'"
+
+# --- eval and predict with the saved weights
+expect_rc 0 "eval" -- "$rtrain" eval "${S[@]}" --model "$ex/model.json" \
+  --weights "$tmp/w.bin" --data "$ex/val_shuffled.csv" --loss sparse_categorical_crossentropy
+eacc=$(sed -n 's/.*accuracy: \([0-9.]*\).*/\1/p' "$tmp/out")
+[ "$eacc" = "$acc1" ] && ok "eval accuracy $eacc = fit's" || bad "eval accuracy '$eacc' != '$acc1'"
+expect_rc 0 "predict .npy" -- "$rtrain" predict "${S[@]}" --model "$ex/model.json" \
+  --weights "$tmp/w.bin" --data "$ex/val_shuffled.csv" --out "$tmp/p.npy"
+if $py - "$tmp/p.npy" "$ex/val_shuffled.csv" "$eacc" <<'EOF'
+import sys, numpy as np
+p = np.load(sys.argv[1])
+y = np.loadtxt(sys.argv[2], delimiter=",")[:, -1].astype(int)
+assert p.shape == (45, 3) and p.dtype == np.float32, (p.shape, p.dtype)
+assert np.allclose(p.sum(1), 1, atol=1e-4)
+assert abs((p.argmax(1) == y).mean() - float(sys.argv[3])) < 1e-4  # eval prints 4 decimals
+EOF
+then ok "predictions match eval"; else bad "predictions .npy"; fi
+expect_rc 0 "predict .csv" -- "$rtrain" predict "${S[@]}" --model "$ex/model.json" \
+  --weights "$tmp/w.bin" --data "$ex/val_shuffled.csv" --out "$tmp/p.csv"
+[ "$(wc -l <"$tmp/p.csv")" -eq 45 ] && [ "$(head -1 "$tmp/p.csv" | tr ',' '\n' | wc -l)" -eq 3 ] \
+  && ok "predict CSV 45x3" || bad "predict CSV shape"
+
+# --- bench overhead: one CSV row per K, an SVG plot
+expect_rc 0 "bench overhead" -- "$rtrain" bench overhead "${S[@]}" --max-k 8 --reps 5 \
+  --csv "$tmp/o.csv" --plot "$tmp/o.svg" --trace "$tmp/o.json"
+rows=$(tail -n +2 "$tmp/o.csv" | wc -l)
+ks=$(tail -n +2 "$tmp/o.csv" | cut -d, -f1 | tr '\n' ' ')
+[ "$rows" -eq 4 ] && [ "$ks" = "1 2 4 8 " ] && ok "overhead CSV rows K=$ks" \
+  || bad "overhead CSV: $rows rows, K=$ks"
+head -1 "$tmp/o.csv" | grep -q '^k,reps,rtt_p50_us' && ok "overhead CSV header" || bad "CSV header"
+if $py - "$tmp/o.svg" <<'EOF'
+import sys, xml.etree.ElementTree as ET
+r = ET.parse(sys.argv[1]).getroot()
+assert r.tag.endswith("svg")
+ns = "{http://www.w3.org/2000/svg}"
+assert len(r.findall(ns + "polyline")) == 3
+EOF
+then ok "plot is an SVG with 3 series"; else bad "plot SVG"; fi
+$py -c "import json,sys; json.load(open(sys.argv[1]))" "$tmp/o.json" \
+  && ok "bench trace parses" || bad "bench trace"
+
+# --- bench story (one rep)
+expect_rc 0 "bench story" -- "$rtrain" bench story "${S[@]}" --reps 1 --csv "$tmp/s.csv"
+for cfg in "one call per step" "one call per epoch" "one call for the run" "PyTorch eager"; do
+  grep -q "$cfg" "$tmp/out" && ok "story row: $cfg" || bad "story row missing: $cfg"
+done
+
+# --- exit codes
+expect_rc 2 "usage error" -- "$rtrain" fit --model x.json
+expect_rc 2 "unknown command" -- "$rtrain" frobnicate
+dead=$($py -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1]); s.close()")
+expect_rc 3 "daemon down" -- "$rtrain" info --server "127.0.0.1:$dead"
+grep -q "cannot connect to 127.0.0.1:$dead" "$tmp/err" && ok "down: message names the address" \
+  || bad "down: message: $(cat "$tmp/err")"
+expect_rc 3 "daemon down (fit)" -- "$rtrain" "${FIT[@]/$addr/127.0.0.1:$dead}"
+expect_rc 4 "missing data file" -- "$rtrain" fit "${S[@]}" --model "$ex/model.json" \
+  --data "$tmp/none.csv"
+printf '{"class_name": "Sequential", "config": {"layers": [{"class_name": "Bogus", "config": {"name": "b", "batch_input_shape": [null, 4]}}]}}' \
+  >"$tmp/bad.json"
+expect_rc 4 "model rejected by the daemon" -- "$rtrain" fit "${S[@]}" --model "$tmp/bad.json" \
+  --data "$ex/train.csv"
+grep -qi "bogus" "$tmp/err" && ok "rejection names the layer" || bad "rejection message: $(cat "$tmp/err")"
+expect_rc 5 "weights file not found" -- "$rtrain" eval "${S[@]}" --model "$ex/model.json" \
+  --weights "$tmp/none.bin" --data "$ex/val.csv"
+
+# --- SIGINT during fit: exit 130, the daemon keeps serving
+"$rtrain" fit "${S[@]}" --model "$ex/model.json" --data "$ex/train_shuffled.csv" \
+  --loss sparse_categorical_crossentropy --epochs 1000000 --no-progress \
+  >"$tmp/long.out" 2>"$tmp/long.err" &
+fpid=$!
+for _ in $(seq 1 200); do
+  grep -q '^Epoch 2/' "$tmp/long.out" && break
+  sleep 0.05
+done
+kill -INT "$fpid"
+wait "$fpid"
+rc=$?
+[ "$rc" -eq 130 ] && ok "SIGINT during fit: exit 130" || { bad "SIGINT: exit $rc"; cat "$tmp/long.err"; }
+grep -q "interrupted" "$tmp/long.err" && ok "SIGINT message" || bad "SIGINT message: $(cat "$tmp/long.err")"
+last=$(grep -c '^Epoch ' "$tmp/long.out")
+[ "$last" -lt 1000000 ] && ok "fit stopped early ($last epochs)" || bad "fit ran to the end"
+expect_rc 0 "daemon still serves after SIGINT" -- "$rtrain" ping "${S[@]}" --count 3
+
+echo "$checks checks, $fails failed"
+[ "$fails" -eq 0 ]
