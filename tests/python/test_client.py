@@ -446,3 +446,79 @@ def test_timings_of_every_call(client, iris):
     model.predict(xte)
     assert model.last_timings["method"] == "Predict"
     assert model.report["param_count"] == 4 * 32 + 32 + 32 * 3 + 3
+
+
+# ------------------------------------------------------------ model specs
+
+KERAS3_JSON = """{"module": "keras", "class_name": "Sequential", "config": {
+ "name": "sequential", "trainable": true, "dtype": "float32", "layers": [
+ {"module": "keras.layers", "class_name": "InputLayer", "config": {
+  "batch_shape": [null, 4], "dtype": "float32", "sparse": false,
+  "name": "input_layer"}, "registered_name": null},
+ {"module": "keras.layers", "class_name": "Dense", "config": {"name": "dense",
+  "trainable": true, "dtype": "float32", "units": 32, "activation": "relu",
+  "use_bias": true, "kernel_initializer": {"module": "keras.initializers",
+  "class_name": "GlorotUniform", "config": {"seed": null},
+  "registered_name": null}, "bias_initializer": {"module":
+  "keras.initializers", "class_name": "Zeros", "config": {},
+  "registered_name": null}, "kernel_regularizer": null,
+  "bias_regularizer": null, "kernel_constraint": null,
+  "bias_constraint": null}, "registered_name": null,
+  "build_config": {"input_shape": [null, 4]}},
+ {"module": "keras.layers", "class_name": "Dense", "config": {
+  "name": "dense_1", "trainable": true, "dtype": "float32", "units": 3,
+  "activation": "softmax", "use_bias": true, "kernel_initializer": {
+  "module": "keras.initializers", "class_name": "GlorotUniform", "config":
+  {"seed": null}, "registered_name": null}, "bias_initializer": {"module":
+  "keras.initializers", "class_name": "Zeros", "config": {},
+  "registered_name": null}, "kernel_regularizer": null,
+  "bias_regularizer": null, "kernel_constraint": null,
+  "bias_constraint": null}, "registered_name": null,
+  "build_config": {"input_shape": [null, 32]}}]},
+ "registered_name": null, "build_config": {"input_shape": [null, 4]},
+ "compile_config": null}"""
+
+
+def test_keras_json_string(client, iris):
+    xtr, ytr, xte, yte = iris
+    m = client.compile(KERAS3_JSON, optimizer="adam",
+                       loss="sparse_categorical_crossentropy",
+                       metrics=["accuracy"], seed=1)
+    assert [w.shape for w in m.get_weights()] == [(4, 32), (32,), (32, 3),
+                                                  (3,)]
+    h = m.fit(xtr, ytr, epochs=2, verbose=0, validation_data=(xte, yte))
+    assert sorted(h) == sorted(KEYS)
+    # The Sequential builder writes Keras 2 JSON for the same model.
+    seq = iris_model(client, seed=1)
+    assert seq.report["param_count"] == m.report["param_count"]
+    with pytest.raises(ValueError, match="JSON"):
+        client.compile("{not json", loss="mse")
+    with pytest.raises(TypeError):
+        client.compile(42, loss="mse")
+
+
+def test_cnn_sequential(client):
+    rng = np.random.RandomState(0)
+    x = rng.standard_normal((64, 8, 8, 1)).astype(np.float32)
+    y = rng.randint(0, 10, 64)
+    L = rtrain.layers
+    spec = rtrain.Sequential([
+        L.Conv2D(4, 3, padding="same", activation="relu",
+                 input_shape=(8, 8, 1)),
+        L.MaxPooling2D(2), L.Flatten(), L.Dense(10)])
+    try:
+        m = client.compile(spec,
+                           optimizer=rtrain.optimizers.SGD(0.05, momentum=0.9),
+                           loss="sparse_categorical_crossentropy",
+                           from_logits=True, metrics=["accuracy"],
+                           batch_size=16)
+    except rtrain.InvalidArgument as e:
+        if "unknown Keras layer" in str(e):
+            pytest.skip("this rtraind does not import Keras conv layers: %s"
+                        % e)
+        raise
+    assert [w.shape for w in m.get_weights()] == [(3, 3, 1, 4), (4,),
+                                                  (64, 10), (10,)]
+    h = m.fit(x, y, epochs=3, verbose=0)
+    assert len(h["loss"]) == 3 and h["loss"][-1] < h["loss"][0]
+    assert m.predict(x[:5]).shape == (5, 10)
