@@ -1,0 +1,324 @@
+/*
+ * test_conv_gradcheck.c - finite-difference gradient checks of the
+ * convolutional ops (Conv2D, MaxPool2D, AvgPool2D, GlobalAvgPool,
+ * BatchNorm, Concat) across strides, paddings, dilations and odd shapes.
+ *
+ * Each case is x (B,H,W,C) -> Add(P) -> op under test -> Flatten -> MSE
+ * against random f32 labels. P is a trainable (H,W,C) parameter, so
+ * dL/dP = sum over the batch of dL/dx checks the op's input gradient; the
+ * op's own parameters are checked directly. The analytic gradient is
+ * rt_exec_compute_grads'; the numeric one is (L(w+h) - L(w-h)) / 2h with
+ * h = 1e-3 and L the f32 forward's loss accumulated in double.
+ *
+ * Tolerance: |a - n| <= 3e-4 + 2e-2 max(|a|, |n|). The MSE is a mean over
+ * all outputs, so gradients here are 1e-3..1e-1; the absolute part is
+ * about 5x the f32 noise of L divided by 2h. Large parameters are checked
+ * on an evenly strided subset of at most 300 elements.
+ *
+ * Kinks: ReLU and max are not differentiable where inputs tie, and a
+ * finite difference that crosses a kink is wrong. MaxPool cases therefore
+ * start from inputs on a grid 0.05 apart (P starts at zero) and smooth
+ * activations (tanh) are used after convolutions. ReLU + MaxPool are
+ * checked against PyTorch in test_conv_fixture instead.
+ */
+#include <stdint.h>
+
+#include "../engine/rt_test.h"
+
+#define B 4
+static uint64_t lcg = 0x9E3779B97F4A7C15ull;
+static float rnd(void)
+{
+    float s = 0;
+    for (int i = 0; i < 4; i++) {
+        lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+        s += (float)((lcg >> 40) & 0xffffff) / 16777216.0f;
+    }
+    return (s - 2.0f) * 1.7f;
+}
+static uint64_t rndu(uint64_t n)
+{
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (lcg >> 33) % n;
+}
+
+static rt_graph *g;
+static int fails_before;
+static int64_t H_, W_, C_;
+static int grid_input; /* MaxPool cases: distinct values 0.05 apart */
+
+static void param(const char *name, int nd, const int64_t *d, rt_init init,
+                  int trainable, const float *value)
+{
+    if (rt_graph_add_param(g, name, nd, d, init, trainable, value) != 0) {
+        fprintf(stderr, "add_param %s: %s\n", name, rt_graph_errmsg(g));
+        exit(1);
+    }
+}
+static void param4(const char *name, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    int64_t dd[4] = {a, b, c, d};
+    param(name, 4, dd, RT_INIT_GLOROT_UNIFORM, 1, NULL);
+}
+static void param1(const char *name, int64_t n, rt_init init, int trainable)
+{
+    /* non-trivial values so gamma/beta/bias gradients are not degenerate */
+    float v[64];
+    REQUIRE(n <= 64);
+    for (int i = 0; i < n; i++)
+        v[i] = init == RT_INIT_ONES ? 1.0f + 0.3f * rnd() : 0.3f * rnd();
+    if (init == RT_INIT_ONES && !trainable) /* a moving variance: > 0 */
+        for (int i = 0; i < n; i++) v[i] = 0.5f + fabsf(v[i]);
+    param(name, 1, &n, init, trainable, v);
+}
+
+static void node(const char *name, const char *op, int n_in, const char **in,
+                 int n_attr, const rt_attr *attrs)
+{
+    if (rt_graph_add_node(g, name, op, n_in, in, n_attr, attrs) != 0) {
+        fprintf(stderr, "add_node %s: %s\n", name, rt_graph_errmsg(g));
+        exit(1);
+    }
+}
+static void node1(const char *name, const char *op, const char *a, int n_attr,
+                  const rt_attr *attrs)
+{
+    node(name, op, 1, &a, n_attr, attrs);
+}
+
+/* x (B,H,W,C) -> h = x + P */
+static void start(int64_t H, int64_t W, int64_t C)
+{
+    g = rt_graph_create();
+    H_ = H, W_ = W, C_ = C;
+    int64_t d[] = {RT_BATCH, H, W, C}, pd[] = {H, W, C};
+    REQUIRE(rt_graph_add_input(g, "x", RT_F32, 4, d) == 0);
+    param("P", 3, pd, RT_INIT_ZEROS, 1, NULL);
+    const char *in[] = {"x", "P"};
+    node("h", "Add", 2, in, 0, NULL);
+}
+
+static rt_attr ints(const char *name, int64_t *v) /* v holds 2 values */
+{
+    return (rt_attr){.name = name, .kind = RT_ATTR_INTS, .n = 2, .ints = v};
+}
+static rt_attr str(const char *name, const char *s)
+{
+    return (rt_attr){.name = name, .kind = RT_ATTR_STR, .s = s};
+}
+
+/* flatten `out`, compile, check every parameter */
+static void run_check(const char *name, const char *out)
+{
+    node1("flat", "Flatten", out, 0, NULL);
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_MSE;
+    cfg.batch_size = B;
+    cfg.seed = 5;
+    cfg.label_dtype = RT_F32;
+    cfg.label_ndim = 0;
+    cfg.metrics = 0;
+    rt_plan *p;
+    char err[256];
+    /* the label width is the flattened output: compile once to learn it */
+    if (rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: compile: %s\n", name, err);
+        rt_test_failures++;
+        rt_graph_destroy(g);
+        return;
+    }
+    int64_t od[RT_MAX_DIMS];
+    REQUIRE(rt_plan_output_shape(p, od) == 1);
+    rt_plan_release(p);
+    const int64_t N = od[0];
+    cfg.label_ndim = 1;
+    cfg.label_dims[0] = N;
+    REQUIRE(rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) == 0);
+    rt_exec *e;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+
+    const int64_t in_n = H_ * W_ * C_;
+    float *x = malloc(sizeof(float) * (size_t)(B * in_n));
+    float *y = malloc(sizeof(float) * (size_t)(B * N));
+    REQUIRE(x && y);
+    if (grid_input) {
+        /* a random permutation of k * 0.05 per sample */
+        for (int b = 0; b < B; b++) {
+            float *xs = x + b * in_n;
+            for (int64_t i = 0; i < in_n; i++) xs[i] = 0.05f * (float)(i - in_n / 2);
+            for (int64_t i = in_n - 1; i > 0; i--) {
+                int64_t j = (int64_t)rndu((uint64_t)i + 1);
+                float t = xs[i];
+                xs[i] = xs[j];
+                xs[j] = t;
+            }
+        }
+    } else {
+        for (int64_t i = 0; i < B * in_n; i++) x[i] = rnd();
+    }
+    for (int64_t i = 0; i < B * N; i++) y[i] = rnd();
+    rt_data d = {.x = x, .y = y, .y_dtype = RT_F32, .n = B};
+
+    int checked = 0;
+    for (int pi = 0; pi < rt_plan_n_params(p); pi++) {
+        int64_t dims[RT_MAX_DIMS];
+        const char *pname;
+        int trainable;
+        int nd = rt_plan_param_info(p, pi, &pname, dims, &trainable);
+        if (!trainable) continue;
+        int64_t n = 1;
+        for (int k = 0; k < nd; k++) n *= dims[k];
+        float *w = malloc((size_t)n * 4), *ga = malloc((size_t)n * 4);
+        double l0;
+        CHECK_RC(rt_exec_compute_grads(e, &d, B, &l0));
+        rt_exec_get_grad(e, pi, ga);
+        rt_exec_get_param(e, pi, w);
+        const int64_t stride = n > 300 ? (n + 299) / 300 : 1;
+        double worst = 0;
+        for (int64_t k = 0; k < n; k += stride) {
+            const float h = 1e-3f, w0 = w[k];
+            double lp, lm;
+            w[k] = w0 + h;
+            rt_exec_set_param(e, pi, w);
+            rt_exec_compute_grads(e, &d, B, &lp);
+            w[k] = w0 - h;
+            rt_exec_set_param(e, pi, w);
+            rt_exec_compute_grads(e, &d, B, &lm);
+            w[k] = w0;
+            rt_exec_set_param(e, pi, w);
+            double num = (lp - lm) / ((double)(w0 + h) - (double)(w0 - h));
+            double an = ga[k];
+            double tol = 3e-4 + 2e-2 * fmax(fabs(an), fabs(num));
+            double over = fabs(an - num) - tol;
+            if (over > 0 || isnan(an)) {
+                if (over > worst || isnan(an))
+                    fprintf(stderr, "%s: d%s[%lld] analytic %.6g numeric %.6g\n", name,
+                            pname, (long long)k, an, num);
+                worst = over > worst ? over : worst;
+                rt_test_failures++;
+            }
+            checked++;
+        }
+        free(w);
+        free(ga);
+    }
+    printf("%-44s %5d gradients %s\n", name, checked,
+           rt_test_failures == fails_before ? "ok" : "FAILED");
+    fails_before = rt_test_failures;
+    free(x);
+    free(y);
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+    grid_input = 0;
+}
+
+/* Conv2D case: x (B,H,W,C) -> conv with kernel (KH,KW,C,OC) */
+static void conv_case(const char *name, int64_t H, int64_t W, int64_t C, int64_t KH,
+                      int64_t KW, int64_t OC, int64_t sh, int64_t sw, int64_t dh,
+                      int64_t dw, const char *pad, int bias, const char *act)
+{
+    start(H, W, C);
+    param4("K", KH, KW, C, OC);
+    if (bias) param1("b", OC, RT_INIT_ZEROS, 1);
+    int64_t s[2] = {sh, sw}, dl[2] = {dh, dw};
+    rt_attr at[4] = {ints("strides", s), ints("dilations", dl), str("padding", pad),
+                     str("activation", act ? act : "linear")};
+    const char *in[] = {"h", "K", "b"};
+    node("y", "Conv2D", bias ? 3 : 2, in, 4, at);
+    run_check(name, "y");
+}
+
+static void pool_case(const char *name, const char *op, int64_t H, int64_t W, int64_t C,
+                      int64_t kh, int64_t kw, int64_t sh, int64_t sw, const char *pad)
+{
+    start(H, W, C);
+    int64_t k[2] = {kh, kw}, s[2] = {sh, sw};
+    rt_attr at[3] = {ints("pool", k), ints("strides", s), str("padding", pad)};
+    node1("y", op, "h", 3, at);
+    grid_input = strcmp(op, "MaxPool2D") == 0;
+    run_check(name, "y");
+}
+
+static void bn_case(const char *name, int64_t H, int64_t W, int64_t C, int frozen,
+                    int dense_first)
+{
+    start(H, W, C);
+    const char *src = "h";
+    if (dense_first) { /* BatchNorm over a (B, C) Dense output */
+        int64_t kd[2] = {H * W * C, 3};
+        param("D", 2, kd, RT_INIT_GLOROT_UNIFORM, 1, NULL);
+        node1("hf", "Flatten", "h", 0, NULL);
+        const char *in[] = {"hf", "D"};
+        node("hd", "Dense", 2, in, 0, NULL);
+        src = "hd";
+        C = 3;
+    }
+    param1("gamma", C, RT_INIT_ONES, 1);
+    param1("beta", C, RT_INIT_ZEROS, 1);
+    param1("mm", C, RT_INIT_ZEROS, 0);
+    param1("mv", C, RT_INIT_ONES, 0);
+    rt_attr at[2] = {{.name = "frozen", .kind = RT_ATTR_INT, .i = frozen},
+                     {.name = "epsilon", .kind = RT_ATTR_FLOAT, .f = 1e-3}};
+    const char *in[] = {src, "gamma", "beta", "mm", "mv"};
+    node("y", "BatchNorm", 5, in, 2, at);
+    run_check(name, "y");
+}
+
+int main(void)
+{
+    /* ---- Conv2D */
+    conv_case("Conv2D 3x3 valid s1 bias", 5, 6, 2, 3, 3, 3, 1, 1, 1, 1, "valid", 1, NULL);
+    conv_case("Conv2D 3x2 same s2 tanh (odd)", 7, 5, 3, 3, 2, 2, 2, 2, 1, 1, "same", 1, "tanh");
+    conv_case("Conv2D 2x3 valid s(1,2) d(2,2)", 7, 8, 2, 2, 3, 2, 1, 2, 2, 2, "valid", 1, NULL);
+    conv_case("Conv2D 4x4 same s1 (asym pad)", 5, 5, 2, 4, 4, 2, 1, 1, 1, 1, "same", 0, "sigmoid");
+    conv_case("Conv2D 3x3 same s3 d2", 8, 7, 2, 3, 3, 2, 3, 3, 2, 2, "same", 1, NULL);
+    conv_case("Conv2D 1x1 (direct GEMM) no bias", 4, 3, 3, 1, 1, 4, 1, 1, 1, 1, "valid", 0, NULL);
+    conv_case("Conv2D 1x1 s2 same", 5, 4, 3, 1, 1, 2, 2, 2, 1, 1, "same", 1, "tanh");
+    /* big enough that im2col runs in several chunks (chunk < batch) */
+    conv_case("Conv2D 3x3 chunked (C=24, 22x22)", 22, 22, 24, 3, 3, 1, 1, 1, 1, 1, "same", 1, NULL);
+
+    /* ---- pools */
+    pool_case("MaxPool2D 2x2 valid (odd 5x7)", "MaxPool2D", 5, 7, 2, 2, 2, 2, 2, "valid");
+    pool_case("MaxPool2D 3x3 s2 same (overlap)", "MaxPool2D", 6, 5, 2, 3, 3, 2, 2, "same");
+    pool_case("MaxPool2D 2x3 s(1,2) valid", "MaxPool2D", 4, 7, 3, 2, 3, 1, 2, "valid");
+    pool_case("AvgPool2D 2x2 valid (odd 5x7)", "AvgPool2D", 5, 7, 2, 2, 2, 2, 2, "valid");
+    pool_case("AvgPool2D 3x3 s1 same (pad excluded)", "AvgPool2D", 5, 4, 2, 3, 3, 1, 1, "same");
+    pool_case("AvgPool2D 2x2 s3 same", "AvgPool2D", 7, 5, 2, 2, 2, 3, 3, "same");
+
+    start(3, 5, 4);
+    node1("y", "GlobalAvgPool", "h", 0, NULL);
+    run_check("GlobalAvgPool", "y");
+
+    /* ---- BatchNorm */
+    bn_case("BatchNorm training (NHWC)", 3, 4, 3, 0, 0);
+    bn_case("BatchNorm frozen (inference mode)", 3, 4, 3, 1, 0);
+    bn_case("BatchNorm training on Dense (B,C)", 2, 2, 2, 0, 1);
+
+    /* ---- Concat: an Inception-style block, branches of different widths */
+    {
+        start(5, 5, 2);
+        param4("K1", 1, 1, 2, 2);
+        param4("K3", 3, 3, 2, 3);
+        rt_attr same = str("padding", "same");
+        const char *a[] = {"h", "K1"}, *b[] = {"h", "K3"};
+        node("b1", "Conv2D", 2, a, 1, &same);
+        node("b3", "Conv2D", 2, b, 1, &same);
+        int64_t k[2] = {3, 3}, s[2] = {1, 1};
+        rt_attr pa[3] = {ints("pool", k), ints("strides", s), same};
+        node1("bp", "AvgPool2D", "h", 3, pa);
+        const char *c[] = {"b1", "b3", "bp"};
+        node("y", "Concat", 3, c, 0, NULL);
+        run_check("Concat channels (Inception block)", "y");
+    }
+    {
+        start(3, 4, 2);
+        rt_attr ax = {.name = "axis", .kind = RT_ATTR_INT, .i = 2};
+        const char *c[] = {"h", "h"};
+        node("y", "Concat", 2, c, 1, &ax);
+        run_check("Concat axis 2 (width), same input twice", "y");
+    }
+
+    return rt_test_done("test_conv_gradcheck");
+}
