@@ -52,7 +52,9 @@
  * Ownership: strings and arrays passed in are copied or only read during the
  * call. Result structs filled by the library own their heap members; free
  * them with the matching *_free function (which accepts NULL and zeroed
- * structs, and leaves the struct zeroed). Ids are NUL-terminated strings of
+ * structs, and leaves the struct zeroed). A call fills its result struct
+ * from scratch: free a filled struct before passing it again, or it leaks.
+ * Ids are NUL-terminated strings of
  * fewer than RT_ID_MAX bytes, stored in caller buffers or result structs.
  *
  * Threads: an rt_client is used by one thread at a time, except

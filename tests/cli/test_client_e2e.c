@@ -384,6 +384,7 @@ int main(int argc, char **argv)
     rc = rt_client_evaluate(c, sid, prog.program_id, "d-nope", &m);
     CHECK(rc == RT_ENOTFOUND && rt_client_grpc_status(c) == 5);
     CHECK(strstr(rt_client_errmsg(c), "NOT_FOUND") != NULL);
+    rt_client_compile_result_free(&prog2); /* results are outputs: free before reuse */
     rc = rt_client_compile_keras(c, sid, "{not json", &o, &prog2);
     CHECK(rc < 0 && rc != RT_EUNAVAILABLE && *rt_client_errmsg(c));
     rt_client_compile_result_free(&prog2);
