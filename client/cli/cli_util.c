@@ -46,8 +46,10 @@ static void fmt_per_step(char *buf, size_t len, double s)
         snprintf(buf, len, "%.0fs/step", s);
     else if (s >= 1e-3)
         snprintf(buf, len, "%.0fms/step", s * 1e3);
-    else
+    else if (s >= 1e-5)
         snprintf(buf, len, "%.0fus/step", s * 1e6);
+    else /* tiny models: keep a digit rather than print 0us */
+        snprintf(buf, len, "%.1fus/step", s * 1e6);
 }
 
 char *cli_format_progress(char *buf, size_t len, uint64_t done, uint64_t total,
