@@ -50,6 +50,142 @@ static void rt__sgemm_tn(int64_t M, int64_t N, int64_t K,
     }
 }
 
+#ifdef __AVX512F__
+#include <immintrin.h>
+
+/* The AVX-512 small kernels. Which dimension goes into the vector lanes is
+ * chosen per call, so that W-A's (20,4)x(4,32), (20,32)x(32,3),
+ * (32,20)^T x(20,3) all run on full or nearly full vectors:
+ *   vj: lanes over N (C's rows are contiguous), A broadcast
+ *   vi: lanes over M (needs A stored K x M, i.e. transposed), B broadcast
+ *   vk: lanes over K, one horizontal sum per output (small N and M) */
+static inline __mmask16 rt__tail(int64_t r)
+{
+    return r >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << r) - 1u);
+}
+
+/* a(i,k) = A[i*sai + k*sak]; b(k, j..) contiguous: Bk[k*ldb + j] */
+static void rt__gemm_vj(int64_t M, int64_t N, int64_t K, const float *A,
+                        int64_t sai, int64_t sak, const float *Bk, int64_t ldb,
+                        float beta, float *C, int64_t ldc)
+{
+    for (int64_t j0 = 0; j0 < N; j0 += 64) {
+        const int64_t nb_ = (N - j0 + 15) / 16, nb = nb_ > 4 ? 4 : nb_;
+        __mmask16 m[4];
+        for (int b = 0; b < 4; b++) m[b] = b < nb ? rt__tail(N - j0 - 16 * b) : 0;
+        for (int64_t i = 0; i < M; i++) {
+            float *c = C + i * ldc + j0;
+            __m512 acc[4];
+            for (int b = 0; b < 4; b++)
+                acc[b] = beta == 0.0f ? _mm512_setzero_ps()
+                                      : _mm512_mul_ps(_mm512_set1_ps(beta),
+                                                      _mm512_maskz_loadu_ps(m[b], c + 16 * b));
+            const float *a = A + i * sai;
+            for (int64_t k = 0; k < K; k++) {
+                const __m512 av = _mm512_set1_ps(a[k * sak]);
+                const float *bk = Bk + k * ldb + j0;
+                for (int b = 0; b < 4; b++)
+                    if (b < nb)
+                        acc[b] = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m[b], bk + 16 * b), acc[b]);
+            }
+            for (int b = 0; b < 4; b++)
+                if (b < nb) _mm512_mask_storeu_ps(c + 16 * b, m[b], acc[b]);
+        }
+    }
+}
+
+/* a(i.., k) contiguous: Ak[k*lda + i]; b(k,j) = B[k*sbk + j*sbj] */
+static void rt__gemm_vi(int64_t M, int64_t N, int64_t K, const float *Ak,
+                        int64_t lda, const float *B, int64_t sbk, int64_t sbj,
+                        float beta, float *C, int64_t ldc)
+{
+    for (int64_t i0 = 0; i0 < M; i0 += 64) {
+        const int64_t nb_ = (M - i0 + 15) / 16, nb = nb_ > 4 ? 4 : nb_;
+        const int64_t rows = M - i0 < 64 ? M - i0 : 64;
+        __mmask16 m[4];
+        for (int b = 0; b < 4; b++) m[b] = b < nb ? rt__tail(M - i0 - 16 * b) : 0;
+        for (int64_t j = 0; j < N; j++) {
+            __m512 acc[4];
+            for (int b = 0; b < 4; b++) acc[b] = _mm512_setzero_ps();
+            for (int64_t k = 0; k < K; k++) {
+                const __m512 bv = _mm512_set1_ps(B[k * sbk + j * sbj]);
+                const float *ak = Ak + k * lda + i0;
+                for (int b = 0; b < 4; b++)
+                    if (b < nb)
+                        acc[b] = _mm512_fmadd_ps(bv, _mm512_maskz_loadu_ps(m[b], ak + 16 * b), acc[b]);
+            }
+            float t[64];
+            for (int b = 0; b < 4; b++)
+                if (b < nb) _mm512_storeu_ps(t + 16 * b, acc[b]);
+            float *c = C + i0 * ldc + j;
+            if (beta == 0.0f)
+                for (int64_t i = 0; i < rows; i++) c[i * ldc] = t[i];
+            else
+                for (int64_t i = 0; i < rows; i++) c[i * ldc] = beta * c[i * ldc] + t[i];
+        }
+    }
+}
+
+/* a(i, ..) contiguous: A[i*lda + k]; b(.., j) contiguous: Bt[j*ldb + k] */
+static void rt__gemm_vk(int64_t M, int64_t N, int64_t K, const float *A,
+                        int64_t lda, const float *Bt, int64_t ldb, float beta,
+                        float *C, int64_t ldc)
+{
+    for (int64_t i = 0; i < M; i++) {
+        const float *a = A + i * lda;
+        for (int64_t j = 0; j < N; j++) {
+            const float *b = Bt + j * ldb;
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t k = 0; k < K; k += 16) {
+                const __mmask16 m = rt__tail(K - k);
+                acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + k),
+                                      _mm512_maskz_loadu_ps(m, b + k), acc);
+            }
+            const float s = _mm512_reduce_add_ps(acc);
+            C[i * ldc + j] = beta == 0.0f ? s : beta * C[i * ldc + j] + s;
+        }
+    }
+}
+
+static void rt__transpose(const float *restrict B, int64_t rows, int64_t cols,
+                          int64_t ld, float *restrict T)
+{
+    /* T (cols x rows) = B (rows x cols, leading dim ld)^T */
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) T[c * rows + r] = B[r * ld + c];
+}
+
+/* Returns 0 if it handled the product. */
+static int rt__gemm_small(const rt__run *r, int ta, int tb, int64_t M, int64_t N,
+                          int64_t K, const float *A, int64_t lda, const float *B,
+                          int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    const int64_t sai = ta ? 1 : lda, sak = ta ? lda : 1;
+    if (N >= 16 || (K < 16 && !ta)) {
+        if (!tb) {
+            rt__gemm_vj(M, N, K, A, sai, sak, B, ldb, beta, C, ldc);
+            return 0;
+        }
+        if (K * N > r->gemm_scratch_floats) return -1;
+        rt__transpose(B, N, K, ldb, r->gemm_scratch); /* B is N x K */
+        rt__gemm_vj(M, N, K, A, sai, sak, r->gemm_scratch, N, beta, C, ldc);
+        return 0;
+    }
+    if (ta) {
+        rt__gemm_vi(M, N, K, A, lda, B, tb ? 1 : ldb, tb ? ldb : 1, beta, C, ldc);
+        return 0;
+    }
+    if (tb) {
+        rt__gemm_vk(M, N, K, A, lda, B, ldb, beta, C, ldc);
+        return 0;
+    }
+    if (K * N > r->gemm_scratch_floats) return -1;
+    rt__transpose(B, K, N, ldb, r->gemm_scratch); /* B is K x N */
+    rt__gemm_vk(M, N, K, A, lda, r->gemm_scratch, K, beta, C, ldc);
+    return 0;
+}
+#endif
+
 void rt_kern_gemm(const rt__run *r, int ta, int tb, int64_t M, int64_t N,
                   int64_t K, const float *A, int64_t lda, const float *B,
                   int64_t ldb, float beta, float *C, int64_t ldc)
@@ -60,6 +196,11 @@ void rt_kern_gemm(const rt__run *r, int ta, int tb, int64_t M, int64_t N,
             for (int64_t i = 0; i < M; i++) memset(C + i * ldc, 0, sizeof(float) * (size_t)N);
         return;
     }
+#ifdef __AVX512F__
+    if (M * N * K <= RT_KERN_SMALL_GEMM &&
+        rt__gemm_small(r, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc) == 0)
+        return;
+#endif
     if (M * N * K <= RT_KERN_SMALL_GEMM && !ta) {
         if (!tb) {
             rt__sgemm_nn(M, N, K, A, lda, B, ldb, beta, C, ldc);
