@@ -37,3 +37,68 @@ def test_notebook_executes(daemon, tmp_path):
     assert "Epoch 20/20" in text  # the progress display
     assert any("image/png" in o.get("data", {}) for o in outputs)
     assert daemon.alive()
+
+
+def test_kernel_interrupt_cancels_remote_fit(daemon, tmp_path):
+    """Interrupt kernel (what the notebook's stop button sends: SIGINT)
+    during a long fit: the cell ends with KeyboardInterrupt, the model keeps
+    its trained steps, and the next cell trains on against a healthy
+    daemon."""
+    jc = pytest.importorskip("jupyter_client.manager")
+    env = dict(os.environ)
+    env.update(JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+               MPLCONFIGDIR=str(tmp_path / "mpl"))
+    km, kc = jc.start_new_kernel(kernel_name="python3", env=env,
+                                 startup_timeout=120)
+    try:
+        setup = (
+            "import numpy as np, rtrain\n"
+            "client = rtrain.connect(%r)\n"
+            "x = np.random.RandomState(0).standard_normal((100, 4))"
+            ".astype(np.float32)\n"
+            "y = (x[:, 0] > 0).astype(np.int64)\n"
+            "model = client.compile(rtrain.Sequential(["
+            "rtrain.layers.Dense(8, activation='relu', input_shape=(4,)),"
+            "rtrain.layers.Dense(2, activation='softmax')]),"
+            " optimizer='adam', loss='sparse_categorical_crossentropy',"
+            " metrics=['accuracy'], batch_size=10)\n" % daemon.addr)
+        reply = kc.execute_interactive(setup, timeout=60)
+        assert reply["content"]["status"] == "ok", reply["content"]
+
+        # stop_on_error=False: ipykernel would otherwise abort the requests
+        # that reach it just after the error, i.e. the next cell here.
+        msg_id = kc.execute("model.fit(x, y, epochs=10**6, verbose=1)",
+                            stop_on_error=False)
+        seen, interrupted = "", False
+        while True:
+            msg = kc.get_iopub_msg(timeout=60)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream":
+                seen += msg["content"]["text"]
+                if not interrupted and "Epoch 3/" in seen:
+                    km.interrupt_kernel()
+                    interrupted = True
+            if (msg["msg_type"] == "status" and
+                    msg["content"]["execution_state"] == "idle"):
+                break
+        reply = kc.get_shell_msg(timeout=60)
+        assert reply["content"]["status"] == "error"
+        assert reply["content"]["ename"] == "KeyboardInterrupt"
+
+        out = []
+        reply = kc.execute_interactive(
+            "s = model.global_step; n = len(model.history['loss'])\n"
+            "model.fit(x, y, epochs=1, verbose=0)\n"
+            "print(s, n, model.global_step, client.ping() > 0)",
+            timeout=60, output_hook=lambda m: out.append(
+                m["content"].get("text", "")))
+        assert reply["content"]["status"] == "ok", reply["content"]
+        s, n, s2, ok = "".join(out).split()
+        assert int(s) >= 20 and int(n) >= 2          # kept what it trained
+        assert int(s2) == int(s) + 10 and ok == "True"  # trains on
+        assert int(s) < 10**6 * 10
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    assert daemon.alive()

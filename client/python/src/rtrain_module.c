@@ -1254,11 +1254,13 @@ static int rt_py__write(const char *s)
     if (!r)
         return -1;
     Py_DECREF(r);
-    r = PyObject_CallMethod(out, "flush", NULL);
-    if (!r) {
-        PyErr_Clear(); /* a stream without flush is fine */
+    /* A stream without flush is fine; any other failure (notably a
+     * KeyboardInterrupt raised inside ipykernel's flush) is the caller's. */
+    if (!PyObject_HasAttrString(out, "flush"))
         return 0;
-    }
+    r = PyObject_CallMethod(out, "flush", NULL);
+    if (!r)
+        return -1;
     Py_DECREF(r);
     return 0;
 }
