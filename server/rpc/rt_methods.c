@@ -599,7 +599,8 @@ static int parts_from_header(rt_call *c, const Rtrain__V1__DatasetHeader *h,
         if (p->n_shape > RT_MAX_DIMS)
             return rt_call_fail(c, RT_EDATA, "part %zu shape has more than %d dims", i, RT_MAX_DIMS);
         d->ndim = (int)p->n_shape;
-        memcpy(d->dims, p->shape, sizeof(int64_t) * p->n_shape);
+        if (p->n_shape) /* shape is NULL when empty (CSV/NPY/IDX parts): memcpy(NULL) is UB */
+            memcpy(d->dims, p->shape, sizeof(int64_t) * p->n_shape);
         d->label_column = p->label_column;
         d->csv_header = p->csv_header;
         d->normalize = p->normalize;
