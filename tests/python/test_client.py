@@ -522,3 +522,45 @@ def test_cnn_sequential(client):
     h = m.fit(x, y, epochs=3, verbose=0)
     assert len(h["loss"]) == 3 and h["loss"][-1] < h["loss"][0]
     assert m.predict(x[:5]).shape == (5, 10)
+
+
+# ------------------------------------------------------------ threads
+
+def test_threads_share_a_client(client):
+    errors, rtts = [], []
+
+    def worker():
+        try:
+            for _ in range(50):
+                rtts.append(client.ping())
+        except Exception as e:  # reported below
+            errors.append(e)
+    ts = [threading.Thread(target=worker) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors and len(rtts) == 200
+
+
+class _PingingStdout(io.StringIO):
+    def __init__(self, client):
+        super().__init__()
+        self.client = client
+
+    def write(self, s):
+        self.client.ping()  # re-enters the client from inside fit
+        return super().write(s)
+
+
+def test_reentrant_call_is_an_error_not_a_deadlock(client, iris):
+    xtr, ytr, _, _ = iris
+    model = iris_model(client, batch_size=20)
+    old, sys.stdout = sys.stdout, _PingingStdout(client)
+    try:
+        with pytest.raises(RuntimeError, match="already in a call"):
+            model.fit(xtr, ytr, epochs=5, verbose=1)
+    finally:
+        sys.stdout = old
+    assert client.ping() > 0
+    assert len(model.fit(xtr, ytr, epochs=1, verbose=0)["loss"]) == 1

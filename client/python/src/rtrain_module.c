@@ -174,23 +174,42 @@ typedef struct {
     /* Set by cancel(); a fit checks it at every event and between calls,
      * because a busy stream may never give librtrain's own flag a look. */
     volatile sig_atomic_t cancel_req;
+    volatile unsigned long owner; /* thread holding lock, 0 = none */
     PyObject *last_timings; /* dict or None */
 } ClientObject;
 
 static PyTypeObject ClientType;
 
-/* Take the client's lock, waiting without the GIL. */
-static void rt_py__lock(ClientObject *self)
+/* Take the client's lock, waiting without the GIL. A call on a thread that
+ * already holds it (say, from a fit's progress output) would deadlock, so it
+ * is an error instead; so is a client closed meanwhile (need_open). */
+static int rt_py__lock(ClientObject *self, int need_open)
 {
+    unsigned long me = PyThread_get_thread_ident();
+    if (self->owner == me) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "this rtrain client is already in a call on this "
+                        "thread (e.g. from a fit's progress output)");
+        return -1;
+    }
     if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
         Py_BEGIN_ALLOW_THREADS
         PyThread_acquire_lock(self->lock, WAIT_LOCK);
         Py_END_ALLOW_THREADS
     }
+    self->owner = me;
+    if (need_open && !self->c) {
+        self->owner = 0;
+        PyThread_release_lock(self->lock);
+        PyErr_SetString(RtError, "the client is closed");
+        return -1;
+    }
+    return 0;
 }
 
 static void rt_py__unlock(ClientObject *self)
 {
+    self->owner = 0;
     PyThread_release_lock(self->lock);
 }
 
@@ -327,7 +346,8 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw)
 
 static PyObject *Client_close(ClientObject *self, PyObject *unused)
 {
-    rt_py__lock(self);
+    if (rt_py__lock(self, 0) < 0)
+        return NULL;
     rt_py__close(self);
     rt_py__unlock(self);
     Py_RETURN_NONE;
@@ -366,7 +386,8 @@ static PyObject *Client_info(ClientObject *self, PyObject *unused)
     rt_client_info info;
     memset(&info, 0, sizeof info);
     int rc;
-    rt_py__lock(self);
+    if (rt_py__lock(self, 1) < 0)
+        return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = rt_client_info_get(self->c, &info);
     Py_END_ALLOW_THREADS
@@ -418,7 +439,8 @@ static PyObject *Client_ping(ClientObject *self, PyObject *args, PyObject *kw)
         return NULL;
     uint64_t rtt = 0;
     int rc;
-    rt_py__lock(self);
+    if (rt_py__lock(self, 1) < 0)
+        return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = rt_client_ping(self->c, (size_t)payload, &rtt);
     Py_END_ALLOW_THREADS
@@ -466,7 +488,8 @@ static PyObject *Client_trace(ClientObject *self, PyObject *args)
         return NULL;
     if (rt_py__check_open(self) < 0)
         return NULL;
-    rt_py__lock(self);
+    if (rt_py__lock(self, 1) < 0)
+        return NULL;
     rt_client_trace_clear(self->c);
     rt_client_trace_enable(self->c, on);
     rt_py__unlock(self);
@@ -477,7 +500,8 @@ static PyObject *Client_trace_calls(ClientObject *self, PyObject *unused)
 {
     if (rt_py__check_open(self) < 0)
         return NULL;
-    rt_py__lock(self);
+    if (rt_py__lock(self, 1) < 0)
+        return NULL;
     size_t n = 0;
     const rt_client_timings *t = rt_client_trace_calls(self->c, &n);
     PyObject *l = PyList_New((Py_ssize_t)n);
@@ -504,7 +528,10 @@ static PyObject *Client_trace_write(ClientObject *self, PyObject *args)
         return NULL;
     }
     int rc;
-    rt_py__lock(self);
+    if (rt_py__lock(self, 1) < 0) {
+        Py_DECREF(path_obj);
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS
     rc = rt_client_trace_write(self->c, PyBytes_AS_STRING(path_obj));
     Py_END_ALLOW_THREADS
@@ -650,7 +677,12 @@ static PyObject *Client_upload(ClientObject *self, PyObject *args, PyObject *kw)
     rt_client_dataset ds;
     memset(&ds, 0, sizeof ds);
     int rc;
-    rt_py__lock(self);
+    if (rt_py__lock(self, 1) < 0) {
+        PyBuffer_Release(&xv);
+        if (has_y)
+            PyBuffer_Release(&yv);
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS
     rt_client_next_timeout_ms(self->c, 0); /* big uploads take their time */
     rc = rt_client_upload(self->c, self->sid, name, &xa, has_y ? &ya : NULL, &ds);
@@ -937,8 +969,9 @@ static PyObject *Client_compile(ClientObject *self, PyObject *args)
     rt_client_compile_result r;
     memset(&r, 0, sizeof r);
     int rc;
+    if (rt_py__lock(self, 1) < 0)
+        return NULL;
     Py_INCREF(opts); /* keeps the option strings alive without the GIL */
-    rt_py__lock(self);
     Py_BEGIN_ALLOW_THREADS
     rc = rt_client_compile_keras(self->c, self->sid, json, &o, &r);
     Py_END_ALLOW_THREADS
@@ -970,15 +1003,7 @@ out:
 /* Every Program call: the client is open, its lock is taken. */
 static int rt_py__prog_begin(ProgramObject *self)
 {
-    if (rt_py__check_open(self->client) < 0)
-        return -1;
-    rt_py__lock(self->client);
-    if (!self->client->c) { /* closed while we waited */
-        rt_py__unlock(self->client);
-        PyErr_SetString(RtError, "the client is closed");
-        return -1;
-    }
-    return 0;
+    return rt_py__lock(self->client, 1);
 }
 
 /* After a call: record timings; on rc < 0 raise. Returns 0 or -1. */
