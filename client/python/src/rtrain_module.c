@@ -1265,6 +1265,7 @@ typedef struct fitctx {
     uint64_t steps_per_epoch;
     uint64_t epoch_step;     /* steps done in the current epoch */
     uint64_t epoch_start_ns, last_draw_ns;
+    size_t bar_len;          /* length of the bar now on screen (for \r) */
     double run_loss, run_acc; uint64_t run_samples; /* RunSteps path */
     int stop;                /* an exception is pending (fetched) */
     PyObject *et, *ev, *etb;
@@ -1363,6 +1364,12 @@ static int rt_py__draw(fitctx *f, uint64_t step, uint64_t total, double loss,
             o += (size_t)snprintf(line + o, sizeof line - o, " - val_%s: %.4f", mn,
                                   ep->val.accuracy);
     }
+    /* Blank out the rest of a longer bar drawn before, as Keras does. */
+    size_t len = o;
+    while (f->verbose == 1 && o < f->bar_len && o < sizeof line - 2)
+        line[o++] = ' ';
+    line[o] = 0;
+    f->bar_len = final ? 0 : len;
     if (final && o < sizeof line - 1) {
         line[o++] = '\n';
         line[o] = 0;
