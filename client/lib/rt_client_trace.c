@@ -26,10 +26,12 @@ static void ev(FILE *f, int *first, const char *name, const char *cat, int tid,
     if (t)
         fprintf(f, ",\"args\":{\"method\":\"%s\",\"round_trip_us\":%.3f,"
                 "\"server_total_us\":%.3f,\"wire_us\":%.3f,\"unattributed_us\":%.3f,"
+                "\"client_in_stream_us\":%.3f,"
                 "\"cache_hit\":%s,\"bytes_sent\":%llu,\"bytes_received\":%llu}",
                 t->method ? t->method : "?", t->round_trip_ns / 1e3,
                 t->server_total_ns / 1e3, t->wire_ns / 1e3,
-                t->unattributed_ns / 1e3, t->cache_hit ? "true" : "false",
+                t->unattributed_ns / 1e3, t->client_stream_ns / 1e3,
+                t->cache_hit ? "true" : "false",
                 (unsigned long long)t->bytes_sent,
                 (unsigned long long)t->bytes_received);
     fputc('}', f);

@@ -116,7 +116,8 @@ int64_t rt_client_tensor_numel(const rt_client_tensor *t);
 /* ------------------------------------------------------------- timings */
 
 /* One call's time account, all in ns. Server fields come from the response's
- * Timings (for a Fit stream: summed over its events). wire_ns = round_trip_ns
+ * Timings (for a Fit stream: summed over its events). For a stream the round
+ * trip is the stream's whole wall time. wire_ns = round_trip_ns
  * - server_total_ns (0 if the server reported more than the round trip).
  * unattributed_ns = the daemon's other_ns + any client time between the
  * phases measured here (client_total_ns - encode - round trip - decode). */
@@ -135,6 +136,11 @@ typedef struct rt_client_timings {
     uint64_t wire_ns;          /* round trip - server total */
     uint64_t unattributed_ns;
     uint64_t bytes_sent, bytes_received; /* message payload bytes */
+    /* Streams (UploadDataset, Fit): client work done while the stream was
+     * open (reading, hashing and packing chunks; decoding events and running
+     * callbacks). It overlaps the daemon's work, so it is part of
+     * round_trip_ns (and of wire_ns), not of client encode/decode. */
+    uint64_t client_stream_ns;
 } rt_client_timings;
 
 /* ------------------------------------------------------------- the client */
