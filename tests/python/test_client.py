@@ -564,3 +564,23 @@ def test_reentrant_call_is_an_error_not_a_deadlock(client, iris):
         sys.stdout = old
     assert client.ping() > 0
     assert len(model.fit(xtr, ytr, epochs=1, verbose=0)["loss"]) == 1
+
+
+def test_sigint_during_upload(client):
+    """Ctrl-C during a long upload ends it with KeyboardInterrupt; the daemon
+    stays healthy and the same data then uploads in full."""
+    x = np.arange(1 << 26, dtype=np.float32).reshape(-1, 16)  # 256 MiB
+    y = np.zeros(len(x), np.int32)
+    main = threading.main_thread().ident
+    t = threading.Timer(0.02, signal.pthread_kill, (main, signal.SIGINT))
+    t.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            client._upload(x, y, "big")
+            # a fast machine may finish first: the interrupt then lands here
+            time.sleep(5)
+    finally:
+        t.join()
+    assert client.ping() > 0
+    ds = client._upload(x[:1 << 18], y[:1 << 18], "big")
+    assert ds["samples"] == 1 << 18

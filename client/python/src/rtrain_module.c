@@ -48,6 +48,11 @@ static uint64_t rt_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Ctrl-C during a blocking call: see the SIGINT section below. */
+static int rt_py__sig_install(rt_client *c);
+static void rt_py__sig_remove(int installed);
+static int rt_py__sig_raised(int installed);
+
 /* ------------------------------------------------------------ exceptions */
 
 static PyObject *RtError;           /* rtrain.Error */
@@ -683,12 +688,14 @@ static PyObject *Client_upload(ClientObject *self, PyObject *args, PyObject *kw)
             PyBuffer_Release(&yv);
         return NULL;
     }
+    int inst = rt_py__sig_install(self->c);
     Py_BEGIN_ALLOW_THREADS
     rt_client_next_timeout_ms(self->c, 0); /* big uploads take their time */
     rc = rt_client_upload(self->c, self->sid, name, &xa, has_y ? &ya : NULL, &ds);
     Py_END_ALLOW_THREADS
+    rt_py__sig_remove(inst);
     PyObject *res = NULL;
-    if (!rt_py__record(self))
+    if (!rt_py__record(self) || rt_py__sig_raised(inst))
         goto out;
     if (rc < 0) {
         rt_py__fail(self, rc);
@@ -1007,12 +1014,14 @@ static int rt_py__prog_begin(ProgramObject *self)
 }
 
 /* After a call: record timings; on rc < 0 raise. Returns 0 or -1. */
-static int rt_py__prog_after(ProgramObject *self, int rc)
+static int rt_py__prog_after(ProgramObject *self, int rc, int sig_installed)
 {
     PyObject *t = rt_py__record(self->client);
     if (!t)
         return -1;
     Py_XSETREF(self->last_timings, Py_NewRef(t));
+    if (rt_py__sig_raised(sig_installed))
+        return -1;
     if (rc < 0) {
         rt_py__fail(self->client, rc);
         return -1;
@@ -1031,11 +1040,13 @@ static PyObject *Program_evaluate(ProgramObject *self, PyObject *args)
     int rc;
     rt_client *c = self->client->c;
     const char *sid = self->client->sid;
+    int inst = rt_py__sig_install(c);
     Py_BEGIN_ALLOW_THREADS
     rc = rt_client_evaluate(c, sid, self->id, ds, &m);
     Py_END_ALLOW_THREADS
+    rt_py__sig_remove(inst);
     PyObject *res = NULL;
-    if (rt_py__prog_after(self, rc) == 0)
+    if (rt_py__prog_after(self, rc, inst) == 0)
         res = Py_BuildValue("(ddK)", m.loss, m.accuracy, (unsigned long long)m.samples);
     rt_py__unlock(self->client);
     return res;
@@ -1059,11 +1070,13 @@ static PyObject *Program_predict(ProgramObject *self, PyObject *args)
     int rc;
     rt_client *c = self->client->c;
     const char *sid = self->client->sid;
+    int inst = rt_py__sig_install(c);
     Py_BEGIN_ALLOW_THREADS
     rc = rt_client_predict(c, sid, self->id, &xa, &out);
     Py_END_ALLOW_THREADS
+    rt_py__sig_remove(inst);
     PyObject *res = NULL;
-    if (rt_py__prog_after(self, rc) == 0)
+    if (rt_py__prog_after(self, rc, inst) == 0)
         res = rt_py__tensor_to_numpy(&out);
     rt_py__unlock(self->client);
     rt_client_tensor_free(&out);
@@ -1083,11 +1096,13 @@ static PyObject *Program_predict_dataset(ProgramObject *self, PyObject *args)
     int rc;
     rt_client *c = self->client->c;
     const char *sid = self->client->sid;
+    int inst = rt_py__sig_install(c);
     Py_BEGIN_ALLOW_THREADS
     rc = rt_client_predict_dataset(c, sid, self->id, ds, &out);
     Py_END_ALLOW_THREADS
+    rt_py__sig_remove(inst);
     PyObject *res = NULL;
-    if (rt_py__prog_after(self, rc) == 0)
+    if (rt_py__prog_after(self, rc, inst) == 0)
         res = rt_py__tensor_to_numpy(&out);
     rt_py__unlock(self->client);
     rt_client_tensor_free(&out);
@@ -1108,7 +1123,7 @@ static PyObject *Program_get_weights(ProgramObject *self, PyObject *unused)
     rc = rt_client_get_weights(c, sid, self->id, &w);
     Py_END_ALLOW_THREADS
     PyObject *res = NULL, *l = NULL;
-    if (rt_py__prog_after(self, rc) < 0)
+    if (rt_py__prog_after(self, rc, 0) < 0)
         goto out;
     if (!(l = PyList_New((Py_ssize_t)w.n)))
         goto out;
@@ -1183,7 +1198,7 @@ static PyObject *Program_set_weights(ProgramObject *self, PyObject *args)
     rc = rt_client_set_weights(c, sid, self->id, ts, (size_t)n);
     Py_END_ALLOW_THREADS
     Py_DECREF(lst);
-    if (rt_py__prog_after(self, rc) == 0)
+    if (rt_py__prog_after(self, rc, 0) == 0)
         res = Py_NewRef(Py_None);
     rt_py__unlock(self->client);
 out:
@@ -1248,6 +1263,24 @@ static void rt_py__sig_remove(int installed)
         return;
     sigaction(SIGINT, &rt_py__sig_old, NULL);
     rt_py__sig_client = NULL;
+}
+
+/* After rt_py__sig_remove: did a Ctrl-C stop the call? Then run Python's
+ * handler now (normally it raises KeyboardInterrupt) and return 1 with the
+ * exception set. A handler that does not raise lets the call's own result
+ * stand (0). */
+static int rt_py__sig_raised(int installed)
+{
+    if (!installed || !rt_py__sig_fired)
+        return 0;
+    rt_py__sig_fired = 0;
+    if (PyErr_CheckSignals() < 0)
+        return 1;
+    if (rt_py__sig_old.sa_handler == SIG_DFL) {
+        PyErr_SetNone(PyExc_KeyboardInterrupt);
+        return 1;
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------ fit */
