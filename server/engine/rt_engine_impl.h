@@ -337,7 +337,8 @@ struct rt_plan {
  * *loss_sum and summed per-sample accuracies to *acc_sum. If dy is not NULL,
  * writes d(mean loss)/dy (overwriting). */
 void rt__loss_run(const rt__lossinfo *L, const float *y, const void *lab,
-                  int64_t n, float *dy, double *loss_sum, double *acc_sum);
+                  int64_t n, float *dy, double *loss_sum, double *acc_sum,
+                  float *scratch); /* scratch: 2 * n * out_numel floats */
 int rt__loss_check(const rt__lossinfo *L, const rt_train_config *cfg,
                    char *err, size_t errlen);
 

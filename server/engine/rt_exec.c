@@ -42,6 +42,7 @@ struct rt_exec {
     float *w, *g, *s1, *s2;
     unsigned char *arena;
     float *gemm_scratch;
+    float *loss_scratch;       /* 2 * batch * output floats */
     rt__kargs *k;              /* n_fwd + n_bwd resolved calls */
     rt__run run;
     float *xb, *out, *dout;
@@ -172,9 +173,11 @@ int rt_exec_create(rt_plan *p, rt_exec **out)
     e->block = rt__aligned_alloc(sizeof(float) * (size_t)(P + 3 * T));
     e->arena = rt__aligned_alloc((size_t)p->arena_bytes);
     e->gemm_scratch = rt__aligned_alloc(sizeof(float) * (size_t)p->gemm_scratch_floats);
+    e->loss_scratch = rt__aligned_alloc(sizeof(float) * 2 * (size_t)p->cfg.batch_size *
+                                        (size_t)p->loss.out_numel);
     int nc = p->n_fwd + p->n_bwd;
     e->k = calloc((size_t)(nc ? nc : 1), sizeof *e->k);
-    if (!e->block || !e->arena || !e->gemm_scratch || !e->k) {
+    if (!e->block || !e->arena || !e->gemm_scratch || !e->loss_scratch || !e->k) {
         rt_exec_destroy(e);
         return RT_ENOMEM;
     }
@@ -216,6 +219,7 @@ void rt_exec_destroy(rt_exec *e)
     free(e->block);
     free(e->arena);
     free(e->gemm_scratch);
+    free(e->loss_scratch);
     free(e->k);
     free(e->perm);
     rt_plan_release(e->p);
@@ -366,7 +370,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
         rt__gather(e, d->x, d->y, e->perm + start, 0, nb);
         rt__forward(e, nb, 1);
         double bl = 0, ba = 0;
-        rt__loss_run(&p->loss, e->out, e->lb, nb, e->dout, &bl, &ba);
+        rt__loss_run(&p->loss, e->out, e->lb, nb, e->dout, &bl, &ba, e->loss_scratch);
         rt__backward(e);
         if (p->train_floats) {
             if (cfg->clip_norm > 0) rt__clip_by_norm(e->g, p->train_floats, cfg->clip_norm);
@@ -439,7 +443,7 @@ static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
         const int64_t nb = d->n - start < B ? d->n - start : B;
         rt__gather(e, d->x, d->y, NULL, start, nb);
         rt__forward(e, nb, 0);
-        rt__loss_run(&e->p->loss, e->out, e->lb, nb, NULL, &ls, &as);
+        rt__loss_run(&e->p->loss, e->out, e->lb, nb, NULL, &ls, &as, e->loss_scratch);
     }
     if (out) {
         out->loss = ls / (double)d->n;
@@ -477,7 +481,7 @@ static int rt__exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n, doubl
     rt__gather(e, d->x, d->y, NULL, 0, n);
     rt__forward(e, n, 1);
     double ls = 0, as = 0;
-    rt__loss_run(&e->p->loss, e->out, e->lb, n, e->dout, &ls, &as);
+    rt__loss_run(&e->p->loss, e->out, e->lb, n, e->dout, &ls, &as, e->loss_scratch);
     rt__backward(e);
     if (loss) *loss = ls / (double)n;
     return 0;

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cpu/rt_kern_math.h"
 #include "rt_engine_impl.h"
 
 #define RT__EPS 1e-7f
@@ -88,18 +89,12 @@ static inline int64_t rt__argmax(const float *x, int64_t C)
     return b;
 }
 
-static inline float rt__softplus(float x)
-{
-    return x > 0 ? x + log1pf(expf(-x)) : log1pf(expf(x));
-}
-
 /* one row: returns its loss, writes dz (scaled by s) when dz != NULL */
 static double rt__row(const rt__lossinfo *L, const float *restrict z,
                       const void *lab, int64_t lab_i, float *restrict dz,
                       float s)
 {
     const int64_t C = L->classes;
-    const int bc = L->lab_numel != L->out_numel; /* one label per row */
     double loss = 0;
     switch (L->kind) {
     case RT_LOSS_SPARSE_CE: {
@@ -108,11 +103,11 @@ static double rt__row(const rt__lossinfo *L, const float *restrict z,
             float m = z[0];
             for (int64_t j = 1; j < C; j++) m = z[j] > m ? z[j] : m;
             float se = 0;
-            for (int64_t j = 0; j < C; j++) se += expf(z[j] - m);
+            for (int64_t j = 0; j < C; j++) se += rt_kern_exp(z[j] - m);
             float lse = m + logf(se);
             loss = lse - z[l];
             if (dz) {
-                for (int64_t j = 0; j < C; j++) dz[j] = s * expf(z[j] - lse);
+                for (int64_t j = 0; j < C; j++) dz[j] = s * rt_kern_exp(z[j] - lse);
                 dz[l] -= s;
             }
         } else {
@@ -159,49 +154,8 @@ static double rt__row(const rt__lossinfo *L, const float *restrict z,
         }
         break;
     }
-    default: {
-        const double inv = 1.0 / (double)C;
-        const float sc = s / (float)C;
-        for (int64_t j = 0; j < C; j++) {
-            float y = rt__lab(L, lab, bc ? lab_i : lab_i + j);
-            float p = z[j], g, f;
-            switch (L->kind) {
-            case RT_LOSS_BCE:
-                if (L->from_logits) {
-                    f = fmaxf(p, 0) - p * y + log1pf(expf(-fabsf(p)));
-                    float sg = p >= 0 ? 1 / (1 + expf(-p)) : expf(p) / (1 + expf(p));
-                    g = sg - y;
-                } else {
-                    float q = fminf(fmaxf(p, RT__EPS), 1 - RT__EPS);
-                    f = -(y * logf(q + RT__EPS) + (1 - y) * logf(1 - q + RT__EPS));
-                    int in = p >= RT__EPS && p <= 1 - RT__EPS;
-                    g = in ? -(y / (q + RT__EPS) - (1 - y) / (1 - q + RT__EPS)) : 0.0f;
-                }
-                break;
-            case RT_LOSS_MSE: {
-                float d = p - y;
-                f = d * d;
-                g = 2 * d;
-                break;
-            }
-            case RT_LOSS_MAE: {
-                float d = p - y;
-                f = fabsf(d);
-                g = d > 0 ? 1.0f : d < 0 ? -1.0f : 0.0f;
-                break;
-            }
-            default: { /* logcosh, stable: x + softplus(-2x) - log 2 */
-                float x = p - y;
-                f = x + rt__softplus(-2 * x) - 0.69314718055994531f;
-                g = tanhf(x);
-                break;
-            }
-            }
-            loss += (double)f * inv;
-            if (dz) dz[j] = sc * g;
-        }
-        break;
-    }
+    default:
+        break; /* element-wise losses run in rt__loss_elem */
     }
     return loss;
 }
@@ -234,11 +188,120 @@ static int rt__row_acc(const rt__lossinfo *L, const float *z, const void *lab,
     return a == rt__argmax(y, C);
 }
 
+/* Element-wise losses (MSE, MAE, logcosh, BCE) over the whole batch as flat
+ * arrays, so the loops vectorise: labels are first expanded to the output's
+ * shape (yb), per-element losses go to fb, then summed per sample in
+ * double in a fixed order. */
+static void rt__loss_elem(const rt__lossinfo *L, const float *restrict p,
+                          const void *lab, int64_t n, float *restrict dy,
+                          double *loss_sum, float *restrict yb,
+                          float *restrict fb)
+{
+    const int64_t C = L->classes, per = L->out_numel, E = n * per;
+    const int64_t rows = n * L->rows;
+    if (L->lab_numel != L->out_numel) {
+        for (int64_t r = 0; r < rows; r++) {
+            const float v = rt__lab(L, lab, r);
+            for (int64_t j = 0; j < C; j++) yb[r * C + j] = v;
+        }
+    } else if (L->lab_dt == RT_F32) {
+        memcpy(yb, lab, sizeof(float) * (size_t)E);
+    } else {
+        const int32_t *restrict li = lab;
+        for (int64_t e = 0; e < E; e++) yb[e] = (float)li[e];
+    }
+    const float sc = (float)(1.0 / ((double)n * (double)per));
+    const float ln2 = 0.69314718055994531f;
+    /* the same body with and without a gradient to write */
+#define RT__ELEM_LOOP(G)                                                      \
+    switch (L->kind) {                                                        \
+    case RT_LOSS_MSE:                                                         \
+        for (int64_t e = 0; e < E; e++) {                                     \
+            const float d = p[e] - yb[e];                                     \
+            fb[e] = d * d;                                                    \
+            G(2.0f * d);                                                      \
+        }                                                                     \
+        break;                                                                \
+    case RT_LOSS_MAE:                                                         \
+        for (int64_t e = 0; e < E; e++) {                                     \
+            const float d = p[e] - yb[e];                                     \
+            fb[e] = fabsf(d);                                                 \
+            G(d > 0.0f ? 1.0f : d < 0.0f ? -1.0f : 0.0f);                     \
+        }                                                                     \
+        break;                                                                \
+    case RT_LOSS_BCE:                                                         \
+        if (L->from_logits) {                                                 \
+            for (int64_t e = 0; e < E; e++) {                                 \
+                const float z = p[e], y = yb[e];                              \
+                const float t = rt_kern_exp(-fabsf(z));                       \
+                fb[e] = (z > 0.0f ? z : 0.0f) - z * y + rt_kern_log1p(t);     \
+                const float sg = z >= 0.0f ? 1.0f / (1.0f + t) : t / (1.0f + t); \
+                G(sg - y);                                                    \
+            }                                                                 \
+        } else {                                                              \
+            for (int64_t e = 0; e < E; e++) {                                 \
+                const float pe = p[e], y = yb[e];                             \
+                float q = pe < RT__EPS ? RT__EPS : pe;                        \
+                q = q > 1.0f - RT__EPS ? 1.0f - RT__EPS : q;                  \
+                fb[e] = -(y * rt_kern_log(q + RT__EPS) +                      \
+                          (1.0f - y) * rt_kern_log(1.0f - q + RT__EPS));      \
+                const int in = pe >= RT__EPS && pe <= 1.0f - RT__EPS;         \
+                G(in ? -(y / (q + RT__EPS) - (1.0f - y) / (1.0f - q + RT__EPS)) : 0.0f); \
+            }                                                                 \
+        }                                                                     \
+        break;                                                                \
+    default: /* logcosh: |x| + log1p(e^-2|x|) - log 2; d/dx = tanh x */       \
+        for (int64_t e = 0; e < E; e++) {                                     \
+            const float x = p[e] - yb[e], a = fabsf(x);                       \
+            const float t = rt_kern_exp(-2.0f * a);                           \
+            fb[e] = a + rt_kern_log1p(t) - ln2;                               \
+            const float th = (1.0f - t) / (1.0f + t);                         \
+            G(x < 0.0f ? -th : th);                                           \
+        }                                                                     \
+        break;                                                                \
+    }
+#define RT__G_STORE(v) dy[e] = sc * (v)
+#define RT__G_NONE(v) (void)(v)
+    if (dy) {
+        RT__ELEM_LOOP(RT__G_STORE)
+    } else {
+        RT__ELEM_LOOP(RT__G_NONE)
+    }
+#undef RT__G_STORE
+#undef RT__G_NONE
+#undef RT__ELEM_LOOP
+    const double inv = 1.0 / (double)per;
+    double total = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double acc = 0;
+        const float *f = fb + i * per;
+        for (int64_t e = 0; e < per; e++) acc += f[e];
+        total += acc * inv;
+    }
+    *loss_sum += total;
+}
+
 void rt__loss_run(const rt__lossinfo *L, const float *y, const void *lab,
-                  int64_t n, float *dy, double *loss_sum, double *acc_sum)
+                  int64_t n, float *dy, double *loss_sum, double *acc_sum,
+                  float *scratch)
 {
     const int64_t C = L->classes, R = L->rows;
     const int bc = L->lab_numel != L->out_numel;
+    if (L->kind != RT_LOSS_SPARSE_CE && L->kind != RT_LOSS_CE) {
+        rt__loss_elem(L, y, lab, n, dy, loss_sum, scratch, scratch + n * L->out_numel);
+        if (!L->acc) return;
+        double as = 0;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t correct = 0;
+            for (int64_t r = 0; r < R; r++) {
+                int64_t li = bc ? i * R + r : (i * R + r) * C;
+                correct += rt__row_acc(L, y + (i * R + r) * C, lab, li);
+            }
+            as += (double)correct / (double)R;
+        }
+        *acc_sum += as;
+        return;
+    }
     const float s = 1.0f / (float)((double)n * (double)R);
     double ls = 0, as = 0;
     for (int64_t i = 0; i < n; i++) {

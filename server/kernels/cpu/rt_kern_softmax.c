@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cpu/rt_kern_cpu.h"
+#include "cpu/rt_kern_math.h"
 
 /* x, y are (R,C) */
 void rt_kern_softmax_fwd(const rt__kargs *a)
@@ -16,7 +17,7 @@ void rt_kern_softmax_fwd(const rt__kargs *a)
         for (int64_t j = 1; j < C; j++) m = x[j] > m ? x[j] : m;
         float s = 0.0f;
         for (int64_t j = 0; j < C; j++) {
-            y[j] = expf(x[j] - m);
+            y[j] = rt_kern_exp(x[j] - m);
             s += y[j];
         }
         const float inv = 1.0f / s;
@@ -54,7 +55,7 @@ void rt_kern_logsoftmax_fwd(const rt__kargs *a)
         float m = x[0];
         for (int64_t j = 1; j < C; j++) m = x[j] > m ? x[j] : m;
         float s = 0.0f;
-        for (int64_t j = 0; j < C; j++) s += expf(x[j] - m);
+        for (int64_t j = 0; j < C; j++) s += rt_kern_exp(x[j] - m);
         const float lse = m + logf(s);
         for (int64_t j = 0; j < C; j++) y[j] = x[j] - lse;
     }
@@ -73,8 +74,8 @@ void rt_kern_logsoftmax_bwd(const rt__kargs *a)
         float s = 0.0f;
         for (int64_t j = 0; j < C; j++) s += dy[j];
         if (accum)
-            for (int64_t j = 0; j < C; j++) dx[j] += dy[j] - expf(y[j]) * s;
+            for (int64_t j = 0; j < C; j++) dx[j] += dy[j] - rt_kern_exp(y[j]) * s;
         else
-            for (int64_t j = 0; j < C; j++) dx[j] = dy[j] - expf(y[j]) * s;
+            for (int64_t j = 0; j < C; j++) dx[j] = dy[j] - rt_kern_exp(y[j]) * s;
     }
 }
