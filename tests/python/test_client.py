@@ -584,3 +584,22 @@ def test_sigint_during_upload(client):
     assert client.ping() > 0
     ds = client._upload(x[:1 << 18], y[:1 << 18], "big")
     assert ds["samples"] == 1 << 18
+
+
+def test_no_copy_for_float32_c_contiguous():
+    from rtrain import _features
+    x = np.zeros((10, 4), np.float32)
+    assert _features(x, (4,)) is x          # handed to the buffer protocol
+    assert _features(x.astype(np.float64), (4,)) is not x
+    f = _features(np.asfortranarray(x), (4,))
+    assert f.flags.c_contiguous and f.dtype == np.float32
+
+
+def test_validation_split(client, iris):
+    xtr, ytr, _, _ = iris
+    model = iris_model(client, batch_size=20)
+    h = model.fit(xtr, ytr, epochs=2, verbose=0, validation_split=0.2)
+    assert sorted(h) == sorted(KEYS)
+    assert h.params["samples"] == int(len(xtr) * 0.8)
+    with pytest.raises(ValueError):
+        model.fit(xtr, ytr, validation_split=1.5)
