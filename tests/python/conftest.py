@@ -40,12 +40,12 @@ def _start_daemon():
     log = []
     t = threading.Thread(target=lambda: log.extend(proc.stdout), daemon=True)
     t.start()
-    return proc, addr, log
+    return proc, addr, log, t
 
 
 class Daemon:
     def __init__(self):
-        self.proc, self.addr, self.log = _start_daemon()
+        self.proc, self.addr, self.log, self._drain = _start_daemon()
 
     def alive(self):
         return self.proc.poll() is None
@@ -58,6 +58,8 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._drain.join(timeout=5)
+        self.proc.stdout.close()
 
 
 @pytest.fixture(scope="session")
