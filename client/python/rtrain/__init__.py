@@ -405,9 +405,12 @@ class Model:
     def evaluate(self, x=None, y=None, batch_size=None, verbose=0,
                  return_dict=False):
         """Loss (and the metric) over x, y on the daemon: a float, or
-        [loss, accuracy] when compiled with metrics, or a dict."""
+        [loss, accuracy] when compiled with metrics, or a dict. batch_size
+        is accepted for Keras compatibility; the daemon evaluates in the
+        program's batches and the result does not depend on it (changing
+        it would mean a new program and a fresh optimizer state)."""
         ds, label = self._upload(x, y, "evaluate")
-        self._ensure(batch_size, None, label)
+        self._ensure(None, None, label)
         loss, acc, _ = self._prog.evaluate(ds["id"])
         if return_dict:
             d = {"loss": loss}
