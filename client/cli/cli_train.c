@@ -360,8 +360,10 @@ int cli_cmd_fit(const cli_opts *o)
         rt_client_weights_free(&w);
     }
 out:
-    if (sid[0] && !cli_interrupted) {
-        rt_client_next_timeout_ms(c, 5000);
+    /* Also after Ctrl-C: the cancel flag is cleared when the next call
+     * starts, and a session left open would hold the daemon's memory. */
+    if (sid[0]) {
+        rt_client_next_timeout_ms(c, cli_interrupted ? 2000 : 5000);
         rt_client_session_close(c, sid);
     }
     if (c)
