@@ -1301,6 +1301,7 @@ typedef struct fitctx {
     size_t bar_len;          /* length of the bar now on screen (for \r) */
     double run_loss, run_acc; uint64_t run_samples; /* RunSteps path */
     int stop;                /* an exception is pending (fetched) */
+    int sig;                 /* this fit owns the SIGINT chain */
     PyObject *et, *ev, *etb;
 } fitctx;
 
@@ -1495,7 +1496,8 @@ static int rt_py__fit_cb(const rt_client_fit_event *ev, void *user)
         if (r < 0)
             f->stop = 1;
     }
-    int stop = rt_py__poll(f) || rt_py__sig_fired || f->prog->client->cancel_req;
+    int stop = rt_py__poll(f) || (f->sig && rt_py__sig_fired) ||
+               f->prog->client->cancel_req;
     f->ts = PyEval_SaveThread();
     return stop;
 }
@@ -1540,7 +1542,7 @@ static int rt_py__fit_steps(fitctx *f, const char *ds, const char *val,
 {
     rt_client *c = f->prog->client->c;
     int rc = 0;
-    while (f->done_epochs < f->epochs && !f->stop && !rt_py__sig_fired &&
+    while (f->done_epochs < f->epochs && !f->stop && !(f->sig && rt_py__sig_fired) &&
            !f->prog->client->cancel_req) {
         f->run_loss = f->run_acc = 0;
         f->run_samples = 0;
@@ -1573,7 +1575,7 @@ static int rt_py__fit_steps(fitctx *f, const char *ds, const char *val,
                 rt_py__draw(f, f->epoch_step, f->steps_per_epoch,
                             f->run_loss / den, f->run_acc / den, 0, NULL) < 0)
                 f->stop = 1;
-            if (rt_py__poll(f) || rt_py__sig_fired)
+            if (rt_py__poll(f) || (f->sig && rt_py__sig_fired))
                 return 0;
             if (f->prog->client->cancel_req)
                 return RT_ECANCELLED;
@@ -1655,6 +1657,7 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
     PyObject *res = NULL;
     self->client->cancel_req = 0;
     int installed = rt_py__sig_install(self->client->c);
+    f.sig = installed;
     int rc = 0;
     if (rt_py__epoch_header(&f) < 0)
         goto out;
@@ -1668,7 +1671,7 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
         PyErr_Restore(f.et, f.ev, f.etb);
         goto out;
     }
-    if (rt_py__sig_fired) {
+    if (f.sig && rt_py__sig_fired) {
         /* Python's handler was chained: run it now (normally it raises
          * KeyboardInterrupt). A handler that does not raise still ends the
          * fit early, as the user asked. */
