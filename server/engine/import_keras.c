@@ -321,6 +321,272 @@ static int k_reshape(rt_keras_ctx *c)
     return add_simple(c, "Reshape", 1, &a);
 }
 
+/* ------------------------------------------------ convolutional layers */
+
+/* Keras' "data_format": only channels_last (NHWC), the engine's layout. */
+static int k_channels_last(rt_keras_ctx *c)
+{
+    const char *fmt;
+    int rc = rt_keras_cfg_str(c, "data_format", "channels_last", &fmt);
+    if (rc < 0)
+        return rc;
+    if (strcmp(fmt, "channels_last") != 0)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "data_format '%.20s' is not supported (channels_last only)", fmt);
+    if (c->in[0].ndim != 3)
+        return rt_keras_fail(c, RT_ESHAPE, "%s needs (H, W, C) inputs, got rank %d",
+                             c->class_name, c->in[0].ndim);
+    return 0;
+}
+
+/* A pair setting ("kernel_size": [3, 3] or 3) into out[2]; def when absent
+ * (or null, as Keras writes "strides": null for pools). */
+static int k_pair(rt_keras_ctx *c, const char *key, int64_t def0, int64_t def1,
+                  int64_t out[2])
+{
+    int n = rt_keras_cfg_ints(c, key, out, 2);
+    if (n < 0)
+        return n;
+    if (n == 0) {
+        out[0] = def0;
+        out[1] = def1;
+    } else if (n == 1) {
+        out[1] = out[0];
+    }
+    if (out[0] < 1 || out[1] < 1)
+        return rt_keras_fail(c, RT_EINVAL, "'%s' must be >= 1", key);
+    return 0;
+}
+
+/* Output size of one spatial dim, as op_conv.c computes it. */
+static int k_out_dim(rt_keras_ctx *c, int64_t in, int64_t k, int64_t s, int64_t d,
+                     int same, int64_t *out)
+{
+    int64_t keff = (k - 1) * d + 1;
+    if (same) {
+        *out = (in + s - 1) / s;
+        return 0;
+    }
+    if (in < keff)
+        return rt_keras_fail(c, RT_ESHAPE, "input %lld is smaller than the window %lld",
+                             (long long)in, (long long)keff);
+    *out = (in - keff) / s + 1;
+    return 0;
+}
+
+static int k_padding(rt_keras_ctx *c, const char **pad, int *same)
+{
+    int rc = rt_keras_cfg_str(c, "padding", "valid", pad);
+    if (rc < 0)
+        return rc;
+    if (strcmp(*pad, "valid") == 0)
+        *same = 0;
+    else if (strcmp(*pad, "same") == 0)
+        *same = 1;
+    else
+        return rt_keras_fail(c, RT_EINVAL, "padding '%.20s' is not supported", *pad);
+    return 0;
+}
+
+static int k_conv2d(rt_keras_ctx *c)
+{
+    int64_t filters, groups, k[2], s[2], d[2];
+    int use_bias, trainable, same = 0, rc;
+    const char *act, *pad;
+    rt_init kinit, binit;
+    if ((rc = k_channels_last(c)) < 0 ||
+        (rc = rt_keras_cfg_int(c, "filters", 0, &filters)) < 0 ||
+        (rc = rt_keras_cfg_int(c, "groups", 1, &groups)) < 0 ||
+        (rc = k_pair(c, "kernel_size", 0, 0, k)) < 0 ||
+        (rc = k_pair(c, "strides", 1, 1, s)) < 0 ||
+        (rc = k_pair(c, "dilation_rate", 1, 1, d)) < 0 ||
+        (rc = k_padding(c, &pad, &same)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "use_bias", 1, &use_bias)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "trainable", 1, &trainable)) < 0 ||
+        (rc = rt_keras_cfg_str(c, "activation", "linear", &act)) < 0 ||
+        (rc = rt_keras_cfg_init(c, "kernel_initializer", RT_INIT_GLOROT_UNIFORM, &kinit)) < 0 ||
+        (rc = rt_keras_cfg_init(c, "bias_initializer", RT_INIT_ZEROS, &binit)) < 0)
+        return rc;
+    if (filters <= 0)
+        return rt_keras_fail(c, RT_EINVAL, "Conv2D needs filters > 0");
+    if (groups != 1)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED, "grouped convolution is not supported");
+    const rt_keras_tensor *x = &c->in[0];
+    int64_t oh = 0, ow = 0;
+    if ((rc = k_out_dim(c, x->dims[0], k[0], s[0], d[0], same, &oh)) < 0 ||
+        (rc = k_out_dim(c, x->dims[1], k[1], s[1], d[1], same, &ow)) < 0)
+        return rc;
+    char kname[RT_KERAS_NAME], bname[RT_KERAS_NAME];
+    int n1 = snprintf(kname, sizeof kname, "%s/kernel", c->layer);
+    int n2 = snprintf(bname, sizeof bname, "%s/bias", c->layer);
+    if (n1 < 0 || n1 >= RT_KERAS_NAME || n2 < 0 || n2 >= RT_KERAS_NAME)
+        return rt_keras_fail(c, RT_EINVAL, "layer name is too long");
+    int64_t kd[4] = {k[0], k[1], x->dims[2], filters};
+    if ((rc = rt_graph_add_param(c->g, kname, 4, kd, kinit, trainable, NULL)) < 0 ||
+        (use_bias &&
+         (rc = rt_graph_add_param(c->g, bname, 1, &filters, binit, trainable, NULL)) < 0))
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    /* relu/sigmoid/tanh run inside the convolution's output loop */
+    int fuse = strcmp(act, "relu") == 0 || strcmp(act, "sigmoid") == 0 ||
+               strcmp(act, "tanh") == 0;
+    rt_attr at[4] = {
+        {.name = "strides", .kind = RT_ATTR_INTS, .n = 2, .ints = s},
+        {.name = "dilations", .kind = RT_ATTR_INTS, .n = 2, .ints = d},
+        {.name = "padding", .kind = RT_ATTR_STR, .s = pad},
+        {.name = "activation", .kind = RT_ATTR_STR, .s = fuse ? act : "linear"},
+    };
+    const char *in[3] = {x->name, kname, bname};
+    if ((rc = rt_graph_add_node(c->g, c->layer, "Conv2D", use_bias ? 3 : 2, in, 4, at)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    snprintf(c->out.name, sizeof c->out.name, "%s", c->layer);
+    c->out.ndim = 3;
+    c->out.dims[0] = oh;
+    c->out.dims[1] = ow;
+    c->out.dims[2] = filters;
+    return fuse ? 0 : rt_keras_add_activation(c, act);
+}
+
+/* MaxPooling2D / AveragePooling2D */
+static int k_pool2d(rt_keras_ctx *c, const char *op)
+{
+    int64_t k[2], s[2];
+    int same = 0, rc;
+    const char *pad;
+    if ((rc = k_channels_last(c)) < 0 || (rc = k_pair(c, "pool_size", 2, 2, k)) < 0 ||
+        (rc = k_pair(c, "strides", k[0], k[1], s)) < 0 || (rc = k_padding(c, &pad, &same)) < 0)
+        return rc;
+    const rt_keras_tensor *x = &c->in[0];
+    int64_t oh = 0, ow = 0;
+    if ((rc = k_out_dim(c, x->dims[0], k[0], s[0], 1, same, &oh)) < 0 ||
+        (rc = k_out_dim(c, x->dims[1], k[1], s[1], 1, same, &ow)) < 0)
+        return rc;
+    rt_attr at[3] = {
+        {.name = "pool", .kind = RT_ATTR_INTS, .n = 2, .ints = k},
+        {.name = "strides", .kind = RT_ATTR_INTS, .n = 2, .ints = s},
+        {.name = "padding", .kind = RT_ATTR_STR, .s = pad},
+    };
+    c->out.ndim = 3;
+    c->out.dims[0] = oh;
+    c->out.dims[1] = ow;
+    c->out.dims[2] = x->dims[2];
+    return add_simple(c, op, 3, at);
+}
+
+static int k_maxpool2d(rt_keras_ctx *c) { return k_pool2d(c, "MaxPool2D"); }
+static int k_avgpool2d(rt_keras_ctx *c) { return k_pool2d(c, "AvgPool2D"); }
+
+static int k_gap2d(rt_keras_ctx *c)
+{
+    int keep, rc;
+    if ((rc = k_channels_last(c)) < 0 || (rc = rt_keras_cfg_bool(c, "keepdims", 0, &keep)) < 0)
+        return rc;
+    const int64_t C = c->in[0].dims[2];
+    rt_attr at = {.name = "keepdims", .kind = RT_ATTR_INT, .i = keep};
+    if (keep) {
+        c->out.ndim = 3;
+        c->out.dims[0] = c->out.dims[1] = 1;
+        c->out.dims[2] = C;
+    } else {
+        c->out.ndim = 1;
+        c->out.dims[0] = C;
+    }
+    return add_simple(c, "GlobalAvgPool", 1, &at);
+}
+
+/* BatchNormalization over the last axis. trainable=false freezes gamma and
+ * beta and runs the layer in inference mode, as Keras does; center/scale
+ * false keep beta at 0 / gamma at 1 (non-trainable). */
+static int k_batchnorm(rt_keras_ctx *c)
+{
+    double mom, eps;
+    int center, scale, trainable, rc;
+    int64_t axis[2];
+    rt_init ginit, binit, minit, vinit;
+    if ((rc = rt_keras_cfg_float(c, "momentum", 0.99, &mom)) < 0 ||
+        (rc = rt_keras_cfg_float(c, "epsilon", 1e-3, &eps)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "center", 1, &center)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "scale", 1, &scale)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "trainable", 1, &trainable)) < 0 ||
+        (rc = rt_keras_cfg_init(c, "gamma_initializer", RT_INIT_ONES, &ginit)) < 0 ||
+        (rc = rt_keras_cfg_init(c, "beta_initializer", RT_INIT_ZEROS, &binit)) < 0 ||
+        (rc = rt_keras_cfg_init(c, "moving_mean_initializer", RT_INIT_ZEROS, &minit)) < 0 ||
+        (rc = rt_keras_cfg_init(c, "moving_variance_initializer", RT_INIT_ONES, &vinit)) < 0)
+        return rc;
+    const rt_keras_tensor *x = &c->in[0];
+    if (x->ndim < 1)
+        return rt_keras_fail(c, RT_ESHAPE, "BatchNormalization needs a channel axis");
+    int na = rt_keras_cfg_ints(c, "axis", axis, 2);
+    if (na < 0)
+        return na;
+    if (na == 0)
+        axis[0] = -1, na = 1;
+    if (na != 1 || (axis[0] != -1 && axis[0] != x->ndim))
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "BatchNormalization over axis %lld: only the last axis is supported",
+                             (long long)axis[0]);
+    if (!(mom >= 0 && mom <= 1) || !(eps > 0))
+        return rt_keras_fail(c, RT_EINVAL, "momentum must be in [0, 1] and epsilon > 0");
+    const int64_t C = x->dims[x->ndim - 1];
+    static const char *sfx[4] = {"gamma", "beta", "moving_mean", "moving_variance"};
+    char names[4][RT_KERAS_NAME];
+    const rt_init inits[4] = {scale ? ginit : RT_INIT_ONES, center ? binit : RT_INIT_ZEROS,
+                              minit, vinit};
+    const int train[4] = {trainable && scale, trainable && center, 0, 0};
+    for (int i = 0; i < 4; i++) {
+        int n = snprintf(names[i], RT_KERAS_NAME, "%s/%s", c->layer, sfx[i]);
+        if (n < 0 || n >= RT_KERAS_NAME)
+            return rt_keras_fail(c, RT_EINVAL, "layer name is too long");
+        if ((rc = rt_graph_add_param(c->g, names[i], 1, &C, inits[i], train[i], NULL)) < 0)
+            return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    }
+    rt_attr at[3] = {
+        {.name = "momentum", .kind = RT_ATTR_FLOAT, .f = mom},
+        {.name = "epsilon", .kind = RT_ATTR_FLOAT, .f = eps},
+        {.name = "frozen", .kind = RT_ATTR_INT, .i = !trainable},
+    };
+    const char *in[5] = {x->name, names[0], names[1], names[2], names[3]};
+    if ((rc = rt_graph_add_node(c->g, c->layer, "BatchNorm", 5, in, 3, at)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    snprintf(c->out.name, sizeof c->out.name, "%s", c->layer);
+    c->out.ndim = x->ndim;
+    memcpy(c->out.dims, x->dims, sizeof c->out.dims);
+    return 0;
+}
+
+/* Concatenate (Functional models): axis counts the batch, default -1 */
+static int k_concatenate(rt_keras_ctx *c)
+{
+    int64_t axis;
+    int rc = rt_keras_cfg_int(c, "axis", -1, &axis);
+    if (rc < 0)
+        return rc;
+    const int nd = c->in[0].ndim;
+    int64_t ax = axis < 0 ? axis + nd + 1 : axis;
+    if (ax < 1 || ax > nd)
+        return rt_keras_fail(c, RT_EINVAL, "Concatenate axis %lld is outside 1..%d",
+                             (long long)axis, nd);
+    c->out = c->in[0];
+    c->out.dims[ax - 1] = 0;
+    const char *in[RT_KERAS_MAX_IN];
+    for (int i = 0; i < c->n_in; i++) {
+        if (c->in[i].ndim != nd)
+            return rt_keras_fail(c, RT_ESHAPE, "Concatenate inputs have different ranks");
+        for (int j = 0; j < nd; j++)
+            if (j != ax - 1 && c->in[i].dims[j] != c->in[0].dims[j])
+                return rt_keras_fail(c, RT_ESHAPE,
+                                     "Concatenate input %d has dim %d = %lld, expected %lld",
+                                     i, j + 1, (long long)c->in[i].dims[j],
+                                     (long long)c->in[0].dims[j]);
+        c->out.dims[ax - 1] += c->in[i].dims[ax - 1];
+        in[i] = c->in[i].name;
+    }
+    rt_attr at = {.name = "axis", .kind = RT_ATTR_INT, .i = ax};
+    if ((rc = rt_graph_add_node(c->g, c->layer, "Concat", c->n_in, in, 1, &at)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    snprintf(c->out.name, sizeof c->out.name, "%s", c->layer);
+    return 0;
+}
+
 /* One entry per supported layer class. InputLayer is handled by the model
  * walkers since it creates the graph input instead of a node. */
 static const struct {
@@ -333,6 +599,15 @@ static const struct {
     {"Dropout", k_dropout, 1},
     {"Flatten", k_flatten, 1},
     {"Reshape", k_reshape, 1},
+    {"Conv2D", k_conv2d, 1},
+    {"MaxPooling2D", k_maxpool2d, 1},
+    {"MaxPool2D", k_maxpool2d, 1},
+    {"AveragePooling2D", k_avgpool2d, 1},
+    {"AvgPool2D", k_avgpool2d, 1},
+    {"GlobalAveragePooling2D", k_gap2d, 1},
+    {"GlobalAvgPool2D", k_gap2d, 1},
+    {"BatchNormalization", k_batchnorm, 1},
+    {"Concatenate", k_concatenate, 0},
 };
 
 /* ---------------------------------------------------------------- walking */

@@ -14,8 +14,9 @@
 #include "cpu/rt_kern_cpu.h"
 #include "rt_engine_impl.h"
 
-/* im2col chunks hold about this many floats (1 MiB: the L2 of one core) */
-#define RT__CONV_CHUNK_FLOATS (256 * 1024)
+/* im2col chunks hold about this many floats (512 KiB: with the chunk's
+ * output they stay in one core's L2 between im2col, GEMM and bias) */
+#define RT__CONV_CHUNK_FLOATS (128 * 1024)
 
 /* a pair attribute (ints of 1 or 2, or an int) with a default; >= 1 */
 static int rt__pair(rt__cc *cc, rt__node *nd, const char *name, int64_t def0,
@@ -159,7 +160,10 @@ static int rt__conv2d_infer(rt__cc *cc, rt__node *nd)
     if (cs > rt__cc_batch(cc)) cs = rt__cc_batch(cc);
     ia[RT_CV_CHUNK] = cs;
     ia[RT_CV_DIRECT] = ia[RT_CV_KH] == 1 && ia[RT_CV_KW] == 1 && s[0] == 1 && s[1] == 1;
-    nd->scratch_fixed = cs * P * (K + OC);
+    const int64_t nt = rt_kern_conv_threads();
+    ia[RT_CV_NT] = nt;
+    ia[RT_CV_TSTRIDE] = (cs * P * (K + OC) + K * OC + OC + 15) & ~(int64_t)15;
+    nd->scratch_fixed = nt * ia[RT_CV_TSTRIDE];
     return 0;
 }
 
@@ -215,7 +219,9 @@ static int rt__pool_infer(rt__cc *cc, rt__node *nd)
      * the padding before is at most (k-1)/2 < k */
     nd->out = (rt__shape){.ndim = 3, .batched = 1,
                           .d = {ia[RT_CV_OH], ia[RT_CV_OW], ia[RT_CV_C]}};
-    nd->scratch_fixed = 2 * ia[RT_CV_C]; /* MaxPool's backward: max, argmax */
+    /* MaxPool's backward: max and argmax per thread */
+    ia[RT_CV_NT] = rt_kern_conv_threads();
+    nd->scratch_fixed = 2 * ia[RT_CV_C] * ia[RT_CV_NT];
     return 0;
 }
 

@@ -45,8 +45,10 @@ static int rt__bn_infer(rt__cc *cc, rt__node *nd)
     nd->fa[0] = mom;
     nd->fa[1] = eps;
     nd->out = *x;
-    /* 4 doubles (mean, var/inv, sums) and 3 floats per channel */
-    nd->scratch_fixed = 8 * C + 3 * C + 16;
+    /* per-thread partial sums (2 doubles per channel each), 4 doubles
+     * (mean, var/inv, sums) and 3 floats per channel */
+    nd->ia[RT_BN_NT] = rt_kern_conv_threads();
+    nd->scratch_fixed = 4 * C * nd->ia[RT_BN_NT] + 8 * C + 3 * C + 16;
     return 0;
 }
 

@@ -10,6 +10,9 @@
  */
 #include <string.h>
 
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+
 #include "cpu/rt_kern_conv.h"
 #include "cpu/rt_kern_cpu.h"
 
@@ -77,7 +80,31 @@ static void rt__col2im_add(const int64_t *ia, const float *restrict col,
     }
 }
 
-/* y (B,OH,OW,OC) = act(im2col(x) W + b) */
+/* Below this many multiply-adds a convolution runs on one thread: a
+ * parallel region costs microseconds, and on a loaded machine a whole
+ * scheduler slice when a team member is not running. */
+#define RT__PAR_MACS (INT64_C(1) << 22)
+
+int rt_kern_conv_threads(void)
+{
+    int nt = omp_get_max_threads();
+    return nt < 1 ? 1 : nt > 64 ? 64 : nt;
+}
+
+/* Row-major SGEMM, single-threaded when called from a parallel region
+ * (oneDNN does not nest), and reentrant, unlike rt_kern_gemm's small-
+ * matrix path that transposes into the exec's one shared buffer. */
+static void rt__gemm(int ta, int tb, int64_t M, int64_t N, int64_t K,
+                     const float *A, int64_t lda, const float *B, int64_t ldb,
+                     float beta, float *C, int64_t ldc)
+{
+    dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f,
+                                  A, lda, B, ldb, beta, C, ldc);
+    RT_ASSERT(st == dnnl_success); /* shapes were validated at compile */
+}
+
+/* y (B,OH,OW,OC) = act(im2col(x) W + b), one chunk of samples at a time,
+ * chunks shared out among the threads */
 void rt_kern_conv2d_fwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
@@ -86,12 +113,16 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
     const int64_t in_s = ia[RT_CV_H] * ia[RT_CV_W] * ia[RT_CV_C];
     const int64_t P = ia[RT_CV_OH] * ia[RT_CV_OW], OC = ia[RT_CV_OC];
     const int64_t K = ia[RT_CV_KH] * ia[RT_CV_KW] * ia[RT_CV_C];
-    const int64_t cs = ia[RT_CV_CHUNK];
+    const int64_t cs = ia[RT_CV_CHUNK], nch = (n + cs - 1) / cs;
     const float *w = a->x[1];
     const float *bias = ia[RT_CV_BIAS] ? a->x[2] : NULL;
-    float *col = a->scratch;
-    for (int64_t s0 = 0; s0 < n; s0 += cs) {
-        const int64_t nb = n - s0 < cs ? n - s0 : cs;
+    int nt = (int)ia[RT_CV_NT];
+    if (n * P * K * OC < RT__PAR_MACS) nt = 1;
+    else if (nt > nch) nt = (int)nch;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t ch = 0; ch < nch; ch++) {
+        float *col = a->scratch + (int64_t)omp_get_thread_num() * ia[RT_CV_TSTRIDE];
+        const int64_t s0 = ch * cs, nb = n - s0 < cs ? n - s0 : cs;
         const int64_t rows = nb * P;
         const float *A;
         if (ia[RT_CV_DIRECT]) {
@@ -101,7 +132,7 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
             A = col;
         }
         float *y = a->y + s0 * P * OC;
-        rt_kern_gemm(a->r, 0, 0, rows, OC, K, A, K, w, OC, 0.0f, y, OC);
+        rt__gemm(0, 0, rows, OC, K, A, K, w, OC, 0.0f, y, OC);
         if (bias) {
             for (int64_t r = 0; r < rows; r++) {
                 float *restrict yr = y + r * OC;
@@ -113,8 +144,10 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
     }
 }
 
-/* Per chunk: dz = dy * act'(y); dW (+)= col^T dz; db (+)= sum_rows dz;
- * dcol = dz W^T, scattered back into dx (col2im). */
+/* Per chunk: dz = dy * act'(y); partial dW += col^T dz and db += sum_rows
+ * dz per thread; dcol = dz W^T, scattered back into dx (col2im). The
+ * partials are then summed in thread order, so a given thread count always
+ * gives the same bits. */
 void rt_kern_conv2d_bwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
@@ -123,52 +156,81 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
     const int64_t in_s = ia[RT_CV_H] * ia[RT_CV_W] * ia[RT_CV_C];
     const int64_t P = ia[RT_CV_OH] * ia[RT_CV_OW], OC = ia[RT_CV_OC];
     const int64_t K = ia[RT_CV_KH] * ia[RT_CV_KW] * ia[RT_CV_C];
-    const int64_t cs = ia[RT_CV_CHUNK];
+    const int64_t cs = ia[RT_CV_CHUNK], nch = (n + cs - 1) / cs;
+    const int64_t TS = ia[RT_CV_TSTRIDE];
     const int direct = ia[RT_CV_DIRECT] != 0;
-    float *col = a->scratch;
-    float *dzbuf = a->scratch + cs * P * K;
     float *dx = a->dx[0], *dw = a->dx[1];
     float *db = ia[RT_CV_BIAS] ? a->dx[2] : NULL;
-    int first_w = !(a->accum & 2u), first_b = !(a->accum & 4u);
-    for (int64_t s0 = 0; s0 < n; s0 += cs) {
-        const int64_t nb = n - s0 < cs ? n - s0 : cs;
-        const int64_t rows = nb * P;
-        const float *x = a->x[0] + s0 * in_s;
-        const float *dz = a->dy + s0 * P * OC;
-        if (nd->act) {
-            rt_kern_act_bwd(nd->act, dzbuf, dz, a->y + s0 * P * OC, rows * OC);
-            dz = dzbuf;
-        }
-        if (dw) {
-            const float *A = x;
-            if (!direct) {
-                rt__im2col(ia, a->x[0], s0, nb, col);
-                A = col;
+    int nt = (int)ia[RT_CV_NT];
+    if (n * P * K * OC < RT__PAR_MACS) nt = 1;
+    else if (nt > nch) nt = (int)nch;
+    int team = 1;
+#pragma omp parallel num_threads(nt)
+    {
+        const int T = omp_get_num_threads(), t = omp_get_thread_num();
+        if (t == 0) team = T;
+        float *col = a->scratch + (int64_t)t * TS;
+        float *dzbuf = col + cs * P * K;
+        float *pdw = dzbuf + cs * P * OC, *pdb = pdw + K * OC;
+        const int64_t c0 = nch * t / T, c1 = nch * (t + 1) / T;
+        if (dw) memset(pdw, 0, sizeof(float) * (size_t)(K * OC));
+        if (db) memset(pdb, 0, sizeof(float) * (size_t)OC);
+        for (int64_t ch = c0; ch < c1; ch++) {
+            const int64_t s0 = ch * cs, nb = n - s0 < cs ? n - s0 : cs;
+            const int64_t rows = nb * P;
+            const float *x = a->x[0] + s0 * in_s;
+            const float *dz = a->dy + s0 * P * OC;
+            if (nd->act) {
+                rt_kern_act_bwd(nd->act, dzbuf, dz, a->y + s0 * P * OC, rows * OC);
+                dz = dzbuf;
             }
-            rt_kern_gemm(a->r, 1, 0, K, OC, rows, A, K, dz, OC,
-                         first_w ? 0.0f : 1.0f, dw, OC);
-            first_w = 0;
-        }
-        if (db) {
-            if (first_b) memset(db, 0, sizeof(float) * (size_t)OC);
-            first_b = 0;
-            for (int64_t r = 0; r < rows; r++) {
-                const float *restrict d = dz + r * OC;
-                float *restrict bb = db;
-                for (int64_t c = 0; c < OC; c++) bb[c] += d[c];
+            if (dw) {
+                const float *A = x;
+                if (!direct) {
+                    rt__im2col(ia, a->x[0], s0, nb, col);
+                    A = col;
+                }
+                rt__gemm(1, 0, K, OC, rows, A, K, dz, OC, 1.0f, pdw, OC);
             }
-        }
-        if (dx) {
-            float *dxc = dx + s0 * in_s;
-            if (direct) {
-                rt_kern_gemm(a->r, 0, 1, rows, K, OC, dz, OC, a->x[1], OC,
+            if (db) {
+                for (int64_t r = 0; r < rows; r++) {
+                    const float *restrict d = dz + r * OC;
+                    float *restrict bb = pdb;
+                    for (int64_t c = 0; c < OC; c++) bb[c] += d[c];
+                }
+            }
+            if (dx) {
+                float *dxc = dx + s0 * in_s;
+                if (direct) {
+                    rt__gemm(0, 1, rows, K, OC, dz, OC, a->x[1], OC,
                              (a->accum & 1u) ? 1.0f : 0.0f, dxc, K);
-            } else {
-                rt_kern_gemm(a->r, 0, 1, rows, K, OC, dz, OC, a->x[1], OC, 0.0f,
-                             col, K);
-                if (!(a->accum & 1u)) memset(dxc, 0, sizeof(float) * (size_t)(nb * in_s));
-                rt__col2im_add(ia, col, s0, nb, dx);
+                } else {
+                    rt__gemm(0, 1, rows, K, OC, dz, OC, a->x[1], OC, 0.0f, col, K);
+                    if (!(a->accum & 1u))
+                        memset(dxc, 0, sizeof(float) * (size_t)(nb * in_s));
+                    rt__col2im_add(ia, col, s0, nb, dx);
+                }
             }
+        }
+    }
+    /* sum the per-thread partials in thread order */
+    if (dw) {
+        const int64_t m = K * OC;
+        if (!(a->accum & 2u)) memcpy(dw, a->scratch + cs * P * (K + OC), sizeof(float) * (size_t)m);
+        else
+            for (int64_t i = 0; i < m; i++) dw[i] += a->scratch[cs * P * (K + OC) + i];
+        for (int t = 1; t < team; t++) {
+            const float *restrict p = a->scratch + (int64_t)t * TS + cs * P * (K + OC);
+            for (int64_t i = 0; i < m; i++) dw[i] += p[i];
+        }
+    }
+    if (db) {
+        const int64_t off = cs * P * (K + OC) + K * OC;
+        for (int t = 0; t < team; t++) {
+            const float *restrict p = a->scratch + (int64_t)t * TS + off;
+            if (t == 0 && !(a->accum & 4u)) memcpy(db, p, sizeof(float) * (size_t)OC);
+            else
+                for (int64_t c = 0; c < OC; c++) db[c] += p[c];
         }
     }
 }

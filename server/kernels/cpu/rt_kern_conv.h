@@ -26,15 +26,23 @@ enum {
     RT_CV_CHUNK,                       /* Conv2D: samples per im2col chunk */
     RT_CV_DIRECT,                      /* Conv2D: 1x1, stride 1, no pad */
     RT_CV_BIAS,                        /* Conv2D: has a bias input */
+    RT_CV_NT,                          /* threads the scratch is sized for */
+    RT_CV_TSTRIDE,                     /* Conv2D: scratch floats per thread */
 };
 
-/* Conv2D(x (B,H,W,C), W (KH,KW,C,OC), b (OC)?), nd->act fused.
- * Scratch: chunk rows x (KH*KW*C + OC) floats. */
+/* Threads a kernel may use (OpenMP's team size, at most 64); scratch is
+ * sized for this many at compile time. */
+int rt_kern_conv_threads(void);
+
+/* Conv2D(x (B,H,W,C), W (KH,KW,C,OC), b (OC)?), nd->act fused. Chunks
+ * are shared out among threads (each calls a single-threaded GEMM).
+ * Scratch per thread (RT_CV_TSTRIDE floats): the column chunk (rows x K),
+ * dz (rows x OC), and partial dW (K x OC) and db (OC). */
 void rt_kern_conv2d_fwd(const rt__kargs *a);
 void rt_kern_conv2d_bwd(const rt__kargs *a);
 
-/* MaxPool2D: scratch 2*C floats (running max and its window index).
- * Padding cells never win. */
+/* MaxPool2D: scratch 2*C floats per thread (running max and its window
+ * index). Padding cells never win. */
 void rt_kern_maxpool2d_fwd(const rt__kargs *a);
 void rt_kern_maxpool2d_bwd(const rt__kargs *a);
 /* AvgPool2D: the mean over the window's cells inside the input (padding
@@ -48,8 +56,9 @@ void rt_kern_gap_bwd(const rt__kargs *a);
 
 /* BatchNorm(x (...,C), gamma, beta, moving_mean, moving_var) over the last
  * axis: ia[0] = C, ia[1] = frozen (always inference mode); fa[0] =
- * momentum, fa[1] = epsilon. Scratch: 4*C doubles (8*C floats). */
-enum { RT_BN_C = 0, RT_BN_FROZEN };
+ * momentum, fa[1] = epsilon. Scratch: per-thread partial sums (2*C
+ * doubles each) and 6*C doubles. */
+enum { RT_BN_C = 0, RT_BN_FROZEN, RT_BN_NT };
 void rt_kern_batchnorm_fwd(const rt__kargs *a);
 void rt_kern_batchnorm_bwd(const rt__kargs *a);
 

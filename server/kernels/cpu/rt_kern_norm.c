@@ -14,26 +14,60 @@
 #include <math.h>
 #include <string.h>
 
+#include <omp.h>
+
 #include "cpu/rt_kern_conv.h"
 
-/* mean[c] and biased var[c] over R rows of x (R, C), two passes */
-static void rt__bn_stats(const float *restrict x, int64_t R, int64_t C,
-                         double *restrict mean, double *restrict var)
+/* Smaller tensors run on one thread (a parallel region's cost dominates) */
+#define RT__PAR_ELEMS (INT64_C(1) << 18)
+
+/* Row range of thread t of T over R rows */
+#define RT__RANGE(R, t, T, r0, r1)                                            \
+    const int64_t r0 = (R) * (t) / (T), r1 = (R) * ((t) + 1) / (T)
+
+/* mean[c] and biased var[c] over R rows of x (R, C), two passes; each
+ * thread sums its block of rows into part (nt x C doubles), and the
+ * blocks are added in thread order (same thread count, same bits) */
+static void rt__bn_stats(const float *x, int64_t R, int64_t C, int nt,
+                         double *part, double *mean, double *var)
 {
-    for (int64_t c = 0; c < C; c++) mean[c] = var[c] = 0.0;
-    for (int64_t r = 0; r < R; r++) {
-        const float *restrict v = x + r * C;
-        for (int64_t c = 0; c < C; c++) mean[c] += v[c];
-    }
-    for (int64_t c = 0; c < C; c++) mean[c] /= (double)R;
-    for (int64_t r = 0; r < R; r++) {
-        const float *restrict v = x + r * C;
-        for (int64_t c = 0; c < C; c++) {
-            const double d = (double)v[c] - mean[c];
-            var[c] += d * d;
+    int team = 1;
+#pragma omp parallel num_threads(nt) if (R * C >= RT__PAR_ELEMS)
+    {
+        const int T = omp_get_num_threads(), t = omp_get_thread_num();
+        if (t == 0) team = T;
+        double *restrict s = part + (int64_t)t * C;
+        RT__RANGE(R, t, T, r0, r1);
+        for (int64_t c = 0; c < C; c++) s[c] = 0.0;
+        for (int64_t r = r0; r < r1; r++) {
+            const float *restrict v = x + r * C;
+            for (int64_t c = 0; c < C; c++) s[c] += v[c];
         }
     }
-    for (int64_t c = 0; c < C; c++) var[c] /= (double)R;
+    for (int64_t c = 0; c < C; c++) {
+        double m = 0.0;
+        for (int t = 0; t < team; t++) m += part[(int64_t)t * C + c];
+        mean[c] = m / (double)R;
+    }
+#pragma omp parallel num_threads(nt) if (R * C >= RT__PAR_ELEMS)
+    {
+        const int T = omp_get_num_threads(), t = omp_get_thread_num();
+        double *restrict s = part + (int64_t)t * C;
+        RT__RANGE(R, t, T, r0, r1);
+        for (int64_t c = 0; c < C; c++) s[c] = 0.0;
+        for (int64_t r = r0; r < r1; r++) {
+            const float *restrict v = x + r * C;
+            for (int64_t c = 0; c < C; c++) {
+                const double d = (double)v[c] - mean[c];
+                s[c] += d * d;
+            }
+        }
+    }
+    for (int64_t c = 0; c < C; c++) {
+        double v = 0.0;
+        for (int t = 0; t < team; t++) v += part[(int64_t)t * C + c];
+        var[c] = v / (double)R;
+    }
 }
 
 static inline int rt__bn_batch_mode(const rt__kargs *a)
@@ -41,19 +75,29 @@ static inline int rt__bn_batch_mode(const rt__kargs *a)
     return a->r->training && !a->nd->ia[RT_BN_FROZEN];
 }
 
+/* scratch: part (2 nt C doubles), mean, var, sdy, sdyx (C doubles each),
+ * then 3 C floats */
+#define RT__BN_SCRATCH(a, C, nt, part, mean, var, sdy, sdyx, f)                \
+    double *part = (double *)(a)->scratch, *mean = part + 2 * (nt) * (C),     \
+           *var = mean + (C), *sdy = var + (C), *sdyx = sdy + (C);            \
+    float *f = (float *)(sdyx + (C))
+
 /* y = gamma (x - mean) / sqrt(var + eps) + beta, x and y (R, C) */
 void rt_kern_batchnorm_fwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
     const int64_t C = nd->ia[RT_BN_C];
+    const int nt = (int)nd->ia[RT_BN_NT];
     const int64_t R = rt__rows(nd->in_shape[0], a->r->n);
     const double mom = nd->fa[0], eps = nd->fa[1];
     const float *gamma = a->x[1], *beta = a->x[2];
     float *mm = a->x[3], *mv = a->x[4];
-    double *mean = (double *)a->scratch, *var = mean + C;
-    float *scale = (float *)(var + C), *shift = scale + C;
+    RT__BN_SCRATCH(a, C, nt, part, mean, var, sdy, sdyx, f);
+    (void)sdy;
+    (void)sdyx;
+    float *scale = f, *shift = f + C;
     if (rt__bn_batch_mode(a)) {
-        rt__bn_stats(a->x[0], R, C, mean, var);
+        rt__bn_stats(a->x[0], R, C, nt, part, mean, var);
         for (int64_t c = 0; c < C; c++) {
             mm[c] = (float)(mom * mm[c] + (1.0 - mom) * mean[c]);
             mv[c] = (float)(mom * mv[c] + (1.0 - mom) * var[c]);
@@ -69,10 +113,13 @@ void rt_kern_batchnorm_fwd(const rt__kargs *a)
         scale[c] = (float)s;
         shift[c] = (float)((double)beta[c] - mean[c] * s);
     }
+    const float *x = a->x[0];
+    float *y = a->y;
+#pragma omp parallel for num_threads(nt) schedule(static) if (R * C >= RT__PAR_ELEMS)
     for (int64_t r = 0; r < R; r++) {
-        const float *restrict v = a->x[0] + r * C;
-        float *restrict y = a->y + r * C;
-        for (int64_t c = 0; c < C; c++) y[c] = v[c] * scale[c] + shift[c];
+        const float *restrict v = x + r * C;
+        float *restrict o = y + r * C;
+        for (int64_t c = 0; c < C; c++) o[c] = v[c] * scale[c] + shift[c];
     }
 }
 
@@ -84,14 +131,14 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
     const int64_t C = nd->ia[RT_BN_C];
+    const int nt = (int)nd->ia[RT_BN_NT];
     const int64_t R = rt__rows(nd->in_shape[0], a->r->n);
     const double eps = nd->fa[1];
     const int batch = rt__bn_batch_mode(a);
     const float *x = a->x[0], *dy = a->dy, *gamma = a->x[1];
-    double *mean = (double *)a->scratch, *var = mean + C;
-    double *sdy = var + C, *sdyx = sdy + C;
+    RT__BN_SCRATCH(a, C, nt, part, mean, var, sdy, sdyx, k);
     if (batch) {
-        rt__bn_stats(x, R, C, mean, var);
+        rt__bn_stats(x, R, C, nt, part, mean, var);
     } else {
         for (int64_t c = 0; c < C; c++) {
             mean[c] = a->x[3][c];
@@ -99,17 +146,32 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
         }
     }
     /* var becomes inv from here on */
-    for (int64_t c = 0; c < C; c++) {
-        var[c] = 1.0 / sqrt(var[c] + eps);
-        sdy[c] = sdyx[c] = 0.0;
-    }
+    for (int64_t c = 0; c < C; c++) var[c] = 1.0 / sqrt(var[c] + eps);
     const double *inv = var;
-    for (int64_t r = 0; r < R; r++) {
-        const float *restrict v = x + r * C, *restrict d = dy + r * C;
-        for (int64_t c = 0; c < C; c++) {
-            sdy[c] += d[c];
-            sdyx[c] += (double)d[c] * ((double)v[c] - mean[c]);
+    int team = 1;
+#pragma omp parallel num_threads(nt) if (R * C >= RT__PAR_ELEMS)
+    {
+        const int T = omp_get_num_threads(), t = omp_get_thread_num();
+        if (t == 0) team = T;
+        double *restrict s1 = part + (int64_t)t * 2 * C, *restrict s2 = s1 + C;
+        RT__RANGE(R, t, T, r0, r1);
+        for (int64_t c = 0; c < C; c++) s1[c] = s2[c] = 0.0;
+        for (int64_t r = r0; r < r1; r++) {
+            const float *restrict v = x + r * C, *restrict d = dy + r * C;
+            for (int64_t c = 0; c < C; c++) {
+                s1[c] += d[c];
+                s2[c] += (double)d[c] * ((double)v[c] - mean[c]);
+            }
         }
+    }
+    for (int64_t c = 0; c < C; c++) {
+        double u = 0.0, v = 0.0;
+        for (int t = 0; t < team; t++) {
+            u += part[(int64_t)t * 2 * C + c];
+            v += part[(int64_t)t * 2 * C + C + c];
+        }
+        sdy[c] = u;
+        sdyx[c] = v;
     }
     if (a->dx[1]) {
         float *dg = a->dx[1];
@@ -126,7 +188,7 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
     }
     if (!a->dx[0]) return;
     /* dx = k1 dy + k2 x + k0 per channel, in float for the row loop */
-    float *k = (float *)(sdyx + C), *k1 = k, *k2 = k + C, *k0 = k + 2 * C;
+    float *k1 = k, *k2 = k + C, *k0 = k + 2 * C;
     for (int64_t c = 0; c < C; c++) {
         const double gi = (double)gamma[c] * inv[c];
         if (batch) {
@@ -144,6 +206,7 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
     }
     float *dx = a->dx[0];
     const int add = (a->accum & 1u) != 0;
+#pragma omp parallel for num_threads(nt) schedule(static) if (R * C >= RT__PAR_ELEMS)
     for (int64_t r = 0; r < R; r++) {
         const float *restrict v = x + r * C, *restrict d = dy + r * C;
         float *restrict o = dx + r * C;
@@ -165,6 +228,7 @@ void rt_kern_concat_fwd(const rt__kargs *a)
     for (int64_t i = 0; i < k; i++) {
         const int64_t w = ia[3 + i];
         const float *x = a->x[i];
+#pragma omp parallel for schedule(static) if (rows * w >= RT__PAR_ELEMS)
         for (int64_t r = 0; r < rows; r++)
             memcpy(a->y + r * inner + off, x + r * w, sizeof(float) * (size_t)w);
         off += w;
@@ -181,6 +245,7 @@ void rt_kern_concat_bwd(const rt__kargs *a)
         float *dx = a->dx[i];
         if (dx) {
             const int add = (a->accum >> i) & 1u;
+#pragma omp parallel for schedule(static) if (rows * w >= RT__PAR_ELEMS)
             for (int64_t r = 0; r < rows; r++) {
                 const float *restrict d = a->dy + r * inner + off;
                 float *restrict o = dx + r * w;

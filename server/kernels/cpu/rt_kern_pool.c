@@ -9,7 +9,12 @@
  */
 #include <string.h>
 
+#include <omp.h>
+
 #include "cpu/rt_kern_conv.h"
+
+/* Smaller tensors run on one thread (a parallel region's cost dominates) */
+#define RT__PAR_ELEMS (INT64_C(1) << 18)
 
 typedef struct rt__pool {
     int64_t H, W, C, OH, OW, KH, KW, SH, SW, PT, PL;
@@ -40,6 +45,7 @@ void rt_kern_maxpool2d_fwd(const rt__kargs *a)
 {
     const rt__pool p = rt__pool_of(a->nd->ia);
     const int64_t C = p.C;
+#pragma omp parallel for schedule(static) if (a->r->n * p.H * p.W * C >= RT__PAR_ELEMS)
     for (int64_t b = 0; b < a->r->n; b++) {
         const float *xb = a->x[0] + b * p.H * p.W * C;
         float *yb = a->y + b * p.OH * p.OW * C;
@@ -67,13 +73,16 @@ void rt_kern_maxpool2d_bwd(const rt__kargs *a)
     const int64_t C = p.C;
     float *dx = a->dx[0];
     if (!dx) return;
-    if (!(a->accum & 1u))
-        memset(dx, 0, sizeof(float) * (size_t)(a->r->n * p.H * p.W * C));
-    float *restrict m = a->scratch;
-    int32_t *restrict id = (int32_t *)(a->scratch + C);
+    const int add = (a->accum & 1u) != 0;
+    int nt = (int)a->nd->ia[RT_CV_NT];
+#pragma omp parallel for num_threads(nt) schedule(static) if (a->r->n * p.H * p.W * C >= RT__PAR_ELEMS)
     for (int64_t b = 0; b < a->r->n; b++) {
+        float *restrict m = a->scratch + 2 * C * omp_get_thread_num();
+        int32_t *restrict id = (int32_t *)(m + C);
         const float *xb = a->x[0] + b * p.H * p.W * C;
         float *dxb = dx + b * p.H * p.W * C;
+        /* zeroed per sample, just before the scatter, while it is in cache */
+        if (!add) memset(dxb, 0, sizeof(float) * (size_t)(p.H * p.W * C));
         const float *dyb = a->dy + b * p.OH * p.OW * C;
         for (int64_t oh = 0; oh < p.OH; oh++) {
             for (int64_t ow = 0; ow < p.OW; ow++) {
@@ -105,6 +114,7 @@ void rt_kern_avgpool2d_fwd(const rt__kargs *a)
 {
     const rt__pool p = rt__pool_of(a->nd->ia);
     const int64_t C = p.C;
+#pragma omp parallel for schedule(static) if (a->r->n * p.H * p.W * C >= RT__PAR_ELEMS)
     for (int64_t b = 0; b < a->r->n; b++) {
         const float *xb = a->x[0] + b * p.H * p.W * C;
         float *yb = a->y + b * p.OH * p.OW * C;
@@ -132,10 +142,11 @@ void rt_kern_avgpool2d_bwd(const rt__kargs *a)
     const int64_t C = p.C;
     float *dx = a->dx[0];
     if (!dx) return;
-    if (!(a->accum & 1u))
-        memset(dx, 0, sizeof(float) * (size_t)(a->r->n * p.H * p.W * C));
+    const int add = (a->accum & 1u) != 0;
+#pragma omp parallel for schedule(static) if (a->r->n * p.H * p.W * C >= RT__PAR_ELEMS)
     for (int64_t b = 0; b < a->r->n; b++) {
         float *dxb = dx + b * p.H * p.W * C;
+        if (!add) memset(dxb, 0, sizeof(float) * (size_t)(p.H * p.W * C));
         const float *dyb = a->dy + b * p.OH * p.OW * C;
         for (int64_t oh = 0; oh < p.OH; oh++) {
             for (int64_t ow = 0; ow < p.OW; ow++) {
@@ -160,6 +171,7 @@ void rt_kern_gap_fwd(const rt__kargs *a)
 {
     const int64_t HW = a->nd->ia[0], C = a->nd->ia[1];
     const float inv = 1.0f / (float)HW;
+#pragma omp parallel for schedule(static) if (a->r->n * HW * C >= RT__PAR_ELEMS)
     for (int64_t b = 0; b < a->r->n; b++) {
         const float *xb = a->x[0] + b * HW * C;
         float *restrict s = a->y + b * C;
@@ -179,6 +191,7 @@ void rt_kern_gap_bwd(const rt__kargs *a)
     float *dx = a->dx[0];
     if (!dx) return;
     const int add = (a->accum & 1u) != 0;
+#pragma omp parallel for schedule(static) if (a->r->n * HW * C >= RT__PAR_ELEMS)
     for (int64_t b = 0; b < a->r->n; b++) {
         const float *restrict d = a->dy + b * C;
         float *dxb = dx + b * HW * C;

@@ -1,0 +1,277 @@
+/*
+ * bench_conv.c - the convolutional workloads against PyTorch, measured in
+ * the same run (bench/conv/torch_peer.py), and against the compute limit
+ * (oneDNN sgemm's rate measured here). Prints numbers; asserts nothing.
+ *
+ *   W-B: 32x32x3 -> Conv2D(64,3x3,valid,relu) -> MaxPool 2x2 -> Flatten ->
+ *        Dense(128,relu) -> Dense(10); sparse CE from logits, Adam;
+ *        synthetic data; ms per training step at batch 256 (and 1024),
+ *        median of --reps steps, with a per-kernel breakdown.
+ *   W-D: sklearn digits (8x8): Conv(16,3x3,same) -> Conv(32,3x3,same) ->
+ *        MaxPool 2x2 -> Flatten -> Dense(64,relu) -> Dense(10); Adam 1e-3,
+ *        batch 32, 10 epochs on the 80% split; total seconds and test
+ *        accuracy (median of 3 runs).
+ *
+ *     build-conv/bench/conv/bench_conv [--reps N] [--no-torch] [--b1024]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include "rt_engine.h"
+#include "rt_engine_impl.h"
+#include "../../tests/conv/conv_models.h"
+
+#ifndef RT_SOURCE_DIR
+#define RT_SOURCE_DIR "."
+#endif
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void die(const char *what, const char *msg)
+{
+    fprintf(stderr, "bench_conv: %s: %s\n", what, msg);
+    exit(1);
+}
+
+/* oneDNN sgemm GFLOP/s on a square product: the compute limit */
+static double gemm_rate(void)
+{
+    const int n = 1024;
+    float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n),
+          *c = malloc(sizeof(float) * n * n);
+    for (int i = 0; i < n * n; i++) a[i] = b[i] = 0.001f * (float)(i % 97);
+    double t[7];
+    for (int r = 0; r < 7; r++) {
+        double t0 = now_s();
+        dnnl_sgemm('N', 'N', n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        t[r] = now_s() - t0;
+    }
+    free(a);
+    free(b);
+    free(c);
+    return 2.0 * n * n * n / median(t, 7) * 1e-9;
+}
+
+/* W-B: median ms per step; per-kernel medians printed when verbose */
+static double bench_wb(int batch, int reps, int verbose, uint64_t *flops_out,
+                       uint64_t *arena_out)
+{
+    rt_graph *g = rt_conv_wb_graph();
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_SPARSE_CE;
+    cfg.from_logits = 1;
+    cfg.opt = RT_OPT_ADAM;
+    cfg.batch_size = batch;
+    cfg.seed = 1;
+    rt_plan *p;
+    rt_compile_report rep;
+    char err[256];
+    if (rt_plan_compile(g, &cfg, &p, &rep, err, sizeof err) < 0) die("compile W-B", err);
+    *flops_out = rep.flops_per_step;
+    *arena_out = rep.arena_bytes;
+    rt_exec *e;
+    if (rt_exec_create(p, &e) < 0) die("exec", "create");
+    const int64_t n = batch;
+    float *x = malloc(sizeof(float) * (size_t)(n * 32 * 32 * 3));
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)n);
+    uint64_t s = 7;
+    for (int64_t i = 0; i < n * 32 * 32 * 3; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((s >> 40) & 0xffff) / 65536.0f;
+    }
+    for (int64_t i = 0; i < n; i++) y[i] = (int32_t)(i % 10);
+    rt_data d = {.x = x, .y = y, .y_dtype = RT_I32, .n = n};
+    rt_train_result r;
+    rt_exec_train(e, &d, 3, &r, NULL, NULL, NULL); /* warm up */
+    double *t = malloc(sizeof(double) * (size_t)reps);
+    for (int i = 0; i < reps; i++) {
+        double t0 = now_s();
+        rt_exec_train(e, &d, 1, &r, NULL, NULL, NULL);
+        t[i] = now_s() - t0;
+    }
+    double ms = median(t, reps) * 1e3;
+    if (verbose) {
+        /* per kernel call: the plan's calls run one by one on buffers laid
+         * out like the exec's (one arena, the parameter and gradient
+         * blocks), filled with small random values */
+        const int nc = p->n_fwd + p->n_bwd;
+        unsigned char *arena = rt__aligned_alloc((size_t)p->arena_bytes);
+        float *wb = rt__aligned_alloc(sizeof(float) * (size_t)(p->param_floats + p->train_floats));
+        float *gs = rt__aligned_alloc(sizeof(float) * (size_t)p->gemm_scratch_floats + 64);
+        for (uint64_t i = 0; i + 4 <= p->arena_bytes; i += 4) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            float v = (float)((s >> 40) & 0xffff) / 65536.0f - 0.5f;
+            memcpy(arena + i, &v, 4);
+        }
+        for (int i = 0; i < p->n_params; i++)
+            rt__init_param(&p->params[i], i, 1, wb + p->params[i].off);
+        rt__run run = {.n = n, .training = 1, .seed = 1, .gemm_scratch = gs,
+                       .gemm_scratch_floats = p->gemm_scratch_floats};
+        rt__kargs *k = calloc((size_t)nc, sizeof *k);
+#define RES(r) ((r).space == RT__SP_ARENA ? (float *)(arena + (r).off)             \
+                : (r).space == RT__SP_PARAM ? wb + (r).off                          \
+                : (r).space == RT__SP_GRAD ? wb + p->param_floats + (r).off : NULL)
+        for (int c = 0; c < nc; c++) {
+            const rt__call *cl = &p->calls[c];
+            k[c].nd = cl->nd;
+            k[c].r = &run;
+            k[c].y = RES(cl->y);
+            k[c].dy = RES(cl->dy);
+            k[c].scratch = RES(cl->scratch);
+            k[c].accum = cl->accum;
+            for (int j = 0; j < cl->nd->n_in; j++) {
+                k[c].x[j] = RES(cl->x[j]);
+                k[c].dx[j] = RES(cl->dx[j]);
+            }
+        }
+#undef RES
+        double *kt = calloc((size_t)nc * (size_t)reps, sizeof(double));
+        for (int i = 0; i < reps; i++)
+            for (int c = 0; c < nc; c++) {
+                double t0 = now_s();
+                p->calls[c].fn(&k[c]);
+                kt[(size_t)c * (size_t)reps + (size_t)i] = now_s() - t0;
+            }
+        double sum = 0;
+        for (int c = 0; c < nc; c++) {
+            double m = median(kt + (size_t)c * (size_t)reps, reps) * 1e3;
+            sum += m;
+            printf("    %-4s %-12s %-10s %7.2f ms\n", p->calls[c].bwd ? "bwd" : "fwd",
+                   p->calls[c].nd->name, p->calls[c].nd->op->name, m);
+        }
+        printf("    kernels total %.2f ms; gather, loss and Adam take the rest\n", sum);
+        free(kt);
+        free(k);
+        free(arena);
+        free(wb);
+        free(gs);
+    }
+    free(t);
+    free(x);
+    free(y);
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+    return ms;
+}
+
+/* W-D: seconds for 10 epochs and the test accuracy */
+static double bench_wd(const rt_conv_digits *dg, double *acc)
+{
+    rt_graph *g = rt_conv_wd_graph();
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_SPARSE_CE;
+    cfg.from_logits = 1;
+    cfg.opt = RT_OPT_ADAM;
+    cfg.lr = 1e-3f;
+    cfg.batch_size = 32;
+    cfg.seed = 1;
+    rt_plan *p;
+    char err[256];
+    double t0 = now_s();
+    if (rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) < 0) die("compile W-D", err);
+    rt_exec *e;
+    rt_exec_create(p, &e);
+    rt_data tr = {.x = dg->xtr, .y = dg->ytr, .y_dtype = RT_I32, .n = dg->ntr};
+    rt_data te = {.x = dg->xte, .y = dg->yte, .y_dtype = RT_I32, .n = dg->nte};
+    rt_train_result r;
+    rt_exec_train(e, &tr, 10 * ((dg->ntr + 31) / 32), &r, NULL, NULL, NULL);
+    double secs = now_s() - t0;
+    rt_metrics m;
+    rt_exec_evaluate(e, &te, &m);
+    *acc = m.acc;
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+    return secs;
+}
+
+int main(int argc, char **argv)
+{
+    int reps = 20, torch = 1, b1024 = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--no-torch")) torch = 0;
+        else if (!strcmp(argv[i], "--b1024")) b1024 = 1;
+        else {
+            fprintf(stderr, "usage: %s [--reps N] [--no-torch] [--b1024]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (reps < 3) reps = 3;
+    const double rate = gemm_rate();
+    printf("oneDNN sgemm 1024^3: %.0f GFLOP/s (the compute limit)\n", rate);
+
+    uint64_t fl, arena;
+    const double wb = bench_wb(256, reps, 1, &fl, &arena);
+    const double limit_ms = (double)fl / (rate * 1e9) * 1e3;
+    printf("W-B batch 256: rtrain %.2f ms/step (%.0f img/s), %.2f GFLOP/step, "
+           "limit %.2f ms -> %.0f%% of the GEMM limit; arena %.1f MiB\n",
+           wb, 256.0 / wb * 1e3, (double)fl * 1e-9, limit_ms, 100.0 * limit_ms / wb,
+           (double)arena / (1 << 20));
+    double wb1k = 0;
+    if (b1024) {
+        wb1k = bench_wb(1024, reps / 2 > 3 ? reps / 2 : 3, 0, &fl, &arena);
+        printf("W-B batch 1024: rtrain %.2f ms/step (%.0f img/s)\n", wb1k, 1024.0 / wb1k * 1e3);
+    }
+
+    rt_conv_digits dg;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/conv/data/digits.csv.gz", RT_SOURCE_DIR);
+    double wd = NAN, wd_acc = NAN;
+    if (rt_conv_load_digits(path, &dg) == 0) {
+        double t[3], a[3];
+        for (int i = 0; i < 3; i++) t[i] = bench_wd(&dg, &a[i]);
+        wd = median(t, 3);
+        wd_acc = a[0];
+        printf("W-D 10 epochs: rtrain %.3f s, test accuracy %.4f\n", wd, wd_acc);
+        rt_conv_free_digits(&dg);
+    } else {
+        printf("W-D: %s not readable, skipped\n", path);
+    }
+
+    if (torch) {
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/bench/conv/torch_peer.py --reps %d%s",
+                 RT_SOURCE_DIR, reps, b1024 ? " --b1024" : "");
+        FILE *f = popen(cmd, "r");
+        double t_wb = NAN, t_wb1k = NAN, t_wd = NAN, t_wd_acc = NAN;
+        char line[512];
+        while (f && fgets(line, sizeof line, f)) {
+            sscanf(line, "wb256_ms %lf", &t_wb);
+            sscanf(line, "wb1024_ms %lf", &t_wb1k);
+            sscanf(line, "wd_s %lf %lf", &t_wd, &t_wd_acc);
+        }
+        if (f) pclose(f);
+        printf("PyTorch (same run, 2 threads): W-B %.2f ms/step; W-D %.3f s, acc %.4f\n",
+               t_wb, t_wd, t_wd_acc);
+        printf("ratios: W-B rtrain %.2fx faster than PyTorch", t_wb / wb);
+        if (b1024) printf(" (batch 1024: %.2fx)", t_wb1k / wb1k);
+        printf("; W-D %.2fx\n", t_wd / wd);
+    }
+    return 0;
+}
