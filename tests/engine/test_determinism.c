@@ -196,5 +196,51 @@ int main(int argc, char **argv)
         rt_exec_destroy(e);
         rt_plan_release(p);
     }
+    /* a model above the parallel-optimizer threshold (>= 65536 trainable
+     * floats, split over threads) and above the small-GEMM threshold
+     * (oneDNN): 1x6 steps = 6x1 steps, bit for bit */
+    {
+        float *wbig[2];
+        int64_t nw = 0;
+        for (int run = 0; run < 2; run++) {
+            rt_graph *g = rt_graph_create();
+            int64_t in[] = {RT_BATCH, 64}, dw[] = {64, 1100}, dw2[] = {1100, 3};
+            REQUIRE(rt_graph_add_input(g, "x", RT_F32, 2, in) == 0);
+            REQUIRE(rt_graph_add_param(g, "w", 2, dw, RT_INIT_GLOROT_UNIFORM, 1, NULL) == 0);
+            REQUIRE(rt_graph_add_param(g, "w2", 2, dw2, RT_INIT_GLOROT_UNIFORM, 1, NULL) == 0);
+            const char *i1[] = {"x", "w"}, *i2[] = {"h"}, *i3[] = {"t", "w2"};
+            REQUIRE(rt_graph_add_node(g, "h", "Dense", 2, i1, 0, NULL) == 0);
+            REQUIRE(rt_graph_add_node(g, "t", "Tanh", 1, i2, 0, NULL) == 0);
+            REQUIRE(rt_graph_add_node(g, "y", "Dense", 2, i3, 0, NULL) == 0);
+            rt_train_config cfg;
+            rt_train_config_init(&cfg);
+            cfg.from_logits = 1;
+            cfg.batch_size = 48;
+            cfg.seed = 5;
+            rt_plan *p;
+            REQUIRE(rt_plan_compile(g, &cfg, &p, NULL, NULL, 0) == 0);
+            rt_exec *e;
+            REQUIRE(rt_exec_create(p, &e) == 0);
+            static float xs[100 * 64];
+            static int32_t ys[100];
+            for (int i = 0; i < 100 * 64; i++) xs[i] = (float)((i * 31) % 23) / 11.0f - 1.0f;
+            for (int i = 0; i < 100; i++) ys[i] = (i * 7) % 3;
+            rt_data d = {.x = xs, .y = ys, .y_dtype = RT_I32, .n = 100};
+            if (run == 0) {
+                CHECK_RC(rt_exec_train(e, &d, 6, NULL, NULL, NULL, NULL));
+            } else {
+                for (int k = 0; k < 6; k++) CHECK_RC(rt_exec_train(e, &d, 1, NULL, NULL, NULL, NULL));
+            }
+            nw = 64 * 1100;
+            wbig[run] = malloc(sizeof(float) * (size_t)nw);
+            rt_exec_get_param(e, 0, wbig[run]);
+            rt_exec_destroy(e);
+            rt_plan_release(p);
+            rt_graph_destroy(g);
+        }
+        CHECK(memcmp(wbig[0], wbig[1], sizeof(float) * (size_t)nw) == 0);
+        free(wbig[0]);
+        free(wbig[1]);
+    }
     return rt_test_done("test_determinism");
 }
