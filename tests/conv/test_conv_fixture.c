@@ -1,0 +1,220 @@
+/*
+ * test_conv_fixture.c - the convolutional ops against PyTorch 1.13
+ * (tests/conv/conv_ref.bin, written by tests/conv/gen_conv_fixture.py; torch
+ * is not needed to run this test).
+ *
+ * The model: x (B,9,9,3) -> Conv2D(6,3x3,same,relu) -> BatchNorm ->
+ * MaxPool 2x2 -> Conv2D(8,3x3,stride 2,same: asymmetric padding) ->
+ * Flatten -> Dense(5) logits, sparse CE. With the fixture's initial values:
+ *   - the inference-mode output at init (BatchNorm on moving statistics);
+ *   - the first batch's loss and every gradient (training mode);
+ *   - 10 Adam steps over two batches in order: each step's loss, all
+ *     weights and the BatchNorm moving statistics after every step;
+ *   - the inference-mode output after training.
+ *
+ * Tolerances (f32 against f32; differences come from summation order):
+ *   outputs, loss, gradients   |a - b| <= 2e-5 + 1e-4 |b|
+ *   10-step trajectories       |a - b| <= 1e-4 + 1e-3 |b|
+ *   moving statistics, step 1  |a - b| <= 1e-7 + 2e-6 |b|
+ */
+#include <stdint.h>
+
+#include "../engine/rt_test.h"
+
+typedef struct ref_tensor {
+    char name[64];
+    uint32_t dtype, ndim, dims[4];
+    void *data;
+    size_t count;
+} ref_tensor;
+
+static ref_tensor refs[64];
+static int n_refs;
+
+static void load_refs(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    REQUIRE(f);
+    uint32_t hdr[3];
+    REQUIRE(fread(hdr, 4, 3, f) == 3);
+    REQUIRE(hdr[0] == 0x46525452u); /* "RTRF" */
+    REQUIRE(hdr[1] == 1);
+    REQUIRE(hdr[2] <= 64);
+    for (uint32_t i = 0; i < hdr[2]; i++) {
+        ref_tensor *t = &refs[n_refs++];
+        REQUIRE(fread(t->name, 1, 64, f) == 64);
+        t->name[63] = 0;
+        REQUIRE(fread(&t->dtype, 4, 1, f) == 1 && fread(&t->ndim, 4, 1, f) == 1);
+        REQUIRE(fread(t->dims, 4, 4, f) == 4);
+        t->count = 1;
+        for (int d = 0; d < 4; d++) t->count *= t->dims[d];
+        t->data = malloc(t->count * 4);
+        REQUIRE(t->data && fread(t->data, 4, t->count, f) == t->count);
+    }
+    fclose(f);
+}
+
+static const ref_tensor *ref(const char *fmt, const char *a)
+{
+    char name[128];
+    snprintf(name, sizeof name, fmt, a);
+    for (int i = 0; i < n_refs; i++)
+        if (strcmp(refs[i].name, name) == 0) return &refs[i];
+    fprintf(stderr, "fixture has no tensor '%s'\n", name);
+    exit(1);
+}
+
+static int compare(const char *what, const float *got, const float *want, size_t n,
+                   double atol, double rtol)
+{
+    double worst = 0;
+    size_t wi = 0;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        double lim = atol + rtol * fabs(want[i]);
+        if (!(d <= lim)) {
+            if (!bad || d - lim > worst) {
+                worst = d - lim;
+                wi = i;
+            }
+            bad = 1;
+        }
+    }
+    if (bad) {
+        fprintf(stderr, "%s: element %zu is %.8g, torch %.8g\n", what, wi, (double)got[wi],
+                (double)want[wi]);
+        rt_test_failures++;
+    }
+    return bad;
+}
+
+static const char *names[] = {"c1/kernel", "c1/bias", "bn/gamma", "bn/beta",
+                              "c2/kernel", "c2/bias", "d/kernel", "d/bias",
+                              "bn/moving_mean", "bn/moving_variance"};
+enum { NP = 10, NTRAIN = 8 };
+
+static rt_graph *build(void)
+{
+    rt_graph *g = rt_graph_create();
+    int64_t in[] = {RT_BATCH, 9, 9, 3};
+    int rc = rt_graph_add_input(g, "x", RT_F32, 4, in);
+    const int64_t k1[] = {3, 3, 3, 6}, k2[] = {3, 3, 6, 8}, dk[] = {32, 5};
+    const int64_t c6 = 6, c8 = 8, c5 = 5;
+    const struct { int nd; const int64_t *d; int trainable; } sh[NP] = {
+        {4, k1, 1}, {1, &c6, 1}, {1, &c6, 1}, {1, &c6, 1}, {4, k2, 1},
+        {1, &c8, 1}, {2, dk, 1}, {1, &c5, 1}, {1, &c6, 0}, {1, &c6, 0}};
+    for (int i = 0; i < NP; i++)
+        rc |= rt_graph_add_param(g, names[i], sh[i].nd, sh[i].d, RT_INIT_DEFAULT,
+                                 sh[i].trainable, ref("cnn/init/%s", names[i])->data);
+    rt_attr c1a[2] = {{.name = "padding", .kind = RT_ATTR_STR, .s = "same"},
+                      {.name = "activation", .kind = RT_ATTR_STR, .s = "relu"}};
+    const char *c1i[] = {"x", "c1/kernel", "c1/bias"};
+    rc |= rt_graph_add_node(g, "c1", "Conv2D", 3, c1i, 2, c1a);
+    rt_attr bna[2] = {{.name = "momentum", .kind = RT_ATTR_FLOAT, .f = 0.99},
+                      {.name = "epsilon", .kind = RT_ATTR_FLOAT, .f = 1e-3}};
+    const char *bni[] = {"c1", "bn/gamma", "bn/beta", "bn/moving_mean", "bn/moving_variance"};
+    rc |= rt_graph_add_node(g, "bn", "BatchNorm", 5, bni, 2, bna);
+    const char *pi[] = {"bn"};
+    rc |= rt_graph_add_node(g, "pool", "MaxPool2D", 1, pi, 0, NULL);
+    int64_t st[2] = {2, 2};
+    rt_attr c2a[2] = {{.name = "padding", .kind = RT_ATTR_STR, .s = "same"},
+                      {.name = "strides", .kind = RT_ATTR_INTS, .n = 2, .ints = st}};
+    const char *c2i[] = {"pool", "c2/kernel", "c2/bias"};
+    rc |= rt_graph_add_node(g, "c2", "Conv2D", 3, c2i, 2, c2a);
+    const char *fi[] = {"c2"};
+    rc |= rt_graph_add_node(g, "flat", "Flatten", 1, fi, 0, NULL);
+    const char *di[] = {"flat", "d/kernel", "d/bias"};
+    rc |= rt_graph_add_node(g, "d", "Dense", 3, di, 0, NULL);
+    rc |= rt_graph_set_output(g, "d");
+    REQUIRE(rc == 0);
+    return g;
+}
+
+/* the engine's parameter index of a name */
+static int pidx(rt_plan *p, const char *name)
+{
+    for (int i = 0; i < rt_plan_n_params(p); i++) {
+        const char *n;
+        rt_plan_param_info(p, i, &n, NULL, NULL);
+        if (!strcmp(n, name)) return i;
+    }
+    fprintf(stderr, "no parameter %s\n", name);
+    exit(1);
+}
+
+int main(int argc, char **argv)
+{
+    load_refs(argc > 1 ? argv[1] : "tests/conv/conv_ref.bin");
+    const float *x = ref("cnn/%s", "x")->data;
+    const int32_t *y = ref("cnn/%s", "y")->data;
+    rt_graph *g = build();
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_SPARSE_CE;
+    cfg.from_logits = 1;
+    cfg.opt = RT_OPT_ADAM;
+    cfg.lr = 0.01f;
+    cfg.eps = 1e-7f;
+    cfg.batch_size = 8;
+    cfg.shuffle = 0;
+    cfg.seed = 1;
+    rt_plan *p;
+    char err[256];
+    if (rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) < 0) {
+        fprintf(stderr, "compile: %s\n", err);
+        return 1;
+    }
+    rt_data d = {.x = x, .y = y, .y_dtype = RT_I32, .n = 16};
+    float buf[16 * 5], g_[512];
+
+    /* inference at init, then the first batch's gradients */
+    rt_exec *e;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    CHECK_RC(rt_exec_predict(e, x, 16, buf));
+    compare("eval0", buf, ref("cnn/%s", "eval0")->data, 16 * 5, 2e-5, 1e-4);
+    double loss;
+    CHECK_RC(rt_exec_compute_grads(e, &d, 8, &loss));
+    float l0 = (float)loss;
+    compare("loss0", &l0, ref("cnn/%s", "loss0")->data, 1, 2e-5, 1e-4);
+    for (int i = 0; i < NTRAIN; i++) {
+        const ref_tensor *r = ref("cnn/grad0/%s", names[i]);
+        REQUIRE(r->count <= 512);
+        rt_exec_get_grad(e, pidx(p, names[i]), g_);
+        char what[96];
+        snprintf(what, sizeof what, "grad0 %s", names[i]);
+        compare(what, g_, r->data, r->count, 2e-5, 1e-4);
+    }
+    rt_exec_destroy(e);
+
+    /* 10 steps, one call each, with the weights after every step */
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    const float *losses = ref("cnn/%s", "losses")->data;
+    for (int s = 0; s < 10; s++) {
+        rt_train_result res;
+        float sl;
+        CHECK_RC(rt_exec_train(e, &d, 1, &res, NULL, NULL, &sl));
+        char what[96];
+        snprintf(what, sizeof what, "step %d loss", s + 1);
+        compare(what, &sl, &losses[s], 1, 1e-4, 1e-3);
+        for (int i = 0; i < NP; i++) {
+            const ref_tensor *r = ref("cnn/traj/%s", names[i]);
+            const size_t per = r->count / 10;
+            rt_exec_get_param(e, pidx(p, names[i]), g_);
+            snprintf(what, sizeof what, "step %d %s", s + 1, names[i]);
+            /* after the first step the moving statistics come from the
+             * initial weights alone: checked tightly, so that a biased vs
+             * unbiased variance (a factor 648/647 here) shows */
+            const int tight = s == 0 && i >= NTRAIN;
+            compare(what, g_, (const float *)r->data + (size_t)s * per, per,
+                    tight ? 1e-7 : 1e-4, tight ? 2e-6 : 1e-3);
+        }
+    }
+    CHECK_RC(rt_exec_predict(e, x, 16, buf));
+    compare("eval10", buf, ref("cnn/%s", "eval10")->data, 16 * 5, 1e-4, 1e-3);
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+    for (int i = 0; i < n_refs; i++) free(refs[i].data);
+    return rt_test_done("test_conv_fixture");
+}
