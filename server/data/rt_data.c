@@ -463,9 +463,8 @@ static int to_features(const src_arr *s, int normalize, rt_dataset *ds,
      * the finiteness check folded in. */
     if (skip < 0 && (s->t == S_U8 || (s->t == S_F32 && !s->big_endian))) {
         if (s->t == S_U8) {
-            const float k = scale ? 1.0f / 255.0f : 1.0f;
             for (int64_t i = 0; i < total; i++)
-                x[i] = (float)s->data[i] * k;
+                x[i] = scale ? (float)s->data[i] / 255.0f : (float)s->data[i];
         } else {
             memcpy(x, s->data, (size_t)total * sizeof(float));
             for (int64_t i = 0; i < total; i++)

@@ -1171,7 +1171,8 @@ static int h_predict(rt_call *c)
         float *f = rt_call_alloc(c, x->data.len ? x->data.len : 4);
         if (!f)
             return OOM(c);
-        memcpy(f, x->data.data, x->data.len);
+        if (x->data.len)
+            memcpy(f, x->data.data, x->data.len);
         for (int64_t i = 0; i < numel; i++)
             if (!isfinite(f[i]))
                 return rt_call_fail(c, RT_ENAN, "x contains %s at sample %lld, column %lld",
