@@ -680,7 +680,7 @@ void rt_data_key(const uint8_t content_hash[16], const rt_data_part *parts,
         f[2] = (int64_t)parts[i].length;
         f[3] = parts[i].format == RT_FMT_RAW ? parts[i].dtype : 0;
         f[4] = parts[i].format == RT_FMT_CSV
-                   ? ((int64_t)parts[i].label_column << 1 | (parts[i].csv_header != 0))
+                   ? ((int64_t)parts[i].label_column * 2 + (parts[i].csv_header != 0)) /* * 2: << of -1 is UB */
                    : 0;
         f[5] = parts[i].normalize != 0;
         if (parts[i].format == RT_FMT_RAW)
