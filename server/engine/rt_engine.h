@@ -302,7 +302,10 @@ int64_t rt_exec_global_step(const rt_exec *e);
 
 /* Check that d fits the plan: x/y present, label dtype and, for sparse
  * losses, label values in [0, classes). Returns 0 or RT_EDATA/RT_ESHAPE/
- * RT_EDTYPE with a message in rt_exec_errmsg. rt_exec_train/evaluate call it. */
+ * RT_EDTYPE with a message in rt_exec_errmsg. rt_exec_train/evaluate call it.
+ * Label values are scanned once per (y pointer, n) and the result is
+ * remembered: labels rewritten in place afterwards are not rescanned (an
+ * out-of-range one is then clamped, never read out of bounds). */
 int rt_exec_check_data(rt_exec *e, const rt_data *d);
 
 /*

@@ -52,6 +52,8 @@ struct rt_exec {
     const float *dx;           /* the data set the cursor refers to */
     int64_t dn;
     int restored;              /* cursor loaded from a checkpoint */
+    const void *checked_y;     /* labels already range-checked (daemon data */
+    int64_t checked_n;         /* sets are immutable); saves O(n) per call */
     int64_t *perm;
     int64_t perm_cap, perm_epoch;
     double ep_loss, ep_acc;
@@ -254,7 +256,7 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
         return rt__eerr(e, RT_EDTYPE, "labels are %s, the program expects %s",
                         d->y_dtype == RT_I32 ? "i32" : d->y_dtype == RT_F32 ? "f32" : "?",
                         L->lab_dt == RT_I32 ? "i32" : "f32");
-    if (L->kind == RT_LOSS_SPARSE_CE) {
+    if (L->kind == RT_LOSS_SPARSE_CE && (d->y != e->checked_y || d->n != e->checked_n)) {
         const int64_t cnt = d->n * L->lab_numel, C = L->classes;
         for (int64_t i = 0; i < cnt; i++) {
             double v = d->y_dtype == RT_I32 ? (double)((const int32_t *)d->y)[i]
@@ -263,6 +265,8 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
                 return rt__eerr(e, RT_EDATA, "label %g at sample %lld outside [0, %lld)",
                                 v, (long long)(i / L->lab_numel), (long long)C);
         }
+        e->checked_y = d->y;
+        e->checked_n = d->n;
     }
     return 0;
 }
