@@ -185,10 +185,11 @@ int rt_client_trace_write_calls(const rt_client_timings *calls, size_t n,
                                 const char *path);
 
 /* Cancel the call in flight (Fit stream, upload, or any unary call) from any
- * thread or a signal handler: sets an atomic flag and cancels the gRPC call.
- * A Fit stream is then stopped by the daemon at a step boundary. The
- * cancelled call returns RT_ECANCELLED. The flag is cleared when the next
- * call starts. Returns 0. */
+ * thread or a signal handler. It only sets an atomic flag (so it is
+ * async-signal-safe); the thread blocked in the call sees it within ~20 ms
+ * and cancels the gRPC call. A Fit stream is then stopped by the daemon at a
+ * step boundary. The cancelled call returns RT_ECANCELLED. The flag is
+ * cleared when the next call starts. Returns 0. */
 int rt_client_cancel(rt_client *c);
 
 /* ------------------------------------------------------------- info, ping */
@@ -369,9 +370,12 @@ typedef struct rt_client_upload_part {
     int normalize;             /* u8 features: / 255 on the daemon */
 } rt_client_upload_part;
 
-/* Upload parts as one data set: first FindDataset by the XXH3-128 hash of
- * all part bytes (a hit costs one round trip), else stream UploadDataset in
- * RT_UPLOAD_CHUNK chunks with offsets and an XXH64 checksum in the last. */
+/* Upload 1..16 parts as one data set: first FindDataset by the XXH3-128
+ * hash of all part bytes (canonical big-endian 16 bytes; a hit costs one
+ * round trip and sets out->deduplicated), else stream UploadDataset in
+ * RT_UPLOAD_CHUNK chunks with offsets and an XXH64 checksum in the last.
+ * Files are read twice (hash, then send), never whole into memory. The last
+ * timings are those of the UploadDataset call (or of FindDataset on a hit). */
 int rt_client_upload_parts(rt_client *c, const char *session, const char *name,
                            const rt_client_upload_part *parts, size_t n_parts,
                            rt_client_dataset *out);
