@@ -126,6 +126,7 @@ static void *bg_main(void *arg)
         }
     }
     b->status = r.status;
+    b->started = 1; /* also when the call failed before any event */
     snprintf(b->details, sizeof b->details, "%s", r.details);
     itest_res_free(&r);
     itest_disconnect(c);
@@ -144,7 +145,12 @@ static void test_sigterm_inflight(const char *rtraind)
     bg_call b;
     memset(&b, 0, sizeof b);
     b.addr = d.addr;
-    CHECK(prepare(c, &b) == 0, "prepare");
+    if (prepare(c, &b) < 0) {
+        CHECK(0, "prepare");
+        itest_disconnect(c);
+        itest_daemon_stop(&d, SIGKILL);
+        return;
+    }
     /* Time one chunk of steps so the in-flight call lasts ~1.5 s here. */
     Rtrain__V1__RunStepsRequest q = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
     q.session_id = b.sid;
@@ -187,8 +193,13 @@ static void test_grace_expiry(const char *rtraind)
     memset(&b, 0, sizeof b);
     b.addr = d.addr;
     b.fit = 1;
-    CHECK(prepare(c, &b) == 0, "prepare");
+    int ok = prepare(c, &b) == 0;
     itest_disconnect(c);
+    if (!ok) {
+        CHECK(0, "prepare");
+        itest_daemon_stop(&d, SIGKILL);
+        return;
+    }
     pthread_t th;
     pthread_create(&th, NULL, bg_main, &b);
     while (!b.started)
