@@ -74,6 +74,65 @@ static double gemm_rate(void)
     return 2.0 * n * n * n / median(t, 7) * 1e-9;
 }
 
+/* per kernel call: the plan's calls run one by one on buffers laid out
+ * like the exec's (one arena, the parameter and gradient blocks), filled
+ * with small random values; medians over reps */
+static void kernel_breakdown(rt_plan *p, int64_t n, int reps)
+{
+    uint64_t s = 11;
+    const int nc = p->n_fwd + p->n_bwd;
+    unsigned char *arena = rt__aligned_alloc((size_t)p->arena_bytes);
+    float *wb = rt__aligned_alloc(sizeof(float) * (size_t)(p->param_floats + p->train_floats));
+    float *gs = rt__aligned_alloc(sizeof(float) * (size_t)p->gemm_scratch_floats + 64);
+    for (uint64_t i = 0; i + 4 <= p->arena_bytes; i += 4) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        float v = (float)((s >> 40) & 0xffff) / 65536.0f - 0.5f;
+        memcpy(arena + i, &v, 4);
+    }
+    for (int i = 0; i < p->n_params; i++)
+        rt__init_param(&p->params[i], i, 1, wb + p->params[i].off);
+    rt__run run = {.n = n, .training = 1, .seed = 1, .gemm_scratch = gs,
+                   .gemm_scratch_floats = p->gemm_scratch_floats};
+    rt__kargs *k = calloc((size_t)nc, sizeof *k);
+#define RES(r) ((r).space == RT__SP_ARENA ? (float *)(arena + (r).off)             \
+            : (r).space == RT__SP_PARAM ? wb + (r).off                          \
+            : (r).space == RT__SP_GRAD ? wb + p->param_floats + (r).off : NULL)
+    for (int c = 0; c < nc; c++) {
+        const rt__call *cl = &p->calls[c];
+        k[c].nd = cl->nd;
+        k[c].r = &run;
+        k[c].y = RES(cl->y);
+        k[c].dy = RES(cl->dy);
+        k[c].scratch = RES(cl->scratch);
+        k[c].accum = cl->accum;
+        for (int j = 0; j < cl->nd->n_in; j++) {
+            k[c].x[j] = RES(cl->x[j]);
+            k[c].dx[j] = RES(cl->dx[j]);
+        }
+    }
+#undef RES
+    double *kt = calloc((size_t)nc * (size_t)reps, sizeof(double));
+    for (int i = 0; i < reps; i++)
+        for (int c = 0; c < nc; c++) {
+            double t0 = now_s();
+            p->calls[c].fn(&k[c]);
+            kt[(size_t)c * (size_t)reps + (size_t)i] = now_s() - t0;
+        }
+    double sum = 0;
+    for (int c = 0; c < nc; c++) {
+        double m = median(kt + (size_t)c * (size_t)reps, reps) * 1e3;
+        sum += m;
+        printf("    %-4s %-12s %-10s %7.2f ms\n", p->calls[c].bwd ? "bwd" : "fwd",
+               p->calls[c].nd->name, p->calls[c].nd->op->name, m);
+    }
+    printf("    kernels total %.2f ms; gather, loss and Adam take the rest\n", sum);
+    free(kt);
+    free(k);
+    free(arena);
+    free(wb);
+    free(gs);
+}
+
 /* W-B: median ms per step; per-kernel medians printed when verbose */
 static double bench_wb(int batch, int reps, int verbose, uint64_t *flops_out,
                        uint64_t *arena_out)
@@ -113,62 +172,7 @@ static double bench_wb(int batch, int reps, int verbose, uint64_t *flops_out,
         t[i] = now_s() - t0;
     }
     double ms = median(t, reps) * 1e3;
-    if (verbose) {
-        /* per kernel call: the plan's calls run one by one on buffers laid
-         * out like the exec's (one arena, the parameter and gradient
-         * blocks), filled with small random values */
-        const int nc = p->n_fwd + p->n_bwd;
-        unsigned char *arena = rt__aligned_alloc((size_t)p->arena_bytes);
-        float *wb = rt__aligned_alloc(sizeof(float) * (size_t)(p->param_floats + p->train_floats));
-        float *gs = rt__aligned_alloc(sizeof(float) * (size_t)p->gemm_scratch_floats + 64);
-        for (uint64_t i = 0; i + 4 <= p->arena_bytes; i += 4) {
-            s = s * 6364136223846793005ull + 1442695040888963407ull;
-            float v = (float)((s >> 40) & 0xffff) / 65536.0f - 0.5f;
-            memcpy(arena + i, &v, 4);
-        }
-        for (int i = 0; i < p->n_params; i++)
-            rt__init_param(&p->params[i], i, 1, wb + p->params[i].off);
-        rt__run run = {.n = n, .training = 1, .seed = 1, .gemm_scratch = gs,
-                       .gemm_scratch_floats = p->gemm_scratch_floats};
-        rt__kargs *k = calloc((size_t)nc, sizeof *k);
-#define RES(r) ((r).space == RT__SP_ARENA ? (float *)(arena + (r).off)             \
-                : (r).space == RT__SP_PARAM ? wb + (r).off                          \
-                : (r).space == RT__SP_GRAD ? wb + p->param_floats + (r).off : NULL)
-        for (int c = 0; c < nc; c++) {
-            const rt__call *cl = &p->calls[c];
-            k[c].nd = cl->nd;
-            k[c].r = &run;
-            k[c].y = RES(cl->y);
-            k[c].dy = RES(cl->dy);
-            k[c].scratch = RES(cl->scratch);
-            k[c].accum = cl->accum;
-            for (int j = 0; j < cl->nd->n_in; j++) {
-                k[c].x[j] = RES(cl->x[j]);
-                k[c].dx[j] = RES(cl->dx[j]);
-            }
-        }
-#undef RES
-        double *kt = calloc((size_t)nc * (size_t)reps, sizeof(double));
-        for (int i = 0; i < reps; i++)
-            for (int c = 0; c < nc; c++) {
-                double t0 = now_s();
-                p->calls[c].fn(&k[c]);
-                kt[(size_t)c * (size_t)reps + (size_t)i] = now_s() - t0;
-            }
-        double sum = 0;
-        for (int c = 0; c < nc; c++) {
-            double m = median(kt + (size_t)c * (size_t)reps, reps) * 1e3;
-            sum += m;
-            printf("    %-4s %-12s %-10s %7.2f ms\n", p->calls[c].bwd ? "bwd" : "fwd",
-                   p->calls[c].nd->name, p->calls[c].nd->op->name, m);
-        }
-        printf("    kernels total %.2f ms; gather, loss and Adam take the rest\n", sum);
-        free(kt);
-        free(k);
-        free(arena);
-        free(wb);
-        free(gs);
-    }
+    if (verbose) kernel_breakdown(p, n, reps);
     free(t);
     free(x);
     free(y);
@@ -179,7 +183,7 @@ static double bench_wb(int batch, int reps, int verbose, uint64_t *flops_out,
 }
 
 /* W-D: seconds for 10 epochs and the test accuracy */
-static double bench_wd(const rt_conv_digits *dg, double *acc)
+static double bench_wd(const rt_conv_digits *dg, double *acc, int verbose)
 {
     rt_graph *g = rt_conv_wd_graph();
     rt_train_config cfg;
@@ -204,6 +208,10 @@ static double bench_wd(const rt_conv_digits *dg, double *acc)
     rt_metrics m;
     rt_exec_evaluate(e, &te, &m);
     *acc = m.acc;
+    if (verbose) {
+        printf("  W-D per kernel at batch 32:\n");
+        kernel_breakdown(p, 32, 50);
+    }
     rt_exec_destroy(e);
     rt_plan_release(p);
     rt_graph_destroy(g);
@@ -227,6 +235,7 @@ int main(int argc, char **argv)
     printf("oneDNN sgemm 1024^3: %.0f GFLOP/s (the compute limit)\n", rate);
 
     uint64_t fl, arena;
+    printf("  W-B per kernel at batch 256:\n");
     const double wb = bench_wb(256, reps, 1, &fl, &arena);
     const double limit_ms = (double)fl / (rate * 1e9) * 1e3;
     printf("W-B batch 256: rtrain %.2f ms/step (%.0f img/s), %.2f GFLOP/step, "
@@ -245,7 +254,7 @@ int main(int argc, char **argv)
     double wd = NAN, wd_acc = NAN;
     if (rt_conv_load_digits(path, &dg) == 0) {
         double t[3], a[3];
-        for (int i = 0; i < 3; i++) t[i] = bench_wd(&dg, &a[i]);
+        for (int i = 0; i < 3; i++) t[i] = bench_wd(&dg, &a[i], i == 0);
         wd = median(t, 3);
         wd_acc = a[0];
         printf("W-D 10 epochs: rtrain %.3f s, test accuracy %.4f\n", wd, wd_acc);
