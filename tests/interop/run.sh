@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Run the Node interop test: installs @grpc/grpc-js and @grpc/proto-loader
+# into tests/interop/node_modules when they are missing, then runs
+# interop.js against the rtraind given as $1. Exit 77 (ctest: skipped) only
+# when node/npm are not installed at all.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  echo "node/npm not installed (scripts/deps.sh --test installs them); skipping" >&2
+  exit 77
+fi
+cd "$here"
+if [ ! -f node_modules/@grpc/grpc-js/package.json ] || [ ! -f node_modules/@grpc/proto-loader/package.json ]; then
+  # A lock directory keeps two configurations' test runs from installing at once.
+  until mkdir .npm-install.lock 2>/dev/null; do sleep 1; done
+  trap 'rmdir "$here/.npm-install.lock" 2>/dev/null || true' EXIT
+  if [ ! -f node_modules/@grpc/grpc-js/package.json ]; then
+    if [ -f package-lock.json ]; then
+      npm ci --no-audit --no-fund --loglevel=error
+    else
+      npm install --no-audit --no-fund --loglevel=error
+    fi
+  fi
+  rmdir .npm-install.lock
+  trap - EXIT
+fi
+exec node "$here/interop.js" "$@"
