@@ -90,6 +90,7 @@ function startDaemon() {
         resolve({ proc: d, addr: m[1] });
       }
     });
+    d.on('error', (e) => reject(e));
     d.on('exit', (code) => reject(new Error(`daemon exited early (${code})`)));
   });
 }

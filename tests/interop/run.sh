@@ -9,6 +9,11 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   echo "node/npm not installed (scripts/deps.sh --test installs them); skipping" >&2
   exit 77
 fi
+# The daemon path may be relative to the caller's directory.
+args=("$@")
+if [ ${#args[@]} -gt 0 ] && [ -e "${args[0]}" ]; then
+  args[0]="$(cd "$(dirname "${args[0]}")" && pwd)/$(basename "${args[0]}")"
+fi
 cd "$here"
 if [ ! -f node_modules/@grpc/grpc-js/package.json ] || [ ! -f node_modules/@grpc/proto-loader/package.json ]; then
   # A lock directory keeps two configurations' test runs from installing at once.
@@ -24,4 +29,4 @@ if [ ! -f node_modules/@grpc/grpc-js/package.json ] || [ ! -f node_modules/@grpc
   rmdir .npm-install.lock
   trap - EXIT
 fi
-exec node "$here/interop.js" "$@"
+exec node "$here/interop.js" "${args[@]}"
