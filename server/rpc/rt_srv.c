@@ -397,6 +397,7 @@ static void enqueue(rt_call *c)
     c->enq_ns = rt_now_ns();
     c->next_job = NULL;
     RT_OBS_ADD(executor_jobs, 1);
+    __atomic_add_fetch(&s->q_pending, 1, __ATOMIC_ACQ_REL);
     pthread_mutex_lock(&s->q_mu);
     if (s->q_tail)
         s->q_tail->next_job = c;
@@ -429,6 +430,7 @@ static void *executor_main(void *arg)
         run_work(c);
         if (c->needs_device)
             pthread_mutex_unlock(&s->dev_mu);
+        __atomic_sub_fetch(&s->q_pending, 1, __ATOMIC_ACQ_REL);
         finish(c);
     }
     return NULL;
@@ -443,9 +445,16 @@ static void dispatch(rt_call *c)
         return;
     }
     if (c->m->kind == RT_UNARY && s->cfg.inline_ns && c->est_ns <= s->cfg.inline_ns) {
-        /* trylock: an inline job never waits for the device; if it is busy
-         * the job queues behind the running one, in order. */
-        if (!c->needs_device || pthread_mutex_trylock(&s->dev_mu) == 0) {
+        /* trylock: an inline job never waits for the device; if it is busy,
+         * or jobs are queued for it (which must keep their order), it goes
+         * to the executor's queue. */
+        int mine = !c->needs_device;
+        if (!mine && pthread_mutex_trylock(&s->dev_mu) == 0) {
+            mine = __atomic_load_n(&s->q_pending, __ATOMIC_ACQUIRE) == 0;
+            if (!mine)
+                pthread_mutex_unlock(&s->dev_mu);
+        }
+        if (mine) {
             RT_OBS_ADD(inline_jobs, 1);
             run_work(c);
             if (c->needs_device)

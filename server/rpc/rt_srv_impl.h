@@ -140,6 +140,7 @@ struct rt_srv {
     pthread_cond_t q_cv;
     rt_call *q_head, *q_tail;
     int q_stop;
+    int q_pending;                /* atomic: queued or running on the executor */
     pthread_t exec_thread;
     int exec_started;
 
