@@ -70,13 +70,21 @@ static int need_dataset(rt_call *c, const char *id, rt_dataset **out,
 
 /* The dataset's per-sample shapes must match what the program expects.
  * Equal element counts are accepted when either side is flat, since the
- * row-major bytes are then the same. */
+ * row-major bytes are then the same, and when the shapes differ only by
+ * trailing 1s: IDX images are (28, 28), a channels-last CNN takes
+ * (28, 28, 1). */
 static int shapes_fit(int an, const int64_t *a, int bn, const int64_t *b)
 {
     if (an == bn && memcmp(a, b, sizeof(int64_t) * (size_t)an) == 0)
         return 1;
     if (rt_data_numel(an, a) != rt_data_numel(bn, b))
         return 0;
+    while (an > 0 && a[an - 1] == 1)
+        an--;
+    while (bn > 0 && b[bn - 1] == 1)
+        bn--;
+    if (an == bn && memcmp(a, b, sizeof(int64_t) * (size_t)an) == 0)
+        return 1;
     return an <= 1 || bn <= 1;
 }
 
