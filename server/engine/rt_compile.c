@@ -299,6 +299,9 @@ static int rt__compile(const rt_graph *g, const rt_train_config *cfg,
 
     if ((rc = rt__check_config(cc, cfg)) < 0) return rc;
     if (n == 0) return rt__cerr(cc, NULL, RT_EGRAPH, "graph is empty");
+    /* entry indices key the initializer RNG streams (RT__STREAM_INIT + i) */
+    if (n > (1 << 20))
+        return rt__cerr(cc, NULL, RT_ETOOBIG, "graph has %d entries, max %d", n, 1 << 20);
 
     rt__ent *E = rt__arena_alloc(A, sizeof *E * (size_t)n);
     rt__shape *shape = rt__arena_alloc(A, sizeof *shape * (size_t)n);
