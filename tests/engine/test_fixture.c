@@ -9,6 +9,9 @@
  * initial weights and batches in order: the first batch's output, loss and
  * every gradient, then 10 training steps' losses and all weights after each.
  *
+ * Also every loss on fixed outputs (Keras semantics: torch where it has
+ * the same loss, numpy for Keras' clipping of probabilities).
+ *
  * Tolerances (f32 against f32; differences come from summation order):
  *   outputs, loss, gradients   |a - b| <= 2e-5 + 1e-4 |b|
  *   10-step trajectories       |a - b| <= 1e-4 + 1e-3 |b|
@@ -214,6 +217,46 @@ static void check_model(const model *m)
     rt_graph_destroy(g);
 }
 
+/* The mean loss of fixed outputs: x (B,3) -> Identity is the output */
+static void check_loss(const char *name, const char *out, const char *lab,
+                       rt_loss_kind kind, int from_logits)
+{
+    rt_graph *g = rt_graph_create();
+    int64_t in[] = {RT_BATCH, 3};
+    REQUIRE(rt_graph_add_input(g, "x", RT_F32, 2, in) == 0);
+    const char *ins[] = {"x"};
+    REQUIRE(rt_graph_add_node(g, "y", "Identity", 1, ins, 0, NULL) == 0);
+    const ref_tensor *x = ref("loss/%s%s", out, ""), *y = ref("loss/%s%s", lab, "");
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = kind;
+    cfg.from_logits = from_logits;
+    cfg.batch_size = 5; /* 12 samples: batches of 5, 5, 2 */
+    cfg.label_dtype = y->dtype == 2 ? RT_I32 : RT_F32;
+    cfg.label_ndim = y->ndim - 1;
+    cfg.label_dims[0] = y->dims[1];
+    rt_plan *p;
+    char err[256];
+    int rc = rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err);
+    if (rc) fprintf(stderr, "%s: %s\n", name, err);
+    REQUIRE(rc == 0);
+    rt_exec *e;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    rt_data d = {.x = x->data, .y = y->data, .y_dtype = cfg.label_dtype, .n = x->dims[0]};
+    rt_metrics m;
+    CHECK_RC(rt_exec_evaluate(e, &d, &m));
+    float got = (float)m.loss;
+    char what[96];
+    snprintf(what, sizeof what, "loss %s", name);
+    int bad = compare(what, &got, ref("loss/%s%s", name, "")->data, 1, 2e-6, 1e-5);
+    rt_test_failures += bad;
+    printf("%-18s %.7f (reference %.7f)\n", name, (double)got,
+           (double)*(float *)ref("loss/%s%s", name, "")->data);
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+}
+
 int main(int argc, char **argv)
 {
     load_refs(argc > 1 ? argv[1] : "tests/fixtures/engine_ref.bin");
@@ -234,6 +277,17 @@ int main(int argc, char **argv)
     mlp.nesterov = 1;
     mlp.weight_decay = 0;
     check_model(&mlp);
+    /* every loss on fixed outputs: mean over 12 samples in 3 batches;
+     * tolerance |a - b| <= 2e-6 + 1e-5 |b| */
+    check_loss("sparse_ce_logits", "logits", "y_int", RT_LOSS_SPARSE_CE, 1);
+    check_loss("sparse_ce_probs", "probs", "y_int", RT_LOSS_SPARSE_CE, 0);
+    check_loss("ce_logits", "logits", "y_onehot", RT_LOSS_CE, 1);
+    check_loss("ce_probs", "probs", "y_onehot", RT_LOSS_CE, 0);
+    check_loss("bce_logits", "logits", "y_binary", RT_LOSS_BCE, 1);
+    check_loss("bce_probs", "sigmoid", "y_binary", RT_LOSS_BCE, 0);
+    check_loss("mse", "logits", "y_float", RT_LOSS_MSE, 0);
+    check_loss("mae", "logits", "y_float", RT_LOSS_MAE, 0);
+    check_loss("logcosh_int", "probs", "y_int", RT_LOSS_LOGCOSH, 0);
     for (int i = 0; i < n_refs; i++) free(refs[i].data);
     return rt_test_done("test_fixture");
 }
