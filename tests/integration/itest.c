@@ -80,6 +80,14 @@ int itest_daemon_start(itest_daemon *d, const char *path, const char *const *ext
     argv[n++] = getenv("RT_ITEST_LOG") ? getenv("RT_ITEST_LOG") : "warn";
     for (int i = 0; extra && extra[i] && n < 30; i++)
         argv[n++] = extra[i];
+    /* RT_ITEST_DAEMON_ARGS adds flags to every daemon (experiments). */
+    static char more[256];
+    const char *env = getenv("RT_ITEST_DAEMON_ARGS");
+    if (env) {
+        snprintf(more, sizeof more, "%s", env);
+        for (char *tok = strtok(more, " "); tok && n < 30; tok = strtok(NULL, " "))
+            argv[n++] = tok;
+    }
     argv[n] = NULL;
     pid_t pid = fork();
     if (pid < 0)
