@@ -501,6 +501,9 @@ static int rt__compile(const rt_graph *g, const rt_train_config *cfg,
             nd->in_shape[j] = &shape[nd->in[j]];
         }
         if ((rc = nd->op->infer(cc, nd)) < 0) return rc;
+        if (!p->backend->supports_op(nd->op, nd))
+            return rt__cerr(cc, nd, RT_EUNIMPLEMENTED, "%s has no %s kernel",
+                            nd->op->name, p->backend->name);
         int64_t numel = nd->out.batched ? B : 1;
         for (int d = 0; d < nd->out.ndim; d++) {
             if (nd->out.d[d] <= 0)
@@ -931,8 +934,14 @@ static void rt__cpu_kernels(const rt__op_def *op, const rt__node *nd,
     *bwd = op->cpu.bwd;
 }
 
+static void rt__cpu_run(const rt__call *calls, const rt__kargs *args, int n)
+{
+    for (int i = 0; i < n; i++) calls[i].fn(&args[i]);
+}
+
 const rt__backend rt__backend_cpu = {
     .name = "cpu",
     .supports_op = rt__cpu_supports,
     .kernels = rt__cpu_kernels,
+    .run = rt__cpu_run,
 };

@@ -253,13 +253,18 @@ static inline int64_t rt__numel_n(const rt__shape *s, int64_t n)
 
 /* ---------------------------------------------------------------- backend */
 
-/* A backend maps ops to kernels. The CPU one takes the op's .cpu pair; a
- * CUDA backend would add a .cuda pair to rt__op_def and its own table. */
+/* A backend maps ops to kernels and runs them. The CPU one takes the op's
+ * .cpu pair and calls kernels in order on the calling thread; a CUDA
+ * backend would add a .cuda pair to rt__op_def and a run that enqueues the
+ * same flat list on a stream. Compile asks supports_op for every node. */
+typedef struct rt__call rt__call;
 typedef struct rt__backend {
     const char *name;
     int (*supports_op)(const rt__op_def *op, const rt__node *nd);
     void (*kernels)(const rt__op_def *op, const rt__node *nd, rt__kfn *fwd,
                     rt__kfn *bwd);
+    /* run calls[0..n) with their resolved arguments args[0..n) */
+    void (*run)(const rt__call *calls, const rt__kargs *args, int n);
 } rt__backend;
 extern const rt__backend rt__backend_cpu;
 
@@ -271,14 +276,14 @@ typedef struct rt__ref {
     uint64_t off;           /* bytes in arena; floats in param/grad blocks */
 } rt__ref;
 
-typedef struct rt__call {
+struct rt__call {
     rt__kfn fn;
     const rt__node *nd;
     int bwd;
     rt__ref y, dy, scratch;
     rt__ref x[RT__MAX_IN], dx[RT__MAX_IN];
     unsigned accum;
-} rt__call;
+};
 
 typedef struct rt__param {
     const char *name;

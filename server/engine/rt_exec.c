@@ -315,13 +315,13 @@ static void rt__forward(rt_exec *e, int64_t nb, int training)
     e->run.training = training;
     e->run.step = e->step;
     const rt_plan *p = e->p;
-    for (int i = 0; i < p->n_fwd; i++) p->calls[i].fn(&e->k[i]);
+    p->backend->run(p->calls, e->k, p->n_fwd);
 }
 
 static void rt__backward(rt_exec *e)
 {
     const rt_plan *p = e->p;
-    for (int i = p->n_fwd; i < p->n_fwd + p->n_bwd; i++) p->calls[i].fn(&e->k[i]);
+    p->backend->run(p->calls + p->n_fwd, e->k + p->n_fwd, p->n_bwd);
 }
 
 /* --------------------------------------------------------------- training */
