@@ -800,6 +800,7 @@ typedef struct run_cb {
     size_t n_epochs, cap_epochs;
     int stop_for_val;
     int hit_epoch_end;
+    int cancelled;
 } run_cb;
 
 static Rtrain__V1__EpochEnd *epoch_pb(rt_call *c, int64_t epoch, const rt_metrics *train,
@@ -818,6 +819,10 @@ static Rtrain__V1__EpochEnd *epoch_pb(rt_call *c, int64_t epoch, const rt_metric
 static int run_step_cb(void *ud, const rt_step_info *info)
 {
     run_cb *r = ud;
+    if (rt_call_is_cancelled(r->c)) {
+        r->cancelled = 1;
+        return 1;
+    }
     if (!info->epoch_end)
         return 0;
     if (r->n_epochs == r->cap_epochs) {
@@ -881,6 +886,9 @@ static int run_steps_work(rt_call *c)
         if (rc < 0)
             return engine_fail(c, rc);
         exec_ns += part.execute_ns;
+        if (cb.cancelled)
+            return rt_call_fail(c, RT_ECANCELLED, "cancelled after %lld of %llu steps",
+                                (long long)(done + part.steps_run), (unsigned long long)q->steps);
         left -= part.steps_run;
         done += part.steps_run;
         loss_sum += part.mean.loss * (double)part.mean.samples;

@@ -243,7 +243,7 @@ static void start_final(rt_call *c)
         RT_LOG(RT_LOG_DEBUG, "%s -> %s: %s", c->m->path, rt_err_name(c->err), c->errmsg);
     }
     n++;
-    if (c->m->kind == RT_UNARY) {
+    if (c->m->kind == RT_UNARY && !c->close_posted) {
         ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
         ops[n].data.recv_close_on_server.cancelled = &c->recv_cancelled;
         n++;
@@ -315,7 +315,8 @@ static void on_send_done(rt__tag *t, int ok)
 
 int rt_call_is_cancelled(rt_call *c)
 {
-    return __atomic_load_n(&c->cancelled, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&c->cancelled, __ATOMIC_ACQUIRE) ||
+           __atomic_load_n(&c->srv->hard_cancel, __ATOMIC_ACQUIRE);
 }
 
 int rt_call_stream_send(rt_call *c, const ProtobufCMessage *msg, int coalesce,
@@ -391,9 +392,17 @@ static void run_work(rt_call *c)
     c->tm.execute_ns += dur > named ? dur - named : 0;
 }
 
+static void post_close(rt_call *c);
+
 static void enqueue(rt_call *c)
 {
     rt_srv *s = c->srv;
+    /* A queued unary call may run long: watch for the client going away
+     * (cancel, deadline) so the work can stop at a step boundary. Inline
+     * calls skip this batch; it would cost the fast path a round of cq
+     * work. */
+    if (c->m->kind == RT_UNARY && !c->close_posted)
+        post_close(c);
     c->enq_ns = rt_now_ns();
     c->next_job = NULL;
     RT_OBS_ADD(executor_jobs, 1);
@@ -427,7 +436,10 @@ static void *executor_main(void *arg)
         if (c->needs_device)
             pthread_mutex_lock(&s->dev_mu);
         c->tm.queue_ns += rt_now_ns() - c->enq_ns;
-        run_work(c);
+        if (rt_call_is_cancelled(c))
+            rt_call_fail(c, RT_ECANCELLED, "cancelled before it ran");
+        else
+            run_work(c);
         if (c->needs_device)
             pthread_mutex_unlock(&s->dev_mu);
         __atomic_sub_fetch(&s->q_pending, 1, __ATOMIC_ACQ_REL);
@@ -504,6 +516,16 @@ static void post_recv(rt_call *c)
     start_batch(c, &op, 1, &c->tag);
 }
 
+static void post_close(rt_call *c)
+{
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &c->recv_cancelled;
+    c->close_posted = 1;
+    start_batch(c, &op, 1, &c->close_tag);
+}
+
 static void on_close(rt__tag *t, int ok)
 {
     rt_call *c = RT_CONTAINER(t, rt_call, close_tag);
@@ -535,11 +557,7 @@ static void on_arrival(rt__tag *t, int ok)
         dispatch(c);
         return;
     }
-    grpc_op op;
-    memset(&op, 0, sizeof op);
-    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    op.data.recv_close_on_server.cancelled = &c->recv_cancelled;
-    start_batch(c, &op, 1, &c->close_tag);
+    post_close(c);
     post_recv(c);
 }
 
@@ -824,6 +842,7 @@ void rt_srv_stop(rt_srv *s)
 
 void rt_srv_cancel_all(rt_srv *s)
 {
+    __atomic_store_n(&s->hard_cancel, 1, __ATOMIC_RELEASE);
     grpc_server_cancel_all_calls(s->server);
 }
 

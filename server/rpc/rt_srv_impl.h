@@ -84,6 +84,7 @@ struct rt_call {
     int close_done;               /* atomic */
     int refs;                     /* atomic: batches in flight + owner */
     int sent_initial_md;
+    int close_posted;             /* RECV_CLOSE_ON_SERVER already in flight */
 
     rt__arena_blk *arena;
     ProtobufCAllocator alloc;     /* over arena */
@@ -146,6 +147,7 @@ struct rt_srv {
 
     int live;                     /* atomic: matched calls not yet freed */
     int stopping;                 /* atomic */
+    int hard_cancel;              /* atomic: the grace period is over */
     int shutdown_acked;           /* atomic */
     int drained_fired;            /* atomic */
     rt__tag shutdown_tag;
@@ -168,7 +170,9 @@ int rt_call_fail(rt_call *c, int code, const char *fmt, ...)
  * it has not been sent yet. Returns 0 or RT_ECANCELLED/RT_ENOMEM. */
 int rt_call_stream_send(rt_call *c, const ProtobufCMessage *msg,
                         int coalesce, int with_timings);
-/* The client cancelled or the daemon is cancelling calls. */
+/* The client cancelled (or its deadline passed) or the daemon is cancelling
+ * calls. Work checks this at step boundaries. For unary calls it is only
+ * observed once the call went to the executor. */
 int rt_call_is_cancelled(rt_call *c);
 
 #endif

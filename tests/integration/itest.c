@@ -232,6 +232,13 @@ void itest_res_free(itest_res *r)
     r->len = 0;
 }
 
+int itest_deadline_ms = 120000;
+
+static gpr_timespec deadline_ms(int ms)
+{
+    return gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_millis(ms, GPR_TIMESPAN));
+}
+
 static gpr_timespec deadline_s(int s)
 {
     return gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_seconds(s, GPR_TIMESPAN));
@@ -246,7 +253,7 @@ static grpc_call *make_call(itest_conn *c, const char *method)
         snprintf(path, sizeof path, "/rtrain.v1.Trainer/%s", method);
     grpc_slice m = grpc_slice_from_copied_string(path);
     grpc_call *call = grpc_channel_create_call(c->ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq, m,
-                                               NULL, deadline_s(120), NULL);
+                                               NULL, deadline_ms(itest_deadline_ms), NULL);
     grpc_slice_unref(m);
     return call;
 }

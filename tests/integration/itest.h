@@ -78,6 +78,9 @@ typedef struct itest_res {
     uint64_t rtt_ns;     /* client-measured round trip */
 } itest_res;
 
+/* Deadline of every call, in ms (default 120000). */
+extern int itest_deadline_ms;
+
 itest_conn *itest_connect(const char *addr);
 void itest_disconnect(itest_conn *c);
 void itest_res_free(itest_res *r);

@@ -214,6 +214,48 @@ static void test_grace_expiry(const char *rtraind)
     CHECK(code == 0, "exit code after a cancelled drain: %d", code);
 }
 
+/* A client whose deadline passes during a long RunSteps: the daemon stops
+ * the work at a step boundary instead of running it to the end. */
+static void test_deadline_stops_work(const char *rtraind)
+{
+    itest_daemon d;
+    if (itest_daemon_start(&d, rtraind, NULL) < 0) {
+        CHECK(0, "daemon start");
+        return;
+    }
+    itest_conn *c = itest_connect(d.addr);
+    bg_call b;
+    memset(&b, 0, sizeof b);
+    if (prepare(c, &b) < 0) {
+        CHECK(0, "prepare");
+        itest_disconnect(c);
+        itest_daemon_stop(&d, SIGKILL);
+        return;
+    }
+    Rtrain__V1__RunStepsRequest q = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
+    q.session_id = b.sid;
+    q.program_id = b.pid;
+    q.dataset_id = b.did;
+    q.steps = 10000000; /* 10 M steps: far longer than the deadline */
+    itest_res r;
+    itest_deadline_ms = 300;
+    itest_unary(c, "RunSteps", &q.base, NULL, NULL, &r);
+    itest_deadline_ms = 120000;
+    CHECK(r.status == 4, "deadline exceeded: %d '%s'", r.status, r.details);
+    itest_res_free(&r);
+    q.steps = 1;
+    Rtrain__V1__RunStepsResponse *p = NULL;
+    itest_unary(c, "RunSteps", &q.base, &rtrain__v1__run_steps_response__descriptor,
+                (ProtobufCMessage **)&p, &r);
+    CHECK(p && p->global_step < 10000000, "the abandoned call stopped early (global step %llu)",
+          p ? (unsigned long long)p->global_step : 0ull);
+    if (p)
+        protobuf_c_message_free_unpacked(&p->base, NULL);
+    itest_res_free(&r);
+    itest_disconnect(c);
+    CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "exit code");
+}
+
 static void test_port_in_use(const char *rtraind)
 {
     itest_daemon d;
@@ -267,6 +309,7 @@ int main(int argc, char **argv)
     }
     RUN(test_sigterm_inflight, argv[1]);
     RUN(test_grace_expiry, argv[1]);
+    RUN(test_deadline_stops_work, argv[1]);
     RUN(test_port_in_use, argv[1]);
     RUN(test_flags, argv[1]);
     return itest_summary();
