@@ -370,6 +370,16 @@ static int rt__compile(const rt_graph *g, const rt_train_config *cfg,
             const rt__entry *e = &g->e[i];
             if (e->kind != RT__T_PARAM || e->trainable != (pass == 0)) continue;
             rt__param *pr = &p->params[p->n_params];
+            int64_t numel = 1;
+            for (int d = 0; d < e->shape.ndim; d++) {
+                if (e->shape.d[d] <= 0)
+                    return rt__cerr(cc, NULL, RT_ESHAPE, "param '%s': dim %d is %lld",
+                                    e->name, d, (long long)e->shape.d[d]);
+                if (__builtin_mul_overflow(numel, e->shape.d[d], &numel) ||
+                    numel > RT__MAX_NUMEL)
+                    return rt__cerr(cc, NULL, RT_EOVERFLOW, "param '%s': more than %lld elements",
+                                    e->name, (long long)RT__MAX_NUMEL);
+            }
             pr->name = p->entry_name[i];
             pr->shape = e->shape;
             pr->shape.batched = 0;

@@ -234,13 +234,15 @@ int rt_graph_add_param(rt_graph *g, const char *name, int ndim,
     if (rc < 0) return rc;
     rt__shape s = {0};
     if ((rc = rt__copy_dims(g, &s, ndim, dims, name)) < 0) return rc;
+    /* Bad dims are recorded and reported by rt_plan_compile, except when
+     * values come with them: their size is needed to copy them now. */
     int64_t numel = 1;
-    for (int i = 0; i < ndim; i++) {
+    for (int i = 0; value && i < ndim; i++) {
         if (s.d[i] <= 0 || s.d[i] > RT__MAX_NUMEL ||
             __builtin_mul_overflow(numel, s.d[i], &numel) ||
             numel > RT__MAX_NUMEL)
-            return rt__gerr(g, RT_ESHAPE, "param '%s': bad dim %lld", name,
-                            (long long)s.d[i]);
+            return rt__gerr(g, RT_EINVAL, "param '%s': values for bad dim %lld",
+                            name, (long long)s.d[i]);
     }
     rt__entry *e = rt__graph_new_entry(g, RT__T_PARAM, name);
     if (!e) return rt__gerr(g, RT_ENOMEM, "out of memory");

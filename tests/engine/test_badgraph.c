@@ -135,6 +135,20 @@ int main(void)
     }
     {
         begin(4);
+        int64_t bad[] = {4, -2};
+        REQUIRE(rt_graph_add_param(g, "W", 2, bad, RT_INIT_ZEROS, 1, NULL) == 0);
+        node("d", "Dense", 2, "x", "W", NULL);
+        expect("absurd param dim", RT_ESHAPE, "'W'", "-2");
+    }
+    {
+        begin(4);
+        int64_t huge[] = {1 << 20, 1 << 20, 1 << 20};
+        REQUIRE(rt_graph_add_param(g, "T", 3, huge, RT_INIT_ZEROS, 1, NULL) == 0);
+        node("r", "Relu", 1, "x", NULL, NULL);
+        expect("size overflow (param)", RT_EOVERFLOW, "'T'", NULL);
+    }
+    {
+        begin(4);
         int64_t wd[] = {4, 1 << 30};
         /* 4 * 2^30 floats per sample times the batch overflows the limit */
         REQUIRE(rt_graph_add_param(g, "W", 2, wd, RT_INIT_ZEROS, 1, NULL) == 0);
@@ -210,7 +224,8 @@ int main(void)
     CHECK(rt_graph_add_input(g, "x", RT_F32, 9, d9) == RT_EINVAL);
     CHECK(strstr(rt_graph_errmsg(g), "rank 9") != NULL);
     int64_t d0[] = {0};
-    CHECK(rt_graph_add_param(g, "p", 1, d0, RT_INIT_ZEROS, 1, NULL) == RT_ESHAPE);
+    float v0 = 0;
+    CHECK(rt_graph_add_param(g, "p", 1, d0, RT_INIT_ZEROS, 1, &v0) == RT_EINVAL);
     CHECK(rt_graph_add_node(g, "n", "Relu", -1, NULL, 0, NULL) == RT_EINVAL);
     CHECK(rt_graph_add_node(g, "n", "", 0, NULL, 0, NULL) == RT_EINVAL);
     rt_attr bad = {.name = NULL};
