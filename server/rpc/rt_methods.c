@@ -793,6 +793,19 @@ static int h_find_dataset(rt_call *c)
     return 0;
 }
 
+/* Work stopped early: the client went away (CANCELLED; it will not see
+ * this) or the daemon's grace period ended (UNAVAILABLE: retry elsewhere or
+ * later). Either way the client must not take it for a completed call. */
+static int stopped_fail(rt_call *c, int64_t done, int64_t asked)
+{
+    if (__atomic_load_n(&c->srv->hard_cancel, __ATOMIC_ACQUIRE))
+        return rt_call_fail(c, RT_EUNAVAILABLE,
+                            "the daemon is shutting down: stopped after %lld of %lld steps",
+                            (long long)done, (long long)asked);
+    return rt_call_fail(c, RT_ECANCELLED, "cancelled after %lld of %lld steps", (long long)done,
+                        (long long)asked);
+}
+
 /* --------------------------------------------------------------- RunSteps */
 typedef struct run_cb {
     rt_call *c;
@@ -887,8 +900,7 @@ static int run_steps_work(rt_call *c)
             return engine_fail(c, rc);
         exec_ns += part.execute_ns;
         if (cb.cancelled)
-            return rt_call_fail(c, RT_ECANCELLED, "cancelled after %lld of %llu steps",
-                                (long long)(done + part.steps_run), (unsigned long long)q->steps);
+            return stopped_fail(c, done + part.steps_run, (int64_t)q->steps);
         left -= part.steps_run;
         done += part.steps_run;
         loss_sum += part.mean.loss * (double)part.mean.samples;
@@ -1012,6 +1024,8 @@ static int fit_work(rt_call *c)
         exec_ns += res.execute_ns;
         steps += res.steps_run;
         if (res.stopped || rt_call_is_cancelled(c)) {
+            if (__atomic_load_n(&c->srv->hard_cancel, __ATOMIC_ACQUIRE))
+                return stopped_fail(c, steps, (int64_t)q->epochs * spe);
             cancelled = 1;
             break;
         }
