@@ -13,7 +13,7 @@
  * Tolerance: |a - n| <= 3e-4 + 2e-2 max(|a|, |n|). The MSE is a mean over
  * all outputs, so gradients here are 1e-3..1e-1; the absolute part is
  * about 5x the f32 noise of L divided by 2h. Large parameters are checked
- * on an evenly strided subset of at most 300 elements.
+ * on an evenly strided subset of at most 150 elements.
  *
  * Kinks: ReLU and max are not differentiable where inputs tie, and a
  * finite difference that crosses a kink is wrong. MaxPool cases therefore
@@ -174,7 +174,7 @@ static void run_check(const char *name, const char *out)
         CHECK_RC(rt_exec_compute_grads(e, &d, B, &l0));
         rt_exec_get_grad(e, pi, ga);
         rt_exec_get_param(e, pi, w);
-        const int64_t stride = n > 300 ? (n + 299) / 300 : 1;
+        const int64_t stride = n > 150 ? (n + 149) / 150 : 1;
         double worst = 0;
         for (int64_t k = 0; k < n; k += stride) {
             const float h = 1e-3f, w0 = w[k];
@@ -277,7 +277,7 @@ int main(void)
     conv_case("Conv2D 1x1 (direct GEMM) no bias", 4, 3, 3, 1, 1, 4, 1, 1, 1, 1, "valid", 0, NULL);
     conv_case("Conv2D 1x1 s2 same", 5, 4, 3, 1, 1, 2, 2, 2, 1, 1, "same", 1, "tanh");
     /* big enough that im2col runs in several chunks (chunk < batch) */
-    conv_case("Conv2D 3x3 chunked (C=24, 22x22)", 22, 22, 24, 3, 3, 1, 1, 1, 1, 1, "same", 1, NULL);
+    conv_case("Conv2D 3x3 chunked (C=20, 16x16)", 16, 16, 20, 3, 3, 1, 1, 1, 1, 1, "same", 1, NULL);
 
     /* ---- pools */
     pool_case("MaxPool2D 2x2 valid (odd 5x7)", "MaxPool2D", 5, 7, 2, 2, 2, 2, 2, "valid");
