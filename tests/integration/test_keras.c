@@ -161,11 +161,56 @@ static void test_variants(void)
     CHECK(import_compile(flat, &in, &out, err) == 8, "Keras 3 flat io lists, no bias: %s", err);
 }
 
+/* Mutated Keras JSON (fixed seed): an error or a graph, never a crash. */
+static uint64_t rng_state = 0x853c49e6748fea9bull;
+static uint64_t rng(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static void test_fuzz(void)
+{
+    const char *files[] = {"iris_sequential_keras2.json", "iris_functional_keras3.json",
+                           "reshape_flatten_keras2_model.json"};
+    static const char alphabet[] = "{}[]\",:0123456789-nulltruefalse \\abcdefxyz";
+    int ok = 0, errs = 0;
+    for (int f = 0; f < 3; f++) {
+        char *js = slurp(files[f]);
+        if (!js)
+            continue;
+        size_t n = strlen(js);
+        char *m = malloc(n + 1);
+        for (int round = 0; round < 300; round++) {
+            memcpy(m, js, n + 1);
+            for (int k = 0; k < 1 + (int)(rng() % 3); k++)
+                m[rng() % n] = alphabet[rng() % (sizeof alphabet - 1)];
+            size_t len = rng() % 8 == 0 ? rng() % n : n;
+            rt_graph *g = NULL;
+            char err[256] = "";
+            int rc = rt_keras_import(m, len, &g, err, sizeof err);
+            if (rc == 0) {
+                ok++;
+                rt_graph_destroy(g);
+            } else {
+                errs++;
+                CHECK(g == NULL && err[0] && strlen(err) < 256, "error %d without a message", rc);
+            }
+        }
+        free(m);
+        free(js);
+    }
+    CHECK(ok > 0 && errs > 0, "fuzz reached both outcomes (%d ok, %d errors)", ok, errs);
+}
+
 int main(void)
 {
     RUN(test_samples);
     RUN(test_names);
     RUN(test_errors);
     RUN(test_variants);
+    RUN(test_fuzz);
     return itest_summary();
 }
