@@ -206,11 +206,12 @@ static int add_simple(rt_keras_ctx *c, const char *op, int n_attr,
 static int k_dense(rt_keras_ctx *c)
 {
     int64_t units;
-    int use_bias, rc;
+    int use_bias, trainable, rc;
     const char *act;
     rt_init kinit, binit;
     if ((rc = rt_keras_cfg_int(c, "units", 0, &units)) < 0 ||
         (rc = rt_keras_cfg_bool(c, "use_bias", 1, &use_bias)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "trainable", 1, &trainable)) < 0 ||
         (rc = rt_keras_cfg_str(c, "activation", "linear", &act)) < 0 ||
         (rc = rt_keras_cfg_init(c, "kernel_initializer", RT_INIT_GLOROT_UNIFORM, &kinit)) < 0 ||
         (rc = rt_keras_cfg_init(c, "bias_initializer", RT_INIT_ZEROS, &binit)) < 0)
@@ -224,9 +225,11 @@ static int k_dense(rt_keras_ctx *c)
     if ((rc = join_name(c, kname, "kernel")) < 0 || (rc = join_name(c, bname, "bias")) < 0)
         return rc;
     int64_t kd[2] = {fan_in, units};
-    if ((rc = rt_graph_add_param(c->g, kname, 2, kd, kinit, 1, NULL)) < 0)
+    /* trainable=false (transfer learning): frozen, no gradient or update */
+    if ((rc = rt_graph_add_param(c->g, kname, 2, kd, kinit, trainable, NULL)) < 0)
         return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
-    if (use_bias && (rc = rt_graph_add_param(c->g, bname, 1, &units, binit, 1, NULL)) < 0)
+    if (use_bias &&
+        (rc = rt_graph_add_param(c->g, bname, 1, &units, binit, trainable, NULL)) < 0)
         return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
     const char *in[3] = {c->in[0].name, kname, bname};
     if ((rc = rt_graph_add_node(c->g, c->layer, "Dense", use_bias ? 3 : 2, in, 0, NULL)) < 0)

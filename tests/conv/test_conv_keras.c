@@ -29,6 +29,7 @@ static const char *seq_json =
     " \"padding\": \"same\"}},"
     "{\"class_name\": \"GlobalAveragePooling2D\", \"config\": {\"name\": \"gap\", \"data_format\": \"channels_last\","
     " \"keepdims\": false}},"
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"fc\", \"units\": 5, \"activation\": \"relu\", \"trainable\": false}},"
     "{\"class_name\": \"Dense\", \"config\": {\"name\": \"out\", \"units\": 4, \"activation\": \"linear\"}}"
     "]}}";
 
@@ -151,6 +152,9 @@ int main(void)
     CHECK(find_param(p, "bn/moving_variance", dims, &t) >= 0 && t == 0);
     CHECK(find_param(p, "c2/kernel", dims, &t) >= 0 && dims[2] == 8 && dims[3] == 6 && t == 0);
     CHECK(find_param(p, "c2/bias", NULL, NULL) < 0); /* use_bias false */
+    CHECK(find_param(p, "fc/kernel", dims, &t) >= 0 && dims[0] == 6 && dims[1] == 5 && t == 0);
+    CHECK(find_param(p, "fc/bias", dims, &t) >= 0 && t == 0);
+    CHECK(find_param(p, "out/kernel", dims, &t) >= 0 && dims[0] == 5 && t == 1);
     float *x;
     int32_t *y;
     const int c2k = find_param(p, "c2/kernel", dims, NULL);
