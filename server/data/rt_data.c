@@ -438,10 +438,31 @@ out:
 /* ----------------------------------------------------------- conversions */
 static const char *nonfinite_name(double d) { return isnan(d) ? "NaN" : "Inf"; }
 
+/* Index of the first NaN/Inf in x, or -1. The common all-finite case is
+ * one branch-free pass over the exponent bits (it vectorizes); only a bad
+ * array is scanned again for the index. */
+static int64_t first_nonfinite(const float *x, int64_t n)
+{
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    if (bad)
+        for (int64_t i = 0; i < n; i++)
+            if (!isfinite(x[i]))
+                return i;
+    return -1;
+}
+
 /* Features: f32 (n, per-sample...). For a CSV with a label column, that
- * column is skipped. */
+ * column is skipped. If adopt is not NULL and the source is little-endian
+ * f32 lying aligned in the caller's buffer, the dataset takes that buffer
+ * (*adopt = NULL) instead of copying it: no second allocation, no page
+ * faults on a fresh copy of a large upload. */
 static int to_features(const src_arr *s, int normalize, rt_dataset *ds,
-                       uint64_t max_bytes, char *err, size_t errlen)
+                       uint64_t max_bytes, uint8_t **adopt, char *err, size_t errlen)
 {
     int64_t n = s->dims[0];
     int64_t per = rt_data_numel(s->ndim - 1, s->dims + 1);
@@ -454,6 +475,18 @@ static int to_features(const src_arr *s, int normalize, rt_dataset *ds,
     int64_t total;
     if (mul_cap(n, per, (int64_t)(max_bytes * 4 + 4096) / 4, &total) < 0)
         return fail(err, errlen, RT_ETOOBIG, "features are too large");
+    if (adopt && *adopt && skip < 0 && s->t == S_F32 && !s->big_endian && !s->owned &&
+        (uintptr_t)s->data % _Alignof(float) == 0) {
+        const float *xs = (const float *)s->data;
+        int64_t bad = first_nonfinite(xs, total);
+        if (bad >= 0)
+            return fail(err, errlen, RT_ENAN, "features contain %s at sample %lld, column %lld",
+                        nonfinite_name(xs[bad]), (long long)(bad / per), (long long)(bad % per));
+        ds->x_owner = *adopt;
+        *adopt = NULL;
+        ds->x = (float *)s->data;
+        goto shape;
+    }
     float *x = malloc((size_t)total * sizeof(float));
     if (!x)
         return fail(err, errlen, RT_ENOMEM, "out of memory for features");
@@ -467,14 +500,14 @@ static int to_features(const src_arr *s, int normalize, rt_dataset *ds,
                 x[i] = scale ? (float)s->data[i] / 255.0f : (float)s->data[i];
         } else {
             memcpy(x, s->data, (size_t)total * sizeof(float));
-            for (int64_t i = 0; i < total; i++)
-                if (!isfinite(x[i])) {
-                    double d = x[i];
-                    free(x);
-                    return fail(err, errlen, RT_ENAN,
-                                "features contain %s at sample %lld, column %lld",
-                                nonfinite_name(d), (long long)(i / per), (long long)(i % per));
-                }
+            int64_t i = first_nonfinite(x, total);
+            if (i >= 0) {
+                double d = x[i];
+                free(x);
+                return fail(err, errlen, RT_ENAN,
+                            "features contain %s at sample %lld, column %lld",
+                            nonfinite_name(d), (long long)(i / per), (long long)(i % per));
+            }
         }
         goto done;
     }
@@ -495,6 +528,7 @@ static int to_features(const src_arr *s, int normalize, rt_dataset *ds,
     }
 done:
     ds->x = x;
+shape:
     ds->n = n;
     if (skip >= 0 || s->ndim == 1) {
         ds->x_ndim = 1;
@@ -571,6 +605,15 @@ int rt_data_parse(const rt_data_part *parts, int n_parts, const uint8_t *buf,
                   size_t len, uint64_t max_bytes, rt_dataset **out, char *err,
                   size_t errlen)
 {
+    return rt_data_parse_take(parts, n_parts, (uint8_t **)&buf, len, max_bytes, 0, out, err,
+                              errlen);
+}
+
+int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
+                       size_t len, uint64_t max_bytes, int may_take,
+                       rt_dataset **out, char *err, size_t errlen)
+{
+    const uint8_t *buf = *bufp;
     *out = NULL;
     if (n_parts < 1 || n_parts > 2)
         return fail(err, errlen, RT_EDATA,
@@ -641,7 +684,8 @@ int rt_data_parse(const rt_data_part *parts, int n_parts, const uint8_t *buf,
                 }
             }
             if (rc == 0 && is_x)
-                rc = to_features(&s, p->normalize, ds, max_bytes, err, errlen);
+                rc = to_features(&s, p->normalize, ds, max_bytes, may_take ? bufp : NULL, err,
+                                 errlen);
             if (rc == 0 && p->role != RT_ROLE_FEATURES) {
                 if (p->role == RT_ROLE_LABELS)
                     s.label_col = -1;
@@ -712,7 +756,7 @@ void rt_dataset_release(rt_dataset *ds)
 {
     if (!ds || __atomic_sub_fetch(&ds->refs, 1, __ATOMIC_ACQ_REL) != 0)
         return;
-    free(ds->x);
+    free(ds->x_owner ? ds->x_owner : (void *)ds->x);
     free(ds->y);
     free(ds->y_conv);
     pthread_mutex_destroy(&ds->mu);

@@ -68,6 +68,7 @@ typedef struct rt_dataset {
     uint64_t bytes;            /* bytes held (x + y) */
 
     /* private */
+    void *x_owner;             /* an adopted upload buffer that x points into */
     pthread_mutex_t mu;
     void *y_conv;              /* labels converted to y_conv_dtype, cached */
     rt_dtype y_conv_dtype;
@@ -81,6 +82,13 @@ typedef struct rt_dataset {
 int rt_data_parse(const rt_data_part *parts, int n_parts, const uint8_t *buf,
                   size_t len, uint64_t max_bytes, rt_dataset **out, char *err,
                   size_t errlen);
+
+/* Like rt_data_parse, but with may_take the dataset may adopt *bufp (a
+ * malloc'ed buffer) for its f32 features instead of copying them; then
+ * *bufp is set to NULL and the caller must not free it. */
+int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
+                       size_t len, uint64_t max_bytes, int may_take,
+                       rt_dataset **out, char *err, size_t errlen);
 
 /* The store key: XXH3-128 over the content hash and how the parts are parsed,
  * so the same bytes read another way are another dataset. */

@@ -726,8 +726,8 @@ static int upload_work(rt_call *c)
     if (!kept) {
         rt_dataset *ds;
         char err[256];
-        int rc = rt_data_parse(u->parts, u->n_parts, u->buf, u->total,
-                               c->srv->cfg.max_dataset_bytes, &ds, err, sizeof err);
+        int rc = rt_data_parse_take(u->parts, u->n_parts, &u->buf, u->total,
+                                    c->srv->cfg.max_dataset_bytes, 1, &ds, err, sizeof err);
         if (rc < 0)
             return rt_call_fail(c, rc, "%s", err);
         rt_dataset_set_key(ds, key);

@@ -451,16 +451,18 @@ static void test_too_big(itest_conn *c, const char *sid)
     itest_res_free(&r);
 }
 
-/* Throughput of a 48 MiB upload in 1 MiB chunks: printed, not asserted. */
+/* Throughput of a 48 MiB f32 upload in 1 MiB chunks: printed, not
+ * asserted. */
 static void bench_upload(itest_conn *c, const char *sid)
 {
     size_t n = 48u << 20;
     uint8_t *b = malloc(n);
-    for (size_t i = 0; i < n; i++)
-        b[i] = (uint8_t)(i * 131 + (i >> 13));
+    float *f = (float *)b;
+    for (size_t i = 0; i < n / 4; i++)
+        f[i] = (float)(i % 1000) * 0.001f;
     Rtrain__V1__DataPart p = part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DATA_FORMAT__FORMAT_RAW, n);
-    int64_t shape[2] = {(int64_t)(n / 64), 64};
-    p.dtype = RTRAIN__V1__DTYPE__U8;
+    int64_t shape[2] = {(int64_t)(n / 256), 64};
+    p.dtype = RTRAIN__V1__DTYPE__F32;
     p.shape = shape;
     p.n_shape = 2;
     Rtrain__V1__DataPart *pp[1] = {&p};
@@ -471,7 +473,7 @@ static void bench_upload(itest_conn *c, const char *sid)
     CHECK(r.status == 0, "48 MiB upload: %d %s", r.status, r.details);
     Rtrain__V1__UploadResponse *u = upload_resp(&r);
     if (u) {
-        printf("upload 48 MiB in 1 MiB chunks: %.3f s, %.0f MB/s end to end (server decode %.1f ms, parse+store %.1f ms)\n",
+        printf("upload 48 MiB f32 in 1 MiB chunks: %.3f s, %.0f MB/s end to end (server decode %.1f ms, parse+store %.1f ms)\n",
                s, (double)n / s / 1e6, (double)u->timings->decode_ns / 1e6,
                (double)u->timings->execute_ns / 1e6);
         rtrain__v1__upload_response__free_unpacked(u, NULL);
