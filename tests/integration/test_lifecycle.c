@@ -256,6 +256,127 @@ static void test_deadline_stops_work(const char *rtraind)
     CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "exit code");
 }
 
+/* Several clients at once: training in their own sessions (inline and
+ * executor paths interleave on the device), an upload stream and pings.
+ * Every program ends with exactly its own steps applied. */
+typedef struct worker {
+    const char *addr;
+    int id, errors;
+    uint64_t final_step;
+} worker;
+
+static void *train_worker(void *arg)
+{
+    worker *w = arg;
+    itest_conn *c = itest_connect(w->addr);
+    bg_call b;
+    memset(&b, 0, sizeof b);
+    if (prepare(c, &b) < 0) {
+        w->errors++;
+        itest_disconnect(c);
+        return NULL;
+    }
+    for (uint64_t seq = 1; seq <= 60; seq++) {
+        Rtrain__V1__RunStepsRequest q = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
+        q.session_id = b.sid;
+        q.program_id = b.pid;
+        q.dataset_id = b.did;
+        /* Alternate tiny (inline) and larger (executor) calls. */
+        q.steps = seq % 3 == 0 ? 400 : 2;
+        q.seq = seq;
+        Rtrain__V1__RunStepsResponse *p = NULL;
+        itest_res r;
+        itest_unary(c, "RunSteps", &q.base, &rtrain__v1__run_steps_response__descriptor,
+                    (ProtobufCMessage **)&p, &r);
+        if (!p)
+            w->errors++;
+        else {
+            w->final_step = p->global_step;
+            protobuf_c_message_free_unpacked(&p->base, NULL);
+        }
+        itest_res_free(&r);
+        if (seq == 30) { /* a replay in the middle changes nothing */
+            itest_unary(c, "RunSteps", &q.base, &rtrain__v1__run_steps_response__descriptor,
+                        (ProtobufCMessage **)&p, &r);
+            if (!p || !p->replayed)
+                w->errors++;
+            if (p)
+                protobuf_c_message_free_unpacked(&p->base, NULL);
+            itest_res_free(&r);
+        }
+    }
+    itest_disconnect(c);
+    return NULL;
+}
+
+static void *upload_worker(void *arg)
+{
+    worker *w = arg;
+    itest_conn *c = itest_connect(w->addr);
+    char sid[24];
+    if (itest_session(c, "up", sid) != 0) {
+        w->errors++;
+        itest_disconnect(c);
+        return NULL;
+    }
+    size_t n = 4u << 20;
+    uint8_t *b = malloc(n);
+    for (int round = 0; round < 4; round++) {
+        for (size_t i = 0; i < n; i++)
+            b[i] = (uint8_t)(i * 7 + (size_t)round);
+        Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
+        p.role = RTRAIN__V1__DATA_ROLE__ROLE_FEATURES;
+        p.format = RTRAIN__V1__DATA_FORMAT__FORMAT_RAW;
+        p.length = n;
+        p.dtype = RTRAIN__V1__DTYPE__U8;
+        int64_t shape[2] = {(int64_t)n / 16, 16};
+        p.shape = shape;
+        p.n_shape = 2;
+        Rtrain__V1__DataPart *pp[1] = {&p};
+        itest_res r;
+        if (itest_upload(c, sid, pp, 1, b, n, 256u << 10, NULL, &r) != 0)
+            w->errors++;
+        itest_res_free(&r);
+    }
+    free(b);
+    for (int i = 0; i < 200; i++) {
+        Rtrain__V1__PingRequest q = RTRAIN__V1__PING_REQUEST__INIT;
+        itest_res r;
+        if (itest_unary(c, "Ping", &q.base, NULL, NULL, &r) != 0)
+            w->errors++;
+        itest_res_free(&r);
+    }
+    itest_disconnect(c);
+    return NULL;
+}
+
+static void test_concurrent_clients(const char *rtraind)
+{
+    itest_daemon d;
+    if (itest_daemon_start(&d, rtraind, NULL) < 0) {
+        CHECK(0, "daemon start");
+        return;
+    }
+    enum { NT = 3 };
+    worker w[NT + 1];
+    pthread_t th[NT + 1];
+    for (int i = 0; i <= NT; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].addr = d.addr;
+        w[i].id = i;
+        pthread_create(&th[i], NULL, i < NT ? train_worker : upload_worker, &w[i]);
+    }
+    for (int i = 0; i <= NT; i++)
+        pthread_join(th[i], NULL);
+    /* 20 calls of 400 steps and 40 of 2, each applied once. */
+    for (int i = 0; i < NT; i++)
+        CHECK(w[i].errors == 0 && w[i].final_step == 20 * 400 + 40 * 2,
+              "worker %d: %d errors, final step %llu", i, w[i].errors,
+              (unsigned long long)w[i].final_step);
+    CHECK(w[NT].errors == 0, "upload/ping worker: %d errors", w[NT].errors);
+    CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "exit code");
+}
+
 static void test_port_in_use(const char *rtraind)
 {
     itest_daemon d;
@@ -310,6 +431,7 @@ int main(int argc, char **argv)
     RUN(test_sigterm_inflight, argv[1]);
     RUN(test_grace_expiry, argv[1]);
     RUN(test_deadline_stops_work, argv[1]);
+    RUN(test_concurrent_clients, argv[1]);
     RUN(test_port_in_use, argv[1]);
     RUN(test_flags, argv[1]);
     return itest_summary();
