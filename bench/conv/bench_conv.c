@@ -13,6 +13,9 @@
  *        accuracy (median of 3 runs).
  *
  *     build-conv/bench/conv/bench_conv [--reps N] [--no-torch] [--b1024]
+ *     build-conv/bench/conv/bench_conv --plan MODEL.json BATCH
+ *         the compile report of a Keras model (arena, parameter bytes), to
+ *         set the daemon's peak RSS against
  */
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +27,7 @@
 
 #include "rt_engine.h"
 #include "rt_engine_impl.h"
+#include "import_keras.h"
 #include "../../tests/conv/conv_models.h"
 
 #ifndef RT_SOURCE_DIR
@@ -221,6 +225,31 @@ static double bench_wd(const rt_conv_digits *dg, double *acc, int verbose)
 int main(int argc, char **argv)
 {
     int reps = 20, torch = 1, b1024 = 0;
+    if (argc == 4 && !strcmp(argv[1], "--plan")) {
+        FILE *f = fopen(argv[2], "rb");
+        if (!f) die(argv[2], "cannot open");
+        static char json[1 << 20];
+        size_t len = fread(json, 1, sizeof json, f);
+        fclose(f);
+        rt_graph *g;
+        char err[256];
+        if (rt_keras_import(json, len, &g, err, sizeof err) < 0) die("import", err);
+        rt_train_config cfg;
+        rt_train_config_init(&cfg);
+        cfg.batch_size = atoi(argv[3]);
+        rt_plan *p;
+        rt_compile_report rep;
+        if (rt_plan_compile(g, &cfg, &p, &rep, err, sizeof err) < 0) die("compile", err);
+        printf("%s at batch %d: %llu params, arena %.1f MiB (without reuse %.1f MiB), "
+               "parameters+gradients+Adam %.2f MiB, %.2f GFLOP/step, %u kernels/step\n",
+               argv[2], cfg.batch_size, (unsigned long long)rep.param_count,
+               (double)rep.arena_bytes / (1 << 20), (double)rep.naive_bytes / (1 << 20),
+               (double)rep.param_bytes / (1 << 20), (double)rep.flops_per_step * 1e-9,
+               rep.n_kernels);
+        rt_plan_release(p);
+        rt_graph_destroy(g);
+        return 0;
+    }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-torch")) torch = 0;
@@ -253,6 +282,7 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, "%s/tests/conv/data/digits.csv.gz", RT_SOURCE_DIR);
     double wd = NAN, wd_acc = NAN;
     if (rt_conv_load_digits(path, &dg) == 0) {
+        rt_conv_standardize_digits(&dg);
         double t[3], a[3];
         for (int i = 0; i < 3; i++) t[i] = bench_wd(&dg, &a[i], i == 0);
         wd = median(t, 3);

@@ -70,7 +70,13 @@ def load_digits():
             idx[i], idx[j] = idx[j], idx[i]
         for i in idx[:(len(idx) * 2 + 5) // 10]:
             test[i] = True
-    return x[~test], y[~test], x[test], y[test]
+    xtr, xte = x[~test], x[test]
+    # per-pixel standardisation, as rt_conv_standardize_digits
+    m = xtr.reshape(len(xtr), 64).astype(np.float64).mean(axis=0)
+    sd = xtr.reshape(len(xtr), 64).astype(np.float64).std(axis=0) + 1e-3
+    xtr = ((xtr.reshape(-1, 64) - m) / sd).astype(np.float32).reshape(-1, 8, 8, 1)
+    xte = ((xte.reshape(-1, 64) - m) / sd).astype(np.float32).reshape(-1, 8, 8, 1)
+    return xtr, y[~test], xte, y[test]
 
 
 def wd_model():

@@ -9,6 +9,7 @@
 #ifndef RTRAIN_CONV_MODELS_H
 #define RTRAIN_CONV_MODELS_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,14 +23,14 @@
  * (Keras initializers) or point at the kernel and bias values. */
 static inline int rt_conv_add_conv(rt_graph *g, const char *name, const char *in,
                                    int64_t kh, int64_t kw, int64_t cin, int64_t cout,
-                                   const char *padding, const char *act,
+                                   const char *padding, const char *act, rt_init kinit,
                                    const float *kval, const float *bval)
 {
     char k[96], b[96];
     snprintf(k, sizeof k, "%s/kernel", name);
     snprintf(b, sizeof b, "%s/bias", name);
     int64_t kd[4] = {kh, kw, cin, cout};
-    int rc = rt_graph_add_param(g, k, 4, kd, RT_INIT_GLOROT_UNIFORM, 1, kval);
+    int rc = rt_graph_add_param(g, k, 4, kd, kinit, 1, kval);
     rc |= rt_graph_add_param(g, b, 1, &cout, RT_INIT_ZEROS, 1, bval);
     rt_attr at[2] = {{.name = "padding", .kind = RT_ATTR_STR, .s = padding},
                      {.name = "activation", .kind = RT_ATTR_STR, .s = act}};
@@ -40,13 +41,13 @@ static inline int rt_conv_add_conv(rt_graph *g, const char *name, const char *in
 
 static inline int rt_conv_add_dense(rt_graph *g, const char *name, const char *in,
                                     int64_t nin, int64_t nout, const char *act,
-                                    const float *kval, const float *bval)
+                                    rt_init kinit, const float *kval, const float *bval)
 {
     char k[96], b[96];
     snprintf(k, sizeof k, "%s/kernel", name);
     snprintf(b, sizeof b, "%s/bias", name);
     int64_t kd[2] = {nin, nout};
-    int rc = rt_graph_add_param(g, k, 2, kd, RT_INIT_GLOROT_UNIFORM, 1, kval);
+    int rc = rt_graph_add_param(g, k, 2, kd, kinit, 1, kval);
     rc |= rt_graph_add_param(g, b, 1, &nout, RT_INIT_ZEROS, 1, bval);
     rt_attr at = {.name = "activation", .kind = RT_ATTR_STR, .s = act};
     const char *ins[3] = {in, k, b};
@@ -67,11 +68,11 @@ static inline rt_graph *rt_conv_wb_graph(void)
     rt_graph *g = rt_graph_create();
     int64_t in[] = {RT_BATCH, 32, 32, 3};
     int rc = rt_graph_add_input(g, "x", RT_F32, 4, in);
-    rc |= rt_conv_add_conv(g, "conv", "x", 3, 3, 3, 64, "valid", "relu", NULL, NULL);
+    rc |= rt_conv_add_conv(g, "conv", "x", 3, 3, 3, 64, "valid", "relu", RT_INIT_GLOROT_UNIFORM, NULL, NULL);
     rc |= rt_conv_add1(g, "pool", "MaxPool2D", "conv", 0, NULL);
     rc |= rt_conv_add1(g, "flat", "Flatten", "pool", 0, NULL);
-    rc |= rt_conv_add_dense(g, "d1", "flat", 15 * 15 * 64, 128, "relu", NULL, NULL);
-    rc |= rt_conv_add_dense(g, "d2", "d1", 128, 10, "linear", NULL, NULL);
+    rc |= rt_conv_add_dense(g, "d1", "flat", 15 * 15 * 64, 128, "relu", RT_INIT_GLOROT_UNIFORM, NULL, NULL);
+    rc |= rt_conv_add_dense(g, "d2", "d1", 128, 10, "linear", RT_INIT_GLOROT_UNIFORM, NULL, NULL);
     rc |= rt_graph_set_output(g, "d2");
     if (rc) {
         rt_graph_destroy(g);
@@ -81,18 +82,22 @@ static inline rt_graph *rt_conv_wb_graph(void)
 }
 
 /* W-D: 8x8x1 -> Conv(16,3x3,same,relu) -> Conv(32,3x3,same,relu) ->
- * MaxPool 2x2 -> Flatten -> Dense(64,relu) -> Dense(10) (logits) */
+ * MaxPool 2x2 -> Flatten -> Dense(64,relu) -> Dense(10) (logits). The ReLU
+ * layers start from he_uniform (Keras' name; the fan-in scaling PyTorch
+ * also uses for these layers): with glorot_uniform the test accuracy after
+ * 10 epochs spreads over 0.93-0.975 across seeds, with he_uniform and
+ * standardised pixels over 0.958-0.972. */
 static inline rt_graph *rt_conv_wd_graph(void)
 {
     rt_graph *g = rt_graph_create();
     int64_t in[] = {RT_BATCH, 8, 8, 1};
     int rc = rt_graph_add_input(g, "x", RT_F32, 4, in);
-    rc |= rt_conv_add_conv(g, "c1", "x", 3, 3, 1, 16, "same", "relu", NULL, NULL);
-    rc |= rt_conv_add_conv(g, "c2", "c1", 3, 3, 16, 32, "same", "relu", NULL, NULL);
+    rc |= rt_conv_add_conv(g, "c1", "x", 3, 3, 1, 16, "same", "relu", RT_INIT_HE_UNIFORM, NULL, NULL);
+    rc |= rt_conv_add_conv(g, "c2", "c1", 3, 3, 16, 32, "same", "relu", RT_INIT_HE_UNIFORM, NULL, NULL);
     rc |= rt_conv_add1(g, "pool", "MaxPool2D", "c2", 0, NULL);
     rc |= rt_conv_add1(g, "flat", "Flatten", "pool", 0, NULL);
-    rc |= rt_conv_add_dense(g, "d1", "flat", 4 * 4 * 32, 64, "relu", NULL, NULL);
-    rc |= rt_conv_add_dense(g, "d2", "d1", 64, 10, "linear", NULL, NULL);
+    rc |= rt_conv_add_dense(g, "d1", "flat", 4 * 4 * 32, 64, "relu", RT_INIT_HE_UNIFORM, NULL, NULL);
+    rc |= rt_conv_add_dense(g, "d2", "d1", 64, 10, "linear", RT_INIT_GLOROT_UNIFORM, NULL, NULL);
     rc |= rt_graph_set_output(g, "d2");
     if (rc) {
         rt_graph_destroy(g);
@@ -116,6 +121,24 @@ static inline void rt_conv_free_digits(rt_conv_digits *d)
     free(d->ytr);
     free(d->yte);
     memset(d, 0, sizeof *d);
+}
+
+/* Standardise each pixel with the training set's mean and std (+1e-3:
+ * border pixels are almost always 0), test set with the same numbers. */
+static inline void rt_conv_standardize_digits(rt_conv_digits *d)
+{
+    for (int j = 0; j < 64; j++) {
+        double m = 0, v = 0;
+        for (int64_t i = 0; i < d->ntr; i++) m += d->xtr[i * 64 + j];
+        m /= (double)d->ntr;
+        for (int64_t i = 0; i < d->ntr; i++) {
+            const double t = d->xtr[i * 64 + j] - m;
+            v += t * t;
+        }
+        const double sd = sqrt(v / (double)d->ntr) + 1e-3;
+        for (int64_t i = 0; i < d->ntr; i++) d->xtr[i * 64 + j] = (float)((d->xtr[i * 64 + j] - m) / sd);
+        for (int64_t i = 0; i < d->nte; i++) d->xte[i * 64 + j] = (float)((d->xte[i * 64 + j] - m) / sd);
+    }
 }
 
 /* sklearn's digits.csv.gz (1797 rows of 64 pixels 0..16 and the label),

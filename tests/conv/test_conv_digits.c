@@ -4,9 +4,11 @@
  * same, relu) -> Conv(32,3x3,same,relu) -> MaxPool 2x2 -> Flatten ->
  * Dense(64,relu) -> Dense(10); Adam lr 1e-3, batch 32, 10 epochs. The
  * test accuracy must reach 0.95 (PyTorch gets ~0.96-0.97 on this split).
- * The seed is fixed (2) and the run deterministic; across seeds 1..6 the
- * engine lands between 0.95 and 0.975 (initial weights matter at 450
- * steps), so argv[2] can pick another seed to look at that spread.
+ * Pixels are standardised and the ReLU layers start from he_uniform
+ * (conv_models.h says why). The seed is fixed (1) and the run
+ * deterministic; across seeds 1..6 the accuracy lands in 0.958-0.972 (so
+ * the margin over 0.95 is several test images); argv[2] picks another
+ * seed to look at that spread.
  *
  * Also: evaluation is deterministic (twice the same metrics), a second
  * exec with the same seed ends bit-identical, and the training loss falls.
@@ -41,11 +43,12 @@ int main(int argc, char **argv)
     rt_conv_digits dg;
     REQUIRE(rt_conv_load_digits(path, &dg) == 0);
     REQUIRE(dg.ntr + dg.nte == 1797 && dg.nte == 359);
+    rt_conv_standardize_digits(&dg);
     rt_data tr = {.x = dg.xtr, .y = dg.ytr, .y_dtype = RT_I32, .n = dg.ntr};
     rt_data te = {.x = dg.xte, .y = dg.yte, .y_dtype = RT_I32, .n = dg.nte};
     const int64_t steps = 10 * ((dg.ntr + 31) / 32);
 
-    rt_plan *p = compile_wd(argc > 2 ? strtoull(argv[2], NULL, 10) : 2);
+    rt_plan *p = compile_wd(argc > 2 ? strtoull(argv[2], NULL, 10) : 1);
     rt_exec *e, *e2;
     REQUIRE(rt_exec_create(p, &e) == 0);
     REQUIRE(rt_exec_create(p, &e2) == 0);
