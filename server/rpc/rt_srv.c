@@ -545,7 +545,7 @@ static void on_arrival(rt__tag *t, int ok)
     }
     uint64_t now = rt_now_ns();
     __atomic_add_fetch(&s->live, 1, __ATOMIC_ACQ_REL);
-    c->refs = 1; /* the owner: dropped by finish() */
+    __atomic_store_n(&c->refs, 1, __ATOMIC_RELAXED); /* the owner: dropped by finish() */
     RT_OBS_ADD(calls, 1);
     if (!__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
         request_call(s, (int)(c->m - rt_methods));

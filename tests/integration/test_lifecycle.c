@@ -21,7 +21,18 @@ typedef struct bg_call {
     volatile int started;
 } bg_call;
 
+/* Built once: workers in several threads share it read-only. */
+static pthread_once_t graph_once = PTHREAD_ONCE_INIT;
+static Rtrain__V1__Graph *the_graph;
+static void build_graph(void);
+
 static Rtrain__V1__Graph *small_graph(void)
+{
+    pthread_once(&graph_once, build_graph);
+    return the_graph;
+}
+
+static void build_graph(void)
 {
     static Rtrain__V1__Graph g = RTRAIN__V1__GRAPH__INIT;
     static Rtrain__V1__ValueInfo in = RTRAIN__V1__VALUE_INFO__INIT;
@@ -42,7 +53,7 @@ static Rtrain__V1__Graph *small_graph(void)
     s.name = "probs"; s.op = "Softmax"; s.inputs = sin; s.n_inputs = 1;
     g.inputs = ins; g.n_inputs = 1; g.params = ps; g.n_params = 2; g.nodes = ns; g.n_nodes = 2;
     g.output = "probs";
-    return &g;
+    the_graph = &g;
 }
 
 /* A session, the iris data and a compiled program on a fresh daemon. */
