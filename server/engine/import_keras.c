@@ -684,6 +684,9 @@ static json_object *jget(json_object *o, const char *key, json_type t)
 }
 
 /* The per-sample shape from batch_input_shape / batch_shape / input_shape. */
+static int shape_from_list(imp *m, const char *lname, json_object *s, int skip,
+                           rt_keras_tensor *t);
+
 static int layer_input_shape(imp *m, const char *lname, json_object *cfg,
                              rt_keras_tensor *t, int *found)
 {
@@ -698,6 +701,13 @@ static int layer_input_shape(imp *m, const char *lname, json_object *cfg,
     *found = s != NULL;
     if (!s)
         return 0;
+    return shape_from_list(m, lname, s, skip, t);
+}
+
+/* A shape list ([null, 4] with skip = 1 for the batch entry) -> t. */
+static int shape_from_list(imp *m, const char *lname, json_object *s, int skip,
+                           rt_keras_tensor *t)
+{
     int n = (int)json_object_array_length(s) - skip;
     if (n < 0 || n > RT_MAX_DIMS - 1)
         return ifail(m, RT_ESHAPE, "input shape of layer '%.64s' has %d dims", lname, n);
@@ -765,7 +775,7 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
                  cls, lname);
 }
 
-static int walk_sequential(imp *m, json_object *layers)
+static int walk_sequential(imp *m, json_object *layers, json_object *model_cfg)
 {
     int n = (int)json_object_array_length(layers);
     if (n == 0)
@@ -794,10 +804,24 @@ static int walk_sequential(imp *m, json_object *layers)
             continue;
         }
         if (!have) {
-            /* Keras 2 puts the input shape on the first layer itself. */
+            /* Keras 2 puts the input shape on the first layer itself; a
+             * built Keras 3 model without an InputLayer keeps it in the
+             * model's build_input_shape or the layer's build_config. */
             int found, rc = layer_input_shape(m, lname, cfg, &cur, &found);
             if (rc < 0)
                 return rc;
+            if (!found) {
+                json_object *bc = jget(layer, "build_config", json_type_object);
+                json_object *l = model_cfg ? jget(model_cfg, "build_input_shape", json_type_array)
+                                           : NULL;
+                if (!l)
+                    l = jget(bc, "input_shape", json_type_array);
+                if (l) {
+                    if ((rc = shape_from_list(m, lname, l, 1, &cur)) < 0)
+                        return rc;
+                    found = 1;
+                }
+            }
             if (!found)
                 return ifail(m, RT_ESHAPE,
                              "the model's input shape is unknown: first layer '%.64s' "
@@ -1032,7 +1056,8 @@ int rt_keras_import(const char *json, size_t len, rt_graph **out, char *err,
         /* Keras 2.0-2.1 wrote the layer list as the config itself. */
         json_object *layers = json_object_is_type(cfg, json_type_array)
                                   ? cfg : jget(cfg, "layers", json_type_array);
-        rc = layers ? walk_sequential(&m, layers)
+        rc = layers ? walk_sequential(&m, layers,
+                                      json_object_is_type(cfg, json_type_object) ? cfg : NULL)
                     : ifail(&m, RT_EJSON, "Sequential model has no layers list");
     } else if (strcmp(cls, "Functional") == 0 || strcmp(cls, "Model") == 0) {
         rc = walk_functional(&m, cfg);

@@ -159,6 +159,17 @@ static void test_variants(void)
                        " \"inbound_nodes\": [{\"args\": [{\"class_name\": \"__keras_tensor__\", \"config\": {\"shape\": [null, 4], \"keras_history\": [\"x\", 0, 0]}}], \"kwargs\": {}}]}],"
                        "\"input_layers\": [\"x\", 0, 0], \"output_layers\": [\"d\", 0, 0]}}";
     CHECK(import_compile(flat, &in, &out, err) == 8, "Keras 3 flat io lists, no bias: %s", err);
+    /* A built Keras 3 Sequential without an InputLayer: the shape is in
+     * build_input_shape (model) or build_config (layer). */
+    const char *k3a = "{\"module\": \"keras\", \"class_name\": \"Sequential\", \"config\": {\"name\": \"s\","
+                      " \"layers\": [{\"module\": \"keras.layers\", \"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 5}}],"
+                      " \"build_input_shape\": [null, 6]}}";
+    CHECK(import_compile(k3a, &in, &out, err) == 6 * 5 + 5 && in == 6 && out == 5,
+          "build_input_shape: %s", err);
+    const char *k3b = "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+                      "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 2},"
+                      " \"build_config\": {\"input_shape\": [null, 7]}}]}}";
+    CHECK(import_compile(k3b, &in, &out, err) == 7 * 2 + 2 && in == 7, "layer build_config: %s", err);
 }
 
 /* Mutated Keras JSON (fixed seed): an error or a graph, never a crash. */
