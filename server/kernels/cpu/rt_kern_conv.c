@@ -83,7 +83,7 @@ static void rt__col2im_add(const int64_t *ia, const float *restrict col,
 /* Below this many multiply-adds a convolution runs on one thread: a
  * parallel region costs microseconds, and on a loaded machine a whole
  * scheduler slice when a team member is not running. */
-#define RT__PAR_MACS (INT64_C(1) << 22)
+#define RT__PAR_MACS (INT64_C(1) << 24)
 
 int rt_kern_conv_threads(void)
 {
@@ -98,8 +98,15 @@ static void rt__gemm(int ta, int tb, int64_t M, int64_t N, int64_t K,
                      const float *A, int64_t lda, const float *B, int64_t ldb,
                      float beta, float *C, int64_t ldc)
 {
+    /* outside a parallel region oneDNN would start its own team for every
+     * call; the kernels below decided how many threads the work is worth,
+     * so a serial caller gets a serial GEMM (omp_set_num_threads only sets
+     * this thread's default for regions it starts) */
+    const int outer = !omp_in_parallel() ? omp_get_max_threads() : 0;
+    if (outer > 1) omp_set_num_threads(1);
     dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f,
                                   A, lda, B, ldb, beta, C, ldc);
+    if (outer > 1) omp_set_num_threads(outer);
     RT_ASSERT(st == dnnl_success); /* shapes were validated at compile */
 }
 
