@@ -41,6 +41,9 @@ static void usage(FILE *f)
             "  --max-message-bytes N    gRPC receive limit (default 67108864)\n"
             "  --max-sessions N         open sessions at once (default 64)\n"
             "  --max-dataset-bytes N    bytes of one dataset upload (default 4294967296)\n"
+            "  --max-store-bytes N      bytes of all stored datasets; past it the least\n"
+            "                           recently used unused ones are dropped\n"
+            "                           (default half the RAM)\n"
             "  --inline-us N            run device jobs estimated under N us on the\n"
             "                           gRPC thread when the device is free; 0 = never\n"
             "                           (default 200)\n"
@@ -122,7 +125,7 @@ int main(int argc, char **argv)
     d.grace_ms = 5000;
 
     enum { O_LISTEN = 1, O_THREADS, O_MAXMSG, O_MAXSESS, O_MAXDATA, O_INLINE, O_GRACE,
-           O_LOG, O_VERSION, O_HELP };
+           O_LOG, O_VERSION, O_HELP, O_MAXSTORE };
     static const struct option opts[] = {
         {"listen", required_argument, 0, O_LISTEN},
         {"threads", required_argument, 0, O_THREADS},
@@ -134,6 +137,7 @@ int main(int argc, char **argv)
         {"log-level", required_argument, 0, O_LOG},
         {"version", no_argument, 0, O_VERSION},
         {"help", no_argument, 0, O_HELP},
+        {"max-store-bytes", required_argument, 0, O_MAXSTORE},
         {0, 0, 0, 0},
     };
     int o;
@@ -160,6 +164,11 @@ int main(int argc, char **argv)
             if (parse_u64(optarg, &v) < 0 || v < 1)
                 goto bad;
             cfg.max_dataset_bytes = v;
+            break;
+        case O_MAXSTORE:
+            if (parse_u64(optarg, &v) < 0 || v < 1)
+                goto bad;
+            cfg.max_store_bytes = v;
             break;
         case O_INLINE:
             if (parse_u64(optarg, &v) < 0 || v > 60000000)

@@ -818,14 +818,20 @@ done:
 struct rt_data_store {
     pthread_mutex_t mu;
     rt_dataset **v;
+    uint64_t *used;            /* LRU clock per entry */
     size_t n, cap;
+    uint64_t clock;
+    uint64_t bytes, max_bytes; /* held / cap (0 = no cap) */
+    uint64_t evicted;
 };
 
-rt_data_store *rt_data_store_create(void)
+rt_data_store *rt_data_store_create(uint64_t max_bytes)
 {
     rt_data_store *s = calloc(1, sizeof *s);
-    if (s)
+    if (s) {
         pthread_mutex_init(&s->mu, NULL);
+        s->max_bytes = max_bytes;
+    }
     return s;
 }
 
@@ -836,6 +842,7 @@ void rt_data_store_destroy(rt_data_store *s)
     for (size_t i = 0; i < s->n; i++)
         rt_dataset_release(s->v[i]);
     free(s->v);
+    free(s->used);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -843,9 +850,36 @@ void rt_data_store_destroy(rt_data_store *s)
 static rt_dataset *find_locked(rt_data_store *s, const uint8_t key[16])
 {
     for (size_t i = 0; i < s->n; i++)
-        if (memcmp(s->v[i]->key, key, 16) == 0)
+        if (memcmp(s->v[i]->key, key, 16) == 0) {
+            s->used[i] = ++s->clock;
             return s->v[i];
+        }
     return NULL;
+}
+
+/* Over the cap: drop the least recently used datasets that nobody but the
+ * store holds (a running job or an upload reply keeps its own reference,
+ * and references are only taken under this mutex, so refs == 1 is stable
+ * here). A dataset in use is never dropped; its id simply stops resolving
+ * once it is evicted and released. */
+static void evict_locked(rt_data_store *s, const rt_dataset *keep)
+{
+    while (s->max_bytes && s->bytes > s->max_bytes) {
+        size_t victim = s->n;
+        for (size_t i = 0; i < s->n; i++)
+            if (s->v[i] != keep && __atomic_load_n(&s->v[i]->refs, __ATOMIC_ACQUIRE) == 1 &&
+                (victim == s->n || s->used[i] < s->used[victim]))
+                victim = i;
+        if (victim == s->n)
+            return;
+        rt_dataset *d = s->v[victim];
+        s->bytes -= d->bytes < s->bytes ? d->bytes : s->bytes;
+        s->v[victim] = s->v[s->n - 1];
+        s->used[victim] = s->used[s->n - 1];
+        s->n--;
+        s->evicted++;
+        rt_dataset_release(d);
+    }
 }
 
 void rt_data_store_put(rt_data_store *s, rt_dataset *ds, rt_dataset **kept,
@@ -864,18 +898,25 @@ void rt_data_store_put(rt_data_store *s, rt_dataset *ds, rt_dataset **kept,
     if (s->n == s->cap) {
         size_t nc = s->cap ? s->cap * 2 : 16;
         rt_dataset **nv = realloc(s->v, nc * sizeof *nv);
-        if (!nv) {
+        uint64_t *nu = nv ? realloc(s->used, nc * sizeof *nu) : NULL;
+        if (nv)
+            s->v = nv;
+        if (!nv || !nu) {
             /* Keep serving without storing: the caller still gets ds. */
             pthread_mutex_unlock(&s->mu);
             *kept = ds;
             *dedup = 0;
             return;
         }
-        s->v = nv;
+        s->used = nu;
         s->cap = nc;
     }
-    s->v[s->n++] = ds;
+    s->v[s->n] = ds;
+    s->used[s->n] = ++s->clock;
+    s->n++;
+    s->bytes += ds->bytes;
     rt_dataset_retain(ds);
+    evict_locked(s, ds);
     pthread_mutex_unlock(&s->mu);
     *kept = ds;
     *dedup = 0;
@@ -898,11 +939,20 @@ rt_dataset *rt_data_store_find_id(rt_data_store *s, const char *id)
     for (size_t i = 0; i < s->n; i++)
         if (strcmp(s->v[i]->id, id) == 0) {
             d = s->v[i];
+            s->used[i] = ++s->clock;
             rt_dataset_retain(d);
             break;
         }
     pthread_mutex_unlock(&s->mu);
     return d;
+}
+
+uint64_t rt_data_store_bytes(rt_data_store *s)
+{
+    pthread_mutex_lock(&s->mu);
+    uint64_t b = s->bytes;
+    pthread_mutex_unlock(&s->mu);
+    return b;
 }
 
 size_t rt_data_store_count(rt_data_store *s)

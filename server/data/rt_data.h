@@ -115,7 +115,9 @@ const char *rt_data_shape_str(int ndim, const int64_t *dims, char *buf,
 /* ------------------------------------------------------------------ store */
 typedef struct rt_data_store rt_data_store;
 
-rt_data_store *rt_data_store_create(void);
+/* max_bytes caps what the store holds (0 = no cap): past it, the least
+ * recently used datasets that no call is using are dropped. */
+rt_data_store *rt_data_store_create(uint64_t max_bytes);
 void rt_data_store_destroy(rt_data_store *s); /* NULL is a no-op */
 
 /* Insert ds (the store takes the caller's reference). If a dataset with the
@@ -127,6 +129,7 @@ void rt_data_store_put(rt_data_store *s, rt_dataset *ds, rt_dataset **kept,
 rt_dataset *rt_data_store_find_key(rt_data_store *s, const uint8_t key[16]);
 rt_dataset *rt_data_store_find_id(rt_data_store *s, const char *id);
 size_t rt_data_store_count(rt_data_store *s);
+uint64_t rt_data_store_bytes(rt_data_store *s);
 
 #ifdef __cplusplus
 }

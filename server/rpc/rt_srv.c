@@ -761,7 +761,12 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
     s->start_ns = rt_now_ns();
     s->sessions = rt_session_table_create(cfg->max_sessions);
     s->plans = rt_plan_cache_create(128);
-    s->data = rt_data_store_create();
+    uint64_t store_cap = cfg->max_store_bytes;
+    if (!store_cap) {
+        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        store_cap = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 2 : 0;
+    }
+    s->data = rt_data_store_create(store_cap);
     if (!s->sessions || !s->plans || !s->data) {
         rt_srv_destroy(s);
         return RT_ENOMEM;

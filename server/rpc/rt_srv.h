@@ -33,6 +33,7 @@ typedef struct rt_srv_config {
     uint64_t max_message_bytes;  /* gRPC receive limit */
     int max_sessions;
     uint64_t max_dataset_bytes;  /* one upload */
+    uint64_t max_store_bytes;    /* all stored datasets; 0 = half the RAM */
     uint64_t inline_ns;          /* run device jobs estimated below this on
                                     the cq thread; 0 = always the executor */
 } rt_srv_config;

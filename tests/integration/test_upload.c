@@ -482,6 +482,62 @@ static void bench_upload(itest_conn *c, const char *sid)
     free(b);
 }
 
+/* With --max-store-bytes 100000, a second 60 KB dataset pushes the first
+ * (unused) one out; the newest stays findable. */
+static void test_store_cap(const char *rtraind)
+{
+    itest_daemon d;
+    const char *extra[] = {"--max-store-bytes", "100000", NULL};
+    if (itest_daemon_start(&d, rtraind, extra) < 0) {
+        CHECK(0, "daemon start");
+        return;
+    }
+    itest_conn *c = itest_connect(d.addr);
+    char sid[24], ids[2][40];
+    itest_session(c, "cap", sid);
+    static float x[2][15000];
+    uint8_t hashes[2][16];
+    Rtrain__V1__DataPart p = part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DATA_FORMAT__FORMAT_RAW, sizeof x[0]);
+    int64_t shape[2] = {1500, 10};
+    p.dtype = RTRAIN__V1__DTYPE__F32;
+    p.shape = shape;
+    p.n_shape = 2;
+    Rtrain__V1__DataPart *pp[1] = {&p};
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 15000; i++)
+            x[k][i] = (float)(i + k * 7);
+        itest_res r;
+        itest_upload(c, sid, pp, 1, (uint8_t *)x[k], sizeof x[k], 16384, ids[k], &r);
+        CHECK(r.status == 0, "upload %d: %d %s", k, r.status, r.details);
+        itest_res_free(&r);
+        XXH128_canonical_t h;
+        XXH128_canonicalFromHash(&h, XXH3_128bits(x[k], sizeof x[k]));
+        memcpy(hashes[k], h.digest, 16);
+    }
+    for (int k = 0; k < 2; k++) {
+        Rtrain__V1__DatasetHeader hd = RTRAIN__V1__DATASET_HEADER__INIT;
+        hd.session_id = sid;
+        hd.parts = pp;
+        hd.n_parts = 1;
+        Rtrain__V1__FindDatasetRequest fq = RTRAIN__V1__FIND_DATASET_REQUEST__INIT;
+        fq.session_id = sid;
+        fq.content_hash.data = hashes[k];
+        fq.content_hash.len = 16;
+        fq.header = &hd;
+        Rtrain__V1__FindDatasetResponse *f = NULL;
+        itest_res r;
+        itest_unary(c, "FindDataset", &fq.base, &rtrain__v1__find_dataset_response__descriptor,
+                    (ProtobufCMessage **)&f, &r);
+        CHECK(f && f->found == (k == 1), "dataset %d found=%d (the older one is evicted)", k,
+              f ? f->found : -1);
+        if (f)
+            protobuf_c_message_free_unpacked(&f->base, NULL);
+        itest_res_free(&r);
+    }
+    itest_disconnect(c);
+    CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "exit code");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -502,6 +558,7 @@ int main(int argc, char **argv)
     RUN(test_broken_streams, c, sid);
     RUN(test_too_big, c, sid);
     itest_disconnect(c);
+    RUN(test_store_cap, argv[1]);
     int code = itest_daemon_stop(&d, SIGTERM);
     CHECK(code == 0, "daemon exit %d", code);
 
