@@ -31,11 +31,26 @@ static void rt__im2col(const int64_t *ia, const float *restrict x, int64_t s0,
         const float *xb = x + b * H * W * C;
         for (int64_t oh = 0; oh < OH; oh++) {
             for (int64_t ow = 0; ow < OW; ow++) {
+                const int64_t iw0 = ow * SW - PL;
+                /* undilated window rows inside the image are KW*C
+                 * contiguous floats of x (NHWC): one copy, not KW */
+                const int row_in = DW == 1 && iw0 >= 0 && iw0 + KW <= W;
                 for (int64_t i = 0; i < KH; i++) {
                     const int64_t ih = oh * SH - PT + i * DH;
+                    if (ih < 0 || ih >= H) {
+                        for (int64_t c = 0; c < KW * C; c++) o[c] = 0.0f;
+                        o += KW * C;
+                        continue;
+                    }
+                    if (row_in) {
+                        const float *restrict src = xb + (ih * W + iw0) * C;
+                        for (int64_t c = 0; c < KW * C; c++) o[c] = src[c];
+                        o += KW * C;
+                        continue;
+                    }
                     for (int64_t j = 0; j < KW; j++) {
-                        const int64_t iw = ow * SW - PL + j * DW;
-                        if (ih < 0 || ih >= H || iw < 0 || iw >= W) {
+                        const int64_t iw = iw0 + j * DW;
+                        if (iw < 0 || iw >= W) {
                             for (int64_t c = 0; c < C; c++) o[c] = 0.0f;
                         } else {
                             const float *restrict src = xb + (ih * W + iw) * C;
