@@ -81,6 +81,48 @@ void rt_kern_maxpool2d_bwd(const rt__kargs *a)
         int32_t *restrict id = (int32_t *)(m + C);
         const float *xb = a->x[0] + b * p.H * p.W * C;
         float *dxb = dx + b * p.H * p.W * C;
+        /* windows that tile the input without overlap (the usual 2x2/2):
+         * every covered cell is written once, the argmax gets dy and the
+         * rest 0, so dx needs no zeroing pass except the uncovered edge */
+        if (!add && p.SH == p.KH && p.SW == p.KW && p.PT == 0 && p.PL == 0 &&
+            p.OH * p.KH <= p.H && p.OW * p.KW <= p.W) {
+            const float *dyb = a->dy + b * p.OH * p.OW * C;
+            for (int64_t oh = 0; oh < p.OH; oh++) {
+                for (int64_t ow = 0; ow < p.OW; ow++) {
+                    const int64_t h0 = oh * p.KH, w0 = ow * p.KW;
+                    const int32_t first = (int32_t)((h0 * p.W + w0) * C);
+                    memcpy(m, xb + first, sizeof(float) * (size_t)C);
+                    for (int64_t c = 0; c < C; c++) id[c] = first;
+                    for (int64_t h = h0; h < h0 + p.KH; h++)
+                        for (int64_t w = w0; w < w0 + p.KW; w++) {
+                            const int32_t off = (int32_t)((h * p.W + w) * C);
+                            const float *restrict v = xb + off;
+                            for (int64_t c = 0; c < C; c++) {
+                                const int gt = v[c] > m[c];
+                                m[c] = gt ? v[c] : m[c];
+                                id[c] = gt ? off : id[c];
+                            }
+                        }
+                    const float *restrict d = dyb + (oh * p.OW + ow) * C;
+                    for (int64_t h = h0; h < h0 + p.KH; h++)
+                        for (int64_t w = w0; w < w0 + p.KW; w++) {
+                            const int32_t off = (int32_t)((h * p.W + w) * C);
+                            float *restrict o = dxb + off;
+                            for (int64_t c = 0; c < C; c++) o[c] = id[c] == off ? d[c] : 0.0f;
+                        }
+                }
+                /* columns right of the last window */
+                for (int64_t h = oh * p.KH; h < (oh + 1) * p.KH; h++)
+                    if (p.OW * p.KW < p.W)
+                        memset(dxb + (h * p.W + p.OW * p.KW) * C, 0,
+                               sizeof(float) * (size_t)((p.W - p.OW * p.KW) * C));
+            }
+            /* rows below the last window */
+            if (p.OH * p.KH < p.H)
+                memset(dxb + p.OH * p.KH * p.W * C, 0,
+                       sizeof(float) * (size_t)((p.H - p.OH * p.KH) * p.W * C));
+            continue;
+        }
         /* zeroed per sample, just before the scatter, while it is in cache */
         if (!add) memset(dxb, 0, sizeof(float) * (size_t)(p.H * p.W * C));
         const float *dyb = a->dy + b * p.OH * p.OW * C;
