@@ -25,6 +25,8 @@ typedef struct daemon_state {
     uv_loop_t *loop;
     uv_signal_t sigterm, sigint;
     uv_timer_t grace;
+    uv_timer_t idle;
+    uint64_t idle_ms;
     uv_async_t drained;
     rt_srv *srv;
     uint64_t grace_ms;
@@ -47,6 +49,8 @@ static void usage(FILE *f)
             "  --inline-us N            run device jobs estimated under N us on the\n"
             "                           gRPC thread when the device is free; 0 = never\n"
             "                           (default 200)\n"
+            "  --session-idle-s N       close sessions unused for N seconds (their\n"
+            "                           programs with them); 0 = never (default 86400)\n"
             "  --grace-ms N             on SIGTERM/SIGINT, let running calls finish for\n"
             "                           N ms before cancelling them (default 5000)\n"
             "  --log-level LEVEL        error|warn|info|debug (default info)\n"
@@ -72,6 +76,8 @@ static void on_drained_async(uv_async_t *a)
     daemon_state *d = a->data;
     RT_LOG(RT_LOG_INFO, "all calls finished; shutting down");
     uv_timer_stop(&d->grace);
+    uv_timer_stop(&d->idle);
+    uv_close((uv_handle_t *)&d->idle, close_cb);
     uv_close((uv_handle_t *)&d->sigterm, close_cb);
     uv_close((uv_handle_t *)&d->sigint, close_cb);
     uv_close((uv_handle_t *)&d->grace, close_cb);
@@ -83,6 +89,12 @@ static void on_drained(void *ud)
 {
     daemon_state *d = ud;
     uv_async_send(&d->drained);
+}
+
+static void on_idle_check(uv_timer_t *t)
+{
+    daemon_state *d = t->data;
+    rt_srv_expire_sessions(d->srv, d->idle_ms);
 }
 
 static void on_grace(uv_timer_t *t)
@@ -103,6 +115,7 @@ static void on_signal(uv_signal_t *s, int signum)
         return;
     }
     d->stopping = 1;
+    uv_timer_stop(&d->idle);
     RT_LOG(RT_LOG_INFO, "%s: stopping (grace %llu ms, %d call(s) running)",
            signum == SIGTERM ? "SIGTERM" : "SIGINT", (unsigned long long)d->grace_ms,
            rt_srv_live_calls(d->srv));
@@ -123,9 +136,10 @@ int main(int argc, char **argv)
     daemon_state d;
     memset(&d, 0, sizeof d);
     d.grace_ms = 5000;
+    d.idle_ms = 86400ull * 1000;
 
     enum { O_LISTEN = 1, O_THREADS, O_MAXMSG, O_MAXSESS, O_MAXDATA, O_INLINE, O_GRACE,
-           O_LOG, O_VERSION, O_HELP, O_MAXSTORE };
+           O_LOG, O_VERSION, O_HELP, O_MAXSTORE, O_IDLE };
     static const struct option opts[] = {
         {"listen", required_argument, 0, O_LISTEN},
         {"threads", required_argument, 0, O_THREADS},
@@ -138,6 +152,7 @@ int main(int argc, char **argv)
         {"version", no_argument, 0, O_VERSION},
         {"help", no_argument, 0, O_HELP},
         {"max-store-bytes", required_argument, 0, O_MAXSTORE},
+        {"session-idle-s", required_argument, 0, O_IDLE},
         {0, 0, 0, 0},
     };
     int o;
@@ -164,6 +179,11 @@ int main(int argc, char **argv)
             if (parse_u64(optarg, &v) < 0 || v < 1)
                 goto bad;
             cfg.max_dataset_bytes = v;
+            break;
+        case O_IDLE:
+            if (parse_u64(optarg, &v) < 0 || v > 10ull * 365 * 86400)
+                goto bad;
+            d.idle_ms = v * 1000;
             break;
         case O_MAXSTORE:
             if (parse_u64(optarg, &v) < 0 || v < 1)
@@ -218,14 +238,22 @@ int main(int argc, char **argv)
     uv_signal_init(d.loop, &d.sigterm);
     uv_signal_init(d.loop, &d.sigint);
     uv_timer_init(d.loop, &d.grace);
+    uv_timer_init(d.loop, &d.idle);
     uv_async_init(d.loop, &d.drained, on_drained_async);
-    d.sigterm.data = d.sigint.data = d.grace.data = d.drained.data = &d;
+    d.sigterm.data = d.sigint.data = d.grace.data = d.drained.data = d.idle.data = &d;
     uv_signal_start(&d.sigterm, on_signal, SIGTERM);
     uv_signal_start(&d.sigint, on_signal, SIGINT);
 
     if ((rc = rt_srv_start(d.srv, on_drained, &d)) < 0) {
         fprintf(stderr, "rtraind: cannot start: %s\n", rt_strerror(rc));
         return 1;
+    }
+    if (d.idle_ms) {
+        /* Check a few times per idle period, at most once a minute. */
+        uint64_t every = d.idle_ms / 4 < 60000 ? d.idle_ms / 4 : 60000;
+        if (every < 100)
+            every = 100;
+        uv_timer_start(&d.idle, on_idle_check, every, every);
     }
     printf("rtraind listening on %s\n", rt_srv_bound(d.srv));
     fflush(stdout);

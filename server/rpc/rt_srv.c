@@ -845,6 +845,18 @@ void rt_srv_stop(rt_srv *s)
     grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
 }
 
+int rt_srv_expire_sessions(rt_srv *s, uint64_t idle_ms)
+{
+    char ids[8][24];
+    int n = rt_session_expire(s->sessions, rt_now_ns(), idle_ms * 1000000ull, ids, 8);
+    for (int i = 0; i < n && i < 8; i++)
+        RT_LOG(RT_LOG_INFO, "session %s closed: idle for more than %llu s", ids[i],
+               (unsigned long long)(idle_ms / 1000));
+    if (n > 8)
+        RT_LOG(RT_LOG_INFO, "%d more idle sessions closed", n - 8);
+    return n;
+}
+
 void rt_srv_cancel_all(rt_srv *s)
 {
     __atomic_store_n(&s->hard_cancel, 1, __ATOMIC_RELEASE);

@@ -50,6 +50,8 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
 const char *rt_srv_bound(const rt_srv *s);
 int rt_srv_start(rt_srv *s, void (*on_drained)(void *ud), void *ud);
 void rt_srv_stop(rt_srv *s);
+/* Close sessions idle for longer than idle_ms (called from a timer). */
+int rt_srv_expire_sessions(rt_srv *s, uint64_t idle_ms);
 void rt_srv_cancel_all(rt_srv *s);
 int rt_srv_live_calls(rt_srv *s);
 void rt_srv_destroy(rt_srv *s); /* NULL is a no-op */

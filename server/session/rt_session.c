@@ -6,7 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 struct rt_session_table {
     pthread_mutex_t mu;
@@ -58,6 +66,7 @@ int rt_session_open(rt_session_table *t, const char *name, rt_session **out)
     pthread_mutex_init(&s->mu, NULL);
     s->refs = 2; /* the table's and the caller's */
     random_id(s->id, sizeof s->id, "s-");
+    s->last_used_ns = now_ns();
     snprintf(s->name, sizeof s->name, "%s", name ? name : "");
     pthread_mutex_lock(&t->mu);
     if (t->n >= t->max) {
@@ -94,10 +103,40 @@ rt_session *rt_session_find(rt_session_table *t, const char *id)
         if (strcmp(t->v[i]->id, id) == 0) {
             s = t->v[i];
             rt_session_retain(s);
+            __atomic_store_n(&s->last_used_ns, now_ns(), __ATOMIC_RELAXED);
             break;
         }
     pthread_mutex_unlock(&t->mu);
     return s;
+}
+
+int rt_session_expire(rt_session_table *t, uint64_t now, uint64_t idle_ns,
+                      char (*ids)[24], int max)
+{
+    int closed = 0;
+    rt_session *gone[64];
+    int n_gone = 0;
+    pthread_mutex_lock(&t->mu);
+    for (int i = 0; i < t->n && n_gone < 64;) {
+        rt_session *s = t->v[i];
+        uint64_t last = __atomic_load_n(&s->last_used_ns, __ATOMIC_RELAXED);
+        /* refs == 1: only the table holds it, so no call is using it; new
+         * references are only taken under t->mu. */
+        if (now > last && now - last > idle_ns &&
+            __atomic_load_n(&s->refs, __ATOMIC_ACQUIRE) == 1) {
+            if (ids && closed < max)
+                memcpy(ids[closed], s->id, sizeof ids[closed]);
+            closed++;
+            gone[n_gone++] = s;
+            t->v[i] = t->v[--t->n];
+        } else {
+            i++;
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    for (int i = 0; i < n_gone; i++)
+        rt_session_release(gone[i]);
+    return closed;
 }
 
 int rt_session_close(rt_session_table *t, const char *id)

@@ -49,6 +49,7 @@ typedef struct rt_program {
 typedef struct rt_session {
     char id[24];
     char name[64];
+    uint64_t last_used_ns;        /* atomic: rt_now_ns() of the last lookup */
     /* private */
     pthread_mutex_t mu;
     rt_program **progs;
@@ -71,6 +72,11 @@ rt_session *rt_session_find(rt_session_table *t, const char *id);
  * releases it. RT_ENOTFOUND if unknown. */
 int rt_session_close(rt_session_table *t, const char *id);
 int rt_session_count(rt_session_table *t);
+/* Close sessions not looked up for idle_ns (as of now_ns) and not in use by
+ * a call. Writes up to max closed ids into ids (may be NULL); returns how
+ * many were closed. */
+int rt_session_expire(rt_session_table *t, uint64_t now_ns, uint64_t idle_ns,
+                      char (*ids)[24], int max);
 
 void rt_session_retain(rt_session *s);
 void rt_session_release(rt_session *s); /* NULL is a no-op */

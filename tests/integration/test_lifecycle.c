@@ -388,6 +388,44 @@ static void test_concurrent_clients(const char *rtraind)
     CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "exit code");
 }
 
+/* --session-idle-s: an unused session is closed, a used one stays. */
+static void test_session_idle(const char *rtraind)
+{
+    itest_daemon d;
+    const char *extra[] = {"--session-idle-s", "1", NULL};
+    if (itest_daemon_start(&d, rtraind, extra) < 0) {
+        CHECK(0, "daemon start");
+        return;
+    }
+    itest_conn *c = itest_connect(d.addr);
+    char idle[24], busy[24];
+    CHECK(itest_session(c, "idle", idle) == 0 && itest_session(c, "busy", busy) == 0, "sessions");
+    /* Touch the busy session for 3 s (any call that names it counts). */
+    for (int i = 0; i < 12; i++) {
+        Rtrain__V1__GetWeightsRequest q = RTRAIN__V1__GET_WEIGHTS_REQUEST__INIT;
+        q.session_id = busy;
+        q.program_id = "p-none";
+        itest_res r;
+        itest_unary(c, "GetWeights", &q.base, NULL, NULL, &r);
+        CHECK(r.status == 5 && strstr(r.details, "p-none"), "busy session is alive: %d '%s'",
+              r.status, r.details);
+        itest_res_free(&r);
+        usleep(250000);
+    }
+    Rtrain__V1__CloseSessionRequest q = RTRAIN__V1__CLOSE_SESSION_REQUEST__INIT;
+    itest_res r;
+    q.session_id = idle;
+    itest_unary(c, "CloseSession", &q.base, NULL, NULL, &r);
+    CHECK(r.status == 5, "the idle session was closed by the daemon: %d", r.status);
+    itest_res_free(&r);
+    q.session_id = busy;
+    itest_unary(c, "CloseSession", &q.base, NULL, NULL, &r);
+    CHECK(r.status == 0, "the busy session stayed open: %d '%s'", r.status, r.details);
+    itest_res_free(&r);
+    itest_disconnect(c);
+    CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "exit code");
+}
+
 static void test_port_in_use(const char *rtraind)
 {
     itest_daemon d;
@@ -443,6 +481,7 @@ int main(int argc, char **argv)
     RUN(test_grace_expiry, argv[1]);
     RUN(test_deadline_stops_work, argv[1]);
     RUN(test_concurrent_clients, argv[1]);
+    RUN(test_session_idle, argv[1]);
     RUN(test_port_in_use, argv[1]);
     RUN(test_flags, argv[1]);
     return itest_summary();
