@@ -8,9 +8,9 @@ the test; only to regenerate the file:
 
 The model, NHWC as Keras and the engine (torch computes in NCHW):
     x (B, 9, 9, 3)
-    c1 = Conv2D(6, 3x3, padding same, relu)          -> (B, 9, 9, 6)
-    bn = BatchNormalization(momentum 0.99, eps 1e-3) -> (B, 9, 9, 6)
-    p  = MaxPool2D(2x2, valid)                       -> (B, 4, 4, 6)
+    c1 = Conv2D(16, 3x3, padding same, relu)         -> (B, 9, 9, 16)
+    bn = BatchNormalization(momentum 0.99, eps 1e-3) -> (B, 9, 9, 16)
+    p  = MaxPool2D(2x2, valid)                       -> (B, 4, 4, 16)
     c2 = Conv2D(8, 3x3, strides 2, padding same)     -> (B, 2, 2, 8)
          TF 'same' pads 0 before and 1 after here: torch's padding= cannot
          say that, so the input is padded with F.pad first.
@@ -121,12 +121,13 @@ def main(path):
         lim = math.sqrt(6 / (shape[-2] * rf + shape[-1] * rf))
         return rng.uniform(-lim, lim, shape).astype(np.float32)
 
-    init = [glorot((3, 3, 3, 6)), (rng.normal(size=6) * 0.1).astype(np.float32),
-            (1 + 0.2 * rng.normal(size=6)).astype(np.float32),
-            (0.1 * rng.normal(size=6)).astype(np.float32),
-            glorot((3, 3, 6, 8)), (rng.normal(size=8) * 0.1).astype(np.float32),
+    # c1 has 16 filters over K = 27: the engine's small-K microkernel path
+    init = [glorot((3, 3, 3, 16)), (rng.normal(size=16) * 0.1).astype(np.float32),
+            (1 + 0.2 * rng.normal(size=16)).astype(np.float32),
+            (0.1 * rng.normal(size=16)).astype(np.float32),
+            glorot((3, 3, 16, 8)), (rng.normal(size=8) * 0.1).astype(np.float32),
             glorot((32, 5)), (rng.normal(size=5) * 0.1).astype(np.float32)]
-    stats0 = [np.zeros(6, np.float32), np.ones(6, np.float32)]
+    stats0 = [np.zeros(16, np.float32), np.ones(16, np.float32)]
 
     put("cnn/x", x)
     put("cnn/y", y)

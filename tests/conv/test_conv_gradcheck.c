@@ -274,6 +274,10 @@ int main(void)
     conv_case("Conv2D 2x3 valid s(1,2) d(2,2)", 7, 8, 2, 2, 3, 2, 1, 2, 2, 2, "valid", 1, NULL);
     conv_case("Conv2D 4x4 same s1 (asym pad)", 5, 5, 2, 4, 4, 2, 1, 1, 1, 1, "same", 0, "sigmoid");
     conv_case("Conv2D 3x3 same s3 d2", 8, 7, 2, 3, 3, 2, 3, 3, 2, 2, "same", 1, NULL);
+    /* OC a multiple of 16 and K <= 64: the register-blocked microkernel,
+     * with row counts that leave a partial block */
+    conv_case("Conv2D 3x3 OC=32 (microkernel)", 5, 5, 2, 3, 3, 32, 1, 1, 1, 1, "same", 1, NULL);
+    conv_case("Conv2D 2x2 OC=48 s2 (microkernel)", 7, 6, 3, 2, 2, 48, 2, 2, 1, 1, "valid", 0, NULL);
     conv_case("Conv2D 1x1 (direct GEMM) no bias", 4, 3, 3, 1, 1, 4, 1, 1, 1, 1, "valid", 0, NULL);
     conv_case("Conv2D 1x1 s2 same", 5, 4, 3, 1, 1, 2, 2, 2, 1, 1, "same", 1, "tanh");
     /* big enough that im2col runs in several chunks (chunk < batch) */

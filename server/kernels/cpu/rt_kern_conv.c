@@ -125,6 +125,77 @@ static void rt__gemm(int ta, int tb, int64_t M, int64_t N, int64_t K,
     RT_ASSERT(st == dnnl_success); /* shapes were validated at compile */
 }
 
+/* ---------------------------------------------------- small-K microkernel
+ *
+ * A convolution over few input channels (W-B's first layer: K = 3*3*3 = 27)
+ * is a GEMM with a short inner dimension, where a library GEMM spends much
+ * of its time packing. Here a block of RB rows keeps its RB x OC outputs
+ * in vector registers while k runs, loading each row of W once per block,
+ * and adds the bias and applies the activation before the single store.
+ * GCC's vector extensions compile to AVX-512 (or AVX2 pairs) for the host.
+ */
+typedef float rt__v16 __attribute__((vector_size(64)));
+typedef int32_t rt__i16 __attribute__((vector_size(64)));
+#define RT__MK_RB 6 /* rows per block: RB * NB accumulators <= 24 registers */
+
+static inline rt__v16 rt__ld16(const float *p)
+{
+    rt__v16 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline __attribute__((always_inline)) void
+rt__mk_rows(int NB, int64_t rb, int64_t K, int64_t OC, const float *restrict A,
+            const float *restrict w, const float *restrict bias, int relu,
+            float *restrict y)
+{
+    rt__v16 acc[RT__MK_RB][4];
+    for (int i = 0; i < RT__MK_RB; i++)
+        for (int j = 0; j < NB; j++)
+            acc[i][j] = bias ? rt__ld16(bias + 16 * j) : (rt__v16){0};
+    for (int64_t k = 0; k < K; k++) {
+        rt__v16 wv[4];
+        for (int j = 0; j < NB; j++) wv[j] = rt__ld16(w + k * OC + 16 * j);
+        for (int i = 0; i < RT__MK_RB; i++) {
+            if (i >= rb) break;
+            const float av = A[i * K + k];
+            for (int j = 0; j < NB; j++) acc[i][j] += av * wv[j];
+        }
+    }
+    for (int i = 0; i < RT__MK_RB && i < rb; i++)
+        for (int j = 0; j < NB; j++) {
+            rt__v16 v = acc[i][j];
+            /* max(v, 0) as a mask: the comparison yields all-ones lanes */
+            if (relu) v = (rt__v16)((rt__i16)v & (v > (rt__v16){0}));
+            memcpy(y + i * OC + 16 * j, &v, sizeof v);
+        }
+}
+
+/* y (rows, OC) = act(A (rows, K) w (K, OC) + bias); OC = 16 * NB, NB <= 4 */
+static void rt__mk_gemm(int64_t rows, int64_t K, int64_t OC, const float *A,
+                        const float *w, const float *bias, int relu, float *y)
+{
+    const int NB = (int)(OC / 16);
+    for (int64_t r = 0; r < rows; r += RT__MK_RB) {
+        const int64_t rb = rows - r < RT__MK_RB ? rows - r : RT__MK_RB;
+        const float *a = A + r * K;
+        float *o = y + r * OC;
+        switch (NB) {
+        case 1: rt__mk_rows(1, rb, K, OC, a, w, bias, relu, o); break;
+        case 2: rt__mk_rows(2, rb, K, OC, a, w, bias, relu, o); break;
+        case 3: rt__mk_rows(3, rb, K, OC, a, w, bias, relu, o); break;
+        default: rt__mk_rows(4, rb, K, OC, a, w, bias, relu, o); break;
+        }
+    }
+}
+
+/* the microkernel pays when K is short and OC fills whole vectors */
+static inline int rt__mk_fits(int64_t K, int64_t OC)
+{
+    return K <= 64 && OC % 16 == 0 && OC <= 64;
+}
+
 /* y (B,OH,OW,OC) = act(im2col(x) W + b), one chunk of samples at a time,
  * chunks shared out among the threads */
 void rt_kern_conv2d_fwd(const rt__kargs *a)
@@ -154,6 +225,10 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
             A = col;
         }
         float *y = a->y + s0 * P * OC;
+        if (rt__mk_fits(K, OC) && (nd->act == RT__ACT_NONE || nd->act == RT__ACT_RELU)) {
+            rt__mk_gemm(rows, K, OC, A, w, bias, nd->act == RT__ACT_RELU, y);
+            continue;
+        }
         rt__gemm(0, 0, rows, OC, K, A, K, w, OC, 0.0f, y, OC);
         if (bias) {
             for (int64_t r = 0; r < rows; r++) {
