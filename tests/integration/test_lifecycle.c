@@ -392,7 +392,7 @@ static void test_concurrent_clients(const char *rtraind)
 static void test_session_idle(const char *rtraind)
 {
     itest_daemon d;
-    const char *extra[] = {"--session-idle-s", "1", NULL};
+    const char *extra[] = {"--session-idle-s", "2", NULL};
     if (itest_daemon_start(&d, rtraind, extra) < 0) {
         CHECK(0, "daemon start");
         return;
@@ -400,8 +400,8 @@ static void test_session_idle(const char *rtraind)
     itest_conn *c = itest_connect(d.addr);
     char idle[24], busy[24];
     CHECK(itest_session(c, "idle", idle) == 0 && itest_session(c, "busy", busy) == 0, "sessions");
-    /* Touch the busy session for 3 s (any call that names it counts). */
-    for (int i = 0; i < 12; i++) {
+    /* Touch the busy session for 4 s (any call that names it counts). */
+    for (int i = 0; i < 20; i++) {
         Rtrain__V1__GetWeightsRequest q = RTRAIN__V1__GET_WEIGHTS_REQUEST__INIT;
         q.session_id = busy;
         q.program_id = "p-none";
@@ -410,7 +410,7 @@ static void test_session_idle(const char *rtraind)
         CHECK(r.status == 5 && strstr(r.details, "p-none"), "busy session is alive: %d '%s'",
               r.status, r.details);
         itest_res_free(&r);
-        usleep(250000);
+        usleep(200000);
     }
     Rtrain__V1__CloseSessionRequest q = RTRAIN__V1__CLOSE_SESSION_REQUEST__INIT;
     itest_res r;
