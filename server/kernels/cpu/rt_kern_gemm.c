@@ -12,6 +12,7 @@
 
 #include "rt_engine_impl.h"
 
+#ifndef __AVX512F__
 /* C (M,N) (+)= A (M,K) B (K,N) */
 static void rt__sgemm_nn(int64_t M, int64_t N, int64_t K,
                          const float *restrict A, int64_t lda,
@@ -49,6 +50,8 @@ static void rt__sgemm_tn(int64_t M, int64_t N, int64_t K,
         }
     }
 }
+
+#endif
 
 #ifdef __AVX512F__
 #include <immintrin.h>
@@ -226,7 +229,8 @@ void rt_kern_gemm(const rt__run *r, int ta, int tb, int64_t M, int64_t N,
     if (mnk <= RT_KERN_SMALL_GEMM && (N <= 32 || mnk <= RT_KERN_SMALL_GEMM / 4) &&
         rt__gemm_small(r, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc) == 0)
         return;
-#endif
+#else
+    /* portable loops for hosts without AVX-512 (the build is -march=native) */
     if (M * N * K <= RT_KERN_SMALL_GEMM && !ta) {
         if (!tb) {
             rt__sgemm_nn(M, N, K, A, lda, B, ldb, beta, C, ldc);
@@ -245,6 +249,7 @@ void rt_kern_gemm(const rt__run *r, int ta, int tb, int64_t M, int64_t N,
         rt__sgemm_tn(M, N, K, A, lda, B, ldb, beta, C, ldc);
         return;
     }
+#endif
     dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K,
                                   1.0f, A, lda, B, ldb, beta, C, ldc);
     RT_ASSERT(st == dnnl_success); /* shapes were validated at compile */
