@@ -196,6 +196,48 @@ static inline int rt__mk_fits(int64_t K, int64_t OC)
     return K <= 64 && OC % 16 == 0 && OC <= 64;
 }
 
+/* dW (K, OC) += A^T (K x rows) dz (rows, OC), db (OC) += sum_rows dz, for
+ * the same shapes: RB columns of A at a time against all of OC held in
+ * registers, so dz is read from cache K/RB times and dW written once. */
+static inline __attribute__((always_inline)) void
+rt__mk_dw_cols(int NB, int64_t k0, int64_t kb, int64_t rows, int64_t K, int64_t OC,
+               const float *restrict A, const float *restrict dz, float *restrict dw)
+{
+    rt__v16 acc[RT__MK_RB][4];
+    for (int i = 0; i < RT__MK_RB; i++)
+        for (int j = 0; j < NB; j++) acc[i][j] = (rt__v16){0};
+    for (int64_t r = 0; r < rows; r++) {
+        rt__v16 d[4];
+        for (int j = 0; j < NB; j++) d[j] = rt__ld16(dz + r * OC + 16 * j);
+        const float *a = A + r * K + k0;
+        for (int i = 0; i < RT__MK_RB; i++) {
+            if (i >= kb) break;
+            const float av = a[i];
+            for (int j = 0; j < NB; j++) acc[i][j] += av * d[j];
+        }
+    }
+    for (int i = 0; i < RT__MK_RB && i < kb; i++)
+        for (int j = 0; j < NB; j++) {
+            rt__v16 v = rt__ld16(dw + (k0 + i) * OC + 16 * j) + acc[i][j];
+            memcpy(dw + (k0 + i) * OC + 16 * j, &v, sizeof v);
+        }
+}
+
+static void rt__mk_dw(int64_t rows, int64_t K, int64_t OC, const float *A,
+                      const float *dz, float *dw)
+{
+    const int NB = (int)(OC / 16);
+    for (int64_t k0 = 0; k0 < K; k0 += RT__MK_RB) {
+        const int64_t kb = K - k0 < RT__MK_RB ? K - k0 : RT__MK_RB;
+        switch (NB) {
+        case 1: rt__mk_dw_cols(1, k0, kb, rows, K, OC, A, dz, dw); break;
+        case 2: rt__mk_dw_cols(2, k0, kb, rows, K, OC, A, dz, dw); break;
+        case 3: rt__mk_dw_cols(3, k0, kb, rows, K, OC, A, dz, dw); break;
+        default: rt__mk_dw_cols(4, k0, kb, rows, K, OC, A, dz, dw); break;
+        }
+    }
+}
+
 /* y (B,OH,OW,OC) = act(im2col(x) W + b), one chunk of samples at a time,
  * chunks shared out among the threads */
 void rt_kern_conv2d_fwd(const rt__kargs *a)
@@ -287,7 +329,8 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
                     rt__im2col(ia, a->x[0], s0, nb, col);
                     A = col;
                 }
-                rt__gemm(1, 0, K, OC, rows, A, K, dz, OC, 1.0f, pdw, OC);
+                if (rt__mk_fits(K, OC)) rt__mk_dw(rows, K, OC, A, dz, pdw);
+                else rt__gemm(1, 0, K, OC, rows, A, K, dz, OC, 1.0f, pdw, OC);
             }
             if (db) {
                 for (int64_t r = 0; r < rows; r++) {
