@@ -6,6 +6,7 @@
  *
  *     build-engine/bench/engine/bench_engine [--reps N] [--no-torch]
  */
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,6 +181,10 @@ int main(int argc, char **argv)
         }
     }
     if (reps < 3) reps = 3;
+    /* as rtraind (server/main.c) runs: large blocks stay in the heap, so
+     * oneDNN's per-call packing buffers do not mmap/munmap every GEMM */
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
     char iris[512];
     snprintf(iris, sizeof iris, "%s/tests/fixtures/iris.csv", RT_SOURCE_DIR);
 
