@@ -18,6 +18,11 @@ import os
 import sys
 import time
 
+# PyTorch's best setting on this machine (notes/baselines.md): torch's own
+# 2 threads, OpenBLAS (under it) at 1 thread so the two pools do not
+# oversubscribe the cores. Must be set before numpy/torch load OpenBLAS.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import numpy as np
 import torch
 import torch.nn as nn
