@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian packages rtrain builds, tests and benchmarks with.
-# Usage: scripts/deps.sh [--test]   (--test adds the Python/Jupyter test deps)
+# Usage: scripts/deps.sh [--test] [--bench]
+#   --test   adds what the test suite needs (pytest, Jupyter, node/npm, rsvg)
+#   --bench  adds the benchmarks' peers and fixture generators (python3-torch)
 set -euo pipefail
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -8,8 +10,17 @@ pkgs=(build-essential cmake pkg-config
       libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev
       libdnnl-dev libjson-c-dev libxxhash-dev zlib1g-dev
       python3-dev python3-numpy python3-sklearn)
-if [ "${1:-}" = "--test" ]; then
-  pkgs+=(python3-pytest python3-torch jupyter-nbconvert python3-ipykernel
+want_test=0 want_bench=0
+for a in "$@"; do
+  case $a in
+    --test) want_test=1 ;;
+    --bench) want_bench=1 ;;
+    *) echo "usage: scripts/deps.sh [--test] [--bench]" >&2; exit 2 ;;
+  esac
+done
+[ $want_bench -eq 0 ] || pkgs+=(python3-torch)
+if [ $want_test -eq 1 ]; then
+  pkgs+=(python3-pytest jupyter-nbconvert python3-ipykernel
          python3-matplotlib librsvg2-bin)
   # The interop test needs node and npm; this machine kind ships them
   # (nodesource's nodejs bundles npm), a bare Debian gets Debian's.
@@ -21,5 +32,5 @@ for p in "${pkgs[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y "${missing[@]}"
 fi
