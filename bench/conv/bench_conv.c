@@ -138,6 +138,105 @@ static void kernel_breakdown(rt_plan *p, int64_t n, int reps)
     free(gs);
 }
 
+/* oneDNN's convolution primitives on W-B's layer (256x32x32x3 NHWC, 3x3x3x64,
+ * valid), forward and backward-weights, with Keras' weight layout (hwio)
+ * and with the layout oneDNN prefers (format any; its reorder excluded), to
+ * set against the im2col + GEMM / microkernel kernel timed above. The
+ * primitives are built once, outside the timing. Returns 0, or -1 if
+ * oneDNN refuses a descriptor. */
+static int dnnl_conv_bench(int reps, int any, double *fwd_ms, double *bww_ms,
+                           const char **impl_f, const char **impl_w)
+{
+    const int64_t N = 256, C = 3, H = 32, W = 32, OC = 64, K = 3, OH = 30, OW = 30;
+    dnnl_engine_t eng;
+    dnnl_stream_t st;
+    if (dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success) return -1;
+    dnnl_stream_create(&st, eng, dnnl_stream_default_flags);
+    dnnl_memory_desc_t src, wt, wt_any, bias, dst;
+    dnnl_dims_t sd = {N, C, H, W}, wd = {OC, C, K, K}, bd = {OC}, dd = {N, OC, OH, OW};
+    dnnl_memory_desc_init_by_tag(&src, 4, sd, dnnl_f32, dnnl_nhwc);
+    dnnl_memory_desc_init_by_tag(&wt, 4, wd, dnnl_f32, dnnl_hwio);
+    dnnl_memory_desc_init_by_tag(&wt_any, 4, wd, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&bias, 1, bd, dnnl_f32, dnnl_x);
+    dnnl_memory_desc_init_by_tag(&dst, 4, dd, dnnl_f32, dnnl_nhwc);
+    dnnl_dims_t strides = {1, 1}, pad = {0, 0};
+    dnnl_convolution_desc_t fdesc, wdesc;
+    dnnl_primitive_desc_t fpd, wpd;
+    if (dnnl_convolution_forward_desc_init(&fdesc, dnnl_forward_training,
+                                           dnnl_convolution_direct, &src,
+                                           any ? &wt_any : &wt, &bias, &dst, strides,
+                                           pad, pad) != dnnl_success ||
+        dnnl_primitive_desc_create(&fpd, &fdesc, NULL, eng, NULL) != dnnl_success)
+        return -1;
+    if (dnnl_convolution_backward_weights_desc_init(&wdesc, dnnl_convolution_direct, &src,
+                                                    any ? &wt_any : &wt, &bias, &dst,
+                                                    strides, pad, pad) != dnnl_success ||
+        dnnl_primitive_desc_create(&wpd, &wdesc, NULL, eng, fpd) != dnnl_success)
+        return -1;
+    dnnl_primitive_desc_query(fpd, dnnl_query_impl_info_str, 0, impl_f);
+    dnnl_primitive_desc_query(wpd, dnnl_query_impl_info_str, 0, impl_w);
+    const dnnl_memory_desc_t *fw = dnnl_primitive_desc_query_md(fpd, dnnl_query_weights_md, 0);
+    const dnnl_memory_desc_t *ww = dnnl_primitive_desc_query_md(wpd, dnnl_query_diff_weights_md, 0);
+    float *x = rt__aligned_alloc(sizeof(float) * (size_t)(N * H * W * C));
+    float *y = rt__aligned_alloc(sizeof(float) * (size_t)(N * OH * OW * OC));
+    float *w = rt__aligned_alloc(dnnl_memory_desc_get_size(fw) + 64);
+    float *dw = rt__aligned_alloc(dnnl_memory_desc_get_size(ww) + 64);
+    float *b = rt__aligned_alloc(sizeof(float) * OC), *db = rt__aligned_alloc(sizeof(float) * OC);
+    for (int64_t i = 0; i < N * H * W * C; i++) x[i] = (float)(i % 13) * 0.05f;
+    for (int64_t i = 0; i < N * OH * OW * OC; i++) y[i] = (float)(i % 7) * 0.01f;
+    dnnl_memory_t mx, my, mw, mdw, mb, mdb;
+    dnnl_memory_create(&mx, &src, eng, x);
+    dnnl_memory_create(&my, &dst, eng, y);
+    dnnl_memory_create(&mw, fw, eng, w);
+    dnnl_memory_create(&mdw, ww, eng, dw);
+    dnnl_memory_create(&mb, &bias, eng, b);
+    dnnl_memory_create(&mdb, &bias, eng, db);
+    dnnl_primitive_t pf, pw;
+    dnnl_primitive_create(&pf, fpd);
+    dnnl_primitive_create(&pw, wpd);
+    dnnl_exec_arg_t fa[4] = {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mw},
+                             {DNNL_ARG_BIAS, mb}, {DNNL_ARG_DST, my}};
+    dnnl_exec_arg_t wa[4] = {{DNNL_ARG_SRC, mx}, {DNNL_ARG_DIFF_DST, my},
+                             {DNNL_ARG_DIFF_WEIGHTS, mdw}, {DNNL_ARG_DIFF_BIAS, mdb}};
+    double *tf = malloc(sizeof(double) * (size_t)reps), *tw = malloc(sizeof(double) * (size_t)reps);
+    for (int i = 0; i < reps + 2; i++) {
+        double t0 = now_s();
+        dnnl_primitive_execute(pf, st, 4, fa);
+        dnnl_stream_wait(st);
+        double t1 = now_s();
+        dnnl_primitive_execute(pw, st, 4, wa);
+        dnnl_stream_wait(st);
+        double t2 = now_s();
+        if (i >= 2) {
+            tf[i - 2] = t1 - t0;
+            tw[i - 2] = t2 - t1;
+        }
+    }
+    *fwd_ms = median(tf, reps) * 1e3;
+    *bww_ms = median(tw, reps) * 1e3;
+    free(tf);
+    free(tw);
+    dnnl_primitive_destroy(pf);
+    dnnl_primitive_destroy(pw);
+    dnnl_memory_destroy(mx);
+    dnnl_memory_destroy(my);
+    dnnl_memory_destroy(mw);
+    dnnl_memory_destroy(mdw);
+    dnnl_memory_destroy(mb);
+    dnnl_memory_destroy(mdb);
+    free(x);
+    free(y);
+    free(w);
+    free(dw);
+    free(b);
+    free(db);
+    dnnl_primitive_desc_destroy(fpd);
+    dnnl_primitive_desc_destroy(wpd);
+    dnnl_stream_destroy(st);
+    dnnl_engine_destroy(eng);
+    return 0;
+}
+
 /* W-B: median ms per step; per-kernel medians printed when verbose */
 static double bench_wb(int batch, int reps, int verbose, uint64_t *flops_out,
                        uint64_t *arena_out)
@@ -272,6 +371,17 @@ int main(int argc, char **argv)
            "limit %.2f ms -> %.0f%% of the GEMM limit; arena %.1f MiB\n",
            wb, 256.0 / wb * 1e3, (double)fl * 1e-9, limit_ms, 100.0 * limit_ms / wb,
            (double)arena / (1 << 20));
+    for (int any = 0; any < 2; any++) {
+        double f, w;
+        const char *fi = "?", *wi = "?";
+        if (dnnl_conv_bench(reps, any, &f, &w, &fi, &wi) == 0)
+            printf("  oneDNN convolution primitives on W-B's layer, weights %s: forward %.2f ms "
+                   "(%s), backward-weights %.2f ms (%s)\n",
+                   any ? "in oneDNN's preferred layout" : "hwio (Keras')", f, fi, w, wi);
+        else
+            printf("  oneDNN refused the convolution descriptors (weights %s)\n",
+                   any ? "any" : "hwio");
+    }
     double wb1k = 0;
     if (b1024) {
         wb1k = bench_wb(1024, reps / 2 > 3 ? reps / 2 : 3, 0, &fl, &arena);
