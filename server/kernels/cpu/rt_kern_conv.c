@@ -223,6 +223,71 @@ rt__mk_dw_cols(int NB, int64_t k0, int64_t kb, int64_t rows, int64_t K, int64_t 
         }
 }
 
+/* The first column block of rt__mk_dw fused with what comes before it:
+ * dz = dy * relu'(y) (or dy) is formed here, stored for the other column
+ * blocks and the dx GEMM, and summed into db, so dy and y are read once. */
+static inline __attribute__((always_inline)) void
+rt__mk_dw_first(int NB, int64_t kb, int64_t rows, int64_t K, int64_t OC,
+                const float *restrict A, const float *restrict dy, const float *restrict y,
+                int relu, float *restrict dz, float *restrict dw, float *restrict db)
+{
+    rt__v16 acc[RT__MK_RB][4], bacc[4];
+    for (int i = 0; i < RT__MK_RB; i++)
+        for (int j = 0; j < NB; j++) acc[i][j] = (rt__v16){0};
+    for (int j = 0; j < NB; j++) bacc[j] = (rt__v16){0};
+    for (int64_t r = 0; r < rows; r++) {
+        rt__v16 d[4];
+        for (int j = 0; j < NB; j++) {
+            d[j] = rt__ld16(dy + r * OC + 16 * j);
+            if (relu)
+                d[j] = (rt__v16)((rt__i16)d[j] & (rt__ld16(y + r * OC + 16 * j) > (rt__v16){0}));
+            memcpy(dz + r * OC + 16 * j, &d[j], sizeof d[j]);
+            bacc[j] += d[j];
+        }
+        const float *a = A + r * K;
+        for (int i = 0; i < RT__MK_RB; i++) {
+            if (i >= kb) break;
+            const float av = a[i];
+            for (int j = 0; j < NB; j++) acc[i][j] += av * d[j];
+        }
+    }
+    for (int i = 0; i < RT__MK_RB && i < kb; i++)
+        for (int j = 0; j < NB; j++) {
+            rt__v16 v = rt__ld16(dw + i * OC + 16 * j) + acc[i][j];
+            memcpy(dw + i * OC + 16 * j, &v, sizeof v);
+        }
+    if (db)
+        for (int j = 0; j < NB; j++) {
+            rt__v16 v = rt__ld16(db + 16 * j) + bacc[j];
+            memcpy(db + 16 * j, &v, sizeof v);
+        }
+}
+
+/* dW, db and dz of one chunk: the fused first block, then rt__mk_dw's
+ * remaining column blocks over the stored dz */
+static void rt__mk_dw_fused(int64_t rows, int64_t K, int64_t OC, const float *A,
+                            const float *dy, const float *y, int relu, float *dz,
+                            float *dw, float *db)
+{
+    const int NB = (int)(OC / 16);
+    const int64_t kb = K < RT__MK_RB ? K : RT__MK_RB;
+    switch (NB) {
+    case 1: rt__mk_dw_first(1, kb, rows, K, OC, A, dy, y, relu, dz, dw, db); break;
+    case 2: rt__mk_dw_first(2, kb, rows, K, OC, A, dy, y, relu, dz, dw, db); break;
+    case 3: rt__mk_dw_first(3, kb, rows, K, OC, A, dy, y, relu, dz, dw, db); break;
+    default: rt__mk_dw_first(4, kb, rows, K, OC, A, dy, y, relu, dz, dw, db); break;
+    }
+    for (int64_t k0 = RT__MK_RB; k0 < K; k0 += RT__MK_RB) {
+        const int64_t b = K - k0 < RT__MK_RB ? K - k0 : RT__MK_RB;
+        switch (NB) {
+        case 1: rt__mk_dw_cols(1, k0, b, rows, K, OC, A, dz, dw); break;
+        case 2: rt__mk_dw_cols(2, k0, b, rows, K, OC, A, dz, dw); break;
+        case 3: rt__mk_dw_cols(3, k0, b, rows, K, OC, A, dz, dw); break;
+        default: rt__mk_dw_cols(4, k0, b, rows, K, OC, A, dz, dw); break;
+        }
+    }
+}
+
 static void rt__mk_dw(int64_t rows, int64_t K, int64_t OC, const float *A,
                       const float *dz, float *dw)
 {
@@ -319,6 +384,19 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
             const int64_t rows = nb * P;
             const float *x = a->x[0] + s0 * in_s;
             const float *dz = a->dy + s0 * P * OC;
+            if (dw && rt__mk_fits(K, OC) &&
+                (nd->act == RT__ACT_NONE || nd->act == RT__ACT_RELU)) {
+                /* one pass over dy and y for dz, db and dW's first columns */
+                const float *A = x;
+                if (!direct) {
+                    rt__im2col(ia, a->x[0], s0, nb, col);
+                    A = col;
+                }
+                rt__mk_dw_fused(rows, K, OC, A, dz, a->y + s0 * P * OC,
+                                nd->act == RT__ACT_RELU, dzbuf, pdw, db ? pdb : NULL);
+                dz = dzbuf;
+                goto dx_part;
+            }
             if (nd->act) {
                 rt_kern_act_bwd(nd->act, dzbuf, dz, a->y + s0 * P * OC, rows * OC);
                 dz = dzbuf;
@@ -339,6 +417,7 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
                     for (int64_t c = 0; c < OC; c++) bb[c] += d[c];
                 }
             }
+        dx_part:
             if (dx) {
                 float *dxc = dx + s0 * in_s;
                 if (direct) {
