@@ -300,6 +300,8 @@ static void rt__gather(rt_exec *e, const float *x, const void *y,
             memcpy(e->lb, (const char *)y + start * ln * 4, (size_t)(nb * ln * 4));
         return;
     }
+    /* big batches (W-C: 128 rows of 784) copy on all of oneDNN's threads */
+#pragma omp parallel for schedule(static) if (nb * in >= 65536)
     for (int64_t i = 0; i < nb; i++) {
         int64_t r = idx[i];
         memcpy(e->xb + i * in, x + r * in, sizeof(float) * (size_t)in);

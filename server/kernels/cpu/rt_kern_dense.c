@@ -3,22 +3,30 @@
 
 #include "cpu/rt_kern_cpu.h"
 
+/* Element-wise passes over at least this many floats are split over the
+ * OpenMP threads oneDNN runs on (W-C's 128x512 activations); below it,
+ * (W-A) a parallel region costs more than the loop. Splits are by rows or
+ * by columns, never inside a sum, so results do not depend on them. */
+#define RT__PAR_MIN 65536
+
 /* x is (R,K), W is (K,N), b is (N), y is (R,N); R = batch rows */
 void rt_kern_dense_fwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
     const int64_t K = nd->ia[0], N = nd->ia[1];
     const int64_t R = rt__rows(nd->in_shape[0], a->r->n);
-    float *restrict y = a->y;
+    float *y = a->y;
     rt_kern_gemm(a->r, 0, 0, R, N, K, a->x[0], K, a->x[1], N, 0.0f, y, N);
-    if (nd->n_in > 2) {
-        const float *restrict b = a->x[2];
-        for (int64_t i = 0; i < R; i++) {
-            float *restrict yr = y + i * N;
+    const float *b = nd->n_in > 2 ? a->x[2] : NULL;
+    if (!b && !nd->act) return;
+    /* bias and activation in one pass over y */
+#pragma omp parallel for schedule(static) if (R * N >= RT__PAR_MIN)
+    for (int64_t i = 0; i < R; i++) {
+        float *restrict yr = y + i * N;
+        if (b)
             for (int64_t j = 0; j < N; j++) yr[j] += b[j];
-        }
+        if (nd->act) rt_kern_act_fwd(nd->act, yr, N);
     }
-    if (nd->act) rt_kern_act_fwd(nd->act, y, R * N);
 }
 
 /* dz = dy * act'(y) (scratch, when an activation is fused), then
@@ -28,17 +36,30 @@ void rt_kern_dense_bwd(const rt__kargs *a)
     const rt__node *nd = a->nd;
     const int64_t K = nd->ia[0], N = nd->ia[1];
     const int64_t R = rt__rows(nd->in_shape[0], a->r->n);
+    const int par = R * N >= RT__PAR_MIN;
     const float *dz = a->dy;
     if (nd->act) {
-        rt_kern_act_bwd(nd->act, a->scratch, a->dy, a->y, R * N);
-        dz = a->scratch;
+        float *s = a->scratch;
+        const float *dy = a->dy, *y = a->y;
+#pragma omp parallel for schedule(static) if (par)
+        for (int64_t i = 0; i < R; i++)
+            rt_kern_act_bwd(nd->act, s + i * N, dy + i * N, y + i * N, N);
+        dz = s;
     }
     if (nd->n_in > 2 && a->dx[2]) {
-        float *restrict db = a->dx[2];
-        if (!(a->accum & 4u)) memset(db, 0, sizeof(float) * (size_t)N);
-        for (int64_t i = 0; i < R; i++) {
-            const float *restrict d = dz + i * N;
-            for (int64_t j = 0; j < N; j++) db[j] += d[j];
+        float *db = a->dx[2];
+        const int accum = (a->accum & 4u) != 0;
+        /* column blocks: each sum runs over the rows in order */
+        const int64_t nblk = (N + 63) / 64;
+#pragma omp parallel for schedule(static) if (par && nblk > 1)
+        for (int64_t blk = 0; blk < nblk; blk++) {
+            const int64_t j0 = blk * 64, j1 = j0 + 64 < N ? j0 + 64 : N;
+            float *restrict d = db + j0;
+            if (!accum) memset(d, 0, sizeof(float) * (size_t)(j1 - j0));
+            for (int64_t i = 0; i < R; i++) {
+                const float *restrict zr = dz + i * N + j0;
+                for (int64_t j = 0; j < j1 - j0; j++) d[j] += zr[j];
+            }
         }
     }
     if (a->dx[1])
