@@ -300,15 +300,22 @@ static void rt__gather(rt_exec *e, const float *x, const void *y,
             memcpy(e->lb, (const char *)y + start * ln * 4, (size_t)(nb * ln * 4));
         return;
     }
-    /* big batches (W-C: 128 rows of 784) copy on all of oneDNN's threads */
-#pragma omp parallel for schedule(static) if (nb * in >= 65536)
-    for (int64_t i = 0; i < nb; i++) {
-        int64_t r = idx[i];
-        memcpy(e->xb + i * in, x + r * in, sizeof(float) * (size_t)in);
-        if (y)
-            memcpy((char *)e->lb + i * ln * 4, (const char *)y + r * ln * 4,
-                   (size_t)(ln * 4));
+#define RT__GATHER_ROW(i)                                                     \
+    do {                                                                      \
+        const int64_t r = idx[(i)];                                           \
+        memcpy(e->xb + (i) * in, x + r * in, sizeof(float) * (size_t)in);     \
+        if (y)                                                                \
+            memcpy((char *)e->lb + (i) * ln * 4, (const char *)y + r * ln * 4, \
+                   (size_t)(ln * 4));                                         \
+    } while (0)
+    if (nb * in >= 65536) {
+        /* big batches (W-C: 128 rows of 784) copy on oneDNN's threads */
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < nb; i++) RT__GATHER_ROW(i);
+    } else {
+        for (int64_t i = 0; i < nb; i++) RT__GATHER_ROW(i);
     }
+#undef RT__GATHER_ROW
 }
 
 static void rt__forward(rt_exec *e, int64_t nb, int training)

@@ -6,7 +6,9 @@
 /* Element-wise passes over at least this many floats are split over the
  * OpenMP threads oneDNN runs on (W-C's 128x512 activations); below it,
  * (W-A) a parallel region costs more than the loop. Splits are by rows or
- * by columns, never inside a sum, so results do not depend on them. */
+ * by columns, never inside a sum, so results do not depend on them. The
+ * serial branch is explicit: "omp parallel if (0)" still enters libgomp,
+ * which cost W-A 1.5 us per step. */
 #define RT__PAR_MIN 65536
 
 /* x is (R,K), W is (K,N), b is (N), y is (R,N); R = batch rows */
@@ -20,13 +22,20 @@ void rt_kern_dense_fwd(const rt__kargs *a)
     const float *b = nd->n_in > 2 ? a->x[2] : NULL;
     if (!b && !nd->act) return;
     /* bias and activation in one pass over y */
-#pragma omp parallel for schedule(static) if (R * N >= RT__PAR_MIN)
-    for (int64_t i = 0; i < R; i++) {
-        float *restrict yr = y + i * N;
-        if (b)
-            for (int64_t j = 0; j < N; j++) yr[j] += b[j];
-        if (nd->act) rt_kern_act_fwd(nd->act, yr, N);
+#define RT__BIAS_ACT_ROW(i)                                                   \
+    do {                                                                      \
+        float *restrict yr = y + (i) * N;                                     \
+        if (b)                                                                \
+            for (int64_t j = 0; j < N; j++) yr[j] += b[j];                    \
+        if (nd->act) rt_kern_act_fwd(nd->act, yr, N);                         \
+    } while (0)
+    if (R * N >= RT__PAR_MIN) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < R; i++) RT__BIAS_ACT_ROW(i);
+    } else {
+        for (int64_t i = 0; i < R; i++) RT__BIAS_ACT_ROW(i);
     }
+#undef RT__BIAS_ACT_ROW
 }
 
 /* dz = dy * act'(y) (scratch, when an activation is fused), then
@@ -41,26 +50,38 @@ void rt_kern_dense_bwd(const rt__kargs *a)
     if (nd->act) {
         float *s = a->scratch;
         const float *dy = a->dy, *y = a->y;
-#pragma omp parallel for schedule(static) if (par)
-        for (int64_t i = 0; i < R; i++)
-            rt_kern_act_bwd(nd->act, s + i * N, dy + i * N, y + i * N, N);
+        if (par) {
+#pragma omp parallel for schedule(static)
+            for (int64_t i = 0; i < R; i++)
+                rt_kern_act_bwd(nd->act, s + i * N, dy + i * N, y + i * N, N);
+        } else {
+            rt_kern_act_bwd(nd->act, s, dy, y, R * N);
+        }
         dz = s;
     }
     if (nd->n_in > 2 && a->dx[2]) {
         float *db = a->dx[2];
         const int accum = (a->accum & 4u) != 0;
         /* column blocks: each sum runs over the rows in order */
+#define RT__COLSUM(j0_, j1_)                                                  \
+    do {                                                                      \
+        float *restrict d = db + (j0_);                                       \
+        const int64_t w = (j1_) - (j0_);                                      \
+        if (!accum) memset(d, 0, sizeof(float) * (size_t)w);                  \
+        for (int64_t i = 0; i < R; i++) {                                     \
+            const float *restrict zr = dz + i * N + (j0_);                    \
+            for (int64_t j = 0; j < w; j++) d[j] += zr[j];                    \
+        }                                                                     \
+    } while (0)
         const int64_t nblk = (N + 63) / 64;
-#pragma omp parallel for schedule(static) if (par && nblk > 1)
-        for (int64_t blk = 0; blk < nblk; blk++) {
-            const int64_t j0 = blk * 64, j1 = j0 + 64 < N ? j0 + 64 : N;
-            float *restrict d = db + j0;
-            if (!accum) memset(d, 0, sizeof(float) * (size_t)(j1 - j0));
-            for (int64_t i = 0; i < R; i++) {
-                const float *restrict zr = dz + i * N + j0;
-                for (int64_t j = 0; j < j1 - j0; j++) d[j] += zr[j];
-            }
+        if (par && nblk > 1) {
+#pragma omp parallel for schedule(static)
+            for (int64_t blk = 0; blk < nblk; blk++)
+                RT__COLSUM(blk * 64, blk * 64 + 64 < N ? blk * 64 + 64 : N);
+        } else {
+            RT__COLSUM(0, N);
         }
+#undef RT__COLSUM
     }
     if (a->dx[1])
         rt_kern_gemm(a->r, 1, 0, K, N, R, a->x[0], K, dz, N,
