@@ -14,8 +14,9 @@
 #include "cpu/rt_kern_cpu.h"
 #include "rt_engine_impl.h"
 
-/* im2col chunks hold about this many floats (512 KiB: with the chunk's
- * output they stay in one core's L2 between im2col, GEMM and bias) */
+/* A chunk's column matrix and its output (or dz) hold about this many
+ * floats together (512 KiB), so they stay in one core's L2 between im2col,
+ * the GEMM and the bias/activation, and dz between the dW column blocks */
 #define RT__CONV_CHUNK_FLOATS (128 * 1024)
 
 /* a pair attribute (ints of 1 or 2, or an int) with a default; >= 1 */
@@ -155,7 +156,7 @@ static int rt__conv2d_infer(rt__cc *cc, rt__node *nd)
     if (__builtin_mul_overflow(P, K, &(int64_t){0}) || P * K > RT__MAX_NUMEL)
         return rt__cerr(cc, nd, RT_EOVERFLOW, "im2col of one sample exceeds %lld values",
                         (long long)RT__MAX_NUMEL);
-    int64_t cs = RT__CONV_CHUNK_FLOATS / (P * K);
+    int64_t cs = RT__CONV_CHUNK_FLOATS / (P * (K + OC));
     if (cs < 1) cs = 1;
     if (cs > rt__cc_batch(cc)) cs = rt__cc_batch(cc);
     ia[RT_CV_CHUNK] = cs;
