@@ -132,11 +132,20 @@ int rt_graph_set_output(rt_graph *g, const char *name);
  *   Identity(x)
  * Issue 5 adds, NHWC:
  *   Conv2D(x, W[kh,kw,cin,cout], b?) attrs strides (ints 2), padding ("same"|"valid"),
- *                                    dilations (ints 2)
- *   MaxPool2D, AvgPool2D(x)          attrs pool (ints 2), strides (ints 2), padding
- *   GlobalAvgPool(x)                 (B,H,W,C) -> (B,C)
- *   BatchNorm(x, gamma, beta, moving_mean, moving_var) attrs momentum, epsilon
- *   Concat(a, b, ...) attr axis (int, default -1)
+ *                                    dilations (ints 2), activation (as Dense's,
+ *                                    fused)
+ *   MaxPool2D, AvgPool2D(x)          attrs pool (ints 2, default 2x2), strides
+ *                                    (ints 2, default the pool), padding; AvgPool
+ *                                    does not count padding (as Keras)
+ *   GlobalAvgPool(x)                 (B,H,W,C) -> (B,C); attr keepdims -> (B,1,1,C)
+ *   BatchNorm(x, gamma, beta, moving_mean, moving_var) attrs momentum (0.99),
+ *                                    epsilon (1e-3), frozen (int: inference mode
+ *                                    while training too); over the last axis.
+ *                                    The moving statistics are non-trainable
+ *                                    params that a training-mode forward updates
+ *                                    (Keras: m * moving + (1 - m) * batch, biased
+ *                                    variance), rt_exec_compute_grads included.
+ *   Concat(a, b, ...) attr axis (int, default -1; counts the batch as axis 0)
  */
 /* NULL-terminated list of supported op names; static. */
 const char *const *rt_engine_op_names(void);
