@@ -1,7 +1,7 @@
 /*
- * rt_engine_impl.h - the engine's internals, shared by server/engine/ sources and
- * the kernels in server/kernels/cpu/ kernels. Nothing outside the engine includes
- * this file; the public API is rt_engine.h.
+ * rt_engine_impl.h - the engine's internals, shared by the sources in
+ * server/engine/ and the kernels in server/kernels/cpu/. Nothing outside the
+ * engine includes this file; the public API is rt_engine.h.
  *
  * Life of a model:
  *   rt_graph (builder records, rt_graph.c)
@@ -189,6 +189,11 @@ struct rt__op_def {
     struct { rt__kfn fwd, bwd; } cpu;
 };
 
+/* The op table. An op is one file defining a const rt__op_def (name,
+ * arity, which values its backward reads, infer = shape inference and
+ * validation, flops, and the CPU forward/backward kernels) plus one line
+ * here. Compile, autodiff, memory planning and rt_engine_op_names() take
+ * everything from the definition; see op_dense.c and server/engine/README.md. */
 #define RT__OP_LIST(X)                                                        \
     X(rt__op_dense)                                                           \
     X(rt__op_matmul)                                                          \
