@@ -24,6 +24,7 @@
 #include <xxhash.h>
 
 #include "rt_engine_impl.h"
+#include "cpu/rt_kern_conv.h"
 
 struct rt__cc {
     rt_plan *p;
@@ -563,6 +564,16 @@ static int rt__compile(const rt_graph *g, const rt_train_config *cfg,
                   : nd->op == &rt__op_sigmoid ? RT__ACT_SIGMOID
                   : nd->op == &rt__op_tanh ? RT__ACT_TANH : 0;
         int src = nd->in[0];
+        if (nd->op == &rt__op_maxpool2d && E[src].node >= 0 && E[src].consumers == 1 &&
+            src != out && p->nodes[E[src].node].op == &rt__op_conv2d &&
+            rt_kern_conv2d_fuse_maxpool(&p->nodes[E[src].node], nd)) {
+            /* Conv2D -> MaxPool2D (non-overlapping): the convolution pools
+             * its output chunk by chunk (rt_kern_conv.h) */
+            shape[src] = p->nodes[E[src].node].out;
+            E[nd->id].alias = src;
+            E[nd->id].needed = 0;
+            continue;
+        }
         if (!act || E[src].node < 0 || E[src].consumers != 1 || src == out) continue;
         rt__node *dn = &p->nodes[E[src].node];
         if (dn->op != &rt__op_dense || dn->act) continue;
@@ -599,10 +610,24 @@ static int rt__compile(const rt_graph *g, const rt_train_config *cfg,
     p->n_nodes = m;
     p->out_shape = shape[out_e];
 
+    /* (Sparse) CE on a Softmax's probabilities: Keras computes it from the
+     * Softmax's input (its TF backend finds the logits behind a Softmax),
+     * which is exact where clipping probabilities is not, and it lets the
+     * loss write the logits' gradient directly (softmax + loss backward in
+     * one pass). The Softmax still runs: predictions are probabilities. */
+    int sm_in = -1;
+    {
+        const rt__node *on = &p->nodes[E[out_e].node];
+        if (on->op == &rt__op_softmax && !cfg->from_logits &&
+            (cfg->loss == RT_LOSS_SPARSE_CE || cfg->loss == RT_LOSS_CE))
+            sm_in = on->in[0];
+    }
+
     /* the loss against the output */
     rt__lossinfo *L = &p->loss;
     L->kind = cfg->loss;
-    L->from_logits = cfg->from_logits != 0;
+    L->from_logits = cfg->from_logits != 0 || sm_in >= 0;
+    L->softmax_fused = sm_in >= 0;
     L->out_numel = rt__shape_numel(&p->out_shape);
     L->classes = p->out_shape.ndim ? p->out_shape.d[p->out_shape.ndim - 1] : 1;
     L->rows = L->out_numel / L->classes;
@@ -658,13 +683,15 @@ static int rt__compile(const rt_graph *g, const rt_train_config *cfg,
         p->backend->kernels(nd->op, nd, &c->fn, &(rt__kfn){0});
     }
     bufs[E[out_e].val_buf].t1 = t_loss;
+    const int loss_e = sm_in >= 0 ? sm_in : out_e; /* the value the loss reads */
+    if (bufs[E[loss_e].val_buf].t1 < t_loss) bufs[E[loss_e].val_buf].t1 = t_loss;
     p->n_fwd = m;
 
     /* backward, reverse topological order */
     int nbwd = 0;
-    if (E[out_e].rg) {
-        E[out_e].grad_buf = RT__NEWBUF(bufs[E[out_e].val_buf].size, t_loss);
-        E[out_e].grad_written = 1;
+    if (E[loss_e].rg) {
+        E[loss_e].grad_buf = RT__NEWBUF(bufs[E[loss_e].val_buf].size, t_loss);
+        E[loss_e].grad_written = 1;
     }
     for (int i = m - 1; i >= 0; i--) {
         rt__node *nd = &p->nodes[i];
@@ -714,6 +741,9 @@ static int rt__compile(const rt_graph *g, const rt_train_config *cfg,
     p->lab_buf = RT__AREF(lab_buf);
     p->out_val = RT__AREF(E[out_e].val_buf);
     p->out_grad = E[out_e].grad_buf >= 0 ? RT__AREF(E[out_e].grad_buf) : (rt__ref){0};
+    p->loss_in = RT__AREF(E[loss_e].val_buf);
+    p->loss_grad = E[loss_e].grad_written && E[loss_e].grad_buf >= 0
+                       ? RT__AREF(E[loss_e].grad_buf) : (rt__ref){0};
     for (int ci = 0; ci < m + nbwd; ci++) {
         rt__call *c = &p->calls[ci];
         const rt__node *nd = c->nd;

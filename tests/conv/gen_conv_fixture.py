@@ -9,8 +9,9 @@ the test; only to regenerate the file:
 The model, NHWC as Keras and the engine (torch computes in NCHW):
     x (B, 9, 9, 3)
     c1 = Conv2D(16, 3x3, padding same, relu)         -> (B, 9, 9, 16)
-    bn = BatchNormalization(momentum 0.99, eps 1e-3) -> (B, 9, 9, 16)
     p  = MaxPool2D(2x2, valid)                       -> (B, 4, 4, 16)
+         (the engine fuses c1 and p: the pool runs inside the conv)
+    bn = BatchNormalization(momentum 0.99, eps 1e-3) -> (B, 4, 4, 16)
     c2 = Conv2D(8, 3x3, strides 2, padding same)     -> (B, 2, 2, 8)
          TF 'same' pads 0 before and 1 after here: torch's padding= cannot
          say that, so the input is padded with F.pad first.
@@ -89,6 +90,7 @@ def forward(ps, stats, xb, training):
     """ps: trainable tensors in NAMES order; stats: [mm, mv] (updated in
     place in training mode, Keras' rule)"""
     h = torch.relu(conv_nhwc(xb, ps[0], ps[1], 1, "same"))
+    h = F.max_pool2d(h.permute(0, 3, 1, 2), 2).permute(0, 2, 3, 1)
     if training:
         flat = h.reshape(-1, h.shape[-1])
         mean = flat.mean(dim=0)
@@ -104,8 +106,7 @@ def forward(ps, stats, xb, training):
         assert torch.allclose(ref, hn, atol=1e-5), "batch norm formula"
     else:
         hn = (h - stats[0]) / torch.sqrt(stats[1] + EPS) * ps[2] + ps[3]
-    p = F.max_pool2d(hn.permute(0, 3, 1, 2), 2).permute(0, 2, 3, 1)
-    c2 = conv_nhwc(p, ps[4], ps[5], 2, "same")
+    c2 = conv_nhwc(hn, ps[4], ps[5], 2, "same")
     f = c2.reshape(c2.shape[0], -1)  # NHWC order, as Keras' Flatten
     return f @ ps[6] + ps[7]
 

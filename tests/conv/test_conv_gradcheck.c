@@ -283,6 +283,46 @@ int main(void)
     /* big enough that im2col runs in several chunks (chunk < batch) */
     conv_case("Conv2D 3x3 chunked (C=20, 16x16)", 16, 16, 20, 3, 3, 1, 1, 1, 1, 1, "same", 1, NULL);
 
+    /* ---- Conv2D -> MaxPool2D, which the compiler fuses (the pool runs on
+     * each chunk of the convolution's output; backward recomputes it) */
+    {
+        start(7, 6, 2);
+        param4("K", 3, 3, 2, 3);
+        param1("b", 3, RT_INIT_ZEROS, 1);
+        rt_attr at[2] = {str("padding", "same"), str("activation", "tanh")};
+        const char *in[] = {"h", "K", "b"};
+        node("c", "Conv2D", 3, in, 2, at);
+        node1("y", "MaxPool2D", "c", 0, NULL); /* 7x6 -> 3x3: an edge row left over */
+        run_check("Conv2D(tanh) + MaxPool2D (fused)", "y");
+    }
+    {
+        /* 5x5 -> 3x3 -> one window per channel and an edge left over; few
+         * windows, so that no finite difference crosses a tie of the max */
+        start(5, 5, 2);
+        param4("K", 3, 3, 2, 16); /* the microkernel path */
+        const char *in[] = {"h", "K"};
+        rt_attr pad = str("padding", "valid");
+        node("c", "Conv2D", 2, in, 1, &pad);
+        int64_t k[2] = {2, 2};
+        rt_attr pk = ints("pool", k);
+        node1("y", "MaxPool2D", "c", 1, &pk);
+        run_check("Conv2D(16) + MaxPool2D (fused)", "y");
+    }
+    {
+        /* the conv's output has a second reader: no fusion */
+        start(4, 4, 2);
+        param4("K", 3, 3, 2, 2);
+        rt_attr pad = str("padding", "same");
+        const char *in[] = {"h", "K"};
+        node("c", "Conv2D", 2, in, 1, &pad);
+        node1("p", "MaxPool2D", "c", 0, NULL);
+        node1("f1", "Flatten", "p", 0, NULL);
+        node1("f2", "Flatten", "c", 0, NULL);
+        const char *cat[] = {"f1", "f2"};
+        node("y", "Concat", 2, cat, 0, NULL);
+        run_check("Conv2D -> MaxPool2D and Flatten (unfused)", "y");
+    }
+
     /* ---- pools */
     pool_case("MaxPool2D 2x2 valid (odd 5x7)", "MaxPool2D", 5, 7, 2, 2, 2, 2, 2, "valid");
     pool_case("MaxPool2D 3x3 s2 same (overlap)", "MaxPool2D", 6, 5, 2, 3, 3, 2, 2, "same");

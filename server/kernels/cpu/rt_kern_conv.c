@@ -303,6 +303,125 @@ static void rt__mk_dw(int64_t rows, int64_t K, int64_t OC, const float *A,
     }
 }
 
+/* z (rows, OC) = act(A (rows, K) w (K, OC) + bias) */
+static void rt__conv_rows(const rt__node *nd, int64_t rows, int64_t K, int64_t OC,
+                          const float *A, const float *w, const float *bias, float *z)
+{
+    if (rt__mk_fits(K, OC) && (nd->act == RT__ACT_NONE || nd->act == RT__ACT_RELU)) {
+        rt__mk_gemm(rows, K, OC, A, w, bias, nd->act == RT__ACT_RELU, z);
+        return;
+    }
+    rt__gemm(0, 0, rows, OC, K, A, K, w, OC, 0.0f, z, OC);
+    if (bias) {
+        for (int64_t r = 0; r < rows; r++) {
+            float *restrict zr = z + r * OC;
+            const float *restrict bb = bias;
+            for (int64_t c = 0; c < OC; c++) zr[c] += bb[c];
+        }
+    }
+    if (nd->act) rt_kern_act_fwd(nd->act, z, rows * OC);
+}
+
+/* fused max pool, forward: z (nb, OH, OW, OC) -> y (nb, PH, PW, OC) over
+ * non-overlapping KH x KW windows */
+static void rt__pool_rows(const int64_t *ia, int64_t nb, const float *z, float *y)
+{
+    const int64_t OW = ia[RT_CV_OW], OC = ia[RT_CV_OC], OH = ia[RT_CV_OH];
+    const int64_t KH = ia[RT_CV_POOL], KW = ia[RT_CV_POOLW];
+    const int64_t PH = ia[RT_CV_PH], PW = ia[RT_CV_PW];
+    for (int64_t b = 0; b < nb; b++) {
+        const float *zb = z + b * OH * OW * OC;
+        for (int64_t ph = 0; ph < PH; ph++)
+            for (int64_t pw = 0; pw < PW; pw++) {
+                float *restrict m = y + ((b * PH + ph) * PW + pw) * OC;
+                const float *z0 = zb + (ph * KH * OW + pw * KW) * OC;
+                memcpy(m, z0, sizeof(float) * (size_t)OC);
+                for (int64_t i = 0; i < KH; i++)
+                    for (int64_t j = 0; j < KW; j++) {
+                        const float *restrict v = zb + ((ph * KH + i) * OW + pw * KW + j) * OC;
+                        for (int64_t c = 0; c < OC; c++) m[c] = v[c] > m[c] ? v[c] : m[c];
+                    }
+            }
+    }
+}
+
+/* fused max pool, backward: z (nb, OH, OW, OC) holds act(conv) and becomes
+ * dz in place: each window's first maximum (scan order, as MaxPool2D) gets
+ * dy * act'(z), every other cell 0. tmp: 2*OC floats. */
+static void rt__pool_rows_bwd(const rt__node *nd, int64_t nb, const float *dy, float *z,
+                              float *tmp)
+{
+    const int64_t *ia = nd->ia;
+    const int64_t OW = ia[RT_CV_OW], OC = ia[RT_CV_OC], OH = ia[RT_CV_OH];
+    const int64_t KH = ia[RT_CV_POOL], KW = ia[RT_CV_POOLW];
+    const int64_t PH = ia[RT_CV_PH], PW = ia[RT_CV_PW];
+    float *restrict m = tmp;
+    int32_t *restrict id = (int32_t *)(tmp + OC);
+    for (int64_t b = 0; b < nb; b++) {
+        float *zb = z + b * OH * OW * OC;
+        for (int64_t ph = 0; ph < PH; ph++)
+            for (int64_t pw = 0; pw < PW; pw++) {
+                const int32_t first = (int32_t)((ph * KH * OW + pw * KW) * OC);
+                memcpy(m, zb + first, sizeof(float) * (size_t)OC);
+                for (int64_t c = 0; c < OC; c++) id[c] = first;
+                for (int64_t i = 0; i < KH; i++)
+                    for (int64_t j = 0; j < KW; j++) {
+                        const int32_t off = (int32_t)(((ph * KH + i) * OW + pw * KW + j) * OC);
+                        const float *restrict v = zb + off;
+                        for (int64_t c = 0; c < OC; c++) {
+                            const int gt = v[c] > m[c];
+                            m[c] = gt ? v[c] : m[c];
+                            id[c] = gt ? off : id[c];
+                        }
+                    }
+                /* m is act(z) at the argmax: the derivative from the output */
+                const float *restrict d = dy + ((b * PH + ph) * PW + pw) * OC;
+                for (int64_t c = 0; c < OC; c++) {
+                    float g = d[c];
+                    switch (nd->act) {
+                    case RT__ACT_RELU: g = m[c] > 0.0f ? g : 0.0f; break;
+                    case RT__ACT_SIGMOID: g = g * m[c] * (1.0f - m[c]); break;
+                    case RT__ACT_TANH: g = g * (1.0f - m[c] * m[c]); break;
+                    default: break;
+                    }
+                    m[c] = g;
+                }
+                for (int64_t i = 0; i < KH; i++)
+                    for (int64_t j = 0; j < KW; j++) {
+                        const int32_t off = (int32_t)(((ph * KH + i) * OW + pw * KW + j) * OC);
+                        float *restrict o = zb + off;
+                        for (int64_t c = 0; c < OC; c++) o[c] = id[c] == off ? m[c] : 0.0f;
+                    }
+            }
+        /* cells right of and below the last windows feed nothing */
+        for (int64_t h = 0; h < OH; h++)
+            for (int64_t w = (h < PH * KH ? PW * KW : 0); w < OW; w++)
+                memset(zb + (h * OW + w) * OC, 0, sizeof(float) * (size_t)OC);
+    }
+}
+
+int rt_kern_conv2d_fuse_maxpool(rt__node *conv, const rt__node *pool)
+{
+    int64_t *ia = conv->ia;
+    const int64_t *pa = pool->ia;
+    if (ia[RT_CV_POOL]) return 0;
+    if (pa[RT_CV_SH] != pa[RT_CV_KH] || pa[RT_CV_SW] != pa[RT_CV_KW] || pa[RT_CV_PT] ||
+        pa[RT_CV_PL] || pa[RT_CV_OH] * pa[RT_CV_KH] > ia[RT_CV_OH] ||
+        pa[RT_CV_OW] * pa[RT_CV_KW] > ia[RT_CV_OW])
+        return 0;
+    ia[RT_CV_POOL] = pa[RT_CV_KH];
+    ia[RT_CV_POOLW] = pa[RT_CV_KW];
+    ia[RT_CV_PH] = pa[RT_CV_OH];
+    ia[RT_CV_PW] = pa[RT_CV_OW];
+    conv->out = pool->out;
+    /* per thread: 2*OC more floats for the backward's max and argmax */
+    const int64_t cs = ia[RT_CV_CHUNK], P = ia[RT_CV_OH] * ia[RT_CV_OW], OC = ia[RT_CV_OC];
+    const int64_t K = ia[RT_CV_KH] * ia[RT_CV_KW] * ia[RT_CV_C];
+    ia[RT_CV_TSTRIDE] = (cs * P * (K + OC) + K * OC + OC + 2 * OC + 15) & ~(int64_t)15;
+    conv->scratch_fixed = ia[RT_CV_NT] * ia[RT_CV_TSTRIDE];
+    return 1;
+}
+
 /* y (B,OH,OW,OC) = act(im2col(x) W + b), one chunk of samples at a time,
  * chunks shared out among the threads */
 void rt_kern_conv2d_fwd(const rt__kargs *a)
@@ -331,20 +450,10 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
             rt__im2col(ia, a->x[0], s0, nb, col);
             A = col;
         }
-        float *y = a->y + s0 * P * OC;
-        if (rt__mk_fits(K, OC) && (nd->act == RT__ACT_NONE || nd->act == RT__ACT_RELU)) {
-            rt__mk_gemm(rows, K, OC, A, w, bias, nd->act == RT__ACT_RELU, y);
-            continue;
-        }
-        rt__gemm(0, 0, rows, OC, K, A, K, w, OC, 0.0f, y, OC);
-        if (bias) {
-            for (int64_t r = 0; r < rows; r++) {
-                float *restrict yr = y + r * OC;
-                const float *restrict bb = bias;
-                for (int64_t c = 0; c < OC; c++) yr[c] += bb[c];
-            }
-        }
-        if (nd->act) rt_kern_act_fwd(nd->act, y, rows * OC);
+        /* with a fused pool the convolution's rows go to scratch first */
+        float *y = ia[RT_CV_POOL] ? col + cs * P * K : a->y + s0 * P * OC;
+        rt__conv_rows(nd, rows, K, OC, A, w, bias, y);
+        if (ia[RT_CV_POOL]) rt__pool_rows(ia, nb, y, a->y + s0 * ia[RT_CV_PH] * ia[RT_CV_PW] * OC);
     }
 }
 
@@ -384,6 +493,32 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
             const int64_t rows = nb * P;
             const float *x = a->x[0] + s0 * in_s;
             const float *dz = a->dy + s0 * P * OC;
+            if (ia[RT_CV_POOL]) {
+                /* recompute this chunk's act(conv), then route the pooled
+                 * gradient through it: dz in dzbuf */
+                const float *A = x;
+                if (!direct) {
+                    rt__im2col(ia, a->x[0], s0, nb, col);
+                    A = col;
+                }
+                rt__conv_rows(nd, rows, K, OC, A, a->x[1], ia[RT_CV_BIAS] ? a->x[2] : NULL,
+                              dzbuf);
+                rt__pool_rows_bwd(nd, nb, a->dy + s0 * ia[RT_CV_PH] * ia[RT_CV_PW] * OC,
+                                  dzbuf, pdb + OC);
+                dz = dzbuf;
+                if (dw) {
+                    if (rt__mk_fits(K, OC)) rt__mk_dw(rows, K, OC, A, dz, pdw);
+                    else rt__gemm(1, 0, K, OC, rows, A, K, dz, OC, 1.0f, pdw, OC);
+                }
+                if (db) {
+                    for (int64_t r = 0; r < rows; r++) {
+                        const float *restrict d = dz + r * OC;
+                        float *restrict bb = pdb;
+                        for (int64_t c = 0; c < OC; c++) bb[c] += d[c];
+                    }
+                }
+                goto dx_part;
+            }
             if (dw && rt__mk_fits(K, OC) &&
                 (nd->act == RT__ACT_NONE || nd->act == RT__ACT_RELU)) {
                 /* one pass over dy and y for dz, db and dW's first columns */
