@@ -313,6 +313,8 @@ typedef struct rt__lossinfo {
     int lab_bcast;          /* one label per row, broadcast over classes */
     rt_dtype lab_dt;
     int acc;                /* accuracy requested */
+    int softmax_fused;      /* (sparse) CE on a Softmax output, computed from
+                               the Softmax's input (logits), as Keras does */
 } rt__lossinfo;
 
 struct rt_plan {
@@ -335,6 +337,8 @@ struct rt_plan {
     rt__call *calls;        /* n_fwd forward calls, then n_bwd backward */
     int n_fwd, n_bwd;
     rt__ref x_buf, lab_buf, out_val, out_grad;
+    rt__ref loss_in, loss_grad;  /* what the loss reads and writes: the
+                                    output, or the logits under a fused Softmax */
     uint64_t arena_bytes;
     int64_t gemm_scratch_floats;
     rt__lossinfo loss;

@@ -45,7 +45,8 @@ struct rt_exec {
     float *loss_scratch;       /* 2 * batch * output floats */
     rt__kargs *k;              /* n_fwd + n_bwd resolved calls */
     rt__run run;
-    float *xb, *out, *dout;
+    float *xb, *out;
+    float *lin, *lgrad;        /* the loss's input and its gradient */
     void *lb;
     int64_t step;              /* global step */
     int64_t epoch, pos;        /* 0-based epoch, next batch in it */
@@ -209,7 +210,8 @@ int rt_exec_create(rt_plan *p, rt_exec **out)
     e->xb = rt__resolve(e, p->x_buf);
     e->lb = rt__resolve(e, p->lab_buf);
     e->out = rt__resolve(e, p->out_val);
-    e->dout = rt__resolve(e, p->out_grad);
+    e->lin = rt__resolve(e, p->loss_in);
+    e->lgrad = rt__resolve(e, p->loss_grad);
     e->perm_epoch = -1;
     *out = e;
     return 0;
@@ -383,7 +385,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
         rt__gather(e, d->x, d->y, e->perm + start, 0, nb);
         rt__forward(e, nb, 1);
         double bl = 0, ba = 0;
-        rt__loss_run(&p->loss, e->out, e->lb, nb, e->dout, &bl, &ba, e->loss_scratch);
+        rt__loss_run(&p->loss, e->lin, e->lb, nb, e->lgrad, &bl, &ba, e->loss_scratch);
         rt__backward(e);
         if (p->train_floats) {
             if (cfg->clip_norm > 0) rt__clip_by_norm(e->g, p->train_floats, cfg->clip_norm);
@@ -456,7 +458,7 @@ static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
         const int64_t nb = d->n - start < B ? d->n - start : B;
         rt__gather(e, d->x, d->y, NULL, start, nb);
         rt__forward(e, nb, 0);
-        rt__loss_run(&e->p->loss, e->out, e->lb, nb, NULL, &ls, &as, e->loss_scratch);
+        rt__loss_run(&e->p->loss, e->lin, e->lb, nb, NULL, &ls, &as, e->loss_scratch);
     }
     if (out) {
         out->loss = ls / (double)d->n;
@@ -494,7 +496,7 @@ static int rt__exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n, doubl
     rt__gather(e, d->x, d->y, NULL, 0, n);
     rt__forward(e, n, 1);
     double ls = 0, as = 0;
-    rt__loss_run(&e->p->loss, e->out, e->lb, n, e->dout, &ls, &as, e->loss_scratch);
+    rt__loss_run(&e->p->loss, e->lin, e->lb, n, e->lgrad, &ls, &as, e->loss_scratch);
     rt__backward(e);
     if (loss) *loss = ls / (double)n;
     return 0;

@@ -217,15 +217,16 @@ static void check_model(const model *m)
     rt_graph_destroy(g);
 }
 
-/* The mean loss of fixed outputs: x (B,3) -> Identity is the output */
-static void check_loss(const char *name, const char *out, const char *lab,
-                       rt_loss_kind kind, int from_logits)
+/* The mean loss of fixed outputs: x (B,3) -> op (Identity, or Softmax to
+ * take the Keras path that reads the logits behind it) is the output */
+static void check_loss_op(const char *name, const char *op, const char *out,
+                          const char *lab, rt_loss_kind kind, int from_logits)
 {
     rt_graph *g = rt_graph_create();
     int64_t in[] = {RT_BATCH, 3};
     REQUIRE(rt_graph_add_input(g, "x", RT_F32, 2, in) == 0);
     const char *ins[] = {"x"};
-    REQUIRE(rt_graph_add_node(g, "y", "Identity", 1, ins, 0, NULL) == 0);
+    REQUIRE(rt_graph_add_node(g, "y", op, 1, ins, 0, NULL) == 0);
     const ref_tensor *x = ref("loss/%s%s", out, ""), *y = ref("loss/%s%s", lab, "");
     rt_train_config cfg;
     rt_train_config_init(&cfg);
@@ -255,6 +256,12 @@ static void check_loss(const char *name, const char *out, const char *lab,
     rt_exec_destroy(e);
     rt_plan_release(p);
     rt_graph_destroy(g);
+}
+
+static void check_loss(const char *name, const char *out, const char *lab,
+                       rt_loss_kind kind, int from_logits)
+{
+    check_loss_op(name, "Identity", out, lab, kind, from_logits);
 }
 
 int main(int argc, char **argv)
@@ -288,6 +295,10 @@ int main(int argc, char **argv)
     check_loss("mse", "logits", "y_float", RT_LOSS_MSE, 0);
     check_loss("mae", "logits", "y_float", RT_LOSS_MAE, 0);
     check_loss("logcosh_int", "probs", "y_int", RT_LOSS_LOGCOSH, 0);
+    /* CE from probabilities on a Softmax output reads the logits: the
+     * reference is the loss from logits */
+    check_loss_op("sparse_ce_logits", "Softmax", "logits", "y_int", RT_LOSS_SPARSE_CE, 0);
+    check_loss_op("ce_logits", "Softmax", "logits", "y_onehot", RT_LOSS_CE, 0);
     for (int i = 0; i < n_refs; i++) free(refs[i].data);
     return rt_test_done("test_fixture");
 }

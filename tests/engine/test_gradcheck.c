@@ -253,12 +253,18 @@ int main(void)
     run_check("loss sparse CE (logits)", RT_LOSS_SPARSE_CE, 1, RT_I32, 1, 3);
     start(3, 4);
     node("y", "Softmax", "h", NULL, NULL, 0, NULL);
-    run_check("loss sparse CE (probs)", RT_LOSS_SPARSE_CE, 0, RT_I32, 1, 3);
+    run_check("loss sparse CE (softmax)", RT_LOSS_SPARSE_CE, 0, RT_I32, 1, 3);
+    start(3, 4);
+    node("y", "Sigmoid", "h", NULL, NULL, 0, NULL); /* probabilities, no Softmax */
+    run_check("loss sparse CE (clipped probs)", RT_LOSS_SPARSE_CE, 0, RT_I32, 1, 3);
     start(3, 4);
     run_check("loss CE (logits)", RT_LOSS_CE, 1, RT_F32, 4, 3);
     start(3, 4);
+    node("y", "Sigmoid", "h", NULL, NULL, 0, NULL);
+    run_check("loss CE (clipped probs)", RT_LOSS_CE, 0, RT_F32, 4, 3);
+    start(3, 4);
     node("y", "Softmax", "h", NULL, NULL, 0, NULL);
-    run_check("loss CE (probs)", RT_LOSS_CE, 0, RT_F32, 4, 3);
+    run_check("loss CE (softmax)", RT_LOSS_CE, 0, RT_F32, 4, 3);
     start(3, 1);
     run_check("loss BCE (logits)", RT_LOSS_BCE, 1, RT_F32, 1, 3);
     start(3, 2);
