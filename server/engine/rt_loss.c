@@ -5,7 +5,9 @@
  * over the rows of a sample, then the mean over the batch. So
  * dy = d(per-row loss)/dy / (n * rows).
  *   sparse CE   labels one per row; from probabilities as Keras' TF backend:
- *               q = clip(p, 1e-7, 1-1e-7), loss = -log(q_l / sum q)
+ *               q = clip(p, 1e-7, 1-1e-7), loss = -log(q_l / sum q); but on
+ *               a Softmax output the loss reads its logits (as Keras does;
+ *               rt_compile.c sets from_logits and softmax_fused)
  *   CE          one-hot f32 labels; probabilities are normalised to sum 1,
  *               then clipped, loss = -sum y log q
  *   BCE         Keras: p clipped, -(y log(p+eps) + (1-y) log(1-p+eps));
