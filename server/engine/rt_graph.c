@@ -1,4 +1,5 @@
 /* rt_graph.c - the graph builder, the arena, the RNG and name tables. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,19 +115,21 @@ static const rt__op_def *const rt__ops[] = {
 };
 #define RT__N_OPS (sizeof rt__ops / sizeof rt__ops[0])
 
+static const char *rt__op_name_tab[RT__N_OPS + 1];
+static pthread_once_t rt__op_names_once = PTHREAD_ONCE_INIT;
+
+static void rt__op_names_fill(void)
+{
+    /* the names live in the op definitions (other translation units, not
+     * constant expressions here), so the list is built on first use */
+    for (size_t i = 0; i < RT__N_OPS; i++) rt__op_name_tab[i] = rt__ops[i]->name;
+    rt__op_name_tab[RT__N_OPS] = NULL;
+}
+
 const char *const *rt_engine_op_names(void)
 {
-    /* The names live in the op definitions (other translation units, not
-     * constant expressions here), so the list is filled on first use. Every
-     * writer stores the same values, so a race is harmless. */
-    static const char *tab[RT__N_OPS + 1];
-    static atomic_int ready;
-    if (!atomic_load(&ready)) {
-        for (size_t i = 0; i < RT__N_OPS; i++) tab[i] = rt__ops[i]->name;
-        tab[RT__N_OPS] = NULL;
-        atomic_store(&ready, 1);
-    }
-    return tab;
+    pthread_once(&rt__op_names_once, rt__op_names_fill);
+    return rt__op_name_tab;
 }
 
 const rt__op_def *rt__op_find(const char *name)
