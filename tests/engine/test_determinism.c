@@ -4,6 +4,8 @@
  * a checkpoint save/load, with shuffling and dropout on; a different seed
  * gives different weights. Also the epoch bookkeeping seen by callbacks.
  */
+#include <pthread.h>
+
 #include "rt_test.h"
 
 static float X[600];
@@ -79,6 +81,26 @@ static int run_split(uint64_t seed, int dropout, const int *calls, int ncalls,
     rt_exec_destroy(e);
     rt_plan_release(p);
     return n;
+}
+
+/* one shared plan, an exec per thread */
+typedef struct thr {
+    rt_plan *p;
+    float w[1024];
+    int rc;
+} thr;
+
+static void *thr_main(void *arg)
+{
+    thr *t = arg;
+    rt_exec *e;
+    t->rc = rt_exec_create(t->p, &e);
+    if (t->rc) return NULL;
+    rt_data d = {.x = X, .y = Y, .y_dtype = RT_I32, .n = N};
+    for (int k = 0; k < 4 && !t->rc; k++) t->rc = rt_exec_train(e, &d, 30, NULL, NULL, NULL, NULL);
+    weights(e, t->w);
+    rt_exec_destroy(e);
+    return NULL;
 }
 
 typedef struct cb_state {
@@ -173,6 +195,25 @@ int main(int argc, char **argv)
             rt_plan_release(p);
         }
         printf("dropout %d: bit-identical across splits and checkpoint\n", dropout);
+    }
+
+    /* a plan shared by threads: each exec ends where a serial run ends */
+    {
+        rt_plan *p = compile(42, 1);
+        const int one[] = {120};
+        int n = run_split(42, 1, one, 1, w_ref, l_ref);
+        thr t[3];
+        pthread_t th[3];
+        for (int i = 0; i < 3; i++) {
+            t[i].p = p;
+            REQUIRE(pthread_create(&th[i], NULL, thr_main, &t[i]) == 0);
+        }
+        for (int i = 0; i < 3; i++) {
+            pthread_join(th[i], NULL);
+            CHECK(t[i].rc == 0);
+            CHECK(memcmp(t[i].w, w_ref, sizeof(float) * (size_t)n) == 0);
+        }
+        rt_plan_release(p);
     }
 
     /* callbacks: epochs of 6 steps, the 6th of 5 samples; stop at step 40 */
