@@ -349,7 +349,7 @@ static void rt__pool_rows(const int64_t *ia, int64_t nb, const float *z, float *
  * dz in place: each window's first maximum (scan order, as MaxPool2D) gets
  * dy * act'(z), every other cell 0. tmp: 2*OC floats. */
 static void rt__pool_rows_bwd(const rt__node *nd, int64_t nb, const float *dy, float *z,
-                              float *tmp)
+                              float *tmp, float *restrict db)
 {
     const int64_t *ia = nd->ia;
     const int64_t OW = ia[RT_CV_OW], OC = ia[RT_CV_OC], OH = ia[RT_CV_OH];
@@ -386,6 +386,9 @@ static void rt__pool_rows_bwd(const rt__node *nd, int64_t nb, const float *dy, f
                     }
                     m[c] = g;
                 }
+                /* the only nonzero of each window and channel: db's sum */
+                if (db)
+                    for (int64_t c = 0; c < OC; c++) db[c] += m[c];
                 for (int64_t i = 0; i < KH; i++)
                     for (int64_t j = 0; j < KW; j++) {
                         const int32_t off = (int32_t)(((ph * KH + i) * OW + pw * KW + j) * OC);
@@ -504,18 +507,11 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
                 rt__conv_rows(nd, rows, K, OC, A, a->x[1], ia[RT_CV_BIAS] ? a->x[2] : NULL,
                               dzbuf);
                 rt__pool_rows_bwd(nd, nb, a->dy + s0 * ia[RT_CV_PH] * ia[RT_CV_PW] * OC,
-                                  dzbuf, pdb + OC);
+                                  dzbuf, pdb + OC, db ? pdb : NULL);
                 dz = dzbuf;
                 if (dw) {
                     if (rt__mk_fits(K, OC)) rt__mk_dw(rows, K, OC, A, dz, pdw);
                     else rt__gemm(1, 0, K, OC, rows, A, K, dz, OC, 1.0f, pdw, OC);
-                }
-                if (db) {
-                    for (int64_t r = 0; r < rows; r++) {
-                        const float *restrict d = dz + r * OC;
-                        float *restrict bb = pdb;
-                        for (int64_t c = 0; c < OC; c++) bb[c] += d[c];
-                    }
                 }
                 goto dx_part;
             }
