@@ -248,6 +248,16 @@ static void start_final(rt_call *c)
         ops[n].data.recv_close_on_server.cancelled = &c->recv_cancelled;
         n++;
     }
+    /* The work is done and every message is packed: drop the datasets
+     * before the status leaves. The store evicts only datasets no call
+     * holds; kept until call_free (after the status batch completes, on
+     * whichever cq thread gets to it), an upload's reference was still
+     * there when the client, already holding its answer, sent the next
+     * upload, and whether that one evicted the first depended on thread
+     * timing. */
+    rt_dataset_release(c->ds);
+    rt_dataset_release(c->val_ds);
+    c->ds = c->val_ds = NULL;
     start_batch(c, ops, n, &c->final_tag);
 }
 
