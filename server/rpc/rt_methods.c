@@ -173,6 +173,24 @@ static void note_step_time(rt_program *p, uint64_t ns, int64_t steps)
     p->step_ns = p->step_ns > 0 ? 0.8 * p->step_ns + 0.2 * per : per;
 }
 
+/* Execute time of the engine's epochs, measured from the step callback:
+ * *mark is when the current stretch of training began (set before each
+ * rt_exec_train). At an epoch end the epoch's time is what earlier calls
+ * spent in it plus this stretch; at the end of a call the unfinished
+ * epoch's stretch is kept on the program for the next call. */
+static uint64_t epoch_clock_end(rt_program *p, uint64_t *mark)
+{
+    uint64_t now = rt_now_ns(), ns = p->epoch_exec_ns + (now - *mark);
+    p->epoch_exec_ns = 0;
+    *mark = now;
+    return ns;
+}
+
+static void epoch_clock_pause(rt_program *p, uint64_t mark)
+{
+    p->epoch_exec_ns += rt_now_ns() - mark;
+}
+
 /* ---------------------------------------------------------------- GetInfo */
 static const char *const formats[] = {"raw", "npy", "csv", "idx", "idx.gz", NULL};
 
@@ -814,6 +832,7 @@ typedef struct run_cb {
     int stop_for_val;
     int hit_epoch_end;
     int cancelled;
+    uint64_t mark;         /* epoch clock (epoch_clock_end) */
 } run_cb;
 
 static Rtrain__V1__EpochEnd *epoch_pb(rt_call *c, int64_t epoch, const rt_metrics *train,
@@ -848,7 +867,8 @@ static int run_step_cb(void *ud, const rt_step_info *info)
         r->epochs = nv;
         r->cap_epochs = nc;
     }
-    Rtrain__V1__EpochEnd *e = epoch_pb(r->c, info->epoch, &info->epoch_metrics, info->step, 0);
+    Rtrain__V1__EpochEnd *e = epoch_pb(r->c, info->epoch, &info->epoch_metrics, info->step,
+                                       epoch_clock_end(r->c->prog, &r->mark));
     if (!e)
         return 1;
     r->epochs[r->n_epochs++] = e;
@@ -894,10 +914,12 @@ static int run_steps_work(rt_call *c)
     while (left > 0) {
         rt_train_result part;
         cb.hit_epoch_end = 0;
+        cb.mark = rt_now_ns();
         rc = rt_exec_train(p->exec, &d, left, &part, run_step_cb, &cb,
                            losses ? losses + done : NULL);
         if (rc < 0)
             return engine_fail(c, rc);
+        epoch_clock_pause(p, cb.mark);
         exec_ns += part.execute_ns;
         if (cb.cancelled)
             return stopped_fail(c, done + part.steps_run, (int64_t)q->steps);
@@ -970,6 +992,7 @@ typedef struct fit_cb {
     uint32_t every;
     int64_t epoch, spe, in_epoch;
     double loss_sum, acc_sum;
+    uint64_t mark;         /* epoch clock (epoch_clock_end) */
 } fit_cb;
 
 static int fit_step_cb(void *ud, const rt_step_info *info)
@@ -978,6 +1001,8 @@ static int fit_step_cb(void *ud, const rt_step_info *info)
     f->in_epoch++;
     f->loss_sum += info->loss;
     f->acc_sum += info->acc;
+    if (info->epoch_end) /* RunSteps' epoch clock follows the engine's epochs */
+        epoch_clock_end(f->c->prog, &f->mark);
     if (rt_call_is_cancelled(f->c))
         return 1;
     if (f->every && f->in_epoch % f->every == 0 && f->in_epoch < f->spe) {
@@ -1018,9 +1043,11 @@ static int fit_work(rt_call *c)
         f.epoch = p->fit_epochs + 1;
         f.in_epoch = 0;
         f.loss_sum = f.acc_sum = 0;
+        f.mark = rt_now_ns();
         rt_train_result res;
         if ((rc = rt_exec_train(p->exec, &d, spe, &res, fit_step_cb, &f, NULL)) < 0)
             return engine_fail(c, rc);
+        epoch_clock_pause(p, f.mark);
         exec_ns += res.execute_ns;
         steps += res.steps_run;
         if (res.stopped || rt_call_is_cancelled(c)) {

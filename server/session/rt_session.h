@@ -44,6 +44,10 @@ typedef struct rt_program {
     double step_ns;
     /* Epochs completed by Fit calls (1-based numbering of EpochEnd). */
     int64_t fit_epochs;
+    /* Training time already spent in the engine's current epoch by earlier
+     * calls: a RunSteps epoch can span calls, and its EpochEnd.execute_ns
+     * counts the steps of every one of them (not the gaps between). */
+    uint64_t epoch_exec_ns;
 } rt_program;
 
 typedef struct rt_session {

@@ -359,9 +359,13 @@ static void test_run_steps(void)
         /* 150 samples / batch 16 = 10 steps per epoch. */
         CHECK(p->n_epochs >= 19 && p->n_epochs <= 21, "epochs in the call: %zu", p->n_epochs);
         int have_val = p->n_epochs > 0;
-        for (size_t i = 0; i < p->n_epochs; i++)
+        int have_exec = p->n_epochs > 0;
+        for (size_t i = 0; i < p->n_epochs; i++) {
             have_val &= p->epochs[i]->val != NULL && p->epochs[i]->val->samples == 30;
+            have_exec &= p->epochs[i]->execute_ns > 0;
+        }
         CHECK(have_val, "each epoch end carries validation metrics");
+        CHECK(have_exec, "each epoch end carries the daemon's execute time");
         CHECK(p->mean && p->mean->samples > 0 && p->last, "mean/last metrics");
         check_timings(p->timings, r.rtt_ns, "RunSteps x200");
     }
@@ -428,6 +432,7 @@ typedef struct fit_seen {
     int progress, epochs, done, cancelled;
     double first_loss, last_loss;
     int val_ok;
+    int exec_ok;          /* epoch ends with a daemon execute time */
     int cancel_after;
     Rtrain__V1__Timings timings;
     int have_timings;
@@ -443,6 +448,7 @@ static int on_fit_event(void *ud, const uint8_t *data, size_t len)
     if (e->event_case == RTRAIN__V1__FIT_EVENT__EVENT_PROGRESS)
         s->progress++;
     if (e->event_case == RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END) {
+        s->exec_ok += e->epoch_end->execute_ns > 0;
         if (s->epochs == 0)
             s->first_loss = e->epoch_end->train->loss;
         s->last_loss = e->epoch_end->train->loss;
@@ -483,6 +489,7 @@ static void test_fit(void)
     itest_server_stream(T.c, "Fit", &q.base, on_fit_event, &s, &r);
     CHECK(r.status == 0, "Fit: %d %s", r.status, r.details);
     CHECK(s.epochs == 8 && s.val_ok == 8, "epoch ends %d (with val %d)", s.epochs, s.val_ok);
+    CHECK(s.exec_ok == 8, "epoch ends with execute_ns > 0: %d of %d", s.exec_ok, s.epochs);
     CHECK(s.progress >= 1, "progress events %d", s.progress);
     CHECK(s.done && !s.cancelled, "done event");
     CHECK(s.last_loss < s.first_loss, "fit loss falls %.3f -> %.3f", s.first_loss, s.last_loss);
