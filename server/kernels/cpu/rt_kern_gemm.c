@@ -5,12 +5,29 @@
  * is more than the whole step budget; below RT_KERN_SMALL_GEMM
  * multiply-adds the loops below (vectorised over N by -O3 -march=native)
  * win. bench/engine measures both sides of the threshold.
+ *
+ * Between that and RT__GEMM_PAR_MACS oneDNN runs on the calling thread
+ * only: its OpenMP team costs more than it saves there, and on a loaded
+ * machine a team member that is not scheduled stalls the product for a
+ * scheduler slice (W-D's Dense layers: 3-20 s instead of 0.4 s).
  */
 #include <string.h>
+
+#include <omp.h>
 
 #include <oneapi/dnnl/dnnl.h>
 
 #include "rt_engine_impl.h"
+
+/* Below this many multiply-adds oneDNN runs single-threaded. Measured
+ * with dnnl_sgemm on this 2-vCPU host, one thread against two: all W-D
+ * Dense products (32x64x512 and its dW/dx, 1M) and W-C's last layer
+ * (128x10x512 and its dW/dx, 0.66M) are as fast or faster serial (up to
+ * 3x at 64^3), 128^3 (2M) is 0.6x the time on two threads, and W-C's big
+ * products (33M, 51M) keep the team. */
+#ifndef RT__GEMM_PAR_MACS /* -D for before/after measurements */
+#define RT__GEMM_PAR_MACS (INT64_C(1) << 21)
+#endif
 
 #ifndef __AVX512F__
 /* C (M,N) (+)= A (M,K) B (K,N) */
@@ -250,7 +267,15 @@ void rt_kern_gemm(const rt__run *r, int ta, int tb, int64_t M, int64_t N,
         return;
     }
 #endif
+    /* The serial/parallel choice depends on the shape only, so a given
+     * product always takes the same path (and rounds the same way).
+     * omp_set_num_threads sets this thread's default only, as in
+     * rt_kern_conv.c; inside a parallel region oneDNN is serial anyway. */
+    const int outer = M * N * K < RT__GEMM_PAR_MACS && !omp_in_parallel()
+                          ? omp_get_max_threads() : 0;
+    if (outer > 1) omp_set_num_threads(1);
     dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K,
                                   1.0f, A, lda, B, ldb, beta, C, ldc);
+    if (outer > 1) omp_set_num_threads(outer);
     RT_ASSERT(st == dnnl_success); /* shapes were validated at compile */
 }
