@@ -991,16 +991,26 @@ typedef struct fit_cb {
     rt_call *c;
     uint32_t every;
     int64_t epoch, spe, in_epoch;
+    int64_t n, bs;         /* dataset samples, batch size */
     double loss_sum, acc_sum;
+    int64_t samples;
     uint64_t mark;         /* epoch clock (epoch_clock_end) */
 } fit_cb;
 
 static int fit_step_cb(void *ud, const rt_step_info *info)
 {
     fit_cb *f = ud;
+    /* Weight each step by its batch, as the epoch metrics are: batches
+     * are taken in order and only an engine epoch's last one is smaller
+     * (rt_exec_train), so step k of an engine epoch holds
+     * min(bs, n - (k-1) bs) samples. */
+    int64_t nb = f->n - (info->step_in_epoch - 1) * f->bs;
+    nb = nb < f->bs ? nb : f->bs;
+    nb = nb > 0 ? nb : 1;
     f->in_epoch++;
-    f->loss_sum += info->loss;
-    f->acc_sum += info->acc;
+    f->loss_sum += (double)info->loss * (double)nb;
+    f->acc_sum += (double)info->acc * (double)nb;
+    f->samples += nb;
     if (info->epoch_end) /* RunSteps' epoch clock follows the engine's epochs */
         epoch_clock_end(f->c->prog, &f->mark);
     if (rt_call_is_cancelled(f->c))
@@ -1012,8 +1022,8 @@ static int fit_step_cb(void *ud, const rt_step_info *info)
         sp.epoch = (uint64_t)f->epoch;
         sp.step_in_epoch = (uint64_t)f->in_epoch;
         sp.steps_per_epoch = (uint64_t)f->spe;
-        sp.loss = (float)(f->loss_sum / (double)f->in_epoch);
-        sp.accuracy = (float)(f->acc_sum / (double)f->in_epoch);
+        sp.loss = (float)(f->loss_sum / (double)f->samples);
+        sp.accuracy = (float)(f->acc_sum / (double)f->samples);
         ev.event_case = RTRAIN__V1__FIT_EVENT__EVENT_PROGRESS;
         ev.progress = &sp;
         uint64_t t0 = rt_now_ns();
@@ -1035,13 +1045,13 @@ static int fit_work(rt_call *c)
         return rc;
     int64_t bs = rt_plan_config(p->plan)->batch_size;
     int64_t spe = q->steps_per_epoch ? q->steps_per_epoch : (d.n + bs - 1) / bs;
-    fit_cb f = {.c = c, .every = q->progress_every, .spe = spe};
+    fit_cb f = {.c = c, .every = q->progress_every, .spe = spe, .n = d.n, .bs = bs};
     int cancelled = 0;
     uint64_t exec_ns = 0;
     int64_t steps = 0;
     for (uint32_t ep = 0; ep < q->epochs && !cancelled; ep++) {
         f.epoch = p->fit_epochs + 1;
-        f.in_epoch = 0;
+        f.in_epoch = f.samples = 0;
         f.loss_sum = f.acc_sum = 0;
         f.mark = rt_now_ns();
         rt_train_result res;

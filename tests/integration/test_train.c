@@ -433,6 +433,7 @@ typedef struct fit_seen {
     double first_loss, last_loss;
     int val_ok;
     int exec_ok;          /* epoch ends with a daemon execute time */
+    double prog_loss, prog_acc; /* the last progress event */
     int cancel_after;
     Rtrain__V1__Timings timings;
     int have_timings;
@@ -445,8 +446,11 @@ static int on_fit_event(void *ud, const uint8_t *data, size_t len)
     CHECK(e != NULL, "FitEvent does not decode");
     if (!e)
         return 1;
-    if (e->event_case == RTRAIN__V1__FIT_EVENT__EVENT_PROGRESS)
+    if (e->event_case == RTRAIN__V1__FIT_EVENT__EVENT_PROGRESS) {
         s->progress++;
+        s->prog_loss = e->progress->loss;
+        s->prog_acc = e->progress->accuracy;
+    }
     if (e->event_case == RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END) {
         s->exec_ok += e->epoch_end->execute_ns > 0;
         if (s->epochs == 0)
@@ -518,6 +522,60 @@ static void test_fit(void)
     itest_res_free(&r);
     free(w0);
     bystander_unchanged("a cancelled Fit");
+}
+
+/* StepProgress metrics are sample-weighted like the epoch metrics: iris
+ * (150) in batches of 16 is 9 full batches and one of 6. A Fit "epoch" of
+ * 11 steps with a progress event after step 10 reports the first engine
+ * epoch, which must equal the sample-weighted mean of RunSteps over the
+ * same 10 steps on an identical fresh program (same graph, config, seed).
+ * The plain mean of the step losses would weight the batch of 6 like one
+ * of 16. */
+static void test_fit_progress_weighted(void)
+{
+    itest_res r;
+    char pid[2][24];
+    for (int i = 0; i < 2; i++) {
+        Rtrain__V1__CompileResponse *p = compile(T.c, T.sa, iris_graph(32), NULL, &r);
+        CHECK(p != NULL, "compile %d: %d %s", i, r.status, r.details);
+        itest_res_free(&r);
+        if (!p)
+            return;
+        snprintf(pid[i], sizeof pid[i], "%s", p->program_id);
+        FREE(p);
+    }
+    Rtrain__V1__RunStepsResponse *rs = run_steps(T.c, T.sa, pid[0], T.iris, 10, 0, NULL, 1, &r);
+    CHECK(rs && rs->mean && rs->mean->samples == 150 && rs->n_losses == 10,
+          "RunSteps over one epoch: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    if (!rs || !rs->mean || rs->n_losses != 10) {
+        FREE(rs);
+        return;
+    }
+    Rtrain__V1__FitRequest q = RTRAIN__V1__FIT_REQUEST__INIT;
+    q.session_id = T.sa;
+    q.program_id = pid[1];
+    q.dataset_id = T.iris;
+    q.epochs = 1;
+    q.steps_per_epoch = 11;
+    q.progress_every = 10;
+    fit_seen s;
+    memset(&s, 0, sizeof s);
+    itest_server_stream(T.c, "Fit", &q.base, on_fit_event, &s, &r);
+    CHECK(r.status == 0 && s.done && s.progress == 1 && s.epochs == 1,
+          "Fit of 11 steps: %d %s, %d progress, %d epoch ends", r.status, r.details, s.progress,
+          s.epochs);
+    itest_res_free(&r);
+    double want = rs->mean->loss, plain = 0;
+    for (int i = 0; i < 10; i++)
+        plain += rs->losses[i] / 10.0;
+    CHECK(fabs(s.prog_loss - want) <= 1e-5 * fabs(want),
+          "progress loss %.7f, sample-weighted RunSteps mean %.7f (plain mean %.7f)", s.prog_loss,
+          want, plain);
+    CHECK(fabs(s.prog_acc - rs->mean->accuracy) <= 1e-5,
+          "progress accuracy %.6f, sample-weighted RunSteps mean %.6f", s.prog_acc,
+          rs->mean->accuracy);
+    FREE(rs);
 }
 
 static void test_predict_and_weights(void)
@@ -772,6 +830,7 @@ int main(int argc, char **argv)
     RUN(test_run_steps);
     RUN(test_keras);
     RUN(test_fit);
+    RUN(test_fit_progress_weighted);
     RUN(test_predict_and_weights);
     RUN(test_bad_model_inputs);
     if (!getenv("RT_ITEST_NO_BENCH"))
