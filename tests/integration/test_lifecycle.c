@@ -128,6 +128,12 @@ static void *bg_main(void *arg)
         q.dataset_id = b->did;
         q.steps = b->steps;
         Rtrain__V1__RunStepsResponse *p = NULL;
+        /* Connect first (a Ping), so that once started is set only the
+         * request's frames are left to reach the daemon before the test's
+         * SIGTERM; connecting under load can take longer than its wait. */
+        Rtrain__V1__PingRequest pq = RTRAIN__V1__PING_REQUEST__INIT;
+        itest_unary(c, "Ping", &pq.base, NULL, NULL, &r);
+        itest_res_free(&r);
         b->started = 1;
         itest_unary(c, "RunSteps", &q.base, &rtrain__v1__run_steps_response__descriptor,
                     (ProtobufCMessage **)&p, &r);
