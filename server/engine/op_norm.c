@@ -11,8 +11,8 @@
  * over the last axis. attrs momentum (0.99), epsilon (1e-3), axis (-1 or
  * the last axis counting the batch, as Keras), frozen (int: inference mode
  * also while training, as Keras does for trainable=False). The moving
- * statistics must be non-trainable parameters: the forward pass updates
- * them in training mode. */
+ * statistics must be non-trainable parameters: a training step's forward
+ * pass updates them (rt_exec_compute_grads' does not). */
 static int rt__bn_infer(rt__cc *cc, rt__node *nd)
 {
     const rt__shape *x = nd->in_shape[0];

@@ -142,9 +142,9 @@ int rt_graph_set_output(rt_graph *g, const char *name);
  *                                    epsilon (1e-3), frozen (int: inference mode
  *                                    while training too); over the last axis.
  *                                    The moving statistics are non-trainable
- *                                    params that a training-mode forward updates
+ *                                    params that a training step updates
  *                                    (Keras: m * moving + (1 - m) * batch, biased
- *                                    variance), rt_exec_compute_grads included.
+ *                                    variance); rt_exec_compute_grads does not.
  *   Concat(a, b, ...) attr axis (int, default -1; counts the batch as axis 0)
  */
 /* NULL-terminated list of supported op names; static. */
@@ -345,8 +345,9 @@ int rt_exec_set_param(rt_exec *e, int i, const float *src);
 /* Gradients without an update, for gradient checks and reference tests:
  * forward (training mode; dropout keyed by the current global step) and
  * backward over the first n samples of d in order (1 <= n <= batch_size).
- * *loss gets the mean loss. Parameters, optimizer state, the step counter
- * and the data cursor are unchanged. */
+ * *loss gets the mean loss. Parameters (BatchNorm's moving statistics
+ * included), optimizer state, the step counter and the data cursor are
+ * unchanged. */
 int rt_exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n,
                           double *loss);
 /* Parameter i's gradient from the last step or rt_exec_compute_grads

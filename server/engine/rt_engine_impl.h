@@ -125,6 +125,8 @@ typedef struct rt__run {
     int64_t step;       /* global step (dropout masks are keyed by it) */
     uint64_t seed;
     int training;
+    int update_stats;   /* a training forward moves BatchNorm's moving
+                         * statistics; not in rt_exec_compute_grads */
     float *gemm_scratch;   /* small-GEMM transposes */
     int64_t gemm_scratch_floats;
 } rt__run;

@@ -320,10 +320,13 @@ static void rt__gather(rt_exec *e, const float *x, const void *y,
 #undef RT__GATHER_ROW
 }
 
-static void rt__forward(rt_exec *e, int64_t nb, int training)
+/* update_stats: training mode also moves BatchNorm's moving statistics
+ * (a training step does, rt_exec_compute_grads must not) */
+static void rt__forward(rt_exec *e, int64_t nb, int training, int update_stats)
 {
     e->run.n = nb;
     e->run.training = training;
+    e->run.update_stats = training && update_stats;
     e->run.step = e->step;
     const rt_plan *p = e->p;
     p->backend->run(p->calls, e->k, p->n_fwd);
@@ -383,7 +386,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
         const int64_t start = e->pos * B;
         const int64_t nb = n - start < B ? n - start : B;
         rt__gather(e, d->x, d->y, e->perm + start, 0, nb);
-        rt__forward(e, nb, 1);
+        rt__forward(e, nb, 1, 1);
         double bl = 0, ba = 0;
         rt__loss_run(&p->loss, e->lin, e->lb, nb, e->lgrad, &bl, &ba, e->loss_scratch);
         rt__backward(e);
@@ -457,7 +460,7 @@ static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
     for (int64_t start = 0; start < d->n; start += B) {
         const int64_t nb = d->n - start < B ? d->n - start : B;
         rt__gather(e, d->x, d->y, NULL, start, nb);
-        rt__forward(e, nb, 0);
+        rt__forward(e, nb, 0, 0);
         rt__loss_run(&e->p->loss, e->lin, e->lb, nb, NULL, &ls, &as, e->loss_scratch);
     }
     if (out) {
@@ -479,7 +482,7 @@ static int rt__exec_predict(rt_exec *e, const float *x, int64_t n, float *out)
     for (int64_t start = 0; start < n; start += B) {
         const int64_t nb = n - start < B ? n - start : B;
         rt__gather(e, x, NULL, NULL, start, nb);
-        rt__forward(e, nb, 0);
+        rt__forward(e, nb, 0, 0);
         memcpy(out + start * on, e->out, sizeof(float) * (size_t)(nb * on));
     }
     return 0;
@@ -494,7 +497,7 @@ static int rt__exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n, doubl
         return rt__eerr(e, RT_EINVAL, "n %lld outside 1..min(%lld, batch_size)",
                         (long long)n, (long long)d->n);
     rt__gather(e, d->x, d->y, NULL, 0, n);
-    rt__forward(e, n, 1);
+    rt__forward(e, n, 1, 0);
     double ls = 0, as = 0;
     rt__loss_run(&e->p->loss, e->lin, e->lb, n, e->lgrad, &ls, &as, e->loss_scratch);
     rt__backward(e);

@@ -160,6 +160,28 @@ static void run_check(const char *name, const char *out)
     for (int64_t i = 0; i < B * N; i++) y[i] = rnd();
     rt_data d = {.x = x, .y = y, .y_dtype = RT_F32, .n = B};
 
+    /* rt_exec_compute_grads leaves every parameter as it was, BatchNorm's
+     * moving statistics included (its training-mode forward must not move
+     * them): bit-identical after a call */
+    for (int pi = 0; pi < rt_plan_n_params(p); pi++) {
+        int64_t dims[RT_MAX_DIMS], n = 1;
+        const char *pname;
+        int nd = rt_plan_param_info(p, pi, &pname, dims, NULL);
+        for (int k = 0; k < nd; k++) n *= dims[k];
+        float *w0 = malloc((size_t)n * 4), *w1 = malloc((size_t)n * 4);
+        REQUIRE(w0 && w1);
+        rt_exec_get_param(e, pi, w0);
+        double l;
+        CHECK_RC(rt_exec_compute_grads(e, &d, B, &l));
+        rt_exec_get_param(e, pi, w1);
+        if (memcmp(w0, w1, (size_t)n * 4) != 0) {
+            fprintf(stderr, "%s: rt_exec_compute_grads changed %s\n", name, pname);
+            rt_test_failures++;
+        }
+        free(w0);
+        free(w1);
+    }
+
     int checked = 0;
     for (int pi = 0; pi < rt_plan_n_params(p); pi++) {
         int64_t dims[RT_MAX_DIMS];

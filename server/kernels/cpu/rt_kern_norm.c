@@ -3,7 +3,8 @@
  * Concat.
  *
  * BatchNorm follows Keras: training mode normalises with the batch's mean
- * and biased variance and moves moving_mean/moving_var towards them
+ * and biased variance and, in a training step (run.update_stats; not in
+ * rt_exec_compute_grads), moves moving_mean/moving_var towards them
  * (moving = momentum * moving + (1 - momentum) * batch); inference mode,
  * and a frozen layer (trainable=False) always, uses the moving statistics.
  * Per-channel sums are accumulated in double: a channel of a large batch
@@ -98,7 +99,7 @@ void rt_kern_batchnorm_fwd(const rt__kargs *a)
     float *scale = f, *shift = f + C;
     if (rt__bn_batch_mode(a)) {
         rt__bn_stats(a->x[0], R, C, nt, part, mean, var);
-        for (int64_t c = 0; c < C; c++) {
+        for (int64_t c = 0; c < C && a->r->update_stats; c++) {
             mm[c] = (float)(mom * mm[c] + (1.0 - mom) * mean[c]);
             mv[c] = (float)(mom * mv[c] + (1.0 - mom) * var[c]);
         }
