@@ -28,6 +28,14 @@
 #ifndef RT__GEMM_PAR_MACS /* -D for before/after measurements */
 #define RT__GEMM_PAR_MACS (INT64_C(1) << 21)
 #endif
+/* ... and whose operands together hold fewer floats than this. W-C's last
+ * layer (128x10x512, dW 512x10x128, dx 128x512x10: 72K floats, 0.66M
+ * multiply-adds) made the quiet W-C step 2.5% slower serial (1.90 ms
+ * against 1.85 ms, medians of 9), reading the 256 KB activation that the
+ * team had just written from both cores; W-D's Dense products touch 51K. */
+#ifndef RT__GEMM_PAR_FLOATS
+#define RT__GEMM_PAR_FLOATS (INT64_C(1) << 16)
+#endif
 
 #ifndef __AVX512F__
 /* C (M,N) (+)= A (M,K) B (K,N) */
@@ -271,8 +279,9 @@ void rt_kern_gemm(const rt__run *r, int ta, int tb, int64_t M, int64_t N,
      * product always takes the same path (and rounds the same way).
      * omp_set_num_threads sets this thread's default only, as in
      * rt_kern_conv.c; inside a parallel region oneDNN is serial anyway. */
-    const int outer = M * N * K < RT__GEMM_PAR_MACS && !omp_in_parallel()
-                          ? omp_get_max_threads() : 0;
+    const int serial = M * N * K < RT__GEMM_PAR_MACS &&
+                       M * K + K * N + M * N < RT__GEMM_PAR_FLOATS;
+    const int outer = serial && !omp_in_parallel() ? omp_get_max_threads() : 0;
     if (outer > 1) omp_set_num_threads(1);
     dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K,
                                   1.0f, A, lda, B, ldb, beta, C, ldc);
