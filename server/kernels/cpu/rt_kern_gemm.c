@@ -20,11 +20,12 @@
 #include "rt_engine_impl.h"
 
 /* Below this many multiply-adds oneDNN runs single-threaded. Measured
- * with dnnl_sgemm on this 2-vCPU host, one thread against two: all W-D
- * Dense products (32x64x512 and its dW/dx, 1M) and W-C's last layer
- * (128x10x512 and its dW/dx, 0.66M) are as fast or faster serial (up to
- * 3x at 64^3), 128^3 (2M) is 0.6x the time on two threads, and W-C's big
- * products (33M, 51M) keep the team. */
+ * with dnnl_sgemm on this 2-vCPU host, one thread against two: on an idle
+ * machine two threads save at most a few microseconds up to 1M (W-D's
+ * Dense products, 32x64x512 and its dW/dx: 15 us against 11-16 us; 64^3
+ * is 1.6x faster serial), from 128^3 (2M, 0.8x) they pay; with another
+ * process on the cores the serial product is 2-5x faster up to 1M and a
+ * W-D run 10x. W-C's big products (33M, 51M) keep the team. */
 #ifndef RT__GEMM_PAR_MACS /* -D for before/after measurements */
 #define RT__GEMM_PAR_MACS (INT64_C(1) << 21)
 #endif
