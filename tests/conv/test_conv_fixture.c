@@ -20,73 +20,22 @@
  */
 #include <stdint.h>
 
-#include "../engine/rt_test.h"
+#include "../engine/rt_fixture.h"
 
-typedef struct ref_tensor {
-    char name[64];
-    uint32_t dtype, ndim, dims[4];
-    void *data;
-    size_t count;
-} ref_tensor;
-
-static ref_tensor refs[64];
-static int n_refs;
-
-static void load_refs(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    REQUIRE(f);
-    uint32_t hdr[3];
-    REQUIRE(fread(hdr, 4, 3, f) == 3);
-    REQUIRE(hdr[0] == 0x46525452u); /* "RTRF" */
-    REQUIRE(hdr[1] == 1);
-    REQUIRE(hdr[2] <= 64);
-    for (uint32_t i = 0; i < hdr[2]; i++) {
-        ref_tensor *t = &refs[n_refs++];
-        REQUIRE(fread(t->name, 1, 64, f) == 64);
-        t->name[63] = 0;
-        REQUIRE(fread(&t->dtype, 4, 1, f) == 1 && fread(&t->ndim, 4, 1, f) == 1);
-        REQUIRE(fread(t->dims, 4, 4, f) == 4);
-        t->count = 1;
-        for (int d = 0; d < 4; d++) t->count *= t->dims[d];
-        t->data = malloc(t->count * 4);
-        REQUIRE(t->data && fread(t->data, 4, t->count, f) == t->count);
-    }
-    fclose(f);
-}
+typedef rt_ref_tensor ref_tensor;
 
 static const ref_tensor *ref(const char *fmt, const char *a)
 {
     char name[128];
     snprintf(name, sizeof name, fmt, a);
-    for (int i = 0; i < n_refs; i++)
-        if (strcmp(refs[i].name, name) == 0) return &refs[i];
-    fprintf(stderr, "fixture has no tensor '%s'\n", name);
-    exit(1);
+    return rt_fixture_find(name);
 }
 
 static int compare(const char *what, const float *got, const float *want, size_t n,
                    double atol, double rtol)
 {
-    double worst = 0;
-    size_t wi = 0;
-    int bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        double lim = atol + rtol * fabs(want[i]);
-        if (!(d <= lim)) {
-            if (!bad || d - lim > worst) {
-                worst = d - lim;
-                wi = i;
-            }
-            bad = 1;
-        }
-    }
-    if (bad) {
-        fprintf(stderr, "%s: element %zu is %.8g, torch %.8g\n", what, wi, (double)got[wi],
-                (double)want[wi]);
-        rt_test_failures++;
-    }
+    int bad = rt_fixture_compare(what, got, want, n, atol, rtol);
+    rt_test_failures += bad;
     return bad;
 }
 
@@ -146,7 +95,7 @@ static int pidx(rt_plan *p, const char *name)
 
 int main(int argc, char **argv)
 {
-    load_refs(argc > 1 ? argv[1] : "tests/conv/conv_ref.bin");
+    rt_fixture_load(argc > 1 ? argv[1] : "tests/conv/conv_ref.bin");
     const float *x = ref("cnn/%s", "x")->data;
     const int32_t *y = ref("cnn/%s", "y")->data;
     rt_graph *g = build();
@@ -216,6 +165,6 @@ int main(int argc, char **argv)
     rt_exec_destroy(e);
     rt_plan_release(p);
     rt_graph_destroy(g);
-    for (int i = 0; i < n_refs; i++) free(refs[i].data);
+    rt_fixture_free();
     return rt_test_done("test_conv_fixture");
 }

@@ -54,6 +54,62 @@ static inline int rt_test_done(const char *name)
     return 0;
 }
 
+/* Central finite differences on parameter pi against the analytic gradient
+ * of rt_exec_compute_grads over the first B samples of d. max_points > 0
+ * checks every ceil(n / max_points)-th element only (large conv kernels);
+ * 0 checks all. An element fails when |analytic - numeric| > atol +
+ * 2e-2 * max(|analytic|, |numeric|), or the analytic value is NaN; each
+ * failure counts in rt_test_failures and a new worst one is printed. The
+ * parameter is restored. Returns the number of elements checked. */
+static inline int rt_test_fd_param(rt_exec *e, const rt_data *d, int64_t B,
+                                   int pi, int64_t max_points, double atol,
+                                   const char *name)
+{
+    int64_t dims[RT_MAX_DIMS], n = 1;
+    const char *pname;
+    int nd = rt_plan_param_info(rt_exec_plan(e), pi, &pname, dims, NULL);
+    REQUIRE(nd >= 0);
+    for (int k = 0; k < nd; k++) n *= dims[k];
+    float *w = malloc((size_t)n * 4), *ga = malloc((size_t)n * 4);
+    REQUIRE(w && ga);
+    double l0;
+    CHECK_RC(rt_exec_compute_grads(e, d, B, &l0));
+    rt_exec_get_grad(e, pi, ga);
+    rt_exec_get_param(e, pi, w);
+    const int64_t stride =
+        max_points > 0 && n > max_points ? (n + max_points - 1) / max_points : 1;
+    double worst = 0;
+    int checked = 0;
+    for (int64_t k = 0; k < n; k += stride) {
+        const float h = 1e-3f, w0 = w[k];
+        double lp, lm;
+        w[k] = w0 + h;
+        rt_exec_set_param(e, pi, w);
+        rt_exec_compute_grads(e, d, B, &lp);
+        w[k] = w0 - h;
+        rt_exec_set_param(e, pi, w);
+        rt_exec_compute_grads(e, d, B, &lm);
+        w[k] = w0;
+        rt_exec_set_param(e, pi, w);
+        /* the actual step: (w0+h) - (w0-h) in f32 */
+        double num = (lp - lm) / ((double)(w0 + h) - (double)(w0 - h));
+        double an = ga[k];
+        double tol = atol + 2e-2 * fmax(fabs(an), fabs(num));
+        double over = fabs(an - num) - tol;
+        if (over > 0 || isnan(an)) {
+            if (over > worst || isnan(an))
+                fprintf(stderr, "%s: d%s[%lld] analytic %.6g numeric %.6g\n", name,
+                        pname, (long long)k, an, num);
+            worst = over > worst ? over : worst;
+            rt_test_failures++;
+        }
+        checked++;
+    }
+    free(w);
+    free(ga);
+    return checked;
+}
+
 /* The iris data: 150 rows of 4 floats and a class 0..2. The header line is
  * "150,4,setosa,versicolor,virginica". Returns the row count or -1. */
 static inline int rt_test_load_iris(const char *path, float x[150 * 4], int32_t y[150])

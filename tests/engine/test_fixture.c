@@ -18,72 +18,15 @@
  */
 #include <stdint.h>
 
-#include "rt_test.h"
+#include "rt_fixture.h"
 
-typedef struct ref_tensor {
-    char name[64];
-    uint32_t dtype, ndim, dims[4];
-    void *data;
-    size_t count;
-} ref_tensor;
-
-static ref_tensor refs[256];
-static int n_refs;
-
-static void load_refs(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    REQUIRE(f);
-    uint32_t hdr[3];
-    REQUIRE(fread(hdr, 4, 3, f) == 3);
-    REQUIRE(hdr[0] == 0x46525452u); /* "RTRF" */
-    REQUIRE(hdr[1] == 1);           /* version */
-    REQUIRE(hdr[2] <= 256);
-    for (uint32_t i = 0; i < hdr[2]; i++) {
-        ref_tensor *t = &refs[n_refs++];
-        REQUIRE(fread(t->name, 1, 64, f) == 64);
-        t->name[63] = 0;
-        REQUIRE(fread(&t->dtype, 4, 1, f) == 1 && fread(&t->ndim, 4, 1, f) == 1);
-        REQUIRE(fread(t->dims, 4, 4, f) == 4);
-        t->count = 1;
-        for (int d = 0; d < 4; d++) t->count *= t->dims[d];
-        t->data = malloc(t->count * 4);
-        REQUIRE(t->data && fread(t->data, 4, t->count, f) == t->count);
-    }
-    fclose(f);
-}
+typedef rt_ref_tensor ref_tensor;
 
 static const ref_tensor *ref(const char *fmt, const char *a, const char *b)
 {
     char name[128];
     snprintf(name, sizeof name, fmt, a, b);
-    for (int i = 0; i < n_refs; i++)
-        if (strcmp(refs[i].name, name) == 0) return &refs[i];
-    fprintf(stderr, "fixture has no tensor '%s'\n", name);
-    exit(1);
-}
-
-/* max violation of |a-b| <= atol + rtol|b|; prints the worst element */
-static int compare(const char *what, const float *got, const float *want,
-                   size_t n, double atol, double rtol)
-{
-    double worst = 0;
-    size_t wi = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        double lim = atol + rtol * fabs(want[i]);
-        if (!(d <= lim) && (d - lim > worst || worst == 0)) {
-            worst = d - lim;
-            wi = i;
-            if (isnan(d)) break;
-        }
-    }
-    if (worst > 0 || (n && (isnan(got[wi]) || isnan(want[wi])))) {
-        fprintf(stderr, "%s: element %zu is %.8g, torch %.8g\n", what, wi,
-                (double)got[wi], (double)want[wi]);
-        return 1;
-    }
-    return 0;
+    return rt_fixture_find(name);
 }
 
 typedef struct model {
@@ -170,13 +113,13 @@ static void check_model(const model *m)
     float *out = malloc(out0->count * 4);
     CHECK_RC(rt_exec_predict(e, x->data, m->batch, out));
     snprintf(what, sizeof what, "%s output", m->prefix);
-    rt_test_failures += compare(what, out, out0->data, out0->count, 2e-5, 1e-4);
+    rt_test_failures += rt_fixture_compare(what, out, out0->data, out0->count, 2e-5, 1e-4);
     free(out);
     double loss;
     CHECK_RC(rt_exec_compute_grads(e, &d, m->batch, &loss));
     float l32 = (float)loss;
     snprintf(what, sizeof what, "%s loss", m->prefix);
-    rt_test_failures += compare(what, &l32, ref("%s/%s", m->prefix, "loss0")->data, 1, 2e-5, 1e-4);
+    rt_test_failures += rt_fixture_compare(what, &l32, ref("%s/%s", m->prefix, "loss0")->data, 1, 2e-5, 1e-4);
     for (int i = 0; i < m->n_params; i++) {
         const char *name;
         int64_t dims[RT_MAX_DIMS];
@@ -186,7 +129,7 @@ static void check_model(const model *m)
         float *gv = malloc(gr->count * 4);
         CHECK_RC(rt_exec_get_grad(e, i, gv));
         snprintf(what, sizeof what, "%s grad %s", m->prefix, name);
-        rt_test_failures += compare(what, gv, gr->data, gr->count, 2e-5, 1e-4);
+        rt_test_failures += rt_fixture_compare(what, gv, gr->data, gr->count, 2e-5, 1e-4);
         free(gv);
     }
 
@@ -197,7 +140,7 @@ static void check_model(const model *m)
         rt_train_result r;
         CHECK_RC(rt_exec_train(e, &d, 1, &r, NULL, NULL, &sl));
         snprintf(what, sizeof what, "%s step %d loss", m->prefix, s + 1);
-        rt_test_failures += compare(what, &sl, (float *)losses->data + s, 1, 1e-4, 1e-3);
+        rt_test_failures += rt_fixture_compare(what, &sl, (float *)losses->data + s, 1, 1e-4, 1e-3);
         for (int i = 0; i < m->n_params; i++) {
             const char *name;
             rt_plan_param_info(p, i, &name, NULL, NULL);
@@ -206,7 +149,7 @@ static void check_model(const model *m)
             float *w = malloc(per * 4);
             CHECK_RC(rt_exec_get_param(e, i, w));
             snprintf(what, sizeof what, "%s step %d %s", m->prefix, s + 1, name);
-            rt_test_failures += compare(what, w, (float *)tr->data + per * (size_t)s, per, 1e-4, 1e-3);
+            rt_test_failures += rt_fixture_compare(what, w, (float *)tr->data + per * (size_t)s, per, 1e-4, 1e-3);
             free(w);
         }
     }
@@ -249,7 +192,7 @@ static void check_loss_op(const char *name, const char *op, const char *out,
     float got = (float)m.loss;
     char what[96];
     snprintf(what, sizeof what, "loss %s", name);
-    int bad = compare(what, &got, ref("loss/%s%s", name, "")->data, 1, 2e-6, 1e-5);
+    int bad = rt_fixture_compare(what, &got, ref("loss/%s%s", name, "")->data, 1, 2e-6, 1e-5);
     rt_test_failures += bad;
     printf("%-18s %.7f (reference %.7f)\n", name, (double)got,
            (double)*(float *)ref("loss/%s%s", name, "")->data);
@@ -266,7 +209,7 @@ static void check_loss(const char *name, const char *out, const char *lab,
 
 int main(int argc, char **argv)
 {
-    load_refs(argc > 1 ? argv[1] : "tests/fixtures/engine_ref.bin");
+    rt_fixture_load(argc > 1 ? argv[1] : "tests/fixtures/engine_ref.bin");
     const model wa = {"wa", 4, {"d1/kernel", "d1/bias", "d2/kernel", "d2/bias"},
                       4, 20, RT_LOSS_LOGCOSH, 0, RT_OPT_ADAM, 0.1f, 0, 0, 0};
     check_model(&wa);
@@ -299,6 +242,6 @@ int main(int argc, char **argv)
      * reference is the loss from logits */
     check_loss_op("sparse_ce_logits", "Softmax", "logits", "y_int", RT_LOSS_SPARSE_CE, 0);
     check_loss_op("ce_logits", "Softmax", "logits", "y_onehot", RT_LOSS_CE, 0);
-    for (int i = 0; i < n_refs; i++) free(refs[i].data);
+    rt_fixture_free();
     return rt_test_done("test_fixture");
 }
