@@ -35,30 +35,8 @@
 #define RT_SOURCE_DIR "."
 #endif
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static void die(const char *what, const char *msg)
-{
-    fprintf(stderr, "bench_conv: %s: %s\n", what, msg);
-    exit(1);
-}
+#define RT_BENCH_NAME "bench_conv"
+#include "../bench_util.h"
 
 /* oneDNN sgemm GFLOP/s on a square product: the compute limit */
 static double gemm_rate(void)

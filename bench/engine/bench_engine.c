@@ -22,30 +22,8 @@
 #define RT_SOURCE_DIR "."
 #endif
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static void die(const char *what, const char *msg)
-{
-    fprintf(stderr, "bench_engine: %s: %s\n", what, msg);
-    exit(1);
-}
+#define RT_BENCH_NAME "bench_engine"
+#include "../bench_util.h"
 
 /* Dense layers: widths[0] inputs ... widths[n] outputs; relu between */
 static rt_plan *mlp_plan(const int *widths, int n, int softmax_out, rt_loss_kind loss,
@@ -279,11 +257,19 @@ int main(int argc, char **argv)
 
     printf("\n%-34s %12s %12s %10s   %s\n", "median per training step", "rtrain",
            pt.ok ? "torch" : "-", pt.ok ? "speedup" : "", "target");
-    printf("%-34s %9.3f us %9.1f us %9.1fx   <= 3 us, >= 70x\n", "W-A (120 steps per call)", wa_us,
-           pt.wa_us, pt.ok ? pt.wa_us / wa_us : 0.0);
+    /* without the peer its columns stay empty rather than printing zeros */
+    char wa_t[32] = "", wa_r[32] = "", wc_t[32] = "", wc_r[32] = "";
+    if (pt.ok) {
+        snprintf(wa_t, sizeof wa_t, "%.1f us", pt.wa_us);
+        snprintf(wa_r, sizeof wa_r, "%.1fx", pt.wa_us / wa_us);
+        snprintf(wc_t, sizeof wc_t, "%.3f ms", pt.wc_us * 1e-3);
+        snprintf(wc_r, sizeof wc_r, "%.2fx", pt.wc_us / wc_us);
+    }
+    printf("%-34s %9.3f us %12s %10s   <= 3 us, >= 70x\n", "W-A (120 steps per call)", wa_us,
+           wa_t, wa_r);
     printf("%-34s %9.3f us %12s %10s\n", "W-A (1 step per call)", wa_call_us, "", "");
-    printf("%-34s %9.3f ms %9.3f ms %9.2fx   <= 1.5 ms, >= 2.5x\n", "W-C (Adam)", wc_us * 1e-3,
-           pt.wc_us * 1e-3, pt.ok ? pt.wc_us / wc_us : 0.0);
+    printf("%-34s %9.3f ms %12s %10s   <= 1.5 ms, >= 2.5x\n", "W-C (Adam)", wc_us * 1e-3,
+           wc_t, wc_r);
     printf("%-34s %9.3f ms %12s %9.2fx   <= 1.5x of the limit\n", "W-C GEMMs alone (oneDNN limit)",
            wc_gemm_us * 1e-3, "", wc_us / wc_gemm_us);
     printf("%-34s %9.1f GFLOP/s (%.3f GFLOP/step)\n", "W-C achieved",
