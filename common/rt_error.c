@@ -31,25 +31,25 @@ int rt_err_to_grpc(int err)
     RT_ERRNO_MAP(RT__ERR_GRPC)
 #undef RT__ERR_GRPC
     }
-    return 2; /* UNKNOWN */
+    return RT__GRPC_UNKNOWN;
 }
 
 int rt_err_from_grpc(int grpc_status)
 {
     switch (grpc_status) {
     case 0: return RT_OK;
-    case 1: return RT_ECANCELLED;
-    case 3: return RT_EINVAL;
-    case 4: return RT_ETIMEDOUT;
-    case 5: return RT_ENOTFOUND;
-    case 6: return RT_EEXIST;
-    case 8: return RT_ETOOBIG;
-    case 9: return RT_ESTATE;
-    case 12: return RT_EUNIMPLEMENTED;
-    case 13: return RT_EINTERNAL;
-    case 14: return RT_EUNAVAILABLE;
-    case 15: return RT_ECHECKSUM;
-    case 16: return RT_EAUTH;
+    case RT__GRPC_CANCELLED: return RT_ECANCELLED;
+    case RT__GRPC_INVALID_ARGUMENT: return RT_EINVAL;
+    case RT__GRPC_DEADLINE_EXCEEDED: return RT_ETIMEDOUT;
+    case RT__GRPC_NOT_FOUND: return RT_ENOTFOUND;
+    case RT__GRPC_ALREADY_EXISTS: return RT_EEXIST;
+    case RT__GRPC_RESOURCE_EXHAUSTED: return RT_ETOOBIG;
+    case RT__GRPC_FAILED_PRECONDITION: return RT_ESTATE;
+    case RT__GRPC_UNIMPLEMENTED: return RT_EUNIMPLEMENTED;
+    case RT__GRPC_INTERNAL: return RT_EINTERNAL;
+    case RT__GRPC_UNAVAILABLE: return RT_EUNAVAILABLE;
+    case RT__GRPC_DATA_LOSS: return RT_ECHECKSUM;
+    case RT__GRPC_UNAUTHENTICATED: return RT_EAUTH;
     default: return RT_EGRPC;
     }
 }

@@ -21,35 +21,51 @@
 extern "C" {
 #endif
 
-/*      name            value  grpc status          text */
+/* gRPC status codes (grpc_status_code); common/rt_mirror.c checks each
+ * against gRPC's own enum at compile time. */
+#define RT__GRPC_CANCELLED 1
+#define RT__GRPC_UNKNOWN 2
+#define RT__GRPC_INVALID_ARGUMENT 3
+#define RT__GRPC_DEADLINE_EXCEEDED 4
+#define RT__GRPC_NOT_FOUND 5
+#define RT__GRPC_ALREADY_EXISTS 6
+#define RT__GRPC_RESOURCE_EXHAUSTED 8
+#define RT__GRPC_FAILED_PRECONDITION 9
+#define RT__GRPC_UNIMPLEMENTED 12
+#define RT__GRPC_INTERNAL 13
+#define RT__GRPC_UNAVAILABLE 14
+#define RT__GRPC_DATA_LOSS 15
+#define RT__GRPC_UNAUTHENTICATED 16
+
+/*      name            value  grpc status                    text */
 #define RT_ERRNO_MAP(X)                                                        \
-    X(EINVAL,           -1,   3 /*INVALID_ARGUMENT*/,  "invalid argument")     \
-    X(ENOMEM,           -2,   8 /*RESOURCE_EXHAUSTED*/, "out of memory")       \
-    X(EGRAPH,           -3,   3,                      "invalid graph")         \
-    X(EUNKNOWN_OP,      -4,   3,                      "unknown op")            \
-    X(ECYCLE,           -5,   3,                      "graph has a cycle")     \
-    X(ESHAPE,           -6,   3,                      "shape mismatch")        \
-    X(EDTYPE,           -7,   3,                      "dtype mismatch")        \
-    X(EOVERFLOW,        -8,   3,                      "size overflow")         \
-    X(ENOTFOUND,        -9,   5 /*NOT_FOUND*/,        "not found")             \
-    X(EDATA,            -10,  3,                      "invalid data")          \
-    X(ECHECKSUM,        -11,  15 /*DATA_LOSS*/,       "checksum mismatch")     \
-    X(ETOOBIG,          -12,  8,                      "over a limit")          \
-    X(EIO,              -13,  13 /*INTERNAL*/,        "i/o error")             \
-    X(EUNAVAILABLE,     -14,  14 /*UNAVAILABLE*/,     "server unavailable")    \
-    X(ETIMEDOUT,        -15,  4 /*DEADLINE_EXCEEDED*/, "deadline exceeded")    \
-    X(ECANCELLED,       -16,  1 /*CANCELLED*/,        "cancelled")             \
-    X(EPROTO,           -17,  3,                      "malformed message")     \
-    X(EINTERNAL,        -18,  13,                     "internal error")        \
-    X(EUNIMPLEMENTED,   -19,  12 /*UNIMPLEMENTED*/,   "not implemented")       \
-    X(EEXIST,           -20,  6 /*ALREADY_EXISTS*/,   "already exists")        \
-    X(ESTATE,           -21,  9 /*FAILED_PRECONDITION*/, "wrong state")        \
-    X(EAUTH,            -22,  16 /*UNAUTHENTICATED*/, "unauthenticated")       \
-    X(EUNKNOWN_LAYER,   -23,  3,                      "unknown layer")         \
-    X(EJSON,            -24,  3,                      "malformed json")        \
-    X(ENAN,             -25,  3,                      "non-finite value")      \
-    X(ETRUNCATED,       -26,  15,                     "truncated upload")      \
-    X(EGRPC,            -27,  2 /*UNKNOWN*/,          "grpc error")
+    X(EINVAL,          -1,  RT__GRPC_INVALID_ARGUMENT,     "invalid argument") \
+    X(ENOMEM,          -2,  RT__GRPC_RESOURCE_EXHAUSTED,   "out of memory") \
+    X(EGRAPH,          -3,  RT__GRPC_INVALID_ARGUMENT,     "invalid graph") \
+    X(EUNKNOWN_OP,     -4,  RT__GRPC_INVALID_ARGUMENT,     "unknown op") \
+    X(ECYCLE,          -5,  RT__GRPC_INVALID_ARGUMENT,     "graph has a cycle") \
+    X(ESHAPE,          -6,  RT__GRPC_INVALID_ARGUMENT,     "shape mismatch") \
+    X(EDTYPE,          -7,  RT__GRPC_INVALID_ARGUMENT,     "dtype mismatch") \
+    X(EOVERFLOW,       -8,  RT__GRPC_INVALID_ARGUMENT,     "size overflow") \
+    X(ENOTFOUND,       -9,  RT__GRPC_NOT_FOUND,            "not found") \
+    X(EDATA,           -10, RT__GRPC_INVALID_ARGUMENT,     "invalid data") \
+    X(ECHECKSUM,       -11, RT__GRPC_DATA_LOSS,            "checksum mismatch") \
+    X(ETOOBIG,         -12, RT__GRPC_RESOURCE_EXHAUSTED,   "over a limit") \
+    X(EIO,             -13, RT__GRPC_INTERNAL,             "i/o error") \
+    X(EUNAVAILABLE,    -14, RT__GRPC_UNAVAILABLE,          "server unavailable") \
+    X(ETIMEDOUT,       -15, RT__GRPC_DEADLINE_EXCEEDED,    "deadline exceeded") \
+    X(ECANCELLED,      -16, RT__GRPC_CANCELLED,            "cancelled") \
+    X(EPROTO,          -17, RT__GRPC_INVALID_ARGUMENT,     "malformed message") \
+    X(EINTERNAL,       -18, RT__GRPC_INTERNAL,             "internal error") \
+    X(EUNIMPLEMENTED,  -19, RT__GRPC_UNIMPLEMENTED,        "not implemented") \
+    X(EEXIST,          -20, RT__GRPC_ALREADY_EXISTS,       "already exists") \
+    X(ESTATE,          -21, RT__GRPC_FAILED_PRECONDITION,  "wrong state") \
+    X(EAUTH,           -22, RT__GRPC_UNAUTHENTICATED,      "unauthenticated") \
+    X(EUNKNOWN_LAYER,  -23, RT__GRPC_INVALID_ARGUMENT,     "unknown layer") \
+    X(EJSON,           -24, RT__GRPC_INVALID_ARGUMENT,     "malformed json") \
+    X(ENAN,            -25, RT__GRPC_INVALID_ARGUMENT,     "non-finite value") \
+    X(ETRUNCATED,      -26, RT__GRPC_DATA_LOSS,            "truncated upload") \
+    X(EGRPC,           -27, RT__GRPC_UNKNOWN,              "grpc error")
 
 typedef enum rt_errno {
     RT_OK = 0,

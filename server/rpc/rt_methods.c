@@ -1,5 +1,5 @@
-/* rt_methods.c - one handler per rtrain.v1.Trainer method, and the method
- * table (in .proto order). Handlers run on a completion-queue thread; the
+/* rt_methods.c - one handler per rtrain.v1.Trainer method, and the handler
+ * table (indexed in .proto order). Handlers run on a completion-queue thread; the
  * *_work functions run with the device held, inline or on the executor. */
 #include "rt_srv_impl.h"
 
@@ -1404,32 +1404,24 @@ static int h_set_weights(rt_call *c)
 
 /* ------------------------------------------------------------ the table */
 
-const rt_method rt_methods[] = {
-    {"/rtrain.v1.Trainer/GetInfo", "InfoRequest", &rtrain__v1__info_request__descriptor,
-     RT_UNARY, h_get_info, NULL},
-    {"/rtrain.v1.Trainer/Ping", "PingRequest", &rtrain__v1__ping_request__descriptor,
-     RT_UNARY, h_ping, NULL},
-    {"/rtrain.v1.Trainer/CreateSession", "CreateSessionRequest",
-     &rtrain__v1__create_session_request__descriptor, RT_UNARY, h_create_session, NULL},
-    {"/rtrain.v1.Trainer/CloseSession", "CloseSessionRequest",
-     &rtrain__v1__close_session_request__descriptor, RT_UNARY, h_close_session, NULL},
-    {"/rtrain.v1.Trainer/Compile", "CompileRequest", &rtrain__v1__compile_request__descriptor,
-     RT_UNARY, h_compile, NULL},
-    {"/rtrain.v1.Trainer/UploadDataset", "UploadChunk", &rtrain__v1__upload_chunk__descriptor,
-     RT_CLIENT_STREAM, h_upload_chunk, h_upload_end},
-    {"/rtrain.v1.Trainer/FindDataset", "FindDatasetRequest",
-     &rtrain__v1__find_dataset_request__descriptor, RT_UNARY, h_find_dataset, NULL},
-    {"/rtrain.v1.Trainer/RunSteps", "RunStepsRequest", &rtrain__v1__run_steps_request__descriptor,
-     RT_UNARY, h_run_steps, NULL},
-    {"/rtrain.v1.Trainer/Fit", "FitRequest", &rtrain__v1__fit_request__descriptor,
-     RT_SERVER_STREAM, h_fit, NULL},
-    {"/rtrain.v1.Trainer/Evaluate", "EvaluateRequest", &rtrain__v1__evaluate_request__descriptor,
-     RT_UNARY, h_evaluate, NULL},
-    {"/rtrain.v1.Trainer/Predict", "PredictRequest", &rtrain__v1__predict_request__descriptor,
-     RT_UNARY, h_predict, NULL},
-    {"/rtrain.v1.Trainer/GetWeights", "GetWeightsRequest",
-     &rtrain__v1__get_weights_request__descriptor, RT_UNARY, h_get_weights, NULL},
-    {"/rtrain.v1.Trainer/SetWeights", "SetWeightsRequest",
-     &rtrain__v1__set_weights_request__descriptor, RT_UNARY, h_set_weights, NULL},
+/* Indexed by the method's place in the .proto (RT_METHOD_INDEX), so a
+ * method the .proto adds without an entry here leaves a hole that
+ * rt_methods_init() reports at start; the request types and paths come
+ * from protoc-c's service descriptor (rt_method_table.c). */
+#define H(member, kind, handle, end) [RT_METHOD_INDEX(member)] = {#member, kind, handle, end}
+const rt_method_handler rt_handlers[RT_N_METHODS] = {
+    H(get_info, RT_UNARY, h_get_info, NULL),
+    H(ping, RT_UNARY, h_ping, NULL),
+    H(create_session, RT_UNARY, h_create_session, NULL),
+    H(close_session, RT_UNARY, h_close_session, NULL),
+    H(compile, RT_UNARY, h_compile, NULL),
+    H(upload_dataset, RT_CLIENT_STREAM, h_upload_chunk, h_upload_end),
+    H(find_dataset, RT_UNARY, h_find_dataset, NULL),
+    H(run_steps, RT_UNARY, h_run_steps, NULL),
+    H(fit, RT_SERVER_STREAM, h_fit, NULL),
+    H(evaluate, RT_UNARY, h_evaluate, NULL),
+    H(predict, RT_UNARY, h_predict, NULL),
+    H(get_weights, RT_UNARY, h_get_weights, NULL),
+    H(set_weights, RT_UNARY, h_set_weights, NULL),
 };
-const int rt_n_methods = (int)(sizeof rt_methods / sizeof rt_methods[0]);
+#undef H

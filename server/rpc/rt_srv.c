@@ -781,6 +781,7 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
         rt_srv_destroy(s);
         return RT_ENOMEM;
     }
+    rt_methods_init(); /* aborts if a .proto method has no handler */
     grpc_init();
     grpc_arg args[3];
     memset(args, 0, sizeof args);

@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-#define RT_VERSION_STRING "0.1.0"
+#include "rt_version.h" /* RT_VERSION_STRING, from CMake */
 
 typedef struct rt_srv_config {
     const char *listen;          /* host:port, port 0 = ephemeral */

@@ -19,6 +19,7 @@
 
 #include "rt_data.h"
 #include "rt_obs.h"
+#include "rt_service.h"
 #include "rt_session.h"
 #include "rt_srv.h"
 #include "rt_wire.h"
@@ -42,8 +43,22 @@ typedef struct rt_call rt_call;
  * half-closes. Return 0, or a negative code after rt_call_fail(). */
 typedef int (*rt_handler_fn)(rt_call *c);
 
+/* What rt_methods.c writes for one method: protoc-c's member name for it
+ * ("run_steps"), its shape and its handlers. rt_handlers[] is indexed by
+ * RT_METHOD_INDEX(member), so it follows the .proto's order. */
+typedef struct rt_method_handler {
+    const char *member;
+    rt_call_kind kind;
+    rt_handler_fn handle;
+    rt_handler_fn end;
+} rt_method_handler;
+
+extern const rt_method_handler rt_handlers[RT_N_METHODS];
+
+/* One method as the server registers it: the handler entry joined with what
+ * the service descriptor says (path, request type). */
 typedef struct rt_method {
-    const char *path;         /* "/rtrain.v1.Trainer/Ping" */
+    char path[RT_METHOD_PATH_MAX]; /* "/rtrain.v1.Trainer/Ping" */
     const char *req_name;     /* "PingRequest", for "malformed PingRequest" */
     const ProtobufCMessageDescriptor *req_desc;
     rt_call_kind kind;
@@ -51,7 +66,20 @@ typedef struct rt_method {
     rt_handler_fn end;
 } rt_method;
 
-extern const rt_method rt_methods[];
+/* Join the handler table h (nh entries) with the service descriptor sd into
+ * out[sd->n_methods] (.proto order). Every method of sd must have exactly
+ * one handler entry with its name, and every entry a method: otherwise -1
+ * with err naming the first method or entry that has no partner. */
+int rt_methods_bind(const ProtobufCServiceDescriptor *sd,
+                    const rt_method_handler *h, int nh, rt_method *out,
+                    int max, char *err, size_t errlen);
+
+/* The server's method table, bound once by rt_methods_init() from
+ * rt_handlers and the Trainer service descriptor; rt_methods_init aborts
+ * with a message if they disagree (a build from a .proto whose methods do
+ * not all have handlers). Thread-safe; idempotent. */
+void rt_methods_init(void);
+extern const rt_method *const rt_methods;
 extern const int rt_n_methods;
 
 /* A bump arena: the decoded request and the response of one call live in

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "itest.h"
+#include "rt_version.h"
 
 static const char *methods[] = {"GetInfo", "Ping", "CreateSession", "CloseSession", "Compile",
                                 "FindDataset", "RunSteps", "Evaluate", "Predict", "GetWeights",
@@ -75,7 +76,7 @@ static void test_get_info(itest_conn *c)
                 (ProtobufCMessage **)&p, &r);
     CHECK(r.status == 0 && p, "GetInfo: %d %s", r.status, r.details);
     if (p) {
-        CHECK(strcmp(p->version, "0.1.0") == 0, "version %s", p->version);
+        CHECK(strcmp(p->version, RT_VERSION_STRING) == 0, "version %s", p->version);
         CHECK(p->engine_version >= 1, "engine version %u", p->engine_version);
         CHECK(p->n_devices == 1 && !strcmp(p->devices[0]->kind, "cpu") &&
                   p->devices[0]->memory_bytes > (1ull << 28) && p->devices[0]->cores >= 1,

@@ -121,7 +121,7 @@ async function main() {
 
   await test('GetInfo', async () => {
     const r = await unary(client, 'GetInfo', {});
-    assert.strictEqual(r.version, '0.1.0');
+    assert.strictEqual(r.version, process.env.RT_VERSION, 'GetInfo version');
     assert.ok(r.engine_version >= 1);
     assert.strictEqual(r.devices.length, 1);
     assert.strictEqual(r.devices[0].kind, 'cpu');

@@ -1,0 +1,42 @@
+/* rt_mirror.c - compile-time ties between the enums the client library
+ * exposes (include/rtrain/) and the .proto enums they mirror on the wire,
+ * and between the error table's gRPC column and gRPC's status codes. The
+ * client converts by cast, so a renumbering on either side must stop the
+ * build. (The daemon's own mirrors are tied in server/rpc/rt_mirror.c.) */
+#include <grpc/status.h>
+
+#include "rtrain.pb-c.h"
+#include "rtrain/rt_error.h"
+#include "rtrain/rtrain.h"
+
+#define RT__SAME(a, b) _Static_assert((int)(a) == (int)(b), #a " != " #b)
+
+RT__SAME(RT_DTYPE_F32, RTRAIN__V1__DTYPE__F32);
+RT__SAME(RT_DTYPE_I32, RTRAIN__V1__DTYPE__I32);
+RT__SAME(RT_DTYPE_I64, RTRAIN__V1__DTYPE__I64);
+RT__SAME(RT_DTYPE_U8, RTRAIN__V1__DTYPE__U8);
+
+RT__SAME(RT_ROLE_FEATURES, RTRAIN__V1__DATA_ROLE__ROLE_FEATURES);
+RT__SAME(RT_ROLE_LABELS, RTRAIN__V1__DATA_ROLE__ROLE_LABELS);
+RT__SAME(RT_ROLE_BOTH, RTRAIN__V1__DATA_ROLE__ROLE_BOTH);
+
+RT__SAME(RT_FORMAT_RAW, RTRAIN__V1__DATA_FORMAT__FORMAT_RAW);
+RT__SAME(RT_FORMAT_NPY, RTRAIN__V1__DATA_FORMAT__FORMAT_NPY);
+RT__SAME(RT_FORMAT_CSV, RTRAIN__V1__DATA_FORMAT__FORMAT_CSV);
+RT__SAME(RT_FORMAT_IDX, RTRAIN__V1__DATA_FORMAT__FORMAT_IDX);
+
+/* rt_error.h cannot include gRPC (it is public), so it spells the status
+ * codes as numbers; these are gRPC's. */
+RT__SAME(RT__GRPC_CANCELLED, GRPC_STATUS_CANCELLED);
+RT__SAME(RT__GRPC_UNKNOWN, GRPC_STATUS_UNKNOWN);
+RT__SAME(RT__GRPC_INVALID_ARGUMENT, GRPC_STATUS_INVALID_ARGUMENT);
+RT__SAME(RT__GRPC_DEADLINE_EXCEEDED, GRPC_STATUS_DEADLINE_EXCEEDED);
+RT__SAME(RT__GRPC_NOT_FOUND, GRPC_STATUS_NOT_FOUND);
+RT__SAME(RT__GRPC_ALREADY_EXISTS, GRPC_STATUS_ALREADY_EXISTS);
+RT__SAME(RT__GRPC_RESOURCE_EXHAUSTED, GRPC_STATUS_RESOURCE_EXHAUSTED);
+RT__SAME(RT__GRPC_FAILED_PRECONDITION, GRPC_STATUS_FAILED_PRECONDITION);
+RT__SAME(RT__GRPC_UNIMPLEMENTED, GRPC_STATUS_UNIMPLEMENTED);
+RT__SAME(RT__GRPC_INTERNAL, GRPC_STATUS_INTERNAL);
+RT__SAME(RT__GRPC_UNAVAILABLE, GRPC_STATUS_UNAVAILABLE);
+RT__SAME(RT__GRPC_DATA_LOSS, GRPC_STATUS_DATA_LOSS);
+RT__SAME(RT__GRPC_UNAUTHENTICATED, GRPC_STATUS_UNAUTHENTICATED);

@@ -1,0 +1,73 @@
+/* rt_method_table.c - the server's method table: rt_handlers (written in
+ * rt_methods.c) joined with protoc-c's descriptor of rtrain.v1.Trainer. */
+#include "rt_srv_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+_Static_assert(RT_N_METHODS > 0 && RT_N_METHODS <= 32,
+               "rt_srv registers at most 32 methods (rt_srv.reg)");
+
+int rt_methods_bind(const ProtobufCServiceDescriptor *sd,
+                    const rt_method_handler *h, int nh, rt_method *out,
+                    int max, char *err, size_t errlen)
+{
+    if ((int)sd->n_methods > max) {
+        snprintf(err, errlen, "%s has %u methods, the table holds %d", sd->name,
+                 sd->n_methods, max);
+        return -1;
+    }
+    for (int i = 0; i < (int)sd->n_methods; i++) {
+        const ProtobufCMethodDescriptor *md = &sd->methods[i];
+        const rt_method_handler *e = NULL;
+        for (int k = 0; k < nh && !e; k++)
+            if (h[k].member && rt_service_name_match(h[k].member, md->name))
+                e = &h[k];
+        if (!e || !e->handle || (e->kind == RT_CLIENT_STREAM && !e->end)) {
+            snprintf(err, errlen, "method %s/%s has no handler", sd->name, md->name);
+            return -1;
+        }
+        rt_method *m = &out[i];
+        if (rt_service_path(sd, i, m->path, sizeof m->path) < 0) {
+            snprintf(err, errlen, "method %s/%s: path too long", sd->name, md->name);
+            return -1;
+        }
+        m->req_name = md->input->short_name;
+        m->req_desc = md->input;
+        m->kind = e->kind;
+        m->handle = e->handle;
+        m->end = e->end;
+    }
+    for (int k = 0; k < nh; k++) {
+        int found = 0;
+        for (int i = 0; i < (int)sd->n_methods && !found; i++)
+            found = h[k].member && rt_service_name_match(h[k].member, sd->methods[i].name);
+        if (!found) {
+            snprintf(err, errlen, "handler %s is not a method of %s",
+                     h[k].member ? h[k].member : "(unnamed)", sd->name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static rt_method bound[RT_N_METHODS];
+const rt_method *const rt_methods = bound;
+const int rt_n_methods = RT_N_METHODS;
+
+static void bind_or_abort(void)
+{
+    char err[256];
+    if (rt_methods_bind(rt_service(), rt_handlers, RT_N_METHODS, bound,
+                        RT_N_METHODS, err, sizeof err) < 0) {
+        fprintf(stderr, "rtraind: the method table does not match proto/rtrain.proto: %s\n",
+                err);
+        abort();
+    }
+}
+
+void rt_methods_init(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, bind_or_abort);
+}
