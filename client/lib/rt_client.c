@@ -13,22 +13,6 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
-const char *const rt__method_names[RT__M_COUNT] = {
-    [RT__M_INFO] = "GetInfo",
-    [RT__M_PING] = "Ping",
-    [RT__M_CREATE_SESSION] = "CreateSession",
-    [RT__M_CLOSE_SESSION] = "CloseSession",
-    [RT__M_COMPILE] = "Compile",
-    [RT__M_UPLOAD] = "UploadDataset",
-    [RT__M_FIND_DATASET] = "FindDataset",
-    [RT__M_RUN_STEPS] = "RunSteps",
-    [RT__M_FIT] = "Fit",
-    [RT__M_EVALUATE] = "Evaluate",
-    [RT__M_PREDICT] = "Predict",
-    [RT__M_GET_WEIGHTS] = "GetWeights",
-    [RT__M_SET_WEIGHTS] = "SetWeights",
-};
-
 /* How often a blocked call looks at the cancel flag. Small enough that
  * Ctrl-C feels immediate, large enough to cost nothing measurable. */
 #define RT__POLL_MS 20
@@ -112,8 +96,8 @@ int rt_client_create(const char *target, rt_client **out)
         return RT_ENOMEM;
     }
     for (int i = 0; i < RT__M_COUNT; i++) {
-        char path[96];
-        snprintf(path, sizeof path, "/rtrain.v1.Trainer/%s", rt__method_names[i]);
+        char path[RT_METHOD_PATH_MAX];
+        rt_service_path(rt_service(), i, path, sizeof path);
         c->reg[i] = grpc_channel_register_call(c->ch, path, NULL, NULL);
     }
     c->timeout_ms = RT_CLIENT_DEFAULT_TIMEOUT_MS;
@@ -194,7 +178,7 @@ void rt__call_begin(rt_client *c, int method)
     c->grpc_status = -1;
     atomic_store(&c->cancel_flag, 0);
     memset(&c->cur, 0, sizeof c->cur);
-    c->cur.method = rt__method_names[method];
+    c->cur.method = rt_service_method_name(method);
     c->cur.start_ns = rt_now_ns();
     c->t_response = 0;
 }
@@ -342,7 +326,7 @@ int rt__unary(rt_client *c, int method, const ProtobufCMessage *req,
     grpc_byte_buffer *send = rt_wire_pack(req, NULL);
     if (!send)
         return rt__err(c, RT_ENOMEM, "%s: out of memory packing the request",
-                       rt__method_names[method]);
+                       rt_service_method_name(method));
     c->cur.bytes_sent = rt_wire_length(send);
     uint64_t t1 = rt_now_ns();
     c->cur.client_encode_ns = t1 - t0;
@@ -352,7 +336,7 @@ int rt__unary(rt_client *c, int method, const ProtobufCMessage *req,
         rt__deadline(c), NULL);
     if (!call) {
         grpc_byte_buffer_destroy(send);
-        return rt__err(c, RT_ENOMEM, "%s: cannot create the call", rt__method_names[method]);
+        return rt__err(c, RT_ENOMEM, "%s: cannot create the call", rt_service_method_name(method));
     }
 
     grpc_metadata_array init_md, trail_md;
@@ -385,7 +369,7 @@ int rt__unary(rt_client *c, int method, const ProtobufCMessage *req,
     if (ce != GRPC_CALL_OK) {
         grpc_slice_unref(details);
         rc = rt__err(c, RT_EGRPC, "%s: grpc_call_start_batch failed (%d)",
-                     rt__method_names[method], (int)ce);
+                     rt_service_method_name(method), (int)ce);
     } else {
         rt__pluck(c, call, ops);
         c->t_response = rt_now_ns();
@@ -396,7 +380,7 @@ int rt__unary(rt_client *c, int method, const ProtobufCMessage *req,
             *resp = rt_wire_unpack(recv, desc, NULL);
             if (!*resp)
                 rc = rt__err(c, RT_EPROTO, "%s: the daemon's response is not a "
-                             "valid %s message", rt__method_names[method], desc->name);
+                             "valid %s message", rt_service_method_name(method), desc->name);
         }
     }
     grpc_byte_buffer_destroy(send);

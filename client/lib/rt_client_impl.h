@@ -15,16 +15,27 @@
 #include <grpc/grpc.h>
 
 #include "rtrain/rtrain.h"
+#include "rt_service.h"
 #include "rt_wire.h"
 
+/* The client's call table, indexed like the .proto's service (protoc-c's
+ * descriptor, rt_service.h); names and paths come from the descriptor. */
 enum {
-    RT__M_INFO, RT__M_PING, RT__M_CREATE_SESSION, RT__M_CLOSE_SESSION,
-    RT__M_COMPILE, RT__M_UPLOAD, RT__M_FIND_DATASET, RT__M_RUN_STEPS,
-    RT__M_FIT, RT__M_EVALUATE, RT__M_PREDICT, RT__M_GET_WEIGHTS,
-    RT__M_SET_WEIGHTS, RT__M_COUNT
+    RT__M_INFO = RT_METHOD_INDEX(get_info),
+    RT__M_PING = RT_METHOD_INDEX(ping),
+    RT__M_CREATE_SESSION = RT_METHOD_INDEX(create_session),
+    RT__M_CLOSE_SESSION = RT_METHOD_INDEX(close_session),
+    RT__M_COMPILE = RT_METHOD_INDEX(compile),
+    RT__M_UPLOAD = RT_METHOD_INDEX(upload_dataset),
+    RT__M_FIND_DATASET = RT_METHOD_INDEX(find_dataset),
+    RT__M_RUN_STEPS = RT_METHOD_INDEX(run_steps),
+    RT__M_FIT = RT_METHOD_INDEX(fit),
+    RT__M_EVALUATE = RT_METHOD_INDEX(evaluate),
+    RT__M_PREDICT = RT_METHOD_INDEX(predict),
+    RT__M_GET_WEIGHTS = RT_METHOD_INDEX(get_weights),
+    RT__M_SET_WEIGHTS = RT_METHOD_INDEX(set_weights),
+    RT__M_COUNT = RT_N_METHODS
 };
-
-extern const char *const rt__method_names[RT__M_COUNT];
 
 struct rt_client {
     char *target;
