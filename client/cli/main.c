@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rt_version.h"
 #include "rt_wire.h"
 
 static void print_list(const char *label, char **v, size_t n)
@@ -134,7 +135,7 @@ int main(int argc, char **argv)
         cli_usage(stdout);
         return 0;
     case CLI_VERSION:
-        printf("rtrain 0.1.0\n");
+        printf("rtrain %s\n", RT_VERSION_STRING);
         return 0;
     case CLI_INFO: return cli_cmd_info(&o);
     case CLI_PING: return cli_cmd_ping(&o);

@@ -48,7 +48,7 @@ __all__ = [
     "Unauthenticated", "Unimplemented", "DataLoss", "InternalError",
 ]
 
-__version__ = "0.1.0"
+__version__ = _rtrain.__version__  # CMake project(VERSION), via rt_version.h
 
 _SPARSE_LOSSES = {"sparse_categorical_crossentropy"}
 _LOSSES = {

@@ -40,6 +40,7 @@
 #include <time.h>
 
 #include "rtrain/rtrain.h"
+#include "rt_version.h"
 
 static uint64_t rt_now_ns(void)
 {
@@ -1848,7 +1849,8 @@ PyMODINIT_FUNC PyInit__rtrain(void)
     if (!m)
         return NULL;
     if (PyModule_AddObjectRef(m, "Client", (PyObject *)&ClientType) < 0 ||
-        PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0)
+        PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0 ||
+        PyModule_AddStringConstant(m, "__version__", RT_VERSION_STRING) < 0)
         goto fail;
     if (!(RtError = rt_py__new_exc(m, "Error", Py_BuildValue("(O)", PyExc_Exception),
                                    "Base of every error rtrain raises for the daemon.")))
