@@ -25,24 +25,41 @@ static size_t varint_put(uint8_t *p, uint64_t v)
     return n;
 }
 
+grpc_slice rt_wire_body(const ProtobufCMessage *msg)
+{
+    grpc_slice s = grpc_slice_malloc(protobuf_c_message_get_packed_size(msg));
+    protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(s));
+    return s;
+}
+
+grpc_slice rt_wire_tail(const ProtobufCMessage *tail)
+{
+    size_t tlen = protobuf_c_message_get_packed_size(tail);
+    grpc_slice s = grpc_slice_malloc(1 + varint_size(tlen) + tlen);
+    uint8_t *q = GRPC_SLICE_START_PTR(s);
+    *q++ = RT__TAIL_TAG;
+    q += varint_put(q, tlen);
+    protobuf_c_message_pack(tail, q);
+    return s;
+}
+
+grpc_byte_buffer *rt_wire_join(grpc_slice body, const grpc_slice *tail)
+{
+    grpc_slice s[2] = {body, tail ? *tail : grpc_empty_slice()};
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(s, tail ? 2 : 1);
+    grpc_slice_unref(s[0]);
+    if (tail)
+        grpc_slice_unref(s[1]);
+    return bb;
+}
+
 grpc_byte_buffer *rt_wire_pack(const ProtobufCMessage *msg,
                                const ProtobufCMessage *tail)
 {
-    size_t body = protobuf_c_message_get_packed_size(msg);
-    size_t tlen = tail ? protobuf_c_message_get_packed_size(tail) : 0;
-    size_t extra = tail ? 1 + varint_size(tlen) + tlen : 0;
-    grpc_slice s = grpc_slice_malloc(body + extra);
-    uint8_t *p = GRPC_SLICE_START_PTR(s);
-    protobuf_c_message_pack(msg, p);
-    if (tail) {
-        uint8_t *q = p + body;
-        *q++ = RT__TAIL_TAG;
-        q += varint_put(q, tlen);
-        protobuf_c_message_pack(tail, q);
-    }
-    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
-    grpc_slice_unref(s);
-    return bb;
+    grpc_slice t;
+    if (tail)
+        t = rt_wire_tail(tail);
+    return rt_wire_join(rt_wire_body(msg), tail ? &t : NULL);
 }
 
 ProtobufCMessage *rt_wire_unpack(grpc_byte_buffer *bb,

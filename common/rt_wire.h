@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include <grpc/byte_buffer.h>
+#include <grpc/slice.h>
 #include <protobuf-c/protobuf-c.h>
 
 #include "rtrain.pb-c.h"
@@ -40,6 +41,17 @@ static inline uint64_t rt_now_ns(void)
  * (grpc_byte_buffer_destroy), NULL on out of memory. */
 grpc_byte_buffer *rt_wire_pack(const ProtobufCMessage *msg,
                                const ProtobufCMessage *tail);
+
+/* The parts of rt_wire_pack, for callers that time the body's packing
+ * before they fill the tail (the daemon's Timings):
+ *   rt_wire_body: msg packed into a new slice of exactly its size;
+ *   rt_wire_tail: tail as field 15 (tag, varint length, bytes), a new slice
+ *     of exactly that size, so a tail of any length is framed correctly;
+ *   rt_wire_join: a byte buffer of body then *tail (tail may be NULL); it
+ *     takes the caller's slice references. */
+grpc_slice rt_wire_body(const ProtobufCMessage *msg);
+grpc_slice rt_wire_tail(const ProtobufCMessage *tail);
+grpc_byte_buffer *rt_wire_join(grpc_slice body, const grpc_slice *tail);
 
 /* Unpack bb as desc. NULL if bb is NULL or the bytes are not a valid
  * message (garbage). The caller frees with protobuf_c_message_free_unpacked

@@ -807,7 +807,9 @@ int rt_dataset_labels_as(rt_dataset *ds, rt_dtype dtype, const void **out,
     free(ds->y_conv);
     ds->y_conv = c;
     ds->y_conv_dtype = dtype;
-    ds->bytes += (uint64_t)m * 4;
+    /* Readers (the store's accounting, DatasetInfo) hold other locks or
+     * none: the count is atomic. */
+    __atomic_add_fetch(&ds->bytes, (uint64_t)m * 4, __ATOMIC_RELAXED);
     *out = c;
 done:
     pthread_mutex_unlock(&ds->mu);
@@ -819,6 +821,7 @@ struct rt_data_store {
     pthread_mutex_t mu;
     rt_dataset **v;
     uint64_t *used;            /* LRU clock per entry */
+    uint64_t *charged;         /* per entry: its bytes as counted in bytes */
     size_t n, cap;
     uint64_t clock;
     uint64_t bytes, max_bytes; /* held / cap (0 = no cap) */
@@ -843,6 +846,7 @@ void rt_data_store_destroy(rt_data_store *s)
         rt_dataset_release(s->v[i]);
     free(s->v);
     free(s->used);
+    free(s->charged);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -864,6 +868,14 @@ static rt_dataset *find_locked(rt_data_store *s, const uint8_t key[16])
  * once it is evicted and released. */
 static void evict_locked(rt_data_store *s, const rt_dataset *keep)
 {
+    /* A stored dataset grows when a program converts its labels
+     * (rt_dataset_labels_as, under the dataset's own lock): bring the
+     * total up to date before comparing it with the cap. */
+    for (size_t i = 0; i < s->n; i++) {
+        uint64_t b = rt_dataset_bytes(s->v[i]);
+        s->bytes += b - s->charged[i];
+        s->charged[i] = b;
+    }
     while (s->max_bytes && s->bytes > s->max_bytes) {
         size_t victim = s->n;
         for (size_t i = 0; i < s->n; i++)
@@ -873,9 +885,10 @@ static void evict_locked(rt_data_store *s, const rt_dataset *keep)
         if (victim == s->n)
             return;
         rt_dataset *d = s->v[victim];
-        s->bytes -= d->bytes < s->bytes ? d->bytes : s->bytes;
+        s->bytes -= s->charged[victim];
         s->v[victim] = s->v[s->n - 1];
         s->used[victim] = s->used[s->n - 1];
+        s->charged[victim] = s->charged[s->n - 1];
         s->n--;
         s->evicted++;
         rt_dataset_release(d);
@@ -899,22 +912,27 @@ void rt_data_store_put(rt_data_store *s, rt_dataset *ds, rt_dataset **kept,
         size_t nc = s->cap ? s->cap * 2 : 16;
         rt_dataset **nv = realloc(s->v, nc * sizeof *nv);
         uint64_t *nu = nv ? realloc(s->used, nc * sizeof *nu) : NULL;
+        uint64_t *nch = nu ? realloc(s->charged, nc * sizeof *nch) : NULL;
         if (nv)
             s->v = nv;
-        if (!nv || !nu) {
+        if (nu)
+            s->used = nu;
+        if (nch)
+            s->charged = nch;
+        if (!nv || !nu || !nch) {
             /* Keep serving without storing: the caller still gets ds. */
             pthread_mutex_unlock(&s->mu);
             *kept = ds;
             *dedup = 0;
             return;
         }
-        s->used = nu;
         s->cap = nc;
     }
     s->v[s->n] = ds;
     s->used[s->n] = ++s->clock;
+    s->charged[s->n] = rt_dataset_bytes(ds);
+    s->bytes += s->charged[s->n];
     s->n++;
-    s->bytes += ds->bytes;
     rt_dataset_retain(ds);
     evict_locked(s, ds);
     pthread_mutex_unlock(&s->mu);
@@ -947,10 +965,17 @@ rt_dataset *rt_data_store_find_id(rt_data_store *s, const char *id)
     return d;
 }
 
+uint64_t rt_dataset_bytes(const rt_dataset *ds)
+{
+    return __atomic_load_n(&ds->bytes, __ATOMIC_RELAXED);
+}
+
 uint64_t rt_data_store_bytes(rt_data_store *s)
 {
     pthread_mutex_lock(&s->mu);
     uint64_t b = s->bytes;
+    for (size_t i = 0; i < s->n; i++)
+        b += rt_dataset_bytes(s->v[i]) - s->charged[i];
     pthread_mutex_unlock(&s->mu);
     return b;
 }

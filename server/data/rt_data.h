@@ -65,7 +65,9 @@ typedef struct rt_dataset {
     int y_ndim;                /* per-sample label shape; 0 = scalar */
     int64_t y_dims[RT_MAX_DIMS];
     void *y;
-    uint64_t bytes;            /* bytes held (x + y) */
+    uint64_t bytes;            /* bytes held (x, y, converted labels);
+                                  grows after publication: read it with
+                                  rt_dataset_bytes() */
 
     /* private */
     void *x_owner;             /* an adopted upload buffer that x points into */
@@ -96,6 +98,10 @@ void rt_data_key(const uint8_t content_hash[16], const rt_data_part *parts,
                  int n_parts, uint8_t key[16]);
 /* Fill ds->key and ds->id from key. */
 void rt_dataset_set_key(rt_dataset *ds, const uint8_t key[16]);
+
+/* ds->bytes, read atomically: a program converting the labels adds to it
+ * (under ds's lock) while calls and the store read it. */
+uint64_t rt_dataset_bytes(const rt_dataset *ds);
 
 void rt_dataset_retain(rt_dataset *ds);
 void rt_dataset_release(rt_dataset *ds); /* NULL is a no-op */

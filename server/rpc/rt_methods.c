@@ -158,8 +158,12 @@ static int64_t *dims_pb(rt_call *c, int n, const int64_t *d)
 /* A step estimate before any step was measured: ~2 GFLOP/s. */
 static double step_estimate_ns(rt_program *p)
 {
-    if (p->step_ns > 0)
-        return p->step_ns;
+    /* Read on a cq thread while work under the device lock may update it:
+     * atomic (note_step_time is the only writer, and it holds the device). */
+    double est;
+    __atomic_load(&p->step_ns, &est, __ATOMIC_RELAXED);
+    if (est > 0)
+        return est;
     return (double)rt_plan_report(p->plan)->flops_per_step * 0.5 + 2000.0;
 }
 
@@ -169,8 +173,10 @@ static void note_step_time(rt_program *p, uint64_t ns, int64_t steps)
 {
     if (steps <= 0)
         return;
-    double per = (double)ns / (double)steps;
-    p->step_ns = p->step_ns > 0 ? 0.8 * p->step_ns + 0.2 * per : per;
+    double per = (double)ns / (double)steps, old;
+    __atomic_load(&p->step_ns, &old, __ATOMIC_RELAXED);
+    double v = old > 0 ? 0.8 * old + 0.2 * per : per;
+    __atomic_store(&p->step_ns, &v, __ATOMIC_RELAXED);
 }
 
 /* Execute time of the engine's epochs, measured from the step callback:
@@ -725,7 +731,7 @@ static Rtrain__V1__DatasetInfo *dataset_info(rt_call *c, const rt_dataset *ds, i
     i->y_dtype = ds->y ? (Rtrain__V1__DType)ds->y_dtype : RTRAIN__V1__DTYPE__DTYPE_UNSPECIFIED;
     i->y_shape = dims_pb(c, ds->y_ndim, ds->y_dims);
     i->n_y_shape = (size_t)ds->y_ndim;
-    i->bytes = ds->bytes;
+    i->bytes = rt_dataset_bytes(ds);
     i->deduplicated = dedup;
     return i->dataset_id && i->x_shape && i->y_shape ? i : NULL;
 }
@@ -751,7 +757,7 @@ static int upload_work(rt_call *c)
         rt_dataset_set_key(ds, key);
         rt_data_store_put(c->srv->data, ds, &kept, &dedup);
         RT_LOG(RT_LOG_INFO, "dataset %s: %lld samples, %llu bytes (%s)", kept->id,
-               (long long)kept->n, (unsigned long long)kept->bytes, u->name);
+               (long long)kept->n, (unsigned long long)rt_dataset_bytes(kept), u->name);
     }
     c->ds = kept;
     free(u->buf); /* parsed; the raw bytes are not kept */

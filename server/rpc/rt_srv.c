@@ -83,31 +83,22 @@ int rt_call_fail(rt_call *c, int code, const char *fmt, ...)
 /* ---------------------------------------------------------------- packing */
 /* Pack msg and, if asked, the Timings tail (field 15) after it. The tail is
  * packed after the body so encode_ns is the body's measured packing cost and
- * total_ns ends at the hand-off. Same layout as rt_wire_pack. */
+ * total_ns ends at the hand-off. Same layout as rt_wire_pack: the tail is
+ * its own slice of its real length, so Timings may grow any number of
+ * fields. */
 static grpc_byte_buffer *pack_msg(rt_call *c, const ProtobufCMessage *msg,
                                   int with_timings)
 {
     uint64_t t0 = rt_now_ns();
-    size_t body = protobuf_c_message_get_packed_size(msg);
-    grpc_slice s = grpc_slice_malloc(body + (with_timings ? 96 : 0));
-    uint8_t *p = GRPC_SLICE_START_PTR(s);
-    protobuf_c_message_pack(msg, p);
-    size_t len = body;
-    if (with_timings) {
-        uint64_t t1 = rt_now_ns();
-        c->tm.encode_ns += t1 - t0;
-        Rtrain__V1__Timings tpb = RTRAIN__V1__TIMINGS__INIT;
-        rt_obs_timing_fill(&c->tm, t1, &tpb);
-        size_t tl = rtrain__v1__timings__get_packed_size(&tpb);
-        p[len++] = 0x7a; /* field 15, length-delimited */
-        p[len++] = (uint8_t)tl; /* <= 67 bytes: one varint byte */
-        len += rtrain__v1__timings__pack(&tpb, p + len);
-    }
-    grpc_slice sub = grpc_slice_sub(s, 0, len);
-    grpc_slice_unref(s);
-    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sub, 1);
-    grpc_slice_unref(sub);
-    return bb;
+    grpc_slice body = rt_wire_body(msg);
+    if (!with_timings)
+        return rt_wire_join(body, NULL);
+    uint64_t t1 = rt_now_ns();
+    c->tm.encode_ns += t1 - t0;
+    Rtrain__V1__Timings tpb = RTRAIN__V1__TIMINGS__INIT;
+    rt_obs_timing_fill(&c->tm, t1, &tpb);
+    grpc_slice tail = rt_wire_tail(&tpb.base);
+    return rt_wire_join(body, &tail);
 }
 
 /* ------------------------------------------------------------- call life */

@@ -40,7 +40,9 @@ typedef struct rt_program {
     rt_metrics last_metrics;
     rt_metrics last_mean;
     /* Measured cost of one training step, for choosing inline vs executor;
-     * an exponential moving average, 0 until the first measurement. */
+     * an exponential moving average, 0 until the first measurement.
+     * Atomic (__atomic_load/__atomic_store): handlers read it on cq threads
+     * while the work that measures a step, under the device lock, writes it. */
     double step_ns;
     /* Epochs completed by Fit calls (1-based numbering of EpochEnd). */
     int64_t fit_epochs;
