@@ -1,5 +1,5 @@
-/* rt_client.c - the client handle, the gRPC core transport for unary calls,
- * errors and the per-call time account. */
+/* rt_client.c - the client handle, errors and the per-call time account
+ * (the calls themselves go through rt_client_call.c). */
 #include "rt_client_impl.h"
 
 #include <errno.h>
@@ -13,9 +13,6 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
-/* How often a blocked call looks at the cancel flag. Small enough that
- * Ctrl-C feels immediate, large enough to cost nothing measurable. */
-#define RT__POLL_MS 20
 
 size_t rt_client_dtype_size(rt_client_dtype dt)
 {
@@ -159,19 +156,6 @@ int rt_client_cancel(rt_client *c)
     return 0;
 }
 
-gpr_timespec rt__deadline(rt_client *c)
-{
-    int64_t ms = c->timeout_ms;
-    if (c->next_timeout_ms != INT64_MIN) {
-        ms = c->next_timeout_ms;
-        c->next_timeout_ms = INT64_MIN;
-    }
-    if (ms <= 0)
-        return gpr_inf_future(GPR_CLOCK_MONOTONIC);
-    return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                        gpr_time_from_millis(ms, GPR_TIMESPAN));
-}
-
 void rt__call_begin(rt_client *c, int method)
 {
     c->errmsg[0] = 0;
@@ -250,146 +234,6 @@ int rt_client_trace_write(const rt_client *c, const char *path)
     if (!c)
         return RT_EINVAL;
     return rt_client_trace_write_calls(c->trace, c->n_trace, path);
-}
-
-int rt__pluck(rt_client *c, grpc_call *call, void *tag)
-{
-    int cancelled = 0;
-    for (;;) {
-        /* Checked before every wait, not only on timeouts: a stream that
-         * delivers events faster than RT__POLL_MS never times out. */
-        if (!cancelled && call && atomic_load(&c->cancel_flag)) {
-            grpc_call_cancel(call, NULL);
-            cancelled = 1;
-        }
-        gpr_timespec dl = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                       gpr_time_from_millis(RT__POLL_MS, GPR_TIMESPAN));
-        grpc_event ev = grpc_completion_queue_pluck(c->cq, tag, dl, NULL);
-        if (ev.type == GRPC_OP_COMPLETE)
-            return ev.success;
-        if (ev.type == GRPC_QUEUE_SHUTDOWN)
-            return 0;
-    }
-}
-
-static const char *status_name(grpc_status_code st)
-{
-    static const char *const names[] = {
-        "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-        "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-        "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
-        "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
-    if ((int)st >= 0 && (size_t)st < sizeof names / sizeof names[0])
-        return names[st];
-    return "UNKNOWN";
-}
-
-int rt__status(rt_client *c, grpc_status_code st, grpc_slice details,
-               const char *error_string)
-{
-    c->grpc_status = (int)st;
-    char *d = grpc_slice_to_c_string(details);
-    grpc_slice_unref(details);
-    int rc = 0;
-    if (st != GRPC_STATUS_OK) {
-        rc = rt_err_from_grpc((int)st);
-        if (rc == 0)
-            rc = RT_EGRPC;
-        const char *name = status_name(st);
-        const char *method = c->cur.method ? c->cur.method : "call";
-        if (st == GRPC_STATUS_UNAVAILABLE) {
-            rt__err(c, RT_EUNAVAILABLE,
-                    "cannot connect to %s (is rtraind running there?): %s: %s",
-                    c->target, method, d && *d ? d : "unavailable");
-        } else if (st == GRPC_STATUS_DEADLINE_EXCEEDED) {
-            rt__err(c, rc, "DEADLINE_EXCEEDED: %s on %s did not finish in time "
-                    "(raise the timeout)", method, c->target);
-        } else if (st == GRPC_STATUS_CANCELLED && atomic_load(&c->cancel_flag)) {
-            rt__err(c, RT_ECANCELLED, "CANCELLED: %s cancelled by the client", method);
-        } else if (d && strncmp(d, name, strlen(name)) == 0) {
-            rt__err(c, rc, "%s", d); /* the daemon already named the status */
-        } else {
-            rt__err(c, rc, "%s: %s", name, d && *d ? d : method);
-        }
-    }
-    gpr_free(d);
-    if (error_string)
-        gpr_free((void *)error_string);
-    return rc;
-}
-
-int rt__unary(rt_client *c, int method, const ProtobufCMessage *req,
-              const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp)
-{
-    *resp = NULL;
-    uint64_t t0 = rt_now_ns();
-    grpc_byte_buffer *send = rt_wire_pack(req, NULL);
-    if (!send)
-        return rt__err(c, RT_ENOMEM, "%s: out of memory packing the request",
-                       rt_service_method_name(method));
-    c->cur.bytes_sent = rt_wire_length(send);
-    uint64_t t1 = rt_now_ns();
-    c->cur.client_encode_ns = t1 - t0;
-
-    grpc_call *call = grpc_channel_create_registered_call(
-        c->ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq, c->reg[method],
-        rt__deadline(c), NULL);
-    if (!call) {
-        grpc_byte_buffer_destroy(send);
-        return rt__err(c, RT_ENOMEM, "%s: cannot create the call", rt_service_method_name(method));
-    }
-
-    grpc_metadata_array init_md, trail_md;
-    grpc_metadata_array_init(&init_md);
-    grpc_metadata_array_init(&trail_md);
-    grpc_byte_buffer *recv = NULL;
-    grpc_status_code st = GRPC_STATUS_UNKNOWN;
-    grpc_slice details = grpc_empty_slice();
-    const char *error_string = NULL;
-
-    grpc_op ops[6];
-    memset(ops, 0, sizeof ops);
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = send;
-    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[3].data.recv_initial_metadata.recv_initial_metadata = &init_md;
-    ops[4].op = GRPC_OP_RECV_MESSAGE;
-    ops[4].data.recv_message.recv_message = &recv;
-    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[5].data.recv_status_on_client.trailing_metadata = &trail_md;
-    ops[5].data.recv_status_on_client.status = &st;
-    ops[5].data.recv_status_on_client.status_details = &details;
-    ops[5].data.recv_status_on_client.error_string = &error_string;
-
-    uint64_t t2 = rt_now_ns();
-    int rc = 0;
-    grpc_call_error ce = grpc_call_start_batch(call, ops, 6, ops, NULL);
-    if (ce != GRPC_CALL_OK) {
-        grpc_slice_unref(details);
-        rc = rt__err(c, RT_EGRPC, "%s: grpc_call_start_batch failed (%d)",
-                     rt_service_method_name(method), (int)ce);
-    } else {
-        rt__pluck(c, call, ops);
-        c->t_response = rt_now_ns();
-        c->cur.round_trip_ns = c->t_response - t2;
-        c->cur.bytes_received = rt_wire_length(recv);
-        rc = rt__status(c, st, details, error_string);
-        if (rc == 0) {
-            *resp = rt_wire_unpack(recv, desc, NULL);
-            if (!*resp)
-                rc = rt__err(c, RT_EPROTO, "%s: the daemon's response is not a "
-                             "valid %s message", rt_service_method_name(method), desc->name);
-        }
-    }
-    grpc_byte_buffer_destroy(send);
-    if (recv)
-        grpc_byte_buffer_destroy(recv);
-    grpc_metadata_array_destroy(&init_md);
-    grpc_metadata_array_destroy(&trail_md);
-    grpc_call_unref(call);
-    return rc;
 }
 
 void rt__take_timings(rt_client *c, const Rtrain__V1__Timings *t, int add)

@@ -1,16 +1,12 @@
 /* rt_client_fit.c - the Fit server stream.
  *
- * Batches: (1) initial metadata + the request + half-close + initial
- * metadata in; (2) RECV_STATUS_ON_CLIENT, posted at once so a daemon abort
- * is seen mid-stream; then one RECV_MESSAGE at a time until a NULL message
- * (end of stream or cancellation). The callback's nonzero return, or
- * rt_client_cancel, becomes grpc_call_cancel: the daemon sees the
- * cancellation and stops at the next step boundary. */
+ * The request goes out with the stream's opening (rt__stream_open), then
+ * events are received one at a time until the end of the stream. The
+ * callback's nonzero return, or rt_client_cancel, cancels the call: the
+ * daemon sees the cancellation and stops at the next step boundary. */
 #include "rt_client_impl.h"
 
 #include <string.h>
-
-#include <grpc/slice.h>
 
 static void event_from_pb(const Rtrain__V1__FitEvent *e, rt_client_fit_event *ev)
 {
@@ -52,7 +48,6 @@ int rt_client_fit(rt_client *c, const rt_client_fit_params *p,
     if (rc < 0)
         return rt__call_end(c, rc);
 
-    uint64_t t0 = rt_now_ns();
     Rtrain__V1__FitRequest req = RTRAIN__V1__FIT_REQUEST__INIT;
     req.session_id = (char *)p->session;
     req.program_id = (char *)p->program;
@@ -61,79 +56,25 @@ int rt_client_fit(rt_client *c, const rt_client_fit_params *p,
     req.epochs = p->epochs;
     req.steps_per_epoch = p->steps_per_epoch;
     req.progress_every = p->progress_every;
-    grpc_byte_buffer *send = rt_wire_pack(&req.base, NULL);
-    if (!send)
-        return rt__call_end(c, rt__err(c, RT_ENOMEM, "Fit: out of memory"));
-    c->cur.bytes_sent = rt_wire_length(send);
-    c->cur.client_encode_ns = rt_now_ns() - t0;
+    rt__call k;
+    rc = rt__stream_open(c, &k, RT__M_FIT, &req.base);
+    if (rc < 0)
+        return rt__call_end(c, rc);
 
-    grpc_call *call = grpc_channel_create_registered_call(
-        c->ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq, c->reg[RT__M_FIT],
-        rt__deadline(c), NULL);
-    if (!call) {
-        grpc_byte_buffer_destroy(send);
-        return rt__call_end(c, rt__err(c, RT_ENOMEM, "Fit: cannot create the call"));
-    }
-    grpc_metadata_array init_md, trail_md;
-    grpc_metadata_array_init(&init_md);
-    grpc_metadata_array_init(&trail_md);
-    grpc_status_code st = GRPC_STATUS_UNKNOWN;
-    grpc_slice details = grpc_empty_slice();
-    const char *error_string = NULL;
-
-    uint64_t t_start = rt_now_ns();
     uint64_t in_callbacks = 0, decoding = 0;
     int saw_done = 0, user_stop = 0, server_cancelled = 0;
-
-    grpc_op ops1[4], ops2[1], opr[1];
-    memset(ops1, 0, sizeof ops1);
-    memset(ops2, 0, sizeof ops2);
-    ops1[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops1[1].op = GRPC_OP_SEND_MESSAGE;
-    ops1[1].data.send_message.send_message = send;
-    ops1[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    ops1[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops1[3].data.recv_initial_metadata.recv_initial_metadata = &init_md;
-    ops2[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops2[0].data.recv_status_on_client.trailing_metadata = &trail_md;
-    ops2[0].data.recv_status_on_client.status = &st;
-    ops2[0].data.recv_status_on_client.status_details = &details;
-    ops2[0].data.recv_status_on_client.error_string = &error_string;
-
-    grpc_call_error e1 = grpc_call_start_batch(call, ops1, 4, ops1, NULL);
-    grpc_call_error e2 = grpc_call_start_batch(call, ops2, 1, ops2, NULL);
-    if (e1 != GRPC_CALL_OK || e2 != GRPC_CALL_OK) {
-        /* Nothing to pluck for a batch that did not start. */
-        if (e1 == GRPC_CALL_OK)
-            rt__pluck(c, call, ops1);
-        grpc_call_cancel(call, NULL);
-        if (e2 == GRPC_CALL_OK)
-            rt__pluck(c, call, ops2);
-        else
-            grpc_slice_unref(details);
-        rc = rt__err(c, RT_EGRPC, "Fit: grpc_call_start_batch failed (%d/%d)",
-                     (int)e1, (int)e2);
-        goto out;
-    }
-    rt__pluck(c, call, ops1);
     for (;;) {
-        grpc_byte_buffer *recv = NULL;
-        memset(opr, 0, sizeof opr);
-        opr[0].op = GRPC_OP_RECV_MESSAGE;
-        opr[0].data.recv_message.recv_message = &recv;
-        if (grpc_call_start_batch(call, opr, 1, opr, NULL) != GRPC_CALL_OK)
-            break;
-        rt__pluck(c, call, opr);
+        grpc_byte_buffer *recv;
+        rt__stream_recv(&k, &recv);
         if (!recv)
             break; /* end of stream, cancellation or error: the status says */
         uint64_t d0 = rt_now_ns();
-        c->cur.bytes_received += rt_wire_length(recv);
         Rtrain__V1__FitEvent *fe = (Rtrain__V1__FitEvent *)rt_wire_unpack(
             recv, &rtrain__v1__fit_event__descriptor, NULL);
         grpc_byte_buffer_destroy(recv);
         if (!fe) {
             rc = rt__err(c, RT_EPROTO, "Fit: the daemon sent a malformed FitEvent");
-            grpc_call_cancel(call, NULL);
+            rt__stream_cancel(&k);
             decoding += rt_now_ns() - d0;
             continue; /* drain until the NULL message */
         }
@@ -152,22 +93,17 @@ int rt_client_fit(rt_client *c, const rt_client_fit_params *p,
             in_callbacks += rt_now_ns() - d1;
             if (stop) {
                 user_stop = 1;
-                grpc_call_cancel(call, NULL);
+                rt__stream_cancel(&k);
             }
         }
     }
-    rt__pluck(c, call, ops2);
-    {
-        uint64_t now = rt_now_ns();
-        /* The whole stream is the round trip: the daemon keeps computing
-         * while the client decodes events and runs callbacks, so that
-         * client work overlaps the server's and is reported beside it. */
-        c->cur.round_trip_ns = now - t_start;
-        c->cur.client_stream_ns = in_callbacks + decoding;
-        int src = rt__status(c, st, details, error_string);
-        if (rc == 0)
-            rc = src;
-    }
+    /* The whole stream is the round trip: the daemon keeps computing while
+     * the client decodes events and runs callbacks, so that client work
+     * overlaps the server's and is reported beside it. */
+    int src = rt__stream_close(&k);
+    c->cur.client_stream_ns = in_callbacks + decoding;
+    if (rc == 0)
+        rc = src;
     /* A stream that finished (done, OK status) before a late cancel took
      * effect is a success: the whole fit ran. */
     int finished = rc == 0 && saw_done && !server_cancelled;
@@ -179,11 +115,6 @@ int rt_client_fit(rt_client *c, const rt_client_fit_params *p,
     } else if (rc == 0 && !saw_done) {
         rc = rt__err(c, RT_EPROTO, "Fit: the stream ended without a done event");
     }
-out:
-    grpc_byte_buffer_destroy(send);
-    grpc_metadata_array_destroy(&init_md);
-    grpc_metadata_array_destroy(&trail_md);
-    grpc_call_unref(call);
     /* Nothing is decoded after the status: events were handled in-stream. */
     c->t_response = 0;
     return rt__call_end(c, rc);

@@ -2,9 +2,9 @@
  * rt_client_impl.h - librtrain internals shared by client/lib/ (all .c files).
  *
  * A call goes through rt__call_begin (reset error, start the clock), one of
- * the transports (rt__unary, or the stream code in rt_client_fit.c /
- * rt_client_upload.c), then rt__call_end (close the time account, keep it
- * for tracing). The transports fill c->cur as they go.
+ * the two transports of rt_client_call.c (rt__unary, or the rt__stream_*
+ * helpers that Fit and UploadDataset use), then rt__call_end (close the time
+ * account, keep it for tracing). The transports fill c->cur as they go.
  */
 #ifndef RTRAIN_CLIENT_IMPL_H
 #define RTRAIN_CLIENT_IMPL_H
@@ -78,11 +78,53 @@ int rt__pluck(rt_client *c, grpc_call *call, void *tag);
 int rt__status(rt_client *c, grpc_status_code st, grpc_slice details,
                const char *error_string);
 
-/* One unary call: pack req, one 6-op batch, unpack the response as desc.
- * On success *resp is the unpacked message (free with
- * protobuf_c_message_free_unpacked(.., NULL)). Fills encode and round trip. */
+/* One gRPC call in flight (rt_client_call.c). The caller owns the struct;
+ * the helpers below create and release what it holds. */
+typedef struct rt__call {
+    rt_client *c;
+    int method;
+    grpc_call *call;
+    grpc_metadata_array init_md, trail_md;
+    grpc_status_code st;
+    grpc_slice details;
+    const char *error_string;
+    grpc_byte_buffer *send, *recv;
+    grpc_op ops[6];       /* unary: its one batch; stream: the status batch */
+    grpc_op io[3];        /* stream: the first batch, then one send or receive */
+    uint64_t t_start;     /* the first batch started */
+    uint64_t encode_ns;
+    size_t bytes_sent;
+} rt__call;
+
+/* Unary calls. rt__unary_start packs req and starts the call's one 6-op
+ * batch; rt__unary_finish waits for it, fills c->cur (encode, round trip,
+ * bytes), turns the status into rc and unpacks the response as desc into
+ * *resp (free with protobuf_c_message_free_unpacked(.., NULL)). finish
+ * always releases k; a failed start leaves nothing to finish. Several calls
+ * may be started before the first is finished. rt__unary does both. */
+int rt__unary_start(rt_client *c, rt__call *k, int method,
+                    const ProtobufCMessage *req);
+int rt__unary_finish(rt_client *c, rt__call *k,
+                     const ProtobufCMessageDescriptor *desc,
+                     ProtobufCMessage **resp);
 int rt__unary(rt_client *c, int method, const ProtobufCMessage *req,
               const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp);
+
+/* Streams. open creates the call and sends the initial metadata; with req
+ * (a server stream) also req and the half-close. It posts the status batch
+ * at once, so a daemon ending the call mid-stream is seen. send sends one
+ * message (bb stays the caller's), with the half-close when last; it
+ * returns 0 when the call is over (the status says why). recv gives the
+ * next message or NULL at the end of the stream (or on cancellation or an
+ * error: the status says). close waits for the status, sets the round trip
+ * (from open), returns the status as an rc and releases k. Bytes are
+ * counted into c->cur as they go. */
+int rt__stream_open(rt_client *c, rt__call *k, int method,
+                    const ProtobufCMessage *req);
+int rt__stream_send(rt__call *k, grpc_byte_buffer *bb, int last);
+void rt__stream_recv(rt__call *k, grpc_byte_buffer **bb);
+void rt__stream_cancel(rt__call *k);
+int rt__stream_close(rt__call *k);
 
 /* Copy (add, for streams) a response's Timings into c->cur. */
 void rt__take_timings(rt_client *c, const Rtrain__V1__Timings *t, int add);

@@ -16,7 +16,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include <grpc/slice.h>
 #include <xxhash.h>
 
 typedef struct src {
@@ -161,65 +160,24 @@ static int stream_upload(rt_client *c, Rtrain__V1__DatasetHeader *hdr, src *s,
                          size_t n, uint64_t total, uint8_t *buf,
                          rt_client_dataset *out)
 {
-    grpc_call *call = grpc_channel_create_registered_call(
-        c->ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq, c->reg[RT__M_UPLOAD],
-        rt__deadline(c), NULL);
-    if (!call)
-        return rt__err(c, RT_ENOMEM, "UploadDataset: cannot create the call");
     XXH64_state_t *x64 = XXH64_createState();
-    if (!x64) {
-        grpc_call_unref(call);
+    if (!x64)
         return rt__err(c, RT_ENOMEM, "out of memory");
-    }
     XXH64_reset(x64, 0);
-
-    grpc_metadata_array init_md, trail_md;
-    grpc_metadata_array_init(&init_md);
-    grpc_metadata_array_init(&trail_md);
-    grpc_byte_buffer *recv = NULL;
-    grpc_status_code st = GRPC_STATUS_UNKNOWN;
-    grpc_slice details = grpc_empty_slice();
-    const char *error_string = NULL;
-    int rc = 0;
-    uint64_t t_start = rt_now_ns(), local = 0;
-
-    grpc_op opa[1], ops[3], opw[2];
-    memset(opa, 0, sizeof opa);
-    memset(ops, 0, sizeof ops);
-    opa[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[0].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[0].data.recv_initial_metadata.recv_initial_metadata = &init_md;
-    ops[1].op = GRPC_OP_RECV_MESSAGE;
-    ops[1].data.recv_message.recv_message = &recv;
-    ops[2].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[2].data.recv_status_on_client.trailing_metadata = &trail_md;
-    ops[2].data.recv_status_on_client.status = &st;
-    ops[2].data.recv_status_on_client.status_details = &details;
-    ops[2].data.recv_status_on_client.error_string = &error_string;
-    grpc_call_error e1 = grpc_call_start_batch(call, opa, 1, opa, NULL);
-    grpc_call_error e2 = grpc_call_start_batch(call, ops, 3, ops, NULL);
-    if (e1 != GRPC_CALL_OK || e2 != GRPC_CALL_OK) {
-        if (e1 == GRPC_CALL_OK)
-            rt__pluck(c, call, opa);
-        grpc_call_cancel(call, NULL);
-        if (e2 == GRPC_CALL_OK)
-            rt__pluck(c, call, ops);
-        else
-            grpc_slice_unref(details);
-        rc = rt__err(c, RT_EGRPC, "UploadDataset: grpc_call_start_batch failed");
-        goto out;
+    rt__call k;
+    int rc = rt__stream_open(c, &k, RT__M_UPLOAD, NULL);
+    if (rc < 0) {
+        XXH64_freeState(x64);
+        return rc;
     }
-    rt__pluck(c, call, opa);
-
+    uint64_t local = 0, off = 0, sent = 0;
     size_t part = 0;
-    uint64_t off = 0, sent = 0;
-    int first = 1, stream_ok = 1;
-    while (stream_ok) {
+    for (int first = 1;; first = 0) {
         uint64_t l0 = rt_now_ns();
         size_t got = 0;
         rc = read_at(c, s, n, &part, &off, buf, RT_UPLOAD_CHUNK, &got);
         if (rc < 0) {
-            grpc_call_cancel(call, NULL);
+            rt__stream_cancel(&k);
             break;
         }
         XXH64_update(x64, buf, got);
@@ -235,43 +193,28 @@ static int stream_upload(rt_client *c, Rtrain__V1__DatasetHeader *hdr, src *s,
         grpc_byte_buffer *bb = rt_wire_pack(&ch.base, NULL);
         if (!bb) {
             rc = rt__err(c, RT_ENOMEM, "UploadDataset: out of memory");
-            grpc_call_cancel(call, NULL);
+            rt__stream_cancel(&k);
             break;
         }
-        c->cur.bytes_sent += rt_wire_length(bb);
-        memset(opw, 0, sizeof opw);
-        opw[0].op = GRPC_OP_SEND_MESSAGE;
-        opw[0].data.send_message.send_message = bb;
-        opw[1].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
         local += rt_now_ns() - l0;
-        if (grpc_call_start_batch(call, opw, last ? 2 : 1, opw, NULL) != GRPC_CALL_OK) {
-            grpc_byte_buffer_destroy(bb);
-            grpc_call_cancel(call, NULL);
-            break;
-        }
-        /* One SEND_MESSAGE in flight at a time; a failed send means the
-         * daemon ended the call, and the status will say why. */
-        stream_ok = rt__pluck(c, call, opw);
+        int ok = rt__stream_send(&k, bb, last);
         grpc_byte_buffer_destroy(bb);
+        if (!ok)
+            break; /* the daemon ended the call: the status says why */
         sent += got;
-        first = 0;
         if (last)
             break;
     }
-    rt__pluck(c, call, ops);
-    {
-        uint64_t now = rt_now_ns();
-        /* Reading and packing chunks overlaps the daemon receiving the
-         * previous ones: it is in-stream client time, inside the round trip. */
-        c->cur.round_trip_ns = now - t_start;
-        c->cur.client_stream_ns = local;
-        c->t_response = now;
-        c->cur.bytes_received = rt_wire_length(recv);
-        out->bytes_sent = sent;
-        int src_rc = rt__status(c, st, details, error_string);
-        if (rc == 0)
-            rc = src_rc;
-    }
+    grpc_byte_buffer *recv;
+    rt__stream_recv(&k, &recv);
+    int src_rc = rt__stream_close(&k);
+    /* Reading and packing chunks overlaps the daemon receiving the
+     * previous ones: it is in-stream client time, inside the round trip. */
+    c->cur.client_stream_ns = local;
+    c->t_response = rt_now_ns();
+    out->bytes_sent = sent;
+    if (rc == 0)
+        rc = src_rc;
     if (rc == 0) {
         Rtrain__V1__UploadResponse *r = (Rtrain__V1__UploadResponse *)rt_wire_unpack(
             recv, &rtrain__v1__upload_response__descriptor, NULL);
@@ -287,13 +230,9 @@ static int stream_upload(rt_client *c, Rtrain__V1__DatasetHeader *hdr, src *s,
             protobuf_c_message_free_unpacked(&r->base, NULL);
         }
     }
-out:
     if (recv)
         grpc_byte_buffer_destroy(recv);
-    grpc_metadata_array_destroy(&init_md);
-    grpc_metadata_array_destroy(&trail_md);
     XXH64_freeState(x64);
-    grpc_call_unref(call);
     return rc;
 }
 
