@@ -1,6 +1,6 @@
 /*
  * cli.h - internals of the `rtrain` command: option parsing, output helpers
- * (progress line, timing table, CSV, .npy, SVG plot), and the commands.
+ * (timing table, CSV, .npy, SVG plot), and the commands.
  *
  * Parsing and the writers are pure functions so tests/cli/test_cli_unit.c can
  * check them without a daemon:
@@ -78,14 +78,6 @@ cli_data_kind cli_data_kind_of(const char *path);
 
 /* Statistics: sorts v in place; p in [0, 100], nearest-rank. 0 for n == 0. */
 double cli_percentile(double *v, size_t n, double p);
-
-/* "Epoch"-line body: " 6/6 [====...] - 0s 12us/step - loss: ..." into buf.
- * bar_width 0 omits the bar. val_* NaN/has_val 0 omits them; acc NaN omits
- * accuracy. Returns buf. */
-char *cli_format_progress(char *buf, size_t len, uint64_t done, uint64_t total,
-                          int bar_width, double elapsed_s, double eta_s,
-                          double loss, double acc, int has_val,
-                          double val_loss, double val_acc);
 
 /* Print one row per call (and a header) of the timing breakdown, in us. */
 void cli_print_timings(FILE *f, const rt_client_timings *calls, size_t n);

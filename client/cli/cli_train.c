@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "rt_progress.h"
 #include "rt_wire.h" /* rt_now_ns */
 
 volatile sig_atomic_t cli_interrupted;
@@ -153,73 +154,31 @@ static void finish_outputs(rt_client *c, const cli_opts *o)
 
 /* ------------------------------------------------------------- fit */
 
+static int out_write(void *user, const char *text)
+{
+    FILE *f = user;
+    if (fputs(text, f) < 0)
+        return -1;
+    fflush(f);
+    return 0;
+}
+
 typedef struct fit_view {
-    int bar;             /* TTY progress bar */
-    long epochs;
-    uint64_t spe;
-    uint64_t cur_epoch;  /* epoch whose header was printed */
-    uint64_t t_epoch;    /* start of the current epoch */
-    uint64_t t_start;
+    rt_progress bar;
     rt_client_epoch last;
     int have_last;
 } fit_view;
 
-static void view_epoch_start(fit_view *v, uint64_t epoch)
-{
-    if (epoch <= v->cur_epoch)
-        return;
-    v->cur_epoch = epoch;
-    v->t_epoch = rt_now_ns();
-    if (v->bar) {
-        printf("Epoch %llu/%ld\n", (unsigned long long)epoch, v->epochs);
-        fflush(stdout);
-    }
-}
-
-static void view_progress(fit_view *v, uint64_t epoch, uint64_t done, double loss,
-                          double acc)
-{
-    view_epoch_start(v, epoch);
-    if (!v->bar)
-        return;
-    double el = (double)(rt_now_ns() - v->t_epoch) / 1e9;
-    double eta = done ? el / (double)done * (double)(v->spe > done ? v->spe - done : 0) : 0;
-    char line[512];
-    cli_format_progress(line, sizeof line, done, v->spe, 30, el, eta, loss, acc, 0,
-                        NAN, NAN);
-    printf("\r%s\033[K", line);
-    fflush(stdout);
-}
-
-static void view_epoch_end(fit_view *v, const rt_client_epoch *e)
-{
-    view_epoch_start(v, e->epoch);
-    /* Client-side epoch time is meaningless when a call completes many
-     * epochs at once; the daemon's execute time for the epoch is exact. */
-    double el = e->execute_ns ? (double)e->execute_ns / 1e9
-                              : (double)(rt_now_ns() - v->t_epoch) / 1e9;
-    char line[512];
-    uint64_t steps = v->spe;
-    cli_format_progress(line, sizeof line, steps, steps, v->bar ? 30 : 0, el, 0,
-                        e->train.loss, e->train.accuracy, e->has_val, e->val.loss,
-                        e->val.accuracy);
-    if (v->bar)
-        printf("\r%s\033[K\n", line);
-    else
-        printf("Epoch %llu/%ld - %s\n", (unsigned long long)e->epoch, v->epochs, line);
-    fflush(stdout);
-    v->last = *e;
-    v->have_last = 1;
-    v->t_epoch = rt_now_ns();
-}
-
+/* Both drivers' events: progress display, the last epoch for the summary,
+ * Ctrl-C (the handler also cancels the call in flight). */
 static int on_fit_event(const rt_client_fit_event *ev, void *user)
 {
     fit_view *v = user;
-    if (ev->kind == RT_FIT_PROGRESS)
-        view_progress(v, ev->epoch, ev->step_in_epoch, ev->loss, ev->accuracy);
-    else if (ev->kind == RT_FIT_EPOCH_END)
-        view_epoch_end(v, &ev->epoch_end);
+    rt_progress_event(&v->bar, ev);
+    if (ev->kind == RT_FIT_EPOCH_END) {
+        v->last = ev->epoch_end;
+        v->have_last = 1;
+    }
     return cli_interrupted ? 1 : 0;
 }
 
@@ -255,18 +214,18 @@ int cli_cmd_fit(const cli_opts *o)
         }
     }
     uint64_t batch = o->batch_size > 0 ? (uint64_t)o->batch_size : 32;
+    uint64_t spe = o->steps_per_epoch > 0 ? (uint64_t)o->steps_per_epoch
+                                          : (tr.samples + batch - 1) / batch;
+    if (spe == 0)
+        spe = 1;
+    int bar = o->progress >= 0 ? o->progress : isatty(STDOUT_FILENO);
     fit_view v;
     memset(&v, 0, sizeof v);
-    v.bar = o->progress >= 0 ? o->progress : isatty(STDOUT_FILENO);
-    v.epochs = o->epochs;
-    v.spe = o->steps_per_epoch > 0 ? (uint64_t)o->steps_per_epoch
-                                   : (tr.samples + batch - 1) / batch;
-    if (v.spe == 0)
-        v.spe = 1;
-    v.t_start = rt_now_ns();
+    rt_progress_init(&v.bar, bar ? RT_PROGRESS_BAR : RT_PROGRESS_LINES,
+                     (uint32_t)o->epochs, spe, "accuracy", out_write, stdout);
     printf("train: %llu samples%s%s, %llu steps/epoch, %s\n",
            (unsigned long long)tr.samples, tr.deduplicated ? " (already on the daemon)" : "",
-           o->val ? ", with validation" : "", (unsigned long long)v.spe,
+           o->val ? ", with validation" : "", (unsigned long long)spe,
            o->steps_per_call > 0 ? "RunSteps" : "Fit stream");
     if (o->val)
         printf("val: %llu samples%s\n", (unsigned long long)va.samples,
@@ -279,52 +238,28 @@ int cli_cmd_fit(const cli_opts *o)
         goto out;
     }
 
+    rt_progress_begin(&v.bar);
     if (o->steps_per_call <= 0) {
         rt_client_fit_params fp = {
             .session = sid, .program = prog.program_id, .dataset = tr.id,
             .val_dataset = o->val ? va.id : NULL, .epochs = (uint32_t)o->epochs,
             .steps_per_epoch = (uint32_t)(o->steps_per_epoch > 0 ? o->steps_per_epoch : 0),
-            .progress_every = v.bar ? 1 : 0};
+            .progress_every = bar ? 1 : 0};
         /* A long fit has no deadline unless --timeout asks for one. */
         if (o->timeout_s <= 0)
             rt_client_next_timeout_ms(c, 0);
         rc = rt_client_fit(c, &fp, on_fit_event, &v);
-        if (rc < 0) {
-            if (v.bar)
-                printf("\n");
-            ex = cli_fail(c, "Fit", rc);
-            goto out;
-        }
     } else {
-        uint64_t total = (uint64_t)o->epochs * v.spe, done = 0;
-        uint64_t K = (uint64_t)o->steps_per_call;
-        while (done < total) {
-            if (cli_interrupted) {
-                ex = CLI_EXIT_INTERRUPTED;
-                fprintf(stderr, "rtrain: fit: interrupted after step %llu\n",
-                        (unsigned long long)done);
-                goto out;
-            }
-            uint64_t k = total - done < K ? total - done : K;
-            rt_client_steps_params sp = {
-                .session = sid, .program = prog.program_id, .dataset = tr.id,
-                .val_dataset = o->val ? va.id : NULL, .steps = k};
-            rt_client_steps_result r;
-            rc = rt_client_run_steps(c, &sp, &r);
-            if (rc < 0) {
-                if (v.bar)
-                    printf("\n");
-                ex = cli_fail(c, "RunSteps", rc);
-                goto out;
-            }
-            done += k;
-            for (size_t i = 0; i < r.n_epochs; i++)
-                view_epoch_end(&v, &r.epochs[i]);
-            uint64_t in_epoch = done % v.spe;
-            if (in_epoch)
-                view_progress(&v, done / v.spe + 1, in_epoch, r.mean.loss, r.mean.accuracy);
-            rt_client_steps_result_free(&r);
-        }
+        rt_client_train_params tp = {
+            .session = sid, .program = prog.program_id, .dataset = tr.id,
+            .val_dataset = o->val ? va.id : NULL, .epochs = (uint32_t)o->epochs,
+            .steps_per_epoch = spe, .steps_per_call = (uint64_t)o->steps_per_call};
+        rc = rt_client_train_steps(c, &tp, on_fit_event, &v);
+    }
+    rt_progress_finish(&v.bar);
+    if (rc < 0) {
+        ex = cli_fail(c, o->steps_per_call > 0 ? "fit (RunSteps)" : "Fit", rc);
+        goto out;
     }
     double wall = (double)(rt_now_ns() - t0) / 1e9;
     if (v.have_last) {

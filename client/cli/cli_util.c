@@ -1,5 +1,5 @@
-/* cli_util.c - output helpers of `rtrain`: statistics, the Keras-style
- * progress line, the timing table, .npy and CSV writers. */
+/* cli_util.c - output helpers of `rtrain`: statistics, the timing table,
+ * .npy and CSV writers. (The progress display is librtrain's rt_progress.) */
 #include "cli.h"
 
 #include <errno.h>
@@ -27,81 +27,6 @@ double cli_percentile(double *v, size_t n, double p)
     if (rank < 1)
         rank = 1;
     return v[rank - 1];
-}
-
-static void fmt_time(char *buf, size_t len, double s)
-{
-    if (s >= 3600)
-        snprintf(buf, len, "%d:%02d:%02d", (int)(s / 3600), (int)fmod(s / 60, 60),
-                 (int)fmod(s, 60));
-    else if (s >= 60)
-        snprintf(buf, len, "%d:%02d", (int)(s / 60), (int)fmod(s, 60));
-    else
-        snprintf(buf, len, "%.0fs", s);
-}
-
-static void fmt_per_step(char *buf, size_t len, double s)
-{
-    if (s >= 1)
-        snprintf(buf, len, "%.0fs/step", s);
-    else if (s >= 1e-3)
-        snprintf(buf, len, "%.0fms/step", s * 1e3);
-    else if (s >= 1e-5)
-        snprintf(buf, len, "%.0fus/step", s * 1e6);
-    else /* tiny models: keep a digit rather than print 0us */
-        snprintf(buf, len, "%.1fus/step", s * 1e6);
-}
-
-char *cli_format_progress(char *buf, size_t len, uint64_t done, uint64_t total,
-                          int bar_width, double elapsed_s, double eta_s,
-                          double loss, double acc, int has_val,
-                          double val_loss, double val_acc)
-{
-    size_t at = 0;
-#define PUT(...) do { \
-        int w_ = snprintf(buf + at, at < len ? len - at : 0, __VA_ARGS__); \
-        if (w_ > 0) at += (size_t)w_; \
-        if (at >= len) at = len ? len - 1 : 0; \
-    } while (0)
-    if (!len)
-        return buf;
-    buf[0] = 0;
-    int digits = snprintf(NULL, 0, "%llu", (unsigned long long)total);
-    PUT("%*llu/%llu", digits, (unsigned long long)done, (unsigned long long)total);
-    if (bar_width > 0) {
-        int filled = total ? (int)((double)done / (double)total * bar_width) : bar_width;
-        if (filled > bar_width)
-            filled = bar_width;
-        PUT(" [");
-        for (int i = 0; i < bar_width; i++) {
-            char ch = i < filled ? '=' : '.';
-            if (i == filled - 1 && done < total)
-                ch = '>';
-            PUT("%c", ch);
-        }
-        PUT("]");
-    }
-    char t[32], ps[32];
-    if (done < total) {
-        fmt_time(t, sizeof t, eta_s);
-        PUT(" - ETA: %s", t);
-    } else {
-        fmt_time(t, sizeof t, elapsed_s);
-        fmt_per_step(ps, sizeof ps, done ? elapsed_s / (double)done : 0);
-        PUT(" - %s %s", t, ps);
-    }
-    if (!isnan(loss))
-        PUT(" - loss: %.4f", loss);
-    if (!isnan(acc))
-        PUT(" - accuracy: %.4f", acc);
-    if (has_val) {
-        if (!isnan(val_loss))
-            PUT(" - val_loss: %.4f", val_loss);
-        if (!isnan(val_acc))
-            PUT(" - val_accuracy: %.4f", val_acc);
-    }
-#undef PUT
-    return buf;
 }
 
 void cli_print_timings(FILE *f, const rt_client_timings *calls, size_t n)

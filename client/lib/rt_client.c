@@ -160,7 +160,8 @@ void rt__call_begin(rt_client *c, int method)
 {
     c->errmsg[0] = 0;
     c->grpc_status = -1;
-    atomic_store(&c->cancel_flag, 0);
+    if (!c->in_loop)
+        atomic_store(&c->cancel_flag, 0);
     memset(&c->cur, 0, sizeof c->cur);
     c->cur.method = rt_service_method_name(method);
     c->cur.start_ns = rt_now_ns();

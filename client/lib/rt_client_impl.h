@@ -55,6 +55,7 @@ struct rt_client {
     size_t n_trace, cap_trace;
     uint64_t seq;
     atomic_int cancel_flag;
+    int in_loop;             /* rt_client_train_steps: calls keep the flag */
 };
 
 /* printf into c->errmsg; returns rc so callers can `return rt__err(...)`. */

@@ -5,8 +5,9 @@
  * model (a native graph built with rt_model_*, or a Keras JSON string) with
  * training options into a program, uploads a data set once (it stays on the
  * daemon, stored under its content hash), then trains with run_steps (K steps
- * per call) or fit (one call, a stream of progress events), evaluates,
- * predicts and reads or writes the weights.
+ * per call), train_steps (a whole run of K-step calls) or fit (one call, a
+ * stream of progress events), evaluates, predicts and reads or writes the
+ * weights.
  *
  * Every call records where its time went: the daemon's phases (queue,
  * decode, compile, execute, encode, other) and the client's (encode, round
@@ -448,6 +449,11 @@ typedef struct rt_client_fit_event {
     rt_client_epoch epoch_end;
     /* every event */
     int done, cancelled;
+    /* rt_client_train_steps: the time account of the call this event
+     * reports (its RunSteps for RT_FIT_PROGRESS, its Evaluate for an
+     * RT_FIT_EPOCH_END with validation), valid during the callback; NULL
+     * otherwise, and always NULL from rt_client_fit. */
+    const rt_client_timings *call;
 } rt_client_fit_event;
 
 /* Return nonzero to cancel the fit (at the next step boundary). */
@@ -466,6 +472,48 @@ typedef struct rt_client_fit_params {
  * stopped it (the weights then hold the last completed step). */
 int rt_client_fit(rt_client *c, const rt_client_fit_params *p,
                   rt_client_fit_cb cb, void *user);
+
+/* The steps-per-call training loop, the one every client uses (the CLI's
+ * `fit --steps-per-call K`, Python's fit(steps_per_execution=K)): a run of
+ * epochs x steps_per_epoch steps made of RunSteps calls of at most K steps,
+ * what a Keras loop with steps_per_execution = K does against a remote
+ * device. Its semantics:
+ *   - An epoch is steps_per_epoch steps (>= 1; the caller knows the data
+ *     set's ceil(samples / batch)). Epochs are numbered 1..epochs in the
+ *     events, whatever the program trained before.
+ *   - Each RunSteps call runs min(K, steps left in the epoch) steps: a call
+ *     never spans an epoch end, so an epoch takes ceil(steps_per_epoch / K)
+ *     calls, and K >= steps_per_epoch means one call per epoch.
+ *   - With val_dataset, one Evaluate call on it follows each epoch's last
+ *     RunSteps call.
+ *   - An epoch's train metrics are the sample-weighted means of its calls'
+ *     means: the daemon's own epoch metrics when steps_per_epoch is the data
+ *     set's, as in a Fit stream of the same run.
+ *   - cb (may be NULL) sees, in order: RT_FIT_PROGRESS after each RunSteps
+ *     (step = global step, step_in_epoch, steps_per_epoch, loss and accuracy
+ *     = the epoch's running means), RT_FIT_EPOCH_END after each epoch
+ *     (epoch_end.steps = global step, execute_ns = the daemon's execute time
+ *     of the epoch's calls), and last an RT_FIT_DONE event with done = 1.
+ *     ev->call is the account of the call behind the event.
+ *   - Stopping: cb returning nonzero or rt_client_cancel (also between two
+ *     calls) ends the run with RT_ECANCELLED; a call in flight is
+ *     cancelled and the daemon stops it at a step boundary, so the weights
+ *     hold the steps done. A failed call ends the run with its error, and
+ *     no call is made after it.
+ *   - Deadlines: each call gets the client's timeout; a value set with
+ *     rt_client_next_timeout_ms just before applies to every call of the
+ *     run (0: no deadline).
+ * Every call is recorded as usual (last timings, trace). */
+typedef struct rt_client_train_params {
+    const char *session, *program, *dataset;
+    const char *val_dataset;   /* NULL/"": no validation */
+    uint32_t epochs;
+    uint64_t steps_per_epoch;  /* >= 1 */
+    uint64_t steps_per_call;   /* K >= 1 */
+} rt_client_train_params;
+
+int rt_client_train_steps(rt_client *c, const rt_client_train_params *p,
+                          rt_client_fit_cb cb, void *user);
 
 int rt_client_evaluate(rt_client *c, const char *session, const char *program,
                        const char *dataset, rt_client_metrics *out);

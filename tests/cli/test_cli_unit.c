@@ -1,6 +1,6 @@
 /* test_cli_unit.c - unit tests of the client side that need no daemon:
  * CLI parsing and exit codes, data-kind detection, statistics, the progress
- * line, .npy and weights files (round trip and damage), the trace JSON
+ * display (rt_progress), .npy and weights files (round trip and damage), the trace JSON
  * (parsed back with json-c), the SVG plot, the graph builder's encoding, and
  * the library's fast failure against a port nobody listens on.
  *
@@ -19,6 +19,7 @@
 
 #include "cli.h"
 #include "rt_client_impl.h"
+#include "rt_progress.h"
 
 static int fails, checks;
 #define CHECK(cond) do { checks++; if (!(cond)) { fails++; \
@@ -143,20 +144,110 @@ static void test_kinds_and_stats(void)
     CHECK(cli_percentile(NULL, 0, 50) == 0);
 }
 
+/* rt_progress output, collected in memory. */
+typedef struct sink {
+    char buf[8192];
+    size_t n;
+    int fail_after; /* writes allowed before failing; -1 = never */
+} sink;
+
+static int sink_write(void *user, const char *text)
+{
+    sink *k = user;
+    if (k->fail_after == 0)
+        return -1;
+    if (k->fail_after > 0)
+        k->fail_after--;
+    size_t m = strlen(text);
+    if (k->n + m >= sizeof k->buf)
+        m = sizeof k->buf - 1 - k->n;
+    memcpy(k->buf + k->n, text, m);
+    k->n += m;
+    k->buf[k->n] = 0;
+    return 0;
+}
+
+static size_t count(const char *s, const char *what)
+{
+    size_t n = 0;
+    for (const char *p = strstr(s, what); p; p = strstr(p + 1, what))
+        n++;
+    return n;
+}
+
 static void test_progress(void)
 {
     char b[512];
-    cli_format_progress(b, sizeof b, 6, 6, 30, 0.000072, 0, 0.12344, 0.95, 1, 0.5, 0.25);
+    rt_progress_format(b, sizeof b, 6, 6, 30, 0.000072, 0, 0.12344, 0.95, "accuracy",
+                       1, 0.5, 0.25);
     CHECK(!strcmp(b, "6/6 [==============================] - 0s 12us/step - loss: 0.1234"
                      " - accuracy: 0.9500 - val_loss: 0.5000 - val_accuracy: 0.2500"));
-    cli_format_progress(b, sizeof b, 3, 6, 10, 1.0, 1.0, 0.5, NAN, 0, NAN, NAN);
+    rt_progress_format(b, sizeof b, 3, 6, 10, 1.0, 1.0, 0.5, NAN, "accuracy", 0, NAN, NAN);
     CHECK(!strcmp(b, "3/6 [====>.....] - ETA: 1s - loss: 0.5000"));
-    cli_format_progress(b, sizeof b, 12, 120, 0, 3.0, 75.0, 1.0, 0.5, 0, NAN, NAN);
+    rt_progress_format(b, sizeof b, 12, 120, 0, 3.0, 75.0, 1.0, 0.5, "accuracy", 0,
+                       NAN, NAN);
     CHECK(!strcmp(b, " 12/120 - ETA: 1:15 - loss: 1.0000 - accuracy: 0.5000"));
+    /* The metric goes by the name given; none: no metric columns. */
+    rt_progress_format(b, sizeof b, 6, 6, 0, 1.0, 0, 1.0, 0.5, "acc", 1, 2.0, 0.25);
+    CHECK(strstr(b, " - acc: 0.5000 - val_loss: 2.0000 - val_acc: 0.2500") != NULL);
+    rt_progress_format(b, sizeof b, 6, 6, 0, 1.0, 0, 1.0, 0.5, NULL, 1, 2.0, 0.25);
+    CHECK(!strstr(b, "acc") && strstr(b, "val_loss: 2.0000"));
     /* Tiny buffers truncate, never overflow. */
     char small[8];
-    cli_format_progress(small, sizeof small, 6, 6, 30, 1, 0, 1, 1, 0, NAN, NAN);
+    rt_progress_format(small, sizeof small, 6, 6, 30, 1, 0, 1, 1, NULL, 0, NAN, NAN);
     CHECK(strlen(small) == 7);
+
+    /* Lines: one line per epoch, numbered within the run, no '\r'. */
+    rt_client_epoch e;
+    memset(&e, 0, sizeof e);
+    e.train.loss = 0.5;
+    e.train.accuracy = 0.75;
+    e.has_val = 1;
+    e.val.loss = 0.25;
+    e.val.accuracy = 1;
+    e.epoch = 41; /* the daemon's count for the program: not shown */
+    sink k = {.fail_after = -1};
+    rt_progress p;
+    rt_progress_init(&p, RT_PROGRESS_LINES, 3, 6, "accuracy", sink_write, &k);
+    CHECK(rt_progress_begin(&p) == 0);
+    for (uint64_t s = 1; s <= 6; s++)
+        CHECK(rt_progress_step(&p, s, 0.5, 0.75) == 0);
+    CHECK(rt_progress_epoch_end(&p, &e) == 0);
+    CHECK(rt_progress_epoch_end(&p, &e) == 0);
+    CHECK(rt_progress_finish(&p) == 0);
+    CHECK(!strchr(k.buf, '\r'));
+    CHECK(count(k.buf, "\n") == 2);
+    CHECK(!strncmp(k.buf, "Epoch 1/3 - 6/6 - ", 18));
+    CHECK(strstr(k.buf, "\nEpoch 2/3 - 6/6 - ") != NULL);
+    CHECK(strstr(k.buf, "- loss: 0.5000 - accuracy: 0.7500 - val_loss: 0.2500 - "
+                        "val_accuracy: 1.0000\n") != NULL);
+
+    /* Bar: header, bar redrawn with '\r', a final line, the next header;
+     * finish ends a bar left half drawn. */
+    memset(&k, 0, sizeof k);
+    k.fail_after = -1;
+    rt_progress_init(&p, RT_PROGRESS_BAR, 2, 4, "accuracy", sink_write, &k);
+    CHECK(rt_progress_begin(&p) == 0);
+    CHECK(rt_progress_step(&p, 1, 0.5, NAN) == 0);
+    CHECK(rt_progress_epoch_end(&p, &e) == 0);
+    CHECK(rt_progress_step(&p, 2, 0.5, NAN) == 0);
+    CHECK(rt_progress_finish(&p) == 0);
+    CHECK(strstr(k.buf, "Epoch 1/2\n\r1/4 [======>......") == k.buf);
+    CHECK(strstr(k.buf, "\r4/4 [==============================] - ") != NULL);
+    CHECK(strstr(k.buf, "val_accuracy: 1.0000\nEpoch 2/2\n\r2/4 [") != NULL);
+    CHECK(k.n && k.buf[k.n - 1] == '\n' && count(k.buf, "\n") == 4);
+    /* No header after the last epoch. */
+    CHECK(rt_progress_epoch_end(&p, &e) == 0);
+    CHECK(!strstr(k.buf, "Epoch 3/2"));
+
+    /* A failed write stops all output. */
+    memset(&k, 0, sizeof k);
+    k.fail_after = 1;
+    rt_progress_init(&p, RT_PROGRESS_BAR, 2, 4, NULL, sink_write, &k);
+    CHECK(rt_progress_begin(&p) == 0);
+    CHECK(rt_progress_step(&p, 1, 0.5, NAN) < 0);
+    CHECK(rt_progress_epoch_end(&p, &e) < 0);
+    CHECK(!strcmp(k.buf, "Epoch 1/2\n"));
 }
 
 static void test_npy(void)
