@@ -3,7 +3,8 @@
  *
  * The C side does the real work: the connection, buffer-protocol uploads
  * (C-contiguous float32/int32 memory goes to the wire without a copy), the
- * fit loop with its progress bar and cancellation, exceptions carrying the
+ * fit with its progress display (librtrain's rt_progress) and cancellation,
+ * the steps-per-call loop (librtrain's rt_client_train_steps), exceptions carrying the
  * daemon's message, and the timing account of every call. The pure-Python
  * package around it (rtrain/__init__.py) only declares models and converts
  * arguments.
@@ -37,17 +38,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "rtrain/rtrain.h"
+#include "rt_progress.h"
 #include "rt_version.h"
-
-static uint64_t rt_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* Ctrl-C during a blocking call: see the SIGINT section below. */
 static int rt_py__sig_install(rt_client *c);
@@ -1286,28 +1280,25 @@ static int rt_py__sig_raised(int installed)
 
 /* ------------------------------------------------------------ fit */
 
-/* Progress display and history of one fit, shared by the stream and the
- * RunSteps paths. Touched only with the GIL held. */
+/* One fit: progress display (librtrain's rt_progress, as the CLI's), history
+ * and per-call timings. Touched only with the GIL held. */
 typedef struct fitctx {
     ProgramObject *prog;
     PyThreadState *ts;       /* saved thread state while the GIL is released */
     PyObject *history;       /* dict: loss, accuracy, val_loss, val_accuracy */
     PyObject *timings;       /* list of per-call dicts */
-    PyObject *metric_name;   /* "accuracy" or None */
-    int verbose;
-    uint32_t epochs, done_epochs;
-    uint64_t steps_per_epoch;
-    uint64_t epoch_step;     /* steps done in the current epoch */
-    uint64_t epoch_start_ns, last_draw_ns;
-    size_t bar_len;          /* length of the bar now on screen (for \r) */
-    double run_loss, run_acc; uint64_t run_samples; /* RunSteps path */
+    const char *metric;      /* "accuracy" or NULL */
+    rt_progress bar;
+    uint64_t last_call_ns;   /* start_ns of the last call put in timings */
     int stop;                /* an exception is pending (fetched) */
     int sig;                 /* this fit owns the SIGINT chain */
     PyObject *et, *ev, *etb;
 } fitctx;
 
-static int rt_py__write(const char *s)
+/* sys.stdout.write + flush, so capsys and notebooks see the output. */
+static int rt_py__write(void *user, const char *s)
 {
+    (void)user;
     PyObject *out = PySys_GetObject("stdout"); /* borrowed */
     if (!out || out == Py_None)
         return 0;
@@ -1324,104 +1315,6 @@ static int rt_py__write(const char *s)
         return -1;
     Py_DECREF(r);
     return 0;
-}
-
-static void rt_py__fmt_time(char *buf, size_t n, double s)
-{
-    if (s >= 3600)
-        snprintf(buf, n, "%d:%02d:%02d", (int)(s / 3600), (int)fmod(s / 60, 60), (int)fmod(s, 60));
-    else if (s >= 60)
-        snprintf(buf, n, "%d:%02d", (int)(s / 60), (int)fmod(s, 60));
-    else
-        snprintf(buf, n, "%ds", (int)s);
-}
-
-static void rt_py__fmt_per_step(char *buf, size_t n, double s)
-{
-    if (s >= 1)
-        snprintf(buf, n, "%.0fs/step", s);
-    else if (s >= 1e-3)
-        snprintf(buf, n, "%.0fms/step", s * 1e3);
-    else
-        snprintf(buf, n, "%.0fus/step", s * 1e6);
-}
-
-/* Keras' bar: "3/6 [==============>...............] - ETA: 0s - loss: ..." */
-static int rt_py__draw(fitctx *f, uint64_t step, uint64_t total, double loss,
-                       double acc, int final, const rt_client_epoch *ep)
-{
-    if (f->verbose != 1 && !(f->verbose == 2 && final))
-        return 0;
-    uint64_t now = rt_now_ns();
-    if (!final && now - f->last_draw_ns < 50000000ull && step < total)
-        return 0; /* Keras' 0.05 s update interval keeps notebooks light */
-    f->last_draw_ns = now;
-    char line[512], t[32];
-    int w = 1;
-    for (uint64_t v = total; v >= 10; v /= 10)
-        w++;
-    size_t o = 0;
-    double el = (double)(now - f->epoch_start_ns) / 1e9;
-    if (f->verbose == 1) {
-        o += (size_t)snprintf(line + o, sizeof line - o, "\r%*llu/%llu [", w,
-                              (unsigned long long)step, (unsigned long long)total);
-        int bar = total ? (int)(30 * (double)step / (double)total) : 30;
-        if (bar > 30)
-            bar = 30;
-        for (int i = 0; i < 30; i++)
-            line[o++] = i < bar - 1 ? '=' : i == bar - 1 ? (step < total ? '>' : '=') : '.';
-        line[o++] = ']';
-        line[o] = 0;
-        if (final) {
-            rt_py__fmt_time(t, sizeof t, el);
-            o += (size_t)snprintf(line + o, sizeof line - o, " - %s", t);
-            rt_py__fmt_per_step(t, sizeof t, step ? el / (double)step : 0);
-            o += (size_t)snprintf(line + o, sizeof line - o, " %s", t);
-        } else {
-            double eta = step ? el / (double)step * (double)(total - step) : 0;
-            rt_py__fmt_time(t, sizeof t, eta);
-            o += (size_t)snprintf(line + o, sizeof line - o, " - ETA: %s", t);
-        }
-    } else {
-        rt_py__fmt_time(t, sizeof t, el);
-        o += (size_t)snprintf(line + o, sizeof line - o, "%llu/%llu - %s",
-                              (unsigned long long)step, (unsigned long long)total, t);
-        rt_py__fmt_per_step(t, sizeof t, step ? el / (double)step : 0);
-        o += (size_t)snprintf(line + o, sizeof line - o, " - %s", t);
-    }
-    o += (size_t)snprintf(line + o, sizeof line - o, " - loss: %.4f", loss);
-    const char *mn = f->metric_name ? PyUnicode_AsUTF8(f->metric_name) : NULL;
-    if (mn && !isnan(acc))
-        o += (size_t)snprintf(line + o, sizeof line - o, " - %s: %.4f", mn, acc);
-    if (ep && ep->has_val) {
-        o += (size_t)snprintf(line + o, sizeof line - o, " - val_loss: %.4f", ep->val.loss);
-        if (mn && !isnan(ep->val.accuracy))
-            o += (size_t)snprintf(line + o, sizeof line - o, " - val_%s: %.4f", mn,
-                                  ep->val.accuracy);
-    }
-    /* Blank out the rest of a longer bar drawn before, as Keras does. */
-    size_t len = o;
-    while (f->verbose == 1 && o < f->bar_len && o < sizeof line - 2)
-        line[o++] = ' ';
-    line[o] = 0;
-    f->bar_len = final ? 0 : len;
-    if (final && o < sizeof line - 1) {
-        line[o++] = '\n';
-        line[o] = 0;
-    }
-    return rt_py__write(line);
-}
-
-static int rt_py__epoch_header(fitctx *f)
-{
-    f->epoch_start_ns = rt_now_ns();
-    f->last_draw_ns = 0;
-    f->epoch_step = 0;
-    if (!f->verbose)
-        return 0;
-    char line[64];
-    snprintf(line, sizeof line, "Epoch %u/%u\n", f->done_epochs + 1, f->epochs);
-    return rt_py__write(line);
 }
 
 static int rt_py__hist_append(PyObject *h, const char *key, double v)
@@ -1442,10 +1335,10 @@ static int rt_py__hist_append(PyObject *h, const char *key, double v)
     return r;
 }
 
-/* An epoch ended: history, final bar, next header. */
+/* An epoch ended: its figures go into the history under Keras' keys. */
 static int rt_py__epoch_done(fitctx *f, const rt_client_epoch *ep)
 {
-    const char *mn = f->metric_name ? PyUnicode_AsUTF8(f->metric_name) : NULL;
+    const char *mn = f->metric;
     char key[80];
     if (rt_py__hist_append(f->history, "loss", ep->train.loss) < 0)
         return -1;
@@ -1458,12 +1351,6 @@ static int rt_py__epoch_done(fitctx *f, const rt_client_epoch *ep)
         if (mn && rt_py__hist_append(f->history, key, ep->val.accuracy) < 0)
             return -1;
     }
-    uint64_t spe = f->steps_per_epoch ? f->steps_per_epoch : f->epoch_step;
-    if (rt_py__draw(f, spe, spe, ep->train.loss, ep->train.accuracy, 1, ep) < 0)
-        return -1;
-    f->done_epochs++;
-    if (f->done_epochs < f->epochs)
-        return rt_py__epoch_header(f);
     return 0;
 }
 
@@ -1478,22 +1365,47 @@ static int rt_py__poll(fitctx *f)
     return f->stop;
 }
 
+/* A call's account into the fit's timings list and last_timings. */
+static int rt_py__add_timings(fitctx *f, const rt_client_timings *t)
+{
+    PyObject *d = rt_py__timings_dict(t);
+    if (!d)
+        return -1;
+    Py_XSETREF(f->prog->client->last_timings, d);
+    Py_XSETREF(f->prog->last_timings, Py_NewRef(d));
+    f->last_call_ns = t->start_ns;
+    return PyList_Append(f->timings, d);
+}
+
+/* After the fit: the last call's account, unless an event brought it (the
+ * Fit stream's, or a call that failed or was cancelled mid-flight). */
+static void rt_py__add_last_timings(fitctx *f)
+{
+    rt_client_timings t;
+    if (rt_client_last_timings(f->prog->client->c, &t) < 0 ||
+        t.start_ns == f->last_call_ns)
+        return;
+    if (rt_py__add_timings(f, &t) < 0 && !f->stop) {
+        f->stop = 1;
+        PyErr_Fetch(&f->et, &f->ev, &f->etb);
+    } else if (PyErr_Occurred()) {
+        PyErr_Clear(); /* an earlier exception is the one to raise */
+    }
+}
+
+/* Every event of both drivers: timings, history, progress, stop requests. */
 static int rt_py__fit_cb(const rt_client_fit_event *ev, void *user)
 {
     fitctx *f = user;
     PyEval_RestoreThread(f->ts);
     if (!f->stop) {
         int r = 0;
-        if (ev->kind == RT_FIT_PROGRESS) {
-            if (!f->steps_per_epoch)
-                f->steps_per_epoch = ev->steps_per_epoch;
-            f->epoch_step = ev->step_in_epoch;
-            r = rt_py__draw(f, ev->step_in_epoch,
-                            ev->steps_per_epoch ? ev->steps_per_epoch : f->steps_per_epoch,
-                            ev->loss, ev->accuracy, 0, NULL);
-        } else if (ev->kind == RT_FIT_EPOCH_END) {
+        if (ev->call)
+            r = rt_py__add_timings(f, ev->call);
+        if (r == 0 && ev->kind == RT_FIT_EPOCH_END)
             r = rt_py__epoch_done(f, &ev->epoch_end);
-        }
+        if (r == 0)
+            r = rt_progress_event(&f->bar, ev);
         if (r < 0)
             f->stop = 1;
     }
@@ -1503,106 +1415,35 @@ static int rt_py__fit_cb(const rt_client_fit_event *ev, void *user)
     return stop;
 }
 
-static int rt_py__append_timings(fitctx *f)
-{
-    PyObject *t = rt_py__record(f->prog->client);
-    if (!t)
-        return -1;
-    Py_XSETREF(f->prog->last_timings, Py_NewRef(t));
-    if (t != Py_None && PyList_Append(f->timings, t) < 0)
-        return -1;
-    return 0;
-}
-
 /* One Fit call: the daemon runs every epoch and streams events. */
 static int rt_py__fit_stream(fitctx *f, const char *ds, const char *val,
-                             uint32_t progress_every)
+                             uint32_t epochs, uint64_t spe, uint32_t progress_every)
 {
     rt_client *c = f->prog->client->c;
     rt_client_fit_params p = {
         .session = f->prog->client->sid, .program = f->prog->id,
-        .dataset = ds, .val_dataset = val, .epochs = f->epochs,
-        .steps_per_epoch = (uint32_t)f->steps_per_epoch,
-        .progress_every = progress_every};
-    int rc;
+        .dataset = ds, .val_dataset = val, .epochs = epochs,
+        .steps_per_epoch = (uint32_t)spe, .progress_every = progress_every};
     f->ts = PyEval_SaveThread();
     rt_client_next_timeout_ms(c, 0); /* a fit lasts as long as it lasts */
-    rc = rt_client_fit(c, &p, rt_py__fit_cb, f);
+    int rc = rt_client_fit(c, &p, rt_py__fit_cb, f);
     PyEval_RestoreThread(f->ts);
-    if (rt_py__append_timings(f) < 0 && !f->stop) {
-        f->stop = 1;
-        PyErr_Fetch(&f->et, &f->ev, &f->etb);
-    }
     return rc;
 }
 
-/* K steps per RunSteps call, an Evaluate per epoch for validation: what a
- * Keras loop with steps_per_execution = K does against a remote device. */
+/* K steps per RunSteps call: librtrain's loop, the CLI's --steps-per-call. */
 static int rt_py__fit_steps(fitctx *f, const char *ds, const char *val,
-                            uint64_t k)
+                            uint32_t epochs, uint64_t spe, uint64_t k)
 {
     rt_client *c = f->prog->client->c;
-    int rc = 0;
-    while (f->done_epochs < f->epochs && !f->stop && !(f->sig && rt_py__sig_fired) &&
-           !f->prog->client->cancel_req) {
-        f->run_loss = f->run_acc = 0;
-        f->run_samples = 0;
-        while (f->epoch_step < f->steps_per_epoch) {
-            uint64_t n = f->steps_per_epoch - f->epoch_step;
-            rt_client_steps_params p = {
-                .session = f->prog->client->sid, .program = f->prog->id,
-                .dataset = ds, .steps = n < k ? n : k};
-            rt_client_steps_result r;
-            memset(&r, 0, sizeof r);
-            Py_BEGIN_ALLOW_THREADS
-            rt_client_next_timeout_ms(c, 0);
-            rc = rt_client_run_steps(c, &p, &r);
-            Py_END_ALLOW_THREADS
-            if (rt_py__append_timings(f) < 0)
-                f->stop = 1;
-            if (rc < 0) {
-                rt_client_steps_result_free(&r);
-                return rc;
-            }
-            f->epoch_step += p.steps;
-            /* sample-weighted, as Keras' running mean */
-            double s = (double)r.mean.samples;
-            f->run_loss += r.mean.loss * s;
-            f->run_acc += r.mean.accuracy * s;
-            f->run_samples += r.mean.samples;
-            rt_client_steps_result_free(&r);
-            double den = f->run_samples ? (double)f->run_samples : 1.0;
-            if (!f->stop &&
-                rt_py__draw(f, f->epoch_step, f->steps_per_epoch,
-                            f->run_loss / den, f->run_acc / den, 0, NULL) < 0)
-                f->stop = 1;
-            if (rt_py__poll(f) || (f->sig && rt_py__sig_fired))
-                return 0;
-            if (f->prog->client->cancel_req)
-                return RT_ECANCELLED;
-        }
-        rt_client_epoch ep;
-        memset(&ep, 0, sizeof ep);
-        double den = f->run_samples ? (double)f->run_samples : 1.0;
-        ep.train.loss = f->run_loss / den;
-        ep.train.accuracy = f->run_acc / den;
-        ep.train.samples = f->run_samples;
-        if (val && *val) {
-            Py_BEGIN_ALLOW_THREADS
-            rc = rt_client_evaluate(c, f->prog->client->sid, f->prog->id, val,
-                                    &ep.val);
-            Py_END_ALLOW_THREADS
-            if (rt_py__append_timings(f) < 0)
-                f->stop = 1;
-            if (rc < 0)
-                return rc;
-            ep.has_val = 1;
-        }
-        if (!f->stop && rt_py__epoch_done(f, &ep) < 0)
-            f->stop = 1;
-        if (rt_py__poll(f))
-            return 0;
-    }
+    rt_client_train_params p = {
+        .session = f->prog->client->sid, .program = f->prog->id, .dataset = ds,
+        .val_dataset = val, .epochs = epochs, .steps_per_epoch = spe,
+        .steps_per_call = k};
+    f->ts = PyEval_SaveThread();
+    rt_client_next_timeout_ms(c, 0); /* for every call of the run */
+    int rc = rt_client_train_steps(c, &p, rt_py__fit_cb, f);
+    PyEval_RestoreThread(f->ts);
     return rc;
 }
 
@@ -1651,23 +1492,35 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
     f.prog = self;
     f.history = history;
     f.timings = timings;
-    f.metric_name = metric == Py_None ? NULL : metric;
-    f.verbose = verbose;
-    f.epochs = epochs;
-    f.steps_per_epoch = spe;
+    f.metric = metric == Py_None ? NULL : PyUnicode_AsUTF8(metric);
+    if (metric != Py_None && !f.metric) {
+        rt_py__unlock(self->client);
+        return NULL;
+    }
+    rt_progress_init(&f.bar, verbose == 1 ? RT_PROGRESS_BAR
+                             : verbose == 2 ? RT_PROGRESS_LINES : RT_PROGRESS_OFF,
+                     epochs, spe, f.metric, rt_py__write, NULL);
     PyObject *res = NULL;
     self->client->cancel_req = 0;
     int installed = rt_py__sig_install(self->client->c);
     f.sig = installed;
     int rc = 0;
-    if (rt_py__epoch_header(&f) < 0)
+    if (rt_progress_begin(&f.bar) < 0)
         goto out;
     if (spx)
-        rc = rt_py__fit_steps(&f, ds, val, spx);
+        rc = rt_py__fit_steps(&f, ds, val, epochs, spe, spx);
     else
-        rc = rt_py__fit_stream(&f, ds, val, verbose == 1 ? progress_every : 0);
+        rc = rt_py__fit_stream(&f, ds, val, epochs, spe,
+                               verbose == 1 ? progress_every : 0);
     rt_py__sig_remove(installed);
     installed = 0;
+    rt_py__add_last_timings(&f);
+    if (rt_progress_finish(&f.bar) < 0) {
+        if (f.et)
+            PyErr_Clear();
+        else
+            PyErr_Fetch(&f.et, &f.ev, &f.etb);
+    }
     if (f.et) {
         PyErr_Restore(f.et, f.ev, f.etb);
         goto out;
