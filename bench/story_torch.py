@@ -1,8 +1,9 @@
 #!/usr/bin/python3
-"""PyTorch eager peer for `rtrain bench story`: W-A trained locally, the way
+"""PyTorch eager peer of `rtrain bench story` (bench/story.py runs both): W-A
+trained locally, the way
 the remote-TPU story's laptop run did it (Keras on the CPU, ~1.3 s).
 
-W-A (notes/baselines.md): Dense(32, relu, input 4) -> Dense(3, softmax),
+W-A: Dense(32, relu, input 4) -> Dense(3, softmax),
 Glorot-uniform weights, zero biases; Adam lr 0.1, eps 1e-7; Keras logcosh on
 integer labels (labels (B,) -> (B,1) broadcast against the (B,3) output; per
 sample the mean over columns of x + softplus(-2x) - log 2; then the batch

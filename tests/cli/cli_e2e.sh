@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end tests of the `rtrain` CLI against a real rtraind on a loopback
 # port: fit (both drivers, accuracy, history, weights, timings, trace), eval,
-# predict (.npy and .csv), bench overhead (CSV rows, SVG), bench story, exit
+# predict (.npy and .csv), bench overhead (CSV rows, SVG), bench story and
+# bench/story.py, exit
 # codes (usage 2, daemon down 3, invalid 4, not found 5) and SIGINT during
 # fit (130, daemon unharmed).
 #   usage: cli_e2e.sh RTRAIND RTRAIN SOURCE_DIR
@@ -123,10 +124,25 @@ then ok "plot is an SVG with 3 series"; else bad "plot SVG"; fi
 $py -c "import json,sys; json.load(open(sys.argv[1]))" "$tmp/o.json" \
   && ok "bench trace parses" || bad "bench trace"
 
-# --- bench story (one rep)
-expect_rc 0 "bench story" -- "$rtrain" bench story "${S[@]}" --reps 1 --csv "$tmp/s.csv"
-for cfg in "one call per step" "one call per epoch" "one call for the run" "PyTorch eager"; do
+# --- bench story (one rep): rtrain's side from the product, with the iris
+# splits found from the current directory; bench/story.py adds the PyTorch
+# peer (its row says n/a where python3-torch is not installed)
+expect_rc 0 "bench story" -- env -C "$src" "$rtrain" bench story "${S[@]}" --reps 1 \
+  --csv "$tmp/s.csv"
+for cfg in "one call per step" "one call per epoch" "one call for the run"; do
   grep -q "$cfg" "$tmp/out" && ok "story row: $cfg" || bad "story row missing: $cfg"
+done
+[ "$(head -1 "$tmp/s.csv")" = "configuration,rtrain_p50_s,rep1_s,calls,val_accuracy,story_reported" ] \
+  && [ "$(wc -l <"$tmp/s.csv")" -eq 4 ] && ok "story CSV" || bad "story CSV: $(cat "$tmp/s.csv")"
+expect_rc 4 "bench story without the iris splits" -- env -C "$tmp" "$rtrain" bench story \
+  "${S[@]}" --reps 1
+grep -q "give --data and --val" "$tmp/err" && ok "story: missing data named" \
+  || bad "story: missing data message: $(cat "$tmp/err")"
+expect_rc 0 "bench/story.py" -- "$py" "$src/bench/story.py" --rtrain "$rtrain" \
+  --server "$addr" --reps 1 --epochs 3
+for cfg in "one call per step" "one call per epoch" "one call for the run" "PyTorch eager" \
+           "Keras, laptop CPU"; do
+  grep -q "^$cfg" "$tmp/out" && ok "story.py row: $cfg" || bad "story.py row missing: $cfg"
 done
 
 # --- exit codes
