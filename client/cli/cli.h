@@ -82,13 +82,9 @@ double cli_percentile(double *v, size_t n, double p);
 /* Print one row per call (and a header) of the timing breakdown, in us. */
 void cli_print_timings(FILE *f, const rt_client_timings *calls, size_t n);
 
-/* A .npy (v1.0) writer for f32/i32/i64/u8 and its header parser (used by the
- * tests and by predict's .npy output). */
+/* A .npy (v1.0) writer for f32/i32/i64/u8 (predict's .npy output). */
 int cli_npy_write(const char *path, rt_client_dtype dt, int ndim,
                   const int64_t *shape, const void *data);
-int cli_npy_parse_header(const uint8_t *buf, size_t len, rt_client_dtype *dt,
-                         int *ndim, int64_t shape[RT_CLIENT_MAX_DIMS],
-                         size_t *data_offset);
 
 /* CSV of a 2-D f32 (or 1-D) tensor, %.9g. */
 int cli_csv_write_tensor(const char *path, const rt_client_tensor *t);

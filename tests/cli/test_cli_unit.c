@@ -6,6 +6,7 @@
  *
  * usage: test_cli_unit TMPDIR */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <netinet/in.h>
@@ -250,6 +251,79 @@ static void test_progress(void)
     CHECK(!strcmp(k.buf, "Epoch 1/2\n"));
 }
 
+/* The .npy header reader that checks cli_npy_write's output (numpy reads
+ * the files too: see cli_e2e.sh). */
+static int npy_parse_header(const uint8_t *buf, size_t len, rt_client_dtype *dt,
+                            int *ndim, int64_t shape[RT_CLIENT_MAX_DIMS],
+                            size_t *data_offset)
+{
+    if (len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0)
+        return RT_EDATA;
+    size_t hlen, off;
+    if (buf[6] == 1) {
+        hlen = buf[8] | (size_t)buf[9] << 8;
+        off = 10;
+    } else if (buf[6] == 2 || buf[6] == 3) {
+        if (len < 12)
+            return RT_EDATA;
+        hlen = buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
+        off = 12;
+    } else {
+        return RT_EDATA;
+    }
+    if (hlen > 65536 || len < off + hlen)
+        return RT_EDATA;
+    char h[65537];
+    memcpy(h, buf + off, hlen);
+    h[hlen] = 0;
+    const char *d = strstr(h, "'descr'");
+    const char *fo = strstr(h, "'fortran_order'");
+    const char *sh = strstr(h, "'shape'");
+    if (!d || !fo || !sh)
+        return RT_EDATA;
+    d = strchr(d + 7, '\'');
+    if (!d)
+        return RT_EDATA;
+    d++;
+    if (!strncmp(d, "<f4'", 4)) *dt = RT_DTYPE_F32;
+    else if (!strncmp(d, "<i4'", 4)) *dt = RT_DTYPE_I32;
+    else if (!strncmp(d, "<i8'", 4)) *dt = RT_DTYPE_I64;
+    else if (!strncmp(d, "|u1'", 4) || !strncmp(d, "<u1'", 4)) *dt = RT_DTYPE_U8;
+    else return RT_EDTYPE;
+    const char *fv = fo + 15;
+    while (*fv == ':' || *fv == ' ')
+        fv++;
+    if (strncmp(fv, "False", 5) != 0)
+        return RT_EDATA; /* Fortran order is not supported */
+    const char *p = strchr(sh, '(');
+    if (!p)
+        return RT_EDATA;
+    p++;
+    int nd = 0;
+    for (;;) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        if (*p == ')')
+            break;
+        if (nd == RT_CLIENT_MAX_DIMS)
+            return RT_ESHAPE;
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < 0)
+            return RT_EDATA;
+        shape[nd++] = v;
+        p = end;
+        if (*p == 'L')
+            p++;
+        if (*p != ',' && *p != ')' && *p != ' ')
+            return RT_EDATA;
+    }
+    *ndim = nd;
+    *data_offset = off + hlen;
+    return 0;
+}
+
 static void test_npy(void)
 {
     float x[6] = {1, 2, 3, 4, 5, 6.5f};
@@ -264,7 +338,7 @@ static void test_npy(void)
     int nd;
     int64_t sh[RT_CLIENT_MAX_DIMS];
     size_t off;
-    CHECK(cli_npy_parse_header((uint8_t *)buf, len, &dt, &nd, sh, &off) == 0);
+    CHECK(npy_parse_header((uint8_t *)buf, len, &dt, &nd, sh, &off) == 0);
     CHECK(dt == RT_DTYPE_F32 && nd == 2 && sh[0] == 2 && sh[1] == 3);
     CHECK(off % 64 == 0 && len == off + sizeof x);
     CHECK(memcmp(buf + off, x, sizeof x) == 0);
@@ -274,7 +348,7 @@ static void test_npy(void)
     int64_t s1[1] = {3};
     CHECK(cli_npy_write(tpath("b.npy"), RT_DTYPE_I32, 1, s1, y) == 0);
     buf = cli_read_file(tpath("b.npy"), &len);
-    CHECK(buf && cli_npy_parse_header((uint8_t *)buf, len, &dt, &nd, sh, &off) == 0);
+    CHECK(buf && npy_parse_header((uint8_t *)buf, len, &dt, &nd, sh, &off) == 0);
     CHECK(dt == RT_DTYPE_I32 && nd == 1 && sh[0] == 3);
     CHECK(buf && strstr(buf + 10, "(3,)") != NULL); /* numpy's 1-tuple spelling */
     free(buf);
@@ -286,15 +360,15 @@ static void test_npy(void)
     memset(h2, ' ', sizeof h2);
     memcpy(h2, hdr, sizeof hdr - 1);
     h2[sizeof h2 - 1] = '\n';
-    CHECK(cli_npy_parse_header(h2, sizeof h2, &dt, &nd, sh, &off) == 0);
+    CHECK(npy_parse_header(h2, sizeof h2, &dt, &nd, sh, &off) == 0);
     CHECK(dt == RT_DTYPE_I64 && nd == 3 && sh[0] == 4 && sh[2] == 2 && off == sizeof h2);
-    CHECK(cli_npy_parse_header((const uint8_t *)"NUMPY", 5, &dt, &nd, sh, &off) < 0);
+    CHECK(npy_parse_header((const uint8_t *)"NUMPY", 5, &dt, &nd, sh, &off) < 0);
     memcpy(h2 + 10 + 11, "<c8", 3);
-    CHECK(cli_npy_parse_header(h2, sizeof h2, &dt, &nd, sh, &off) == RT_EDTYPE);
+    CHECK(npy_parse_header(h2, sizeof h2, &dt, &nd, sh, &off) == RT_EDTYPE);
     const char fort[] = "\x93NUMPY\x01\x00\x40\x00{'descr': '<f4', 'fortran_order': True, "
                         "'shape': (2, 2), }   \n";
-    CHECK(cli_npy_parse_header((const uint8_t *)fort, sizeof fort - 1, &dt, &nd, sh, &off) < 0);
-    CHECK(cli_npy_parse_header(h2, 40, &dt, &nd, sh, &off) < 0); /* truncated */
+    CHECK(npy_parse_header((const uint8_t *)fort, sizeof fort - 1, &dt, &nd, sh, &off) < 0);
+    CHECK(npy_parse_header(h2, 40, &dt, &nd, sh, &off) < 0); /* truncated */
 }
 
 static void test_weights_file(void)

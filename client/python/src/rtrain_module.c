@@ -1079,31 +1079,6 @@ static PyObject *Program_predict(ProgramObject *self, PyObject *args)
     return res;
 }
 
-static PyObject *Program_predict_dataset(ProgramObject *self, PyObject *args)
-{
-    const char *ds;
-    if (!PyArg_ParseTuple(args, "s:predict_dataset", &ds))
-        return NULL;
-    if (rt_py__prog_begin(self) < 0)
-        return NULL;
-    rt_client_tensor out;
-    memset(&out, 0, sizeof out);
-    int rc;
-    rt_client *c = self->client->c;
-    const char *sid = self->client->sid;
-    int inst = rt_py__sig_install(c);
-    Py_BEGIN_ALLOW_THREADS
-    rc = rt_client_predict_dataset(c, sid, self->id, ds, &out);
-    Py_END_ALLOW_THREADS
-    rt_py__sig_remove(inst);
-    PyObject *res = NULL;
-    if (rt_py__prog_after(self, rc, inst) == 0)
-        res = rt_py__tensor_to_numpy(&out);
-    rt_py__unlock(self->client);
-    rt_client_tensor_free(&out);
-    return res;
-}
-
 /* get_weights() -> (global_step, [(name, ndarray), ...]) */
 static PyObject *Program_get_weights(ProgramObject *self, PyObject *unused)
 {
@@ -1564,11 +1539,6 @@ static PyObject *Program_get_report(ProgramObject *self, void *closure)
     return Py_NewRef(self->report);
 }
 
-static PyObject *Program_get_client(ProgramObject *self, void *closure)
-{
-    return Py_NewRef((PyObject *)self->client);
-}
-
 static PyObject *Program_get_last_timings(ProgramObject *self, void *closure)
 {
     return Py_NewRef(self->last_timings);
@@ -1630,8 +1600,6 @@ static PyMethodDef Program_methods[] = {
      "evaluate(dataset_id) -> (loss, accuracy, samples)"},
     {"predict", (PyCFunction)Program_predict, METH_VARARGS,
      "predict(x float32 C-contiguous) -> ndarray"},
-    {"predict_dataset", (PyCFunction)Program_predict_dataset, METH_VARARGS,
-     "predict_dataset(dataset_id) -> ndarray"},
     {"get_weights", (PyCFunction)Program_get_weights, METH_NOARGS,
      "get_weights() -> (global_step, [(name, ndarray), ...])"},
     {"set_weights", (PyCFunction)Program_set_weights, METH_VARARGS,
@@ -1641,7 +1609,6 @@ static PyMethodDef Program_methods[] = {
 static PyGetSetDef Program_getset[] = {
     {"id", (getter)Program_get_id, NULL, "program id", NULL},
     {"report", (getter)Program_get_report, NULL, "compile report", NULL},
-    {"client", (getter)Program_get_client, NULL, "the Client", NULL},
     {"last_timings", (getter)Program_get_last_timings, NULL,
      "Timing breakdown (ns) of this program's last call.", NULL},
     {NULL}};
