@@ -4,7 +4,8 @@
  * its stdout, and drives every RPC through the library: info, ping, sessions,
  * compile (Keras JSON and the native builder; cache hit), uploads (file and
  * memory, chunked, deduplicated), fit (history, accuracy), evaluate, predict,
- * run_steps (losses, replay), weights round trip, cancellation (callback and
+ * run_steps (losses, replay), train_steps (the steps-per-call loop: calls,
+ * events, metrics against Fit, stop, errors), weights round trip, cancellation (callback and
  * another thread), deadlines, error codes, timings consistency and the trace.
  *
  * usage: test_client_e2e RTRAIND EXAMPLES_DIR TMPDIR */
@@ -152,6 +153,69 @@ static int on_event(const rt_client_fit_event *ev, void *u)
     return l->stop_after && l->progress + l->epochs >= l->stop_after;
 }
 
+/* Every event of a fit or a training loop, in order. */
+typedef struct ev_log {
+    int n, progress, stop_after_progress;
+    struct {
+        int kind, has_val, done;
+        uint64_t epoch, step, step_in_epoch, steps_per_epoch, execute_ns;
+        double loss, acc, vloss, vacc;
+        char method[24]; /* the call behind the event, "" if none */
+    } ev[256];
+} ev_log;
+
+static int log_event(const rt_client_fit_event *ev, void *u)
+{
+    ev_log *l = u;
+    if (l->n < 256) {
+        typeof(l->ev[0]) *e = &l->ev[l->n++];
+        memset(e, 0, sizeof *e);
+        e->kind = ev->kind;
+        e->done = ev->done;
+        e->epoch = ev->epoch;
+        e->step = ev->step;
+        e->step_in_epoch = ev->step_in_epoch;
+        e->steps_per_epoch = ev->steps_per_epoch;
+        if (ev->kind == RT_FIT_EPOCH_END) {
+            e->epoch = ev->epoch_end.epoch;
+            e->step = ev->epoch_end.steps;
+            e->loss = ev->epoch_end.train.loss;
+            e->acc = ev->epoch_end.train.accuracy;
+            e->has_val = ev->epoch_end.has_val;
+            e->vloss = ev->epoch_end.val.loss;
+            e->vacc = ev->epoch_end.val.accuracy;
+            e->execute_ns = ev->epoch_end.execute_ns;
+        } else {
+            e->loss = ev->loss;
+            e->acc = ev->accuracy;
+        }
+        if (ev->call)
+            snprintf(e->method, sizeof e->method, "%s", ev->call->method);
+    }
+    if (ev->kind == RT_FIT_PROGRESS)
+        l->progress++;
+    return l->stop_after_progress && l->progress >= l->stop_after_progress;
+}
+
+static size_t trace_count(rt_client *c, size_t from, const char *method)
+{
+    size_t n, k = 0;
+    const rt_client_timings *t = rt_client_trace_calls(c, &n);
+    for (size_t i = from; i < n; i++)
+        k += !strcmp(t[i].method, method);
+    return k;
+}
+
+static uint64_t global_step(rt_client *c, const char *sid, const char *prog)
+{
+    rt_client_weights w;
+    if (rt_client_get_weights(c, sid, prog, &w) < 0)
+        return UINT64_MAX;
+    uint64_t g = w.global_step;
+    rt_client_weights_free(&w);
+    return g;
+}
+
 typedef struct canceller {
     rt_client *c;
 } canceller;
@@ -186,6 +250,7 @@ int main(int argc, char **argv)
     printf("daemon at %s\n", addr);
 
     rt_client *c;
+    int rc_loop;
     CHECK(rt_client_create(addr, &c) == 0);
     rt_client_trace_enable(c, 1);
 
@@ -349,6 +414,102 @@ int main(int argc, char **argv)
     CHECK_RC(rt_client_run_steps(c, &sp, &sr));
     CHECK(sr.replayed && sr.global_step == gs);
     rt_client_steps_result_free(&sr);
+
+    step("train_steps");
+    /* The steps-per-call loop: K = 4 over 6-step epochs is calls of 4 and 2
+     * steps, an Evaluate after each epoch, epochs numbered from 1; the same
+     * training as one Fit stream from the same initial weights. */
+    {
+        rt_client_compile_result pa, pb;
+        CHECK_RC(rt_client_compile_keras(c, sid, json, &o, &pa));
+        CHECK_RC(rt_client_compile_keras(c, sid, json, &o, &pb));
+        ev_log fa = {0}, lb = {0};
+        rt_client_fit_params ff = {.session = sid, .program = pa.program_id,
+                                   .dataset = tr.id, .val_dataset = va.id, .epochs = 3};
+        CHECK_RC(rt_client_fit(c, &ff, log_event, &fa));
+        size_t t0;
+        rt_client_trace_calls(c, &t0);
+        rt_client_train_params tp = {.session = sid, .program = pb.program_id,
+                                     .dataset = tr.id, .val_dataset = va.id, .epochs = 3,
+                                     .steps_per_epoch = 6, .steps_per_call = 4};
+        CHECK_RC(rt_client_train_steps(c, &tp, log_event, &lb));
+        CHECK(trace_count(c, t0, "RunSteps") == 6 && trace_count(c, t0, "Evaluate") == 3);
+        CHECK(lb.n == 3 * 3 + 1);
+        int fe = 0, order_ok = lb.n == 10;
+        for (int e = 0; e < 3 && order_ok; e++) {
+            const typeof(lb.ev[0]) *a = &lb.ev[e * 3], *b = &lb.ev[e * 3 + 1],
+                                   *d = &lb.ev[e * 3 + 2];
+            order_ok &= a->kind == RT_FIT_PROGRESS && a->step_in_epoch == 4 &&
+                        a->steps_per_epoch == 6 && a->epoch == (uint64_t)e + 1 &&
+                        a->step == (uint64_t)e * 6 + 4 && !strcmp(a->method, "RunSteps");
+            order_ok &= b->kind == RT_FIT_PROGRESS && b->step_in_epoch == 6 &&
+                        b->step == (uint64_t)e * 6 + 6 && !strcmp(b->method, "RunSteps");
+            order_ok &= d->kind == RT_FIT_EPOCH_END && d->epoch == (uint64_t)e + 1 &&
+                        d->step == (uint64_t)e * 6 + 6 && d->has_val &&
+                        d->execute_ns > 0 && !strcmp(d->method, "Evaluate");
+            /* The epoch's running mean after its last call is its mean. */
+            order_ok &= fabs(b->loss - d->loss) < 1e-6 * (1 + fabs(d->loss));
+            while (fe < fa.n && fa.ev[fe].kind != RT_FIT_EPOCH_END)
+                fe++;
+            if (fe < fa.n) {
+                const typeof(fa.ev[0]) *f = &fa.ev[fe++];
+                if (fabs(f->loss - d->loss) > 1e-5 * (1 + fabs(f->loss)) ||
+                    fabs(f->acc - d->acc) > 1e-6 || fabs(f->vloss - d->vloss) > 1e-5 ||
+                    fabs(f->vacc - d->vacc) > 1e-6) {
+                    fprintf(stderr, "epoch %d: Fit %.7f/%.4f/%.7f/%.4f, loop "
+                            "%.7f/%.4f/%.7f/%.4f\n", e + 1, f->loss, f->acc, f->vloss,
+                            f->vacc, d->loss, d->acc, d->vloss, d->vacc);
+                    order_ok = 0;
+                }
+            } else {
+                order_ok = 0;
+            }
+        }
+        CHECK(order_ok);
+        CHECK(lb.n == 10 && lb.ev[9].kind == RT_FIT_DONE && lb.ev[9].done);
+        CHECK(global_step(c, sid, pb.program_id) == 18);
+
+        /* Stopped by the callback after 3 one-step calls: nothing more runs. */
+        ev_log st = {.stop_after_progress = 3};
+        tp.steps_per_call = 1;
+        tp.val_dataset = NULL;
+        rt_client_trace_calls(c, &t0);
+        rc_loop = rt_client_train_steps(c, &tp, log_event, &st);
+        CHECK(rc_loop == RT_ECANCELLED && strstr(rt_client_errmsg(c), "callback"));
+        CHECK(trace_count(c, t0, "RunSteps") == 3 && st.n == 3);
+        CHECK(global_step(c, sid, pb.program_id) == 18 + 3);
+
+        /* A failing call ends the run: one call, no event. */
+        ev_log bad = {0};
+        tp.dataset = "d-nope";
+        rt_client_trace_calls(c, &t0);
+        rc_loop = rt_client_train_steps(c, &tp, log_event, &bad);
+        CHECK(rc_loop == RT_ENOTFOUND && bad.n == 0);
+        CHECK(trace_count(c, t0, "RunSteps") == 1);
+        tp.dataset = tr.id;
+        tp.steps_per_call = 0;
+        rt_client_trace_calls(c, &t0);
+        CHECK(rt_client_train_steps(c, &tp, log_event, &bad) == RT_EINVAL);
+        CHECK(strstr(rt_client_errmsg(c), "steps_per_call") != NULL);
+        size_t t1;
+        rt_client_trace_calls(c, &t1);
+        CHECK(t1 == t0 && bad.n == 0);
+
+        /* rt_client_cancel from another thread, during or between calls. */
+        tp.steps_per_call = 1;
+        tp.epochs = 1000000;
+        canceller k = {c};
+        pthread_t th;
+        pthread_create(&th, NULL, cancel_later, &k);
+        ev_log lc = {0};
+        rc_loop = rt_client_train_steps(c, &tp, log_event, &lc);
+        pthread_join(th, NULL);
+        CHECK(rc_loop == RT_ECANCELLED && lc.progress > 0);
+        CHECK(strstr(rt_client_errmsg(c), "cancel") != NULL);
+        CHECK(lc.n > 0 && lc.ev[lc.n - 1].kind != RT_FIT_DONE);
+        rt_client_compile_result_free(&pa);
+        rt_client_compile_result_free(&pb);
+    }
 
     step("cancel");
     /* cancellation: by the callback, then by another thread */
