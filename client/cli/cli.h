@@ -31,6 +31,8 @@ enum {
     CLI_EXIT_INTERRUPTED = 130,
 };
 
+#define CLI_SPC_AUTO (-1L)
+
 typedef enum cli_cmd {
     CLI_NONE = 0, CLI_HELP, CLI_VERSION, CLI_INFO, CLI_PING, CLI_FIT, CLI_EVAL,
     CLI_PREDICT, CLI_BENCH_OVERHEAD, CLI_BENCH_STORY,
@@ -47,7 +49,9 @@ typedef struct cli_opts {
     const char *model, *weights, *save_weights;
     const char *data, *labels, *val, *val_labels;
     const char *out;          /* predict: .csv or .npy */
-    long epochs, batch_size, steps_per_call, steps_per_epoch;
+    long epochs, batch_size, steps_per_epoch;
+    long steps_per_call;      /* 0: Fit stream; CLI_SPC_AUTO: auto */
+    long in_flight;           /* 0: the library's default */
     const char *loss, *optimizer;
     double lr;                /* < 0: not given */
     long label_column;        /* CSV; -1 = last */

@@ -11,6 +11,8 @@
 #include <string.h>
 
 #define B(c) (1u << (c))
+#define RT__STR_(x) #x
+#define RT__STR(x) RT__STR_(x)
 #define TRAIN (B(CLI_FIT) | B(CLI_EVAL) | B(CLI_PREDICT))
 #define NET (B(CLI_INFO) | B(CLI_PING) | TRAIN | B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY))
 
@@ -19,7 +21,7 @@ enum {
     O_LABELS, O_VAL, O_VAL_LABELS, O_OUT, O_EPOCHS, O_BATCH, O_SPC, O_SPE,
     O_LOSS, O_OPT, O_LR, O_LABEL_COL, O_CSV_HEADER, O_SEED, O_NO_SHUFFLE,
     O_NO_NORMALIZE, O_TIMINGS, O_TRACE, O_SIZE, O_COUNT, O_MAX_K, O_REPS,
-    O_CSV, O_PLOT, O_PROGRESS, O_NO_PROGRESS, O_HELP,
+    O_CSV, O_PLOT, O_PROGRESS, O_NO_PROGRESS, O_IN_FLIGHT, O_HELP,
 };
 
 typedef struct opt_def {
@@ -44,6 +46,7 @@ static const opt_def defs[] = {
     {"batch-size", 1, O_BATCH, TRAIN},
     {"steps-per-call", 1, O_SPC, B(CLI_FIT)},
     {"steps-per-epoch", 1, O_SPE, B(CLI_FIT)},
+    {"in-flight", 1, O_IN_FLIGHT, B(CLI_FIT)},
     {"loss", 1, O_LOSS, TRAIN},
     {"optimizer", 1, O_OPT, TRAIN},
     {"lr", 1, O_LR, TRAIN},
@@ -94,14 +97,18 @@ void cli_usage(FILE *f)
 "  ping [--size N] [--count N]\n"
 "                            round trips with N-byte payloads; p50/p99\n"
 "  fit --model M.json --data D [--val V] --epochs N --batch-size B\n"
-"      [--steps-per-call K] [--steps-per-epoch S] [--loss L] [--optimizer O]\n"
-"      [--lr X] [--label-column C] [--csv-header] [--seed S] [--no-shuffle]\n"
-"      [--save-weights W.bin] [--timings] [--trace out.json]\n"
+"      [--steps-per-call K|auto] [--in-flight W] [--steps-per-epoch S]\n"
+"      [--loss L] [--optimizer O] [--lr X] [--label-column C] [--csv-header]\n"
+"      [--seed S] [--no-shuffle] [--save-weights W.bin] [--timings]\n"
+"      [--trace out.json]\n"
 "                            train; K = 0 or absent: one Fit stream, else\n"
-"                            RunSteps K steps per call. An epoch is\n"
-"                            ceil(samples / B) steps; --steps-per-epoch S\n"
-"                            shortens the Fit stream's epochs (with K > 0 it\n"
-"                            sets the total, epochs x S steps)\n"
+"                            RunSteps calls of K steps (never across an\n"
+"                            epoch end; validation by an Evaluate after\n"
+"                            each epoch), up to W calls in flight (default\n"
+"                            " RT__STR(RT_TRAIN_WINDOW) "); auto picks K from the measured round trip\n"
+"                            and step time (fixed cost <= 5%) and prints it.\n"
+"                            An epoch is ceil(samples / B) steps, or S\n"
+"                            with --steps-per-epoch\n"
 "  eval --model M.json --weights W.bin --data D [--labels L]\n"
 "  predict --model M.json --weights W.bin --data D --out P.csv|P.npy\n"
 "  bench overhead [--max-k 1024] [--reps N] [--csv out.csv] [--plot out.svg]\n"
@@ -288,8 +295,16 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen)
                 return perr(err, errlen, "--batch-size: expected an integer >= 1, got '%s'", a);
             break;
         case O_SPC:
-            if (parse_long(a, 0, 1L << 30, &o->steps_per_call) < 0)
-                return perr(err, errlen, "--steps-per-call: expected an integer >= 0, got '%s'", a);
+            if (a && !strcmp(a, "auto"))
+                o->steps_per_call = CLI_SPC_AUTO;
+            else if (parse_long(a, 0, 1L << 30, &o->steps_per_call) < 0)
+                return perr(err, errlen, "--steps-per-call: expected an integer >= 0 or "
+                            "'auto', got '%s'", a);
+            break;
+        case O_IN_FLIGHT:
+            if (parse_long(a, 1, RT_TRAIN_MAX_WINDOW, &o->in_flight) < 0)
+                return perr(err, errlen, "--in-flight: expected an integer in 1..%d, "
+                            "got '%s'", RT_TRAIN_MAX_WINDOW, a);
             break;
         case O_SPE:
             if (parse_long(a, 1, 1L << 30, &o->steps_per_epoch) < 0)

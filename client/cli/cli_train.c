@@ -226,7 +226,7 @@ int cli_cmd_fit(const cli_opts *o)
     printf("train: %llu samples%s%s, %llu steps/epoch, %s\n",
            (unsigned long long)tr.samples, tr.deduplicated ? " (already on the daemon)" : "",
            o->val ? ", with validation" : "", (unsigned long long)spe,
-           o->steps_per_call > 0 ? "RunSteps" : "Fit stream");
+           o->steps_per_call ? "RunSteps" : "Fit stream");
     if (o->val)
         printf("val: %llu samples%s\n", (unsigned long long)va.samples,
                va.deduplicated ? " (already on the daemon)" : "");
@@ -239,7 +239,7 @@ int cli_cmd_fit(const cli_opts *o)
     }
 
     rt_progress_begin(&v.bar);
-    if (o->steps_per_call <= 0) {
+    if (o->steps_per_call == 0) {
         rt_client_fit_params fp = {
             .session = sid, .program = prog.program_id, .dataset = tr.id,
             .val_dataset = o->val ? va.id : NULL, .epochs = (uint32_t)o->epochs,
@@ -253,12 +253,14 @@ int cli_cmd_fit(const cli_opts *o)
         rt_client_train_params tp = {
             .session = sid, .program = prog.program_id, .dataset = tr.id,
             .val_dataset = o->val ? va.id : NULL, .epochs = (uint32_t)o->epochs,
-            .steps_per_epoch = spe, .steps_per_call = (uint64_t)o->steps_per_call};
+            .steps_per_epoch = spe,
+            .steps_per_call = o->steps_per_call == CLI_SPC_AUTO ? 0 : (uint64_t)o->steps_per_call,
+            .window = (uint32_t)o->in_flight};
         rc = rt_client_train_steps(c, &tp, on_fit_event, &v);
     }
     rt_progress_finish(&v.bar);
     if (rc < 0) {
-        ex = cli_fail(c, o->steps_per_call > 0 ? "fit (RunSteps)" : "Fit", rc);
+        ex = cli_fail(c, o->steps_per_call ? "fit (RunSteps)" : "Fit", rc);
         goto out;
     }
     double wall = (double)(rt_now_ns() - t0) / 1e9;

@@ -127,6 +127,14 @@ void rt__stream_recv(rt__call *k, grpc_byte_buffer **bb);
 void rt__stream_cancel(rt__call *k);
 int rt__stream_close(rt__call *k);
 
+/* RunSteps in two halves, so that several can be in flight (the training
+ * loop): start builds and starts the call (seq 0 takes the client's next;
+ * *seq, if not NULL, gets the one sent); finish waits for it and fills out.
+ * Neither begins nor ends the call's time account. */
+int rt__run_steps_start(rt_client *c, rt__call *k, const rt_client_steps_params *p,
+                        uint64_t *seq);
+int rt__run_steps_finish(rt_client *c, rt__call *k, rt_client_steps_result *out);
+
 /* Copy (add, for streams) a response's Timings into c->cur. */
 void rt__take_timings(rt_client *c, const Rtrain__V1__Timings *t, int add);
 

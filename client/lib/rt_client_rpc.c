@@ -337,22 +337,9 @@ void rt_client_steps_result_free(rt_client_steps_result *r)
     memset(r, 0, sizeof *r);
 }
 
-int rt_client_run_steps(rt_client *c, const rt_client_steps_params *p,
-                        rt_client_steps_result *out)
+int rt__run_steps_start(rt_client *c, rt__call *k, const rt_client_steps_params *p,
+                        uint64_t *seq)
 {
-    if (!c || !p || !out)
-        return RT_EINVAL;
-    memset(out, 0, sizeof *out);
-    rt__call_begin(c, RT__M_RUN_STEPS);
-    int rc = rt__check_id(c, "session", p->session);
-    if (rc == 0)
-        rc = rt__check_id(c, "program", p->program);
-    if (rc == 0)
-        rc = rt__check_id(c, "dataset", p->dataset);
-    if (rc == 0 && p->steps == 0)
-        rc = rt__err(c, RT_EINVAL, "RunSteps: steps must be at least 1");
-    if (rc < 0)
-        return rt__call_end(c, rc);
     Rtrain__V1__RunStepsRequest req = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
     req.session_id = (char *)p->session;
     req.program_id = (char *)p->program;
@@ -361,12 +348,19 @@ int rt_client_run_steps(rt_client *c, const rt_client_steps_params *p,
     req.steps = p->steps;
     req.seq = p->seq ? p->seq : ++c->seq;
     req.return_losses = p->return_losses != 0;
+    if (seq)
+        *seq = req.seq;
+    return rt__unary_start(c, k, RT__M_RUN_STEPS, &req.base);
+}
+
+int rt__run_steps_finish(rt_client *c, rt__call *k, rt_client_steps_result *out)
+{
+    memset(out, 0, sizeof *out);
     Rtrain__V1__RunStepsResponse *r;
-    rc = rt__unary(c, RT__M_RUN_STEPS, &req.base,
-                   &rtrain__v1__run_steps_response__descriptor,
-                   (ProtobufCMessage **)&r);
+    int rc = rt__unary_finish(c, k, &rtrain__v1__run_steps_response__descriptor,
+                              (ProtobufCMessage **)&r);
     if (rc < 0)
-        return rt__call_end(c, rc);
+        return rc;
     rt__take_timings(c, r->timings, 0);
     out->global_step = r->global_step;
     rt__metrics_from_pb(r->last, &out->last);
@@ -394,6 +388,28 @@ int rt_client_run_steps(rt_client *c, const rt_client_steps_params *p,
     if (rc < 0)
         rt_client_steps_result_free(out);
     FREE_RESP(r);
+    return rc;
+}
+
+int rt_client_run_steps(rt_client *c, const rt_client_steps_params *p,
+                        rt_client_steps_result *out)
+{
+    if (!c || !p || !out)
+        return RT_EINVAL;
+    memset(out, 0, sizeof *out);
+    rt__call_begin(c, RT__M_RUN_STEPS);
+    int rc = rt__check_id(c, "session", p->session);
+    if (rc == 0)
+        rc = rt__check_id(c, "program", p->program);
+    if (rc == 0)
+        rc = rt__check_id(c, "dataset", p->dataset);
+    if (rc == 0 && p->steps == 0)
+        rc = rt__err(c, RT_EINVAL, "RunSteps: steps must be at least 1");
+    rt__call k;
+    if (rc == 0)
+        rc = rt__run_steps_start(c, &k, p, NULL);
+    if (rc == 0)
+        rc = rt__run_steps_finish(c, &k, out);
     return rt__call_end(c, rc);
 }
 

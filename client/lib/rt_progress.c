@@ -182,11 +182,29 @@ int rt_progress_epoch_end(rt_progress *p, const rt_client_epoch *e)
     return rc;
 }
 
+/* Auto steps per call changed: say so on a line of its own. */
+static int k_note(rt_progress *p, const rt_client_fit_event *ev)
+{
+    p->k_shown = ev->steps_per_call;
+    if (p->mode == RT_PROGRESS_OFF)
+        return p->failed ? -1 : 0;
+    if (p->bar_len && rt_progress_finish(p) < 0)
+        return -1;
+    char line[160];
+    snprintf(line, sizeof line, "steps per call: auto K = %llu (fixed cost %.0f us per "
+             "call, %.2f us per step)\n", (unsigned long long)ev->steps_per_call,
+             ev->fixed_ns / 1e3, ev->step_ns / 1e3);
+    return put(p, line);
+}
+
 int rt_progress_event(rt_progress *p, const rt_client_fit_event *ev)
 {
     if (ev->kind == RT_FIT_PROGRESS) {
         if (!p->steps_per_epoch)
             p->steps_per_epoch = ev->steps_per_epoch;
+        if ((ev->fixed_ns > 0 || ev->step_ns > 0) && ev->steps_per_call != p->k_shown &&
+            k_note(p, ev) < 0)
+            return -1;
         return rt_progress_step(p, ev->step_in_epoch, ev->loss, ev->accuracy);
     }
     if (ev->kind == RT_FIT_EPOCH_END)

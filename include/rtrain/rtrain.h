@@ -454,6 +454,12 @@ typedef struct rt_client_fit_event {
      * RT_FIT_EPOCH_END with validation), valid during the callback; NULL
      * otherwise, and always NULL from rt_client_fit. */
     const rt_client_timings *call;
+    /* rt_client_train_steps, RT_FIT_PROGRESS: the steps per call in force
+     * from here on (with auto, as chosen from the answers so far) and, with
+     * auto only (0 otherwise), the estimates it was chosen from: the fixed
+     * cost of a call and the time of one step, in ns. */
+    uint64_t steps_per_call;
+    double fixed_ns, step_ns;
 } rt_client_fit_event;
 
 /* Return nonzero to cancel the fit (at the next step boundary). */
@@ -484,6 +490,23 @@ int rt_client_fit(rt_client *c, const rt_client_fit_params *p,
  *   - Each RunSteps call runs min(K, steps left in the epoch) steps: a call
  *     never spans an epoch end, so an epoch takes ceil(steps_per_epoch / K)
  *     calls, and K >= steps_per_epoch means one call per epoch.
+ *   - K = 0 is "auto": the first call runs one step alone and measures the
+ *     fixed cost of a call (round trip - execute - time queued on the
+ *     daemon) and the time of a step; K is then the smallest count that
+ *     keeps the fixed cost at <= 5% of a call's time, at most
+ *     steps_per_epoch, re-chosen every 16 calls and at each epoch start
+ *     from running estimates. Events carry the K in force.
+ *   - Pipelining: up to `window` calls are in flight at once (0 =
+ *     RT_TRAIN_WINDOW; 1 = one at a time), each with its own sequence
+ *     number, so the daemon computes while answers and the next requests
+ *     travel. The first call of a run goes alone; the window drains at
+ *     every epoch end. Answers are taken, and events delivered, in the
+ *     order the calls were sent. A call the daemon reports as replayed (a
+ *     later one of the same run reached it first) ran nothing: its steps
+ *     are sent again, so every epoch still runs exactly steps_per_epoch
+ *     steps; a run whose first call is replayed (the program's sequence
+ *     numbers are ahead of this client's: another client trains it) fails
+ *     with RT_ESTATE.
  *   - With val_dataset, one Evaluate call on it follows each epoch's last
  *     RunSteps call.
  *   - An epoch's train metrics are the sample-weighted means of its calls'
@@ -496,20 +519,28 @@ int rt_client_fit(rt_client *c, const rt_client_fit_params *p,
  *     of the epoch's calls), and last an RT_FIT_DONE event with done = 1.
  *     ev->call is the account of the call behind the event.
  *   - Stopping: cb returning nonzero or rt_client_cancel (also between two
- *     calls) ends the run with RT_ECANCELLED; a call in flight is
- *     cancelled and the daemon stops it at a step boundary, so the weights
- *     hold the steps done. A failed call ends the run with its error, and
- *     no call is made after it.
+ *     calls) ends the run with RT_ECANCELLED. A failed call ends it with its
+ *     error (message, status and last timings are the failed call's). Either
+ *     way no call is sent after it and every call still in flight is
+ *     cancelled at once: the daemon drops those it has not started and
+ *     stops a running one at a step boundary, so the weights hold the steps
+ *     done (with window > 1, possibly some steps of calls sent after the
+ *     last event).
  *   - Deadlines: each call gets the client's timeout; a value set with
  *     rt_client_next_timeout_ms just before applies to every call of the
  *     run (0: no deadline).
  * Every call is recorded as usual (last timings, trace). */
+#define RT_TRAIN_WINDOW 8   /* RunSteps calls in flight by default */
+#define RT_TRAIN_MAX_WINDOW 64
+
 typedef struct rt_client_train_params {
     const char *session, *program, *dataset;
     const char *val_dataset;   /* NULL/"": no validation */
     uint32_t epochs;
     uint64_t steps_per_epoch;  /* >= 1 */
-    uint64_t steps_per_call;   /* K >= 1 */
+    uint64_t steps_per_call;   /* K >= 1; 0 = auto */
+    uint32_t window;           /* calls in flight, <= RT_TRAIN_MAX_WINDOW;
+                                  0 = RT_TRAIN_WINDOW */
 } rt_client_train_params;
 
 int rt_client_train_steps(rt_client *c, const rt_client_train_params *p,

@@ -83,6 +83,21 @@ expect_rc 0 "fit (RunSteps K=7)" -- "$rtrain" "${FIT[@]}" --steps-per-call 7
 acc2=$(sed -n 's/^final:.* val_accuracy \([0-9.]*\).*/\1/p' "$tmp/out")
 [ "$acc1" = "$acc2" ] && ok "RunSteps gives the same val_accuracy ($acc2)" \
   || bad "RunSteps val_accuracy '$acc2' != Fit '$acc1'"
+! grep -q $'\r' "$tmp/out" && [ "$(grep -c '^Epoch [0-9]*/60 - ' "$tmp/out")" -eq 60 ] \
+  && ok "RunSteps, not a TTY: one line per epoch, no CR" || bad "RunSteps progress lines"
+# one call at a time, and auto K (printed): still the same training
+expect_rc 0 "fit (RunSteps K=7, one in flight)" -- "$rtrain" "${FIT[@]}" --steps-per-call 7 \
+  --in-flight 1
+acc3=$(sed -n 's/^final:.* val_accuracy \([0-9.]*\).*/\1/p' "$tmp/out")
+[ "$acc1" = "$acc3" ] && ok "one in flight: same val_accuracy" || bad "one in flight: '$acc3'"
+expect_rc 0 "fit (RunSteps auto)" -- "$rtrain" "${FIT[@]}" --steps-per-call auto --timings
+acc4=$(sed -n 's/^final:.* val_accuracy \([0-9.]*\).*/\1/p' "$tmp/out")
+[ "$acc1" = "$acc4" ] && ok "auto: same val_accuracy" || bad "auto: val_accuracy '$acc4'"
+k=$(sed -n 's/^steps per call: auto K = \([0-9]*\) (fixed cost .* per step)$/\1/p' "$tmp/out" | head -1)
+[ -n "$k" ] && [ "$k" -ge 1 ] && [ "$k" -le 6 ] && ok "auto K printed ($k)" \
+  || bad "auto K: '$(grep 'steps per call' "$tmp/out")'"
+[ "$(grep -c '^Evaluate ' "$tmp/out")" -eq 60 ] && ok "auto: an Evaluate per epoch" \
+  || bad "auto: $(grep -c '^Evaluate ' "$tmp/out") Evaluate calls"
 
 # --- eval and predict with the saved weights
 expect_rc 0 "eval" -- "$rtrain" eval "${S[@]}" --model "$ex/model.json" \

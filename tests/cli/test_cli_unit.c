@@ -74,6 +74,21 @@ static void test_parse(void)
     CHECK(o.label_column == -1 && o.epochs == 1 && o.steps_per_call == 0);
     CHECK(o.lr < 0 && o.seed < 0 && o.timeout_s < 0 && o.progress == -1 && !o.server);
 
+    /* Steps per call: auto, and the calls in flight. */
+    CHECK(parse(&o, err, "fit", "--model", "m", "--data", "d.csv", "--steps-per-call",
+                "auto", "--in-flight", "3", NULL) == 0);
+    CHECK(o.steps_per_call == CLI_SPC_AUTO && o.in_flight == 3);
+    CHECK(parse(&o, err, "fit", "--model", "m", "--data", "d.csv", "--steps-per-call",
+                "automatic", NULL) < 0);
+    CHECK(strstr(err, "'auto'") != NULL);
+    CHECK(parse(&o, err, "fit", "--model", "m", "--data", "d.csv", "--in-flight", "0",
+                NULL) < 0);
+    CHECK(strstr(err, "--in-flight") != NULL);
+    CHECK(parse(&o, err, "fit", "--model", "m", "--data", "d.csv", "--in-flight", "65",
+                NULL) < 0);
+    CHECK(parse(&o, err, "eval", "--model", "m", "--weights", "w", "--data", "d.csv",
+                "--in-flight", "2", NULL) < 0);
+
     /* Usage errors name the problem. */
     CHECK(parse(&o, err, "fit", "--model", "m", NULL) < 0);
     CHECK(strstr(err, "--data") != NULL);

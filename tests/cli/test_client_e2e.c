@@ -158,8 +158,8 @@ typedef struct ev_log {
     int n, progress, stop_after_progress;
     struct {
         int kind, has_val, done;
-        uint64_t epoch, step, step_in_epoch, steps_per_epoch, execute_ns;
-        double loss, acc, vloss, vacc;
+        uint64_t epoch, step, step_in_epoch, steps_per_epoch, execute_ns, steps_per_call;
+        double loss, acc, vloss, vacc, fixed_ns, step_ns;
         char method[24]; /* the call behind the event, "" if none */
     } ev[256];
 } ev_log;
@@ -176,6 +176,9 @@ static int log_event(const rt_client_fit_event *ev, void *u)
         e->step = ev->step;
         e->step_in_epoch = ev->step_in_epoch;
         e->steps_per_epoch = ev->steps_per_epoch;
+        e->steps_per_call = ev->steps_per_call;
+        e->fixed_ns = ev->fixed_ns;
+        e->step_ns = ev->step_ns;
         if (ev->kind == RT_FIT_EPOCH_END) {
             e->epoch = ev->epoch_end.epoch;
             e->step = ev->epoch_end.steps;
@@ -214,6 +217,25 @@ static uint64_t global_step(rt_client *c, const char *sid, const char *prog)
     uint64_t g = w.global_step;
     rt_client_weights_free(&w);
     return g;
+}
+
+/* Closes a session from a client of its own after 100 ms. */
+typedef struct closer {
+    const char *sid;
+    int rc;
+} closer;
+
+static void *close_later(void *p)
+{
+    closer *k = p;
+    rt_client *c2;
+    k->rc = rt_client_create(addr, &c2);
+    if (k->rc == 0) {
+        usleep(100 * 1000);
+        k->rc = rt_client_session_close(c2, k->sid);
+        rt_client_destroy(c2);
+    }
+    return NULL;
 }
 
 typedef struct canceller {
@@ -418,85 +440,179 @@ int main(int argc, char **argv)
     step("train_steps");
     /* The steps-per-call loop: K = 4 over 6-step epochs is calls of 4 and 2
      * steps, an Evaluate after each epoch, epochs numbered from 1; the same
-     * training as one Fit stream from the same initial weights. */
+     * training as one Fit stream from the same initial weights. One call at
+     * a time, then pipelined (calls in flight, answers in order), then with
+     * auto K: the same figures each time. */
     {
         rt_client_compile_result pa, pb;
         CHECK_RC(rt_client_compile_keras(c, sid, json, &o, &pa));
-        CHECK_RC(rt_client_compile_keras(c, sid, json, &o, &pb));
-        ev_log fa = {0}, lb = {0};
+        ev_log fa = {0};
         rt_client_fit_params ff = {.session = sid, .program = pa.program_id,
                                    .dataset = tr.id, .val_dataset = va.id, .epochs = 3};
         CHECK_RC(rt_client_fit(c, &ff, log_event, &fa));
-        size_t t0;
-        rt_client_trace_calls(c, &t0);
-        rt_client_train_params tp = {.session = sid, .program = pb.program_id,
-                                     .dataset = tr.id, .val_dataset = va.id, .epochs = 3,
-                                     .steps_per_epoch = 6, .steps_per_call = 4};
-        CHECK_RC(rt_client_train_steps(c, &tp, log_event, &lb));
-        CHECK(trace_count(c, t0, "RunSteps") == 6 && trace_count(c, t0, "Evaluate") == 3);
-        CHECK(lb.n == 3 * 3 + 1);
-        int fe = 0, order_ok = lb.n == 10;
-        for (int e = 0; e < 3 && order_ok; e++) {
-            const typeof(lb.ev[0]) *a = &lb.ev[e * 3], *b = &lb.ev[e * 3 + 1],
-                                   *d = &lb.ev[e * 3 + 2];
-            order_ok &= a->kind == RT_FIT_PROGRESS && a->step_in_epoch == 4 &&
-                        a->steps_per_epoch == 6 && a->epoch == (uint64_t)e + 1 &&
-                        a->step == (uint64_t)e * 6 + 4 && !strcmp(a->method, "RunSteps");
-            order_ok &= b->kind == RT_FIT_PROGRESS && b->step_in_epoch == 6 &&
-                        b->step == (uint64_t)e * 6 + 6 && !strcmp(b->method, "RunSteps");
-            order_ok &= d->kind == RT_FIT_EPOCH_END && d->epoch == (uint64_t)e + 1 &&
-                        d->step == (uint64_t)e * 6 + 6 && d->has_val &&
-                        d->execute_ns > 0 && !strcmp(d->method, "Evaluate");
-            /* The epoch's running mean after its last call is its mean. */
-            order_ok &= fabs(b->loss - d->loss) < 1e-6 * (1 + fabs(d->loss));
-            while (fe < fa.n && fa.ev[fe].kind != RT_FIT_EPOCH_END)
-                fe++;
-            if (fe < fa.n) {
-                const typeof(fa.ev[0]) *f = &fa.ev[fe++];
-                if (fabs(f->loss - d->loss) > 1e-5 * (1 + fabs(f->loss)) ||
-                    fabs(f->acc - d->acc) > 1e-6 || fabs(f->vloss - d->vloss) > 1e-5 ||
-                    fabs(f->vacc - d->vacc) > 1e-6) {
-                    fprintf(stderr, "epoch %d: Fit %.7f/%.4f/%.7f/%.4f, loop "
-                            "%.7f/%.4f/%.7f/%.4f\n", e + 1, f->loss, f->acc, f->vloss,
-                            f->vacc, d->loss, d->acc, d->vloss, d->vacc);
-                    order_ok = 0;
+        rt_client_weights wa;
+        CHECK_RC(rt_client_get_weights(c, sid, pa.program_id, &wa));
+        static const struct { uint64_t k; uint32_t window; } runs[] = {
+            {4, 1}, {4, 0}, {1, 8}, {0, 0}};
+        for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {
+            uint64_t K = runs[ri].k;
+            printf("  K=%llu window=%u\n", (unsigned long long)K, runs[ri].window);
+            CHECK_RC(rt_client_compile_keras(c, sid, json, &o, &pb));
+            ev_log lb = {0};
+            size_t t0;
+            rt_client_trace_calls(c, &t0);
+            rt_client_train_params tp = {.session = sid, .program = pb.program_id,
+                                         .dataset = tr.id, .val_dataset = va.id,
+                                         .epochs = 3, .steps_per_epoch = 6,
+                                         .steps_per_call = K, .window = runs[ri].window};
+            CHECK_RC(rt_client_train_steps(c, &tp, log_event, &lb));
+            size_t runsteps = trace_count(c, t0, "RunSteps");
+            if (K && runs[ri].window == 1)
+                CHECK(runsteps == 3 * ((6 + K - 1) / K)); /* exactly */
+            else /* a replayed call (a later one got there first) is sent again */
+                CHECK(runsteps >= (K ? 3 * ((6 + K - 1) / K) : 3));
+            CHECK(trace_count(c, t0, "Evaluate") == 3);
+            /* In order: per epoch its RunSteps answers with step_in_epoch and
+             * the global step rising, then its end after an Evaluate. */
+            int ok = lb.n > 0 && lb.ev[lb.n - 1].kind == RT_FIT_DONE && lb.ev[lb.n - 1].done;
+            uint64_t epoch = 1, in_epoch = 0, gstep = 0;
+            int fe = 0;
+            for (int i = 0; ok && i + 1 < lb.n; i++) {
+                const typeof(lb.ev[0]) *e = &lb.ev[i];
+                if (e->kind == RT_FIT_PROGRESS) {
+                    ok &= e->epoch == epoch && e->step_in_epoch > in_epoch &&
+                          e->step_in_epoch <= 6 && e->steps_per_epoch == 6 &&
+                          e->step == (epoch - 1) * 6 + e->step_in_epoch &&
+                          e->step > gstep && !strcmp(e->method, "RunSteps");
+                    /* Calls of K steps and the epoch's rest; pipelined, a
+                     * replayed call's steps come later, after its successors. */
+                    if (K && runs[ri].window == 1)
+                        ok &= e->step_in_epoch - in_epoch == (K < 6 - in_epoch ? K : 6 - in_epoch);
+                    else if (K)
+                        ok &= e->step_in_epoch - in_epoch <= K;
+                    in_epoch = e->step_in_epoch;
+                    gstep = e->step;
+                } else {
+                    ok &= e->kind == RT_FIT_EPOCH_END && e->epoch == epoch &&
+                          in_epoch == 6 && e->step == epoch * 6 && e->has_val &&
+                          e->execute_ns > 0 && !strcmp(e->method, "Evaluate");
+                    /* The epoch's running mean after its last call is its mean. */
+                    ok &= fabs(lb.ev[i - 1].loss - e->loss) < 1e-6 * (1 + fabs(e->loss));
+                    while (fe < fa.n && fa.ev[fe].kind != RT_FIT_EPOCH_END)
+                        fe++;
+                    if (fe < fa.n) {
+                        const typeof(fa.ev[0]) *f = &fa.ev[fe++];
+                        if (fabs(f->loss - e->loss) > 1e-5 * (1 + fabs(f->loss)) ||
+                            fabs(f->acc - e->acc) > 1e-6 || fabs(f->vloss - e->vloss) > 1e-5 ||
+                            fabs(f->vacc - e->vacc) > 1e-6) {
+                            fprintf(stderr, "epoch %llu: Fit %.7f/%.4f/%.7f/%.4f, loop "
+                                    "%.7f/%.4f/%.7f/%.4f\n", (unsigned long long)epoch,
+                                    f->loss, f->acc, f->vloss, f->vacc, e->loss, e->acc,
+                                    e->vloss, e->vacc);
+                            ok = 0;
+                        }
+                    } else {
+                        ok = 0;
+                    }
+                    epoch++;
+                    in_epoch = 0;
                 }
-            } else {
-                order_ok = 0;
             }
+            CHECK(ok && epoch == 4);
+            if (!ok || epoch != 4)
+                for (int i = 0; i < lb.n; i++)
+                    fprintf(stderr, "  ev %d: kind %d epoch %llu step %llu in_epoch %llu "
+                            "%s loss %.7f\n", i, lb.ev[i].kind,
+                            (unsigned long long)lb.ev[i].epoch,
+                            (unsigned long long)lb.ev[i].step,
+                            (unsigned long long)lb.ev[i].step_in_epoch, lb.ev[i].method,
+                            lb.ev[i].loss);
+            if (!K) { /* auto: the K in force and what it was chosen from */
+                int kk = 1;
+                for (int i = 0; i < lb.n; i++)
+                    if (lb.ev[i].kind == RT_FIT_PROGRESS)
+                        kk &= lb.ev[i].steps_per_call >= 1 && lb.ev[i].steps_per_call <= 6 &&
+                              lb.ev[i].step_ns > 0;
+                CHECK(kk);
+            }
+            CHECK(global_step(c, sid, pb.program_id) == 18);
+            rt_client_weights wb;
+            CHECK_RC(rt_client_get_weights(c, sid, pb.program_id, &wb));
+            int same = wb.n == wa.n;
+            for (size_t t = 0; same && t < wb.n; t++) {
+                const float *x = wa.t[t].data, *y2 = wb.t[t].data;
+                same &= wb.t[t].nbytes == wa.t[t].nbytes;
+                for (size_t q = 0; same && q < wb.t[t].nbytes / 4; q++)
+                    same &= fabsf(x[q] - y2[q]) <= 1e-5f * (1 + fabsf(x[q]));
+            }
+            CHECK(same);
+            rt_client_weights_free(&wb);
+            if (ri + 1 < sizeof runs / sizeof runs[0])
+                rt_client_compile_result_free(&pb);
         }
-        CHECK(order_ok);
-        CHECK(lb.n == 10 && lb.ev[9].kind == RT_FIT_DONE && lb.ev[9].done);
-        CHECK(global_step(c, sid, pb.program_id) == 18);
+        rt_client_weights_free(&wa);
 
-        /* Stopped by the callback after 3 one-step calls: nothing more runs. */
+        /* Stopped by the callback after 3 one-step calls, one at a time:
+         * nothing more runs. */
         ev_log st = {.stop_after_progress = 3};
-        tp.steps_per_call = 1;
-        tp.val_dataset = NULL;
+        rt_client_train_params tp = {.session = sid, .program = pb.program_id,
+                                     .dataset = tr.id, .epochs = 3, .steps_per_epoch = 6,
+                                     .steps_per_call = 1, .window = 1};
+        size_t t0;
         rt_client_trace_calls(c, &t0);
         rc_loop = rt_client_train_steps(c, &tp, log_event, &st);
         CHECK(rc_loop == RT_ECANCELLED && strstr(rt_client_errmsg(c), "callback"));
         CHECK(trace_count(c, t0, "RunSteps") == 3 && st.n == 3);
         CHECK(global_step(c, sid, pb.program_id) == 18 + 3);
+        /* Pipelined: the calls in flight are cancelled; at most the window's
+         * worth of steps ran after the stop, and the program trains on. */
+        ev_log st8 = {.stop_after_progress = 3};
+        tp.window = 8;
+        rc_loop = rt_client_train_steps(c, &tp, log_event, &st8);
+        CHECK(rc_loop == RT_ECANCELLED && st8.n == 3);
+        uint64_t g = global_step(c, sid, pb.program_id);
+        CHECK(g >= 21 + 3 && g <= 21 + 3 + 8);
+        tp.epochs = 1;
+        CHECK_RC(rt_client_train_steps(c, &tp, NULL, NULL));
+        CHECK(global_step(c, sid, pb.program_id) == g + 6);
 
-        /* A failing call ends the run: one call, no event. */
+        /* A failing call ends the run: the first call goes alone, so one
+         * call and no event. */
         ev_log bad = {0};
         tp.dataset = "d-nope";
         rt_client_trace_calls(c, &t0);
         rc_loop = rt_client_train_steps(c, &tp, log_event, &bad);
         CHECK(rc_loop == RT_ENOTFOUND && bad.n == 0);
+        CHECK(strstr(rt_client_errmsg(c), "d-nope") != NULL);
         CHECK(trace_count(c, t0, "RunSteps") == 1);
         tp.dataset = tr.id;
-        tp.steps_per_call = 0;
+        tp.window = RT_TRAIN_MAX_WINDOW + 1;
         rt_client_trace_calls(c, &t0);
         CHECK(rt_client_train_steps(c, &tp, log_event, &bad) == RT_EINVAL);
-        CHECK(strstr(rt_client_errmsg(c), "steps_per_call") != NULL);
+        CHECK(strstr(rt_client_errmsg(c), "window") != NULL);
         size_t t1;
         rt_client_trace_calls(c, &t1);
         CHECK(t1 == t0 && bad.n == 0);
+        tp.window = 8;
+
+        /* The program's sequence numbers are ahead of this client's
+         * (another client used it): RT_ESTATE, after one call that ran
+         * nothing. */
+        rt_client_steps_params far = {.session = sid, .program = pb.program_id,
+                                      .dataset = tr.id, .steps = 1, .seq = 1ull << 40};
+        rt_client_steps_result fr;
+        CHECK_RC(rt_client_run_steps(c, &far, &fr));
+        rt_client_steps_result_free(&fr);
+        g = global_step(c, sid, pb.program_id);
+        rt_client_trace_calls(c, &t0);
+        CHECK(rt_client_train_steps(c, &tp, NULL, NULL) == RT_ESTATE);
+        CHECK(strstr(rt_client_errmsg(c), "replayed") != NULL);
+        CHECK(trace_count(c, t0, "RunSteps") == 1 && global_step(c, sid, pb.program_id) == g);
 
         /* rt_client_cancel from another thread, during or between calls. */
-        tp.steps_per_call = 1;
+        rt_client_compile_result pc;
+        CHECK_RC(rt_client_compile_keras(c, sid, json, &o, &pc));
+        tp.program = pc.program_id;
         tp.epochs = 1000000;
         canceller k = {c};
         pthread_t th;
@@ -507,8 +623,41 @@ int main(int argc, char **argv)
         CHECK(rc_loop == RT_ECANCELLED && lc.progress > 0);
         CHECK(strstr(rt_client_errmsg(c), "cancel") != NULL);
         CHECK(lc.n > 0 && lc.ev[lc.n - 1].kind != RT_FIT_DONE);
+
+        /* The session closed by another client mid-run: the failing call
+         * ends the pipeline; only calls already in flight are answered
+         * after it, and the error is the failed call's. */
+        char sid2[RT_ID_MAX];
+        rt_client_compile_result pd;
+        CHECK_RC(rt_client_session_create(c, "e2e-2", sid2));
+        rt_client_dataset tr3;
+        CHECK_RC(rt_client_upload_csv(c, sid2, "train", p_train, -1, 0, &tr3));
+        CHECK_RC(rt_client_compile_keras(c, sid2, json, &o, &pd));
+        closer cl = {.sid = sid2};
+        pthread_create(&th, NULL, close_later, &cl);
+        rt_client_trace_calls(c, &t0);
+        tp.session = sid2;
+        tp.program = pd.program_id;
+        tp.dataset = tr3.id;
+        ev_log le = {0};
+        rc_loop = rt_client_train_steps(c, &tp, log_event, &le);
+        pthread_join(th, NULL);
+        CHECK(cl.rc == 0);
+        CHECK(rc_loop < 0 && rc_loop != RT_ECANCELLED && le.progress > 0);
+        CHECK(strstr(rt_client_errmsg(c), sid2) != NULL);
+        size_t n_tr;
+        const rt_client_timings *tt = rt_client_trace_calls(c, &n_tr);
+        size_t first_bad = n_tr;
+        rt_client_timings lt;
+        rt_client_last_timings(c, &lt);
+        for (size_t i = t0; i < n_tr && first_bad == n_tr; i++)
+            if (!strcmp(tt[i].method, "RunSteps") && tt[i].start_ns == lt.start_ns)
+                first_bad = i;
+        CHECK(first_bad < n_tr && n_tr - first_bad - 1 <= 8 - 1);
         rt_client_compile_result_free(&pa);
         rt_client_compile_result_free(&pb);
+        rt_client_compile_result_free(&pc);
+        rt_client_compile_result_free(&pd);
     }
 
     step("cancel");

@@ -3,6 +3,7 @@ import _thread
 import builtins
 import io
 import os
+import re
 import signal
 import sys
 import threading
@@ -142,9 +143,10 @@ def test_logcosh_integer_labels_wa(client):
     assert loss == pytest.approx(ref, rel=1e-4, abs=1e-6)
 
 
-@pytest.mark.parametrize("spx", [1, 4, "epoch"])
+@pytest.mark.parametrize("spx", [1, 4, "epoch", "auto"])
 def test_steps_per_execution_matches_one_call(client, iris, spx):
-    """K steps per call gives the weights of one streamed call."""
+    """K steps per call (several calls in flight; or K chosen by "auto")
+    gives the weights of one streamed call."""
     xtr, ytr, xte, yte = iris
     steps = -(-len(xtr) // 20)
     a = iris_model(client, seed=7, batch_size=20)
@@ -160,9 +162,12 @@ def test_steps_per_execution_matches_one_call(client, iris, spx):
         np.testing.assert_allclose(wa, wb, rtol=1e-6, atol=1e-7)
     for k in KEYS:
         np.testing.assert_allclose(ha[k], hb[k], rtol=1e-5, atol=1e-6)
-    k = steps if spx == "epoch" else spx
     calls = [t["method"] for t in hb.timings]
-    assert calls.count("RunSteps") == 3 * -(-steps // k)
+    if spx == "auto":  # K is the machine's: between one call and one step per call
+        assert 3 <= calls.count("RunSteps") <= 3 * steps
+    else:
+        k = steps if spx == "epoch" else spx
+        assert calls.count("RunSteps") == 3 * -(-steps // k)
     assert calls.count("Evaluate") == 3
     assert a.global_step == b.global_step == 3 * steps
 
@@ -180,6 +185,13 @@ def test_progress_bar(client, iris, capsys):
     model.fit(xtr, ytr, epochs=1, verbose=2, steps_per_execution=2)
     out = capsys.readouterr().out
     assert "Epoch 1/1" in out and ("ms/step" in out or "us/step" in out)
+    assert "\r" not in out  # verbose=2: one line per epoch
+    model.fit(xtr, ytr, epochs=2, verbose=2, steps_per_execution="auto")
+    out = capsys.readouterr().out
+    assert re.search(r"^steps per call: auto K = [1-6] \(fixed cost ", out, re.M)
+    assert "Epoch 2/2 - %d/%d - " % (steps, steps) in out
+    with pytest.raises(ValueError):
+        model.fit(xtr, ytr, epochs=1, verbose=0, steps_per_execution="fast")
     model.fit(xtr, ytr, epochs=1, verbose=0)
     assert capsys.readouterr().out == ""
 

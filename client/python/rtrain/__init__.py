@@ -329,8 +329,13 @@ class Model:
 
         steps_per_execution: None runs the whole fit as one streamed call
         (the daemon validates at every epoch end); an int K runs K steps per
-        RunSteps call plus one Evaluate per epoch for validation, as Keras
-        does with steps_per_execution=K against a remote device.
+        RunSteps call (never across an epoch end) plus one Evaluate per epoch
+        for validation, as Keras does with steps_per_execution=K against a
+        remote device; several calls are kept in flight. "auto" picks K from
+        the measured round trip and step time (the fixed cost of a call at
+        most 5% of it) and prints it when verbose. The semantics are
+        librtrain's rt_client_train_steps, the same as the CLI's
+        --steps-per-call.
         Ctrl-C (KeyboardInterrupt) stops the remote fit at a step boundary;
         the model keeps the weights of the steps done, and ``model.history``
         holds the epochs completed."""
@@ -387,7 +392,12 @@ class Model:
             if spe <= 0:
                 raise ValueError("steps_per_epoch must be positive")
             spx = 0
-            if steps_per_execution is not None:
+            if steps_per_execution == "auto":
+                spx = "auto"
+            elif steps_per_execution is not None:
+                if isinstance(steps_per_execution, str):
+                    raise ValueError("steps_per_execution must be an int or "
+                                     "'auto', got %r" % (steps_per_execution,))
                 spx = int(steps_per_execution)
                 if spx <= 0:
                     raise ValueError("steps_per_execution must be positive")

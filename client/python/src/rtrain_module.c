@@ -1406,7 +1406,8 @@ static int rt_py__fit_stream(fitctx *f, const char *ds, const char *val,
     return rc;
 }
 
-/* K steps per RunSteps call: librtrain's loop, the CLI's --steps-per-call. */
+/* K steps per RunSteps call (0 = auto), calls pipelined: librtrain's loop,
+ * the CLI's --steps-per-call. */
 static int rt_py__fit_steps(fitctx *f, const char *ds, const char *val,
                             uint32_t epochs, uint64_t spe, uint64_t k)
 {
@@ -1436,18 +1437,33 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
                              "progress_every", NULL};
     const char *ds, *val = NULL;
     unsigned int epochs;
-    unsigned long long spe, spx;
-    int verbose;
-    PyObject *history, *timings, *metric = Py_None;
+    unsigned long long spe, spx = 0;
+    int verbose, steps_loop = 0;
+    PyObject *history, *timings, *metric = Py_None, *spx_o;
     unsigned int progress_every = 1;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "szIKKiO!O!|OI:fit", kwlist, &ds, &val, &epochs, &spe,
-            &spx, &verbose, &PyDict_Type, &history, &PyList_Type, &timings,
+            args, kw, "szIKOiO!O!|OI:fit", kwlist, &ds, &val, &epochs, &spe,
+            &spx_o, &verbose, &PyDict_Type, &history, &PyList_Type, &timings,
             &metric, &progress_every))
         return NULL;
+    /* steps_per_execution: 0 = one Fit stream, K, or "auto" (K = 0 for
+     * rt_client_train_steps). */
+    if (PyUnicode_Check(spx_o)) {
+        if (PyUnicode_CompareWithASCIIString(spx_o, "auto") != 0) {
+            PyErr_SetString(PyExc_ValueError,
+                            "steps_per_execution must be an int or 'auto'");
+            return NULL;
+        }
+        steps_loop = 1;
+    } else {
+        spx = PyLong_AsUnsignedLongLong(spx_o);
+        if (PyErr_Occurred())
+            return NULL;
+        steps_loop = spx != 0;
+    }
     if (epochs == 0)
         return PyUnicode_FromString("done");
-    if (spx && !spe) {
+    if (steps_loop && !spe) {
         PyErr_SetString(PyExc_ValueError,
                         "steps_per_execution needs steps_per_epoch");
         return NULL;
@@ -1482,7 +1498,7 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
     int rc = 0;
     if (rt_progress_begin(&f.bar) < 0)
         goto out;
-    if (spx)
+    if (steps_loop)
         rc = rt_py__fit_steps(&f, ds, val, epochs, spe, spx);
     else
         rc = rt_py__fit_stream(&f, ds, val, epochs, spe,
