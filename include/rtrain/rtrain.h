@@ -190,7 +190,8 @@ int rt_client_trace_write_calls(const rt_client_timings *calls, size_t n,
  * async-signal-safe); the thread blocked in the call sees it within ~20 ms
  * and cancels the gRPC call. A Fit stream is then stopped by the daemon at a
  * step boundary. The cancelled call returns RT_ECANCELLED. The flag is
- * cleared when the next call starts. Returns 0. */
+ * cleared when the next call starts (for rt_client_train_steps, when the
+ * run starts: it stops the whole run). Returns 0. */
 int rt_client_cancel(rt_client *c);
 
 /* ------------------------------------------------------------- info, ping */

@@ -194,6 +194,11 @@ def test_progress_bar(client, iris, capsys):
         model.fit(xtr, ytr, epochs=1, verbose=0, steps_per_execution="fast")
     model.fit(xtr, ytr, epochs=1, verbose=0)
     assert capsys.readouterr().out == ""
+    # "auto" with an output that is no terminal (and no notebook): lines
+    model.fit(xtr, ytr, epochs=2)
+    out = capsys.readouterr().out
+    assert "\r" not in out and out.count("\n") == 2
+    assert out.startswith("Epoch 1/2 - %d/%d - " % (steps, steps))
 
 
 def test_recompile_keeps_weights(client, iris):

@@ -28,6 +28,7 @@ Data conversions (documented, never silent about what they cannot do):
 """
 
 import json as _json
+import sys as _sys
 import time as _time
 
 import numpy as _np
@@ -346,7 +347,7 @@ class Model:
             raise ValueError("fit needs x and y")
         if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
             raise ValueError("epochs must be an int >= 0, got %r" % (epochs,))
-        verbose = 1 if verbose == "auto" else int(verbose)
+        verbose = _auto_verbose() if verbose == "auto" else int(verbose)
         if verbose not in (0, 1, 2):
             raise ValueError("verbose must be 0, 1, 2 or 'auto'")
         if batch_size is not None and (isinstance(batch_size, bool) or
@@ -479,6 +480,18 @@ class Model:
 
 
 # ---------------------------------------------------------------- client
+
+def _auto_verbose():
+    """verbose="auto": the bar redrawn with '\r' on a terminal and in a
+    notebook (whose output stream is no TTY but draws it), otherwise one
+    line per epoch (logs and pipes get no '\r'), as the rtrain CLI."""
+    try:
+        if _sys.stdout.isatty():
+            return 1
+    except (AttributeError, ValueError):
+        pass
+    return 1 if "ipykernel" in _sys.modules else 2
+
 
 class Client(_rtrain.Client):
     """A session on one rtraind. Use rtrain.connect()."""
