@@ -502,20 +502,24 @@ int rt_client_fit(rt_client *c, const rt_client_fit_params *p,
  *     number, so the daemon computes while answers and the next requests
  *     travel. The first call of a run goes alone; the window drains at
  *     every epoch end. Answers are taken, and events delivered, in the
- *     order the calls were sent. A call the daemon reports as replayed (a
- *     later one of the same run reached it first) ran nothing: its steps
- *     are sent again, so every epoch still runs exactly steps_per_epoch
- *     steps; a run whose first call is replayed (the program's sequence
- *     numbers are ahead of this client's: another client trains it) fails
- *     with RT_ESTATE.
+ *     order the calls were sent. Calls that reach the daemon together may
+ *     start in either order; a call the daemon then reports as replayed (a
+ *     later one of the same run, with a higher seq, ran first) ran nothing:
+ *     its steps are sent again after the others, so every epoch still runs
+ *     exactly steps_per_epoch steps (a RunSteps call runs the program's
+ *     next steps, so the training is the same; only how an epoch's steps
+ *     split into calls differs). A run whose first call is replayed (the
+ *     program's sequence numbers are ahead of this client's: another
+ *     client trains it) fails with RT_ESTATE.
  *   - With val_dataset, one Evaluate call on it follows each epoch's last
  *     RunSteps call.
  *   - An epoch's train metrics are the sample-weighted means of its calls'
  *     means: the daemon's own epoch metrics when steps_per_epoch is the data
  *     set's, as in a Fit stream of the same run.
  *   - cb (may be NULL) sees, in order: RT_FIT_PROGRESS after each RunSteps
- *     (step = global step, step_in_epoch, steps_per_epoch, loss and accuracy
- *     = the epoch's running means), RT_FIT_EPOCH_END after each epoch
+ *     that ran (step = the program's global step: its count before the run
+ *     plus the steps run since, so it only grows; step_in_epoch,
+ *     steps_per_epoch, loss and accuracy = the epoch's running means), RT_FIT_EPOCH_END after each epoch
  *     (epoch_end.steps = global step, execute_ns = the daemon's execute time
  *     of the epoch's calls), and last an RT_FIT_DONE event with done = 1.
  *     ev->call is the account of the call behind the event.
