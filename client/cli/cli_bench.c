@@ -370,24 +370,14 @@ static int story_once(const cli_opts *o, int cfg, const char *train, const char 
         rc = rt_client_upload_csv(c, sid, "iris-val", val, -1, 0, &va);
     const uint64_t spe = 2; /* the story's steps per epoch */
     if (rc == 0 && cfg == STORY_PER_STEP) {
-        for (long e = 0; e < epochs && rc == 0 && !cli_interrupted; e++) {
-            for (uint64_t s = 0; s < spe && rc == 0; s++) {
-                rt_client_steps_params sp = {.session = sid, .program = prog.program_id,
-                                             .dataset = tr.id, .steps = 1};
-                rt_client_steps_result r;
-                what = "RunSteps";
-                rc = rt_client_run_steps(c, &sp, &r);
-                if (rc == 0)
-                    rt_client_steps_result_free(&r);
-            }
-            if (rc == 0) {
-                rt_client_metrics mm;
-                what = "Evaluate";
-                rc = rt_client_evaluate(c, sid, prog.program_id, va.id, &mm);
-                out->val_loss = mm.loss;
-                out->val_acc = mm.accuracy;
-            }
-        }
+        /* librtrain's steps-per-call loop as the story's Keras loop ran it:
+         * one step per call, one call at a time, an Evaluate per epoch. */
+        rt_client_train_params tp = {.session = sid, .program = prog.program_id,
+                                     .dataset = tr.id, .val_dataset = va.id,
+                                     .epochs = (uint32_t)epochs, .steps_per_epoch = spe,
+                                     .steps_per_call = 1, .window = 1};
+        what = "RunSteps";
+        rc = rt_client_train_steps(c, &tp, story_on_event, out);
     } else if (rc == 0) {
         long calls = cfg == STORY_PER_EPOCH ? epochs : 1;
         rt_client_fit_params fp = {.session = sid, .program = prog.program_id,
