@@ -11,8 +11,8 @@
 #include <string.h>
 
 #define B(c) (1u << (c))
-#define RT__STR_(x) #x
-#define RT__STR(x) RT__STR_(x)
+#define CLI_STR_(x) #x
+#define CLI_STR(x) CLI_STR_(x)
 #define TRAIN (B(CLI_FIT) | B(CLI_EVAL) | B(CLI_PREDICT))
 #define NET (B(CLI_INFO) | B(CLI_PING) | TRAIN | B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY))
 
@@ -105,7 +105,8 @@ void cli_usage(FILE *f)
 "                            RunSteps calls of K steps (never across an\n"
 "                            epoch end; validation by an Evaluate after\n"
 "                            each epoch), up to W calls in flight (default\n"
-"                            " RT__STR(RT_TRAIN_WINDOW) "); auto picks K from the measured round trip\n"
+"                            " CLI_STR(RT_TRAIN_WINDOW) "); auto picks K from the"
+" measured round trip\n"
 "                            and step time (fixed cost <= 5%) and prints it.\n"
 "                            An epoch is ceil(samples / B) steps, or S\n"
 "                            with --steps-per-epoch\n"
