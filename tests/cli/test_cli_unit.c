@@ -416,7 +416,10 @@ static void test_weights_file(void)
               !memcmp(r.t[0].data, k, sizeof k));
         CHECK(!strcmp(r.t[1].name, "dense/bias") && !memcmp(r.t[1].data, b, sizeof b));
         CHECK(rt_client_tensor_numel(&r.t[0]) == 8);
+        CHECK(!strcmp(rt_client_dtype_name(r.t[0].dtype), "f32"));
     }
+    CHECK(!strcmp(rt_client_dtype_name(RT_DTYPE_U8), "u8") &&
+          !strcmp(rt_client_dtype_name((rt_client_dtype)99), "?"));
     rt_client_weights_free(&r);
     rt_client_weights_free(&r); /* a zeroed struct is a no-op */
     rt_client_weights_free(NULL);
