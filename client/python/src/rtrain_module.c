@@ -1425,6 +1425,8 @@ static int rt_py__fit_steps(fitctx *f, const char *ds, const char *val,
 
 /* fit(dataset, val_dataset, epochs, steps_per_epoch, steps_per_execution,
  *     verbose, history, timings, metric_name=None, progress_every=1)
+ * steps_per_execution: 0 = one Fit stream, K or "auto" = librtrain's
+ * steps-per-call loop; verbose 1 = bar, 2 = a line per epoch, 0 = silent.
  * -> "done" | "cancelled" (client.cancel() from another thread).
  * Raises KeyboardInterrupt (after the remote fit stopped) on Ctrl-C. The
  * history dict and timings list are filled in place, so a caller still has
