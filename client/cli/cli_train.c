@@ -239,15 +239,16 @@ int cli_cmd_fit(const cli_opts *o)
     }
 
     rt_progress_begin(&v.bar);
+    /* A long fit has no deadline unless --timeout asks for one: not the Fit
+     * stream, nor a RunSteps call queued behind others in flight. */
+    if (o->timeout_s <= 0)
+        rt_client_next_timeout_ms(c, 0);
     if (o->steps_per_call == 0) {
         rt_client_fit_params fp = {
             .session = sid, .program = prog.program_id, .dataset = tr.id,
             .val_dataset = o->val ? va.id : NULL, .epochs = (uint32_t)o->epochs,
             .steps_per_epoch = (uint32_t)(o->steps_per_epoch > 0 ? o->steps_per_epoch : 0),
             .progress_every = bar ? 1 : 0};
-        /* A long fit has no deadline unless --timeout asks for one. */
-        if (o->timeout_s <= 0)
-            rt_client_next_timeout_ms(c, 0);
         rc = rt_client_fit(c, &fp, on_fit_event, &v);
     } else {
         rt_client_train_params tp = {
