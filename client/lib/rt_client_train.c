@@ -81,17 +81,21 @@ static int cancelled(rt_client *c)
 
 /* ------------------------------------------------------------- auto K */
 
-/* The smallest K with fixed <= share x (fixed + K x step), within
- * [1, steps_per_epoch]. */
+/* K for an epoch of spe steps in n equal calls: the most calls whose fixed
+ * costs stay within share of the epoch's time, n x fixed <= share x
+ * (n x fixed + spe x step), at least one; K = ceil(spe / n). Equal calls,
+ * so no short last call pays a whole fixed cost for a few steps. */
 static uint64_t auto_choose(const loop *L)
 {
     uint64_t spe = L->p->steps_per_epoch;
     if (L->step_ns <= 0)
         return spe;
-    double k = ceil((1 - RT__AUTO_SHARE) / RT__AUTO_SHARE * L->fixed_ns / L->step_ns);
-    if (!(k >= 1))
+    if (L->fixed_ns <= 0)
         return 1;
-    return k >= (double)spe ? spe : (uint64_t)k;
+    double n = floor(RT__AUTO_SHARE / (1 - RT__AUTO_SHARE) * (double)spe * L->step_ns /
+                     L->fixed_ns);
+    uint64_t calls = n < 1 ? 1 : n >= (double)spe ? spe : (uint64_t)n;
+    return (spe + calls - 1) / calls;
 }
 
 /* One answered call's measurements into the running estimates. */

@@ -493,10 +493,11 @@ int rt_client_fit(rt_client *c, const rt_client_fit_params *p,
  *     calls, and K >= steps_per_epoch means one call per epoch.
  *   - K = 0 is "auto": the first call runs one step alone and measures the
  *     fixed cost of a call (round trip - execute - time queued on the
- *     daemon) and the time of a step; K is then the smallest count that
- *     keeps the fixed cost at <= 5% of a call's time, at most
- *     steps_per_epoch, re-chosen every 16 calls and at each epoch start
- *     from running estimates. Events carry the K in force.
+ *     daemon) and the time of a step; K then splits an epoch into the most
+ *     equal calls whose fixed costs stay at <= 5% of the epoch's time (one
+ *     call per epoch when even that costs more), re-chosen every 16 calls
+ *     and at each epoch start from running estimates. Events carry the K
+ *     in force.
  *   - Pipelining: up to `window` calls are in flight at once (0 =
  *     RT_TRAIN_WINDOW; 1 = one at a time), each with its own sequence
  *     number, so the daemon computes while answers and the next requests
