@@ -13,7 +13,6 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
-
 size_t rt_client_dtype_size(rt_client_dtype dt)
 {
     switch (dt) {
