@@ -9,6 +9,7 @@ SUDO=""
 pkgs=(build-essential cmake pkg-config
       libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev
       libdnnl-dev libjson-c-dev libxxhash-dev zlib1g-dev
+      libturbojpeg0-dev libpng-dev
       python3-dev python3-numpy python3-sklearn)
 want_test=0 want_bench=0
 for a in "$@"; do
@@ -22,7 +23,7 @@ done
 # without it Debian's torch falls back to the netlib reference BLAS.
 [ $want_bench -eq 0 ] || pkgs+=(python3-torch libopenblas0-pthread)
 if [ $want_test -eq 1 ]; then
-  pkgs+=(python3-pytest jupyter-nbconvert python3-ipykernel
+  pkgs+=(python3-pil python3-pytest jupyter-nbconvert python3-ipykernel
          python3-matplotlib librsvg2-bin)
   # The interop test needs node and npm; this machine kind ships them
   # (nodesource's nodejs bundles npm), a bare Debian gets Debian's.

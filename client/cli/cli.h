@@ -40,6 +40,8 @@ typedef enum cli_cmd {
 
 typedef enum cli_data_kind {
     CLI_DATA_UNKNOWN = 0, CLI_DATA_CSV, CLI_DATA_NPY, CLI_DATA_IDX,
+    CLI_DATA_TFRECORD,   /* *.tfrecord[.gz|.zlib], or a glob of shards */
+    CLI_DATA_IMAGES,     /* a directory of class folders */
 } cli_data_kind;
 
 typedef struct cli_opts {
@@ -65,6 +67,10 @@ typedef struct cli_opts {
     long max_k, reps;         /* bench */
     const char *csv, *plot;
     int progress;             /* 1 force bar, 0 force lines, -1 auto (TTY) */
+    /* TFRecord and image folders (cli_data.c) */
+    const char *features, *label_key, *image_size, *resize, *mean, *std, *augment;
+    const char *on_bad_record;
+    long channels;
 } cli_opts;
 
 /* Parse argv (argv[0] is the program). Returns 0, or -1 with a message in
@@ -79,6 +85,16 @@ int cli_exit_code(int rt_err);
 /* The data kind of a path by its name: .csv, .npy, .idx/-ubyte (optionally
  * .gz). */
 cli_data_kind cli_data_kind_of(const char *path);
+
+/* cli_data.c: TFRecord files and image folders. */
+struct rt_client_image_opts;
+int cli_is_glob(const char *p);
+int cli_is_dir(const char *p);
+int cli_image_opts(const cli_opts *o, struct rt_client_image_opts *im, char *err, size_t errlen);
+/* Check the TFRecord/image options for data of kind k; -1 with a message. */
+int cli_data_check(const cli_opts *o, cli_data_kind k, char *err, size_t errlen);
+int cli_upload_tf(rt_client *c, const char *sid, const char *name, const char *data,
+                  const cli_opts *o, rt_client_dataset *out);
 
 /* Statistics: sorts v in place; p in [0, 100], nearest-rank. 0 for n == 0. */
 double cli_percentile(double *v, size_t n, double p);

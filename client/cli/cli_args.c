@@ -22,6 +22,8 @@ enum {
     O_LOSS, O_OPT, O_LR, O_LABEL_COL, O_CSV_HEADER, O_SEED, O_NO_SHUFFLE,
     O_NO_NORMALIZE, O_TIMINGS, O_TRACE, O_SIZE, O_COUNT, O_MAX_K, O_REPS,
     O_CSV, O_PLOT, O_PROGRESS, O_NO_PROGRESS, O_IN_FLIGHT, O_HELP,
+    O_FEATURES, O_LABEL_KEY, O_IMAGE_SIZE, O_CHANNELS, O_RESIZE, O_MEAN, O_STD, O_AUGMENT,
+    O_ON_BAD,
 };
 
 typedef struct opt_def {
@@ -67,6 +69,15 @@ static const opt_def defs[] = {
     {"progress", 0, O_PROGRESS, B(CLI_FIT)},
     {"no-progress", 0, O_NO_PROGRESS, B(CLI_FIT)},
     {"help", 0, O_HELP, ~0u},
+    {"features", 1, O_FEATURES, TRAIN},
+    {"label", 1, O_LABEL_KEY, TRAIN},
+    {"image-size", 1, O_IMAGE_SIZE, TRAIN},
+    {"channels", 1, O_CHANNELS, TRAIN},
+    {"resize", 1, O_RESIZE, TRAIN},
+    {"mean", 1, O_MEAN, TRAIN},
+    {"std", 1, O_STD, TRAIN},
+    {"augment", 1, O_AUGMENT, B(CLI_FIT)},
+    {"on-bad-record", 1, O_ON_BAD, TRAIN},
 };
 #define N_DEFS (sizeof defs / sizeof defs[0])
 
@@ -126,6 +137,18 @@ void cli_usage(FILE *f)
 "  *.npy                     features; labels in --labels y.npy\n"
 "  *.idx, *-ubyte (.gz)      IDX images (divided by 255 unless\n"
 "                            --no-normalize) and IDX labels in --labels\n"
+"  *.tfrecord (.gz, .zlib), 'train-*.tfrecord' (shards by a glob)\n"
+"                            tf.train.Example records read under\n"
+"                            --features KEY:KIND[SHAPE],... (KIND int64,\n"
+"                            float, jpeg, png or image; SHAPE [N] or [NxM];\n"
+"                            @KEY: a SequenceExample feature list); the label\n"
+"                            is --label KEY or the key 'label'\n"
+"  DIR/                      JPEG/PNG files in class folders (Keras\n"
+"                            image_dataset_from_directory layout)\n"
+"  Images: --image-size HxW (default 256x256) --channels 1|3 --resize\n"
+"  auto|bilinear|area --mean M[,M,M] --std S[,S,S]; training augmentation\n"
+"  --augment flip,crop=PIXELS,brightness=X,contrast=X; --on-bad-record\n"
+"  fail|skip (skip: bad records are left out and counted)\n"
 "\n"
 "Common options:\n"
 "  --server HOST:PORT        default $RTRAIN_SERVER or " RT_DEFAULT_SERVER "\n"
@@ -354,6 +377,18 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen)
         case O_PROGRESS: o->progress = 1; break;
         case O_NO_PROGRESS: o->progress = 0; break;
         case O_HELP: o->cmd = CLI_HELP; return 0;
+        case O_FEATURES: o->features = a; break;
+        case O_LABEL_KEY: o->label_key = a; break;
+        case O_IMAGE_SIZE: o->image_size = a; break;
+        case O_CHANNELS:
+            if (parse_long(a, 1, 3, &o->channels) < 0 || o->channels == 2)
+                return perr(err, errlen, "--channels: 1 or 3, got '%s'", a);
+            break;
+        case O_RESIZE: o->resize = a; break;
+        case O_MEAN: o->mean = a; break;
+        case O_STD: o->std = a; break;
+        case O_AUGMENT: o->augment = a; break;
+        case O_ON_BAD: o->on_bad_record = a; break;
         }
         (void)dv;
     }
@@ -387,14 +422,20 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen)
             return perr(err, errlen, "%s: cannot tell the format of '%s' (expected "
                         ".csv, .npy, .idx or -ubyte, optionally .gz)",
                         cli_cmd_name(o->cmd), o->data);
-        if (k != CLI_DATA_CSV && !o->labels && o->cmd != CLI_PREDICT)
+        int tf = k == CLI_DATA_TFRECORD || k == CLI_DATA_IMAGES;
+        if (tf && cli_data_check(o, k, err, errlen) < 0)
+            return -1;
+        if (k != CLI_DATA_CSV && !tf && !o->labels && o->cmd != CLI_PREDICT)
             return perr(err, errlen, "%s: %s data needs --labels", cli_cmd_name(o->cmd),
                         k == CLI_DATA_NPY ? ".npy" : "IDX");
         if (o->val) {
             cli_data_kind vk = cli_data_kind_of(o->val);
             if (vk == CLI_DATA_UNKNOWN)
                 return perr(err, errlen, "fit: cannot tell the format of '%s'", o->val);
-            if (vk != CLI_DATA_CSV && !o->val_labels)
+            if (vk == CLI_DATA_TFRECORD || vk == CLI_DATA_IMAGES) {
+                if (cli_data_check(o, vk, err, errlen) < 0)
+                    return -1;
+            } else if (vk != CLI_DATA_CSV && !o->val_labels)
                 return perr(err, errlen, "fit: --val %s needs --val-labels", o->val);
         }
     }
@@ -435,8 +476,16 @@ cli_data_kind cli_data_kind_of(const char *path)
         return CLI_DATA_UNKNOWN;
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s", path);
+    if (cli_is_dir(path))
+        return CLI_DATA_IMAGES;
+    if (ends_with(tmp, ".zlib"))
+        tmp[strlen(tmp) - 5] = 0;
+    if (ends_with(tmp, ".tfrecord") || ends_with(tmp, ".tfrec") || cli_is_glob(tmp))
+        return CLI_DATA_TFRECORD;
     if (ends_with(tmp, ".gz"))
         tmp[strlen(tmp) - 3] = 0;
+    if (ends_with(tmp, ".tfrecord") || ends_with(tmp, ".tfrec"))
+        return CLI_DATA_TFRECORD;
     if (ends_with(tmp, ".csv"))
         return CLI_DATA_CSV;
     if (ends_with(tmp, ".npy"))

@@ -67,7 +67,7 @@ static int check_inputs(const cli_opts *o)
 {
     const char *files[] = {o->model, o->weights, o->data, o->labels, o->val, o->val_labels};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
-        if (files[i] && access(files[i], R_OK) != 0) {
+        if (files[i] && !cli_is_glob(files[i]) && access(files[i], R_OK) != 0) {
             fprintf(stderr, "rtrain: cannot read %s: %s\n", files[i], strerror(errno));
             return errno == ENOENT && files[i] == o->weights ? CLI_EXIT_NOTFOUND
                                                             : CLI_EXIT_INVALID;
@@ -92,6 +92,9 @@ int cli_upload(rt_client *c, const char *sid, const char *name, const char *data
         return rt_client_upload_npy(c, sid, name, data, labels, out);
     case CLI_DATA_IDX:
         return rt_client_upload_idx(c, sid, name, data, labels, !o->no_normalize, out);
+    case CLI_DATA_TFRECORD:
+    case CLI_DATA_IMAGES:
+        return cli_upload_tf(c, sid, name, data, o, out);
     default:
         return RT_EINVAL;
     }

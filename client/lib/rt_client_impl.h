@@ -65,6 +65,10 @@ int rt__err(rt_client *c, int rc, const char *fmt, ...)
 void rt__call_begin(rt_client *c, int method);
 /* Closes the account of the current call; returns rc. */
 int rt__call_end(rt_client *c, int rc);
+/* The wire form of a TFRecord feature spec (rt_client_shards.c); owned by
+ * s, NULL for NULL. */
+struct rt_client_example_spec;
+Rtrain__V1__ExampleSpec *rt__example_spec_pb(const struct rt_client_example_spec *s);
 
 /* The deadline for the call starting now (consumes next_timeout_ms). */
 gpr_timespec rt__deadline(rt_client *c);

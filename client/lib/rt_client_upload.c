@@ -40,7 +40,7 @@ static int open_srcs(rt_client *c, const rt_client_upload_part *parts,
         s[i].p = p;
         if ((int)p->role < RT_ROLE_FEATURES || p->role > RT_ROLE_BOTH)
             return rt__err(c, RT_EINVAL, "upload part %zu: bad role %d", i, (int)p->role);
-        if ((int)p->format < RT_FORMAT_RAW || p->format > RT_FORMAT_IDX)
+        if ((int)p->format < RT_FORMAT_RAW || p->format > RT_FORMAT_TFRECORD)
             return rt__err(c, RT_EINVAL, "upload part %zu: bad format %d", i, (int)p->format);
         if (p->path) {
             s[i].f = fopen(p->path, "rb");
@@ -152,6 +152,9 @@ static int dataset_from_pb(rt_client *c, const Rtrain__V1__DatasetInfo *d,
     out->y_dtype = (rt_client_dtype)d->y_dtype;
     out->bytes = d->bytes;
     out->deduplicated = d->deduplicated;
+    out->records_skipped = d->records_skipped;
+    snprintf(out->first_skipped, sizeof out->first_skipped, "%s",
+             d->first_skipped ? d->first_skipped : "");
     return rc;
 }
 
@@ -245,8 +248,9 @@ int rt_client_upload_parts(rt_client *c, const char *session, const char *name,
     memset(out, 0, sizeof *out);
     rt__call_begin(c, RT__M_FIND_DATASET);
     int rc = rt__check_id(c, "session", session);
-    if (rc == 0 && (!parts || n_parts == 0 || n_parts > 16))
-        rc = rt__err(c, RT_EINVAL, "upload: 1..16 parts needed, got %zu", n_parts);
+    size_t max_parts = parts && n_parts && parts[0].format == RT_FORMAT_TFRECORD ? 256 : 16;
+    if (rc == 0 && (!parts || n_parts == 0 || n_parts > max_parts))
+        rc = rt__err(c, RT_EINVAL, "upload: 1..%zu parts needed, got %zu", max_parts, n_parts);
     if (rc < 0)
         return rt__call_end(c, rc);
 
@@ -256,7 +260,12 @@ int rt_client_upload_parts(rt_client *c, const char *session, const char *name,
     uint8_t *buf = malloc(RT_UPLOAD_CHUNK);
     uint8_t hash[16];
     uint64_t total = 0;
-    if (!s || !dp || !dpp || !buf) {
+    /* TFRecord shards are also named by their own hash, so the daemon can
+     * say which it holds and only the others are sent */
+    int shards = parts && parts[0].format == RT_FORMAT_TFRECORD;
+    uint8_t (*ph)[16] = shards ? calloc(n_parts, 16) : NULL;
+    src *sent = shards ? calloc(n_parts, sizeof *sent) : NULL;
+    if (!s || !dp || !dpp || !buf || (shards && (!ph || !sent))) {
         rc = rt__err(c, RT_ENOMEM, "upload: out of memory");
         goto done;
     }
@@ -266,6 +275,8 @@ int rt_client_upload_parts(rt_client *c, const char *session, const char *name,
         rc = rt__err(c, RT_EDATA, "upload: the data set is empty");
     if (rc == 0)
         rc = hash_all(c, s, n_parts, buf, hash);
+    for (size_t i = 0; shards && rc == 0 && i < n_parts; i++)
+        rc = hash_all(c, &s[i], 1, buf, ph[i]);
     if (rc < 0)
         goto done;
     for (size_t i = 0; i < n_parts; i++) {
@@ -282,6 +293,11 @@ int rt_client_upload_parts(rt_client *c, const char *session, const char *name,
         dp[i].label_column = p->label_column;
         dp[i].csv_header = p->csv_header != 0;
         dp[i].normalize = p->normalize != 0;
+        dp[i].compression = (Rtrain__V1__Compression)p->compression;
+        if (shards) {
+            dp[i].shard_hash.data = ph[i];
+            dp[i].shard_hash.len = 16;
+        }
         dpp[i] = &dp[i];
     }
     Rtrain__V1__DatasetHeader hdr = RTRAIN__V1__DATASET_HEADER__INIT;
@@ -292,6 +308,8 @@ int rt_client_upload_parts(rt_client *c, const char *session, const char *name,
     hdr.total_bytes = total;
     hdr.content_hash.data = hash;
     hdr.content_hash.len = 16;
+    if (parts[0].format == RT_FORMAT_TFRECORD)
+        hdr.example_spec = rt__example_spec_pb(parts[0].spec);
 
     /* FindDataset: its encode includes reading and hashing the data. */
     Rtrain__V1__FindDatasetRequest freq = RTRAIN__V1__FIND_DATASET_REQUEST__INIT;
@@ -318,6 +336,9 @@ int rt_client_upload_parts(rt_client *c, const char *session, const char *name,
             found = 1;
             rc = dataset_from_pb(c, fr->dataset, out);
             out->deduplicated = 1;
+        } else if (shards && fr->n_shard_held == n_parts) {
+            for (size_t i = 0; i < n_parts; i++)
+                dp[i].held = fr->shard_held[i];
         }
         protobuf_c_message_free_unpacked(&fr->base, NULL);
     }
@@ -326,8 +347,29 @@ int rt_client_upload_parts(rt_client *c, const char *session, const char *name,
     rt__call_end(c, 0);
 
     rt__call_begin(c, RT__M_UPLOAD);
-    rc = stream_upload(c, &hdr, s, n_parts, total, buf, out);
+    if (shards) {
+        size_t ns = 0;
+        uint64_t stream_total = 0;
+        for (size_t i = 0; i < n_parts; i++)
+            if (!dp[i].held) {
+                sent[ns++] = s[i];
+                stream_total += s[i].len;
+            }
+        rc = stream_upload(c, &hdr, sent, ns, stream_total, buf, out);
+        if (rc == RT_ENOTFOUND && ns < n_parts) {
+            /* a held shard was dropped from the daemon's cache meanwhile */
+            for (size_t i = 0; i < n_parts; i++)
+                dp[i].held = 0;
+            rt__call_end(c, rc);
+            rt__call_begin(c, RT__M_UPLOAD);
+            rc = stream_upload(c, &hdr, s, n_parts, total, buf, out);
+        }
+    } else {
+        rc = stream_upload(c, &hdr, s, n_parts, total, buf, out);
+    }
 done:
+    free(ph);
+    free(sent);
     close_srcs(s, s ? n_parts : 0);
     free(s);
     free(dp);

@@ -346,6 +346,8 @@ typedef struct rt_client_dataset {
     int deduplicated;   /* the daemon already held it (FindDataset hit, or
                            the upload matched stored content) */
     uint64_t bytes_sent; /* data bytes this client streamed (0 on a Find hit) */
+    uint64_t records_skipped;  /* TFRecord, bad records skipped (rtrain_data.h) */
+    char first_skipped[160];   /* the first one's error */
 } rt_client_dataset;
 
 typedef enum rt_client_role {       /* values match proto DataRole */
@@ -354,6 +356,7 @@ typedef enum rt_client_role {       /* values match proto DataRole */
 
 typedef enum rt_client_format {     /* values match proto DataFormat */
     RT_FORMAT_RAW = 0, RT_FORMAT_NPY = 1, RT_FORMAT_CSV = 2, RT_FORMAT_IDX = 3,
+    RT_FORMAT_TFRECORD = 4,         /* rtrain_data.h */
 } rt_client_format;
 
 /* One part of a data set: bytes from memory (data/nbytes) or a file (path,
@@ -370,6 +373,8 @@ typedef struct rt_client_upload_part {
     int label_column;          /* CSV: column index; -1 = last */
     int csv_header;            /* CSV: skip the first line */
     int normalize;             /* u8 features: / 255 on the daemon */
+    int compression;           /* TFRECORD: 0 none, 1 GZIP, 2 ZLIB */
+    const struct rt_client_example_spec *spec; /* TFRECORD: the same in every part */
 } rt_client_upload_part;
 
 /* Upload 1..16 parts as one data set: first FindDataset by the XXH3-128

@@ -12,6 +12,8 @@
 #include <xxhash.h>
 #include <zlib.h>
 
+#include "rt_example.h"
+
 /* Element types a source can hold. Parsers describe their bytes with one of
  * these and the converters below read them, so each format only parses its
  * header. */
@@ -599,7 +601,52 @@ static int to_labels(const src_arr *s, rt_dataset *ds, char *err, size_t errlen)
                       (long long)ds->n, (long long)n);
 }
 
-static const char *const fmt_names[] = {"RAW", "NPY", "CSV", "IDX"};
+static const char *const fmt_names[] = {"RAW", "NPY", "CSV", "IDX", "TFRECORD"};
+
+/* TFRecord: every part is one shard of tf.train.Example records, read
+ * under one feature spec (rt_example.c). */
+static int parse_tfrecord(const rt_data_part *parts, int n_parts, const uint8_t *buf,
+                          size_t len, uint64_t max_bytes, rt_dataset **out, char *err,
+                          size_t errlen)
+{
+    if (n_parts > RT_DATA_MAX_PARTS)
+        return fail(err, errlen, RT_EDATA, "a TFRecord dataset has at most %d shards, got %d",
+                    RT_DATA_MAX_PARTS, n_parts);
+    rt_tfr_shard sh[RT_DATA_MAX_PARTS];
+    uint64_t off = 0;
+    for (int i = 0; i < n_parts; i++) {
+        const rt_data_part *p = &parts[i];
+        if (p->format != RT_FMT_TFRECORD || p->role != RT_ROLE_BOTH)
+            return fail(err, errlen, RT_EDATA,
+                        "part %d: a TFRecord dataset is TFRecord shards of role BOTH only", i);
+        if (!p->spec)
+            return fail(err, errlen, RT_EDATA, "TFRecord parts need a feature spec");
+        if ((int)p->compression < RT_TFR_NONE || p->compression > RT_TFR_ZLIB)
+            return fail(err, errlen, RT_EDATA, "part %d has unknown compression %d", i,
+                        (int)p->compression);
+        if (p->length > len - off)
+            return fail(err, errlen, RT_EDATA, "parts add up to more than the %zu bytes uploaded",
+                        len);
+        sh[i] = (rt_tfr_shard){.data = buf + off, .len = (size_t)p->length,
+                               .compression = p->compression};
+        off += p->length;
+    }
+    if (off != len)
+        return fail(err, errlen, RT_EDATA, "parts add up to %llu bytes but %zu were uploaded",
+                    (unsigned long long)off, len);
+    rt_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds)
+        return fail(err, errlen, RT_ENOMEM, "out of memory");
+    pthread_mutex_init(&ds->mu, NULL);
+    ds->refs = 1;
+    int rc = rt_example_build(parts[0].spec, sh, n_parts, max_bytes, ds, err, errlen);
+    if (rc < 0) {
+        rt_dataset_release(ds);
+        return rc;
+    }
+    *out = ds;
+    return 0;
+}
 
 int rt_data_parse(const rt_data_part *parts, int n_parts, const uint8_t *buf,
                   size_t len, uint64_t max_bytes, rt_dataset **out, char *err,
@@ -615,6 +662,8 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
 {
     const uint8_t *buf = *bufp;
     *out = NULL;
+    if (n_parts >= 1 && parts[0].format == RT_FMT_TFRECORD)
+        return parse_tfrecord(parts, n_parts, buf, len, max_bytes, out, err, errlen);
     if (n_parts < 1 || n_parts > 2)
         return fail(err, errlen, RT_EDATA,
                     "a dataset has 1 or 2 parts (features [+ labels]); got %d", n_parts);
@@ -630,7 +679,7 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
         if ((int)parts[i].role < 0 || parts[i].role > RT_ROLE_BOTH)
             return fail(err, errlen, RT_EDATA, "part %d has an unknown role %d", i,
                         (int)parts[i].role);
-        if ((int)parts[i].format < 0 || parts[i].format > RT_FMT_IDX)
+        if ((int)parts[i].format < 0 || parts[i].format > RT_FMT_TFRECORD)
             return fail(err, errlen, RT_EDATA, "part %d has an unknown format %d", i,
                         (int)parts[i].format);
         if (parts[i].role == RT_ROLE_BOTH && parts[i].format != RT_FMT_CSV)
@@ -671,6 +720,9 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
             case RT_FMT_NPY: rc = parse_npy(ptrs[i], plen, &s, err, errlen); break;
             case RT_FMT_IDX: rc = parse_idx(p, ptrs[i], plen, max_bytes, &s, err, errlen); break;
             case RT_FMT_CSV: rc = parse_csv(p, ptrs[i], plen, max_bytes, &s, err, errlen); break;
+            case RT_FMT_TFRECORD: /* whole-dataset format, dispatched above */
+                rc = fail(err, errlen, RT_EDATA, "TFRecord parts cannot mix with other formats");
+                break;
             }
             if (rc == 0 && p->role == RT_ROLE_BOTH) {
                 int64_t lc = p->label_column < 0 ? s.row_cols + p->label_column
@@ -730,7 +782,14 @@ void rt_data_key(const uint8_t content_hash[16], const rt_data_part *parts,
         if (parts[i].format == RT_FMT_RAW)
             for (int d = 0; d < parts[i].ndim && d < RT_MAX_DIMS; d++)
                 f[6 + d] = parts[i].dims[d];
+        if (parts[i].format == RT_FMT_TFRECORD)
+            f[3] = parts[i].compression;
         XXH3_128bits_update(st, f, sizeof f);
+        if (parts[i].format == RT_FMT_TFRECORD && parts[i].spec) {
+            uint8_t sh[16];
+            rt_example_spec_hash(parts[i].spec, sh);
+            XXH3_128bits_update(st, sh, sizeof sh);
+        }
     }
     XXH128_hash_t h = XXH3_128bits_digest(st);
     XXH3_freeState(st);
@@ -759,6 +818,8 @@ void rt_dataset_release(rt_dataset *ds)
     free(ds->x_owner ? ds->x_owner : (void *)ds->x);
     free(ds->y);
     free(ds->y_conv);
+    free(ds->img);
+    free(ds->aug);
     pthread_mutex_destroy(&ds->mu);
     free(ds);
 }
@@ -826,6 +887,7 @@ struct rt_data_store {
     uint64_t clock;
     uint64_t bytes, max_bytes; /* held / cap (0 = no cap) */
     uint64_t evicted;
+    rt_shard_cache *shards;
 };
 
 rt_data_store *rt_data_store_create(uint64_t max_bytes)
@@ -834,6 +896,12 @@ rt_data_store *rt_data_store_create(uint64_t max_bytes)
     if (s) {
         pthread_mutex_init(&s->mu, NULL);
         s->max_bytes = max_bytes;
+        s->shards = rt_shard_cache_create(max_bytes ? max_bytes / 4 : UINT64_C(1) << 30);
+        if (!s->shards) {
+            pthread_mutex_destroy(&s->mu);
+            free(s);
+            return NULL;
+        }
     }
     return s;
 }
@@ -847,6 +915,7 @@ void rt_data_store_destroy(rt_data_store *s)
     free(s->v);
     free(s->used);
     free(s->charged);
+    rt_shard_cache_destroy(s->shards);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -978,6 +1047,11 @@ uint64_t rt_data_store_bytes(rt_data_store *s)
         b += rt_dataset_bytes(s->v[i]) - s->charged[i];
     pthread_mutex_unlock(&s->mu);
     return b;
+}
+
+rt_shard_cache *rt_data_store_shards(rt_data_store *s)
+{
+    return s->shards;
 }
 
 size_t rt_data_store_count(rt_data_store *s)

@@ -29,6 +29,9 @@
 #include <stdint.h>
 
 #include "rt_engine.h"
+#include "rt_image.h"
+#include "rt_shards.h"
+#include "rt_tfrecord.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,8 +39,14 @@ extern "C" {
 
 /* Values match proto DataFormat / DataRole. */
 typedef enum rt_data_format {
-    RT_FMT_RAW = 0, RT_FMT_NPY = 1, RT_FMT_CSV = 2, RT_FMT_IDX = 3
+    RT_FMT_RAW = 0, RT_FMT_NPY = 1, RT_FMT_CSV = 2, RT_FMT_IDX = 3,
+    RT_FMT_TFRECORD = 4        /* role BOTH; every part one shard (rt_example.h) */
 } rt_data_format;
+
+/* Parts in one upload: features [+ labels], or TFRecord shards. */
+#define RT_DATA_MAX_PARTS 256
+
+struct rt_example_spec;
 typedef enum rt_data_role {
     RT_ROLE_FEATURES = 0, RT_ROLE_LABELS = 1, RT_ROLE_BOTH = 2
 } rt_data_role;
@@ -52,6 +61,12 @@ typedef struct rt_data_part {
     int label_column;          /* CSV with role BOTH: index, -1 = last */
     int csv_header;            /* CSV: skip the first line */
     int normalize;             /* u8 features: / 255 */
+    rt_tfr_compression compression;      /* TFRECORD */
+    uint8_t shard_hash[16];    /* TFRECORD: XXH3-128 of the part's bytes */
+    int has_shard_hash;
+    int held;                  /* the bytes are not in the upload stream: the
+                                  daemon's shard cache holds them */
+    const struct rt_example_spec *spec;  /* TFRECORD: the same for every part */
 } rt_data_part;
 
 typedef struct rt_dataset {
@@ -68,6 +83,15 @@ typedef struct rt_dataset {
     uint64_t bytes;            /* bytes held (x, y, converted labels);
                                   grows after publication: read it with
                                   rt_dataset_bytes() */
+    int64_t skipped;           /* TFRecord: bad records left out */
+    char skip_msg[160];        /* the first one's error */
+    uint8_t *img;              /* TFRecord with augmentation: n resized
+                                  (h, w, c) images, 8-bit */
+    rt_image_spec img_spec;
+    int64_t img_off;           /* the image's first float in a sample of x */
+    float *aug;                /* rt_dataset_train_x's buffer, for aug_key */
+    uint64_t aug_key[2];       /* seed, epoch; aug_ok: aug holds them */
+    int aug_ok;
 
     /* private */
     void *x_owner;             /* an adopted upload buffer that x points into */
@@ -91,6 +115,20 @@ int rt_data_parse(const rt_data_part *parts, int n_parts, const uint8_t *buf,
 int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
                        size_t len, uint64_t max_bytes, int may_take,
                        rt_dataset **out, char *err, size_t errlen);
+
+/* With augmentation (ds->img set): all n samples of x into out (n * per
+ * floats), each image augmented with values drawn from (seed, epoch,
+ * sample), the other features copied. Returns 0, or RT_EINVAL when ds has
+ * nothing to augment. */
+int rt_dataset_augment(const rt_dataset *ds, uint64_t seed, uint64_t epoch, float *out);
+
+/* The features a training step reads: ds->x, or with augmentation the
+ * epoch's augmented copy, kept in ds and rebuilt when (seed, epoch)
+ * changes, so the pointer stays the same from epoch to epoch. Callers hold
+ * the device (one training job at a time reads it). NULL with a message
+ * when out of memory. */
+const float *rt_dataset_train_x(rt_dataset *ds, uint64_t seed, uint64_t epoch, char *err,
+                                size_t errlen);
 
 /* The store key: XXH3-128 over the content hash and how the parts are parsed,
  * so the same bytes read another way are another dataset. */
@@ -135,6 +173,9 @@ void rt_data_store_put(rt_data_store *s, rt_dataset *ds, rt_dataset **kept,
 rt_dataset *rt_data_store_find_key(rt_data_store *s, const uint8_t key[16]);
 rt_dataset *rt_data_store_find_id(rt_data_store *s, const char *id);
 size_t rt_data_store_count(rt_data_store *s);
+/* Raw TFRecord shards by content (rt_shards.h), capped at a quarter of the
+ * store's cap (1 GiB without one). Owned by the store. */
+rt_shard_cache *rt_data_store_shards(rt_data_store *s);
 uint64_t rt_data_store_bytes(rt_data_store *s);
 
 #ifdef __cplusplus

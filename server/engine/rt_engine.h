@@ -214,6 +214,13 @@ int rt_sched_from_name(const char *name, rt_sched_kind *out);
 const char *const *rt_engine_loss_names(void);      /* NULL-terminated */
 const char *const *rt_engine_optimizer_names(void); /* NULL-terminated */
 
+/* The engine's counter-based RNG, for modules outside the engine that must
+ * draw reproducibly from a training seed (data augmentation): a pure
+ * function of (seed, stream, counter). Streams below 0x10000000 belong to
+ * the engine; RT_RNG_STREAM_AUGMENT is the input pipeline's. */
+#define RT_RNG_STREAM_AUGMENT 0x10000000ull
+uint64_t rt_rng_u64(uint64_t seed, uint64_t stream, uint64_t counter);
+
 /* ------------------------------------------------------------------- plan */
 
 typedef struct rt_plan rt_plan;

@@ -89,6 +89,11 @@ uint64_t rt__rng_u64(uint64_t seed, uint64_t stream, uint64_t counter)
     return rt__mix64(k ^ (counter * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull));
 }
 
+uint64_t rt_rng_u64(uint64_t seed, uint64_t stream, uint64_t counter)
+{
+    return rt__rng_u64(seed, stream, counter);
+}
+
 /* ------------------------------------------------------------------ misc */
 
 size_t rt_dtype_size(rt_dtype dt)

@@ -13,6 +13,7 @@
 #include <xxhash.h>
 
 #include "import_keras.h"
+#include "rt_example.h"
 
 #define RT_MAX_DIM_LIMIT (1ll << 31)
 #define RT_MAX_PARAMS_LIMIT (1ull << 31)
@@ -130,6 +131,22 @@ static int data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels)
     return 0;
 }
 
+/* A dataset with image augmentation: train on the epoch's augmented copy
+ * (rt_dataset_train_x), keyed by the program's seed and the epoch the
+ * program's step count is in, so a rerun or a resumed run sees the same
+ * images. */
+static int train_x(rt_call *c, rt_data *d)
+{
+    if (!c->ds->img)
+        return 0;
+    const rt_train_config *cfg = rt_plan_config(c->prog->plan);
+    int64_t spe = (d->n + cfg->batch_size - 1) / cfg->batch_size;
+    uint64_t epoch = (uint64_t)(rt_exec_global_step(c->prog->exec) / (spe > 0 ? spe : 1));
+    char err[200];
+    d->x = rt_dataset_train_x(c->ds, cfg->seed, epoch, err, sizeof err);
+    return d->x ? 0 : rt_call_fail(c, RT_ENOMEM, "dataset %s: %s", c->ds->id, err);
+}
+
 static int engine_fail(rt_call *c, int rc)
 {
     const char *m = rt_exec_errmsg(c->prog->exec);
@@ -198,7 +215,8 @@ static void epoch_clock_pause(rt_program *p, uint64_t mark)
 }
 
 /* ---------------------------------------------------------------- GetInfo */
-static const char *const formats[] = {"raw", "npy", "csv", "idx", "idx.gz", NULL};
+static const char *const formats[] = {"raw", "npy", "csv", "idx", "idx.gz", "tfrecord",
+                                      "tfrecord.gz", "tfrecord.zlib", NULL};
 
 static char **strv(rt_call *c, const char *const *v, size_t *n)
 {
@@ -592,8 +610,12 @@ typedef struct upload_st {
     int have_header;
     int done;              /* the last chunk arrived and checked */
     char name[64];
-    rt_data_part parts[2];
+    rt_data_part parts[RT_DATA_MAX_PARTS];
     int n_parts;
+    rt_example_spec spec;  /* TFRecord parts point here */
+    uint64_t stream_total; /* bytes in the stream: parts not held */
+    int part, any_held;    /* stream cursor: the part being filled */
+    uint64_t part_off;
     uint8_t content_hash_given[16];
     int has_content_hash;
     uint64_t total, received;
@@ -614,9 +636,18 @@ static void upload_st_free(void *p)
 }
 
 static int parts_from_header(rt_call *c, const Rtrain__V1__DatasetHeader *h,
-                             rt_data_part *parts, int *n_parts, uint64_t *total)
+                             rt_data_part *parts, int *n_parts, uint64_t *total,
+                             rt_example_spec *spec)
 {
-    if (h->n_parts < 1 || h->n_parts > 2)
+    int tfr = h->n_parts >= 1 && h->parts[0]->format == RTRAIN__V1__DATA_FORMAT__FORMAT_TFRECORD;
+    if (tfr) {
+        char err[200];
+        if (h->n_parts > RT_DATA_MAX_PARTS)
+            return rt_call_fail(c, RT_EDATA, "a TFRecord dataset has 1..%d shards; got %zu",
+                                RT_DATA_MAX_PARTS, h->n_parts);
+        if (rt_example_spec_from_pb(h->example_spec, spec, err, sizeof err) < 0)
+            return rt_call_fail(c, RT_EINVAL, "example_spec: %s", err);
+    } else if (h->n_parts < 1 || h->n_parts > 2)
         return rt_call_fail(c, RT_EDATA,
                             "a dataset has 1 or 2 parts (features [+ labels]); got %zu", h->n_parts);
     uint64_t sum = 0;
@@ -636,6 +667,17 @@ static int parts_from_header(rt_call *c, const Rtrain__V1__DatasetHeader *h,
         d->label_column = p->label_column;
         d->csv_header = p->csv_header;
         d->normalize = p->normalize;
+        d->compression = (rt_tfr_compression)p->compression;
+        d->spec = tfr ? spec : NULL;
+        if (p->shard_hash.len || p->held) {
+            if (!tfr || p->shard_hash.len != 16)
+                return rt_call_fail(c, RT_EINVAL,
+                                    "part %zu: shard_hash (16 bytes, XXH3-128) is for TFRecord parts",
+                                    i);
+            memcpy(d->shard_hash, p->shard_hash.data, 16);
+            d->has_shard_hash = 1;
+            d->held = p->held;
+        }
         if (p->length > UINT64_MAX - sum)
             return rt_call_fail(c, RT_EDATA, "part lengths overflow");
         sum += p->length;
@@ -646,6 +688,62 @@ static int parts_from_header(rt_call *c, const Rtrain__V1__DatasetHeader *h,
     *n_parts = (int)h->n_parts;
     *total = sum;
     return 0;
+}
+
+/* Stream bytes go to the parts not held, in order; held parts keep their
+ * place in the buffer for the shard cache to fill. */
+static void upload_place(upload_st *u, const uint8_t *d, size_t n)
+{
+    uint64_t base = 0;
+    for (int i = 0; i < u->part; i++)
+        base += u->parts[i].length;
+    while (n) {
+        while (u->part < u->n_parts &&
+               (u->parts[u->part].held || u->part_off == u->parts[u->part].length)) {
+            base += u->parts[u->part].length;
+            u->part++;
+            u->part_off = 0;
+        }
+        if (u->part == u->n_parts)
+            return; /* the overrun check above keeps n within the parts */
+        uint64_t room = u->parts[u->part].length - u->part_off;
+        size_t take = n < room ? n : (size_t)room;
+        memcpy(u->buf + base + u->part_off, d, take);
+        u->part_off += take;
+        d += take;
+        n -= take;
+    }
+}
+
+/* Fill held parts from the shard cache. */
+static int upload_fill_held(rt_call *c, upload_st *u)
+{
+    rt_shard_cache *sc = rt_data_store_shards(c->srv->data);
+    uint64_t off = 0;
+    for (int i = 0; i < u->n_parts; i++) {
+        if (u->parts[i].held &&
+            rt_shard_cache_copy(sc, u->parts[i].shard_hash, u->buf + off, u->parts[i].length) < 0)
+            return rt_call_fail(c, RT_ENOTFOUND,
+                                "shard %d is no longer held by the daemon; send it again", i);
+        off += u->parts[i].length;
+    }
+    return 0;
+}
+
+/* Keep a parsed upload's TFRecord shards for later uploads that name them. */
+static void upload_keep_shards(rt_call *c, const upload_st *u)
+{
+    rt_shard_cache *sc = rt_data_store_shards(c->srv->data);
+    uint64_t off = 0;
+    for (int i = 0; i < u->n_parts; i++) {
+        const rt_data_part *p = &u->parts[i];
+        if (p->format == RT_FMT_TFRECORD && !p->held) {
+            XXH128_canonical_t h;
+            XXH128_canonicalFromHash(&h, XXH3_128bits(u->buf + off, p->length));
+            rt_shard_cache_put(sc, h.digest, u->buf + off, p->length);
+        }
+        off += p->length;
+    }
 }
 
 static int h_upload_chunk(rt_call *c)
@@ -667,7 +765,8 @@ static int h_upload_chunk(rt_call *c)
         int rc = need_session(c, q->header->session_id);
         if (rc < 0)
             return rc;
-        if ((rc = parts_from_header(c, q->header, u->parts, &u->n_parts, &u->total)) < 0)
+        if ((rc = parts_from_header(c, q->header, u->parts, &u->n_parts, &u->total,
+                                    &u->spec)) < 0)
             return rc;
         if (u->total > c->srv->cfg.max_dataset_bytes)
             return rt_call_fail(c, RT_ETOOBIG, "dataset of %llu bytes is over the limit of %llu",
@@ -680,6 +779,11 @@ static int h_upload_chunk(rt_call *c)
             u->has_content_hash = 1;
         }
         snprintf(u->name, sizeof u->name, "%s", q->header->name);
+        u->stream_total = 0;
+        for (int i = 0; i < u->n_parts; i++) {
+            u->any_held |= u->parts[i].held;
+            u->stream_total += u->parts[i].held ? 0 : u->parts[i].length;
+        }
         u->buf = malloc(u->total ? u->total : 1);
         u->x64 = XXH64_createState();
         u->x3 = XXH3_createState();
@@ -696,10 +800,11 @@ static int h_upload_chunk(rt_call *c)
         if (q->offset != u->received)
             return rt_call_fail(c, RT_EPROTO, "chunk offset %llu, expected %llu",
                                 (unsigned long long)q->offset, (unsigned long long)u->received);
-        if (q->data.len > u->total - u->received)
+        if (q->data.len > u->stream_total - u->received)
             return rt_call_fail(c, RT_EDATA, "chunk at %llu overruns the %llu bytes declared",
-                                (unsigned long long)q->offset, (unsigned long long)u->total);
-        memcpy(u->buf + u->received, q->data.data, q->data.len);
+                                (unsigned long long)q->offset,
+                                (unsigned long long)u->stream_total);
+        upload_place(u, q->data.data, q->data.len);
         XXH64_update(u->x64, q->data.data, q->data.len);
         XXH3_128bits_update(u->x3, q->data.data, q->data.len);
         u->received += q->data.len;
@@ -711,9 +816,10 @@ static int h_upload_chunk(rt_call *c)
             return rt_call_fail(c, RT_ECHECKSUM,
                                 "checksum mismatch: XXH64 of the data is %016llx, the client sent %016llx",
                                 (unsigned long long)sum, (unsigned long long)q->checksum);
-        if (u->received != u->total)
+        if (u->received != u->stream_total)
             return rt_call_fail(c, RT_ETRUNCATED, "upload ended at %llu of %llu bytes",
-                                (unsigned long long)u->received, (unsigned long long)u->total);
+                                (unsigned long long)u->received,
+                                (unsigned long long)u->stream_total);
         u->done = 1;
     }
     return 0;
@@ -733,6 +839,9 @@ static Rtrain__V1__DatasetInfo *dataset_info(rt_call *c, const rt_dataset *ds, i
     i->n_y_shape = (size_t)ds->y_ndim;
     i->bytes = rt_dataset_bytes(ds);
     i->deduplicated = dedup;
+    i->records_skipped = (uint64_t)ds->skipped;
+    if (ds->skipped && !(i->first_skipped = rt_call_strdup(c, ds->skip_msg)))
+        return NULL;
     return i->dataset_id && i->x_shape && i->y_shape ? i : NULL;
 }
 
@@ -740,7 +849,15 @@ static int upload_work(rt_call *c)
 {
     upload_st *u = c->st;
     XXH128_canonical_t h;
-    XXH128_canonicalFromHash(&h, XXH3_128bits_digest(u->x3));
+    if (u->any_held) {
+        /* the stream hash covers the sent parts only: hash the whole */
+        int rc = upload_fill_held(c, u);
+        if (rc < 0)
+            return rc;
+        XXH128_canonicalFromHash(&h, XXH3_128bits(u->buf, u->total));
+    } else {
+        XXH128_canonicalFromHash(&h, XXH3_128bits_digest(u->x3));
+    }
     if (u->has_content_hash && memcmp(h.digest, u->content_hash_given, 16) != 0)
         return rt_call_fail(c, RT_ECHECKSUM, "content_hash does not match the data's XXH3-128");
     uint8_t key[16];
@@ -754,6 +871,8 @@ static int upload_work(rt_call *c)
                                     c->srv->cfg.max_dataset_bytes, 1, &ds, err, sizeof err);
         if (rc < 0)
             return rt_call_fail(c, rc, "%s", err);
+        if (u->buf)
+            upload_keep_shards(c, u);
         rt_dataset_set_key(ds, key);
         rt_data_store_put(c->srv->data, ds, &kept, &dedup);
         RT_LOG(RT_LOG_INFO, "dataset %s: %lld samples, %llu bytes (%s)", kept->id,
@@ -796,10 +915,13 @@ static int h_find_dataset(rt_call *c)
                             q->content_hash.len);
     if (!q->header)
         return rt_call_fail(c, RT_EINVAL, "FindDatasetRequest needs the upload's header");
-    rt_data_part parts[2];
+    rt_data_part *parts = rt_call_alloc(c, sizeof(rt_data_part) * RT_DATA_MAX_PARTS);
+    rt_example_spec *spec = rt_call_alloc(c, sizeof *spec);
     int n;
     uint64_t total;
-    if ((rc = parts_from_header(c, q->header, parts, &n, &total)) < 0)
+    if (!parts || !spec)
+        return OOM(c);
+    if ((rc = parts_from_header(c, q->header, parts, &n, &total, spec)) < 0)
         return rc;
     uint8_t key[16];
     rt_data_key(q->content_hash.data, parts, n, key);
@@ -808,6 +930,19 @@ static int h_find_dataset(rt_call *c)
     if (!r)
         return OOM(c);
     c->ds = rt_data_store_find_key(c->srv->data, key);
+    int shards = 0;
+    for (int i = 0; i < n; i++)
+        shards += parts[i].has_shard_hash;
+    if (!c->ds && shards) {
+        r->shard_held = rt_call_alloc(c, sizeof *r->shard_held * (size_t)n);
+        if (!r->shard_held)
+            return OOM(c);
+        r->n_shard_held = (size_t)n;
+        for (int i = 0; i < n; i++)
+            r->shard_held[i] = parts[i].has_shard_hash &&
+                               rt_shard_cache_has(rt_data_store_shards(c->srv->data),
+                                                  parts[i].shard_hash, parts[i].length);
+    }
     if (c->ds) {
         r->found = 1;
         if (!(r->dataset = dataset_info(c, c->ds, 1)))
@@ -910,7 +1045,8 @@ static int run_steps_work(rt_call *c)
         if (!losses)
             return OOM(c);
     }
-    run_cb cb = {.c = c, .stop_for_val = c->val_ds != NULL};
+    /* stop at epoch ends to validate, or to draw the next epoch's augmentation */
+    run_cb cb = {.c = c, .stop_for_val = c->val_ds != NULL || c->ds->img != NULL};
     int64_t left = (int64_t)q->steps, done = 0;
     double loss_sum = 0, acc_sum = 0;
     int64_t samples = 0;
@@ -920,6 +1056,8 @@ static int run_steps_work(rt_call *c)
     while (left > 0) {
         rt_train_result part;
         cb.hit_epoch_end = 0;
+        if ((rc = train_x(c, &d)) < 0)
+            return rc;
         cb.mark = rt_now_ns();
         rc = rt_exec_train(p->exec, &d, left, &part, run_step_cb, &cb,
                            losses ? losses + done : NULL);
@@ -1059,6 +1197,8 @@ static int fit_work(rt_call *c)
         f.epoch = p->fit_epochs + 1;
         f.in_epoch = f.samples = 0;
         f.loss_sum = f.acc_sum = 0;
+        if ((rc = train_x(c, &d)) < 0)
+            return rc;
         f.mark = rt_now_ns();
         rt_train_result res;
         if ((rc = rt_exec_train(p->exec, &d, spe, &res, fit_step_cb, &f, NULL)) < 0)

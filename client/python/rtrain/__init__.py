@@ -42,7 +42,7 @@ from ._rtrain import (Error, ConnectionError, InvalidArgument, NotFound,
                       Unimplemented, DataLoss, InternalError)
 
 __all__ = [
-    "connect", "Client", "Model", "Sequential", "History", "layers",
+    "connect", "Client", "Model", "Sequential", "History", "Dataset", "layers",
     "optimizers", "summarize_timings", "Error", "ConnectionError",
     "InvalidArgument", "NotFound", "DeadlineExceeded", "Cancelled",
     "ResourceExhausted", "FailedPrecondition", "AlreadyExists",
@@ -141,6 +141,76 @@ def _spec_json(spec):
         return spec.to_json()
     raise TypeError("model spec must be rtrain.Sequential or a Keras model "
                     "JSON string, got %r" % (type(spec).__name__,))
+
+
+class Dataset:
+    """A dataset held by the daemon (Client.upload_tfrecord,
+    Client.upload_image_folder): pass it as Model.fit's x (y None) or in
+    validation_data, or to evaluate."""
+
+    def __init__(self, info):
+        self.info = info
+        self.id = info["id"]
+        self.samples = info["samples"]
+        self.x_shape = tuple(info["x_shape"])
+        self.y_shape = tuple(info["y_shape"])
+        self.records_skipped = info.get("records_skipped", 0)
+        self.first_skipped = info.get("first_skipped", "")
+
+    def _label(self):
+        # DType: 1 F32, 2 I32
+        return ("int32" if self.info["y_dtype"] == 2 else "float32", self.y_shape)
+
+    def __repr__(self):
+        return "<rtrain.Dataset %s: %d samples of %s>" % (self.id, self.samples,
+                                                          self.x_shape)
+
+
+_KINDS = ("int64", "float", "jpeg", "png", "image")
+
+
+def _feature_spec(features):
+    """{"image": "jpeg", "x": ("float", (4,)), "@frames": ("float", (10, 2))}
+    -> "image:jpeg,x:float[4],@frames:float[10x2]" (the CLI's --features)."""
+    if not isinstance(features, dict) or not features:
+        raise ValueError("features must be a non-empty dict of key -> kind")
+    out = []
+    for key, kind in features.items():
+        shape = ()
+        if isinstance(kind, (tuple, list)):
+            kind, shape = kind[0], tuple(kind[1])
+        if kind not in _KINDS:
+            raise ValueError("feature %r: kind must be one of %s, got %r"
+                             % (key, ", ".join(_KINDS), kind))
+        if any(c in str(key) for c in ",:[]"):
+            raise ValueError("feature key %r has a reserved character" % key)
+        if len(shape) > 2 or any(int(d) < 1 for d in shape):
+            raise ValueError("feature %r: shape has 1 or 2 positive dims" % key)
+        dims = "[%s]" % "x".join(str(int(d)) for d in shape) if shape else ""
+        out.append("%s:%s%s" % (key, kind, dims))
+    return ",".join(out)
+
+
+def _image_kw(image_size, channels, resize, mean, std, augment):
+    kw = {}
+    if image_size is not None:
+        h, w = image_size
+        kw["height"], kw["width"] = int(h), int(w)
+    kw["channels"] = int(channels)
+    kw["resize"] = {"auto": 0, "bilinear": 1, "area": 2}[resize]
+    if mean is not None:
+        kw["mean"] = [float(v) for v in (mean if hasattr(mean, "__len__") else [mean])]
+    if std is not None:
+        kw["std"] = [float(v) for v in (std if hasattr(std, "__len__") else [std])]
+    aug = dict(augment or {})
+    kw["flip"] = bool(aug.pop("flip", False))
+    kw["crop_pad"] = int(aug.pop("crop", 0))
+    kw["brightness"] = float(aug.pop("brightness", 0.0))
+    kw["contrast"] = float(aug.pop("contrast", 0.0))
+    if aug:
+        raise ValueError("augment takes flip, crop, brightness, contrast; got %s"
+                         % sorted(aug))
+    return kw
 
 
 class History(dict):
@@ -312,6 +382,10 @@ class Model:
         return arr, ("float32", tuple(arr.shape[1:]))
 
     def _upload(self, x, y, name):
+        if isinstance(x, Dataset):
+            if y is not None:
+                raise ValueError("a Dataset holds its labels; y must be None")
+            return x.info, x._label()
         xs = _features(x, self.input_shape, "x" if name == "train" else
                        "%s x" % name)
         if y is None:
@@ -343,8 +417,8 @@ class Model:
         if callbacks:
             raise ValueError("callbacks are not supported; the progress bar "
                              "and history come from the daemon's stream")
-        if x is None or y is None:
-            raise ValueError("fit needs x and y")
+        if x is None or (y is None and not isinstance(x, Dataset)):
+            raise ValueError("fit needs x and y (or an uploaded Dataset as x)")
         if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
             raise ValueError("epochs must be an int >= 0, got %r" % (epochs,))
         verbose = _auto_verbose() if verbose == "auto" else int(verbose)
@@ -375,6 +449,8 @@ class Model:
             hist.timings.append(self._client.last_timings)
             val_id = None
             if validation_data is not None:
+                if isinstance(validation_data, Dataset):
+                    validation_data = (validation_data, None)
                 if (not isinstance(validation_data, (tuple, list)) or
                         len(validation_data) != 2):
                     raise ValueError("validation_data must be (x_val, y_val)")
@@ -532,6 +608,37 @@ class Client(_rtrain.Client):
             raise ValueError("batch_size must be a positive int")
         model._compile((int(batch_size), bool(shuffle), label))
         return model
+
+    def upload_tfrecord(self, paths, features, label=None, image_size=None,
+                        channels=3, resize="auto", mean=None, std=None,
+                        augment=None, on_bad_record="fail", name="data"):
+        """TFRecord files of tf.train.Example records as a Dataset: paths is
+        a file, a glob of shards or a list; features maps keys to kinds
+        like tf.io.parse_single_example's dict: "int64", "float", "jpeg",
+        "png", "image", or (kind, shape); "@key" reads a SequenceExample
+        feature list of shape (steps, values). The label is `label`, else
+        the key "label". Images are decoded on the daemon to image_size
+        (h, w), normalised with mean/std; augment={"flip": True, "crop": 4,
+        "brightness": 0.1, "contrast": 0.1} applies while training.
+        on_bad_record "skip" leaves bad records out (Dataset.records_skipped)."""
+        if on_bad_record not in ("fail", "skip"):
+            raise ValueError("on_bad_record is 'fail' or 'skip'")
+        kw = _image_kw(image_size, channels, resize, mean, std, augment)
+        src = list(paths) if isinstance(paths, (list, tuple)) else str(paths)
+        return Dataset(self._upload_data(src, _feature_spec(features), label,
+                                         name, on_bad_record == "skip", **kw))
+
+    def upload_image_folder(self, directory, image_size=(256, 256), channels=3,
+                            resize="auto", mean=None, std=None, augment=None,
+                            on_bad_record="fail", name="images"):
+        """A Keras image_dataset_from_directory folder (one subfolder per
+        class, labels by sorted class name) as a Dataset; the JPEG/PNG files
+        go up as they are and are decoded on the daemon."""
+        if on_bad_record not in ("fail", "skip"):
+            raise ValueError("on_bad_record is 'fail' or 'skip'")
+        kw = _image_kw(image_size, channels, resize, mean, std, augment)
+        return Dataset(self._upload_data(str(directory), None, None, name,
+                                         on_bad_record == "skip", **kw))
 
     def __enter__(self):
         return self

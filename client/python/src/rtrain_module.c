@@ -42,6 +42,7 @@
 #include "rtrain/rtrain.h"
 #include "rt_progress.h"
 #include "rt_version.h"
+#include "rtrain/rtrain_data.h"
 
 /* Ctrl-C during a blocking call: see the SIGINT section below. */
 static int rt_py__sig_install(rt_client *c);
@@ -708,6 +709,131 @@ out:
     PyBuffer_Release(&xv);
     if (has_y)
         PyBuffer_Release(&yv);
+    return res;
+}
+
+/* _upload_data(source, features=None, label=None, name="data",
+ * skip_bad=False, height=0, width=0, channels=0, resize=0, mean=(), std=(),
+ * crop_pad=0, flip=False, brightness=0, contrast=0) -> dataset dict.
+ * source: a TFRecord path or glob (features given), a list of TFRecord
+ * paths, or an image-folder directory (features None). */
+static PyObject *Client_upload_data(ClientObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"source", "features", "label", "name", "skip_bad", "height",
+                             "width", "channels", "resize", "mean", "std", "crop_pad",
+                             "flip", "brightness", "contrast", NULL};
+    PyObject *src, *meano = NULL, *stdo = NULL;
+    const char *features = NULL, *label = NULL, *name = "data";
+    int skip = 0, flip = 0;
+    rt_client_image_opts im;
+    memset(&im, 0, sizeof im);
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|zzspiiiiOOipff:_upload_data", kwlist, &src,
+                                     &features, &label, &name, &skip, &im.height, &im.width,
+                                     &im.channels, &im.resize, &meano, &stdo, &im.crop_pad,
+                                     &flip, &im.brightness, &im.contrast))
+        return NULL;
+    im.flip = flip;
+    PyObject *mv[2] = {meano, stdo};
+    float *dst[2] = {im.mean, im.std};
+    int *cnt[2] = {&im.n_mean, &im.n_std};
+    for (int k = 0; k < 2; k++) {
+        if (!mv[k] || mv[k] == Py_None)
+            continue;
+        PyObject *seq = PySequence_Fast(mv[k], "mean and std are sequences of floats");
+        if (!seq)
+            return NULL;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        if (n > 3) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "mean and std take 1 or 3 values");
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < n; i++)
+            dst[k][i] = (float)PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, i));
+        *cnt[k] = (int)n;
+        Py_DECREF(seq);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    /* the paths, as UTF-8 copies that outlive the GIL release */
+    size_t np = 0;
+    char **paths = NULL;
+    int is_list = PyList_Check(src) || PyTuple_Check(src);
+    PyObject *wrap = is_list ? NULL : Py_BuildValue("(O)", src);
+    if (!is_list && !wrap)
+        return NULL;
+    PyObject *seq = PySequence_Fast(is_list ? src : wrap, "source is a path or a list of paths");
+    Py_XDECREF(wrap);
+    if (!seq)
+        return NULL;
+    np = (size_t)PySequence_Fast_GET_SIZE(seq);
+    paths = calloc(np ? np : 1, sizeof *paths);
+    for (size_t i = 0; paths && i < np; i++) {
+        PyObject *b = PyUnicode_EncodeFSDefault(PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i));
+        if (!b)
+            break;
+        paths[i] = strdup(PyBytes_AS_STRING(b));
+        Py_DECREF(b);
+    }
+    Py_DECREF(seq);
+    PyObject *res = NULL;
+    rt_client_example_spec *spec = NULL;
+    char err[256];
+    if (!paths || PyErr_Occurred())
+        goto out;
+    if (np == 0) {
+        PyErr_SetString(PyExc_ValueError, "no TFRecord paths given");
+        goto out;
+    }
+    if (features) {
+        if (rt_client_example_spec_parse(features, label, &spec, err, sizeof err) < 0) {
+            PyErr_SetString(PyExc_ValueError, err);
+            goto out;
+        }
+        rt_client_example_spec_set_image(spec, &im);
+        rt_client_example_spec_set_skip_bad(spec, skip);
+    } else if (np != 1) {
+        PyErr_SetString(PyExc_ValueError, "an image folder is one directory");
+        goto out;
+    }
+    if (rt_py__lock(self, 1) < 0)
+        goto out;
+    rt_client_dataset ds;
+    memset(&ds, 0, sizeof ds);
+    int rc;
+    int inst = rt_py__sig_install(self->c);
+    Py_BEGIN_ALLOW_THREADS
+    rt_client_next_timeout_ms(self->c, 0);
+    if (!spec)
+        rc = rt_client_upload_image_folder(self->c, self->sid, name, paths[0], &im, skip, &ds);
+    else if (is_list)
+        rc = rt_client_upload_tfrecord(self->c, self->sid, name, (const char *const *)paths, np,
+                                       spec, &ds);
+    else
+        rc = rt_client_upload_tfrecord_glob(self->c, self->sid, name, paths[0], spec, &ds);
+    Py_END_ALLOW_THREADS
+    rt_py__sig_remove(inst);
+    if (rt_py__record(self) && !rt_py__sig_raised(inst)) {
+        if (rc < 0)
+            rt_py__fail(self, rc);
+        else
+            res = Py_BuildValue("{s:s,s:K,s:N,s:i,s:N,s:K,s:O,s:K,s:K,s:s}", "id", ds.id,
+                                "samples", (unsigned long long)ds.samples, "x_shape",
+                                rt_py__shape_tuple(ds.x_ndim, ds.x_shape), "y_dtype",
+                                (int)ds.y_dtype, "y_shape",
+                                rt_py__shape_tuple(ds.y_ndim, ds.y_shape), "bytes",
+                                (unsigned long long)ds.bytes, "deduplicated",
+                                ds.deduplicated ? Py_True : Py_False, "bytes_sent",
+                                (unsigned long long)ds.bytes_sent, "records_skipped",
+                                (unsigned long long)ds.records_skipped, "first_skipped",
+                                ds.first_skipped);
+    }
+    rt_py__unlock(self);
+out:
+    for (size_t i = 0; paths && i < np; i++)
+        free(paths[i]);
+    free(paths);
+    rt_client_example_spec_free(spec);
     return res;
 }
 
@@ -1579,6 +1705,12 @@ static PyMethodDef Client_methods[] = {
      "trace_calls() -> list of timing dicts kept since trace()."},
     {"trace_write", (PyCFunction)Client_trace_write, METH_VARARGS,
      "trace_write(path): write the traced calls as Chrome trace-event JSON."},
+    {"_upload_data", (PyCFunction)(void (*)(void))Client_upload_data,
+     METH_VARARGS | METH_KEYWORDS,
+     "_upload_data(source, features=None, label=None, name='data', skip_bad=False, "
+     "height=0, width=0, channels=0, resize=0, mean=(), std=(), crop_pad=0, flip=False, "
+     "brightness=0, contrast=0) -> dataset dict. TFRecord files (a path, a glob or a "
+     "list, with a features spec) or an image folder (features None)."},
     {"_upload", (PyCFunction)(void (*)(void))Client_upload, METH_VARARGS | METH_KEYWORDS,
      "_upload(x, y=None, name='data') -> dataset dict. x: float32, y: int32 "
      "or float32, both C-contiguous (uploaded without a copy)."},

@@ -1,0 +1,501 @@
+/* rt_client_shards.c - TFRecord shards and image folders as uploads
+ * (rtrain_data.h). The daemon parses and decodes; this file only names the
+ * files, says how to read them, and for an image folder frames the image
+ * files, untouched, as TFRecord records in memory. */
+#include "rt_client_impl.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "rt_crc32c.h"
+#include "rtrain/rtrain_data.h"
+
+#define MAX_FEATURES 16
+#define MAX_SHARDS 256
+
+struct rt_client_example_spec {
+    Rtrain__V1__ExampleSpec pb;
+    Rtrain__V1__FeatureSpec f[MAX_FEATURES];
+    Rtrain__V1__FeatureSpec *fp[MAX_FEATURES];
+    int64_t shape[MAX_FEATURES][2];
+    char key[MAX_FEATURES][64];
+    Rtrain__V1__ImageSpec img;
+    float mean[3], std[3];
+};
+
+Rtrain__V1__ExampleSpec *rt__example_spec_pb(const struct rt_client_example_spec *s)
+{
+    return s ? (Rtrain__V1__ExampleSpec *)&s->pb : NULL;
+}
+
+static int perr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int perr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return RT_EINVAL;
+}
+
+static rt_client_example_spec *spec_new(void)
+{
+    rt_client_example_spec *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    rtrain__v1__example_spec__init(&s->pb);
+    rtrain__v1__image_spec__init(&s->img);
+    s->pb.features = s->fp;
+    return s;
+}
+
+static void spec_add(rt_client_example_spec *s, const char *key, Rtrain__V1__FeatureKind kind,
+                     int ndim, const int64_t *dims, int seq)
+{
+    size_t i = s->pb.n_features++;
+    Rtrain__V1__FeatureSpec *f = &s->f[i];
+    rtrain__v1__feature_spec__init(f);
+    snprintf(s->key[i], sizeof s->key[i], "%s", key);
+    f->key = s->key[i];
+    f->kind = kind;
+    f->sequence = seq;
+    for (int d = 0; d < ndim; d++)
+        s->shape[i][d] = dims[d];
+    f->n_shape = (size_t)ndim;
+    f->shape = ndim ? s->shape[i] : NULL;
+    s->fp[i] = f;
+    if (seq)
+        s->pb.sequence_example = 1;
+}
+
+int rt_client_example_spec_parse(const char *features, const char *label_key,
+                                 rt_client_example_spec **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (!features || !*features)
+        return perr(err, errlen, "the feature spec is empty");
+    rt_client_example_spec *s = spec_new();
+    if (!s)
+        return perr(err, errlen, "out of memory");
+    const char *p = features;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        char ent[128];
+        if (n == 0 || n >= sizeof ent) {
+            rt_client_example_spec_free(s);
+            return perr(err, errlen, "feature spec entry '%.*s' is %s", (int)(n < 40 ? n : 40), p,
+                        n ? "too long" : "empty");
+        }
+        memcpy(ent, p, n);
+        ent[n] = 0;
+        p += n + (end ? 1 : 0);
+        char *colon = strchr(ent, ':');
+        if (!colon || colon == ent) {
+            rt_client_example_spec_free(s);
+            return perr(err, errlen, "feature spec entry '%s' is not key:kind", ent);
+        }
+        *colon = 0;
+        char *key = ent, *kind = colon + 1;
+        int seq = key[0] == '@';
+        if (seq)
+            key++;
+        int64_t dims[2];
+        int ndim = 0;
+        char *br = strchr(kind, '[');
+        if (br) {
+            char *q = br + 1;
+            *br = 0;
+            while (ndim < 2) {
+                char *e;
+                long long v = strtoll(q, &e, 10);
+                if (e == q || v < 1) {
+                    rt_client_example_spec_free(s);
+                    return perr(err, errlen, "feature '%s': bad shape", key);
+                }
+                dims[ndim++] = v;
+                q = e;
+                if (*q == 'x') {
+                    q++;
+                    continue;
+                }
+                break;
+            }
+            if (strcmp(q, "]") != 0) {
+                rt_client_example_spec_free(s);
+                return perr(err, errlen, "feature '%s': shape is [N] or [NxM]", key);
+            }
+        }
+        static const struct { const char *n; Rtrain__V1__FeatureKind k; } kinds[] = {
+            {"int64", RTRAIN__V1__FEATURE_KIND__FEATURE_INT64},
+            {"float", RTRAIN__V1__FEATURE_KIND__FEATURE_FLOAT},
+            {"jpeg", RTRAIN__V1__FEATURE_KIND__FEATURE_JPEG},
+            {"png", RTRAIN__V1__FEATURE_KIND__FEATURE_PNG},
+            {"image", RTRAIN__V1__FEATURE_KIND__FEATURE_IMAGE},
+        };
+        int found = -1;
+        for (int k = 0; k < 5; k++)
+            if (strcmp(kind, kinds[k].n) == 0)
+                found = k;
+        if (found < 0 || s->pb.n_features == MAX_FEATURES || !*key || strlen(key) >= 64) {
+            rt_client_example_spec_free(s);
+            return perr(err, errlen,
+                        found < 0 ? "feature '%s': kind is int64, float, jpeg, png or image"
+                                  : "feature '%s': too many features or a bad key", key);
+        }
+        spec_add(s, key, kinds[found].k, ndim, dims, seq);
+    }
+    const char *lk = label_key;
+    if (!lk)
+        for (size_t i = 0; i < s->pb.n_features; i++)
+            if (strcmp(s->key[i], "label") == 0)
+                lk = "label";
+    if (lk) {
+        int hit = 0;
+        for (size_t i = 0; i < s->pb.n_features; i++)
+            if (strcmp(s->key[i], lk) == 0)
+                s->f[i].label = hit = 1;
+        if (!hit) {
+            rt_client_example_spec_free(s);
+            return perr(err, errlen, "the label '%s' is not in the feature spec", lk);
+        }
+    }
+    *out = s;
+    return 0;
+}
+
+void rt_client_example_spec_free(rt_client_example_spec *s)
+{
+    free(s);
+}
+
+void rt_client_example_spec_set_image(rt_client_example_spec *s, const rt_client_image_opts *o)
+{
+    if (!s || !o)
+        return;
+    rtrain__v1__image_spec__init(&s->img);
+    s->img.height = (uint32_t)(o->height > 0 ? o->height : 0);
+    s->img.width = (uint32_t)(o->width > 0 ? o->width : 0);
+    s->img.channels = (uint32_t)(o->channels > 0 ? o->channels : 0);
+    s->img.resize = (Rtrain__V1__ResizeMethod)o->resize;
+    int nm = o->n_mean < 0 ? 0 : o->n_mean > 3 ? 3 : o->n_mean;
+    int ns = o->n_std < 0 ? 0 : o->n_std > 3 ? 3 : o->n_std;
+    memcpy(s->mean, o->mean, sizeof s->mean);
+    memcpy(s->std, o->std, sizeof s->std);
+    s->img.n_mean = (size_t)nm;
+    s->img.mean = nm ? s->mean : NULL;
+    s->img.n_std = (size_t)ns;
+    s->img.std = ns ? s->std : NULL;
+    s->img.crop_pad = (uint32_t)(o->crop_pad > 0 ? o->crop_pad : 0);
+    s->img.flip = o->flip != 0;
+    s->img.brightness = o->brightness;
+    s->img.contrast = o->contrast;
+    s->pb.image = &s->img;
+}
+
+void rt_client_example_spec_set_skip_bad(rt_client_example_spec *s, int skip)
+{
+    if (s)
+        s->pb.on_bad_record = skip ? RTRAIN__V1__BAD_RECORD_POLICY__BAD_RECORD_SKIP
+                                   : RTRAIN__V1__BAD_RECORD_POLICY__BAD_RECORD_FAIL;
+}
+
+void rt_client_example_spec_set_sequence(rt_client_example_spec *s, int on)
+{
+    if (s)
+        s->pb.sequence_example = on != 0;
+}
+
+static int ends_with(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcasecmp(s + a - b, suf) == 0;
+}
+
+int rt_client_upload_tfrecord(rt_client *c, const char *session, const char *name,
+                              const char *const *paths, size_t n_paths,
+                              const rt_client_example_spec *spec, rt_client_dataset *out)
+{
+    if (!c || !out || !spec)
+        return RT_EINVAL;
+    if (!paths || n_paths == 0 || n_paths > MAX_SHARDS) {
+        rt__call_begin(c, RT__M_FIND_DATASET);
+        return rt__call_end(c, rt__err(c, RT_EINVAL, "upload: 1..%d TFRecord files, got %zu",
+                                       MAX_SHARDS, n_paths));
+    }
+    rt_client_upload_part *p = calloc(n_paths, sizeof *p);
+    if (!p)
+        return RT_ENOMEM;
+    for (size_t i = 0; i < n_paths; i++) {
+        p[i].role = RT_ROLE_BOTH;
+        p[i].format = RT_FORMAT_TFRECORD;
+        p[i].path = paths[i];
+        p[i].compression = ends_with(paths[i], ".gz") ? 1 : ends_with(paths[i], ".zlib") ? 2 : 0;
+        p[i].spec = spec;
+    }
+    int rc = rt_client_upload_parts(c, session, name, p, n_paths, out);
+    free(p);
+    return rc;
+}
+
+int rt_client_upload_tfrecord_glob(rt_client *c, const char *session, const char *name,
+                                   const char *pattern, const rt_client_example_spec *spec,
+                                   rt_client_dataset *out)
+{
+    if (!c || !pattern || !out)
+        return RT_EINVAL;
+    glob_t g;
+    int gr = glob(pattern, 0, NULL, &g); /* sorted by name */
+    if (gr != 0) {
+        if (gr != GLOB_NOMATCH)
+            globfree(&g);
+        rt__call_begin(c, RT__M_FIND_DATASET);
+        return rt__call_end(c, rt__err(c, RT_EIO, "no file matches %s", pattern));
+    }
+    int rc = rt_client_upload_tfrecord(c, session, name, (const char *const *)g.gl_pathv,
+                                       g.gl_pathc, spec, out);
+    globfree(&g);
+    return rc;
+}
+
+/* ------------------------------------------------------- image folders */
+typedef struct buf {
+    uint8_t *p;
+    size_t n, cap;
+} buf;
+
+static int buf_room(buf *b, size_t more)
+{
+    if (b->n + more <= b->cap)
+        return 0;
+    size_t nc = b->cap ? b->cap : 1 << 16;
+    while (nc < b->n + more)
+        nc *= 2;
+    uint8_t *np = realloc(b->p, nc);
+    if (!np)
+        return -1;
+    b->p = np;
+    b->cap = nc;
+    return 0;
+}
+
+static size_t varint(uint8_t *o, uint64_t v)
+{
+    size_t n = 0;
+    do {
+        o[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+        v >>= 7;
+    } while (v);
+    return n;
+}
+
+static size_t varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v > 0x7f) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* tf.train.Example {features {feature {key: "image" value {bytes_list
+ * {value: img}}} feature {key: "label" value {int64_list {value:
+ * label}}}}}, framed as a TFRecord record, appended to b. */
+static int append_record(buf *b, const uint8_t *img, size_t n, int64_t label)
+{
+    /* innermost first: sizes of each nested message */
+    size_t bl = 1 + varint_len(n) + n;                       /* BytesList */
+    size_t fimg = 1 + varint_len(bl) + bl;                   /* Feature */
+    size_t eimg = 1 + 1 + 5 + 1 + varint_len(fimg) + fimg;   /* entry "image" */
+    size_t lv = varint_len((uint64_t)label);
+    size_t il = 1 + varint_len(lv) + lv;                     /* Int64List (packed) */
+    size_t flab = 1 + varint_len(il) + il;
+    size_t elab = 1 + 1 + 5 + 1 + varint_len(flab) + flab;   /* entry "label" */
+    size_t feats = 1 + varint_len(eimg) + eimg + 1 + varint_len(elab) + elab;
+    size_t ex = 1 + varint_len(feats) + feats;               /* Example */
+    if (buf_room(b, ex + 16) < 0)
+        return -1;
+    uint8_t *o = b->p + b->n + 12, *s = o;
+    *o++ = 0x0a, o += varint(o, feats);                      /* Example.features */
+    *o++ = 0x0a, o += varint(o, eimg);                       /* Features.feature entry */
+    *o++ = 0x0a, *o++ = 5, memcpy(o, "image", 5), o += 5;
+    *o++ = 0x12, o += varint(o, fimg);
+    *o++ = 0x0a, o += varint(o, bl);                         /* Feature.bytes_list */
+    *o++ = 0x0a, o += varint(o, n), memcpy(o, img, n), o += n;
+    *o++ = 0x0a, o += varint(o, elab);
+    *o++ = 0x0a, *o++ = 5, memcpy(o, "label", 5), o += 5;
+    *o++ = 0x12, o += varint(o, flab);
+    *o++ = 0x1a, o += varint(o, il);                         /* Feature.int64_list */
+    *o++ = 0x0a, o += varint(o, lv), o += varint(o, (uint64_t)label);
+    size_t len = (size_t)(o - s);
+    uint8_t *h = b->p + b->n;
+    for (int i = 0; i < 8; i++)
+        h[i] = (uint8_t)((uint64_t)len >> (8 * i));
+    uint32_t lc = rt_crc32c_mask(rt_crc32c(0, h, 8)), dc = rt_crc32c_mask(rt_crc32c(0, s, len));
+    for (int i = 0; i < 4; i++) {
+        h[8 + i] = (uint8_t)(lc >> (8 * i));
+        o[i] = (uint8_t)(dc >> (8 * i));
+    }
+    b->n += len + 16;
+    return 0;
+}
+
+static int is_image_name(const char *n)
+{
+    return ends_with(n, ".jpg") || ends_with(n, ".jpeg") || ends_with(n, ".png");
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sorted names in dir that pass keep (NULL: subdirectories). */
+static int list_dir(rt_client *c, const char *dir, int want_dirs, char ***out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return rt__err(c, RT_EIO, "cannot open %s: %s", dir, strerror(errno));
+    char **v = NULL;
+    size_t cap = 0, k = 0;
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (stat(path, &st) < 0)
+            continue;
+        if (want_dirs ? !S_ISDIR(st.st_mode) : (!S_ISREG(st.st_mode) || !is_image_name(e->d_name)))
+            continue;
+        if (k == cap) {
+            cap = cap ? cap * 2 : 64;
+            char **nv = realloc(v, cap * sizeof *nv);
+            if (!nv) {
+                rc = rt__err(c, RT_ENOMEM, "out of memory listing %s", dir);
+                break;
+            }
+            v = nv;
+        }
+        if (!(v[k] = strdup(e->d_name))) {
+            rc = rt__err(c, RT_ENOMEM, "out of memory listing %s", dir);
+            break;
+        }
+        k++;
+    }
+    closedir(d);
+    if (rc < 0) {
+        for (size_t i = 0; i < k; i++)
+            free(v[i]);
+        free(v);
+        return rc;
+    }
+    if (k)
+        qsort(v, k, sizeof *v, cmp_str);
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+static void free_list(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+static int read_file(rt_client *c, const char *path, buf *tmp)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return rt__err(c, RT_EIO, "cannot open %s: %s", path, strerror(errno));
+    tmp->n = 0;
+    for (;;) {
+        if (buf_room(tmp, 1 << 16) < 0) {
+            fclose(f);
+            return rt__err(c, RT_ENOMEM, "out of memory reading %s", path);
+        }
+        size_t r = fread(tmp->p + tmp->n, 1, tmp->cap - tmp->n, f);
+        tmp->n += r;
+        if (r == 0)
+            break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    return bad ? rt__err(c, RT_EIO, "reading %s failed", path) : 0;
+}
+
+int rt_client_upload_image_folder(rt_client *c, const char *session, const char *name,
+                                  const char *dir, const rt_client_image_opts *img,
+                                  int skip_bad, rt_client_dataset *out)
+{
+    if (!c || !dir || !img || !out)
+        return RT_EINVAL;
+    char **classes = NULL;
+    size_t n_classes = 0;
+    buf rec = {0}, tmp = {0};
+    rt_client_example_spec *spec = NULL;
+    int rc = list_dir(c, dir, 1, &classes, &n_classes);
+    if (rc == 0 && n_classes == 0)
+        rc = rt__err(c, RT_EDATA, "%s has no class subdirectories", dir);
+    size_t n_images = 0;
+    for (size_t k = 0; k < n_classes && rc == 0; k++) {
+        char sub[4096];
+        snprintf(sub, sizeof sub, "%s/%s", dir, classes[k]);
+        char **files;
+        size_t nf;
+        if ((rc = list_dir(c, sub, 0, &files, &nf)) < 0)
+            break;
+        for (size_t i = 0; i < nf && rc == 0; i++) {
+            char path[8192];
+            snprintf(path, sizeof path, "%s/%s", sub, files[i]);
+            if ((rc = read_file(c, path, &tmp)) == 0 &&
+                append_record(&rec, tmp.p, tmp.n, (int64_t)k) < 0)
+                rc = rt__err(c, RT_ENOMEM, "out of memory framing %s", path);
+            n_images++;
+        }
+        free_list(files, nf);
+    }
+    if (rc == 0 && n_images == 0)
+        rc = rt__err(c, RT_EDATA, "%s has no .jpg/.jpeg/.png files in its class folders", dir);
+    if (rc == 0 && !(spec = spec_new()))
+        rc = rt__err(c, RT_ENOMEM, "out of memory");
+    if (rc == 0) {
+        spec_add(spec, "image", RTRAIN__V1__FEATURE_KIND__FEATURE_IMAGE, 0, NULL, 0);
+        spec_add(spec, "label", RTRAIN__V1__FEATURE_KIND__FEATURE_INT64, 0, NULL, 0);
+        spec->f[1].label = 1;
+        rt_client_example_spec_set_image(spec, img);
+        rt_client_example_spec_set_skip_bad(spec, skip_bad);
+        rt_client_upload_part p;
+        memset(&p, 0, sizeof p);
+        p.role = RT_ROLE_BOTH;
+        p.format = RT_FORMAT_TFRECORD;
+        p.data = rec.p;
+        p.nbytes = rec.n;
+        p.spec = spec;
+        rc = rt_client_upload_parts(c, session, name, &p, 1, out);
+    } else {
+        rt__call_begin(c, RT__M_FIND_DATASET);
+        rc = rt__call_end(c, rc);
+    }
+    free_list(classes, n_classes);
+    free(rec.p);
+    free(tmp.p);
+    rt_client_example_spec_free(spec);
+    return rc;
+}

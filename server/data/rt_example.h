@@ -1,0 +1,94 @@
+/*
+ * rt_example.h - tf.train.Example / SequenceExample records into a dataset,
+ * under a feature spec like tf.io.parse_single_example's.
+ *
+ * The spec names the keys to read, their kind (int64, float, or an encoded
+ * JPEG/PNG image held as one bytes value), their per-record shape, and which
+ * one is the label. Features are laid out per sample in spec order: one
+ * feature keeps its shape ((h, w, c) for an image), several are flattened
+ * and concatenated. A label is i32 (from int64) or f32 (from float).
+ *
+ *     rt_example_spec s = {.n = 2, .img = {.h = 32, .w = 32, .c = 3}};
+ *     s.f[0] = (rt_feat_spec){.key = "image", .kind = RT_FEAT_IMAGE};
+ *     s.f[1] = (rt_feat_spec){.key = "label", .kind = RT_FEAT_INT64, .label = 1};
+ *     rt_tfr_shard sh = {.data = file, .len = n, .compression = RT_TFR_NONE};
+ *     rc = rt_example_build(&s, &sh, 1, max_bytes, ds, err, sizeof err);
+ *
+ * Bad records (CRC mismatch, missing key, wrong kind or count, an image that
+ * does not decode or is too large) fail the whole build with a message
+ * naming the shard, record and feature, or with skip_bad are left out and
+ * counted in ds->skipped (the first message kept in ds->skip_msg). A file
+ * whose framing is lost (length CRC, truncation) loses the rest of that
+ * shard: with skip_bad that counts as one skipped record.
+ */
+#ifndef RTRAIN_EXAMPLE_H
+#define RTRAIN_EXAMPLE_H
+
+#include "rt_data.h"
+#include "rt_image.h"
+#include "rt_tfrecord.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RT_SPEC_MAX_FEATURES 16
+#define RT_SPEC_KEY_MAX 64
+/* Images larger than this many decoded values (w * h * c) are refused from
+ * their header: 64 Mi, a 4730 x 4730 RGB photo. */
+#define RT_IMAGE_MAX_VALUES (UINT64_C(1) << 26)
+
+/* Values match proto FeatureKind. IMAGE is JPEG or PNG by magic bytes. */
+typedef enum rt_feat_kind {
+    RT_FEAT_INT64 = 0, RT_FEAT_FLOAT = 1, RT_FEAT_JPEG = 2, RT_FEAT_PNG = 3,
+    RT_FEAT_IMAGE = 4
+} rt_feat_kind;
+
+typedef struct rt_feat_spec {
+    char key[RT_SPEC_KEY_MAX];
+    rt_feat_kind kind;
+    int label;          /* this key is the label (at most one) */
+    int sequence;       /* SequenceExample: feature_lists[key], shape (steps, values) */
+    int ndim;           /* numeric: per-record shape; 0 = one value */
+    int64_t dims[2];
+} rt_feat_spec;
+
+typedef struct rt_example_spec {
+    int n;
+    rt_feat_spec f[RT_SPEC_MAX_FEATURES];
+    int sequence_example;   /* records are SequenceExamples */
+    rt_image_spec img;      /* for every image feature */
+    int skip_bad;           /* skip and count bad records instead of failing */
+} rt_example_spec;
+
+typedef struct rt_tfr_shard {
+    const uint8_t *data;
+    size_t len;
+    rt_tfr_compression compression;
+} rt_tfr_shard;
+
+/* Check a spec: keys non-empty and distinct, one label at most, at least
+ * one feature, shapes positive, an image size when an image is read. */
+int rt_example_spec_check(const rt_example_spec *s, char *err, size_t errlen);
+
+/* Fill ds (zeroed apart from its mutex and refcount, as rt_data_parse
+ * makes it) with the records of all shards in order. Decoded sizes are
+ * checked against max_bytes before anything is allocated. With image
+ * augmentation in the spec the resized 8-bit images are kept too, for
+ * rt_dataset_augment. */
+int rt_example_build(const rt_example_spec *s, const rt_tfr_shard *shards, int n_shards,
+                     uint64_t max_bytes, rt_dataset *ds, char *err, size_t errlen);
+
+/* The wire ExampleSpec (Rtrain__V1__ExampleSpec) into s, checked
+ * (rt_example_pb.c). RT_EINVAL with a message. */
+struct Rtrain__V1__ExampleSpec;
+int rt_example_spec_from_pb(const struct Rtrain__V1__ExampleSpec *p, rt_example_spec *s,
+                            char *err, size_t errlen);
+
+/* 16 bytes that identify the spec's meaning, for the store key. */
+void rt_example_spec_hash(const rt_example_spec *s, uint8_t out[16]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# End-to-end: the `rtrain` CLI uploads TFRecord files (plain, GZIP, ZLIB,
+# shards by a glob) and a JPEG/PNG class-folder dataset as they are, a real
+# rtraind decodes them; a small CNN trains on the images to val accuracy
+# >= 0.95; two runs with one seed give bit-identical weights (Fit stream and
+# RunSteps alike, with augmentation); re-uploads are deduplicated; bad
+# records fail with the record and feature named, or are skipped and
+# counted, and the daemon keeps serving.
+#   usage: data_e2e.sh RTRAIND RTRAIN SOURCE_DIR GEN_DIR
+set -uo pipefail
+rtraind=$1 rtrain=$2 src=$3 gen=$4
+here=$src/tests/data
+py=/usr/bin/python3
+tmp=$(mktemp -d)
+fails=0 checks=0
+dpid=""
+cleanup() {
+  [ -n "$dpid" ] && kill "$dpid" 2>/dev/null && wait "$dpid" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+ok()  { checks=$((checks + 1)); echo "ok   $*"; }
+bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL $*"; }
+expect_rc() { # expect_rc WANT NAME -- command...
+  local want=$1 name=$2; shift 3
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ "$rc" -eq "$want" ]; then ok "$name (exit $rc)"; else
+    bad "$name: exit $rc, want $want"; sed 's/^/     /' "$tmp/out" "$tmp/err" | tail -20; fi
+}
+ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && a + 0 >= b + 0) }'; }
+has() { grep -q -- "$2" "$1" && ok "$3" || { bad "$3: no '$2' in"; sed 's/^/     /' "$1" | tail -5; }; }
+
+"$rtraind" --listen 127.0.0.1:0 --log-level info >"$tmp/daemon.log" 2>&1 &
+dpid=$!
+addr=""
+for _ in $(seq 1 100); do
+  addr=$(sed -n 's/^rtraind listening on \([^ ]*\).*/\1/p' "$tmp/daemon.log" | head -n 1)
+  [ -n "$addr" ] && break
+  sleep 0.1
+done
+[ -n "$addr" ] || { echo "rtraind did not start"; cat "$tmp/daemon.log"; exit 1; }
+S=(--server "$addr")
+$py "$here/gen_images.py" "$tmp/imgs" 100 30 || { echo "gen_images.py failed"; exit 1; }
+
+# --- image folder: a CNN to val accuracy >= 0.95, twice, bit-identical
+CNN=(fit "${S[@]}" --model "$here/cnn16.json" --data "$tmp/imgs/train" --val "$tmp/imgs/val"
+     --image-size 16x16 --mean 0.5 --std 0.5 --augment flip,crop=2,brightness=0.1,contrast=0.2
+     --epochs 12 --batch-size 32 --lr 0.01 --no-progress)
+expect_rc 0 "image folder fit (Fit stream)" -- "$rtrain" "${CNN[@]}" --seed 3 --save-weights "$tmp/w1.bin"
+acc=$(sed -n 's/^final:.* val_accuracy \([0-9.]*\).*/\1/p' "$tmp/out")
+ge "$acc" 0.95 && ok "CNN val_accuracy $acc >= 0.95" || bad "CNN val_accuracy '$acc' < 0.95"
+expect_rc 0 "image folder fit again" -- "$rtrain" "${CNN[@]}" --seed 3 --save-weights "$tmp/w2.bin"
+cmp -s "$tmp/w1.bin" "$tmp/w2.bin" && ok "same seed: bit-identical weights" \
+  || bad "same seed: weights differ"
+expect_rc 0 "image folder fit, RunSteps 7 per call" -- "$rtrain" "${CNN[@]}" --seed 3 \
+  --steps-per-call 7 --save-weights "$tmp/w3.bin"
+cmp -s "$tmp/w1.bin" "$tmp/w3.bin" && ok "RunSteps in 7-step calls: bit-identical to Fit" \
+  || bad "RunSteps weights differ from Fit"
+expect_rc 0 "another seed" -- "$rtrain" "${CNN[@]}" --seed 4 --save-weights "$tmp/w4.bin"
+cmp -s "$tmp/w1.bin" "$tmp/w4.bin" && bad "another seed gives the same weights" \
+  || ok "another seed: other weights"
+n_img=$(grep -c "dataset d-.* 300 samples" "$tmp/daemon.log")
+[ "$n_img" -eq 1 ] && ok "image folder parsed once, then deduplicated" \
+  || bad "image folder parsed $n_img times"
+
+# --- TFRecord: plain, GZIP, ZLIB and two shards are the same 100 records
+D=(fit "${S[@]}" --model "$here/dense4.json" --features 'x:float[4],label:int64,id:image'
+   --epochs 1 --batch-size 10 --seed 1 --no-progress)
+expect_rc 4 "a spec that reads a bytes key as an image fails" -- "$rtrain" "${D[@]}" \
+  --data "$gen/num.tfrecord" --image-size 4x4
+has "$tmp/err" "record 0: feature 'id': not a JPEG or PNG image" "error names record 0 and 'id'"
+D=(fit "${S[@]}" --model "$here/dense4.json" --features 'x:float[4],label:int64'
+   --epochs 40 --batch-size 10 --seed 1 --lr 0.05 --no-progress)
+for f in num.tfrecord num.tfrecord.gz num.tfrecord.zlib 'num-0000*-of-00002.tfrecord'; do
+  expect_rc 0 "fit on $f" -- "$rtrain" "${D[@]}" --data "$gen/$f" --save-weights "$tmp/n.bin"
+  acc=$(sed -n 's/^final:.* accuracy \([0-9.]*\) - steps.*/\1/p' "$tmp/out")
+  ge "$acc" 0.9 && ok "$f: accuracy $acc >= 0.9" || bad "$f: accuracy '$acc'"
+done
+expect_rc 0 "shards again" -- "$rtrain" "${D[@]}" --data "$gen/num-0000*-of-00002.tfrecord"
+n_100=$(grep -c "dataset d-.* 100 samples" "$tmp/daemon.log")
+[ "$n_100" -eq 4 ] && ok "4 uploads parsed once each (plain, gz, zlib, shards); re-run deduplicated" \
+  || bad "$n_100 TFRecord parses, want 4"
+has "$tmp/err" "100 samples, 0 bytes sent (already on the daemon)" "re-run sends nothing"
+# shards are content-addressed one by one: a new set of held shards sends
+# nothing, and a set with one new shard sends just that shard
+mkdir -p "$tmp/sh"
+cp "$gen/num-00000-of-00002.tfrecord" "$gen/num-00001-of-00002.tfrecord" "$tmp/sh/"
+cp "$gen/num.tfrecord" "$tmp/sh/num-all.tfrecord"
+expect_rc 0 "three held shards as a new dataset" -- "$rtrain" "${D[@]}" --data "$tmp/sh/*.tfrecord"
+has "$tmp/err" "200 samples, 0 bytes sent" "held shards are not sent again"
+cat "$gen/num-00001-of-00002.tfrecord" "$gen/num-00000-of-00002.tfrecord" >"$tmp/sh/num-swapped.tfrecord"
+new=$(stat -c %s "$tmp/sh/num-swapped.tfrecord")
+expect_rc 0 "one new shard among held ones" -- "$rtrain" "${D[@]}" --data "$tmp/sh/*.tfrecord"
+has "$tmp/err" "300 samples, $new bytes sent" "only the new shard ($new bytes) is sent"
+
+# --- bad records: fail names record and feature; skip counts; daemon lives
+expect_rc 4 "data CRC mismatch fails" -- "$rtrain" "${D[@]}" --data "$gen/bad_datacrc.tfrecord"
+has "$tmp/err" "shard 0 record 3 at byte [0-9]*: data CRC mismatch" "CRC error names record 3"
+expect_rc 0 "data CRC mismatch skipped" -- "$rtrain" "${D[@]}" --data "$gen/bad_datacrc.tfrecord" \
+  --on-bad-record skip
+has "$tmp/err" "skipped 1 bad record" "skip policy counts the record"
+expect_rc 4 "wrong feature type" -- "$rtrain" "${D[@]}" --data "$gen/bad_type.tfrecord"
+has "$tmp/err" "record 3: feature 'x' is int64, the spec says float" "type error names record and feature"
+expect_rc 4 "truncated file" -- "$rtrain" "${D[@]}" --data "$gen/bad_truncated.tfrecord"
+has "$tmp/err" "record 3" "truncation names record 3"
+I=(fit "${S[@]}" --model "$here/cnn16.json" --features image:image,label:int64 --image-size 16x16
+   --epochs 1 --batch-size 8 --no-progress)
+expect_rc 4 "decompression bomb" -- "$rtrain" "${I[@]}" --data "$gen/bad_bomb.tfrecord"
+has "$tmp/err" "record 3: feature 'image': PNG declares 100000 x 100000" "bomb refused from its header"
+expect_rc 4 "truncated JPEG" -- "$rtrain" "${I[@]}" --data "$gen/bad_jpeg_truncated.tfrecord"
+has "$tmp/err" "record 3: feature 'image': JPEG" "truncated JPEG names record 3"
+expect_rc 0 "truncated JPEG skipped" -- "$rtrain" "${I[@]}" --data "$gen/bad_jpeg_truncated.tfrecord" \
+  --on-bad-record skip
+expect_rc 4 "spec key missing" -- "$rtrain" "${D[@]}" --data "$gen/num.tfrecord" \
+  --features 'x:float[4],y:int64' --label y
+has "$tmp/err" "record 0: feature 'y' is missing" "missing key named"
+expect_rc 2 "usage: --features needed" -- "$rtrain" fit "${S[@]}" --model "$here/dense4.json" \
+  --data "$gen/num.tfrecord"
+expect_rc 4 "image shape against the model" -- "$rtrain" "${I[@]}" --data "$tmp/imgs/train" \
+  --image-size 8x8
+expect_rc 0 "daemon still serving" -- "$rtrain" info "${S[@]}"
+kill -0 "$dpid" 2>/dev/null && ok "daemon alive" || bad "daemon died"
+
+echo "data_e2e: $((checks - fails))/$checks checks passed"
+[ "$fails" -eq 0 ]
