@@ -274,10 +274,12 @@ static int decode_record(const build_ctx *b, const uint8_t *rec, size_t len, flo
                 const rt_image_spec *m = &s->img;
                 uint8_t *px;
                 int w, h;
-                rc = rt_image_decode(bd->data, bd->len, fs->kind == RT_FEAT_JPEG ? RT_IMG_JPEG
-                                                      : fs->kind == RT_FEAT_PNG ? RT_IMG_PNG
-                                                                                : RT_IMG_ANY,
-                                     m->c, RT_IMAGE_MAX_VALUES, &px, &w, &h, sub, sizeof sub);
+                rc = rt_image_decode_for(bd->data, bd->len,
+                                         fs->kind == RT_FEAT_JPEG  ? RT_IMG_JPEG
+                                         : fs->kind == RT_FEAT_PNG ? RT_IMG_PNG
+                                                                   : RT_IMG_ANY,
+                                         m->c, RT_IMAGE_MAX_VALUES, m->w, m->h, &px, &w, &h, sub,
+                                         sizeof sub);
                 if (rc < 0) {
                     fail(err, errlen, rc, "feature '%s': %s", fs->key, sub);
                     break;

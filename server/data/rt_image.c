@@ -74,7 +74,8 @@ static tjhandle tj_handle(void)
 }
 
 static int decode_jpeg(const uint8_t *b, size_t n, int channels, uint64_t max_pixels,
-                       uint8_t **px, int *w, int *h, char *err, size_t errlen)
+                       int min_w, int min_h, uint8_t **px, int *w, int *h, char *err,
+                       size_t errlen)
 {
     tjhandle tj = tj_handle();
     if (!tj)
@@ -89,6 +90,21 @@ static int decode_jpeg(const uint8_t *b, size_t n, int channels, uint64_t max_pi
     int rc = size_ok(*w, *h, channels, max_pixels, "JPEG", err, errlen);
     if (rc < 0)
         return rc;
+    if (min_w > 0 && min_h > 0) {
+        /* the smallest scale that still covers the target */
+        int nsf;
+        tjscalingfactor *sf = tjGetScalingFactors(&nsf);
+        int bw = *w, bh = *h;
+        for (int i = 0; sf && i < nsf; i++) {
+            if (sf[i].num > sf[i].denom)
+                continue;
+            int sw = TJSCALED(*w, sf[i]), sh = TJSCALED(*h, sf[i]);
+            if (sw >= min_w && sh >= min_h && sw < bw)
+                bw = sw, bh = sh;
+        }
+        *w = bw;
+        *h = bh;
+    }
     uint8_t *p = malloc((size_t)*w * (size_t)*h * (size_t)channels);
     if (!p)
         return fail(err, errlen, RT_ENOMEM, "out of memory for a %d x %d JPEG", *w, *h);
@@ -152,6 +168,13 @@ int rt_image_decode(const uint8_t *b, size_t n, rt_image_fmt fmt, int channels,
                     uint64_t max_pixels, uint8_t **px, int *w, int *h,
                     char *err, size_t errlen)
 {
+    return rt_image_decode_for(b, n, fmt, channels, max_pixels, 0, 0, px, w, h, err, errlen);
+}
+
+int rt_image_decode_for(const uint8_t *b, size_t n, rt_image_fmt fmt, int channels,
+                        uint64_t max_pixels, int min_w, int min_h, uint8_t **px, int *w,
+                        int *h, char *err, size_t errlen)
+{
     *px = NULL;
     *w = *h = 0;
     if (channels != 1 && channels != 3)
@@ -161,7 +184,7 @@ int rt_image_decode(const uint8_t *b, size_t n, rt_image_fmt fmt, int channels,
     if (fmt == RT_IMG_ANY)
         fmt = is_jpeg ? RT_IMG_JPEG : is_png ? RT_IMG_PNG : RT_IMG_ANY;
     if (fmt == RT_IMG_JPEG && is_jpeg)
-        return decode_jpeg(b, n, channels, max_pixels, px, w, h, err, errlen);
+        return decode_jpeg(b, n, channels, max_pixels, min_w, min_h, px, w, h, err, errlen);
     if (fmt == RT_IMG_PNG && is_png)
         return decode_png(b, n, channels, max_pixels, px, w, h, err, errlen);
     if (n == 0)
@@ -252,30 +275,58 @@ void rt_image_resize(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, in
                        src + ((size_t)(y * sh / dh) * sw + (size_t)(x * sw / dw)) * c, (size_t)c);
         goto out;
     }
-    for (int y = 0; y < sh; y++) {
+    /* Only the source rows some output row reads are resampled across. */
+    int y_lo = ty.first[0], y_hi = ty.first[dh - 1] + ty.n[dh - 1];
+    for (int y = y_lo; y < y_hi; y++) {
         const uint8_t *row = src + (size_t)y * sw * c;
         float *o = tmp + (size_t)y * dw * c;
         for (int x = 0; x < dw; x++) {
             const float *w = tx.w + (size_t)x * tx.maxt;
+            const uint8_t *p = row + (size_t)tx.first[x] * c;
+            if (c == 3 && tx.n[x] == 2) {
+                o[3 * x + 0] = w[0] * p[0] + w[1] * p[3];
+                o[3 * x + 1] = w[0] * p[1] + w[1] * p[4];
+                o[3 * x + 2] = w[0] * p[2] + w[1] * p[5];
+                continue;
+            }
             for (int ch = 0; ch < c; ch++) {
                 float acc = 0;
                 for (int k = 0; k < tx.n[x]; k++)
-                    acc += w[k] * row[(size_t)(tx.first[x] + k) * c + ch];
+                    acc += w[k] * p[(size_t)k * c + ch];
                 o[(size_t)x * c + ch] = acc;
             }
         }
     }
-    for (int y = 0; y < dh; y++) {
+    const int rl = dw * c;
+    float *acc = malloc(sizeof(float) * (size_t)rl);
+    for (int y = 0; acc && y < dh; y++) {
         const float *w = ty.w + (size_t)y * ty.maxt;
-        uint8_t *o = dst + (size_t)y * dw * c;
-        for (int i = 0; i < dw * c; i++) {
-            float acc = 0;
-            for (int k = 0; k < ty.n[y]; k++)
-                acc += w[k] * tmp[(size_t)(ty.first[y] + k) * dw * c + i];
-            int v = (int)lrintf(acc);
-            o[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+        const float *r0 = tmp + (size_t)ty.first[y] * rl;
+        uint8_t *o = dst + (size_t)y * rl;
+        /* row-wise axpy: vectorises, unlike a tap loop per value */
+        for (int i = 0; i < rl; i++)
+            acc[i] = w[0] * r0[i];
+        for (int k = 1; k < ty.n[y]; k++) {
+            const float *rk = r0 + (size_t)k * rl, wk = w[k];
+            for (int i = 0; i < rl; i++)
+                acc[i] += wk * rk[i];
+        }
+        for (int i = 0; i < rl; i++) {
+            float v = acc[i] + 0.5f;
+            o[i] = (uint8_t)(v < 0 ? 0 : v >= 255.0f ? 255 : (int)v);
         }
     }
+    if (!acc) /* out of memory: the slow path needs no buffer */
+        for (int y = 0; y < dh; y++)
+            for (int i = 0; i < rl; i++) {
+                const float *w = ty.w + (size_t)y * ty.maxt;
+                float a = 0;
+                for (int k = 0; k < ty.n[y]; k++)
+                    a += w[k] * tmp[(size_t)(ty.first[y] + k) * rl + i];
+                float v = a + 0.5f;
+                dst[(size_t)y * rl + i] = (uint8_t)(v < 0 ? 0 : v >= 255.0f ? 255 : (int)v);
+            }
+    free(acc);
 out:
     free(tmp);
     taps_free(&tx);

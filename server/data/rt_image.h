@@ -65,6 +65,15 @@ int rt_image_decode(const uint8_t *b, size_t n, rt_image_fmt fmt, int channels,
                     uint64_t max_pixels, uint8_t **px, int *w, int *h,
                     char *err, size_t errlen);
 
+/* Like rt_image_decode, but a JPEG much larger than min_w x min_h is
+ * decoded at a reduced DCT scale (1/2 .. 1/8, libjpeg's scaled IDCT) that
+ * still covers min_w x min_h, which is several times faster than decoding
+ * every pixel and then shrinking. The size limit applies to the declared
+ * size. PNGs decode whole. */
+int rt_image_decode_for(const uint8_t *b, size_t n, rt_image_fmt fmt, int channels,
+                        uint64_t max_pixels, int min_w, int min_h, uint8_t **px, int *w,
+                        int *h, char *err, size_t errlen);
+
 /* Resample src (sh, sw, c) into dst (dh, dw, c) with half-pixel centres
  * (TensorFlow's and PIL's convention), rounding to 8 bits. */
 void rt_image_resize(const uint8_t *src, int sw, int sh, int c, uint8_t *dst,
