@@ -422,13 +422,15 @@ int rt_example_build(const rt_example_spec *s, const rt_tfr_shard *shards, int n
     /* Quota before the big allocations. */
     int64_t n = (int64_t)n_recs;
     uint64_t img_bytes = b.img_feat >= 0 ? (uint64_t)s->img.h * s->img.w * s->img.c : 0;
-    uint64_t need = (uint64_t)n * ((uint64_t)b.per * 4 + (uint64_t)b.lab_per * 4 + img_bytes);
+    const uint64_t per_rec = (uint64_t)b.per * 4 + (uint64_t)b.lab_per * 4 + img_bytes;
+    const int over = n > 0 && (uint64_t)n > UINT64_MAX / per_rec;
+    uint64_t need = over ? UINT64_MAX : (uint64_t)n * per_rec;
     if (n == 0) {
         rc = fail(err, errlen, RT_EDATA, "no records%s%s", ds->skipped ? "; first skipped: " : "",
                   ds->skipped ? ds->skip_msg : "");
         goto out;
     }
-    if (need > max_bytes || need / (uint64_t)n < (uint64_t)b.per * 4) {
+    if (over || need > max_bytes) {
         rc = fail(err, errlen, RT_ETOOBIG,
                   "%lld records decode to %llu bytes, over the limit of %llu", (long long)n,
                   (unsigned long long)need, (unsigned long long)max_bytes);
