@@ -1061,3 +1061,52 @@ size_t rt_data_store_count(rt_data_store *s)
     pthread_mutex_unlock(&s->mu);
     return n;
 }
+
+/* ------------------------------------------------------- held TFRecord parts */
+void rt_data_place(const rt_data_part *parts, int n_parts, rt_data_cursor *cur, uint8_t *buf,
+                   const uint8_t *d, size_t n)
+{
+    while (n) {
+        while (cur->part < n_parts &&
+               (parts[cur->part].held || cur->off == parts[cur->part].length)) {
+            cur->base += parts[cur->part].length;
+            cur->part++;
+            cur->off = 0;
+        }
+        if (cur->part == n_parts)
+            return; /* callers check the stream length against the parts */
+        uint64_t room = parts[cur->part].length - cur->off;
+        size_t take = n < room ? n : (size_t)room;
+        memcpy(buf + cur->base + cur->off, d, take);
+        cur->off += take;
+        d += take;
+        n -= take;
+    }
+}
+
+int rt_data_fill_held(rt_shard_cache *sc, const rt_data_part *parts, int n_parts, uint8_t *buf)
+{
+    uint64_t off = 0;
+    for (int i = 0; i < n_parts; i++) {
+        if (parts[i].held &&
+            rt_shard_cache_copy(sc, parts[i].shard_hash, buf + off, parts[i].length) < 0)
+            return i;
+        off += parts[i].length;
+    }
+    return -1;
+}
+
+void rt_data_keep_shards(rt_shard_cache *sc, const rt_data_part *parts, int n_parts,
+                         const uint8_t *buf)
+{
+    uint64_t off = 0;
+    for (int i = 0; i < n_parts; i++) {
+        if (parts[i].format == RT_FMT_TFRECORD && !parts[i].held) {
+            /* the daemon's own hash: a client's shard_hash is not trusted */
+            XXH128_canonical_t h;
+            XXH128_canonicalFromHash(&h, XXH3_128bits(buf + off, parts[i].length));
+            rt_shard_cache_put(sc, h.digest, buf + off, parts[i].length);
+        }
+        off += parts[i].length;
+    }
+}

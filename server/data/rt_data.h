@@ -176,6 +176,22 @@ size_t rt_data_store_count(rt_data_store *s);
 /* Raw TFRecord shards by content (rt_shards.h), capped at a quarter of the
  * store's cap (1 GiB without one). Owned by the store. */
 rt_shard_cache *rt_data_store_shards(rt_data_store *s);
+
+/* An upload whose TFRecord parts may be held (rt_data_part.held): the
+ * stream carries only the other parts' bytes, in order. rt_data_place puts
+ * the next stream bytes where they belong in buf (sum of all lengths),
+ * rt_data_fill_held copies the held parts from the cache (returns -1, or
+ * the index of a part no longer held), rt_data_keep_shards keeps the sent
+ * TFRecord parts in the cache for later uploads (rt_data.c). */
+typedef struct rt_data_cursor {
+    int part;
+    uint64_t base, off;   /* the part's start in buf, bytes filled in it */
+} rt_data_cursor;
+void rt_data_place(const rt_data_part *parts, int n_parts, rt_data_cursor *cur, uint8_t *buf,
+                   const uint8_t *d, size_t n);
+int rt_data_fill_held(rt_shard_cache *sc, const rt_data_part *parts, int n_parts, uint8_t *buf);
+void rt_data_keep_shards(rt_shard_cache *sc, const rt_data_part *parts, int n_parts,
+                         const uint8_t *buf);
 uint64_t rt_data_store_bytes(rt_data_store *s);
 
 #ifdef __cplusplus

@@ -614,8 +614,8 @@ typedef struct upload_st {
     int n_parts;
     rt_example_spec spec;  /* TFRecord parts point here */
     uint64_t stream_total; /* bytes in the stream: parts not held */
-    int part, any_held;    /* stream cursor: the part being filled */
-    uint64_t part_off;
+    int any_held;
+    rt_data_cursor cur;    /* where the next stream bytes go */
     uint8_t content_hash_given[16];
     int has_content_hash;
     uint64_t total, received;
@@ -690,62 +690,6 @@ static int parts_from_header(rt_call *c, const Rtrain__V1__DatasetHeader *h,
     return 0;
 }
 
-/* Stream bytes go to the parts not held, in order; held parts keep their
- * place in the buffer for the shard cache to fill. */
-static void upload_place(upload_st *u, const uint8_t *d, size_t n)
-{
-    uint64_t base = 0;
-    for (int i = 0; i < u->part; i++)
-        base += u->parts[i].length;
-    while (n) {
-        while (u->part < u->n_parts &&
-               (u->parts[u->part].held || u->part_off == u->parts[u->part].length)) {
-            base += u->parts[u->part].length;
-            u->part++;
-            u->part_off = 0;
-        }
-        if (u->part == u->n_parts)
-            return; /* the overrun check above keeps n within the parts */
-        uint64_t room = u->parts[u->part].length - u->part_off;
-        size_t take = n < room ? n : (size_t)room;
-        memcpy(u->buf + base + u->part_off, d, take);
-        u->part_off += take;
-        d += take;
-        n -= take;
-    }
-}
-
-/* Fill held parts from the shard cache. */
-static int upload_fill_held(rt_call *c, upload_st *u)
-{
-    rt_shard_cache *sc = rt_data_store_shards(c->srv->data);
-    uint64_t off = 0;
-    for (int i = 0; i < u->n_parts; i++) {
-        if (u->parts[i].held &&
-            rt_shard_cache_copy(sc, u->parts[i].shard_hash, u->buf + off, u->parts[i].length) < 0)
-            return rt_call_fail(c, RT_ENOTFOUND,
-                                "shard %d is no longer held by the daemon; send it again", i);
-        off += u->parts[i].length;
-    }
-    return 0;
-}
-
-/* Keep a parsed upload's TFRecord shards for later uploads that name them. */
-static void upload_keep_shards(rt_call *c, const upload_st *u)
-{
-    rt_shard_cache *sc = rt_data_store_shards(c->srv->data);
-    uint64_t off = 0;
-    for (int i = 0; i < u->n_parts; i++) {
-        const rt_data_part *p = &u->parts[i];
-        if (p->format == RT_FMT_TFRECORD && !p->held) {
-            XXH128_canonical_t h;
-            XXH128_canonicalFromHash(&h, XXH3_128bits(u->buf + off, p->length));
-            rt_shard_cache_put(sc, h.digest, u->buf + off, p->length);
-        }
-        off += p->length;
-    }
-}
-
 static int h_upload_chunk(rt_call *c)
 {
     Rtrain__V1__UploadChunk *q = REQ(c, Rtrain__V1__UploadChunk);
@@ -804,7 +748,7 @@ static int h_upload_chunk(rt_call *c)
             return rt_call_fail(c, RT_EDATA, "chunk at %llu overruns the %llu bytes declared",
                                 (unsigned long long)q->offset,
                                 (unsigned long long)u->stream_total);
-        upload_place(u, q->data.data, q->data.len);
+        rt_data_place(u->parts, u->n_parts, &u->cur, u->buf, q->data.data, q->data.len);
         XXH64_update(u->x64, q->data.data, q->data.len);
         XXH3_128bits_update(u->x3, q->data.data, q->data.len);
         u->received += q->data.len;
@@ -851,9 +795,11 @@ static int upload_work(rt_call *c)
     XXH128_canonical_t h;
     if (u->any_held) {
         /* the stream hash covers the sent parts only: hash the whole */
-        int rc = upload_fill_held(c, u);
-        if (rc < 0)
-            return rc;
+        int miss = rt_data_fill_held(rt_data_store_shards(c->srv->data), u->parts, u->n_parts,
+                                     u->buf);
+        if (miss >= 0)
+            return rt_call_fail(c, RT_ENOTFOUND,
+                                "shard %d is no longer held by the daemon; send it again", miss);
         XXH128_canonicalFromHash(&h, XXH3_128bits(u->buf, u->total));
     } else {
         XXH128_canonicalFromHash(&h, XXH3_128bits_digest(u->x3));
@@ -872,7 +818,8 @@ static int upload_work(rt_call *c)
         if (rc < 0)
             return rt_call_fail(c, rc, "%s", err);
         if (u->buf)
-            upload_keep_shards(c, u);
+            rt_data_keep_shards(rt_data_store_shards(c->srv->data), u->parts, u->n_parts,
+                                u->buf);
         rt_dataset_set_key(ds, key);
         rt_data_store_put(c->srv->data, ds, &kept, &dedup);
         RT_LOG(RT_LOG_INFO, "dataset %s: %lld samples, %llu bytes (%s)", kept->id,
