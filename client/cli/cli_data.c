@@ -123,6 +123,12 @@ int cli_upload_tf(rt_client *c, const char *sid, const char *name, const char *d
         fprintf(stderr, "rtrain: %s\n", err);
         return RT_EINVAL;
     }
+    if (data == o->val) {
+        /* validation sees plain images; without augmentation the daemon
+         * keeps no 8-bit copy for it */
+        im.crop_pad = im.flip = 0;
+        im.brightness = im.contrast = 0;
+    }
     int skip = o->on_bad_record && !strcmp(o->on_bad_record, "skip");
     int rc;
     if (cli_data_kind_of(data) == CLI_DATA_IMAGES) {
