@@ -121,6 +121,14 @@ expect_rc 4 "image shape against the model" -- "$rtrain" "${I[@]}" --data "$tmp/
   --image-size 8x8
 expect_rc 0 "daemon still serving" -- "$rtrain" info "${S[@]}"
 kill -0 "$dpid" 2>/dev/null && ok "daemon alive" || bad "daemon died"
+# a clean stop; under ASan the daemon's leak check runs at exit
+kill -TERM "$dpid"
+wait "$dpid"
+drc=$?
+dpid=""
+[ "$drc" -eq 0 ] && ok "daemon stopped cleanly" || bad "daemon exit status $drc"
+grep -q "Sanitizer" "$tmp/daemon.log" && { bad "sanitizer report in the daemon log";
+  grep -A 20 "Sanitizer" "$tmp/daemon.log" | head -40; } || ok "no sanitizer report"
 
 echo "data_e2e: $((checks - fails))/$checks checks passed"
 [ "$fails" -eq 0 ]
