@@ -848,6 +848,8 @@ static int h_upload_end(rt_call *c)
     c->work = upload_work;
     c->needs_device = 0;
     c->est_ns = u->total * 4; /* parsing ~4 ns/byte: small ones stay inline */
+    if (u->parts[0].format == RT_FMT_TFRECORD)
+        c->est_ns = u->total * 64; /* JPEG decoding: ~60 ns per compressed byte */
     return 0;
 }
 
