@@ -363,54 +363,79 @@ void rt_image_aug_draw(const rt_image_spec *s, uint64_t seed, uint64_t epoch,
         a->contrast = 1.0f + (2.0f * unit(seed, base + 4) - 1.0f) * s->contrast;
 }
 
+/* Every step after the crop and flip is a per-channel function of the
+ * 8-bit value (contrast around the channel mean, brightness, clip,
+ * normalisation), so it is a 256-entry table per channel; a padded pixel
+ * is value 0. */
 void rt_image_to_input(const rt_image_spec *s, const uint8_t *px, float *x,
                        const rt_image_aug *a)
 {
     const int H = s->h, W = s->w, C = s->c;
     const float k = 1.0f / 255.0f;
-    float inv[3], mean[3];
+    float lut[3][256];
+    float cf = a ? a->contrast : 1.0f, br = a ? a->bright : 0.0f;
+    int dx = a ? a->dx : 0, dy = a ? a->dy : 0, flip = a ? a->flip : 0;
+    /* the crop's source window: output (y, x) reads (y + dy, x' + dx) */
+    int y0 = dy < 0 ? -dy : 0, y1 = H - (dy > 0 ? dy : 0);
+    int x0 = dx < 0 ? -dx : 0, x1 = W - (dx > 0 ? dx : 0);
+    double mean_img[3] = {0, 0, 0};
+    if (cf != 1.0f) {
+        /* each channel's mean over the cropped image, pads included */
+        uint64_t sum[3] = {0, 0, 0};
+        for (int y = y0; y < y1; y++) {
+            const uint8_t *row = px + (size_t)(y + dy) * W * C;
+            for (int xx = x0 + dx; xx < x1 + dx; xx++)
+                for (int ch = 0; ch < C; ch++)
+                    sum[ch] += row[(size_t)xx * C + ch];
+        }
+        for (int ch = 0; ch < C; ch++)
+            mean_img[ch] = (double)sum[ch] * k / ((double)H * W);
+    }
     for (int ch = 0; ch < C; ch++) {
-        inv[ch] = s->std[ch] != 0 ? 1.0f / s->std[ch] : 1.0f;
-        mean[ch] = s->mean[ch];
+        float inv = s->std[ch] != 0 ? 1.0f / s->std[ch] : 1.0f, m = (float)mean_img[ch];
+        for (int v = 0; v < 256; v++) {
+            float f = (float)v * k;
+            if (a) {
+                if (cf != 1.0f)
+                    f = (f - m) * cf + m;
+                f += br;
+                f = f < 0 ? 0 : f > 1 ? 1 : f;
+            }
+            lut[ch][v] = (f - s->mean[ch]) * inv;
+        }
     }
     if (!a) {
-        for (int i = 0; i < H * W; i++)
-            for (int ch = 0; ch < C; ch++)
-                x[(size_t)i * C + ch] = ((float)px[(size_t)i * C + ch] * k - mean[ch]) * inv[ch];
+        const size_t n = (size_t)H * W;
+        if (C == 3)
+            for (size_t i = 0; i < n; i++) {
+                x[3 * i + 0] = lut[0][px[3 * i + 0]];
+                x[3 * i + 1] = lut[1][px[3 * i + 1]];
+                x[3 * i + 2] = lut[2][px[3 * i + 2]];
+            }
+        else
+            for (size_t i = 0; i < n * C; i++)
+                x[i] = lut[i % C][px[i]];
         return;
     }
-    /* crop (zero padding outside the image) and flip */
     for (int y = 0; y < H; y++) {
-        int sy = y + a->dy;
+        float *o = x + (size_t)y * W * C;
+        if (y < y0 || y >= y1) {
+            for (int i = 0; i < W * C; i++)
+                o[i] = lut[i % C][0];
+            continue;
+        }
+        const uint8_t *row = px + (size_t)(y + dy) * W * C;
         for (int xx = 0; xx < W; xx++) {
-            int sx = (a->flip ? W - 1 - xx : xx) + a->dx;
-            float *o = x + ((size_t)y * W + xx) * C;
-            if (sy < 0 || sy >= H || sx < 0 || sx >= W) {
+            int sx = (flip ? W - 1 - xx : xx) + dx;
+            float *op = o + (size_t)xx * C;
+            if (sx < 0 || sx >= W) {
                 for (int ch = 0; ch < C; ch++)
-                    o[ch] = 0;
+                    op[ch] = lut[ch][0];
             } else {
-                const uint8_t *p = px + ((size_t)sy * W + sx) * C;
+                const uint8_t *p = row + (size_t)sx * C;
                 for (int ch = 0; ch < C; ch++)
-                    o[ch] = (float)p[ch] * k;
+                    op[ch] = lut[ch][p[ch]];
             }
         }
     }
-    /* contrast around each channel's mean, as tf.image.adjust_contrast;
-     * then brightness; clipped to [0, 1] like a stored pixel */
-    double sum[3] = {0, 0, 0};
-    if (a->contrast != 1.0f)
-        for (int i = 0; i < H * W; i++)
-            for (int ch = 0; ch < C; ch++)
-                sum[ch] += x[(size_t)i * C + ch];
-    for (int ch = 0; ch < C; ch++)
-        sum[ch] /= (double)(H * W);
-    for (int i = 0; i < H * W; i++)
-        for (int ch = 0; ch < C; ch++) {
-            float v = x[(size_t)i * C + ch];
-            if (a->contrast != 1.0f)
-                v = (v - (float)sum[ch]) * a->contrast + (float)sum[ch];
-            v += a->bright;
-            v = v < 0 ? 0 : v > 1 ? 1 : v;
-            x[(size_t)i * C + ch] = (v - mean[ch]) * inv[ch];
-        }
 }
