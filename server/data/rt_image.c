@@ -252,6 +252,41 @@ static void taps_free(taps *t)
     free(t->w);
 }
 
+/* Per-thread scratch for the resampler's intermediate rows: a fresh
+ * megabyte per image costs more in page faults than the resampling. */
+typedef struct scratch {
+    float *p;
+    size_t cap;
+} scratch;
+static pthread_key_t scr_key;
+static pthread_once_t scr_once = PTHREAD_ONCE_INIT;
+static void scr_free(void *v)
+{
+    scratch *sc = v;
+    free(sc->p);
+    free(sc);
+}
+static void scr_key_init(void) { pthread_key_create(&scr_key, scr_free); }
+
+static float *scratch_get(size_t n)
+{
+    pthread_once(&scr_once, scr_key_init);
+    scratch *sc = pthread_getspecific(scr_key);
+    if (!sc) {
+        if (!(sc = calloc(1, sizeof *sc)))
+            return NULL;
+        pthread_setspecific(scr_key, sc);
+    }
+    if (sc->cap < n) {
+        float *np = realloc(sc->p, n * sizeof(float));
+        if (!np)
+            return NULL;
+        sc->p = np;
+        sc->cap = n;
+    }
+    return sc->p;
+}
+
 void rt_image_resize(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, int dw,
                      int dh, rt_resize method)
 {
@@ -262,7 +297,8 @@ void rt_image_resize(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, in
     int area = method == RT_RESIZE_AREA ||
                (method == RT_RESIZE_AUTO && dw <= sw && dh <= sh);
     taps tx = {0}, ty = {0};
-    float *tmp = malloc(sizeof(float) * (size_t)sh * (size_t)dw * (size_t)c);
+    const size_t tmp_n = (size_t)sh * (size_t)dw * (size_t)c;
+    float *tmp = scratch_get(tmp_n + (size_t)dw * (size_t)c);
     /* An area filter that enlarges is a nearest-pixel box; use bilinear
      * on an axis that grows. */
     if (!tmp || taps_make(sw, dw, area && dw <= sw, &tx) < 0 ||
@@ -298,8 +334,8 @@ void rt_image_resize(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, in
         }
     }
     const int rl = dw * c;
-    float *acc = malloc(sizeof(float) * (size_t)rl);
-    for (int y = 0; acc && y < dh; y++) {
+    float *acc = tmp + tmp_n;
+    for (int y = 0; y < dh; y++) {
         const float *w = ty.w + (size_t)y * ty.maxt;
         const float *r0 = tmp + (size_t)ty.first[y] * rl;
         uint8_t *o = dst + (size_t)y * rl;
@@ -316,19 +352,7 @@ void rt_image_resize(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, in
             o[i] = (uint8_t)(v < 0 ? 0 : v >= 255.0f ? 255 : (int)v);
         }
     }
-    if (!acc) /* out of memory: the slow path needs no buffer */
-        for (int y = 0; y < dh; y++)
-            for (int i = 0; i < rl; i++) {
-                const float *w = ty.w + (size_t)y * ty.maxt;
-                float a = 0;
-                for (int k = 0; k < ty.n[y]; k++)
-                    a += w[k] * tmp[(size_t)(ty.first[y] + k) * rl + i];
-                float v = a + 0.5f;
-                dst[(size_t)y * rl + i] = (uint8_t)(v < 0 ? 0 : v >= 255.0f ? 255 : (int)v);
-            }
-    free(acc);
 out:
-    free(tmp);
     taps_free(&tx);
     taps_free(&ty);
 }
