@@ -17,6 +17,7 @@
 
 #include <grpc/grpc.h>
 
+#include "rt_auth.h"
 #include "rt_data.h"
 #include "rt_obs.h"
 #include "rt_service.h"
@@ -103,6 +104,7 @@ struct rt_call {
     rt__tag final_tag;  /* the status batch */
     rt_srv *srv;
     const rt_method *m;
+    rt_principal *who;            /* the caller, set before the handler runs */
     grpc_call *call;
     gpr_timespec deadline;
     grpc_metadata_array md;
@@ -163,6 +165,9 @@ struct rt_srv {
     rt_session_table *sessions;
     rt_plan_cache *plans;
     rt_data_store *data;
+    rt_principal_set *principals;
+    rt_auth *auth;
+    uint64_t quota[RT_Q__COUNT];  /* defaults in force */
 
     pthread_mutex_t dev_mu;       /* the device: one job at a time */
     pthread_mutex_t q_mu;

@@ -490,7 +490,7 @@ int itest_session(itest_conn *c, const char *name, char *id)
                 (ProtobufCMessage **)&resp, &r);
     id[0] = 0;
     if (resp) {
-        snprintf(id, 24, "%s", resp->session_id);
+        snprintf(id, 40, "%s", resp->session_id);
         protobuf_c_message_free_unpacked(&resp->base, NULL);
     }
     itest_res_free(&r);

@@ -111,7 +111,7 @@ int itest_server_stream(itest_conn *c, const char *method, const ProtobufCMessag
  * the dataset id in id (>= 40 bytes). */
 int itest_upload(itest_conn *c, const char *session, Rtrain__V1__DataPart **parts, int n_parts,
                  const uint8_t *data, size_t len, size_t chunk, char *id, itest_res *r);
-/* CreateSession -> id (>= 24 bytes); returns the grpc status. */
+/* CreateSession -> id (>= 40 bytes); returns the grpc status. */
 int itest_session(itest_conn *c, const char *name, char *id);
 /* Read a whole file (tests/integration/data/...) into memory; NULL if missing. */
 uint8_t *itest_read_file(const char *path, size_t *len);
