@@ -606,8 +606,22 @@ static int h_compile(rt_call *c)
     /* The cache lookup is the compile phase of a hit. */
     uint64_t t0 = rt_now_ns();
     rc = rt_plan_key(st->g, &st->cfg, st->key);
-    if (rc == 0)
+    if (rc == 0) {
+        /* Plans are shared only within a principal: a cache hit (and its
+         * speed) must not tell one tenant what another compiled. */
+        const char *who = rt_principal_name(c->who);
+        XXH3_state_t *h = XXH3_createState();
+        if (!h)
+            return OOM(c);
+        XXH3_128bits_reset(h);
+        XXH3_128bits_update(h, st->key, sizeof st->key);
+        XXH3_128bits_update(h, who, strlen(who));
+        XXH128_canonical_t k;
+        XXH128_canonicalFromHash(&k, XXH3_128bits_digest(h));
+        XXH3_freeState(h);
+        memcpy(st->key, k.digest, sizeof st->key);
         st->plan = rt_plan_cache_get(c->srv->plans, st->key);
+    }
     c->tm.compile_ns += rt_now_ns() - t0;
     if (rc < 0)
         return rt_call_fail(c, rc, "%s", rt_graph_errmsg(st->g)[0] ? rt_graph_errmsg(st->g)
