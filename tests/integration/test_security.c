@@ -292,6 +292,28 @@ static itest_stream *open_upload(itest_conn *c, const char *sid, uint64_t bytes)
     return s;
 }
 
+/* A whole upload whose checksum is wrong: DATA_LOSS unless refused
+ * earlier (at its header). */
+static int bad_checksum_upload(itest_conn *c, const char *sid, itest_res *r)
+{
+    Rtrain__V1__DataPart p = csv_part(iris_len, 0);
+    Rtrain__V1__DataPart *pp[1] = {&p};
+    Rtrain__V1__DatasetHeader h = RTRAIN__V1__DATASET_HEADER__INIT;
+    h.session_id = (char *)sid;
+    h.name = "probe";
+    h.parts = pp;
+    h.n_parts = 1;
+    h.total_bytes = iris_len;
+    Rtrain__V1__UploadChunk ch = RTRAIN__V1__UPLOAD_CHUNK__INIT;
+    ch.header = &h;
+    ch.data.data = (uint8_t *)iris;
+    ch.data.len = iris_len;
+    ch.last = 1;
+    ch.checksum = XXH64(iris, iris_len, 0) ^ 1;
+    ProtobufCMessage *m[1] = {&ch.base};
+    return itest_client_stream(c, "UploadDataset", m, 1, -1, r);
+}
+
 static int quota_err(const itest_res *r, const char *name)
 {
     char want[64];
@@ -441,8 +463,19 @@ static void test_quotas(void)
     /* uploads=1: one held open, a second refused; once the first is
      * cancelled its slot comes back. */
     itest_stream *held = open_upload(c, s1, 1000);
-    CHECK(upload(c, s1, 0, NULL, NULL, &r) == 8 && quota_err(&r, "uploads"),
-          "2nd upload in flight: %d %s", r.status, r.details);
+    /* The held header reaches the daemon asynchronously: probe with
+     * uploads whose checksum is wrong (refused as DATA_LOSS, nothing
+     * stored) until the slot is seen taken. */
+    int probe = -1;
+    for (int i = 0; i < 200 && probe != 8; i++) {
+        probe = bad_checksum_upload(c, s1, &r);
+        if (probe != 8) {
+            itest_res_free(&r);
+            usleep(20000);
+        }
+    }
+    CHECK(probe == 8 && quota_err(&r, "uploads"), "2nd upload in flight: %d %s", r.status,
+          r.details);
     itest_res_free(&r);
     itest_res hr;
     itest_stream_finish(held, 1, &hr);
