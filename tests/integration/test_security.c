@@ -159,6 +159,7 @@ static int compile(itest_conn *c, const char *sid, char *pid, itest_res *r)
     if (pid)
         snprintf(pid, 40, "%s", p ? p->program_id : "");
     FREE(p);
+    itest_res_free(r);
     return st;
 }
 
@@ -209,6 +210,7 @@ static int run_steps(itest_conn *c, const char *sid, const char *pid, const char
     int st = itest_unary(c, "RunSteps", &q.base, &rtrain__v1__run_steps_response__descriptor,
                          (ProtobufCMessage **)&p, r);
     FREE(p);
+    itest_res_free(r);
     return st;
 }
 
@@ -222,6 +224,7 @@ static uint8_t *weights(itest_conn *c, const char *sid, const char *pid, size_t 
     Rtrain__V1__GetWeightsResponse *p = NULL;
     itest_unary(c, "GetWeights", &q.base, &rtrain__v1__get_weights_response__descriptor,
                 (ProtobufCMessage **)&p, r);
+    itest_res_free(r);
     *len = 0;
     if (!p)
         return NULL;
@@ -245,6 +248,7 @@ static int close_session(itest_conn *c, const char *sid, itest_res *r)
                          &rtrain__v1__close_session_response__descriptor,
                          (ProtobufCMessage **)&p, r);
     FREE(p);
+    itest_res_free(r);
     return st;
 }
 
@@ -403,6 +407,7 @@ static void test_isolation(void)
                       (ProtobufCMessage **)&sr, &r) == 5,
           "bob writes alice's weights: %d %s", r.status, r.details);
     FREE(sr);
+    itest_res_free(&r);
     CHECK(close_session(b, sa, &r) == 5, "bob closes alice's session: %d %s", r.status,
           r.details);
     CHECK(upload(b, sa, 0, NULL, NULL, &r) == 5, "bob uploads into alice's session: %d %s",
@@ -455,6 +460,7 @@ static void test_quotas(void)
                 (ProtobufCMessage **)&cr, &r);
     CHECK(!cr && quota_err(&r, "sessions"), "3rd session: %d %s", r.status, r.details);
     FREE(cr);
+    itest_res_free(&r);
     (void)s3;
     /* programs=1 */
     CHECK(compile(c, s1, pid, &r) == 0, "carol's program: %d %s", r.status, r.details);
@@ -538,6 +544,7 @@ static void test_session_slots(void)
         Rtrain__V1__CreateSessionResponse *p = NULL;
         itest_unary(b, "CreateSession", &q.base, &rtrain__v1__create_session_response__descriptor,
                     (ProtobufCMessage **)&p, &r);
+        itest_res_free(&r);
         if (!p)
             break;
         snprintf(ids[n], sizeof ids[n], "%s", p->session_id);
