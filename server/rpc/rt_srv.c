@@ -231,7 +231,9 @@ static void start_final(rt_call *c)
         c->final_has_details = 1;
         ops[n].data.send_status_from_server.status_details = &c->final_details;
         RT_OBS_ADD(errors, 1);
-        RT_LOG(RT_LOG_DEBUG, "%s -> %s: %s", c->m->path, rt_err_name(c->err), c->errmsg);
+        char esc[300];
+        RT_LOG(RT_LOG_DEBUG, "%s -> %s: %s", c->m->path, rt_err_name(c->err),
+               rt_log_esc(c->errmsg, esc, sizeof esc));
     }
     n++;
     if (c->m->kind == RT_UNARY && !c->close_posted) {
@@ -666,7 +668,8 @@ static void on_generic(rt__tag *t, int ok)
                  (int)(GRPC_SLICE_LENGTH(g->details.method) > 150
                            ? 150 : GRPC_SLICE_LENGTH(g->details.method)),
                  (const char *)GRPC_SLICE_START_PTR(g->details.method));
-        RT_LOG(RT_LOG_DEBUG, "%s", msg);
+        char esc[300];
+        RT_LOG(RT_LOG_DEBUG, "%s", rt_log_esc(msg, esc, sizeof esc));
         g->status = grpc_slice_from_copied_string(msg);
         grpc_op ops[3];
         memset(ops, 0, sizeof ops);
