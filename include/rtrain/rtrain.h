@@ -16,6 +16,7 @@
  *
  *     rt_client *c;
  *     if (rt_client_create("127.0.0.1:7070", &c) < 0) return 1;
+ *     // shared daemons: rt_client_connect with rt_client_opts (TLS, token)
  *     char sid[RT_ID_MAX];
  *     if (rt_client_session_create(c, "demo", sid) < 0)
  *         fprintf(stderr, "%s\n", rt_client_errmsg(c));  // names the address
