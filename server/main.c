@@ -81,6 +81,7 @@ static void usage(FILE *f)
             "  --quota-store-bytes N    of --max-sessions, programs 64, uploads 4 in\n"
             "  --quota-uploads N        flight, and a quarter of the store, of the\n"
             "  --quota-upload-bytes N   memory budget for the byte quotas\n"
+            "  --quota-call-bytes N\n"
             "  --version                print the version and exit\n"
             "  --help                   this text\n");
 }

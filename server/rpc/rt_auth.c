@@ -189,7 +189,7 @@ static int load(rt_auth *a, tok_ent **out_v, int *out_n, char *err, size_t errle
             uint64_t val;
             if (k < 0)
                 PFAIL("tokens file %s line %d: unknown quota '%.40s' (sessions, programs, "
-                      "program-bytes, store-bytes, uploads, upload-bytes)",
+                      "program-bytes, store-bytes, uploads, upload-bytes, call-bytes)",
                       a->path, lineno, kv);
             if (rt_quota_parse(eq + 1, &val) < 0)
                 PFAIL("tokens file %s line %d: %s=%.40s is not a number (K/M/G/T suffix or "

@@ -29,7 +29,10 @@
         }                                                                      \
         p_;                                                                    \
     })
-#define OOM(c) rt_call_fail((c), RT_ENOMEM, "out of memory")
+/* Out of memory, or a quota the arena checked (rt_call_alloc). */
+#define OOM(c)                                                                 \
+    ((c)->alloc_err[0] ? rt_call_fail((c), RT_ETOOBIG, "%s", (c)->alloc_err)  \
+                       : rt_call_fail((c), RT_ENOMEM, "out of memory"))
 
 /* ---------------------------------------------------------------- helpers */
 

@@ -39,9 +39,20 @@ void *rt_call_alloc(rt_call *c, size_t n)
     rt__arena_blk *b = c->arena;
     if (!b || b->cap - b->used < n) {
         size_t cap = n > 8192 ? n : 8192;
-        rt__arena_blk *nb = malloc(sizeof *nb + cap);
-        if (!nb)
+        /* Small blocks are not worth a lock; a large one is charged before
+         * it exists. */
+        if (cap >= RT__CALL_CHARGE_MIN &&
+            rt_principal_reserve(c->who, RT_Q_CALL_BYTES, cap, c->alloc_err,
+                                 sizeof c->alloc_err) < 0)
             return NULL;
+        rt__arena_blk *nb = malloc(sizeof *nb + cap);
+        if (!nb) {
+            if (cap >= RT__CALL_CHARGE_MIN)
+                rt_principal_unreserve(c->who, RT_Q_CALL_BYTES, cap);
+            return NULL;
+        }
+        if (cap >= RT__CALL_CHARGE_MIN)
+            c->charged += cap;
         nb->cap = cap;
         nb->used = 0;
         /* A big one-off block goes behind the current one so the current
@@ -158,6 +169,7 @@ static void call_free(rt_call *c, int matched)
         n = b->next;
         free(b);
     }
+    rt_principal_unreserve(c->who, RT_Q_CALL_BYTES, c->charged);
     pthread_mutex_destroy(&c->out_mu);
     free(c);
     if (matched) {
@@ -504,7 +516,9 @@ static ProtobufCMessage *decode(rt_call *c, ProtobufCAllocator *alloc)
     grpc_byte_buffer_destroy(c->payload);
     c->payload = NULL;
     c->tm.decode_ns += rt_now_ns() - t0;
-    if (!m)
+    if (!m && c->alloc_err[0])
+        rt_call_fail(c, RT_ETOOBIG, "%s", c->alloc_err); /* the request itself is too large */
+    else if (!m)
         rt_call_fail(c, RT_EPROTO, "malformed %s", c->m->req_name);
     return m;
 }
@@ -892,6 +906,7 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
         s->quota[RT_Q_STORE_BYTES] = store_cap ? store_cap / 4 : q4;
         s->quota[RT_Q_UPLOADS] = 4;
         s->quota[RT_Q_UPLOAD_BYTES] = q4;
+        s->quota[RT_Q_CALL_BYTES] = q4;
     }
     for (int k = 0; k < RT_Q__COUNT; k++)
         if (cfg->quota[k])

@@ -118,6 +118,8 @@ struct rt_call {
 
     rt__arena_blk *arena;
     ProtobufCAllocator alloc;     /* over arena */
+    uint64_t charged;             /* large arena blocks, as RT_Q_CALL_BYTES */
+    char alloc_err[200];          /* why the arena refused (a quota), or "" */
 
     rt_obs_timing tm;
     ProtobufCMessage *req;
@@ -190,7 +192,11 @@ struct rt_srv {
 };
 
 /* Arena allocation; never NULL-checked by callers that can fail softly:
- * returns NULL on out of memory. Zeroed. */
+ * returns NULL on out of memory, or when a large block (RT__CALL_CHARGE_MIN
+ * and up: decoded requests, weights, predictions) would exceed the
+ * caller's call-bytes quota or the server memory budget (then
+ * c->alloc_err says which). Zeroed. */
+#define RT__CALL_CHARGE_MIN (64u << 10)
 void *rt_call_alloc(rt_call *c, size_t n);
 char *rt_call_strdup(rt_call *c, const char *s);
 

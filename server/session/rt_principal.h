@@ -42,7 +42,8 @@ extern "C" {
     X(PROGRAM_BYTES, "program-bytes", 1)                                       \
     X(STORE_BYTES, "store-bytes", 1)                                           \
     X(UPLOADS, "uploads", 0)                                                   \
-    X(UPLOAD_BYTES, "upload-bytes", 1)
+    X(UPLOAD_BYTES, "upload-bytes", 1)                                         \
+    X(CALL_BYTES, "call-bytes", 1)
 
 typedef enum rt_quota_kind {
 #define RT__Q_ENUM(k, name, mem) RT_Q_##k,

@@ -328,7 +328,7 @@ static int quota_err(const itest_res *r, const char *name)
 /* --------------------------------------------------------------- tests */
 static struct {
     itest_daemon d;
-    char tok_alice[80], tok_bob[80], tok_carol[80], tok_dave[80], tok_erin[80];
+    char tok_alice[80], tok_bob[80], tok_carol[80], tok_dave[80], tok_erin[80], tok_frank[80];
 } S;
 
 static void test_unauthenticated(void)
@@ -527,6 +527,31 @@ static void test_quotas(void)
           "program over program-bytes: %d %s", r.status, r.details);
     CHECK(ping_st(d) == 0, "the daemon still answers");
     itest_disconnect(d);
+    /* call-bytes=256K: a 1 MiB answer is refused before it is allocated. */
+    itest_conn *f = conn(&S.d, ca, NULL, NULL, S.tok_frank);
+    Rtrain__V1__PingRequest pq = RTRAIN__V1__PING_REQUEST__INIT;
+    pq.response_bytes = 1 << 20;
+    Rtrain__V1__PingResponse *pr = NULL;
+    itest_unary(f, "Ping", &pq.base, &rtrain__v1__ping_response__descriptor,
+                (ProtobufCMessage **)&pr, &r);
+    CHECK(!pr && quota_err(&r, "call-bytes"), "1 MiB Ping answer: %d %s", r.status, r.details);
+    FREE(pr);
+    itest_res_free(&r);
+    pq.response_bytes = 100 << 10;
+    itest_unary(f, "Ping", &pq.base, &rtrain__v1__ping_response__descriptor,
+                (ProtobufCMessage **)&pr, &r);
+    CHECK(pr && pr->payload.len == 100 << 10, "100 KiB fits: %d %s", r.status, r.details);
+    FREE(pr);
+    itest_res_free(&r);
+    /* Given back at the end of each call: again and again. */
+    for (int i = 0; i < 5; i++) {
+        itest_unary(f, "Ping", &pq.base, &rtrain__v1__ping_response__descriptor,
+                    (ProtobufCMessage **)&pr, &r);
+        CHECK(pr != NULL, "100 KiB Ping %d: %d %s", i, r.status, r.details);
+        FREE(pr);
+        itest_res_free(&r);
+    }
+    itest_disconnect(f);
 }
 
 /* With the default quotas (a quarter of --max-sessions 64) bob cannot
@@ -714,16 +739,17 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    char l[5][300], tokens[300], text[2000];
+    char l[6][300], tokens[300], text[2400];
     new_token("alice", "", l[0], sizeof l[0], S.tok_alice, sizeof S.tok_alice);
     new_token("bob", "", l[1], sizeof l[1], S.tok_bob, sizeof S.tok_bob);
     new_token("carol", "sessions=2 programs=1 uploads=1 upload-bytes=64K store-bytes=4K", l[2],
               sizeof l[2], S.tok_carol, sizeof S.tok_carol);
     new_token("dave", "program-bytes=1K", l[3], sizeof l[3], S.tok_dave, sizeof S.tok_dave);
     new_token("erin", "store-bytes=1K", l[4], sizeof l[4], S.tok_erin, sizeof S.tok_erin);
+    new_token("frank", "call-bytes=256K", l[5], sizeof l[5], S.tok_frank, sizeof S.tok_frank);
     snprintf(tokens, sizeof tokens, "%s/tokens.txt", dir);
-    snprintf(text, sizeof text, "# test principals\n%s\n%s\n%s\n%s\n%s\n", l[0], l[1], l[2], l[3],
-             l[4]);
+    snprintf(text, sizeof text, "# test principals\n%s\n%s\n%s\n%s\n%s\n%s\n", l[0], l[1], l[2],
+             l[3], l[4], l[5]);
     write_file(tokens, text);
     const char *args[] = {"--tls-cert", srv_pem, "--tls-key", srv_key, "--tokens", tokens, NULL};
     if (itest_daemon_start(&S.d, rtraind, args) != 0) {
