@@ -8,7 +8,7 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 pkgs=(build-essential cmake pkg-config
       libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev
-      libdnnl-dev libjson-c-dev libxxhash-dev zlib1g-dev
+      libdnnl-dev libjson-c-dev libxxhash-dev zlib1g-dev libssl-dev openssl
       libturbojpeg0-dev libpng-dev
       python3-dev python3-numpy python3-sklearn)
 want_test=0 want_bench=0

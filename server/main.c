@@ -4,9 +4,17 @@
  *     rtraind --listen 127.0.0.1:0        # prints "rtraind listening on 127.0.0.1:PORT"
  *
  * The main thread runs a libuv loop that owns signals (SIGTERM/SIGINT start
- * a graceful stop) and the grace timer; gRPC work runs on the server's
- * completion-queue threads and the device executor (server/rpc).
+ * a graceful stop, SIGHUP reloads the tokens file) and the grace timer;
+ * gRPC work runs on the server's completion-queue threads and the device
+ * executor (server/rpc).
+ *
+ * Shared with others (docs/security.md):
+ *
+ *     rtraind --new-token alice >> tokens.txt   # prints the token on stderr
+ *     rtraind --listen 0.0.0.0:7070 --tls-cert srv.pem --tls-key srv.key \
+ *             --tokens tokens.txt
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
 #include <malloc.h>
@@ -17,13 +25,14 @@
 
 #include <uv.h>
 
+#include "rt_auth.h"
 #include "rt_obs.h"
 #include "rt_srv.h"
 #include "rtrain/rt_error.h"
 
 typedef struct daemon_state {
     uv_loop_t *loop;
-    uv_signal_t sigterm, sigint;
+    uv_signal_t sigterm, sigint, sighup;
     uv_timer_t grace;
     uv_timer_t idle;
     uint64_t idle_ms;
@@ -54,6 +63,25 @@ static void usage(FILE *f)
             "  --grace-ms N             on SIGTERM/SIGINT, let running calls finish for\n"
             "                           N ms before cancelling them (default 5000)\n"
             "  --log-level LEVEL        error|warn|info|debug (default info)\n"
+            "Security (docs/security.md):\n"
+            "  --tls-cert FILE          PEM certificate chain: serve TLS (with --tls-key)\n"
+            "  --tls-key FILE           PEM private key of --tls-cert\n"
+            "  --tls-client-ca FILE     PEM CA: require client certificates it signed (mTLS)\n"
+            "  --tokens FILE            bearer tokens: lines 'SHA256HEX PRINCIPAL [quota=N..]';\n"
+            "                           reread on SIGHUP. Without it the daemon is\n"
+            "                           single-user and listens on loopback only\n"
+            "  --insecure               allow a non-loopback address without TLS\n"
+            "  --new-token PRINCIPAL    print a tokens-file line for a new random token\n"
+            "                           (the token itself goes to stderr) and exit\n"
+            "  --max-memory-bytes N     program memory + stored datasets + upload buffers\n"
+            "                           of everyone (default 3/4 of the RAM); K/M/G allowed\n"
+            "  --quota-sessions N       default quotas of a principal (the tokens file\n"
+            "  --quota-programs N       can set each per principal). Single-user:\n"
+            "  --quota-program-bytes N  unlimited. With --tokens: sessions = a quarter\n"
+            "  --quota-store-bytes N    of --max-sessions, programs 64, uploads 4 in\n"
+            "  --quota-uploads N        flight, and a quarter of the store, of the\n"
+            "  --quota-upload-bytes N   memory budget for the byte quotas\n"
+            "  --quota-call-bytes N\n"
             "  --version                print the version and exit\n"
             "  --help                   this text\n");
 }
@@ -80,6 +108,7 @@ static void on_drained_async(uv_async_t *a)
     uv_close((uv_handle_t *)&d->idle, close_cb);
     uv_close((uv_handle_t *)&d->sigterm, close_cb);
     uv_close((uv_handle_t *)&d->sigint, close_cb);
+    uv_close((uv_handle_t *)&d->sighup, close_cb);
     uv_close((uv_handle_t *)&d->grace, close_cb);
     uv_close((uv_handle_t *)&d->drained, close_cb);
 }
@@ -103,6 +132,47 @@ static void on_grace(uv_timer_t *t)
     RT_LOG(RT_LOG_WARN, "grace period over: cancelling %d running call(s)",
            rt_srv_live_calls(d->srv));
     rt_srv_cancel_all(d->srv);
+}
+
+static void on_sighup(uv_signal_t *s, int signum)
+{
+    daemon_state *d = s->data;
+    char err[300] = "";
+    int n = 0;
+    if (rt_srv_reload_tokens(d->srv, &n, err, sizeof err) < 0)
+        RT_LOG(RT_LOG_ERROR, "SIGHUP: tokens not reloaded, the previous ones stay: %s", err);
+    else
+        RT_LOG(RT_LOG_INFO, "SIGHUP: tokens reloaded (%d accepted)", n);
+}
+
+/* Loopback (or a unix socket): reachable only from this machine. */
+static int is_local_addr(const char *listen)
+{
+    if (strncmp(listen, "unix:", 5) == 0)
+        return 1;
+    char host[128];
+    const char *colon = strrchr(listen, ':');
+    size_t n = colon ? (size_t)(colon - listen) : strlen(listen);
+    if (n >= sizeof host)
+        return 0;
+    memcpy(host, listen, n);
+    host[n] = 0;
+    char *h = host;
+    if (h[0] == '[') {
+        h++;
+        char *e = strchr(h, ']');
+        if (e)
+            *e = 0;
+    }
+    if (strcmp(h, "localhost") == 0)
+        return 1;
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, h, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, h, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6);
+    return 0;
 }
 
 static void on_signal(uv_signal_t *s, int signum)
@@ -139,7 +209,9 @@ int main(int argc, char **argv)
     d.idle_ms = 86400ull * 1000;
 
     enum { O_LISTEN = 1, O_THREADS, O_MAXMSG, O_MAXSESS, O_MAXDATA, O_INLINE, O_GRACE,
-           O_LOG, O_VERSION, O_HELP, O_MAXSTORE, O_IDLE };
+           O_LOG, O_VERSION, O_HELP, O_MAXSTORE, O_IDLE, O_TLS_CERT, O_TLS_KEY,
+           O_TLS_CA, O_TOKENS, O_INSECURE, O_NEW_TOKEN, O_MAXMEM,
+           O_QUOTA /* + rt_quota_kind */ };
     static const struct option opts[] = {
         {"listen", required_argument, 0, O_LISTEN},
         {"threads", required_argument, 0, O_THREADS},
@@ -153,12 +225,56 @@ int main(int argc, char **argv)
         {"help", no_argument, 0, O_HELP},
         {"max-store-bytes", required_argument, 0, O_MAXSTORE},
         {"session-idle-s", required_argument, 0, O_IDLE},
+        {"tls-cert", required_argument, 0, O_TLS_CERT},
+        {"tls-key", required_argument, 0, O_TLS_KEY},
+        {"tls-client-ca", required_argument, 0, O_TLS_CA},
+        {"tokens", required_argument, 0, O_TOKENS},
+        {"insecure", no_argument, 0, O_INSECURE},
+        {"new-token", required_argument, 0, O_NEW_TOKEN},
+        {"max-memory-bytes", required_argument, 0, O_MAXMEM},
+#define RT__Q_OPT(k, name, mem) {"quota-" name, required_argument, 0, O_QUOTA + RT_Q_##k},
+        RT_QUOTA_MAP(RT__Q_OPT)
+#undef RT__Q_OPT
         {0, 0, 0, 0},
     };
-    int o;
+    int insecure = 0;
+    int o, oi = 0;
     uint64_t v;
-    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "", opts, &oi)) != -1) {
+        if (o >= O_QUOTA && o < O_QUOTA + RT_Q__COUNT) {
+            if (rt_quota_parse(optarg, &v) < 0 || v == 0)
+                goto bad;
+            cfg.quota[o - O_QUOTA] = v;
+            continue;
+        }
         switch (o) {
+        case O_TLS_CERT: cfg.tls_cert = optarg; break;
+        case O_TLS_KEY: cfg.tls_key = optarg; break;
+        case O_TLS_CA: cfg.tls_client_ca = optarg; break;
+        case O_TOKENS: cfg.tokens_path = optarg; break;
+        case O_INSECURE: insecure = 1; break;
+        case O_MAXMEM:
+            if (rt_quota_parse(optarg, &v) < 0 || v == 0)
+                goto bad;
+            cfg.max_memory_bytes = v;
+            break;
+        case O_NEW_TOKEN: {
+            char tok[65], hash[65];
+            if (strlen(optarg) > 63 || !optarg[0] ||
+                strspn(optarg, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                               "0123456789._@-") != strlen(optarg)) {
+                fprintf(stderr, "rtraind: --new-token: a principal is 1-63 of A-Z a-z 0-9 . _ @ -\n");
+                return 2;
+            }
+            if (rt_auth_new_token(tok, hash) < 0) {
+                fprintf(stderr, "rtraind: no random bytes for a token\n");
+                return 1;
+            }
+            fprintf(stderr, "token for %s (give it to the client; it is not stored): %s\n",
+                    optarg, tok);
+            printf("%s %s\n", hash, optarg);
+            return 0;
+        }
         case O_LISTEN: cfg.listen = optarg; break;
         case O_THREADS:
             if (parse_u64(optarg, &v) < 0 || v < 1 || v > 64)
@@ -219,7 +335,7 @@ int main(int argc, char **argv)
         }
         continue;
     bad:
-        fprintf(stderr, "rtraind: bad value '%s' for --%s\n", optarg, opts[o - 1].name);
+        fprintf(stderr, "rtraind: bad value '%s' for --%s\n", optarg, opts[oi].name);
         return 2;
     }
     if (optind < argc) {
@@ -228,7 +344,21 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    char err[256] = "";
+    /* Refuse to be reachable from the network unprotected: other machines
+     * need tokens (who is calling) and, unless --insecure, TLS. */
+    if (!is_local_addr(cfg.listen)) {
+        if (!cfg.tokens_path) {
+            fprintf(stderr, "rtraind: %s is not a loopback address: without --tokens the daemon "
+                            "is single-user and listens on loopback only\n", cfg.listen);
+            return 2;
+        }
+        if (!cfg.tls_cert && !insecure) {
+            fprintf(stderr, "rtraind: %s is not a loopback address: give --tls-cert and "
+                            "--tls-key (or --insecure behind a trusted TLS proxy)\n", cfg.listen);
+            return 2;
+        }
+    }
+    char err[300] = "";
     int rc = rt_srv_create(&cfg, &d.srv, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, "rtraind: %s\n", err[0] ? err : rt_strerror(rc));
@@ -237,12 +367,15 @@ int main(int argc, char **argv)
     d.loop = uv_default_loop();
     uv_signal_init(d.loop, &d.sigterm);
     uv_signal_init(d.loop, &d.sigint);
+    uv_signal_init(d.loop, &d.sighup);
     uv_timer_init(d.loop, &d.grace);
     uv_timer_init(d.loop, &d.idle);
     uv_async_init(d.loop, &d.drained, on_drained_async);
-    d.sigterm.data = d.sigint.data = d.grace.data = d.drained.data = d.idle.data = &d;
+    d.sigterm.data = d.sigint.data = d.sighup.data = d.grace.data = d.drained.data =
+        d.idle.data = &d;
     uv_signal_start(&d.sigterm, on_signal, SIGTERM);
     uv_signal_start(&d.sigint, on_signal, SIGINT);
+    uv_signal_start(&d.sighup, on_sighup, SIGHUP);
 
     if ((rc = rt_srv_start(d.srv, on_drained, &d)) < 0) {
         fprintf(stderr, "rtraind: cannot start: %s\n", rt_strerror(rc));
@@ -257,9 +390,11 @@ int main(int argc, char **argv)
     }
     printf("rtraind listening on %s\n", rt_srv_bound(d.srv));
     fflush(stdout);
-    RT_LOG(RT_LOG_INFO, "rtraind %s listening on %s (%d cq threads, inline below %llu us)",
+    RT_LOG(RT_LOG_INFO, "rtraind %s listening on %s (%d cq threads, inline below %llu us, %s, %s)",
            RT_VERSION_STRING, rt_srv_bound(d.srv), cfg.threads,
-           (unsigned long long)(cfg.inline_ns / 1000));
+           (unsigned long long)(cfg.inline_ns / 1000),
+           cfg.tls_cert ? (cfg.tls_client_ca ? "mTLS" : "TLS") : "plaintext",
+           cfg.tokens_path ? "tokens" : "single-user");
 
     uv_run(d.loop, UV_RUN_DEFAULT);
     rt_srv_destroy(d.srv);

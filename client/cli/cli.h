@@ -47,6 +47,7 @@ typedef enum cli_data_kind {
 typedef struct cli_opts {
     cli_cmd cmd;
     const char *server;       /* NULL = $RTRAIN_SERVER or the default */
+    const char *tls_ca, *tls_cert, *tls_key, *token_file; /* NULL: environment */
     double timeout_s;         /* < 0: not given */
     const char *model, *weights, *save_weights;
     const char *data, *labels, *val, *val_labels;

@@ -24,6 +24,7 @@ enum {
     O_CSV, O_PLOT, O_PROGRESS, O_NO_PROGRESS, O_IN_FLIGHT, O_HELP,
     O_FEATURES, O_LABEL_KEY, O_IMAGE_SIZE, O_CHANNELS, O_RESIZE, O_MEAN, O_STD, O_AUGMENT,
     O_ON_BAD,
+    O_TLS_CA, O_TLS_CERT, O_TLS_KEY, O_TOKEN_FILE,
 };
 
 typedef struct opt_def {
@@ -36,6 +37,10 @@ typedef struct opt_def {
 static const opt_def defs[] = {
     {"server", 1, O_SERVER, NET},
     {"timeout", 1, O_TIMEOUT, NET},
+    {"tls-ca", 1, O_TLS_CA, NET},
+    {"tls-cert", 1, O_TLS_CERT, NET},
+    {"tls-key", 1, O_TLS_KEY, NET},
+    {"token-file", 1, O_TOKEN_FILE, NET},
     {"model", 1, O_MODEL, TRAIN},
     {"weights", 1, O_WEIGHTS, B(CLI_EVAL) | B(CLI_PREDICT)},
     {"save-weights", 1, O_SAVE_WEIGHTS, B(CLI_FIT)},
@@ -155,6 +160,13 @@ void cli_usage(FILE *f)
 "  --timeout SECONDS         deadline of each call (default 60; fit's Fit\n"
 "                            stream and RunSteps calls have none unless\n"
 "                            given)\n"
+"  --tls-ca FILE             talk TLS, trusting the daemon's certificate if\n"
+"                            this PEM CA signed it (default $RTRAIN_TLS_CA)\n"
+"  --tls-cert FILE           client certificate for mTLS ($RTRAIN_TLS_CERT)\n"
+"  --tls-key FILE            its private key ($RTRAIN_TLS_KEY)\n"
+"  --token-file FILE         bearer token on the file's first line (default\n"
+"                            $RTRAIN_TOKEN, the token itself, or\n"
+"                            $RTRAIN_TOKEN_FILE)\n"
 "  --timings                 print each call's time breakdown (us): queue,\n"
 "                            decode, compile, execute, encode, server total,\n"
 "                            client encode, round trip, client decode,\n"
@@ -299,6 +311,10 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen)
         double dv;
         switch (id) {
         case O_SERVER: o->server = a; break;
+        case O_TLS_CA: o->tls_ca = a; break;
+        case O_TLS_CERT: o->tls_cert = a; break;
+        case O_TLS_KEY: o->tls_key = a; break;
+        case O_TOKEN_FILE: o->token_file = a; break;
         case O_TIMEOUT:
             if (parse_double(a, 0.001, 1e7, &o->timeout_s) < 0)
                 return perr(err, errlen, "--timeout: expected seconds > 0, got '%s'", a);

@@ -38,10 +38,18 @@ void cli_install_sigint(void)
 
 int cli_connect(const cli_opts *o, rt_client **c)
 {
-    int rc = rt_client_create(o->server, c);
+    rt_client_opts co;
+    rt_client_opts_init(&co);
+    co.target = o->server;
+    co.tls_ca = o->tls_ca;
+    co.tls_cert = o->tls_cert;
+    co.tls_key = o->tls_key;
+    co.token_file = o->token_file;
+    char err[300];
+    int rc = rt_client_connect(&co, c, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, "rtrain: cannot create a client for %s: %s\n",
-                o->server ? o->server : "(default)", rt_strerror(rc));
+                o->server ? o->server : "(default)", err[0] ? err : rt_strerror(rc));
         return cli_exit_code(rc);
     }
     if (o->timeout_s > 0)

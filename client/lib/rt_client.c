@@ -55,14 +55,187 @@ int rt__err(rt_client *c, int rc, const char *fmt, ...)
     return rc;
 }
 
-int rt_client_create(const char *target, rt_client **out)
+void rt_client_opts_init(rt_client_opts *o)
 {
+    if (o)
+        memset(o, 0, sizeof *o);
+}
+
+static const char *opt_or_env(const rt_client_opts *o, const char *v, const char *env)
+{
+    if (v && *v)
+        return v;
+    if (o->no_env)
+        return NULL;
+    const char *e = getenv(env);
+    return e && *e ? e : NULL;
+}
+
+/* A whole small file (PEM or token), NUL-terminated; NULL with err set. */
+static char *read_small_file(const char *what, const char *path, char *err, size_t errlen,
+                             int *rc)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "cannot read %s %s: %s", what, path, strerror(errno));
+        *rc = RT_EIO;
+        return NULL;
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf) {
+        fclose(f);
+        *rc = RT_ENOMEM;
+        return NULL;
+    }
+    for (size_t k; (k = fread(buf + len, 1, cap - len, f)) > 0;) {
+        len += k;
+        if (len == cap) {
+            if (cap >= (16u << 20)) {
+                snprintf(err, errlen, "%s %s is too large", what, path);
+                free(buf);
+                fclose(f);
+                *rc = RT_EINVAL;
+                return NULL;
+            }
+            cap *= 2;
+            char *nb = realloc(buf, cap + 1);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                *rc = RT_ENOMEM;
+                return NULL;
+            }
+            buf = nb;
+        }
+    }
+    fclose(f);
+    buf[len] = 0;
+    return buf;
+}
+
+static char *read_pem(const char *what, const char *path, char *err, size_t errlen, int *rc)
+{
+    char *pem = read_small_file(what, path, err, errlen, rc);
+    if (pem && !strstr(pem, "-----BEGIN ")) {
+        snprintf(err, errlen, "%s %s is not a PEM file", what, path);
+        free(pem);
+        *rc = RT_EINVAL;
+        return NULL;
+    }
+    return pem;
+}
+
+/* Channel credentials: insecure, or TLS verified against the CA (with a
+ * client certificate for mTLS). */
+static int make_creds(const rt_client_opts *o, grpc_channel_credentials **out, int *tls,
+                      char *err, size_t errlen)
+{
+    *out = NULL;
+    *tls = 0;
+    const char *ca = opt_or_env(o, o->tls_ca, "RTRAIN_TLS_CA");
+    const char *cert = opt_or_env(o, o->tls_cert, "RTRAIN_TLS_CERT");
+    const char *key = opt_or_env(o, o->tls_key, "RTRAIN_TLS_KEY");
+    if (!ca && !cert && !key) {
+        *out = grpc_insecure_credentials_create();
+        return *out ? 0 : RT_ENOMEM;
+    }
+    if (!cert != !key) {
+        snprintf(err, errlen, "a client certificate needs both tls_cert and tls_key "
+                              "(--tls-cert/--tls-key, RTRAIN_TLS_CERT/RTRAIN_TLS_KEY)");
+        return RT_EINVAL;
+    }
+    int rc = 0;
+    char *ca_pem = NULL, *cert_pem = NULL, *key_pem = NULL;
+    if (ca && !(ca_pem = read_pem("CA", ca, err, errlen, &rc)))
+        goto done;
+    if (cert && (!(cert_pem = read_pem("certificate", cert, err, errlen, &rc)) ||
+                 !(key_pem = read_pem("private key", key, err, errlen, &rc))))
+        goto done;
+    grpc_ssl_pem_key_cert_pair pair = {key_pem, cert_pem};
+    /* A NULL CA means gRPC's default roots (GRPC_DEFAULT_SSL_ROOTS_FILE_PATH
+     * or the system's). */
+    *out = grpc_ssl_credentials_create(ca_pem, cert_pem ? &pair : NULL, NULL, NULL);
+    if (!*out) {
+        snprintf(err, errlen, "gRPC refused the TLS settings");
+        rc = RT_EINVAL;
+    }
+    *tls = 1;
+done:
+    if (key_pem)
+        explicit_bzero(key_pem, strlen(key_pem));
+    free(ca_pem);
+    free(cert_pem);
+    free(key_pem);
+    return rc;
+}
+
+/* The token: given, or the first line of the token file. Metadata values
+ * must be visible ASCII, so anything else is refused here rather than by
+ * gRPC on the first call. */
+static int load_token(rt_client *c, const rt_client_opts *o, char *err, size_t errlen)
+{
+    const char *tok = opt_or_env(o, o->token, "RTRAIN_TOKEN");
+    char *file_buf = NULL;
+    int rc = 0;
+    if (!tok) {
+        const char *path = opt_or_env(o, o->token_file, "RTRAIN_TOKEN_FILE");
+        if (!path)
+            return 0;
+        if (!(file_buf = read_small_file("token file", path, err, errlen, &rc)))
+            return rc;
+        file_buf[strcspn(file_buf, "\r\n")] = 0;
+        tok = file_buf;
+        if (!*tok) {
+            snprintf(err, errlen, "token file %s is empty", path);
+            free(file_buf);
+            return RT_EINVAL;
+        }
+    }
+    for (const char *p = tok; *p; p++)
+        if (*p < 0x21 || *p > 0x7e) {
+            snprintf(err, errlen, "the token has a character that is not visible ASCII");
+            rc = RT_EINVAL;
+            break;
+        }
+    if (rc == 0) {
+        size_t n = strlen(tok);
+        char *v = malloc(n + 8);
+        if (!v) {
+            rc = RT_ENOMEM;
+        } else {
+            memcpy(v, "Bearer ", 7);
+            memcpy(v + 7, tok, n + 1);
+            c->md[0].key = grpc_slice_from_static_string("authorization");
+            c->md[0].value = grpc_slice_from_copied_buffer(v, n + 7);
+            c->n_md = 1;
+            explicit_bzero(v, n + 7);
+            free(v);
+        }
+    }
+    if (file_buf) {
+        explicit_bzero(file_buf, strlen(file_buf));
+        free(file_buf);
+    }
+    return rc;
+}
+
+int rt_client_connect(const rt_client_opts *opts, rt_client **out, char *err, size_t errlen)
+{
+    char ebuf[256];
+    if (!err || !errlen) {
+        err = ebuf;
+        errlen = sizeof ebuf;
+    }
+    err[0] = 0;
     if (!out)
         return RT_EINVAL;
     *out = NULL;
-    if (!target || !*target)
-        target = getenv("RTRAIN_SERVER");
-    if (!target || !*target)
+    rt_client_opts none;
+    rt_client_opts_init(&none);
+    const rt_client_opts *o = opts ? opts : &none;
+    const char *target = opt_or_env(o, o->target, "RTRAIN_SERVER");
+    if (!target)
         target = RT_DEFAULT_SERVER;
     rt_client *c = calloc(1, sizeof *c);
     if (!c)
@@ -73,17 +246,32 @@ int rt_client_create(const char *target, rt_client **out)
         return RT_ENOMEM;
     }
     grpc_init();
+    int rc = load_token(c, o, err, errlen);
+    grpc_channel_credentials *creds = NULL;
+    if (rc == 0)
+        rc = make_creds(o, &creds, &c->tls, err, errlen);
+    if (rc < 0) {
+        rt_client_destroy(c);
+        return rc;
+    }
     /* GetWeights and Predict answers grow with the model and the data; the
      * 4 MiB default would turn them into RESOURCE_EXHAUSTED. */
-    grpc_arg args[2];
+    grpc_arg args[3];
+    memset(args, 0, sizeof args);
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
     args[0].value.integer = -1;
     args[1].type = GRPC_ARG_INTEGER;
     args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
     args[1].value.integer = -1;
-    grpc_channel_args ca = {2, args};
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    size_t nargs = 2;
+    if (c->tls && o->tls_server_name && *o->tls_server_name) {
+        args[2].type = GRPC_ARG_STRING;
+        args[2].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+        args[2].value.string = (char *)o->tls_server_name;
+        nargs = 3;
+    }
+    grpc_channel_args ca = {nargs, args};
     c->ch = grpc_channel_create(c->target, creds, &ca);
     grpc_channel_credentials_release(creds);
     c->cq = grpc_completion_queue_create_for_pluck(NULL);
@@ -104,6 +292,16 @@ int rt_client_create(const char *target, rt_client **out)
     return 0;
 }
 
+int rt_client_create(const char *target, rt_client **out)
+{
+    rt_client_opts o;
+    rt_client_opts_init(&o);
+    o.target = target;
+    return rt_client_connect(&o, out, NULL, 0);
+}
+
+int rt_client_is_tls(const rt_client *c) { return c ? c->tls : 0; }
+
 void rt_client_destroy(rt_client *c)
 {
     if (!c)
@@ -122,6 +320,10 @@ void rt_client_destroy(rt_client *c)
     }
     if (c->ch)
         grpc_channel_destroy(c->ch);
+    for (size_t i = 0; i < c->n_md; i++) {
+        grpc_slice_unref(c->md[i].key);
+        grpc_slice_unref(c->md[i].value);
+    }
     if (c->target) {
         grpc_shutdown();
         free(c->target);

@@ -127,9 +127,12 @@ static int call_create(rt_client *c, rt__call *k, int method)
     return 0;
 }
 
-static void initial_md(grpc_op *op)
+/* The bearer token, if the client has one, goes with every call. */
+static void initial_md(const rt_client *c, grpc_op *op)
 {
     op->op = GRPC_OP_SEND_INITIAL_METADATA;
+    op->data.send_initial_metadata.count = c->n_md;
+    op->data.send_initial_metadata.metadata = c->n_md ? (grpc_metadata *)c->md : NULL;
 }
 
 static void status_op(rt__call *k, grpc_op *op)
@@ -191,7 +194,7 @@ int rt__unary_start(rt_client *c, rt__call *k, int method,
     k->encode_ns = enc;
     grpc_op *ops = k->ops;
     memset(k->ops, 0, sizeof k->ops);
-    initial_md(&ops[0]);
+    initial_md(c, &ops[0]);
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = k->send;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -262,7 +265,7 @@ int rt__stream_open(rt_client *c, rt__call *k, int method,
     memset(k->io, 0, sizeof k->io);
     memset(k->ops, 0, sizeof k->ops);
     size_t n_first = 1;
-    initial_md(&first[0]);
+    initial_md(c, &first[0]);
     if (req) { /* a server stream: the request, then half-close */
         first[1].op = GRPC_OP_SEND_MESSAGE;
         first[1].data.send_message.send_message = k->send;

@@ -56,6 +56,11 @@ struct rt_client {
     uint64_t seq;
     atomic_int cancel_flag;
     int in_loop;             /* rt_client_train_steps: calls keep the flag */
+    int tls;
+    /* "authorization: Bearer <token>", sent as initial metadata with every
+     * call (n_md = 0 without a token). */
+    grpc_metadata md[1];
+    size_t n_md;
 };
 
 /* printf into c->errmsg; returns rc so callers can `return rt__err(...)`. */

@@ -16,6 +16,7 @@
  *
  *     rt_client *c;
  *     if (rt_client_create("127.0.0.1:7070", &c) < 0) return 1;
+ *     // shared daemons: rt_client_connect with rt_client_opts (TLS, token)
  *     char sid[RT_ID_MAX];
  *     if (rt_client_session_create(c, "demo", sid) < 0)
  *         fprintf(stderr, "%s\n", rt_client_errmsg(c));  // names the address
@@ -148,11 +149,52 @@ typedef struct rt_client_timings {
 
 typedef struct rt_client rt_client;
 
-/* Connect lazily to target ("host:port"; NULL = $RTRAIN_SERVER or
- * RT_DEFAULT_SERVER). No I/O happens here; a daemon that is down is reported
- * by the first call, fast (no wait-for-ready), with RT_EUNAVAILABLE.
- * *out is NULL on failure. Returns 0, RT_EINVAL or RT_ENOMEM. */
+/* How to reach and prove who we are to a daemon (docs/security.md). Every
+ * NULL field is taken from the environment unless no_env is set:
+ *
+ *     field        environment          meaning
+ *     target       RTRAIN_SERVER        "host:port" (else RT_DEFAULT_SERVER)
+ *     tls_ca       RTRAIN_TLS_CA        PEM file of the CA that signed the
+ *                                       daemon's certificate: use TLS
+ *     tls_cert     RTRAIN_TLS_CERT      PEM client certificate (mTLS)
+ *     tls_key      RTRAIN_TLS_KEY       its PEM private key
+ *     token        RTRAIN_TOKEN         bearer token, sent with every call
+ *     token_file   RTRAIN_TOKEN_FILE    file whose first line is the token
+ *
+ *     rt_client_opts o;
+ *     rt_client_opts_init(&o);
+ *     o.target = "train.example.org:7070";
+ *     o.tls_ca = "ca.pem";
+ *     o.token_file = "/home/me/.rtrain-token";
+ *     char err[256];
+ *     if (rt_client_connect(&o, &c, err, sizeof err) < 0) -> err names the file
+ *
+ * Strings are only read during rt_client_connect. */
+typedef struct rt_client_opts {
+    const char *target;
+    const char *tls_ca, *tls_cert, *tls_key;
+    const char *tls_server_name; /* verify the certificate for this name
+                                    instead of the target's host (tests) */
+    const char *token, *token_file;
+    int no_env;                  /* ignore the RTRAIN_* variables */
+} rt_client_opts;
+
+void rt_client_opts_init(rt_client_opts *o); /* all NULL / 0 */
+
+/* Connect lazily with o (NULL = all from the environment). No I/O with the
+ * daemon happens here; a daemon that is down (or a TLS handshake that
+ * fails: wrong CA, missing client certificate) is reported by the first
+ * call with RT_EUNAVAILABLE. Files are read now: a missing or unreadable
+ * file, a certificate without its key or an empty token give RT_EINVAL or
+ * RT_EIO with a message in err (may be NULL). *out is NULL on failure. */
+int rt_client_connect(const rt_client_opts *o, rt_client **out, char *err,
+                      size_t errlen);
+/* rt_client_connect with only target set (NULL = $RTRAIN_SERVER or
+ * RT_DEFAULT_SERVER); TLS and the token come from the environment.
+ * Returns 0, RT_EINVAL, RT_EIO or RT_ENOMEM. */
 int rt_client_create(const char *target, rt_client **out);
+/* Whether c talks TLS to the daemon. */
+int rt_client_is_tls(const rt_client *c);
 void rt_client_destroy(rt_client *c); /* NULL is a no-op */
 const char *rt_client_target(const rt_client *c); /* owned by c */
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include <xxhash.h>
 #include <zlib.h>
@@ -798,12 +799,27 @@ void rt_data_key(const uint8_t content_hash[16], const rt_data_part *parts,
     memcpy(key, c.digest, 16);
 }
 
-void rt_dataset_set_key(rt_dataset *ds, const uint8_t key[16])
+int rt_dataset_set_key(rt_dataset *ds, const uint8_t key[16])
 {
+    uint8_t r[16];
+    size_t got = 0;
+    while (got < sizeof r) {
+        ssize_t k = getrandom(r + got, sizeof r - got, 0);
+        if (k < 0 && errno != EINTR)
+            return RT_EIO;
+        got += k > 0 ? (size_t)k : 0;
+    }
     memcpy(ds->key, key, 16);
     strcpy(ds->id, "d-");
     for (int i = 0; i < 16; i++)
-        snprintf(ds->id + 2 + 2 * i, 3, "%02x", key[i]);
+        snprintf(ds->id + 2 + 2 * i, 3, "%02x", r[i]);
+    return 0;
+}
+
+void rt_dataset_set_owner(rt_dataset *ds, rt_principal *owner, uint64_t charged)
+{
+    ds->owner = owner;
+    ds->charged = charged;
 }
 
 void rt_dataset_retain(rt_dataset *ds)
@@ -820,6 +836,7 @@ void rt_dataset_release(rt_dataset *ds)
     free(ds->y_conv);
     free(ds->img);
     free(ds->aug);
+    rt_principal_unreserve(ds->owner, RT_Q_STORE_BYTES, ds->charged);
     pthread_mutex_destroy(&ds->mu);
     free(ds);
 }
@@ -920,62 +937,95 @@ void rt_data_store_destroy(rt_data_store *s)
     free(s);
 }
 
-static rt_dataset *find_locked(rt_data_store *s, const uint8_t key[16])
+static rt_dataset *find_locked(rt_data_store *s, const rt_principal *who,
+                               const uint8_t key[16])
 {
     for (size_t i = 0; i < s->n; i++)
-        if (memcmp(s->v[i]->key, key, 16) == 0) {
+        if (s->v[i]->owner == who && memcmp(s->v[i]->key, key, 16) == 0) {
             s->used[i] = ++s->clock;
             return s->v[i];
         }
     return NULL;
 }
 
-/* Over the cap: drop the least recently used datasets that nobody but the
- * store holds (a running job or an upload reply keeps its own reference,
- * and references are only taken under this mutex, so refs == 1 is stable
- * here). A dataset in use is never dropped; its id simply stops resolving
- * once it is evicted and released. */
-static void evict_locked(rt_data_store *s, const rt_dataset *keep)
+/* A stored dataset grows when a program converts its labels
+ * (rt_dataset_labels_as, under the dataset's own lock): bring the total up
+ * to date before comparing it with the cap. */
+static void recount_locked(rt_data_store *s)
 {
-    /* A stored dataset grows when a program converts its labels
-     * (rt_dataset_labels_as, under the dataset's own lock): bring the
-     * total up to date before comparing it with the cap. */
     for (size_t i = 0; i < s->n; i++) {
         uint64_t b = rt_dataset_bytes(s->v[i]);
         s->bytes += b - s->charged[i];
         s->charged[i] = b;
     }
-    while (s->max_bytes && s->bytes > s->max_bytes) {
-        size_t victim = s->n;
-        for (size_t i = 0; i < s->n; i++)
-            if (s->v[i] != keep && __atomic_load_n(&s->v[i]->refs, __ATOMIC_ACQUIRE) == 1 &&
-                (victim == s->n || s->used[i] < s->used[victim]))
-                victim = i;
-        if (victim == s->n)
-            return;
-        rt_dataset *d = s->v[victim];
-        s->bytes -= s->charged[victim];
-        s->v[victim] = s->v[s->n - 1];
-        s->used[victim] = s->used[s->n - 1];
-        s->charged[victim] = s->charged[s->n - 1];
-        s->n--;
-        s->evicted++;
-        rt_dataset_release(d);
-    }
 }
 
-void rt_data_store_put(rt_data_store *s, rt_dataset *ds, rt_dataset **kept,
-                       int *dedup)
+/* Drop who's least recently used dataset that nobody but the store holds
+ * (a running job or an upload reply keeps its own reference, and
+ * references are only taken under this mutex, so refs == 1 is stable
+ * here). A dataset in use is never dropped; its id simply stops resolving
+ * once it is evicted and released. Another owner's datasets are never
+ * candidates: one tenant's uploads cannot push out another's. The dropped
+ * dataset is returned for release outside the mutex (its release gives
+ * back its owner's quota), or NULL. */
+static rt_dataset *evict_one_locked(rt_data_store *s, const rt_principal *who)
+{
+    size_t victim = s->n;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->v[i]->owner == who && __atomic_load_n(&s->v[i]->refs, __ATOMIC_ACQUIRE) == 1 &&
+            (victim == s->n || s->used[i] < s->used[victim]))
+            victim = i;
+    if (victim == s->n)
+        return NULL;
+    rt_dataset *d = s->v[victim];
+    s->bytes -= s->charged[victim];
+    s->v[victim] = s->v[s->n - 1];
+    s->used[victim] = s->used[s->n - 1];
+    s->charged[victim] = s->charged[s->n - 1];
+    s->n--;
+    s->evicted++;
+    return d;
+}
+
+int rt_data_store_evict_one(rt_data_store *s, const rt_principal *who)
 {
     pthread_mutex_lock(&s->mu);
-    rt_dataset *old = find_locked(s, ds->key);
+    rt_dataset *d = evict_one_locked(s, who);
+    pthread_mutex_unlock(&s->mu);
+    rt_dataset_release(d);
+    return d != NULL;
+}
+
+int rt_data_store_put(rt_data_store *s, rt_dataset *ds, rt_dataset **kept,
+                      int *dedup)
+{
+    *kept = NULL;
+    *dedup = 0;
+    pthread_mutex_lock(&s->mu);
+    rt_dataset *old = find_locked(s, ds->owner, ds->key);
     if (old) {
         rt_dataset_retain(old);
         pthread_mutex_unlock(&s->mu);
         rt_dataset_release(ds);
         *kept = old;
         *dedup = 1;
-        return;
+        return 0;
+    }
+    /* Make room among the owner's own datasets first; if they cannot make
+     * room, the upload is refused rather than anyone else's data dropped. */
+    uint64_t need = rt_dataset_bytes(ds);
+    recount_locked(s);
+    while (s->max_bytes && (need > s->max_bytes || s->bytes > s->max_bytes - need)) {
+        rt_dataset *d = evict_one_locked(s, ds->owner);
+        if (!d) {
+            pthread_mutex_unlock(&s->mu);
+            rt_dataset_release(ds);
+            return RT_ETOOBIG;
+        }
+        pthread_mutex_unlock(&s->mu);
+        rt_dataset_release(d);
+        pthread_mutex_lock(&s->mu);
+        recount_locked(s);
     }
     if (s->n == s->cap) {
         size_t nc = s->cap ? s->cap * 2 : 16;
@@ -993,38 +1043,40 @@ void rt_data_store_put(rt_data_store *s, rt_dataset *ds, rt_dataset **kept,
             pthread_mutex_unlock(&s->mu);
             *kept = ds;
             *dedup = 0;
-            return;
+            return 0;
         }
         s->cap = nc;
     }
     s->v[s->n] = ds;
     s->used[s->n] = ++s->clock;
-    s->charged[s->n] = rt_dataset_bytes(ds);
-    s->bytes += s->charged[s->n];
+    s->charged[s->n] = need;
+    s->bytes += need;
     s->n++;
     rt_dataset_retain(ds);
-    evict_locked(s, ds);
     pthread_mutex_unlock(&s->mu);
     *kept = ds;
     *dedup = 0;
+    return 0;
 }
 
-rt_dataset *rt_data_store_find_key(rt_data_store *s, const uint8_t key[16])
+rt_dataset *rt_data_store_find_key(rt_data_store *s, const rt_principal *who,
+                                   const uint8_t key[16])
 {
     pthread_mutex_lock(&s->mu);
-    rt_dataset *d = find_locked(s, key);
+    rt_dataset *d = find_locked(s, who, key);
     if (d)
         rt_dataset_retain(d);
     pthread_mutex_unlock(&s->mu);
     return d;
 }
 
-rt_dataset *rt_data_store_find_id(rt_data_store *s, const char *id)
+rt_dataset *rt_data_store_find_id(rt_data_store *s, const rt_principal *who,
+                                  const char *id)
 {
     rt_dataset *d = NULL;
     pthread_mutex_lock(&s->mu);
     for (size_t i = 0; i < s->n; i++)
-        if (strcmp(s->v[i]->id, id) == 0) {
+        if (s->v[i]->owner == who && strcmp(s->v[i]->id, id) == 0) {
             d = s->v[i];
             s->used[i] = ++s->clock;
             rt_dataset_retain(d);
@@ -1084,20 +1136,32 @@ void rt_data_place(const rt_data_part *parts, int n_parts, rt_data_cursor *cur, 
     }
 }
 
-int rt_data_fill_held(rt_shard_cache *sc, const rt_data_part *parts, int n_parts, uint8_t *buf)
+void rt_data_shard_key(const char *owner, const uint8_t hash[16], uint8_t key[16])
+{
+    /* the owner's name seeds the hash: keys differ per owner */
+    XXH64_hash_t seed = owner ? XXH3_64bits(owner, strlen(owner)) : 0;
+    XXH128_canonical_t h;
+    XXH128_canonicalFromHash(&h, XXH3_128bits_withSeed(hash, 16, seed));
+    memcpy(key, h.digest, 16);
+}
+
+int rt_data_fill_held(rt_shard_cache *sc, const char *owner, const rt_data_part *parts,
+                      int n_parts, uint8_t *buf)
 {
     uint64_t off = 0;
     for (int i = 0; i < n_parts; i++) {
-        if (parts[i].held &&
-            rt_shard_cache_copy(sc, parts[i].shard_hash, buf + off, parts[i].length) < 0)
+        uint8_t key[16];
+        if (parts[i].held)
+            rt_data_shard_key(owner, parts[i].shard_hash, key);
+        if (parts[i].held && rt_shard_cache_copy(sc, key, buf + off, parts[i].length) < 0)
             return i;
         off += parts[i].length;
     }
     return -1;
 }
 
-void rt_data_keep_shards(rt_shard_cache *sc, const rt_data_part *parts, int n_parts,
-                         const uint8_t *buf)
+void rt_data_keep_shards(rt_shard_cache *sc, const char *owner, const rt_data_part *parts,
+                         int n_parts, const uint8_t *buf)
 {
     uint64_t off = 0;
     for (int i = 0; i < n_parts; i++) {
@@ -1105,7 +1169,9 @@ void rt_data_keep_shards(rt_shard_cache *sc, const rt_data_part *parts, int n_pa
             /* the daemon's own hash: a client's shard_hash is not trusted */
             XXH128_canonical_t h;
             XXH128_canonicalFromHash(&h, XXH3_128bits(buf + off, parts[i].length));
-            rt_shard_cache_put(sc, h.digest, buf + off, parts[i].length);
+            uint8_t key[16];
+            rt_data_shard_key(owner, h.digest, key);
+            rt_shard_cache_put(sc, key, buf + off, parts[i].length);
         }
         off += parts[i].length;
     }

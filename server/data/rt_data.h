@@ -11,11 +11,18 @@
  *                          {.role = RT_ROLE_LABELS,   .format = RT_FMT_NPY, .length = n2}};
  *     rt_dataset *ds; char err[256];
  *     if (rt_data_parse(p, 2, bytes, n1 + n2, max_bytes, &ds, err, sizeof err) < 0) ...
- *     rt_data_key(content_hash, p, 2, ds->key);      // content + how it is parsed
+ *     rt_data_key(content_hash, p, 2, key);          // content + how it is parsed
+ *     rt_dataset_set_key(ds, key);                   // and a random id
+ *     rt_dataset_set_owner(ds, who, ds->bytes);      // who reserved STORE_BYTES
  *     rt_dataset *kept; int dedup;
- *     rt_data_store_put(store, ds, &kept, &dedup);   // takes ds; kept is retained
+ *     if (rt_data_store_put(store, ds, &kept, &dedup) < 0) ...  // takes ds
  *     ...
  *     rt_dataset_release(kept);
+ *
+ * Ownership: every stored dataset belongs to the principal that uploaded
+ * it. Lookups name the principal asking; another principal's dataset is not
+ * found, so deduplication and FindDataset say nothing about what others
+ * uploaded. Ids are random (128 bits), not derived from the content.
  *
  * Threads: a dataset is immutable once stored except for its converted-label
  * cache, which is filled once under the dataset's mutex. The store is
@@ -32,6 +39,7 @@
 #include "rt_image.h"
 #include "rt_shards.h"
 #include "rt_tfrecord.h"
+#include "rt_principal.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -70,7 +78,7 @@ typedef struct rt_data_part {
 } rt_data_part;
 
 typedef struct rt_dataset {
-    char id[40];               /* "d-" + 32 hex digits of key */
+    char id[40];               /* "d-" + 32 random hex digits */
     uint8_t key[16];
     int64_t n;                 /* samples */
     int x_ndim;                /* per-sample shape of x */
@@ -92,6 +100,8 @@ typedef struct rt_dataset {
     float *aug;                /* rt_dataset_train_x's buffer, for aug_key */
     uint64_t aug_key[2];       /* seed, epoch; aug_ok: aug holds them */
     int aug_ok;
+    rt_principal *owner;       /* NULL: no owner (tools, tests) */
+    uint64_t charged;          /* RT_Q_STORE_BYTES given back when freed */
 
     /* private */
     void *x_owner;             /* an adopted upload buffer that x points into */
@@ -134,8 +144,12 @@ const float *rt_dataset_train_x(rt_dataset *ds, uint64_t seed, uint64_t epoch, c
  * so the same bytes read another way are another dataset. */
 void rt_data_key(const uint8_t content_hash[16], const rt_data_part *parts,
                  int n_parts, uint8_t key[16]);
-/* Fill ds->key and ds->id from key. */
-void rt_dataset_set_key(rt_dataset *ds, const uint8_t key[16]);
+/* Set ds->key and give ds a random id. RT_EIO if the system has no random
+ * bytes. */
+int rt_dataset_set_key(rt_dataset *ds, const uint8_t key[16]);
+/* ds belongs to owner, who reserved charged bytes of RT_Q_STORE_BYTES for
+ * it; they are given back when ds is freed. */
+void rt_dataset_set_owner(rt_dataset *ds, rt_principal *owner, uint64_t charged);
 
 /* ds->bytes, read atomically: a program converting the labels adds to it
  * (under ds's lock) while calls and the store read it. */
@@ -160,18 +174,26 @@ const char *rt_data_shape_str(int ndim, const int64_t *dims, char *buf,
 typedef struct rt_data_store rt_data_store;
 
 /* max_bytes caps what the store holds (0 = no cap): past it, the least
- * recently used datasets that no call is using are dropped. */
+ * recently used datasets of the same owner that no call is using are
+ * dropped; another owner's datasets never are. */
 rt_data_store *rt_data_store_create(uint64_t max_bytes);
 void rt_data_store_destroy(rt_data_store *s); /* NULL is a no-op */
 
-/* Insert ds (the store takes the caller's reference). If a dataset with the
- * same key is stored, ds is released, *dedup = 1 and *kept is the stored
- * one. *kept is retained for the caller either way. */
-void rt_data_store_put(rt_data_store *s, rt_dataset *ds, rt_dataset **kept,
-                       int *dedup);
-/* Retained dataset or NULL. */
-rt_dataset *rt_data_store_find_key(rt_data_store *s, const uint8_t key[16]);
-rt_dataset *rt_data_store_find_id(rt_data_store *s, const char *id);
+/* Insert ds (the store takes the caller's reference). If ds->owner already
+ * stored a dataset with the same key, ds is released, *dedup = 1 and *kept
+ * is the stored one. *kept is retained for the caller either way. Returns
+ * RT_ETOOBIG (ds released, *kept NULL) when the store stays over its cap
+ * after dropping what the owner may lose. */
+int rt_data_store_put(rt_data_store *s, rt_dataset *ds, rt_dataset **kept,
+                      int *dedup);
+/* who's dataset by key or id, retained, or NULL. */
+rt_dataset *rt_data_store_find_key(rt_data_store *s, const rt_principal *who,
+                                   const uint8_t key[16]);
+rt_dataset *rt_data_store_find_id(rt_data_store *s, const rt_principal *who,
+                                  const char *id);
+/* Drop who's least recently used dataset that no call is using. Returns 1
+ * if one was dropped, 0 if none could be. */
+int rt_data_store_evict_one(rt_data_store *s, const rt_principal *who);
 size_t rt_data_store_count(rt_data_store *s);
 /* Raw TFRecord shards by content (rt_shards.h), capped at a quarter of the
  * store's cap (1 GiB without one). Owned by the store. */
@@ -182,16 +204,21 @@ rt_shard_cache *rt_data_store_shards(rt_data_store *s);
  * the next stream bytes where they belong in buf (sum of all lengths),
  * rt_data_fill_held copies the held parts from the cache (returns -1, or
  * the index of a part no longer held), rt_data_keep_shards keeps the sent
- * TFRecord parts in the cache for later uploads (rt_data.c). */
+ * TFRecord parts in the cache for later uploads (rt_data.c).
+ * The cache is shared, but its keys are per owner: a shard is held under
+ * rt_data_shard_key(owner, content hash), so one principal can neither
+ * learn nor use what another uploaded. */
 typedef struct rt_data_cursor {
     int part;
     uint64_t base, off;   /* the part's start in buf, bytes filled in it */
 } rt_data_cursor;
 void rt_data_place(const rt_data_part *parts, int n_parts, rt_data_cursor *cur, uint8_t *buf,
                    const uint8_t *d, size_t n);
-int rt_data_fill_held(rt_shard_cache *sc, const rt_data_part *parts, int n_parts, uint8_t *buf);
-void rt_data_keep_shards(rt_shard_cache *sc, const rt_data_part *parts, int n_parts,
-                         const uint8_t *buf);
+void rt_data_shard_key(const char *owner, const uint8_t hash[16], uint8_t key[16]);
+int rt_data_fill_held(rt_shard_cache *sc, const char *owner, const rt_data_part *parts,
+                      int n_parts, uint8_t *buf);
+void rt_data_keep_shards(rt_shard_cache *sc, const char *owner, const rt_data_part *parts,
+                         int n_parts, const uint8_t *buf);
 uint64_t rt_data_store_bytes(rt_data_store *s);
 
 #ifdef __cplusplus

@@ -30,7 +30,10 @@
         }                                                                      \
         p_;                                                                    \
     })
-#define OOM(c) rt_call_fail((c), RT_ENOMEM, "out of memory")
+/* Out of memory, or a quota the arena checked (rt_call_alloc). */
+#define OOM(c)                                                                 \
+    ((c)->alloc_err[0] ? rt_call_fail((c), RT_ETOOBIG, "%s", (c)->alloc_err)  \
+                       : rt_call_fail((c), RT_ENOMEM, "out of memory"))
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -38,7 +41,8 @@ static int need_session(rt_call *c, const char *id)
 {
     if (!id || !*id)
         return rt_call_fail(c, RT_EINVAL, "session_id is empty");
-    c->sess = rt_session_find(c->srv->sessions, id);
+    /* Another principal's session answers exactly like a missing one. */
+    c->sess = rt_session_find(c->srv->sessions, id, c->who);
     if (!c->sess)
         return rt_call_fail(c, RT_ENOTFOUND, "unknown session '%.64s'", id);
     return 0;
@@ -63,7 +67,7 @@ static int need_dataset(rt_call *c, const char *id, rt_dataset **out,
 {
     if (!id || !*id)
         return rt_call_fail(c, RT_EINVAL, "%s is empty", what);
-    *out = rt_data_store_find_id(c->srv->data, id);
+    *out = rt_data_store_find_id(c->srv->data, c->who, id);
     if (!*out)
         return rt_call_fail(c, RT_ENOTFOUND, "unknown dataset '%.64s'", id);
     return 0;
@@ -307,13 +311,18 @@ static int h_create_session(rt_call *c)
     if (!r)
         return OOM(c);
     rt_session *s;
-    int rc = rt_session_open(c->srv->sessions, q->name, &s);
+    char err[200], sid[16], name[80];
+    int rc = rt_principal_reserve(c->who, RT_Q_SESSIONS, 1, err, sizeof err);
+    if (rc < 0)
+        return rt_call_fail(c, rc, "%s", err);
+    rc = rt_session_open(c->srv->sessions, q->name, c->who, &s);
     if (rc == RT_ETOOBIG)
         return rt_call_fail(c, rc, "session limit (%d) reached", c->srv->cfg.max_sessions);
     if (rc < 0)
         return rt_call_fail(c, rc, "cannot create a session");
     r->session_id = rt_call_strdup(c, s->id);
-    RT_LOG(RT_LOG_INFO, "session %s opened (%.64s)", s->id, q->name);
+    RT_LOG(RT_LOG_INFO, "session %s opened by %s (\"%s\")", rt_log_id(s->id, sid),
+           rt_principal_name(c->who), rt_log_esc(q->name, name, sizeof name));
     rt_session_release(s);
     c->resp = &r->base;
     return r->session_id ? 0 : OOM(c);
@@ -326,9 +335,10 @@ static int h_close_session(rt_call *c)
         NEW(c, Rtrain__V1__CloseSessionResponse, RTRAIN__V1__CLOSE_SESSION_RESPONSE__INIT);
     if (!r)
         return OOM(c);
-    if (rt_session_close(c->srv->sessions, q->session_id) < 0)
+    if (rt_session_close(c->srv->sessions, q->session_id, c->who) < 0)
         return rt_call_fail(c, RT_ENOTFOUND, "unknown session '%.64s'", q->session_id);
-    RT_LOG(RT_LOG_INFO, "session %s closed", q->session_id);
+    char sid[16];
+    RT_LOG(RT_LOG_INFO, "session %s closed", rt_log_id(q->session_id, sid));
     c->resp = &r->base;
     return 0;
 }
@@ -339,6 +349,7 @@ typedef struct compile_st {
     rt_train_config cfg;
     uint8_t key[16];
     rt_plan *plan; /* from the cache, or compiled by the work */
+    rt_principal *who; /* holds one RT_Q_PROGRAMS until the program takes it */
 } compile_st;
 
 static void compile_st_free(void *p)
@@ -346,7 +357,17 @@ static void compile_st_free(void *p)
     compile_st *st = p;
     rt_graph_destroy(st->g);
     rt_plan_release(st->plan);
+    rt_principal_unreserve(st->who, RT_Q_PROGRAMS, 1);
     free(st);
+}
+
+/* What an instance of the plan holds: parameters, their gradients and up
+ * to two optimizer slots per trainable parameter (rt_exec_create's block),
+ * plus the activation arena. */
+static uint64_t program_bytes(rt_plan *p)
+{
+    const rt_compile_report *r = rt_plan_report(p);
+    return 4 * (r->param_count + 3 * r->trainable_param_count) + r->arena_bytes;
 }
 
 static int graph_from_pb(rt_call *c, const Rtrain__V1__Graph *pg, rt_graph *g)
@@ -503,13 +524,21 @@ static int compile_work(rt_call *c)
         rt_plan_cache_put(c->srv->plans, st->key, p, &st->plan);
         rt_plan_release(p);
     }
-    rt_exec *e;
-    int rc = rt_exec_create(st->plan, &e);
+    /* The memory is charged before it is allocated. */
+    char err[200];
+    uint64_t bytes = program_bytes(st->plan);
+    int rc = rt_principal_reserve(c->who, RT_Q_PROGRAM_BYTES, bytes, err, sizeof err);
     if (rc < 0)
+        return rt_call_fail(c, rc, "%s", err);
+    rt_exec *e;
+    if ((rc = rt_exec_create(st->plan, &e)) < 0) {
+        rt_principal_unreserve(c->who, RT_Q_PROGRAM_BYTES, bytes);
         return rt_call_fail(c, rc, "cannot create the program instance: %s", rt_strerror(rc));
+    }
     rt_plan_retain(st->plan);
     rt_program *prog;
-    if ((rc = rt_session_add_program(c->sess, st->plan, e, &prog)) < 0)
+    st->who = NULL; /* the program count goes with the program now */
+    if ((rc = rt_session_add_program(c->sess, st->plan, e, bytes, &prog)) < 0)
         return rt_call_fail(c, rc, "cannot add the program to the session");
 
     const rt_compile_report *rep = rt_plan_report(st->plan);
@@ -557,8 +586,10 @@ static int compile_work(rt_call *c)
     r->report = cr;
     c->tm.cache_hit = hit;
     c->resp = &r->base;
-    RT_LOG(RT_LOG_INFO, "session %s: program %s (%s, %llu params)", c->sess->id, prog->id,
-           hit ? "cache hit" : "compiled", (unsigned long long)rep->param_count);
+    char sid[16], pid[16];
+    RT_LOG(RT_LOG_INFO, "session %s: program %s (%s, %llu params)", rt_log_id(c->sess->id, sid),
+           rt_log_id(prog->id, pid), hit ? "cache hit" : "compiled",
+           (unsigned long long)rep->param_count);
     return 0;
 }
 
@@ -573,6 +604,10 @@ static int h_compile(rt_call *c)
         return OOM(c);
     c->st = st;
     c->st_free = compile_st_free;
+    char err[200];
+    if ((rc = rt_principal_reserve(c->who, RT_Q_PROGRAMS, 1, err, sizeof err)) < 0)
+        return rt_call_fail(c, rc, "%s", err);
+    st->who = c->who;
     if ((rc = config_from_pb(c, q->config, &st->cfg)) < 0)
         return rc;
     if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON) {
@@ -592,8 +627,22 @@ static int h_compile(rt_call *c)
     /* The cache lookup is the compile phase of a hit. */
     uint64_t t0 = rt_now_ns();
     rc = rt_plan_key(st->g, &st->cfg, st->key);
-    if (rc == 0)
+    if (rc == 0) {
+        /* Plans are shared only within a principal: a cache hit (and its
+         * speed) must not tell one tenant what another compiled. */
+        const char *who = rt_principal_name(c->who);
+        XXH3_state_t *h = XXH3_createState();
+        if (!h)
+            return OOM(c);
+        XXH3_128bits_reset(h);
+        XXH3_128bits_update(h, st->key, sizeof st->key);
+        XXH3_128bits_update(h, who, strlen(who));
+        XXH128_canonical_t k;
+        XXH128_canonicalFromHash(&k, XXH3_128bits_digest(h));
+        XXH3_freeState(h);
+        memcpy(st->key, k.digest, sizeof st->key);
         st->plan = rt_plan_cache_get(c->srv->plans, st->key);
+    }
     c->tm.compile_ns += rt_now_ns() - t0;
     if (rc < 0)
         return rt_call_fail(c, rc, "%s", rt_graph_errmsg(st->g)[0] ? rt_graph_errmsg(st->g)
@@ -622,11 +671,15 @@ typedef struct upload_st {
     uint8_t *buf;
     XXH64_state_t *x64;
     XXH3_state_t *x3;
+    rt_principal *who;     /* holds one RT_Q_UPLOADS and reserved bytes */
+    uint64_t reserved;     /* RT_Q_UPLOAD_BYTES */
 } upload_st;
 
 static void upload_st_free(void *p)
 {
     upload_st *u = p;
+    rt_principal_unreserve(u->who, RT_Q_UPLOAD_BYTES, u->reserved);
+    rt_principal_unreserve(u->who, RT_Q_UPLOADS, 1);
     free(u->buf);
     if (u->x64)
         XXH64_freeState(u->x64);
@@ -728,6 +781,16 @@ static int h_upload_chunk(rt_call *c)
             u->any_held |= u->parts[i].held;
             u->stream_total += u->parts[i].held ? 0 : u->parts[i].length;
         }
+        /* The upload's buffer is charged before it exists: uploads in
+         * flight and their bytes, against the principal and the server's
+         * memory budget. */
+        char err[200];
+        if ((rc = rt_principal_reserve(c->who, RT_Q_UPLOADS, 1, err, sizeof err)) < 0)
+            return rt_call_fail(c, rc, "%s", err);
+        u->who = c->who;
+        if ((rc = rt_principal_reserve(c->who, RT_Q_UPLOAD_BYTES, u->total, err, sizeof err)) < 0)
+            return rt_call_fail(c, rc, "%s", err);
+        u->reserved = u->total;
         u->buf = malloc(u->total ? u->total : 1);
         u->x64 = XXH64_createState();
         u->x3 = XXH3_createState();
@@ -789,14 +852,34 @@ static Rtrain__V1__DatasetInfo *dataset_info(rt_call *c, const rt_dataset *ds, i
     return i->dataset_id && i->x_shape && i->y_shape ? i : NULL;
 }
 
+/* Charge a parsed dataset to its uploader's stored-bytes quota. Over the
+ * quota, the uploader's own least recently used datasets that no call is
+ * using make room; nobody else's are touched. */
+static int charge_store(rt_call *c, rt_dataset *ds, char *err, size_t errlen)
+{
+    uint64_t bytes = rt_dataset_bytes(ds);
+    for (;;) {
+        int rc = rt_principal_reserve(c->who, RT_Q_STORE_BYTES, bytes, err, errlen);
+        if (rc == 0) {
+            rt_dataset_set_owner(ds, c->who, bytes);
+            return 0;
+        }
+        uint64_t used = rt_principal_used(c->who, RT_Q_STORE_BYTES),
+                 lim = rt_principal_limit(c->who, RT_Q_STORE_BYTES);
+        int over_quota = bytes > lim || used > lim - bytes;
+        if (!over_quota || !rt_data_store_evict_one(c->srv->data, c->who))
+            return rc;
+    }
+}
+
 static int upload_work(rt_call *c)
 {
     upload_st *u = c->st;
     XXH128_canonical_t h;
     if (u->any_held) {
         /* the stream hash covers the sent parts only: hash the whole */
-        int miss = rt_data_fill_held(rt_data_store_shards(c->srv->data), u->parts, u->n_parts,
-                                     u->buf);
+        int miss = rt_data_fill_held(rt_data_store_shards(c->srv->data),
+                                     rt_principal_name(c->who), u->parts, u->n_parts, u->buf);
         if (miss >= 0)
             return rt_call_fail(c, RT_ENOTFOUND,
                                 "shard %d is no longer held by the daemon; send it again", miss);
@@ -808,7 +891,7 @@ static int upload_work(rt_call *c)
         return rt_call_fail(c, RT_ECHECKSUM, "content_hash does not match the data's XXH3-128");
     uint8_t key[16];
     rt_data_key(h.digest, u->parts, u->n_parts, key);
-    rt_dataset *kept = rt_data_store_find_key(c->srv->data, key);
+    rt_dataset *kept = rt_data_store_find_key(c->srv->data, c->who, key);
     int dedup = kept != NULL;
     if (!kept) {
         rt_dataset *ds;
@@ -818,12 +901,25 @@ static int upload_work(rt_call *c)
         if (rc < 0)
             return rt_call_fail(c, rc, "%s", err);
         if (u->buf)
-            rt_data_keep_shards(rt_data_store_shards(c->srv->data), u->parts, u->n_parts,
-                                u->buf);
-        rt_dataset_set_key(ds, key);
-        rt_data_store_put(c->srv->data, ds, &kept, &dedup);
-        RT_LOG(RT_LOG_INFO, "dataset %s: %lld samples, %llu bytes (%s)", kept->id,
-               (long long)kept->n, (unsigned long long)rt_dataset_bytes(kept), u->name);
+            rt_data_keep_shards(rt_data_store_shards(c->srv->data), rt_principal_name(c->who),
+                                u->parts, u->n_parts, u->buf);
+        if ((rc = rt_dataset_set_key(ds, key)) < 0) {
+            rt_dataset_release(ds);
+            return rt_call_fail(c, rc, "no random bytes for a dataset id");
+        }
+        if ((rc = charge_store(c, ds, err, sizeof err)) < 0) {
+            rt_dataset_release(ds);
+            return rt_call_fail(c, rc, "%s", err);
+        }
+        if ((rc = rt_data_store_put(c->srv->data, ds, &kept, &dedup)) < 0)
+            return rt_call_fail(c, rc,
+                                "dataset store full (--max-store-bytes %llu) with datasets "
+                                "still in use",
+                                (unsigned long long)c->srv->cfg.max_store_bytes);
+        char did[16], name[80];
+        RT_LOG(RT_LOG_INFO, "dataset %s of %s: %lld samples, %llu bytes (\"%s\")",
+               rt_log_id(kept->id, did), rt_principal_name(c->who), (long long)kept->n,
+               (unsigned long long)rt_dataset_bytes(kept), rt_log_esc(u->name, name, sizeof name));
     }
     c->ds = kept;
     free(u->buf); /* parsed; the raw bytes are not kept */
@@ -878,7 +974,7 @@ static int h_find_dataset(rt_call *c)
         NEW(c, Rtrain__V1__FindDatasetResponse, RTRAIN__V1__FIND_DATASET_RESPONSE__INIT);
     if (!r)
         return OOM(c);
-    c->ds = rt_data_store_find_key(c->srv->data, key);
+    c->ds = rt_data_store_find_key(c->srv->data, c->who, key);
     int shards = 0;
     for (int i = 0; i < n; i++)
         shards += parts[i].has_shard_hash;
@@ -887,10 +983,13 @@ static int h_find_dataset(rt_call *c)
         if (!r->shard_held)
             return OOM(c);
         r->n_shard_held = (size_t)n;
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < n; i++) {
+            uint8_t skey[16];
+            rt_data_shard_key(rt_principal_name(c->who), parts[i].shard_hash, skey);
             r->shard_held[i] = parts[i].has_shard_hash &&
-                               rt_shard_cache_has(rt_data_store_shards(c->srv->data),
-                                                  parts[i].shard_hash, parts[i].length);
+                               rt_shard_cache_has(rt_data_store_shards(c->srv->data), skey,
+                                                  parts[i].length);
+        }
     }
     if (c->ds) {
         r->found = 1;
@@ -1189,9 +1288,10 @@ static int fit_work(rt_call *c)
     fin->done = 1;
     fin->cancelled = cancelled;
     c->resp = &fin->base;
+    char pid[16];
     if (cancelled)
-        RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld: the client cancelled", p->id,
-               (long long)rt_exec_global_step(p->exec));
+        RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld: the client cancelled",
+               rt_log_id(p->id, pid), (long long)rt_exec_global_step(p->exec));
     return 0;
 }
 

@@ -39,9 +39,20 @@ void *rt_call_alloc(rt_call *c, size_t n)
     rt__arena_blk *b = c->arena;
     if (!b || b->cap - b->used < n) {
         size_t cap = n > 8192 ? n : 8192;
-        rt__arena_blk *nb = malloc(sizeof *nb + cap);
-        if (!nb)
+        /* Small blocks are not worth a lock; a large one is charged before
+         * it exists. */
+        if (cap >= RT__CALL_CHARGE_MIN &&
+            rt_principal_reserve(c->who, RT_Q_CALL_BYTES, cap, c->alloc_err,
+                                 sizeof c->alloc_err) < 0)
             return NULL;
+        rt__arena_blk *nb = malloc(sizeof *nb + cap);
+        if (!nb) {
+            if (cap >= RT__CALL_CHARGE_MIN)
+                rt_principal_unreserve(c->who, RT_Q_CALL_BYTES, cap);
+            return NULL;
+        }
+        if (cap >= RT__CALL_CHARGE_MIN)
+            c->charged += cap;
         nb->cap = cap;
         nb->used = 0;
         /* A big one-off block goes behind the current one so the current
@@ -158,6 +169,7 @@ static void call_free(rt_call *c, int matched)
         n = b->next;
         free(b);
     }
+    rt_principal_unreserve(c->who, RT_Q_CALL_BYTES, c->charged);
     pthread_mutex_destroy(&c->out_mu);
     free(c);
     if (matched) {
@@ -231,7 +243,9 @@ static void start_final(rt_call *c)
         c->final_has_details = 1;
         ops[n].data.send_status_from_server.status_details = &c->final_details;
         RT_OBS_ADD(errors, 1);
-        RT_LOG(RT_LOG_DEBUG, "%s -> %s: %s", c->m->path, rt_err_name(c->err), c->errmsg);
+        char esc[300];
+        RT_LOG(RT_LOG_DEBUG, "%s -> %s: %s", c->m->path, rt_err_name(c->err),
+               rt_log_esc(c->errmsg, esc, sizeof esc));
     }
     n++;
     if (c->m->kind == RT_UNARY && !c->close_posted) {
@@ -502,7 +516,9 @@ static ProtobufCMessage *decode(rt_call *c, ProtobufCAllocator *alloc)
     grpc_byte_buffer_destroy(c->payload);
     c->payload = NULL;
     c->tm.decode_ns += rt_now_ns() - t0;
-    if (!m)
+    if (!m && c->alloc_err[0])
+        rt_call_fail(c, RT_ETOOBIG, "%s", c->alloc_err); /* the request itself is too large */
+    else if (!m)
         rt_call_fail(c, RT_EPROTO, "malformed %s", c->m->req_name);
     return m;
 }
@@ -536,6 +552,16 @@ static void on_close(rt__tag *t, int ok)
     call_unref(c);
 }
 
+/* Who is calling: before anything of the request is decoded. */
+static int authenticate(rt_call *c)
+{
+    const char *why = "unauthenticated";
+    c->who = rt_auth_check(c->srv->auth, &c->md, &why);
+    if (c->who)
+        return 0;
+    return rt_call_fail(c, RT_EAUTH, "%s", why);
+}
+
 static void on_arrival(rt__tag *t, int ok)
 {
     rt_call *c = RT_CONTAINER(t, rt_call, tag);
@@ -551,15 +577,20 @@ static void on_arrival(rt__tag *t, int ok)
     if (!__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
         request_call(s, (int)(c->m - rt_methods));
     rt_obs_timing_begin(&c->tm, now);
+    int authed = authenticate(c) == 0;
     if (c->m->kind == RT_UNARY) {
-        c->req = decode(c, &c->alloc);
+        if (authed)
+            c->req = decode(c, &c->alloc);
         if (c->req)
             run_handler(c, c->m->handle);
         dispatch(c);
         return;
     }
     post_close(c);
-    post_recv(c);
+    if (authed)
+        post_recv(c);
+    else
+        finish(c); /* nothing of the stream is read */
 }
 
 static void on_stream_recv(rt__tag *t, int ok)
@@ -651,7 +682,8 @@ static void on_generic(rt__tag *t, int ok)
                  (int)(GRPC_SLICE_LENGTH(g->details.method) > 150
                            ? 150 : GRPC_SLICE_LENGTH(g->details.method)),
                  (const char *)GRPC_SLICE_START_PTR(g->details.method));
-        RT_LOG(RT_LOG_DEBUG, "%s", msg);
+        char esc[300];
+        RT_LOG(RT_LOG_DEBUG, "%s", rt_log_esc(msg, esc, sizeof esc));
         g->status = grpc_slice_from_copied_string(msg);
         grpc_op ops[3];
         memset(ops, 0, sizeof ops);
@@ -745,6 +777,86 @@ static void explain_bind(const char *addr, char *err, size_t errlen)
         snprintf(err, errlen, "cannot listen on %s (%s)", addr, e ? strerror(e) : "gRPC refused it");
 }
 
+/* A whole PEM file, NUL-terminated; NULL with err set on failure. */
+static char *read_pem(const char *what, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "cannot read %s %s: %s", what, path, strerror(errno));
+        return NULL;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            char *nb = cap <= (16u << 20) ? realloc(buf, cap) : NULL;
+            if (!nb) {
+                snprintf(err, errlen, "%s %s is too large", what, path);
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = nb;
+        }
+        size_t k = fread(buf + len, 1, 4096, f);
+        len += k;
+        if (k < 4096)
+            break;
+    }
+    fclose(f);
+    buf[len] = 0;
+    if (!strstr(buf, "-----BEGIN ")) {
+        snprintf(err, errlen, "%s %s is not a PEM file", what, path);
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* Insecure credentials, or TLS from the PEM files (mTLS with a client CA).
+ * gRPC keeps its own copies of the PEM strings. */
+static int server_creds(const rt_srv_config *cfg, grpc_server_credentials **out, char *err,
+                        size_t errlen)
+{
+    *out = NULL;
+    if (!cfg->tls_cert && !cfg->tls_key) {
+        if (cfg->tls_client_ca) {
+            snprintf(err, errlen, "--tls-client-ca needs --tls-cert and --tls-key");
+            return RT_EINVAL;
+        }
+        *out = grpc_insecure_server_credentials_create();
+        return 0;
+    }
+    if (!cfg->tls_cert || !cfg->tls_key) {
+        snprintf(err, errlen, "TLS needs both --tls-cert and --tls-key");
+        return RT_EINVAL;
+    }
+    char *cert = read_pem("certificate", cfg->tls_cert, err, errlen);
+    char *key = cert ? read_pem("private key", cfg->tls_key, err, errlen) : NULL;
+    char *ca = key && cfg->tls_client_ca
+                   ? read_pem("client CA", cfg->tls_client_ca, err, errlen) : NULL;
+    int rc = RT_EINVAL;
+    if (key && (ca || !cfg->tls_client_ca)) {
+        grpc_ssl_pem_key_cert_pair pair = {key, cert};
+        *out = grpc_ssl_server_credentials_create_ex(
+            ca, &pair, 1,
+            ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+               : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+            NULL);
+        if (*out)
+            rc = 0;
+        else
+            snprintf(err, errlen, "gRPC refused the TLS certificate or key");
+    }
+    if (key)
+        explicit_bzero(key, strlen(key)); /* the private key does not linger in freed memory */
+    free(cert);
+    free(key);
+    free(ca);
+    return rc;
+}
+
 int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
                   size_t errlen)
 {
@@ -768,11 +880,42 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
         store_cap = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 2 : 0;
     }
     s->data = rt_data_store_create(store_cap);
-    if (!s->sessions || !s->plans || !s->data) {
+    uint64_t ram = 0;
+    {
+        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        ram = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+    }
+    uint64_t budget = cfg->max_memory_bytes ? cfg->max_memory_bytes
+                                            : ram ? ram / 4 * 3 : RT_QUOTA_UNLIMITED;
+    s->principals = rt_principal_set_create(budget);
+    if (!s->sessions || !s->plans || !s->data || !s->principals) {
         rt_srv_destroy(s);
         return RT_ENOMEM;
     }
     rt_methods_init(); /* aborts if a .proto method has no handler */
+    /* Default quotas. Single-user: only the server-wide limits apply. With
+     * tokens no principal may take everything: a quarter of the sessions,
+     * of the store and of the memory budget, 64 programs, 4 uploads in
+     * flight, unless the flags or the tokens file say otherwise. */
+    rt_quota_unlimited(s->quota);
+    if (cfg->tokens_path) {
+        uint64_t q4 = budget == RT_QUOTA_UNLIMITED ? budget : budget / 4;
+        s->quota[RT_Q_SESSIONS] = s->cfg.max_sessions >= 4 ? (uint64_t)s->cfg.max_sessions / 4 : 1;
+        s->quota[RT_Q_PROGRAMS] = 64;
+        s->quota[RT_Q_PROGRAM_BYTES] = q4;
+        s->quota[RT_Q_STORE_BYTES] = store_cap ? store_cap / 4 : q4;
+        s->quota[RT_Q_UPLOADS] = 4;
+        s->quota[RT_Q_UPLOAD_BYTES] = q4;
+        s->quota[RT_Q_CALL_BYTES] = q4;
+    }
+    for (int k = 0; k < RT_Q__COUNT; k++)
+        if (cfg->quota[k])
+            s->quota[k] = cfg->quota[k];
+    int rc = rt_auth_create(cfg->tokens_path, s->quota, s->principals, &s->auth, err, errlen);
+    if (rc < 0) {
+        rt_srv_destroy(s);
+        return rc;
+    }
     grpc_init();
     grpc_arg args[3];
     memset(args, 0, sizeof args);
@@ -796,7 +939,11 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
             rt_methods[i].kind == RT_UNARY ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER
                                            : GRPC_SRM_PAYLOAD_NONE,
             0);
-    grpc_server_credentials *cr = grpc_insecure_server_credentials_create();
+    grpc_server_credentials *cr = NULL;
+    if ((rc = server_creds(cfg, &cr, err, errlen)) < 0) {
+        rt_srv_destroy(s);
+        return rc;
+    }
     int port = grpc_server_add_http2_port(s->server, cfg->listen, cr);
     grpc_server_credentials_release(cr);
     if (port <= 0) {
@@ -847,13 +994,23 @@ void rt_srv_stop(rt_srv *s)
     grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
 }
 
+int rt_srv_reload_tokens(rt_srv *s, int *n_tokens, char *err, size_t errlen)
+{
+    return rt_auth_reload(s->auth, n_tokens, err, errlen);
+}
+
+void rt_srv_quota_defaults(const rt_srv *s, uint64_t out[RT_Q__COUNT])
+{
+    memcpy(out, s->quota, sizeof s->quota);
+}
+
 int rt_srv_expire_sessions(rt_srv *s, uint64_t idle_ms)
 {
-    char ids[8][24];
+    char ids[8][RT_SESSION_ID_LEN], sid[16];
     int n = rt_session_expire(s->sessions, rt_now_ns(), idle_ms * 1000000ull, ids, 8);
     for (int i = 0; i < n && i < 8; i++)
-        RT_LOG(RT_LOG_INFO, "session %s closed: idle for more than %llu s", ids[i],
-               (unsigned long long)(idle_ms / 1000));
+        RT_LOG(RT_LOG_INFO, "session %s closed: idle for more than %llu s",
+               rt_log_id(ids[i], sid), (unsigned long long)(idle_ms / 1000));
     if (n > 8)
         RT_LOG(RT_LOG_INFO, "%d more idle sessions closed", n - 8);
     return n;
@@ -914,6 +1071,9 @@ void rt_srv_destroy(rt_srv *s)
     rt_session_table_destroy(s->sessions);
     rt_plan_cache_destroy(s->plans);
     rt_data_store_destroy(s->data);
+    /* Last: sessions and datasets gave back their charges above. */
+    rt_auth_destroy(s->auth);
+    rt_principal_set_destroy(s->principals);
     pthread_mutex_destroy(&s->dev_mu);
     pthread_mutex_destroy(&s->q_mu);
     pthread_cond_destroy(&s->q_cv);

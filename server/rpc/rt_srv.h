@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rt_principal.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -36,6 +38,17 @@ typedef struct rt_srv_config {
     uint64_t max_store_bytes;    /* all stored datasets; 0 = half the RAM */
     uint64_t inline_ns;          /* run device jobs estimated below this on
                                     the cq thread; 0 = always the executor */
+    /* TLS (PEM file paths). cert + key turn TLS on; client_ca also makes
+     * the daemon require and verify client certificates (mTLS). */
+    const char *tls_cert, *tls_key, *tls_client_ca;
+    /* Tokens file (rt_auth.h); NULL = single-user: every call is "local". */
+    const char *tokens_path;
+    /* Default quotas of a principal; 0 = the mode's default (unlimited
+     * when single-user; see rt_srv_quota_defaults with tokens). */
+    uint64_t quota[RT_Q__COUNT];
+    /* Program memory + stored datasets + upload buffers of everyone;
+     * 0 = three quarters of the RAM. */
+    uint64_t max_memory_bytes;
 } rt_srv_config;
 
 void rt_srv_config_init(rt_srv_config *cfg);
@@ -50,6 +63,11 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
 const char *rt_srv_bound(const rt_srv *s);
 int rt_srv_start(rt_srv *s, void (*on_drained)(void *ud), void *ud);
 void rt_srv_stop(rt_srv *s);
+/* Read the tokens file again (SIGHUP). On error the old tokens stay in
+ * force and err says why; on success *n_tokens is how many are accepted. */
+int rt_srv_reload_tokens(rt_srv *s, int *n_tokens, char *err, size_t errlen);
+/* The default quotas in force (after the mode's defaults were applied). */
+void rt_srv_quota_defaults(const rt_srv *s, uint64_t out[RT_Q__COUNT]);
 /* Close sessions idle for longer than idle_ms (called from a timer). */
 int rt_srv_expire_sessions(rt_srv *s, uint64_t idle_ms);
 void rt_srv_cancel_all(rt_srv *s);

@@ -17,6 +17,7 @@
 
 #include <grpc/grpc.h>
 
+#include "rt_auth.h"
 #include "rt_data.h"
 #include "rt_obs.h"
 #include "rt_service.h"
@@ -103,6 +104,7 @@ struct rt_call {
     rt__tag final_tag;  /* the status batch */
     rt_srv *srv;
     const rt_method *m;
+    rt_principal *who;            /* the caller, set before the handler runs */
     grpc_call *call;
     gpr_timespec deadline;
     grpc_metadata_array md;
@@ -116,6 +118,8 @@ struct rt_call {
 
     rt__arena_blk *arena;
     ProtobufCAllocator alloc;     /* over arena */
+    uint64_t charged;             /* large arena blocks, as RT_Q_CALL_BYTES */
+    char alloc_err[200];          /* why the arena refused (a quota), or "" */
 
     rt_obs_timing tm;
     ProtobufCMessage *req;
@@ -163,6 +167,9 @@ struct rt_srv {
     rt_session_table *sessions;
     rt_plan_cache *plans;
     rt_data_store *data;
+    rt_principal_set *principals;
+    rt_auth *auth;
+    uint64_t quota[RT_Q__COUNT];  /* defaults in force */
 
     pthread_mutex_t dev_mu;       /* the device: one job at a time */
     pthread_mutex_t q_mu;
@@ -185,7 +192,11 @@ struct rt_srv {
 };
 
 /* Arena allocation; never NULL-checked by callers that can fail softly:
- * returns NULL on out of memory. Zeroed. */
+ * returns NULL on out of memory, or when a large block (RT__CALL_CHARGE_MIN
+ * and up: decoded requests, weights, predictions) would exceed the
+ * caller's call-bytes quota or the server memory budget (then
+ * c->alloc_err says which). Zeroed. */
+#define RT__CALL_CHARGE_MIN (64u << 10)
 void *rt_call_alloc(rt_call *c, size_t n);
 char *rt_call_strdup(rt_call *c, const char *s);
 

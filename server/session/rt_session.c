@@ -1,6 +1,7 @@
 /* rt_session.c - session table, programs, plan cache. */
 #include "rt_session.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,17 +24,32 @@ struct rt_session_table {
     uint64_t next_prog;
 };
 
-/* Ids are random so one client cannot guess another's session. */
-static void random_id(char *dst, size_t len, const char *prefix)
+/* Ids are random so one client cannot guess another's session; they are
+ * also checked against the owner, so a leaked id alone is not enough. */
+int rt_random_id(char *dst, size_t len, const char *prefix)
 {
-    uint8_t r[8];
-    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
-        uint64_t t = (uint64_t)(uintptr_t)dst ^ (uint64_t)getpid();
-        memcpy(r, &t, sizeof r);
+    uint8_t r[16];
+    size_t got = 0;
+    while (got < sizeof r) {
+        ssize_t k = getrandom(r + got, sizeof r - got, 0);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            return RT_EIO;
+        }
+        got += (size_t)k;
     }
-    int o = snprintf(dst, len, "%s", prefix);
-    for (int i = 0; i < 8 && (size_t)o + 2 < len; i++, o += 2)
-        snprintf(dst + o, len - (size_t)o, "%02x", r[i]);
+    static const char hex[] = "0123456789abcdef";
+    size_t pl = strlen(prefix);
+    if (len < pl + 2 * sizeof r + 1)
+        return RT_EINVAL;
+    memcpy(dst, prefix, pl);
+    for (size_t i = 0; i < sizeof r; i++) {
+        dst[pl + 2 * i] = hex[r[i] >> 4];
+        dst[pl + 2 * i + 1] = hex[r[i] & 15];
+    }
+    dst[pl + 2 * sizeof r] = 0;
+    return 0;
 }
 
 rt_session_table *rt_session_table_create(int max_sessions)
@@ -57,15 +73,24 @@ void rt_session_table_destroy(rt_session_table *t)
     free(t);
 }
 
-int rt_session_open(rt_session_table *t, const char *name, rt_session **out)
+int rt_session_open(rt_session_table *t, const char *name, rt_principal *owner,
+                    rt_session **out)
 {
     *out = NULL;
     rt_session *s = calloc(1, sizeof *s);
-    if (!s)
+    if (!s) {
+        rt_principal_unreserve(owner, RT_Q_SESSIONS, 1);
         return RT_ENOMEM;
+    }
+    int rc;
+    if ((rc = rt_random_id(s->id, sizeof s->id, "s-")) < 0) {
+        free(s);
+        rt_principal_unreserve(owner, RT_Q_SESSIONS, 1);
+        return rc;
+    }
     pthread_mutex_init(&s->mu, NULL);
     s->refs = 2; /* the table's and the caller's */
-    random_id(s->id, sizeof s->id, "s-");
+    s->owner = owner;
     s->last_used_ns = now_ns();
     snprintf(s->name, sizeof s->name, "%s", name ? name : "");
     pthread_mutex_lock(&t->mu);
@@ -73,6 +98,7 @@ int rt_session_open(rt_session_table *t, const char *name, rt_session **out)
         pthread_mutex_unlock(&t->mu);
         pthread_mutex_destroy(&s->mu);
         free(s);
+        rt_principal_unreserve(owner, RT_Q_SESSIONS, 1);
         return RT_ETOOBIG;
     }
     if (t->n == t->cap) {
@@ -82,6 +108,7 @@ int rt_session_open(rt_session_table *t, const char *name, rt_session **out)
             pthread_mutex_unlock(&t->mu);
             pthread_mutex_destroy(&s->mu);
             free(s);
+            rt_principal_unreserve(owner, RT_Q_SESSIONS, 1);
             return RT_ENOMEM;
         }
         t->v = nv;
@@ -93,14 +120,14 @@ int rt_session_open(rt_session_table *t, const char *name, rt_session **out)
     return 0;
 }
 
-rt_session *rt_session_find(rt_session_table *t, const char *id)
+rt_session *rt_session_find(rt_session_table *t, const char *id, const rt_principal *who)
 {
     rt_session *s = NULL;
     if (!id)
         return NULL;
     pthread_mutex_lock(&t->mu);
     for (int i = 0; i < t->n; i++)
-        if (strcmp(t->v[i]->id, id) == 0) {
+        if (t->v[i]->owner == who && strcmp(t->v[i]->id, id) == 0) {
             s = t->v[i];
             rt_session_retain(s);
             __atomic_store_n(&s->last_used_ns, now_ns(), __ATOMIC_RELAXED);
@@ -111,7 +138,7 @@ rt_session *rt_session_find(rt_session_table *t, const char *id)
 }
 
 int rt_session_expire(rt_session_table *t, uint64_t now, uint64_t idle_ns,
-                      char (*ids)[24], int max)
+                      char (*ids)[RT_SESSION_ID_LEN], int max)
 {
     int closed = 0;
     rt_session *gone[64];
@@ -139,12 +166,14 @@ int rt_session_expire(rt_session_table *t, uint64_t now, uint64_t idle_ns,
     return closed;
 }
 
-int rt_session_close(rt_session_table *t, const char *id)
+int rt_session_close(rt_session_table *t, const char *id, const rt_principal *who)
 {
     rt_session *s = NULL;
+    if (!id)
+        return RT_ENOTFOUND;
     pthread_mutex_lock(&t->mu);
     for (int i = 0; i < t->n; i++)
-        if (strcmp(t->v[i]->id, id) == 0) {
+        if (t->v[i]->owner == who && strcmp(t->v[i]->id, id) == 0) {
             s = t->v[i];
             t->v[i] = t->v[--t->n];
             break;
@@ -176,21 +205,29 @@ void rt_session_release(rt_session *s)
     for (int i = 0; i < s->n_progs; i++) {
         rt_exec_destroy(s->progs[i]->exec);
         rt_plan_release(s->progs[i]->plan);
+        rt_principal_unreserve(s->owner, RT_Q_PROGRAM_BYTES, s->progs[i]->charged_bytes);
+        rt_principal_unreserve(s->owner, RT_Q_PROGRAMS, 1);
         free(s->progs[i]);
     }
     free(s->progs);
+    rt_principal_unreserve(s->owner, RT_Q_SESSIONS, 1);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
 
 int rt_session_add_program(rt_session *s, rt_plan *plan, rt_exec *exec,
-                           rt_program **out)
+                           uint64_t bytes, rt_program **out)
 {
     *out = NULL;
+    int rc = RT_ENOMEM;
     rt_program *p = calloc(1, sizeof *p);
     if (!p)
-        goto oom;
-    random_id(p->id, sizeof p->id, "p-");
+        goto fail;
+    if ((rc = rt_random_id(p->id, sizeof p->id, "p-")) < 0) {
+        free(p);
+        goto fail;
+    }
+    p->charged_bytes = bytes;
     p->plan = plan;
     p->exec = exec;
     pthread_mutex_lock(&s->mu);
@@ -200,7 +237,8 @@ int rt_session_add_program(rt_session *s, rt_plan *plan, rt_exec *exec,
         if (!nv) {
             pthread_mutex_unlock(&s->mu);
             free(p);
-            goto oom;
+            rc = RT_ENOMEM;
+            goto fail;
         }
         s->progs = nv;
         s->cap_progs = nc;
@@ -209,10 +247,12 @@ int rt_session_add_program(rt_session *s, rt_plan *plan, rt_exec *exec,
     pthread_mutex_unlock(&s->mu);
     *out = p;
     return 0;
-oom:
+fail:
     rt_exec_destroy(exec);
     rt_plan_release(plan);
-    return RT_ENOMEM;
+    rt_principal_unreserve(s->owner, RT_Q_PROGRAM_BYTES, bytes);
+    rt_principal_unreserve(s->owner, RT_Q_PROGRAMS, 1);
+    return rc;
 }
 
 rt_program *rt_session_find_program(rt_session *s, const char *id)

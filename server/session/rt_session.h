@@ -5,14 +5,21 @@
  * A session owns programs; a program is one rt_exec (weights, optimizer
  * state, data cursor) over a plan that may be shared through the cache.
  *
+ * Every session belongs to a principal (rt_principal.h). A lookup names the
+ * principal asking, and another principal's session is simply not found:
+ * the answer is the same as for an id that never existed. Ids carry 128
+ * random bits from getrandom.
+ *
  *     rt_session_table *t = rt_session_table_create(64);
  *     rt_session *s;
- *     rt_session_open(t, "notebook", &s);            // s is retained
+ *     rt_principal_reserve(who, RT_Q_SESSIONS, 1, ...);  // the caller's quota
+ *     rt_session_open(t, "notebook", who, &s);      // takes that reservation
  *     rt_program *p;
- *     rt_session_add_program(s, plan, exec, &p);     // takes plan ref + exec
+ *     rt_session_add_program(s, plan, exec, bytes, &p); // takes plan ref, exec
+ *                                                       // and the reservation
  *     rt_session_release(s);
  *     ...
- *     rt_session *s2 = rt_session_find(t, id);       // retained or NULL
+ *     rt_session *s2 = rt_session_find(t, id, who);  // retained or NULL
  *     rt_program *p2 = rt_session_find_program(s2, pid); // valid while s2 held
  *
  * Threads: the table and each session have a mutex. A program's exec is
@@ -25,13 +32,19 @@
 #include <stdint.h>
 
 #include "rt_engine.h"
+#include "rt_principal.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+#define RT_SESSION_ID_LEN 40 /* "s-" / "p-" + 32 hex digits + NUL, padded */
+
 typedef struct rt_program {
-    char id[24];
+    char id[RT_SESSION_ID_LEN];
+    /* What the program's memory was charged as (RT_Q_PROGRAM_BYTES), given
+     * back with RT_Q_PROGRAMS when the program is freed. */
+    uint64_t charged_bytes;
     rt_plan *plan;
     rt_exec *exec;
     /* RunSteps replay protection: the highest applied seq and what its
@@ -53,8 +66,9 @@ typedef struct rt_program {
 } rt_program;
 
 typedef struct rt_session {
-    char id[24];
+    char id[RT_SESSION_ID_LEN];
     char name[64];
+    rt_principal *owner;          /* NULL only for tools and tests */
     uint64_t last_used_ns;        /* atomic: rt_now_ns() of the last lookup */
     /* private */
     pthread_mutex_t mu;
@@ -69,28 +83,38 @@ rt_session_table *rt_session_table_create(int max_sessions);
 /* Destroys every remaining session; NULL is a no-op. */
 void rt_session_table_destroy(rt_session_table *t);
 
-/* A new session with a random id; RT_ETOOBIG at max_sessions. *out is
- * retained for the caller. */
-int rt_session_open(rt_session_table *t, const char *name, rt_session **out);
-/* Retained session or NULL. */
-rt_session *rt_session_find(rt_session_table *t, const char *id);
-/* Remove from the table; the session is freed when its last holder
- * releases it. RT_ENOTFOUND if unknown. */
-int rt_session_close(rt_session_table *t, const char *id);
+/* A new session with a random id, owned by owner, which already reserved
+ * one RT_Q_SESSIONS: the session gives it back when it is freed, or at once
+ * if opening fails. RT_ETOOBIG at max_sessions, RT_EIO if the system has
+ * no random bytes. *out is retained for the caller. */
+int rt_session_open(rt_session_table *t, const char *name, rt_principal *owner,
+                    rt_session **out);
+/* The session with this id owned by who, retained, or NULL (also when
+ * another principal owns it). */
+rt_session *rt_session_find(rt_session_table *t, const char *id, const rt_principal *who);
+/* Remove who's session from the table; it is freed when its last holder
+ * releases it. RT_ENOTFOUND if unknown or not who's. */
+int rt_session_close(rt_session_table *t, const char *id, const rt_principal *who);
 int rt_session_count(rt_session_table *t);
 /* Close sessions not looked up for idle_ns (as of now_ns) and not in use by
  * a call. Writes up to max closed ids into ids (may be NULL); returns how
  * many were closed. */
 int rt_session_expire(rt_session_table *t, uint64_t now_ns, uint64_t idle_ns,
-                      char (*ids)[24], int max);
+                      char (*ids)[RT_SESSION_ID_LEN], int max);
 
 void rt_session_retain(rt_session *s);
 void rt_session_release(rt_session *s); /* NULL is a no-op */
 
 /* Add a program over plan (the session takes the caller's plan reference)
- * and exec (the session takes ownership). On error both are released. */
+ * and exec (the session takes ownership). The caller reserved one
+ * RT_Q_PROGRAMS and bytes of RT_Q_PROGRAM_BYTES for s->owner; they are
+ * given back when the program is freed. On error everything is released
+ * and given back. */
 int rt_session_add_program(rt_session *s, rt_plan *plan, rt_exec *exec,
-                           rt_program **out);
+                           uint64_t bytes, rt_program **out);
+/* Fill dst with 128 random bits as prefix + 32 hex digits (len >= 35).
+ * RT_EIO if getrandom fails: ids are never made from guessable values. */
+int rt_random_id(char *dst, size_t len, const char *prefix);
 rt_program *rt_session_find_program(rt_session *s, const char *id);
 
 /* ----------------------------------------------------------- plan cache */

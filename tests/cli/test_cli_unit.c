@@ -68,6 +68,10 @@ static void test_parse(void)
     CHECK(o.seed == 7 && o.no_shuffle && o.timings && !strcmp(o.trace, "t.json"));
     CHECK(!strcmp(o.save_weights, "w.bin") && !strcmp(o.server, "127.0.0.1:9"));
     CHECK(fabs(o.timeout_s - 2.5) < 1e-12);
+    CHECK(parse(&o, err, "ping", "--tls-ca", "ca.pem", "--tls-cert", "c.pem", "--tls-key",
+                "c.key", "--token-file", "tok", NULL) == 0);
+    CHECK(!strcmp(o.tls_ca, "ca.pem") && !strcmp(o.tls_cert, "c.pem") &&
+          !strcmp(o.tls_key, "c.key") && !strcmp(o.token_file, "tok"));
 
     /* Defaults. */
     CHECK(parse(&o, err, "fit", "--model", "m", "--data", "d.csv", NULL) == 0);

@@ -188,24 +188,64 @@ int itest_run_capture(const char *path, const char *const *args, char *err, size
 struct itest_conn {
     grpc_channel *ch;
     grpc_completion_queue *cq;
+    grpc_metadata md[1]; /* the bearer token, if any */
+    size_t n_md;
 };
 
 static int grpc_inited;
 
-itest_conn *itest_connect(const char *addr)
+static void md_op(itest_conn *c, grpc_op *op)
+{
+    op->op = GRPC_OP_SEND_INITIAL_METADATA;
+    op->data.send_initial_metadata.count = c->n_md;
+    op->data.send_initial_metadata.metadata = c->n_md ? c->md : NULL;
+}
+
+itest_conn *itest_connect(const char *addr) { return itest_connect_opts(addr, NULL); }
+
+static char *pem(const char *path)
+{
+    size_t n;
+    return path ? (char *)itest_read_file(path, &n) : NULL;
+}
+
+itest_conn *itest_connect_opts(const char *addr, const itest_conn_opts *o)
 {
     if (!grpc_inited) {
         grpc_init();
         grpc_inited = 1;
     }
     itest_conn *c = calloc(1, sizeof *c);
-    grpc_arg args[1];
+    grpc_arg args[2];
     memset(args, 0, sizeof args);
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
     args[0].value.integer = -1;
     grpc_channel_args ca = {1, args};
-    grpc_channel_credentials *cr = grpc_insecure_credentials_create();
+    grpc_channel_credentials *cr;
+    if (o && (o->ca || o->cert)) {
+        char *ca_pem = pem(o->ca), *cert = pem(o->cert), *key = pem(o->key);
+        grpc_ssl_pem_key_cert_pair pair = {key, cert};
+        cr = grpc_ssl_credentials_create(ca_pem, cert && key ? &pair : NULL, NULL, NULL);
+        free(ca_pem);
+        free(cert);
+        free(key);
+        if (o->server_name) {
+            args[1].type = GRPC_ARG_STRING;
+            args[1].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+            args[1].value.string = (char *)o->server_name;
+            ca.num_args = 2;
+        }
+    } else {
+        cr = grpc_insecure_credentials_create();
+    }
+    if (o && o->token) {
+        char v[512];
+        snprintf(v, sizeof v, "Bearer %s", o->token);
+        c->md[0].key = grpc_slice_from_static_string("authorization");
+        c->md[0].value = grpc_slice_from_copied_string(v);
+        c->n_md = 1;
+    }
     c->ch = grpc_channel_create(addr, cr, &ca);
     grpc_channel_credentials_release(cr);
     c->cq = grpc_completion_queue_create_for_pluck(NULL);
@@ -216,6 +256,10 @@ void itest_disconnect(itest_conn *c)
 {
     if (!c)
         return;
+    for (size_t i = 0; i < c->n_md; i++) {
+        grpc_slice_unref(c->md[i].key);
+        grpc_slice_unref(c->md[i].value);
+    }
     grpc_channel_destroy(c->ch);
     grpc_completion_queue_shutdown(c->cq);
     while (grpc_completion_queue_pluck(c->cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
@@ -332,7 +376,7 @@ int itest_unary_raw(itest_conn *c, const char *method, const void *req, size_t l
     status_box sb;
     grpc_op ops[6];
     memset(ops, 0, sizeof ops);
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    md_op(c, &ops[0]);
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = send;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -382,7 +426,7 @@ int itest_client_stream(itest_conn *c, const char *method, ProtobufCMessage *con
     grpc_call_start_batch(call, &sop, 1, (void *)9, NULL);
     grpc_op op;
     memset(&op, 0, sizeof op);
-    op.op = GRPC_OP_SEND_INITIAL_METADATA;
+    md_op(c, &op);
     int ok = batch(c, call, &op, 1, (void *)1);
     uint64_t t0 = itest_now_ns();
     for (int i = 0; ok && i < n; i++) {
@@ -423,6 +467,74 @@ int itest_client_stream(itest_conn *c, const char *method, ProtobufCMessage *con
     return r->status;
 }
 
+struct itest_stream {
+    itest_conn *c;
+    grpc_call *call;
+    status_box sb;
+    int ok;
+};
+
+itest_stream *itest_stream_begin(itest_conn *c, const char *method)
+{
+    itest_stream *s = calloc(1, sizeof *s);
+    s->c = c;
+    s->call = make_call(c, method);
+    grpc_op sop;
+    memset(&sop, 0, sizeof sop);
+    status_op(&sop, &s->sb);
+    grpc_call_start_batch(s->call, &sop, 1, (void *)s, NULL);
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    md_op(c, &op);
+    s->ok = batch(c, s->call, &op, 1, (void *)1);
+    return s;
+}
+
+int itest_stream_send(itest_stream *s, const ProtobufCMessage *msg)
+{
+    if (!s->ok)
+        return 0;
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = malloc(len ? len : 1);
+    protobuf_c_message_pack(msg, buf);
+    grpc_byte_buffer *bb = bb_from(buf, len);
+    free(buf);
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_SEND_MESSAGE;
+    op.data.send_message.send_message = bb;
+    s->ok = batch(s->c, s->call, &op, 1, (void *)2);
+    grpc_byte_buffer_destroy(bb);
+    return s->ok;
+}
+
+int itest_stream_finish(itest_stream *s, int cancel, itest_res *r)
+{
+    memset(r, 0, sizeof *r);
+    grpc_byte_buffer *recv = NULL;
+    grpc_metadata_array imd;
+    grpc_metadata_array_init(&imd);
+    if (cancel) {
+        grpc_call_cancel(s->call, NULL);
+    } else if (s->ok) {
+        grpc_op ops[3];
+        memset(ops, 0, sizeof ops);
+        ops[0].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+        ops[1].op = GRPC_OP_RECV_INITIAL_METADATA;
+        ops[1].data.recv_initial_metadata.recv_initial_metadata = &imd;
+        ops[2].op = GRPC_OP_RECV_MESSAGE;
+        ops[2].data.recv_message.recv_message = &recv;
+        batch(s->c, s->call, ops, 3, (void *)3);
+    }
+    grpc_event ev = grpc_completion_queue_pluck(s->c->cq, (void *)s, deadline_s(180), NULL);
+    status_take(&s->sb, r, ev.type == GRPC_OP_COMPLETE);
+    bb_take(recv, r);
+    grpc_metadata_array_destroy(&imd);
+    grpc_call_unref(s->call);
+    free(s);
+    return r->status;
+}
+
 int itest_server_stream(itest_conn *c, const char *method, const ProtobufCMessage *req,
                         itest_msg_fn on_msg, void *ud, itest_res *r)
 {
@@ -442,7 +554,7 @@ int itest_server_stream(itest_conn *c, const char *method, const ProtobufCMessag
     grpc_metadata_array_init(&imd);
     grpc_op ops[4];
     memset(ops, 0, sizeof ops);
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    md_op(c, &ops[0]);
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = bb;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -490,7 +602,7 @@ int itest_session(itest_conn *c, const char *name, char *id)
                 (ProtobufCMessage **)&resp, &r);
     id[0] = 0;
     if (resp) {
-        snprintf(id, 24, "%s", resp->session_id);
+        snprintf(id, 40, "%s", resp->session_id);
         protobuf_c_message_free_unpacked(&resp->base, NULL);
     }
     itest_res_free(&r);

@@ -82,6 +82,12 @@ typedef struct itest_res {
 extern int itest_deadline_ms;
 
 itest_conn *itest_connect(const char *addr);
+/* TLS and a bearer token (all optional; PEM file paths). server_name
+ * overrides the name checked against the daemon's certificate. */
+typedef struct itest_conn_opts {
+    const char *ca, *cert, *key, *token, *server_name;
+} itest_conn_opts;
+itest_conn *itest_connect_opts(const char *addr, const itest_conn_opts *o);
 void itest_disconnect(itest_conn *c);
 void itest_res_free(itest_res *r);
 
@@ -105,13 +111,20 @@ typedef int (*itest_msg_fn)(void *ud, const uint8_t *data, size_t len);
 int itest_server_stream(itest_conn *c, const char *method, const ProtobufCMessage *req,
                         itest_msg_fn on_msg, void *ud, itest_res *r);
 
+/* A client stream left open: begin, send messages, then cancel or finish
+ * (half-close and wait for the status). */
+typedef struct itest_stream itest_stream;
+itest_stream *itest_stream_begin(itest_conn *c, const char *method);
+int itest_stream_send(itest_stream *s, const ProtobufCMessage *msg); /* 1 = sent */
+int itest_stream_finish(itest_stream *s, int cancel, itest_res *r); /* frees s */
+
 /* ---------------------------------------------------------------- helpers */
 /* Upload bytes as one dataset (chunked, with the XXH64 checksum). parts
  * describe the bytes; returns the grpc status and, on success, a copy of
  * the dataset id in id (>= 40 bytes). */
 int itest_upload(itest_conn *c, const char *session, Rtrain__V1__DataPart **parts, int n_parts,
                  const uint8_t *data, size_t len, size_t chunk, char *id, itest_res *r);
-/* CreateSession -> id (>= 24 bytes); returns the grpc status. */
+/* CreateSession -> id (>= 40 bytes); returns the grpc status. */
 int itest_session(itest_conn *c, const char *name, char *id);
 /* Read a whole file (tests/integration/data/...) into memory; NULL if missing. */
 uint8_t *itest_read_file(const char *path, size_t *len);

@@ -12,7 +12,7 @@
 
 typedef struct bg_call {
     const char *addr;
-    char sid[24], pid[24], did[40];
+    char sid[40], pid[40], did[40];
     uint64_t steps;
     int fit;          /* Fit instead of RunSteps */
     int status;
@@ -330,7 +330,7 @@ static void *upload_worker(void *arg)
 {
     worker *w = arg;
     itest_conn *c = itest_connect(w->addr);
-    char sid[24];
+    char sid[40];
     if (itest_session(c, "up", sid) != 0) {
         w->errors++;
         itest_disconnect(c);
@@ -404,7 +404,7 @@ static void test_session_idle(const char *rtraind)
         return;
     }
     itest_conn *c = itest_connect(d.addr);
-    char idle[24], busy[24];
+    char idle[40], busy[40];
     CHECK(itest_session(c, "idle", idle) == 0 && itest_session(c, "busy", busy) == 0, "sessions");
     /* Touch the busy session for 4 s (any call that names it counts). */
     for (int i = 0; i < 20; i++) {
@@ -472,9 +472,13 @@ static void test_flags(const char *rtraind)
     CHECK(itest_run_capture(rtraind, unk, out, sizeof out) == 2, "unknown flag");
     const char *lvl[] = {rtraind, "--log-level", "chatty", NULL};
     CHECK(itest_run_capture(rtraind, lvl, out, sizeof out) == 2, "bad --log-level");
-    const char *addr[] = {rtraind, "--listen", "256.1.1.1:80", NULL};
+    const char *addr[] = {rtraind, "--listen", "localhost:nope", NULL};
     CHECK(itest_run_capture(rtraind, addr, out, sizeof out) == 1 && strstr(out, "cannot listen"),
           "bad address: '%s'", out);
+    /* Not loopback and no tokens: refused before anything is bound. */
+    const char *open_addr[] = {rtraind, "--listen", "256.1.1.1:80", NULL};
+    CHECK(itest_run_capture(rtraind, open_addr, out, sizeof out) == 2 && strstr(out, "loopback"),
+          "non-loopback address without tokens: '%s'", out);
 }
 
 int main(int argc, char **argv)

@@ -106,11 +106,11 @@ static void test_get_info(itest_conn *c)
 
 static void test_sessions(itest_conn *c)
 {
-    char ids[4][24];
+    char ids[4][40];
     for (int i = 0; i < 4; i++)
         CHECK(itest_session(c, "t", ids[i]) == 0 && !strncmp(ids[i], "s-", 2), "session %d", i);
     CHECK(strcmp(ids[0], ids[1]) != 0, "session ids repeat");
-    char extra[24];
+    char extra[40];
     int st = itest_session(c, "over", extra);
     CHECK(st == 8, "5th session with --max-sessions 4: status %d (want RESOURCE_EXHAUSTED)", st);
     for (int i = 0; i < 4; i++) {
@@ -165,7 +165,7 @@ static void test_garbage(itest_conn *c)
 
 static void test_unknown_ids(itest_conn *c)
 {
-    char sid[24];
+    char sid[40];
     itest_session(c, "ids", sid);
     Rtrain__V1__RunStepsRequest q = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
     q.session_id = "s-doesnotexist";
@@ -241,7 +241,7 @@ static uint64_t rng(void)
 
 static void test_fuzz_methods(itest_conn *c)
 {
-    char sid[24];
+    char sid[40];
     itest_session(c, "fuzz", sid);
     /* Valid seeds: a RunSteps, a Compile with a tiny graph, a SetWeights. */
     Rtrain__V1__RunStepsRequest rs = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;

@@ -230,9 +230,9 @@ static uint8_t *weights_blob(itest_conn *c, const char *sid, const char *pid, si
 /* ------------------------------------------------------------- state */
 static struct {
     itest_conn *c;
-    char sa[24], sb[24];      /* session A (tests) and B (bystander) */
+    char sa[40], sb[40];      /* session A (tests) and B (bystander) */
     char iris[40], val[40];   /* datasets */
-    char pa[24], pb[24];      /* programs */
+    char pa[40], pb[40];      /* programs */
     uint8_t *b_weights;
     size_t b_len;
 } T;
@@ -396,7 +396,7 @@ static void test_keras(void)
         CHECK(p != NULL, "compile %s: %d %s", files[i], r.status, r.details);
         itest_res_free(&r);
         if (p) {
-            char pid[24];
+            char pid[40];
             snprintf(pid, sizeof pid, "%s", p->program_id);
             CHECK(p->report->n_output_shape == 1 && p->report->output_shape[0] == 3,
                   "%s output shape", files[i]);
@@ -478,7 +478,7 @@ static void test_fit(void)
     itest_res_free(&r);
     if (!p)
         return;
-    char pid[24];
+    char pid[40];
     snprintf(pid, sizeof pid, "%s", p->program_id);
     FREE(p);
     Rtrain__V1__FitRequest q = RTRAIN__V1__FIT_REQUEST__INIT;
@@ -534,7 +534,7 @@ static void test_fit(void)
 static void test_fit_progress_weighted(void)
 {
     itest_res r;
-    char pid[2][24];
+    char pid[2][40];
     for (int i = 0; i < 2; i++) {
         Rtrain__V1__CompileResponse *p = compile(T.c, T.sa, iris_graph(32), NULL, &r);
         CHECK(p != NULL, "compile %d: %d %s", i, r.status, r.details);
@@ -650,7 +650,7 @@ static void test_predict_and_weights(void)
         FREE(cp);
         return;
     }
-    char pc[24];
+    char pc[40];
     snprintf(pc, sizeof pc, "%s", cp->program_id);
     FREE(cp);
     size_t nc;
@@ -797,7 +797,7 @@ static void bench_latency(const char *rtraind)
     if (itest_daemon_start(&d, rtraind, extra) < 0)
         return;
     itest_conn *c = itest_connect(d.addr);
-    char sid[24], did[40], pid[24];
+    char sid[40], did[40], pid[40];
     size_t len;
     char *csv = read_data("iris.csv", &len);
     itest_session(c, "lat", sid);

@@ -493,7 +493,7 @@ static void test_store_cap(const char *rtraind)
         return;
     }
     itest_conn *c = itest_connect(d.addr);
-    char sid[24], ids[2][40];
+    char sid[40], ids[2][40];
     itest_session(c, "cap", sid);
     static float x[2][15000];
     uint8_t hashes[2][16];
@@ -549,7 +549,7 @@ int main(int argc, char **argv)
     if (itest_daemon_start(&d, argv[1], extra) < 0)
         return 1;
     itest_conn *c = itest_connect(d.addr);
-    char sid[24];
+    char sid[40];
     CHECK(itest_session(c, "upload", sid) == 0, "session");
     RUN(test_csv_and_dedup, c, sid);
     RUN(test_npy_raw, c, sid);

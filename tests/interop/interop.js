@@ -143,7 +143,7 @@ async function main() {
 
   await test('CreateSession', async () => {
     const r = await unary(client, 'CreateSession', { name: 'node-interop' });
-    assert.match(r.session_id, /^s-[0-9a-f]{16}$/);
+    assert.match(r.session_id, /^s-[0-9a-f]{32}$/);
     sid = r.session_id;
   });
 

@@ -98,26 +98,26 @@ static void test_open_find_close(void)
 {
     rt_session_table *t = rt_session_table_create(8);
     rt_session *a = NULL, *b = NULL;
-    CHECK(rt_session_open(t, "alpha", &a) == 0 && a, "open a");
-    CHECK(rt_session_open(t, "beta", &b) == 0 && b, "open b");
+    CHECK(rt_session_open(t, "alpha", NULL, &a) == 0 && a, "open a");
+    CHECK(rt_session_open(t, "beta", NULL, &b) == 0 && b, "open b");
     CHECK(strcmp(a->id, b->id) != 0 && !strncmp(a->id, "s-", 2), "ids %s %s", a->id, b->id);
     CHECK(session_refs(a) == 2, "a: table + caller, got %d", session_refs(a));
     CHECK(rt_session_count(t) == 2, "count %d", rt_session_count(t));
 
-    rt_session *f = rt_session_find(t, a->id);
+    rt_session *f = rt_session_find(t, a->id, NULL);
     CHECK(f == a && session_refs(a) == 3, "find retains: %d", session_refs(a));
     rt_session_release(f);
-    CHECK(rt_session_find(t, "s-0000000000000000") == NULL, "unknown id");
-    CHECK(rt_session_find(t, NULL) == NULL, "NULL id");
+    CHECK(rt_session_find(t, "s-0000000000000000", NULL) == NULL, "unknown id");
+    CHECK(rt_session_find(t, NULL, NULL) == NULL, "NULL id");
 
     /* Closing removes it from the table; the caller's reference keeps it. */
-    char id[24];
+    char id[RT_SESSION_ID_LEN];
     memcpy(id, a->id, sizeof id);
-    CHECK(rt_session_close(t, id) == 0, "close");
-    CHECK(rt_session_find(t, id) == NULL, "closed session still found");
+    CHECK(rt_session_close(t, id, NULL) == 0, "close");
+    CHECK(rt_session_find(t, id, NULL) == NULL, "closed session still found");
     CHECK(rt_session_count(t) == 1, "count after close %d", rt_session_count(t));
     CHECK(session_refs(a) == 1 && !strcmp(a->name, "alpha"), "held after close");
-    CHECK(rt_session_close(t, id) == RT_ENOTFOUND, "second close");
+    CHECK(rt_session_close(t, id, NULL) == RT_ENOTFOUND, "second close");
     rt_session_release(a); /* the last reference: freed (ASan: no leak) */
     rt_session_release(NULL);
 
@@ -130,11 +130,11 @@ static void test_limit(void)
 {
     rt_session_table *t = rt_session_table_create(2);
     rt_session *s[3] = {NULL, NULL, NULL};
-    CHECK(rt_session_open(t, "1", &s[0]) == 0, "1");
-    CHECK(rt_session_open(t, "2", &s[1]) == 0, "2");
-    CHECK(rt_session_open(t, "3", &s[2]) == RT_ETOOBIG && !s[2], "third of 2");
-    rt_session_close(t, s[0]->id);
-    CHECK(rt_session_open(t, "3", &s[2]) == 0, "a slot freed by close");
+    CHECK(rt_session_open(t, "1", NULL, &s[0]) == 0, "1");
+    CHECK(rt_session_open(t, "2", NULL, &s[1]) == 0, "2");
+    CHECK(rt_session_open(t, "3", NULL, &s[2]) == RT_ETOOBIG && !s[2], "third of 2");
+    rt_session_close(t, s[0]->id, NULL);
+    CHECK(rt_session_open(t, "3", NULL, &s[2]) == 0, "a slot freed by close");
     for (int i = 0; i < 3; i++)
         rt_session_release(s[i]);
     rt_session_table_destroy(t);
@@ -145,21 +145,21 @@ static void test_idle_expiry(void)
     const uint64_t sec = 1000000000ull, t0 = 1000 * sec;
     rt_session_table *t = rt_session_table_create(8);
     rt_session *a, *b, *c;
-    rt_session_open(t, "a", &a);
-    rt_session_open(t, "b", &b);
-    rt_session_open(t, "c", &c);
+    rt_session_open(t, "a", NULL, &a);
+    rt_session_open(t, "b", NULL, &b);
+    rt_session_open(t, "c", NULL, &c);
     a->last_used_ns = t0;
     b->last_used_ns = t0 + 5 * sec;
     c->last_used_ns = t0;
-    char aid[24], bid[24], cid[24];
-    memcpy(aid, a->id, 24);
-    memcpy(bid, b->id, 24);
-    memcpy(cid, c->id, 24);
+    char aid[RT_SESSION_ID_LEN], bid[RT_SESSION_ID_LEN], cid[RT_SESSION_ID_LEN];
+    memcpy(aid, a->id, RT_SESSION_ID_LEN);
+    memcpy(bid, b->id, RT_SESSION_ID_LEN);
+    memcpy(cid, c->id, RT_SESSION_ID_LEN);
     /* c stays in use (a call holds it); a and b are only in the table. */
     rt_session_release(a);
     rt_session_release(b);
 
-    char ids[4][24];
+    char ids[4][RT_SESSION_ID_LEN];
     int n = rt_session_expire(t, t0 + 2 * sec, 3 * sec, ids, 4);
     CHECK(n == 0, "nothing idle for 3 s yet: %d", n);
     n = rt_session_expire(t, t0 + 4 * sec, 3 * sec, ids, 4);
@@ -168,7 +168,7 @@ static void test_idle_expiry(void)
     /* c has been idle as long as a, but a call holds it. */
     n = rt_session_expire(t, t0 + 100 * sec, 3 * sec, ids, 4);
     CHECK(n == 1 && !strcmp(ids[0], bid), "b: %d %s", n, n ? ids[0] : "");
-    CHECK(rt_session_find(t, cid) != NULL, "c expired while in use");
+    CHECK(rt_session_find(t, cid, NULL) != NULL, "c expired while in use");
     rt_session_release(c); /* the find above */
     /* A lookup is a use: c is fresh now. */
     n = rt_session_expire(t, rt_now_ns(), 3600 * sec, ids, 4);
@@ -184,14 +184,14 @@ static void test_programs_hold_plans(void)
     rt_plan *p = make_plan(3);
     rt_session_table *t = rt_session_table_create(8);
     rt_session *s;
-    rt_session_open(t, "p", &s);
+    rt_session_open(t, "p", NULL, &s);
     rt_plan_retain(p); /* the session takes this reference */
     rt_program *pr = NULL;
-    CHECK(rt_session_add_program(s, p, NULL, &pr) == 0 && pr, "add");
+    CHECK(rt_session_add_program(s, p, NULL, 0, &pr) == 0 && pr, "add");
     CHECK(refs(p) == 2, "test + session: %d", refs(p));
     CHECK(rt_session_find_program(s, pr->id) == pr, "find program");
     CHECK(rt_session_find_program(s, "p-none") == NULL, "unknown program");
-    rt_session_close(t, s->id);
+    rt_session_close(t, s->id, NULL);
     CHECK(refs(p) == 2, "a closed session still held by a call keeps its plan: %d", refs(p));
     rt_session_release(s);
     CHECK(refs(p) == 1, "the last session reference released the plan: %d", refs(p));
@@ -248,9 +248,66 @@ static void test_plan_cache(void)
     }
 }
 
+/* A session belongs to its principal: another one neither finds nor
+ * closes it, and its charges (sessions, programs, program bytes) are given
+ * back when it is freed. */
+static void test_owners(void)
+{
+    rt_principal_set *ps = rt_principal_set_create(RT_QUOTA_UNLIMITED);
+    uint64_t lim[RT_Q__COUNT];
+    rt_quota_unlimited(lim);
+    rt_principal *alice = rt_principal_get(ps, "alice", lim);
+    rt_principal *bob = rt_principal_get(ps, "bob", lim);
+    rt_session_table *t = rt_session_table_create(8);
+    char err[200];
+    rt_session *a = NULL;
+    CHECK(rt_principal_reserve(alice, RT_Q_SESSIONS, 1, err, sizeof err) == 0, "reserve");
+    CHECK(rt_session_open(t, "a", alice, &a) == 0 && a && a->owner == alice, "open");
+    CHECK(strlen(a->id) == 34, "128 random bits: %s", a->id);
+    CHECK(rt_session_find(t, a->id, bob) == NULL, "bob does not find alice's session");
+    CHECK(rt_session_close(t, a->id, bob) == RT_ENOTFOUND, "bob cannot close it");
+    rt_session *f = rt_session_find(t, a->id, alice);
+    CHECK(f == a, "alice finds it");
+    rt_session_release(f);
+    CHECK(rt_principal_reserve(alice, RT_Q_PROGRAMS, 1, err, sizeof err) == 0 &&
+              rt_principal_reserve(alice, RT_Q_PROGRAM_BYTES, 1000, err, sizeof err) == 0,
+          "program charges");
+    rt_plan *p = make_plan(3); /* the session takes this reference */
+    rt_program *pr = NULL;
+    CHECK(p && rt_session_add_program(a, p, NULL, 1000, &pr) == 0 && pr, "add");
+    CHECK(rt_principal_used(alice, RT_Q_SESSIONS) == 1 &&
+              rt_principal_used(alice, RT_Q_PROGRAMS) == 1 &&
+              rt_principal_used(alice, RT_Q_PROGRAM_BYTES) == 1000 &&
+              rt_principal_set_budget_used(ps) == 1000,
+          "charged");
+    CHECK(rt_session_close(t, a->id, alice) == 0, "alice closes it");
+    CHECK(rt_principal_used(alice, RT_Q_SESSIONS) == 1, "held by the caller until released");
+    rt_session_release(a);
+    CHECK(rt_principal_used(alice, RT_Q_SESSIONS) == 0 &&
+              rt_principal_used(alice, RT_Q_PROGRAMS) == 0 &&
+              rt_principal_used(alice, RT_Q_PROGRAM_BYTES) == 0 &&
+              rt_principal_set_budget_used(ps) == 0,
+          "all given back");
+    forget(p);
+    /* A failed open gives the reservation back too. */
+    rt_session_table *one = rt_session_table_create(1);
+    rt_session *x = NULL, *y = NULL;
+    rt_principal_reserve(bob, RT_Q_SESSIONS, 1, err, sizeof err);
+    rt_session_open(one, "x", bob, &x);
+    rt_principal_reserve(bob, RT_Q_SESSIONS, 1, err, sizeof err);
+    CHECK(rt_session_open(one, "y", bob, &y) == RT_ETOOBIG, "table full");
+    CHECK(rt_principal_used(bob, RT_Q_SESSIONS) == 1, "the failed open gave its session back");
+    rt_session_release(x);
+    rt_session_table_destroy(one);
+    CHECK(rt_principal_used(bob, RT_Q_SESSIONS) == 0, "destroyed table gave it back");
+    rt_session_table_destroy(t);
+    rt_principal_set_destroy(ps);
+}
+
 int main(void)
 {
     RUN(test_open_find_close);
+    RUN(test_owners);
     RUN(test_limit);
     RUN(test_idle_expiry);
     RUN(test_programs_hold_plans);

@@ -650,9 +650,22 @@ class Client(_rtrain.Client):
         return "<rtrain.Client %s session %s>" % (self.target, self.session_id)
 
 
-def connect(target=None, timeout=60.0, name="python"):
+def connect(target=None, timeout=60.0, name="python", *, tls_ca=None,
+            tls_cert=None, tls_key=None, token=None, token_file=None):
     """Connect to rtraind at target ("host:port"; None = $RTRAIN_SERVER or
     127.0.0.1:7070) and open a session. timeout: seconds per call (0 = no
     deadline; fits never have one). A daemon that is not running raises
-    rtrain.ConnectionError here."""
-    return Client(target, float(timeout), name)
+    rtrain.ConnectionError here.
+
+    tls_ca: PEM file of the CA that signed the daemon's certificate (turns
+    TLS on); tls_cert/tls_key: a client certificate for mTLS; token or
+    token_file: the bearer token. Each left None is taken from
+    $RTRAIN_TLS_CA, $RTRAIN_TLS_CERT, $RTRAIN_TLS_KEY, $RTRAIN_TOKEN and
+    $RTRAIN_TOKEN_FILE."""
+    return Client(target, float(timeout), name, tls_ca=_path(tls_ca),
+                  tls_cert=_path(tls_cert), tls_key=_path(tls_key),
+                  token=token, token_file=_path(token_file))
+
+
+def _path(p):
+    return None if p is None else str(p)

@@ -301,12 +301,17 @@ static int Client_clear(ClientObject *self)
 
 static int Client_init(ClientObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"target", "timeout", "name", NULL};
+    static char *kwlist[] = {"target", "timeout", "name", "tls_ca", "tls_cert",
+                             "tls_key", "token", "token_file", NULL};
     const char *target = NULL, *name = "python";
+    rt_client_opts co;
+    rt_client_opts_init(&co);
     double timeout = RT_CLIENT_DEFAULT_TIMEOUT_MS / 1000.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zds:Client", kwlist, &target,
-                                     &timeout, &name))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zds$zzzzz:Client", kwlist, &target,
+                                     &timeout, &name, &co.tls_ca, &co.tls_cert,
+                                     &co.tls_key, &co.token, &co.token_file))
         return -1;
+    co.target = target;
     if (self->c) {
         PyErr_SetString(RtError, "Client.__init__ called twice");
         return -1;
@@ -319,11 +324,12 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw)
         return -1;
     }
     rt_client *c = NULL;
-    int rc = rt_client_create(target, &c);
+    char err[300] = "";
+    int rc = rt_client_connect(&co, &c, err, sizeof err);
     if (rc < 0) {
-        char msg[300];
-        snprintf(msg, sizeof msg, "cannot use server address '%.200s': %s",
-                 target ? target : "(default)", rt_strerror(rc));
+        char msg[600];
+        snprintf(msg, sizeof msg, "cannot connect to '%.200s': %s",
+                 target ? target : "(default)", err[0] ? err : rt_strerror(rc));
         rt_py__raise(rc, -1, msg);
         return -1;
     }
