@@ -1,7 +1,9 @@
 /*
  * op_conv.c - Conv2D, MaxPool2D, AvgPool2D and GlobalAvgPool (NHWC, Keras'
- * layout): attribute parsing, shape inference, scratch sizes and FLOP
- * counts. Kernels: server/kernels/cpu/rt_kern_conv.c and rt_kern_pool.c.
+ * layout): attribute parsing, shape inference, typed parameters
+ * (rt__conv_params, rt__gap_params) and FLOP counts. How a backend computes
+ * them (chunks, threads, scratch) is the backend's (server/kernels/cpu/ for
+ * the CPU).
  *
  * Padding follows TensorFlow: "valid" uses only full windows; "same" gives
  * ceil(H / stride) outputs and pads (total) max((OH-1)*s + k_eff - H, 0),
@@ -10,14 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "cpu/rt_kern_conv.h"
-#include "cpu/rt_kern_cpu.h"
 #include "rt_engine_impl.h"
-
-/* A chunk's column matrix and its output (or dz) hold about this many
- * floats together (512 KiB), so they stay in one core's L2 between im2col,
- * the GEMM and the bias/activation, and dz between the dW column blocks */
-#define RT__CONV_CHUNK_FLOATS (128 * 1024)
 
 /* a pair attribute (ints of 1 or 2, or an int) with a default; >= 1 */
 static int rt__pair(rt__cc *cc, rt__node *nd, const char *name, int64_t def0,
@@ -79,7 +74,7 @@ static int rt__out_dim(rt__cc *cc, rt__node *nd, const char *what, int64_t in,
     return 0;
 }
 
-static int rt__nhwc_input(rt__cc *cc, rt__node *nd)
+static int rt__nhwc_input(rt__cc *cc, rt__node *nd, rt__conv_params *p)
 {
     const rt__shape *x = nd->in_shape[0];
     if (!x->batched || x->ndim != 3)
@@ -88,22 +83,9 @@ static int rt__nhwc_input(rt__cc *cc, rt__node *nd)
     if (rt__shape_numel(x) > INT32_MAX)
         return rt__cerr(cc, nd, RT_EOVERFLOW, "input '%s' has more than 2^31 values per sample",
                         nd->in_name[0]);
-    nd->ia[RT_CV_H] = x->d[0];
-    nd->ia[RT_CV_W] = x->d[1];
-    nd->ia[RT_CV_C] = x->d[2];
-    return 0;
-}
-
-static int rt__act_of(rt__cc *cc, rt__node *nd)
-{
-    int ok = 1;
-    const char *s = rt__attr_str(cc, nd, "activation", NULL, &ok);
-    if (!ok) return RT_EINVAL;
-    if (!s || !strcmp(s, "linear") || !strcmp(s, "") || !strcmp(s, "none")) nd->act = RT__ACT_NONE;
-    else if (!strcmp(s, "relu")) nd->act = RT__ACT_RELU;
-    else if (!strcmp(s, "sigmoid")) nd->act = RT__ACT_SIGMOID;
-    else if (!strcmp(s, "tanh")) nd->act = RT__ACT_TANH;
-    else return rt__cerr(cc, nd, RT_EINVAL, "unknown activation '%s'", s);
+    p->H = x->d[0];
+    p->W = x->d[1];
+    p->C = x->d[2];
     return 0;
 }
 
@@ -114,17 +96,17 @@ static int rt__act_of(rt__cc *cc, rt__node *nd)
 static int rt__conv2d_infer(rt__cc *cc, rt__node *nd)
 {
     int rc;
-    if ((rc = rt__nhwc_input(cc, nd)) < 0) return rc;
-    int64_t *ia = nd->ia;
+    rt__conv_params *p = rt__conv_p(nd);
+    if ((rc = rt__nhwc_input(cc, nd, p)) < 0) return rc;
     const rt__shape *w = nd->in_shape[1];
     if (w->batched || w->ndim != 4)
         return rt__cerr(cc, nd, RT_ESHAPE, "kernel '%s' must be 4-D (kh, kw, in, out)",
                         nd->in_name[1]);
-    if (w->d[2] != ia[RT_CV_C])
+    if (w->d[2] != p->C)
         return rt__cerr(cc, nd, RT_ESHAPE, "kernel '%s' expects %lld input channels, input has %lld",
-                        nd->in_name[1], (long long)w->d[2], (long long)ia[RT_CV_C]);
+                        nd->in_name[1], (long long)w->d[2], (long long)p->C);
     const int64_t OC = w->d[3];
-    ia[RT_CV_BIAS] = nd->n_in > 2;
+    p->bias = nd->n_in > 2;
     if (nd->n_in > 2) {
         const rt__shape *b = nd->in_shape[2];
         if (b->batched || b->ndim != 1 || b->d[0] != OC)
@@ -135,45 +117,36 @@ static int rt__conv2d_infer(rt__cc *cc, rt__node *nd)
     int same = 0;
     if ((rc = rt__pair(cc, nd, "strides", 1, 1, s)) < 0 ||
         (rc = rt__pair(cc, nd, "dilations", 1, 1, d)) < 0 ||
-        (rc = rt__padding(cc, nd, &same)) < 0 || (rc = rt__act_of(cc, nd)) < 0)
+        (rc = rt__padding(cc, nd, &same)) < 0 || (rc = rt__attr_act(cc, nd, &p->act)) < 0)
         return rc;
-    ia[RT_CV_KH] = w->d[0];
-    ia[RT_CV_KW] = w->d[1];
-    ia[RT_CV_SH] = s[0];
-    ia[RT_CV_SW] = s[1];
-    ia[RT_CV_DH] = d[0];
-    ia[RT_CV_DW] = d[1];
-    ia[RT_CV_OC] = OC;
-    if ((rc = rt__out_dim(cc, nd, "height", ia[RT_CV_H], w->d[0], s[0], d[0], same,
-                          &ia[RT_CV_OH], &ia[RT_CV_PT])) < 0 ||
-        (rc = rt__out_dim(cc, nd, "width", ia[RT_CV_W], w->d[1], s[1], d[1], same,
-                          &ia[RT_CV_OW], &ia[RT_CV_PL])) < 0)
+    nd->bwd_needs_out = p->act != RT__ACT_NONE;
+    p->KH = w->d[0];
+    p->KW = w->d[1];
+    p->SH = s[0];
+    p->SW = s[1];
+    p->DH = d[0];
+    p->DW = d[1];
+    p->OC = OC;
+    if ((rc = rt__out_dim(cc, nd, "height", p->H, w->d[0], s[0], d[0], same, &p->OH,
+                          &p->PT)) < 0 ||
+        (rc = rt__out_dim(cc, nd, "width", p->W, w->d[1], s[1], d[1], same, &p->OW,
+                          &p->PL)) < 0)
         return rc;
-    nd->out = (rt__shape){.ndim = 3, .batched = 1,
-                          .d = {ia[RT_CV_OH], ia[RT_CV_OW], OC}};
-    const int64_t P = ia[RT_CV_OH] * ia[RT_CV_OW];
-    const int64_t K = ia[RT_CV_KH] * ia[RT_CV_KW] * ia[RT_CV_C];
+    nd->out = (rt__shape){.ndim = 3, .batched = 1, .d = {p->OH, p->OW, OC}};
+    const int64_t P = p->OH * p->OW, K = p->KH * p->KW * p->C;
     if (__builtin_mul_overflow(P, K, &(int64_t){0}) || P * K > RT__MAX_NUMEL)
         return rt__cerr(cc, nd, RT_EOVERFLOW, "im2col of one sample exceeds %lld values",
                         (long long)RT__MAX_NUMEL);
-    int64_t cs = RT__CONV_CHUNK_FLOATS / (P * (K + OC));
-    if (cs < 1) cs = 1;
-    if (cs > rt__cc_batch(cc)) cs = rt__cc_batch(cc);
-    ia[RT_CV_CHUNK] = cs;
-    ia[RT_CV_DIRECT] = ia[RT_CV_KH] == 1 && ia[RT_CV_KW] == 1 && s[0] == 1 && s[1] == 1;
-    const int64_t nt = rt_kern_conv_threads();
-    ia[RT_CV_NT] = nt;
-    ia[RT_CV_TSTRIDE] = (cs * P * (K + OC) + K * OC + OC + 15) & ~(int64_t)15;
-    nd->scratch_fixed = nt * ia[RT_CV_TSTRIDE];
     return 0;
 }
 
 static uint64_t rt__conv2d_flops(const rt__node *nd, int64_t B, unsigned need_dx)
 {
-    const uint64_t R = (uint64_t)B * (uint64_t)(nd->ia[RT_CV_OH] * nd->ia[RT_CV_OW]);
-    const uint64_t K = (uint64_t)(nd->ia[RT_CV_KH] * nd->ia[RT_CV_KW] * nd->ia[RT_CV_C]);
-    const uint64_t N = (uint64_t)nd->ia[RT_CV_OC];
-    uint64_t f = 2 * R * K * N + (nd->ia[RT_CV_BIAS] ? R * N : 0) + (nd->act ? R * N : 0);
+    const rt__conv_params *p = rt__conv_cp(nd);
+    const uint64_t R = (uint64_t)B * (uint64_t)(p->OH * p->OW);
+    const uint64_t K = (uint64_t)(p->KH * p->KW * p->C);
+    const uint64_t N = (uint64_t)p->OC;
+    uint64_t f = 2 * R * K * N + (p->bias ? R * N : 0) + (p->act ? R * N : 0);
     if (need_dx & 1u) f += 2 * R * K * N;
     if (need_dx & 2u) f += 2 * R * K * N;
     if (need_dx & 4u) f += R * N;
@@ -185,9 +158,9 @@ const rt__op_def rt__op_conv2d = {
     .min_in = 2,
     .max_in = 3,
     .bwd_needs_in = 3u, /* x for dW, W for dx */
+    .params = RT__P_CONV,
     .infer = rt__conv2d_infer,
     .flops = rt__conv2d_flops,
-    .cpu = {rt_kern_conv2d_fwd, rt_kern_conv2d_bwd},
 };
 
 /* ----------------------------------------------------------------- pools */
@@ -197,39 +170,34 @@ const rt__op_def rt__op_conv2d = {
 static int rt__pool_infer(rt__cc *cc, rt__node *nd)
 {
     int rc;
-    if ((rc = rt__nhwc_input(cc, nd)) < 0) return rc;
-    int64_t *ia = nd->ia;
+    rt__conv_params *p = rt__conv_p(nd);
+    if ((rc = rt__nhwc_input(cc, nd, p)) < 0) return rc;
     int64_t k[2], s[2];
     int same = 0;
     if ((rc = rt__pair(cc, nd, "pool", 2, 2, k)) < 0 ||
         (rc = rt__pair(cc, nd, "strides", k[0], k[1], s)) < 0 ||
         (rc = rt__padding(cc, nd, &same)) < 0)
         return rc;
-    ia[RT_CV_KH] = k[0];
-    ia[RT_CV_KW] = k[1];
-    ia[RT_CV_SH] = s[0];
-    ia[RT_CV_SW] = s[1];
-    ia[RT_CV_DH] = ia[RT_CV_DW] = 1;
-    ia[RT_CV_OC] = ia[RT_CV_C];
-    if ((rc = rt__out_dim(cc, nd, "height", ia[RT_CV_H], k[0], s[0], 1, same,
-                          &ia[RT_CV_OH], &ia[RT_CV_PT])) < 0 ||
-        (rc = rt__out_dim(cc, nd, "width", ia[RT_CV_W], k[1], s[1], 1, same,
-                          &ia[RT_CV_OW], &ia[RT_CV_PL])) < 0)
+    p->KH = k[0];
+    p->KW = k[1];
+    p->SH = s[0];
+    p->SW = s[1];
+    p->DH = p->DW = 1;
+    p->OC = p->C;
+    if ((rc = rt__out_dim(cc, nd, "height", p->H, k[0], s[0], 1, same, &p->OH, &p->PT)) < 0 ||
+        (rc = rt__out_dim(cc, nd, "width", p->W, k[1], s[1], 1, same, &p->OW, &p->PL)) < 0)
         return rc;
     /* with 'same' every window still covers at least one input cell:
      * the padding before is at most (k-1)/2 < k */
-    nd->out = (rt__shape){.ndim = 3, .batched = 1,
-                          .d = {ia[RT_CV_OH], ia[RT_CV_OW], ia[RT_CV_C]}};
-    /* MaxPool's backward: max and argmax per thread */
-    ia[RT_CV_NT] = rt_kern_conv_threads();
-    nd->scratch_fixed = 2 * ia[RT_CV_C] * ia[RT_CV_NT];
+    nd->out = (rt__shape){.ndim = 3, .batched = 1, .d = {p->OH, p->OW, p->C}};
     return 0;
 }
 
 static uint64_t rt__pool_flops(const rt__node *nd, int64_t B, unsigned need_dx)
 {
+    const rt__conv_params *p = rt__conv_cp(nd);
     const uint64_t n = (uint64_t)B * (uint64_t)rt__shape_numel(&nd->out) *
-                       (uint64_t)(nd->ia[RT_CV_KH] * nd->ia[RT_CV_KW]);
+                       (uint64_t)(p->KH * p->KW);
     return n + (need_dx ? n : 0);
 }
 
@@ -238,39 +206,41 @@ const rt__op_def rt__op_maxpool2d = {
     .min_in = 1,
     .max_in = 1,
     .bwd_needs_in = 1u, /* the argmax is recomputed from x */
+    .params = RT__P_CONV,
     .infer = rt__pool_infer,
     .flops = rt__pool_flops,
-    .cpu = {rt_kern_maxpool2d_fwd, rt_kern_maxpool2d_bwd},
 };
 
 const rt__op_def rt__op_avgpool2d = {
     .name = "AvgPool2D",
     .min_in = 1,
     .max_in = 1,
+    .params = RT__P_CONV,
     .infer = rt__pool_infer,
     .flops = rt__pool_flops,
-    .cpu = {rt_kern_avgpool2d_fwd, rt_kern_avgpool2d_bwd},
 };
 
 /* GlobalAvgPool(x (B,H,W,C)) -> (B,C); attr keepdims (int) -> (B,1,1,C) */
 static int rt__gap_infer(rt__cc *cc, rt__node *nd)
 {
     int rc;
-    if ((rc = rt__nhwc_input(cc, nd)) < 0) return rc;
+    rt__conv_params x = {0};
+    if ((rc = rt__nhwc_input(cc, nd, &x)) < 0) return rc;
     int ok = 1;
     int64_t keep = rt__attr_int(cc, nd, "keepdims", 0, &ok);
     if (!ok) return RT_EINVAL;
-    const int64_t H = nd->ia[RT_CV_H], W = nd->ia[RT_CV_W], C = nd->ia[RT_CV_C];
-    nd->ia[0] = H * W;
-    nd->ia[1] = C;
-    if (keep) nd->out = (rt__shape){.ndim = 3, .batched = 1, .d = {1, 1, C}};
-    else nd->out = (rt__shape){.ndim = 1, .batched = 1, .d = {C}};
+    rt__gap_params *p = rt__gap_p(nd);
+    p->HW = x.H * x.W;
+    p->C = x.C;
+    if (keep) nd->out = (rt__shape){.ndim = 3, .batched = 1, .d = {1, 1, x.C}};
+    else nd->out = (rt__shape){.ndim = 1, .batched = 1, .d = {x.C}};
     return 0;
 }
 
 static uint64_t rt__gap_flops(const rt__node *nd, int64_t B, unsigned need_dx)
 {
-    const uint64_t n = (uint64_t)B * (uint64_t)(nd->ia[0] * nd->ia[1]);
+    const rt__gap_params *p = rt__gap_cp(nd);
+    const uint64_t n = (uint64_t)B * (uint64_t)(p->HW * p->C);
     return n + (need_dx ? n : 0);
 }
 
@@ -278,7 +248,7 @@ const rt__op_def rt__op_globalavgpool = {
     .name = "GlobalAvgPool",
     .min_in = 1,
     .max_in = 1,
+    .params = RT__P_GAP,
     .infer = rt__gap_infer,
     .flops = rt__gap_flops,
-    .cpu = {rt_kern_gap_fwd, rt_kern_gap_bwd},
 };

@@ -1,23 +1,28 @@
 /*
- * op_dense.c - Dense and MatMul: shape inference and FLOP counts. Kernels
- * are in server/kernels/cpu/rt_kern_dense.c.
+ * op_dense.c - Dense and MatMul: shape inference, typed parameters and
+ * FLOP counts. Each backend has their kernels (the CPU's are in
+ * server/kernels/cpu/, registered in its one table).
  *
  * This file is the model for adding an op: an infer function that checks
- * inputs/attributes and sets nd->out, a flops function, and one
- * const rt__op_def, listed in RT__OP_LIST (rt_engine_impl.h).
+ * inputs/attributes, sets nd->out and the typed parameters (rt__dense_p),
+ * a flops function, and one const rt__op_def, listed in RT__OP_LIST
+ * (rt_engine_impl.h). Gradients need nothing more: compile derives the
+ * backward calls from bwd_needs_in/bwd_needs_out/no_grad_in.
  */
 #include <string.h>
 
-#include "cpu/rt_kern_cpu.h"
 #include "rt_engine_impl.h"
 
-static int rt__act_from_str(const char *s, int *act)
+int rt__attr_act(rt__cc *cc, const rt__node *nd, int *act)
 {
+    int ok = 1;
+    const char *s = rt__attr_str(cc, nd, "activation", NULL, &ok);
+    if (!ok) return RT_EINVAL;
     if (!s || !strcmp(s, "linear") || !strcmp(s, "") || !strcmp(s, "none")) *act = RT__ACT_NONE;
     else if (!strcmp(s, "relu")) *act = RT__ACT_RELU;
     else if (!strcmp(s, "sigmoid")) *act = RT__ACT_SIGMOID;
     else if (!strcmp(s, "tanh")) *act = RT__ACT_TANH;
-    else return -1;
+    else return rt__cerr(cc, nd, RT_EINVAL, "unknown activation '%s'", s);
     return 0;
 }
 
@@ -43,25 +48,25 @@ static int rt__dense_infer(rt__cc *cc, rt__node *nd)
             return rt__cerr(cc, nd, RT_ESHAPE, "bias '%s' must be (%lld)",
                             nd->in_name[2], (long long)N);
     }
-    int ok = 1;
-    const char *act = rt__attr_str(cc, nd, "activation", NULL, &ok);
-    if (!ok) return RT_EINVAL;
-    if (rt__act_from_str(act, &nd->act) < 0)
-        return rt__cerr(cc, nd, RT_EINVAL, "unknown activation '%s'", act);
+    rt__dense_params *p = rt__dense_p(nd);
+    int rc = rt__attr_act(cc, nd, &p->act);
+    if (rc < 0) return rc;
+    nd->bwd_needs_out = p->act != RT__ACT_NONE;
     nd->out = *x;
     nd->out.d[x->ndim - 1] = N;
-    nd->ia[0] = K;
-    nd->ia[1] = N;
-    if (nd->act) nd->scratch_per_sample = rt__shape_numel(&nd->out);
-    if (nd->act && !x->batched) nd->scratch_fixed = rt__shape_numel(&nd->out);
+    p->K = K;
+    p->N = N;
     return 0;
 }
 
 static uint64_t rt__dense_flops(const rt__node *nd, int64_t B, unsigned need_dx)
 {
     uint64_t R = (uint64_t)rt__rows(nd->in_shape[0], B);
-    uint64_t K = (uint64_t)nd->ia[0], N = (uint64_t)nd->ia[1];
-    uint64_t f = 2 * R * K * N + (nd->n_in > 2 ? R * N : 0) + (nd->act ? R * N : 0);
+    const rt__dense_params *p = rt__dense_cp(nd);
+    uint64_t K = (uint64_t)p->K, N = (uint64_t)p->N;
+    /* an activation of its own, or one a backend fused into it */
+    const int act = p->act != RT__ACT_NONE || nd->fused != NULL;
+    uint64_t f = 2 * R * K * N + (nd->n_in > 2 ? R * N : 0) + (act ? R * N : 0);
     if (need_dx & 1u) f += 2 * R * K * N;
     if (need_dx & 2u) f += 2 * R * K * N;
     if (need_dx & 4u) f += R * N;
@@ -73,10 +78,10 @@ const rt__op_def rt__op_dense = {
     .min_in = 2,
     .max_in = 3,
     .bwd_needs_in = 3u, /* x for dW, W for dx */
-    .bwd_needs_out = 0, /* set per node when an activation is fused */
+    .bwd_needs_out = 0, /* set per node when it has an activation */
+    .params = RT__P_DENSE,
     .infer = rt__dense_infer,
     .flops = rt__dense_flops,
-    .cpu = {rt_kern_dense_fwd, rt_kern_dense_bwd},
 };
 
 /* MatMul(a (M,K), b (K,N)): a may carry the batch as M; b may not. */
@@ -97,8 +102,8 @@ static int rt__matmul_infer(rt__cc *cc, rt__node *nd)
                         nd->in_name[1], (long long)K);
     nd->out = *x;
     nd->out.d[x->ndim - 1] = N;
-    nd->ia[0] = K;
-    nd->ia[1] = N;
+    rt__dense_p(nd)->K = K;
+    rt__dense_p(nd)->N = N;
     return 0;
 }
 
@@ -107,7 +112,7 @@ const rt__op_def rt__op_matmul = {
     .min_in = 2,
     .max_in = 2,
     .bwd_needs_in = 3u,
+    .params = RT__P_DENSE,
     .infer = rt__matmul_infer,
     .flops = rt__dense_flops,
-    .cpu = {rt_kern_dense_fwd, rt_kern_dense_bwd},
 };

@@ -1,11 +1,11 @@
 /*
  * op_eltwise.c - Add/Sub/Mul (numpy broadcasting), Relu/Sigmoid/Tanh,
- * Softmax/LogSoftmax, Reshape/Flatten/Identity, Dropout.
+ * Softmax/LogSoftmax, Reshape/Flatten/Identity, Dropout: shape inference,
+ * typed parameters and FLOP counts.
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "cpu/rt_kern_cpu.h"
 #include "rt_engine_impl.h"
 
 static void rt__fmt_shape(const rt__shape *s, char *buf, size_t len)
@@ -27,7 +27,52 @@ static int64_t rt__full_dim(const rt__shape *s, int R, int i)
     return s->d[j];
 }
 
-static int rt__bcast_infer(rt__cc *cc, rt__node *nd, int op)
+/* The broadcast as strides over the output's dims, for the kernels */
+static void rt__bcast_strides(rt__node *nd)
+{
+    rt__bcast_params *p = rt__bcast_p(nd);
+    const int R = nd->out.ndim + (nd->out.batched ? 1 : 0);
+    p->batched = nd->out.batched;
+    if (R == 0) {
+        p->R = 1;
+        p->d[0] = 1;
+        p->sa[0] = p->sb[0] = 0;
+        p->flat = p->full[0] = p->full[1] = 1;
+        return;
+    }
+    p->R = R;
+    for (int i = 0; i < R; i++) {
+        int oi = nd->out.batched ? i - 1 : i;
+        p->d[i] = oi < 0 ? -1 : nd->out.d[oi];
+    }
+    for (int k = 0; k < 2; k++) {
+        const rt__shape *s = nd->in_shape[k];
+        const int r = s->ndim + (s->batched ? 1 : 0);
+        int64_t *st = k ? p->sb : p->sa;
+        int64_t stride = 1;
+        int full = r == R && s->batched == nd->out.batched;
+        for (int i = R - 1; i >= 0; i--) {
+            const int j = i - (R - r); /* dim of the input, right-aligned */
+            if (j < 0) {
+                st[i] = 0;
+                continue;
+            }
+            /* the batch (-1) is the outermost dim: nothing follows it */
+            const int64_t dim = s->batched && j == 0 ? -1 : s->d[s->batched ? j - 1 : j];
+            if (dim == 1 && p->d[i] != 1) {
+                st[i] = 0;
+                full = 0;
+            } else {
+                st[i] = stride;
+            }
+            if (dim != -1) stride *= dim;
+        }
+        p->full[k] = full;
+    }
+    p->flat = p->full[0] && p->full[1];
+}
+
+static int rt__bcast_infer(rt__cc *cc, rt__node *nd)
 {
     const rt__shape *A = nd->in_shape[0], *B = nd->in_shape[1];
     int ra = A->ndim + A->batched, rb = B->ndim + B->batched;
@@ -54,13 +99,9 @@ static int rt__bcast_infer(rt__cc *cc, rt__node *nd, int op)
         out.d[batched ? i - 1 : i] = d;
     }
     nd->out = out;
-    rt_kern_bcast_setup(nd, op);
+    rt__bcast_strides(nd);
     return 0;
 }
-
-static int rt__add_infer(rt__cc *cc, rt__node *nd) { return rt__bcast_infer(cc, nd, RT_KERN_ADD); }
-static int rt__sub_infer(rt__cc *cc, rt__node *nd) { return rt__bcast_infer(cc, nd, RT_KERN_SUB); }
-static int rt__mul_infer(rt__cc *cc, rt__node *nd) { return rt__bcast_infer(cc, nd, RT_KERN_MUL); }
 
 static uint64_t rt__numel_flops(const rt__node *nd, int64_t B, unsigned need_dx)
 {
@@ -69,19 +110,16 @@ static uint64_t rt__numel_flops(const rt__node *nd, int64_t B, unsigned need_dx)
 }
 
 const rt__op_def rt__op_add = {
-    .name = "Add", .min_in = 2, .max_in = 2,
-    .infer = rt__add_infer, .flops = rt__numel_flops,
-    .cpu = {rt_kern_add_fwd, rt_kern_add_bwd},
+    .name = "Add", .min_in = 2, .max_in = 2, .params = RT__P_BCAST,
+    .infer = rt__bcast_infer, .flops = rt__numel_flops,
 };
 const rt__op_def rt__op_sub = {
-    .name = "Sub", .min_in = 2, .max_in = 2,
-    .infer = rt__sub_infer, .flops = rt__numel_flops,
-    .cpu = {rt_kern_sub_fwd, rt_kern_sub_bwd},
+    .name = "Sub", .min_in = 2, .max_in = 2, .params = RT__P_BCAST,
+    .infer = rt__bcast_infer, .flops = rt__numel_flops,
 };
 const rt__op_def rt__op_mul = {
-    .name = "Mul", .min_in = 2, .max_in = 2, .bwd_needs_in = 3u,
-    .infer = rt__mul_infer, .flops = rt__numel_flops,
-    .cpu = {rt_kern_mul_fwd, rt_kern_mul_bwd},
+    .name = "Mul", .min_in = 2, .max_in = 2, .bwd_needs_in = 3u, .params = RT__P_BCAST,
+    .infer = rt__bcast_infer, .flops = rt__numel_flops,
 };
 
 /* ---------------------------------------------------------------- unary */
@@ -95,22 +133,18 @@ static int rt__same_infer(rt__cc *cc, rt__node *nd)
 const rt__op_def rt__op_relu = {
     .name = "Relu", .min_in = 1, .max_in = 1, .bwd_needs_out = 1,
     .infer = rt__same_infer, .flops = rt__numel_flops,
-    .cpu = {rt_kern_relu_fwd, rt_kern_relu_bwd},
 };
 const rt__op_def rt__op_sigmoid = {
     .name = "Sigmoid", .min_in = 1, .max_in = 1, .bwd_needs_out = 1,
     .infer = rt__same_infer, .flops = rt__numel_flops,
-    .cpu = {rt_kern_sigmoid_fwd, rt_kern_sigmoid_bwd},
 };
 const rt__op_def rt__op_tanh = {
     .name = "Tanh", .min_in = 1, .max_in = 1, .bwd_needs_out = 1,
     .infer = rt__same_infer, .flops = rt__numel_flops,
-    .cpu = {rt_kern_tanh_fwd, rt_kern_tanh_bwd},
 };
 const rt__op_def rt__op_identity = {
     .name = "Identity", .min_in = 1, .max_in = 1,
     .infer = rt__same_infer, .flops = rt__numel_flops,
-    .cpu = {rt_kern_copy_fwd, rt_kern_copy_bwd},
 };
 
 static int rt__softmax_infer(rt__cc *cc, rt__node *nd)
@@ -120,19 +154,19 @@ static int rt__softmax_infer(rt__cc *cc, rt__node *nd)
         return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' has no axis to normalise",
                         nd->in_name[0]);
     nd->out = *x;
-    nd->ia[0] = x->d[x->ndim - 1];
+    rt__softmax_p(nd)->C = x->d[x->ndim - 1];
     return 0;
 }
 
 const rt__op_def rt__op_softmax = {
     .name = "Softmax", .min_in = 1, .max_in = 1, .bwd_needs_out = 1,
+    .params = RT__P_SOFTMAX,
     .infer = rt__softmax_infer, .flops = rt__numel_flops,
-    .cpu = {rt_kern_softmax_fwd, rt_kern_softmax_bwd},
 };
 const rt__op_def rt__op_logsoftmax = {
     .name = "LogSoftmax", .min_in = 1, .max_in = 1, .bwd_needs_out = 1,
+    .params = RT__P_SOFTMAX,
     .infer = rt__softmax_infer, .flops = rt__numel_flops,
-    .cpu = {rt_kern_logsoftmax_fwd, rt_kern_logsoftmax_bwd},
 };
 
 /* ---------------------------------------------------------------- shapes */
@@ -181,7 +215,6 @@ static int rt__reshape_infer(rt__cc *cc, rt__node *nd)
 const rt__op_def rt__op_reshape = {
     .name = "Reshape", .min_in = 1, .max_in = 1,
     .infer = rt__reshape_infer, .flops = rt__numel_flops,
-    .cpu = {rt_kern_copy_fwd, rt_kern_copy_bwd},
 };
 
 /* Flatten: (B, ...) -> (B, prod); without a batch, (d0, ...) -> (d0, prod) */
@@ -205,7 +238,6 @@ static int rt__flatten_infer(rt__cc *cc, rt__node *nd)
 const rt__op_def rt__op_flatten = {
     .name = "Flatten", .min_in = 1, .max_in = 1,
     .infer = rt__flatten_infer, .flops = rt__numel_flops,
-    .cpu = {rt_kern_copy_fwd, rt_kern_copy_bwd},
 };
 
 /* Dropout(x) attr rate in [0, 1): inverted dropout, as Keras */
@@ -216,13 +248,12 @@ static int rt__dropout_infer(rt__cc *cc, rt__node *nd)
     if (!ok) return RT_EINVAL;
     if (!(rate >= 0.0 && rate < 1.0))
         return rt__cerr(cc, nd, RT_EINVAL, "rate %g outside [0, 1)", rate);
-    nd->fa[0] = rate;
+    rt__dropout_p(nd)->rate = rate;
     nd->out = *nd->in_shape[0];
     return 0;
 }
 
 const rt__op_def rt__op_dropout = {
-    .name = "Dropout", .min_in = 1, .max_in = 1,
+    .name = "Dropout", .min_in = 1, .max_in = 1, .params = RT__P_DROPOUT,
     .infer = rt__dropout_infer, .flops = rt__numel_flops,
-    .cpu = {rt_kern_dropout_fwd, rt_kern_dropout_bwd},
 };

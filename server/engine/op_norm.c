@@ -1,10 +1,9 @@
 /*
- * op_norm.c - BatchNorm and Concat: shape inference and FLOP counts.
- * Kernels: server/kernels/cpu/rt_kern_norm.c.
+ * op_norm.c - BatchNorm and Concat: shape inference, typed parameters and
+ * FLOP counts. The CPU kernels are in server/kernels/cpu/.
  */
 #include <string.h>
 
-#include "cpu/rt_kern_conv.h"
 #include "rt_engine_impl.h"
 
 /* BatchNorm(x (B,...,C), gamma, beta, moving_mean, moving_var), all (C),
@@ -40,15 +39,12 @@ static int rt__bn_infer(rt__cc *cc, rt__node *nd)
     if (axis != -1 && axis != x->ndim)
         return rt__cerr(cc, nd, RT_EUNIMPLEMENTED,
                         "axis %lld: only the last (channels) axis is supported", (long long)axis);
-    nd->ia[RT_BN_C] = C;
-    nd->ia[RT_BN_FROZEN] = frozen != 0;
-    nd->fa[0] = mom;
-    nd->fa[1] = eps;
+    rt__bn_params *p = rt__bn_p(nd);
+    p->C = C;
+    p->frozen = frozen != 0;
+    p->momentum = mom;
+    p->eps = eps;
     nd->out = *x;
-    /* per-thread partial sums (2 doubles per channel each), 4 doubles
-     * (mean, var/inv, sums) and 3 floats per channel */
-    nd->ia[RT_BN_NT] = rt_kern_conv_threads();
-    nd->scratch_fixed = 4 * C * nd->ia[RT_BN_NT] + 8 * C + 3 * C + 16;
     return 0;
 }
 
@@ -64,9 +60,9 @@ const rt__op_def rt__op_batchnorm = {
     .max_in = 5,
     .bwd_needs_in = 1u | 2u, /* x (statistics are recomputed), gamma */
     .no_grad_in = 8u | 16u,  /* the moving statistics */
+    .params = RT__P_BN,
     .infer = rt__bn_infer,
     .flops = rt__bn_flops,
-    .cpu = {rt_kern_batchnorm_fwd, rt_kern_batchnorm_bwd},
 };
 
 /* Concat(a, b, ...) attr axis (default -1; counts the batch as axis 0, as
@@ -101,10 +97,11 @@ static int rt__concat_infer(rt__cc *cc, rt__node *nd)
     int64_t outer = 1, after = 1;
     for (int d = 0; d < ax; d++) outer *= x0->d[d];
     for (int d = ax + 1; d < x0->ndim; d++) after *= x0->d[d];
-    nd->ia[0] = nd->n_in;
-    nd->ia[1] = outer;
-    nd->ia[2] = out.d[ax] * after;
-    for (int i = 0; i < nd->n_in; i++) nd->ia[3 + i] = nd->in_shape[i]->d[ax] * after;
+    rt__concat_params *p = rt__concat_p(nd);
+    p->k = nd->n_in;
+    p->outer = outer;
+    p->inner = out.d[ax] * after;
+    for (int i = 0; i < nd->n_in; i++) p->in_inner[i] = nd->in_shape[i]->d[ax] * after;
     nd->out = out;
     return 0;
 }
@@ -119,7 +116,7 @@ const rt__op_def rt__op_concat = {
     .name = "Concat",
     .min_in = 1,
     .max_in = RT__MAX_IN,
+    .params = RT__P_CONCAT,
     .infer = rt__concat_infer,
     .flops = rt__concat_flops,
-    .cpu = {rt_kern_concat_fwd, rt_kern_concat_bwd},
 };

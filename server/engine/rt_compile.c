@@ -1,12 +1,26 @@
 /*
- * rt_compile.c - graph -> plan: validate, infer shapes, fuse, derive the
- * backward pass, plan memory, select kernels.
+ * rt_compile.c - graph -> plan, as named passes run in order from one
+ * table (rt__passes below). Each pass is a function over the compile state
+ * (rt__cc) with its contract above it; the report gives each pass's time.
  *
- * The backward "graph" is a list of backward kernel calls in reverse
- * topological order of the nodes that need a gradient. Each call writes the
- * gradients of its inputs; the first call that reaches a gradient buffer
- * overwrites it and later ones add (rt__call.accum), so no buffer is ever
- * zeroed in a step.
+ *   validate        config, names, the data input, parameters, ops, arity,
+ *                   inputs, topological order (cycles)
+ *   infer_shapes    per-op shape inference and typed parameters, overflow
+ *                   checks; the output and the nodes it needs
+ *   fuse            the backend's fusion rules (Dense+activation,
+ *                   Conv2D+MaxPool2D, Softmax+crossentropy); the loss
+ *   backward        which values need gradients; forward calls in
+ *                   topological order, backward calls in reverse, each
+ *                   gradient overwritten by its first writer and
+ *                   accumulated by the rest (rt__call.accum)
+ *   choose_kernels  the backend's kernel per call, and the kernel's derived
+ *                   sizes (scratch), computed once
+ *   plan_memory     liveness on the step timeline and one arena
+ *   report          parameter counts, FLOPs, bytes
+ *
+ * Fusion runs before the backward pass, so a fused pair gets one backward
+ * call; kernels are chosen before memory is planned, because a kernel's
+ * scratch is part of the plan.
  *
  * Memory plan: every activation, gradient and scratch buffer gets an
  * interval [first write, last read] on the step timeline (0 = batch gather,
@@ -24,13 +38,56 @@
 #include <xxhash.h>
 
 #include "rt_engine_impl.h"
-#include "cpu/rt_kern_conv.h"
 
+/* Per-entry compile state */
+typedef struct rt__ent {
+    int node;        /* index into the topological node array, -1 if none */
+    int alias;       /* entry this one reads through after fusion */
+    int needed;
+    int rg;          /* requires grad */
+    int param;       /* index into p->params, -1 */
+    int val_buf, grad_buf; /* rt__buf index, -1 */
+    int grad_written;
+    int consumers;
+} rt__ent;
+
+typedef struct rt__names {
+    const char **key;
+    int *val;
+    uint64_t mask;
+} rt__names;
+
+typedef struct rt__buf {
+    uint64_t size;   /* bytes, aligned */
+    int t0, t1;      /* live interval, inclusive */
+    uint64_t off;
+} rt__buf;
+
+/* The compile state the passes share; each pass's contract says which
+ * fields it reads and which it sets. */
 struct rt__cc {
     rt_plan *p;
+    const rt_graph *g;
+    const rt_train_config *cfg;
     char *err;
     size_t errlen;
     int64_t B;
+    rt__arena *A;
+    int n;                  /* graph entries */
+    rt__ent *E;             /* per entry */
+    rt__shape *shape;       /* per entry: the value's shape */
+    rt__names names;        /* entry name -> index */
+    int input;              /* the data input's entry */
+    int n_graph_nodes;
+    int out;                /* the output entry, as named */
+    int out_e, loss_e;      /* what the output and the loss read after fusion */
+    unsigned *need_dx;      /* per plan node: inputs that get a gradient */
+    uint64_t flops;
+    /* plan_memory */
+    rt__buf *bufs;
+    int nb;
+    int *scr_buf;           /* per call: its scratch buffer or -1 */
+    uint64_t naive;
 };
 
 static uint64_t rt__now_ns(void)
@@ -53,8 +110,6 @@ int rt__cerr(rt__cc *cc, const rt__node *nd, int code, const char *fmt, ...)
     }
     return code;
 }
-
-int64_t rt__cc_batch(const rt__cc *cc) { return cc->B; }
 
 const rt_attr *rt__attr(const rt__node *nd, const char *name)
 {
@@ -120,11 +175,6 @@ int rt__attr_ints(rt__cc *cc, const rt__node *nd, const char *name,
 
 /* ------------------------------------------------------------ name lookup */
 
-typedef struct rt__names {
-    const char **key;
-    int *val;
-    uint64_t mask;
-} rt__names;
 
 static int rt__names_init(rt__names *m, rt__arena *A, int n)
 {
@@ -208,14 +258,13 @@ static int rt__check_config(rt__cc *cc, const rt_train_config *c)
     return 0;
 }
 
+
 /* ----------------------------------------------------------- memory plan */
 
-typedef struct rt__buf {
-    uint64_t size;   /* bytes, aligned */
-    int t0, t1;      /* live interval, inclusive */
-    uint64_t off;
-    int placed;
-} rt__buf;
+/* Up to this many buffers the placement is the exact greedy one (each
+ * buffer scans the placed ones in offset order: quadratic, ~10 ms here).
+ * Deeper graphs (a few thousand layers up) use rt__place_sweep, linear. */
+#define RT__PLACE_EXACT_MAX 8192
 
 static int rt__buf_cmp(const void *a, const void *b)
 {
@@ -224,43 +273,93 @@ static int rt__buf_cmp(const void *a, const void *b)
     return x->t0 - y->t0;
 }
 
-static int rt__off_cmp(const void *a, const void *b)
-{
-    const rt__buf *x = *(rt__buf *const *)a, *y = *(rt__buf *const *)b;
-    return x->off < y->off ? -1 : x->off > y->off;
-}
-
-static uint64_t rt__plan_memory(rt__buf *bufs, int n, uint64_t *naive,
-                                rt__buf **order, rt__buf **live)
+/* Largest first, each at the lowest offset where no placed buffer whose
+ * interval overlaps collides. placed[] is kept sorted by offset, so the
+ * first gap is found in one scan. Returns the peak. */
+static uint64_t rt__place_greedy(rt__buf *bufs, int n, rt__buf **order, rt__buf **placed)
 {
     uint64_t peak = 0;
-    *naive = 0;
-    for (int i = 0; i < n; i++) {
-        order[i] = &bufs[i];
-        *naive += bufs[i].size;
-    }
+    for (int i = 0; i < n; i++) order[i] = &bufs[i];
     qsort(order, (size_t)n, sizeof *order, rt__buf_cmp);
     for (int i = 0; i < n; i++) {
         rt__buf *b = order[i];
-        int nl = 0;
-        for (int j = 0; j < i; j++) {
-            rt__buf *o = order[j];
-            if (o->t0 <= b->t1 && b->t0 <= o->t1) live[nl++] = o;
-        }
-        qsort(live, (size_t)nl, sizeof *live, rt__off_cmp);
         uint64_t off = 0;
-        for (int j = 0; j < nl; j++) {
-            if (live[j]->off >= off + b->size) break;
-            if (live[j]->off + live[j]->size > off) off = live[j]->off + live[j]->size;
+        for (int j = 0; j < i; j++) {
+            const rt__buf *o = placed[j];
+            if (o->t0 > b->t1 || b->t0 > o->t1) continue;
+            if (o->off >= off + b->size) break;
+            if (o->off + o->size > off) off = o->off + o->size;
         }
         b->off = off;
-        b->placed = 1;
+        int k = i;
+        while (k > 0 && placed[k - 1]->off > off) {
+            placed[k] = placed[k - 1];
+            k--;
+        }
+        placed[k] = b;
         if (off + b->size > peak) peak = off + b->size;
     }
     return peak;
 }
 
-/* ---------------------------------------------------------------- compile */
+/* Linear: walk the timeline; a buffer whose interval ended is free, and a
+ * new buffer takes the most recently freed block of its exact size, or
+ * the top of the arena. Deep graphs repeat a few sizes, so the blocks are
+ * reused as the greedy placement would. idx: 3 n ints of scratch. */
+static uint64_t rt__place_sweep(rt__buf *bufs, int n, int T, int *idx)
+{
+    int *by_t0 = idx, *by_t1 = idx + n, *next = idx + 2 * n;
+    int *cnt = calloc((size_t)T + 2, sizeof *cnt);
+    /* free blocks: size -> stack of buffers, open addressing */
+    uint64_t cap = 16;
+    while (cap < (uint64_t)n * 2) cap *= 2;
+    uint64_t *hk = calloc(cap, sizeof *hk);
+    int *hv = malloc(cap * sizeof *hv);
+    if (!cnt || !hk || !hv) {
+        free(cnt), free(hk), free(hv);
+        return UINT64_MAX;
+    }
+    /* counting sorts by t0 and by t1, stable */
+    for (int pass = 0; pass < 2; pass++) {
+        int *out = pass ? by_t1 : by_t0;
+        memset(cnt, 0, sizeof *cnt * ((size_t)T + 2));
+        for (int i = 0; i < n; i++) cnt[(pass ? bufs[i].t1 : bufs[i].t0) + 1]++;
+        for (int t = 0; t <= T; t++) cnt[t + 1] += cnt[t];
+        for (int i = 0; i < n; i++) out[cnt[pass ? bufs[i].t1 : bufs[i].t0]++] = i;
+    }
+    uint64_t top = 0;
+    int f = 0;
+    for (int a = 0; a < n; a++) {
+        rt__buf *b = &bufs[by_t0[a]];
+        /* free everything whose interval ended before b starts */
+        for (; f < n && bufs[by_t1[f]].t1 < b->t0; f++) {
+            const int i = by_t1[f];
+            uint64_t h = (bufs[i].size * 0x9e3779b97f4a7c15ull) & (cap - 1);
+            while (hk[h] && hk[h] != bufs[i].size) h = (h + 1) & (cap - 1);
+            if (!hk[h]) {
+                hk[h] = bufs[i].size;
+                hv[h] = -1;
+            }
+            next[i] = hv[h];
+            hv[h] = i;
+        }
+        uint64_t h = (b->size * 0x9e3779b97f4a7c15ull) & (cap - 1);
+        while (hk[h] && hk[h] != b->size) h = (h + 1) & (cap - 1);
+        if (hk[h] && hv[h] >= 0) {
+            b->off = bufs[hv[h]].off;
+            hv[h] = next[hv[h]];
+        } else {
+            b->off = top;
+            top += b->size;
+        }
+    }
+    free(cnt);
+    free(hk);
+    free(hv);
+    return top;
+}
+
+/* ------------------------------------------------------------------ passes */
 
 static const char *rt__dtype_name(rt_dtype dt)
 {
@@ -278,196 +377,168 @@ static uint64_t rt__align_bytes(uint64_t n)
     return (n + RT__ALIGN - 1) & ~(uint64_t)(RT__ALIGN - 1);
 }
 
-/* Per-entry compile state */
-typedef struct rt__ent {
-    int node;        /* index into the topological node array, -1 if none */
-    int alias;       /* entry this one reads through after fusion */
-    int needed;
-    int rg;          /* requires grad */
-    int param;       /* index into p->params, -1 */
-    int val_buf, grad_buf; /* rt__buf index, -1 */
-    int grad_written;
-    int consumers;
-} rt__ent;
-
-static int rt__compile(const rt_graph *g, const rt_train_config *cfg,
-                       rt_plan *p, rt__cc *cc)
+/* names unique across inputs, params and nodes; exactly one data input */
+static int rt__validate_names(rt__cc *cc, int *n_params)
 {
-    rt__arena *A = &p->arena;
-    const int n = g->n;
-    const int64_t B = cfg->batch_size;
-    int rc;
-
-    if ((rc = rt__check_config(cc, cfg)) < 0) return rc;
-    if (n == 0) return rt__cerr(cc, NULL, RT_EGRAPH, "graph is empty");
-    /* entry indices key the initializer RNG streams (RT__STREAM_INIT + i) */
-    if (n > (1 << 20))
-        return rt__cerr(cc, NULL, RT_ETOOBIG, "graph has %d entries, max %d", n, 1 << 20);
-
-    rt__ent *E = rt__arena_alloc(A, sizeof *E * (size_t)n);
-    rt__shape *shape = rt__arena_alloc(A, sizeof *shape * (size_t)n);
-    p->entry_name = rt__arena_alloc(A, sizeof(char *) * (size_t)n);
-    rt__names names;
-    if (!E || !shape || !p->entry_name || rt__names_init(&names, A, n) < 0)
-        return RT_ENOMEM;
-    p->n_entries = n;
-
-    /* names: unique across inputs, params and nodes */
-    int input = -1, n_inputs = 0, n_nodes = 0, n_params = 0;
-    for (int i = 0; i < n; i++) {
-        const rt__entry *e = &g->e[i];
-        if (!(p->entry_name[i] = rt__arena_strdup(A, e->name))) return RT_ENOMEM;
-        if (rt__names_put(&names, p->entry_name[i], i) >= 0)
+    rt_plan *p = cc->p;
+    int n_inputs = 0;
+    *n_params = 0;
+    for (int i = 0; i < cc->n; i++) {
+        const rt__entry *e = &cc->g->e[i];
+        if (!(p->entry_name[i] = rt__arena_strdup(cc->A, e->name))) return RT_ENOMEM;
+        if (rt__names_put(&cc->names, p->entry_name[i], i) >= 0)
             return rt__cerr(cc, NULL, RT_EGRAPH, "duplicate name '%s'", e->name);
-        E[i].node = E[i].param = E[i].val_buf = E[i].grad_buf = -1;
-        E[i].alias = i;
+        rt__ent *E = &cc->E[i];
+        E->node = E->param = E->val_buf = E->grad_buf = -1;
+        E->alias = i;
         if (e->kind == RT__T_INPUT) {
             n_inputs++;
-            input = i;
+            cc->input = i;
         } else if (e->kind == RT__T_NODE) {
-            n_nodes++;
+            cc->n_graph_nodes++;
         } else {
-            n_params++;
+            (*n_params)++;
         }
     }
     if (n_inputs != 1)
         return rt__cerr(cc, NULL, RT_EGRAPH, "graph has %d data inputs; exactly one is supported",
                         n_inputs);
+    return 0;
+}
 
-    /* the data input: dims[0] is the batch */
-    {
-        const rt__entry *e = &g->e[input];
-        if (e->dt != RT_F32)
-            return rt__cerr(cc, NULL, RT_EDTYPE, "input '%s' is %s; the data input must be f32",
-                            e->name, rt__dtype_name(e->dt));
-        if (e->shape.ndim < 1)
-            return rt__cerr(cc, NULL, RT_ESHAPE, "input '%s' needs a batch dim", e->name);
-        if (e->shape.d[0] != RT_BATCH && e->shape.d[0] != B)
-            return rt__cerr(cc, NULL, RT_ESHAPE,
-                            "input '%s': batch dim %lld is neither RT_BATCH nor batch_size %lld",
-                            e->name, (long long)e->shape.d[0], (long long)B);
-        rt__shape s = {.ndim = e->shape.ndim - 1, .batched = 1};
-        int64_t numel = B;
-        for (int i = 1; i < e->shape.ndim; i++) {
-            s.d[i - 1] = e->shape.d[i];
-            if (e->shape.d[i] <= 0)
-                return rt__cerr(cc, NULL, RT_ESHAPE, "input '%s': dim %d is %lld",
-                                e->name, i, (long long)e->shape.d[i]);
-            if (__builtin_mul_overflow(numel, e->shape.d[i], &numel) ||
-                numel > RT__MAX_NUMEL)
-                return rt__cerr(cc, NULL, RT_EOVERFLOW, "input '%s': batch of %lld is too large",
-                                e->name, (long long)B);
-        }
-        shape[input] = s;
-        p->in_shape = s;
-        p->in_numel = rt__shape_numel(&s);
+/* the data input: f32, dims[0] is the batch */
+static int rt__validate_input(rt__cc *cc)
+{
+    const rt__entry *e = &cc->g->e[cc->input];
+    const int64_t B = cc->B;
+    if (e->dt != RT_F32)
+        return rt__cerr(cc, NULL, RT_EDTYPE, "input '%s' is %s; the data input must be f32",
+                        e->name, rt__dtype_name(e->dt));
+    if (e->shape.ndim < 1)
+        return rt__cerr(cc, NULL, RT_ESHAPE, "input '%s' needs a batch dim", e->name);
+    if (e->shape.d[0] != RT_BATCH && e->shape.d[0] != B)
+        return rt__cerr(cc, NULL, RT_ESHAPE,
+                        "input '%s': batch dim %lld is neither RT_BATCH nor batch_size %lld",
+                        e->name, (long long)e->shape.d[0], (long long)B);
+    rt__shape s = {.ndim = e->shape.ndim - 1, .batched = 1};
+    int64_t numel = B;
+    for (int i = 1; i < e->shape.ndim; i++) {
+        s.d[i - 1] = e->shape.d[i];
+        if (e->shape.d[i] <= 0)
+            return rt__cerr(cc, NULL, RT_ESHAPE, "input '%s': dim %d is %lld", e->name, i,
+                            (long long)e->shape.d[i]);
+        if (__builtin_mul_overflow(numel, e->shape.d[i], &numel) || numel > RT__MAX_NUMEL)
+            return rt__cerr(cc, NULL, RT_EOVERFLOW, "input '%s': batch of %lld is too large",
+                            e->name, (long long)B);
     }
+    cc->shape[cc->input] = s;
+    cc->p->in_shape = s;
+    cc->p->in_numel = rt__shape_numel(&s);
+    return 0;
+}
 
-    /* parameters: trainable first so their gradients form one flat block */
-    p->params = rt__arena_alloc(A, sizeof(rt__param) * (size_t)(n_params ? n_params : 1));
-    if (!p->params) return RT_ENOMEM;
-    for (int pass = 0; pass < 2; pass++) {
-        for (int i = 0; i < n; i++) {
-            const rt__entry *e = &g->e[i];
-            if (e->kind != RT__T_PARAM || e->trainable != (pass == 0)) continue;
-            rt__param *pr = &p->params[p->n_params];
-            int64_t numel = 1;
-            for (int d = 0; d < e->shape.ndim; d++) {
-                if (e->shape.d[d] <= 0)
-                    return rt__cerr(cc, NULL, RT_ESHAPE, "param '%s': dim %d is %lld",
-                                    e->name, d, (long long)e->shape.d[d]);
-                if (__builtin_mul_overflow(numel, e->shape.d[d], &numel) ||
-                    numel > RT__MAX_NUMEL)
-                    return rt__cerr(cc, NULL, RT_EOVERFLOW, "param '%s': more than %lld elements",
-                                    e->name, (long long)RT__MAX_NUMEL);
-            }
-            pr->name = p->entry_name[i];
-            pr->shape = e->shape;
-            pr->shape.batched = 0;
-            pr->numel = rt__shape_numel(&pr->shape);
-            pr->trainable = e->trainable;
-            pr->init = e->init;
-            pr->entry = i;
-            if (e->init < RT_INIT_DEFAULT || e->init > RT_INIT_HE_UNIFORM)
-                return rt__cerr(cc, NULL, RT_EINVAL, "param '%s': unknown initializer %d",
-                                e->name, (int)e->init);
-            if (e->value) {
-                pr->value = rt__arena_memdup(A, e->value, sizeof(float) * (size_t)pr->numel);
-                if (!pr->value) return RT_ENOMEM;
-            }
-            /* 16-float alignment keeps every parameter on its own lines */
-            int64_t sz = (pr->numel + 15) & ~(int64_t)15;
-            pr->off = p->param_floats;
-            if (pr->trainable) {
-                pr->goff = p->train_floats;
-                p->train_floats += sz;
-            } else {
-                pr->goff = -1;
-            }
-            p->param_floats += sz;
-            if (p->param_floats > RT__MAX_NUMEL)
-                return rt__cerr(cc, NULL, RT_EOVERFLOW, "parameters exceed %lld floats",
-                                (long long)RT__MAX_NUMEL);
-            E[i].param = p->n_params;
-            shape[i] = pr->shape;
-            p->n_params++;
-        }
+/* one parameter: dims, initializer, its place in the parameter block */
+static int rt__validate_param(rt__cc *cc, int i)
+{
+    rt_plan *p = cc->p;
+    const rt__entry *e = &cc->g->e[i];
+    rt__param *pr = &p->params[p->n_params];
+    int64_t numel = 1;
+    for (int d = 0; d < e->shape.ndim; d++) {
+        if (e->shape.d[d] <= 0)
+            return rt__cerr(cc, NULL, RT_ESHAPE, "param '%s': dim %d is %lld", e->name, d,
+                            (long long)e->shape.d[d]);
+        if (__builtin_mul_overflow(numel, e->shape.d[d], &numel) || numel > RT__MAX_NUMEL)
+            return rt__cerr(cc, NULL, RT_EOVERFLOW, "param '%s': more than %lld elements",
+                            e->name, (long long)RT__MAX_NUMEL);
     }
-
-    /* nodes: op, arity, inputs resolve */
-    rt__node *tmp = rt__arena_alloc(A, sizeof(rt__node) * (size_t)(n_nodes ? n_nodes : 1));
-    int *tmp_of = rt__arena_alloc(A, sizeof(int) * (size_t)n);
-    if (!tmp || !tmp_of) return RT_ENOMEM;
-    int k = 0;
-    for (int i = 0; i < n; i++) {
-        const rt__entry *e = &g->e[i];
-        tmp_of[i] = -1;
-        if (e->kind != RT__T_NODE) continue;
-        rt__node *nd = &tmp[k];
-        tmp_of[i] = k++;
-        nd->name = p->entry_name[i];
-        nd->id = i;
-        nd->op = rt__op_find(e->op);
-        if (!nd->op)
-            return rt__cerr(cc, nd, RT_EUNKNOWN_OP, "unknown op '%s'", e->op);
-        if (e->n_in < nd->op->min_in || e->n_in > nd->op->max_in || e->n_in > RT__MAX_IN)
-            return rt__cerr(cc, nd, RT_EGRAPH, "%s takes %d..%d inputs, got %d",
-                            nd->op->name, nd->op->min_in, nd->op->max_in, e->n_in);
-        nd->n_in = e->n_in;
-        for (int j = 0; j < e->n_in; j++) {
-            int src = rt__names_get(&names, e->in[j]);
-            if (src < 0)
-                return rt__cerr(cc, nd, RT_EGRAPH, "input '%s' is not defined", e->in[j]);
-            if (src == i)
-                return rt__cerr(cc, nd, RT_ECYCLE, "node reads its own output");
-            nd->in[j] = src;
-            nd->in_name[j] = p->entry_name[src];
-        }
-        nd->n_attr = e->n_attr;
-        nd->attrs = e->attrs; /* copied below */
-        rt_attr *at = rt__arena_alloc(A, sizeof(rt_attr) * (size_t)(e->n_attr ? e->n_attr : 1));
-        if (!at) return RT_ENOMEM;
-        for (int j = 0; j < e->n_attr; j++) {
-            at[j] = e->attrs[j];
-            at[j].name = rt__arena_strdup(A, e->attrs[j].name);
-            if (!at[j].name) return RT_ENOMEM;
-            if (at[j].kind == RT_ATTR_STR && !(at[j].s = rt__arena_strdup(A, e->attrs[j].s)))
-                return RT_ENOMEM;
-            if (at[j].kind == RT_ATTR_INTS && at[j].n &&
-                !(at[j].ints = rt__arena_memdup(A, e->attrs[j].ints, sizeof(int64_t) * (size_t)at[j].n)))
-                return RT_ENOMEM;
-            if (at[j].kind == RT_ATTR_FLOATS && at[j].n &&
-                !(at[j].floats = rt__arena_memdup(A, e->attrs[j].floats, sizeof(float) * (size_t)at[j].n)))
-                return RT_ENOMEM;
-        }
-        nd->attrs = at;
+    pr->name = p->entry_name[i];
+    pr->shape = e->shape;
+    pr->shape.batched = 0;
+    pr->numel = rt__shape_numel(&pr->shape);
+    pr->trainable = e->trainable;
+    pr->init = e->init;
+    pr->entry = i;
+    if (e->init < RT_INIT_DEFAULT || e->init > RT_INIT_HE_UNIFORM)
+        return rt__cerr(cc, NULL, RT_EINVAL, "param '%s': unknown initializer %d", e->name,
+                        (int)e->init);
+    if (e->value) {
+        pr->value = rt__arena_memdup(cc->A, e->value, sizeof(float) * (size_t)pr->numel);
+        if (!pr->value) return RT_ENOMEM;
     }
+    /* 16-float alignment keeps every parameter on its own lines */
+    int64_t sz = (pr->numel + 15) & ~(int64_t)15;
+    pr->off = p->param_floats;
+    if (pr->trainable) {
+        pr->goff = p->train_floats;
+        p->train_floats += sz;
+    } else {
+        pr->goff = -1;
+    }
+    p->param_floats += sz;
+    if (p->param_floats > RT__MAX_NUMEL)
+        return rt__cerr(cc, NULL, RT_EOVERFLOW, "parameters exceed %lld floats",
+                        (long long)RT__MAX_NUMEL);
+    cc->E[i].param = p->n_params;
+    cc->shape[i] = pr->shape;
+    p->n_params++;
+    return 0;
+}
 
-    /* topological order by iterative DFS; a grey node met again is a cycle */
-    p->nodes = rt__arena_alloc(A, sizeof(rt__node) * (size_t)(n_nodes ? n_nodes : 1));
-    unsigned char *color = rt__arena_alloc(A, (size_t)n);
-    int *stack = rt__arena_alloc(A, sizeof(int) * (size_t)n * 2);
-    if (!p->nodes || !color || !stack) return RT_ENOMEM;
+/* a copy of the entry's attributes in the plan's arena */
+static int rt__copy_attrs(rt__cc *cc, rt__node *nd, const rt__entry *e)
+{
+    rt_attr *at = rt__arena_alloc(cc->A, sizeof(rt_attr) * (size_t)(e->n_attr ? e->n_attr : 1));
+    if (!at) return RT_ENOMEM;
+    for (int j = 0; j < e->n_attr; j++) {
+        const rt_attr *s = &e->attrs[j];
+        at[j] = *s;
+        if (!(at[j].name = rt__arena_strdup(cc->A, s->name))) return RT_ENOMEM;
+        if (s->kind == RT_ATTR_STR && !(at[j].s = rt__arena_strdup(cc->A, s->s)))
+            return RT_ENOMEM;
+        if (s->kind == RT_ATTR_INTS && s->n &&
+            !(at[j].ints = rt__arena_memdup(cc->A, s->ints, sizeof(int64_t) * (size_t)s->n)))
+            return RT_ENOMEM;
+        if (s->kind == RT_ATTR_FLOATS && s->n &&
+            !(at[j].floats = rt__arena_memdup(cc->A, s->floats, sizeof(float) * (size_t)s->n)))
+            return RT_ENOMEM;
+    }
+    nd->n_attr = e->n_attr;
+    nd->attrs = at;
+    return 0;
+}
+
+/* one node: known op, arity, inputs that exist */
+static int rt__validate_node(rt__cc *cc, int i, rt__node *nd)
+{
+    const rt__entry *e = &cc->g->e[i];
+    nd->name = cc->p->entry_name[i];
+    nd->id = i;
+    nd->op = rt__op_find(e->op);
+    if (!nd->op) return rt__cerr(cc, nd, RT_EUNKNOWN_OP, "unknown op '%s'", e->op);
+    if (e->n_in < nd->op->min_in || e->n_in > nd->op->max_in || e->n_in > RT__MAX_IN)
+        return rt__cerr(cc, nd, RT_EGRAPH, "%s takes %d..%d inputs, got %d", nd->op->name,
+                        nd->op->min_in, nd->op->max_in, e->n_in);
+    nd->n_in = e->n_in;
+    for (int j = 0; j < e->n_in; j++) {
+        int src = rt__names_get(&cc->names, e->in[j]);
+        if (src < 0) return rt__cerr(cc, nd, RT_EGRAPH, "input '%s' is not defined", e->in[j]);
+        if (src == i) return rt__cerr(cc, nd, RT_ECYCLE, "node reads its own output");
+        nd->in[j] = src;
+        nd->in_name[j] = cc->p->entry_name[src];
+    }
+    return rt__copy_attrs(cc, nd, e);
+}
+
+/* p->nodes = tmp in topological order, by iterative DFS; a grey node met
+ * again is a cycle */
+static int rt__topo_order(rt__cc *cc, const rt__node *tmp, const int *tmp_of)
+{
+    rt_plan *p = cc->p;
+    const int n = cc->n;
+    unsigned char *color = rt__arena_alloc(cc->A, (size_t)n);
+    int *stack = rt__arena_alloc(cc->A, sizeof(int) * (size_t)n * 2);
+    if (!color || !stack) return RT_ENOMEM;
     int n_topo = 0;
     for (int s = 0; s < n; s++) {
         if (tmp_of[s] < 0 || color[s]) continue;
@@ -483,8 +554,7 @@ static int rt__compile(const rt_graph *g, const rt_train_config *cfg,
                 int u = nd->in[j];
                 if (tmp_of[u] < 0) continue;
                 if (color[u] == 1)
-                    return rt__cerr(cc, nd, RT_ECYCLE, "cycle through '%s'",
-                                    p->entry_name[u]);
+                    return rt__cerr(cc, nd, RT_ECYCLE, "cycle through '%s'", p->entry_name[u]);
                 if (color[u] == 0) {
                     color[u] = 1;
                     stack[sp++] = u;
@@ -492,30 +562,112 @@ static int rt__compile(const rt_graph *g, const rt_train_config *cfg,
                 }
             } else {
                 color[v] = 2;
-                E[v].node = n_topo;
+                cc->E[v].node = n_topo;
                 p->nodes[n_topo++] = *nd;
                 sp -= 2;
             }
         }
     }
     p->n_nodes = n_topo;
+    return 0;
+}
 
-    /* shape and dtype inference in order; every node is checked, needed or not */
-    for (int i = 0; i < n_topo; i++) {
+/* validate: the config is in range; the graph is non-empty and at most
+ * 2^20 entries (they key the initializer RNG streams); names are unique;
+ * one f32 data input with a batch dim; parameter dims > 0 and under
+ * RT__MAX_NUMEL; every node has a known op, its arity, defined inputs;
+ * no cycles. Sets: names, E, p->entry_name, p->in_shape, p->params
+ * (trainable first, so their gradients form one flat block), p->nodes in
+ * topological order with attributes copied into the plan's arena. */
+static int rt__pass_validate(rt__cc *cc)
+{
+    rt_plan *p = cc->p;
+    const int n = cc->g->n;
+    int rc, n_params;
+    if ((rc = rt__check_config(cc, cc->cfg)) < 0) return rc;
+    if (n == 0) return rt__cerr(cc, NULL, RT_EGRAPH, "graph is empty");
+    if (n > (1 << 20))
+        return rt__cerr(cc, NULL, RT_ETOOBIG, "graph has %d entries, max %d", n, 1 << 20);
+    cc->n = n;
+    cc->E = rt__arena_alloc(cc->A, sizeof *cc->E * (size_t)n);
+    cc->shape = rt__arena_alloc(cc->A, sizeof *cc->shape * (size_t)n);
+    p->entry_name = rt__arena_alloc(cc->A, sizeof(char *) * (size_t)n);
+    if (!cc->E || !cc->shape || !p->entry_name || rt__names_init(&cc->names, cc->A, n) < 0)
+        return RT_ENOMEM;
+    p->n_entries = n;
+    if ((rc = rt__validate_names(cc, &n_params)) < 0 || (rc = rt__validate_input(cc)) < 0)
+        return rc;
+    p->params = rt__arena_alloc(cc->A, sizeof(rt__param) * (size_t)(n_params ? n_params : 1));
+    if (!p->params) return RT_ENOMEM;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++)
+            if (cc->g->e[i].kind == RT__T_PARAM && cc->g->e[i].trainable == (pass == 0) &&
+                (rc = rt__validate_param(cc, i)) < 0)
+                return rc;
+    const size_t nn = (size_t)(cc->n_graph_nodes ? cc->n_graph_nodes : 1);
+    rt__node *tmp = rt__arena_alloc(cc->A, sizeof(rt__node) * nn);
+    int *tmp_of = rt__arena_alloc(cc->A, sizeof(int) * (size_t)n);
+    p->nodes = rt__arena_alloc(cc->A, sizeof(rt__node) * nn);
+    if (!tmp || !tmp_of || !p->nodes) return RT_ENOMEM;
+    for (int i = 0, k = 0; i < n; i++) {
+        tmp_of[i] = -1;
+        if (cc->g->e[i].kind != RT__T_NODE) continue;
+        tmp_of[i] = k;
+        if ((rc = rt__validate_node(cc, i, &tmp[k++])) < 0) return rc;
+    }
+    return rt__topo_order(cc, tmp, tmp_of);
+}
+
+/* the output entry: as named, or the last node */
+static int rt__find_output(rt__cc *cc)
+{
+    const rt__ent *E = cc->E;
+    int out = -1;
+    if (cc->g->output) {
+        out = rt__names_get(&cc->names, cc->g->output);
+        if (out < 0)
+            return rt__cerr(cc, NULL, RT_EGRAPH, "output '%s' is not defined", cc->g->output);
+        if (E[out].node < 0)
+            return rt__cerr(cc, NULL, RT_EGRAPH, "output '%s' is not a node", cc->g->output);
+    } else {
+        for (int i = cc->n - 1; i >= 0 && out < 0; i--)
+            if (E[i].node >= 0) out = i;
+        if (out < 0) return rt__cerr(cc, NULL, RT_EGRAPH, "graph has no nodes");
+    }
+    if (!cc->shape[out].batched)
+        return rt__cerr(cc, &cc->p->nodes[E[out].node], RT_ESHAPE,
+                        "the output does not depend on the batch");
+    cc->out = out;
+    return 0;
+}
+
+/* infer_shapes: in topological order, every node (needed or not) gets its
+ * inputs' dtypes (f32 only) and shapes, runs its op's infer (output shape
+ * and typed parameters), must be supported by the backend, and has dims
+ * > 0 whose product at full batch neither overflows nor passes
+ * RT__MAX_NUMEL. Then the output is resolved and the nodes it needs are
+ * marked, with each value's reader count (E.needed, E.consumers). */
+static int rt__pass_infer_shapes(rt__cc *cc)
+{
+    rt_plan *p = cc->p;
+    const rt__backend *be = p->backend;
+    int rc;
+    for (int i = 0; i < p->n_nodes; i++) {
         rt__node *nd = &p->nodes[i];
         for (int j = 0; j < nd->n_in; j++) {
-            const rt__entry *src = &g->e[nd->in[j]];
+            const rt__entry *src = &cc->g->e[nd->in[j]];
             nd->in_dt[j] = src->dt;
             if (src->dt != RT_F32)
                 return rt__cerr(cc, nd, RT_EDTYPE, "input '%s' is %s, expects f32",
                                 nd->in_name[j], rt__dtype_name(src->dt));
-            nd->in_shape[j] = &shape[nd->in[j]];
+            nd->in_shape[j] = &cc->shape[nd->in[j]];
         }
+        nd->bwd_needs_out = nd->op->bwd_needs_out;
         if ((rc = nd->op->infer(cc, nd)) < 0) return rc;
-        if (!p->backend->supports_op(nd->op, nd))
-            return rt__cerr(cc, nd, RT_EUNIMPLEMENTED, "%s has no %s kernel",
-                            nd->op->name, p->backend->name);
-        int64_t numel = nd->out.batched ? B : 1;
+        if (!be->supports_op(be->context, nd))
+            return rt__cerr(cc, nd, RT_EUNIMPLEMENTED, "%s has no %s kernel", nd->op->name,
+                            be->name);
+        int64_t numel = nd->out.batched ? cc->B : 1;
         for (int d = 0; d < nd->out.ndim; d++) {
             if (nd->out.d[d] <= 0)
                 return rt__cerr(cc, nd, RT_ESHAPE, "output dim %d is %lld", d,
@@ -524,110 +676,30 @@ static int rt__compile(const rt_graph *g, const rt_train_config *cfg,
                 return rt__cerr(cc, nd, RT_EOVERFLOW, "output is larger than %lld elements",
                                 (long long)RT__MAX_NUMEL);
         }
-        shape[nd->id] = nd->out;
+        cc->shape[nd->id] = nd->out;
     }
-
-    /* the output */
-    int out = -1;
-    if (g->output) {
-        out = rt__names_get(&names, g->output);
-        if (out < 0)
-            return rt__cerr(cc, NULL, RT_EGRAPH, "output '%s' is not defined", g->output);
-        if (E[out].node < 0)
-            return rt__cerr(cc, NULL, RT_EGRAPH, "output '%s' is not a node", g->output);
-    } else {
-        for (int i = n - 1; i >= 0 && out < 0; i--)
-            if (E[i].node >= 0) out = i;
-        if (out < 0) return rt__cerr(cc, NULL, RT_EGRAPH, "graph has no nodes");
-    }
-    if (!shape[out].batched)
-        return rt__cerr(cc, &p->nodes[E[out].node], RT_ESHAPE,
-                        "the output does not depend on the batch");
-
-    /* which nodes the output needs */
-    for (int i = n_topo - 1; i >= 0; i--) {
+    if ((rc = rt__find_output(cc)) < 0) return rc;
+    for (int i = p->n_nodes - 1; i >= 0; i--) {
         const rt__node *nd = &p->nodes[i];
-        if (nd->id == out) E[nd->id].needed = 1;
-        if (!E[nd->id].needed) continue;
+        if (nd->id == cc->out) cc->E[nd->id].needed = 1;
+        if (!cc->E[nd->id].needed) continue;
         for (int j = 0; j < nd->n_in; j++) {
-            E[nd->in[j]].needed = 1;
-            E[nd->in[j]].consumers++;
+            cc->E[nd->in[j]].needed = 1;
+            cc->E[nd->in[j]].consumers++;
         }
     }
+    return 0;
+}
 
-    /* fusion: Dense -> Relu/Sigmoid/Tanh when the Dense output has no other
-     * reader; the activation then runs inside the GEMM's output loop */
-    for (int i = 0; i < n_topo; i++) {
-        rt__node *nd = &p->nodes[i];
-        if (!E[nd->id].needed || nd->n_in != 1) continue;
-        int act = nd->op == &rt__op_relu ? RT__ACT_RELU
-                  : nd->op == &rt__op_sigmoid ? RT__ACT_SIGMOID
-                  : nd->op == &rt__op_tanh ? RT__ACT_TANH : 0;
-        int src = nd->in[0];
-        if (nd->op == &rt__op_maxpool2d && E[src].node >= 0 && E[src].consumers == 1 &&
-            src != out && p->nodes[E[src].node].op == &rt__op_conv2d &&
-            rt_kern_conv2d_fuse_maxpool(&p->nodes[E[src].node], nd)) {
-            /* Conv2D -> MaxPool2D (non-overlapping): the convolution pools
-             * its output chunk by chunk (rt_kern_conv.h) */
-            shape[src] = p->nodes[E[src].node].out;
-            E[nd->id].alias = src;
-            E[nd->id].needed = 0;
-            continue;
-        }
-        if (!act || E[src].node < 0 || E[src].consumers != 1 || src == out) continue;
-        rt__node *dn = &p->nodes[E[src].node];
-        if (dn->op != &rt__op_dense || dn->act) continue;
-        dn->act = act;
-        dn->scratch_per_sample = dn->out.batched ? rt__shape_numel(&dn->out) : 0;
-        dn->scratch_fixed = dn->out.batched ? 0 : rt__shape_numel(&dn->out);
-        E[nd->id].alias = src;
-        E[nd->id].needed = 0;
-        /* the Dense node now produces the activation's value under its name */
-    }
-    int out_e = E[out].alias;
-    for (int i = 0; i < n_topo; i++) {
-        rt__node *nd = &p->nodes[i];
-        for (int j = 0; j < nd->n_in; j++) {
-            nd->in[j] = E[nd->in[j]].alias;
-            nd->in_shape[j] = &shape[nd->in[j]];
-        }
-    }
-
-    /* compact to the needed nodes */
-    int m = 0;
-    for (int i = 0; i < n_topo; i++) {
-        if (!E[p->nodes[i].id].needed) continue;
-        p->nodes[m] = p->nodes[i];
-        E[p->nodes[m].id].node = m;
-        m++;
-    }
-    for (int i = 0; i < n_topo; i++)
-        if (!E[p->nodes[i].id].needed) E[p->nodes[i].id].node = -1;
-    /* entries of dropped nodes must not be found again */
-    for (int i = 0; i < n; i++)
-        if (g->e[i].kind == RT__T_NODE && !E[i].needed) E[i].node = -1;
-    for (int i = 0; i < m; i++) E[p->nodes[i].id].node = i;
-    p->n_nodes = m;
-    p->out_shape = shape[out_e];
-
-    /* (Sparse) CE on a Softmax's probabilities: Keras computes it from the
-     * Softmax's input (its TF backend finds the logits behind a Softmax),
-     * which is exact where clipping probabilities is not, and it lets the
-     * loss write the logits' gradient directly (softmax + loss backward in
-     * one pass). The Softmax still runs: predictions are probabilities. */
-    int sm_in = -1;
-    {
-        const rt__node *on = &p->nodes[E[out_e].node];
-        if (on->op == &rt__op_softmax && !cfg->from_logits &&
-            (cfg->loss == RT_LOSS_SPARSE_CE || cfg->loss == RT_LOSS_CE))
-            sm_in = on->in[0];
-    }
-
-    /* the loss against the output */
+/* the loss against the output (after fusion) */
+static int rt__setup_loss(rt__cc *cc, int softmax_fused)
+{
+    rt_plan *p = cc->p;
+    const rt_train_config *cfg = cc->cfg;
     rt__lossinfo *L = &p->loss;
     L->kind = cfg->loss;
-    L->from_logits = cfg->from_logits != 0 || sm_in >= 0;
-    L->softmax_fused = sm_in >= 0;
+    L->from_logits = cfg->from_logits != 0 || softmax_fused;
+    L->softmax_fused = softmax_fused;
     L->out_numel = rt__shape_numel(&p->out_shape);
     L->classes = p->out_shape.ndim ? p->out_shape.d[p->out_shape.ndim - 1] : 1;
     L->rows = L->out_numel / L->classes;
@@ -635,157 +707,307 @@ static int rt__compile(const rt_graph *g, const rt_train_config *cfg,
     for (int i = 0; i < cfg->label_ndim; i++) L->lab_numel *= cfg->label_dims[i];
     L->lab_dt = cfg->label_dtype;
     L->acc = (cfg->metrics & RT_METRIC_ACCURACY) != 0;
-    if ((rc = rt__loss_check(L, cfg, cc->err, cc->errlen)) < 0) return rc;
-    if (__builtin_mul_overflow(L->lab_numel, B, &(int64_t){0}) || L->lab_numel * B > RT__MAX_NUMEL)
+    int rc = rt__loss_check(L, cfg, cc->err, cc->errlen);
+    if (rc < 0) return rc;
+    int64_t lab_total;
+    if (__builtin_mul_overflow(L->lab_numel, cc->B, &lab_total) || lab_total > RT__MAX_NUMEL)
         return rt__cerr(cc, NULL, RT_EOVERFLOW, "labels too large");
+    return 0;
+}
 
-    /* requires-grad */
-    for (int i = 0; i < n; i++)
+/* fuse: each needed node whose only input value comes from a node with no
+ * other reader (and that is not the output) is offered to the backend as
+ * the pair (producer op, reader op); when the backend has a kernel for the
+ * pair and its can_fuse agrees, the producer absorbs the reader (fused,
+ * fused_p, out) and the reader's entry reads through to the producer
+ * (E.alias). Then the node list is compacted to the needed nodes, inputs
+ * are re-pointed through aliases, and the loss is set up: (sparse) CE on
+ * a Softmax output reads the logits when the backend has the rule
+ * (Softmax, rt__op_crossentropy), as Keras' TF backend does, which is exact
+ * where clipping probabilities is not. Sets p->nodes/n_nodes, p->out_shape,
+ * p->loss, cc->out_e and cc->loss_e. */
+static int rt__pass_fuse(rt__cc *cc)
+{
+    rt_plan *p = cc->p;
+    const rt__backend *be = p->backend;
+    rt__ent *E = cc->E;
+    for (int i = 0; i < p->n_nodes; i++) {
+        rt__node *nd = &p->nodes[i];
+        if (!E[nd->id].needed || nd->n_in != 1) continue;
+        const int src = nd->in[0];
+        if (E[src].node < 0 || E[src].consumers != 1 || src == cc->out) continue;
+        rt__node *pn = &p->nodes[E[src].node];
+        if (pn->fused) continue;
+        const rt__kernel *k = be->kernel(be->context, pn->op, nd->op);
+        if (!k || (k->can_fuse && !k->can_fuse(pn, nd))) continue;
+        pn->fused = nd->op;
+        pn->fused_p = nd->p;
+        pn->out = nd->out;
+        pn->bwd_needs_out |= nd->op->bwd_needs_out;
+        cc->shape[src] = pn->out;
+        E[nd->id].alias = src;
+        E[nd->id].needed = 0;
+    }
+    cc->out_e = E[cc->out].alias;
+    int m = 0;
+    for (int i = 0; i < p->n_nodes; i++) {
+        rt__node *nd = &p->nodes[i];
+        for (int j = 0; j < nd->n_in; j++) {
+            nd->in[j] = E[nd->in[j]].alias;
+            nd->in_shape[j] = &cc->shape[nd->in[j]];
+        }
+        E[nd->id].node = -1;
+        if (E[nd->id].needed) p->nodes[m++] = *nd;
+    }
+    for (int i = 0; i < m; i++) E[p->nodes[i].id].node = i;
+    p->n_nodes = m;
+    p->out_shape = cc->shape[cc->out_e];
+    const rt__node *on = &p->nodes[E[cc->out_e].node];
+    const int ce = (cc->cfg->loss == RT_LOSS_SPARSE_CE || cc->cfg->loss == RT_LOSS_CE) &&
+                   !cc->cfg->from_logits;
+    const int sm = ce && !on->fused && be->kernel(be->context, on->op, &rt__op_crossentropy);
+    cc->loss_e = sm ? on->in[0] : cc->out_e;
+    return rt__setup_loss(cc, sm);
+}
+
+/* backward: marks which values require a gradient (trainable parameters
+ * and what depends on them, except through an op's no_grad_in), then
+ * lists the calls: n_fwd forward calls in topological order, then a
+ * backward call for each node in reverse order whose output gradient was
+ * written (the loss writes the loss value's). A call's accum bit j says
+ * input j's gradient was already written by another reader, so it adds.
+ * Sets p->calls (nd, bwd, accum), p->n_fwd, p->n_bwd, cc->need_dx and
+ * the forward+backward FLOPs. */
+static int rt__pass_backward(rt__cc *cc)
+{
+    rt_plan *p = cc->p;
+    rt__ent *E = cc->E;
+    const int m = p->n_nodes;
+    for (int i = 0; i < cc->n; i++)
         if (E[i].param >= 0) E[i].rg = p->params[E[i].param].trainable;
     for (int i = 0; i < m; i++) {
-        rt__node *nd = &p->nodes[i];
+        const rt__node *nd = &p->nodes[i];
         for (int j = 0; j < nd->n_in; j++)
             if (E[nd->in[j]].rg && !((nd->op->no_grad_in >> j) & 1u)) E[nd->id].rg = 1;
     }
-
-    /* buffers and calls */
-    int max_bufs = 2 + 4 * m + 2;
-    rt__buf *bufs = rt__arena_alloc(A, sizeof *bufs * (size_t)max_bufs);
-    p->calls = rt__arena_alloc(A, sizeof(rt__call) * (size_t)(2 * m + 1));
-    rt__buf **order = rt__arena_alloc(A, sizeof *order * (size_t)max_bufs * 2);
-    if (!bufs || !p->calls || !order) return RT_ENOMEM;
-    int nb = 0;
-    const int t_loss = 1 + m;
-#define RT__NEWBUF(bytes, t)                                                  \
-    (bufs[nb] = (rt__buf){.size = rt__align_bytes(bytes), .t0 = (t), .t1 = (t)}, nb++)
-    int x_buf = RT__NEWBUF((uint64_t)B * (uint64_t)p->in_numel * 4, 0);
-    int lab_buf = RT__NEWBUF((uint64_t)B * (uint64_t)L->lab_numel * 4, 0);
-    bufs[lab_buf].t1 = t_loss;
-    E[input].val_buf = x_buf;
-    int *scr_buf = rt__arena_alloc(A, sizeof(int) * (size_t)(2 * m + 1));
-    if (!scr_buf) return RT_ENOMEM;
-
-    uint64_t flops = 0;
-    for (int i = 0; i < m; i++) {
-        rt__node *nd = &p->nodes[i];
-        const int t = 1 + i;
-        uint64_t bytes = (uint64_t)rt__numel_n(&nd->out, B) * 4;
-        E[nd->id].val_buf = RT__NEWBUF(bytes, t);
-        for (int j = 0; j < nd->n_in; j++) {
-            int vb = E[nd->in[j]].val_buf;
-            if (vb >= 0 && bufs[vb].t1 < t) bufs[vb].t1 = t;
-        }
-        scr_buf[i] = -1;
-        int64_t scr = nd->scratch_per_sample * B + nd->scratch_fixed;
-        if (scr > 0) scr_buf[i] = RT__NEWBUF((uint64_t)scr * 4, t);
-        rt__call *c = &p->calls[i];
-        c->nd = nd;
-        p->backend->kernels(nd->op, nd, &c->fn, &(rt__kfn){0});
-    }
-    bufs[E[out_e].val_buf].t1 = t_loss;
-    const int loss_e = sm_in >= 0 ? sm_in : out_e; /* the value the loss reads */
-    if (bufs[E[loss_e].val_buf].t1 < t_loss) bufs[E[loss_e].val_buf].t1 = t_loss;
+    p->calls = rt__arena_alloc(cc->A, sizeof(rt__call) * (size_t)(2 * m + 1));
+    cc->need_dx = rt__arena_alloc(cc->A, sizeof(unsigned) * (size_t)(2 * m + 1));
+    if (!p->calls || !cc->need_dx) return RT_ENOMEM;
+    for (int i = 0; i < m; i++) p->calls[i].nd = &p->nodes[i];
     p->n_fwd = m;
-
-    /* backward, reverse topological order */
+    if (E[cc->loss_e].rg) E[cc->loss_e].grad_written = 1;
     int nbwd = 0;
-    if (E[loss_e].rg) {
-        E[loss_e].grad_buf = RT__NEWBUF(bufs[E[loss_e].val_buf].size, t_loss);
-        E[loss_e].grad_written = 1;
-    }
     for (int i = m - 1; i >= 0; i--) {
-        rt__node *nd = &p->nodes[i];
+        const rt__node *nd = &p->nodes[i];
         rt__ent *en = &E[nd->id];
         unsigned need_dx = 0;
         for (int j = 0; j < nd->n_in; j++)
             if (E[nd->in[j]].rg && !((nd->op->no_grad_in >> j) & 1u)) need_dx |= 1u << j;
-        flops += nd->op->flops(nd, B, en->rg && en->grad_written ? need_dx : 0);
-        if (!en->rg || !en->grad_written) continue;
-        const int t = 2 + m + nbwd;
+        const int has_bwd = en->rg && en->grad_written;
+        cc->flops += nd->op->flops(nd, cc->B, has_bwd ? need_dx : 0);
+        if (!has_bwd) continue;
         rt__call *c = &p->calls[m + nbwd];
         c->nd = nd;
         c->bwd = 1;
-        rt__kfn fwd_unused;
-        p->backend->kernels(nd->op, nd, &fwd_unused, &c->fn);
-        bufs[en->grad_buf].t1 = t;
-        int needs_out = nd->op->bwd_needs_out || nd->act;
-        if (needs_out) bufs[en->val_buf].t1 = t;
+        cc->need_dx[m + nbwd] = need_dx;
         for (int j = 0; j < nd->n_in; j++) {
-            rt__ent *src = &E[nd->in[j]];
-            if (((nd->op->bwd_needs_in >> j) & 1u) && src->val_buf >= 0 &&
-                bufs[src->val_buf].t1 < t)
-                bufs[src->val_buf].t1 = t;
             if (!((need_dx >> j) & 1u)) continue;
-            if (src->grad_written) c->accum |= 1u << j;
-            src->grad_written = 1;
-            if (src->param < 0 && src->grad_buf < 0) {
-                uint64_t bytes = (uint64_t)rt__numel_n(&shape[nd->in[j]], B) * 4;
-                src->grad_buf = RT__NEWBUF(bytes, t);
-            }
+            if (E[nd->in[j]].grad_written) c->accum |= 1u << j;
+            E[nd->in[j]].grad_written = 1;
         }
-        scr_buf[m + nbwd] = -1;
-        int64_t scr = nd->scratch_per_sample * B + nd->scratch_fixed;
-        if (scr > 0) scr_buf[m + nbwd] = RT__NEWBUF((uint64_t)scr * 4, t);
         nbwd++;
     }
     p->n_bwd = nbwd;
-    RT_ASSERT(nb <= max_bufs);
-#undef RT__NEWBUF
+    return 0;
+}
 
-    uint64_t naive = 0;
-    p->arena_bytes = rt__plan_memory(bufs, nb, &naive, order, order + nb);
+/* choose_kernels: each node gets the backend's kernel for its op (and the
+ * reader it absorbed), whose prepare computes the node's derived sizes
+ * (scratch_floats, kdata) once; each call gets the forward or backward
+ * function. Sets nd->kern/kdata/scratch_floats, call->fn,
+ * p->gemm_scratch_floats. */
+static int rt__pass_choose_kernels(rt__cc *cc)
+{
+    rt_plan *p = cc->p;
+    const rt__backend *be = p->backend;
+    for (int i = 0; i < p->n_nodes; i++) {
+        rt__node *nd = &p->nodes[i];
+        nd->kern = be->kernel(be->context, nd->op, nd->fused);
+        RT_ASSERT(nd->kern); /* supports_op and the fuse pass asked */
+        int rc;
+        if (nd->kern->prepare && (rc = nd->kern->prepare(nd, cc->B, cc->A)) < 0) return rc;
+    }
+    for (int i = 0; i < p->n_fwd + p->n_bwd; i++) {
+        rt__call *c = &p->calls[i];
+        c->fn = c->bwd ? c->nd->kern->bwd : c->nd->kern->fwd;
+    }
+    p->gemm_scratch_floats = be->shared_scratch_floats;
+    return 0;
+}
 
-    /* resolve refs */
-#define RT__AREF(bi) ((rt__ref){.space = RT__SP_ARENA, .off = bufs[bi].off})
-    p->x_buf = RT__AREF(x_buf);
-    p->lab_buf = RT__AREF(lab_buf);
-    p->out_val = RT__AREF(E[out_e].val_buf);
-    p->out_grad = E[out_e].grad_buf >= 0 ? RT__AREF(E[out_e].grad_buf) : (rt__ref){0};
-    p->loss_in = RT__AREF(E[loss_e].val_buf);
-    p->loss_grad = E[loss_e].grad_written && E[loss_e].grad_buf >= 0
-                       ? RT__AREF(E[loss_e].grad_buf) : (rt__ref){0};
-    for (int ci = 0; ci < m + nbwd; ci++) {
+static int rt__newbuf(rt__cc *cc, uint64_t bytes, int t)
+{
+    cc->bufs[cc->nb] = (rt__buf){.size = rt__align_bytes(bytes), .t0 = t, .t1 = t};
+    return cc->nb++;
+}
+
+static void rt__extend(rt__cc *cc, int b, int t)
+{
+    if (b >= 0 && cc->bufs[b].t1 < t) cc->bufs[b].t1 = t;
+}
+
+/* every buffer with its live interval, in the order the calls create them */
+static void rt__make_buffers(rt__cc *cc, int *x_buf, int *lab_buf)
+{
+    rt_plan *p = cc->p;
+    rt__ent *E = cc->E;
+    const int m = p->n_fwd, t_loss = 1 + m;
+    const int64_t B = cc->B;
+    *x_buf = rt__newbuf(cc, (uint64_t)B * (uint64_t)p->in_numel * 4, 0);
+    *lab_buf = rt__newbuf(cc, (uint64_t)B * (uint64_t)p->loss.lab_numel * 4, 0);
+    cc->bufs[*lab_buf].t1 = t_loss;
+    E[cc->input].val_buf = *x_buf;
+    for (int i = 0; i < m; i++) {
+        const rt__node *nd = &p->nodes[i];
+        const int t = 1 + i;
+        E[nd->id].val_buf = rt__newbuf(cc, (uint64_t)rt__numel_n(&nd->out, B) * 4, t);
+        for (int j = 0; j < nd->n_in; j++) rt__extend(cc, E[nd->in[j]].val_buf, t);
+        cc->scr_buf[i] = nd->scratch_floats > 0
+                             ? rt__newbuf(cc, (uint64_t)nd->scratch_floats * 4, t) : -1;
+    }
+    rt__extend(cc, E[cc->out_e].val_buf, t_loss);
+    rt__extend(cc, E[cc->loss_e].val_buf, t_loss);
+    if (E[cc->loss_e].rg)
+        E[cc->loss_e].grad_buf = rt__newbuf(cc, cc->bufs[E[cc->loss_e].val_buf].size, t_loss);
+    for (int ci = m; ci < m + p->n_bwd; ci++) {
+        const rt__node *nd = p->calls[ci].nd;
+        const rt__ent *en = &E[nd->id];
+        const int t = 2 + ci;
+        rt__extend(cc, en->grad_buf, t);
+        if (nd->bwd_needs_out) rt__extend(cc, en->val_buf, t);
+        for (int j = 0; j < nd->n_in; j++) {
+            rt__ent *src = &E[nd->in[j]];
+            if ((nd->op->bwd_needs_in >> j) & 1u) rt__extend(cc, src->val_buf, t);
+            if (((cc->need_dx[ci] >> j) & 1u) && src->param < 0 && src->grad_buf < 0)
+                src->grad_buf = rt__newbuf(cc, (uint64_t)rt__numel_n(&cc->shape[nd->in[j]], B) * 4,
+                                           t);
+        }
+        cc->scr_buf[ci] = nd->scratch_floats > 0
+                              ? rt__newbuf(cc, (uint64_t)nd->scratch_floats * 4, t) : -1;
+    }
+}
+
+#define RT__AREF(cc, bi) ((rt__ref){.space = RT__SP_ARENA, .off = (cc)->bufs[bi].off})
+
+/* every call's operands as arena offsets or parameter/gradient blocks */
+static void rt__resolve_refs(rt__cc *cc)
+{
+    rt_plan *p = cc->p;
+    const rt__ent *E = cc->E;
+    for (int ci = 0; ci < p->n_fwd + p->n_bwd; ci++) {
         rt__call *c = &p->calls[ci];
         const rt__node *nd = c->nd;
         const rt__ent *en = &E[nd->id];
-        c->y = RT__AREF(en->val_buf);
-        if (c->bwd) c->dy = RT__AREF(en->grad_buf);
-        if (scr_buf[ci] >= 0) c->scratch = RT__AREF(scr_buf[ci]);
+        c->y = RT__AREF(cc, en->val_buf);
+        if (c->bwd) c->dy = RT__AREF(cc, en->grad_buf);
+        if (cc->scr_buf[ci] >= 0) c->scratch = RT__AREF(cc, cc->scr_buf[ci]);
         for (int j = 0; j < nd->n_in; j++) {
             const rt__ent *src = &E[nd->in[j]];
+            const int grad = c->bwd && !((nd->op->no_grad_in >> j) & 1u);
             if (src->param >= 0) {
                 const rt__param *pr = &p->params[src->param];
                 c->x[j] = (rt__ref){.space = RT__SP_PARAM, .off = (uint64_t)pr->off};
-                if (c->bwd && pr->trainable && !((nd->op->no_grad_in >> j) & 1u))
+                if (grad && pr->trainable)
                     c->dx[j] = (rt__ref){.space = RT__SP_GRAD, .off = (uint64_t)pr->goff};
             } else {
-                c->x[j] = RT__AREF(src->val_buf);
-                if (c->bwd && src->rg && !((nd->op->no_grad_in >> j) & 1u))
-                    c->dx[j] = RT__AREF(src->grad_buf);
+                c->x[j] = RT__AREF(cc, src->val_buf);
+                if (grad && src->rg) c->dx[j] = RT__AREF(cc, src->grad_buf);
             }
         }
     }
-#undef RT__AREF
+}
 
-    /* the report */
+/* plan_memory: one buffer per value, gradient and scratch with its live
+ * interval on the step timeline (0 gather, 1..m forward, m+1 the loss,
+ * then backward calls; a backward call extends the values it reads),
+ * placed in one arena (largest first at the lowest free offset; linear
+ * for very deep graphs, rt__place_sweep). Sets p->arena_bytes, every
+ * call's refs, p->x_buf/lab_buf/out_val/out_grad/loss_in/loss_grad. */
+static int rt__pass_plan_memory(rt__cc *cc)
+{
+    rt_plan *p = cc->p;
+    const rt__ent *E = cc->E;
+    const int m = p->n_fwd, ncalls = p->n_fwd + p->n_bwd;
+    const int max_bufs = 2 + 4 * m + 2;
+    cc->bufs = rt__arena_alloc(cc->A, sizeof *cc->bufs * (size_t)max_bufs);
+    cc->scr_buf = rt__arena_alloc(cc->A, sizeof(int) * (size_t)(ncalls + 1));
+    void *work = rt__arena_alloc(cc->A, sizeof(rt__buf *) * (size_t)max_bufs * 2);
+    if (!cc->bufs || !cc->scr_buf || !work) return RT_ENOMEM;
+    int x_buf, lab_buf;
+    rt__make_buffers(cc, &x_buf, &lab_buf);
+    RT_ASSERT(cc->nb <= max_bufs);
+    for (int i = 0; i < cc->nb; i++) cc->naive += cc->bufs[i].size;
+    if (cc->nb <= RT__PLACE_EXACT_MAX) {
+        rt__buf **order = work;
+        p->arena_bytes = rt__place_greedy(cc->bufs, cc->nb, order, order + cc->nb);
+    } else {
+        p->arena_bytes = rt__place_sweep(cc->bufs, cc->nb, 2 + ncalls + 1, work);
+        if (p->arena_bytes == UINT64_MAX) return RT_ENOMEM;
+    }
+    p->x_buf = RT__AREF(cc, x_buf);
+    p->lab_buf = RT__AREF(cc, lab_buf);
+    p->out_val = RT__AREF(cc, E[cc->out_e].val_buf);
+    p->out_grad = E[cc->out_e].grad_buf >= 0 ? RT__AREF(cc, E[cc->out_e].grad_buf) : (rt__ref){0};
+    p->loss_in = RT__AREF(cc, E[cc->loss_e].val_buf);
+    p->loss_grad = E[cc->loss_e].grad_written && E[cc->loss_e].grad_buf >= 0
+                       ? RT__AREF(cc, E[cc->loss_e].grad_buf) : (rt__ref){0};
+    rt__resolve_refs(cc);
+    return 0;
+}
+
+/* report: parameter counts, FLOPs per step (calls, optimizer, loss),
+ * arena and naive bytes, parameter+state bytes, node and kernel counts.
+ * Sets p->rep (compile_ns and pass_ns are the driver's). */
+static int rt__pass_report(rt__cc *cc)
+{
+    rt_plan *p = cc->p;
+    const rt_train_config *cfg = cc->cfg;
     rt_compile_report *r = &p->rep;
     for (int i = 0; i < p->n_params; i++) {
         r->param_count += (uint64_t)p->params[i].numel;
         if (p->params[i].trainable) r->trainable_param_count += (uint64_t)p->params[i].numel;
     }
     uint64_t per_param = cfg->opt == RT_OPT_SGD ? 4 : cfg->opt == RT_OPT_RMSPROP ? 6 : 12;
-    flops += per_param * r->trainable_param_count;
-    flops += 8ull * (uint64_t)L->out_numel * (uint64_t)B; /* loss fwd+bwd */
-    r->flops_per_step = flops;
+    r->flops_per_step = cc->flops + per_param * r->trainable_param_count +
+                        8ull * (uint64_t)p->loss.out_numel * (uint64_t)cc->B; /* loss */
     r->arena_bytes = p->arena_bytes;
-    r->naive_bytes = naive;
+    r->naive_bytes = cc->naive;
     int nstate = cfg->opt == RT_OPT_SGD ? (cfg->momentum > 0 ? 1 : 0)
                  : cfg->opt == RT_OPT_RMSPROP ? 1 : 2;
     r->param_bytes = 4ull * ((uint64_t)p->param_floats + (uint64_t)p->train_floats * (1 + nstate));
-    r->n_nodes = (uint32_t)n_nodes;
-    r->n_kernels = (uint32_t)(m + nbwd + 3); /* + gather, loss, optimizer */
-    p->gemm_scratch_floats = RT_KERN_GEMM_SCRATCH;
+    r->n_nodes = (uint32_t)cc->n_graph_nodes;
+    r->n_kernels = (uint32_t)(p->n_fwd + p->n_bwd + 3); /* + gather, loss, optimizer */
     return 0;
+}
+
+/* ------------------------------------------------------------------ driver */
+
+static const struct {
+    const char *name;
+    int (*run)(rt__cc *cc);
+} rt__passes[RT_COMPILE_PASSES] = {
+    {"validate", rt__pass_validate},
+    {"infer_shapes", rt__pass_infer_shapes},
+    {"fuse", rt__pass_fuse},
+    {"backward", rt__pass_backward},
+    {"choose_kernels", rt__pass_choose_kernels},
+    {"plan_memory", rt__pass_plan_memory},
+    {"report", rt__pass_report},
+};
+
+const char *rt_compile_pass_name(int i)
+{
+    return i >= 0 && i < RT_COMPILE_PASSES ? rt__passes[i].name : NULL;
 }
 
 int rt_plan_compile(const rt_graph *g, const rt_train_config *cfg,
@@ -803,7 +1025,7 @@ int rt_plan_compile(const rt_graph *g, const rt_train_config *cfg,
         snprintf(err, errlen, "graph, config and out must not be NULL");
         return RT_EINVAL;
     }
-    uint64_t t0 = rt__now_ns();
+    const uint64_t t0 = rt__now_ns();
     rt_plan *p = calloc(1, sizeof *p);
     if (!p) {
         snprintf(err, errlen, "out of memory");
@@ -812,8 +1034,16 @@ int rt_plan_compile(const rt_graph *g, const rt_train_config *cfg,
     atomic_init(&p->refs, 1);
     p->cfg = *cfg;
     p->backend = &rt__backend_cpu;
-    rt__cc cc = {.p = p, .err = err, .errlen = errlen, .B = cfg->batch_size};
-    int rc = rt__compile(g, cfg, p, &cc);
+    rt__cc cc = {.p = p, .g = g, .cfg = &p->cfg, .err = err, .errlen = errlen,
+                 .B = cfg->batch_size, .A = &p->arena};
+    int rc = 0;
+    uint64_t t = t0;
+    for (int i = 0; i < RT_COMPILE_PASSES && rc >= 0; i++) {
+        rc = rt__passes[i].run(&cc);
+        const uint64_t now = rt__now_ns();
+        p->rep.pass_ns[i] = now - t;
+        t = now;
+    }
     if (rc < 0) {
         if (rc == RT_ENOMEM && !err[0]) snprintf(err, errlen, "out of memory");
         rt_plan_release(p);
@@ -824,164 +1054,3 @@ int rt_plan_compile(const rt_graph *g, const rt_train_config *cfg,
     *out = p;
     return 0;
 }
-
-void rt_plan_retain(rt_plan *p)
-{
-    if (p) atomic_fetch_add(&p->refs, 1);
-}
-
-void rt_plan_release(rt_plan *p)
-{
-    if (!p) return;
-    if (atomic_fetch_sub(&p->refs, 1) != 1) return;
-    rt__arena_free(&p->arena);
-    free(p);
-}
-
-const rt_compile_report *rt_plan_report(const rt_plan *p) { return p ? &p->rep : NULL; }
-const rt_train_config *rt_plan_config(const rt_plan *p) { return p ? &p->cfg : NULL; }
-
-static int rt__copy_shape(const rt__shape *s, int64_t dims[RT_MAX_DIMS])
-{
-    for (int i = 0; i < s->ndim; i++) dims[i] = s->d[i];
-    return s->ndim;
-}
-
-int rt_plan_input_shape(const rt_plan *p, int64_t dims[RT_MAX_DIMS])
-{
-    return p ? rt__copy_shape(&p->in_shape, dims) : RT_EINVAL;
-}
-
-int rt_plan_output_shape(const rt_plan *p, int64_t dims[RT_MAX_DIMS])
-{
-    return p ? rt__copy_shape(&p->out_shape, dims) : RT_EINVAL;
-}
-
-int rt_plan_label_shape(const rt_plan *p, int64_t dims[RT_MAX_DIMS])
-{
-    if (!p) return RT_EINVAL;
-    for (int i = 0; i < p->cfg.label_ndim; i++) dims[i] = p->cfg.label_dims[i];
-    return p->cfg.label_ndim;
-}
-
-int rt_plan_n_params(const rt_plan *p) { return p ? p->n_params : RT_EINVAL; }
-
-int rt_plan_param_info(const rt_plan *p, int i, const char **name,
-                       int64_t dims[RT_MAX_DIMS], int *trainable)
-{
-    if (!p || i < 0 || i >= p->n_params) return RT_EINVAL;
-    const rt__param *pr = &p->params[i];
-    if (name) *name = pr->name;
-    if (trainable) *trainable = pr->trainable;
-    if (dims) rt__copy_shape(&pr->shape, dims);
-    return pr->shape.ndim;
-}
-
-/* ------------------------------------------------------------------- key */
-
-static void rt__h(XXH3_state_t *s, const void *p, size_t n) { XXH3_128bits_update(s, p, n); }
-static void rt__hi(XXH3_state_t *s, int64_t v) { rt__h(s, &v, sizeof v); }
-static void rt__hs(XXH3_state_t *s, const char *str)
-{
-    /* length-prefixed so ("ab","c") and ("a","bc") differ */
-    size_t n = str ? strlen(str) : 0;
-    rt__hi(s, (int64_t)n);
-    if (n) rt__h(s, str, n);
-}
-static void rt__hf(XXH3_state_t *s, double v) { rt__h(s, &v, sizeof v); }
-
-int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
-{
-    if (!g || !c || !key) return RT_EINVAL;
-    XXH3_state_t *s = XXH3_createState();
-    if (!s) return RT_ENOMEM;
-    XXH3_128bits_reset(s);
-    rt__hs(s, "rtrain-plan");
-    rt__hi(s, RT_ENGINE_VERSION);
-    rt__hs(s, rt__backend_cpu.name);
-    rt__hi(s, g->n);
-    for (int i = 0; i < g->n; i++) {
-        const rt__entry *e = &g->e[i];
-        rt__hi(s, e->kind);
-        rt__hs(s, e->name);
-        rt__hi(s, e->dt);
-        rt__hi(s, e->shape.ndim);
-        for (int d = 0; d < e->shape.ndim; d++) rt__hi(s, e->shape.d[d]);
-        if (e->kind == RT__T_PARAM) {
-            rt__hi(s, e->init);
-            rt__hi(s, e->trainable);
-            rt__hi(s, e->value != NULL);
-            if (e->value)
-                rt__h(s, e->value, sizeof(float) * (size_t)rt__shape_numel(&e->shape));
-        }
-        if (e->kind == RT__T_NODE) {
-            rt__hs(s, e->op);
-            rt__hi(s, e->n_in);
-            for (int j = 0; j < e->n_in; j++) rt__hs(s, e->in[j]);
-            rt__hi(s, e->n_attr);
-            for (int j = 0; j < e->n_attr; j++) {
-                const rt_attr *a = &e->attrs[j];
-                rt__hs(s, a->name);
-                rt__hi(s, a->kind);
-                switch (a->kind) {
-                case RT_ATTR_INT: rt__hi(s, a->i); break;
-                case RT_ATTR_FLOAT: rt__hf(s, a->f); break;
-                case RT_ATTR_STR: rt__hs(s, a->s); break;
-                case RT_ATTR_INTS:
-                    rt__hi(s, a->n);
-                    if (a->n) rt__h(s, a->ints, sizeof(int64_t) * (size_t)a->n);
-                    break;
-                case RT_ATTR_FLOATS:
-                    rt__hi(s, a->n);
-                    if (a->n) rt__h(s, a->floats, sizeof(float) * (size_t)a->n);
-                    break;
-                }
-            }
-        }
-    }
-    rt__hs(s, g->output);
-    /* config, field by field (struct padding is not hashed) */
-    rt__hi(s, c->loss); rt__hi(s, c->from_logits); rt__hi(s, c->opt);
-    rt__hf(s, c->lr); rt__hf(s, c->momentum); rt__hi(s, c->nesterov);
-    rt__hf(s, c->beta1); rt__hf(s, c->beta2); rt__hf(s, c->eps);
-    rt__hf(s, c->weight_decay); rt__hf(s, c->rho); rt__hf(s, c->clip_norm);
-    rt__hi(s, c->sched); rt__hi(s, c->step_size); rt__hf(s, c->gamma);
-    rt__hi(s, c->warmup_steps); rt__hi(s, c->total_steps); rt__hf(s, c->min_lr);
-    rt__hi(s, c->metrics); rt__hi(s, c->batch_size); rt__hi(s, (int64_t)c->seed);
-    rt__hi(s, c->shuffle); rt__hi(s, c->label_dtype); rt__hi(s, c->label_ndim);
-    for (int i = 0; i < c->label_ndim && i < RT_MAX_DIMS; i++) rt__hi(s, c->label_dims[i]);
-    XXH128_hash_t h = XXH3_128bits_digest(s);
-    XXH3_freeState(s);
-    XXH128_canonical_t can;
-    XXH128_canonicalFromHash(&can, h);
-    memcpy(key, can.digest, 16);
-    return 0;
-}
-
-/* ---------------------------------------------------------------- backend */
-
-static int rt__cpu_supports(const rt__op_def *op, const rt__node *nd)
-{
-    (void)nd;
-    return op->cpu.fwd != NULL && op->cpu.bwd != NULL;
-}
-
-static void rt__cpu_kernels(const rt__op_def *op, const rt__node *nd,
-                            rt__kfn *fwd, rt__kfn *bwd)
-{
-    (void)nd;
-    *fwd = op->cpu.fwd;
-    *bwd = op->cpu.bwd;
-}
-
-static void rt__cpu_run(const rt__call *calls, const rt__kargs *args, int n)
-{
-    for (int i = 0; i < n; i++) calls[i].fn(&args[i]);
-}
-
-const rt__backend rt__backend_cpu = {
-    .name = "cpu",
-    .supports_op = rt__cpu_supports,
-    .kernels = rt__cpu_kernels,
-    .run = rt__cpu_run,
-};

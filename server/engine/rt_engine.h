@@ -225,6 +225,13 @@ uint64_t rt_rng_u64(uint64_t seed, uint64_t stream, uint64_t counter);
 
 typedef struct rt_plan rt_plan;
 
+/* Compile runs these passes in order; rt_compile_report.pass_ns[i] is the
+ * time of pass i, named by rt_compile_pass_name(i): "validate",
+ * "infer_shapes", "fuse", "backward", "choose_kernels", "plan_memory",
+ * "report". */
+#define RT_COMPILE_PASSES 7
+const char *rt_compile_pass_name(int i); /* NULL outside 0..RT_COMPILE_PASSES-1 */
+
 typedef struct rt_compile_report {
     uint64_t param_count;
     uint64_t trainable_param_count;
@@ -235,6 +242,7 @@ typedef struct rt_compile_report {
     uint64_t compile_ns;
     uint32_t n_nodes;
     uint32_t n_kernels;       /* kernel calls per training step */
+    uint64_t pass_ns[RT_COMPILE_PASSES]; /* each pass's time, in order */
 } rt_compile_report;
 
 /* A 128-bit cache key over (canonical graph, training config, batch size,

@@ -17,9 +17,9 @@
  *
  * Adding an op: write server/engine/op_<name>.c defining
  *     const rt__op_def rt__op_<name> = {.name = "Name", .infer = ..., ...};
- * with its kernels (forward and backward side by side) in
- * server/kernels/cpu/, then add one line X(rt__op_<name>) to RT__OP_LIST
- * below. See op_dense.c for a complete example.
+ * add one line X(rt__op_<name>) to RT__OP_LIST below, and give each backend
+ * its kernels and one line in its table (server/kernels/cpu/
+ * rt_backend_cpu.c). docs/architecture.md walks through it.
  */
 #ifndef RTRAIN_ENGINE_IMPL_H
 #define RTRAIN_ENGINE_IMPL_H
@@ -30,8 +30,8 @@
 #include <stdint.h>
 
 #include "rt_engine.h"
+#include "rt_op_params.h"
 
-#define RT__MAX_IN 16     /* inputs per node (Concat is the widest) */
 #define RT__ERRLEN 200    /* error messages stay short (gRPC trailers) */
 #define RT__MAX_NUMEL (INT64_C(1) << 32)  /* elements in one tensor at full batch */
 #define RT__MAX_BATCH (1 << 24)
@@ -169,12 +169,14 @@ const char *rt__attr_str(rt__cc *cc, const rt__node *nd, const char *name,
  * absent; error on kind */
 int rt__attr_ints(rt__cc *cc, const rt__node *nd, const char *name,
                   int64_t *out, int max, int *ok);
-/* The plan's batch size (for scratch sizing). */
-int64_t rt__cc_batch(const rt__cc *cc);
+/* the "activation" attribute (absent, "linear", "relu", "sigmoid", "tanh")
+ * as RT__ACT_*; RT_EINVAL via rt__cerr for anything else (op_dense.c) */
+int rt__attr_act(rt__cc *cc, const rt__node *nd, int *act);
 
-enum {
-    RT__ACT_NONE = 0, RT__ACT_RELU, RT__ACT_SIGMOID, RT__ACT_TANH,
-};
+/* The loss as a fusion target: a backend rule (Softmax, &rt__op_crossentropy)
+ * lets (sparse) categorical crossentropy read a Softmax's logits. It is no
+ * graph op (rt__op_find does not know it). Defined in rt_loss.c. */
+extern const rt__op_def rt__op_crossentropy;
 
 struct rt__op_def {
     const char *name;
@@ -182,20 +184,22 @@ struct rt__op_def {
     unsigned bwd_needs_in;  /* bit i: backward reads input i's value */
     int bwd_needs_out;      /* backward reads the output value */
     unsigned no_grad_in;    /* bit i: input i never gets a gradient */
+    rt__pkind params;       /* which member of rt__op_params infer fills */
     /* Validate inputs (nd->in_shape, nd->in_dt) and attributes, set
-     * nd->out, the op's parsed fields in nd->ia/fa and scratch sizes.
+     * nd->out and the op's typed parameters (nd->p, rt_op_params.h).
      * Returns 0 or rt__cerr(...). */
     int (*infer)(rt__cc *cc, rt__node *nd);
     /* FLOPs at batch B: forward, and backward given which inputs need dx. */
     uint64_t (*flops)(const rt__node *nd, int64_t B, unsigned need_dx);
-    struct { rt__kfn fwd, bwd; } cpu;
 };
 
 /* The op table. An op is one file defining a const rt__op_def (name,
- * arity, which values its backward reads, infer = shape inference and
- * validation, flops, and the CPU forward/backward kernels) plus one line
- * here. Compile, autodiff, memory planning and rt_engine_op_names() take
- * everything from the definition; see op_dense.c and server/engine/README.md. */
+ * arity, which values its backward reads, typed parameters, infer = shape
+ * inference and validation, flops) plus one line here. It names no
+ * kernel: each backend maps ops to kernels in its own table
+ * (server/kernels/cpu/rt_backend_cpu.c). Compile, autodiff, memory
+ * planning and rt_engine_op_names() take everything from the definition;
+ * see op_dense.c and docs/architecture.md. */
 #define RT__OP_LIST(X)                                                        \
     X(rt__op_dense)                                                           \
     X(rt__op_matmul)                                                          \
@@ -224,6 +228,8 @@ RT__OP_LIST(RT__OP_DECL)
 
 const rt__op_def *rt__op_find(const char *name);
 
+typedef struct rt__kernel rt__kernel;
+
 /* A node of a compiled plan. */
 struct rt__node {
     const char *name;
@@ -237,12 +243,40 @@ struct rt__node {
     int n_attr;
     const rt_attr *attrs;
     rt__shape out;
-    int act;                /* fused activation (Dense) */
-    int64_t ia[48];         /* op-private parsed values */
-    double fa[8];
-    int64_t scratch_per_sample; /* floats of scratch per sample ... */
-    int64_t scratch_fixed;      /* ... plus these, for fwd and bwd */
+    rt__op_params p;        /* typed, filled by op->infer */
+    /* A backend fusion rule let this node absorb its only reader: that
+     * op and its parameters (out is then the reader's output) or NULL. */
+    const rt__op_def *fused;
+    rt__op_params fused_p;
+    int bwd_needs_out;      /* op's flag, or a fused reader's */
+    /* chosen by the backend (choose-kernels pass) */
+    const rt__kernel *kern;
+    void *kdata;            /* the kernel's per-node data (plan arena) */
+    int64_t scratch_floats; /* the kernel's scratch at the plan's batch */
 };
+
+/* Typed parameter accessors: rt__dense_p(nd) (mutable, for infer) and
+ * rt__dense_cp(nd) (const, for kernels); same for the other kinds. */
+#define RT__PARAM_ACCESSORS(kind, field, type)                                \
+    static inline type *rt__##field##_p(rt__node *nd)                         \
+    {                                                                         \
+        RT_ASSERT(nd->op->params == (kind));                                  \
+        return &nd->p.field;                                                  \
+    }                                                                         \
+    static inline const type *rt__##field##_cp(const rt__node *nd)            \
+    {                                                                         \
+        RT_ASSERT(nd->op->params == (kind));                                  \
+        return &nd->p.field;                                                  \
+    }
+RT__PARAM_ACCESSORS(RT__P_DENSE, dense, rt__dense_params)
+RT__PARAM_ACCESSORS(RT__P_BCAST, bcast, rt__bcast_params)
+RT__PARAM_ACCESSORS(RT__P_SOFTMAX, softmax, rt__softmax_params)
+RT__PARAM_ACCESSORS(RT__P_DROPOUT, dropout, rt__dropout_params)
+RT__PARAM_ACCESSORS(RT__P_CONV, conv, rt__conv_params)
+RT__PARAM_ACCESSORS(RT__P_GAP, gap, rt__gap_params)
+RT__PARAM_ACCESSORS(RT__P_BN, bn, rt__bn_params)
+RT__PARAM_ACCESSORS(RT__P_CONCAT, concat, rt__concat_params)
+#undef RT__PARAM_ACCESSORS
 
 /* Rows of a batched-or-not shape at runtime batch n: product of all dims
  * but the last (including the batch). */
@@ -260,18 +294,42 @@ static inline int64_t rt__numel_n(const rt__shape *s, int64_t n)
 
 /* ---------------------------------------------------------------- backend */
 
-/* A backend maps ops to kernels and runs them. The CPU one takes the op's
- * .cpu pair and calls kernels in order on the calling thread; a CUDA
- * backend would add a .cuda pair to rt__op_def and a run that enqueues the
- * same flat list on a stream. Compile asks supports_op for every node. */
+/* A backend maps ops to kernels and runs them: a table of function
+ * pointers plus its own context, as ggml's backends. The CPU one is
+ * server/kernels/cpu/rt_backend_cpu.c; a second backend is a new folder
+ * with its own table and rt__backend, and no op file changes.
+ *
+ * One kernel entry serves one op, or one op with the reader it absorbs (a
+ * fusion rule: Dense + Relu, Conv2D + MaxPool2D, Softmax + the
+ * crossentropy loss). Compile's fuse pass asks kernel(op, reader op) for
+ * every producer whose value has exactly one reader and fuses when the
+ * entry exists and its can_fuse agrees. */
 typedef struct rt__call rt__call;
+struct rt__kernel {
+    const rt__op_def *op;
+    const rt__op_def *fused;    /* the absorbed reader's op, or NULL */
+    rt__kfn fwd, bwd;
+    /* may prod absorb its only reader cons (NULL: always) */
+    int (*can_fuse)(const rt__node *prod, const rt__node *cons);
+    /* Derived sizes, computed once at compile: set nd->scratch_floats for
+     * batch B and nd->kdata (allocated in A). NULL: no scratch, no data.
+     * Returns 0 or RT_ENOMEM. */
+    int (*prepare)(rt__node *nd, int64_t B, rt__arena *A);
+};
+
 typedef struct rt__backend {
     const char *name;
-    int (*supports_op)(const rt__op_def *op, const rt__node *nd);
-    void (*kernels)(const rt__op_def *op, const rt__node *nd, rt__kfn *fwd,
-                    rt__kfn *bwd);
+    void *context;
+    /* floats of scratch every call of a step may share (rt__run.gemm_scratch) */
+    int64_t shared_scratch_floats;
+    /* the entry for op alone (fused NULL) or op absorbing a reader of op
+     * fused; NULL when this backend has none */
+    const rt__kernel *(*kernel)(void *ctx, const rt__op_def *op,
+                                const rt__op_def *fused);
+    /* whether this backend runs nd (after infer: its parameters are set) */
+    int (*supports_op)(void *ctx, const rt__node *nd);
     /* run calls[0..n) with their resolved arguments args[0..n) */
-    void (*run)(const rt__call *calls, const rt__kargs *args, int n);
+    void (*run)(void *ctx, const rt__call *calls, const rt__kargs *args, int n);
 } rt__backend;
 extern const rt__backend rt__backend_cpu;
 
@@ -368,16 +426,5 @@ double rt__clip_by_norm(float *g, int64_t count, float clip);
 
 /* Keras-style initializers (rt_exec.c) */
 void rt__init_param(const rt__param *pr, int index, uint64_t seed, float *w);
-
-/* server/kernels/cpu/rt_kern_gemm.c: C (M,N) = op(A) op(B) + beta C,
- * row-major, alpha 1. Tiny products use a hand-written kernel (oneDNN's call
- * overhead dominates there); the rest go to dnnl_sgemm. */
-void rt_kern_gemm(const rt__run *r, int ta, int tb, int64_t M, int64_t N,
-                  int64_t K, const float *A, int64_t lda, const float *B,
-                  int64_t ldb, float beta, float *C, int64_t ldc);
-/* Below this M*N*K the hand-written kernel runs; the bench measured it. */
-#define RT_KERN_SMALL_GEMM 32768
-/* floats of scratch the small kernel needs for a transposed B of K x N */
-#define RT_KERN_GEMM_SCRATCH 8192
 
 #endif

@@ -329,13 +329,13 @@ static void rt__forward(rt_exec *e, int64_t nb, int training, int update_stats)
     e->run.update_stats = training && update_stats;
     e->run.step = e->step;
     const rt_plan *p = e->p;
-    p->backend->run(p->calls, e->k, p->n_fwd);
+    p->backend->run(p->backend->context, p->calls, e->k, p->n_fwd);
 }
 
 static void rt__backward(rt_exec *e)
 {
     const rt_plan *p = e->p;
-    p->backend->run(p->calls + p->n_fwd, e->k + p->n_fwd, p->n_bwd);
+    p->backend->run(p->backend->context, p->calls + p->n_fwd, e->k + p->n_fwd, p->n_bwd);
 }
 
 /* --------------------------------------------------------------- training */

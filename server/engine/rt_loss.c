@@ -27,6 +27,9 @@
 
 #define RT__EPS 1e-7f
 
+/* The loss as a fusion target (rt_engine_impl.h): no graph op, no kernel */
+const rt__op_def rt__op_crossentropy = {.name = "CrossEntropy"};
+
 int rt__loss_check(const rt__lossinfo *L, const rt_train_config *cfg,
                    char *err, size_t errlen)
 {

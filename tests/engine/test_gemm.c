@@ -8,7 +8,7 @@
  */
 #include <stdint.h>
 
-#include "rt_engine_impl.h"
+#include "cpu/rt_kern_cpu.h"
 #include "rt_test.h"
 
 static float scratch[RT_KERN_GEMM_SCRATCH];

@@ -17,15 +17,15 @@
 #include "cpu/rt_kern_cpu.h"
 
 /* x (B,H,W,C) -> col (rows, KH*KW*C) for samples [s0, s0+nb) */
-static void rt__im2col(const int64_t *ia, const float *restrict x, int64_t s0,
+static void rt__im2col(const rt__conv_params *cv, const float *restrict x, int64_t s0,
                        int64_t nb, float *restrict col)
 {
-    const int64_t H = ia[RT_CV_H], W = ia[RT_CV_W], C = ia[RT_CV_C];
-    const int64_t OH = ia[RT_CV_OH], OW = ia[RT_CV_OW];
-    const int64_t KH = ia[RT_CV_KH], KW = ia[RT_CV_KW];
-    const int64_t SH = ia[RT_CV_SH], SW = ia[RT_CV_SW];
-    const int64_t DH = ia[RT_CV_DH], DW = ia[RT_CV_DW];
-    const int64_t PT = ia[RT_CV_PT], PL = ia[RT_CV_PL];
+    const int64_t H = cv->H, W = cv->W, C = cv->C;
+    const int64_t OH = cv->OH, OW = cv->OW;
+    const int64_t KH = cv->KH, KW = cv->KW;
+    const int64_t SH = cv->SH, SW = cv->SW;
+    const int64_t DH = cv->DH, DW = cv->DW;
+    const int64_t PT = cv->PT, PL = cv->PL;
     float *restrict o = col;
     for (int64_t b = s0; b < s0 + nb; b++) {
         const float *xb = x + b * H * W * C;
@@ -65,15 +65,15 @@ static void rt__im2col(const int64_t *ia, const float *restrict x, int64_t s0,
 }
 
 /* dx (B,H,W,C) += col (rows, KH*KW*C) for samples [s0, s0+nb) */
-static void rt__col2im_add(const int64_t *ia, const float *restrict col,
+static void rt__col2im_add(const rt__conv_params *cv, const float *restrict col,
                            int64_t s0, int64_t nb, float *restrict dx)
 {
-    const int64_t H = ia[RT_CV_H], W = ia[RT_CV_W], C = ia[RT_CV_C];
-    const int64_t OH = ia[RT_CV_OH], OW = ia[RT_CV_OW];
-    const int64_t KH = ia[RT_CV_KH], KW = ia[RT_CV_KW];
-    const int64_t SH = ia[RT_CV_SH], SW = ia[RT_CV_SW];
-    const int64_t DH = ia[RT_CV_DH], DW = ia[RT_CV_DW];
-    const int64_t PT = ia[RT_CV_PT], PL = ia[RT_CV_PL];
+    const int64_t H = cv->H, W = cv->W, C = cv->C;
+    const int64_t OH = cv->OH, OW = cv->OW;
+    const int64_t KH = cv->KH, KW = cv->KW;
+    const int64_t SH = cv->SH, SW = cv->SW;
+    const int64_t DH = cv->DH, DW = cv->DW;
+    const int64_t PT = cv->PT, PL = cv->PL;
     const float *restrict o = col;
     for (int64_t b = s0; b < s0 + nb; b++) {
         float *xb = dx + b * H * W * C;
@@ -307,8 +307,9 @@ static void rt__mk_dw(int64_t rows, int64_t K, int64_t OC, const float *A,
 static void rt__conv_rows(const rt__node *nd, int64_t rows, int64_t K, int64_t OC,
                           const float *A, const float *w, const float *bias, float *z)
 {
-    if (rt__mk_fits(K, OC) && (nd->act == RT__ACT_NONE || nd->act == RT__ACT_RELU)) {
-        rt__mk_gemm(rows, K, OC, A, w, bias, nd->act == RT__ACT_RELU, z);
+    const int act = rt__conv_cp(nd)->act;
+    if (rt__mk_fits(K, OC) && (act == RT__ACT_NONE || act == RT__ACT_RELU)) {
+        rt__mk_gemm(rows, K, OC, A, w, bias, act == RT__ACT_RELU, z);
         return;
     }
     rt__gemm(0, 0, rows, OC, K, A, K, w, OC, 0.0f, z, OC);
@@ -319,16 +320,17 @@ static void rt__conv_rows(const rt__node *nd, int64_t rows, int64_t K, int64_t O
             for (int64_t c = 0; c < OC; c++) zr[c] += bb[c];
         }
     }
-    if (nd->act) rt_kern_act_fwd(nd->act, z, rows * OC);
+    if (act) rt_kern_act_fwd(act, z, rows * OC);
 }
 
 /* fused max pool, forward: z (nb, OH, OW, OC) -> y (nb, PH, PW, OC) over
  * non-overlapping KH x KW windows */
-static void rt__pool_rows(const int64_t *ia, int64_t nb, const float *z, float *y)
+static void rt__pool_rows(const rt__conv_params *cv, const rt_kern_conv_plan *kp,
+                          int64_t nb, const float *z, float *y)
 {
-    const int64_t OW = ia[RT_CV_OW], OC = ia[RT_CV_OC], OH = ia[RT_CV_OH];
-    const int64_t KH = ia[RT_CV_POOL], KW = ia[RT_CV_POOLW];
-    const int64_t PH = ia[RT_CV_PH], PW = ia[RT_CV_PW];
+    const int64_t OW = cv->OW, OC = cv->OC, OH = cv->OH;
+    const int64_t KH = kp->pool, KW = kp->poolw;
+    const int64_t PH = kp->ph, PW = kp->pw;
     for (int64_t b = 0; b < nb; b++) {
         const float *zb = z + b * OH * OW * OC;
         for (int64_t ph = 0; ph < PH; ph++)
@@ -351,10 +353,11 @@ static void rt__pool_rows(const int64_t *ia, int64_t nb, const float *z, float *
 static void rt__pool_rows_bwd(const rt__node *nd, int64_t nb, const float *dy, float *z,
                               float *tmp, float *restrict db)
 {
-    const int64_t *ia = nd->ia;
-    const int64_t OW = ia[RT_CV_OW], OC = ia[RT_CV_OC], OH = ia[RT_CV_OH];
-    const int64_t KH = ia[RT_CV_POOL], KW = ia[RT_CV_POOLW];
-    const int64_t PH = ia[RT_CV_PH], PW = ia[RT_CV_PW];
+    const rt__conv_params *cv = rt__conv_cp(nd);
+    const rt_kern_conv_plan *kp = nd->kdata;
+    const int64_t OW = cv->OW, OC = cv->OC, OH = cv->OH;
+    const int64_t KH = kp->pool, KW = kp->poolw;
+    const int64_t PH = kp->ph, PW = kp->pw;
     float *restrict m = tmp;
     int32_t *restrict id = (int32_t *)(tmp + OC);
     for (int64_t b = 0; b < nb; b++) {
@@ -378,7 +381,7 @@ static void rt__pool_rows_bwd(const rt__node *nd, int64_t nb, const float *dy, f
                 const float *restrict d = dy + ((b * PH + ph) * PW + pw) * OC;
                 for (int64_t c = 0; c < OC; c++) {
                     float g = d[c];
-                    switch (nd->act) {
+                    switch (cv->act) {
                     case RT__ACT_RELU: g = m[c] > 0.0f ? g : 0.0f; break;
                     case RT__ACT_SIGMOID: g = g * m[c] * (1.0f - m[c]); break;
                     case RT__ACT_TANH: g = g * (1.0f - m[c] * m[c]); break;
@@ -403,26 +406,50 @@ static void rt__pool_rows_bwd(const rt__node *nd, int64_t nb, const float *dy, f
     }
 }
 
-int rt_kern_conv2d_fuse_maxpool(rt__node *conv, const rt__node *pool)
+/* A chunk's column matrix and its output (or dz) hold about this many
+ * floats together (512 KiB), so they stay in one core's L2 between im2col,
+ * the GEMM and the bias/activation, and dz between the dW column blocks */
+#define RT__CONV_CHUNK_FLOATS (128 * 1024)
+
+/* Conv2D absorbs a following MaxPool2D with non-overlapping windows
+ * (stride = window, 'valid') that fit its output. */
+int rt_kern_conv2d_can_fuse_maxpool(const rt__node *conv, const rt__node *pool)
 {
-    int64_t *ia = conv->ia;
-    const int64_t *pa = pool->ia;
-    if (ia[RT_CV_POOL]) return 0;
-    if (pa[RT_CV_SH] != pa[RT_CV_KH] || pa[RT_CV_SW] != pa[RT_CV_KW] || pa[RT_CV_PT] ||
-        pa[RT_CV_PL] || pa[RT_CV_OH] * pa[RT_CV_KH] > ia[RT_CV_OH] ||
-        pa[RT_CV_OW] * pa[RT_CV_KW] > ia[RT_CV_OW])
-        return 0;
-    ia[RT_CV_POOL] = pa[RT_CV_KH];
-    ia[RT_CV_POOLW] = pa[RT_CV_KW];
-    ia[RT_CV_PH] = pa[RT_CV_OH];
-    ia[RT_CV_PW] = pa[RT_CV_OW];
-    conv->out = pool->out;
-    /* per thread: 2*OC more floats for the backward's max and argmax */
-    const int64_t cs = ia[RT_CV_CHUNK], P = ia[RT_CV_OH] * ia[RT_CV_OW], OC = ia[RT_CV_OC];
-    const int64_t K = ia[RT_CV_KH] * ia[RT_CV_KW] * ia[RT_CV_C];
-    ia[RT_CV_TSTRIDE] = (cs * P * (K + OC) + K * OC + OC + 2 * OC + 15) & ~(int64_t)15;
-    conv->scratch_fixed = ia[RT_CV_NT] * ia[RT_CV_TSTRIDE];
-    return 1;
+    const rt__conv_params *cv = rt__conv_cp(conv), *pp = rt__conv_cp(pool);
+    return pp->SH == pp->KH && pp->SW == pp->KW && !pp->PT && !pp->PL &&
+           pp->OH * pp->KH <= cv->OH && pp->OW * pp->KW <= cv->OW;
+}
+
+/* The chunking, the threads and the scratch of one Conv2D: the only place
+ * they are computed. Per thread (tstride floats): the column chunk (chunk
+ * samples x P rows x K), dz (rows x OC), partial dW (K x OC) and db (OC),
+ * and with a fused pool 2*OC more for the backward's max and argmax. */
+int rt_kern_conv2d_prepare(rt__node *nd, int64_t B, rt__arena *A)
+{
+    const rt__conv_params *cv = rt__conv_cp(nd);
+    rt_kern_conv_plan *kp = rt__arena_alloc(A, sizeof *kp);
+    if (!kp) return RT_ENOMEM;
+    const int64_t P = cv->OH * cv->OW, OC = cv->OC, K = cv->KH * cv->KW * cv->C;
+    int64_t cs = RT__CONV_CHUNK_FLOATS / (P * (K + OC));
+    if (cs < 1) cs = 1;
+    if (cs > B) cs = B;
+    kp->chunk = cs;
+    kp->direct = cv->KH == 1 && cv->KW == 1 && cv->SH == 1 && cv->SW == 1;
+    kp->nt = rt_kern_conv_threads();
+    int64_t extra = 0;
+    if (nd->fused) {
+        RT_ASSERT(nd->fused == &rt__op_maxpool2d);
+        const rt__conv_params *pp = &nd->fused_p.conv;
+        kp->pool = pp->KH;
+        kp->poolw = pp->KW;
+        kp->ph = pp->OH;
+        kp->pw = pp->OW;
+        extra = 2 * OC;
+    }
+    kp->tstride = (cs * P * (K + OC) + K * OC + OC + extra + 15) & ~(int64_t)15;
+    nd->kdata = kp;
+    nd->scratch_floats = kp->nt * kp->tstride;
+    return 0;
 }
 
 /* y (B,OH,OW,OC) = act(im2col(x) W + b), one chunk of samples at a time,
@@ -430,33 +457,34 @@ int rt_kern_conv2d_fuse_maxpool(rt__node *conv, const rt__node *pool)
 void rt_kern_conv2d_fwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
-    const int64_t *ia = nd->ia;
+    const rt__conv_params *cv = rt__conv_cp(nd);
+    const rt_kern_conv_plan *kp = nd->kdata;
     const int64_t n = a->r->n;
-    const int64_t in_s = ia[RT_CV_H] * ia[RT_CV_W] * ia[RT_CV_C];
-    const int64_t P = ia[RT_CV_OH] * ia[RT_CV_OW], OC = ia[RT_CV_OC];
-    const int64_t K = ia[RT_CV_KH] * ia[RT_CV_KW] * ia[RT_CV_C];
-    const int64_t cs = ia[RT_CV_CHUNK], nch = (n + cs - 1) / cs;
+    const int64_t in_s = cv->H * cv->W * cv->C;
+    const int64_t P = cv->OH * cv->OW, OC = cv->OC;
+    const int64_t K = cv->KH * cv->KW * cv->C;
+    const int64_t cs = kp->chunk, nch = (n + cs - 1) / cs;
     const float *w = a->x[1];
-    const float *bias = ia[RT_CV_BIAS] ? a->x[2] : NULL;
-    int nt = (int)ia[RT_CV_NT];
+    const float *bias = cv->bias ? a->x[2] : NULL;
+    int nt = (int)kp->nt;
     if (n * P * K * OC < RT__PAR_MACS) nt = 1;
     else if (nt > nch) nt = (int)nch;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t ch = 0; ch < nch; ch++) {
-        float *col = a->scratch + (int64_t)omp_get_thread_num() * ia[RT_CV_TSTRIDE];
+        float *col = a->scratch + (int64_t)omp_get_thread_num() * kp->tstride;
         const int64_t s0 = ch * cs, nb = n - s0 < cs ? n - s0 : cs;
         const int64_t rows = nb * P;
         const float *A;
-        if (ia[RT_CV_DIRECT]) {
+        if (kp->direct) {
             A = a->x[0] + s0 * in_s;
         } else {
-            rt__im2col(ia, a->x[0], s0, nb, col);
+            rt__im2col(cv, a->x[0], s0, nb, col);
             A = col;
         }
         /* with a fused pool the convolution's rows go to scratch first */
-        float *y = ia[RT_CV_POOL] ? col + cs * P * K : a->y + s0 * P * OC;
+        float *y = kp->pool ? col + cs * P * K : a->y + s0 * P * OC;
         rt__conv_rows(nd, rows, K, OC, A, w, bias, y);
-        if (ia[RT_CV_POOL]) rt__pool_rows(ia, nb, y, a->y + s0 * ia[RT_CV_PH] * ia[RT_CV_PW] * OC);
+        if (kp->pool) rt__pool_rows(cv, kp, nb, y, a->y + s0 * kp->ph * kp->pw * OC);
     }
 }
 
@@ -467,17 +495,18 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
 void rt_kern_conv2d_bwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
-    const int64_t *ia = nd->ia;
+    const rt__conv_params *cv = rt__conv_cp(nd);
+    const rt_kern_conv_plan *kp = nd->kdata;
     const int64_t n = a->r->n;
-    const int64_t in_s = ia[RT_CV_H] * ia[RT_CV_W] * ia[RT_CV_C];
-    const int64_t P = ia[RT_CV_OH] * ia[RT_CV_OW], OC = ia[RT_CV_OC];
-    const int64_t K = ia[RT_CV_KH] * ia[RT_CV_KW] * ia[RT_CV_C];
-    const int64_t cs = ia[RT_CV_CHUNK], nch = (n + cs - 1) / cs;
-    const int64_t TS = ia[RT_CV_TSTRIDE];
-    const int direct = ia[RT_CV_DIRECT] != 0;
+    const int64_t in_s = cv->H * cv->W * cv->C;
+    const int64_t P = cv->OH * cv->OW, OC = cv->OC;
+    const int64_t K = cv->KH * cv->KW * cv->C;
+    const int64_t cs = kp->chunk, nch = (n + cs - 1) / cs;
+    const int64_t TS = kp->tstride;
+    const int direct = kp->direct != 0;
     float *dx = a->dx[0], *dw = a->dx[1];
-    float *db = ia[RT_CV_BIAS] ? a->dx[2] : NULL;
-    int nt = (int)ia[RT_CV_NT];
+    float *db = cv->bias ? a->dx[2] : NULL;
+    int nt = (int)kp->nt;
     if (n * P * K * OC < RT__PAR_MACS) nt = 1;
     else if (nt > nch) nt = (int)nch;
     int team = 1;
@@ -496,17 +525,17 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
             const int64_t rows = nb * P;
             const float *x = a->x[0] + s0 * in_s;
             const float *dz = a->dy + s0 * P * OC;
-            if (ia[RT_CV_POOL]) {
+            if (kp->pool) {
                 /* recompute this chunk's act(conv), then route the pooled
                  * gradient through it: dz in dzbuf */
                 const float *A = x;
                 if (!direct) {
-                    rt__im2col(ia, a->x[0], s0, nb, col);
+                    rt__im2col(cv, a->x[0], s0, nb, col);
                     A = col;
                 }
-                rt__conv_rows(nd, rows, K, OC, A, a->x[1], ia[RT_CV_BIAS] ? a->x[2] : NULL,
+                rt__conv_rows(nd, rows, K, OC, A, a->x[1], cv->bias ? a->x[2] : NULL,
                               dzbuf);
-                rt__pool_rows_bwd(nd, nb, a->dy + s0 * ia[RT_CV_PH] * ia[RT_CV_PW] * OC,
+                rt__pool_rows_bwd(nd, nb, a->dy + s0 * kp->ph * kp->pw * OC,
                                   dzbuf, pdb + OC, db ? pdb : NULL);
                 dz = dzbuf;
                 if (dw) {
@@ -516,26 +545,26 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
                 goto dx_part;
             }
             if (dw && rt__mk_fits(K, OC) &&
-                (nd->act == RT__ACT_NONE || nd->act == RT__ACT_RELU)) {
+                (cv->act == RT__ACT_NONE || cv->act == RT__ACT_RELU)) {
                 /* one pass over dy and y for dz, db and dW's first columns */
                 const float *A = x;
                 if (!direct) {
-                    rt__im2col(ia, a->x[0], s0, nb, col);
+                    rt__im2col(cv, a->x[0], s0, nb, col);
                     A = col;
                 }
                 rt__mk_dw_fused(rows, K, OC, A, dz, a->y + s0 * P * OC,
-                                nd->act == RT__ACT_RELU, dzbuf, pdw, db ? pdb : NULL);
+                                cv->act == RT__ACT_RELU, dzbuf, pdw, db ? pdb : NULL);
                 dz = dzbuf;
                 goto dx_part;
             }
-            if (nd->act) {
-                rt_kern_act_bwd(nd->act, dzbuf, dz, a->y + s0 * P * OC, rows * OC);
+            if (cv->act) {
+                rt_kern_act_bwd(cv->act, dzbuf, dz, a->y + s0 * P * OC, rows * OC);
                 dz = dzbuf;
             }
             if (dw) {
                 const float *A = x;
                 if (!direct) {
-                    rt__im2col(ia, a->x[0], s0, nb, col);
+                    rt__im2col(cv, a->x[0], s0, nb, col);
                     A = col;
                 }
                 if (rt__mk_fits(K, OC)) rt__mk_dw(rows, K, OC, A, dz, pdw);
@@ -558,7 +587,7 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
                     rt__gemm(0, 1, rows, K, OC, dz, OC, a->x[1], OC, 0.0f, col, K);
                     if (!(a->accum & 1u))
                         memset(dxc, 0, sizeof(float) * (size_t)(nb * in_s));
-                    rt__col2im_add(ia, col, s0, nb, dx);
+                    rt__col2im_add(cv, col, s0, nb, dx);
                 }
             }
         }

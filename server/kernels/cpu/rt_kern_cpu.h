@@ -2,22 +2,26 @@
  * rt_kern_cpu.h - the CPU backend's kernels. Each op's forward and backward
  * sit side by side in one file; every kernel has the signature
  * void (const rt__kargs *a) (see rt_engine_impl.h: outputs y/dx, inputs
- * x/dy, the node's parsed attributes in a->nd->ia/fa, the runtime batch in
- * a->r->n). Backward kernels overwrite dx[i], or add into it when bit i of
- * a->accum is set.
+ * x/dy, the op's typed parameters through rt__<kind>_cp(a->nd), the
+ * kernel's own plan in a->nd->kdata, the runtime batch in a->r->n).
+ * Backward kernels overwrite dx[i], or add into it when bit i of a->accum
+ * is set. rt_backend_cpu.c maps ops (and fused pairs) to them.
  */
 #ifndef RTRAIN_KERN_CPU_H
 #define RTRAIN_KERN_CPU_H
 
 #include "rt_engine_impl.h"
 
-/* Dense / MatMul: ia[0] = K (in features), ia[1] = N (out), nd->act fused. */
+/* Dense / MatMul: x (R,K) W (K,N) + b, then the activation: Dense's own,
+ * or the Relu/Sigmoid/Tanh fused into it (Dense + activation rule). */
 void rt_kern_dense_fwd(const rt__kargs *a);
 void rt_kern_dense_bwd(const rt__kargs *a);
+/* may Dense absorb this activation (it has none of its own) */
+int rt_kern_dense_can_fuse_act(const rt__node *dense, const rt__node *act);
+/* scratch for dz when an activation is applied */
+int rt_kern_dense_prepare(rt__node *nd, int64_t B, rt__arena *A);
 
-/* Add/Sub/Mul with numpy broadcasting; layout of ia in rt_kern_eltwise.c */
-enum { RT_KERN_ADD = 0, RT_KERN_SUB, RT_KERN_MUL };
-void rt_kern_bcast_setup(rt__node *nd, int op);
+/* Add/Sub/Mul with numpy broadcasting (rt__bcast_params) */
 void rt_kern_add_fwd(const rt__kargs *a);
 void rt_kern_add_bwd(const rt__kargs *a);
 void rt_kern_sub_fwd(const rt__kargs *a);
@@ -42,13 +46,25 @@ void rt_kern_softmax_bwd(const rt__kargs *a);
 void rt_kern_logsoftmax_fwd(const rt__kargs *a);
 void rt_kern_logsoftmax_bwd(const rt__kargs *a);
 
-/* Reshape, Flatten, Identity: a copy of the values; fa[0] unused */
+/* Reshape, Flatten, Identity: a copy of the values */
 void rt_kern_copy_fwd(const rt__kargs *a);
 void rt_kern_copy_bwd(const rt__kargs *a);
 
-/* Dropout: fa[0] = rate. Masks come from the counter RNG keyed by (seed,
+/* Dropout: masks come from the counter RNG keyed by (seed,
  * node, step, element), so backward recomputes them instead of storing. */
 void rt_kern_dropout_fwd(const rt__kargs *a);
 void rt_kern_dropout_bwd(const rt__kargs *a);
+
+/* C (M,N) = op(A) op(B) + beta C, row-major, alpha 1. Tiny products use a
+ * hand-written kernel (oneDNN's call overhead dominates there); the rest
+ * go to dnnl_sgemm. (rt_kern_gemm.c) */
+void rt_kern_gemm(const rt__run *r, int ta, int tb, int64_t M, int64_t N,
+                  int64_t K, const float *A, int64_t lda, const float *B,
+                  int64_t ldb, float beta, float *C, int64_t ldc);
+/* Below this M*N*K the hand-written kernel runs; the bench measured it. */
+#define RT_KERN_SMALL_GEMM 32768
+/* floats of scratch the small kernel needs for a transposed B of K x N
+ * (the backend's shared scratch, rt__run.gemm_scratch) */
+#define RT_KERN_GEMM_SCRATCH 8192
 
 #endif

@@ -11,23 +11,47 @@
  * which cost W-A 1.5 us per step. */
 #define RT__PAR_MIN 65536
 
+/* the activation applied to the output: Dense's own or a fused one */
+static inline int rt__dense_act(const rt__node *nd)
+{
+    const int own = rt__dense_cp(nd)->act;
+    if (own || !nd->fused) return own;
+    return nd->fused == &rt__op_relu      ? RT__ACT_RELU
+           : nd->fused == &rt__op_sigmoid ? RT__ACT_SIGMOID
+                                          : RT__ACT_TANH;
+}
+
+int rt_kern_dense_can_fuse_act(const rt__node *dense, const rt__node *act)
+{
+    (void)act;
+    return rt__dense_cp(dense)->act == RT__ACT_NONE;
+}
+
+int rt_kern_dense_prepare(rt__node *nd, int64_t B, rt__arena *A)
+{
+    (void)A;
+    nd->scratch_floats = rt__dense_act(nd) ? rt__numel_n(&nd->out, B) : 0;
+    return 0;
+}
+
 /* x is (R,K), W is (K,N), b is (N), y is (R,N); R = batch rows */
 void rt_kern_dense_fwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
-    const int64_t K = nd->ia[0], N = nd->ia[1];
+    const int64_t K = rt__dense_cp(nd)->K, N = rt__dense_cp(nd)->N;
+    const int act = rt__dense_act(nd);
     const int64_t R = rt__rows(nd->in_shape[0], a->r->n);
     float *y = a->y;
     rt_kern_gemm(a->r, 0, 0, R, N, K, a->x[0], K, a->x[1], N, 0.0f, y, N);
     const float *b = nd->n_in > 2 ? a->x[2] : NULL;
-    if (!b && !nd->act) return;
+    if (!b && !act) return;
     /* bias and activation in one pass over y */
 #define RT__BIAS_ACT_ROW(i)                                                   \
     do {                                                                      \
         float *restrict yr = y + (i) * N;                                     \
         if (b)                                                                \
             for (int64_t j = 0; j < N; j++) yr[j] += b[j];                    \
-        if (nd->act) rt_kern_act_fwd(nd->act, yr, N);                         \
+        if (act) rt_kern_act_fwd(act, yr, N);                                 \
     } while (0)
     if (R * N >= RT__PAR_MIN) {
 #pragma omp parallel for schedule(static)
@@ -43,19 +67,20 @@ void rt_kern_dense_fwd(const rt__kargs *a)
 void rt_kern_dense_bwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
-    const int64_t K = nd->ia[0], N = nd->ia[1];
+    const int64_t K = rt__dense_cp(nd)->K, N = rt__dense_cp(nd)->N;
+    const int act = rt__dense_act(nd);
     const int64_t R = rt__rows(nd->in_shape[0], a->r->n);
     const int par = R * N >= RT__PAR_MIN;
     const float *dz = a->dy;
-    if (nd->act) {
+    if (act) {
         float *s = a->scratch;
         const float *dy = a->dy, *y = a->y;
         if (par) {
 #pragma omp parallel for schedule(static)
             for (int64_t i = 0; i < R; i++)
-                rt_kern_act_bwd(nd->act, s + i * N, dy + i * N, y + i * N, N);
+                rt_kern_act_bwd(act, s + i * N, dy + i * N, y + i * N, N);
         } else {
-            rt_kern_act_bwd(nd->act, s, dy, y, R * N);
+            rt_kern_act_bwd(act, s, dy, y, R * N);
         }
         dz = s;
     }

@@ -90,75 +90,18 @@ void rt_kern_tanh_bwd(const rt__kargs *a) { rt__unary_bwd(a, RT__ACT_TANH); }
 
 /* ------------------------------------------------------------ broadcasting */
 
-/*
- * nd->ia layout for Add/Sub/Mul, set by rt_kern_bcast_setup at compile:
- *   ia[0]       R, rank of the output including the batch dim (>= 1)
- *   ia[1]       1 when dim 0 is the runtime batch
- *   ia[2..9]    output dims (dim 0 replaced by n at runtime when batched)
- *   ia[10..17]  element strides of input 0 per output dim (0 = broadcast)
- *   ia[18..25]  element strides of input 1
- *   ia[26]      both inputs have the output's shape (flat loop)
- *   ia[27..28]  input k has the output's shape
- */
-enum { RT__BC_R = 0, RT__BC_B = 1, RT__BC_D = 2, RT__BC_SA = 10, RT__BC_SB = 18,
-       RT__BC_FLAT = 26, RT__BC_FULL = 27 };
-
-void rt_kern_bcast_setup(rt__node *nd, int op)
-{
-    int R = nd->out.ndim + (nd->out.batched ? 1 : 0);
-    int64_t *ia = nd->ia;
-    ia[RT__BC_B] = nd->out.batched;
-    if (R == 0) {
-        ia[RT__BC_R] = 1;
-        ia[RT__BC_D] = 1;
-        ia[RT__BC_SA] = ia[RT__BC_SB] = 0;
-        ia[RT__BC_FLAT] = 1;
-        ia[RT__BC_FULL] = ia[RT__BC_FULL + 1] = 1;
-        return;
-    }
-    ia[RT__BC_R] = R;
-    for (int i = 0; i < R; i++) {
-        int oi = nd->out.batched ? i - 1 : i;
-        ia[RT__BC_D + i] = oi < 0 ? -1 : nd->out.d[oi];
-    }
-    for (int k = 0; k < 2; k++) {
-        const rt__shape *s = nd->in_shape[k];
-        int r = s->ndim + (s->batched ? 1 : 0);
-        int64_t *st = ia + (k ? RT__BC_SB : RT__BC_SA);
-        int64_t stride = 1;
-        int full = r == R && s->batched == nd->out.batched;
-        for (int i = R - 1; i >= 0; i--) {
-            int j = i - (R - r); /* dim of the input, right-aligned */
-            if (j < 0) {
-                st[i] = 0;
-                continue;
-            }
-            int64_t dim;
-            if (s->batched && j == 0) dim = -1; /* the batch */
-            else dim = s->d[s->batched ? j - 1 : j];
-            if (dim == 1 && ia[RT__BC_D + i] != 1) {
-                st[i] = 0;
-                full = 0;
-            } else {
-                st[i] = stride;
-            }
-            if (dim != -1) stride *= dim;
-            else stride *= 1; /* batch is the outermost; nothing follows */
-        }
-        ia[RT__BC_FULL + k] = full;
-    }
-    ia[RT__BC_FLAT] = ia[RT__BC_FULL] && ia[RT__BC_FULL + 1];
-    (void)op;
-}
+/* Add/Sub/Mul walk the output with the strides op_eltwise.c derived
+ * (rt__bcast_params); the op is a compile-time constant of each wrapper */
+enum { RT_KERN_ADD = 0, RT_KERN_SUB, RT_KERN_MUL };
 
 static void rt__bc_dims(const rt__kargs *a, int64_t *dims, int64_t *total)
 {
-    const int64_t *ia = a->nd->ia;
-    int R = (int)ia[RT__BC_R];
+    const rt__bcast_params *p = rt__bcast_cp(a->nd);
+    const int R = p->R;
     int64_t t = 1;
     for (int i = 0; i < R; i++) {
-        dims[i] = ia[RT__BC_D + i];
-        if (i == 0 && ia[RT__BC_B]) dims[i] = a->r->n;
+        dims[i] = p->d[i];
+        if (i == 0 && p->batched) dims[i] = a->r->n;
         t *= dims[i];
     }
     *total = t;
@@ -168,14 +111,14 @@ static void rt__bc_dims(const rt__kargs *a, int64_t *dims, int64_t *total)
  * innermost dim runs as a plain loop so the common cases vectorise. */
 #define RT__BC_LOOP(a_, ...)                                                  \
     do {                                                                      \
-        const int64_t *ia_ = (a_)->nd->ia;                                    \
-        const int R_ = (int)ia_[RT__BC_R];                                    \
-        int64_t dims_[RT_MAX_DIMS + 1] = {0}, tot_;                               \
+        const rt__bcast_params *bp_ = rt__bcast_cp((a_)->nd);                 \
+        const int R_ = bp_->R;                                                \
+        int64_t dims_[RT__BC_MAXR] = {0}, tot_;                               \
         rt__bc_dims((a_), dims_, &tot_);                                      \
-        const int64_t *sa_ = ia_ + RT__BC_SA, *sb_ = ia_ + RT__BC_SB;         \
+        const int64_t *sa_ = bp_->sa, *sb_ = bp_->sb;                         \
         const int64_t inner = dims_[R_ - 1];                                  \
         const int64_t ia1 = sa_[R_ - 1], ib1 = sb_[R_ - 1];                   \
-        int64_t idx_[RT_MAX_DIMS + 1] = {0}, oa = 0, ob = 0;                  \
+        int64_t idx_[RT__BC_MAXR] = {0}, oa = 0, ob = 0;                      \
         for (int64_t o = 0; o < tot_; o += inner) {                           \
             __VA_ARGS__;                                                           \
             for (int d_ = R_ - 2; d_ >= 0; d_--) {                            \
@@ -194,7 +137,7 @@ static void rt__bin_fwd(const rt__kargs *a, int op)
 {
     const float *restrict A = a->x[0], *restrict B = a->x[1];
     float *restrict Y = a->y;
-    if (a->nd->ia[RT__BC_FLAT]) {
+    if (rt__bcast_cp(a->nd)->flat) {
         int64_t n = rt__numel_n(&a->nd->out, a->r->n);
         switch (op) {
         case RT_KERN_ADD: for (int64_t i = 0; i < n; i++) Y[i] = A[i] + B[i]; break;
@@ -231,7 +174,8 @@ static void rt__bin_bwd_one(const rt__kargs *a, int k, int op)
     const float sign = (op == RT_KERN_SUB && k == 1) ? -1.0f : 1.0f;
     const int accum = (a->accum >> k) & 1u;
     const rt__node *nd = a->nd;
-    if (nd->ia[RT__BC_FULL + k] && (op != RT_KERN_MUL || nd->ia[RT__BC_FLAT])) {
+    const rt__bcast_params *bp = rt__bcast_cp(nd);
+    if (bp->full[k] && (op != RT_KERN_MUL || bp->flat)) {
         int64_t n = rt__numel_n(&nd->out, a->r->n);
         if (op == RT_KERN_MUL) {
             if (accum) for (int64_t i = 0; i < n; i++) dX[i] += dY[i] * other[i];
@@ -310,7 +254,7 @@ static inline int rt__keep(const rt__kargs *a, int64_t i, float rate)
 void rt_kern_dropout_fwd(const rt__kargs *a)
 {
     int64_t n = rt__numel_n(&a->nd->out, a->r->n);
-    const float rate = (float)a->nd->fa[0];
+    const float rate = (float)rt__dropout_cp(a->nd)->rate;
     if (!a->r->training || rate == 0.0f) {
         memcpy(a->y, a->x[0], sizeof(float) * (size_t)n);
         return;
@@ -325,7 +269,7 @@ void rt_kern_dropout_bwd(const rt__kargs *a)
 {
     if (!a->dx[0]) return;
     int64_t n = rt__numel_n(&a->nd->out, a->r->n);
-    const float rate = (float)a->nd->fa[0];
+    const float rate = (float)rt__dropout_cp(a->nd)->rate;
     const float scale = rate == 0.0f ? 1.0f : 1.0f / (1.0f - rate);
     const float *restrict dy = a->dy;
     float *restrict dx = a->dx[0];

@@ -17,7 +17,7 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
-#include "rt_engine_impl.h"
+#include "cpu/rt_kern_cpu.h"
 
 /* Below this many multiply-adds oneDNN runs single-threaded. Measured
  * with dnnl_sgemm on this 2-vCPU host, one thread against two: on an idle

@@ -73,7 +73,20 @@ static void rt__bn_stats(const float *x, int64_t R, int64_t C, int nt,
 
 static inline int rt__bn_batch_mode(const rt__kargs *a)
 {
-    return a->r->training && !a->nd->ia[RT_BN_FROZEN];
+    return a->r->training && !rt__bn_cp(a->nd)->frozen;
+}
+
+/* per-thread partial sums (2 doubles per channel each), 4 doubles (mean,
+ * var/inv, sums) and 3 floats per channel */
+int rt_kern_batchnorm_prepare(rt__node *nd, int64_t B, rt__arena *A)
+{
+    int *nt = rt__arena_alloc(A, sizeof *nt);
+    if (!nt) return RT_ENOMEM;
+    *nt = rt_kern_conv_threads();
+    const int64_t C = rt__bn_cp(nd)->C;
+    nd->kdata = nt;
+    nd->scratch_floats = 4 * C * *nt + 8 * C + 3 * C + 16;
+    return 0;
 }
 
 /* scratch: part (2 nt C doubles), mean, var, sdy, sdyx (C doubles each),
@@ -87,10 +100,10 @@ static inline int rt__bn_batch_mode(const rt__kargs *a)
 void rt_kern_batchnorm_fwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
-    const int64_t C = nd->ia[RT_BN_C];
-    const int nt = (int)nd->ia[RT_BN_NT];
+    const int64_t C = rt__bn_cp(nd)->C;
+    const int nt = *(const int *)nd->kdata;
     const int64_t R = rt__rows(nd->in_shape[0], a->r->n);
-    const double mom = nd->fa[0], eps = nd->fa[1];
+    const double mom = rt__bn_cp(nd)->momentum, eps = rt__bn_cp(nd)->eps;
     const float *gamma = a->x[1], *beta = a->x[2];
     float *mm = a->x[3], *mv = a->x[4];
     RT__BN_SCRATCH(a, C, nt, part, mean, var, sdy, sdyx, f);
@@ -131,10 +144,10 @@ void rt_kern_batchnorm_fwd(const rt__kargs *a)
 void rt_kern_batchnorm_bwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
-    const int64_t C = nd->ia[RT_BN_C];
-    const int nt = (int)nd->ia[RT_BN_NT];
+    const int64_t C = rt__bn_cp(nd)->C;
+    const int nt = *(const int *)nd->kdata;
     const int64_t R = rt__rows(nd->in_shape[0], a->r->n);
-    const double eps = nd->fa[1];
+    const double eps = rt__bn_cp(nd)->eps;
     const int batch = rt__bn_batch_mode(a);
     const float *x = a->x[0], *dy = a->dy, *gamma = a->x[1];
     RT__BN_SCRATCH(a, C, nt, part, mean, var, sdy, sdyx, k);
@@ -223,11 +236,11 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
 /* y (rows, inner) = [x0 (rows, inner0) | x1 (rows, inner1) | ...] */
 void rt_kern_concat_fwd(const rt__kargs *a)
 {
-    const int64_t *ia = a->nd->ia;
-    const int64_t k = ia[0], rows = a->r->n * ia[1], inner = ia[2];
+    const rt__concat_params *p = rt__concat_cp(a->nd);
+    const int64_t k = p->k, rows = a->r->n * p->outer, inner = p->inner;
     int64_t off = 0;
     for (int64_t i = 0; i < k; i++) {
-        const int64_t w = ia[3 + i];
+        const int64_t w = p->in_inner[i];
         const float *x = a->x[i];
 #pragma omp parallel for schedule(static) if (rows * w >= RT__PAR_ELEMS)
         for (int64_t r = 0; r < rows; r++)
@@ -238,11 +251,11 @@ void rt_kern_concat_fwd(const rt__kargs *a)
 
 void rt_kern_concat_bwd(const rt__kargs *a)
 {
-    const int64_t *ia = a->nd->ia;
-    const int64_t k = ia[0], rows = a->r->n * ia[1], inner = ia[2];
+    const rt__concat_params *p = rt__concat_cp(a->nd);
+    const int64_t k = p->k, rows = a->r->n * p->outer, inner = p->inner;
     int64_t off = 0;
     for (int64_t i = 0; i < k; i++) {
-        const int64_t w = ia[3 + i];
+        const int64_t w = p->in_inner[i];
         float *dx = a->dx[i];
         if (dx) {
             const int add = (a->accum >> i) & 1u;

@@ -16,15 +16,18 @@
 /* Smaller tensors run on one thread (a parallel region's cost dominates) */
 #define RT__PAR_ELEMS (INT64_C(1) << 18)
 
-typedef struct rt__pool {
-    int64_t H, W, C, OH, OW, KH, KW, SH, SW, PT, PL;
-} rt__pool;
+typedef rt__conv_params rt__pool;
 
-static rt__pool rt__pool_of(const int64_t *ia)
+/* MaxPool2D's backward keeps a running max and its window index per
+ * channel and thread (both pools get the same plan) */
+int rt_kern_pool_prepare(rt__node *nd, int64_t B, rt__arena *A)
 {
-    return (rt__pool){ia[RT_CV_H], ia[RT_CV_W], ia[RT_CV_C], ia[RT_CV_OH],
-                      ia[RT_CV_OW], ia[RT_CV_KH], ia[RT_CV_KW], ia[RT_CV_SH],
-                      ia[RT_CV_SW], ia[RT_CV_PT], ia[RT_CV_PL]};
+    int *nt = rt__arena_alloc(A, sizeof *nt);
+    if (!nt) return RT_ENOMEM;
+    *nt = rt_kern_conv_threads();
+    nd->kdata = nt;
+    nd->scratch_floats = 2 * rt__conv_cp(nd)->C * *nt;
+    return 0;
 }
 
 /* the window of output (oh, ow) clipped to the input: [h0,h1) x [w0,w1) */
@@ -43,7 +46,7 @@ static inline void rt__window(const rt__pool *p, int64_t oh, int64_t ow,
 /* y (B,OH,OW,C) = max over each window of x (B,H,W,C) */
 void rt_kern_maxpool2d_fwd(const rt__kargs *a)
 {
-    const rt__pool p = rt__pool_of(a->nd->ia);
+    const rt__pool p = *rt__conv_cp(a->nd);
     const int64_t C = p.C;
 #pragma omp parallel for schedule(static) if (a->r->n * p.H * p.W * C >= RT__PAR_ELEMS)
     for (int64_t b = 0; b < a->r->n; b++) {
@@ -69,12 +72,12 @@ void rt_kern_maxpool2d_fwd(const rt__kargs *a)
  * PyTorch and TensorFlow do for ties */
 void rt_kern_maxpool2d_bwd(const rt__kargs *a)
 {
-    const rt__pool p = rt__pool_of(a->nd->ia);
+    const rt__pool p = *rt__conv_cp(a->nd);
     const int64_t C = p.C;
     float *dx = a->dx[0];
     if (!dx) return;
     const int add = (a->accum & 1u) != 0;
-    int nt = (int)a->nd->ia[RT_CV_NT];
+    int nt = *(const int *)a->nd->kdata;
 #pragma omp parallel for num_threads(nt) schedule(static) if (a->r->n * p.H * p.W * C >= RT__PAR_ELEMS)
     for (int64_t b = 0; b < a->r->n; b++) {
         float *restrict m = a->scratch + 2 * C * omp_get_thread_num();
@@ -154,7 +157,7 @@ void rt_kern_maxpool2d_bwd(const rt__kargs *a)
 
 void rt_kern_avgpool2d_fwd(const rt__kargs *a)
 {
-    const rt__pool p = rt__pool_of(a->nd->ia);
+    const rt__pool p = *rt__conv_cp(a->nd);
     const int64_t C = p.C;
 #pragma omp parallel for schedule(static) if (a->r->n * p.H * p.W * C >= RT__PAR_ELEMS)
     for (int64_t b = 0; b < a->r->n; b++) {
@@ -180,7 +183,7 @@ void rt_kern_avgpool2d_fwd(const rt__kargs *a)
 
 void rt_kern_avgpool2d_bwd(const rt__kargs *a)
 {
-    const rt__pool p = rt__pool_of(a->nd->ia);
+    const rt__pool p = *rt__conv_cp(a->nd);
     const int64_t C = p.C;
     float *dx = a->dx[0];
     if (!dx) return;
@@ -211,7 +214,7 @@ void rt_kern_avgpool2d_bwd(const rt__kargs *a)
 /* y (B,C) = mean over H*W of x (B,H,W,C) */
 void rt_kern_gap_fwd(const rt__kargs *a)
 {
-    const int64_t HW = a->nd->ia[0], C = a->nd->ia[1];
+    const int64_t HW = rt__gap_cp(a->nd)->HW, C = rt__gap_cp(a->nd)->C;
     const float inv = 1.0f / (float)HW;
 #pragma omp parallel for schedule(static) if (a->r->n * HW * C >= RT__PAR_ELEMS)
     for (int64_t b = 0; b < a->r->n; b++) {
@@ -228,7 +231,7 @@ void rt_kern_gap_fwd(const rt__kargs *a)
 
 void rt_kern_gap_bwd(const rt__kargs *a)
 {
-    const int64_t HW = a->nd->ia[0], C = a->nd->ia[1];
+    const int64_t HW = rt__gap_cp(a->nd)->HW, C = rt__gap_cp(a->nd)->C;
     const float inv = 1.0f / (float)HW;
     float *dx = a->dx[0];
     if (!dx) return;

@@ -8,7 +8,7 @@
 /* x, y are (R,C) */
 void rt_kern_softmax_fwd(const rt__kargs *a)
 {
-    const int64_t C = a->nd->ia[0];
+    const int64_t C = rt__softmax_cp(a->nd)->C;
     const int64_t R = rt__rows(&a->nd->out, a->r->n);
 #ifdef __AVX512F__
     if (C <= 16) {
@@ -45,7 +45,7 @@ void rt_kern_softmax_fwd(const rt__kargs *a)
 void rt_kern_softmax_bwd(const rt__kargs *a)
 {
     if (!a->dx[0]) return;
-    const int64_t C = a->nd->ia[0];
+    const int64_t C = rt__softmax_cp(a->nd)->C;
     const int64_t R = rt__rows(&a->nd->out, a->r->n);
     const int accum = a->accum & 1u;
     for (int64_t r = 0; r < R; r++) {
@@ -63,7 +63,7 @@ void rt_kern_softmax_bwd(const rt__kargs *a)
 /* y = x - max - log(sum(exp(x - max))) */
 void rt_kern_logsoftmax_fwd(const rt__kargs *a)
 {
-    const int64_t C = a->nd->ia[0];
+    const int64_t C = rt__softmax_cp(a->nd)->C;
     const int64_t R = rt__rows(&a->nd->out, a->r->n);
     for (int64_t r = 0; r < R; r++) {
         const float *restrict x = a->x[0] + r * C;
@@ -81,7 +81,7 @@ void rt_kern_logsoftmax_fwd(const rt__kargs *a)
 void rt_kern_logsoftmax_bwd(const rt__kargs *a)
 {
     if (!a->dx[0]) return;
-    const int64_t C = a->nd->ia[0];
+    const int64_t C = rt__softmax_cp(a->nd)->C;
     const int64_t R = rt__rows(&a->nd->out, a->r->n);
     const int accum = a->accum & 1u;
     for (int64_t r = 0; r < R; r++) {

@@ -1,0 +1,115 @@
+/*
+ * rt_op_params.h - the typed parameters of each op, parsed from the node's
+ * attributes and input shapes by the op's infer() (server/engine/op_*.c)
+ * and read by every backend's kernels. They describe what the op computes,
+ * never how a backend computes it: chunk sizes, thread counts and scratch
+ * are the backend's (server/kernels/<backend>/), kept in rt__node.kdata.
+ *
+ *     // in an op's infer():
+ *     rt__dense_params *p = rt__dense_p(nd);
+ *     p->K = w->d[0];
+ *     // in a kernel:
+ *     const rt__dense_params *p = rt__dense_cp(a->nd);
+ *
+ * An accessor checks that the node's op declared that kind of parameters
+ * (rt__op_def.params), so a kernel registered for the wrong op aborts at
+ * its first call instead of reading another op's fields.
+ */
+#ifndef RTRAIN_OP_PARAMS_H
+#define RTRAIN_OP_PARAMS_H
+
+#include <stdint.h>
+
+#define RT__MAX_IN 16     /* inputs per node (Concat is the widest) */
+
+/* Activations an op applies to its output (Dense's and Conv2D's
+ * "activation" attribute) */
+enum { RT__ACT_NONE = 0, RT__ACT_RELU, RT__ACT_SIGMOID, RT__ACT_TANH };
+
+typedef enum rt__pkind {
+    RT__P_NONE = 0, /* Relu, Sigmoid, Tanh, Identity, Reshape, Flatten */
+    RT__P_DENSE,    /* Dense, MatMul */
+    RT__P_BCAST,    /* Add, Sub, Mul */
+    RT__P_SOFTMAX,  /* Softmax, LogSoftmax */
+    RT__P_DROPOUT,
+    RT__P_CONV,     /* Conv2D and the 2-D pools */
+    RT__P_GAP,
+    RT__P_BN,
+    RT__P_CONCAT,
+} rt__pkind;
+
+/* Dense/MatMul: x (R,K) times W (K,N); act: Dense's own activation */
+typedef struct rt__dense_params {
+    int64_t K, N;
+    int act;
+} rt__dense_params;
+
+/* Add/Sub/Mul with numpy broadcasting, over the output's R dims (the
+ * batch counted; dim 0 is the runtime batch when batched, d[0] = -1) */
+#define RT__BC_MAXR 9
+typedef struct rt__bcast_params {
+    int R;
+    int batched;
+    int64_t d[RT__BC_MAXR];      /* output dims */
+    int64_t sa[RT__BC_MAXR];     /* element strides of input 0 (0 = broadcast) */
+    int64_t sb[RT__BC_MAXR];     /* ... of input 1 */
+    int full[2];                 /* input k has the output's shape */
+    int flat;                    /* both do: one flat loop */
+} rt__bcast_params;
+
+/* Softmax/LogSoftmax over the last axis of C */
+typedef struct rt__softmax_params {
+    int64_t C;
+} rt__softmax_params;
+
+/* Dropout: inverted, as Keras */
+typedef struct rt__dropout_params {
+    double rate;
+} rt__dropout_params;
+
+/* Conv2D (NHWC, kernel (KH,KW,C,OC)) and MaxPool2D/AvgPool2D (OC = C,
+ * dilation 1). Padding as TensorFlow: PT/PL cells before, the rest after. */
+typedef struct rt__conv_params {
+    int64_t H, W, C;       /* input per sample */
+    int64_t OH, OW, OC;    /* output per sample */
+    int64_t KH, KW;        /* kernel / pool window */
+    int64_t SH, SW;        /* strides */
+    int64_t DH, DW;        /* dilations */
+    int64_t PT, PL;        /* padding before, top and left */
+    int bias;              /* Conv2D: has a bias input */
+    int act;               /* Conv2D: its activation attribute */
+} rt__conv_params;
+
+/* GlobalAvgPool: (B,H,W,C) -> (B,C) */
+typedef struct rt__gap_params {
+    int64_t HW, C;
+} rt__gap_params;
+
+/* BatchNorm over the last axis of C */
+typedef struct rt__bn_params {
+    int64_t C;
+    int frozen;            /* inference mode also while training */
+    double momentum, eps;
+} rt__bn_params;
+
+/* Concat of k inputs along one axis: outer rows per sample (the dims
+ * before the axis), the output's inner size, and each input's (its axis
+ * dim times the dims after the axis) */
+typedef struct rt__concat_params {
+    int k;
+    int64_t outer, inner;
+    int64_t in_inner[RT__MAX_IN];
+} rt__concat_params;
+
+typedef union rt__op_params {
+    rt__dense_params dense;
+    rt__bcast_params bcast;
+    rt__softmax_params softmax;
+    rt__dropout_params dropout;
+    rt__conv_params conv;
+    rt__gap_params gap;
+    rt__bn_params bn;
+    rt__concat_params concat;
+} rt__op_params;
+
+#endif

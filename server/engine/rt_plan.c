@@ -1,0 +1,144 @@
+/*
+ * rt_plan.c - the compiled plan's public side: reference counts, shapes and
+ * parameter info, and the cache key (rt_plan_key). Compile itself is in
+ * rt_compile.c.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "rt_engine_impl.h"
+
+void rt_plan_retain(rt_plan *p)
+{
+    if (p) atomic_fetch_add(&p->refs, 1);
+}
+
+void rt_plan_release(rt_plan *p)
+{
+    if (!p) return;
+    if (atomic_fetch_sub(&p->refs, 1) != 1) return;
+    rt__arena_free(&p->arena);
+    free(p);
+}
+
+const rt_compile_report *rt_plan_report(const rt_plan *p) { return p ? &p->rep : NULL; }
+const rt_train_config *rt_plan_config(const rt_plan *p) { return p ? &p->cfg : NULL; }
+
+static int rt__copy_shape(const rt__shape *s, int64_t dims[RT_MAX_DIMS])
+{
+    for (int i = 0; i < s->ndim; i++) dims[i] = s->d[i];
+    return s->ndim;
+}
+
+int rt_plan_input_shape(const rt_plan *p, int64_t dims[RT_MAX_DIMS])
+{
+    return p ? rt__copy_shape(&p->in_shape, dims) : RT_EINVAL;
+}
+
+int rt_plan_output_shape(const rt_plan *p, int64_t dims[RT_MAX_DIMS])
+{
+    return p ? rt__copy_shape(&p->out_shape, dims) : RT_EINVAL;
+}
+
+int rt_plan_label_shape(const rt_plan *p, int64_t dims[RT_MAX_DIMS])
+{
+    if (!p) return RT_EINVAL;
+    for (int i = 0; i < p->cfg.label_ndim; i++) dims[i] = p->cfg.label_dims[i];
+    return p->cfg.label_ndim;
+}
+
+int rt_plan_n_params(const rt_plan *p) { return p ? p->n_params : RT_EINVAL; }
+
+int rt_plan_param_info(const rt_plan *p, int i, const char **name,
+                       int64_t dims[RT_MAX_DIMS], int *trainable)
+{
+    if (!p || i < 0 || i >= p->n_params) return RT_EINVAL;
+    const rt__param *pr = &p->params[i];
+    if (name) *name = pr->name;
+    if (trainable) *trainable = pr->trainable;
+    if (dims) rt__copy_shape(&pr->shape, dims);
+    return pr->shape.ndim;
+}
+
+/* ------------------------------------------------------------------- key */
+
+static void rt__h(XXH3_state_t *s, const void *p, size_t n) { XXH3_128bits_update(s, p, n); }
+static void rt__hi(XXH3_state_t *s, int64_t v) { rt__h(s, &v, sizeof v); }
+static void rt__hs(XXH3_state_t *s, const char *str)
+{
+    /* length-prefixed so ("ab","c") and ("a","bc") differ */
+    size_t n = str ? strlen(str) : 0;
+    rt__hi(s, (int64_t)n);
+    if (n) rt__h(s, str, n);
+}
+static void rt__hf(XXH3_state_t *s, double v) { rt__h(s, &v, sizeof v); }
+
+int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
+{
+    if (!g || !c || !key) return RT_EINVAL;
+    XXH3_state_t *s = XXH3_createState();
+    if (!s) return RT_ENOMEM;
+    XXH3_128bits_reset(s);
+    rt__hs(s, "rtrain-plan");
+    rt__hi(s, RT_ENGINE_VERSION);
+    rt__hs(s, rt__backend_cpu.name);
+    rt__hi(s, g->n);
+    for (int i = 0; i < g->n; i++) {
+        const rt__entry *e = &g->e[i];
+        rt__hi(s, e->kind);
+        rt__hs(s, e->name);
+        rt__hi(s, e->dt);
+        rt__hi(s, e->shape.ndim);
+        for (int d = 0; d < e->shape.ndim; d++) rt__hi(s, e->shape.d[d]);
+        if (e->kind == RT__T_PARAM) {
+            rt__hi(s, e->init);
+            rt__hi(s, e->trainable);
+            rt__hi(s, e->value != NULL);
+            if (e->value)
+                rt__h(s, e->value, sizeof(float) * (size_t)rt__shape_numel(&e->shape));
+        }
+        if (e->kind == RT__T_NODE) {
+            rt__hs(s, e->op);
+            rt__hi(s, e->n_in);
+            for (int j = 0; j < e->n_in; j++) rt__hs(s, e->in[j]);
+            rt__hi(s, e->n_attr);
+            for (int j = 0; j < e->n_attr; j++) {
+                const rt_attr *a = &e->attrs[j];
+                rt__hs(s, a->name);
+                rt__hi(s, a->kind);
+                switch (a->kind) {
+                case RT_ATTR_INT: rt__hi(s, a->i); break;
+                case RT_ATTR_FLOAT: rt__hf(s, a->f); break;
+                case RT_ATTR_STR: rt__hs(s, a->s); break;
+                case RT_ATTR_INTS:
+                    rt__hi(s, a->n);
+                    if (a->n) rt__h(s, a->ints, sizeof(int64_t) * (size_t)a->n);
+                    break;
+                case RT_ATTR_FLOATS:
+                    rt__hi(s, a->n);
+                    if (a->n) rt__h(s, a->floats, sizeof(float) * (size_t)a->n);
+                    break;
+                }
+            }
+        }
+    }
+    rt__hs(s, g->output);
+    /* config, field by field (struct padding is not hashed) */
+    rt__hi(s, c->loss); rt__hi(s, c->from_logits); rt__hi(s, c->opt);
+    rt__hf(s, c->lr); rt__hf(s, c->momentum); rt__hi(s, c->nesterov);
+    rt__hf(s, c->beta1); rt__hf(s, c->beta2); rt__hf(s, c->eps);
+    rt__hf(s, c->weight_decay); rt__hf(s, c->rho); rt__hf(s, c->clip_norm);
+    rt__hi(s, c->sched); rt__hi(s, c->step_size); rt__hf(s, c->gamma);
+    rt__hi(s, c->warmup_steps); rt__hi(s, c->total_steps); rt__hf(s, c->min_lr);
+    rt__hi(s, c->metrics); rt__hi(s, c->batch_size); rt__hi(s, (int64_t)c->seed);
+    rt__hi(s, c->shuffle); rt__hi(s, c->label_dtype); rt__hi(s, c->label_ndim);
+    for (int i = 0; i < c->label_ndim && i < RT_MAX_DIMS; i++) rt__hi(s, c->label_dims[i]);
+    XXH128_hash_t h = XXH3_128bits_digest(s);
+    XXH3_freeState(s);
+    XXH128_canonical_t can;
+    XXH128_canonicalFromHash(&can, h);
+    memcpy(key, can.digest, 16);
+    return 0;
+}

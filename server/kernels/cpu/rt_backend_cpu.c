@@ -1,0 +1,87 @@
+/*
+ * rt_backend_cpu.c - the CPU backend: its one table from op (and fused
+ * pair) to forward and backward kernels, and the rt__backend the compiler
+ * and the exec use.
+ *
+ * A row with a second op is a fusion rule: when a node of the first op has
+ * exactly one reader, of the second op, compile's fuse pass lets the node
+ * absorb the reader (after can_fuse agrees) and runs this row's kernels in
+ * its place. The row with rt__op_crossentropy as the reader makes the loss
+ * read a Softmax's logits (rt_loss.c); the Softmax itself still runs.
+ *
+ * A second backend copies this file's shape: its own kernels, its own
+ * table and its own rt__backend; no op file changes.
+ */
+#include "cpu/rt_kern_conv.h"
+#include "cpu/rt_kern_cpu.h"
+
+static const rt__kernel rt__cpu_table[] = {
+    /* op                      fused reader          forward / backward */
+    {&rt__op_dense, NULL, rt_kern_dense_fwd, rt_kern_dense_bwd, NULL, rt_kern_dense_prepare},
+    {&rt__op_dense, &rt__op_relu, rt_kern_dense_fwd, rt_kern_dense_bwd,
+     rt_kern_dense_can_fuse_act, rt_kern_dense_prepare},
+    {&rt__op_dense, &rt__op_sigmoid, rt_kern_dense_fwd, rt_kern_dense_bwd,
+     rt_kern_dense_can_fuse_act, rt_kern_dense_prepare},
+    {&rt__op_dense, &rt__op_tanh, rt_kern_dense_fwd, rt_kern_dense_bwd,
+     rt_kern_dense_can_fuse_act, rt_kern_dense_prepare},
+    {&rt__op_matmul, NULL, rt_kern_dense_fwd, rt_kern_dense_bwd, NULL, NULL},
+    {&rt__op_add, NULL, rt_kern_add_fwd, rt_kern_add_bwd, NULL, NULL},
+    {&rt__op_sub, NULL, rt_kern_sub_fwd, rt_kern_sub_bwd, NULL, NULL},
+    {&rt__op_mul, NULL, rt_kern_mul_fwd, rt_kern_mul_bwd, NULL, NULL},
+    {&rt__op_relu, NULL, rt_kern_relu_fwd, rt_kern_relu_bwd, NULL, NULL},
+    {&rt__op_sigmoid, NULL, rt_kern_sigmoid_fwd, rt_kern_sigmoid_bwd, NULL, NULL},
+    {&rt__op_tanh, NULL, rt_kern_tanh_fwd, rt_kern_tanh_bwd, NULL, NULL},
+    {&rt__op_softmax, NULL, rt_kern_softmax_fwd, rt_kern_softmax_bwd, NULL, NULL},
+    /* Softmax + (sparse) crossentropy: the loss's backward writes the
+     * logits' gradient, so this Softmax's backward never runs */
+    {&rt__op_softmax, &rt__op_crossentropy, rt_kern_softmax_fwd, rt_kern_softmax_bwd, NULL,
+     NULL},
+    {&rt__op_logsoftmax, NULL, rt_kern_logsoftmax_fwd, rt_kern_logsoftmax_bwd, NULL, NULL},
+    {&rt__op_reshape, NULL, rt_kern_copy_fwd, rt_kern_copy_bwd, NULL, NULL},
+    {&rt__op_flatten, NULL, rt_kern_copy_fwd, rt_kern_copy_bwd, NULL, NULL},
+    {&rt__op_identity, NULL, rt_kern_copy_fwd, rt_kern_copy_bwd, NULL, NULL},
+    {&rt__op_dropout, NULL, rt_kern_dropout_fwd, rt_kern_dropout_bwd, NULL, NULL},
+    {&rt__op_conv2d, NULL, rt_kern_conv2d_fwd, rt_kern_conv2d_bwd, NULL, rt_kern_conv2d_prepare},
+    {&rt__op_conv2d, &rt__op_maxpool2d, rt_kern_conv2d_fwd, rt_kern_conv2d_bwd,
+     rt_kern_conv2d_can_fuse_maxpool, rt_kern_conv2d_prepare},
+    {&rt__op_maxpool2d, NULL, rt_kern_maxpool2d_fwd, rt_kern_maxpool2d_bwd, NULL,
+     rt_kern_pool_prepare},
+    {&rt__op_avgpool2d, NULL, rt_kern_avgpool2d_fwd, rt_kern_avgpool2d_bwd, NULL,
+     rt_kern_pool_prepare},
+    {&rt__op_globalavgpool, NULL, rt_kern_gap_fwd, rt_kern_gap_bwd, NULL, NULL},
+    {&rt__op_batchnorm, NULL, rt_kern_batchnorm_fwd, rt_kern_batchnorm_bwd, NULL,
+     rt_kern_batchnorm_prepare},
+    {&rt__op_concat, NULL, rt_kern_concat_fwd, rt_kern_concat_bwd, NULL, NULL},
+};
+
+static const rt__kernel *rt__cpu_kernel(void *ctx, const rt__op_def *op,
+                                        const rt__op_def *fused)
+{
+    (void)ctx;
+    for (size_t i = 0; i < sizeof rt__cpu_table / sizeof rt__cpu_table[0]; i++)
+        if (rt__cpu_table[i].op == op && rt__cpu_table[i].fused == fused)
+            return &rt__cpu_table[i];
+    return NULL;
+}
+
+static int rt__cpu_supports(void *ctx, const rt__node *nd)
+{
+    /* every CPU kernel handles every shape its op's infer accepts */
+    return rt__cpu_kernel(ctx, nd->op, NULL) != NULL;
+}
+
+/* kernels in order on the calling thread; they start OpenMP teams */
+static void rt__cpu_run(void *ctx, const rt__call *calls, const rt__kargs *args, int n)
+{
+    (void)ctx;
+    for (int i = 0; i < n; i++) calls[i].fn(&args[i]);
+}
+
+const rt__backend rt__backend_cpu = {
+    .name = "cpu",
+    .context = NULL,
+    .shared_scratch_floats = RT_KERN_GEMM_SCRATCH,
+    .kernel = rt__cpu_kernel,
+    .supports_op = rt__cpu_supports,
+    .run = rt__cpu_run,
+};

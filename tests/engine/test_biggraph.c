@@ -1,0 +1,141 @@
+/*
+ * test_biggraph.c - compile time is linear in graph size: a deep Dense chain
+ * (Sequential, and the same chain as a Functional model, whose layers name
+ * their inbound layers) is imported from Keras JSON and compiled; the plan
+ * must have one forward call per layer (Dense+Relu fused) and train a step.
+ * The times are printed, not asserted (the machine may be loaded).
+ *
+ *     test_engine_biggraph [layers]      (default 20000)
+ */
+#include <stdarg.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "import_keras.h"
+#include "rt_test.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* appends to a growing buffer; the generated JSON is a few MB */
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_put(sbuf *b, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
+        va_end(ap);
+        REQUIRE(k >= 0);
+        if ((size_t)k < b->cap - b->n) {
+            b->n += (size_t)k;
+            return;
+        }
+        b->cap = b->cap * 2 + (size_t)k + 64;
+        b->p = realloc(b->p, b->cap);
+        REQUIRE(b->p);
+    }
+}
+
+/* layers Dense(4) layers, every other one with a relu */
+static char *make_json(int layers, int functional, size_t *len)
+{
+    sbuf b = {malloc(1 << 16), 0, 1 << 16};
+    REQUIRE(b.p);
+    if (!functional) {
+        sb_put(&b, "{\"class_name\":\"Sequential\",\"config\":{\"name\":\"deep\",\"layers\":["
+                   "{\"class_name\":\"InputLayer\",\"config\":{\"name\":\"x\","
+                   "\"batch_input_shape\":[null,4]}}");
+        for (int i = 0; i < layers; i++)
+            sb_put(&b, ",{\"class_name\":\"Dense\",\"config\":{\"name\":\"d%d\",\"units\":4,"
+                       "\"activation\":\"%s\"}}", i, i % 2 ? "relu" : "linear");
+        sb_put(&b, "]}}");
+    } else {
+        sb_put(&b, "{\"class_name\":\"Functional\",\"config\":{\"name\":\"deep\",\"layers\":["
+                   "{\"class_name\":\"InputLayer\",\"name\":\"x\",\"config\":{\"name\":\"x\","
+                   "\"batch_input_shape\":[null,4]},\"inbound_nodes\":[]}");
+        for (int i = 0; i < layers; i++) {
+            char prev[32];
+            snprintf(prev, sizeof prev, i ? "d%d" : "x", i - 1);
+            sb_put(&b, ",{\"class_name\":\"Dense\",\"name\":\"d%d\",\"config\":{\"name\":\"d%d\","
+                       "\"units\":4,\"activation\":\"%s\"},\"inbound_nodes\":[[[\"%s\",0,0,{}]]]}",
+                   i, i, i % 2 ? "relu" : "linear", prev);
+        }
+        sb_put(&b, "],\"input_layers\":[[\"x\",0,0]],\"output_layers\":[[\"d%d\",0,0]]}}",
+               layers - 1);
+    }
+    *len = b.n;
+    return b.p;
+}
+
+static void run(int layers, int functional)
+{
+    size_t len;
+    char *json = make_json(layers, functional, &len);
+    char err[256];
+    rt_graph *g = NULL;
+    const double t0 = now_s();
+    int rc = rt_keras_import(json, len, &g, err, sizeof err);
+    const double t1 = now_s();
+    if (rc < 0) fprintf(stderr, "import: %s\n", err);
+    REQUIRE(rc == 0);
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_MSE;
+    cfg.opt = RT_OPT_SGD;
+    cfg.lr = 1e-3f;
+    cfg.batch_size = 8;
+    cfg.label_dtype = RT_F32;
+    cfg.label_ndim = 1;
+    cfg.label_dims[0] = 4;
+    cfg.metrics = 0;
+    rt_plan *p = NULL;
+    rt_compile_report rep;
+    rc = rt_plan_compile(g, &cfg, &p, &rep, err, sizeof err);
+    const double t2 = now_s();
+    if (rc < 0) fprintf(stderr, "compile: %s\n", err);
+    REQUIRE(rc == 0);
+    /* Dense+Relu fuse: one forward call per Dense, one backward each */
+    CHECK(rep.n_nodes == (uint32_t)(layers + layers / 2));
+    CHECK(rep.n_kernels == (uint32_t)(2 * layers + 3));
+    CHECK(rep.trainable_param_count == (uint64_t)layers * 20);
+    /* one step runs and the loss is a number */
+    rt_exec *e = NULL;
+    CHECK_RC(rt_exec_create(p, &e));
+    float x[8 * 4], y[8 * 4];
+    for (int i = 0; i < 32; i++) {
+        x[i] = (float)(i % 7) * 0.1f;
+        y[i] = (float)(i % 3) * 0.1f;
+    }
+    rt_data d = {.x = x, .y = y, .y_dtype = RT_F32, .n = 8};
+    rt_train_result res;
+    CHECK_RC(rt_exec_train(e, &d, 1, &res, NULL, NULL, NULL));
+    CHECK(res.steps_run == 1 && isfinite(res.last.loss));
+    printf("%s %d layers (%.1f MB JSON): import %.3f s, compile %.3f s", functional
+           ? "functional" : "sequential", layers, (double)len / 1e6, t1 - t0, t2 - t1);
+    for (int i = 0; i < RT_COMPILE_PASSES && rep.pass_ns[i]; i++)
+        printf("%s %s %.3f", i ? "," : " (", rt_compile_pass_name(i), 1e-9 * (double)rep.pass_ns[i]);
+    printf("%s\n", rep.pass_ns[0] ? " s)" : "");
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+    free(json);
+}
+
+int main(int argc, char **argv)
+{
+    int layers = argc > 1 ? atoi(argv[1]) : 20000;
+    REQUIRE(layers >= 2);
+    run(layers, 0);
+    run(layers, 1);
+    return rt_test_done("engine_biggraph");
+}
