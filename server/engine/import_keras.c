@@ -2,6 +2,7 @@
 #include "import_keras.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +55,9 @@ int rt_keras_cfg_float(rt_keras_ctx *c, const char *key, double def, double *out
         !json_object_is_type(v, json_type_int))
         return rt_keras_fail(c, RT_EINVAL, "'%s' must be a number", key);
     *out = json_object_get_double(v);
+    /* json-c reads NaN, Infinity and 1e999; no Keras setting means them */
+    if (!isfinite(*out))
+        return rt_keras_fail(c, RT_EINVAL, "'%s' must be a finite number", key);
     return 0;
 }
 
@@ -277,11 +281,23 @@ static int k_dropout(rt_keras_ctx *c)
     return add_simple(c, "Dropout", 1, &a);
 }
 
+/* values per sample of t; RT_EOVERFLOW past 2^32 (the engine's tensor limit) */
+static int k_numel(rt_keras_ctx *c, const rt_keras_tensor *t, int64_t *n)
+{
+    *n = 1;
+    for (int i = 0; i < t->ndim; i++)
+        if (__builtin_mul_overflow(*n, t->dims[i], n) || *n > (INT64_C(1) << 32))
+            return rt_keras_fail(c, RT_EOVERFLOW, "%s input has more than 2^32 values per sample",
+                                 c->class_name);
+    return 0;
+}
+
 static int k_flatten(rt_keras_ctx *c)
 {
-    int64_t n = 1;
-    for (int i = 0; i < c->in[0].ndim; i++)
-        n *= c->in[0].dims[i];
+    int64_t n;
+    int rc = k_numel(c, &c->in[0], &n);
+    if (rc < 0)
+        return rc;
     c->out.ndim = 1;
     c->out.dims[0] = n;
     return add_simple(c, "Flatten", 0, NULL);
@@ -295,18 +311,16 @@ static int k_reshape(rt_keras_ctx *c)
         return n;
     if (n == 0)
         return rt_keras_fail(c, RT_EINVAL, "Reshape needs 'target_shape'");
-    int64_t in_n = 1, known = 1;
-    int neg = -1;
-    for (int i = 0; i < c->in[0].ndim; i++)
-        in_n *= c->in[0].dims[i];
+    int64_t in_n, known = 1;
+    int neg = -1, rc = k_numel(c, &c->in[0], &in_n);
+    if (rc < 0)
+        return rc;
     for (int i = 0; i < n; i++) {
         if (t[i] == -1 && neg < 0)
             neg = i;
-        else if (t[i] <= 0)
+        else if (t[i] <= 0 || __builtin_mul_overflow(known, t[i], &known))
             return rt_keras_fail(c, RT_EINVAL, "Reshape target_shape has a bad dim %lld",
                                  (long long)t[i]);
-        else
-            known *= t[i];
     }
     if (neg >= 0) {
         if (in_n % known)
@@ -619,11 +633,6 @@ typedef struct imp {
     rt_graph *g;
     char *err;
     size_t errlen;
-    /* layer name -> output tensor, in processing order */
-    int n_done;
-    int cap;
-    char (*names)[RT_KERAS_NAME];
-    rt_keras_tensor *outs;
 } imp;
 
 static int ifail(imp *m, int code, const char *fmt, ...)
@@ -637,33 +646,6 @@ static int ifail(imp *m, int code, const char *fmt, ...)
         va_end(ap);
     }
     return code;
-}
-
-static const rt_keras_tensor *done_find(imp *m, const char *name)
-{
-    for (int i = 0; i < m->n_done; i++)
-        if (strcmp(m->names[i], name) == 0)
-            return &m->outs[i];
-    return NULL;
-}
-
-static int done_add(imp *m, const char *name, const rt_keras_tensor *t)
-{
-    if (m->n_done == m->cap) {
-        int nc = m->cap ? m->cap * 2 : 16;
-        void *a = realloc(m->names, sizeof *m->names * (size_t)nc);
-        if (!a)
-            return RT_ENOMEM;
-        m->names = a;
-        void *b = realloc(m->outs, sizeof *m->outs * (size_t)nc);
-        if (!b)
-            return RT_ENOMEM;
-        m->outs = b;
-        m->cap = nc;
-    }
-    snprintf(m->names[m->n_done], RT_KERAS_NAME, "%s", name);
-    m->outs[m->n_done++] = *t;
-    return 0;
 }
 
 static const char *jstr(json_object *o, const char *key)
@@ -712,6 +694,7 @@ static int shape_from_list(imp *m, const char *lname, json_object *s, int skip,
     if (n < 0 || n > RT_MAX_DIMS - 1)
         return ifail(m, RT_ESHAPE, "input shape of layer '%.64s' has %d dims", lname, n);
     t->ndim = n;
+    int64_t numel = 1;
     for (int i = 0; i < n; i++) {
         json_object *e = json_object_array_get_idx(s, (size_t)(i + skip));
         if (!e || !json_object_is_type(e, json_type_int) || json_object_get_int64(e) <= 0)
@@ -719,6 +702,9 @@ static int shape_from_list(imp *m, const char *lname, json_object *s, int skip,
                          "input shape of layer '%.64s' has an unknown or bad dim %d",
                          lname, i + 1);
         t->dims[i] = json_object_get_int64(e);
+        if (__builtin_mul_overflow(numel, t->dims[i], &numel) || numel > (INT64_C(1) << 32))
+            return ifail(m, RT_EOVERFLOW,
+                         "input shape of layer '%.64s' has more than 2^32 values", lname);
     }
     return 0;
 }
@@ -769,7 +755,7 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
         if (rc < 0)
             return rc;
         *out = c.out;
-        return done_add(m, lname, out);
+        return 0;
     }
     return ifail(m, RT_EUNKNOWN_LAYER, "unknown Keras layer '%.48s' (layer '%.64s')",
                  cls, lname);
@@ -911,6 +897,125 @@ static int io_names(json_object *v, const char **names, int max)
     return n;
 }
 
+/* A Functional model's layer, with the layers it reads */
+typedef struct flayer {
+    const char *cls, *name;
+    json_object *obj, *cfg;
+    const char *src[RT_KERAS_MAX_IN];
+    int n_src;
+    int next;               /* DFS: the next input to visit */
+    unsigned char state;    /* 0 unseen, 1 on the DFS stack, 2 placed */
+    rt_keras_tensor out;
+} flayer;
+
+/* Layer names -> index, open addressing (FNV-1a); a linear scan per lookup
+ * made a 20,000-layer import take seconds. */
+typedef struct lmap {
+    int *slot;              /* layer index + 1, 0 = empty */
+    size_t mask;
+} lmap;
+
+static size_t lmap_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return (size_t)h;
+}
+
+/* the slot holding name, or the empty slot where it would go */
+static int *lmap_slot(const lmap *lm, const flayer *L, const char *name)
+{
+    size_t h = lmap_hash(name) & lm->mask;
+    while (lm->slot[h] && strcmp(L[lm->slot[h] - 1].name, name) != 0) h = (h + 1) & lm->mask;
+    return &lm->slot[h];
+}
+
+static int lmap_get(const lmap *lm, const flayer *L, const char *name)
+{
+    return *lmap_slot(lm, L, name) - 1;
+}
+
+/* Read every layer's class, name and inbound layer names; map the names. */
+static int read_flayers(imp *m, json_object *layers, flayer *L, int n, lmap *lm)
+{
+    for (int i = 0; i < n; i++) {
+        flayer *f = &L[i];
+        f->obj = json_object_array_get_idx(layers, (size_t)i);
+        f->cls = jstr(f->obj, "class_name");
+        f->cfg = jget(f->obj, "config", json_type_object);
+        f->name = jstr(f->obj, "name");
+        if (!f->name)
+            f->name = jstr(f->cfg, "name");
+        if (!f->cls || !f->name)
+            return ifail(m, RT_EJSON, "layer %d lacks class_name or name", i);
+        int *slot = lmap_slot(lm, L, f->name);
+        if (*slot)
+            return ifail(m, RT_EINVAL, "two layers are named '%.64s'", f->name);
+        *slot = i + 1;
+        if (strcmp(f->cls, "InputLayer") == 0)
+            continue;
+        f->n_src = inbound_names(m, f->name, f->obj, f->src, RT_KERAS_MAX_IN);
+        if (f->n_src < 0)
+            return f->n_src;
+        if (f->n_src == 0)
+            return ifail(m, RT_EINVAL, "layer '%.64s' has no inbound node", f->name);
+    }
+    return 0;
+}
+
+/* Add one layer whose inputs are all placed. */
+static int place_flayer(imp *m, flayer *L, const lmap *lm, flayer *f, const char *model_in)
+{
+    if (strcmp(f->cls, "InputLayer") == 0) {
+        int found, rc;
+        memset(&f->out, 0, sizeof f->out);
+        if ((rc = layer_input_shape(m, f->name, f->cfg, &f->out, &found)) < 0)
+            return rc;
+        if (!found)
+            return ifail(m, RT_ESHAPE, "InputLayer '%.64s' has no shape", f->name);
+        if (strcmp(f->name, model_in) != 0)
+            return ifail(m, RT_EINVAL, "InputLayer '%.64s' is not the model input", f->name);
+        return add_input(m, f->name, &f->out);
+    }
+    rt_keras_tensor ins[RT_KERAS_MAX_IN];
+    for (int j = 0; j < f->n_src; j++)
+        ins[j] = L[lmap_get(lm, L, f->src[j])].out;
+    return run_layer(m, f->obj, ins, f->n_src, &f->out);
+}
+
+/* Place layer i after everything it reads, depth first without recursion:
+ * Keras lists layers in topological order, so a real file places each
+ * layer as it is met, but a hand-edited one may not. stack: n ints. */
+static int place_from(imp *m, flayer *L, const lmap *lm, int i, int *stack,
+                      const char *model_in)
+{
+    int sp = 0, rc;
+    stack[sp++] = i;
+    L[i].state = 1;
+    while (sp) {
+        flayer *f = &L[stack[sp - 1]];
+        if (f->next < f->n_src) {
+            const char *src = f->src[f->next++];
+            int j = lmap_get(lm, L, src);
+            if (j < 0)
+                return ifail(m, RT_EINVAL, "layer '%.64s' reads '%.64s', which no layer produces",
+                             f->name, src);
+            if (L[j].state == 1)
+                return ifail(m, RT_EINVAL, "layers form a cycle through '%.64s'", src);
+            if (L[j].state == 0) {
+                L[j].state = 1;
+                stack[sp++] = j;
+            }
+            continue;
+        }
+        if ((rc = place_flayer(m, L, lm, f, model_in)) < 0)
+            return rc;
+        f->state = 2;
+        sp--;
+    }
+    return 0;
+}
+
 static int walk_functional(imp *m, json_object *cfg)
 {
     json_object *layers = jget(cfg, "layers", json_type_array);
@@ -925,92 +1030,28 @@ static int walk_functional(imp *m, json_object *cfg)
         return ifail(m, RT_EINVAL, "Functional model needs exactly one input (got %d)", n_in);
     if (n_out != 1)
         return ifail(m, RT_EINVAL, "Functional model needs exactly one output (got %d)", n_out);
-    int n = (int)json_object_array_length(layers);
-    char *placed = calloc((size_t)n + 1, 1);
-    if (!placed)
-        return RT_ENOMEM;
-    int remaining = n, rc = 0;
-    /* Layers are listed in topological order by Keras, but a hand-edited
-     * file may not be: keep sweeping until no layer can be placed. */
-    while (remaining > 0 && rc == 0) {
-        int progress = 0;
-        for (int i = 0; i < n && rc == 0; i++) {
-            if (placed[i])
-                continue;
-            json_object *layer = json_object_array_get_idx(layers, (size_t)i);
-            const char *cls = jstr(layer, "class_name");
-            json_object *lcfg = jget(layer, "config", json_type_object);
-            const char *lname = jstr(layer, "name");
-            if (!lname)
-                lname = jstr(lcfg, "name");
-            if (!cls || !lname) {
-                rc = ifail(m, RT_EJSON, "layer %d lacks class_name or name", i);
-                break;
-            }
-            if (strcmp(cls, "InputLayer") == 0) {
-                rt_keras_tensor t;
-                memset(&t, 0, sizeof t);
-                int found;
-                if ((rc = layer_input_shape(m, lname, lcfg, &t, &found)) < 0)
-                    break;
-                if (!found) {
-                    rc = ifail(m, RT_ESHAPE, "InputLayer '%.64s' has no shape", lname);
-                    break;
-                }
-                if (strcmp(lname, in_names[0]) != 0) {
-                    rc = ifail(m, RT_EINVAL, "InputLayer '%.64s' is not the model input", lname);
-                    break;
-                }
-                if ((rc = add_input(m, lname, &t)) < 0 || (rc = done_add(m, lname, &t)) < 0)
-                    break;
-                placed[i] = 1;
-                remaining--;
-                progress = 1;
-                continue;
-            }
-            const char *src[RT_KERAS_MAX_IN];
-            int k = inbound_names(m, lname, layer, src, RT_KERAS_MAX_IN);
-            if (k < 0) {
-                rc = k;
-                break;
-            }
-            if (k == 0) {
-                rc = ifail(m, RT_EINVAL, "layer '%.64s' has no inbound node", lname);
-                break;
-            }
-            rt_keras_tensor ins[RT_KERAS_MAX_IN];
-            int ready = 1;
-            for (int j = 0; j < k; j++) {
-                const rt_keras_tensor *t = done_find(m, src[j]);
-                if (!t) {
-                    ready = 0;
-                    break;
-                }
-                ins[j] = *t;
-            }
-            if (!ready)
-                continue;
-            rt_keras_tensor out;
-            if ((rc = run_layer(m, layer, ins, k, &out)) < 0)
-                break;
-            placed[i] = 1;
-            remaining--;
-            progress = 1;
-        }
-        if (rc == 0 && !progress)
-            rc = ifail(m, RT_EINVAL,
-                       "%d layer(s) have inputs that no layer produces (or form a cycle)",
-                       remaining);
+    const int n = (int)json_object_array_length(layers);
+    lmap lm = {.mask = 15};
+    while (lm.mask + 1 < (size_t)n * 2)
+        lm.mask = lm.mask * 2 + 1;
+    flayer *L = calloc((size_t)n + 1, sizeof *L);
+    int *stack = calloc((size_t)n + 1, sizeof *stack);
+    lm.slot = calloc(lm.mask + 1, sizeof *lm.slot);
+    int rc = !L || !stack || !lm.slot ? RT_ENOMEM : read_flayers(m, layers, L, n, &lm);
+    for (int i = 0; i < n && rc == 0; i++)
+        if (L[i].state == 0)
+            rc = place_from(m, L, &lm, i, stack, in_names[0]);
+    if (rc == 0) {
+        int o = lmap_get(&lm, L, out_names[0]);
+        if (o < 0)
+            rc = ifail(m, RT_EINVAL, "output layer '%.64s' is not in the model", out_names[0]);
+        else if (rt_graph_set_output(m->g, L[o].out.name) < 0)
+            rc = ifail(m, RT_EGRAPH, "%s", rt_graph_errmsg(m->g));
     }
-    free(placed);
-    if (rc < 0)
-        return rc;
-    const rt_keras_tensor *o = done_find(m, out_names[0]);
-    if (!o)
-        return ifail(m, RT_EINVAL, "output layer '%.64s' is not in the model", out_names[0]);
-    if (rt_graph_set_output(m->g, o->name) < 0)
-        return ifail(m, RT_EGRAPH, "%s", rt_graph_errmsg(m->g));
-    return 0;
+    free(L);
+    free(stack);
+    free(lm.slot);
+    return rc;
 }
 
 int rt_keras_import(const char *json, size_t len, rt_graph **out, char *err,
@@ -1039,6 +1080,13 @@ int rt_keras_import(const char *json, size_t len, rt_graph **out, char *err,
         return ifail(&m, RT_EJSON, "Keras JSON does not parse: %s at byte %zu",
                      json_tokener_error_desc(jerr), used);
     }
+    /* json-c stops at the end of the first document; one model is one
+     * document, and anything after it but whitespace is an error */
+    for (size_t i = used; i < len; i++)
+        if (!isspace((unsigned char)json[i])) {
+            json_object_put(root);
+            return ifail(&m, RT_EJSON, "trailing data after the Keras JSON at byte %zu", i);
+        }
     int rc = 0;
     const char *cls = jstr(root, "class_name");
     json_object *cfg = NULL;
@@ -1067,8 +1115,6 @@ int rt_keras_import(const char *json, size_t len, rt_graph **out, char *err,
     }
 out:
     json_object_put(root);
-    free(m.names);
-    free(m.outs);
     if (rc < 0) {
         rt_graph_destroy(m.g);
         return rc;

@@ -508,53 +508,74 @@ static int rt__copy_attrs(rt__cc *cc, rt__node *nd, const rt__entry *e)
     return 0;
 }
 
-/* one node: known op, arity, inputs that exist */
-static int rt__validate_node(rt__cc *cc, int i, rt__node *nd)
+/* The nodes' inputs as entry indices, CSR: entry i's at in[off[i]..) */
+typedef struct rt__edges {
+    const rt__op_def **op;  /* per entry: the node's op */
+    int *off, *in;
+} rt__edges;
+
+/* one node: known op, arity, inputs that exist; appends its inputs */
+static int rt__validate_node(rt__cc *cc, int i, rt__edges *ed, int *n_edges)
 {
     const rt__entry *e = &cc->g->e[i];
-    nd->name = cc->p->entry_name[i];
-    nd->id = i;
-    nd->op = rt__op_find(e->op);
-    if (!nd->op) return rt__cerr(cc, nd, RT_EUNKNOWN_OP, "unknown op '%s'", e->op);
-    if (e->n_in < nd->op->min_in || e->n_in > nd->op->max_in || e->n_in > RT__MAX_IN)
-        return rt__cerr(cc, nd, RT_EGRAPH, "%s takes %d..%d inputs, got %d", nd->op->name,
-                        nd->op->min_in, nd->op->max_in, e->n_in);
-    nd->n_in = e->n_in;
+    const rt__node at = {.name = cc->p->entry_name[i]}; /* for messages */
+    const rt__op_def *op = rt__op_find(e->op);
+    if (!op) return rt__cerr(cc, &at, RT_EUNKNOWN_OP, "unknown op '%s'", e->op);
+    if (e->n_in < op->min_in || e->n_in > op->max_in || e->n_in > RT__MAX_IN)
+        return rt__cerr(cc, &at, RT_EGRAPH, "%s takes %d..%d inputs, got %d", op->name,
+                        op->min_in, op->max_in, e->n_in);
+    ed->op[i] = op;
+    ed->off[i] = *n_edges;
     for (int j = 0; j < e->n_in; j++) {
         int src = rt__names_get(&cc->names, e->in[j]);
-        if (src < 0) return rt__cerr(cc, nd, RT_EGRAPH, "input '%s' is not defined", e->in[j]);
-        if (src == i) return rt__cerr(cc, nd, RT_ECYCLE, "node reads its own output");
-        nd->in[j] = src;
-        nd->in_name[j] = cc->p->entry_name[src];
+        if (src < 0) return rt__cerr(cc, &at, RT_EGRAPH, "input '%s' is not defined", e->in[j]);
+        if (src == i) return rt__cerr(cc, &at, RT_ECYCLE, "node reads its own output");
+        ed->in[(*n_edges)++] = src;
+    }
+    return 0;
+}
+
+/* the plan node of entry v, its attributes copied into the plan's arena */
+static int rt__make_node(rt__cc *cc, const rt__edges *ed, int v, rt__node *nd)
+{
+    const rt__entry *e = &cc->g->e[v];
+    nd->name = cc->p->entry_name[v];
+    nd->id = v;
+    nd->op = ed->op[v];
+    nd->n_in = e->n_in;
+    for (int j = 0; j < e->n_in; j++) {
+        nd->in[j] = ed->in[ed->off[v] + j];
+        nd->in_name[j] = cc->p->entry_name[nd->in[j]];
     }
     return rt__copy_attrs(cc, nd, e);
 }
 
-/* p->nodes = tmp in topological order, by iterative DFS; a grey node met
- * again is a cycle */
-static int rt__topo_order(rt__cc *cc, const rt__node *tmp, const int *tmp_of)
+/* p->nodes in topological order, by iterative DFS over the edges; a grey
+ * node met again is a cycle */
+static int rt__topo_order(rt__cc *cc, const rt__edges *ed)
 {
     rt_plan *p = cc->p;
     const int n = cc->n;
     unsigned char *color = rt__arena_alloc(cc->A, (size_t)n);
     int *stack = rt__arena_alloc(cc->A, sizeof(int) * (size_t)n * 2);
     if (!color || !stack) return RT_ENOMEM;
-    int n_topo = 0;
+    int n_topo = 0, rc;
     for (int s = 0; s < n; s++) {
-        if (tmp_of[s] < 0 || color[s]) continue;
+        if (!ed->op[s] || color[s]) continue;
         int sp = 0;
         stack[sp++] = s;
         stack[sp++] = 0;
         color[s] = 1;
         while (sp) {
             int v = stack[sp - 2], j = stack[sp - 1];
-            const rt__node *nd = &tmp[tmp_of[v]];
-            if (j < nd->n_in) {
+            if (j < cc->g->e[v].n_in) {
                 stack[sp - 1]++;
-                int u = nd->in[j];
-                if (tmp_of[u] < 0) continue;
-                if (color[u] == 1)
-                    return rt__cerr(cc, nd, RT_ECYCLE, "cycle through '%s'", p->entry_name[u]);
+                int u = ed->in[ed->off[v] + j];
+                if (!ed->op[u]) continue;
+                if (color[u] == 1) {
+                    const rt__node at = {.name = p->entry_name[v]};
+                    return rt__cerr(cc, &at, RT_ECYCLE, "cycle through '%s'", p->entry_name[u]);
+                }
                 if (color[u] == 0) {
                     color[u] = 1;
                     stack[sp++] = u;
@@ -563,7 +584,7 @@ static int rt__topo_order(rt__cc *cc, const rt__node *tmp, const int *tmp_of)
             } else {
                 color[v] = 2;
                 cc->E[v].node = n_topo;
-                p->nodes[n_topo++] = *nd;
+                if ((rc = rt__make_node(cc, ed, v, &p->nodes[n_topo++])) < 0) return rc;
                 sp -= 2;
             }
         }
@@ -604,18 +625,23 @@ static int rt__pass_validate(rt__cc *cc)
             if (cc->g->e[i].kind == RT__T_PARAM && cc->g->e[i].trainable == (pass == 0) &&
                 (rc = rt__validate_param(cc, i)) < 0)
                 return rc;
-    const size_t nn = (size_t)(cc->n_graph_nodes ? cc->n_graph_nodes : 1);
-    rt__node *tmp = rt__arena_alloc(cc->A, sizeof(rt__node) * nn);
-    int *tmp_of = rt__arena_alloc(cc->A, sizeof(int) * (size_t)n);
-    p->nodes = rt__arena_alloc(cc->A, sizeof(rt__node) * nn);
-    if (!tmp || !tmp_of || !p->nodes) return RT_ENOMEM;
-    for (int i = 0, k = 0; i < n; i++) {
-        tmp_of[i] = -1;
-        if (cc->g->e[i].kind != RT__T_NODE) continue;
-        tmp_of[i] = k;
-        if ((rc = rt__validate_node(cc, i, &tmp[k++])) < 0) return rc;
-    }
-    return rt__topo_order(cc, tmp, tmp_of);
+    int64_t max_edges = 0;
+    for (int i = 0; i < n; i++)
+        if (cc->g->e[i].kind == RT__T_NODE)
+            max_edges += cc->g->e[i].n_in < RT__MAX_IN ? cc->g->e[i].n_in : RT__MAX_IN;
+    rt__edges ed = {
+        .op = rt__arena_alloc(cc->A, sizeof *ed.op * (size_t)n),
+        .off = rt__arena_alloc(cc->A, sizeof *ed.off * (size_t)n),
+        .in = rt__arena_alloc(cc->A, sizeof *ed.in * (size_t)(max_edges + 1)),
+    };
+    p->nodes = rt__arena_alloc(cc->A, sizeof(rt__node) *
+                                          (size_t)(cc->n_graph_nodes ? cc->n_graph_nodes : 1));
+    if (!ed.op || !ed.off || !ed.in || !p->nodes) return RT_ENOMEM;
+    int n_edges = 0;
+    for (int i = 0; i < n; i++)
+        if (cc->g->e[i].kind == RT__T_NODE && (rc = rt__validate_node(cc, i, &ed, &n_edges)) < 0)
+            return rc;
+    return rt__topo_order(cc, &ed);
 }
 
 /* the output entry: as named, or the last node */
@@ -704,7 +730,11 @@ static int rt__setup_loss(rt__cc *cc, int softmax_fused)
     L->classes = p->out_shape.ndim ? p->out_shape.d[p->out_shape.ndim - 1] : 1;
     L->rows = L->out_numel / L->classes;
     L->lab_numel = 1;
-    for (int i = 0; i < cfg->label_ndim; i++) L->lab_numel *= cfg->label_dims[i];
+    for (int i = 0; i < cfg->label_ndim; i++)
+        if (__builtin_mul_overflow(L->lab_numel, cfg->label_dims[i], &L->lab_numel) ||
+            L->lab_numel > RT__MAX_NUMEL)
+            return rt__cerr(cc, NULL, RT_EOVERFLOW, "labels have more than %lld values per sample",
+                            (long long)RT__MAX_NUMEL);
     L->lab_dt = cfg->label_dtype;
     L->acc = (cfg->metrics & RT_METRIC_ACCURACY) != 0;
     int rc = rt__loss_check(L, cfg, cc->err, cc->errlen);
@@ -740,8 +770,8 @@ static int rt__pass_fuse(rt__cc *cc)
         if (pn->fused) continue;
         const rt__kernel *k = be->kernel(be->context, pn->op, nd->op);
         if (!k || (k->can_fuse && !k->can_fuse(pn, nd))) continue;
+        if (!(pn->fused_p = rt__arena_memdup(cc->A, &nd->p, sizeof nd->p))) return RT_ENOMEM;
         pn->fused = nd->op;
-        pn->fused_p = nd->p;
         pn->out = nd->out;
         pn->bwd_needs_out |= nd->op->bwd_needs_out;
         cc->shape[src] = pn->out;

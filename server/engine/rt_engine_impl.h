@@ -50,6 +50,7 @@ void rt__assert_fail(const char *cond, const char *file, int line);
 typedef struct rt__chunk rt__chunk;
 typedef struct rt__arena {
     rt__chunk *head;
+    size_t next_cap;        /* chunks double from 16 KiB to 1 MiB */
 } rt__arena;
 
 void *rt__arena_alloc(rt__arena *a, size_t n);
@@ -247,7 +248,7 @@ struct rt__node {
     /* A backend fusion rule let this node absorb its only reader: that
      * op and its parameters (out is then the reader's output) or NULL. */
     const rt__op_def *fused;
-    rt__op_params fused_p;
+    const rt__op_params *fused_p; /* in the plan's arena */
     int bwd_needs_out;      /* op's flag, or a fused reader's */
     /* chosen by the backend (choose-kernels pass) */
     const rt__kernel *kern;
@@ -336,9 +337,10 @@ extern const rt__backend rt__backend_cpu;
 /* ------------------------------------------------------------------- plan */
 
 enum { RT__SP_NONE = 0, RT__SP_ARENA, RT__SP_PARAM, RT__SP_GRAD };
+/* 8 bytes: a call holds 2 * RT__MAX_IN of them */
 typedef struct rt__ref {
-    uint32_t space;
-    uint64_t off;           /* bytes in arena; floats in param/grad blocks */
+    uint64_t space : 2;     /* RT__SP_* */
+    uint64_t off : 62;      /* bytes in arena; floats in param/grad blocks */
 } rt__ref;
 
 struct rt__call {

@@ -26,7 +26,10 @@ void *rt__arena_alloc(rt__arena *a, size_t n)
     if (n == 0) n = 16;
     rt__chunk *c = a->head;
     if (!c || c->cap - c->used < n) {
-        size_t cap = n > 16384 ? n : 16384;
+        /* growing chunks: a big graph makes few calls to malloc */
+        if (a->next_cap < 16384) a->next_cap = 16384;
+        size_t cap = n > a->next_cap ? n : a->next_cap;
+        if (a->next_cap < ((size_t)1 << 20)) a->next_cap *= 2;
         c = malloc(sizeof *c + cap);
         if (!c) return NULL;
         c->next = a->head;
@@ -61,6 +64,7 @@ void rt__arena_free(rt__arena *a)
         c = next;
     }
     a->head = NULL;
+    a->next_cap = 0;
 }
 
 void *rt__aligned_alloc(size_t n)

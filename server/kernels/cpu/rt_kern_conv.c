@@ -439,7 +439,7 @@ int rt_kern_conv2d_prepare(rt__node *nd, int64_t B, rt__arena *A)
     int64_t extra = 0;
     if (nd->fused) {
         RT_ASSERT(nd->fused == &rt__op_maxpool2d);
-        const rt__conv_params *pp = &nd->fused_p.conv;
+        const rt__conv_params *pp = &nd->fused_p->conv;
         kp->pool = pp->KH;
         kp->poolw = pp->KW;
         kp->ph = pp->OH;
