@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """PyTorch peer of bench/conv/bench_conv.c, run by it in the same process
-tree (notes/baselines.md: PyTorch's best setting here is 2 threads).
+tree (PyTorch's best measured setting here is 2 threads).
 
     /usr/bin/python3 bench/conv/torch_peer.py [--reps N] [--b1024]
 
@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-# PyTorch's best setting on this machine (notes/baselines.md): torch's own
+# PyTorch's best measured setting on this machine: torch's own
 # 2 threads, OpenBLAS (under it) at 1 thread so the two pools do not
 # oversubscribe the cores. Must be set before numpy/torch load OpenBLAS.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

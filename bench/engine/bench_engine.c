@@ -16,7 +16,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "rt_engine.h"
-#include "rt_engine_impl.h"
+#include "cpu/rt_kern_cpu.h"
 
 #ifndef RT_SOURCE_DIR
 #define RT_SOURCE_DIR "."

@@ -158,7 +158,7 @@ typedef enum rt_loss_kind {
     RT_LOSS_BCE,             /* binary_crossentropy */
     RT_LOSS_MSE,
     RT_LOSS_MAE,
-    RT_LOSS_LOGCOSH,         /* Keras semantics; see notes/baselines.md W-A */
+    RT_LOSS_LOGCOSH,         /* Keras semantics (W-A: int labels broadcast per row) */
 } rt_loss_kind;
 
 typedef enum rt_opt_kind {

@@ -16,7 +16,7 @@
  *   logcosh     x = p - y, mean over the last axis of x + softplus(-2x) - log 2
  * Labels with one value per row (e.g. int labels (B,) against a (B,3)
  * output) are broadcast over the last axis, as Keras does after expanding
- * them to (B,1) (notes/baselines.md, W-A).
+ * them to (B,1) (W-A's logcosh on int labels).
  */
 #include <math.h>
 #include <stdio.h>

@@ -108,6 +108,24 @@ int main(void)
     cfg.label_dims[0] = 2;
     expect("label shape mismatch", RT_ESHAPE, "labels", NULL);
 
+    begin(4); param("W", 4, 3);
+    node("d", "Dense", 2, "x", "W", NULL);
+    cfg.loss = RT_LOSS_MSE;
+    cfg.label_dtype = RT_F32;
+    cfg.label_ndim = 3;
+    cfg.label_dims[0] = cfg.label_dims[1] = cfg.label_dims[2] = INT64_C(1) << 30;
+    expect("label size overflow", RT_EOVERFLOW, "labels have more than", NULL);
+
+    {
+        /* Reshape to 2^31 x 2^31 x 2: each dim is fine, the product is not */
+        begin(4);
+        int64_t shp[3] = {INT64_C(1) << 31, INT64_C(1) << 31, 2};
+        rt_attr a = {.name = "shape", .kind = RT_ATTR_INTS, .n = 3, .ints = shp};
+        const char *in[1] = {"x"};
+        REQUIRE(rt_graph_add_node(g, "r", "Reshape", 1, in, 1, &a) == 0);
+        expect("shape product overflow", RT_ESHAPE, "node 'r'", NULL);
+    }
+
     {
         g = rt_graph_create();
         int64_t in[] = {RT_BATCH, -5};
