@@ -120,8 +120,9 @@ static void run(int layers, int functional)
     rt_train_result res;
     CHECK_RC(rt_exec_train(e, &d, 1, &res, NULL, NULL, NULL));
     CHECK(res.steps_run == 1 && isfinite(res.last.loss));
-    printf("%s %d layers (%.1f MB JSON): import %.3f s, compile %.3f s", functional
-           ? "functional" : "sequential", layers, (double)len / 1e6, t1 - t0, t2 - t1);
+    printf("%s %d layers (%.1f MB JSON, loss %.6g, arena %.1f MB): import %.3f s, compile %.3f s",
+           functional ? "functional" : "sequential", layers, (double)len / 1e6, res.last.loss,
+           (double)rep.arena_bytes / 1e6, t1 - t0, t2 - t1);
     for (int i = 0; i < RT_COMPILE_PASSES && rep.pass_ns[i]; i++)
         printf("%s %s %.3f", i ? "," : " (", rt_compile_pass_name(i), 1e-9 * (double)rep.pass_ns[i]);
     printf("%s\n", rep.pass_ns[0] ? " s)" : "");
