@@ -10,6 +10,8 @@
 
 #include <json-c/json.h>
 
+#include "rt_engine_impl.h"
+
 int rt_keras_fail(rt_keras_ctx *c, int code, const char *fmt, ...)
 {
     char msg[200];
@@ -370,24 +372,19 @@ static int k_pair(rt_keras_ctx *c, const char *key, int64_t def0, int64_t def1,
     } else if (n == 1) {
         out[1] = out[0];
     }
-    if (out[0] < 1 || out[1] < 1)
-        return rt_keras_fail(c, RT_EINVAL, "'%s' must be >= 1", key);
+    if (out[0] < 1 || out[1] < 1 || out[0] > (1 << 20) || out[1] > (1 << 20))
+        return rt_keras_fail(c, RT_EINVAL, "'%s' must be in 1..1048576", key);
     return 0;
 }
 
-/* Output size of one spatial dim, as op_conv.c computes it. */
+/* Output size of one spatial dim: the engine's rule (rt__window_out). */
 static int k_out_dim(rt_keras_ctx *c, int64_t in, int64_t k, int64_t s, int64_t d,
                      int same, int64_t *out)
 {
-    int64_t keff = (k - 1) * d + 1;
-    if (same) {
-        *out = (in + s - 1) / s;
-        return 0;
-    }
-    if (in < keff)
+    *out = rt__window_out(in, k, s, d, same, NULL);
+    if (*out < 0)
         return rt_keras_fail(c, RT_ESHAPE, "input %lld is smaller than the window %lld",
-                             (long long)in, (long long)keff);
-    *out = (in - keff) / s + 1;
+                             (long long)in, (long long)((k - 1) * d + 1));
     return 0;
 }
 

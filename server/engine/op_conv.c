@@ -52,25 +52,29 @@ static int rt__padding(rt__cc *cc, rt__node *nd, int *same)
     return 0;
 }
 
+int64_t rt__window_out(int64_t in, int64_t k, int64_t s, int64_t d, int same, int64_t *pad)
+{
+    const int64_t keff = (k - 1) * d + 1;
+    if (same) {
+        const int64_t out = (in + s - 1) / s, tot = (out - 1) * s + keff - in;
+        if (pad) *pad = tot > 0 ? tot / 2 : 0;
+        return out;
+    }
+    if (pad) *pad = 0;
+    return in < keff ? -1 : (in - keff) / s + 1;
+}
+
 /* one spatial dim: output size and padding before; RT_ESHAPE if the window
  * does not fit a valid convolution */
 static int rt__out_dim(rt__cc *cc, rt__node *nd, const char *what, int64_t in,
                        int64_t k, int64_t s, int64_t d, int same, int64_t *out,
                        int64_t *pad)
 {
-    const int64_t keff = (k - 1) * d + 1;
-    if (same) {
-        *out = (in + s - 1) / s;
-        int64_t tot = (*out - 1) * s + keff - in;
-        *pad = tot > 0 ? tot / 2 : 0;
-        return 0;
-    }
-    if (in < keff)
+    *out = rt__window_out(in, k, s, d, same, pad);
+    if (*out < 0)
         return rt__cerr(cc, nd, RT_ESHAPE,
                         "%s %lld is smaller than the window %lld with padding 'valid'",
-                        what, (long long)in, (long long)keff);
-    *out = (in - keff) / s + 1;
-    *pad = 0;
+                        what, (long long)in, (long long)((k - 1) * d + 1));
     return 0;
 }
 

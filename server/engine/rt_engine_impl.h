@@ -5,12 +5,14 @@
  *
  * Life of a model:
  *   rt_graph (builder records, rt_graph.c)
- *     -> rt_plan_compile (rt_compile.c): copy into the plan's arena, resolve
- *        names, topological order, per-op shape inference (rt__op_def.infer),
- *        fusion, backward derivation (which values need gradients, in which
- *        order kernels run, which gradient writes overwrite and which add),
- *        liveness-based memory plan, kernel selection through the backend
- *        table. The result is a flat array of rt__call with buffer offsets.
+ *     -> rt_plan_compile (rt_compile.c), seven named passes: validate
+ *        (copy into the plan's arena, resolve names, topological order),
+ *        infer_shapes (rt__op_def.infer: shapes and typed parameters), fuse
+ *        (the backend's rules), backward (which values need gradients, in
+ *        which order kernels run, which gradient writes overwrite and which
+ *        add), choose_kernels (the backend's table), plan_memory
+ *        (liveness-based, one arena), report. The result is a flat array
+ *        of rt__call with buffer offsets.
  *     -> rt_exec (rt_exec.c): resolves offsets to pointers once, then each
  *        step is: gather batch, forward calls, loss (rt_loss.c), backward
  *        calls, optimizer (rt_optim.c). Nothing is allocated per step.
@@ -173,6 +175,13 @@ int rt__attr_ints(rt__cc *cc, const rt__node *nd, const char *name,
 /* the "activation" attribute (absent, "linear", "relu", "sigmoid", "tanh")
  * as RT__ACT_*; RT_EINVAL via rt__cerr for anything else (op_dense.c) */
 int rt__attr_act(rt__cc *cc, const rt__node *nd, int *act);
+/* One spatial dim of a convolution or pool (op_conv.c, also the Keras
+ * importer's): in cells, window k, stride s, dilation d (k, s, d in
+ * 1..2^20, in <= 2^32), TensorFlow padding: "same" gives ceil(in / s)
+ * outputs and pads half before, the odd cell after; "valid" uses full
+ * windows. Returns the output size, or -1 when the dilated window does
+ * not fit 'valid'; *pad (if not NULL) gets the cells before. */
+int64_t rt__window_out(int64_t in, int64_t k, int64_t s, int64_t d, int same, int64_t *pad);
 
 /* The loss as a fusion target: a backend rule (Softmax, &rt__op_crossentropy)
  * lets (sparse) categorical crossentropy read a Softmax's logits. It is no
