@@ -288,7 +288,7 @@ static int k_numel(rt_keras_ctx *c, const rt_keras_tensor *t, int64_t *n)
 {
     *n = 1;
     for (int i = 0; i < t->ndim; i++)
-        if (__builtin_mul_overflow(*n, t->dims[i], n) || *n > (INT64_C(1) << 32))
+        if (__builtin_mul_overflow(*n, t->dims[i], n) || *n > RT__MAX_NUMEL)
             return rt_keras_fail(c, RT_EOVERFLOW, "%s input has more than 2^32 values per sample",
                                  c->class_name);
     return 0;
@@ -372,7 +372,7 @@ static int k_pair(rt_keras_ctx *c, const char *key, int64_t def0, int64_t def1,
     } else if (n == 1) {
         out[1] = out[0];
     }
-    if (out[0] < 1 || out[1] < 1 || out[0] > (1 << 20) || out[1] > (1 << 20))
+    if (out[0] < 1 || out[1] < 1 || out[0] > RT__MAX_WINDOW || out[1] > RT__MAX_WINDOW)
         return rt_keras_fail(c, RT_EINVAL, "'%s' must be in 1..1048576", key);
     return 0;
 }
@@ -699,7 +699,7 @@ static int shape_from_list(imp *m, const char *lname, json_object *s, int skip,
                          "input shape of layer '%.64s' has an unknown or bad dim %d",
                          lname, i + 1);
         t->dims[i] = json_object_get_int64(e);
-        if (__builtin_mul_overflow(numel, t->dims[i], &numel) || numel > (INT64_C(1) << 32))
+        if (__builtin_mul_overflow(numel, t->dims[i], &numel) || numel > RT__MAX_NUMEL)
             return ifail(m, RT_EOVERFLOW,
                          "input shape of layer '%.64s' has more than 2^32 values", lname);
     }

@@ -34,7 +34,7 @@ static int rt__pair(rt__cc *cc, rt__node *nd, const char *name, int64_t def0,
         return rt__cerr(cc, nd, RT_EINVAL, "attribute '%s' needs 1 or 2 values, got %d",
                         name, n);
     }
-    if (out[0] < 1 || out[1] < 1 || out[0] > (1 << 20) || out[1] > (1 << 20))
+    if (out[0] < 1 || out[1] < 1 || out[0] > RT__MAX_WINDOW || out[1] > RT__MAX_WINDOW)
         return rt__cerr(cc, nd, RT_EINVAL, "attribute '%s' (%lld, %lld) must be >= 1",
                         name, (long long)out[0], (long long)out[1]);
     return 0;

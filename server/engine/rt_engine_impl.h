@@ -37,6 +37,7 @@
 #define RT__ERRLEN 200    /* error messages stay short (gRPC trailers) */
 #define RT__MAX_NUMEL (INT64_C(1) << 32)  /* elements in one tensor at full batch */
 #define RT__MAX_BATCH (1 << 24)
+#define RT__MAX_WINDOW (1 << 20) /* conv/pool window, stride, dilation */
 #define RT__ALIGN 64      /* arena buffers and parameters: one cache line */
 
 #define RT_ASSERT(c)                                                          \
@@ -177,7 +178,7 @@ int rt__attr_ints(rt__cc *cc, const rt__node *nd, const char *name,
 int rt__attr_act(rt__cc *cc, const rt__node *nd, int *act);
 /* One spatial dim of a convolution or pool (op_conv.c, also the Keras
  * importer's): in cells, window k, stride s, dilation d (k, s, d in
- * 1..2^20, in <= 2^32), TensorFlow padding: "same" gives ceil(in / s)
+ * 1..RT__MAX_WINDOW, in <= 2^32), TensorFlow padding: "same" gives ceil(in / s)
  * outputs and pads half before, the odd cell after; "valid" uses full
  * windows. Returns the output size, or -1 when the dilated window does
  * not fit 'valid'; *pad (if not NULL) gets the cells before. */
