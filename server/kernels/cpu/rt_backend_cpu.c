@@ -16,7 +16,7 @@
 #include "cpu/rt_kern_cpu.h"
 
 static const rt__kernel rt__cpu_table[] = {
-    /* op                      fused reader          forward / backward */
+    /* {op, fused reader or NULL, forward, backward, can_fuse, prepare} */
     {&rt__op_dense, NULL, rt_kern_dense_fwd, rt_kern_dense_bwd, NULL, rt_kern_dense_prepare},
     {&rt__op_dense, &rt__op_relu, rt_kern_dense_fwd, rt_kern_dense_bwd,
      rt_kern_dense_can_fuse_act, rt_kern_dense_prepare},
