@@ -130,5 +130,34 @@ dpid=""
 grep -q "Sanitizer" "$tmp/daemon.log" && { bad "sanitizer report in the daemon log";
   grep -A 20 "Sanitizer" "$tmp/daemon.log" | head -40; } || ok "no sanitizer report"
 
+# --- the shard cache is per principal: bob sends every byte of shards that
+# alice's uploads left on the daemon, and learns nothing of them
+for who in alice bob; do
+  "$rtraind" --new-token $who >>"$tmp/tokens.txt" 2>"$tmp/$who.line"
+  sed -n 's/.*: \([0-9a-f]\{64\}\)$/\1/p' "$tmp/$who.line" >"$tmp/$who.tok"
+done
+"$rtraind" --listen 127.0.0.1:0 --tokens "$tmp/tokens.txt" --log-level info >"$tmp/daemon2.log" 2>&1 &
+dpid=$!
+addr=""
+for _ in $(seq 1 100); do
+  addr=$(sed -n 's/^rtraind listening on \([^ ]*\).*/\1/p' "$tmp/daemon2.log" | head -n 1)
+  [ -n "$addr" ] && break
+  sleep 0.1
+done
+[ -n "$addr" ] && ok "daemon with tokens started" || bad "daemon with tokens did not start"
+T=(fit --server "$addr" --model "$here/dense4.json" --features 'x:float[4],label:int64'
+   --epochs 1 --batch-size 10 --seed 1 --no-progress --data "$gen/num-0000*-of-00002.tfrecord")
+both=$(( $(stat -c %s "$gen/num-00000-of-00002.tfrecord") + $(stat -c %s "$gen/num-00001-of-00002.tfrecord") ))
+expect_rc 0 "alice uploads two shards" -- "$rtrain" "${T[@]}" --token-file "$tmp/alice.tok"
+has "$tmp/err" "100 samples, $both bytes sent" "alice sends both shards ($both bytes)"
+expect_rc 0 "alice again" -- "$rtrain" "${T[@]}" --token-file "$tmp/alice.tok"
+has "$tmp/err" "100 samples, 0 bytes sent" "alice's re-run sends nothing"
+expect_rc 0 "bob, the same shards" -- "$rtrain" "${T[@]}" --token-file "$tmp/bob.tok"
+has "$tmp/err" "100 samples, $both bytes sent" "bob sends every byte: alice's shards are not his"
+kill -TERM "$dpid"; wait "$dpid"; drc=$?; dpid=""
+[ "$drc" -eq 0 ] && ok "daemon with tokens stopped cleanly" || bad "daemon with tokens: exit $drc"
+grep -q "Sanitizer" "$tmp/daemon2.log" && bad "sanitizer report in the second daemon's log" \
+  || ok "no sanitizer report (second daemon)"
+
 echo "data_e2e: $((checks - fails))/$checks checks passed"
 [ "$fails" -eq 0 ]
