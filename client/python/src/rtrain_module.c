@@ -1700,7 +1700,7 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
         rc = rt_py__fit_steps(&f, ds, val, epochs, spe, spx);
     else
         rc = rt_py__fit_stream(&f, ds, val, epochs, spe,
-                               verbose == 1 ? progress_every : 0);
+                               verbose == 1 || f.on_event ? progress_every : 0);
     rt_py__sig_remove(installed);
     installed = 0;
     rt_py__add_last_timings(&f);
