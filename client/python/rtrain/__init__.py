@@ -1,15 +1,22 @@
 """rtrain: train on a remote rtraind from Python, Keras style.
 
     import rtrain
-    client = rtrain.connect("127.0.0.1:7070", timeout=10)
-    model = client.compile(rtrain.Sequential([
-                rtrain.layers.Dense(32, activation="relu", input_shape=(4,)),
-                rtrain.layers.Dense(3, activation="softmax")]),
-            optimizer="adam", loss="sparse_categorical_crossentropy",
-            metrics=["accuracy"])
-    history = model.fit(x, y, batch_size=20, epochs=20,
-                        validation_data=(xv, yv))
-    history["loss"], model.last_timings
+    from rtrain import layers, callbacks
+    rtrain.connect("127.0.0.1:7070", timeout=10)   # or $RTRAIN_SERVER
+    model = rtrain.Sequential([
+        layers.Dense(32, activation="relu", input_shape=(4,)),
+        layers.Dense(3, activation="softmax")])
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    model.summary()
+    history = model.fit(x, y, epochs=20, validation_data=(xv, yv),
+                        callbacks=[callbacks.EarlyStopping(patience=3)])
+    model.save_weights("iris.h5")          # Keras' HDF5 layout
+
+The Functional API works the same way (rtrain.Input, layer calls,
+rtrain.Model(inputs, outputs)). client.compile(spec, ...) compiles a
+model or a Keras model JSON string on that client and returns the
+CompiledModel that Model.compile keeps.
 
 The C extension (rtrain._rtrain, on librtrain) does the networking, the
 zero-copy uploads, the fit loop with its progress bar and Ctrl-C
