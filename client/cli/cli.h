@@ -72,6 +72,10 @@ typedef struct cli_opts {
     const char *features, *label_key, *image_size, *resize, *mean, *std, *augment;
     const char *on_bad_record;
     long channels;
+    cli_cmd help_cmd;         /* CLI_HELP: the command asked about, or CLI_NONE */
+    long early_stopping;      /* fit: patience in epochs; -1 = off */
+    const char *checkpoint;   /* fit: weights after every epoch */
+    const char *csv_log;      /* fit: one CSV row per epoch */
 } cli_opts;
 
 /* Parse argv (argv[0] is the program). Returns 0, or -1 with a message in
@@ -79,6 +83,8 @@ typedef struct cli_opts {
 int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen);
 const char *cli_cmd_name(cli_cmd c);
 void cli_usage(FILE *f);
+/* `rtrain CMD --help`: the command's options with their defaults. */
+void cli_usage_cmd(FILE *f, cli_cmd c);
 
 /* Map a library error code to a CLI exit code. */
 int cli_exit_code(int rt_err);
@@ -107,7 +113,7 @@ void cli_print_timings(FILE *f, const rt_client_timings *calls, size_t n);
 int cli_npy_write(const char *path, rt_client_dtype dt, int ndim,
                   const int64_t *shape, const void *data);
 
-/* CSV of a 2-D f32 (or 1-D) tensor, %.9g. */
+/* CSV of a 2-D f32 (or 1-D) tensor, %.9g; path "-" is stdout. */
 int cli_csv_write_tensor(const char *path, const rt_client_tensor *t);
 
 /* The overhead plot. xs = K values, series of per-step times (us) with
