@@ -335,6 +335,18 @@ class Model:
     def _param_names(self):
         return [w[0] for w in self.weight_specs()]
 
+    def __getattr__(self, name):
+        # What only the program on the daemon has (last_timings, report,
+        # global_step, get_named_weights, ...), once compiled.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        c = self.__dict__.get("_compiled")
+        if c is None or not hasattr(c, name):
+            raise AttributeError("%r has no attribute %r%s" % (
+                type(self).__name__, name,
+                " (compile the model first)" if c is None else ""))
+        return getattr(c, name)
+
     def __repr__(self):
         return "<rtrain.%s %s>" % (type(self).__name__, self.name)
 
