@@ -448,8 +448,8 @@ int cli_cmd_fit(const cli_opts *o)
             if (!isnan(v.last.val.accuracy))
                 printf(" - val_accuracy %.4f", v.last.val.accuracy);
         }
-        printf(" - epochs %u - steps %llu - wall %.3f s (connect, upload, compile, train)\n",
-               v.done, (unsigned long long)v.last.steps, wall);
+        printf(" - steps %llu - epochs %u - wall %.3f s (connect, upload, compile, train)\n",
+               (unsigned long long)v.last.steps, v.done, wall);
     } else {
         printf("final: no epoch completed - wall %.3f s\n", wall);
     }
