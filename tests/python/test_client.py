@@ -518,6 +518,13 @@ def test_keras_json_string(client, iris):
                                                   (3,)]
     h = m.fit(xtr, ytr, epochs=2, verbose=0, validation_data=(xte, yte))
     assert sorted(h) == sorted(KEYS)
+    # The Keras idiom's views of a model compiled from Keras 3 JSON.
+    assert [l.name for l in m.layers] == ["dense", "dense_1"]
+    lines = []
+    m.summary(print_fn=lines.append)
+    assert any(l.startswith("dense_1 (Dense)") and "(None, 3)" in l
+               and l.rstrip().endswith("99") for l in lines)
+    assert m.count_params() == 4 * 32 + 32 + 32 * 3 + 3
     # The Sequential builder writes Keras 2 JSON for the same model.
     seq = iris_model(client, seed=1)
     assert seq.report["param_count"] == m.report["param_count"]

@@ -467,6 +467,20 @@ def _layer_from_config(cls_name, cfg):
     return cls(**kw)
 
 
+def _inbound_names(nodes):
+    """The source layers of a layer's first inbound node: Keras 2's
+    [[["name", 0, 0, {}], ...]] or Keras 3's [{"args": [tensor(s)]}]."""
+    if not nodes:
+        return []
+    node = nodes[0]
+    if isinstance(node, list):
+        return [ref[0] for ref in node]
+    args = node.get("args") or []
+    if len(args) == 1 and isinstance(args[0], list):
+        args = args[0]
+    return [t["config"]["keras_history"][0] for t in args]
+
+
 def model_from_json(json_string):
     """A model from Keras model JSON (Sequential or Functional)."""
     doc = _json.loads(json_string) if isinstance(json_string, str) \
@@ -489,8 +503,7 @@ def model_from_json(json_string):
             if isinstance(layer, _layers.InputLayer):
                 made[name] = _layers.KerasTensor(layer.input_shape, layer, [])
                 continue
-            nodes = ld.get("inbound_nodes") or []
-            srcs = [ref[0] for ref in nodes[0]] if nodes else []
+            srcs = _inbound_names(ld.get("inbound_nodes") or [])
             if not srcs or any(s not in made for s in srcs):
                 raise ValueError("layer %r: inbound layers %s are not "
                                  "defined before it" % (name, srcs))
