@@ -76,6 +76,7 @@ typedef struct cli_opts {
     long early_stopping;      /* fit: patience in epochs; -1 = off */
     const char *checkpoint;   /* fit: weights after every epoch */
     const char *csv_log;      /* fit: one CSV row per epoch */
+    const char *load_weights; /* fit: initial weights */
 } cli_opts;
 
 /* Parse argv (argv[0] is the program). Returns 0, or -1 with a message in
@@ -112,6 +113,16 @@ void cli_print_timings(FILE *f, const rt_client_timings *calls, size_t n);
 /* A .npy (v1.0) writer for f32/i32/i64/u8 (predict's .npy output). */
 int cli_npy_write(const char *path, rt_client_dtype dt, int ndim,
                   const int64_t *shape, const void *data);
+
+/* Keras 2's HDF5 weights layout (cli_h5.c): a path ending in .h5/.hdf5 is
+ * one. Save writes w's parameters grouped by layer ("dense/kernel" in layer
+ * "dense"); load matches the file's layers with weights to prog's by order,
+ * as Keras' load_weights, and fills *out with prog's names (free with
+ * rt_client_weights_free). errbuf receives a message. */
+int cli_is_h5(const char *path);
+int cli_h5_save(const rt_client_weights *w, const char *path, char *err, size_t errlen);
+int cli_h5_load(const char *path, const rt_client_compile_result *prog,
+                rt_client_weights *out, char *err, size_t errlen);
 
 /* CSV of a 2-D f32 (or 1-D) tensor, %.9g; path "-" is stdout. */
 int cli_csv_write_tensor(const char *path, const rt_client_tensor *t);

@@ -25,7 +25,7 @@ enum {
     O_FEATURES, O_LABEL_KEY, O_IMAGE_SIZE, O_CHANNELS, O_RESIZE, O_MEAN, O_STD, O_AUGMENT,
     O_ON_BAD,
     O_TLS_CA, O_TLS_CERT, O_TLS_KEY, O_TOKEN_FILE,
-    O_EARLY_STOP, O_CHECKPOINT, O_CSV_LOG,
+    O_EARLY_STOP, O_CHECKPOINT, O_CSV_LOG, O_LOAD_WEIGHTS,
 };
 
 typedef struct opt_def {
@@ -87,6 +87,7 @@ static const opt_def defs[] = {
     {"early-stopping", 1, O_EARLY_STOP, B(CLI_FIT)},
     {"checkpoint", 1, O_CHECKPOINT, B(CLI_FIT)},
     {"csv-log", 1, O_CSV_LOG, B(CLI_FIT)},
+    {"load-weights", 1, O_LOAD_WEIGHTS, B(CLI_FIT)},
 };
 #define N_DEFS (sizeof defs / sizeof defs[0])
 
@@ -98,8 +99,10 @@ static const struct {
     {"server", "HOST:PORT", "the daemon (default $RTRAIN_SERVER or " RT_DEFAULT_SERVER ")"},
     {"timeout", "SECONDS", "deadline of each call (default 60; fit's training calls: none)"},
     {"model", "M.json", "Keras model JSON (model.to_json()); - reads stdin"},
-    {"weights", "W.bin", "weights to load (RTWTS001 file)"},
-    {"save-weights", "W.bin", "write the trained weights (RTWTS001 file)"},
+    {"weights", "W.bin|W.h5", "weights to load (RTWTS001, or Keras' HDF5 layout)"},
+    {"save-weights", "W.bin|W.h5", "write the trained weights (RTWTS001, or Keras' HDF5 "
+                                   "layout by the .h5 name)"},
+    {"load-weights", "W.bin|W.h5", "start from these weights (RTWTS001 or Keras' HDF5)"},
     {"data", "D", "data set: .csv, .npy (with --labels), IDX (with --labels)"},
     {"labels", "L", "labels of .npy or IDX --data"},
     {"val", "V", "validation data, evaluated after every epoch"},
@@ -131,7 +134,7 @@ static const struct {
     {"no-progress", NULL, "one line per epoch on stderr"},
     {"early-stopping", "PATIENCE", "stop after PATIENCE epochs without a lower val_loss "
                                    "(loss without --val), Keras' EarlyStopping"},
-    {"checkpoint", "W.bin", "write the weights after every epoch"},
+    {"checkpoint", "W.bin|W.h5", "write the weights after every epoch"},
     {"csv-log", "FILE", "one CSV row per epoch (Keras' CSVLogger columns)"},
     {"help", NULL, "this text"},
 };
@@ -231,7 +234,9 @@ void cli_usage(FILE *f)
 "                            TTY); progress goes to stderr, results to stdout\n"
 "  -                         as --model: stdin; as --out: stdout\n"
 "\n"
-"Weights files (--save-weights, --weights): magic RTWTS001, see rtrain.h.\n"
+"Weights files (--save-weights, --weights, --load-weights, --checkpoint):\n"
+"  magic RTWTS001 (see rtrain.h), or Keras 2's HDF5 layout for a name ending\n"
+"  in .h5 (what Keras' save_weights writes and load_weights reads)\n"
 "\n"
 "Exit codes:\n"
 "  0 ok, 2 usage error, 3 cannot connect to the daemon, 4 invalid input or\n"
@@ -493,6 +498,7 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
             break;
         case O_CHECKPOINT: o->checkpoint = a; break;
         case O_CSV_LOG: o->csv_log = a; break;
+        case O_LOAD_WEIGHTS: o->load_weights = a; break;
         }
         (void)dv;
     }

@@ -99,9 +99,10 @@ static int named_as_file(const char *path)
 
 static int check_inputs(const cli_opts *o)
 {
-    const char *files[] = {o->model, o->weights, o->data, o->labels, o->val, o->val_labels};
+    const char *files[] = {o->model, o->weights, o->data, o->labels, o->val, o->val_labels,
+                           o->load_weights};
     const char *flags[] = {"--model", "--weights", "--data", "--labels", "--val",
-                           "--val-labels"};
+                           "--val-labels", "--load-weights"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         if (!files[i] || cli_is_glob(files[i]) ||
             (files[i] == o->model && !strcmp(files[i], "-")))
@@ -110,8 +111,8 @@ static int check_inputs(const cli_opts *o)
         if (access(files[i], R_OK) != 0) {
             fprintf(stderr, "rtrain: %s: cannot read %s: %s\n", flags[i], files[i],
                     strerror(errno));
-            return errno == ENOENT && files[i] == o->weights ? CLI_EXIT_NOTFOUND
-                                                            : CLI_EXIT_INVALID;
+            return errno == ENOENT && (files[i] == o->weights || files[i] == o->load_weights)
+                       ? CLI_EXIT_NOTFOUND : CLI_EXIT_INVALID;
         }
         /* A directory is an image folder as --data or --val, unless its
          * name says it is a file (x.csv/). */
@@ -309,6 +310,24 @@ static int on_fit_event(const rt_client_fit_event *ev, void *user)
     return cli_interrupted ? 1 : 0;
 }
 
+/* --load-weights: an RTWTS file (matched by name) or Keras' HDF5 layout
+ * (matched by layer order) into the program. */
+static int load_weights(rt_client *c, const char *sid, const rt_client_compile_result *prog,
+                        const char *path)
+{
+    rt_client_weights w;
+    char err[256];
+    int rc = cli_is_h5(path) ? cli_h5_load(path, prog, &w, err, sizeof err)
+                             : rt_client_weights_load(&w, path, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "rtrain: --load-weights: %s\n", err);
+        return cli_exit_code(rc);
+    }
+    rc = rt_client_set_weights(c, sid, prog->program_id, w.t, w.n);
+    rt_client_weights_free(&w);
+    return rc < 0 ? cli_fail(c, "SetWeights (--load-weights)", rc) : 0;
+}
+
 /* The weights of the program into path (--checkpoint, --save-weights). */
 static int save_weights(rt_client *c, const char *sid, const char *program,
                         const char *path, const char *flag, int quiet)
@@ -319,7 +338,8 @@ static int save_weights(rt_client *c, const char *sid, const char *program,
         return cli_fail(c, "GetWeights", rc);
     char err[256];
     int ex = 0;
-    rc = rt_client_weights_save(&w, path, err, sizeof err);
+    rc = cli_is_h5(path) ? cli_h5_save(&w, path, err, sizeof err)
+                         : rt_client_weights_save(&w, path, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, "rtrain: %s: %s\n", flag, err);
         ex = cli_exit_code(rc);
@@ -351,6 +371,8 @@ int cli_cmd_fit(const cli_opts *o)
     uint64_t t0 = rt_now_ns();
     ex = setup(c, o, "rtrain fit", sid, &prog);
     if (ex)
+        goto out;
+    if (o->load_weights && (ex = load_weights(c, sid, &prog, o->load_weights)))
         goto out;
     int rc = cli_upload(c, sid, base_name(o->data), o->data, o->labels, o, &tr);
     if (rc < 0) {
@@ -483,7 +505,11 @@ int cli_cmd_eval(const cli_opts *o, int predict)
     int ex = check_inputs(o);
     if (ex)
         return ex;
-    int rc = rt_client_weights_load(&w, o->weights, err, sizeof err);
+    /* An RTWTS file is checked before connecting; Keras' HDF5 layout is
+     * matched to the compiled model's parameters, after compiling. */
+    int h5 = cli_is_h5(o->weights);
+    memset(&w, 0, sizeof w);
+    int rc = h5 ? 0 : rt_client_weights_load(&w, o->weights, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, "rtrain: --weights: %s\n", err);
         return cli_exit_code(rc);
@@ -501,6 +527,11 @@ int cli_cmd_eval(const cli_opts *o, int predict)
     ex = setup(c, o, predict ? "rtrain predict" : "rtrain eval", sid, &prog);
     if (ex)
         goto out;
+    if (h5 && (rc = cli_h5_load(o->weights, &prog, &w, err, sizeof err)) < 0) {
+        fprintf(stderr, "rtrain: --weights: %s\n", err);
+        ex = cli_exit_code(rc);
+        goto out;
+    }
     rc = rt_client_set_weights(c, sid, prog.program_id, w.t, w.n);
     if (rc < 0) {
         ex = cli_fail(c, "SetWeights", rc);

@@ -282,5 +282,90 @@ then ok "early stopping where Keras stops"; else bad "early stopping arithmetic"
 cmp -s "$tmp/ck.bin" "$tmp/last.bin" && ok "--checkpoint holds the last epoch's weights" \
   || bad "--checkpoint differs from --save-weights"
 
+# --- Keras' HDF5 weights layout: written by fit, read by eval/predict and
+# --load-weights, interchangeable with a file in Keras' own layout
+expect_rc 0 "fit --save-weights W.h5" -- "$rtrain" "${FIT[@]/60/5}" --save-weights "$tmp/k.h5" \
+  --checkpoint "$tmp/k.bin"
+if $py - "$tmp/k.h5" <<'EOF'
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")
+dec = lambda v: v.decode() if hasattr(v, "decode") else v
+assert dec(f.attrs["backend"]) == "tensorflow" and dec(f.attrs["keras_version"]).startswith("2.")
+assert [dec(n) for n in f.attrs["layer_names"]] == ["dense", "dense_1"]
+assert [dec(n) for n in f["dense"].attrs["weight_names"]] == ["dense/kernel:0", "dense/bias:0"]
+assert f["dense/dense/kernel:0"].shape == (4, 32) and f["dense/dense/kernel:0"].dtype == np.float32
+assert f["dense_1/dense_1/bias:0"].shape == (3,)
+EOF
+then ok "W.h5 in Keras' layout"; else bad "W.h5 layout"; fi
+expect_rc 0 "eval --weights W.h5" -- "$rtrain" eval "${S[@]}" --model "$ex/model.json" \
+  --weights "$tmp/k.h5" --data "$ex/val_shuffled.csv" --loss sparse_categorical_crossentropy
+cp "$tmp/out" "$tmp/eval_h5.out"
+expect_rc 0 "eval --weights W.bin (same run)" -- "$rtrain" eval "${S[@]}" --model "$ex/model.json" \
+  --weights "$tmp/k.bin" --data "$ex/val_shuffled.csv" --loss sparse_categorical_crossentropy
+cmp -s "$tmp/out" "$tmp/eval_h5.out" && ok "h5 and RTWTS weights evaluate the same" \
+  || bad "h5 eval '$(cat "$tmp/eval_h5.out")' != '$(cat "$tmp/out")'"
+# A file as Keras writes it: its own layer names, a layer without weights
+# (h5py stores the empty weight_names as an empty float array).
+$py - "$tmp/keras.h5" "$tmp/keras_w.npz" <<'EOF'
+import sys, h5py, numpy as np
+rng = np.random.RandomState(5)
+w = [rng.standard_normal(s).astype(np.float32) * 0.5 for s in [(4, 32), (32,), (32, 3), (3,)]]
+np.savez(sys.argv[2], *w)
+with h5py.File(sys.argv[1], "w") as f:
+    f.attrs["backend"] = b"tensorflow"
+    f.attrs["keras_version"] = b"2.11.0"
+    f.attrs["layer_names"] = np.asarray([b"dense_4", b"dropout", b"dense_5"])
+    for name, ws in [("dense_4", w[:2]), ("dropout", []), ("dense_5", w[2:])]:
+        g = f.create_group(name)
+        names = [("%s/%s:0" % (name, s)).encode() for s in ("kernel", "bias")][:len(ws)]
+        g.attrs["weight_names"] = np.asarray(names)
+        for n, v in zip(names, ws):
+            d = g.create_dataset(n.decode(), v.shape, dtype=v.dtype)
+            d[()] = v
+EOF
+"$rtrain" predict "${S[@]}" --model "$ex/model.json" --weights "$tmp/keras.h5" \
+  --data "$ex/val_shuffled.csv" --out - >"$tmp/kp.csv" 2>"$tmp/err"
+if $py - "$tmp/kp.csv" "$tmp/keras_w.npz" "$ex/val_shuffled.csv" <<'EOF'
+import sys, numpy as np
+p = np.loadtxt(sys.argv[1], delimiter=",")
+w = np.load(sys.argv[2]); w1, b1, w2, b2 = (w["arr_%d" % i].astype(np.float64) for i in range(4))
+x = np.loadtxt(sys.argv[3], delimiter=",")[:, :4]
+z = np.maximum(x @ w1 + b1, 0) @ w2 + b2
+e = np.exp(z - z.max(1, keepdims=True)); e /= e.sum(1, keepdims=True)
+assert p.shape == (45, 3) and np.allclose(p, e, atol=1e-5), np.abs(p - e).max()
+EOF
+then ok "predict with a Keras-written .h5 matches NumPy"; else bad "Keras .h5 predict: $(cat "$tmp/err")"; fi
+expect_rc 0 "fit --load-weights Keras .h5 (lr 1e-12: the weights stay)" -- "$rtrain" fit "${S[@]}" \
+  --model "$ex/model.json" --data "$ex/train_shuffled.csv" --loss sparse_categorical_crossentropy \
+  --optimizer sgd --lr 1e-12 --epochs 1 --load-weights "$tmp/keras.h5" --save-weights "$tmp/lw.h5"
+if $py - "$tmp/lw.h5" "$tmp/keras_w.npz" <<'EOF'
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")
+got = [f["dense/dense/kernel:0"][()], f["dense/dense/bias:0"][()],
+       f["dense_1/dense_1/kernel:0"][()], f["dense_1/dense_1/bias:0"][()]]
+w = np.load(sys.argv[2])
+for i, g in enumerate(got):
+    assert np.allclose(g, w["arr_%d" % i], atol=1e-6), i
+EOF
+then ok "--load-weights took the Keras file"; else bad "--load-weights"; fi
+$py - "$tmp/one.h5" <<'EOF'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "w") as f:
+    f.attrs["layer_names"] = np.asarray([b"dense"])
+    g = f.create_group("dense")
+    g.attrs["weight_names"] = np.asarray([b"dense/kernel:0", b"dense/bias:0"])
+    g.create_dataset("dense/kernel:0", data=np.zeros((4, 32), np.float32))
+    g.create_dataset("dense/bias:0", data=np.zeros(32, np.float32))
+EOF
+expect_rc 4 "an .h5 for another model" -- "$rtrain" eval "${S[@]}" --model "$ex/model.json" \
+  --weights "$tmp/one.h5" --data "$ex/val.csv" --loss sparse_categorical_crossentropy
+grep -q -- "--weights: .*holds weights for 1 layers but the model has 2" "$tmp/err" \
+  && ok "layer count mismatch named" || bad "mismatch message: $(cat "$tmp/err")"
+printf 'not hdf5' >"$tmp/fake.h5"
+expect_rc 4 "an .h5 that is not HDF5" -- "$rtrain" eval "${S[@]}" --model "$ex/model.json" \
+  --weights "$tmp/fake.h5" --data "$ex/val.csv" --loss sparse_categorical_crossentropy
+expect_rc 5 "--load-weights file not found" -- "$rtrain" fit "${S[@]}" --model "$ex/model.json" \
+  --data "$ex/train.csv" --loss mse --load-weights "$tmp/none.h5"
+
 echo "$checks checks, $fails failed"
 [ "$fails" -eq 0 ]
