@@ -132,8 +132,12 @@ static int get_strings(hid_t obj, const char *attr, char ***out, size_t *n)
         size_t w = H5Tget_size(ft);
         char *buf = calloc((size_t)cnt, w);
         if (buf && H5Aread(a, ft, buf) >= 0) {
+            /* Fixed-length, NUL-padded (or full to the last byte). */
             for (hssize_t i = 0; i < cnt; i++)
-                v[i] = strndup(buf + (size_t)i * w, w);
+                if ((v[i] = malloc(w + 1))) {
+                    memcpy(v[i], buf + (size_t)i * w, w);
+                    v[i][w] = 0;
+                }
         } else {
             rc = RT_EIO;
         }
