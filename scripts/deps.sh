@@ -9,8 +9,8 @@ SUDO=""
 pkgs=(build-essential cmake pkg-config
       libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev
       libdnnl-dev libjson-c-dev libxxhash-dev zlib1g-dev libssl-dev openssl
-      libturbojpeg0-dev libpng-dev
-      python3-dev python3-numpy python3-sklearn)
+      libturbojpeg0-dev libpng-dev libhdf5-dev
+      python3-dev python3-numpy python3-sklearn python3-h5py)
 want_test=0 want_bench=0
 for a in "$@"; do
   case $a in

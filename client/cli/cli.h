@@ -72,6 +72,11 @@ typedef struct cli_opts {
     const char *features, *label_key, *image_size, *resize, *mean, *std, *augment;
     const char *on_bad_record;
     long channels;
+    cli_cmd help_cmd;         /* CLI_HELP: the command asked about, or CLI_NONE */
+    long early_stopping;      /* fit: patience in epochs; -1 = off */
+    const char *checkpoint;   /* fit: weights after every epoch */
+    const char *csv_log;      /* fit: one CSV row per epoch */
+    const char *load_weights; /* fit: initial weights */
 } cli_opts;
 
 /* Parse argv (argv[0] is the program). Returns 0, or -1 with a message in
@@ -79,6 +84,8 @@ typedef struct cli_opts {
 int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen);
 const char *cli_cmd_name(cli_cmd c);
 void cli_usage(FILE *f);
+/* `rtrain CMD --help`: the command's options with their defaults. */
+void cli_usage_cmd(FILE *f, cli_cmd c);
 
 /* Map a library error code to a CLI exit code. */
 int cli_exit_code(int rt_err);
@@ -107,7 +114,17 @@ void cli_print_timings(FILE *f, const rt_client_timings *calls, size_t n);
 int cli_npy_write(const char *path, rt_client_dtype dt, int ndim,
                   const int64_t *shape, const void *data);
 
-/* CSV of a 2-D f32 (or 1-D) tensor, %.9g. */
+/* Keras 2's HDF5 weights layout (cli_h5.c): a path ending in .h5/.hdf5 is
+ * one. Save writes w's parameters grouped by layer ("dense/kernel" in layer
+ * "dense"); load matches the file's layers with weights to prog's by order,
+ * as Keras' load_weights, and fills *out with prog's names (free with
+ * rt_client_weights_free). errbuf receives a message. */
+int cli_is_h5(const char *path);
+int cli_h5_save(const rt_client_weights *w, const char *path, char *err, size_t errlen);
+int cli_h5_load(const char *path, const rt_client_compile_result *prog,
+                rt_client_weights *out, char *err, size_t errlen);
+
+/* CSV of a 2-D f32 (or 1-D) tensor, %.9g; path "-" is stdout. */
 int cli_csv_write_tensor(const char *path, const rt_client_tensor *t);
 
 /* The overhead plot. xs = K values, series of per-step times (us) with

@@ -25,6 +25,7 @@ enum {
     O_FEATURES, O_LABEL_KEY, O_IMAGE_SIZE, O_CHANNELS, O_RESIZE, O_MEAN, O_STD, O_AUGMENT,
     O_ON_BAD,
     O_TLS_CA, O_TLS_CERT, O_TLS_KEY, O_TOKEN_FILE,
+    O_EARLY_STOP, O_CHECKPOINT, O_CSV_LOG, O_LOAD_WEIGHTS,
 };
 
 typedef struct opt_def {
@@ -83,8 +84,60 @@ static const opt_def defs[] = {
     {"std", 1, O_STD, TRAIN},
     {"augment", 1, O_AUGMENT, B(CLI_FIT)},
     {"on-bad-record", 1, O_ON_BAD, TRAIN},
+    {"early-stopping", 1, O_EARLY_STOP, B(CLI_FIT)},
+    {"checkpoint", 1, O_CHECKPOINT, B(CLI_FIT)},
+    {"csv-log", 1, O_CSV_LOG, B(CLI_FIT)},
+    {"load-weights", 1, O_LOAD_WEIGHTS, B(CLI_FIT)},
 };
 #define N_DEFS (sizeof defs / sizeof defs[0])
+
+/* `rtrain CMD --help`: what each option takes and its default. Options
+ * without an entry are listed by name only. */
+static const struct {
+    const char *name, *arg, *help;
+} helps[] = {
+    {"server", "HOST:PORT", "the daemon (default $RTRAIN_SERVER or " RT_DEFAULT_SERVER ")"},
+    {"timeout", "SECONDS", "deadline of each call (default 60; fit's training calls: none)"},
+    {"model", "M.json", "Keras model JSON (model.to_json()); - reads stdin"},
+    {"weights", "W.bin|W.h5", "weights to load (RTWTS001, or Keras' HDF5 layout)"},
+    {"save-weights", "W.bin|W.h5", "write the trained weights (RTWTS001, or Keras' HDF5 "
+                                   "layout by the .h5 name)"},
+    {"load-weights", "W.bin|W.h5", "start from these weights (RTWTS001 or Keras' HDF5)"},
+    {"data", "D", "data set: .csv, .npy (with --labels), IDX (with --labels)"},
+    {"labels", "L", "labels of .npy or IDX --data"},
+    {"val", "V", "validation data, evaluated after every epoch"},
+    {"val-labels", "L", "labels of .npy or IDX --val"},
+    {"out", "P.csv|P.npy|-", "predictions; - writes CSV to stdout"},
+    {"epochs", "N", "epochs (default 1)"},
+    {"batch-size", "B", "samples per step (default 32)"},
+    {"steps-per-call", "K|auto", "RunSteps calls of K steps (default 0: one Fit stream)"},
+    {"steps-per-epoch", "S", "steps per epoch (default ceil(samples / B))"},
+    {"in-flight", "W", "RunSteps calls in flight (default " CLI_STR(RT_TRAIN_WINDOW) ")"},
+    {"loss", "L", "loss (required: a model JSON carries none), e.g. "
+                  "sparse_categorical_crossentropy"},
+    {"optimizer", "O", "sgd, adam, adamw or rmsprop (default adam)"},
+    {"lr", "X", "learning rate (default: the optimizer's, Keras')"},
+    {"label-column", "C", "CSV label column (default -1 = last)"},
+    {"csv-header", NULL, "skip the CSV's first line"},
+    {"seed", "S", "initialisation and shuffling seed (default 0)"},
+    {"no-shuffle", NULL, "keep the data order (default: shuffle every epoch)"},
+    {"no-normalize", NULL, "IDX: keep 0..255 (default: divide by 255)"},
+    {"timings", NULL, "print each call's time breakdown (us)"},
+    {"trace", "FILE", "write the calls as Chrome trace-event JSON"},
+    {"size", "N", "payload bytes each way (default 0)"},
+    {"count", "N", "round trips (default 100)"},
+    {"max-k", "K", "largest steps per call (default 1024)"},
+    {"reps", "N", "repetitions"},
+    {"csv", "FILE", "results as CSV"},
+    {"plot", "FILE", "an SVG plot"},
+    {"progress", NULL, "force the progress bar on stderr (default: on a TTY)"},
+    {"no-progress", NULL, "one line per epoch on stderr"},
+    {"early-stopping", "PATIENCE", "stop after PATIENCE epochs without a lower val_loss "
+                                   "(loss without --val), Keras' EarlyStopping"},
+    {"checkpoint", "W.bin|W.h5", "write the weights after every epoch"},
+    {"csv-log", "FILE", "one CSV row per epoch (Keras' CSVLogger columns)"},
+    {"help", NULL, "this text"},
+};
 
 const char *cli_cmd_name(cli_cmd c)
 {
@@ -106,7 +159,8 @@ const char *cli_cmd_name(cli_cmd c)
 void cli_usage(FILE *f)
 {
     fputs(
-"usage: rtrain COMMAND [options]\n"
+"usage: rtrain [global options] COMMAND [options]; rtrain COMMAND --help\n"
+"       lists a command's options with their defaults\n"
 "\n"
 "Commands:\n"
 "  info                      the daemon's version, device, limits, ops\n"
@@ -116,7 +170,8 @@ void cli_usage(FILE *f)
 "      [--steps-per-call K|auto] [--in-flight W] [--steps-per-epoch S]\n"
 "      [--loss L] [--optimizer O] [--lr X] [--label-column C] [--csv-header]\n"
 "      [--seed S] [--no-shuffle] [--save-weights W.bin] [--timings]\n"
-"      [--trace out.json]\n"
+"      [--trace out.json] [--early-stopping PATIENCE] [--checkpoint W.bin]\n"
+"      [--csv-log log.csv]\n"
 "                            train; K = 0 or absent: one Fit stream, else\n"
 "                            RunSteps calls of K steps (never across an\n"
 "                            epoch end; validation by an Evaluate after\n"
@@ -126,8 +181,10 @@ void cli_usage(FILE *f)
 "                            and step time (fixed cost <= 5%) and prints it.\n"
 "                            An epoch is ceil(samples / B) steps, or S\n"
 "                            with --steps-per-epoch\n"
-"  eval --model M.json --weights W.bin --data D [--labels L]\n"
-"  predict --model M.json --weights W.bin --data D --out P.csv|P.npy\n"
+"                            --loss is required; defaults: --epochs 1,\n"
+"                            --batch-size 32, --optimizer adam\n"
+"  eval --model M.json --weights W.bin --data D [--labels L] --loss L\n"
+"  predict --model M.json --weights W.bin --data D --out P.csv|P.npy|-\n"
 "  bench overhead [--max-k 1024] [--reps N] [--csv out.csv] [--plot out.svg]\n"
 "                            per-call overhead of W-A vs steps per call K\n"
 "  bench story [--reps N] [--epochs 20] [--data train.csv --val val.csv]\n"
@@ -155,7 +212,7 @@ void cli_usage(FILE *f)
 "  --augment flip,crop=PIXELS,brightness=X,contrast=X; --on-bad-record\n"
 "  fail|skip (skip: bad records are left out and counted)\n"
 "\n"
-"Common options:\n"
+"Common options (before or after the command):\n"
 "  --server HOST:PORT        default $RTRAIN_SERVER or " RT_DEFAULT_SERVER "\n"
 "  --timeout SECONDS         deadline of each call (default 60; fit's Fit\n"
 "                            stream and RunSteps calls have none unless\n"
@@ -174,15 +231,40 @@ void cli_usage(FILE *f)
 "                            unattributed\n"
 "  --trace FILE              write the calls as Chrome trace-event JSON\n"
 "  --progress/--no-progress  force the progress bar on or off (default: on a\n"
-"                            TTY)\n"
+"                            TTY); progress goes to stderr, results to stdout\n"
+"  -                         as --model: stdin; as --out: stdout\n"
 "\n"
-"Weights files (--save-weights, --weights): magic RTWTS001, see rtrain.h.\n"
+"Weights files (--save-weights, --weights, --load-weights, --checkpoint):\n"
+"  magic RTWTS001 (see rtrain.h), or Keras 2's HDF5 layout for a name ending\n"
+"  in .h5 (what Keras' save_weights writes and load_weights reads)\n"
 "\n"
 "Exit codes:\n"
 "  0 ok, 2 usage error, 3 cannot connect to the daemon, 4 invalid input or\n"
 "  rejected by the daemon, 5 not found, 6 internal or other error,\n"
 "  130 interrupted (SIGINT cancels a running fit at a step boundary)\n",
         f);
+}
+
+void cli_usage_cmd(FILE *f, cli_cmd c)
+{
+    fprintf(f, "usage: rtrain %s [options]\n\nOptions:\n", cli_cmd_name(c));
+    for (size_t i = 0; i < N_DEFS; i++) {
+        if (!(defs[i].cmds & B(c)))
+            continue;
+        const char *arg = NULL, *help = "";
+        for (size_t j = 0; j < sizeof helps / sizeof helps[0]; j++)
+            if (!strcmp(helps[j].name, defs[i].name)) {
+                arg = helps[j].arg;
+                help = helps[j].help;
+            }
+        char left[64];
+        snprintf(left, sizeof left, "--%s%s%s", defs[i].name, arg ? " " : "", arg ? arg : "");
+        fprintf(f, "  %-28s %s\n", left, help);
+    }
+    fputs("\nGlobal options (--server, --timeout, --timings) may also come before the\n"
+          "command. Exit codes: 0 ok, 2 usage, 3 cannot connect, 4 invalid input,\n"
+          "5 not found, 6 other, 130 interrupted. Progress goes to stderr, results\n"
+          "to stdout.\n", f);
 }
 
 static int perr(char *err, size_t len, const char *fmt, ...)
@@ -234,9 +316,10 @@ static void defaults(cli_opts *o)
     o->max_k = 1024;
     o->reps = -1;
     o->progress = -1;
+    o->early_stopping = -1;
 }
 
-int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen)
+static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t errlen)
 {
     defaults(o);
     if (errlen)
@@ -392,7 +475,6 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen)
         case O_PLOT: o->plot = a; break;
         case O_PROGRESS: o->progress = 1; break;
         case O_NO_PROGRESS: o->progress = 0; break;
-        case O_HELP: o->cmd = CLI_HELP; return 0;
         case O_FEATURES: o->features = a; break;
         case O_LABEL_KEY: o->label_key = a; break;
         case O_IMAGE_SIZE: o->image_size = a; break;
@@ -405,6 +487,18 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen)
         case O_STD: o->std = a; break;
         case O_AUGMENT: o->augment = a; break;
         case O_ON_BAD: o->on_bad_record = a; break;
+        case O_HELP:
+            o->help_cmd = o->cmd;
+            o->cmd = CLI_HELP;
+            return 0;
+        case O_EARLY_STOP:
+            if (parse_long(a, 0, 1000000, &o->early_stopping) < 0)
+                return perr(err, errlen, "--early-stopping: expected a patience in epochs "
+                            ">= 0, got '%s'", a);
+            break;
+        case O_CHECKPOINT: o->checkpoint = a; break;
+        case O_CSV_LOG: o->csv_log = a; break;
+        case O_LOAD_WEIGHTS: o->load_weights = a; break;
         }
         (void)dv;
     }
@@ -455,7 +549,58 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen)
                 return perr(err, errlen, "fit: --val %s needs --val-labels", o->val);
         }
     }
+    /* No silent default: the loss defines what fit optimises and what eval
+     * reports, and a model JSON does not carry it. */
+    if ((o->cmd == CLI_FIT || o->cmd == CLI_EVAL) && !o->loss)
+        return perr(err, errlen, "%s: --loss is required (a model JSON carries no loss), "
+                    "e.g. --loss sparse_categorical_crossentropy", cli_cmd_name(o->cmd));
     return 0;
+}
+
+static const opt_def *find_def(const char *arg)
+{
+    if (strncmp(arg, "--", 2) != 0)
+        return NULL;
+    const char *name = arg + 2, *eq = strchr(name, '=');
+    size_t n = eq ? (size_t)(eq - name) : strlen(name);
+    for (size_t i = 0; i < N_DEFS; i++)
+        if (strlen(defs[i].name) == n && !strncmp(defs[i].name, name, n))
+            return &defs[i];
+    return NULL;
+}
+
+/* Options before the command (`rtrain --server H:P info`) are moved after
+ * the command words, where the table checks that they apply to it. */
+int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen)
+{
+    int i = 1;
+    while (i < argc && argv[i][0] == '-' && strcmp(argv[i], "--help") != 0 &&
+           strcmp(argv[i], "-h") != 0 && strcmp(argv[i], "--version") != 0) {
+        const opt_def *d = find_def(argv[i]);
+        if (!d) {
+            defaults(o);
+            return perr(err, errlen, "unknown option '%s' (try rtrain --help)", argv[i]);
+        }
+        i += d->has_arg && !strchr(argv[i], '=') ? 2 : 1;
+    }
+    if (i == 1 || i >= argc)
+        return parse_ordered(i >= argc ? 1 : argc, argv, o, err, errlen);
+    int words = !strcmp(argv[i], "bench") && i + 1 < argc ? 2 : 1;
+    char **av = malloc(sizeof *av * (size_t)(argc + 1));
+    if (!av)
+        return perr(err, errlen, "out of memory");
+    int n = 0;
+    av[n++] = argv[0];
+    for (int k = 0; k < words; k++)
+        av[n++] = argv[i + k];
+    for (int k = 1; k < i; k++)
+        av[n++] = argv[k];
+    for (int k = i + words; k < argc; k++)
+        av[n++] = argv[k];
+    av[n] = NULL;
+    int rc = parse_ordered(argc, av, o, err, errlen);
+    free(av);
+    return rc;
 }
 
 int cli_exit_code(int rc)

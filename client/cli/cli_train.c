@@ -7,6 +7,8 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "rt_progress.h"
@@ -65,21 +67,70 @@ int cli_fail(rt_client *c, const char *what, int rc)
         return CLI_EXIT_INTERRUPTED;
     }
     const char *msg = c ? rt_client_errmsg(c) : "";
-    fprintf(stderr, "rtrain: %s failed: %s\n", what, msg && *msg ? msg : rt_strerror(rc));
+    if (!msg || !*msg)
+        msg = rt_strerror(rc);
+    /* The daemon names its request field; the user's knob is the flag. */
+    const char *field = strstr(msg, "set csv_header");
+    if (field)
+        fprintf(stderr, "rtrain: %s failed: %.*sgive --csv-header%s\n", what,
+                (int)(field - msg), msg, field + strlen("set csv_header"));
+    else
+        fprintf(stderr, "rtrain: %s failed: %s\n", what, msg);
     return cli_exit_code(rc);
 }
 
 /* Input files are checked before connecting, so a typo is exit code 4 with
  * the file's name, not an I/O error halfway through. */
+static int named_as_file(const char *path)
+{
+    static const char *const suffixes[] = {".csv", ".npy", ".idx", ".idx1", ".idx3",
+                                           "-ubyte", ".gz", ".zlib", ".tfrecord",
+                                           ".tfrec", ".json", ".bin"};
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        size_t m = strlen(suffixes[i]);
+        if (n >= m && strncasecmp(path + n - m, suffixes[i], m) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 static int check_inputs(const cli_opts *o)
 {
-    const char *files[] = {o->model, o->weights, o->data, o->labels, o->val, o->val_labels};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
-        if (files[i] && !cli_is_glob(files[i]) && access(files[i], R_OK) != 0) {
-            fprintf(stderr, "rtrain: cannot read %s: %s\n", files[i], strerror(errno));
-            return errno == ENOENT && files[i] == o->weights ? CLI_EXIT_NOTFOUND
-                                                            : CLI_EXIT_INVALID;
+    const char *files[] = {o->model, o->weights, o->data, o->labels, o->val, o->val_labels,
+                           o->load_weights};
+    const char *flags[] = {"--model", "--weights", "--data", "--labels", "--val",
+                           "--val-labels", "--load-weights"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        if (!files[i] || cli_is_glob(files[i]) ||
+            (files[i] == o->model && !strcmp(files[i], "-")))
+            continue;
+        struct stat st;
+        if (access(files[i], R_OK) != 0) {
+            fprintf(stderr, "rtrain: %s: cannot read %s: %s\n", flags[i], files[i],
+                    strerror(errno));
+            return errno == ENOENT && (files[i] == o->weights || files[i] == o->load_weights)
+                       ? CLI_EXIT_NOTFOUND : CLI_EXIT_INVALID;
         }
+        /* A directory is an image folder as --data or --val, unless its
+         * name says it is a file (x.csv/). */
+        int folder_ok = (files[i] == o->data || files[i] == o->val) &&
+                        !named_as_file(files[i]);
+        if (!folder_ok && stat(files[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "rtrain: %s: %s is a directory, not a file\n", flags[i],
+                    files[i]);
+            return CLI_EXIT_INVALID;
+        }
+    }
+    if (o->out && strcmp(o->out, "-") != 0) {
+        struct stat st;
+        if (stat(o->out, &st) == 0 && S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "rtrain: --out: %s is a directory, not a file\n", o->out);
+            return CLI_EXIT_INVALID;
+        }
+    }
     return 0;
 }
 
@@ -134,7 +185,7 @@ static int setup(rt_client *c, const cli_opts *o, const char *what, char *sid,
     size_t len;
     char *json = cli_read_file(o->model, &len);
     if (!json) {
-        fprintf(stderr, "rtrain: cannot read the model %s: %s\n", o->model, strerror(errno));
+        fprintf(stderr, "rtrain: --model: cannot read %s: %s\n", o->model, strerror(errno));
         return CLI_EXIT_INVALID;
     }
     rt_train_opts t;
@@ -157,9 +208,9 @@ static void finish_outputs(rt_client *c, const cli_opts *o)
     }
     if (o->trace) {
         if (rt_client_trace_write(c, o->trace) < 0)
-            fprintf(stderr, "rtrain: cannot write the trace %s\n", o->trace);
+            fprintf(stderr, "rtrain: --trace: cannot write %s\n", o->trace);
         else
-            printf("trace: %s (%zu calls)\n", o->trace, n);
+            fprintf(stderr, "trace: %s (%zu calls)\n", o->trace, n);
     }
 }
 
@@ -178,19 +229,126 @@ typedef struct fit_view {
     rt_progress bar;
     rt_client_epoch last;
     int have_last;
+    uint32_t epochs;       /* of the whole fit */
+    int one_per_call;      /* a call per epoch (--early-stopping, --checkpoint) */
+    uint32_t done;         /* epochs completed */
+    FILE *csv;             /* --csv-log */
+    const char *metric;    /* "accuracy", or NULL when the model has none */
+    /* --early-stopping: Keras' EarlyStopping (mode min, min_delta 0, no
+     * baseline) on val_loss, or loss without --val. */
+    long patience;         /* -1: off */
+    double best;
+    long wait;
+    int stop;
+    uint32_t stopped_epoch; /* 1-based, 0 = none */
 } fit_view;
 
+/* Keras' CSVLogger: epoch (0-based) and the log keys, sorted. */
+static void csv_row(fit_view *v, uint32_t epoch, const rt_client_epoch *e)
+{
+    if (!v->csv)
+        return;
+    int acc = !isnan(e->train.accuracy);
+    if (epoch == 0) {
+        fprintf(v->csv, "epoch%s,loss", acc ? ",accuracy" : "");
+        if (e->has_val)
+            fprintf(v->csv, "%s,val_loss", acc ? ",val_accuracy" : "");
+        fputc('\n', v->csv);
+    }
+    fprintf(v->csv, "%u", epoch);
+    if (acc)
+        fprintf(v->csv, ",%.17g", e->train.accuracy);
+    fprintf(v->csv, ",%.17g", e->train.loss);
+    if (e->has_val) {
+        if (acc)
+            fprintf(v->csv, ",%.17g", e->val.accuracy);
+        fprintf(v->csv, ",%.17g", e->val.loss);
+    }
+    fputc('\n', v->csv);
+    fflush(v->csv);
+}
+
+static void early_stop(fit_view *v, uint32_t epoch, const rt_client_epoch *e)
+{
+    if (v->patience < 0)
+        return;
+    double cur = e->has_val ? e->val.loss : e->train.loss;
+    v->wait++;
+    if (cur < v->best) {
+        v->best = cur;
+        v->wait = 0;
+    }
+    if (v->wait >= v->patience && epoch > 0) {
+        v->stop = 1;
+        v->stopped_epoch = epoch + 1;
+    }
+}
+
 /* Both drivers' events: progress display, the last epoch for the summary,
- * Ctrl-C (the handler also cancels the call in flight). */
+ * the CSV log and early stopping, Ctrl-C (the handler also cancels the call
+ * in flight). */
 static int on_fit_event(const rt_client_fit_event *ev, void *user)
 {
     fit_view *v = user;
-    rt_progress_event(&v->bar, ev);
     if (ev->kind == RT_FIT_EPOCH_END) {
+        /* Counted here: a Fit stream numbers epochs from the program's
+         * first, a RunSteps loop from its own. */
+        uint32_t epoch = v->done++;
+        /* One call per epoch: the bar's next header is printed when (and
+         * if) the next call starts. */
+        if (v->one_per_call && v->bar.mode == RT_PROGRESS_BAR)
+            v->bar.epochs = v->bar.epoch;
+        rt_progress_event(&v->bar, ev);
+        v->bar.epochs = v->epochs;
         v->last = ev->epoch_end;
         v->have_last = 1;
+        csv_row(v, epoch, &ev->epoch_end);
+        early_stop(v, epoch, &ev->epoch_end);
+    } else {
+        rt_progress_event(&v->bar, ev);
     }
     return cli_interrupted ? 1 : 0;
+}
+
+/* --load-weights: an RTWTS file (matched by name) or Keras' HDF5 layout
+ * (matched by layer order) into the program. */
+static int load_weights(rt_client *c, const char *sid, const rt_client_compile_result *prog,
+                        const char *path)
+{
+    rt_client_weights w;
+    char err[256];
+    int rc = cli_is_h5(path) ? cli_h5_load(path, prog, &w, err, sizeof err)
+                             : rt_client_weights_load(&w, path, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "rtrain: --load-weights: %s\n", err);
+        return cli_exit_code(rc);
+    }
+    rc = rt_client_set_weights(c, sid, prog->program_id, w.t, w.n);
+    rt_client_weights_free(&w);
+    return rc < 0 ? cli_fail(c, "SetWeights (--load-weights)", rc) : 0;
+}
+
+/* The weights of the program into path (--checkpoint, --save-weights). */
+static int save_weights(rt_client *c, const char *sid, const char *program,
+                        const char *path, const char *flag, int quiet)
+{
+    rt_client_weights w;
+    int rc = rt_client_get_weights(c, sid, program, &w);
+    if (rc < 0)
+        return cli_fail(c, "GetWeights", rc);
+    char err[256];
+    int ex = 0;
+    rc = cli_is_h5(path) ? cli_h5_save(&w, path, err, sizeof err)
+                         : rt_client_weights_save(&w, path, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "rtrain: %s: %s\n", flag, err);
+        ex = cli_exit_code(rc);
+    } else if (!quiet) {
+        fprintf(stderr, "weights: %s (%zu tensors, step %llu)\n", path, w.n,
+                (unsigned long long)w.global_step);
+    }
+    rt_client_weights_free(&w);
+    return ex;
 }
 
 int cli_cmd_fit(const cli_opts *o)
@@ -208,9 +366,13 @@ int cli_cmd_fit(const cli_opts *o)
     memset(&prog, 0, sizeof prog);
     rt_client_dataset tr, va;
     memset(&va, 0, sizeof va);
+    fit_view v;
+    memset(&v, 0, sizeof v);
     uint64_t t0 = rt_now_ns();
     ex = setup(c, o, "rtrain fit", sid, &prog);
     if (ex)
+        goto out;
+    if (o->load_weights && (ex = load_weights(c, sid, &prog, o->load_weights)))
         goto out;
     int rc = cli_upload(c, sid, base_name(o->data), o->data, o->labels, o, &tr);
     if (rc < 0) {
@@ -229,52 +391,75 @@ int cli_cmd_fit(const cli_opts *o)
                                           : (tr.samples + batch - 1) / batch;
     if (spe == 0)
         spe = 1;
-    int bar = o->progress >= 0 ? o->progress : isatty(STDOUT_FILENO);
-    fit_view v;
-    memset(&v, 0, sizeof v);
+    int bar = o->progress >= 0 ? o->progress : isatty(STDERR_FILENO);
+    v.epochs = (uint32_t)o->epochs;
+    v.patience = o->early_stopping;
+    v.best = INFINITY;
+    v.one_per_call = o->early_stopping >= 0 || o->checkpoint;
     rt_progress_init(&v.bar, bar ? RT_PROGRESS_BAR : RT_PROGRESS_LINES,
-                     (uint32_t)o->epochs, spe, "accuracy", out_write, stdout);
-    printf("train: %llu samples%s%s, %llu steps/epoch, %s\n",
-           (unsigned long long)tr.samples, tr.deduplicated ? " (already on the daemon)" : "",
-           o->val ? ", with validation" : "", (unsigned long long)spe,
-           o->steps_per_call ? "RunSteps" : "Fit stream");
+                     (uint32_t)o->epochs, spe, "accuracy", out_write, stderr);
+    if (o->csv_log) {
+        v.csv = strcmp(o->csv_log, "-") ? fopen(o->csv_log, "w") : stdout;
+        if (!v.csv) {
+            fprintf(stderr, "rtrain: --csv-log: cannot write %s: %s\n", o->csv_log,
+                    strerror(errno));
+            ex = CLI_EXIT_INVALID;
+            goto out;
+        }
+    }
+    fprintf(stderr, "train: %llu samples%s%s, %llu steps/epoch, %s\n",
+            (unsigned long long)tr.samples, tr.deduplicated ? " (already on the daemon)" : "",
+            o->val ? ", with validation" : "", (unsigned long long)spe,
+            o->steps_per_call ? "RunSteps" : "Fit stream");
     if (o->val)
-        printf("val: %llu samples%s\n", (unsigned long long)va.samples,
-               va.deduplicated ? " (already on the daemon)" : "");
-    printf("program: %s, %llu params%s\n", prog.program_id,
-           (unsigned long long)prog.param_count, prog.cache_hit ? " (compile cache hit)" : "");
-    fflush(stdout);
+        fprintf(stderr, "val: %llu samples%s\n", (unsigned long long)va.samples,
+                va.deduplicated ? " (already on the daemon)" : "");
+    fprintf(stderr, "program: %s, %llu params%s\n", prog.program_id,
+            (unsigned long long)prog.param_count, prog.cache_hit ? " (compile cache hit)" : "");
     if (cli_interrupted) {
         ex = CLI_EXIT_INTERRUPTED;
         goto out;
     }
 
-    rt_progress_begin(&v.bar);
-    /* A long fit has no deadline unless --timeout asks for one: not the Fit
-     * stream, nor a RunSteps call queued behind others in flight. */
-    if (o->timeout_s <= 0)
-        rt_client_next_timeout_ms(c, 0);
-    if (o->steps_per_call == 0) {
-        rt_client_fit_params fp = {
-            .session = sid, .program = prog.program_id, .dataset = tr.id,
-            .val_dataset = o->val ? va.id : NULL, .epochs = (uint32_t)o->epochs,
-            .steps_per_epoch = (uint32_t)(o->steps_per_epoch > 0 ? o->steps_per_epoch : 0),
-            .progress_every = bar ? 1 : 0};
-        rc = rt_client_fit(c, &fp, on_fit_event, &v);
-    } else {
-        rt_client_train_params tp = {
-            .session = sid, .program = prog.program_id, .dataset = tr.id,
-            .val_dataset = o->val ? va.id : NULL, .epochs = (uint32_t)o->epochs,
-            .steps_per_epoch = spe,
-            .steps_per_call = o->steps_per_call == CLI_SPC_AUTO ? 0 : (uint64_t)o->steps_per_call,
-            .window = (uint32_t)o->in_flight};
-        rc = rt_client_train_steps(c, &tp, on_fit_event, &v);
+    /* --early-stopping and --checkpoint look at every epoch's end before
+     * the next one starts: one call per epoch. */
+    uint32_t runs = v.one_per_call ? (uint32_t)o->epochs : 1;
+    uint32_t per_run = v.one_per_call ? 1 : (uint32_t)o->epochs;
+    rc = 0;
+    for (uint32_t r = 0; r < runs && rc == 0 && !v.stop; r++) {
+        rt_progress_begin(&v.bar);
+        /* A long fit has no deadline unless --timeout asks for one: not
+         * the Fit stream, nor a RunSteps call queued behind others. */
+        if (o->timeout_s <= 0)
+            rt_client_next_timeout_ms(c, 0);
+        if (o->steps_per_call == 0) {
+            rt_client_fit_params fp = {
+                .session = sid, .program = prog.program_id, .dataset = tr.id,
+                .val_dataset = o->val ? va.id : NULL, .epochs = per_run,
+                .steps_per_epoch = (uint32_t)(o->steps_per_epoch > 0 ? o->steps_per_epoch : 0),
+                .progress_every = bar ? 1 : 0};
+            rc = rt_client_fit(c, &fp, on_fit_event, &v);
+        } else {
+            rt_client_train_params tp = {
+                .session = sid, .program = prog.program_id, .dataset = tr.id,
+                .val_dataset = o->val ? va.id : NULL, .epochs = per_run,
+                .steps_per_epoch = spe,
+                .steps_per_call = o->steps_per_call == CLI_SPC_AUTO ? 0
+                                                                    : (uint64_t)o->steps_per_call,
+                .window = (uint32_t)o->in_flight};
+            rc = rt_client_train_steps(c, &tp, on_fit_event, &v);
+        }
+        if (rc == 0 && o->checkpoint &&
+            (ex = save_weights(c, sid, prog.program_id, o->checkpoint, "--checkpoint", 1)))
+            goto out;
     }
     rt_progress_finish(&v.bar);
     if (rc < 0) {
         ex = cli_fail(c, o->steps_per_call ? "fit (RunSteps)" : "Fit", rc);
         goto out;
     }
+    if (v.stopped_epoch)
+        fprintf(stderr, "Epoch %u: early stopping\n", v.stopped_epoch);
     double wall = (double)(rt_now_ns() - t0) / 1e9;
     if (v.have_last) {
         printf("final: loss %.4f", v.last.train.loss);
@@ -285,29 +470,13 @@ int cli_cmd_fit(const cli_opts *o)
             if (!isnan(v.last.val.accuracy))
                 printf(" - val_accuracy %.4f", v.last.val.accuracy);
         }
-        printf(" - steps %llu - wall %.3f s (connect, upload, compile, train)\n",
-               (unsigned long long)v.last.steps, wall);
+        printf(" - steps %llu - epochs %u - wall %.3f s (connect, upload, compile, train)\n",
+               (unsigned long long)v.last.steps, v.done, wall);
     } else {
         printf("final: no epoch completed - wall %.3f s\n", wall);
     }
-    if (o->save_weights) {
-        rt_client_weights w;
-        rc = rt_client_get_weights(c, sid, prog.program_id, &w);
-        if (rc < 0) {
-            ex = cli_fail(c, "GetWeights", rc);
-            goto out;
-        }
-        char err[256];
-        rc = rt_client_weights_save(&w, o->save_weights, err, sizeof err);
-        if (rc < 0) {
-            fprintf(stderr, "rtrain: --save-weights: %s\n", err);
-            ex = cli_exit_code(rc);
-        } else {
-            printf("weights: %s (%zu tensors, step %llu)\n", o->save_weights, w.n,
-                   (unsigned long long)w.global_step);
-        }
-        rt_client_weights_free(&w);
-    }
+    if (o->save_weights)
+        ex = save_weights(c, sid, prog.program_id, o->save_weights, "--save-weights", 0);
 out:
     /* Also after Ctrl-C: the cancel flag is cleared when the next call
      * starts, and a session left open would hold the daemon's memory. */
@@ -317,6 +486,8 @@ out:
     }
     if (c)
         finish_outputs(c, o);
+    if (v.csv && v.csv != stdout)
+        fclose(v.csv);
     rt_client_compile_result_free(&prog);
     cli_active_client = NULL;
     rt_client_destroy(c);
@@ -334,7 +505,11 @@ int cli_cmd_eval(const cli_opts *o, int predict)
     int ex = check_inputs(o);
     if (ex)
         return ex;
-    int rc = rt_client_weights_load(&w, o->weights, err, sizeof err);
+    /* An RTWTS file is checked before connecting; Keras' HDF5 layout is
+     * matched to the compiled model's parameters, after compiling. */
+    int h5 = cli_is_h5(o->weights);
+    memset(&w, 0, sizeof w);
+    int rc = h5 ? 0 : rt_client_weights_load(&w, o->weights, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, "rtrain: --weights: %s\n", err);
         return cli_exit_code(rc);
@@ -352,6 +527,11 @@ int cli_cmd_eval(const cli_opts *o, int predict)
     ex = setup(c, o, predict ? "rtrain predict" : "rtrain eval", sid, &prog);
     if (ex)
         goto out;
+    if (h5 && (rc = cli_h5_load(o->weights, &prog, &w, err, sizeof err)) < 0) {
+        fprintf(stderr, "rtrain: --weights: %s\n", err);
+        ex = cli_exit_code(rc);
+        goto out;
+    }
     rc = rt_client_set_weights(c, sid, prog.program_id, w.t, w.n);
     if (rc < 0) {
         ex = cli_fail(c, "SetWeights", rc);
@@ -382,15 +562,16 @@ int cli_cmd_eval(const cli_opts *o, int predict)
             goto out;
         }
         size_t ol = strlen(o->out);
-        int npy = ol > 4 && strcmp(o->out + ol - 4, ".npy") == 0;
+        int npy = ol > 4 && strcmp(o->out + ol - 4, ".npy") == 0; /* "-": CSV */
         rc = npy ? cli_npy_write(o->out, y.dtype, y.ndim, y.shape, y.data)
                  : cli_csv_write_tensor(o->out, &y);
         if (rc < 0) {
-            fprintf(stderr, "rtrain: cannot write %s: %s\n", o->out, rt_strerror(rc));
+            fprintf(stderr, "rtrain: --out: cannot write %s: %s\n", o->out, rt_strerror(rc));
             ex = cli_exit_code(rc);
         } else {
-            printf("predictions: %s (%lld x %lld)\n", o->out, (long long)y.shape[0],
-                   (long long)(y.ndim > 1 ? y.shape[1] : 1));
+            fprintf(stderr, "predictions: %s (%lld x %lld)\n",
+                    strcmp(o->out, "-") ? o->out : "stdout", (long long)y.shape[0],
+                    (long long)(y.ndim > 1 ? y.shape[1] : 1));
         }
         rt_client_tensor_free(&y);
     }

@@ -77,7 +77,8 @@ void cli_print_timings(FILE *f, const rt_client_timings *calls, size_t n)
 
 char *cli_read_file(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
+    int from_stdin = strcmp(path, "-") == 0;
+    FILE *f = from_stdin ? stdin : fopen(path, "rb");
     if (!f)
         return NULL;
     size_t cap = 65536, n = 0;
@@ -100,7 +101,8 @@ char *cli_read_file(const char *path, size_t *len)
         }
     }
     int bad = ferror(f);
-    fclose(f);
+    if (!from_stdin)
+        fclose(f);
     if (!buf)
         return NULL;
     if (bad) {
@@ -166,17 +168,26 @@ int cli_csv_write_tensor(const char *path, const rt_client_tensor *t)
 {
     if (!t || t->ndim < 1 || t->ndim > 2 || t->dtype != RT_DTYPE_F32)
         return RT_EINVAL;
-    FILE *f = fopen(path, "w");
+    int to_stdout = strcmp(path, "-") == 0;
+    FILE *f = to_stdout ? stdout : fopen(path, "w");
     if (!f)
         return RT_EIO;
     int64_t rows = t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 1;
     const float *v = t->data;
-    for (int64_t r = 0; r < rows; r++) {
+    for (int64_t r = 0; r < rows && !ferror(f); r++) {
         for (int64_t c = 0; c < cols; c++)
             fprintf(f, "%s%.9g", c ? "," : "", (double)v[r * cols + c]);
         fputc('\n', f);
     }
     int bad = ferror(f);
+    if (to_stdout) {
+        /* `predict --out - | head`: a reader that stops early is no error. */
+        if (fflush(f) != 0 && errno != EPIPE)
+            bad = 1;
+        else if (bad && errno == EPIPE)
+            bad = 0;
+        return bad ? RT_EIO : 0;
+    }
     if (fclose(f) != 0 || bad)
         return RT_EIO;
     return 0;

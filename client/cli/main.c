@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,9 +131,15 @@ int main(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     cli_install_sigint();
+    /* A reader that stops early (`rtrain predict --out - | head`) makes
+     * writes fail with EPIPE instead of killing the process. */
+    signal(SIGPIPE, SIG_IGN);
     switch (o.cmd) {
     case CLI_HELP:
-        cli_usage(stdout);
+        if (o.help_cmd != CLI_NONE)
+            cli_usage_cmd(stdout, o.help_cmd);
+        else
+            cli_usage(stdout);
         return 0;
     case CLI_VERSION:
         printf("rtrain %s\n", RT_VERSION_STRING);

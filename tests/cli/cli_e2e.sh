@@ -55,9 +55,10 @@ grep -q "p50" "$tmp/out" && ok "ping prints p50" || bad "ping output"
 expect_rc 0 "fit (Fit stream)" -- "$rtrain" "${FIT[@]}" --save-weights "$tmp/w.bin" \
   --timings --trace "$tmp/trace.json"
 cp "$tmp/out" "$tmp/fit1.out"
+cp "$tmp/err" "$tmp/fit1.err"
 acc1=$(sed -n 's/^final:.* val_accuracy \([0-9.]*\).*/\1/p' "$tmp/fit1.out")
 ge "$acc1" 0.9 && ok "fit val_accuracy $acc1 >= 0.9" || bad "fit val_accuracy '$acc1' < 0.9"
-n_epochs=$(grep -c '^Epoch [0-9]*/60 - ' "$tmp/fit1.out")
+n_epochs=$(grep -c '^Epoch [0-9]*/60 - ' "$tmp/fit1.err")
 [ "$n_epochs" -eq 60 ] && ok "history: 60 epoch lines" || bad "history: $n_epochs epoch lines"
 grep -q "^Fit " "$tmp/fit1.out" && grep -q "round trip" "$tmp/fit1.out" \
   && ok "--timings table" || bad "--timings table missing"
@@ -83,7 +84,7 @@ expect_rc 0 "fit (RunSteps K=7)" -- "$rtrain" "${FIT[@]}" --steps-per-call 7
 acc2=$(sed -n 's/^final:.* val_accuracy \([0-9.]*\).*/\1/p' "$tmp/out")
 [ "$acc1" = "$acc2" ] && ok "RunSteps gives the same val_accuracy ($acc2)" \
   || bad "RunSteps val_accuracy '$acc2' != Fit '$acc1'"
-! grep -q $'\r' "$tmp/out" && [ "$(grep -c '^Epoch [0-9]*/60 - ' "$tmp/out")" -eq 60 ] \
+! grep -q $'\r' "$tmp/err" && [ "$(grep -c '^Epoch [0-9]*/60 - ' "$tmp/err")" -eq 60 ] \
   && ok "RunSteps, not a TTY: one line per epoch, no CR" || bad "RunSteps progress lines"
 # one call at a time, and auto K (printed): still the same training
 expect_rc 0 "fit (RunSteps K=7, one in flight)" -- "$rtrain" "${FIT[@]}" --steps-per-call 7 \
@@ -93,9 +94,9 @@ acc3=$(sed -n 's/^final:.* val_accuracy \([0-9.]*\).*/\1/p' "$tmp/out")
 expect_rc 0 "fit (RunSteps auto)" -- "$rtrain" "${FIT[@]}" --steps-per-call auto --timings
 acc4=$(sed -n 's/^final:.* val_accuracy \([0-9.]*\).*/\1/p' "$tmp/out")
 [ "$acc1" = "$acc4" ] && ok "auto: same val_accuracy" || bad "auto: val_accuracy '$acc4'"
-k=$(sed -n 's/^steps per call: auto K = \([0-9]*\) (fixed cost .* per step)$/\1/p' "$tmp/out" | head -1)
+k=$(sed -n 's/^steps per call: auto K = \([0-9]*\) (fixed cost .* per step)$/\1/p' "$tmp/err" | head -1)
 [ -n "$k" ] && [ "$k" -ge 1 ] && [ "$k" -le 6 ] && ok "auto K printed ($k)" \
-  || bad "auto K: '$(grep 'steps per call' "$tmp/out")'"
+  || bad "auto K: '$(grep 'steps per call' "$tmp/err")'"
 [ "$(grep -c '^Evaluate ' "$tmp/out")" -eq 60 ] && ok "auto: an Evaluate per epoch" \
   || bad "auto: $(grep -c '^Evaluate ' "$tmp/out") Evaluate calls"
 
@@ -169,14 +170,14 @@ grep -q "cannot connect to 127.0.0.1:$dead" "$tmp/err" && ok "down: message name
   || bad "down: message: $(cat "$tmp/err")"
 expect_rc 3 "daemon down (fit)" -- "$rtrain" "${FIT[@]/$addr/127.0.0.1:$dead}"
 expect_rc 4 "missing data file" -- "$rtrain" fit "${S[@]}" --model "$ex/model.json" \
-  --data "$tmp/none.csv"
+  --data "$tmp/none.csv" --loss mse
 printf '{"class_name": "Sequential", "config": {"layers": [{"class_name": "Bogus", "config": {"name": "b", "batch_input_shape": [null, 4]}}]}}' \
   >"$tmp/bad.json"
 expect_rc 4 "model rejected by the daemon" -- "$rtrain" fit "${S[@]}" --model "$tmp/bad.json" \
-  --data "$ex/train.csv"
+  --data "$ex/train.csv" --loss mse
 grep -qi "bogus" "$tmp/err" && ok "rejection names the layer" || bad "rejection message: $(cat "$tmp/err")"
 expect_rc 5 "weights file not found" -- "$rtrain" eval "${S[@]}" --model "$ex/model.json" \
-  --weights "$tmp/none.bin" --data "$ex/val.csv"
+  --weights "$tmp/none.bin" --data "$ex/val.csv" --loss mse
 
 # --- SIGINT during fit: exit 130, the daemon keeps serving
 "$rtrain" fit "${S[@]}" --model "$ex/model.json" --data "$ex/train_shuffled.csv" \
@@ -184,7 +185,7 @@ expect_rc 5 "weights file not found" -- "$rtrain" eval "${S[@]}" --model "$ex/mo
   >"$tmp/long.out" 2>"$tmp/long.err" &
 fpid=$!
 for _ in $(seq 1 200); do
-  grep -q '^Epoch 2/' "$tmp/long.out" && break
+  grep -q '^Epoch 2/' "$tmp/long.err" && break
   sleep 0.05
 done
 kill -INT "$fpid"
@@ -192,9 +193,179 @@ wait "$fpid"
 rc=$?
 [ "$rc" -eq 130 ] && ok "SIGINT during fit: exit 130" || { bad "SIGINT: exit $rc"; cat "$tmp/long.err"; }
 grep -q "interrupted" "$tmp/long.err" && ok "SIGINT message" || bad "SIGINT message: $(cat "$tmp/long.err")"
-last=$(grep -c '^Epoch ' "$tmp/long.out")
+last=$(grep -c '^Epoch ' "$tmp/long.err")
 [ "$last" -lt 1000000 ] && ok "fit stopped early ($last epochs)" || bad "fit ran to the end"
 expect_rc 0 "daemon still serves after SIGINT" -- "$rtrain" ping "${S[@]}" --count 3
+
+# --- conventions: global options before the command, per-command help with
+# defaults, `-` for stdin/stdout, flags named in errors, progress on stderr
+expect_rc 0 "global option before the command" -- "$rtrain" --server "$addr" info
+grep -q "^server *$addr" "$tmp/out" && ok "info reached $addr" || bad "info: $(cat "$tmp/out")"
+expect_rc 0 "global options with = before the command" -- "$rtrain" --server="$addr" --timeout 5 \
+  ping --count 2
+expect_rc 2 "unknown option before the command" -- "$rtrain" --frob info
+expect_rc 2 "an option before a command it does not apply to" -- "$rtrain" --epochs 3 info
+grep -q -- "--epochs does not apply" "$tmp/err" && ok "misplaced option named" \
+  || bad "misplaced option: $(cat "$tmp/err")"
+expect_rc 0 "fit --help" -- "$rtrain" fit --help
+grep -q "^usage: rtrain fit" "$tmp/out" && ! grep -q "^Commands:" "$tmp/out" \
+  && ok "fit --help is fit's page" || bad "fit --help: $(head -3 "$tmp/out")"
+grep -q -- "--epochs N .*(default 1)" "$tmp/out" && grep -q -- "--batch-size B .*(default 32)" "$tmp/out" \
+  && grep -q -- "--loss L .*required" "$tmp/out" && grep -q -- "--early-stopping PATIENCE" "$tmp/out" \
+  && ok "fit --help lists defaults" || bad "fit --help defaults: $(cat "$tmp/out")"
+expect_rc 0 "predict --help" -- "$rtrain" predict --help
+grep -q -- "--out P.csv|P.npy|- " "$tmp/out" && ! grep -q -- "--epochs" "$tmp/out" \
+  && ok "predict --help lists predict's options" || bad "predict --help: $(cat "$tmp/out")"
+expect_rc 2 "fit without --loss" -- "$rtrain" fit "${S[@]}" --model "$ex/model.json" \
+  --data "$ex/train.csv"
+grep -q -- "--loss is required" "$tmp/err" && ok "missing --loss named" || bad "no --loss: $(cat "$tmp/err")"
+expect_rc 2 "eval without --loss" -- "$rtrain" eval "${S[@]}" --model "$ex/model.json" \
+  --weights "$tmp/w.bin" --data "$ex/val.csv"
+mkdir -p "$tmp/dir.csv"
+expect_rc 4 "a directory named x.csv" -- "$rtrain" fit "${S[@]}" --model "$ex/model.json" \
+  --data "$tmp/dir.csv" --loss mse
+grep -q -- "--data: .*dir.csv is a directory" "$tmp/err" && ok "directory named with its flag" \
+  || bad "directory message: $(cat "$tmp/err")"
+expect_rc 4 "--out is a directory" -- "$rtrain" predict "${S[@]}" --model "$ex/model.json" \
+  --weights "$tmp/w.bin" --data "$ex/val.csv" --out "$tmp/dir.csv"
+printf 'f1,f2,f3,f4,label\n5.1,3.5,1.4,0.2,0\n6.2,2.9,4.3,1.3,1\n' >"$tmp/hdr.csv"
+expect_rc 4 "CSV with a header line" -- "$rtrain" fit "${S[@]}" --model "$ex/model.json" \
+  --data "$tmp/hdr.csv" --loss sparse_categorical_crossentropy
+grep -q -- "give --csv-header" "$tmp/err" && ! grep -q "csv_header" "$tmp/err" \
+  && ok "header error names --csv-header" || bad "header message: $(cat "$tmp/err")"
+expect_rc 0 "CSV with --csv-header" -- "$rtrain" fit "${S[@]}" --model "$ex/model.json" \
+  --data "$tmp/hdr.csv" --loss sparse_categorical_crossentropy --csv-header --batch-size 2
+"$rtrain" predict "${S[@]}" --model - --weights "$tmp/w.bin" --data "$ex/val_shuffled.csv" \
+  --out - <"$ex/model.json" 2>"$tmp/err" | head -3 >"$tmp/head.out"
+prc=${PIPESTATUS[0]}
+[ "$prc" -eq 0 ] && [ "$(wc -l <"$tmp/head.out")" -eq 3 ] \
+  && [ "$(head -1 "$tmp/head.out" | tr ',' '\n' | wc -l)" -eq 3 ] \
+  && ok "predict --model - --out - | head" || bad "predict to a pipe: exit $prc, $(cat "$tmp/head.out" "$tmp/err")"
+grep -q "^predictions: stdout (45 x 3)" "$tmp/err" && ok "predict's note on stderr" \
+  || bad "predict note: $(cat "$tmp/err")"
+"$rtrain" predict "${S[@]}" --model "$ex/model.json" --weights "$tmp/w.bin" \
+  --data "$ex/val_shuffled.csv" --out - >"$tmp/all.csv" 2>/dev/null
+cmp -s "$tmp/all.csv" "$tmp/p.csv" && ok "--out - equals the CSV file" || bad "--out - differs"
+expect_rc 0 "fit: results on stdout, progress on stderr" -- "$rtrain" "${FIT[@]/60/3}" --progress
+[ "$(wc -l <"$tmp/out")" -eq 1 ] && grep -q "^final: " "$tmp/out" && grep -q $'\r' "$tmp/err" \
+  && grep -q "^program: " "$tmp/err" && ok "stdout holds the result line only" \
+  || bad "fit streams: $(cat "$tmp/out")"
+
+# --- callbacks: --early-stopping (Keras' arithmetic, checked from the CSV
+# log), --csv-log, --checkpoint
+expect_rc 0 "fit --early-stopping 3 --csv-log --checkpoint" -- "$rtrain" fit "${S[@]}" \
+  --model "$ex/model.json" --data "$ex/train_shuffled.csv" --val "$ex/val_shuffled.csv" \
+  --loss sparse_categorical_crossentropy --optimizer adam --lr 0.05 --epochs 300 --seed 1 \
+  --early-stopping 3 --csv-log "$tmp/log.csv" --checkpoint "$tmp/ck.bin" \
+  --save-weights "$tmp/last.bin"
+if $py - "$tmp/log.csv" "$tmp/err" "$tmp/out" <<'EOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert list(rows[0]) == ["epoch", "accuracy", "loss", "val_accuracy", "val_loss"], list(rows[0])
+assert [int(r["epoch"]) for r in rows] == list(range(len(rows)))
+# Keras' EarlyStopping: mode min, min_delta 0, patience 3, no baseline.
+best, wait, stop = float("inf"), 0, None
+for r in rows:
+    ep, cur = int(r["epoch"]), float(r["val_loss"])
+    wait += 1
+    if cur < best:
+        best, wait = cur, 0
+    if wait >= 3 and ep > 0:
+        stop = ep
+        break
+assert stop is not None and stop == len(rows) - 1, (stop, len(rows))
+err = open(sys.argv[2]).read()
+assert "Epoch %d: early stopping" % (stop + 1) in err, err[-300:]
+assert " - epochs %d - " % (stop + 1) in open(sys.argv[3]).read()
+EOF
+then ok "early stopping where Keras stops"; else bad "early stopping arithmetic"; fi
+cmp -s "$tmp/ck.bin" "$tmp/last.bin" && ok "--checkpoint holds the last epoch's weights" \
+  || bad "--checkpoint differs from --save-weights"
+
+# --- Keras' HDF5 weights layout: written by fit, read by eval/predict and
+# --load-weights, interchangeable with a file in Keras' own layout
+expect_rc 0 "fit --save-weights W.h5" -- "$rtrain" "${FIT[@]/60/5}" --save-weights "$tmp/k.h5" \
+  --checkpoint "$tmp/k.bin"
+if $py - "$tmp/k.h5" <<'EOF'
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")
+dec = lambda v: v.decode() if hasattr(v, "decode") else v
+assert dec(f.attrs["backend"]) == "tensorflow" and dec(f.attrs["keras_version"]).startswith("2.")
+assert [dec(n) for n in f.attrs["layer_names"]] == ["dense", "dense_1"]
+assert [dec(n) for n in f["dense"].attrs["weight_names"]] == ["dense/kernel:0", "dense/bias:0"]
+assert f["dense/dense/kernel:0"].shape == (4, 32) and f["dense/dense/kernel:0"].dtype == np.float32
+assert f["dense_1/dense_1/bias:0"].shape == (3,)
+EOF
+then ok "W.h5 in Keras' layout"; else bad "W.h5 layout"; fi
+expect_rc 0 "eval --weights W.h5" -- "$rtrain" eval "${S[@]}" --model "$ex/model.json" \
+  --weights "$tmp/k.h5" --data "$ex/val_shuffled.csv" --loss sparse_categorical_crossentropy
+cp "$tmp/out" "$tmp/eval_h5.out"
+expect_rc 0 "eval --weights W.bin (same run)" -- "$rtrain" eval "${S[@]}" --model "$ex/model.json" \
+  --weights "$tmp/k.bin" --data "$ex/val_shuffled.csv" --loss sparse_categorical_crossentropy
+cmp -s "$tmp/out" "$tmp/eval_h5.out" && ok "h5 and RTWTS weights evaluate the same" \
+  || bad "h5 eval '$(cat "$tmp/eval_h5.out")' != '$(cat "$tmp/out")'"
+# A file as Keras writes it: its own layer names, a layer without weights
+# (h5py stores the empty weight_names as an empty float array).
+$py - "$tmp/keras.h5" "$tmp/keras_w.npz" <<'EOF'
+import sys, h5py, numpy as np
+rng = np.random.RandomState(5)
+w = [rng.standard_normal(s).astype(np.float32) * 0.5 for s in [(4, 32), (32,), (32, 3), (3,)]]
+np.savez(sys.argv[2], *w)
+with h5py.File(sys.argv[1], "w") as f:
+    f.attrs["backend"] = b"tensorflow"
+    f.attrs["keras_version"] = b"2.11.0"
+    f.attrs["layer_names"] = np.asarray([b"dense_4", b"dropout", b"dense_5"])
+    for name, ws in [("dense_4", w[:2]), ("dropout", []), ("dense_5", w[2:])]:
+        g = f.create_group(name)
+        names = [("%s/%s:0" % (name, s)).encode() for s in ("kernel", "bias")][:len(ws)]
+        g.attrs["weight_names"] = np.asarray(names)
+        for n, v in zip(names, ws):
+            d = g.create_dataset(n.decode(), v.shape, dtype=v.dtype)
+            d[()] = v
+EOF
+"$rtrain" predict "${S[@]}" --model "$ex/model.json" --weights "$tmp/keras.h5" \
+  --data "$ex/val_shuffled.csv" --out - >"$tmp/kp.csv" 2>"$tmp/err"
+if $py - "$tmp/kp.csv" "$tmp/keras_w.npz" "$ex/val_shuffled.csv" <<'EOF'
+import sys, numpy as np
+p = np.loadtxt(sys.argv[1], delimiter=",")
+w = np.load(sys.argv[2]); w1, b1, w2, b2 = (w["arr_%d" % i].astype(np.float64) for i in range(4))
+x = np.loadtxt(sys.argv[3], delimiter=",")[:, :4]
+z = np.maximum(x @ w1 + b1, 0) @ w2 + b2
+e = np.exp(z - z.max(1, keepdims=True)); e /= e.sum(1, keepdims=True)
+assert p.shape == (45, 3) and np.allclose(p, e, atol=1e-5), np.abs(p - e).max()
+EOF
+then ok "predict with a Keras-written .h5 matches NumPy"; else bad "Keras .h5 predict: $(cat "$tmp/err")"; fi
+expect_rc 0 "fit --load-weights Keras .h5 (lr 1e-12: the weights stay)" -- "$rtrain" fit "${S[@]}" \
+  --model "$ex/model.json" --data "$ex/train_shuffled.csv" --loss sparse_categorical_crossentropy \
+  --optimizer sgd --lr 1e-12 --epochs 1 --load-weights "$tmp/keras.h5" --save-weights "$tmp/lw.h5"
+if $py - "$tmp/lw.h5" "$tmp/keras_w.npz" <<'EOF'
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")
+got = [f["dense/dense/kernel:0"][()], f["dense/dense/bias:0"][()],
+       f["dense_1/dense_1/kernel:0"][()], f["dense_1/dense_1/bias:0"][()]]
+w = np.load(sys.argv[2])
+for i, g in enumerate(got):
+    assert np.allclose(g, w["arr_%d" % i], atol=1e-6), i
+EOF
+then ok "--load-weights took the Keras file"; else bad "--load-weights"; fi
+$py - "$tmp/one.h5" <<'EOF'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "w") as f:
+    f.attrs["layer_names"] = np.asarray([b"dense"])
+    g = f.create_group("dense")
+    g.attrs["weight_names"] = np.asarray([b"dense/kernel:0", b"dense/bias:0"])
+    g.create_dataset("dense/kernel:0", data=np.zeros((4, 32), np.float32))
+    g.create_dataset("dense/bias:0", data=np.zeros(32, np.float32))
+EOF
+expect_rc 4 "an .h5 for another model" -- "$rtrain" eval "${S[@]}" --model "$ex/model.json" \
+  --weights "$tmp/one.h5" --data "$ex/val.csv" --loss sparse_categorical_crossentropy
+grep -q -- "--weights: .*holds weights for 1 layers but the model has 2" "$tmp/err" \
+  && ok "layer count mismatch named" || bad "mismatch message: $(cat "$tmp/err")"
+printf 'not hdf5' >"$tmp/fake.h5"
+expect_rc 4 "an .h5 that is not HDF5" -- "$rtrain" eval "${S[@]}" --model "$ex/model.json" \
+  --weights "$tmp/fake.h5" --data "$ex/val.csv" --loss sparse_categorical_crossentropy
+expect_rc 5 "--load-weights file not found" -- "$rtrain" fit "${S[@]}" --model "$ex/model.json" \
+  --data "$ex/train.csv" --loss mse --load-weights "$tmp/none.h5"
 
 echo "$checks checks, $fails failed"
 [ "$fails" -eq 0 ]

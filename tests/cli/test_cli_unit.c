@@ -74,13 +74,14 @@ static void test_parse(void)
           !strcmp(o.tls_key, "c.key") && !strcmp(o.token_file, "tok"));
 
     /* Defaults. */
-    CHECK(parse(&o, err, "fit", "--model", "m", "--data", "d.csv", NULL) == 0);
+    CHECK(parse(&o, err, "fit", "--model", "m", "--data", "d.csv", "--loss", "mse", NULL) == 0);
     CHECK(o.label_column == -1 && o.epochs == 1 && o.steps_per_call == 0);
+    CHECK(o.early_stopping == -1 && !o.checkpoint && !o.csv_log);
     CHECK(o.lr < 0 && o.seed < 0 && o.timeout_s < 0 && o.progress == -1 && !o.server);
 
     /* Steps per call: auto, and the calls in flight. */
     CHECK(parse(&o, err, "fit", "--model", "m", "--data", "d.csv", "--steps-per-call",
-                "auto", "--in-flight", "3", NULL) == 0);
+                "auto", "--in-flight", "3", "--loss", "mse", NULL) == 0);
     CHECK(o.steps_per_call == CLI_SPC_AUTO && o.in_flight == 3);
     CHECK(parse(&o, err, "fit", "--model", "m", "--data", "d.csv", "--steps-per-call",
                 "automatic", NULL) < 0);
@@ -108,7 +109,8 @@ static void test_parse(void)
     CHECK(strstr(err, "format") != NULL);
     CHECK(parse(&o, err, "fit", "--model", "m", "--data", "x.npy", NULL) < 0);
     CHECK(strstr(err, "--labels") != NULL);
-    CHECK(parse(&o, err, "fit", "--model", "m", "--data", "x.npy", "--labels", "y.npy", NULL) == 0);
+    CHECK(parse(&o, err, "fit", "--model", "m", "--data", "x.npy", "--labels", "y.npy",
+                "--loss", "mse", NULL) == 0);
     CHECK(parse(&o, err, "fit", "--model", "m", "--data", "d.csv", "extra", NULL) < 0);
     CHECK(parse(&o, err, "ping", "--plot", "p.svg", NULL) < 0);
     CHECK(strstr(err, "does not apply") != NULL);
@@ -129,6 +131,39 @@ static void test_parse(void)
     CHECK(parse(&o, err, "eval", "--model", "m", "--data", "d.csv", NULL) < 0);
     CHECK(parse(&o, err, "--help", NULL) == 0 && o.cmd == CLI_HELP);
     CHECK(parse(&o, err, "info", "--help", NULL) == 0 && o.cmd == CLI_HELP);
+    CHECK(o.help_cmd == CLI_INFO);
+    CHECK(parse(&o, err, "fit", "--help", NULL) == 0 && o.help_cmd == CLI_FIT);
+
+    /* --loss never defaults (fit, eval); predict needs none. */
+    CHECK(parse(&o, err, "fit", "--model", "m", "--data", "d.csv", NULL) < 0);
+    CHECK(strstr(err, "--loss is required") != NULL);
+    CHECK(parse(&o, err, "eval", "--model", "m", "--weights", "w", "--data", "d.csv",
+                NULL) < 0);
+    CHECK(strstr(err, "--loss") != NULL);
+
+    /* Global options before the command, with a value or =value. */
+    CHECK(parse(&o, err, "--server", "h:1", "--timings", "info", NULL) == 0);
+    CHECK(o.cmd == CLI_INFO && !strcmp(o.server, "h:1") && o.timings);
+    CHECK(parse(&o, err, "--server=h:2", "--timeout", "3", "bench", "overhead", "--reps",
+                "2", NULL) == 0);
+    CHECK(o.cmd == CLI_BENCH_OVERHEAD && !strcmp(o.server, "h:2") && o.reps == 2);
+    CHECK(fabs(o.timeout_s - 3) < 1e-12);
+    CHECK(parse(&o, err, "--server", "h:1", "--help", NULL) == 0 && o.cmd == CLI_HELP);
+    CHECK(parse(&o, err, "--bogus", "info", NULL) < 0 && strstr(err, "--bogus"));
+    CHECK(parse(&o, err, "--epochs", "3", "info", NULL) < 0);
+    CHECK(strstr(err, "--epochs does not apply") != NULL);
+    CHECK(parse(&o, err, "--server", "h:1", NULL) < 0 && strstr(err, "no command"));
+
+    /* The fit callbacks. */
+    CHECK(parse(&o, err, "fit", "--model", "-", "--data", "d.csv", "--loss", "mse",
+                "--early-stopping", "4", "--checkpoint", "c.bin", "--csv-log", "l.csv",
+                NULL) == 0);
+    CHECK(o.early_stopping == 4 && !strcmp(o.checkpoint, "c.bin") &&
+          !strcmp(o.csv_log, "l.csv") && !strcmp(o.model, "-"));
+    CHECK(parse(&o, err, "fit", "--model", "m", "--data", "d.csv", "--loss", "mse",
+                "--early-stopping", "x", NULL) < 0 && strstr(err, "--early-stopping"));
+    CHECK(parse(&o, err, "eval", "--model", "m", "--weights", "w", "--data", "d.csv",
+                "--loss", "mse", "--early-stopping", "2", NULL) < 0);
 }
 
 static void test_exit_codes(void)

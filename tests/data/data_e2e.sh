@@ -45,6 +45,7 @@ $py "$here/gen_images.py" "$tmp/imgs" 100 30 || { echo "gen_images.py failed"; e
 
 # --- image folder: a CNN to val accuracy >= 0.95, twice, bit-identical
 CNN=(fit "${S[@]}" --model "$here/cnn16.json" --data "$tmp/imgs/train" --val "$tmp/imgs/val"
+     --loss sparse_categorical_crossentropy
      --image-size 16x16 --mean 0.5 --std 0.5 --augment flip,crop=2,brightness=0.1,contrast=0.2
      --epochs 12 --batch-size 32 --lr 0.01 --no-progress)
 expect_rc 0 "image folder fit (Fit stream)" -- "$rtrain" "${CNN[@]}" --seed 3 --save-weights "$tmp/w1.bin"
@@ -66,11 +67,13 @@ n_img=$(grep -c "dataset d-.* 300 samples" "$tmp/daemon.log")
 
 # --- TFRecord: plain, GZIP, ZLIB and two shards are the same 100 records
 D=(fit "${S[@]}" --model "$here/dense4.json" --features 'x:float[4],label:int64,id:image'
+   --loss sparse_categorical_crossentropy
    --epochs 1 --batch-size 10 --seed 1 --no-progress)
 expect_rc 4 "a spec that reads a bytes key as an image fails" -- "$rtrain" "${D[@]}" \
   --data "$gen/num.tfrecord" --image-size 4x4
 has "$tmp/err" "record 0: feature 'id': not a JPEG or PNG image" "error names record 0 and 'id'"
 D=(fit "${S[@]}" --model "$here/dense4.json" --features 'x:float[4],label:int64'
+   --loss sparse_categorical_crossentropy
    --epochs 40 --batch-size 10 --seed 1 --lr 0.05 --no-progress)
 for f in num.tfrecord num.tfrecord.gz num.tfrecord.zlib 'num-0000*-of-00002.tfrecord'; do
   expect_rc 0 "fit on $f" -- "$rtrain" "${D[@]}" --data "$gen/$f" --save-weights "$tmp/n.bin"
@@ -105,6 +108,7 @@ has "$tmp/err" "record 3: feature 'x' is int64, the spec says float" "type error
 expect_rc 4 "truncated file" -- "$rtrain" "${D[@]}" --data "$gen/bad_truncated.tfrecord"
 has "$tmp/err" "record 3" "truncation names record 3"
 I=(fit "${S[@]}" --model "$here/cnn16.json" --features image:image,label:int64 --image-size 16x16
+   --loss sparse_categorical_crossentropy
    --epochs 1 --batch-size 8 --no-progress)
 expect_rc 4 "decompression bomb" -- "$rtrain" "${I[@]}" --data "$gen/bad_bomb.tfrecord"
 has "$tmp/err" "record 3: feature 'image': PNG declares 100000 x 100000" "bomb refused from its header"
@@ -116,7 +120,7 @@ expect_rc 4 "spec key missing" -- "$rtrain" "${D[@]}" --data "$gen/num.tfrecord"
   --features 'x:float[4],y:int64' --label y
 has "$tmp/err" "record 0: feature 'y' is missing" "missing key named"
 expect_rc 2 "usage: --features needed" -- "$rtrain" fit "${S[@]}" --model "$here/dense4.json" \
-  --data "$gen/num.tfrecord"
+  --data "$gen/num.tfrecord" --loss sparse_categorical_crossentropy
 expect_rc 4 "image shape against the model" -- "$rtrain" "${I[@]}" --data "$tmp/imgs/train" \
   --image-size 8x8
 expect_rc 0 "daemon still serving" -- "$rtrain" info "${S[@]}"

@@ -172,21 +172,32 @@ def test_steps_per_execution_matches_one_call(client, iris, spx):
     assert a.global_step == b.global_step == 3 * steps
 
 
-def test_progress_bar(client, iris, capsys):
+def test_progress_bar(client, iris, capsys, monkeypatch):
     xtr, ytr, xte, yte = iris
     model = iris_model(client, batch_size=20)
+    # verbose=1 into a pipe: lines, no '\r' redraws.
     model.fit(xtr, ytr, batch_size=20, epochs=2, verbose=1,
               validation_data=(xte, yte))
+    out = capsys.readouterr().out
+    assert "\r" not in out and out.count("\n") == 2
+    assert out.startswith("Epoch 1/2 - ")
+    # verbose=1 on a terminal (or in a notebook): the bar.
+    monkeypatch.setattr(rtrain, "_interactive", lambda: True)
+    model.fit(xtr, ytr, batch_size=20, epochs=2, verbose=1,
+              validation_data=(xte, yte))
+    monkeypatch.undo()
     out = capsys.readouterr().out
     assert "Epoch 1/2" in out and "Epoch 2/2" in out
     steps = -(-len(xtr) // 20)
     assert "%d/%d [==============================]" % (steps, steps) in out
     assert "val_accuracy:" in out and "loss:" in out
-    model.fit(xtr, ytr, epochs=1, verbose=2, steps_per_execution=2)
+    model.fit(xtr, ytr, batch_size=20, epochs=1, verbose=2,
+              steps_per_execution=2)
     out = capsys.readouterr().out
     assert "Epoch 1/1" in out and ("ms/step" in out or "us/step" in out)
     assert "\r" not in out  # verbose=2: one line per epoch
-    model.fit(xtr, ytr, epochs=2, verbose=2, steps_per_execution="auto")
+    model.fit(xtr, ytr, batch_size=20, epochs=2, verbose=2,
+              steps_per_execution="auto")
     out = capsys.readouterr().out
     assert re.search(r"^steps per call: auto K = [1-6] \(fixed cost ", out, re.M)
     assert "Epoch 2/2 - %d/%d - " % (steps, steps) in out
@@ -195,7 +206,7 @@ def test_progress_bar(client, iris, capsys):
     model.fit(xtr, ytr, epochs=1, verbose=0)
     assert capsys.readouterr().out == ""
     # "auto" with an output that is no terminal (and no notebook): lines
-    model.fit(xtr, ytr, epochs=2)
+    model.fit(xtr, ytr, batch_size=20, epochs=2)
     out = capsys.readouterr().out
     assert "\r" not in out and out.count("\n") == 2
     assert out.startswith("Epoch 1/2 - %d/%d - " % (steps, steps))
@@ -363,11 +374,12 @@ def _interrupt_case(client, iris, interrupt):
     assert 2 * steps <= done < epochs * steps
     # The model keeps what was trained, the history what completed.
     assert len(model.history["loss"]) >= 2
+    assert model.history.status == "interrupted"
     assert any(not np.array_equal(a, b)
                for a, b in zip(w0, model.get_weights()))
     # The daemon stays healthy and the model trains on.
     assert client.ping() > 0
-    h = model.fit(xtr, ytr, epochs=1, verbose=0)
+    h = model.fit(xtr, ytr, batch_size=20, epochs=1, verbose=0)
     assert model.global_step == done + steps and len(h["loss"]) == 1
 
 
@@ -404,15 +416,15 @@ def test_stop_training_from_thread(client, iris):
     model = iris_model(client, batch_size=20)
     out = _Trigger()
     t = threading.Thread(target=lambda: out.event.wait(60) and
-                         model.stop_training())
+                         setattr(model, "stop_training", True))
     t.start()
     old, sys.stdout = sys.stdout, out
     try:
-        h = model.fit(xtr, ytr, epochs=200000, verbose=1)
+        h = model.fit(xtr, ytr, batch_size=20, epochs=200000, verbose=1)
     finally:
         sys.stdout = old
         t.join()
-    assert h.status == "cancelled"
+    assert h.status == "stopped"
     assert len(h["loss"]) >= 2
     assert client.ping() > 0
 
@@ -450,7 +462,8 @@ def test_gil_released_during_fit(client):
 def test_timings_of_every_call(client, iris):
     xtr, ytr, xte, yte = iris
     model = iris_model(client, batch_size=20)
-    h = model.fit(xtr, ytr, epochs=2, verbose=0, steps_per_execution=1)
+    h = model.fit(xtr, ytr, batch_size=20, epochs=2, verbose=0,
+                  steps_per_execution=1)
     runs = [t for t in h.timings if t["method"] == "RunSteps"]
     assert len(runs) == 2 * -(-len(xtr) // 20)
     for t in runs:
@@ -505,6 +518,13 @@ def test_keras_json_string(client, iris):
                                                   (3,)]
     h = m.fit(xtr, ytr, epochs=2, verbose=0, validation_data=(xte, yte))
     assert sorted(h) == sorted(KEYS)
+    # The Keras idiom's views of a model compiled from Keras 3 JSON.
+    assert [l.name for l in m.layers] == ["dense", "dense_1"]
+    lines = []
+    m.summary(print_fn=lines.append)
+    assert any(l.startswith("dense_1 (Dense)") and "(None, 3)" in l
+               and l.rstrip().endswith("99") for l in lines)
+    assert m.count_params() == 4 * 32 + 32 + 32 * 3 + 3
     # The Sequential builder writes Keras 2 JSON for the same model.
     seq = iris_model(client, seed=1)
     assert seq.report["param_count"] == m.report["param_count"]

@@ -1,15 +1,22 @@
 """rtrain: train on a remote rtraind from Python, Keras style.
 
     import rtrain
-    client = rtrain.connect("127.0.0.1:7070", timeout=10)
-    model = client.compile(rtrain.Sequential([
-                rtrain.layers.Dense(32, activation="relu", input_shape=(4,)),
-                rtrain.layers.Dense(3, activation="softmax")]),
-            optimizer="adam", loss="sparse_categorical_crossentropy",
-            metrics=["accuracy"])
-    history = model.fit(x, y, batch_size=20, epochs=20,
-                        validation_data=(xv, yv))
-    history["loss"], model.last_timings
+    from rtrain import layers, callbacks
+    rtrain.connect("127.0.0.1:7070", timeout=10)   # or $RTRAIN_SERVER
+    model = rtrain.Sequential([
+        layers.Dense(32, activation="relu", input_shape=(4,)),
+        layers.Dense(3, activation="softmax")])
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    model.summary()
+    history = model.fit(x, y, epochs=20, validation_data=(xv, yv),
+                        callbacks=[callbacks.EarlyStopping(patience=3)])
+    model.save_weights("iris.h5")          # Keras' HDF5 layout
+
+The Functional API works the same way (rtrain.Input, layer calls,
+rtrain.Model(inputs, outputs)). client.compile(spec, ...) compiles a
+model or a Keras model JSON string on that client and returns the
+CompiledModel that Model.compile keeps.
 
 The C extension (rtrain._rtrain, on librtrain) does the networking, the
 zero-copy uploads, the fit loop with its progress bar and Ctrl-C
@@ -28,6 +35,7 @@ Data conversions (documented, never silent about what they cannot do):
 """
 
 import json as _json
+import os as _os
 import sys as _sys
 import time as _time
 
@@ -36,14 +44,21 @@ import numpy as _np
 from . import _rtrain
 from . import layers
 from . import optimizers
+from . import callbacks
+from . import callbacks as callbacks_mod
+from . import models
+from .layers import Input
+from .models import Model, Sequential
 from ._rtrain import (Error, ConnectionError, InvalidArgument, NotFound,
                       DeadlineExceeded, Cancelled, ResourceExhausted,
                       FailedPrecondition, AlreadyExists, Unauthenticated,
                       Unimplemented, DataLoss, InternalError)
 
 __all__ = [
-    "connect", "Client", "Model", "Sequential", "History", "Dataset", "layers",
-    "optimizers", "summarize_timings", "Error", "ConnectionError",
+    "connect", "get_default_client", "Client", "Model", "Sequential", "Input",
+    "CompiledModel", "History", "Dataset", "layers", "optimizers", "callbacks",
+    "models",
+    "summarize_timings", "Error", "ConnectionError",
     "InvalidArgument", "NotFound", "DeadlineExceeded", "Cancelled",
     "ResourceExhausted", "FailedPrecondition", "AlreadyExists",
     "Unauthenticated", "Unimplemented", "DataLoss", "InternalError",
@@ -60,7 +75,9 @@ _LOSSES = {
     "mae": "mae", "mean_absolute_error": "mae",
     "logcosh": "logcosh", "log_cosh": "logcosh",
 }
-_METRICS = ("accuracy", "acc")
+_METRICS = ("accuracy", "acc", "sparse_categorical_accuracy",
+            "categorical_accuracy", "binary_accuracy")
+_DEFAULT_BATCH = 32  # Keras' fit/evaluate default
 
 # Inline Predict messages stay well under gRPC's default 4 MiB receive limit.
 _PREDICT_CHUNK_BYTES = 2 << 20
@@ -68,65 +85,8 @@ _PREDICT_CHUNK_BYTES = 2 << 20
 
 # ---------------------------------------------------------------- models
 
-class Sequential:
-    """A linear stack of rtrain.layers, serialised as Keras model JSON."""
-
-    def __init__(self, layers=None, name="sequential"):
-        self.name = name
-        self.layers = []
-        for layer in layers or []:
-            self.add(layer)
-
-    def add(self, layer):
-        if not isinstance(layer, layers.Layer):
-            raise TypeError("Sequential takes rtrain.layers objects, got %r"
-                            % (layer,))
-        if self.layers and isinstance(layer, layers.InputLayer):
-            raise ValueError("an InputLayer can only be the first layer")
-        self.layers.append(layer)
-
-    def get_config(self):
-        if not self.layers:
-            raise ValueError("Sequential model has no layers")
-        first = self.layers[0]
-        if first.input_shape is None:
-            raise ValueError("the first layer needs input_shape=... (or start "
-                             "with rtrain.layers.Input(shape))")
-        counts, names, out = {}, set(), []
-        for layer in self.layers:
-            if layer.name is not None:
-                name = layer.name
-            else:
-                # Keras' automatic names: dense, dense_1, dense_2, ...
-                base = layer._auto_name
-                k = counts.get(base, 0)
-                name = base if k == 0 else "%s_%d" % (base, k)
-                while name in names:
-                    k += 1
-                    name = "%s_%d" % (base, k)
-                counts[base] = k + 1
-            if name in names:
-                raise ValueError("duplicate layer name %r" % name)
-            names.add(name)
-            out.append(layer.get_config(name))
-        if not isinstance(first, layers.InputLayer):
-            out.insert(0, layers.InputLayer(first.input_shape).get_config(
-                out[0]["config"]["name"] + "_input"))
-        return {"name": self.name, "layers": out}
-
-    def to_json(self):
-        """The JSON Keras' model.to_json() writes for this model."""
-        return _json.dumps({"class_name": "Sequential",
-                            "config": self.get_config(),
-                            "keras_version": "2.11.0",
-                            "backend": "tensorflow"})
-
-    def __repr__(self):
-        return "Sequential([%s])" % ", ".join(map(repr, self.layers))
-
-
 def _spec_json(spec):
-    if isinstance(spec, Sequential):
+    if isinstance(spec, models.Model):
         return spec.to_json()
     if isinstance(spec, str):
         try:
@@ -270,10 +230,12 @@ def _features(x, input_shape, what="x"):
     return _np.ascontiguousarray(arr, dtype=_np.float32)
 
 
-class Model:
-    """A model compiled on the daemon (made by Client.compile)."""
+class CompiledModel:
+    """A model compiled on the daemon (made by Client.compile, or by
+    Model.compile, which forwards to it)."""
 
-    def __init__(self, client, spec_json, opts, metric):
+    def __init__(self, client, spec_json, opts, metric, optimizer=None,
+                 loss=None):
         self._client = client
         self._json = spec_json
         self._opts = opts
@@ -282,7 +244,70 @@ class Model:
         self._prog = None
         self._key = None
         self._n_classes = None
+        self._owner = None      # the rtrain.Model this program belongs to
+        self._stop = False
+        self._fitting = False
+        self.optimizer = optimizer
+        self.loss = loss
         self.history = None
+
+    def _keras_model(self):
+        if self._owner is None:
+            self._owner = models.model_from_json(self._json)
+        return self._owner
+
+    @property
+    def metrics_names(self):
+        return ["loss"] + ([self._metric] if self._metric else [])
+
+    @property
+    def stop_training(self):
+        """Keras' flag: set it (from a callback, or from another thread
+        during fit) to end the fit at the next step boundary."""
+        return self._stop
+
+    @stop_training.setter
+    def stop_training(self, v):
+        self._stop = bool(v)
+        if self._stop and self._fitting:
+            self._client.cancel()
+
+    @property
+    def layers(self):
+        return self._keras_model().layers
+
+    def count_params(self):
+        return int(self._prog.report["param_count"])
+
+    def to_json(self, **kw):
+        return self._json if not kw else _json.dumps(
+            _json.loads(self._json), **kw)
+
+    def save_weights(self, filepath, overwrite=True, save_format=None):
+        """Keras' HDF5 weights layout (rtrain.saving)."""
+        from . import saving
+        saving.save_weights(self, filepath, overwrite=overwrite)
+
+    def load_weights(self, filepath, by_name=False):
+        from . import saving
+        saving.load_weights(self, filepath, by_name=by_name)
+
+    def save(self, filepath, overwrite=True, include_optimizer=False):
+        from . import saving
+        saving.save_model(self, filepath, overwrite=overwrite)
+
+    def _apply_lr(self):
+        """A learning rate set on self.optimizer since the program was
+        compiled: recompile with it, carrying the weights over."""
+        lr = getattr(self.optimizer, "learning_rate", None)
+        if lr is None or float(lr) == self._opts.get("learning_rate"):
+            return
+        lr = float(lr)
+        if not lr > 0.0 or lr != lr or lr == float("inf"):
+            raise ValueError("learning_rate must be a positive number, got "
+                             "%r" % lr)
+        self._opts = dict(self._opts, learning_rate=lr)
+        self._compile(self._key)
 
     # -- the program on the daemon ---------------------------------------
 
@@ -297,8 +322,10 @@ class Model:
             weights = old.get_weights()[1]
         prog = self._client._compile(self._json, opts)
         if weights is not None:
-            # A new batch size or label layout needs a new program; the
-            # weights carry over (the optimizer state starts afresh).
+            # A new batch size, label layout or learning rate needs a new
+            # program (the daemon keys programs by their whole training
+            # config); the weights carry over, the optimizer state starts
+            # afresh.
             prog.set_weights([(n, w) for n, w in weights])
         self._prog, self._key = prog, key
         out = prog.report["output_shape"]
@@ -346,14 +373,14 @@ class Model:
     def batch_size(self):
         return self._key[0]
 
-    def summary(self, print_fn=print):
+    def summary(self, line_length=None, print_fn=print):
+        """Keras' table (layers, output shapes, parameter counts), then the
+        daemon's program: id, FLOPs per step and arena bytes."""
+        self._keras_model().summary(line_length=line_length,
+                                    print_fn=print_fn)
         r = self.report
-        print_fn("Model %s (%s)" % (r["program_id"], self._client.target))
-        print_fn("%-28s %-18s %s" % ("param", "shape", "trainable"))
-        for name, shape, trainable in r["params"]:
-            print_fn("%-28s %-18s %s" % (name, shape, trainable))
-        print_fn("total params: %d (trainable %d), %d FLOP/step, arena %d B"
-                 % (r["param_count"], r["trainable_param_count"],
+        print_fn("Program %s on %s: %d FLOP/step, arena %d B"
+                 % (r["program_id"], self._client.target,
                     r["flops_per_step"], r["arena_bytes"]))
 
     # -- data -------------------------------------------------------------
@@ -398,35 +425,63 @@ class Model:
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto",
             callbacks=None, validation_split=0.0, validation_data=None,
-            shuffle=True, steps_per_epoch=None, steps_per_execution=None):
+            shuffle=True, class_weight=None, sample_weight=None,
+            initial_epoch=0, steps_per_epoch=None, validation_steps=None,
+            validation_batch_size=None, validation_freq=1,
+            steps_per_execution=None):
         """Train on the daemon; returns a History (a dict of per-epoch
         lists under Keras' keys).
 
-        steps_per_execution: None runs the whole fit as one streamed call
-        (the daemon validates at every epoch end); an int K runs K steps per
-        RunSteps call (never across an epoch end) plus one Evaluate per epoch
-        for validation, as Keras does with steps_per_execution=K against a
-        remote device; several calls are kept in flight. "auto" picks K from
-        the measured round trip and step time (the fixed cost of a call at
-        most 5% of it) and prints it when verbose. The semantics are
-        librtrain's rt_client_train_steps, the same as the CLI's
-        --steps-per-call.
+        batch_size: None is Keras' 32. epochs: the index of the last epoch
+        (epochs - initial_epoch epochs run). validation_freq: validate every
+        n-th epoch (an int) or at the epochs listed (1-based).
+        validation_batch_size: accepted; the daemon evaluates in the
+        program's batches and the result does not depend on it.
+        callbacks: rtrain.callbacks objects (see that module); the fit then
+        runs one remote run per epoch so that each epoch end is seen before
+        the next epoch starts.
+        steps_per_execution: None runs each run as one streamed call; an
+        int K runs K steps per RunSteps call (never across an epoch end)
+        plus one Evaluate per epoch for validation; "auto" picks K from the
+        measured round trip and step time (librtrain's
+        rt_client_train_steps, the CLI's --steps-per-call).
         Ctrl-C (KeyboardInterrupt) stops the remote fit at a step boundary;
-        the model keeps the weights of the steps done, and ``model.history``
-        holds the epochs completed."""
-        if callbacks:
-            raise ValueError("callbacks are not supported; the progress bar "
-                             "and history come from the daemon's stream")
+        the model keeps the weights of the steps done, model.history holds
+        the epochs completed and its status is "interrupted".
+        model.stop_training = True (a callback, another thread) ends the
+        fit at the next step boundary with status "stopped"."""
+        if class_weight is not None or sample_weight is not None:
+            raise NotImplementedError(
+                "class_weight and sample_weight need per-sample loss "
+                "weights on the daemon, which it does not have yet")
         if x is None or (y is None and not isinstance(x, Dataset)):
             raise ValueError("fit needs x and y (or an uploaded Dataset as x)")
-        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
-            raise ValueError("epochs must be an int >= 0, got %r" % (epochs,))
+        for v, n in ((epochs, "epochs"), (initial_epoch, "initial_epoch")):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError("%s must be an int >= 0, got %r" % (n, v))
         verbose = _auto_verbose() if verbose == "auto" else int(verbose)
         if verbose not in (0, 1, 2):
             raise ValueError("verbose must be 0, 1, 2 or 'auto'")
-        if batch_size is not None and (isinstance(batch_size, bool) or
-                                       int(batch_size) <= 0):
-            raise ValueError("batch_size must be a positive int")
+        if verbose == 1 and not _interactive():
+            verbose = 2  # no '\r' bar redraws into a pipe or a log file
+        if batch_size is None:
+            batch_size = _DEFAULT_BATCH
+        for v, n in ((batch_size, "batch_size"),
+                     (validation_batch_size, "validation_batch_size")):
+            if v is not None and (isinstance(v, bool) or int(v) <= 0):
+                raise ValueError("%s must be a positive int" % n)
+        if isinstance(validation_freq, int) and not isinstance(
+                validation_freq, bool):
+            if validation_freq < 1:
+                raise ValueError("validation_freq must be >= 1")
+            due = lambda ep: (ep + 1) % validation_freq == 0  # noqa: E731
+        else:
+            try:
+                freq = set(int(e) for e in validation_freq)
+            except TypeError:
+                raise ValueError("validation_freq must be an int or a list "
+                                 "of epochs") from None
+            due = lambda ep: ep + 1 in freq  # noqa: E731
         if validation_data is not None and validation_split:
             raise ValueError("give validation_data or validation_split, "
                              "not both")
@@ -444,6 +499,9 @@ class Model:
         t0 = _time.perf_counter()
         hist = History()
         self.history = hist
+        self._stop = False
+        owner = self._owner if self._owner is not None else self
+        cbl = None
         try:
             ds, label = self._upload(x, y, "train")
             hist.timings.append(self._client.last_timings)
@@ -480,14 +538,82 @@ class Model:
                     raise ValueError("steps_per_execution must be positive")
             hist.params = {"epochs": epochs, "steps": spe, "batch_size": bs,
                            "samples": n, "steps_per_execution": spx or None,
-                           "verbose": verbose}
-            hist.status = self._prog.fit(
-                ds["id"], val_id, epochs, spe, spx, verbose, hist,
-                hist.timings, self._metric, 1)
+                           "verbose": verbose,
+                           "initial_epoch": initial_epoch}
+            cbl = callbacks_mod.CallbackList(callbacks, owner, hist.params)
+            per_epoch = bool(cbl.callbacks) or validation_freq != 1
+            if epochs <= initial_epoch:
+                hist.status = "done"
+                return hist
+            self._fitting = True
+            if not per_epoch:
+                hist.status = self._prog.fit(
+                    ds["id"], val_id, epochs - initial_epoch, spe, spx,
+                    verbose, hist, hist.timings, self._metric, 1,
+                    first_epoch=initial_epoch, total_epochs=epochs)
+                if hist.status == "cancelled" and self._stop:
+                    hist.status = "stopped"
+                return hist
+            hist.status = self._fit_epochs(cbl, hist, ds["id"], val_id, due,
+                                           initial_epoch, epochs, spe, spx,
+                                           verbose)
         finally:
-            hist.epoch = list(range(len(hist.get("loss", ()))))
+            self._fitting = False
+            if hist.status == "running":
+                hist.status = "interrupted"
+            hist.epoch = list(range(initial_epoch, initial_epoch +
+                                    len(hist.get("loss", ()))))
             hist.wall_s = _time.perf_counter() - t0
         return hist
+
+    def _fit_epochs(self, cbl, hist, ds, val_id, due, initial_epoch, epochs,
+                    spe, spx, verbose):
+        """fit with callbacks: one remote run per epoch."""
+        last = {}
+
+        def on_event(kind, info):
+            if kind == "epoch":
+                last.clear()
+                last.update(info)
+            else:
+                logs = {"loss": info["loss"]}
+                if self._metric:
+                    logs[self._metric] = info["accuracy"]
+                cbl.on_batch_end(info["batch"], logs)
+            return self._stop
+
+        cbl.on_train_begin()
+        status = "done"
+        for ep in range(initial_epoch, epochs):
+            if self._stop:
+                status = "stopped"
+                break
+            cbl.on_epoch_begin(ep)
+            self._apply_lr()
+            last.clear()
+            r = self._prog.fit(ds, val_id if due(ep) else None, 1, spe, spx,
+                               verbose, hist, hist.timings, self._metric, 1,
+                               on_event=on_event, first_epoch=ep,
+                               total_epochs=epochs)
+            if not last:  # stopped inside the epoch
+                status = "stopped" if self._stop else r
+                break
+            logs = {"loss": last["loss"]}
+            if self._metric:
+                logs[self._metric] = last["accuracy"]
+            if last["has_val"]:
+                logs["val_loss"] = last["val_loss"]
+                if self._metric:
+                    logs["val_" + self._metric] = last["val_accuracy"]
+            cbl.on_epoch_end(ep, logs)
+            if r == "cancelled":
+                status = "stopped" if self._stop else r
+                break
+        else:
+            if self._stop:
+                status = "stopped"
+        cbl.on_train_end()
+        return status
 
     def evaluate(self, x=None, y=None, batch_size=None, verbose=0,
                  return_dict=False):
@@ -546,16 +672,22 @@ class Model:
             out.append((name, _np.ascontiguousarray(a, dtype=_np.float32)))
         self._prog.set_weights(out)
 
-    def stop_training(self):
-        """Cancel a fit running in another thread (it returns early with
-        status 'cancelled')."""
-        self._client.cancel()
-
     def __repr__(self):
-        return "<rtrain.Model %s on %s>" % (self._prog.id, self._client.target)
+        return "<rtrain.CompiledModel %s on %s>" % (self._prog.id,
+                                                     self._client.target)
 
 
 # ---------------------------------------------------------------- client
+
+def _interactive():
+    """A terminal or a notebook: where a bar redrawn with '\r' shows."""
+    if "ipykernel" in _sys.modules:
+        return True
+    try:
+        return _sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
 
 def _auto_verbose():
     """verbose="auto": the bar redrawn with '\r' on a terminal and in a
@@ -591,13 +723,24 @@ class Client(_rtrain.Client):
         metric = None
         for m in metrics or []:
             if m not in _METRICS:
-                raise ValueError("unknown metric %r (known: accuracy)" % (m,))
+                raise ValueError("unknown metric %r (known: %s)"
+                                 % (m, ", ".join(_METRICS)))
+            want = {"sparse_categorical_accuracy":
+                    "sparse_categorical_crossentropy",
+                    "categorical_accuracy": "categorical_crossentropy",
+                    "binary_accuracy": "binary_crossentropy"}.get(m)
+            if want and _LOSSES[loss] != want:
+                raise ValueError("metric %s goes with loss %s (the daemon's "
+                                 "accuracy follows the loss); use "
+                                 "'accuracy'" % (m, want))
             metric = m
-        opts = optimizers.get(optimizer).get_config()
+        optimizer = optimizers.get(optimizer)
+        opts = optimizer.get_config()
         opts.update(loss=_LOSSES[loss], from_logits=bool(from_logits),
                     metrics=["accuracy"] if metric else [], seed=int(seed))
         spec_json = _spec_json(spec)
-        model = Model(self, spec_json, opts, metric)
+        model = CompiledModel(self, spec_json, opts, metric,
+                              optimizer=optimizer, loss=loss)
         label = None
         if label_shape is not None or label_dtype is not None or \
                 _LOSSES[loss] in _SPARSE_LOSSES:
@@ -650,22 +793,41 @@ class Client(_rtrain.Client):
         return "<rtrain.Client %s session %s>" % (self.target, self.session_id)
 
 
+_default = None
+
+
 def connect(target=None, timeout=60.0, name="python", *, tls_ca=None,
             tls_cert=None, tls_key=None, token=None, token_file=None):
     """Connect to rtraind at target ("host:port"; None = $RTRAIN_SERVER or
     127.0.0.1:7070) and open a session. timeout: seconds per call (0 = no
     deadline; fits never have one). A daemon that is not running raises
-    rtrain.ConnectionError here.
+    rtrain.ConnectionError here. The newest connection is the default one
+    model.compile() uses.
 
     tls_ca: PEM file of the CA that signed the daemon's certificate (turns
     TLS on); tls_cert/tls_key: a client certificate for mTLS; token or
     token_file: the bearer token. Each left None is taken from
     $RTRAIN_TLS_CA, $RTRAIN_TLS_CERT, $RTRAIN_TLS_KEY, $RTRAIN_TOKEN and
     $RTRAIN_TOKEN_FILE."""
-    return Client(target, float(timeout), name, tls_ca=_path(tls_ca),
-                  tls_cert=_path(tls_cert), tls_key=_path(tls_key),
-                  token=token, token_file=_path(token_file))
+    global _default
+    c = Client(target, float(timeout), name, tls_ca=_path(tls_ca),
+               tls_cert=_path(tls_cert), tls_key=_path(tls_key),
+               token=token, token_file=_path(token_file))
+    _default = c
+    return c
 
 
 def _path(p):
     return None if p is None else str(p)
+
+
+def get_default_client():
+    """The connection model.compile() uses: the last rtrain.connect()'s
+    while it is open, else a new one to $RTRAIN_SERVER (or
+    127.0.0.1:7070; TLS and token from the environment)."""
+    if _default is None or _default.closed:
+        return connect(None)
+    return _default
+
+
+_default_client = get_default_client

@@ -1,23 +1,43 @@
-"""Keras-like layers for rtrain.Sequential.
+"""Keras-like layers for rtrain.Sequential and the Functional API.
 
 A layer here is only a declaration: it records its Keras class name and
-config, and Sequential serialises the list to the JSON that Keras'
+config, and the model serialises them to the JSON that Keras'
 ``model.to_json()`` writes. The daemon imports that JSON, so a model built
 here and the same model exported from Keras compile to the same program.
+Each layer also knows its output shape and its weights' names and shapes
+(for summary(), count_params() and Keras' HDF5 weight files), the same as
+the daemon's import computes.
+
+Functional API: ``x = rtrain.Input((4,)); y = Dense(3)(x)`` records the
+graph; ``rtrain.Model(x, y)`` serialises it as Keras' Functional JSON.
 """
+import math as _math
 
 __all__ = [
     "Layer", "Input", "InputLayer", "Dense", "Activation", "Dropout",
     "Flatten", "Reshape", "Conv2D", "MaxPooling2D", "AveragePooling2D",
     "GlobalAveragePooling2D", "BatchNormalization", "ReLU", "Softmax",
+    "Concatenate", "KerasTensor",
 ]
 
-_ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh", "softmax")
+_ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh", "softmax", "log_softmax")
 
+# Keras' string initializer names (and their old aliases) -> class names.
 _INITIALIZERS = {
     "glorot_uniform": "GlorotUniform", "glorot_normal": "GlorotNormal",
     "he_uniform": "HeUniform", "he_normal": "HeNormal",
-    "zeros": "Zeros", "ones": "Ones",
+    "zeros": "Zeros", "ones": "Ones", "zero": "Zeros", "one": "Ones",
+    "xavier_uniform": "GlorotUniform", "xavier_normal": "GlorotNormal",
+}
+for _v in list(_INITIALIZERS.values()):
+    _INITIALIZERS[_v] = _v
+
+# Keras' regularizer names -> (class name, config). The daemon has no
+# weight penalty yet: a model that uses one serialises it faithfully
+# (to_json) but compiling it is refused, never trained without it.
+_REGULARIZERS = {
+    "l1": ("L1", {"l1": 0.01}), "l2": ("L2", {"l2": 0.01}),
+    "l1_l2": ("L1L2", {"l1": 0.01, "l2": 0.01}),
 }
 
 
@@ -34,10 +54,26 @@ def _check_activation(activation):
 
 
 def _initializer(name, what):
+    if isinstance(name, dict) and name.get("class_name") in _INITIALIZERS:
+        return {"class_name": _INITIALIZERS[name["class_name"]],
+                "config": dict(name.get("config") or {})}
     if not isinstance(name, str) or name not in _INITIALIZERS:
         raise ValueError("unknown %s %r (known: %s)"
-                         % (what, name, ", ".join(_INITIALIZERS)))
+                         % (what, name, ", ".join(sorted(
+                             k for k in _INITIALIZERS if k.islower()))))
     return {"class_name": _INITIALIZERS[name], "config": {}}
+
+
+def _regularizer(r, what):
+    if r is None:
+        return None
+    if isinstance(r, str) and r.lower() in _REGULARIZERS:
+        cls, cfg = _REGULARIZERS[r.lower()]
+        return {"class_name": cls, "config": dict(cfg)}
+    if isinstance(r, dict) and r.get("class_name") in ("L1", "L2", "L1L2"):
+        return {"class_name": r["class_name"],
+                "config": dict(r.get("config") or {})}
+    raise ValueError("unknown %s %r (known: l1, l2, l1_l2)" % (what, r))
 
 
 def _pos_int(v, what):
@@ -69,21 +105,78 @@ def _shape(shape, what="input_shape"):
     return [_pos_int(d, what) for d in shape]
 
 
+class KerasTensor:
+    """A symbolic tensor of the Functional API: the output of a layer
+    (shape without the batch dimension)."""
+
+    def __init__(self, shape, layer, inputs):
+        self.shape = (None,) + tuple(shape)
+        self.layer = layer
+        self.inputs = list(inputs)
+
+    def __repr__(self):
+        return "<KerasTensor shape=%s from %s>" % (self.shape,
+                                                   type(self.layer).__name__)
+
+
 class Layer:
     """Base class: a Keras class name plus its config."""
 
     keras_class = None
     _auto_name = None
 
-    def __init__(self, name=None, input_shape=None, trainable=True):
+    def __init__(self, name=None, input_shape=None, trainable=True,
+                 input_dim=None, batch_input_shape=None, dtype=None):
         if name is not None and (not isinstance(name, str) or not name):
             raise ValueError("layer name must be a non-empty string")
+        if dtype not in (None, "float32"):
+            raise ValueError("only float32 layers are supported, got dtype %r"
+                             % (dtype,))
+        given = [v for v in (input_shape, input_dim, batch_input_shape)
+                 if v is not None]
+        if len(given) > 1:
+            raise ValueError("give one of input_shape, input_dim and "
+                             "batch_input_shape")
+        if input_dim is not None:  # Keras 1's Dense(12, input_dim=8)
+            input_shape = (input_dim,)
+        if batch_input_shape is not None:
+            input_shape = tuple(batch_input_shape)[1:]
         self.name = name
         self.input_shape = _shape(input_shape)
         self.trainable = bool(trainable)
+        self._inbound = None  # the KerasTensors it was called on
 
     def _config(self):
         return {}
+
+    # -- shapes and weights (per sample, no batch dimension) --------------
+
+    def compute_output_shape(self, in_shape):
+        return list(in_shape)
+
+    def weight_specs(self, in_shape):
+        """[(suffix, shape, trainable)] in Keras' weight order."""
+        return []
+
+    def __call__(self, inputs):
+        if self._inbound is not None:
+            raise ValueError("layer %s is already called (shared layers "
+                             "are not supported)" % (self.name or
+                                                     self._auto_name))
+        ins = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        if not ins or not all(isinstance(t, KerasTensor) for t in ins):
+            raise TypeError("a layer is called on rtrain.Input tensors or "
+                            "other layers' outputs")
+        shapes = [list(t.shape[1:]) for t in ins]
+        out = self._out_shape(shapes)
+        self._inbound = ins
+        return KerasTensor(out, self, ins)
+
+    def _out_shape(self, shapes):
+        if len(shapes) != 1:
+            raise ValueError("%s takes one input, got %d"
+                             % (self.keras_class, len(shapes)))
+        return self.compute_output_shape(shapes[0])
 
     def get_config(self, name):
         cfg = {"name": name, "trainable": self.trainable, "dtype": "float32"}
@@ -116,9 +209,13 @@ class InputLayer(Layer):
             "name": name}}
 
 
-def Input(shape, name=None):
-    """Keras' Input(shape=...) for Sequential models."""
-    return InputLayer(shape, name=name)
+def Input(shape=None, name=None, batch_size=None, dtype=None):
+    """Keras' Input(shape=...): a symbolic tensor for the Functional API,
+    also accepted as the first entry of a Sequential."""
+    if dtype not in (None, "float32"):
+        raise ValueError("only float32 inputs are supported")
+    layer = InputLayer(shape, name=name)
+    return KerasTensor(layer.input_shape, layer, [])
 
 
 class Dense(Layer):
@@ -127,24 +224,43 @@ class Dense(Layer):
 
     def __init__(self, units, activation=None, use_bias=True,
                  kernel_initializer="glorot_uniform", bias_initializer="zeros",
-                 **kw):
+                 kernel_regularizer=None, bias_regularizer=None,
+                 activity_regularizer=None, init=None, **kw):
         super().__init__(**kw)
         self.units = _pos_int(units, "Dense units")
         self.activation = _check_activation(activation)
         self.use_bias = bool(use_bias)
+        if init is not None:  # Keras 1's Dense(..., init="uniform")
+            kernel_initializer = init
         self.kernel_initializer = _initializer(kernel_initializer,
                                                "kernel_initializer")
         self.bias_initializer = _initializer(bias_initializer,
                                              "bias_initializer")
+        self.regularizers = {
+            "kernel_regularizer": _regularizer(kernel_regularizer,
+                                               "kernel_regularizer"),
+            "bias_regularizer": _regularizer(bias_regularizer,
+                                             "bias_regularizer"),
+            "activity_regularizer": _regularizer(activity_regularizer,
+                                                 "activity_regularizer")}
 
     def _config(self):
-        return {"units": self.units, "activation": self.activation,
-                "use_bias": self.use_bias,
-                "kernel_initializer": self.kernel_initializer,
-                "bias_initializer": self.bias_initializer,
-                "kernel_regularizer": None, "bias_regularizer": None,
-                "activity_regularizer": None, "kernel_constraint": None,
-                "bias_constraint": None}
+        cfg = {"units": self.units, "activation": self.activation,
+               "use_bias": self.use_bias,
+               "kernel_initializer": self.kernel_initializer,
+               "bias_initializer": self.bias_initializer}
+        cfg.update(self.regularizers)
+        cfg.update(kernel_constraint=None, bias_constraint=None)
+        return cfg
+
+    def compute_output_shape(self, in_shape):
+        return list(in_shape[:-1]) + [self.units]
+
+    def weight_specs(self, in_shape):
+        w = [("kernel", [in_shape[-1], self.units], True)]
+        if self.use_bias:
+            w.append(("bias", [self.units], True))
+        return w
 
 
 class Activation(Layer):
@@ -190,6 +306,16 @@ class Flatten(Layer):
     def _config(self):
         return {"data_format": "channels_last"}
 
+    def compute_output_shape(self, in_shape):
+        return [int(_prod(in_shape))]
+
+
+def _prod(v):
+    n = 1
+    for d in v:
+        n *= d
+    return n
+
 
 class Reshape(Layer):
     keras_class = "Reshape"
@@ -204,6 +330,17 @@ class Reshape(Layer):
 
     def _config(self):
         return {"target_shape": self.target_shape}
+
+    def compute_output_shape(self, in_shape):
+        n, ts = _prod(in_shape), list(self.target_shape)
+        known = _prod(d for d in ts if d != -1)
+        if -1 in ts:
+            if n % known:
+                raise ValueError("cannot Reshape %s into %s" % (in_shape, ts))
+            ts[ts.index(-1)] = n // known
+        if _prod(ts) != n:
+            raise ValueError("cannot Reshape %s into %s" % (in_shape, ts))
+        return ts
 
 
 def _padding(p):
@@ -245,6 +382,32 @@ class Conv2D(Layer):
                 "activity_regularizer": None, "kernel_constraint": None,
                 "bias_constraint": None}
 
+    def compute_output_shape(self, in_shape):
+        if len(in_shape) != 3:
+            raise ValueError("Conv2D wants (height, width, channels) input, "
+                             "got %s" % (in_shape,))
+        out = []
+        for i in range(2):
+            k = (self.kernel_size[i] - 1) * self.dilation_rate[i] + 1
+            out.append(_conv_len(in_shape[i], k, self.strides[i],
+                                 self.padding))
+        return out + [self.filters]
+
+    def weight_specs(self, in_shape):
+        w = [("kernel", list(self.kernel_size) + [in_shape[-1], self.filters],
+              True)]
+        if self.use_bias:
+            w.append(("bias", [self.filters], True))
+        return w
+
+
+def _conv_len(n, k, s, padding):
+    if padding == "same":
+        return -(-n // s)
+    if n < k:
+        raise ValueError("a window of %d does not fit an input of %d" % (k, n))
+    return (n - k) // s + 1
+
 
 class _Pool2D(Layer):
     def __init__(self, pool_size=(2, 2), strides=None, padding="valid", **kw):
@@ -257,6 +420,13 @@ class _Pool2D(Layer):
     def _config(self):
         return {"pool_size": self.pool_size, "padding": self.padding,
                 "strides": self.strides, "data_format": "channels_last"}
+
+    def compute_output_shape(self, in_shape):
+        if len(in_shape) != 3:
+            raise ValueError("%s wants (height, width, channels) input, got "
+                             "%s" % (self.keras_class, in_shape))
+        return [_conv_len(in_shape[i], self.pool_size[i], self.strides[i],
+                          self.padding) for i in range(2)] + [in_shape[2]]
 
 
 class MaxPooling2D(_Pool2D):
@@ -275,6 +445,9 @@ class GlobalAveragePooling2D(Layer):
 
     def _config(self):
         return {"data_format": "channels_last", "keepdims": False}
+
+    def compute_output_shape(self, in_shape):
+        return [in_shape[-1]]
 
 
 class BatchNormalization(Layer):
@@ -298,6 +471,42 @@ class BatchNormalization(Layer):
                                             "config": {}},
                 "moving_variance_initializer": {"class_name": "Ones",
                                                 "config": {}}}
+
+    def weight_specs(self, in_shape):
+        c = [in_shape[-1]]
+        return [("gamma", c, True), ("beta", c, True),
+                ("moving_mean", c, False), ("moving_variance", c, False)]
+
+
+class Concatenate(Layer):
+    """Joins its inputs along axis (Functional models)."""
+
+    keras_class = "Concatenate"
+    _auto_name = "concatenate"
+
+    def __init__(self, axis=-1, **kw):
+        super().__init__(**kw)
+        self.axis = int(axis)
+
+    def _config(self):
+        return {"axis": self.axis}
+
+    def _out_shape(self, shapes):
+        if len(shapes) < 2:
+            raise ValueError("Concatenate takes at least two inputs")
+        rank = len(shapes[0])
+        if any(len(s) != rank for s in shapes):
+            raise ValueError("Concatenate inputs have different ranks")
+        ax = self.axis if self.axis < 0 else self.axis - 1
+        ax %= rank
+        out = list(shapes[0])
+        for s in shapes[1:]:
+            for i in range(rank):
+                if i != ax and s[i] != out[i]:
+                    raise ValueError("Concatenate inputs differ in dim %d"
+                                     % (i + 1))
+            out[ax] += s[ax]
+        return out
 
 
 # Keras' aliases.

@@ -18,9 +18,19 @@ def _rate(v, what):
 class Optimizer:
     name = None
 
-    def __init__(self, learning_rate, clipnorm=None):
+    def __init__(self, learning_rate, clipnorm=None, lr=None):
+        if lr is not None:  # the Keras 1/2 spelling: Adam(lr=0.01)
+            learning_rate = lr
         self.learning_rate = _rate(learning_rate, "learning_rate")
         self.clipnorm = None if clipnorm is None else _rate(clipnorm, "clipnorm")
+
+    @property
+    def lr(self):
+        return self.learning_rate
+
+    @lr.setter
+    def lr(self, v):
+        self.learning_rate = v
 
     def get_config(self):
         """The options the C layer passes to rt_train_opts."""

@@ -1399,6 +1399,10 @@ typedef struct fitctx {
     uint64_t last_call_ns;   /* start_ns of the last call put in timings */
     int stop;                /* an exception is pending (fetched) */
     int sig;                 /* this fit owns the SIGINT chain */
+    uint32_t run_last;       /* the run's last epoch (1-based) when the fit
+                                goes on after it, else 0 */
+    uint64_t epoch_base;     /* epochs of the fit before this run */
+    PyObject *on_event;      /* callable(kind, dict) -> stop, or NULL */
     PyObject *et, *ev, *etb;
 } fitctx;
 
@@ -1500,23 +1504,66 @@ static void rt_py__add_last_timings(fitctx *f)
     }
 }
 
+/* on_event("batch", {...}) after a progress event, on_event("epoch",
+ * {...}) after an epoch end: a true result stops the run at the next step
+ * boundary. Epoch numbers are 0-based over the whole fit, as Keras'. */
+static int rt_py__on_event(fitctx *f, const rt_client_fit_event *ev)
+{
+    PyObject *d = NULL, *r = NULL;
+    const char *kind;
+    int rc = -1;
+    if (ev->kind == RT_FIT_PROGRESS) {
+        kind = "batch";
+        d = Py_BuildValue("{s:K,s:K,s:K,s:K,s:d,s:d}", "epoch",
+                          (unsigned long long)(f->epoch_base + ev->epoch - 1), "batch",
+                          (unsigned long long)(ev->step_in_epoch ? ev->step_in_epoch - 1 : 0),
+                          "steps_per_epoch", (unsigned long long)ev->steps_per_epoch,
+                          "step", (unsigned long long)ev->step, "loss", (double)ev->loss,
+                          "accuracy", (double)ev->accuracy);
+    } else if (ev->kind == RT_FIT_EPOCH_END) {
+        const rt_client_epoch *e = &ev->epoch_end;
+        kind = "epoch";
+        d = Py_BuildValue("{s:K,s:K,s:d,s:d,s:i,s:d,s:d}", "epoch",
+                          (unsigned long long)(f->epoch_base + e->epoch - 1), "step",
+                          (unsigned long long)e->steps, "loss", e->train.loss, "accuracy",
+                          e->train.accuracy, "has_val", e->has_val, "val_loss", e->val.loss,
+                          "val_accuracy", e->val.accuracy);
+    } else {
+        return 0;
+    }
+    if (d && (r = PyObject_CallFunction(f->on_event, "sO", kind, d)))
+        rc = PyObject_IsTrue(r);
+    Py_XDECREF(d);
+    Py_XDECREF(r);
+    return rc;
+}
+
 /* Every event of both drivers: timings, history, progress, stop requests. */
 static int rt_py__fit_cb(const rt_client_fit_event *ev, void *user)
 {
     fitctx *f = user;
     PyEval_RestoreThread(f->ts);
+    int want_stop = 0;
     if (!f->stop) {
         int r = 0;
         if (ev->call)
             r = rt_py__add_timings(f, ev->call);
         if (r == 0 && ev->kind == RT_FIT_EPOCH_END)
             r = rt_py__epoch_done(f, &ev->epoch_end);
+        /* A run of one epoch: the next epoch's header is the next run's. */
+        if (r == 0 && f->run_last && ev->kind == RT_FIT_EPOCH_END &&
+            f->bar.mode == RT_PROGRESS_BAR && f->bar.epoch == f->run_last)
+            f->bar.epochs = f->bar.epoch;
         if (r == 0)
             r = rt_progress_event(&f->bar, ev);
+        if (r == 0 && f->on_event && (r = rt_py__on_event(f, ev)) > 0) {
+            want_stop = 1;
+            r = 0;
+        }
         if (r < 0)
             f->stop = 1;
     }
-    int stop = rt_py__poll(f) || (f->sig && rt_py__sig_fired) ||
+    int stop = rt_py__poll(f) || want_stop || (f->sig && rt_py__sig_fired) ||
                f->prog->client->cancel_req;
     f->ts = PyEval_SaveThread();
     return stop;
@@ -1568,18 +1615,28 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"dataset", "val_dataset", "epochs",
                              "steps_per_epoch", "steps_per_execution",
                              "verbose", "history", "timings", "metric_name",
-                             "progress_every", NULL};
+                             "progress_every", "on_event", "first_epoch",
+                             "total_epochs", NULL};
     const char *ds, *val = NULL;
     unsigned int epochs;
     unsigned long long spe, spx = 0;
     int verbose, steps_loop = 0;
     PyObject *history, *timings, *metric = Py_None, *spx_o;
-    unsigned int progress_every = 1;
+    unsigned int progress_every = 1, first_epoch = 0, total_epochs = 0;
+    PyObject *on_event = Py_None;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "szIKOiO!O!|OI:fit", kwlist, &ds, &val, &epochs, &spe,
+            args, kw, "szIKOiO!O!|OIOII:fit", kwlist, &ds, &val, &epochs, &spe,
             &spx_o, &verbose, &PyDict_Type, &history, &PyList_Type, &timings,
-            &metric, &progress_every))
+            &metric, &progress_every, &on_event, &first_epoch, &total_epochs))
         return NULL;
+    if (on_event != Py_None && !PyCallable_Check(on_event)) {
+        PyErr_SetString(PyExc_TypeError, "on_event must be callable or None");
+        return NULL;
+    }
+    if (total_epochs && first_epoch + epochs > total_epochs) {
+        PyErr_SetString(PyExc_ValueError, "first_epoch + epochs exceeds total_epochs");
+        return NULL;
+    }
     /* steps_per_execution: 0 = one Fit stream, K, or "auto" (K = 0 for
      * rt_client_train_steps). */
     if (PyUnicode_Check(spx_o)) {
@@ -1622,9 +1679,16 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
         rt_py__unlock(self->client);
         return NULL;
     }
+    /* first_epoch (0-based) and total_epochs place this run inside a
+     * longer fit (Keras' initial_epoch; one run per epoch with callbacks). */
+    uint32_t shown = total_epochs ? total_epochs : first_epoch + epochs;
     rt_progress_init(&f.bar, verbose == 1 ? RT_PROGRESS_BAR
                              : verbose == 2 ? RT_PROGRESS_LINES : RT_PROGRESS_OFF,
-                     epochs, spe, f.metric, rt_py__write, NULL);
+                     shown, spe, f.metric, rt_py__write, NULL);
+    f.bar.epoch = first_epoch + 1;
+    f.epoch_base = first_epoch;
+    f.run_last = first_epoch + epochs < shown ? first_epoch + epochs : 0;
+    f.on_event = on_event == Py_None ? NULL : on_event;
     PyObject *res = NULL;
     self->client->cancel_req = 0;
     int installed = rt_py__sig_install(self->client->c);
@@ -1636,7 +1700,7 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
         rc = rt_py__fit_steps(&f, ds, val, epochs, spe, spx);
     else
         rc = rt_py__fit_stream(&f, ds, val, epochs, spe,
-                               verbose == 1 ? progress_every : 0);
+                               verbose == 1 || f.on_event ? progress_every : 0);
     rt_py__sig_remove(installed);
     installed = 0;
     rt_py__add_last_timings(&f);

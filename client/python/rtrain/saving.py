@@ -1,0 +1,210 @@
+"""Keras 2's HDF5 files (the legacy h5 format of keras.saving), with h5py.
+
+Weights file (model.save_weights("w.h5")), as Keras'
+save_weights_to_hdf5_group writes it:
+  root attrs  layer_names    array of bytes, every layer of model.layers
+              backend        b"tensorflow"
+              keras_version  b"2.11.0"
+  /<layer>    attrs weight_names: array of bytes such as b"dense/kernel:0"
+              (trainable weights, then the others), one dataset per name,
+              at /<layer>/<weight name> (so /dense/dense/kernel:0)
+Loading matches the layers that have weights by order (by name with
+by_name=True), as Keras' load_weights does, and checks every shape.
+
+Model file (model.save("m.h5")): root attrs keras_version, backend,
+model_config (the model JSON) and training_config (loss, metrics,
+optimizer); the weights in the group /model_weights, laid out as above.
+"""
+import json as _json
+import os as _os
+
+import numpy as _np
+
+from . import models as _models
+
+BACKEND = "tensorflow"
+
+
+def _h5py():
+    try:
+        import h5py
+    except ImportError:
+        raise ImportError("saving HDF5 files needs h5py (Debian: "
+                          "python3-h5py)") from None
+    return h5py
+
+
+def _keras_model(model):
+    """The models.Model declaring model's layers."""
+    if isinstance(model, _models.Model):
+        return model
+    return model._keras_model()
+
+
+def _layer_weights(km):
+    """[(layer name, [(weight name, shape)])] over model.layers."""
+    out = []
+    nodes = km._nodes
+    if isinstance(km, _models.Sequential):
+        nodes = nodes[1:]
+    for n in nodes:
+        ws = n.weight_specs()
+        # Keras lists trainable weights first, then the others.
+        tr = [w for w in ws if w[2] and n.layer.trainable]
+        nt = [w for w in ws if not (w[2] and n.layer.trainable)]
+        out.append((n.name, [(w[0], tuple(w[1])) for w in tr + nt]))
+    return out
+
+
+def _write_weights_group(g, model):
+    km = _keras_model(model)
+    values = dict(model.get_named_weights()) if hasattr(
+        model, "get_named_weights") else None
+    if values is None:
+        values = dict(zip(km._param_names(), model.get_weights()))
+    layers = _layer_weights(km)
+    g.attrs["backend"] = BACKEND.encode("utf8")
+    g.attrs["keras_version"] = _models.KERAS_VERSION.encode("utf8")
+    g.attrs["layer_names"] = _np.asarray([n.encode("utf8")
+                                          for n, _ in layers])
+    for name, ws in layers:
+        lg = g.create_group(name)
+        names = [(w + ":0").encode("utf8") for w, _ in ws]
+        lg.attrs["weight_names"] = _np.asarray(names)
+        for (w, shape), wn in zip(ws, names):
+            val = _np.asarray(values[w], dtype=_np.float32)
+            if tuple(val.shape) != shape:
+                raise ValueError("weight %s has shape %s, expected %s"
+                                 % (w, val.shape, shape))
+            ds = lg.create_dataset(wn.decode("utf8"), val.shape,
+                                   dtype=val.dtype)
+            ds[()] = val
+
+
+def _str(v):
+    return v.decode("utf8") if isinstance(v, bytes) else str(v)
+
+
+def _read_weights_group(g, model, by_name=False):
+    km = _keras_model(model)
+    if "layer_names" not in g.attrs:
+        raise ValueError("not a Keras weights file: no layer_names "
+                         "attribute")
+    file_layers = []
+    for ln in g.attrs["layer_names"]:
+        ln = _str(ln)
+        lg = g[ln]
+        wn = [_str(w) for w in lg.attrs.get("weight_names", [])]
+        if wn:
+            file_layers.append((ln, [_np.asarray(lg[w]) for w in wn]))
+    ours = [(n, ws) for n, ws in _layer_weights(km) if ws]
+    if by_name:
+        have = dict(file_layers)
+        pairs = [(n, ws, have[n]) for n, ws in ours if n in have]
+    else:
+        if len(file_layers) != len(ours):
+            raise ValueError(
+                "the file holds weights for %d layers but the model has %d "
+                "layers with weights" % (len(file_layers), len(ours)))
+        pairs = [(n, ws, vals) for (n, ws), (_, vals) in
+                 zip(ours, file_layers)]
+    values = {}
+    for n, ws, vals in pairs:
+        if len(vals) != len(ws):
+            raise ValueError("layer %s: the file has %d weights, the model "
+                             "%d" % (n, len(vals), len(ws)))
+        for (w, shape), v in zip(ws, vals):
+            if tuple(v.shape) != shape:
+                raise ValueError("weight %s: the file has shape %s, the "
+                                 "model %s" % (w, tuple(v.shape), shape))
+            values[w] = v
+    if by_name and len(values) != len(km._param_names()):
+        current = dict(zip(km._param_names(), model.get_weights()))
+        current.update(values)
+        values = current
+    model.set_weights([values[w] for w in km._param_names()])
+
+
+def _check_overwrite(path, overwrite):
+    if _os.path.isdir(path):
+        raise IsADirectoryError("%s is a directory" % path)
+    if not overwrite and _os.path.exists(path):
+        raise FileExistsError("%s exists (overwrite=False)" % path)
+
+
+def save_weights(model, filepath, overwrite=True):
+    h5py = _h5py()
+    path = _os.fspath(filepath)
+    _check_overwrite(path, overwrite)
+    tmp = path + ".tmp"
+    with h5py.File(tmp, "w") as f:
+        _write_weights_group(f, model)
+    _os.replace(tmp, path)
+
+
+def load_weights(model, filepath, by_name=False):
+    h5py = _h5py()
+    with h5py.File(_os.fspath(filepath), "r") as f:
+        g = f
+        if "layer_names" not in f.attrs and "model_weights" in f:
+            g = f["model_weights"]
+        _read_weights_group(g, model, by_name=by_name)
+
+
+def _training_config(model):
+    c = model._prog() if isinstance(model, _models.Model) else model
+    if c is None:
+        return None
+    opt = c.optimizer
+    cfg = {k: v for k, v in opt.get_config().items() if k != "optimizer"}
+    cfg["name"] = type(opt).__name__
+    return {"loss": c.loss, "metrics": list(c.metrics_names[1:]),
+            "weighted_metrics": None, "loss_weights": None,
+            "optimizer_config": {"class_name": type(opt).__name__,
+                                 "config": cfg}}
+
+
+def save_model(model, filepath, overwrite=True):
+    h5py = _h5py()
+    path = _os.fspath(filepath)
+    _check_overwrite(path, overwrite)
+    km = _keras_model(model)
+    tmp = path + ".tmp"
+    with h5py.File(tmp, "w") as f:
+        f.attrs["keras_version"] = _models.KERAS_VERSION.encode("utf8")
+        f.attrs["backend"] = BACKEND.encode("utf8")
+        f.attrs["model_config"] = _json.dumps(
+            {"class_name": km._class_name(),
+             "config": km.get_config()}).encode("utf8")
+        tc = _training_config(model)
+        if tc is not None:
+            f.attrs["training_config"] = _json.dumps(tc).encode("utf8")
+        _write_weights_group(f.create_group("model_weights"), model)
+    _os.replace(tmp, path)
+
+
+def load_model(filepath, compile=True, client=None):
+    h5py = _h5py()
+    from . import optimizers
+    with h5py.File(_os.fspath(filepath), "r") as f:
+        if "model_config" not in f.attrs:
+            raise ValueError("%s is not a Keras model file (no model_config)"
+                             % filepath)
+        model = _models.model_from_json(_str(f.attrs["model_config"]))
+        tc = f.attrs.get("training_config")
+        if tc is not None and compile:
+            tc = _json.loads(_str(tc))
+            oc = tc.get("optimizer_config") or {}
+            ocfg = dict(oc.get("config") or {})
+            ocfg.pop("name", None)
+            cls = getattr(optimizers, oc.get("class_name", ""), None)
+            opt = cls(**{k: v for k, v in ocfg.items()
+                         if k in cls.__init__.__code__.co_varnames}) \
+                if cls else "rmsprop"
+            metrics = [m for m in tc.get("metrics") or []
+                       if isinstance(m, str)]
+            model.compile(optimizer=opt, loss=tc.get("loss"),
+                          metrics=metrics, client=client)
+        g = f["model_weights"]
+        _read_weights_group(g, model)
+    return model
