@@ -149,7 +149,7 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 [ -n "$addr" ] && ok "daemon with tokens started" || bad "daemon with tokens did not start"
-T=(fit --server "$addr" --model "$here/dense4.json" --features 'x:float[4],label:int64'
+T=(fit --server "$addr" --model "$here/dense4.json" --features 'x:float[4],label:int64' --loss sparse_categorical_crossentropy
    --epochs 1 --batch-size 10 --seed 1 --no-progress --data "$gen/num-0000*-of-00002.tfrecord")
 both=$(( $(stat -c %s "$gen/num-00000-of-00002.tfrecord") + $(stat -c %s "$gen/num-00001-of-00002.tfrecord") ))
 expect_rc 0 "alice uploads two shards" -- "$rtrain" "${T[@]}" --token-file "$tmp/alice.tok"
