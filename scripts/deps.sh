@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian packages rtrain builds, tests and benchmarks with.
 # Usage: scripts/deps.sh [--test] [--bench]
-#   --test   adds what the test suite needs (pytest, Jupyter, node/npm, rsvg)
+#   --test   adds what the test suite needs (pytest, Jupyter, node/npm, rsvg,
+#            clang-14 + libFuzzer for scripts/fuzz.sh)
 #   --bench  adds the benchmarks' peers and fixture generators (python3-torch)
 set -euo pipefail
 SUDO=""
@@ -25,6 +26,8 @@ done
 if [ $want_test -eq 1 ]; then
   pkgs+=(python3-pil python3-pytest jupyter-nbconvert python3-ipykernel
          python3-matplotlib librsvg2-bin)
+  # scripts/fuzz.sh: libFuzzer harnesses (tests/fuzz) built with clang.
+  pkgs+=(clang-14 libfuzzer-14-dev)
   # The interop test needs node and npm; this machine kind ships them
   # (nodesource's nodejs bundles npm), a bare Debian gets Debian's.
   command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
