@@ -50,7 +50,8 @@ int64_t rt_data_numel(int ndim, const int64_t *dims)
 {
     int64_t n = 1;
     for (int i = 0; i < ndim; i++)
-        n *= dims[i];
+        if (__builtin_mul_overflow(n, dims[i], &n))
+            return -1; /* e.g. IDX (0, 2^31, 2^31, 2^31): no data, huge samples */
     return n;
 }
 

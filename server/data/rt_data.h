@@ -164,7 +164,7 @@ void rt_dataset_release(rt_dataset *ds); /* NULL is a no-op */
 int rt_dataset_labels_as(rt_dataset *ds, rt_dtype dtype, const void **out,
                          char *err, size_t errlen);
 
-/* Product of a shape (1 for ndim 0). */
+/* Product of a shape (1 for ndim 0); -1 if it overflows int64_t. */
 int64_t rt_data_numel(int ndim, const int64_t *dims);
 /* "(150, 4)"-style text of a shape into buf. */
 const char *rt_data_shape_str(int ndim, const int64_t *dims, char *buf,
