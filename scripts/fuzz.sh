@@ -18,7 +18,9 @@ secs=${RT_FUZZ_SECONDS:-30}
 runs=${RT_FUZZ_RUNS:-}
 dir=${RT_FUZZ_BUILD:-build-fuzz}
 jobs=${RT_JOBS:-2}
-all=(csv npy idx keras rpc)
+# Every harness: tests/fuzz/fuzz_<name>.c.
+all=()
+for f in tests/fuzz/fuzz_*.c; do n=${f##*/fuzz_}; all+=("${n%.c}"); done
 harnesses=("$@")
 [ ${#harnesses[@]} -gt 0 ] || harnesses=("${all[@]}")
 
@@ -42,11 +44,13 @@ for h in "${harnesses[@]}"; do
   limit=(-max_total_time="$secs")
   [ -z "$runs" ] || limit=(-runs="$runs")
   log="$dir/fuzz-$h.log"
+  dict=()
+  [ ! -f "tests/fuzz/$h.dict" ] || dict=(-dict="tests/fuzz/$h.dict")
   echo "=== fuzz $h (${runs:-$secs s}${runs:+ runs})"
   set +e
   # -rss_limit_mb/-malloc_limit_mb: a harness caps what its parser may
   # allocate well below this, so hitting it is a bug.
-  nice -n 19 "$dir/tests/fuzz/fuzz_$h" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 \
+  nice -n 19 "$dir/tests/fuzz/fuzz_$h" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 "${dict[@]}" \
       -print_final_stats=1 -artifact_prefix="$art/" \
       "$corpus" "tests/fuzz/$h" >"$log" 2>&1
   rc=$?

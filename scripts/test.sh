@@ -39,5 +39,20 @@ for cfg in $configs; do
   fi
   rm -f "$log"
 done
+
+# Fuzzing: every libFuzzer harness of tests/fuzz for RT_FUZZ_SECONDS (30 s)
+# from its seeds (scripts/fuzz.sh, clang-14). Part of the default run;
+# with RT_TEST_CONFIGS set it runs only if RT_TEST_FUZZ=1.
+fuzz_default=1
+[ -z "${RT_TEST_CONFIGS:-}" ] || fuzz_default=0
+if [ "${RT_TEST_FUZZ:-$fuzz_default}" = 1 ]; then
+  echo "=== fuzz (scripts/fuzz.sh)"
+  if scripts/fuzz.sh; then
+    total_pass=$((total_pass + 1))
+  else
+    total_fail=$((total_fail + 1)); status=1
+  fi
+fi
+
 echo "rtrain: $total_pass passed, $total_fail failed"
 exit $status

@@ -12,10 +12,10 @@
  * session, program and dataset ids (the ids are random per run), so seeds
  * reach the checks past the lookups.
  *
- * What runs is what a completion-queue thread runs: decode and handler.
- * The work a handler hands to the device (training, compiling a plan,
- * parsing an upload) is not run; the parsers and the importer have their
- * own harnesses. Checked after each call: a failed call has a known code
+ * What runs is what a completion-queue thread runs: decode, the handler,
+ * and work that needs no device (the end of an upload: parse, dedup, store).
+ * The work a handler hands to the device (training, compiling a plan) is
+ * not run; the importer has its own harness. Checked after each call: a failed call has a known code
  * and a short message; a call that neither failed nor handed on work has a
  * response, and the response packs. */
 #include "rt_srv_impl.h"
@@ -46,6 +46,7 @@ static const char fixture_csv[] =
 static rt_srv g_srv;
 static rt_plan *g_plan;
 static char g_sess[24], g_prog[24], g_ds[40];
+static rt_dataset *g_ds_ref;
 static int g_verbose; /* RT_FUZZ_VERBOSE=1: one line per input, to check seeds */
 
 static void die(const char *what, const char *err)
@@ -92,7 +93,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     g_srv.cfg.max_sessions = 4;
     g_srv.sessions = rt_session_table_create(g_srv.cfg.max_sessions);
     g_srv.plans = rt_plan_cache_create(8);
-    g_srv.data = rt_data_store_create(0);
+    /* A small store: uploads that pile up are evicted, as in the daemon;
+     * the fixture's dataset is held (g_ds_ref) so it never is. */
+    g_srv.data = rt_data_store_create(64u << 10);
     if (!g_srv.sessions || !g_srv.plans || !g_srv.data)
         die("server", "out of memory");
 
@@ -121,7 +124,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     rt_dataset_set_key(ds, key);
     rt_data_store_put(g_srv.data, ds, &kept, &dedup);
     snprintf(g_ds, sizeof g_ds, "%s", kept->id);
-    rt_dataset_release(kept);
+    g_ds_ref = kept;
     fixture_session();
     return 0;
 }
@@ -272,9 +275,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             run_handler(c, m->handle);
     }
 
+    if (!c->err && c->work && !c->needs_device)
+        run_handler(c, c->work);
     if (g_verbose)
         fprintf(stderr, "%s: %s%s%s\n", m->path, c->err ? rt_err_name(c->err) : "ok",
-                c->err ? ": " : (c->work ? " (work handed on)" : ""), c->err ? c->errmsg : "");
+                c->err ? ": " : (c->work && c->needs_device ? " (work handed on)" : ""), c->err ? c->errmsg : "");
     if (c->err) {
         /* A status the client can act on and a message that fits. */
         if (c->err >= 0 || rt_err_to_grpc(c->err) == 2 /* UNKNOWN */ || !c->errmsg[0] ||
@@ -291,7 +296,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (rt_session_close(g_srv.sessions, r->session_id) < 0)
                 abort();
         }
-    } else if (!c->work) {
+    } else if (!c->work || !c->needs_device) {
         abort(); /* neither an answer nor work nor an error */
     }
     call_free(c);
