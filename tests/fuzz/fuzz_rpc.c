@@ -84,6 +84,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc;
     (void)argv;
     rt_obs_set_level(RT_LOG_ERROR);
+    rt_methods_init();
     g_verbose = getenv("RT_FUZZ_VERBOSE") != NULL;
     rt_srv_config_init(&g_srv.cfg);
     /* Small limits: Ping echoes and upload buffers stay within the fuzzer's

@@ -86,6 +86,7 @@ int main(int argc, char **argv)
         return 2;
     }
     outdir = argv[1];
+    rt_methods_init();
 
     Rtrain__V1__InfoRequest info = RTRAIN__V1__INFO_REQUEST__INIT;
     unary("get_info", "GetInfo", &info);
