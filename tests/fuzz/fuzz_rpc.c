@@ -28,6 +28,7 @@
 #include <grpc/slice.h>
 
 #include "import_keras.h"
+#include "rt_auth.h"
 
 static const char fixture_model[] =
     "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"iris\", \"layers\": ["
@@ -45,8 +46,10 @@ static const char fixture_csv[] =
 
 static rt_srv g_srv;
 static rt_plan *g_plan;
-static char g_sess[24], g_prog[24], g_ds[40];
+static char g_sess[sizeof ((rt_session *)0)->id], g_prog[sizeof ((rt_program *)0)->id],
+    g_ds[sizeof ((rt_dataset *)0)->id];
 static rt_dataset *g_ds_ref;
+static rt_principal *g_who; /* the single user of a daemon without tokens */
 static int g_verbose; /* RT_FUZZ_VERBOSE=1: one line per input, to check seeds */
 
 static void die(const char *what, const char *err)
@@ -59,9 +62,12 @@ static void die(const char *what, const char *err)
  * them away: every input starts from the same state. */
 static void fixture_session(void)
 {
-    rt_session *s = g_sess[0] ? rt_session_find(g_srv.sessions, g_sess) : NULL;
+    char err[200];
+    rt_session *s = g_sess[0] ? rt_session_find(g_srv.sessions, g_sess, g_who) : NULL;
     if (!s) {
-        if (rt_session_open(g_srv.sessions, "fuzz", &s) < 0)
+        if (rt_principal_reserve(g_who, RT_Q_SESSIONS, 1, err, sizeof err) < 0)
+            die("session", err);
+        if (rt_session_open(g_srv.sessions, "fuzz", g_who, &s) < 0)
             die("session", "cannot open");
         snprintf(g_sess, sizeof g_sess, "%s", s->id);
         g_prog[0] = 0;
@@ -69,10 +75,12 @@ static void fixture_session(void)
     if (!g_prog[0] || !rt_session_find_program(s, g_prog)) {
         rt_exec *e;
         rt_program *p;
+        if (rt_principal_reserve(g_who, RT_Q_PROGRAMS, 1, err, sizeof err) < 0)
+            die("program", err);
         if (rt_exec_create(g_plan, &e) < 0)
             die("exec", "cannot create");
         rt_plan_retain(g_plan);
-        if (rt_session_add_program(s, g_plan, e, &p) < 0)
+        if (rt_session_add_program(s, g_plan, e, 0, &p) < 0)
             die("program", "cannot add");
         snprintf(g_prog, sizeof g_prog, "%s", p->id);
     }
@@ -93,14 +101,27 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     g_srv.cfg.max_dataset_bytes = 1u << 20;
     g_srv.cfg.max_sessions = 4;
     g_srv.sessions = rt_session_table_create(g_srv.cfg.max_sessions);
+    g_srv.principals = rt_principal_set_create(RT_QUOTA_UNLIMITED);
     g_srv.plans = rt_plan_cache_create(8);
     /* A small store: uploads that pile up are evicted, as in the daemon;
      * the fixture's dataset is held (g_ds_ref) so it never is. */
     g_srv.data = rt_data_store_create(64u << 10);
-    if (!g_srv.sessions || !g_srv.plans || !g_srv.data)
+    if (!g_srv.sessions || !g_srv.plans || !g_srv.data || !g_srv.principals)
         die("server", "out of memory");
 
+    /* The daemon's own authentication without a tokens file: one
+     * principal, the server-wide limits only. */
     char err[256];
+    const char *why = "";
+    grpc_metadata_array md;
+    grpc_metadata_array_init(&md);
+    rt_quota_unlimited(g_srv.quota);
+    if (rt_auth_create(NULL, g_srv.quota, g_srv.principals, &g_srv.auth, err, sizeof err) < 0)
+        die("auth", err);
+    if (!(g_who = rt_auth_check(g_srv.auth, &md, &why)))
+        die("auth", why);
+    grpc_metadata_array_destroy(&md);
+
     rt_graph *g;
     if (rt_keras_import(fixture_model, strlen(fixture_model), &g, err, sizeof err) < 0)
         die("model", err);
@@ -123,7 +144,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     uint8_t hash[16] = {1}, key[16];
     rt_data_key(hash, &part, 1, key);
     rt_dataset_set_key(ds, key);
-    rt_data_store_put(g_srv.data, ds, &kept, &dedup);
+    rt_dataset_set_owner(ds, g_who, 0);
+    if (rt_data_store_put(g_srv.data, ds, &kept, &dedup) < 0)
+        die("dataset", "cannot store");
     snprintf(g_ds, sizeof g_ds, "%s", kept->id);
     g_ds_ref = kept;
     fixture_session();
@@ -140,6 +163,7 @@ static rt_call *call_new(const rt_method *m)
     if (!c)
         abort();
     c->srv = &g_srv;
+    c->who = g_who;
     c->m = m;
     c->alloc.alloc = arena_alloc;
     c->alloc.free = arena_free;
@@ -160,6 +184,7 @@ static void call_free(rt_call *c)
         n = b->next;
         free(b);
     }
+    rt_principal_unreserve(c->who, RT_Q_CALL_BYTES, c->charged);
     pthread_mutex_destroy(&c->out_mu);
     free(c);
 }
@@ -294,7 +319,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(buf);
         if (c->resp->descriptor == &rtrain__v1__create_session_response__descriptor) {
             const Rtrain__V1__CreateSessionResponse *r = (const void *)c->resp;
-            if (rt_session_close(g_srv.sessions, r->session_id) < 0)
+            if (rt_session_close(g_srv.sessions, r->session_id, g_who) < 0)
                 abort();
         }
     } else if (!c->work || !c->needs_device) {
