@@ -33,7 +33,7 @@ rt_log_level rt_obs_level(void)
     return (rt_log_level)__atomic_load_n(&g_level, __ATOMIC_RELAXED);
 }
 
-size_t rt_obs_escape(const char *in, char *out, size_t outlen)
+static size_t escape(const char *in, char *out, size_t outlen, int backslash)
 {
     static const char hex[] = "0123456789abcdef";
     size_t o = 0;
@@ -45,7 +45,7 @@ size_t rt_obs_escape(const char *in, char *out, size_t outlen)
         if (*p == '\n') { e[k++] = '\\'; e[k++] = 'n'; }
         else if (*p == '\r') { e[k++] = '\\'; e[k++] = 'r'; }
         else if (*p == '\t') { e[k++] = '\\'; e[k++] = 't'; }
-        else if (*p == '\\') { e[k++] = '\\'; e[k++] = '\\'; }
+        else if (*p == '\\' && backslash) { e[k++] = '\\'; e[k++] = '\\'; }
         else if (*p < 0x20 || *p == 0x7f) {
             e[k++] = '\\'; e[k++] = 'x'; e[k++] = hex[*p >> 4]; e[k++] = hex[*p & 15];
         } else {
@@ -58,6 +58,11 @@ size_t rt_obs_escape(const char *in, char *out, size_t outlen)
     }
     out[o] = 0;
     return o;
+}
+
+size_t rt_obs_escape(const char *in, char *out, size_t outlen)
+{
+    return escape(in, out, outlen, 1);
 }
 
 void rt_obs_log(rt_log_level lvl, const char *fmt, ...)
@@ -77,7 +82,7 @@ void rt_obs_log(rt_log_level lvl, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (n > 0 && (size_t)n < sizeof line)
-        rt_obs_escape(msg, line + n, sizeof line - (size_t)n);
+        escape(msg, line + n, sizeof line - (size_t)n, 0);
     /* One write per line so lines from different threads never interleave. */
     fprintf(stderr, "%s\n", line);
 }

@@ -35,8 +35,10 @@ void rt_obs_log(rt_log_level lvl, const char *fmt, ...)
 
 /* Copy in to out (always NUL-terminated, cut at outlen) with control
  * bytes and backslashes escaped (\n, \r, \t, \\, \xNN), so a name sent by a
- * client cannot start a forged log line. rt_obs_log escapes every line it
- * writes. Returns the length written. */
+ * client cannot start a forged log line. Returns the length written.
+ * rt_obs_log escapes the control bytes of every line it writes (not the
+ * backslashes: names escaped at the call site, rt_log_esc, stay as they
+ * are), so no line can carry another. */
 size_t rt_obs_escape(const char *in, char *out, size_t outlen);
 
 /* Cheap level check first, so debug lines cost nothing when off. */

@@ -1115,7 +1115,9 @@ static ProtobufCMessage *decode(rt_call *c, ProtobufCAllocator *alloc)
             raw ? protobuf_c_message_unpack(c->m->req_desc, alloc, len, raw) : NULL;
         free(raw);
         c->tm.decode_ns += rt_now_ns() - t0;
-        if (!m && !c->err)
+        if (!m && !c->err && c->alloc_err[0])
+            rt_call_fail(c, RT_ETOOBIG, "%s", c->alloc_err);
+        else if (!m && !c->err)
             rt_call_fail(c, RT_EPROTO, "malformed %s", c->m->req_name);
         return m;
     }
