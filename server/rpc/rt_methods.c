@@ -719,11 +719,21 @@ typedef struct upload_st {
     uint64_t reserved;     /* RT_Q_UPLOAD_BYTES */
 } upload_st;
 
-static void upload_st_free(void *p)
+/* The upload's quotas go back before its status (finish): a client that
+ * has its answer may start the next upload at once. */
+static void upload_st_done(void *p)
 {
     upload_st *u = p;
     rt_principal_unreserve(u->who, RT_Q_UPLOAD_BYTES, u->reserved);
     rt_principal_unreserve(u->who, RT_Q_UPLOADS, 1);
+    u->who = NULL;
+    u->reserved = 0;
+}
+
+static void upload_st_free(void *p)
+{
+    upload_st *u = p;
+    upload_st_done(u);
     free(u->buf);
     if (u->x64)
         XXH64_freeState(u->x64);
@@ -797,6 +807,7 @@ static int h_upload_chunk(rt_call *c)
             return OOM(c);
         c->st = u;
         c->st_free = upload_st_free;
+        c->st_done = upload_st_done;
     }
     if (u->done)
         return rt_call_fail(c, RT_EPROTO, "UploadChunk after the last one");

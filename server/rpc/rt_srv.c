@@ -452,6 +452,12 @@ int rt_call_stream_send(rt_call *c, const ProtobufCMessage *msg, int coalesce,
  * owner reference. */
 static void finish(rt_call *c)
 {
+    /* Reservations go before the status, as datasets do: a client that
+     * has its answer and starts the next upload must find its slot free. */
+    if (c->st_done && c->st)
+        c->st_done(c->st);
+    if (c->up_registered)
+        rt_srv_upload_release(c);
     if (c->m->kind != RT_SERVER_STREAM &&
         __atomic_exchange_n(&c->final_claimed, 1, __ATOMIC_ACQ_REL)) {
         /* rt_srv_tick answered already (a compile past its budget). */

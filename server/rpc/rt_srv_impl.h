@@ -161,6 +161,7 @@ struct rt_call {
     rt_dataset *val_ds;
     void *st;                     /* method state (upload, fit) */
     void (*st_free)(void *st);
+    void (*st_done)(void *st);    /* before the status: give back quotas */
 
     /* Server stream: outbound queue, one SEND_MESSAGE in flight. */
     pthread_mutex_t out_mu;

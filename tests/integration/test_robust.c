@@ -233,7 +233,7 @@ static void bystander_intact(const char *after)
 static void setup(void)
 {
     const char *extra[] = {"--slice-ms", "5", "--stream-queue", "8", "--max-uploads", "2",
-                           "--upload-stall-s", "1", "--handshake-timeout-ms", "300",
+                           "--upload-stall-s", "3", "--handshake-timeout-ms", "300",
                            "--max-inflate-ratio", "100", "--max-message-bytes", "8388608",
                            NULL};
     CHECK(itest_daemon_start(&T.d, g_daemon, extra) == 0, "daemon start");
@@ -740,7 +740,7 @@ static void t_upload_caps(void)
     CHECK(st == GRPC_STATUS_RESOURCE_EXHAUSTED && strstr(r.details, "--max-uploads"),
           "third upload in flight: %d %s", st, r.details);
     itest_res_free(&r);
-    /* Both stall (--upload-stall-s 1): cancelled, reservations freed. */
+    /* Both stall (--upload-stall-s 3): answered, reservations freed. */
     char det[256];
     st = upload_wait(&u1, det, sizeof det);
     CHECK(st == GRPC_STATUS_DEADLINE_EXCEEDED && strstr(det, "stalled"), "stalled upload 1: %d %s",
