@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include <uv.h>
 
@@ -58,8 +59,34 @@ static void usage(FILE *f)
             "  --inline-us N            run device jobs estimated under N us on the\n"
             "                           gRPC thread when the device is free; 0 = never\n"
             "                           (default 200)\n"
-            "  --session-idle-s N       close sessions unused for N seconds (their\n"
-            "                           programs with them); 0 = never (default 86400)\n"
+            "  --session-lease-s N      a session's lease: every call naming it renews\n"
+            "                           it; one not renewed for N seconds is closed\n"
+            "                           with its programs and its slot freed; 0 = never\n"
+            "                           (default 3600; --session-idle-s is the old name)\n"
+            "  --slice-ms N             a long Fit/RunSteps yields the device at a step\n"
+            "                           boundary after N ms when another client waits\n"
+            "                           (default 20)\n"
+            "  --compile-threads N      compile workers (default 1)\n"
+            "  --compile-timeout S      a compile's time budget in seconds; 0 = none\n"
+            "                           (default 60)\n"
+            "  --max-exec-threads N     device jobs of different clients in flight\n"
+            "                           (default 64)\n"
+            "  --max-uploads N          uploads in flight, server-wide (default 16)\n"
+            "  --max-upload-bytes N     declared bytes of the uploads in flight\n"
+            "                           (default 2 x --max-dataset-bytes)\n"
+            "  --upload-stall-s N       cancel an upload that sent nothing for N s\n"
+            "                           (default 60; 0 = never)\n"
+            "  --max-inflate-ratio N    gzip data may inflate to N x its size (default 100)\n"
+            "  --keepalive-s N          ping idle connections every N s, close them if\n"
+            "                           unanswered (default 60; 0 = off)\n"
+            "  --keepalive-timeout-s N  how long a keepalive ping may go unanswered\n"
+            "                           (default 20)\n"
+            "  --handshake-timeout-ms N close connections that do not finish the HTTP/2\n"
+            "                           handshake in N ms (default 10000)\n"
+            "  --conn-idle-s N          close connections without calls for N s\n"
+            "                           (default 3600; 0 = never)\n"
+            "  --stream-queue N         messages queued per Fit stream before the Fit\n"
+            "                           waits for its reader (default 64)\n"
             "  --grace-ms N             on SIGTERM/SIGINT, let running calls finish for\n"
             "                           N ms before cancelling them (default 5000)\n"
             "  --log-level LEVEL        error|warn|info|debug (default info)\n"
@@ -200,17 +227,27 @@ int main(int argc, char **argv)
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, 64 << 20);
     signal(SIGPIPE, SIG_IGN);
+    /* Every connection is a descriptor: take the hard limit, so a flood of
+     * half-open connections (closed by the handshake timeout) does not
+     * lock everyone out first. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
 
     rt_srv_config cfg;
     rt_srv_config_init(&cfg);
     daemon_state d;
     memset(&d, 0, sizeof d);
     d.grace_ms = 5000;
-    d.idle_ms = 86400ull * 1000;
+    d.idle_ms = 3600ull * 1000;
 
     enum { O_LISTEN = 1, O_THREADS, O_MAXMSG, O_MAXSESS, O_MAXDATA, O_INLINE, O_GRACE,
            O_LOG, O_VERSION, O_HELP, O_MAXSTORE, O_IDLE, O_TLS_CERT, O_TLS_KEY,
-           O_TLS_CA, O_TOKENS, O_INSECURE, O_NEW_TOKEN, O_MAXMEM,
+           O_TLS_CA, O_TOKENS, O_INSECURE, O_NEW_TOKEN, O_MAXMEM, O_LEASE, O_SLICE, O_CTHREADS,
+           O_CTIMEOUT, O_XTHREADS, O_MAXUP, O_MAXUPB, O_STALL, O_RATIO, O_KEEPALIVE,
+           O_HANDSHAKE, O_CONNIDLE, O_STREAMQ, O_KATIMEOUT,
            O_QUOTA /* + rt_quota_kind */ };
     static const struct option opts[] = {
         {"listen", required_argument, 0, O_LISTEN},
@@ -232,6 +269,20 @@ int main(int argc, char **argv)
         {"insecure", no_argument, 0, O_INSECURE},
         {"new-token", required_argument, 0, O_NEW_TOKEN},
         {"max-memory-bytes", required_argument, 0, O_MAXMEM},
+        {"session-lease-s", required_argument, 0, O_LEASE},
+        {"slice-ms", required_argument, 0, O_SLICE},
+        {"compile-threads", required_argument, 0, O_CTHREADS},
+        {"compile-timeout", required_argument, 0, O_CTIMEOUT},
+        {"max-exec-threads", required_argument, 0, O_XTHREADS},
+        {"max-uploads", required_argument, 0, O_MAXUP},
+        {"max-upload-bytes", required_argument, 0, O_MAXUPB},
+        {"upload-stall-s", required_argument, 0, O_STALL},
+        {"max-inflate-ratio", required_argument, 0, O_RATIO},
+        {"keepalive-s", required_argument, 0, O_KEEPALIVE},
+        {"handshake-timeout-ms", required_argument, 0, O_HANDSHAKE},
+        {"conn-idle-s", required_argument, 0, O_CONNIDLE},
+        {"stream-queue", required_argument, 0, O_STREAMQ},
+        {"keepalive-timeout-s", required_argument, 0, O_KATIMEOUT},
 #define RT__Q_OPT(k, name, mem) {"quota-" name, required_argument, 0, O_QUOTA + RT_Q_##k},
         RT_QUOTA_MAP(RT__Q_OPT)
 #undef RT__Q_OPT
@@ -297,9 +348,75 @@ int main(int argc, char **argv)
             cfg.max_dataset_bytes = v;
             break;
         case O_IDLE:
+        case O_LEASE:
             if (parse_u64(optarg, &v) < 0 || v > 10ull * 365 * 86400)
                 goto bad;
             d.idle_ms = v * 1000;
+            break;
+        case O_SLICE:
+            if (parse_u64(optarg, &v) < 0 || v < 1 || v > 60000)
+                goto bad;
+            cfg.slice_ns = v * 1000000;
+            break;
+        case O_CTHREADS:
+            if (parse_u64(optarg, &v) < 0 || v < 1 || v > 64)
+                goto bad;
+            cfg.compile_threads = (int)v;
+            break;
+        case O_CTIMEOUT:
+            if (parse_u64(optarg, &v) < 0 || v > 86400)
+                goto bad;
+            cfg.compile_timeout_ms = v * 1000;
+            break;
+        case O_XTHREADS:
+            if (parse_u64(optarg, &v) < 0 || v < 1 || v > 4096)
+                goto bad;
+            cfg.max_exec_threads = (int)v;
+            break;
+        case O_MAXUP:
+            if (parse_u64(optarg, &v) < 0 || v < 1 || v > 1000000)
+                goto bad;
+            cfg.max_uploads = (int)v;
+            break;
+        case O_MAXUPB:
+            if (parse_u64(optarg, &v) < 0 || v < 1)
+                goto bad;
+            cfg.max_upload_bytes = v;
+            break;
+        case O_STALL:
+            if (parse_u64(optarg, &v) < 0 || v > 86400)
+                goto bad;
+            cfg.upload_stall_ms = v * 1000;
+            break;
+        case O_RATIO:
+            if (parse_u64(optarg, &v) < 0 || v < 1 || v > 100000)
+                goto bad;
+            cfg.max_inflate_ratio = (uint32_t)v;
+            break;
+        case O_KEEPALIVE:
+            if (parse_u64(optarg, &v) < 0 || v > 86400)
+                goto bad;
+            cfg.keepalive_ms = v * 1000;
+            break;
+        case O_KATIMEOUT:
+            if (parse_u64(optarg, &v) < 0 || v < 1 || v > 86400)
+                goto bad;
+            cfg.keepalive_timeout_ms = v * 1000;
+            break;
+        case O_HANDSHAKE:
+            if (parse_u64(optarg, &v) < 0 || v < 1 || v > 3600000)
+                goto bad;
+            cfg.handshake_timeout_ms = v;
+            break;
+        case O_CONNIDLE:
+            if (parse_u64(optarg, &v) < 0 || v > 10ull * 365 * 86400)
+                goto bad;
+            cfg.conn_idle_ms = v * 1000;
+            break;
+        case O_STREAMQ:
+            if (parse_u64(optarg, &v) < 0 || v < 2 || v > 1000000)
+                goto bad;
+            cfg.stream_queue_max = (int)v;
             break;
         case O_MAXSTORE:
             if (parse_u64(optarg, &v) < 0 || v < 1)

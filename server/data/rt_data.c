@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -50,7 +51,7 @@ int64_t rt_data_numel(int ndim, const int64_t *dims)
 {
     int64_t n = 1;
     for (int i = 0; i < ndim; i++)
-        if (__builtin_mul_overflow(n, dims[i], &n))
+        if (dims[i] < 0 || __builtin_mul_overflow(n, dims[i], &n))
             return -1; /* e.g. IDX (0, 2^31, 2^31, 2^31): no data, huge samples */
     return n;
 }
@@ -102,61 +103,6 @@ static double get_elem(const src_arr *s, int64_t i)
 }
 
 static int is_float_src(src_type t) { return t == S_F32 || t == S_F64; }
-
-/* ------------------------------------------------------------------- gzip */
-static int gunzip(const uint8_t *in, size_t len, uint64_t max_bytes,
-                  uint8_t **out, size_t *out_len, char *err, size_t errlen)
-{
-    z_stream z;
-    memset(&z, 0, sizeof z);
-    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
-        return fail(err, errlen, RT_ENOMEM, "zlib init failed");
-    size_t cap = len * 4 + 4096, n = 0;
-    uint8_t *buf = malloc(cap);
-    if (!buf) {
-        inflateEnd(&z);
-        return fail(err, errlen, RT_ENOMEM, "out of memory inflating gzip");
-    }
-    z.next_in = (Bytef *)in;
-    z.avail_in = (uInt)len;
-    int zr;
-    for (;;) {
-        if (n == cap) {
-            if (cap >= max_bytes) {
-                free(buf);
-                inflateEnd(&z);
-                return fail(err, errlen, RT_ETOOBIG,
-                            "gzip data inflates past %llu bytes",
-                            (unsigned long long)max_bytes);
-            }
-            size_t nc = cap * 2 > max_bytes ? (size_t)max_bytes : cap * 2;
-            uint8_t *nb = realloc(buf, nc);
-            if (!nb) {
-                free(buf);
-                inflateEnd(&z);
-                return fail(err, errlen, RT_ENOMEM, "out of memory inflating gzip");
-            }
-            buf = nb;
-            cap = nc;
-        }
-        z.next_out = buf + n;
-        z.avail_out = (uInt)(cap - n);
-        zr = inflate(&z, Z_NO_FLUSH);
-        n = cap - z.avail_out;
-        if (zr == Z_STREAM_END)
-            break;
-        if (zr != Z_OK && !(zr == Z_BUF_ERROR && z.avail_out == 0)) {
-            free(buf);
-            inflateEnd(&z);
-            return fail(err, errlen, RT_EDATA, "corrupt gzip data (%s)",
-                        z.msg ? z.msg : "truncated");
-        }
-    }
-    inflateEnd(&z);
-    *out = buf;
-    *out_len = n;
-    return 0;
-}
 
 /* -------------------------------------------------------------------- RAW */
 static int parse_raw(const rt_data_part *p, const uint8_t *b, size_t len,
@@ -286,13 +232,121 @@ static int parse_npy(const uint8_t *b, size_t len, src_arr *s, char *err,
 }
 
 /* -------------------------------------------------------------------- IDX */
+static const size_t idx_elem[16] = {[0x08] = 1, [0x09] = 1, [0x0B] = 2,
+                                    [0x0C] = 4, [0x0D] = 4, [0x0E] = 8};
+
+/* Gzip'ed IDX: inflate the header first, check the size it declares
+ * against the limits, then inflate into a buffer of exactly that size. A
+ * bomb is refused before anything large is allocated or inflated. */
+static int gunzip_idx(const uint8_t *in, size_t len, uint64_t max_bytes, uint32_t ratio,
+                      uint8_t **out, size_t *out_len, char *err, size_t errlen)
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
+        return fail(err, errlen, RT_ENOMEM, "zlib init failed");
+    uint8_t hdr[4 + 4 * RT_MAX_DIMS];
+    size_t hl = 4, got = 0;
+    int rc = 0, zr = Z_OK;
+    z.next_in = (Bytef *)in;
+    z.avail_in = (uInt)(len > UINT32_MAX ? UINT32_MAX : len);
+    uint8_t *buf = NULL;
+    uint64_t need = 0;
+    while (got < hl) {
+        z.next_out = hdr + got;
+        z.avail_out = (uInt)(hl - got);
+        zr = inflate(&z, Z_NO_FLUSH);
+        got = hl - z.avail_out;
+        if (got >= 4 && hl == 4) {
+            if (hdr[0] != 0 || hdr[1] != 0 || hdr[3] < 1 || hdr[3] > RT_MAX_DIMS) {
+                rc = fail(err, errlen, RT_EDATA, "IDX header (inside the gzip) is invalid");
+                goto out;
+            }
+            hl = 4 + 4 * (size_t)hdr[3];
+        }
+        if (got < hl && zr != Z_OK) {
+            rc = fail(err, errlen, RT_EDATA, "gzip data ends inside the IDX header");
+            goto out;
+        }
+    }
+    size_t esz = idx_elem[hdr[2] & 15];
+    if (!esz || hdr[2] > 0x0E) {
+        rc = fail(err, errlen, RT_EDATA, "IDX type 0x%02x is unknown", hdr[2]);
+        goto out;
+    }
+    int64_t n = 1;
+    for (int i = 0; i < hdr[3]; i++) {
+        const uint8_t *q = hdr + 4 + 4 * i;
+        int64_t d = ((int64_t)q[0] << 24) | ((int64_t)q[1] << 16) | ((int64_t)q[2] << 8) | q[3];
+        if (mul_cap(n, d, INT64_MAX / 8, &n) < 0) {
+            rc = fail(err, errlen, RT_EDATA, "IDX shape overflows");
+            goto out;
+        }
+    }
+    need = (uint64_t)n * esz + hl;
+    if (need > max_bytes) {
+        rc = fail(err, errlen, RT_ETOOBIG,
+                  "IDX declares %llu bytes inflated, over the dataset limit of %llu",
+                  (unsigned long long)need, (unsigned long long)max_bytes);
+        goto out;
+    }
+    /* Small files may always inflate to 1 MiB: the ratio is for bombs. */
+    if (ratio && need > (1u << 20) && need / ratio > len) {
+        rc = fail(err, errlen, RT_ETOOBIG,
+                  "IDX declares %llu bytes inflated from %zu: over the inflate ratio limit of %u",
+                  (unsigned long long)need, len, ratio);
+        goto out;
+    }
+    buf = malloc((size_t)need);
+    if (!buf) {
+        rc = fail(err, errlen, RT_ENOMEM, "out of memory inflating gzip");
+        goto out;
+    }
+    memcpy(buf, hdr, hl);
+    z.next_out = buf + hl;
+    z.avail_out = (uInt)(need - hl > UINT32_MAX ? UINT32_MAX : need - hl);
+    size_t done = hl;
+    while (zr == Z_OK) {
+        zr = inflate(&z, Z_NO_FLUSH);
+        done = (size_t)(z.next_out - buf);
+        if (zr == Z_OK && z.avail_out == 0) {
+            if (done == need) {
+                /* Full: more output means more than declared. */
+                uint8_t extra;
+                z.next_out = &extra;
+                z.avail_out = 1;
+                zr = inflate(&z, Z_NO_FLUSH);
+                if (z.avail_out == 0) {
+                    rc = fail(err, errlen, RT_EDATA,
+                              "gzip data inflates past the %llu bytes its IDX header declares",
+                              (unsigned long long)need);
+                    goto out;
+                }
+                break;
+            }
+            z.avail_out = (uInt)(need - done > UINT32_MAX ? UINT32_MAX : need - done);
+        }
+    }
+    if (zr != Z_STREAM_END) {
+        rc = fail(err, errlen, RT_EDATA, "corrupt gzip data (%s)", z.msg ? z.msg : "truncated");
+        goto out;
+    }
+    *out = buf;
+    *out_len = done;
+    buf = NULL;
+out:
+    free(buf);
+    inflateEnd(&z);
+    return rc;
+}
+
 static int parse_idx(const rt_data_part *p, const uint8_t *b, size_t len,
-                     uint64_t max_bytes, src_arr *s, char *err, size_t errlen)
+                     uint64_t max_bytes, uint32_t ratio, src_arr *s, char *err, size_t errlen)
 {
     if (len >= 2 && b[0] == 0x1f && b[1] == 0x8b) {
         uint8_t *raw = NULL;
         size_t rl = 0;
-        int rc = gunzip(b, len, max_bytes, &raw, &rl, err, errlen);
+        int rc = gunzip_idx(b, len, max_bytes, ratio, &raw, &rl, err, errlen);
         if (rc < 0)
             return rc;
         s->owned = raw;
@@ -440,6 +494,11 @@ out:
 }
 
 /* ----------------------------------------------------------- conversions */
+/* The smallest double that float32 rounds to Inf: FLT_MAX plus half its
+ * last place (a tie rounds to even, which is up from FLT_MAX's odd
+ * significand). Rejected like Inf; a float cast of it is also UB in C. */
+#define RT__F32_OVERFLOW ((double)FLT_MAX + 0x1p103)
+
 static const char *nonfinite_name(double d) { return isnan(d) ? "NaN" : "Inf"; }
 
 /* Index of the first NaN/Inf in x, or -1. The common all-finite case is
@@ -527,6 +586,12 @@ static int to_features(const src_arr *s, int normalize, rt_dataset *ds,
                             "features contain %s at sample %lld, column %lld",
                             nonfinite_name(d), (long long)i, (long long)o);
             }
+            if (fabs(d) >= RT__F32_OVERFLOW) {
+                free(x);
+                return fail(err, errlen, RT_ENAN,
+                            "features contain %g at sample %lld, column %lld: outside float32's range",
+                            d, (long long)i, (long long)o);
+            }
             x[i * per + o++] = scale ? (float)(d / 255.0) : (float)d;
         }
     }
@@ -575,6 +640,12 @@ static int to_labels(const src_arr *s, rt_dataset *ds, char *err, size_t errlen)
                     return fail(err, errlen, RT_ENAN,
                                 "labels contain %s at sample %lld, column %lld",
                                 nonfinite_name(d), (long long)i, (long long)j);
+                }
+                if (fabs(d) >= RT__F32_OVERFLOW) {
+                    free(y);
+                    return fail(err, errlen, RT_ENAN,
+                                "labels contain %g at sample %lld, column %lld: outside float32's range",
+                                d, (long long)i, (long long)j);
                 }
                 ((float *)y)[i * per + j] = (float)d;
             } else {
@@ -654,13 +725,13 @@ int rt_data_parse(const rt_data_part *parts, int n_parts, const uint8_t *buf,
                   size_t len, uint64_t max_bytes, rt_dataset **out, char *err,
                   size_t errlen)
 {
-    return rt_data_parse_take(parts, n_parts, (uint8_t **)&buf, len, max_bytes, 0, out, err,
+    return rt_data_parse_take(parts, n_parts, (uint8_t **)&buf, len, max_bytes, 0, 0, out, err,
                               errlen);
 }
 
 int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
-                       size_t len, uint64_t max_bytes, int may_take,
-                       rt_dataset **out, char *err, size_t errlen)
+                       size_t len, uint64_t max_bytes, uint32_t max_inflate_ratio,
+                       int may_take, rt_dataset **out, char *err, size_t errlen)
 {
     const uint8_t *buf = *bufp;
     *out = NULL;
@@ -720,7 +791,9 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
             switch (p->format) {
             case RT_FMT_RAW: rc = parse_raw(p, ptrs[i], plen, &s, err, errlen); break;
             case RT_FMT_NPY: rc = parse_npy(ptrs[i], plen, &s, err, errlen); break;
-            case RT_FMT_IDX: rc = parse_idx(p, ptrs[i], plen, max_bytes, &s, err, errlen); break;
+            case RT_FMT_IDX:
+                rc = parse_idx(p, ptrs[i], plen, max_bytes, max_inflate_ratio, &s, err, errlen);
+                break;
             case RT_FMT_CSV: rc = parse_csv(p, ptrs[i], plen, max_bytes, &s, err, errlen); break;
             case RT_FMT_TFRECORD: /* whole-dataset format, dispatched above */
                 rc = fail(err, errlen, RT_EDATA, "TFRecord parts cannot mix with other formats");

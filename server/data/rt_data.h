@@ -121,10 +121,13 @@ int rt_data_parse(const rt_data_part *parts, int n_parts, const uint8_t *buf,
 
 /* Like rt_data_parse, but with may_take the dataset may adopt *bufp (a
  * malloc'ed buffer) for its f32 features instead of copying them; then
- * *bufp is set to NULL and the caller must not free it. */
+ * *bufp is set to NULL and the caller must not free it. A gzip'ed part may
+ * inflate to at most max_inflate_ratio times its size (0 = no ratio cap);
+ * IDX declares its size in its header, which is checked against both
+ * limits before anything is inflated or allocated. */
 int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
-                       size_t len, uint64_t max_bytes, int may_take,
-                       rt_dataset **out, char *err, size_t errlen);
+                       size_t len, uint64_t max_bytes, uint32_t max_inflate_ratio,
+                       int may_take, rt_dataset **out, char *err, size_t errlen);
 
 /* With augmentation (ds->img set): all n samples of x into out (n * per
  * floats), each image augmented with values drawn from (seed, epoch,
@@ -164,7 +167,8 @@ void rt_dataset_release(rt_dataset *ds); /* NULL is a no-op */
 int rt_dataset_labels_as(rt_dataset *ds, rt_dtype dtype, const void **out,
                          char *err, size_t errlen);
 
-/* Product of a shape (1 for ndim 0); -1 if it overflows int64_t. */
+/* Product of a shape (1 for ndim 0); -1 if a dim is negative or the
+ * product overflows int64. */
 int64_t rt_data_numel(int ndim, const int64_t *dims);
 /* "(150, 4)"-style text of a shape into buf. */
 const char *rt_data_shape_str(int ndim, const int64_t *dims, char *buf,

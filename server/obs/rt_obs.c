@@ -33,6 +33,38 @@ rt_log_level rt_obs_level(void)
     return (rt_log_level)__atomic_load_n(&g_level, __ATOMIC_RELAXED);
 }
 
+static size_t escape(const char *in, char *out, size_t outlen, int backslash)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    if (!outlen)
+        return 0;
+    for (const unsigned char *p = (const unsigned char *)in; *p; p++) {
+        char e[5];
+        size_t k = 0;
+        if (*p == '\n') { e[k++] = '\\'; e[k++] = 'n'; }
+        else if (*p == '\r') { e[k++] = '\\'; e[k++] = 'r'; }
+        else if (*p == '\t') { e[k++] = '\\'; e[k++] = 't'; }
+        else if (*p == '\\' && backslash) { e[k++] = '\\'; e[k++] = '\\'; }
+        else if (*p < 0x20 || *p == 0x7f) {
+            e[k++] = '\\'; e[k++] = 'x'; e[k++] = hex[*p >> 4]; e[k++] = hex[*p & 15];
+        } else {
+            e[k++] = (char)*p;
+        }
+        if (o + k >= outlen)
+            break;
+        memcpy(out + o, e, k);
+        o += k;
+    }
+    out[o] = 0;
+    return o;
+}
+
+size_t rt_obs_escape(const char *in, char *out, size_t outlen)
+{
+    return escape(in, out, outlen, 1);
+}
+
 void rt_obs_log(rt_log_level lvl, const char *fmt, ...)
 {
     char line[1024];
@@ -44,11 +76,13 @@ void rt_obs_log(rt_log_level lvl, const char *fmt, ...)
                      tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
                      tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000,
                      level_names[(int)lvl & 3]);
+    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    if (n > 0 && (size_t)n < sizeof line)
-        vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (n > 0 && (size_t)n < sizeof line)
+        escape(msg, line + n, sizeof line - (size_t)n, 0);
     /* One write per line so lines from different threads never interleave. */
     fprintf(stderr, "%s\n", line);
 }

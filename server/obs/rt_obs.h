@@ -33,6 +33,14 @@ rt_log_level rt_obs_level(void);
 void rt_obs_log(rt_log_level lvl, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Copy in to out (always NUL-terminated, cut at outlen) with control
+ * bytes and backslashes escaped (\n, \r, \t, \\, \xNN), so a name sent by a
+ * client cannot start a forged log line. Returns the length written.
+ * rt_obs_log escapes the control bytes of every line it writes (not the
+ * backslashes: names escaped at the call site, rt_log_esc, stay as they
+ * are), so no line can carry another. */
+size_t rt_obs_escape(const char *in, char *out, size_t outlen);
+
 /* Cheap level check first, so debug lines cost nothing when off. */
 #define RT_LOG(lvl, ...)                                                       \
     do {                                                                       \

@@ -82,7 +82,8 @@ static int shapes_fit(int an, const int64_t *a, int bn, const int64_t *b)
 {
     if (an == bn && memcmp(a, b, sizeof(int64_t) * (size_t)an) == 0)
         return 1;
-    if (rt_data_numel(an, a) != rt_data_numel(bn, b))
+    int64_t na = rt_data_numel(an, a);
+    if (na < 0 || na != rt_data_numel(bn, b))
         return 0;
     while (an > 0 && a[an - 1] == 1)
         an--;
@@ -459,6 +460,26 @@ static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train
         return rt_call_fail(c, RT_EINVAL, "unknown loss '%.48s'", p->loss);
     if (p->optimizer && *p->optimizer && rt_opt_from_name(p->optimizer, &cfg->opt) < 0)
         return rt_call_fail(c, RT_EINVAL, "unknown optimizer '%.48s'", p->optimizer);
+    /* 0 means "the default" (proto3); anything else must be a finite
+     * number, and the optimizer's magnitudes must not be negative: a NaN
+     * learning rate silently replaced by the default trains something the
+     * client did not ask for. */
+    const struct { const char *name; float v; int signed_ok; } nums[] = {
+        {"learning_rate", p->learning_rate, 0}, {"momentum", p->momentum, 0},
+        {"beta1", p->beta1, 0}, {"beta2", p->beta2, 0}, {"epsilon", p->epsilon, 0},
+        {"weight_decay", p->weight_decay, 0}, {"rho", p->rho, 0},
+        {"clip_norm", p->clip_norm, 0},
+        {"schedule.gamma", p->schedule ? p->schedule->gamma : 0.0f, 1},
+        {"schedule.min_lr", p->schedule ? p->schedule->min_lr : 0.0f, 0},
+    };
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        if (!isfinite(nums[i].v))
+            return rt_call_fail(c, RT_EINVAL, "TrainConfig.%s is %s", nums[i].name,
+                                isnan(nums[i].v) ? "NaN" : "infinite");
+        if (!nums[i].signed_ok && nums[i].v < 0)
+            return rt_call_fail(c, RT_EINVAL, "TrainConfig.%s is negative (%g)", nums[i].name,
+                                (double)nums[i].v);
+    }
     cfg->from_logits = p->from_logits;
     if (p->learning_rate > 0) cfg->lr = p->learning_rate;
     if (p->momentum > 0) cfg->momentum = p->momentum;
@@ -509,9 +530,57 @@ static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train
     return 0;
 }
 
+/* The model, from Keras JSON or the native graph, into st->g, and the
+ * cache lookup. On the compile pool: a 20,000-layer import must not hold a
+ * completion-queue thread. */
+static int build_graph(rt_call *c, compile_st *st)
+{
+    Rtrain__V1__CompileRequest *q = REQ(c, Rtrain__V1__CompileRequest);
+    int rc;
+    if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON) {
+        char err[256];
+        rc = rt_keras_import(q->keras_json, strlen(q->keras_json), &st->g, err, sizeof err);
+        if (rc < 0)
+            return rt_call_fail(c, rc, "%s", err);
+    } else {
+        st->g = rt_graph_create();
+        if (!st->g)
+            return OOM(c);
+        if ((rc = graph_from_pb(c, q->graph, st->g)) < 0)
+            return rc;
+    }
+    /* The cache lookup is the compile phase of a hit. */
+    uint64_t t0 = rt_now_ns();
+    rc = rt_plan_key(st->g, &st->cfg, st->key);
+    if (rc == 0) {
+        /* Plans are shared only within a principal: a cache hit (and its
+         * speed) must not tell one tenant what another compiled. */
+        const char *who = rt_principal_name(c->who);
+        XXH3_state_t *h = XXH3_createState();
+        if (!h)
+            return OOM(c);
+        XXH3_128bits_reset(h);
+        XXH3_128bits_update(h, st->key, sizeof st->key);
+        XXH3_128bits_update(h, who, strlen(who));
+        XXH128_canonical_t k;
+        XXH128_canonicalFromHash(&k, XXH3_128bits_digest(h));
+        XXH3_freeState(h);
+        memcpy(st->key, k.digest, sizeof st->key);
+        st->plan = rt_plan_cache_get(c->srv->plans, st->key);
+    }
+    c->tm.compile_ns += rt_now_ns() - t0;
+    if (rc < 0)
+        return rt_call_fail(c, rc, "%s", rt_graph_errmsg(st->g)[0] ? rt_graph_errmsg(st->g)
+                                                                    : rt_strerror(rc));
+    return 0;
+}
+
 static int compile_work(rt_call *c)
 {
     compile_st *st = c->st;
+    int rc0 = build_graph(c, st);
+    if (rc0 < 0)
+        return rc0;
     int hit = st->plan != NULL;
     if (!hit) {
         char err[256];
@@ -524,6 +593,10 @@ static int compile_work(rt_call *c)
         rt_plan_cache_put(c->srv->plans, st->key, p, &st->plan);
         rt_plan_release(p);
     }
+    /* Past its budget the client was answered already: the plan stays in
+     * the cache (a retry is a hit), no program is made for nobody. */
+    if (rt_call_is_cancelled(c))
+        return rt_call_fail(c, RT_ECANCELLED, "compile cancelled");
     /* The memory is charged before it is allocated. */
     char err[200];
     uint64_t bytes = program_bytes(st->plan);
@@ -531,7 +604,10 @@ static int compile_work(rt_call *c)
     if (rc < 0)
         return rt_call_fail(c, rc, "%s", err);
     rt_exec *e;
-    if ((rc = rt_exec_create(st->plan, &e)) < 0) {
+    rt_call_device_lock(c);
+    rc = rt_exec_create(st->plan, &e);
+    rt_call_device_unlock(c);
+    if (rc < 0) {
         rt_principal_unreserve(c->who, RT_Q_PROGRAM_BYTES, bytes);
         return rt_call_fail(c, rc, "cannot create the program instance: %s", rt_strerror(rc));
     }
@@ -610,47 +686,15 @@ static int h_compile(rt_call *c)
     st->who = c->who;
     if ((rc = config_from_pb(c, q->config, &st->cfg)) < 0)
         return rc;
-    if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON) {
-        char err[256];
-        rc = rt_keras_import(q->keras_json, strlen(q->keras_json), &st->g, err, sizeof err);
-        if (rc < 0)
-            return rt_call_fail(c, rc, "%s", err);
-    } else if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH) {
-        st->g = rt_graph_create();
-        if (!st->g)
-            return OOM(c);
-        if ((rc = graph_from_pb(c, q->graph, st->g)) < 0)
-            return rc;
-    } else {
+    if (q->model_case != RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON &&
+        q->model_case != RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH)
         return rt_call_fail(c, RT_EINVAL, "CompileRequest has neither graph nor keras_json");
-    }
-    /* The cache lookup is the compile phase of a hit. */
-    uint64_t t0 = rt_now_ns();
-    rc = rt_plan_key(st->g, &st->cfg, st->key);
-    if (rc == 0) {
-        /* Plans are shared only within a principal: a cache hit (and its
-         * speed) must not tell one tenant what another compiled. */
-        const char *who = rt_principal_name(c->who);
-        XXH3_state_t *h = XXH3_createState();
-        if (!h)
-            return OOM(c);
-        XXH3_128bits_reset(h);
-        XXH3_128bits_update(h, st->key, sizeof st->key);
-        XXH3_128bits_update(h, who, strlen(who));
-        XXH128_canonical_t k;
-        XXH128_canonicalFromHash(&k, XXH3_128bits_digest(h));
-        XXH3_freeState(h);
-        memcpy(st->key, k.digest, sizeof st->key);
-        st->plan = rt_plan_cache_get(c->srv->plans, st->key);
-    }
-    c->tm.compile_ns += rt_now_ns() - t0;
-    if (rc < 0)
-        return rt_call_fail(c, rc, "%s", rt_graph_errmsg(st->g)[0] ? rt_graph_errmsg(st->g)
-                                                                    : rt_strerror(rc));
+    /* Import, compile (or cache lookup) on the compile pool; the work takes
+     * the device only to create the instance. */
     c->work = compile_work;
-    c->needs_device = 1;
-    /* A hit only creates the instance (parameter init); a miss compiles. */
-    c->est_ns = st->plan ? rt_plan_report(st->plan)->param_count * 4 + 5000 : UINT64_MAX;
+    c->compile_pool = 1;
+    c->needs_device = 0;
+    c->est_ns = UINT64_MAX;
     return 0;
 }
 
@@ -675,11 +719,21 @@ typedef struct upload_st {
     uint64_t reserved;     /* RT_Q_UPLOAD_BYTES */
 } upload_st;
 
-static void upload_st_free(void *p)
+/* The upload's quotas go back before its status (finish): a client that
+ * has its answer may start the next upload at once. */
+static void upload_st_done(void *p)
 {
     upload_st *u = p;
     rt_principal_unreserve(u->who, RT_Q_UPLOAD_BYTES, u->reserved);
     rt_principal_unreserve(u->who, RT_Q_UPLOADS, 1);
+    u->who = NULL;
+    u->reserved = 0;
+}
+
+static void upload_st_free(void *p)
+{
+    upload_st *u = p;
+    upload_st_done(u);
     free(u->buf);
     if (u->x64)
         XXH64_freeState(u->x64);
@@ -753,6 +807,7 @@ static int h_upload_chunk(rt_call *c)
             return OOM(c);
         c->st = u;
         c->st_free = upload_st_free;
+        c->st_done = upload_st_done;
     }
     if (u->done)
         return rt_call_fail(c, RT_EPROTO, "UploadChunk after the last one");
@@ -775,6 +830,8 @@ static int h_upload_chunk(rt_call *c)
             memcpy(u->content_hash_given, q->header->content_hash.data, 16);
             u->has_content_hash = 1;
         }
+        if ((rc = rt_srv_upload_reserve(c, u->total)) < 0)
+            return rc;
         snprintf(u->name, sizeof u->name, "%s", q->header->name);
         u->stream_total = 0;
         for (int i = 0; i < u->n_parts; i++) {
@@ -803,6 +860,7 @@ static int h_upload_chunk(rt_call *c)
     } else if (q->header) {
         return rt_call_fail(c, RT_EPROTO, "UploadChunk header after the first chunk");
     }
+    rt_srv_upload_touch(c);
     if (q->data.len) {
         if (q->offset != u->received)
             return rt_call_fail(c, RT_EPROTO, "chunk offset %llu, expected %llu",
@@ -897,7 +955,8 @@ static int upload_work(rt_call *c)
         rt_dataset *ds;
         char err[256];
         int rc = rt_data_parse_take(u->parts, u->n_parts, &u->buf, u->total,
-                                    c->srv->cfg.max_dataset_bytes, 1, &ds, err, sizeof err);
+                                    c->srv->cfg.max_dataset_bytes,
+                                    c->srv->cfg.max_inflate_ratio, 1, &ds, err, sizeof err);
         if (rc < 0)
             return rt_call_fail(c, rc, "%s", err);
         if (u->buf)
@@ -924,6 +983,7 @@ static int upload_work(rt_call *c)
     c->ds = kept;
     free(u->buf); /* parsed; the raw bytes are not kept */
     u->buf = NULL;
+    rt_srv_upload_release(c);
     Rtrain__V1__UploadResponse *r = NEW(c, Rtrain__V1__UploadResponse, RTRAIN__V1__UPLOAD_RESPONSE__INIT);
     if (!r || !(r->dataset = dataset_info(c, kept, dedup)))
         return OOM(c);
@@ -1040,6 +1100,7 @@ static Rtrain__V1__EpochEnd *epoch_pb(rt_call *c, int64_t epoch, const rt_metric
 static int run_step_cb(void *ud, const rt_step_info *info)
 {
     run_cb *r = ud;
+    rt_call_yield(r->c);
     if (rt_call_is_cancelled(r->c)) {
         r->cancelled = 1;
         return 1;
@@ -1205,6 +1266,7 @@ static int fit_step_cb(void *ud, const rt_step_info *info)
     f->samples += nb;
     if (info->epoch_end) /* RunSteps' epoch clock follows the engine's epochs */
         epoch_clock_end(f->c->prog, &f->mark);
+    rt_call_yield(f->c);
     if (rt_call_is_cancelled(f->c))
         return 1;
     if (f->every && f->in_epoch % f->every == 0 && f->in_epoch < f->spe) {
@@ -1307,9 +1369,16 @@ static int h_fit(rt_call *c)
         return rc;
     if (q->epochs == 0)
         return rt_call_fail(c, RT_EINVAL, "epochs must be at least 1");
-    if ((uint64_t)q->epochs * (q->steps_per_epoch ? q->steps_per_epoch : 1) > RT_MAX_STEPS_PER_CALL)
-        return rt_call_fail(c, RT_ETOOBIG, "epochs x steps_per_epoch is over the limit of %llu",
-                            RT_MAX_STEPS_PER_CALL);
+    /* The same per-call cap as RunSteps, on the steps the Fit will really
+     * run: without steps_per_epoch an epoch is one pass over the dataset. */
+    int64_t bs = rt_plan_config(c->prog->plan)->batch_size;
+    uint64_t spe = q->steps_per_epoch
+                       ? q->steps_per_epoch
+                       : (uint64_t)((c->ds->n + (bs > 0 ? bs : 1) - 1) / (bs > 0 ? bs : 1));
+    if (spe && (uint64_t)q->epochs > RT_MAX_STEPS_PER_CALL / spe)
+        return rt_call_fail(c, RT_ETOOBIG,
+                            "Fit of %u epochs x %llu steps is over the limit of %llu steps per call",
+                            q->epochs, (unsigned long long)spe, RT_MAX_STEPS_PER_CALL);
     if ((rc = check_fit(c, c->ds, 1)) < 0 || (c->val_ds && (rc = check_fit(c, c->val_ds, 1)) < 0))
         return rc;
     c->work = fit_work;
@@ -1428,6 +1497,10 @@ static int h_predict(rt_call *c)
                                 rt_data_shape_str((int)x->n_shape - 1, x->shape + 1, a, sizeof a),
                                 c->prog->id, rt_data_shape_str(in_n, in, b, sizeof b));
         int64_t n = x->shape[0], numel = rt_data_numel((int)x->n_shape, x->shape);
+        if (numel < 0 || numel > (int64_t)(x->data.len / 4) + 1)
+            return rt_call_fail(c, RT_ESHAPE, "Predict x shape %s is larger than its %zu bytes",
+                                rt_data_shape_str((int)x->n_shape, x->shape, a, sizeof a),
+                                x->data.len);
         if ((uint64_t)numel * 4 != x->data.len)
             return rt_call_fail(c, RT_EDATA, "x holds %zu bytes but its shape needs %lld",
                                 x->data.len, (long long)numel * 4);

@@ -11,9 +11,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
+#include <grpc/support/alloc.h>
 
 void rt_srv_config_init(rt_srv_config *cfg)
 {
@@ -24,6 +27,18 @@ void rt_srv_config_init(rt_srv_config *cfg)
     cfg->max_sessions = 64;
     cfg->max_dataset_bytes = 4ull << 30;
     cfg->inline_ns = 200000;
+    cfg->slice_ns = 20000000;
+    cfg->max_exec_threads = 64;
+    cfg->compile_threads = 1;
+    cfg->compile_timeout_ms = 60000;
+    cfg->max_uploads = 16;
+    cfg->upload_stall_ms = 60000;
+    cfg->max_inflate_ratio = 100;
+    cfg->keepalive_ms = 60000;
+    cfg->keepalive_timeout_ms = 20000;
+    cfg->handshake_timeout_ms = 10000;
+    cfg->conn_idle_ms = 3600000;
+    cfg->stream_queue_max = 64;
 }
 
 /* ------------------------------------------------------------------ arena */
@@ -144,14 +159,21 @@ static rt_call *call_new(rt_srv *s, const rt_method *m)
     c->alloc.allocator_data = c;
     grpc_metadata_array_init(&c->md);
     pthread_mutex_init(&c->out_mu, NULL);
+    pthread_cond_init(&c->out_cv, NULL);
     return c;
 }
 
 static void call_free(rt_call *c, int matched)
 {
     rt_srv *s = c->srv;
+    if (c->up_registered)
+        rt_srv_upload_release(c);
     if (c->st_free && c->st)
         c->st_free(c->st);
+    /* The lease runs from the end of the last call that used the session,
+     * so a Fit longer than the lease does not leave it expired. */
+    if (c->sess)
+        __atomic_store_n(&c->sess->last_used_ns, rt_now_ns(), __ATOMIC_RELAXED);
     rt_session_release(c->sess);
     rt_dataset_release(c->ds);
     rt_dataset_release(c->val_ds);
@@ -171,6 +193,7 @@ static void call_free(rt_call *c, int matched)
     }
     rt_principal_unreserve(c->who, RT_Q_CALL_BYTES, c->charged);
     pthread_mutex_destroy(&c->out_mu);
+    pthread_cond_destroy(&c->out_cv);
     free(c);
     if (matched) {
         __atomic_sub_fetch(&s->live, 1, __ATOMIC_ACQ_REL);
@@ -313,17 +336,20 @@ static void on_send_done(rt__tag *t, int ok)
             free(o);
         }
         c->out_head = c->out_tail = NULL;
+        c->n_out = 0;
     }
     if (c->out_head) {
         rt__out *o = c->out_head;
         c->out_head = o->next;
         if (!c->out_head)
             c->out_tail = NULL;
+        c->n_out--;
         start_send(c, o->bb);
         free(o);
     } else if (c->final_pending && !c->final_started) {
         start_final(c);
     }
+    pthread_cond_broadcast(&c->out_cv);
     pthread_mutex_unlock(&c->out_mu);
     call_unref(c);
 }
@@ -334,19 +360,67 @@ int rt_call_is_cancelled(rt_call *c)
            __atomic_load_n(&c->srv->hard_cancel, __ATOMIC_ACQUIRE);
 }
 
-int rt_call_stream_send(rt_call *c, const ProtobufCMessage *msg, int coalesce,
-                        int with_timings)
+static void dev_unlock(rt_srv *s);
+static void dev_lock(rt_srv *s, const char *key, uint64_t est_ns);
+
+/* The outgoing queue is bounded (cfg.stream_queue_max). Progress events
+ * coalesce: a newer one replaces the one still queued, so a slow reader
+ * gets the latest. Messages that must arrive (epoch ends) wait for room:
+ * the work hands the device to others while its reader catches up, and a
+ * reader that never reads holds one call's queue, nothing more. */
+static int stream_send(rt_call *c, const ProtobufCMessage *msg, int coalesce,
+                       int with_timings, int may_wait)
 {
     if (rt_call_is_cancelled(c))
         return RT_ECANCELLED;
     grpc_byte_buffer *bb = pack_msg(c, msg, with_timings);
     pthread_mutex_lock(&c->out_mu);
+    if (coalesce && c->send_in_flight) {
+        for (rt__out *o = c->out_head; o; o = o->next)
+            if (o->coalesce) {
+                /* Keep the queue's order: drop the old, append the new. */
+                rt__out **pp = &c->out_head, *prev = NULL;
+                while (*pp != o) {
+                    prev = *pp;
+                    pp = &(*pp)->next;
+                }
+                *pp = o->next;
+                if (c->out_tail == o)
+                    c->out_tail = prev;
+                grpc_byte_buffer_destroy(o->bb);
+                free(o);
+                c->n_out--;
+                break;
+            }
+    }
+    if (may_wait && !coalesce && c->n_out >= c->srv->cfg.stream_queue_max) {
+        int had = c->holds_device;
+        if (had) {
+            pthread_mutex_unlock(&c->out_mu);
+            dev_unlock(c->srv);
+            pthread_mutex_lock(&c->out_mu);
+        }
+        while (c->n_out >= c->srv->cfg.stream_queue_max && !rt_call_is_cancelled(c)) {
+            /* Wake now and then for the daemon's hard cancel, which
+             * does not come through this call's completions. */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&c->out_cv, &c->out_mu, &ts);
+        }
+        if (had) {
+            pthread_mutex_unlock(&c->out_mu);
+            dev_lock(c->srv, c->key, UINT64_MAX);
+            pthread_mutex_lock(&c->out_mu);
+        }
+        if (rt_call_is_cancelled(c)) {
+            pthread_mutex_unlock(&c->out_mu);
+            grpc_byte_buffer_destroy(bb);
+            return RT_ECANCELLED;
+        }
+    }
     if (!c->send_in_flight) {
         start_send(c, bb);
-    } else if (coalesce && c->out_tail && c->out_tail->coalesce) {
-        /* The previous progress event has not left yet: send the newer. */
-        grpc_byte_buffer_destroy(c->out_tail->bb);
-        c->out_tail->bb = bb;
     } else {
         rt__out *o = malloc(sizeof *o);
         if (!o) {
@@ -362,18 +436,40 @@ int rt_call_stream_send(rt_call *c, const ProtobufCMessage *msg, int coalesce,
         else
             c->out_head = o;
         c->out_tail = o;
+        c->n_out++;
     }
     pthread_mutex_unlock(&c->out_mu);
     return 0;
+}
+
+int rt_call_stream_send(rt_call *c, const ProtobufCMessage *msg, int coalesce,
+                        int with_timings)
+{
+    return stream_send(c, msg, coalesce, with_timings, 1);
 }
 
 /* The call's logic is done: send the response or the error. Drops the
  * owner reference. */
 static void finish(rt_call *c)
 {
+    /* Reservations go before the status, as datasets do: a client that
+     * has its answer and starts the next upload must find its slot free. */
+    if (c->st_done && c->st)
+        c->st_done(c->st);
+    if (c->up_registered)
+        rt_srv_upload_release(c);
+    if (c->m->kind != RT_SERVER_STREAM &&
+        __atomic_exchange_n(&c->final_claimed, 1, __ATOMIC_ACQ_REL)) {
+        /* rt_srv_tick answered already (a compile past its budget). */
+        rt_dataset_release(c->ds);
+        rt_dataset_release(c->val_ds);
+        c->ds = c->val_ds = NULL;
+        call_unref(c);
+        return;
+    }
     if (c->m->kind == RT_SERVER_STREAM) {
         if (!c->err && c->resp)
-            rt_call_stream_send(c, c->resp, 0, 1);
+            stream_send(c, c->resp, 0, 1, 0);
         pthread_mutex_lock(&c->out_mu);
         c->final_pending = 1;
         if (!c->send_in_flight && !c->final_started)
@@ -393,6 +489,192 @@ static void abandon(rt_call *c)
     finish(c);
 }
 
+/* ------------------------------------------------------------- the device */
+typedef struct rt__dev_wait {
+    struct rt__dev_wait *next;
+    pthread_cond_t cv;
+    int granted;
+    int is_short;        /* estimated under one quantum */
+} rt__dev_wait;
+
+typedef struct rt__lane {
+    char key[64];
+    rt__dev_wait *head, *tail;
+} rt__lane;
+
+/* A quantum: what a holder always gets before a short job may cut in, and
+ * what counts as short. A twentieth of the slice, at least 100 us. */
+static uint64_t quantum_ns(const rt_srv *s)
+{
+    uint64_t q = s->cfg.slice_ns / 20;
+    return q < 100000 ? 100000 : q;
+}
+
+/* Hand the device to the first waiter of the lane served longest ago (with
+ * short_first, of the first lane whose next job is short); that lane goes
+ * to the back. With nobody waiting the device is free. dev_mu held. */
+static void grant_next_locked(rt_srv *s, int short_first)
+{
+    if (s->n_lanes == 0) {
+        s->dev_held = 0;
+        return;
+    }
+    int li = 0;
+    if (short_first)
+        for (int i = 0; i < s->n_lanes; i++)
+            if (s->lanes[i].head->is_short) {
+                li = i;
+                break;
+            }
+    rt__lane first = s->lanes[li];
+    rt__dev_wait *w = first.head;
+    first.head = w->next;
+    if (!first.head)
+        first.tail = NULL;
+    memmove(s->lanes + li, s->lanes + li + 1, sizeof *s->lanes * (size_t)(s->n_lanes - li - 1));
+    s->n_lanes--;
+    if (first.head)
+        s->lanes[s->n_lanes++] = first;
+    __atomic_sub_fetch(&s->dev_waiting, 1, __ATOMIC_ACQ_REL);
+    if (w->is_short)
+        __atomic_sub_fetch(&s->dev_short_waiting, 1, __ATOMIC_ACQ_REL);
+    __atomic_store_n(&s->dev_since, rt_now_ns(), __ATOMIC_RELEASE);
+    w->granted = 1;
+    pthread_cond_signal(&w->cv);
+}
+
+/* Wait in key's lane until granted. dev_mu held; returns with it held. */
+static void wait_turn_locked(rt_srv *s, const char *key, uint64_t est_ns)
+{
+    rt__dev_wait w;
+    memset(&w, 0, sizeof w);
+    pthread_cond_init(&w.cv, NULL);
+    w.is_short = est_ns <= quantum_ns(s);
+    int li = -1;
+    for (int i = 0; i < s->n_lanes; i++)
+        if (strcmp(s->lanes[i].key, key) == 0)
+            li = i;
+    if (li < 0) {
+        /* Every waiter is an executor or compile thread, so the lanes
+         * allocated at create (one per such thread) always suffice. */
+        if (s->n_lanes == s->cap_lanes)
+            abort();
+        li = s->n_lanes++;
+        memset(&s->lanes[li], 0, sizeof s->lanes[li]);
+        snprintf(s->lanes[li].key, sizeof s->lanes[li].key, "%s", key);
+    }
+    rt__lane *l = &s->lanes[li];
+    if (l->tail)
+        l->tail->next = &w;
+    else
+        l->head = &w;
+    l->tail = &w;
+    __atomic_add_fetch(&s->dev_waiting, 1, __ATOMIC_ACQ_REL);
+    if (w.is_short)
+        __atomic_add_fetch(&s->dev_short_waiting, 1, __ATOMIC_ACQ_REL);
+    while (!w.granted)
+        pthread_cond_wait(&w.cv, &s->dev_mu);
+    pthread_cond_destroy(&w.cv);
+}
+
+static void dev_lock(rt_srv *s, const char *key, uint64_t est_ns)
+{
+    pthread_mutex_lock(&s->dev_mu);
+    if (!s->dev_held && s->n_lanes == 0) {
+        s->dev_held = 1;
+        __atomic_store_n(&s->dev_since, rt_now_ns(), __ATOMIC_RELEASE);
+    } else {
+        wait_turn_locked(s, key, est_ns);
+    }
+    pthread_mutex_unlock(&s->dev_mu);
+}
+
+/* Inline jobs never wait: the device must be free with nobody queued. */
+static int dev_trylock(rt_srv *s)
+{
+    int ok = 0;
+    pthread_mutex_lock(&s->dev_mu);
+    if (!s->dev_held && s->n_lanes == 0) {
+        s->dev_held = ok = 1;
+        __atomic_store_n(&s->dev_since, rt_now_ns(), __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&s->dev_mu);
+    return ok;
+}
+
+static void dev_unlock(rt_srv *s)
+{
+    pthread_mutex_lock(&s->dev_mu);
+    grant_next_locked(s, 0);
+    pthread_mutex_unlock(&s->dev_mu);
+}
+
+/* At a step boundary the holder yields once its slice is over and anyone
+ * waits (round-robin), or, after one quantum, to a short job (a K=1
+ * RunSteps): short jobs then wait about a quantum, not a slice, and a
+ * stream of them still leaves the holder most of the device. */
+int rt_call_yield(rt_call *c)
+{
+    rt_srv *s = c->srv;
+    if (!c->holds_device || !__atomic_load_n(&s->dev_waiting, __ATOMIC_ACQUIRE))
+        return 0;
+    uint64_t ran = rt_now_ns() - __atomic_load_n(&s->dev_since, __ATOMIC_ACQUIRE);
+    int for_short = ran < s->cfg.slice_ns;
+    if (for_short &&
+        (ran < quantum_ns(s) || !__atomic_load_n(&s->dev_short_waiting, __ATOMIC_ACQUIRE)))
+        return 0;
+    pthread_mutex_lock(&s->dev_mu);
+    int yielded = 0;
+    if (s->n_lanes > 0) {
+        grant_next_locked(s, for_short);
+        wait_turn_locked(s, c->key, c->est_ns);
+        yielded = 1;
+    }
+    pthread_mutex_unlock(&s->dev_mu);
+    return yielded;
+}
+
+void rt_call_device_lock(rt_call *c)
+{
+    dev_lock(c->srv, rt_call_sched_key(c), 0);
+    c->holds_device = 1;
+}
+
+void rt_call_device_unlock(rt_call *c)
+{
+    c->holds_device = 0;
+    dev_unlock(c->srv);
+}
+
+/* The session, or the peer for a call without one: the executor runs one
+ * job per session at a time, in order. */
+static const char *exec_key(rt_call *c)
+{
+    if (!c->xkey[0]) {
+        if (c->sess) {
+            snprintf(c->xkey, sizeof c->xkey, "s:%s", c->sess->id);
+        } else {
+            char *peer = c->call ? grpc_call_get_peer(c->call) : NULL;
+            snprintf(c->xkey, sizeof c->xkey, "p:%s", peer ? peer : "?");
+            gpr_free(peer);
+        }
+    }
+    return c->xkey;
+}
+
+/* The device is shared between principals when there are several (a
+ * tokens file); single-user, between sessions. */
+const char *rt_call_sched_key(rt_call *c)
+{
+    if (!c->key[0]) {
+        if (c->srv->cfg.tokens_path && c->who)
+            snprintf(c->key, sizeof c->key, "u:%s", rt_principal_name(c->who));
+        else
+            snprintf(c->key, sizeof c->key, "%s", exec_key(c));
+    }
+    return c->key;
+}
+
 /* ------------------------------------------------------------- executor */
 static void run_work(rt_call *c)
 {
@@ -408,6 +690,15 @@ static void run_work(rt_call *c)
 }
 
 static void post_close(rt_call *c);
+static void *executor_main(void *arg);
+
+static int key_running_locked(rt_srv *s, const char *key)
+{
+    for (rt_call *r = s->running; r; r = r->next_run)
+        if (strcmp(r->xkey, key) == 0)
+            return 1;
+    return 0;
+}
 
 static void enqueue(rt_call *c)
 {
@@ -418,18 +709,70 @@ static void enqueue(rt_call *c)
      * work. */
     if (c->m->kind == RT_UNARY && !c->close_posted)
         post_close(c);
+    rt_call_sched_key(c);
+    exec_key(c);
     c->enq_ns = rt_now_ns();
     c->next_job = NULL;
     RT_OBS_ADD(executor_jobs, 1);
-    __atomic_add_fetch(&s->q_pending, 1, __ATOMIC_ACQ_REL);
     pthread_mutex_lock(&s->q_mu);
+    if (c->compile_pool) {
+        if (s->c_tail)
+            s->c_tail->next_job = c;
+        else
+            s->c_head = c;
+        s->c_tail = c;
+        pthread_cond_signal(&s->cq_cv);
+        pthread_mutex_unlock(&s->q_mu);
+        return;
+    }
+    __atomic_add_fetch(&s->q_pending, 1, __ATOMIC_ACQ_REL);
     if (s->q_tail)
         s->q_tail->next_job = c;
     else
         s->q_head = c;
     s->q_tail = c;
-    pthread_cond_signal(&s->q_cv);
+    s->q_len++;
+    /* A thread per key with work, up to the cap: a key whose job waits for
+     * the device must not keep another key's job from reaching it. An idle
+     * thread may already be promised to an earlier job that it has not
+     * picked yet, so compare with the queue's length. */
+    if (s->q_len > s->idle_exec && s->n_exec < s->cfg.max_exec_threads && !s->q_stop &&
+        !key_running_locked(s, c->xkey)) {
+        if (s->n_exec == s->cap_exec) {
+            int nc = s->cap_exec ? s->cap_exec * 2 : 8;
+            pthread_t *nt = realloc(s->exec_threads, sizeof *nt * (size_t)nc);
+            if (nt) {
+                s->exec_threads = nt;
+                s->cap_exec = nc;
+            }
+        }
+        if (s->n_exec < s->cap_exec &&
+            pthread_create(&s->exec_threads[s->n_exec], NULL, executor_main, s) == 0)
+            s->n_exec++;
+    }
+    pthread_cond_broadcast(&s->q_cv);
     pthread_mutex_unlock(&s->q_mu);
+}
+
+/* The first queued job whose key has nothing running (q_mu held). */
+static rt_call *pick_locked(rt_srv *s)
+{
+    rt_call *prev = NULL;
+    for (rt_call *c = s->q_head; c; prev = c, c = c->next_job) {
+        if (key_running_locked(s, c->xkey))
+            continue;
+        if (prev)
+            prev->next_job = c->next_job;
+        else
+            s->q_head = c->next_job;
+        if (s->q_tail == c)
+            s->q_tail = prev;
+        s->q_len--;
+        c->next_run = s->running;
+        s->running = c;
+        return c;
+    }
+    return NULL;
 }
 
 static void *executor_main(void *arg)
@@ -437,27 +780,83 @@ static void *executor_main(void *arg)
     rt_srv *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->q_mu);
-        while (!s->q_head && !s->q_stop)
+        rt_call *c;
+        while (!(c = pick_locked(s)) && !s->q_stop) {
+            s->idle_exec++;
             pthread_cond_wait(&s->q_cv, &s->q_mu);
-        rt_call *c = s->q_head;
-        if (!c) {
-            pthread_mutex_unlock(&s->q_mu);
-            break;
+            s->idle_exec--;
         }
-        s->q_head = c->next_job;
-        if (!s->q_head)
-            s->q_tail = NULL;
         pthread_mutex_unlock(&s->q_mu);
-        if (c->needs_device)
-            pthread_mutex_lock(&s->dev_mu);
+        if (!c)
+            break;
+        if (c->needs_device) {
+            dev_lock(s, c->key, c->est_ns);
+            c->holds_device = 1;
+        }
         c->tm.queue_ns += rt_now_ns() - c->enq_ns;
         if (rt_call_is_cancelled(c))
             rt_call_fail(c, RT_ECANCELLED, "cancelled before it ran");
         else
             run_work(c);
-        if (c->needs_device)
-            pthread_mutex_unlock(&s->dev_mu);
+        if (c->holds_device) {
+            c->holds_device = 0;
+            dev_unlock(s);
+        }
+        pthread_mutex_lock(&s->q_mu);
+        for (rt_call **pp = &s->running; *pp; pp = &(*pp)->next_run)
+            if (*pp == c) {
+                *pp = c->next_run;
+                break;
+            }
+        if (s->q_head)
+            pthread_cond_broadcast(&s->q_cv);
+        pthread_mutex_unlock(&s->q_mu);
         __atomic_sub_fetch(&s->q_pending, 1, __ATOMIC_ACQ_REL);
+        finish(c);
+    }
+    return NULL;
+}
+
+/* Compile workers: compiles never hold a cq thread or the device while
+ * they run (the work takes the device briefly to create the instance).
+ * A compile past its budget is answered DEADLINE_EXCEEDED by
+ * rt_srv_tick; the worker then drops what it built. */
+static void *compile_main(void *arg)
+{
+    rt_srv *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->q_mu);
+        while (!s->c_head && !s->q_stop)
+            pthread_cond_wait(&s->cq_cv, &s->q_mu);
+        rt_call *c = s->c_head;
+        if (!c) {
+            pthread_mutex_unlock(&s->q_mu);
+            break;
+        }
+        s->c_head = c->next_job;
+        if (!s->c_head)
+            s->c_tail = NULL;
+        c->next_run = s->c_running;
+        s->c_running = c;
+        c->compile_running = 1;
+        uint64_t now = rt_now_ns();
+        __atomic_store_n(&c->started_ns, now, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&s->q_mu);
+        c->tm.queue_ns += now - c->enq_ns;
+        if (rt_call_is_cancelled(c))
+            rt_call_fail(c, RT_ECANCELLED, "cancelled before it ran");
+        else
+            run_work(c);
+        if (c->holds_device)
+            rt_call_device_unlock(c);
+        pthread_mutex_lock(&s->q_mu);
+        for (rt_call **pp = &s->c_running; *pp; pp = &(*pp)->next_run)
+            if (*pp == c) {
+                *pp = c->next_run;
+                break;
+            }
+        c->compile_running = 0;
+        pthread_mutex_unlock(&s->q_mu);
         finish(c);
     }
     return NULL;
@@ -471,26 +870,157 @@ static void dispatch(rt_call *c)
         finish(c);
         return;
     }
-    if (c->m->kind == RT_UNARY && s->cfg.inline_ns && c->est_ns <= s->cfg.inline_ns) {
+    if (c->m->kind == RT_UNARY && !c->compile_pool && s->cfg.inline_ns &&
+        c->est_ns <= s->cfg.inline_ns) {
         /* trylock: an inline job never waits for the device; if it is busy,
          * or jobs are queued for it (which must keep their order), it goes
          * to the executor's queue. */
         int mine = !c->needs_device;
-        if (!mine && pthread_mutex_trylock(&s->dev_mu) == 0) {
+        if (!mine && dev_trylock(s)) {
             mine = __atomic_load_n(&s->q_pending, __ATOMIC_ACQUIRE) == 0;
             if (!mine)
-                pthread_mutex_unlock(&s->dev_mu);
+                dev_unlock(s);
         }
         if (mine) {
             RT_OBS_ADD(inline_jobs, 1);
             run_work(c);
             if (c->needs_device)
-                pthread_mutex_unlock(&s->dev_mu);
+                dev_unlock(s);
             finish(c);
             return;
         }
     }
     enqueue(c);
+}
+
+/* ------------------------------------------------------ uploads in flight */
+int rt_srv_upload_reserve(rt_call *c, uint64_t bytes)
+{
+    rt_srv *s = c->srv;
+    uint64_t cap = s->cfg.max_upload_bytes ? s->cfg.max_upload_bytes
+                                           : 2 * s->cfg.max_dataset_bytes;
+    int rc = 0;
+    pthread_mutex_lock(&s->up_mu);
+    if (!c->up_registered) {
+        if (s->n_uploads >= s->cfg.max_uploads) {
+            rc = rt_call_fail(c, RT_ETOOBIG,
+                              "%d uploads are in flight (the limit, --max-uploads)",
+                              s->n_uploads);
+        } else {
+            c->up_registered = 1;
+            c->up_next = s->uploads;
+            s->uploads = c;
+            s->n_uploads++;
+        }
+    }
+    if (rc == 0 && (bytes > cap || s->upload_bytes > cap - bytes))
+        rc = rt_call_fail(c, RT_ETOOBIG,
+                          "uploads in flight would hold %llu bytes, over the limit of %llu "
+                          "(--max-upload-bytes)",
+                          (unsigned long long)(s->upload_bytes + bytes), (unsigned long long)cap);
+    if (rc == 0) {
+        c->up_bytes += bytes;
+        s->upload_bytes += bytes;
+    }
+    __atomic_store_n(&c->up_last_ns, rt_now_ns(), __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&s->up_mu);
+    return rc;
+}
+
+void rt_srv_upload_touch(rt_call *c)
+{
+    __atomic_store_n(&c->up_last_ns, rt_now_ns(), __ATOMIC_RELAXED);
+}
+
+void rt_srv_upload_release(rt_call *c)
+{
+    rt_srv *s = c->srv;
+    pthread_mutex_lock(&s->up_mu);
+    if (c->up_registered) {
+        for (rt_call **pp = &s->uploads; *pp; pp = &(*pp)->up_next)
+            if (*pp == c) {
+                *pp = c->up_next;
+                break;
+            }
+        s->n_uploads--;
+        s->upload_bytes -= c->up_bytes;
+        c->up_registered = 0;
+    }
+    pthread_mutex_unlock(&s->up_mu);
+}
+
+static void on_budget_done(rt__tag *t, int ok)
+{
+    (void)ok;
+    rt_call *c = RT_CONTAINER(t, rt_call, budget_tag);
+    grpc_slice_unref(c->budget_details);
+    call_unref(c);
+}
+
+int rt_srv_tick(rt_srv *s)
+{
+    uint64_t now = rt_now_ns();
+    int n = 0;
+    if (s->cfg.upload_stall_ms) {
+        uint64_t lim = s->cfg.upload_stall_ms * 1000000ull;
+        pthread_mutex_lock(&s->up_mu);
+        for (rt_call *c = s->uploads; c; c = c->up_next) {
+            uint64_t last = __atomic_load_n(&c->up_last_ns, __ATOMIC_RELAXED);
+            /* Only while it waits for a chunk; a busy out_mu means a
+             * chunk is being handled right now. The status goes out while
+             * the RECV_MESSAGE is pending; that batch then completes and
+             * on_stream_recv drops the call (call_free, which needs
+             * up_mu, releases the reservation; the owner reference is
+             * held until then, so nothing is freed here). */
+            if (now > last && now - last > lim && pthread_mutex_trylock(&c->out_mu) == 0) {
+                if (c->up_waiting && !c->up_stalled && !c->final_started &&
+                    !__atomic_exchange_n(&c->final_claimed, 1, __ATOMIC_ACQ_REL)) {
+                    c->up_stalled = 1;
+                    c->err = RT_ETIMEDOUT;
+                    snprintf(c->errmsg, sizeof c->errmsg,
+                             "upload stalled: nothing received for %llu s (--upload-stall-s)",
+                             (unsigned long long)(s->cfg.upload_stall_ms / 1000));
+                    RT_LOG(RT_LOG_INFO, "%s", c->errmsg);
+                    start_final(c);
+                    n++;
+                }
+                pthread_mutex_unlock(&c->out_mu);
+            }
+        }
+        pthread_mutex_unlock(&s->up_mu);
+    }
+    if (s->cfg.compile_timeout_ms) {
+        uint64_t lim = s->cfg.compile_timeout_ms * 1000000ull;
+        pthread_mutex_lock(&s->q_mu);
+        for (rt_call *c = s->c_running; c; c = c->next_run) {
+            uint64_t t0 = __atomic_load_n(&c->started_ns, __ATOMIC_ACQUIRE);
+            if (t0 && now - t0 > lim &&
+                !__atomic_exchange_n(&c->final_claimed, 1, __ATOMIC_ACQ_REL)) {
+                /* The status goes out now, from here; the worker drops
+                 * what it builds (cancelled) and finish() sends nothing.
+                 * grpc_call_cancel_with_status would not tell the client
+                 * why. */
+                char msg[128];
+                snprintf(msg, sizeof msg, "compile ran past its budget of %llu s (--compile-timeout)",
+                         (unsigned long long)(s->cfg.compile_timeout_ms / 1000));
+                __atomic_store_n(&c->cancelled, 1, __ATOMIC_RELEASE);
+                c->budget_details = grpc_slice_from_copied_string(msg);
+                c->budget_tag.fn = on_budget_done;
+                grpc_op ops[2];
+                memset(ops, 0, sizeof ops);
+                ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+                ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+                ops[1].data.send_status_from_server.status = GRPC_STATUS_DEADLINE_EXCEEDED;
+                ops[1].data.send_status_from_server.status_details = &c->budget_details;
+                RT_OBS_ADD(errors, 1);
+                RT_LOG(RT_LOG_WARN, "%s", msg);
+                start_batch(c, ops, 2, &c->budget_tag);
+                n++;
+            }
+        }
+        pthread_mutex_unlock(&s->q_mu);
+    }
+    return n;
 }
 
 /* Run the handler on this cq thread and account its time: validation when
@@ -509,9 +1039,94 @@ static void run_handler(rt_call *c, rt_handler_fn fn)
         c->tm.execute_ns += dur;
 }
 
+/* A message the client compressed: per-message decompression is off, so
+ * gRPC hands it over as it came. Inflate it here, with the receive limit
+ * as the cap on what it may become. Returns a malloc'ed buffer, or NULL
+ * after rt_call_fail. */
+static uint8_t *inflate_payload(rt_call *c, grpc_byte_buffer *bb, size_t *len)
+{
+    grpc_compression_algorithm alg = bb->data.raw.compression;
+    if (alg != GRPC_COMPRESS_GZIP && alg != GRPC_COMPRESS_DEFLATE) {
+        rt_call_fail(c, RT_EPROTO, "message compression %d is not supported (use gzip)",
+                     (int)alg);
+        return NULL;
+    }
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, alg == GRPC_COMPRESS_GZIP ? 16 + MAX_WBITS : MAX_WBITS) != Z_OK) {
+        rt_call_fail(c, RT_ENOMEM, "out of memory inflating a message");
+        return NULL;
+    }
+    uint64_t max = c->srv->cfg.max_message_bytes;
+    size_t cap = 0, n = 0;
+    uint8_t *out = NULL;
+    int zr = Z_OK;
+    grpc_slice_buffer *sb = &bb->data.raw.slice_buffer;
+    for (size_t i = 0; i < sb->count && zr != Z_STREAM_END; i++) {
+        z.next_in = GRPC_SLICE_START_PTR(sb->slices[i]);
+        z.avail_in = (uInt)GRPC_SLICE_LENGTH(sb->slices[i]);
+        while (z.avail_in && zr != Z_STREAM_END) {
+            if (n == cap) {
+                if (cap >= max) {
+                    rt_call_fail(c, RT_ETOOBIG,
+                                 "compressed %s inflates past the message limit of %llu bytes",
+                                 c->m->req_name, (unsigned long long)max);
+                    goto fail;
+                }
+                size_t nc = cap ? cap * 2 : 65536;
+                nc = nc > max ? (size_t)max : nc;
+                uint8_t *nb = realloc(out, nc);
+                if (!nb) {
+                    rt_call_fail(c, RT_ENOMEM, "out of memory inflating a message");
+                    goto fail;
+                }
+                out = nb;
+                cap = nc;
+            }
+            z.next_out = out + n;
+            z.avail_out = (uInt)(cap - n);
+            zr = inflate(&z, Z_NO_FLUSH);
+            n = cap - z.avail_out;
+            if (zr != Z_OK && zr != Z_STREAM_END && !(zr == Z_BUF_ERROR && !z.avail_out)) {
+                rt_call_fail(c, RT_EPROTO, "corrupt compressed %s", c->m->req_name);
+                goto fail;
+            }
+        }
+    }
+    if (zr != Z_STREAM_END) {
+        rt_call_fail(c, RT_EPROTO, "truncated compressed %s", c->m->req_name);
+        goto fail;
+    }
+    inflateEnd(&z);
+    *len = n;
+    return out ? out : malloc(1);
+fail:
+    inflateEnd(&z);
+    free(out);
+    return NULL;
+}
+
 static ProtobufCMessage *decode(rt_call *c, ProtobufCAllocator *alloc)
 {
     uint64_t t0 = rt_now_ns();
+    /* No payload (a unary call cancelled before its message came) is
+     * malformed, as rt_wire_unpack says. */
+    if (c->payload && c->payload->type == GRPC_BB_RAW &&
+        c->payload->data.raw.compression != GRPC_COMPRESS_NONE) {
+        size_t len = 0;
+        uint8_t *raw = inflate_payload(c, c->payload, &len);
+        grpc_byte_buffer_destroy(c->payload);
+        c->payload = NULL;
+        ProtobufCMessage *m =
+            raw ? protobuf_c_message_unpack(c->m->req_desc, alloc, len, raw) : NULL;
+        free(raw);
+        c->tm.decode_ns += rt_now_ns() - t0;
+        if (!m && !c->err && c->alloc_err[0])
+            rt_call_fail(c, RT_ETOOBIG, "%s", c->alloc_err);
+        else if (!m && !c->err)
+            rt_call_fail(c, RT_EPROTO, "malformed %s", c->m->req_name);
+        return m;
+    }
     ProtobufCMessage *m = rt_wire_unpack(c->payload, c->m->req_desc, alloc);
     grpc_byte_buffer_destroy(c->payload);
     c->payload = NULL;
@@ -525,6 +1140,11 @@ static ProtobufCMessage *decode(rt_call *c, ProtobufCAllocator *alloc)
 
 static void post_recv(rt_call *c)
 {
+    if (c->m->kind == RT_CLIENT_STREAM) {
+        pthread_mutex_lock(&c->out_mu);
+        c->up_waiting = 1;
+        pthread_mutex_unlock(&c->out_mu);
+    }
     grpc_op op;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_MESSAGE;
@@ -586,6 +1206,12 @@ static void on_arrival(rt__tag *t, int ok)
         dispatch(c);
         return;
     }
+    /* An upload counts as in flight from its arrival: a stream that never
+     * sends its header is capped and times out like a stalled one. */
+    if (c->m->kind == RT_CLIENT_STREAM && rt_srv_upload_reserve(c, 0) < 0) {
+        finish(c);
+        return;
+    }
     post_close(c);
     if (authed)
         post_recv(c);
@@ -596,6 +1222,18 @@ static void on_arrival(rt__tag *t, int ok)
 static void on_stream_recv(rt__tag *t, int ok)
 {
     rt_call *c = RT_CONTAINER(t, rt_call, tag);
+    if (c->m->kind == RT_CLIENT_STREAM) {
+        pthread_mutex_lock(&c->out_mu);
+        c->up_waiting = 0;
+        int stalled = c->up_stalled;
+        pthread_mutex_unlock(&c->out_mu);
+        if (stalled) {
+            /* rt_srv_tick sent the status: drop the owner and this batch. */
+            call_unref(c);
+            call_unref(c);
+            return;
+        }
+    }
     if (!ok || rt_call_is_cancelled(c)) {
         abandon(c);
         call_unref(c);
@@ -711,12 +1349,36 @@ static void on_generic(rt__tag *t, int ok)
 }
 
 /* ------------------------------------------------------------- threads */
+/* The completion-queue threads also run rt_srv_tick, a few times a
+ * second: a status started from a thread that does not poll gRPC (the uv
+ * loop) was never written to the peer. */
+static uint64_t tick_every_ns(const rt_srv *s)
+{
+    uint64_t lim = s->cfg.upload_stall_ms;
+    if (s->cfg.compile_timeout_ms && (!lim || s->cfg.compile_timeout_ms < lim))
+        lim = s->cfg.compile_timeout_ms;
+    uint64_t ms = lim / 4 < 1000 ? lim / 4 : 1000;
+    return (ms < 50 ? 50 : ms) * 1000000ull;
+}
+
 static void *cq_main(void *arg)
 {
     rt_srv *s = arg;
+    int ticks = s->cfg.upload_stall_ms || s->cfg.compile_timeout_ms;
+    uint64_t every = tick_every_ns(s);
     for (;;) {
-        grpc_event ev = grpc_completion_queue_next(
-            s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+        gpr_timespec until =
+            ticks ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                 gpr_time_from_nanos((int64_t)every, GPR_TIMESPAN))
+                  : gpr_inf_future(GPR_CLOCK_MONOTONIC);
+        grpc_event ev = grpc_completion_queue_next(s->cq, until, NULL);
+        if (ticks) {
+            uint64_t now = rt_now_ns(), last = __atomic_load_n(&s->last_tick_ns, __ATOMIC_RELAXED);
+            if (now - last >= every &&
+                __atomic_compare_exchange_n(&s->last_tick_ns, &last, now, 0, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_RELAXED))
+                rt_srv_tick(s);
+        }
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;
         if (ev.type == GRPC_OP_COMPLETE) {
@@ -870,6 +1532,20 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
     pthread_mutex_init(&s->dev_mu, NULL);
     pthread_mutex_init(&s->q_mu, NULL);
     pthread_cond_init(&s->q_cv, NULL);
+    pthread_cond_init(&s->cq_cv, NULL);
+    pthread_mutex_init(&s->up_mu, NULL);
+    if (s->cfg.max_exec_threads < 1)
+        s->cfg.max_exec_threads = 1;
+    if (s->cfg.compile_threads < 1)
+        s->cfg.compile_threads = 1;
+    s->cap_lanes = s->cfg.max_exec_threads + s->cfg.compile_threads;
+    s->lanes = calloc((size_t)s->cap_lanes, sizeof *s->lanes);
+    if (!s->lanes) {
+        free(s);
+        return RT_ENOMEM;
+    }
+    if (s->cfg.stream_queue_max < 2)
+        s->cfg.stream_queue_max = 2;
     s->shutdown_tag.fn = on_shutdown;
     s->start_ns = rt_now_ns();
     s->sessions = rt_session_table_create(cfg->max_sessions);
@@ -917,19 +1593,39 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
         return rc;
     }
     grpc_init();
-    grpc_arg args[3];
+    /* gRPC inflates a compressed message before its size check (a 4 MB
+     * gzip message became 4 GiB): per-message decompression is off, and
+     * decode() inflates with the message limit as the cap. */
+    grpc_arg args[12];
+    size_t na = 0;
     memset(args, 0, sizeof args);
-    args[0].type = GRPC_ARG_INTEGER;
-    args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    args[0].value.integer = cfg->max_message_bytes > INT32_MAX ? INT32_MAX
-                                                                : (int)cfg->max_message_bytes;
-    args[1].type = GRPC_ARG_INTEGER;
-    args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
-    args[1].value.integer = -1;
-    args[2].type = GRPC_ARG_INTEGER;
-    args[2].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
-    args[2].value.integer = 0;
-    grpc_channel_args ca = {3, args};
+#define INT_ARG(k, v)                                                          \
+    do {                                                                       \
+        args[na].type = GRPC_ARG_INTEGER;                                      \
+        args[na].key = (char *)(k);                                            \
+        args[na].value.integer = (v);                                          \
+        na++;                                                                  \
+    } while (0)
+#define MS(v) ((v) > INT32_MAX ? INT32_MAX : (int)(v))
+    INT_ARG(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, MS(cfg->max_message_bytes));
+    INT_ARG(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, -1);
+    INT_ARG(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    INT_ARG(GRPC_ARG_ENABLE_PER_MESSAGE_DECOMPRESSION, 0);
+    /* A connection that never finishes its handshake (a bare TCP open)
+     * is closed; keepalive pings find peers that vanished without a FIN. */
+    if (cfg->handshake_timeout_ms)
+        INT_ARG(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, MS(cfg->handshake_timeout_ms));
+    if (cfg->keepalive_ms) {
+        INT_ARG(GRPC_ARG_KEEPALIVE_TIME_MS, MS(cfg->keepalive_ms));
+        INT_ARG(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, MS(cfg->keepalive_timeout_ms));
+        INT_ARG(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+        INT_ARG(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+    }
+    if (cfg->conn_idle_ms)
+        INT_ARG(GRPC_ARG_MAX_CONNECTION_IDLE_MS, MS(cfg->conn_idle_ms));
+#undef INT_ARG
+#undef MS
+    grpc_channel_args ca = {na, args};
     s->server = grpc_server_create(&ca, NULL);
     s->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(s->server, s->cq, NULL);
@@ -973,9 +1669,14 @@ int rt_srv_start(rt_srv *s, void (*on_drained)(void *ud), void *ud)
             request_call(s, i);
     request_generic(s);
     request_generic(s);
-    if (pthread_create(&s->exec_thread, NULL, executor_main, s) != 0)
+    s->compile_threads = calloc((size_t)s->cfg.compile_threads, sizeof *s->compile_threads);
+    if (!s->compile_threads)
         return RT_ENOMEM;
-    s->exec_started = 1;
+    for (int i = 0; i < s->cfg.compile_threads; i++) {
+        if (pthread_create(&s->compile_threads[i], NULL, compile_main, s) != 0)
+            return RT_ENOMEM;
+        s->n_compile++;
+    }
     s->threads = calloc((size_t)s->cfg.threads, sizeof *s->threads);
     if (!s->threads)
         return RT_ENOMEM;
@@ -1031,13 +1732,20 @@ void rt_srv_destroy(rt_srv *s)
 {
     if (!s)
         return;
-    if (s->exec_started) {
-        pthread_mutex_lock(&s->q_mu);
-        s->q_stop = 1;
-        pthread_cond_broadcast(&s->q_cv);
-        pthread_mutex_unlock(&s->q_mu);
-        pthread_join(s->exec_thread, NULL);
-    }
+    pthread_mutex_lock(&s->q_mu);
+    s->q_stop = 1;
+    pthread_cond_broadcast(&s->q_cv);
+    pthread_cond_broadcast(&s->cq_cv);
+    int n_exec = s->n_exec;
+    pthread_mutex_unlock(&s->q_mu);
+    /* No thread is added once q_stop is set (enqueue checks it). */
+    for (int i = 0; i < n_exec; i++)
+        pthread_join(s->exec_threads[i], NULL);
+    for (int i = 0; i < s->n_compile; i++)
+        pthread_join(s->compile_threads[i], NULL);
+    free(s->exec_threads);
+    free(s->compile_threads);
+    free(s->lanes);
     if (s->server && s->n_threads == 0) {
         /* Never started (bind failed or start failed early). */
         grpc_server_destroy(s->server);
@@ -1077,5 +1785,7 @@ void rt_srv_destroy(rt_srv *s)
     pthread_mutex_destroy(&s->dev_mu);
     pthread_mutex_destroy(&s->q_mu);
     pthread_cond_destroy(&s->q_cv);
+    pthread_cond_destroy(&s->cq_cv);
+    pthread_mutex_destroy(&s->up_mu);
     free(s);
 }

@@ -49,6 +49,24 @@ typedef struct rt_srv_config {
     /* Program memory + stored datasets + upload buffers of everyone;
      * 0 = three quarters of the RAM. */
     uint64_t max_memory_bytes;
+    /* Sharing the device: a long job yields at a step boundary once it has
+     * held the device for slice_ns and another key is waiting; keys are
+     * served round-robin. */
+    uint64_t slice_ns;
+    int max_exec_threads;        /* device jobs of different keys in flight */
+    int compile_threads;         /* the compile pool */
+    uint64_t compile_timeout_ms; /* a compile's budget; 0 = none */
+    /* Uploads in flight, server-wide: count and declared bytes reserved. */
+    int max_uploads;
+    uint64_t max_upload_bytes;   /* 0 = 2 x max_dataset_bytes */
+    uint64_t upload_stall_ms;    /* no chunk for this long: cancelled; 0 = never */
+    uint32_t max_inflate_ratio;  /* gzip data: inflated / compressed bytes */
+    /* Connections: keepalive pings, the TLS/HTTP2 handshake, idle ones. */
+    uint64_t keepalive_ms;       /* 0 = no keepalive pings */
+    uint64_t keepalive_timeout_ms;
+    uint64_t handshake_timeout_ms;
+    uint64_t conn_idle_ms;       /* 0 = never closed for idleness */
+    int stream_queue_max;        /* server stream: messages queued per call */
 } rt_srv_config;
 
 void rt_srv_config_init(rt_srv_config *cfg);
@@ -70,6 +88,11 @@ int rt_srv_reload_tokens(rt_srv *s, int *n_tokens, char *err, size_t errlen);
 void rt_srv_quota_defaults(const rt_srv *s, uint64_t out[RT_Q__COUNT]);
 /* Close sessions idle for longer than idle_ms (called from a timer). */
 int rt_srv_expire_sessions(rt_srv *s, uint64_t idle_ms);
+/* Answer uploads that received nothing for cfg.upload_stall_ms (their
+ * reservations go with them) and compiles past cfg.compile_timeout_ms
+ * with DEADLINE_EXCEEDED. The completion-queue threads call it a few times
+ * per second. Returns how many calls it ended. */
+int rt_srv_tick(rt_srv *s);
 void rt_srv_cancel_all(rt_srv *s);
 int rt_srv_live_calls(rt_srv *s);
 void rt_srv_destroy(rt_srv *s); /* NULL is a no-op */

@@ -6,8 +6,9 @@
  * method's handler on the completion-queue thread. A handler either fills
  * c->resp itself (cheap, no device: Ping, CreateSession, ...) or validates,
  * takes references (session, program, datasets) and sets c->work. The core
- * then runs work inline on the cq thread when the device mutex is free and
- * the estimate is small, or queues it for the device's executor thread.
+ * then runs work inline on the cq thread when the device is free and the
+ * estimate is small, or queues it for the executor pool (or the compile
+ * pool); long work shares the device in time slices (rt_call_yield).
  */
 #ifndef RTRAIN_SRV_IMPL_H
 #define RTRAIN_SRV_IMPL_H
@@ -130,9 +131,28 @@ struct rt_call {
     /* Routing: set by the handler when the call needs the executor. */
     int (*work)(rt_call *c);
     int needs_device;
+    int compile_pool;             /* work runs on the compile pool */
     uint64_t est_ns;
     uint64_t enq_ns;
     rt_call *next_job;
+    rt_call *next_run;            /* the executor's running list */
+    char key[64];                 /* device lane (rt_call_sched_key) */
+    char xkey[64];                /* executor order: the session (exec_key) */
+    int holds_device;             /* the work holds the device on a pool thread */
+    uint64_t started_ns;          /* atomic: compile work began (0 = queued) */
+    int compile_running;          /* in the compile pool's running list */
+    int final_claimed;            /* atomic: a status is going out (finish or
+                                     rt_srv_tick's compile budget) */
+    rt__tag budget_tag;           /* rt_srv_tick's DEADLINE_EXCEEDED batch */
+    grpc_slice budget_details;
+
+    /* Upload in flight: the server-wide reservation (rt_srv_upload_*). */
+    rt_call *up_next;
+    uint64_t up_bytes;
+    uint64_t up_last_ns;          /* atomic: the last chunk arrived */
+    int up_registered;
+    int up_waiting;               /* under out_mu: a RECV_MESSAGE is pending */
+    int up_stalled;               /* under out_mu: rt_srv_tick answered it */
 
     /* References a handler took for its work; released at the end. */
     rt_session *sess;
@@ -141,10 +161,13 @@ struct rt_call {
     rt_dataset *val_ds;
     void *st;                     /* method state (upload, fit) */
     void (*st_free)(void *st);
+    void (*st_done)(void *st);    /* before the status: give back quotas */
 
     /* Server stream: outbound queue, one SEND_MESSAGE in flight. */
     pthread_mutex_t out_mu;
     rt__out *out_head, *out_tail;
+    pthread_cond_t out_cv;        /* the queue shrank, or the call ended */
+    int n_out;                    /* messages queued (not counting the one sending) */
     int send_in_flight;
     int final_pending;
     int final_started;
@@ -171,14 +194,40 @@ struct rt_srv {
     rt_auth *auth;
     uint64_t quota[RT_Q__COUNT];  /* defaults in force */
 
-    pthread_mutex_t dev_mu;       /* the device: one job at a time */
+    /* The device: one job at a time, handed round-robin between keys
+     * (lanes, in the order they were last served) at step boundaries. */
+    pthread_mutex_t dev_mu;
+    int dev_held;
+    uint64_t dev_since;           /* atomic: the holder's slice began */
+    int dev_waiting;              /* atomic: waiters in all lanes */
+    int dev_short_waiting;        /* atomic: of those, jobs under a quantum */
+    struct rt__lane *lanes;
+    int n_lanes, cap_lanes;
+
+    /* Device jobs: a pool of executor threads, one job per key at a time
+     * so one client's queue cannot take every thread. */
     pthread_mutex_t q_mu;
     pthread_cond_t q_cv;
     rt_call *q_head, *q_tail;
+    int q_len;
+    rt_call *running;
     int q_stop;
     int q_pending;                /* atomic: queued or running on the executor */
-    pthread_t exec_thread;
-    int exec_started;
+    pthread_t *exec_threads;
+    int n_exec, cap_exec, idle_exec;
+
+    /* The compile pool: its own threads and queue. */
+    pthread_cond_t cq_cv;         /* under q_mu */
+    rt_call *c_head, *c_tail, *c_running;
+    pthread_t *compile_threads;
+    int n_compile;
+
+    /* Uploads in flight (rt_srv_upload_reserve). */
+    pthread_mutex_t up_mu;
+    rt_call *uploads;
+    int n_uploads;
+    uint64_t upload_bytes;
+    uint64_t last_tick_ns;        /* atomic: rt_srv_tick last ran */
 
     int live;                     /* atomic: matched calls not yet freed */
     int stopping;                 /* atomic */
@@ -209,6 +258,26 @@ int rt_call_fail(rt_call *c, int code, const char *fmt, ...)
  * it has not been sent yet. Returns 0 or RT_ECANCELLED/RT_ENOMEM. */
 int rt_call_stream_send(rt_call *c, const ProtobufCMessage *msg,
                         int coalesce, int with_timings);
+/* The scheduling key of a call: who the device is shared between. Its
+ * principal when a tokens file names several; single-user, its session
+ * (or the peer address for a call without one). */
+const char *rt_call_sched_key(rt_call *c);
+/* Called by long work at step boundaries: once the call has held the
+ * device for a slice and another key waits, hand the device over and
+ * wait for the next turn (round-robin). Returns 1 if it yielded. */
+int rt_call_yield(rt_call *c);
+/* Take/drop the device from work running on the compile pool. */
+void rt_call_device_lock(rt_call *c);
+void rt_call_device_unlock(rt_call *c);
+
+/* Uploads in flight: the first reserve (at arrival, 0 bytes) takes one of
+ * --max-uploads; the header adds its declared size. Fails with RT_ETOOBIG
+ * naming the limit. touch() on each chunk (the stall clock); release()
+ * once the bytes are parsed or the call ends. */
+int rt_srv_upload_reserve(rt_call *c, uint64_t bytes);
+void rt_srv_upload_touch(rt_call *c);
+void rt_srv_upload_release(rt_call *c);
+
 /* The client cancelled (or its deadline passed) or the daemon is cancelling
  * calls. Work checks this at step boundaries. For unary calls it is only
  * observed once the call went to the executor. */

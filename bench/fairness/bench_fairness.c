@@ -1,0 +1,533 @@
+/*
+ * bench_fairness - how much a well-behaved client's K=1 RunSteps suffers
+ * while another client abuses the daemon.
+ *
+ *     bench_fairness path/to/rtraind [--samples N] [--reps R] [--slice-ms S]
+ *                    [--upload-gib G] [--layers L] [--conns C]
+ *
+ * One rtraind on 127.0.0.1. The well-behaved client (its own session, an
+ * iris MLP) times N sequential K=1 RunSteps: alone, then while another
+ * session runs each of
+ *   - a 10^7-step Fit (10^3 epochs of 10^4 steps, read as it streams);
+ *   - a G GiB upload, streamed from zeros in 1 MiB chunks (never held in
+ *     memory; it ends with a wrong checksum so the daemon does not parse
+ *     G GiB of features); samples are taken until the upload has sent all
+ *     of it;
+ *   - C half-open TCP connections (connect, never send a byte);
+ *   - an L-layer Keras Sequential compile (last: the engine cannot be
+ *     interrupted, so the daemon is killed after it).
+ * Each scenario runs R times (the compile once); the table shows medians
+ * over the runs of p50 and p99, the ratio to the solo p99 measured in the
+ * same run, and the target: p99 <= 3 x solo p99 + one slice.
+ */
+#define RT_BENCH_NAME "bench_fairness"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+
+#include "../bench_util.h"
+#include "itest.h"
+
+static struct {
+    int samples, reps, slice_ms, conns, layers;
+    double upload_gib;
+} O = {1000, 3, 20, 1000, 20000, 4.0};
+
+static itest_daemon D;
+static char W_sid[64], W_pid[64], A_sid[64], A_pid[64], IRIS[64];
+
+/* --------------------------------------------------------- the client */
+static int pct_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct lat {
+    double p50, p99;
+    int n, errors;
+} lat;
+
+/* K=1 RunSteps until at least min samples were taken and *until_done
+ * (if not NULL) is set. Microseconds. */
+static lat measure(itest_conn *c, int min, const int *until_done)
+{
+    int cap = min * 4, n = 0, errors = 0;
+    double *v = malloc(sizeof *v * (size_t)cap);
+    Rtrain__V1__RunStepsRequest q = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
+    q.session_id = W_sid;
+    q.program_id = W_pid;
+    q.dataset_id = IRIS;
+    q.steps = 1;
+    while (n < min || (until_done && !__atomic_load_n(until_done, __ATOMIC_ACQUIRE))) {
+        itest_res r;
+        double t0 = now_s();
+        int st = itest_unary(c, "RunSteps", &q.base, NULL, NULL, &r);
+        double us = (now_s() - t0) * 1e6;
+        itest_res_free(&r);
+        if (st) {
+            errors++;
+            continue;
+        }
+        if (n == cap) {
+            cap *= 2;
+            v = realloc(v, sizeof *v * (size_t)cap);
+        }
+        v[n++] = us;
+    }
+    qsort(v, (size_t)n, sizeof *v, pct_cmp);
+    lat l = {v[n / 2], v[(int)((n - 1) * 0.99)], n, errors};
+    free(v);
+    return l;
+}
+
+/* ------------------------------------------------------------ loads */
+typedef struct load {
+    pthread_t th;
+    int stop;      /* atomic: asked to stop */
+    int active;    /* atomic: the load is running */
+    int done;      /* atomic: the load finished */
+    int status;
+    char details[256];
+    double seconds;
+} load;
+
+static int fit_msg(void *ud, const uint8_t *d, size_t n)
+{
+    (void)d;
+    (void)n;
+    load *l = ud;
+    __atomic_store_n(&l->active, 1, __ATOMIC_RELEASE);
+    return __atomic_load_n(&l->stop, __ATOMIC_ACQUIRE);
+}
+
+static void *fit_main(void *arg)
+{
+    load *l = arg;
+    itest_conn *c = itest_connect(D.addr);
+    Rtrain__V1__FitRequest q = RTRAIN__V1__FIT_REQUEST__INIT;
+    q.session_id = A_sid;
+    q.program_id = A_pid;
+    q.dataset_id = IRIS;
+    /* 10^3 epochs x 10^4 steps = 10^7, the per-call cap. Long epochs: the
+     * Fit is paced by the device, not by how fast this thread reads. */
+    q.epochs = 1000;
+    q.steps_per_epoch = 10000;
+    q.progress_every = 1000;
+    itest_res r;
+    double t0 = now_s();
+    l->status = itest_server_stream(c, "Fit", &q.base, fit_msg, l, &r);
+    l->seconds = now_s() - t0;
+    snprintf(l->details, sizeof l->details, "%.200s", r.details);
+    itest_res_free(&r);
+    itest_disconnect(c);
+    __atomic_store_n(&l->done, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&l->active, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static grpc_byte_buffer *pack_bb(const ProtobufCMessage *m)
+{
+    size_t len = protobuf_c_message_get_packed_size(m);
+    grpc_slice s = grpc_slice_malloc(len);
+    protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(s));
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    return bb;
+}
+
+static int pluck_ok(grpc_completion_queue *cq, void *tag)
+{
+    grpc_event ev = grpc_completion_queue_pluck(
+        cq, tag, gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_seconds(600, GPR_TIMESPAN)),
+        NULL);
+    return ev.type == GRPC_OP_COMPLETE && ev.success;
+}
+
+/* A G GiB RAW upload streamed from one zero chunk. */
+static void *upload_main(void *arg)
+{
+    load *l = arg;
+    grpc_channel_credentials *cr = grpc_insecure_credentials_create();
+    grpc_channel *ch = grpc_channel_create(D.addr, cr, NULL);
+    grpc_channel_credentials_release(cr);
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+    grpc_slice m = grpc_slice_from_static_string("/rtrain.v1.Trainer/UploadDataset");
+    grpc_call *call = grpc_channel_create_call(
+        ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, m, NULL,
+        gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_seconds(600, GPR_TIMESPAN)), NULL);
+    uint64_t total = (uint64_t)(O.upload_gib * (double)(1ull << 30));
+    grpc_metadata_array imd, tmd;
+    grpc_metadata_array_init(&imd);
+    grpc_metadata_array_init(&tmd);
+    grpc_status_code status = GRPC_STATUS_UNKNOWN;
+    grpc_slice details = grpc_empty_slice();
+    grpc_op ops[3];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[0].data.recv_status_on_client.trailing_metadata = &tmd;
+    ops[0].data.recv_status_on_client.status = &status;
+    ops[0].data.recv_status_on_client.status_details = &details;
+    grpc_call_start_batch(call, ops, 1, (void *)1, NULL);
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[1].data.recv_initial_metadata.recv_initial_metadata = &imd;
+    grpc_call_start_batch(call, ops, 2, (void *)2, NULL);
+
+    Rtrain__V1__DataPart part = RTRAIN__V1__DATA_PART__INIT;
+    part.role = RTRAIN__V1__DATA_ROLE__ROLE_FEATURES;
+    part.format = RTRAIN__V1__DATA_FORMAT__FORMAT_RAW;
+    part.dtype = RTRAIN__V1__DTYPE__U8;
+    part.length = total;
+    int64_t shape[1] = {(int64_t)total};
+    part.shape = shape;
+    part.n_shape = 1;
+    Rtrain__V1__DataPart *pp[1] = {&part};
+    Rtrain__V1__DatasetHeader h = RTRAIN__V1__DATASET_HEADER__INIT;
+    h.session_id = A_sid;
+    h.name = "bench-upload";
+    h.parts = pp;
+    h.n_parts = 1;
+    h.total_bytes = total;
+    static uint8_t zero[1 << 20];
+    double t0 = now_s();
+    uint64_t sent = 0;
+    int ok = 1;
+    while (ok && sent < total && !__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE)) {
+        Rtrain__V1__UploadChunk c = RTRAIN__V1__UPLOAD_CHUNK__INIT;
+        if (sent == 0)
+            c.header = &h;
+        size_t n = total - sent < sizeof zero ? (size_t)(total - sent) : sizeof zero;
+        c.offset = sent;
+        c.data.data = zero;
+        c.data.len = n;
+        c.last = sent + n == total;
+        c.checksum = 1; /* wrong on purpose: no 4 GiB parse at the end */
+        grpc_byte_buffer *bb = pack_bb(&c.base);
+        memset(ops, 0, sizeof ops);
+        ops[0].op = GRPC_OP_SEND_MESSAGE;
+        ops[0].data.send_message.send_message = bb;
+        grpc_call_start_batch(call, ops, 1, (void *)3, NULL);
+        ok = pluck_ok(cq, (void *)3);
+        grpc_byte_buffer_destroy(bb);
+        sent += n;
+        if (sent >= (64u << 20))
+            __atomic_store_n(&l->active, 1, __ATOMIC_RELEASE);
+    }
+    if (sent < total)
+        grpc_call_cancel(call, NULL);
+    else {
+        memset(ops, 0, sizeof ops);
+        ops[0].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+        grpc_call_start_batch(call, ops, 1, (void *)4, NULL);
+        pluck_ok(cq, (void *)4);
+    }
+    pluck_ok(cq, (void *)2);
+    grpc_completion_queue_pluck(cq, (void *)1, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    l->seconds = now_s() - t0;
+    l->status = (int)status;
+    snprintf(l->details, sizeof l->details, "%.*s (%.2f GiB sent)", (int)GRPC_SLICE_LENGTH(details),
+             (const char *)GRPC_SLICE_START_PTR(details), (double)sent / (double)(1ull << 30));
+    grpc_slice_unref(details);
+    grpc_metadata_array_destroy(&imd);
+    grpc_metadata_array_destroy(&tmd);
+    grpc_call_unref(call);
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN)
+        ;
+    grpc_completion_queue_destroy(cq);
+    grpc_channel_destroy(ch);
+    __atomic_store_n(&l->done, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&l->active, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* A Keras Sequential: Input(4), L x Dense(4, relu), Dense(3, softmax). */
+static char *deep_keras(int layers)
+{
+    size_t cap = (size_t)layers * 128 + 1024, o = 0;
+    char *j = malloc(cap);
+    o += (size_t)snprintf(j + o, cap - o,
+                          "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"deep\", "
+                          "\"layers\": [{\"class_name\": \"InputLayer\", \"config\": "
+                          "{\"batch_input_shape\": [null, 4], \"name\": \"x\"}}");
+    for (int i = 0; i < layers; i++)
+        o += (size_t)snprintf(j + o, cap - o,
+                              ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d%d\", "
+                              "\"units\": 4, \"activation\": \"relu\"}}",
+                              i);
+    snprintf(j + o, cap - o,
+             ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"out\", \"units\": 3, "
+             "\"activation\": \"softmax\"}}]}}");
+    return j;
+}
+
+static void iris_config(Rtrain__V1__TrainConfig *c, uint64_t seed)
+{
+    Rtrain__V1__TrainConfig ci = RTRAIN__V1__TRAIN_CONFIG__INIT;
+    *c = ci;
+    c->loss = "sparse_categorical_crossentropy";
+    c->optimizer = "adam";
+    c->learning_rate = 0.01f;
+    c->batch_size = 16;
+    c->seed = seed;
+}
+
+static void *compile_main(void *arg)
+{
+    load *l = arg;
+    itest_conn *c = itest_connect(D.addr);
+    char *json = deep_keras(O.layers);
+    Rtrain__V1__TrainConfig cfg;
+    iris_config(&cfg, 99);
+    Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+    q.session_id = A_sid;
+    q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON;
+    q.keras_json = json;
+    q.config = &cfg;
+    itest_res r;
+    __atomic_store_n(&l->active, 1, __ATOMIC_RELEASE);
+    double t0 = now_s();
+    l->status = itest_unary(c, "Compile", &q.base, NULL, NULL, &r);
+    l->seconds = now_s() - t0;
+    snprintf(l->details, sizeof l->details, "%.200s", r.details);
+    itest_res_free(&r);
+    free(json);
+    itest_disconnect(c);
+    __atomic_store_n(&l->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static int *open_conns(int n)
+{
+    int *fds = malloc(sizeof *fds * (size_t)n);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)D.port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < n; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&sa, sizeof sa) < 0)
+            die("connect", "a half-open connection failed (file descriptors?)");
+    }
+    return fds;
+}
+
+/* ------------------------------------------------------------- setup */
+static void must(int st, itest_res *r, const char *what)
+{
+    if (st)
+        die(what, r->details);
+    itest_res_free(r);
+}
+
+static void compile_iris(itest_conn *c, const char *sid, char *pid)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/iris_sequential_keras2.json", itest_data_dir());
+    size_t len;
+    char *json = (char *)itest_read_file(path, &len);
+    if (!json)
+        die("read", path);
+    Rtrain__V1__TrainConfig cfg;
+    iris_config(&cfg, 7);
+    Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+    q.session_id = (char *)sid;
+    q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON;
+    q.keras_json = json;
+    q.config = &cfg;
+    Rtrain__V1__CompileResponse *p = NULL;
+    itest_res r;
+    int st = itest_unary(c, "Compile", &q.base, &rtrain__v1__compile_response__descriptor,
+                         (ProtobufCMessage **)&p, &r);
+    must(st, &r, "compile");
+    snprintf(pid, 64, "%s", p->program_id);
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+    free(json);
+}
+
+typedef struct row {
+    const char *name;
+    double p50[16], p99[16], solo99[16];
+    int runs, samples, errors;
+    char note[200];
+} row;
+
+static double med(double *v, int n) { return median(v, n); }
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench_fairness path/to/rtraind [--samples N] [--reps R] "
+                        "[--slice-ms S] [--upload-gib G] [--layers L] [--conns C]\n");
+        return 2;
+    }
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--samples")) O.samples = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--reps")) O.reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--slice-ms")) O.slice_ms = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--upload-gib")) O.upload_gib = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--layers")) O.layers = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--conns")) O.conns = atoi(argv[i + 1]);
+        else die("usage", argv[i]);
+    }
+    if (O.reps > 16)
+        O.reps = 16;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    char slice[16], maxdata[32];
+    snprintf(slice, sizeof slice, "%d", O.slice_ms);
+    snprintf(maxdata, sizeof maxdata, "%llu",
+             (unsigned long long)(O.upload_gib * (double)(1ull << 30)) + (1u << 20));
+    const char *extra[] = {"--slice-ms", slice, "--max-dataset-bytes", maxdata, NULL};
+    if (itest_daemon_start(&D, argv[1], extra) < 0)
+        die("daemon", "did not start");
+    itest_conn *c = itest_connect(D.addr);
+    if (itest_session(c, "well-behaved", W_sid) || itest_session(c, "abuser", A_sid))
+        die("session", "CreateSession failed");
+    compile_iris(c, W_sid, W_pid);
+    compile_iris(c, A_sid, A_pid);
+    char path[512];
+    snprintf(path, sizeof path, "%s/iris.csv", itest_data_dir());
+    size_t len;
+    uint8_t *csv = itest_read_file(path, &len);
+    Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
+    p.role = RTRAIN__V1__DATA_ROLE__ROLE_BOTH;
+    p.format = RTRAIN__V1__DATA_FORMAT__FORMAT_CSV;
+    p.length = len;
+    p.label_column = -1;
+    p.csv_header = 1;
+    Rtrain__V1__DataPart *pp[1] = {&p};
+    itest_res r;
+    must(itest_upload(c, W_sid, pp, 1, csv, len, 1 << 16, IRIS, &r), &r, "upload iris");
+    free(csv);
+    measure(c, 200, NULL); /* warm */
+
+    enum { SOLO, FIT, UPLOAD, CONNS, COMPILE, NROWS };
+    row rows[NROWS];
+    memset(rows, 0, sizeof rows);
+    rows[SOLO].name = "solo";
+    rows[FIT].name = "10^7-step Fit";
+    rows[UPLOAD].name = "upload";
+    rows[CONNS].name = "half-open conns";
+    rows[COMPILE].name = "deep compile";
+    for (int rep = 0; rep < O.reps; rep++) {
+        lat solo = measure(c, O.samples, NULL);
+        row *s = &rows[SOLO];
+        s->p50[s->runs] = solo.p50;
+        s->p99[s->runs] = solo.p99;
+        s->solo99[s->runs++] = solo.p99;
+        s->samples += solo.n;
+        s->errors += solo.errors;
+
+        load fit;
+        memset(&fit, 0, sizeof fit);
+        pthread_create(&fit.th, NULL, fit_main, &fit);
+        while (!__atomic_load_n(&fit.active, __ATOMIC_ACQUIRE))
+            usleep(1000);
+        lat l = measure(c, O.samples, NULL);
+        int still = !__atomic_load_n(&fit.done, __ATOMIC_ACQUIRE);
+        __atomic_store_n(&fit.stop, 1, __ATOMIC_RELEASE);
+        pthread_join(fit.th, NULL);
+        row *f = &rows[FIT];
+        f->p50[f->runs] = l.p50;
+        f->p99[f->runs] = l.p99;
+        f->solo99[f->runs++] = solo.p99;
+        f->samples += l.n;
+        f->errors += l.errors + !still;
+        snprintf(f->note, sizeof f->note, "Fit still running at the end: %s", still ? "yes" : "NO");
+
+        load up;
+        memset(&up, 0, sizeof up);
+        pthread_create(&up.th, NULL, upload_main, &up);
+        while (!__atomic_load_n(&up.active, __ATOMIC_ACQUIRE))
+            usleep(1000);
+        l = measure(c, O.samples, &up.done);
+        pthread_join(up.th, NULL);
+        row *u = &rows[UPLOAD];
+        u->p50[u->runs] = l.p50;
+        u->p99[u->runs] = l.p99;
+        u->solo99[u->runs++] = solo.p99;
+        u->samples += l.n;
+        u->errors += l.errors;
+        snprintf(u->note, sizeof u->note, "%.2f GiB in %.1f s; ended %d: %.80s", O.upload_gib,
+                 up.seconds, up.status, up.details);
+
+        int *fds = open_conns(O.conns);
+        l = measure(c, O.samples, NULL);
+        for (int i = 0; i < O.conns; i++)
+            close(fds[i]);
+        free(fds);
+        row *h = &rows[CONNS];
+        h->p50[h->runs] = l.p50;
+        h->p99[h->runs] = l.p99;
+        h->solo99[h->runs++] = solo.p99;
+        h->samples += l.n;
+        h->errors += l.errors;
+        snprintf(h->note, sizeof h->note, "%d connections held open", O.conns);
+    }
+    /* The compile, once, last. */
+    {
+        lat solo = measure(c, O.samples, NULL);
+        load cl;
+        memset(&cl, 0, sizeof cl);
+        pthread_create(&cl.th, NULL, compile_main, &cl);
+        while (!__atomic_load_n(&cl.active, __ATOMIC_ACQUIRE))
+            usleep(1000);
+        usleep(200000); /* the JSON has arrived and the import started */
+        int before = !__atomic_load_n(&cl.done, __ATOMIC_ACQUIRE);
+        lat l = measure(c, O.samples, NULL);
+        int still = !__atomic_load_n(&cl.done, __ATOMIC_ACQUIRE);
+        row *k = &rows[COMPILE];
+        k->p50[0] = l.p50;
+        k->p99[0] = l.p99;
+        k->solo99[0] = solo.p99;
+        k->runs = 1;
+        k->samples = l.n;
+        k->errors = l.errors;
+        if (still) {
+            snprintf(k->note, sizeof k->note, "%d layers; still compiling after the samples", O.layers);
+        } else {
+            pthread_join(cl.th, NULL);
+            snprintf(k->note, sizeof k->note, "%d layers; compile %s in %.1f s (%d %.60s)%s", O.layers,
+                     cl.status ? "failed" : "done", cl.seconds, cl.status, cl.details,
+                     before ? "" : " before sampling");
+        }
+    }
+
+    printf("\nK=1 RunSteps of a well-behaved client while another session runs a load\n");
+    printf("(us; medians over %d run(s); target: p99 <= 3 x solo p99 + %d ms slice)\n\n",
+           O.reps, O.slice_ms);
+    printf("| load | samples | p50 us | p99 us | p99 / solo p99 | target us | within | note |\n");
+    printf("| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |\n");
+    for (int i = 0; i < NROWS; i++) {
+        row *w = &rows[i];
+        double p50 = med(w->p50, w->runs), p99 = med(w->p99, w->runs),
+               s99 = med(w->solo99, w->runs);
+        double target = 3 * s99 + O.slice_ms * 1000.0;
+        printf("| %s | %d | %.0f | %.0f | %.2f | %.0f | %s | %s%s |\n", w->name, w->samples, p50,
+               p99, p99 / s99, target, p99 <= target ? "yes" : "NO", w->note,
+               w->errors ? " (errors!)" : "");
+    }
+    itest_disconnect(c);
+    /* A deep compile may still run in the engine, which cannot stop it. */
+    itest_daemon_stop(&D, SIGKILL);
+    return 0;
+}
