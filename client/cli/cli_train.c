@@ -194,6 +194,12 @@ static int setup(rt_client *c, const cli_opts *o, const char *what, char *sid,
     free(json);
     if (rc < 0)
         return cli_fail(c, "Compile", rc);
+    if (o->timings && prog->n_passes) {
+        printf("compile passes (us)%s:", prog->cache_hit ? ", the original compile's" : "");
+        for (int i = 0; i < prog->n_passes; i++)
+            printf(" %s %.1f", prog->pass_name[i], prog->pass_ns[i] / 1e3);
+        printf("\n");
+    }
     return 0;
 }
 

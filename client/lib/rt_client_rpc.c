@@ -278,6 +278,12 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m,
         out->compile_ns = rep->compile_ns;
         out->cache_hit = rep->cache_hit || (r->timings && r->timings->cache_hit);
         out->kernels = rep->kernels;
+        out->n_passes = 0;
+        for (size_t i = 0; i < rep->n_passes && i < RT_CLIENT_MAX_PASSES; i++) {
+            snprintf(out->pass_name[i], sizeof out->pass_name[i], "%s", rep->passes[i]->name);
+            out->pass_ns[i] = rep->passes[i]->ns;
+            out->n_passes++;
+        }
         rc = rt__shape_from_pb(c, "input shape", rep->n_input_shape,
                                rep->input_shape, &out->input_ndim, out->input_shape);
         if (rc == 0)

@@ -354,6 +354,8 @@ typedef struct rt_client_param_info {
     int trainable;
 } rt_client_param_info;
 
+#define RT_CLIENT_MAX_PASSES 16
+
 typedef struct rt_client_compile_result {
     char program_id[RT_ID_MAX];
     uint64_t param_count, trainable_param_count, flops_per_step;
@@ -364,6 +366,12 @@ typedef struct rt_client_compile_result {
     int64_t input_shape[RT_CLIENT_MAX_DIMS], output_shape[RT_CLIENT_MAX_DIMS];
     rt_client_param_info *params;
     size_t n_params;
+    /* The compile's passes in the order they ran (validate, infer_shapes,
+     * fuse, backward, choose_kernels, plan_memory, report) with their
+     * times; a cache hit reports the original compile's. */
+    int n_passes;
+    char pass_name[RT_CLIENT_MAX_PASSES][24];
+    uint64_t pass_ns[RT_CLIENT_MAX_PASSES];
 } rt_client_compile_result;
 
 int rt_client_compile(rt_client *c, const char *session, const rt_model *m,

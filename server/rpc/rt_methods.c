@@ -631,6 +631,17 @@ static int compile_work(rt_call *c)
     cr->compile_ns = rep->compile_ns;
     cr->cache_hit = hit;
     cr->kernels = rep->n_kernels;
+    cr->passes = rt_call_alloc(c, sizeof *cr->passes * RT_COMPILE_PASSES);
+    if (!cr->passes)
+        return OOM(c);
+    for (int i = 0; i < RT_COMPILE_PASSES; i++) {
+        Rtrain__V1__CompilePass *ps = NEW(c, Rtrain__V1__CompilePass, RTRAIN__V1__COMPILE_PASS__INIT);
+        if (!ps)
+            return OOM(c);
+        ps->name = (char *)rt_compile_pass_name(i);
+        ps->ns = rep->pass_ns[i];
+        cr->passes[cr->n_passes++] = ps;
+    }
     int np = rt_plan_n_params(st->plan);
     cr->params = rt_call_alloc(c, sizeof *cr->params * (size_t)(np > 0 ? np : 1));
     if (!cr->params || !r->program_id)

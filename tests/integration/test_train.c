@@ -300,6 +300,18 @@ static void test_compile_graph_and_cache(void)
         CHECK(ra->n_input_shape == 1 && ra->input_shape[0] == 4, "input shape");
         CHECK(ra->n_output_shape == 1 && ra->output_shape[0] == 3, "output shape");
         CHECK(ra->flops_per_step > 0 && ra->compile_ns > 0, "report figures");
+        /* The compile's named passes, in order, each timed, within the whole. */
+        static const char *const passes[] = {"validate", "infer_shapes", "fuse", "backward",
+                                             "choose_kernels", "plan_memory", "report"};
+        uint64_t pass_sum = 0;
+        CHECK(ra->n_passes == 7, "compile report lists 7 passes, got %zu", ra->n_passes);
+        for (size_t i = 0; i < ra->n_passes && i < 7; i++) {
+            CHECK(strcmp(ra->passes[i]->name, passes[i]) == 0, "pass %zu is %s", i,
+                  ra->passes[i]->name);
+            pass_sum += ra->passes[i]->ns;
+        }
+        CHECK(pass_sum > 0 && pass_sum <= ra->compile_ns, "passes %llu ns within compile %llu ns",
+              (unsigned long long)pass_sum, (unsigned long long)ra->compile_ns);
         /* B's program compiled the same graph first: A's is already a hit. */
         CHECK(rb->cache_hit && b->timings->cache_hit, "second compile is a cache hit");
         CHECK(rb->compile_ns == ra->compile_ns, "the report keeps the original compile time");

@@ -476,6 +476,10 @@ def test_timings_of_every_call(client, iris):
     model.predict(xte)
     assert model.last_timings["method"] == "Predict"
     assert model.report["param_count"] == 4 * 32 + 32 + 32 * 3 + 3
+    names = [n for n, _ in model.report["passes"]]
+    assert names == ["validate", "infer_shapes", "fuse", "backward", "choose_kernels",
+                     "plan_memory", "report"]
+    assert 0 < sum(ns for _, ns in model.report["passes"]) <= model.report["compile_ns"]
 
 
 # ------------------------------------------------------------ model specs

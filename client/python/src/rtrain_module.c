@@ -1067,8 +1067,22 @@ static PyObject *rt_py__report(const rt_client_compile_result *r)
         }
         PyList_SET_ITEM(params, (Py_ssize_t)i, p);
     }
+    PyObject *passes = PyList_New(r->n_passes);
+    if (!passes) {
+        Py_DECREF(params);
+        return NULL;
+    }
+    for (int i = 0; i < r->n_passes; i++) {
+        PyObject *p = Py_BuildValue("(sK)", r->pass_name[i], (unsigned long long)r->pass_ns[i]);
+        if (!p) {
+            Py_DECREF(params);
+            Py_DECREF(passes);
+            return NULL;
+        }
+        PyList_SET_ITEM(passes, (Py_ssize_t)i, p);
+    }
     return Py_BuildValue(
-        "{s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:I,s:N,s:N,s:N}", "program_id",
+        "{s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:I,s:N,s:N,s:N,s:N}", "program_id",
         r->program_id, "param_count", (unsigned long long)r->param_count,
         "trainable_param_count", (unsigned long long)r->trainable_param_count,
         "flops_per_step", (unsigned long long)r->flops_per_step, "arena_bytes",
@@ -1078,7 +1092,7 @@ static PyObject *rt_py__report(const rt_client_compile_result *r)
         r->cache_hit ? Py_True : Py_False, "kernels", (unsigned)r->kernels,
         "input_shape", rt_py__shape_tuple(r->input_ndim, r->input_shape),
         "output_shape", rt_py__shape_tuple(r->output_ndim, r->output_shape),
-        "params", params);
+        "params", params, "passes", passes);
 }
 
 /* _compile(keras_json, options) -> Program */
