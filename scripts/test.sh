@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# Install what the tests need, build the plain and the sanitizer
-# configurations, and run the whole suite in both.
-#   scripts/test.sh            both configurations
-#   RT_TEST_CONFIGS=plain scripts/test.sh   only the plain one
+# Install what the tests need, build the configurations and run the suite:
+#   plain  the whole suite (build/)
+#   asan   the whole suite under AddressSanitizer + UBSan (build-asan/)
+#   tsan   the tests that run threads against each other under
+#          ThreadSanitizer: ctest labels integration (a real rtraind, its cq
+#          threads and executor, concurrent clients) and unit (build-tsan/).
+#          Every process writes its reports under build-tsan/tsan-logs/;
+#          any report fails the configuration, whatever the test's exit code
+#          (a daemon killed by its test would otherwise hide one).
+#   scripts/test.sh                          all three
+#   RT_TEST_CONFIGS=plain scripts/test.sh    only the plain one
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh --test
 
 jobs=${RT_JOBS:-2}
-configs=${RT_TEST_CONFIGS:-"plain asan"}
+configs=${RT_TEST_CONFIGS:-"plain asan tsan"}
 export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
@@ -18,17 +25,30 @@ for cfg in $configs; do
   case $cfg in
     plain) dir=build;      flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
     asan)  dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=Debug -DRT_SANITIZE=ON -DRT_PYTHON=OFF) ;;
+    tsan)  dir=build-tsan; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DRT_TSAN=ON -DRT_PYTHON=OFF) ;;
     *) echo "unknown configuration $cfg" >&2; exit 2 ;;
   esac
   echo "=== configuration: $cfg ($dir)"
   cmake -S . -B "$dir" "${flags[@]}" >/dev/null
   cmake --build "$dir" -j"$jobs"
   log=$(mktemp)
+  select=()
+  if [ "$cfg" = tsan ]; then
+    select=(-L 'integration|unit')
+    rm -rf "$dir/tsan-logs" && mkdir -p "$dir/tsan-logs"
+    export TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp:second_deadlock_stack=1:log_path=$PWD/$dir/tsan-logs/tsan"
+  fi
   set +e
-  ctest --test-dir "$dir" --output-on-failure -j"$jobs" --timeout 600 2>&1 | tee "$log"
+  ctest --test-dir "$dir" --output-on-failure -j"$jobs" --timeout 600 "${select[@]}" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   set -e
+  unset TSAN_OPTIONS
   [ "$rc" -eq 0 ] || status=1
+  if [ "$cfg" = tsan ] && [ -n "$(ls -A "$dir/tsan-logs")" ]; then
+    echo "=== ThreadSanitizer reports ($dir/tsan-logs):"
+    cat "$dir"/tsan-logs/*
+    status=1
+  fi
   line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -1 || true)
   if [ -n "$line" ]; then
     n=$(sed -E 's/.*out of ([0-9]+).*/\1/' <<<"$line")

@@ -194,6 +194,7 @@ static void request_call(rt_srv *s, int mi)
         RT_LOG(RT_LOG_ERROR, "out of memory posting a call for %s", m->path);
         return;
     }
+    RT_TAG_POST(&c->tag);
     grpc_call_error e = grpc_server_request_registered_call(
         s->server, s->reg[mi], &c->call, &c->deadline, &c->md,
         m->kind == RT_UNARY ? &c->payload : NULL, s->cq, s->cq, &c->tag);
@@ -208,7 +209,9 @@ static void request_call(rt_srv *s, int mi)
 static void start_batch(rt_call *c, const grpc_op *ops, size_t n, rt__tag *tag)
 {
     call_ref(c);
-    grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
+    grpc_call *call = c->call; /* c may be gone once the tag is posted */
+    RT_TAG_POST(tag);
+    grpc_call_error e = grpc_call_start_batch(call, ops, n, tag, NULL);
     if (e != GRPC_CALL_OK) {
         RT_LOG(RT_LOG_WARN, "%s: start_batch failed (%d)", c->m->path, (int)e);
         tag->fn(tag, 0);
@@ -660,6 +663,7 @@ static void request_generic(rt_srv *s)
     g->tag.fn = on_generic;
     grpc_call_details_init(&g->details);
     grpc_metadata_array_init(&g->md);
+    RT_TAG_POST(&g->tag);
     if (grpc_server_request_call(s->server, &g->call, &g->details, &g->md, s->cq,
                                  s->cq, &g->tag) != GRPC_CALL_OK) {
         grpc_call_details_destroy(&g->details);
@@ -693,7 +697,9 @@ static void on_generic(rt__tag *t, int ok)
         ops[1].data.send_status_from_server.status_details = &g->status;
         ops[2].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
         ops[2].data.recv_close_on_server.cancelled = &g->cancelled;
-        if (grpc_call_start_batch(g->call, ops, 3, &g->tag, NULL) == GRPC_CALL_OK)
+        grpc_call *call = g->call; /* g may be gone once the tag is posted */
+        RT_TAG_POST(&g->tag);
+        if (grpc_call_start_batch(call, ops, 3, &g->tag, NULL) == GRPC_CALL_OK)
             return;
     }
     if (g->matched)
@@ -721,6 +727,7 @@ static void *cq_main(void *arg)
             break;
         if (ev.type == GRPC_OP_COMPLETE) {
             rt__tag *t = ev.tag;
+            RT_TAG_DONE(t);
             t->fn(t, ev.success);
         }
     }
@@ -991,6 +998,7 @@ void rt_srv_stop(rt_srv *s)
 {
     if (__atomic_exchange_n(&s->stopping, 1, __ATOMIC_ACQ_REL))
         return;
+    RT_TAG_POST(&s->shutdown_tag);
     grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
 }
 
@@ -1049,6 +1057,7 @@ void rt_srv_destroy(rt_srv *s)
                 break;
             if (ev.type == GRPC_OP_COMPLETE) {
                 rt__tag *t = ev.tag;
+                RT_TAG_DONE(t);
                 t->fn(t, 0);
             }
         }

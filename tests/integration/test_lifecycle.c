@@ -18,7 +18,7 @@ typedef struct bg_call {
     int status;
     char details[600];
     uint64_t global_step;
-    volatile int started;
+    int started;      /* atomic: set by the call thread, polled by the test */
 } bg_call;
 
 /* Built once: workers in several threads share it read-only. */
@@ -99,7 +99,7 @@ static int prepare(itest_conn *c, bg_call *b)
 static int count_events(void *ud, const uint8_t *d, size_t n)
 {
     bg_call *b = ud;
-    b->started = 1;
+    __atomic_store_n(&b->started, 1, __ATOMIC_RELEASE);
     Rtrain__V1__FitEvent *e = rtrain__v1__fit_event__unpack(NULL, n, d);
     if (e && e->event_case == RTRAIN__V1__FIT_EVENT__EVENT_PROGRESS)
         b->global_step = e->progress->step;
@@ -134,7 +134,7 @@ static void *bg_main(void *arg)
         Rtrain__V1__PingRequest pq = RTRAIN__V1__PING_REQUEST__INIT;
         itest_unary(c, "Ping", &pq.base, NULL, NULL, &r);
         itest_res_free(&r);
-        b->started = 1;
+        __atomic_store_n(&b->started, 1, __ATOMIC_RELEASE);
         itest_unary(c, "RunSteps", &q.base, &rtrain__v1__run_steps_response__descriptor,
                     (ProtobufCMessage **)&p, &r);
         if (p) {
@@ -143,7 +143,7 @@ static void *bg_main(void *arg)
         }
     }
     b->status = r.status;
-    b->started = 1; /* also when the call failed before any event */
+    __atomic_store_n(&b->started, 1, __ATOMIC_RELEASE); /* also when the call failed before any event */
     snprintf(b->details, sizeof b->details, "%s", r.details);
     itest_res_free(&r);
     itest_disconnect(c);
@@ -185,7 +185,7 @@ static void test_sigterm_inflight(const char *rtraind)
         b.steps = 20000;
     pthread_t th;
     pthread_create(&th, NULL, bg_main, &b);
-    while (!b.started)
+    while (!__atomic_load_n(&b.started, __ATOMIC_ACQUIRE))
         usleep(1000);
     usleep(300000);
     kill(d.pid, SIGTERM);
@@ -219,7 +219,7 @@ static void test_grace_expiry(const char *rtraind)
     }
     pthread_t th;
     pthread_create(&th, NULL, bg_main, &b);
-    while (!b.started)
+    while (!__atomic_load_n(&b.started, __ATOMIC_ACQUIRE))
         usleep(1000);
     uint64_t t0 = itest_now_ns();
     kill(d.pid, SIGTERM);
