@@ -1,5 +1,5 @@
 /* rt_srv.c - gRPC core front end: cq threads, call state machines, the
- * device executor and the shutdown sequence (see notes/grpc-core.md). */
+ * device executor and the shutdown sequence (see docs/grpc-core.md). */
 #include "rt_srv_impl.h"
 
 #include <errno.h>

@@ -55,7 +55,7 @@ typedef enum rt_call_kind {
 
 typedef struct rt_call rt_call;
 
-/* One handler signature for every method (STYLE.md 8). For unary and
+/* One handler signature for every method (docs/style.md, 8). For unary and
  * server-streaming methods handle() runs once with c->req decoded; for the
  * client-streaming upload it runs per message, and end() when the client
  * half-closes. Return 0, or a negative code after rt_call_fail(). */
@@ -101,7 +101,7 @@ extern const rt_method *const rt_methods;
 extern const int rt_n_methods;
 
 /* A bump arena: the decoded request and the response of one call live in
- * it and go with one free (STYLE.md: protobuf-c with a per-request arena). */
+ * it and go with one free (docs/style.md, 6: protobuf-c with a per-request arena). */
 typedef struct rt__arena_blk {
     struct rt__arena_blk *next;
     size_t used, cap;
