@@ -10,7 +10,7 @@
  *     rt_data_part p[2] = {{.role = RT_ROLE_FEATURES, .format = RT_FMT_NPY, .length = n1},
  *                          {.role = RT_ROLE_LABELS,   .format = RT_FMT_NPY, .length = n2}};
  *     rt_dataset *ds; char err[256];
- *     if (rt_data_parse(p, 2, bytes, n1 + n2, max_bytes, &ds, err, sizeof err) < 0) ...
+ *     if (rt_data_parse(p, 2, &bytes, n1 + n2, max_bytes, 1, &ds, err, sizeof err) < 0) ...
  *     rt_data_key(content_hash, p, 2, key);          // content + how it is parsed
  *     rt_dataset_set_key(ds, key);                   // and a random id
  *     rt_dataset_set_owner(ds, who, ds->bytes);      // who reserved STORE_BYTES
@@ -111,20 +111,16 @@ typedef struct rt_dataset {
     int refs;
 } rt_dataset;
 
-/* Parse parts (back to back in buf, len = sum of lengths) into a new dataset
- * (refcount 1, key and id not set). max_bytes bounds what parsing may
- * allocate (gzip bombs). Returns 0 or RT_EDATA/RT_ENAN/RT_ETOOBIG/RT_ENOMEM
- * with a short message in err. */
-int rt_data_parse(const rt_data_part *parts, int n_parts, const uint8_t *buf,
-                  size_t len, uint64_t max_bytes, rt_dataset **out, char *err,
-                  size_t errlen);
-
-/* Like rt_data_parse, but with may_take the dataset may adopt *bufp (a
+/* Parse parts (back to back in *bufp, len = sum of lengths) into a new
+ * dataset (refcount 1, key and id not set). max_bytes bounds what parsing
+ * may allocate (gzip bombs). With may_take the dataset may adopt *bufp (a
  * malloc'ed buffer) for its f32 features instead of copying them; then
- * *bufp is set to NULL and the caller must not free it. */
-int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
-                       size_t len, uint64_t max_bytes, int may_take,
-                       rt_dataset **out, char *err, size_t errlen);
+ * *bufp is set to NULL and the caller must not free it. Without it *bufp is
+ * only read. Returns 0 or RT_EDATA/RT_ENAN/RT_ETOOBIG/RT_ENOMEM with a
+ * short message in err. */
+int rt_data_parse(const rt_data_part *parts, int n_parts, uint8_t **bufp,
+                  size_t len, uint64_t max_bytes, int may_take, rt_dataset **out,
+                  char *err, size_t errlen);
 
 /* With augmentation (ds->img set): all n samples of x into out (n * per
  * floats), each image augmented with values drawn from (seed, epoch,

@@ -815,7 +815,6 @@ static int h_upload_chunk(rt_call *c)
         XXH64_update(u->x64, q->data.data, q->data.len);
         XXH3_128bits_update(u->x3, q->data.data, q->data.len);
         u->received += q->data.len;
-        RT_OBS_ADD(bytes_uploaded, q->data.len);
     }
     if (q->last) {
         uint64_t sum = XXH64_digest(u->x64);
@@ -896,8 +895,8 @@ static int upload_work(rt_call *c)
     if (!kept) {
         rt_dataset *ds;
         char err[256];
-        int rc = rt_data_parse_take(u->parts, u->n_parts, &u->buf, u->total,
-                                    c->srv->cfg.max_dataset_bytes, 1, &ds, err, sizeof err);
+        int rc = rt_data_parse(u->parts, u->n_parts, &u->buf, u->total,
+                               c->srv->cfg.max_dataset_bytes, 1, &ds, err, sizeof err);
         if (rc < 0)
             return rt_call_fail(c, rc, "%s", err);
         if (u->buf)

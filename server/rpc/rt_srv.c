@@ -245,7 +245,6 @@ static void start_final(rt_call *c)
         c->final_details = grpc_slice_from_copied_string(c->errmsg);
         c->final_has_details = 1;
         ops[n].data.send_status_from_server.status_details = &c->final_details;
-        RT_OBS_ADD(errors, 1);
         char esc[300];
         RT_LOG(RT_LOG_DEBUG, "%s -> %s: %s", c->m->path, rt_err_name(c->err),
                rt_log_esc(c->errmsg, esc, sizeof esc));
@@ -423,7 +422,6 @@ static void enqueue(rt_call *c)
         post_close(c);
     c->enq_ns = rt_now_ns();
     c->next_job = NULL;
-    RT_OBS_ADD(executor_jobs, 1);
     __atomic_add_fetch(&s->q_pending, 1, __ATOMIC_ACQ_REL);
     pthread_mutex_lock(&s->q_mu);
     if (s->q_tail)
@@ -485,7 +483,6 @@ static void dispatch(rt_call *c)
                 pthread_mutex_unlock(&s->dev_mu);
         }
         if (mine) {
-            RT_OBS_ADD(inline_jobs, 1);
             run_work(c);
             if (c->needs_device)
                 pthread_mutex_unlock(&s->dev_mu);
@@ -576,7 +573,6 @@ static void on_arrival(rt__tag *t, int ok)
     uint64_t now = rt_now_ns();
     __atomic_add_fetch(&s->live, 1, __ATOMIC_ACQ_REL);
     __atomic_store_n(&c->refs, 1, __ATOMIC_RELAXED); /* the owner: dropped by finish() */
-    RT_OBS_ADD(calls, 1);
     if (!__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
         request_call(s, (int)(c->m - rt_methods));
     rt_obs_timing_begin(&c->tm, now);
