@@ -394,6 +394,76 @@ static void test_concurrent_clients(const char *rtraind)
     CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "exit code");
 }
 
+/* Two clients train one program at once: the handlers of one read the
+ * program's step-time estimate on a cq thread while the other's work,
+ * holding the device, updates it (the tsan configuration checks that this
+ * is synchronised), and every step of both is applied exactly once. */
+typedef struct shared_worker {
+    const char *addr;
+    const bg_call *b;
+    int errors;
+    uint64_t max_step;
+} shared_worker;
+
+static void *shared_worker_main(void *arg)
+{
+    shared_worker *w = arg;
+    itest_conn *c = itest_connect(w->addr);
+    for (int i = 1; i <= 30; i++) {
+        Rtrain__V1__RunStepsRequest q = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
+        q.session_id = (char *)w->b->sid;
+        q.program_id = (char *)w->b->pid;
+        q.dataset_id = (char *)w->b->did;
+        q.steps = i % 4 == 0 ? 300 : 3; /* executor and inline calls */
+        Rtrain__V1__RunStepsResponse *p = NULL;
+        itest_res r;
+        itest_unary(c, "RunSteps", &q.base, &rtrain__v1__run_steps_response__descriptor,
+                    (ProtobufCMessage **)&p, &r);
+        if (!p) {
+            w->errors++;
+        } else {
+            if (p->global_step > w->max_step)
+                w->max_step = p->global_step;
+            protobuf_c_message_free_unpacked(&p->base, NULL);
+        }
+        itest_res_free(&r);
+    }
+    itest_disconnect(c);
+    return NULL;
+}
+
+static void test_shared_program(const char *rtraind)
+{
+    itest_daemon d;
+    if (itest_daemon_start(&d, rtraind, NULL) < 0) {
+        CHECK(0, "daemon start");
+        return;
+    }
+    itest_conn *c = itest_connect(d.addr);
+    bg_call b;
+    memset(&b, 0, sizeof b);
+    int ok = prepare(c, &b) == 0;
+    itest_disconnect(c);
+    CHECK(ok, "prepare");
+    if (ok) {
+        shared_worker w[2];
+        pthread_t th[2];
+        for (int i = 0; i < 2; i++) {
+            w[i] = (shared_worker){.addr = d.addr, .b = &b};
+            pthread_create(&th[i], NULL, shared_worker_main, &w[i]);
+        }
+        for (int i = 0; i < 2; i++)
+            pthread_join(th[i], NULL);
+        /* Each worker: 7 calls of 300 steps and 23 of 3. */
+        uint64_t want = 2 * (7 * 300 + 23 * 3);
+        uint64_t got = w[0].max_step > w[1].max_step ? w[0].max_step : w[1].max_step;
+        CHECK(w[0].errors == 0 && w[1].errors == 0, "errors %d %d", w[0].errors, w[1].errors);
+        CHECK(got == want, "global step %llu, want %llu", (unsigned long long)got,
+              (unsigned long long)want);
+    }
+    CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "exit code");
+}
+
 /* --session-idle-s: an unused session is closed, a used one stays. */
 static void test_session_idle(const char *rtraind)
 {
@@ -491,6 +561,7 @@ int main(int argc, char **argv)
     RUN(test_grace_expiry, argv[1]);
     RUN(test_deadline_stops_work, argv[1]);
     RUN(test_concurrent_clients, argv[1]);
+    RUN(test_shared_program, argv[1]);
     RUN(test_session_idle, argv[1]);
     RUN(test_port_in_use, argv[1]);
     RUN(test_flags, argv[1]);
