@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "itest.h"
 
 typedef struct bg_call {
@@ -394,10 +396,14 @@ static void test_concurrent_clients(const char *rtraind)
     CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "exit code");
 }
 
-/* Two clients train one program at once: the handlers of one read the
- * program's step-time estimate on a cq thread while the other's work,
- * holding the device, updates it (the tsan configuration checks that this
- * is synchronised), and every step of both is applied exactly once. */
+/* Two clients train one program at once while a third looks the dataset
+ * up: the handlers of one read the program's step-time estimate on a cq
+ * thread while the other's work, holding the device, updates it, and
+ * FindDataset reads the dataset's byte count while the first step adds the
+ * converted labels to it. Every step of both is applied exactly once. The
+ * tsan configuration checks the step-time estimate here (with it read and
+ * written plainly it reports rt_methods.c step_estimate_ns); the byte
+ * count's race window is one label conversion, which a run may not hit. */
 typedef struct shared_worker {
     const char *addr;
     const bg_call *b;
@@ -432,6 +438,79 @@ static void *shared_worker_main(void *arg)
     return NULL;
 }
 
+/* 150 x 4 f32 features and 150 f32 labels; with the i32 copy a sparse
+ * loss makes, 150 x 4 more. */
+#define IRIS_BYTES (150 * 4 * 4 + 150 * 4)
+#define IRIS_BYTES_CONVERTED (IRIS_BYTES + 150 * 4)
+
+/* FindDataset for the iris CSV as prepare() uploaded it; 0 and its bytes
+ * if found. */
+static int find_iris(itest_conn *c, const bg_call *b, uint64_t *bytes)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/iris.csv", itest_data_dir());
+    size_t len;
+    uint8_t *csv = itest_read_file(path, &len);
+    if (!csv)
+        return -1;
+    XXH128_canonical_t h;
+    XXH128_canonicalFromHash(&h, XXH3_128bits(csv, len));
+    free(csv);
+    Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
+    p.role = RTRAIN__V1__DATA_ROLE__ROLE_BOTH;
+    p.format = RTRAIN__V1__DATA_FORMAT__FORMAT_CSV;
+    p.length = len;
+    p.label_column = -1;
+    p.csv_header = 1;
+    Rtrain__V1__DataPart *pp[1] = {&p};
+    Rtrain__V1__DatasetHeader hd = RTRAIN__V1__DATASET_HEADER__INIT;
+    hd.session_id = (char *)b->sid;
+    hd.parts = pp;
+    hd.n_parts = 1;
+    hd.total_bytes = len;
+    Rtrain__V1__FindDatasetRequest fq = RTRAIN__V1__FIND_DATASET_REQUEST__INIT;
+    fq.session_id = (char *)b->sid;
+    fq.content_hash.data = h.digest;
+    fq.content_hash.len = 16;
+    fq.header = &hd;
+    Rtrain__V1__FindDatasetResponse *f = NULL;
+    itest_res r;
+    itest_unary(c, "FindDataset", &fq.base, &rtrain__v1__find_dataset_response__descriptor,
+                (ProtobufCMessage **)&f, &r);
+    int rc = f && f->found && f->dataset ? 0 : -1;
+    if (!rc)
+        *bytes = f->dataset->bytes;
+    if (f)
+        protobuf_c_message_free_unpacked(&f->base, NULL);
+    itest_res_free(&r);
+    return rc;
+}
+
+/* FindDataset in a loop while others train on the dataset: the daemon
+ * reads its byte count on a cq thread while a program's first step adds
+ * the converted labels to it on another. */
+typedef struct finder {
+    const char *addr;
+    const bg_call *b;
+    int stop; /* atomic */
+    int calls, errors;
+} finder;
+
+static void *finder_main(void *arg)
+{
+    finder *f = arg;
+    itest_conn *c = itest_connect(f->addr);
+    while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) {
+        uint64_t bytes = 0;
+        f->calls++;
+        if (find_iris(c, f->b, &bytes) < 0 ||
+            (bytes != IRIS_BYTES && bytes != IRIS_BYTES_CONVERTED))
+            f->errors++;
+    }
+    itest_disconnect(c);
+    return NULL;
+}
+
 static void test_shared_program(const char *rtraind)
 {
     itest_daemon d;
@@ -447,19 +526,32 @@ static void test_shared_program(const char *rtraind)
     CHECK(ok, "prepare");
     if (ok) {
         shared_worker w[2];
-        pthread_t th[2];
+        pthread_t th[2], fth;
+        finder f = {.addr = d.addr, .b = &b};
+        pthread_create(&fth, NULL, finder_main, &f);
         for (int i = 0; i < 2; i++) {
             w[i] = (shared_worker){.addr = d.addr, .b = &b};
             pthread_create(&th[i], NULL, shared_worker_main, &w[i]);
         }
         for (int i = 0; i < 2; i++)
             pthread_join(th[i], NULL);
+        __atomic_store_n(&f.stop, 1, __ATOMIC_RELEASE);
+        pthread_join(fth, NULL);
         /* Each worker: 7 calls of 300 steps and 23 of 3. */
         uint64_t want = 2 * (7 * 300 + 23 * 3);
         uint64_t got = w[0].max_step > w[1].max_step ? w[0].max_step : w[1].max_step;
         CHECK(w[0].errors == 0 && w[1].errors == 0, "errors %d %d", w[0].errors, w[1].errors);
         CHECK(got == want, "global step %llu, want %llu", (unsigned long long)got,
               (unsigned long long)want);
+        /* The program converted the CSV's f32 labels to i32 on the device
+         * thread; FindDataset reports the bytes with the converted copy. */
+        c = itest_connect(d.addr);
+        uint64_t bytes = 0;
+        CHECK(find_iris(c, &b, &bytes) == 0 && bytes == IRIS_BYTES_CONVERTED,
+              "dataset bytes with converted labels: %llu", (unsigned long long)bytes);
+        itest_disconnect(c);
+        CHECK(f.errors == 0 && f.calls > 0, "FindDataset during training: %d errors in %d calls",
+              f.errors, f.calls);
     }
     CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "exit code");
 }
