@@ -146,7 +146,7 @@ static int on_event(const rt_client_fit_event *ev, void *u)
             l->last_val_loss = ev->epoch_end.val.loss;
         }
     } else if (ev->kind == RT_FIT_PROGRESS) {
-        l->progress++;
+        __atomic_add_fetch(&l->progress, 1, __ATOMIC_RELEASE); /* cancel_later polls it */
     }
     if (ev->done)
         l->done = 1;
@@ -240,12 +240,18 @@ static void *close_later(void *p)
 
 typedef struct canceller {
     rt_client *c;
+    const fit_log *log; /* cancel once this call has had a progress event */
+    int finished;       /* atomic: the call returned before any (a failure) */
 } canceller;
 
+/* Cancels mid-way without a timed guess: once the first progress event has
+ * come (however slow the build, e.g. under TSan). */
 static void *cancel_later(void *p)
 {
     canceller *k = p;
-    usleep(100 * 1000);
+    while (!__atomic_load_n(&k->log->progress, __ATOMIC_ACQUIRE) &&
+           !__atomic_load_n(&k->finished, __ATOMIC_ACQUIRE))
+        usleep(1000);
     rt_client_cancel(k->c);
     return NULL;
 }
@@ -670,11 +676,12 @@ int main(int argc, char **argv)
     CHECK(rc == RT_ECANCELLED);
     CHECK(!stop.done);
     step("cancel thread");
-    canceller k = {c};
+    fit_log quiet = {0};
+    canceller k = {c, &quiet, 0};
     pthread_t th;
     pthread_create(&th, NULL, cancel_later, &k);
-    fit_log quiet = {0};
     rc = rt_client_fit(c, &lf, on_event, &quiet);
+    __atomic_store_n(&k.finished, 1, __ATOMIC_RELEASE);
     pthread_join(th, NULL);
     CHECK(rc == RT_ECANCELLED);
     CHECK(!quiet.done && quiet.progress > 0); /* stopped mid-way, not at the end */
