@@ -196,7 +196,7 @@ static int log_event(const rt_client_fit_event *ev, void *u)
             snprintf(e->method, sizeof e->method, "%s", ev->call->method);
     }
     if (ev->kind == RT_FIT_PROGRESS)
-        l->progress++;
+        __atomic_add_fetch(&l->progress, 1, __ATOMIC_RELEASE); /* cancel_later polls it */
     return l->stop_after_progress && l->progress >= l->stop_after_progress;
 }
 
@@ -240,7 +240,7 @@ static void *close_later(void *p)
 
 typedef struct canceller {
     rt_client *c;
-    const fit_log *log; /* cancel once this call has had a progress event */
+    const int *progress; /* cancel once this counts a progress event */
     int finished;       /* atomic: the call returned before any (a failure) */
 } canceller;
 
@@ -249,7 +249,7 @@ typedef struct canceller {
 static void *cancel_later(void *p)
 {
     canceller *k = p;
-    while (!__atomic_load_n(&k->log->progress, __ATOMIC_ACQUIRE) &&
+    while (!__atomic_load_n(k->progress, __ATOMIC_ACQUIRE) &&
            !__atomic_load_n(&k->finished, __ATOMIC_ACQUIRE))
         usleep(1000);
     rt_client_cancel(k->c);
@@ -620,11 +620,12 @@ int main(int argc, char **argv)
         CHECK_RC(rt_client_compile_keras(c, sid, json, &o, &pc));
         tp.program = pc.program_id;
         tp.epochs = 1000000;
-        canceller k = {c};
+        ev_log lc = {0};
+        canceller k = {c, &lc.progress, 0};
         pthread_t th;
         pthread_create(&th, NULL, cancel_later, &k);
-        ev_log lc = {0};
         rc_loop = rt_client_train_steps(c, &tp, log_event, &lc);
+        __atomic_store_n(&k.finished, 1, __ATOMIC_RELEASE);
         pthread_join(th, NULL);
         CHECK(rc_loop == RT_ECANCELLED && lc.progress > 0);
         CHECK(strstr(rt_client_errmsg(c), "cancel") != NULL);
@@ -677,7 +678,7 @@ int main(int argc, char **argv)
     CHECK(!stop.done);
     step("cancel thread");
     fit_log quiet = {0};
-    canceller k = {c, &quiet, 0};
+    canceller k = {c, &quiet.progress, 0};
     pthread_t th;
     pthread_create(&th, NULL, cancel_later, &k);
     rc = rt_client_fit(c, &lf, on_event, &quiet);
