@@ -44,7 +44,7 @@ static void test_enum_counts(void)
      * against the client's covers both. */
     CHECK(rtrain__v1__data_role__descriptor.n_values == RT_ROLE_BOTH + 1,
           "DataRole has %u values", rtrain__v1__data_role__descriptor.n_values);
-    CHECK(rtrain__v1__data_format__descriptor.n_values == RT_FORMAT_IDX + 1,
+    CHECK(rtrain__v1__data_format__descriptor.n_values == RT_FORMAT_TFRECORD + 1,
           "DataFormat has %u values", rtrain__v1__data_format__descriptor.n_values);
     CHECK(rtrain__v1__initializer__descriptor.n_values == RT_INIT_HE_UNIFORM + 1,
           "Initializer has %u values", rtrain__v1__initializer__descriptor.n_values);
