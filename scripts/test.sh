@@ -40,7 +40,10 @@ for cfg in $configs; do
     select=(-L 'integration|unit' -LE data)
     export OMP_NUM_THREADS=1 # libgomp's barriers are invisible to TSan
     rm -rf "$dir/tsan-logs" && mkdir -p "$dir/tsan-logs"
-    export TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp:second_deadlock_stack=1:log_path=$PWD/$dir/tsan-logs/tsan"
+    # history_size=7 (the most): TSan keeps enough history to restore both
+    # stacks of a report, so the gRPC suppressions can match the side that
+    # is inside libgrpc instead of it showing "failed to restore the stack".
+    export TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp:second_deadlock_stack=1:history_size=7:log_path=$PWD/$dir/tsan-logs/tsan"
   fi
   set +e
   ctest --test-dir "$dir" --output-on-failure -j"$jobs" --timeout 600 "${select[@]}" 2>&1 | tee "$log"
