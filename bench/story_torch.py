@@ -3,7 +3,7 @@
 trained locally, the way
 the remote-TPU story's laptop run did it (Keras on the CPU, ~1.3 s).
 
-W-A: Dense(32, relu, input 4) -> Dense(3, softmax),
+W-A (docs/workloads.md): Dense(32, relu, input 4) -> Dense(3, softmax),
 Glorot-uniform weights, zero biases; Adam lr 0.1, eps 1e-7; Keras logcosh on
 integer labels (labels (B,) -> (B,1) broadcast against the (B,3) output; per
 sample the mean over columns of x + softplus(-2x) - log 2; then the batch

@@ -20,7 +20,7 @@ for a in "$@"; do
     *) echo "usage: scripts/deps.sh [--test] [--bench]" >&2; exit 2 ;;
   esac
 done
-# OpenBLAS (pthread build) is what notes/baselines.md measured PyTorch with;
+# OpenBLAS (pthread build) is what docs/workloads.md measured PyTorch with;
 # without it Debian's torch falls back to the netlib reference BLAS.
 [ $want_bench -eq 0 ] || pkgs+=(python3-torch libopenblas0-pthread)
 if [ $want_test -eq 1 ]; then

@@ -223,7 +223,7 @@ static void on_signal(uv_signal_t *s, int signum)
 int main(int argc, char **argv)
 {
     /* Large upload chunks are malloc'ed per message; mmap for each would
-     * halve upload throughput (notes/grpc-core.md). */
+     * halve upload throughput (docs/grpc-core.md). */
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, 64 << 20);
     signal(SIGPIPE, SIG_IGN);

@@ -1,8 +1,8 @@
 /* cli_bench.c - `rtrain bench overhead` and `rtrain bench story`.
  *
- * Both run W-A, the iris model of the remote-TPU story: Dense(32, relu,
- * input 4) -> Dense(3, softmax), Adam lr 0.1, Keras logcosh on integer
- * labels, batch 20. overhead measures against a bare Ping in the same run;
+ * Both run W-A, the iris model of the remote-TPU story (docs/workloads.md):
+ * Dense(32, relu, input 4) -> Dense(3, softmax), Adam lr 0.1, Keras logcosh
+ * on integer labels, batch 20. overhead measures against a bare Ping in the same run;
  * story prints rtrain's side, and bench/story.py runs it beside the PyTorch
  * eager peer (bench/story_torch.py) and prints the ratios. They assert
  * nothing about time. */

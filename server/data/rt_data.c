@@ -721,14 +721,6 @@ static int parse_tfrecord(const rt_data_part *parts, int n_parts, const uint8_t 
     return 0;
 }
 
-int rt_data_parse(const rt_data_part *parts, int n_parts, const uint8_t *buf,
-                  size_t len, uint64_t max_bytes, rt_dataset **out, char *err,
-                  size_t errlen)
-{
-    return rt_data_parse_take(parts, n_parts, (uint8_t **)&buf, len, max_bytes, 0, 0, out, err,
-                              errlen);
-}
-
 int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
                        size_t len, uint64_t max_bytes, uint32_t max_inflate_ratio,
                        int may_take, rt_dataset **out, char *err, size_t errlen)

@@ -3,14 +3,14 @@
  * optional gzip), assembly from parts, and a content-addressed store.
  *
  * An upload carries one or more parts (features, labels, or one CSV with
- * both) back to back. rt_data_parse turns those bytes into a dataset whose
+ * both) back to back. rt_data_parse_take turns those bytes into a dataset whose
  * features are f32 (n, x_dims...) and whose labels are f32 or i32 as parsed.
  * Non-finite values are rejected with the sample and column that hold them.
  *
  *     rt_data_part p[2] = {{.role = RT_ROLE_FEATURES, .format = RT_FMT_NPY, .length = n1},
  *                          {.role = RT_ROLE_LABELS,   .format = RT_FMT_NPY, .length = n2}};
  *     rt_dataset *ds; char err[256];
- *     if (rt_data_parse(p, 2, bytes, n1 + n2, max_bytes, &ds, err, sizeof err) < 0) ...
+ *     if (rt_data_parse_take(p, 2, &bytes, n1 + n2, max_bytes, 0, 1, &ds, err, sizeof err) < 0) ...
  *     rt_data_key(content_hash, p, 2, key);          // content + how it is parsed
  *     rt_dataset_set_key(ds, key);                   // and a random id
  *     rt_dataset_set_owner(ds, who, ds->bytes);      // who reserved STORE_BYTES
@@ -111,15 +111,9 @@ typedef struct rt_dataset {
     int refs;
 } rt_dataset;
 
-/* Parse parts (back to back in buf, len = sum of lengths) into a new dataset
- * (refcount 1, key and id not set). max_bytes bounds what parsing may
- * allocate (gzip bombs). Returns 0 or RT_EDATA/RT_ENAN/RT_ETOOBIG/RT_ENOMEM
- * with a short message in err. */
-int rt_data_parse(const rt_data_part *parts, int n_parts, const uint8_t *buf,
-                  size_t len, uint64_t max_bytes, rt_dataset **out, char *err,
-                  size_t errlen);
-
-/* Like rt_data_parse, but with may_take the dataset may adopt *bufp (a
+/* Parse parts (back to back in *bufp, len = sum of lengths) into a new
+ * dataset (refcount 1, key and id not set). max_bytes bounds what parsing
+ * may allocate (gzip bombs). With may_take the dataset may adopt *bufp (a
  * malloc'ed buffer) for its f32 features instead of copying them; then
  * *bufp is set to NULL and the caller must not free it. A gzip'ed part may
  * inflate to at most max_inflate_ratio times its size (0 = no ratio cap);

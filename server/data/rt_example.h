@@ -71,7 +71,7 @@ typedef struct rt_tfr_shard {
  * one feature, shapes positive, an image size when an image is read. */
 int rt_example_spec_check(const rt_example_spec *s, char *err, size_t errlen);
 
-/* Fill ds (zeroed apart from its mutex and refcount, as rt_data_parse
+/* Fill ds (zeroed apart from its mutex and refcount, as rt_data_parse_take
  * makes it) with the records of all shards in order. Decoded sizes are
  * checked against max_bytes before anything is allocated. With image
  * augmentation in the spec the resized 8-bit images are kept too, for

@@ -8,7 +8,6 @@
 
 #include "rtrain/rt_error.h"
 
-rt_obs_counters rt_obs_ctr;
 static int g_level = RT_LOG_INFO;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};

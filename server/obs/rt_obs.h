@@ -5,9 +5,9 @@
  *     rt_obs_set_level(RT_LOG_INFO);
  *     RT_LOG(RT_LOG_WARN, "session %s: %s", id, msg);
  *
- *     rt_obs_timing t;  rt_obs_timing_begin(&t);   // at request arrival
- *     ... t.decode_ns += ...; t.execute_ns += ...;
- *     rt_obs_timing_finish(&t, encode_ns, &pb);      // fills Timings (pb)
+ *     rt_obs_timing t;  rt_obs_timing_begin(&t, rt_now_ns()); // at arrival
+ *     ... t.decode_ns += ...; t.execute_ns += ...; t.encode_ns += ...;
+ *     rt_obs_timing_fill(&t, rt_now_ns(), &pb);      // fills Timings (pb)
  *
  * Logging is thread-safe (one fprintf per line); nothing is buffered.
  */
@@ -68,18 +68,6 @@ void rt_obs_timing_begin(rt_obs_timing *t, uint64_t arrival_ns);
  * queue+decode+compile+execute+encode+other == total always holds. */
 void rt_obs_timing_fill(const rt_obs_timing *t, uint64_t end_ns,
                         Rtrain__V1__Timings *pb);
-
-/* Daemon-wide counters, read by GetInfo logs and tests; atomics. */
-typedef struct rt_obs_counters {
-    uint64_t calls;
-    uint64_t errors;
-    uint64_t inline_jobs;
-    uint64_t executor_jobs;
-    uint64_t bytes_uploaded;
-} rt_obs_counters;
-
-extern rt_obs_counters rt_obs_ctr;
-#define RT_OBS_ADD(field, n) __atomic_add_fetch(&rt_obs_ctr.field, (n), __ATOMIC_RELAXED)
 
 #ifdef __cplusplus
 }

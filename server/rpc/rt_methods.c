@@ -884,7 +884,6 @@ static int h_upload_chunk(rt_call *c)
         XXH64_update(u->x64, q->data.data, q->data.len);
         XXH3_128bits_update(u->x3, q->data.data, q->data.len);
         u->received += q->data.len;
-        RT_OBS_ADD(bytes_uploaded, q->data.len);
     }
     if (q->last) {
         uint64_t sum = XXH64_digest(u->x64);

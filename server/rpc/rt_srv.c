@@ -1,5 +1,5 @@
 /* rt_srv.c - gRPC core front end: cq threads, call state machines, the
- * device executor and the shutdown sequence (see notes/grpc-core.md). */
+ * device executor and the shutdown sequence (see docs/grpc-core.md). */
 #include "rt_srv_impl.h"
 
 #include <errno.h>
@@ -217,6 +217,7 @@ static void request_call(rt_srv *s, int mi)
         RT_LOG(RT_LOG_ERROR, "out of memory posting a call for %s", m->path);
         return;
     }
+    RT_TAG_POST(&c->tag);
     grpc_call_error e = grpc_server_request_registered_call(
         s->server, s->reg[mi], &c->call, &c->deadline, &c->md,
         m->kind == RT_UNARY ? &c->payload : NULL, s->cq, s->cq, &c->tag);
@@ -231,7 +232,9 @@ static void request_call(rt_srv *s, int mi)
 static void start_batch(rt_call *c, const grpc_op *ops, size_t n, rt__tag *tag)
 {
     call_ref(c);
-    grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
+    grpc_call *call = c->call; /* c may be gone once the tag is posted */
+    RT_TAG_POST(tag);
+    grpc_call_error e = grpc_call_start_batch(call, ops, n, tag, NULL);
     if (e != GRPC_CALL_OK) {
         RT_LOG(RT_LOG_WARN, "%s: start_batch failed (%d)", c->m->path, (int)e);
         tag->fn(tag, 0);
@@ -265,7 +268,6 @@ static void start_final(rt_call *c)
         c->final_details = grpc_slice_from_copied_string(c->errmsg);
         c->final_has_details = 1;
         ops[n].data.send_status_from_server.status_details = &c->final_details;
-        RT_OBS_ADD(errors, 1);
         char esc[300];
         RT_LOG(RT_LOG_DEBUG, "%s -> %s: %s", c->m->path, rt_err_name(c->err),
                rt_log_esc(c->errmsg, esc, sizeof esc));
@@ -713,7 +715,6 @@ static void enqueue(rt_call *c)
     exec_key(c);
     c->enq_ns = rt_now_ns();
     c->next_job = NULL;
-    RT_OBS_ADD(executor_jobs, 1);
     pthread_mutex_lock(&s->q_mu);
     if (c->compile_pool) {
         if (s->c_tail)
@@ -882,7 +883,6 @@ static void dispatch(rt_call *c)
                 dev_unlock(s);
         }
         if (mine) {
-            RT_OBS_ADD(inline_jobs, 1);
             run_work(c);
             if (c->needs_device)
                 dev_unlock(s);
@@ -1012,7 +1012,6 @@ int rt_srv_tick(rt_srv *s)
                 ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
                 ops[1].data.send_status_from_server.status = GRPC_STATUS_DEADLINE_EXCEEDED;
                 ops[1].data.send_status_from_server.status_details = &c->budget_details;
-                RT_OBS_ADD(errors, 1);
                 RT_LOG(RT_LOG_WARN, "%s", msg);
                 start_batch(c, ops, 2, &c->budget_tag);
                 n++;
@@ -1193,7 +1192,6 @@ static void on_arrival(rt__tag *t, int ok)
     uint64_t now = rt_now_ns();
     __atomic_add_fetch(&s->live, 1, __ATOMIC_ACQ_REL);
     __atomic_store_n(&c->refs, 1, __ATOMIC_RELAXED); /* the owner: dropped by finish() */
-    RT_OBS_ADD(calls, 1);
     if (!__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
         request_call(s, (int)(c->m - rt_methods));
     rt_obs_timing_begin(&c->tm, now);
@@ -1298,6 +1296,7 @@ static void request_generic(rt_srv *s)
     g->tag.fn = on_generic;
     grpc_call_details_init(&g->details);
     grpc_metadata_array_init(&g->md);
+    RT_TAG_POST(&g->tag);
     if (grpc_server_request_call(s->server, &g->call, &g->details, &g->md, s->cq,
                                  s->cq, &g->tag) != GRPC_CALL_OK) {
         grpc_call_details_destroy(&g->details);
@@ -1331,7 +1330,9 @@ static void on_generic(rt__tag *t, int ok)
         ops[1].data.send_status_from_server.status_details = &g->status;
         ops[2].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
         ops[2].data.recv_close_on_server.cancelled = &g->cancelled;
-        if (grpc_call_start_batch(g->call, ops, 3, &g->tag, NULL) == GRPC_CALL_OK)
+        grpc_call *call = g->call; /* g may be gone once the tag is posted */
+        RT_TAG_POST(&g->tag);
+        if (grpc_call_start_batch(call, ops, 3, &g->tag, NULL) == GRPC_CALL_OK)
             return;
     }
     if (g->matched)
@@ -1383,6 +1384,7 @@ static void *cq_main(void *arg)
             break;
         if (ev.type == GRPC_OP_COMPLETE) {
             rt__tag *t = ev.tag;
+            RT_TAG_DONE(t);
             t->fn(t, ev.success);
         }
     }
@@ -1692,6 +1694,7 @@ void rt_srv_stop(rt_srv *s)
 {
     if (__atomic_exchange_n(&s->stopping, 1, __ATOMIC_ACQ_REL))
         return;
+    RT_TAG_POST(&s->shutdown_tag);
     grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
 }
 
@@ -1757,6 +1760,7 @@ void rt_srv_destroy(rt_srv *s)
                 break;
             if (ev.type == GRPC_OP_COMPLETE) {
                 rt__tag *t = ev.tag;
+                RT_TAG_DONE(t);
                 t->fn(t, 0);
             }
         }

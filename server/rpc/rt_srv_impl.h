@@ -30,6 +30,23 @@ typedef struct rt__tag {
     void (*fn)(struct rt__tag *t, int ok);
 } rt__tag;
 
+/* gRPC owns a tag from the call that posts it (start_batch, request_call,
+ * shutdown_and_notify) until grpc_completion_queue_next hands it back, and
+ * what the poster wrote before is visible to the thread that gets it back.
+ * gRPC is not built with ThreadSanitizer, so TSan cannot see the
+ * synchronisation that makes this so: in the tsan build these two
+ * annotations state the contract (release at post, acquire at completion);
+ * elsewhere they are nothing. */
+#ifdef __SANITIZE_THREAD__
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define RT_TAG_POST(tag) __tsan_release(tag)
+#define RT_TAG_DONE(tag) __tsan_acquire(tag)
+#else
+#define RT_TAG_POST(tag) ((void)(tag))
+#define RT_TAG_DONE(tag) ((void)(tag))
+#endif
+
 #define RT_CONTAINER(ptr, type, member) \
     ((type *)((char *)(ptr) - offsetof(type, member)))
 
@@ -39,7 +56,7 @@ typedef enum rt_call_kind {
 
 typedef struct rt_call rt_call;
 
-/* One handler signature for every method (STYLE.md 8). For unary and
+/* One handler signature for every method (docs/style.md, 8). For unary and
  * server-streaming methods handle() runs once with c->req decoded; for the
  * client-streaming upload it runs per message, and end() when the client
  * half-closes. Return 0, or a negative code after rt_call_fail(). */
@@ -85,7 +102,7 @@ extern const rt_method *const rt_methods;
 extern const int rt_n_methods;
 
 /* A bump arena: the decoded request and the response of one call live in
- * it and go with one free (STYLE.md: protobuf-c with a per-request arena). */
+ * it and go with one free (docs/style.md, 6: protobuf-c with a per-request arena). */
 typedef struct rt__arena_blk {
     struct rt__arena_blk *next;
     size_t used, cap;

@@ -146,7 +146,7 @@ static int on_event(const rt_client_fit_event *ev, void *u)
             l->last_val_loss = ev->epoch_end.val.loss;
         }
     } else if (ev->kind == RT_FIT_PROGRESS) {
-        l->progress++;
+        __atomic_add_fetch(&l->progress, 1, __ATOMIC_RELEASE); /* cancel_later polls it */
     }
     if (ev->done)
         l->done = 1;
@@ -196,7 +196,7 @@ static int log_event(const rt_client_fit_event *ev, void *u)
             snprintf(e->method, sizeof e->method, "%s", ev->call->method);
     }
     if (ev->kind == RT_FIT_PROGRESS)
-        l->progress++;
+        __atomic_add_fetch(&l->progress, 1, __ATOMIC_RELEASE); /* cancel_later polls it */
     return l->stop_after_progress && l->progress >= l->stop_after_progress;
 }
 
@@ -240,12 +240,18 @@ static void *close_later(void *p)
 
 typedef struct canceller {
     rt_client *c;
+    const int *progress; /* cancel once this counts a progress event */
+    int finished;       /* atomic: the call returned before any (a failure) */
 } canceller;
 
+/* Cancels mid-way without a timed guess: once the first progress event has
+ * come (however slow the build, e.g. under TSan). */
 static void *cancel_later(void *p)
 {
     canceller *k = p;
-    usleep(100 * 1000);
+    while (!__atomic_load_n(k->progress, __ATOMIC_ACQUIRE) &&
+           !__atomic_load_n(&k->finished, __ATOMIC_ACQUIRE))
+        usleep(1000);
     rt_client_cancel(k->c);
     return NULL;
 }
@@ -614,11 +620,12 @@ int main(int argc, char **argv)
         CHECK_RC(rt_client_compile_keras(c, sid, json, &o, &pc));
         tp.program = pc.program_id;
         tp.epochs = 1000000;
-        canceller k = {c};
+        ev_log lc = {0};
+        canceller k = {c, &lc.progress, 0};
         pthread_t th;
         pthread_create(&th, NULL, cancel_later, &k);
-        ev_log lc = {0};
         rc_loop = rt_client_train_steps(c, &tp, log_event, &lc);
+        __atomic_store_n(&k.finished, 1, __ATOMIC_RELEASE);
         pthread_join(th, NULL);
         CHECK(rc_loop == RT_ECANCELLED && lc.progress > 0);
         CHECK(strstr(rt_client_errmsg(c), "cancel") != NULL);
@@ -670,11 +677,12 @@ int main(int argc, char **argv)
     CHECK(rc == RT_ECANCELLED);
     CHECK(!stop.done);
     step("cancel thread");
-    canceller k = {c};
+    fit_log quiet = {0};
+    canceller k = {c, &quiet.progress, 0};
     pthread_t th;
     pthread_create(&th, NULL, cancel_later, &k);
-    fit_log quiet = {0};
     rc = rt_client_fit(c, &lf, on_event, &quiet);
+    __atomic_store_n(&k.finished, 1, __ATOMIC_RELEASE);
     pthread_join(th, NULL);
     CHECK(rc == RT_ECANCELLED);
     CHECK(!quiet.done && quiet.progress > 0); /* stopped mid-way, not at the end */

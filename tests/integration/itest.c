@@ -18,6 +18,8 @@
 #include <grpc/support/alloc.h>
 #include <xxhash.h>
 
+#include "rt_service.h"
+
 int itest_failures, itest_checks, itest_tests, itest_failed_tests;
 
 int itest_summary(void)
@@ -298,7 +300,7 @@ static grpc_call *make_call(itest_conn *c, const char *method)
     if (method[0] == '/')
         snprintf(path, sizeof path, "%s", method);
     else
-        snprintf(path, sizeof path, "/rtrain.v1.Trainer/%s", method);
+        snprintf(path, sizeof path, "/%s/%s", rt_service()->name, method);
     grpc_slice m = grpc_slice_from_copied_string(path);
     grpc_call *call = grpc_channel_create_call(c->ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq, m,
                                                NULL, deadline_ms(itest_deadline_ms), NULL);

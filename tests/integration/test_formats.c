@@ -8,7 +8,7 @@
 #include <zlib.h>
 
 #include "itest_unit.h"
-#include "rt_data.h"
+#include "itest_data.h"
 
 static rt_data_part P(rt_data_role role, rt_data_format fmt, size_t len)
 {
@@ -22,7 +22,7 @@ static rt_data_part P(rt_data_role role, rt_data_format fmt, size_t len)
 
 static int parse1(rt_data_part p, const void *buf, rt_dataset **ds, char *err)
 {
-    return rt_data_parse(&p, 1, buf, p.length, 1 << 20, ds, err, 256);
+    return itest_parse(&p, 1, buf, p.length, 1 << 20, ds, err, 256);
 }
 
 static void test_csv(void)
@@ -139,12 +139,12 @@ static void test_idx(void)
                          P(RT_ROLE_LABELS, RT_FMT_IDX, sizeof lab)};
     rt_dataset *ds;
     char err[256] = "";
-    int rc = rt_data_parse(p, 2, all, sizeof img + sizeof lab, 1 << 20, &ds, err, sizeof err);
+    int rc = itest_parse(p, 2, all, sizeof img + sizeof lab, 1 << 20, &ds, err, sizeof err);
     CHECK(rc == RT_EDATA && strstr(err, "2 samples but labels have 3"), "count mismatch: %s", err);
     lab[7] = 2;
     memcpy(all + sizeof img, lab, sizeof lab);
     p[1].length = sizeof lab - 4;
-    rc = rt_data_parse(p, 2, all, sizeof img + sizeof lab - 4, 1 << 20, &ds, err, sizeof err);
+    rc = itest_parse(p, 2, all, sizeof img + sizeof lab - 4, 1 << 20, &ds, err, sizeof err);
     CHECK(rc == 0, "idx f32 + i32: %s", err);
     if (ds) {
         CHECK(ds->x[0] == 1.0f && ds->x[1] == -2.0f, "big-endian f32");
@@ -171,9 +171,9 @@ static void test_idx(void)
     size_t gl = big - z.avail_out;
     deflateEnd(&z);
     rt_data_part g = P(RT_ROLE_FEATURES, RT_FMT_IDX, gl);
-    rc = rt_data_parse(&g, 1, gz, gl, 1 << 20, &ds, err, sizeof err);
+    rc = itest_parse(&g, 1, gz, gl, 1 << 20, &ds, err, sizeof err);
     CHECK(rc == RT_ETOOBIG && strstr(err, "over the dataset limit"), "gzip bomb: %d %s", rc, err);
-    rc = rt_data_parse(&g, 1, gz, gl, 8u << 20, &ds, err, sizeof err);
+    rc = itest_parse(&g, 1, gz, gl, 8u << 20, &ds, err, sizeof err);
     CHECK(rc == 0 && ds && ds->n == (int64_t)(big - 8), "gzip within the limit: %s", err);
     rt_dataset_release(ds);
     free(raw);
@@ -197,15 +197,15 @@ static void test_raw_and_key(void)
     memcpy(buf + sizeof x, y64, sizeof y64);
     rt_dataset *ds;
     char err[256] = "";
-    CHECK(rt_data_parse(parts, 2, buf, sizeof x + sizeof y64, 1 << 20, &ds, err, sizeof err) ==
+    CHECK(itest_parse(parts, 2, buf, sizeof x + sizeof y64, 1 << 20, &ds, err, sizeof err) ==
               RT_EDATA && strstr(err, "does not fit in int32"), "i64 label range: %s", err);
-    CHECK(rt_data_parse(parts, 1, buf, sizeof x, 1 << 20, &ds, err, sizeof err) == 0 &&
+    CHECK(itest_parse(parts, 1, buf, sizeof x, 1 << 20, &ds, err, sizeof err) == 0 &&
               ds->x_ndim == 1 && ds->x_dims[0] == 1 && !ds->y, "rank-1 features: one value per sample");
     rt_dataset_release(ds);
-    CHECK(rt_data_parse(parts, 2, buf, 5, 1 << 20, &ds, err, sizeof err) == RT_EDATA &&
+    CHECK(itest_parse(parts, 2, buf, 5, 1 << 20, &ds, err, sizeof err) == RT_EDATA &&
               strstr(err, "add up"), "length mismatch: %s", err);
     rt_data_part two_x[2] = {parts[0], parts[0]};
-    CHECK(rt_data_parse(two_x, 2, buf, 2 * sizeof x, 1 << 20, &ds, err, sizeof err) == RT_EDATA,
+    CHECK(itest_parse(two_x, 2, buf, 2 * sizeof x, 1 << 20, &ds, err, sizeof err) == RT_EDATA,
           "two feature parts refused");
     /* The key covers content and parse settings. */
     uint8_t h[16] = {1, 2, 3}, k1[16], k2[16], k3[16];
@@ -254,7 +254,7 @@ static void test_fuzz_parsers(void)
         p.csv_header = (int)(rng() % 2);
         rt_dataset *ds = NULL;
         char err[256];
-        int rc = rt_data_parse(&p, 1, buf, n, 1 << 16, &ds, err, sizeof err);
+        int rc = itest_parse(&p, 1, buf, n, 1 << 16, &ds, err, sizeof err);
         if (rc == 0) {
             ok++;
             CHECK(ds && ds->n > 0 && ds->x, "a parsed dataset has samples");

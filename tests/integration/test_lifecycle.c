@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "itest.h"
 
 typedef struct bg_call {
@@ -18,7 +20,7 @@ typedef struct bg_call {
     int status;
     char details[600];
     uint64_t global_step;
-    volatile int started;
+    int started;      /* atomic: set by the call thread, polled by the test */
 } bg_call;
 
 /* Built once: workers in several threads share it read-only. */
@@ -99,7 +101,7 @@ static int prepare(itest_conn *c, bg_call *b)
 static int count_events(void *ud, const uint8_t *d, size_t n)
 {
     bg_call *b = ud;
-    b->started = 1;
+    __atomic_store_n(&b->started, 1, __ATOMIC_RELEASE);
     Rtrain__V1__FitEvent *e = rtrain__v1__fit_event__unpack(NULL, n, d);
     if (e && e->event_case == RTRAIN__V1__FIT_EVENT__EVENT_PROGRESS)
         b->global_step = e->progress->step;
@@ -134,7 +136,7 @@ static void *bg_main(void *arg)
         Rtrain__V1__PingRequest pq = RTRAIN__V1__PING_REQUEST__INIT;
         itest_unary(c, "Ping", &pq.base, NULL, NULL, &r);
         itest_res_free(&r);
-        b->started = 1;
+        __atomic_store_n(&b->started, 1, __ATOMIC_RELEASE);
         itest_unary(c, "RunSteps", &q.base, &rtrain__v1__run_steps_response__descriptor,
                     (ProtobufCMessage **)&p, &r);
         if (p) {
@@ -143,7 +145,7 @@ static void *bg_main(void *arg)
         }
     }
     b->status = r.status;
-    b->started = 1; /* also when the call failed before any event */
+    __atomic_store_n(&b->started, 1, __ATOMIC_RELEASE); /* also when the call failed before any event */
     snprintf(b->details, sizeof b->details, "%s", r.details);
     itest_res_free(&r);
     itest_disconnect(c);
@@ -185,7 +187,7 @@ static void test_sigterm_inflight(const char *rtraind)
         b.steps = 20000;
     pthread_t th;
     pthread_create(&th, NULL, bg_main, &b);
-    while (!b.started)
+    while (!__atomic_load_n(&b.started, __ATOMIC_ACQUIRE))
         usleep(1000);
     usleep(300000);
     kill(d.pid, SIGTERM);
@@ -219,7 +221,7 @@ static void test_grace_expiry(const char *rtraind)
     }
     pthread_t th;
     pthread_create(&th, NULL, bg_main, &b);
-    while (!b.started)
+    while (!__atomic_load_n(&b.started, __ATOMIC_ACQUIRE))
         usleep(1000);
     uint64_t t0 = itest_now_ns();
     kill(d.pid, SIGTERM);
@@ -394,6 +396,166 @@ static void test_concurrent_clients(const char *rtraind)
     CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "exit code");
 }
 
+/* Two clients train one program at once while a third looks the dataset
+ * up: the handlers of one read the program's step-time estimate on a cq
+ * thread while the other's work, holding the device, updates it, and
+ * FindDataset reads the dataset's byte count while the first step adds the
+ * converted labels to it. Every step of both is applied exactly once. The
+ * tsan configuration checks the step-time estimate here (with it read and
+ * written plainly it reports rt_methods.c step_estimate_ns); the byte
+ * count's race window is one label conversion, which a run may not hit. */
+typedef struct shared_worker {
+    const char *addr;
+    const bg_call *b;
+    int errors;
+    uint64_t max_step;
+} shared_worker;
+
+static void *shared_worker_main(void *arg)
+{
+    shared_worker *w = arg;
+    itest_conn *c = itest_connect(w->addr);
+    for (int i = 1; i <= 30; i++) {
+        Rtrain__V1__RunStepsRequest q = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
+        q.session_id = (char *)w->b->sid;
+        q.program_id = (char *)w->b->pid;
+        q.dataset_id = (char *)w->b->did;
+        q.steps = i % 4 == 0 ? 300 : 3; /* executor and inline calls */
+        Rtrain__V1__RunStepsResponse *p = NULL;
+        itest_res r;
+        itest_unary(c, "RunSteps", &q.base, &rtrain__v1__run_steps_response__descriptor,
+                    (ProtobufCMessage **)&p, &r);
+        if (!p) {
+            w->errors++;
+        } else {
+            if (p->global_step > w->max_step)
+                w->max_step = p->global_step;
+            protobuf_c_message_free_unpacked(&p->base, NULL);
+        }
+        itest_res_free(&r);
+    }
+    itest_disconnect(c);
+    return NULL;
+}
+
+/* 150 x 4 f32 features and 150 f32 labels; with the i32 copy a sparse
+ * loss makes, 150 x 4 more. */
+#define IRIS_BYTES (150 * 4 * 4 + 150 * 4)
+#define IRIS_BYTES_CONVERTED (IRIS_BYTES + 150 * 4)
+
+/* FindDataset for the iris CSV as prepare() uploaded it; 0 and its bytes
+ * if found. */
+static int find_iris(itest_conn *c, const bg_call *b, uint64_t *bytes)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/iris.csv", itest_data_dir());
+    size_t len;
+    uint8_t *csv = itest_read_file(path, &len);
+    if (!csv)
+        return -1;
+    XXH128_canonical_t h;
+    XXH128_canonicalFromHash(&h, XXH3_128bits(csv, len));
+    free(csv);
+    Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
+    p.role = RTRAIN__V1__DATA_ROLE__ROLE_BOTH;
+    p.format = RTRAIN__V1__DATA_FORMAT__FORMAT_CSV;
+    p.length = len;
+    p.label_column = -1;
+    p.csv_header = 1;
+    Rtrain__V1__DataPart *pp[1] = {&p};
+    Rtrain__V1__DatasetHeader hd = RTRAIN__V1__DATASET_HEADER__INIT;
+    hd.session_id = (char *)b->sid;
+    hd.parts = pp;
+    hd.n_parts = 1;
+    hd.total_bytes = len;
+    Rtrain__V1__FindDatasetRequest fq = RTRAIN__V1__FIND_DATASET_REQUEST__INIT;
+    fq.session_id = (char *)b->sid;
+    fq.content_hash.data = h.digest;
+    fq.content_hash.len = 16;
+    fq.header = &hd;
+    Rtrain__V1__FindDatasetResponse *f = NULL;
+    itest_res r;
+    itest_unary(c, "FindDataset", &fq.base, &rtrain__v1__find_dataset_response__descriptor,
+                (ProtobufCMessage **)&f, &r);
+    int rc = f && f->found && f->dataset ? 0 : -1;
+    if (!rc)
+        *bytes = f->dataset->bytes;
+    if (f)
+        protobuf_c_message_free_unpacked(&f->base, NULL);
+    itest_res_free(&r);
+    return rc;
+}
+
+/* FindDataset in a loop while others train on the dataset: the daemon
+ * reads its byte count on a cq thread while a program's first step adds
+ * the converted labels to it on another. */
+typedef struct finder {
+    const char *addr;
+    const bg_call *b;
+    int stop; /* atomic */
+    int calls, errors;
+} finder;
+
+static void *finder_main(void *arg)
+{
+    finder *f = arg;
+    itest_conn *c = itest_connect(f->addr);
+    while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) {
+        uint64_t bytes = 0;
+        f->calls++;
+        if (find_iris(c, f->b, &bytes) < 0 ||
+            (bytes != IRIS_BYTES && bytes != IRIS_BYTES_CONVERTED))
+            f->errors++;
+    }
+    itest_disconnect(c);
+    return NULL;
+}
+
+static void test_shared_program(const char *rtraind)
+{
+    itest_daemon d;
+    if (itest_daemon_start(&d, rtraind, NULL) < 0) {
+        CHECK(0, "daemon start");
+        return;
+    }
+    itest_conn *c = itest_connect(d.addr);
+    bg_call b;
+    memset(&b, 0, sizeof b);
+    int ok = prepare(c, &b) == 0;
+    itest_disconnect(c);
+    CHECK(ok, "prepare");
+    if (ok) {
+        shared_worker w[2];
+        pthread_t th[2], fth;
+        finder f = {.addr = d.addr, .b = &b};
+        pthread_create(&fth, NULL, finder_main, &f);
+        for (int i = 0; i < 2; i++) {
+            w[i] = (shared_worker){.addr = d.addr, .b = &b};
+            pthread_create(&th[i], NULL, shared_worker_main, &w[i]);
+        }
+        for (int i = 0; i < 2; i++)
+            pthread_join(th[i], NULL);
+        __atomic_store_n(&f.stop, 1, __ATOMIC_RELEASE);
+        pthread_join(fth, NULL);
+        /* Each worker: 7 calls of 300 steps and 23 of 3. */
+        uint64_t want = 2 * (7 * 300 + 23 * 3);
+        uint64_t got = w[0].max_step > w[1].max_step ? w[0].max_step : w[1].max_step;
+        CHECK(w[0].errors == 0 && w[1].errors == 0, "errors %d %d", w[0].errors, w[1].errors);
+        CHECK(got == want, "global step %llu, want %llu", (unsigned long long)got,
+              (unsigned long long)want);
+        /* The program converted the CSV's f32 labels to i32 on the device
+         * thread; FindDataset reports the bytes with the converted copy. */
+        c = itest_connect(d.addr);
+        uint64_t bytes = 0;
+        CHECK(find_iris(c, &b, &bytes) == 0 && bytes == IRIS_BYTES_CONVERTED,
+              "dataset bytes with converted labels: %llu", (unsigned long long)bytes);
+        itest_disconnect(c);
+        CHECK(f.errors == 0 && f.calls > 0, "FindDataset during training: %d errors in %d calls",
+              f.errors, f.calls);
+    }
+    CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "exit code");
+}
+
 /* --session-idle-s: an unused session is closed, a used one stays. */
 static void test_session_idle(const char *rtraind)
 {
@@ -491,6 +653,7 @@ int main(int argc, char **argv)
     RUN(test_grace_expiry, argv[1]);
     RUN(test_deadline_stops_work, argv[1]);
     RUN(test_concurrent_clients, argv[1]);
+    RUN(test_shared_program, argv[1]);
     RUN(test_session_idle, argv[1]);
     RUN(test_port_in_use, argv[1]);
     RUN(test_flags, argv[1]);

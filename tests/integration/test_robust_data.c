@@ -12,7 +12,7 @@
 #include <zlib.h>
 
 #include "itest_unit.h"
-#include "rt_data.h"
+#include "itest_data.h"
 #include "rt_obs.h"
 
 static rt_data_part P(rt_data_role role, rt_data_format fmt, size_t len)
@@ -55,13 +55,13 @@ static void test_f64_range(void)
     const char *csv = "1,2,0\n3,1e300,1\n";
     rt_data_part p = P(RT_ROLE_BOTH, RT_FMT_CSV, strlen(csv));
     p.label_column = -1;
-    int rc = rt_data_parse(&p, 1, (const uint8_t *)csv, p.length, 1 << 20, &ds, err, sizeof err);
+    int rc = itest_parse(&p, 1, (const uint8_t *)csv, p.length, 1 << 20, &ds, err, sizeof err);
     CHECK(rc == RT_ENAN && strstr(err, "outside float32") && strstr(err, "sample 1, column 1"),
           "CSV feature 1e300: %d %s", rc, err);
     const char *lab = "1,2,0\n3,4,-1e39\n";
     p = P(RT_ROLE_BOTH, RT_FMT_CSV, strlen(lab));
     p.label_column = -1;
-    rc = rt_data_parse(&p, 1, (const uint8_t *)lab, p.length, 1 << 20, &ds, err, sizeof err);
+    rc = itest_parse(&p, 1, (const uint8_t *)lab, p.length, 1 << 20, &ds, err, sizeof err);
     CHECK(rc == RT_ENAN && strstr(err, "labels") && strstr(err, "outside float32"),
           "CSV label -1e39: %d %s", rc, err);
     /* The largest float32 itself is fine, also as the 9-digit decimal
@@ -70,7 +70,7 @@ static void test_f64_range(void)
     snprintf(fine, sizeof fine, "1,%.9g,0\n3,4,1\n", (double)FLT_MAX);
     p = P(RT_ROLE_BOTH, RT_FMT_CSV, strlen(fine));
     p.label_column = -1;
-    rc = rt_data_parse(&p, 1, (const uint8_t *)fine, p.length, 1 << 20, &ds, err, sizeof err);
+    rc = itest_parse(&p, 1, (const uint8_t *)fine, p.length, 1 << 20, &ds, err, sizeof err);
     CHECK(rc == 0, "CSV FLT_MAX: %d %s", rc, err);
     rt_dataset_release(ds);
     ds = NULL;
@@ -78,7 +78,7 @@ static void test_f64_range(void)
     double v[3] = {0.5, 3.5e38, 2};
     size_t n = npy_f64(npy, v, 3);
     p = P(RT_ROLE_FEATURES, RT_FMT_NPY, n);
-    rc = rt_data_parse(&p, 1, npy, n, 1 << 20, &ds, err, sizeof err);
+    rc = itest_parse(&p, 1, npy, n, 1 << 20, &ds, err, sizeof err);
     CHECK(rc == RT_ENAN && strstr(err, "outside float32") && strstr(err, "sample 1"),
           "NPY 3.5e38: %d %s", rc, err);
 }

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "itest_unit.h"
-#include "rt_data.h"
+#include "itest_data.h"
 
 static int ds_refs(rt_dataset *d) { return __atomic_load_n(&d->refs, __ATOMIC_ACQUIRE); }
 
@@ -23,7 +23,7 @@ static rt_dataset *make_ds_of(int n, int tag, rt_principal *owner)
                       .label_column = -1};
     rt_dataset *ds = NULL;
     char err[256];
-    int rc = rt_data_parse(&p, 1, (const uint8_t *)csv, len, 1 << 20, &ds, err, sizeof err);
+    int rc = itest_parse(&p, 1, (const uint8_t *)csv, len, 1 << 20, &ds, err, sizeof err);
     CHECK(rc == 0 && ds, "parse: %d %s", rc, rc ? err : "");
     if (ds) {
         uint8_t key[16] = {0};
