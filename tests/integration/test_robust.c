@@ -1,4 +1,4 @@
-/* test_robust.c - the daemon under abuse (issue 10, robustness half), each
+/* test_robust.c - the daemon under abuse (robustness), each
  * case against a real rtraind:
  *  - a Fit nobody reads keeps the daemon's RSS under a bound;
  *  - another client's K=1 RunSteps complete while a long Fit and a long
