@@ -35,12 +35,14 @@ typedef struct daemon_state {
     uv_loop_t *loop;
     uv_signal_t sigterm, sigint, sighup;
     uv_timer_t grace;
+    uv_timer_t drain;
     uv_timer_t idle;
     uint64_t idle_ms;
     uv_async_t drained;
     rt_srv *srv;
     uint64_t grace_ms;
-    int stopping;
+    uint64_t drain_ms;
+    int stopping;                /* 1 draining (--drain-ms), 2 stopping */
 } daemon_state;
 
 static void usage(FILE *f)
@@ -89,6 +91,9 @@ static void usage(FILE *f)
             "                           waits for its reader (default 64)\n"
             "  --grace-ms N             on SIGTERM/SIGINT, let running calls finish for\n"
             "                           N ms before cancelling them (default 5000)\n"
+            "  --drain-ms N             on SIGTERM/SIGINT, first report NOT_SERVING on\n"
+            "                           grpc.health.v1 for N ms while still taking\n"
+            "                           calls, then stop as above (default 0)\n"
             "  --log-level LEVEL        error|warn|info|debug (default info)\n"
             "Security (docs/security.md):\n"
             "  --tls-cert FILE          PEM certificate chain: serve TLS (with --tls-key)\n"
@@ -132,7 +137,9 @@ static void on_drained_async(uv_async_t *a)
     RT_LOG(RT_LOG_INFO, "all calls finished; shutting down");
     uv_timer_stop(&d->grace);
     uv_timer_stop(&d->idle);
+    uv_timer_stop(&d->drain);
     uv_close((uv_handle_t *)&d->idle, close_cb);
+    uv_close((uv_handle_t *)&d->drain, close_cb);
     uv_close((uv_handle_t *)&d->sigterm, close_cb);
     uv_close((uv_handle_t *)&d->sigint, close_cb);
     uv_close((uv_handle_t *)&d->sighup, close_cb);
@@ -202,22 +209,48 @@ static int is_local_addr(const char *listen)
     return 0;
 }
 
+static void begin_stop(daemon_state *d, const char *why)
+{
+    d->stopping = 2;
+    uv_timer_stop(&d->drain);
+    RT_LOG(RT_LOG_INFO, "%s: stopping (grace %llu ms, %d call(s) running)", why,
+           (unsigned long long)d->grace_ms, rt_srv_live_calls(d->srv));
+    rt_srv_stop(d->srv);
+    uv_timer_start(&d->grace, on_grace, d->grace_ms, 0);
+}
+
+static void on_drain(uv_timer_t *t)
+{
+    begin_stop(t->data, "drain period over");
+}
+
 static void on_signal(uv_signal_t *s, int signum)
 {
     daemon_state *d = s->data;
-    if (d->stopping) {
+    const char *name = signum == SIGTERM ? "SIGTERM" : "SIGINT";
+    if (d->stopping == 2) {
         /* A second signal: do not wait for the grace period. */
         RT_LOG(RT_LOG_WARN, "second signal: cancelling running calls");
         rt_srv_cancel_all(d->srv);
         return;
     }
-    d->stopping = 1;
+    if (d->stopping == 1) { /* a second signal while draining: stop now */
+        begin_stop(d, name);
+        return;
+    }
     uv_timer_stop(&d->idle);
-    RT_LOG(RT_LOG_INFO, "%s: stopping (grace %llu ms, %d call(s) running)",
-           signum == SIGTERM ? "SIGTERM" : "SIGINT", (unsigned long long)d->grace_ms,
-           rt_srv_live_calls(d->srv));
-    rt_srv_stop(d->srv);
-    uv_timer_start(&d->grace, on_grace, d->grace_ms, 0);
+    /* Health says NOT_SERVING at once; with --drain-ms the daemon still
+     * takes calls for that long, so load balancers and Kubernetes probes
+     * see it and route new work elsewhere before the port closes. */
+    rt_srv_set_serving(d->srv, 0);
+    if (d->drain_ms) {
+        d->stopping = 1;
+        RT_LOG(RT_LOG_INFO, "%s: draining for %llu ms (health NOT_SERVING, calls still taken)",
+               name, (unsigned long long)d->drain_ms);
+        uv_timer_start(&d->drain, on_drain, d->drain_ms, 0);
+        return;
+    }
+    begin_stop(d, name);
 }
 
 int main(int argc, char **argv)
@@ -247,7 +280,7 @@ int main(int argc, char **argv)
            O_LOG, O_VERSION, O_HELP, O_MAXSTORE, O_IDLE, O_TLS_CERT, O_TLS_KEY,
            O_TLS_CA, O_TOKENS, O_INSECURE, O_NEW_TOKEN, O_MAXMEM, O_LEASE, O_SLICE, O_CTHREADS,
            O_CTIMEOUT, O_XTHREADS, O_MAXUP, O_MAXUPB, O_STALL, O_RATIO, O_KEEPALIVE,
-           O_HANDSHAKE, O_CONNIDLE, O_STREAMQ, O_KATIMEOUT,
+           O_HANDSHAKE, O_CONNIDLE, O_STREAMQ, O_KATIMEOUT, O_DRAIN,
            O_QUOTA /* + rt_quota_kind */ };
     static const struct option opts[] = {
         {"listen", required_argument, 0, O_LISTEN},
@@ -283,6 +316,7 @@ int main(int argc, char **argv)
         {"conn-idle-s", required_argument, 0, O_CONNIDLE},
         {"stream-queue", required_argument, 0, O_STREAMQ},
         {"keepalive-timeout-s", required_argument, 0, O_KATIMEOUT},
+        {"drain-ms", required_argument, 0, O_DRAIN},
 #define RT__Q_OPT(k, name, mem) {"quota-" name, required_argument, 0, O_QUOTA + RT_Q_##k},
         RT_QUOTA_MAP(RT__Q_OPT)
 #undef RT__Q_OPT
@@ -428,6 +462,11 @@ int main(int argc, char **argv)
                 goto bad;
             cfg.inline_ns = v * 1000;
             break;
+        case O_DRAIN:
+            if (parse_u64(optarg, &v) < 0 || v > 3600000)
+                goto bad;
+            d.drain_ms = v;
+            break;
         case O_GRACE:
             if (parse_u64(optarg, &v) < 0 || v > 3600000)
                 goto bad;
@@ -487,9 +526,11 @@ int main(int argc, char **argv)
     uv_signal_init(d.loop, &d.sighup);
     uv_timer_init(d.loop, &d.grace);
     uv_timer_init(d.loop, &d.idle);
+    uv_timer_init(d.loop, &d.drain);
     uv_async_init(d.loop, &d.drained, on_drained_async);
     d.sigterm.data = d.sigint.data = d.sighup.data = d.grace.data = d.drained.data =
         d.idle.data = &d;
+    d.drain.data = &d;
     uv_signal_start(&d.sigterm, on_signal, SIGTERM);
     uv_signal_start(&d.sigint, on_signal, SIGINT);
     uv_signal_start(&d.sighup, on_sighup, SIGHUP);

@@ -80,6 +80,9 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
 /* "127.0.0.1:PORT" with the port actually bound. Owned by s. */
 const char *rt_srv_bound(const rt_srv *s);
 int rt_srv_start(rt_srv *s, void (*on_drained)(void *ud), void *ud);
+/* What grpc.health.v1.Health reports: SERVING until 0 is set here (the
+ * daemon draining before it stops) or rt_srv_stop. Calls keep working. */
+void rt_srv_set_serving(rt_srv *s, int serving);
 void rt_srv_stop(rt_srv *s);
 /* Read the tokens file again (SIGHUP). On error the old tokens stay in
  * force and err says why; on success *n_tokens is how many are accepted. */

@@ -238,6 +238,7 @@ struct rt_srv {
     void (*on_drained)(void *ud);
     void *drained_ud;
     uint64_t start_ns;
+    struct rt_health *health;     /* grpc.health.v1 (rt_health.c) */
 };
 
 /* Arena allocation; never NULL-checked by callers that can fail softly:
