@@ -151,7 +151,7 @@ static void hcall_free(hcall *c, int matched)
 static int unref_locked(hcall *c) { return --c->refs == 0; }
 
 /* Start a batch under h->mu; a batch that cannot start is completed by
- * hand so the reference counting stays in one place. Returns 0 or -1. */
+ * hand: the reference is dropped again and -1 returned. */
 static int start_locked(hcall *c, const grpc_op *ops, size_t n, htag *tag)
 {
     c->refs++;
