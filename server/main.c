@@ -27,6 +27,8 @@
 #include <uv.h>
 
 #include "rt_auth.h"
+#include "rt_log.h"
+#include "rt_metrics.h"
 #include "rt_obs.h"
 #include "rt_srv.h"
 #include "rtrain/rt_error.h"
@@ -95,6 +97,13 @@ static void usage(FILE *f)
             "                           grpc.health.v1 for N ms while still taking\n"
             "                           calls, then stop as above (default 0)\n"
             "  --log-level LEVEL        error|warn|info|debug (default info)\n"
+            "  --log-format FORMAT      text|json: json writes one object per line, and\n"
+            "                           each finished call as an info line with\n"
+            "                           principal, session prefix, method, status and\n"
+            "                           duration (default text)\n"
+            "  --metrics-listen ADDR    serve Prometheus metrics at http://ADDR/metrics\n"
+            "                           (port 0 picks a free port, printed on stdout\n"
+            "                           before the listening line; default off)\n"
             "Security (docs/security.md):\n"
             "  --tls-cert FILE          PEM certificate chain: serve TLS (with --tls-key)\n"
             "  --tls-key FILE           PEM private key of --tls-cert\n"
@@ -281,6 +290,7 @@ int main(int argc, char **argv)
            O_TLS_CA, O_TOKENS, O_INSECURE, O_NEW_TOKEN, O_MAXMEM, O_LEASE, O_SLICE, O_CTHREADS,
            O_CTIMEOUT, O_XTHREADS, O_MAXUP, O_MAXUPB, O_STALL, O_RATIO, O_KEEPALIVE,
            O_HANDSHAKE, O_CONNIDLE, O_STREAMQ, O_KATIMEOUT, O_DRAIN,
+           O_LOGFMT, O_METRICS,
            O_QUOTA /* + rt_quota_kind */ };
     static const struct option opts[] = {
         {"listen", required_argument, 0, O_LISTEN},
@@ -317,11 +327,14 @@ int main(int argc, char **argv)
         {"stream-queue", required_argument, 0, O_STREAMQ},
         {"keepalive-timeout-s", required_argument, 0, O_KATIMEOUT},
         {"drain-ms", required_argument, 0, O_DRAIN},
+        {"log-format", required_argument, 0, O_LOGFMT},
+        {"metrics-listen", required_argument, 0, O_METRICS},
 #define RT__Q_OPT(k, name, mem) {"quota-" name, required_argument, 0, O_QUOTA + RT_Q_##k},
         RT_QUOTA_MAP(RT__Q_OPT)
 #undef RT__Q_OPT
         {0, 0, 0, 0},
     };
+    const char *metrics_addr = NULL;
     int insecure = 0;
     int o, oi = 0;
     uint64_t v;
@@ -479,6 +492,14 @@ int main(int argc, char **argv)
             rt_obs_set_level(lvl);
             break;
         }
+        case O_LOGFMT: {
+            rt_log_format f;
+            if (rt_log_format_from_name(optarg, &f) < 0)
+                goto bad;
+            rt_log_set_format(f);
+            break;
+        }
+        case O_METRICS: metrics_addr = optarg; break;
         case O_VERSION:
             printf("rtraind %s (engine %d)\n", RT_VERSION_STRING, 1);
             return 0;
@@ -546,6 +567,15 @@ int main(int argc, char **argv)
             every = 100;
         uv_timer_start(&d.idle, on_idle_check, every, every);
     }
+    rt_metrics_server *metrics = NULL;
+    if (metrics_addr) {
+        if (rt_metrics_serve(metrics_addr, rt_srv_metrics_collect, d.srv, &metrics, err,
+                             sizeof err) < 0) {
+            fprintf(stderr, "rtraind: %s\n", err);
+            return 1;
+        }
+        printf("rtraind metrics on http://%s/metrics\n", rt_metrics_bound(metrics));
+    }
     printf("rtraind listening on %s\n", rt_srv_bound(d.srv));
     fflush(stdout);
     RT_LOG(RT_LOG_INFO, "rtraind %s listening on %s (%d cq threads, inline below %llu us, %s, %s)",
@@ -555,6 +585,7 @@ int main(int argc, char **argv)
            cfg.tokens_path ? "tokens" : "single-user");
 
     uv_run(d.loop, UV_RUN_DEFAULT);
+    rt_metrics_server_stop(metrics); /* before the server its gauges read */
     rt_srv_destroy(d.srv);
     uv_loop_close(d.loop);
     RT_LOG(RT_LOG_INFO, "stopped");

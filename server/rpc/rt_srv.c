@@ -288,6 +288,7 @@ static void start_final(rt_call *c)
     rt_dataset_release(c->ds);
     rt_dataset_release(c->val_ds);
     c->ds = c->val_ds = NULL;
+    rt_srv_observe_call(c, c->err ? rt_err_to_grpc(c->err) : GRPC_STATUS_OK);
     start_batch(c, ops, n, &c->final_tag);
 }
 
@@ -1562,6 +1563,7 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
     if (s->cfg.stream_queue_max < 2)
         s->cfg.stream_queue_max = 2;
     s->shutdown_tag.fn = on_shutdown;
+    rt_srv_obs_init();
     s->start_ns = rt_now_ns();
     s->sessions = rt_session_table_create(cfg->max_sessions);
     s->plans = rt_plan_cache_create(128);

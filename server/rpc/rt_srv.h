@@ -100,6 +100,11 @@ void rt_srv_cancel_all(rt_srv *s);
 int rt_srv_live_calls(rt_srv *s);
 void rt_srv_destroy(rt_srv *s); /* NULL is a no-op */
 
+/* rt_metrics_collect_fn for rt_metrics_serve(..., rt_srv_metrics_collect, s):
+ * sessions, programs, the store, memory, live calls, health. */
+struct rt_metrics_gauges;
+void rt_srv_metrics_collect(void *s, struct rt_metrics_gauges *g);
+
 #ifdef __cplusplus
 }
 #endif
