@@ -1563,7 +1563,6 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
     if (s->cfg.stream_queue_max < 2)
         s->cfg.stream_queue_max = 2;
     s->shutdown_tag.fn = on_shutdown;
-    rt_srv_obs_init();
     s->start_ns = rt_now_ns();
     s->sessions = rt_session_table_create(cfg->max_sessions);
     s->plans = rt_plan_cache_create(128);
@@ -1586,6 +1585,7 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
         return RT_ENOMEM;
     }
     rt_methods_init(); /* aborts if a .proto method has no handler */
+    rt_srv_obs_init();
     /* Default quotas. Single-user: only the server-wide limits apply. With
      * tokens no principal may take everything: a quarter of the sessions,
      * of the store and of the memory budget, 64 programs, 4 uploads in
