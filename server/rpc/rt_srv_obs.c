@@ -19,19 +19,29 @@ void rt_srv_obs_init(void)
     rt_metrics_init(names, n);
 }
 
+/* A message's session_id string field, or NULL. */
+static const char *session_field(const ProtobufCMessage *m)
+{
+    if (!m)
+        return NULL;
+    const ProtobufCFieldDescriptor *f =
+        protobuf_c_message_descriptor_get_field_by_name(m->descriptor, "session_id");
+    if (!f || f->type != PROTOBUF_C_TYPE_STRING || f->label == PROTOBUF_C_LABEL_REPEATED)
+        return NULL;
+    return *(const char *const *)((const char *)m + f->offset);
+}
+
 /* The session a call was about: the one it looked up, else the request's
- * session_id field (a call that failed before the lookup). */
+ * session_id (a call that failed before the lookup), else the response's
+ * (CreateSession). */
 static const char *call_session(const rt_call *c)
 {
     if (c->sess)
         return c->sess->id;
-    if (!c->req)
-        return NULL;
-    const ProtobufCFieldDescriptor *f =
-        protobuf_c_message_descriptor_get_field_by_name(c->m->req_desc, "session_id");
-    if (!f || f->type != PROTOBUF_C_TYPE_STRING || f->label == PROTOBUF_C_LABEL_REPEATED)
-        return NULL;
-    return *(const char *const *)((const char *)c->req + f->offset);
+    const char *id = session_field(c->req);
+    if (id && *id)
+        return id;
+    return c->err ? NULL : session_field(c->resp);
 }
 
 void rt_srv_observe_call(rt_call *c, int code)

@@ -80,7 +80,7 @@ async function main() {
   assert.ok(typeof ping.duration_ms === 'number' && ping.duration_ms >= 0);
 
   const prefix = s.session_id.slice(0, 8);
-  assert.strictEqual(by('CreateSession')[0].session, '');
+  assert.strictEqual(by('CreateSession')[0].session, prefix);
   const closes = by('CloseSession');
   assert.strictEqual(closes.length, 2);
   const bad = closes.find((r) => r.code !== 0);
