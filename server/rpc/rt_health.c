@@ -150,8 +150,8 @@ static void hcall_free(hcall *c, int matched)
 /* Under h->mu. Returns 1 when the last reference went: free after unlock. */
 static int unref_locked(hcall *c) { return --c->refs == 0; }
 
-/* Start a batch under h->mu; a batch that cannot start is completed by
- * hand: the reference is dropped again and -1 returned. */
+/* Start a batch under h->mu, holding a reference for it. A batch that
+ * cannot start gives its reference back and returns -1. */
 static int start_locked(hcall *c, const grpc_op *ops, size_t n, htag *tag)
 {
     c->refs++;
