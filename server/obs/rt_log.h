@@ -6,11 +6,11 @@
  *     RT_LOG(RT_LOG_INFO, "listening on %s", addr);
  *       -> {"ts":"2026-12-02T20:01:02.123456Z","level":"info","msg":"listening on ..."}
  *
- *     rt_log_call_info ci = {.principal = "anonymous", .session = "s-1a2b3c",
+ *     rt_log_call_info ci = {.principal = "alice", .session = "s-1a2b3c",
  *                            .method = "/rtrain.v1.Trainer/RunSteps", .code = 0,
  *                            .duration_ns = 41000};
  *     rt_log_call(&ci);
- *       -> {"ts":...,"level":"info","principal":"anonymous","session":"s-1a2b3c",
+ *       -> {"ts":...,"level":"info","principal":"alice","session":"s-1a2b3c",
  *           "method":"/rtrain.v1.Trainer/RunSteps","status":"OK","code":0,
  *           "duration_ms":0.041}
  *
@@ -42,7 +42,8 @@ rt_log_format rt_log_get_format(void);
 void rt_log_vjson(rt_log_level lvl, const char *fmt, va_list ap);
 
 typedef struct rt_log_call_info {
-    const char *principal;   /* who called; NULL = "anonymous" */
+    const char *principal;   /* who called; NULL = "anonymous" (refused
+                                before its token was checked) */
     const char *session;     /* session id prefix, NULL or "" = none */
     const char *method;      /* "/rtrain.v1.Trainer/Ping" */
     int code;                /* gRPC status code */

@@ -59,7 +59,9 @@ void rt_srv_observe_call(rt_call *c, int code)
         sess[n] = 0;
     }
     rt_log_call_info ci = {
-        .principal = NULL, /* no authentication: every caller is anonymous */
+        /* NULL (logged "anonymous") when the call was refused before its
+         * token was checked. */
+        .principal = c->who ? rt_principal_name(c->who) : NULL,
         .session = sess,
         .method = c->m->path,
         .code = code,

@@ -184,6 +184,29 @@ async function main() {
   });
   h2.close();
 
+  // ---- with --tokens: the health service answers without a token (probes
+  // and load balancers have none), Trainer calls still need one
+  const os = require('os');
+  const fs = require('fs');
+  const { execFileSync } = require('child_process');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rtrain-health-'));
+  const tokens = path.join(dir, 'tokens.txt');
+  fs.writeFileSync(tokens, execFileSync(rtraind, ['--new-token', 'alice'],
+                                        { stdio: ['ignore', 'pipe', 'ignore'] }));
+  const d3 = await startDaemon(['--tokens', tokens]);
+  const h3 = new Health(d3.addr, grpc.credentials.createInsecure());
+  const t3 = new Trainer(d3.addr, grpc.credentials.createInsecure());
+  await test('with --tokens, Check needs no token while Ping does', async () => {
+    assert.strictEqual((await unary(h3, 'Check', { service: 'rtrain.v1.Trainer' })).status,
+                       'SERVING');
+    await assert.rejects(unary(t3, 'Ping', {}), (e) => e.code === grpc.status.UNAUTHENTICATED);
+  });
+  h3.close();
+  t3.close();
+  d3.proc.kill('SIGTERM');
+  await d3.exited;
+  fs.rmSync(dir, { recursive: true, force: true });
+
   console.log(`${passed} passed, ${failed} failed`);
   process.exit(failed ? 1 : 0);
 }

@@ -75,7 +75,8 @@ async function main() {
   assert.strictEqual(ping.status, 'OK');
   assert.strictEqual(ping.code, 0);
   assert.strictEqual(ping.level, 'info');
-  assert.strictEqual(ping.principal, 'anonymous');
+  // Without --tokens the daemon is single-user: every call is 'local'.
+  assert.strictEqual(ping.principal, 'local');
   assert.strictEqual(ping.session, '');
   assert.ok(typeof ping.duration_ms === 'number' && ping.duration_ms >= 0);
 

@@ -85,9 +85,8 @@ def parse_env(path):
     env, documented = {}, []
     with open(path) as f:
         for line in f:
-            m = re.match(r'#\s+--([a-z0-9-]+)', line)
-            if m:
-                documented.append(m.group(1))
+            if line.startswith('#'):
+                documented += re.findall(r'(?<![\w-])--([a-z0-9][a-z0-9-]*)', line)
                 continue
             line = line.strip()
             if line and not line.startswith('#') and '=' in line:
@@ -166,7 +165,9 @@ def main():
     # ---- the Dockerfile's default command
     with open(os.path.join(DEPLOY, 'Dockerfile')) as f:
         docker = f.read()
-    cmd = json.loads(re.search(r'^CMD (\[.*\])$', docker, re.M).group(1))
+    # CMD ["..", ..] may continue over lines ending in a backslash.
+    joined = re.sub(r'\\\n\s*', ' ', docker)
+    cmd = json.loads(re.search(r'^CMD (\[.*\])$', joined, re.M).group(1))
     flags_known(cmd, 'Dockerfile CMD')
     daemon_accepts(rtraind, cmd, 'Dockerfile CMD')
     exposed = {int(p) for line in re.findall(r'^EXPOSE (.+)$', docker, re.M)
