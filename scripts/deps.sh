@@ -2,7 +2,8 @@
 # Install the Debian packages rtrain builds, tests and benchmarks with.
 # Usage: scripts/deps.sh [--test] [--bench]
 #   --test   adds what the test suite needs (pytest, Jupyter, node/npm, rsvg,
-#            clang-14 + libFuzzer for scripts/fuzz.sh)
+#            clang-14 + libFuzzer for scripts/fuzz.sh, Prometheus for the metrics
+#            scrape test, python3-yaml for deploy/)
 #   --bench  adds the benchmarks' peers and fixture generators (python3-torch)
 set -euo pipefail
 SUDO=""
@@ -10,7 +11,7 @@ SUDO=""
 pkgs=(build-essential cmake pkg-config
       libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev
       libdnnl-dev libjson-c-dev libxxhash-dev zlib1g-dev libssl-dev openssl
-      libturbojpeg0-dev libpng-dev libhdf5-dev
+      libturbojpeg0-dev libpng-dev libhdf5-dev libmicrohttpd-dev
       python3-dev python3-numpy python3-sklearn python3-h5py)
 want_test=0 want_bench=0
 for a in "$@"; do
@@ -25,7 +26,7 @@ done
 [ $want_bench -eq 0 ] || pkgs+=(python3-torch libopenblas0-pthread)
 if [ $want_test -eq 1 ]; then
   pkgs+=(python3-pil python3-pytest jupyter-nbconvert python3-ipykernel
-         python3-matplotlib librsvg2-bin)
+         python3-matplotlib librsvg2-bin prometheus python3-yaml)
   # scripts/fuzz.sh: libFuzzer harnesses (tests/fuzz) built with clang.
   pkgs+=(clang-14 libfuzzer-14-dev)
   # The interop test needs node and npm; this machine kind ships them

@@ -27,6 +27,8 @@
 #include <uv.h>
 
 #include "rt_auth.h"
+#include "rt_log.h"
+#include "rt_metrics.h"
 #include "rt_obs.h"
 #include "rt_srv.h"
 #include "rtrain/rt_error.h"
@@ -35,12 +37,14 @@ typedef struct daemon_state {
     uv_loop_t *loop;
     uv_signal_t sigterm, sigint, sighup;
     uv_timer_t grace;
+    uv_timer_t drain;
     uv_timer_t idle;
     uint64_t idle_ms;
     uv_async_t drained;
     rt_srv *srv;
     uint64_t grace_ms;
-    int stopping;
+    uint64_t drain_ms;
+    int stopping;                /* 1 draining (--drain-ms), 2 stopping */
 } daemon_state;
 
 static void usage(FILE *f)
@@ -63,6 +67,7 @@ static void usage(FILE *f)
             "                           it; one not renewed for N seconds is closed\n"
             "                           with its programs and its slot freed; 0 = never\n"
             "                           (default 3600; --session-idle-s is the old name)\n"
+            "  --session-idle-s N       the old name of --session-lease-s\n"
             "  --slice-ms N             a long Fit/RunSteps yields the device at a step\n"
             "                           boundary after N ms when another client waits\n"
             "                           (default 20)\n"
@@ -87,9 +92,40 @@ static void usage(FILE *f)
             "                           (default 3600; 0 = never)\n"
             "  --stream-queue N         messages queued per Fit stream before the Fit\n"
             "                           waits for its reader (default 64)\n"
+            "  --session-lease-s N      a session's lease; calls naming it renew it; one not\n"
+            "                           renewed for N s is closed and frees its slot (default\n"
+            "                           3600; 0 = never; --session-idle-s is the old name)\n"
+            "  --slice-ms N             a long Fit/RunSteps hands the device to another waiting\n"
+            "                           client at a step boundary after N ms (default 20)\n"
+            "  --max-exec-threads N     device jobs of different clients in flight (default 64)\n"
+            "  --compile-threads N      compile workers (default 1)\n"
+            "  --compile-timeout S      a compile's budget in s; past it the client gets\n"
+            "                           DEADLINE_EXCEEDED (default 60; 0 = none)\n"
+            "  --max-uploads N          uploads in flight, server-wide (default 16)\n"
+            "  --max-upload-bytes N     declared bytes of uploads in flight (default 2 x\n"
+            "                           --max-dataset-bytes)\n"
+            "  --upload-stall-s N       an upload that sends nothing for N s is ended (default 60)\n"
+            "  --max-inflate-ratio N    gzip'ed data may inflate to N x its size (default 100)\n"
+            "  --keepalive-s N          keepalive pings on idle connections (default 60; 0 = off)\n"
+            "  --keepalive-timeout-s N  a ping unanswered this long closes the connection (default 20)\n"
+            "  --handshake-timeout-ms N close connections that do not finish the HTTP/2\n"
+            "                           handshake in N ms (default 10000)\n"
+            "  --conn-idle-s N          close connections without calls for N s (default 3600)\n"
+            "  --stream-queue N         messages queued per Fit stream before the Fit waits\n"
+            "                           for its reader (default 64)\n"
             "  --grace-ms N             on SIGTERM/SIGINT, let running calls finish for\n"
             "                           N ms before cancelling them (default 5000)\n"
+            "  --drain-ms N             on SIGTERM/SIGINT, first report NOT_SERVING on\n"
+            "                           grpc.health.v1 for N ms while still taking\n"
+            "                           calls, then stop as above (default 0)\n"
             "  --log-level LEVEL        error|warn|info|debug (default info)\n"
+            "  --log-format FORMAT      text|json: json writes one object per line, and\n"
+            "                           each finished call as an info line with\n"
+            "                           principal, session prefix, method, status and\n"
+            "                           duration (default text)\n"
+            "  --metrics-listen ADDR    serve Prometheus metrics at http://ADDR/metrics\n"
+            "                           (port 0 picks a free port, printed on stdout\n"
+            "                           before the listening line; default off)\n"
             "Security (docs/security.md):\n"
             "  --tls-cert FILE          PEM certificate chain: serve TLS (with --tls-key)\n"
             "  --tls-key FILE           PEM private key of --tls-cert\n"
@@ -132,7 +168,9 @@ static void on_drained_async(uv_async_t *a)
     RT_LOG(RT_LOG_INFO, "all calls finished; shutting down");
     uv_timer_stop(&d->grace);
     uv_timer_stop(&d->idle);
+    uv_timer_stop(&d->drain);
     uv_close((uv_handle_t *)&d->idle, close_cb);
+    uv_close((uv_handle_t *)&d->drain, close_cb);
     uv_close((uv_handle_t *)&d->sigterm, close_cb);
     uv_close((uv_handle_t *)&d->sigint, close_cb);
     uv_close((uv_handle_t *)&d->sighup, close_cb);
@@ -202,22 +240,48 @@ static int is_local_addr(const char *listen)
     return 0;
 }
 
+static void begin_stop(daemon_state *d, const char *why)
+{
+    d->stopping = 2;
+    uv_timer_stop(&d->drain);
+    RT_LOG(RT_LOG_INFO, "%s: stopping (grace %llu ms, %d call(s) running)", why,
+           (unsigned long long)d->grace_ms, rt_srv_live_calls(d->srv));
+    rt_srv_stop(d->srv);
+    uv_timer_start(&d->grace, on_grace, d->grace_ms, 0);
+}
+
+static void on_drain(uv_timer_t *t)
+{
+    begin_stop(t->data, "drain period over");
+}
+
 static void on_signal(uv_signal_t *s, int signum)
 {
     daemon_state *d = s->data;
-    if (d->stopping) {
+    const char *name = signum == SIGTERM ? "SIGTERM" : "SIGINT";
+    if (d->stopping == 2) {
         /* A second signal: do not wait for the grace period. */
         RT_LOG(RT_LOG_WARN, "second signal: cancelling running calls");
         rt_srv_cancel_all(d->srv);
         return;
     }
-    d->stopping = 1;
+    if (d->stopping == 1) { /* a second signal while draining: stop now */
+        begin_stop(d, name);
+        return;
+    }
     uv_timer_stop(&d->idle);
-    RT_LOG(RT_LOG_INFO, "%s: stopping (grace %llu ms, %d call(s) running)",
-           signum == SIGTERM ? "SIGTERM" : "SIGINT", (unsigned long long)d->grace_ms,
-           rt_srv_live_calls(d->srv));
-    rt_srv_stop(d->srv);
-    uv_timer_start(&d->grace, on_grace, d->grace_ms, 0);
+    /* Health says NOT_SERVING at once; with --drain-ms the daemon still
+     * takes calls for that long, so load balancers and Kubernetes probes
+     * see it and route new work elsewhere before the port closes. */
+    rt_srv_set_serving(d->srv, 0);
+    if (d->drain_ms) {
+        d->stopping = 1;
+        RT_LOG(RT_LOG_INFO, "%s: draining for %llu ms (health NOT_SERVING, calls still taken)",
+               name, (unsigned long long)d->drain_ms);
+        uv_timer_start(&d->drain, on_drain, d->drain_ms, 0);
+        return;
+    }
+    begin_stop(d, name);
 }
 
 int main(int argc, char **argv)
@@ -247,7 +311,8 @@ int main(int argc, char **argv)
            O_LOG, O_VERSION, O_HELP, O_MAXSTORE, O_IDLE, O_TLS_CERT, O_TLS_KEY,
            O_TLS_CA, O_TOKENS, O_INSECURE, O_NEW_TOKEN, O_MAXMEM, O_LEASE, O_SLICE, O_CTHREADS,
            O_CTIMEOUT, O_XTHREADS, O_MAXUP, O_MAXUPB, O_STALL, O_RATIO, O_KEEPALIVE,
-           O_HANDSHAKE, O_CONNIDLE, O_STREAMQ, O_KATIMEOUT,
+           O_HANDSHAKE, O_CONNIDLE, O_STREAMQ, O_KATIMEOUT, O_DRAIN,
+           O_LOGFMT, O_METRICS,
            O_QUOTA /* + rt_quota_kind */ };
     static const struct option opts[] = {
         {"listen", required_argument, 0, O_LISTEN},
@@ -283,11 +348,15 @@ int main(int argc, char **argv)
         {"conn-idle-s", required_argument, 0, O_CONNIDLE},
         {"stream-queue", required_argument, 0, O_STREAMQ},
         {"keepalive-timeout-s", required_argument, 0, O_KATIMEOUT},
+        {"drain-ms", required_argument, 0, O_DRAIN},
+        {"log-format", required_argument, 0, O_LOGFMT},
+        {"metrics-listen", required_argument, 0, O_METRICS},
 #define RT__Q_OPT(k, name, mem) {"quota-" name, required_argument, 0, O_QUOTA + RT_Q_##k},
         RT_QUOTA_MAP(RT__Q_OPT)
 #undef RT__Q_OPT
         {0, 0, 0, 0},
     };
+    const char *metrics_addr = NULL;
     int insecure = 0;
     int o, oi = 0;
     uint64_t v;
@@ -428,6 +497,11 @@ int main(int argc, char **argv)
                 goto bad;
             cfg.inline_ns = v * 1000;
             break;
+        case O_DRAIN:
+            if (parse_u64(optarg, &v) < 0 || v > 3600000)
+                goto bad;
+            d.drain_ms = v;
+            break;
         case O_GRACE:
             if (parse_u64(optarg, &v) < 0 || v > 3600000)
                 goto bad;
@@ -440,6 +514,14 @@ int main(int argc, char **argv)
             rt_obs_set_level(lvl);
             break;
         }
+        case O_LOGFMT: {
+            rt_log_format f;
+            if (rt_log_format_from_name(optarg, &f) < 0)
+                goto bad;
+            rt_log_set_format(f);
+            break;
+        }
+        case O_METRICS: metrics_addr = optarg; break;
         case O_VERSION:
             printf("rtraind %s (engine %d)\n", RT_VERSION_STRING, 1);
             return 0;
@@ -487,9 +569,11 @@ int main(int argc, char **argv)
     uv_signal_init(d.loop, &d.sighup);
     uv_timer_init(d.loop, &d.grace);
     uv_timer_init(d.loop, &d.idle);
+    uv_timer_init(d.loop, &d.drain);
     uv_async_init(d.loop, &d.drained, on_drained_async);
     d.sigterm.data = d.sigint.data = d.sighup.data = d.grace.data = d.drained.data =
         d.idle.data = &d;
+    d.drain.data = &d;
     uv_signal_start(&d.sigterm, on_signal, SIGTERM);
     uv_signal_start(&d.sigint, on_signal, SIGINT);
     uv_signal_start(&d.sighup, on_sighup, SIGHUP);
@@ -505,6 +589,15 @@ int main(int argc, char **argv)
             every = 100;
         uv_timer_start(&d.idle, on_idle_check, every, every);
     }
+    rt_metrics_server *metrics = NULL;
+    if (metrics_addr) {
+        if (rt_metrics_serve(metrics_addr, rt_srv_metrics_collect, d.srv, &metrics, err,
+                             sizeof err) < 0) {
+            fprintf(stderr, "rtraind: %s\n", err);
+            return 1;
+        }
+        printf("rtraind metrics on http://%s/metrics\n", rt_metrics_bound(metrics));
+    }
     printf("rtraind listening on %s\n", rt_srv_bound(d.srv));
     fflush(stdout);
     RT_LOG(RT_LOG_INFO, "rtraind %s listening on %s (%d cq threads, inline below %llu us, %s, %s)",
@@ -514,6 +607,7 @@ int main(int argc, char **argv)
            cfg.tokens_path ? "tokens" : "single-user");
 
     uv_run(d.loop, UV_RUN_DEFAULT);
+    rt_metrics_server_stop(metrics); /* before the server its gauges read */
     rt_srv_destroy(d.srv);
     uv_loop_close(d.loop);
     RT_LOG(RT_LOG_INFO, "stopped");

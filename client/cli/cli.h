@@ -77,6 +77,8 @@ typedef struct cli_opts {
     const char *checkpoint;   /* fit: weights after every epoch */
     const char *csv_log;      /* fit: one CSV row per epoch */
     const char *load_weights; /* fit: initial weights */
+    int relay;                /* bench through the latency relay (--rtt ...) */
+    uint64_t rtt_us, jitter_us, bandwidth_Bps;
 } cli_opts;
 
 /* Parse argv (argv[0] is the program). Returns 0, or -1 with a message in
@@ -150,6 +152,9 @@ int cli_cmd_fit(const cli_opts *o);
 int cli_cmd_eval(const cli_opts *o, int predict);
 int cli_cmd_bench_overhead(const cli_opts *o);
 int cli_cmd_bench_story(const cli_opts *o);
+/* Run a bench command through bench/relay when o->relay: start the relay
+ * towards the server, run cmd with --server pointed at it, stop it. */
+int cli_with_relay(const cli_opts *o, int (*cmd)(const cli_opts *o));
 
 /* Shared by the commands: connect (create + timeout), report an error. */
 int cli_connect(const cli_opts *o, rt_client **c);

@@ -3,6 +3,8 @@
  * misplaced option is a usage error rather than silently ignored. */
 #include "cli.h"
 
+#include "rt_relay.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -26,6 +28,7 @@ enum {
     O_ON_BAD,
     O_TLS_CA, O_TLS_CERT, O_TLS_KEY, O_TOKEN_FILE,
     O_EARLY_STOP, O_CHECKPOINT, O_CSV_LOG, O_LOAD_WEIGHTS,
+    O_RTT, O_JITTER, O_BANDWIDTH,
 };
 
 typedef struct opt_def {
@@ -88,6 +91,9 @@ static const opt_def defs[] = {
     {"checkpoint", 1, O_CHECKPOINT, B(CLI_FIT)},
     {"csv-log", 1, O_CSV_LOG, B(CLI_FIT)},
     {"load-weights", 1, O_LOAD_WEIGHTS, B(CLI_FIT)},
+    {"rtt", 1, O_RTT, B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY)},
+    {"jitter", 1, O_JITTER, B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY)},
+    {"bandwidth", 1, O_BANDWIDTH, B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY)},
 };
 #define N_DEFS (sizeof defs / sizeof defs[0])
 
@@ -192,6 +198,10 @@ void cli_usage(FILE *f)
 "                            (data: examples/iris/ from the current\n"
 "                            directory); bench/story.py runs it beside\n"
 "                            PyTorch eager\n"
+"  bench ... --rtt D [--jitter D] [--bandwidth R]\n"
+"                            run the bench through a relay on loopback that\n"
+"                            adds D/2 each way (2ms, 10ms, 50ms), +-jitter,\n"
+"                            and caps each direction at R (100mbit, 1gbit)\n"
 "\n"
 "Data (--data, --labels, --val, --val-labels) by file name:\n"
 "  *.csv                     numeric CSV; the label is --label-column C\n"
@@ -499,6 +509,19 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
         case O_CHECKPOINT: o->checkpoint = a; break;
         case O_CSV_LOG: o->csv_log = a; break;
         case O_LOAD_WEIGHTS: o->load_weights = a; break;
+        case O_RTT:
+        case O_JITTER:
+            if (rt_relay_parse_duration(a, id == O_RTT ? &o->rtt_us : &o->jitter_us) < 0)
+                return perr(err, errlen, "--%s: expected a duration like 10ms, got '%s'",
+                            id == O_RTT ? "rtt" : "jitter", a);
+            o->relay = 1;
+            break;
+        case O_BANDWIDTH:
+            if (rt_relay_parse_rate(a, &o->bandwidth_Bps) < 0)
+                return perr(err, errlen, "--bandwidth: expected a rate like 100mbit, got '%s'",
+                            a);
+            o->relay = 1;
+            break;
         }
         (void)dv;
     }

@@ -149,8 +149,8 @@ int main(int argc, char **argv)
     case CLI_FIT: return cli_cmd_fit(&o);
     case CLI_EVAL: return cli_cmd_eval(&o, 0);
     case CLI_PREDICT: return cli_cmd_eval(&o, 1);
-    case CLI_BENCH_OVERHEAD: return cli_cmd_bench_overhead(&o);
-    case CLI_BENCH_STORY: return cli_cmd_bench_story(&o);
+    case CLI_BENCH_OVERHEAD: return cli_with_relay(&o, cli_cmd_bench_overhead);
+    case CLI_BENCH_STORY: return cli_with_relay(&o, cli_cmd_bench_story);
     case CLI_NONE: break;
     }
     return CLI_EXIT_USAGE;

@@ -1,6 +1,8 @@
 /* rt_obs.c - logging and timing records. */
 #include "rt_obs.h"
 
+#include "rt_log.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -66,6 +68,13 @@ size_t rt_obs_escape(const char *in, char *out, size_t outlen)
 
 void rt_obs_log(rt_log_level lvl, const char *fmt, ...)
 {
+    if (rt_log_get_format() == RT_LOG_FORMAT_JSON) {
+        va_list ap;
+        va_start(ap, fmt);
+        rt_log_vjson(lvl, fmt, ap);
+        va_end(ap);
+        return;
+    }
     char line[1024];
     struct timespec ts;
     struct tm tm;

@@ -199,6 +199,8 @@ static void note_step_time(rt_program *p, uint64_t ns, int64_t steps)
     __atomic_load(&p->step_ns, &old, __ATOMIC_RELAXED);
     double v = old > 0 ? 0.8 * old + 0.2 * per : per;
     __atomic_store(&p->step_ns, &v, __ATOMIC_RELAXED);
+    const rt_train_config *tc = rt_plan_config(p->plan);
+    rt_metrics_steps((uint64_t)steps, (uint64_t)steps * (uint64_t)(tc ? tc->batch_size : 0));
 }
 
 /* Execute time of the engine's epochs, measured from the step callback:

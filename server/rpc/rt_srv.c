@@ -18,6 +18,8 @@
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
 
+#include "rt_health.h"
+
 void rt_srv_config_init(rt_srv_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -288,6 +290,7 @@ static void start_final(rt_call *c)
     rt_dataset_release(c->ds);
     rt_dataset_release(c->val_ds);
     c->ds = c->val_ds = NULL;
+    rt_srv_observe_call(c, c->err ? rt_err_to_grpc(c->err) : GRPC_STATUS_OK);
     start_batch(c, ops, n, &c->final_tag);
 }
 
@@ -1349,6 +1352,19 @@ static void on_generic(rt__tag *t, int ok)
     }
 }
 
+/* Health calls count as live calls while the daemon drains. */
+static void health_call_begin(void *ud)
+{
+    __atomic_add_fetch(&((rt_srv *)ud)->live, 1, __ATOMIC_ACQ_REL);
+}
+
+static void health_call_end(void *ud)
+{
+    rt_srv *s = ud;
+    __atomic_sub_fetch(&s->live, 1, __ATOMIC_ACQ_REL);
+    check_drained(s);
+}
+
 /* ------------------------------------------------------------- threads */
 /* The completion-queue threads also run rt_srv_tick, a few times a
  * second: a status started from a thread that does not poll gRPC (the uv
@@ -1571,6 +1587,7 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
         return RT_ENOMEM;
     }
     rt_methods_init(); /* aborts if a .proto method has no handler */
+    rt_srv_obs_init();
     /* Default quotas. Single-user: only the server-wide limits apply. With
      * tokens no principal may take everything: a quarter of the sessions,
      * of the store and of the memory budget, 64 programs, 4 uploads in
@@ -1637,6 +1654,11 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
             rt_methods[i].kind == RT_UNARY ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER
                                            : GRPC_SRM_PAYLOAD_NONE,
             0);
+    rt_health_hooks hk = {health_call_begin, health_call_end, s};
+    if (!(s->health = rt_health_create(s->server, s->cq, &hk))) {
+        rt_srv_destroy(s);
+        return RT_ENOMEM;
+    }
     grpc_server_credentials *cr = NULL;
     if ((rc = server_creds(cfg, &cr, err, errlen)) < 0) {
         rt_srv_destroy(s);
@@ -1671,6 +1693,7 @@ int rt_srv_start(rt_srv *s, void (*on_drained)(void *ud), void *ud)
             request_call(s, i);
     request_generic(s);
     request_generic(s);
+    rt_health_start(s->health, 2);
     s->compile_threads = calloc((size_t)s->cfg.compile_threads, sizeof *s->compile_threads);
     if (!s->compile_threads)
         return RT_ENOMEM;
@@ -1690,10 +1713,16 @@ int rt_srv_start(rt_srv *s, void (*on_drained)(void *ud), void *ud)
     return 0;
 }
 
+void rt_srv_set_serving(rt_srv *s, int serving)
+{
+    rt_health_set_serving(s->health, serving);
+}
+
 void rt_srv_stop(rt_srv *s)
 {
     if (__atomic_exchange_n(&s->stopping, 1, __ATOMIC_ACQ_REL))
         return;
+    rt_health_shutdown(s->health);
     RT_TAG_POST(&s->shutdown_tag);
     grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
 }
@@ -1779,6 +1808,7 @@ void rt_srv_destroy(rt_srv *s)
         grpc_completion_queue_destroy(s->cq);
         grpc_shutdown();
     }
+    rt_health_destroy(s->health);
     free(s->threads);
     rt_session_table_destroy(s->sessions);
     rt_plan_cache_destroy(s->plans);

@@ -80,6 +80,9 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
 /* "127.0.0.1:PORT" with the port actually bound. Owned by s. */
 const char *rt_srv_bound(const rt_srv *s);
 int rt_srv_start(rt_srv *s, void (*on_drained)(void *ud), void *ud);
+/* What grpc.health.v1.Health reports: SERVING until 0 is set here (the
+ * daemon draining before it stops) or rt_srv_stop. Calls keep working. */
+void rt_srv_set_serving(rt_srv *s, int serving);
 void rt_srv_stop(rt_srv *s);
 /* Read the tokens file again (SIGHUP). On error the old tokens stay in
  * force and err says why; on success *n_tokens is how many are accepted. */
@@ -96,6 +99,11 @@ int rt_srv_tick(rt_srv *s);
 void rt_srv_cancel_all(rt_srv *s);
 int rt_srv_live_calls(rt_srv *s);
 void rt_srv_destroy(rt_srv *s); /* NULL is a no-op */
+
+/* rt_metrics_collect_fn for rt_metrics_serve(..., rt_srv_metrics_collect, s):
+ * sessions, programs, the store, memory, live calls, health. */
+struct rt_metrics_gauges;
+void rt_srv_metrics_collect(void *s, struct rt_metrics_gauges *g);
 
 #ifdef __cplusplus
 }

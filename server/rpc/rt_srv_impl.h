@@ -20,6 +20,7 @@
 
 #include "rt_auth.h"
 #include "rt_data.h"
+#include "rt_metrics.h"
 #include "rt_obs.h"
 #include "rt_service.h"
 #include "rt_session.h"
@@ -255,7 +256,14 @@ struct rt_srv {
     void (*on_drained)(void *ud);
     void *drained_ud;
     uint64_t start_ns;
+    struct rt_health *health;     /* grpc.health.v1 (rt_health.c) */
 };
+
+/* Observability at a call's end (rt_srv_obs.c): the metrics and the
+ * access log line. code is the gRPC status sent. */
+void rt_srv_observe_call(rt_call *c, int code);
+/* Once, before calls: name the methods for the metrics. */
+void rt_srv_obs_init(void);
 
 /* Arena allocation; never NULL-checked by callers that can fail softly:
  * returns NULL on out of memory, or when a large block (RT__CALL_CHARGE_MIN

@@ -193,6 +193,25 @@ int rt_session_count(rt_session_table *t)
     return n;
 }
 
+void rt_session_table_usage(rt_session_table *t, rt_session_usage *u)
+{
+    memset(u, 0, sizeof *u);
+    pthread_mutex_lock(&t->mu);
+    u->sessions = (uint64_t)t->n;
+    for (int i = 0; i < t->n; i++) {
+        rt_session *s = t->v[i];
+        pthread_mutex_lock(&s->mu);
+        for (int k = 0; k < s->n_progs; k++) {
+            const rt_compile_report *r = rt_plan_report(s->progs[k]->plan);
+            u->programs++;
+            u->param_bytes += r->param_bytes;
+            u->arena_bytes += r->arena_bytes;
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
 void rt_session_retain(rt_session *s)
 {
     __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);

@@ -96,6 +96,12 @@ rt_session *rt_session_find(rt_session_table *t, const char *id, const rt_princi
  * releases it. RT_ENOTFOUND if unknown or not who's. */
 int rt_session_close(rt_session_table *t, const char *id, const rt_principal *who);
 int rt_session_count(rt_session_table *t);
+/* Open sessions, their programs, and those programs' planned memory
+ * (compile report: parameter/optimizer bytes and activation arenas). */
+typedef struct rt_session_usage {
+    uint64_t sessions, programs, param_bytes, arena_bytes;
+} rt_session_usage;
+void rt_session_table_usage(rt_session_table *t, rt_session_usage *u);
 /* Close sessions not looked up for idle_ns (as of now_ns) and not in use by
  * a call. Writes up to max closed ids into ids (may be NULL); returns how
  * many were closed. */

@@ -1,0 +1,409 @@
+/* rt_metrics.c - Prometheus counters, histograms and the /metrics endpoint.
+ * Everything recorded lives in one static registry of fixed arrays, so the
+ * call path never allocates or locks (except the per-second step ring,
+ * touched once per training call). */
+#include "rt_metrics.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include <microhttpd.h>
+
+#include "rt_wire.h"
+#include "rtrain/rt_error.h"
+
+#define N_CODES 17
+#define N_BUCKETS 24
+#define RING 64
+#define RATE_WINDOW_S 10
+
+/* Upper bounds in ns: 1 us .. 60 s, then +Inf. */
+static const uint64_t bucket_ns[N_BUCKETS] = {
+    1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
+    1000000, 2500000, 5000000, 10000000, 25000000, 50000000, 100000000,
+    250000000, 500000000, 1000000000, 2500000000ull, 5000000000ull,
+    10000000000ull, 30000000000ull, 60000000000ull};
+
+typedef struct hist {
+    uint64_t b[N_BUCKETS + 1]; /* not cumulative; the last is +Inf */
+    uint64_t sum_ns, count;
+} hist;
+
+enum { PH_QUEUE, PH_DECODE, PH_COMPILE, PH_EXECUTE, PH_ENCODE, PH_N };
+static const char *const phase_names[PH_N] = {"queue", "decode", "compile", "execute",
+                                              "encode"};
+
+static const char *const code_names[N_CODES] = {
+    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+    "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+    "UNAUTHENTICATED"};
+
+typedef struct step_slot {
+    uint64_t sec, steps, samples;
+} step_slot;
+
+static struct {
+    const char *const *names;
+    int n;
+    uint64_t calls[RT_METRICS_MAX_METHODS][N_CODES];
+    hist dur[RT_METRICS_MAX_METHODS];
+    hist phase[PH_N];
+    uint64_t steps, samples;
+    pthread_mutex_t ring_mu;
+    step_slot ring[RING];
+    uint64_t scrapes;
+    uint64_t last_render_ns;
+    double start_unix;
+    uint64_t start_ns;
+} M = {.ring_mu = PTHREAD_MUTEX_INITIALIZER};
+
+#define ADD(p, v) __atomic_add_fetch((p), (v), __ATOMIC_RELAXED)
+#define LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+
+void rt_metrics_init(const char *const *method_names, int n)
+{
+    M.names = method_names;
+    M.n = n < RT_METRICS_MAX_METHODS ? n : RT_METRICS_MAX_METHODS;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    M.start_unix = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    M.start_ns = rt_now_ns();
+}
+
+static void observe(hist *h, uint64_t ns)
+{
+    int i = 0;
+    while (i < N_BUCKETS && ns > bucket_ns[i])
+        i++;
+    ADD(&h->b[i], 1);
+    ADD(&h->sum_ns, ns);
+    ADD(&h->count, 1);
+}
+
+void rt_metrics_call(int method, int code, const rt_obs_timing *t, uint64_t end_ns)
+{
+    if (method < 0 || method >= M.n || code < 0 || code >= N_CODES)
+        return;
+    ADD(&M.calls[method][code], 1);
+    observe(&M.dur[method], end_ns > t->arrival_ns ? end_ns - t->arrival_ns : 0);
+    observe(&M.phase[PH_QUEUE], t->queue_ns);
+    observe(&M.phase[PH_DECODE], t->decode_ns);
+    observe(&M.phase[PH_COMPILE], t->compile_ns);
+    observe(&M.phase[PH_EXECUTE], t->execute_ns);
+    observe(&M.phase[PH_ENCODE], t->encode_ns);
+}
+
+void rt_metrics_steps(uint64_t steps, uint64_t samples)
+{
+    if (!steps)
+        return;
+    ADD(&M.steps, steps);
+    ADD(&M.samples, samples);
+    uint64_t sec = rt_now_ns() / 1000000000ull;
+    pthread_mutex_lock(&M.ring_mu);
+    step_slot *s = &M.ring[sec % RING];
+    if (s->sec != sec) {
+        s->sec = sec;
+        s->steps = s->samples = 0;
+    }
+    s->steps += steps;
+    s->samples += samples;
+    pthread_mutex_unlock(&M.ring_mu);
+}
+
+/* Steps and samples per second over the last RATE_WINDOW_S whole seconds. */
+static void rates(double *steps, double *samples)
+{
+    uint64_t now = rt_now_ns() / 1000000000ull, st = 0, sa = 0;
+    pthread_mutex_lock(&M.ring_mu);
+    for (int i = 0; i < RING; i++)
+        if (M.ring[i].sec < now && M.ring[i].sec + RATE_WINDOW_S >= now) {
+            st += M.ring[i].steps;
+            sa += M.ring[i].samples;
+        }
+    pthread_mutex_unlock(&M.ring_mu);
+    *steps = (double)st / RATE_WINDOW_S;
+    *samples = (double)sa / RATE_WINDOW_S;
+}
+
+/* ---------------------------------------------------------------- render */
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} sbuf;
+
+__attribute__((format(printf, 2, 3))) static void put(sbuf *b, const char *fmt, ...)
+{
+    if (b->oom)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = 1;
+            return;
+        }
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap * 2 + (size_t)n;
+        char *np = realloc(b->p, cap);
+        if (!np) {
+            b->oom = 1;
+            return;
+        }
+        b->p = np;
+        b->cap = cap;
+    }
+}
+
+static void head(sbuf *b, const char *name, const char *type, const char *help)
+{
+    put(b, "# HELP rtrain_%s %s\n# TYPE rtrain_%s %s\n", name, help, name, type);
+}
+
+static void put_hist(sbuf *b, const char *name, const char *lk, const char *lv, const hist *h)
+{
+    uint64_t cum = 0;
+    for (int i = 0; i <= N_BUCKETS; i++) {
+        cum += LOAD(&h->b[i]);
+        if (i < N_BUCKETS)
+            put(b, "rtrain_%s_bucket{%s=\"%s\",le=\"%g\"} %llu\n", name, lk, lv,
+                bucket_ns[i] / 1e9, (unsigned long long)cum);
+        else
+            put(b, "rtrain_%s_bucket{%s=\"%s\",le=\"+Inf\"} %llu\n", name, lk, lv,
+                (unsigned long long)cum);
+    }
+    put(b, "rtrain_%s_sum{%s=\"%s\"} %.9f\n", name, lk, lv, LOAD(&h->sum_ns) / 1e9);
+    /* count = the +Inf bucket, read once, so the two always agree. */
+    put(b, "rtrain_%s_count{%s=\"%s\"} %llu\n", name, lk, lv, (unsigned long long)cum);
+}
+
+static uint64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, res = 0;
+    if (f) {
+        if (fscanf(f, "%llu %llu", &size, &res) != 2)
+            res = 0;
+        fclose(f);
+    }
+    return res * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+int rt_metrics_render(rt_metrics_collect_fn collect, void *ud, char **out, size_t *len)
+{
+    uint64_t t0 = rt_now_ns();
+    sbuf b = {malloc(16384), 0, 16384, 0};
+    if (!b.p)
+        return RT_ENOMEM;
+    ADD(&M.scrapes, 1);
+
+    head(&b, "calls_total", "counter", "Finished gRPC calls by method and status code.");
+    for (int m = 0; m < M.n; m++)
+        for (int c = 0; c < N_CODES; c++) {
+            uint64_t v = LOAD(&M.calls[m][c]);
+            /* Every method's OK line is always there so rate() has a series
+             * from the start; other codes appear once they happen. */
+            if (v || c == 0)
+                put(&b, "rtrain_calls_total{method=\"%s\",code=\"%s\"} %llu\n", M.names[m],
+                    code_names[c], (unsigned long long)v);
+        }
+    head(&b, "call_duration_seconds", "histogram",
+         "Time from a call's arrival to its status, by method.");
+    for (int m = 0; m < M.n; m++)
+        if (LOAD(&M.dur[m].count))
+            put_hist(&b, "call_duration_seconds", "method", M.names[m], &M.dur[m]);
+    head(&b, "phase_duration_seconds", "histogram",
+         "Time of each call in one phase: queue, decode, compile, execute, encode.");
+    for (int p = 0; p < PH_N; p++)
+        put_hist(&b, "phase_duration_seconds", "phase", phase_names[p], &M.phase[p]);
+
+    double sps, smps;
+    rates(&sps, &smps);
+    head(&b, "steps_total", "counter", "Training steps run.");
+    put(&b, "rtrain_steps_total %llu\n", (unsigned long long)LOAD(&M.steps));
+    head(&b, "samples_total", "counter", "Training samples run (steps x batch size).");
+    put(&b, "rtrain_samples_total %llu\n", (unsigned long long)LOAD(&M.samples));
+    head(&b, "steps_per_second", "gauge", "Training steps per second, last 10 whole seconds.");
+    put(&b, "rtrain_steps_per_second %.3f\n", sps);
+    head(&b, "samples_per_second", "gauge",
+         "Training samples per second, last 10 whole seconds.");
+    put(&b, "rtrain_samples_per_second %.3f\n", smps);
+
+    rt_metrics_gauges g;
+    memset(&g, 0, sizeof g);
+    if (collect)
+        collect(ud, &g);
+    static const struct { const char *name, *help; size_t off; } gauges[] = {
+        {"sessions", "Open sessions.", offsetof(rt_metrics_gauges, sessions)},
+        {"programs", "Compiled programs held by sessions.", offsetof(rt_metrics_gauges, programs)},
+        {"plans_cached", "Plans in the compile cache.", offsetof(rt_metrics_gauges, plans_cached)},
+        {"datasets", "Datasets in the store.", offsetof(rt_metrics_gauges, datasets)},
+        {"stored_bytes", "Bytes of the datasets in the store.",
+         offsetof(rt_metrics_gauges, stored_bytes)},
+        {"live_calls", "Calls in progress.", offsetof(rt_metrics_gauges, live_calls)},
+    };
+    for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) {
+        head(&b, gauges[i].name, "gauge", gauges[i].help);
+        put(&b, "rtrain_%s %llu\n", gauges[i].name,
+            (unsigned long long)*(const uint64_t *)((const char *)&g + gauges[i].off));
+    }
+    head(&b, "serving", "gauge", "1 while grpc.health.v1 reports SERVING.");
+    put(&b, "rtrain_serving %d\n", g.serving);
+    head(&b, "memory_bytes", "gauge",
+         "Memory by kind: params (weights, gradients, optimizer state), activations "
+         "(planned arenas), datasets (the store), rss (the process).");
+    put(&b, "rtrain_memory_bytes{kind=\"params\"} %llu\n", (unsigned long long)g.mem_params);
+    put(&b, "rtrain_memory_bytes{kind=\"activations\"} %llu\n",
+        (unsigned long long)g.mem_activations);
+    put(&b, "rtrain_memory_bytes{kind=\"datasets\"} %llu\n", (unsigned long long)g.mem_datasets);
+    put(&b, "rtrain_memory_bytes{kind=\"rss\"} %llu\n", (unsigned long long)rss_bytes());
+
+    head(&b, "process_start_time_seconds", "gauge", "Start time, seconds since the epoch.");
+    put(&b, "rtrain_process_start_time_seconds %.3f\n", M.start_unix);
+    head(&b, "uptime_seconds", "gauge", "Seconds since the daemon started.");
+    put(&b, "rtrain_uptime_seconds %.3f\n", (rt_now_ns() - M.start_ns) / 1e9);
+    head(&b, "scrapes_total", "counter", "Renders of this page.");
+    put(&b, "rtrain_scrapes_total %llu\n", (unsigned long long)LOAD(&M.scrapes));
+    head(&b, "scrape_render_seconds", "gauge", "Time the previous render of this page took.");
+    put(&b, "rtrain_scrape_render_seconds %.9f\n", LOAD(&M.last_render_ns) / 1e9);
+    if (b.oom) {
+        free(b.p);
+        return RT_ENOMEM;
+    }
+    __atomic_store_n(&M.last_render_ns, rt_now_ns() - t0, __ATOMIC_RELAXED);
+    *out = b.p;
+    *len = b.len;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- HTTP */
+struct rt_metrics_server {
+    struct MHD_Daemon *d;
+    rt_metrics_collect_fn collect;
+    void *ud;
+    char bound[128];
+};
+
+static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, const char *text)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)text,
+                                                             MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/plain; charset=utf-8");
+    enum MHD_Result rc = MHD_queue_response(conn, code, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    rt_metrics_server *ms = cls;
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+        return reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET /metrics\n");
+    if (strcmp(url, "/metrics") != 0)
+        return reply(conn, MHD_HTTP_NOT_FOUND, "not found: try /metrics\n");
+    char *text;
+    size_t len;
+    if (rt_metrics_render(ms->collect, ms->ud, &text, &len) < 0)
+        return reply(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+    enum MHD_Result rc = MHD_queue_response(conn, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+int rt_metrics_serve(const char *addr, rt_metrics_collect_fn collect, void *ud,
+                     rt_metrics_server **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    char host[128];
+    const char *colon = strrchr(addr, ':');
+    size_t hl = colon ? (size_t)(colon - addr) : 0;
+    if (!colon || !colon[1] || hl >= sizeof host) {
+        snprintf(err, errlen, "metrics: cannot listen on '%.100s' (expected HOST:PORT)", addr);
+        return RT_EINVAL;
+    }
+    memcpy(host, addr, hl);
+    host[hl] = 0;
+    char *h = host;
+    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
+        h[hl - 1] = 0;
+        h++;
+    }
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    if (getaddrinfo(h[0] ? h : NULL, colon + 1, &hints, &ai) != 0 || !ai) {
+        snprintf(err, errlen, "metrics: cannot listen on '%.100s' (unknown host or port)", addr);
+        return RT_EINVAL;
+    }
+    rt_metrics_server *ms = calloc(1, sizeof *ms);
+    if (!ms) {
+        freeaddrinfo(ai);
+        return RT_ENOMEM;
+    }
+    ms->collect = collect;
+    ms->ud = ud;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    ms->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, ms,
+                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
+                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_END);
+    int e = errno;
+    freeaddrinfo(ai);
+    if (!ms->d) {
+        snprintf(err, errlen, "metrics: cannot listen on %.100s (%s)", addr,
+                 e == EADDRINUSE ? "address already in use" : strerror(e));
+        free(ms);
+        return RT_EUNAVAILABLE;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(ms->d, MHD_DAEMON_INFO_LISTEN_FD);
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    int port = 0;
+    if (di && getsockname(di->listen_fd, (struct sockaddr *)&sa, &sl) == 0)
+        port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+                                              : ((struct sockaddr_in *)&sa)->sin_port);
+    snprintf(ms->bound, sizeof ms->bound, "%.*s:%d", (int)(hl > 100 ? 100 : hl), addr, port);
+    *out = ms;
+    return 0;
+}
+
+const char *rt_metrics_bound(const rt_metrics_server *ms) { return ms->bound; }
+
+void rt_metrics_server_stop(rt_metrics_server *ms)
+{
+    if (!ms)
+        return;
+    MHD_stop_daemon(ms->d);
+    free(ms);
+}
