@@ -1044,6 +1044,13 @@ int rt_plan_compile(const rt_graph *g, const rt_train_config *cfg,
                     rt_plan **out, rt_compile_report *rep, char *err,
                     size_t errlen)
 {
+    return rt_plan_compile_cancellable(g, cfg, NULL, out, rep, err, errlen);
+}
+
+int rt_plan_compile_cancellable(const rt_graph *g, const rt_train_config *cfg,
+                                const int *cancel, rt_plan **out, rt_compile_report *rep,
+                                char *err, size_t errlen)
+{
     char dummy[RT__ERRLEN];
     if (!err || errlen == 0) {
         err = dummy;
@@ -1073,6 +1080,11 @@ int rt_plan_compile(const rt_graph *g, const rt_train_config *cfg,
         const uint64_t now = rt__now_ns();
         p->rep.pass_ns[i] = now - t;
         t = now;
+        if (rc >= 0 && cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE) &&
+            i + 1 < RT_COMPILE_PASSES) {
+            snprintf(err, errlen, "compile cancelled after pass %s", rt__passes[i].name);
+            rc = RT_ECANCELLED;
+        }
     }
     if (rc < 0) {
         if (rc == RT_ENOMEM && !err[0]) snprintf(err, errlen, "out of memory");

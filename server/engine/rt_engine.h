@@ -256,6 +256,13 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *cfg, uint8_t key[16]);
 int rt_plan_compile(const rt_graph *g, const rt_train_config *cfg,
                     rt_plan **out, rt_compile_report *rep, char *err,
                     size_t errlen);
+/* The same, stopping between passes once *cancel (read atomically) is
+ * non-zero: RT_ECANCELLED naming the last pass run, and nothing is kept.
+ * Each pass is linear in the graph's size, so a budget is kept to about one
+ * pass. cancel NULL: never cancelled. */
+int rt_plan_compile_cancellable(const rt_graph *g, const rt_train_config *cfg,
+                                const int *cancel, rt_plan **out, rt_compile_report *rep,
+                                char *err, size_t errlen);
 void rt_plan_retain(rt_plan *p);
 void rt_plan_release(rt_plan *p); /* NULL is a no-op */
 

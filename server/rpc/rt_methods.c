@@ -583,20 +583,26 @@ static int compile_work(rt_call *c)
     int rc0 = build_graph(c, st);
     if (rc0 < 0)
         return rc0;
+    if (rt_call_is_cancelled(c))
+        return rt_call_fail(c, RT_ECANCELLED, "compile cancelled after the import");
     int hit = st->plan != NULL;
     if (!hit) {
         char err[256];
         uint64_t t0 = rt_now_ns();
         rt_plan *p;
-        int rc = rt_plan_compile(st->g, &st->cfg, &p, NULL, err, sizeof err);
+        /* Past its budget (or when the client goes) the compile stops at
+         * the next pass boundary: the worker is free again within a pass. */
+        int rc = rt_plan_compile_cancellable(st->g, &st->cfg, &c->cancelled, &p, NULL, err,
+                                             sizeof err);
         c->tm.compile_ns += rt_now_ns() - t0;
         if (rc < 0)
             return rt_call_fail(c, rc, "%.250s", err);
         rt_plan_cache_put(c->srv->plans, st->key, p, &st->plan);
         rt_plan_release(p);
     }
-    /* Past its budget the client was answered already: the plan stays in
-     * the cache (a retry is a hit), no program is made for nobody. */
+    /* Past its budget the client was answered already; a plan that did
+     * finish stays in the cache (a retry is a hit), but no program is made
+     * for nobody. */
     if (rt_call_is_cancelled(c))
         return rt_call_fail(c, RT_ECANCELLED, "compile cancelled");
     /* The memory is charged before it is allocated. */

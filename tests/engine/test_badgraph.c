@@ -257,6 +257,24 @@ int main(void)
     rt_plan_release(NULL);
     rt_exec_destroy(NULL);
 
+    /* a cancelled compile stops at a pass boundary and keeps nothing */
+    {
+        begin(4); param("W", 4, 3);
+        node("d", "Dense", 2, "x", "W", NULL);
+        cfg.from_logits = 1;
+        rt_plan *p = (rt_plan *)&cfg;
+        char err[256];
+        int cancel = 1;
+        CHECK(rt_plan_compile_cancellable(g, &cfg, &cancel, &p, NULL, err, sizeof err) ==
+              RT_ECANCELLED);
+        CHECK(p == NULL && strstr(err, "after pass validate") != NULL);
+        cancel = 0;
+        CHECK(rt_plan_compile_cancellable(g, &cfg, &cancel, &p, NULL, err, sizeof err) == 0);
+        rt_plan_release(p);
+        rt_graph_destroy(g);
+        g = NULL;
+    }
+
     /* bad data is an error with a message */
     {
         begin(4); param("W", 4, 3);
