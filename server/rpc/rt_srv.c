@@ -1045,8 +1045,13 @@ static void run_handler(rt_call *c, rt_handler_fn fn)
  * gRPC hands it over as it came. Inflate it here, with the receive limit
  * as the cap on what it may become. Returns a malloc'ed buffer, or NULL
  * after rt_call_fail. */
-static uint8_t *inflate_payload(rt_call *c, grpc_byte_buffer *bb, size_t *len)
+static uint8_t *inflate_payload(rt_call *c, grpc_byte_buffer *bb, size_t *len,
+                                size_t *charged)
 {
+    /* The buffer is charged to the caller's call-bytes quota (and so the
+     * server's memory budget) before it grows; *charged is what the caller
+     * gives back once the buffer is freed. */
+    *charged = 0;
     grpc_compression_algorithm alg = bb->data.raw.compression;
     if (alg != GRPC_COMPRESS_GZIP && alg != GRPC_COMPRESS_DEFLATE) {
         rt_call_fail(c, RT_EPROTO, "message compression %d is not supported (use gzip)",
@@ -1077,6 +1082,13 @@ static uint8_t *inflate_payload(rt_call *c, grpc_byte_buffer *bb, size_t *len)
                 }
                 size_t nc = cap ? cap * 2 : 65536;
                 nc = nc > max ? (size_t)max : nc;
+                if (rt_principal_reserve(c->who, RT_Q_CALL_BYTES, nc - cap, c->alloc_err,
+                                         sizeof c->alloc_err) < 0) {
+                    rt_call_fail(c, RT_ETOOBIG, "inflating a compressed %s: %s",
+                                 c->m->req_name, c->alloc_err);
+                    goto fail;
+                }
+                *charged += nc - cap;
                 uint8_t *nb = realloc(out, nc);
                 if (!nb) {
                     rt_call_fail(c, RT_ENOMEM, "out of memory inflating a message");
@@ -1115,13 +1127,14 @@ static ProtobufCMessage *decode(rt_call *c, ProtobufCAllocator *alloc)
      * malformed, as rt_wire_unpack says. */
     if (c->payload && c->payload->type == GRPC_BB_RAW &&
         c->payload->data.raw.compression != GRPC_COMPRESS_NONE) {
-        size_t len = 0;
-        uint8_t *raw = inflate_payload(c, c->payload, &len);
+        size_t len = 0, charged = 0;
+        uint8_t *raw = inflate_payload(c, c->payload, &len, &charged);
         grpc_byte_buffer_destroy(c->payload);
         c->payload = NULL;
         ProtobufCMessage *m =
             raw ? protobuf_c_message_unpack(c->m->req_desc, alloc, len, raw) : NULL;
         free(raw);
+        rt_principal_unreserve(c->who, RT_Q_CALL_BYTES, charged);
         c->tm.decode_ns += rt_now_ns() - t0;
         if (!m && !c->err && c->alloc_err[0])
             rt_call_fail(c, RT_ETOOBIG, "%s", c->alloc_err);
