@@ -14,6 +14,7 @@
 
 #include "health.pb-c.h"
 #include "rt_obs.h"
+#include "rt_srv_impl.h" /* RT_TAG_POST: the tag hand-off between cq threads */
 #include "rt_wire.h"
 
 typedef Grpc__Health__V1__HealthCheckResponse__ServingStatus hstatus;
@@ -122,6 +123,7 @@ static void request(rt_health *h, int method)
     c->final.fn = on_final;
     c->sent = -1;
     grpc_metadata_array_init(&c->md);
+    RT_TAG_POST(&c->arrive);
     if (grpc_server_request_registered_call(h->server, h->reg[method], &c->call,
                                             &c->deadline, &c->md, &c->payload, h->cq,
                                             h->cq, &c->arrive) != GRPC_CALL_OK) {
@@ -155,6 +157,7 @@ static int unref_locked(hcall *c) { return --c->refs == 0; }
 static int start_locked(hcall *c, const grpc_op *ops, size_t n, htag *tag)
 {
     c->refs++;
+    RT_TAG_POST(tag);
     if (grpc_call_start_batch(c->call, ops, n, tag, NULL) == GRPC_CALL_OK)
         return 0;
     c->refs--;
