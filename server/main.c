@@ -543,6 +543,19 @@ int main(int argc, char **argv)
         return 2;
     }
 
+    /* gRPC takes the port modulo 2^16 (99999 binds 34463): a port must be
+     * a number from 0 to 65535, or a name. */
+    if (strncmp(cfg.listen, "unix:", 5) != 0) {
+        const char *colon = strrchr(cfg.listen, ':');
+        const char *port = colon ? colon + 1 : "";
+        char *end;
+        long v = strtol(port, &end, 10);
+        if (!*port || (*end == '\0' && (v < 0 || v > 65535 || end - port > 5))) {
+            fprintf(stderr, "rtraind: --listen %s: the port must be 0..65535\n", cfg.listen);
+            return 2;
+        }
+    }
+
     /* Refuse to be reachable from the network unprotected: other machines
      * need tokens (who is calling) and, unless --insecure, TLS. */
     if (!is_local_addr(cfg.listen)) {

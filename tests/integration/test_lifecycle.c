@@ -637,6 +637,9 @@ static void test_flags(const char *rtraind)
     const char *addr[] = {rtraind, "--listen", "localhost:nope", NULL};
     CHECK(itest_run_capture(rtraind, addr, out, sizeof out) == 1 && strstr(out, "cannot listen"),
           "bad address: '%s'", out);
+    const char *big_port[] = {rtraind, "--listen", "127.0.0.1:99999", NULL};
+    CHECK(itest_run_capture(rtraind, big_port, out, sizeof out) == 2 && strstr(out, "0..65535"),
+          "port out of range: '%s'", out);
     /* Not loopback and no tokens: refused before anything is bound. */
     const char *open_addr[] = {rtraind, "--listen", "256.1.1.1:80", NULL};
     CHECK(itest_run_capture(rtraind, open_addr, out, sizeof out) == 2 && strstr(out, "loopback"),
