@@ -660,3 +660,75 @@ int itest_upload(itest_conn *c, const char *session, Rtrain__V1__DataPart **part
     free(msgs);
     return r->status;
 }
+
+/* ---------------------------------------------- the iris model (W-A) */
+Rtrain__V1__Graph *itest_iris_graph(int hidden)
+{
+    static Rtrain__V1__Graph g;
+    static Rtrain__V1__ValueInfo in;
+    static Rtrain__V1__ValueInfo *ins[1];
+    static Rtrain__V1__Param p[4];
+    static Rtrain__V1__Param *pp[4];
+    static Rtrain__V1__Node n[4];
+    static Rtrain__V1__Node *np[4];
+    static int64_t in_shape[2] = {-1, 4}, s0[2], s1[1], s2[2], s3[1];
+    static char *d1_in[3] = {"x", "d1/kernel", "d1/bias"}, *r1_in[1] = {"d1"},
+                *d2_in[3] = {"r1", "d2/kernel", "d2/bias"}, *pr_in[1] = {"d2"};
+    Rtrain__V1__Graph gi = RTRAIN__V1__GRAPH__INIT;
+    Rtrain__V1__ValueInfo vi = RTRAIN__V1__VALUE_INFO__INIT;
+    g = gi;
+    in = vi;
+    in.name = "x";
+    in.dtype = RTRAIN__V1__DTYPE__F32;
+    in.shape = in_shape;
+    in.n_shape = 2;
+    ins[0] = &in;
+    s0[0] = 4; s0[1] = hidden; s1[0] = hidden; s2[0] = hidden; s2[1] = 3; s3[0] = 3;
+    const char *pn[4] = {"d1/kernel", "d1/bias", "d2/kernel", "d2/bias"};
+    int64_t *ps[4] = {s0, s1, s2, s3};
+    size_t pnd[4] = {2, 1, 2, 1};
+    for (int i = 0; i < 4; i++) {
+        Rtrain__V1__Param pi = RTRAIN__V1__PARAM__INIT;
+        p[i] = pi;
+        p[i].name = (char *)pn[i];
+        p[i].shape = ps[i];
+        p[i].n_shape = pnd[i];
+        p[i].init = i % 2 ? RTRAIN__V1__INITIALIZER__INIT_ZEROS : RTRAIN__V1__INITIALIZER__INIT_GLOROT_UNIFORM;
+        p[i].trainable = 1;
+        pp[i] = &p[i];
+    }
+    const char *nn[4] = {"d1", "r1", "d2", "probs"}, *ops[4] = {"Dense", "Relu", "Dense", "Softmax"};
+    char **nin[4] = {d1_in, r1_in, d2_in, pr_in};
+    size_t nni[4] = {3, 1, 3, 1};
+    for (int i = 0; i < 4; i++) {
+        Rtrain__V1__Node ni = RTRAIN__V1__NODE__INIT;
+        n[i] = ni;
+        n[i].name = (char *)nn[i];
+        n[i].op = (char *)ops[i];
+        n[i].inputs = nin[i];
+        n[i].n_inputs = nni[i];
+        np[i] = &n[i];
+    }
+    g.inputs = ins;
+    g.n_inputs = 1;
+    g.params = pp;
+    g.n_params = 4;
+    g.nodes = np;
+    g.n_nodes = 4;
+    g.output = "probs";
+    return &g;
+}
+
+void itest_iris_config(Rtrain__V1__TrainConfig *c)
+{
+    static char *metrics[1] = {"accuracy"};
+    Rtrain__V1__TrainConfig ci = RTRAIN__V1__TRAIN_CONFIG__INIT;
+    *c = ci;
+    c->loss = "sparse_categorical_crossentropy";
+    c->optimizer = "adam";
+    c->learning_rate = 0.01f;
+    c->batch_size = 16;
+    c->seed = 7;
+    c->metrics = metrics;
+    c->n_metrics = 1;
+}

@@ -132,4 +132,10 @@ uint8_t *itest_read_file(const char *path, size_t *len);
 const char *itest_data_dir(void);
 uint64_t itest_now_ns(void);
 
+/* The iris MLP (4 -> hidden relu -> 3 softmax) as a native graph, and its
+ * training config (sparse CE, Adam 0.01, batch 16, seed 7, accuracy). The
+ * graph lives in static storage: one at a time, not thread-safe. */
+Rtrain__V1__Graph *itest_iris_graph(int hidden);
+void itest_iris_config(Rtrain__V1__TrainConfig *c);
+
 #endif

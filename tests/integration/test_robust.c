@@ -67,89 +67,17 @@ static int ping_ok(itest_conn *c)
     return st == 0;
 }
 
-static Rtrain__V1__Graph *iris_graph(void)
-{
-    static Rtrain__V1__Graph g;
-    static Rtrain__V1__ValueInfo in;
-    static Rtrain__V1__ValueInfo *ins[1];
-    static Rtrain__V1__Param p[4];
-    static Rtrain__V1__Param *pp[4];
-    static Rtrain__V1__Node n[4];
-    static Rtrain__V1__Node *np[4];
-    static int64_t in_shape[2] = {-1, 4}, s0[2] = {4, 16}, s1[1] = {16}, s2[2] = {16, 3},
-                   s3[1] = {3};
-    static char *d1_in[3] = {"x", "d1/kernel", "d1/bias"}, *r1_in[1] = {"d1"},
-                *d2_in[3] = {"r1", "d2/kernel", "d2/bias"}, *pr_in[1] = {"d2"};
-    Rtrain__V1__Graph gi = RTRAIN__V1__GRAPH__INIT;
-    Rtrain__V1__ValueInfo vi = RTRAIN__V1__VALUE_INFO__INIT;
-    g = gi;
-    in = vi;
-    in.name = "x";
-    in.dtype = RTRAIN__V1__DTYPE__F32;
-    in.shape = in_shape;
-    in.n_shape = 2;
-    ins[0] = &in;
-    const char *pn[4] = {"d1/kernel", "d1/bias", "d2/kernel", "d2/bias"};
-    int64_t *ps[4] = {s0, s1, s2, s3};
-    size_t pnd[4] = {2, 1, 2, 1};
-    for (int i = 0; i < 4; i++) {
-        Rtrain__V1__Param pi = RTRAIN__V1__PARAM__INIT;
-        p[i] = pi;
-        p[i].name = (char *)pn[i];
-        p[i].shape = ps[i];
-        p[i].n_shape = pnd[i];
-        p[i].init = i % 2 ? RTRAIN__V1__INITIALIZER__INIT_ZEROS
-                          : RTRAIN__V1__INITIALIZER__INIT_GLOROT_UNIFORM;
-        p[i].trainable = 1;
-        pp[i] = &p[i];
-    }
-    const char *nn[4] = {"d1", "r1", "d2", "probs"},
-               *ops[4] = {"Dense", "Relu", "Dense", "Softmax"};
-    char **nin[4] = {d1_in, r1_in, d2_in, pr_in};
-    size_t nni[4] = {3, 1, 3, 1};
-    for (int i = 0; i < 4; i++) {
-        Rtrain__V1__Node ni = RTRAIN__V1__NODE__INIT;
-        n[i] = ni;
-        n[i].name = (char *)nn[i];
-        n[i].op = (char *)ops[i];
-        n[i].inputs = nin[i];
-        n[i].n_inputs = nni[i];
-        np[i] = &n[i];
-    }
-    g.inputs = ins;
-    g.n_inputs = 1;
-    g.params = pp;
-    g.n_params = 4;
-    g.nodes = np;
-    g.n_nodes = 4;
-    g.output = "probs";
-    return &g;
-}
-
-static void iris_config(Rtrain__V1__TrainConfig *c)
-{
-    static char *metrics[1] = {"accuracy"};
-    Rtrain__V1__TrainConfig ci = RTRAIN__V1__TRAIN_CONFIG__INIT;
-    *c = ci;
-    c->loss = "sparse_categorical_crossentropy";
-    c->optimizer = "adam";
-    c->learning_rate = 0.01f;
-    c->batch_size = 16;
-    c->seed = 7;
-    c->metrics = metrics;
-    c->n_metrics = 1;
-}
 
 /* Compile with cfg (NULL = the iris config); program id into pid. */
 static int compile_cfg(itest_conn *c, const char *sid, Rtrain__V1__TrainConfig *cfg,
                        char *pid, itest_res *r)
 {
     Rtrain__V1__TrainConfig dflt;
-    iris_config(&dflt);
+    itest_iris_config(&dflt);
     Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
     q.session_id = (char *)sid;
     q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH;
-    q.graph = iris_graph();
+    q.graph = itest_iris_graph(16);
     q.config = cfg ? cfg : &dflt;
     Rtrain__V1__CompileResponse *p = NULL;
     int st = itest_unary(c, "Compile", &q.base, &rtrain__v1__compile_response__descriptor,
@@ -800,7 +728,7 @@ static void t_validation(void)
     /* Config numbers: NaN, Inf, negative. */
     struct { float *field; float v; const char *name; } cases[6];
     Rtrain__V1__TrainConfig cfg;
-    iris_config(&cfg);
+    itest_iris_config(&cfg);
     cases[0] = (typeof(cases[0])){&cfg.learning_rate, NAN, "learning_rate is NaN"};
     cases[1] = (typeof(cases[0])){&cfg.learning_rate, INFINITY, "learning_rate is infinite"};
     cases[2] = (typeof(cases[0])){&cfg.learning_rate, -0.5f, "learning_rate is negative"};
@@ -808,7 +736,7 @@ static void t_validation(void)
     cases[4] = (typeof(cases[0])){&cfg.clip_norm, -INFINITY, "clip_norm is infinite"};
     cases[5] = (typeof(cases[0])){&cfg.weight_decay, NAN, "weight_decay is NaN"};
     for (int i = 0; i < 6; i++) {
-        iris_config(&cfg);
+        itest_iris_config(&cfg);
         *cases[i].field = cases[i].v;
         int st = compile_cfg(T.c, T.sb, &cfg, pid, &r);
         CHECK(st == GRPC_STATUS_INVALID_ARGUMENT && strstr(r.details, cases[i].name),
@@ -915,7 +843,7 @@ static void *compile_main(void *arg)
     compile_thread *k = arg;
     itest_conn *c = itest_connect(k->addr);
     Rtrain__V1__TrainConfig cfg;
-    iris_config(&cfg);
+    itest_iris_config(&cfg);
     cfg.n_metrics = 0;
     Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
     q.session_id = (char *)k->sid;

@@ -130,16 +130,7 @@ static int ping_st(itest_conn *c)
 static Rtrain__V1__TrainConfig *iris_config(void)
 {
     static Rtrain__V1__TrainConfig c;
-    static char *metrics[1] = {"accuracy"};
-    Rtrain__V1__TrainConfig ci = RTRAIN__V1__TRAIN_CONFIG__INIT;
-    c = ci;
-    c.loss = "sparse_categorical_crossentropy";
-    c.optimizer = "adam";
-    c.learning_rate = 0.01f;
-    c.batch_size = 16;
-    c.seed = 7;
-    c.metrics = metrics;
-    c.n_metrics = 1;
+    itest_iris_config(&c);
     return &c;
 }
 

@@ -37,76 +37,10 @@ static void check_timings(const Rtrain__V1__Timings *t, uint64_t rtt, const char
 }
 
 /* ------------------------------------------------------------ the model */
-static Rtrain__V1__Graph *iris_graph(int hidden)
-{
-    static Rtrain__V1__Graph g;
-    static Rtrain__V1__ValueInfo in;
-    static Rtrain__V1__ValueInfo *ins[1];
-    static Rtrain__V1__Param p[4];
-    static Rtrain__V1__Param *pp[4];
-    static Rtrain__V1__Node n[4];
-    static Rtrain__V1__Node *np[4];
-    static int64_t in_shape[2] = {-1, 4}, s0[2], s1[1], s2[2], s3[1];
-    static char *d1_in[3] = {"x", "d1/kernel", "d1/bias"}, *r1_in[1] = {"d1"},
-                *d2_in[3] = {"r1", "d2/kernel", "d2/bias"}, *pr_in[1] = {"d2"};
-    Rtrain__V1__Graph gi = RTRAIN__V1__GRAPH__INIT;
-    Rtrain__V1__ValueInfo vi = RTRAIN__V1__VALUE_INFO__INIT;
-    g = gi;
-    in = vi;
-    in.name = "x";
-    in.dtype = RTRAIN__V1__DTYPE__F32;
-    in.shape = in_shape;
-    in.n_shape = 2;
-    ins[0] = &in;
-    s0[0] = 4; s0[1] = hidden; s1[0] = hidden; s2[0] = hidden; s2[1] = 3; s3[0] = 3;
-    const char *pn[4] = {"d1/kernel", "d1/bias", "d2/kernel", "d2/bias"};
-    int64_t *ps[4] = {s0, s1, s2, s3};
-    size_t pnd[4] = {2, 1, 2, 1};
-    for (int i = 0; i < 4; i++) {
-        Rtrain__V1__Param pi = RTRAIN__V1__PARAM__INIT;
-        p[i] = pi;
-        p[i].name = (char *)pn[i];
-        p[i].shape = ps[i];
-        p[i].n_shape = pnd[i];
-        p[i].init = i % 2 ? RTRAIN__V1__INITIALIZER__INIT_ZEROS : RTRAIN__V1__INITIALIZER__INIT_GLOROT_UNIFORM;
-        p[i].trainable = 1;
-        pp[i] = &p[i];
-    }
-    const char *nn[4] = {"d1", "r1", "d2", "probs"}, *ops[4] = {"Dense", "Relu", "Dense", "Softmax"};
-    char **nin[4] = {d1_in, r1_in, d2_in, pr_in};
-    size_t nni[4] = {3, 1, 3, 1};
-    for (int i = 0; i < 4; i++) {
-        Rtrain__V1__Node ni = RTRAIN__V1__NODE__INIT;
-        n[i] = ni;
-        n[i].name = (char *)nn[i];
-        n[i].op = (char *)ops[i];
-        n[i].inputs = nin[i];
-        n[i].n_inputs = nni[i];
-        np[i] = &n[i];
-    }
-    g.inputs = ins;
-    g.n_inputs = 1;
-    g.params = pp;
-    g.n_params = 4;
-    g.nodes = np;
-    g.n_nodes = 4;
-    g.output = "probs";
-    return &g;
-}
-
 static Rtrain__V1__TrainConfig *iris_config(void)
 {
     static Rtrain__V1__TrainConfig c;
-    static char *metrics[1] = {"accuracy"};
-    Rtrain__V1__TrainConfig ci = RTRAIN__V1__TRAIN_CONFIG__INIT;
-    c = ci;
-    c.loss = "sparse_categorical_crossentropy";
-    c.optimizer = "adam";
-    c.learning_rate = 0.01f;
-    c.batch_size = 16;
-    c.seed = 7;
-    c.metrics = metrics;
-    c.n_metrics = 1;
+    itest_iris_config(&c);
     return &c;
 }
 
@@ -271,7 +205,7 @@ static void setup(void)
     free(val);
     free(csv);
     itest_res r;
-    Rtrain__V1__CompileResponse *p = compile(T.c, T.sb, iris_graph(32), NULL, &r);
+    Rtrain__V1__CompileResponse *p = compile(T.c, T.sb, itest_iris_graph(32), NULL, &r);
     CHECK(p != NULL, "compile B: %d %s", r.status, r.details);
     if (p)
         snprintf(T.pb, sizeof T.pb, "%s", p->program_id);
@@ -287,8 +221,8 @@ static void setup(void)
 static void test_compile_graph_and_cache(void)
 {
     itest_res r1, r2;
-    Rtrain__V1__CompileResponse *a = compile(T.c, T.sa, iris_graph(32), NULL, &r1);
-    Rtrain__V1__CompileResponse *b = compile(T.c, T.sa, iris_graph(32), NULL, &r2);
+    Rtrain__V1__CompileResponse *a = compile(T.c, T.sa, itest_iris_graph(32), NULL, &r1);
+    Rtrain__V1__CompileResponse *b = compile(T.c, T.sa, itest_iris_graph(32), NULL, &r2);
     CHECK(a && b, "compile: %d %s / %d %s", r1.status, r1.details, r2.status, r2.details);
     if (a && b) {
         snprintf(T.pa, sizeof T.pa, "%s", a->program_id);
@@ -323,7 +257,7 @@ static void test_compile_graph_and_cache(void)
     }
     /* A different hidden size is a different program: a miss. */
     itest_res r3;
-    Rtrain__V1__CompileResponse *m = compile(T.c, T.sa, iris_graph(16), NULL, &r3);
+    Rtrain__V1__CompileResponse *m = compile(T.c, T.sa, itest_iris_graph(16), NULL, &r3);
     CHECK(m && !m->report->cache_hit && !m->timings->cache_hit && m->timings->compile_ns > 0,
           "another graph misses");
     FREE(a);
@@ -486,7 +420,7 @@ static int on_fit_event(void *ud, const uint8_t *data, size_t len)
 static void test_fit(void)
 {
     itest_res r;
-    Rtrain__V1__CompileResponse *p = compile(T.c, T.sa, iris_graph(32), NULL, &r);
+    Rtrain__V1__CompileResponse *p = compile(T.c, T.sa, itest_iris_graph(32), NULL, &r);
     itest_res_free(&r);
     if (!p)
         return;
@@ -548,7 +482,7 @@ static void test_fit_progress_weighted(void)
     itest_res r;
     char pid[2][40];
     for (int i = 0; i < 2; i++) {
-        Rtrain__V1__CompileResponse *p = compile(T.c, T.sa, iris_graph(32), NULL, &r);
+        Rtrain__V1__CompileResponse *p = compile(T.c, T.sa, itest_iris_graph(32), NULL, &r);
         CHECK(p != NULL, "compile %d: %d %s", i, r.status, r.details);
         itest_res_free(&r);
         if (!p)
@@ -654,7 +588,7 @@ static void test_predict_and_weights(void)
     Rtrain__V1__GetWeightsResponse *wa = NULL;
     size_t na;
     uint8_t *ba = weights_blob(T.c, T.sa, T.pa, &na, &wa);
-    Rtrain__V1__CompileResponse *cp = compile(T.c, T.sa, iris_graph(32), NULL, &r);
+    Rtrain__V1__CompileResponse *cp = compile(T.c, T.sa, itest_iris_graph(32), NULL, &r);
     itest_res_free(&r);
     if (!wa || !cp) {
         free(ba);
@@ -704,7 +638,7 @@ static void test_bad_model_inputs(void)
 {
     itest_res r;
     /* A graph that fails validation: an unknown op. */
-    Rtrain__V1__Graph *g = iris_graph(32);
+    Rtrain__V1__Graph *g = itest_iris_graph(32);
     g->nodes[1]->op = "Frobnicate";
     Rtrain__V1__CompileResponse *p = compile(T.c, T.sa, g, NULL, &r);
     CHECK(!p && r.status == 3 && strstr(r.details, "Frobnicate"), "unknown op: %d '%s'", r.status,
@@ -714,7 +648,7 @@ static void test_bad_model_inputs(void)
     itest_res_free(&r);
     bystander_unchanged("an invalid graph");
     /* A shape mismatch inside the graph. */
-    g = iris_graph(32);
+    g = itest_iris_graph(32);
     g->params[2]->shape[0] = 31;
     p = compile(T.c, T.sa, g, NULL, &r);
     CHECK(!p && r.status == 3, "inner shape mismatch: %d '%s'", r.status, r.details);
@@ -816,7 +750,7 @@ static void bench_latency(const char *rtraind)
     upload_csv(c, sid, csv, len, 1, did);
     free(csv);
     itest_res r;
-    Rtrain__V1__CompileResponse *p = compile(c, sid, iris_graph(32), NULL, &r);
+    Rtrain__V1__CompileResponse *p = compile(c, sid, itest_iris_graph(32), NULL, &r);
     itest_res_free(&r);
     if (p) {
         snprintf(pid, sizeof pid, "%s", p->program_id);
