@@ -1464,9 +1464,27 @@ static int predict_work(rt_call *c)
     Rtrain__V1__Tensor *t = NEW(c, Rtrain__V1__Tensor, RTRAIN__V1__TENSOR__INIT);
     if (!y || !shape || !r || !t)
         return OOM(c);
-    int rc = rt_exec_predict(c->prog->exec, ps->x, ps->n, y);
-    if (rc < 0)
-        return engine_fail(c, rc);
+    /* In chunks of whole batches, so a large Predict shares the device at
+     * chunk boundaries like Fit does at steps; inference is per sample, so
+     * the outputs are those of one call. */
+    int64_t id[RT_MAX_DIMS];
+    int in = rt_plan_input_shape(c->prog->plan, id);
+    if (in < 0)
+        return rt_call_fail(c, in, "the program has no input shape");
+    int64_t in_per = rt_data_numel(in, id);
+    int64_t bs = rt_plan_config(c->prog->plan)->batch_size;
+    int64_t chunk = (bs > 0 ? bs : 1) * 16;
+    for (int64_t off = 0; off < ps->n; off += chunk) {
+        int64_t cnt = ps->n - off < chunk ? ps->n - off : chunk;
+        int rc = rt_exec_predict(c->prog->exec, ps->x + off * in_per, cnt, y + off * per);
+        if (rc < 0)
+            return engine_fail(c, rc);
+        if (off + cnt < ps->n) {
+            if (rt_call_is_cancelled(c))
+                return rt_call_fail(c, RT_ECANCELLED, "Predict cancelled");
+            rt_call_yield(c);
+        }
+    }
     shape[0] = ps->n;
     memcpy(shape + 1, od, sizeof(int64_t) * (size_t)on);
     t->name = "y";

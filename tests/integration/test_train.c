@@ -539,9 +539,10 @@ static void test_predict_and_weights(void)
     CHECK(p && p->y && p->y->n_shape == 2 && p->y->shape[0] == 150 && p->y->shape[1] == 3 &&
               p->y->data.len == 150 * 3 * 4,
           "predict dataset: %d %s", r.status, r.details);
-    float first_row[3] = {0};
+    float first_row[3] = {0}, all_rows[150 * 3] = {0};
     if (p && p->y && p->y->data.len == 1800) {
         const float *y = (const float *)p->y->data.data;
+        memcpy(all_rows, y, sizeof all_rows);
         double s = y[0] + y[1] + y[2];
         CHECK(fabs(s - 1.0) < 1e-4, "softmax row sums to %.6f", s);
         memcpy(first_row, y, sizeof first_row);
@@ -616,6 +617,43 @@ static void test_predict_and_weights(void)
     free(bc);
     Rtrain__V1__Metrics ea = evaluate(T.c, T.sa, T.pa, T.iris), ec = evaluate(T.c, T.sa, pc, T.iris);
     CHECK(ea.loss == ec.loss && ea.accuracy == ec.accuracy, "same weights, same metrics");
+    /* Predict runs in chunks of 16 batches and may hand the device over
+     * between them: a batch-2 program (5 chunks over 150 samples) given
+     * the same weights predicts exactly what the batch-16 one (1 chunk) did. */
+    {
+        Rtrain__V1__TrainConfig cfg2;
+        itest_iris_config(&cfg2);
+        cfg2.batch_size = 2;
+        Rtrain__V1__CompileRequest cq = RTRAIN__V1__COMPILE_REQUEST__INIT;
+        cq.session_id = T.sa;
+        cq.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH;
+        cq.graph = itest_iris_graph(32);
+        cq.config = &cfg2;
+        Rtrain__V1__CompileResponse *c2 = NULL;
+        itest_unary(T.c, "Compile", &cq.base, &rtrain__v1__compile_response__descriptor,
+                    (ProtobufCMessage **)&c2, &r);
+        CHECK(c2, "compile with batch 2: %d %s", r.status, r.details);
+        itest_res_free(&r);
+        if (c2) {
+            sq.program_id = c2->program_id;
+            itest_unary(T.c, "SetWeights", &sq.base, NULL, NULL, &r);
+            CHECK(r.status == 0, "SetWeights (batch 2): %d %s", r.status, r.details);
+            itest_res_free(&r);
+            q.program_id = c2->program_id;
+            q.input_case = RTRAIN__V1__PREDICT_REQUEST__INPUT_DATASET_ID;
+            q.dataset_id = T.iris;
+            itest_unary(T.c, "Predict", &q.base, &rtrain__v1__predict_response__descriptor,
+                        (ProtobufCMessage **)&p, &r);
+            CHECK(p && p->y && p->y->data.len == sizeof all_rows &&
+                      memcmp(p->y->data.data, all_rows, sizeof all_rows) == 0,
+                  "chunked Predict (batch 2) equals one chunk (batch 16): %d %s", r.status,
+                  r.details);
+            FREE(p);
+            itest_res_free(&r);
+            sq.program_id = pc;
+            FREE(c2);
+        }
+    }
     /* Bad SetWeights: all or nothing. */
     sq.n_weights = wa->n_weights - 1;
     itest_unary(T.c, "SetWeights", &sq.base, NULL, NULL, &r);
