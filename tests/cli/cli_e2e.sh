@@ -246,7 +246,7 @@ grep -q "^predictions: stdout (45 x 3)" "$tmp/err" && ok "predict's note on stde
 "$rtrain" predict "${S[@]}" --model "$ex/model.json" --weights "$tmp/w.bin" \
   --data "$ex/val_shuffled.csv" --out - >"$tmp/all.csv" 2>/dev/null
 cmp -s "$tmp/all.csv" "$tmp/p.csv" && ok "--out - equals the CSV file" || bad "--out - differs"
-expect_rc 0 "fit: results on stdout, progress on stderr" -- "$rtrain" "${FIT[@]/60/3}" --progress
+expect_rc 0 "fit: results on stdout, progress on stderr" -- "$rtrain" "${FIT[@]}" --epochs 3 --progress
 [ "$(wc -l <"$tmp/out")" -eq 1 ] && grep -q "^final: " "$tmp/out" && grep -q $'\r' "$tmp/err" \
   && grep -q "^program: " "$tmp/err" && ok "stdout holds the result line only" \
   || bad "fit streams: $(cat "$tmp/out")"
@@ -284,7 +284,7 @@ cmp -s "$tmp/ck.bin" "$tmp/last.bin" && ok "--checkpoint holds the last epoch's 
 
 # --- Keras' HDF5 weights layout: written by fit, read by eval/predict and
 # --load-weights, interchangeable with a file in Keras' own layout
-expect_rc 0 "fit --save-weights W.h5" -- "$rtrain" "${FIT[@]/60/5}" --save-weights "$tmp/k.h5" \
+expect_rc 0 "fit --save-weights W.h5" -- "$rtrain" "${FIT[@]}" --epochs 5 --save-weights "$tmp/k.h5" \
   --checkpoint "$tmp/k.bin"
 if $py - "$tmp/k.h5" <<'EOF'
 import sys, h5py, numpy as np
