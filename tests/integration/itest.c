@@ -732,3 +732,37 @@ void itest_iris_config(Rtrain__V1__TrainConfig *c)
     c->metrics = metrics;
     c->n_metrics = 1;
 }
+
+/* All of a program's weights' bytes, concatenated, for bit-exact
+ * comparisons: malloc'ed, *len bytes; NULL when GetWeights fails (its
+ * status and details in r, when r is not NULL). With keep, the response is
+ * the caller's too (free it); otherwise it is freed here. */
+uint8_t *itest_weights_blob(itest_conn *c, const char *sid, const char *pid, size_t *len,
+                            Rtrain__V1__GetWeightsResponse **keep, itest_res *r)
+{
+    Rtrain__V1__GetWeightsRequest q = RTRAIN__V1__GET_WEIGHTS_REQUEST__INIT;
+    q.session_id = (char *)sid;
+    q.program_id = (char *)pid;
+    Rtrain__V1__GetWeightsResponse *p = NULL;
+    itest_res own;
+    if (!r)
+        r = &own;
+    itest_unary(c, "GetWeights", &q.base, &rtrain__v1__get_weights_response__descriptor,
+                (ProtobufCMessage **)&p, r);
+    itest_res_free(r);
+    *len = 0;
+    if (keep)
+        *keep = p;
+    if (!p)
+        return NULL;
+    for (size_t i = 0; i < p->n_weights; i++)
+        *len += p->weights[i]->data.len;
+    uint8_t *b = malloc(*len + 1), *o = b;
+    for (size_t i = 0; i < p->n_weights; i++) {
+        memcpy(o, p->weights[i]->data.data, p->weights[i]->data.len);
+        o += p->weights[i]->data.len;
+    }
+    if (!keep)
+        protobuf_c_message_free_unpacked(&p->base, NULL);
+    return b;
+}

@@ -138,4 +138,10 @@ uint64_t itest_now_ns(void);
 Rtrain__V1__Graph *itest_iris_graph(int hidden);
 void itest_iris_config(Rtrain__V1__TrainConfig *c);
 
+/* A program's weights' bytes, concatenated (malloc'ed), for bit-exact
+ * comparisons; NULL if GetWeights fails (status in r when given). keep:
+ * also hand back the response (caller frees); NULL frees it. */
+uint8_t *itest_weights_blob(itest_conn *c, const char *sid, const char *pid, size_t *len,
+                            Rtrain__V1__GetWeightsResponse **keep, itest_res *r);
+
 #endif

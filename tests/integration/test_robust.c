@@ -113,29 +113,6 @@ static int run_steps(itest_conn *c, const char *sid, const char *pid, const char
     return itest_unary(c, "RunSteps", &q.base, NULL, NULL, r);
 }
 
-static uint8_t *weights(itest_conn *c, const char *sid, const char *pid, size_t *len)
-{
-    Rtrain__V1__GetWeightsRequest q = RTRAIN__V1__GET_WEIGHTS_REQUEST__INIT;
-    q.session_id = (char *)sid;
-    q.program_id = (char *)pid;
-    itest_res r;
-    Rtrain__V1__GetWeightsResponse *p = NULL;
-    itest_unary(c, "GetWeights", &q.base, &rtrain__v1__get_weights_response__descriptor,
-                (ProtobufCMessage **)&p, &r);
-    itest_res_free(&r);
-    *len = 0;
-    if (!p)
-        return NULL;
-    for (size_t i = 0; i < p->n_weights; i++)
-        *len += p->weights[i]->data.len;
-    uint8_t *b = malloc(*len + 1), *o = b;
-    for (size_t i = 0; i < p->n_weights; i++) {
-        memcpy(o, p->weights[i]->data.data, p->weights[i]->data.len);
-        o += p->weights[i]->data.len;
-    }
-    FREE(p);
-    return b;
-}
 
 /* The shared state: a bystander session whose weights must never change. */
 static struct {
@@ -152,7 +129,7 @@ static void bystander_intact(const char *after)
 {
     CHECK(ping_ok(T.c), "daemon alive after %s", after);
     size_t n;
-    uint8_t *w = weights(T.c, T.sa, T.pa, &n);
+    uint8_t *w = itest_weights_blob(T.c, T.sa, T.pa, &n, NULL, NULL);
     CHECK(w && n == T.wa_len && memcmp(w, T.wa, n) == 0,
           "bystander's weights changed after %s", after);
     free(w);
@@ -185,7 +162,7 @@ static void setup(void)
     free(csv);
     CHECK(run_steps(T.c, T.sa, T.pa, T.iris, 5, &r) == 0, "bystander steps: %s", r.details);
     itest_res_free(&r);
-    T.wa = weights(T.c, T.sa, T.pa, &T.wa_len);
+    T.wa = itest_weights_blob(T.c, T.sa, T.pa, &T.wa_len, NULL, NULL);
     CHECK(T.wa != NULL, "bystander weights");
 }
 

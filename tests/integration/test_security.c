@@ -205,30 +205,6 @@ static int run_steps(itest_conn *c, const char *sid, const char *pid, const char
     return st;
 }
 
-/* All weights' bytes, concatenated; NULL (status in r) if refused. */
-static uint8_t *weights(itest_conn *c, const char *sid, const char *pid, size_t *len,
-                        itest_res *r)
-{
-    Rtrain__V1__GetWeightsRequest q = RTRAIN__V1__GET_WEIGHTS_REQUEST__INIT;
-    q.session_id = (char *)sid;
-    q.program_id = (char *)pid;
-    Rtrain__V1__GetWeightsResponse *p = NULL;
-    itest_unary(c, "GetWeights", &q.base, &rtrain__v1__get_weights_response__descriptor,
-                (ProtobufCMessage **)&p, r);
-    itest_res_free(r);
-    *len = 0;
-    if (!p)
-        return NULL;
-    for (size_t i = 0; i < p->n_weights; i++)
-        *len += p->weights[i]->data.len;
-    uint8_t *b = malloc(*len + 1), *o = b;
-    for (size_t i = 0; i < p->n_weights; i++) {
-        memcpy(o, p->weights[i]->data.data, p->weights[i]->data.len);
-        o += p->weights[i]->data.len;
-    }
-    FREE(p);
-    return b;
-}
 
 static int close_session(itest_conn *c, const char *sid, itest_res *r)
 {
@@ -368,20 +344,20 @@ static void test_isolation(void)
     itest_res_free(&r);
     CHECK(run_steps(a, sa, pa, da, &r) == 0, "alice trains: %d %s", r.status, r.details);
     size_t wa_len = 0, w2_len = 0;
-    uint8_t *wa = weights(a, sa, pa, &wa_len, &r);
+    uint8_t *wa = itest_weights_blob(a, sa, pa, &wa_len, NULL, &r);
     CHECK(wa && wa_len > 0, "alice's weights: %d %s", r.status, r.details);
 
     /* Bob names alice's session: exactly what a session that never
      * existed answers. */
     const char *fake = "s-00000000000000000000000000000000";
     char want[128];
-    uint8_t *w = weights(b, sa, pa, &w2_len, &r);
+    uint8_t *w = itest_weights_blob(b, sa, pa, &w2_len, NULL, &r);
     snprintf(want, sizeof want, "unknown session '%s'", sa);
     CHECK(!w && r.status == 5 && strcmp(r.details, want) == 0, "bob reads alice's weights: %d %s",
           r.status, r.details);
     free(w);
     itest_res fr;
-    w = weights(b, fake, pa, &w2_len, &fr);
+    w = itest_weights_blob(b, fake, pa, &w2_len, NULL, &fr);
     snprintf(want, sizeof want, "unknown session '%s'", fake);
     CHECK(!w && fr.status == 5 && strcmp(fr.details, want) == 0, "a missing session: %d %s",
           fr.status, fr.details);
@@ -427,7 +403,7 @@ static void test_isolation(void)
           r.details);
 
     /* Alice's state is untouched, byte for byte. */
-    w = weights(a, sa, pa, &w2_len, &r);
+    w = itest_weights_blob(a, sa, pa, &w2_len, NULL, &r);
     CHECK(w && w2_len == wa_len && memcmp(w, wa, wa_len) == 0, "alice's weights changed");
     free(w);
     free(wa);

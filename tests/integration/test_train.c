@@ -131,33 +131,13 @@ static Rtrain__V1__Metrics evaluate(itest_conn *c, const char *sid, const char *
     return m;
 }
 
-/* All weights' bytes, concatenated, for bit-exact comparisons. */
+
 static uint8_t *weights_blob(itest_conn *c, const char *sid, const char *pid, size_t *len,
                              Rtrain__V1__GetWeightsResponse **keep)
 {
-    Rtrain__V1__GetWeightsRequest q = RTRAIN__V1__GET_WEIGHTS_REQUEST__INIT;
-    q.session_id = (char *)sid;
-    q.program_id = (char *)pid;
-    Rtrain__V1__GetWeightsResponse *p = NULL;
     itest_res r;
-    itest_unary(c, "GetWeights", &q.base, &rtrain__v1__get_weights_response__descriptor,
-                (ProtobufCMessage **)&p, &r);
-    CHECK(p != NULL, "GetWeights: %d %s", r.status, r.details);
-    itest_res_free(&r);
-    *len = 0;
-    if (!p)
-        return NULL;
-    for (size_t i = 0; i < p->n_weights; i++)
-        *len += p->weights[i]->data.len;
-    uint8_t *b = malloc(*len + 1), *o = b;
-    for (size_t i = 0; i < p->n_weights; i++) {
-        memcpy(o, p->weights[i]->data.data, p->weights[i]->data.len);
-        o += p->weights[i]->data.len;
-    }
-    if (keep)
-        *keep = p;
-    else
-        FREE(p);
+    uint8_t *b = itest_weights_blob(c, sid, pid, len, keep, &r);
+    CHECK(b != NULL, "GetWeights: %d %s", r.status, r.details);
     return b;
 }
 
