@@ -10,35 +10,8 @@ set -uo pipefail
 rtraind=$1 rtrain=$2 src=$3
 ex=$src/examples/iris
 py=/usr/bin/python3
-tmp=$(mktemp -d)
-fails=0 checks=0
-dpid=""
-cleanup() {
-  [ -n "$dpid" ] && kill "$dpid" 2>/dev/null && wait "$dpid" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-ok()   { checks=$((checks + 1)); echo "ok   $*"; }
-bad()  { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL $*"; }
-expect_rc() { # expect_rc WANT NAME -- command...
-  local want=$1 name=$2; shift 3
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  if [ "$rc" -eq "$want" ]; then ok "$name (exit $rc)"; else
-    bad "$name: exit $rc, want $want"; sed 's/^/     /' "$tmp/out" "$tmp/err" | tail -20; fi
-}
-ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && a + 0 >= b + 0) }'; }
-
-"$rtraind" --listen 127.0.0.1:0 --log-level warn >"$tmp/daemon.log" 2>&1 &
-dpid=$!
-addr=""
-for _ in $(seq 1 100); do
-  addr=$(sed -n 's/^rtraind listening on \([^ ]*\).*/\1/p' "$tmp/daemon.log" | head -n 1)
-  [ -n "$addr" ] && break
-  sleep 0.1
-done
-[ -n "$addr" ] || { echo "rtraind did not start"; cat "$tmp/daemon.log"; exit 1; }
+. "$src/tests/lib/e2e.sh"
+start_daemon "$tmp/daemon.log" --log-level warn || exit 1
 echo "daemon at $addr"
 S=(--server "$addr")
 FIT=(fit "${S[@]}" --model "$ex/model.json" --data "$ex/train_shuffled.csv"

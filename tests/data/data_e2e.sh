@@ -11,35 +11,8 @@ set -uo pipefail
 rtraind=$1 rtrain=$2 src=$3 gen=$4
 here=$src/tests/data
 py=/usr/bin/python3
-tmp=$(mktemp -d)
-fails=0 checks=0
-dpid=""
-cleanup() {
-  [ -n "$dpid" ] && kill "$dpid" 2>/dev/null && wait "$dpid" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-ok()  { checks=$((checks + 1)); echo "ok   $*"; }
-bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL $*"; }
-expect_rc() { # expect_rc WANT NAME -- command...
-  local want=$1 name=$2; shift 3
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  if [ "$rc" -eq "$want" ]; then ok "$name (exit $rc)"; else
-    bad "$name: exit $rc, want $want"; sed 's/^/     /' "$tmp/out" "$tmp/err" | tail -20; fi
-}
-ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && a + 0 >= b + 0) }'; }
-has() { grep -q -- "$2" "$1" && ok "$3" || { bad "$3: no '$2' in"; sed 's/^/     /' "$1" | tail -5; }; }
-
-"$rtraind" --listen 127.0.0.1:0 --log-level info >"$tmp/daemon.log" 2>&1 &
-dpid=$!
-addr=""
-for _ in $(seq 1 100); do
-  addr=$(sed -n 's/^rtraind listening on \([^ ]*\).*/\1/p' "$tmp/daemon.log" | head -n 1)
-  [ -n "$addr" ] && break
-  sleep 0.1
-done
-[ -n "$addr" ] || { echo "rtraind did not start"; cat "$tmp/daemon.log"; exit 1; }
+. "$src/tests/lib/e2e.sh"
+start_daemon "$tmp/daemon.log" --log-level info || exit 1
 S=(--server "$addr")
 $py "$here/gen_images.py" "$tmp/imgs" 100 30 || { echo "gen_images.py failed"; exit 1; }
 
@@ -140,15 +113,8 @@ for who in alice bob; do
   "$rtraind" --new-token $who >>"$tmp/tokens.txt" 2>"$tmp/$who.line"
   sed -n 's/.*: \([0-9a-f]\{64\}\)$/\1/p' "$tmp/$who.line" >"$tmp/$who.tok"
 done
-"$rtraind" --listen 127.0.0.1:0 --tokens "$tmp/tokens.txt" --log-level info >"$tmp/daemon2.log" 2>&1 &
-dpid=$!
-addr=""
-for _ in $(seq 1 100); do
-  addr=$(sed -n 's/^rtraind listening on \([^ ]*\).*/\1/p' "$tmp/daemon2.log" | head -n 1)
-  [ -n "$addr" ] && break
-  sleep 0.1
-done
-[ -n "$addr" ] && ok "daemon with tokens started" || bad "daemon with tokens did not start"
+start_daemon "$tmp/daemon2.log" --tokens "$tmp/tokens.txt" --log-level info \
+  && ok "daemon with tokens started" || bad "daemon with tokens did not start"
 T=(fit --server "$addr" --model "$here/dense4.json" --features 'x:float[4],label:int64' --loss sparse_categorical_crossentropy
    --epochs 1 --batch-size 10 --seed 1 --no-progress --data "$gen/num-0000*-of-00002.tfrecord")
 both=$(( $(stat -c %s "$gen/num-00000-of-00002.tfrecord") + $(stat -c %s "$gen/num-00001-of-00002.tfrecord") ))

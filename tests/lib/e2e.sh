@@ -1,0 +1,44 @@
+# e2e.sh - what the shell end-to-end tests share; sourced, never run.
+# Sets tmp (removed at exit, with the daemon stopped), counts checks with
+# ok/bad, and starts rtraind on a free loopback port.
+#   . "$src/tests/lib/e2e.sh"
+#   start_daemon "$tmp/daemon.log" --log-level warn || exit 1   # sets dpid, addr
+#   expect_rc 0 "info" -- "$rtrain" info --server "$addr"
+#   echo "$((checks - fails))/$checks checks passed"; [ "$fails" -eq 0 ]
+tmp=$(mktemp -d)
+fails=0 checks=0
+dpid=""
+cleanup() {
+  [ -n "$dpid" ] && kill "$dpid" 2>/dev/null && wait "$dpid" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+ok()  { checks=$((checks + 1)); echo "ok   $*"; }
+bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL $*"; }
+expect_rc() { # expect_rc WANT NAME -- command...
+  local want=$1 name=$2; shift 3
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ "$rc" -eq "$want" ]; then ok "$name (exit $rc)"; else
+    bad "$name: exit $rc, want $want"; sed 's/^/     /' "$tmp/out" "$tmp/err" | tail -20; fi
+}
+ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && a + 0 >= b + 0) }'; }
+has() { grep -q -- "$2" "$1" && ok "$3" || { bad "$3: no '$2' in"; sed 's/^/     /' "$1" | tail -5; }; }
+
+# start_daemon LOG [rtraind flags...]: rtraind on 127.0.0.1:0 in the
+# background; dpid and addr are set once it prints its listening line.
+# Returns 1 (the log shown) if it does not within 10 s.
+start_daemon() {
+  local log=$1; shift
+  "$rtraind" --listen 127.0.0.1:0 "$@" >"$log" 2>&1 &
+  dpid=$!
+  addr=""
+  for _ in $(seq 1 100); do
+    addr=$(sed -n 's/^rtraind listening on \([^ ]*\).*/\1/p' "$log" | head -n 1)
+    [ -n "$addr" ] && return 0
+    sleep 0.1
+  done
+  echo "rtraind did not start"; cat "$log"
+  return 1
+}
