@@ -1,6 +1,6 @@
 /*
- * op_conv.c - Conv2D, MaxPool2D, AvgPool2D and GlobalAvgPool (NHWC, Keras'
- * layout): attribute parsing, shape inference, typed parameters
+ * op_conv.c - Conv2D (grouped and depthwise too), ConvTranspose, MaxPool2D,
+ * AvgPool2D and GlobalAvgPool (NHWC, Keras' layout): attribute parsing, shape inference, typed parameters
  * (rt__conv_params, rt__gap_params) and FLOP counts. How a backend computes
  * them (chunks, threads, scratch) is the backend's (server/kernels/cpu/ for
  * the CPU).
@@ -95,8 +95,11 @@ static int rt__nhwc_input(rt__cc *cc, rt__node *nd, rt__conv_params *p)
 
 /* ---------------------------------------------------------------- Conv2D */
 
-/* Conv2D(x (B,H,W,C), W (KH,KW,C,OC), b (OC)?) attrs strides, padding,
- * dilations, activation (fused, as Dense's) */
+/* Conv2D(x (B,H,W,C), W (KH,KW,C/group,OC), b (OC)?) attrs strides,
+ * padding, dilations, group (C and OC multiples of it: output channel o
+ * reads input channels [o / (OC/group) * C/group, +C/group); group = C is a
+ * depthwise convolution, whose Keras kernel (KH,KW,C,mult) is the same
+ * memory as (KH,KW,1,C*mult)), activation (fused, as Dense's) */
 static int rt__conv2d_infer(rt__cc *cc, rt__node *nd)
 {
     int rc;
@@ -106,9 +109,16 @@ static int rt__conv2d_infer(rt__cc *cc, rt__node *nd)
     if (w->batched || w->ndim != 4)
         return rt__cerr(cc, nd, RT_ESHAPE, "kernel '%s' must be 4-D (kh, kw, in, out)",
                         nd->in_name[1]);
-    if (w->d[2] != p->C)
+    int ok = 1;
+    const int64_t G = rt__attr_int(cc, nd, "group", 1, &ok);
+    if (!ok) return RT_EINVAL;
+    if (G < 1 || p->C % G || w->d[3] % G)
+        return rt__cerr(cc, nd, RT_EINVAL, "group %lld must divide the %lld input and %lld output channels",
+                        (long long)G, (long long)p->C, (long long)w->d[3]);
+    if (w->d[2] != p->C / G)
         return rt__cerr(cc, nd, RT_ESHAPE, "kernel '%s' expects %lld input channels, input has %lld",
-                        nd->in_name[1], (long long)w->d[2], (long long)p->C);
+                        nd->in_name[1], (long long)(w->d[2] * G), (long long)p->C);
+    p->G = G;
     const int64_t OC = w->d[3];
     p->bias = nd->n_in > 2;
     if (nd->n_in > 2) {
@@ -148,7 +158,7 @@ static uint64_t rt__conv2d_flops(const rt__node *nd, int64_t B, unsigned need_dx
 {
     const rt__conv_params *p = rt__conv_cp(nd);
     const uint64_t R = (uint64_t)B * (uint64_t)(p->OH * p->OW);
-    const uint64_t K = (uint64_t)(p->KH * p->KW * p->C);
+    const uint64_t K = (uint64_t)(p->KH * p->KW * p->C / (p->G > 1 ? p->G : 1));
     const uint64_t N = (uint64_t)p->OC;
     uint64_t f = 2 * R * K * N + (p->bias ? R * N : 0) + (p->act ? R * N : 0);
     if (need_dx & 1u) f += 2 * R * K * N;
@@ -165,6 +175,113 @@ const rt__op_def rt__op_conv2d = {
     .params = RT__P_CONV,
     .infer = rt__conv2d_infer,
     .flops = rt__conv2d_flops,
+};
+
+/* ---------------------------------------------------------- ConvTranspose */
+
+/* ConvTranspose(x (B,H,W,C), W (KH,KW,OC,C), b (OC)?): the gradient of a
+ * Conv2D with respect to its input, as Keras' Conv2DTranspose and
+ * tf.nn.conv2d_transpose: y[h*s - PT + kh*d, w*s - PL + kw*d, o] +=
+ * x[h, w, i] W[kh, kw, o, i]. attrs strides, dilations, and either padding
+ * ("valid"/"same") with output_padding (ints, each < its stride; sizes as
+ * Keras' deconv_output_length, the padding before as TensorFlow's), or
+ * pads (ints t, l, b, r as ONNX) with output_padding. */
+static int rt__convt_infer(rt__cc *cc, rt__node *nd)
+{
+    int rc, ok = 1;
+    rt__conv_params *p = rt__conv_p(nd);
+    if ((rc = rt__nhwc_input(cc, nd, p)) < 0) return rc;
+    const rt__shape *w = nd->in_shape[1];
+    if (w->batched || w->ndim != 4)
+        return rt__cerr(cc, nd, RT_ESHAPE, "kernel '%s' must be 4-D (kh, kw, out, in)",
+                        nd->in_name[1]);
+    if (w->d[3] != p->C)
+        return rt__cerr(cc, nd, RT_ESHAPE, "kernel '%s' expects %lld input channels, input has %lld",
+                        nd->in_name[1], (long long)w->d[3], (long long)p->C);
+    const int64_t OC = w->d[2];
+    p->bias = nd->n_in > 2;
+    if (nd->n_in > 2) {
+        const rt__shape *b = nd->in_shape[2];
+        if (b->batched || b->ndim != 1 || b->d[0] != OC)
+            return rt__cerr(cc, nd, RT_ESHAPE, "bias '%s' must be (%lld)", nd->in_name[2],
+                            (long long)OC);
+    }
+    int64_t s[2], d[2], op[2] = {0, 0}, pads[4];
+    int same = 0;
+    if ((rc = rt__pair(cc, nd, "strides", 1, 1, s)) < 0 ||
+        (rc = rt__pair(cc, nd, "dilations", 1, 1, d)) < 0)
+        return rc;
+    int nop = rt__attr_ints(cc, nd, "output_padding", op, 2, &ok);
+    int np = rt__attr_ints(cc, nd, "pads", pads, 4, &ok);
+    if (!ok) return RT_EINVAL;
+    if (nop == 1) op[1] = op[0];
+    else if (nop > 2) return rt__cerr(cc, nd, RT_EINVAL, "output_padding needs 1 or 2 values");
+    if (nop > 0 && (op[0] < 0 || op[1] < 0 || op[0] >= s[0] || op[1] >= s[1]))
+        return rt__cerr(cc, nd, RT_EINVAL, "output_padding (%lld, %lld) must be in 0..stride-1",
+                        (long long)op[0], (long long)op[1]);
+    if (np >= 0 && np != 4) return rt__cerr(cc, nd, RT_EINVAL, "pads needs 4 values");
+    if (np < 0 && (rc = rt__padding(cc, nd, &same)) < 0) return rc;
+    p->KH = w->d[0];
+    p->KW = w->d[1];
+    p->SH = s[0];
+    p->SW = s[1];
+    p->DH = d[0];
+    p->DW = d[1];
+    p->OC = OC;
+    p->G = 1;
+    const int64_t in[2] = {p->H, p->W}, k[2] = {p->KH, p->KW};
+    int64_t out[2], pb[2];
+    for (int i = 0; i < 2; i++) {
+        const int64_t keff = (k[i] - 1) * d[i] + 1;
+        if (np == 4) {
+            if (pads[i] < 0 || pads[i + 2] < 0)
+                return rt__cerr(cc, nd, RT_EINVAL, "pads must be >= 0");
+            out[i] = (in[i] - 1) * s[i] + keff - pads[i] - pads[i + 2] + op[i];
+            pb[i] = pads[i];
+        } else {
+            if (nop <= 0)
+                out[i] = same ? in[i] * s[i]
+                              : in[i] * s[i] + (keff > s[i] ? keff - s[i] : 0);
+            else
+                out[i] = (in[i] - 1) * s[i] + keff - 2 * (same ? keff / 2 : 0) + op[i];
+            const int64_t tot = (in[i] - 1) * s[i] + keff - out[i];
+            pb[i] = same && tot > 0 ? tot / 2 : 0;
+        }
+        if (out[i] < 1 || out[i] > RT__MAX_NUMEL)
+            return rt__cerr(cc, nd, RT_ESHAPE, "output %s %lld is out of range",
+                            i ? "width" : "height", (long long)out[i]);
+    }
+    p->OH = out[0];
+    p->OW = out[1];
+    p->PT = pb[0];
+    p->PL = pb[1];
+    int64_t tot;
+    if (__builtin_mul_overflow(out[0], out[1], &tot) || __builtin_mul_overflow(tot, OC, &tot) ||
+        tot > RT__MAX_NUMEL)
+        return rt__cerr(cc, nd, RT_EOVERFLOW, "output exceeds 2^32 values per sample");
+    nd->out = (rt__shape){.ndim = 3, .batched = 1, .d = {p->OH, p->OW, OC}};
+    return 0;
+}
+
+static uint64_t rt__convt_flops(const rt__node *nd, int64_t B, unsigned need_dx)
+{
+    const rt__conv_params *p = rt__conv_cp(nd);
+    const uint64_t m = 2 * (uint64_t)B * (uint64_t)(p->H * p->W * p->C) *
+                       (uint64_t)(p->KH * p->KW * p->OC);
+    uint64_t f = m;
+    if (need_dx & 1u) f += m;
+    if (need_dx & 2u) f += m;
+    return f;
+}
+
+const rt__op_def rt__op_convtranspose = {
+    .name = "ConvTranspose",
+    .min_in = 2,
+    .max_in = 3,
+    .bwd_needs_in = 3u,
+    .params = RT__P_CONV,
+    .infer = rt__convt_infer,
+    .flops = rt__convt_flops,
 };
 
 /* ----------------------------------------------------------------- pools */

@@ -1,6 +1,8 @@
 /*
- * op_eltwise.c - Add/Sub/Mul (numpy broadcasting), Relu/Sigmoid/Tanh,
- * Softmax/LogSoftmax, Reshape/Flatten/Identity, Dropout: shape inference,
+ * op_eltwise.c - Add/Sub/Mul/Div/Max/Min/PRelu (numpy broadcasting),
+ * Relu/Sigmoid/Tanh,
+ * Softmax/LogSoftmax, Reshape/Flatten/Identity, Dropout, SpatialDropout,
+ * GaussianNoise, GaussianDropout: shape inference,
  * typed parameters and FLOP counts.
  */
 #include <stdio.h>
@@ -122,6 +124,40 @@ const rt__op_def rt__op_mul = {
     .infer = rt__bcast_infer, .flops = rt__numel_flops,
 };
 
+/* Div: a / b. Max/Min: on a tie the gradient goes to a (input 0), as
+ * TensorFlow's Maximum/Minimum (Keras' merge layers chain them left to
+ * right). PRelu(x, slope): x > 0 ? x : slope x, slope broadcast (Keras'
+ * PReLU alpha with shared_axes as 1-dims). */
+const rt__op_def rt__op_div = {
+    .name = "Div", .min_in = 2, .max_in = 2, .bwd_needs_in = 3u, .params = RT__P_BCAST,
+    .infer = rt__bcast_infer, .flops = rt__numel_flops,
+};
+const rt__op_def rt__op_max = {
+    .name = "Max", .min_in = 2, .max_in = 2, .bwd_needs_in = 3u, .params = RT__P_BCAST,
+    .infer = rt__bcast_infer, .flops = rt__numel_flops,
+};
+const rt__op_def rt__op_min = {
+    .name = "Min", .min_in = 2, .max_in = 2, .bwd_needs_in = 3u, .params = RT__P_BCAST,
+    .infer = rt__bcast_infer, .flops = rt__numel_flops,
+};
+
+static int rt__prelu_infer(rt__cc *cc, rt__node *nd)
+{
+    int rc = rt__bcast_infer(cc, nd);
+    if (rc < 0) return rc;
+    const rt__shape *x = nd->in_shape[0];
+    if (x->ndim != nd->out.ndim || x->batched != nd->out.batched ||
+        memcmp(x->d, nd->out.d, sizeof(int64_t) * (size_t)x->ndim) != 0)
+        return rt__cerr(cc, nd, RT_ESHAPE, "slope '%s' is larger than the input '%s'",
+                        nd->in_name[1], nd->in_name[0]);
+    return 0;
+}
+
+const rt__op_def rt__op_prelu = {
+    .name = "PRelu", .min_in = 2, .max_in = 2, .bwd_needs_in = 3u, .params = RT__P_BCAST,
+    .infer = rt__prelu_infer, .flops = rt__numel_flops,
+};
+
 /* ---------------------------------------------------------------- unary */
 
 static int rt__same_infer(rt__cc *cc, rt__node *nd)
@@ -240,18 +276,63 @@ const rt__op_def rt__op_flatten = {
     .infer = rt__flatten_infer, .flops = rt__numel_flops,
 };
 
-/* Dropout(x) attr rate in [0, 1): inverted dropout, as Keras */
-static int rt__dropout_infer(rt__cc *cc, rt__node *nd)
+/* Dropout(x) attr rate in [0, 1): inverted dropout, as Keras.
+ * SpatialDropout(x (B, ..., C)) rate: whole channels of a sample.
+ * GaussianNoise(x) attr stddev >= 0; GaussianDropout(x) rate in [0, 1). */
+static int rt__drop_infer_mode(rt__cc *cc, rt__node *nd, int mode)
 {
     int ok = 1;
-    double rate = rt__attr_float(cc, nd, "rate", 0.5, &ok);
+    const rt__shape *x = nd->in_shape[0];
+    double rate = mode == RT__DROP_NOISE ? rt__attr_float(cc, nd, "stddev", 0.0, &ok)
+                                         : rt__attr_float(cc, nd, "rate", 0.5, &ok);
     if (!ok) return RT_EINVAL;
-    if (!(rate >= 0.0 && rate < 1.0))
+    if (mode == RT__DROP_NOISE) {
+        if (!(rate >= 0.0 && rate < 1e30))
+            return rt__cerr(cc, nd, RT_EINVAL, "stddev %g must be >= 0", rate);
+    } else if (!(rate >= 0.0 && rate < 1.0)) {
         return rt__cerr(cc, nd, RT_EINVAL, "rate %g outside [0, 1)", rate);
-    rt__dropout_p(nd)->rate = rate;
-    nd->out = *nd->in_shape[0];
+    }
+    if (mode == RT__DROP_SPATIAL && (!x->batched || x->ndim < 2))
+        return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' needs (B, ..., C) with a spatial axis",
+                        nd->in_name[0]);
+    rt__dropout_params *p = rt__dropout_p(nd);
+    p->rate = rate;
+    p->mode = mode;
+    p->C = x->ndim ? x->d[x->ndim - 1] : 1;
+    p->per = rt__shape_numel(x);
+    nd->out = *x;
     return 0;
 }
+
+static int rt__dropout_infer(rt__cc *cc, rt__node *nd)
+{
+    return rt__drop_infer_mode(cc, nd, RT__DROP_PLAIN);
+}
+static int rt__sdropout_infer(rt__cc *cc, rt__node *nd)
+{
+    return rt__drop_infer_mode(cc, nd, RT__DROP_SPATIAL);
+}
+static int rt__gnoise_infer(rt__cc *cc, rt__node *nd)
+{
+    return rt__drop_infer_mode(cc, nd, RT__DROP_NOISE);
+}
+static int rt__gdropout_infer(rt__cc *cc, rt__node *nd)
+{
+    return rt__drop_infer_mode(cc, nd, RT__DROP_GAUSS);
+}
+
+const rt__op_def rt__op_spatialdropout = {
+    .name = "SpatialDropout", .min_in = 1, .max_in = 1, .params = RT__P_DROPOUT,
+    .infer = rt__sdropout_infer, .flops = rt__numel_flops,
+};
+const rt__op_def rt__op_gaussiannoise = {
+    .name = "GaussianNoise", .min_in = 1, .max_in = 1, .params = RT__P_DROPOUT,
+    .infer = rt__gnoise_infer, .flops = rt__numel_flops,
+};
+const rt__op_def rt__op_gaussiandropout = {
+    .name = "GaussianDropout", .min_in = 1, .max_in = 1, .params = RT__P_DROPOUT,
+    .infer = rt__gdropout_infer, .flops = rt__numel_flops,
+};
 
 const rt__op_def rt__op_dropout = {
     .name = "Dropout", .min_in = 1, .max_in = 1, .params = RT__P_DROPOUT,

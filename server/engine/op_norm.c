@@ -1,5 +1,5 @@
 /*
- * op_norm.c - BatchNorm and Concat: shape inference, typed parameters and
+ * op_norm.c - BatchNorm, LayerNormalization and Concat: shape inference, typed parameters and
  * FLOP counts. The CPU kernels are in server/kernels/cpu/.
  */
 #include <string.h>
@@ -62,6 +62,57 @@ const rt__op_def rt__op_batchnorm = {
     .no_grad_in = 8u | 16u,  /* the moving statistics */
     .params = RT__P_BN,
     .infer = rt__bn_infer,
+    .flops = rt__bn_flops,
+};
+
+/* LayerNormalization(x (B,...,C), gamma (C)?, beta (C)?) over the last
+ * axis, as Keras' LayerNormalization(axis=-1) and ONNX's (axis -1): attrs
+ * epsilon (1e-3, Keras' default), axis (-1 or the last counting the
+ * batch), scale and center (ints, 1: whether gamma, then beta, are given) */
+static int rt__ln_infer(rt__cc *cc, rt__node *nd)
+{
+    const rt__shape *x = nd->in_shape[0];
+    if (!x->batched || x->ndim < 1)
+        return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' needs a batch and a channel axis",
+                        nd->in_name[0]);
+    int ok = 1;
+    const double eps = rt__attr_float(cc, nd, "epsilon", 1e-3, &ok);
+    const int64_t axis = rt__attr_int(cc, nd, "axis", -1, &ok);
+    const int64_t scale = rt__attr_int(cc, nd, "scale", 1, &ok);
+    const int64_t center = rt__attr_int(cc, nd, "center", 1, &ok);
+    if (!ok) return RT_EINVAL;
+    if (!(eps > 0.0) || eps > 1e10)
+        return rt__cerr(cc, nd, RT_EINVAL, "epsilon %g must be > 0", eps);
+    if (axis != -1 && axis != x->ndim)
+        return rt__cerr(cc, nd, RT_EUNIMPLEMENTED,
+                        "axis %lld: only the last axis is supported", (long long)axis);
+    const int want = 1 + (scale != 0) + (center != 0);
+    if (nd->n_in != want)
+        return rt__cerr(cc, nd, RT_EINVAL, "takes %d inputs with scale=%d center=%d, got %d",
+                        want, scale != 0, center != 0, nd->n_in);
+    const int64_t C = x->d[x->ndim - 1];
+    for (int i = 1; i < nd->n_in; i++) {
+        const rt__shape *s = nd->in_shape[i];
+        if (s->batched || s->ndim != 1 || s->d[0] != C)
+            return rt__cerr(cc, nd, RT_ESHAPE, "'%s' must be (%lld)", nd->in_name[i],
+                            (long long)C);
+    }
+    rt__ln_params *p = rt__ln_p(nd);
+    p->C = C;
+    p->eps = eps;
+    p->scale = scale != 0;
+    p->center = center != 0;
+    nd->out = *x;
+    return 0;
+}
+
+const rt__op_def rt__op_layernorm = {
+    .name = "LayerNormalization",
+    .min_in = 1,
+    .max_in = 3,
+    .bwd_needs_in = 1u | 2u, /* x (statistics are recomputed), gamma */
+    .params = RT__P_LN,
+    .infer = rt__ln_infer,
     .flops = rt__bn_flops,
 };
 

@@ -231,7 +231,36 @@ struct rt__op_def {
     X(rt__op_avgpool2d)                                                       \
     X(rt__op_globalavgpool)                                                   \
     X(rt__op_batchnorm)                                                       \
-    X(rt__op_concat)
+    X(rt__op_concat)                                                          \
+    X(rt__op_div)                                                             \
+    X(rt__op_max)                                                             \
+    X(rt__op_min)                                                             \
+    X(rt__op_prelu)                                                           \
+    X(rt__op_elu)                                                             \
+    X(rt__op_selu)                                                            \
+    X(rt__op_leakyrelu)                                                       \
+    X(rt__op_gelu)                                                            \
+    X(rt__op_erf)                                                             \
+    X(rt__op_softplus)                                                        \
+    X(rt__op_softsign)                                                        \
+    X(rt__op_hardsigmoid)                                                     \
+    X(rt__op_swish)                                                           \
+    X(rt__op_clip)                                                            \
+    X(rt__op_thresholdedrelu)                                                 \
+    X(rt__op_kerasrelu)                                                       \
+    X(rt__op_exp)                                                             \
+    X(rt__op_scale)                                                           \
+    X(rt__op_pad)                                                             \
+    X(rt__op_transpose)                                                       \
+    X(rt__op_reducemean)                                                      \
+    X(rt__op_reducesum)                                                       \
+    X(rt__op_layernorm)                                                       \
+    X(rt__op_convtranspose)                                                   \
+    X(rt__op_upsample)                                                        \
+    X(rt__op_globalmaxpool)                                                   \
+    X(rt__op_spatialdropout)                                                  \
+    X(rt__op_gaussiannoise)                                                   \
+    X(rt__op_gaussiandropout)
 
 #define RT__OP_DECL(def) extern const rt__op_def def;
 RT__OP_LIST(RT__OP_DECL)
@@ -287,6 +316,10 @@ RT__PARAM_ACCESSORS(RT__P_CONV, conv, rt__conv_params)
 RT__PARAM_ACCESSORS(RT__P_GAP, gap, rt__gap_params)
 RT__PARAM_ACCESSORS(RT__P_BN, bn, rt__bn_params)
 RT__PARAM_ACCESSORS(RT__P_CONCAT, concat, rt__concat_params)
+RT__PARAM_ACCESSORS(RT__P_UNARY, unary, rt__unary_params)
+RT__PARAM_ACCESSORS(RT__P_MAP, map, rt__map_params)
+RT__PARAM_ACCESSORS(RT__P_LN, ln, rt__ln_params)
+RT__PARAM_ACCESSORS(RT__P_UPSAMPLE, upsample, rt__upsample_params)
 #undef RT__PARAM_ACCESSORS
 
 /* Rows of a batched-or-not shape at runtime batch n: product of all dims

@@ -29,13 +29,17 @@ enum { RT__ACT_NONE = 0, RT__ACT_RELU, RT__ACT_SIGMOID, RT__ACT_TANH };
 typedef enum rt__pkind {
     RT__P_NONE = 0, /* Relu, Sigmoid, Tanh, Identity, Reshape, Flatten */
     RT__P_DENSE,    /* Dense, MatMul */
-    RT__P_BCAST,    /* Add, Sub, Mul */
+    RT__P_BCAST,    /* Add, Sub, Mul, Div, Max, Min, PRelu */
     RT__P_SOFTMAX,  /* Softmax, LogSoftmax */
     RT__P_DROPOUT,
     RT__P_CONV,     /* Conv2D and the 2-D pools */
     RT__P_GAP,
     RT__P_BN,
     RT__P_CONCAT,
+    RT__P_UNARY,    /* Elu, Selu, LeakyRelu, Gelu, ... (op_act.c) */
+    RT__P_MAP,      /* Pad, Transpose, ReduceMean, ReduceSum */
+    RT__P_LN,       /* LayerNormalization */
+    RT__P_UPSAMPLE, /* Upsample */
 } rt__pkind;
 
 /* Dense/MatMul: x (R,K) times W (K,N); act: Dense's own activation */
@@ -62,13 +66,24 @@ typedef struct rt__softmax_params {
     int64_t C;
 } rt__softmax_params;
 
-/* Dropout: inverted, as Keras */
+/* Dropout and its relatives, all train-time only and keyed by the counter
+ * RNG (seed, node, step, element): */
+enum {
+    RT__DROP_PLAIN = 0,   /* Dropout: inverted, as Keras */
+    RT__DROP_SPATIAL,     /* SpatialDropout: one mask per (sample, channel) */
+    RT__DROP_NOISE,       /* GaussianNoise: x + rate * N(0, 1) */
+    RT__DROP_GAUSS,       /* GaussianDropout: x * N(1, rate / (1 - rate)) */
+};
 typedef struct rt__dropout_params {
-    double rate;
+    double rate;          /* GaussianNoise: the stddev */
+    int mode;             /* RT__DROP_* */
+    int64_t C;            /* channels (last dim): the spatial mask's width */
+    int64_t per;          /* values per sample */
 } rt__dropout_params;
 
-/* Conv2D (NHWC, kernel (KH,KW,C,OC)) and MaxPool2D/AvgPool2D (OC = C,
- * dilation 1). Padding as TensorFlow: PT/PL cells before, the rest after. */
+/* Conv2D (NHWC, kernel (KH,KW,C/G,OC)), ConvTranspose (kernel (KH,KW,OC,C),
+ * as Keras' Conv2DTranspose; OH/OW/PT/PL from its padding and
+ * output_padding) and MaxPool2D/AvgPool2D (OC = C, dilation 1). Padding as TensorFlow: PT/PL cells before, the rest after. */
 typedef struct rt__conv_params {
     int64_t H, W, C;       /* input per sample */
     int64_t OH, OW, OC;    /* output per sample */
@@ -78,6 +93,7 @@ typedef struct rt__conv_params {
     int64_t PT, PL;        /* padding before, top and left */
     int bias;              /* Conv2D: has a bias input */
     int act;               /* Conv2D: its activation attribute */
+    int64_t G;             /* Conv2D: groups (0 or 1: dense); ConvTranspose: 1 */
 } rt__conv_params;
 
 /* GlobalAvgPool: (B,H,W,C) -> (B,C) */
@@ -101,6 +117,53 @@ typedef struct rt__concat_params {
     int64_t in_inner[RT__MAX_IN];
 } rt__concat_params;
 
+/* Elementwise unary functions with up to three constants (op_act.c has
+ * each kind's formula) */
+enum {
+    RT__U_ELU = 0, RT__U_SELU, RT__U_LEAKY, RT__U_GELU, RT__U_GELU_TANH,
+    RT__U_ERF, RT__U_SOFTPLUS, RT__U_SOFTSIGN, RT__U_HARDSIGMOID, RT__U_SWISH,
+    RT__U_CLIP, RT__U_THRESH, RT__U_KRELU, RT__U_EXP, RT__U_SCALE,
+};
+typedef struct rt__unary_params {
+    int kind;              /* RT__U_* */
+    float alpha, beta, gamma;
+} rt__unary_params;
+
+/* Pad/Transpose/ReduceMean/ReduceSum as one index map from the input's
+ * per-sample elements to the output's: input dim i (of R, batch excluded)
+ * moves the output offset by os[i] per step; only inputs with lo[i] <=
+ * index < hi[i] in every dim land (Pad's negative pads crop); base is the
+ * output offset of input index 0. Reduce: several inputs land on one
+ * output (os[i] = 0 along a reduced dim), each times scale. Pad fills the
+ * rest of the output with value. */
+typedef struct rt__map_params {
+    int R;
+    int64_t d[8];          /* input per-sample dims (RT_MAX_DIMS) */
+    int64_t os[8];         /* output stride per input dim */
+    int64_t lo[8], hi[8];  /* landing range per input dim */
+    int64_t base;
+    int64_t in_numel, out_numel;   /* per sample */
+    int reduce;            /* outputs accumulate */
+    int fill;              /* Pad: some outputs get value */
+    float scale, value;
+} rt__map_params;
+
+/* LayerNormalization over the last axis of C: rows normalised to mean 0,
+ * variance 1 (biased), then times gamma (scale) plus beta (center) */
+typedef struct rt__ln_params {
+    int64_t C;
+    double eps;
+    int scale, center;     /* which of gamma (input 1), beta (next) exist */
+} rt__ln_params;
+
+/* Upsample (NHWC): nearest repeats each cell SH x SW times; bilinear
+ * interpolates with half-pixel centres (tf.image.resize, as Keras'
+ * UpSampling2D(interpolation='bilinear')) */
+typedef struct rt__upsample_params {
+    int64_t H, W, C, SH, SW;
+    int bilinear;
+} rt__upsample_params;
+
 typedef union rt__op_params {
     rt__dense_params dense;
     rt__bcast_params bcast;
@@ -110,6 +173,10 @@ typedef union rt__op_params {
     rt__gap_params gap;
     rt__bn_params bn;
     rt__concat_params concat;
+    rt__unary_params unary;
+    rt__map_params map;
+    rt__ln_params ln;
+    rt__upsample_params upsample;
 } rt__op_params;
 
 #endif

@@ -416,6 +416,7 @@ static void rt__pool_rows_bwd(const rt__node *nd, int64_t nb, const float *dy, f
 int rt_kern_conv2d_can_fuse_maxpool(const rt__node *conv, const rt__node *pool)
 {
     const rt__conv_params *cv = rt__conv_cp(conv), *pp = rt__conv_cp(pool);
+    if (cv->G > 1) return 0;
     return pp->SH == pp->KH && pp->SW == pp->KW && !pp->PT && !pp->PL &&
            pp->OH * pp->KH <= cv->OH && pp->OW * pp->KW <= cv->OW;
 }
@@ -427,6 +428,11 @@ int rt_kern_conv2d_can_fuse_maxpool(const rt__node *conv, const rt__node *pool)
 int rt_kern_conv2d_prepare(rt__node *nd, int64_t B, rt__arena *A)
 {
     const rt__conv_params *cv = rt__conv_cp(nd);
+    if (cv->G > 1) { /* rt_kern_gconv_*: no plan, no scratch */
+        nd->kdata = NULL;
+        nd->scratch_floats = 0;
+        return 0;
+    }
     rt_kern_conv_plan *kp = rt__arena_alloc(A, sizeof *kp);
     if (!kp) return RT_ENOMEM;
     const int64_t P = cv->OH * cv->OW, OC = cv->OC, K = cv->KH * cv->KW * cv->C;
@@ -458,6 +464,10 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
     const rt__conv_params *cv = rt__conv_cp(nd);
+    if (cv->G > 1) {
+        rt_kern_gconv_fwd(a);
+        return;
+    }
     const rt_kern_conv_plan *kp = nd->kdata;
     const int64_t n = a->r->n;
     const int64_t in_s = cv->H * cv->W * cv->C;
@@ -496,6 +506,10 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
     const rt__conv_params *cv = rt__conv_cp(nd);
+    if (cv->G > 1) {
+        rt_kern_gconv_bwd(a);
+        return;
+    }
     const rt_kern_conv_plan *kp = nd->kdata;
     const int64_t n = a->r->n;
     const int64_t in_s = cv->H * cv->W * cv->C;

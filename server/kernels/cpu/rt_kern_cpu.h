@@ -28,6 +28,39 @@ void rt_kern_sub_fwd(const rt__kargs *a);
 void rt_kern_sub_bwd(const rt__kargs *a);
 void rt_kern_mul_fwd(const rt__kargs *a);
 void rt_kern_mul_bwd(const rt__kargs *a);
+/* Div, Max, Min (ties send the gradient to input 0), PRelu(x, slope) */
+void rt_kern_div_fwd(const rt__kargs *a);
+void rt_kern_div_bwd(const rt__kargs *a);
+void rt_kern_max_fwd(const rt__kargs *a);
+void rt_kern_max_bwd(const rt__kargs *a);
+void rt_kern_min_fwd(const rt__kargs *a);
+void rt_kern_min_bwd(const rt__kargs *a);
+void rt_kern_prelu_fwd(const rt__kargs *a);
+void rt_kern_prelu_bwd(const rt__kargs *a);
+
+/* the activations of op_act.c (rt__unary_params); backward reads x */
+void rt_kern_unary_fwd(const rt__kargs *a);
+void rt_kern_unary_bwd(const rt__kargs *a);
+
+/* Pad, Transpose, ReduceMean, ReduceSum: one index map (rt__map_params) */
+void rt_kern_map_fwd(const rt__kargs *a);
+void rt_kern_map_bwd(const rt__kargs *a);
+/* Upsample, nearest or bilinear (rt__upsample_params) */
+void rt_kern_upsample_fwd(const rt__kargs *a);
+void rt_kern_upsample_bwd(const rt__kargs *a);
+/* GlobalMaxPool (B, ..., C) -> (B, C): gradient to the first maximum */
+void rt_kern_gmp_fwd(const rt__kargs *a);
+void rt_kern_gmp_bwd(const rt__kargs *a);
+/* LayerNormalization over the last axis (rt__ln_params) */
+void rt_kern_layernorm_fwd(const rt__kargs *a);
+void rt_kern_layernorm_bwd(const rt__kargs *a);
+/* ConvTranspose (NHWC, kernel (KH,KW,OC,C)) and grouped Conv2D (group > 1,
+ * depthwise included): direct loops over the window, threads over samples
+ * (rt_kern_conv2.c) */
+void rt_kern_convt_fwd(const rt__kargs *a);
+void rt_kern_convt_bwd(const rt__kargs *a);
+void rt_kern_gconv_fwd(const rt__kargs *a);
+void rt_kern_gconv_bwd(const rt__kargs *a);
 
 void rt_kern_relu_fwd(const rt__kargs *a);
 void rt_kern_relu_bwd(const rt__kargs *a);
@@ -50,8 +83,9 @@ void rt_kern_logsoftmax_bwd(const rt__kargs *a);
 void rt_kern_copy_fwd(const rt__kargs *a);
 void rt_kern_copy_bwd(const rt__kargs *a);
 
-/* Dropout: masks come from the counter RNG keyed by (seed,
- * node, step, element), so backward recomputes them instead of storing. */
+/* Dropout, SpatialDropout, GaussianNoise, GaussianDropout: masks and noise
+ * come from the counter RNG keyed by (seed, node, step, element), so
+ * backward recomputes them instead of storing. */
 void rt_kern_dropout_fwd(const rt__kargs *a);
 void rt_kern_dropout_bwd(const rt__kargs *a);
 

@@ -92,7 +92,34 @@ void rt_kern_tanh_bwd(const rt__kargs *a) { rt__unary_bwd(a, RT__ACT_TANH); }
 
 /* Add/Sub/Mul walk the output with the strides op_eltwise.c derived
  * (rt__bcast_params); the op is a compile-time constant of each wrapper */
-enum { RT_KERN_ADD = 0, RT_KERN_SUB, RT_KERN_MUL };
+enum { RT_KERN_ADD = 0, RT_KERN_SUB, RT_KERN_MUL, RT_KERN_DIV, RT_KERN_MAX, RT_KERN_MIN, RT_KERN_PRELU };
+
+static inline float rt__bin(int op, float x, float y)
+{
+    switch (op) {
+    case RT_KERN_ADD: return x + y;
+    case RT_KERN_SUB: return x - y;
+    case RT_KERN_MUL: return x * y;
+    case RT_KERN_DIV: return x / y;
+    case RT_KERN_MAX: return x >= y ? x : y;
+    case RT_KERN_MIN: return x <= y ? x : y;
+    default: return x > 0.0f ? x : y * x; /* PRelu */
+    }
+}
+
+/* d op(a, b) / d input k, times g */
+static inline float rt__bin_d(int op, int k, float x, float y, float g)
+{
+    switch (op) {
+    case RT_KERN_ADD: return g;
+    case RT_KERN_SUB: return k ? -g : g;
+    case RT_KERN_MUL: return k ? g * x : g * y;
+    case RT_KERN_DIV: return k ? -g * x / (y * y) : g / y;
+    case RT_KERN_MAX: return (x >= y) == !k ? g : 0.0f; /* ties: input 0 */
+    case RT_KERN_MIN: return (x <= y) == !k ? g : 0.0f;
+    default: return x > 0.0f ? (k ? 0.0f : g) : (k ? g * x : g * y); /* PRelu */
+    }
+}
 
 static void rt__bc_dims(const rt__kargs *a, int64_t *dims, int64_t *total)
 {
@@ -142,8 +169,17 @@ static void rt__bin_fwd(const rt__kargs *a, int op)
         switch (op) {
         case RT_KERN_ADD: for (int64_t i = 0; i < n; i++) Y[i] = A[i] + B[i]; break;
         case RT_KERN_SUB: for (int64_t i = 0; i < n; i++) Y[i] = A[i] - B[i]; break;
-        default:          for (int64_t i = 0; i < n; i++) Y[i] = A[i] * B[i]; break;
+        case RT_KERN_MUL: for (int64_t i = 0; i < n; i++) Y[i] = A[i] * B[i]; break;
+        default:          for (int64_t i = 0; i < n; i++) Y[i] = rt__bin(op, A[i], B[i]); break;
         }
+        return;
+    }
+    if (op > RT_KERN_MUL) {
+        RT__BC_LOOP(a, {
+            const float *restrict pa = A + oa, *restrict pb = B + ob;
+            float *restrict py = Y + o;
+            for (int64_t j = 0; j < inner; j++) py[j] = rt__bin(op, pa[j * ia1], pb[j * ib1]);
+        });
         return;
     }
     RT__BC_LOOP(a, {
@@ -175,6 +211,26 @@ static void rt__bin_bwd_one(const rt__kargs *a, int k, int op)
     const int accum = (a->accum >> k) & 1u;
     const rt__node *nd = a->nd;
     const rt__bcast_params *bp = rt__bcast_cp(nd);
+    if (op > RT_KERN_MUL) {
+        const float *restrict A = a->x[0], *restrict Bv = a->x[1];
+        if (bp->flat) {
+            int64_t n = rt__numel_n(&nd->out, a->r->n);
+            if (accum) for (int64_t i = 0; i < n; i++) dX[i] += rt__bin_d(op, k, A[i], Bv[i], dY[i]);
+            else       for (int64_t i = 0; i < n; i++) dX[i] = rt__bin_d(op, k, A[i], Bv[i], dY[i]);
+            return;
+        }
+        if (!accum)
+            memset(dX, 0, sizeof(float) * (size_t)rt__numel_n(nd->in_shape[k], a->r->n));
+        RT__BC_LOOP(a, {
+            const float *restrict pa = A + oa, *restrict pb = Bv + ob;
+            const float *restrict dy = dY + o;
+            float *restrict dx = dX + (k ? ob : oa);
+            const int64_t sk = k ? ib1 : ia1;
+            for (int64_t j = 0; j < inner; j++)
+                dx[j * sk] += rt__bin_d(op, k, pa[j * ia1], pb[j * ib1], dy[j]);
+        });
+        return;
+    }
     if (bp->full[k] && (op != RT_KERN_MUL || bp->flat)) {
         int64_t n = rt__numel_n(&nd->out, a->r->n);
         if (op == RT_KERN_MUL) {
@@ -221,6 +277,18 @@ void rt_kern_mul_bwd(const rt__kargs *a)
     rt__bin_bwd_one(a, 1, RT_KERN_MUL);
 }
 
+#define RT__BIN_KERNELS(nm, OP)                                               \
+    void rt_kern_##nm##_fwd(const rt__kargs *a) { rt__bin_fwd(a, OP); }       \
+    void rt_kern_##nm##_bwd(const rt__kargs *a)                               \
+    {                                                                         \
+        rt__bin_bwd_one(a, 0, OP);                                            \
+        rt__bin_bwd_one(a, 1, OP);                                            \
+    }
+RT__BIN_KERNELS(div, RT_KERN_DIV)
+RT__BIN_KERNELS(max, RT_KERN_MAX)
+RT__BIN_KERNELS(min, RT_KERN_MIN)
+RT__BIN_KERNELS(prelu, RT_KERN_PRELU)
+
 /* ------------------------------------------------------------------ copies */
 
 void rt_kern_copy_fwd(const rt__kargs *a)
@@ -243,39 +311,68 @@ void rt_kern_copy_bwd(const rt__kargs *a)
 
 /* ----------------------------------------------------------------- dropout */
 
-static inline int rt__keep(const rt__kargs *a, int64_t i, float rate)
+static inline float rt__drop_unit(const rt__kargs *a, int64_t i)
 {
     /* counter: step in the high bits, element in the low 36 (RT__MAX_NUMEL) */
     uint64_t ctr = ((uint64_t)a->r->step << 36) | (uint64_t)i;
-    return rt__rng_unit(a->r->seed, RT__STREAM_DROPOUT + (uint64_t)a->nd->id,
-                        ctr) >= rate;
+    return rt__rng_unit(a->r->seed, RT__STREAM_DROPOUT + (uint64_t)a->nd->id, ctr);
+}
+
+static inline int rt__keep(const rt__kargs *a, int64_t i, float rate)
+{
+    return rt__drop_unit(a, i) >= rate;
+}
+
+/* a standard normal for element i: Box-Muller on two counters (2i, 2i+1) */
+static inline float rt__drop_normal(const rt__kargs *a, int64_t i)
+{
+    const float u1 = rt__drop_unit(a, 2 * i), u2 = rt__drop_unit(a, 2 * i + 1);
+    return sqrtf(-2.0f * logf(1.0f - u1)) * cosf(6.28318530717958648f * u2);
+}
+
+/* the factor element i of the batch is multiplied by (Dropout, Spatial,
+ * GaussianDropout), or its added noise (GaussianNoise) */
+static inline float rt__drop_factor(const rt__kargs *a, const rt__dropout_params *p, int64_t i)
+{
+    const float rate = (float)p->rate;
+    switch (p->mode) {
+    case RT__DROP_SPATIAL: {
+        const int64_t key = (i / p->per) * p->C + i % p->C; /* (sample, channel) */
+        return rt__keep(a, key, rate) ? 1.0f / (1.0f - rate) : 0.0f;
+    }
+    case RT__DROP_NOISE: return rate * rt__drop_normal(a, i);
+    case RT__DROP_GAUSS: return 1.0f + sqrtf(rate / (1.0f - rate)) * rt__drop_normal(a, i);
+    default: return rt__keep(a, i, rate) ? 1.0f / (1.0f - rate) : 0.0f;
+    }
 }
 
 void rt_kern_dropout_fwd(const rt__kargs *a)
 {
     int64_t n = rt__numel_n(&a->nd->out, a->r->n);
-    const float rate = (float)rt__dropout_cp(a->nd)->rate;
-    if (!a->r->training || rate == 0.0f) {
+    const rt__dropout_params *p = rt__dropout_cp(a->nd);
+    if (!a->r->training || p->rate == 0.0) {
         memcpy(a->y, a->x[0], sizeof(float) * (size_t)n);
         return;
     }
-    const float scale = 1.0f / (1.0f - rate);
     const float *restrict x = a->x[0];
     float *restrict y = a->y;
-    for (int64_t i = 0; i < n; i++) y[i] = rt__keep(a, i, rate) ? x[i] * scale : 0.0f;
+    if (p->mode == RT__DROP_NOISE)
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] + rt__drop_factor(a, p, i);
+    else
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * rt__drop_factor(a, p, i);
 }
 
 void rt_kern_dropout_bwd(const rt__kargs *a)
 {
     if (!a->dx[0]) return;
     int64_t n = rt__numel_n(&a->nd->out, a->r->n);
-    const float rate = (float)rt__dropout_cp(a->nd)->rate;
-    const float scale = rate == 0.0f ? 1.0f : 1.0f / (1.0f - rate);
+    const rt__dropout_params *p = rt__dropout_cp(a->nd);
+    const int ident = p->rate == 0.0 || p->mode == RT__DROP_NOISE || !a->r->training;
     const float *restrict dy = a->dy;
     float *restrict dx = a->dx[0];
     const int accum = a->accum & 1u;
     for (int64_t i = 0; i < n; i++) {
-        float g = (rate == 0.0f || rt__keep(a, i, rate)) ? dy[i] * scale : 0.0f;
+        float g = ident ? dy[i] : dy[i] * rt__drop_factor(a, p, i);
         dx[i] = accum ? dx[i] + g : g;
     }
 }

@@ -1,0 +1,111 @@
+/* rt_kern_act.c - the elementwise activations with constants of op_act.c
+ * (rt__unary_params): forward y = f(x), backward dx (+)= dy * f'(x). */
+#include <math.h>
+#include <string.h>
+
+#include "cpu/rt_kern_cpu.h"
+
+static inline float rt__sig(float x)
+{
+    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    const float e = expf(x);
+    return e / (1.0f + e);
+}
+
+#define RT__SQRT1_2 0.70710678118654752f
+#define RT__INV_SQRT_2PI 0.39894228040143268f
+#define RT__SQRT_2_PI 0.79788456080286536f
+#define RT__GELU_C 0.044715f
+
+static inline float rt__f(const rt__unary_params *p, float x)
+{
+    const float a = p->alpha, b = p->beta, g = p->gamma;
+    switch (p->kind) {
+    case RT__U_ELU: return x > 0.0f ? x : a * expm1f(x);
+    case RT__U_SELU: return g * (x > 0.0f ? x : a * expm1f(x));
+    case RT__U_LEAKY: return x > 0.0f ? x : a * x;
+    case RT__U_GELU: return 0.5f * x * (1.0f + erff(x * RT__SQRT1_2));
+    case RT__U_GELU_TANH:
+        return 0.5f * x * (1.0f + tanhf(RT__SQRT_2_PI * (x + RT__GELU_C * x * x * x)));
+    case RT__U_ERF: return erff(x);
+    case RT__U_SOFTPLUS: return log1pf(expf(-fabsf(x))) + (x > 0.0f ? x : 0.0f);
+    case RT__U_SOFTSIGN: return x / (1.0f + fabsf(x));
+    case RT__U_HARDSIGMOID: {
+        const float v = a * x + b;
+        return v <= 0.0f ? 0.0f : v >= 1.0f ? 1.0f : v;
+    }
+    case RT__U_SWISH: return x * rt__sig(a * x);
+    case RT__U_CLIP: return x < a ? a : x > b ? b : x;
+    case RT__U_THRESH: return x > a ? x : 0.0f;
+    case RT__U_KRELU: /* as Keras' backend relu: x * (x > threshold), clipped
+                       * to [0, max_value], minus slope * relu(threshold - x) */
+        if (x > b) return x <= 0.0f ? 0.0f : x >= g ? g : x;
+        return a * (x - b);
+    case RT__U_EXP: return expf(x);
+    case RT__U_SCALE: return a * x;
+    default: return x;
+    }
+}
+
+/* f'(x) */
+static inline float rt__df(const rt__unary_params *p, float x)
+{
+    const float a = p->alpha, b = p->beta, g = p->gamma;
+    switch (p->kind) {
+    case RT__U_ELU: return x > 0.0f ? 1.0f : a * expf(x);
+    case RT__U_SELU: return g * (x > 0.0f ? 1.0f : a * expf(x));
+    case RT__U_LEAKY: return x > 0.0f ? 1.0f : a;
+    case RT__U_GELU:
+        return 0.5f * (1.0f + erff(x * RT__SQRT1_2)) +
+               x * RT__INV_SQRT_2PI * expf(-0.5f * x * x);
+    case RT__U_GELU_TANH: {
+        const float t = tanhf(RT__SQRT_2_PI * (x + RT__GELU_C * x * x * x));
+        return 0.5f * (1.0f + t) +
+               0.5f * x * (1.0f - t * t) * RT__SQRT_2_PI * (1.0f + 3.0f * RT__GELU_C * x * x);
+    }
+    case RT__U_ERF: return 1.12837916709551257f * expf(-x * x);
+    case RT__U_SOFTPLUS: return rt__sig(x);
+    case RT__U_SOFTSIGN: {
+        const float d = 1.0f + fabsf(x);
+        return 1.0f / (d * d);
+    }
+    case RT__U_HARDSIGMOID: {
+        const float v = a * x + b;
+        return v > 0.0f && v < 1.0f ? a : 0.0f;
+    }
+    case RT__U_SWISH: {
+        const float s = rt__sig(a * x);
+        return s + a * x * s * (1.0f - s);
+    }
+    case RT__U_CLIP: return x > a && x < b ? 1.0f : 0.0f;
+    case RT__U_THRESH: return x > a ? 1.0f : 0.0f;
+    case RT__U_KRELU:
+        if (x > b) return x > 0.0f && x < g ? 1.0f : 0.0f;
+        return a;
+    case RT__U_EXP: return expf(x);
+    case RT__U_SCALE: return a;
+    default: return 1.0f;
+    }
+}
+
+void rt_kern_unary_fwd(const rt__kargs *a)
+{
+    const rt__unary_params *p = rt__unary_cp(a->nd);
+    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
+    const float *restrict x = a->x[0];
+    float *restrict y = a->y;
+    for (int64_t i = 0; i < n; i++) y[i] = rt__f(p, x[i]);
+}
+
+void rt_kern_unary_bwd(const rt__kargs *a)
+{
+    if (!a->dx[0]) return;
+    const rt__unary_params *p = rt__unary_cp(a->nd);
+    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
+    const float *restrict x = a->x[0], *restrict dy = a->dy;
+    float *restrict dx = a->dx[0];
+    if (a->accum & 1u)
+        for (int64_t i = 0; i < n; i++) dx[i] += dy[i] * rt__df(p, x[i]);
+    else
+        for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * rt__df(p, x[i]);
+}

@@ -1,0 +1,431 @@
+/*
+ * test_layers_gradcheck.c - finite-difference gradient checks of the ops
+ * behind the wider Keras/ONNX layer set: the activations of op_act.c,
+ * Div/Max/Min/PRelu, Pad, Transpose, ReduceMean/ReduceSum, Upsample,
+ * GlobalMaxPool, LayerNormalization, grouped/depthwise and dilated Conv2D,
+ * ConvTranspose and the train-time noise layers.
+ *
+ * Each case is x (B, dims) -> Add(P) -> op under test -> Flatten -> MSE
+ * against random f32 labels. P is a trainable per-sample parameter, so
+ * dL/dP = the batch sum of dL/dx checks the op's input gradient; the op's
+ * own parameters are checked directly. Analytic: rt_exec_compute_grads;
+ * numeric: (L(w+h) - L(w-h)) / 2h, h = 1e-3, L accumulated in double.
+ * Tolerance |a - n| <= 3e-4 + 2e-2 max(|a|, |n|); parameters larger than
+ * 150 values are checked on an evenly strided subset.
+ *
+ * Kinks (LeakyRelu at 0, Clip at its bounds, max ties) are not
+ * differentiable: every kink of these cases is a multiple of 0.1 and the
+ * random inputs keep 0.02 away from those; GlobalMaxPool and the tie case
+ * start from distinct grid values.
+ */
+#include <stdint.h>
+
+#include "../engine/rt_test.h"
+
+#define B 3
+static uint64_t lcg = 0x2545F4914F6CDD1Dull;
+static float rnd(void)
+{
+    float s = 0;
+    for (int i = 0; i < 4; i++) {
+        lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+        s += (float)((lcg >> 40) & 0xffffff) / 16777216.0f;
+    }
+    return (s - 2.0f) * 1.7f;
+}
+static uint64_t rndu(uint64_t n)
+{
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (lcg >> 33) % n;
+}
+
+static rt_graph *g;
+static int fails_before;
+static int in_nd;
+static int64_t in_d[RT_MAX_DIMS];
+static int grid_input;
+
+static void param(const char *name, int nd, const int64_t *d, const float *value)
+{
+    if (rt_graph_add_param(g, name, nd, d, RT_INIT_GLOROT_UNIFORM, 1, value) != 0) {
+        fprintf(stderr, "add_param %s: %s\n", name, rt_graph_errmsg(g));
+        exit(1);
+    }
+}
+/* a parameter of random values around base (1 + 0.3 N for base 1) */
+static void paramv(const char *name, int nd, const int64_t *d, float base, float spread)
+{
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++) n *= d[i];
+    float *v = malloc(sizeof(float) * (size_t)n);
+    REQUIRE(v);
+    for (int64_t i = 0; i < n; i++) v[i] = base + spread * rnd();
+    param(name, nd, d, v);
+    free(v);
+}
+static void param4(const char *name, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    int64_t dd[4] = {a, b, c, d};
+    paramv(name, 4, dd, 0.0f, 0.3f);
+}
+
+static void node(const char *name, const char *op, int n_in, const char **in, int n_attr,
+                 const rt_attr *attrs)
+{
+    if (rt_graph_add_node(g, name, op, n_in, in, n_attr, attrs) != 0) {
+        fprintf(stderr, "add_node %s: %s\n", name, rt_graph_errmsg(g));
+        exit(1);
+    }
+}
+static void node1(const char *name, const char *op, const char *a, int n_attr,
+                  const rt_attr *attrs)
+{
+    node(name, op, 1, &a, n_attr, attrs);
+}
+static void node2(const char *name, const char *op, const char *a, const char *b)
+{
+    const char *in[2] = {a, b};
+    node(name, op, 2, in, 0, NULL);
+}
+
+/* x (B, dims) -> h = x + P */
+static void start(int nd, int64_t d0, int64_t d1, int64_t d2, int64_t d3)
+{
+    g = rt_graph_create();
+    const int64_t dd[4] = {d0, d1, d2, d3};
+    in_nd = nd;
+    int64_t d[RT_MAX_DIMS] = {RT_BATCH};
+    for (int i = 0; i < nd; i++) in_d[i] = d[i + 1] = dd[i];
+    REQUIRE(rt_graph_add_input(g, "x", RT_F32, nd + 1, d) == 0);
+    if (rt_graph_add_param(g, "P", nd, in_d, RT_INIT_ZEROS, 1, NULL) != 0) exit(1);
+    node2("h", "Add", "x", "P");
+}
+
+static rt_attr ints(const char *name, int n, const int64_t *v)
+{
+    return (rt_attr){.name = name, .kind = RT_ATTR_INTS, .n = n, .ints = v};
+}
+static rt_attr str(const char *name, const char *s)
+{
+    return (rt_attr){.name = name, .kind = RT_ATTR_STR, .s = s};
+}
+static rt_attr flt(const char *name, double f)
+{
+    return (rt_attr){.name = name, .kind = RT_ATTR_FLOAT, .f = f};
+}
+static rt_attr int1(const char *name, int64_t i)
+{
+    return (rt_attr){.name = name, .kind = RT_ATTR_INT, .i = i};
+}
+
+static void run_check(const char *name, const char *out)
+{
+    node1("flat", "Flatten", out, 0, NULL);
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_MSE;
+    cfg.batch_size = B;
+    cfg.seed = 5;
+    cfg.label_dtype = RT_F32;
+    cfg.metrics = 0;
+    rt_plan *p;
+    char err[256];
+    if (rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: compile: %s\n", name, err);
+        rt_test_failures++;
+        fails_before = rt_test_failures;
+        rt_graph_destroy(g);
+        return;
+    }
+    int64_t od[RT_MAX_DIMS];
+    REQUIRE(rt_plan_output_shape(p, od) == 1);
+    rt_plan_release(p);
+    const int64_t N = od[0];
+    cfg.label_ndim = 1;
+    cfg.label_dims[0] = N;
+    REQUIRE(rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) == 0);
+    rt_exec *e;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    int64_t in_n = 1;
+    for (int i = 0; i < in_nd; i++) in_n *= in_d[i];
+    float *x = malloc(sizeof(float) * (size_t)(B * in_n));
+    float *y = malloc(sizeof(float) * (size_t)(B * N));
+    REQUIRE(x && y);
+    if (grid_input) {
+        for (int b = 0; b < B; b++) {
+            float *xs = x + b * in_n;
+            for (int64_t i = 0; i < in_n; i++) xs[i] = 0.05f * (float)(i - in_n / 2);
+            for (int64_t i = in_n - 1; i > 0; i--) {
+                int64_t j = (int64_t)rndu((uint64_t)i + 1);
+                float t = xs[i];
+                xs[i] = xs[j];
+                xs[j] = t;
+            }
+        }
+    } else {
+        /* every kink of the cases sits on a multiple of 0.1: keep inputs
+         * at least 0.02 away from those */
+        for (int64_t i = 0; i < B * in_n; i++) {
+            const float v = rnd(), q = floorf(v * 10.0f) / 10.0f;
+            x[i] = q + 0.02f + 0.6f * (v - q);
+        }
+    }
+    for (int64_t i = 0; i < B * N; i++) y[i] = rnd();
+    rt_data d = {.x = x, .y = y, .y_dtype = RT_F32, .n = B};
+    int checked = 0;
+    for (int pi = 0; pi < rt_plan_n_params(p); pi++)
+        checked += rt_test_fd_param(e, &d, B, pi, 150, 3e-4, name);
+    printf("%-48s %5d gradients %s\n", name, checked,
+           rt_test_failures == fails_before ? "ok" : "FAILED");
+    fails_before = rt_test_failures;
+    grid_input = 0;
+    free(x);
+    free(y);
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+}
+
+int main(void)
+{
+    /* ---- activations, (B, 2, 5) */
+    static const struct {
+        const char *op;
+        int n;
+        rt_attr a[3];
+    } acts[] = {
+        {"Selu", 0, {{0}}},
+        {"Elu", 0, {{0}}},
+        {"Elu", 1, {{.name = "alpha", .kind = RT_ATTR_FLOAT, .f = 0.7}}},
+        {"LeakyRelu", 1, {{.name = "alpha", .kind = RT_ATTR_FLOAT, .f = 0.3}}},
+        {"Gelu", 0, {{0}}},
+        {"Gelu", 1, {{.name = "approximate", .kind = RT_ATTR_STR, .s = "tanh"}}},
+        {"Erf", 0, {{0}}},
+        {"Softplus", 0, {{0}}},
+        {"Softsign", 0, {{0}}},
+        {"HardSigmoid", 0, {{0}}},
+        {"HardSigmoid", 2, {{.name = "alpha", .kind = RT_ATTR_FLOAT, .f = 1.0 / 6},
+                            {.name = "beta", .kind = RT_ATTR_FLOAT, .f = 0.5}}},
+        {"Swish", 0, {{0}}},
+        {"Swish", 1, {{.name = "alpha", .kind = RT_ATTR_FLOAT, .f = 1.702}}},
+        {"Clip", 2, {{.name = "min", .kind = RT_ATTR_FLOAT, .f = 0},
+                     {.name = "max", .kind = RT_ATTR_FLOAT, .f = 1.5}}},
+        {"ThresholdedRelu", 1, {{.name = "alpha", .kind = RT_ATTR_FLOAT, .f = 0.4}}},
+        {"KerasRelu", 3, {{.name = "negative_slope", .kind = RT_ATTR_FLOAT, .f = 0.2},
+                          {.name = "threshold", .kind = RT_ATTR_FLOAT, .f = 0.5},
+                          {.name = "max_value", .kind = RT_ATTR_FLOAT, .f = 2.0}}},
+        {"KerasRelu", 2, {{.name = "negative_slope", .kind = RT_ATTR_FLOAT, .f = 0.1},
+                          {.name = "threshold", .kind = RT_ATTR_FLOAT, .f = -0.6}}},
+        {"Exp", 0, {{0}}},
+        {"Scale", 1, {{.name = "alpha", .kind = RT_ATTR_FLOAT, .f = -0.25}}},
+    };
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
+        char nm[96];
+        start(2, 2, 5, 0, 0);
+        node1("y", acts[i].op, "h", acts[i].n, acts[i].a);
+        snprintf(nm, sizeof nm, "%s%s%s", acts[i].op, acts[i].n ? " " : "",
+                 acts[i].n ? acts[i].a[0].name : "");
+        run_check(nm, "y");
+    }
+
+    /* ---- broadcasting binaries */
+    const int64_t row[1] = {4}, col[2] = {3, 1};
+    start(2, 3, 4, 0, 0);
+    paramv("Q", 1, row, 1.0f, 0.2f);
+    node2("y", "Div", "h", "Q");
+    run_check("Div (batch / row)", "y");
+    start(2, 3, 4, 0, 0);
+    paramv("Q", 2, col, 0.0f, 1.0f);
+    node1("e", "Exp", "h", 0, NULL);
+    node2("y", "Div", "Q", "e");
+    run_check("Div (column / batch)", "y");
+    start(2, 3, 4, 0, 0);
+    paramv("Q", 2, col, 0.0f, 1.0f);
+    node2("y", "Max", "h", "Q");
+    run_check("Max (batch, column)", "y");
+    start(2, 3, 4, 0, 0);
+    paramv("Q", 1, row, 0.0f, 1.0f);
+    node2("y", "Min", "Q", "h");
+    run_check("Min (row, batch)", "y");
+    grid_input = 1;
+    start(1, 6, 0, 0, 0);
+    node2("y", "Max", "h", "h"); /* a tie everywhere: all to input 0 */
+    run_check("Max (x, x): ties", "y");
+    start(3, 2, 3, 4, 0);
+    paramv("A", 1, row, 0.25f, 0.1f);
+    node2("y", "PRelu", "h", "A");
+    run_check("PRelu (slope per channel)", "y");
+    start(3, 2, 3, 4, 0);
+    const int64_t shared[3] = {1, 1, 4};
+    paramv("A", 3, shared, 0.25f, 0.1f);
+    node2("y", "PRelu", "h", "A");
+    run_check("PRelu (shared_axes 1, 2)", "y");
+
+    /* ---- Pad, Transpose, Reduce */
+    {
+        const int64_t pads[] = {0, 1, 0, 2, 0, 2, 1, 0};
+        rt_attr a[2] = {ints("pads", 8, pads), flt("value", 0.5)};
+        start(3, 3, 4, 2, 0);
+        node1("y", "Pad", "h", 2, a);
+        run_check("Pad (value 0.5)", "y");
+        const int64_t crop[] = {0, -1, 1, 0, 0, -1, -2, 1};
+        rt_attr c[1] = {ints("pads", 8, crop)};
+        start(3, 3, 4, 2, 0);
+        node1("y", "Pad", "h", 1, c);
+        run_check("Pad (crops and pads)", "y");
+        const int64_t perm[] = {0, 3, 1, 2};
+        rt_attr t[1] = {ints("perm", 4, perm)};
+        start(3, 2, 3, 4, 0);
+        node1("y", "Transpose", "h", 1, t);
+        run_check("Transpose (0,3,1,2)", "y");
+        const int64_t perm2[] = {0, 2, 1};
+        rt_attr t2[1] = {ints("perm", 3, perm2)};
+        start(2, 3, 5, 0, 0);
+        node1("y", "Transpose", "h", 1, t2);
+        run_check("Transpose (0,2,1)", "y");
+        const int64_t ax[] = {1, -2};
+        rt_attr r1[2] = {ints("axes", 2, ax), int1("keepdims", 1)};
+        start(3, 2, 3, 4, 0);
+        node1("y", "ReduceMean", "h", 2, r1);
+        run_check("ReduceMean axes 1,2 keepdims", "y");
+        const int64_t ax2[] = {2};
+        rt_attr r2[2] = {ints("axes", 1, ax2), int1("keepdims", 0)};
+        start(3, 2, 3, 4, 0);
+        node1("y", "ReduceSum", "h", 2, r2);
+        run_check("ReduceSum axis 2", "y");
+        start(2, 3, 4, 0, 0);
+        node1("y", "ReduceMean", "h", 0, NULL);
+        run_check("ReduceMean all (keepdims)", "y");
+    }
+
+    /* ---- Upsample, GlobalMaxPool */
+    {
+        const int64_t sc[] = {2, 3};
+        rt_attr a[2] = {ints("scales", 2, sc), str("mode", "nearest")};
+        start(3, 2, 3, 2, 0);
+        node1("y", "Upsample", "h", 2, a);
+        run_check("Upsample nearest (2, 3)", "y");
+        rt_attr b[2] = {ints("scales", 2, sc), str("mode", "bilinear")};
+        start(3, 3, 2, 2, 0);
+        node1("y", "Upsample", "h", 2, b);
+        run_check("Upsample bilinear (2, 3)", "y");
+        grid_input = 1;
+        start(3, 3, 4, 3, 0);
+        node1("y", "GlobalMaxPool", "h", 0, NULL);
+        run_check("GlobalMaxPool 2D", "y");
+        grid_input = 1;
+        rt_attr k = int1("keepdims", 1);
+        start(2, 5, 3, 0, 0);
+        node1("y", "GlobalMaxPool", "h", 1, &k);
+        run_check("GlobalMaxPool 1D keepdims", "y");
+    }
+
+    /* ---- LayerNormalization */
+    {
+        const int64_t C[1] = {5};
+        start(2, 3, 5, 0, 0);
+        paramv("gamma", 1, C, 1.0f, 0.3f);
+        paramv("beta", 1, C, 0.0f, 0.3f);
+        const char *in[3] = {"h", "gamma", "beta"};
+        rt_attr e = flt("epsilon", 1e-3);
+        node("y", "LayerNormalization", 3, in, 1, &e);
+        run_check("LayerNormalization (scale, center)", "y");
+        start(1, 6, 0, 0, 0);
+        const int64_t C6[1] = {6};
+        paramv("beta", 1, C6, 0.0f, 0.3f);
+        const char *in2[2] = {"h", "beta"};
+        rt_attr a2[1] = {int1("scale", 0)};
+        node("y", "LayerNormalization", 2, in2, 1, a2);
+        run_check("LayerNormalization (center only)", "y");
+        start(2, 2, 4, 0, 0);
+        rt_attr a3[2] = {int1("scale", 0), int1("center", 0)};
+        node("y", "LayerNormalization", 1, in, 2, a3);
+        run_check("LayerNormalization (neither)", "y");
+    }
+
+    /* ---- grouped, depthwise and dilated Conv2D */
+    {
+        const int64_t one[2] = {1, 1}, two[2] = {2, 2}, d2[2] = {2, 1};
+        const int64_t OC6[1] = {6};
+        start(3, 5, 6, 3, 0);
+        param4("W", 3, 3, 1, 6); /* depthwise, multiplier 2 */
+        paramv("b", 1, OC6, 0.0f, 0.3f);
+        const char *in[3] = {"h", "W", "b"};
+        rt_attr a[3] = {int1("group", 3), str("padding", "same"), ints("strides", 2, one)};
+        node("y", "Conv2D", 3, in, 3, a);
+        run_check("Conv2D depthwise x2, same", "y");
+        start(3, 6, 5, 4, 0);
+        param4("W", 2, 3, 2, 6); /* 2 groups of 2 -> 3 */
+        rt_attr b[4] = {int1("group", 2), str("padding", "same"), ints("strides", 2, two),
+                        str("activation", "tanh")};
+        node("y", "Conv2D", 2, in, 4, b);
+        run_check("Conv2D group 2, stride 2, tanh", "y");
+        start(3, 7, 6, 2, 0);
+        param4("W", 3, 2, 2, 3);
+        rt_attr c[2] = {ints("dilations", 2, d2), str("padding", "valid")};
+        node("y", "Conv2D", 2, in, 2, c);
+        run_check("Conv2D dilation (2, 1) valid", "y");
+        start(3, 6, 6, 2, 0);
+        param4("W", 3, 3, 1, 2);
+        rt_attr e[3] = {int1("group", 2), ints("dilations", 2, two), str("padding", "same")};
+        node("y", "Conv2D", 2, in, 3, e);
+        run_check("Conv2D depthwise dilation 2 same", "y");
+    }
+
+    /* ---- ConvTranspose: kernel (kh, kw, out, in) */
+    {
+        const int64_t one[2] = {1, 1}, two[2] = {2, 2}, op1[2] = {1, 0};
+        const int64_t OC3[1] = {3};
+        const char *in[3] = {"h", "W", "b"};
+        start(3, 3, 4, 2, 0);
+        param4("W", 3, 3, 3, 2);
+        paramv("b", 1, OC3, 0.0f, 0.3f);
+        rt_attr a[2] = {ints("strides", 2, two), str("padding", "valid")};
+        node("y", "ConvTranspose", 3, in, 2, a);
+        run_check("ConvTranspose 3x3 s2 valid", "y");
+        start(3, 3, 3, 2, 0);
+        param4("W", 3, 2, 3, 2);
+        rt_attr b[2] = {ints("strides", 2, two), str("padding", "same")};
+        node("y", "ConvTranspose", 2, in, 2, b);
+        run_check("ConvTranspose 3x2 s2 same", "y");
+        start(3, 3, 3, 2, 0);
+        param4("W", 3, 3, 2, 2);
+        rt_attr c[3] = {ints("strides", 2, two), str("padding", "same"),
+                        ints("output_padding", 2, op1)};
+        node("y", "ConvTranspose", 2, in, 3, c);
+        run_check("ConvTranspose s2 same output_padding (1,0)", "y");
+        start(3, 4, 3, 2, 0);
+        param4("W", 2, 2, 2, 2);
+        rt_attr d[2] = {ints("dilations", 2, two), ints("strides", 2, one)};
+        node("y", "ConvTranspose", 2, in, 2, d);
+        run_check("ConvTranspose dilation 2", "y");
+        start(3, 3, 3, 2, 0);
+        param4("W", 3, 3, 2, 2);
+        const int64_t pads[4] = {1, 0, 2, 1};
+        rt_attr e[2] = {ints("strides", 2, two), ints("pads", 4, pads)};
+        node("y", "ConvTranspose", 2, in, 2, e);
+        run_check("ConvTranspose pads (1,0,2,1)", "y");
+    }
+
+    /* ---- train-time noise (the mask/noise is fixed for a given step) */
+    {
+        const int64_t W8[2] = {4, 2};
+        rt_attr r = flt("rate", 0.4);
+        start(2, 3, 4, 0, 0);
+        node1("d", "SpatialDropout", "h", 1, &r);
+        paramv("W", 2, W8, 0.0f, 0.5f);
+        node2("y", "Dense", "d", "W");
+        run_check("SpatialDropout (training)", "y");
+        start(2, 3, 4, 0, 0);
+        node1("d", "GaussianDropout", "h", 1, &r);
+        paramv("W", 2, W8, 0.0f, 0.5f);
+        node2("y", "Dense", "d", "W");
+        run_check("GaussianDropout (training)", "y");
+        rt_attr s = flt("stddev", 0.3);
+        start(2, 3, 4, 0, 0);
+        node1("d", "GaussianNoise", "h", 1, &s);
+        node1("y", "Tanh", "d", 0, NULL);
+        run_check("GaussianNoise (training)", "y");
+    }
+    return rt_test_done("test_layers_gradcheck");
+}
