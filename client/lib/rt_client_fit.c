@@ -56,6 +56,7 @@ int rt_client_fit(rt_client *c, const rt_client_fit_params *p,
     req.epochs = p->epochs;
     req.steps_per_epoch = p->steps_per_epoch;
     req.progress_every = p->progress_every;
+    req.learning_rate = p->learning_rate;
     rt__call k;
     rc = rt__stream_open(c, &k, RT__M_FIT, &req.base);
     if (rc < 0)

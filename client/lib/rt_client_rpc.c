@@ -5,6 +5,7 @@
 #include "rt_client_impl.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -253,6 +254,7 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m,
     Rtrain__V1__CompileRequest req = RTRAIN__V1__COMPILE_REQUEST__INIT;
     req.session_id = (char *)session;
     req.config = &cfg;
+    req.state_from_program = (char *)(o->state_from ? o->state_from : "");
     if (m) {
         req.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH;
         req.graph = rt__model_graph(m);
@@ -354,6 +356,7 @@ int rt__run_steps_start(rt_client *c, rt__call *k, const rt_client_steps_params 
     req.steps = p->steps;
     req.seq = p->seq ? p->seq : ++c->seq;
     req.return_losses = p->return_losses != 0;
+    req.learning_rate = p->learning_rate;
     if (seq)
         *seq = req.seq;
     return rt__unary_start(c, k, RT__M_RUN_STEPS, &req.base);
@@ -549,6 +552,7 @@ int rt_client_get_weights(rt_client *c, const char *session,
         return rt__call_end(c, rc);
     rt__take_timings(c, r->timings, 0);
     out->global_step = r->global_step;
+    out->learning_rate = r->learning_rate;
     out->t = calloc(r->n_weights ? r->n_weights : 1, sizeof *out->t);
     if (!out->t)
         rc = rt__err(c, RT_ENOMEM, "GetWeights: out of memory");

@@ -126,7 +126,8 @@ static int start_call(loop *L, uint64_t steps)
     rt_client *c = L->c;
     slot *s = &L->s[(L->head + L->n) % L->window];
     rt_client_steps_params sp = {.session = L->p->session, .program = L->p->program,
-                                 .dataset = L->p->dataset, .steps = steps};
+                                 .dataset = L->p->dataset, .steps = steps,
+                                 .learning_rate = L->p->learning_rate};
     c->next_timeout_ms = L->timeout;
     s->start_ns = rt_now_ns();
     int rc = rt__run_steps_start(c, &s->k, &sp, &s->seq);

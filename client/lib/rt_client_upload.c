@@ -38,7 +38,7 @@ static int open_srcs(rt_client *c, const rt_client_upload_part *parts,
     for (size_t i = 0; i < n; i++) {
         const rt_client_upload_part *p = &parts[i];
         s[i].p = p;
-        if ((int)p->role < RT_ROLE_FEATURES || p->role > RT_ROLE_BOTH)
+        if ((int)p->role < RT_ROLE_FEATURES || p->role > RT_ROLE_SAMPLE_WEIGHTS)
             return rt__err(c, RT_EINVAL, "upload part %zu: bad role %d", i, (int)p->role);
         if ((int)p->format < RT_FORMAT_RAW || p->format > RT_FORMAT_TFRECORD)
             return rt__err(c, RT_EINVAL, "upload part %zu: bad format %d", i, (int)p->format);
@@ -382,9 +382,16 @@ int rt_client_upload(rt_client *c, const char *session, const char *name,
                      const rt_client_array *x, const rt_client_array *y,
                      rt_client_dataset *out)
 {
-    if (!c || !x || !out)
+    return rt_client_upload_weighted(c, session, name, x, y, NULL, out);
+}
+
+int rt_client_upload_weighted(rt_client *c, const char *session, const char *name,
+                              const rt_client_array *x, const rt_client_array *y,
+                              const rt_client_array *sw, rt_client_dataset *out)
+{
+    if (!c || !x || !out || (sw && !y))
         return RT_EINVAL;
-    rt_client_upload_part p[2];
+    rt_client_upload_part p[3];
     memset(p, 0, sizeof p);
     size_t nb;
     rt__call_begin(c, RT__M_FIND_DATASET);
@@ -413,7 +420,22 @@ int rt_client_upload(rt_client *c, const char *session, const char *name,
         p[1].ndim = y->ndim;
         memcpy(p[1].shape, y->shape, sizeof p[1].shape);
     }
-    return rt_client_upload_parts(c, session, name, p, y ? 2 : 1, out);
+    if (sw) {
+        rc = rt__array_nbytes(c, "sample weights", sw, &nb);
+        if (rc == 0 && sw->shape[0] != x->shape[0])
+            rc = rt__err(c, RT_ESHAPE, "upload: %lld feature rows but %lld sample weights",
+                         (long long)x->shape[0], (long long)sw->shape[0]);
+        if (rc < 0)
+            return rt__call_end(c, rc);
+        p[2].role = RT_ROLE_SAMPLE_WEIGHTS;
+        p[2].format = RT_FORMAT_RAW;
+        p[2].data = sw->data;
+        p[2].nbytes = nb;
+        p[2].dtype = sw->dtype;
+        p[2].ndim = sw->ndim;
+        memcpy(p[2].shape, sw->shape, sizeof p[2].shape);
+    }
+    return rt_client_upload_parts(c, session, name, p, sw ? 3 : y ? 2 : 1, out);
 }
 
 int rt_client_upload_csv(rt_client *c, const char *session, const char *name,

@@ -341,6 +341,11 @@ typedef struct rt_train_opts {
     rt_client_dtype label_dtype; /* 0 = daemon default (i32 for sparse losses) */
     int label_ndim;              /* per-sample label shape; 0 = scalar */
     int64_t label_shape[RT_CLIENT_MAX_DIMS];
+    /* Not part of the config: a program of the session with the same
+     * parameters (the model at another batch size) whose weights,
+     * optimizer state, step and learning rate the new program starts
+     * from. NULL/"": a fresh program. */
+    const char *state_from;
 } rt_train_opts;
 
 /* Zero everything, then: metrics {"accuracy"}, batch_size 32. Names left
@@ -402,6 +407,7 @@ typedef struct rt_client_dataset {
 
 typedef enum rt_client_role {       /* values match proto DataRole */
     RT_ROLE_FEATURES = 0, RT_ROLE_LABELS = 1, RT_ROLE_BOTH = 2,
+    RT_ROLE_SAMPLE_WEIGHTS = 3,     /* RAW/NPY (n,): Keras' sample_weight */
 } rt_client_role;
 
 typedef enum rt_client_format {     /* values match proto DataFormat */
@@ -440,6 +446,11 @@ int rt_client_upload_parts(rt_client *c, const char *session, const char *name,
 int rt_client_upload(rt_client *c, const char *session, const char *name,
                      const rt_client_array *x, const rt_client_array *y,
                      rt_client_dataset *out);
+/* The same with Keras' sample_weight: sw holds one weight per sample
+ * (shape (n,), finite, >= 0; NULL: none); it needs y. */
+int rt_client_upload_weighted(rt_client *c, const char *session, const char *name,
+                              const rt_client_array *x, const rt_client_array *y,
+                              const rt_client_array *sw, rt_client_dataset *out);
 /* A numeric CSV file; label_column -1 = last. */
 int rt_client_upload_csv(rt_client *c, const char *session, const char *name,
                          const char *path, int label_column, int header,
@@ -486,6 +497,9 @@ typedef struct rt_client_steps_params {
     uint64_t steps;
     uint64_t seq;            /* 0 = the client's own increasing counter */
     int return_losses;
+    float learning_rate;     /* > 0: the program's rate from this call on, in
+                                place of its config's (Keras setting
+                                optimizer.learning_rate); 0: unchanged */
 } rt_client_steps_params;
 
 int rt_client_run_steps(rt_client *c, const rt_client_steps_params *p,
@@ -527,6 +541,7 @@ typedef struct rt_client_fit_params {
     uint32_t epochs;
     uint32_t steps_per_epoch;  /* 0 = ceil(samples / batch) */
     uint32_t progress_every;   /* StepProgress every N steps; 0 = epoch ends only */
+    float learning_rate;       /* as rt_client_steps_params.learning_rate */
 } rt_client_fit_params;
 
 /* Runs the Fit stream; cb (may be NULL) sees each event in order. Returns 0
@@ -602,6 +617,7 @@ typedef struct rt_client_train_params {
     uint64_t steps_per_call;   /* K >= 1; 0 = auto */
     uint32_t window;           /* calls in flight, <= RT_TRAIN_MAX_WINDOW;
                                   0 = RT_TRAIN_WINDOW */
+    float learning_rate;       /* as rt_client_steps_params.learning_rate */
 } rt_client_train_params;
 
 int rt_client_train_steps(rt_client *c, const rt_client_train_params *p,
@@ -624,6 +640,7 @@ typedef struct rt_client_weights {
     rt_client_tensor *t;  /* f32, named, in parameter order */
     size_t n;
     uint64_t global_step;
+    float learning_rate;  /* get_weights: the rate the next step uses */
 } rt_client_weights;
 
 int rt_client_get_weights(rt_client *c, const char *session,

@@ -612,6 +612,34 @@ shape:
 
 /* Labels: integer sources become i32, float sources f32. For a CSV with a
  * label column only that column is read. */
+/* Keras' sample_weight: one finite weight >= 0 per sample, shape (n,) or
+ * (n, 1), any numeric dtype, stored as f32. */
+static int to_sample_weights(const src_arr *s, rt_dataset *ds, char *err, size_t errlen)
+{
+    int64_t n = s->ndim >= 1 ? s->dims[0] : 0;
+    if (s->ndim < 1 || rt_data_numel(s->ndim - 1, s->dims + 1) != 1)
+        return fail(err, errlen, RT_ESHAPE, "sample weights must have shape (n,) or (n, 1)");
+    if (n != ds->n)
+        return fail(err, errlen, RT_EDATA, "features have %lld samples but sample weights %lld",
+                    (long long)ds->n, (long long)n);
+    float *w = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    if (!w)
+        return fail(err, errlen, RT_ENOMEM, "out of memory for sample weights");
+    for (int64_t i = 0; i < n; i++) {
+        double d = get_elem(s, i);
+        if (!isfinite(d) || d < 0 || d >= RT__F32_OVERFLOW) {
+            free(w);
+            return fail(err, errlen, RT_EDATA,
+                        "sample weight %g at sample %lld: weights must be finite and >= 0", d,
+                        (long long)i);
+        }
+        w[i] = (float)d;
+    }
+    ds->sw = w;
+    ds->bytes += (uint64_t)n * 4;
+    return 0;
+}
+
 static int to_labels(const src_arr *s, rt_dataset *ds, char *err, size_t errlen)
 {
     int64_t n = s->dims[0];
@@ -729,9 +757,10 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
     *out = NULL;
     if (n_parts >= 1 && parts[0].format == RT_FMT_TFRECORD)
         return parse_tfrecord(parts, n_parts, buf, len, max_bytes, out, err, errlen);
-    if (n_parts < 1 || n_parts > 2)
+    if (n_parts < 1 || n_parts > 3)
         return fail(err, errlen, RT_EDATA,
-                    "a dataset has 1 or 2 parts (features [+ labels]); got %d", n_parts);
+                    "a dataset has 1 to 3 parts (features [+ labels] [+ sample weights]); "
+                    "got %d", n_parts);
     uint64_t sum = 0;
     for (int i = 0; i < n_parts; i++)
         sum += parts[i].length;
@@ -739,8 +768,15 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
         return fail(err, errlen, RT_EDATA,
                     "parts add up to %llu bytes but %zu were uploaded",
                     (unsigned long long)sum, len);
-    int have_x = 0, have_y = 0;
+    int have_x = 0, have_y = 0, have_w = 0;
     for (int i = 0; i < n_parts; i++) {
+        if (parts[i].role == RT_ROLE_SAMPLE_WEIGHTS) {
+            if (parts[i].format != RT_FMT_RAW && parts[i].format != RT_FMT_NPY)
+                return fail(err, errlen, RT_EDATA,
+                            "part %d: sample weights are a RAW or NPY array", i);
+            have_w++;
+            continue;
+        }
         if ((int)parts[i].role < 0 || parts[i].role > RT_ROLE_BOTH)
             return fail(err, errlen, RT_EDATA, "part %d has an unknown role %d", i,
                         (int)parts[i].role);
@@ -753,9 +789,12 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
         have_x += parts[i].role != RT_ROLE_LABELS;
         have_y += parts[i].role != RT_ROLE_FEATURES;
     }
-    if (have_x != 1 || have_y > 1)
+    if (have_x != 1 || have_y > 1 || have_w > 1)
         return fail(err, errlen, RT_EDATA,
-                    "a dataset needs exactly one features part and at most one labels part");
+                    "a dataset needs exactly one features part and at most one labels part "
+                    "and one sample weights part");
+    if (have_w && !have_y)
+        return fail(err, errlen, RT_EDATA, "sample weights need labels");
 
     rt_dataset *ds = calloc(1, sizeof *ds);
     if (!ds)
@@ -763,7 +802,7 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
     pthread_mutex_init(&ds->mu, NULL);
     ds->refs = 1;
     /* Features first so labels can be checked against the sample count. */
-    const uint8_t *ptrs[2];
+    const uint8_t *ptrs[3];
     uint64_t off = 0;
     for (int i = 0; i < n_parts; i++) {
         ptrs[i] = buf + off;
@@ -773,7 +812,7 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
     for (int pass = 0; pass < 2 && rc == 0; pass++) {
         for (int i = 0; i < n_parts && rc == 0; i++) {
             const rt_data_part *p = &parts[i];
-            int is_x = p->role != RT_ROLE_LABELS;
+            int is_x = p->role != RT_ROLE_LABELS && p->role != RT_ROLE_SAMPLE_WEIGHTS;
             if ((pass == 0) != is_x)
                 continue;
             src_arr s;
@@ -801,6 +840,18 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
                 } else {
                     s.label_col = lc;
                 }
+            }
+            if (p->role == RT_ROLE_SAMPLE_WEIGHTS) {
+                if (rc == 0)
+                    rc = to_sample_weights(&s, ds, err, errlen);
+                if (rc < 0 && err && errlen) {
+                    char tmp[256];
+                    snprintf(tmp, sizeof tmp, "%s sample weights part: %s",
+                             fmt_names[p->format], err);
+                    snprintf(err, errlen, "%s", tmp);
+                }
+                free(s.owned);
+                continue;
             }
             if (rc == 0 && is_x)
                 rc = to_features(&s, p->normalize, ds, max_bytes, may_take ? bufp : NULL, err,
@@ -899,6 +950,7 @@ void rt_dataset_release(rt_dataset *ds)
         return;
     free(ds->x_owner ? ds->x_owner : (void *)ds->x);
     free(ds->y);
+    free(ds->sw);
     free(ds->y_conv);
     free(ds->img);
     free(ds->aug);

@@ -56,7 +56,8 @@ typedef enum rt_data_format {
 
 struct rt_example_spec;
 typedef enum rt_data_role {
-    RT_ROLE_FEATURES = 0, RT_ROLE_LABELS = 1, RT_ROLE_BOTH = 2
+    RT_ROLE_FEATURES = 0, RT_ROLE_LABELS = 1, RT_ROLE_BOTH = 2,
+    RT_ROLE_SAMPLE_WEIGHTS = 3 /* one finite weight >= 0 per sample (n,) */
 } rt_data_role;
 
 typedef struct rt_data_part {
@@ -88,6 +89,7 @@ typedef struct rt_dataset {
     int y_ndim;                /* per-sample label shape; 0 = scalar */
     int64_t y_dims[RT_MAX_DIMS];
     void *y;
+    float *sw;                 /* per-sample loss weights (n), or NULL */
     uint64_t bytes;            /* bytes held (x, y, converted labels);
                                   grows after publication: read it with
                                   rt_dataset_bytes() */

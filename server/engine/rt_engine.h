@@ -289,6 +289,11 @@ typedef struct rt_data {
     const void *y;
     rt_dtype y_dtype;
     int64_t n;
+    /* Per-sample loss weights (n floats, finite, >= 0), or NULL for 1 each:
+     * Keras' sample_weight (class_weight maps to it). A batch's loss is
+     * sum(w_i * l_i) / batch (SUM_OVER_BATCH_SIZE), and so its gradient;
+     * accuracy stays unweighted, as Keras' compile(metrics=...). */
+    const float *sw;
 } rt_data;
 
 typedef struct rt_metrics {
@@ -386,6 +391,23 @@ size_t rt_exec_state_size(const rt_exec *e);
 int rt_exec_save_state(const rt_exec *e, void *buf, size_t len);
 /* RT_EDATA with a message for a blob of another plan or version. */
 int rt_exec_load_state(rt_exec *e, const void *buf, size_t len);
+
+/* The learning rate from the next step on: lr > 0 replaces the config's
+ * rate and its schedule (Keras' LearningRateScheduler and
+ * ReduceLROnPlateau setting optimizer.learning_rate); lr == 0 goes back to
+ * the config's. Optimizer state and step are untouched. RT_EINVAL for a
+ * negative or non-finite lr. A checkpoint blob does not hold it. */
+int rt_exec_set_lr(rt_exec *e, float lr);
+/* The rate the next step uses (the override, or the schedule's at the
+ * current step). */
+float rt_exec_lr(const rt_exec *e);
+
+/* Carry src's training state into dst, whose plan has the same parameters
+ * (names, shapes, order; e.g. the same model at another batch size):
+ * weights, optimizer slots, step counter, learning-rate override and the
+ * epoch count (dst starts that epoch's first batch, or the next epoch's if
+ * src was inside one). RT_ESHAPE naming the first parameter that differs. */
+int rt_exec_copy_state(rt_exec *dst, const rt_exec *src);
 
 #ifdef __cplusplus
 }

@@ -59,7 +59,13 @@ struct rt_exec {
     int64_t perm_cap, perm_epoch;
     double ep_loss, ep_acc;
     int64_t ep_samples;
+    float lr_set;              /* > 0: rt_exec_set_lr's rate replaces the config's */
+    float *swb;                /* the batch's sample weights (batch_size floats) */
 };
+
+static void rt__loss_weighted(rt_exec *e, int64_t nb, double *loss_sum, double *acc_sum,
+                              int grad);
+static int rt__check_sw(rt_exec *e, const rt_data *d);
 
 static uint64_t rt__now(void)
 {
@@ -180,7 +186,8 @@ int rt_exec_create(rt_plan *p, rt_exec **out)
                                         (size_t)p->loss.out_numel);
     int nc = p->n_fwd + p->n_bwd;
     e->k = calloc((size_t)(nc ? nc : 1), sizeof *e->k);
-    if (!e->block || !e->arena || !e->gemm_scratch || !e->loss_scratch || !e->k) {
+    e->swb = malloc(sizeof(float) * (size_t)p->cfg.batch_size);
+    if (!e->block || !e->arena || !e->gemm_scratch || !e->loss_scratch || !e->k || !e->swb) {
         rt_exec_destroy(e);
         return RT_ENOMEM;
     }
@@ -225,6 +232,7 @@ void rt_exec_destroy(rt_exec *e)
     free(e->gemm_scratch);
     free(e->loss_scratch);
     free(e->k);
+    free(e->swb);
     free(e->perm);
     rt_plan_release(e->p);
     free(e);
@@ -253,6 +261,7 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
     int rc = rt__check_x(e, d->x, d->n);
     if (rc < 0) return rc;
     if (!d->y) return rt__eerr(e, RT_EDATA, "no labels");
+    if ((rc = rt__check_sw(e, d)) < 0) return rc;
     const rt__lossinfo *L = &e->p->loss;
     if (d->y_dtype != L->lab_dt)
         return rt__eerr(e, RT_EDTYPE, "labels are %s, the program expects %s",
@@ -293,9 +302,11 @@ static void rt__gen_perm(rt_exec *e)
 
 /* copy rows idx[0..nb) (or start..start+nb when idx is NULL) into the arena */
 static void rt__gather(rt_exec *e, const float *x, const void *y,
-                       const int64_t *idx, int64_t start, int64_t nb)
+                       const int64_t *idx, int64_t start, int64_t nb, const float *sw)
 {
     const int64_t in = e->p->in_numel, ln = e->p->loss.lab_numel;
+    if (sw)
+        for (int64_t i = 0; i < nb; i++) e->swb[i] = sw[idx ? idx[i] : start + i];
     if (!idx) {
         memcpy(e->xb, x + start * in, sizeof(float) * (size_t)(nb * in));
         if (y)
@@ -385,14 +396,17 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
         if (e->perm_epoch != e->epoch) rt__gen_perm(e);
         const int64_t start = e->pos * B;
         const int64_t nb = n - start < B ? n - start : B;
-        rt__gather(e, d->x, d->y, e->perm + start, 0, nb);
+        rt__gather(e, d->x, d->y, e->perm + start, 0, nb, d->sw);
         rt__forward(e, nb, 1, 1);
         double bl = 0, ba = 0;
-        rt__loss_run(&p->loss, e->lin, e->lb, nb, e->lgrad, &bl, &ba, e->loss_scratch);
+        if (d->sw)
+            rt__loss_weighted(e, nb, &bl, &ba, 1);
+        else
+            rt__loss_run(&p->loss, e->lin, e->lb, nb, e->lgrad, &bl, &ba, e->loss_scratch);
         rt__backward(e);
         if (p->train_floats) {
             if (cfg->clip_norm > 0) rt__clip_by_norm(e->g, p->train_floats, cfg->clip_norm);
-            float lr = rt__sched_lr(cfg, e->step);
+            float lr = e->lr_set > 0 ? e->lr_set : rt__sched_lr(cfg, e->step);
             rt__opt_update(cfg, lr, e->step + 1, e->w, e->g, e->s1, e->s2, p->train_floats);
         }
         e->step++;
@@ -459,9 +473,12 @@ static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
     double ls = 0, as = 0;
     for (int64_t start = 0; start < d->n; start += B) {
         const int64_t nb = d->n - start < B ? d->n - start : B;
-        rt__gather(e, d->x, d->y, NULL, start, nb);
+        rt__gather(e, d->x, d->y, NULL, start, nb, d->sw);
         rt__forward(e, nb, 0, 0);
-        rt__loss_run(&e->p->loss, e->lin, e->lb, nb, NULL, &ls, &as, e->loss_scratch);
+        if (d->sw)
+            rt__loss_weighted(e, nb, &ls, &as, 0);
+        else
+            rt__loss_run(&e->p->loss, e->lin, e->lb, nb, NULL, &ls, &as, e->loss_scratch);
     }
     if (out) {
         out->loss = ls / (double)d->n;
@@ -481,7 +498,7 @@ static int rt__exec_predict(rt_exec *e, const float *x, int64_t n, float *out)
     const int64_t B = e->p->cfg.batch_size, on = e->p->loss.out_numel;
     for (int64_t start = 0; start < n; start += B) {
         const int64_t nb = n - start < B ? n - start : B;
-        rt__gather(e, x, NULL, NULL, start, nb);
+        rt__gather(e, x, NULL, NULL, start, nb, NULL);
         rt__forward(e, nb, 0, 0);
         memcpy(out + start * on, e->out, sizeof(float) * (size_t)(nb * on));
     }
@@ -496,10 +513,13 @@ static int rt__exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n, doubl
     if (n < 1 || n > d->n || n > e->p->cfg.batch_size)
         return rt__eerr(e, RT_EINVAL, "n %lld outside 1..min(%lld, batch_size)",
                         (long long)n, (long long)d->n);
-    rt__gather(e, d->x, d->y, NULL, 0, n);
+    rt__gather(e, d->x, d->y, NULL, 0, n, d->sw);
     rt__forward(e, n, 1, 0);
     double ls = 0, as = 0;
-    rt__loss_run(&e->p->loss, e->lin, e->lb, n, e->lgrad, &ls, &as, e->loss_scratch);
+    if (d->sw)
+        rt__loss_weighted(e, n, &ls, &as, 1);
+    else
+        rt__loss_run(&e->p->loss, e->lin, e->lb, n, e->lgrad, &ls, &as, e->loss_scratch);
     rt__backward(e);
     if (loss) *loss = ls / (double)n;
     return 0;
@@ -641,5 +661,96 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
     e->perm_epoch = -1;
     e->dx = NULL;
     e->dn = 0;
+    return 0;
+}
+
+/* ---------------------------------------------- sample weights, lr, state */
+
+/* Keras' weighted loss (SUM_OVER_BATCH_SIZE): sum(w_i * l_i) / nb. Each
+ * sample's loss and gradient come from the loss alone over that sample (a
+ * batch of one: gradient scaled 1/rows), scaled by w_i / nb; a sample's
+ * loss and gradient depend on no other sample, so this is the batch loss
+ * weighted per sample, for every loss kind. Accuracy is unweighted. */
+static void rt__loss_weighted(rt_exec *e, int64_t nb, double *loss_sum, double *acc_sum,
+                              int grad)
+{
+    const rt__lossinfo *L = &e->p->loss;
+    const int64_t on = L->out_numel, ln = L->lab_numel;
+    for (int64_t i = 0; i < nb; i++) {
+        double l = 0;
+        float *dy = grad ? e->lgrad + i * on : NULL;
+        rt__loss_run(L, e->lin + i * on, (const char *)e->lb + i * ln * 4, 1, dy, &l, acc_sum,
+                     e->loss_scratch);
+        const float w = e->swb[i];
+        *loss_sum += (double)w * l;
+        if (dy) {
+            const float s = w / (float)nb;
+            for (int64_t j = 0; j < on; j++) dy[j] *= s;
+        }
+    }
+}
+
+static int rt__check_sw(rt_exec *e, const rt_data *d)
+{
+    if (!d->sw) return 0;
+    for (int64_t i = 0; i < d->n; i++)
+        if (!(d->sw[i] >= 0.0f) || isinf(d->sw[i]))
+            return rt__eerr(e, RT_EDATA, "sample weight %g at sample %lld: weights must be "
+                            "finite and >= 0", (double)d->sw[i], (long long)i);
+    return 0;
+}
+
+int rt_exec_set_lr(rt_exec *e, float lr)
+{
+    if (!e) return RT_EINVAL;
+    if (!(lr >= 0.0f) || isinf(lr))
+        return rt__eerr(e, RT_EINVAL, "learning rate %g: must be finite and > 0", (double)lr);
+    e->lr_set = lr;
+    return 0;
+}
+
+float rt_exec_lr(const rt_exec *e)
+{
+    if (!e) return NAN;
+    return e->lr_set > 0 ? e->lr_set : rt__sched_lr(&e->p->cfg, e->step);
+}
+
+int rt_exec_copy_state(rt_exec *dst, const rt_exec *src)
+{
+    if (!dst || !src) return RT_EINVAL;
+    const rt_plan *a = dst->p, *b = src->p;
+    if (a->n_params != b->n_params)
+        return rt__eerr(dst, RT_ESHAPE, "the programs have %d and %d parameters", a->n_params,
+                        b->n_params);
+    for (int i = 0; i < a->n_params; i++) {
+        const rt__param *x = &a->params[i], *y = &b->params[i];
+        if (x->numel != y->numel || x->trainable != y->trainable ||
+            x->shape.ndim != y->shape.ndim ||
+            memcmp(x->shape.d, y->shape.d, sizeof x->shape.d[0] * (size_t)x->shape.ndim) ||
+            strcmp(x->name, y->name))
+            return rt__eerr(dst, RT_ESHAPE, "parameter %d ('%.64s') differs between the programs",
+                            i, x->name);
+    }
+    if (a->param_floats != b->param_floats || a->train_floats != b->train_floats ||
+        a->cfg.opt != b->cfg.opt)
+        return rt__eerr(dst, RT_ESHAPE, "the programs' parameter layouts or optimizers differ");
+    for (int i = 0; i < a->n_params; i++) {
+        const rt__param *x = &a->params[i], *y = &b->params[i];
+        memcpy(dst->w + x->off, src->w + y->off, sizeof(float) * (size_t)x->numel);
+        if (x->trainable) {
+            memcpy(dst->s1 + x->goff, src->s1 + y->goff, sizeof(float) * (size_t)x->numel);
+            memcpy(dst->s2 + x->goff, src->s2 + y->goff, sizeof(float) * (size_t)x->numel);
+        }
+    }
+    dst->step = src->step;
+    dst->lr_set = src->lr_set;
+    dst->epoch = src->epoch + (src->pos > 0);
+    dst->pos = 0;
+    dst->ep_loss = dst->ep_acc = 0;
+    dst->ep_samples = 0;
+    dst->perm_epoch = -1;
+    dst->dx = NULL;
+    dst->dn = 0;
+    dst->restored = 0;
     return 0;
 }

@@ -133,7 +133,26 @@ static int data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels)
     if (rc < 0)
         return rt_call_fail(c, rc, "dataset %s: %s", ds->id, err);
     d->y_dtype = want;
+    d->sw = ds->sw;
     return 0;
+}
+
+static int engine_fail(rt_call *c, int rc);
+
+/* RunSteps/Fit learning_rate: > 0 sets the program's rate from the call's
+ * first step on (rt_exec_set_lr), 0 leaves it. */
+static int check_lr(rt_call *c, float lr)
+{
+    if (!(lr >= 0.0f) || isinf(lr))
+        return rt_call_fail(c, RT_EINVAL, "learning_rate %g must be finite and > 0 (0: unchanged)",
+                            (double)lr);
+    return 0;
+}
+
+static int apply_lr(rt_call *c, float lr)
+{
+    int rc = lr > 0.0f ? rt_exec_set_lr(c->prog->exec, lr) : 0;
+    return rc < 0 ? engine_fail(c, rc) : 0;
 }
 
 /* A dataset with image augmentation: train on the epoch's augmented copy
@@ -353,6 +372,7 @@ typedef struct compile_st {
     uint8_t key[16];
     rt_plan *plan; /* from the cache, or compiled by the work */
     rt_principal *who; /* holds one RT_Q_PROGRAMS until the program takes it */
+    rt_program *from;  /* state_from_program (valid while c->sess is held) */
 } compile_st;
 
 static void compile_st_free(void *p)
@@ -614,9 +634,16 @@ static int compile_work(rt_call *c)
     rt_exec *e;
     rt_call_device_lock(c);
     rc = rt_exec_create(st->plan, &e);
+    char cerr[200] = "";
+    if (rc == 0 && st->from && (rc = rt_exec_copy_state(e, st->from->exec)) < 0) {
+        snprintf(cerr, sizeof cerr, "%s", rt_exec_errmsg(e));
+        rt_exec_destroy(e);
+    }
     rt_call_device_unlock(c);
     if (rc < 0) {
         rt_principal_unreserve(c->who, RT_Q_PROGRAM_BYTES, bytes);
+        if (cerr[0])
+            return rt_call_fail(c, rc, "state_from_program %s: %s", st->from->id, cerr);
         return rt_call_fail(c, rc, "cannot create the program instance: %s", rt_strerror(rc));
     }
     rt_plan_retain(st->plan);
@@ -624,6 +651,8 @@ static int compile_work(rt_call *c)
     st->who = NULL; /* the program count goes with the program now */
     if ((rc = rt_session_add_program(c->sess, st->plan, e, bytes, &prog)) < 0)
         return rt_call_fail(c, rc, "cannot add the program to the session");
+    if (st->from)
+        prog->fit_epochs = st->from->fit_epochs;
 
     const rt_compile_report *rep = rt_plan_report(st->plan);
     Rtrain__V1__CompileResponse *r = NEW(c, Rtrain__V1__CompileResponse, RTRAIN__V1__COMPILE_RESPONSE__INIT);
@@ -705,6 +734,10 @@ static int h_compile(rt_call *c)
     st->who = c->who;
     if ((rc = config_from_pb(c, q->config, &st->cfg)) < 0)
         return rc;
+    if (q->state_from_program && *q->state_from_program &&
+        !(st->from = rt_session_find_program(c->sess, q->state_from_program)))
+        return rt_call_fail(c, RT_ENOTFOUND, "state_from_program: unknown program '%.64s' in "
+                            "session %s", q->state_from_program, c->sess->id);
     if (q->model_case != RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON &&
         q->model_case != RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH)
         return rt_call_fail(c, RT_EINVAL, "CompileRequest has neither graph nor keras_json");
@@ -773,9 +806,10 @@ static int parts_from_header(rt_call *c, const Rtrain__V1__DatasetHeader *h,
                                 RT_DATA_MAX_PARTS, h->n_parts);
         if (rt_example_spec_from_pb(h->example_spec, spec, err, sizeof err) < 0)
             return rt_call_fail(c, RT_EINVAL, "example_spec: %s", err);
-    } else if (h->n_parts < 1 || h->n_parts > 2)
+    } else if (h->n_parts < 1 || h->n_parts > 3)
         return rt_call_fail(c, RT_EDATA,
-                            "a dataset has 1 or 2 parts (features [+ labels]); got %zu", h->n_parts);
+                            "a dataset has 1 to 3 parts (features [+ labels] [+ sample weights]); "
+                            "got %zu", h->n_parts);
     uint64_t sum = 0;
     for (size_t i = 0; i < h->n_parts; i++) {
         const Rtrain__V1__DataPart *p = h->parts[i];
@@ -1166,6 +1200,8 @@ static int run_steps_work(rt_call *c)
         return rc;
     if (c->val_ds && (rc = data_for(c, c->val_ds, &vd, 1)) < 0)
         return rc;
+    if ((rc = apply_lr(c, q->learning_rate)) < 0)
+        return rc;
     float *losses = NULL;
     if (q->return_losses) {
         losses = rt_call_alloc(c, sizeof(float) * q->steps);
@@ -1243,6 +1279,8 @@ static int h_run_steps(rt_call *c)
         return rc;
     if (q->steps == 0)
         return rt_call_fail(c, RT_EINVAL, "steps must be at least 1");
+    if ((rc = check_lr(c, q->learning_rate)) < 0)
+        return rc;
     if (q->steps > RT_MAX_STEPS_PER_CALL)
         return rt_call_fail(c, RT_ETOOBIG, "steps %llu is over the limit of %llu per call",
                             (unsigned long long)q->steps, RT_MAX_STEPS_PER_CALL);
@@ -1314,6 +1352,8 @@ static int fit_work(rt_call *c)
     if (rc < 0)
         return rc;
     if (c->val_ds && (rc = data_for(c, c->val_ds, &vd, 1)) < 0)
+        return rc;
+    if ((rc = apply_lr(c, q->learning_rate)) < 0)
         return rc;
     int64_t bs = rt_plan_config(p->plan)->batch_size;
     int64_t spe = q->steps_per_epoch ? q->steps_per_epoch : (d.n + bs - 1) / bs;
@@ -1387,6 +1427,8 @@ static int h_fit(rt_call *c)
         return rc;
     if (q->epochs == 0)
         return rt_call_fail(c, RT_EINVAL, "epochs must be at least 1");
+    if ((rc = check_lr(c, q->learning_rate)) < 0)
+        return rc;
     /* The same per-call cap as RunSteps, on the steps the Fit will really
      * run: without steps_per_epoch an epoch is one pass over the dataset. */
     int64_t bs = rt_plan_config(c->prog->plan)->batch_size;
@@ -1593,6 +1635,7 @@ static int get_weights_work(rt_call *c)
         r->weights[r->n_weights++] = t;
     }
     r->global_step = (uint64_t)rt_exec_global_step(c->prog->exec);
+    r->learning_rate = rt_exec_lr(c->prog->exec);
     c->resp = &r->base;
     return 0;
 }

@@ -656,12 +656,16 @@ static PyObject *rt_py__tensor_to_numpy(const rt_client_tensor *t)
 /* _upload(x, y=None, name="data") -> dict(id, samples, ...) */
 static PyObject *Client_upload(ClientObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"x", "y", "name", NULL};
-    PyObject *xo, *yo = Py_None;
+    static char *kwlist[] = {"x", "y", "name", "sample_weight", NULL};
+    PyObject *xo, *yo = Py_None, *wo = Py_None;
     const char *name = "data";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Os:_upload", kwlist, &xo,
-                                     &yo, &name))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OsO:_upload", kwlist, &xo,
+                                     &yo, &name, &wo))
         return NULL;
+    if (wo != Py_None && yo == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "sample_weight needs y");
+        return NULL;
+    }
     if (rt_py__check_open(self) < 0)
         return NULL;
     Py_buffer xv, yv;
@@ -681,6 +685,22 @@ static PyObject *Client_upload(ClientObject *self, PyObject *args, PyObject *kw)
         PyBuffer_Release(&yv);
         return NULL;
     }
+    Py_buffer wv;
+    rt_client_array wa;
+    int has_w = wo != Py_None;
+    if (has_w && rt_py__array(wo, "sample_weight", 1, &wv, &wa) < 0) {
+        PyBuffer_Release(&xv);
+        PyBuffer_Release(&yv);
+        return NULL;
+    }
+    if (has_w && (wa.ndim != 1 || wa.shape[0] != xa.shape[0])) {
+        PyErr_Format(PyExc_ValueError, "sample_weight must have shape (%lld,)",
+                     (long long)xa.shape[0]);
+        PyBuffer_Release(&xv);
+        PyBuffer_Release(&yv);
+        PyBuffer_Release(&wv);
+        return NULL;
+    }
     rt_client_dataset ds;
     memset(&ds, 0, sizeof ds);
     int rc;
@@ -688,12 +708,15 @@ static PyObject *Client_upload(ClientObject *self, PyObject *args, PyObject *kw)
         PyBuffer_Release(&xv);
         if (has_y)
             PyBuffer_Release(&yv);
+        if (has_w)
+            PyBuffer_Release(&wv);
         return NULL;
     }
     int inst = rt_py__sig_install(self->c);
     Py_BEGIN_ALLOW_THREADS
     rt_client_next_timeout_ms(self->c, 0); /* big uploads take their time */
-    rc = rt_client_upload(self->c, self->sid, name, &xa, has_y ? &ya : NULL, &ds);
+    rc = rt_client_upload_weighted(self->c, self->sid, name, &xa, has_y ? &ya : NULL,
+                                   has_w ? &wa : NULL, &ds);
     Py_END_ALLOW_THREADS
     rt_py__sig_remove(inst);
     PyObject *res = NULL;
@@ -715,6 +738,8 @@ out:
     PyBuffer_Release(&xv);
     if (has_y)
         PyBuffer_Release(&yv);
+    if (has_w)
+        PyBuffer_Release(&wv);
     return res;
 }
 
@@ -972,6 +997,7 @@ static int rt_py__train_opts(PyObject *d, rt_train_opts *o,
         rt_py__opt_float(d, "rho", &o->rho) < 0 ||
         rt_py__opt_float(d, "clipnorm", &o->clip_norm) < 0 ||
         rt_py__opt_str(d, "schedule", &o->schedule) < 0 ||
+        rt_py__opt_str(d, "state_from", &o->state_from) < 0 ||
         rt_py__opt_float(d, "gamma", &o->gamma) < 0 ||
         rt_py__opt_float(d, "min_lr", &o->min_lr) < 0 ||
         rt_py__opt_bool(d, "shuffle", &shuffle) < 0)
@@ -1252,7 +1278,8 @@ static PyObject *Program_get_weights(ProgramObject *self, PyObject *unused)
         }
         PyList_SET_ITEM(l, (Py_ssize_t)i, item);
     }
-    res = Py_BuildValue("(KN)", (unsigned long long)w.global_step, l);
+    res = Py_BuildValue("(KNd)", (unsigned long long)w.global_step, l,
+                        (double)w.learning_rate);
 out:
     rt_py__unlock(self->client);
     rt_client_weights_free(&w);
@@ -1405,6 +1432,7 @@ static int rt_py__sig_raised(int installed)
  * and per-call timings. Touched only with the GIL held. */
 typedef struct fitctx {
     ProgramObject *prog;
+    float lr;                /* > 0: the learning rate from the first step on */
     PyThreadState *ts;       /* saved thread state while the GIL is released */
     PyObject *history;       /* dict: loss, accuracy, val_loss, val_accuracy */
     PyObject *timings;       /* list of per-call dicts */
@@ -1591,7 +1619,8 @@ static int rt_py__fit_stream(fitctx *f, const char *ds, const char *val,
     rt_client_fit_params p = {
         .session = f->prog->client->sid, .program = f->prog->id,
         .dataset = ds, .val_dataset = val, .epochs = epochs,
-        .steps_per_epoch = (uint32_t)spe, .progress_every = progress_every};
+        .steps_per_epoch = (uint32_t)spe, .progress_every = progress_every,
+        .learning_rate = f->lr};
     f->ts = PyEval_SaveThread();
     rt_client_next_timeout_ms(c, 0); /* a fit lasts as long as it lasts */
     int rc = rt_client_fit(c, &p, rt_py__fit_cb, f);
@@ -1608,7 +1637,7 @@ static int rt_py__fit_steps(fitctx *f, const char *ds, const char *val,
     rt_client_train_params p = {
         .session = f->prog->client->sid, .program = f->prog->id, .dataset = ds,
         .val_dataset = val, .epochs = epochs, .steps_per_epoch = spe,
-        .steps_per_call = k};
+        .steps_per_call = k, .learning_rate = f->lr};
     f->ts = PyEval_SaveThread();
     rt_client_next_timeout_ms(c, 0); /* for every call of the run */
     int rc = rt_client_train_steps(c, &p, rt_py__fit_cb, f);
@@ -1630,7 +1659,7 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
                              "steps_per_epoch", "steps_per_execution",
                              "verbose", "history", "timings", "metric_name",
                              "progress_every", "on_event", "first_epoch",
-                             "total_epochs", NULL};
+                             "total_epochs", "learning_rate", NULL};
     const char *ds, *val = NULL;
     unsigned int epochs;
     unsigned long long spe, spx = 0;
@@ -1638,11 +1667,16 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
     PyObject *history, *timings, *metric = Py_None, *spx_o;
     unsigned int progress_every = 1, first_epoch = 0, total_epochs = 0;
     PyObject *on_event = Py_None;
+    double lr = 0;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "szIKOiO!O!|OIOII:fit", kwlist, &ds, &val, &epochs, &spe,
+            args, kw, "szIKOiO!O!|OIOIId:fit", kwlist, &ds, &val, &epochs, &spe,
             &spx_o, &verbose, &PyDict_Type, &history, &PyList_Type, &timings,
-            &metric, &progress_every, &on_event, &first_epoch, &total_epochs))
+            &metric, &progress_every, &on_event, &first_epoch, &total_epochs, &lr))
         return NULL;
+    if (!(lr >= 0) || lr > 3.4e38) {
+        PyErr_SetString(PyExc_ValueError, "learning_rate must be a finite number > 0");
+        return NULL;
+    }
     if (on_event != Py_None && !PyCallable_Check(on_event)) {
         PyErr_SetString(PyExc_TypeError, "on_event must be callable or None");
         return NULL;
@@ -1686,6 +1720,7 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
     fitctx f;
     memset(&f, 0, sizeof f);
     f.prog = self;
+    f.lr = (float)lr;
     f.history = history;
     f.timings = timings;
     f.metric = metric == Py_None ? NULL : PyUnicode_AsUTF8(metric);
