@@ -162,8 +162,10 @@ def test_fit_defaults_and_options(client, iris):
     h = m.fit(xtr, ytr, epochs=3, verbose=0, validation_data=(xte, yte),
               validation_freq=[1, 3])
     assert len(h["val_loss"]) == 2
-    with pytest.raises(NotImplementedError, match="per-sample"):
-        m.fit(xtr, ytr, class_weight={0: 1.0, 1: 2.0, 2: 1.0})
+    with pytest.raises(ValueError, match="no weight for class 2"):
+        m.fit(xtr, ytr, class_weight={0: 1.0, 1: 2.0})
+    with pytest.raises(ValueError, match=r"one weight per sample"):
+        m.fit(xtr, ytr, sample_weight=np.ones(3))
 
 
 def test_initial_epoch_progress(client, iris, capsys):

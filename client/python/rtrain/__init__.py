@@ -247,6 +247,7 @@ class CompiledModel:
         self._owner = None      # the rtrain.Model this program belongs to
         self._stop = False
         self._fitting = False
+        self._lr_set = False
         self.optimizer = optimizer
         self.loss = loss
         self.history = None
@@ -296,18 +297,29 @@ class CompiledModel:
         from . import saving
         saving.save_model(self, filepath, overwrite=overwrite)
 
-    def _apply_lr(self):
-        """A learning rate set on self.optimizer since the program was
-        compiled: recompile with it, carrying the weights over."""
+    def _lr_arg(self):
+        """The learning rate the next remote run sets on the daemon: the
+        optimizer's, once it differs from the compiled config's (a
+        callback or the user set optimizer.learning_rate); 0 leaves the
+        program's own. The daemon applies it from the run's first step,
+        keeping the optimizer state and the step count."""
         lr = getattr(self.optimizer, "learning_rate", None)
-        if lr is None or float(lr) == self._opts.get("learning_rate"):
-            return
+        if lr is None:
+            return 0.0
         lr = float(lr)
+        if not self._lr_set and lr == self._opts.get("learning_rate"):
+            return 0.0
         if not lr > 0.0 or lr != lr or lr == float("inf"):
             raise ValueError("learning_rate must be a positive number, got "
                              "%r" % lr)
-        self._opts = dict(self._opts, learning_rate=lr)
-        self._compile(self._key)
+        self._lr_set = True
+        return lr
+
+    @property
+    def learning_rate(self):
+        """The rate the daemon's next step uses (its schedule's, or the
+        one set through optimizer.learning_rate)."""
+        return self._prog.get_weights()[2]
 
     # -- the program on the daemon ---------------------------------------
 
@@ -317,16 +329,13 @@ class CompiledModel:
         if label is not None:
             opts["label_dtype"], opts["label_shape"] = label
         old = self._prog
-        weights = None
         if old is not None:
-            weights = old.get_weights()[1]
+            # A new batch size or label layout is a new program (the daemon
+            # keys programs by their whole training config); it starts from
+            # the old one's weights, optimizer state, step count and
+            # learning rate.
+            opts["state_from"] = old.id
         prog = self._client._compile(self._json, opts)
-        if weights is not None:
-            # A new batch size, label layout or learning rate needs a new
-            # program (the daemon keys programs by their whole training
-            # config); the weights carry over, the optimizer state starts
-            # afresh.
-            prog.set_weights([(n, w) for n, w in weights])
         self._prog, self._key = prog, key
         out = prog.report["output_shape"]
         self._n_classes = out[-1] if out else None
@@ -408,10 +417,13 @@ class CompiledModel:
         arr = _np.ascontiguousarray(arr, dtype=_np.float32)
         return arr, ("float32", tuple(arr.shape[1:]))
 
-    def _upload(self, x, y, name):
+    def _upload(self, x, y, name, sw=None):
         if isinstance(x, Dataset):
             if y is not None:
                 raise ValueError("a Dataset holds its labels; y must be None")
+            if sw is not None:
+                raise ValueError("sample_weight and class_weight need x and "
+                                 "y as arrays, not an uploaded Dataset")
             return x.info, x._label()
         xs = _features(x, self.input_shape, "x" if name == "train" else
                        "%s x" % name)
@@ -419,7 +431,55 @@ class CompiledModel:
             return self._client._upload(xs, None, name), None
         ys, label = self._labels(y, xs.shape[0],
                                  "y" if name == "train" else "%s y" % name)
-        return self._client._upload(xs, ys, name), label
+        return self._client._upload(xs, ys, name, sw), label
+
+    def _sample_weights(self, y, n, sample_weight, class_weight, what="y"):
+        """Keras' per-sample loss weights: sample_weight, times
+        class_weight[class of the sample] (the class index for sparse
+        labels, the argmax of a one-hot row, the 0/1 value of a binary
+        label). None when neither is given."""
+        if sample_weight is None and class_weight is None:
+            return None
+        w = _np.ones(n, dtype=_np.float64)
+        if sample_weight is not None:
+            sw = _np.asarray(sample_weight, dtype=_np.float64)
+            if sw.ndim == 2 and sw.shape[1] == 1:
+                sw = sw.reshape(-1)
+            if sw.shape != (n,):
+                raise ValueError("sample_weight has shape %s; it needs one "
+                                 "weight per sample: (%d,)" % (sw.shape, n))
+            if not _np.all(_np.isfinite(sw)) or _np.any(sw < 0):
+                raise ValueError("sample_weight must be finite and >= 0")
+            w *= sw
+        if class_weight is not None:
+            if not isinstance(class_weight, dict):
+                raise ValueError("class_weight must be a dict {class: weight}")
+            ya = _np.asarray(y)
+            if ya.ndim == 2 and ya.shape[1] > 1:
+                cls = ya.argmax(axis=1)
+            elif ya.ndim <= 2:
+                cls = ya.reshape(-1)
+                if cls.dtype.kind == "f":
+                    cls = _np.round(cls)
+                cls = cls.astype(_np.int64)
+            else:
+                raise ValueError("class_weight is not supported for %d-D "
+                                 "labels" % ya.ndim)
+            try:
+                cw = {int(k): float(v) for k, v in class_weight.items()}
+            except (TypeError, ValueError):
+                raise ValueError("class_weight maps class indices to "
+                                 "numbers") from None
+            missing = sorted(set(_np.unique(cls).tolist()) - set(cw))
+            if missing:
+                raise ValueError("class_weight has no weight for class %s"
+                                 % missing[0])
+            for k, v in cw.items():
+                if not (v >= 0.0 and v != float("inf")):
+                    raise ValueError("class_weight[%d] = %r must be finite "
+                                     "and >= 0" % (k, v))
+            w *= _np.array([cw[int(c)] for c in cls], dtype=_np.float64)
+        return _np.ascontiguousarray(w, dtype=_np.float32)
 
     # -- Keras API --------------------------------------------------------
 
@@ -437,6 +497,13 @@ class CompiledModel:
         n-th epoch (an int) or at the epochs listed (1-based).
         validation_batch_size: accepted; the daemon evaluates in the
         program's batches and the result does not depend on it.
+        sample_weight (n,) and class_weight {class: weight}: per-sample
+        loss weights, as Keras (the batch loss is sum(w_i * l_i) / batch;
+        accuracy unweighted); validation_data may carry a third array of
+        validation sample weights. A learning rate set on
+        model.optimizer.learning_rate (by LearningRateScheduler,
+        ReduceLROnPlateau or the user) takes effect on the daemon from the
+        next run's first step, keeping the optimizer state.
         callbacks: rtrain.callbacks objects (see that module); the fit then
         runs one remote run per epoch so that each epoch end is seen before
         the next epoch starts.
@@ -450,10 +517,6 @@ class CompiledModel:
         the epochs completed and its status is "interrupted".
         model.stop_training = True (a callback, another thread) ends the
         fit at the next step boundary with status "stopped"."""
-        if class_weight is not None or sample_weight is not None:
-            raise NotImplementedError(
-                "class_weight and sample_weight need per-sample loss "
-                "weights on the daemon, which it does not have yet")
         if x is None or (y is None and not isinstance(x, Dataset)):
             raise ValueError("fit needs x and y (or an uploaded Dataset as x)")
         for v, n in ((epochs, "epochs"), (initial_epoch, "initial_epoch")):
@@ -496,6 +559,8 @@ class CompiledModel:
                                  "validation samples")
             validation_data = (x[cut:], y[cut:])
             x, y = x[:cut], y[:cut]
+            if sample_weight is not None:
+                sample_weight = _np.asarray(sample_weight)[:cut]
         t0 = _time.perf_counter()
         hist = History()
         self.history = hist
@@ -503,17 +568,31 @@ class CompiledModel:
         owner = self._owner if self._owner is not None else self
         cbl = None
         try:
-            ds, label = self._upload(x, y, "train")
+            sw = None
+            if not isinstance(x, Dataset):
+                sw = self._sample_weights(y, len(x), sample_weight,
+                                          class_weight)
+            elif sample_weight is not None or class_weight is not None:
+                raise ValueError("sample_weight and class_weight need x and "
+                                 "y as arrays, not an uploaded Dataset")
+            ds, label = self._upload(x, y, "train", sw)
             hist.timings.append(self._client.last_timings)
             val_id = None
             if validation_data is not None:
                 if isinstance(validation_data, Dataset):
                     validation_data = (validation_data, None)
                 if (not isinstance(validation_data, (tuple, list)) or
-                        len(validation_data) != 2):
-                    raise ValueError("validation_data must be (x_val, y_val)")
+                        len(validation_data) not in (2, 3)):
+                    raise ValueError("validation_data must be (x_val, y_val) "
+                                     "or (x_val, y_val, val_sample_weight)")
+                vsw = None
+                if len(validation_data) == 3 and validation_data[2] is not None:
+                    vsw = self._sample_weights(
+                        validation_data[1], len(validation_data[0]),
+                        validation_data[2], None)
                 vds, vlabel = self._upload(validation_data[0],
-                                           validation_data[1], "validation")
+                                           validation_data[1], "validation",
+                                           vsw)
                 hist.timings.append(self._client.last_timings)
                 if vlabel != label:
                     raise ValueError("validation labels have layout %s but "
@@ -550,7 +629,8 @@ class CompiledModel:
                 hist.status = self._prog.fit(
                     ds["id"], val_id, epochs - initial_epoch, spe, spx,
                     verbose, hist, hist.timings, self._metric, 1,
-                    first_epoch=initial_epoch, total_epochs=epochs)
+                    first_epoch=initial_epoch, total_epochs=epochs,
+                    learning_rate=self._lr_arg())
                 if hist.status == "cancelled" and self._stop:
                     hist.status = "stopped"
                 return hist
@@ -589,12 +669,12 @@ class CompiledModel:
                 status = "stopped"
                 break
             cbl.on_epoch_begin(ep)
-            self._apply_lr()
             last.clear()
             r = self._prog.fit(ds, val_id if due(ep) else None, 1, spe, spx,
                                verbose, hist, hist.timings, self._metric, 1,
                                on_event=on_event, first_epoch=ep,
-                               total_epochs=epochs)
+                               total_epochs=epochs,
+                               learning_rate=self._lr_arg())
             if not last:  # stopped inside the epoch
                 status = "stopped" if self._stop else r
                 break
@@ -616,13 +696,19 @@ class CompiledModel:
         return status
 
     def evaluate(self, x=None, y=None, batch_size=None, verbose=0,
-                 return_dict=False):
+                 sample_weight=None, return_dict=False):
         """Loss (and the metric) over x, y on the daemon: a float, or
         [loss, accuracy] when compiled with metrics, or a dict. batch_size
         is accepted for Keras compatibility; the daemon evaluates in the
         program's batches and the result does not depend on it (changing
         it would mean a new program and a fresh optimizer state)."""
-        ds, label = self._upload(x, y, "evaluate")
+        sw = None
+        if sample_weight is not None:
+            if isinstance(x, Dataset):
+                raise ValueError("sample_weight needs x and y as arrays, not "
+                                 "an uploaded Dataset")
+            sw = self._sample_weights(y, len(x), sample_weight, None)
+        ds, label = self._upload(x, y, "evaluate", sw)
         self._ensure(None, None, label)
         loss, acc, _ = self._prog.evaluate(ds["id"])
         if return_dict:
@@ -747,6 +833,11 @@ class Client(_rtrain.Client):
             sparse = _LOSSES[loss] in _SPARSE_LOSSES
             label = (label_dtype or ("int32" if sparse else "float32"),
                      tuple(label_shape) if label_shape is not None else ())
+        elif _LOSSES[loss] == "categorical_crossentropy" and \
+                isinstance(spec, models.Model):
+            # One-hot labels have the output's shape (Keras' y for this
+            # loss); the daemon's default is one value per sample.
+            label = ("float32", tuple(spec.output_shape[1:]))
         if batch_size is None or int(batch_size) <= 0:
             raise ValueError("batch_size must be a positive int")
         model._compile((int(batch_size), bool(shuffle), label))

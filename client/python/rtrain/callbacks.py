@@ -9,11 +9,10 @@ steps_per_execution) while the remote run is in progress, so it must not
 make remote calls itself; setting model.stop_training there stops the run
 at the next step boundary.
 
-Learning-rate callbacks set model.optimizer.learning_rate; fit applies a
-changed rate before the next epoch by recompiling the program with it and
-carrying the weights over. The daemon takes the learning rate from the
-compiled program, so the optimizer's moment estimates and step count start
-afresh at that point (exact for plain SGD, not for Adam or RMSprop).
+Learning-rate callbacks set model.optimizer.learning_rate; fit sends a
+changed rate with the next epoch's run and the daemon uses it from that
+run's first step on, with the optimizer's state (moments, step count) kept,
+as Keras' callbacks setting the optimizer's variable.
 """
 import csv as _csv
 import math as _math
