@@ -341,7 +341,8 @@ int64_t rt_exec_global_step(const rt_exec *e);
  * RT_EDTYPE with a message in rt_exec_errmsg. rt_exec_train/evaluate call it.
  * Label values are scanned once per (y pointer, n) and the result is
  * remembered: labels rewritten in place afterwards are not rescanned (an
- * out-of-range one is then clamped, never read out of bounds). */
+ * out-of-range one is then clamped, never read out of bounds). Sample
+ * weights (finite, >= 0) are checked once per (sw pointer, n) likewise. */
 int rt_exec_check_data(rt_exec *e, const rt_data *d);
 
 /*

@@ -61,6 +61,8 @@ struct rt_exec {
     int64_t ep_samples;
     float lr_set;              /* > 0: rt_exec_set_lr's rate replaces the config's */
     float *swb;                /* the batch's sample weights (batch_size floats) */
+    const float *checked_sw;   /* sample weights already checked, as checked_y */
+    int64_t checked_sw_n;
 };
 
 static void rt__loss_weighted(rt_exec *e, int64_t nb, double *loss_sum, double *acc_sum,
@@ -692,11 +694,13 @@ static void rt__loss_weighted(rt_exec *e, int64_t nb, double *loss_sum, double *
 
 static int rt__check_sw(rt_exec *e, const rt_data *d)
 {
-    if (!d->sw) return 0;
+    if (!d->sw || (d->sw == e->checked_sw && d->n == e->checked_sw_n)) return 0;
     for (int64_t i = 0; i < d->n; i++)
         if (!(d->sw[i] >= 0.0f) || isinf(d->sw[i]))
             return rt__eerr(e, RT_EDATA, "sample weight %g at sample %lld: weights must be "
                             "finite and >= 0", (double)d->sw[i], (long long)i);
+    e->checked_sw = d->sw;
+    e->checked_sw_n = d->n;
     return 0;
 }
 
