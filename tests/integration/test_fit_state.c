@@ -1,0 +1,265 @@
+/*
+ * test_fit_state.c - the wire of per-sample weights, learning-rate changes
+ * and state carried between programs, against a real rtraind:
+ *   - an upload with a ROLE_SAMPLE_WEIGHTS part; bad weights (negative,
+ *     wrong count, without labels) are INVALID_ARGUMENT naming the problem;
+ *   - RunSteps/Fit learning_rate: GetWeights reports the rate in force; a
+ *     negative or NaN rate is INVALID_ARGUMENT and changes nothing;
+ *   - Compile state_from_program: the new program (another batch size)
+ *     starts at the old one's weights and step; an unknown program is
+ *     NOT_FOUND, one with other parameters INVALID_ARGUMENT;
+ *   - the daemon keeps serving a bystander session throughout.
+ */
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "itest.h"
+
+#define FREE(p) ((p) ? protobuf_c_message_free_unpacked(&(p)->base, NULL) : (void)0)
+#define N 30
+
+static itest_conn *C;
+static char S[64], S2[64], DS[64], P[64];
+static float X[N * 4];
+static int32_t Y[N];
+static float W[N];
+
+static Rtrain__V1__DataPart raw_part(Rtrain__V1__DataRole role, Rtrain__V1__DType dt, int64_t *shape,
+                                     size_t nd, size_t len)
+{
+    Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
+    p.role = role;
+    p.format = RTRAIN__V1__DATA_FORMAT__FORMAT_RAW;
+    p.dtype = dt;
+    p.shape = shape;
+    p.n_shape = nd;
+    p.length = len;
+    return p;
+}
+
+/* x, y and (when w_n > 0) w_n weights; returns the gRPC status */
+static int upload(const char *sid, const float *w, int64_t w_n, int with_y, char *id, itest_res *r)
+{
+    int64_t xs[2] = {N, 4}, ys[1] = {N}, ws[1] = {w_n};
+    Rtrain__V1__DataPart px = raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
+                                       RTRAIN__V1__DTYPE__F32, xs, 2, sizeof X);
+    Rtrain__V1__DataPart py = raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS,
+                                       RTRAIN__V1__DTYPE__I32, ys, 1, sizeof Y);
+    Rtrain__V1__DataPart pw = raw_part(RTRAIN__V1__DATA_ROLE__ROLE_SAMPLE_WEIGHTS,
+                                       RTRAIN__V1__DTYPE__F32, ws, 1,
+                                       sizeof(float) * (size_t)w_n);
+    Rtrain__V1__DataPart *pp[3];
+    int n = 0;
+    uint8_t buf[sizeof X + sizeof Y + sizeof W];
+    size_t len = 0;
+    pp[n++] = &px;
+    memcpy(buf, X, sizeof X);
+    len += sizeof X;
+    if (with_y) {
+        pp[n++] = &py;
+        memcpy(buf + len, Y, sizeof Y);
+        len += sizeof Y;
+    }
+    if (w_n > 0) {
+        pp[n++] = &pw;
+        memcpy(buf + len, w, sizeof(float) * (size_t)w_n);
+        len += sizeof(float) * (size_t)w_n;
+    }
+    return itest_upload(C, sid, pp, n, buf, len, 1 << 16, id, r);
+}
+
+static Rtrain__V1__CompileResponse *compile(const char *sid, uint32_t batch, const char *from,
+                                            int hidden, itest_res *r)
+{
+    static Rtrain__V1__TrainConfig cfg;
+    itest_iris_config(&cfg);
+    cfg.batch_size = batch;
+    cfg.optimizer = "adam";
+    Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+    q.session_id = (char *)sid;
+    q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH;
+    q.graph = itest_iris_graph(hidden);
+    q.config = &cfg;
+    q.state_from_program = (char *)(from ? from : "");
+    Rtrain__V1__CompileResponse *p = NULL;
+    itest_unary(C, "Compile", &q.base, &rtrain__v1__compile_response__descriptor,
+                (ProtobufCMessage **)&p, r);
+    return p;
+}
+
+static int run(const char *pid, uint64_t steps, float lr, itest_res *r)
+{
+    Rtrain__V1__RunStepsRequest q = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
+    q.session_id = S;
+    q.program_id = (char *)pid;
+    q.dataset_id = DS;
+    q.steps = steps;
+    q.learning_rate = lr;
+    Rtrain__V1__RunStepsResponse *p = NULL;
+    int st = itest_unary(C, "RunSteps", &q.base, &rtrain__v1__run_steps_response__descriptor,
+                         (ProtobufCMessage **)&p, r);
+    FREE(p);
+    return st;
+}
+
+static Rtrain__V1__GetWeightsResponse *weights(const char *pid)
+{
+    Rtrain__V1__GetWeightsRequest q = RTRAIN__V1__GET_WEIGHTS_REQUEST__INIT;
+    q.session_id = S;
+    q.program_id = (char *)pid;
+    Rtrain__V1__GetWeightsResponse *p = NULL;
+    itest_res r;
+    itest_unary(C, "GetWeights", &q.base, &rtrain__v1__get_weights_response__descriptor,
+                (ProtobufCMessage **)&p, &r);
+    CHECK(p != NULL, "GetWeights: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    return p;
+}
+
+static int same_tensors(const Rtrain__V1__GetWeightsResponse *a,
+                        const Rtrain__V1__GetWeightsResponse *b)
+{
+    if (!a || !b || a->n_weights != b->n_weights)
+        return 0;
+    for (size_t i = 0; i < a->n_weights; i++)
+        if (a->weights[i]->data.len != b->weights[i]->data.len ||
+            memcmp(a->weights[i]->data.data, b->weights[i]->data.data, a->weights[i]->data.len))
+            return 0;
+    return 1;
+}
+
+static void setup(void)
+{
+    for (int i = 0; i < N * 4; i++) X[i] = sinf(0.37f * (float)i);
+    for (int i = 0; i < N; i++) {
+        Y[i] = i % 3;
+        W[i] = 0.5f + 0.1f * (float)(i % 4);
+    }
+    CHECK(itest_session(C, "fit-state", S) == 0 && itest_session(C, "bystander", S2) == 0,
+          "sessions");
+    itest_res r;
+    CHECK(upload(S, W, N, 1, DS, &r) == 0, "weighted upload: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    Rtrain__V1__CompileResponse *p = compile(S, 10, NULL, 8, &r);
+    CHECK(p != NULL, "compile: %d %s", r.status, r.details);
+    if (p)
+        snprintf(P, sizeof P, "%s", p->program_id);
+    FREE(p);
+    itest_res_free(&r);
+}
+
+static void test_bad_sample_weights(void)
+{
+    itest_res r;
+    char id[64];
+    float neg[N];
+    memcpy(neg, W, sizeof neg);
+    neg[7] = -2.0f;
+    int st = upload(S, neg, N, 1, id, &r);
+    CHECK(st == GRPC_STATUS_INVALID_ARGUMENT && strstr(r.details, "sample 7") &&
+              strstr(r.details, ">= 0"),
+          "negative weight: %d %s", st, r.details);
+    itest_res_free(&r);
+    st = upload(S, W, N - 1, 1, id, &r);
+    CHECK(st == GRPC_STATUS_INVALID_ARGUMENT && strstr(r.details, "sample weights"),
+          "short weights: %d %s", st, r.details);
+    itest_res_free(&r);
+    st = upload(S, W, N, 0, id, &r);
+    CHECK(st == GRPC_STATUS_INVALID_ARGUMENT && strstr(r.details, "need labels"),
+          "weights without labels: %d %s", st, r.details);
+    itest_res_free(&r);
+}
+
+static void test_learning_rate(void)
+{
+    itest_res r;
+    Rtrain__V1__GetWeightsResponse *w0 = weights(P);
+    CHECK(w0 && fabsf(w0->learning_rate - 0.01f) < 1e-9f, "config rate %g",
+          w0 ? w0->learning_rate : -1.0);
+    int st = run(P, 2, -0.5f, &r);
+    CHECK(st == GRPC_STATUS_INVALID_ARGUMENT && strstr(r.details, "learning_rate"),
+          "negative rate: %d %s", st, r.details);
+    itest_res_free(&r);
+    st = run(P, 2, NAN, &r);
+    CHECK(st == GRPC_STATUS_INVALID_ARGUMENT, "NaN rate: %d %s", st, r.details);
+    itest_res_free(&r);
+    Rtrain__V1__GetWeightsResponse *w1 = weights(P);
+    CHECK(same_tensors(w0, w1) && w1 && w1->global_step == w0->global_step,
+          "a refused call changed the program");
+    st = run(P, 3, 0.003f, &r);
+    CHECK(st == 0, "RunSteps lr 0.003: %d %s", st, r.details);
+    itest_res_free(&r);
+    Rtrain__V1__GetWeightsResponse *w2 = weights(P);
+    CHECK(w2 && w2->learning_rate == 0.003f && w2->global_step == 3, "rate %g step %llu",
+          w2 ? w2->learning_rate : -1.0, w2 ? (unsigned long long)w2->global_step : 0ull);
+    /* 0 leaves the rate as set */
+    st = run(P, 1, 0.0f, &r);
+    CHECK(st == 0, "RunSteps: %d %s", st, r.details);
+    itest_res_free(&r);
+    Rtrain__V1__GetWeightsResponse *w3 = weights(P);
+    CHECK(w3 && w3->learning_rate == 0.003f, "rate kept");
+    FREE(w0);
+    FREE(w1);
+    FREE(w2);
+    FREE(w3);
+}
+
+static void test_state_from_program(void)
+{
+    itest_res r;
+    Rtrain__V1__GetWeightsResponse *w0 = weights(P);
+    Rtrain__V1__CompileResponse *p = compile(S, 15, P, 8, &r);
+    CHECK(p != NULL, "compile from %s: %d %s", P, r.status, r.details);
+    itest_res_free(&r);
+    if (p) {
+        Rtrain__V1__GetWeightsResponse *w1 = weights(p->program_id);
+        CHECK(same_tensors(w0, w1), "weights carried");
+        CHECK(w1 && w0 && w1->global_step == w0->global_step && w1->learning_rate == 0.003f,
+              "step and rate carried");
+        FREE(w1);
+    }
+    FREE(p);
+    p = compile(S, 15, "p-00000000000000000000000000000000", 8, &r);
+    CHECK(!p && r.status == GRPC_STATUS_NOT_FOUND && strstr(r.details, "state_from_program"),
+          "unknown source: %d %s", r.status, r.details);
+    FREE(p);
+    itest_res_free(&r);
+    p = compile(S, 15, P, 5, &r); /* other hidden width: other parameters */
+    CHECK(!p && r.status == GRPC_STATUS_INVALID_ARGUMENT && strstr(r.details, "d1/kernel"),
+          "incompatible source: %d %s", r.status, r.details);
+    FREE(p);
+    itest_res_free(&r);
+    /* another session's program is not found */
+    p = compile(S2, 15, P, 8, &r);
+    CHECK(!p && r.status == GRPC_STATUS_NOT_FOUND, "other session: %d %s", r.status, r.details);
+    FREE(p);
+    itest_res_free(&r);
+    /* the bystander still trains */
+    p = compile(S2, 10, NULL, 8, &r);
+    CHECK(p != NULL, "bystander compile: %d %s", r.status, r.details);
+    FREE(p);
+    itest_res_free(&r);
+    FREE(w0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s RTRAIND\n", argv[0]);
+        return 2;
+    }
+    itest_daemon d;
+    if (itest_daemon_start(&d, argv[1], NULL) < 0)
+        return 1;
+    C = itest_connect(d.addr);
+    RUN(setup);
+    RUN(test_bad_sample_weights);
+    RUN(test_learning_rate);
+    RUN(test_state_from_program);
+    itest_disconnect(C);
+    int code = itest_daemon_stop(&d, SIGTERM);
+    CHECK(code == 0, "daemon exit %d", code);
+    return itest_summary();
+}
