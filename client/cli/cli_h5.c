@@ -18,6 +18,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -173,6 +174,11 @@ int cli_h5_save(const rt_client_weights *w, const char *path, char *err, size_t 
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
         return h5_err(err, errlen, RT_EINVAL, "path too long");
+    struct stat st;
+    /* written beside and renamed over path: never replace a device, pipe
+     * or directory */
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return h5_err(err, errlen, RT_EINVAL, "%s is not a regular file", path);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     size_t nl = 0;
     char **layers = calloc(w->n ? w->n : 1, sizeof *layers);

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -101,6 +102,14 @@ int rt_client_weights_save(const rt_client_weights *w, const char *path,
     }
     snprintf(tmp, tl, "%s.tmp", path);
     int rc = 0;
+    struct stat st;
+    /* The file is written beside and renamed over path: a device, pipe or
+     * directory there would be replaced, not written to. */
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        free(tmp);
+        free(b.p);
+        return werr(errbuf, errlen, RT_EINVAL, "%s is not a regular file", path);
+    }
     FILE *f = fopen(tmp, "wb");
     if (!f) {
         rc = werr(errbuf, errlen, RT_EIO, "cannot write %s: %s", tmp, strerror(errno));

@@ -3,7 +3,7 @@
 # port: fit (both drivers, accuracy, history, weights, timings, trace), eval,
 # predict (.npy and .csv), bench overhead (CSV rows, SVG), bench story and
 # bench/story.py, exit
-# codes (usage 2, daemon down 3, invalid 4, not found 5) and SIGINT during
+# codes (usage 2, daemon down 3, invalid 4, not found 5, other 6) and SIGINT during
 # fit (130, daemon unharmed).
 #   usage: cli_e2e.sh RTRAIND RTRAIN SOURCE_DIR
 set -uo pipefail
@@ -151,6 +151,23 @@ expect_rc 4 "model rejected by the daemon" -- "$rtrain" fit "${S[@]}" --model "$
 grep -qi "bogus" "$tmp/err" && ok "rejection names the layer" || bad "rejection message: $(cat "$tmp/err")"
 expect_rc 5 "weights file not found" -- "$rtrain" eval "${S[@]}" --model "$ex/model.json" \
   --weights "$tmp/none.bin" --data "$ex/val.csv" --loss mse
+if [ -c /dev/full ]; then
+  expect_rc 6 "write error (predict --out /dev/full)" -- "$rtrain" predict "${S[@]}" \
+    --model "$ex/model.json" --weights "$tmp/w.bin" --data "$ex/val_shuffled.csv" --out /dev/full
+  has "$tmp/err" "cannot write /dev/full" "the write error names the file"
+else
+  echo "skip: no /dev/full for the exit-6 write error"
+fi
+# Weights are written beside the target and renamed over it: a FIFO (or a
+# device) there is refused, not replaced.
+mkfifo "$tmp/fifo"
+for f in w.bin w.h5; do
+  ln -s "$tmp/fifo" "$tmp/fifo_$f"
+  expect_rc 4 "--save-weights onto a FIFO ($f)" -- "$rtrain" "${FIT[@]}" --epochs 1 \
+    --save-weights "$tmp/fifo_$f"
+  has "$tmp/err" "not a regular file" "the refusal says why ($f)"
+done
+[ -p "$tmp/fifo" ] && ok "the FIFO is left alone" || bad "--save-weights replaced a FIFO"
 
 # --- SIGINT during fit: exit 130, the daemon keeps serving
 "$rtrain" fit "${S[@]}" --model "$ex/model.json" --data "$ex/train_shuffled.csv" \
