@@ -80,6 +80,28 @@ static int put_strings(hid_t obj, const char *attr, const char *const *v, size_t
     return r < 0 ? RT_EIO : 0;
 }
 
+/* Keras 2.11's save_weights_to_hdf5_group ends with the model's own
+ * weights (none for Sequential and Functional models) in a group
+ * top_level_model_weights whose weight_names is numpy's empty array: f64,
+ * shape (0,). */
+static int put_top_level(hid_t f)
+{
+    hid_t g = H5Gcreate2(f, "top_level_model_weights", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0)
+        return RT_EIO;
+    hsize_t dim = 0;
+    hid_t sp = H5Screate_simple(1, &dim, NULL);
+    hid_t a = sp < 0 ? -1 : H5Acreate2(g, "weight_names", H5T_IEEE_F64LE, sp, H5P_DEFAULT,
+                                       H5P_DEFAULT);
+    int rc = a < 0 ? RT_EIO : 0;
+    if (a >= 0)
+        H5Aclose(a);
+    if (sp >= 0)
+        H5Sclose(sp);
+    H5Gclose(g);
+    return rc;
+}
+
 static int put_string(hid_t obj, const char *attr, const char *v)
 {
     hid_t t = H5Tcopy(H5T_C_S1);
@@ -250,6 +272,8 @@ int cli_h5_save(const rt_client_weights *w, const char *path, char *err, size_t 
             free_strings(names, nw);
         H5Gclose(g);
     }
+    if (rc == 0)
+        rc = put_top_level(f);
 out:
     H5Pclose(lcpl);
     if (H5Fclose(f) < 0 && rc == 0)

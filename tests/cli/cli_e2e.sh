@@ -285,6 +285,8 @@ assert [dec(n) for n in f.attrs["layer_names"]] == ["dense", "dense_1"]
 assert [dec(n) for n in f["dense"].attrs["weight_names"]] == ["dense/kernel:0", "dense/bias:0"]
 assert f["dense/dense/kernel:0"].shape == (4, 32) and f["dense/dense/kernel:0"].dtype == np.float32
 assert f["dense_1/dense_1/bias:0"].shape == (3,)
+tl = f["top_level_model_weights"].attrs["weight_names"]  # Keras 2.11: np.asarray([])
+assert tl.shape == (0,) and tl.dtype == np.float64, (tl.shape, tl.dtype)
 EOF
 then ok "W.h5 in Keras' layout"; else bad "W.h5 layout"; fi
 expect_rc 0 "eval --weights W.h5" -- "$rtrain" eval "${S[@]}" --model "$ex/model.json" \

@@ -443,6 +443,10 @@ def test_h5_weights_layout_and_bit_identical_reload(client, iris, tmp_path):
             ["dense/kernel:0", "dense/bias:0"]
         assert f["dense/dense/kernel:0"].shape == (4, 16)
         assert f["dense_1/dense_1/bias:0"].dtype == np.float32
+        # Keras 2.11 ends with the model's own weights: none, written as
+        # numpy's empty array.
+        tl = f["top_level_model_weights"].attrs["weight_names"]
+        assert tl.shape == (0,) and tl.dtype == np.float64
     fresh = iris_seq()
     fresh.compile("adam", "sparse_categorical_crossentropy", seed=99)
     assert not np.array_equal(fresh.predict(xte), m.predict(xte))
@@ -477,6 +481,43 @@ def test_h5_keras_written_file_loads(client, iris, tmp_path):
                                        ("dense/bias:0", w[1])])])
     with pytest.raises(ValueError, match="1 layers but the model has 2"):
         m.load_weights(bad)
+
+
+def test_h5_chunked_attributes(client, iris, tmp_path):
+    """Keras splits an attribute list past 64512 bytes into name0, name1,
+    ... (save_attributes_to_hdf5_group); both directions handle it."""
+    _, _, xte, _ = iris
+    rng = np.random.RandomState(4)
+    w = [rng.standard_normal(s).astype(np.float32)
+         for s in [(4, 16), (16,), (16, 3), (3,)]]
+    p = str(tmp_path / "chunked.h5")
+    keras_layout_file(p, [("dense_3", [("dense_3/kernel:0", w[0]),
+                                       ("dense_3/bias:0", w[1])]),
+                          ("dense_4", [("dense_4/kernel:0", w[2]),
+                                       ("dense_4/bias:0", w[3])])])
+    with h5py.File(p, "a") as f:
+        names = f.attrs["layer_names"]
+        del f.attrs["layer_names"]
+        f.attrs["layer_names0"] = names[:1]
+        f.attrs["layer_names1"] = names[1:]
+        wn = f["dense_4"].attrs["weight_names"]
+        del f["dense_4"].attrs["weight_names"]
+        f["dense_4"].attrs["weight_names0"] = wn[:1]
+        f["dense_4"].attrs["weight_names1"] = wn[1:]
+    m = iris_seq()
+    m.compile("adam", "sparse_categorical_crossentropy")
+    m.load_weights(p)
+    for a, b in zip(m.get_weights(), w):
+        assert np.array_equal(a, b)
+    # Writing: a list past the limit is split the same way and reads back.
+    from rtrain import saving
+    long = [("l%05d" % i).encode() * 40 for i in range(400)]  # 96 KB
+    with h5py.File(str(tmp_path / "big.h5"), "w") as f:
+        saving._save_attr_list(f, "layer_names", long)
+        assert "layer_names" not in f.attrs and "layer_names1" in f.attrs
+        assert all(f.attrs[k].nbytes <= 64512 for k in f.attrs)
+        assert saving._load_attr_list(f, "layer_names") == \
+            [n.decode() for n in long]
 
 
 def test_h5_batchnorm_order(client, tmp_path):

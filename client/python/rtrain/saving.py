@@ -8,6 +8,11 @@ save_weights_to_hdf5_group writes it:
   /<layer>    attrs weight_names: array of bytes such as b"dense/kernel:0"
               (trainable weights, then the others), one dataset per name,
               at /<layer>/<weight name> (so /dense/dense/kernel:0)
+  /top_level_model_weights   attrs weight_names: an empty array (the
+              model's own weights; Sequential and Functional have none)
+Layer groups are created in sorted name order, and an attribute list over
+64512 bytes is split into name0, name1, ... as Keras'
+save_attributes_to_hdf5_group does (and read back either way).
 Loading matches the layers that have weights by order (by name with
 by_name=True), as Keras' load_weights does, and checks every shape.
 
@@ -56,6 +61,40 @@ def _layer_weights(km):
     return out
 
 
+HDF5_OBJECT_HEADER_LIMIT = 64512
+
+
+def _save_attr_list(group, name, data):
+    """Keras' save_attributes_to_hdf5_group: one attribute, or chunks
+    name0, name1, ... when the array exceeds the object header limit."""
+    big = [x for x in data if len(x) > HDF5_OBJECT_HEADER_LIMIT]
+    if big:
+        raise RuntimeError("attribute values longer than %d bytes cannot be "
+                           "saved in HDF5: %s" % (HDF5_OBJECT_HEADER_LIMIT,
+                                                  big[0][:40]))
+    arr = _np.asarray(data)
+    chunks, k = [arr], 1
+    while any(c.nbytes > HDF5_OBJECT_HEADER_LIMIT for c in chunks):
+        k += 1
+        chunks = _np.array_split(arr, k)
+    if k == 1:
+        group.attrs[name] = arr
+    else:
+        for i, c in enumerate(chunks):
+            group.attrs["%s%d" % (name, i)] = c
+
+
+def _load_attr_list(group, name):
+    """Keras' load_attributes_from_hdf5_group (str items)."""
+    if name in group.attrs:
+        return [_str(v) for v in group.attrs[name]]
+    out, i = [], 0
+    while "%s%d" % (name, i) in group.attrs:
+        out.extend(_str(v) for v in group.attrs["%s%d" % (name, i)])
+        i += 1
+    return out
+
+
 def _write_weights_group(g, model):
     km = _keras_model(model)
     values = dict(model.get_named_weights()) if hasattr(
@@ -65,12 +104,13 @@ def _write_weights_group(g, model):
     layers = _layer_weights(km)
     g.attrs["backend"] = BACKEND.encode("utf8")
     g.attrs["keras_version"] = _models.KERAS_VERSION.encode("utf8")
-    g.attrs["layer_names"] = _np.asarray([n.encode("utf8")
-                                          for n, _ in layers])
-    for name, ws in layers:
+    _save_attr_list(g, "layer_names", [n.encode("utf8") for n, _ in layers])
+    # Keras creates the groups sorted by name ("strictly growing to avoid
+    # prefix issues").
+    for name, ws in sorted(layers, key=lambda l: l[0]):
         lg = g.create_group(name)
         names = [(w + ":0").encode("utf8") for w, _ in ws]
-        lg.attrs["weight_names"] = _np.asarray(names)
+        _save_attr_list(lg, "weight_names", names)
         for (w, shape), wn in zip(ws, names):
             val = _np.asarray(values[w], dtype=_np.float32)
             if tuple(val.shape) != shape:
@@ -79,6 +119,9 @@ def _write_weights_group(g, model):
             ds = lg.create_dataset(wn.decode("utf8"), val.shape,
                                    dtype=val.dtype)
             ds[()] = val
+    # The model's own (top-level) weights: none for these models.
+    g.create_group("top_level_model_weights").attrs["weight_names"] = \
+        _np.asarray([])
 
 
 def _str(v):
@@ -87,14 +130,13 @@ def _str(v):
 
 def _read_weights_group(g, model, by_name=False):
     km = _keras_model(model)
-    if "layer_names" not in g.attrs:
+    if "layer_names" not in g.attrs and "layer_names0" not in g.attrs:
         raise ValueError("not a Keras weights file: no layer_names "
                          "attribute")
     file_layers = []
-    for ln in g.attrs["layer_names"]:
-        ln = _str(ln)
+    for ln in _load_attr_list(g, "layer_names"):
         lg = g[ln]
-        wn = [_str(w) for w in lg.attrs.get("weight_names", [])]
+        wn = _load_attr_list(lg, "weight_names")
         if wn:
             file_layers.append((ln, [_np.asarray(lg[w]) for w in wn]))
     ours = [(n, ws) for n, ws in _layer_weights(km) if ws]
@@ -146,7 +188,8 @@ def load_weights(model, filepath, by_name=False):
     h5py = _h5py()
     with h5py.File(_os.fspath(filepath), "r") as f:
         g = f
-        if "layer_names" not in f.attrs and "model_weights" in f:
+        if "layer_names" not in f.attrs and "layer_names0" not in f.attrs \
+                and "model_weights" in f:
             g = f["model_weights"]
         _read_weights_group(g, model, by_name=by_name)
 
