@@ -61,7 +61,11 @@ def _initializer(name, what):
         raise ValueError("unknown %s %r (known: %s)"
                          % (what, name, ", ".join(sorted(
                              k for k in _INITIALIZERS if k.islower()))))
-    return {"class_name": _INITIALIZERS[name], "config": {}}
+    cls = _INITIALIZERS[name]
+    # Keras' VarianceScaling family serialises its seed (get_config returns
+    # {"seed": self.seed}); Zeros and Ones have no config.
+    return {"class_name": cls,
+            "config": {} if cls in ("Zeros", "Ones") else {"seed": None}}
 
 
 def _regularizer(r, what):
