@@ -667,6 +667,65 @@ int main(int argc, char **argv)
         rt_client_compile_result_free(&pd);
     }
 
+    step("keras fit state");
+    {
+        /* Sample weights uploaded with the data weigh the loss (all zeros:
+         * loss 0); learning_rate on Fit and on the RunSteps loop reaches
+         * the program (GetWeights reports it); state_from carries weights,
+         * step and rate into a program of another batch size. */
+        float zw[45] = {0}, hw[45];
+        for (int i = 0; i < 45; i++)
+            hw[i] = 0.5f;
+        rt_client_array zwa = {zw, RT_DTYPE_F32, 1, {45}}, hwa = {hw, RT_DTYPE_F32, 1, {45}};
+        rt_client_dataset zd, hd;
+        CHECK_RC(rt_client_upload_weighted(c, sid, "val0", &vx, &vy, &zwa, &zd));
+        CHECK_RC(rt_client_upload_weighted(c, sid, "valh", &vx, &vy, &hwa, &hd));
+        CHECK(strcmp(zd.id, va.id) != 0 && strcmp(zd.id, hd.id) != 0);
+        rt_client_metrics m1, m0, mh;
+        CHECK_RC(rt_client_evaluate(c, sid, prog.program_id, va.id, &m1));
+        CHECK_RC(rt_client_evaluate(c, sid, prog.program_id, zd.id, &m0));
+        CHECK_RC(rt_client_evaluate(c, sid, prog.program_id, hd.id, &mh));
+        CHECK(m1.loss > 0 && m0.loss == 0.0 && fabs(mh.loss - 0.5 * m1.loss) <= 1e-6 * m1.loss);
+        CHECK(m0.accuracy == m1.accuracy); /* accuracy is not weighted */
+        CHECK(rt_client_upload_weighted(c, sid, "bad", &vx, NULL, &hwa, &hd) == RT_EINVAL);
+
+        rt_client_compile_result pl;
+        CHECK_RC(rt_client_compile_keras(c, sid, json, &o, &pl));
+        rt_client_fit_params lp = {.session = sid, .program = pl.program_id, .dataset = tr.id,
+                                   .epochs = 1, .learning_rate = 0.004f};
+        CHECK_RC(rt_client_fit(c, &lp, NULL, NULL));
+        rt_client_weights lw;
+        CHECK_RC(rt_client_get_weights(c, sid, pl.program_id, &lw));
+        CHECK(lw.learning_rate == 0.004f && lw.global_step == 6);
+        rt_client_weights_free(&lw);
+        rt_client_train_params ltp = {.session = sid, .program = pl.program_id,
+                                      .dataset = tr.id, .epochs = 1, .steps_per_epoch = 6,
+                                      .steps_per_call = 2, .learning_rate = 0.007f};
+        CHECK_RC(rt_client_train_steps(c, &ltp, NULL, NULL));
+        rt_client_weights lw2;
+        CHECK_RC(rt_client_get_weights(c, sid, pl.program_id, &lw2));
+        CHECK(lw2.learning_rate == 0.007f && lw2.global_step == 12);
+
+        rt_train_opts o2 = o;
+        o2.batch_size = 7;
+        o2.state_from = pl.program_id;
+        rt_client_compile_result ps;
+        CHECK_RC(rt_client_compile_keras(c, sid, json, &o2, &ps));
+        rt_client_weights sw2;
+        CHECK_RC(rt_client_get_weights(c, sid, ps.program_id, &sw2));
+        CHECK(sw2.global_step == 12 && sw2.learning_rate == 0.007f && sw2.n == lw2.n);
+        for (size_t i = 0; i < sw2.n && i < lw2.n; i++)
+            CHECK(sw2.t[i].nbytes == lw2.t[i].nbytes &&
+                  !memcmp(sw2.t[i].data, lw2.t[i].data, sw2.t[i].nbytes));
+        rt_client_weights_free(&sw2);
+        rt_client_weights_free(&lw2);
+        o2.state_from = "p-00000000000000000000000000000000";
+        rt_client_compile_result pn;
+        CHECK(rt_client_compile_keras(c, sid, json, &o2, &pn) == RT_ENOTFOUND);
+        rt_client_compile_result_free(&pl);
+        rt_client_compile_result_free(&ps);
+    }
+
     step("cancel");
     /* cancellation: by the callback, then by another thread */
     fit_log stop = {.stop_after = 5};
