@@ -42,7 +42,7 @@ static void test_enum_counts(void)
     /* The daemon's rt_data_role/rt_data_format are tied to the client's
      * through the .proto values (both _Static_assert'ed), so counting
      * against the client's covers both. */
-    CHECK(rtrain__v1__data_role__descriptor.n_values == RT_ROLE_BOTH + 1,
+    CHECK(rtrain__v1__data_role__descriptor.n_values == RT_ROLE_SAMPLE_WEIGHTS + 1,
           "DataRole has %u values", rtrain__v1__data_role__descriptor.n_values);
     CHECK(rtrain__v1__data_format__descriptor.n_values == RT_FORMAT_TFRECORD + 1,
           "DataFormat has %u values", rtrain__v1__data_format__descriptor.n_values);
