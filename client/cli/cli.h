@@ -77,6 +77,7 @@ typedef struct cli_opts {
     const char *checkpoint;   /* fit: weights after every epoch */
     const char *csv_log;      /* fit: one CSV row per epoch */
     const char *load_weights; /* fit: initial weights */
+    const char *sample_weights; /* fit: .npy of one loss weight per --data sample */
     int relay;                /* bench through the latency relay (--rtt ...) */
     uint64_t rtt_us, jitter_us, bandwidth_Bps;
 } cli_opts;

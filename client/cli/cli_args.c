@@ -27,7 +27,7 @@ enum {
     O_FEATURES, O_LABEL_KEY, O_IMAGE_SIZE, O_CHANNELS, O_RESIZE, O_MEAN, O_STD, O_AUGMENT,
     O_ON_BAD,
     O_TLS_CA, O_TLS_CERT, O_TLS_KEY, O_TOKEN_FILE,
-    O_EARLY_STOP, O_CHECKPOINT, O_CSV_LOG, O_LOAD_WEIGHTS,
+    O_EARLY_STOP, O_CHECKPOINT, O_CSV_LOG, O_LOAD_WEIGHTS, O_SAMPLE_WEIGHTS,
     O_RTT, O_JITTER, O_BANDWIDTH,
 };
 
@@ -91,6 +91,7 @@ static const opt_def defs[] = {
     {"checkpoint", 1, O_CHECKPOINT, B(CLI_FIT)},
     {"csv-log", 1, O_CSV_LOG, B(CLI_FIT)},
     {"load-weights", 1, O_LOAD_WEIGHTS, B(CLI_FIT)},
+    {"sample-weights", 1, O_SAMPLE_WEIGHTS, B(CLI_FIT)},
     {"rtt", 1, O_RTT, B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY)},
     {"jitter", 1, O_JITTER, B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY)},
     {"bandwidth", 1, O_BANDWIDTH, B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY)},
@@ -142,6 +143,8 @@ static const struct {
                                    "(loss without --val), Keras' EarlyStopping"},
     {"checkpoint", "W.bin|W.h5", "write the weights after every epoch"},
     {"csv-log", "FILE", "one CSV row per epoch (Keras' CSVLogger columns)"},
+    {"sample-weights", "W.npy", "one loss weight >= 0 per --data sample (Keras' "
+                                "sample_weight; default: none)"},
     {"help", NULL, "this text"},
 };
 
@@ -189,6 +192,9 @@ void cli_usage(FILE *f)
 "                            with --steps-per-epoch\n"
 "                            --loss is required; defaults: --epochs 1,\n"
 "                            --batch-size 32, --optimizer adam\n"
+"                            Callbacks: --early-stopping P, --checkpoint W,\n"
+"                            --csv-log F; --sample-weights W.npy weighs each\n"
+"                            sample's loss (Keras' sample_weight)\n"
 "  eval --model M.json --weights W.bin --data D [--labels L] --loss L\n"
 "  predict --model M.json --weights W.bin --data D --out P.csv|P.npy|-\n"
 "  bench overhead [--max-k 1024] [--reps N] [--csv out.csv] [--plot out.svg]\n"
@@ -509,6 +515,7 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
         case O_CHECKPOINT: o->checkpoint = a; break;
         case O_CSV_LOG: o->csv_log = a; break;
         case O_LOAD_WEIGHTS: o->load_weights = a; break;
+        case O_SAMPLE_WEIGHTS: o->sample_weights = a; break;
         case O_RTT:
         case O_JITTER:
             if (rt_relay_parse_duration(a, id == O_RTT ? &o->rtt_us : &o->jitter_us) < 0)
@@ -556,6 +563,9 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
                         ".csv, .npy, .idx or -ubyte, optionally .gz)",
                         cli_cmd_name(o->cmd), o->data);
         int tf = k == CLI_DATA_TFRECORD || k == CLI_DATA_IMAGES;
+        if (tf && o->sample_weights)
+            return perr(err, errlen, "fit: --sample-weights goes with .csv, .npy or IDX "
+                        "--data, not %s", k == CLI_DATA_TFRECORD ? "TFRecord" : "an image folder");
         if (tf && cli_data_check(o, k, err, errlen) < 0)
             return -1;
         if (k != CLI_DATA_CSV && !tf && !o->labels && o->cmd != CLI_PREDICT)

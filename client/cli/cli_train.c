@@ -334,6 +334,38 @@ static int load_weights(rt_client *c, const char *sid, const rt_client_compile_r
     return rc < 0 ? cli_fail(c, "SetWeights (--load-weights)", rc) : 0;
 }
 
+/* --data with --sample-weights: its parts and an NPY part of one weight
+ * per sample (Keras' sample_weight; the daemon checks the count and that
+ * each is finite and >= 0). TFRecord data was refused by cli_parse. */
+static int upload_weighted(rt_client *c, const char *sid, const cli_opts *o,
+                           rt_client_dataset *out)
+{
+    rt_client_upload_part p[3];
+    memset(p, 0, sizeof p);
+    int n = 0;
+    cli_data_kind k = cli_data_kind_of(o->data);
+    if (k == CLI_DATA_CSV) {
+        p[n].role = RT_ROLE_BOTH;
+        p[n].format = RT_FORMAT_CSV;
+        p[n].path = o->data;
+        p[n].label_column = (int)o->label_column;
+        p[n++].csv_header = o->csv_header;
+    } else {
+        rt_client_format f = k == CLI_DATA_NPY ? RT_FORMAT_NPY : RT_FORMAT_IDX;
+        p[n].role = RT_ROLE_FEATURES;
+        p[n].format = f;
+        p[n].path = o->data;
+        p[n++].normalize = f == RT_FORMAT_IDX && !o->no_normalize;
+        p[n].role = RT_ROLE_LABELS;
+        p[n].format = f;
+        p[n++].path = o->labels;
+    }
+    p[n].role = RT_ROLE_SAMPLE_WEIGHTS;
+    p[n].format = RT_FORMAT_NPY;
+    p[n++].path = o->sample_weights;
+    return rt_client_upload_parts(c, sid, base_name(o->data), p, (size_t)n, out);
+}
+
 /* The weights of the program into path (--checkpoint, --save-weights). */
 static int save_weights(rt_client *c, const char *sid, const char *program,
                         const char *path, const char *flag, int quiet)
@@ -380,7 +412,8 @@ int cli_cmd_fit(const cli_opts *o)
         goto out;
     if (o->load_weights && (ex = load_weights(c, sid, &prog, o->load_weights)))
         goto out;
-    int rc = cli_upload(c, sid, base_name(o->data), o->data, o->labels, o, &tr);
+    int rc = o->sample_weights ? upload_weighted(c, sid, o, &tr)
+                               : cli_upload(c, sid, base_name(o->data), o->data, o->labels, o, &tr);
     if (rc < 0) {
         ex = cli_fail(c, "upload of --data", rc);
         goto out;

@@ -289,6 +289,29 @@ tl = f["top_level_model_weights"].attrs["weight_names"]  # Keras 2.11: np.asarra
 assert tl.shape == (0,) and tl.dtype == np.float64, (tl.shape, tl.dtype)
 EOF
 then ok "W.h5 in Keras' layout"; else bad "W.h5 layout"; fi
+# --- --sample-weights: Keras' sample_weight from an .npy. All zeros: the
+# loss is 0 and no weight moves (Adam's step is 0 / (0 + eps)).
+n_train=$(grep -c . "$ex/train_shuffled.csv")
+$py -c "import numpy as np, sys; np.save(sys.argv[1], np.zeros(int(sys.argv[2]), np.float32)); np.save(sys.argv[3], np.ones(3, np.float32))" \
+  "$tmp/zero_w.npy" "$n_train" "$tmp/short_w.npy"
+expect_rc 0 "fit --sample-weights zeros" -- "$rtrain" "${FIT[@]}" --epochs 2 \
+  --load-weights "$tmp/k.h5" --sample-weights "$tmp/zero_w.npy" --save-weights "$tmp/zw.h5"
+has "$tmp/out" "final: loss 0.0000 " "zero sample weights: loss 0"
+if $py - "$tmp/k.h5" "$tmp/zw.h5" <<'EOF'
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+for n in ["dense/dense/kernel:0", "dense/dense/bias:0", "dense_1/dense_1/kernel:0"]:
+    assert np.array_equal(a[n][()], b[n][()]), n
+EOF
+then ok "zero sample weights: no weight moved"; else bad "zero sample weights moved the weights"; fi
+expect_rc 4 "--sample-weights of the wrong length" -- "$rtrain" "${FIT[@]}" --epochs 1 \
+  --sample-weights "$tmp/short_w.npy"
+has "$tmp/err" "sample weights" "the refusal names the sample weights"
+mkdir -p "$tmp/imgs"
+expect_rc 2 "--sample-weights with an image folder" -- "$rtrain" fit "${S[@]}" \
+  --model "$ex/model.json" --data "$tmp/imgs" --loss sparse_categorical_crossentropy \
+  --sample-weights "$tmp/zero_w.npy"
+has "$tmp/err" "--sample-weights goes with" "the usage error names --sample-weights"
 expect_rc 0 "eval --weights W.h5" -- "$rtrain" eval "${S[@]}" --model "$ex/model.json" \
   --weights "$tmp/k.h5" --data "$ex/val_shuffled.csv" --loss sparse_categorical_crossentropy
 cp "$tmp/out" "$tmp/eval_h5.out"
