@@ -12,7 +12,10 @@ at the next step boundary.
 Learning-rate callbacks set model.optimizer.learning_rate; fit sends a
 changed rate with the next epoch's run and the daemon uses it from that
 run's first step on, with the optimizer's state (moments, step count) kept,
-as Keras' callbacks setting the optimizer's variable.
+as Keras' callbacks setting the optimizer's variable. A rate set inside an
+epoch (on_batch_end) therefore applies from the next epoch, where Keras
+would apply it from the next batch; LearningRateScheduler and
+ReduceLROnPlateau set it between epochs, where the two agree.
 """
 import csv as _csv
 import math as _math
