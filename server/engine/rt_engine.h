@@ -383,7 +383,8 @@ int rt_exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n,
 int rt_exec_get_grad(const rt_exec *e, int i, float *dst);
 
 /* Checkpoints: the exec's whole training state (weights, optimizer state,
- * step counter, data cursor: epoch and position; the RNG is counter-based,
+ * step counter, learning-rate override, data cursor: epoch and position;
+ * the RNG is counter-based,
  * so nothing else is needed) as one versioned blob. A restored exec
  * continues bit-identically: the first data set passed after a load is
  * taken as the one the cursor refers to. */
@@ -397,7 +398,7 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len);
  * rate and its schedule (Keras' LearningRateScheduler and
  * ReduceLROnPlateau setting optimizer.learning_rate); lr == 0 goes back to
  * the config's. Optimizer state and step are untouched. RT_EINVAL for a
- * negative or non-finite lr. A checkpoint blob does not hold it. */
+ * negative or non-finite lr. The checkpoint blob holds it. */
 int rt_exec_set_lr(rt_exec *e, float lr);
 /* The rate the next step uses (the override, or the schedule's at the
  * current step). */

@@ -68,6 +68,8 @@ struct rt_exec {
 static void rt__loss_weighted(rt_exec *e, int64_t nb, double *loss_sum, double *acc_sum,
                               int grad);
 static int rt__check_sw(rt_exec *e, const rt_data *d);
+static void rt__gather_sw(rt_exec *e, const float *sw, const int64_t *idx, int64_t start,
+                          int64_t nb);
 
 static uint64_t rt__now(void)
 {
@@ -304,11 +306,9 @@ static void rt__gen_perm(rt_exec *e)
 
 /* copy rows idx[0..nb) (or start..start+nb when idx is NULL) into the arena */
 static void rt__gather(rt_exec *e, const float *x, const void *y,
-                       const int64_t *idx, int64_t start, int64_t nb, const float *sw)
+                       const int64_t *idx, int64_t start, int64_t nb)
 {
     const int64_t in = e->p->in_numel, ln = e->p->loss.lab_numel;
-    if (sw)
-        for (int64_t i = 0; i < nb; i++) e->swb[i] = sw[idx ? idx[i] : start + i];
     if (!idx) {
         memcpy(e->xb, x + start * in, sizeof(float) * (size_t)(nb * in));
         if (y)
@@ -398,7 +398,8 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
         if (e->perm_epoch != e->epoch) rt__gen_perm(e);
         const int64_t start = e->pos * B;
         const int64_t nb = n - start < B ? n - start : B;
-        rt__gather(e, d->x, d->y, e->perm + start, 0, nb, d->sw);
+        rt__gather(e, d->x, d->y, e->perm + start, 0, nb);
+        if (d->sw) rt__gather_sw(e, d->sw, e->perm + start, 0, nb);
         rt__forward(e, nb, 1, 1);
         double bl = 0, ba = 0;
         if (d->sw)
@@ -475,7 +476,8 @@ static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
     double ls = 0, as = 0;
     for (int64_t start = 0; start < d->n; start += B) {
         const int64_t nb = d->n - start < B ? d->n - start : B;
-        rt__gather(e, d->x, d->y, NULL, start, nb, d->sw);
+        rt__gather(e, d->x, d->y, NULL, start, nb);
+        if (d->sw) rt__gather_sw(e, d->sw, NULL, start, nb);
         rt__forward(e, nb, 0, 0);
         if (d->sw)
             rt__loss_weighted(e, nb, &ls, &as, 0);
@@ -500,7 +502,7 @@ static int rt__exec_predict(rt_exec *e, const float *x, int64_t n, float *out)
     const int64_t B = e->p->cfg.batch_size, on = e->p->loss.out_numel;
     for (int64_t start = 0; start < n; start += B) {
         const int64_t nb = n - start < B ? n - start : B;
-        rt__gather(e, x, NULL, NULL, start, nb, NULL);
+        rt__gather(e, x, NULL, NULL, start, nb);
         rt__forward(e, nb, 0, 0);
         memcpy(out + start * on, e->out, sizeof(float) * (size_t)(nb * on));
     }
@@ -515,7 +517,8 @@ static int rt__exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n, doubl
     if (n < 1 || n > d->n || n > e->p->cfg.batch_size)
         return rt__eerr(e, RT_EINVAL, "n %lld outside 1..min(%lld, batch_size)",
                         (long long)n, (long long)d->n);
-    rt__gather(e, d->x, d->y, NULL, 0, n, d->sw);
+    rt__gather(e, d->x, d->y, NULL, 0, n);
+    if (d->sw) rt__gather_sw(e, d->sw, NULL, 0, n);
     rt__forward(e, n, 1, 0);
     double ls = 0, as = 0;
     if (d->sw)
@@ -597,9 +600,11 @@ typedef struct rt__state_hdr {
     int64_t step, epoch, pos, ep_samples;
     double ep_loss, ep_acc;
     uint64_t seed;
+    float lr_set;             /* rt_exec_set_lr's rate, 0 if none (version 2) */
+    uint32_t reserved;
 } rt__state_hdr;
 
-#define RT__STATE_VERSION 1u
+#define RT__STATE_VERSION 2u
 
 size_t rt_exec_state_size(const rt_exec *e)
 {
@@ -625,6 +630,7 @@ int rt_exec_save_state(const rt_exec *e, void *buf, size_t len)
     h.ep_loss = e->ep_loss;
     h.ep_acc = e->ep_acc;
     h.seed = e->p->cfg.seed;
+    h.lr_set = e->lr_set;
     char *o = buf;
     memcpy(o, &h, sizeof h);
     o += sizeof h;
@@ -649,6 +655,8 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
         return rt__eerr(e, RT_EDATA, "state blob belongs to another program");
     if (h.step < 0 || h.epoch < 0 || h.pos < 0)
         return rt__eerr(e, RT_EDATA, "state blob has a negative counter");
+    if (!(h.lr_set >= 0.0f) || isinf(h.lr_set))
+        return rt__eerr(e, RT_EDATA, "state blob has a bad learning rate");
     const char *s = (const char *)buf + sizeof h;
     memcpy(e->w, s, sizeof(float) * (size_t)h.param_floats);
     s += sizeof(float) * (size_t)h.param_floats;
@@ -659,6 +667,7 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
     e->ep_samples = h.ep_samples;
     e->ep_loss = h.ep_loss;
     e->ep_acc = h.ep_acc;
+    e->lr_set = h.lr_set;
     e->restored = 1;
     e->perm_epoch = -1;
     e->dx = NULL;
@@ -690,6 +699,13 @@ static void rt__loss_weighted(rt_exec *e, int64_t nb, double *loss_sum, double *
             for (int64_t j = 0; j < on; j++) dy[j] *= s;
         }
     }
+}
+
+/* the batch's sample weights, rows as rt__gather takes them */
+static void rt__gather_sw(rt_exec *e, const float *sw, const int64_t *idx, int64_t start,
+                          int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) e->swb[i] = sw[idx ? idx[i] : start + i];
 }
 
 static int rt__check_sw(rt_exec *e, const rt_data *d)

@@ -214,11 +214,17 @@ static void check_copy_state(void)
     REQUIRE(blob);
     CHECK_RC(rt_exec_save_state(r4, blob, n));
     CHECK_RC(rt_exec_load_state(r2, blob, n));
+    CHECK(rt_exec_lr(r2) == 0.02f); /* r4 had no override */
     CHECK_RC(rt_exec_set_lr(r2, 0.05f));
     /* the blob kept r4's cursor at a finished epoch: position 0 */
     CHECK_RC(rt_exec_train(r2, &d, 4, NULL, NULL, NULL, NULL));
     CHECK(same_weights(c, r2));
     CHECK(rt_exec_global_step(c) == 8);
+    /* the blob keeps an override */
+    CHECK_RC(rt_exec_save_state(r2, blob, n));
+    CHECK_RC(rt_exec_set_lr(r4, 0.0f));
+    CHECK_RC(rt_exec_load_state(r4, blob, n));
+    CHECK(rt_exec_lr(r4) == 0.05f);
     /* a program with other parameters is refused, naming one */
     rt_graph *g = rt_graph_create();
     int64_t in[] = {RT_BATCH, NI}, dw[] = {NI, 2};
