@@ -83,7 +83,8 @@ def test_class_weight_loss_and_step_match_numpy(client):
     assert h["accuracy"][0] == pytest.approx(acc, abs=1e-6)
 
 
-def test_sample_weight_times_class_weight_smaller_batches(client):
+@pytest.mark.parametrize("spx", [None, 2])
+def test_sample_weight_times_class_weight_smaller_batches(client, spx):
     x, y = data(30)
     w0, b0 = init()
     cw = {0: 1.0, 1: 3.0, 2: 0.0}
@@ -94,8 +95,9 @@ def test_sample_weight_times_class_weight_smaller_batches(client):
     m.compile(optimizer=rtrain.optimizers.SGD(lr),
               loss="sparse_categorical_crossentropy")
     # Three steps of 10 in order: each is its batch's weighted mean.
+    # The Fit stream (spx None) and RunSteps calls of 2 steps alike.
     h = m.fit(x, y, batch_size=10, epochs=1, verbose=0, shuffle=False,
-              sample_weight=sw, class_weight=cw)
+              sample_weight=sw, class_weight=cw, steps_per_execution=spx)
     w, b = w0.astype(np.float64), b0.astype(np.float64)
     total = 0.0
     for s in range(3):
@@ -172,7 +174,8 @@ def adam_ref(x, y, w, b, lrs, batches, b1=0.9, b2=0.999, eps=1e-7):
     return w, b
 
 
-def test_lr_change_keeps_adam_state_and_program(client):
+@pytest.mark.parametrize("spx", [None, 1])
+def test_lr_change_keeps_adam_state_and_program(client, spx):
     x, y = data(20)
     w0, b0 = init()
     m = softmax_model(w0, b0)
@@ -182,7 +185,8 @@ def test_lr_change_keeps_adam_state_and_program(client):
     # LearningRateScheduler: 0.01 in epochs 0-1, 0.05 in epochs 2-3; one
     # full batch per epoch.
     sched = C.LearningRateScheduler(lambda ep, lr: 0.01 if ep < 2 else 0.05)
-    m.fit(x, y, batch_size=20, epochs=4, verbose=0, callbacks=[sched])
+    m.fit(x, y, batch_size=20, epochs=4, verbose=0, callbacks=[sched],
+          steps_per_execution=spx)
     assert m.compiled.program_id == pid  # no recompile
     assert m.compiled.global_step == 4
     assert m.compiled.learning_rate == pytest.approx(0.05, rel=1e-7)
@@ -198,7 +202,7 @@ def test_lr_change_keeps_adam_state_and_program(client):
     assert np.abs(w_fresh - w1).max() > 20 * np.abs(w - w1).max()
     # Set by hand between fits, as Keras users do.
     m.optimizer.learning_rate = 0.002
-    m.fit(x, y, batch_size=20, epochs=1, verbose=0)
+    m.fit(x, y, batch_size=20, epochs=1, verbose=0, steps_per_execution=spx)
     w, b = adam_ref(x, y, w0, b0, [0.01, 0.01, 0.05, 0.05, 0.002],
                     [full] * 5)
     np.testing.assert_allclose(m.get_weights()[0], w, rtol=2e-4, atol=2e-6)
