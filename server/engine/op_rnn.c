@@ -8,8 +8,9 @@
  *       GRU z,r,h; GRU reset_after has a (2,3U) bias: input row, then
  *       recurrent row). Attributes: activation (default "tanh"),
  *       recurrent_activation (LSTM/GRU, default "sigmoid"), return_sequences,
- *       go_backwards, aligned (a backwards sequence output indexed by input
- *       time), reset_after (GRU, default 1).
+ *       go_backwards, reverse_output (a sequence output in reverse step
+ *       order, as Bidirectional's backward half), reset_after (GRU,
+ *       default 1).
  *   Embedding(x (B,...) holding integral indices as floats, W (V,D))
  *       -> (B,...,D). The exec checks the indices before a step
  *       (rt_exec_check_data); the kernel clamps as a last resort.
@@ -62,7 +63,7 @@ static int rt__rnn_infer_cell(rt__cc *cc, rt__node *nd, int cell, int64_t G)
     p->G = G;
     p->seq = (int)rt__attr_int(cc, nd, "return_sequences", 0, &ok);
     if (ok) p->backwards = (int)rt__attr_int(cc, nd, "go_backwards", 0, &ok);
-    if (ok) p->aligned = (int)rt__attr_int(cc, nd, "aligned", 0, &ok);
+    if (ok) p->rev_out = (int)rt__attr_int(cc, nd, "reverse_output", 0, &ok);
     if (ok) p->reset_after = cell == RT__RNN_GRU && rt__attr_int(cc, nd, "reset_after", 1, &ok);
     if (!ok) return RT_EINVAL;
     if ((rc = rt__rnn_act(cc, nd, "activation", "tanh", &p->act)) < 0) return rc;

@@ -178,14 +178,15 @@ enum { RT__RNN_SIMPLE = 1, RT__RNN_LSTM, RT__RNN_GRU };
  * recurrent kernel (U,G*U), bias (G*U), or (2,G*U) for GRU reset_after
  * (input bias row, recurrent bias row). Gates: LSTM i,f,c,o (G 4), GRU
  * z,r,h (G 3), SimpleRNN one (G 1). Output (B,U), or (B,T,U) with seq.
- * backwards: steps run from t = T-1 down to 0 (Keras go_backwards), and a
- * sequence output is in step order unless aligned (then output t is the
- * state after reading input t, as Bidirectional's backward half). */
+ * backwards: steps run from t = T-1 down to 0 (Keras go_backwards). A
+ * sequence output holds step s at position s, or at T-1-s with rev_out
+ * (Bidirectional reverses its backward half's sequence so that position t
+ * is the state after reading input t). */
 typedef struct rt__rnn_params {
     int cell;              /* RT__RNN_* */
     int64_t T, F, U, G;
     int act, ract;         /* RT__RA_* */
-    int seq, backwards, aligned, reset_after, bias;
+    int seq, backwards, rev_out, reset_after, bias;
 } rt__rnn_params;
 
 /* Embedding: R indices per sample (float values, integral, in [0, V))

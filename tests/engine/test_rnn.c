@@ -54,7 +54,7 @@ static void run_case(const rcase *c)
     rt_attr at[6] = {
         {.name = "return_sequences", .kind = RT_ATTR_INT, .i = c->seq},
         {.name = "go_backwards", .kind = RT_ATTR_INT, .i = c->backwards},
-        {.name = "aligned", .kind = RT_ATTR_INT, .i = c->aligned},
+        {.name = "reverse_output", .kind = RT_ATTR_INT, .i = c->aligned},
         {.name = "recurrent_activation", .kind = RT_ATTR_STR, .s = c->ract},
         {.name = "reset_after", .kind = RT_ATTR_INT, .i = c->reset_after},
     };

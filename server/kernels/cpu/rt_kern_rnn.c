@@ -119,7 +119,7 @@ int rt_kern_rnn_prepare(rt__node *nd, int64_t B, rt__arena *A)
 /* output position of step s in a sequence output */
 static inline int64_t rt__rnn_pos(const rt__rnn_params *p, int64_t s)
 {
-    return p->backwards && p->aligned ? p->T - 1 - s : s;
+    return p->rev_out ? p->T - 1 - s : s;
 }
 /* input time read at step s */
 static inline int64_t rt__rnn_tau(const rt__rnn_params *p, int64_t s)

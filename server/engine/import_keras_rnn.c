@@ -1,0 +1,281 @@
+/*
+ * import_keras_rnn.c - Keras' Embedding, SimpleRNN, LSTM, GRU and
+ * Bidirectional layers -> the engine's Embedding / SimpleRNN / LSTM / GRU
+ * ops (server/engine/op_rnn.c). import_keras.c lists these functions in
+ * its layer table.
+ *
+ * Weights keep Keras' names and layout, so get/set weights interoperate
+ * with a Keras model's: "<layer>/embeddings"; "<layer>/kernel" (in, G*units),
+ * "<layer>/recurrent_kernel" (units, G*units), "<layer>/bias" (G*units,
+ * or (2, 3*units) for GRU reset_after); gates LSTM i,f,c,o and GRU z,r,h.
+ * Bidirectional's halves are "<layer>/forward_<inner>/..." and
+ * "<layer>/backward_<inner>/...".
+ *
+ * Settings that would change training and that the engine does not
+ * implement are errors naming the setting, never dropped: dropout and
+ * recurrent_dropout above 0, return_state, stateful, time_major, Embedding
+ * mask_zero, regularizers and constraints, an explicit backward_layer.
+ * unroll and implementation only choose how Keras computes the same values.
+ */
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "import_keras.h"
+#include "rt_engine_impl.h"
+
+/* a setting that must be absent, null, false or 0 */
+static int k_reject_set(rt_keras_ctx *c, const char *key, const char *why)
+{
+    json_object *v = NULL;
+    if (!c->cfg || !json_object_object_get_ex(c->cfg, key, &v) || !v) return 0;
+    if (json_object_is_type(v, json_type_boolean) && !json_object_get_boolean(v)) return 0;
+    if ((json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)) &&
+        json_object_get_double(v) == 0.0)
+        return 0;
+    return rt_keras_fail(c, RT_EUNIMPLEMENTED, "%s '%s' is not supported%s%s", c->class_name, key,
+                         why ? ": " : "", why ? why : "");
+}
+
+static int k_reject_all(rt_keras_ctx *c, const char *const *keys, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int rc = k_reject_set(c, keys[i], NULL);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+/* Keras 3 writes initializers as {"module": ..., "class_name": ...}; its
+ * hard_sigmoid is relu6(x + 3) / 6, Keras 1/2's clip(0.2 x + 0.5, 0, 1) */
+static int k_is_keras3(rt_keras_ctx *c)
+{
+    json_object *ki = NULL, *m = NULL;
+    return c->cfg && json_object_object_get_ex(c->cfg, "kernel_initializer", &ki) && ki &&
+           json_object_is_type(ki, json_type_object) && json_object_object_get_ex(ki, "module", &m);
+}
+
+static int k_rnn_act(rt_keras_ctx *c, const char *key, const char *def, const char **out)
+{
+    const char *s;
+    int rc = rt_keras_cfg_str(c, key, def, &s);
+    if (rc < 0) return rc;
+    static const char *ok[] = {"tanh", "sigmoid", "relu", "linear", "hard_sigmoid"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (!strcmp(s, ok[i])) {
+            *out = !strcmp(s, "hard_sigmoid") && k_is_keras3(c) ? "hard_sigmoid_v3" : s;
+            return 0;
+        }
+    return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                         "%s %s '%.40s' is not supported (tanh, sigmoid, relu, linear, hard_sigmoid)",
+                         c->class_name, key, s);
+}
+
+static int k_name(rt_keras_ctx *c, char *dst, const char *base, const char *sfx)
+{
+    int n = snprintf(dst, RT_KERAS_NAME, "%s/%s", base, sfx);
+    if (n < 0 || n >= RT_KERAS_NAME) return rt_keras_fail(c, RT_EINVAL, "layer name is too long");
+    return 0;
+}
+
+int rt_keras_embedding(rt_keras_ctx *c)
+{
+    static const char *const unsupported[] = {"embeddings_regularizer", "activity_regularizer",
+                                              "embeddings_constraint"};
+    int64_t V, D;
+    int trainable, rc;
+    rt_init init;
+    if ((rc = k_reject_set(c, "mask_zero", "masking is not implemented")) < 0 ||
+        (rc = k_reject_all(c, unsupported, 3)) < 0 ||
+        (rc = rt_keras_cfg_int(c, "input_dim", 0, &V)) < 0 ||
+        (rc = rt_keras_cfg_int(c, "output_dim", 0, &D)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "trainable", 1, &trainable)) < 0 ||
+        (rc = rt_keras_cfg_init(c, "embeddings_initializer", RT_INIT_GLOROT_UNIFORM, &init)) < 0)
+        return rc;
+    if (V <= 0 || D <= 0 || V > RT__MAX_NUMEL || D > RT__MAX_NUMEL)
+        return rt_keras_fail(c, RT_EINVAL, "Embedding needs input_dim > 0 and output_dim > 0");
+    const rt_keras_tensor *x = &c->in[0];
+    if (x->ndim + 1 >= RT_MAX_DIMS)
+        return rt_keras_fail(c, RT_ESHAPE, "Embedding input has rank %d", x->ndim);
+    char w[RT_KERAS_NAME];
+    if ((rc = k_name(c, w, c->layer, "embeddings")) < 0) return rc;
+    int64_t wd[2] = {V, D};
+    if ((rc = rt_graph_add_param(c->g, w, 2, wd, init, trainable, NULL)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    const char *in[2] = {x->name, w};
+    if ((rc = rt_graph_add_node(c->g, c->layer, "Embedding", 2, in, 0, NULL)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    snprintf(c->out.name, sizeof c->out.name, "%s", c->layer);
+    c->out.ndim = x->ndim + 1;
+    memcpy(c->out.dims, x->dims, sizeof c->out.dims);
+    c->out.dims[x->ndim] = D;
+    return 0;
+}
+
+enum { K_SIMPLE, K_LSTM, K_GRU };
+
+/* One recurrent layer from c->cfg as node name, reading c->in[0].
+ * flip: run in the other direction than go_backwards says; rev_out: a
+ * sequence output in reverse step order (Bidirectional's backward half). */
+static int k_rnn_build(rt_keras_ctx *c, int cell, const char *name, int flip, int rev_out,
+                       rt_keras_tensor *out)
+{
+    static const char *const unsupported[] = {
+        "kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
+        "activity_regularizer", "kernel_constraint", "recurrent_constraint",
+        "bias_constraint", "return_state", "stateful", "time_major"};
+    static const char *const ops[] = {"SimpleRNN", "LSTM", "GRU"};
+    static const int gates[] = {1, 4, 3};
+    int64_t units;
+    double drop, rdrop;
+    int use_bias, seq, back, trainable, ufb = 0, reset_after = 0, rc;
+    const char *act, *ract = "sigmoid";
+    rt_init kinit, rinit, binit;
+    if ((rc = k_reject_all(c, unsupported, 10)) < 0 ||
+        (rc = rt_keras_cfg_int(c, "units", 0, &units)) < 0 ||
+        (rc = rt_keras_cfg_float(c, "dropout", 0, &drop)) < 0 ||
+        (rc = rt_keras_cfg_float(c, "recurrent_dropout", 0, &rdrop)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "use_bias", 1, &use_bias)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "return_sequences", 0, &seq)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "go_backwards", 0, &back)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "trainable", 1, &trainable)) < 0 ||
+        (rc = k_rnn_act(c, "activation", "tanh", &act)) < 0 ||
+        (cell != K_SIMPLE && (rc = k_rnn_act(c, "recurrent_activation", "sigmoid", &ract)) < 0) ||
+        (cell == K_LSTM && (rc = rt_keras_cfg_bool(c, "unit_forget_bias", 1, &ufb)) < 0) ||
+        (cell == K_GRU && (rc = rt_keras_cfg_bool(c, "reset_after", 1, &reset_after)) < 0) ||
+        (rc = rt_keras_cfg_init(c, "kernel_initializer", RT_INIT_GLOROT_UNIFORM, &kinit)) < 0 ||
+        (rc = rt_keras_cfg_init(c, "recurrent_initializer", RT_INIT_GLOROT_UNIFORM, &rinit)) < 0 ||
+        (rc = rt_keras_cfg_init(c, "bias_initializer", RT_INIT_ZEROS, &binit)) < 0)
+        return rc;
+    if (units <= 0 || units > (1 << 20))
+        return rt_keras_fail(c, RT_EINVAL, "%s needs units in 1..2^20", c->class_name);
+    if (drop != 0 || rdrop != 0)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "%s dropout %g / recurrent_dropout %g: only 0 is supported",
+                             c->class_name, drop, rdrop);
+    const rt_keras_tensor *x = &c->in[0];
+    if (x->ndim != 2)
+        return rt_keras_fail(c, RT_ESHAPE, "%s needs (time, features) inputs, got rank %d",
+                             c->class_name, x->ndim);
+    const int64_t GU = gates[cell] * units;
+    char kn[RT_KERAS_NAME], rn[RT_KERAS_NAME], bn[RT_KERAS_NAME];
+    if ((rc = k_name(c, kn, name, "kernel")) < 0 || (rc = k_name(c, rn, name, "recurrent_kernel")) < 0 ||
+        (rc = k_name(c, bn, name, "bias")) < 0)
+        return rc;
+    int64_t kd[2] = {x->dims[1], GU}, rd[2] = {units, GU}, bd[2] = {2, GU};
+    if ((rc = rt_graph_add_param(c->g, kn, 2, kd, kinit, trainable, NULL)) < 0 ||
+        (rc = rt_graph_add_param(c->g, rn, 2, rd, rinit, trainable, NULL)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    if (use_bias) {
+        /* Keras' unit_forget_bias: the forget gate's bias starts at 1 */
+        float *ones = NULL;
+        if (ufb) {
+            if (binit != RT_INIT_ZEROS)
+                return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                                     "unit_forget_bias with a bias_initializer other than zeros");
+            ones = calloc((size_t)GU, sizeof(float));
+            if (!ones) return RT_ENOMEM;
+            for (int64_t j = units; j < 2 * units; j++) ones[j] = 1.0f;
+        }
+        rc = reset_after ? rt_graph_add_param(c->g, bn, 2, bd, binit, trainable, NULL)
+                         : rt_graph_add_param(c->g, bn, 1, &GU, binit, trainable, ones);
+        free(ones);
+        if (rc < 0) return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    }
+    rt_attr at[6] = {
+        {.name = "activation", .kind = RT_ATTR_STR, .s = act},
+        {.name = "return_sequences", .kind = RT_ATTR_INT, .i = seq},
+        {.name = "go_backwards", .kind = RT_ATTR_INT, .i = back ^ flip},
+        {.name = "reverse_output", .kind = RT_ATTR_INT, .i = rev_out && seq},
+        {.name = "recurrent_activation", .kind = RT_ATTR_STR, .s = ract},
+        {.name = "reset_after", .kind = RT_ATTR_INT, .i = reset_after},
+    };
+    const int nat = cell == K_GRU ? 6 : cell == K_LSTM ? 5 : 4;
+    const char *in[4] = {x->name, kn, rn, bn};
+    if ((rc = rt_graph_add_node(c->g, name, ops[cell], use_bias ? 4 : 3, in, nat, at)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    snprintf(out->name, sizeof out->name, "%s", name);
+    out->ndim = seq ? 2 : 1;
+    out->dims[0] = seq ? x->dims[0] : units;
+    out->dims[1] = units;
+    return 0;
+}
+
+int rt_keras_simplernn(rt_keras_ctx *c) { return k_rnn_build(c, K_SIMPLE, c->layer, 0, 0, &c->out); }
+int rt_keras_lstm(rt_keras_ctx *c) { return k_rnn_build(c, K_LSTM, c->layer, 0, 0, &c->out); }
+int rt_keras_gru(rt_keras_ctx *c) { return k_rnn_build(c, K_GRU, c->layer, 0, 0, &c->out); }
+
+/* Bidirectional(layer, merge_mode): the layer forward and a copy running
+ * the other way (its sequence output reversed back, as Keras does), merged
+ * by concat (last axis), sum, mul or ave. */
+int rt_keras_bidirectional(rt_keras_ctx *c)
+{
+    json_object *inner = NULL, *icls = NULL, *icfg = NULL, *iname = NULL;
+    int rc;
+    if ((rc = k_reject_set(c, "backward_layer", "an explicit backward layer")) < 0) return rc;
+    if (!json_object_object_get_ex(c->cfg, "layer", &inner) || !inner ||
+        !json_object_object_get_ex(inner, "class_name", &icls) ||
+        !json_object_is_type(icls, json_type_string) ||
+        !json_object_object_get_ex(inner, "config", &icfg) ||
+        !json_object_is_type(icfg, json_type_object))
+        return rt_keras_fail(c, RT_EINVAL, "Bidirectional needs a 'layer' with class_name and config");
+    const char *cls = json_object_get_string(icls);
+    int cell = !strcmp(cls, "SimpleRNN") ? K_SIMPLE
+               : !strcmp(cls, "LSTM")    ? K_LSTM
+               : !strcmp(cls, "GRU")     ? K_GRU
+                                         : -1;
+    if (cell < 0)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "Bidirectional over '%.40s' (SimpleRNN, LSTM or GRU only)", cls);
+    const char *mode;
+    if ((rc = rt_keras_cfg_str(c, "merge_mode", "concat", &mode)) < 0) return rc;
+    const char *op = !strcmp(mode, "concat") ? "Concat"
+                     : !strcmp(mode, "sum")  ? "Add"
+                     : !strcmp(mode, "mul")  ? "Mul"
+                     : !strcmp(mode, "ave")  ? "Add"
+                                             : NULL;
+    if (!op)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "Bidirectional merge_mode '%.20s' (concat, sum, mul or ave)", mode);
+    const char *in_name = json_object_object_get_ex(icfg, "name", &iname) &&
+                                  json_object_is_type(iname, json_type_string)
+                              ? json_object_get_string(iname) : cls;
+    char fw[RT_KERAS_NAME], bw[RT_KERAS_NAME];
+    int n1 = snprintf(fw, sizeof fw, "%s/forward_%s", c->layer, in_name);
+    int n2 = snprintf(bw, sizeof bw, "%s/backward_%s", c->layer, in_name);
+    if (n1 < 0 || n1 >= RT_KERAS_NAME || n2 < 0 || n2 >= RT_KERAS_NAME)
+        return rt_keras_fail(c, RT_EINVAL, "layer name is too long");
+    /* the inner layer's settings, errors still naming the Bidirectional */
+    rt_keras_ctx ic = *c;
+    ic.cfg = icfg;
+    ic.class_name = cls;
+    rt_keras_tensor fo, bo;
+    if ((rc = k_rnn_build(&ic, cell, fw, 0, 0, &fo)) < 0 ||
+        (rc = k_rnn_build(&ic, cell, bw, 1, 1, &bo)) < 0)
+        return rc;
+    c->out = fo;
+    const char *in[2] = {fo.name, bo.name};
+    const char *merged = c->layer;
+    char sum[RT_KERAS_NAME];
+    const int ave = !strcmp(mode, "ave");
+    if (ave && (rc = k_name(c, sum, c->layer, "sum")) < 0) return rc;
+    rt_attr axis = {.name = "axis", .kind = RT_ATTR_INT, .i = fo.ndim};
+    const int concat = !strcmp(op, "Concat");
+    if ((rc = rt_graph_add_node(c->g, ave ? sum : merged, op, 2, in, concat, &axis)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    if (ave) {
+        char half[RT_KERAS_NAME];
+        if ((rc = k_name(c, half, c->layer, "half")) < 0) return rc;
+        const int64_t one = 1;
+        const float h = 0.5f;
+        if ((rc = rt_graph_add_param(c->g, half, 1, &one, RT_INIT_ZEROS, 0, &h)) < 0)
+            return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+        const char *min[2] = {sum, half};
+        if ((rc = rt_graph_add_node(c->g, merged, "Mul", 2, min, 0, NULL)) < 0)
+            return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    }
+    snprintf(c->out.name, sizeof c->out.name, "%s", merged);
+    if (concat) c->out.dims[c->out.ndim - 1] *= 2;
+    return 0;
+}
