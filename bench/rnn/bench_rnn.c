@@ -2,9 +2,12 @@
  * bench_rnn.c - a training step of a small IMDB-like LSTM model, imported
  * from Keras JSON (Embedding(10000, 64) -> LSTM(64) -> Dense(1, sigmoid);
  * binary crossentropy, Adam, batch 32, sequence 100), against PyTorch
- * eager (bench/rnn/torch_peer.py, 2 threads, OPENBLAS_CORETYPE unset for
- * it) measured in the same run. Both sides: 3 warm-up steps, then the
- * median over repetitions of 5 steps of the per-step time.
+ * eager (bench/rnn/torch_peer.py, OPENBLAS_CORETYPE unset for it) measured
+ * in the same run, both on 2 threads (the default here: OpenMP's team of
+ * the machine's 2 cores) and on 1. Both sides: 3 warm-up steps, then the
+ * median over repetitions of 5 steps of the per-step time. On a loaded
+ * machine the 2-thread figures of both sides suffer from team members
+ * that are not scheduled; the 1-thread rows show the kernels alone.
  *
  *     ./build/bench/rnn/bench_rnn [reps]
  */
@@ -12,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <omp.h>
 
 #include "import_keras.h"
 #include "rt_engine.h"
@@ -57,21 +62,38 @@ static void die(const char *what, const char *msg)
     exit(1);
 }
 
-static double run_torch(int reps, char *version)
+static void run_torch(int reps, char *version, double us[2])
 {
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
              "env -u OPENBLAS_CORETYPE /usr/bin/python3 %s/bench/rnn/torch_peer.py %d",
              RT_SOURCE_DIR, reps);
+    us[0] = us[1] = -1;
     FILE *f = popen(cmd, "r");
-    if (!f) return -1;
+    if (!f) return;
     char line[256];
-    double us = -1;
     while (fgets(line, sizeof line, f)) {
-        sscanf(line, "lstm_step_us %lf", &us);
+        sscanf(line, "lstm_step_us_2t %lf", &us[0]);
+        sscanf(line, "lstm_step_us_1t %lf", &us[1]);
         sscanf(line, "torch_version %63s", version);
     }
-    return pclose(f) == 0 ? us : -1;
+    if (pclose(f) != 0) us[0] = us[1] = -1;
+}
+
+/* the median step time over reps repetitions of 5 steps */
+static double measure(rt_exec *e, const rt_data *d, int reps)
+{
+    rt_train_result res;
+    if (rt_exec_train(e, d, 3, &res, NULL, NULL, NULL) < 0) die("train", rt_exec_errmsg(e));
+    double *t = malloc(sizeof(double) * (size_t)reps);
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        if (rt_exec_train(e, d, 5, &res, NULL, NULL, NULL) < 0) die("train", rt_exec_errmsg(e));
+        t[r] = (now_s() - t0) / 5 * 1e6;
+    }
+    const double m = median(t, reps);
+    free(t);
+    return m;
 }
 
 int main(int argc, char **argv)
@@ -108,26 +130,28 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < 8 * B; i++) y[i] = (float)(i & 1);
     rt_data d = {.x = x, .y = y, .y_dtype = RT_F32, .n = 8 * B};
-    rt_train_result res;
-    if (rt_exec_train(e, &d, 3, &res, NULL, NULL, NULL) < 0) die("train", rt_exec_errmsg(e));
-    double *t = malloc(sizeof(double) * (size_t)reps);
-    for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
-        if (rt_exec_train(e, &d, 5, &res, NULL, NULL, NULL) < 0) die("train", rt_exec_errmsg(e));
-        t[r] = (now_s() - t0) / 5 * 1e6;
-    }
-    const double ours = median(t, reps);
+    const int threads = omp_get_max_threads();
+    double ours[2];
+    ours[0] = measure(e, &d, reps);
+    omp_set_num_threads(1);
+    ours[1] = measure(e, &d, reps);
+    omp_set_num_threads(threads);
     printf("running PyTorch peer (bench/rnn/torch_peer.py)...\n");
     char version[64] = "?";
-    const double peer = run_torch(reps, version);
-    printf("\n%-34s %12s %12s %10s\n", "median per training step", "rtrain", "torch", "ratio");
-    if (peer > 0)
-        printf("%-34s %9.0f us %9.0f us %9.2fx   (torch %s, 2 threads; ratio = torch / rtrain)\n",
-               "IMDB-like LSTM, batch 32, seq 100", ours, peer, peer / ours, version);
-    else
-        printf("%-34s %9.0f us %12s\n", "IMDB-like LSTM, batch 32, seq 100", ours,
-               "(peer failed)");
-    free(t);
+    double peer[2] = {-1, -1};
+    if (!getenv("RT_BENCH_NO_PEER")) run_torch(reps, version, peer);
+    printf("\n%-40s %12s %12s %8s\n", "median per training step", "rtrain", "torch",
+           "ratio");
+    for (int k = 0; k < 2; k++) {
+        char row[64];
+        snprintf(row, sizeof row, "IMDB-like LSTM, %d thread%s", k ? 1 : threads,
+                 k || threads == 1 ? "" : "s");
+        if (peer[k] > 0)
+            printf("%-40s %9.0f us %9.0f us %7.2fx\n", row, ours[k], peer[k], peer[k] / ours[k]);
+        else
+            printf("%-40s %9.0f us %12s\n", row, ours[k], "(no peer)");
+    }
+    printf("(torch %s; ratio = torch / rtrain, above 1: rtrain is faster)\n", version);
     free(x);
     free(y);
     rt_exec_destroy(e);

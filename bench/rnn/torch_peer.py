@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """PyTorch peer for bench/rnn: the IMDB-like model of bench_rnn.c in eager
 mode (Embedding(10000, 64) -> LSTM(64) -> Dense(1, sigmoid), binary
-crossentropy, Adam, batch 32, sequence 100), on 2 threads, timed the same
-way: the median over repetitions of the per-step time. Prints
+crossentropy, Adam, batch 32, sequence 100), on 2 threads and on 1, timed
+the same way: the median over repetitions of the per-step time. Prints
 "key value" lines that the C bench parses.
 
     /usr/bin/python3 bench/rnn/torch_peer.py [reps]
@@ -13,7 +13,6 @@ import time
 
 import torch
 
-torch.set_num_threads(2)
 B, T, V, D, U = 32, 100, 10000, 64, 64
 
 
@@ -29,8 +28,8 @@ class Model(torch.nn.Module):
         return torch.sigmoid(self.out(h[-1]))
 
 
-def main():
-    reps = int(sys.argv[1]) if len(sys.argv) > 1 else 15
+def measure(reps, threads):
+    torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = Model()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
@@ -52,7 +51,13 @@ def main():
         t0 = time.perf_counter()
         steps(5)
         per.append((time.perf_counter() - t0) / 5)
-    print("lstm_step_us", statistics.median(per) * 1e6)
+    return statistics.median(per) * 1e6
+
+
+def main():
+    reps = int(sys.argv[1]) if len(sys.argv) > 1 else 15
+    print("lstm_step_us_2t", measure(reps, 2))
+    print("lstm_step_us_1t", measure(reps, 1))
     print("torch_version", torch.__version__)
 
 
