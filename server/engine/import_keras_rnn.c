@@ -11,11 +11,13 @@
  * Bidirectional's halves are "<layer>/forward_<inner>/..." and
  * "<layer>/backward_<inner>/...".
  *
- * Settings that would change training and that the engine does not
- * implement are errors naming the setting, never dropped: dropout and
+ * Nothing is dropped silently: every config field is implemented, or on
+ * the list of fields that do not change training (k_inert: names, dtype,
+ * shape hints, unroll and implementation, which only choose how Keras
+ * computes the same values), or an error naming it. Errors: dropout and
  * recurrent_dropout above 0, return_state, stateful, time_major, Embedding
- * mask_zero, regularizers and constraints, an explicit backward_layer.
- * unroll and implementation only choose how Keras computes the same values.
+ * mask_zero, sparse and lora_rank, regularizers and constraints, an
+ * explicit backward_layer, and any field not known here.
  */
 #include <json-c/json.h>
 #include <stdio.h>
@@ -45,6 +47,40 @@ static int k_reject_all(rt_keras_ctx *c, const char *const *keys, int n)
         if (rc < 0) return rc;
     }
     return 0;
+}
+
+/* Fields of every layer that do not change what is trained: names, the
+ * dtype policy, input shape hints; RNN: unroll/implementation (how Keras
+ * computes the same values), seed (of dropout masks, which are 0 here),
+ * zero_output_for_mask (masking is not used). */
+static const char *const k_inert[] = {
+    "name", "trainable", "dtype", "batch_input_shape", "batch_shape", "input_shape",
+    "input_length", "unroll", "implementation", "seed", "zero_output_for_mask",
+};
+
+/* every key of c->cfg is in known[], more[] or k_inert[], else an error
+ * naming it */
+static int k_known_fields2(rt_keras_ctx *c, const char *const *known, int n,
+                           const char *const *more, int n_more)
+{
+    if (!c->cfg || !json_object_is_type(c->cfg, json_type_object)) return 0;
+    json_object_object_foreach(c->cfg, key, val) {
+        (void)val;
+        int ok = 0;
+        for (int i = 0; i < n && !ok; i++) ok = !strcmp(key, known[i]);
+        for (int i = 0; i < n_more && !ok; i++) ok = !strcmp(key, more[i]);
+        for (size_t i = 0; i < sizeof k_inert / sizeof k_inert[0] && !ok; i++)
+            ok = !strcmp(key, k_inert[i]);
+        if (!ok)
+            return rt_keras_fail(c, RT_EUNIMPLEMENTED, "%s setting '%.40s' is not supported",
+                                 c->class_name, key);
+    }
+    return 0;
+}
+
+static int k_known_fields(rt_keras_ctx *c, const char *const *known, int n)
+{
+    return k_known_fields2(c, known, n, NULL, 0);
 }
 
 /* Keras 3 writes initializers as {"module": ..., "class_name": ...}; its
@@ -82,12 +118,16 @@ static int k_name(rt_keras_ctx *c, char *dst, const char *base, const char *sfx)
 int rt_keras_embedding(rt_keras_ctx *c)
 {
     static const char *const unsupported[] = {"embeddings_regularizer", "activity_regularizer",
-                                              "embeddings_constraint"};
+                                              "embeddings_constraint", "sparse", "lora_rank"};
+    static const char *const known[] = {
+        "input_dim", "output_dim", "embeddings_initializer", "embeddings_regularizer",
+        "activity_regularizer", "embeddings_constraint", "mask_zero", "sparse", "lora_rank"};
     int64_t V, D;
     int trainable, rc;
     rt_init init;
-    if ((rc = k_reject_set(c, "mask_zero", "masking is not implemented")) < 0 ||
-        (rc = k_reject_all(c, unsupported, 3)) < 0 ||
+    if ((rc = k_known_fields(c, known, sizeof known / sizeof known[0])) < 0 ||
+        (rc = k_reject_set(c, "mask_zero", "masking is not implemented")) < 0 ||
+        (rc = k_reject_all(c, unsupported, 5)) < 0 ||
         (rc = rt_keras_cfg_int(c, "input_dim", 0, &V)) < 0 ||
         (rc = rt_keras_cfg_int(c, "output_dim", 0, &D)) < 0 ||
         (rc = rt_keras_cfg_bool(c, "trainable", 1, &trainable)) < 0 ||
@@ -125,6 +165,14 @@ static int k_rnn_build(rt_keras_ctx *c, int cell, const char *name, int flip, in
         "kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
         "activity_regularizer", "kernel_constraint", "recurrent_constraint",
         "bias_constraint", "return_state", "stateful", "time_major"};
+    static const char *const known[] = {
+        "units", "activation", "use_bias", "kernel_initializer", "recurrent_initializer",
+        "bias_initializer", "dropout", "recurrent_dropout", "return_sequences", "go_backwards",
+        "kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
+        "activity_regularizer", "kernel_constraint", "recurrent_constraint",
+        "bias_constraint", "return_state", "stateful", "time_major"};
+    static const char *const lstm_known[] = {"recurrent_activation", "unit_forget_bias"};
+    static const char *const gru_known[] = {"recurrent_activation", "reset_after"};
     static const char *const ops[] = {"SimpleRNN", "LSTM", "GRU"};
     static const int gates[] = {1, 4, 3};
     int64_t units;
@@ -132,7 +180,10 @@ static int k_rnn_build(rt_keras_ctx *c, int cell, const char *name, int flip, in
     int use_bias, seq, back, trainable, ufb = 0, reset_after = 0, rc;
     const char *act, *ract = "sigmoid";
     rt_init kinit, rinit, binit;
-    if ((rc = k_reject_all(c, unsupported, 10)) < 0 ||
+    if ((rc = k_known_fields2(c, known, sizeof known / sizeof known[0],
+                              cell == K_LSTM ? lstm_known : gru_known,
+                              cell == K_SIMPLE ? 0 : 2)) < 0 ||
+        (rc = k_reject_all(c, unsupported, 10)) < 0 ||
         (rc = rt_keras_cfg_int(c, "units", 0, &units)) < 0 ||
         (rc = rt_keras_cfg_float(c, "dropout", 0, &drop)) < 0 ||
         (rc = rt_keras_cfg_float(c, "recurrent_dropout", 0, &rdrop)) < 0 ||
@@ -212,8 +263,11 @@ int rt_keras_gru(rt_keras_ctx *c) { return k_rnn_build(c, K_GRU, c->layer, 0, 0,
 int rt_keras_bidirectional(rt_keras_ctx *c)
 {
     json_object *inner = NULL, *icls = NULL, *icfg = NULL, *iname = NULL;
+    static const char *const known[] = {"layer", "merge_mode", "backward_layer"};
     int rc;
-    if ((rc = k_reject_set(c, "backward_layer", "an explicit backward layer")) < 0) return rc;
+    if ((rc = k_known_fields(c, known, 3)) < 0 ||
+        (rc = k_reject_set(c, "backward_layer", "an explicit backward layer")) < 0)
+        return rc;
     if (!json_object_object_get_ex(c->cfg, "layer", &inner) || !inner ||
         !json_object_object_get_ex(inner, "class_name", &icls) ||
         !json_object_is_type(icls, json_type_string) ||
@@ -228,6 +282,10 @@ int rt_keras_bidirectional(rt_keras_ctx *c)
     if (cell < 0)
         return rt_keras_fail(c, RT_EUNIMPLEMENTED,
                              "Bidirectional over '%.40s' (SimpleRNN, LSTM or GRU only)", cls);
+    json_object *mm = NULL;
+    if (json_object_object_get_ex(c->cfg, "merge_mode", &mm) && !mm)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "Bidirectional merge_mode null (two outputs) is not supported");
     const char *mode;
     if ((rc = rt_keras_cfg_str(c, "merge_mode", "concat", &mode)) < 0) return rc;
     const char *op = !strcmp(mode, "concat") ? "Concat"

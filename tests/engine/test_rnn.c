@@ -9,9 +9,14 @@
  * weight gradient must match torch, and every gradient element must match
  * the central difference of the engine's own loss. Then Embedding's index
  * checks: a fractional or out-of-range index is RT_EDATA naming the sample.
+ * Then the Keras importer (import_keras_rnn.c): a Keras 3 LSTM with
+ * hard_sigmoid (relu6(x + 3) / 6 there) and Bidirectional(LSTM) with every
+ * merge mode against torch, weights set by their Keras names; and the
+ * settings it refuses, each named in the error.
  */
 #include <stdint.h>
 
+#include "import_keras.h"
 #include "rt_fixture.h"
 #include "rt_test.h"
 
@@ -170,6 +175,170 @@ static void embedding_checks(void)
     printf("%-22s ok\n", "embedding index checks");
 }
 
+/* Import json, compile for batch 3 (MSE, labels shaped as the output:
+ * lab_ndim dims l0, l1), set every parameter from the
+ * fixture tensor prefix + (its name after the first '/', with
+ * "forward_lstm"/"backward_lstm" as "fw"/"bw"), predict x into out. */
+static int import_predict(const char *json, const char *prefix, const float *x, float *out,
+                          int64_t *out_numel, int lab_ndim, int64_t l0, int64_t l1)
+{
+    rt_graph *g;
+    char err[256];
+    if (rt_keras_import(json, strlen(json), &g, err, sizeof err) < 0) {
+        fprintf(stderr, "import: %s\n", err);
+        return -1;
+    }
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_MSE;
+    cfg.batch_size = B;
+    cfg.label_dtype = RT_F32;
+    cfg.label_ndim = lab_ndim;
+    cfg.label_dims[0] = l0;
+    cfg.label_dims[1] = l1;
+    rt_plan *p;
+    int rc = rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err);
+    rt_graph_destroy(g);
+    if (rc < 0) {
+        fprintf(stderr, "compile: %s\n", err);
+        return -1;
+    }
+    rt_exec *e;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    int64_t d[RT_MAX_DIMS];
+    int nd = rt_plan_output_shape(p, d);
+    *out_numel = 1;
+    for (int i = 0; i < nd; i++) *out_numel *= d[i];
+    for (int i = 0; i < rt_plan_n_params(p); i++) {
+        const char *pn;
+        int tr;
+        REQUIRE(rt_plan_param_info(p, i, &pn, d, &tr) >= 0);
+        if (!tr) continue; /* Bidirectional ave's constant 0.5 */
+        const char *rest = strchr(pn, '/') + 1;
+        char nm[160];
+        if (!strncmp(rest, "forward_lstm/", 13))
+            snprintf(nm, sizeof nm, "%s/fw/%s", prefix, rest + 13);
+        else if (!strncmp(rest, "backward_lstm/", 14))
+            snprintf(nm, sizeof nm, "%s/bw/%s", prefix, rest + 14);
+        else
+            snprintf(nm, sizeof nm, "%s/%s", prefix, rest);
+        CHECK_RC(rt_exec_set_param(e, i, rt_fixture_find(nm)->data));
+    }
+    CHECK_RC(rt_exec_predict(e, x, B, out));
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    return 0;
+}
+
+static const char *lstm_keras3 =
+    "{\"module\": \"keras\", \"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", "
+    "\"layers\": [{\"module\": \"keras.layers\", \"class_name\": \"InputLayer\", "
+    "\"config\": {\"batch_shape\": [null, 5, 4], \"dtype\": \"float32\", \"name\": \"in\"}}, "
+    "{\"module\": \"keras.layers\", \"class_name\": \"LSTM\", \"config\": {\"name\": \"lstm\", "
+    "\"trainable\": true, \"dtype\": \"float32\", \"return_sequences\": false, "
+    "\"return_state\": false, \"go_backwards\": false, \"stateful\": false, \"unroll\": false, "
+    "\"zero_output_for_mask\": false, \"units\": 3, \"activation\": \"tanh\", "
+    "\"recurrent_activation\": \"hard_sigmoid\", \"use_bias\": true, "
+    "\"kernel_initializer\": {\"module\": \"keras.initializers\", \"class_name\": "
+    "\"GlorotUniform\", \"config\": {\"seed\": null}, \"registered_name\": null}, "
+    "\"recurrent_initializer\": {\"module\": \"keras.initializers\", \"class_name\": "
+    "\"GlorotUniform\", \"config\": {\"seed\": null}, \"registered_name\": null}, "
+    "\"bias_initializer\": {\"module\": \"keras.initializers\", \"class_name\": \"Zeros\", "
+    "\"config\": {}, \"registered_name\": null}, \"unit_forget_bias\": true, "
+    "\"kernel_regularizer\": null, \"recurrent_regularizer\": null, \"bias_regularizer\": null, "
+    "\"activity_regularizer\": null, \"kernel_constraint\": null, \"recurrent_constraint\": null, "
+    "\"bias_constraint\": null, \"dropout\": 0.0, \"recurrent_dropout\": 0.0, \"seed\": null}}]}}";
+
+/* Keras 2 Bidirectional(LSTM(3, return_sequences)) on (5, 4); %s: merge */
+static const char *bilstm_keras2 =
+    "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+    "{\"class_name\": \"Bidirectional\", \"config\": {\"name\": \"bi\", \"trainable\": true, "
+    "\"batch_input_shape\": [null, 5, 4], \"dtype\": \"float32\", \"layer\": {\"class_name\": "
+    "\"LSTM\", \"config\": {\"name\": \"lstm\", \"units\": 3, \"return_sequences\": true, "
+    "\"activation\": \"tanh\", \"recurrent_activation\": \"sigmoid\", \"use_bias\": true, "
+    "\"unit_forget_bias\": true, \"dropout\": 0.0, \"recurrent_dropout\": 0.0, "
+    "\"implementation\": 2}}, \"merge_mode\": \"%s\"}}]}}";
+
+static void keras_import_checks(void)
+{
+    float out[B * T * 2 * U];
+    int64_t n;
+    const rt_ref_tensor *ref = rt_fixture_find("lstm_hard3/out");
+    if (import_predict(lstm_keras3, "lstm_hard3", rt_fixture_find("lstm_hard3/x")->data, out,
+                       &n, 1, U, 0) == 0) {
+        CHECK(n == U);
+        CHECK(!rt_fixture_compare("keras 3 LSTM hard_sigmoid", out, ref->data, ref->count,
+                                  1e-5, 1e-4));
+    } else {
+        CHECK(!"keras 3 LSTM imports");
+    }
+    ref = rt_fixture_find("bilstm/out"); /* (B, T, 2U): forward | backward */
+    const float *r = ref->data;
+    const char *modes[] = {"concat", "sum", "mul", "ave"};
+    for (int m = 0; m < 4; m++) {
+        char js[2048], what[64];
+        snprintf(js, sizeof js, bilstm_keras2, modes[m]);
+        snprintf(what, sizeof what, "Bidirectional merge_mode %s", modes[m]);
+        if (import_predict(js, "bilstm", rt_fixture_find("bilstm/x")->data, out, &n, 2, T,
+                           m == 0 ? 2 * U : U) < 0) {
+            CHECK(!"Bidirectional imports");
+            continue;
+        }
+        CHECK(n == T * U * (m == 0 ? 2 : 1));
+        float want[B * T * 2 * U];
+        for (int i = 0; i < B * T; i++)
+            for (int j = 0; j < U; j++) {
+                const float f = r[i * 2 * U + j], b = r[i * 2 * U + U + j];
+                if (m == 0) {
+                    want[i * 2 * U + j] = f;
+                    want[i * 2 * U + U + j] = b;
+                } else {
+                    want[i * U + j] = m == 1 ? f + b : m == 2 ? f * b : 0.5f * (f + b);
+                }
+            }
+        CHECK(!rt_fixture_compare(what, out, want, (size_t)(B * n), 1e-5, 1e-4));
+    }
+    /* refused settings: the error names the setting and the layer */
+    static const struct { const char *from, *to, *needle; } bad[] = {
+        {"\"recurrent_dropout\": 0.0", "\"recurrent_dropout\": 0.2", "recurrent_dropout"},
+        {"\"implementation\": 2", "\"stateful\": true", "stateful"},
+        {"\"implementation\": 2", "\"return_state\": true", "return_state"},
+        {"\"implementation\": 2", "\"kernel_regularizer\": {\"class_name\": \"L2\"}",
+         "kernel_regularizer"},
+        {"\"implementation\": 2", "\"new_field\": 1", "new_field"},
+        {"\"merge_mode\": \"concat\"", "\"merge_mode\": null", "merge_mode"},
+        {"\"class_name\": \"LSTM\"", "\"class_name\": \"Dense\"", "Dense"},
+        {"\"recurrent_activation\": \"sigmoid\"", "\"recurrent_activation\": \"selu\"",
+         "selu"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char base[2048], js[2200], err[256] = "";
+        snprintf(base, sizeof base, bilstm_keras2, "concat");
+        char *at = strstr(base, bad[i].from);
+        REQUIRE(at);
+        snprintf(js, sizeof js, "%.*s%s%s", (int)(at - base), base, bad[i].to,
+                 at + strlen(bad[i].from));
+        rt_graph *g = NULL;
+        int rc = rt_keras_import(js, strlen(js), &g, err, sizeof err);
+        if (rc >= 0 || !strstr(err, bad[i].needle) || !strstr(err, "'bi'")) {
+            fprintf(stderr, "refused setting %s: rc %d, '%s'\n", bad[i].needle, rc, err);
+            CHECK(0);
+        }
+        rt_graph_destroy(g);
+    }
+    static const char *emb_mask =
+        "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+        "{\"class_name\": \"Embedding\", \"config\": {\"name\": \"emb\", "
+        "\"batch_input_shape\": [null, 5], \"input_dim\": 10, \"output_dim\": 4, "
+        "\"mask_zero\": true}}]}}";
+    char err[256] = "";
+    rt_graph *g = NULL;
+    CHECK(rt_keras_import(emb_mask, strlen(emb_mask), &g, err, sizeof err) < 0 &&
+          strstr(err, "mask_zero") && strstr(err, "'emb'"));
+    rt_graph_destroy(g);
+    printf("%-22s ok\n", "keras import");
+}
+
 int main(int argc, char **argv)
 {
     REQUIRE(argc == 2);
@@ -185,6 +354,7 @@ int main(int argc, char **argv)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     embedding_checks();
+    keras_import_checks();
     rt_fixture_free();
     return rt_test_done("test_rnn");
 }
