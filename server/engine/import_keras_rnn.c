@@ -9,15 +9,15 @@
  * "<layer>/recurrent_kernel" (units, G*units), "<layer>/bias" (G*units,
  * or (2, 3*units) for GRU reset_after); gates LSTM i,f,c,o and GRU z,r,h.
  * Bidirectional's halves are "<layer>/forward_<inner>/..." and
- * "<layer>/backward_<inner>/...".
+ * "<layer>/backward_<inner>/...", as in Keras' weight paths.
  *
  * Nothing is dropped silently: every config field is implemented, or on
  * the list of fields that do not change training (k_inert: names, dtype,
  * shape hints, unroll and implementation, which only choose how Keras
  * computes the same values), or an error naming it. Errors: dropout and
  * recurrent_dropout above 0, return_state, stateful, time_major, Embedding
- * mask_zero, sparse and lora_rank, regularizers and constraints, an
- * explicit backward_layer, and any field not known here.
+ * mask_zero, sparse and lora_rank, regularizers and constraints, and any
+ * field not known here.
  */
 #include <json-c/json.h>
 #include <stdio.h>
@@ -257,31 +257,53 @@ int rt_keras_simplernn(rt_keras_ctx *c) { return k_rnn_build(c, K_SIMPLE, c->lay
 int rt_keras_lstm(rt_keras_ctx *c) { return k_rnn_build(c, K_LSTM, c->layer, 0, 0, &c->out); }
 int rt_keras_gru(rt_keras_ctx *c) { return k_rnn_build(c, K_GRU, c->layer, 0, 0, &c->out); }
 
-/* Bidirectional(layer, merge_mode): the layer forward and a copy running
- * the other way (its sequence output reversed back, as Keras does), merged
- * by concat (last axis), sum, mul or ave. */
-int rt_keras_bidirectional(rt_keras_ctx *c)
+/* A wrapped recurrent layer ({"class_name", "config"}): its cell kind
+ * (K_*), config and name; -1 with the error set otherwise. */
+static int k_inner(rt_keras_ctx *c, json_object *o, const char *what, json_object **cfg,
+                   const char **cls, const char **name)
 {
-    json_object *inner = NULL, *icls = NULL, *icfg = NULL, *iname = NULL;
-    static const char *const known[] = {"layer", "merge_mode", "backward_layer"};
-    int rc;
-    if ((rc = k_known_fields(c, known, 3)) < 0 ||
-        (rc = k_reject_set(c, "backward_layer", "an explicit backward layer")) < 0)
-        return rc;
-    if (!json_object_object_get_ex(c->cfg, "layer", &inner) || !inner ||
-        !json_object_object_get_ex(inner, "class_name", &icls) ||
+    json_object *icls = NULL, *iname = NULL;
+    if (!o || !json_object_object_get_ex(o, "class_name", &icls) ||
         !json_object_is_type(icls, json_type_string) ||
-        !json_object_object_get_ex(inner, "config", &icfg) ||
-        !json_object_is_type(icfg, json_type_object))
-        return rt_keras_fail(c, RT_EINVAL, "Bidirectional needs a 'layer' with class_name and config");
-    const char *cls = json_object_get_string(icls);
-    int cell = !strcmp(cls, "SimpleRNN") ? K_SIMPLE
-               : !strcmp(cls, "LSTM")    ? K_LSTM
-               : !strcmp(cls, "GRU")     ? K_GRU
-                                         : -1;
+        !json_object_object_get_ex(o, "config", cfg) || !json_object_is_type(*cfg, json_type_object))
+        return rt_keras_fail(c, RT_EINVAL, "Bidirectional '%s' needs class_name and config", what);
+    *cls = json_object_get_string(icls);
+    *name = json_object_object_get_ex(*cfg, "name", &iname) &&
+                    json_object_is_type(iname, json_type_string)
+                ? json_object_get_string(iname) : *cls;
+    int cell = !strcmp(*cls, "SimpleRNN") ? K_SIMPLE
+               : !strcmp(*cls, "LSTM")    ? K_LSTM
+               : !strcmp(*cls, "GRU")     ? K_GRU
+                                          : -1;
     if (cell < 0)
         return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                             "Bidirectional over '%.40s' (SimpleRNN, LSTM or GRU only)", cls);
+                             "Bidirectional over '%.40s' (SimpleRNN, LSTM or GRU only)", *cls);
+    return cell;
+}
+
+/* Bidirectional(layer, merge_mode, backward_layer?): the layer, and a
+ * second layer running the other way, its sequence output reversed back
+ * (as Keras does); merged by concat (last axis), sum, mul or ave. Keras 2
+ * writes only "layer" (the backward half is a copy with go_backwards
+ * flipped); Keras 3 writes both halves, named forward_<x> and backward_<x>
+ * already. Parameters: "<layer>/forward_<x>/...", "<layer>/backward_<x>/...". */
+int rt_keras_bidirectional(rt_keras_ctx *c)
+{
+    json_object *inner = NULL, *back = NULL, *icfg = NULL, *bcfg = NULL;
+    static const char *const known[] = {"layer", "merge_mode", "backward_layer"};
+    const char *cls, *name, *bcls, *bname;
+    int rc;
+    if ((rc = k_known_fields(c, known, 3)) < 0) return rc;
+    json_object_object_get_ex(c->cfg, "layer", &inner);
+    const int cell = k_inner(c, inner, "layer", &icfg, &cls, &name);
+    if (cell < 0) return cell;
+    int bcell = cell;
+    if (json_object_object_get_ex(c->cfg, "backward_layer", &back) && back) {
+        if ((bcell = k_inner(c, back, "backward_layer", &bcfg, &bcls, &bname)) < 0) return bcell;
+        if (bcell != cell)
+            return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                                 "Bidirectional halves of different kinds (%.20s, %.20s)", cls, bcls);
+    }
     json_object *mm = NULL;
     if (json_object_object_get_ex(c->cfg, "merge_mode", &mm) && !mm)
         return rt_keras_fail(c, RT_EUNIMPLEMENTED,
@@ -296,22 +318,31 @@ int rt_keras_bidirectional(rt_keras_ctx *c)
     if (!op)
         return rt_keras_fail(c, RT_EUNIMPLEMENTED,
                              "Bidirectional merge_mode '%.20s' (concat, sum, mul or ave)", mode);
-    const char *in_name = json_object_object_get_ex(icfg, "name", &iname) &&
-                                  json_object_is_type(iname, json_type_string)
-                              ? json_object_get_string(iname) : cls;
+    /* the halves' names: Keras 3's own, or forward_/backward_ + the layer's */
+    const char *base = !strncmp(name, "forward_", 8) ? name + 8 : name;
     char fw[RT_KERAS_NAME], bw[RT_KERAS_NAME];
-    int n1 = snprintf(fw, sizeof fw, "%s/forward_%s", c->layer, in_name);
-    int n2 = snprintf(bw, sizeof bw, "%s/backward_%s", c->layer, in_name);
-    if (n1 < 0 || n1 >= RT_KERAS_NAME || n2 < 0 || n2 >= RT_KERAS_NAME)
-        return rt_keras_fail(c, RT_EINVAL, "layer name is too long");
-    /* the inner layer's settings, errors still naming the Bidirectional */
+    int n1 = snprintf(fw, sizeof fw, "%s/forward_%s", c->layer, base);
+    int n2 = bcfg && !strncmp(bname, "backward_", 9)
+                 ? snprintf(bw, sizeof bw, "%s/%s", c->layer, bname)
+                 : snprintf(bw, sizeof bw, "%s/backward_%s", c->layer, base);
+    if (n1 < 0 || n1 >= RT_KERAS_NAME || n2 < 0 || n2 >= RT_KERAS_NAME || !strcmp(fw, bw))
+        return rt_keras_fail(c, RT_EINVAL, "Bidirectional halves need distinct, short names");
+    /* the halves' settings, errors still naming the Bidirectional */
     rt_keras_ctx ic = *c;
     ic.cfg = icfg;
     ic.class_name = cls;
     rt_keras_tensor fo, bo;
-    if ((rc = k_rnn_build(&ic, cell, fw, 0, 0, &fo)) < 0 ||
-        (rc = k_rnn_build(&ic, cell, bw, 1, 1, &bo)) < 0)
-        return rc;
+    if ((rc = k_rnn_build(&ic, cell, fw, 0, 0, &fo)) < 0) return rc;
+    if (bcfg) {
+        /* Keras runs the given backward layer as configured */
+        ic.cfg = bcfg;
+        rc = k_rnn_build(&ic, bcell, bw, 0, 1, &bo);
+    } else {
+        rc = k_rnn_build(&ic, cell, bw, 1, 1, &bo);
+    }
+    if (rc < 0) return rc;
+    if (fo.ndim != bo.ndim || memcmp(fo.dims, bo.dims, sizeof(int64_t) * (size_t)fo.ndim))
+        return rt_keras_fail(c, RT_ESHAPE, "Bidirectional halves have different output shapes");
     c->out = fo;
     const char *in[2] = {fo.name, bo.name};
     const char *merged = c->layer;

@@ -54,6 +54,15 @@ static int rt__rnn_infer_cell(rt__cc *cc, rt__node *nd, int cell, int64_t G)
     if (u->batched || u->ndim != 2 || u->d[0] != U || u->d[1] != G * U)
         return rt__cerr(cc, nd, RT_ESHAPE, "recurrent kernel '%s' must be (%lld, %lld)",
                         nd->in_name[2], (long long)U, (long long)(G * U));
+    /* the kernels keep every step's input, gates and states: per sample
+     * T*F + T*G*U + 3*(T+1)*U + G*U values at most */
+    int64_t ws = 0, a, b;
+    if (__builtin_mul_overflow(T, F, &a) || __builtin_mul_overflow(T, G * U, &b) ||
+        __builtin_add_overflow(a, b, &ws) || __builtin_mul_overflow(T + 1, 3 * U, &a) ||
+        __builtin_add_overflow(ws, a + G * U, &ws) || ws > RT__MAX_NUMEL)
+        return rt__cerr(cc, nd, RT_EOVERFLOW,
+                        "%lld steps of %lld units keep more than 2^32 values per sample",
+                        (long long)T, (long long)U);
     rt__rnn_params *p = rt__rnn_p(nd);
     int ok = 1, rc;
     p->cell = cell;

@@ -259,6 +259,22 @@ static const char *bilstm_keras2 =
     "\"unit_forget_bias\": true, \"dropout\": 0.0, \"recurrent_dropout\": 0.0, "
     "\"implementation\": 2}}, \"merge_mode\": \"%s\"}}]}}";
 
+/* Keras 3 writes both halves, named forward_lstm and backward_lstm */
+#define K3_LSTM(nm, back)                                                                  \
+    "{\"module\": \"keras.layers\", \"class_name\": \"LSTM\", \"config\": {\"name\": \"" nm     \
+    "\", \"units\": 3, \"return_sequences\": true, \"go_backwards\": " back ", "                 \
+    "\"activation\": \"tanh\", \"recurrent_activation\": \"sigmoid\", \"use_bias\": true, "     \
+    "\"unit_forget_bias\": true, \"dropout\": 0.0, \"recurrent_dropout\": 0.0, \"seed\": null}, " \
+    "\"registered_name\": null}"
+static const char *bilstm_keras3 =
+    "{\"module\": \"keras\", \"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", "
+    "\"layers\": [{\"module\": \"keras.layers\", \"class_name\": \"InputLayer\", "
+    "\"config\": {\"batch_shape\": [null, 5, 4], \"name\": \"in\"}}, "
+    "{\"module\": \"keras.layers\", \"class_name\": \"Bidirectional\", \"config\": {\"name\": "
+    "\"bi\", \"trainable\": true, \"merge_mode\": \"concat\", \"layer\": "
+    K3_LSTM("forward_lstm", "false") ", \"backward_layer\": " K3_LSTM("backward_lstm", "true")
+    "}}]}}";
+
 static void keras_import_checks(void)
 {
     float out[B * T * 2 * U];
@@ -298,6 +314,11 @@ static void keras_import_checks(void)
             }
         CHECK(!rt_fixture_compare(what, out, want, (size_t)(B * n), 1e-5, 1e-4));
     }
+    if (import_predict(bilstm_keras3, "bilstm", rt_fixture_find("bilstm/x")->data, out, &n, 2,
+                       T, 2 * U) == 0)
+        CHECK(!rt_fixture_compare("Keras 3 Bidirectional", out, r, ref->count, 1e-5, 1e-4));
+    else
+        CHECK(!"Keras 3 Bidirectional imports");
     /* refused settings: the error names the setting and the layer */
     static const struct { const char *from, *to, *needle; } bad[] = {
         {"\"recurrent_dropout\": 0.0", "\"recurrent_dropout\": 0.2", "recurrent_dropout"},
@@ -339,6 +360,47 @@ static void keras_import_checks(void)
     printf("%-22s ok\n", "keras import");
 }
 
+/* Graphs the recurrent ops refuse at compile, each naming the node */
+static void bad_graphs(void)
+{
+    static const struct {
+        int64_t steps, feat, k0, k1, r0, r1;
+        const char *act;
+        int code;
+        const char *needle;
+    } bad[] = {
+        {5, 4, 3, 12, 3, 12, "tanh", RT_ESHAPE, "kernel 'k'"}, /* 3 rows, input has 4 */
+        {5, 4, 4, 16, 3, 12, "tanh", RT_ESHAPE, "recurrent kernel 'r'"},
+        {5, 4, 4, 16, 4, 16, "swish", RT_EINVAL, "activation 'swish'"},
+        {1 << 20, 1, 1, 1 << 14, 1 << 12, 1 << 14, "tanh", RT_EOVERFLOW, "2^32"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rt_graph *g = rt_graph_create();
+        int64_t xd[3] = {RT_BATCH, bad[i].steps, bad[i].feat}, kd[2] = {bad[i].k0, bad[i].k1},
+                rd[2] = {bad[i].r0, bad[i].r1};
+        REQUIRE(rt_graph_add_input(g, "x", RT_F32, 3, xd) == 0);
+        REQUIRE(rt_graph_add_param(g, "k", 2, kd, RT_INIT_ZEROS, 1, NULL) == 0);
+        REQUIRE(rt_graph_add_param(g, "r", 2, rd, RT_INIT_ZEROS, 1, NULL) == 0);
+        const rt_attr at = {.name = "activation", .kind = RT_ATTR_STR, .s = bad[i].act};
+        const char *in[3] = {"x", "k", "r"};
+        REQUIRE(rt_graph_add_node(g, "lstm", "LSTM", 3, in, 1, &at) == 0);
+        rt_train_config cfg;
+        rt_train_config_init(&cfg);
+        cfg.loss = RT_LOSS_MSE;
+        cfg.label_dtype = RT_F32;
+        rt_plan *p = NULL;
+        char err[256] = "";
+        int rc = rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err);
+        if (rc != bad[i].code || !strstr(err, bad[i].needle) || !strstr(err, "'lstm'")) {
+            fprintf(stderr, "bad graph %zu: rc %d '%s'\n", i, rc, err);
+            CHECK(0);
+        }
+        rt_plan_release(p);
+        rt_graph_destroy(g);
+    }
+    printf("%-22s ok\n", "bad graphs");
+}
+
 int main(int argc, char **argv)
 {
     REQUIRE(argc == 2);
@@ -354,6 +416,7 @@ int main(int argc, char **argv)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     embedding_checks();
+    bad_graphs();
     keras_import_checks();
     rt_fixture_free();
     return rt_test_done("test_rnn");
