@@ -56,7 +56,70 @@ static int k_reject_all(rt_keras_ctx *c, const char *const *keys, int n)
 static const char *const k_inert[] = {
     "name", "trainable", "dtype", "batch_input_shape", "batch_shape", "input_shape",
     "input_length", "unroll", "implementation", "seed", "zero_output_for_mask",
+    /* Keras 1: the input dtype, an RNN's input_dim shape hint, and how it
+     * computes (consume_less) */
+    "input_dtype", "input_dim", "consume_less",
 };
+
+/* Keras 1 configs use other names for the same settings (LSTM(output_dim,
+ * init, inner_init, inner_activation, W_regularizer, dropout_W, ...),
+ * Embedding(init, W_regularizer, W_constraint)). k_keras1 gives a copy of
+ * c->cfg under Keras 2 names (NULL when it is not Keras 1, or on no
+ * memory: *rc). Its GRU is Keras 2's reset_after=false, and
+ * forget_bias_init "one"/"zero" is unit_forget_bias. */
+static json_object *k_keras1(rt_keras_ctx *c, int embedding, int *rc)
+{
+    json_object *v;
+    *rc = 0;
+    if (!c->cfg || !json_object_is_type(c->cfg, json_type_object)) return NULL;
+    const int k1 = embedding ? json_object_object_get_ex(c->cfg, "init", &v) ||
+                                   json_object_object_get_ex(c->cfg, "W_regularizer", &v)
+                             : json_object_object_get_ex(c->cfg, "output_dim", &v) &&
+                                   !json_object_object_get_ex(c->cfg, "units", &v);
+    if (!k1) return NULL;
+    static const struct { const char *k1, *k2, *emb; } map[] = {
+        {"output_dim", "units", "output_dim"},
+        {"init", "kernel_initializer", "embeddings_initializer"},
+        {"inner_init", "recurrent_initializer", NULL},
+        {"inner_activation", "recurrent_activation", NULL},
+        {"W_regularizer", "kernel_regularizer", "embeddings_regularizer"},
+        {"U_regularizer", "recurrent_regularizer", NULL},
+        {"b_regularizer", "bias_regularizer", NULL},
+        {"W_constraint", "kernel_constraint", "embeddings_constraint"},
+        {"U_constraint", "recurrent_constraint", NULL},
+        {"b_constraint", "bias_constraint", NULL},
+        {"dropout_W", "dropout", NULL},
+        {"dropout_U", "recurrent_dropout", NULL},
+    };
+    json_object *t = json_object_new_object();
+    if (!t) {
+        *rc = RT_ENOMEM;
+        return NULL;
+    }
+    json_object_object_foreach(c->cfg, key, val) {
+        const char *to = key;
+        for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+            if (!strcmp(key, map[i].k1)) to = embedding && map[i].emb ? map[i].emb : map[i].k2;
+        if (!strcmp(key, "forget_bias_init") && !embedding) {
+            const char *fb = json_object_is_type(val, json_type_string) ? json_object_get_string(val)
+                                                                        : "";
+            if (strcmp(fb, "one") != 0 && strcmp(fb, "zero") != 0) {
+                json_object_put(t);
+                *rc = rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                                    "%s forget_bias_init '%.20s' (one or zero only)",
+                                    c->class_name, fb);
+                return NULL;
+            }
+            json_object_object_add(t, "unit_forget_bias",
+                                   json_object_new_boolean(!strcmp(fb, "one")));
+            continue;
+        }
+        json_object_object_add(t, to, json_object_get(val));
+    }
+    if (!embedding && !json_object_object_get_ex(t, "reset_after", &v))
+        json_object_object_add(t, "reset_after", json_object_new_boolean(0));
+    return t;
+}
 
 /* every key of c->cfg is in known[], more[] or k_inert[], else an error
  * naming it */
@@ -115,19 +178,21 @@ static int k_name(rt_keras_ctx *c, char *dst, const char *base, const char *sfx)
     return 0;
 }
 
-int rt_keras_embedding(rt_keras_ctx *c)
+static int k_embedding(rt_keras_ctx *c)
 {
     static const char *const unsupported[] = {"embeddings_regularizer", "activity_regularizer",
-                                              "embeddings_constraint", "sparse", "lora_rank"};
+                                              "embeddings_constraint", "sparse", "lora_rank",
+                                              "dropout"};
     static const char *const known[] = {
         "input_dim", "output_dim", "embeddings_initializer", "embeddings_regularizer",
-        "activity_regularizer", "embeddings_constraint", "mask_zero", "sparse", "lora_rank"};
+        "activity_regularizer", "embeddings_constraint", "mask_zero", "sparse", "lora_rank",
+        "dropout" /* Keras 1 */};
     int64_t V, D;
     int trainable, rc;
     rt_init init;
     if ((rc = k_known_fields(c, known, sizeof known / sizeof known[0])) < 0 ||
         (rc = k_reject_set(c, "mask_zero", "masking is not implemented")) < 0 ||
-        (rc = k_reject_all(c, unsupported, 5)) < 0 ||
+        (rc = k_reject_all(c, unsupported, 6)) < 0 ||
         (rc = rt_keras_cfg_int(c, "input_dim", 0, &V)) < 0 ||
         (rc = rt_keras_cfg_int(c, "output_dim", 0, &D)) < 0 ||
         (rc = rt_keras_cfg_bool(c, "trainable", 1, &trainable)) < 0 ||
@@ -153,13 +218,26 @@ int rt_keras_embedding(rt_keras_ctx *c)
     return 0;
 }
 
+int rt_keras_embedding(rt_keras_ctx *c)
+{
+    int rc;
+    json_object *k1 = k_keras1(c, 1, &rc);
+    if (rc < 0 || !k1) return rc < 0 ? rc : k_embedding(c);
+    json_object *orig = c->cfg;
+    c->cfg = k1;
+    rc = k_embedding(c);
+    c->cfg = orig;
+    json_object_put(k1);
+    return rc;
+}
+
 enum { K_SIMPLE, K_LSTM, K_GRU };
 
 /* One recurrent layer from c->cfg as node name, reading c->in[0].
  * flip: run in the other direction than go_backwards says; rev_out: a
  * sequence output in reverse step order (Bidirectional's backward half). */
-static int k_rnn_build(rt_keras_ctx *c, int cell, const char *name, int flip, int rev_out,
-                       rt_keras_tensor *out)
+static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip, int rev_out,
+                           rt_keras_tensor *out)
 {
     static const char *const unsupported[] = {
         "kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
@@ -251,6 +329,21 @@ static int k_rnn_build(rt_keras_ctx *c, int cell, const char *name, int flip, in
     out->dims[0] = seq ? x->dims[0] : units;
     out->dims[1] = units;
     return 0;
+}
+
+/* k_rnn_build_cfg on c->cfg, or on its Keras 2 names when it is Keras 1 */
+static int k_rnn_build(rt_keras_ctx *c, int cell, const char *name, int flip, int rev_out,
+                       rt_keras_tensor *out)
+{
+    int rc;
+    json_object *k1 = k_keras1(c, 0, &rc);
+    if (rc < 0 || !k1) return rc < 0 ? rc : k_rnn_build_cfg(c, cell, name, flip, rev_out, out);
+    json_object *orig = c->cfg;
+    c->cfg = k1;
+    rc = k_rnn_build_cfg(c, cell, name, flip, rev_out, out);
+    c->cfg = orig;
+    json_object_put(k1);
+    return rc;
 }
 
 int rt_keras_simplernn(rt_keras_ctx *c) { return k_rnn_build(c, K_SIMPLE, c->layer, 0, 0, &c->out); }

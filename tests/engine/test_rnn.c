@@ -220,6 +220,8 @@ static int import_predict(const char *json, const char *prefix, const float *x, 
             snprintf(nm, sizeof nm, "%s/fw/%s", prefix, rest + 13);
         else if (!strncmp(rest, "backward_lstm/", 14))
             snprintf(nm, sizeof nm, "%s/bw/%s", prefix, rest + 14);
+        else if (!strcmp(rest, "embeddings"))
+            snprintf(nm, sizeof nm, "%s/emb", prefix);
         else
             snprintf(nm, sizeof nm, "%s/%s", prefix, rest);
         CHECK_RC(rt_exec_set_param(e, i, rt_fixture_find(nm)->data));
@@ -275,6 +277,22 @@ static const char *bilstm_keras3 =
     K3_LSTM("forward_lstm", "false") ", \"backward_layer\": " K3_LSTM("backward_lstm", "true")
     "}}]}}";
 
+/* Keras 1: the Sequential config is the layer list; LSTM(output_dim,
+ * init, inner_init, inner_activation, forget_bias_init, dropout_W, ...) */
+static const char *emb_lstm_keras1 =
+    "{\"class_name\": \"Sequential\", \"config\": [{\"class_name\": \"Embedding\", "
+    "\"config\": {\"name\": \"embedding_1\", \"trainable\": true, \"batch_input_shape\": "
+    "[null, 5], \"input_dtype\": \"int32\", \"input_dim\": 7, \"output_dim\": 4, \"init\": "
+    "\"glorot_uniform\", \"input_length\": 5, \"activity_regularizer\": null, "
+    "\"W_constraint\": null, \"mask_zero\": false, \"W_regularizer\": null, \"dropout\": 0.0}}, "
+    "{\"class_name\": \"LSTM\", \"config\": {\"name\": \"lstm_1\", \"trainable\": true, "
+    "\"return_sequences\": false, \"go_backwards\": false, \"stateful\": false, "
+    "\"unroll\": false, \"consume_less\": \"cpu\", \"input_dim\": 4, \"input_length\": null, "
+    "\"output_dim\": 3, \"init\": \"glorot_uniform\", \"inner_init\": \"glorot_uniform\", "
+    "\"forget_bias_init\": \"one\", \"activation\": \"tanh\", \"inner_activation\": "
+    "\"sigmoid\", \"W_regularizer\": null, \"U_regularizer\": null, \"b_regularizer\": null, "
+    "\"dropout_W\": 0.0, \"dropout_U\": 0.0}}]}";
+
 static void keras_import_checks(void)
 {
     float out[B * T * 2 * U];
@@ -319,6 +337,45 @@ static void keras_import_checks(void)
         CHECK(!rt_fixture_compare("Keras 3 Bidirectional", out, r, ref->count, 1e-5, 1e-4));
     else
         CHECK(!"Keras 3 Bidirectional imports");
+    ref = rt_fixture_find("emb_lstm/out");
+    if (import_predict(emb_lstm_keras1, "emb_lstm", rt_fixture_find("emb_lstm/x")->data, out, &n,
+                       1, U, 0) == 0)
+        CHECK(!rt_fixture_compare("Keras 1 Embedding+LSTM", out, ref->data, ref->count, 1e-5,
+                                  1e-4));
+    else
+        CHECK(!"Keras 1 Embedding+LSTM imports");
+    {
+        /* a Keras 1 GRU is Keras 2's reset_after=false: one (3U) bias */
+        char js[2048], err[256];
+        const char *at = strstr(emb_lstm_keras1, "{\"class_name\": \"LSTM\"");
+        snprintf(js, sizeof js, "%.*s{\"class_name\": \"GRU\"%s", (int)(at - emb_lstm_keras1),
+                 emb_lstm_keras1, at + strlen("{\"class_name\": \"LSTM\""));
+        char *fb = strstr(js, "\"forget_bias_init\": \"one\", ");
+        REQUIRE(fb);
+        memmove(fb, fb + 27, strlen(fb + 27) + 1);
+        rt_graph *g = NULL;
+        rt_train_config cfg;
+        rt_train_config_init(&cfg);
+        cfg.loss = RT_LOSS_MSE;
+        cfg.label_dtype = RT_F32;
+        cfg.label_ndim = 1;
+        cfg.label_dims[0] = U;
+        rt_plan *p = NULL;
+        int ok = rt_keras_import(js, strlen(js), &g, err, sizeof err) == 0 &&
+                 rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) == 0;
+        if (!ok) fprintf(stderr, "Keras 1 GRU: %s\n", err);
+        CHECK(ok);
+        int found = 0;
+        for (int i = 0; ok && i < rt_plan_n_params(p); i++) {
+            const char *pn;
+            int64_t d[RT_MAX_DIMS];
+            int nd = rt_plan_param_info(p, i, &pn, d, NULL);
+            if (!strcmp(pn, "lstm_1/bias")) found = nd == 1 && d[0] == 3 * U;
+        }
+        CHECK(found);
+        rt_plan_release(p);
+        rt_graph_destroy(g);
+    }
     /* refused settings: the error names the setting and the layer */
     static const struct { const char *from, *to, *needle; } bad[] = {
         {"\"recurrent_dropout\": 0.0", "\"recurrent_dropout\": 0.2", "recurrent_dropout"},
