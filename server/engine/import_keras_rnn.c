@@ -67,7 +67,7 @@ static const char *const k_inert[] = {
  * c->cfg under Keras 2 names (NULL when it is not Keras 1, or on no
  * memory: *rc). Its GRU is Keras 2's reset_after=false, and
  * forget_bias_init "one"/"zero" is unit_forget_bias. */
-static json_object *k_keras1(rt_keras_ctx *c, int embedding, int *rc)
+static json_object *k_keras1(rt_keras_ctx *c, int embedding, int gru, int *rc)
 {
     json_object *v;
     *rc = 0;
@@ -116,7 +116,7 @@ static json_object *k_keras1(rt_keras_ctx *c, int embedding, int *rc)
         }
         json_object_object_add(t, to, json_object_get(val));
     }
-    if (!embedding && !json_object_object_get_ex(t, "reset_after", &v))
+    if (gru && !json_object_object_get_ex(t, "reset_after", &v))
         json_object_object_add(t, "reset_after", json_object_new_boolean(0));
     return t;
 }
@@ -221,7 +221,7 @@ static int k_embedding(rt_keras_ctx *c)
 int rt_keras_embedding(rt_keras_ctx *c)
 {
     int rc;
-    json_object *k1 = k_keras1(c, 1, &rc);
+    json_object *k1 = k_keras1(c, 1, 0, &rc);
     if (rc < 0 || !k1) return rc < 0 ? rc : k_embedding(c);
     json_object *orig = c->cfg;
     c->cfg = k1;
@@ -336,7 +336,7 @@ static int k_rnn_build(rt_keras_ctx *c, int cell, const char *name, int flip, in
                        rt_keras_tensor *out)
 {
     int rc;
-    json_object *k1 = k_keras1(c, 0, &rc);
+    json_object *k1 = k_keras1(c, 0, cell == K_GRU, &rc);
     if (rc < 0 || !k1) return rc < 0 ? rc : k_rnn_build_cfg(c, cell, name, flip, rev_out, out);
     json_object *orig = c->cfg;
     c->cfg = k1;
