@@ -7,11 +7,16 @@ the same way: the median over repetitions of the per-step time. Prints
 
     /usr/bin/python3 bench/rnn/torch_peer.py [reps]
 """
+import os
 import statistics
 import sys
 import time
 
-import torch
+# As bench/conv's peer: OpenBLAS (under torch) at 1 thread so its pool and
+# torch's do not oversubscribe the cores; set before torch loads it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import torch  # noqa: E402
 
 B, T, V, D, U = 32, 100, 10000, 64, 64
 
