@@ -56,6 +56,8 @@ static int k_reject_all(rt_keras_ctx *c, const char *const *keys, int n)
 static const char *const k_inert[] = {
     "name", "trainable", "dtype", "batch_input_shape", "batch_shape", "input_shape",
     "input_length", "unroll", "implementation", "seed", "zero_output_for_mask",
+    /* Keras 3: whether to use cuDNN's kernel (the same values) */
+    "use_cudnn",
     /* Keras 1: the input dtype, an RNN's input_dim shape hint, and how it
      * computes (consume_less) */
     "input_dtype", "input_dim", "consume_less",
@@ -186,7 +188,7 @@ static int k_embedding(rt_keras_ctx *c)
     static const char *const known[] = {
         "input_dim", "output_dim", "embeddings_initializer", "embeddings_regularizer",
         "activity_regularizer", "embeddings_constraint", "mask_zero", "sparse", "lora_rank",
-        "dropout" /* Keras 1 */};
+        "dropout" /* Keras 1 */, "lora_alpha" /* used only with lora_rank */};
     int64_t V, D;
     int trainable, rc;
     rt_init init;
