@@ -622,6 +622,12 @@ static const struct {
     {"GlobalAvgPool2D", k_gap2d, 1},
     {"BatchNormalization", k_batchnorm, 1},
     {"Concatenate", k_concatenate, 0},
+    /* import_keras_rnn.c */
+    {"Embedding", rt_keras_embedding, 1},
+    {"SimpleRNN", rt_keras_simplernn, 1},
+    {"LSTM", rt_keras_lstm, 1},
+    {"GRU", rt_keras_gru, 1},
+    {"Bidirectional", rt_keras_bidirectional, 1},
 };
 
 /* ---------------------------------------------------------------- walking */

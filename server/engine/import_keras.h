@@ -86,6 +86,14 @@ int rt_keras_cfg_init(rt_keras_ctx *c, const char *key, rt_init def,
  * c->out and update c->out. */
 int rt_keras_add_activation(rt_keras_ctx *c, const char *activation);
 
+/* Layer functions of import_keras_rnn.c: Embedding, SimpleRNN, LSTM, GRU,
+ * Bidirectional */
+int rt_keras_embedding(rt_keras_ctx *c);
+int rt_keras_simplernn(rt_keras_ctx *c);
+int rt_keras_lstm(rt_keras_ctx *c);
+int rt_keras_gru(rt_keras_ctx *c);
+int rt_keras_bidirectional(rt_keras_ctx *c);
+
 #ifdef __cplusplus
 }
 #endif

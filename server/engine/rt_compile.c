@@ -87,6 +87,7 @@ struct rt__cc {
     rt__buf *bufs;
     int nb;
     int *scr_buf;           /* per call: its scratch buffer or -1 */
+    int *ws_buf;            /* per node: its workspace buffer or -1 */
     uint64_t naive;
 };
 
@@ -433,6 +434,7 @@ static int rt__validate_input(rt__cc *cc)
     }
     cc->shape[cc->input] = s;
     cc->p->in_shape = s;
+    cc->p->input_entry = cc->input;
     cc->p->in_numel = rt__shape_numel(&s);
     return 0;
 }
@@ -904,6 +906,7 @@ static void rt__make_buffers(rt__cc *cc, int *x_buf, int *lab_buf)
         for (int j = 0; j < nd->n_in; j++) rt__extend(cc, E[nd->in[j]].val_buf, t);
         cc->scr_buf[i] = nd->scratch_floats > 0
                              ? rt__newbuf(cc, (uint64_t)nd->scratch_floats * 4, t) : -1;
+        cc->ws_buf[i] = nd->ws_floats > 0 ? rt__newbuf(cc, (uint64_t)nd->ws_floats * 4, t) : -1;
     }
     rt__extend(cc, E[cc->out_e].val_buf, t_loss);
     rt__extend(cc, E[cc->loss_e].val_buf, t_loss);
@@ -915,6 +918,7 @@ static void rt__make_buffers(rt__cc *cc, int *x_buf, int *lab_buf)
         const int t = 2 + ci;
         rt__extend(cc, en->grad_buf, t);
         if (nd->bwd_needs_out) rt__extend(cc, en->val_buf, t);
+        rt__extend(cc, cc->ws_buf[nd - p->nodes], t);
         for (int j = 0; j < nd->n_in; j++) {
             rt__ent *src = &E[nd->in[j]];
             if ((nd->op->bwd_needs_in >> j) & 1u) rt__extend(cc, src->val_buf, t);
@@ -941,6 +945,7 @@ static void rt__resolve_refs(rt__cc *cc)
         c->y = RT__AREF(cc, en->val_buf);
         if (c->bwd) c->dy = RT__AREF(cc, en->grad_buf);
         if (cc->scr_buf[ci] >= 0) c->scratch = RT__AREF(cc, cc->scr_buf[ci]);
+        if (cc->ws_buf[nd - p->nodes] >= 0) c->ws = RT__AREF(cc, cc->ws_buf[nd - p->nodes]);
         for (int j = 0; j < nd->n_in; j++) {
             const rt__ent *src = &E[nd->in[j]];
             const int grad = c->bwd && !((nd->op->no_grad_in >> j) & 1u);
@@ -968,11 +973,13 @@ static int rt__pass_plan_memory(rt__cc *cc)
     rt_plan *p = cc->p;
     const rt__ent *E = cc->E;
     const int m = p->n_fwd, ncalls = p->n_fwd + p->n_bwd;
-    const int max_bufs = 2 + 4 * m + 2;
+    const int max_bufs = 2 + 5 * m + 2;
     cc->bufs = rt__arena_alloc(cc->A, sizeof *cc->bufs * (size_t)max_bufs);
     cc->scr_buf = rt__arena_alloc(cc->A, sizeof(int) * (size_t)(ncalls + 1));
+    cc->ws_buf = rt__arena_alloc(cc->A, sizeof(int) * (size_t)(p->n_nodes + 1));
     void *work = rt__arena_alloc(cc->A, sizeof(rt__buf *) * (size_t)max_bufs * 2);
-    if (!cc->bufs || !cc->scr_buf || !work) return RT_ENOMEM;
+    if (!cc->bufs || !cc->scr_buf || !cc->ws_buf || !work) return RT_ENOMEM;
+    for (int i = 0; i <= p->n_nodes; i++) cc->ws_buf[i] = -1;
     int x_buf, lab_buf;
     rt__make_buffers(cc, &x_buf, &lab_buf);
     RT_ASSERT(cc->nb <= max_bufs);

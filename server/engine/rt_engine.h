@@ -146,6 +146,15 @@ int rt_graph_set_output(rt_graph *g, const char *name);
  *                                    (Keras: m * moving + (1 - m) * batch, biased
  *                                    variance); rt_exec_compute_grads does not.
  *   Concat(a, b, ...) attr axis (int, default -1; counts the batch as axis 0)
+ * Recurrent (op_rnn.c; Keras' weight layout and gate order):
+ *   SimpleRNN, LSTM, GRU(x (B,T,F), kernel (F,G*U), recurrent_kernel (U,G*U),
+ *                                    bias?) G = 1, 4 (i,f,c,o), 3 (z,r,h); GRU's
+ *                                    bias is (2,3U) with reset_after (default 1).
+ *                                    attrs activation, recurrent_activation,
+ *                                    return_sequences, go_backwards,
+ *                                    reverse_output, reset_after
+ *   Embedding(x, W[V,D])             x holds integral indices in [0, V) as f32;
+ *                                    (B,...) -> (B,...,D)
  */
 /* NULL-terminated list of supported op names; static. */
 const char *const *rt_engine_op_names(void);

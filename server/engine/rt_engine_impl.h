@@ -147,6 +147,7 @@ typedef struct rt__kargs {
     float *x[RT__MAX_IN];
     float *dx[RT__MAX_IN];
     float *scratch;
+    float *ws;          /* the node's workspace (rt__node.ws_floats) */
     unsigned accum;
 } rt__kargs;
 
@@ -260,7 +261,11 @@ struct rt__op_def {
     X(rt__op_globalmaxpool)                                                   \
     X(rt__op_spatialdropout)                                                  \
     X(rt__op_gaussiannoise)                                                   \
-    X(rt__op_gaussiandropout)
+    X(rt__op_gaussiandropout)                                                 \
+    X(rt__op_simplernn)                                                       \
+    X(rt__op_lstm)                                                            \
+    X(rt__op_gru)                                                             \
+    X(rt__op_embedding)
 
 #define RT__OP_DECL(def) extern const rt__op_def def;
 RT__OP_LIST(RT__OP_DECL)
@@ -293,6 +298,10 @@ struct rt__node {
     const rt__kernel *kern;
     void *kdata;            /* the kernel's per-node data (plan arena) */
     int64_t scratch_floats; /* the kernel's scratch at the plan's batch */
+    /* workspace the forward call fills and the backward call reads (a
+     * recurrent op's states over all steps), at the plan's batch; lives
+     * from the node's forward call to its backward call */
+    int64_t ws_floats;
 };
 
 /* Typed parameter accessors: rt__dense_p(nd) (mutable, for infer) and
@@ -320,6 +329,8 @@ RT__PARAM_ACCESSORS(RT__P_UNARY, unary, rt__unary_params)
 RT__PARAM_ACCESSORS(RT__P_MAP, map, rt__map_params)
 RT__PARAM_ACCESSORS(RT__P_LN, ln, rt__ln_params)
 RT__PARAM_ACCESSORS(RT__P_UPSAMPLE, upsample, rt__upsample_params)
+RT__PARAM_ACCESSORS(RT__P_RNN, rnn, rt__rnn_params)
+RT__PARAM_ACCESSORS(RT__P_EMBED, embed, rt__embed_params)
 #undef RT__PARAM_ACCESSORS
 
 /* Rows of a batched-or-not shape at runtime batch n: product of all dims
@@ -355,8 +366,9 @@ struct rt__kernel {
     rt__kfn fwd, bwd;
     /* may prod absorb its only reader cons (NULL: always) */
     int (*can_fuse)(const rt__node *prod, const rt__node *cons);
-    /* Derived sizes, computed once at compile: set nd->scratch_floats for
-     * batch B and nd->kdata (allocated in A). NULL: no scratch, no data.
+    /* Derived sizes, computed once at compile: set nd->scratch_floats (and
+     * nd->ws_floats) for batch B and nd->kdata (allocated in A). NULL: no
+     * scratch, no data.
      * Returns 0 or RT_ENOMEM. */
     int (*prepare)(rt__node *nd, int64_t B, rt__arena *A);
 };
@@ -390,7 +402,7 @@ struct rt__call {
     rt__kfn fn;
     const rt__node *nd;
     int bwd;
-    rt__ref y, dy, scratch;
+    rt__ref y, dy, scratch, ws;
     rt__ref x[RT__MAX_IN], dx[RT__MAX_IN];
     unsigned accum;
 };
@@ -431,6 +443,7 @@ struct rt_plan {
     int n_entries;
     const char **entry_name;
     rt__shape in_shape;     /* per sample */
+    int input_entry;        /* the data input's entry index */
     int64_t in_numel;
     rt__node *nodes;        /* topological order, only what the output needs */
     int n_nodes;

@@ -55,6 +55,8 @@ struct rt_exec {
     int restored;              /* cursor loaded from a checkpoint */
     const void *checked_y;     /* labels already range-checked (daemon data */
     int64_t checked_n;         /* sets are immutable); saves O(n) per call */
+    const float *checked_x;    /* inputs already checked as Embedding indices */
+    int64_t checked_xn;
     int64_t *perm;
     int64_t perm_cap, perm_epoch;
     double ep_loss, ep_acc;
@@ -212,6 +214,7 @@ int rt_exec_create(rt_plan *p, rt_exec **out)
         a->y = rt__resolve(e, c->y);
         a->dy = rt__resolve(e, c->dy);
         a->scratch = rt__resolve(e, c->scratch);
+        a->ws = rt__resolve(e, c->ws);
         for (int j = 0; j < c->nd->n_in; j++) {
             a->x[j] = rt__resolve(e, c->x[j]);
             a->dx[j] = rt__resolve(e, c->dx[j]);
@@ -248,13 +251,39 @@ int64_t rt_exec_global_step(const rt_exec *e) { return e ? e->step : RT_EINVAL; 
 
 /* ------------------------------------------------------------------ data */
 
+/* An Embedding reading the data input takes its values as indices: each
+ * must be integral and in [0, vocabulary). Checked once per (x, n), as
+ * labels are. */
+static int rt__check_indices(rt_exec *e, const float *x, int64_t n)
+{
+    const rt_plan *p = e->p;
+    if (x == e->checked_x && n == e->checked_xn) return 0;
+    for (int k = 0; k < p->n_nodes; k++) {
+        const rt__node *nd = &p->nodes[k];
+        if (nd->op != &rt__op_embedding || nd->in[0] != p->input_entry) continue;
+        const int64_t V = rt__embed_cp(nd)->V, m = p->in_numel;
+        for (int64_t i = 0; i < n * m; i++) {
+            const float v = x[i];
+            if (!(v >= 0.0f && v < (float)V) || v != floorf(v))
+                return rt__eerr(e, RT_EDATA,
+                                "sample %lld: value %g at position %lld is not an index in "
+                                "[0, %lld) for Embedding '%.64s'",
+                                (long long)(i / m), (double)v, (long long)(i % m),
+                                (long long)V, nd->name);
+        }
+    }
+    e->checked_x = x;
+    e->checked_xn = n;
+    return 0;
+}
+
 static int rt__check_x(rt_exec *e, const float *x, int64_t n)
 {
     if (!x) return rt__eerr(e, RT_EDATA, "no input data");
     if (n <= 0) return rt__eerr(e, RT_EDATA, "data set has %lld samples", (long long)n);
     if (n > (INT64_C(1) << 31))
         return rt__eerr(e, RT_ETOOBIG, "data set has %lld samples, max 2^31", (long long)n);
-    return 0;
+    return rt__check_indices(e, x, n);
 }
 
 int rt_exec_check_data(rt_exec *e, const rt_data *d)

@@ -40,6 +40,8 @@ typedef enum rt__pkind {
     RT__P_MAP,      /* Pad, Transpose, ReduceMean, ReduceSum */
     RT__P_LN,       /* LayerNormalization */
     RT__P_UPSAMPLE, /* Upsample */
+    RT__P_RNN,      /* SimpleRNN, LSTM, GRU */
+    RT__P_EMBED,    /* Embedding */
 } rt__pkind;
 
 /* Dense/MatMul: x (R,K) times W (K,N); act: Dense's own activation */
@@ -163,6 +165,35 @@ typedef struct rt__upsample_params {
     int64_t H, W, C, SH, SW;
     int bilinear;
 } rt__upsample_params;
+/* Activations inside a recurrent cell; each derivative is a function of
+ * the activation's output (rt_kern_rnn.c). HARD_SIGMOID is Keras 1/2's
+ * clip(0.2 x + 0.5, 0, 1); HARD_SIGMOID_V3 is Keras 3's relu6(x + 3) / 6. */
+enum {
+    RT__RA_LINEAR = 0, RT__RA_TANH, RT__RA_SIGMOID, RT__RA_RELU,
+    RT__RA_HARD_SIGMOID, RT__RA_HARD_SIGMOID_V3,
+};
+enum { RT__RNN_SIMPLE = 1, RT__RNN_LSTM, RT__RNN_GRU };
+
+/* SimpleRNN/LSTM/GRU over x (B,T,F) with Keras' weights: kernel (F,G*U),
+ * recurrent kernel (U,G*U), bias (G*U), or (2,G*U) for GRU reset_after
+ * (input bias row, recurrent bias row). Gates: LSTM i,f,c,o (G 4), GRU
+ * z,r,h (G 3), SimpleRNN one (G 1). Output (B,U), or (B,T,U) with seq.
+ * backwards: steps run from t = T-1 down to 0 (Keras go_backwards). A
+ * sequence output holds step s at position s, or at T-1-s with rev_out
+ * (Bidirectional reverses its backward half's sequence so that position t
+ * is the state after reading input t). */
+typedef struct rt__rnn_params {
+    int cell;              /* RT__RNN_* */
+    int64_t T, F, U, G;
+    int act, ract;         /* RT__RA_* */
+    int seq, backwards, rev_out, reset_after, bias;
+} rt__rnn_params;
+
+/* Embedding: R indices per sample (float values, integral, in [0, V))
+ * -> R rows of D */
+typedef struct rt__embed_params {
+    int64_t V, D, R;
+} rt__embed_params;
 
 typedef union rt__op_params {
     rt__dense_params dense;
@@ -177,6 +208,8 @@ typedef union rt__op_params {
     rt__map_params map;
     rt__ln_params ln;
     rt__upsample_params upsample;
+    rt__rnn_params rnn;
+    rt__embed_params embed;
 } rt__op_params;
 
 #endif

@@ -89,6 +89,15 @@ void rt_kern_copy_bwd(const rt__kargs *a);
 void rt_kern_dropout_fwd(const rt__kargs *a);
 void rt_kern_dropout_bwd(const rt__kargs *a);
 
+/* SimpleRNN / LSTM / GRU (rt__rnn_params): forward fills the node's
+ * workspace, backward runs through time from it (rt_kern_rnn.c) */
+void rt_kern_rnn_fwd(const rt__kargs *a);
+void rt_kern_rnn_bwd(const rt__kargs *a);
+int rt_kern_rnn_prepare(rt__node *nd, int64_t B, rt__arena *A);
+/* Embedding: row gather, scatter-add of the rows' gradients */
+void rt_kern_embedding_fwd(const rt__kargs *a);
+void rt_kern_embedding_bwd(const rt__kargs *a);
+
 /* C (M,N) = op(A) op(B) + beta C, row-major, alpha 1. Tiny products use a
  * hand-written kernel (oneDNN's call overhead dominates there); the rest
  * go to dnnl_sgemm. (rt_kern_gemm.c) */

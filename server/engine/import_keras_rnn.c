@@ -1,0 +1,465 @@
+/*
+ * import_keras_rnn.c - Keras' Embedding, SimpleRNN, LSTM, GRU and
+ * Bidirectional layers -> the engine's Embedding / SimpleRNN / LSTM / GRU
+ * ops (server/engine/op_rnn.c). import_keras.c lists these functions in
+ * its layer table.
+ *
+ * Weights keep Keras' names and layout, so get/set weights interoperate
+ * with a Keras model's: "<layer>/embeddings"; "<layer>/kernel" (in, G*units),
+ * "<layer>/recurrent_kernel" (units, G*units), "<layer>/bias" (G*units,
+ * or (2, 3*units) for GRU reset_after); gates LSTM i,f,c,o and GRU z,r,h.
+ * Bidirectional's halves are "<layer>/forward_<inner>/..." and
+ * "<layer>/backward_<inner>/...", as in Keras' weight paths.
+ *
+ * Nothing is dropped silently: every config field is implemented, or on
+ * the list of fields that do not change training (k_inert: names, dtype,
+ * shape hints, unroll and implementation, which only choose how Keras
+ * computes the same values), or an error naming it. Errors: dropout and
+ * recurrent_dropout above 0, return_state, stateful, time_major, Embedding
+ * mask_zero, sparse and lora_rank, regularizers and constraints, and any
+ * field not known here.
+ */
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "import_keras.h"
+#include "rt_engine_impl.h"
+
+/* a setting that must be absent, null, false or 0 */
+static int k_reject_set(rt_keras_ctx *c, const char *key, const char *why)
+{
+    json_object *v = NULL;
+    if (!c->cfg || !json_object_object_get_ex(c->cfg, key, &v) || !v) return 0;
+    if (json_object_is_type(v, json_type_boolean) && !json_object_get_boolean(v)) return 0;
+    if ((json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)) &&
+        json_object_get_double(v) == 0.0)
+        return 0;
+    return rt_keras_fail(c, RT_EUNIMPLEMENTED, "%s '%s' is not supported%s%s", c->class_name, key,
+                         why ? ": " : "", why ? why : "");
+}
+
+static int k_reject_all(rt_keras_ctx *c, const char *const *keys, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int rc = k_reject_set(c, keys[i], NULL);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+/* Fields of every layer that do not change what is trained: names, the
+ * dtype policy, input shape hints; RNN: unroll/implementation (how Keras
+ * computes the same values), seed (of dropout masks, which are 0 here),
+ * zero_output_for_mask (masking is not used). */
+static const char *const k_inert[] = {
+    "name", "trainable", "dtype", "batch_input_shape", "batch_shape", "input_shape",
+    "input_length", "unroll", "implementation", "seed", "zero_output_for_mask",
+    /* Keras 3: whether to use cuDNN's kernel (the same values) */
+    "use_cudnn",
+    /* Keras 1: the input dtype, an RNN's input_dim shape hint, and how it
+     * computes (consume_less) */
+    "input_dtype", "input_dim", "consume_less",
+};
+
+/* Keras 1 configs use other names for the same settings (LSTM(output_dim,
+ * init, inner_init, inner_activation, W_regularizer, dropout_W, ...),
+ * Embedding(init, W_regularizer, W_constraint)). k_keras1 gives a copy of
+ * c->cfg under Keras 2 names (NULL when it is not Keras 1, or on no
+ * memory: *rc). Its GRU is Keras 2's reset_after=false, and
+ * forget_bias_init "one"/"zero" is unit_forget_bias. */
+static json_object *k_keras1(rt_keras_ctx *c, int embedding, int gru, int *rc)
+{
+    json_object *v;
+    *rc = 0;
+    if (!c->cfg || !json_object_is_type(c->cfg, json_type_object)) return NULL;
+    const int k1 = embedding ? json_object_object_get_ex(c->cfg, "init", &v) ||
+                                   json_object_object_get_ex(c->cfg, "W_regularizer", &v)
+                             : json_object_object_get_ex(c->cfg, "output_dim", &v) &&
+                                   !json_object_object_get_ex(c->cfg, "units", &v);
+    if (!k1) return NULL;
+    static const struct { const char *k1, *k2, *emb; } map[] = {
+        {"output_dim", "units", "output_dim"},
+        {"init", "kernel_initializer", "embeddings_initializer"},
+        {"inner_init", "recurrent_initializer", NULL},
+        {"inner_activation", "recurrent_activation", NULL},
+        {"W_regularizer", "kernel_regularizer", "embeddings_regularizer"},
+        {"U_regularizer", "recurrent_regularizer", NULL},
+        {"b_regularizer", "bias_regularizer", NULL},
+        {"W_constraint", "kernel_constraint", "embeddings_constraint"},
+        {"U_constraint", "recurrent_constraint", NULL},
+        {"b_constraint", "bias_constraint", NULL},
+        {"dropout_W", "dropout", NULL},
+        {"dropout_U", "recurrent_dropout", NULL},
+    };
+    json_object *t = json_object_new_object();
+    if (!t) {
+        *rc = RT_ENOMEM;
+        return NULL;
+    }
+    json_object_object_foreach(c->cfg, key, val) {
+        const char *to = key;
+        for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+            if (!strcmp(key, map[i].k1)) to = embedding && map[i].emb ? map[i].emb : map[i].k2;
+        if (!strcmp(key, "forget_bias_init") && !embedding) {
+            const char *fb = json_object_is_type(val, json_type_string) ? json_object_get_string(val)
+                                                                        : "";
+            if (strcmp(fb, "one") != 0 && strcmp(fb, "zero") != 0) {
+                json_object_put(t);
+                *rc = rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                                    "%s forget_bias_init '%.20s' (one or zero only)",
+                                    c->class_name, fb);
+                return NULL;
+            }
+            json_object_object_add(t, "unit_forget_bias",
+                                   json_object_new_boolean(!strcmp(fb, "one")));
+            continue;
+        }
+        json_object_object_add(t, to, json_object_get(val));
+    }
+    if (gru && !json_object_object_get_ex(t, "reset_after", &v))
+        json_object_object_add(t, "reset_after", json_object_new_boolean(0));
+    return t;
+}
+
+/* every key of c->cfg is in known[], more[] or k_inert[], else an error
+ * naming it */
+static int k_known_fields2(rt_keras_ctx *c, const char *const *known, int n,
+                           const char *const *more, int n_more)
+{
+    if (!c->cfg || !json_object_is_type(c->cfg, json_type_object)) return 0;
+    json_object_object_foreach(c->cfg, key, val) {
+        (void)val;
+        int ok = 0;
+        for (int i = 0; i < n && !ok; i++) ok = !strcmp(key, known[i]);
+        for (int i = 0; i < n_more && !ok; i++) ok = !strcmp(key, more[i]);
+        for (size_t i = 0; i < sizeof k_inert / sizeof k_inert[0] && !ok; i++)
+            ok = !strcmp(key, k_inert[i]);
+        if (!ok)
+            return rt_keras_fail(c, RT_EUNIMPLEMENTED, "%s setting '%.40s' is not supported",
+                                 c->class_name, key);
+    }
+    return 0;
+}
+
+static int k_known_fields(rt_keras_ctx *c, const char *const *known, int n)
+{
+    return k_known_fields2(c, known, n, NULL, 0);
+}
+
+/* Keras 3 writes initializers as {"module": ..., "class_name": ...}; its
+ * hard_sigmoid is relu6(x + 3) / 6, Keras 1/2's clip(0.2 x + 0.5, 0, 1) */
+static int k_is_keras3(rt_keras_ctx *c)
+{
+    json_object *ki = NULL, *m = NULL;
+    return c->cfg && json_object_object_get_ex(c->cfg, "kernel_initializer", &ki) && ki &&
+           json_object_is_type(ki, json_type_object) && json_object_object_get_ex(ki, "module", &m);
+}
+
+static int k_rnn_act(rt_keras_ctx *c, const char *key, const char *def, const char **out)
+{
+    const char *s;
+    int rc = rt_keras_cfg_str(c, key, def, &s);
+    if (rc < 0) return rc;
+    static const char *ok[] = {"tanh", "sigmoid", "relu", "linear", "hard_sigmoid"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (!strcmp(s, ok[i])) {
+            *out = !strcmp(s, "hard_sigmoid") && k_is_keras3(c) ? "hard_sigmoid_v3" : s;
+            return 0;
+        }
+    return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                         "%s %s '%.40s' is not supported (tanh, sigmoid, relu, linear, hard_sigmoid)",
+                         c->class_name, key, s);
+}
+
+static int k_name(rt_keras_ctx *c, char *dst, const char *base, const char *sfx)
+{
+    int n = snprintf(dst, RT_KERAS_NAME, "%s/%s", base, sfx);
+    if (n < 0 || n >= RT_KERAS_NAME) return rt_keras_fail(c, RT_EINVAL, "layer name is too long");
+    return 0;
+}
+
+static int k_embedding(rt_keras_ctx *c)
+{
+    static const char *const unsupported[] = {"embeddings_regularizer", "activity_regularizer",
+                                              "embeddings_constraint", "sparse", "lora_rank",
+                                              "dropout"};
+    static const char *const known[] = {
+        "input_dim", "output_dim", "embeddings_initializer", "embeddings_regularizer",
+        "activity_regularizer", "embeddings_constraint", "mask_zero", "sparse", "lora_rank",
+        "dropout" /* Keras 1 */, "lora_alpha" /* used only with lora_rank */};
+    int64_t V, D;
+    int trainable, rc;
+    rt_init init;
+    if ((rc = k_known_fields(c, known, sizeof known / sizeof known[0])) < 0 ||
+        (rc = k_reject_set(c, "mask_zero", "masking is not implemented")) < 0 ||
+        (rc = k_reject_all(c, unsupported, 6)) < 0 ||
+        (rc = rt_keras_cfg_int(c, "input_dim", 0, &V)) < 0 ||
+        (rc = rt_keras_cfg_int(c, "output_dim", 0, &D)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "trainable", 1, &trainable)) < 0 ||
+        (rc = rt_keras_cfg_init(c, "embeddings_initializer", RT_INIT_GLOROT_UNIFORM, &init)) < 0)
+        return rc;
+    if (V <= 0 || D <= 0 || V > RT__MAX_NUMEL || D > RT__MAX_NUMEL)
+        return rt_keras_fail(c, RT_EINVAL, "Embedding needs input_dim > 0 and output_dim > 0");
+    const rt_keras_tensor *x = &c->in[0];
+    if (x->ndim + 1 >= RT_MAX_DIMS)
+        return rt_keras_fail(c, RT_ESHAPE, "Embedding input has rank %d", x->ndim);
+    char w[RT_KERAS_NAME];
+    if ((rc = k_name(c, w, c->layer, "embeddings")) < 0) return rc;
+    int64_t wd[2] = {V, D};
+    if ((rc = rt_graph_add_param(c->g, w, 2, wd, init, trainable, NULL)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    const char *in[2] = {x->name, w};
+    if ((rc = rt_graph_add_node(c->g, c->layer, "Embedding", 2, in, 0, NULL)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    snprintf(c->out.name, sizeof c->out.name, "%s", c->layer);
+    c->out.ndim = x->ndim + 1;
+    memcpy(c->out.dims, x->dims, sizeof c->out.dims);
+    c->out.dims[x->ndim] = D;
+    return 0;
+}
+
+int rt_keras_embedding(rt_keras_ctx *c)
+{
+    int rc;
+    json_object *k1 = k_keras1(c, 1, 0, &rc);
+    if (rc < 0 || !k1) return rc < 0 ? rc : k_embedding(c);
+    json_object *orig = c->cfg;
+    c->cfg = k1;
+    rc = k_embedding(c);
+    c->cfg = orig;
+    json_object_put(k1);
+    return rc;
+}
+
+enum { K_SIMPLE, K_LSTM, K_GRU };
+
+/* One recurrent layer from c->cfg as node name, reading c->in[0].
+ * flip: run in the other direction than go_backwards says; rev_out: a
+ * sequence output in reverse step order (Bidirectional's backward half). */
+static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip, int rev_out,
+                           rt_keras_tensor *out)
+{
+    static const char *const unsupported[] = {
+        "kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
+        "activity_regularizer", "kernel_constraint", "recurrent_constraint",
+        "bias_constraint", "return_state", "stateful", "time_major"};
+    static const char *const known[] = {
+        "units", "activation", "use_bias", "kernel_initializer", "recurrent_initializer",
+        "bias_initializer", "dropout", "recurrent_dropout", "return_sequences", "go_backwards",
+        "kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
+        "activity_regularizer", "kernel_constraint", "recurrent_constraint",
+        "bias_constraint", "return_state", "stateful", "time_major"};
+    static const char *const lstm_known[] = {"recurrent_activation", "unit_forget_bias"};
+    static const char *const gru_known[] = {"recurrent_activation", "reset_after"};
+    static const char *const ops[] = {"SimpleRNN", "LSTM", "GRU"};
+    static const int gates[] = {1, 4, 3};
+    int64_t units;
+    double drop, rdrop;
+    int use_bias, seq, back, trainable, ufb = 0, reset_after = 0, rc;
+    const char *act, *ract = "sigmoid";
+    rt_init kinit, rinit, binit;
+    if ((rc = k_known_fields2(c, known, sizeof known / sizeof known[0],
+                              cell == K_LSTM ? lstm_known : gru_known,
+                              cell == K_SIMPLE ? 0 : 2)) < 0 ||
+        (rc = k_reject_all(c, unsupported, 10)) < 0 ||
+        (rc = rt_keras_cfg_int(c, "units", 0, &units)) < 0 ||
+        (rc = rt_keras_cfg_float(c, "dropout", 0, &drop)) < 0 ||
+        (rc = rt_keras_cfg_float(c, "recurrent_dropout", 0, &rdrop)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "use_bias", 1, &use_bias)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "return_sequences", 0, &seq)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "go_backwards", 0, &back)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "trainable", 1, &trainable)) < 0 ||
+        (rc = k_rnn_act(c, "activation", "tanh", &act)) < 0 ||
+        (cell != K_SIMPLE && (rc = k_rnn_act(c, "recurrent_activation", "sigmoid", &ract)) < 0) ||
+        (cell == K_LSTM && (rc = rt_keras_cfg_bool(c, "unit_forget_bias", 1, &ufb)) < 0) ||
+        (cell == K_GRU && (rc = rt_keras_cfg_bool(c, "reset_after", 1, &reset_after)) < 0) ||
+        (rc = rt_keras_cfg_init(c, "kernel_initializer", RT_INIT_GLOROT_UNIFORM, &kinit)) < 0 ||
+        (rc = rt_keras_cfg_init(c, "recurrent_initializer", RT_INIT_GLOROT_UNIFORM, &rinit)) < 0 ||
+        (rc = rt_keras_cfg_init(c, "bias_initializer", RT_INIT_ZEROS, &binit)) < 0)
+        return rc;
+    if (units <= 0 || units > (1 << 20))
+        return rt_keras_fail(c, RT_EINVAL, "%s needs units in 1..2^20", c->class_name);
+    if (drop != 0 || rdrop != 0)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "%s dropout %g / recurrent_dropout %g: only 0 is supported",
+                             c->class_name, drop, rdrop);
+    const rt_keras_tensor *x = &c->in[0];
+    if (x->ndim != 2)
+        return rt_keras_fail(c, RT_ESHAPE, "%s needs (time, features) inputs, got rank %d",
+                             c->class_name, x->ndim);
+    const int64_t GU = gates[cell] * units;
+    char kn[RT_KERAS_NAME], rn[RT_KERAS_NAME], bn[RT_KERAS_NAME];
+    if ((rc = k_name(c, kn, name, "kernel")) < 0 || (rc = k_name(c, rn, name, "recurrent_kernel")) < 0 ||
+        (rc = k_name(c, bn, name, "bias")) < 0)
+        return rc;
+    int64_t kd[2] = {x->dims[1], GU}, rd[2] = {units, GU}, bd[2] = {2, GU};
+    if ((rc = rt_graph_add_param(c->g, kn, 2, kd, kinit, trainable, NULL)) < 0 ||
+        (rc = rt_graph_add_param(c->g, rn, 2, rd, rinit, trainable, NULL)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    if (use_bias) {
+        /* Keras' unit_forget_bias: the forget gate's bias starts at 1 */
+        float *ones = NULL;
+        if (ufb) {
+            if (binit != RT_INIT_ZEROS)
+                return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                                     "unit_forget_bias with a bias_initializer other than zeros");
+            ones = calloc((size_t)GU, sizeof(float));
+            if (!ones) return RT_ENOMEM;
+            for (int64_t j = units; j < 2 * units; j++) ones[j] = 1.0f;
+        }
+        rc = reset_after ? rt_graph_add_param(c->g, bn, 2, bd, binit, trainable, NULL)
+                         : rt_graph_add_param(c->g, bn, 1, &GU, binit, trainable, ones);
+        free(ones);
+        if (rc < 0) return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    }
+    rt_attr at[6] = {
+        {.name = "activation", .kind = RT_ATTR_STR, .s = act},
+        {.name = "return_sequences", .kind = RT_ATTR_INT, .i = seq},
+        {.name = "go_backwards", .kind = RT_ATTR_INT, .i = back ^ flip},
+        {.name = "reverse_output", .kind = RT_ATTR_INT, .i = rev_out && seq},
+        {.name = "recurrent_activation", .kind = RT_ATTR_STR, .s = ract},
+        {.name = "reset_after", .kind = RT_ATTR_INT, .i = reset_after},
+    };
+    const int nat = cell == K_GRU ? 6 : cell == K_LSTM ? 5 : 4;
+    const char *in[4] = {x->name, kn, rn, bn};
+    if ((rc = rt_graph_add_node(c->g, name, ops[cell], use_bias ? 4 : 3, in, nat, at)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    snprintf(out->name, sizeof out->name, "%s", name);
+    out->ndim = seq ? 2 : 1;
+    out->dims[0] = seq ? x->dims[0] : units;
+    out->dims[1] = units;
+    return 0;
+}
+
+/* k_rnn_build_cfg on c->cfg, or on its Keras 2 names when it is Keras 1 */
+static int k_rnn_build(rt_keras_ctx *c, int cell, const char *name, int flip, int rev_out,
+                       rt_keras_tensor *out)
+{
+    int rc;
+    json_object *k1 = k_keras1(c, 0, cell == K_GRU, &rc);
+    if (rc < 0 || !k1) return rc < 0 ? rc : k_rnn_build_cfg(c, cell, name, flip, rev_out, out);
+    json_object *orig = c->cfg;
+    c->cfg = k1;
+    rc = k_rnn_build_cfg(c, cell, name, flip, rev_out, out);
+    c->cfg = orig;
+    json_object_put(k1);
+    return rc;
+}
+
+int rt_keras_simplernn(rt_keras_ctx *c) { return k_rnn_build(c, K_SIMPLE, c->layer, 0, 0, &c->out); }
+int rt_keras_lstm(rt_keras_ctx *c) { return k_rnn_build(c, K_LSTM, c->layer, 0, 0, &c->out); }
+int rt_keras_gru(rt_keras_ctx *c) { return k_rnn_build(c, K_GRU, c->layer, 0, 0, &c->out); }
+
+/* A wrapped recurrent layer ({"class_name", "config"}): its cell kind
+ * (K_*), config and name; -1 with the error set otherwise. */
+static int k_inner(rt_keras_ctx *c, json_object *o, const char *what, json_object **cfg,
+                   const char **cls, const char **name)
+{
+    json_object *icls = NULL, *iname = NULL;
+    if (!o || !json_object_object_get_ex(o, "class_name", &icls) ||
+        !json_object_is_type(icls, json_type_string) ||
+        !json_object_object_get_ex(o, "config", cfg) || !json_object_is_type(*cfg, json_type_object))
+        return rt_keras_fail(c, RT_EINVAL, "Bidirectional '%s' needs class_name and config", what);
+    *cls = json_object_get_string(icls);
+    *name = json_object_object_get_ex(*cfg, "name", &iname) &&
+                    json_object_is_type(iname, json_type_string)
+                ? json_object_get_string(iname) : *cls;
+    int cell = !strcmp(*cls, "SimpleRNN") ? K_SIMPLE
+               : !strcmp(*cls, "LSTM")    ? K_LSTM
+               : !strcmp(*cls, "GRU")     ? K_GRU
+                                          : -1;
+    if (cell < 0)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "Bidirectional over '%.40s' (SimpleRNN, LSTM or GRU only)", *cls);
+    return cell;
+}
+
+/* Bidirectional(layer, merge_mode, backward_layer?): the layer, and a
+ * second layer running the other way, its sequence output reversed back
+ * (as Keras does); merged by concat (last axis), sum, mul or ave. Keras 2
+ * writes only "layer" (the backward half is a copy with go_backwards
+ * flipped); Keras 3 writes both halves, named forward_<x> and backward_<x>
+ * already. Parameters: "<layer>/forward_<x>/...", "<layer>/backward_<x>/...". */
+int rt_keras_bidirectional(rt_keras_ctx *c)
+{
+    json_object *inner = NULL, *back = NULL, *icfg = NULL, *bcfg = NULL;
+    static const char *const known[] = {"layer", "merge_mode", "backward_layer"};
+    const char *cls, *name, *bcls, *bname;
+    int rc;
+    if ((rc = k_known_fields(c, known, 3)) < 0) return rc;
+    json_object_object_get_ex(c->cfg, "layer", &inner);
+    const int cell = k_inner(c, inner, "layer", &icfg, &cls, &name);
+    if (cell < 0) return cell;
+    int bcell = cell;
+    if (json_object_object_get_ex(c->cfg, "backward_layer", &back) && back) {
+        if ((bcell = k_inner(c, back, "backward_layer", &bcfg, &bcls, &bname)) < 0) return bcell;
+        if (bcell != cell)
+            return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                                 "Bidirectional halves of different kinds (%.20s, %.20s)", cls, bcls);
+    }
+    json_object *mm = NULL;
+    if (json_object_object_get_ex(c->cfg, "merge_mode", &mm) && !mm)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "Bidirectional merge_mode null (two outputs) is not supported");
+    const char *mode;
+    if ((rc = rt_keras_cfg_str(c, "merge_mode", "concat", &mode)) < 0) return rc;
+    const char *op = !strcmp(mode, "concat") ? "Concat"
+                     : !strcmp(mode, "sum")  ? "Add"
+                     : !strcmp(mode, "mul")  ? "Mul"
+                     : !strcmp(mode, "ave")  ? "Add"
+                                             : NULL;
+    if (!op)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "Bidirectional merge_mode '%.20s' (concat, sum, mul or ave)", mode);
+    /* the halves' names: Keras 3's own, or forward_/backward_ + the layer's */
+    const char *base = !strncmp(name, "forward_", 8) ? name + 8 : name;
+    char fw[RT_KERAS_NAME], bw[RT_KERAS_NAME];
+    int n1 = snprintf(fw, sizeof fw, "%s/forward_%s", c->layer, base);
+    int n2 = bcfg && !strncmp(bname, "backward_", 9)
+                 ? snprintf(bw, sizeof bw, "%s/%s", c->layer, bname)
+                 : snprintf(bw, sizeof bw, "%s/backward_%s", c->layer, base);
+    if (n1 < 0 || n1 >= RT_KERAS_NAME || n2 < 0 || n2 >= RT_KERAS_NAME || !strcmp(fw, bw))
+        return rt_keras_fail(c, RT_EINVAL, "Bidirectional halves need distinct, short names");
+    /* the halves' settings, errors still naming the Bidirectional */
+    rt_keras_ctx ic = *c;
+    ic.cfg = icfg;
+    ic.class_name = cls;
+    rt_keras_tensor fo, bo;
+    if ((rc = k_rnn_build(&ic, cell, fw, 0, 0, &fo)) < 0) return rc;
+    if (bcfg) {
+        /* Keras runs the given backward layer as configured */
+        ic.cfg = bcfg;
+        rc = k_rnn_build(&ic, bcell, bw, 0, 1, &bo);
+    } else {
+        rc = k_rnn_build(&ic, cell, bw, 1, 1, &bo);
+    }
+    if (rc < 0) return rc;
+    if (fo.ndim != bo.ndim || memcmp(fo.dims, bo.dims, sizeof(int64_t) * (size_t)fo.ndim))
+        return rt_keras_fail(c, RT_ESHAPE, "Bidirectional halves have different output shapes");
+    c->out = fo;
+    const char *in[2] = {fo.name, bo.name};
+    const char *merged = c->layer;
+    char sum[RT_KERAS_NAME];
+    const int ave = !strcmp(mode, "ave");
+    if (ave && (rc = k_name(c, sum, c->layer, "sum")) < 0) return rc;
+    rt_attr axis = {.name = "axis", .kind = RT_ATTR_INT, .i = fo.ndim};
+    const int concat = !strcmp(op, "Concat");
+    if ((rc = rt_graph_add_node(c->g, ave ? sum : merged, op, 2, in, concat, &axis)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    if (ave) {
+        char half[RT_KERAS_NAME];
+        if ((rc = k_name(c, half, c->layer, "half")) < 0) return rc;
+        const int64_t one = 1;
+        const float h = 0.5f;
+        if ((rc = rt_graph_add_param(c->g, half, 1, &one, RT_INIT_ZEROS, 0, &h)) < 0)
+            return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+        const char *min[2] = {sum, half};
+        if ((rc = rt_graph_add_node(c->g, merged, "Mul", 2, min, 0, NULL)) < 0)
+            return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    }
+    snprintf(c->out.name, sizeof c->out.name, "%s", merged);
+    if (concat) c->out.dims[c->out.ndim - 1] *= 2;
+    return 0;
+}

@@ -1,0 +1,175 @@
+/*
+ * op_rnn.c - the recurrent ops SimpleRNN, LSTM and GRU, and Embedding:
+ * shape inference, typed parameters (rt__rnn_params, rt__embed_params)
+ * and FLOP counts. The CPU kernels are server/kernels/cpu/rt_kern_rnn.c.
+ *
+ *   SimpleRNN/LSTM/GRU(x (B,T,F), kernel (F,G*U), recurrent_kernel
+ *       (U,G*U), bias?) with Keras' gate order and layout (LSTM i,f,c,o;
+ *       GRU z,r,h; GRU reset_after has a (2,3U) bias: input row, then
+ *       recurrent row). Attributes: activation (default "tanh"),
+ *       recurrent_activation (LSTM/GRU, default "sigmoid"), return_sequences,
+ *       go_backwards, reverse_output (a sequence output in reverse step
+ *       order, as Bidirectional's backward half), reset_after (GRU,
+ *       default 1).
+ *   Embedding(x (B,...) holding integral indices as floats, W (V,D))
+ *       -> (B,...,D). The exec checks the indices before a step
+ *       (rt_exec_check_data); the kernel clamps as a last resort.
+ */
+#include <string.h>
+
+#include "rt_engine_impl.h"
+
+static int rt__rnn_act(rt__cc *cc, const rt__node *nd, const char *key, const char *def,
+                       int *out)
+{
+    int ok = 1;
+    const char *s = rt__attr_str(cc, nd, key, def, &ok);
+    if (!ok) return RT_EINVAL;
+    static const struct { const char *n; int a; } acts[] = {
+        {"linear", RT__RA_LINEAR},   {"tanh", RT__RA_TANH},
+        {"sigmoid", RT__RA_SIGMOID}, {"relu", RT__RA_RELU},
+        {"hard_sigmoid", RT__RA_HARD_SIGMOID},
+        {"hard_sigmoid_v3", RT__RA_HARD_SIGMOID_V3},
+    };
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
+        if (!strcmp(s, acts[i].n)) {
+            *out = acts[i].a;
+            return 0;
+        }
+    return rt__cerr(cc, nd, RT_EINVAL,
+                    "%s '%s' is not one of linear, tanh, sigmoid, relu, hard_sigmoid", key, s);
+}
+
+static int rt__rnn_infer_cell(rt__cc *cc, rt__node *nd, int cell, int64_t G)
+{
+    const rt__shape *x = nd->in_shape[0], *w = nd->in_shape[1], *u = nd->in_shape[2];
+    if (!x->batched || x->ndim != 2)
+        return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' must be (batch, time, features)",
+                        nd->in_name[0]);
+    const int64_t T = x->d[0], F = x->d[1];
+    if (w->batched || w->ndim != 2 || w->d[0] != F || w->d[1] % G || w->d[1] == 0)
+        return rt__cerr(cc, nd, RT_ESHAPE, "kernel '%s' must be (%lld, %lld * units)",
+                        nd->in_name[1], (long long)F, (long long)G);
+    const int64_t U = w->d[1] / G;
+    if (u->batched || u->ndim != 2 || u->d[0] != U || u->d[1] != G * U)
+        return rt__cerr(cc, nd, RT_ESHAPE, "recurrent kernel '%s' must be (%lld, %lld)",
+                        nd->in_name[2], (long long)U, (long long)(G * U));
+    /* the kernels keep every step's input, gates and states: per sample
+     * T*F + T*G*U + 3*(T+1)*U + G*U values at most */
+    int64_t ws = 0, a, b;
+    if (__builtin_mul_overflow(T, F, &a) || __builtin_mul_overflow(T, G * U, &b) ||
+        __builtin_add_overflow(a, b, &ws) || __builtin_mul_overflow(T + 1, 3 * U, &a) ||
+        __builtin_add_overflow(ws, a + G * U, &ws) || ws > RT__MAX_NUMEL)
+        return rt__cerr(cc, nd, RT_EOVERFLOW,
+                        "%lld steps of %lld units keep more than 2^32 values per sample",
+                        (long long)T, (long long)U);
+    rt__rnn_params *p = rt__rnn_p(nd);
+    int ok = 1, rc;
+    p->cell = cell;
+    p->T = T;
+    p->F = F;
+    p->U = U;
+    p->G = G;
+    p->seq = (int)rt__attr_int(cc, nd, "return_sequences", 0, &ok);
+    if (ok) p->backwards = (int)rt__attr_int(cc, nd, "go_backwards", 0, &ok);
+    if (ok) p->rev_out = (int)rt__attr_int(cc, nd, "reverse_output", 0, &ok);
+    if (ok) p->reset_after = cell == RT__RNN_GRU && rt__attr_int(cc, nd, "reset_after", 1, &ok);
+    if (!ok) return RT_EINVAL;
+    if ((rc = rt__rnn_act(cc, nd, "activation", "tanh", &p->act)) < 0) return rc;
+    p->ract = RT__RA_SIGMOID;
+    if (cell != RT__RNN_SIMPLE &&
+        (rc = rt__rnn_act(cc, nd, "recurrent_activation", "sigmoid", &p->ract)) < 0)
+        return rc;
+    p->bias = nd->n_in > 3;
+    if (p->bias) {
+        const rt__shape *b = nd->in_shape[3];
+        const int two = p->reset_after;
+        if (b->batched || b->ndim != 1 + two || b->d[two] != G * U || (two && b->d[0] != 2))
+            return rt__cerr(cc, nd, RT_ESHAPE, "bias '%s' must be (%s%lld)", nd->in_name[3],
+                            two ? "2, " : "", (long long)(G * U));
+    }
+    nd->out.batched = 1;
+    nd->out.ndim = p->seq ? 2 : 1;
+    nd->out.d[0] = p->seq ? T : U;
+    nd->out.d[1] = U;
+    return 0;
+}
+
+static int rt__simplernn_infer(rt__cc *cc, rt__node *nd)
+{
+    return rt__rnn_infer_cell(cc, nd, RT__RNN_SIMPLE, 1);
+}
+static int rt__lstm_infer(rt__cc *cc, rt__node *nd)
+{
+    return rt__rnn_infer_cell(cc, nd, RT__RNN_LSTM, 4);
+}
+static int rt__gru_infer(rt__cc *cc, rt__node *nd)
+{
+    return rt__rnn_infer_cell(cc, nd, RT__RNN_GRU, 3);
+}
+
+static uint64_t rt__rnn_flops(const rt__node *nd, int64_t B, unsigned need_dx)
+{
+    const rt__rnn_params *p = rt__rnn_cp(nd);
+    const uint64_t BT = (uint64_t)(B * p->T), GU = (uint64_t)(p->G * p->U);
+    /* input projection, recurrence, ~10 element-wise operations per gate */
+    uint64_t fwd = 2 * BT * (uint64_t)p->F * GU + 2 * BT * (uint64_t)p->U * GU + 10 * BT * GU;
+    uint64_t f = fwd;
+    if (need_dx & 1u) f += 2 * BT * (uint64_t)p->F * GU;
+    if (need_dx & 2u) f += 2 * BT * (uint64_t)p->F * GU;
+    if (need_dx) f += 4 * BT * (uint64_t)p->U * GU + 10 * BT * GU;
+    return f;
+}
+
+#define RT__RNN_OP(sym, nm, inf)                                                          \
+    const rt__op_def sym = {                                                              \
+        .name = nm,                                                                       \
+        .min_in = 3,                                                                      \
+        .max_in = 4,                                                                      \
+        .bwd_needs_in = 6u, /* kernels for dx and the recurrence; states: workspace */    \
+        .params = RT__P_RNN,                                                              \
+        .infer = inf,                                                                     \
+        .flops = rt__rnn_flops,                                                           \
+    }
+RT__RNN_OP(rt__op_simplernn, "SimpleRNN", rt__simplernn_infer);
+RT__RNN_OP(rt__op_lstm, "LSTM", rt__lstm_infer);
+RT__RNN_OP(rt__op_gru, "GRU", rt__gru_infer);
+
+static int rt__embedding_infer(rt__cc *cc, rt__node *nd)
+{
+    const rt__shape *x = nd->in_shape[0], *w = nd->in_shape[1];
+    if (!x->batched || x->ndim + 1 >= RT_MAX_DIMS)
+        return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' must be batched, rank < %d",
+                        nd->in_name[0], RT_MAX_DIMS - 1);
+    if (w->batched || w->ndim != 2)
+        return rt__cerr(cc, nd, RT_ESHAPE, "embeddings '%s' must be (vocabulary, dim)",
+                        nd->in_name[1]);
+    if (nd->in_dt[0] != RT_F32)
+        return rt__cerr(cc, nd, RT_EDTYPE, "indices '%s' must be f32 values", nd->in_name[0]);
+    rt__embed_params *p = rt__embed_p(nd);
+    p->V = w->d[0];
+    p->D = w->d[1];
+    p->R = rt__shape_numel(x);
+    nd->out = *x;
+    nd->out.d[x->ndim] = p->D;
+    nd->out.ndim = x->ndim + 1;
+    return 0;
+}
+
+static uint64_t rt__embedding_flops(const rt__node *nd, int64_t B, unsigned need_dx)
+{
+    const rt__embed_params *p = rt__embed_cp(nd);
+    const uint64_t n = (uint64_t)(B * p->R * p->D);
+    return (need_dx & 2u) ? 2 * n : n;
+}
+
+const rt__op_def rt__op_embedding = {
+    .name = "Embedding",
+    .min_in = 2,
+    .max_in = 2,
+    .bwd_needs_in = 1u, /* the indices */
+    .no_grad_in = 1u,   /* indices get no gradient */
+    .params = RT__P_EMBED,
+    .infer = rt__embedding_infer,
+    .flops = rt__embedding_flops,
+};

@@ -1,0 +1,480 @@
+/*
+ * test_rnn.c - SimpleRNN, LSTM, GRU and Embedding against PyTorch and by
+ * finite differences.
+ *
+ * Each case of tests/fixtures/rnn_ref.bin (gen_rnn_fixtures.py: Keras'
+ * cell formulas in torch autograd, checked there against torch.nn's
+ * modules) is built as a graph of the engine's ops with the fixture's
+ * Keras-layout weights; its output (rt_exec_predict), MSE loss and every
+ * weight gradient must match torch, and every gradient element must match
+ * the central difference of the engine's own loss. Then Embedding's index
+ * checks: a fractional or out-of-range index is RT_EDATA naming the sample.
+ * Then the Keras importer (import_keras_rnn.c): a Keras 3 LSTM with
+ * hard_sigmoid (relu6(x + 3) / 6 there) and Bidirectional(LSTM) with every
+ * merge mode against torch, weights set by their Keras names; and the
+ * settings it refuses, each named in the error.
+ */
+#include <stdint.h>
+
+#include "import_keras.h"
+#include "rt_fixture.h"
+#include "rt_test.h"
+
+typedef struct rcase {
+    const char *name, *op;
+    int seq, backwards, aligned, reset_after;
+    const char *ract;
+    int vocab;
+} rcase;
+
+#define B 3
+#define T 5
+#define F 4
+#define U 3
+
+static void put_param(rt_graph *g, const char *pname, const rt_ref_tensor *t)
+{
+    int64_t d[4];
+    for (uint32_t i = 0; i < t->ndim; i++) d[i] = t->dims[i];
+    REQUIRE(rt_graph_add_param(g, pname, (int)t->ndim, d, RT_INIT_GLOROT_UNIFORM, 1, NULL) == 0);
+}
+
+static void run_case(const rcase *c)
+{
+    char nm[160];
+#define REF(sfx) (snprintf(nm, sizeof nm, "%s/%s", c->name, sfx), rt_fixture_find(nm))
+    rt_graph *g = rt_graph_create();
+    int64_t xd[3] = {RT_BATCH, T, F};
+    if (c->vocab) {
+        REQUIRE(rt_graph_add_input(g, "x", RT_F32, 2, xd) == 0);
+        put_param(g, "emb", REF("emb"));
+        const char *in[2] = {"x", "emb"};
+        REQUIRE(rt_graph_add_node(g, "e", "Embedding", 2, in, 0, NULL) == 0);
+    } else {
+        REQUIRE(rt_graph_add_input(g, "x", RT_F32, 3, xd) == 0);
+    }
+    put_param(g, "kernel", REF("kernel"));
+    put_param(g, "recurrent_kernel", REF("recurrent_kernel"));
+    put_param(g, "bias", REF("bias"));
+    rt_attr at[6] = {
+        {.name = "return_sequences", .kind = RT_ATTR_INT, .i = c->seq},
+        {.name = "go_backwards", .kind = RT_ATTR_INT, .i = c->backwards},
+        {.name = "reverse_output", .kind = RT_ATTR_INT, .i = c->aligned},
+        {.name = "recurrent_activation", .kind = RT_ATTR_STR, .s = c->ract},
+        {.name = "reset_after", .kind = RT_ATTR_INT, .i = c->reset_after},
+    };
+    const int nat = strcmp(c->op, "GRU") == 0 ? 5 : strcmp(c->op, "LSTM") == 0 ? 4 : 3;
+    const char *in[4] = {c->vocab ? "e" : "x", "kernel", "recurrent_kernel", "bias"};
+    if (rt_graph_add_node(g, "rnn", c->op, 4, in, nat, at) != 0) {
+        fprintf(stderr, "%s: %s\n", c->name, rt_graph_errmsg(g));
+        exit(1);
+    }
+    const rt_ref_tensor *out = REF("out");
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_MSE;
+    cfg.batch_size = B;
+    cfg.label_dtype = RT_F32;
+    cfg.label_ndim = (int)out->ndim - 1;
+    for (uint32_t i = 1; i < out->ndim; i++) cfg.label_dims[i - 1] = out->dims[i];
+    rt_plan *p;
+    char err[256];
+    if (rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: compile: %s\n", c->name, err);
+        exit(1);
+    }
+    rt_exec *e;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    const int np = rt_plan_n_params(p);
+    for (int i = 0; i < np; i++) {
+        const char *pn;
+        int64_t d[RT_MAX_DIMS];
+        REQUIRE(rt_plan_param_info(p, i, &pn, d, NULL) >= 0);
+        CHECK_RC(rt_exec_set_param(e, i, REF(pn)->data));
+    }
+    const rt_ref_tensor *x = REF("x"), *y = REF("y");
+    float got[B * T * U];
+    CHECK_RC(rt_exec_predict(e, x->data, B, got));
+    snprintf(nm, sizeof nm, "%s output", c->name);
+    CHECK(!rt_fixture_compare(nm, got, out->data, out->count, 1e-5, 1e-4));
+    rt_data d = {.x = x->data, .y = y->data, .y_dtype = RT_F32, .n = B};
+    double loss;
+    CHECK_RC(rt_exec_compute_grads(e, &d, B, &loss));
+    CHECK(fabs(loss - ((float *)REF("loss")->data)[0]) < 1e-5);
+    int checked = 0;
+    for (int i = 0; i < np; i++) {
+        const char *pn;
+        int64_t dd[RT_MAX_DIMS];
+        REQUIRE(rt_plan_param_info(p, i, &pn, dd, NULL) >= 0);
+        char gname[64];
+        snprintf(gname, sizeof gname, "grad/%s", pn);
+        const rt_ref_tensor *gr = REF(gname);
+        float *gg = malloc(gr->count * 4);
+        REQUIRE(gg);
+        CHECK_RC(rt_exec_get_grad(e, i, gg));
+        snprintf(nm, sizeof nm, "%s d%s", c->name, pn);
+        CHECK(!rt_fixture_compare(nm, gg, gr->data, gr->count, 1e-5, 1e-3));
+        free(gg);
+    }
+    /* after the torch comparison: the finite differences leave the last
+     * gradient at a perturbed weight */
+    for (int i = 0; i < np; i++) checked += rt_test_fd_param(e, &d, B, i, 0, 1e-3, c->name);
+    printf("%-22s torch ok, %3d finite differences\n", c->name, checked);
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+#undef REF
+}
+
+/* Indices must be integral and in [0, vocabulary): RT_EDATA names the
+ * sample, for training and for prediction alike. */
+static void embedding_checks(void)
+{
+    rt_graph *g = rt_graph_create();
+    int64_t xd[2] = {RT_BATCH, 2}, wd[2] = {4, 3};
+    REQUIRE(rt_graph_add_input(g, "x", RT_F32, 2, xd) == 0);
+    REQUIRE(rt_graph_add_param(g, "W", 2, wd, RT_INIT_GLOROT_UNIFORM, 1, NULL) == 0);
+    const char *in[2] = {"x", "W"};
+    REQUIRE(rt_graph_add_node(g, "emb", "Embedding", 2, in, 0, NULL) == 0);
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_MSE;
+    cfg.batch_size = 2;
+    cfg.label_dtype = RT_F32;
+    cfg.label_ndim = 2;
+    cfg.label_dims[0] = 2;
+    cfg.label_dims[1] = 3;
+    rt_plan *p;
+    char err[256];
+    REQUIRE(rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) == 0);
+    rt_exec *e;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    float lab[3 * 6] = {0}, out[3 * 6];
+    float good[6] = {0, 3, 1, 2, 3, 0};
+    rt_data d = {.x = good, .y = lab, .y_dtype = RT_F32, .n = 3};
+    CHECK_RC(rt_exec_check_data(e, &d));
+    float w[12];
+    CHECK_RC(rt_exec_get_param(e, 0, w));
+    CHECK_RC(rt_exec_predict(e, good, 3, out));
+    CHECK(memcmp(out + 3, w + 9, 12) == 0); /* sample 0, index 3: row 3 */
+    float frac[6] = {0, 3, 1, 2.5f, 3, 0};
+    d.x = frac;
+    CHECK(rt_exec_check_data(e, &d) == RT_EDATA);
+    CHECK(strstr(rt_exec_errmsg(e), "sample 1") && strstr(rt_exec_errmsg(e), "'emb'"));
+    float big[6] = {0, 3, 1, 2, 4, 0};
+    CHECK(rt_exec_predict(e, big, 3, out) == RT_EDATA);
+    CHECK(strstr(rt_exec_errmsg(e), "sample 2") && strstr(rt_exec_errmsg(e), "[0, 4)"));
+    float neg[6] = {-1, 3, 1, 2, 3, 0};
+    d.x = neg;
+    rt_train_result r;
+    CHECK(rt_exec_train(e, &d, 1, &r, NULL, NULL, NULL) == RT_EDATA);
+    CHECK(strstr(rt_exec_errmsg(e), "sample 0") != NULL);
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+    printf("%-22s ok\n", "embedding index checks");
+}
+
+/* Import json, compile for batch 3 (MSE, labels shaped as the output:
+ * lab_ndim dims l0, l1), set every parameter from the
+ * fixture tensor prefix + (its name after the first '/', with
+ * "forward_lstm"/"backward_lstm" as "fw"/"bw"), predict x into out. */
+static int import_predict(const char *json, const char *prefix, const float *x, float *out,
+                          int64_t *out_numel, int lab_ndim, int64_t l0, int64_t l1)
+{
+    rt_graph *g;
+    char err[256];
+    if (rt_keras_import(json, strlen(json), &g, err, sizeof err) < 0) {
+        fprintf(stderr, "import: %s\n", err);
+        return -1;
+    }
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_MSE;
+    cfg.batch_size = B;
+    cfg.label_dtype = RT_F32;
+    cfg.label_ndim = lab_ndim;
+    cfg.label_dims[0] = l0;
+    cfg.label_dims[1] = l1;
+    rt_plan *p;
+    int rc = rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err);
+    rt_graph_destroy(g);
+    if (rc < 0) {
+        fprintf(stderr, "compile: %s\n", err);
+        return -1;
+    }
+    rt_exec *e;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    int64_t d[RT_MAX_DIMS];
+    int nd = rt_plan_output_shape(p, d);
+    *out_numel = 1;
+    for (int i = 0; i < nd; i++) *out_numel *= d[i];
+    for (int i = 0; i < rt_plan_n_params(p); i++) {
+        const char *pn;
+        int tr;
+        REQUIRE(rt_plan_param_info(p, i, &pn, d, &tr) >= 0);
+        if (!tr) continue; /* Bidirectional ave's constant 0.5 */
+        const char *rest = strchr(pn, '/') + 1;
+        char nm[160];
+        if (!strncmp(rest, "forward_lstm/", 13))
+            snprintf(nm, sizeof nm, "%s/fw/%s", prefix, rest + 13);
+        else if (!strncmp(rest, "backward_lstm/", 14))
+            snprintf(nm, sizeof nm, "%s/bw/%s", prefix, rest + 14);
+        else if (!strcmp(rest, "embeddings"))
+            snprintf(nm, sizeof nm, "%s/emb", prefix);
+        else
+            snprintf(nm, sizeof nm, "%s/%s", prefix, rest);
+        CHECK_RC(rt_exec_set_param(e, i, rt_fixture_find(nm)->data));
+    }
+    CHECK_RC(rt_exec_predict(e, x, B, out));
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    return 0;
+}
+
+static const char *lstm_keras3 =
+    "{\"module\": \"keras\", \"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", "
+    "\"layers\": [{\"module\": \"keras.layers\", \"class_name\": \"InputLayer\", "
+    "\"config\": {\"batch_shape\": [null, 5, 4], \"dtype\": \"float32\", \"name\": \"in\"}}, "
+    "{\"module\": \"keras.layers\", \"class_name\": \"LSTM\", \"config\": {\"name\": \"lstm\", "
+    "\"trainable\": true, \"dtype\": \"float32\", \"return_sequences\": false, "
+    "\"return_state\": false, \"go_backwards\": false, \"stateful\": false, \"unroll\": false, "
+    "\"zero_output_for_mask\": false, \"units\": 3, \"activation\": \"tanh\", "
+    "\"recurrent_activation\": \"hard_sigmoid\", \"use_bias\": true, "
+    "\"kernel_initializer\": {\"module\": \"keras.initializers\", \"class_name\": "
+    "\"GlorotUniform\", \"config\": {\"seed\": null}, \"registered_name\": null}, "
+    "\"recurrent_initializer\": {\"module\": \"keras.initializers\", \"class_name\": "
+    "\"GlorotUniform\", \"config\": {\"seed\": null}, \"registered_name\": null}, "
+    "\"bias_initializer\": {\"module\": \"keras.initializers\", \"class_name\": \"Zeros\", "
+    "\"config\": {}, \"registered_name\": null}, \"unit_forget_bias\": true, "
+    "\"kernel_regularizer\": null, \"recurrent_regularizer\": null, \"bias_regularizer\": null, "
+    "\"activity_regularizer\": null, \"kernel_constraint\": null, \"recurrent_constraint\": null, "
+    "\"bias_constraint\": null, \"dropout\": 0.0, \"recurrent_dropout\": 0.0, \"seed\": null}}]}}";
+
+/* Keras 2 Bidirectional(LSTM(3, return_sequences)) on (5, 4); %s: merge */
+static const char *bilstm_keras2 =
+    "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+    "{\"class_name\": \"Bidirectional\", \"config\": {\"name\": \"bi\", \"trainable\": true, "
+    "\"batch_input_shape\": [null, 5, 4], \"dtype\": \"float32\", \"layer\": {\"class_name\": "
+    "\"LSTM\", \"config\": {\"name\": \"lstm\", \"units\": 3, \"return_sequences\": true, "
+    "\"activation\": \"tanh\", \"recurrent_activation\": \"sigmoid\", \"use_bias\": true, "
+    "\"unit_forget_bias\": true, \"dropout\": 0.0, \"recurrent_dropout\": 0.0, "
+    "\"implementation\": 2}}, \"merge_mode\": \"%s\"}}]}}";
+
+/* Keras 3 writes both halves, named forward_lstm and backward_lstm */
+#define K3_LSTM(nm, back)                                                                  \
+    "{\"module\": \"keras.layers\", \"class_name\": \"LSTM\", \"config\": {\"name\": \"" nm     \
+    "\", \"units\": 3, \"return_sequences\": true, \"go_backwards\": " back ", "                 \
+    "\"activation\": \"tanh\", \"recurrent_activation\": \"sigmoid\", \"use_bias\": true, "     \
+    "\"unit_forget_bias\": true, \"dropout\": 0.0, \"recurrent_dropout\": 0.0, \"seed\": null}, " \
+    "\"registered_name\": null}"
+static const char *bilstm_keras3 =
+    "{\"module\": \"keras\", \"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", "
+    "\"layers\": [{\"module\": \"keras.layers\", \"class_name\": \"InputLayer\", "
+    "\"config\": {\"batch_shape\": [null, 5, 4], \"name\": \"in\"}}, "
+    "{\"module\": \"keras.layers\", \"class_name\": \"Bidirectional\", \"config\": {\"name\": "
+    "\"bi\", \"trainable\": true, \"merge_mode\": \"concat\", \"layer\": "
+    K3_LSTM("forward_lstm", "false") ", \"backward_layer\": " K3_LSTM("backward_lstm", "true")
+    "}}]}}";
+
+/* Keras 1: the Sequential config is the layer list; LSTM(output_dim,
+ * init, inner_init, inner_activation, forget_bias_init, dropout_W, ...) */
+static const char *emb_lstm_keras1 =
+    "{\"class_name\": \"Sequential\", \"config\": [{\"class_name\": \"Embedding\", "
+    "\"config\": {\"name\": \"embedding_1\", \"trainable\": true, \"batch_input_shape\": "
+    "[null, 5], \"input_dtype\": \"int32\", \"input_dim\": 7, \"output_dim\": 4, \"init\": "
+    "\"glorot_uniform\", \"input_length\": 5, \"activity_regularizer\": null, "
+    "\"W_constraint\": null, \"mask_zero\": false, \"W_regularizer\": null, \"dropout\": 0.0}}, "
+    "{\"class_name\": \"LSTM\", \"config\": {\"name\": \"lstm_1\", \"trainable\": true, "
+    "\"return_sequences\": false, \"go_backwards\": false, \"stateful\": false, "
+    "\"unroll\": false, \"consume_less\": \"cpu\", \"input_dim\": 4, \"input_length\": null, "
+    "\"output_dim\": 3, \"init\": \"glorot_uniform\", \"inner_init\": \"glorot_uniform\", "
+    "\"forget_bias_init\": \"one\", \"activation\": \"tanh\", \"inner_activation\": "
+    "\"sigmoid\", \"W_regularizer\": null, \"U_regularizer\": null, \"b_regularizer\": null, "
+    "\"dropout_W\": 0.0, \"dropout_U\": 0.0}}]}";
+
+static void keras_import_checks(void)
+{
+    float out[B * T * 2 * U];
+    int64_t n;
+    const rt_ref_tensor *ref = rt_fixture_find("lstm_hard3/out");
+    if (import_predict(lstm_keras3, "lstm_hard3", rt_fixture_find("lstm_hard3/x")->data, out,
+                       &n, 1, U, 0) == 0) {
+        CHECK(n == U);
+        CHECK(!rt_fixture_compare("keras 3 LSTM hard_sigmoid", out, ref->data, ref->count,
+                                  1e-5, 1e-4));
+    } else {
+        CHECK(!"keras 3 LSTM imports");
+    }
+    ref = rt_fixture_find("bilstm/out"); /* (B, T, 2U): forward | backward */
+    const float *r = ref->data;
+    const char *modes[] = {"concat", "sum", "mul", "ave"};
+    for (int m = 0; m < 4; m++) {
+        char js[2048], what[64];
+        snprintf(js, sizeof js, bilstm_keras2, modes[m]);
+        snprintf(what, sizeof what, "Bidirectional merge_mode %s", modes[m]);
+        if (import_predict(js, "bilstm", rt_fixture_find("bilstm/x")->data, out, &n, 2, T,
+                           m == 0 ? 2 * U : U) < 0) {
+            CHECK(!"Bidirectional imports");
+            continue;
+        }
+        CHECK(n == T * U * (m == 0 ? 2 : 1));
+        float want[B * T * 2 * U];
+        for (int i = 0; i < B * T; i++)
+            for (int j = 0; j < U; j++) {
+                const float f = r[i * 2 * U + j], b = r[i * 2 * U + U + j];
+                if (m == 0) {
+                    want[i * 2 * U + j] = f;
+                    want[i * 2 * U + U + j] = b;
+                } else {
+                    want[i * U + j] = m == 1 ? f + b : m == 2 ? f * b : 0.5f * (f + b);
+                }
+            }
+        CHECK(!rt_fixture_compare(what, out, want, (size_t)(B * n), 1e-5, 1e-4));
+    }
+    if (import_predict(bilstm_keras3, "bilstm", rt_fixture_find("bilstm/x")->data, out, &n, 2,
+                       T, 2 * U) == 0)
+        CHECK(!rt_fixture_compare("Keras 3 Bidirectional", out, r, ref->count, 1e-5, 1e-4));
+    else
+        CHECK(!"Keras 3 Bidirectional imports");
+    ref = rt_fixture_find("emb_lstm/out");
+    if (import_predict(emb_lstm_keras1, "emb_lstm", rt_fixture_find("emb_lstm/x")->data, out, &n,
+                       1, U, 0) == 0)
+        CHECK(!rt_fixture_compare("Keras 1 Embedding+LSTM", out, ref->data, ref->count, 1e-5,
+                                  1e-4));
+    else
+        CHECK(!"Keras 1 Embedding+LSTM imports");
+    {
+        /* a Keras 1 GRU is Keras 2's reset_after=false: one (3U) bias */
+        char js[2048], err[256];
+        const char *at = strstr(emb_lstm_keras1, "{\"class_name\": \"LSTM\"");
+        snprintf(js, sizeof js, "%.*s{\"class_name\": \"GRU\"%s", (int)(at - emb_lstm_keras1),
+                 emb_lstm_keras1, at + strlen("{\"class_name\": \"LSTM\""));
+        char *fb = strstr(js, "\"forget_bias_init\": \"one\", ");
+        REQUIRE(fb);
+        memmove(fb, fb + 27, strlen(fb + 27) + 1);
+        rt_graph *g = NULL;
+        rt_train_config cfg;
+        rt_train_config_init(&cfg);
+        cfg.loss = RT_LOSS_MSE;
+        cfg.label_dtype = RT_F32;
+        cfg.label_ndim = 1;
+        cfg.label_dims[0] = U;
+        rt_plan *p = NULL;
+        int ok = rt_keras_import(js, strlen(js), &g, err, sizeof err) == 0 &&
+                 rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) == 0;
+        if (!ok) fprintf(stderr, "Keras 1 GRU: %s\n", err);
+        CHECK(ok);
+        int found = 0;
+        for (int i = 0; ok && i < rt_plan_n_params(p); i++) {
+            const char *pn;
+            int64_t d[RT_MAX_DIMS];
+            int nd = rt_plan_param_info(p, i, &pn, d, NULL);
+            if (!strcmp(pn, "lstm_1/bias")) found = nd == 1 && d[0] == 3 * U;
+        }
+        CHECK(found);
+        rt_plan_release(p);
+        rt_graph_destroy(g);
+    }
+    /* refused settings: the error names the setting and the layer */
+    static const struct { const char *from, *to, *needle; } bad[] = {
+        {"\"recurrent_dropout\": 0.0", "\"recurrent_dropout\": 0.2", "recurrent_dropout"},
+        {"\"implementation\": 2", "\"stateful\": true", "stateful"},
+        {"\"implementation\": 2", "\"return_state\": true", "return_state"},
+        {"\"implementation\": 2", "\"kernel_regularizer\": {\"class_name\": \"L2\"}",
+         "kernel_regularizer"},
+        {"\"implementation\": 2", "\"new_field\": 1", "new_field"},
+        {"\"merge_mode\": \"concat\"", "\"merge_mode\": null", "merge_mode"},
+        {"\"class_name\": \"LSTM\"", "\"class_name\": \"Dense\"", "Dense"},
+        {"\"recurrent_activation\": \"sigmoid\"", "\"recurrent_activation\": \"selu\"",
+         "selu"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char base[2048], js[2200], err[256] = "";
+        snprintf(base, sizeof base, bilstm_keras2, "concat");
+        char *at = strstr(base, bad[i].from);
+        REQUIRE(at);
+        snprintf(js, sizeof js, "%.*s%s%s", (int)(at - base), base, bad[i].to,
+                 at + strlen(bad[i].from));
+        rt_graph *g = NULL;
+        int rc = rt_keras_import(js, strlen(js), &g, err, sizeof err);
+        if (rc >= 0 || !strstr(err, bad[i].needle) || !strstr(err, "'bi'")) {
+            fprintf(stderr, "refused setting %s: rc %d, '%s'\n", bad[i].needle, rc, err);
+            CHECK(0);
+        }
+        rt_graph_destroy(g);
+    }
+    static const char *emb_mask =
+        "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+        "{\"class_name\": \"Embedding\", \"config\": {\"name\": \"emb\", "
+        "\"batch_input_shape\": [null, 5], \"input_dim\": 10, \"output_dim\": 4, "
+        "\"mask_zero\": true}}]}}";
+    char err[256] = "";
+    rt_graph *g = NULL;
+    CHECK(rt_keras_import(emb_mask, strlen(emb_mask), &g, err, sizeof err) < 0 &&
+          strstr(err, "mask_zero") && strstr(err, "'emb'"));
+    rt_graph_destroy(g);
+    printf("%-22s ok\n", "keras import");
+}
+
+/* Graphs the recurrent ops refuse at compile, each naming the node */
+static void bad_graphs(void)
+{
+    static const struct {
+        int64_t steps, feat, k0, k1, r0, r1;
+        const char *act;
+        int code;
+        const char *needle;
+    } bad[] = {
+        {5, 4, 3, 12, 3, 12, "tanh", RT_ESHAPE, "kernel 'k'"}, /* 3 rows, input has 4 */
+        {5, 4, 4, 16, 3, 12, "tanh", RT_ESHAPE, "recurrent kernel 'r'"},
+        {5, 4, 4, 16, 4, 16, "swish", RT_EINVAL, "activation 'swish'"},
+        {1 << 20, 1, 1, 1 << 14, 1 << 12, 1 << 14, "tanh", RT_EOVERFLOW, "2^32"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rt_graph *g = rt_graph_create();
+        int64_t xd[3] = {RT_BATCH, bad[i].steps, bad[i].feat}, kd[2] = {bad[i].k0, bad[i].k1},
+                rd[2] = {bad[i].r0, bad[i].r1};
+        REQUIRE(rt_graph_add_input(g, "x", RT_F32, 3, xd) == 0);
+        REQUIRE(rt_graph_add_param(g, "k", 2, kd, RT_INIT_ZEROS, 1, NULL) == 0);
+        REQUIRE(rt_graph_add_param(g, "r", 2, rd, RT_INIT_ZEROS, 1, NULL) == 0);
+        const rt_attr at = {.name = "activation", .kind = RT_ATTR_STR, .s = bad[i].act};
+        const char *in[3] = {"x", "k", "r"};
+        REQUIRE(rt_graph_add_node(g, "lstm", "LSTM", 3, in, 1, &at) == 0);
+        rt_train_config cfg;
+        rt_train_config_init(&cfg);
+        cfg.loss = RT_LOSS_MSE;
+        cfg.label_dtype = RT_F32;
+        rt_plan *p = NULL;
+        char err[256] = "";
+        int rc = rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err);
+        if (rc != bad[i].code || !strstr(err, bad[i].needle) || !strstr(err, "'lstm'")) {
+            fprintf(stderr, "bad graph %zu: rc %d '%s'\n", i, rc, err);
+            CHECK(0);
+        }
+        rt_plan_release(p);
+        rt_graph_destroy(g);
+    }
+    printf("%-22s ok\n", "bad graphs");
+}
+
+int main(int argc, char **argv)
+{
+    REQUIRE(argc == 2);
+    rt_fixture_load(argv[1]);
+    /* mirrors main() of tests/fixtures/gen_rnn_fixtures.py */
+    static const rcase cases[] = {
+        {"lstm_seq", "LSTM", 1, 0, 0, 0, "sigmoid", 0},
+        {"lstm_back_hard", "LSTM", 0, 1, 0, 0, "hard_sigmoid", 0},
+        {"gru_ra_back_aligned", "GRU", 1, 1, 1, 1, "sigmoid", 0},
+        {"gru_rb", "GRU", 0, 0, 0, 0, "sigmoid", 0},
+        {"rnn_back_seq", "SimpleRNN", 1, 1, 0, 0, "sigmoid", 0},
+        {"emb_lstm", "LSTM", 0, 0, 0, 0, "sigmoid", 7},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+    embedding_checks();
+    bad_graphs();
+    keras_import_checks();
+    rt_fixture_free();
+    return rt_test_done("test_rnn");
+}
