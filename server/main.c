@@ -81,6 +81,10 @@ static void usage(FILE *f)
             "                           (default 2 x --max-dataset-bytes)\n"
             "  --upload-stall-s N       cancel an upload that sent nothing for N s\n"
             "                           (default 60; 0 = never)\n"
+            "  --upload-keep-s N        keep a broken upload's bytes N s for a resume,\n"
+            "                           charged to its uploader (default 600; 0 = off)\n"
+            "  --pipeline-hold-ms N     a pipelined RunSteps waits at most N ms for the\n"
+            "                           call before it (after_seq) (default 30000)\n"
             "  --max-inflate-ratio N    gzip data may inflate to N x its size (default 100)\n"
             "  --keepalive-s N          ping idle connections every N s, close them if\n"
             "                           unanswered (default 60; 0 = off)\n"
@@ -312,7 +316,7 @@ int main(int argc, char **argv)
            O_TLS_CA, O_TOKENS, O_INSECURE, O_NEW_TOKEN, O_MAXMEM, O_LEASE, O_SLICE, O_CTHREADS,
            O_CTIMEOUT, O_XTHREADS, O_MAXUP, O_MAXUPB, O_STALL, O_RATIO, O_KEEPALIVE,
            O_HANDSHAKE, O_CONNIDLE, O_STREAMQ, O_KATIMEOUT, O_DRAIN,
-           O_LOGFMT, O_METRICS,
+           O_LOGFMT, O_METRICS, O_UPKEEP, O_PIPEHOLD,
            O_QUOTA /* + rt_quota_kind */ };
     static const struct option opts[] = {
         {"listen", required_argument, 0, O_LISTEN},
@@ -351,6 +355,8 @@ int main(int argc, char **argv)
         {"drain-ms", required_argument, 0, O_DRAIN},
         {"log-format", required_argument, 0, O_LOGFMT},
         {"metrics-listen", required_argument, 0, O_METRICS},
+        {"upload-keep-s", required_argument, 0, O_UPKEEP},
+        {"pipeline-hold-ms", required_argument, 0, O_PIPEHOLD},
 #define RT__Q_OPT(k, name, mem) {"quota-" name, required_argument, 0, O_QUOTA + RT_Q_##k},
         RT_QUOTA_MAP(RT__Q_OPT)
 #undef RT__Q_OPT
@@ -456,6 +462,16 @@ int main(int argc, char **argv)
             if (parse_u64(optarg, &v) < 0 || v > 86400)
                 goto bad;
             cfg.upload_stall_ms = v * 1000;
+            break;
+        case O_UPKEEP:
+            if (parse_u64(optarg, &v) < 0 || v > 86400)
+                goto bad;
+            cfg.upload_keep_ms = v * 1000;
+            break;
+        case O_PIPEHOLD:
+            if (parse_u64(optarg, &v) < 0 || v < 1 || v > 3600000)
+                goto bad;
+            cfg.pipeline_hold_ms = v;
             break;
         case O_RATIO:
             if (parse_u64(optarg, &v) < 0 || v < 1 || v > 100000)

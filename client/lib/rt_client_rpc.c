@@ -355,6 +355,7 @@ int rt__run_steps_start(rt_client *c, rt__call *k, const rt_client_steps_params 
     req.val_dataset_id = (char *)(p->val_dataset ? p->val_dataset : "");
     req.steps = p->steps;
     req.seq = p->seq ? p->seq : ++c->seq;
+    req.after_seq = p->after_seq;
     req.return_losses = p->return_losses != 0;
     req.learning_rate = p->learning_rate;
     if (seq)

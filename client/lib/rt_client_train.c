@@ -38,6 +38,7 @@ typedef struct loop {
     uint64_t base, done;      /* global step before the run; steps run since */
     int any_done;             /* a call of this run succeeded */
     unsigned replays;         /* replayed answers in a row */
+    uint64_t last_seq;        /* the seq of the call started last */
     /* auto K */
     int autok;
     uint64_t k;               /* K in force */
@@ -125,15 +126,19 @@ static int start_call(loop *L, uint64_t steps)
 {
     rt_client *c = L->c;
     slot *s = &L->s[(L->head + L->n) % L->window];
+    /* Each call names the one before it: the daemon runs them in this
+     * order, and none after one that failed. */
     rt_client_steps_params sp = {.session = L->p->session, .program = L->p->program,
                                  .dataset = L->p->dataset, .steps = steps,
-                                 .learning_rate = L->p->learning_rate};
+                                 .learning_rate = L->p->learning_rate,
+                                 .after_seq = L->last_seq};
     c->next_timeout_ms = L->timeout;
     s->start_ns = rt_now_ns();
     int rc = rt__run_steps_start(c, &s->k, &sp, &s->seq);
     if (rc < 0)
         return rc;
     s->steps = steps;
+    L->last_seq = s->seq;
     L->n++;
     return 0;
 }
@@ -189,9 +194,9 @@ static int take_answer(loop *L, epoch_acc *a, uint32_t epoch)
     if (rc < 0)
         return rc;
     if (r.replayed) {
-        /* Nothing ran. The first call of a run goes alone, so later
-         * replays mean a later call of this run got there first: send the
-         * steps again. */
+        /* Nothing ran. The daemon runs a run's calls in order (after_seq),
+         * so this is a daemon without pipelining: a later call of this run
+         * got there first. Send the steps again. */
         rt_client_steps_result_free(&r);
         if (!L->any_done)
             return rt__err(c, RT_ESTATE, "train: RunSteps seq %llu was replayed: the "
@@ -219,8 +224,8 @@ static int take_answer(loop *L, epoch_acc *a, uint32_t epoch)
     rt_client_fit_event ev;
     memset(&ev, 0, sizeof ev);
     ev.kind = RT_FIT_PROGRESS;
-    /* Counted here, not taken from the answer: with calls in flight the
-     * daemon may have run a later call's steps first. */
+    /* Counted here, not taken from the answer: an older daemon may run a
+     * later call's steps first. */
     ev.step = L->base + L->done;
     ev.epoch = epoch;
     ev.step_in_epoch = a->done;

@@ -496,6 +496,10 @@ typedef struct rt_client_steps_params {
     const char *val_dataset; /* NULL/"": no validation */
     uint64_t steps;
     uint64_t seq;            /* 0 = the client's own increasing counter */
+    uint64_t after_seq;      /* pipelining: the daemon runs this call once
+                                the call with this seq (same program) has
+                                completed, and not at all if it failed;
+                                0 = no predecessor */
     int return_losses;
     float learning_rate;     /* > 0: the program's rate from this call on, in
                                 place of its config's (Keras setting

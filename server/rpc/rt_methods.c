@@ -1271,8 +1271,12 @@ static int h_run_steps(rt_call *c)
 {
     Rtrain__V1__RunStepsRequest *q = REQ(c, Rtrain__V1__RunStepsRequest);
     int rc;
-    if ((rc = need_program(c, q->session_id, q->program_id)) < 0 ||
-        (rc = need_dataset(c, q->dataset_id, &c->ds, "dataset_id")) < 0)
+    if ((rc = need_program(c, q->session_id, q->program_id)) < 0)
+        return rc;
+    /* From here on the call counts for the program's pipeline: a failure
+     * stops the calls sent after it (rt_srv.c, pipe_complete). */
+    c->seq = q->seq;
+    if ((rc = need_dataset(c, q->dataset_id, &c->ds, "dataset_id")) < 0)
         return rc;
     if (q->val_dataset_id && *q->val_dataset_id &&
         (rc = need_dataset(c, q->val_dataset_id, &c->val_ds, "val_dataset_id")) < 0)
@@ -1292,6 +1296,13 @@ static int h_run_steps(rt_call *c)
     c->work = run_steps_work;
     c->needs_device = 1;
     c->est_ns = clamp_est((double)q->steps * step_estimate_ns(c->prog));
+    if (q->after_seq) {
+        if (!q->seq || q->after_seq >= q->seq)
+            return rt_call_fail(c, RT_EINVAL, "after_seq %llu must be below seq %llu",
+                                (unsigned long long)q->after_seq, (unsigned long long)q->seq);
+        /* Pipelined (rt_srv.c, pipe_hold): runs after its predecessor. */
+        c->after_seq = q->after_seq;
+    }
     return 0;
 }
 

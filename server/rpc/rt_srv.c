@@ -35,6 +35,8 @@ void rt_srv_config_init(rt_srv_config *cfg)
     cfg->compile_timeout_ms = 60000;
     cfg->max_uploads = 16;
     cfg->upload_stall_ms = 60000;
+    cfg->upload_keep_ms = 600000;
+    cfg->pipeline_hold_ms = 30000;
     cfg->max_inflate_ratio = 100;
     cfg->keepalive_ms = 60000;
     cfg->keepalive_timeout_ms = 20000;
@@ -455,8 +457,14 @@ int rt_call_stream_send(rt_call *c, const ProtobufCMessage *msg, int coalesce,
 
 /* The call's logic is done: send the response or the error. Drops the
  * owner reference. */
+static rt_call *pipe_complete(rt_call *c);
+static void pipe_release_list(rt_call *l);
+
 static void finish(rt_call *c)
 {
+    /* A pipelined successor is released now, and runs after this call's
+     * status has gone out (pipe_release_list below). */
+    rt_call *next = c->seq && c->prog ? pipe_complete(c) : NULL;
     /* Reservations go before the status, as datasets do: a client that
      * has its answer and starts the next upload must find its slot free. */
     if (c->st_done && c->st)
@@ -470,6 +478,7 @@ static void finish(rt_call *c)
         rt_dataset_release(c->val_ds);
         c->ds = c->val_ds = NULL;
         call_unref(c);
+        pipe_release_list(next);
         return;
     }
     if (c->m->kind == RT_SERVER_STREAM) {
@@ -484,6 +493,7 @@ static void finish(rt_call *c)
         start_final(c);
     }
     call_unref(c);
+    pipe_release_list(next);
 }
 
 /* Drop a stream whose client went away: nothing to answer. */
@@ -866,14 +876,206 @@ static void *compile_main(void *arg)
     return NULL;
 }
 
+/* ------------------------------------------------------ pipelined calls */
+/* A client keeps several RunSteps of one program in flight, each naming
+ * its predecessor (after_seq). Two cq threads may take them in any order,
+ * so a call whose predecessor has not completed waits on s->held (no
+ * thread waits) and is dispatched when that one finishes: steps run in the
+ * client's order, none after a failed call, and nothing is replayed. */
+
+/* The held call's verdict once its predecessor completed: 0 run, or the
+ * failure recorded (a call between after_seq and this one failed). pipe_mu
+ * held. */
+static int pipe_verdict_locked(rt_call *c)
+{
+    const rt_program *p = c->prog;
+    if (p->pipe_failed >= c->after_seq && p->pipe_failed < c->seq)
+        return rt_call_fail(c, RT_ESTATE, "RunSteps seq %llu not run: seq %llu before it failed",
+                            (unsigned long long)c->seq, (unsigned long long)p->pipe_failed);
+    /* Its client gave up while it waited (on_close may not have run yet). */
+    if (rt_call_is_cancelled(c) ||
+        gpr_time_cmp(gpr_now(c->deadline.clock_type), c->deadline) >= 0)
+        return rt_call_fail(c, RT_ECANCELLED, "cancelled while waiting for seq %llu",
+                            (unsigned long long)c->after_seq);
+    return 0;
+}
+
+static void dispatch_now(rt_call *c);
+
+/* Released calls run in order, one after another on this thread: a
+ * released call that runs inline and finishes releases the next, which
+ * joins the list instead of nesting. */
+static __thread rt_call *tl_rel_head, *tl_rel_tail;
+static __thread int tl_releasing;
+
+static void pipe_release_list(rt_call *l)
+{
+    while (l) {
+        rt_call *n = l->held_next;
+        l->held_next = NULL;
+        if (tl_rel_tail)
+            tl_rel_tail->held_next = l;
+        else
+            tl_rel_head = l;
+        tl_rel_tail = l;
+        l = n;
+    }
+    if (tl_releasing)
+        return;
+    tl_releasing = 1;
+    rt_call *c;
+    while ((c = tl_rel_head)) {
+        tl_rel_head = c->held_next;
+        if (!tl_rel_head)
+            tl_rel_tail = NULL;
+        c->held_next = NULL;
+        c->tm.queue_ns += rt_now_ns() - c->held_ns;
+        if (c->err)
+            finish(c);
+        else
+            dispatch_now(c);
+    }
+    tl_releasing = 0;
+}
+
+/* c completed (its status is about to go out): record it, and take off
+ * the held list the calls that waited for it, each with its verdict. */
+static rt_call *pipe_complete(rt_call *c)
+{
+    rt_srv *s = c->srv;
+    rt_program *p = c->prog;
+    rt_call *out = NULL, **tail = &out;
+    pthread_mutex_lock(&s->pipe_mu);
+    if (c->seq > p->pipe_done)
+        p->pipe_done = c->seq;
+    if (c->err && c->seq > p->pipe_failed)
+        p->pipe_failed = c->seq;
+    for (rt_call **pp = &s->held; *pp;) {
+        rt_call *h = *pp;
+        if (h->prog == p && h->after_seq <= p->pipe_done) {
+            *pp = h->held_next;
+            h->held = 0;
+            h->held_next = NULL;
+            pipe_verdict_locked(h);
+            *tail = h;
+            tail = &h->held_next;
+        } else {
+            pp = &h->held_next;
+        }
+    }
+    pthread_mutex_unlock(&s->pipe_mu);
+    return out;
+}
+
+/* Returns 1 when c waits for its predecessor (or failed for it), 0 when
+ * it may run now. */
+static int pipe_hold(rt_call *c)
+{
+    rt_srv *s = c->srv;
+    rt_program *p = c->prog;
+    int posted = c->close_posted || c->m->kind != RT_UNARY;
+    for (;;) {
+        pthread_mutex_lock(&s->pipe_mu);
+        if (p->pipe_done >= c->after_seq) {
+            int rc = pipe_verdict_locked(c);
+            pthread_mutex_unlock(&s->pipe_mu);
+            if (rc < 0) {
+                finish(c);
+                return 1;
+            }
+            return 0;
+        }
+        if (posted) {
+            c->held = 1;
+            c->held_ns = rt_now_ns();
+            c->held_next = s->held;
+            s->held = c;
+            pthread_mutex_unlock(&s->pipe_mu);
+            return 1;
+        }
+        pthread_mutex_unlock(&s->pipe_mu);
+        /* Watch for the client going away while held (on_close), before
+         * anyone can release the call and queue it (which would post it). */
+        post_close(c);
+        posted = 1;
+    }
+}
+
+/* The client went away: a held call answers CANCELLED now, which fails
+ * the calls held behind it. */
+static void pipe_cancel(rt_call *c)
+{
+    rt_srv *s = c->srv;
+    pthread_mutex_lock(&s->pipe_mu);
+    int mine = c->held;
+    if (mine) {
+        for (rt_call **pp = &s->held; *pp; pp = &(*pp)->held_next)
+            if (*pp == c) {
+                *pp = c->held_next;
+                break;
+            }
+        c->held = 0;
+        c->held_next = NULL;
+    }
+    pthread_mutex_unlock(&s->pipe_mu);
+    if (mine) {
+        rt_call_fail(c, RT_ECANCELLED, "cancelled while waiting for seq %llu",
+                     (unsigned long long)c->after_seq);
+        pipe_release_list(c);
+    }
+}
+
+/* Held calls past --pipeline-hold-ms (their predecessor never came) or
+ * whose client went away. */
+static int pipe_expire(rt_srv *s, uint64_t now)
+{
+    uint64_t lim = s->cfg.pipeline_hold_ms * 1000000ull;
+    rt_call *out = NULL, **tail = &out;
+    int n = 0;
+    pthread_mutex_lock(&s->pipe_mu);
+    for (rt_call **pp = &s->held; *pp;) {
+        rt_call *h = *pp;
+        int cancelled = rt_call_is_cancelled(h);
+        if (cancelled || now - h->held_ns > lim) {
+            *pp = h->held_next;
+            h->held = 0;
+            h->held_next = NULL;
+            if (cancelled)
+                rt_call_fail(h, RT_ECANCELLED, "cancelled while waiting for seq %llu",
+                             (unsigned long long)h->after_seq);
+            else
+                rt_call_fail(h, RT_ETIMEDOUT,
+                             "RunSteps seq %llu waited %llu ms for seq %llu (--pipeline-hold-ms)",
+                             (unsigned long long)h->seq,
+                             (unsigned long long)s->cfg.pipeline_hold_ms,
+                             (unsigned long long)h->after_seq);
+            *tail = h;
+            tail = &h->held_next;
+            n++;
+        } else {
+            pp = &h->held_next;
+        }
+    }
+    pthread_mutex_unlock(&s->pipe_mu);
+    pipe_release_list(out);
+    return n;
+}
+
 /* After the handler: answer now, run inline, or queue for the executor. */
 static void dispatch(rt_call *c)
 {
-    rt_srv *s = c->srv;
     if (c->err || !c->work) {
         finish(c);
         return;
     }
+    if (c->after_seq && c->prog && pipe_hold(c))
+        return;
+    dispatch_now(c);
+}
+
+static void dispatch_now(rt_call *c)
+{
+    rt_srv *s = c->srv;
     if (c->m->kind == RT_UNARY && !c->compile_pool && s->cfg.inline_ns &&
         c->est_ns <= s->cfg.inline_ns) {
         /* trylock: an inline job never waits for the device; if it is busy,
@@ -963,7 +1165,7 @@ static void on_budget_done(rt__tag *t, int ok)
 int rt_srv_tick(rt_srv *s)
 {
     uint64_t now = rt_now_ns();
-    int n = 0;
+    int n = pipe_expire(s, now);
     if (s->cfg.upload_stall_ms) {
         uint64_t lim = s->cfg.upload_stall_ms * 1000000ull;
         pthread_mutex_lock(&s->up_mu);
@@ -1184,6 +1386,8 @@ static void on_close(rt__tag *t, int ok)
     if (!ok || c->recv_cancelled)
         __atomic_store_n(&c->cancelled, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&c->close_done, 1, __ATOMIC_RELEASE);
+    if (c->after_seq && rt_call_is_cancelled(c))
+        pipe_cancel(c);
     call_unref(c);
 }
 
@@ -1387,6 +1591,8 @@ static uint64_t tick_every_ns(const rt_srv *s)
     uint64_t lim = s->cfg.upload_stall_ms;
     if (s->cfg.compile_timeout_ms && (!lim || s->cfg.compile_timeout_ms < lim))
         lim = s->cfg.compile_timeout_ms;
+    if (s->cfg.pipeline_hold_ms && (!lim || s->cfg.pipeline_hold_ms < lim))
+        lim = s->cfg.pipeline_hold_ms;
     uint64_t ms = lim / 4 < 1000 ? lim / 4 : 1000;
     return (ms < 50 ? 50 : ms) * 1000000ull;
 }
@@ -1394,7 +1600,8 @@ static uint64_t tick_every_ns(const rt_srv *s)
 static void *cq_main(void *arg)
 {
     rt_srv *s = arg;
-    int ticks = s->cfg.upload_stall_ms || s->cfg.compile_timeout_ms;
+    int ticks = s->cfg.upload_stall_ms || s->cfg.compile_timeout_ms ||
+                s->cfg.pipeline_hold_ms || s->cfg.upload_keep_ms;
     uint64_t every = tick_every_ns(s);
     for (;;) {
         gpr_timespec until =
@@ -1565,6 +1772,7 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
     pthread_cond_init(&s->q_cv, NULL);
     pthread_cond_init(&s->cq_cv, NULL);
     pthread_mutex_init(&s->up_mu, NULL);
+    pthread_mutex_init(&s->pipe_mu, NULL);
     if (s->cfg.max_exec_threads < 1)
         s->cfg.max_exec_threads = 1;
     if (s->cfg.compile_threads < 1)
@@ -1834,5 +2042,6 @@ void rt_srv_destroy(rt_srv *s)
     pthread_cond_destroy(&s->q_cv);
     pthread_cond_destroy(&s->cq_cv);
     pthread_mutex_destroy(&s->up_mu);
+    pthread_mutex_destroy(&s->pipe_mu);
     free(s);
 }

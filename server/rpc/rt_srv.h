@@ -60,6 +60,10 @@ typedef struct rt_srv_config {
     int max_uploads;
     uint64_t max_upload_bytes;   /* 0 = 2 x max_dataset_bytes */
     uint64_t upload_stall_ms;    /* no chunk for this long: cancelled; 0 = never */
+    uint64_t upload_keep_ms;     /* a broken upload's bytes wait this long for
+                                    a resume; 0 = not kept */
+    uint64_t pipeline_hold_ms;   /* a pipelined RunSteps waits this long for
+                                    its predecessor */
     uint32_t max_inflate_ratio;  /* gzip data: inflated / compressed bytes */
     /* Connections: keepalive pings, the TLS/HTTP2 handshake, idle ones. */
     uint64_t keepalive_ms;       /* 0 = no keepalive pings */

@@ -172,6 +172,14 @@ struct rt_call {
     int up_waiting;               /* under out_mu: a RECV_MESSAGE is pending */
     int up_stalled;               /* under out_mu: rt_srv_tick answered it */
 
+    /* Pipelined RunSteps: its seq and its predecessor's (0 = none). A
+     * call whose predecessor has not completed waits on the server's held
+     * list (under pipe_mu) until it has (rt_srv.c, pipe_admit). */
+    uint64_t seq, after_seq;
+    rt_call *held_next;
+    uint64_t held_ns;
+    int held;                     /* under pipe_mu: on the held list */
+
     /* References a handler took for its work; released at the end. */
     rt_session *sess;
     rt_program *prog;
@@ -246,6 +254,10 @@ struct rt_srv {
     int n_uploads;
     uint64_t upload_bytes;
     uint64_t last_tick_ns;        /* atomic: rt_srv_tick last ran */
+
+    /* Pipelined RunSteps waiting for their predecessor (pipe_admit). */
+    pthread_mutex_t pipe_mu;
+    rt_call *held;
 
     int live;                     /* atomic: matched calls not yet freed */
     int stopping;                 /* atomic */

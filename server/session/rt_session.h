@@ -52,6 +52,10 @@ typedef struct rt_program {
     uint64_t last_seq;
     rt_metrics last_metrics;
     rt_metrics last_mean;
+    /* Pipelined RunSteps (after_seq), under the server's pipe_mu: the
+     * highest seq whose call completed, and the highest that failed. */
+    uint64_t pipe_done;
+    uint64_t pipe_failed;
     /* Measured cost of one training step, for choosing inline vs executor;
      * an exponential moving average, 0 until the first measurement.
      * Atomic (__atomic_load/__atomic_store): handlers read it on cq threads

@@ -1,14 +1,18 @@
 /* test_train.c - training through a real rtraind: Compile (native Graph and
  * Keras JSON), the program cache, RunSteps (seq replay, epochs, validation),
+ * pipelined RunSteps (after_seq: run in order whatever order they arrive
+ * in, none after a failed one, held at most --pipeline-hold-ms),
  * Fit (progress, epoch ends, cancellation), Evaluate, Predict, Get/
  * SetWeights round trips, timing invariants, and the bad-input list that
  * needs a model. Another session's weights must not change through any of
  * it. Latency figures (Ping vs RunSteps K=1, inline vs executor) are
  * printed, not asserted. */
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "itest.h"
 
@@ -305,6 +309,138 @@ static void test_run_steps(void)
     printf("iris native graph: loss %.3f -> %.3f, accuracy %.2f -> %.2f\n", m0.loss, m1.loss,
            m0.accuracy, m1.accuracy);
     bystander_unchanged("training in session A");
+}
+
+/* ------------------------------------------------- pipelined RunSteps */
+typedef struct pipe_call {
+    itest_conn *c;
+    const char *pid;
+    uint64_t steps, seq, after;
+    Rtrain__V1__RunStepsResponse *p;
+    itest_res r;
+} pipe_call;
+
+static void *pipe_call_main(void *a)
+{
+    pipe_call *k = a;
+    Rtrain__V1__RunStepsRequest q = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
+    q.session_id = T.sa;
+    q.program_id = (char *)k->pid;
+    q.dataset_id = T.iris;
+    q.steps = k->steps;
+    q.seq = k->seq;
+    q.after_seq = k->after;
+    itest_unary(k->c, "RunSteps", &q.base, &rtrain__v1__run_steps_response__descriptor,
+                (ProtobufCMessage **)&k->p, &k->r);
+    return NULL;
+}
+
+/* The successor first, on its own connection, and (after a pause that
+ * lets it reach the daemon first) its predecessor from here: without
+ * after_seq the daemon would run the successor first and answer the
+ * predecessor "replayed". */
+static void pipe_pair(pipe_call *late, pipe_call *first)
+{
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, pipe_call_main, late) == 0, "thread");
+    struct timespec ts = {0, 150 * 1000000L};
+    nanosleep(&ts, NULL);
+    pipe_call_main(first);
+    pthread_join(th, NULL);
+}
+
+static void pipe_free(pipe_call *k)
+{
+    FREE(k->p);
+    itest_res_free(&k->r);
+}
+
+static uint64_t pipe_step(itest_conn *c, const char *pid, uint64_t seq)
+{
+    pipe_call k = {.c = c, .pid = pid, .steps = 1, .seq = seq};
+    pipe_call_main(&k);
+    uint64_t gs = k.p && !k.p->replayed ? k.p->global_step : 0;
+    CHECK(gs, "RunSteps seq %llu alone: %d %s", (unsigned long long)seq, k.r.status,
+          k.r.details);
+    pipe_free(&k);
+    return gs;
+}
+
+static void test_pipeline(const char *addr)
+{
+    itest_res r;
+    Rtrain__V1__CompileResponse *cp = compile(T.c, T.sa, itest_iris_graph(8), NULL, &r);
+    CHECK(cp != NULL, "compile: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    if (!cp)
+        return;
+    char pid[40];
+    snprintf(pid, sizeof pid, "%s", cp->program_id);
+    FREE(cp);
+    itest_conn *c2 = itest_connect(addr);
+    CHECK(pipe_step(T.c, pid, 1) == 1, "first step");
+
+    /* In order whatever the arrival: seq 3 (2 steps) waits for seq 2. */
+    pipe_call b = {.c = T.c, .pid = pid, .steps = 1, .seq = 2, .after = 1},
+              l = {.c = c2, .pid = pid, .steps = 2, .seq = 3, .after = 2};
+    pipe_pair(&l, &b);
+    CHECK(b.p && !b.p->replayed && b.p->global_step == 2, "seq 2: %d %s step %llu", b.r.status,
+          b.r.details, b.p ? (unsigned long long)b.p->global_step : 0ull);
+    CHECK(l.p && !l.p->replayed && l.p->global_step == 4, "seq 3: %d %s step %llu", l.r.status,
+          l.r.details, l.p ? (unsigned long long)l.p->global_step : 0ull);
+    pipe_free(&b);
+    pipe_free(&l);
+
+    /* A failed call stops its successors: seq 5 waits for seq 4, which is
+     * invalid (0 steps); seq 5 is not run. */
+    b = (pipe_call){.c = T.c, .pid = pid, .steps = 0, .seq = 4, .after = 3};
+    l = (pipe_call){.c = c2, .pid = pid, .steps = 1, .seq = 5, .after = 4};
+    pipe_pair(&l, &b);
+    CHECK(b.r.status == GRPC_STATUS_INVALID_ARGUMENT, "seq 4 (0 steps): %d %s", b.r.status,
+          b.r.details);
+    CHECK(l.r.status == GRPC_STATUS_FAILED_PRECONDITION && strstr(l.r.details, "seq 4"),
+          "seq 5 after the failed seq 4: %d %s", l.r.status, l.r.details);
+    pipe_free(&b);
+    pipe_free(&l);
+    CHECK(pipe_step(T.c, pid, 6) == 5, "seq 5 ran no step");
+
+    /* A successor whose client gives up while it waits never runs, and
+     * what follows it is refused. */
+    int dl = itest_deadline_ms;
+    itest_deadline_ms = 300;
+    l = (pipe_call){.c = c2, .pid = pid, .steps = 1, .seq = 8, .after = 7};
+    pipe_call_main(&l);
+    itest_deadline_ms = dl;
+    CHECK(l.r.status == GRPC_STATUS_DEADLINE_EXCEEDED || l.r.status == GRPC_STATUS_CANCELLED,
+          "seq 8 held past its deadline: %d %s", l.r.status, l.r.details);
+    pipe_free(&l);
+    b = (pipe_call){.c = T.c, .pid = pid, .steps = 1, .seq = 7, .after = 6};
+    pipe_call_main(&b);
+    CHECK(b.p && b.p->global_step == 6, "seq 7: %d %s", b.r.status, b.r.details);
+    pipe_free(&b);
+    l = (pipe_call){.c = T.c, .pid = pid, .steps = 1, .seq = 9, .after = 8};
+    pipe_call_main(&l);
+    CHECK(l.r.status == GRPC_STATUS_FAILED_PRECONDITION, "seq 9 after the abandoned seq 8: %d %s",
+          l.r.status, l.r.details);
+    pipe_free(&l);
+
+    /* A predecessor that never comes: held for --pipeline-hold-ms (this
+     * daemon: 500 ms), then DEADLINE_EXCEEDED naming the flag. */
+    l = (pipe_call){.c = T.c, .pid = pid, .steps = 1, .seq = 12, .after = 11};
+    pipe_call_main(&l);
+    CHECK(l.r.status == GRPC_STATUS_DEADLINE_EXCEEDED &&
+          strstr(l.r.details, "--pipeline-hold-ms"), "seq 12 waiting for seq 11: %d %s",
+          l.r.status, l.r.details);
+    pipe_free(&l);
+    /* Bad after_seq. */
+    l = (pipe_call){.c = T.c, .pid = pid, .steps = 1, .seq = 13, .after = 13};
+    pipe_call_main(&l);
+    CHECK(l.r.status == GRPC_STATUS_INVALID_ARGUMENT && strstr(l.r.details, "after_seq"),
+          "after_seq = seq: %d %s", l.r.status, l.r.details);
+    pipe_free(&l);
+    CHECK(pipe_step(T.c, pid, 14) == 7, "steps run: 7");
+    itest_disconnect(c2);
+    bystander_unchanged("pipelined RunSteps");
 }
 
 static void test_keras(void)
@@ -786,12 +922,14 @@ int main(int argc, char **argv)
         return 2;
     }
     itest_daemon d;
-    if (itest_daemon_start(&d, argv[1], NULL) < 0)
+    const char *const extra[] = {"--pipeline-hold-ms", "500", NULL};
+    if (itest_daemon_start(&d, argv[1], extra) < 0)
         return 1;
     T.c = itest_connect(d.addr);
     RUN(setup);
     RUN(test_compile_graph_and_cache);
     RUN(test_run_steps);
+    RUN(test_pipeline, d.addr);
     RUN(test_keras);
     RUN(test_fit);
     RUN(test_fit_progress_weighted);
