@@ -60,6 +60,10 @@ static struct {
     hist dur[RT_METRICS_MAX_METHODS];
     hist phase[PH_N];
     uint64_t steps, samples;
+    uint64_t ckpt[2];              /* failed, ok */
+    uint64_t ckpt_bytes, ckpt_last_unix_ms;
+    hist ckpt_dur;
+    uint64_t up_bytes, up_resumed;
     pthread_mutex_t ring_mu;
     step_slot ring[RING];
     uint64_t scrapes;
@@ -122,6 +126,26 @@ void rt_metrics_steps(uint64_t steps, uint64_t samples)
     pthread_mutex_unlock(&M.ring_mu);
 }
 
+void rt_metrics_checkpoint(uint64_t ns, uint64_t bytes, int ok)
+{
+    ADD(&M.ckpt[ok ? 1 : 0], 1);
+    observe(&M.ckpt_dur, ns);
+    if (ok) {
+        ADD(&M.ckpt_bytes, bytes);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        __atomic_store_n(&M.ckpt_last_unix_ms,
+                         (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000,
+                         __ATOMIC_RELAXED);
+    }
+}
+
+void rt_metrics_upload(uint64_t received, uint64_t resumed)
+{
+    ADD(&M.up_bytes, received);
+    ADD(&M.up_resumed, resumed);
+}
+
 /* Steps and samples per second over the last RATE_WINDOW_S whole seconds. */
 static void rates(double *steps, double *samples)
 {
@@ -177,21 +201,30 @@ static void head(sbuf *b, const char *name, const char *type, const char *help)
     put(b, "# HELP rtrain_%s %s\n# TYPE rtrain_%s %s\n", name, help, name, type);
 }
 
+/* One histogram; lk = NULL for one without a label. */
 static void put_hist(sbuf *b, const char *name, const char *lk, const char *lv, const hist *h)
 {
+    char lab[160] = "";
+    if (lk)
+        snprintf(lab, sizeof lab, "%s=\"%s\",", lk, lv);
     uint64_t cum = 0;
     for (int i = 0; i <= N_BUCKETS; i++) {
         cum += LOAD(&h->b[i]);
         if (i < N_BUCKETS)
-            put(b, "rtrain_%s_bucket{%s=\"%s\",le=\"%g\"} %llu\n", name, lk, lv,
-                bucket_ns[i] / 1e9, (unsigned long long)cum);
+            put(b, "rtrain_%s_bucket{%sle=\"%g\"} %llu\n", name, lab, bucket_ns[i] / 1e9,
+                (unsigned long long)cum);
         else
-            put(b, "rtrain_%s_bucket{%s=\"%s\",le=\"+Inf\"} %llu\n", name, lk, lv,
+            put(b, "rtrain_%s_bucket{%sle=\"+Inf\"} %llu\n", name, lab,
                 (unsigned long long)cum);
     }
-    put(b, "rtrain_%s_sum{%s=\"%s\"} %.9f\n", name, lk, lv, LOAD(&h->sum_ns) / 1e9);
+    size_t n = strlen(lab);
+    if (n)
+        lab[n - 1] = 0; /* the trailing comma */
+    put(b, "rtrain_%s_sum%s%s%s %.9f\n", name, n ? "{" : "", lab, n ? "}" : "",
+        LOAD(&h->sum_ns) / 1e9);
     /* count = the +Inf bucket, read once, so the two always agree. */
-    put(b, "rtrain_%s_count{%s=\"%s\"} %llu\n", name, lk, lv, (unsigned long long)cum);
+    put(b, "rtrain_%s_count%s%s%s %llu\n", name, n ? "{" : "", lab, n ? "}" : "",
+        (unsigned long long)cum);
 }
 
 static uint64_t rss_bytes(void)
@@ -245,6 +278,24 @@ int rt_metrics_render(rt_metrics_collect_fn collect, void *ud, char **out, size_
     head(&b, "samples_per_second", "gauge",
          "Training samples per second, last 10 whole seconds.");
     put(&b, "rtrain_samples_per_second %.3f\n", smps);
+
+    head(&b, "checkpoints_total", "counter", "Checkpoints written (ok) or failed.");
+    put(&b, "rtrain_checkpoints_total{result=\"ok\"} %llu\n", (unsigned long long)LOAD(&M.ckpt[1]));
+    put(&b, "rtrain_checkpoints_total{result=\"failed\"} %llu\n",
+        (unsigned long long)LOAD(&M.ckpt[0]));
+    head(&b, "checkpoint_bytes_total", "counter", "Bytes of the checkpoints written.");
+    put(&b, "rtrain_checkpoint_bytes_total %llu\n", (unsigned long long)LOAD(&M.ckpt_bytes));
+    head(&b, "checkpoint_duration_seconds", "histogram", "Time each checkpoint took.");
+    put_hist(&b, "checkpoint_duration_seconds", NULL, NULL, &M.ckpt_dur);
+    head(&b, "checkpoint_last_success_timestamp_seconds", "gauge",
+         "When the last checkpoint was written, seconds since the epoch; 0 = never.");
+    put(&b, "rtrain_checkpoint_last_success_timestamp_seconds %.3f\n",
+        LOAD(&M.ckpt_last_unix_ms) / 1e3);
+    head(&b, "upload_bytes_total", "counter", "Dataset bytes received on upload streams.");
+    put(&b, "rtrain_upload_bytes_total %llu\n", (unsigned long long)LOAD(&M.up_bytes));
+    head(&b, "upload_resumed_bytes_total", "counter",
+         "Bytes resumed uploads took from a broken stream instead of receiving them again.");
+    put(&b, "rtrain_upload_resumed_bytes_total %llu\n", (unsigned long long)LOAD(&M.up_resumed));
 
     rt_metrics_gauges g;
     memset(&g, 0, sizeof g);

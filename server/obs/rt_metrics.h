@@ -31,6 +31,14 @@
  *   serving                                  gauges
  *   memory_bytes{kind}                       gauge, kind in
  *                                            params|activations|datasets|rss
+ *   checkpoints_total{result}                counter, result in ok|failed
+ *   checkpoint_bytes_total                   counter, bytes of written checkpoints
+ *   checkpoint_duration_seconds              histogram, every checkpoint
+ *   checkpoint_last_success_timestamp_seconds gauge, 0 before the first
+ *   upload_bytes_total, upload_resumed_bytes_total
+ *                                            counters: dataset bytes received
+ *                                            on upload streams; bytes a resumed
+ *                                            upload did not send again
  *   process_start_time_seconds, uptime_seconds, scrapes_total
  */
 #ifndef RTRAIN_METRICS_H
@@ -64,6 +72,12 @@ void rt_metrics_init(const char *const *method_names, int n);
  * end_ns rt_now_ns() at the status. Out-of-range method/code are ignored. */
 void rt_metrics_call(int method, int code, const rt_obs_timing *t, uint64_t end_ns);
 void rt_metrics_steps(uint64_t steps, uint64_t samples);
+/* One checkpoint written (ok = 1) or failed (ok = 0): ns its duration,
+ * bytes what it wrote (counted only when ok). Any thread, lock-free. */
+void rt_metrics_checkpoint(uint64_t ns, uint64_t bytes, int ok);
+/* Upload stream bytes: received now, and held from a broken stream that
+ * this upload resumed instead of receiving again. */
+void rt_metrics_upload(uint64_t received, uint64_t resumed);
 
 /* Render the exposition text into a malloc'ed buffer (*out, NUL-terminated,
  * *len bytes); the caller frees it. collect may be NULL (no gauges).

@@ -126,6 +126,40 @@ static void test_render(void)
     CHECK(value(page, "rtrain_steps_total") == 10, "steps");
     CHECK(value(page, "rtrain_samples_total") == 200, "samples");
     CHECK(value(page, "rtrain_scrapes_total") == 1, "scrapes");
+    /* Before any checkpoint: zeros, and the histogram is there empty. */
+    CHECK(value(page, "rtrain_checkpoints_total{result=\"ok\"}") == 0, "no checkpoints yet");
+    CHECK(value(page, "rtrain_checkpoint_duration_seconds_count") == 0, "empty histogram");
+    CHECK(value(page, "rtrain_checkpoint_last_success_timestamp_seconds") == 0, "never");
+    free(page);
+
+    /* Checkpoints (the hooks durable state calls) and upload bytes. */
+    rt_metrics_checkpoint(3000000, 4096, 1);   /* 3 ms: in le=0.005 */
+    rt_metrics_checkpoint(20000000, 8192, 1);  /* 20 ms: in le=0.025 */
+    rt_metrics_checkpoint(700000, 999, 0);     /* failed: its bytes are not counted */
+    rt_metrics_upload(1000, 0);
+    rt_metrics_upload(300, 700);
+    CHECK(rt_metrics_render(NULL, NULL, &page, &len) == 0, "render 2");
+    CHECK(value(page, "rtrain_checkpoints_total{result=\"ok\"}") == 2, "2 ok");
+    CHECK(value(page, "rtrain_checkpoints_total{result=\"failed\"}") == 1, "1 failed");
+    CHECK(value(page, "rtrain_checkpoint_bytes_total") == 12288, "bytes of the ok ones");
+    CHECK(value(page, "rtrain_checkpoint_duration_seconds_bucket{le=\"0.0005\"}") == 0,
+          "none under 0.5 ms");
+    CHECK(value(page, "rtrain_checkpoint_duration_seconds_bucket{le=\"0.001\"}") == 1,
+          "the failed one under 1 ms");
+    CHECK(value(page, "rtrain_checkpoint_duration_seconds_bucket{le=\"0.005\"}") == 2,
+          "2 under 5 ms (cumulative)");
+    CHECK(value(page, "rtrain_checkpoint_duration_seconds_bucket{le=\"0.025\"}") == 3,
+          "3 under 25 ms");
+    CHECK(value(page, "rtrain_checkpoint_duration_seconds_bucket{le=\"+Inf\"}") == 3, "+Inf 3");
+    CHECK(value(page, "rtrain_checkpoint_duration_seconds_count") == 3, "count 3");
+    sum = value(page, "rtrain_checkpoint_duration_seconds_sum");
+    CHECK(sum > 0.0236999 && sum < 0.0237001, "sum %.9f", sum);
+    CHECK(value(page, "rtrain_checkpoint_last_success_timestamp_seconds") > 1.7e9,
+          "last success is a wall-clock time");
+    CHECK(strstr(page, "# TYPE rtrain_checkpoint_duration_seconds histogram\n") != NULL,
+          "histogram TYPE line");
+    CHECK(value(page, "rtrain_upload_bytes_total") == 1300, "upload bytes");
+    CHECK(value(page, "rtrain_upload_resumed_bytes_total") == 700, "resumed bytes");
     free(page);
 }
 
