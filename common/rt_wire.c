@@ -86,6 +86,142 @@ ProtobufCMessage *rt_wire_unpack(grpc_byte_buffer *bb,
     return m;
 }
 
+/* A cursor over a slice buffer. */
+typedef struct rt__rd {
+    const grpc_slice *sl;
+    size_t n, i, pos; /* slice i, byte pos in it */
+} rt__rd;
+
+static int rd_byte(rt__rd *r, uint8_t *b)
+{
+    while (r->i < r->n && r->pos == GRPC_SLICE_LENGTH(r->sl[r->i])) {
+        r->i++;
+        r->pos = 0;
+    }
+    if (r->i == r->n)
+        return -1;
+    *b = GRPC_SLICE_START_PTR(r->sl[r->i])[r->pos++];
+    return 0;
+}
+
+static int rd_varint(rt__rd *r, uint64_t *v, uint8_t *raw, size_t *nraw)
+{
+    *v = 0;
+    *nraw = 0;
+    for (int sh = 0; sh < 64; sh += 7) {
+        uint8_t b;
+        if (rd_byte(r, &b) < 0)
+            return -1;
+        raw[(*nraw)++] = b;
+        *v |= (uint64_t)(b & 0x7f) << sh;
+        if (!(b & 0x80))
+            return 0;
+    }
+    return -1;
+}
+
+/* Take n bytes at the cursor: copied to dst (if not NULL) or, with spans,
+ * described in place. */
+static int rd_take(rt__rd *r, uint64_t n, uint8_t *dst, rt_wire_span *spans, size_t *ns)
+{
+    while (n) {
+        if (r->i == r->n)
+            return -1;
+        size_t room = GRPC_SLICE_LENGTH(r->sl[r->i]) - r->pos;
+        if (!room) {
+            r->i++;
+            r->pos = 0;
+            continue;
+        }
+        size_t k = n < room ? (size_t)n : room;
+        const uint8_t *p = GRPC_SLICE_START_PTR(r->sl[r->i]) + r->pos;
+        if (dst) {
+            memcpy(dst, p, k);
+            dst += k;
+        } else if (spans) {
+            spans[(*ns)++] = (rt_wire_span){p, k};
+        }
+        r->pos += k;
+        n -= k;
+    }
+    return 0;
+}
+
+int rt_wire_split(grpc_byte_buffer *bb, uint32_t big, uint8_t **rest, size_t *rest_len,
+                  rt_wire_span **spans, size_t *n_spans)
+{
+    *rest = NULL;
+    *rest_len = 0;
+    *spans = NULL;
+    *n_spans = 0;
+    if (!bb || bb->type != GRPC_BB_RAW || bb->data.raw.compression != GRPC_COMPRESS_NONE)
+        return -1;
+    grpc_slice_buffer *sb = &bb->data.raw.slice_buffer;
+    size_t total = grpc_byte_buffer_length(bb);
+    rt__rd r = {sb->slices, sb->count, 0, 0};
+    /* The bulk field's pieces: at most one per slice. */
+    *spans = malloc(sizeof **spans * (sb->count + 1));
+    *rest = malloc(total < 4096 ? total + 1 : 4096);
+    size_t cap = total < 4096 ? total + 1 : 4096, len = 0;
+    if (!*spans || !*rest)
+        return -1;
+    int seen = 0;
+    for (;;) {
+        uint8_t raw[20];
+        size_t nraw, nlen;
+        uint64_t key, v;
+        uint8_t b;
+        if (rd_byte(&r, &b) < 0)
+            break; /* the end, between fields */
+        r.pos--;   /* rd_byte advanced within a slice: step back */
+        if (rd_varint(&r, &key, raw, &nraw) < 0)
+            return -1;
+        uint32_t field = (uint32_t)(key >> 3), wt = (uint32_t)(key & 7);
+        if (field == 0)
+            return -1;
+        if (field == big) {
+            if (wt != 2 || seen)
+                return -1;
+            seen = 1;
+            uint8_t lraw[10];
+            if (rd_varint(&r, &v, lraw, &nlen) < 0 || rd_take(&r, v, NULL, *spans, n_spans) < 0)
+                return -1;
+            continue;
+        }
+        /* Copy the field: its key, then its value by wire type. */
+        uint64_t vlen;
+        uint8_t vraw[10];
+        size_t nv = 0;
+        switch (wt) {
+        case 0: if (rd_varint(&r, &v, vraw, &nv) < 0) return -1; vlen = 0; break;
+        case 1: vlen = 8; break;
+        case 2: if (rd_varint(&r, &vlen, vraw, &nv) < 0) return -1; break;
+        case 5: vlen = 4; break;
+        default: return -1;
+        }
+        if (vlen > total)
+            return -1;
+        size_t need = len + nraw + nv + (size_t)vlen;
+        if (need > cap) {
+            size_t nc = cap * 2 > need ? cap * 2 : need;
+            uint8_t *np = realloc(*rest, nc);
+            if (!np)
+                return -1;
+            *rest = np;
+            cap = nc;
+        }
+        memcpy(*rest + len, raw, nraw);
+        len += nraw;
+        memcpy(*rest + len, vraw, nv);
+        len += nv;
+        if (rd_take(&r, vlen, *rest + len, NULL, NULL) < 0)
+            return -1;
+        len += (size_t)vlen;
+    }
+    *rest_len = len;
+    return 0;
+}
+
 size_t rt_wire_length(grpc_byte_buffer *bb)
 {
     return bb ? grpc_byte_buffer_length(bb) : 0;

@@ -60,6 +60,22 @@ ProtobufCMessage *rt_wire_unpack(grpc_byte_buffer *bb,
                                  const ProtobufCMessageDescriptor *desc,
                                  ProtobufCAllocator *alloc);
 
+/* One piece of a field's bytes, lying in a slice of the byte buffer. */
+typedef struct rt_wire_span {
+    const uint8_t *p;
+    size_t n;
+} rt_wire_span;
+
+/* Split an uncompressed raw bb without copying the bulk: every field but
+ * the length-delimited field number big goes, copied, into *rest (malloc'ed,
+ * *rest_len bytes; a message of its own to unpack), and big's bytes are
+ * described, in place, by *spans (malloc'ed, *n_spans pieces, valid while
+ * bb lives). Returns 0, or -1 when the bytes are not well-formed protobuf,
+ * big is not length-delimited or appears twice, or out of memory; the
+ * caller frees *rest and *spans either way (NULL when nothing was made). */
+int rt_wire_split(grpc_byte_buffer *bb, uint32_t big, uint8_t **rest, size_t *rest_len,
+                  rt_wire_span **spans, size_t *n_spans);
+
 /* Total payload bytes of bb (0 for NULL). */
 size_t rt_wire_length(grpc_byte_buffer *bb);
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <oneapi/dnnl/dnnl.h>
@@ -751,31 +752,96 @@ static int h_compile(rt_call *c)
 }
 
 /* ----------------------------------------------------------------- Upload */
+/* Where a stream's bytes go: the dataset's final buffer, filled once, and
+ * the hashes of what arrived, advanced as it arrives. What a broken stream
+ * leaves behind when it is kept for a resume (rt__kept). */
+typedef struct up_data {
+    uint8_t *buf;
+    rt_data_cursor cur;    /* where the next stream bytes go */
+    uint64_t received;     /* stream bytes placed */
+    XXH64_state_t *x64;    /* NULL under no_checksum */
+    XXH3_state_t *x3;
+} up_data;
+
+static void up_data_free(void *p)
+{
+    up_data *d = p;
+    if (!d)
+        return;
+    free(d->buf);
+    if (d->x64)
+        XXH64_freeState(d->x64);
+    if (d->x3)
+        XXH3_freeState(d->x3);
+    free(d);
+}
+
+/* The upload buffer: one allocation the dataset adopts, on huge pages
+ * where the kernel gives them (a 1 GiB upload then takes 512 page faults,
+ * not 262144). */
+static uint8_t *up_buf_alloc(uint64_t n)
+{
+    if (n < (8u << 20))
+        return malloc(n ? n : 1);
+    void *p = NULL;
+    if (posix_memalign(&p, 2u << 20, n) != 0)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, n, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
 typedef struct upload_st {
     int have_header;
     int done;              /* the last chunk arrived and checked */
+    int bad;               /* a chunk was refused: nothing is kept */
     char name[64];
     rt_data_part parts[RT_DATA_MAX_PARTS];
     int n_parts;
     rt_example_spec spec;  /* TFRecord parts point here */
     uint64_t stream_total; /* bytes in the stream: parts not held */
     int any_held;
-    rt_data_cursor cur;    /* where the next stream bytes go */
     uint8_t content_hash_given[16];
     int has_content_hash;
-    uint64_t total, received;
-    uint8_t *buf;
-    XXH64_state_t *x64;
-    XXH3_state_t *x3;
+    int no_checksum;
+    uint8_t key[16];       /* rt_data_key: what a kept stream is found by */
+    uint64_t total;
+    uint64_t resumed;      /* stream bytes taken from a kept broken upload */
+    up_data *d;
+    rt_srv *srv;
     rt_principal *who;     /* holds one RT_Q_UPLOADS and reserved bytes */
     uint64_t reserved;     /* RT_Q_UPLOAD_BYTES */
 } upload_st;
 
 /* The upload's quotas go back before its status (finish): a client that
- * has its answer may start the next upload at once. */
+ * has its answer may start the next upload at once. A stream that broke
+ * (cancelled, cut short, stalled) after sending some of a dataset whose
+ * content hash it declared leaves its bytes, hashes and byte charge for
+ * --upload-keep-s, so the same upload resumes where it stopped. */
 static void upload_st_done(void *p)
 {
     upload_st *u = p;
+    if (u->who && u->have_header && !u->done && !u->bad && u->has_content_hash &&
+        !u->any_held && u->d && u->d->received > 0 && u->srv->cfg.upload_keep_ms) {
+        rt__kept *k = calloc(1, sizeof *k);
+        if (k) {
+            k->who = u->who;
+            memcpy(k->key, u->key, 16);
+            k->offset = u->d->received;
+            k->bytes = u->reserved;
+            k->st = u->d;
+            k->st_free = up_data_free;
+            u->d = NULL;
+            u->reserved = 0;
+            RT_LOG(RT_LOG_INFO, "upload %02x%02x%02x%02x.. broke at %llu of %llu bytes: kept "
+                   "for %llu s", u->key[0], u->key[1], u->key[2], u->key[3],
+                   (unsigned long long)k->offset,
+                   (unsigned long long)u->stream_total,
+                   (unsigned long long)(u->srv->cfg.upload_keep_ms / 1000));
+            rt_srv_kept_put(u->srv, k);
+        }
+    }
     rt_principal_unreserve(u->who, RT_Q_UPLOAD_BYTES, u->reserved);
     rt_principal_unreserve(u->who, RT_Q_UPLOADS, 1);
     u->who = NULL;
@@ -786,11 +852,7 @@ static void upload_st_free(void *p)
 {
     upload_st *u = p;
     upload_st_done(u);
-    free(u->buf);
-    if (u->x64)
-        XXH64_freeState(u->x64);
-    if (u->x3)
-        XXH3_freeState(u->x3);
+    up_data_free(u->d);
     free(u);
 }
 
@@ -850,96 +912,182 @@ static int parts_from_header(rt_call *c, const Rtrain__V1__DatasetHeader *h,
     return 0;
 }
 
-static int h_upload_chunk(rt_call *c)
+/* Place one run of stream bytes and hash it while it is in cache. */
+static void up_take(upload_st *u, const uint8_t *p, size_t n)
+{
+    up_data *d = u->d;
+    rt_data_place(u->parts, u->n_parts, &d->cur, d->buf, p, n);
+    XXH3_128bits_update(d->x3, p, n);
+    if (d->x64)
+        XXH64_update(d->x64, p, n);
+    d->received += n;
+}
+
+/* The header: parts, limits, reservations, and the buffer, fresh or taken
+ * back from a kept broken upload (resume_offset). */
+static int upload_begin(rt_call *c, upload_st *u, const Rtrain__V1__DatasetHeader *h)
+{
+    int rc = need_session(c, h->session_id);
+    if (rc < 0)
+        return rc;
+    if ((rc = parts_from_header(c, h, u->parts, &u->n_parts, &u->total, &u->spec)) < 0)
+        return rc;
+    if (u->total > c->srv->cfg.max_dataset_bytes)
+        return rt_call_fail(c, RT_ETOOBIG, "dataset of %llu bytes is over the limit of %llu",
+                            (unsigned long long)u->total,
+                            (unsigned long long)c->srv->cfg.max_dataset_bytes);
+    if (h->content_hash.len) {
+        if (h->content_hash.len != 16)
+            return rt_call_fail(c, RT_EINVAL, "content_hash must be 16 bytes (XXH3-128)");
+        memcpy(u->content_hash_given, h->content_hash.data, 16);
+        u->has_content_hash = 1;
+        rt_data_key(u->content_hash_given, u->parts, u->n_parts, u->key);
+    }
+    u->no_checksum = h->no_checksum;
+    if ((u->no_checksum || h->resume_offset) && !u->has_content_hash)
+        return rt_call_fail(c, RT_EINVAL, "%s needs the header's content_hash",
+                            u->no_checksum ? "no_checksum" : "resume_offset");
+    snprintf(u->name, sizeof u->name, "%s", h->name);
+    u->stream_total = 0;
+    for (int i = 0; i < u->n_parts; i++) {
+        u->any_held |= u->parts[i].held;
+        u->stream_total += u->parts[i].held ? 0 : u->parts[i].length;
+    }
+    if (h->resume_offset && u->any_held)
+        return rt_call_fail(c, RT_EINVAL, "resume_offset with held shards");
+    /* What a broken upload of this content left: taken for a resume, or
+     * dropped by a fresh start (its bytes would only be held twice). */
+    rt__kept *k = u->has_content_hash ? rt_srv_kept_take(c->srv, c->who, u->key) : NULL;
+    if (h->resume_offset && (!k || k->offset != h->resume_offset)) {
+        uint64_t have = k ? k->offset : 0;
+        rt_srv_kept_free(k);
+        return rt_call_fail(c, RT_ENOTFOUND,
+                            "no broken upload to resume at %llu (the daemon holds %llu bytes of "
+                            "it); send it all",
+                            (unsigned long long)h->resume_offset, (unsigned long long)have);
+    }
+    if (k && !h->resume_offset) {
+        rt_srv_kept_free(k);
+        k = NULL;
+    }
+    if ((rc = rt_srv_upload_reserve(c, u->total)) < 0) {
+        rt_srv_kept_free(k);
+        return rc;
+    }
+    /* The upload's buffer is charged before it exists: uploads in flight
+     * and their bytes, against the principal and the server's memory
+     * budget. A resume takes over the kept upload's charge. */
+    char err[200];
+    if ((rc = rt_principal_reserve(c->who, RT_Q_UPLOADS, 1, err, sizeof err)) < 0) {
+        rt_srv_kept_free(k);
+        return rt_call_fail(c, rc, "%s", err);
+    }
+    u->who = c->who;
+    if (k) {
+        u->reserved = k->bytes;
+        u->d = k->st;
+        u->resumed = k->offset;
+        free(k); /* its charge and data are the upload's now */
+        rt_metrics_upload(0, u->resumed);
+    } else {
+        /* Over the principal's quota, its own kept uploads make room. */
+        while ((rc = rt_principal_reserve(c->who, RT_Q_UPLOAD_BYTES, u->total, err,
+                                          sizeof err)) < 0 &&
+               rt_srv_kept_drop_one(c->srv, c->who))
+            ;
+        if (rc < 0)
+            return rt_call_fail(c, rc, "%s", err);
+        u->reserved = u->total;
+        u->d = calloc(1, sizeof *u->d);
+        if (u->d) {
+            u->d->buf = up_buf_alloc(u->total);
+            u->d->x3 = XXH3_createState();
+            u->d->x64 = u->no_checksum ? NULL : XXH64_createState();
+        }
+        if (!u->d || !u->d->buf || !u->d->x3 || (!u->no_checksum && !u->d->x64))
+            return rt_call_fail(c, RT_ENOMEM, "out of memory for a %llu-byte dataset",
+                                (unsigned long long)u->total);
+        if (u->d->x64)
+            XXH64_reset(u->d->x64, 0);
+        XXH3_128bits_reset(u->d->x3);
+    }
+    u->have_header = 1;
+    return 0;
+}
+
+static int upload_chunk(rt_call *c, upload_st *u)
 {
     Rtrain__V1__UploadChunk *q = REQ(c, Rtrain__V1__UploadChunk);
-    upload_st *u = c->st;
-    if (!u) {
-        u = calloc(1, sizeof *u);
-        if (!u)
-            return OOM(c);
-        c->st = u;
-        c->st_free = upload_st_free;
-        c->st_done = upload_st_done;
-    }
     if (u->done)
         return rt_call_fail(c, RT_EPROTO, "UploadChunk after the last one");
     if (!u->have_header) {
         if (!q->header)
             return rt_call_fail(c, RT_EPROTO, "the first UploadChunk has no header");
-        int rc = need_session(c, q->header->session_id);
+        int rc = upload_begin(c, u, q->header);
         if (rc < 0)
             return rc;
-        if ((rc = parts_from_header(c, q->header, u->parts, &u->n_parts, &u->total,
-                                    &u->spec)) < 0)
-            return rc;
-        if (u->total > c->srv->cfg.max_dataset_bytes)
-            return rt_call_fail(c, RT_ETOOBIG, "dataset of %llu bytes is over the limit of %llu",
-                                (unsigned long long)u->total,
-                                (unsigned long long)c->srv->cfg.max_dataset_bytes);
-        if (q->header->content_hash.len) {
-            if (q->header->content_hash.len != 16)
-                return rt_call_fail(c, RT_EINVAL, "content_hash must be 16 bytes (XXH3-128)");
-            memcpy(u->content_hash_given, q->header->content_hash.data, 16);
-            u->has_content_hash = 1;
-        }
-        if ((rc = rt_srv_upload_reserve(c, u->total)) < 0)
-            return rc;
-        snprintf(u->name, sizeof u->name, "%s", q->header->name);
-        u->stream_total = 0;
-        for (int i = 0; i < u->n_parts; i++) {
-            u->any_held |= u->parts[i].held;
-            u->stream_total += u->parts[i].held ? 0 : u->parts[i].length;
-        }
-        /* The upload's buffer is charged before it exists: uploads in
-         * flight and their bytes, against the principal and the server's
-         * memory budget. */
-        char err[200];
-        if ((rc = rt_principal_reserve(c->who, RT_Q_UPLOADS, 1, err, sizeof err)) < 0)
-            return rt_call_fail(c, rc, "%s", err);
-        u->who = c->who;
-        if ((rc = rt_principal_reserve(c->who, RT_Q_UPLOAD_BYTES, u->total, err, sizeof err)) < 0)
-            return rt_call_fail(c, rc, "%s", err);
-        u->reserved = u->total;
-        u->buf = malloc(u->total ? u->total : 1);
-        u->x64 = XXH64_createState();
-        u->x3 = XXH3_createState();
-        if (!u->buf || !u->x64 || !u->x3)
-            return rt_call_fail(c, RT_ENOMEM, "out of memory for a %llu-byte dataset",
-                                (unsigned long long)u->total);
-        XXH64_reset(u->x64, 0);
-        XXH3_128bits_reset(u->x3);
-        u->have_header = 1;
     } else if (q->header) {
         return rt_call_fail(c, RT_EPROTO, "UploadChunk header after the first chunk");
     }
     rt_srv_upload_touch(c);
-    if (q->data.len) {
-        if (q->offset != u->received)
+    up_data *d = u->d;
+    /* The data: in place in the received slices, or decoded (compressed). */
+    size_t len = 0;
+    if (c->bulk) {
+        for (size_t i = 0; i < c->n_bulk; i++)
+            len += c->bulk[i].n;
+    } else {
+        len = q->data.len;
+    }
+    if (len) {
+        if (q->offset != d->received)
             return rt_call_fail(c, RT_EPROTO, "chunk offset %llu, expected %llu",
-                                (unsigned long long)q->offset, (unsigned long long)u->received);
-        if (q->data.len > u->stream_total - u->received)
+                                (unsigned long long)q->offset, (unsigned long long)d->received);
+        if (len > u->stream_total - d->received)
             return rt_call_fail(c, RT_EDATA, "chunk at %llu overruns the %llu bytes declared",
                                 (unsigned long long)q->offset,
                                 (unsigned long long)u->stream_total);
-        rt_data_place(u->parts, u->n_parts, &u->cur, u->buf, q->data.data, q->data.len);
-        XXH64_update(u->x64, q->data.data, q->data.len);
-        XXH3_128bits_update(u->x3, q->data.data, q->data.len);
-        u->received += q->data.len;
+        if (c->bulk)
+            for (size_t i = 0; i < c->n_bulk; i++)
+                up_take(u, c->bulk[i].p, c->bulk[i].n);
+        else
+            up_take(u, q->data.data, q->data.len);
+        rt_metrics_upload(len, 0);
     }
     if (q->last) {
-        uint64_t sum = XXH64_digest(u->x64);
-        if (sum != q->checksum)
-            return rt_call_fail(c, RT_ECHECKSUM,
-                                "checksum mismatch: XXH64 of the data is %016llx, the client sent %016llx",
-                                (unsigned long long)sum, (unsigned long long)q->checksum);
-        if (u->received != u->stream_total)
+        if (d->x64) {
+            uint64_t sum = XXH64_digest(d->x64);
+            if (sum != q->checksum)
+                return rt_call_fail(c, RT_ECHECKSUM,
+                                    "checksum mismatch: XXH64 of the data is %016llx, the client "
+                                    "sent %016llx",
+                                    (unsigned long long)sum, (unsigned long long)q->checksum);
+        }
+        if (d->received != u->stream_total)
             return rt_call_fail(c, RT_ETRUNCATED, "upload ended at %llu of %llu bytes",
-                                (unsigned long long)u->received,
+                                (unsigned long long)d->received,
                                 (unsigned long long)u->stream_total);
         u->done = 1;
     }
     return 0;
+}
+
+static int h_upload_chunk(rt_call *c)
+{
+    upload_st *u = c->st;
+    if (!u) {
+        u = calloc(1, sizeof *u);
+        if (!u)
+            return OOM(c);
+        u->srv = c->srv;
+        c->st = u;
+        c->st_free = upload_st_free;
+        c->st_done = upload_st_done;
+    }
+    int rc = upload_chunk(c, u);
+    if (rc < 0)
+        u->bad = 1; /* refused data is not kept for a resume */
+    return rc;
 }
 
 static Rtrain__V1__DatasetInfo *dataset_info(rt_call *c, const rt_dataset *ds, int dedup)
@@ -985,17 +1133,18 @@ static int charge_store(rt_call *c, rt_dataset *ds, char *err, size_t errlen)
 static int upload_work(rt_call *c)
 {
     upload_st *u = c->st;
+    up_data *d = u->d;
     XXH128_canonical_t h;
     if (u->any_held) {
         /* the stream hash covers the sent parts only: hash the whole */
         int miss = rt_data_fill_held(rt_data_store_shards(c->srv->data),
-                                     rt_principal_name(c->who), u->parts, u->n_parts, u->buf);
+                                     rt_principal_name(c->who), u->parts, u->n_parts, d->buf);
         if (miss >= 0)
             return rt_call_fail(c, RT_ENOTFOUND,
                                 "shard %d is no longer held by the daemon; send it again", miss);
-        XXH128_canonicalFromHash(&h, XXH3_128bits(u->buf, u->total));
+        XXH128_canonicalFromHash(&h, XXH3_128bits(d->buf, u->total));
     } else {
-        XXH128_canonicalFromHash(&h, XXH3_128bits_digest(u->x3));
+        XXH128_canonicalFromHash(&h, XXH3_128bits_digest(d->x3));
     }
     if (u->has_content_hash && memcmp(h.digest, u->content_hash_given, 16) != 0)
         return rt_call_fail(c, RT_ECHECKSUM, "content_hash does not match the data's XXH3-128");
@@ -1006,14 +1155,14 @@ static int upload_work(rt_call *c)
     if (!kept) {
         rt_dataset *ds;
         char err[256];
-        int rc = rt_data_parse_take(u->parts, u->n_parts, &u->buf, u->total,
+        int rc = rt_data_parse_take(u->parts, u->n_parts, &d->buf, u->total,
                                     c->srv->cfg.max_dataset_bytes,
                                     c->srv->cfg.max_inflate_ratio, 1, &ds, err, sizeof err);
         if (rc < 0)
             return rt_call_fail(c, rc, "%s", err);
-        if (u->buf)
+        if (d->buf)
             rt_data_keep_shards(rt_data_store_shards(c->srv->data), rt_principal_name(c->who),
-                                u->parts, u->n_parts, u->buf);
+                                u->parts, u->n_parts, d->buf);
         if ((rc = rt_dataset_set_key(ds, key)) < 0) {
             rt_dataset_release(ds);
             return rt_call_fail(c, rc, "no random bytes for a dataset id");
@@ -1033,13 +1182,14 @@ static int upload_work(rt_call *c)
                (unsigned long long)rt_dataset_bytes(kept), rt_log_esc(u->name, name, sizeof name));
     }
     c->ds = kept;
-    free(u->buf); /* parsed; the raw bytes are not kept */
-    u->buf = NULL;
+    free(d->buf); /* parsed (or adopted: then NULL); the raw bytes are not kept */
+    d->buf = NULL;
     rt_srv_upload_release(c);
     Rtrain__V1__UploadResponse *r = NEW(c, Rtrain__V1__UploadResponse, RTRAIN__V1__UPLOAD_RESPONSE__INIT);
     if (!r || !(r->dataset = dataset_info(c, kept, dedup)))
         return OOM(c);
-    r->bytes_received = u->received;
+    r->bytes_received = d->received;
+    r->bytes_resumed = u->resumed;
     c->resp = &r->base;
     return 0;
 }
@@ -1052,7 +1202,7 @@ static int h_upload_end(rt_call *c)
     if (!u->done)
         return rt_call_fail(c, RT_ETRUNCATED,
                             "upload ended without a last chunk (%llu of %llu bytes received)",
-                            (unsigned long long)u->received, (unsigned long long)u->total);
+                            (unsigned long long)u->d->received, (unsigned long long)u->total);
     c->work = upload_work;
     c->needs_device = 0;
     c->est_ns = u->total * 4; /* parsing ~4 ns/byte: small ones stay inline */
@@ -1107,6 +1257,8 @@ static int h_find_dataset(rt_call *c)
         r->found = 1;
         if (!(r->dataset = dataset_info(c, c->ds, 1)))
             return OOM(c);
+    } else {
+        r->resume_offset = rt_srv_kept_offset(c->srv, c->who, key);
     }
     c->resp = &r->base;
     return 0;

@@ -1118,6 +1118,16 @@ int rt_srv_upload_reserve(rt_call *c, uint64_t bytes)
             s->n_uploads++;
         }
     }
+    /* Kept broken uploads make room for new ones, oldest first. */
+    while (rc == 0 && s->kept && (bytes > cap || s->upload_bytes + s->kept_bytes > cap - bytes)) {
+        rt__kept **pp = &s->kept;
+        while ((*pp)->next)
+            pp = &(*pp)->next;
+        rt__kept *k = *pp;
+        *pp = NULL;
+        s->kept_bytes -= k->bytes;
+        rt_srv_kept_free(k);
+    }
     if (rc == 0 && (bytes > cap || s->upload_bytes > cap - bytes))
         rc = rt_call_fail(c, RT_ETOOBIG,
                           "uploads in flight would hold %llu bytes, over the limit of %llu "
@@ -1154,6 +1164,97 @@ void rt_srv_upload_release(rt_call *c)
     pthread_mutex_unlock(&s->up_mu);
 }
 
+/* ------------------------------------------------- kept broken uploads */
+/* Newest first; the list is short (bounded by --max-upload-bytes). */
+void rt_srv_kept_free(rt__kept *k)
+{
+    if (!k)
+        return;
+    rt_principal_unreserve(k->who, RT_Q_UPLOAD_BYTES, k->bytes);
+    k->st_free(k->st);
+    free(k);
+}
+
+void rt_srv_kept_put(rt_srv *s, rt__kept *k)
+{
+    k->expires_ns = rt_now_ns() + s->cfg.upload_keep_ms * 1000000ull;
+    rt__kept *old = rt_srv_kept_take(s, k->who, k->key);
+    pthread_mutex_lock(&s->up_mu);
+    k->next = s->kept;
+    s->kept = k;
+    s->kept_bytes += k->bytes;
+    pthread_mutex_unlock(&s->up_mu);
+    rt_srv_kept_free(old);
+}
+
+rt__kept *rt_srv_kept_take(rt_srv *s, const rt_principal *who, const uint8_t key[16])
+{
+    pthread_mutex_lock(&s->up_mu);
+    rt__kept *k = NULL;
+    for (rt__kept **pp = &s->kept; *pp; pp = &(*pp)->next)
+        if ((*pp)->who == who && memcmp((*pp)->key, key, 16) == 0) {
+            k = *pp;
+            *pp = k->next;
+            k->next = NULL;
+            s->kept_bytes -= k->bytes;
+            break;
+        }
+    pthread_mutex_unlock(&s->up_mu);
+    return k;
+}
+
+uint64_t rt_srv_kept_offset(rt_srv *s, const rt_principal *who, const uint8_t key[16])
+{
+    uint64_t off = 0;
+    pthread_mutex_lock(&s->up_mu);
+    for (rt__kept *k = s->kept; k; k = k->next)
+        if (k->who == who && memcmp(k->key, key, 16) == 0)
+            off = k->offset;
+    pthread_mutex_unlock(&s->up_mu);
+    return off;
+}
+
+int rt_srv_kept_drop_one(rt_srv *s, const rt_principal *who)
+{
+    pthread_mutex_lock(&s->up_mu);
+    rt__kept **last = NULL;
+    for (rt__kept **pp = &s->kept; *pp; pp = &(*pp)->next)
+        if (!who || (*pp)->who == who)
+            last = pp;
+    rt__kept *k = last ? *last : NULL;
+    if (k) {
+        *last = k->next;
+        s->kept_bytes -= k->bytes;
+    }
+    pthread_mutex_unlock(&s->up_mu);
+    rt_srv_kept_free(k);
+    return k != NULL;
+}
+
+/* Kept uploads past --upload-keep-s go. */
+static void kept_expire(rt_srv *s, uint64_t now)
+{
+    rt__kept *gone = NULL;
+    pthread_mutex_lock(&s->up_mu);
+    for (rt__kept **pp = &s->kept; *pp;) {
+        rt__kept *k = *pp;
+        if (now >= k->expires_ns) {
+            *pp = k->next;
+            s->kept_bytes -= k->bytes;
+            k->next = gone;
+            gone = k;
+        } else {
+            pp = &k->next;
+        }
+    }
+    pthread_mutex_unlock(&s->up_mu);
+    while (gone) {
+        rt__kept *n = gone->next;
+        rt_srv_kept_free(gone);
+        gone = n;
+    }
+}
+
 static void on_budget_done(rt__tag *t, int ok)
 {
     (void)ok;
@@ -1166,6 +1267,7 @@ int rt_srv_tick(rt_srv *s)
 {
     uint64_t now = rt_now_ns();
     int n = pipe_expire(s, now);
+    kept_expire(s, now);
     if (s->cfg.upload_stall_ms) {
         uint64_t lim = s->cfg.upload_stall_ms * 1000000ull;
         pthread_mutex_lock(&s->up_mu);
@@ -1480,11 +1582,35 @@ static void on_stream_recv(rt__tag *t, int ok)
         call_unref(c);
         return;
     }
-    c->req = decode(c, NULL);
+    /* The bulk "data" field stays where gRPC received it: the handler
+     * copies it once, into the upload's buffer (docs/grpc-core.md). */
+    const ProtobufCFieldDescriptor *bulk =
+        protobuf_c_message_descriptor_get_field_by_name(c->m->req_desc, "data");
+    if (bulk && bulk->type == PROTOBUF_C_TYPE_BYTES && c->payload->type == GRPC_BB_RAW &&
+        c->payload->data.raw.compression == GRPC_COMPRESS_NONE) {
+        uint64_t t0 = rt_now_ns();
+        uint8_t *rest;
+        size_t rest_len;
+        if (rt_wire_split(c->payload, bulk->id, &rest, &rest_len, &c->bulk, &c->n_bulk) == 0)
+            c->req = protobuf_c_message_unpack(c->m->req_desc, NULL, rest_len, rest);
+        free(rest);
+        c->tm.decode_ns += rt_now_ns() - t0;
+        if (!c->req)
+            rt_call_fail(c, RT_EPROTO, "malformed %s", c->m->req_name);
+    } else {
+        c->req = decode(c, NULL);
+    }
     if (c->req) {
         run_handler(c, c->m->handle);
         protobuf_c_message_free_unpacked(c->req, NULL);
         c->req = NULL;
+    }
+    free(c->bulk);
+    c->bulk = NULL;
+    c->n_bulk = 0;
+    if (c->payload) {
+        grpc_byte_buffer_destroy(c->payload);
+        c->payload = NULL;
     }
     if (c->err)
         finish(c);
@@ -2034,6 +2160,8 @@ void rt_srv_destroy(rt_srv *s)
     rt_session_table_destroy(s->sessions);
     rt_plan_cache_destroy(s->plans);
     rt_data_store_destroy(s->data);
+    while (rt_srv_kept_drop_one(s, NULL))
+        ;
     /* Last: sessions and datasets gave back their charges above. */
     rt_auth_destroy(s->auth);
     rt_principal_set_destroy(s->principals);

@@ -180,6 +180,12 @@ struct rt_call {
     uint64_t held_ns;
     int held;                     /* under pipe_mu: on the held list */
 
+    /* Client stream: the request's bulk bytes field ("data"), in place in
+     * the received slices (rt_wire_split) while the handler runs; NULL
+     * when the message came compressed (then it is in c->req). */
+    rt_wire_span *bulk;
+    size_t n_bulk;
+
     /* References a handler took for its work; released at the end. */
     rt_session *sess;
     rt_program *prog;
@@ -255,6 +261,10 @@ struct rt_srv {
     uint64_t upload_bytes;
     uint64_t last_tick_ns;        /* atomic: rt_srv_tick last ran */
 
+    /* Broken uploads kept for a resume (rt_srv_kept_*), under up_mu. */
+    struct rt__kept *kept;
+    uint64_t kept_bytes;
+
     /* Pipelined RunSteps waiting for their predecessor (pipe_admit). */
     pthread_mutex_t pipe_mu;
     rt_call *held;
@@ -314,6 +324,33 @@ void rt_call_device_unlock(rt_call *c);
 int rt_srv_upload_reserve(rt_call *c, uint64_t bytes);
 void rt_srv_upload_touch(rt_call *c);
 void rt_srv_upload_release(rt_call *c);
+
+/* A broken upload's bytes, kept for --upload-keep-s so that a resume
+ * sends only the rest. Its bytes stay charged: to the server's uploads in
+ * flight (--max-upload-bytes: kept ones are dropped, oldest first, to make
+ * room for new uploads) and to who's RT_Q_UPLOAD_BYTES. */
+typedef struct rt__kept {
+    struct rt__kept *next;
+    rt_principal *who;
+    uint8_t key[16];       /* rt_data_key of the content hash and parts */
+    uint64_t offset;       /* stream bytes held */
+    uint64_t bytes;        /* charged */
+    uint64_t expires_ns;
+    void *st;              /* the upload's data (rt_methods.c) */
+    void (*st_free)(void *st);
+} rt__kept;
+/* Takes k (a kept entry of the same who and key is replaced). */
+void rt_srv_kept_put(rt_srv *s, rt__kept *k);
+/* Remove and return who's entry for key, or NULL; the caller owns it and
+ * its charges. */
+rt__kept *rt_srv_kept_take(rt_srv *s, const rt_principal *who, const uint8_t key[16]);
+/* Stream bytes held for who's key; 0 = none. */
+uint64_t rt_srv_kept_offset(rt_srv *s, const rt_principal *who, const uint8_t key[16]);
+/* Drop the oldest entry (of who, or anyone's when who is NULL): its bytes
+ * and charges go back. Returns 1 if one was dropped. */
+int rt_srv_kept_drop_one(rt_srv *s, const rt_principal *who);
+/* Free an entry taken with rt_srv_kept_take, giving back its charges. */
+void rt_srv_kept_free(rt__kept *k);
 
 /* The client cancelled (or its deadline passed) or the daemon is cancelling
  * calls. Work checks this at step boundaries. For unary calls it is only

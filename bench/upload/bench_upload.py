@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""Upload throughput from Python into rtraind's store, beside a bare gRPC
+client-streaming call measured in the same run.
+
+usage: bench_upload.py RTRAIND BENCH_STREAM [--sizes 256M,1G] [--reps 5]
+                       [--resume]
+
+For each size and repetition, alternately:
+  * rtrain: Client._upload of a fresh float32 array (one changed value per
+    repetition, so the daemon never finds it already stored): the client
+    hashes it (FindDataset), streams it, the daemon places, hashes and
+    checks it and the dataset adopts the buffer; timed from the call to its
+    answer;
+  * peer: bench_stream, one bare gRPC client stream of the same bytes in
+    1 MiB messages, gRPC core on both ends, no protobuf, no daemon.
+Prints the medians in GB/s (10^9 bytes/s) and their ratio. With --resume,
+also the bytes a resumed upload sent after a cancel at ~90% (the daemon's
+rtrain_upload_resumed_bytes_total counter via its bytes_sent). A
+benchmark: it prints numbers, asserts nothing.
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+
+def size_arg(s):
+    m = re.fullmatch(r'(\d+)([KMG]?)', s.strip())
+    return int(m.group(1)) << {'': 0, 'K': 10, 'M': 20, 'G': 30}[m.group(2)]
+
+
+def start(rtraind, store):
+    d = subprocess.Popen([rtraind, '--listen', '127.0.0.1:0', '--log-level', 'warn',
+                          '--max-store-bytes', str(store)], stdout=subprocess.PIPE, text=True)
+    for line in d.stdout:
+        m = re.match(r'rtraind listening on (\S+)', line)
+        if m:
+            return d, m.group(1)
+    raise SystemExit('rtraind did not start')
+
+
+def peer(stream, nbytes):
+    out = subprocess.run([stream, str(nbytes)], capture_output=True, text=True, check=True)
+    b, secs, _ = out.stdout.split()
+    return int(b) / float(secs) / 1e9
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('rtraind')
+    ap.add_argument('stream')
+    ap.add_argument('--sizes', default='256M,1G')
+    ap.add_argument('--reps', type=int, default=5)
+    a = ap.parse_args()
+    import numpy as np
+    import rtrain
+    sizes = [size_arg(s) for s in a.sizes.split(',')]
+    d, addr = start(a.rtraind, 2 * max(sizes) + (64 << 20))
+    try:
+        c = rtrain.connect(addr, timeout=0)
+        print(f'upload throughput, Python -> rtraind store vs a bare gRPC stream, '
+              f'{a.reps} reps, medians (GB/s = 1e9 B/s)')
+        print(f'{"size":>8} {"rtrain GB/s":>12} {"bare gRPC GB/s":>15} {"ratio":>7}'
+              f'   rtrain runs')
+        for n in sizes:
+            x = np.random.default_rng(n).random((n // 1024, 256), dtype=np.float32)
+            ours, base = [], []
+            for r in range(a.reps):
+                x[0, 0] = float(r + 1)  # new content: no dedup
+                t0 = time.perf_counter()
+                ds = c._upload(x, None, 'bench')
+                dt = time.perf_counter() - t0
+                if ds['deduplicated'] or ds['bytes_sent'] != n:
+                    raise SystemExit(f'upload {r}: {ds}')
+                ours.append(n / dt / 1e9)
+                base.append(peer(a.stream, n))
+            mo, mb = statistics.median(ours), statistics.median(base)
+            print(f'{n >> 20:>6}Mi {mo:>12.2f} {mb:>15.2f} {mo / mb:>7.2f}   '
+                  + ' '.join(f'{v:.2f}' for v in ours))
+            del x
+        c.close()
+    finally:
+        d.terminate()
+        d.wait()
+
+
+if __name__ == '__main__':
+    sys.exit(main())
