@@ -306,7 +306,7 @@ int rt__stream_open(rt_client *c, rt__call *k, int method,
     return 0;
 }
 
-int rt__stream_send(rt__call *k, grpc_byte_buffer *bb, int last)
+int rt__stream_send_start(rt__call *k, grpc_byte_buffer *bb, int last)
 {
     grpc_op *op = k->io;
     memset(k->io, 0, sizeof k->io);
@@ -318,9 +318,20 @@ int rt__stream_send(rt__call *k, grpc_byte_buffer *bb, int last)
         grpc_call_cancel(k->call, NULL);
         return 0;
     }
-    /* One SEND_MESSAGE in flight at a time; a failed send means the
-     * daemon ended the call, and the status will say why. */
-    return rt__pluck(k->c, k->call, op);
+    return 1;
+}
+
+int rt__stream_send_wait(rt__call *k)
+{
+    /* A failed send means the daemon ended the call, and the status will
+     * say why. */
+    return rt__pluck(k->c, k->call, k->io);
+}
+
+int rt__stream_send(rt__call *k, grpc_byte_buffer *bb, int last)
+{
+    /* One SEND_MESSAGE in flight at a time. */
+    return rt__stream_send_start(k, bb, last) && rt__stream_send_wait(k);
 }
 
 void rt__stream_recv(rt__call *k, grpc_byte_buffer **bb)

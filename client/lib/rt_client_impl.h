@@ -132,6 +132,10 @@ int rt__unary(rt_client *c, int method, const ProtobufCMessage *req,
 int rt__stream_open(rt_client *c, rt__call *k, int method,
                     const ProtobufCMessage *req);
 int rt__stream_send(rt__call *k, grpc_byte_buffer *bb, int last);
+/* rt__stream_send in two halves, so the next message can be made while
+ * this one goes out; at most one in flight. Both return 1 on success. */
+int rt__stream_send_start(rt__call *k, grpc_byte_buffer *bb, int last);
+int rt__stream_send_wait(rt__call *k);
 void rt__stream_recv(rt__call *k, grpc_byte_buffer **bb);
 void rt__stream_cancel(rt__call *k);
 int rt__stream_close(rt__call *k);

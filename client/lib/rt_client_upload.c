@@ -5,9 +5,15 @@
  * (canonical, big-endian 16 bytes): when the daemon already holds them the
  * upload costs one round trip. Otherwise the UploadDataset client stream
  * sends RT_UPLOAD_CHUNK-byte chunks with offsets; the first chunk carries the
- * header, the last one last = true and the XXH64 (seed 0) of all bytes, so
- * the gRPC message limit never limits a data set's size. Files are read in
- * chunks, never whole, and the daemon parses their formats. */
+ * header (with the content hash, which checks the data: no_checksum), the
+ * last one last = true, so the gRPC message limit never limits a data set's
+ * size. Each chunk is framed by hand into one slice with its data copied
+ * (or read) straight into place, while the previous chunk goes out. Files
+ * are read in chunks, never whole, and the daemon parses their formats.
+ *
+ * Resume: when a stream broke, the daemon keeps what it received for a
+ * while, and FindDataset says how much (resume_offset); the next upload of
+ * the same data sends only the rest. */
 #include "rt_client_impl.h"
 
 #include <errno.h>
@@ -111,6 +117,21 @@ static int read_at(rt_client *c, src *s, size_t n, size_t *part, uint64_t *off,
     return 0;
 }
 
+/* Position part/off at stream byte pos. */
+static int seek_to(rt_client *c, src *s, size_t n, uint64_t pos, size_t *part, uint64_t *off)
+{
+    *part = 0;
+    while (*part < n && pos >= s[*part].len) {
+        pos -= s[*part].len;
+        (*part)++;
+    }
+    *off = pos;
+    if (*part < n && s[*part].f && pos &&
+        fseeko(s[*part].f, (off_t)pos, SEEK_SET) != 0)
+        return rt__err(c, RT_EIO, "seeking in %s: %s", s[*part].p->path, strerror(errno));
+    return 0;
+}
+
 static int hash_all(rt_client *c, src *s, size_t n, uint8_t *buf, uint8_t out[16])
 {
     XXH3_state_t *st = XXH3_createState();
@@ -122,6 +143,14 @@ static int hash_all(rt_client *c, src *s, size_t n, uint8_t *buf, uint8_t out[16
     int rc = 0;
     for (;;) {
         size_t got;
+        if (part < n && !s[part].f) { /* memory: hashed where it lies */
+            XXH3_128bits_update(st, s[part].p->data, s[part].len);
+            part++;
+            off = 0;
+            if (part < n && s[part].f)
+                rewind(s[part].f);
+            continue;
+        }
         rc = read_at(c, s, n, &part, &off, buf, RT_UPLOAD_CHUNK, &got);
         if (rc < 0 || got == 0)
             break;
@@ -158,64 +187,123 @@ static int dataset_from_pb(rt_client *c, const Rtrain__V1__DatasetInfo *d,
     return rc;
 }
 
-/* The UploadDataset client stream. */
-static int stream_upload(rt_client *c, Rtrain__V1__DatasetHeader *hdr, src *s,
-                         size_t n, uint64_t total, uint8_t *buf,
-                         rt_client_dataset *out)
+static size_t put_varint(uint8_t *p, uint64_t v)
 {
-    XXH64_state_t *x64 = XXH64_createState();
-    if (!x64)
+    size_t n = 0;
+    while (v >= 0x80) {
+        p[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    p[n++] = (uint8_t)v;
+    return n;
+}
+
+/* One UploadChunk framed by hand in one slice: header (the first), offset,
+ * data (want bytes read straight into place), last. Field numbers and
+ * wire types are the .proto's: 1 header, 2 offset, 3 data, 4 last. */
+static int make_chunk(rt_client *c, const uint8_t *hdr, size_t hdr_len, uint64_t offset,
+                      src *s, size_t n, size_t *part, uint64_t *off, size_t want, int last,
+                      grpc_byte_buffer **out)
+{
+    *out = NULL;
+    size_t cap = (hdr ? 1 + 10 + hdr_len : 0) + 11 + 11 + want + 2;
+    grpc_slice sl = grpc_slice_malloc(cap);
+    uint8_t *p = GRPC_SLICE_START_PTR(sl), *q = p;
+    if (hdr) {
+        *q++ = (1 << 3) | 2;
+        q += put_varint(q, hdr_len);
+        memcpy(q, hdr, hdr_len);
+        q += hdr_len;
+    }
+    *q++ = (2 << 3) | 0;
+    q += put_varint(q, offset);
+    *q++ = (3 << 3) | 2;
+    q += put_varint(q, want);
+    size_t got = 0;
+    int rc = read_at(c, s, n, part, off, q, want, &got);
+    if (rc == 0 && got != want)
+        rc = rt__err(c, RT_EIO, "upload: the data ended %zu bytes early", want - got);
+    if (rc < 0) {
+        grpc_slice_unref(sl);
+        return rc;
+    }
+    q += got;
+    if (last) {
+        *q++ = (4 << 3) | 0;
+        *q++ = 1;
+    }
+    grpc_slice used = grpc_slice_sub(sl, 0, (size_t)(q - p));
+    grpc_slice_unref(sl);
+    *out = grpc_raw_byte_buffer_create(&used, 1);
+    grpc_slice_unref(used);
+    return *out ? 0 : rt__err(c, RT_ENOMEM, "UploadDataset: out of memory");
+}
+
+/* The UploadDataset client stream, from stream byte start (a resume: the
+ * daemon kept the bytes before it). */
+static int stream_upload(rt_client *c, Rtrain__V1__DatasetHeader *hdr, src *s,
+                         size_t n, uint64_t total, uint64_t start, rt_client_dataset *out)
+{
+    hdr->no_checksum = 1; /* the content hash checks the data */
+    hdr->resume_offset = start;
+    size_t hdr_len = protobuf_c_message_get_packed_size(&hdr->base);
+    uint8_t *hp = malloc(hdr_len ? hdr_len : 1);
+    if (!hp)
         return rt__err(c, RT_ENOMEM, "out of memory");
-    XXH64_reset(x64, 0);
+    protobuf_c_message_pack(&hdr->base, hp);
     rt__call k;
     int rc = rt__stream_open(c, &k, RT__M_UPLOAD, NULL);
     if (rc < 0) {
-        XXH64_freeState(x64);
+        free(hp);
         return rc;
     }
-    uint64_t local = 0, off = 0, sent = 0;
+    uint64_t local = 0, sent = start, off = 0;
     size_t part = 0;
-    for (int first = 1;; first = 0) {
+    grpc_byte_buffer *inflight = NULL;
+    rc = seek_to(c, s, n, start, &part, &off);
+    for (int first = 1; rc == 0; first = 0) {
         uint64_t l0 = rt_now_ns();
-        size_t got = 0;
-        rc = read_at(c, s, n, &part, &off, buf, RT_UPLOAD_CHUNK, &got);
-        if (rc < 0) {
-            rt__stream_cancel(&k);
-            break;
-        }
-        XXH64_update(x64, buf, got);
-        int last = sent + got >= total;
-        Rtrain__V1__UploadChunk ch = RTRAIN__V1__UPLOAD_CHUNK__INIT;
-        ch.header = first ? hdr : NULL;
-        ch.offset = sent;
-        ch.data.data = buf;
-        ch.data.len = got;
-        ch.last = last;
-        if (last)
-            ch.checksum = XXH64_digest(x64);
-        grpc_byte_buffer *bb = rt_wire_pack(&ch.base, NULL);
-        if (!bb) {
-            rc = rt__err(c, RT_ENOMEM, "UploadDataset: out of memory");
-            rt__stream_cancel(&k);
-            break;
-        }
+        size_t want = total - sent < RT_UPLOAD_CHUNK ? (size_t)(total - sent) : RT_UPLOAD_CHUNK;
+        int last = sent + want >= total;
+        grpc_byte_buffer *bb;
+        rc = make_chunk(c, first ? hp : NULL, hdr_len, sent, s, n, &part, &off, want, last, &bb);
         local += rt_now_ns() - l0;
-        int ok = rt__stream_send(&k, bb, last);
-        grpc_byte_buffer_destroy(bb);
-        if (!ok)
-            break; /* the daemon ended the call: the status says why */
-        sent += got;
+        /* The previous chunk went out while this one was made. */
+        int ok = 1;
+        if (inflight) {
+            ok = rt__stream_send_wait(&k);
+            grpc_byte_buffer_destroy(inflight);
+            inflight = NULL;
+        }
+        if (rc < 0 || !ok) {
+            if (bb)
+                grpc_byte_buffer_destroy(bb);
+            if (rc < 0)
+                rt__stream_cancel(&k);
+            break; /* !ok: the daemon ended the call, the status says why */
+        }
+        if (!rt__stream_send_start(&k, bb, last)) {
+            grpc_byte_buffer_destroy(bb);
+            break;
+        }
+        inflight = bb;
+        sent += want;
         if (last)
             break;
     }
+    if (inflight) {
+        rt__stream_send_wait(&k);
+        grpc_byte_buffer_destroy(inflight);
+    }
+    free(hp);
     grpc_byte_buffer *recv;
     rt__stream_recv(&k, &recv);
     int src_rc = rt__stream_close(&k);
-    /* Reading and packing chunks overlaps the daemon receiving the
+    /* Reading and framing chunks overlaps the daemon receiving the
      * previous ones: it is in-stream client time, inside the round trip. */
     c->cur.client_stream_ns = local;
     c->t_response = rt_now_ns();
-    out->bytes_sent = sent;
+    out->bytes_sent = sent - start;
     if (rc == 0)
         rc = src_rc;
     if (rc == 0) {
@@ -230,12 +318,12 @@ static int stream_upload(rt_client *c, Rtrain__V1__DatasetHeader *hdr, src *s,
                 rc = rt__err(c, RT_ETRUNCATED, "UploadDataset: the daemon received "
                              "%llu of %llu bytes", (unsigned long long)r->bytes_received,
                              (unsigned long long)total);
+            out->bytes_resumed = r->bytes_resumed;
             protobuf_c_message_free_unpacked(&r->base, NULL);
         }
     }
     if (recv)
         grpc_byte_buffer_destroy(recv);
-    XXH64_freeState(x64);
     return rc;
 }
 
@@ -330,8 +418,10 @@ int rt_client_upload_parts(rt_client *c, const char *session, const char *name,
     if (rc < 0)
         goto done;
     int found = 0;
+    uint64_t resume = 0;
     if (fr) {
         rt__take_timings(c, fr->timings, 0);
+        resume = fr->resume_offset < total ? fr->resume_offset : 0;
         if (fr->found) {
             found = 1;
             rc = dataset_from_pb(c, fr->dataset, out);
@@ -355,17 +445,23 @@ int rt_client_upload_parts(rt_client *c, const char *session, const char *name,
                 sent[ns++] = s[i];
                 stream_total += s[i].len;
             }
-        rc = stream_upload(c, &hdr, sent, ns, stream_total, buf, out);
+        rc = stream_upload(c, &hdr, sent, ns, stream_total, ns == n_parts ? resume : 0, out);
         if (rc == RT_ENOTFOUND && ns < n_parts) {
             /* a held shard was dropped from the daemon's cache meanwhile */
             for (size_t i = 0; i < n_parts; i++)
                 dp[i].held = 0;
             rt__call_end(c, rc);
             rt__call_begin(c, RT__M_UPLOAD);
-            rc = stream_upload(c, &hdr, s, n_parts, total, buf, out);
+            rc = stream_upload(c, &hdr, s, n_parts, total, 0, out);
         }
     } else {
-        rc = stream_upload(c, &hdr, s, n_parts, total, buf, out);
+        rc = stream_upload(c, &hdr, s, n_parts, total, resume, out);
+    }
+    if (rc == RT_ENOTFOUND && resume) {
+        /* the kept bytes went (expired, or room for other uploads) */
+        rt__call_end(c, rc);
+        rt__call_begin(c, RT__M_UPLOAD);
+        rc = stream_upload(c, &hdr, s, n_parts, total, 0, out);
     }
 done:
     free(ph);

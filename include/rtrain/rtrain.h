@@ -401,6 +401,8 @@ typedef struct rt_client_dataset {
     int deduplicated;   /* the daemon already held it (FindDataset hit, or
                            the upload matched stored content) */
     uint64_t bytes_sent; /* data bytes this client streamed (0 on a Find hit) */
+    uint64_t bytes_resumed; /* data bytes a broken upload of the same data
+                               left on the daemon, not sent again */
     uint64_t records_skipped;  /* TFRecord, bad records skipped (rtrain_data.h) */
     char first_skipped[160];   /* the first one's error */
 } rt_client_dataset;
@@ -436,7 +438,9 @@ typedef struct rt_client_upload_part {
 /* Upload 1..16 parts as one data set: first FindDataset by the XXH3-128
  * hash of all part bytes (canonical big-endian 16 bytes; a hit costs one
  * round trip and sets out->deduplicated), else stream UploadDataset in
- * RT_UPLOAD_CHUNK chunks with offsets and an XXH64 checksum in the last.
+ * RT_UPLOAD_CHUNK chunks with offsets; the content hash checks the data.
+ * When an earlier upload of the same data broke, the daemon kept what it
+ * received (--upload-keep-s) and only the rest is sent (bytes_resumed).
  * Files are read twice (hash, then send), never whole into memory. The last
  * timings are those of the UploadDataset call (or of FindDataset on a hit). */
 int rt_client_upload_parts(rt_client *c, const char *session, const char *name,

@@ -726,13 +726,14 @@ static PyObject *Client_upload(ClientObject *self, PyObject *args, PyObject *kw)
         rt_py__fail(self, rc);
         goto out;
     }
-    res = Py_BuildValue("{s:s,s:K,s:N,s:N,s:K,s:O,s:K}", "id", ds.id,
+    res = Py_BuildValue("{s:s,s:K,s:N,s:N,s:K,s:O,s:K,s:K}", "id", ds.id,
                         "samples", (unsigned long long)ds.samples, "x_shape",
                         rt_py__shape_tuple(ds.x_ndim, ds.x_shape), "y_shape",
                         rt_py__shape_tuple(ds.y_ndim, ds.y_shape), "bytes",
                         (unsigned long long)ds.bytes, "deduplicated",
                         ds.deduplicated ? Py_True : Py_False, "bytes_sent",
-                        (unsigned long long)ds.bytes_sent);
+                        (unsigned long long)ds.bytes_sent, "bytes_resumed",
+                        (unsigned long long)ds.bytes_resumed);
 out:
     rt_py__unlock(self);
     PyBuffer_Release(&xv);
