@@ -83,6 +83,8 @@ static void usage(FILE *f)
             "                           (default 60; 0 = never)\n"
             "  --upload-keep-s N        keep a broken upload's bytes N s for a resume,\n"
             "                           charged to its uploader (default 600; 0 = off)\n"
+            "  --upload-pool-bytes N    idle upload buffers kept for reuse: their memory\n"
+            "                           is already touched (default 1G; 0 = none)\n"
             "  --pipeline-hold-ms N     a pipelined RunSteps waits at most N ms for the\n"
             "                           call before it (after_seq) (default 30000)\n"
             "  --max-inflate-ratio N    gzip data may inflate to N x its size (default 100)\n"
@@ -316,7 +318,7 @@ int main(int argc, char **argv)
            O_TLS_CA, O_TOKENS, O_INSECURE, O_NEW_TOKEN, O_MAXMEM, O_LEASE, O_SLICE, O_CTHREADS,
            O_CTIMEOUT, O_XTHREADS, O_MAXUP, O_MAXUPB, O_STALL, O_RATIO, O_KEEPALIVE,
            O_HANDSHAKE, O_CONNIDLE, O_STREAMQ, O_KATIMEOUT, O_DRAIN,
-           O_LOGFMT, O_METRICS, O_UPKEEP, O_PIPEHOLD,
+           O_LOGFMT, O_METRICS, O_UPKEEP, O_PIPEHOLD, O_UPPOOL,
            O_QUOTA /* + rt_quota_kind */ };
     static const struct option opts[] = {
         {"listen", required_argument, 0, O_LISTEN},
@@ -357,6 +359,7 @@ int main(int argc, char **argv)
         {"metrics-listen", required_argument, 0, O_METRICS},
         {"upload-keep-s", required_argument, 0, O_UPKEEP},
         {"pipeline-hold-ms", required_argument, 0, O_PIPEHOLD},
+        {"upload-pool-bytes", required_argument, 0, O_UPPOOL},
 #define RT__Q_OPT(k, name, mem) {"quota-" name, required_argument, 0, O_QUOTA + RT_Q_##k},
         RT_QUOTA_MAP(RT__Q_OPT)
 #undef RT__Q_OPT
@@ -467,6 +470,11 @@ int main(int argc, char **argv)
             if (parse_u64(optarg, &v) < 0 || v > 86400)
                 goto bad;
             cfg.upload_keep_ms = v * 1000;
+            break;
+        case O_UPPOOL:
+            if (rt_quota_parse(optarg, &v) < 0)
+                goto bad;
+            cfg.upload_pool_bytes = v;
             break;
         case O_PIPEHOLD:
             if (parse_u64(optarg, &v) < 0 || v < 1 || v > 3600000)

@@ -58,7 +58,9 @@ def main():
     import numpy as np
     import rtrain
     sizes = [size_arg(s) for s in a.sizes.split(',')]
-    d, addr = start(a.rtraind, 2 * max(sizes) + (64 << 20))
+    # One dataset of the largest size fits: each upload evicts the one
+    # before, whose buffer the upload after it reuses (--upload-pool-bytes).
+    d, addr = start(a.rtraind, max(sizes) + (64 << 20))
     try:
         c = rtrain.connect(addr, timeout=0)
         print(f'upload throughput, Python -> rtraind store vs a bare gRPC stream, '

@@ -751,7 +751,8 @@ static int parse_tfrecord(const rt_data_part *parts, int n_parts, const uint8_t 
 
 int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
                        size_t len, uint64_t max_bytes, uint32_t max_inflate_ratio,
-                       int may_take, rt_dataset **out, char *err, size_t errlen)
+                       void (*take_free)(void *), rt_dataset **out, char *err,
+                       size_t errlen)
 {
     const uint8_t *buf = *bufp;
     *out = NULL;
@@ -801,6 +802,7 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
         return fail(err, errlen, RT_ENOMEM, "out of memory");
     pthread_mutex_init(&ds->mu, NULL);
     ds->refs = 1;
+    ds->x_free = take_free; /* for an adopted *bufp */
     /* Features first so labels can be checked against the sample count. */
     const uint8_t *ptrs[3];
     uint64_t off = 0;
@@ -854,7 +856,7 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
                 continue;
             }
             if (rc == 0 && is_x)
-                rc = to_features(&s, p->normalize, ds, max_bytes, may_take ? bufp : NULL, err,
+                rc = to_features(&s, p->normalize, ds, max_bytes, take_free ? bufp : NULL, err,
                                  errlen);
             if (rc == 0 && p->role != RT_ROLE_FEATURES) {
                 if (p->role == RT_ROLE_LABELS)
@@ -948,7 +950,10 @@ void rt_dataset_release(rt_dataset *ds)
 {
     if (!ds || __atomic_sub_fetch(&ds->refs, 1, __ATOMIC_ACQ_REL) != 0)
         return;
-    free(ds->x_owner ? ds->x_owner : (void *)ds->x);
+    if (ds->x_owner && ds->x_free)
+        ds->x_free(ds->x_owner);
+    else
+        free(ds->x_owner ? ds->x_owner : (void *)ds->x);
     free(ds->y);
     free(ds->sw);
     free(ds->y_conv);

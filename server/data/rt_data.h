@@ -107,6 +107,7 @@ typedef struct rt_dataset {
 
     /* private */
     void *x_owner;             /* an adopted upload buffer that x points into */
+    void (*x_free)(void *);    /* how x_owner goes back; NULL = free() */
     pthread_mutex_t mu;
     void *y_conv;              /* labels converted to y_conv_dtype, cached */
     rt_dtype y_conv_dtype;
@@ -115,15 +116,17 @@ typedef struct rt_dataset {
 
 /* Parse parts (back to back in *bufp, len = sum of lengths) into a new
  * dataset (refcount 1, key and id not set). max_bytes bounds what parsing
- * may allocate (gzip bombs). With may_take the dataset may adopt *bufp (a
- * malloc'ed buffer) for its f32 features instead of copying them; then
- * *bufp is set to NULL and the caller must not free it. A gzip'ed part may
+ * may allocate (gzip bombs). With take_free (not NULL) the dataset may
+ * adopt *bufp for its f32 features instead of copying them, and gives it
+ * back with take_free when it is freed; then *bufp is set to NULL and the
+ * caller must not free it. A gzip'ed part may
  * inflate to at most max_inflate_ratio times its size (0 = no ratio cap);
  * IDX declares its size in its header, which is checked against both
  * limits before anything is inflated or allocated. */
 int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
                        size_t len, uint64_t max_bytes, uint32_t max_inflate_ratio,
-                       int may_take, rt_dataset **out, char *err, size_t errlen);
+                       void (*take_free)(void *), rt_dataset **out, char *err,
+                       size_t errlen);
 
 /* With augmentation (ds->img set): all n samples of x into out (n * per
  * floats), each image augmented with values drawn from (seed, epoch,

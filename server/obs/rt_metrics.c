@@ -309,6 +309,10 @@ int rt_metrics_render(rt_metrics_collect_fn collect, void *ud, char **out, size_
         {"stored_bytes", "Bytes of the datasets in the store.",
          offsetof(rt_metrics_gauges, stored_bytes)},
         {"live_calls", "Calls in progress.", offsetof(rt_metrics_gauges, live_calls)},
+        {"upload_kept_bytes", "Bytes of broken uploads kept for a resume (--upload-keep-s).",
+         offsetof(rt_metrics_gauges, upload_kept_bytes)},
+        {"upload_pool_bytes", "Idle upload buffer bytes kept for reuse (--upload-pool-bytes).",
+         offsetof(rt_metrics_gauges, upload_pool_bytes)},
     };
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) {
         head(&b, gauges[i].name, "gauge", gauges[i].help);

@@ -35,6 +35,8 @@
  *   checkpoint_bytes_total                   counter, bytes of written checkpoints
  *   checkpoint_duration_seconds              histogram, every checkpoint
  *   checkpoint_last_success_timestamp_seconds gauge, 0 before the first
+ *   upload_kept_bytes, upload_pool_bytes     gauges: broken uploads kept for a
+ *                                            resume; idle buffers kept for reuse
  *   upload_bytes_total, upload_resumed_bytes_total
  *                                            counters: dataset bytes received
  *                                            on upload streams; bytes a resumed
@@ -60,6 +62,8 @@ typedef struct rt_metrics_gauges {
     uint64_t sessions, programs, plans_cached, datasets, stored_bytes;
     uint64_t mem_params, mem_activations, mem_datasets;
     uint64_t live_calls;
+    uint64_t upload_kept_bytes;   /* broken uploads kept for a resume */
+    uint64_t upload_pool_bytes;   /* idle upload buffers kept for reuse */
     int serving;
 } rt_metrics_gauges;
 

@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 #include "import_keras.h"
+#include "rt_bufpool.h"
 #include "rt_example.h"
 
 #define RT_MAX_DIM_LIMIT (1ll << 31)
@@ -768,28 +769,12 @@ static void up_data_free(void *p)
     up_data *d = p;
     if (!d)
         return;
-    free(d->buf);
+    rt_bufpool_put(d->buf);
     if (d->x64)
         XXH64_freeState(d->x64);
     if (d->x3)
         XXH3_freeState(d->x3);
     free(d);
-}
-
-/* The upload buffer: one allocation the dataset adopts, on huge pages
- * where the kernel gives them (a 1 GiB upload then takes 512 page faults,
- * not 262144). */
-static uint8_t *up_buf_alloc(uint64_t n)
-{
-    if (n < (8u << 20))
-        return malloc(n ? n : 1);
-    void *p = NULL;
-    if (posix_memalign(&p, 2u << 20, n) != 0)
-        return NULL;
-#ifdef MADV_HUGEPAGE
-    madvise(p, n, MADV_HUGEPAGE);
-#endif
-    return p;
 }
 
 typedef struct upload_st {
@@ -1000,7 +985,7 @@ static int upload_begin(rt_call *c, upload_st *u, const Rtrain__V1__DatasetHeade
         u->reserved = u->total;
         u->d = calloc(1, sizeof *u->d);
         if (u->d) {
-            u->d->buf = up_buf_alloc(u->total);
+            u->d->buf = rt_bufpool_get(u->total);
             u->d->x3 = XXH3_createState();
             u->d->x64 = u->no_checksum ? NULL : XXH64_createState();
         }
@@ -1157,7 +1142,8 @@ static int upload_work(rt_call *c)
         char err[256];
         int rc = rt_data_parse_take(u->parts, u->n_parts, &d->buf, u->total,
                                     c->srv->cfg.max_dataset_bytes,
-                                    c->srv->cfg.max_inflate_ratio, 1, &ds, err, sizeof err);
+                                    c->srv->cfg.max_inflate_ratio, rt_bufpool_put, &ds, err,
+                                    sizeof err);
         if (rc < 0)
             return rt_call_fail(c, rc, "%s", err);
         if (d->buf)
@@ -1182,7 +1168,7 @@ static int upload_work(rt_call *c)
                (unsigned long long)rt_dataset_bytes(kept), rt_log_esc(u->name, name, sizeof name));
     }
     c->ds = kept;
-    free(d->buf); /* parsed (or adopted: then NULL); the raw bytes are not kept */
+    rt_bufpool_put(d->buf); /* parsed (or adopted: then NULL); the raw bytes are not kept */
     d->buf = NULL;
     rt_srv_upload_release(c);
     Rtrain__V1__UploadResponse *r = NEW(c, Rtrain__V1__UploadResponse, RTRAIN__V1__UPLOAD_RESPONSE__INIT);

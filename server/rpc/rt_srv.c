@@ -18,6 +18,7 @@
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
 
+#include "rt_bufpool.h"
 #include "rt_health.h"
 
 void rt_srv_config_init(rt_srv_config *cfg)
@@ -37,6 +38,7 @@ void rt_srv_config_init(rt_srv_config *cfg)
     cfg->upload_stall_ms = 60000;
     cfg->upload_keep_ms = 600000;
     cfg->pipeline_hold_ms = 30000;
+    cfg->upload_pool_bytes = 1ull << 30;
     cfg->max_inflate_ratio = 100;
     cfg->keepalive_ms = 60000;
     cfg->keepalive_timeout_ms = 20000;
@@ -1899,6 +1901,7 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
     pthread_cond_init(&s->cq_cv, NULL);
     pthread_mutex_init(&s->up_mu, NULL);
     pthread_mutex_init(&s->pipe_mu, NULL);
+    rt_bufpool_set_cap(cfg->upload_pool_bytes);
     if (s->cfg.max_exec_threads < 1)
         s->cfg.max_exec_threads = 1;
     if (s->cfg.compile_threads < 1)

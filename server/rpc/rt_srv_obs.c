@@ -1,6 +1,7 @@
 /* rt_srv_obs.c - the daemon's side of observability: what a call's end
  * records (metrics, the access log line) and the gauges /metrics reads. */
 #include "rt_srv_impl.h"
+#include "rt_bufpool.h"
 
 #include <string.h>
 
@@ -86,4 +87,8 @@ void rt_srv_metrics_collect(void *ud, struct rt_metrics_gauges *g)
     int live = rt_srv_live_calls(s);
     g->live_calls = live > 0 ? (uint64_t)live : 0;
     g->serving = s->health ? rt_health_serving(s->health) : 0;
+    pthread_mutex_lock(&s->up_mu);
+    g->upload_kept_bytes = s->kept_bytes;
+    pthread_mutex_unlock(&s->up_mu);
+    g->upload_pool_bytes = rt_bufpool_idle_bytes();
 }

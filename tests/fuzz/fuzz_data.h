@@ -33,7 +33,7 @@ static inline void fuzz_data_parse(const rt_data_part *tmpl, int n_parts,
     }
     rt_dataset *ds = NULL;
     char err[256];
-    int rc = rt_data_parse_take(parts, n_parts, &buf, len, FUZZ_DATA_MAX_BYTES, 100, 1,
+    int rc = rt_data_parse_take(parts, n_parts, &buf, len, FUZZ_DATA_MAX_BYTES, 100, free,
                                 &ds, err, sizeof err);
     free(buf); /* NULL when the dataset adopted it */
     if (rc < 0) {

@@ -1,11 +1,13 @@
 /* test_upload.c - UploadDataset and FindDataset against a real rtraind:
  * every format, dedup by content hash, and the bad-upload list (bad
  * checksum, truncated, missing bytes, NaN/Inf, fortran order, cancel
- * mid-stream, over the size limit, offset gaps). */
+ * mid-stream, over the size limit, offset gaps), and resuming a broken
+ * upload (only the rest is sent; the content hash still checks all). */
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <xxhash.h>
 #include <zlib.h>
@@ -538,6 +540,190 @@ static void test_store_cap(const char *rtraind)
     CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "exit code");
 }
 
+/* ------------------------------------------------------------ resume */
+#define RS_CHUNK 4096
+#define RS_N 10
+
+static uint64_t find_resume(itest_conn *c, const char *sid, Rtrain__V1__DatasetHeader *h,
+                            char *found_id)
+{
+    Rtrain__V1__FindDatasetRequest q = RTRAIN__V1__FIND_DATASET_REQUEST__INIT;
+    q.session_id = (char *)sid;
+    q.content_hash = h->content_hash;
+    q.header = h;
+    Rtrain__V1__FindDatasetResponse *f = NULL;
+    itest_res r;
+    itest_unary(c, "FindDataset", &q.base, &rtrain__v1__find_dataset_response__descriptor,
+                (ProtobufCMessage **)&f, &r);
+    uint64_t off = 0;
+    if (found_id)
+        found_id[0] = 0;
+    if (f) {
+        off = f->resume_offset;
+        if (f->found && found_id)
+            snprintf(found_id, 40, "%s", f->dataset->dataset_id);
+        protobuf_c_message_free_unpacked(&f->base, NULL);
+    }
+    itest_res_free(&r);
+    return off;
+}
+
+/* The daemon notices a cancelled stream on its own time: ask until it
+ * reports the kept bytes (or give up after a few seconds). */
+static uint64_t await_resume(itest_conn *c, const char *sid, Rtrain__V1__DatasetHeader *h)
+{
+    uint64_t off = 0;
+    for (int i = 0; i < 100 && !off; i++) {
+        off = find_resume(c, sid, h, NULL);
+        if (!off) {
+            struct timespec ts = {0, 10 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return off;
+}
+
+static void test_resume(itest_conn *c, const char *sid)
+{
+    static float x[RS_N * RS_CHUNK / 4];
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
+        x[i] = (float)i * 0.25f - 7.0f;
+    const uint8_t *data = (const uint8_t *)x;
+    Rtrain__V1__DataPart p = part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
+                                  RTRAIN__V1__DATA_FORMAT__FORMAT_RAW, sizeof x);
+    int64_t shape[2] = {1024, 10};
+    p.dtype = RTRAIN__V1__DTYPE__F32;
+    p.shape = shape;
+    p.n_shape = 2;
+    Rtrain__V1__DataPart *pp[1] = {&p};
+    XXH128_canonical_t hc;
+    XXH128_canonicalFromHash(&hc, XXH3_128bits(x, sizeof x));
+    Rtrain__V1__DatasetHeader h = RTRAIN__V1__DATASET_HEADER__INIT;
+    h.session_id = (char *)sid;
+    h.name = "resume";
+    h.parts = pp;
+    h.n_parts = 1;
+    h.content_hash.data = hc.digest;
+    h.content_hash.len = 16;
+    h.no_checksum = 1;
+    Rtrain__V1__UploadChunk ch[RS_N];
+    ProtobufCMessage *m[RS_N];
+    for (int i = 0; i < RS_N; i++) {
+        Rtrain__V1__UploadChunk init = RTRAIN__V1__UPLOAD_CHUNK__INIT;
+        ch[i] = init;
+        ch[i].offset = (uint64_t)i * RS_CHUNK;
+        ch[i].data.data = (uint8_t *)data + (size_t)i * RS_CHUNK;
+        ch[i].data.len = RS_CHUNK;
+        m[i] = &ch[i].base;
+    }
+    ch[0].header = &h;
+    ch[RS_N - 1].last = 1;
+    itest_res r;
+
+    /* Nothing kept yet; a resume then is NOT_FOUND. */
+    CHECK(find_resume(c, sid, &h, NULL) == 0, "nothing kept before the first try");
+    h.resume_offset = 9 * RS_CHUNK;
+    ch[9].header = &h;
+    itest_client_stream(c, "UploadDataset", &m[9], 1, -1, &r);
+    CHECK(r.status == GRPC_STATUS_NOT_FOUND && strstr(r.details, "send it all"),
+          "resume with nothing kept: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    ch[9].header = NULL;
+    h.resume_offset = 0;
+
+    /* Cut at 90%: nine chunks, and the stream ends without its last one
+     * (the daemon has then read all nine: kept before the status). */
+    itest_client_stream(c, "UploadDataset", m, RS_N - 1, -1, &r);
+    CHECK(r.status == GRPC_STATUS_DATA_LOSS, "cut short: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    uint64_t kept = find_resume(c, sid, &h, NULL);
+    CHECK(kept == 9 * RS_CHUNK, "the daemon kept %llu bytes", (unsigned long long)kept);
+
+    /* A resume at another offset is refused, naming what is held; the
+     * kept bytes are gone with it (the client then sends everything). */
+    h.resume_offset = 4 * RS_CHUNK;
+    ch[4].header = &h;
+    itest_client_stream(c, "UploadDataset", &m[4], RS_N - 4, -1, &r);
+    CHECK(r.status == GRPC_STATUS_NOT_FOUND && strstr(r.details, "36864"),
+          "resume at a wrong offset: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    ch[4].header = NULL;
+    CHECK(find_resume(c, sid, &h, NULL) == 0, "a refused resume drops the kept bytes");
+
+    /* Cut again at 90%, resume with a wrong last chunk: the content hash
+     * over kept + sent bytes catches it. */
+    h.resume_offset = 0;
+    itest_client_stream(c, "UploadDataset", m, RS_N - 1, -1, &r);
+    itest_res_free(&r);
+    CHECK(find_resume(c, sid, &h, NULL) == 9 * RS_CHUNK, "kept again");
+    static uint8_t wrong[RS_CHUNK];
+    memcpy(wrong, data + 9 * RS_CHUNK, RS_CHUNK);
+    wrong[100] ^= 1;
+    Rtrain__V1__UploadChunk bad = ch[9];
+    bad.data.data = wrong;
+    h.resume_offset = 9 * RS_CHUNK;
+    bad.header = &h;
+    ProtobufCMessage *mb[1] = {&bad.base};
+    itest_client_stream(c, "UploadDataset", mb, 1, -1, &r);
+    CHECK(r.status == GRPC_STATUS_DATA_LOSS && strstr(r.details, "content_hash"),
+          "resumed with wrong bytes: %d %s", r.status, r.details);
+    itest_res_free(&r);
+
+    /* Cancelled by the client after nine chunks: the daemon keeps what it
+     * had read when the cancel reached it, and says how much. */
+    h.resume_offset = 0;
+    itest_client_stream(c, "UploadDataset", m, RS_N - 1, RS_N - 1, &r);
+    itest_res_free(&r);
+    kept = await_resume(c, sid, &h);
+    CHECK(kept % RS_CHUNK == 0 && kept <= 9 * RS_CHUNK, "kept after a cancel: %llu",
+          (unsigned long long)kept);
+    /* Cut at 90% once more, and resume right: only the last chunk goes. */
+    itest_client_stream(c, "UploadDataset", m, RS_N - 1, -1, &r);
+    itest_res_free(&r);
+    CHECK(find_resume(c, sid, &h, NULL) == 9 * RS_CHUNK, "kept a third time");
+    h.resume_offset = 9 * RS_CHUNK;
+    ch[9].header = &h;
+    itest_client_stream(c, "UploadDataset", &m[9], 1, -1, &r);
+    Rtrain__V1__UploadResponse *u = upload_resp(&r);
+    CHECK(u && u->bytes_received == sizeof x && u->bytes_resumed == 9 * RS_CHUNK &&
+              u->dataset->samples == 1024 && u->dataset->n_x_shape == 1 &&
+              u->dataset->x_shape[0] == 10,
+          "resumed: %d %s received %llu resumed %llu", r.status, r.details,
+          u ? (unsigned long long)u->bytes_received : 0ull,
+          u ? (unsigned long long)u->bytes_resumed : 0ull);
+    /* Its content hash is the data's: FindDataset of the whole finds it. */
+    char found[40];
+    h.resume_offset = 0;
+    find_resume(c, sid, &h, found);
+    CHECK(u && found[0] && strcmp(found, u->dataset->dataset_id) == 0,
+          "the resumed dataset is found by the data's hash (%s vs %s)", found,
+          u ? u->dataset->dataset_id : "-");
+    if (u)
+        rtrain__v1__upload_response__free_unpacked(u, NULL);
+    itest_res_free(&r);
+    ch[9].header = NULL;
+
+    /* A refused chunk (an offset gap) keeps nothing; no_checksum and
+     * resume_offset need the content hash. */
+    XXH128_canonicalFromHash(&hc, XXH3_128bits(x, sizeof x - 4));
+    p.length = sizeof x - 4;
+    shape[0] = 1023;
+    ch[RS_N - 1].data.len = RS_CHUNK - 4;
+    ch[2].offset += 8;
+    itest_client_stream(c, "UploadDataset", m, RS_N, -1, &r);
+    CHECK(r.status == GRPC_STATUS_INVALID_ARGUMENT && strstr(r.details, "offset"),
+          "offset gap: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    ch[2].offset -= 8;
+    CHECK(find_resume(c, sid, &h, NULL) == 0, "a refused stream is not kept");
+    h.content_hash.len = 0;
+    itest_client_stream(c, "UploadDataset", m, 1, -1, &r);
+    CHECK(r.status == GRPC_STATUS_INVALID_ARGUMENT && strstr(r.details, "content_hash"),
+          "no_checksum without a content hash: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    CHECK(ping_ok(c), "daemon alive after resumes");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -556,6 +742,7 @@ int main(int argc, char **argv)
     RUN(test_idx, c, sid);
     RUN(test_nan_csv, c, sid);
     RUN(test_broken_streams, c, sid);
+    RUN(test_resume, c, sid);
     RUN(test_too_big, c, sid);
     itest_disconnect(c);
     RUN(test_store_cap, argv[1]);
