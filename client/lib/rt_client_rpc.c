@@ -356,6 +356,7 @@ int rt__run_steps_start(rt_client *c, rt__call *k, const rt_client_steps_params 
     req.steps = p->steps;
     req.seq = p->seq ? p->seq : ++c->seq;
     req.after_seq = p->after_seq;
+    req.val_at_end = p->val_at_end != 0;
     req.return_losses = p->return_losses != 0;
     req.learning_rate = p->learning_rate;
     if (seq)
@@ -376,6 +377,10 @@ int rt__run_steps_finish(rt_client *c, rt__call *k, rt_client_steps_result *out)
     rt__metrics_from_pb(r->last, &out->last);
     rt__metrics_from_pb(r->mean, &out->mean);
     out->replayed = r->replayed;
+    if (r->val) {
+        rt__metrics_from_pb(r->val, &out->val);
+        out->has_val = 1;
+    }
     if (r->n_losses) {
         out->losses = malloc(r->n_losses * sizeof(float));
         if (out->losses) {

@@ -5,8 +5,10 @@
  * rt__run_steps_start and finished, in send order, with
  * rt__run_steps_finish between rt__call_begin and rt__call_end, so each
  * call has its own time account (from its own start) in the last timings
- * and the trace, as a lone rt_client_run_steps would. Evaluate goes through
- * the public rt_client_evaluate. */
+ * and the trace, as a lone rt_client_run_steps would. Validation rides in the
+ * epoch's last RunSteps (val_at_end), so it costs no round trip of its own;
+ * against a daemon that does not answer it, an Evaluate (the public
+ * rt_client_evaluate) follows the epoch. */
 #include "rt_client_impl.h"
 
 #include <math.h>
@@ -24,6 +26,7 @@
 typedef struct slot {
     rt__call k;
     uint64_t steps, seq, start_ns;
+    int val;                  /* validates after its last step (val_at_end) */
 } slot;
 
 typedef struct loop {
@@ -50,6 +53,8 @@ typedef struct loop {
 typedef struct epoch_acc {
     double loss, acc;
     uint64_t samples, execute_ns, done, sent;
+    int has_val;              /* the epoch's last call validated */
+    rt_client_metrics val;
 } epoch_acc;
 
 static double wmean(double sum, uint64_t n) { return n ? sum / (double)n : NAN; }
@@ -122,7 +127,7 @@ static void auto_measure(loop *L, const rt_client_timings *t, uint64_t steps)
 
 /* ------------------------------------------------------------- the ring */
 
-static int start_call(loop *L, uint64_t steps)
+static int start_call(loop *L, uint64_t steps, int val)
 {
     rt_client *c = L->c;
     slot *s = &L->s[(L->head + L->n) % L->window];
@@ -132,12 +137,19 @@ static int start_call(loop *L, uint64_t steps)
                                  .dataset = L->p->dataset, .steps = steps,
                                  .learning_rate = L->p->learning_rate,
                                  .after_seq = L->last_seq};
+    /* The epoch's last call validates inside itself, so validation costs
+     * no round trip of its own. */
+    if (val) {
+        sp.val_dataset = L->p->val_dataset;
+        sp.val_at_end = 1;
+    }
     c->next_timeout_ms = L->timeout;
     s->start_ns = rt_now_ns();
     int rc = rt__run_steps_start(c, &s->k, &sp, &s->seq);
     if (rc < 0)
         return rc;
     s->steps = steps;
+    s->val = val;
     L->last_seq = s->seq;
     L->n++;
     return 0;
@@ -218,6 +230,10 @@ static int take_answer(loop *L, epoch_acc *a, uint32_t epoch)
     a->acc += r.mean.accuracy * (double)r.mean.samples;
     a->samples += r.mean.samples;
     a->execute_ns += c->last.execute_ns;
+    if (s->val && r.has_val) {
+        a->val = r.val;
+        a->has_val = 1;
+    }
     rt_client_steps_result_free(&r);
     if (L->autok)
         auto_measure(L, &c->last, s->steps);
@@ -259,7 +275,8 @@ static int run_epoch(loop *L, epoch_acc *a, uint32_t epoch)
             if (cancelled(c))
                 return rt__err(c, RT_ECANCELLED, "train: cancelled by rt_client_cancel");
             uint64_t k = L->k ? L->k : 1, left = spe - a->sent;
-            int rc = start_call(L, left < k ? left : k);
+            int has_val = L->p->val_dataset && *L->p->val_dataset;
+            int rc = start_call(L, left < k ? left : k, has_val && left <= k);
             if (rc < 0)
                 return rc;
             a->sent += left < k ? left : k;
@@ -317,7 +334,13 @@ int rt_client_train_steps(rt_client *c, const rt_client_train_params *p,
         ep->val.loss = ep->val.accuracy = NAN;
         ep->steps = L.base + L.done;
         ep->execute_ns = a.execute_ns;
-        if (has_val) {
+        if (has_val && a.has_val) {
+            ep->val.loss = a.val.loss;
+            ep->val.accuracy = a.val.accuracy;
+            ep->val.samples = a.val.samples;
+            ep->has_val = 1; /* its call was reported with its progress */
+        } else if (has_val) {
+            /* a daemon without val_at_end: one Evaluate */
             if (cancelled(c)) {
                 rc = rt__err(c, RT_ECANCELLED, "train: cancelled by rt_client_cancel");
                 break;

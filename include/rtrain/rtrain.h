@@ -493,6 +493,8 @@ typedef struct rt_client_steps_result {
     size_t n_losses;
     rt_client_epoch *epochs; /* epochs completed inside this call */
     size_t n_epochs;
+    int has_val;           /* val_at_end: val holds the validation */
+    rt_client_metrics val;
 } rt_client_steps_result;
 
 typedef struct rt_client_steps_params {
@@ -504,6 +506,8 @@ typedef struct rt_client_steps_params {
                                 the call with this seq (same program) has
                                 completed, and not at all if it failed;
                                 0 = no predecessor */
+    int val_at_end;          /* validate val_dataset once, after the last
+                                step (result.val), not at engine epoch ends */
     int return_losses;
     float learning_rate;     /* > 0: the program's rate from this call on, in
                                 place of its config's (Keras setting
@@ -528,8 +532,9 @@ typedef struct rt_client_fit_event {
     /* every event */
     int done, cancelled;
     /* rt_client_train_steps: the time account of the call this event
-     * reports (its RunSteps for RT_FIT_PROGRESS, its Evaluate for an
-     * RT_FIT_EPOCH_END with validation), valid during the callback; NULL
+     * reports (its RunSteps for RT_FIT_PROGRESS, the Evaluate for an
+     * RT_FIT_EPOCH_END of a daemon without val_at_end), valid during the
+     * callback; NULL
      * otherwise, and always NULL from rt_client_fit. */
     const rt_client_timings *call;
     /* rt_client_train_steps, RT_FIT_PROGRESS: the steps per call in force
@@ -590,8 +595,11 @@ int rt_client_fit(rt_client *c, const rt_client_fit_params *p,
  *     split into calls differs). A run whose first call is replayed (the
  *     program's sequence numbers are ahead of this client's: another
  *     client trains it) fails with RT_ESTATE.
- *   - With val_dataset, one Evaluate call on it follows each epoch's last
- *     RunSteps call.
+ *   - With val_dataset, each epoch's last RunSteps call validates on it
+ *     after its last step (val_at_end): no round trip of its own. A daemon
+ *     that does not answer it gets one Evaluate after the epoch instead.
+ *   - Calls are pipelined within an epoch only: an epoch's end (and the
+ *     callback's chance to stop) comes before the next epoch's first call.
  *   - An epoch's train metrics are the sample-weighted means of its calls'
  *     means: the daemon's own epoch metrics when steps_per_epoch is the data
  *     set's, as in a Fit stream of the same run.

@@ -1346,8 +1346,10 @@ static int run_steps_work(rt_call *c)
         if (!losses)
             return OOM(c);
     }
-    /* stop at epoch ends to validate, or to draw the next epoch's augmentation */
-    run_cb cb = {.c = c, .stop_for_val = c->val_ds != NULL || c->ds->img != NULL};
+    /* stop at epoch ends to validate, or to draw the next epoch's
+     * augmentation; val_at_end validates once, after the last step */
+    int val_in = c->val_ds && !q->val_at_end;
+    run_cb cb = {.c = c, .stop_for_val = val_in || c->ds->img != NULL};
     int64_t left = (int64_t)q->steps, done = 0;
     double loss_sum = 0, acc_sum = 0;
     int64_t samples = 0;
@@ -1374,7 +1376,7 @@ static int run_steps_work(rt_call *c)
         acc_sum += part.mean.acc * (double)part.mean.samples;
         samples += part.mean.samples;
         res = part;
-        if (cb.hit_epoch_end && c->val_ds && cb.n_epochs) {
+        if (cb.hit_epoch_end && val_in && cb.n_epochs) {
             rt_metrics vm;
             if ((rc = rt_exec_evaluate(p->exec, &vd, &vm)) < 0)
                 return engine_fail(c, rc);
@@ -1402,6 +1404,13 @@ static int run_steps_work(rt_call *c)
     }
     r->epochs = cb.epochs;
     r->n_epochs = cb.n_epochs;
+    if (q->val_at_end && c->val_ds) {
+        rt_metrics vm;
+        if ((rc = rt_exec_evaluate(p->exec, &vd, &vm)) < 0)
+            return engine_fail(c, rc);
+        if (!(r->val = metrics_pb(c, &vm)))
+            return OOM(c);
+    }
     return r->last && r->mean ? 0 : OOM(c);
 }
 
@@ -1426,6 +1435,8 @@ static int h_run_steps(rt_call *c)
     if (q->steps > RT_MAX_STEPS_PER_CALL)
         return rt_call_fail(c, RT_ETOOBIG, "steps %llu is over the limit of %llu per call",
                             (unsigned long long)q->steps, RT_MAX_STEPS_PER_CALL);
+    if (q->val_at_end && !c->val_ds)
+        return rt_call_fail(c, RT_EINVAL, "val_at_end needs val_dataset_id");
     if (q->return_losses && q->steps > RT_MAX_RETURN_LOSSES)
         return rt_call_fail(c, RT_ETOOBIG, "return_losses allows at most %llu steps",
                             RT_MAX_RETURN_LOSSES);
