@@ -312,12 +312,12 @@ out:
 
 /* ------------------------------------------------------------- story */
 
-enum { STORY_PER_STEP, STORY_PER_EPOCH, STORY_WHOLE, STORY_N };
+enum { STORY_PER_STEP, STORY_PER_EPOCH, STORY_WHOLE, STORY_AUTO, STORY_N };
 
 static const char *const story_names[STORY_N] = {
-    "one call per step", "one call per epoch", "one call for the run"};
+    "one call per step", "one call per epoch", "one call for the run", "auto steps per call"};
 static const char *const story_reported[STORY_N] = {
-    "~30 s (remote TPU)", "~6 s (remote TPU)", "-"};
+    "~30 s (remote TPU)", "~6 s (remote TPU)", "-", "-"};
 
 typedef struct story_run {
     double wall_s;
@@ -369,13 +369,15 @@ static int story_once(const cli_opts *o, int cfg, const char *train, const char 
     if (rc == 0)
         rc = rt_client_upload_csv(c, sid, "iris-val", val, -1, 0, &va);
     const uint64_t spe = 2; /* the story's steps per epoch */
-    if (rc == 0 && cfg == STORY_PER_STEP) {
+    if (rc == 0 && (cfg == STORY_PER_STEP || cfg == STORY_AUTO)) {
         /* librtrain's steps-per-call loop as the story's Keras loop ran it:
-         * one step per call, one call at a time, an Evaluate per epoch. */
+         * one step per call, one call at a time, validating each epoch;
+         * or with K chosen by auto, calls pipelined (--steps-per-call auto). */
         rt_client_train_params tp = {.session = sid, .program = prog.program_id,
                                      .dataset = tr.id, .val_dataset = va.id,
                                      .epochs = (uint32_t)epochs, .steps_per_epoch = spe,
-                                     .steps_per_call = 1, .window = 1};
+                                     .steps_per_call = cfg == STORY_AUTO ? 0 : 1,
+                                     .window = cfg == STORY_AUTO ? 0 : 1};
         what = "RunSteps";
         rc = rt_client_train_steps(c, &tp, story_on_event, out);
     } else if (rc == 0) {

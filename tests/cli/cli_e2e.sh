@@ -118,19 +118,19 @@ $py -c "import json,sys; json.load(open(sys.argv[1]))" "$tmp/o.json" \
 # peer (its row says n/a where python3-torch is not installed)
 expect_rc 0 "bench story" -- env -C "$src" "$rtrain" bench story "${S[@]}" --reps 1 \
   --csv "$tmp/s.csv"
-for cfg in "one call per step" "one call per epoch" "one call for the run"; do
+for cfg in "one call per step" "one call per epoch" "one call for the run" "auto steps per call"; do
   grep -q "$cfg" "$tmp/out" && ok "story row: $cfg" || bad "story row missing: $cfg"
 done
 [ "$(head -1 "$tmp/s.csv")" = "configuration,rtrain_p50_s,rep1_s,calls,val_accuracy,story_reported" ] \
-  && [ "$(wc -l <"$tmp/s.csv")" -eq 4 ] && ok "story CSV" || bad "story CSV: $(cat "$tmp/s.csv")"
+  && [ "$(wc -l <"$tmp/s.csv")" -eq 5 ] && ok "story CSV" || bad "story CSV: $(cat "$tmp/s.csv")"
 expect_rc 4 "bench story without the iris splits" -- env -C "$tmp" "$rtrain" bench story \
   "${S[@]}" --reps 1
 grep -q "give --data and --val" "$tmp/err" && ok "story: missing data named" \
   || bad "story: missing data message: $(cat "$tmp/err")"
 expect_rc 0 "bench/story.py" -- "$py" "$src/bench/story.py" --rtrain "$rtrain" \
   --server "$addr" --reps 1 --epochs 3
-for cfg in "one call per step" "one call per epoch" "one call for the run" "PyTorch eager" \
-           "Keras, laptop CPU"; do
+for cfg in "one call per step" "one call per epoch" "one call for the run" \
+           "auto steps per call" "PyTorch eager" "Keras, laptop CPU"; do
   grep -q "^$cfg" "$tmp/out" && ok "story.py row: $cfg" || bad "story.py row missing: $cfg"
 done
 
