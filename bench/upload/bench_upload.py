@@ -58,16 +58,17 @@ def main():
     import numpy as np
     import rtrain
     sizes = [size_arg(s) for s in a.sizes.split(',')]
-    # One dataset of the largest size fits: each upload evicts the one
-    # before, whose buffer the upload after it reuses (--upload-pool-bytes).
-    d, addr = start(a.rtraind, max(sizes) + (64 << 20))
-    try:
-        c = rtrain.connect(addr, timeout=0)
-        print(f'upload throughput, Python -> rtraind store vs a bare gRPC stream, '
-              f'{a.reps} reps, medians (GB/s = 1e9 B/s)')
-        print(f'{"size":>8} {"rtrain GB/s":>12} {"bare gRPC GB/s":>15} {"ratio":>7}'
-              f'   rtrain runs')
-        for n in sizes:
+    print(f'upload throughput, Python -> rtraind store vs a bare gRPC stream, '
+          f'{a.reps} reps, medians (GB/s = 1e9 B/s)')
+    print(f'{"size":>8} {"rtrain GB/s":>12} {"bare gRPC GB/s":>15} {"ratio":>7}'
+          f'   rtrain runs (the first on fresh memory)')
+    for n in sizes:
+        # A daemon per size whose store holds one dataset of it: each upload
+        # evicts the one before, whose buffer the upload after it reuses
+        # (--upload-pool-bytes).
+        d, addr = start(a.rtraind, n + (64 << 20))
+        try:
+            c = rtrain.connect(addr, timeout=0)
             x = np.random.default_rng(n).random((n // 1024, 256), dtype=np.float32)
             ours, base = [], []
             for r in range(a.reps):
@@ -83,10 +84,10 @@ def main():
             print(f'{n >> 20:>6}Mi {mo:>12.2f} {mb:>15.2f} {mo / mb:>7.2f}   '
                   + ' '.join(f'{v:.2f}' for v in ours))
             del x
-        c.close()
-    finally:
-        d.terminate()
-        d.wait()
+            c.close()
+        finally:
+            d.terminate()
+            d.wait()
 
 
 if __name__ == '__main__':
