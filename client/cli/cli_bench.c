@@ -372,12 +372,13 @@ static int story_once(const cli_opts *o, int cfg, const char *train, const char 
     if (rc == 0 && (cfg == STORY_PER_STEP || cfg == STORY_AUTO)) {
         /* librtrain's steps-per-call loop as the story's Keras loop ran it:
          * one step per call, one call at a time, validating each epoch;
-         * or with K chosen by auto, calls pipelined (--steps-per-call auto). */
+         * or with K chosen by auto, calls pipelined across epoch ends. */
         rt_client_train_params tp = {.session = sid, .program = prog.program_id,
                                      .dataset = tr.id, .val_dataset = va.id,
                                      .epochs = (uint32_t)epochs, .steps_per_epoch = spe,
                                      .steps_per_call = cfg == STORY_AUTO ? 0 : 1,
-                                     .window = cfg == STORY_AUTO ? 0 : 1};
+                                     .window = cfg == STORY_AUTO ? 0 : 1,
+                                     .across_epochs = cfg == STORY_AUTO};
         what = "RunSteps";
         rc = rt_client_train_steps(c, &tp, story_on_event, out);
     } else if (rc == 0) {

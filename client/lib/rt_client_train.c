@@ -42,6 +42,8 @@ typedef struct loop {
     int any_done;             /* a call of this run succeeded */
     unsigned replays;         /* replayed answers in a row */
     uint64_t last_seq;        /* the seq of the call started last */
+    uint64_t sent_total;      /* steps of the run sent so far */
+    int across;               /* across_epochs */
     /* auto K */
     int autok;
     uint64_t k;               /* K in force */
@@ -52,7 +54,7 @@ typedef struct loop {
 /* The epoch's running account: sample-weighted sums of the calls' means. */
 typedef struct epoch_acc {
     double loss, acc;
-    uint64_t samples, execute_ns, done, sent;
+    uint64_t samples, execute_ns, done;
     int has_val;              /* the epoch's last call validated */
     rt_client_metrics val;
 } epoch_acc;
@@ -217,7 +219,10 @@ static int take_answer(loop *L, epoch_acc *a, uint32_t epoch)
         if (++L->replays > RT__MAX_REPLAYS(L->window))
             return rt__err(c, RT_ESTATE, "train: %u RunSteps calls in a row were "
                            "replayed", L->replays);
-        a->sent -= s->steps;
+        if (L->across) /* later epochs' calls are out: the order is lost */
+            return rt__err(c, RT_ESTATE, "train: RunSteps seq %llu was replayed",
+                           (unsigned long long)s->seq);
+        L->sent_total -= s->steps;
         return 0;
     }
     L->replays = 0;
@@ -266,20 +271,26 @@ static int run_epoch(loop *L, epoch_acc *a, uint32_t epoch)
         L->k = auto_choose(L);
         L->since_choice = 0;
     }
+    /* Calls go out up to this epoch's end, or with across_epochs up to
+     * the run's: the ring then holds later epochs' calls too, answered in
+     * order after this epoch's. */
+    uint64_t limit = (L->across ? (uint64_t)L->p->epochs : (uint64_t)epoch) * spe;
+    int has_val = L->p->val_dataset && *L->p->val_dataset;
     while (a->done < spe) {
         /* The first call of a run goes alone: it finds out whether the
          * program's sequence numbers are this client's, and with auto K
          * it is the one-step probe. */
         uint32_t room = L->any_done ? L->window : 1;
-        while (L->n < room && a->sent < spe) {
+        while (L->n < room && L->sent_total < limit) {
             if (cancelled(c))
                 return rt__err(c, RT_ECANCELLED, "train: cancelled by rt_client_cancel");
-            uint64_t k = L->k ? L->k : 1, left = spe - a->sent;
-            int has_val = L->p->val_dataset && *L->p->val_dataset;
+            /* the call ends at or before the end of the epoch it is in */
+            uint64_t k = L->k ? L->k : 1,
+                     left = (L->sent_total / spe + 1) * spe - L->sent_total;
             int rc = start_call(L, left < k ? left : k, has_val && left <= k);
             if (rc < 0)
                 return rc;
-            a->sent += left < k ? left : k;
+            L->sent_total += left < k ? left : k;
         }
         int rc = take_answer(L, a, epoch);
         if (rc != 0)
@@ -306,6 +317,7 @@ int rt_client_train_steps(rt_client *c, const rt_client_train_params *p,
     L.timeout = c->next_timeout_ms;
     L.window = p->window ? p->window : RT_TRAIN_WINDOW;
     L.autok = p->steps_per_call == 0;
+    L.across = p->across_epochs != 0;
     L.k = p->steps_per_call;
     int has_val = p->val_dataset && *p->val_dataset;
     int stopped = 0;

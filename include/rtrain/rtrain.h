@@ -634,6 +634,12 @@ typedef struct rt_client_train_params {
     uint32_t window;           /* calls in flight, <= RT_TRAIN_MAX_WINDOW;
                                   0 = RT_TRAIN_WINDOW */
     float learning_rate;       /* as rt_client_steps_params.learning_rate */
+    int across_epochs;         /* keep the window full across epoch ends: the
+                                  next epoch's calls go out before this one's
+                                  answers are in (one round trip per run, not
+                                  per epoch). A stop from cb at an epoch end
+                                  then comes after up to window - 1 later
+                                  calls ran. 0 = calls wait at each epoch end */
 } rt_client_train_params;
 
 int rt_client_train_steps(rt_client *c, const rt_client_train_params *p,

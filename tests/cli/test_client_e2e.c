@@ -458,11 +458,12 @@ int main(int argc, char **argv)
         CHECK_RC(rt_client_fit(c, &ff, log_event, &fa));
         rt_client_weights wa;
         CHECK_RC(rt_client_get_weights(c, sid, pa.program_id, &wa));
-        static const struct { uint64_t k; uint32_t window; } runs[] = {
-            {4, 1}, {4, 0}, {1, 8}, {0, 0}};
+        static const struct { uint64_t k; uint32_t window; int across; } runs[] = {
+            {4, 1, 0}, {4, 0, 0}, {1, 8, 0}, {0, 0, 0}, {1, 8, 1}, {0, 0, 1}};
         for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {
             uint64_t K = runs[ri].k;
-            printf("  K=%llu window=%u\n", (unsigned long long)K, runs[ri].window);
+            printf("  K=%llu window=%u across=%d\n", (unsigned long long)K, runs[ri].window,
+                   runs[ri].across);
             CHECK_RC(rt_client_compile_keras(c, sid, json, &o, &pb));
             ev_log lb = {0};
             size_t t0;
@@ -470,7 +471,8 @@ int main(int argc, char **argv)
             rt_client_train_params tp = {.session = sid, .program = pb.program_id,
                                          .dataset = tr.id, .val_dataset = va.id,
                                          .epochs = 3, .steps_per_epoch = 6,
-                                         .steps_per_call = K, .window = runs[ri].window};
+                                         .steps_per_call = K, .window = runs[ri].window,
+                                         .across_epochs = runs[ri].across};
             CHECK_RC(rt_client_train_steps(c, &tp, log_event, &lb));
             size_t runsteps = trace_count(c, t0, "RunSteps");
             /* Exactly: the daemon runs pipelined calls in order (after_seq),

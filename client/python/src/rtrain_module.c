@@ -1638,7 +1638,11 @@ static int rt_py__fit_steps(fitctx *f, const char *ds, const char *val,
     rt_client_train_params p = {
         .session = f->prog->client->sid, .program = f->prog->id, .dataset = ds,
         .val_dataset = val, .epochs = epochs, .steps_per_epoch = spe,
-        .steps_per_call = k, .learning_rate = f->lr};
+        .steps_per_call = k, .learning_rate = f->lr,
+        /* fit() comes here for a whole run only without callbacks (they
+         * get one call per epoch): nothing stops at an epoch end, so the
+         * window stays full across them */
+        .across_epochs = 1};
     f->ts = PyEval_SaveThread();
     rt_client_next_timeout_ms(c, 0); /* for every call of the run */
     int rc = rt_client_train_steps(c, &p, rt_py__fit_cb, f);
