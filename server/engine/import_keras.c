@@ -25,12 +25,27 @@ int rt_keras_fail(rt_keras_ctx *c, int code, const char *fmt, ...)
     return code;
 }
 
+static void cfg_mark(rt_keras_ctx *c, const char *key)
+{
+    for (int i = 0; i < c->n_used; i++)
+        if (strcmp(c->used[i], key) == 0)
+            return;
+    if (c->n_used < RT_KERAS_MAX_USED)
+        c->used[c->n_used++] = key;
+}
+
 static json_object *cfg_get(rt_keras_ctx *c, const char *key)
 {
     json_object *v = NULL;
+    cfg_mark(c, key);
     if (!c->cfg || !json_object_object_get_ex(c->cfg, key, &v))
         return NULL;
     return v; /* JSON null comes back as NULL too: treated as missing */
+}
+
+json_object *rt_keras_cfg_get(rt_keras_ctx *c, const char *key)
+{
+    return cfg_get(c, key);
 }
 
 int rt_keras_cfg_int(rt_keras_ctx *c, const char *key, int64_t def, int64_t *out)
@@ -128,36 +143,351 @@ static int name_eq(const char *a, const char *b)
     }
 }
 
-int rt_keras_cfg_init(rt_keras_ctx *c, const char *key, rt_init def,
-                      rt_init *out)
+/* ------------------------------------- initializers, regularizers, constraints */
+
+/* A Keras object setting: a string, or {"class_name": ..., "config": {...}}
+ * (Keras 2/3), or Keras 1's {"name": ..., fields...}. *ocfg is where its
+ * fields are (NULL for a string). */
+static const char *obj_name(json_object *v, json_object **ocfg)
+{
+    json_object *cn;
+    *ocfg = NULL;
+    if (json_object_is_type(v, json_type_string))
+        return json_object_get_string(v);
+    if (!json_object_is_type(v, json_type_object))
+        return NULL;
+    if (json_object_object_get_ex(v, "class_name", &cn) &&
+        json_object_is_type(cn, json_type_string)) {
+        json_object *cf;
+        if (json_object_object_get_ex(v, "config", &cf) && json_object_is_type(cf, json_type_object))
+            *ocfg = cf;
+        return json_object_get_string(cn);
+    }
+    if (json_object_object_get_ex(v, "name", &cn) && json_object_is_type(cn, json_type_string)) {
+        *ocfg = v;
+        return json_object_get_string(cn);
+    }
+    return NULL;
+}
+
+/* fields of an initializer/regularizer/constraint config: the ones read,
+ * plus ones that change nothing here; anything else is unsupported */
+static int obj_fields_ok(rt_keras_ctx *c, const char *key, json_object *ocfg,
+                         const char *const *known)
+{
+    if (!ocfg)
+        return 0;
+    json_object_object_foreach(ocfg, k, v) {
+        (void)v;
+        int ok = strcmp(k, "seed") == 0 || strcmp(k, "dtype") == 0 || strcmp(k, "name") == 0;
+        for (int i = 0; !ok && known[i]; i++)
+            ok = strcmp(k, known[i]) == 0;
+        if (!ok)
+            return rt_keras_fail(c, RT_EINVAL, "'%s' has an unsupported field '%.40s'", key, k);
+    }
+    return 0;
+}
+
+static int obj_num(rt_keras_ctx *c, const char *key, json_object *ocfg, const char *f,
+                   double def, double *out)
+{
+    json_object *v;
+    *out = def;
+    if (!ocfg || !json_object_object_get_ex(ocfg, f, &v) || !v)
+        return 0;
+    if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
+        return rt_keras_fail(c, RT_EINVAL, "'%s': '%s' must be a number", key, f);
+    *out = json_object_get_double(v);
+    if (!isfinite(*out))
+        return rt_keras_fail(c, RT_EINVAL, "'%s': '%s' must be finite", key, f);
+    return 0;
+}
+
+static int obj_str(rt_keras_ctx *c, const char *key, json_object *ocfg, const char *f,
+                   const char *def, const char **out)
+{
+    json_object *v;
+    *out = def;
+    if (!ocfg || !json_object_object_get_ex(ocfg, f, &v) || !v)
+        return 0;
+    if (!json_object_is_type(v, json_type_string))
+        return rt_keras_fail(c, RT_EINVAL, "'%s': '%s' must be a string", key, f);
+    *out = json_object_get_string(v);
+    return 0;
+}
+
+/* Keras' initializers as rt_param_opts. The named ones are VarianceScaling
+ * with Keras' scale, mode and distribution (glorot = fan_avg 1, he = fan_in
+ * 2, lecun = fan_in 1; *_normal truncated, except Keras 1's untruncated);
+ * Random* default to Keras' 0.05. */
+static int parse_init(rt_keras_ctx *c, const char *key, json_object *v, rt_param_opts *o)
+{
+    json_object *oc;
+    const char *name = obj_name(v, &oc);
+    if (!name)
+        return rt_keras_fail(c, RT_EINVAL, "'%s' is not an initializer", key);
+    static const struct {
+        const char *n;
+        double scale;
+        rt_fan_mode mode;
+        rt_init_dist dist;
+    } vs[] = {
+        {"GlorotUniform", 1, RT_FAN_AVG, RT_DIST_UNIFORM},
+        {"GlorotNormal", 1, RT_FAN_AVG, RT_DIST_TRUNCATED_NORMAL},
+        {"HeUniform", 2, RT_FAN_IN, RT_DIST_UNIFORM},
+        {"HeNormal", 2, RT_FAN_IN, RT_DIST_TRUNCATED_NORMAL},
+        {"LecunUniform", 1, RT_FAN_IN, RT_DIST_UNIFORM},
+        {"LecunNormal", 1, RT_FAN_IN, RT_DIST_TRUNCATED_NORMAL},
+    };
+    static const char *const none[] = {NULL};
+    memset(o, 0, sizeof *o);
+    int rc;
+    for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++)
+        if (name_eq(name, vs[i].n)) {
+            o->init = RT_INIT_VARIANCE_SCALING;
+            o->scale = vs[i].scale;
+            o->mode = vs[i].mode;
+            o->dist = vs[i].dist;
+            if (c->keras1 && o->dist == RT_DIST_TRUNCATED_NORMAL)
+                o->dist = RT_DIST_UNTRUNCATED_NORMAL;
+            return obj_fields_ok(c, key, oc, none);
+        }
+    if (name_eq(name, "Zeros") || name_eq(name, "Zero") || name_eq(name, "Ones") ||
+        name_eq(name, "One") || name_eq(name, "Constant")) {
+        static const char *const k[] = {"value", NULL};
+        o->init = RT_INIT_CONSTANT;
+        int one = name_eq(name, "Ones") || name_eq(name, "One");
+        if ((rc = obj_num(c, key, oc, "value", one ? 1 : 0, &o->scale)) < 0)
+            return rc;
+        return obj_fields_ok(c, key, oc, name_eq(name, "Constant") ? k : none);
+    }
+    if (name_eq(name, "VarianceScaling")) {
+        static const char *const k[] = {"scale", "mode", "distribution", NULL};
+        const char *mode, *dist;
+        if ((rc = obj_num(c, key, oc, "scale", 1, &o->scale)) < 0 ||
+            (rc = obj_str(c, key, oc, "mode", "fan_in", &mode)) < 0 ||
+            (rc = obj_str(c, key, oc, "distribution", "truncated_normal", &dist)) < 0)
+            return rc;
+        o->init = RT_INIT_VARIANCE_SCALING;
+        if (strcmp(mode, "fan_in") == 0) o->mode = RT_FAN_IN;
+        else if (strcmp(mode, "fan_out") == 0) o->mode = RT_FAN_OUT;
+        else if (strcmp(mode, "fan_avg") == 0) o->mode = RT_FAN_AVG;
+        else return rt_keras_fail(c, RT_EINVAL, "'%s': unknown mode '%.20s'", key, mode);
+        /* "normal" is Keras 2.0-2.2's name of the truncated normal */
+        if (strcmp(dist, "truncated_normal") == 0 || strcmp(dist, "normal") == 0)
+            o->dist = RT_DIST_TRUNCATED_NORMAL;
+        else if (strcmp(dist, "untruncated_normal") == 0) o->dist = RT_DIST_UNTRUNCATED_NORMAL;
+        else if (strcmp(dist, "uniform") == 0) o->dist = RT_DIST_UNIFORM;
+        else return rt_keras_fail(c, RT_EINVAL, "'%s': unknown distribution '%.20s'", key, dist);
+        if (!(o->scale > 0))
+            return rt_keras_fail(c, RT_EINVAL, "'%s': scale must be > 0", key);
+        return obj_fields_ok(c, key, oc, k);
+    }
+    if (name_eq(name, "RandomUniform") || name_eq(name, "Uniform")) {
+        static const char *const k[] = {"minval", "maxval", NULL};
+        o->init = RT_INIT_UNIFORM;
+        if ((rc = obj_num(c, key, oc, "minval", -0.05, &o->a)) < 0 ||
+            (rc = obj_num(c, key, oc, "maxval", 0.05, &o->b)) < 0)
+            return rc;
+        if (!(o->a <= o->b))
+            return rt_keras_fail(c, RT_EINVAL, "'%s': minval > maxval", key);
+        return obj_fields_ok(c, key, oc, k);
+    }
+    if (name_eq(name, "RandomNormal") || name_eq(name, "Normal") ||
+        name_eq(name, "TruncatedNormal")) {
+        static const char *const k[] = {"mean", "stddev", NULL};
+        o->init = name_eq(name, "TruncatedNormal") ? RT_INIT_TRUNCATED_NORMAL : RT_INIT_NORMAL;
+        if ((rc = obj_num(c, key, oc, "mean", 0, &o->a)) < 0 ||
+            (rc = obj_num(c, key, oc, "stddev", 0.05, &o->b)) < 0)
+            return rc;
+        if (!(o->b >= 0))
+            return rt_keras_fail(c, RT_EINVAL, "'%s': stddev < 0", key);
+        return obj_fields_ok(c, key, oc, k);
+    }
+    if (name_eq(name, "Orthogonal") || name_eq(name, "Identity")) {
+        static const char *const k[] = {"gain", NULL};
+        o->init = name_eq(name, "Orthogonal") ? RT_INIT_ORTHOGONAL : RT_INIT_IDENTITY;
+        /* Keras 1's orthogonal scaled by 1.1 */
+        double def = c->keras1 && o->init == RT_INIT_ORTHOGONAL ? 1.1 : 1.0;
+        if ((rc = obj_num(c, key, oc, "gain", def, &o->scale)) < 0)
+            return rc;
+        return obj_fields_ok(c, key, oc, k);
+    }
+    return rt_keras_fail(c, RT_EINVAL, "unsupported initializer '%.40s' in '%s'", name, key);
+}
+
+int rt_keras_cfg_init(rt_keras_ctx *c, const char *key, rt_init def, rt_init *out)
 {
     json_object *v = cfg_get(c, key);
     *out = def;
     if (!v)
         return 0;
-    const char *name = NULL;
-    if (json_object_is_type(v, json_type_string)) {
-        name = json_object_get_string(v);
-    } else if (json_object_is_type(v, json_type_object)) {
-        json_object *cn;
-        if (json_object_object_get_ex(v, "class_name", &cn) &&
-            json_object_is_type(cn, json_type_string))
-            name = json_object_get_string(cn);
-    }
+    rt_param_opts o;
+    int rc = parse_init(c, key, v, &o);
+    if (rc < 0)
+        return rc;
+    /* the exact Keras form is attached after the layer (param_opts_of) */
+    *out = o.init == RT_INIT_CONSTANT && o.scale == 0   ? RT_INIT_ZEROS
+           : o.init == RT_INIT_CONSTANT && o.scale == 1 ? RT_INIT_ONES
+                                                        : RT_INIT_DEFAULT;
+    return 0;
+}
+
+/* L1, L2, L1L2 (Keras 2/3 dicts, Keras 1 WeightRegularizer, the strings
+ * "l1", "l2", "l1_l2" with Keras' 0.01). */
+static int parse_reg(rt_keras_ctx *c, const char *key, json_object *v, rt_param_opts *o)
+{
+    json_object *oc;
+    const char *name = obj_name(v, &oc);
     if (!name)
-        return rt_keras_fail(c, RT_EINVAL, "'%s' is not an initializer", key);
-    static const struct { const char *n; rt_init i; } inits[] = {
-        {"GlorotUniform", RT_INIT_GLOROT_UNIFORM}, {"GlorotNormal", RT_INIT_GLOROT_NORMAL},
-        {"HeNormal", RT_INIT_HE_NORMAL}, {"HeUniform", RT_INIT_HE_UNIFORM},
-        {"Zeros", RT_INIT_ZEROS}, {"Ones", RT_INIT_ONES},
-        {"Zero", RT_INIT_ZEROS}, {"One", RT_INIT_ONES},
-    };
-    for (size_t i = 0; i < sizeof inits / sizeof inits[0]; i++)
-        if (name_eq(name, inits[i].n)) {
-            *out = inits[i].i;
-            return 0;
+        return rt_keras_fail(c, RT_EINVAL, "'%s' is not a regularizer", key);
+    static const char *const k[] = {"l1", "l2", NULL};
+    int rc, is1 = name_eq(name, "L1"), is2 = name_eq(name, "L2");
+    if (!is1 && !is2 && !name_eq(name, "L1L2") && !name_eq(name, "l1_l2") &&
+        !name_eq(name, "WeightRegularizer") && !name_eq(name, "L1L2Regularizer"))
+        return rt_keras_fail(c, RT_EINVAL, "unsupported regularizer '%.40s' in '%s'", name, key);
+    /* a bare string means Keras' default 0.01; an L1L2 object's missing
+     * coefficient is 0 */
+    const double d1 = !oc && !is2 ? 0.01 : 0, d2 = !oc && !is1 ? 0.01 : 0;
+    if ((rc = obj_num(c, key, oc, "l1", is1 && oc ? 0.01 : d1, &o->l1)) < 0 ||
+        (rc = obj_num(c, key, oc, "l2", is2 && oc ? 0.01 : d2, &o->l2)) < 0)
+        return rc;
+    if (is1) o->l2 = 0;
+    if (is2) o->l1 = 0;
+    if (!(o->l1 >= 0) || !(o->l2 >= 0))
+        return rt_keras_fail(c, RT_EINVAL, "'%s': negative coefficient", key);
+    return obj_fields_ok(c, key, oc, k);
+}
+
+/* MaxNorm, NonNeg, UnitNorm, MinMaxNorm; axis (int or list, default 0)
+ * becomes the bit set of the dims a norm runs over. */
+static int parse_constraint(rt_keras_ctx *c, const char *key, json_object *v, int ndim,
+                            rt_param_opts *o)
+{
+    json_object *oc;
+    const char *name = obj_name(v, &oc);
+    if (!name)
+        return rt_keras_fail(c, RT_EINVAL, "'%s' is not a constraint", key);
+    static const char *const k[] = {"max_value", "min_value", "rate", "axis", "m", NULL};
+    int rc;
+    if (name_eq(name, "NonNeg") || name_eq(name, "NonNegativity")) {
+        o->constraint = RT_CONSTRAINT_NON_NEG;
+        return obj_fields_ok(c, key, oc, k);
+    }
+    if (name_eq(name, "MaxNorm") || name_eq(name, "max_norm")) o->constraint = RT_CONSTRAINT_MAX_NORM;
+    else if (name_eq(name, "UnitNorm")) o->constraint = RT_CONSTRAINT_UNIT_NORM;
+    else if (name_eq(name, "MinMaxNorm")) o->constraint = RT_CONSTRAINT_MIN_MAX_NORM;
+    else return rt_keras_fail(c, RT_EINVAL, "unsupported constraint '%.40s' in '%s'", name, key);
+    double m;
+    if ((rc = obj_num(c, key, oc, "m", 2, &m)) < 0 ||
+        (rc = obj_num(c, key, oc, "max_value", o->constraint == RT_CONSTRAINT_MAX_NORM ? m : 1,
+                      &o->c_max)) < 0 ||
+        (rc = obj_num(c, key, oc, "min_value", 0, &o->c_min)) < 0 ||
+        (rc = obj_num(c, key, oc, "rate", 1, &o->c_rate)) < 0)
+        return rc;
+    json_object *ax = NULL;
+    int64_t axes[RT_MAX_DIMS];
+    int na = 1;
+    axes[0] = 0;
+    if (oc && json_object_object_get_ex(oc, "axis", &ax) && ax) {
+        if (json_object_is_type(ax, json_type_int)) {
+            axes[0] = json_object_get_int64(ax);
+        } else if (json_object_is_type(ax, json_type_array) &&
+                   json_object_array_length(ax) <= RT_MAX_DIMS) {
+            na = (int)json_object_array_length(ax);
+            for (int i = 0; i < na; i++) {
+                json_object *e = json_object_array_get_idx(ax, (size_t)i);
+                if (!json_object_is_type(e, json_type_int))
+                    return rt_keras_fail(c, RT_EINVAL, "'%s': axis must be integers", key);
+                axes[i] = json_object_get_int64(e);
+            }
+        } else {
+            return rt_keras_fail(c, RT_EINVAL, "'%s': axis must be an integer or a list", key);
         }
-    return rt_keras_fail(c, RT_EINVAL, "unsupported initializer '%.40s' in '%s'", name, key);
+    }
+    o->c_axes = 0;
+    for (int i = 0; i < na; i++) {
+        int64_t a = axes[i] < 0 ? axes[i] + ndim : axes[i];
+        if (a < 0 || a >= ndim)
+            return rt_keras_fail(c, RT_EINVAL, "'%s': axis %lld outside the weight's %d dims",
+                                 key, (long long)axes[i], ndim);
+        o->c_axes |= 1u << a;
+    }
+    if (!(o->c_max >= 0) || !(o->c_min >= 0 && o->c_min <= o->c_max) ||
+        !(o->c_rate >= 0 && o->c_rate <= 1))
+        return rt_keras_fail(c, RT_EINVAL, "'%s': bad bounds", key);
+    return obj_fields_ok(c, key, oc, k);
+}
+
+/* After a layer function: attach "<w>_initializer/_regularizer/_constraint"
+ * to each parameter "<layer>/<w>" it added (entries first..g->n). */
+static int param_opts_of(rt_keras_ctx *c, int first)
+{
+    rt_graph *g = c->g;
+    for (int i = first; i < g->n; i++) {
+        const rt__entry *e = &g->e[i];
+        if (e->kind != RT__T_PARAM || e->value)
+            continue;
+        const char *w = strrchr(e->name, '/');
+        w = w ? w + 1 : e->name;
+        char base[64];
+        size_t wl = strlen(w);
+        if (wl >= sizeof base - 16)
+            continue;
+        /* "depthwise_kernel" -> "depthwise", as Keras names the settings */
+        memcpy(base, w, wl + 1);
+        if (wl > 7 && strcmp(base + wl - 7, "_kernel") == 0)
+            base[wl - 7] = 0;
+        rt_param_opts o;
+        memset(&o, 0, sizeof o);
+        int any = 0, rc;
+        static const char *const what[3] = {"initializer", "regularizer", "constraint"};
+        for (int k = 0; k < 3; k++) {
+            const char *stems[2] = {w, base};
+            for (int s = 0; s < (strcmp(w, base) ? 2 : 1); s++) {
+                char key[96];
+                snprintf(key, sizeof key, "%s_%s", stems[s], what[k]);
+                json_object *v;
+                if (!c->cfg || !json_object_object_get_ex(c->cfg, key, &v))
+                    continue;
+                /* the key string must outlive this call: use the object's */
+                json_object_object_foreach(c->cfg, ck, cv) {
+                    (void)cv;
+                    if (strcmp(ck, key) == 0) {
+                        cfg_mark(c, ck);
+                        break;
+                    }
+                }
+                if (!v)
+                    continue;
+                rt_param_opts t = o;
+                if (k == 0) rc = parse_init(c, key, v, &t);
+                else if (k == 1) rc = parse_reg(c, key, v, &t);
+                else rc = parse_constraint(c, key, v, e->shape.ndim, &t);
+                if (rc < 0)
+                    return rc;
+                if (k == 0) {
+                    o.init = t.init, o.mode = t.mode, o.dist = t.dist, o.scale = t.scale;
+                    o.a = t.a, o.b = t.b;
+                } else if (k == 1) {
+                    o.l1 = t.l1, o.l2 = t.l2;
+                } else {
+                    o.constraint = t.constraint, o.c_min = t.c_min, o.c_max = t.c_max;
+                    o.c_rate = t.c_rate, o.c_axes = t.c_axes;
+                }
+                any = 1;
+            }
+        }
+        if (o.init == RT_INIT_IDENTITY && e->shape.ndim != 2)
+            return rt_keras_fail(c, RT_EINVAL, "Identity initializer on the rank-%d weight '%s'",
+                                 e->shape.ndim, w);
+        if (o.init == RT_INIT_ORTHOGONAL && e->shape.ndim < 2)
+            return rt_keras_fail(c, RT_EINVAL, "Orthogonal initializer on the rank-1 weight '%s'",
+                                 w);
+        if (any && (rc = rt_graph_set_param_opts(g, e->name, &o)) < 0)
+            return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(g));
+    }
+    return 0;
 }
 
 /* Names made of the layer name and a suffix, checked for length. */
@@ -297,9 +627,14 @@ static int k_numel(rt_keras_ctx *c, const rt_keras_tensor *t, int64_t *n)
 static int k_flatten(rt_keras_ctx *c)
 {
     int64_t n;
+    const char *fmt;
     int rc = k_numel(c, &c->in[0], &n);
-    if (rc < 0)
+    if (rc < 0 || (rc = rt_keras_cfg_str(c, "data_format", "channels_last", &fmt)) < 0)
         return rc;
+    /* channels_first flattens in another order than the engine's NHWC */
+    if (strcmp(fmt, "channels_last") != 0)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "data_format '%.20s' is not supported (channels_last only)", fmt);
     c->out.ndim = 1;
     c->out.dims[0] = n;
     return add_simple(c, "Flatten", 0, NULL);
@@ -632,10 +967,21 @@ static const struct {
 
 /* ---------------------------------------------------------------- walking */
 
+/* Problems are collected over the whole model and reported in one message
+ * of at most this many bytes (a gRPC trailer holds ~16 KiB). */
+#define RT_KERAS_PROBLEMS 3800
+
 typedef struct imp {
     rt_graph *g;
     char *err;
     size_t errlen;
+    int n_prob, n_shown, code;      /* layer problems so far; the first one's code */
+    size_t prob_len;
+    char prob[RT_KERAS_PROBLEMS];
+    json_object *owned;             /* translated Keras 1 configs, freed at the end */
+    rt_keras_field_cb cb;
+    void *ud;
+    int depth;                      /* nested models */
 } imp;
 
 static int ifail(imp *m, int code, const char *fmt, ...)
@@ -649,6 +995,32 @@ static int ifail(imp *m, int code, const char *fmt, ...)
         va_end(ap);
     }
     return code;
+}
+
+static void add_problem(imp *m, int code, const char *msg)
+{
+    if (m->n_prob++ == 0)
+        m->code = code;
+    size_t n = strlen(msg);
+    if (m->prob_len + n + 3 >= sizeof m->prob)
+        return;
+    if (m->prob_len) {
+        memcpy(m->prob + m->prob_len, "; ", 2);
+        m->prob_len += 2;
+    }
+    memcpy(m->prob + m->prob_len, msg, n + 1);
+    m->prob_len += n;
+    m->n_shown++;
+}
+
+static int report_problems(imp *m)
+{
+    if (m->n_prob == 1)
+        return ifail(m, m->code, "%s", m->prob);
+    if (m->n_shown == m->n_prob)
+        return ifail(m, m->code, "%d problems: %s", m->n_prob, m->prob);
+    return ifail(m, m->code, "%d problems: %s; and %d more", m->n_prob, m->prob,
+                 m->n_prob - m->n_shown);
 }
 
 static const char *jstr(json_object *o, const char *key)
@@ -667,6 +1039,233 @@ static json_object *jget(json_object *o, const char *key, json_type t)
         return NULL;
     return v;
 }
+
+/* ------------------------------------------------ fields that change nothing */
+
+/* Config fields a layer may carry that do not change what is trained; the
+ * list in docs/keras-fields.md is this table. when: NULL = any value,
+ * "false" / "true" = only that value. A null value always means Keras'
+ * default and needs no entry. */
+static const struct { const char *key, *when, *why; } inert_fields[] = {
+    {"name", NULL, "the layer's name"},
+    {"dtype", NULL, "rtrain computes in float32"},
+    {"dtype_policy", NULL, "rtrain computes in float32"},
+    {"autocast", NULL, "rtrain computes in float32"},
+    {"batch_input_shape", NULL, "the input shape, read by the model walker"},
+    {"batch_shape", NULL, "the input shape, read by the model walker"},
+    {"input_shape", NULL, "the input shape, read by the model walker"},
+    {"input_dim", NULL, "Keras 1/2 input size, equal to the input's last dim"},
+    {"input_dtype", NULL, "Keras 1 input dtype; data is float32"},
+    {"seed", NULL, "random draws come from the training seed"},
+    {"implementation", NULL, "RNN kernel choice, same result"},
+    {"unroll", NULL, "RNN loop unrolling, same result"},
+    {"use_cudnn", NULL, "kernel choice, same result"},
+    {"fused", NULL, "BatchNormalization kernel choice, same result"},
+    {"trainable", "true", "trainable layers are the default"},
+    {"renorm", "false", "off"},
+    {"synchronized", "false", "off"},
+    {"stateful", "false", "off"},
+    {"sparse", "false", "off"},
+    {"ragged", "false", "off"},
+    {"optional", "false", "off"},
+    {"return_state", "false", "off"},
+    {"time_major", "false", "off"},
+};
+
+const char *rt_keras_inert_field(int i, const char **when)
+{
+    if (i < 0 || i >= (int)(sizeof inert_fields / sizeof inert_fields[0]))
+        return NULL;
+    if (when)
+        *when = inert_fields[i].when;
+    return inert_fields[i].key;
+}
+
+static int field_inert(const char *key, json_object *v)
+{
+    for (size_t i = 0; i < sizeof inert_fields / sizeof inert_fields[0]; i++) {
+        if (strcmp(key, inert_fields[i].key) != 0)
+            continue;
+        const char *w = inert_fields[i].when;
+        if (!w)
+            return 1;
+        return json_object_is_type(v, json_type_boolean) &&
+               json_object_get_boolean(v) == (strcmp(w, "true") == 0);
+    }
+    return 0;
+}
+
+/* Every config field of a layer that was placed: read by its function,
+ * null, or inert; trainable=false also counts as read when the layer has
+ * no weights. Others are listed in one problem. */
+static void check_fields(imp *m, rt_keras_ctx *c, int has_params)
+{
+    char bad[400];
+    size_t bl = 0;
+    int nbad = 0;
+    if (!c->cfg)
+        return;
+    json_object_object_foreach(c->cfg, k, v) {
+        int used = 0;
+        for (int i = 0; i < c->n_used && !used; i++)
+            used = strcmp(c->used[i], k) == 0;
+        rt_keras_field_kind kind = used ? RT_KERAS_FIELD_USED : RT_KERAS_FIELD_INERT;
+        if (!used && v && !field_inert(k, v) &&
+            !(strcmp(k, "trainable") == 0 && !has_params))
+            kind = RT_KERAS_FIELD_UNSUPPORTED;
+        if (m->cb)
+            m->cb(m->ud, c->class_name, k, kind);
+        if (kind != RT_KERAS_FIELD_UNSUPPORTED)
+            continue;
+        nbad++;
+        int n = snprintf(bad + bl, sizeof bad - bl, "%s'%.40s'", bl ? ", " : "", k);
+        if (n > 0 && (size_t)n < sizeof bad - bl)
+            bl += (size_t)n;
+    }
+    if (nbad) {
+        char msg[520];
+        snprintf(msg, sizeof msg, "%s: unsupported setting%s %s (layer '%.64s')",
+                 c->class_name, nbad > 1 ? "s" : "", bad, c->layer);
+        add_problem(m, RT_EUNIMPLEMENTED, msg);
+    }
+}
+
+/* ------------------------------------------------------------ Keras 1 */
+
+/* Keras 1 spellings of Keras 2 settings; a layer that has any of the
+ * Keras-1-only keys is translated before its function runs. */
+static const struct { const char *from, *to; } k1_keys[] = {
+    {"nb_filter", "filters"}, {"border_mode", "padding"}, {"subsample", "strides"},
+    {"init", "kernel_initializer"}, {"W_regularizer", "kernel_regularizer"},
+    {"b_regularizer", "bias_regularizer"}, {"W_constraint", "kernel_constraint"},
+    {"b_constraint", "bias_constraint"}, {"bias", "use_bias"}, {"p", "rate"},
+    {"atrous_rate", "dilation_rate"}, {"subsample_length", "strides"},
+    {"filter_length", "kernel_size"}, {"pool_length", "pool_size"}, {"stride", "strides"},
+    {"inner_init", "recurrent_initializer"}, {"U_regularizer", "recurrent_regularizer"},
+    {"U_constraint", "recurrent_constraint"}, {"inner_activation", "recurrent_activation"},
+    {"dropout_W", "dropout"}, {"dropout_U", "recurrent_dropout"},
+    {"gamma_init", "gamma_initializer"}, {"beta_init", "beta_initializer"},
+};
+
+static const struct { const char *from, *to; } k1_classes[] = {
+    {"Convolution2D", "Conv2D"}, {"Convolution1D", "Conv1D"},
+    {"AtrousConvolution2D", "Conv2D"}, {"Deconvolution2D", "Conv2DTranspose"},
+    {"SeparableConvolution2D", "SeparableConv2D"},
+};
+
+static int k1_layer(const char *cls, json_object *cfg)
+{
+    static const char *const only1[] = {"nb_filter", "border_mode", "subsample", "init",
+                                        "W_regularizer", "dim_ordering", "nb_row", "p",
+                                        "output_dim", "filter_length", "pool_length", "mode"};
+    if (!cfg)
+        return 0;
+    for (size_t i = 0; i < sizeof k1_classes / sizeof k1_classes[0]; i++)
+        if (strcmp(cls, k1_classes[i].from) == 0)
+            return 1;
+    if (strcmp(cls, "Merge") == 0)
+        return 1;
+    for (size_t i = 0; i < sizeof only1 / sizeof only1[0]; i++) {
+        json_object *v;
+        if (!json_object_object_get_ex(cfg, only1[i], &v))
+            continue;
+        /* Embedding keeps output_dim in Keras 2; BatchNormalization's mode is
+         * Keras 1 only, Merge's is handled by its class */
+        if (strcmp(only1[i], "output_dim") == 0 && strcmp(cls, "Embedding") == 0)
+            continue;
+        return 1;
+    }
+    return 0;
+}
+
+/* A Keras 2 config (a new object, kept in m->owned) for a Keras 1 layer,
+ * and its Keras 2 class. A problem (returned as RT_EUNIMPLEMENTED with msg)
+ * for Keras 1 settings with no Keras 2 meaning. */
+static int k1_translate(imp *m, const char **cls, json_object *cfg, json_object **out,
+                        char *msg, size_t msglen)
+{
+    json_object *n = json_object_new_object();
+    if (!n)
+        return RT_ENOMEM;
+    json_object_array_add(m->owned, n);
+    *out = n;
+    for (size_t i = 0; i < sizeof k1_classes / sizeof k1_classes[0]; i++)
+        if (strcmp(*cls, k1_classes[i].from) == 0)
+            *cls = k1_classes[i].to;
+    int dense_like = strcmp(*cls, "Dense") == 0 || strcmp(*cls, "SimpleRNN") == 0 ||
+                     strcmp(*cls, "GRU") == 0 || strcmp(*cls, "LSTM") == 0;
+    json_object *row = NULL, *col = NULL;
+    json_object_object_foreach(cfg, k, v) {
+        const char *to = k;
+        for (size_t i = 0; i < sizeof k1_keys / sizeof k1_keys[0]; i++)
+            if (strcmp(k, k1_keys[i].from) == 0)
+                to = k1_keys[i].to;
+        if (dense_like && strcmp(k, "output_dim") == 0)
+            to = "units";
+        if (strcmp(k, "nb_row") == 0) {
+            row = v;
+            continue;
+        }
+        if (strcmp(k, "nb_col") == 0) {
+            col = v;
+            continue;
+        }
+        if (strcmp(k, "dim_ordering") == 0) {
+            const char *d = json_object_get_string(v);
+            if (d && strcmp(d, "th") == 0)
+                json_object_object_add(n, "data_format", json_object_new_string("channels_first"));
+            continue;
+        }
+        if (strcmp(*cls, "BatchNormalization") == 0 && strcmp(k, "mode") == 0) {
+            if (json_object_get_int(v) != 0) {
+                snprintf(msg, msglen, "Keras 1 BatchNormalization mode %d is not supported",
+                         json_object_get_int(v));
+                return RT_EUNIMPLEMENTED;
+            }
+            continue;
+        }
+        json_object_object_add(n, to, json_object_get(v));
+    }
+    if (row || col) {
+        json_object *ks = json_object_new_array();
+        json_object_array_add(ks, json_object_get(row));
+        json_object_array_add(ks, json_object_get(col ? col : row));
+        json_object_object_add(n, "kernel_size", ks);
+    }
+    if (strcmp(*cls, "Merge") == 0) {
+        /* Keras 1 Merge(mode=...): the Keras 2 merge layer of that mode */
+        static const struct { const char *mode, *cls; } modes[] = {
+            {"sum", "Add"}, {"mul", "Multiply"}, {"ave", "Average"},
+            {"max", "Maximum"}, {"concat", "Concatenate"},
+        };
+        const char *mode = jstr(cfg, "mode");
+        const char *to = NULL;
+        for (size_t i = 0; mode && i < sizeof modes / sizeof modes[0]; i++)
+            if (strcmp(mode, modes[i].mode) == 0)
+                to = modes[i].cls;
+        if (!to) {
+            snprintf(msg, msglen, "Keras 1 Merge mode '%.20s' is not supported",
+                     mode ? mode : "(a Python function)");
+            return RT_EUNIMPLEMENTED;
+        }
+        *cls = to;
+        json_object *ax;
+        json_object *m2 = json_object_new_object();
+        json_object_array_add(m->owned, m2);
+        json_object_object_add(m2, "name", json_object_get(json_object_object_get(cfg, "name")));
+        if (strcmp(to, "Concatenate") == 0 && json_object_object_get_ex(cfg, "concat_axis", &ax))
+            json_object_object_add(m2, "axis", json_object_get(ax));
+        *out = m2;
+    }
+    return 0;
+}
+
+/* --------------------------------------------------------------- models */
+
+static int walk_sequential(imp *m, json_object *layers, json_object *model_cfg,
+                           const rt_keras_tensor *given, rt_keras_tensor *out);
+static int walk_functional(imp *m, json_object *cfg, const rt_keras_tensor *given,
+                           int n_given, rt_keras_tensor *out);
 
 /* The per-sample shape from batch_input_shape / batch_shape / input_shape. */
 static int shape_from_list(imp *m, const char *lname, json_object *s, int skip,
@@ -724,7 +1323,40 @@ static int add_input(imp *m, const char *name, rt_keras_tensor *t)
     return 0;
 }
 
-/* Run one non-input layer on its inputs; records its output. */
+/* Why a class that is not in the table cannot be imported. */
+static void why_unknown(imp *m, json_object *layer, const char *cls, const char *lname,
+                        json_object *cfg)
+{
+    char msg[300];
+    const char *mod = jstr(layer, "module"), *reg = jstr(layer, "registered_name");
+    if (strcmp(cls, "Lambda") == 0)
+        snprintf(msg, sizeof msg,
+                 "Lambda layer '%.64s' holds Python code, which a JSON model cannot carry",
+                 lname);
+    else if (strcmp(cls, "TFOpLambda") == 0 || strcmp(cls, "SlicingOpLambda") == 0)
+        snprintf(msg, sizeof msg,
+                 "layer '%.64s' is the TensorFlow operation '%.40s' recorded by Keras, "
+                 "not a Keras layer", lname, jstr(cfg, "function") ? jstr(cfg, "function") : "?");
+    else if ((reg && strchr(reg, '>')) || (mod && strncmp(mod, "keras", 5) != 0))
+        snprintf(msg, sizeof msg,
+                 "layer '%.64s' is the custom class '%.48s' (%.48s): its Python code is "
+                 "not in the JSON", lname, cls, reg ? reg : mod);
+    else
+        snprintf(msg, sizeof msg, "unknown Keras layer '%.48s' (layer '%.64s')", cls, lname);
+    add_problem(m, RT_EUNKNOWN_LAYER, msg);
+}
+
+static int is_model_class(const char *cls)
+{
+    return strcmp(cls, "Sequential") == 0 || strcmp(cls, "Functional") == 0 ||
+           strcmp(cls, "Model") == 0;
+}
+
+/* Run one non-input layer on its inputs; records its output. A problem
+ * with the layer is collected, and its output becomes a poisoned copy of
+ * its first input so the walk goes on and finds the others; a layer reading
+ * a poisoned value reports no shape problems (they follow from the first).
+ * Only malformed JSON stops the walk (negative return). */
 static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
                      int n_in, rt_keras_tensor *out)
 {
@@ -735,36 +1367,102 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
         lname = jstr(layer, "name");
     if (!cls || !lname)
         return ifail(m, RT_EJSON, "a layer lacks class_name or config.name");
+    int poisoned = 0;
+    for (int i = 0; i < n_in; i++)
+        poisoned |= ins[i].poisoned;
+    *out = ins[0];
+    out->poisoned = 1;
+    char lerr[400];
     rt_keras_ctx c;
     memset(&c, 0, sizeof c);
     c.g = m->g;
     c.cfg = cfg;
     c.layer = lname;
     c.class_name = cls;
-    c.err = m->err;
-    c.errlen = m->errlen;
-    if (n_in > RT_KERAS_MAX_IN)
-        return rt_keras_fail(&c, RT_EINVAL, "too many inputs (%d)", n_in);
+    c.err = lerr;
+    c.errlen = sizeof lerr;
+    lerr[0] = 0;
+    if (n_in > RT_KERAS_MAX_IN) {
+        rt_keras_fail(&c, RT_EINVAL, "too many inputs (%d)", n_in);
+        add_problem(m, RT_EINVAL, lerr);
+        return 0;
+    }
+    if (is_model_class(cls)) {
+        if (!cfg)
+            return ifail(m, RT_EJSON, "nested model '%.64s' has no config", lname);
+        if (++m->depth > 32)
+            return ifail(m, RT_EINVAL, "models nested more than 32 deep at '%.64s'", lname);
+        int rc;
+        if (strcmp(cls, "Sequential") == 0) {
+            json_object *ly = jget(cfg, "layers", json_type_array);
+            rc = ly ? walk_sequential(m, ly, cfg, ins, out)
+                    : ifail(m, RT_EJSON, "nested Sequential '%.64s' has no layers", lname);
+        } else {
+            rc = walk_functional(m, cfg, ins, n_in, out);
+        }
+        m->depth--;
+        if (rc == 0 && m->cb) {
+            json_object_object_foreach(cfg, k, v) {
+                (void)v;
+                m->cb(m->ud, cls, k, RT_KERAS_FIELD_USED);
+            }
+        }
+        return rc;
+    }
+    if (k1_layer(cls, cfg)) {
+        json_object *n = NULL;
+        int rc = k1_translate(m, &cls, cfg, &n, lerr, sizeof lerr);
+        if (rc == RT_ENOMEM)
+            return ifail(m, rc, "out of memory");
+        if (rc < 0) {
+            size_t l = strlen(lerr);
+            snprintf(lerr + l, sizeof lerr - l, " (layer '%.64s')", lname);
+            add_problem(m, rc, lerr);
+            return 0;
+        }
+        c.cfg = n;
+        c.class_name = cls;
+        c.keras1 = 1;
+    }
     c.n_in = n_in;
     for (int i = 0; i < n_in; i++)
         c.in[i] = ins[i];
     for (size_t i = 0; i < sizeof layer_table / sizeof layer_table[0]; i++) {
         if (strcmp(layer_table[i].class_name, cls) != 0)
             continue;
+        int rc = 0;
         if (layer_table[i].n_in && n_in != layer_table[i].n_in)
-            return rt_keras_fail(&c, RT_EINVAL, "%s takes %d input(s), got %d", cls,
-                                 layer_table[i].n_in, n_in);
-        int rc = layer_table[i].fn(&c);
-        if (rc < 0)
-            return rc;
+            rc = rt_keras_fail(&c, RT_EINVAL, "%s takes %d input(s), got %d", cls,
+                               layer_table[i].n_in, n_in);
+        const int first = m->g->n;
+        if (rc == 0)
+            rc = layer_table[i].fn(&c);
+        if (rc == 0)
+            rc = param_opts_of(&c, first);
+        if (rc < 0) {
+            int cascade = poisoned && (rc == RT_ESHAPE || rc == RT_EOVERFLOW || rc == RT_EGRAPH);
+            if (!cascade)
+                add_problem(m, rc, lerr[0] ? lerr : rt_strerror(rc));
+            return 0;
+        }
+        int has_params = 0;
+        for (int k = first; k < m->g->n; k++)
+            has_params |= m->g->e[k].kind == RT__T_PARAM;
+        check_fields(m, &c, has_params);
         *out = c.out;
+        out->poisoned = poisoned;
         return 0;
     }
-    return ifail(m, RT_EUNKNOWN_LAYER, "unknown Keras layer '%.48s' (layer '%.64s')",
-                 cls, lname);
+    why_unknown(m, layer, cls, lname, cfg);
+    return 0;
 }
 
-static int walk_sequential(imp *m, json_object *layers, json_object *model_cfg)
+/* A Keras 2 Sequential whose first layer carries the shape, or one with an
+ * InputLayer, or a built Keras 3 one with build_input_shape. given: the
+ * value a nested model reads (NULL at the top, where the graph input is
+ * made). */
+static int walk_sequential(imp *m, json_object *layers, json_object *model_cfg,
+                           const rt_keras_tensor *given, rt_keras_tensor *out)
 {
     int n = (int)json_object_array_length(layers);
     if (n == 0)
@@ -772,6 +1470,10 @@ static int walk_sequential(imp *m, json_object *layers, json_object *model_cfg)
     rt_keras_tensor cur;
     memset(&cur, 0, sizeof cur);
     int have = 0;
+    if (given) {
+        cur = *given;
+        have = 1;
+    }
     for (int i = 0; i < n; i++) {
         json_object *layer = json_object_array_get_idx(layers, (size_t)i);
         const char *cls = jstr(layer, "class_name");
@@ -780,13 +1482,23 @@ static int walk_sequential(imp *m, json_object *layers, json_object *model_cfg)
         if (!cls || !cfg || !lname)
             return ifail(m, RT_EJSON, "layer %d lacks class_name or config.name", i);
         if (strcmp(cls, "InputLayer") == 0) {
-            if (have)
+            if (i != 0)
                 return ifail(m, RT_EINVAL, "InputLayer '%.64s' is not first", lname);
-            int found, rc = layer_input_shape(m, lname, cfg, &cur, &found);
+            rt_keras_tensor t;
+            memset(&t, 0, sizeof t);
+            int found, rc = layer_input_shape(m, lname, cfg, &t, &found);
             if (rc < 0)
                 return rc;
             if (!found)
                 return ifail(m, RT_ESHAPE, "InputLayer '%.64s' has no shape", lname);
+            if (given) {
+                if (!given->poisoned && (t.ndim != given->ndim ||
+                                         memcmp(t.dims, given->dims, sizeof(int64_t) * (size_t)t.ndim)))
+                    return ifail(m, RT_ESHAPE, "nested model input '%.64s' has another shape "
+                                 "than the value it reads", lname);
+                continue;
+            }
+            cur = t;
             if ((rc = add_input(m, lname, &cur)) < 0)
                 return rc;
             have = 1;
@@ -819,14 +1531,13 @@ static int walk_sequential(imp *m, json_object *layers, json_object *model_cfg)
                 return rc;
             have = 1;
         }
-        rt_keras_tensor out;
-        int rc = run_layer(m, layer, &cur, 1, &out);
+        rt_keras_tensor o;
+        int rc = run_layer(m, layer, &cur, 1, &o);
         if (rc < 0)
             return rc;
-        cur = out;
+        cur = o;
     }
-    if (rt_graph_set_output(m->g, cur.name) < 0)
-        return ifail(m, RT_EGRAPH, "%s", rt_graph_errmsg(m->g));
+    *out = cur;
     return 0;
 }
 
@@ -966,19 +1677,38 @@ static int read_flayers(imp *m, json_object *layers, flayer *L, int n, lmap *lm)
     return 0;
 }
 
+/* A Functional model's inputs: names, and the values they are bound to
+ * when the model is nested (given NULL at the top). */
+typedef struct fio {
+    const char *names[RT_KERAS_MAX_IN];
+    int n;
+    const rt_keras_tensor *given;
+} fio;
+
 /* Add one layer whose inputs are all placed. */
-static int place_flayer(imp *m, flayer *L, const lmap *lm, flayer *f, const char *model_in)
+static int place_flayer(imp *m, flayer *L, const lmap *lm, flayer *f, const fio *io)
 {
     if (strcmp(f->cls, "InputLayer") == 0) {
-        int found, rc;
+        int found, rc, k = -1;
         memset(&f->out, 0, sizeof f->out);
         if ((rc = layer_input_shape(m, f->name, f->cfg, &f->out, &found)) < 0)
             return rc;
         if (!found)
             return ifail(m, RT_ESHAPE, "InputLayer '%.64s' has no shape", f->name);
-        if (strcmp(f->name, model_in) != 0)
-            return ifail(m, RT_EINVAL, "InputLayer '%.64s' is not the model input", f->name);
-        return add_input(m, f->name, &f->out);
+        for (int i = 0; i < io->n; i++)
+            if (strcmp(f->name, io->names[i]) == 0)
+                k = i;
+        if (k < 0)
+            return ifail(m, RT_EINVAL, "InputLayer '%.64s' is not a model input", f->name);
+        if (!io->given)
+            return add_input(m, f->name, &f->out);
+        const rt_keras_tensor *g = &io->given[k];
+        if (!g->poisoned && (g->ndim != f->out.ndim ||
+                             memcmp(g->dims, f->out.dims, sizeof(int64_t) * (size_t)g->ndim)))
+            return ifail(m, RT_ESHAPE, "nested model input '%.64s' has another shape than "
+                         "the value it reads", f->name);
+        f->out = *g;
+        return 0;
     }
     rt_keras_tensor ins[RT_KERAS_MAX_IN];
     for (int j = 0; j < f->n_src; j++)
@@ -989,8 +1719,7 @@ static int place_flayer(imp *m, flayer *L, const lmap *lm, flayer *f, const char
 /* Place layer i after everything it reads, depth first without recursion:
  * Keras lists layers in topological order, so a real file places each
  * layer as it is met, but a hand-edited one may not. stack: n ints. */
-static int place_from(imp *m, flayer *L, const lmap *lm, int i, int *stack,
-                      const char *model_in)
+static int place_from(imp *m, flayer *L, const lmap *lm, int i, int *stack, const fio *io)
 {
     int sp = 0, rc;
     stack[sp++] = i;
@@ -1011,7 +1740,7 @@ static int place_from(imp *m, flayer *L, const lmap *lm, int i, int *stack,
             }
             continue;
         }
-        if ((rc = place_flayer(m, L, lm, f, model_in)) < 0)
+        if ((rc = place_flayer(m, L, lm, f, io)) < 0)
             return rc;
         f->state = 2;
         sp--;
@@ -1019,18 +1748,25 @@ static int place_from(imp *m, flayer *L, const lmap *lm, int i, int *stack,
     return 0;
 }
 
-static int walk_functional(imp *m, json_object *cfg)
+/* A Functional model; nested (given != NULL) it reads given[0..n_given). */
+static int walk_functional(imp *m, json_object *cfg, const rt_keras_tensor *given,
+                           int n_given, rt_keras_tensor *out)
 {
     json_object *layers = jget(cfg, "layers", json_type_array);
     if (!layers)
         return ifail(m, RT_EJSON, "Functional model has no layers list");
-    const char *in_names[4], *out_names[4];
+    const char *out_names[4];
+    fio io = {.given = given};
     json_object *il = NULL, *ol = NULL;
     json_object_object_get_ex(cfg, "input_layers", &il);
     json_object_object_get_ex(cfg, "output_layers", &ol);
-    int n_in = io_names(il, in_names, 4), n_out = io_names(ol, out_names, 4);
-    if (n_in != 1)
-        return ifail(m, RT_EINVAL, "Functional model needs exactly one input (got %d)", n_in);
+    io.n = io_names(il, io.names, RT_KERAS_MAX_IN);
+    int n_out = io_names(ol, out_names, 4);
+    if (!given && io.n != 1)
+        return ifail(m, RT_EINVAL, "Functional model needs exactly one input (got %d)", io.n);
+    if (given && io.n != n_given)
+        return ifail(m, RT_EINVAL, "nested model '%.64s' has %d inputs but reads %d values",
+                     jstr(cfg, "name") ? jstr(cfg, "name") : "?", io.n, n_given);
     if (n_out != 1)
         return ifail(m, RT_EINVAL, "Functional model needs exactly one output (got %d)", n_out);
     const int n = (int)json_object_array_length(layers);
@@ -1043,13 +1779,13 @@ static int walk_functional(imp *m, json_object *cfg)
     int rc = !L || !stack || !lm.slot ? RT_ENOMEM : read_flayers(m, layers, L, n, &lm);
     for (int i = 0; i < n && rc == 0; i++)
         if (L[i].state == 0)
-            rc = place_from(m, L, &lm, i, stack, in_names[0]);
+            rc = place_from(m, L, &lm, i, stack, &io);
     if (rc == 0) {
         int o = lmap_get(&lm, L, out_names[0]);
         if (o < 0)
             rc = ifail(m, RT_EINVAL, "output layer '%.64s' is not in the model", out_names[0]);
-        else if (rt_graph_set_output(m->g, L[o].out.name) < 0)
-            rc = ifail(m, RT_EGRAPH, "%s", rt_graph_errmsg(m->g));
+        else
+            *out = L[o].out;
     }
     free(L);
     free(stack);
@@ -1057,71 +1793,123 @@ static int walk_functional(imp *m, json_object *cfg)
     return rc;
 }
 
+/* The Keras model object inside what users upload: model.to_json() itself,
+ * an HDF5 attribute's {"model_config": ...}, or TF.js' model.json
+ * {"modelTopology": {"model_config": ...}, "weightsManifest": [...]} (the
+ * weights manifest names binary shards, which training from scratch does
+ * not read). */
+static json_object *model_root(json_object *root)
+{
+    for (int i = 0; i < 3 && root; i++) {
+        json_object *v;
+        if (json_object_object_get_ex(root, "modelTopology", &v) &&
+            json_object_is_type(v, json_type_object))
+            root = v;
+        else if (json_object_object_get_ex(root, "model_config", &v) &&
+                 json_object_is_type(v, json_type_object))
+            root = v;
+        else
+            break;
+    }
+    return root;
+}
+
 int rt_keras_import(const char *json, size_t len, rt_graph **out, char *err,
                     size_t errlen)
+{
+    return rt_keras_import_ex(json, len, out, err, errlen, NULL, NULL);
+}
+
+int rt_keras_import_ex(const char *json, size_t len, rt_graph **out, char *err,
+                       size_t errlen, rt_keras_field_cb cb, void *ud)
 {
     *out = NULL;
     if (err && errlen)
         err[0] = 0;
-    imp m;
-    memset(&m, 0, sizeof m);
-    m.err = err;
-    m.errlen = errlen;
-    if (!json || len == 0)
-        return ifail(&m, RT_EJSON, "empty Keras JSON");
-    if (len > (size_t)INT32_MAX)
-        return ifail(&m, RT_ETOOBIG, "Keras JSON is too large");
-    json_tokener *tok = json_tokener_new();
-    if (!tok)
+    imp *mp = calloc(1, sizeof *mp);
+    if (!mp)
         return RT_ENOMEM;
-    json_object *root = json_tokener_parse_ex(tok, json, (int)len);
+    imp *m = mp;
+    m->err = err;
+    m->errlen = errlen;
+    m->cb = cb;
+    m->ud = ud;
+    int rc = 0;
+    json_object *doc = NULL;
+    if (!json || len == 0) {
+        rc = ifail(m, RT_EJSON, "empty Keras JSON");
+        goto out;
+    }
+    if (len > (size_t)INT32_MAX) {
+        rc = ifail(m, RT_ETOOBIG, "Keras JSON is too large");
+        goto out;
+    }
+    json_tokener *tok = json_tokener_new();
+    if (!tok) {
+        rc = RT_ENOMEM;
+        goto out;
+    }
+    doc = json_tokener_parse_ex(tok, json, (int)len);
     enum json_tokener_error jerr = json_tokener_get_error(tok);
     size_t used = json_tokener_get_parse_end(tok);
     json_tokener_free(tok);
-    if (!root || jerr != json_tokener_success) {
-        json_object_put(root);
-        return ifail(&m, RT_EJSON, "Keras JSON does not parse: %s at byte %zu",
-                     json_tokener_error_desc(jerr), used);
+    if (!doc || jerr != json_tokener_success) {
+        rc = ifail(m, RT_EJSON, "Keras JSON does not parse: %s at byte %zu",
+                   json_tokener_error_desc(jerr), used);
+        goto out;
     }
     /* json-c stops at the end of the first document; one model is one
      * document, and anything after it but whitespace is an error */
     for (size_t i = used; i < len; i++)
         if (!isspace((unsigned char)json[i])) {
-            json_object_put(root);
-            return ifail(&m, RT_EJSON, "trailing data after the Keras JSON at byte %zu", i);
+            rc = ifail(m, RT_EJSON, "trailing data after the Keras JSON at byte %zu", i);
+            goto out;
         }
-    int rc = 0;
+    json_object *root = model_root(doc);
     const char *cls = jstr(root, "class_name");
     json_object *cfg = NULL;
     json_object_object_get_ex(root, "config", &cfg);
     if (!cls || !cfg) {
-        rc = ifail(&m, RT_EJSON, "not a Keras model: no class_name/config at the top");
+        rc = ifail(m, RT_EJSON, "not a Keras model: no class_name/config at the top");
         goto out;
     }
-    m.g = rt_graph_create();
-    if (!m.g) {
+    m->g = rt_graph_create();
+    m->owned = json_object_new_array();
+    if (!m->g || !m->owned) {
         rc = RT_ENOMEM;
         goto out;
     }
+    rt_keras_tensor res;
+    memset(&res, 0, sizeof res);
     if (strcmp(cls, "Sequential") == 0) {
-        /* Keras 2.0-2.1 wrote the layer list as the config itself. */
+        /* Keras 1 and 2.0-2.1 wrote the layer list as the config itself. */
         json_object *layers = json_object_is_type(cfg, json_type_array)
                                   ? cfg : jget(cfg, "layers", json_type_array);
-        rc = layers ? walk_sequential(&m, layers,
-                                      json_object_is_type(cfg, json_type_object) ? cfg : NULL)
-                    : ifail(&m, RT_EJSON, "Sequential model has no layers list");
+        rc = layers ? walk_sequential(m, layers,
+                                      json_object_is_type(cfg, json_type_object) ? cfg : NULL,
+                                      NULL, &res)
+                    : ifail(m, RT_EJSON, "Sequential model has no layers list");
     } else if (strcmp(cls, "Functional") == 0 || strcmp(cls, "Model") == 0) {
-        rc = walk_functional(&m, cfg);
+        rc = json_object_is_type(cfg, json_type_object)
+                 ? walk_functional(m, cfg, NULL, 0, &res)
+                 : ifail(m, RT_EJSON, "Functional model config is not an object");
     } else {
-        rc = ifail(&m, RT_EUNKNOWN_LAYER,
+        rc = ifail(m, RT_EUNKNOWN_LAYER,
                    "unknown Keras model class '%.48s' (Sequential, Functional or Model)", cls);
     }
+    if (rc == 0 && m->n_prob)
+        rc = report_problems(m);
+    if (rc == 0 && rt_graph_set_output(m->g, res.name) < 0)
+        rc = ifail(m, RT_EGRAPH, "%s", rt_graph_errmsg(m->g));
 out:
-    json_object_put(root);
+    json_object_put(doc);
+    json_object_put(m->owned);
     if (rc < 0) {
-        rt_graph_destroy(m.g);
+        rt_graph_destroy(m->g);
+        free(mp);
         return rc;
     }
-    *out = m.g;
+    *out = m->g;
+    free(mp);
     return 0;
 }

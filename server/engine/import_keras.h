@@ -41,16 +41,38 @@ extern "C" {
 int rt_keras_import(const char *json, size_t len, rt_graph **out, char *err,
                     size_t errlen);
 
+/* How an import treated one config field of one layer: read by the layer
+ * (USED), known not to change training (INERT, docs/keras-fields.md), or
+ * not supported (the import fails naming it). */
+typedef enum rt_keras_field_kind {
+    RT_KERAS_FIELD_USED = 0,
+    RT_KERAS_FIELD_INERT,
+    RT_KERAS_FIELD_UNSUPPORTED,
+} rt_keras_field_kind;
+typedef void (*rt_keras_field_cb)(void *ud, const char *class_name, const char *key,
+                                  rt_keras_field_kind kind);
+
+/* rt_keras_import, telling cb (if not NULL) about every config field of
+ * every layer placed. */
+int rt_keras_import_ex(const char *json, size_t len, rt_graph **out, char *err,
+                       size_t errlen, rt_keras_field_cb cb, void *ud);
+
+/* Entry i of the list of inert fields (NULL past the end); *when is NULL
+ * (any value) or "true"/"false" (only that value). */
+const char *rt_keras_inert_field(int i, const char **when);
+
 /* ------------------------------------------------- for layer functions */
 struct json_object;
 
 #define RT_KERAS_NAME 128
 #define RT_KERAS_MAX_IN 8
+#define RT_KERAS_MAX_USED 64
 
 typedef struct rt_keras_tensor {
     char name[RT_KERAS_NAME];   /* graph value name */
     int ndim;                   /* per-sample shape (batch dropped) */
     int64_t dims[RT_MAX_DIMS];
+    int poisoned;               /* made by a layer that failed: shape unknown */
 } rt_keras_tensor;
 
 typedef struct rt_keras_ctx {
@@ -63,6 +85,12 @@ typedef struct rt_keras_ctx {
     rt_keras_tensor out;        /* set by the layer function */
     char *err;
     size_t errlen;
+    /* config keys the layer read through rt_keras_cfg_*: after the layer
+     * function, any other key must be on the list of fields that do not
+     * change training (docs/keras-fields.md), or the import fails */
+    const char *used[RT_KERAS_MAX_USED];
+    int n_used;
+    int keras1;                 /* the config was translated from Keras 1 */
 } rt_keras_ctx;
 
 typedef int (*rt_keras_layer_fn)(rt_keras_ctx *c);
@@ -70,6 +98,9 @@ typedef int (*rt_keras_layer_fn)(rt_keras_ctx *c);
 /* Set c->err to "<message> (layer '<name>')" and return code. */
 int rt_keras_fail(rt_keras_ctx *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The raw value of key (NULL when absent or null), marked as read: for
+ * settings the typed readers below do not cover. */
+struct json_object *rt_keras_cfg_get(rt_keras_ctx *c, const char *key);
 /* Config readers. Missing keys give def; a wrong JSON type is an error. */
 int rt_keras_cfg_int(rt_keras_ctx *c, const char *key, int64_t def, int64_t *out);
 int rt_keras_cfg_float(rt_keras_ctx *c, const char *key, double def, double *out);
@@ -79,7 +110,13 @@ int rt_keras_cfg_str(rt_keras_ctx *c, const char *key, const char *def,
                      const char **out);
 /* Integer list (e.g. "kernel_size": [3, 3]); returns the count or an error. */
 int rt_keras_cfg_ints(rt_keras_ctx *c, const char *key, int64_t *out, int max);
-/* An initializer setting (string or {"class_name": ...}) as rt_init. */
+/* An initializer setting (string or {"class_name": ...}) as rt_init; the
+ * parameterised ones (VarianceScaling, RandomNormal, ...) come back as
+ * RT_INIT_DEFAULT here and are attached to the parameter after the layer
+ * function by its name: a parameter "<layer>/<w>" takes "<w>_initializer",
+ * "<w>_regularizer" and "<w>_constraint" ("depthwise_kernel" also
+ * "depthwise_initializer", and so on), so layer functions need not read
+ * them. */
 int rt_keras_cfg_init(rt_keras_ctx *c, const char *key, rt_init def,
                       rt_init *out);
 /* Append the node for a Keras activation name ("linear" adds nothing) after

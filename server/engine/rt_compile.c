@@ -439,6 +439,44 @@ static int rt__validate_input(rt__cc *cc)
     return 0;
 }
 
+/* rt_param_opts: a known initializer with usable numbers, regularizer
+ * coefficients >= 0, a constraint whose axes name the parameter's dims */
+static int rt__validate_param_opts(rt__cc *cc, const rt__entry *e)
+{
+    const rt_param_opts *o = &e->opts;
+    const double f[8] = {o->scale, o->a, o->b, o->l1, o->l2, o->c_min, o->c_max, o->c_rate};
+    for (int i = 0; i < 8; i++)
+        if (!isfinite(f[i]))
+            return rt__cerr(cc, NULL, RT_EINVAL, "param '%s': a non-finite option", e->name);
+    if (o->init < RT_INIT_DEFAULT || o->init > RT_INIT_IDENTITY ||
+        (unsigned)o->mode > RT_FAN_AVG || (unsigned)o->dist > RT_DIST_UNIFORM)
+        return rt__cerr(cc, NULL, RT_EINVAL, "param '%s': unknown initializer %d", e->name,
+                        (int)o->init);
+    if ((o->init == RT_INIT_VARIANCE_SCALING && !(o->scale > 0)) ||
+        (o->init == RT_INIT_UNIFORM && !(o->a <= o->b)) ||
+        ((o->init == RT_INIT_NORMAL || o->init == RT_INIT_TRUNCATED_NORMAL) && !(o->b >= 0)))
+        return rt__cerr(cc, NULL, RT_EINVAL, "param '%s': bad initializer settings", e->name);
+    if (o->init == RT_INIT_IDENTITY && e->shape.ndim != 2)
+        return rt__cerr(cc, NULL, RT_EINVAL, "param '%s': Identity needs a rank-2 parameter",
+                        e->name);
+    if (o->init == RT_INIT_ORTHOGONAL && e->shape.ndim < 2)
+        return rt__cerr(cc, NULL, RT_EINVAL, "param '%s': Orthogonal needs rank >= 2", e->name);
+    if (!(o->l1 >= 0) || !(o->l2 >= 0))
+        return rt__cerr(cc, NULL, RT_EINVAL, "param '%s': negative regularizer", e->name);
+    if ((unsigned)o->constraint > RT_CONSTRAINT_MIN_MAX_NORM)
+        return rt__cerr(cc, NULL, RT_EINVAL, "param '%s': unknown constraint %d", e->name,
+                        (int)o->constraint);
+    if (o->constraint != RT_CONSTRAINT_NONE && o->constraint != RT_CONSTRAINT_NON_NEG &&
+        (o->c_axes >> e->shape.ndim) != 0)
+        return rt__cerr(cc, NULL, RT_EINVAL, "param '%s': constraint axis outside its %d dims",
+                        e->name, e->shape.ndim);
+    if ((o->constraint == RT_CONSTRAINT_MAX_NORM && !(o->c_max >= 0)) ||
+        (o->constraint == RT_CONSTRAINT_MIN_MAX_NORM &&
+         !(o->c_min >= 0 && o->c_min <= o->c_max && o->c_rate >= 0 && o->c_rate <= 1)))
+        return rt__cerr(cc, NULL, RT_EINVAL, "param '%s': bad constraint bounds", e->name);
+    return 0;
+}
+
 /* one parameter: dims, initializer, its place in the parameter block */
 static int rt__validate_param(rt__cc *cc, int i)
 {
@@ -464,6 +502,12 @@ static int rt__validate_param(rt__cc *cc, int i)
     if (e->init < RT_INIT_DEFAULT || e->init > RT_INIT_HE_UNIFORM)
         return rt__cerr(cc, NULL, RT_EINVAL, "param '%s': unknown initializer %d", e->name,
                         (int)e->init);
+    if (e->has_opts) {
+        int rc = rt__validate_param_opts(cc, e);
+        if (rc < 0) return rc;
+        pr->opts = e->opts;
+        if (e->opts.init != RT_INIT_DEFAULT) pr->init = e->opts.init;
+    }
     if (e->value) {
         pr->value = rt__arena_memdup(cc->A, e->value, sizeof(float) * (size_t)pr->numel);
         if (!pr->value) return RT_ENOMEM;
@@ -1013,6 +1057,10 @@ static int rt__pass_report(rt__cc *cc)
     for (int i = 0; i < p->n_params; i++) {
         r->param_count += (uint64_t)p->params[i].numel;
         if (p->params[i].trainable) r->trainable_param_count += (uint64_t)p->params[i].numel;
+        if (p->params[i].opts.l1 > 0 || p->params[i].opts.l2 > 0)
+            r->n_regularized++;
+        if (p->params[i].trainable && p->params[i].opts.constraint != RT_CONSTRAINT_NONE)
+            r->n_constrained++;
     }
     uint64_t per_param = cfg->opt == RT_OPT_SGD ? 4 : cfg->opt == RT_OPT_RMSPROP ? 6 : 12;
     r->flops_per_step = cc->flops + per_param * r->trainable_param_count +

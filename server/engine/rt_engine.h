@@ -68,6 +68,15 @@ typedef enum rt_init {
     RT_INIT_GLOROT_NORMAL = 4,
     RT_INIT_HE_NORMAL = 5,
     RT_INIT_HE_UNIFORM = 6,
+    /* Keras' parameterised initializers: only through rt_param_opts.init
+     * (they are not in the proto's Initializer) */
+    RT_INIT_VARIANCE_SCALING = 7,
+    RT_INIT_UNIFORM = 8,          /* [a, b) */
+    RT_INIT_NORMAL = 9,           /* mean a, stddev b */
+    RT_INIT_TRUNCATED_NORMAL = 10, /* mean a, stddev b, redrawn outside 2 stddev */
+    RT_INIT_CONSTANT = 11,        /* scale */
+    RT_INIT_ORTHOGONAL = 12,      /* gain scale */
+    RT_INIT_IDENTITY = 13,        /* gain scale, rank-2 parameters */
 } rt_init;
 
 /* ------------------------------------------------------------------ graph */
@@ -95,6 +104,43 @@ int rt_graph_add_input(rt_graph *g, const char *name, rt_dtype dt, int ndim,
 int rt_graph_add_param(rt_graph *g, const char *name, int ndim,
                        const int64_t *dims, rt_init init, int trainable,
                        const float *value);
+
+/* VarianceScaling's fan and distribution (Keras' mode and distribution). */
+typedef enum rt_fan_mode { RT_FAN_IN = 0, RT_FAN_OUT, RT_FAN_AVG } rt_fan_mode;
+typedef enum rt_init_dist {
+    RT_DIST_TRUNCATED_NORMAL = 0, /* stddev sqrt(scale / fan) / 0.8796... */
+    RT_DIST_UNTRUNCATED_NORMAL,   /* stddev sqrt(scale / fan) */
+    RT_DIST_UNIFORM,              /* limit sqrt(3 scale / fan) */
+} rt_init_dist;
+
+typedef enum rt_constraint_kind {
+    RT_CONSTRAINT_NONE = 0,
+    RT_CONSTRAINT_MAX_NORM,     /* w *= clip(norm, 0, max) / (eps + norm) */
+    RT_CONSTRAINT_NON_NEG,      /* w = max(w, 0) */
+    RT_CONSTRAINT_UNIT_NORM,    /* w /= eps + norm */
+    RT_CONSTRAINT_MIN_MAX_NORM, /* w *= (rate clip(norm, min, max) + (1 - rate) norm) / (eps + norm) */
+} rt_constraint_kind;
+
+/* What Keras attaches to a weight besides its shape: a parameterised
+ * initializer, an L1/L2 regularizer (the step's mean loss gains
+ * l1 sum|w| + l2 sum w^2, and the gradient its derivative) and a constraint
+ * applied after every optimizer update. Norms of a constraint run over the
+ * dims whose bit is set in axes (Keras' axis; bit 0 is the first dim). */
+typedef struct rt_param_opts {
+    rt_init init;          /* RT_INIT_DEFAULT: keep the rt_graph_add_param one */
+    rt_fan_mode mode;      /* VARIANCE_SCALING */
+    rt_init_dist dist;     /* VARIANCE_SCALING */
+    double scale;          /* VARIANCE_SCALING scale, CONSTANT value, gain */
+    double a, b;           /* UNIFORM bounds; (TRUNCATED_)NORMAL mean, stddev */
+    double l1, l2;
+    rt_constraint_kind constraint;
+    double c_min, c_max, c_rate;
+    uint32_t c_axes;
+} rt_param_opts;
+
+/* Attach opts (copied) to the parameter name added before. RT_EINVAL if
+ * no parameter has that name; bad values are reported by compile. */
+int rt_graph_set_param_opts(rt_graph *g, const char *name, const rt_param_opts *opts);
 
 typedef enum rt_attr_kind {
     RT_ATTR_INT, RT_ATTR_FLOAT, RT_ATTR_STR, RT_ATTR_INTS, RT_ATTR_FLOATS
@@ -252,6 +298,8 @@ typedef struct rt_compile_report {
     uint32_t n_nodes;
     uint32_t n_kernels;       /* kernel calls per training step */
     uint64_t pass_ns[RT_COMPILE_PASSES]; /* each pass's time, in order */
+    uint32_t n_regularized;   /* parameters with an L1/L2 regularizer */
+    uint32_t n_constrained;   /* parameters with a constraint */
 } rt_compile_report;
 
 /* A 128-bit cache key over (canonical graph, training config, batch size,

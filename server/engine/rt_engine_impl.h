@@ -103,6 +103,8 @@ typedef struct rt__entry {
     rt_init init;           /* param */
     int trainable;          /* param */
     const float *value;     /* param: explicit values or NULL */
+    int has_opts;           /* param: opts set by rt_graph_set_param_opts */
+    rt_param_opts opts;
     const char *op;         /* node */
     int n_in;
     const char **in;
@@ -414,6 +416,7 @@ typedef struct rt__param {
     int trainable;
     rt_init init;
     const float *value;     /* explicit initial values (plan arena) or NULL */
+    rt_param_opts opts;     /* zeroed when the graph set none */
     int64_t off;            /* floats into the parameter block */
     int64_t goff;           /* floats into grad/opt blocks (trainable) */
     int entry;
@@ -481,6 +484,13 @@ void rt__opt_update(const rt_train_config *c, float lr, int64_t t, float *w,
                     float *g, float *s1, float *s2, int64_t count);
 /* Scale g so its global L2 norm is at most clip; returns the norm. */
 double rt__clip_by_norm(float *g, int64_t count, float clip);
+
+/* rt_regular.c: the L1/L2 penalty of every regularized parameter (w is
+ * the parameter block); when g (the gradient block) is not NULL, adds the
+ * penalty's gradient to the trainable ones. */
+double rt__reg_apply(const rt_plan *p, const float *w, float *g);
+/* Apply every trainable parameter's constraint to w in place. */
+void rt__constrain(const rt_plan *p, float *w);
 
 /* Keras-style initializers (rt_exec.c) */
 void rt__init_param(const rt__param *pr, int index, uint64_t seed, float *w);

@@ -111,6 +111,42 @@ static float rt__trunc_normal(uint64_t seed, uint64_t stream, uint64_t i)
     return 0.0f; /* 64 misses in a row: p < 1e-80 */
 }
 
+/* Keras' Orthogonal: the (rows = prod(dims[:-1]), cols = dims[-1]) matrix
+ * is Q of the QR of a normal matrix with R's diagonal made positive, which
+ * is what Gram-Schmidt on the columns of the taller orientation gives;
+ * transposed when rows < cols, times gain. */
+static void rt__init_orthogonal(const rt__param *pr, uint64_t seed, uint64_t st, float *w)
+{
+    const int64_t cols = pr->shape.d[pr->shape.ndim - 1], rows = pr->numel / cols;
+    const int64_t R = rows > cols ? rows : cols, C = rows > cols ? cols : rows;
+    /* A is (R, C) column-major in double: a[j * R + i] */
+    double *a = malloc(sizeof(double) * (size_t)(R * C));
+    if (!a) {
+        memset(w, 0, sizeof(float) * (size_t)pr->numel);
+        return;
+    }
+    for (int64_t i = 0; i < R * C; i++) a[i] = rt__normal(seed, st, (uint64_t)i);
+    for (int64_t j = 0; j < C; j++) {
+        double *q = a + j * R;
+        for (int pass = 0; pass < 2; pass++) /* twice: stays orthogonal in float */
+            for (int64_t k = 0; k < j; k++) {
+                const double *p = a + k * R;
+                double d = 0;
+                for (int64_t i = 0; i < R; i++) d += p[i] * q[i];
+                for (int64_t i = 0; i < R; i++) q[i] -= d * p[i];
+            }
+        double nrm = 0;
+        for (int64_t i = 0; i < R; i++) nrm += q[i] * q[i];
+        nrm = sqrt(nrm);
+        for (int64_t i = 0; i < R; i++) q[i] = nrm > 0 ? q[i] / nrm : 0;
+    }
+    const double gain = pr->opts.scale;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            w[r * cols + c] = (float)(gain * (rows >= cols ? a[c * R + r] : a[r * R + c]));
+    free(a);
+}
+
 void rt__init_param(const rt__param *pr, int index, uint64_t seed, float *w)
 {
     (void)index;
@@ -150,6 +186,49 @@ void rt__init_param(const rt__param *pr, int index, uint64_t seed, float *w)
             w[i] = (float)((2.0 * rt__rng_unit(seed, st, (uint64_t)i) - 1.0) * lim);
         break;
     }
+    case RT_INIT_VARIANCE_SCALING: {
+        const rt_param_opts *o = &pr->opts;
+        double fan = o->mode == RT_FAN_IN ? fan_in : o->mode == RT_FAN_OUT ? fan_out
+                                                     : (fan_in + fan_out) / 2;
+        double var = o->scale / (fan > 1 ? fan : 1);
+        if (o->dist == RT_DIST_UNIFORM) {
+            double lim = sqrt(3.0 * var);
+            for (int64_t i = 0; i < n; i++)
+                w[i] = (float)((2.0 * rt__rng_unit(seed, st, (uint64_t)i) - 1.0) * lim);
+        } else if (o->dist == RT_DIST_UNTRUNCATED_NORMAL) {
+            for (int64_t i = 0; i < n; i++)
+                w[i] = (float)(sqrt(var) * rt__normal(seed, st, (uint64_t)i));
+        } else {
+            double sd = sqrt(var) / 0.87962566103423978;
+            for (int64_t i = 0; i < n; i++)
+                w[i] = (float)(sd * rt__trunc_normal(seed, st, (uint64_t)i));
+        }
+        break;
+    }
+    case RT_INIT_UNIFORM:
+        for (int64_t i = 0; i < n; i++)
+            w[i] = (float)(pr->opts.a + (pr->opts.b - pr->opts.a) *
+                                            rt__rng_unit(seed, st, (uint64_t)i));
+        break;
+    case RT_INIT_NORMAL:
+    case RT_INIT_TRUNCATED_NORMAL:
+        for (int64_t i = 0; i < n; i++) {
+            float z = init == RT_INIT_NORMAL ? rt__normal(seed, st, (uint64_t)i)
+                                             : rt__trunc_normal(seed, st, (uint64_t)i);
+            w[i] = (float)(pr->opts.a + pr->opts.b * z);
+        }
+        break;
+    case RT_INIT_CONSTANT:
+        for (int64_t i = 0; i < n; i++) w[i] = (float)pr->opts.scale;
+        break;
+    case RT_INIT_IDENTITY:
+        memset(w, 0, sizeof(float) * (size_t)n);
+        for (int64_t i = 0; i < s->d[0] && i < s->d[1]; i++)
+            w[i * s->d[1] + i] = (float)pr->opts.scale;
+        break;
+    case RT_INIT_ORTHOGONAL:
+        rt__init_orthogonal(pr, seed, st, w);
+        break;
     case RT_INIT_GLOROT_NORMAL:
     case RT_INIT_HE_NORMAL: {
         /* Keras: truncated normal, stddev = sqrt(scale / fan) / .8796...,
@@ -436,10 +515,12 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
         else
             rt__loss_run(&p->loss, e->lin, e->lb, nb, e->lgrad, &bl, &ba, e->loss_scratch);
         rt__backward(e);
+        if (p->rep.n_regularized) bl += (double)nb * rt__reg_apply(p, e->w, e->g);
         if (p->train_floats) {
             if (cfg->clip_norm > 0) rt__clip_by_norm(e->g, p->train_floats, cfg->clip_norm);
             float lr = e->lr_set > 0 ? e->lr_set : rt__sched_lr(cfg, e->step);
             rt__opt_update(cfg, lr, e->step + 1, e->w, e->g, e->s1, e->s2, p->train_floats);
+            if (p->rep.n_constrained) rt__constrain(p, e->w);
         }
         e->step++;
         e->pos++;
@@ -513,6 +594,8 @@ static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
         else
             rt__loss_run(&e->p->loss, e->lin, e->lb, nb, NULL, &ls, &as, e->loss_scratch);
     }
+    /* Keras' evaluate reports the loss with the regularization terms */
+    if (e->p->rep.n_regularized) ls += (double)d->n * rt__reg_apply(e->p, e->w, NULL);
     if (out) {
         out->loss = ls / (double)d->n;
         out->acc = e->p->loss.acc ? as / (double)d->n : NAN;
@@ -555,6 +638,7 @@ static int rt__exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n, doubl
     else
         rt__loss_run(&e->p->loss, e->lin, e->lb, n, e->lgrad, &ls, &as, e->loss_scratch);
     rt__backward(e);
+    if (e->p->rep.n_regularized) ls += (double)n * rt__reg_apply(e->p, e->w, e->g);
     if (loss) *loss = ls / (double)n;
     return 0;
 }

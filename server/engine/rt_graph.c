@@ -270,6 +270,21 @@ int rt_graph_add_param(rt_graph *g, const char *name, int ndim,
     return 0;
 }
 
+int rt_graph_set_param_opts(rt_graph *g, const char *name, const rt_param_opts *opts)
+{
+    if (!g || !name || !opts) return RT_EINVAL;
+    /* the parameter was usually added just before: search from the end */
+    for (int i = g->n - 1; i >= 0; i--) {
+        rt__entry *e = &g->e[i];
+        if (e->kind == RT__T_PARAM && strcmp(e->name, name) == 0) {
+            e->has_opts = 1;
+            e->opts = *opts;
+            return 0;
+        }
+    }
+    return rt__gerr(g, RT_EINVAL, "no param '%s'", name);
+}
+
 int rt_graph_add_node(rt_graph *g, const char *name, const char *op, int n_in,
                       const char *const *inputs, int n_attr,
                       const rt_attr *attrs)

@@ -96,6 +96,18 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
             rt__hi(s, e->init);
             rt__hi(s, e->trainable);
             rt__hi(s, e->value != NULL);
+            rt__hi(s, e->has_opts);
+            if (e->has_opts) {
+                const rt_param_opts *o = &e->opts;
+                const double f[9] = {o->scale, o->a, o->b, o->l1, o->l2,
+                                     o->c_min, o->c_max, o->c_rate, 0};
+                rt__hi(s, o->init);
+                rt__hi(s, o->mode);
+                rt__hi(s, o->dist);
+                rt__hi(s, o->constraint);
+                rt__hi(s, o->c_axes);
+                rt__h(s, f, sizeof f);
+            }
             if (e->value)
                 rt__h(s, e->value, sizeof(float) * (size_t)rt__shape_numel(&e->shape));
         }
