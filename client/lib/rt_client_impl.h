@@ -44,7 +44,7 @@ struct rt_client {
     void *reg[RT__M_COUNT];
     int64_t timeout_ms;
     int64_t next_timeout_ms; /* INT64_MIN = not set */
-    char errmsg[1024];
+    char errmsg[4096];      /* a Keras import lists every problem */
     int grpc_status;
     rt_client_timings cur;   /* the call in progress */
     uint64_t t_response;     /* when the response was in hand (decode start) */

@@ -936,6 +936,64 @@ static int k_concatenate(rt_keras_ctx *c)
     return 0;
 }
 
+/* Rescaling: x * scale + offset, each a number or one per channel, as
+ * constant (non-trainable) parameters broadcast over the input. */
+static int k_rescaling(rt_keras_ctx *c)
+{
+    float sv[4096], ov[4096];
+    int64_t ns = 1, no = 1;
+    const char *keys[2] = {"scale", "offset"};
+    float *vals[2] = {sv, ov};
+    int64_t *cnt[2] = {&ns, &no};
+    const double defs[2] = {1.0, 0.0};
+    for (int k = 0; k < 2; k++) {
+        json_object *v = cfg_get(c, keys[k]);
+        if (!v) {
+            vals[k][0] = (float)defs[k];
+        } else if (json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)) {
+            vals[k][0] = (float)json_object_get_double(v);
+        } else if (json_object_is_type(v, json_type_array) && json_object_array_length(v) >= 1 &&
+                   json_object_array_length(v) <= 4096) {
+            *cnt[k] = (int64_t)json_object_array_length(v);
+            for (int64_t i = 0; i < *cnt[k]; i++)
+                vals[k][i] = (float)json_object_get_double(json_object_array_get_idx(v, (size_t)i));
+        } else {
+            return rt_keras_fail(c, RT_EINVAL, "'%s' must be a number or a list", keys[k]);
+        }
+        for (int64_t i = 0; i < *cnt[k]; i++)
+            if (!isfinite(vals[k][i]))
+                return rt_keras_fail(c, RT_EINVAL, "'%s' must be finite", keys[k]);
+        const int64_t ch = c->in[0].ndim ? c->in[0].dims[c->in[0].ndim - 1] : 1;
+        if (*cnt[k] != 1 && *cnt[k] != ch)
+            return rt_keras_fail(c, RT_ESHAPE, "'%s' has %lld values for %lld channels", keys[k],
+                                 (long long)*cnt[k], (long long)ch);
+    }
+    c->out = c->in[0];
+    const char *x = c->in[0].name;
+    char pn[RT_KERAS_NAME], mn[RT_KERAS_NAME];
+    int rc;
+    const int add = !(no == 1 && ov[0] == 0.0f);
+    if ((rc = join_name(c, pn, "scale")) < 0 || (rc = join_name(c, mn, add ? "mul" : NULL)) < 0)
+        return rc;
+    if ((rc = rt_graph_add_param(c->g, pn, 1, &ns, RT_INIT_DEFAULT, 0, sv)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    const char *in[2] = {x, pn};
+    if ((rc = rt_graph_add_node(c->g, mn, "Mul", 2, in, 0, NULL)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    snprintf(c->out.name, sizeof c->out.name, "%s", mn);
+    if (!add)
+        return 0;
+    if ((rc = join_name(c, pn, "offset")) < 0)
+        return rc;
+    if ((rc = rt_graph_add_param(c->g, pn, 1, &no, RT_INIT_DEFAULT, 0, ov)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    const char *in2[2] = {mn, pn};
+    if ((rc = rt_graph_add_node(c->g, c->layer, "Add", 2, in2, 0, NULL)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    snprintf(c->out.name, sizeof c->out.name, "%s", c->layer);
+    return 0;
+}
+
 /* One entry per supported layer class. InputLayer is handled by the model
  * walkers since it creates the graph input instead of a node. */
 static const struct {
@@ -963,6 +1021,7 @@ static const struct {
     {"LSTM", rt_keras_lstm, 1},
     {"GRU", rt_keras_gru, 1},
     {"Bidirectional", rt_keras_bidirectional, 1},
+    {"Rescaling", k_rescaling, 1},
 };
 
 /* ---------------------------------------------------------------- walking */
@@ -1365,6 +1424,8 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
     const char *lname = jstr(cfg, "name");
     if (!lname)
         lname = jstr(layer, "name");
+    if (!lname && cls && strcmp(cls, "Sequential") == 0 && jget(layer, "config", json_type_array))
+        lname = "sequential";
     if (!cls || !lname)
         return ifail(m, RT_EJSON, "a layer lacks class_name or config.name");
     int poisoned = 0;
@@ -1388,6 +1449,14 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
         return 0;
     }
     if (is_model_class(cls)) {
+        json_object *list = jget(layer, "config", json_type_array);
+        if (list && strcmp(cls, "Sequential") == 0) {
+            if (++m->depth > 32)
+                return ifail(m, RT_EINVAL, "models nested more than 32 deep");
+            int rc = walk_sequential(m, list, NULL, ins, out);
+            m->depth--;
+            return rc;
+        }
         if (!cfg)
             return ifail(m, RT_EJSON, "nested model '%.64s' has no config", lname);
         if (++m->depth > 32)
@@ -1457,6 +1526,50 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
     return 0;
 }
 
+static int io_names(json_object *v, const char **names, int max);
+
+/* The input shape a nested model (the first layer of a Sequential without
+ * an InputLayer) declares: its InputLayer's or first layer's, recursively. */
+static int nested_input_shape(imp *m, json_object *model, rt_keras_tensor *t, int *found)
+{
+    *found = 0;
+    for (int depth = 0; depth < 32 && model; depth++) {
+        json_object *cfg = jget(model, "config", json_type_object);
+        json_object *layers = jget(model, "config", json_type_array);
+        if (!layers)
+            layers = jget(cfg, "layers", json_type_array);
+        if (!layers || json_object_array_length(layers) == 0)
+            return 0;
+        json_object *first = NULL;
+        const char *in_name = NULL;
+        const char *names[1];
+        json_object *il = NULL;
+        if (cfg && json_object_object_get_ex(cfg, "input_layers", &il) && io_names(il, names, 1) == 1)
+            in_name = names[0];
+        for (size_t i = 0; i < json_object_array_length(layers); i++) {
+            json_object *l = json_object_array_get_idx(layers, i);
+            const char *n = jstr(l, "name");
+            if (!n)
+                n = jstr(jget(l, "config", json_type_object), "name");
+            if (!in_name || (n && strcmp(n, in_name) == 0)) {
+                first = l;
+                break;
+            }
+        }
+        if (!first)
+            return 0;
+        const char *fc = jstr(first, "class_name");
+        json_object *fcfg = jget(first, "config", json_type_object);
+        int rc = layer_input_shape(m, fc ? fc : "?", fcfg, t, found);
+        if (rc < 0 || *found)
+            return rc;
+        if (!fc || !is_model_class(fc))
+            return 0;
+        model = first;
+    }
+    return 0;
+}
+
 /* A Keras 2 Sequential whose first layer carries the shape, or one with an
  * InputLayer, or a built Keras 3 one with build_input_shape. given: the
  * value a nested model reads (NULL at the top, where the graph input is
@@ -1479,7 +1592,11 @@ static int walk_sequential(imp *m, json_object *layers, json_object *model_cfg,
         const char *cls = jstr(layer, "class_name");
         json_object *cfg = jget(layer, "config", json_type_object);
         const char *lname = jstr(cfg, "name");
-        if (!cls || !cfg || !lname)
+        /* Keras 2.0-2.1 nested a Sequential as {"config": [layers]}, unnamed */
+        if (cls && !lname && strcmp(cls, "Sequential") == 0 &&
+            jget(layer, "config", json_type_array))
+            lname = "sequential";
+        if (!cls || !lname)
             return ifail(m, RT_EJSON, "layer %d lacks class_name or config.name", i);
         if (strcmp(cls, "InputLayer") == 0) {
             if (i != 0)
@@ -1523,6 +1640,8 @@ static int walk_sequential(imp *m, json_object *layers, json_object *model_cfg,
                     found = 1;
                 }
             }
+            if (!found && is_model_class(cls) && (rc = nested_input_shape(m, layer, &cur, &found)) < 0)
+                return rc;
             if (!found)
                 return ifail(m, RT_ESHAPE,
                              "the model's input shape is unknown: first layer '%.64s' "

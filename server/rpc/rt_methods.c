@@ -562,7 +562,7 @@ static int build_graph(rt_call *c, compile_st *st)
     Rtrain__V1__CompileRequest *q = REQ(c, Rtrain__V1__CompileRequest);
     int rc;
     if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON) {
-        char err[256];
+        char err[4096];
         rc = rt_keras_import(q->keras_json, strlen(q->keras_json), &st->g, err, sizeof err);
         if (rc < 0)
             return rt_call_fail(c, rc, "%s", err);

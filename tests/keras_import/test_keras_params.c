@@ -1,0 +1,402 @@
+/*
+ * test_keras_params.c - Keras weight settings through the importer:
+ *   - initializers: the moments and bounds of each distribution against its
+ *     closed form (Keras' definitions), orthogonality, identity, constants,
+ *     determinism in the seed;
+ *   - regularizers: the loss gains exactly l1 sum|w| + l2 sum w^2 (computed
+ *     here in double from the weights), and the gradient of the total loss
+ *     passes central finite differences;
+ *   - constraints: one SGD step with a constraint equals the same step
+ *     without it followed by Keras' formula applied here in double.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../engine/rt_test.h"
+#include "import_keras.h"
+#include "rtrain/rt_error.h"
+
+/* Sequential: input (in,), Dense(units) with the given extra settings */
+static rt_graph *dense_model(int in, int units, const char *extra)
+{
+    char js[4096];
+    snprintf(js, sizeof js,
+             "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+             "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, %d], \"name\": \"x\"}},"
+             "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": %d%s%s}}]}}",
+             in, units, extra[0] ? ", " : "", extra);
+    rt_graph *g = NULL;
+    char err[1024];
+    int rc = rt_keras_import(js, strlen(js), &g, err, sizeof err);
+    if (rc < 0)
+        fprintf(stderr, "import (%s): %s\n", extra, err);
+    REQUIRE(rc == 0);
+    return g;
+}
+
+static rt_exec *make_exec(rt_graph *g, uint64_t seed, int label_dims)
+{
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_MSE;
+    cfg.label_dtype = RT_F32;
+    cfg.label_ndim = 1;
+    cfg.label_dims[0] = label_dims;
+    cfg.batch_size = 8;
+    cfg.seed = seed;
+    cfg.opt = RT_OPT_SGD;
+    cfg.lr = 0.5f;
+    cfg.metrics = 0;
+    cfg.shuffle = 0;
+    rt_plan *p = NULL;
+    char err[512];
+    int rc = rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err);
+    if (rc < 0)
+        fprintf(stderr, "compile: %s\n", err);
+    REQUIRE(rc == 0);
+    rt_exec *e = NULL;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    rt_plan_release(p);
+    return e;
+}
+
+typedef struct stats {
+    double mean, sd, min, max;
+} stats;
+
+static stats moments(const float *w, int64_t n)
+{
+    stats s = {0, 0, INFINITY, -INFINITY};
+    for (int64_t i = 0; i < n; i++) {
+        s.mean += w[i];
+        s.min = fmin(s.min, w[i]);
+        s.max = fmax(s.max, w[i]);
+    }
+    s.mean /= (double)n;
+    for (int64_t i = 0; i < n; i++) s.sd += (w[i] - s.mean) * (w[i] - s.mean);
+    s.sd = sqrt(s.sd / (double)(n - 1));
+    return s;
+}
+
+/* the kernel (IN, OUT) of a Dense with kernel_initializer init */
+#define IN 200
+#define OUT 300
+static float *kernel_of(const char *init, uint64_t seed)
+{
+    char extra[512];
+    snprintf(extra, sizeof extra, "\"kernel_initializer\": %s", init);
+    rt_graph *g = dense_model(IN, OUT, extra);
+    rt_exec *e = make_exec(g, seed, OUT);
+    float *w = malloc(sizeof(float) * IN * OUT);
+    CHECK_RC(rt_exec_get_param(e, 0, w));
+    rt_exec_destroy(e);
+    rt_graph_destroy(g);
+    return w;
+}
+
+static int near(double a, double b, double rel)
+{
+    return fabs(a - b) <= rel * fabs(b) + 1e-9;
+}
+
+static void test_initializers(void)
+{
+    const int64_t n = IN * OUT;
+    const double trunc_sd = 0.87962566103423978; /* std of N(0,1) cut at +-2 */
+    struct {
+        const char *init;
+        double mean, sd;   /* expected moments */
+        double lo, hi;     /* every value in [lo, hi] */
+    } cases[] = {
+        /* fan_in 200, fan_out 300 */
+        {"{\"class_name\": \"VarianceScaling\", \"config\": {\"scale\": 2.0, \"mode\": \"fan_in\", \"distribution\": \"truncated_normal\", \"seed\": null}}",
+         0, sqrt(2.0 / IN), -2 * sqrt(2.0 / IN) / trunc_sd, 2 * sqrt(2.0 / IN) / trunc_sd},
+        {"{\"class_name\": \"VarianceScaling\", \"config\": {\"scale\": 1.0, \"mode\": \"fan_avg\", \"distribution\": \"uniform\"}}",
+         0, sqrt(3.0 / 250) / sqrt(3.0), -sqrt(3.0 / 250), sqrt(3.0 / 250)},
+        {"{\"class_name\": \"VarianceScaling\", \"config\": {\"scale\": 0.5, \"mode\": \"fan_out\", \"distribution\": \"untruncated_normal\"}}",
+         0, sqrt(0.5 / OUT), -1, 1},
+        /* Keras 2.0-2.2: "normal" was the truncated normal */
+        {"{\"class_name\": \"VarianceScaling\", \"config\": {\"scale\": 1.0, \"mode\": \"fan_in\", \"distribution\": \"normal\"}}",
+         0, sqrt(1.0 / IN), -2 * sqrt(1.0 / IN) / trunc_sd, 2 * sqrt(1.0 / IN) / trunc_sd},
+        {"\"lecun_normal\"", 0, sqrt(1.0 / IN), -2 * sqrt(1.0 / IN) / trunc_sd, 2 * sqrt(1.0 / IN) / trunc_sd},
+        {"\"lecun_uniform\"", 0, sqrt(1.0 / IN), -sqrt(3.0 / IN), sqrt(3.0 / IN)},
+        {"{\"class_name\": \"HeUniform\", \"config\": {\"seed\": 7}}", 0, sqrt(2.0 / IN),
+         -sqrt(6.0 / IN), sqrt(6.0 / IN)},
+        {"{\"class_name\": \"GlorotNormal\"}", 0, sqrt(2.0 / 500),
+         -2 * sqrt(2.0 / 500) / trunc_sd, 2 * sqrt(2.0 / 500) / trunc_sd},
+        {"{\"class_name\": \"RandomUniform\", \"config\": {\"minval\": -0.3, \"maxval\": 0.1}}",
+         -0.1, 0.4 / sqrt(12.0), -0.3, 0.1},
+        {"\"random_uniform\"", 0, 0.1 / sqrt(12.0), -0.05, 0.05},
+        {"{\"class_name\": \"RandomNormal\", \"config\": {\"mean\": 1.0, \"stddev\": 0.5}}",
+         1.0, 0.5, -10, 10},
+        {"{\"class_name\": \"TruncatedNormal\", \"config\": {\"mean\": 0.0, \"stddev\": 0.2}}",
+         0, 0.2 * trunc_sd, -0.4, 0.4},
+        {"{\"module\": \"keras.initializers\", \"class_name\": \"Constant\", \"config\": {\"value\": 0.7}, \"registered_name\": null}",
+         0.7, 0, 0.7 - 1e-7, 0.7 + 1e-7},
+        {"\"ones\"", 1, 0, 1, 1},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        float *w = kernel_of(cases[c].init, 42);
+        stats s = moments(w, n);
+        /* 60,000 draws: the sample mean is within 4 standard errors, the
+         * sample sd within 2% */
+        double se = cases[c].sd / sqrt((double)n);
+        int ok = fabs(s.mean - cases[c].mean) <= 4 * se + 1e-6 &&
+                 near(s.sd, cases[c].sd, 0.02) && s.min >= cases[c].lo && s.max <= cases[c].hi;
+        if (!ok) {
+            fprintf(stderr, "init %s: mean %g sd %g [%g, %g], want %g %g [%g, %g]\n",
+                    cases[c].init, s.mean, s.sd, s.min, s.max, cases[c].mean, cases[c].sd,
+                    cases[c].lo, cases[c].hi);
+            rt_test_failures++;
+        }
+        free(w);
+    }
+    /* the truncated normal reaches near its bounds, the untruncated one
+     * past them */
+    float *t = kernel_of("\"he_normal\"", 1);
+    stats st = moments(t, n);
+    CHECK(st.max > 1.9 * sqrt(2.0 / IN) / trunc_sd);
+    free(t);
+    float *u = kernel_of("{\"class_name\": \"VarianceScaling\", \"config\": {\"scale\": 2.0, \"distribution\": \"untruncated_normal\"}}", 1);
+    stats su = moments(u, n);
+    CHECK(su.max > 2.5 * sqrt(2.0 / IN));
+    free(u);
+
+    /* deterministic in the seed */
+    float *a = kernel_of("\"glorot_uniform\"", 5), *b = kernel_of("\"glorot_uniform\"", 5),
+          *d = kernel_of("\"glorot_uniform\"", 6);
+    CHECK(memcmp(a, b, sizeof(float) * (size_t)n) == 0);
+    CHECK(memcmp(a, d, sizeof(float) * (size_t)n) != 0);
+    free(a);
+    free(b);
+    free(d);
+
+    /* Orthogonal (200, 300): rows orthonormal times gain, W W^T = gain^2 I */
+    float *o = kernel_of("{\"class_name\": \"Orthogonal\", \"config\": {\"gain\": 1.5, \"seed\": null}}", 3);
+    double worst = 0;
+    for (int i = 0; i < IN; i++)
+        for (int j = i; j < IN; j++) {
+            double dot = 0;
+            for (int k = 0; k < OUT; k++) dot += (double)o[i * OUT + k] * o[j * OUT + k];
+            worst = fmax(worst, fabs(dot - (i == j ? 2.25 : 0)));
+        }
+    if (!(worst < 1e-4)) {
+        fprintf(stderr, "orthogonal: |W W^T - 2.25 I| = %g\n", worst);
+        rt_test_failures++;
+    }
+    free(o);
+    /* taller than wide: columns orthonormal */
+    {
+        rt_graph *g = dense_model(300, 20, "\"kernel_initializer\": \"orthogonal\"");
+        rt_exec *e = make_exec(g, 9, 20);
+        float *w = malloc(sizeof(float) * 300 * 20);
+        CHECK_RC(rt_exec_get_param(e, 0, w));
+        double wt = 0;
+        for (int i = 0; i < 20; i++)
+            for (int j = 0; j < 20; j++) {
+                double dot = 0;
+                for (int k = 0; k < 300; k++) dot += (double)w[k * 20 + i] * w[k * 20 + j];
+                wt = fmax(wt, fabs(dot - (i == j)));
+            }
+        CHECK(wt < 1e-4);
+        free(w);
+        rt_exec_destroy(e);
+        rt_graph_destroy(g);
+    }
+    /* Identity(gain 2) */
+    float *id = kernel_of("{\"class_name\": \"Identity\", \"config\": {\"gain\": 2.0}}", 3);
+    int bad = 0;
+    for (int i = 0; i < IN; i++)
+        for (int j = 0; j < OUT; j++) bad += id[i * OUT + j] != (i == j ? 2.0f : 0.0f);
+    CHECK(bad == 0);
+    free(id);
+}
+
+/* data for the regularizer/constraint checks: 8 samples */
+static float X[8 * 6], Y[8 * 5];
+static void make_data(void)
+{
+    uint64_t s = 12345;
+    for (int i = 0; i < 8 * 6; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        X[i] = (float)((s >> 40) % 2000) / 1000.0f - 1.0f;
+    }
+    for (int i = 0; i < 8 * 5; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        Y[i] = (float)((s >> 40) % 1000) / 1000.0f;
+    }
+}
+
+static void test_regularizers(void)
+{
+    const char *reg = "\"kernel_regularizer\": {\"class_name\": \"L1L2\", \"config\": {\"l1\": 0.01, \"l2\": 0.02}},"
+                      " \"bias_regularizer\": {\"class_name\": \"L2\", \"config\": {\"l2\": 0.05}},"
+                      " \"bias_initializer\": {\"class_name\": \"Constant\", \"config\": {\"value\": 0.3}}";
+    rt_graph *g0 = dense_model(6, 5, "\"bias_initializer\": {\"class_name\": \"Constant\", \"config\": {\"value\": 0.3}}");
+    rt_graph *g1 = dense_model(6, 5, reg);
+    rt_exec *e0 = make_exec(g0, 11, 5), *e1 = make_exec(g1, 11, 5);
+    CHECK(rt_plan_report(rt_exec_plan(e1))->n_regularized == 2);
+    CHECK(rt_plan_report(rt_exec_plan(e0))->n_regularized == 0);
+    rt_data d = {.x = X, .y = Y, .y_dtype = RT_F32, .n = 8};
+    double l0, l1;
+    CHECK_RC(rt_exec_compute_grads(e0, &d, 8, &l0));
+    CHECK_RC(rt_exec_compute_grads(e1, &d, 8, &l1));
+    float w[30], b[5];
+    CHECK_RC(rt_exec_get_param(e1, 0, w));
+    CHECK_RC(rt_exec_get_param(e1, 1, b));
+    double pen = 0;
+    for (int i = 0; i < 30; i++) pen += 0.01 * fabs(w[i]) + 0.02 * (double)w[i] * w[i];
+    for (int i = 0; i < 5; i++) pen += 0.05 * (double)b[i] * b[i];
+    if (!(fabs((l1 - l0) - pen) < 1e-6)) {
+        fprintf(stderr, "regularized loss - loss = %.9g, want %.9g\n", l1 - l0, pen);
+        rt_test_failures++;
+    }
+    /* the gradient of the total, kernel and bias */
+    rt_test_fd_param(e1, &d, 8, 0, 0, 1e-4, "reg kernel");
+    rt_test_fd_param(e1, &d, 8, 1, 0, 1e-4, "reg bias");
+    /* evaluate reports the same total */
+    rt_metrics m;
+    CHECK_RC(rt_exec_evaluate(e1, &d, &m));
+    CHECK(fabs(m.loss - l1) < 1e-5);
+    rt_exec_destroy(e0);
+    rt_exec_destroy(e1);
+    rt_graph_destroy(g0);
+    rt_graph_destroy(g1);
+    /* the string forms: Keras' 0.01 */
+    rt_graph *g2 = dense_model(6, 5, "\"kernel_regularizer\": \"l2\"");
+    rt_graph *g3 = dense_model(6, 5, "");
+    rt_exec *e2 = make_exec(g2, 11, 5), *e3 = make_exec(g3, 11, 5);
+    double l2s, l3s;
+    CHECK_RC(rt_exec_compute_grads(e2, &d, 8, &l2s));
+    CHECK_RC(rt_exec_compute_grads(e3, &d, 8, &l3s));
+    CHECK_RC(rt_exec_get_param(e2, 0, w));
+    double p2 = 0;
+    for (int i = 0; i < 30; i++) p2 += 0.01 * (double)w[i] * w[i];
+    CHECK(fabs((l2s - l3s) - p2) < 1e-6);
+    rt_exec_destroy(e2);
+    rt_exec_destroy(e3);
+    rt_graph_destroy(g2);
+    rt_graph_destroy(g3);
+}
+
+/* Keras' constraint on a (R, C) kernel stored row-major, norms over axis 0
+ * (each column) or axis 1 (each row) */
+static void keras_constrain(double *w, int R, int C, int axis, const char *kind, double lo,
+                            double hi, double rate)
+{
+    int nslice = axis == 0 ? C : R, len = axis == 0 ? R : C;
+    for (int s = 0; s < nslice; s++) {
+        double ss = 0;
+        for (int k = 0; k < len; k++) {
+            double v = axis == 0 ? w[k * C + s] : w[s * C + k];
+            ss += v * v;
+        }
+        double n = sqrt(ss), want;
+        if (!strcmp(kind, "max")) want = fmin(n, hi);
+        else if (!strcmp(kind, "unit")) want = 1;
+        else want = rate * fmin(fmax(n, lo), hi) + (1 - rate) * n;
+        double f = want / (1e-7 + n);
+        for (int k = 0; k < len; k++) {
+            if (axis == 0) w[k * C + s] *= f;
+            else w[s * C + k] *= f;
+        }
+    }
+}
+
+static void test_constraints(void)
+{
+    struct {
+        const char *setting, *kind;
+        int axis;
+        double lo, hi, rate;
+    } cases[] = {
+        {"{\"class_name\": \"MaxNorm\", \"config\": {\"max_value\": 0.5, \"axis\": 0}}", "max", 0, 0, 0.5, 1},
+        {"{\"class_name\": \"MaxNorm\", \"config\": {\"max_value\": 0.4, \"axis\": 1}}", "max", 1, 0, 0.4, 1},
+        {"{\"class_name\": \"UnitNorm\", \"config\": {\"axis\": 0}}", "unit", 0, 0, 0, 1},
+        {"{\"class_name\": \"MinMaxNorm\", \"config\": {\"min_value\": 1.0, \"max_value\": 1.2, \"rate\": 0.5, \"axis\": 0}}", "minmax", 0, 1.0, 1.2, 0.5},
+        {"{\"class_name\": \"NonNeg\", \"config\": {}}", "nonneg", 0, 0, 0, 1},
+        /* Keras 1 */
+        {"{\"name\": \"MaxNorm\", \"m\": 0.3, \"axis\": 0}", "max", 0, 0, 0.3, 1},
+    };
+    rt_data d = {.x = X, .y = Y, .y_dtype = RT_F32, .n = 8};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char extra[512];
+        snprintf(extra, sizeof extra, "\"kernel_constraint\": %s", cases[c].setting);
+        rt_graph *g0 = dense_model(6, 5, ""), *g1 = dense_model(6, 5, extra);
+        rt_exec *e0 = make_exec(g0, 21, 5), *e1 = make_exec(g1, 21, 5);
+        CHECK(rt_plan_report(rt_exec_plan(e1))->n_constrained == 1);
+        rt_train_result r;
+        CHECK_RC(rt_exec_train(e0, &d, 1, &r, NULL, NULL, NULL));
+        CHECK_RC(rt_exec_train(e1, &d, 1, &r, NULL, NULL, NULL));
+        float w0[30], w1[30];
+        double ref[30];
+        CHECK_RC(rt_exec_get_param(e0, 0, w0));
+        CHECK_RC(rt_exec_get_param(e1, 0, w1));
+        for (int i = 0; i < 30; i++) ref[i] = w0[i];
+        if (!strcmp(cases[c].kind, "nonneg"))
+            for (int i = 0; i < 30; i++) ref[i] = fmax(ref[i], 0);
+        else
+            keras_constrain(ref, 6, 5, cases[c].axis, cases[c].kind, cases[c].lo, cases[c].hi,
+                            cases[c].rate);
+        double worst = 0;
+        int changed = 0;
+        for (int i = 0; i < 30; i++) {
+            worst = fmax(worst, fabs(ref[i] - w1[i]));
+            changed |= w0[i] != w1[i];
+        }
+        if (!(worst < 1e-6) || !changed) {
+            fprintf(stderr, "constraint %s: |w - keras| = %g, changed %d\n", cases[c].setting,
+                    worst, changed);
+            rt_test_failures++;
+        }
+        rt_exec_destroy(e0);
+        rt_exec_destroy(e1);
+        rt_graph_destroy(g0);
+        rt_graph_destroy(g1);
+    }
+}
+
+/* a conv kernel (3, 3, 2, 4) with MaxNorm over axes [0, 1, 2]: each
+ * filter's norm is at most the bound after a step */
+static void test_conv_constraint(void)
+{
+    const char *js =
+        "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+        "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 5, 5, 2], \"name\": \"x\"}},"
+        "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 4, \"kernel_size\": [3, 3],"
+        " \"kernel_initializer\": {\"class_name\": \"RandomNormal\", \"config\": {\"stddev\": 1.0}},"
+        " \"kernel_constraint\": {\"class_name\": \"MaxNorm\", \"config\": {\"max_value\": 0.25, \"axis\": [0, 1, 2]}}}},"
+        "{\"class_name\": \"Flatten\", \"config\": {\"name\": \"f\"}}]}}";
+    rt_graph *g = NULL;
+    char err[512];
+    REQUIRE(rt_keras_import(js, strlen(js), &g, err, sizeof err) == 0);
+    rt_exec *e = make_exec(g, 3, 36);
+    float x[8 * 50], y[8 * 36];
+    for (int i = 0; i < 8 * 50; i++) x[i] = (float)((i * 37) % 19) / 19.0f;
+    for (int i = 0; i < 8 * 36; i++) y[i] = 0.1f;
+    rt_data d = {.x = x, .y = y, .y_dtype = RT_F32, .n = 8};
+    rt_train_result r;
+    CHECK_RC(rt_exec_train(e, &d, 1, &r, NULL, NULL, NULL));
+    float w[72];
+    CHECK_RC(rt_exec_get_param(e, 0, w));
+    for (int f = 0; f < 4; f++) {
+        double ss = 0;
+        for (int k = 0; k < 18; k++) ss += (double)w[k * 4 + f] * w[k * 4 + f];
+        CHECK(sqrt(ss) <= 0.25 + 1e-6 && sqrt(ss) > 0.2);
+    }
+    rt_exec_destroy(e);
+    rt_graph_destroy(g);
+}
+
+int main(void)
+{
+    make_data();
+    test_initializers();
+    test_regularizers();
+    test_constraints();
+    test_conv_constraint();
+    return rt_test_done("keras_params");
+}
