@@ -775,6 +775,16 @@ static int rt__setup_loss(rt__cc *cc, int softmax_fused)
     L->out_numel = rt__shape_numel(&p->out_shape);
     L->classes = p->out_shape.ndim ? p->out_shape.d[p->out_shape.ndim - 1] : 1;
     L->rows = L->out_numel / L->classes;
+    /* categorical (and binary) crossentropy with no label shape given: the
+     * labels are one-hot (multi-hot) rows of the output's shape, as Keras
+     * takes y_true of y_pred's shape (their dtype stays the caller's: f32,
+     * which the RPC defaults to for these losses). The plan's config
+     * records it, so rt_plan_label_shape and the data checks see it. */
+    if ((cfg->loss == RT_LOSS_CE || cfg->loss == RT_LOSS_BCE) && cfg->label_ndim == 0 &&
+        L->out_numel > 1) {
+        p->cfg.label_ndim = p->out_shape.ndim;
+        for (int i = 0; i < p->out_shape.ndim; i++) p->cfg.label_dims[i] = p->out_shape.d[i];
+    }
     L->lab_numel = 1;
     for (int i = 0; i < cfg->label_ndim; i++)
         if (__builtin_mul_overflow(L->lab_numel, cfg->label_dims[i], &L->lab_numel) ||

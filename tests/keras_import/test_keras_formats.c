@@ -299,8 +299,48 @@ static void test_errors(void)
                RT_ESHAPE, "Concatenate", "'c'");
 }
 
+/* categorical crossentropy with one-hot labels and no label shape: the
+ * labels take the output's shape; the loss is -sum y log p computed here */
+static void test_onehot(void)
+{
+    const char *js = SEQ(IN4 ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 3, \"activation\": \"softmax\"}}");
+    rt_graph *g = NULL;
+    REQUIRE(rt_keras_import(js, strlen(js), &g, err, sizeof err) == 0);
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    REQUIRE(rt_loss_from_name("categorical_crossentropy", &cfg.loss) == 0);
+    cfg.label_dtype = RT_F32; /* as the RPC defaults for this loss; no shape */
+    cfg.batch_size = 4;
+    rt_plan *p = NULL;
+    int rc = rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err);
+    if (rc < 0) fprintf(stderr, "one-hot compile: %s\n", err);
+    REQUIRE(rc == 0);
+    int64_t ld[RT_MAX_DIMS];
+    CHECK(rt_plan_label_shape(p, ld) == 1 && ld[0] == 3);
+    CHECK(rt_plan_config(p)->label_dtype == RT_F32);
+    rt_exec *e = NULL;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    float x[16], y[12] = {1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 1, 0}, out[12];
+    for (int i = 0; i < 16; i++) x[i] = (float)(i % 5) * 0.3f - 0.5f;
+    CHECK_RC(rt_exec_predict(e, x, 4, out));
+    double want = 0;
+    for (int i = 0; i < 12; i++) want -= y[i] * log(fmax(out[i], 1e-7));
+    want /= 4;
+    rt_data d = {.x = x, .y = y, .y_dtype = RT_F32, .n = 4};
+    rt_metrics m;
+    CHECK_RC(rt_exec_evaluate(e, &d, &m));
+    if (!(fabs(m.loss - want) < 1e-5)) {
+        fprintf(stderr, "one-hot CE %g, want %g\n", m.loss, want);
+        rt_test_failures++;
+    }
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+}
+
 int main(void)
 {
+    test_onehot();
     test_keras1();
     test_wrappers();
     test_nested();
