@@ -335,6 +335,22 @@ static void defaults(cli_opts *o)
     o->early_stopping = -1;
 }
 
+/* Whether the model file saved its loss (Keras 3 compile_config, Keras 2
+ * training_config), which the daemon then uses. */
+static int model_has_loss(const char *path)
+{
+    size_t len;
+    char *js = path ? cli_read_file(path, &len) : NULL;
+    if (!js)
+        return 0;
+    const char *cc = strstr(js, "\"compile_config\"");
+    if (!cc)
+        cc = strstr(js, "\"training_config\"");
+    int has = cc && strstr(cc, "\"loss\"") != NULL;
+    free(js);
+    return has;
+}
+
 static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t errlen)
 {
     defaults(o);
@@ -584,9 +600,10 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
     }
     /* No silent default: the loss defines what fit optimises and what eval
      * reports, and a model JSON does not carry it. */
-    if ((o->cmd == CLI_FIT || o->cmd == CLI_EVAL) && !o->loss)
-        return perr(err, errlen, "%s: --loss is required (a model JSON carries no loss), "
-                    "e.g. --loss sparse_categorical_crossentropy", cli_cmd_name(o->cmd));
+    if ((o->cmd == CLI_FIT || o->cmd == CLI_EVAL) && !o->loss && !model_has_loss(o->model))
+        return perr(err, errlen, "%s: --loss is required (the model JSON carries no "
+                    "compile_config or training_config), e.g. --loss "
+                    "sparse_categorical_crossentropy", cli_cmd_name(o->cmd));
     return 0;
 }
 

@@ -175,6 +175,34 @@ void cli_train_opts(const cli_opts *o, rt_train_opts *t)
     t->no_shuffle = o->no_shuffle;
 }
 
+/* The shape in a .npy header ("'shape': (n, k)"); returns ndim, or -1. */
+static int npy_shape(const char *path, int64_t *dims, int max)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    char h[1024];
+    size_t n = fread(h, 1, sizeof h - 1, f);
+    fclose(f);
+    h[n] = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!h[i]) h[i] = ' ';
+    const char *s = n > 10 && !memcmp(h, "\x93NUMPY", 6) ? strstr(h, "'shape':") : NULL;
+    if (!s || !(s = strchr(s, '(')))
+        return -1;
+    int nd = 0;
+    for (s++; *s && *s != ')' && nd < max;) {
+        char *e;
+        long long v = strtoll(s, &e, 10);
+        if (e == s)
+            break;
+        dims[nd++] = v;
+        s = e;
+        while (*s == ',' || *s == ' ' || *s == 'L') s++;
+    }
+    return nd;
+}
+
 /* Session + compile of --model; on failure prints and returns an exit code. */
 static int setup(rt_client *c, const cli_opts *o, const char *what, char *sid,
                  rt_client_compile_result *prog)
@@ -190,6 +218,15 @@ static int setup(rt_client *c, const cli_opts *o, const char *what, char *sid,
     }
     rt_train_opts t;
     cli_train_opts(o, &t);
+    /* (n, k, ...) labels in a .npy: the per-sample label shape is (k, ...)
+     * (one-hot, multi-label, multi-output regression) */
+    int64_t ld[RT_CLIENT_MAX_DIMS + 1];
+    int lnd = o->labels && cli_data_kind_of(o->labels) == CLI_DATA_NPY
+                  ? npy_shape(o->labels, ld, RT_CLIENT_MAX_DIMS + 1) : -1;
+    if (lnd >= 2) {
+        t.label_ndim = lnd - 1;
+        memcpy(t.label_shape, ld + 1, sizeof(int64_t) * (size_t)(lnd - 1));
+    }
     rc = rt_client_compile_keras(c, sid, json, &t, prog);
     free(json);
     if (rc < 0)

@@ -2032,3 +2032,121 @@ out:
     free(mp);
     return 0;
 }
+
+/* ------------------------------------------------------ compile_config */
+
+static double jnum(json_object *o, const char *key)
+{
+    json_object *v;
+    if (!o || !json_object_object_get_ex(o, key, &v) ||
+        !(json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)))
+        return 0;
+    double d = json_object_get_double(v);
+    return isfinite(d) && d > 0 ? d : 0;
+}
+
+static void jcopy(char *dst, size_t n, const char *src)
+{
+    snprintf(dst, n, "%s", src ? src : "");
+}
+
+static void add_metric(rt_keras_compile *o, json_object *m)
+{
+    if (json_object_is_type(m, json_type_array)) {
+        for (size_t i = 0; i < json_object_array_length(m); i++)
+            add_metric(o, json_object_array_get_idx(m, i));
+        return;
+    }
+    json_object *mc;
+    const char *name = obj_name(m, &mc);
+    if (name && o->n_metrics < 8)
+        jcopy(o->metrics[o->n_metrics++], sizeof o->metrics[0], name);
+}
+
+int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *o)
+{
+    memset(o, 0, sizeof *o);
+    if (!json || len == 0 || len > (size_t)INT32_MAX)
+        return RT_EJSON;
+    json_tokener *tok = json_tokener_new();
+    if (!tok)
+        return RT_ENOMEM;
+    json_object *doc = json_tokener_parse_ex(tok, json, (int)len);
+    int ok = doc && json_tokener_get_error(tok) == json_tokener_success;
+    json_tokener_free(tok);
+    if (!ok) {
+        json_object_put(doc);
+        return RT_EJSON;
+    }
+    /* where the settings live: the document, TF.js' modelTopology, or the
+     * model object itself */
+    json_object *tc = NULL, *at = doc;
+    for (int i = 0; i < 3 && at && !tc; i++) {
+        tc = jget(at, "compile_config", json_type_object);
+        if (!tc)
+            tc = jget(at, "training_config", json_type_object);
+        json_object *next = jget(at, "modelTopology", json_type_object);
+        at = next ? next : jget(at, "model_config", json_type_object);
+    }
+    if (!tc) {
+        json_object_put(doc);
+        return 0;
+    }
+    json_object *loss = NULL, *lc;
+    json_object_object_get_ex(tc, "loss", &loss);
+    if (loss && json_object_is_type(loss, json_type_object) &&
+        !json_object_object_get_ex(loss, "class_name", &lc)) {
+        /* {"output_name": loss}: one output, one loss */
+        json_object_object_foreach(loss, k, v) {
+            (void)k;
+            loss = v;
+            break;
+        }
+    }
+    if (loss && json_object_is_type(loss, json_type_array) && json_object_array_length(loss) == 1)
+        loss = json_object_array_get_idx(loss, 0);
+    if (loss) {
+        const char *ln = obj_name(loss, &lc);
+        /* a loss class ("CategoricalCrossentropy") in Keras' function
+         * spelling ("categorical_crossentropy") */
+        size_t k = 0;
+        for (const char *q = ln ? ln : ""; *q && k + 2 < sizeof o->loss; q++) {
+            if (isupper((unsigned char)*q) && k > 0 && json_object_is_type(loss, json_type_object))
+                o->loss[k++] = '_';
+            o->loss[k++] = (char)tolower((unsigned char)*q);
+        }
+        o->loss[k] = 0;
+        json_object *fl;
+        if (lc && json_object_object_get_ex(lc, "from_logits", &fl) &&
+            json_object_is_type(fl, json_type_boolean))
+            o->from_logits = json_object_get_boolean(fl);
+    }
+    json_object *opt = NULL;
+    if (!json_object_object_get_ex(tc, "optimizer", &opt))
+        json_object_object_get_ex(tc, "optimizer_config", &opt);
+    if (opt) {
+        json_object *oc = NULL;
+        const char *on = obj_name(opt, &oc);
+        jcopy(o->optimizer, sizeof o->optimizer, on);
+        /* Keras 2 wrote "lr", Keras 3 "learning_rate" (a schedule object
+         * gives none) */
+        o->lr = jnum(oc, "learning_rate");
+        if (!o->lr)
+            o->lr = jnum(oc, "lr");
+        o->beta1 = jnum(oc, "beta_1");
+        o->beta2 = jnum(oc, "beta_2");
+        o->eps = jnum(oc, "epsilon");
+        o->momentum = jnum(oc, "momentum");
+        o->rho = jnum(oc, "rho");
+        o->weight_decay = jnum(oc, "weight_decay");
+        json_object *nv;
+        if (oc && json_object_object_get_ex(oc, "nesterov", &nv) &&
+            json_object_is_type(nv, json_type_boolean))
+            o->nesterov = json_object_get_boolean(nv);
+    }
+    json_object *mets = NULL;
+    if (json_object_object_get_ex(tc, "metrics", &mets) && mets)
+        add_metric(o, mets);
+    json_object_put(doc);
+    return 1;
+}

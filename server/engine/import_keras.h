@@ -61,6 +61,26 @@ int rt_keras_import_ex(const char *json, size_t len, rt_graph **out, char *err,
  * (any value) or "true"/"false" (only that value). */
 const char *rt_keras_inert_field(int i, const char **when);
 
+/* The training settings saved with a model: Keras 3's "compile_config"
+ * (beside "config" in model.to_json()), Keras 2's "training_config" (HDF5
+ * attributes, TF.js modelTopology). Strings are "" and numbers 0 when the
+ * model does not say. */
+typedef struct rt_keras_compile {
+    char loss[64];
+    int from_logits;
+    char optimizer[32];
+    double lr, beta1, beta2, eps, momentum, rho, weight_decay;
+    int nesterov;
+    int n_metrics;
+    char metrics[8][48];
+} rt_keras_compile;
+
+/* Fill out from json. Returns 1 when the model carries training settings,
+ * 0 when it has none, or RT_EJSON. Metric names are copied as written
+ * ("accuracy", "mae", ...); a loss object gives its class ("CategoricalCrossentropy")
+ * and from_logits. */
+int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *out);
+
 /* ------------------------------------------------- for layer functions */
 struct json_object;
 

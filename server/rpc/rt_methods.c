@@ -554,6 +554,54 @@ static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train
     return 0;
 }
 
+/* What a Keras model saved with its compile settings (Keras 3's
+ * compile_config, Keras 2's training_config) fills in where the request
+ * says nothing: the loss, the optimizer and its numbers, the metrics. */
+static int keras_compile_defaults(rt_call *c, rt_train_config *cfg, const char *json,
+                                  const Rtrain__V1__TrainConfig *p)
+{
+    rt_keras_compile k;
+    if (rt_keras_compile_config(json, strlen(json), &k) != 1)
+        return 0;
+    if (!(p && p->loss && *p->loss) && k.loss[0]) {
+        if (rt_loss_from_name(k.loss, &cfg->loss) < 0)
+            return rt_call_fail(c, RT_EINVAL, "the model's saved loss '%.48s' is not supported; "
+                                "give a loss in TrainConfig", k.loss);
+        cfg->from_logits = k.from_logits || (p && p->from_logits);
+        if (!p || p->label_dtype == RTRAIN__V1__DTYPE__DTYPE_UNSPECIFIED)
+            cfg->label_dtype = cfg->loss == RT_LOSS_SPARSE_CE ? RT_I32 : RT_F32;
+    }
+    if (!(p && p->optimizer && *p->optimizer) && k.optimizer[0]) {
+        if (rt_opt_from_name(k.optimizer, &cfg->opt) < 0)
+            return rt_call_fail(c, RT_EINVAL, "the model's saved optimizer '%.32s' is not "
+                                "supported; give an optimizer in TrainConfig", k.optimizer);
+        const struct { float given; double saved; float *dst; } nums[] = {
+            {p ? p->learning_rate : 0, k.lr, &cfg->lr},
+            {p ? p->beta1 : 0, k.beta1, &cfg->beta1},
+            {p ? p->beta2 : 0, k.beta2, &cfg->beta2},
+            {p ? p->epsilon : 0, k.eps, &cfg->eps},
+            {p ? p->momentum : 0, k.momentum, &cfg->momentum},
+            {p ? p->rho : 0, k.rho, &cfg->rho},
+            {p ? p->weight_decay : 0, k.weight_decay, &cfg->weight_decay},
+        };
+        for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
+            if (!(nums[i].given > 0) && nums[i].saved > 0)
+                *nums[i].dst = (float)nums[i].saved;
+        if (!(p && p->nesterov))
+            cfg->nesterov = k.nesterov;
+    }
+    if (!(p && p->n_metrics) && k.n_metrics) {
+        /* the engine computes accuracy; other saved metrics are reports,
+         * not training settings */
+        cfg->metrics = 0;
+        for (int i = 0; i < k.n_metrics; i++)
+            if (!strcmp(k.metrics[i], "accuracy") || !strcmp(k.metrics[i], "acc") ||
+                strstr(k.metrics[i], "ccuracy"))
+                cfg->metrics |= RT_METRIC_ACCURACY;
+    }
+    return 0;
+}
+
 /* The model, from Keras JSON or the native graph, into st->g, and the
  * cache lookup. On the compile pool: a 20,000-layer import must not hold a
  * completion-queue thread. */
@@ -566,6 +614,8 @@ static int build_graph(rt_call *c, compile_st *st)
         rc = rt_keras_import(q->keras_json, strlen(q->keras_json), &st->g, err, sizeof err);
         if (rc < 0)
             return rt_call_fail(c, rc, "%s", err);
+        if ((rc = keras_compile_defaults(c, &st->cfg, q->keras_json, q->config)) < 0)
+            return rc;
     } else {
         st->g = rt_graph_create();
         if (!st->g)

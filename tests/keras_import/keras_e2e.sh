@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The Keras importer through a real rtraind and the rtrain CLI:
+#   - a Keras 3 model with compile_config trains with no --loss/--optimizer
+#     (categorical_crossentropy, one-hot (n, 3) .npy labels whose shape the
+#     CLI reads), and eval takes its loss from the model too;
+#   - predict on features-only data;
+#   - (n, 2) regression labels with --loss mse;
+#   - a model with several problems is refused with every one named
+#     (INVALID_ARGUMENT, exit 4), and the daemon keeps serving.
+#   usage: keras_e2e.sh RTRAIND RTRAIN SOURCE_DIR
+set -uo pipefail
+rtraind=$1 rtrain=$2 src=$3
+py=/usr/bin/python3
+. "$src/tests/lib/e2e.sh"
+start_daemon "$tmp/daemon.log" --log-level warn || exit 1
+S=(--server "$addr")
+
+$py - "$tmp" <<'EOF'
+import json, sys
+import numpy as np
+d = sys.argv[1]
+rng = np.random.default_rng(0)
+x = rng.normal(size=(120, 4)).astype(np.float32)
+k = np.argmax(x[:, :3] + 0.5 * x[:, 3:4], axis=1)
+np.save(f"{d}/x.npy", x)
+np.save(f"{d}/onehot.npy", np.eye(3, dtype=np.float32)[k])
+np.save(f"{d}/reg.npy", np.stack([x[:, 0] + x[:, 1], x[:, 2] - x[:, 3]], 1).astype(np.float32))
+def dense(name, units, act):
+    return {"module": "keras.layers", "class_name": "Dense", "config": {
+        "name": name, "trainable": True,
+        "dtype": {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"}, "registered_name": None},
+        "units": units, "activation": act, "use_bias": True,
+        "kernel_initializer": {"module": "keras.initializers", "class_name": "GlorotUniform", "config": {"seed": None}, "registered_name": None},
+        "bias_initializer": {"module": "keras.initializers", "class_name": "Zeros", "config": {}, "registered_name": None},
+        "kernel_regularizer": None, "bias_regularizer": None, "kernel_constraint": None, "bias_constraint": None},
+        "registered_name": None, "build_config": {"input_shape": [None, 4]}}
+def model(out_units, act, loss):
+    return {"module": "keras", "class_name": "Sequential", "config": {"name": "s", "trainable": True, "layers": [
+        {"module": "keras.layers", "class_name": "InputLayer", "config": {"batch_shape": [None, 4], "dtype": "float32", "sparse": False, "name": "x"}, "registered_name": None},
+        dense("h", 16, "relu"), dense("o", out_units, act)], "build_input_shape": [None, 4]},
+        "registered_name": None,
+        "compile_config": {"optimizer": {"module": "keras.optimizers", "class_name": "Adam", "config": {"name": "adam", "learning_rate": 0.05, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-07}, "registered_name": None},
+                           "loss": loss, "metrics": ["accuracy"], "loss_weights": None}}
+json.dump(model(3, "softmax", "categorical_crossentropy"), open(f"{d}/cls.json", "w"))
+json.dump(model(2, "linear", None), open(f"{d}/reg.json", "w"))
+bad = model(3, "softmax", "categorical_crossentropy")
+L = bad["config"]["layers"]
+L.insert(2, {"class_name": "Lambda", "config": {"name": "lam", "function": "x"}})
+L[1]["config"]["activation"] = "bogus"
+L[3]["config"]["wobble"] = 1
+json.dump(bad, open(f"{d}/bad.json", "w"))
+EOF
+
+# --- compile_config supplies loss, optimizer and metrics; one-hot labels
+expect_rc 0 "fit from compile_config" -- "$rtrain" fit "${S[@]}" --model "$tmp/cls.json" \
+  --data "$tmp/x.npy" --labels "$tmp/onehot.npy" --epochs 30 --batch-size 20 --seed 1 \
+  --save-weights "$tmp/w.bin"
+acc=$(sed -n 's/^final:.* accuracy \([0-9.]*\).*/\1/p' "$tmp/out" | head -n 1)
+ge "$acc" 0.85 && ok "one-hot accuracy $acc >= 0.85" || { bad "accuracy '$acc'"; cat "$tmp/out" "$tmp/err" | tail -5; }
+expect_rc 0 "eval takes the model's loss" -- "$rtrain" eval "${S[@]}" --model "$tmp/cls.json" \
+  --weights "$tmp/w.bin" --data "$tmp/x.npy" --labels "$tmp/onehot.npy"
+has "$tmp/out" "accuracy" "eval reports accuracy"
+expect_rc 0 "predict on features only" -- "$rtrain" predict "${S[@]}" --model "$tmp/cls.json" \
+  --weights "$tmp/w.bin" --data "$tmp/x.npy" --out "$tmp/p.npy"
+if $py - "$tmp/p.npy" <<'EOF'
+import sys, numpy as np
+p = np.load(sys.argv[1])
+assert p.shape == (120, 3), p.shape
+assert np.allclose(p.sum(1), 1, atol=1e-4)
+EOF
+then ok "predictions (120, 3) softmax rows"; else bad "predictions"; fi
+
+# --- (n, 2) regression labels
+expect_rc 0 "fit (n, 2) regression" -- "$rtrain" fit "${S[@]}" --model "$tmp/reg.json" \
+  --data "$tmp/x.npy" --labels "$tmp/reg.npy" --loss mse --epochs 40 --batch-size 20 --seed 1
+loss=$(sed -n 's/^final:.* loss \([0-9.]*\).*/\1/p' "$tmp/out" | head -n 1)
+awk -v l="$loss" 'BEGIN { exit !(l != "" && l < 0.2) }' && ok "regression loss $loss < 0.2" \
+  || { bad "regression loss '$loss'"; tail -5 "$tmp/out" "$tmp/err"; }
+
+# --- every problem in one error; the daemon keeps serving
+expect_rc 4 "bad model refused" -- "$rtrain" fit "${S[@]}" --model "$tmp/bad.json" \
+  --data "$tmp/x.npy" --labels "$tmp/onehot.npy" --epochs 1
+has "$tmp/err" "3 problems" "one error, 3 problems"
+has "$tmp/err" "unsupported activation 'bogus' (layer 'h')" "names the activation and layer"
+has "$tmp/err" "Lambda layer 'lam' holds Python code" "names the Lambda"
+has "$tmp/err" "unsupported setting 'wobble' (layer 'o')" "names the unknown field"
+expect_rc 0 "daemon still serves" -- "$rtrain" fit "${S[@]}" --model "$tmp/cls.json" \
+  --data "$tmp/x.npy" --labels "$tmp/onehot.npy" --epochs 1
+
+echo "$((checks - fails))/$checks checks passed"
+[ "$fails" -eq 0 ]
