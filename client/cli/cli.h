@@ -56,6 +56,7 @@ typedef struct cli_opts {
     long steps_per_call;      /* 0: Fit stream; CLI_SPC_AUTO: auto */
     long in_flight;           /* 0: the library's default */
     const char *loss, *optimizer;
+    const char *metrics;      /* --metrics: comma-separated Keras names, or NULL */
     double lr;                /* < 0: not given */
     long label_column;        /* CSV; -1 = last */
     int csv_header;

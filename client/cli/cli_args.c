@@ -28,7 +28,7 @@ enum {
     O_ON_BAD,
     O_TLS_CA, O_TLS_CERT, O_TLS_KEY, O_TOKEN_FILE,
     O_EARLY_STOP, O_CHECKPOINT, O_CSV_LOG, O_LOAD_WEIGHTS, O_SAMPLE_WEIGHTS,
-    O_RTT, O_JITTER, O_BANDWIDTH,
+    O_RTT, O_JITTER, O_BANDWIDTH, O_METRICS,
 };
 
 typedef struct opt_def {
@@ -59,6 +59,7 @@ static const opt_def defs[] = {
     {"steps-per-epoch", 1, O_SPE, B(CLI_FIT)},
     {"in-flight", 1, O_IN_FLIGHT, B(CLI_FIT)},
     {"loss", 1, O_LOSS, TRAIN},
+    {"metrics", 1, O_METRICS, TRAIN},
     {"optimizer", 1, O_OPT, TRAIN},
     {"lr", 1, O_LR, TRAIN},
     {"label-column", 1, O_LABEL_COL, TRAIN},
@@ -120,8 +121,9 @@ static const struct {
     {"steps-per-call", "K|auto", "RunSteps calls of K steps (default 0: one Fit stream)"},
     {"steps-per-epoch", "S", "steps per epoch (default ceil(samples / B))"},
     {"in-flight", "W", "RunSteps calls in flight (default " CLI_STR(RT_TRAIN_WINDOW) ")"},
-    {"loss", "L", "loss (required: a model JSON carries none), e.g. "
+    {"loss", "L", "loss (required unless the model JSON saved one), e.g. "
                   "sparse_categorical_crossentropy"},
+    {"metrics", "M,M", "Keras metrics besides accuracy, e.g. auc,precision,recall,mae"},
     {"optimizer", "O", "sgd, adam, adamw or rmsprop (default adam)"},
     {"lr", "X", "learning rate (default: the optimizer's, Keras')"},
     {"label-column", "C", "CSV label column (default -1 = last)"},
@@ -467,6 +469,7 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
                 return perr(err, errlen, "--steps-per-epoch: expected an integer >= 1, got '%s'", a);
             break;
         case O_LOSS: o->loss = a; break;
+        case O_METRICS: o->metrics = a; break;
         case O_OPT: o->optimizer = a; break;
         case O_LR:
             if (parse_double(a, 1e-12, 1e6, &o->lr) < 0)

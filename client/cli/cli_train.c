@@ -159,9 +159,25 @@ int cli_upload(rt_client *c, const char *sid, const char *name, const char *data
     }
 }
 
+/* "accuracy" plus --metrics split at commas (static storage: one set of
+ * options per process) */
+static const char *cli_metric_list[RT_CLIENT_MAX_METRICS + 1];
+static char cli_metric_buf[512];
+
 void cli_train_opts(const cli_opts *o, rt_train_opts *t)
 {
     rt_train_opts_init(t);
+    if (o->metrics) {
+        int n = 0;
+        cli_metric_list[n++] = "accuracy";
+        snprintf(cli_metric_buf, sizeof cli_metric_buf, "%s", o->metrics);
+        for (char *tok = strtok(cli_metric_buf, ","); tok && n <= RT_CLIENT_MAX_METRICS;
+             tok = strtok(NULL, ","))
+            if (*tok && strcmp(tok, "accuracy") != 0)
+                cli_metric_list[n++] = tok;
+        t->metrics = cli_metric_list;
+        t->n_metrics = n;
+    }
     if (o->loss)
         t->loss = o->loss;
     if (o->optimizer)
@@ -541,10 +557,14 @@ int cli_cmd_fit(const cli_opts *o)
         printf("final: loss %.4f", v.last.train.loss);
         if (!isnan(v.last.train.accuracy))
             printf(" - accuracy %.4f", v.last.train.accuracy);
+        for (int i = 0; i < v.last.train.n_values; i++)
+            printf(" - %s %.4f", v.last.train.value_name[i], v.last.train.values[i]);
         if (v.last.has_val) {
             printf(" - val_loss %.4f", v.last.val.loss);
             if (!isnan(v.last.val.accuracy))
                 printf(" - val_accuracy %.4f", v.last.val.accuracy);
+            for (int i = 0; i < v.last.val.n_values; i++)
+                printf(" - val_%s %.4f", v.last.val.value_name[i], v.last.val.values[i]);
         }
         printf(" - steps %llu - epochs %u - wall %.3f s (connect, upload, compile, train)\n",
                (unsigned long long)v.last.steps, v.done, wall);
@@ -629,6 +649,8 @@ int cli_cmd_eval(const cli_opts *o, int predict)
         printf("loss: %.4f", m.loss);
         if (!isnan(m.accuracy))
             printf(" - accuracy: %.4f", m.accuracy);
+        for (int i = 0; i < m.n_values; i++)
+            printf(" - %s: %.4f", m.value_name[i], m.values[i]);
         printf(" - samples: %llu\n", (unsigned long long)m.samples);
     } else {
         rt_client_tensor y;

@@ -503,6 +503,13 @@ void rt__metrics_from_pb(const Rtrain__V1__Metrics *m, rt_client_metrics *out)
     out->loss = m->loss;
     out->accuracy = m->accuracy;
     out->samples = m->samples;
+    for (size_t i = 0; i < m->n_values && out->n_values < RT_CLIENT_MAX_METRICS; i++) {
+        if (!m->values[i] || !m->values[i]->name)
+            continue;
+        snprintf(out->value_name[out->n_values], sizeof out->value_name[0], "%s",
+                 m->values[i]->name);
+        out->values[out->n_values++] = m->values[i]->value;
+    }
 }
 
 void rt__epoch_from_pb(const Rtrain__V1__EpochEnd *e, rt_client_epoch *out)

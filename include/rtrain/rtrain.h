@@ -470,10 +470,15 @@ int rt_client_upload_idx(rt_client *c, const char *session, const char *name,
 
 /* ------------------------------------------------------------- training */
 
+#define RT_CLIENT_MAX_METRICS 12
 typedef struct rt_client_metrics {
     double loss;
     double accuracy;  /* NaN when not computed */
     uint64_t samples;
+    /* the other requested metrics (auc, mae, ...), Keras' names */
+    int n_values;
+    char value_name[RT_CLIENT_MAX_METRICS][40];
+    double values[RT_CLIENT_MAX_METRICS];
 } rt_client_metrics;
 
 typedef struct rt_client_epoch {

@@ -795,6 +795,7 @@ static int rt__setup_loss(rt__cc *cc, int softmax_fused)
     L->acc = (cfg->metrics & RT_METRIC_ACCURACY) != 0;
     int rc = rt__loss_check(L, cfg, cc->err, cc->errlen);
     if (rc < 0) return rc;
+    if ((rc = rt__metrics_check(L, cfg->metrics, cc->err, cc->errlen)) < 0) return rc;
     int64_t lab_total;
     if (__builtin_mul_overflow(L->lab_numel, cc->B, &lab_total) || lab_total > RT__MAX_NUMEL)
         return rt__cerr(cc, NULL, RT_EOVERFLOW, "labels too large");

@@ -228,7 +228,27 @@ typedef enum rt_sched_kind {
     RT_SCHED_WARMUP_COSINE, /* linear warmup, then cosine over total-warmup */
 } rt_sched_kind;
 
-#define RT_METRIC_ACCURACY 1u
+#define RT_METRIC_ACCURACY 1u  /* Keras' "accuracy": the one the loss implies */
+/* Keras metrics computed over the epoch (or the evaluated data) exactly as
+ * Keras' metric objects accumulate them; values in rt_metrics.values */
+#define RT_METRIC_BINARY_ACCURACY (1u << 1)      /* y_pred > 0.5 equals y_true */
+#define RT_METRIC_CATEGORICAL_ACCURACY (1u << 2) /* argmax y_true == argmax y_pred */
+#define RT_METRIC_SPARSE_CATEGORICAL_ACCURACY (1u << 3)
+#define RT_METRIC_TOP_K (1u << 4)                /* top_k_categorical_accuracy, k 5 */
+#define RT_METRIC_SPARSE_TOP_K (1u << 5)         /* sparse_top_k_categorical_accuracy */
+#define RT_METRIC_MAE (1u << 6)
+#define RT_METRIC_MSE (1u << 7)
+#define RT_METRIC_RMSE (1u << 8)                 /* sqrt(sum sq err / elements) */
+#define RT_METRIC_AUC (1u << 9)                  /* ROC, 200 thresholds, interpolation */
+#define RT_METRIC_PRECISION (1u << 10)           /* threshold 0.5 */
+#define RT_METRIC_RECALL (1u << 11)
+#define RT_METRIC_MAX 12
+
+/* A metric's bit from its Keras name or alias ("auc", "AUC", "mae",
+ * "top_k_categorical_accuracy", ...; "accuracy" is RT_METRIC_ACCURACY):
+ * 0 or RT_EINVAL. rt_metric_name: the Keras name of one bit, or NULL. */
+int rt_metric_from_name(const char *name, uint32_t *bit);
+const char *rt_metric_name(uint32_t bit);
 
 typedef struct rt_train_config {
     rt_loss_kind loss;
@@ -357,6 +377,11 @@ typedef struct rt_metrics {
     double loss;
     double acc;        /* NaN when accuracy is not a metric */
     int64_t samples;
+    /* the config's other metrics, in bit order: value i is metric
+     * value_bit[i] (rt_metric_name); 0 of them where not computed */
+    int n_values;
+    uint32_t value_bit[RT_METRIC_MAX];
+    double values[RT_METRIC_MAX];
 } rt_metrics;
 
 /* Passed to the step callback after every step. */

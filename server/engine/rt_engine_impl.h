@@ -485,6 +485,23 @@ void rt__opt_update(const rt_train_config *c, float lr, int64_t t, float *w,
 /* Scale g so its global L2 norm is at most clip; returns the norm. */
 double rt__clip_by_norm(float *g, int64_t count, float clip);
 
+/* rt_metrics.c: Keras' metric accumulators over an epoch or an evaluation */
+#define RT__AUC_T 200
+typedef struct rt__macc {
+    double sum[RT_METRIC_MAX];      /* summed per-sample values */
+    double sq, elems;               /* RMSE */
+    double tp, fp, fn;              /* precision, recall at 0.5 */
+    double auc_tp[RT__AUC_T], auc_fp[RT__AUC_T], pos, neg;
+    int64_t n;
+} rt__macc;
+/* Add a batch: y (n, out_numel) is the loss's input (logits when the
+ * Softmax was fused into the loss: the metrics see its softmax). */
+void rt__metrics_update(const rt__lossinfo *L, uint32_t metrics, const float *y,
+                        const void *lab, int64_t n, rt__macc *a);
+void rt__metrics_values(uint32_t metrics, const rt__macc *a, rt_metrics *out);
+/* a metric the labels cannot serve: RT_ESHAPE with a message */
+int rt__metrics_check(const rt__lossinfo *L, uint32_t metrics, char *err, size_t errlen);
+
 /* rt_regular.c: the L1/L2 penalty of every regularized parameter (w is
  * the parameter block); when g (the gradient block) is not NULL, adds the
  * penalty's gradient to the trainable ones. */

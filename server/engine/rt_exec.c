@@ -65,6 +65,7 @@ struct rt_exec {
     float *swb;                /* the batch's sample weights (batch_size floats) */
     const float *checked_sw;   /* sample weights already checked, as checked_y */
     int64_t checked_sw_n;
+    rt__macc ep_macc;          /* the epoch's metrics beyond loss and accuracy */
 };
 
 static void rt__loss_weighted(rt_exec *e, int64_t nb, double *loss_sum, double *acc_sum,
@@ -488,6 +489,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
             e->pos = 0;
             e->ep_loss = e->ep_acc = 0;
             e->ep_samples = 0;
+            memset(&e->ep_macc, 0, sizeof e->ep_macc);
         }
         if (e->restored && e->pos * B >= d->n) e->pos = 0;
         e->restored = 0;
@@ -501,6 +503,8 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
     rt_train_result r = {0};
     const int acc = p->loss.acc;
     const double nan = NAN;
+    rt__macc call_macc; /* this call's steps, for r.mean */
+    memset(&call_macc, 0, sizeof call_macc);
 
     for (int64_t s = 0; s < steps; s++) {
         if (e->perm_epoch != e->epoch) rt__gen_perm(e);
@@ -514,6 +518,10 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
             rt__loss_weighted(e, nb, &bl, &ba, 1);
         else
             rt__loss_run(&p->loss, e->lin, e->lb, nb, e->lgrad, &bl, &ba, e->loss_scratch);
+        if (cfg->metrics & ~RT_METRIC_ACCURACY) {
+            rt__metrics_update(&p->loss, cfg->metrics, e->lin, e->lb, nb, &e->ep_macc);
+            rt__metrics_update(&p->loss, cfg->metrics, e->lin, e->lb, nb, &call_macc);
+        }
         rt__backward(e);
         if (p->rep.n_regularized) bl += (double)nb * rt__reg_apply(p, e->w, e->g);
         if (p->train_floats) {
@@ -551,6 +559,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
                           .acc = acc ? e->ep_acc / (double)e->ep_samples : nan,
                           .samples = e->ep_samples},
             };
+            rt__metrics_values(cfg->metrics, &e->ep_macc, &info.epoch_metrics);
             stop = cb(ud, &info);
         }
         if (epoch_end) {
@@ -558,6 +567,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
             e->pos = 0;
             e->ep_loss = e->ep_acc = 0;
             e->ep_samples = 0;
+            memset(&e->ep_macc, 0, sizeof e->ep_macc);
         }
         if (stop) {
             r.stopped = 1;
@@ -566,6 +576,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
     }
     r.global_step = e->step;
     if (sum_n) {
+        rt__metrics_values(cfg->metrics, &call_macc, &r.mean);
         r.mean.loss = sum_loss / (double)sum_n;
         r.mean.acc = acc ? sum_acc / (double)sum_n : nan;
         r.mean.samples = sum_n;
@@ -583,7 +594,10 @@ static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
     int rc = rt_exec_check_data(e, d);
     if (rc < 0) return rc;
     const int64_t B = e->p->cfg.batch_size;
+    const uint32_t mets = e->p->cfg.metrics;
     double ls = 0, as = 0;
+    rt__macc macc;
+    memset(&macc, 0, sizeof macc);
     for (int64_t start = 0; start < d->n; start += B) {
         const int64_t nb = d->n - start < B ? d->n - start : B;
         rt__gather(e, d->x, d->y, NULL, start, nb);
@@ -593,10 +607,14 @@ static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
             rt__loss_weighted(e, nb, &ls, &as, 0);
         else
             rt__loss_run(&e->p->loss, e->lin, e->lb, nb, NULL, &ls, &as, e->loss_scratch);
+        if (mets & ~RT_METRIC_ACCURACY)
+            rt__metrics_update(&e->p->loss, mets, e->lin, e->lb, nb, &macc);
     }
     /* Keras' evaluate reports the loss with the regularization terms */
     if (e->p->rep.n_regularized) ls += (double)d->n * rt__reg_apply(e->p, e->w, NULL);
     if (out) {
+        memset(out, 0, sizeof *out);
+        rt__metrics_values(mets, &macc, out);
         out->loss = ls / (double)d->n;
         out->acc = e->p->loss.acc ? as / (double)d->n : NAN;
         out->samples = d->n;

@@ -186,6 +186,19 @@ static Rtrain__V1__Metrics *metrics_pb(rt_call *c, const rt_metrics *m)
         p->loss = m->loss;
         p->accuracy = m->acc;
         p->samples = (uint64_t)m->samples;
+        if (m->n_values > 0) {
+            p->values = rt_call_alloc(c, sizeof *p->values * (size_t)m->n_values);
+            Rtrain__V1__MetricValue *v = rt_call_alloc(c, sizeof *v * (size_t)m->n_values);
+            if (!p->values || !v)
+                return NULL;
+            for (int i = 0; i < m->n_values; i++) {
+                rtrain__v1__metric_value__init(&v[i]);
+                v[i].name = (char *)rt_metric_name(m->value_bit[i]);
+                v[i].value = m->values[i];
+                p->values[i] = &v[i];
+            }
+            p->n_values = (size_t)m->n_values;
+        }
     }
     return p;
 }
@@ -528,10 +541,15 @@ static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train
         cfg->metrics = 0;
         for (size_t i = 0; i < p->n_metrics; i++) {
             const char *m = p->metrics[i];
+            uint32_t bit;
+            /* the accuracies Keras' "accuracy" resolves to by the loss stay
+             * the accuracy field; the others are values */
             if (!strcmp(m, "accuracy") || !strcmp(m, "acc") ||
                 !strcmp(m, "sparse_categorical_accuracy") || !strcmp(m, "categorical_accuracy") ||
                 !strcmp(m, "binary_accuracy"))
                 cfg->metrics |= RT_METRIC_ACCURACY;
+            else if (rt_metric_from_name(m, &bit) == 0)
+                cfg->metrics |= bit;
             else
                 return rt_call_fail(c, RT_EINVAL, "unknown metric '%.48s'", m);
         }
@@ -594,10 +612,16 @@ static int keras_compile_defaults(rt_call *c, rt_train_config *cfg, const char *
         /* the engine computes accuracy; other saved metrics are reports,
          * not training settings */
         cfg->metrics = 0;
-        for (int i = 0; i < k.n_metrics; i++)
+        for (int i = 0; i < k.n_metrics; i++) {
+            uint32_t bit;
             if (!strcmp(k.metrics[i], "accuracy") || !strcmp(k.metrics[i], "acc") ||
-                strstr(k.metrics[i], "ccuracy"))
+                !strcmp(k.metrics[i], "categorical_accuracy") ||
+                !strcmp(k.metrics[i], "sparse_categorical_accuracy") ||
+                !strcmp(k.metrics[i], "binary_accuracy"))
                 cfg->metrics |= RT_METRIC_ACCURACY;
+            else if (rt_metric_from_name(k.metrics[i], &bit) == 0)
+                cfg->metrics |= bit;
+        }
     }
     return 0;
 }
@@ -720,6 +744,17 @@ static int compile_work(rt_call *c)
     cr->compile_ns = rep->compile_ns;
     cr->cache_hit = hit;
     cr->kernels = rep->n_kernels;
+    cr->regularized_params = rep->n_regularized;
+    cr->constrained_params = rep->n_constrained;
+    {
+        const rt_train_config *pc = rt_plan_config(st->plan);
+        static const char *const lossn[] = {"", "sparse_categorical_crossentropy",
+                                            "categorical_crossentropy", "binary_crossentropy",
+                                            "mean_squared_error", "mean_absolute_error", "logcosh"};
+        static const char *const optn[] = {"", "sgd", "adam", "adamw", "rmsprop"};
+        cr->loss = (char *)(pc->loss >= 1 && pc->loss <= 6 ? lossn[pc->loss] : "");
+        cr->optimizer = (char *)(pc->opt >= 1 && pc->opt <= 4 ? optn[pc->opt] : "");
+    }
     cr->passes = rt_call_alloc(c, sizeof *cr->passes * RT_COMPILE_PASSES);
     if (!cr->passes)
         return OOM(c);

@@ -4,6 +4,7 @@
 #     (categorical_crossentropy, one-hot (n, 3) .npy labels whose shape the
 #     CLI reads), and eval takes its loss from the model too;
 #   - predict on features-only data;
+#   - --metrics (auc, precision, recall, mae, top-k, rmse) in fit and eval;
 #   - (n, 2) regression labels with --loss mse;
 #   - a model with several problems is refused with every one named
 #     (INVALID_ARGUMENT, exit 4), and the daemon keeps serving.
@@ -69,6 +70,22 @@ assert p.shape == (120, 3), p.shape
 assert np.allclose(p.sum(1), 1, atol=1e-4)
 EOF
 then ok "predictions (120, 3) softmax rows"; else bad "predictions"; fi
+
+# --- Keras metrics over the epoch, selected with --metrics
+expect_rc 0 "fit --metrics" -- "$rtrain" fit "${S[@]}" --model "$tmp/cls.json" \
+  --data "$tmp/x.npy" --labels "$tmp/onehot.npy" --epochs 5 --batch-size 20 --seed 1 \
+  --metrics auc,precision,recall,mae,top_k_categorical_accuracy
+for m in auc precision recall mae top_k_categorical_accuracy; do
+  has "$tmp/out" " - $m [0-9]" "fit reports $m"
+done
+expect_rc 0 "eval --metrics" -- "$rtrain" eval "${S[@]}" --model "$tmp/cls.json" \
+  --weights "$tmp/w.bin" --data "$tmp/x.npy" --labels "$tmp/onehot.npy" --metrics auc,rmse
+auc=$(sed -n 's/.* - auc: \([0-9.]*\).*/\1/p' "$tmp/out")
+ge "$auc" 0.9 && ok "eval auc $auc >= 0.9 (the trained model)" || bad "eval auc '$auc'"
+has "$tmp/out" " - rmse: " "eval reports rmse"
+expect_rc 4 "an unknown metric is refused" -- "$rtrain" eval "${S[@]}" --model "$tmp/cls.json" \
+  --weights "$tmp/w.bin" --data "$tmp/x.npy" --labels "$tmp/onehot.npy" --metrics f1_bogus
+has "$tmp/err" "f1_bogus" "names the metric"
 
 # --- (n, 2) regression labels
 expect_rc 0 "fit (n, 2) regression" -- "$rtrain" fit "${S[@]}" --model "$tmp/reg.json" \
