@@ -77,6 +77,14 @@ _LOSSES = {
 }
 _METRICS = ("accuracy", "acc", "sparse_categorical_accuracy",
             "categorical_accuracy", "binary_accuracy")
+# Keras metrics the daemon accumulates over the epoch besides accuracy
+_VALUE_METRICS = {"top_k_categorical_accuracy": "top_k_categorical_accuracy",
+                  "sparse_top_k_categorical_accuracy": "sparse_top_k_categorical_accuracy",
+                  "mae": "mae", "mean_absolute_error": "mae",
+                  "mse": "mse", "mean_squared_error": "mse",
+                  "rmse": "rmse", "root_mean_squared_error": "rmse",
+                  "auc": "auc", "AUC": "auc", "precision": "precision",
+                  "recall": "recall"}
 _DEFAULT_BATCH = 32  # Keras' fit/evaluate default
 
 # Inline Predict messages stay well under gRPC's default 4 MiB receive limit.
@@ -259,7 +267,8 @@ class CompiledModel:
 
     @property
     def metrics_names(self):
-        return ["loss"] + ([self._metric] if self._metric else [])
+        return (["loss"] + ([self._metric] if self._metric else [])
+                + list(getattr(self, "_values", [])))
 
     @property
     def stop_training(self):
@@ -710,13 +719,16 @@ class CompiledModel:
             sw = self._sample_weights(y, len(x), sample_weight, None)
         ds, label = self._upload(x, y, "evaluate", sw)
         self._ensure(None, None, label)
-        loss, acc, _ = self._prog.evaluate(ds["id"])
+        loss, acc, _, vals = self._prog.evaluate(ds["id"])
+        names = getattr(self, "_values", [])
         if return_dict:
             d = {"loss": loss}
             if self._metric:
                 d[self._metric] = acc
+            d.update((k, vals[k]) for k in names if k in vals)
             return d
-        return [loss, acc] if self._metric else loss
+        out = [loss] + ([acc] if self._metric else []) + [vals.get(k) for k in names]
+        return out if len(out) > 1 else loss
 
     def predict(self, x, batch_size=None, verbose=0):
         """Model outputs for x, as a float32 array (n,) + output_shape."""
@@ -807,10 +819,15 @@ class Client(_rtrain.Client):
             raise ValueError("unknown loss %r (known: %s)"
                              % (loss, ", ".join(sorted(_LOSSES))))
         metric = None
+        values = []
         for m in metrics or []:
+            if m in _VALUE_METRICS:
+                if _VALUE_METRICS[m] not in values:
+                    values.append(_VALUE_METRICS[m])
+                continue
             if m not in _METRICS:
                 raise ValueError("unknown metric %r (known: %s)"
-                                 % (m, ", ".join(_METRICS)))
+                                 % (m, ", ".join(_METRICS + tuple(_VALUE_METRICS))))
             want = {"sparse_categorical_accuracy":
                     "sparse_categorical_crossentropy",
                     "categorical_accuracy": "categorical_crossentropy",
@@ -823,10 +840,11 @@ class Client(_rtrain.Client):
         optimizer = optimizers.get(optimizer)
         opts = optimizer.get_config()
         opts.update(loss=_LOSSES[loss], from_logits=bool(from_logits),
-                    metrics=["accuracy"] if metric else [], seed=int(seed))
+                    metrics=(["accuracy"] if metric else []) + values, seed=int(seed))
         spec_json = _spec_json(spec)
         model = CompiledModel(self, spec_json, opts, metric,
                               optimizer=optimizer, loss=loss)
+        model._values = values
         label = None
         if label_shape is not None or label_dtype is not None or \
                 _LOSSES[loss] in _SPARSE_LOSSES:

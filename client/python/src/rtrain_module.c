@@ -1215,7 +1215,22 @@ static PyObject *Program_evaluate(ProgramObject *self, PyObject *args)
     rt_py__sig_remove(inst);
     PyObject *res = NULL;
     if (rt_py__prog_after(self, rc, inst) == 0)
-        res = Py_BuildValue("(ddK)", m.loss, m.accuracy, (unsigned long long)m.samples);
+    {
+        /* (loss, accuracy, samples, {metric: value}) */
+        PyObject *vals = PyDict_New();
+        for (int i = 0; vals && i < m.n_values; i++) {
+            PyObject *v = PyFloat_FromDouble(m.values[i]);
+            if (!v || PyDict_SetItemString(vals, m.value_name[i], v) < 0) {
+                Py_XDECREF(v);
+                Py_CLEAR(vals);
+                break;
+            }
+            Py_DECREF(v);
+        }
+        if (vals)
+            res = Py_BuildValue("(ddKN)", m.loss, m.accuracy, (unsigned long long)m.samples,
+                                vals);
+    }
     rt_py__unlock(self->client);
     return res;
 }
@@ -1498,12 +1513,20 @@ static int rt_py__epoch_done(fitctx *f, const rt_client_epoch *ep)
         return -1;
     if (mn && rt_py__hist_append(f->history, mn, ep->train.accuracy) < 0)
         return -1;
+    for (int i = 0; i < ep->train.n_values; i++)
+        if (rt_py__hist_append(f->history, ep->train.value_name[i], ep->train.values[i]) < 0)
+            return -1;
     if (ep->has_val) {
         if (rt_py__hist_append(f->history, "val_loss", ep->val.loss) < 0)
             return -1;
         snprintf(key, sizeof key, "val_%s", mn ? mn : "");
         if (mn && rt_py__hist_append(f->history, key, ep->val.accuracy) < 0)
             return -1;
+        for (int i = 0; i < ep->val.n_values; i++) {
+            snprintf(key, sizeof key, "val_%s", ep->val.value_name[i]);
+            if (rt_py__hist_append(f->history, key, ep->val.values[i]) < 0)
+                return -1;
+        }
     }
     return 0;
 }
