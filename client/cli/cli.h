@@ -59,6 +59,8 @@ typedef struct cli_opts {
     const char *metrics;      /* --metrics: comma-separated Keras names, or NULL */
     double lr;                /* < 0: not given */
     long label_column;        /* CSV; -1 = last */
+    long label_first, label_last; /* --label-columns A:B (inclusive); first -1 = unset */
+    long csv_features;        /* predict: CSV columns that are all features (set by the command) */
     int csv_header;
     long long seed;
     int no_shuffle;

@@ -28,7 +28,7 @@ enum {
     O_ON_BAD,
     O_TLS_CA, O_TLS_CERT, O_TLS_KEY, O_TOKEN_FILE,
     O_EARLY_STOP, O_CHECKPOINT, O_CSV_LOG, O_LOAD_WEIGHTS, O_SAMPLE_WEIGHTS,
-    O_RTT, O_JITTER, O_BANDWIDTH, O_METRICS,
+    O_RTT, O_JITTER, O_BANDWIDTH, O_METRICS, O_LABEL_COLS,
 };
 
 typedef struct opt_def {
@@ -63,6 +63,7 @@ static const opt_def defs[] = {
     {"optimizer", 1, O_OPT, TRAIN},
     {"lr", 1, O_LR, TRAIN},
     {"label-column", 1, O_LABEL_COL, TRAIN},
+    {"label-columns", 1, O_LABEL_COLS, TRAIN},
     {"csv-header", 0, O_CSV_HEADER, TRAIN},
     {"seed", 1, O_SEED, TRAIN},
     {"no-shuffle", 0, O_NO_SHUFFLE, TRAIN},
@@ -127,6 +128,7 @@ static const struct {
     {"optimizer", "O", "sgd, adam, adamw or rmsprop (default adam)"},
     {"lr", "X", "learning rate (default: the optimizer's, Keras')"},
     {"label-column", "C", "CSV label column (default -1 = last)"},
+    {"label-columns", "A:B", "CSV label columns A..B (0-based, inclusive): (n, k) labels"},
     {"csv-header", NULL, "skip the CSV's first line"},
     {"seed", "S", "initialisation and shuffling seed (default 0)"},
     {"no-shuffle", NULL, "keep the data order (default: shuffle every epoch)"},
@@ -326,6 +328,7 @@ static void defaults(cli_opts *o)
     o->timeout_s = -1;
     o->lr = -1;
     o->label_column = -1;
+    o->label_first = o->label_last = -1;
     o->seed = -1;
     o->batch_size = -1;
     o->epochs = -1;
@@ -470,6 +473,17 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
             break;
         case O_LOSS: o->loss = a; break;
         case O_METRICS: o->metrics = a; break;
+        case O_LABEL_COLS: {
+            char *end;
+            o->label_first = strtol(a, &end, 10);
+            if (end == a || *end != ':' || o->label_first < 0)
+                return perr(err, errlen, "--label-columns: want A:B, got '%s'", a);
+            const char *b = end + 1;
+            o->label_last = strtol(b, &end, 10);
+            if (end == b || *end || o->label_last < o->label_first || o->label_last > (1 << 20))
+                return perr(err, errlen, "--label-columns: want A:B with A <= B, got '%s'", a);
+            break;
+        }
         case O_OPT: o->optimizer = a; break;
         case O_LR:
             if (parse_double(a, 1e-12, 1e6, &o->lr) < 0)

@@ -140,11 +140,92 @@ static const char *base_name(const char *p)
     return s ? s + 1 : p;
 }
 
+/* A numeric CSV read here and uploaded as arrays: columns first..last are
+ * (n, k) f32 labels (--label-columns), or, with first < 0, every column is
+ * a feature (predict on features-only data). */
+static int csv_upload_split(rt_client *c, const char *sid, const char *name, const char *path,
+                            int header, long first, long last, rt_client_dataset *out)
+{
+    size_t len;
+    char *text = cli_read_file(path, &len);
+    if (!text)
+        return RT_ENOTFOUND;
+    size_t cx = 1024, cy = 1024, nx = 0, ny = 0;
+    float *x = malloc(cx * sizeof *x), *y = malloc(cy * sizeof *y);
+    long cols = -1, rows = 0;
+    int rc = x && y ? 0 : RT_ENOMEM;
+    char *save = NULL;
+    int line_no = 0;
+    for (char *line = strtok_r(text, "\n", &save); line && rc == 0;
+         line = strtok_r(NULL, "\n", &save)) {
+        if (line_no++ == 0 && header)
+            continue;
+        if (strspn(line, " \t\r") == strlen(line))
+            continue;
+        long col = 0;
+        for (char *f = line;; col++) {
+            char *end;
+            float v = strtof(f, &end);
+            if (end == f) {
+                rc = RT_EINVAL;
+                break;
+            }
+            int is_label = first >= 0 && col >= first && col <= last;
+            float **dst = is_label ? &y : &x;
+            size_t *n = is_label ? &ny : &nx, *cap = is_label ? &cy : &cx;
+            if (*n == *cap) {
+                float *grown = realloc(*dst, 2 * *cap * sizeof **dst);
+                if (!grown) {
+                    rc = RT_ENOMEM;
+                    break;
+                }
+                *dst = grown;
+                *cap *= 2;
+            }
+            (*dst)[(*n)++] = v;
+            while (*end == ' ' || *end == '\t' || *end == '\r') end++;
+            if (*end != ',')
+                break;
+            f = end + 1;
+        }
+        if (rc)
+            break;
+        if (cols < 0)
+            cols = col + 1;
+        if (col + 1 != cols || (first >= 0 && last >= cols)) {
+            rc = RT_EINVAL;
+            break;
+        }
+        rows++;
+    }
+    if (rc == 0 && (rows == 0 || (first >= 0 && last - first + 1 >= cols)))
+        rc = RT_EINVAL;
+    if (rc == 0) {
+        const long k = first >= 0 ? last - first + 1 : 0;
+        rt_client_array xa = {.data = x, .dtype = RT_DTYPE_F32, .ndim = 2,
+                              .shape = {rows, cols - k}};
+        rt_client_array ya = {.data = y, .dtype = RT_DTYPE_F32, .ndim = 2, .shape = {rows, k}};
+        rc = rt_client_upload(c, sid, name, &xa, k ? &ya : NULL, out);
+    } else if (rc == RT_EINVAL) {
+        fprintf(stderr, "rtrain: %s: not a numeric CSV with %s\n", path,
+                first >= 0 ? "those label columns" : "rows of equal length");
+    }
+    free(x);
+    free(y);
+    free(text);
+    return rc;
+}
+
 int cli_upload(rt_client *c, const char *sid, const char *name, const char *data,
                const char *labels, const cli_opts *o, rt_client_dataset *out)
 {
     switch (cli_data_kind_of(data)) {
     case CLI_DATA_CSV:
+        if (o->label_first >= 0)
+            return csv_upload_split(c, sid, name, data, o->csv_header, o->label_first,
+                                    o->label_last, out);
+        if (o->csv_features)
+            return csv_upload_split(c, sid, name, data, o->csv_header, -1, -1, out);
         return rt_client_upload_csv(c, sid, name, data, (int)o->label_column,
                                     o->csv_header, out);
     case CLI_DATA_NPY:
@@ -242,6 +323,11 @@ static int setup(rt_client *c, const cli_opts *o, const char *what, char *sid,
     if (lnd >= 2) {
         t.label_ndim = lnd - 1;
         memcpy(t.label_shape, ld + 1, sizeof(int64_t) * (size_t)(lnd - 1));
+    }
+    if (o->label_first >= 0) {
+        t.label_ndim = 1;
+        t.label_shape[0] = o->label_last - o->label_first + 1;
+        t.label_dtype = RT_DTYPE_F32;
     }
     rc = rt_client_compile_keras(c, sid, json, &t, prog);
     free(json);
@@ -634,7 +720,25 @@ int cli_cmd_eval(const cli_opts *o, int predict)
         goto out;
     }
     rt_client_dataset ds;
-    rc = cli_upload(c, sid, base_name(o->data), o->data, o->labels, o, &ds);
+    cli_opts po = *o;
+    if (predict && cli_data_kind_of(o->data) == CLI_DATA_CSV && o->label_first < 0) {
+        /* a CSV with exactly the model's input values per row holds no
+         * label column: predict reads every column */
+        int64_t in = 1;
+        for (int i = 0; i < prog.input_ndim; i++) in *= prog.input_shape[i];
+        size_t len;
+        char *text = cli_read_file(o->data, &len);
+        if (text) {
+            char *line = text;
+            if (o->csv_header && strchr(line, '\n'))
+                line = strchr(line, '\n') + 1;
+            long commas = 0;
+            for (char *q = line; *q && *q != '\n'; q++) commas += *q == ',';
+            po.csv_features = commas + 1 == in;
+            free(text);
+        }
+    }
+    rc = cli_upload(c, sid, base_name(o->data), o->data, o->labels, &po, &ds);
     if (rc < 0) {
         ex = cli_fail(c, "upload of --data", rc);
         goto out;

@@ -5,7 +5,8 @@
 #     CLI reads), and eval takes its loss from the model too;
 #   - predict on features-only data;
 #   - --metrics (auc, precision, recall, mae, top-k, rmse) in fit and eval;
-#   - (n, 2) regression labels with --loss mse;
+#   - (n, 2) regression labels with --loss mse, from .npy and from CSV
+#     columns (--label-columns 2:3); predict on a features-only CSV;
 #   - a model with several problems is refused with every one named
 #     (INVALID_ARGUMENT, exit 4), and the daemon keeps serving.
 #   usage: keras_e2e.sh RTRAIND RTRAIN SOURCE_DIR
@@ -25,7 +26,11 @@ x = rng.normal(size=(120, 4)).astype(np.float32)
 k = np.argmax(x[:, :3] + 0.5 * x[:, 3:4], axis=1)
 np.save(f"{d}/x.npy", x)
 np.save(f"{d}/onehot.npy", np.eye(3, dtype=np.float32)[k])
-np.save(f"{d}/reg.npy", np.stack([x[:, 0] + x[:, 1], x[:, 2] - x[:, 3]], 1).astype(np.float32))
+reg = np.stack([x[:, 0] + x[:, 1], x[:, 2] - x[:, 3]], 1).astype(np.float32)
+np.save(f"{d}/reg.npy", reg)
+# CSV: two label columns in the middle (columns 2:3), and features only
+np.savetxt(f"{d}/reg.csv", np.concatenate([x[:, :2], reg, x[:, 2:]], 1), delimiter=",", fmt="%.9g")
+np.savetxt(f"{d}/feat.csv", x, delimiter=",", fmt="%.9g")
 def dense(name, units, act):
     return {"module": "keras.layers", "class_name": "Dense", "config": {
         "name": name, "trainable": True,
@@ -93,6 +98,23 @@ expect_rc 0 "fit (n, 2) regression" -- "$rtrain" fit "${S[@]}" --model "$tmp/reg
 loss=$(sed -n 's/^final:.* loss \([0-9.]*\).*/\1/p' "$tmp/out" | head -n 1)
 awk -v l="$loss" 'BEGIN { exit !(l != "" && l < 0.2) }' && ok "regression loss $loss < 0.2" \
   || { bad "regression loss '$loss'"; tail -5 "$tmp/out" "$tmp/err"; }
+
+# --- (n, 2) labels from CSV columns 2:3, and predict on a features-only CSV
+expect_rc 0 "fit --label-columns 2:3" -- "$rtrain" fit "${S[@]}" --model "$tmp/reg.json" \
+  --data "$tmp/reg.csv" --label-columns 2:3 --loss mse --epochs 40 --batch-size 20 --seed 1 \
+  --save-weights "$tmp/wr.bin"
+loss2=$(sed -n 's/^final:.* loss \([0-9.]*\).*/\1/p' "$tmp/out" | head -n 1)
+[ -n "$loss2" ] && [ "$loss2" = "$loss" ] && ok "CSV label columns train as the .npy labels ($loss2)" \
+  || bad "CSV label columns loss '$loss2' vs .npy '$loss'"
+expect_rc 0 "predict on a features-only CSV" -- "$rtrain" predict "${S[@]}" --model "$tmp/reg.json" \
+  --weights "$tmp/wr.bin" --data "$tmp/feat.csv" --out "$tmp/pr.npy"
+if $py - "$tmp/pr.npy" "$tmp/reg.npy" <<'EOF'
+import sys, numpy as np
+p, y = np.load(sys.argv[1]), np.load(sys.argv[2])
+assert p.shape == (120, 2), p.shape
+assert ((p - y) ** 2).mean() < 0.2
+EOF
+then ok "predictions (120, 2) fit the targets"; else bad "features-only predictions"; fi
 
 # --- every problem in one error; the daemon keeps serving
 expect_rc 4 "bad model refused" -- "$rtrain" fit "${S[@]}" --model "$tmp/bad.json" \
