@@ -38,3 +38,24 @@ def test_multilabel_metrics(client):
     assert abs(d["auc"] - auc_roc(p.ravel(), y.ravel())) < 1e-6
     assert d["auc"] > 0.8
     assert m.metrics_names == ["loss", "auc", "precision", "recall", "mae", "rmse"]
+
+
+def test_saved_loss_and_tfjs_wrapper(client):
+    """A Keras 3 JSON with compile_config compiles with no loss argument;
+    a TF.js model.json wrapping the same model is accepted too."""
+    import json
+    model = {"class_name": "Sequential", "config": {"name": "s", "layers": [
+        {"class_name": "InputLayer", "config": {"batch_shape": [None, 4], "name": "x"}},
+        {"class_name": "Dense", "config": {"name": "d", "units": 3, "activation": "softmax"}}]},
+        "compile_config": {"loss": {"module": "keras.losses", "class_name": "CategoricalCrossentropy",
+                                    "config": {"from_logits": False}},
+                           "optimizer": "adam", "metrics": ["accuracy"]}}
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(30, 4)).astype(np.float32)
+    y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 30)]
+    m = client.compile(json.dumps(model), metrics=["accuracy"])
+    assert m.evaluate(x, y)[0] > 0
+    tfjs = {"format": "layers-model", "modelTopology": {"model_config": model},
+            "weightsManifest": []}
+    m2 = client.compile(json.dumps(tfjs), metrics=["accuracy"])
+    assert abs(m2.evaluate(x, y)[0] - m.evaluate(x, y)[0]) < 1e-6

@@ -93,6 +93,31 @@ _PREDICT_CHUNK_BYTES = 2 << 20
 
 # ---------------------------------------------------------------- models
 
+def _saved_loss(spec_json):
+    """The loss a Keras model saved with itself (Keras 3 compile_config,
+    Keras 2 training_config, also inside TF.js modelTopology), as a Keras
+    loss name, or None."""
+    try:
+        doc = _json.loads(spec_json)
+    except ValueError:
+        return None
+    for _ in range(3):
+        if not isinstance(doc, dict):
+            return None
+        tc = doc.get("compile_config") or doc.get("training_config")
+        if isinstance(tc, dict):
+            loss = tc.get("loss")
+            if isinstance(loss, dict) and "class_name" not in loss and len(loss) == 1:
+                loss = next(iter(loss.values()))
+            if isinstance(loss, dict):
+                name = loss.get("class_name", "")
+                return "".join("_" + c.lower() if c.isupper() and i else c.lower()
+                               for i, c in enumerate(name)) or None
+            return loss if isinstance(loss, str) else None
+        doc = doc.get("modelTopology") or doc.get("model_config")
+    return None
+
+
 def _spec_json(spec):
     if isinstance(spec, models.Model):
         return spec.to_json()
@@ -101,6 +126,10 @@ def _spec_json(spec):
             doc = _json.loads(spec)
         except ValueError as e:
             raise ValueError("model spec is not valid JSON: %s" % e) from None
+        # TF.js model.json and HDF5's attribute wrap the model
+        if isinstance(doc, dict) and "class_name" not in doc:
+            doc = doc.get("modelTopology", doc)
+            doc = doc.get("model_config", doc) if isinstance(doc, dict) else doc
         if not isinstance(doc, dict) or "class_name" not in doc:
             raise ValueError("model spec JSON is not a Keras model "
                              "(no class_name)")
@@ -812,8 +841,10 @@ class Client(_rtrain.Client):
         batch_size, shuffle and the label layout are part of a program;
         fit() recompiles (keeping the weights) when they change, so giving
         them here saves that first recompile."""
+        if loss is None and not isinstance(spec, models.Model):
+            loss = _saved_loss(_spec_json(spec))
         if loss is None:
-            raise ValueError("compile needs a loss, e.g. "
+            raise ValueError("compile needs a loss (the model saved none), e.g. "
                              "loss='sparse_categorical_crossentropy'")
         if not isinstance(loss, str) or loss not in _LOSSES:
             raise ValueError("unknown loss %r (known: %s)"
