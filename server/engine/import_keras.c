@@ -1462,6 +1462,7 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
         if (++m->depth > 32)
             return ifail(m, RT_EINVAL, "models nested more than 32 deep at '%.64s'", lname);
         int rc;
+        const int first = m->g->n;
         if (strcmp(cls, "Sequential") == 0) {
             json_object *ly = jget(cfg, "layers", json_type_array);
             rc = ly ? walk_sequential(m, ly, cfg, ins, out)
@@ -1470,6 +1471,13 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
             rc = walk_functional(m, cfg, ins, n_in, out);
         }
         m->depth--;
+        /* a frozen backbone (base_model.trainable = False): every weight
+         * inside is frozen, whatever its own layer says */
+        json_object *tr = jget(cfg, "trainable", json_type_boolean);
+        if (rc == 0 && tr && !json_object_get_boolean(tr))
+            for (int k = first; k < m->g->n; k++)
+                if (m->g->e[k].kind == RT__T_PARAM)
+                    m->g->e[k].trainable = 0;
         if (rc == 0 && m->cb) {
             json_object_object_foreach(cfg, k, v) {
                 (void)v;

@@ -210,6 +210,19 @@ static void test_nested(void)
                   "{\"class_name\": \"Dense\", \"config\": {\"name\": \"e\", \"units\": 3, \"batch_input_shape\": [null, 4]}}]},"
                   DENSE("o", 2) "]}",
                   (4 * 3 + 3) + (3 * 2 + 2), 4, 2);
+    /* a frozen nested backbone: its weights are not trainable */
+    {
+        const char *js = SEQ(IN4 ", {\"class_name\": \"Sequential\", \"config\": {\"name\": \"bb\", \"trainable\": false, \"layers\": ["
+                             "{\"class_name\": \"Dense\", \"config\": {\"name\": \"b1\", \"units\": 5, \"batch_input_shape\": [null, 4]}}]}}, "
+                             DENSE("o", 2));
+        int64_t in, out;
+        rt_plan *p = NULL;
+        CHECK(build(js, &in, &out, &p) == 4 * 5 + 5 + 5 * 2 + 2);
+        if (p) {
+            CHECK(rt_plan_report(p)->trainable_param_count == 5 * 2 + 2);
+            rt_plan_release(p);
+        }
+    }
     /* a nested input of another shape than the value it reads */
     EXPECT_ERR(SEQ(IN4 ", {\"class_name\": \"Sequential\", \"config\": {\"name\": \"inner\", \"layers\": ["
                    "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 5], \"name\": \"ii\"}}, "
