@@ -326,6 +326,13 @@ int rt_keras_cfg_init(rt_keras_ctx *c, const char *key, rt_init def, rt_init *ou
     int rc = parse_init(c, key, v, &o);
     if (rc < 0)
         return rc;
+    int have = 0;
+    for (int i = 0; i < c->n_inits && !have; i++)
+        have = strcmp(c->inits[i].key, key) == 0;
+    if (!have && c->n_inits < 8) {
+        c->inits[c->n_inits].key = key;
+        c->inits[c->n_inits++].o = o;
+    }
     /* the exact Keras form is attached after the layer (param_opts_of) */
     *out = o.init == RT_INIT_CONSTANT && o.scale == 0   ? RT_INIT_ZEROS
            : o.init == RT_INIT_CONSTANT && o.scale == 1 ? RT_INIT_ONES
@@ -448,8 +455,17 @@ static int param_opts_of(rt_keras_ctx *c, int first)
                 char key[96];
                 snprintf(key, sizeof key, "%s_%s", stems[s], what[k]);
                 json_object *v;
-                if (!c->cfg || !json_object_object_get_ex(c->cfg, key, &v))
+                if (!c->cfg || !json_object_object_get_ex(c->cfg, key, &v)) {
+                    /* read from another config (a wrapper's inner layer) */
+                    for (int r = 0; k == 0 && r < c->n_inits; r++)
+                        if (strcmp(c->inits[r].key, key) == 0) {
+                            const rt_param_opts *t = &c->inits[r].o;
+                            o.init = t->init, o.mode = t->mode, o.dist = t->dist;
+                            o.scale = t->scale, o.a = t->a, o.b = t->b;
+                            any = 1;
+                        }
                     continue;
+                }
                 /* the key string must outlive this call: use the object's */
                 json_object_object_foreach(c->cfg, ck, cv) {
                     (void)cv;
@@ -1164,6 +1180,15 @@ static void check_fields(imp *m, rt_keras_ctx *c, int has_params)
     int nbad = 0;
     if (!c->cfg)
         return;
+    if (c->fields_checked) {
+        if (m->cb) {
+            json_object_object_foreach(c->cfg, k, v) {
+                (void)v;
+                m->cb(m->ud, c->class_name, k, RT_KERAS_FIELD_USED);
+            }
+        }
+        return;
+    }
     json_object_object_foreach(c->cfg, k, v) {
         int used = 0;
         for (int i = 0; i < c->n_used && !used; i++)
@@ -1217,6 +1242,11 @@ static int k1_layer(const char *cls, json_object *cfg)
     static const char *const only1[] = {"nb_filter", "border_mode", "subsample", "init",
                                         "W_regularizer", "dim_ordering", "nb_row", "p",
                                         "output_dim", "filter_length", "pool_length", "mode"};
+    /* the recurrent layers (import_keras_rnn.c) translate their own */
+    static const char *const own[] = {"Embedding", "SimpleRNN", "GRU", "LSTM", "Bidirectional"};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        if (strcmp(cls, own[i]) == 0)
+            return 0;
     if (!cfg)
         return 0;
     for (size_t i = 0; i < sizeof k1_classes / sizeof k1_classes[0]; i++)

@@ -111,6 +111,17 @@ typedef struct rt_keras_ctx {
     const char *used[RT_KERAS_MAX_USED];
     int n_used;
     int keras1;                 /* the config was translated from Keras 1 */
+    /* set by a layer function that classified every config field itself
+     * (and failed on the unsupported ones): the generic check is skipped */
+    int fields_checked;
+    /* parameterised initializers read by rt_keras_cfg_init, by key, for
+     * weights whose settings are not in c->cfg after the layer function
+     * (a wrapper's inner layer) */
+    struct {
+        const char *key;
+        rt_param_opts o;
+    } inits[8];
+    int n_inits;
 } rt_keras_ctx;
 
 typedef int (*rt_keras_layer_fn)(rt_keras_ctx *c);

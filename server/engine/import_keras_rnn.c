@@ -128,6 +128,7 @@ static json_object *k_keras1(rt_keras_ctx *c, int embedding, int gru, int *rc)
 static int k_known_fields2(rt_keras_ctx *c, const char *const *known, int n,
                            const char *const *more, int n_more)
 {
+    c->fields_checked = 1; /* the importer's generic field check defers to this one */
     if (!c->cfg || !json_object_is_type(c->cfg, json_type_object)) return 0;
     json_object_object_foreach(c->cfg, key, val) {
         (void)val;
