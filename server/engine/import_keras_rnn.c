@@ -183,8 +183,9 @@ static int k_name(rt_keras_ctx *c, char *dst, const char *base, const char *sfx)
 
 static int k_embedding(rt_keras_ctx *c)
 {
-    static const char *const unsupported[] = {"embeddings_regularizer", "activity_regularizer",
-                                              "embeddings_constraint", "sparse", "lora_rank",
+    /* embeddings_regularizer/_constraint are attached by the importer
+     * after the layer (import_keras.c, param_opts_of) */
+    static const char *const unsupported[] = {"activity_regularizer", "sparse", "lora_rank",
                                               "dropout"};
     static const char *const known[] = {
         "input_dim", "output_dim", "embeddings_initializer", "embeddings_regularizer",
@@ -195,7 +196,7 @@ static int k_embedding(rt_keras_ctx *c)
     rt_init init;
     if ((rc = k_known_fields(c, known, sizeof known / sizeof known[0])) < 0 ||
         (rc = k_reject_set(c, "mask_zero", "masking is not implemented")) < 0 ||
-        (rc = k_reject_all(c, unsupported, 6)) < 0 ||
+        (rc = k_reject_all(c, unsupported, 4)) < 0 ||
         (rc = rt_keras_cfg_int(c, "input_dim", 0, &V)) < 0 ||
         (rc = rt_keras_cfg_int(c, "output_dim", 0, &D)) < 0 ||
         (rc = rt_keras_cfg_bool(c, "trainable", 1, &trainable)) < 0 ||
@@ -242,10 +243,14 @@ enum { K_SIMPLE, K_LSTM, K_GRU };
 static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip, int rev_out,
                            rt_keras_tensor *out)
 {
+    /* kernel/recurrent/bias regularizers and constraints are attached by
+     * the importer after the layer (import_keras.c, param_opts_of) */
     static const char *const unsupported[] = {
+        "activity_regularizer", "return_state", "stateful", "time_major",
+        /* inside Bidirectional the importer does not see these settings */
         "kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
-        "activity_regularizer", "kernel_constraint", "recurrent_constraint",
-        "bias_constraint", "return_state", "stateful", "time_major"};
+        "kernel_constraint", "recurrent_constraint", "bias_constraint"};
+    const int n_unsupported = strcmp(name, c->layer) == 0 ? 4 : 10;
     static const char *const known[] = {
         "units", "activation", "use_bias", "kernel_initializer", "recurrent_initializer",
         "bias_initializer", "dropout", "recurrent_dropout", "return_sequences", "go_backwards",
@@ -264,7 +269,7 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
     if ((rc = k_known_fields2(c, known, sizeof known / sizeof known[0],
                               cell == K_LSTM ? lstm_known : gru_known,
                               cell == K_SIMPLE ? 0 : 2)) < 0 ||
-        (rc = k_reject_all(c, unsupported, 10)) < 0 ||
+        (rc = k_reject_all(c, unsupported, n_unsupported)) < 0 ||
         (rc = rt_keras_cfg_int(c, "units", 0, &units)) < 0 ||
         (rc = rt_keras_cfg_float(c, "dropout", 0, &drop)) < 0 ||
         (rc = rt_keras_cfg_float(c, "recurrent_dropout", 0, &rdrop)) < 0 ||

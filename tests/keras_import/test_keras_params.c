@@ -391,6 +391,57 @@ static void test_conv_constraint(void)
     rt_graph_destroy(g);
 }
 
+/* an LSTM's kernel, recurrent kernel and bias regularizers: the loss gains
+ * the sum over its three weights, and the recurrent kernel is Orthogonal
+ * over Keras' (units, 4 units) */
+static void test_lstm_regularizer(void)
+{
+    const char *fmt =
+        "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+        "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 4, 3], \"name\": \"x\"}},"
+        "{\"class_name\": \"LSTM\", \"config\": {\"name\": \"l\", \"units\": 5,"
+        " \"recurrent_initializer\": {\"class_name\": \"Orthogonal\", \"config\": {\"gain\": 1.0}}%s}}]}}";
+    char a[2048], b[2048];
+    snprintf(a, sizeof a, fmt, "");
+    snprintf(b, sizeof b, fmt, ", \"kernel_regularizer\": {\"class_name\": \"L2\", \"config\": {\"l2\": 0.03}},"
+             " \"recurrent_regularizer\": {\"class_name\": \"L1\", \"config\": {\"l1\": 0.02}}");
+    rt_graph *g0 = NULL, *g1 = NULL;
+    char err[1024];
+    int rc = rt_keras_import(a, strlen(a), &g0, err, sizeof err);
+    if (rc == 0) rc = rt_keras_import(b, strlen(b), &g1, err, sizeof err);
+    if (rc < 0) fprintf(stderr, "lstm import: %s\n", err);
+    REQUIRE(rc == 0);
+    rt_exec *e0 = make_exec(g0, 4, 5), *e1 = make_exec(g1, 4, 5);
+    float x[8 * 12], y[8 * 5];
+    for (int i = 0; i < 8 * 12; i++) x[i] = X[i % 48];
+    for (int i = 0; i < 8 * 5; i++) y[i] = Y[i];
+    rt_data d = {.x = x, .y = y, .y_dtype = RT_F32, .n = 8};
+    double l0, l1;
+    CHECK_RC(rt_exec_compute_grads(e0, &d, 8, &l0));
+    CHECK_RC(rt_exec_compute_grads(e1, &d, 8, &l1));
+    float k[3 * 20], r[5 * 20];
+    CHECK_RC(rt_exec_get_param(e1, 0, k));
+    CHECK_RC(rt_exec_get_param(e1, 1, r));
+    double pen = 0;
+    for (int i = 0; i < 60; i++) pen += 0.03 * (double)k[i] * k[i];
+    for (int i = 0; i < 100; i++) pen += 0.02 * fabs(r[i]);
+    CHECK(fabs((l1 - l0) - pen) < 1e-6);
+    /* (5, 20): rows orthonormal */
+    double worst = 0;
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 5; j++) {
+            double dot = 0;
+            for (int c = 0; c < 20; c++) dot += (double)r[i * 20 + c] * r[j * 20 + c];
+            worst = fmax(worst, fabs(dot - (i == j)));
+        }
+    CHECK(worst < 1e-5);
+    rt_test_fd_param(e1, &d, 8, 1, 0, 1e-4, "lstm recurrent reg");
+    rt_exec_destroy(e0);
+    rt_exec_destroy(e1);
+    rt_graph_destroy(g0);
+    rt_graph_destroy(g1);
+}
+
 int main(void)
 {
     make_data();
@@ -398,5 +449,6 @@ int main(void)
     test_regularizers();
     test_constraints();
     test_conv_constraint();
+    test_lstm_regularizer();
     return rt_test_done("keras_params");
 }
