@@ -31,6 +31,7 @@
 #include "rt_metrics.h"
 #include "rt_obs.h"
 #include "rt_srv.h"
+#include "rt_stream.h"
 #include "rtrain/rt_error.h"
 
 typedef struct daemon_state {
@@ -143,7 +144,18 @@ static void usage(FILE *f)
             "  --new-token PRINCIPAL    print a tokens-file line for a new random token\n"
             "                           (the token itself goes to stderr) and exit\n"
             "  --max-memory-bytes N     program memory + stored datasets + upload buffers\n"
-            "                           of everyone (default 3/4 of the RAM); K/M/G allowed\n"
+            "                           of everyone (default 3/4 of the RAM, or of an\n"
+            "                           address-space limit below it); K/M/G allowed\n"
+            "Datasets larger than memory (docs/data.md):\n"
+            "  --spool-dir DIR          where streamed datasets' records are kept on disk\n"
+            "                           (default " RT_SPOOL_DIR_DEFAULT ")\n"
+            "  --stream-above N         stream a TFRecord dataset whose decoded size is\n"
+            "                           over N bytes (default a quarter of the memory\n"
+            "                           budget); K/M/G allowed\n"
+            "  --decode-threads N       decode workers per streamed dataset (default: CPUs)\n"
+            "  --prefetch N             batches decoded ahead of training (default 4)\n"
+            "  --shuffle-buffer N       streamed sets shuffle through N samples, as\n"
+            "                           tf.data's shuffle(N) (default 10000)\n"
             "  --quota-sessions N       default quotas of a principal (the tokens file\n"
             "  --quota-programs N       can set each per principal). Single-user:\n"
             "  --quota-program-bytes N  unlimited. With --tokens: sessions = a quarter\n"
@@ -319,6 +331,7 @@ int main(int argc, char **argv)
            O_CTIMEOUT, O_XTHREADS, O_MAXUP, O_MAXUPB, O_STALL, O_RATIO, O_KEEPALIVE,
            O_HANDSHAKE, O_CONNIDLE, O_STREAMQ, O_KATIMEOUT, O_DRAIN,
            O_LOGFMT, O_METRICS, O_UPKEEP, O_PIPEHOLD, O_UPPOOL,
+           O_SPOOL, O_STREAMABOVE, O_DTHREADS, O_PREFETCH, O_SHUFBUF,
            O_QUOTA /* + rt_quota_kind */ };
     static const struct option opts[] = {
         {"listen", required_argument, 0, O_LISTEN},
@@ -360,6 +373,11 @@ int main(int argc, char **argv)
         {"upload-keep-s", required_argument, 0, O_UPKEEP},
         {"pipeline-hold-ms", required_argument, 0, O_PIPEHOLD},
         {"upload-pool-bytes", required_argument, 0, O_UPPOOL},
+        {"spool-dir", required_argument, 0, O_SPOOL},
+        {"stream-above", required_argument, 0, O_STREAMABOVE},
+        {"decode-threads", required_argument, 0, O_DTHREADS},
+        {"prefetch", required_argument, 0, O_PREFETCH},
+        {"shuffle-buffer", required_argument, 0, O_SHUFBUF},
 #define RT__Q_OPT(k, name, mem) {"quota-" name, required_argument, 0, O_QUOTA + RT_Q_##k},
         RT_QUOTA_MAP(RT__Q_OPT)
 #undef RT__Q_OPT
@@ -505,6 +523,27 @@ int main(int argc, char **argv)
             if (parse_u64(optarg, &v) < 0 || v > 10ull * 365 * 86400)
                 goto bad;
             cfg.conn_idle_ms = v * 1000;
+            break;
+        case O_SPOOL: cfg.spool_dir = optarg; break;
+        case O_STREAMABOVE:
+            if (rt_quota_parse(optarg, &v) < 0 || v == 0)
+                goto bad;
+            cfg.stream_above = v;
+            break;
+        case O_DTHREADS:
+            if (parse_u64(optarg, &v) < 0 || v < 1 || v > 256)
+                goto bad;
+            cfg.decode_threads = (int)v;
+            break;
+        case O_PREFETCH:
+            if (parse_u64(optarg, &v) < 0 || v < 1 || v > 1024)
+                goto bad;
+            cfg.prefetch = (int)v;
+            break;
+        case O_SHUFBUF:
+            if (parse_u64(optarg, &v) < 0 || v < 1 || v > (1ull << 31))
+                goto bad;
+            cfg.shuffle_buffer = (int64_t)v;
             break;
         case O_STREAMQ:
             if (parse_u64(optarg, &v) < 0 || v < 2 || v > 1000000)

@@ -74,6 +74,8 @@ typedef struct cli_opts {
     /* TFRecord and image folders (cli_data.c) */
     const char *features, *label_key, *image_size, *resize, *mean, *std, *augment;
     const char *on_bad_record;
+    const char *storage;      /* auto|memory|stream */
+    long shuffle_buffer;      /* 0 = the daemon's */
     long channels;
     cli_cmd help_cmd;         /* CLI_HELP: the command asked about, or CLI_NONE */
     long early_stopping;      /* fit: patience in epochs; -1 = off */

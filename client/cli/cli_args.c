@@ -25,7 +25,7 @@ enum {
     O_NO_NORMALIZE, O_TIMINGS, O_TRACE, O_SIZE, O_COUNT, O_MAX_K, O_REPS,
     O_CSV, O_PLOT, O_PROGRESS, O_NO_PROGRESS, O_IN_FLIGHT, O_HELP,
     O_FEATURES, O_LABEL_KEY, O_IMAGE_SIZE, O_CHANNELS, O_RESIZE, O_MEAN, O_STD, O_AUGMENT,
-    O_ON_BAD,
+    O_ON_BAD, O_STORAGE, O_SHUFFLE_BUF,
     O_TLS_CA, O_TLS_CERT, O_TLS_KEY, O_TOKEN_FILE,
     O_EARLY_STOP, O_CHECKPOINT, O_CSV_LOG, O_LOAD_WEIGHTS, O_SAMPLE_WEIGHTS,
     O_RTT, O_JITTER, O_BANDWIDTH, O_METRICS, O_LABEL_COLS,
@@ -89,6 +89,8 @@ static const opt_def defs[] = {
     {"std", 1, O_STD, TRAIN},
     {"augment", 1, O_AUGMENT, B(CLI_FIT)},
     {"on-bad-record", 1, O_ON_BAD, TRAIN},
+    {"storage", 1, O_STORAGE, TRAIN},
+    {"shuffle-buffer", 1, O_SHUFFLE_BUF, TRAIN},
     {"early-stopping", 1, O_EARLY_STOP, B(CLI_FIT)},
     {"checkpoint", 1, O_CHECKPOINT, B(CLI_FIT)},
     {"csv-log", 1, O_CSV_LOG, B(CLI_FIT)},
@@ -232,7 +234,10 @@ void cli_usage(FILE *f)
 "  Images: --image-size HxW (default 256x256) --channels 1|3 --resize\n"
 "  auto|bilinear|area --mean M[,M,M] --std S[,S,S]; training augmentation\n"
 "  --augment flip,crop=PIXELS,brightness=X,contrast=X; --on-bad-record\n"
-"  fail|skip (skip: bad records are left out and counted)\n"
+"  fail|skip (skip: bad records are left out and counted); --storage\n"
+"  auto|memory|stream (stream: the daemon keeps the records on its disk and\n"
+"  decodes batches on worker threads; auto streams past its --stream-above)\n"
+"  --shuffle-buffer N (streamed: samples in the shuffle buffer, as tf.data)\n"
 "\n"
 "Common options (before or after the command):\n"
 "  --server HOST:PORT        default $RTRAIN_SERVER or " RT_DEFAULT_SERVER "\n"
@@ -538,6 +543,15 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
         case O_STD: o->std = a; break;
         case O_AUGMENT: o->augment = a; break;
         case O_ON_BAD: o->on_bad_record = a; break;
+        case O_STORAGE:
+            if (strcmp(a, "auto") && strcmp(a, "memory") && strcmp(a, "stream"))
+                return perr(err, errlen, "--storage: auto, memory or stream, not '%s'", a);
+            o->storage = a;
+            break;
+        case O_SHUFFLE_BUF:
+            if (parse_long(a, 1, 1L << 31, &o->shuffle_buffer) < 0)
+                return perr(err, errlen, "--shuffle-buffer: 1..2^31 samples, got '%s'", a);
+            break;
         case O_HELP:
             o->help_cmd = o->cmd;
             o->cmd = CLI_HELP;

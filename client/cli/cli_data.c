@@ -130,6 +130,10 @@ int cli_upload_tf(rt_client *c, const char *sid, const char *name, const char *d
         im.brightness = im.contrast = 0;
     }
     int skip = o->on_bad_record && !strcmp(o->on_bad_record, "skip");
+    im.storage = !o->storage || !strcmp(o->storage, "auto") ? RT_STORAGE_AUTO
+                 : !strcmp(o->storage, "memory")           ? RT_STORAGE_MEMORY
+                                                           : RT_STORAGE_STREAM;
+    im.shuffle_buffer = (uint64_t)o->shuffle_buffer;
     int rc;
     if (cli_data_kind_of(data) == CLI_DATA_IMAGES) {
         rc = rt_client_upload_image_folder(c, sid, name, data, &im, skip, out);
@@ -141,13 +145,15 @@ int cli_upload_tf(rt_client *c, const char *sid, const char *name, const char *d
         }
         rt_client_example_spec_set_image(s, &im);
         rt_client_example_spec_set_skip_bad(s, skip);
+        rt_client_example_spec_set_storage(s, im.storage, im.shuffle_buffer);
         rc = rt_client_upload_tfrecord_glob(c, sid, name, data, s, out);
         rt_client_example_spec_free(s);
     }
     if (rc == 0)
-        fprintf(stderr, "rtrain: %s: %llu samples, %llu bytes sent%s\n", name,
+        fprintf(stderr, "rtrain: %s: %llu samples, %llu bytes sent%s%s\n", name,
                 (unsigned long long)out->samples, (unsigned long long)out->bytes_sent,
-                out->deduplicated ? " (already on the daemon)" : "");
+                out->deduplicated ? " (already on the daemon)" : "",
+                out->streamed ? ", streamed from the daemon's disk" : "");
     if (rc == 0 && out->records_skipped)
         fprintf(stderr, "rtrain: %s: skipped %llu bad record(s); first: %s\n", name,
                 (unsigned long long)out->records_skipped, out->first_skipped);

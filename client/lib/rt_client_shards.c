@@ -203,6 +203,16 @@ void rt_client_example_spec_set_image(rt_client_example_spec *s, const rt_client
     s->pb.image = &s->img;
 }
 
+int rt_client_example_spec_set_storage(rt_client_example_spec *s, int storage,
+                                       uint64_t shuffle_buffer)
+{
+    if (!s || storage < RT_STORAGE_AUTO || storage > RT_STORAGE_STREAM)
+        return RT_EINVAL;
+    s->pb.storage = (Rtrain__V1__Storage)storage;
+    s->pb.shuffle_buffer = shuffle_buffer;
+    return 0;
+}
+
 void rt_client_example_spec_set_skip_bad(rt_client_example_spec *s, int skip)
 {
     if (s)
@@ -481,6 +491,11 @@ int rt_client_upload_image_folder(rt_client *c, const char *session, const char 
         spec->f[1].label = 1;
         rt_client_example_spec_set_image(spec, img);
         rt_client_example_spec_set_skip_bad(spec, skip_bad);
+        if (rt_client_example_spec_set_storage(spec, img->storage, img->shuffle_buffer) < 0)
+            rc = rt__err(c, RT_EINVAL, "storage %d is not auto, memory or stream",
+                         img->storage);
+    }
+    if (rc == 0) {
         rt_client_upload_part p;
         memset(&p, 0, sizeof p);
         p.role = RT_ROLE_BOTH;

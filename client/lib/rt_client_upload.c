@@ -182,6 +182,8 @@ static int dataset_from_pb(rt_client *c, const Rtrain__V1__DatasetInfo *d,
     out->bytes = d->bytes;
     out->deduplicated = d->deduplicated;
     out->records_skipped = d->records_skipped;
+    out->streamed = d->streamed;
+    out->spool_bytes = d->spool_bytes;
     snprintf(out->first_skipped, sizeof out->first_skipped, "%s",
              d->first_skipped ? d->first_skipped : "");
     return rc;

@@ -405,6 +405,9 @@ typedef struct rt_client_dataset {
                                left on the daemon, not sent again */
     uint64_t records_skipped;  /* TFRecord, bad records skipped (rtrain_data.h) */
     char first_skipped[160];   /* the first one's error */
+    int streamed;              /* TFRecord kept on the daemon's disk, decoded
+                                  per batch (rtrain_data.h) */
+    uint64_t spool_bytes;      /* streamed: the daemon's spool file */
 } rt_client_dataset;
 
 typedef enum rt_client_role {       /* values match proto DataRole */

@@ -45,7 +45,16 @@ typedef struct rt_client_image_opts {
     int crop_pad;              /* training augmentation, see proto ImageSpec */
     int flip;
     float brightness, contrast;
+    int storage;               /* image folders: RT_STORAGE_* below */
+    uint64_t shuffle_buffer;   /* image folders, streamed: 0 = the daemon's */
 } rt_client_image_opts;
+
+/* Where the daemon keeps the decoded samples (proto Storage): AUTO streams
+ * a dataset whose decoded size is over the daemon's --stream-above; STREAM
+ * spools the records to the daemon's disk and decodes them per batch on
+ * worker threads, shuffled through a buffer of shuffle_buffer samples
+ * (0 = the daemon's --shuffle-buffer); MEMORY decodes all of it once. */
+enum { RT_STORAGE_AUTO = 0, RT_STORAGE_MEMORY = 1, RT_STORAGE_STREAM = 2 };
 
 /* Parse a spec. *out is owned by the caller (rt_client_example_spec_free).
  * RT_EINVAL with a message naming the entry. */
@@ -55,6 +64,9 @@ void rt_client_example_spec_free(rt_client_example_spec *s); /* NULL is a no-op 
 void rt_client_example_spec_set_image(rt_client_example_spec *s, const rt_client_image_opts *o);
 /* 1: bad records are skipped and counted (out->records_skipped); 0: fail. */
 void rt_client_example_spec_set_skip_bad(rt_client_example_spec *s, int skip);
+/* storage: RT_STORAGE_*; RT_EINVAL for another value. */
+int rt_client_example_spec_set_storage(rt_client_example_spec *s, int storage,
+                                       uint64_t shuffle_buffer);
 /* Records are SequenceExamples (set by an '@' key too). */
 void rt_client_example_spec_set_sequence(rt_client_example_spec *s, int on);
 

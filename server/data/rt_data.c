@@ -15,6 +15,7 @@
 #include <zlib.h>
 
 #include "rt_example.h"
+#include "rt_stream.h"
 
 /* Element types a source can hold. Parsers describe their bytes with one of
  * these and the converters below read them, so each format only parses its
@@ -704,6 +705,20 @@ static int to_labels(const src_arr *s, rt_dataset *ds, char *err, size_t errlen)
 
 static const char *const fmt_names[] = {"RAW", "NPY", "CSV", "IDX", "TFRECORD"};
 
+static rt_stream_config stream_cfg;
+static char stream_dir[4096];
+
+void rt_data_set_stream_config(const rt_stream_config *c)
+{
+    stream_cfg = *c;
+    if (c->spool_dir) {
+        snprintf(stream_dir, sizeof stream_dir, "%s", c->spool_dir);
+        stream_cfg.spool_dir = stream_dir;
+    }
+}
+
+const rt_stream_config *rt_data_stream_config(void) { return &stream_cfg; }
+
 /* TFRecord: every part is one shard of tf.train.Example records, read
  * under one feature spec (rt_example.c). */
 static int parse_tfrecord(const rt_data_part *parts, int n_parts, const uint8_t *buf,
@@ -740,7 +755,8 @@ static int parse_tfrecord(const rt_data_part *parts, int n_parts, const uint8_t 
         return fail(err, errlen, RT_ENOMEM, "out of memory");
     pthread_mutex_init(&ds->mu, NULL);
     ds->refs = 1;
-    int rc = rt_example_build(parts[0].spec, sh, n_parts, max_bytes, ds, err, errlen);
+    int rc = rt_example_build_ex(parts[0].spec, sh, n_parts, max_bytes, &stream_cfg, ds, err,
+                                 errlen);
     if (rc < 0) {
         rt_dataset_release(ds);
         return rc;
@@ -959,6 +975,7 @@ void rt_dataset_release(rt_dataset *ds)
     free(ds->y_conv);
     free(ds->img);
     free(ds->aug);
+    rt_stream_destroy(ds->stream);
     rt_principal_unreserve(ds->owner, RT_Q_STORE_BYTES, ds->charged);
     pthread_mutex_destroy(&ds->mu);
     free(ds);

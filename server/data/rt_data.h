@@ -102,6 +102,8 @@ typedef struct rt_dataset {
     float *aug;                /* rt_dataset_train_x's buffer, for aug_key */
     uint64_t aug_key[2];       /* seed, epoch; aug_ok: aug holds them */
     int aug_ok;
+    struct rt_stream *stream;  /* streamed (rt_stream.h): x is NULL, the
+                                  records are on disk, y is in memory */
     rt_principal *owner;       /* NULL: no owner (tools, tests) */
     uint64_t charged;          /* RT_Q_STORE_BYTES given back when freed */
 
@@ -133,6 +135,13 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
  * sample), the other features copied. Returns 0, or RT_EINVAL when ds has
  * nothing to augment. */
 int rt_dataset_augment(const rt_dataset *ds, uint64_t seed, uint64_t epoch, float *out);
+
+/* How the daemon streams TFRecord datasets (spool dir, threshold, workers,
+ * prefetch, shuffle buffer); set once at start, before any upload. The
+ * strings are copied. */
+struct rt_stream_config;
+void rt_data_set_stream_config(const struct rt_stream_config *c);
+const struct rt_stream_config *rt_data_stream_config(void);
 
 /* The features a training step reads: ds->x, or with augmentation the
  * epoch's augmented copy, kept in ds and rebuilt when (seed, epoch)

@@ -9,6 +9,7 @@
 
 #include <xxhash.h>
 
+#include "rt_stream.h"
 #include "tf_example.pb-c.h"
 
 static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
@@ -109,7 +110,10 @@ void rt_example_spec_hash(const rt_example_spec *s, uint8_t out[16])
     /* field by field: padding and unused keys must not enter the hash */
     XXH3_state_t *st = XXH3_createState();
     XXH3_128bits_reset(st);
-    int64_t h[4] = {s->n, s->sequence_example, s->skip_bad, 0};
+    /* storage and shuffle buffer: 0 for AUTO with the default, as before
+     * they existed, so those keys stay the same */
+    int64_t h[4] = {s->n, s->sequence_example, s->skip_bad,
+                    (int64_t)s->storage + 4 * s->shuffle_buffer};
     XXH3_128bits_update(st, h, sizeof h);
     for (int i = 0; i < s->n; i++) {
         const rt_feat_spec *f = &s->f[i];
@@ -199,17 +203,9 @@ static int read_numeric(const rt_feat_spec *fs, const Tensorflow__Feature *f, in
     return 0;
 }
 
-typedef struct build_ctx {
-    const rt_example_spec *s;
-    int64_t per, lab_per;      /* floats per sample, labels per sample */
-    int label_i32;
-    int img_feat;              /* spec index of the augmented image, -1 */
-    int64_t img_off;
-} build_ctx;
 
-/* One record into sample slot x/y (and img). Returns 0 or an error with a
- * message that starts with the feature. */
-static int decode_record(const build_ctx *b, const uint8_t *rec, size_t len, float *x, void *y,
+
+int rt_example_decode(const rt_example_layout *b, const uint8_t *rec, size_t len, float *x, void *y,
                          uint8_t *img, char *err, size_t errlen)
 {
     const rt_example_spec *s = b->s;
@@ -333,28 +329,172 @@ static void note_skip(rt_dataset *ds, const char *msg)
         snprintf(ds->skip_msg, sizeof ds->skip_msg, "%.159s", msg);
 }
 
+void rt_example_layout_init(const rt_example_spec *s, rt_example_layout *L)
+{
+    *L = (rt_example_layout){.s = s, .img_feat = -1, .lab = -1};
+    for (int i = 0; i < s->n; i++) {
+        if (s->f[i].label) {
+            L->lab = i;
+            L->lab_per = feat_numel(s, &s->f[i]);
+            L->label_i32 = s->f[i].kind == RT_FEAT_INT64;
+            continue;
+        }
+        if (is_image(s->f[i].kind) && rt_image_spec_augments(&s->img)) {
+            L->img_feat = i;
+            L->img_off = L->per;
+        }
+        L->per += feat_numel(s, &s->f[i]);
+    }
+}
+
+/* Shapes: one feature keeps its own, several are flattened. */
+static void set_shapes(const rt_example_layout *b, rt_dataset *ds)
+{
+    const rt_example_spec *s = b->s;
+    const int lab = b->lab;
+    int nf = 0, only = -1;
+    for (int i = 0; i < s->n; i++)
+        if (!s->f[i].label) {
+            nf++;
+            only = i;
+        }
+    if (nf == 1 && is_image(s->f[only].kind)) {
+        ds->x_ndim = 3;
+        ds->x_dims[0] = s->img.h;
+        ds->x_dims[1] = s->img.w;
+        ds->x_dims[2] = s->img.c;
+    } else if (nf == 1 && s->f[only].ndim > 0) {
+        ds->x_ndim = s->f[only].ndim;
+        memcpy(ds->x_dims, s->f[only].dims, sizeof(int64_t) * (size_t)ds->x_ndim);
+    } else {
+        ds->x_ndim = 1;
+        ds->x_dims[0] = b->per;
+    }
+    if (lab >= 0) {
+        ds->y_dtype = b->label_i32 ? RT_I32 : RT_F32;
+        ds->y_ndim = s->f[lab].ndim;
+        memcpy(ds->y_dims, s->f[lab].dims, sizeof(int64_t) * (size_t)ds->y_ndim);
+    }
+}
+
+/* The streamed dataset: every record is decoded once here (on all cores,
+ * into per-thread scratch) so bad ones are reported or skipped exactly as
+ * in memory and n is known; the good records' bytes go to the spool file
+ * in record order, and only the labels stay in memory. */
+static int build_streamed(const rt_example_layout *b, const rec_ref *recs, int64_t n,
+                          const rt_stream_config *sc, rt_dataset *ds, char *err, size_t errlen)
+{
+    const rt_example_spec *s = b->s;
+    const uint64_t img_bytes = b->img_feat >= 0 ? (uint64_t)s->img.h * s->img.w * s->img.c : 0;
+    int *status = calloc((size_t)n, sizeof *status);
+    ds->y = b->lab >= 0 ? malloc((size_t)n * (size_t)b->lab_per * 4) : NULL;
+    if (!status || (b->lab >= 0 && !ds->y)) {
+        free(status);
+        return fail(err, errlen, RT_ENOMEM, "out of memory for %lld labels", (long long)n);
+    }
+    int nomem = 0;
+#pragma omp parallel
+    {
+        float *x = malloc(sizeof(float) * (size_t)b->per);
+        uint8_t *img = img_bytes ? malloc(img_bytes) : NULL;
+        if (!x || (img_bytes && !img))
+            __atomic_store_n(&nomem, 1, __ATOMIC_RELAXED);
+#pragma omp for schedule(dynamic, 16)
+        for (int64_t i = 0; i < n; i++) {
+            char m[8];
+            if (recs[i].bad)
+                status[i] = RT_ECHECKSUM;
+            else if (x && (img || !img_bytes))
+                status[i] = rt_example_decode(b, recs[i].p, recs[i].len, x,
+                                              ds->y ? (char *)ds->y + i * b->lab_per * 4 : NULL,
+                                              img, m, sizeof m);
+        }
+        free(x);
+        free(img);
+    }
+    int rc = 0;
+    if (nomem) {
+        rc = fail(err, errlen, RT_ENOMEM, "out of memory for decode scratch");
+        goto out;
+    }
+    int64_t kept = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (recs[i].bad)
+            continue;
+        if (status[i] < 0) {
+            /* decode it again for its message (rare: bad records only) */
+            char msg[200], m[260];
+            float *x = malloc(sizeof(float) * (size_t)b->per);
+            uint8_t *img = img_bytes ? malloc(img_bytes) : NULL;
+            void *y = malloc((size_t)(b->lab_per > 0 ? b->lab_per : 1) * 4);
+            if (x && y && (img || !img_bytes))
+                rt_example_decode(b, recs[i].p, recs[i].len, x, y, img, msg, sizeof msg);
+            else
+                snprintf(msg, sizeof msg, "out of memory");
+            free(x);
+            free(img);
+            free(y);
+            snprintf(m, sizeof m, "shard %d record %lld: %s", recs[i].shard,
+                     (long long)recs[i].index, msg);
+            if (!s->skip_bad) {
+                rc = fail(err, errlen, status[i], "%s", m);
+                goto out;
+            }
+            note_skip(ds, m);
+            continue;
+        }
+        status[i] = 1; /* kept */
+        if (ds->y && kept != i)
+            memmove((char *)ds->y + kept * b->lab_per * 4, (char *)ds->y + i * b->lab_per * 4,
+                    (size_t)b->lab_per * 4);
+        kept++;
+    }
+    if (kept == 0) {
+        rc = fail(err, errlen, RT_EDATA, "every record was bad; first: %s", ds->skip_msg);
+        goto out;
+    }
+    const uint8_t **rp = malloc((size_t)kept * sizeof *rp);
+    size_t *rl = malloc((size_t)kept * sizeof *rl);
+    if (!rp || !rl) {
+        free(rp);
+        free(rl);
+        rc = fail(err, errlen, RT_ENOMEM, "out of memory listing %lld records", (long long)kept);
+        goto out;
+    }
+    for (int64_t i = 0, k = 0; i < n; i++)
+        if (status[i] == 1) {
+            rp[k] = recs[i].p;
+            rl[k++] = recs[i].len;
+        }
+    rc = rt_stream_create(s, rp, rl, kept, sc, &ds->stream, err, errlen);
+    free(rp);
+    free(rl);
+    if (rc < 0)
+        goto out;
+    ds->n = kept;
+    set_shapes(b, ds);
+    ds->bytes = (uint64_t)kept * (uint64_t)b->lab_per * 4 + rt_stream_mem_bytes(ds->stream);
+out:
+    free(status);
+    return rc;
+}
+
 int rt_example_build(const rt_example_spec *s, const rt_tfr_shard *shards, int n_shards,
                      uint64_t max_bytes, rt_dataset *ds, char *err, size_t errlen)
+{
+    return rt_example_build_ex(s, shards, n_shards, max_bytes, NULL, ds, err, errlen);
+}
+
+int rt_example_build_ex(const rt_example_spec *s, const rt_tfr_shard *shards, int n_shards,
+                        uint64_t max_bytes, const rt_stream_config *sc, rt_dataset *ds,
+                        char *err, size_t errlen)
 {
     int rc = rt_example_spec_check(s, err, errlen);
     if (rc < 0)
         return rc;
-    build_ctx b = {.s = s, .img_feat = -1};
-    int lab = -1;
-    for (int i = 0; i < s->n; i++) {
-        if (s->f[i].label) {
-            lab = i;
-            b.lab_per = feat_numel(s, &s->f[i]);
-            b.label_i32 = s->f[i].kind == RT_FEAT_INT64;
-            continue;
-        }
-        if (is_image(s->f[i].kind) && rt_image_spec_augments(&s->img)) {
-            b.img_feat = i;
-            b.img_off = b.per;
-        }
-        b.per += feat_numel(s, &s->f[i]);
-    }
-
+    rt_example_layout b;
+    rt_example_layout_init(s, &b);
+    const int lab = b.lab;
     uint8_t **inflated = calloc((size_t)n_shards, sizeof *inflated);
     rec_ref *recs = NULL;
     char (*msgs)[200] = NULL;
@@ -430,6 +570,13 @@ int rt_example_build(const rt_example_spec *s, const rt_tfr_shard *shards, int n
                   ds->skipped ? ds->skip_msg : "");
         goto out;
     }
+    const int stream = s->storage == RT_STORAGE_STREAM ||
+                       (s->storage == RT_STORAGE_AUTO && sc && sc->stream_above &&
+                        (over || need > sc->stream_above));
+    if (stream) {
+        rc = build_streamed(&b, recs, n, sc, ds, err, errlen);
+        goto out;
+    }
     if (over || need > max_bytes) {
         rc = fail(err, errlen, RT_ETOOBIG,
                   "%lld records decode to %llu bytes, over the limit of %llu", (long long)n,
@@ -455,7 +602,7 @@ int rt_example_build(const rt_example_spec *s, const rt_tfr_shard *shards, int n
             continue;
         }
         msgs[i][0] = 0;
-        status[i] = decode_record(&b, recs[i].p, recs[i].len, ds->x + i * b.per,
+        status[i] = rt_example_decode(&b, recs[i].p, recs[i].len, ds->x + i * b.per,
                                   ds->y ? (char *)ds->y + i * b.lab_per * 4 : NULL,
                                   ds->img ? ds->img + (uint64_t)i * img_bytes : NULL, msgs[i],
                                   sizeof msgs[i]);
@@ -491,30 +638,7 @@ int rt_example_build(const rt_example_spec *s, const rt_tfr_shard *shards, int n
         goto out;
     }
     ds->n = kept;
-    /* Shapes: one feature keeps its own, several are flattened. */
-    int nf = 0, only = -1;
-    for (int i = 0; i < s->n; i++)
-        if (!s->f[i].label) {
-            nf++;
-            only = i;
-        }
-    if (nf == 1 && is_image(s->f[only].kind)) {
-        ds->x_ndim = 3;
-        ds->x_dims[0] = s->img.h;
-        ds->x_dims[1] = s->img.w;
-        ds->x_dims[2] = s->img.c;
-    } else if (nf == 1 && s->f[only].ndim > 0) {
-        ds->x_ndim = s->f[only].ndim;
-        memcpy(ds->x_dims, s->f[only].dims, sizeof(int64_t) * (size_t)ds->x_ndim);
-    } else {
-        ds->x_ndim = 1;
-        ds->x_dims[0] = b.per;
-    }
-    if (lab >= 0) {
-        ds->y_dtype = b.label_i32 ? RT_I32 : RT_F32;
-        ds->y_ndim = s->f[lab].ndim;
-        memcpy(ds->y_dims, s->f[lab].dims, sizeof(int64_t) * (size_t)ds->y_ndim);
-    }
+    set_shapes(&b, ds);
     if (ds->img) {
         ds->img_spec = s->img;
         ds->img_off = b.img_off;

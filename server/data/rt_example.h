@@ -53,13 +53,49 @@ typedef struct rt_feat_spec {
     int64_t dims[2];
 } rt_feat_spec;
 
+/* Values match proto Storage. */
+typedef enum rt_storage {
+    RT_STORAGE_AUTO = 0,    /* streamed when the decoded size is over the daemon's threshold */
+    RT_STORAGE_MEMORY = 1,  /* decoded in memory, under the dataset cap */
+    RT_STORAGE_STREAM = 2   /* records on disk, decoded per batch (rt_stream.h) */
+} rt_storage;
+
 typedef struct rt_example_spec {
     int n;
     rt_feat_spec f[RT_SPEC_MAX_FEATURES];
     int sequence_example;   /* records are SequenceExamples */
     rt_image_spec img;      /* for every image feature */
     int skip_bad;           /* skip and count bad records instead of failing */
+    rt_storage storage;
+    int64_t shuffle_buffer; /* streamed: samples in the shuffle buffer; 0 = default */
 } rt_example_spec;
+
+/* Where a spec puts each feature of a record, derived once
+ * (rt_example_layout_init). */
+typedef struct rt_example_layout {
+    const rt_example_spec *s;
+    int64_t per, lab_per;      /* floats per sample, labels per sample */
+    int label_i32;
+    int lab;                   /* spec index of the label, -1 */
+    int img_feat;              /* spec index of the augmented image, -1 */
+    int64_t img_off;           /* its first float in a sample */
+} rt_example_layout;
+
+void rt_example_layout_init(const rt_example_spec *s, rt_example_layout *L);
+/* One record into sample slot x (L->per floats), y (L->lab_per values, or
+ * NULL) and, with augmentation, img (the resized 8-bit image). Returns 0
+ * or an error whose message starts with the feature. Thread-safe. */
+int rt_example_decode(const rt_example_layout *L, const uint8_t *rec, size_t len, float *x,
+                      void *y, uint8_t *img, char *err, size_t errlen);
+
+/* How the daemon streams (rt_data_set_stream_config). */
+typedef struct rt_stream_config {
+    const char *spool_dir;     /* where streamed records are written; NULL: RT_SPOOL_DIR_DEFAULT */
+    uint64_t stream_above;     /* AUTO streams when the decoded size exceeds this; 0: never */
+    int threads;               /* decode workers per streamed dataset; 0 = the CPUs */
+    int prefetch;              /* batches decoded ahead; 0 = 4 */
+    int64_t shuffle_buffer;    /* default shuffle buffer in samples; 0 = 10000 */
+} rt_stream_config;
 
 typedef struct rt_tfr_shard {
     const uint8_t *data;
@@ -78,6 +114,14 @@ int rt_example_spec_check(const rt_example_spec *s, char *err, size_t errlen);
  * rt_dataset_augment. */
 int rt_example_build(const rt_example_spec *s, const rt_tfr_shard *shards, int n_shards,
                      uint64_t max_bytes, rt_dataset *ds, char *err, size_t errlen);
+/* The same with a stream config (NULL: in memory only). A dataset that is
+ * streamed (forced by s->storage, or AUTO over sc->stream_above) is checked
+ * record by record as above, the good records are written to an unlinked
+ * file in sc->spool_dir and ds->stream reads them back (ds->x is NULL, the
+ * labels stay in memory). max_bytes then caps the file's bytes. */
+int rt_example_build_ex(const rt_example_spec *s, const rt_tfr_shard *shards, int n_shards,
+                        uint64_t max_bytes, const rt_stream_config *sc, rt_dataset *ds,
+                        char *err, size_t errlen);
 
 /* The wire ExampleSpec (Rtrain__V1__ExampleSpec) into s, checked
  * (rt_example_pb.c). RT_EINVAL with a message. */

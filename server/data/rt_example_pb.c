@@ -41,6 +41,13 @@ int rt_example_spec_from_pb(const Rtrain__V1__ExampleSpec *p, rt_example_spec *s
     s->n = (int)p->n_features;
     s->sequence_example = p->sequence_example;
     s->skip_bad = p->on_bad_record == RTRAIN__V1__BAD_RECORD_POLICY__BAD_RECORD_SKIP;
+    if ((int)p->storage < RT_STORAGE_AUTO || (int)p->storage > RT_STORAGE_STREAM)
+        return fail(err, errlen, "unknown storage %d", (int)p->storage);
+    s->storage = (rt_storage)p->storage;
+    if (p->shuffle_buffer > (UINT64_C(1) << 31))
+        return fail(err, errlen, "shuffle_buffer %llu is over 2^31",
+                    (unsigned long long)p->shuffle_buffer);
+    s->shuffle_buffer = (int64_t)p->shuffle_buffer;
     for (size_t i = 0; i < p->n_features; i++) {
         const Rtrain__V1__FeatureSpec *f = p->features[i];
         rt_feat_spec *o = &s->f[i];

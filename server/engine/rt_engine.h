@@ -361,6 +361,14 @@ typedef struct rt_exec rt_exec;
 /* A data set in memory, not owned. x holds n samples of the plan's input
  * shape (f32, row-major); y holds n labels of the plan's label shape in
  * y_dtype (RT_I32 or RT_F32), or is NULL for prediction. */
+/* Fills the nb rows of batch pos of an epoch (RT_EPOCH_EVAL: the samples
+ * in order, as evaluation reads them) into x (nb * input floats) and y (nb
+ * * label values, 4 bytes each). Returns 0, or a negative RT_E* code with a
+ * message in err. */
+#define RT_EPOCH_EVAL (-1)
+typedef int (*rt_batch_fill)(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x,
+                             void *y, char *err, size_t errlen);
+
 typedef struct rt_data {
     const float *x;
     const void *y;
@@ -371,6 +379,13 @@ typedef struct rt_data {
      * sum(w_i * l_i) / batch (SUM_OVER_BATCH_SIZE), and so its gradient;
      * accuracy stays unweighted, as Keras' compile(metrics=...). */
     const float *sw;
+    /* A streamed data set: x is NULL and batches come from fill, in the
+     * order fill chooses (the exec keeps no permutation). fill_id stands
+     * for the data set across calls, as x does for an in-memory one. y
+     * still holds all n labels (they are range-checked once). */
+    rt_batch_fill fill;
+    void *fill_ud;
+    const void *fill_id;
 } rt_data;
 
 typedef struct rt_metrics {

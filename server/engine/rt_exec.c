@@ -50,7 +50,7 @@ struct rt_exec {
     void *lb;
     int64_t step;              /* global step */
     int64_t epoch, pos;        /* 0-based epoch, next batch in it */
-    const float *dx;           /* the data set the cursor refers to */
+    const void *dx;            /* the data set the cursor refers to */
     int64_t dn;
     int restored;              /* cursor loaded from a checkpoint */
     const void *checked_y;     /* labels already range-checked (daemon data */
@@ -371,9 +371,11 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
     if (!e) return RT_EINVAL;
     e->err[0] = '\0';
     if (!d) return rt__eerr(e, RT_EINVAL, "data is NULL");
-    int rc = rt__check_x(e, d->x, d->n);
+    int rc = rt__check_x(e, d->fill ? (const float *)d->fill_id : d->x, d->n);
     if (rc < 0) return rc;
     if (!d->y) return rt__eerr(e, RT_EDATA, "no labels");
+    if (d->fill && d->sw)
+        return rt__eerr(e, RT_EINVAL, "sample weights need an in-memory data set");
     if ((rc = rt__check_sw(e, d)) < 0) return rc;
     const rt__lossinfo *L = &e->p->loss;
     if (d->y_dtype != L->lab_dt)
@@ -475,8 +477,9 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
     const rt_train_config *cfg = &p->cfg;
     const int64_t B = cfg->batch_size;
 
-    if (d->x != e->dx || d->n != e->dn) {
-        if (d->n > e->perm_cap) {
+    const void *id = d->fill ? d->fill_id : (const void *)d->x;
+    if (id != e->dx || d->n != e->dn) {
+        if (!d->fill && d->n > e->perm_cap) {
             int64_t *np = realloc(e->perm, sizeof(int64_t) * (size_t)d->n);
             if (!np) return rt__eerr(e, RT_ENOMEM, "out of memory for %lld samples",
                                      (long long)d->n);
@@ -493,7 +496,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
         }
         if (e->restored && e->pos * B >= d->n) e->pos = 0;
         e->restored = 0;
-        e->dx = d->x;
+        e->dx = id;
         e->dn = d->n;
         e->perm_epoch = -1;
     }
@@ -507,11 +510,18 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
     memset(&call_macc, 0, sizeof call_macc);
 
     for (int64_t s = 0; s < steps; s++) {
-        if (e->perm_epoch != e->epoch) rt__gen_perm(e);
         const int64_t start = e->pos * B;
         const int64_t nb = n - start < B ? n - start : B;
-        rt__gather(e, d->x, d->y, e->perm + start, 0, nb);
-        if (d->sw) rt__gather_sw(e, d->sw, e->perm + start, 0, nb);
+        if (d->fill) {
+            /* the source orders a streamed set (its shuffle buffer) */
+            if ((rc = d->fill(d->fill_ud, e->epoch, e->pos, nb, e->xb, e->lb, e->err,
+                              sizeof e->err)) < 0)
+                return rc;
+        } else {
+            if (e->perm_epoch != e->epoch) rt__gen_perm(e);
+            rt__gather(e, d->x, d->y, e->perm + start, 0, nb);
+            if (d->sw) rt__gather_sw(e, d->sw, e->perm + start, 0, nb);
+        }
         rt__forward(e, nb, 1, 1);
         double bl = 0, ba = 0;
         if (d->sw)
@@ -600,8 +610,14 @@ static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
     memset(&macc, 0, sizeof macc);
     for (int64_t start = 0; start < d->n; start += B) {
         const int64_t nb = d->n - start < B ? d->n - start : B;
-        rt__gather(e, d->x, d->y, NULL, start, nb);
-        if (d->sw) rt__gather_sw(e, d->sw, NULL, start, nb);
+        if (d->fill) {
+            if ((rc = d->fill(d->fill_ud, RT_EPOCH_EVAL, start / B, nb, e->xb, e->lb, e->err,
+                              sizeof e->err)) < 0)
+                return rc;
+        } else {
+            rt__gather(e, d->x, d->y, NULL, start, nb);
+            if (d->sw) rt__gather_sw(e, d->sw, NULL, start, nb);
+        }
         rt__forward(e, nb, 0, 0);
         if (d->sw)
             rt__loss_weighted(e, nb, &ls, &as, 0);
@@ -647,8 +663,14 @@ static int rt__exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n, doubl
     if (n < 1 || n > d->n || n > e->p->cfg.batch_size)
         return rt__eerr(e, RT_EINVAL, "n %lld outside 1..min(%lld, batch_size)",
                         (long long)n, (long long)d->n);
-    rt__gather(e, d->x, d->y, NULL, 0, n);
-    if (d->sw) rt__gather_sw(e, d->sw, NULL, 0, n);
+    if (d->fill) {
+        if ((rc = d->fill(d->fill_ud, RT_EPOCH_EVAL, 0, n, e->xb, e->lb, e->err,
+                          sizeof e->err)) < 0)
+            return rc;
+    } else {
+        rt__gather(e, d->x, d->y, NULL, 0, n);
+        if (d->sw) rt__gather_sw(e, d->sw, NULL, 0, n);
+    }
     rt__forward(e, n, 1, 0);
     double ls = 0, as = 0;
     if (d->sw)

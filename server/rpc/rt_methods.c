@@ -16,6 +16,7 @@
 #include "import_keras.h"
 #include "rt_bufpool.h"
 #include "rt_example.h"
+#include "rt_stream.h"
 
 #define RT_MAX_DIM_LIMIT (1ll << 31)
 #define RT_MAX_PARAMS_LIMIT (1ull << 31)
@@ -136,6 +137,19 @@ static int data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels)
         return rt_call_fail(c, rc, "dataset %s: %s", ds->id, err);
     d->y_dtype = want;
     d->sw = ds->sw;
+    if (ds->stream) {
+        /* batches decoded by the stream's workers, in its order */
+        const rt_train_config *cfg = rt_plan_config(c->prog->plan);
+        rt_stream_use *u = rt_call_alloc(c, sizeof *u);
+        if (!u)
+            return OOM(c);
+        *u = (rt_stream_use){.st = ds->stream, .seed = cfg->seed, .batch = cfg->batch_size,
+                             .shuffle = cfg->shuffle, .augment = 1, .y = d->y,
+                             .lab_per = rt_data_numel(ds->y_ndim, ds->y_dims)};
+        d->fill = rt_stream_fill;
+        d->fill_ud = u;
+        d->fill_id = ds->stream;
+    }
     return 0;
 }
 
@@ -1173,6 +1187,10 @@ static Rtrain__V1__DatasetInfo *dataset_info(rt_call *c, const rt_dataset *ds, i
     i->y_shape = dims_pb(c, ds->y_ndim, ds->y_dims);
     i->n_y_shape = (size_t)ds->y_ndim;
     i->bytes = rt_dataset_bytes(ds);
+    if (ds->stream) {
+        i->streamed = 1;
+        i->spool_bytes = rt_stream_file_bytes(ds->stream);
+    }
     i->deduplicated = dedup;
     i->records_skipped = (uint64_t)ds->skipped;
     if (ds->skipped && !(i->first_skipped = rt_call_strdup(c, ds->skip_msg)))
@@ -1800,6 +1818,10 @@ static int h_predict(rt_call *c)
         if ((rc = need_dataset(c, q->dataset_id, &c->ds, "dataset_id")) < 0 ||
             (rc = check_fit(c, c->ds, 0)) < 0)
             return rc;
+        if (c->ds->stream)
+            return rt_call_fail(c, RT_EUNIMPLEMENTED,
+                                "dataset %s is streamed from disk; Predict takes in-memory "
+                                "datasets or x", c->ds->id);
         ps->x = c->ds->x;
         ps->n = c->ds->n;
     } else if (q->input_case == RTRAIN__V1__PREDICT_REQUEST__INPUT_X) {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 
 #include "rt_bufpool.h"
 #include "rt_health.h"
+#include "rt_stream.h"
 
 void rt_srv_config_init(rt_srv_config *cfg)
 {
@@ -1918,19 +1920,30 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
     s->start_ns = rt_now_ns();
     s->sessions = rt_session_table_create(cfg->max_sessions);
     s->plans = rt_plan_cache_create(128);
-    uint64_t store_cap = cfg->max_store_bytes;
-    if (!store_cap) {
-        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-        store_cap = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 2 : 0;
-    }
-    s->data = rt_data_store_create(store_cap);
+    /* the memory the daemon may use: the RAM, or less under an address
+     * space limit (prlimit --as, a container's ulimit) */
     uint64_t ram = 0;
     {
         long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
         ram = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+        struct rlimit as;
+        if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY &&
+            (uint64_t)as.rlim_cur < ram)
+            ram = (uint64_t)as.rlim_cur;
     }
+    uint64_t store_cap = cfg->max_store_bytes ? cfg->max_store_bytes : ram / 2;
+    s->data = rt_data_store_create(store_cap);
     uint64_t budget = cfg->max_memory_bytes ? cfg->max_memory_bytes
                                             : ram ? ram / 4 * 3 : RT_QUOTA_UNLIMITED;
+    rt_stream_config sc = {
+        .spool_dir = cfg->spool_dir,
+        .stream_above = cfg->stream_above ? cfg->stream_above
+                        : budget != RT_QUOTA_UNLIMITED ? budget / 4 : 0,
+        .threads = cfg->decode_threads,
+        .prefetch = cfg->prefetch,
+        .shuffle_buffer = cfg->shuffle_buffer,
+    };
+    rt_data_set_stream_config(&sc);
     s->principals = rt_principal_set_create(budget);
     if (!s->sessions || !s->plans || !s->data || !s->principals) {
         rt_srv_destroy(s);

@@ -72,6 +72,16 @@ typedef struct rt_srv_config {
     uint64_t handshake_timeout_ms;
     uint64_t conn_idle_ms;       /* 0 = never closed for idleness */
     int stream_queue_max;        /* server stream: messages queued per call */
+    /* Streamed datasets (server/data/rt_stream.h): where their records
+     * are spooled (NULL: RT_SPOOL_DIR_DEFAULT), the decoded size above
+     * which a TFRecord dataset is streamed (0: a quarter of the memory
+     * budget), decode workers per dataset (0: the CPUs), batches decoded
+     * ahead (0: 4), the default shuffle buffer in samples (0: 10000). */
+    const char *spool_dir;
+    uint64_t stream_above;
+    int decode_threads;
+    int prefetch;
+    int64_t shuffle_buffer;
 } rt_srv_config;
 
 void rt_srv_config_init(rt_srv_config *cfg);

@@ -153,6 +153,7 @@ class Dataset:
         self.y_shape = tuple(info["y_shape"])
         self.records_skipped = info.get("records_skipped", 0)
         self.first_skipped = info.get("first_skipped", "")
+        self.streamed = info.get("streamed", False)
 
     def _label(self):
         # DType: 1 F32, 2 I32
@@ -164,6 +165,15 @@ class Dataset:
 
 
 _KINDS = ("int64", "float", "jpeg", "png", "image")
+_STORAGE = ("auto", "memory", "stream")
+
+
+def _storage_kw(storage, shuffle_buffer):
+    if storage not in _STORAGE:
+        raise ValueError("storage is 'auto', 'memory' or 'stream'")
+    if int(shuffle_buffer) < 0:
+        raise ValueError("shuffle_buffer must be >= 0")
+    return {"storage": _STORAGE.index(storage), "shuffle_buffer": int(shuffle_buffer)}
 
 
 def _feature_spec(features):
@@ -894,7 +904,8 @@ class Client(_rtrain.Client):
 
     def upload_tfrecord(self, paths, features, label=None, image_size=None,
                         channels=3, resize="auto", mean=None, std=None,
-                        augment=None, on_bad_record="fail", name="data"):
+                        augment=None, on_bad_record="fail", name="data",
+                        storage="auto", shuffle_buffer=0):
         """TFRecord files of tf.train.Example records as a Dataset: paths is
         a file, a glob of shards or a list; features maps keys to kinds
         like tf.io.parse_single_example's dict: "int64", "float", "jpeg",
@@ -903,23 +914,31 @@ class Client(_rtrain.Client):
         the key "label". Images are decoded on the daemon to image_size
         (h, w), normalised with mean/std; augment={"flip": True, "crop": 4,
         "brightness": 0.1, "contrast": 0.1} applies while training.
-        on_bad_record "skip" leaves bad records out (Dataset.records_skipped)."""
+        on_bad_record "skip" leaves bad records out (Dataset.records_skipped).
+        storage "stream" keeps the records on the daemon's disk and decodes
+        batches on worker threads, shuffled through shuffle_buffer samples
+        as tf.data's shuffle (0: the daemon's default); "memory" decodes it
+        all once; "auto" streams past the daemon's --stream-above."""
         if on_bad_record not in ("fail", "skip"):
             raise ValueError("on_bad_record is 'fail' or 'skip'")
         kw = _image_kw(image_size, channels, resize, mean, std, augment)
+        kw.update(_storage_kw(storage, shuffle_buffer))
         src = list(paths) if isinstance(paths, (list, tuple)) else str(paths)
         return Dataset(self._upload_data(src, _feature_spec(features), label,
                                          name, on_bad_record == "skip", **kw))
 
     def upload_image_folder(self, directory, image_size=(256, 256), channels=3,
                             resize="auto", mean=None, std=None, augment=None,
-                            on_bad_record="fail", name="images"):
+                            on_bad_record="fail", name="images", storage="auto",
+                            shuffle_buffer=0):
         """A Keras image_dataset_from_directory folder (one subfolder per
         class, labels by sorted class name) as a Dataset; the JPEG/PNG files
-        go up as they are and are decoded on the daemon."""
+        go up as they are and are decoded on the daemon. storage and
+        shuffle_buffer as in upload_tfrecord."""
         if on_bad_record not in ("fail", "skip"):
             raise ValueError("on_bad_record is 'fail' or 'skip'")
         kw = _image_kw(image_size, channels, resize, mean, std, augment)
+        kw.update(_storage_kw(storage, shuffle_buffer))
         return Dataset(self._upload_data(str(directory), None, None, name,
                                          on_bad_record == "skip", **kw))
 

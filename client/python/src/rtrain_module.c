@@ -746,24 +746,32 @@ out:
 
 /* _upload_data(source, features=None, label=None, name="data",
  * skip_bad=False, height=0, width=0, channels=0, resize=0, mean=(), std=(),
- * crop_pad=0, flip=False, brightness=0, contrast=0) -> dataset dict.
+ * crop_pad=0, flip=False, brightness=0, contrast=0, storage=0, shuffle_buffer=0)
+ * -> dataset dict. storage: 0 auto, 1 memory, 2 stream.
  * source: a TFRecord path or glob (features given), a list of TFRecord
  * paths, or an image-folder directory (features None). */
 static PyObject *Client_upload_data(ClientObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"source", "features", "label", "name", "skip_bad", "height",
                              "width", "channels", "resize", "mean", "std", "crop_pad",
-                             "flip", "brightness", "contrast", NULL};
+                             "flip", "brightness", "contrast", "storage", "shuffle_buffer",
+                             NULL};
     PyObject *src, *meano = NULL, *stdo = NULL;
     const char *features = NULL, *label = NULL, *name = "data";
     int skip = 0, flip = 0;
     rt_client_image_opts im;
     memset(&im, 0, sizeof im);
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|zzspiiiiOOipff:_upload_data", kwlist, &src,
+    unsigned long long shuf = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|zzspiiiiOOipffiK:_upload_data", kwlist, &src,
                                      &features, &label, &name, &skip, &im.height, &im.width,
                                      &im.channels, &im.resize, &meano, &stdo, &im.crop_pad,
-                                     &flip, &im.brightness, &im.contrast))
+                                     &flip, &im.brightness, &im.contrast, &im.storage, &shuf))
         return NULL;
+    if (im.storage < RT_STORAGE_AUTO || im.storage > RT_STORAGE_STREAM) {
+        PyErr_SetString(PyExc_ValueError, "storage is 'auto', 'memory' or 'stream'");
+        return NULL;
+    }
+    im.shuffle_buffer = shuf;
     im.flip = flip;
     PyObject *mv[2] = {meano, stdo};
     float *dst[2] = {im.mean, im.std};
@@ -824,6 +832,7 @@ static PyObject *Client_upload_data(ClientObject *self, PyObject *args, PyObject
         }
         rt_client_example_spec_set_image(spec, &im);
         rt_client_example_spec_set_skip_bad(spec, skip);
+        rt_client_example_spec_set_storage(spec, im.storage, im.shuffle_buffer);
     } else if (np != 1) {
         PyErr_SetString(PyExc_ValueError, "an image folder is one directory");
         goto out;
@@ -849,7 +858,7 @@ static PyObject *Client_upload_data(ClientObject *self, PyObject *args, PyObject
         if (rc < 0)
             rt_py__fail(self, rc);
         else
-            res = Py_BuildValue("{s:s,s:K,s:N,s:i,s:N,s:K,s:O,s:K,s:K,s:s}", "id", ds.id,
+            res = Py_BuildValue("{s:s,s:K,s:N,s:i,s:N,s:K,s:O,s:K,s:K,s:s,s:O,s:K}", "id", ds.id,
                                 "samples", (unsigned long long)ds.samples, "x_shape",
                                 rt_py__shape_tuple(ds.x_ndim, ds.x_shape), "y_dtype",
                                 (int)ds.y_dtype, "y_shape",
@@ -858,7 +867,8 @@ static PyObject *Client_upload_data(ClientObject *self, PyObject *args, PyObject
                                 ds.deduplicated ? Py_True : Py_False, "bytes_sent",
                                 (unsigned long long)ds.bytes_sent, "records_skipped",
                                 (unsigned long long)ds.records_skipped, "first_skipped",
-                                ds.first_skipped);
+                                ds.first_skipped, "streamed", ds.streamed ? Py_True : Py_False,
+                                "spool_bytes", (unsigned long long)ds.spool_bytes);
     }
     rt_py__unlock(self);
 out:

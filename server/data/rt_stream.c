@@ -1,0 +1,475 @@
+/* rt_stream.c - streamed datasets: spool file, shuffle buffer order, and
+ * the prefetching decode workers (rt_stream.h). */
+#include "rt_stream.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rt_data.h"
+
+/* the pipeline's second RNG stream (rt_engine.h: augmentation is the first) */
+#define RT__STREAM_SHUFFLE_BUFFER (RT_RNG_STREAM_AUGMENT + 1)
+
+typedef struct slot {
+    float *x;            /* batch * per floats */
+    int64_t *idx;        /* the samples of its rows */
+    int64_t epoch, pos, nb;
+    int64_t next, done;  /* rows handed out, rows decoded */
+    int rc;
+    char msg[200];
+} slot;
+
+struct rt_stream {
+    rt_example_spec spec;
+    rt_example_layout L;
+    int fd;
+    char path[PATH_MAX];
+    int64_t n;
+    uint64_t *off;
+    uint32_t *len;
+    uint32_t max_len;
+    uint64_t file_bytes, img_bytes;
+    int threads, prefetch;
+    int64_t shuffle_buffer;
+
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv, ready_cv;
+    pthread_t *th;
+    int nth, stop;
+
+    /* what is being produced: the use it was asked for, the batches from
+     * seq head (the next one taken) to sched (the next one scheduled) */
+    int active;
+    uint64_t seed;
+    int64_t batch;
+    int shuffle, augment, eval;
+    int64_t head, sched;
+    int64_t h_epoch, h_pos, s_epoch, s_pos;
+    int s_end;           /* evaluation: every batch is scheduled */
+    int64_t busy;        /* rows being decoded outside the lock */
+    int64_t *order;      /* the order of order_epoch */
+    int64_t order_epoch;
+    slot *slots;
+    int64_t slot_batch;  /* rows the slot buffers hold */
+};
+
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+int rt_stream_order(int64_t n, int64_t buf, uint64_t seed, int64_t epoch, int64_t *out)
+{
+    if (buf <= 1) {
+        for (int64_t k = 0; k < n; k++)
+            out[k] = k;
+        return 0;
+    }
+    /* tf.data's Dataset.shuffle: draw slot j of the buffer, refill it with
+     * the next record; when the records run out the buffer shrinks. */
+    int64_t size = buf < n ? buf : n, next = size;
+    int64_t *b = malloc(sizeof(int64_t) * (size_t)size);
+    if (!b)
+        return RT_ENOMEM;
+    for (int64_t k = 0; k < size; k++)
+        b[k] = k;
+    for (int64_t k = 0; k < n; k++) {
+        uint64_t r = rt_rng_u64(seed, RT__STREAM_SHUFFLE_BUFFER,
+                                ((uint64_t)epoch << 32) | (uint64_t)k);
+        int64_t j = (int64_t)(((unsigned __int128)r * (uint64_t)size) >> 64);
+        out[k] = b[j];
+        if (next < n)
+            b[j] = next++;
+        else
+            b[j] = b[--size];
+    }
+    free(b);
+    return 0;
+}
+
+int rt_stream_create(const rt_example_spec *spec, const uint8_t *const *recs,
+                     const size_t *lens, int64_t n, const rt_stream_config *cfg,
+                     rt_stream **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    rt_stream *st = calloc(1, sizeof *st);
+    if (!st)
+        return fail(err, errlen, RT_ENOMEM, "out of memory");
+    st->fd = -1;
+    st->spec = *spec;
+    rt_example_layout_init(&st->spec, &st->L);
+    st->img_bytes = st->L.img_feat >= 0
+                        ? (uint64_t)spec->img.h * spec->img.w * spec->img.c
+                        : 0;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    st->threads = cfg && cfg->threads > 0 ? cfg->threads : cpus > 0 ? (int)cpus : 1;
+    st->prefetch = cfg && cfg->prefetch > 0 ? cfg->prefetch : RT_STREAM_PREFETCH_DEFAULT;
+    st->shuffle_buffer = spec->shuffle_buffer > 0 ? spec->shuffle_buffer
+                         : cfg && cfg->shuffle_buffer > 0 ? cfg->shuffle_buffer
+                                                           : RT_STREAM_SHUFFLE_DEFAULT;
+    st->order_epoch = -1;
+    pthread_mutex_init(&st->mu, NULL);
+    pthread_cond_init(&st->work_cv, NULL);
+    pthread_cond_init(&st->ready_cv, NULL);
+    st->n = n;
+    st->off = malloc(sizeof(uint64_t) * (size_t)n);
+    st->len = malloc(sizeof(uint32_t) * (size_t)n);
+    if (!st->off || !st->len) {
+        rt_stream_destroy(st);
+        return fail(err, errlen, RT_ENOMEM, "out of memory indexing %lld records", (long long)n);
+    }
+    const char *dir = cfg && cfg->spool_dir && *cfg->spool_dir ? cfg->spool_dir
+                                                                : RT_SPOOL_DIR_DEFAULT;
+    snprintf(st->path, sizeof st->path, "%s/rtrain-spool-XXXXXX", dir);
+    st->fd = mkstemp(st->path);
+    if (st->fd < 0) {
+        int e = errno;
+        rt_stream_destroy(st);
+        return fail(err, errlen, RT_EIO, "spool dir %.120s: %s", dir, strerror(e));
+    }
+    unlink(st->path);
+    /* records back to back, through a staging buffer */
+    enum { STAGE = 1 << 20 };
+    uint8_t *stage = malloc(STAGE);
+    size_t used = 0;
+    int rc = stage ? 0 : fail(err, errlen, RT_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < n && rc == 0; i++) {
+        if (lens[i] > UINT32_MAX) {
+            rc = fail(err, errlen, RT_ETOOBIG, "record %lld is over 4 GiB", (long long)i);
+            break;
+        }
+        st->off[i] = st->file_bytes;
+        st->len[i] = (uint32_t)lens[i];
+        if (lens[i] > st->max_len)
+            st->max_len = (uint32_t)lens[i];
+        st->file_bytes += lens[i];
+        const uint8_t *p = recs[i];
+        size_t left = lens[i];
+        while (left > 0 && rc == 0) {
+            size_t k = STAGE - used < left ? STAGE - used : left;
+            memcpy(stage + used, p, k);
+            used += k;
+            p += k;
+            left -= k;
+            if (used == STAGE || (left == 0 && i == n - 1)) {
+                for (size_t w = 0; w < used;) {
+                    ssize_t r = write(st->fd, stage + w, used - w);
+                    if (r < 0 && errno == EINTR)
+                        continue;
+                    if (r <= 0) {
+                        rc = fail(err, errlen, RT_EIO, "spool dir %.120s: %s", dir,
+                                  strerror(r < 0 ? errno : ENOSPC));
+                        break;
+                    }
+                    w += (size_t)r;
+                }
+                used = 0;
+            }
+        }
+    }
+    free(stage);
+    if (rc < 0) {
+        rt_stream_destroy(st);
+        return rc;
+    }
+    *out = st;
+    return 0;
+}
+
+static void stop_workers(rt_stream *st)
+{
+    pthread_mutex_lock(&st->mu);
+    st->stop = 1;
+    pthread_cond_broadcast(&st->work_cv);
+    pthread_mutex_unlock(&st->mu);
+    for (int i = 0; i < st->nth; i++)
+        pthread_join(st->th[i], NULL);
+    st->nth = 0;
+}
+
+void rt_stream_destroy(rt_stream *st)
+{
+    if (!st)
+        return;
+    stop_workers(st);
+    free(st->th);
+    if (st->fd >= 0)
+        close(st->fd);
+    if (st->slots)
+        for (int i = 0; i < st->prefetch; i++) {
+            free(st->slots[i].x);
+            free(st->slots[i].idx);
+        }
+    free(st->slots);
+    free(st->order);
+    free(st->off);
+    free(st->len);
+    pthread_mutex_destroy(&st->mu);
+    pthread_cond_destroy(&st->work_cv);
+    pthread_cond_destroy(&st->ready_cv);
+    free(st);
+}
+
+uint64_t rt_stream_mem_bytes(const rt_stream *st)
+{
+    return (uint64_t)st->n * (sizeof(uint64_t) + sizeof(uint32_t));
+}
+uint64_t rt_stream_file_bytes(const rt_stream *st) { return st->file_bytes; }
+int rt_stream_threads(const rt_stream *st) { return st->threads; }
+int64_t rt_stream_shuffle_buffer(const rt_stream *st) { return st->shuffle_buffer; }
+
+static int64_t batches(const rt_stream *st) { return (st->n + st->batch - 1) / st->batch; }
+
+/* Next batch position after (epoch, pos); 0 when evaluation is done. */
+static int advance(const rt_stream *st, int64_t *epoch, int64_t *pos)
+{
+    if (*pos + 1 < batches(st)) {
+        (*pos)++;
+        return 1;
+    }
+    if (st->eval)
+        return 0;
+    (*epoch)++;
+    *pos = 0;
+    return 1;
+}
+
+/* Under mu: give the next free slot the next batch. 0 when nothing can be
+ * scheduled (ring full, evaluation done, out of memory for the order). */
+static int schedule(rt_stream *st)
+{
+    if (!st->active || st->s_end || st->sched >= st->head + st->prefetch)
+        return 0;
+    slot *sl = &st->slots[st->sched % st->prefetch];
+    const int64_t B = st->batch, start = st->s_pos * B;
+    sl->epoch = st->s_epoch;
+    sl->pos = st->s_pos;
+    sl->nb = st->n - start < B ? st->n - start : B;
+    sl->next = sl->done = 0;
+    sl->rc = 0;
+    sl->msg[0] = 0;
+    if (!st->eval && st->shuffle) {
+        if (st->order_epoch != st->s_epoch) {
+            if (!st->order && !(st->order = malloc(sizeof(int64_t) * (size_t)st->n))) {
+                sl->rc = RT_ENOMEM;
+                snprintf(sl->msg, sizeof sl->msg, "out of memory for the epoch order");
+                sl->next = sl->done = sl->nb;
+                goto scheduled;
+            }
+            if (rt_stream_order(st->n, st->shuffle_buffer, st->seed, st->s_epoch,
+                                st->order) < 0) {
+                sl->rc = RT_ENOMEM;
+                snprintf(sl->msg, sizeof sl->msg, "out of memory for the shuffle buffer");
+                sl->next = sl->done = sl->nb;
+                goto scheduled;
+            }
+            st->order_epoch = st->s_epoch;
+        }
+        memcpy(sl->idx, st->order + start, sizeof(int64_t) * (size_t)sl->nb);
+    } else {
+        for (int64_t r = 0; r < sl->nb; r++)
+            sl->idx[r] = start + r;
+    }
+scheduled:
+    st->sched++;
+    if (!advance(st, &st->s_epoch, &st->s_pos))
+        st->s_end = 1;
+    if (sl->done == sl->nb)
+        pthread_cond_broadcast(&st->ready_cv);
+    return 1;
+}
+
+static void *worker(void *arg)
+{
+    rt_stream *st = arg;
+    const rt_example_layout *L = &st->L;
+    uint8_t *rec = malloc(st->max_len ? st->max_len : 1);
+    uint8_t *img = st->img_bytes ? malloc(st->img_bytes) : NULL;
+    void *ys = malloc((size_t)(L->lab_per > 0 ? L->lab_per : 1) * 4);
+    const int ok = rec && ys && (img || !st->img_bytes);
+    pthread_mutex_lock(&st->mu);
+    while (!st->stop) {
+        slot *sl = NULL;
+        for (int64_t q = st->head; q < st->sched; q++) {
+            slot *c = &st->slots[q % st->prefetch];
+            if (c->next < c->nb) {
+                sl = c;
+                break;
+            }
+        }
+        if (!sl) {
+            if (!schedule(st))
+                pthread_cond_wait(&st->work_cv, &st->mu);
+            continue;
+        }
+        const int64_t r = sl->next++, sample = sl->idx[r], epoch = sl->epoch;
+        const int augment = st->augment && !st->eval && L->img_feat >= 0;
+        const uint64_t seed = st->seed;
+        float *x = sl->x + r * L->per;
+        st->busy++;
+        pthread_mutex_unlock(&st->mu);
+
+        char msg[200];
+        int rc = 0;
+        if (!ok) {
+            rc = fail(msg, sizeof msg, RT_ENOMEM, "out of memory for decode scratch");
+        } else {
+            const uint32_t len = st->len[sample];
+            for (uint32_t got = 0; got < len && rc == 0;) {
+                ssize_t k = pread(st->fd, rec + got, len - got, (off_t)(st->off[sample] + got));
+                if (k < 0 && errno == EINTR)
+                    continue;
+                if (k <= 0)
+                    rc = fail(msg, sizeof msg, RT_EIO, "reading the spool: %s",
+                              k < 0 ? strerror(errno) : "short file");
+                else
+                    got += (uint32_t)k;
+            }
+            if (rc == 0)
+                rc = rt_example_decode(L, rec, len, x, ys, img, msg, sizeof msg);
+            if (rc == 0 && augment) {
+                rt_image_aug a;
+                rt_image_aug_draw(&st->spec.img, seed, (uint64_t)epoch, (uint64_t)sample, &a);
+                rt_image_to_input(&st->spec.img, img, x + L->img_off, &a);
+            }
+        }
+
+        pthread_mutex_lock(&st->mu);
+        st->busy--;
+        if (rc < 0 && sl->rc == 0) {
+            sl->rc = rc;
+            snprintf(sl->msg, sizeof sl->msg, "sample %lld: %.170s", (long long)sample, msg);
+        }
+        if (++sl->done == sl->nb || st->busy == 0)
+            pthread_cond_broadcast(&st->ready_cv);
+    }
+    pthread_mutex_unlock(&st->mu);
+    free(rec);
+    free(img);
+    free(ys);
+    return NULL;
+}
+
+/* Under mu: drop the batches in flight and start producing at (epoch, pos)
+ * for u. */
+static int restart(rt_stream *st, const rt_stream_use *u, int64_t epoch, int64_t pos,
+                   char *err, size_t errlen)
+{
+    /* no new rows; wait for the rows being decoded into the buffers */
+    st->active = 0;
+    for (int64_t q = st->head; q < st->sched; q++)
+        st->slots[q % st->prefetch].next = st->slots[q % st->prefetch].nb;
+    while (st->busy > 0)
+        pthread_cond_wait(&st->ready_cv, &st->mu);
+    st->head = st->sched = 0;
+    if (!st->slots && !(st->slots = calloc((size_t)st->prefetch, sizeof *st->slots)))
+        return fail(err, errlen, RT_ENOMEM, "out of memory for prefetch buffers");
+    if (st->slot_batch != u->batch) {
+        for (int i = 0; i < st->prefetch; i++) {
+            slot *sl = &st->slots[i];
+            free(sl->x);
+            free(sl->idx);
+            sl->x = malloc(sizeof(float) * (size_t)(u->batch * st->L.per));
+            sl->idx = malloc(sizeof(int64_t) * (size_t)u->batch);
+            if (!sl->x || !sl->idx) {
+                st->slot_batch = 0;
+                return fail(err, errlen, RT_ENOMEM,
+                            "out of memory for %d prefetch batches of %lld samples",
+                            st->prefetch, (long long)u->batch);
+            }
+        }
+        st->slot_batch = u->batch;
+    }
+    if (st->seed != u->seed || st->shuffle != u->shuffle)
+        st->order_epoch = -1;
+    st->seed = u->seed;
+    st->batch = u->batch;
+    st->shuffle = u->shuffle;
+    st->augment = u->augment;
+    st->eval = epoch == RT_EPOCH_EVAL;
+    st->h_epoch = st->s_epoch = epoch;
+    st->h_pos = st->s_pos = pos;
+    st->s_end = 0;
+    st->active = 1;
+    if (!st->th && !(st->th = calloc((size_t)st->threads, sizeof *st->th)))
+        return fail(err, errlen, RT_ENOMEM, "out of memory");
+    while (st->nth < st->threads) {
+        if (pthread_create(&st->th[st->nth], NULL, worker, st) != 0) {
+            if (st->nth > 0)
+                break; /* fewer workers, same batches */
+            st->active = 0;
+            return fail(err, errlen, RT_ENOMEM, "cannot start decode workers");
+        }
+        st->nth++;
+    }
+    pthread_cond_broadcast(&st->work_cv);
+    return 0;
+}
+
+int rt_stream_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y,
+                   char *err, size_t errlen)
+{
+    const rt_stream_use *u = ud;
+    rt_stream *st = u->st;
+    if (u->batch < 1 || pos < 0 || pos * u->batch >= st->n || nb < 1 || nb > u->batch)
+        return fail(err, errlen, RT_EINVAL, "batch %lld of %lld rows is outside the dataset",
+                    (long long)pos, (long long)nb);
+    pthread_mutex_lock(&st->mu);
+    const int eval = epoch == RT_EPOCH_EVAL;
+    const int same = st->active && st->seed == u->seed && st->batch == u->batch &&
+                     st->shuffle == u->shuffle && st->augment == u->augment &&
+                     st->eval == eval && st->h_epoch == epoch && st->h_pos == pos;
+    int rc = 0;
+    if (!same && (rc = restart(st, u, epoch, pos, err, errlen)) < 0) {
+        pthread_mutex_unlock(&st->mu);
+        return rc;
+    }
+    slot *sl = &st->slots[st->head % st->prefetch];
+    while (st->sched <= st->head || sl->done < sl->nb) {
+        if (st->sched <= st->head)
+            pthread_cond_broadcast(&st->work_cv);
+        pthread_cond_wait(&st->ready_cv, &st->mu);
+    }
+    if (sl->rc < 0) {
+        rc = fail(err, errlen, sl->rc, "%s", sl->msg);
+        st->active = 0; /* the next call starts again */
+        pthread_mutex_unlock(&st->mu);
+        return rc;
+    }
+    if (nb > sl->nb) {
+        st->active = 0;
+        pthread_mutex_unlock(&st->mu);
+        return fail(err, errlen, RT_EINVAL, "batch %lld has %lld rows, not %lld",
+                    (long long)pos, (long long)sl->nb, (long long)nb);
+    }
+    pthread_mutex_unlock(&st->mu);
+    /* the slot is ours until head moves past it */
+    memcpy(x, sl->x, sizeof(float) * (size_t)(nb * st->L.per));
+    if (y && u->y) {
+        const size_t lb = (size_t)u->lab_per * 4;
+        for (int64_t r = 0; r < nb; r++)
+            memcpy((char *)y + r * lb, (const char *)u->y + sl->idx[r] * lb, lb);
+    }
+    pthread_mutex_lock(&st->mu);
+    st->head++;
+    if (!advance(st, &st->h_epoch, &st->h_pos))
+        st->active = 0; /* evaluation done */
+    pthread_cond_broadcast(&st->work_cv);
+    pthread_mutex_unlock(&st->mu);
+    return 0;
+}
