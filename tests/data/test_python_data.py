@@ -100,3 +100,31 @@ def test_image_folder_deterministic(client, files):
     assert h["val_accuracy"][-1] >= 0.9
     for a, b in zip(*ws):
         assert np.array_equal(a, b)
+
+
+def test_streamed_matches_memory(client, files):
+    """storage="stream": the records stay on the daemon's disk and batches
+    are decoded by its workers; without shuffling the weights equal the
+    in-memory ones bit for bit, augmentation included."""
+    kw = dict(image_size=(16, 16), mean=0.5, std=0.5, augment={"flip": True, "crop": 2})
+    mem = client.upload_image_folder(files / "imgs" / "train", storage="memory", **kw)
+    st = client.upload_image_folder(files / "imgs" / "train", storage="stream", **kw)
+    assert not mem.streamed and st.streamed and st.samples == mem.samples == 180
+    ws = []
+    for ds in (mem, st):
+        m = client.compile(rtrain.Sequential([
+            rtrain.layers.Conv2D(4, 3, activation="relu", input_shape=(16, 16, 3)),
+            rtrain.layers.Flatten(),
+            rtrain.layers.Dense(3, activation="softmax")]),
+            optimizer=rtrain.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy",
+            shuffle=False, seed=5)
+        m.fit(ds, epochs=3, batch_size=20, verbose=0, shuffle=False)
+        ws.append(m.get_weights())
+    for a, b in zip(*ws):
+        assert np.array_equal(a, b)
+    tf = client.upload_tfrecord(str(files / "num.tfrecord"),
+                                {"x": ("float", (4,)), "label": "int64"}, storage="stream",
+                                shuffle_buffer=16)
+    assert tf.streamed and tf.samples == 100
+    with pytest.raises(ValueError):
+        client.upload_tfrecord(str(files / "num.tfrecord"), {"x": "float"}, storage="disk")
