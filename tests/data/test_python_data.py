@@ -128,3 +128,50 @@ def test_streamed_matches_memory(client, files):
     assert tf.streamed and tf.samples == 100
     with pytest.raises(ValueError):
         client.upload_tfrecord(str(files / "num.tfrecord"), {"x": "float"}, storage="disk")
+
+
+def write_idx(path, arr):
+    """IDX as MNIST ships it: magic 0x0000 08 NDIM, big-endian dims, u8 data, gzipped."""
+    import gzip
+    import struct
+    hdr = struct.pack(">BBBB", 0, 0, 8, arr.ndim) + struct.pack(">%dI" % arr.ndim, *arr.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(hdr + arr.astype(np.uint8).tobytes())
+
+
+def test_idx_upload(client, tmp_path):
+    """Fashion-MNIST-style IDX.gz files go up as they are and the daemon
+    decodes them; a re-run sends nothing."""
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 10, 300).astype(np.uint8)
+    x = rng.integers(0, 60, (300, 28, 28))
+    for i in range(300):  # class k: rows 2k, 2k+1 bright
+        x[i, 2 * y[i]:2 * y[i] + 2, :] += 150
+    x = x.astype(np.uint8)
+    write_idx(tmp_path / "train-images-idx3-ubyte.gz", x)
+    write_idx(tmp_path / "train-labels-idx1-ubyte.gz", y)
+    sent = os.path.getsize(tmp_path / "train-images-idx3-ubyte.gz") + \
+        os.path.getsize(tmp_path / "train-labels-idx1-ubyte.gz")
+    ds = client.upload_idx(tmp_path / "train-images-idx3-ubyte.gz",
+                           tmp_path / "train-labels-idx1-ubyte.gz")
+    assert ds.samples == 300 and ds.x_shape == (28, 28)
+    assert ds.info["bytes_sent"] == sent and sent < x.size  # compressed, as it is
+    again = client.upload_idx(tmp_path / "train-images-idx3-ubyte.gz",
+                              tmp_path / "train-labels-idx1-ubyte.gz")
+    assert again.id == ds.id and again.info["bytes_sent"] == 0 and again.info["deduplicated"]
+    m = client.compile(rtrain.Sequential([
+        rtrain.layers.Flatten(input_shape=(28, 28)),
+        rtrain.layers.Dense(10, activation="softmax")]),
+        optimizer=rtrain.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"], seed=1)
+    h = m.fit(ds, epochs=15, batch_size=30, verbose=0)
+    assert h["accuracy"][-1] >= 0.9
+    # the daemon divided by 255: the same model on x / 255 uploaded as floats agrees
+    m2 = client.compile(rtrain.Sequential([
+        rtrain.layers.Flatten(input_shape=(28, 28)),
+        rtrain.layers.Dense(10, activation="softmax")]),
+        optimizer=rtrain.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"], seed=1)
+    m2.fit(x.astype(np.float32) / 255, y.astype(np.int32), epochs=15, batch_size=30, verbose=0)
+    for a, b in zip(m.get_weights(), m2.get_weights()):
+        assert np.array_equal(a, b)

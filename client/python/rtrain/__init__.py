@@ -142,7 +142,7 @@ def _spec_json(spec):
 
 class Dataset:
     """A dataset held by the daemon (Client.upload_tfrecord,
-    Client.upload_image_folder): pass it as Model.fit's x (y None) or in
+    Client.upload_image_folder, Client.upload_idx): pass it as Model.fit's x (y None) or in
     validation_data, or to evaluate."""
 
     def __init__(self, info):
@@ -926,6 +926,13 @@ class Client(_rtrain.Client):
         src = list(paths) if isinstance(paths, (list, tuple)) else str(paths)
         return Dataset(self._upload_data(src, _feature_spec(features), label,
                                          name, on_bad_record == "skip", **kw))
+
+    def upload_idx(self, images, labels, normalize=True, name="data"):
+        """MNIST/Fashion-MNIST IDX files (train-images-idx3-ubyte.gz and
+        train-labels-idx1-ubyte.gz, gzipped or not) as a Dataset: they go
+        up as they are, compressed, and the daemon decodes them (u8 images
+        divided by 255 unless normalize is False). A re-run sends nothing."""
+        return Dataset(self._upload_idx(str(images), str(labels), bool(normalize), name))
 
     def upload_image_folder(self, directory, image_size=(256, 256), channels=3,
                             resize="auto", mean=None, std=None, augment=None,

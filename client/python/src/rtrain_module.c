@@ -744,6 +744,65 @@ out:
     return res;
 }
 
+/* An uploaded dataset as the dict rtrain.Dataset takes. */
+static PyObject *dataset_dict(const rt_client_dataset *ds)
+{
+    return Py_BuildValue("{s:s,s:K,s:N,s:i,s:N,s:K,s:O,s:K,s:K,s:s,s:O,s:K}", "id", ds->id,
+                         "samples", (unsigned long long)ds->samples, "x_shape",
+                         rt_py__shape_tuple(ds->x_ndim, ds->x_shape), "y_dtype",
+                         (int)ds->y_dtype, "y_shape", rt_py__shape_tuple(ds->y_ndim, ds->y_shape),
+                         "bytes", (unsigned long long)ds->bytes, "deduplicated",
+                         ds->deduplicated ? Py_True : Py_False, "bytes_sent",
+                         (unsigned long long)ds->bytes_sent, "records_skipped",
+                         (unsigned long long)ds->records_skipped, "first_skipped",
+                         ds->first_skipped, "streamed", ds->streamed ? Py_True : Py_False,
+                         "spool_bytes", (unsigned long long)ds->spool_bytes);
+}
+
+/* _upload_idx(images, labels, normalize=True, name="data") -> dataset dict.
+ * The IDX files (gzipped or not) go up as they are. */
+static PyObject *Client_upload_idx(ClientObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"images", "labels", "normalize", "name", NULL};
+    PyObject *io, *lo;
+    int norm = 1;
+    const char *name = "data";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|ps:_upload_idx", kwlist,
+                                     PyUnicode_FSConverter, &io, PyUnicode_FSConverter, &lo,
+                                     &norm, &name))
+        return NULL;
+    PyObject *res = NULL;
+    char *ip = strdup(PyBytes_AS_STRING(io)), *lp = strdup(PyBytes_AS_STRING(lo));
+    Py_DECREF(io);
+    Py_DECREF(lo);
+    if (!ip || !lp) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    if (rt_py__lock(self, 1) < 0)
+        goto out;
+    rt_client_dataset ds;
+    memset(&ds, 0, sizeof ds);
+    int rc;
+    int inst = rt_py__sig_install(self->c);
+    Py_BEGIN_ALLOW_THREADS
+    rt_client_next_timeout_ms(self->c, 0);
+    rc = rt_client_upload_idx(self->c, self->sid, name, ip, lp, norm, &ds);
+    Py_END_ALLOW_THREADS
+    rt_py__sig_remove(inst);
+    if (rt_py__record(self) && !rt_py__sig_raised(inst)) {
+        if (rc < 0)
+            rt_py__fail(self, rc);
+        else
+            res = dataset_dict(&ds);
+    }
+    rt_py__unlock(self);
+out:
+    free(ip);
+    free(lp);
+    return res;
+}
+
 /* _upload_data(source, features=None, label=None, name="data",
  * skip_bad=False, height=0, width=0, channels=0, resize=0, mean=(), std=(),
  * crop_pad=0, flip=False, brightness=0, contrast=0, storage=0, shuffle_buffer=0)
@@ -858,17 +917,7 @@ static PyObject *Client_upload_data(ClientObject *self, PyObject *args, PyObject
         if (rc < 0)
             rt_py__fail(self, rc);
         else
-            res = Py_BuildValue("{s:s,s:K,s:N,s:i,s:N,s:K,s:O,s:K,s:K,s:s,s:O,s:K}", "id", ds.id,
-                                "samples", (unsigned long long)ds.samples, "x_shape",
-                                rt_py__shape_tuple(ds.x_ndim, ds.x_shape), "y_dtype",
-                                (int)ds.y_dtype, "y_shape",
-                                rt_py__shape_tuple(ds.y_ndim, ds.y_shape), "bytes",
-                                (unsigned long long)ds.bytes, "deduplicated",
-                                ds.deduplicated ? Py_True : Py_False, "bytes_sent",
-                                (unsigned long long)ds.bytes_sent, "records_skipped",
-                                (unsigned long long)ds.records_skipped, "first_skipped",
-                                ds.first_skipped, "streamed", ds.streamed ? Py_True : Py_False,
-                                "spool_bytes", (unsigned long long)ds.spool_bytes);
+            res = dataset_dict(&ds);
     }
     rt_py__unlock(self);
 out:
@@ -1862,6 +1911,10 @@ static PyMethodDef Client_methods[] = {
      "trace_calls() -> list of timing dicts kept since trace()."},
     {"trace_write", (PyCFunction)Client_trace_write, METH_VARARGS,
      "trace_write(path): write the traced calls as Chrome trace-event JSON."},
+    {"_upload_idx", (PyCFunction)(void (*)(void))Client_upload_idx,
+     METH_VARARGS | METH_KEYWORDS,
+     "_upload_idx(images, labels, normalize=True, name='data') -> dataset dict. IDX files "
+     "(MNIST, Fashion-MNIST; .gz or not) uploaded as they are."},
     {"_upload_data", (PyCFunction)(void (*)(void))Client_upload_data,
      METH_VARARGS | METH_KEYWORDS,
      "_upload_data(source, features=None, label=None, name='data', skip_bad=False, "
