@@ -24,6 +24,9 @@ done
 # OpenBLAS (pthread build) is what docs/workloads.md measured PyTorch with;
 # without it Debian's torch falls back to the netlib reference BLAS.
 [ $want_bench -eq 0 ] || pkgs+=(python3-torch libopenblas0-pthread)
+# bench/data/stream_bench.py: the real Fashion-MNIST IDX files, and PIL for
+# its TFRecord and JPEG folders
+[ $want_bench -eq 0 ] || pkgs+=(dataset-fashion-mnist python3-pil)
 if [ $want_test -eq 1 ]; then
   pkgs+=(python3-pil python3-pytest jupyter-nbconvert python3-ipykernel
          python3-matplotlib librsvg2-bin prometheus python3-yaml)

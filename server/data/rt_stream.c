@@ -26,6 +26,15 @@ typedef struct slot {
     char msg[200];
 } slot;
 
+/* One thread's decode scratch: a record, the resized image, the label. */
+typedef struct scratch {
+    uint8_t *rec, *img;
+    void *ys;
+    int ok;
+} scratch;
+
+static void scratch_free(scratch *sc);
+
 struct rt_stream {
     rt_example_spec spec;
     rt_example_layout L;
@@ -58,6 +67,9 @@ struct rt_stream {
     int64_t order_epoch;
     slot *slots;
     int64_t slot_batch;  /* rows the slot buffers hold */
+    pthread_mutex_t fill_mu; /* one rt_stream_fill at a time */
+    scratch own;             /* the filling thread's, under fill_mu */
+    int own_init;
 };
 
 static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
@@ -124,6 +136,7 @@ int rt_stream_create(const rt_example_spec *spec, const uint8_t *const *recs,
                                                            : RT_STREAM_SHUFFLE_DEFAULT;
     st->order_epoch = -1;
     pthread_mutex_init(&st->mu, NULL);
+    pthread_mutex_init(&st->fill_mu, NULL);
     pthread_cond_init(&st->work_cv, NULL);
     pthread_cond_init(&st->ready_cv, NULL);
     st->n = n;
@@ -219,7 +232,10 @@ void rt_stream_destroy(rt_stream *st)
     free(st->order);
     free(st->off);
     free(st->len);
+    if (st->own_init)
+        scratch_free(&st->own);
     pthread_mutex_destroy(&st->mu);
+    pthread_mutex_destroy(&st->fill_mu);
     pthread_cond_destroy(&st->work_cv);
     pthread_cond_destroy(&st->ready_cv);
     free(st);
@@ -294,14 +310,86 @@ scheduled:
     return 1;
 }
 
+static void scratch_init(const rt_stream *st, scratch *sc)
+{
+    sc->rec = malloc(st->max_len ? st->max_len : 1);
+    sc->img = st->img_bytes ? malloc(st->img_bytes) : NULL;
+    sc->ys = malloc((size_t)(st->L.lab_per > 0 ? st->L.lab_per : 1) * 4);
+    sc->ok = sc->rec && sc->ys && (sc->img || !st->img_bytes);
+}
+
+static void scratch_free(scratch *sc)
+{
+    free(sc->rec);
+    free(sc->img);
+    free(sc->ys);
+}
+
+/* Rows claimed per lock: fewer hand-offs of mu (a worker preempted while
+ * holding it stalls the others on a loaded machine), and still several
+ * claims per batch so all workers share one. */
+#define RT__ROWS_PER_CLAIM 8
+
+/* Under mu: decode the next rows of sl (mu is released meanwhile). */
+static void decode_rows(rt_stream *st, slot *sl, scratch *sc)
+{
+    const rt_example_layout *L = &st->L;
+    const int64_t r0 = sl->next;
+    const int64_t k = sl->nb - r0 < RT__ROWS_PER_CLAIM ? sl->nb - r0 : RT__ROWS_PER_CLAIM;
+    sl->next += k;
+    const int64_t epoch = sl->epoch;
+    const int augment = st->augment && !st->eval && L->img_feat >= 0;
+    const uint64_t seed = st->seed;
+    st->busy++;
+    pthread_mutex_unlock(&st->mu);
+
+    char msg[200];
+    int rc = 0;
+    int64_t bad = -1;
+    for (int64_t r = r0; r < r0 + k && rc == 0; r++) {
+        const int64_t sample = sl->idx[r];
+        float *x = sl->x + r * L->per;
+        bad = sample;
+        if (!sc->ok) {
+            rc = fail(msg, sizeof msg, RT_ENOMEM, "out of memory for decode scratch");
+            break;
+        }
+        const uint32_t len = st->len[sample];
+        for (uint32_t got = 0; got < len && rc == 0;) {
+            ssize_t n = pread(st->fd, sc->rec + got, len - got, (off_t)(st->off[sample] + got));
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                rc = fail(msg, sizeof msg, RT_EIO, "reading the spool: %s",
+                          n < 0 ? strerror(errno) : "short file");
+            else
+                got += (uint32_t)n;
+        }
+        if (rc == 0)
+            rc = rt_example_decode(L, sc->rec, len, x, sc->ys, sc->img, msg, sizeof msg);
+        if (rc == 0 && augment) {
+            rt_image_aug a;
+            rt_image_aug_draw(&st->spec.img, seed, (uint64_t)epoch, (uint64_t)sample, &a);
+            rt_image_to_input(&st->spec.img, sc->img, x + L->img_off, &a);
+        }
+    }
+
+    pthread_mutex_lock(&st->mu);
+    st->busy--;
+    if (rc < 0 && sl->rc == 0) {
+        sl->rc = rc;
+        snprintf(sl->msg, sizeof sl->msg, "sample %lld: %.170s", (long long)bad, msg);
+    }
+    sl->done += k;
+    if (sl->done == sl->nb || st->busy == 0)
+        pthread_cond_broadcast(&st->ready_cv);
+}
+
 static void *worker(void *arg)
 {
     rt_stream *st = arg;
-    const rt_example_layout *L = &st->L;
-    uint8_t *rec = malloc(st->max_len ? st->max_len : 1);
-    uint8_t *img = st->img_bytes ? malloc(st->img_bytes) : NULL;
-    void *ys = malloc((size_t)(L->lab_per > 0 ? L->lab_per : 1) * 4);
-    const int ok = rec && ys && (img || !st->img_bytes);
+    scratch sc;
+    scratch_init(st, &sc);
     pthread_mutex_lock(&st->mu);
     while (!st->stop) {
         slot *sl = NULL;
@@ -312,56 +400,13 @@ static void *worker(void *arg)
                 break;
             }
         }
-        if (!sl) {
-            if (!schedule(st))
-                pthread_cond_wait(&st->work_cv, &st->mu);
-            continue;
-        }
-        const int64_t r = sl->next++, sample = sl->idx[r], epoch = sl->epoch;
-        const int augment = st->augment && !st->eval && L->img_feat >= 0;
-        const uint64_t seed = st->seed;
-        float *x = sl->x + r * L->per;
-        st->busy++;
-        pthread_mutex_unlock(&st->mu);
-
-        char msg[200];
-        int rc = 0;
-        if (!ok) {
-            rc = fail(msg, sizeof msg, RT_ENOMEM, "out of memory for decode scratch");
-        } else {
-            const uint32_t len = st->len[sample];
-            for (uint32_t got = 0; got < len && rc == 0;) {
-                ssize_t k = pread(st->fd, rec + got, len - got, (off_t)(st->off[sample] + got));
-                if (k < 0 && errno == EINTR)
-                    continue;
-                if (k <= 0)
-                    rc = fail(msg, sizeof msg, RT_EIO, "reading the spool: %s",
-                              k < 0 ? strerror(errno) : "short file");
-                else
-                    got += (uint32_t)k;
-            }
-            if (rc == 0)
-                rc = rt_example_decode(L, rec, len, x, ys, img, msg, sizeof msg);
-            if (rc == 0 && augment) {
-                rt_image_aug a;
-                rt_image_aug_draw(&st->spec.img, seed, (uint64_t)epoch, (uint64_t)sample, &a);
-                rt_image_to_input(&st->spec.img, img, x + L->img_off, &a);
-            }
-        }
-
-        pthread_mutex_lock(&st->mu);
-        st->busy--;
-        if (rc < 0 && sl->rc == 0) {
-            sl->rc = rc;
-            snprintf(sl->msg, sizeof sl->msg, "sample %lld: %.170s", (long long)sample, msg);
-        }
-        if (++sl->done == sl->nb || st->busy == 0)
-            pthread_cond_broadcast(&st->ready_cv);
+        if (sl)
+            decode_rows(st, sl, &sc);
+        else if (!schedule(st))
+            pthread_cond_wait(&st->work_cv, &st->mu);
     }
     pthread_mutex_unlock(&st->mu);
-    free(rec);
-    free(img);
-    free(ys);
+    scratch_free(&sc);
     return NULL;
 }
 
@@ -421,10 +466,9 @@ static int restart(rt_stream *st, const rt_stream_use *u, int64_t epoch, int64_t
     return 0;
 }
 
-int rt_stream_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y,
-                   char *err, size_t errlen)
+static int fill_locked(const rt_stream_use *u, int64_t epoch, int64_t pos, int64_t nb, float *x,
+                       void *y, char *err, size_t errlen)
 {
-    const rt_stream_use *u = ud;
     rt_stream *st = u->st;
     if (u->batch < 1 || pos < 0 || pos * u->batch >= st->n || nb < 1 || nb > u->batch)
         return fail(err, errlen, RT_EINVAL, "batch %lld of %lld rows is outside the dataset",
@@ -439,11 +483,20 @@ int rt_stream_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, v
         pthread_mutex_unlock(&st->mu);
         return rc;
     }
+    /* Waiting for the batch, the caller decodes its rows too: the workers
+     * may not get a core while the training threads spin between steps
+     * (libgomp's default wait policy), and then this keeps the epoch at
+     * the single-thread decode rate instead of the scheduler's. */
     slot *sl = &st->slots[st->head % st->prefetch];
     while (st->sched <= st->head || sl->done < sl->nb) {
-        if (st->sched <= st->head)
+        if (st->sched <= st->head) {
+            schedule(st);
             pthread_cond_broadcast(&st->work_cv);
-        pthread_cond_wait(&st->ready_cv, &st->mu);
+        } else if (sl->next < sl->nb && st->own.ok) {
+            decode_rows(st, sl, &st->own);
+        } else {
+            pthread_cond_wait(&st->ready_cv, &st->mu);
+        }
     }
     if (sl->rc < 0) {
         rc = fail(err, errlen, sl->rc, "%s", sl->msg);
@@ -472,4 +525,19 @@ int rt_stream_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, v
     pthread_cond_broadcast(&st->work_cv);
     pthread_mutex_unlock(&st->mu);
     return 0;
+}
+
+int rt_stream_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y,
+                   char *err, size_t errlen)
+{
+    const rt_stream_use *u = ud;
+    rt_stream *st = u->st;
+    pthread_mutex_lock(&st->fill_mu);
+    if (!st->own_init) {
+        scratch_init(st, &st->own);
+        st->own_init = 1;
+    }
+    int rc = fill_locked(u, epoch, pos, nb, x, y, err, errlen);
+    pthread_mutex_unlock(&st->fill_mu);
+    return rc;
 }
