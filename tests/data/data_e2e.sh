@@ -70,6 +70,40 @@ new=$(stat -c %s "$tmp/sh/num-swapped.tfrecord")
 expect_rc 0 "one new shard among held ones" -- "$rtrain" "${D[@]}" --data "$tmp/sh/*.tfrecord"
 has "$tmp/err" "300 samples, $new bytes sent" "only the new shard ($new bytes) is sent"
 
+# --- MNIST/Fashion-MNIST IDX.gz as it ships: sent compressed, decoded on
+# the daemon, a re-run sends nothing
+$py - "$tmp" <<'PY' || bad "writing IDX files"
+import gzip, random, struct, sys
+d = sys.argv[1]
+rng = random.Random(5)
+ys = [rng.randrange(4) for _ in range(240)]
+img = bytearray()
+for y in ys:  # class k: rows 3k..3k+2 bright
+    for r in range(28):
+        img += bytes((200 if 3 * y <= r < 3 * y + 3 else rng.randrange(50)) for _ in range(28))
+with gzip.open(d + "/train-images-idx3-ubyte.gz", "wb") as f:
+    f.write(struct.pack(">BBBBIII", 0, 0, 8, 3, 240, 28, 28) + bytes(img))
+with gzip.open(d + "/train-labels-idx1-ubyte.gz", "wb") as f:
+    f.write(struct.pack(">BBBBI", 0, 0, 8, 1, 240) + bytes(ys))
+PY
+cat >"$tmp/mlp28.json" <<'JSON'
+{"class_name": "Sequential", "config": {"name": "mlp28", "layers": [
+ {"class_name": "InputLayer", "config": {"batch_input_shape": [null, 28, 28], "dtype": "float32", "name": "x"}},
+ {"class_name": "Flatten", "config": {"name": "flat"}},
+ {"class_name": "Dense", "config": {"name": "out", "units": 4, "activation": "softmax", "use_bias": true, "kernel_initializer": {"class_name": "GlorotUniform", "config": {"seed": null}}, "bias_initializer": {"class_name": "Zeros", "config": {}}}}
+]}, "keras_version": "2.12.0", "backend": "tensorflow"}
+JSON
+X=(fit "${S[@]}" --model "$tmp/mlp28.json" --data "$tmp/train-images-idx3-ubyte.gz"
+   --labels "$tmp/train-labels-idx1-ubyte.gz" --loss sparse_categorical_crossentropy
+   --epochs 10 --batch-size 24 --seed 1 --lr 0.01 --no-progress)
+expect_rc 0 "fit on IDX.gz" -- "$rtrain" "${X[@]}"
+acc=$(sed -n 's/^final:.* accuracy \([0-9.]*\) - steps.*/\1/p' "$tmp/out")
+ge "$acc" 0.9 && ok "IDX.gz: accuracy $acc >= 0.9" || bad "IDX.gz: accuracy '$acc'"
+expect_rc 0 "fit on IDX.gz again" -- "$rtrain" "${X[@]}"
+has "$tmp/err" "train: 240 samples (already on the daemon)" "IDX re-run sends nothing"
+n_idx=$(grep -c "dataset d-.* 240 samples" "$tmp/daemon.log")
+[ "$n_idx" -eq 1 ] && ok "IDX parsed once" || bad "IDX parsed $n_idx times"
+
 # --- bad records: fail names record and feature; skip counts; daemon lives
 expect_rc 4 "data CRC mismatch fails" -- "$rtrain" "${D[@]}" --data "$gen/bad_datacrc.tfrecord"
 has "$tmp/err" "shard 0 record 3 at byte [0-9]*: data CRC mismatch" "CRC error names record 3"
