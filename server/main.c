@@ -156,6 +156,8 @@ static void usage(FILE *f)
             "  --prefetch N             batches decoded ahead of training (default 4)\n"
             "  --shuffle-buffer N       streamed sets shuffle through N samples, as\n"
             "                           tf.data's shuffle(N) (default 10000)\n"
+            "  --max-spool-bytes N      bytes all streamed datasets may hold on disk\n"
+            "                           (default: the disk's room, keeping 1 GiB free)\n"
             "  --quota-sessions N       default quotas of a principal (the tokens file\n"
             "  --quota-programs N       can set each per principal). Single-user:\n"
             "  --quota-program-bytes N  unlimited. With --tokens: sessions = a quarter\n"
@@ -331,7 +333,7 @@ int main(int argc, char **argv)
            O_CTIMEOUT, O_XTHREADS, O_MAXUP, O_MAXUPB, O_STALL, O_RATIO, O_KEEPALIVE,
            O_HANDSHAKE, O_CONNIDLE, O_STREAMQ, O_KATIMEOUT, O_DRAIN,
            O_LOGFMT, O_METRICS, O_UPKEEP, O_PIPEHOLD, O_UPPOOL,
-           O_SPOOL, O_STREAMABOVE, O_DTHREADS, O_PREFETCH, O_SHUFBUF,
+           O_SPOOL, O_STREAMABOVE, O_DTHREADS, O_PREFETCH, O_SHUFBUF, O_MAXSPOOL,
            O_QUOTA /* + rt_quota_kind */ };
     static const struct option opts[] = {
         {"listen", required_argument, 0, O_LISTEN},
@@ -378,6 +380,7 @@ int main(int argc, char **argv)
         {"decode-threads", required_argument, 0, O_DTHREADS},
         {"prefetch", required_argument, 0, O_PREFETCH},
         {"shuffle-buffer", required_argument, 0, O_SHUFBUF},
+        {"max-spool-bytes", required_argument, 0, O_MAXSPOOL},
 #define RT__Q_OPT(k, name, mem) {"quota-" name, required_argument, 0, O_QUOTA + RT_Q_##k},
         RT_QUOTA_MAP(RT__Q_OPT)
 #undef RT__Q_OPT
@@ -539,6 +542,11 @@ int main(int argc, char **argv)
             if (parse_u64(optarg, &v) < 0 || v < 1 || v > 1024)
                 goto bad;
             cfg.prefetch = (int)v;
+            break;
+        case O_MAXSPOOL:
+            if (rt_quota_parse(optarg, &v) < 0 || v == 0)
+                goto bad;
+            cfg.max_spool_bytes = v;
             break;
         case O_SHUFBUF:
             if (parse_u64(optarg, &v) < 0 || v < 1 || v > (1ull << 31))

@@ -95,6 +95,7 @@ typedef struct rt_stream_config {
     int threads;               /* decode workers per streamed dataset; 0 = the CPUs */
     int prefetch;              /* batches decoded ahead; 0 = 4 */
     int64_t shuffle_buffer;    /* default shuffle buffer in samples; 0 = 10000 */
+    uint64_t max_spool_bytes;  /* all spool files together; 0 = only the disk's room */
 } rt_stream_config;
 
 typedef struct rt_tfr_shard {

@@ -10,9 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "rt_data.h"
+
+/* bytes of all spool files, for --max-spool-bytes */
+static uint64_t spool_total;
 
 /* the pipeline's second RNG stream (rt_engine.h: augmentation is the first) */
 #define RT__STREAM_SHUFFLE_BUFFER (RT_RNG_STREAM_AUGMENT + 1)
@@ -45,6 +49,7 @@ struct rt_stream {
     uint32_t *len;
     uint32_t max_len;
     uint64_t file_bytes, img_bytes;
+    uint64_t charged;    /* counted in spool_total */
     int threads, prefetch;
     int64_t shuffle_buffer;
 
@@ -148,6 +153,29 @@ int rt_stream_create(const rt_example_spec *spec, const uint8_t *const *recs,
     }
     const char *dir = cfg && cfg->spool_dir && *cfg->spool_dir ? cfg->spool_dir
                                                                 : RT_SPOOL_DIR_DEFAULT;
+    /* room: under --max-spool-bytes for all streamed sets, and the disk
+     * keeps RT_SPOOL_DISK_RESERVE free; checked before writing anything */
+    uint64_t need = 0;
+    for (int64_t i = 0; i < n; i++)
+        need += lens[i];
+    const uint64_t cap = cfg ? cfg->max_spool_bytes : 0;
+    uint64_t held = __atomic_add_fetch(&spool_total, need, __ATOMIC_RELAXED);
+    st->charged = need;
+    if (cap && held > cap) {
+        rt_stream_destroy(st);
+        return fail(err, errlen, RT_ETOOBIG,
+                    "streamed datasets would hold %llu bytes on disk, over --max-spool-bytes %llu",
+                    (unsigned long long)held, (unsigned long long)cap);
+    }
+    struct statvfs vfs;
+    if (statvfs(dir, &vfs) == 0 &&
+        (uint64_t)vfs.f_bavail * vfs.f_frsize < need + RT_SPOOL_DISK_RESERVE) {
+        rt_stream_destroy(st);
+        return fail(err, errlen, RT_ETOOBIG,
+                    "spool dir %.120s has %llu bytes free; the dataset needs %llu and %llu stay free",
+                    dir, (unsigned long long)vfs.f_bavail * vfs.f_frsize,
+                    (unsigned long long)need, (unsigned long long)RT_SPOOL_DISK_RESERVE);
+    }
     snprintf(st->path, sizeof st->path, "%s/rtrain-spool-XXXXXX", dir);
     st->fd = mkstemp(st->path);
     if (st->fd < 0) {
@@ -234,6 +262,7 @@ void rt_stream_destroy(rt_stream *st)
     free(st->len);
     if (st->own_init)
         scratch_free(&st->own);
+    __atomic_sub_fetch(&spool_total, st->charged, __ATOMIC_RELAXED);
     pthread_mutex_destroy(&st->mu);
     pthread_mutex_destroy(&st->fill_mu);
     pthread_cond_destroy(&st->work_cv);

@@ -56,13 +56,19 @@ extern "C" {
  * directory (spool under it then). Not /tmp, which is often memory. */
 #define RT_SPOOL_DIR_DEFAULT "/var/tmp"
 #define RT_STREAM_SHUFFLE_DEFAULT 10000
+/* A streamed dataset is refused if writing it would leave less free on the
+ * spool's disk. */
+#define RT_SPOOL_DISK_RESERVE (UINT64_C(1) << 30)
 #define RT_STREAM_PREFETCH_DEFAULT 4
 
 typedef struct rt_stream rt_stream;
 
 /* Write the n records (recs[i], lens[i] bytes) to a new spool file and
- * index them. The spec is copied. cfg may be NULL (defaults). RT_EIO with
- * the path and the system's reason when the spool cannot be written. */
+ * index them. The spec is copied. cfg may be NULL (defaults). RT_ETOOBIG,
+ * before anything is written, past cfg->max_spool_bytes (all streams of
+ * the process) or when the disk would keep less than RT_SPOOL_DISK_RESERVE
+ * free; RT_EIO with the path and the system's reason when the spool cannot
+ * be written. */
 int rt_stream_create(const rt_example_spec *spec, const uint8_t *const *recs,
                      const size_t *lens, int64_t n, const rt_stream_config *cfg,
                      rt_stream **out, char *err, size_t errlen);

@@ -1942,6 +1942,7 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
         .threads = cfg->decode_threads,
         .prefetch = cfg->prefetch,
         .shuffle_buffer = cfg->shuffle_buffer,
+        .max_spool_bytes = cfg->max_spool_bytes,
     };
     rt_data_set_stream_config(&sc);
     s->principals = rt_principal_set_create(budget);

@@ -76,12 +76,14 @@ typedef struct rt_srv_config {
      * are spooled (NULL: RT_SPOOL_DIR_DEFAULT), the decoded size above
      * which a TFRecord dataset is streamed (0: a quarter of the memory
      * budget), decode workers per dataset (0: the CPUs), batches decoded
-     * ahead (0: 4), the default shuffle buffer in samples (0: 10000). */
+     * ahead (0: 4), the default shuffle buffer in samples (0: 10000), the
+     * bytes all spool files may hold. */
     const char *spool_dir;
     uint64_t stream_above;
     int decode_threads;
     int prefetch;
     int64_t shuffle_buffer;
+    uint64_t max_spool_bytes;    /* all spool files; 0 = the disk's room */
 } rt_srv_config;
 
 void rt_srv_config_init(rt_srv_config *cfg);

@@ -227,6 +227,41 @@ static void test_bad(void)
     CHECK(build(&ss, "num.tfrecord", 1, 1, &s, err, sizeof err) == RT_EIO);
     CHECK(strstr(err, "spool dir /nonexistent/spool") != NULL);
     spool_dir = keep;
+    /* --max-spool-bytes counts every stream's file, and what a released
+     * dataset held is given back */
+    {
+        size_t n;
+        uint8_t *b = slurp("num.tfrecord", &n);
+        rt_tfr_shard sh = {.data = b, .len = n};
+        rt_dataset *ds[3];
+        uint64_t one = 0;
+        for (int k = 0; k < 3; k++) {
+            ds[k] = calloc(1, sizeof *ds[k]);
+            pthread_mutex_init(&ds[k]->mu, NULL);
+            ds[k]->refs = 1;
+            rt_stream_config sc = {.spool_dir = spool_dir,
+                                   .max_spool_bytes = one ? 2 * one : (uint64_t)n};
+            int rc = rt_example_build_ex(&ss, &sh, 1, 1 << 28, &sc, ds[k], err, sizeof err);
+            if (k == 0) {
+                CHECK(rc == 0);
+                one = rt_stream_file_bytes(ds[0]->stream);
+            } else if (k == 1) {
+                CHECK(rc == 0);
+            } else {
+                CHECK(rc == RT_ETOOBIG && strstr(err, "over --max-spool-bytes") != NULL);
+            }
+        }
+        rt_dataset_release(ds[1]);
+        rt_dataset *again = calloc(1, sizeof *again);
+        pthread_mutex_init(&again->mu, NULL);
+        again->refs = 1;
+        rt_stream_config sc = {.spool_dir = spool_dir, .max_spool_bytes = 2 * one};
+        CHECK(rt_example_build_ex(&ss, &sh, 1, 1 << 28, &sc, again, err, sizeof err) == 0);
+        rt_dataset_release(again);
+        rt_dataset_release(ds[0]);
+        rt_dataset_release(ds[2]);
+        free(b);
+    }
     /* AUTO streams past the threshold only */
     rt_example_spec sa = num_spec(RT_STORAGE_AUTO);
     size_t n;
