@@ -27,6 +27,7 @@ import argparse
 import io
 import os
 import re
+import shutil
 import statistics
 import struct
 import subprocess
@@ -168,6 +169,13 @@ def main():
     ap.add_argument("--skip-cnn", action="store_true")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="stream_bench.")
+    try:
+        run(a, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(a, tmp):
     spool = os.path.join(tmp, "spool")
     os.makedirs(spool)
 
