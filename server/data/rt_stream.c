@@ -13,6 +13,8 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <omp.h>
+
 #include "rt_data.h"
 
 /* bytes of all spool files, for --max-spool-bytes */
@@ -73,8 +75,8 @@ struct rt_stream {
     slot *slots;
     int64_t slot_batch;  /* rows the slot buffers hold */
     pthread_mutex_t fill_mu; /* one rt_stream_fill at a time */
-    scratch own;             /* the filling thread's, under fill_mu */
-    int own_init;
+    scratch *team;           /* the filling thread's OpenMP team's, under fill_mu */
+    int n_team, team_init;
 };
 
 static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
@@ -260,8 +262,9 @@ void rt_stream_destroy(rt_stream *st)
     free(st->order);
     free(st->off);
     free(st->len);
-    if (st->own_init)
-        scratch_free(&st->own);
+    for (int i = 0; i < st->n_team; i++)
+        scratch_free(&st->team[i]);
+    free(st->team);
     __atomic_sub_fetch(&spool_total, st->charged, __ATOMIC_RELAXED);
     pthread_mutex_destroy(&st->mu);
     pthread_mutex_destroy(&st->fill_mu);
@@ -354,52 +357,76 @@ static void scratch_free(scratch *sc)
     free(sc->ys);
 }
 
-/* Rows claimed per lock: fewer hand-offs of mu (a worker preempted while
- * holding it stalls the others on a loaded machine), and still several
- * claims per batch so all workers share one. */
+/* Rows a worker claims per lock: fewer hand-offs of mu (a worker
+ * preempted while holding it stalls the others on a loaded machine), and
+ * still several claims per batch so all workers share one. */
 #define RT__ROWS_PER_CLAIM 8
 
-/* Under mu: decode the next rows of sl (mu is released meanwhile). */
-static void decode_rows(rt_stream *st, slot *sl, scratch *sc)
+/* One sample into row x; 0 or an error with a message. Thread-safe. */
+static int decode_one(const rt_stream *st, int64_t sample, int64_t epoch, int augment,
+                      uint64_t seed, float *x, scratch *sc, char *msg, size_t ml)
 {
     const rt_example_layout *L = &st->L;
-    const int64_t r0 = sl->next;
-    const int64_t k = sl->nb - r0 < RT__ROWS_PER_CLAIM ? sl->nb - r0 : RT__ROWS_PER_CLAIM;
+    if (!sc->ok)
+        return fail(msg, ml, RT_ENOMEM, "out of memory for decode scratch");
+    const uint32_t len = st->len[sample];
+    for (uint32_t got = 0; got < len;) {
+        ssize_t n = pread(st->fd, sc->rec + got, len - got, (off_t)(st->off[sample] + got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return fail(msg, ml, RT_EIO, "reading the spool: %s",
+                        n < 0 ? strerror(errno) : "short file");
+        got += (uint32_t)n;
+    }
+    int rc = rt_example_decode(L, sc->rec, len, x, sc->ys, sc->img, msg, ml);
+    if (rc == 0 && augment) {
+        rt_image_aug a;
+        rt_image_aug_draw(&st->spec.img, seed, (uint64_t)epoch, (uint64_t)sample, &a);
+        rt_image_to_input(&st->spec.img, sc->img, x + L->img_off, &a);
+    }
+    return rc;
+}
+
+/* Under mu: claim up to max rows of sl and decode them with mu released,
+ * on this thread (team NULL) or on an OpenMP team with one scratch per
+ * thread (n_team of them). */
+static void decode_rows(rt_stream *st, slot *sl, int64_t max, scratch *sc, scratch *team,
+                        int n_team)
+{
+    const int64_t r0 = sl->next, k = sl->nb - r0 < max ? sl->nb - r0 : max;
     sl->next += k;
     const int64_t epoch = sl->epoch;
-    const int augment = st->augment && !st->eval && L->img_feat >= 0;
+    const int augment = st->augment && !st->eval && st->L.img_feat >= 0;
     const uint64_t seed = st->seed;
     st->busy++;
     pthread_mutex_unlock(&st->mu);
 
-    char msg[200];
+    char msg[200] = "";
     int rc = 0;
-    int64_t bad = -1;
-    for (int64_t r = r0; r < r0 + k && rc == 0; r++) {
-        const int64_t sample = sl->idx[r];
-        float *x = sl->x + r * L->per;
-        bad = sample;
-        if (!sc->ok) {
-            rc = fail(msg, sizeof msg, RT_ENOMEM, "out of memory for decode scratch");
-            break;
+    int64_t bad = INT64_MAX; /* the first failing row, as in row order */
+    if (!team) {
+        for (int64_t r = r0; r < r0 + k && rc == 0; r++) {
+            rc = decode_one(st, sl->idx[r], epoch, augment, seed, sl->x + r * st->L.per, sc,
+                            msg, sizeof msg);
+            if (rc < 0)
+                bad = r;
         }
-        const uint32_t len = st->len[sample];
-        for (uint32_t got = 0; got < len && rc == 0;) {
-            ssize_t n = pread(st->fd, sc->rec + got, len - got, (off_t)(st->off[sample] + got));
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0)
-                rc = fail(msg, sizeof msg, RT_EIO, "reading the spool: %s",
-                          n < 0 ? strerror(errno) : "short file");
-            else
-                got += (uint32_t)n;
-        }
-        if (rc == 0)
-            rc = rt_example_decode(L, sc->rec, len, x, sc->ys, sc->img, msg, sizeof msg);
-        if (rc == 0 && augment) {
-            rt_image_aug a;
-            rt_image_aug_draw(&st->spec.img, seed, (uint64_t)epoch, (uint64_t)sample, &a);
-            rt_image_to_input(&st->spec.img, sc->img, x + L->img_off, &a);
+    } else {
+#pragma omp parallel for schedule(dynamic, 4) num_threads(n_team)
+        for (int64_t r = r0; r < r0 + k; r++) {
+            char m[200];
+            int t = omp_get_thread_num();
+            int e = decode_one(st, sl->idx[r], epoch, augment, seed, sl->x + r * st->L.per,
+                               &team[t < n_team ? t : 0], m, sizeof m);
+            if (e < 0) {
+#pragma omp critical(rt__stream_err)
+                if (r < bad) {
+                    bad = r;
+                    rc = e;
+                    memcpy(msg, m, sizeof msg);
+                }
+            }
         }
     }
 
@@ -407,7 +434,7 @@ static void decode_rows(rt_stream *st, slot *sl, scratch *sc)
     st->busy--;
     if (rc < 0 && sl->rc == 0) {
         sl->rc = rc;
-        snprintf(sl->msg, sizeof sl->msg, "sample %lld: %.170s", (long long)bad, msg);
+        snprintf(sl->msg, sizeof sl->msg, "sample %lld: %.170s", (long long)sl->idx[bad], msg);
     }
     sl->done += k;
     if (sl->done == sl->nb || st->busy == 0)
@@ -430,7 +457,7 @@ static void *worker(void *arg)
             }
         }
         if (sl)
-            decode_rows(st, sl, &sc);
+            decode_rows(st, sl, RT__ROWS_PER_CLAIM, &sc, NULL, 0);
         else if (!schedule(st))
             pthread_cond_wait(&st->work_cv, &st->mu);
     }
@@ -512,17 +539,18 @@ static int fill_locked(const rt_stream_use *u, int64_t epoch, int64_t pos, int64
         pthread_mutex_unlock(&st->mu);
         return rc;
     }
-    /* Waiting for the batch, the caller decodes its rows too: the workers
-     * may not get a core while the training threads spin between steps
-     * (libgomp's default wait policy), and then this keeps the epoch at
-     * the single-thread decode rate instead of the scheduler's. */
+    /* Waiting for the batch, the caller decodes the rows no worker has
+     * claimed, on its OpenMP team: the workers may get no core while the
+     * team spins between steps (libgomp's default wait policy) or the
+     * machine is loaded, and the team is awake and ready then. */
     slot *sl = &st->slots[st->head % st->prefetch];
     while (st->sched <= st->head || sl->done < sl->nb) {
         if (st->sched <= st->head) {
             schedule(st);
             pthread_cond_broadcast(&st->work_cv);
-        } else if (sl->next < sl->nb && st->own.ok) {
-            decode_rows(st, sl, &st->own);
+        } else if (sl->next < sl->nb && st->n_team > 0) {
+            /* the rest of the batch on the training threads' team */
+            decode_rows(st, sl, sl->nb, NULL, st->team, st->n_team);
         } else {
             pthread_cond_wait(&st->ready_cv, &st->mu);
         }
@@ -562,9 +590,18 @@ int rt_stream_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, v
     const rt_stream_use *u = ud;
     rt_stream *st = u->st;
     pthread_mutex_lock(&st->fill_mu);
-    if (!st->own_init) {
-        scratch_init(st, &st->own);
-        st->own_init = 1;
+    if (!st->team_init) {
+        st->team_init = 1;
+        int n = omp_get_max_threads();
+        st->team = calloc((size_t)(n > 0 ? n : 1), sizeof *st->team);
+        for (int i = 0; st->team && i < n; i++) {
+            scratch_init(st, &st->team[i]);
+            if (!st->team[i].ok) {
+                scratch_free(&st->team[i]);
+                break;
+            }
+            st->n_team = i + 1;
+        }
     }
     int rc = fill_locked(u, epoch, pos, nb, x, y, err, errlen);
     pthread_mutex_unlock(&st->fill_mu);
