@@ -37,7 +37,9 @@
  * with the stream or the process.
  *
  * Threads: workers start at the first fill and stop in rt_stream_destroy.
- * One program reads a stream at a time (training holds the device).
+ * A fill that finds its batch unfinished decodes the unclaimed rows itself
+ * on the caller's OpenMP team. Fills are serialised per stream (training
+ * holds the device, so one program reads at a time anyway).
  */
 #ifndef RTRAIN_STREAM_H
 #define RTRAIN_STREAM_H
