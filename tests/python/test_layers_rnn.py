@@ -207,20 +207,13 @@ def embed(e, x):
     return e.astype(np.float64)[x.astype(np.int64)]
 
 
-# The daemon's importer does not take Orthogonal or RandomUniform yet (the
-# Keras defaults of recurrent_initializer and embeddings_initializer); the
-# weights are set explicitly anyway.
-INIT = {"recurrent_initializer": "glorot_uniform"}
-
-
 @pytest.mark.parametrize("kind", ["simple", "lstm", "gru"])
 def test_recurrent_model_trains_and_matches_numpy(client, kind):
     x, y = data()
     cls = {"simple": L.SimpleRNN, "lstm": L.LSTM, "gru": L.GRU}[kind]
     m = rtrain.Sequential([
-        L.Embedding(12, 4, input_length=6,
-                    embeddings_initializer="glorot_uniform"),
-        cls(5, **INIT),
+        L.Embedding(12, 4, input_length=6),
+        cls(5),
         L.Dense(2, activation="softmax"),
     ])
 
@@ -234,10 +227,9 @@ def test_recurrent_model_trains_and_matches_numpy(client, kind):
 def test_bidirectional_model_trains_and_matches_numpy(client):
     x, y = data(seed=3)
     m = rtrain.Sequential([
-        L.Embedding(12, 3, input_length=6,
-                    embeddings_initializer="glorot_uniform"),
-        L.Bidirectional(L.LSTM(4, return_sequences=True, **INIT)),
-        L.GRU(3, go_backwards=True, **INIT),
+        L.Embedding(12, 3, input_length=6),
+        L.Bidirectional(L.LSTM(4, return_sequences=True)),
+        L.GRU(3, go_backwards=True),
         L.Dense(2, activation="softmax"),
     ])
 
@@ -251,3 +243,19 @@ def test_bidirectional_model_trains_and_matches_numpy(client):
         return softmax(h @ ws[10] + ws[11])
 
     fit_and_check(m, forward, x, y)
+
+
+def test_keras_default_initializers_reach_the_daemon(client):
+    """Orthogonal recurrent kernels and RandomUniform(-0.05, 0.05)
+    embeddings, as the layers serialise Keras' defaults; LSTM's
+    unit_forget_bias starts the forget gate's bias at 1."""
+    m = rtrain.Sequential([L.Embedding(50, 8, input_length=4),
+                           L.LSTM(6), L.Dense(2, activation="softmax")])
+    m.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    e, k, r, b = m.get_weights()[:4]
+    assert e.shape == (50, 8) and np.abs(e).max() <= 0.05
+    assert e.std() > 0.01  # drawn, not constant
+    # (6, 24): orthonormal rows.
+    np.testing.assert_allclose(r @ r.T, np.eye(6), atol=1e-5)
+    np.testing.assert_array_equal(b, np.r_[np.zeros(6), np.ones(6),
+                                           np.zeros(12)].astype(np.float32))
