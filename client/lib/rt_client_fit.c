@@ -13,6 +13,7 @@ static void event_from_pb(const Rtrain__V1__FitEvent *e, rt_client_fit_event *ev
     memset(ev, 0, sizeof *ev);
     ev->done = e->done;
     ev->cancelled = e->cancelled;
+    ev->stopped = e->stopped;
     if (e->event_case == RTRAIN__V1__FIT_EVENT__EVENT_PROGRESS && e->progress) {
         ev->kind = RT_FIT_PROGRESS;
         ev->step = e->progress->step;
@@ -21,6 +22,7 @@ static void event_from_pb(const Rtrain__V1__FitEvent *e, rt_client_fit_event *ev
         ev->steps_per_epoch = e->progress->steps_per_epoch;
         ev->loss = e->progress->loss;
         ev->accuracy = e->progress->accuracy;
+        ev->learning_rate = e->progress->learning_rate;
     } else if (e->event_case == RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END &&
                e->epoch_end) {
         ev->kind = RT_FIT_EPOCH_END;
@@ -29,6 +31,7 @@ static void event_from_pb(const Rtrain__V1__FitEvent *e, rt_client_fit_event *ev
         ev->step = ev->epoch_end.steps;
     } else {
         ev->kind = RT_FIT_DONE;
+        ev->step = e->global_step;
     }
 }
 

@@ -381,6 +381,7 @@ int rt__run_steps_finish(rt_client *c, rt__call *k, rt_client_steps_result *out)
         rt__metrics_from_pb(r->val, &out->val);
         out->has_val = 1;
     }
+    out->stopped = r->stopped;
     if (r->n_losses) {
         out->losses = malloc(r->n_losses * sizeof(float));
         if (out->losses) {
@@ -627,4 +628,48 @@ int rt_client_set_weights(rt_client *c, const char *session,
     free(pt);
     free(pp);
     return rt__call_end(c, rc);
+}
+
+/* -------------------------------------------------------------- control */
+
+int rt_client_control(rt_client *c, const rt_client_control_params *p, int *running)
+{
+    if (!c || !p)
+        return RT_EINVAL;
+    /* Inside a Fit or training-loop callback the stream's account (c->cur)
+     * and a pending rt_client_cancel must survive this call. */
+    rt_client_timings outer = c->cur;
+    uint64_t outer_resp = c->t_response;
+    int outer_cancel = atomic_load(&c->cancel_flag);
+    rt__call_begin(c, RT__M_CONTROL);
+    int rc = rt__check_id(c, "session", p->session);
+    if (rc == 0)
+        rc = rt__check_id(c, "program", p->program);
+    if (rc == 0 && (!(p->learning_rate >= 0.0f) || isinf(p->learning_rate)))
+        rc = rt__err(c, RT_EINVAL, "Control: learning_rate %g must be finite and > 0 "
+                     "(0: unchanged)", (double)p->learning_rate);
+    if (rc == 0) {
+        Rtrain__V1__ControlRequest req = RTRAIN__V1__CONTROL_REQUEST__INIT;
+        req.session_id = (char *)p->session;
+        req.program_id = (char *)p->program;
+        req.learning_rate = p->learning_rate;
+        req.stop = p->stop != 0;
+        Rtrain__V1__ControlResponse *r;
+        rc = rt__unary(c, RT__M_CONTROL, &req.base, &rtrain__v1__control_response__descriptor,
+                       (ProtobufCMessage **)&r);
+        if (rc == 0) {
+            rt__take_timings(c, r->timings, 0);
+            if (running)
+                *running = r->running;
+            FREE_RESP(r);
+        }
+    }
+    rc = rt__call_end(c, rc);
+    if (outer.method) {
+        c->cur = outer;
+        c->t_response = outer_resp;
+    }
+    if (outer_cancel)
+        atomic_store(&c->cancel_flag, 1);
+    return rc;
 }

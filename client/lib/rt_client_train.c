@@ -239,6 +239,7 @@ static int take_answer(loop *L, epoch_acc *a, uint32_t epoch)
         a->val = r.val;
         a->has_val = 1;
     }
+    int ctl_stop = r.stopped; /* rt_client_control's stop: end the run */
     rt_client_steps_result_free(&r);
     if (L->autok)
         auto_measure(L, &c->last, s->steps);
@@ -259,7 +260,7 @@ static int take_answer(loop *L, epoch_acc *a, uint32_t epoch)
         ev.fixed_ns = L->fixed_ns;
         ev.step_ns = L->step_ns;
     }
-    return L->cb && L->cb(&ev, L->user) ? 1 : 0;
+    return (L->cb && L->cb(&ev, L->user)) || ctl_stop ? 1 : 0;
 }
 
 /* The RunSteps calls of one epoch, up to window in flight. */

@@ -497,6 +497,7 @@ typedef struct rt_client_steps_result {
     uint64_t global_step;
     rt_client_metrics last, mean;
     int replayed;          /* seq already applied; nothing ran */
+    int stopped;           /* rt_client_control's stop ended it early */
     float *losses;         /* n_losses, when return_losses */
     size_t n_losses;
     rt_client_epoch *epochs; /* epochs completed inside this call */
@@ -537,8 +538,15 @@ typedef struct rt_client_fit_event {
     float loss, accuracy;   /* running means in this epoch */
     /* RT_FIT_EPOCH_END */
     rt_client_epoch epoch_end;
-    /* every event */
-    int done, cancelled;
+    /* RT_FIT_PROGRESS from rt_client_fit: the rate this step used. A step
+     * whose rate differs from the previous step's (rt_client_control, a
+     * request's learning_rate) is always reported, so `step` is then the
+     * first step of the new rate. 0 from rt_client_train_steps. */
+    float learning_rate;
+    /* every event; with RT_FIT_DONE from rt_client_fit, stopped says that
+     * rt_client_control's stop ended the fit (rt_client_fit returns 0) and
+     * step is the program's global step at its end */
+    int done, cancelled, stopped;
     /* rt_client_train_steps: the time account of the call this event
      * reports (its RunSteps for RT_FIT_PROGRESS, the Evaluate for an
      * RT_FIT_EPOCH_END of a daemon without val_at_end), valid during the
@@ -652,6 +660,31 @@ typedef struct rt_client_train_params {
 
 int rt_client_train_steps(rt_client *c, const rt_client_train_params *p,
                           rt_client_fit_cb cb, void *user);
+
+/* Control: change the training running on a program (or its next one) at
+ * the next step boundary, without recompiling and keeping the optimizer
+ * state. learning_rate > 0 sets the program's rate from the next step on
+ * (kept for later calls; 0: unchanged); stop ends the RunSteps or Fit call
+ * running on it after its current step: rt_client_fit then returns 0 with
+ * a RT_FIT_DONE event whose stopped is 1, rt_client_run_steps a result
+ * with stopped = 1. A stop with no call running does nothing (*running =
+ * 0). The daemon answers at once, without device time; the boundary is the
+ * first step boundary after the Control call reaches it, so a Fit stream
+ * reports the step (rt_client_fit_event.learning_rate).
+ *
+ * May be called from inside an rt_client_fit or rt_client_train_steps
+ * callback, on the client running the stream: the stream's time account
+ * and cancellation are kept. running (may be NULL) gets whether a call was
+ * running on the program. RT_ENOTFOUND for an unknown session or program,
+ * RT_EINVAL for a negative or non-finite rate. */
+typedef struct rt_client_control_params {
+    const char *session, *program;
+    float learning_rate;
+    int stop;
+} rt_client_control_params;
+
+int rt_client_control(rt_client *c, const rt_client_control_params *p,
+                      int *running);
 
 int rt_client_evaluate(rt_client *c, const char *session, const char *program,
                        const char *dataset, rt_client_metrics *out);

@@ -411,6 +411,7 @@ typedef struct rt_step_info {
     rt_metrics epoch_metrics; /* running (or, at epoch_end, final) epoch metrics;
                                  (was a second member named epoch, which
                                  does not compile) */
+    float lr;                /* the learning rate this step used */
 } rt_step_info;
 
 /* Return nonzero to stop after this step (cancellation). */
@@ -495,7 +496,9 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len);
  * rate and its schedule (Keras' LearningRateScheduler and
  * ReduceLROnPlateau setting optimizer.learning_rate); lr == 0 goes back to
  * the config's. Optimizer state and step are untouched. RT_EINVAL for a
- * negative or non-finite lr. The checkpoint blob holds it. */
+ * negative or non-finite lr. The checkpoint blob holds it. The one exec
+ * call that another thread may make while rt_exec_train runs: each step
+ * reads the rate once at its start (rt_step_info.lr says which it used). */
 int rt_exec_set_lr(rt_exec *e, float lr);
 /* The rate the next step uses (the override, or the schedule's at the
  * current step). */

@@ -61,7 +61,11 @@ struct rt_exec {
     int64_t perm_cap, perm_epoch;
     double ep_loss, ep_acc;
     int64_t ep_samples;
-    float lr_set;              /* > 0: rt_exec_set_lr's rate replaces the config's */
+    /* > 0: rt_exec_set_lr's rate replaces the config's. Atomic
+     * (__atomic_load/__atomic_store): the daemon's Control call sets it
+     * from another thread while a training runs, and each step reads it
+     * once at its start, so a change applies at the next step boundary. */
+    float lr_set;
     float *swb;                /* the batch's sample weights (batch_size floats) */
     const float *checked_sw;   /* sample weights already checked, as checked_y */
     int64_t checked_sw_n;
@@ -462,6 +466,15 @@ static void rt__backward(rt_exec *e)
     p->backend->run(p->backend->context, p->calls + p->n_fwd, e->k + p->n_fwd, p->n_bwd);
 }
 
+/* The rate of the step starting now: the override (read once, atomically;
+ * see lr_set) or the schedule's. */
+static float rt__lr_now(const rt_exec *e)
+{
+    float o;
+    __atomic_load(&e->lr_set, &o, __ATOMIC_ACQUIRE);
+    return o > 0 ? o : rt__sched_lr(&e->p->cfg, e->step);
+}
+
 /* --------------------------------------------------------------- training */
 
 static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
@@ -522,6 +535,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
             rt__gather(e, d->x, d->y, e->perm + start, 0, nb);
             if (d->sw) rt__gather_sw(e, d->sw, e->perm + start, 0, nb);
         }
+        const float lr = rt__lr_now(e);
         rt__forward(e, nb, 1, 1);
         double bl = 0, ba = 0;
         if (d->sw)
@@ -536,7 +550,6 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
         if (p->rep.n_regularized) bl += (double)nb * rt__reg_apply(p, e->w, e->g);
         if (p->train_floats) {
             if (cfg->clip_norm > 0) rt__clip_by_norm(e->g, p->train_floats, cfg->clip_norm);
-            float lr = e->lr_set > 0 ? e->lr_set : rt__sched_lr(cfg, e->step);
             rt__opt_update(cfg, lr, e->step + 1, e->w, e->g, e->s1, e->s2, p->train_floats);
             if (p->rep.n_constrained) rt__constrain(p, e->w);
         }
@@ -565,6 +578,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
                 .loss = step_loss,
                 .acc = acc ? (float)(ba / (double)nb) : (float)nan,
                 .epoch_end = epoch_end,
+                .lr = lr,
                 .epoch_metrics = {.loss = e->ep_loss / (double)e->ep_samples,
                           .acc = acc ? e->ep_acc / (double)e->ep_samples : nan,
                           .samples = e->ep_samples},
@@ -783,7 +797,7 @@ int rt_exec_save_state(const rt_exec *e, void *buf, size_t len)
     h.ep_loss = e->ep_loss;
     h.ep_acc = e->ep_acc;
     h.seed = e->p->cfg.seed;
-    h.lr_set = e->lr_set;
+    __atomic_load(&e->lr_set, &h.lr_set, __ATOMIC_ACQUIRE);
     char *o = buf;
     memcpy(o, &h, sizeof h);
     o += sizeof h;
@@ -820,7 +834,7 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
     e->ep_samples = h.ep_samples;
     e->ep_loss = h.ep_loss;
     e->ep_acc = h.ep_acc;
-    e->lr_set = h.lr_set;
+    __atomic_store(&e->lr_set, &h.lr_set, __ATOMIC_RELEASE);
     e->restored = 1;
     e->perm_epoch = -1;
     e->dx = NULL;
@@ -878,14 +892,14 @@ int rt_exec_set_lr(rt_exec *e, float lr)
     if (!e) return RT_EINVAL;
     if (!(lr >= 0.0f) || isinf(lr))
         return rt__eerr(e, RT_EINVAL, "learning rate %g: must be finite and > 0", (double)lr);
-    e->lr_set = lr;
+    __atomic_store(&e->lr_set, &lr, __ATOMIC_RELEASE);
     return 0;
 }
 
 float rt_exec_lr(const rt_exec *e)
 {
     if (!e) return NAN;
-    return e->lr_set > 0 ? e->lr_set : rt__sched_lr(&e->p->cfg, e->step);
+    return rt__lr_now(e);
 }
 
 int rt_exec_copy_state(rt_exec *dst, const rt_exec *src)
@@ -916,7 +930,9 @@ int rt_exec_copy_state(rt_exec *dst, const rt_exec *src)
         }
     }
     dst->step = src->step;
-    dst->lr_set = src->lr_set;
+    float lr_src;
+    __atomic_load(&src->lr_set, &lr_src, __ATOMIC_ACQUIRE);
+    __atomic_store(&dst->lr_set, &lr_src, __ATOMIC_RELEASE);
     dst->epoch = src->epoch + (src->pos > 0);
     dst->pos = 0;
     dst->ep_loss = dst->ep_acc = 0;

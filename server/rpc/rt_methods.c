@@ -171,6 +171,27 @@ static int apply_lr(rt_call *c, float lr)
     return rc < 0 ? engine_fail(c, rc) : 0;
 }
 
+/* Control's stop: a training call takes a fresh generation while it runs
+ * (rt_program.run_gen) and stops when Control has copied that generation
+ * into stop_gen. */
+static uint64_t run_begin(rt_program *p)
+{
+    static uint64_t next_gen;
+    uint64_t g = __atomic_add_fetch(&next_gen, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->run_gen, g, __ATOMIC_RELEASE);
+    return g;
+}
+
+static void run_end(rt_program *p)
+{
+    __atomic_store_n(&p->run_gen, 0, __ATOMIC_RELEASE);
+}
+
+static int stop_asked(const rt_program *p, uint64_t gen)
+{
+    return __atomic_load_n(&p->stop_gen, __ATOMIC_ACQUIRE) == gen;
+}
+
 /* A dataset with image augmentation: train on the epoch's augmented copy
  * (rt_dataset_train_x), keyed by the program's seed and the epoch the
  * program's step count is in, so a rerun or a resumed run sees the same
@@ -1374,6 +1395,8 @@ typedef struct run_cb {
     int stop_for_val;
     int hit_epoch_end;
     int cancelled;
+    int stopped;           /* Control's stop */
+    uint64_t gen;          /* this call's run_gen */
     uint64_t mark;         /* epoch clock (epoch_clock_end) */
 } run_cb;
 
@@ -1398,8 +1421,10 @@ static int run_step_cb(void *ud, const rt_step_info *info)
         r->cancelled = 1;
         return 1;
     }
+    if (stop_asked(r->c->prog, r->gen))
+        r->stopped = 1;
     if (!info->epoch_end)
-        return 0;
+        return r->stopped;
     if (r->n_epochs == r->cap_epochs) {
         size_t nc = r->cap_epochs ? r->cap_epochs * 2 : 8;
         Rtrain__V1__EpochEnd **nv = rt_call_alloc(r->c, sizeof *nv * nc);
@@ -1417,7 +1442,7 @@ static int run_step_cb(void *ud, const rt_step_info *info)
     r->epochs[r->n_epochs++] = e;
     r->hit_epoch_end = 1;
     /* Stop here so the caller can validate between epochs. */
-    return r->stop_for_val;
+    return r->stop_for_val || r->stopped;
 }
 
 static int run_steps_work(rt_call *c)
@@ -1452,7 +1477,8 @@ static int run_steps_work(rt_call *c)
     /* stop at epoch ends to validate, or to draw the next epoch's
      * augmentation; val_at_end validates once, after the last step */
     int val_in = c->val_ds && !q->val_at_end;
-    run_cb cb = {.c = c, .stop_for_val = val_in || c->ds->img != NULL};
+    run_cb cb = {.c = c, .stop_for_val = val_in || c->ds->img != NULL,
+                 .gen = run_begin(p)};
     int64_t left = (int64_t)q->steps, done = 0;
     double loss_sum = 0, acc_sum = 0;
     int64_t samples = 0;
@@ -1462,17 +1488,23 @@ static int run_steps_work(rt_call *c)
     while (left > 0) {
         rt_train_result part;
         cb.hit_epoch_end = 0;
-        if ((rc = train_x(c, &d)) < 0)
+        if ((rc = train_x(c, &d)) < 0) {
+            run_end(p);
             return rc;
+        }
         cb.mark = rt_now_ns();
         rc = rt_exec_train(p->exec, &d, left, &part, run_step_cb, &cb,
                            losses ? losses + done : NULL);
-        if (rc < 0)
+        if (rc < 0) {
+            run_end(p);
             return engine_fail(c, rc);
+        }
         epoch_clock_pause(p, cb.mark);
         exec_ns += part.execute_ns;
-        if (cb.cancelled)
+        if (cb.cancelled) {
+            run_end(p);
             return stopped_fail(c, done + part.steps_run, (int64_t)q->steps);
+        }
         left -= part.steps_run;
         done += part.steps_run;
         loss_sum += part.mean.loss * (double)part.mean.samples;
@@ -1481,15 +1513,23 @@ static int run_steps_work(rt_call *c)
         res = part;
         if (cb.hit_epoch_end && val_in && cb.n_epochs) {
             rt_metrics vm;
-            if ((rc = rt_exec_evaluate(p->exec, &vd, &vm)) < 0)
+            if ((rc = rt_exec_evaluate(p->exec, &vd, &vm)) < 0) {
+                run_end(p);
                 return engine_fail(c, rc);
+            }
             Rtrain__V1__EpochEnd *e = cb.epochs[cb.n_epochs - 1];
-            if (!(e->val = metrics_pb(c, &vm)))
+            if (!(e->val = metrics_pb(c, &vm))) {
+                run_end(p);
                 return OOM(c);
+            }
         }
+        if (cb.stopped)
+            break;
         if (part.steps_run == 0)
             break; /* defensive: the engine made no progress */
     }
+    run_end(p);
+    r->stopped = cb.stopped;
     note_step_time(p, exec_ns, done);
     rt_metrics mean = {.loss = samples ? loss_sum / (double)samples : NAN,
                        .acc = samples ? acc_sum / (double)samples : NAN,
@@ -1567,6 +1607,9 @@ typedef struct fit_cb {
     double loss_sum, acc_sum;
     int64_t samples;
     uint64_t mark;         /* epoch clock (epoch_clock_end) */
+    uint64_t gen;          /* this call's run_gen */
+    int stopped;           /* Control's stop */
+    float last_lr;         /* the previous step's rate (0 before the first) */
 } fit_cb;
 
 static int fit_step_cb(void *ud, const rt_step_info *info)
@@ -1588,7 +1631,14 @@ static int fit_step_cb(void *ud, const rt_step_info *info)
     rt_call_yield(f->c);
     if (rt_call_is_cancelled(f->c))
         return 1;
-    if (f->every && f->in_epoch % f->every == 0 && f->in_epoch < f->spe) {
+    /* A new rate is reported at its first step, uncoalesced (StepProgress.
+     * learning_rate), so a client can replay the run exactly. */
+    int lr_changed = f->last_lr > 0 && info->lr != f->last_lr;
+    f->last_lr = info->lr;
+    if (stop_asked(f->c->prog, f->gen))
+        f->stopped = 1;
+    if ((f->every && f->in_epoch % f->every == 0 && f->in_epoch < f->spe) ||
+        lr_changed) {
         Rtrain__V1__StepProgress sp = RTRAIN__V1__STEP_PROGRESS__INIT;
         Rtrain__V1__FitEvent ev = RTRAIN__V1__FIT_EVENT__INIT;
         sp.step = (uint64_t)info->step;
@@ -1597,16 +1647,27 @@ static int fit_step_cb(void *ud, const rt_step_info *info)
         sp.steps_per_epoch = (uint64_t)f->spe;
         sp.loss = (float)(f->loss_sum / (double)f->samples);
         sp.accuracy = (float)(f->acc_sum / (double)f->samples);
+        sp.learning_rate = info->lr;
         ev.event_case = RTRAIN__V1__FIT_EVENT__EVENT_PROGRESS;
         ev.progress = &sp;
         uint64_t t0 = rt_now_ns();
-        rt_call_stream_send(f->c, &ev.base, 1, 0);
+        rt_call_stream_send(f->c, &ev.base, !lr_changed, 0);
         f->c->tm.encode_ns += rt_now_ns() - t0;
     }
-    return 0;
+    return f->stopped;
 }
 
+static int fit_run(rt_call *c, uint64_t gen);
+
 static int fit_work(rt_call *c)
+{
+    uint64_t gen = run_begin(c->prog);
+    int rc = fit_run(c, gen);
+    run_end(c->prog);
+    return rc;
+}
+
+static int fit_run(rt_call *c, uint64_t gen)
 {
     Rtrain__V1__FitRequest *q = REQ(c, Rtrain__V1__FitRequest);
     rt_program *p = c->prog;
@@ -1620,7 +1681,8 @@ static int fit_work(rt_call *c)
         return rc;
     int64_t bs = rt_plan_config(p->plan)->batch_size;
     int64_t spe = q->steps_per_epoch ? q->steps_per_epoch : (d.n + bs - 1) / bs;
-    fit_cb f = {.c = c, .every = q->progress_every, .spe = spe, .n = d.n, .bs = bs};
+    fit_cb f = {.c = c, .every = q->progress_every, .spe = spe, .n = d.n, .bs = bs,
+                .gen = gen};
     int cancelled = 0;
     uint64_t exec_ns = 0;
     int64_t steps = 0;
@@ -1637,12 +1699,16 @@ static int fit_work(rt_call *c)
         epoch_clock_pause(p, f.mark);
         exec_ns += res.execute_ns;
         steps += res.steps_run;
-        if (res.stopped || rt_call_is_cancelled(c)) {
+        if ((res.stopped && !f.stopped) || rt_call_is_cancelled(c)) {
             if (__atomic_load_n(&c->srv->hard_cancel, __ATOMIC_ACQUIRE))
                 return stopped_fail(c, steps, (int64_t)q->epochs * spe);
             cancelled = 1;
             break;
         }
+        /* Control's stop inside the epoch ends the fit without its epoch
+         * end; at the epoch's last step the epoch completes first. */
+        if (f.stopped && res.steps_run < spe)
+            break;
         p->fit_epochs++;
         uint64_t t0 = rt_now_ns();
         Rtrain__V1__EpochEnd *e = epoch_pb(c, p->fit_epochs, &res.mean, res.global_step,
@@ -1663,6 +1729,8 @@ static int fit_work(rt_call *c)
         c->tm.execute_ns += t1 - t0; /* the epoch's validation */
         rt_call_stream_send(c, &ev.base, 0, 0);
         c->tm.encode_ns += rt_now_ns() - t1;
+        if (f.stopped)
+            break;
     }
     note_step_time(p, exec_ns, steps);
     Rtrain__V1__FitEvent *fin = NEW(c, Rtrain__V1__FitEvent, RTRAIN__V1__FIT_EVENT__INIT);
@@ -1670,10 +1738,15 @@ static int fit_work(rt_call *c)
         return OOM(c);
     fin->done = 1;
     fin->cancelled = cancelled;
+    fin->stopped = f.stopped && !cancelled;
+    fin->global_step = (uint64_t)rt_exec_global_step(p->exec);
     c->resp = &fin->base;
     char pid[16];
     if (cancelled)
         RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld: the client cancelled",
+               rt_log_id(p->id, pid), (long long)rt_exec_global_step(p->exec));
+    else if (fin->stopped)
+        RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld by a Control call",
                rt_log_id(p->id, pid), (long long)rt_exec_global_step(p->exec));
     return 0;
 }
@@ -2016,6 +2089,32 @@ static int h_set_weights(rt_call *c)
     return 0;
 }
 
+/* ---------------------------------------------------------------- Control */
+/* Answered at once on the call's thread, without the device: the rate goes
+ * into the exec atomically (rt_exec_set_lr) and the stop into the program's
+ * stop_gen; the running training reads both at its next step boundary. */
+static int h_control(rt_call *c)
+{
+    Rtrain__V1__ControlRequest *q = REQ(c, Rtrain__V1__ControlRequest);
+    int rc;
+    if ((rc = need_program(c, q->session_id, q->program_id)) < 0 ||
+        (rc = check_lr(c, q->learning_rate)) < 0)
+        return rc;
+    Rtrain__V1__ControlResponse *r =
+        NEW(c, Rtrain__V1__ControlResponse, RTRAIN__V1__CONTROL_RESPONSE__INIT);
+    if (!r)
+        return OOM(c);
+    rt_program *p = c->prog;
+    if (q->learning_rate > 0.0f && (rc = rt_exec_set_lr(p->exec, q->learning_rate)) < 0)
+        return engine_fail(c, rc);
+    uint64_t gen = __atomic_load_n(&p->run_gen, __ATOMIC_ACQUIRE);
+    if (q->stop && gen)
+        __atomic_store_n(&p->stop_gen, gen, __ATOMIC_RELEASE);
+    r->running = gen != 0;
+    c->resp = &r->base;
+    return 0;
+}
+
 /* ------------------------------------------------------------ the table */
 
 /* Indexed by the method's place in the .proto (RT_METHOD_INDEX), so a
@@ -2037,5 +2136,6 @@ const rt_method_handler rt_handlers[RT_N_METHODS] = {
     H(predict, RT_UNARY, h_predict, NULL),
     H(get_weights, RT_UNARY, h_get_weights, NULL),
     H(set_weights, RT_UNARY, h_set_weights, NULL),
+    H(control, RT_UNARY, h_control, NULL),
 };
 #undef H

@@ -67,6 +67,13 @@ typedef struct rt_program {
      * calls: a RunSteps epoch can span calls, and its EpochEnd.execute_ns
      * counts the steps of every one of them (not the gaps between). */
     uint64_t epoch_exec_ns;
+    /* Control's stop (atomic, __atomic_load/__atomic_store): run_gen is the
+     * generation of the RunSteps/Fit call running on the program (0: none),
+     * set by that call's work; Control copies it into stop_gen, and the
+     * running call stops at its next step boundary when the two match, so
+     * a stop never reaches a later call. */
+    uint64_t run_gen;
+    uint64_t stop_gen;
 } rt_program;
 
 typedef struct rt_session {

@@ -219,6 +219,44 @@ static uint64_t global_step(rt_client *c, const char *sid, const char *prog)
     return g;
 }
 
+/* rt_client_control from inside the Fit callback, on the stream's own
+ * client: a rate at the first progress event, a stop once the stream
+ * reports a step that used the rate. */
+typedef struct ctl_log {
+    rt_client *c;
+    const char *sid, *prog;
+    int calls_ok, calls, done, stopped, cancelled;
+    uint64_t asked_at, rate_at, end_step;
+} ctl_log;
+
+static int ctl_event(const rt_client_fit_event *ev, void *u)
+{
+    ctl_log *l = u;
+    if (ev->kind == RT_FIT_DONE) {
+        l->done = ev->done;
+        l->stopped = ev->stopped;
+        l->cancelled = ev->cancelled;
+        l->end_step = ev->step;
+        return 0;
+    }
+    if (ev->kind != RT_FIT_PROGRESS)
+        return 0;
+    rt_client_control_params p = {.session = l->sid, .program = l->prog};
+    int running = 0;
+    if (!l->asked_at) {
+        l->asked_at = ev->step;
+        p.learning_rate = 0.003f;
+    } else if (!l->rate_at && ev->learning_rate == 0.003f) {
+        l->rate_at = ev->step;
+        p.stop = 1;
+    } else {
+        return 0;
+    }
+    l->calls++;
+    l->calls_ok += rt_client_control(l->c, &p, &running) == 0 && running;
+    return 0;
+}
+
 /* Closes a session from a client of its own after 100 ms. */
 typedef struct closer {
     const char *sid;
@@ -751,6 +789,38 @@ int main(int argc, char **argv)
     CHECK(strstr(rt_client_errmsg(c), "cancel") != NULL);
     /* The session still works after a cancelled call. */
     CHECK_RC(rt_client_evaluate(c, sid, prog2.program_id, va.id, &m));
+
+    step("control");
+    {
+        /* A rate and a stop from the callback: the fit ends without an
+         * error, stopped, at the step the daemon reports. */
+        uint64_t g0 = global_step(c, sid, prog2.program_id);
+        ctl_log cl = {.c = c, .sid = sid, .prog = prog2.program_id};
+        rc = rt_client_fit(c, &lf, ctl_event, &cl);
+        CHECK_RC(rc);
+        CHECK(cl.calls == 2 && cl.calls_ok == 2);
+        CHECK(cl.done && cl.stopped && !cl.cancelled);
+        CHECK(cl.rate_at > cl.asked_at && cl.end_step >= cl.rate_at);
+        check_timings(c, "Fit"); /* the Control calls kept the stream's account */
+        rt_client_weights cw;
+        CHECK_RC(rt_client_get_weights(c, sid, prog2.program_id, &cw));
+        CHECK(cw.global_step == cl.end_step && cw.global_step > g0 &&
+              cw.learning_rate == 0.003f);
+        rt_client_weights_free(&cw);
+        /* Outside a fit: nothing running; bad input named. */
+        int running = -1;
+        rt_client_control_params cp = {.session = sid, .program = prog2.program_id,
+                                       .stop = 1};
+        CHECK_RC(rt_client_control(c, &cp, &running));
+        CHECK(running == 0);
+        cp.learning_rate = NAN;
+        CHECK(rt_client_control(c, &cp, NULL) == RT_EINVAL &&
+              strstr(rt_client_errmsg(c), "learning_rate"));
+        cp.learning_rate = 0.0f;
+        cp.program = "p-00000000000000000000000000000000";
+        CHECK(rt_client_control(c, &cp, NULL) == RT_ENOTFOUND &&
+              rt_client_grpc_status(c) == 5);
+    }
 
     step("deadline");
     /* deadline */

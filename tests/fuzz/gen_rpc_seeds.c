@@ -327,5 +327,12 @@ int main(int argc, char **argv)
     unary("set_weights", "SetWeights", &sw);
     sw.n_weights = 3;
     unary("set_weights_missing", "SetWeights", &sw);
+
+    Rtrain__V1__ControlRequest ctl = RTRAIN__V1__CONTROL_REQUEST__INIT;
+    ctl.session_id = "@S";
+    ctl.program_id = "@P";
+    ctl.learning_rate = 0.05f;
+    ctl.stop = 1;
+    unary("control", "Control", &ctl);
     return 0;
 }

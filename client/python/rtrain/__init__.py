@@ -224,10 +224,16 @@ class History(dict):
     """fit()'s result: a dict with Keras' keys (loss, accuracy, val_loss,
     val_accuracy; one value per epoch). ``history.history`` is the dict
     itself, as on Keras' History object. ``timings`` lists the timing
-    breakdown of every remote call the fit made."""
+    breakdown of every remote call the fit made. With callbacks, inside
+    a Fit stream: ``lr_changes`` lists (global step, rate) for each step
+    that started a new learning rate, ``stopped_at_step`` is the program's
+    global step where a stop ended the fit (None otherwise)."""
 
     def __init__(self):
         super().__init__()
+        self.lr_changes = []
+        self.lr_seen = []
+        self.stopped_at_step = None
         self.timings = []
         self.epoch = []
         self.params = {}
@@ -294,6 +300,7 @@ class CompiledModel:
         self._owner = None      # the rtrain.Model this program belongs to
         self._stop = False
         self._fitting = False
+        self._in_batch_cb = False
         self._lr_set = False
         self.optimizer = optimizer
         self.loss = loss
@@ -318,7 +325,10 @@ class CompiledModel:
     @stop_training.setter
     def stop_training(self, v):
         self._stop = bool(v)
-        if self._stop and self._fitting:
+        # From a batch callback inside a Fit stream the stop goes to the
+        # daemon as a Control call (fit's on_event); from anywhere else
+        # the running call is cancelled.
+        if self._stop and self._fitting and not self._in_batch_cb:
             self._client.cancel()
 
     @property
@@ -696,19 +706,48 @@ class CompiledModel:
 
     def _fit_epochs(self, cbl, hist, ds, val_id, due, initial_epoch, epochs,
                     spe, spx, verbose):
-        """fit with callbacks: one remote run per epoch."""
+        """fit with callbacks: one remote run per epoch.
+
+        Inside a Fit stream a learning rate or model.stop_training set by
+        on_batch_end goes to the daemon at once (a Control call), which
+        applies it at its next step boundary: the first step that starts
+        after the call reaches it (the daemon runs ahead of the events the
+        callbacks see). The stream reports the first step of every new rate
+        (history.lr_changes: (global step, rate)); a stop ends the run after
+        a step, without an error (history.status "stopped", history.
+        stopped_at_step). With steps_per_execution the rate goes with the
+        next RunSteps call and a stop cancels the run."""
         last = {}
+        sent = {"lr": None}
+        stream = not spx
 
         def on_event(kind, info):
             if kind == "epoch":
                 last.clear()
                 last.update(info)
-            else:
-                logs = {"loss": info["loss"]}
-                if self._metric:
-                    logs[self._metric] = info["accuracy"]
+                return self._stop if not stream else None
+            lr = info.get("learning_rate", 0.0)
+            if lr and (not hist.lr_seen or hist.lr_seen[-1] != lr):
+                if hist.lr_seen:
+                    hist.lr_changes.append((info["step"], lr))
+                hist.lr_seen.append(lr)
+            logs = {"loss": info["loss"]}
+            if self._metric:
+                logs[self._metric] = info["accuracy"]
+            self._in_batch_cb = stream
+            try:
                 cbl.on_batch_end(info["batch"], logs)
-            return self._stop
+            finally:
+                self._in_batch_cb = False
+            if not stream:
+                return self._stop
+            want = self._lr_arg()
+            new_lr = want if want and want != sent["lr"] else 0.0
+            if new_lr:
+                sent["lr"] = new_lr
+            if new_lr or self._stop:
+                return (new_lr, bool(self._stop))
+            return None
 
         cbl.on_train_begin()
         status = "done"
@@ -718,11 +757,12 @@ class CompiledModel:
                 break
             cbl.on_epoch_begin(ep)
             last.clear()
+            sent["lr"] = self._lr_arg() or None
             r = self._prog.fit(ds, val_id if due(ep) else None, 1, spe, spx,
                                verbose, hist, hist.timings, self._metric, 1,
                                on_event=on_event, first_epoch=ep,
                                total_epochs=epochs,
-                               learning_rate=self._lr_arg())
+                               learning_rate=sent["lr"] or 0.0)
             if not last:  # stopped inside the epoch
                 status = "stopped" if self._stop else r
                 break

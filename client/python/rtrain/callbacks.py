@@ -4,18 +4,24 @@ fit(callbacks=[...]) runs the fit one epoch per remote run, so that every
 callback sees each epoch's end before the next epoch starts on the daemon:
 stopping (model.stop_training = True) ends training there, with no step of
 the next epoch run. on_batch_end runs at the steps the daemon's progress
-events report (every step with the Fit stream; every call with
-steps_per_execution) while the remote run is in progress, so it must not
-make remote calls itself; setting model.stop_training there stops the run
-at the next step boundary.
+events report (every step with the Fit stream, coalesced when the client
+falls behind; every call with steps_per_execution) while the remote run is
+in progress, so it must not make remote calls itself.
 
-Learning-rate callbacks set model.optimizer.learning_rate; fit sends a
-changed rate with the next epoch's run and the daemon uses it from that
-run's first step on, with the optimizer's state (moments, step count) kept,
-as Keras' callbacks setting the optimizer's variable. A rate set inside an
-epoch (on_batch_end) therefore applies from the next epoch, where Keras
-would apply it from the next batch; LearningRateScheduler and
-ReduceLROnPlateau set it between epochs, where the two agree.
+Learning-rate callbacks set model.optimizer.learning_rate, with the
+optimizer's state (moments, step count) kept, as Keras' callbacks setting
+the optimizer's variable. A rate set between epochs goes with the next
+epoch's run and is used from its first step. Inside a Fit stream, a rate or
+model.stop_training set by on_batch_end goes to the daemon at once, as a
+Control call, and takes effect at the daemon's next step boundary: the
+first step that starts after the call reaches it. The daemon keeps
+training while the events travel and the callback runs, so that is some
+steps after the step the callback saw (Keras: the very next batch); the
+stream reports the exact step (History.lr_changes: (global step, rate) for
+each new rate; History.stopped_at_step). A stop ends the run without an
+error (status "stopped") and without the partial epoch's on_epoch_end.
+With steps_per_execution a rate goes with the next RunSteps call and a stop
+cancels the calls in flight.
 """
 import csv as _csv
 import math as _math

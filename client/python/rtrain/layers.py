@@ -17,7 +17,8 @@ __all__ = [
     "Layer", "Input", "InputLayer", "Dense", "Activation", "Dropout",
     "Flatten", "Reshape", "Conv2D", "MaxPooling2D", "AveragePooling2D",
     "GlobalAveragePooling2D", "BatchNormalization", "ReLU", "Softmax",
-    "Concatenate", "KerasTensor",
+    "Concatenate", "KerasTensor", "Embedding", "SimpleRNN", "LSTM", "GRU",
+    "Bidirectional",
 ]
 
 _ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh", "softmax", "log_softmax")
@@ -28,6 +29,15 @@ _INITIALIZERS = {
     "he_uniform": "HeUniform", "he_normal": "HeNormal",
     "zeros": "Zeros", "ones": "Ones", "zero": "Zeros", "one": "Ones",
     "xavier_uniform": "GlorotUniform", "xavier_normal": "GlorotNormal",
+    "orthogonal": "Orthogonal", "uniform": "RandomUniform",
+    "random_uniform": "RandomUniform",
+}
+# Configs Keras' initializers.get(name) serialises with (get_config's
+# defaults); the VarianceScaling family writes {"seed": None}.
+_INIT_CONFIGS = {
+    "Zeros": {}, "Ones": {},
+    "Orthogonal": {"gain": 1.0, "seed": None},
+    "RandomUniform": {"minval": -0.05, "maxval": 0.05, "seed": None},
 }
 for _v in list(_INITIALIZERS.values()):
     _INITIALIZERS[_v] = _v
@@ -62,10 +72,8 @@ def _initializer(name, what):
                          % (what, name, ", ".join(sorted(
                              k for k in _INITIALIZERS if k.islower()))))
     cls = _INITIALIZERS[name]
-    # Keras' VarianceScaling family serialises its seed (get_config returns
-    # {"seed": self.seed}); Zeros and Ones have no config.
     return {"class_name": cls,
-            "config": {} if cls in ("Zeros", "Ones") else {"seed": None}}
+            "config": dict(_INIT_CONFIGS.get(cls, {"seed": None}))}
 
 
 def _regularizer(r, what):
@@ -517,3 +525,273 @@ class Concatenate(Layer):
 MaxPool2D = MaxPooling2D
 AvgPool2D = AveragePooling2D
 __all__ += ["MaxPool2D", "AvgPool2D"]
+
+
+# ---------------------------------------------------------------- recurrent
+# Keras 2's configs (keras/layers/core/embedding.py, keras/layers/rnn/*.py):
+# the RNN base writes return_sequences, return_state, go_backwards,
+# stateful, unroll and time_major; each layer its cell's settings. Weights
+# are named and laid out as the daemon's importer (docs/recurrent.md):
+# kernel, recurrent_kernel, bias with Keras' gate order.
+
+_RNN_ACTIVATIONS = ("tanh", "sigmoid", "relu", "linear", "hard_sigmoid")
+
+
+def _rnn_activation(a, what):
+    if a is None:
+        return "linear"
+    if not isinstance(a, str) or a not in _RNN_ACTIVATIONS:
+        raise ValueError("%s must be one of %s, got %r"
+                         % (what, ", ".join(_RNN_ACTIVATIONS), a))
+    return a
+
+
+def _rate(v, what):
+    v = float(v)
+    if not 0.0 <= v <= 1.0:
+        raise ValueError("%s must be in [0, 1], got %r" % (what, v))
+    return v
+
+
+class Embedding(Layer):
+    """Keras' Embedding: integer indices in [0, input_dim) (sent as float
+    features) to vectors of output_dim. The sequence length comes from
+    input_length or input_shape (the daemon's programs have fixed shapes)."""
+
+    keras_class = "Embedding"
+    _auto_name = "embedding"
+
+    def __init__(self, input_dim, output_dim, embeddings_initializer="uniform",
+                 embeddings_regularizer=None, activity_regularizer=None,
+                 embeddings_constraint=None, mask_zero=False,
+                 input_length=None, **kw):
+        if input_length is not None and not any(
+                k in kw for k in ("input_shape", "batch_input_shape",
+                                  "input_dim")):
+            kw["input_shape"] = (input_length,)
+        super().__init__(**kw)
+        self.input_dim = _pos_int(input_dim, "Embedding input_dim")
+        self.output_dim = _pos_int(output_dim, "Embedding output_dim")
+        self.embeddings_initializer = _initializer(embeddings_initializer,
+                                                   "embeddings_initializer")
+        self.embeddings_regularizer = _regularizer(embeddings_regularizer,
+                                                   "embeddings_regularizer")
+        self.activity_regularizer = _regularizer(activity_regularizer,
+                                                 "activity_regularizer")
+        if embeddings_constraint is not None:
+            raise ValueError("Embedding embeddings_constraint is not "
+                             "supported")
+        self.mask_zero = bool(mask_zero)
+        self.input_length = (None if input_length is None else
+                             _pos_int(input_length, "input_length"))
+
+    def _config(self):
+        return {"input_dim": self.input_dim, "output_dim": self.output_dim,
+                "embeddings_initializer": self.embeddings_initializer,
+                "embeddings_regularizer": self.embeddings_regularizer,
+                "activity_regularizer": self.activity_regularizer,
+                "embeddings_constraint": None, "mask_zero": self.mask_zero,
+                "input_length": self.input_length}
+
+    def compute_output_shape(self, in_shape):
+        if self.input_length is not None and list(in_shape) != [
+                self.input_length]:
+            raise ValueError("Embedding input_length is %d but its input "
+                             "has shape %s" % (self.input_length, in_shape))
+        return list(in_shape) + [self.output_dim]
+
+    def weight_specs(self, in_shape):
+        return [("embeddings", [self.input_dim, self.output_dim], True)]
+
+
+class _RNN(Layer):
+    """The RNN base: one cell over the time axis of (timesteps, features)."""
+
+    _gates = 1
+
+    def __init__(self, units, activation="tanh", use_bias=True,
+                 kernel_initializer="glorot_uniform",
+                 recurrent_initializer="orthogonal", bias_initializer="zeros",
+                 kernel_regularizer=None, recurrent_regularizer=None,
+                 bias_regularizer=None, activity_regularizer=None,
+                 kernel_constraint=None, recurrent_constraint=None,
+                 bias_constraint=None, dropout=0.0, recurrent_dropout=0.0,
+                 return_sequences=False, return_state=False,
+                 go_backwards=False, stateful=False, unroll=False,
+                 time_major=False, **kw):
+        super().__init__(**kw)
+        self.units = _pos_int(units, "%s units" % self.keras_class)
+        self.activation = _rnn_activation(activation, "activation")
+        self.use_bias = bool(use_bias)
+        self.inits = {
+            "kernel_initializer": _initializer(kernel_initializer,
+                                               "kernel_initializer"),
+            "recurrent_initializer": _initializer(recurrent_initializer,
+                                                  "recurrent_initializer"),
+            "bias_initializer": _initializer(bias_initializer,
+                                             "bias_initializer")}
+        self.regularizers = {
+            k: _regularizer(v, k) for k, v in (
+                ("kernel_regularizer", kernel_regularizer),
+                ("recurrent_regularizer", recurrent_regularizer),
+                ("bias_regularizer", bias_regularizer),
+                ("activity_regularizer", activity_regularizer))}
+        if any(c is not None for c in (kernel_constraint, recurrent_constraint,
+                                       bias_constraint)):
+            raise ValueError("%s constraints are not supported"
+                             % self.keras_class)
+        self.dropout = _rate(dropout, "dropout")
+        self.recurrent_dropout = _rate(recurrent_dropout, "recurrent_dropout")
+        self.flags = {"return_sequences": bool(return_sequences),
+                      "return_state": bool(return_state),
+                      "go_backwards": bool(go_backwards),
+                      "stateful": bool(stateful), "unroll": bool(unroll),
+                      "time_major": bool(time_major)}
+        if return_state:
+            raise ValueError("return_state is not supported (one output per "
+                             "layer)")
+
+    def _cell_config(self):
+        return {}
+
+    def _config(self):
+        cfg = dict(self.flags)
+        cfg.update(units=self.units, activation=self.activation)
+        cfg.update(self._gate_config())
+        cfg["use_bias"] = self.use_bias
+        cfg.update(self.inits)
+        cfg.update(self._cell_config())
+        cfg.update(kernel_regularizer=self.regularizers["kernel_regularizer"],
+                   recurrent_regularizer=self.regularizers[
+                       "recurrent_regularizer"],
+                   bias_regularizer=self.regularizers["bias_regularizer"],
+                   activity_regularizer=self.regularizers[
+                       "activity_regularizer"],
+                   kernel_constraint=None, recurrent_constraint=None,
+                   bias_constraint=None, dropout=self.dropout,
+                   recurrent_dropout=self.recurrent_dropout)
+        cfg.update(self._tail_config())
+        return cfg
+
+    def _gate_config(self):
+        return {}
+
+    def _tail_config(self):
+        return {}
+
+    def compute_output_shape(self, in_shape):
+        if len(in_shape) != 2:
+            raise ValueError("%s wants (timesteps, features) input, got %s"
+                             % (self.keras_class, in_shape))
+        if self.flags["return_sequences"]:
+            return [in_shape[0], self.units]
+        return [self.units]
+
+    def _bias_shape(self):
+        return [self._gates * self.units]
+
+    def weight_specs(self, in_shape):
+        g = self._gates * self.units
+        w = [("kernel", [in_shape[-1], g], True),
+             ("recurrent_kernel", [self.units, g], True)]
+        if self.use_bias:
+            w.append(("bias", self._bias_shape(), True))
+        return w
+
+
+class SimpleRNN(_RNN):
+    keras_class = "SimpleRNN"
+    _auto_name = "simple_rnn"
+
+
+class LSTM(_RNN):
+    keras_class = "LSTM"
+    _auto_name = "lstm"
+    _gates = 4
+
+    def __init__(self, units, recurrent_activation="sigmoid",
+                 unit_forget_bias=True, implementation=2, **kw):
+        super().__init__(units, **kw)
+        self.recurrent_activation = _rnn_activation(recurrent_activation,
+                                                    "recurrent_activation")
+        self.unit_forget_bias = bool(unit_forget_bias)
+        self.implementation = int(implementation)
+
+    def _gate_config(self):
+        return {"recurrent_activation": self.recurrent_activation}
+
+    def _cell_config(self):
+        return {"unit_forget_bias": self.unit_forget_bias}
+
+    def _tail_config(self):
+        return {"implementation": self.implementation}
+
+
+class GRU(_RNN):
+    keras_class = "GRU"
+    _auto_name = "gru"
+    _gates = 3
+
+    def __init__(self, units, recurrent_activation="sigmoid",
+                 implementation=2, reset_after=True, **kw):
+        super().__init__(units, **kw)
+        self.recurrent_activation = _rnn_activation(recurrent_activation,
+                                                    "recurrent_activation")
+        self.implementation = int(implementation)
+        self.reset_after = bool(reset_after)
+
+    def _gate_config(self):
+        return {"recurrent_activation": self.recurrent_activation}
+
+    def _tail_config(self):
+        return {"implementation": self.implementation,
+                "reset_after": self.reset_after}
+
+    def _bias_shape(self):
+        g = 3 * self.units
+        return [2, g] if self.reset_after else [g]
+
+
+_MERGE_MODES = ("concat", "sum", "mul", "ave")
+
+
+class Bidirectional(Layer):
+    """Keras' Bidirectional(layer, merge_mode="concat"): the layer forward
+    and a copy going backwards, merged. Weights: forward_<inner>/... then
+    backward_<inner>/..., as Keras orders them."""
+
+    keras_class = "Bidirectional"
+    _auto_name = "bidirectional"
+
+    def __init__(self, layer, merge_mode="concat", backward_layer=None, **kw):
+        super().__init__(**kw)
+        if not isinstance(layer, _RNN):
+            raise TypeError("Bidirectional wraps a SimpleRNN, LSTM or GRU")
+        if backward_layer is not None:
+            raise ValueError("Bidirectional backward_layer is not supported "
+                             "here (the backward half is a copy of layer)")
+        if merge_mode not in _MERGE_MODES:
+            raise ValueError("merge_mode must be one of %s, got %r"
+                             % (", ".join(_MERGE_MODES), merge_mode))
+        self.layer = layer
+        self.merge_mode = merge_mode
+
+    def _inner_name(self):
+        return self.layer.name or self.layer._auto_name
+
+    def _config(self):
+        inner = self.layer.get_config(self._inner_name())
+        return {"layer": inner, "merge_mode": self.merge_mode}
+
+    def compute_output_shape(self, in_shape):
+        out = self.layer.compute_output_shape(in_shape)
+        if self.merge_mode == "concat":
+            out = list(out[:-1]) + [2 * out[-1]]
+        return out
+
+    def weight_specs(self, in_shape):
+        inner = self._inner_name()
+        ws = self.layer.weight_specs(in_shape)
+        return ([("forward_%s/%s" % (inner, n), sh, tr) for n, sh, tr in ws] +
+                [("backward_%s/%s" % (inner, n), sh, tr)
+                 for n, sh, tr in ws])

@@ -459,11 +459,17 @@ def _layer_from_config(cls_name, cfg):
         kw["trainable"] = cfg["trainable"]
     import inspect
     params = set()
-    for k in inspect.signature(cls.__init__).parameters:
-        params.add(k)
+    # A subclass passes its base's settings on through **kw (the RNNs).
+    for c in cls.__mro__:
+        if "__init__" in vars(c) and c is not object:
+            params.update(inspect.signature(c.__init__).parameters)
     for k, v in cfg.items():
-        if k in params and k not in ("self", "kw"):
+        if k in params and k not in ("self", "kw", "name", "input_shape",
+                                     "batch_input_shape", "trainable"):
             kw[k] = v
+    if cls is _layers.Bidirectional and isinstance(kw.get("layer"), dict):
+        kw["layer"] = _layer_from_config(kw["layer"]["class_name"],
+                                         kw["layer"]["config"])
     return cls(**kw)
 
 

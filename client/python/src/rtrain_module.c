@@ -1361,6 +1361,36 @@ out:
     return res;
 }
 
+/* control(learning_rate=0.0, stop=False) -> running: librtrain's
+ * rt_client_control outside a fit (inside one, fit's on_event returns
+ * (learning_rate, stop) instead). */
+static PyObject *Program_control(ProgramObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"learning_rate", "stop", NULL};
+    double lr = 0;
+    int stop = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|dp:control", kwlist, &lr, &stop))
+        return NULL;
+    if (!(lr >= 0) || lr > 3.4e38) {
+        PyErr_SetString(PyExc_ValueError, "learning_rate must be a finite number > 0");
+        return NULL;
+    }
+    if (rt_py__prog_begin(self) < 0)
+        return NULL;
+    rt_client *c = self->client->c;
+    rt_client_control_params p = {.session = self->client->sid, .program = self->id,
+                                  .learning_rate = (float)lr, .stop = stop};
+    int rc, running = 0;
+    Py_BEGIN_ALLOW_THREADS
+    rc = rt_client_control(c, &p, &running);
+    Py_END_ALLOW_THREADS
+    PyObject *res = NULL;
+    if (rt_py__prog_after(self, rc, 0) == 0)
+        res = PyBool_FromLong(running);
+    rt_py__unlock(self->client);
+    return res;
+}
+
 /* set_weights([(name, float32 C-contiguous array), ...]); no copies. */
 static PyObject *Program_set_weights(ProgramObject *self, PyObject *args)
 {
@@ -1515,6 +1545,8 @@ typedef struct fitctx {
     rt_progress bar;
     uint64_t last_call_ns;   /* start_ns of the last call put in timings */
     int stop;                /* an exception is pending (fetched) */
+    int stopped;             /* a Control stop ended the fit (RT_FIT_DONE) */
+    uint64_t end_step;       /* RT_FIT_DONE's global step */
     int sig;                 /* this fit owns the SIGINT chain */
     uint32_t run_last;       /* the run's last epoch (1-based) when the fit
                                 goes on after it, else 0 */
@@ -1629,6 +1661,36 @@ static void rt_py__add_last_timings(fitctx *f)
     }
 }
 
+/* on_event's (learning_rate, stop) answer: a Control call on the daemon,
+ * made from inside the stream, which goes on (the daemon ends it after the
+ * next step when stop is set). learning_rate 0: unchanged. Returns 0, or -1
+ * with an exception. */
+static int rt_py__control_from(fitctx *f, PyObject *t)
+{
+    double lr;
+    int stop;
+    if (!PyArg_ParseTuple(t, "dp:on_event's (learning_rate, stop)", &lr, &stop))
+        return -1;
+    if (!(lr >= 0) || lr > 3.4e38) {
+        PyErr_SetString(PyExc_ValueError, "learning_rate must be a finite number > 0");
+        return -1;
+    }
+    if (lr == 0 && !stop)
+        return 0;
+    rt_client *c = f->prog->client->c;
+    rt_client_control_params p = {.session = f->prog->client->sid, .program = f->prog->id,
+                                  .learning_rate = (float)lr, .stop = stop};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = rt_client_control(c, &p, NULL);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        rt_py__raise(rc, rt_client_grpc_status(c), rt_client_errmsg(c));
+        return -1;
+    }
+    return 0;
+}
+
 /* on_event("batch", {...}) after a progress event, on_event("epoch",
  * {...}) after an epoch end: a true result stops the run at the next step
  * boundary. Epoch numbers are 0-based over the whole fit, as Keras'. */
@@ -1639,12 +1701,13 @@ static int rt_py__on_event(fitctx *f, const rt_client_fit_event *ev)
     int rc = -1;
     if (ev->kind == RT_FIT_PROGRESS) {
         kind = "batch";
-        d = Py_BuildValue("{s:K,s:K,s:K,s:K,s:d,s:d}", "epoch",
+        d = Py_BuildValue("{s:K,s:K,s:K,s:K,s:d,s:d,s:d}", "epoch",
                           (unsigned long long)(f->epoch_base + ev->epoch - 1), "batch",
                           (unsigned long long)(ev->step_in_epoch ? ev->step_in_epoch - 1 : 0),
                           "steps_per_epoch", (unsigned long long)ev->steps_per_epoch,
                           "step", (unsigned long long)ev->step, "loss", (double)ev->loss,
-                          "accuracy", (double)ev->accuracy);
+                          "accuracy", (double)ev->accuracy, "learning_rate",
+                          (double)ev->learning_rate);
     } else if (ev->kind == RT_FIT_EPOCH_END) {
         const rt_client_epoch *e = &ev->epoch_end;
         kind = "epoch";
@@ -1656,8 +1719,12 @@ static int rt_py__on_event(fitctx *f, const rt_client_fit_event *ev)
     } else {
         return 0;
     }
-    if (d && (r = PyObject_CallFunction(f->on_event, "sO", kind, d)))
-        rc = PyObject_IsTrue(r);
+    if (d && (r = PyObject_CallFunction(f->on_event, "sO", kind, d))) {
+        if (PyTuple_Check(r))
+            rc = rt_py__control_from(f, r);
+        else
+            rc = PyObject_IsTrue(r);
+    }
     Py_XDECREF(d);
     Py_XDECREF(r);
     return rc;
@@ -1669,6 +1736,10 @@ static int rt_py__fit_cb(const rt_client_fit_event *ev, void *user)
     fitctx *f = user;
     PyEval_RestoreThread(f->ts);
     int want_stop = 0;
+    if (ev->kind == RT_FIT_DONE && ev->stopped) {
+        f->stopped = 1;
+        f->end_step = ev->step;
+    }
     if (!f->stop) {
         int r = 0;
         if (ev->call)
@@ -1872,7 +1943,14 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
         rt_py__fail(self->client, rc);
         goto out;
     }
-    res = PyUnicode_FromString("done");
+    if (f.stopped) {
+        PyObject *st = PyLong_FromUnsignedLongLong(f.end_step);
+        if (!st || PyObject_SetAttrString(history, "stopped_at_step", st) < 0) {
+            PyErr_Clear(); /* a plain dict as history: the status says it */
+        }
+        Py_XDECREF(st);
+    }
+    res = PyUnicode_FromString(f.stopped ? "stopped" : "done");
 out:
     rt_py__sig_remove(installed);
     rt_py__unlock(self->client);
@@ -1962,6 +2040,8 @@ static PyMethodDef Program_methods[] = {
      "predict(x float32 C-contiguous) -> ndarray"},
     {"get_weights", (PyCFunction)Program_get_weights, METH_NOARGS,
      "get_weights() -> (global_step, [(name, ndarray), ...])"},
+    {"control", (PyCFunction)(void (*)(void))Program_control, METH_VARARGS | METH_KEYWORDS,
+     "control(learning_rate=0.0, stop=False) -> running"},
     {"set_weights", (PyCFunction)Program_set_weights, METH_VARARGS,
      "set_weights([(name, float32 array), ...])"},
     {NULL}};
