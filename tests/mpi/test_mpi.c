@@ -333,6 +333,51 @@ static void test_equivalence(dmn *ref, dmn *m, int n)
     CHECK(a[19] < a[0], "the reference did not train (%g -> %g)", a[0], a[19]);
 }
 
+typedef struct fit_seen {
+    int epochs, progress, done, cancel_after;
+} fit_seen;
+
+static int on_fit(void *ud, const uint8_t *data, size_t len)
+{
+    fit_seen *f = ud;
+    Rtrain__V1__FitEvent *ev = rtrain__v1__fit_event__unpack(NULL, len, data);
+    if (!ev) return 1;
+    if (ev->event_case == RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END) f->epochs++;
+    if (ev->event_case == RTRAIN__V1__FIT_EVENT__EVENT_PROGRESS) f->progress++;
+    f->done |= ev->done;
+    FREE(ev);
+    return f->cancel_after && f->progress >= f->cancel_after;
+}
+
+/* The Fit stream over replicas, and a cancelled Fit: every replica stops at
+ * the same step, and the program trains on afterwards. */
+static void test_fit(dmn *m, int n)
+{
+    char pid[64];
+    if (compile(m, 16, pid) < 0) return;
+    Rtrain__V1__FitRequest q = RTRAIN__V1__FIT_REQUEST__INIT;
+    q.session_id = m->sid;
+    q.program_id = pid;
+    q.dataset_id = m->iris;
+    q.val_dataset_id = m->val;
+    q.epochs = 3;
+    fit_seen f = {0};
+    itest_res r;
+    itest_server_stream(m->c, "Fit", &q.base, on_fit, &f, &r);
+    CHECK(r.status == 0 && f.epochs == 3 && f.done, "n=%d Fit: status %d (%s), %d epoch ends",
+          n, r.status, r.details, f.epochs);
+    itest_res_free(&r);
+    q.epochs = 1000;
+    q.progress_every = 1;
+    fit_seen c = {.cancel_after = 5};
+    itest_server_stream(m->c, "Fit", &q.base, on_fit, &c, &r);
+    CHECK(r.status == 1, "n=%d: cancelled Fit status %d (%s)", n, r.status, r.details);
+    itest_res_free(&r);
+    CHECK(steps(m, pid, 10, NULL, &r) == 0, "n=%d: steps after a cancelled Fit: %d %s", n,
+          r.status, r.details);
+    itest_res_free(&r);
+}
+
 /* Runs with the same N are bit-identical: two programs, same config. */
 static void test_same_n(dmn *m, int n)
 {
@@ -473,6 +518,7 @@ int main(int argc, char **argv)
         RUN(test_iris, &m2, 2);
         RUN(test_equivalence, &ref, &m2, 2);
         RUN(test_same_n, &m2, 2);
+        RUN(test_fit, &m2, 2);
         stop(&m2, 2);
     } else {
         CHECK(0, "mpirun -n 2 did not start");
@@ -480,6 +526,7 @@ int main(int argc, char **argv)
     if (start(&m4, 4, NULL) == 0) {
         RUN(test_iris, &m4, 4);
         RUN(test_equivalence, &ref, &m4, 4);
+        RUN(test_fit, &m4, 4);
         stop(&m4, 4);
     } else {
         CHECK(0, "mpirun -n 4 did not start");
