@@ -187,11 +187,18 @@ static void stop(dmn *m, int n)
     CHECK(st == 0, "daemon (n=%d) exit status %d", n, st);
 }
 
-static int compile(dmn *m, uint32_t batch, char *pid)
+/* with_metric: sparse_top_k_categorical_accuracy besides the loss's accuracy (k 5 of 3
+ * classes: 1 when every replica's rows are counted, 1/N when only one's) */
+static int compile_m(dmn *m, uint32_t batch, char *pid, int with_metric)
 {
     Rtrain__V1__TrainConfig cfg;
     itest_iris_config(&cfg);
     cfg.batch_size = batch;
+    static char *mets[2] = {"accuracy", "sparse_top_k_categorical_accuracy"};
+    if (with_metric) {
+        cfg.metrics = mets;
+        cfg.n_metrics = 2;
+    }
     Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
     q.session_id = m->sid;
     q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH;
@@ -208,6 +215,8 @@ static int compile(dmn *m, uint32_t batch, char *pid)
     FREE(p);
     return ok ? 0 : -1;
 }
+
+static int compile(dmn *m, uint32_t batch, char *pid) { return compile_m(m, batch, pid, 0); }
 
 /* steps; losses (may be NULL) gets each step's loss; returns the status */
 static int steps(dmn *m, const char *pid, uint64_t n, float *losses, itest_res *r)
@@ -335,6 +344,7 @@ static void test_equivalence(dmn *ref, dmn *m, int n)
 
 typedef struct fit_seen {
     int epochs, progress, done, cancel_after;
+    double metric; /* the last epoch's first extra training metric */
 } fit_seen;
 
 static int on_fit(void *ud, const uint8_t *data, size_t len)
@@ -342,7 +352,11 @@ static int on_fit(void *ud, const uint8_t *data, size_t len)
     fit_seen *f = ud;
     Rtrain__V1__FitEvent *ev = rtrain__v1__fit_event__unpack(NULL, len, data);
     if (!ev) return 1;
-    if (ev->event_case == RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END) f->epochs++;
+    if (ev->event_case == RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END) {
+        f->epochs++;
+        const Rtrain__V1__Metrics *t = ev->epoch_end->train;
+        f->metric = t && t->n_values ? t->values[0]->value : NAN;
+    }
     if (ev->event_case == RTRAIN__V1__FIT_EVENT__EVENT_PROGRESS) f->progress++;
     f->done |= ev->done;
     FREE(ev);
@@ -354,7 +368,7 @@ static int on_fit(void *ud, const uint8_t *data, size_t len)
 static void test_fit(dmn *m, int n)
 {
     char pid[64];
-    if (compile(m, 16, pid) < 0) return;
+    if (compile_m(m, 16, pid, 1) < 0) return;
     Rtrain__V1__FitRequest q = RTRAIN__V1__FIT_REQUEST__INIT;
     q.session_id = m->sid;
     q.program_id = pid;
@@ -366,6 +380,8 @@ static void test_fit(dmn *m, int n)
     itest_server_stream(m->c, "Fit", &q.base, on_fit, &f, &r);
     CHECK(r.status == 0 && f.epochs == 3 && f.done, "n=%d Fit: status %d (%s), %d epoch ends",
           n, r.status, r.details, f.epochs);
+    /* the metric accumulators are summed over the replicas */
+    CHECK(f.metric == 1.0, "n=%d: top-5 accuracy of 3 classes %g, want 1", n, f.metric);
     itest_res_free(&r);
     q.epochs = 1000;
     q.progress_every = 1;
