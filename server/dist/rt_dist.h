@@ -14,7 +14,16 @@
  * Threads: rank 0 calls these from any thread; one mutex orders the
  * collectives (MPI_THREAD_SERIALIZED). Waits poll with a timeout
  * (--dist-timeout-ms): a replica that does not answer (it died) fails the
- * call with RT_EUNAVAILABLE, and every later distributed call too. */
+ * call with RT_EUNAVAILABLE, and every later distributed call too.
+ *
+ *     rt_dist_opts o = {.micro = 0, .timeout_ms = 30000};
+ *     rt_dist_init(&o, err, sizeof err);          // every rank, after argv
+ *     if (rt_dist_rank() > 0) return rt_dist_worker();
+ *     ...                                         // rank 0: serve
+ *     rt_dist_program(e, packed_compile_req, len, err, sizeof err);
+ *     rt_dist_train(e, &data, ds->key, steps, &res, cb, ud, NULL, err, sizeof err);
+ *     ...
+ *     rt_dist_finalize();                         // ends the workers */
 #ifndef RTRAIN_DIST_H
 #define RTRAIN_DIST_H
 
