@@ -12,6 +12,7 @@ pkgs=(build-essential cmake pkg-config
       libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev
       libdnnl-dev libjson-c-dev libxxhash-dev zlib1g-dev libssl-dev openssl
       libturbojpeg0-dev libpng-dev libhdf5-dev libmicrohttpd-dev
+      libopenmpi-dev openmpi-bin
       python3-dev python3-numpy python3-sklearn python3-h5py)
 want_test=0 want_bench=0
 for a in "$@"; do

@@ -27,6 +27,7 @@
 #include <uv.h>
 
 #include "rt_auth.h"
+#include "rt_dist.h"
 #include "rt_log.h"
 #include "rt_metrics.h"
 #include "rt_obs.h"
@@ -133,6 +134,13 @@ static void usage(FILE *f)
             "  --metrics-listen ADDR    serve Prometheus metrics at http://ADDR/metrics\n"
             "                           (port 0 picks a free port, printed on stdout\n"
             "                           before the listening line; default off)\n"
+            "MPI replicas (mpirun -n N rtraind ...; README \"More than one machine\"):\n"
+            "  --deterministic-reduce M split each global batch into M micro-shards whose\n"
+            "                           gradients are summed in a fixed order: runs with\n"
+            "                           any N dividing M are bit-identical (default off)\n"
+            "  --dist-timeout-ms N      a replica that does not answer a collective in N ms\n"
+            "                           is taken as dead: the call fails UNAVAILABLE\n"
+            "                           (default 30000)\n"
             "Security (docs/security.md):\n"
             "  --tls-cert FILE          PEM certificate chain: serve TLS (with --tls-key)\n"
             "  --tls-key FILE           PEM private key of --tls-cert\n"
@@ -332,7 +340,7 @@ int main(int argc, char **argv)
            O_TLS_CA, O_TOKENS, O_INSECURE, O_NEW_TOKEN, O_MAXMEM, O_LEASE, O_SLICE, O_CTHREADS,
            O_CTIMEOUT, O_XTHREADS, O_MAXUP, O_MAXUPB, O_STALL, O_RATIO, O_KEEPALIVE,
            O_HANDSHAKE, O_CONNIDLE, O_STREAMQ, O_KATIMEOUT, O_DRAIN,
-           O_LOGFMT, O_METRICS, O_UPKEEP, O_PIPEHOLD, O_UPPOOL,
+           O_LOGFMT, O_METRICS, O_UPKEEP, O_PIPEHOLD, O_UPPOOL, O_DETRED, O_DISTTO,
            O_SPOOL, O_STREAMABOVE, O_DTHREADS, O_PREFETCH, O_SHUFBUF, O_MAXSPOOL,
            O_QUOTA /* + rt_quota_kind */ };
     static const struct option opts[] = {
@@ -381,12 +389,15 @@ int main(int argc, char **argv)
         {"prefetch", required_argument, 0, O_PREFETCH},
         {"shuffle-buffer", required_argument, 0, O_SHUFBUF},
         {"max-spool-bytes", required_argument, 0, O_MAXSPOOL},
+        {"deterministic-reduce", required_argument, 0, O_DETRED},
+        {"dist-timeout-ms", required_argument, 0, O_DISTTO},
 #define RT__Q_OPT(k, name, mem) {"quota-" name, required_argument, 0, O_QUOTA + RT_Q_##k},
         RT_QUOTA_MAP(RT__Q_OPT)
 #undef RT__Q_OPT
         {0, 0, 0, 0},
     };
     const char *metrics_addr = NULL;
+    rt_dist_opts dist = {0};
     int insecure = 0;
     int o, oi = 0;
     uint64_t v;
@@ -593,6 +604,16 @@ int main(int argc, char **argv)
             break;
         }
         case O_METRICS: metrics_addr = optarg; break;
+        case O_DETRED:
+            if (parse_u64(optarg, &v) < 0 || v == 0 || v > 4096)
+                goto bad;
+            dist.micro = (int)v;
+            break;
+        case O_DISTTO:
+            if (parse_u64(optarg, &v) < 0 || v == 0 || v > 86400000)
+                goto bad;
+            dist.timeout_ms = (int)v;
+            break;
         case O_VERSION:
             printf("rtraind %s (engine %d)\n", RT_VERSION_STRING, 1);
             return 0;
@@ -642,9 +663,18 @@ int main(int argc, char **argv)
         }
     }
     char err[300] = "";
-    int rc = rt_srv_create(&cfg, &d.srv, err, sizeof err);
+    /* Under mpirun every rank gets here; ranks > 0 serve rank 0 only. */
+    int rc = rt_dist_init(&dist, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "rtraind: %s\n", err);
+        return 1;
+    }
+    if (rt_dist_rank() > 0)
+        return rt_dist_worker();
+    rc = rt_srv_create(&cfg, &d.srv, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, "rtraind: %s\n", err[0] ? err : rt_strerror(rc));
+        rt_dist_finalize();
         return 1;
     }
     d.loop = uv_default_loop();
@@ -664,6 +694,7 @@ int main(int argc, char **argv)
 
     if ((rc = rt_srv_start(d.srv, on_drained, &d)) < 0) {
         fprintf(stderr, "rtraind: cannot start: %s\n", rt_strerror(rc));
+        rt_dist_finalize();
         return 1;
     }
     if (d.idle_ms) {
@@ -678,12 +709,16 @@ int main(int argc, char **argv)
         if (rt_metrics_serve(metrics_addr, rt_srv_metrics_collect, d.srv, &metrics, err,
                              sizeof err) < 0) {
             fprintf(stderr, "rtraind: %s\n", err);
+            rt_dist_finalize();
             return 1;
         }
         printf("rtraind metrics on http://%s/metrics\n", rt_metrics_bound(metrics));
     }
     printf("rtraind listening on %s\n", rt_srv_bound(d.srv));
     fflush(stdout);
+    if (rt_dist_size() > 1)
+        RT_LOG(RT_LOG_INFO, "%d MPI replicas%s", rt_dist_size(),
+               dist.micro ? ", deterministic reduce" : "");
     RT_LOG(RT_LOG_INFO, "rtraind %s listening on %s (%d cq threads, inline below %llu us, %s, %s)",
            RT_VERSION_STRING, rt_srv_bound(d.srv), cfg.threads,
            (unsigned long long)(cfg.inline_ns / 1000),
@@ -694,6 +729,7 @@ int main(int argc, char **argv)
     rt_metrics_server_stop(metrics); /* before the server its gauges read */
     rt_srv_destroy(d.srv);
     uv_loop_close(d.loop);
+    rt_dist_finalize();
     RT_LOG(RT_LOG_INFO, "stopped");
     return 0;
 }

@@ -44,6 +44,15 @@ int cli_cmd_info(const cli_opts *o)
         print_list("formats", in.formats, in.n_formats);
         print_list("losses", in.losses, in.n_losses);
         print_list("optimizers", in.optimizers, in.n_optimizers);
+        if (in.n_replica_hosts) {
+            printf("replicas: %zu (MPI%s)\n", in.n_replica_hosts,
+                   in.deterministic_reduce ? ", deterministic reduce" : "");
+            for (size_t i = 0; i < in.n_replica_hosts; i++)
+                printf("  rank %zu: %s\n", i, in.replica_hosts[i]);
+            if (in.deterministic_reduce)
+                printf("deterministic reduce: %u micro-shards per batch\n",
+                       in.deterministic_reduce);
+        }
         rt_client_info_free(&in);
         if (o->timings) {
             rt_client_timings t;

@@ -50,6 +50,7 @@ void rt_client_info_free(rt_client_info *info)
     free_strv(info->formats, info->n_formats);
     free_strv(info->losses, info->n_losses);
     free_strv(info->optimizers, info->n_optimizers);
+    free_strv(info->replica_hosts, info->n_replica_hosts);
     memset(info, 0, sizeof *info);
 }
 
@@ -88,7 +89,10 @@ int rt_client_info_get(rt_client *c, rt_client_info *out)
         out->formats = copy_strv(r->formats, r->n_formats, &out->n_formats);
         out->losses = copy_strv(r->losses, r->n_losses, &out->n_losses);
         out->optimizers = copy_strv(r->optimizers, r->n_optimizers, &out->n_optimizers);
-        if (!out->version || !out->device_name || !out->device_kind ||
+        out->deterministic_reduce = r->deterministic_reduce;
+        out->replica_hosts = copy_strv(r->replica_hosts, r->n_replica_hosts,
+                                       &out->n_replica_hosts);
+        if (!out->replica_hosts || !out->version || !out->device_name || !out->device_kind ||
             !out->backend || !out->ops || !out->formats || !out->losses ||
             !out->optimizers) {
             rt_client_info_free(out);

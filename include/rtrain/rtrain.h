@@ -251,6 +251,10 @@ typedef struct rt_client_info {
     char **formats;    size_t n_formats;
     char **losses;     size_t n_losses;
     char **optimizers; size_t n_optimizers;
+    /* MPI replicas (mpirun -n N rtraind): each one's host, rank order;
+     * none for a single process. */
+    char **replica_hosts; size_t n_replica_hosts;
+    uint32_t deterministic_reduce; /* micro-shards per batch, 0 = off */
 } rt_client_info;
 
 int rt_client_info_get(rt_client *c, rt_client_info *out);

@@ -511,6 +511,30 @@ float rt_exec_lr(const rt_exec *e);
  * src was inside one). RT_ESHAPE naming the first parameter that differs. */
 int rt_exec_copy_state(rt_exec *dst, const rt_exec *src);
 
+/* Data-parallel replicas (server/dist). With a replica set, a training step
+ * splits the global batch (batch_size rows, or the epoch's shorter last
+ * batch) into M micro-shards, rows [nb*m/M, nb*(m+1)/M); this replica
+ * computes shards [rank*k, (rank+1)*k), k = M/size, each gradient scaled
+ * by its rows/nb, and reduce must leave in g (n floats) the sum over all M
+ * shards and in st[0..1] the summed loss and accuracy sums. M is micro
+ * when > 0 (deterministic mode: slots holds the k shard gradients back to
+ * back, st 2 doubles per shard), else size (k = 1, slots NULL, the
+ * replica's gradient already in g). A negative return ends the call with
+ * that code and err. Every replica must run the same steps on the same
+ * data, state and learning rate; BatchNorm statistics are the replica's
+ * own (moving statistics from its first shard). */
+typedef struct rt_replica {
+    int rank, size, micro;
+    int (*reduce)(void *ctx, float *g, int64_t n, float *slots, int k, double *st,
+                  char *err, size_t errlen);
+    /* v[0..n) summed over the replicas in place (metric accumulators) */
+    int (*sum)(void *ctx, double *v, int n, char *err, size_t errlen);
+    void (*on_destroy)(void *ctx, rt_exec *e); /* from rt_exec_destroy, or NULL */
+    void *ctx;
+} rt_replica;
+/* r NULL: a single process again. RT_EINVAL if size does not divide micro. */
+int rt_exec_set_replica(rt_exec *e, const rt_replica *r);
+
 #ifdef __cplusplus
 }
 #endif

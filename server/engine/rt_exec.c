@@ -13,6 +13,7 @@
  * lives here, so K calls of one step equal one call of K steps.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,9 @@ struct rt_exec {
     const float *checked_sw;   /* sample weights already checked, as checked_y */
     int64_t checked_sw_n;
     rt__macc ep_macc;          /* the epoch's metrics beyond loss and accuracy */
+    rt_replica rep;            /* size 0: a single process */
+    float *rep_slots;          /* deterministic mode: k shard gradients */
+    double *rep_st;            /* 2 per local shard */
 };
 
 static void rt__loss_weighted(rt_exec *e, int64_t nb, double *loss_sum, double *acc_sum,
@@ -318,6 +322,9 @@ int rt_exec_create(rt_plan *p, rt_exec **out)
 void rt_exec_destroy(rt_exec *e)
 {
     if (!e) return;
+    if (e->rep.on_destroy) e->rep.on_destroy(e->rep.ctx, e);
+    free(e->rep_slots);
+    free(e->rep_st);
     free(e->block);
     free(e->arena);
     free(e->gemm_scratch);
@@ -477,6 +484,95 @@ static float rt__lr_now(const rt_exec *e)
 
 /* --------------------------------------------------------------- training */
 
+/* One step's gradient as a replica (rt_replica): this replica's shards of
+ * the global batch of nb rows at perm[start], then reduce. */
+static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t nb,
+                            double *bl, double *ba, rt__macc *call_macc)
+{
+    const rt_plan *p = e->p;
+    const rt_replica *R = &e->rep;
+    const uint32_t mets = p->cfg.metrics & ~RT_METRIC_ACCURACY;
+    rt__macc sm; /* this step's metrics, the replica's rows, then all */
+    memset(&sm, 0, sizeof sm);
+    const int64_t T = p->train_floats;
+    const int M = R->micro > 0 ? R->micro : R->size, k = M / R->size;
+    for (int j = 0; j < k; j++) {
+        const int64_t m = (int64_t)R->rank * k + j;
+        const int64_t lo = nb * m / M, nl = nb * (m + 1) / M - lo;
+        float *gj = R->micro > 0 ? e->rep_slots + (int64_t)j * T : e->g;
+        double l = 0, a = 0;
+        if (nl > 0) {
+            rt__gather(e, d->x, d->y, e->perm + start + lo, 0, nl);
+            if (d->sw) rt__gather_sw(e, d->sw, e->perm + start + lo, 0, nl);
+            rt__forward(e, nl, 1, j == 0);
+            if (d->sw)
+                rt__loss_weighted(e, nl, &l, &a, 1);
+            else
+                rt__loss_run(&p->loss, e->lin, e->lb, nl, e->lgrad, &l, &a, e->loss_scratch);
+            if (mets) rt__metrics_update(&p->loss, p->cfg.metrics, e->lin, e->lb, nl, &sm);
+            rt__backward(e);
+            /* the shard's mean gradient, as its share of the batch mean */
+            const float s = (float)nl / (float)nb;
+            for (int64_t i = 0; i < T; i++) gj[i] = e->g[i] * s;
+        } else {
+            memset(gj, 0, sizeof(float) * (size_t)T);
+        }
+        e->rep_st[2 * j] = l;
+        e->rep_st[2 * j + 1] = a;
+    }
+    char err[RT__ERRLEN] = "";
+    int rc = R->reduce(R->ctx, e->g, T, R->micro > 0 ? e->rep_slots : NULL, k, e->rep_st,
+                       err, sizeof err);
+    if (rc == 0 && mets) {
+        /* every field but n is a sum of doubles */
+        rc = R->sum(R->ctx, (double *)&sm, (int)(offsetof(rt__macc, n) / sizeof(double)), err,
+                    sizeof err);
+        sm.n = nb;
+        double *a = (double *)&e->ep_macc, *c = (double *)call_macc;
+        const double *v = (const double *)&sm;
+        for (size_t i = 0; i < offsetof(rt__macc, n) / sizeof(double); i++) {
+            a[i] += v[i];
+            c[i] += v[i];
+        }
+        e->ep_macc.n += nb;
+        call_macc->n += nb;
+    }
+    if (rc < 0) return rt__eerr(e, rc, "%s", err[0] ? err : "replica reduce failed");
+    *bl = e->rep_st[0];
+    *ba = e->rep_st[1];
+    return 0;
+}
+
+int rt_exec_set_replica(rt_exec *e, const rt_replica *r)
+{
+    if (!e) return RT_EINVAL;
+    free(e->rep_slots);
+    free(e->rep_st);
+    e->rep_slots = NULL;
+    e->rep_st = NULL;
+    memset(&e->rep, 0, sizeof e->rep);
+    if (!r) return 0;
+    if (r->size < 1 || r->rank < 0 || r->rank >= r->size || r->micro < 0 || !r->reduce ||
+        !r->sum ||
+        (r->micro > 0 && r->micro % r->size))
+        return rt__eerr(e, RT_EINVAL, "replica %d of %d with %d micro-shards: the replica "
+                        "count must divide the micro-shard count", r->rank, r->size, r->micro);
+    const int k = r->micro > 0 ? r->micro / r->size : 1;
+    e->rep_st = calloc((size_t)(2 * k), sizeof(double));
+    if (r->micro > 0)
+        e->rep_slots = rt__aligned_alloc(sizeof(float) * (size_t)k *
+                                         (size_t)(e->p->train_floats ? e->p->train_floats : 1));
+    if (!e->rep_st || (r->micro > 0 && !e->rep_slots)) {
+        free(e->rep_st);
+        free(e->rep_slots);
+        e->rep_st = NULL;
+        e->rep_slots = NULL;
+        return rt__eerr(e, RT_ENOMEM, "out of memory for %d micro-shard gradients", k);
+    }
+    e->rep = *r;
+    return 0;
+}
+
 static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
                   rt_train_result *res, rt_step_cb cb, void *ud,
                   float *step_losses)
@@ -525,28 +621,36 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
     for (int64_t s = 0; s < steps; s++) {
         const int64_t start = e->pos * B;
         const int64_t nb = n - start < B ? n - start : B;
-        if (d->fill) {
-            /* the source orders a streamed set (its shuffle buffer) */
-            if ((rc = d->fill(d->fill_ud, e->epoch, e->pos, nb, e->xb, e->lb, e->err,
-                              sizeof e->err)) < 0)
-                return rc;
-        } else {
-            if (e->perm_epoch != e->epoch) rt__gen_perm(e);
-            rt__gather(e, d->x, d->y, e->perm + start, 0, nb);
-            if (d->sw) rt__gather_sw(e, d->sw, e->perm + start, 0, nb);
-        }
         const float lr = rt__lr_now(e);
-        rt__forward(e, nb, 1, 1);
         double bl = 0, ba = 0;
-        if (d->sw)
-            rt__loss_weighted(e, nb, &bl, &ba, 1);
-        else
-            rt__loss_run(&p->loss, e->lin, e->lb, nb, e->lgrad, &bl, &ba, e->loss_scratch);
-        if (cfg->metrics & ~RT_METRIC_ACCURACY) {
-            rt__metrics_update(&p->loss, cfg->metrics, e->lin, e->lb, nb, &e->ep_macc);
-            rt__metrics_update(&p->loss, cfg->metrics, e->lin, e->lb, nb, &call_macc);
+        if (e->rep.size > 0) {
+            if (d->fill)
+                return rt__eerr(e, RT_EINVAL, "a streamed dataset cannot feed MPI replicas: "
+                                "upload it with storage 'memory'");
+            if (e->perm_epoch != e->epoch) rt__gen_perm(e);
+            if ((rc = rt__replica_step(e, d, start, nb, &bl, &ba, &call_macc)) < 0) return rc;
+        } else {
+            if (d->fill) {
+                /* the source orders a streamed set (its shuffle buffer) */
+                if ((rc = d->fill(d->fill_ud, e->epoch, e->pos, nb, e->xb, e->lb, e->err,
+                                  sizeof e->err)) < 0)
+                    return rc;
+            } else {
+                if (e->perm_epoch != e->epoch) rt__gen_perm(e);
+                rt__gather(e, d->x, d->y, e->perm + start, 0, nb);
+                if (d->sw) rt__gather_sw(e, d->sw, e->perm + start, 0, nb);
+            }
+            rt__forward(e, nb, 1, 1);
+            if (d->sw)
+                rt__loss_weighted(e, nb, &bl, &ba, 1);
+            else
+                rt__loss_run(&p->loss, e->lin, e->lb, nb, e->lgrad, &bl, &ba, e->loss_scratch);
+            if (cfg->metrics & ~RT_METRIC_ACCURACY) {
+                rt__metrics_update(&p->loss, cfg->metrics, e->lin, e->lb, nb, &e->ep_macc);
+                rt__metrics_update(&p->loss, cfg->metrics, e->lin, e->lb, nb, &call_macc);
+            }
+            rt__backward(e);
         }
-        rt__backward(e);
         if (p->rep.n_regularized) bl += (double)nb * rt__reg_apply(p, e->w, e->g);
         if (p->train_floats) {
             if (cfg->clip_norm > 0) rt__clip_by_norm(e->g, p->train_floats, cfg->clip_norm);

@@ -15,6 +15,7 @@
 
 #include "import_keras.h"
 #include "rt_bufpool.h"
+#include "rt_dist.h"
 #include "rt_example.h"
 #include "rt_stream.h"
 
@@ -342,6 +343,14 @@ static int h_get_info(rt_call *c)
     r->formats = strv(c, formats, &r->n_formats);
     r->losses = strv(c, rt_engine_loss_names(), &r->n_losses);
     r->optimizers = strv(c, rt_engine_optimizer_names(), &r->n_optimizers);
+    if (rt_dist_size() > 1 || rt_dist_micro() > 0) {
+        r->replica_hosts = rt_call_alloc(c, sizeof(char *) * (size_t)rt_dist_size());
+        if (!r->replica_hosts)
+            return OOM(c);
+        for (int i = 0; i < rt_dist_size(); i++)
+            r->replica_hosts[r->n_replica_hosts++] = (char *)rt_dist_host(i);
+        r->deterministic_reduce = (uint32_t)rt_dist_micro();
+    }
     c->resp = &r->base;
     return 0;
 }
@@ -708,6 +717,24 @@ static int build_graph(rt_call *c, compile_st *st)
     return 0;
 }
 
+/* MPI replicas (server/dist): the same program on every rank */
+static int dist_program(rt_call *c, rt_exec *e, char *err, size_t errlen)
+{
+    if (rt_dist_size() == 1 && rt_dist_micro() == 0)
+        return 0;
+    const ProtobufCMessage *q = c->req;
+    size_t n = protobuf_c_message_get_packed_size(q);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf) {
+        snprintf(err, errlen, "out of memory");
+        return RT_ENOMEM;
+    }
+    protobuf_c_message_pack(q, buf);
+    int rc = rt_dist_program(e, buf, n, err, errlen);
+    free(buf);
+    return rc;
+}
+
 static int compile_work(rt_call *c)
 {
     compile_st *st = c->st;
@@ -750,11 +777,16 @@ static int compile_work(rt_call *c)
         snprintf(cerr, sizeof cerr, "%s", rt_exec_errmsg(e));
         rt_exec_destroy(e);
     }
+    char derr[200] = "";
+    if (rc == 0 && (rc = dist_program(c, e, derr, sizeof derr)) < 0)
+        rt_exec_destroy(e);
     rt_call_device_unlock(c);
     if (rc < 0) {
         rt_principal_unreserve(c->who, RT_Q_PROGRAM_BYTES, bytes);
         if (cerr[0])
             return rt_call_fail(c, rc, "state_from_program %s: %s", st->from->id, cerr);
+        if (derr[0])
+            return rt_call_fail(c, rc, "replicas: %s", derr);
         return rt_call_fail(c, rc, "cannot create the program instance: %s", rt_strerror(rc));
     }
     rt_plan_retain(st->plan);
@@ -1493,11 +1525,12 @@ static int run_steps_work(rt_call *c)
             return rc;
         }
         cb.mark = rt_now_ns();
-        rc = rt_exec_train(p->exec, &d, left, &part, run_step_cb, &cb,
-                           losses ? losses + done : NULL);
+        char derr[256] = "";
+        rc = rt_dist_train(p->exec, &d, d.x == c->ds->x ? c->ds->key : NULL, left, &part,
+                           run_step_cb, &cb, losses ? losses + done : NULL, derr, sizeof derr);
         if (rc < 0) {
             run_end(p);
-            return engine_fail(c, rc);
+            return rt_call_fail(c, rc, "%s", derr);
         }
         epoch_clock_pause(p, cb.mark);
         exec_ns += part.execute_ns;
@@ -1694,8 +1727,10 @@ static int fit_run(rt_call *c, uint64_t gen)
             return rc;
         f.mark = rt_now_ns();
         rt_train_result res;
-        if ((rc = rt_exec_train(p->exec, &d, spe, &res, fit_step_cb, &f, NULL)) < 0)
-            return engine_fail(c, rc);
+        char derr[256] = "";
+        if ((rc = rt_dist_train(p->exec, &d, d.x == c->ds->x ? c->ds->key : NULL, spe, &res,
+                                fit_step_cb, &f, NULL, derr, sizeof derr)) < 0)
+            return rt_call_fail(c, rc, "%s", derr);
         epoch_clock_pause(p, f.mark);
         exec_ns += res.execute_ns;
         steps += res.steps_run;

@@ -249,6 +249,30 @@ def main():
             tp = p.get('targetPort', p['port'])
             check(tp in ports or tp in ports.values(),
                   f'Service {n} port {p["name"]} targets a container port ({tp})')
+    # ---- deploy/mpi: the MPI Operator's launcher and the Slurm batch script
+    with open(os.path.join(DEPLOY, 'mpi', 'mpijob.yaml')) as f:
+        mdocs = [d for d in yaml.safe_load_all(f) if d is not None]
+    jobs = [d for d in mdocs if d.get('kind') == 'MPIJob']
+    check(len(jobs) == 1, 'deploy/mpi/mpijob.yaml: one MPIJob')
+    if jobs:
+        specs = jobs[0]['spec']['mpiReplicaSpecs']
+        cmd = [str(a) for a in specs['Launcher']['template']['spec']['containers'][0]['command']]
+        check(cmd[0] == 'mpirun' and any(a.endswith('/rtraind') for a in cmd),
+              'MPIJob launcher runs mpirun ... rtraind')
+        dargs = cmd[next(i for i, a in enumerate(cmd) if a.endswith('/rtraind')) + 1:]
+        flags_known(dargs, 'MPIJob rtraind args')
+        daemon_accepts(rtraind, dargs, 'MPIJob rtraind args')
+        n = int(cmd[cmd.index('-n') + 1])
+        check(specs['Worker']['replicas'] == n, f'MPIJob: mpirun -n {n} = worker replicas')
+    with open(os.path.join(DEPLOY, 'mpi', 'rtraind.sbatch')) as f:
+        text = f.read().replace('\\\n', ' ')
+    srun = [ln for ln in text.splitlines() if 'srun' in ln and not ln.startswith('#')]
+    check(len(srun) == 1, 'rtraind.sbatch: one srun line')
+    if srun:
+        words = shlex.split(srun[0])
+        dargs = words[next(i for i, a in enumerate(words) if a.endswith('/rtraind')) + 1:]
+        flags_known(dargs, 'rtraind.sbatch rtraind args')
+        daemon_accepts(rtraind, dargs, 'rtraind.sbatch rtraind args')
     print(f'{len(known)} daemon flags known; {len(fails)} failure(s)')
     return 1 if fails else 0
 

@@ -1,0 +1,188 @@
+/* MPI replicas: rtraind's all-reduce against OpenMPI's own, and a W-C
+ * training step over N replicas (see README.md).
+ *
+ *   mpirun -n N [-x OMP_NUM_THREADS=T] bench_mpi [--reps R] [--steps S]
+ *
+ * Part 1, every size: the median of R timed MPI_Allreduce(MPI_IN_PLACE,
+ * float sum) in a bare loop, and of R rt_dist_allreduce (the replicas'
+ * reduce: MPI_Iallreduce over 16 MiB buckets, polled), in the same run,
+ * alternating. Part 2: W-C (784-512-512-10 relu MLP, sparse CE from
+ * logits, Adam, global batch 128) trained through rt_dist_train as rtraind
+ * does (ranks > 0 in rt_dist_worker): the median over 5 calls of S steps
+ * of the time per step, and the time of a 1-step call (the per-call cost:
+ * the command, the state hash). */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "import_keras.h"
+#include "rt_dist.h"
+#include "rtrain.pb-c.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void die(const char *what, const char *err)
+{
+    fprintf(stderr, "bench_mpi: %s: %s\n", what, err);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static const char *WC_JSON =
+    "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"wc\", \"layers\": ["
+    "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 784], "
+    "\"dtype\": \"float32\", \"name\": \"x\"}},"
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d0\", \"units\": 512, "
+    "\"activation\": \"relu\", \"use_bias\": true}},"
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d1\", \"units\": 512, "
+    "\"activation\": \"relu\", \"use_bias\": true}},"
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d2\", \"units\": 10, "
+    "\"activation\": \"linear\", \"use_bias\": true}}]}}";
+
+static void bench_allreduce(int rank, int size, int reps)
+{
+    static const int64_t sizes[] = {256, 4096, 65536, 1 << 20, 1 << 22, 1 << 24};
+    if (rank == 0) {
+        printf("all-reduce, %d ranks (float sum, in place; medians of %d)\n", size, reps);
+        printf("%12s %14s %14s %8s\n", "floats", "MPI_Allreduce", "rt_dist", "ratio");
+    }
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        const int64_t n = sizes[s];
+        const int r = n >= (1 << 22) ? (reps < 15 ? reps : 15) : reps;
+        float *buf = malloc(sizeof(float) * (size_t)n);
+        double *ta = malloc(sizeof(double) * (size_t)r), *tb = malloc(sizeof(double) * (size_t)r);
+        for (int64_t i = 0; i < n; i++) buf[i] = 1e-3f * (float)(i % 1000);
+        char err[200];
+        for (int k = -2; k < r; k++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = now_s();
+            MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            double t1 = now_s();
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t2 = now_s();
+            if (rt_dist_allreduce(buf, n, err, sizeof err) < 0) die("rt_dist_allreduce", err);
+            double t3 = now_s();
+            if (k >= 0) {
+                ta[k] = t1 - t0;
+                tb[k] = t3 - t2;
+            }
+            /* keep the values bounded */
+            for (int64_t i = 0; i < n; i += 4096) buf[i] = 1.0f;
+        }
+        double ma = median(ta, r), mb = median(tb, r);
+        if (rank == 0)
+            printf("%12lld %11.1f us %11.1f us %7.2fx\n", (long long)n, ma * 1e6, mb * 1e6,
+                   mb / ma);
+        free(buf);
+        free(ta);
+        free(tb);
+    }
+}
+
+static void bench_wc(int size, int steps)
+{
+    rt_graph *g;
+    char err[256];
+    if (rt_keras_import(WC_JSON, strlen(WC_JSON), &g, err, sizeof err) < 0) die("import", err);
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_SPARSE_CE;
+    cfg.from_logits = 1;
+    cfg.opt = RT_OPT_ADAM;
+    cfg.lr = 1e-3f;
+    cfg.batch_size = 128;
+    cfg.seed = 1;
+    rt_plan *p;
+    rt_exec *e;
+    if (rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) < 0) die("compile", err);
+    rt_graph_destroy(g);
+    if (rt_exec_create(p, &e) < 0) die("exec", "out of memory");
+    Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+    q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON;
+    q.keras_json = (char *)WC_JSON;
+    size_t len = rtrain__v1__compile_request__get_packed_size(&q);
+    uint8_t *buf = malloc(len);
+    rtrain__v1__compile_request__pack(&q, buf);
+    if (rt_dist_program(e, buf, len, err, sizeof err) < 0) die("rt_dist_program", err);
+    free(buf);
+    const int64_t n = 1280;
+    float *x = malloc(sizeof(float) * 784 * (size_t)n);
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)n);
+    for (int64_t i = 0; i < 784 * n; i++) x[i] = (float)((i * 2654435761u) % 1000) * 1e-3f;
+    for (int64_t i = 0; i < n; i++) y[i] = (int32_t)(i % 10);
+    rt_data d = {.x = x, .y = y, .y_dtype = RT_I32, .n = n};
+    const uint8_t key[16] = {'w', 'c'};
+    rt_train_result res;
+    if (rt_dist_train(e, &d, key, 3, &res, NULL, NULL, NULL, err, sizeof err) < 0)
+        die("train", err);
+    double per[5], one[5];
+    for (int k = 0; k < 5; k++) {
+        double t0 = now_s();
+        if (rt_dist_train(e, &d, key, steps, &res, NULL, NULL, NULL, err, sizeof err) < 0)
+            die("train", err);
+        double t1 = now_s();
+        if (rt_dist_train(e, &d, key, 1, &res, NULL, NULL, NULL, err, sizeof err) < 0)
+            die("train", err);
+        per[k] = (t1 - t0) / steps;
+        one[k] = now_s() - t1;
+    }
+    const char *th = getenv("OMP_NUM_THREADS");
+    printf("W-C, %d replica(s) x %s thread(s), global batch 128: %.3f ms/step "
+           "(a 1-step call: %.3f ms); loss %.4f\n",
+           size, th ? th : "default", median(per, 5) * 1e3, median(one, 5) * 1e3,
+           res.mean.loss);
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    free(x);
+    free(y);
+}
+
+int main(int argc, char **argv)
+{
+    int reps = 51, steps = 20;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
+    }
+    if (reps < 1 || steps < 1) {
+        fprintf(stderr, "usage: mpirun -n N bench_mpi [--reps R] [--steps S]\n");
+        return 2;
+    }
+    rt_dist_opts o = {.timeout_ms = 600000};
+    char err[256];
+    if (rt_dist_init(&o, err, sizeof err) < 0) {
+        fprintf(stderr, "bench_mpi: %s\n", err);
+        return 1;
+    }
+    int on = 0;
+    MPI_Initialized(&on);
+    if (!on) {
+        fprintf(stderr, "bench_mpi: run it under mpirun (mpirun -n N bench_mpi)\n");
+        return 2;
+    }
+    const int rank = rt_dist_rank(), size = rt_dist_size();
+    bench_allreduce(rank, size, reps);
+    if (rank > 0) return rt_dist_worker();
+    bench_wc(size, steps);
+    rt_dist_finalize();
+    return 0;
+}

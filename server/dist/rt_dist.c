@@ -1,0 +1,907 @@
+/* rt_dist: data-parallel replicas over MPI (see rt_dist.h). */
+#include "rt_dist.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "import_keras.h"
+#include "rt_log.h"
+#include "rtrain/rt_error.h"
+#include "rtrain.pb-c.h"
+
+enum { CMD_EXIT = 1, CMD_COMPILE, CMD_TRAIN, CMD_FREE };
+
+/* What rank 0 broadcasts before each command; the payloads follow. */
+typedef struct cmd_hdr {
+    int32_t cmd;
+    int32_t y_dtype;
+    uint64_t prog;
+    int64_t steps;
+    uint64_t len;          /* COMPILE: payload bytes */
+    uint8_t dkey[16];      /* TRAIN: content hash of x | y | sw */
+    uint64_t state_hash;   /* TRAIN: XXH3 of rank 0's rt_exec_save_state */
+    int64_t n, x_floats, y_bytes;
+    int32_t has_sw, pad;
+} cmd_hdr;
+
+#define MAX_DATA 4 /* data sets a worker keeps, least recently used goes */
+#define CHUNK ((int64_t)1 << 28)
+
+typedef struct wdata {
+    uint8_t key[16];
+    float *x, *sw;
+    void *y;
+    int64_t n;
+    int32_t y_dtype;
+    uint64_t used;
+} wdata;
+
+typedef struct prog_ent {
+    uint64_t id;
+    rt_exec *e;
+    rt_plan *plan; /* workers own theirs */
+} prog_ent;
+
+typedef struct key_ent { /* rank 0: a data set's content hash, by identity */
+    uint8_t key[16];
+    const void *x, *y, *sw;
+    int64_t n;
+    uint8_t dkey[16];
+} key_ent;
+
+static struct {
+    int on, rank, size;
+    rt_dist_opts o;
+    MPI_Comm comm;
+    char (*hosts)[MPI_MAX_PROCESSOR_NAME];
+    pthread_mutex_t mu;          /* orders the collectives (rank 0) */
+    int broken;                  /* a wait timed out: no more collectives */
+    char broken_msg[200];
+    prog_ent *progs;
+    int n_progs, cap_progs;
+    uint64_t next_id;
+    pthread_mutex_t tab_mu;      /* progs and frees; never held across MPI */
+    uint64_t *frees;
+    int n_frees, cap_frees;
+    key_ent keys[8];
+    int n_keys;
+    wdata data[MAX_DATA];
+    uint64_t clock;
+    float *gather;               /* deterministic mode: all shard gradients */
+    size_t gather_cap;
+    double *gst;
+    size_t gst_cap;
+} G = {.mu = PTHREAD_MUTEX_INITIALIZER, .tab_mu = PTHREAD_MUTEX_INITIALIZER, .size = 1};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int mpi_fail(int mrc, const char *what, char *err, size_t errlen)
+{
+    char m[MPI_MAX_ERROR_STRING];
+    int ml = 0;
+    MPI_Error_string(mrc, m, &ml);
+    G.broken = 1;
+    snprintf(G.broken_msg, sizeof G.broken_msg, "MPI %s failed: %.120s", what, m);
+    snprintf(err, errlen, "%s", G.broken_msg);
+    return RT_EUNAVAILABLE;
+}
+
+/* Poll requests until done. idle: a worker waiting for its next command
+ * (no timeout, sleeps 1 ms between polls); otherwise a replica that has
+ * not answered within the timeout is taken as dead. */
+static int wait_reqs(int n, MPI_Request *r, int idle, const char *what, char *err,
+                     size_t errlen)
+{
+    const uint64_t t0 = now_ns(), lim = (uint64_t)G.o.timeout_ms * 1000000ull;
+    for (unsigned it = 0;; it++) {
+        int done = 0;
+        int mrc = MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE);
+        if (mrc != MPI_SUCCESS) return mpi_fail(mrc, what, err, errlen);
+        if (done) return 0;
+        if (!idle && G.o.timeout_ms > 0 && now_ns() - t0 > lim) {
+            G.broken = 1;
+            snprintf(G.broken_msg, sizeof G.broken_msg,
+                     "a replica did not answer (%s) within %d ms: a rank died or hangs; "
+                     "relaunch the MPI job", what, G.o.timeout_ms);
+            snprintf(err, errlen, "%s", G.broken_msg);
+            return RT_EUNAVAILABLE;
+        }
+        /* MPI's non-blocking collectives progress inside MPI_Test: poll
+         * hot, yielding the core to other ranks on an oversubscribed host,
+         * and sleep only once the wait is long (an idle worker) */
+        if (idle ? it < 256 : now_ns() - t0 < 200000000ull) {
+            if (now_ns() - t0 > 5000000ull) sched_yield();
+            continue;
+        }
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int bcast(void *buf, int64_t len, int idle, const char *what, char *err, size_t errlen)
+{
+    for (int64_t off = 0; off < len || (len == 0 && off == 0); off += CHUNK) {
+        int cnt = (int)(len - off < CHUNK ? len - off : CHUNK);
+        MPI_Request r;
+        int mrc = MPI_Ibcast((char *)buf + off, cnt, MPI_BYTE, 0, G.comm, &r);
+        if (mrc != MPI_SUCCESS) return mpi_fail(mrc, what, err, errlen);
+        int rc = wait_reqs(1, &r, idle, what, err, errlen);
+        if (rc < 0) return rc;
+        if (len == 0) break;
+    }
+    return 0;
+}
+
+/* max over ranks of v[0..n) (flags) */
+static int flags_max(int *v, int n, const char *what, char *err, size_t errlen)
+{
+    MPI_Request r;
+    int mrc = MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_INT, MPI_MAX, G.comm, &r);
+    if (mrc != MPI_SUCCESS) return mpi_fail(mrc, what, err, errlen);
+    return wait_reqs(1, &r, 0, what, err, errlen);
+}
+
+int rt_dist_rank(void) { return G.rank; }
+int rt_dist_size(void) { return G.size; }
+int rt_dist_micro(void) { return G.o.micro; }
+const char *rt_dist_host(int i)
+{
+    if (!G.hosts || i < 0 || i >= G.size) return "";
+    return G.hosts[i];
+}
+
+int rt_dist_init(const rt_dist_opts *o, char *err, size_t errlen)
+{
+    G.o = *o;
+    if (G.o.bucket_floats <= 0) G.o.bucket_floats = (int64_t)1 << 22; /* 16 MiB */
+    if (G.o.timeout_ms <= 0) G.o.timeout_ms = 30000;
+    const int launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") ||
+                         getenv("PMI_SIZE");
+    if (!launched) return 0;
+    int prov = 0;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &prov) != MPI_SUCCESS) {
+        snprintf(err, errlen, "MPI_Init_thread failed");
+        return RT_EUNAVAILABLE;
+    }
+    if (prov < MPI_THREAD_SERIALIZED) {
+        snprintf(err, errlen, "the MPI library gives thread level %d, rtraind needs "
+                 "MPI_THREAD_SERIALIZED", prov);
+        MPI_Finalize();
+        return RT_EUNAVAILABLE;
+    }
+    G.on = 1;
+    MPI_Comm_dup(MPI_COMM_WORLD, &G.comm);
+    MPI_Comm_set_errhandler(G.comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(G.comm, &G.rank);
+    MPI_Comm_size(G.comm, &G.size);
+    if (G.o.micro > 0 && G.o.micro % G.size) {
+        snprintf(err, errlen, "--deterministic-reduce %d: the replica count %d must divide it",
+                 G.o.micro, G.size);
+        return RT_EINVAL;
+    }
+    G.hosts = calloc((size_t)G.size, sizeof *G.hosts);
+    char me[MPI_MAX_PROCESSOR_NAME] = "";
+    int ml = 0;
+    MPI_Get_processor_name(me, &ml);
+    if (!G.hosts) {
+        snprintf(err, errlen, "out of memory");
+        return RT_ENOMEM;
+    }
+    MPI_Allgather(me, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, G.hosts, MPI_MAX_PROCESSOR_NAME,
+                  MPI_CHAR, G.comm);
+    return 0;
+}
+
+/* ------------------------------------------------------------- the reduce */
+
+int rt_dist_allreduce(float *buf, int64_t n, char *err, size_t errlen)
+{
+    if (G.size == 1) return 0;
+    const int64_t B = G.o.bucket_floats;
+    const int nb = (int)((n + B - 1) / B);
+    MPI_Request stack[16], *r = nb <= 16 ? stack : malloc(sizeof *r * (size_t)nb);
+    if (!r) {
+        snprintf(err, errlen, "out of memory");
+        return RT_ENOMEM;
+    }
+    int rc = 0, posted = 0;
+    for (int i = 0; i < nb; i++) {
+        const int64_t off = (int64_t)i * B, cnt = n - off < B ? n - off : B;
+        int mrc = MPI_Iallreduce(MPI_IN_PLACE, buf + off, (int)cnt, MPI_FLOAT, MPI_SUM, G.comm,
+                                 &r[i]);
+        if (mrc != MPI_SUCCESS) {
+            rc = mpi_fail(mrc, "all-reduce", err, errlen);
+            break;
+        }
+        posted++;
+    }
+    if (rc == 0) rc = wait_reqs(posted, r, 0, "gradient all-reduce", err, errlen);
+    if (r != stack) free(r);
+    return rc;
+}
+
+static int grow(void **p, size_t *cap, size_t need)
+{
+    if (*cap >= need) return 0;
+    void *q = realloc(*p, need);
+    if (!q) return RT_ENOMEM;
+    *p = q;
+    *cap = need;
+    return 0;
+}
+
+static int dist_reduce(void *ctx, float *g, int64_t n, float *slots, int k, double *st,
+                       char *err, size_t errlen)
+{
+    (void)ctx;
+    if (G.broken) {
+        snprintf(err, errlen, "%s", G.broken_msg);
+        return RT_EUNAVAILABLE;
+    }
+    if (!slots) {
+        int rc = rt_dist_allreduce(g, n, err, errlen);
+        if (rc < 0 || G.size == 1) return rc;
+        MPI_Request r;
+        int mrc = MPI_Iallreduce(MPI_IN_PLACE, st, 2, MPI_DOUBLE, MPI_SUM, G.comm, &r);
+        if (mrc != MPI_SUCCESS) return mpi_fail(mrc, "metric all-reduce", err, errlen);
+        return wait_reqs(1, &r, 0, "metric all-reduce", err, errlen);
+    }
+    /* Deterministic: every shard's gradient on every rank, summed in shard
+     * order, so the sum's rounding is the same whatever the rank count. */
+    const int M = k * G.size;
+    const float *all = slots;
+    const double *ast = st;
+    if (G.size > 1) {
+        if ((int64_t)k * n > INT_MAX) {
+            snprintf(err, errlen, "deterministic reduce: %d shards of %lld floats exceed "
+                     "one MPI message", k, (long long)n);
+            return RT_ETOOBIG;
+        }
+        if (grow((void **)&G.gather, &G.gather_cap, sizeof(float) * (size_t)M * (size_t)n) ||
+            grow((void **)&G.gst, &G.gst_cap, sizeof(double) * 2 * (size_t)M)) {
+            snprintf(err, errlen, "out of memory for %d shard gradients", M);
+            return RT_ENOMEM;
+        }
+        MPI_Request r[2];
+        int mrc = MPI_Iallgather(slots, (int)((int64_t)k * n), MPI_FLOAT, G.gather,
+                                 (int)((int64_t)k * n), MPI_FLOAT, G.comm, &r[0]);
+        if (mrc == MPI_SUCCESS)
+            mrc = MPI_Iallgather(st, 2 * k, MPI_DOUBLE, G.gst, 2 * k, MPI_DOUBLE, G.comm, &r[1]);
+        if (mrc != MPI_SUCCESS) return mpi_fail(mrc, "shard gather", err, errlen);
+        int rc = wait_reqs(2, r, 0, "shard gather", err, errlen);
+        if (rc < 0) return rc;
+        all = G.gather;
+        ast = G.gst;
+    }
+    memcpy(g, all, sizeof(float) * (size_t)n);
+    for (int m = 1; m < M; m++) {
+        const float *s = all + (int64_t)m * n;
+        for (int64_t i = 0; i < n; i++) g[i] += s[i];
+    }
+    double l = ast[0], a = ast[1];
+    for (int m = 1; m < M; m++) {
+        l += ast[2 * m];
+        a += ast[2 * m + 1];
+    }
+    st[0] = l;
+    st[1] = a;
+    return 0;
+}
+
+static int dist_sum(void *ctx, double *v, int n, char *err, size_t errlen)
+{
+    (void)ctx;
+    if (G.size == 1) return 0;
+    MPI_Request r;
+    int mrc = MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, G.comm, &r);
+    if (mrc != MPI_SUCCESS) return mpi_fail(mrc, "metric all-reduce", err, errlen);
+    return wait_reqs(1, &r, 0, "metric all-reduce", err, errlen);
+}
+
+/* ---------------------------------------------------------- program table */
+
+static prog_ent *find_prog(uint64_t id)
+{
+    for (int i = 0; i < G.n_progs; i++)
+        if (G.progs[i].id == id) return &G.progs[i];
+    return NULL;
+}
+
+static prog_ent *find_exec(const rt_exec *e)
+{
+    for (int i = 0; i < G.n_progs; i++)
+        if (G.progs[i].e == e) return &G.progs[i];
+    return NULL;
+}
+
+static int add_prog(uint64_t id, rt_exec *e, rt_plan *plan)
+{
+    if (G.n_progs == G.cap_progs) {
+        int cap = G.cap_progs ? 2 * G.cap_progs : 16;
+        prog_ent *p = realloc(G.progs, sizeof *p * (size_t)cap);
+        if (!p) return RT_ENOMEM;
+        G.progs = p;
+        G.cap_progs = cap;
+    }
+    G.progs[G.n_progs++] = (prog_ent){.id = id, .e = e, .plan = plan};
+    return 0;
+}
+
+static void drop_prog(prog_ent *p)
+{
+    *p = G.progs[--G.n_progs];
+}
+
+/* rank 0: an exec being destroyed; its replicas go with the next command */
+static void on_destroy(void *ctx, rt_exec *e)
+{
+    (void)ctx;
+    pthread_mutex_lock(&G.tab_mu);
+    prog_ent *p = find_exec(e);
+    uint64_t id = p ? p->id : 0;
+    if (p) drop_prog(p);
+    if (!id || G.size == 1) {
+        pthread_mutex_unlock(&G.tab_mu);
+        return;
+    }
+    if (G.n_frees == G.cap_frees) {
+        int cap = G.cap_frees ? 2 * G.cap_frees : 16;
+        uint64_t *f = realloc(G.frees, sizeof *f * (size_t)cap);
+        if (f) {
+            G.frees = f;
+            G.cap_frees = cap;
+        }
+    }
+    if (G.n_frees < G.cap_frees) G.frees[G.n_frees++] = id;
+    pthread_mutex_unlock(&G.tab_mu);
+}
+
+/* rank 0 under G.mu: the pending frees */
+static int send_frees(char *err, size_t errlen)
+{
+    for (;;) {
+        pthread_mutex_lock(&G.tab_mu);
+        uint64_t id = G.n_frees ? G.frees[--G.n_frees] : 0;
+        pthread_mutex_unlock(&G.tab_mu);
+        if (!id) return 0;
+        cmd_hdr h = {.cmd = CMD_FREE, .prog = id};
+        int rc = bcast(&h, sizeof h, 0, "free", err, errlen);
+        if (rc < 0) return rc;
+    }
+}
+
+static int make_replica(rt_exec *e)
+{
+    rt_replica r = {.rank = G.rank, .size = G.size, .micro = G.o.micro,
+                    .reduce = dist_reduce, .sum = dist_sum, .on_destroy = G.rank == 0 ? on_destroy : NULL};
+    return rt_exec_set_replica(e, &r);
+}
+
+/* ----------------------------------------------------- graphs on workers */
+
+/* The native graph, as rank 0's rt_methods built it (rank 0 validated the
+ * request; builder errors are still reported). */
+static int graph_from_pb(const Rtrain__V1__Graph *pg, rt_graph *g, char *err, size_t errlen)
+{
+    int rc;
+    for (size_t i = 0; i < pg->n_inputs; i++) {
+        const Rtrain__V1__ValueInfo *v = pg->inputs[i];
+        rt_dtype dt = v->dtype == 0 ? RT_F32 : (rt_dtype)v->dtype;
+        if ((rc = rt_graph_add_input(g, v->name, dt, (int)v->n_shape, v->shape)) < 0) goto fail;
+    }
+    for (size_t i = 0; i < pg->n_params; i++) {
+        const Rtrain__V1__Param *p = pg->params[i];
+        float *val = NULL;
+        if (p->value && p->value->data.len) {
+            val = malloc(p->value->data.len);
+            if (!val) return RT_ENOMEM;
+            memcpy(val, p->value->data.data, p->value->data.len);
+        }
+        rc = rt_graph_add_param(g, p->name, (int)p->n_shape, p->shape, (rt_init)p->init,
+                                p->trainable, val);
+        free(val);
+        if (rc < 0) goto fail;
+    }
+    for (size_t i = 0; i < pg->n_nodes; i++) {
+        const Rtrain__V1__Node *nd = pg->nodes[i];
+        rt_attr *a = calloc(nd->n_attrs ? nd->n_attrs : 1, sizeof *a);
+        if (!a) return RT_ENOMEM;
+        for (size_t k = 0; k < nd->n_attrs; k++) {
+            const Rtrain__V1__Attr *pa = nd->attrs[k];
+            a[k].name = pa->name;
+            switch (pa->value_case) {
+            case RTRAIN__V1__ATTR__VALUE_I: a[k].kind = RT_ATTR_INT; a[k].i = pa->i; break;
+            case RTRAIN__V1__ATTR__VALUE_F: a[k].kind = RT_ATTR_FLOAT; a[k].f = pa->f; break;
+            case RTRAIN__V1__ATTR__VALUE_S: a[k].kind = RT_ATTR_STR; a[k].s = pa->s; break;
+            case RTRAIN__V1__ATTR__VALUE_INTS:
+                a[k].kind = RT_ATTR_INTS;
+                a[k].n = (int)pa->ints->n_v;
+                a[k].ints = pa->ints->v;
+                break;
+            case RTRAIN__V1__ATTR__VALUE_FLOATS:
+                a[k].kind = RT_ATTR_FLOATS;
+                a[k].n = (int)pa->floats->n_v;
+                a[k].floats = pa->floats->v;
+                break;
+            default: break;
+            }
+        }
+        rc = rt_graph_add_node(g, nd->name, nd->op, (int)nd->n_inputs,
+                               (const char *const *)nd->inputs, (int)nd->n_attrs, a);
+        free(a);
+        if (rc < 0) goto fail;
+    }
+    if (pg->output && *pg->output && (rc = rt_graph_set_output(g, pg->output)) < 0) goto fail;
+    return 0;
+fail:
+    snprintf(err, errlen, "%s", rt_graph_errmsg(g));
+    return rc;
+}
+
+/* worker: compile payload = rt_train_config | packed CompileRequest */
+static int worker_compile(uint64_t id, const uint8_t *buf, size_t len, char *err, size_t errlen)
+{
+    rt_train_config cfg;
+    if (len < sizeof cfg) return RT_EINVAL;
+    memcpy(&cfg, buf, sizeof cfg);
+    Rtrain__V1__CompileRequest *q =
+        rtrain__v1__compile_request__unpack(NULL, len - sizeof cfg, buf + sizeof cfg);
+    if (!q) {
+        snprintf(err, errlen, "the compile request does not decode");
+        return RT_EINVAL;
+    }
+    rt_graph *g = NULL;
+    int rc;
+    if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON) {
+        rc = rt_keras_import(q->keras_json, strlen(q->keras_json), &g, err, errlen);
+    } else {
+        g = rt_graph_create();
+        rc = g ? graph_from_pb(q->graph, g, err, errlen) : RT_ENOMEM;
+    }
+    rtrain__v1__compile_request__free_unpacked(q, NULL);
+    rt_plan *p = NULL;
+    rt_exec *e = NULL;
+    if (rc == 0) rc = rt_plan_compile(g, &cfg, &p, NULL, err, errlen);
+    rt_graph_destroy(g);
+    if (rc == 0 && (rc = rt_exec_create(p, &e)) < 0) snprintf(err, errlen, "out of memory");
+    if (rc == 0 && (rc = make_replica(e)) < 0) snprintf(err, errlen, "%s", rt_exec_errmsg(e));
+    if (rc == 0 && (rc = add_prog(id, e, p)) < 0) snprintf(err, errlen, "out of memory");
+    if (rc < 0) {
+        rt_exec_destroy(e);
+        rt_plan_release(p);
+    }
+    return rc;
+}
+
+int rt_dist_program(rt_exec *e, const uint8_t *req, size_t len, char *err, size_t errlen)
+{
+    if (!G.on && G.o.micro <= 0) return 0;
+    pthread_mutex_lock(&G.mu);
+    int rc = 0;
+    if (G.broken) {
+        snprintf(err, errlen, "%s", G.broken_msg);
+        rc = RT_EUNAVAILABLE;
+        goto out;
+    }
+    if ((rc = make_replica(e)) < 0) {
+        snprintf(err, errlen, "%s", rt_exec_errmsg(e));
+        goto out;
+    }
+    pthread_mutex_lock(&G.tab_mu);
+    const uint64_t id = ++G.next_id;
+    rc = add_prog(id, e, NULL);
+    pthread_mutex_unlock(&G.tab_mu);
+    if (rc < 0) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    if (G.size == 1) goto out;
+    if ((rc = send_frees(err, errlen)) < 0) goto out;
+    const rt_train_config *cfg = rt_plan_config(rt_exec_plan(e));
+    uint8_t *pl = malloc(sizeof *cfg + len);
+    if (!pl) {
+        snprintf(err, errlen, "out of memory");
+        rc = RT_ENOMEM;
+        goto out;
+    }
+    memcpy(pl, cfg, sizeof *cfg);
+    memcpy(pl + sizeof *cfg, req, len);
+    cmd_hdr h = {.cmd = CMD_COMPILE, .prog = id, .len = sizeof *cfg + len};
+    rc = bcast(&h, sizeof h, 0, "compile", err, errlen);
+    if (rc == 0) rc = bcast(pl, (int64_t)h.len, 0, "compile", err, errlen);
+    free(pl);
+    int fl[1] = {0};
+    if (rc == 0) rc = flags_max(fl, 1, "compile", err, errlen);
+    if (rc == 0 && fl[0]) {
+        snprintf(err, errlen, "a replica could not compile the program (see its log)");
+        rc = RT_EINTERNAL;
+    }
+out:
+    if (rc < 0) {
+        rt_exec_set_replica(e, NULL);
+        pthread_mutex_lock(&G.tab_mu);
+        prog_ent *p = find_exec(e);
+        if (p) drop_prog(p);
+        pthread_mutex_unlock(&G.tab_mu);
+    }
+    pthread_mutex_unlock(&G.mu);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- training */
+
+typedef struct stop_ctx {
+    rt_step_cb cb;
+    void *ud;
+    int failed;
+} stop_ctx;
+
+/* After each step rank 0's decision (a cancel, a stream gone) reaches
+ * every replica, so all run the same steps. */
+static int stop_cb(void *ud, const rt_step_info *info)
+{
+    stop_ctx *s = ud;
+    int stop = s->cb ? s->cb(s->ud, info) : 0;
+    if (G.size == 1) return stop;
+    char err[8];
+    if (bcast(&stop, sizeof stop, 0, "step end", err, sizeof err) < 0) {
+        s->failed = 1;
+        return 1;
+    }
+    return stop;
+}
+
+static void data_key(const rt_data *d, int64_t xf, int64_t yb, uint8_t out[16])
+{
+    XXH3_state_t *s = XXH3_createState();
+    XXH3_128bits_reset(s);
+    XXH3_128bits_update(s, &d->n, sizeof d->n);
+    XXH3_128bits_update(s, d->x, sizeof(float) * (size_t)xf);
+    if (d->y) XXH3_128bits_update(s, d->y, (size_t)yb);
+    if (d->sw) XXH3_128bits_update(s, d->sw, sizeof(float) * (size_t)d->n);
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(s));
+    XXH3_freeState(s);
+    memcpy(out, c.digest, 16);
+}
+
+static int state_hash(rt_exec *e, uint64_t *h, void **buf)
+{
+    size_t n = rt_exec_state_size(e);
+    *buf = malloc(n);
+    if (!*buf) return RT_ENOMEM;
+    rt_exec_save_state(e, *buf, n);
+    *h = XXH3_64bits(*buf, n);
+    return 0;
+}
+
+/* the average of the non-trainable parameters (BatchNorm's moving
+ * statistics), so every replica ends a call with rank 0's weights */
+static int sync_frozen(rt_exec *e, char *err, size_t errlen)
+{
+    rt_plan *p = rt_exec_plan(e);
+    for (int i = 0; i < rt_plan_n_params(p); i++) {
+        const char *name;
+        int64_t dims[RT_MAX_DIMS];
+        int tr, nd = rt_plan_param_info(p, i, &name, dims, &tr);
+        if (nd < 0 || tr) continue;
+        int64_t n = 1;
+        for (int k = 0; k < nd; k++) n *= dims[k];
+        float *v = malloc(sizeof(float) * (size_t)(n ? n : 1));
+        if (!v) return RT_ENOMEM;
+        rt_exec_get_param(e, i, v);
+        int rc = rt_dist_allreduce(v, n, err, errlen);
+        if (rc == 0) {
+            for (int64_t k = 0; k < n; k++) v[k] /= (float)G.size;
+            rt_exec_set_param(e, i, v);
+        }
+        free(v);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+/* every rank: the common part of a training call once data and state agree */
+static int train_all(rt_exec *e, const rt_data *d, int64_t steps, rt_train_result *res,
+                     rt_step_cb cb, void *ud, float *losses, char *err, size_t errlen)
+{
+    stop_ctx s = {.cb = cb, .ud = ud};
+    int rc = rt_exec_train(e, d, steps, res, stop_cb, &s, losses);
+    if (s.failed || G.broken) {
+        snprintf(err, errlen, "%s", G.broken_msg);
+        return RT_EUNAVAILABLE;
+    }
+    if (rc < 0) {
+        snprintf(err, errlen, "%s", rt_exec_errmsg(e));
+        return rc;
+    }
+    if (G.size > 1 && (rc = sync_frozen(e, err, errlen)) < 0) return rc;
+    return 0;
+}
+
+static int64_t y_bytes(const rt_data *d, rt_exec *e)
+{
+    if (!d->y) return 0;
+    int64_t dims[RT_MAX_DIMS], ln = 1;
+    int nd = rt_plan_label_shape(rt_exec_plan(e), dims);
+    for (int k = 0; k < nd; k++) ln *= dims[k];
+    return d->n * ln * 4;
+}
+
+int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t steps,
+                  rt_train_result *res, rt_step_cb cb, void *ud, float *losses, char *err,
+                  size_t errlen)
+{
+    pthread_mutex_lock(&G.tab_mu);
+    prog_ent *pe = find_exec(e);
+    const uint64_t id = pe ? pe->id : 0;
+    pthread_mutex_unlock(&G.tab_mu);
+    if (!id || G.size == 1) {
+        int rc = rt_exec_train(e, d, steps, res, cb, ud, losses);
+        if (rc < 0) snprintf(err, errlen, "%s", rt_exec_errmsg(e));
+        return rc;
+    }
+    pthread_mutex_lock(&G.mu);
+    int rc = 0;
+    void *st = NULL;
+    if (G.broken) {
+        snprintf(err, errlen, "%s", G.broken_msg);
+        rc = RT_EUNAVAILABLE;
+        goto out;
+    }
+    /* bad data fails here, before any replica starts */
+    if ((rc = rt_exec_check_data(e, d)) < 0) {
+        snprintf(err, errlen, "%s", rt_exec_errmsg(e));
+        goto out;
+    }
+    if ((rc = send_frees(err, errlen)) < 0) goto out;
+    cmd_hdr h = {.cmd = CMD_TRAIN, .prog = id, .steps = steps, .n = d->n,
+                 .y_dtype = (int32_t)d->y_dtype, .has_sw = d->sw != NULL};
+    int64_t in_dims[RT_MAX_DIMS], in = 1;
+    int ind = rt_plan_input_shape(rt_exec_plan(e), in_dims);
+    for (int k = 0; k < ind; k++) in *= in_dims[k];
+    h.x_floats = d->n * in;
+    h.y_bytes = y_bytes(d, e);
+    key_ent *ke = NULL, fresh;
+    for (int i = 0; key && i < G.n_keys; i++) {
+        key_ent *k = &G.keys[i];
+        if (!memcmp(k->key, key, 16) && k->x == d->x && k->y == d->y && k->sw == d->sw &&
+            k->n == d->n)
+            ke = k;
+    }
+    if (!ke) {
+        ke = key ? &G.keys[G.n_keys < 8 ? G.n_keys++ : (int)(G.clock++ % 8)] : &fresh;
+        *ke = (key_ent){.x = d->x, .y = d->y, .sw = d->sw, .n = d->n};
+        if (key) memcpy(ke->key, key, 16);
+        data_key(d, h.x_floats, h.y_bytes, ke->dkey);
+    }
+    memcpy(h.dkey, ke->dkey, 16);
+    if ((rc = state_hash(e, &h.state_hash, &st)) < 0) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    if ((rc = bcast(&h, sizeof h, 0, "train", err, errlen)) < 0) goto out;
+    int need[3] = {0, 0, 0}; /* data missing, state differs, program unknown */
+    if ((rc = flags_max(need, 3, "train", err, errlen)) < 0) goto out;
+    if (need[2]) {
+        snprintf(err, errlen, "a replica does not hold program %llu", (unsigned long long)id);
+        rc = RT_EINTERNAL;
+        goto out;
+    }
+    if (need[0]) {
+        if ((rc = bcast((void *)d->x, 4 * h.x_floats, 0, "data", err, errlen)) < 0 ||
+            (h.y_bytes && (rc = bcast((void *)d->y, h.y_bytes, 0, "data", err, errlen)) < 0) ||
+            (d->sw && (rc = bcast((void *)d->sw, 4 * d->n, 0, "data", err, errlen)) < 0))
+            goto out;
+        int bad[1] = {0};
+        if ((rc = flags_max(bad, 1, "data", err, errlen)) < 0) goto out;
+        if (bad[0]) {
+            snprintf(err, errlen, "a replica received the data set with another content hash");
+            rc = RT_EINTERNAL;
+            goto out;
+        }
+    }
+    if (need[1] &&
+        (rc = bcast(st, (int64_t)rt_exec_state_size(e), 0, "state", err, errlen)) < 0)
+        goto out;
+    rc = train_all(e, d, steps, res, cb, ud, losses, err, errlen);
+out:
+    free(st);
+    pthread_mutex_unlock(&G.mu);
+    return rc;
+}
+
+/* ----------------------------------------------------------------- workers */
+
+static wdata *find_data(const uint8_t key[16])
+{
+    for (int i = 0; i < MAX_DATA; i++)
+        if (G.data[i].x && !memcmp(G.data[i].key, key, 16)) return &G.data[i];
+    return NULL;
+}
+
+static void free_data(wdata *w)
+{
+    free(w->x);
+    free(w->y);
+    free(w->sw);
+    memset(w, 0, sizeof *w);
+}
+
+static int worker_train(const cmd_hdr *h, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&G.tab_mu);
+    prog_ent *pe = find_prog(h->prog);
+    rt_exec *pex = pe ? pe->e : NULL;
+    pthread_mutex_unlock(&G.tab_mu);
+    wdata *w = find_data(h->dkey);
+    uint64_t sh = 0;
+    void *st = NULL;
+    int need[3] = {!w, 0, !pe};
+    if (pex) {
+        if (state_hash(pex, &sh, &st) < 0) return RT_ENOMEM;
+        need[1] = sh != h->state_hash;
+    }
+    int rc = flags_max(need, 3, "train", err, errlen);
+    if (rc < 0 || need[2]) goto out;
+    if (need[0]) {
+        wdata nw = {.n = h->n, .y_dtype = h->y_dtype};
+        wdata *slot = w;
+        memcpy(nw.key, h->dkey, 16);
+        nw.x = malloc(4 * (size_t)(h->x_floats ? h->x_floats : 1));
+        nw.y = h->y_bytes ? malloc((size_t)h->y_bytes) : NULL;
+        nw.sw = h->has_sw ? malloc(4 * (size_t)(h->n ? h->n : 1)) : NULL;
+        if (!nw.x || (h->y_bytes && !nw.y) || (h->has_sw && !nw.sw)) {
+            RT_LOG(RT_LOG_ERROR, "replica %d: out of memory for a data set", G.rank);
+            abort(); /* the job cannot go on without it: rank 0 sees a dead replica */
+        }
+        if ((rc = bcast(nw.x, 4 * h->x_floats, 0, "data", err, errlen)) < 0 ||
+            (h->y_bytes && (rc = bcast(nw.y, h->y_bytes, 0, "data", err, errlen)) < 0) ||
+            (h->has_sw && (rc = bcast(nw.sw, 4 * h->n, 0, "data", err, errlen)) < 0)) {
+            free_data(&nw);
+            goto out;
+        }
+        rt_data dd = {.x = nw.x, .y = nw.y, .y_dtype = (rt_dtype)nw.y_dtype, .n = nw.n,
+                      .sw = nw.sw};
+        uint8_t got[16];
+        data_key(&dd, h->x_floats, h->y_bytes, got);
+        int bad[1] = {memcmp(got, h->dkey, 16) != 0};
+        if ((rc = flags_max(bad, 1, "data", err, errlen)) < 0 || bad[0]) {
+            if (bad[0]) RT_LOG(RT_LOG_ERROR, "replica %d: data set hash mismatch", G.rank);
+            free_data(&nw);
+            goto out;
+        }
+        if (!slot) {
+            slot = &G.data[0];
+            for (int i = 0; i < MAX_DATA; i++) {
+                if (!G.data[i].x) {
+                    slot = &G.data[i];
+                    break;
+                }
+                if (G.data[i].used < slot->used) slot = &G.data[i];
+            }
+            free_data(slot);
+        }
+        *slot = nw;
+        w = slot;
+    }
+    w->used = ++G.clock;
+    if (need[1]) {
+        size_t n = rt_exec_state_size(pex);
+        if ((rc = bcast(st, (int64_t)n, 0, "state", err, errlen)) < 0) goto out;
+        if ((rc = rt_exec_load_state(pex, st, n)) < 0) {
+            RT_LOG(RT_LOG_ERROR, "replica %d: state: %s", G.rank, rt_exec_errmsg(pex));
+            abort();
+        }
+    }
+    rt_data dd = {.x = w->x, .y = w->y, .y_dtype = (rt_dtype)w->y_dtype, .n = w->n,
+                  .sw = w->sw};
+    rt_train_result res;
+    rc = train_all(pex, &dd, h->steps, &res, NULL, NULL, NULL, err, errlen);
+out:
+    free(st);
+    return rc;
+}
+
+int rt_dist_worker(void)
+{
+    /* mpirun forwards SIGTERM/SIGINT to every rank: rank 0 drains its calls
+     * and then ends the job (CMD_EXIT); a worker leaving first would fail
+     * them. */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    char err[256];
+    for (;;) {
+        cmd_hdr h;
+        if (bcast(&h, sizeof h, 1, "command", err, sizeof err) < 0) {
+            RT_LOG(RT_LOG_ERROR, "replica %d: %s", G.rank, err);
+            MPI_Abort(MPI_COMM_WORLD, 3);
+        }
+        int rc = 0;
+        err[0] = 0;
+        switch (h.cmd) {
+        case CMD_EXIT:
+            for (int i = 0; i < G.n_progs; i++) {
+                rt_exec_destroy(G.progs[i].e);
+                rt_plan_release(G.progs[i].plan);
+            }
+            for (int i = 0; i < MAX_DATA; i++) free_data(&G.data[i]);
+            MPI_Comm_free(&G.comm);
+            MPI_Finalize();
+            return 0;
+        case CMD_FREE: {
+            prog_ent *p = find_prog(h.prog);
+            if (p) {
+                rt_exec_destroy(p->e);
+                rt_plan_release(p->plan);
+                drop_prog(p);
+            }
+            break;
+        }
+        case CMD_COMPILE: {
+            uint8_t *pl = malloc(h.len ? h.len : 1);
+            if (!pl) abort();
+            rc = bcast(pl, (int64_t)h.len, 0, "compile", err, sizeof err);
+            int fl[1] = {0};
+            if (rc == 0) {
+                char cerr[256] = "";
+                if (worker_compile(h.prog, pl, h.len, cerr, sizeof cerr) < 0) {
+                    RT_LOG(RT_LOG_ERROR, "replica %d: compile: %s", G.rank, cerr);
+                    fl[0] = 1;
+                }
+                rc = flags_max(fl, 1, "compile", err, sizeof err);
+            }
+            free(pl);
+            break;
+        }
+        case CMD_TRAIN:
+            rc = worker_train(&h, err, sizeof err);
+            break;
+        default:
+            RT_LOG(RT_LOG_ERROR, "replica %d: unknown command %d", G.rank, h.cmd);
+            MPI_Abort(MPI_COMM_WORLD, 3);
+        }
+        if (rc < 0 && G.broken) {
+            RT_LOG(RT_LOG_ERROR, "replica %d: %s", G.rank, err);
+            MPI_Abort(MPI_COMM_WORLD, 3);
+        }
+    }
+}
+
+void rt_dist_finalize(void)
+{
+    if (!G.on) return;
+    pthread_mutex_lock(&G.mu);
+    char err[200];
+    if (G.broken) {
+        /* a replica is gone: a collective would wait for it forever */
+        pthread_mutex_unlock(&G.mu);
+        RT_LOG(RT_LOG_ERROR, "ending the MPI job: %s", G.broken_msg);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+        return;
+    }
+    pthread_mutex_unlock(&G.mu);
+    send_frees(err, sizeof err);
+    cmd_hdr h = {.cmd = CMD_EXIT};
+    if (G.size > 1 && bcast(&h, sizeof h, 0, "exit", err, sizeof err) < 0) {
+        RT_LOG(RT_LOG_ERROR, "ending the MPI job: %s", err);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    MPI_Comm_free(&G.comm);
+    MPI_Finalize();
+    G.on = 0;
+}

@@ -1,0 +1,554 @@
+/* One logical daemon over MPI ranks: `mpirun -n N rtraind` on loopback
+ * (OMPI_MCA_btl=self,vader), driven by the raw gRPC client of
+ * tests/integration. Reference: a plain single-process rtraind.
+ *
+ *   test_mpi RTRAIND MPIRUN
+ */
+#include <dirent.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "itest.h"
+
+#define FREE(m) do { if (m) protobuf_c_message_free_unpacked(&(m)->base, NULL); (m) = NULL; } while (0)
+
+static const char *rtraind, *mpirun;
+
+/* mpirun -n n rtraind --listen 127.0.0.1:0 extra...: rank 0's listening line */
+static int start_mpi(itest_daemon *d, int n, const char *const *extra, int recovery)
+{
+    const char *argv[40];
+    int k = 0;
+    char ns[8];
+    snprintf(ns, sizeof ns, "%d", n);
+    argv[k++] = mpirun;
+    argv[k++] = "--oversubscribe";
+    argv[k++] = "--allow-run-as-root";
+    if (recovery) argv[k++] = "--enable-recovery";
+    argv[k++] = "--bind-to";
+    argv[k++] = "none";
+    argv[k++] = "-x";
+    argv[k++] = "OMP_NUM_THREADS=1";
+    argv[k++] = "-n";
+    argv[k++] = ns;
+    argv[k++] = rtraind;
+    argv[k++] = "--listen";
+    argv[k++] = "127.0.0.1:0";
+    argv[k++] = "--log-level";
+    argv[k++] = "warn";
+    for (int i = 0; extra && extra[i] && k < 38; i++) argv[k++] = extra[i];
+    argv[k] = NULL;
+    int fds[2];
+    if (pipe(fds) < 0) return -1;
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        setpgid(0, 0);
+        execv(mpirun, (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    d->pid = pid;
+    char line[256];
+    size_t got = 0;
+    uint64_t t_end = itest_now_ns() + 60ull * 1000000000ull;
+    while (got < sizeof line - 1) {
+        struct pollfd p = {.fd = fds[0], .events = POLLIN};
+        int left = (int)((t_end - itest_now_ns()) / 1000000);
+        if (left <= 0 || poll(&p, 1, left) <= 0) break;
+        if (read(fds[0], line + got, 1) <= 0) break;
+        if (line[got++] == '\n') {
+            line[got] = 0;
+            if (strstr(line, "rtraind listening on ")) break;
+            got = 0;
+        }
+    }
+    line[got] = 0;
+    close(fds[0]);
+    const char *pfx = strstr(line, "rtraind listening on ");
+    if (!pfx) {
+        fprintf(stderr, "mpirun -n %d: no listening line\n", n);
+        kill(-pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        d->pid = 0;
+        return -1;
+    }
+    snprintf(d->addr, sizeof d->addr, "%s", pfx + strlen("rtraind listening on "));
+    char *nl = strchr(d->addr, '\n');
+    if (nl) *nl = 0;
+    d->port = atoi(strrchr(d->addr, ':') + 1);
+    return 0;
+}
+
+static pid_t rank_pid(pid_t parent, int rank);
+
+/* SIGTERM to rank 0: it drains its calls and ends the job, every rank
+ * exiting 0 (mpirun itself, signalled, tears the job down and exits 1) */
+static int stop_mpi(itest_daemon *d)
+{
+    if (d->pid <= 0) return -1;
+    pid_t r0 = rank_pid(d->pid, 0);
+    CHECK(r0 > 0, "rank 0 not found");
+    kill(r0 > 0 ? r0 : d->pid, SIGTERM);
+    int st = 0;
+    for (int i = 0; i < 3000; i++) {
+        if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+            d->pid = 0;
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        }
+        usleep(10000);
+    }
+    fprintf(stderr, "mpirun did not exit in 30 s\n");
+    kill(-d->pid, SIGKILL);
+    waitpid(d->pid, &st, 0);
+    d->pid = 0;
+    return 255;
+}
+
+/* ------------------------------------------------------------- one daemon */
+typedef struct dmn {
+    itest_daemon d;
+    itest_conn *c;
+    char sid[64], iris[64], val[64];
+} dmn;
+
+static char *read_data(const char *name, size_t *len)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", itest_data_dir(), name);
+    return (char *)itest_read_file(path, len);
+}
+
+static int upload_csv(dmn *m, const char *csv, size_t len, int header, char *id)
+{
+    Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
+    p.role = RTRAIN__V1__DATA_ROLE__ROLE_BOTH;
+    p.format = RTRAIN__V1__DATA_FORMAT__FORMAT_CSV;
+    p.length = len;
+    p.label_column = -1;
+    p.csv_header = header;
+    Rtrain__V1__DataPart *pp[1] = {&p};
+    itest_res r;
+    int st = itest_upload(m->c, m->sid, pp, 1, (const uint8_t *)csv, len, 1 << 16, id, &r);
+    if (st) fprintf(stderr, "upload: %d %s\n", st, r.details);
+    itest_res_free(&r);
+    return st;
+}
+
+/* connect, a session, iris (all rows) and its every-5th-row validation set */
+static int setup(dmn *m)
+{
+    m->c = itest_connect(m->d.addr);
+    if (!m->c || itest_session(m->c, "mpi", m->sid) != 0) return -1;
+    size_t len;
+    char *csv = read_data("iris.csv", &len);
+    if (!csv) return -1;
+    char *val = malloc(len), *line = csv, *o = val;
+    int row = 0;
+    while (line && *line) {
+        char *nl = strchr(line, '\n');
+        size_t ll = nl ? (size_t)(nl - line + 1) : strlen(line);
+        if (row > 0 && row % 5 == 0) {
+            memcpy(o, line, ll);
+            o += ll;
+        }
+        row++;
+        line = nl ? nl + 1 : NULL;
+    }
+    int rc = upload_csv(m, csv, len, 1, m->iris) || upload_csv(m, val, (size_t)(o - val), 0,
+                                                                  m->val);
+    free(val);
+    free(csv);
+    return rc ? -1 : 0;
+}
+
+/* n 0: a plain rtraind; n < 0: -n ranks, mpirun --enable-recovery */
+static int start(dmn *m, int n, const char *const *extra)
+{
+    memset(m, 0, sizeof *m);
+    int rc = n == 0 ? itest_daemon_start(&m->d, rtraind, extra)
+                    : start_mpi(&m->d, n < 0 ? -n : n, extra, n < 0);
+    return rc < 0 ? rc : setup(m);
+}
+
+static void stop(dmn *m, int n)
+{
+    if (m->c) itest_disconnect(m->c);
+    int st = n == 0 ? itest_daemon_stop(&m->d, SIGTERM) : stop_mpi(&m->d);
+    CHECK(st == 0, "daemon (n=%d) exit status %d", n, st);
+}
+
+/* with_metric: sparse_top_k_categorical_accuracy besides the loss's accuracy (k 5 of 3
+ * classes: 1 when every replica's rows are counted, 1/N when only one's) */
+static int compile_m(dmn *m, uint32_t batch, char *pid, int with_metric)
+{
+    Rtrain__V1__TrainConfig cfg;
+    itest_iris_config(&cfg);
+    cfg.batch_size = batch;
+    static char *mets[2] = {"accuracy", "sparse_top_k_categorical_accuracy"};
+    if (with_metric) {
+        cfg.metrics = mets;
+        cfg.n_metrics = 2;
+    }
+    Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+    q.session_id = m->sid;
+    q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH;
+    q.graph = itest_iris_graph(32);
+    q.config = &cfg;
+    Rtrain__V1__CompileResponse *p = NULL;
+    itest_res r;
+    itest_unary(m->c, "Compile", &q.base, &rtrain__v1__compile_response__descriptor,
+                (ProtobufCMessage **)&p, &r);
+    CHECK(p != NULL, "compile: %d %s", r.status, r.details);
+    if (p) snprintf(pid, 64, "%s", p->program_id);
+    itest_res_free(&r);
+    int ok = p != NULL;
+    FREE(p);
+    return ok ? 0 : -1;
+}
+
+static int compile(dmn *m, uint32_t batch, char *pid) { return compile_m(m, batch, pid, 0); }
+
+/* steps; losses (may be NULL) gets each step's loss; returns the status */
+static int steps(dmn *m, const char *pid, uint64_t n, float *losses, itest_res *r)
+{
+    Rtrain__V1__RunStepsRequest q = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
+    q.session_id = m->sid;
+    q.program_id = (char *)pid;
+    q.dataset_id = m->iris;
+    q.steps = n;
+    q.return_losses = losses != NULL;
+    Rtrain__V1__RunStepsResponse *p = NULL;
+    itest_unary(m->c, "RunSteps", &q.base, &rtrain__v1__run_steps_response__descriptor,
+                (ProtobufCMessage **)&p, r);
+    if (p && losses) {
+        CHECK(p->n_losses == n, "%zu losses for %llu steps", p->n_losses, (unsigned long long)n);
+        for (size_t i = 0; i < p->n_losses && i < n; i++) losses[i] = p->losses[i];
+    }
+    FREE(p);
+    return r->status;
+}
+
+static double accuracy(dmn *m, const char *pid)
+{
+    Rtrain__V1__EvaluateRequest q = RTRAIN__V1__EVALUATE_REQUEST__INIT;
+    q.session_id = m->sid;
+    q.program_id = (char *)pid;
+    q.dataset_id = m->val;
+    Rtrain__V1__EvaluateResponse *p = NULL;
+    itest_res r;
+    itest_unary(m->c, "Evaluate", &q.base, &rtrain__v1__evaluate_response__descriptor,
+                (ProtobufCMessage **)&p, &r);
+    CHECK(p && p->metrics, "evaluate: %d %s", r.status, r.details);
+    double a = p && p->metrics ? p->metrics->accuracy : NAN;
+    FREE(p);
+    itest_res_free(&r);
+    return a;
+}
+
+static uint8_t *weights(dmn *m, const char *pid, size_t *len,
+                        Rtrain__V1__GetWeightsResponse **keep)
+{
+    itest_res r;
+    uint8_t *b = itest_weights_blob(m->c, m->sid, pid, len, keep, &r);
+    CHECK(b != NULL, "GetWeights: %d %s", r.status, r.details);
+    return b;
+}
+
+static int set_weights(dmn *m, const char *pid, Rtrain__V1__GetWeightsResponse *w)
+{
+    Rtrain__V1__SetWeightsRequest q = RTRAIN__V1__SET_WEIGHTS_REQUEST__INIT;
+    q.session_id = m->sid;
+    q.program_id = (char *)pid;
+    q.weights = w->weights;
+    q.n_weights = w->n_weights;
+    Rtrain__V1__SetWeightsResponse *p = NULL;
+    itest_res r;
+    itest_unary(m->c, "SetWeights", &q.base, &rtrain__v1__set_weights_response__descriptor,
+                (ProtobufCMessage **)&p, &r);
+    CHECK(r.status == 0, "SetWeights: %d %s", r.status, r.details);
+    int st = r.status;
+    FREE(p);
+    itest_res_free(&r);
+    return st;
+}
+
+/* ------------------------------------------------------------------ tests */
+
+/* Info names the replicas; iris trains to its accuracy at N. */
+static void test_iris(dmn *m, int n)
+{
+    Rtrain__V1__InfoRequest iq = RTRAIN__V1__INFO_REQUEST__INIT;
+    Rtrain__V1__InfoResponse *info = NULL;
+    itest_res r;
+    itest_unary(m->c, "GetInfo", &iq.base, &rtrain__v1__info_response__descriptor,
+                (ProtobufCMessage **)&info, &r);
+    CHECK(info && (int)info->n_replica_hosts == n, "info: %d replicas (status %d %s)",
+          info ? (int)info->n_replica_hosts : -1, r.status, r.details);
+    for (size_t i = 0; info && i < info->n_replica_hosts; i++)
+        CHECK(info->replica_hosts[i][0], "replica %zu has no host name", i);
+    FREE(info);
+    itest_res_free(&r);
+
+    char pid[64];
+    if (compile(m, 16, pid) < 0) return;
+    double a0 = accuracy(m, pid);
+    CHECK(steps(m, pid, 300, NULL, &r) == 0, "RunSteps: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    double a = accuracy(m, pid);
+    printf("iris n=%d: val accuracy %.3f -> %.3f after 300 steps\n", n, a0, a);
+    CHECK(a >= 0.9, "n=%d: iris validation accuracy %.3f < 0.9", n, a);
+}
+
+/* N replicas with global batch B against one process with batch B: 20
+ * steps' losses within 1e-5 relative, from the same weights set through
+ * SetWeights (so the replicas also take rank 0's state). */
+static void test_equivalence(dmn *ref, dmn *m, int n)
+{
+    char pr[64], pm[64], pw[64];
+    if (compile(ref, 16, pr) < 0 || compile(m, 16, pm) < 0 || compile(ref, 16, pw) < 0) return;
+    itest_res r;
+    /* start weights: a few steps of another program, set into both */
+    CHECK(steps(ref, pw, 5, NULL, &r) == 0, "steps: %s", r.details);
+    itest_res_free(&r);
+    Rtrain__V1__GetWeightsResponse *w = NULL;
+    size_t len;
+    free(weights(ref, pw, &len, &w));
+    if (!w) return;
+    set_weights(ref, pr, w);
+    set_weights(m, pm, w);
+    FREE(w);
+    float a[20], b[20];
+    CHECK(steps(ref, pr, 20, a, &r) == 0, "ref steps: %s", r.details);
+    itest_res_free(&r);
+    CHECK(steps(m, pm, 20, b, &r) == 0, "n=%d steps: %s", n, r.details);
+    itest_res_free(&r);
+    double worst = 0;
+    for (int i = 0; i < 20; i++) {
+        double rel = fabs((double)a[i] - b[i]) / fabs((double)a[i]);
+        if (rel > worst) worst = rel;
+    }
+    printf("equivalence n=%d: worst relative loss difference over 20 steps %.3g\n", n, worst);
+    CHECK(worst <= 1e-5, "n=%d: losses differ by %.3g relative", n, worst);
+    CHECK(a[19] < a[0], "the reference did not train (%g -> %g)", a[0], a[19]);
+}
+
+typedef struct fit_seen {
+    int epochs, progress, done, cancel_after;
+    double metric; /* the last epoch's first extra training metric */
+} fit_seen;
+
+static int on_fit(void *ud, const uint8_t *data, size_t len)
+{
+    fit_seen *f = ud;
+    Rtrain__V1__FitEvent *ev = rtrain__v1__fit_event__unpack(NULL, len, data);
+    if (!ev) return 1;
+    if (ev->event_case == RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END) {
+        f->epochs++;
+        const Rtrain__V1__Metrics *t = ev->epoch_end->train;
+        f->metric = t && t->n_values ? t->values[0]->value : NAN;
+    }
+    if (ev->event_case == RTRAIN__V1__FIT_EVENT__EVENT_PROGRESS) f->progress++;
+    f->done |= ev->done;
+    FREE(ev);
+    return f->cancel_after && f->progress >= f->cancel_after;
+}
+
+/* The Fit stream over replicas, and a cancelled Fit: every replica stops at
+ * the same step, and the program trains on afterwards. */
+static void test_fit(dmn *m, int n)
+{
+    char pid[64];
+    if (compile_m(m, 16, pid, 1) < 0) return;
+    Rtrain__V1__FitRequest q = RTRAIN__V1__FIT_REQUEST__INIT;
+    q.session_id = m->sid;
+    q.program_id = pid;
+    q.dataset_id = m->iris;
+    q.val_dataset_id = m->val;
+    q.epochs = 3;
+    fit_seen f = {0};
+    itest_res r;
+    itest_server_stream(m->c, "Fit", &q.base, on_fit, &f, &r);
+    CHECK(r.status == 0 && f.epochs == 3 && f.done, "n=%d Fit: status %d (%s), %d epoch ends",
+          n, r.status, r.details, f.epochs);
+    /* the metric accumulators are summed over the replicas */
+    CHECK(f.metric == 1.0, "n=%d: top-5 accuracy of 3 classes %g, want 1", n, f.metric);
+    itest_res_free(&r);
+    q.epochs = 1000;
+    q.progress_every = 1;
+    fit_seen c = {.cancel_after = 5};
+    itest_server_stream(m->c, "Fit", &q.base, on_fit, &c, &r);
+    CHECK(r.status == 1, "n=%d: cancelled Fit status %d (%s)", n, r.status, r.details);
+    itest_res_free(&r);
+    CHECK(steps(m, pid, 10, NULL, &r) == 0, "n=%d: steps after a cancelled Fit: %d %s", n,
+          r.status, r.details);
+    itest_res_free(&r);
+}
+
+/* Runs with the same N are bit-identical: two programs, same config. */
+static void test_same_n(dmn *m, int n)
+{
+    char p1[64], p2[64];
+    if (compile(m, 16, p1) < 0 || compile(m, 16, p2) < 0) return;
+    itest_res r;
+    float a[25], b[25];
+    CHECK(steps(m, p1, 25, a, &r) == 0, "steps: %s", r.details);
+    itest_res_free(&r);
+    CHECK(steps(m, p2, 25, b, &r) == 0, "steps: %s", r.details);
+    itest_res_free(&r);
+    size_t la, lb;
+    uint8_t *wa = weights(m, p1, &la, NULL), *wb = weights(m, p2, &lb, NULL);
+    CHECK(wa && wb && la == lb && !memcmp(wa, wb, la), "n=%d: weights of two runs differ", n);
+    CHECK(!memcmp(a, b, sizeof a), "n=%d: losses of two runs differ", n);
+    free(wa);
+    free(wb);
+}
+
+/* --deterministic-reduce 4: weights bit-identical across N = 1, 2, 4 */
+static void test_deterministic(void)
+{
+    const char *const extra[] = {"--deterministic-reduce", "4", NULL};
+    const int ns[3] = {1, 2, 4};
+    uint8_t *w[3] = {0};
+    size_t len[3] = {0};
+    float loss[3][30];
+    for (int i = 0; i < 3; i++) {
+        dmn m;
+        if (start(&m, ns[i], extra) < 0) {
+            CHECK(0, "mpirun -n %d --deterministic-reduce 4 did not start", ns[i]);
+            return;
+        }
+        char pid[64];
+        itest_res r;
+        /* batch 15: the last batch of an epoch (150 = 10 x 15) is whole;
+         * the shards are 3 and 4 rows */
+        if (compile(&m, 15, pid) == 0) {
+            CHECK(steps(&m, pid, 30, loss[i], &r) == 0, "n=%d: %s", ns[i], r.details);
+            itest_res_free(&r);
+            w[i] = weights(&m, pid, &len[i], NULL);
+        }
+        stop(&m, ns[i]);
+    }
+    for (int i = 1; i < 3; i++) {
+        CHECK(w[0] && w[i] && len[0] == len[i] && !memcmp(w[0], w[i], len[0]),
+              "deterministic: weights at n=%d differ from n=1", ns[i]);
+        CHECK(!memcmp(loss[0], loss[i], sizeof loss[0]),
+              "deterministic: losses at n=%d differ from n=1", ns[i]);
+    }
+    printf("deterministic: n=1,2,4 weights %s\n",
+           w[0] && w[1] && w[2] && !memcmp(w[0], w[1], len[0]) && !memcmp(w[0], w[2], len[0])
+               ? "bit-identical" : "DIFFER");
+    for (int i = 0; i < 3; i++) free(w[i]);
+    /* N must divide M */
+    const char *const bad[] = {"--deterministic-reduce", "3", NULL};
+    dmn m;
+    CHECK(start_mpi(&m.d, 2, bad, 0) < 0, "--deterministic-reduce 3 with n=2 started");
+}
+
+/* the pid of rank 1 among the processes whose parent is mpirun */
+static pid_t rank_pid(pid_t parent, int rank)
+{
+    DIR *dir = opendir("/proc");
+    struct dirent *e;
+    pid_t found = 0;
+    while (dir && (e = readdir(dir)) && !found) {
+        pid_t p = (pid_t)atoi(e->d_name);
+        if (p <= 0) continue;
+        char path[64], buf[8192];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)p);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        int pp = 0;
+        char comm[64];
+        if (fscanf(f, "%*d (%63[^)]) %*c %d", comm, &pp) != 2) pp = 0;
+        fclose(f);
+        if (pp != parent) continue;
+        snprintf(path, sizeof path, "/proc/%d/environ", (int)p);
+        f = fopen(path, "r");
+        if (!f) continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        char want[48];
+        snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
+        for (size_t i = 0; i < n; i += strlen(buf + i) + 1) {
+            buf[n] = 0;
+            if (!strcmp(buf + i, want)) found = p;
+        }
+    }
+    if (dir) closedir(dir);
+    return found;
+}
+
+/* A worker that dies: the client gets UNAVAILABLE naming the replicas,
+ * not a hang. */
+static void test_kill_worker(void)
+{
+    const char *const extra[] = {"--dist-timeout-ms", "3000", NULL};
+    dmn m;
+    if (start(&m, -2, extra) < 0) {
+        CHECK(0, "mpirun -n 2 did not start");
+        return;
+    }
+    char pid[64];
+    itest_res r;
+    if (compile(&m, 16, pid) == 0) {
+        CHECK(steps(&m, pid, 5, NULL, &r) == 0, "steps: %s", r.details);
+        itest_res_free(&r);
+        pid_t w = rank_pid(m.d.pid, 1);
+        CHECK(w > 0, "rank 1 not found");
+        if (w > 0) kill(w, SIGKILL);
+        usleep(200000);
+        int st = steps(&m, pid, 50, NULL, &r);
+        printf("after killing rank 1: status %d '%s'\n", st, r.details);
+        CHECK(st == 14, "status %d, want UNAVAILABLE: %s", st, r.details);
+        CHECK(strstr(r.details, "replica") || strstr(r.details, "rank"),
+              "the error does not name the replicas: '%s'", r.details);
+        itest_res_free(&r);
+    }
+    if (m.c) itest_disconnect(m.c);
+    kill(-m.d.pid, SIGKILL);
+    waitpid(m.d.pid, NULL, 0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: test_mpi RTRAIND MPIRUN\n");
+        return 2;
+    }
+    rtraind = argv[1];
+    mpirun = argv[2];
+    itest_deadline_ms = 60000;
+    dmn ref, m2, m4;
+    if (start(&ref, 0, NULL) < 0) return 1;
+    if (start(&m2, 2, NULL) == 0) {
+        RUN(test_iris, &m2, 2);
+        RUN(test_equivalence, &ref, &m2, 2);
+        RUN(test_same_n, &m2, 2);
+        RUN(test_fit, &m2, 2);
+        stop(&m2, 2);
+    } else {
+        CHECK(0, "mpirun -n 2 did not start");
+    }
+    if (start(&m4, 4, NULL) == 0) {
+        RUN(test_iris, &m4, 4);
+        RUN(test_equivalence, &ref, &m4, 4);
+        RUN(test_fit, &m4, 4);
+        stop(&m4, 4);
+    } else {
+        CHECK(0, "mpirun -n 4 did not start");
+    }
+    stop(&ref, 0);
+    RUN(test_deterministic);
+    RUN(test_kill_worker);
+    return itest_summary();
+}
