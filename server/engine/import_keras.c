@@ -538,6 +538,9 @@ int rt_keras_add_activation(rt_keras_ctx *c, const char *act)
         snprintf(c->out.name, sizeof c->out.name, "%s", name);
         return 0;
     }
+    int ext = rt_keras_layers_activation(c, act, NULL);
+    if (ext <= 0)
+        return ext;
     return rt_keras_fail(c, RT_EINVAL, "unsupported activation '%.40s'", act);
 }
 
@@ -613,6 +616,9 @@ static int k_activation(rt_keras_ctx *c)
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
         if (strcmp(act, acts[i].keras) == 0)
             return add_simple(c, acts[i].op, 0, NULL);
+    int ext = rt_keras_layers_activation(c, act, c->layer);
+    if (ext <= 0)
+        return ext;
     return rt_keras_fail(c, RT_EINVAL, "unsupported activation '%.40s'", act);
 }
 
@@ -1534,16 +1540,19 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
     c.n_in = n_in;
     for (int i = 0; i < n_in; i++)
         c.in[i] = ins[i];
-    for (size_t i = 0; i < sizeof layer_table / sizeof layer_table[0]; i++) {
-        if (strcmp(layer_table[i].class_name, cls) != 0)
-            continue;
+    /* this file's table, then import_keras_layers.c's */
+    rt_keras_layer_fn lfn = NULL;
+    int lwant = 0;
+    for (size_t i = 0; i < sizeof layer_table / sizeof layer_table[0] && !lfn; i++)
+        if (strcmp(layer_table[i].class_name, cls) == 0)
+            lfn = layer_table[i].fn, lwant = layer_table[i].n_in;
+    if (lfn || rt_keras_layers_find(cls, &lfn, &lwant)) {
         int rc = 0;
-        if (layer_table[i].n_in && n_in != layer_table[i].n_in)
-            rc = rt_keras_fail(&c, RT_EINVAL, "%s takes %d input(s), got %d", cls,
-                               layer_table[i].n_in, n_in);
+        if (lwant && n_in != lwant)
+            rc = rt_keras_fail(&c, RT_EINVAL, "%s takes %d input(s), got %d", cls, lwant, n_in);
         const int first = m->g->n;
         if (rc == 0)
-            rc = layer_table[i].fn(&c);
+            rc = lfn(&c);
         if (rc == 0)
             rc = param_opts_of(&c, first);
         if (rc < 0) {
