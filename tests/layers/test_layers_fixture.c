@@ -6,12 +6,15 @@
  * structure of the train-time noise layers: a SpatialDropout mask is one
  * decision per (sample, channel), GaussianDropout keeps the mean and has
  * the variance rate / (1 - rate), and all of them are the identity in
- * inference.
+ * inference. Last, a grouped convolution large enough to run on threads
+ * gives the gradients of a serial run (the threads split the samples).
  *
  * Tolerance: 1e-4 + 1e-3 |ref| on values, 1e-5 + 2e-3 |ref| on gradients
  * (float32 against float64).
  */
 #include <stdint.h>
+
+#include <omp.h>
 
 #include "../engine/rt_fixture.h"
 
@@ -228,6 +231,75 @@ static void noise_checks(void)
     }
 }
 
+/* dW, db and the input gradient of a depthwise Conv2D (x 2) at t threads */
+static void gconv_grads(int t, float *out, int64_t nout)
+{
+    const int64_t Bn = 8, H = 32, W = 32, C = 16, M = 2;
+    omp_set_num_threads(t);
+    g = rt_graph_create();
+    int64_t d[4] = {RT_BATCH, H, W, C}, pd[3] = {H, W, C}, kd[4] = {3, 3, 1, C * M}, bd = C * M;
+    REQUIRE(rt_graph_add_input(g, "x", RT_F32, 4, d) == 0);
+    REQUIRE(rt_graph_add_param(g, "P", 3, pd, RT_INIT_ZEROS, 1, NULL) == 0);
+    REQUIRE(rt_graph_add_param(g, "w", 4, kd, RT_INIT_GLOROT_UNIFORM, 1, NULL) == 0);
+    REQUIRE(rt_graph_add_param(g, "b", 1, &bd, RT_INIT_GLOROT_UNIFORM, 1, NULL) == 0);
+    const char *in2[2] = {"x", "P"}, *in3[3] = {"h", "w", "b"}, *f = "c";
+    REQUIRE(rt_graph_add_node(g, "h", "Add", 2, in2, 0, NULL) == 0);
+    rt_attr at[3] = {int1("group", C), str("padding", "same"), str("activation", "tanh")};
+    REQUIRE(rt_graph_add_node(g, "c", "Conv2D", 3, in3, 3, at) == 0);
+    REQUIRE(rt_graph_add_node(g, "flat", "Flatten", 1, &f, 0, NULL) == 0);
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_MSE;
+    cfg.batch_size = Bn;
+    cfg.label_dtype = RT_F32;
+    cfg.label_ndim = 1;
+    cfg.label_dims[0] = H * W * C * M;
+    cfg.metrics = 0;
+    rt_plan *p;
+    char err[256];
+    REQUIRE(rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) == 0);
+    rt_exec *e;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    const int64_t nx = Bn * H * W * C, ny = Bn * H * W * C * M;
+    float *x = malloc(sizeof(float) * (size_t)nx), *y = malloc(sizeof(float) * (size_t)ny);
+    REQUIRE(x && y);
+    for (int64_t i = 0; i < nx; i++) x[i] = (float)((i * 7919) % 101) / 50.0f - 1.0f;
+    for (int64_t i = 0; i < ny; i++) y[i] = (float)((i * 104729) % 97) / 48.0f - 1.0f;
+    rt_data dd = {.x = x, .y = y, .y_dtype = RT_F32, .n = Bn};
+    double loss;
+    CHECK_RC(rt_exec_compute_grads(e, &dd, Bn, &loss));
+    int64_t o = 0;
+    for (int pi = 0; pi < 3; pi++) {
+        int64_t dims[RT_MAX_DIMS], n = 1;
+        int nd = rt_plan_param_info(p, pi, NULL, dims, NULL);
+        for (int k = 0; k < nd; k++) n *= dims[k];
+        REQUIRE(o + n <= nout);
+        rt_exec_get_grad(e, pi, out + o);
+        o += n;
+    }
+    free(x);
+    free(y);
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+}
+
+static void threads_check(void)
+{
+    const int64_t n = 32 * 32 * 16 + 9 * 32 + 32;
+    float *g1 = malloc(sizeof(float) * (size_t)n), *g2 = malloc(sizeof(float) * (size_t)n);
+    REQUIRE(g1 && g2);
+    const int max = omp_get_max_threads();
+    gconv_grads(1, g1, n);
+    gconv_grads(max > 1 ? max : 2, g2, n);
+    omp_set_num_threads(max);
+    if (rt_fixture_compare("grouped Conv2D, threads vs serial", g2, g1, (size_t)n, 1e-6, 1e-4))
+        rt_test_failures++;
+    printf("%-16s %-20s %s\n", "threads", "Conv2D (grouped)", "checked");
+    free(g1);
+    free(g2);
+}
+
 int main(int argc, char **argv)
 {
     REQUIRE(argc == 2);
@@ -280,6 +352,7 @@ int main(int argc, char **argv)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     noise_checks();
+    threads_check();
     rt_fixture_free();
     return rt_test_done("test_layers_fixture");
 }
