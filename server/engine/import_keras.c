@@ -780,9 +780,10 @@ static int k_conv2d(rt_keras_ctx *c)
         return rc;
     if (filters <= 0)
         return rt_keras_fail(c, RT_EINVAL, "Conv2D needs filters > 0");
-    if (groups != 1)
-        return rt_keras_fail(c, RT_EUNIMPLEMENTED, "grouped convolution is not supported");
     const rt_keras_tensor *x = &c->in[0];
+    if (groups < 1 || x->dims[2] % groups || filters % groups)
+        return rt_keras_fail(c, RT_EINVAL, "groups %lld must divide %lld channels and %lld filters",
+                             (long long)groups, (long long)x->dims[2], (long long)filters);
     int64_t oh = 0, ow = 0;
     if ((rc = k_out_dim(c, x->dims[0], k[0], s[0], d[0], same, &oh)) < 0 ||
         (rc = k_out_dim(c, x->dims[1], k[1], s[1], d[1], same, &ow)) < 0)
@@ -792,7 +793,7 @@ static int k_conv2d(rt_keras_ctx *c)
     int n2 = snprintf(bname, sizeof bname, "%s/bias", c->layer);
     if (n1 < 0 || n1 >= RT_KERAS_NAME || n2 < 0 || n2 >= RT_KERAS_NAME)
         return rt_keras_fail(c, RT_EINVAL, "layer name is too long");
-    int64_t kd[4] = {k[0], k[1], x->dims[2], filters};
+    int64_t kd[4] = {k[0], k[1], x->dims[2] / groups, filters};
     if ((rc = rt_graph_add_param(c->g, kname, 4, kd, kinit, trainable, NULL)) < 0 ||
         (use_bias &&
          (rc = rt_graph_add_param(c->g, bname, 1, &filters, binit, trainable, NULL)) < 0))
@@ -800,14 +801,15 @@ static int k_conv2d(rt_keras_ctx *c)
     /* relu/sigmoid/tanh run inside the convolution's output loop */
     int fuse = strcmp(act, "relu") == 0 || strcmp(act, "sigmoid") == 0 ||
                strcmp(act, "tanh") == 0;
-    rt_attr at[4] = {
+    rt_attr at[5] = {
         {.name = "strides", .kind = RT_ATTR_INTS, .n = 2, .ints = s},
         {.name = "dilations", .kind = RT_ATTR_INTS, .n = 2, .ints = d},
         {.name = "padding", .kind = RT_ATTR_STR, .s = pad},
         {.name = "activation", .kind = RT_ATTR_STR, .s = fuse ? act : "linear"},
+        {.name = "group", .kind = RT_ATTR_INT, .i = groups},
     };
     const char *in[3] = {x->name, kname, bname};
-    if ((rc = rt_graph_add_node(c->g, c->layer, "Conv2D", use_bias ? 3 : 2, in, 4, at)) < 0)
+    if ((rc = rt_graph_add_node(c->g, c->layer, "Conv2D", use_bias ? 3 : 2, in, 5, at)) < 0)
         return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
     snprintf(c->out.name, sizeof c->out.name, "%s", c->layer);
     c->out.ndim = 3;

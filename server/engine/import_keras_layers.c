@@ -165,7 +165,7 @@ static int kl_amounts(rt_keras_ctx *c, const char *key, int dims, int64_t def,
         for (int i = 0; i < dims; i++)
             out[i][0] = out[i][1] = json_object_get_int64(v);
     } else if (json_object_is_type(v, json_type_array) &&
-               (int)json_object_array_length(v) == (dims == 1 ? 2 : 2)) {
+               json_object_array_length(v) == 2) {
         for (int i = 0; i < 2; i++) {
             json_object *e = json_object_array_get_idx(v, (size_t)i);
             if (e && json_object_is_type(e, json_type_int)) {
@@ -331,7 +331,8 @@ static int kl_pad_layer(rt_keras_ctx *c, int dims, int sign)
         return rc;
     int64_t amt[2][2];
     const char *key = sign > 0 ? "padding" : "cropping";
-    if ((rc = kl_amounts(c, key, dims, sign > 0 ? 1 : 0, amt)) < 0)
+    /* Keras' defaults: padding 1; cropping 1 in 1-D, 0 in 2-D */
+    if ((rc = kl_amounts(c, key, dims, sign > 0 || dims == 1 ? 1 : 0, amt)) < 0)
         return rc;
     const int r = dims + 2; /* batch, spatial dims, channels */
     int64_t pads[8] = {0}, od[RT_MAX_DIMS];

@@ -6,6 +6,7 @@
  *    parameter, in Keras' layout); with those weights the prediction
  *    matches PyTorch's float64 forward. Then both train 40 steps on
  *    synthetic data and their loss falls.
+ *  - Keras' Conv2D with groups against a direct loop.
  *  - activation names (Activation layers and Dense(activation=...)) are
  *    checked against their formulas written out here.
  *  - settings the importer refuses come back as errors naming the layer.
@@ -127,6 +128,50 @@ static void model_case(const char *dir, const char *model)
     rt_exec_destroy(e);
     rt_plan_release(p);
     free(js);
+}
+
+/* Keras' Conv2D(groups=2): kernel (3, 3, C/2, filters), against a direct
+ * loop written out here */
+static void grouped_conv2d(void)
+{
+    const char *js =
+        "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"g\", \"layers\": ["
+        "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 5, 5, 4], \"name\": \"in\"}},"
+        "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 6, \"kernel_size\": 3,"
+        " \"groups\": 2, \"use_bias\": false}}, {\"class_name\": \"Flatten\", \"config\": {\"name\": \"f\"}}]}}";
+    char err[256] = "";
+    rt_plan *p = compile_json(js, 1, RT_LOSS_MSE, 54, err);
+    if (!p) {
+        fprintf(stderr, "grouped Conv2D: %s\n", err);
+        rt_test_failures++;
+        return;
+    }
+    int64_t d[RT_MAX_DIMS];
+    REQUIRE(rt_plan_param_info(p, 0, NULL, d, NULL) == 4);
+    CHECK(d[0] == 3 && d[1] == 3 && d[2] == 2 && d[3] == 6);
+    rt_exec *e;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    float x[100], w[108], y[54];
+    for (int i = 0; i < 100; i++) x[i] = (float)((i * 37) % 11) / 5.0f - 1.0f;
+    for (int i = 0; i < 108; i++) w[i] = (float)((i * 53) % 13) / 6.0f - 1.0f;
+    CHECK_RC(rt_exec_set_param(e, 0, w));
+    CHECK_RC(rt_exec_predict(e, x, 1, y));
+    int bad = 0;
+    for (int oh = 0; oh < 3; oh++)
+        for (int ow = 0; ow < 3; ow++)
+            for (int o = 0; o < 6; o++) {
+                double want = 0;
+                for (int kh = 0; kh < 3; kh++)
+                    for (int kw = 0; kw < 3; kw++)
+                        for (int ci = 0; ci < 2; ci++)
+                            want += x[((oh + kh) * 5 + ow + kw) * 4 + (o / 3) * 2 + ci] *
+                                    w[((kh * 3 + kw) * 2 + ci) * 6 + o];
+                bad |= fabs(y[(oh * 3 + ow) * 6 + o] - want) > 1e-5 + 1e-5 * fabs(want);
+            }
+    CHECK(!bad);
+    printf("grouped Conv2D (groups 2): %s\n", bad ? "FAILED" : "ok");
+    rt_exec_destroy(e);
+    rt_plan_release(p);
 }
 
 /* ------------------------------------------------------------ activations */
@@ -279,6 +324,7 @@ int main(int argc, char **argv)
     rt_fixture_load(path);
     model_case(argv[1], "seq1d");
     model_case(argv[1], "func2d");
+    grouped_conv2d();
     activations();
     errors();
     rt_fixture_free();
