@@ -208,46 +208,78 @@ void rt_kern_convt_fwd(const rt__kargs *a)
     }
 }
 
+int rt_kern_convt_prepare(rt__node *nd, int64_t B, rt__arena *A)
+{
+    (void)B;
+    (void)A;
+    const rt__conv_params *cv = rt__conv_cp(nd);
+    const int64_t KW_ = cv->KH * cv->KW * cv->OC * cv->C;
+    nd->kdata = NULL;
+    nd->scratch_floats = rt_kern_conv_threads() * ((KW_ + cv->OC + 15) & ~(int64_t)15);
+    return 0;
+}
+
+/* Threads take whole samples (their dx rows are disjoint) and sum dW and
+ * db in their own scratch slices, added up in thread order. */
 void rt_kern_convt_bwd(const rt__kargs *a)
 {
     const rt__conv_params *cv = rt__conv_cp(a->nd);
     const int64_t n = a->r->n, H = cv->H, W = cv->W, C = cv->C, OC = cv->OC;
     const int64_t OH = cv->OH, OW = cv->OW;
+    const int64_t KW_ = cv->KH * cv->KW * OC * C, TS = (KW_ + OC + 15) & ~(int64_t)15;
     const float *w = a->x[1];
     float *dx = a->dx[0], *dw = a->dx[1], *db = cv->bias ? a->dx[2] : NULL;
-    if (dw && !(a->accum & 2u))
-        memset(dw, 0, sizeof(float) * (size_t)(cv->KH * cv->KW * OC * C));
-    if (db) {
-        if (!(a->accum & 4u)) memset(db, 0, sizeof(float) * (size_t)OC);
-        for (int64_t p = 0; p < n * OH * OW; p++)
-            for (int64_t o = 0; o < OC; o++) db[o] += a->dy[p * OC + o];
-    }
-    for (int64_t s = 0; s < n; s++) {
-        const float *x = a->x[0] + s * H * W * C;
-        const float *dy = a->dy + s * OH * OW * OC;
-        for (int64_t h = 0; h < H; h++) {
-            for (int64_t wi = 0; wi < W; wi++) {
-                const float *restrict xr = x + (h * W + wi) * C;
-                float *restrict dxr = dx ? dx + ((s * H + h) * W + wi) * C : NULL;
-                if (dxr && !(a->accum & 1u)) memset(dxr, 0, sizeof(float) * (size_t)C);
-                for (int64_t kh = 0; kh < cv->KH; kh++) {
-                    const int64_t oh = h * cv->SH - cv->PT + kh * cv->DH;
-                    if (oh < 0 || oh >= OH) continue;
-                    for (int64_t kw = 0; kw < cv->KW; kw++) {
-                        const int64_t ow = wi * cv->SW - cv->PL + kw * cv->DW;
-                        if (ow < 0 || ow >= OW) continue;
-                        const float *restrict g = dy + (oh * OW + ow) * OC;
-                        const int64_t wo = (kh * cv->KW + kw) * OC * C;
-                        for (int64_t o = 0; o < OC; o++) {
-                            const float go = g[o];
-                            if (dxr)
-                                for (int64_t i = 0; i < C; i++) dxr[i] += w[wo + o * C + i] * go;
-                            if (dw)
-                                for (int64_t i = 0; i < C; i++) dw[wo + o * C + i] += xr[i] * go;
+    int nt = n * H * W * C * cv->KH * cv->KW * OC < (INT64_C(1) << 20) ? 1 : rt_kern_conv_threads();
+    if (nt > n) nt = (int)n;
+    int team = 1;
+#pragma omp parallel num_threads(nt)
+    {
+        const int T = omp_get_num_threads(), t = omp_get_thread_num();
+        if (t == 0) team = T;
+        float *pdw = a->scratch + (int64_t)t * TS, *pdb = pdw + KW_;
+        memset(pdw, 0, sizeof(float) * (size_t)(KW_ + OC));
+        const int64_t s0 = n * t / T, s1 = n * (t + 1) / T;
+        for (int64_t s = s0; s < s1; s++) {
+            const float *x = a->x[0] + s * H * W * C;
+            const float *dy = a->dy + s * OH * OW * OC;
+            if (db)
+                for (int64_t p = 0; p < OH * OW; p++)
+                    for (int64_t o = 0; o < OC; o++) pdb[o] += dy[p * OC + o];
+            for (int64_t h = 0; h < H; h++) {
+                for (int64_t wi = 0; wi < W; wi++) {
+                    const float *restrict xr = x + (h * W + wi) * C;
+                    float *restrict dxr = dx ? dx + ((s * H + h) * W + wi) * C : NULL;
+                    if (dxr && !(a->accum & 1u)) memset(dxr, 0, sizeof(float) * (size_t)C);
+                    for (int64_t kh = 0; kh < cv->KH; kh++) {
+                        const int64_t oh = h * cv->SH - cv->PT + kh * cv->DH;
+                        if (oh < 0 || oh >= OH) continue;
+                        for (int64_t kw = 0; kw < cv->KW; kw++) {
+                            const int64_t ow = wi * cv->SW - cv->PL + kw * cv->DW;
+                            if (ow < 0 || ow >= OW) continue;
+                            const float *restrict g = dy + (oh * OW + ow) * OC;
+                            const int64_t wo = (kh * cv->KW + kw) * OC * C;
+                            for (int64_t o = 0; o < OC; o++) {
+                                const float go = g[o];
+                                if (dxr)
+                                    for (int64_t i = 0; i < C; i++) dxr[i] += w[wo + o * C + i] * go;
+                                if (dw)
+                                    for (int64_t i = 0; i < C; i++) pdw[wo + o * C + i] += xr[i] * go;
+                            }
                         }
                     }
                 }
             }
+        }
+    }
+    for (int t = 0; t < team; t++) {
+        const float *p = a->scratch + (int64_t)t * TS;
+        if (dw) {
+            if (t == 0 && !(a->accum & 2u)) memcpy(dw, p, sizeof(float) * (size_t)KW_);
+            else for (int64_t i = 0; i < KW_; i++) dw[i] += p[i];
+        }
+        if (db) {
+            if (t == 0 && !(a->accum & 4u)) memcpy(db, p + KW_, sizeof(float) * (size_t)OC);
+            else for (int64_t o = 0; o < OC; o++) db[o] += p[KW_ + o];
         }
     }
 }
