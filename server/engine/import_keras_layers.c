@@ -224,6 +224,11 @@ int rt_keras_layers_activation(rt_keras_ctx *c, const char *act, const char *nod
         {"relu6", "Clip", "min", 0.0, "max", 6.0},
         {"exponential", "Exp", NULL, 0, NULL, 0},
         {"leaky_relu", "LeakyRelu", "alpha", 0.2, NULL, 0},
+        /* Keras 3's: x relu6(x + 3) / 6 */
+        {"hard_silu", "HardSwish", "alpha", 1.0 / 6.0, "beta", 0.5},
+        {"hard_swish", "HardSwish", "alpha", 1.0 / 6.0, "beta", 0.5},
+        {"mish", "Mish", NULL, 0, NULL, 0},
+        {"log_sigmoid", "LogSigmoid", NULL, 0, NULL, 0},
     };
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
         if (strcmp(act, acts[i].keras) != 0)

@@ -218,6 +218,9 @@ int main(void)
                           {.name = "threshold", .kind = RT_ATTR_FLOAT, .f = -0.6}}},
         {"Exp", 0, {{0}}},
         {"Scale", 1, {{.name = "alpha", .kind = RT_ATTR_FLOAT, .f = -0.25}}},
+        {"Mish", 0, {{0}}},
+        {"HardSwish", 0, {{0}}},
+        {"LogSigmoid", 0, {{0}}},
     };
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
         char nm[96];

@@ -191,6 +191,10 @@ static double ref_act(const char *a, double x)
     if (!strcmp(a, "relu6")) return fmin(6, fmax(0, x));
     if (!strcmp(a, "exponential")) return exp(x);
     if (!strcmp(a, "leaky_relu")) return x > 0 ? x : 0.2 * x;
+    if (!strcmp(a, "mish")) return x * tanh(log(1 + exp(x)));
+    if (!strcmp(a, "hard_silu") || !strcmp(a, "hard_swish"))
+        return x * fmin(6, fmax(0, x + 3)) / 6;
+    if (!strcmp(a, "log_sigmoid")) return -log(1 + exp(-x));
     if (!strcmp(a, "linear")) return x;
     return NAN;
 }
@@ -198,7 +202,8 @@ static double ref_act(const char *a, double x)
 static void activations(void)
 {
     static const char *acts[] = {"elu", "selu", "gelu", "swish", "silu", "softplus", "softsign",
-                                 "hard_sigmoid", "relu6", "exponential", "leaky_relu", "linear"};
+                                 "hard_sigmoid", "relu6", "exponential", "leaky_relu", "mish",
+                                 "hard_silu", "hard_swish", "log_sigmoid", "linear"};
     float x[16], out[16];
     for (int i = 0; i < 16; i++) x[i] = -4.0f + 8.0f * (float)i / 15.0f + 0.01f;
     for (size_t k = 0; k < sizeof acts / sizeof acts[0]; k++) {

@@ -43,6 +43,12 @@ static inline float rt__f(const rt__unary_params *p, float x)
         return a * (x - b);
     case RT__U_EXP: return expf(x);
     case RT__U_SCALE: return a * x;
+    case RT__U_MISH: return x * tanhf(log1pf(expf(-fabsf(x))) + (x > 0.0f ? x : 0.0f));
+    case RT__U_HARDSWISH: {
+        const float v = a * x + b;
+        return v <= 0.0f ? 0.0f : v >= 1.0f ? x : x * v;
+    }
+    case RT__U_LOGSIGMOID: return (x < 0.0f ? x : 0.0f) - log1pf(expf(-fabsf(x)));
     default: return x;
     }
 }
@@ -84,6 +90,15 @@ static inline float rt__df(const rt__unary_params *p, float x)
         return a;
     case RT__U_EXP: return expf(x);
     case RT__U_SCALE: return a;
+    case RT__U_MISH: {
+        const float t = tanhf(log1pf(expf(-fabsf(x))) + (x > 0.0f ? x : 0.0f));
+        return t + x * (1.0f - t * t) * rt__sig(x);
+    }
+    case RT__U_HARDSWISH: {
+        const float v = a * x + b;
+        return v <= 0.0f ? 0.0f : v >= 1.0f ? 1.0f : v + a * x;
+    }
+    case RT__U_LOGSIGMOID: return rt__sig(-x);
     default: return 1.0f;
     }
 }
@@ -109,6 +124,9 @@ static inline float rt__df(const rt__unary_params *p, float x)
     case RT__U_THRESH: LOOP(RT__U_THRESH); break;                             \
     case RT__U_KRELU: LOOP(RT__U_KRELU); break;                               \
     case RT__U_EXP: LOOP(RT__U_EXP); break;                                   \
+    case RT__U_MISH: LOOP(RT__U_MISH); break;                                 \
+    case RT__U_HARDSWISH: LOOP(RT__U_HARDSWISH); break;                       \
+    case RT__U_LOGSIGMOID: LOOP(RT__U_LOGSIGMOID); break;                     \
     default: LOOP(RT__U_SCALE); break;                                        \
     }
 
