@@ -7,8 +7,8 @@
  * AveragePooling1D, GlobalMax/GlobalAveragePooling1D, GlobalMaxPooling2D),
  * LayerNormalization, the activation layers (LeakyReLU, PReLU, ELU, ReLU,
  * Softmax, ThresholdedReLU), the train-time noise layers (SpatialDropout1D/
- * 2D, GaussianNoise, GaussianDropout) and the activation names beyond
- * relu/sigmoid/tanh/softmax.
+ * 2D, GaussianNoise, GaussianDropout), Rescaling, Identity and the
+ * activation names beyond relu/sigmoid/tanh/softmax.
  *
  * Weights keep Keras' names and layouts so get/set weights interoperate:
  *   Conv1D             kernel (k, cin/groups, filters), bias (filters)
@@ -956,6 +956,27 @@ static int k_softmax(rt_keras_ctx *c)
     return kl_unary(c, c->layer, "Transpose", sm, 1, &p, x->ndim, x->dims);
 }
 
+/* Rescaling: x * scale + offset (scalars); Identity */
+static int k_rescaling(rt_keras_ctx *c)
+{
+    double scale, offset;
+    int rc;
+    if ((rc = rt_keras_cfg_float(c, "scale", 1.0, &scale)) < 0 ||
+        (rc = rt_keras_cfg_float(c, "offset", 0.0, &offset)) < 0)
+        return rc;
+    if (!isfinite(scale) || !isfinite(offset))
+        return rt_keras_fail(c, RT_EINVAL, "scale and offset must be finite numbers");
+    rt_attr at[2] = {{.name = "alpha", .kind = RT_ATTR_FLOAT, .f = scale},
+                     {.name = "beta", .kind = RT_ATTR_FLOAT, .f = offset}};
+    return kl_unary(c, c->layer, "Scale", c->in[0].name, 2, at, c->in[0].ndim, c->in[0].dims);
+}
+
+static int k_identity(rt_keras_ctx *c)
+{
+    return kl_unary(c, c->layer, "Identity", c->in[0].name, 0, NULL, c->in[0].ndim,
+                    c->in[0].dims);
+}
+
 /* ------------------------------------------------------------------- noise */
 
 static int kl_noise(rt_keras_ctx *c, const char *op, const char *key, int rank)
@@ -1028,6 +1049,8 @@ static const struct {
     {"SpatialDropout2D", k_sdropout2d, 1},
     {"GaussianNoise", k_gnoise, 1},
     {"GaussianDropout", k_gdropout, 1},
+    {"Rescaling", k_rescaling, 1},
+    {"Identity", k_identity, 1},
 };
 
 int rt_keras_layers_find(const char *class_name, rt_keras_layer_fn *fn, int *n_in)

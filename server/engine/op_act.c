@@ -19,7 +19,7 @@
  *                  : negative_slope (x - threshold); attrs negative_slope 0,
  *                  threshold 0, max_value +inf
  *   Exp            e^x
- *   Scale          alpha x                                  alpha 1
+ *   Scale          alpha x + beta                           alpha 1, beta 0
  *   Mish           x tanh(softplus(x))
  *   HardSwish      x max(0, min(1, alpha x + beta))         alpha 1/6, beta 0.5
  *   LogSigmoid     log(sigmoid(x)) = -softplus(-x)
@@ -76,7 +76,10 @@ static int rt__unary_infer_kind(rt__cc *cc, rt__node *nd, int kind)
         if (ok && !(a >= 0))
             return rt__cerr(cc, nd, RT_EINVAL, "negative_slope %g must be >= 0", a);
         break;
-    case RT__U_SCALE: a = rt__attr_float(cc, nd, "alpha", 1.0, &ok); break;
+    case RT__U_SCALE:
+        a = rt__attr_float(cc, nd, "alpha", 1.0, &ok);
+        b = rt__attr_float(cc, nd, "beta", 0.0, &ok);
+        break;
     case RT__U_HARDSWISH:
         a = rt__attr_float(cc, nd, "alpha", 1.0 / 6.0, &ok);
         b = rt__attr_float(cc, nd, "beta", 0.5, &ok);

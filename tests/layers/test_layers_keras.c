@@ -249,6 +249,26 @@ static void activations(void)
     }
     printf("activations: %zu names through Activation and Dense checked\n",
            sizeof acts / sizeof acts[0]);
+    /* Rescaling: x * scale + offset */
+    const char *rs = "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"r\", \"layers\": ["
+                     "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 8], \"name\": \"in\"}},"
+                     "{\"class_name\": \"Rescaling\", \"config\": {\"name\": \"r\", \"scale\": 0.00392156862745098,"
+                     " \"offset\": -1.0}}]}}";
+    char err[256] = "";
+    rt_plan *p = compile_json(rs, 2, RT_LOSS_MSE, 8, err);
+    if (!p) {
+        fprintf(stderr, "Rescaling: %s\n", err);
+        rt_test_failures++;
+        return;
+    }
+    rt_exec *e;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    CHECK_RC(rt_exec_predict(e, x, 2, out));
+    int bad = 0;
+    for (int i = 0; i < 16; i++) bad |= fabs(out[i] - (x[i] / 255.0 - 1.0)) > 1e-6;
+    CHECK(!bad);
+    rt_exec_destroy(e);
+    rt_plan_release(p);
 }
 
 /* ----------------------------------------------------------------- errors */

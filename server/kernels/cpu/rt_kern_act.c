@@ -42,7 +42,7 @@ static inline float rt__f(const rt__unary_params *p, float x)
         if (x > b) return x <= 0.0f ? 0.0f : x >= g ? g : x;
         return a * (x - b);
     case RT__U_EXP: return expf(x);
-    case RT__U_SCALE: return a * x;
+    case RT__U_SCALE: return a * x + b;
     case RT__U_MISH: return x * tanhf(log1pf(expf(-fabsf(x))) + (x > 0.0f ? x : 0.0f));
     case RT__U_HARDSWISH: {
         const float v = a * x + b;
