@@ -7,7 +7,7 @@
  * AveragePooling1D, GlobalMax/GlobalAveragePooling1D, GlobalMaxPooling2D),
  * LayerNormalization, the activation layers (LeakyReLU, PReLU, ELU, ReLU,
  * Softmax, ThresholdedReLU), the train-time noise layers (SpatialDropout1D/
- * 2D, GaussianNoise, GaussianDropout), Rescaling, Identity and the
+ * 2D, GaussianNoise, GaussianDropout), Rescaling, Identity, Normalization and the
  * activation names beyond relu/sigmoid/tanh/softmax.
  *
  * Weights keep Keras' names and layouts so get/set weights interoperate:
@@ -977,6 +977,108 @@ static int k_identity(rt_keras_ctx *c)
                     c->in[0].dims);
 }
 
+/* Normalization (Keras' preprocessing layer) over the last axis: weights
+ * mean, variance (C) and count (), non-trainable, as Keras creates them
+ * (zeros, ones, zeros; adapt() or set_weights gives their values); mean
+ * and variance given in the config (a number or C numbers) become those
+ * weights' initial values. (x - mean) / max(sqrt(variance), 1e-7), or with
+ * invert x * max(sqrt(variance), 1e-7) + mean. */
+static int kl_norm_values(rt_keras_ctx *c, const char *key, int64_t C, float *v, int *given)
+{
+    json_object *o = NULL;
+    *given = 0;
+    if (!c->cfg || !json_object_object_get_ex(c->cfg, key, &o) || !o)
+        return 0;
+    if (json_object_is_type(o, json_type_double) || json_object_is_type(o, json_type_int)) {
+        for (int64_t i = 0; i < C; i++)
+            v[i] = (float)json_object_get_double(o);
+    } else if (json_object_is_type(o, json_type_array) &&
+               (int64_t)json_object_array_length(o) == C) {
+        for (int64_t i = 0; i < C; i++) {
+            json_object *e = json_object_array_get_idx(o, (size_t)i);
+            if (!e || !(json_object_is_type(e, json_type_double) || json_object_is_type(e, json_type_int)))
+                return rt_keras_fail(c, RT_EINVAL, "'%s' must hold numbers", key);
+            v[i] = (float)json_object_get_double(e);
+        }
+    } else {
+        return rt_keras_fail(c, RT_EINVAL, "'%s' must be a number or %lld numbers", key, (long long)C);
+    }
+    for (int64_t i = 0; i < C; i++)
+        if (!isfinite(v[i]) || (key[0] == 'v' && v[i] < 0))
+            return rt_keras_fail(c, RT_EINVAL, "'%s' holds a bad value", key);
+    *given = 1;
+    return 0;
+}
+
+static int k_normalization(rt_keras_ctx *c)
+{
+    int rc, invert;
+    const rt_keras_tensor *x = &c->in[0];
+    if ((rc = rt_keras_cfg_bool(c, "invert", 0, &invert)) < 0)
+        return rc;
+    if (x->ndim < 1)
+        return rt_keras_fail(c, RT_ESHAPE, "Normalization needs a feature axis");
+    int64_t axis[RT_MAX_DIMS];
+    int na = rt_keras_cfg_ints(c, "axis", axis, RT_MAX_DIMS);
+    if (na < 0)
+        return na;
+    json_object *ax = NULL;
+    if (c->cfg && json_object_object_get_ex(c->cfg, "axis", &ax) && !ax)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED, "Normalization with axis null is not supported");
+    if (na == 0)
+        axis[0] = -1, na = 1;
+    if (na != 1 || (axis[0] != -1 && axis[0] != x->ndim))
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "Normalization over axis %lld: only the last axis is supported",
+                             (long long)axis[0]);
+    const int64_t C = x->dims[x->ndim - 1];
+    if (C > (1 << 24))
+        return rt_keras_fail(c, RT_EINVAL, "Normalization over %lld features", (long long)C);
+    float *mean = malloc(sizeof(float) * (size_t)C), *var = malloc(sizeof(float) * (size_t)C);
+    if (!mean || !var) {
+        free(mean);
+        free(var);
+        return rt_keras_fail(c, RT_ENOMEM, "out of memory");
+    }
+    int gm, gv;
+    char mn[RT_KERAS_NAME], vn[RT_KERAS_NAME], cn[RT_KERAS_NAME], sd[RT_KERAS_NAME],
+        se[RT_KERAS_NAME], ct[RT_KERAS_NAME];
+    if ((rc = kl_norm_values(c, "mean", C, mean, &gm)) < 0 ||
+        (rc = kl_norm_values(c, "variance", C, var, &gv)) < 0 || (rc = kl_name(c, mn, "mean")) < 0 ||
+        (rc = kl_name(c, vn, "variance")) < 0 || (rc = kl_name(c, cn, "count")) < 0 ||
+        (rc = kl_name(c, sd, "std")) < 0 || (rc = kl_name(c, se, "std_eps")) < 0 ||
+        (rc = kl_name(c, ct, invert ? "scaled" : "centered")) < 0)
+        goto out;
+    if ((rc = rt_graph_add_param(c->g, mn, 1, &C, RT_INIT_ZEROS, 0, gm ? mean : NULL)) < 0 ||
+        (rc = rt_graph_add_param(c->g, vn, 1, &C, RT_INIT_ONES, 0, gv ? var : NULL)) < 0 ||
+        (rc = rt_graph_add_param(c->g, cn, 0, NULL, RT_INIT_ZEROS, 0, NULL)) < 0) {
+        rc = rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+        goto out;
+    }
+    rt_attr eps = {.name = "min", .kind = RT_ATTR_FLOAT, .f = 1e-7};
+    const char *vin = vn, *sin_ = sd;
+    if ((rc = kl_node(c, sd, "Sqrt", 1, &vin, 0, NULL)) < 0 ||
+        (rc = kl_node(c, se, "Clip", 1, &sin_, 1, &eps)) < 0)
+        goto out;
+    if (!invert) {
+        const char *a[2] = {x->name, mn}, *b[2] = {ct, se};
+        if ((rc = kl_node(c, ct, "Sub", 2, a, 0, NULL)) < 0 ||
+            (rc = kl_node(c, c->layer, "Div", 2, b, 0, NULL)) < 0)
+            goto out;
+    } else {
+        const char *a[2] = {x->name, se}, *b[2] = {ct, mn};
+        if ((rc = kl_node(c, ct, "Mul", 2, a, 0, NULL)) < 0 ||
+            (rc = kl_node(c, c->layer, "Add", 2, b, 0, NULL)) < 0)
+            goto out;
+    }
+    kl_out(c, c->layer, x->ndim, x->dims);
+    rc = 0;
+out:
+    free(mean);
+    free(var);
+    return rc;
+}
+
 /* ------------------------------------------------------------------- noise */
 
 static int kl_noise(rt_keras_ctx *c, const char *op, const char *key, int rank)
@@ -1051,6 +1153,7 @@ static const struct {
     {"GaussianDropout", k_gdropout, 1},
     {"Rescaling", k_rescaling, 1},
     {"Identity", k_identity, 1},
+    {"Normalization", k_normalization, 1},
 };
 
 int rt_keras_layers_find(const char *class_name, rt_keras_layer_fn *fn, int *n_in)

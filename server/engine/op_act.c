@@ -23,6 +23,7 @@
  *   Mish           x tanh(softplus(x))
  *   HardSwish      x max(0, min(1, alpha x + beta))         alpha 1/6, beta 0.5
  *   LogSigmoid     log(sigmoid(x)) = -softplus(-x)
+ *   Sqrt           sqrt(x) (Keras' Normalization)
  *
  * Derivatives at the kinks follow TensorFlow (Keras' reference backend):
  * LeakyRelu, Elu and Selu take the negative branch at 0; Clip passes the
@@ -130,3 +131,4 @@ RT__UNARY_OP(scale, "Scale", RT__U_SCALE)
 RT__UNARY_OP(mish, "Mish", RT__U_MISH)
 RT__UNARY_OP(hardswish, "HardSwish", RT__U_HARDSWISH)
 RT__UNARY_OP(logsigmoid, "LogSigmoid", RT__U_LOGSIGMOID)
+RT__UNARY_OP(sqrt, "Sqrt", RT__U_SQRT)

@@ -2,7 +2,7 @@
  * test_layers_daemon.c - the new Keras layers through a real rtraind:
  * each model in tests/layers/data (keras_seq1d, keras_func2d, keras_misc:
  * together every layer of import_keras_layers.c) is compiled from its
- * Keras JSON, trained 200 steps on a synthetic 3-class data set of the
+ * Keras JSON, trained 300 steps on a synthetic 3-class data set of the
  * model's input size (uploaded as CSV) and evaluated: the loss must fall.
  * A model with mismatched merge shapes gets INVALID_ARGUMENT naming the
  * layer, and the daemon keeps serving the session afterwards.
@@ -118,7 +118,7 @@ static void train_model(const char *dir, const char *file, int nf)
     q.session_id = SID;
     q.program_id = pid;
     q.dataset_id = did;
-    q.steps = 200;
+    q.steps = 300;
     Rtrain__V1__RunStepsResponse *rs = NULL;
     itest_unary(C, "RunSteps", &q.base, &rtrain__v1__run_steps_response__descriptor,
                 (ProtobufCMessage **)&rs, &r);

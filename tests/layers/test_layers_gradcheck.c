@@ -232,6 +232,11 @@ int main(void)
         run_check(nm, "y");
     }
 
+    start(2, 2, 5, 0, 0);
+    node1("e", "Exp", "h", 0, NULL);
+    node1("y", "Sqrt", "e", 0, NULL);
+    run_check("Sqrt (of Exp)", "y");
+
     /* ---- broadcasting binaries */
     const int64_t row[1] = {4}, col[2] = {3, 1};
     start(2, 3, 4, 0, 0);

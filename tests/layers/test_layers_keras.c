@@ -6,7 +6,8 @@
  *    parameter, in Keras' layout); with those weights the prediction
  *    matches PyTorch's float64 forward. Then both train 40 steps on
  *    synthetic data and their loss falls.
- *  - Keras' Conv2D with groups against a direct loop.
+ *  - Keras' Conv2D with groups against a direct loop; Normalization's
+ *    weights and formula.
  *  - activation names (Activation layers and Dense(activation=...)) are
  *    checked against their formulas written out here.
  *  - settings the importer refuses come back as errors naming the layer.
@@ -172,6 +173,55 @@ static void grouped_conv2d(void)
     printf("grouped Conv2D (groups 2): %s\n", bad ? "FAILED" : "ok");
     rt_exec_destroy(e);
     rt_plan_release(p);
+}
+
+/* Normalization: weights mean, variance, count (Keras' order and shapes);
+ * values from the config, then from set_weights; invert */
+static void normalization(void)
+{
+    static const char *cfgs[3] = {
+        ", \"axis\": -1, \"mean\": [1, 2, 3, 4], \"variance\": [4, 1, 0, 9]",
+        ", \"axis\": [1]", ", \"axis\": -1, \"invert\": true"};
+    for (int k = 0; k < 3; k++) {
+        char js[1024], err[256] = "";
+        snprintf(js, sizeof js,
+                 "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"n\", \"layers\": ["
+                 "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 4], \"name\": \"in\"}},"
+                 "{\"class_name\": \"Normalization\", \"config\": {\"name\": \"nrm\"%s}}]}}", cfgs[k]);
+        rt_plan *p = compile_json(js, 2, RT_LOSS_MSE, 4, err);
+        if (!p) {
+            fprintf(stderr, "Normalization: %s\n", err);
+            rt_test_failures++;
+            continue;
+        }
+        static const char *names[3] = {"nrm/mean", "nrm/variance", "nrm/count"};
+        float mean[4] = {1, 2, 3, 4}, var[4] = {4, 1, 0, 9};
+        rt_exec *e;
+        REQUIRE(rt_exec_create(p, &e) == 0);
+        for (int i = 0; i < 3; i++) {
+            const char *pn;
+            int64_t d[RT_MAX_DIMS];
+            int tr;
+            int nd = rt_plan_param_info(p, i, &pn, d, &tr);
+            CHECK(!strcmp(pn, names[i]) && !tr && nd == (i < 2 ? 1 : 0) && (i == 2 || d[0] == 4));
+        }
+        if (k > 0) { /* set_weights */
+            CHECK_RC(rt_exec_set_param(e, 0, mean));
+            CHECK_RC(rt_exec_set_param(e, 1, var));
+        }
+        float x[8] = {0, 1, 2, 3, -1, 5, 3.5f, 10}, y[8];
+        CHECK_RC(rt_exec_predict(e, x, 2, y));
+        int bad = 0;
+        for (int i = 0; i < 8; i++) {
+            const double sd = fmax(sqrt(var[i % 4]), 1e-7);
+            const double want = k == 2 ? x[i] * sd + mean[i % 4] : (x[i] - mean[i % 4]) / sd;
+            bad |= fabs(y[i] - want) > 1e-5 * fmax(1, fabs(want));
+        }
+        CHECK(!bad);
+        rt_exec_destroy(e);
+        rt_plan_release(p);
+    }
+    printf("Normalization: config values, set weights, invert checked\n");
 }
 
 /* ------------------------------------------------------------ activations */
@@ -350,6 +400,7 @@ int main(int argc, char **argv)
     model_case(argv[1], "seq1d");
     model_case(argv[1], "func2d");
     grouped_conv2d();
+    normalization();
     activations();
     errors();
     rt_fixture_free();

@@ -73,6 +73,7 @@ static const rt__kernel rt__cpu_table[] = {
     {&rt__op_mish, NULL, rt_kern_unary_fwd, rt_kern_unary_bwd, NULL, NULL},
     {&rt__op_hardswish, NULL, rt_kern_unary_fwd, rt_kern_unary_bwd, NULL, NULL},
     {&rt__op_logsigmoid, NULL, rt_kern_unary_fwd, rt_kern_unary_bwd, NULL, NULL},
+    {&rt__op_sqrt, NULL, rt_kern_unary_fwd, rt_kern_unary_bwd, NULL, NULL},
     {&rt__op_pad, NULL, rt_kern_map_fwd, rt_kern_map_bwd, NULL, NULL},
     {&rt__op_transpose, NULL, rt_kern_map_fwd, rt_kern_map_bwd, NULL, NULL},
     {&rt__op_reducemean, NULL, rt_kern_map_fwd, rt_kern_map_bwd, NULL, NULL},

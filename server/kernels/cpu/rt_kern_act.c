@@ -49,6 +49,7 @@ static inline float rt__f(const rt__unary_params *p, float x)
         return v <= 0.0f ? 0.0f : v >= 1.0f ? x : x * v;
     }
     case RT__U_LOGSIGMOID: return (x < 0.0f ? x : 0.0f) - log1pf(expf(-fabsf(x)));
+    case RT__U_SQRT: return sqrtf(x);
     default: return x;
     }
 }
@@ -99,6 +100,7 @@ static inline float rt__df(const rt__unary_params *p, float x)
         return v <= 0.0f ? 0.0f : v >= 1.0f ? 1.0f : v + a * x;
     }
     case RT__U_LOGSIGMOID: return rt__sig(-x);
+    case RT__U_SQRT: return 0.5f / sqrtf(x);
     default: return 1.0f;
     }
 }
@@ -127,6 +129,7 @@ static inline float rt__df(const rt__unary_params *p, float x)
     case RT__U_MISH: LOOP(RT__U_MISH); break;                                 \
     case RT__U_HARDSWISH: LOOP(RT__U_HARDSWISH); break;                       \
     case RT__U_LOGSIGMOID: LOOP(RT__U_LOGSIGMOID); break;                     \
+    case RT__U_SQRT: LOOP(RT__U_SQRT); break;                                 \
     default: LOOP(RT__U_SCALE); break;                                        \
     }
 
