@@ -7,7 +7,7 @@
  * AveragePooling1D, GlobalMax/GlobalAveragePooling1D, GlobalMaxPooling2D),
  * LayerNormalization, the activation layers (LeakyReLU, PReLU, ELU, ReLU,
  * Softmax, ThresholdedReLU), the train-time noise layers (SpatialDropout1D/
- * 2D, GaussianNoise, GaussianDropout), Rescaling, Identity, Normalization and the
+ * 2D, GaussianNoise, GaussianDropout), Identity, Normalization and the
  * activation names beyond relu/sigmoid/tanh/softmax.
  *
  * Weights keep Keras' names and layouts so get/set weights interoperate:
@@ -156,10 +156,10 @@ static int kl_window(rt_keras_ctx *c, int64_t in, int64_t k, int64_t s, int64_t 
 static int kl_amounts(rt_keras_ctx *c, const char *key, int dims, int64_t def,
                       int64_t out[2][2])
 {
-    json_object *v = NULL;
     for (int i = 0; i < dims; i++)
         out[i][0] = out[i][1] = def;
-    if (!c->cfg || !json_object_object_get_ex(c->cfg, key, &v) || !v)
+    json_object *v = rt_keras_cfg_get(c, key);
+    if (!v)
         return 0;
     if (json_object_is_type(v, json_type_int)) {
         for (int i = 0; i < dims; i++)
@@ -956,21 +956,7 @@ static int k_softmax(rt_keras_ctx *c)
     return kl_unary(c, c->layer, "Transpose", sm, 1, &p, x->ndim, x->dims);
 }
 
-/* Rescaling: x * scale + offset (scalars); Identity */
-static int k_rescaling(rt_keras_ctx *c)
-{
-    double scale, offset;
-    int rc;
-    if ((rc = rt_keras_cfg_float(c, "scale", 1.0, &scale)) < 0 ||
-        (rc = rt_keras_cfg_float(c, "offset", 0.0, &offset)) < 0)
-        return rc;
-    if (!isfinite(scale) || !isfinite(offset))
-        return rt_keras_fail(c, RT_EINVAL, "scale and offset must be finite numbers");
-    rt_attr at[2] = {{.name = "alpha", .kind = RT_ATTR_FLOAT, .f = scale},
-                     {.name = "beta", .kind = RT_ATTR_FLOAT, .f = offset}};
-    return kl_unary(c, c->layer, "Scale", c->in[0].name, 2, at, c->in[0].ndim, c->in[0].dims);
-}
-
+/* Identity */
 static int k_identity(rt_keras_ctx *c)
 {
     return kl_unary(c, c->layer, "Identity", c->in[0].name, 0, NULL, c->in[0].ndim,
@@ -985,9 +971,9 @@ static int k_identity(rt_keras_ctx *c)
  * invert x * max(sqrt(variance), 1e-7) + mean. */
 static int kl_norm_values(rt_keras_ctx *c, const char *key, int64_t C, float *v, int *given)
 {
-    json_object *o = NULL;
     *given = 0;
-    if (!c->cfg || !json_object_object_get_ex(c->cfg, key, &o) || !o)
+    json_object *o = rt_keras_cfg_get(c, key);
+    if (!o)
         return 0;
     if (json_object_is_type(o, json_type_double) || json_object_is_type(o, json_type_int)) {
         for (int64_t i = 0; i < C; i++)
@@ -1151,7 +1137,6 @@ static const struct {
     {"SpatialDropout2D", k_sdropout2d, 1},
     {"GaussianNoise", k_gnoise, 1},
     {"GaussianDropout", k_gdropout, 1},
-    {"Rescaling", k_rescaling, 1},
     {"Identity", k_identity, 1},
     {"Normalization", k_normalization, 1},
 };
