@@ -538,6 +538,9 @@ int rt_keras_add_activation(rt_keras_ctx *c, const char *act)
         snprintf(c->out.name, sizeof c->out.name, "%s", name);
         return 0;
     }
+    int ext = rt_keras_layers_activation(c, act, NULL);
+    if (ext <= 0)
+        return ext;
     return rt_keras_fail(c, RT_EINVAL, "unsupported activation '%.40s'", act);
 }
 
@@ -613,6 +616,9 @@ static int k_activation(rt_keras_ctx *c)
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
         if (strcmp(act, acts[i].keras) == 0)
             return add_simple(c, acts[i].op, 0, NULL);
+    int ext = rt_keras_layers_activation(c, act, c->layer);
+    if (ext <= 0)
+        return ext;
     return rt_keras_fail(c, RT_EINVAL, "unsupported activation '%.40s'", act);
 }
 
@@ -774,9 +780,10 @@ static int k_conv2d(rt_keras_ctx *c)
         return rc;
     if (filters <= 0)
         return rt_keras_fail(c, RT_EINVAL, "Conv2D needs filters > 0");
-    if (groups != 1)
-        return rt_keras_fail(c, RT_EUNIMPLEMENTED, "grouped convolution is not supported");
     const rt_keras_tensor *x = &c->in[0];
+    if (groups < 1 || x->dims[2] % groups || filters % groups)
+        return rt_keras_fail(c, RT_EINVAL, "groups %lld must divide %lld channels and %lld filters",
+                             (long long)groups, (long long)x->dims[2], (long long)filters);
     int64_t oh = 0, ow = 0;
     if ((rc = k_out_dim(c, x->dims[0], k[0], s[0], d[0], same, &oh)) < 0 ||
         (rc = k_out_dim(c, x->dims[1], k[1], s[1], d[1], same, &ow)) < 0)
@@ -786,7 +793,7 @@ static int k_conv2d(rt_keras_ctx *c)
     int n2 = snprintf(bname, sizeof bname, "%s/bias", c->layer);
     if (n1 < 0 || n1 >= RT_KERAS_NAME || n2 < 0 || n2 >= RT_KERAS_NAME)
         return rt_keras_fail(c, RT_EINVAL, "layer name is too long");
-    int64_t kd[4] = {k[0], k[1], x->dims[2], filters};
+    int64_t kd[4] = {k[0], k[1], x->dims[2] / groups, filters};
     if ((rc = rt_graph_add_param(c->g, kname, 4, kd, kinit, trainable, NULL)) < 0 ||
         (use_bias &&
          (rc = rt_graph_add_param(c->g, bname, 1, &filters, binit, trainable, NULL)) < 0))
@@ -794,14 +801,15 @@ static int k_conv2d(rt_keras_ctx *c)
     /* relu/sigmoid/tanh run inside the convolution's output loop */
     int fuse = strcmp(act, "relu") == 0 || strcmp(act, "sigmoid") == 0 ||
                strcmp(act, "tanh") == 0;
-    rt_attr at[4] = {
+    rt_attr at[5] = {
         {.name = "strides", .kind = RT_ATTR_INTS, .n = 2, .ints = s},
         {.name = "dilations", .kind = RT_ATTR_INTS, .n = 2, .ints = d},
         {.name = "padding", .kind = RT_ATTR_STR, .s = pad},
         {.name = "activation", .kind = RT_ATTR_STR, .s = fuse ? act : "linear"},
+        {.name = "group", .kind = RT_ATTR_INT, .i = groups},
     };
     const char *in[3] = {x->name, kname, bname};
-    if ((rc = rt_graph_add_node(c->g, c->layer, "Conv2D", use_bias ? 3 : 2, in, 4, at)) < 0)
+    if ((rc = rt_graph_add_node(c->g, c->layer, "Conv2D", use_bias ? 3 : 2, in, 5, at)) < 0)
         return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
     snprintf(c->out.name, sizeof c->out.name, "%s", c->layer);
     c->out.ndim = 3;
@@ -1534,16 +1542,19 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
     c.n_in = n_in;
     for (int i = 0; i < n_in; i++)
         c.in[i] = ins[i];
-    for (size_t i = 0; i < sizeof layer_table / sizeof layer_table[0]; i++) {
-        if (strcmp(layer_table[i].class_name, cls) != 0)
-            continue;
+    /* this file's table, then import_keras_layers.c's */
+    rt_keras_layer_fn lfn = NULL;
+    int lwant = 0;
+    for (size_t i = 0; i < sizeof layer_table / sizeof layer_table[0] && !lfn; i++)
+        if (strcmp(layer_table[i].class_name, cls) == 0)
+            lfn = layer_table[i].fn, lwant = layer_table[i].n_in;
+    if (lfn || rt_keras_layers_find(cls, &lfn, &lwant)) {
         int rc = 0;
-        if (layer_table[i].n_in && n_in != layer_table[i].n_in)
-            rc = rt_keras_fail(&c, RT_EINVAL, "%s takes %d input(s), got %d", cls,
-                               layer_table[i].n_in, n_in);
+        if (lwant && n_in != lwant)
+            rc = rt_keras_fail(&c, RT_EINVAL, "%s takes %d input(s), got %d", cls, lwant, n_in);
         const int first = m->g->n;
         if (rc == 0)
-            rc = layer_table[i].fn(&c);
+            rc = lfn(&c);
         if (rc == 0)
             rc = param_opts_of(&c, first);
         if (rc < 0) {

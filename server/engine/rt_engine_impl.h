@@ -253,6 +253,10 @@ struct rt__op_def {
     X(rt__op_kerasrelu)                                                       \
     X(rt__op_exp)                                                             \
     X(rt__op_scale)                                                           \
+    X(rt__op_mish)                                                            \
+    X(rt__op_hardswish)                                                       \
+    X(rt__op_logsigmoid)                                                      \
+    X(rt__op_sqrt)                                                            \
     X(rt__op_pad)                                                             \
     X(rt__op_transpose)                                                       \
     X(rt__op_reducemean)                                                      \

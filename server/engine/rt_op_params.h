@@ -125,6 +125,7 @@ enum {
     RT__U_ELU = 0, RT__U_SELU, RT__U_LEAKY, RT__U_GELU, RT__U_GELU_TANH,
     RT__U_ERF, RT__U_SOFTPLUS, RT__U_SOFTSIGN, RT__U_HARDSIGMOID, RT__U_SWISH,
     RT__U_CLIP, RT__U_THRESH, RT__U_KRELU, RT__U_EXP, RT__U_SCALE,
+    RT__U_MISH, RT__U_HARDSWISH, RT__U_LOGSIGMOID, RT__U_SQRT,
 };
 typedef struct rt__unary_params {
     int kind;              /* RT__U_* */

@@ -224,9 +224,11 @@ static float frand(void)
 }
 
 /* compile with MSE against labels of the output's shape and train one
- * epoch of 2 batches of 2; returns 0 or a negative code (err says why) */
+ * epoch of 2 batches of 2; returns 0 or a negative code (err says why).
+ * indices: the model reads its input through an Embedding, so the inputs
+ * are token indices (0 or 1) instead of values in [-1, 1). */
 static int train_one_epoch(rt_graph *g, char *err, size_t errlen, uint64_t *params,
-                           double *loss, uint64_t max_params)
+                           double *loss, uint64_t max_params, int indices)
 {
     rt_train_config cfg;
     rt_train_config_init(&cfg);
@@ -260,7 +262,7 @@ static int train_one_epoch(rt_graph *g, char *err, size_t errlen, uint64_t *para
     const int64_t n = 4;
     float *x = malloc(sizeof(float) * (size_t)(xn * n));
     float *y = malloc(sizeof(float) * (size_t)(yn * n));
-    for (int64_t i = 0; i < xn * n; i++) x[i] = frand();
+    for (int64_t i = 0; i < xn * n; i++) x[i] = indices ? (float)(frand() > 0.0f) : frand();
     for (int64_t i = 0; i < yn * n; i++) y[i] = 0.5f * (frand() + 1.0f);
     rt_exec *e = NULL;
     rc = rt_exec_create(p, &e);
@@ -386,7 +388,7 @@ int main(int argc, char **argv)
             continue;
         }
         char cls[256][48];
-        int ncls = 0, custom = 0, scope = 0;
+        int ncls = 0, custom = 0, scope = 0, embedding = 0;
         char custom_names[256] = "", scope_names[128] = "";
         json_object *doc = json_tokener_parse(js);
         classes_of(doc, cls, &ncls, 256);
@@ -401,6 +403,7 @@ int main(int argc, char **argv)
                 custom = 1, snprintf(custom_names + strlen(custom_names),
                                      sizeof custom_names - strlen(custom_names), "%sLambda",
                                      custom_names[0] ? "," : "");
+            embedding |= !strcmp(cls[i], "Embedding");
             if (in_list(OUT_OF_SCOPE, cls[i]))
                 scope = 1, snprintf(scope_names, sizeof scope_names, "%.40s", cls[i]);
         }
@@ -436,7 +439,7 @@ int main(int argc, char **argv)
         uint64_t params = 0;
         double loss = 0;
         double t1 = now_ms();
-        rc = train_one_epoch(g, err, sizeof err, &params, &loss, max_params);
+        rc = train_one_epoch(g, err, sizeof err, &params, &loss, max_params, embedding);
         if (rc == 1) {
             compiled_only++;
             printf("  compiled      %-44s %9llu params: over the training budget\n", file,
