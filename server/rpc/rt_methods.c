@@ -1049,15 +1049,24 @@ static int parts_from_header(rt_call *c, const Rtrain__V1__DatasetHeader *h,
     return 0;
 }
 
-/* Place one run of stream bytes and hash it while it is in cache. */
+/* Place one run of stream bytes and hash it, a cache-sized block at a
+ * time: the hash reads a block from memory and the copy into the final
+ * buffer reads it again from cache (a slice can be megabytes: hashing it
+ * whole, then copying it, would read it from memory twice). */
+#define RT__UP_BLOCK (64u << 10)
 static void up_take(upload_st *u, const uint8_t *p, size_t n)
 {
     up_data *d = u->d;
-    rt_data_place(u->parts, u->n_parts, &d->cur, d->buf, p, n);
-    XXH3_128bits_update(d->x3, p, n);
-    if (d->x64)
-        XXH64_update(d->x64, p, n);
     d->received += n;
+    while (n) {
+        size_t b = n < RT__UP_BLOCK ? n : RT__UP_BLOCK;
+        XXH3_128bits_update(d->x3, p, b);
+        if (d->x64)
+            XXH64_update(d->x64, p, b);
+        rt_data_place(u->parts, u->n_parts, &d->cur, d->buf, p, b);
+        p += b;
+        n -= b;
+    }
 }
 
 /* The header: parts, limits, reservations, and the buffer, fresh or taken
