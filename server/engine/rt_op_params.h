@@ -107,6 +107,7 @@ typedef struct rt__gap_params {
 typedef struct rt__bn_params {
     int64_t C;
     int frozen;            /* inference mode also while training */
+    int unbiased;          /* moving_var takes var * R / (R - 1) (PyTorch) */
     double momentum, eps;
 } rt__bn_params;
 
