@@ -1,0 +1,164 @@
+"""ONNX models from PyTorch through the Python client: compile from a path,
+from bytes and with rtrain.from_onnx; train; and the export back: the
+initializers of model.to_onnx() loaded into the PyTorch module through its
+state_dict give the predictions rtrain's predict gives, to 1e-5. Bad models
+get InvalidArgument naming the problem and the daemon keeps serving.
+
+The models and data are tests/onnx/fixtures (gen_onnx_fixtures.py)."""
+import importlib.util
+import os
+import struct
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import onnx.numpy_helper as onh
+import pytest
+import torch
+
+import rtrain
+
+SRC = os.environ.get("RT_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+FIX = os.path.join(SRC, "tests", "onnx", "fixtures")
+
+
+def _gen():
+    spec = importlib.util.spec_from_file_location(
+        "gen_onnx_fixtures", os.path.join(SRC, "tests", "onnx", "gen_onnx_fixtures.py"))
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+GEN = _gen()
+
+
+def load_ref(name):
+    """x (float32, as the engine takes it) and y of a fixture"""
+    with open(os.path.join(FIX, name + "_ref.bin"), "rb") as f:
+        b = f.read()
+    magic, ver, n = struct.unpack_from("<III", b, 0)
+    assert magic == 0x46525452 and ver == 1
+    off, out = 12, {}
+    for _ in range(n):
+        nm = b[off:off + 64].split(b"\0")[0].decode()
+        dt, nd, *dims = struct.unpack_from("<II4I", b, off + 64)
+        off += 88
+        cnt = int(np.prod(dims))
+        w = {1: 4, 2: 4, 3: 2, 4: 1}[dt]
+        a = np.frombuffer(b, {1: "<f4", 2: "<i4", 3: "<f2", 4: "u1"}[dt], cnt, off)
+        out[nm] = a.reshape(dims[:nd])
+        off += cnt * w
+    x = out["x"]
+    if x.dtype == np.uint8:
+        x = x.astype(np.float32) * np.float32(out["scale"][0])
+    return x.astype(np.float32), out["y"].astype(np.int64)
+
+
+def torch_predict(name, onnx_bytes, x):
+    """The generator's PyTorch module with the exported initializers as its
+    state_dict, in eval mode, on x (NHWC data transposed to NCHW)"""
+    m = GEN.model(name)
+    sd = m.state_dict()
+    proto = onnx.load_from_string(onnx_bytes)
+    got = {t.name: onh.to_array(t) for t in proto.graph.initializer}
+    new = {}
+    for k, v in sd.items():
+        if k in got:
+            new[k] = torch.from_numpy(got[k].copy()).reshape(v.shape)
+        else:
+            assert k.endswith("num_batches_tracked"), k
+            new[k] = v
+    m.load_state_dict(new)
+    m.eval()
+    t = torch.from_numpy(x)
+    if t.dim() == 4:
+        t = t.permute(0, 3, 1, 2).contiguous()
+    with torch.no_grad():
+        return m(t).numpy()
+
+
+@pytest.mark.parametrize("name", ["wa", "wb", "wd", "rb"])
+def test_train_export_into_pytorch(client, tmp_path, name):
+    x, y = load_ref(name)
+    path = os.path.join(FIX, name + ".onnx")
+    model = client.compile(path, optimizer=rtrain.optimizers.SGD(0.02, momentum=0.9),
+                           loss="sparse_categorical_crossentropy",
+                           from_logits=name != "wa", batch_size=len(y) // 10,
+                           shuffle=False)
+    assert model.input_shape == x.shape[1:]
+    before = model.predict(x, batch_size=len(y) // 10)
+    model.fit(x, y, batch_size=len(y) // 10, epochs=1, verbose=0, shuffle=False)
+    assert model.global_step == 10
+    pred = model.predict(x, batch_size=len(y) // 10)
+    assert np.max(np.abs(pred - before)) > 1e-4  # it trained
+    out = tmp_path / (name + "_trained.onnx")
+    data = model.to_onnx(str(out))
+    assert out.read_bytes() == data
+    ref = torch_predict(name, data, x)
+    dev = float(np.max(np.abs(ref - pred)))
+    print("%s: worst |PyTorch - rtrain predict| %.2e" % (name, dev))
+    np.testing.assert_allclose(pred, ref, rtol=1e-5, atol=1e-5)
+    # the export is the same graph: same nodes, same initializer names
+    a, b = onnx.load(path), onnx.load_from_string(data)
+    assert [n.op_type for n in a.graph.node] == [n.op_type for n in b.graph.node]
+    assert sorted(t.name for t in a.graph.initializer) == \
+        sorted(t.name for t in b.graph.initializer)
+
+
+def test_bytes_and_from_onnx(client):
+    x, y = load_ref("wa")
+    with open(os.path.join(FIX, "wa.onnx"), "rb") as f:
+        data = f.read()
+    a = client.compile(data, loss="sparse_categorical_crossentropy", batch_size=10)
+    b = rtrain.from_onnx(os.path.join(FIX, "wa.onnx"), client=client, batch_size=10)
+    # both start from PyTorch's initialisation, whatever the seed
+    np.testing.assert_array_equal(a.predict(x), b.predict(x))
+    init = {t.name: onh.to_array(t) for t in onnx.load_from_string(data).graph.initializer}
+    w = dict(a._prog.get_weights()[1])
+    np.testing.assert_array_equal(w["fc.0.weight"], init["fc.0.weight"].T)
+    with pytest.raises(TypeError):
+        a.to_json()
+
+
+def model_bytes(nodes, inputs, outputs, inits=(), opset=13):
+    g = oh.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return oh.make_model(g, opset_imports=[oh.make_opsetid("", opset)]).SerializeToString()
+
+
+def vi(name, shape):
+    return oh.make_tensor_value_info(name, onnx.TensorProto.FLOAT, shape)
+
+
+def test_bad_models(client):
+    comp = dict(loss="sparse_categorical_crossentropy", batch_size=4)
+    with pytest.raises(rtrain.InvalidArgument, match="not a serialized ONNX"):
+        client.compile(b"\x0a\xff\xff\xff\xff\x0f garbage", **comp)
+    w = onh.from_array(np.ones((4, 3), np.float32), "w")
+    bad = model_bytes([oh.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+                       oh.make_node("Celu", ["h"], ["a"], name="act1"),
+                       oh.make_node("Hardmax", ["a"], ["y"], name="hm")],
+                      [vi("x", ["N", 4])], [vi("y", ["N", 3])], [w])
+    with pytest.raises(rtrain.InvalidArgument) as e:
+        client.compile(bad, **comp)
+    msg = str(e.value)
+    assert "Celu (node 'act1')" in msg and "Hardmax (node 'hm')" in msg and "opset 13" in msg
+    good = [oh.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
+    with pytest.raises(rtrain.InvalidArgument, match="opset 9"):
+        client.compile(model_bytes(good, [vi("x", ["N", 4])], [vi("y", ["N", 3])], [w],
+                                   opset=9), **comp)
+    with pytest.raises(rtrain.InvalidArgument, match="dimension 1 is dynamic"):
+        client.compile(model_bytes(good, [vi("x", ["N", "F"])], [vi("y", ["N", 3])], [w]),
+                       **comp)
+    ext = onh.from_array(np.ones((4, 3), np.float32), "w")
+    ext.ClearField("raw_data")
+    ext.data_location = onnx.TensorProto.EXTERNAL
+    e1 = ext.external_data.add()
+    e1.key, e1.value = "location", "w.bin"
+    with pytest.raises(rtrain.InvalidArgument, match="external data"):
+        client.compile(model_bytes(good, [vi("x", ["N", 4])], [vi("y", ["N", 3])], [ext]),
+                       **comp)
+    # the daemon keeps serving
+    m = client.compile(model_bytes(good, [vi("x", ["N", 4])], [vi("y", ["N", 3])], [w]),
+                       **comp)
+    assert m.output_shape == (3,)
