@@ -1358,6 +1358,8 @@ static int model_opset(ictx *c)
         if (!o->domain || !*o->domain || !strcmp(o->domain, "ai.onnx"))
             c->opset = o->has_version ? o->version : -1;
     }
+    if (c->opset < 0)
+        return fail(c, RT_EINVAL, "the model imports no opset of the default (ai.onnx) domain");
     if (c->opset < RT_ONNX_OPSET_MIN || c->opset > RT_ONNX_OPSET_MAX)
         return fail(c, RT_EINVAL, "opset %lld is outside the supported %d..%d",
                     (long long)c->opset, RT_ONNX_OPSET_MIN, RT_ONNX_OPSET_MAX);
