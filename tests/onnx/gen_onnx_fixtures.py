@@ -17,11 +17,15 @@ Models (docs/workloads.md):
     rb  a ResNet-style block: Conv(8, 3x3) BN relu, then Conv BN relu Conv
         BN + the skip Add, relu, GlobalAveragePool, Flatten, Linear(10);
         exported in training mode so BatchNormalization stays a node
+    mx  the other layout folds: a stride-2 padded Conv beside a SAME one,
+        their channel Concat, a trainable (C,1,1) shift subtracted and a
+        constant product, AvgPool(3, stride 1, pad 1, padding not counted),
+        tanh, sigmoid, Flatten of a (C,2,2) value into a Linear, logsoftmax
 
 Each is trained by PyTorch for 10 steps on 10 fixed batches, in order, once
 with SGD (lr 0.02, momentum 0.9) and once with Adam (lr 1e-3, eps 1e-7),
 with cross-entropy (the mean over the batch; wa's loss is the NLL of its
-softmax output). Recorded: per-step losses, and every initializer after the
+softmax output, mx's the NLL of its log-softmax). Recorded: per-step losses, and every initializer after the
 10 steps in ONNX's own layout (BatchNorm's running statistics included), so
 that the test compares what rtrain exports.
 
@@ -119,6 +123,22 @@ class RB(nn.Module):
         return self.fc(x)
 
 
+class MX(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.b = nn.Conv2d(3, 2, 2, stride=2)
+        self.shift = nn.Parameter(torch.linspace(-0.2, 0.3, 6).reshape(6, 1, 1))
+        self.pool = nn.AvgPool2d(3, stride=1, padding=1, count_include_pad=False)
+        self.fc = nn.Linear(6 * 2 * 2, 10)
+
+    def forward(self, x):
+        x = torch.cat([torch.relu(self.a(x)), torch.tanh(self.b(x))], dim=1)
+        x = (x - self.shift) * 1.5
+        x = torch.sigmoid(F.max_pool2d(self.pool(x), 2))
+        return F.log_softmax(self.fc(torch.flatten(x, 1)), dim=1)
+
+
 def iris():
     rows = np.loadtxt(os.path.join(ROOT, "tests/fixtures/iris.csv"), delimiter=",",
                       skiprows=1, usecols=range(5), dtype=np.float64)
@@ -141,16 +161,16 @@ def data(name, n):
     if name == "wd":
         x, y = digits()
         return x[:n].reshape(n, 8, 8, 1), 1.0 / 16, y[:n], (8, 8, 1)
-    shape = {"wc": (784,), "wb": (12, 12, 3), "rb": (8, 8, 3)}[name]
+    shape = {"wc": (784,), "wb": (12, 12, 3), "rb": (8, 8, 3), "mx": (8, 8, 3)}[name]
     x = rng.randint(0, 256, size=(n,) + shape).astype(np.uint8)
     return x, 1.0 / 255, rng.randint(0, 10, size=n).astype(np.int32), shape
 
 
 def model(name):
-    torch.manual_seed({"wa": 1, "wc": 2, "wb": 3, "wd": 4, "rb": 5}[name])
+    torch.manual_seed({"wa": 1, "wc": 2, "wb": 3, "wd": 4, "rb": 5, "mx": 6}[name])
     return {"wa": lambda: MLP([4, 32, 3], softmax=True),
             "wc": lambda: MLP([784, 512, 512, 10]),
-            "wb": lambda: WB(12), "wd": WD, "rb": RB}[name]()
+            "wb": lambda: WB(12), "wd": WD, "rb": RB, "mx": MX}[name]()
 
 
 def to_torch(x, scale):
@@ -174,6 +194,8 @@ def train(name, m, xb, yb, opt):
         out = m(x)
         if name == "wa":
             loss = F.nll_loss(torch.log(out), y)
+        elif name == "mx":  # its output is log-probabilities
+            loss = F.nll_loss(out, y)
         else:
             loss = F.cross_entropy(out, y)
         loss.backward()
@@ -196,8 +218,8 @@ def export(name, m, x0, path):
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "fixtures")
     os.makedirs(out, exist_ok=True)
-    batch = {"wa": 10, "wc": 16, "wb": 8, "wd": 16, "rb": 8}
-    for name in ["wa", "wc", "wb", "wd", "rb"]:
+    batch = {"wa": 10, "wc": 16, "wb": 8, "wd": 16, "rb": 8, "mx": 8}
+    for name in ["wa", "wc", "wb", "wd", "rb", "mx"]:
         B = batch[name]
         x, scale, y, shape = data(name, B * STEPS)
         xt, yt = to_torch(x, scale), torch.from_numpy(y.astype(np.int64))

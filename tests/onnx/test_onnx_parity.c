@@ -1,7 +1,8 @@
 /*
  * test_onnx_parity.c - PyTorch models exported to ONNX train in rtrain step
  * for step as in PyTorch (fixtures from gen_onnx_fixtures.py beside this
- * file): each model imports, trains 10 steps on the same batches in the
+ * file: W-A, W-C, W-B's layers, W-D, a ResNet-style block and a model of the
+ * other layout folds): each model imports, trains 10 steps on the same batches in the
  * same order with SGD (momentum 0.9) and again with Adam; every step's loss
  * matches PyTorch's to 1e-5 relative, and the export's initializers (so the
  * ONNX layout the export writes back) match PyTorch's final state_dict to
@@ -284,7 +285,7 @@ static void run(const char *dir, const char *name)
 int main(int argc, char **argv)
 {
     REQUIRE(argc >= 2);
-    static const char *all[] = {"wa", "wc", "wb", "wd", "rb"};
+    static const char *all[] = {"wa", "wc", "wb", "wd", "rb", "mx"};
     if (argc > 2) {
         for (int i = 2; i < argc; i++) run(argv[1], argv[i]);
     } else {

@@ -78,7 +78,7 @@ def torch_predict(name, onnx_bytes, x):
         return m(t).numpy()
 
 
-@pytest.mark.parametrize("name", ["wa", "wb", "wd", "rb"])
+@pytest.mark.parametrize("name", ["wa", "wb", "wd", "rb", "mx"])
 def test_train_export_into_pytorch(client, tmp_path, name):
     x, y = load_ref(name)
     path = os.path.join(FIX, name + ".onnx")
