@@ -227,7 +227,7 @@ static int tensor_load(ictx *c, Onnx__TensorProto *t, oval *v)
                 }
             }
         } else if (!dbl && t->n_float_data == (size_t)n) {
-            memcpy(v->f, t->float_data, (size_t)n * sizeof(float));
+            if (n) memcpy(v->f, t->float_data, (size_t)n * sizeof(float));
         } else if (dbl && t->n_double_data == (size_t)n) {
             for (int64_t k = 0; k < n; k++) v->f[k] = (float)t->double_data[k];
         } else {
@@ -255,7 +255,7 @@ static int tensor_load(ictx *c, Onnx__TensorProto *t, oval *v)
                 else v->i[k] = rd[k] != 0;
             }
         } else if (w == 8 && t->n_int64_data == (size_t)n) {
-            memcpy(v->i, t->int64_data, (size_t)n * sizeof(int64_t));
+            if (n) memcpy(v->i, t->int64_data, (size_t)n * sizeof(int64_t));
         } else if (w != 8 && t->n_int32_data == (size_t)n) {
             for (int64_t k = 0; k < n; k++) v->i[k] = t->int32_data[k];
         } else {
@@ -1187,8 +1187,8 @@ static int squeeze_any(ictx *c, int unsq)
     if (x->kind == V_CONST) {
         if ((rc = sq_dims(c, unsq, x->crank, x->cd, nd, &nr)) < 0) return rc;
         if ((rc = def_const(c, 0, x->isf, nr, nd, &y)) < 0) return rc;
-        if (x->isf) memcpy(y->f, x->f, (size_t)x->numel * sizeof(float));
-        else memcpy(y->i, x->i, (size_t)x->numel * sizeof(int64_t));
+        if (x->numel && x->isf) memcpy(y->f, x->f, (size_t)x->numel * sizeof(float));
+        else if (x->numel) memcpy(y->i, x->i, (size_t)x->numel * sizeof(int64_t));
         return 0;
     }
     int64_t d[RT_MAX_DIMS];

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Writes the ONNX importer's bad- and odd-input cases: tests/fuzz/onnx/*.onnx
-(also the seed corpus of tests/fuzz/fuzz_onnx.c) and tests/onnx/cases.txt,
+"""Writes the ONNX importer's bad- and odd-input cases: tests/fuzz/onnx/ok_*
+and bad_* (also the seed corpus of tests/fuzz/fuzz_onnx.c, beside the
+crash_* inputs the fuzzer found, kept as they are) and tests/onnx/cases.txt,
 one line per file: "file<TAB>expected code<TAB>text the message must hold"
 (RT_OK and an empty text for models that import). test_onnx_bad.c reads it.
 Needs python3-onnx (not torch):
@@ -8,7 +9,6 @@ Needs python3-onnx (not torch):
     /usr/bin/python3 tests/onnx/gen_onnx_seeds.py
 """
 import os
-import shutil
 
 import numpy as np
 import onnx
@@ -49,9 +49,10 @@ def put(name, data, code="RT_OK", text=""):
 
 
 def main():
-    if os.path.isdir(OUT):
-        shutil.rmtree(OUT)
-    os.makedirs(OUT)
+    os.makedirs(OUT, exist_ok=True)
+    for f in os.listdir(OUT):  # this script's files; crash_* reproducers stay
+        if f.startswith(("ok_", "bad_")):
+            os.remove(os.path.join(OUT, f))
     fix = os.path.join(HERE, "fixtures")
     for n in ("wa", "rb"):
         with open(os.path.join(fix, n + ".onnx"), "rb") as f:
