@@ -23,6 +23,7 @@ enum { L_PLAIN = 0, L_NHWC, L_FLAT };
 typedef struct oval {
     const char *name;           /* ONNX name (the message's) */
     int kind;
+    int uses;                   /* nodes reading it (+2 for a graph output) */
     /* V_ACT */
     const char *en;             /* engine tensor name */
     int layout;
@@ -59,6 +60,8 @@ typedef struct ictx {
     int npm, cap_pm;
     rt__arena ar;
     const Onnx__NodeProto *node;
+    size_t k;                   /* node's index */
+    unsigned char *skip;        /* nodes a pattern took over */
     char *err;
     size_t errlen;
 } ictx;
@@ -461,6 +464,64 @@ static int op_unary(ictx *c, const char *op)
     return add_node(c, y->en, op, 1, in, 0, NULL);
 }
 
+/* an activation with float attributes copied by name (ONNX's names and
+ * defaults are the engine's, op_act.c) */
+static int op_unary_attrs(ictx *c, const char *op, int n, const char *const *names)
+{
+    oval *x = NULL, *y = NULL;
+    int rc;
+    if ((rc = in_act(c, 0, &x)) < 0) return rc;
+    rt_attr a[3];
+    int na = 0;
+    for (int k = 0; k < n; k++) {
+        const Onnx__AttributeProto *at = attr(c->node, names[k]);
+        if (!at) continue;
+        double v;
+        if ((rc = a_float(c, names[k], 0, &v)) < 0) return rc;
+        a[na++] = (rt_attr){.name = names[k], .kind = RT_ATTR_FLOAT, .f = v};
+    }
+    if ((rc = def_act(c, &y, x->layout, x->rank, x->d)) < 0) return rc;
+    y->fc = x->fc, y->fh = x->fh, y->fw = x->fw;
+    const char *in[1] = {x->en};
+    return add_node(c, y->en, op, 1, in, na, a);
+}
+
+static const char *const A_ALPHA[] = {"alpha"}, *const A_AB[] = {"alpha", "beta"},
+                  *const A_SELU[] = {"alpha", "gamma"};
+static int op_elu(ictx *c) { return op_unary_attrs(c, "Elu", 1, A_ALPHA); }
+static int op_selu(ictx *c) { return op_unary_attrs(c, "Selu", 2, A_SELU); }
+static int op_leakyrelu(ictx *c) { return op_unary_attrs(c, "LeakyRelu", 1, A_ALPHA); }
+static int op_thresholdedrelu(ictx *c) { return op_unary_attrs(c, "ThresholdedRelu", 1, A_ALPHA); }
+static int op_hardsigmoid(ictx *c) { return op_unary_attrs(c, "HardSigmoid", 2, A_AB); }
+static int op_erf(ictx *c) { return op_unary(c, "Erf"); }
+static int op_softplus(ictx *c) { return op_unary(c, "Softplus"); }
+static int op_softsign(ictx *c) { return op_unary(c, "Softsign"); }
+static int op_exp(ictx *c) { return op_unary(c, "Exp"); }
+
+/* Clip: min and max are constant inputs from opset 11 */
+static int op_clip(ictx *c)
+{
+    int rc;
+    oval *x = NULL, *y = NULL;
+    if ((rc = in_act(c, 0, &x)) < 0) return rc;
+    rt_attr a[2];
+    int na = 0;
+    static const char *const nm[2] = {"min", "max"};
+    for (int k = 0; k < 2; k++) {
+        oval *v = in_opt(c, (size_t)k + 1, &rc);
+        if (rc < 0) return rc;
+        if (!v) continue;
+        if (v->kind != V_CONST || v->numel != 1)
+            return fail(c, RT_EINVAL, "%s must be a constant scalar", nm[k]);
+        a[na++] = (rt_attr){.name = nm[k], .kind = RT_ATTR_FLOAT,
+                            .f = v->isf ? v->f[0] : (double)v->i[0]};
+    }
+    if ((rc = def_act(c, &y, x->layout, x->rank, x->d)) < 0) return rc;
+    y->fc = x->fc, y->fh = x->fh, y->fw = x->fw;
+    const char *in[1] = {x->en};
+    return add_node(c, y->en, "Clip", 1, in, na, a);
+}
+
 static int op_relu(ictx *c) { return op_unary(c, "Relu"); }
 static int op_sigmoid(ictx *c) { return op_unary(c, "Sigmoid"); }
 static int op_tanh(ictx *c) { return op_unary(c, "Tanh"); }
@@ -611,6 +672,126 @@ static int op_binary(ictx *c, const char *op)
 static int op_add(ictx *c) { return op_binary(c, "Add"); }
 static int op_sub(ictx *c) { return op_binary(c, "Sub"); }
 static int op_mul(ictx *c) { return op_binary(c, "Mul"); }
+/* ------------------------------------------------------------ Gelu pattern */
+
+/* the node reading value v, when exactly one does and v is no graph output;
+ * -1 otherwise */
+static long only_reader(ictx *c, const char *v)
+{
+    const Onnx__GraphProto *gr = c->m->graph;
+    oval *o = lookup(c, v, 0);
+    if (!o || o->uses != 1) return -1;
+    /* exporters write a pattern's nodes close together: look a few ahead
+     * (which keeps the import linear in the graph's size) */
+    for (size_t k = c->k + 1; k < gr->n_node && k <= c->k + 16; k++)
+        for (size_t i = 0; i < gr->node[k]->n_input; i++)
+            if (gr->node[k]->input[i] && !strcmp(gr->node[k]->input[i], v)) return (long)k;
+    return -1;
+}
+
+/* whether value v is a float scalar constant within 1e-6 of want: an
+ * initializer or constant defined by now, or a Constant node still ahead */
+static int scalar_is(ictx *c, const char *v, double want)
+{
+    oval *o = lookup(c, v, 0);
+    if (o && o->kind == V_CONST)
+        return o->isf && o->numel == 1 && fabs(o->f[0] - want) < 1e-6;
+    const Onnx__GraphProto *gr = c->m->graph;
+    for (size_t k = c->k + 1; k < gr->n_node && k <= c->k + 16; k++) {
+        const Onnx__NodeProto *n = gr->node[k];
+        if (!n->op_type || strcmp(n->op_type, "Constant") || n->n_output != 1 ||
+            strcmp(n->output[0], v) || n->n_attribute != 1)
+            continue;
+        const Onnx__AttributeProto *a = n->attribute[0];
+        if (!a->name) return 0;
+        if (!strcmp(a->name, "value_float")) return fabs(a->f - want) < 1e-6;
+        if (strcmp(a->name, "value") || !a->t) return 0;
+        oval t = {0};
+        const Onnx__NodeProto *save = c->node;
+        c->node = n;
+        int rc = tensor_load(c, a->t, &t);
+        c->node = save;
+        if (c->err && c->errlen) c->err[0] = 0;
+        return rc == 0 && t.isf && t.numel == 1 && fabs(t.f[0] - want) < 1e-6;
+    }
+    return 0;
+}
+
+/* the node at k reads a and a scalar constant of value want (either order) */
+static int reads_scalar(ictx *c, long k, const char *a, double want)
+{
+    const Onnx__NodeProto *n = c->m->graph->node[k];
+    if (n->n_input != 2) return 0;
+    if (!strcmp(n->input[0], a)) return scalar_is(c, n->input[1], want);
+    if (!strcmp(n->input[1], a)) return scalar_is(c, n->input[0], want);
+    return 0;
+}
+
+static int is_op(ictx *c, long k, const char *op)
+{
+    const Onnx__NodeProto *n = c->m->graph->node[k];
+    return k >= 0 && n->op_type && !strcmp(n->op_type, op) && n->n_output >= 1 &&
+           (!n->domain || !*n->domain);
+}
+
+/* PyTorch's exact GELU, as torch.onnx.export writes it at opsets < 20:
+ * Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5). At the Div: the engine's
+ * Gelu on x, named as the last Mul's output, and the other four nodes
+ * skipped. Returns 1 when it took the pattern, 0 when there is none. */
+static int gelu_pattern(ictx *c)
+{
+    const Onnx__NodeProto *d = c->node;
+    if (d->n_input != 2 || d->n_output != 1) return 0;
+    const char *x = d->input[0];
+    oval *xv = lookup(c, x, 0);
+    if (!xv || xv->kind != V_ACT || !scalar_is(c, d->input[1], 1.4142135623730951)) return 0;
+    long e = only_reader(c, d->output[0]);
+    if (e < 0 || !is_op(c, e, "Erf")) return 0;
+    const char *ev = c->m->graph->node[e]->output[0];
+    long a = only_reader(c, ev);
+    if (a < 0 || !is_op(c, a, "Add") || !reads_scalar(c, a, ev, 1.0)) return 0;
+    const char *av = c->m->graph->node[a]->output[0];
+    long m1 = only_reader(c, av);
+    if (m1 < 0 || !is_op(c, m1, "Mul")) return 0;
+    const Onnx__NodeProto *mn = c->m->graph->node[m1];
+    if (mn->n_input != 2 || !((!strcmp(mn->input[0], x) && !strcmp(mn->input[1], av)) ||
+                              (!strcmp(mn->input[1], x) && !strcmp(mn->input[0], av))))
+        return 0;
+    long m2 = only_reader(c, mn->output[0]);
+    if (m2 < 0 || !is_op(c, m2, "Mul") || !reads_scalar(c, m2, mn->output[0], 0.5)) return 0;
+    /* the Gelu's output is the last Mul's */
+    const Onnx__NodeProto *last = c->m->graph->node[m2];
+    oval *y = lookup(c, last->output[0], 1);
+    if (y->kind != V_NONE) return 0;
+    y->kind = V_ACT;
+    y->en = y->name;
+    y->layout = xv->layout;
+    y->rank = xv->rank;
+    memcpy(y->d, xv->d, sizeof y->d);
+    y->fc = xv->fc, y->fh = xv->fh, y->fw = xv->fw;
+    c->skip[e] = c->skip[a] = c->skip[m1] = c->skip[m2] = 1;
+    const char *in[1] = {xv->en};
+    int rc = add_node(c, y->en, "Gelu", 1, in, 0, NULL);
+    return rc < 0 ? rc : 1;
+}
+
+static int op_div(ictx *c)
+{
+    int rc = gelu_pattern(c);
+    if (rc) return rc < 0 ? rc : 0;
+    return op_binary(c, "Div");
+}
+static int op_prelu(ictx *c) { return op_binary(c, "PRelu"); }
+static int op_max(ictx *c)
+{
+    if (c->node->n_input != 2) return fail(c, RT_EINVAL, "only two inputs are supported");
+    return op_binary(c, "Max");
+}
+static int op_min(ictx *c)
+{
+    if (c->node->n_input != 2) return fail(c, RT_EINVAL, "only two inputs are supported");
+    return op_binary(c, "Min");
+}
 
 /* x (B, K) times weight w: Dense. trans: w is (N, K). */
 static int dense(ictx *c, oval *x, oval *w, int trans, oval *bias)
@@ -792,12 +973,12 @@ static int op_conv(ictx *c)
     if ((rc = a_int(c, "group", 1, &group)) < 0) return rc;
     if (w->crank != 4) return fail(c, RT_ESHAPE, "weight '%.64s' must be 4-D", w->name);
     const int64_t OC = w->cd[0], C = x->d[1];
-    if (group != 1)
-        return fail(c, RT_EINVAL, "group %lld: grouped convolutions are not supported",
-                    (long long)group);
-    if (w->cd[1] != C)
+    if (group < 1 || C % group || OC % group)
+        return fail(c, RT_EINVAL, "group %lld must divide the %lld input and %lld output "
+                    "channels", (long long)group, (long long)C, (long long)OC);
+    if (w->cd[1] * group != C)
         return fail(c, RT_ESHAPE, "weight '%.64s' expects %lld input channels, input has %lld",
-                    w->name, (long long)w->cd[1], (long long)C);
+                    w->name, (long long)(w->cd[1] * group), (long long)C);
     win wn;
     const int64_t kdef[2] = {w->cd[2], w->cd[3]};
     if ((rc = window(c, x, kdef, &wn)) < 0) return rc;
@@ -808,18 +989,19 @@ static int op_conv(ictx *c)
         (rc = win_out(c, &wn, 1, x->d[3], &d[3])) < 0)
         return rc;
     const char *in[3] = {x->en};
-    /* (O, I, kh, kw) -> (kh, kw, I, O) */
+    /* (O, I/group, kh, kw) -> (kh, kw, I/group, O) */
     const int perm[4] = {2, 3, 1, 0};
-    const int64_t od[4] = {w->cd[2], w->cd[3], C, OC};
+    const int64_t od[4] = {w->cd[2], w->cd[3], w->cd[1], OC};
     if ((rc = mk_param(c, w, 4, w->cd, perm, 4, od, 1, &in[1])) < 0) return rc;
     if (b) {
         if (b->numel != OC) return fail(c, RT_ESHAPE, "bias must have %lld values", (long long)OC);
         if ((rc = mk_param(c, b, 1, &OC, P_ID, 1, &OC, 1, &in[2])) < 0) return rc;
     }
     if ((rc = def_act(c, &y, L_NHWC, 4, d)) < 0) return rc;
-    rt_attr a[4];
+    rt_attr a[5];
     int64_t store[10];
     int na = win_attrs(&wn, 1, a, store);
+    if (group != 1) a[na++] = (rt_attr){.name = "group", .kind = RT_ATTR_INT, .i = group};
     return add_node(c, y->en, "Conv2D", b ? 3 : 2, in, na, a);
 }
 
@@ -987,11 +1169,17 @@ static int reshape_to(ictx *c, oval *x, int r, const int64_t *d)
     return add_node(c, y->en, "Reshape", 1, in, 1, &a);
 }
 
+static int fold_reshape(ictx *c, oval *x, const oval *s);
+static int fold_transpose(ictx *c, oval *x);
+
 static int op_reshape(ictx *c)
 {
     int rc;
-    oval *x = NULL, *s = NULL;
-    if ((rc = in_act(c, 0, &x)) < 0 || (rc = in_const(c, 1, &s)) < 0) return rc;
+    oval *x = in_opt(c, 0, &rc), *s = NULL;
+    if (rc < 0) return rc;
+    if ((rc = in_const(c, 1, &s)) < 0) return rc;
+    if (x && x->kind == V_CONST) return fold_reshape(c, x, s);
+    if ((rc = in_act(c, 0, &x)) < 0) return rc;
     if (s->isf || s->crank != 1 || s->numel < 1 || s->numel > RT_MAX_DIMS)
         return fail(c, RT_EINVAL, "shape must be a 1-D integer constant of 1..%d values",
                     RT_MAX_DIMS);
@@ -1289,32 +1477,445 @@ static int op_cast(ictx *c)
     return 0;
 }
 
+/* A constant's element src copied to dst's element (floats or integers). */
+static void const_copy(oval *y, int64_t dst, const oval *x, int64_t src)
+{
+    if (x->isf) y->f[dst] = x->f[src];
+    else y->i[dst] = x->i[src];
+}
+
+/* Constants feeding weights stay trainable only as they are: a float
+ * initializer reshaped, transposed or sliced at import would lose its
+ * link to the export. */
+static int foldable(ictx *c, const oval *x)
+{
+    if (x->init)
+        return fail(c, RT_EINVAL, "initializer '%.64s' is reshaped, transposed or sliced in "
+                    "the graph; only integer and Constant values are folded", x->name);
+    return 0;
+}
+
+/* Slice of a constant: any axes, steps (negative too) */
 static int op_slice(ictx *c)
 {
     int rc;
     oval *x = NULL, *st = NULL, *en = NULL, *ax = NULL, *sp = NULL, *y = NULL;
-    if ((rc = in_const(c, 0, &x)) < 0 || (rc = in_const(c, 1, &st)) < 0 ||
-        (rc = in_const(c, 2, &en)) < 0)
-        return rc;
-    if (c->node->n_input > 3 && (rc = in_const(c, 3, &ax)) < 0) return rc;
-    if (c->node->n_input > 4 && (rc = in_const(c, 4, &sp)) < 0) return rc;
-    if (x->crank != 1 || st->numel != 1 || en->numel != 1 || st->isf || en->isf ||
-        (ax && (ax->numel != 1 || ax->isf || (ax->i[0] != 0 && ax->i[0] != -1))) ||
-        (sp && (sp->numel != 1 || sp->isf || sp->i[0] != 1)))
-        return fail(c, RT_EINVAL, "only unit-step slices of a 1-D constant are folded");
-    const int64_t n = x->numel;
-    int64_t s = st->i[0], e = en->i[0];
-    if (s < 0) s += n;
-    if (e < 0) e += n;
-    s = s < 0 ? 0 : s > n ? n : s;
-    e = e < 0 ? 0 : e > n ? n : e;
-    int64_t m = e > s ? e - s : 0;
-    if ((rc = def_const(c, 0, x->isf, 1, &m, &y)) < 0) return rc;
-    for (int64_t q = 0; q < m; q++) {
-        if (x->isf) y->f[q] = x->f[s + q];
-        else y->i[q] = x->i[s + q];
+    if ((rc = in_const(c, 0, &x)) < 0 || (rc = foldable(c, x)) < 0) return rc;
+    int64_t s0[RT_MAX_DIMS], e0[RT_MAX_DIMS], a0[RT_MAX_DIMS], p0[RT_MAX_DIMS];
+    int n;
+    if (c->opset < 10) return fail(c, RT_EINVAL, "Slice before opset 10");
+    if ((rc = in_const(c, 1, &st)) < 0 || (rc = in_const(c, 2, &en)) < 0) return rc;
+    if (c->node->n_input > 3 && c->node->input[3][0] && (rc = in_const(c, 3, &ax)) < 0) return rc;
+    if (c->node->n_input > 4 && c->node->input[4][0] && (rc = in_const(c, 4, &sp)) < 0) return rc;
+    n = (int)st->numel;
+    if (st->isf || en->isf || en->numel != n || n > x->crank || (ax && (ax->isf || ax->numel != n)) ||
+        (sp && (sp->isf || sp->numel != n)))
+        return fail(c, RT_EINVAL, "starts, ends, axes and steps must be integers of one length");
+    int64_t lo[RT_MAX_DIMS], step[RT_MAX_DIMS], d[RT_MAX_DIMS];
+    int seen[RT_MAX_DIMS] = {0};
+    for (int q = 0; q < x->crank; q++) lo[q] = 0, step[q] = 1, d[q] = x->cd[q];
+    for (int q = 0; q < n; q++) {
+        int a = q;
+        s0[q] = st->i[q], e0[q] = en->i[q];
+        a0[q] = ax ? ax->i[q] : q;
+        p0[q] = sp ? sp->i[q] : 1;
+        if ((rc = norm_axis(c, a0[q], x->crank, &a)) < 0) return rc;
+        if (seen[a]++ || p0[q] == 0 || p0[q] == SYM_B)
+            return fail(c, RT_EINVAL, "bad axes or steps");
+        const int64_t dim = x->cd[a];
+        int64_t b = s0[q], e = e0[q];
+        if (b == SYM_B || e == SYM_B) return fail(c, RT_EINVAL, "slicing by the batch size");
+        if (b < 0) b += dim;
+        if (e < 0) e += dim;
+        if (p0[q] > 0) {
+            b = b < 0 ? 0 : b > dim ? dim : b;
+            e = e < 0 ? 0 : e > dim ? dim : e;
+            d[a] = e > b ? (e - b + p0[q] - 1) / p0[q] : 0;
+        } else {
+            b = b < 0 ? -1 : b > dim - 1 ? dim - 1 : b;
+            e = e < -1 ? -1 : e > dim - 1 ? dim - 1 : e;
+            d[a] = b > e ? (b - e - p0[q] - 1) / -p0[q] : 0;
+        }
+        lo[a] = b;
+        step[a] = p0[q];
+    }
+    if ((rc = def_const(c, 0, x->isf, x->crank, d, &y)) < 0) return rc;
+    int64_t str[RT_MAX_DIMS], idx[RT_MAX_DIMS] = {0}, t = 1;
+    for (int q = x->crank - 1; q >= 0; q--) str[q] = t, t *= x->cd[q];
+    for (int64_t o = 0; o < y->numel; o++) {
+        int64_t src = 0;
+        for (int q = 0; q < x->crank; q++) src += (lo[q] + idx[q] * step[q]) * str[q];
+        const_copy(y, o, x, src);
+        for (int q = x->crank - 1; q >= 0; q--) {
+            if (++idx[q] < d[q]) break;
+            idx[q] = 0;
+        }
     }
     return 0;
+}
+
+/* Reshape of a constant */
+static int fold_reshape(ictx *c, oval *x, const oval *s)
+{
+    int rc;
+    oval *y = NULL;
+    if ((rc = foldable(c, x)) < 0) return rc;
+    if (s->isf || s->crank != 1 || s->numel > RT_MAX_DIMS)
+        return fail(c, RT_EINVAL, "shape must be a 1-D integer constant");
+    int64_t d[RT_MAX_DIMS], known = 1;
+    int neg = -1;
+    for (int q = 0; q < s->numel; q++) {
+        int64_t v = s->i[q];
+        if (v == 0 && q < x->crank) v = x->cd[q];
+        if (v == -1 && neg < 0) {
+            neg = q;
+            d[q] = 1;
+            continue;
+        }
+        if (v < 0 || __builtin_mul_overflow(known, v, &known))
+            return fail(c, RT_EINVAL, "bad shape value %lld", (long long)s->i[q]);
+        d[q] = v;
+    }
+    if (neg >= 0) {
+        if (!known || x->numel % known) return fail(c, RT_ESHAPE, "shape does not divide");
+        d[neg] = x->numel / known;
+    } else if (known != x->numel) {
+        return fail(c, RT_ESHAPE, "reshape of %lld values to %lld", (long long)x->numel,
+                    (long long)known);
+    }
+    if ((rc = def_const(c, 0, x->isf, (int)s->numel, d, &y)) < 0) return rc;
+    for (int64_t q = 0; q < x->numel; q++) const_copy(y, q, x, q);
+    return 0;
+}
+
+/* Transpose of a constant */
+static int fold_transpose(ictx *c, oval *x)
+{
+    int rc, n;
+    oval *y = NULL;
+    if ((rc = foldable(c, x)) < 0) return rc;
+    const int r = x->crank;
+    int64_t p[RT_MAX_DIMS], d[RT_MAX_DIMS], str[RT_MAX_DIMS], idx[RT_MAX_DIMS] = {0}, t = 1;
+    if ((rc = a_ints(c, "perm", p, RT_MAX_DIMS, &n)) < 0) return rc;
+    if (n < 0) {
+        n = r;
+        for (int q = 0; q < r; q++) p[q] = r - 1 - q;
+    }
+    int seen[RT_MAX_DIMS] = {0};
+    if (n != r) return fail(c, RT_EINVAL, "perm has %d entries for rank %d", n, r);
+    for (int q = 0; q < r; q++)
+        if (p[q] < 0 || p[q] >= r || seen[p[q]]++)
+            return fail(c, RT_EINVAL, "perm is not a permutation");
+    for (int q = r - 1; q >= 0; q--) str[q] = t, t *= x->cd[q];
+    for (int q = 0; q < r; q++) d[q] = x->cd[p[q]];
+    if ((rc = def_const(c, 0, x->isf, r, d, &y)) < 0) return rc;
+    for (int64_t o = 0; o < y->numel; o++) {
+        int64_t src = 0;
+        for (int q = 0; q < r; q++) src += idx[q] * str[p[q]];
+        const_copy(y, o, x, src);
+        for (int q = r - 1; q >= 0; q--) {
+            if (++idx[q] < d[q]) break;
+            idx[q] = 0;
+        }
+    }
+    return 0;
+}
+
+/* ConstantOfShape(shape) attr value (a 1-element tensor, float 0) */
+static int op_constantofshape(ictx *c)
+{
+    int rc;
+    oval *s = NULL, *y = NULL, v = {0};
+    if ((rc = in_const(c, 0, &s)) < 0) return rc;
+    if (s->isf || s->crank != 1 || s->numel > RT_MAX_DIMS)
+        return fail(c, RT_EINVAL, "shape must be a 1-D integer constant");
+    int64_t n = 1;
+    for (int q = 0; q < s->numel; q++)
+        if (s->i[q] < 0 || __builtin_mul_overflow(n, s->i[q], &n) || n > (1 << 24))
+            return fail(c, RT_EINVAL, "shape must be a small non-negative size");
+    const Onnx__AttributeProto *a = attr(c->node, "value");
+    v.isf = 1;
+    float zero = 0;
+    v.f = &zero;
+    if (a) {
+        if (a->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR || !a->t)
+            return fail(c, RT_EINVAL, "value must be a tensor");
+        if ((rc = tensor_load(c, a->t, &v)) < 0) return rc;
+        if (v.numel != 1) return fail(c, RT_EINVAL, "value must hold one element");
+    }
+    if ((rc = def_const(c, 0, v.isf, (int)s->numel, s->i, &y)) < 0) return rc;
+    for (int64_t q = 0; q < y->numel; q++) const_copy(y, q, &v, 0);
+    return 0;
+}
+
+/* ConvTranspose(x, W (C, OC, kh, kw), b?): group 1, explicit pads */
+static int op_convtranspose(ictx *c)
+{
+    int rc, n;
+    oval *x = NULL, *w = NULL, *b = NULL, *y = NULL;
+    if ((rc = in_act(c, 0, &x)) < 0 || (rc = need_nhwc(c, x)) < 0 ||
+        (rc = in_const(c, 1, &w)) < 0)
+        return rc;
+    b = in_opt(c, 2, &rc);
+    if (rc < 0) return rc;
+    if (b && b->kind != V_CONST) return fail(c, RT_EINVAL, "bias must be an initializer");
+    int64_t group;
+    char ap[32];
+    if ((rc = a_int(c, "group", 1, &group)) < 0 ||
+        (rc = a_str(c, "auto_pad", "NOTSET", ap, sizeof ap)) < 0)
+        return rc;
+    if (group != 1) return fail(c, RT_EINVAL, "group %lld: grouped ConvTranspose is not "
+                                "supported", (long long)group);
+    if (strcmp(ap, "NOTSET") && strcmp(ap, "VALID"))
+        return fail(c, RT_EINVAL, "auto_pad '%s' is not supported", ap);
+    if (attr(c->node, "output_shape"))
+        return fail(c, RT_EINVAL, "output_shape is not supported (give pads)");
+    if (w->crank != 4) return fail(c, RT_ESHAPE, "weight '%.64s' must be 4-D", w->name);
+    const int64_t C = x->d[1], OC = w->cd[1];
+    if (w->cd[0] != C)
+        return fail(c, RT_ESHAPE, "weight '%.64s' expects %lld input channels, input has %lld",
+                    w->name, (long long)w->cd[0], (long long)C);
+    win wn;
+    const int64_t kdef[2] = {w->cd[2], w->cd[3]};
+    if ((rc = window(c, x, kdef, &wn)) < 0) return rc;
+    if (wn.k[0] != w->cd[2] || wn.k[1] != w->cd[3])
+        return fail(c, RT_ESHAPE, "kernel_shape does not match the weight");
+    int64_t op[2] = {0, 0}, v[2];
+    if ((rc = a_ints(c, "output_padding", v, 2, &n)) < 0) return rc;
+    if (n == 2) op[0] = v[0], op[1] = v[1];
+    else if (n >= 0) return fail(c, RT_EINVAL, "output_padding must have 2 values");
+    int64_t d[4] = {-1, OC, 0, 0};
+    for (int q = 0; q < 2; q++) {
+        d[2 + q] = (x->d[2 + q] - 1) * wn.s[q] + (wn.k[q] - 1) * wn.dl[q] + 1 - wn.pads[q] -
+                   wn.pads[q + 2] + op[q];
+        if (d[2 + q] < 1) return fail(c, RT_ESHAPE, "the output would be empty");
+    }
+    const char *in[3] = {x->en};
+    /* (C, OC, kh, kw) -> (kh, kw, OC, C) */
+    const int perm[4] = {2, 3, 1, 0};
+    const int64_t od[4] = {w->cd[2], w->cd[3], OC, C};
+    if ((rc = mk_param(c, w, 4, w->cd, perm, 4, od, 1, &in[1])) < 0) return rc;
+    if (b) {
+        if (b->numel != OC) return fail(c, RT_ESHAPE, "bias must have %lld values", (long long)OC);
+        if ((rc = mk_param(c, b, 1, &OC, P_ID, 1, &OC, 1, &in[2])) < 0) return rc;
+    }
+    if ((rc = def_act(c, &y, L_NHWC, 4, d)) < 0) return rc;
+    rt_attr a[5];
+    int64_t store[10];
+    int na = win_attrs(&wn, 1, a, store);
+    a[na++] = (rt_attr){.name = "output_padding", .kind = RT_ATTR_INTS, .n = 2, .ints = op};
+    return add_node(c, y->en, "ConvTranspose", b ? 3 : 2, in, na, a);
+}
+
+/* LayerNormalization (opset 17) over the last axis of a value that is not
+ * NCHW */
+static int op_layernorm(ictx *c)
+{
+    int rc, ax = 0;
+    oval *x = NULL, *g = NULL, *b = NULL, *y = NULL;
+    if ((rc = in_act(c, 0, &x)) < 0 || (rc = in_const(c, 1, &g)) < 0) return rc;
+    b = in_opt(c, 2, &rc);
+    if (rc < 0) return rc;
+    if (b && b->kind != V_CONST) return fail(c, RT_EINVAL, "B must be an initializer");
+    int64_t a;
+    double eps;
+    if ((rc = a_int(c, "axis", -1, &a)) < 0 || (rc = a_float(c, "epsilon", 1e-5, &eps)) < 0)
+        return rc;
+    if ((rc = norm_axis(c, a, x->rank, &ax)) < 0) return rc;
+    if (ax != x->rank - 1 || x->layout != L_PLAIN)
+        return fail(c, RT_EINVAL, "only normalization over the last axis of a non-NCHW value "
+                    "is supported");
+    if (c->node->n_output > 1)
+        for (size_t q = 1; q < c->node->n_output; q++)
+            if (c->node->output[q] && *c->node->output[q])
+                return fail(c, RT_EINVAL, "the Mean and InvStdDev outputs are not supported");
+    const int64_t C = x->d[x->rank - 1];
+    const char *in[3] = {x->en};
+    if (g->numel != C || (b && b->numel != C))
+        return fail(c, RT_ESHAPE, "Scale and B must have %lld values", (long long)C);
+    if ((rc = mk_param(c, g, 1, &C, P_ID, 1, &C, 1, &in[1])) < 0) return rc;
+    if (b && (rc = mk_param(c, b, 1, &C, P_ID, 1, &C, 1, &in[2])) < 0) return rc;
+    if ((rc = def_act(c, &y, x->layout, x->rank, x->d)) < 0) return rc;
+    rt_attr at[2] = {{.name = "epsilon", .kind = RT_ATTR_FLOAT, .f = eps},
+                     {.name = "center", .kind = RT_ATTR_INT, .i = b != NULL}};
+    return add_node(c, y->en, "LayerNormalization", b ? 3 : 2, in, 2, at);
+}
+
+/* engine position of ONNX axis a of a value of this layout */
+static int epos(const oval *v, int a) { return v->layout == L_NHWC ? nhwc_axis(a) : a; }
+
+/* Pad (opset 11+: pads and constant_value as constant inputs), mode
+ * constant */
+static int op_pad(ictx *c)
+{
+    int rc;
+    oval *x = NULL, *pd = NULL, *y = NULL;
+    char mode[16];
+    if ((rc = in_act(c, 0, &x)) < 0 || (rc = a_str(c, "mode", "constant", mode, sizeof mode)) < 0)
+        return rc;
+    if (strcmp(mode, "constant") != 0)
+        return fail(c, RT_EINVAL, "mode '%s': only 'constant' is supported", mode);
+    if (x->layout == L_FLAT) return fail(c, RT_EINVAL, "padding a flattened NCHW value");
+    const int r = x->rank;
+    int64_t p[2 * RT_MAX_DIMS];
+    if (c->opset < 11) {
+        int n;
+        if ((rc = a_ints(c, "pads", p, 2 * RT_MAX_DIMS, &n)) < 0) return rc;
+        if (n != 2 * r) return fail(c, RT_EINVAL, "pads needs %d values", 2 * r);
+    } else {
+        if ((rc = in_const(c, 1, &pd)) < 0) return rc;
+        if (pd->isf || pd->numel != 2 * r)
+            return fail(c, RT_EINVAL, "pads must be %d integers", 2 * r);
+        for (int q = 0; q < 2 * r; q++) p[q] = pd->i[q];
+    }
+    double value = 0;
+    oval *cv = in_opt(c, 2, &rc);
+    if (rc < 0) return rc;
+    if (cv) {
+        if (cv->kind != V_CONST || cv->numel != 1)
+            return fail(c, RT_EINVAL, "constant_value must be a constant scalar");
+        value = cv->isf ? cv->f[0] : (double)cv->i[0];
+    }
+    if (p[0] || p[r]) return fail(c, RT_EINVAL, "the batch dimension cannot be padded");
+    int64_t ep[2 * RT_MAX_DIMS], d[RT_MAX_DIMS];
+    for (int q = 0; q < r; q++) {
+        ep[epos(x, q)] = p[q];
+        ep[r + epos(x, q)] = p[r + q];
+        d[q] = x->d[q] + p[q] + p[r + q];
+        if (q && d[q] < 1) return fail(c, RT_ESHAPE, "the padded dim %d would be empty", q);
+    }
+    if ((rc = def_act(c, &y, x->layout, r, d)) < 0) return rc;
+    const char *in[1] = {x->en};
+    rt_attr a[2] = {{.name = "pads", .kind = RT_ATTR_INTS, .n = 2 * r, .ints = ep},
+                    {.name = "value", .kind = RT_ATTR_FLOAT, .f = value}};
+    return add_node(c, y->en, "Pad", 1, in, 2, a);
+}
+
+/* Transpose: the output takes whichever layout makes the engine's
+ * permutation the identity when one does (x.permute(0, 2, 3, 1) of an NCHW
+ * value is then free); otherwise an engine Transpose */
+static int op_transpose(ictx *c)
+{
+    int rc, n;
+    oval *x = in_opt(c, 0, &rc), *y = NULL;
+    if (rc < 0) return rc;
+    if (x && x->kind == V_CONST) return fold_transpose(c, x);
+    if ((rc = in_act(c, 0, &x)) < 0) return rc;
+    if (x->layout == L_FLAT) return fail(c, RT_EINVAL, "transposing a flattened NCHW value");
+    const int r = x->rank;
+    int64_t p[RT_MAX_DIMS];
+    if ((rc = a_ints(c, "perm", p, RT_MAX_DIMS, &n)) < 0) return rc;
+    if (n < 0) {
+        n = r;
+        for (int q = 0; q < r; q++) p[q] = r - 1 - q;
+    }
+    int seen[RT_MAX_DIMS] = {0};
+    if (n != r) return fail(c, RT_EINVAL, "perm has %d entries for rank %d", n, r);
+    for (int q = 0; q < r; q++)
+        if (p[q] < 0 || p[q] >= r || seen[p[q]]++)
+            return fail(c, RT_EINVAL, "perm is not a permutation");
+    if (p[0] != 0) return fail(c, RT_EINVAL, "the batch dimension must stay first");
+    int64_t d[RT_MAX_DIMS];
+    for (int q = 0; q < r; q++) d[q] = x->d[p[q]];
+    oval probe = {.rank = r};
+    int64_t eperm[RT_MAX_DIMS];
+    int best = -1;
+    for (int lay = 0; lay < 2 && best < 0; lay++) {
+        const int L = lay == 0 ? L_PLAIN : L_NHWC;
+        if (L == L_NHWC && r != 4) continue;
+        probe.layout = L;
+        int id = 1;
+        for (int a = 0; a < r; a++) id &= epos(x, (int)p[a]) == epos(&probe, a);
+        if (id) best = L;
+    }
+    const int L = best >= 0 ? best : r == 4 ? L_NHWC : L_PLAIN;
+    if ((rc = def_act(c, &y, L, r, d)) < 0) return rc;
+    if (best >= 0) { /* the engine's data is already in this order */
+        y->en = x->en;
+        return 0;
+    }
+    probe.layout = L;
+    /* engine output axis epos(out, a) holds ONNX input axis p[a] */
+    for (int a = 0; a < r; a++) eperm[epos(&probe, a)] = epos(x, (int)p[a]);
+    const char *in[1] = {x->en};
+    rt_attr at = {.name = "perm", .kind = RT_ATTR_INTS, .n = r, .ints = eperm};
+    return add_node(c, y->en, "Transpose", 1, in, 1, &at);
+}
+
+static int op_reduce(ictx *c, const char *op)
+{
+    int rc, n = -1;
+    oval *x = NULL, *y = NULL;
+    if ((rc = in_act(c, 0, &x)) < 0) return rc;
+    if (x->layout == L_FLAT) return fail(c, RT_EINVAL, "reducing a flattened NCHW value");
+    int64_t ax[RT_MAX_DIMS], keep, nowhere;
+    if ((rc = a_int(c, "keepdims", 1, &keep)) < 0 ||
+        (rc = a_int(c, "noop_with_empty_axes", 0, &nowhere)) < 0)
+        return rc;
+    /* ReduceSum takes axes as an input from opset 13 */
+    if (!strcmp(op, "ReduceSum") && c->opset >= 13) {
+        oval *a = in_opt(c, 1, &rc);
+        if (rc < 0) return rc;
+        if (a) {
+            if (a->kind != V_CONST || a->isf || a->numel > RT_MAX_DIMS)
+                return fail(c, RT_EINVAL, "axes must be an integer constant");
+            for (int64_t q = 0; q < a->numel; q++) ax[q] = a->i[q];
+            n = (int)a->numel;
+        }
+    } else if ((rc = a_ints(c, "axes", ax, RT_MAX_DIMS, &n)) < 0) {
+        return rc;
+    }
+    if (n == 0 && nowhere) return fail(c, RT_EINVAL, "noop_with_empty_axes is not supported");
+    const int r = x->rank;
+    int red[RT_MAX_DIMS] = {0};
+    if (n <= 0) {
+        for (int q = 0; q < r; q++) red[q] = 1;
+    } else {
+        for (int q = 0; q < n; q++) {
+            int a = 0;
+            if ((rc = norm_axis(c, ax[q], r, &a)) < 0) return rc;
+            red[a] = 1;
+        }
+    }
+    if (red[0]) return fail(c, RT_EINVAL, "the batch dimension cannot be reduced");
+    int64_t d[RT_MAX_DIMS], eax[RT_MAX_DIMS];
+    int nr = 0, ne = 0, cdim = -1;
+    for (int q = 0; q < r; q++) {
+        if (red[q]) eax[ne++] = epos(x, q);
+        if (!red[q] || keep) d[nr++] = red[q] ? 1 : x->d[q];
+    }
+    int L = x->layout;
+    if (L == L_NHWC && !keep) {
+        /* what is left keeps the engine's order: ONNX's too unless the
+         * channel stays with a spatial dim */
+        int left = 0;
+        for (int q = 1; q < r; q++) left += !red[q];
+        cdim = !red[1];
+        if (cdim && left > 1)
+            return fail(c, RT_EINVAL, "reducing an NCHW value to (N, C, spatial) without "
+                        "keepdims is not supported");
+        L = L_PLAIN;
+    }
+    if ((rc = def_act(c, &y, L, nr, d)) < 0) return rc;
+    const char *in[1] = {x->en};
+    rt_attr at[2] = {{.name = "axes", .kind = RT_ATTR_INTS, .n = ne, .ints = eax},
+                     {.name = "keepdims", .kind = RT_ATTR_INT, .i = keep != 0}};
+    return add_node(c, y->en, op, 1, in, 2, at);
+}
+
+static int op_reducemean(ictx *c) { return op_reduce(c, "ReduceMean"); }
+static int op_reducesum(ictx *c) { return op_reduce(c, "ReduceSum"); }
+
+static int op_gmp(ictx *c)
+{
+    int rc;
+    oval *x = NULL, *y = NULL;
+    if ((rc = in_act(c, 0, &x)) < 0 || (rc = need_nhwc(c, x)) < 0) return rc;
+    const int64_t d[4] = {-1, x->d[1], 1, 1};
+    if ((rc = def_act(c, &y, L_NHWC, 4, d)) < 0) return rc;
+    const char *in[1] = {x->en};
+    rt_attr a = {.name = "keepdims", .kind = RT_ATTR_INT, .i = 1};
+    return add_node(c, y->en, "GlobalMaxPool", 1, in, 1, &a);
 }
 
 /* ----------------------------------------------------------- the op table */
@@ -1333,6 +1934,14 @@ static const struct {
     {"Squeeze", op_squeeze}, {"Unsqueeze", op_unsqueeze}, {"Concat", op_concat},
     {"Identity", op_identity}, {"Constant", op_constant},
     {"Shape", op_shape}, {"Gather", op_gather}, {"Cast", op_cast}, {"Slice", op_slice},
+    {"Div", op_div}, {"PRelu", op_prelu}, {"Max", op_max}, {"Min", op_min},
+    {"Elu", op_elu}, {"Selu", op_selu}, {"LeakyRelu", op_leakyrelu}, {"Erf", op_erf},
+    {"ThresholdedRelu", op_thresholdedrelu}, {"HardSigmoid", op_hardsigmoid},
+    {"Softplus", op_softplus}, {"Softsign", op_softsign}, {"Exp", op_exp}, {"Clip", op_clip},
+    {"ConvTranspose", op_convtranspose}, {"LayerNormalization", op_layernorm},
+    {"Pad", op_pad}, {"Transpose", op_transpose}, {"ReduceMean", op_reducemean},
+    {"ReduceSum", op_reducesum}, {"GlobalMaxPool", op_gmp},
+    {"ConstantOfShape", op_constantofshape},
 };
 
 static op_fn find_op(const Onnx__NodeProto *n)
@@ -1446,11 +2055,25 @@ static int run_import(ictx *c, const void *buf, size_t len, const char *output)
     if ((rc = check_ops(c, gr)) < 0) return rc;
     if (gr->n_sparse_initializer)
         return fail(c, RT_EINVAL, "sparse initializers are not supported");
-    size_t want = 2 * (gr->n_node * 4 + gr->n_initializer + gr->n_input) + 16, cap = 16;
+    /* every name the table may hold, twice over: it never fills */
+    size_t names = gr->n_initializer + gr->n_input + gr->n_output, cap = 16;
+    for (size_t k = 0; k < gr->n_node; k++)
+        names += gr->node[k]->n_input + gr->node[k]->n_output;
+    const size_t want = 2 * names + 16;
     while (cap < want) cap <<= 1;
     c->cap = cap;
     if (!(c->tab = calloc(cap, sizeof *c->tab))) return OOM(c);
     if (!(c->g = rt_graph_create())) return OOM(c);
+    /* readers of each value (patterns need single-reader values) */
+    for (size_t k = 0; k < gr->n_node; k++)
+        for (size_t i = 0; i < gr->node[k]->n_input; i++) {
+            oval *v = lookup(c, gr->node[k]->input[i], 1);
+            if (v) v->uses++;
+        }
+    for (size_t q = 0; q < gr->n_output; q++) {
+        oval *v = lookup(c, gr->output[q]->name, 1);
+        if (v) v->uses += 2;
+    }
     for (size_t k = 0; k < gr->n_initializer; k++) {
         Onnx__TensorProto *t = gr->initializer[k];
         if (!t->name || !*t->name) return fail(c, RT_EINVAL, "an initializer has no name");
@@ -1469,8 +2092,11 @@ static int run_import(ictx *c, const void *buf, size_t len, const char *output)
         if ((rc = define_input(c, vi)) < 0) return rc;
     }
     if (!n_data) return fail(c, RT_EINVAL, "the model has no data input");
+    if (!(c->skip = calloc(gr->n_node ? gr->n_node : 1, 1))) return OOM(c);
     for (size_t k = 0; k < gr->n_node; k++) {
+        if (c->skip[k]) continue;
         c->node = gr->node[k];
+        c->k = k;
         if ((rc = find_op(c->node)(c)) < 0) return rc;
     }
     c->node = NULL;
@@ -1497,6 +2123,7 @@ static void ctx_free(ictx *c)
 {
     if (c->m) onnx__model_proto__free_unpacked(c->m, &pb_allocator);
     free(c->tab);
+    free(c->skip);
     rt__arena_free(&c->ar);
     rt_graph_destroy(c->g);
 }

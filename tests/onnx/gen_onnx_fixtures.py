@@ -21,6 +21,11 @@ Models (docs/workloads.md):
         their channel Concat, a trainable (C,1,1) shift subtracted and a
         constant product, AvgPool(3, stride 1, pad 1, padding not counted),
         tanh, sigmoid, Flatten of a (C,2,2) value into a Linear, logsoftmax
+    kx  the newer operators, exported at opset 17: a depthwise Conv,
+        LeakyRelu, Elu, GELU (the Div-Erf-Add-Mul-Mul pattern), constant
+        Pad, a strided Conv with Selu, ConvTranspose, relu6 (Clip), Div by
+        a constant, PReLU, ReduceMean over H and W, Transpose to NHWC with
+        x.reshape(x.size(0), -1), Concat, LayerNormalization, Softplus, Erf
 
 Each is trained by PyTorch for 10 steps on 10 fixed batches, in order, once
 with SGD (lr 0.02, momentum 0.9) and once with Adam (lr 1e-3, eps 1e-7),
@@ -139,6 +144,30 @@ class MX(nn.Module):
         return F.log_softmax(self.fc(torch.flatten(x, 1)), dim=1)
 
 
+class KX(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dw = nn.Conv2d(3, 6, 3, padding=1, groups=3)
+        self.pw = nn.Conv2d(6, 8, 1)
+        self.c2 = nn.Conv2d(8, 8, 3, stride=2)
+        self.up = nn.ConvTranspose2d(8, 4, 2, stride=2)
+        self.prelu = nn.PReLU(4, init=0.2)
+        self.fc0 = nn.Linear(8 * 8 * 4, 12)
+        self.ln = nn.LayerNorm(16)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        a = F.elu(F.leaky_relu(self.dw(x), 0.1))
+        b = F.pad(F.gelu(self.pw(a)), (1, 0, 0, 1))
+        b = F.selu(self.c2(b))
+        u = self.prelu(F.relu6(self.up(b)) / 2.0)
+        m = u.mean(dim=(2, 3))
+        t = u.permute(0, 2, 3, 1)
+        t = t.reshape(t.size(0), -1)
+        h = self.ln(torch.cat([m, self.fc0(t)], dim=1))
+        return self.fc(F.softplus(h) + torch.erf(h))
+
+
 def iris():
     rows = np.loadtxt(os.path.join(ROOT, "tests/fixtures/iris.csv"), delimiter=",",
                       skiprows=1, usecols=range(5), dtype=np.float64)
@@ -161,16 +190,17 @@ def data(name, n):
     if name == "wd":
         x, y = digits()
         return x[:n].reshape(n, 8, 8, 1), 1.0 / 16, y[:n], (8, 8, 1)
-    shape = {"wc": (784,), "wb": (12, 12, 3), "rb": (8, 8, 3), "mx": (8, 8, 3)}[name]
+    shape = {"wc": (784,), "wb": (12, 12, 3), "rb": (8, 8, 3), "mx": (8, 8, 3),
+             "kx": (8, 8, 3)}[name]
     x = rng.randint(0, 256, size=(n,) + shape).astype(np.uint8)
     return x, 1.0 / 255, rng.randint(0, 10, size=n).astype(np.int32), shape
 
 
 def model(name):
-    torch.manual_seed({"wa": 1, "wc": 2, "wb": 3, "wd": 4, "rb": 5, "mx": 6}[name])
+    torch.manual_seed({"wa": 1, "wc": 2, "wb": 3, "wd": 4, "rb": 5, "mx": 6, "kx": 7}[name])
     return {"wa": lambda: MLP([4, 32, 3], softmax=True),
             "wc": lambda: MLP([784, 512, 512, 10]),
-            "wb": lambda: WB(12), "wd": WD, "rb": RB, "mx": MX}[name]()
+            "wb": lambda: WB(12), "wd": WD, "rb": RB, "mx": MX, "kx": KX}[name]()
 
 
 def to_torch(x, scale):
@@ -205,7 +235,7 @@ def train(name, m, xb, yb, opt):
 
 
 def export(name, m, x0, path):
-    kw = dict(opset_version=13, input_names=["x"], output_names=["y"],
+    kw = dict(opset_version=17 if name == "kx" else 13, input_names=["x"], output_names=["y"],
               dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
     if name == "rb":  # keep BatchNormalization (eval export folds it into Conv)
         m.train()
@@ -218,8 +248,8 @@ def export(name, m, x0, path):
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "fixtures")
     os.makedirs(out, exist_ok=True)
-    batch = {"wa": 10, "wc": 16, "wb": 8, "wd": 16, "rb": 8, "mx": 8}
-    for name in ["wa", "wc", "wb", "wd", "rb", "mx"]:
+    batch = {"wa": 10, "wc": 16, "wb": 8, "wd": 16, "rb": 8, "mx": 8, "kx": 8}
+    for name in sys.argv[2:] or ["wa", "wc", "wb", "wd", "rb", "mx", "kx"]:
         B = batch[name]
         x, scale, y, shape = data(name, B * STEPS)
         xt, yt = to_torch(x, scale), torch.from_numpy(y.astype(np.int64))
@@ -241,7 +271,8 @@ def main():
                 sd_of[iname] = iname
                 continue
             hits = [k for k, v in init_state.items()
-                    if tuple(v.shape) == arr.shape and np.array_equal(v.numpy(), arr)]
+                    if v.numel() == arr.size and v.dtype == torch.float32 and
+                    np.array_equal(v.numpy().reshape(-1), arr.reshape(-1))]
             assert len(hits) == 1, (name, iname)
             sd_of[iname] = hits[0]
         # training starts from the initializers as exported (the export's

@@ -54,7 +54,7 @@ def main():
         if f.startswith(("ok_", "bad_")):
             os.remove(os.path.join(OUT, f))
     fix = os.path.join(HERE, "fixtures")
-    for n in ("wa", "rb"):
+    for n in ("wa", "rb", "mx", "kx"):
         with open(os.path.join(fix, n + ".onnx"), "rb") as f:
             put("ok_%s.onnx" % n, f.read())
     with open(os.path.join(fix, "wa.onnx"), "rb") as f:
@@ -169,6 +169,16 @@ def main():
         "the graph has 2 outputs; name the one to train")
     put("bad_shape.onnx", model([mm], [vi("x", ["N", 5])], [vi("y", ["N", 3])], [w]),
         "RT_ESHAPE", "weight 'w' expects 4 inputs, 'x' has 5")
+    put("bad_convt_output_shape.onnx", model([
+        oh.make_node("ConvTranspose", ["x", "w"], ["c"], output_shape=[8, 8], name="ct"),
+        oh.make_node("Flatten", ["c"], ["y"]),
+    ], [vi("x", ["N", 2, 4, 4])], [vi("y", ["N", 128])], [f32("w", 2, 2, 2, 2)]),
+        "RT_EINVAL", "output_shape is not supported")
+    put("bad_transposed_init.onnx", model([
+        oh.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+        oh.make_node("MatMul", ["x", "wt"], ["y"], name="mm"),
+    ], [vi("x", ["N", 4])], [vi("y", ["N", 3])], [f32("w", 3, 4)]), "RT_EINVAL",
+        "initializer 'w' is reshaped, transposed or sliced")
     with open(os.path.join(HERE, "cases.txt"), "w") as f:
         f.write("# made by gen_onnx_seeds.py: file, expected code, text in the message\n")
         for c in cases:

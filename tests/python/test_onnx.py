@@ -60,15 +60,27 @@ def torch_predict(name, onnx_bytes, x):
     state_dict, in eval mode, on x (NHWC data transposed to NCHW)"""
     m = GEN.model(name)
     sd = m.state_dict()
+    # which state_dict entry each initializer is: by name, or (PyTorch
+    # renames some, e.g. PReLU's reshaped slope) by the untrained values
+    orig = onnx.load(os.path.join(FIX, name + ".onnx"))
+    key = {}
+    for t in orig.graph.initializer:
+        a = onh.to_array(t)
+        if t.name in sd:
+            key[t.name] = t.name
+        elif a.dtype == np.float32:
+            hits = [k for k, v in sd.items() if v.numel() == a.size and
+                    v.dtype == torch.float32 and
+                    np.array_equal(v.numpy().reshape(-1), a.reshape(-1))]
+            assert len(hits) == 1, (t.name, hits)
+            key[t.name] = hits[0]
     proto = onnx.load_from_string(onnx_bytes)
-    got = {t.name: onh.to_array(t) for t in proto.graph.initializer}
-    new = {}
-    for k, v in sd.items():
-        if k in got:
-            new[k] = torch.from_numpy(got[k].copy()).reshape(v.shape)
-        else:
-            assert k.endswith("num_batches_tracked"), k
-            new[k] = v
+    new = dict(sd)
+    for t in proto.graph.initializer:
+        if t.name in key:
+            k = key[t.name]
+            new[k] = torch.from_numpy(onh.to_array(t).copy()).reshape(sd[k].shape)
+    assert set(key.values()) | {k for k in sd if k.endswith("num_batches_tracked")} == set(sd)
     m.load_state_dict(new)
     m.eval()
     t = torch.from_numpy(x)
@@ -78,7 +90,7 @@ def torch_predict(name, onnx_bytes, x):
         return m(t).numpy()
 
 
-@pytest.mark.parametrize("name", ["wa", "wb", "wd", "rb", "mx"])
+@pytest.mark.parametrize("name", ["wa", "wb", "wd", "rb", "mx", "kx"])
 def test_train_export_into_pytorch(client, tmp_path, name):
     x, y = load_ref(name)
     path = os.path.join(FIX, name + ".onnx")
