@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "import_keras.h"
@@ -156,6 +157,60 @@ static void bench_wb(const char *dir, int reps)
     free(onnx);
 }
 
+/* torch_peer.py --serve, OPENBLAS_CORETYPE unset: one step per line */
+typedef struct peer {
+    pid_t pid;
+    FILE *to, *from;
+} peer;
+
+static void peer_start(peer *p)
+{
+    int in[2], out[2];
+    if (pipe(in) != 0 || pipe(out) != 0) die("pipe", "peer");
+    p->pid = fork();
+    if (p->pid < 0) die("fork", "peer");
+    if (p->pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        close(in[1]);
+        close(out[0]);
+        unsetenv("OPENBLAS_CORETYPE");
+        char script[512];
+        snprintf(script, sizeof script, "%s/bench/onnx/torch_peer.py", RT_SOURCE_DIR);
+        execl("/usr/bin/python3", "python3", script, "--serve", (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    p->to = fdopen(in[1], "w");
+    p->from = fdopen(out[0], "r");
+    char line[64];
+    if (!fgets(line, sizeof line, p->from) || strncmp(line, "ready", 5) != 0) {
+        fprintf(stderr, "bench_onnx: the PyTorch peer did not start (python3-torch?)\n");
+        fclose(p->to);
+        fclose(p->from);
+        waitpid(p->pid, NULL, 0);
+        p->pid = 0;
+    }
+}
+
+static double peer_step(peer *p)
+{
+    char line[64];
+    double ms = NAN;
+    fputs("step\n", p->to);
+    fflush(p->to);
+    if (fgets(line, sizeof line, p->from)) ms = atof(line);
+    return ms;
+}
+
+static void peer_stop(peer *p)
+{
+    fclose(p->to);
+    fclose(p->from);
+    waitpid(p->pid, NULL, 0);
+}
+
 /* import and compile times (median of reps); the plan of the last */
 static rt_plan *import_compile(const char *name, const char *path, int batch, int reps,
                                rt_train_config *cfg)
@@ -179,7 +234,7 @@ static rt_plan *import_compile(const char *name, const char *path, int batch, in
         tc[r] = (t2 - t1) * 1e3;
         rt_graph_destroy(g);
     }
-    printf("| %s | %.1f MB | %llu | %d | %.2f | %.2f |\n", name, len / 1e6,
+    printf("| %s | %.1f KB | %llu | %d | %.2f | %.2f |\n", name, len / 1e3,
            (unsigned long long)p->rep.param_count, p->n_nodes, median(ti, reps),
            median(tc, reps));
     free(onnx);
@@ -225,21 +280,22 @@ int main(int argc, char **argv)
     int32_t *y;
     rt_data d = make_data(p, 64 * 2, &x, &y);
     step_ms(e, &d, 2);
-    double t[64];
+    double t[64], tt[64];
     const int rr = reps > 64 ? 64 : reps;
-    for (int r = 0; r < rr; r++) t[r] = step_ms(e, &d, 1);
+    peer pr = {0};
+    if (torch) peer_start(&pr);
+    for (int r = 0; r < rr; r++) { /* interleaved with the peer's steps */
+        t[r] = step_ms(e, &d, 1);
+        if (pr.pid > 0) tt[r] = peer_step(&pr);
+    }
     const double mr = median(t, rr);
     double mt = NAN;
-    if (torch) {
-        snprintf(cmd, sizeof cmd,
-                 "env -u OPENBLAS_CORETYPE /usr/bin/python3 %s/bench/onnx/torch_peer.py --reps %d",
-                 RT_SOURCE_DIR, rr);
-        FILE *f = popen(cmd, "r");
-        char line[256];
-        while (f && fgets(line, sizeof line, f)) sscanf(line, "resnet18_step_ms %lf", &mt);
-        if (f) pclose(f);
+    if (pr.pid > 0) {
+        mt = median(tt, rr);
+        peer_stop(&pr);
     }
-    printf("\n3. ResNet-18 training step, batch 64, 32x32x3, SGD momentum (median of %d)\n", rr);
+    printf("\n3. ResNet-18 training step, batch 64, 32x32x3, SGD momentum (median of %d, "
+           "interleaved with the peer's)\n", rr);
     printf("| | ms/step | images/s | GFLOP/step |\n| --- | --- | --- | --- |\n");
     printf("| rtrain (ONNX import) | %.1f | %.0f | %.1f |\n", mr, 64e3 / mr,
            p->rep.flops_per_step * 1e-9);

@@ -6,8 +6,11 @@ it with OPENBLAS_CORETYPE unset (OpenBLAS' AVX-512 kernel) and OpenBLAS at
 one thread, PyTorch's best setting here (docs/workloads.md).
 
     /usr/bin/python3 bench/onnx/torch_peer.py [--reps N]
-
-Prints: resnet18_step_ms <median of N steps after 2 warm-up steps>
+        prints: resnet18_step_ms <median of N steps after 2 warm-up steps>
+    /usr/bin/python3 bench/onnx/torch_peer.py --serve
+        prints "ready" after 2 warm-up steps, then runs one step per line
+        read from stdin and prints its ms: bench_onnx.c interleaves these
+        with its own steps, so the machine's load hits both alike
 """
 import os
 import sys
@@ -32,16 +35,22 @@ def main():
     g = torch.Generator().manual_seed(1)
     x = torch.rand(64, 3, 32, 32, generator=g)
     y = torch.randint(0, 10, (64,), generator=g)
-    times = []
-    for i in range(reps + 2):
+    def step():
         t0 = time.perf_counter()
         opt.zero_grad()
         loss = F.cross_entropy(m(x), y)
         loss.backward()
         opt.step()
-        if i >= 2:
-            times.append(time.perf_counter() - t0)
-    times.sort()
+        return time.perf_counter() - t0
+
+    step()
+    step()
+    if "--serve" in sys.argv:
+        print("ready", flush=True)
+        for _ in sys.stdin:
+            print("%.3f" % (1e3 * step()), flush=True)
+        return
+    times = sorted(step() for _ in range(reps))
     print("resnet18_step_ms %.3f" % (1e3 * times[len(times) // 2]))
 
 
