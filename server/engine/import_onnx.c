@@ -38,6 +38,8 @@ typedef struct oval {
     float *f;
     int64_t *i;
     Onnx__TensorProto *init;    /* a float initializer: trainable weights */
+    const char *wname;          /* the parameter's name: the initializer's,
+                                   also through Identity */
 } oval;
 
 /* A parameter made from an ONNX tensor: engine = transpose(reshape(onnx,
@@ -309,20 +311,21 @@ static const int P_ID[MAXR] = {0, 1, 2, 3, 4, 5};
 static int mk_param(ictx *c, oval *v, int r, const int64_t *vd, const int *perm,
                     int orank, const int64_t *od, int trainable, const char **pname)
 {
+    const char *wn = v->wname ? v->wname : v->name;
     if (!v->isf)
-        return fail(c, RT_EDTYPE, "'%.64s' must hold floats", v->name);
+        return fail(c, RT_EDTYPE, "'%.64s' must hold floats", wn);
     int64_t n = 1;
     for (int k = 0; k < r; k++) n *= vd[k];
     if (n != v->numel)
-        return fail(c, RT_ESHAPE, "'%.64s' has %lld values, expected %lld", v->name,
+        return fail(c, RT_ESHAPE, "'%.64s' has %lld values, expected %lld", wn,
                     (long long)v->numel, (long long)n);
     for (int k = 0; k < c->npm; k++) {
         pmap *p = &c->pm[k];
-        if (strcmp(p->pname, v->name) != 0) continue;
+        if (strcmp(p->pname, wn) != 0) continue;
         if (p->r != r || memcmp(p->vd, vd, sizeof(int64_t) * (size_t)r) ||
             memcmp(p->perm, perm, sizeof(int) * (size_t)r))
             return fail(c, RT_EINVAL, "initializer '%.64s' is used in two different layouts",
-                        v->name);
+                        wn);
         *pname = p->pname;
         return 0;
     }
@@ -330,7 +333,7 @@ static int mk_param(ictx *c, oval *v, int r, const int64_t *vd, const int *perm,
     if (!buf) return OOM(c);
     permute(v->f, buf, r, vd, perm, 0);
     int64_t one = 1;
-    int rc = rt_graph_add_param(c->g, v->name, orank ? orank : 1, orank ? od : &one,
+    int rc = rt_graph_add_param(c->g, wn, orank ? orank : 1, orank ? od : &one,
                                 RT_INIT_DEFAULT, trainable && v->init, buf);
     free(buf);
     if (rc < 0) return fail(c, rc, "%s", rt_graph_errmsg(c->g));
@@ -343,7 +346,7 @@ static int mk_param(ictx *c, oval *v, int r, const int64_t *vd, const int *perm,
         c->cap_pm = cap;
     }
     pmap *p = &c->pm[c->npm++];
-    p->pname = v->name;
+    p->pname = wn;
     p->init = v->init;
     p->r = r;
     memcpy(p->vd, vd, sizeof(int64_t) * (size_t)r);
@@ -535,9 +538,13 @@ static int op_identity(ictx *c)
     if (!x) return fail(c, RT_EGRAPH, "input 0 is missing");
     if ((rc = out_slot(c, 0, &y)) < 0) return rc;
     const char *nm = y->name;
+    const int uses = y->uses;
     *y = *x;
     y->name = nm;
-    if (x->kind == V_CONST) y->init = NULL; /* its own constant: no export twice */
+    y->uses = uses;
+    /* the same weight under another name (PyTorch writes Identity for a
+     * weight used twice): one parameter, named as the initializer */
+    if (x->kind == V_CONST && !y->wname) y->wname = x->name;
     return 0;
 }
 
@@ -1106,8 +1113,10 @@ static int flatten_to(ictx *c, oval *x)
         /* already flat: another name */
         if ((rc = out_slot(c, 0, &y)) < 0) return rc;
         const char *nm = y->name;
+        const int uses = y->uses;
         *y = *x;
         y->name = nm;
+        y->uses = uses;
         return 0;
     }
     if ((rc = def_act(c, &y, L_PLAIN, 2, d)) < 0) return rc;
@@ -1148,8 +1157,10 @@ static int reshape_to(ictx *c, oval *x, int r, const int64_t *d)
     if (same) { /* a no-op reshape */
         if ((rc = out_slot(c, 0, &y)) < 0) return rc;
         const char *nm = y->name;
+        const int uses = y->uses;
         *y = *x;
         y->name = nm;
+        y->uses = uses;
         return 0;
     }
     if (x->layout == L_NHWC && r == 4 && d[2] * d[3] == 1 && x->d[2] * x->d[3] == 1) {
@@ -2044,6 +2055,37 @@ static int define_input(ictx *c, const Onnx__ValueInfoProto *vi)
     return rc < 0 ? fail(c, rc, "%s", rt_graph_errmsg(c->g)) : 0;
 }
 
+/* An NCHW (or flattened NCHW) graph output in ONNX's own order, so that
+ * predictions and labels read as PyTorch's: the one place a transpose runs
+ * per step (the importer folds every other one into the weights). */
+static int output_to_nchw(ictx *c, const oval *v, const char **en)
+{
+    const size_t n = strlen(v->en) + 8;
+    char *rs = alloc(c, n), *tr = alloc(c, n), *fl = alloc(c, n);
+    if (!rs || !tr || !fl) return OOM(c);
+    snprintf(rs, n, "%s#nhwc", v->en);
+    snprintf(tr, n, "%s#nchw", v->en);
+    snprintf(fl, n, "%s#flat", v->en);
+    const char *in[1] = {v->en};
+    int rc;
+    if (v->layout == L_FLAT) {
+        const int64_t hwc[3] = {v->fh, v->fw, v->fc};
+        rt_attr a = {.name = "shape", .kind = RT_ATTR_INTS, .n = 3, .ints = hwc};
+        if ((rc = add_node(c, rs, "Reshape", 1, in, 1, &a)) < 0) return rc;
+        in[0] = rs;
+    }
+    static const int64_t perm[4] = {0, 3, 1, 2};
+    rt_attr a = {.name = "perm", .kind = RT_ATTR_INTS, .n = 4, .ints = perm};
+    if ((rc = add_node(c, tr, "Transpose", 1, in, 1, &a)) < 0) return rc;
+    *en = tr;
+    if (v->layout == L_FLAT) {
+        in[0] = tr;
+        if ((rc = add_node(c, fl, "Flatten", 1, in, 0, NULL)) < 0) return rc;
+        *en = fl;
+    }
+    return 0;
+}
+
 static int run_import(ictx *c, const void *buf, size_t len, const char *output)
 {
     int rc;
@@ -2111,10 +2153,9 @@ static int run_import(ictx *c, const void *buf, size_t len, const char *output)
     if (!v || v->kind == V_NONE) return fail(c, RT_EINVAL, "no value '%.64s' in the graph",
                                              out ? out : "");
     if (v->kind != V_ACT) return fail(c, RT_EINVAL, "output '%.64s' is a constant", out);
-    if (v->layout == L_NHWC)
-        return fail(c, RT_EINVAL, "output '%.64s' is a 4-D (NCHW) value; flatten it first",
-                    out);
-    if ((rc = rt_graph_set_output(c->g, v->en)) < 0)
+    const char *en = v->en;
+    if (v->layout != L_PLAIN && (rc = output_to_nchw(c, v, &en)) < 0) return rc;
+    if ((rc = rt_graph_set_output(c->g, en)) < 0)
         return fail(c, rc, "%s", rt_graph_errmsg(c->g));
     return 0;
 }

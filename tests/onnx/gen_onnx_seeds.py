@@ -112,6 +112,15 @@ def main():
          f32("g", 6), f32("bb", 6), f32("mu", 6),
          onh.from_array(np.ones(6, np.float32), "var"), f32("fw", 4, 6)]))
 
+    # a weight used twice through Identity (as PyTorch writes shared
+    # weights): one trainable parameter "w" (test_onnx_bad checks)
+    put("ok_identity_shared.onnx", model([
+        oh.make_node("Identity", ["w"], ["w2"]),
+        oh.make_node("MatMul", ["x", "w"], ["h"]),
+        oh.make_node("Relu", ["h"], ["r"]),
+        oh.make_node("MatMul", ["r", "w2"], ["y"]),
+    ], [vi("x", ["N", 4])], [vi("y", ["N", 4])], [f32("w", 4, 4)]))
+
     # ----------------------------------------------------------- bad input
     put("bad_garbage.onnx", b"\x0a\xff\xff\xff\xff\x0f not protobuf", "RT_EPROTO",
         "not a serialized ONNX ModelProto")

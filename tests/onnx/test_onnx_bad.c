@@ -110,6 +110,32 @@ int main(int argc, char **argv)
     }
     fclose(f);
     CHECK(n >= 20);
+    {
+        /* Identity of a weight: the same parameter, trainable, named as the
+         * initializer */
+        snprintf(path, sizeof path, "%s/ok_identity_shared.onnx", argv[2]);
+        size_t len;
+        uint8_t *b = read_all(path, &len);
+        rt_graph *g;
+        char err[256];
+        CHECK_RC(rt_onnx_import(b, len, NULL, &g, err, sizeof err));
+        rt_train_config cfg;
+        rt_train_config_init(&cfg);
+        cfg.loss = RT_LOSS_MSE;
+        cfg.label_dtype = RT_F32;
+        cfg.label_ndim = 1;
+        cfg.label_dims[0] = 4;
+        rt_plan *p;
+        CHECK_RC(rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err));
+        const char *nm = "";
+        int64_t d[RT_MAX_DIMS];
+        int tr = 0;
+        CHECK(rt_plan_n_params(p) == 1);
+        CHECK(rt_plan_param_info(p, 0, &nm, d, &tr) == 2 && !strcmp(nm, "w") && tr);
+        rt_plan_release(p);
+        rt_graph_destroy(g);
+        free(b);
+    }
     printf("%d/%d cases as expected\n", ok, n);
     return rt_test_done("onnx_bad");
 }

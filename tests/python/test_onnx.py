@@ -174,3 +174,84 @@ def test_bad_models(client):
     m = client.compile(model_bytes(good, [vi("x", ["N", 4])], [vi("y", ["N", 3])], [w]),
                        **comp)
     assert m.output_shape == (3,)
+
+
+class ConvOut(torch.nn.Module):
+    """a 4-D (NCHW) output, and a flattened one beside it"""
+    def __init__(self, flat):
+        super().__init__()
+        self.c = torch.nn.Conv2d(3, 2, 3, padding=1)
+        self.flat = flat
+
+    def forward(self, x):
+        y = torch.tanh(self.c(x))
+        return torch.flatten(y, 1) if self.flat else y
+
+
+class Shared(torch.nn.Module):
+    """one Linear applied twice: one weight, trained by both uses"""
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.fc(x)))
+
+
+def export_bytes(m, x):
+    import io
+    f = io.BytesIO()
+    m.eval()
+    torch.onnx.export(m, x, f, opset_version=13, input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {0: "b"}, "y": {0: "b"}})
+    return f.getvalue()
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_nchw_outputs_in_pytorch_order(client, flat):
+    torch.manual_seed(0)
+    m = ConvOut(flat)
+    x = torch.rand(6, 3, 5, 5)
+    data = export_bytes(m, x)
+    want = m(x).detach().numpy()
+    shape = want.shape[1:]
+    r = client.compile(data, loss="mse", batch_size=6, label_shape=shape)
+    assert r.output_shape == shape
+    got = r.predict(x.permute(0, 2, 3, 1).contiguous().numpy(), batch_size=6)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # and it trains against labels in PyTorch's order
+    r.fit(x.permute(0, 2, 3, 1).contiguous().numpy(), np.zeros((6,) + shape, np.float32),
+          batch_size=6, epochs=2, verbose=0)
+    out = onnx.load_from_string(r.to_onnx())
+    sd = {"c.weight": None, "c.bias": None}
+    for t in out.graph.initializer:
+        sd[t.name] = torch.from_numpy(onh.to_array(t).copy())
+    m.load_state_dict(sd)
+    np.testing.assert_allclose(
+        r.predict(x.permute(0, 2, 3, 1).contiguous().numpy(), batch_size=6),
+        m(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_shared_weight_is_one_parameter(client):
+    torch.manual_seed(0)
+    m = Shared()
+    x = torch.rand(8, 4)
+    data = export_bytes(m, x)
+    r = client.compile(data, loss="mse", batch_size=8, label_shape=(4,),
+                       optimizer=rtrain.optimizers.SGD(0.1))
+    names = [n for n, _ in r._prog.get_weights()[1]]
+    assert len(names) == 2, names  # weight and bias, used twice each
+    y = np.ones((8, 4), np.float32)
+    r.fit(x.numpy(), y, batch_size=8, epochs=3, verbose=0)
+    # PyTorch trains the same way: both uses' gradients add up
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(m(x), torch.from_numpy(y)).backward()
+        opt.step()
+    np.testing.assert_allclose(r.predict(x.numpy(), batch_size=8), m(x).detach().numpy(),
+                               rtol=1e-5, atol=1e-5)
+    got = {t.name: onh.to_array(t) for t in onnx.load_from_string(r.to_onnx()).graph.initializer}
+    w = [a for a in got.values() if a.shape == (4, 4)]
+    assert len(w) == 1
+    np.testing.assert_allclose(w[0], m.fc.weight.detach().numpy(), rtol=1e-5, atol=1e-6)
