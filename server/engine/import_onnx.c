@@ -411,6 +411,15 @@ static int def_act(ictx *c, oval **out, int layout, int rank, const int64_t *d)
     oval *v = NULL;
     int rc = out_slot(c, 0, &v);
     if (rc < 0) return rc;
+    /* per-sample sizes stay under the engine's limit, so that products of
+     * an activation's dims never overflow */
+    int64_t n = 1;
+    if (rank < 1 || rank > RT_MAX_DIMS)
+        return fail(c, RT_ESHAPE, "value '%.64s' would have rank %d", v->name, rank);
+    for (int k = 1; k < rank; k++)
+        if (d[k] < 1 || __builtin_mul_overflow(n, d[k], &n) || n > RT__MAX_NUMEL)
+            return fail(c, RT_ESHAPE, "value '%.64s' would have %s dims", v->name,
+                        d[k] < 1 ? "empty" : "too large");
     v->kind = V_ACT;
     v->en = v->name;
     v->layout = layout;
@@ -1266,6 +1275,7 @@ static int op_constant(ictx *c)
     int64_t one = 1, n;
     if (!strcmp(a->name, "value_float") || !strcmp(a->name, "value_int")) {
         int isf = a->name[6] == 'f';
+        if (isf && !isfinite(a->f)) return fail(c, RT_ENAN, "a non-finite constant");
         if ((rc = def_const(c, 0, isf, 0, &one, &v)) < 0) return rc;
         if (isf) v->f[0] = a->f;
         else v->i[0] = a->i == SYM_B ? a->i + 1 : a->i;
@@ -1276,6 +1286,8 @@ static int op_constant(ictx *c)
         n = isf ? (int64_t)a->n_floats : (int64_t)a->n_ints;
         if ((rc = def_const(c, 0, isf, 1, &n, &v)) < 0) return rc;
         for (int64_t q = 0; q < n; q++) {
+            if (isf && !isfinite(a->floats[q]))
+                return fail(c, RT_ENAN, "a non-finite constant");
             if (isf) v->f[q] = a->floats[q];
             else v->i[q] = a->ints[q] == SYM_B ? a->ints[q] + 1 : a->ints[q];
         }
@@ -1481,6 +1493,8 @@ static int op_cast(ictx *c)
             y->i[q] = SYM_B;
         } else if (isf) {
             y->f[q] = x->isf ? x->f[q] : (float)x->i[q];
+        } else if (x->isf && !(fabsf(x->f[q]) < 9.2e18f)) {
+            return fail(c, RT_EINVAL, "%g does not fit an integer", (double)x->f[q]);
         } else {
             y->i[q] = x->isf ? (int64_t)x->f[q] : x->i[q];
         }
@@ -1541,11 +1555,11 @@ static int op_slice(ictx *c)
         if (p0[q] > 0) {
             b = b < 0 ? 0 : b > dim ? dim : b;
             e = e < 0 ? 0 : e > dim ? dim : e;
-            d[a] = e > b ? (e - b + p0[q] - 1) / p0[q] : 0;
+            d[a] = e > b ? (e - b - 1) / p0[q] + 1 : 0;
         } else {
             b = b < 0 ? -1 : b > dim - 1 ? dim - 1 : b;
             e = e < -1 ? -1 : e > dim - 1 ? dim - 1 : e;
-            d[a] = b > e ? (b - e - p0[q] - 1) / -p0[q] : 0;
+            d[a] = b > e ? (b - e - 1) / -p0[q] + 1 : 0;
         }
         lo[a] = b;
         step[a] = p0[q];
@@ -1788,6 +1802,9 @@ static int op_pad(ictx *c)
         value = cv->isf ? cv->f[0] : (double)cv->i[0];
     }
     if (p[0] || p[r]) return fail(c, RT_EINVAL, "the batch dimension cannot be padded");
+    for (int q = 0; q < 2 * r; q++)
+        if (p[q] < -RT__MAX_NUMEL || p[q] > RT__MAX_NUMEL)
+            return fail(c, RT_EINVAL, "pads[%d] = %lld is out of range", q, (long long)p[q]);
     int64_t ep[2 * RT_MAX_DIMS], d[RT_MAX_DIMS];
     for (int q = 0; q < r; q++) {
         ep[epos(x, q)] = p[q];
@@ -2031,6 +2048,7 @@ static int define_input(ictx *c, const Onnx__ValueInfoProto *vi)
     v->kind = V_ACT;
     v->en = v->name;
     v->rank = (int)tt->shape->n_dim;
+    int64_t numel = 1;
     for (size_t k = 0; k < tt->shape->n_dim; k++) {
         const Onnx__TensorShapeProto__Dimension *d = tt->shape->dim[k];
         if (k == 0) {
@@ -2046,6 +2064,8 @@ static int define_input(ictx *c, const Onnx__ValueInfoProto *vi)
             return fail(c, RT_EINVAL, "input '%.64s' dimension %zu is %lld", nm, k,
                         (long long)d->dim_value);
         v->d[k] = d->dim_value;
+        if (__builtin_mul_overflow(numel, d->dim_value, &numel) || numel > RT__MAX_NUMEL)
+            return fail(c, RT_EINVAL, "input '%.64s' is too large per sample", nm);
     }
     v->layout = v->rank == 4 ? L_NHWC : L_PLAIN;
     int64_t ed[RT_MAX_DIMS + 1];
