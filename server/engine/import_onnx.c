@@ -72,7 +72,7 @@ static int fail(ictx *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int fail(ictx *c, int code, const char *fmt, ...)
 {
-    char msg[200];
+    char msg[800];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -2006,7 +2006,7 @@ static int model_opset(ictx *c)
 /* Every unsupported operator at once. */
 static int check_ops(ictx *c, const Onnx__GraphProto *gr)
 {
-    char list[640];
+    char list[720];
     size_t o = 0;
     int bad = 0;
     list[0] = 0;
@@ -2015,9 +2015,10 @@ static int check_ops(ictx *c, const Onnx__GraphProto *gr)
         if (find_op(n)) continue;
         bad++;
         if (o < sizeof list - 80) {
-            int w = snprintf(list + o, sizeof list - o, "%s%s%.32s%s (node '%.48s')",
-                             bad > 1 ? ", " : "", n->domain && *n->domain ? n->domain : "",
-                             n->op_type ? n->op_type : "?", n->domain && *n->domain ? "" : "",
+            const int dom = n->domain && *n->domain;
+            int w = snprintf(list + o, sizeof list - o, "%s%.32s%s%.32s (node '%.48s')",
+                             bad > 1 ? ", " : "", dom ? n->domain : "", dom ? "." : "",
+                             n->op_type ? n->op_type : "?",
                              n->name && *n->name ? n->name
                              : n->n_output && n->output[0] ? n->output[0] : "?");
             o += w > 0 ? (size_t)w : 0;

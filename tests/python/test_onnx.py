@@ -155,6 +155,17 @@ def test_bad_models(client):
         client.compile(bad, **comp)
     msg = str(e.value)
     assert "Celu (node 'act1')" in msg and "Hardmax (node 'hm')" in msg and "opset 13" in msg
+    # many at once: every one is named through the daemon's status
+    ops = ["Celu", "Hardmax", "Round", "Sin", "Cos", "Tan", "Asin", "Acos"]
+    chain = [oh.make_node("MatMul", ["x", "w"], ["v0"], name="mm")]
+    for i, op in enumerate(ops):
+        chain.append(oh.make_node(op, ["v%d" % i], ["v%d" % (i + 1)], name="n_%s_%d" % (op, i)))
+    chain.append(oh.make_node("Identity", ["v%d" % len(ops)], ["y"]))
+    with pytest.raises(rtrain.InvalidArgument) as e:
+        client.compile(model_bytes(chain, [vi("x", ["N", 4])], [vi("y", ["N", 3])], [w]), **comp)
+    for i, op in enumerate(ops):
+        assert "%s (node 'n_%s_%d')" % (op, op, i) in str(e.value)
+    assert "8 unsupported operators at opset 13" in str(e.value)
     good = [oh.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
     with pytest.raises(rtrain.InvalidArgument, match="opset 9"):
         client.compile(model_bytes(good, [vi("x", ["N", 4])], [vi("y", ["N", 3])], [w],
