@@ -558,6 +558,60 @@ static int add_simple(rt_keras_ctx *c, const char *op, int n_attr,
 
 /* ------------------------------------------------------------------ layers */
 
+/* An ActivityReg node after the layer's output: Keras adds
+ * regularizer(output) to the loss, divided by the batch size in Keras 2
+ * (base_layer's mean_activity_loss), undivided in Keras 3. */
+static int add_actreg(rt_keras_ctx *c, double l1, double l2)
+{
+    char name[RT_KERAS_NAME];
+    if (snprintf(name, sizeof name, "%s/activity_reg", c->layer) >= (int)sizeof name)
+        return rt_keras_fail(c, RT_EINVAL, "layer name too long");
+    const char *in[1] = {c->out.name};
+    const rt_attr a[3] = {
+        {.name = "l1", .kind = RT_ATTR_FLOAT, .f = l1},
+        {.name = "l2", .kind = RT_ATTR_FLOAT, .f = l2},
+        {.name = "batch_mean", .kind = RT_ATTR_INT, .i = c->keras3 ? 0 : 1},
+    };
+    int rc = rt_graph_add_node(c->g, name, "ActivityReg", 1, in, 3, a);
+    if (rc < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    snprintf(c->out.name, sizeof c->out.name, "%s", name);
+    return 0;
+}
+
+/* A layer's activity_regularizer (after its function set c->out). */
+static int activity_reg(rt_keras_ctx *c)
+{
+    json_object *v = NULL;
+    if (!c->cfg || !json_object_object_get_ex(c->cfg, "activity_regularizer", &v))
+        return 0;
+    cfg_mark(c, "activity_regularizer");
+    if (!v)
+        return 0;
+    rt_param_opts o;
+    memset(&o, 0, sizeof o);
+    int rc = parse_reg(c, "activity_regularizer", v, &o);
+    if (rc < 0)
+        return rc;
+    return add_actreg(c, o.l1, o.l2);
+}
+
+/* ActivityRegularization(l1, l2): the penalty on its input, passed through */
+static int k_actreg(rt_keras_ctx *c)
+{
+    double l1, l2;
+    int rc;
+    if ((rc = rt_keras_cfg_float(c, "l1", 0.0, &l1)) < 0 ||
+        (rc = rt_keras_cfg_float(c, "l2", 0.0, &l2)) < 0)
+        return rc;
+    if (!(l1 >= 0) || !(l2 >= 0))
+        return rt_keras_fail(c, RT_EINVAL, "ActivityRegularization needs l1, l2 >= 0");
+    /* Keras 3 serializes the layer's own regularizer too: l1/l2 define it */
+    cfg_mark(c, "activity_regularizer");
+    c->out = c->in[0];
+    return add_actreg(c, l1, l2);
+}
+
 static int k_dense(rt_keras_ctx *c)
 {
     int64_t units;
@@ -1028,6 +1082,7 @@ static const struct {
     {"Dense", k_dense, 1},
     {"Activation", k_activation, 1},
     {"Dropout", k_dropout, 1},
+    {"ActivityRegularization", k_actreg, 1},
     {"Flatten", k_flatten, 1},
     {"Reshape", k_reshape, 1},
     {"Conv2D", k_conv2d, 1},
@@ -1481,6 +1536,7 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
     c.err = lerr;
     c.errlen = sizeof lerr;
     lerr[0] = 0;
+    c.keras3 = jstr(layer, "module") != NULL || jstr(layer, "registered_name") != NULL;
     if (n_in > RT_KERAS_MAX_IN) {
         rt_keras_fail(&c, RT_EINVAL, "too many inputs (%d)", n_in);
         add_problem(m, RT_EINVAL, lerr);
@@ -1557,6 +1613,8 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
             rc = lfn(&c);
         if (rc == 0)
             rc = param_opts_of(&c, first);
+        if (rc == 0 && strcmp(cls, "ActivityRegularization") != 0)
+            rc = activity_reg(&c);
         if (rc < 0) {
             int cascade = poisoned && (rc == RT_ESHAPE || rc == RT_EOVERFLOW || rc == RT_EGRAPH);
             if (!cascade)

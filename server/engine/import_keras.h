@@ -111,6 +111,7 @@ typedef struct rt_keras_ctx {
     const char *used[RT_KERAS_MAX_USED];
     int n_used;
     int keras1;                 /* the config was translated from Keras 1 */
+    int keras3;                 /* a Keras 3 layer (its JSON names a module) */
     /* set by a layer function that classified every config field itself
      * (and failed on the unsupported ones): the generic check is skipped */
     int fields_checked;

@@ -51,7 +51,7 @@ static const char *const PENDING[] = {
     "GlobalMaxPooling1D", "GlobalAveragePooling1D", "GlobalMaxPooling2D", "Embedding",
     "SimpleRNN", "GRU", "LSTM", "Bidirectional", "LayerNormalization", "LeakyReLU",
     "PReLU", "ELU", "ReLU", "Softmax", "ThresholdedReLU", "SpatialDropout1D",
-    "SpatialDropout2D", "GaussianNoise", "GaussianDropout", "ActivityRegularization",
+    "SpatialDropout2D", "GaussianNoise", "GaussianDropout",
     "MaxPool1D", "AvgPool1D", "GlobalMaxPool1D", "GlobalAvgPool1D", "GlobalMaxPool2D",
     "Convolution1D", NULL,
 };

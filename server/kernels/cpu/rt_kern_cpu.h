@@ -90,6 +90,8 @@ void rt_kern_copy_bwd(const rt__kargs *a);
  * backward recomputes them instead of storing. */
 void rt_kern_dropout_fwd(const rt__kargs *a);
 void rt_kern_dropout_bwd(const rt__kargs *a);
+void rt_kern_actreg_fwd(const rt__kargs *a);
+void rt_kern_actreg_bwd(const rt__kargs *a);
 
 /* SimpleRNN / LSTM / GRU (rt__rnn_params): forward fills the node's
  * workspace, backward runs through time from it (rt_kern_rnn.c) */
