@@ -902,6 +902,54 @@ static int k_pool2d(rt_keras_ctx *c, const char *op)
 static int k_maxpool2d(rt_keras_ctx *c) { return k_pool2d(c, "MaxPool2D"); }
 static int k_avgpool2d(rt_keras_ctx *c) { return k_pool2d(c, "AvgPool2D"); }
 
+/* TimeDistributed(Dense): the engine's Dense maps the last axis of any
+ * (B, ..., in) input, which is TimeDistributed's result for a Dense; the
+ * inner config becomes the layer's (its weights take the wrapper's name).
+ * Other inner layers are refused. */
+static int k_timedistributed(rt_keras_ctx *c)
+{
+    json_object *inner = NULL, *icfg = NULL, *cls = NULL;
+    cfg_mark(c, "layer");
+    if (!json_object_object_get_ex(c->cfg, "layer", &inner) || !inner ||
+        !json_object_object_get_ex(inner, "class_name", &cls) ||
+        !json_object_is_type(cls, json_type_string) ||
+        !json_object_object_get_ex(inner, "config", &icfg) ||
+        !json_object_is_type(icfg, json_type_object))
+        return rt_keras_fail(c, RT_EINVAL, "TimeDistributed needs a layer with a config");
+    const char *name = json_object_get_string(cls);
+    if (strcmp(name, "Dense") != 0)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "TimeDistributed over '%.40s' is not supported (Dense only)", name);
+    if (c->in[0].ndim < 2)
+        return rt_keras_fail(c, RT_ESHAPE, "TimeDistributed needs an input (B, T, ...)");
+    /* the wrapper's own fields: only inert ones */
+    json_object_object_foreach(c->cfg, k, v) {
+        if (strcmp(k, "layer") == 0 || strcmp(k, "name") == 0 || strcmp(k, "trainable") == 0 ||
+            strcmp(k, "dtype") == 0 || !v)
+            continue;
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED, "TimeDistributed: unsupported setting '%.40s'",
+                             k);
+    }
+    json_object *ar = NULL;
+    if (json_object_object_get_ex(icfg, "activity_regularizer", &ar) && ar)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "activity_regularizer inside TimeDistributed is not supported");
+    /* the wrapper's trainable freezes the inner layer as Keras does */
+    json_object *tr = NULL;
+    int frozen = json_object_object_get_ex(c->cfg, "trainable", &tr) && tr &&
+                 json_object_is_type(tr, json_type_boolean) && !json_object_get_boolean(tr);
+    c->cfg = icfg;
+    c->n_used = 0;
+    int rc = k_dense(c);
+    if (rc == 0 && frozen)
+        for (int k = 0; k < c->g->n; k++)
+            if (c->g->e[k].kind == RT__T_PARAM && strncmp(c->g->e[k].name, c->layer,
+                                                            strlen(c->layer)) == 0 &&
+                c->g->e[k].name[strlen(c->layer)] == '/')
+                c->g->e[k].trainable = 0;
+    return rc;
+}
+
 static int k_gap2d(rt_keras_ctx *c)
 {
     int keep, rc;
@@ -1083,6 +1131,7 @@ static const struct {
     {"Activation", k_activation, 1},
     {"Dropout", k_dropout, 1},
     {"ActivityRegularization", k_actreg, 1},
+    {"TimeDistributed", k_timedistributed, 1},
     {"Flatten", k_flatten, 1},
     {"Reshape", k_reshape, 1},
     {"Conv2D", k_conv2d, 1},
