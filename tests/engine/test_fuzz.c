@@ -131,7 +131,11 @@ int main(int argc, char **argv)
             int64_t xs = 1, os = 1, ls = 1;
             for (int k = 0; k < xn; k++) xs *= xd[k];
             for (int k = 0; k < on; k++) os *= od[k];
-            for (int k = 0; k < c.label_ndim; k++) ls *= c.label_dims[k];
+            /* the plan's label shape: a one-hot loss with no label_dims takes
+             * the output's shape */
+            int64_t ld[RT_MAX_DIMS];
+            const int lnd = rt_plan_label_shape(p, ld);
+            for (int k = 0; k < lnd; k++) ls *= ld[k];
             int64_t C = on ? od[on - 1] : 1;
             const int n = 1 + rnd(13);
             float *x = malloc(sizeof(float) * (size_t)(n * xs));
