@@ -642,9 +642,48 @@ size_t rt_exec_state_size(const rt_exec *e)
            sizeof(float) * (size_t)(e->p->param_floats + 2 * e->p->train_floats);
 }
 
+_Static_assert(sizeof(rt__state_hdr) <= RT_EXEC_STATE_HDR, "RT_EXEC_STATE_HDR too small");
+
+static void rt__state_header(const rt_exec *e, rt__state_hdr *hp);
+
+int rt_exec_state_spans(const rt_exec *e, unsigned char hdr[RT_EXEC_STATE_HDR],
+                        rt_exec_span sp[3])
+{
+    if (!e || !hdr || !sp) return RT_EINVAL;
+    rt__state_hdr h;
+    rt__state_header(e, &h);
+    memcpy(hdr, &h, sizeof h);
+    sp[0].p = hdr;
+    sp[0].n = sizeof h;
+    sp[1].p = e->w;
+    sp[1].n = sizeof(float) * (size_t)h.param_floats;
+    sp[2].p = e->s1; /* s1 and s2 are adjacent in the block */
+    sp[2].n = sizeof(float) * (size_t)(2 * h.train_floats);
+    return 0;
+}
+
+void rt_exec_cursor(const rt_exec *e, int64_t *epoch, int64_t *pos)
+{
+    *epoch = e->epoch;
+    *pos = e->pos;
+}
+
 int rt_exec_save_state(const rt_exec *e, void *buf, size_t len)
 {
     if (!e || !buf || len < rt_exec_state_size(e)) return RT_EINVAL;
+    rt__state_hdr h;
+    rt__state_header(e, &h);
+    char *o = buf;
+    memcpy(o, &h, sizeof h);
+    o += sizeof h;
+    memcpy(o, e->w, sizeof(float) * (size_t)h.param_floats);
+    o += sizeof(float) * (size_t)h.param_floats;
+    memcpy(o, e->s1, sizeof(float) * (size_t)(2 * h.train_floats));
+    return 0;
+}
+
+static void rt__state_header(const rt_exec *e, rt__state_hdr *hp)
+{
     rt__state_hdr h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, "RTEXEC", 6);
@@ -660,14 +699,7 @@ int rt_exec_save_state(const rt_exec *e, void *buf, size_t len)
     h.ep_acc = e->ep_acc;
     h.seed = e->p->cfg.seed;
     h.lr_set = e->lr_set;
-    char *o = buf;
-    memcpy(o, &h, sizeof h);
-    o += sizeof h;
-    memcpy(o, e->w, sizeof(float) * (size_t)h.param_floats);
-    o += sizeof(float) * (size_t)h.param_floats;
-    /* s1 and s2 are adjacent in the block */
-    memcpy(o, e->s1, sizeof(float) * (size_t)(2 * h.train_floats));
-    return 0;
+    *hp = h;
 }
 
 int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)

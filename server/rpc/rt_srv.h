@@ -72,6 +72,13 @@ typedef struct rt_srv_config {
     uint64_t handshake_timeout_ms;
     uint64_t conn_idle_ms;       /* 0 = never closed for idleness */
     int stream_queue_max;        /* server stream: messages queued per call */
+    /* Durable mode: sessions, datasets and checkpoints under state_dir
+     * (NULL = state in memory only); rt_state.h has the rest. */
+    const char *state_dir;
+    uint32_t ckpt_every_steps, ckpt_every_s;
+    int ckpt_keep;
+    int ckpt_fail_continue;
+    int ckpt_no_fsync;
 } rt_srv_config;
 
 void rt_srv_config_init(rt_srv_config *cfg);
