@@ -11,6 +11,7 @@ SUDO=""
 pkgs=(build-essential cmake pkg-config
       libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev
       libdnnl-dev libjson-c-dev libxxhash-dev zlib1g-dev libssl-dev openssl
+      libonnx-dev
       libturbojpeg0-dev libpng-dev libhdf5-dev libmicrohttpd-dev
       libopenmpi-dev openmpi-bin
       python3-dev python3-numpy python3-sklearn python3-h5py)
@@ -31,6 +32,9 @@ done
 if [ $want_test -eq 1 ]; then
   pkgs+=(python3-pil python3-pytest jupyter-nbconvert python3-ipykernel
          python3-matplotlib librsvg2-bin prometheus python3-yaml)
+  # ONNX: the export-back check loads rtrain's export into PyTorch
+  # (tests/onnx); onnx reads it back in the Python tests.
+  pkgs+=(python3-torch python3-onnx libopenblas0-pthread)
   # scripts/fuzz.sh: libFuzzer harnesses (tests/fuzz) built with clang.
   pkgs+=(clang-14 libfuzzer-14-dev)
   # The interop test needs node and npm; this machine kind ships them

@@ -4,7 +4,11 @@
  * messages (one slice each, filled once); the server takes each message
  * and drops it. Prints one line: "bytes seconds GB/s".
  *
- *     bench_stream BYTES [CHUNK]     (default chunk 1 MiB, rtrain's)
+ *     bench_stream BYTES [CHUNK [plain|tuned]]
+ *
+ * The chunk defaults to 1 MiB (rtrain's); "tuned" (the default) gives both
+ * ends the transport settings rtraind and librtrain use (rt_transport.h),
+ * "plain" gRPC's defaults.
  */
 #include <malloc.h>
 #include <stdio.h>
@@ -19,6 +23,8 @@
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <grpc/support/time.h>
+
+#include "rt_transport.h"
 
 static double now_s(void)
 {
@@ -96,19 +102,24 @@ static void *server_main(void *arg)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s BYTES [CHUNK]\n", argv[0]);
+        fprintf(stderr, "usage: %s BYTES [CHUNK [plain|tuned]]\n", argv[0]);
         return 2;
     }
     unsigned long long total = strtoull(argv[1], NULL, 10);
     size_t chunk = argc > 2 ? strtoull(argv[2], NULL, 10) : (1u << 20);
+    int tuned = argc <= 3 || strcmp(argv[3], "plain") != 0;
     /* As rtraind does (docs/grpc-core.md): 1 MiB buffers stay off mmap. */
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, 64 << 20);
     grpc_init();
     server s = {0};
-    grpc_arg a = {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
-                  .value.integer = 64 << 20};
-    grpc_channel_args args = {1, &a};
+    grpc_arg a[1 + RT_TRANSPORT_NARGS];
+    size_t na = tuned ? rt_transport_args(a) : 0;
+    memset(&a[na], 0, sizeof a[na]);
+    a[na].type = GRPC_ARG_INTEGER;
+    a[na].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    a[na++].value.integer = 64 << 20;
+    grpc_channel_args args = {na, a};
     s.srv = grpc_server_create(&args, NULL);
     s.cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(s.srv, s.cq, NULL);

@@ -12,8 +12,13 @@ For each size and repetition, alternately:
     checks it and the dataset adopts the buffer; timed from the call to its
     answer;
   * peer: bench_stream, one bare gRPC client stream of the same bytes in
-    1 MiB messages, gRPC core on both ends, no protobuf, no daemon.
-Prints the medians in GB/s (10^9 bytes/s) and their ratio. With --resume,
+    1 MiB messages, gRPC core on both ends, no protobuf, no daemon, with
+    the transport settings rtraind and librtrain use (rt_transport.h), and
+    once more with gRPC's defaults ("plain").
+Prints the medians in GB/s (10^9 bytes/s) and the ratio to the first peer,
+and the CPU time each spent per GB, both ends together (rtrain: the
+daemon's and this process's user+system time; the peer: its own), which a
+loaded machine disturbs far less than the wall time. With --resume,
 also the bytes a resumed upload sent after a cancel at ~90% (the daemon's
 rtrain_upload_resumed_bytes_total counter via its bytes_sent). A
 benchmark: it prints numbers, asserts nothing.
@@ -21,6 +26,7 @@ benchmark: it prints numbers, asserts nothing.
 import argparse
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -42,10 +48,24 @@ def start(rtraind, store):
     raise SystemExit('rtraind did not start')
 
 
-def peer(stream, nbytes):
-    out = subprocess.run([stream, str(nbytes)], capture_output=True, text=True, check=True)
+def cpu_self():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def cpu_of(pid):
+    f = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def peer(stream, nbytes, mode):
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run([stream, str(nbytes), str(1 << 20), mode], capture_output=True,
+                         text=True, check=True)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
     b, secs, _ = out.stdout.split()
-    return int(b) / float(secs) / 1e9
+    return int(b) / float(secs) / 1e9, cpu / (int(b) / 1e9)
 
 
 def main():
@@ -61,6 +81,7 @@ def main():
     print(f'upload throughput, Python -> rtraind store vs a bare gRPC stream, '
           f'{a.reps} reps, medians (GB/s = 1e9 B/s)')
     print(f'{"size":>8} {"rtrain GB/s":>12} {"bare gRPC GB/s":>15} {"ratio":>7}'
+          f' {"bare, plain":>12} {"CPU s/GB rtrain":>16} {"bare":>6} {"plain":>6}'
           f'   rtrain runs (the first on fresh memory)')
     for n in sizes:
         # A daemon per size whose store holds one dataset of it: each upload
@@ -70,18 +91,24 @@ def main():
         try:
             c = rtrain.connect(addr, timeout=0)
             x = np.random.default_rng(n).random((n // 1024, 256), dtype=np.float32)
-            ours, base = [], []
+            ours, base, plain, c_ours, c_base, c_plain = [], [], [], [], [], []
             for r in range(a.reps):
                 x[0, 0] = float(r + 1)  # new content: no dedup
-                t0 = time.perf_counter()
+                t0, u0 = time.perf_counter(), cpu_self() + cpu_of(d.pid)
                 ds = c._upload(x, None, 'bench')
                 dt = time.perf_counter() - t0
+                c_ours.append((cpu_self() + cpu_of(d.pid) - u0) / (n / 1e9))
                 if ds['deduplicated'] or ds['bytes_sent'] != n:
                     raise SystemExit(f'upload {r}: {ds}')
                 ours.append(n / dt / 1e9)
-                base.append(peer(a.stream, n))
+                for out, cpu, mode in ((base, c_base, 'tuned'), (plain, c_plain, 'plain')):
+                    g, u = peer(a.stream, n, mode)
+                    out.append(g)
+                    cpu.append(u)
             mo, mb = statistics.median(ours), statistics.median(base)
-            print(f'{n >> 20:>6}Mi {mo:>12.2f} {mb:>15.2f} {mo / mb:>7.2f}   '
+            print(f'{n >> 20:>6}Mi {mo:>12.2f} {mb:>15.2f} {mo / mb:>7.2f}'
+                  f' {statistics.median(plain):>12.2f} {statistics.median(c_ours):>16.2f}'
+                  f' {statistics.median(c_base):>6.2f} {statistics.median(c_plain):>6.2f}   '
                   + ' '.join(f'{v:.2f}' for v in ours))
             del x
             c.close()

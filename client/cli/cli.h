@@ -35,7 +35,7 @@ enum {
 
 typedef enum cli_cmd {
     CLI_NONE = 0, CLI_HELP, CLI_VERSION, CLI_INFO, CLI_PING, CLI_FIT, CLI_EVAL,
-    CLI_PREDICT, CLI_BENCH_OVERHEAD, CLI_BENCH_STORY, CLI_CKPT_PULL, CLI_CKPT_PUSH,
+    CLI_PREDICT, CLI_BENCH_OVERHEAD, CLI_BENCH_STORY, CLI_EXPORT, CLI_CKPT_PULL, CLI_CKPT_PUSH,
 } cli_cmd;
 
 typedef enum cli_data_kind {
@@ -83,6 +83,8 @@ typedef struct cli_opts {
     const char *csv_log;      /* fit: one CSV row per epoch */
     const char *load_weights; /* fit: initial weights */
     const char *sample_weights; /* fit: .npy of one loss weight per --data sample */
+    const char *onnx_out;     /* fit, export: write the trained ONNX model */
+    const char *onnx_output;  /* an ONNX model's output to train (NULL: the only one) */
     int relay;                /* bench through the latency relay (--rtt ...) */
     uint64_t rtt_us, jitter_us, bandwidth_Bps;
     /* durability (cli_ckpt.c) */
@@ -166,6 +168,9 @@ int cli_cmd_checkpoint(const cli_opts *o);
 int cli_state_pull(rt_client *c, const char *sid, const char *program, const char *path);
 int cli_state_push(rt_client *c, const char *sid, const char *path, char *program_out);
 int cli_cmd_eval(const cli_opts *o, int predict);
+int cli_cmd_export(const cli_opts *o);
+/* --model names an ONNX file (*.onnx) rather than Keras JSON */
+int cli_is_onnx(const char *path);
 int cli_cmd_bench_overhead(const cli_opts *o);
 int cli_cmd_bench_story(const cli_opts *o);
 /* Run a bench command through bench/relay when o->relay: start the relay

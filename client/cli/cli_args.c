@@ -11,11 +11,12 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define B(c) (1u << (c))
 #define CLI_STR_(x) #x
 #define CLI_STR(x) CLI_STR_(x)
-#define TRAIN (B(CLI_FIT) | B(CLI_EVAL) | B(CLI_PREDICT))
+#define TRAIN (B(CLI_FIT) | B(CLI_EVAL) | B(CLI_PREDICT) | B(CLI_EXPORT))
 #define CKPT (B(CLI_CKPT_PULL) | B(CLI_CKPT_PUSH))
 #define NET (B(CLI_INFO) | B(CLI_PING) | TRAIN | B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY) | CKPT)
 
@@ -29,7 +30,7 @@ enum {
     O_ON_BAD, O_STORAGE, O_SHUFFLE_BUF,
     O_TLS_CA, O_TLS_CERT, O_TLS_KEY, O_TOKEN_FILE,
     O_EARLY_STOP, O_CHECKPOINT, O_CSV_LOG, O_LOAD_WEIGHTS, O_SAMPLE_WEIGHTS,
-    O_RTT, O_JITTER, O_BANDWIDTH, O_METRICS, O_LABEL_COLS,
+    O_RTT, O_JITTER, O_BANDWIDTH, O_METRICS, O_LABEL_COLS, O_ONNX, O_ONNX_OUTPUT,
     O_REATTACH, O_SAVE_STATE, O_LOAD_STATE, O_PROGRAM, O_SESSION_TOKEN,
 };
 
@@ -48,7 +49,9 @@ static const opt_def defs[] = {
     {"tls-key", 1, O_TLS_KEY, NET},
     {"token-file", 1, O_TOKEN_FILE, NET},
     {"model", 1, O_MODEL, TRAIN},
-    {"weights", 1, O_WEIGHTS, B(CLI_EVAL) | B(CLI_PREDICT)},
+    {"weights", 1, O_WEIGHTS, B(CLI_EVAL) | B(CLI_PREDICT) | B(CLI_EXPORT)},
+    {"onnx", 1, O_ONNX, B(CLI_FIT) | B(CLI_EXPORT)},
+    {"onnx-output", 1, O_ONNX_OUTPUT, TRAIN},
     {"save-weights", 1, O_SAVE_WEIGHTS, B(CLI_FIT)},
     {"data", 1, O_DATA, TRAIN | B(CLI_BENCH_STORY)},
     {"labels", 1, O_LABELS, TRAIN},
@@ -116,7 +119,10 @@ static const struct {
 } helps[] = {
     {"server", "HOST:PORT", "the daemon (default $RTRAIN_SERVER or " RT_DEFAULT_SERVER ")"},
     {"timeout", "SECONDS", "deadline of each call (default 60; fit's training calls: none)"},
-    {"model", "M.json", "Keras model JSON (model.to_json()); - reads stdin"},
+    {"model", "M.json|M.onnx", "Keras model JSON (model.to_json()), or an ONNX model "
+                              "(*.onnx, torch.onnx.export); - reads stdin"},
+    {"onnx", "OUT.onnx", "write the --model ONNX file back with the trained weights"},
+    {"onnx-output", "NAME", "the ONNX graph output to train (default: its only one)"},
     {"weights", "W.bin|W.h5", "weights to load (RTWTS001, or Keras' HDF5 layout)"},
     {"save-weights", "W.bin|W.h5", "write the trained weights (RTWTS001, or Keras' HDF5 "
                                    "layout by the .h5 name)"},
@@ -168,6 +174,12 @@ static const struct {
     {"help", NULL, "this text"},
 };
 
+int cli_is_onnx(const char *path)
+{
+    size_t n = strlen(path);
+    return n > 5 && strcasecmp(path + n - 5, ".onnx") == 0;
+}
+
 const char *cli_cmd_name(cli_cmd c)
 {
     switch (c) {
@@ -176,6 +188,7 @@ const char *cli_cmd_name(cli_cmd c)
     case CLI_FIT: return "fit";
     case CLI_EVAL: return "eval";
     case CLI_PREDICT: return "predict";
+    case CLI_EXPORT: return "export";
     case CLI_BENCH_OVERHEAD: return "bench overhead";
     case CLI_BENCH_STORY: return "bench story";
     case CLI_CKPT_PULL: return "checkpoint pull";
@@ -221,6 +234,11 @@ void cli_usage(FILE *f)
 "                            sample's loss (Keras' sample_weight)\n"
 "  eval --model M.json --weights W.bin --data D [--labels L] [--loss L]\n"
 "  predict --model M.json --weights W.bin --data D --out P.csv|P.npy|-\n"
+"  export --model M.onnx --weights W.bin --onnx OUT.onnx [--onnx-output NAME]\n"
+"                            the ONNX model with these weights as its\n"
+"                            initializers (fit --onnx OUT.onnx does it after\n"
+"                            training); --model M.onnx: PyTorch's export,\n"
+"                            trained from its own initial weights\n"
 "  bench overhead [--max-k 1024] [--reps N] [--csv out.csv] [--plot out.svg]\n"
 "                            per-call overhead of W-A vs steps per call K\n"
 "  bench story [--reps N] [--epochs 20] [--data train.csv --val val.csv]\n"
@@ -406,6 +424,7 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
     else if (!strcmp(c, "fit")) o->cmd = CLI_FIT;
     else if (!strcmp(c, "eval") || !strcmp(c, "evaluate")) o->cmd = CLI_EVAL;
     else if (!strcmp(c, "predict")) o->cmd = CLI_PREDICT;
+    else if (!strcmp(c, "export")) o->cmd = CLI_EXPORT;
     else if (!strcmp(c, "bench")) {
         if (argc < 3)
             return perr(err, errlen, "bench: which one? overhead or story");
@@ -601,6 +620,8 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
         case O_LOAD_STATE: o->load_state = a; break;
         case O_PROGRAM: o->program = a; break;
         case O_SESSION_TOKEN: o->session_token = a; break;
+        case O_ONNX: o->onnx_out = a; break;
+        case O_ONNX_OUTPUT: o->onnx_output = a; break;
         case O_RTT:
         case O_JITTER:
             if (rt_relay_parse_duration(a, id == O_RTT ? &o->rtt_us : &o->jitter_us) < 0)
@@ -647,6 +668,11 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
             return perr(err, errlen, "predict: --model, --weights, --data and --out "
                         "are required");
         break;
+    case CLI_EXPORT:
+        if (!o->model || !o->weights || !o->onnx_out)
+            return perr(err, errlen, "export: --model M.onnx, --weights W.bin and --onnx "
+                        "OUT.onnx are required");
+        break;
     default:
         break;
     }
@@ -676,6 +702,12 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
                 return perr(err, errlen, "fit: --val %s needs --val-labels", o->val);
         }
     }
+    if (o->onnx_out && (!o->model || !cli_is_onnx(o->model)))
+        return perr(err, errlen, "%s: --onnx needs an ONNX --model (*.onnx)",
+                    cli_cmd_name(o->cmd));
+    if (o->onnx_output && (!o->model || !cli_is_onnx(o->model)))
+        return perr(err, errlen, "%s: --onnx-output needs an ONNX --model (*.onnx)",
+                    cli_cmd_name(o->cmd));
     /* No silent default: the loss defines what fit optimises and what eval
      * reports, and a model JSON does not carry it. */
     if ((o->cmd == CLI_FIT || o->cmd == CLI_EVAL) && !o->loss && !model_has_loss(o->model))

@@ -308,8 +308,8 @@ static int setup(rt_client *c, const cli_opts *o, const char *what, char *sid,
     if (rc < 0)
         return cli_fail(c, "CreateSession", rc);
     size_t len;
-    char *json = cli_read_file(o->model, &len);
-    if (!json) {
+    char *model = cli_read_file(o->model, &len);
+    if (!model) {
         fprintf(stderr, "rtrain: --model: cannot read %s: %s\n", o->model, strerror(errno));
         return CLI_EXIT_INVALID;
     }
@@ -329,8 +329,11 @@ static int setup(rt_client *c, const cli_opts *o, const char *what, char *sid,
         t.label_shape[0] = o->label_last - o->label_first + 1;
         t.label_dtype = RT_DTYPE_F32;
     }
-    rc = rt_client_compile_keras(c, sid, json, &t, prog);
-    free(json);
+    if (cli_is_onnx(o->model))
+        rc = rt_client_compile_onnx(c, sid, model, len, o->onnx_output, &t, prog);
+    else
+        rc = rt_client_compile_keras(c, sid, model, &t, prog);
+    free(model);
     if (rc < 0)
         return cli_fail(c, "Compile", rc);
     if (o->timings && prog->n_passes) {
@@ -510,6 +513,33 @@ static int upload_weighted(rt_client *c, const char *sid, const cli_opts *o,
     return rt_client_upload_parts(c, sid, base_name(o->data), p, (size_t)n, out);
 }
 
+/* --model (ONNX) written back with the program's weights into o->onnx_out. */
+static int export_onnx(rt_client *c, const cli_opts *o, const char *sid, const char *program)
+{
+    size_t len, outlen;
+    char *model = cli_read_file(o->model, &len);
+    if (!model) {
+        fprintf(stderr, "rtrain: --model: cannot read %s: %s\n", o->model, strerror(errno));
+        return CLI_EXIT_INVALID;
+    }
+    uint8_t *out;
+    int rc = rt_client_export_onnx(c, sid, program, model, len, o->onnx_output, &out, &outlen);
+    free(model);
+    if (rc < 0)
+        return cli_fail(c, "ExportOnnx", rc);
+    FILE *f = fopen(o->onnx_out, "wb");
+    int ok = f && fwrite(out, 1, outlen, f) == outlen;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    free(out);
+    if (!ok) {
+        fprintf(stderr, "rtrain: --onnx: cannot write %s: %s\n", o->onnx_out, strerror(errno));
+        return CLI_EXIT_OTHER;
+    }
+    fprintf(stderr, "onnx: %s (%zu bytes)\n", o->onnx_out, outlen);
+    return 0;
+}
+
 /* The weights of the program into path (--checkpoint, --save-weights). */
 static int save_weights(rt_client *c, const char *sid, const char *program,
                         const char *path, const char *flag, int quiet)
@@ -679,6 +709,8 @@ int cli_cmd_fit(const cli_opts *o)
         goto out;
     if (o->save_weights)
         ex = save_weights(c, sid, prog.program_id, o->save_weights, "--save-weights", 0);
+    if (!ex && o->onnx_out)
+        ex = export_onnx(c, o, sid, prog.program_id);
 out:
     /* Also after Ctrl-C: the cancel flag is cleared when the next call
      * starts, and a session left open would hold the daemon's memory. */
@@ -803,6 +835,66 @@ out:
         rt_client_session_close(c, sid);
     }
     finish_outputs(c, o);
+    rt_client_compile_result_free(&prog);
+    rt_client_weights_free(&w);
+    cli_active_client = NULL;
+    rt_client_destroy(c);
+    return ex;
+}
+
+/* ------------------------------------------------------------- export */
+
+/* export --model M.onnx --weights W.bin --onnx OUT.onnx: compile, load the
+ * weights, write the model back with them. */
+int cli_cmd_export(const cli_opts *o)
+{
+    char err[256];
+    rt_client_weights w;
+    int ex = check_inputs(o);
+    if (ex)
+        return ex;
+    if (!cli_is_onnx(o->model)) {
+        fprintf(stderr, "rtrain: export: --model must be an ONNX file (*.onnx)\n");
+        return CLI_EXIT_USAGE;
+    }
+    int h5 = cli_is_h5(o->weights);
+    memset(&w, 0, sizeof w);
+    int rc = h5 ? 0 : rt_client_weights_load(&w, o->weights, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "rtrain: --weights: %s\n", err);
+        return cli_exit_code(rc);
+    }
+    rt_client *c = NULL;
+    ex = cli_connect(o, &c);
+    if (ex) {
+        rt_client_weights_free(&w);
+        return ex;
+    }
+    char sid[RT_ID_MAX] = "";
+    rt_client_compile_result prog;
+    memset(&prog, 0, sizeof prog);
+    cli_opts oc = *o;
+    if (!oc.loss) /* compiling needs one; the export does not depend on it */
+        oc.loss = "mse";
+    ex = setup(c, &oc, "rtrain export", sid, &prog);
+    if (ex)
+        goto out;
+    if (h5 && (rc = cli_h5_load(o->weights, &prog, &w, err, sizeof err)) < 0) {
+        fprintf(stderr, "rtrain: --weights: %s\n", err);
+        ex = cli_exit_code(rc);
+        goto out;
+    }
+    rc = rt_client_set_weights(c, sid, prog.program_id, w.t, w.n);
+    if (rc < 0) {
+        ex = cli_fail(c, "SetWeights", rc);
+        goto out;
+    }
+    ex = export_onnx(c, o, sid, prog.program_id);
+out:
+    if (sid[0]) {
+        rt_client_next_timeout_ms(c, 5000);
+        rt_client_session_close(c, sid);
+    }
     rt_client_compile_result_free(&prog);
     rt_client_weights_free(&w);
     cli_active_client = NULL;

@@ -139,7 +139,7 @@ int main(int argc, char **argv)
     char err[512];
     if (cli_parse(argc, argv, &o, err, sizeof err) < 0) {
         fprintf(stderr, "rtrain: %s\n", err);
-        fprintf(stderr, "usage: rtrain {info|ping|fit|eval|predict|bench overhead|"
+        fprintf(stderr, "usage: rtrain {info|ping|fit|eval|predict|export|bench overhead|"
                 "bench story} [options]; rtrain --help for more\n");
         return CLI_EXIT_USAGE;
     }
@@ -164,6 +164,7 @@ int main(int argc, char **argv)
     case CLI_CKPT_PUSH: return cli_cmd_checkpoint(&o);
     case CLI_EVAL: return cli_cmd_eval(&o, 0);
     case CLI_PREDICT: return cli_cmd_eval(&o, 1);
+    case CLI_EXPORT: return cli_cmd_export(&o);
     case CLI_BENCH_OVERHEAD: return cli_with_relay(&o, cli_cmd_bench_overhead);
     case CLI_BENCH_STORY: return cli_with_relay(&o, cli_cmd_bench_story);
     case CLI_NONE: break;

@@ -13,6 +13,8 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
+#include "rt_transport.h"
+
 size_t rt_client_dtype_size(rt_client_dtype dt)
 {
     switch (dt) {
@@ -256,20 +258,21 @@ int rt_client_connect(const rt_client_opts *opts, rt_client **out, char *err, si
     }
     /* GetWeights and Predict answers grow with the model and the data; the
      * 4 MiB default would turn them into RESOURCE_EXHAUSTED. */
-    grpc_arg args[6];
+    /* Uploads: the transport settings the daemon uses (rt_transport.h);
+     * 3 more, and the 2 reconnect backoffs. */
+    grpc_arg args[5 + RT_TRANSPORT_NARGS];
     memset(args, 0, sizeof args);
-    args[0].type = GRPC_ARG_INTEGER;
-    args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    args[0].value.integer = -1;
-    args[1].type = GRPC_ARG_INTEGER;
-    args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
-    args[1].value.integer = -1;
-    size_t nargs = 2;
+    size_t nargs = rt_transport_args(args);
+    args[nargs].type = GRPC_ARG_INTEGER;
+    args[nargs].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[nargs++].value.integer = -1;
+    args[nargs].type = GRPC_ARG_INTEGER;
+    args[nargs].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+    args[nargs++].value.integer = -1;
     if (c->tls && o->tls_server_name && *o->tls_server_name) {
-        args[2].type = GRPC_ARG_STRING;
-        args[2].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
-        args[2].value.string = (char *)o->tls_server_name;
-        nargs = 3;
+        args[nargs].type = GRPC_ARG_STRING;
+        args[nargs].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+        args[nargs++].value.string = (char *)o->tls_server_name;
     }
     /* A restarted daemon is found again within a second: the default
      * reconnect backoff grows to two minutes. (GRPC_ARG_MIN_RECONNECT_

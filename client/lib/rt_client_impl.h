@@ -35,6 +35,7 @@ enum {
     RT__M_GET_WEIGHTS = RT_METHOD_INDEX(get_weights),
     RT__M_SET_WEIGHTS = RT_METHOD_INDEX(set_weights),
     RT__M_CONTROL = RT_METHOD_INDEX(control),
+    RT__M_EXPORT_ONNX = RT_METHOD_INDEX(export_onnx),
     RT__M_CHECKPOINT = RT_METHOD_INDEX(checkpoint),
     RT__M_RESTORE_CHECKPOINT = RT_METHOD_INDEX(restore_checkpoint),
     RT__M_COUNT = RT_N_METHODS

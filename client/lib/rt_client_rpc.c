@@ -206,9 +206,15 @@ void rt_client_compile_result_free(rt_client_compile_result *r)
     memset(r, 0, sizeof *r);
 }
 
+typedef struct onnx_model {
+    const void *data;
+    size_t len;
+    const char *output;
+} onnx_model;
+
 static int do_compile(rt_client *c, const char *session, const rt_model *m,
-                      const char *keras_json, const rt_train_opts *o,
-                      rt_client_compile_result *out)
+                      const char *keras_json, const onnx_model *onnx,
+                      const rt_train_opts *o, rt_client_compile_result *out)
 {
     if (!c || !out)
         return RT_EINVAL;
@@ -266,6 +272,11 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m,
     if (m) {
         req.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH;
         req.graph = rt__model_graph(m);
+    } else if (onnx) {
+        req.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX;
+        req.onnx.data = (uint8_t *)onnx->data;
+        req.onnx.len = onnx->len;
+        req.onnx_output = (char *)(onnx->output ? onnx->output : "");
     } else {
         req.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON;
         req.keras_json = (char *)keras_json;
@@ -330,7 +341,7 @@ int rt_client_compile(rt_client *c, const char *session, const rt_model *m,
 {
     if (!m)
         return c ? rt__err(c, RT_EINVAL, "Compile: model is NULL") : RT_EINVAL;
-    return do_compile(c, session, m, NULL, o, out);
+    return do_compile(c, session, m, NULL, NULL, o, out);
 }
 
 int rt_client_compile_keras(rt_client *c, const char *session,
@@ -339,7 +350,56 @@ int rt_client_compile_keras(rt_client *c, const char *session,
 {
     if (!keras_json || !*keras_json)
         return c ? rt__err(c, RT_EINVAL, "Compile: Keras JSON is empty") : RT_EINVAL;
-    return do_compile(c, session, NULL, keras_json, o, out);
+    return do_compile(c, session, NULL, keras_json, NULL, o, out);
+}
+
+int rt_client_compile_onnx(rt_client *c, const char *session, const void *onnx,
+                           size_t len, const char *output, const rt_train_opts *o,
+                           rt_client_compile_result *out)
+{
+    if (!onnx || !len)
+        return c ? rt__err(c, RT_EINVAL, "Compile: the ONNX model is empty") : RT_EINVAL;
+    const onnx_model om = {onnx, len, output};
+    return do_compile(c, session, NULL, NULL, &om, o, out);
+}
+
+int rt_client_export_onnx(rt_client *c, const char *session, const char *program,
+                          const void *onnx, size_t len, const char *output,
+                          uint8_t **out, size_t *outlen)
+{
+    if (!c || !out || !outlen)
+        return RT_EINVAL;
+    *out = NULL;
+    *outlen = 0;
+    rt__call_begin(c, RT__M_EXPORT_ONNX);
+    int rc = rt__check_id(c, "session", session);
+    if (rc == 0)
+        rc = rt__check_id(c, "program", program);
+    if (rc == 0 && (!onnx || !len))
+        rc = rt__err(c, RT_EINVAL, "ExportOnnx: the ONNX model is empty");
+    if (rc < 0)
+        return rt__call_end(c, rc);
+    Rtrain__V1__ExportOnnxRequest req = RTRAIN__V1__EXPORT_ONNX_REQUEST__INIT;
+    req.session_id = (char *)session;
+    req.program_id = (char *)program;
+    req.onnx.data = (uint8_t *)onnx;
+    req.onnx.len = len;
+    req.onnx_output = (char *)(output ? output : "");
+    Rtrain__V1__ExportOnnxResponse *r;
+    rc = rt__unary(c, RT__M_EXPORT_ONNX, &req.base,
+                   &rtrain__v1__export_onnx_response__descriptor, (ProtobufCMessage **)&r);
+    if (rc < 0)
+        return rt__call_end(c, rc);
+    rt__take_timings(c, r->timings, 0);
+    *out = malloc(r->onnx.len ? r->onnx.len : 1);
+    if (!*out) {
+        rc = rt__err(c, RT_ENOMEM, "ExportOnnx: out of memory");
+    } else {
+        memcpy(*out, r->onnx.data, r->onnx.len);
+        *outlen = r->onnx.len;
+    }
+    FREE_RESP(r);
+    return rt__call_end(c, rc);
 }
 
 /* ------------------------------------------------------------- training */

@@ -390,6 +390,19 @@ int rt_client_compile(rt_client *c, const char *session, const rt_model *m,
 int rt_client_compile_keras(rt_client *c, const char *session,
                             const char *keras_json, const rt_train_opts *o,
                             rt_client_compile_result *out);
+/* onnx: len bytes of a serialized ONNX ModelProto (torch.onnx.export,
+ * opsets 11-17), imported on the daemon; its initializers are the initial
+ * weights. output: the graph output to train, NULL for the single one. A
+ * 4-D (NCHW) model takes NHWC data (docs/onnx.md). */
+int rt_client_compile_onnx(rt_client *c, const char *session, const void *onnx,
+                           size_t len, const char *output, const rt_train_opts *o,
+                           rt_client_compile_result *out);
+/* The ONNX model program was compiled from (the same bytes and output),
+ * with the program's current weights as its initializers: *out (malloc'd,
+ * the caller frees) of *outlen bytes. */
+int rt_client_export_onnx(rt_client *c, const char *session, const char *program,
+                          const void *onnx, size_t len, const char *output,
+                          uint8_t **out, size_t *outlen);
 void rt_client_compile_result_free(rt_client_compile_result *r);
 
 /* ------------------------------------------------------------- datasets */

@@ -538,6 +538,9 @@ int rt_keras_add_activation(rt_keras_ctx *c, const char *act)
         snprintf(c->out.name, sizeof c->out.name, "%s", name);
         return 0;
     }
+    int ext = rt_keras_layers_activation(c, act, NULL);
+    if (ext <= 0)
+        return ext;
     return rt_keras_fail(c, RT_EINVAL, "unsupported activation '%.40s'", act);
 }
 
@@ -554,6 +557,60 @@ static int add_simple(rt_keras_ctx *c, const char *op, int n_attr,
 }
 
 /* ------------------------------------------------------------------ layers */
+
+/* An ActivityReg node after the layer's output: Keras adds
+ * regularizer(output) to the loss, divided by the batch size in Keras 2
+ * (base_layer's mean_activity_loss), undivided in Keras 3. */
+static int add_actreg(rt_keras_ctx *c, double l1, double l2)
+{
+    char name[RT_KERAS_NAME];
+    if (snprintf(name, sizeof name, "%s/activity_reg", c->layer) >= (int)sizeof name)
+        return rt_keras_fail(c, RT_EINVAL, "layer name too long");
+    const char *in[1] = {c->out.name};
+    const rt_attr a[3] = {
+        {.name = "l1", .kind = RT_ATTR_FLOAT, .f = l1},
+        {.name = "l2", .kind = RT_ATTR_FLOAT, .f = l2},
+        {.name = "batch_mean", .kind = RT_ATTR_INT, .i = c->keras3 ? 0 : 1},
+    };
+    int rc = rt_graph_add_node(c->g, name, "ActivityReg", 1, in, 3, a);
+    if (rc < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    snprintf(c->out.name, sizeof c->out.name, "%s", name);
+    return 0;
+}
+
+/* A layer's activity_regularizer (after its function set c->out). */
+static int activity_reg(rt_keras_ctx *c)
+{
+    json_object *v = NULL;
+    if (!c->cfg || !json_object_object_get_ex(c->cfg, "activity_regularizer", &v))
+        return 0;
+    cfg_mark(c, "activity_regularizer");
+    if (!v)
+        return 0;
+    rt_param_opts o;
+    memset(&o, 0, sizeof o);
+    int rc = parse_reg(c, "activity_regularizer", v, &o);
+    if (rc < 0)
+        return rc;
+    return add_actreg(c, o.l1, o.l2);
+}
+
+/* ActivityRegularization(l1, l2): the penalty on its input, passed through */
+static int k_actreg(rt_keras_ctx *c)
+{
+    double l1, l2;
+    int rc;
+    if ((rc = rt_keras_cfg_float(c, "l1", 0.0, &l1)) < 0 ||
+        (rc = rt_keras_cfg_float(c, "l2", 0.0, &l2)) < 0)
+        return rc;
+    if (!(l1 >= 0) || !(l2 >= 0))
+        return rt_keras_fail(c, RT_EINVAL, "ActivityRegularization needs l1, l2 >= 0");
+    /* Keras 3 serializes the layer's own regularizer too: l1/l2 define it */
+    cfg_mark(c, "activity_regularizer");
+    c->out = c->in[0];
+    return add_actreg(c, l1, l2);
+}
 
 static int k_dense(rt_keras_ctx *c)
 {
@@ -613,6 +670,9 @@ static int k_activation(rt_keras_ctx *c)
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
         if (strcmp(act, acts[i].keras) == 0)
             return add_simple(c, acts[i].op, 0, NULL);
+    int ext = rt_keras_layers_activation(c, act, c->layer);
+    if (ext <= 0)
+        return ext;
     return rt_keras_fail(c, RT_EINVAL, "unsupported activation '%.40s'", act);
 }
 
@@ -774,9 +834,10 @@ static int k_conv2d(rt_keras_ctx *c)
         return rc;
     if (filters <= 0)
         return rt_keras_fail(c, RT_EINVAL, "Conv2D needs filters > 0");
-    if (groups != 1)
-        return rt_keras_fail(c, RT_EUNIMPLEMENTED, "grouped convolution is not supported");
     const rt_keras_tensor *x = &c->in[0];
+    if (groups < 1 || x->dims[2] % groups || filters % groups)
+        return rt_keras_fail(c, RT_EINVAL, "groups %lld must divide %lld channels and %lld filters",
+                             (long long)groups, (long long)x->dims[2], (long long)filters);
     int64_t oh = 0, ow = 0;
     if ((rc = k_out_dim(c, x->dims[0], k[0], s[0], d[0], same, &oh)) < 0 ||
         (rc = k_out_dim(c, x->dims[1], k[1], s[1], d[1], same, &ow)) < 0)
@@ -786,7 +847,7 @@ static int k_conv2d(rt_keras_ctx *c)
     int n2 = snprintf(bname, sizeof bname, "%s/bias", c->layer);
     if (n1 < 0 || n1 >= RT_KERAS_NAME || n2 < 0 || n2 >= RT_KERAS_NAME)
         return rt_keras_fail(c, RT_EINVAL, "layer name is too long");
-    int64_t kd[4] = {k[0], k[1], x->dims[2], filters};
+    int64_t kd[4] = {k[0], k[1], x->dims[2] / groups, filters};
     if ((rc = rt_graph_add_param(c->g, kname, 4, kd, kinit, trainable, NULL)) < 0 ||
         (use_bias &&
          (rc = rt_graph_add_param(c->g, bname, 1, &filters, binit, trainable, NULL)) < 0))
@@ -794,14 +855,15 @@ static int k_conv2d(rt_keras_ctx *c)
     /* relu/sigmoid/tanh run inside the convolution's output loop */
     int fuse = strcmp(act, "relu") == 0 || strcmp(act, "sigmoid") == 0 ||
                strcmp(act, "tanh") == 0;
-    rt_attr at[4] = {
+    rt_attr at[5] = {
         {.name = "strides", .kind = RT_ATTR_INTS, .n = 2, .ints = s},
         {.name = "dilations", .kind = RT_ATTR_INTS, .n = 2, .ints = d},
         {.name = "padding", .kind = RT_ATTR_STR, .s = pad},
         {.name = "activation", .kind = RT_ATTR_STR, .s = fuse ? act : "linear"},
+        {.name = "group", .kind = RT_ATTR_INT, .i = groups},
     };
     const char *in[3] = {x->name, kname, bname};
-    if ((rc = rt_graph_add_node(c->g, c->layer, "Conv2D", use_bias ? 3 : 2, in, 4, at)) < 0)
+    if ((rc = rt_graph_add_node(c->g, c->layer, "Conv2D", use_bias ? 3 : 2, in, 5, at)) < 0)
         return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
     snprintf(c->out.name, sizeof c->out.name, "%s", c->layer);
     c->out.ndim = 3;
@@ -839,6 +901,54 @@ static int k_pool2d(rt_keras_ctx *c, const char *op)
 
 static int k_maxpool2d(rt_keras_ctx *c) { return k_pool2d(c, "MaxPool2D"); }
 static int k_avgpool2d(rt_keras_ctx *c) { return k_pool2d(c, "AvgPool2D"); }
+
+/* TimeDistributed(Dense): the engine's Dense maps the last axis of any
+ * (B, ..., in) input, which is TimeDistributed's result for a Dense; the
+ * inner config becomes the layer's (its weights take the wrapper's name).
+ * Other inner layers are refused. */
+static int k_timedistributed(rt_keras_ctx *c)
+{
+    json_object *inner = NULL, *icfg = NULL, *cls = NULL;
+    cfg_mark(c, "layer");
+    if (!json_object_object_get_ex(c->cfg, "layer", &inner) || !inner ||
+        !json_object_object_get_ex(inner, "class_name", &cls) ||
+        !json_object_is_type(cls, json_type_string) ||
+        !json_object_object_get_ex(inner, "config", &icfg) ||
+        !json_object_is_type(icfg, json_type_object))
+        return rt_keras_fail(c, RT_EINVAL, "TimeDistributed needs a layer with a config");
+    const char *name = json_object_get_string(cls);
+    if (strcmp(name, "Dense") != 0)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "TimeDistributed over '%.40s' is not supported (Dense only)", name);
+    if (c->in[0].ndim < 2)
+        return rt_keras_fail(c, RT_ESHAPE, "TimeDistributed needs an input (B, T, ...)");
+    /* the wrapper's own fields: only inert ones */
+    json_object_object_foreach(c->cfg, k, v) {
+        if (strcmp(k, "layer") == 0 || strcmp(k, "name") == 0 || strcmp(k, "trainable") == 0 ||
+            strcmp(k, "dtype") == 0 || !v)
+            continue;
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED, "TimeDistributed: unsupported setting '%.40s'",
+                             k);
+    }
+    json_object *ar = NULL;
+    if (json_object_object_get_ex(icfg, "activity_regularizer", &ar) && ar)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "activity_regularizer inside TimeDistributed is not supported");
+    /* the wrapper's trainable freezes the inner layer as Keras does */
+    json_object *tr = NULL;
+    int frozen = json_object_object_get_ex(c->cfg, "trainable", &tr) && tr &&
+                 json_object_is_type(tr, json_type_boolean) && !json_object_get_boolean(tr);
+    c->cfg = icfg;
+    c->n_used = 0;
+    int rc = k_dense(c);
+    if (rc == 0 && frozen)
+        for (int k = 0; k < c->g->n; k++)
+            if (c->g->e[k].kind == RT__T_PARAM && strncmp(c->g->e[k].name, c->layer,
+                                                            strlen(c->layer)) == 0 &&
+                c->g->e[k].name[strlen(c->layer)] == '/')
+                c->g->e[k].trainable = 0;
+    return rc;
+}
 
 static int k_gap2d(rt_keras_ctx *c)
 {
@@ -1020,6 +1130,8 @@ static const struct {
     {"Dense", k_dense, 1},
     {"Activation", k_activation, 1},
     {"Dropout", k_dropout, 1},
+    {"ActivityRegularization", k_actreg, 1},
+    {"TimeDistributed", k_timedistributed, 1},
     {"Flatten", k_flatten, 1},
     {"Reshape", k_reshape, 1},
     {"Conv2D", k_conv2d, 1},
@@ -1473,6 +1585,7 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
     c.err = lerr;
     c.errlen = sizeof lerr;
     lerr[0] = 0;
+    c.keras3 = jstr(layer, "module") != NULL || jstr(layer, "registered_name") != NULL;
     if (n_in > RT_KERAS_MAX_IN) {
         rt_keras_fail(&c, RT_EINVAL, "too many inputs (%d)", n_in);
         add_problem(m, RT_EINVAL, lerr);
@@ -1534,18 +1647,23 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
     c.n_in = n_in;
     for (int i = 0; i < n_in; i++)
         c.in[i] = ins[i];
-    for (size_t i = 0; i < sizeof layer_table / sizeof layer_table[0]; i++) {
-        if (strcmp(layer_table[i].class_name, cls) != 0)
-            continue;
+    /* this file's table, then import_keras_layers.c's */
+    rt_keras_layer_fn lfn = NULL;
+    int lwant = 0;
+    for (size_t i = 0; i < sizeof layer_table / sizeof layer_table[0] && !lfn; i++)
+        if (strcmp(layer_table[i].class_name, cls) == 0)
+            lfn = layer_table[i].fn, lwant = layer_table[i].n_in;
+    if (lfn || rt_keras_layers_find(cls, &lfn, &lwant)) {
         int rc = 0;
-        if (layer_table[i].n_in && n_in != layer_table[i].n_in)
-            rc = rt_keras_fail(&c, RT_EINVAL, "%s takes %d input(s), got %d", cls,
-                               layer_table[i].n_in, n_in);
+        if (lwant && n_in != lwant)
+            rc = rt_keras_fail(&c, RT_EINVAL, "%s takes %d input(s), got %d", cls, lwant, n_in);
         const int first = m->g->n;
         if (rc == 0)
-            rc = layer_table[i].fn(&c);
+            rc = lfn(&c);
         if (rc == 0)
             rc = param_opts_of(&c, first);
+        if (rc == 0 && strcmp(cls, "ActivityRegularization") != 0)
+            rc = activity_reg(&c);
         if (rc < 0) {
             int cascade = poisoned && (rc == RT_ESHAPE || rc == RT_EOVERFLOW || rc == RT_EGRAPH);
             if (!cascade)

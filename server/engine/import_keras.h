@@ -111,6 +111,7 @@ typedef struct rt_keras_ctx {
     const char *used[RT_KERAS_MAX_USED];
     int n_used;
     int keras1;                 /* the config was translated from Keras 1 */
+    int keras3;                 /* a Keras 3 layer (its JSON names a module) */
     /* set by a layer function that classified every config field itself
      * (and failed on the unsupported ones): the generic check is skipped */
     int fields_checked;
@@ -161,6 +162,17 @@ int rt_keras_simplernn(rt_keras_ctx *c);
 int rt_keras_lstm(rt_keras_ctx *c);
 int rt_keras_gru(rt_keras_ctx *c);
 int rt_keras_bidirectional(rt_keras_ctx *c);
+
+/* import_keras_layers.c: the wider layer set. rt_keras_layers_find gives
+ * the function and input count (0: any) of a layer class it knows (returns
+ * 1, else 0). rt_keras_layers_activation adds the node for an activation
+ * name beyond relu/sigmoid/tanh/softmax (elu, selu, gelu, swish/silu,
+ * softplus, softsign, hard_sigmoid, relu6, exponential, leaky_relu, mish,
+ * hard_silu/hard_swish, log_sigmoid) on
+ * c->out, named node_name or "<layer>/<activation>", and updates c->out;
+ * returns 1 for a name it does not know. */
+int rt_keras_layers_find(const char *class_name, rt_keras_layer_fn *fn, int *n_in);
+int rt_keras_layers_activation(rt_keras_ctx *c, const char *act, const char *node_name);
 
 #ifdef __cplusplus
 }

@@ -185,8 +185,8 @@ static int k_embedding(rt_keras_ctx *c)
 {
     /* embeddings_regularizer/_constraint are attached by the importer
      * after the layer (import_keras.c, param_opts_of) */
-    static const char *const unsupported[] = {"activity_regularizer", "sparse", "lora_rank",
-                                              "dropout"};
+    /* activity_regularizer: after the layer too (import_keras.c) */
+    static const char *const unsupported[] = {"sparse", "lora_rank", "dropout"};
     static const char *const known[] = {
         "input_dim", "output_dim", "embeddings_initializer", "embeddings_regularizer",
         "activity_regularizer", "embeddings_constraint", "mask_zero", "sparse", "lora_rank",
@@ -196,7 +196,7 @@ static int k_embedding(rt_keras_ctx *c)
     rt_init init;
     if ((rc = k_known_fields(c, known, sizeof known / sizeof known[0])) < 0 ||
         (rc = k_reject_set(c, "mask_zero", "masking is not implemented")) < 0 ||
-        (rc = k_reject_all(c, unsupported, 4)) < 0 ||
+        (rc = k_reject_all(c, unsupported, 3)) < 0 ||
         (rc = rt_keras_cfg_int(c, "input_dim", 0, &V)) < 0 ||
         (rc = rt_keras_cfg_int(c, "output_dim", 0, &D)) < 0 ||
         (rc = rt_keras_cfg_bool(c, "trainable", 1, &trainable)) < 0 ||
@@ -244,13 +244,14 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
                            rt_keras_tensor *out)
 {
     /* kernel/recurrent/bias regularizers and constraints are attached by
-     * the importer after the layer (import_keras.c, param_opts_of) */
+     * the importer after the layer (import_keras.c, param_opts_of), and so
+     * is the activity regularizer (an ActivityReg node on its output) */
     static const char *const unsupported[] = {
-        "activity_regularizer", "return_state", "stateful", "time_major",
+        "return_state", "stateful", "time_major",
         /* inside Bidirectional the importer does not see these settings */
-        "kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
-        "kernel_constraint", "recurrent_constraint", "bias_constraint"};
-    const int n_unsupported = strcmp(name, c->layer) == 0 ? 4 : 10;
+        "activity_regularizer", "kernel_regularizer", "recurrent_regularizer",
+        "bias_regularizer", "kernel_constraint", "recurrent_constraint", "bias_constraint"};
+    const int n_unsupported = strcmp(name, c->layer) == 0 ? 3 : 10;
     static const char *const known[] = {
         "units", "activation", "use_bias", "kernel_initializer", "recurrent_initializer",
         "bias_initializer", "dropout", "recurrent_dropout", "return_sequences", "go_backwards",

@@ -19,7 +19,11 @@
  *                  : negative_slope (x - threshold); attrs negative_slope 0,
  *                  threshold 0, max_value +inf
  *   Exp            e^x
- *   Scale          alpha x                                  alpha 1
+ *   Scale          alpha x + beta                           alpha 1, beta 0
+ *   Mish           x tanh(softplus(x))
+ *   HardSwish      x max(0, min(1, alpha x + beta))         alpha 1/6, beta 0.5
+ *   LogSigmoid     log(sigmoid(x)) = -softplus(-x)
+ *   Sqrt           sqrt(x) (Keras' Normalization)
  *
  * Derivatives at the kinks follow TensorFlow (Keras' reference backend):
  * LeakyRelu, Elu and Selu take the negative branch at 0; Clip passes the
@@ -73,7 +77,14 @@ static int rt__unary_infer_kind(rt__cc *cc, rt__node *nd, int kind)
         if (ok && !(a >= 0))
             return rt__cerr(cc, nd, RT_EINVAL, "negative_slope %g must be >= 0", a);
         break;
-    case RT__U_SCALE: a = rt__attr_float(cc, nd, "alpha", 1.0, &ok); break;
+    case RT__U_SCALE:
+        a = rt__attr_float(cc, nd, "alpha", 1.0, &ok);
+        b = rt__attr_float(cc, nd, "beta", 0.0, &ok);
+        break;
+    case RT__U_HARDSWISH:
+        a = rt__attr_float(cc, nd, "alpha", 1.0 / 6.0, &ok);
+        b = rt__attr_float(cc, nd, "beta", 0.5, &ok);
+        break;
     default: break;
     }
     if (!ok) return RT_EINVAL;
@@ -117,3 +128,7 @@ RT__UNARY_OP(thresholdedrelu, "ThresholdedRelu", RT__U_THRESH)
 RT__UNARY_OP(kerasrelu, "KerasRelu", RT__U_KRELU)
 RT__UNARY_OP(exp, "Exp", RT__U_EXP)
 RT__UNARY_OP(scale, "Scale", RT__U_SCALE)
+RT__UNARY_OP(mish, "Mish", RT__U_MISH)
+RT__UNARY_OP(hardswish, "HardSwish", RT__U_HARDSWISH)
+RT__UNARY_OP(logsigmoid, "LogSigmoid", RT__U_LOGSIGMOID)
+RT__UNARY_OP(sqrt, "Sqrt", RT__U_SQRT)

@@ -7,7 +7,9 @@
  *
  * Padding follows TensorFlow: "valid" uses only full windows; "same" gives
  * ceil(H / stride) outputs and pads (total) max((OH-1)*s + k_eff - H, 0),
- * half before and the odd one after.
+ * half before and the odd one after. Or "pads" (top, left, bottom, right,
+ * as ONNX) sets it explicitly: floor((H + top + bottom - k_eff) / s) + 1
+ * outputs (the ONNX importer's).
  */
 #include <string.h>
 #include <strings.h>
@@ -62,6 +64,37 @@ int64_t rt__window_out(int64_t in, int64_t k, int64_t s, int64_t d, int same, in
     }
     if (pad) *pad = 0;
     return in < keff ? -1 : (in - keff) / s + 1;
+}
+
+/* "pads" (ints 4: top, left, bottom, right, as ONNX): explicit padding
+ * instead of "padding"; *n = -1 when absent */
+static int rt__pads(rt__cc *cc, rt__node *nd, int64_t pads[4], int *n)
+{
+    int ok = 1;
+    *n = rt__attr_ints(cc, nd, "pads", pads, 4, &ok);
+    if (!ok) return RT_EINVAL;
+    if (*n < 0) return 0;
+    if (*n != 4 || rt__attr(nd, "padding"))
+        return rt__cerr(cc, nd, RT_EINVAL, "'pads' needs 4 values and no 'padding'");
+    for (int i = 0; i < 4; i++)
+        if (pads[i] < 0 || pads[i] > RT__MAX_WINDOW)
+            return rt__cerr(cc, nd, RT_EINVAL, "pads[%d] = %lld outside 0..%d", i,
+                            (long long)pads[i], RT__MAX_WINDOW);
+    return 0;
+}
+
+/* one spatial dim with explicit padding before (lo) and after (hi) */
+static int rt__out_dim_pads(rt__cc *cc, rt__node *nd, const char *what, int64_t in,
+                            int64_t k, int64_t s, int64_t d, int64_t lo, int64_t hi,
+                            int64_t *out, int64_t *pad)
+{
+    const int64_t keff = (k - 1) * d + 1;
+    if (in + lo + hi < keff)
+        return rt__cerr(cc, nd, RT_ESHAPE, "%s %lld padded by %lld is smaller than the window %lld",
+                        what, (long long)in, (long long)(lo + hi), (long long)keff);
+    *out = (in + lo + hi - keff) / s + 1;
+    *pad = lo;
+    return 0;
 }
 
 /* one spatial dim: output size and padding before; RT_ESHAPE if the window
@@ -141,10 +174,19 @@ static int rt__conv2d_infer(rt__cc *cc, rt__node *nd)
     p->DH = d[0];
     p->DW = d[1];
     p->OC = OC;
-    if ((rc = rt__out_dim(cc, nd, "height", p->H, w->d[0], s[0], d[0], same, &p->OH,
-                          &p->PT)) < 0 ||
-        (rc = rt__out_dim(cc, nd, "width", p->W, w->d[1], s[1], d[1], same, &p->OW,
-                          &p->PL)) < 0)
+    int64_t pads[4];
+    int np;
+    if ((rc = rt__pads(cc, nd, pads, &np)) < 0) return rc;
+    if (np == 4) {
+        if ((rc = rt__out_dim_pads(cc, nd, "height", p->H, w->d[0], s[0], d[0], pads[0],
+                                   pads[2], &p->OH, &p->PT)) < 0 ||
+            (rc = rt__out_dim_pads(cc, nd, "width", p->W, w->d[1], s[1], d[1], pads[1],
+                                   pads[3], &p->OW, &p->PL)) < 0)
+            return rc;
+    } else if ((rc = rt__out_dim(cc, nd, "height", p->H, w->d[0], s[0], d[0], same, &p->OH,
+                                 &p->PT)) < 0 ||
+               (rc = rt__out_dim(cc, nd, "width", p->W, w->d[1], s[1], d[1], same, &p->OW,
+                                 &p->PL)) < 0)
         return rc;
     nd->out = (rt__shape){.ndim = 3, .batched = 1, .d = {p->OH, p->OW, OC}};
     const int64_t P = p->OH * p->OW, K = p->KH * p->KW * p->C;
@@ -305,8 +347,22 @@ static int rt__pool_infer(rt__cc *cc, rt__node *nd)
     p->SW = s[1];
     p->DH = p->DW = 1;
     p->OC = p->C;
-    if ((rc = rt__out_dim(cc, nd, "height", p->H, k[0], s[0], 1, same, &p->OH, &p->PT)) < 0 ||
-        (rc = rt__out_dim(cc, nd, "width", p->W, k[1], s[1], 1, same, &p->OW, &p->PL)) < 0)
+    int64_t pads[4];
+    int np;
+    if ((rc = rt__pads(cc, nd, pads, &np)) < 0) return rc;
+    if (np == 4) {
+        /* every window must cover an input cell, as with 'same' */
+        if (pads[0] >= k[0] || pads[2] >= k[0] || pads[1] >= k[1] || pads[3] >= k[1])
+            return rt__cerr(cc, nd, RT_EINVAL, "pads must be smaller than the pool");
+        if ((rc = rt__out_dim_pads(cc, nd, "height", p->H, k[0], s[0], 1, pads[0], pads[2],
+                                   &p->OH, &p->PT)) < 0 ||
+            (rc = rt__out_dim_pads(cc, nd, "width", p->W, k[1], s[1], 1, pads[1], pads[3],
+                                   &p->OW, &p->PL)) < 0)
+            return rc;
+    } else if ((rc = rt__out_dim(cc, nd, "height", p->H, k[0], s[0], 1, same, &p->OH,
+                                 &p->PT)) < 0 ||
+               (rc = rt__out_dim(cc, nd, "width", p->W, k[1], s[1], 1, same, &p->OW,
+                                 &p->PL)) < 0)
         return rc;
     /* with 'same' every window still covers at least one input cell:
      * the padding before is at most (k-1)/2 < k */

@@ -338,3 +338,30 @@ const rt__op_def rt__op_dropout = {
     .name = "Dropout", .min_in = 1, .max_in = 1, .params = RT__P_DROPOUT,
     .infer = rt__dropout_infer, .flops = rt__numel_flops,
 };
+
+/* ActivityReg(x) attrs l1, l2 >= 0 (floats), batch_mean (int, default 1):
+ * y = x; the loss gains l1 sum|y| + l2 sum y^2 over the batch (divided by
+ * the batch size when batch_mean), and dx = dy + its gradient. */
+static int rt__actreg_infer(rt__cc *cc, rt__node *nd)
+{
+    int ok = 1;
+    const double l1 = rt__attr_float(cc, nd, "l1", 0.0, &ok);
+    const double l2 = rt__attr_float(cc, nd, "l2", 0.0, &ok);
+    const int64_t bm = rt__attr_int(cc, nd, "batch_mean", 1, &ok);
+    if (!ok) return RT_EINVAL;
+    if (!(l1 >= 0.0 && l1 < 1e30) || !(l2 >= 0.0 && l2 < 1e30))
+        return rt__cerr(cc, nd, RT_EINVAL, "l1 %g and l2 %g must be >= 0", l1, l2);
+    if (bm != 0 && bm != 1)
+        return rt__cerr(cc, nd, RT_EINVAL, "batch_mean %lld must be 0 or 1", (long long)bm);
+    rt__actreg_params *p = rt__actreg_p(nd);
+    p->l1 = l1;
+    p->l2 = l2;
+    p->batch_mean = (int)bm;
+    nd->out = *nd->in_shape[0];
+    return 0;
+}
+
+const rt__op_def rt__op_actreg = {
+    .name = "ActivityReg", .min_in = 1, .max_in = 1, .bwd_needs_out = 1,
+    .params = RT__P_ACTREG, .infer = rt__actreg_infer, .flops = rt__numel_flops,
+};

@@ -9,7 +9,9 @@
 /* BatchNorm(x (B,...,C), gamma, beta, moving_mean, moving_var), all (C),
  * over the last axis. attrs momentum (0.99), epsilon (1e-3), axis (-1 or
  * the last axis counting the batch, as Keras), frozen (int: inference mode
- * also while training, as Keras does for trainable=False). The moving
+ * also while training, as Keras does for trainable=False), unbiased (int:
+ * the moving variance moves towards the batch's unbiased variance, as
+ * PyTorch's does; the ONNX importer sets it). The moving
  * statistics must be non-trainable parameters: a training step's forward
  * pass updates them (rt_exec_compute_grads' does not). */
 static int rt__bn_infer(rt__cc *cc, rt__node *nd)
@@ -31,6 +33,7 @@ static int rt__bn_infer(rt__cc *cc, rt__node *nd)
     const double eps = rt__attr_float(cc, nd, "epsilon", 1e-3, &ok);
     const int64_t axis = rt__attr_int(cc, nd, "axis", -1, &ok);
     const int64_t frozen = rt__attr_int(cc, nd, "frozen", 0, &ok);
+    const int64_t unbiased = rt__attr_int(cc, nd, "unbiased", 0, &ok);
     if (!ok) return RT_EINVAL;
     if (!(mom >= 0.0 && mom <= 1.0))
         return rt__cerr(cc, nd, RT_EINVAL, "momentum %g outside [0, 1]", mom);
@@ -42,6 +45,7 @@ static int rt__bn_infer(rt__cc *cc, rt__node *nd)
     rt__bn_params *p = rt__bn_p(nd);
     p->C = C;
     p->frozen = frozen != 0;
+    p->unbiased = unbiased != 0;
     p->momentum = mom;
     p->eps = eps;
     nd->out = *x;

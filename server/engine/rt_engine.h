@@ -201,6 +201,10 @@ int rt_graph_set_output(rt_graph *g, const char *name);
  *                                    reverse_output, reset_after
  *   Embedding(x, W[V,D])             x holds integral indices in [0, V) as f32;
  *                                    (B,...) -> (B,...,D)
+ *   ActivityReg(x) attrs l1, l2 >= 0, batch_mean 0/1 (default 1): y = x;
+ *                                    the loss gains l1 sum|y| + l2 sum y^2
+ *                                    over the batch (/ batch size when
+ *                                    batch_mean), Keras' activity regularizer
  */
 /* NULL-terminated list of supported op names; static. */
 const char *const *rt_engine_op_names(void);

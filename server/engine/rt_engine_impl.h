@@ -135,6 +135,7 @@ typedef struct rt__run {
                          * statistics; not in rt_exec_compute_grads */
     float *gemm_scratch;   /* small-GEMM transposes */
     int64_t gemm_scratch_floats;
+    double *act_pen;    /* ActivityReg forwards add their loss term here */
 } rt__run;
 
 /* One kernel call with resolved pointers. Forward reads x[] and writes y;
@@ -253,6 +254,10 @@ struct rt__op_def {
     X(rt__op_kerasrelu)                                                       \
     X(rt__op_exp)                                                             \
     X(rt__op_scale)                                                           \
+    X(rt__op_mish)                                                            \
+    X(rt__op_hardswish)                                                       \
+    X(rt__op_logsigmoid)                                                      \
+    X(rt__op_sqrt)                                                            \
     X(rt__op_pad)                                                             \
     X(rt__op_transpose)                                                       \
     X(rt__op_reducemean)                                                      \
@@ -267,7 +272,8 @@ struct rt__op_def {
     X(rt__op_simplernn)                                                       \
     X(rt__op_lstm)                                                            \
     X(rt__op_gru)                                                             \
-    X(rt__op_embedding)
+    X(rt__op_embedding)                                                       \
+    X(rt__op_actreg)
 
 #define RT__OP_DECL(def) extern const rt__op_def def;
 RT__OP_LIST(RT__OP_DECL)
@@ -323,6 +329,7 @@ RT__PARAM_ACCESSORS(RT__P_DENSE, dense, rt__dense_params)
 RT__PARAM_ACCESSORS(RT__P_BCAST, bcast, rt__bcast_params)
 RT__PARAM_ACCESSORS(RT__P_SOFTMAX, softmax, rt__softmax_params)
 RT__PARAM_ACCESSORS(RT__P_DROPOUT, dropout, rt__dropout_params)
+RT__PARAM_ACCESSORS(RT__P_ACTREG, actreg, rt__actreg_params)
 RT__PARAM_ACCESSORS(RT__P_CONV, conv, rt__conv_params)
 RT__PARAM_ACCESSORS(RT__P_GAP, gap, rt__gap_params)
 RT__PARAM_ACCESSORS(RT__P_BN, bn, rt__bn_params)

@@ -46,6 +46,7 @@ struct rt_exec {
     float *loss_scratch;       /* 2 * batch * output floats */
     rt__kargs *k;              /* n_fwd + n_bwd resolved calls */
     rt__run run;
+    double act_pen;            /* the last forward's activity loss (ActivityReg) */
     float *xb, *out;
     float *lin, *lgrad;        /* the loss's input and its gradient */
     void *lb;
@@ -463,6 +464,8 @@ static void rt__forward(rt_exec *e, int64_t nb, int training, int update_stats)
     e->run.training = training;
     e->run.update_stats = training && update_stats;
     e->run.step = e->step;
+    e->act_pen = 0;
+    e->run.act_pen = &e->act_pen;
     const rt_plan *p = e->p;
     p->backend->run(p->backend->context, p->calls, e->k, p->n_fwd);
 }
@@ -511,6 +514,7 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
                 rt__loss_run(&p->loss, e->lin, e->lb, nl, e->lgrad, &l, &a, e->loss_scratch);
             if (mets) rt__metrics_update(&p->loss, p->cfg.metrics, e->lin, e->lb, nl, &sm);
             rt__backward(e);
+            l += (double)nl * e->act_pen;
             /* the shard's mean gradient, as its share of the batch mean */
             const float s = (float)nl / (float)nb;
             for (int64_t i = 0; i < T; i++) gj[i] = e->g[i] * s;
@@ -650,6 +654,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
                 rt__metrics_update(&p->loss, cfg->metrics, e->lin, e->lb, nb, &call_macc);
             }
             rt__backward(e);
+            bl += (double)nb * e->act_pen;
         }
         if (p->rep.n_regularized) bl += (double)nb * rt__reg_apply(p, e->w, e->g);
         if (p->train_floats) {
@@ -743,6 +748,7 @@ static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
             rt__loss_run(&e->p->loss, e->lin, e->lb, nb, NULL, &ls, &as, e->loss_scratch);
         if (mets & ~RT_METRIC_ACCURACY)
             rt__metrics_update(&e->p->loss, mets, e->lin, e->lb, nb, &macc);
+        ls += (double)nb * e->act_pen;
     }
     /* Keras' evaluate reports the loss with the regularization terms */
     if (e->p->rep.n_regularized) ls += (double)d->n * rt__reg_apply(e->p, e->w, NULL);
@@ -796,6 +802,7 @@ static int rt__exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n, doubl
     else
         rt__loss_run(&e->p->loss, e->lin, e->lb, n, e->lgrad, &ls, &as, e->loss_scratch);
     rt__backward(e);
+    ls += (double)n * e->act_pen;
     if (e->p->rep.n_regularized) ls += (double)n * rt__reg_apply(e->p, e->w, e->g);
     if (loss) *loss = ls / (double)n;
     return 0;

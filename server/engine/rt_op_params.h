@@ -42,6 +42,7 @@ typedef enum rt__pkind {
     RT__P_UPSAMPLE, /* Upsample */
     RT__P_RNN,      /* SimpleRNN, LSTM, GRU */
     RT__P_EMBED,    /* Embedding */
+    RT__P_ACTREG,   /* ActivityReg */
 } rt__pkind;
 
 /* Dense/MatMul: x (R,K) times W (K,N); act: Dense's own activation */
@@ -107,6 +108,7 @@ typedef struct rt__gap_params {
 typedef struct rt__bn_params {
     int64_t C;
     int frozen;            /* inference mode also while training */
+    int unbiased;          /* moving_var takes var * R / (R - 1) (PyTorch) */
     double momentum, eps;
 } rt__bn_params;
 
@@ -125,6 +127,7 @@ enum {
     RT__U_ELU = 0, RT__U_SELU, RT__U_LEAKY, RT__U_GELU, RT__U_GELU_TANH,
     RT__U_ERF, RT__U_SOFTPLUS, RT__U_SOFTSIGN, RT__U_HARDSIGMOID, RT__U_SWISH,
     RT__U_CLIP, RT__U_THRESH, RT__U_KRELU, RT__U_EXP, RT__U_SCALE,
+    RT__U_MISH, RT__U_HARDSWISH, RT__U_LOGSIGMOID, RT__U_SQRT,
 };
 typedef struct rt__unary_params {
     int kind;              /* RT__U_* */
@@ -195,6 +198,14 @@ typedef struct rt__embed_params {
     int64_t V, D, R;
 } rt__embed_params;
 
+/* ActivityReg: Keras' activity regularizer on its input, passed through:
+ * the step's loss gains l1 sum|y| + l2 sum y^2 over the batch, divided by
+ * the batch size when batch_mean (Keras 2; Keras 3 does not divide) */
+typedef struct rt__actreg_params {
+    double l1, l2;
+    int batch_mean;
+} rt__actreg_params;
+
 typedef union rt__op_params {
     rt__dense_params dense;
     rt__bcast_params bcast;
@@ -210,6 +221,7 @@ typedef union rt__op_params {
     rt__upsample_params upsample;
     rt__rnn_params rnn;
     rt__embed_params embed;
+    rt__actreg_params actreg;
 } rt__op_params;
 
 #endif

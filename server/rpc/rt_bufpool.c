@@ -12,6 +12,7 @@
 
 typedef struct bp_hdr {
     size_t map_len; /* 0: malloc'ed */
+    size_t asked;   /* bytes asked for: what the cap counts */
 } bp_hdr;
 
 static struct {
@@ -19,6 +20,7 @@ static struct {
     uint64_t cap, idle;
     void *maps[RT__BP_MAX]; /* idle mappings, oldest first */
     size_t lens[RT__BP_MAX];
+    size_t asked[RT__BP_MAX]; /* their bp_hdr.asked: what P.idle sums */
     int n;
 } P = {.mu = PTHREAD_MUTEX_INITIALIZER, .cap = 0};
 
@@ -39,10 +41,20 @@ uint64_t rt_bufpool_idle_bytes(void)
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+/* Remove idle entry i (P.mu held). */
+static void drop_at(int i)
+{
+    size_t k = (size_t)(P.n - i - 1);
+    memmove(P.maps + i, P.maps + i + 1, sizeof P.maps[0] * k);
+    memmove(P.lens + i, P.lens + i + 1, sizeof P.lens[0] * k);
+    memmove(P.asked + i, P.asked + i + 1, sizeof P.asked[0] * k);
+    P.n--;
+}
+
 void *rt_bufpool_get(size_t n)
 {
     if (n + RT__BP_HDR < RT__BP_LARGE) {
-        bp_hdr *h = malloc(RT__BP_HDR + (n ? n : 1));
+        bp_hdr *h = aligned_alloc(RT__BP_HDR, round_up(RT__BP_HDR + (n ? n : 1), RT__BP_HDR));
         if (!h)
             return NULL;
         h->map_len = 0;
@@ -64,10 +76,8 @@ void *rt_bufpool_get(size_t n)
     if (best >= 0) {
         m = P.maps[best];
         mlen = P.lens[best];
-        P.idle -= mlen;
-        memmove(P.maps + best, P.maps + best + 1, sizeof P.maps[0] * (size_t)(P.n - best - 1));
-        memmove(P.lens + best, P.lens + best + 1, sizeof P.lens[0] * (size_t)(P.n - best - 1));
-        P.n--;
+        P.idle -= P.asked[best];
+        drop_at(best);
     }
     pthread_mutex_unlock(&P.mu);
     if (m && mlen != len) {
@@ -88,6 +98,7 @@ void *rt_bufpool_get(size_t n)
     madvise(m, len, MADV_HUGEPAGE);
 #endif
     ((bp_hdr *)m)->map_len = len;
+    ((bp_hdr *)m)->asked = n;
     return (char *)m + RT__BP_HDR;
 }
 
@@ -100,27 +111,26 @@ void rt_bufpool_put(void *p)
         free(h);
         return;
     }
-    size_t len = h->map_len;
+    size_t len = h->map_len, asked = h->asked;
     void *drop[RT__BP_MAX + 1];
     size_t dlen[RT__BP_MAX + 1];
     int nd = 0;
     pthread_mutex_lock(&P.mu);
-    if (len > P.cap) {
+    if (asked > P.cap) {
         drop[nd] = h;
         dlen[nd++] = len;
     } else {
         /* Oldest first out, until this one fits under the cap. */
-        while (P.n && (P.n == RT__BP_MAX || P.idle + len > P.cap)) {
+        while (P.n && (P.n == RT__BP_MAX || P.idle + asked > P.cap)) {
             drop[nd] = P.maps[0];
             dlen[nd++] = P.lens[0];
-            P.idle -= P.lens[0];
-            memmove(P.maps, P.maps + 1, sizeof P.maps[0] * (size_t)(P.n - 1));
-            memmove(P.lens, P.lens + 1, sizeof P.lens[0] * (size_t)(P.n - 1));
-            P.n--;
+            P.idle -= P.asked[0];
+            drop_at(0);
         }
         P.maps[P.n] = h;
-        P.lens[P.n++] = len;
-        P.idle += len;
+        P.lens[P.n] = len;
+        P.asked[P.n++] = asked;
+        P.idle += asked;
     }
     pthread_mutex_unlock(&P.mu);
     for (int i = 0; i < nd; i++)

@@ -14,7 +14,9 @@
  * Process-wide and thread-safe. Large buffers (8 MiB and up) are mappings
  * of their own, asked for huge pages, resized with mremap to fit a
  * request; small ones are malloc'ed. A buffer must go back through
- * rt_bufpool_put, never free().
+ * rt_bufpool_put, never free(). The cap counts the bytes each idle buffer
+ * was asked for (its mapping is up to 2 MiB larger: header and huge-page
+ * rounding), so a cap of 1 GiB keeps a 1 GiB dataset's buffer.
  */
 #ifndef RTRAIN_BUFPOOL_H
 #define RTRAIN_BUFPOOL_H
@@ -25,7 +27,7 @@
 void rt_bufpool_set_cap(uint64_t cap);
 void *rt_bufpool_get(size_t n);
 void rt_bufpool_put(void *p);
-/* Bytes held idle in the pool (for metrics and tests). */
+/* Bytes held idle in the pool, as asked for (for metrics and tests). */
 uint64_t rt_bufpool_idle_bytes(void);
 
 #endif

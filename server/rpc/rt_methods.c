@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 #include "import_keras.h"
+#include "import_onnx.h"
 #include "rt_bufpool.h"
 #include "rt_dist.h"
 #include "rt_example.h"
@@ -736,6 +737,11 @@ static int build_graph(rt_call *c, compile_st *st)
             return rt_call_fail(c, rc, "%s", err);
         if ((rc = keras_compile_defaults(c, &st->cfg, q->keras_json, q->config)) < 0)
             return rc;
+    } else if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX) {
+        char err[768];
+        rc = rt_onnx_import(q->onnx.data, q->onnx.len, q->onnx_output, &st->g, err, sizeof err);
+        if (rc < 0)
+            return rt_call_fail(c, rc, "%s", err);
     } else {
         st->g = rt_graph_create();
         if (!st->g)
@@ -947,8 +953,9 @@ static int h_compile(rt_call *c)
         return rt_call_fail(c, RT_ENOTFOUND, "state_from_program: unknown program '%.64s' in "
                             "session %s", q->state_from_program, c->sess->id);
     if (q->model_case != RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON &&
-        q->model_case != RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH)
-        return rt_call_fail(c, RT_EINVAL, "CompileRequest has neither graph nor keras_json");
+        q->model_case != RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH &&
+        q->model_case != RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX)
+        return rt_call_fail(c, RT_EINVAL, "CompileRequest has no graph, keras_json or onnx");
     /* Import, compile (or cache lookup) on the compile pool; the work takes
      * the device only to create the instance. */
     c->work = compile_work;
@@ -1103,15 +1110,24 @@ static int parts_from_header(rt_call *c, const Rtrain__V1__DatasetHeader *h,
     return 0;
 }
 
-/* Place one run of stream bytes and hash it while it is in cache. */
+/* Place one run of stream bytes and hash it, a cache-sized block at a
+ * time: the hash reads a block from memory and the copy into the final
+ * buffer reads it again from cache (a slice can be megabytes: hashing it
+ * whole, then copying it, would read it from memory twice). */
+#define RT__UP_BLOCK (64u << 10)
 static void up_take(upload_st *u, const uint8_t *p, size_t n)
 {
     up_data *d = u->d;
-    rt_data_place(u->parts, u->n_parts, &d->cur, d->buf, p, n);
-    XXH3_128bits_update(d->x3, p, n);
-    if (d->x64)
-        XXH64_update(d->x64, p, n);
     d->received += n;
+    while (n) {
+        size_t b = n < RT__UP_BLOCK ? n : RT__UP_BLOCK;
+        XXH3_128bits_update(d->x3, p, b);
+        if (d->x64)
+            XXH64_update(d->x64, p, b);
+        rt_data_place(u->parts, u->n_parts, &d->cur, d->buf, p, b);
+        p += b;
+        n -= b;
+    }
 }
 
 /* The header: parts, limits, reservations, and the buffer, fresh or taken
@@ -2128,6 +2144,69 @@ static int h_get_weights(rt_call *c)
     return 0;
 }
 
+/* ---------------------------------------------------------- ExportOnnx */
+/* The program's parameter of that name (the importer names parameters
+ * after the initializers), checked for size. */
+static int export_param(void *ud, const char *name, float *dst, int64_t numel)
+{
+    rt_call *c = ud;
+    rt_plan *p = c->prog->plan;
+    for (int i = 0, np = rt_plan_n_params(p); i < np; i++) {
+        const char *nm;
+        int64_t dims[RT_MAX_DIMS];
+        int tr, nd = rt_plan_param_info(p, i, &nm, dims, &tr);
+        if (nd < 0 || strcmp(nm, name) != 0)
+            continue;
+        if (rt_data_numel(nd, dims) != numel)
+            return RT_ESHAPE;
+        return rt_exec_get_param(c->prog->exec, i, dst);
+    }
+    return RT_ENOTFOUND;
+}
+
+static int export_onnx_work(rt_call *c)
+{
+    Rtrain__V1__ExportOnnxRequest *q = REQ(c, Rtrain__V1__ExportOnnxRequest);
+    char err[768];
+    uint8_t *out;
+    size_t len;
+    int rc = rt_onnx_export(q->onnx.data, q->onnx.len, q->onnx_output, export_param, c, &out,
+                            &len, err, sizeof err);
+    if (rc < 0)
+        return rt_call_fail(c, rc == RT_ENOTFOUND || rc == RT_ESHAPE ? RT_EINVAL : rc,
+                            "%s%s", err,
+                            rc == RT_ENOTFOUND || rc == RT_ESHAPE
+                                ? " (not the model this program was compiled from)" : "");
+    Rtrain__V1__ExportOnnxResponse *r =
+        NEW(c, Rtrain__V1__ExportOnnxResponse, RTRAIN__V1__EXPORT_ONNX_RESPONSE__INIT);
+    uint8_t *b = r ? rt_call_alloc(c, len ? len : 1) : NULL;
+    if (!b) {
+        free(out);
+        return OOM(c);
+    }
+    memcpy(b, out, len);
+    free(out);
+    r->onnx.data = b;
+    r->onnx.len = len;
+    c->resp = &r->base;
+    return 0;
+}
+
+static int h_export_onnx(rt_call *c)
+{
+    Rtrain__V1__ExportOnnxRequest *q = REQ(c, Rtrain__V1__ExportOnnxRequest);
+    int rc = need_program(c, q->session_id, q->program_id);
+    if (rc < 0)
+        return rc;
+    if (!q->onnx.len)
+        return rt_call_fail(c, RT_EINVAL, "ExportOnnx: onnx is empty");
+    /* reads the weights: on the device, as GetWeights */
+    c->work = export_onnx_work;
+    c->needs_device = 1;
+    c->est_ns = rt_plan_report(c->prog->plan)->param_count * 4 + q->onnx.len + 20000;
+    return 0;
+}
+
 typedef struct set_st {
     int np;
     const float **vals; /* by parameter index */
@@ -2570,6 +2649,7 @@ const rt_method_handler rt_handlers[RT_N_METHODS] = {
     H(get_weights, RT_UNARY, h_get_weights, NULL),
     H(set_weights, RT_UNARY, h_set_weights, NULL),
     H(control, RT_UNARY, h_control, NULL),
+    H(export_onnx, RT_UNARY, h_export_onnx, NULL),
     H(checkpoint, RT_UNARY, h_checkpoint, NULL),
     H(restore_checkpoint, RT_UNARY, h_restore_checkpoint, NULL),
 };

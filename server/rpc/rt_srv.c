@@ -24,6 +24,7 @@
 #include "rt_health.h"
 #include "rt_stream.h"
 #include "rt_state.h"
+#include "rt_transport.h"
 
 void rt_srv_config_init(rt_srv_config *cfg)
 {
@@ -1986,9 +1987,9 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
     /* gRPC inflates a compressed message before its size check (a 4 MB
      * gzip message became 4 GiB): per-message decompression is off, and
      * decode() inflates with the message limit as the cap. */
-    grpc_arg args[12];
-    size_t na = 0;
+    grpc_arg args[12 + RT_TRANSPORT_NARGS];
     memset(args, 0, sizeof args);
+    size_t na = rt_transport_args(args); /* bulk streams: rt_transport.h */
 #define INT_ARG(k, v)                                                          \
     do {                                                                       \
         args[na].type = GRPC_ARG_INTEGER;                                      \

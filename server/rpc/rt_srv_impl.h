@@ -144,7 +144,7 @@ struct rt_call {
     ProtobufCMessage *req;
     ProtobufCMessage *resp;       /* in the arena, or NULL */
     int err;
-    char errmsg[4096];            /* a Keras import lists every problem */
+    char errmsg[4096];            /* a Keras or ONNX import lists every problem */
 
     /* Routing: set by the handler when the call needs the executor. */
     int (*work)(rt_call *c);

@@ -215,7 +215,7 @@ int main(void)
                  RT_EUNIMPLEMENTED, "only the last axis");
     expect_error("{\"class_name\": \"Sequential\", \"config\": {\"layers\": ["
                  "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 4, 4, 2], \"name\": \"i\"}},"
-                 "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, \"kernel_size\": 3, \"groups\": 2}}]}}",
-                 RT_EUNIMPLEMENTED, "grouped");
+                 "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, \"kernel_size\": 3, \"groups\": 3}}]}}",
+                 RT_EINVAL, "groups 3 must divide 2 channels and 2 filters (layer 'c')");
     return rt_test_done("test_conv_keras");
 }

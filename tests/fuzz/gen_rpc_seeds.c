@@ -199,6 +199,30 @@ int main(int argc, char **argv)
     comp.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL__NOT_SET;
     unary("compile_no_model", "Compile", &comp);
 
+    /* ONNX: W-A as PyTorch exports it (tests/fuzz/onnx/ok_wa.onnx), then
+     * an export of the fixture program with it (a near miss: that program
+     * is the Keras iris model, whose parameters the ONNX model lacks) */
+    char opath[512];
+    snprintf(opath, sizeof opath, "%s/../onnx/ok_wa.onnx", outdir);
+    FILE *of = fopen(opath, "rb");
+    static uint8_t onnx[1 << 16];
+    size_t on = of ? fread(onnx, 1, sizeof onnx, of) : 0;
+    if (!of || on == 0 || on == sizeof onnx) {
+        fprintf(stderr, "gen_rpc_seeds: cannot read %s\n", opath);
+        return 1;
+    }
+    fclose(of);
+    comp.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX;
+    comp.onnx.data = onnx;
+    comp.onnx.len = on;
+    unary("compile_onnx", "Compile", &comp);
+    Rtrain__V1__ExportOnnxRequest ex = RTRAIN__V1__EXPORT_ONNX_REQUEST__INIT;
+    ex.session_id = "@S";
+    ex.program_id = "@P";
+    ex.onnx.data = onnx;
+    ex.onnx.len = on;
+    unary("export_onnx_other_model", "ExportOnnx", &ex);
+
     /* Upload: header, data, last chunk with the XXH64 of the data. */
     size_t clen = sizeof iris_csv - 1;
     Rtrain__V1__DataPart part = RTRAIN__V1__DATA_PART__INIT;

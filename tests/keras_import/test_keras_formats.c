@@ -254,7 +254,7 @@ static void test_errors(void)
                    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d1\", \"units\": 3, \"activation\": \"bogus\"}},"
                    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d2\", \"units\": 3, \"wobble\": 1, \"jitter\": true}},"
                    "{\"module\": \"my_pkg\", \"class_name\": \"Attention\", \"registered_name\": \"my_pkg>Attention\", \"config\": {\"name\": \"att\"}},"
-                   "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d3\", \"units\": 2, \"activity_regularizer\": {\"class_name\": \"L2\", \"config\": {\"l2\": 0.1}}}}"),
+                   "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d3\", \"units\": 2, \"activity_regularizer\": {\"class_name\": \"OrthogonalRegularizer\", \"config\": {\"factor\": 0.1}}}}"),
                RT_EUNKNOWN_LAYER, "6 problems", "unknown Keras layer 'Foo' (layer 'foo_1')",
                "Lambda layer 'lam' holds Python code", "unsupported activation 'bogus' (layer 'd1')",
                "unsupported settings 'wobble', 'jitter' (layer 'd2')",

@@ -6,12 +6,16 @@
  * structure of the train-time noise layers: a SpatialDropout mask is one
  * decision per (sample, channel), GaussianDropout keeps the mean and has
  * the variance rate / (1 - rate), and all of them are the identity in
- * inference.
+ * inference. Last, a grouped convolution and a ConvTranspose large enough
+ * to run on threads give the gradients of a serial run (the threads split
+ * the samples).
  *
  * Tolerance: 1e-4 + 1e-3 |ref| on values, 1e-5 + 2e-3 |ref| on gradients
  * (float32 against float64).
  */
 #include <stdint.h>
+
+#include <omp.h>
 
 #include "../engine/rt_fixture.h"
 
@@ -228,6 +232,83 @@ static void noise_checks(void)
     }
 }
 
+/* the input gradient (through P), dW and db of a depthwise Conv2D (x 2;
+ * convt 0) or a ConvTranspose (3x3, stride 2, same; convt 1) at t threads */
+static void gconv_grads(int convt, int t, float *out, int64_t nout)
+{
+    const int64_t Bn = 8, H = convt ? 16 : 32, W = H, C = convt ? 8 : 16, M = convt ? 1 : 2;
+    omp_set_num_threads(t);
+    g = rt_graph_create();
+    int64_t d[4] = {RT_BATCH, H, W, C}, pd[3] = {H, W, C}, kd[4] = {3, 3, 1, C * M}, bd = C * M;
+    if (convt) kd[2] = C;
+    REQUIRE(rt_graph_add_input(g, "x", RT_F32, 4, d) == 0);
+    REQUIRE(rt_graph_add_param(g, "P", 3, pd, RT_INIT_ZEROS, 1, NULL) == 0);
+    REQUIRE(rt_graph_add_param(g, "w", 4, kd, RT_INIT_GLOROT_UNIFORM, 1, NULL) == 0);
+    REQUIRE(rt_graph_add_param(g, "b", 1, &bd, RT_INIT_GLOROT_UNIFORM, 1, NULL) == 0);
+    const char *in2[2] = {"x", "P"}, *in3[3] = {"h", "w", "b"}, *f = "c";
+    REQUIRE(rt_graph_add_node(g, "h", "Add", 2, in2, 0, NULL) == 0);
+    static const int64_t two[2] = {2, 2};
+    rt_attr at[3] = {int1("group", C), str("padding", "same"), str("activation", "tanh")};
+    rt_attr att[2] = {str("padding", "same"), ints("strides", 2, two)};
+    if (convt) REQUIRE(rt_graph_add_node(g, "c", "ConvTranspose", 3, in3, 2, att) == 0);
+    else REQUIRE(rt_graph_add_node(g, "c", "Conv2D", 3, in3, 3, at) == 0);
+    REQUIRE(rt_graph_add_node(g, "flat", "Flatten", 1, &f, 0, NULL) == 0);
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_MSE;
+    cfg.batch_size = Bn;
+    cfg.label_dtype = RT_F32;
+    cfg.label_ndim = 1;
+    cfg.label_dims[0] = convt ? 4 * H * W * C : H * W * C * M;
+    cfg.metrics = 0;
+    rt_plan *p;
+    char err[256];
+    REQUIRE(rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) == 0);
+    rt_exec *e;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    const int64_t nx = Bn * H * W * C, ny = Bn * cfg.label_dims[0];
+    float *x = malloc(sizeof(float) * (size_t)nx), *y = malloc(sizeof(float) * (size_t)ny);
+    REQUIRE(x && y);
+    for (int64_t i = 0; i < nx; i++) x[i] = (float)((i * 7919) % 101) / 50.0f - 1.0f;
+    for (int64_t i = 0; i < ny; i++) y[i] = (float)((i * 104729) % 97) / 48.0f - 1.0f;
+    rt_data dd = {.x = x, .y = y, .y_dtype = RT_F32, .n = Bn};
+    double loss;
+    CHECK_RC(rt_exec_compute_grads(e, &dd, Bn, &loss));
+    int64_t o = 0;
+    for (int pi = 0; pi < 3; pi++) {
+        int64_t dims[RT_MAX_DIMS], n = 1;
+        int nd = rt_plan_param_info(p, pi, NULL, dims, NULL);
+        for (int k = 0; k < nd; k++) n *= dims[k];
+        REQUIRE(o + n <= nout);
+        rt_exec_get_grad(e, pi, out + o);
+        o += n;
+    }
+    free(x);
+    free(y);
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+}
+
+static void threads_check(void)
+{
+    const int64_t n = 32 * 32 * 16 + 9 * 32 + 32;
+    float *g1 = malloc(sizeof(float) * (size_t)n), *g2 = malloc(sizeof(float) * (size_t)n);
+    REQUIRE(g1 && g2);
+    const int max = omp_get_max_threads();
+    for (int convt = 0; convt < 2; convt++) {
+        const int64_t m = convt ? 16 * 16 * 8 + 9 * 64 + 8 : n;
+        gconv_grads(convt, 1, g1, m);
+        gconv_grads(convt, max > 1 ? max : 2, g2, m);
+        omp_set_num_threads(max);
+        const char *what = convt ? "ConvTranspose" : "Conv2D (grouped)";
+        if (rt_fixture_compare(what, g2, g1, (size_t)m, 1e-6, 1e-4)) rt_test_failures++;
+        printf("%-16s %-20s %s\n", "threads", what, "checked");
+    }
+    free(g1);
+    free(g2);
+}
+
 int main(int argc, char **argv)
 {
     REQUIRE(argc == 2);
@@ -252,6 +333,9 @@ int main(int argc, char **argv)
         {"kerasrelu", "KerasRelu", 3,
          {flt("negative_slope", 0.2), flt("threshold", 0.5), flt("max_value", 2)}, 0, {0}, 0},
         {"exp", "Exp", 0, {{0}}, 0, {0}, 0},
+        {"mish", "Mish", 0, {{0}}, 0, {0}, 0},
+        {"hardswish", "HardSwish", 0, {{0}}, 0, {0}, 0},
+        {"logsigmoid", "LogSigmoid", 0, {{0}}, 0, {0}, 0},
         {"div", "Div", 0, {{0}}, 1, {"q"}, 0},
         {"max", "Max", 0, {{0}}, 1, {"q"}, 0},
         {"min", "Min", 0, {{0}}, 1, {"q"}, 0, 1},
@@ -280,6 +364,7 @@ int main(int argc, char **argv)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     noise_checks();
+    threads_check();
     rt_fixture_free();
     return rt_test_done("test_layers_fixture");
 }

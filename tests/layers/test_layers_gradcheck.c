@@ -217,7 +217,11 @@ int main(void)
         {"KerasRelu", 2, {{.name = "negative_slope", .kind = RT_ATTR_FLOAT, .f = 0.1},
                           {.name = "threshold", .kind = RT_ATTR_FLOAT, .f = -0.6}}},
         {"Exp", 0, {{0}}},
-        {"Scale", 1, {{.name = "alpha", .kind = RT_ATTR_FLOAT, .f = -0.25}}},
+        {"Scale", 2, {{.name = "alpha", .kind = RT_ATTR_FLOAT, .f = -0.25},
+                      {.name = "beta", .kind = RT_ATTR_FLOAT, .f = 0.5}}},
+        {"Mish", 0, {{0}}},
+        {"HardSwish", 0, {{0}}},
+        {"LogSigmoid", 0, {{0}}},
     };
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
         char nm[96];
@@ -227,6 +231,11 @@ int main(void)
                  acts[i].n ? acts[i].a[0].name : "");
         run_check(nm, "y");
     }
+
+    start(2, 2, 5, 0, 0);
+    node1("e", "Exp", "h", 0, NULL);
+    node1("y", "Sqrt", "e", 0, NULL);
+    run_check("Sqrt (of Exp)", "y");
 
     /* ---- broadcasting binaries */
     const int64_t row[1] = {4}, col[2] = {3, 1};

@@ -288,9 +288,11 @@ class CompiledModel:
     Model.compile, which forwards to it)."""
 
     def __init__(self, client, spec_json, opts, metric, optimizer=None,
-                 loss=None):
+                 loss=None, onnx=None, onnx_output=None):
         self._client = client
         self._json = spec_json
+        self._onnx = onnx            # the ONNX model's bytes, or None
+        self._onnx_output = onnx_output
         self._opts = opts
         self._metric = metric
         self._sparse = opts["loss"] in _SPARSE_LOSSES
@@ -307,6 +309,8 @@ class CompiledModel:
         self.history = None
 
     def _keras_model(self):
+        if self._onnx is not None:
+            raise TypeError("an ONNX model has no Keras layers")
         if self._owner is None:
             self._owner = models.model_from_json(self._json)
         return self._owner
@@ -338,7 +342,22 @@ class CompiledModel:
     def count_params(self):
         return int(self._prog.report["param_count"])
 
+    def to_onnx(self, filepath=None):
+        """The ONNX model this was compiled from, with the current (trained)
+        weights as its initializers, in ONNX's own layout: load them into
+        the PyTorch module through its state_dict. Writes filepath when
+        given; returns the bytes."""
+        if self._onnx is None:
+            raise TypeError("to_onnx needs a model compiled from ONNX")
+        data = self._prog.export_onnx(self._onnx, self._onnx_output)
+        if filepath is not None:
+            with open(filepath, "wb") as f:
+                f.write(data)
+        return data
+
     def to_json(self, **kw):
+        if self._onnx is not None:
+            raise TypeError("an ONNX model has no Keras JSON; use to_onnx")
         return self._json if not kw else _json.dumps(
             _json.loads(self._json), **kw)
 
@@ -393,7 +412,10 @@ class CompiledModel:
             # the old one's weights, optimizer state, step count and
             # learning rate.
             opts["state_from"] = old.id
-        prog = self._client._compile(self._json, opts)
+        if self._onnx is not None:
+            prog = self._client._compile(self._onnx, opts, self._onnx_output)
+        else:
+            prog = self._client._compile(self._json, opts)
         self._prog, self._key = prog, key
         out = prog.report["output_shape"]
         self._n_classes = out[-1] if out else None
@@ -911,10 +933,16 @@ class Client(_rtrain.Client):
 
     def compile(self, spec, optimizer="rmsprop", loss=None, metrics=None,
                 batch_size=32, shuffle=True, seed=0, from_logits=False,
-                label_shape=None, label_dtype=None):
-        """Compile spec (rtrain.Sequential or Keras model JSON) on the
-        daemon. optimizer: a name or an rtrain.optimizers object; loss: a
-        Keras loss name; metrics: [] or ["accuracy"].
+                label_shape=None, label_dtype=None, onnx_output=None):
+        """Compile spec (rtrain.Sequential, Keras model JSON, or an ONNX
+        model: its bytes or a path ending in .onnx) on the daemon.
+        optimizer: a name or an rtrain.optimizers object; loss: a Keras
+        loss name; metrics: [] or ["accuracy"].
+
+        An ONNX model (torch.onnx.export) trains from its initializers
+        (PyTorch's initial weights); onnx_output names the graph output
+        to train when it has several; a 4-D (NCHW) model takes NHWC data;
+        model.to_onnx(path) writes it back with the trained weights.
 
         batch_size, shuffle and the label layout are part of a program;
         fit() recompiles (keeping the weights) when they change, so giving
@@ -950,9 +978,13 @@ class Client(_rtrain.Client):
         opts = optimizer.get_config()
         opts.update(loss=_LOSSES[loss], from_logits=bool(from_logits),
                     metrics=(["accuracy"] if metric else []) + values, seed=int(seed))
-        spec_json = _spec_json(spec)
+        onnx = _onnx_bytes(spec)
+        spec_json = _spec_json(spec) if onnx is None else None
+        if onnx is None and onnx_output is not None:
+            raise ValueError("onnx_output applies to ONNX models only")
         model = CompiledModel(self, spec_json, opts, metric,
-                              optimizer=optimizer, loss=loss)
+                              optimizer=optimizer, loss=loss, onnx=onnx,
+                              onnx_output=onnx_output)
         model._values = values
         label = None
         if label_shape is not None or label_dtype is not None or \
@@ -1061,6 +1093,31 @@ def connect(target=None, timeout=60.0, name="python", *, tls_ca=None,
 
 def _path(p):
     return None if p is None else str(p)
+
+
+def _onnx_bytes(spec):
+    """spec's ONNX bytes when it is an ONNX model (bytes, or a path ending
+    in .onnx), else None."""
+    if isinstance(spec, (bytes, bytearray, memoryview)):
+        return bytes(spec)
+    if isinstance(spec, (str, _os.PathLike)) and \
+            str(_os.fspath(spec)).lower().endswith(".onnx"):
+        with open(spec, "rb") as f:
+            return f.read()
+    return None
+
+
+def from_onnx(path, loss="sparse_categorical_crossentropy", optimizer="adam",
+              client=None, **kw):
+    """An ONNX model (a path, or its bytes) compiled on the default client
+    (or client) for training: client.compile(path, loss=..., ...), with
+    PyTorch's initial weights. kw as Client.compile (from_logits,
+    batch_size, metrics, onnx_output, ...)."""
+    data = _onnx_bytes(path)
+    if data is None:
+        raise ValueError("from_onnx wants a path ending in .onnx or bytes")
+    return (client or get_default_client()).compile(
+        data, optimizer=optimizer, loss=loss, **kw)
 
 
 def get_default_client():

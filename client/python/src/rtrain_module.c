@@ -1199,19 +1199,30 @@ static PyObject *rt_py__report(const rt_client_compile_result *r)
         "params", params, "passes", passes);
 }
 
-/* _compile(keras_json, options) -> Program */
+/* _compile(model, options, onnx_output=None) -> Program; model: Keras
+ * JSON (str) or a serialized ONNX ModelProto (bytes) */
 static PyObject *Client_compile(ClientObject *self, PyObject *args)
 {
-    const char *json;
-    Py_ssize_t json_len;
-    PyObject *opts;
-    if (!PyArg_ParseTuple(args, "s#O!:_compile", &json, &json_len,
-                          &PyDict_Type, &opts))
+    const char *json = NULL, *onnx_output = NULL;
+    Py_ssize_t json_len = 0;
+    PyObject *opts, *model;
+    if (!PyArg_ParseTuple(args, "OO!|z:_compile", &model, &PyDict_Type, &opts, &onnx_output))
         return NULL;
     if (rt_py__check_open(self) < 0)
         return NULL;
-    if ((size_t)json_len != strlen(json)) {
-        PyErr_SetString(PyExc_ValueError, "model JSON contains a NUL character");
+    const int onnx = PyBytes_Check(model);
+    if (onnx) {
+        json = PyBytes_AS_STRING(model);
+        json_len = PyBytes_GET_SIZE(model);
+    } else if (PyUnicode_Check(model)) {
+        if (!(json = PyUnicode_AsUTF8AndSize(model, &json_len)))
+            return NULL;
+        if ((size_t)json_len != strlen(json)) {
+            PyErr_SetString(PyExc_ValueError, "model JSON contains a NUL character");
+            return NULL;
+        }
+    } else {
+        PyErr_SetString(PyExc_TypeError, "_compile wants Keras JSON (str) or ONNX (bytes)");
         return NULL;
     }
     rt_train_opts o;
@@ -1224,9 +1235,15 @@ static PyObject *Client_compile(ClientObject *self, PyObject *args)
     if (rt_py__lock(self, 1) < 0)
         return NULL;
     Py_INCREF(opts); /* keeps the option strings alive without the GIL */
+    Py_INCREF(model);
     Py_BEGIN_ALLOW_THREADS
-    rc = rt_client_compile_keras(self->c, self->sid, json, &o, &r);
+    if (onnx)
+        rc = rt_client_compile_onnx(self->c, self->sid, json, (size_t)json_len, onnx_output,
+                                    &o, &r);
+    else
+        rc = rt_client_compile_keras(self->c, self->sid, json, &o, &r);
     Py_END_ALLOW_THREADS
+    Py_DECREF(model);
     PyObject *res = NULL, *timings = rt_py__record(self);
     if (!timings)
         goto out;
@@ -1406,6 +1423,36 @@ static PyObject *Program_control(ProgramObject *self, PyObject *args, PyObject *
     if (rt_py__prog_after(self, rc, 0) == 0)
         res = PyBool_FromLong(running);
     rt_py__unlock(self->client);
+    return res;
+}
+
+/* export_onnx(onnx_bytes, output=None) -> bytes: the model with this
+ * program's weights as its initializers */
+static PyObject *Program_export_onnx(ProgramObject *self, PyObject *args)
+{
+    PyObject *model;
+    const char *output = NULL;
+    if (!PyArg_ParseTuple(args, "O!|z:export_onnx", &PyBytes_Type, &model, &output))
+        return NULL;
+    if (rt_py__prog_begin(self) < 0)
+        return NULL;
+    uint8_t *out = NULL;
+    size_t len = 0;
+    int rc;
+    rt_client *c = self->client->c;
+    const char *sid = self->client->sid;
+    const char *data = PyBytes_AS_STRING(model);
+    const size_t n = (size_t)PyBytes_GET_SIZE(model);
+    Py_INCREF(model);
+    Py_BEGIN_ALLOW_THREADS
+    rc = rt_client_export_onnx(c, sid, self->id, data, n, output, &out, &len);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(model);
+    PyObject *res = NULL;
+    if (rt_py__prog_after(self, rc, 0) == 0)
+        res = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)len);
+    rt_py__unlock(self->client);
+    free(out);
     return res;
 }
 
@@ -2073,7 +2120,7 @@ static PyMethodDef Client_methods[] = {
      "_upload(x, y=None, name='data') -> dataset dict. x: float32, y: int32 "
      "or float32, both C-contiguous (uploaded without a copy)."},
     {"_compile", (PyCFunction)Client_compile, METH_VARARGS,
-     "_compile(keras_json, options) -> Program."},
+     "_compile(keras_json | onnx_bytes, options, onnx_output=None) -> Program."},
     {NULL}};
 
 static PyGetSetDef Client_getset[] = {
@@ -2114,6 +2161,8 @@ static PyMethodDef Program_methods[] = {
      "control(learning_rate=0.0, stop=False) -> running"},
     {"set_weights", (PyCFunction)Program_set_weights, METH_VARARGS,
      "set_weights([(name, float32 array), ...])"},
+    {"export_onnx", (PyCFunction)Program_export_onnx, METH_VARARGS,
+     "export_onnx(onnx_bytes, output=None) -> bytes"},
     {"pull_state", (PyCFunction)Program_pull_state, METH_NOARGS,
      "pull_state() -> bytes (weights, optimizer, cursor, counters)"},
     {"push_state", (PyCFunction)Program_push_state, METH_VARARGS,

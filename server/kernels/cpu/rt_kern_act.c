@@ -42,7 +42,14 @@ static inline float rt__f(const rt__unary_params *p, float x)
         if (x > b) return x <= 0.0f ? 0.0f : x >= g ? g : x;
         return a * (x - b);
     case RT__U_EXP: return expf(x);
-    case RT__U_SCALE: return a * x;
+    case RT__U_SCALE: return a * x + b;
+    case RT__U_MISH: return x * tanhf(log1pf(expf(-fabsf(x))) + (x > 0.0f ? x : 0.0f));
+    case RT__U_HARDSWISH: {
+        const float v = a * x + b;
+        return v <= 0.0f ? 0.0f : v >= 1.0f ? x : x * v;
+    }
+    case RT__U_LOGSIGMOID: return (x < 0.0f ? x : 0.0f) - log1pf(expf(-fabsf(x)));
+    case RT__U_SQRT: return sqrtf(x);
     default: return x;
     }
 }
@@ -84,8 +91,59 @@ static inline float rt__df(const rt__unary_params *p, float x)
         return a;
     case RT__U_EXP: return expf(x);
     case RT__U_SCALE: return a;
+    case RT__U_MISH: {
+        const float t = tanhf(log1pf(expf(-fabsf(x))) + (x > 0.0f ? x : 0.0f));
+        return t + x * (1.0f - t * t) * rt__sig(x);
+    }
+    case RT__U_HARDSWISH: {
+        const float v = a * x + b;
+        return v <= 0.0f ? 0.0f : v >= 1.0f ? 1.0f : v + a * x;
+    }
+    case RT__U_LOGSIGMOID: return rt__sig(-x);
+    case RT__U_SQRT: return 0.5f / sqrtf(x);
     default: return 1.0f;
     }
+}
+
+/* The kind is switched on once per call: each case is its own loop over
+ * an inlined f (or f'), which the compiler vectorises; large tensors are
+ * shared out among threads in fixed chunks. */
+#define RT__UNARY_PAR (INT64_C(1) << 16)
+
+#define RT__UNARY_CASES(LOOP)                                                 \
+    switch (p->kind) {                                                        \
+    case RT__U_ELU: LOOP(RT__U_ELU); break;                                   \
+    case RT__U_SELU: LOOP(RT__U_SELU); break;                                 \
+    case RT__U_LEAKY: LOOP(RT__U_LEAKY); break;                               \
+    case RT__U_GELU: LOOP(RT__U_GELU); break;                                 \
+    case RT__U_GELU_TANH: LOOP(RT__U_GELU_TANH); break;                       \
+    case RT__U_ERF: LOOP(RT__U_ERF); break;                                   \
+    case RT__U_SOFTPLUS: LOOP(RT__U_SOFTPLUS); break;                         \
+    case RT__U_SOFTSIGN: LOOP(RT__U_SOFTSIGN); break;                         \
+    case RT__U_HARDSIGMOID: LOOP(RT__U_HARDSIGMOID); break;                   \
+    case RT__U_SWISH: LOOP(RT__U_SWISH); break;                               \
+    case RT__U_CLIP: LOOP(RT__U_CLIP); break;                                 \
+    case RT__U_THRESH: LOOP(RT__U_THRESH); break;                             \
+    case RT__U_KRELU: LOOP(RT__U_KRELU); break;                               \
+    case RT__U_EXP: LOOP(RT__U_EXP); break;                                   \
+    case RT__U_MISH: LOOP(RT__U_MISH); break;                                 \
+    case RT__U_HARDSWISH: LOOP(RT__U_HARDSWISH); break;                       \
+    case RT__U_LOGSIGMOID: LOOP(RT__U_LOGSIGMOID); break;                     \
+    case RT__U_SQRT: LOOP(RT__U_SQRT); break;                                 \
+    default: LOOP(RT__U_SCALE); break;                                        \
+    }
+
+static inline float rt__fk(int kind, const rt__unary_params *p, float x)
+{
+    rt__unary_params q = *p;
+    q.kind = kind;
+    return rt__f(&q, x);
+}
+static inline float rt__dfk(int kind, const rt__unary_params *p, float x)
+{
+    rt__unary_params q = *p;
+    q.kind = kind;
+    return rt__df(&q, x);
 }
 
 void rt_kern_unary_fwd(const rt__kargs *a)
@@ -94,7 +152,11 @@ void rt_kern_unary_fwd(const rt__kargs *a)
     const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
     const float *restrict x = a->x[0];
     float *restrict y = a->y;
-    for (int64_t i = 0; i < n; i++) y[i] = rt__f(p, x[i]);
+#define RT__FWD(K)                                                            \
+    _Pragma("omp parallel for if (n > RT__UNARY_PAR) schedule(static)")       \
+    for (int64_t i = 0; i < n; i++) y[i] = rt__fk(K, p, x[i])
+    RT__UNARY_CASES(RT__FWD)
+#undef RT__FWD
 }
 
 void rt_kern_unary_bwd(const rt__kargs *a)
@@ -104,8 +166,17 @@ void rt_kern_unary_bwd(const rt__kargs *a)
     const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
     const float *restrict x = a->x[0], *restrict dy = a->dy;
     float *restrict dx = a->dx[0];
-    if (a->accum & 1u)
-        for (int64_t i = 0; i < n; i++) dx[i] += dy[i] * rt__df(p, x[i]);
-    else
-        for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * rt__df(p, x[i]);
+    if (a->accum & 1u) {
+#define RT__BWDA(K)                                                           \
+    _Pragma("omp parallel for if (n > RT__UNARY_PAR) schedule(static)")       \
+    for (int64_t i = 0; i < n; i++) dx[i] += dy[i] * rt__dfk(K, p, x[i])
+        RT__UNARY_CASES(RT__BWDA)
+#undef RT__BWDA
+    } else {
+#define RT__BWD(K)                                                            \
+    _Pragma("omp parallel for if (n > RT__UNARY_PAR) schedule(static)")       \
+    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * rt__dfk(K, p, x[i])
+        RT__UNARY_CASES(RT__BWD)
+#undef RT__BWD
+    }
 }

@@ -428,9 +428,10 @@ int rt_kern_conv2d_can_fuse_maxpool(const rt__node *conv, const rt__node *pool)
 int rt_kern_conv2d_prepare(rt__node *nd, int64_t B, rt__arena *A)
 {
     const rt__conv_params *cv = rt__conv_cp(nd);
-    if (cv->G > 1) { /* rt_kern_gconv_*: no plan, no scratch */
+    if (cv->G > 1) { /* rt_kern_gconv_*: per thread dW, db and one dz row */
+        const int64_t KW_ = cv->KH * cv->KW * (cv->C / cv->G) * cv->OC;
         nd->kdata = NULL;
-        nd->scratch_floats = 0;
+        nd->scratch_floats = rt_kern_conv_threads() * ((KW_ + 2 * cv->OC + 15) & ~(int64_t)15);
         return 0;
     }
     rt_kern_conv_plan *kp = rt__arena_alloc(A, sizeof *kp);

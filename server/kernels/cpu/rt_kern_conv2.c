@@ -2,9 +2,9 @@
  * rt_kern_conv2.c - grouped Conv2D (group > 1: depthwise and
  * SeparableConv2D's first half) and ConvTranspose, NHWC, as direct loops
  * over the window. A grouped convolution has few multiply-adds per output
- * (KH*KW*C/G), so im2col + GEMM would mostly move memory; the forward pass
- * shares samples out among threads, the backward pass runs in sample order
- * (the weight gradient is one sum).
+ * (KH*KW*C/G), so im2col + GEMM would mostly move memory. Threads take
+ * whole samples; the backward pass sums each thread's weight gradient in
+ * its own scratch and adds those up in thread order.
  */
 #include <string.h>
 
@@ -13,18 +13,68 @@
 #include "cpu/rt_kern_conv.h"
 #include "cpu/rt_kern_cpu.h"
 
-/* act'(y) for the activation fused into Conv2D (from its output) */
-static inline float rt__act_dy(int act, float y)
+/* ------------------------------------------------------------ grouped conv */
+
+/* y[o] += sum over the group's input channels of xr[.] wr[ci * OC + o] for
+ * one window cell; the depthwise case (one input channel per group) is a
+ * contiguous multiply-add per multiplier */
+static inline void rt__gconv_cell(const float *restrict xr, const float *restrict wr,
+                                  float *restrict y, int64_t C, int64_t Cg, int64_t OC,
+                                  int64_t OCg)
 {
-    switch (act) {
-    case RT__ACT_RELU: return y > 0.0f ? 1.0f : 0.0f;
-    case RT__ACT_SIGMOID: return y * (1.0f - y);
-    case RT__ACT_TANH: return 1.0f - y * y;
-    default: return 1.0f;
+    if (Cg == 1 && OCg == 1) {
+        for (int64_t o = 0; o < OC; o++) y[o] += xr[o] * wr[o];
+    } else if (Cg == 1) {
+        for (int64_t c = 0; c < C; c++) {
+            const float xv = xr[c];
+            float *restrict yc = y + c * OCg;
+            const float *restrict wc = wr + c * OCg;
+            for (int64_t m = 0; m < OCg; m++) yc[m] += xv * wc[m];
+        }
+    } else {
+        for (int64_t g = 0; g < C / Cg; g++)
+            for (int64_t ci = 0; ci < Cg; ci++) {
+                const float xv = xr[g * Cg + ci];
+                float *restrict yg = y + g * OCg;
+                const float *restrict wg = wr + ci * OC + g * OCg;
+                for (int64_t m = 0; m < OCg; m++) yg[m] += xv * wg[m];
+            }
     }
 }
 
-/* ------------------------------------------------------------ grouped conv */
+/* the backward of one window cell: dw (+)= x dz, dx (+)= w dz */
+static inline void rt__gconv_cell_bwd(const float *restrict xr, const float *restrict wr,
+                                      const float *restrict dz, float *restrict dxr,
+                                      float *restrict dwr, int64_t C, int64_t Cg, int64_t OC,
+                                      int64_t OCg)
+{
+    if (Cg == 1 && OCg == 1) {
+        if (dwr) for (int64_t o = 0; o < OC; o++) dwr[o] += xr[o] * dz[o];
+        if (dxr) for (int64_t o = 0; o < OC; o++) dxr[o] += wr[o] * dz[o];
+        return;
+    }
+    for (int64_t g = 0; g < C / Cg; g++)
+        for (int64_t ci = 0; ci < Cg; ci++) {
+            const int64_t xc = g * Cg + ci, wo = ci * OC + g * OCg;
+            const float *restrict d = dz + g * OCg;
+            if (dwr) {
+                const float xv = xr[xc];
+                for (int64_t m = 0; m < OCg; m++) dwr[wo + m] += xv * d[m];
+            }
+            if (dxr) {
+                float acc = 0.0f;
+                for (int64_t m = 0; m < OCg; m++) acc += wr[wo + m] * d[m];
+                dxr[xc] += acc;
+            }
+        }
+}
+
+static inline int rt__gconv_threads(const rt__conv_params *cv, int64_t n)
+{
+    const int64_t macs = n * cv->OH * cv->OW * cv->OC * cv->KH * cv->KW * (cv->C / cv->G);
+    int nt = macs < (INT64_C(1) << 20) ? 1 : rt_kern_conv_threads();
+    return nt > n ? (int)n : nt;
+}
 
 void rt_kern_gconv_fwd(const rt__kargs *a)
 {
@@ -32,8 +82,7 @@ void rt_kern_gconv_fwd(const rt__kargs *a)
     const int64_t n = a->r->n, H = cv->H, W = cv->W, C = cv->C, OC = cv->OC;
     const int64_t Cg = C / cv->G, OCg = OC / cv->G, OH = cv->OH, OW = cv->OW;
     const float *w = a->x[1], *bias = cv->bias ? a->x[2] : NULL;
-    const int nt = n * OH * OW * OC * cv->KH * cv->KW * Cg < (INT64_C(1) << 20)
-                       ? 1 : rt_kern_conv_threads();
+    const int nt = rt__gconv_threads(cv, n);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t s = 0; s < n; s++) {
         const float *x = a->x[0] + s * H * W * C;
@@ -48,15 +97,8 @@ void rt_kern_gconv_fwd(const rt__kargs *a)
                     for (int64_t kw = 0; kw < cv->KW; kw++) {
                         const int64_t iw = ow * cv->SW - cv->PL + kw * cv->DW;
                         if (iw < 0 || iw >= W) continue;
-                        const float *restrict xr = x + (ih * W + iw) * C;
-                        const float *restrict wr = w + (kh * cv->KW + kw) * Cg * OC;
-                        if (Cg == 1 && OCg == 1) {
-                            for (int64_t o = 0; o < OC; o++) y[o] += xr[o] * wr[o];
-                            continue;
-                        }
-                        for (int64_t ci = 0; ci < Cg; ci++)
-                            for (int64_t o = 0; o < OC; o++)
-                                y[o] += xr[(o / OCg) * Cg + ci] * wr[ci * OC + o];
+                        rt__gconv_cell(x + (ih * W + iw) * C, w + (kh * cv->KW + kw) * Cg * OC,
+                                       y, C, Cg, OC, OCg);
                     }
                 }
                 rt_kern_act_fwd(cv->act, y, OC);
@@ -65,49 +107,62 @@ void rt_kern_gconv_fwd(const rt__kargs *a)
     }
 }
 
+/* Threads take whole samples; each sums its weight and bias gradients in
+ * its own slice of scratch (rt_kern_conv2d_prepare sizes it), added up in
+ * thread order afterwards. dz (the gradient before the activation) is
+ * formed per output cell in the slice's tail. */
 void rt_kern_gconv_bwd(const rt__kargs *a)
 {
     const rt__conv_params *cv = rt__conv_cp(a->nd);
     const int64_t n = a->r->n, H = cv->H, W = cv->W, C = cv->C, OC = cv->OC;
     const int64_t Cg = C / cv->G, OCg = OC / cv->G, OH = cv->OH, OW = cv->OW;
+    const int64_t KW_ = cv->KH * cv->KW * Cg * OC;
+    const int64_t TS = (KW_ + 2 * OC + 15) & ~(int64_t)15;
     const float *w = a->x[1];
     float *dx = a->dx[0], *dw = a->dx[1], *db = cv->bias ? a->dx[2] : NULL;
-    if (dx && !(a->accum & 1u)) memset(dx, 0, sizeof(float) * (size_t)(n * H * W * C));
-    if (dw && !(a->accum & 2u))
-        memset(dw, 0, sizeof(float) * (size_t)(cv->KH * cv->KW * Cg * OC));
-    if (db && !(a->accum & 4u)) memset(db, 0, sizeof(float) * (size_t)OC);
-    for (int64_t s = 0; s < n; s++) {
-        const float *x = a->x[0] + s * H * W * C;
-        for (int64_t oh = 0; oh < OH; oh++) {
-            for (int64_t ow = 0; ow < OW; ow++) {
-                const int64_t yo = ((s * OH + oh) * OW + ow) * OC;
-                const float *restrict dy = a->dy + yo;
-                const float *restrict yv = a->y ? a->y + yo : NULL;
-                float dz[256];
-                for (int64_t o0 = 0; o0 < OC; o0 += 256) {
-                    const int64_t o1 = o0 + 256 < OC ? o0 + 256 : OC;
-                    for (int64_t o = o0; o < o1; o++)
-                        dz[o - o0] = cv->act ? dy[o] * rt__act_dy(cv->act, yv[o]) : dy[o];
-                    if (db)
-                        for (int64_t o = o0; o < o1; o++) db[o] += dz[o - o0];
+    const int nt = rt__gconv_threads(cv, n);
+    int team = 1;
+#pragma omp parallel num_threads(nt)
+    {
+        const int T = omp_get_num_threads(), t = omp_get_thread_num();
+        if (t == 0) team = T;
+        float *pdw = a->scratch + (int64_t)t * TS, *pdb = pdw + KW_, *dz = pdb + OC;
+        memset(pdw, 0, sizeof(float) * (size_t)(KW_ + OC));
+        const int64_t s0 = n * t / T, s1 = n * (t + 1) / T;
+        for (int64_t s = s0; s < s1; s++) {
+            const float *x = a->x[0] + s * H * W * C;
+            float *dxs = dx ? dx + s * H * W * C : NULL;
+            if (dxs && !(a->accum & 1u)) memset(dxs, 0, sizeof(float) * (size_t)(H * W * C));
+            for (int64_t oh = 0; oh < OH; oh++) {
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    const int64_t yo = ((s * OH + oh) * OW + ow) * OC;
+                    if (cv->act) rt_kern_act_bwd(cv->act, dz, a->dy + yo, a->y + yo, OC);
+                    else memcpy(dz, a->dy + yo, sizeof(float) * (size_t)OC);
+                    for (int64_t o = 0; o < OC; o++) pdb[o] += dz[o];
                     for (int64_t kh = 0; kh < cv->KH; kh++) {
                         const int64_t ih = oh * cv->SH - cv->PT + kh * cv->DH;
                         if (ih < 0 || ih >= H) continue;
                         for (int64_t kw = 0; kw < cv->KW; kw++) {
                             const int64_t iw = ow * cv->SW - cv->PL + kw * cv->DW;
                             if (iw < 0 || iw >= W) continue;
-                            const int64_t xo = (ih * W + iw) * C;
-                            const int64_t wo = (kh * cv->KW + kw) * Cg * OC;
-                            for (int64_t ci = 0; ci < Cg; ci++)
-                                for (int64_t o = o0; o < o1; o++) {
-                                    const int64_t xc = xo + (o / OCg) * Cg + ci;
-                                    if (dw) dw[wo + ci * OC + o] += x[xc] * dz[o - o0];
-                                    if (dx) dx[s * H * W * C + xc] += w[wo + ci * OC + o] * dz[o - o0];
-                                }
+                            const int64_t xo = (ih * W + iw) * C, wo = (kh * cv->KW + kw) * Cg * OC;
+                            rt__gconv_cell_bwd(x + xo, w + wo, dz, dxs ? dxs + xo : NULL,
+                                               dw ? pdw + wo : NULL, C, Cg, OC, OCg);
                         }
                     }
                 }
             }
+        }
+    }
+    for (int t = 0; t < team; t++) {
+        const float *p = a->scratch + (int64_t)t * TS;
+        if (dw) {
+            if (t == 0 && !(a->accum & 2u)) memcpy(dw, p, sizeof(float) * (size_t)KW_);
+            else for (int64_t i = 0; i < KW_; i++) dw[i] += p[i];
+        }
+        if (db) {
+            if (t == 0 && !(a->accum & 4u)) memcpy(db, p + KW_, sizeof(float) * (size_t)OC);
+            else for (int64_t o = 0; o < OC; o++) db[o] += p[KW_ + o];
         }
     }
 }
@@ -153,46 +208,78 @@ void rt_kern_convt_fwd(const rt__kargs *a)
     }
 }
 
+int rt_kern_convt_prepare(rt__node *nd, int64_t B, rt__arena *A)
+{
+    (void)B;
+    (void)A;
+    const rt__conv_params *cv = rt__conv_cp(nd);
+    const int64_t KW_ = cv->KH * cv->KW * cv->OC * cv->C;
+    nd->kdata = NULL;
+    nd->scratch_floats = rt_kern_conv_threads() * ((KW_ + cv->OC + 15) & ~(int64_t)15);
+    return 0;
+}
+
+/* Threads take whole samples (their dx rows are disjoint) and sum dW and
+ * db in their own scratch slices, added up in thread order. */
 void rt_kern_convt_bwd(const rt__kargs *a)
 {
     const rt__conv_params *cv = rt__conv_cp(a->nd);
     const int64_t n = a->r->n, H = cv->H, W = cv->W, C = cv->C, OC = cv->OC;
     const int64_t OH = cv->OH, OW = cv->OW;
+    const int64_t KW_ = cv->KH * cv->KW * OC * C, TS = (KW_ + OC + 15) & ~(int64_t)15;
     const float *w = a->x[1];
     float *dx = a->dx[0], *dw = a->dx[1], *db = cv->bias ? a->dx[2] : NULL;
-    if (dw && !(a->accum & 2u))
-        memset(dw, 0, sizeof(float) * (size_t)(cv->KH * cv->KW * OC * C));
-    if (db) {
-        if (!(a->accum & 4u)) memset(db, 0, sizeof(float) * (size_t)OC);
-        for (int64_t p = 0; p < n * OH * OW; p++)
-            for (int64_t o = 0; o < OC; o++) db[o] += a->dy[p * OC + o];
-    }
-    for (int64_t s = 0; s < n; s++) {
-        const float *x = a->x[0] + s * H * W * C;
-        const float *dy = a->dy + s * OH * OW * OC;
-        for (int64_t h = 0; h < H; h++) {
-            for (int64_t wi = 0; wi < W; wi++) {
-                const float *restrict xr = x + (h * W + wi) * C;
-                float *restrict dxr = dx ? dx + ((s * H + h) * W + wi) * C : NULL;
-                if (dxr && !(a->accum & 1u)) memset(dxr, 0, sizeof(float) * (size_t)C);
-                for (int64_t kh = 0; kh < cv->KH; kh++) {
-                    const int64_t oh = h * cv->SH - cv->PT + kh * cv->DH;
-                    if (oh < 0 || oh >= OH) continue;
-                    for (int64_t kw = 0; kw < cv->KW; kw++) {
-                        const int64_t ow = wi * cv->SW - cv->PL + kw * cv->DW;
-                        if (ow < 0 || ow >= OW) continue;
-                        const float *restrict g = dy + (oh * OW + ow) * OC;
-                        const int64_t wo = (kh * cv->KW + kw) * OC * C;
-                        for (int64_t o = 0; o < OC; o++) {
-                            const float go = g[o];
-                            if (dxr)
-                                for (int64_t i = 0; i < C; i++) dxr[i] += w[wo + o * C + i] * go;
-                            if (dw)
-                                for (int64_t i = 0; i < C; i++) dw[wo + o * C + i] += xr[i] * go;
+    int nt = n * H * W * C * cv->KH * cv->KW * OC < (INT64_C(1) << 20) ? 1 : rt_kern_conv_threads();
+    if (nt > n) nt = (int)n;
+    int team = 1;
+#pragma omp parallel num_threads(nt)
+    {
+        const int T = omp_get_num_threads(), t = omp_get_thread_num();
+        if (t == 0) team = T;
+        float *pdw = a->scratch + (int64_t)t * TS, *pdb = pdw + KW_;
+        memset(pdw, 0, sizeof(float) * (size_t)(KW_ + OC));
+        const int64_t s0 = n * t / T, s1 = n * (t + 1) / T;
+        for (int64_t s = s0; s < s1; s++) {
+            const float *x = a->x[0] + s * H * W * C;
+            const float *dy = a->dy + s * OH * OW * OC;
+            if (db)
+                for (int64_t p = 0; p < OH * OW; p++)
+                    for (int64_t o = 0; o < OC; o++) pdb[o] += dy[p * OC + o];
+            for (int64_t h = 0; h < H; h++) {
+                for (int64_t wi = 0; wi < W; wi++) {
+                    const float *restrict xr = x + (h * W + wi) * C;
+                    float *restrict dxr = dx ? dx + ((s * H + h) * W + wi) * C : NULL;
+                    if (dxr && !(a->accum & 1u)) memset(dxr, 0, sizeof(float) * (size_t)C);
+                    for (int64_t kh = 0; kh < cv->KH; kh++) {
+                        const int64_t oh = h * cv->SH - cv->PT + kh * cv->DH;
+                        if (oh < 0 || oh >= OH) continue;
+                        for (int64_t kw = 0; kw < cv->KW; kw++) {
+                            const int64_t ow = wi * cv->SW - cv->PL + kw * cv->DW;
+                            if (ow < 0 || ow >= OW) continue;
+                            const float *restrict g = dy + (oh * OW + ow) * OC;
+                            const int64_t wo = (kh * cv->KW + kw) * OC * C;
+                            for (int64_t o = 0; o < OC; o++) {
+                                const float go = g[o];
+                                if (dxr)
+                                    for (int64_t i = 0; i < C; i++) dxr[i] += w[wo + o * C + i] * go;
+                                if (dw)
+                                    for (int64_t i = 0; i < C; i++) pdw[wo + o * C + i] += xr[i] * go;
+                            }
                         }
                     }
                 }
             }
+        }
+    }
+    for (int t = 0; t < team; t++) {
+        const float *p = a->scratch + (int64_t)t * TS;
+        if (dw) {
+            if (t == 0 && !(a->accum & 2u)) memcpy(dw, p, sizeof(float) * (size_t)KW_);
+            else for (int64_t i = 0; i < KW_; i++) dw[i] += p[i];
+        }
+        if (db) {
+            if (t == 0 && !(a->accum & 4u)) memcpy(db, p + KW_, sizeof(float) * (size_t)OC);
+            else for (int64_t o = 0; o < OC; o++) db[o] += p[KW_ + o];
         }
     }
 }

@@ -59,6 +59,8 @@ void rt_kern_layernorm_bwd(const rt__kargs *a);
  * (rt_kern_conv2.c) */
 void rt_kern_convt_fwd(const rt__kargs *a);
 void rt_kern_convt_bwd(const rt__kargs *a);
+/* ConvTranspose's scratch: per thread dW and db */
+int rt_kern_convt_prepare(rt__node *nd, int64_t B, rt__arena *A);
 void rt_kern_gconv_fwd(const rt__kargs *a);
 void rt_kern_gconv_bwd(const rt__kargs *a);
 
@@ -88,6 +90,8 @@ void rt_kern_copy_bwd(const rt__kargs *a);
  * backward recomputes them instead of storing. */
 void rt_kern_dropout_fwd(const rt__kargs *a);
 void rt_kern_dropout_bwd(const rt__kargs *a);
+void rt_kern_actreg_fwd(const rt__kargs *a);
+void rt_kern_actreg_bwd(const rt__kargs *a);
 
 /* SimpleRNN / LSTM / GRU (rt__rnn_params): forward fills the node's
  * workspace, backward runs through time from it (rt_kern_rnn.c) */

@@ -376,3 +376,37 @@ void rt_kern_dropout_bwd(const rt__kargs *a)
         dx[i] = accum ? dx[i] + g : g;
     }
 }
+
+/* ActivityReg: y = x, the penalty into r->act_pen (a forward may run
+ * without one: predict) */
+void rt_kern_actreg_fwd(const rt__kargs *a)
+{
+    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
+    const rt__actreg_params *p = rt__actreg_cp(a->nd);
+    const float *restrict x = a->x[0];
+    if (a->y != x) memcpy(a->y, x, sizeof(float) * (size_t)n);
+    if (!a->r->act_pen) return;
+    double s1 = 0, s2 = 0;
+    for (int64_t i = 0; i < n; i++) {
+        s1 += fabs((double)x[i]);
+        s2 += (double)x[i] * x[i];
+    }
+    const double pen = p->l1 * s1 + p->l2 * s2;
+    *a->r->act_pen += p->batch_mean ? pen / (double)a->r->n : pen;
+}
+
+void rt_kern_actreg_bwd(const rt__kargs *a)
+{
+    if (!a->dx[0]) return;
+    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
+    const rt__actreg_params *p = rt__actreg_cp(a->nd);
+    const double k = p->batch_mean ? 1.0 / (double)a->r->n : 1.0;
+    const float c1 = (float)(p->l1 * k), c2 = (float)(2.0 * p->l2 * k);
+    const float *restrict y = a->y, *restrict dy = a->dy;
+    float *restrict dx = a->dx[0];
+    const int accum = a->accum & 1u;
+    for (int64_t i = 0; i < n; i++) {
+        const float g = dy[i] + c1 * (float)((y[i] > 0) - (y[i] < 0)) + c2 * y[i];
+        dx[i] = accum ? dx[i] + g : g;
+    }
+}

@@ -112,9 +112,11 @@ void rt_kern_batchnorm_fwd(const rt__kargs *a)
     float *scale = f, *shift = f + C;
     if (rt__bn_batch_mode(a)) {
         rt__bn_stats(a->x[0], R, C, nt, part, mean, var);
+        /* PyTorch moves the variance towards the unbiased estimate */
+        const double vs = rt__bn_cp(nd)->unbiased && R > 1 ? (double)R / (double)(R - 1) : 1.0;
         for (int64_t c = 0; c < C && a->r->update_stats; c++) {
             mm[c] = (float)(mom * mm[c] + (1.0 - mom) * mean[c]);
-            mv[c] = (float)(mom * mv[c] + (1.0 - mom) * var[c]);
+            mv[c] = (float)(mom * mv[c] + (1.0 - mom) * var[c] * vs);
         }
     } else {
         for (int64_t c = 0; c < C; c++) {

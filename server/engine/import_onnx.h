@@ -1,0 +1,74 @@
+/*
+ * import_onnx.h - ONNX ModelProto (torch.onnx.export, opsets 11-17) ->
+ * rt_graph, and the way back: the same ModelProto with an exec's weights as
+ * its initializers.
+ *
+ *     rt_graph *g; char err[256];
+ *     if (rt_onnx_import(bytes, len, NULL, &g, err, sizeof err) < 0)
+ *         ... err names every unsupported operator, or the problem ...
+ *     rt_plan_compile(g, &cfg, ...);
+ *
+ * The messages are protoc-c's C for the onnx.proto that Debian's
+ * libonnx-dev installs, generated at build time.
+ *
+ * Layout. ONNX image models are NCHW; the engine is NHWC. A rank-4 value
+ * is kept channels-last and every layout change is folded into the
+ * weights once, at import: Conv kernels (O,I,kh,kw) become (kh,kw,I,O),
+ * Gemm weights (N,K) become (K,N), a Flatten of an NCHW value keeps the
+ * engine's (h,w,c) order and the Gemm/MatMul reading it gets its weight
+ * rows permuted from (c,h,w) to (h,w,c), and constants broadcast against
+ * an NCHW value are permuted the same way. Nothing is transposed per step.
+ * The data input of a rank-4 model is therefore fed NHWC.
+ *
+ * Weights. Float initializers become parameters named as the initializer,
+ * with their values as the initial weights (PyTorch's own initialisation);
+ * BatchNormalization's mean and var are non-trainable and move as PyTorch
+ * moves them (momentum, unbiased variance). Values computed from shapes
+ * (Shape -> Gather -> Unsqueeze -> Concat, as x.view(x.size(0), -1)
+ * exports) are folded to constants, the batch kept symbolic.
+ *
+ * Errors: RT_EUNKNOWN_OP listing every unsupported operator at once
+ * ("unsupported ONNX operators at opset 13: Foo (node 'n1'), ..."),
+ * RT_EPROTO for bytes that are not a ModelProto, RT_EINVAL for external
+ * data, an opset outside 11..17, a dynamic dimension other than the batch,
+ * or an unsupported attribute (naming the node), RT_ESHAPE for shapes.
+ */
+#ifndef RTRAIN_IMPORT_ONNX_H
+#define RTRAIN_IMPORT_ONNX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rt_engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RT_ONNX_OPSET_MIN 11
+#define RT_ONNX_OPSET_MAX 17
+
+/* Parse len bytes of a serialized ModelProto into a new graph (*out, owned
+ * by the caller). output: the graph output to train, NULL or "" for the
+ * graph's single output. Returns 0 or a negative code with a message
+ * (< errlen) in err; *out is NULL on failure. */
+int rt_onnx_import(const void *buf, size_t len, const char *output,
+                   rt_graph **out, char *err, size_t errlen);
+
+/* The value of one engine parameter (as rt_exec_get_param writes it):
+ * fill numel floats into dst, return 0 or a negative code. */
+typedef int (*rt_onnx_param_fn)(void *ud, const char *name, float *dst,
+                                int64_t numel);
+
+/* Export: the model of buf (as imported with the same output) with every
+ * initializer that became a parameter replaced by get()'s values, laid out
+ * back in ONNX's order (raw little-endian floats). *out is malloc'd (free),
+ * *outlen its size. Returns 0 or a negative code with a message. */
+int rt_onnx_export(const void *buf, size_t len, const char *output,
+                   rt_onnx_param_fn get, void *ud, uint8_t **out,
+                   size_t *outlen, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

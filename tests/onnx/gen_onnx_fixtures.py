@@ -1,0 +1,320 @@
+#!/usr/bin/python3
+"""Writes tests/onnx/fixtures/<m>.onnx and <m>_ref.bin: PyTorch models
+exported with torch.onnx.export, their training data, and PyTorch's own
+training run, read by tests/onnx/test_onnx_parity.c. torch is needed only to
+regenerate the files:
+
+    /usr/bin/python3 tests/onnx/gen_onnx_fixtures.py [outdir]
+
+Models (docs/workloads.md):
+    wa  the iris MLP (W-A): Linear(4,32) relu Linear(32,3) softmax
+    wc  W-C: 784-512-512-10 MLP, logits
+    wb  W-B's layers (Conv(64, 3x3) relu MaxPool 2 Flatten Linear(128) relu
+        Linear(10)) on a 12x12x3 input instead of 32x32x3, which keeps the
+        Linear's weight (and this file) 8x smaller
+    wd  the digits CNN (W-D): Conv(16, 3x3, pad 1) relu Conv(32, pad 1) relu
+        MaxPool 2 view(B, -1) Linear(64) relu Linear(10), on sklearn's digits
+    rb  a ResNet-style block: Conv(8, 3x3) BN relu, then Conv BN relu Conv
+        BN + the skip Add, relu, GlobalAveragePool, Flatten, Linear(10);
+        exported in training mode so BatchNormalization stays a node
+    mx  the other layout folds: a stride-2 padded Conv beside a SAME one,
+        their channel Concat, a trainable (C,1,1) shift subtracted and a
+        constant product, AvgPool(3, stride 1, pad 1, padding not counted),
+        tanh, sigmoid, Flatten of a (C,2,2) value into a Linear, logsoftmax
+    kx  the newer operators, exported at opset 17: a depthwise Conv,
+        LeakyRelu, Elu, GELU (the Div-Erf-Add-Mul-Mul pattern), constant
+        Pad, a strided Conv with Selu, ConvTranspose, relu6 (Clip), Div by
+        a constant, PReLU, ReduceMean over H and W, Transpose to NHWC with
+        x.reshape(x.size(0), -1), Concat, LayerNormalization, Softplus, Erf
+
+Each is trained by PyTorch for 10 steps on 10 fixed batches, in order, once
+with SGD (lr 0.02, momentum 0.9) and once with Adam (lr 1e-3, eps 1e-7),
+with cross-entropy (the mean over the batch; wa's loss is the NLL of its
+softmax output, mx's the NLL of its log-softmax). Recorded: per-step losses, and every initializer after the
+10 steps in ONNX's own layout (BatchNorm's running statistics included), so
+that the test compares what rtrain exports.
+
+Data are stored as uint8 with a scale (x = u8 * scale in float32, the same
+operation on both sides) except iris (float32). Image data are NHWC as the
+engine takes them; PyTorch gets the NCHW transpose.
+
+Final weights: to keep W-C small, a final tensor is stored as its change
+from the initial value in float16 (dtype 3) when that rounds every value by
+less than 5e-6 (checked here), well under the test's 1e-4; otherwise as its
+float32 values (dtype 1).
+
+File format (little-endian): u32 magic 0x46525452 ("RTRF"), u32 version 1,
+u32 count, then per tensor char name[64], u32 dtype (1 f32, 2 i32, 3 f16
+delta, 4 u8), u32 ndim, u32 dims[4], data.
+"""
+import gzip
+import os
+import struct
+import sys
+
+import numpy as np
+import onnx
+import onnx.numpy_helper
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+torch.set_num_threads(1)
+STEPS = 10
+
+
+class MLP(nn.Module):
+    def __init__(self, sizes, softmax=False):
+        super().__init__()
+        self.fc = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes, sizes[1:]))
+        self.softmax = softmax
+
+    def forward(self, x):
+        for i, f in enumerate(self.fc):
+            x = f(x)
+            if i + 1 < len(self.fc):
+                x = F.relu(x)
+        return F.softmax(x, dim=1) if self.softmax else x
+
+
+class WB(nn.Module):
+    def __init__(self, hw):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 64, 3)
+        self.pool = nn.MaxPool2d(2)
+        o = (hw - 2) // 2
+        self.fc1 = nn.Linear(64 * o * o, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = self.pool(F.relu(self.conv(x)))
+        x = torch.flatten(x, 1)
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+class WD(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.c2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.fc1 = nn.Linear(32 * 4 * 4, 64)
+        self.fc2 = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.c2(F.relu(self.c1(x)))), 2)
+        x = x.contiguous().view(x.size(0), -1)  # Shape -> Gather -> Unsqueeze -> Concat
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+class RB(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn0 = nn.BatchNorm2d(8)
+        self.c1 = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x):
+        x = F.relu(self.bn0(self.stem(x)))
+        y = F.relu(self.bn1(self.c1(x)))
+        y = self.bn2(self.c2(y))
+        x = F.relu(x + y)
+        x = torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)
+        return self.fc(x)
+
+
+class MX(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.b = nn.Conv2d(3, 2, 2, stride=2)
+        self.shift = nn.Parameter(torch.linspace(-0.2, 0.3, 6).reshape(6, 1, 1))
+        self.pool = nn.AvgPool2d(3, stride=1, padding=1, count_include_pad=False)
+        self.fc = nn.Linear(6 * 2 * 2, 10)
+
+    def forward(self, x):
+        x = torch.cat([torch.relu(self.a(x)), torch.tanh(self.b(x))], dim=1)
+        x = (x - self.shift) * 1.5
+        x = torch.sigmoid(F.max_pool2d(self.pool(x), 2))
+        return F.log_softmax(self.fc(torch.flatten(x, 1)), dim=1)
+
+
+class KX(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dw = nn.Conv2d(3, 6, 3, padding=1, groups=3)
+        self.pw = nn.Conv2d(6, 8, 1)
+        self.c2 = nn.Conv2d(8, 8, 3, stride=2)
+        self.up = nn.ConvTranspose2d(8, 4, 2, stride=2)
+        self.prelu = nn.PReLU(4, init=0.2)
+        self.fc0 = nn.Linear(8 * 8 * 4, 12)
+        self.ln = nn.LayerNorm(16)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        a = F.elu(F.leaky_relu(self.dw(x), 0.1))
+        b = F.pad(F.gelu(self.pw(a)), (1, 0, 0, 1))
+        b = F.selu(self.c2(b))
+        u = self.prelu(F.relu6(self.up(b)) / 2.0)
+        m = u.mean(dim=(2, 3))
+        t = u.permute(0, 2, 3, 1)
+        t = t.reshape(t.size(0), -1)
+        h = self.ln(torch.cat([m, self.fc0(t)], dim=1))
+        return self.fc(F.softplus(h) + torch.erf(h))
+
+
+def iris():
+    rows = np.loadtxt(os.path.join(ROOT, "tests/fixtures/iris.csv"), delimiter=",",
+                      skiprows=1, usecols=range(5), dtype=np.float64)
+    return rows[:, :4].astype(np.float32), rows[:, 4].astype(np.int32)
+
+
+def digits():
+    with gzip.open(os.path.join(ROOT, "tests/conv/data/digits.csv.gz"), "rt") as f:
+        a = np.loadtxt(f, delimiter=",", dtype=np.int64)
+    return a[:, :64].astype(np.uint8), a[:, 64].astype(np.int32)
+
+
+def data(name, n):
+    """x as stored (u8 or f32, NHWC for images), its scale, labels"""
+    rng = np.random.RandomState(7)
+    if name == "wa":
+        x, y = iris()
+        p = rng.permutation(len(x))[:n]
+        return x[p], None, y[p], (4,)
+    if name == "wd":
+        x, y = digits()
+        return x[:n].reshape(n, 8, 8, 1), 1.0 / 16, y[:n], (8, 8, 1)
+    shape = {"wc": (784,), "wb": (12, 12, 3), "rb": (8, 8, 3), "mx": (8, 8, 3),
+             "kx": (8, 8, 3)}[name]
+    x = rng.randint(0, 256, size=(n,) + shape).astype(np.uint8)
+    return x, 1.0 / 255, rng.randint(0, 10, size=n).astype(np.int32), shape
+
+
+def model(name):
+    torch.manual_seed({"wa": 1, "wc": 2, "wb": 3, "wd": 4, "rb": 5, "mx": 6, "kx": 7}[name])
+    return {"wa": lambda: MLP([4, 32, 3], softmax=True),
+            "wc": lambda: MLP([784, 512, 512, 10]),
+            "wb": lambda: WB(12), "wd": WD, "rb": RB, "mx": MX, "kx": KX}[name]()
+
+
+def to_torch(x, scale):
+    t = torch.from_numpy(x.astype(np.float32))
+    if scale is not None:
+        t = t * torch.tensor(scale, dtype=torch.float32)
+    if t.dim() == 4:
+        t = t.permute(0, 3, 1, 2).contiguous()
+    return t
+
+
+def train(name, m, xb, yb, opt):
+    if opt == "sgd":
+        o = torch.optim.SGD(m.parameters(), lr=0.02, momentum=0.9)
+    else:
+        o = torch.optim.Adam(m.parameters(), lr=1e-3, eps=1e-7)
+    m.train()
+    losses = []
+    for x, y in zip(xb, yb):
+        o.zero_grad()
+        out = m(x)
+        if name == "wa":
+            loss = F.nll_loss(torch.log(out), y)
+        elif name == "mx":  # its output is log-probabilities
+            loss = F.nll_loss(out, y)
+        else:
+            loss = F.cross_entropy(out, y)
+        loss.backward()
+        o.step()
+        losses.append(loss.item())
+    return np.array(losses, dtype=np.float32)
+
+
+def export(name, m, x0, path):
+    kw = dict(opset_version=17 if name == "kx" else 13, input_names=["x"], output_names=["y"],
+              dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+    if name == "rb":  # keep BatchNormalization (eval export folds it into Conv)
+        m.train()
+        kw.update(training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    else:
+        m.eval()
+    torch.onnx.export(m, x0, path, **kw)
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "fixtures")
+    os.makedirs(out, exist_ok=True)
+    batch = {"wa": 10, "wc": 16, "wb": 8, "wd": 16, "rb": 8, "mx": 8, "kx": 8}
+    for name in sys.argv[2:] or ["wa", "wc", "wb", "wd", "rb", "mx", "kx"]:
+        B = batch[name]
+        x, scale, y, shape = data(name, B * STEPS)
+        xt, yt = to_torch(x, scale), torch.from_numpy(y.astype(np.int64))
+        xb, yb = list(xt.split(B)), list(yt.split(B))
+        m = model(name)
+        init_state = {k: v.clone() for k, v in m.state_dict().items()}
+        path = os.path.join(out, name + ".onnx")
+        export(name, m, xb[0], path)
+        m.load_state_dict(init_state)  # the export ran a forward pass (BN stats)
+        proto = onnx.load(path)
+        inits = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer}
+        # which state_dict entry each initializer is (torch keeps the names,
+        # or numbers them: match by value)
+        sd_of = {}
+        for iname, arr in inits.items():
+            if arr.dtype != np.float32:
+                continue
+            if iname in init_state:
+                sd_of[iname] = iname
+                continue
+            hits = [k for k, v in init_state.items()
+                    if v.numel() == arr.size and v.dtype == torch.float32 and
+                    np.array_equal(v.numpy().reshape(-1), arr.reshape(-1))]
+            assert len(hits) == 1, (name, iname)
+            sd_of[iname] = hits[0]
+        # training starts from the initializers as exported (the export's
+        # forward pass in training mode moved BatchNorm's statistics)
+        for iname, key in sd_of.items():
+            init_state[key] = torch.from_numpy(inits[iname].copy()).reshape(init_state[key].shape)
+        tensors = []
+
+        def put(n, a, dt):
+            tensors.append((n, a, dt))
+
+        put("x", x, 4 if scale is not None else 1)
+        put("scale", np.array([scale if scale is not None else 0.0], np.float32), 1)
+        put("y", y, 2)
+        for opt in ["sgd", "adam"]:
+            m.load_state_dict(init_state)
+            losses = train(name, m, xb, yb, opt)
+            put(opt + "/loss", losses, 1)
+            sd = m.state_dict()
+            worst = 0.0
+            for iname, key in sorted(sd_of.items()):
+                fin = sd[key].detach().numpy().astype(np.float32)
+                delta = (fin - inits[iname].reshape(fin.shape)).astype(np.float16)
+                rec = inits[iname].reshape(fin.shape) + delta.astype(np.float32)
+                err = float(np.max(np.abs(rec - fin))) if fin.size else 0.0
+                if err < 5e-6:
+                    worst = max(worst, err)
+                    put(opt + "/" + iname, delta.reshape(-1), 3)
+                else:
+                    put(opt + "/" + iname, fin.reshape(-1), 1)
+            print("%s %-4s losses %s  f16 rounding %.1e" % (name, opt, losses[[0, -1]], worst))
+        with open(os.path.join(out, name + "_ref.bin"), "wb") as f:
+            f.write(struct.pack("<III", 0x46525452, 1, len(tensors)))
+            for n, a, dt in tensors:
+                assert len(n) < 64, n
+                a = np.ascontiguousarray(a)
+                assert a.ndim <= 4, n
+                dims = (list(a.shape) + [1, 1, 1, 1])[:4]
+                f.write(n.encode().ljust(64, b"\0"))
+                f.write(struct.pack("<II4I", dt, a.ndim, *dims))
+                f.write(a.astype({1: "<f4", 2: "<i4", 3: "<f2", 4: "u1"}[dt]).tobytes())
+
+
+if __name__ == "__main__":
+    main()

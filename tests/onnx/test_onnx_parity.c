@@ -1,0 +1,314 @@
+/*
+ * test_onnx_parity.c - PyTorch models exported to ONNX train in rtrain step
+ * for step as in PyTorch (fixtures from gen_onnx_fixtures.py beside this
+ * file: W-A, W-C, W-B's layers, W-D, a ResNet-style block, a model of the
+ * other layout folds and one of the newer operators): each model imports, trains 10 steps on the same batches in the
+ * same order with SGD (momentum 0.9) and again with Adam; every step's loss
+ * matches PyTorch's to 1e-5 relative, and the export's initializers (so the
+ * ONNX layout the export writes back) match PyTorch's final state_dict to
+ * 1e-4, BatchNorm's running statistics included. The worst deviations are
+ * printed.
+ *
+ *     test_onnx_parity <fixtures dir> [model ...]
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "import_onnx.h"
+#include "onnx.pb-c.h"
+#include "rt_engine_impl.h"
+#include "rt_test.h"
+
+#define MAXT 160
+
+typedef struct ref {
+    char name[64];
+    uint32_t dtype, ndim, dims[4];
+    size_t count;
+    void *data;
+} ref;
+
+static ref refs[MAXT];
+static int nrefs;
+
+static void *read_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    REQUIRE(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *b = malloc((size_t)n + 1);
+    REQUIRE(b && fread(b, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+static void load_refs(const char *path)
+{
+    size_t len;
+    uint8_t *b = read_all(path, &len), *p = b;
+    uint32_t hdr[3];
+    REQUIRE(len >= 12);
+    memcpy(hdr, p, 12);
+    p += 12;
+    REQUIRE(hdr[0] == 0x46525452u && hdr[1] == 1 && hdr[2] <= MAXT);
+    nrefs = (int)hdr[2];
+    for (int i = 0; i < nrefs; i++) {
+        ref *r = &refs[i];
+        REQUIRE((size_t)(p - b) + 88 <= len);
+        memcpy(r->name, p, 64);
+        r->name[63] = 0;
+        memcpy(&r->dtype, p + 64, 4);
+        memcpy(&r->ndim, p + 68, 4);
+        memcpy(r->dims, p + 72, 16);
+        p += 88;
+        r->count = (size_t)r->dims[0] * r->dims[1] * r->dims[2] * r->dims[3];
+        const size_t w = r->dtype == 3 ? 2 : r->dtype == 4 ? 1 : 4;
+        REQUIRE((size_t)(p - b) + r->count * w <= len);
+        r->data = malloc(r->count * w + 1);
+        REQUIRE(r->data);
+        memcpy(r->data, p, r->count * w);
+        p += r->count * w;
+    }
+    free(b);
+}
+
+static void free_refs(void)
+{
+    for (int i = 0; i < nrefs; i++) free(refs[i].data);
+    nrefs = 0;
+}
+
+static const ref *find_ref(const char *name)
+{
+    for (int i = 0; i < nrefs; i++)
+        if (strcmp(refs[i].name, name) == 0) return &refs[i];
+    return NULL;
+}
+
+static float half_to_float(uint16_t h)
+{
+    const uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023;
+    float f;
+    if (e == 0) {
+        f = ldexpf((float)m, -24);
+    } else if (e == 31) {
+        f = m ? NAN : INFINITY;
+    } else {
+        f = ldexpf((float)(m | 1024), (int)e - 25);
+    }
+    return s ? -f : f;
+}
+
+/* a float initializer's values (raw little-endian or float_data) */
+static const float *init_floats(const Onnx__TensorProto *t, size_t *n)
+{
+    size_t c = 1;
+    for (size_t k = 0; k < t->n_dims; k++) c *= (size_t)t->dims[k];
+    *n = c;
+    if (t->has_raw_data) return t->raw_data.len == c * 4 ? (const float *)t->raw_data.data : NULL;
+    return t->n_float_data == c ? t->float_data : NULL;
+}
+
+static const Onnx__TensorProto *find_init(const Onnx__ModelProto *m, const char *name)
+{
+    for (size_t k = 0; k < m->graph->n_initializer; k++)
+        if (strcmp(m->graph->initializer[k]->name, name) == 0) return m->graph->initializer[k];
+    return NULL;
+}
+
+typedef struct getp {
+    rt_exec *e;
+} getp;
+
+static int get_param(void *ud, const char *name, float *dst, int64_t numel)
+{
+    rt_exec *e = ((getp *)ud)->e;
+    rt_plan *p = rt_exec_plan(e);
+    for (int i = 0; i < rt_plan_n_params(p); i++) {
+        const char *nm;
+        int64_t d[RT_MAX_DIMS];
+        int tr, nd = rt_plan_param_info(p, i, &nm, d, &tr);
+        if (strcmp(nm, name) != 0) continue;
+        int64_t n = 1;
+        for (int k = 0; k < nd; k++) n *= d[k];
+        if (n != numel) return RT_ESHAPE;
+        return rt_exec_get_param(e, i, dst);
+    }
+    return RT_ENOTFOUND;
+}
+
+static double worst_loss_all, worst_weight_all;
+
+static void run(const char *dir, const char *name)
+{
+    char path[512];
+    size_t len;
+    snprintf(path, sizeof path, "%s/%s.onnx", dir, name);
+    uint8_t *onnx = read_all(path, &len);
+    snprintf(path, sizeof path, "%s/%s_ref.bin", dir, name);
+    load_refs(path);
+    Onnx__ModelProto *orig = onnx__model_proto__unpack(NULL, len, onnx);
+    REQUIRE(orig);
+
+    const ref *rx = find_ref("x"), *ry = find_ref("y"), *rs = find_ref("scale");
+    REQUIRE(rx && ry && rs);
+    const int64_t n = ry->count, per = (int64_t)(rx->count / ry->count);
+    float *x = malloc(rx->count * sizeof(float));
+    REQUIRE(x);
+    const float scale = ((const float *)rs->data)[0];
+    for (size_t i = 0; i < rx->count; i++)
+        x[i] = rx->dtype == 4 ? (float)((const uint8_t *)rx->data)[i] * scale
+                              : ((const float *)rx->data)[i];
+    const int64_t steps = 10, B = n / steps;
+    (void)per;
+
+    static const char *opts[] = {"sgd", "adam"};
+    for (int o = 0; o < 2; o++) {
+        rt_graph *g;
+        char err[512];
+        int rc = rt_onnx_import(onnx, len, NULL, &g, err, sizeof err);
+        if (rc < 0) {
+            fprintf(stderr, "%s: import: %s\n", name, err);
+            rt_test_failures++;
+            break;
+        }
+        rt_train_config cfg;
+        rt_train_config_init(&cfg);
+        cfg.loss = RT_LOSS_SPARSE_CE;
+        cfg.from_logits = strcmp(name, "wa") != 0;
+        cfg.metrics = 0;
+        cfg.batch_size = (int)B;
+        cfg.shuffle = 0;
+        cfg.eps = 1e-7f;
+        if (o == 0) {
+            cfg.opt = RT_OPT_SGD;
+            cfg.lr = 0.02f;
+            cfg.momentum = 0.9f;
+        } else {
+            cfg.opt = RT_OPT_ADAM;
+            cfg.lr = 1e-3f;
+        }
+        rt_plan *p;
+        rt_compile_report rep;
+        if (rt_plan_compile(g, &cfg, &p, &rep, err, sizeof err) < 0) {
+            fprintf(stderr, "%s: compile: %s\n", name, err);
+            rt_test_failures++;
+            rt_graph_destroy(g);
+            break;
+        }
+        if (!strcmp(name, "kx") && o == 0) {
+            /* the folds the model exists for: GELU's five nodes are one
+             * Gelu, x.permute(0, 2, 3, 1) of an NCHW value costs nothing,
+             * F.pad's computed pads are one Pad */
+            int gelu = 0, transpose = 0, div = 0, pad = 0;
+            for (int i = 0; i < p->n_nodes; i++) {
+                const char *op = p->nodes[i].op->name;
+                gelu += !strcmp(op, "Gelu");
+                transpose += !strcmp(op, "Transpose");
+                div += !strcmp(op, "Div");
+                pad += !strcmp(op, "Pad");
+            }
+            CHECK(gelu == 1 && transpose == 0 && div == 1 && pad == 1);
+            printf("kx: %d Gelu, %d Transpose, %d Div, %d Pad nodes in the plan\n", gelu,
+                   transpose, div, pad);
+        }
+        rt_exec *e;
+        REQUIRE(rt_exec_create(p, &e) == 0);
+        rt_data d = {.x = x, .y = ry->data, .y_dtype = RT_I32, .n = n};
+        rt_train_result res;
+        float losses[10];
+        CHECK_RC(rt_exec_train(e, &d, steps, &res, NULL, NULL, losses));
+
+        char key[128];
+        snprintf(key, sizeof key, "%s/loss", opts[o]);
+        const ref *rl = find_ref(key);
+        REQUIRE(rl && rl->count == (size_t)steps);
+        double wl = 0;
+        for (int s = 0; s < steps; s++) {
+            const double want = ((const float *)rl->data)[s];
+            const double rel = fabs(losses[s] - want) / fabs(want);
+            if (!(rel <= wl)) wl = rel;
+            if (!(rel <= 1e-5)) {
+                fprintf(stderr, "%s %s step %d: loss %.8g, PyTorch %.8g (rel %.2e)\n", name,
+                        opts[o], s + 1, losses[s], want, rel);
+                rt_test_failures++;
+            }
+        }
+
+        /* export, then compare every initializer with PyTorch's final state */
+        getp gp = {e};
+        uint8_t *out;
+        size_t outlen;
+        rc = rt_onnx_export(onnx, len, NULL, get_param, &gp, &out, &outlen, err, sizeof err);
+        CHECK(rc == 0);
+        double ww = 0;
+        char wname[128] = "";
+        int compared = 0;
+        Onnx__ModelProto *ex = rc == 0 ? onnx__model_proto__unpack(NULL, outlen, out) : NULL;
+        CHECK(ex != NULL);
+        for (size_t k = 0; ex && k < ex->graph->n_initializer; k++) {
+            const Onnx__TensorProto *t = ex->graph->initializer[k];
+            if (t->data_type != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT) continue;
+            snprintf(key, sizeof key, "%s/%s", opts[o], t->name);
+            const ref *r = find_ref(key);
+            if (!r) {
+                fprintf(stderr, "%s: no reference for '%s'\n", name, key);
+                rt_test_failures++;
+                continue;
+            }
+            size_t cnt, icnt;
+            const float *got = init_floats(t, &cnt);
+            const float *init = init_floats(find_init(orig, t->name), &icnt);
+            REQUIRE(got && init && cnt == r->count && icnt == cnt);
+            for (size_t i = 0; i < cnt; i++) {
+                const float want = r->dtype == 3
+                    ? init[i] + half_to_float(((const uint16_t *)r->data)[i])
+                    : ((const float *)r->data)[i];
+                const double dev = fabs((double)got[i] - want);
+                if (!(dev <= ww)) {
+                    ww = dev;
+                    snprintf(wname, sizeof wname, "%s[%zu]", t->name, i);
+                }
+            }
+            compared++;
+        }
+        if (!(ww <= 1e-4)) {
+            fprintf(stderr, "%s %s: weight %s deviates by %.3g from PyTorch\n", name, opts[o],
+                    wname, ww);
+            rt_test_failures++;
+        }
+        CHECK(compared > 0);
+        printf("%-3s %-4s  worst loss rel dev %.2e   worst weight dev %.2e (%s, %d tensors)\n",
+               name, opts[o], wl, ww, wname, compared);
+        if (wl > worst_loss_all) worst_loss_all = wl;
+        if (ww > worst_weight_all) worst_weight_all = ww;
+        if (ex) onnx__model_proto__free_unpacked(ex, NULL);
+        free(out);
+        rt_exec_destroy(e);
+        rt_plan_release(p);
+        rt_graph_destroy(g);
+    }
+    onnx__model_proto__free_unpacked(orig, NULL);
+    free(x);
+    free(onnx);
+    free_refs();
+}
+
+int main(int argc, char **argv)
+{
+    REQUIRE(argc >= 2);
+    static const char *all[] = {"wa", "wc", "wb", "wd", "rb", "mx", "kx"};
+    if (argc > 2) {
+        for (int i = 2; i < argc; i++) run(argv[1], argv[i]);
+    } else {
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) run(argv[1], all[i]);
+    }
+    printf("worst over all: loss rel %.2e (limit 1e-5), weight %.2e (limit 1e-4)\n",
+           worst_loss_all, worst_weight_all);
+    return rt_test_done("onnx_parity");
+}
