@@ -50,6 +50,7 @@ int rt_err_from_grpc(int grpc_status)
     case RT__GRPC_UNAVAILABLE: return RT_EUNAVAILABLE;
     case RT__GRPC_DATA_LOSS: return RT_ECHECKSUM;
     case RT__GRPC_UNAUTHENTICATED: return RT_EAUTH;
+    case RT__GRPC_ABORTED: return RT_ERESTARTED;
     default: return RT_EGRPC;
     }
 }

@@ -141,6 +141,17 @@ static void usage(FILE *f)
             "  --dist-timeout-ms N      a replica that does not answer a collective in N ms\n"
             "                           is taken as dead: the call fails UNAVAILABLE\n"
             "                           (default 30000)\n"
+            "Durable mode (docs/operations.md):\n"
+            "  --state-dir DIR          keep sessions, datasets and checkpoints in DIR and\n"
+            "                           restore them at start (default: state in memory)\n"
+            "  --checkpoint-every-steps N  checkpoint a program after a call once N steps\n"
+            "                           ran since the last one (default 0 = off)\n"
+            "  --checkpoint-every-s N   ... or once N s passed (default 30; 0 = off); also\n"
+            "                           at every Fit epoch end, on demand and at exit\n"
+            "  --checkpoint-keep K      checkpoints kept per program (default 3)\n"
+            "  --checkpoint-fail P      stop|continue: a failed checkpoint (disk full)\n"
+            "                           fails the call, or is only logged (default stop)\n"
+            "  --checkpoint-no-fsync    benchmarks only: no fsync (not crash-safe)\n"
             "Security (docs/security.md):\n"
             "  --tls-cert FILE          PEM certificate chain: serve TLS (with --tls-key)\n"
             "  --tls-key FILE           PEM private key of --tls-cert\n"
@@ -156,7 +167,8 @@ static void usage(FILE *f)
             "                           address-space limit below it); K/M/G allowed\n"
             "Datasets larger than memory (docs/data.md):\n"
             "  --spool-dir DIR          where streamed datasets' records are kept on disk\n"
-            "                           (default " RT_SPOOL_DIR_DEFAULT ")\n"
+            "                           (default --state-dir if given, else "
+            RT_SPOOL_DIR_DEFAULT ")\n"
             "  --stream-above N         stream a TFRecord dataset whose decoded size is\n"
             "                           over N bytes (default a quarter of the memory\n"
             "                           budget); K/M/G allowed\n"
@@ -319,6 +331,8 @@ int main(int argc, char **argv)
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, 64 << 20);
     signal(SIGPIPE, SIG_IGN);
+    /* a file over RLIMIT_FSIZE is a write error (EFBIG), not a kill */
+    signal(SIGXFSZ, SIG_IGN);
     /* Every connection is a descriptor: take the hard limit, so a flood of
      * half-open connections (closed by the handshake timeout) does not
      * lock everyone out first. */
@@ -342,6 +356,8 @@ int main(int argc, char **argv)
            O_HANDSHAKE, O_CONNIDLE, O_STREAMQ, O_KATIMEOUT, O_DRAIN,
            O_LOGFMT, O_METRICS, O_UPKEEP, O_PIPEHOLD, O_UPPOOL, O_DETRED, O_DISTTO,
            O_SPOOL, O_STREAMABOVE, O_DTHREADS, O_PREFETCH, O_SHUFBUF, O_MAXSPOOL,
+           O_STATE, O_CK_STEPS, O_CK_S, O_CK_KEEP, O_CK_FAIL,
+           O_CK_NOSYNC,
            O_QUOTA /* + rt_quota_kind */ };
     static const struct option opts[] = {
         {"listen", required_argument, 0, O_LISTEN},
@@ -391,6 +407,12 @@ int main(int argc, char **argv)
         {"max-spool-bytes", required_argument, 0, O_MAXSPOOL},
         {"deterministic-reduce", required_argument, 0, O_DETRED},
         {"dist-timeout-ms", required_argument, 0, O_DISTTO},
+        {"state-dir", required_argument, 0, O_STATE},
+        {"checkpoint-every-steps", required_argument, 0, O_CK_STEPS},
+        {"checkpoint-every-s", required_argument, 0, O_CK_S},
+        {"checkpoint-keep", required_argument, 0, O_CK_KEEP},
+        {"checkpoint-fail", required_argument, 0, O_CK_FAIL},
+        {"checkpoint-no-fsync", no_argument, 0, O_CK_NOSYNC},
 #define RT__Q_OPT(k, name, mem) {"quota-" name, required_argument, 0, O_QUOTA + RT_Q_##k},
         RT_QUOTA_MAP(RT__Q_OPT)
 #undef RT__Q_OPT
@@ -584,6 +606,28 @@ int main(int argc, char **argv)
                 goto bad;
             d.drain_ms = v;
             break;
+        case O_STATE:
+            cfg.state_dir = optarg;
+            break;
+        case O_CK_STEPS:
+        case O_CK_S:
+            if (parse_u64(optarg, &v) < 0 || v > UINT32_MAX)
+                goto bad;
+            *(o == O_CK_STEPS ? &cfg.ckpt_every_steps : &cfg.ckpt_every_s) = (uint32_t)v;
+            break;
+        case O_CK_KEEP:
+            if (parse_u64(optarg, &v) < 0 || v < 1 || v > 1000)
+                goto bad;
+            cfg.ckpt_keep = (int)v;
+            break;
+        case O_CK_FAIL:
+            if (strcmp(optarg, "stop") && strcmp(optarg, "continue"))
+                goto bad;
+            cfg.ckpt_fail_continue = strcmp(optarg, "continue") == 0;
+            break;
+        case O_CK_NOSYNC:
+            cfg.ckpt_no_fsync = 1;
+            break;
         case O_GRACE:
             if (parse_u64(optarg, &v) < 0 || v > 3600000)
                 goto bad;
@@ -724,6 +768,9 @@ int main(int argc, char **argv)
            (unsigned long long)(cfg.inline_ns / 1000),
            cfg.tls_cert ? (cfg.tls_client_ca ? "mTLS" : "TLS") : "plaintext",
            cfg.tokens_path ? "tokens" : "single-user");
+    if (cfg.state_dir)
+        RT_LOG(RT_LOG_INFO, "durable mode: state in %s (checkpoints every %u steps / %u s, "
+               "keep %d)", cfg.state_dir, cfg.ckpt_every_steps, cfg.ckpt_every_s, cfg.ckpt_keep);
 
     uv_run(d.loop, UV_RUN_DEFAULT);
     rt_metrics_server_stop(metrics); /* before the server its gauges read */

@@ -35,7 +35,7 @@ enum {
 
 typedef enum cli_cmd {
     CLI_NONE = 0, CLI_HELP, CLI_VERSION, CLI_INFO, CLI_PING, CLI_FIT, CLI_EVAL,
-    CLI_PREDICT, CLI_BENCH_OVERHEAD, CLI_BENCH_STORY, CLI_EXPORT,
+    CLI_PREDICT, CLI_BENCH_OVERHEAD, CLI_BENCH_STORY, CLI_EXPORT, CLI_CKPT_PULL, CLI_CKPT_PUSH,
 } cli_cmd;
 
 typedef enum cli_data_kind {
@@ -87,6 +87,11 @@ typedef struct cli_opts {
     const char *onnx_output;  /* an ONNX model's output to train (NULL: the only one) */
     int relay;                /* bench through the latency relay (--rtt ...) */
     uint64_t rtt_us, jitter_us, bandwidth_Bps;
+    /* durability (cli_ckpt.c) */
+    double reattach_s;        /* fit: < 0 = the library's default */
+    const char *save_state, *load_state;  /* fit */
+    const char *program, *session_token;  /* checkpoint pull */
+    const char *pos[2];       /* checkpoint: SESSION PATH / PATH */
 } cli_opts;
 
 /* Parse argv (argv[0] is the program). Returns 0, or -1 with a message in
@@ -157,6 +162,11 @@ void cli_install_sigint(void);
 int cli_cmd_info(const cli_opts *o);
 int cli_cmd_ping(const cli_opts *o);
 int cli_cmd_fit(const cli_opts *o);
+/* cli_ckpt.c: `rtrain checkpoint pull|push`, and fit's --save-state and
+ * --load-state. */
+int cli_cmd_checkpoint(const cli_opts *o);
+int cli_state_pull(rt_client *c, const char *sid, const char *program, const char *path);
+int cli_state_push(rt_client *c, const char *sid, const char *path, char *program_out);
 int cli_cmd_eval(const cli_opts *o, int predict);
 int cli_cmd_export(const cli_opts *o);
 /* --model names an ONNX file (*.onnx) rather than Keras JSON */

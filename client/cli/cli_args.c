@@ -17,7 +17,8 @@
 #define CLI_STR_(x) #x
 #define CLI_STR(x) CLI_STR_(x)
 #define TRAIN (B(CLI_FIT) | B(CLI_EVAL) | B(CLI_PREDICT) | B(CLI_EXPORT))
-#define NET (B(CLI_INFO) | B(CLI_PING) | TRAIN | B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY))
+#define CKPT (B(CLI_CKPT_PULL) | B(CLI_CKPT_PUSH))
+#define NET (B(CLI_INFO) | B(CLI_PING) | TRAIN | B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY) | CKPT)
 
 enum {
     O_SERVER = 1000, O_TIMEOUT, O_MODEL, O_WEIGHTS, O_SAVE_WEIGHTS, O_DATA,
@@ -30,6 +31,7 @@ enum {
     O_TLS_CA, O_TLS_CERT, O_TLS_KEY, O_TOKEN_FILE,
     O_EARLY_STOP, O_CHECKPOINT, O_CSV_LOG, O_LOAD_WEIGHTS, O_SAMPLE_WEIGHTS,
     O_RTT, O_JITTER, O_BANDWIDTH, O_METRICS, O_LABEL_COLS, O_ONNX, O_ONNX_OUTPUT,
+    O_REATTACH, O_SAVE_STATE, O_LOAD_STATE, O_PROGRAM, O_SESSION_TOKEN,
 };
 
 typedef struct opt_def {
@@ -102,6 +104,11 @@ static const opt_def defs[] = {
     {"rtt", 1, O_RTT, B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY)},
     {"jitter", 1, O_JITTER, B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY)},
     {"bandwidth", 1, O_BANDWIDTH, B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY)},
+    {"reattach-s", 1, O_REATTACH, B(CLI_FIT)},
+    {"save-state", 1, O_SAVE_STATE, B(CLI_FIT)},
+    {"load-state", 1, O_LOAD_STATE, B(CLI_FIT)},
+    {"program", 1, O_PROGRAM, B(CLI_CKPT_PULL)},
+    {"session-token", 1, O_SESSION_TOKEN, B(CLI_CKPT_PULL)},
 };
 #define N_DEFS (sizeof defs / sizeof defs[0])
 
@@ -157,6 +164,13 @@ static const struct {
     {"csv-log", "FILE", "one CSV row per epoch (Keras' CSVLogger columns)"},
     {"sample-weights", "W.npy", "one loss weight >= 0 per --data sample (Keras' "
                                 "sample_weight; default: none)"},
+    {"reattach-s", "S", "RunSteps fit: when the daemon is unavailable, retry with backoff "
+                        "for up to S s, then resume exactly (default 300; 0 = off)"},
+    {"save-state", "FILE", "after training, the full training state (weights, optimizer, "
+                           "cursor) into FILE"},
+    {"load-state", "FILE", "resume from a saved state (any daemon) instead of fresh weights"},
+    {"program", "P", "the program whose state to pull"},
+    {"session-token", "T", "the session's token (printed by fit and checkpoint push)"},
     {"help", NULL, "this text"},
 };
 
@@ -177,6 +191,8 @@ const char *cli_cmd_name(cli_cmd c)
     case CLI_EXPORT: return "export";
     case CLI_BENCH_OVERHEAD: return "bench overhead";
     case CLI_BENCH_STORY: return "bench story";
+    case CLI_CKPT_PULL: return "checkpoint pull";
+    case CLI_CKPT_PUSH: return "checkpoint push";
     case CLI_HELP: return "help";
     case CLI_VERSION: return "version";
     case CLI_NONE: break;
@@ -200,7 +216,7 @@ void cli_usage(FILE *f)
 "      [--label-columns A:B] [--metrics M,M]\n"
 "      [--seed S] [--no-shuffle] [--save-weights W.bin] [--timings]\n"
 "      [--trace out.json] [--early-stopping PATIENCE] [--checkpoint W.bin]\n"
-"      [--csv-log log.csv]\n"
+"      [--csv-log log.csv] [--reattach-s S] [--save-state F] [--load-state F]\n"
 "                            train; K = 0 or absent: one Fit stream, else\n"
 "                            RunSteps calls of K steps (never across an\n"
 "                            epoch end; validation by an Evaluate after\n"
@@ -230,6 +246,10 @@ void cli_usage(FILE *f)
 "                            (data: examples/iris/ from the current\n"
 "                            directory); bench/story.py runs it beside\n"
 "                            PyTorch eager\n"
+"  checkpoint pull SESSION PATH --program P --session-token T\n"
+"                            the program's full training state into PATH\n"
+"  checkpoint push PATH      resume a pulled state on this daemon (a new\n"
+"                            session); prints the session, token, program\n"
 "  bench ... --rtt D [--jitter D] [--bandwidth R]\n"
 "                            run the bench through a relay on loopback that\n"
 "                            adds D/2 each way (2ms, 10ms, 50ms), +-jitter,\n"
@@ -363,6 +383,7 @@ static void defaults(cli_opts *o)
     o->reps = -1;
     o->progress = -1;
     o->early_stopping = -1;
+    o->reattach_s = -1;
 }
 
 /* Whether the model file saved its loss (Keras 3 compile_config, Keras 2
@@ -412,6 +433,11 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
         else return perr(err, errlen, "bench: unknown benchmark '%s' "
                          "(overhead or story)", argv[2]);
         first = 3;
+    } else if (!strcmp(c, "checkpoint")) {
+        if (argc < 3 || (strcmp(argv[2], "pull") && strcmp(argv[2], "push")))
+            return perr(err, errlen, "checkpoint: pull or push?");
+        o->cmd = !strcmp(argv[2], "pull") ? CLI_CKPT_PULL : CLI_CKPT_PUSH;
+        first = 3;
     } else {
         return perr(err, errlen, "unknown command '%s' (try rtrain --help)", c);
     }
@@ -431,9 +457,11 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
     char **sub_argv = argv + first - 1;
     optind = 0;
     opterr = 0;
+    /* checkpoint's SESSION PATH may come before or after the options */
+    int npos = o->cmd == CLI_CKPT_PULL ? 2 : o->cmd == CLI_CKPT_PUSH ? 1 : 0;
     for (;;) {
         int li = -1;
-        int id = getopt_long(sub_argc, sub_argv, "+", lopts, &li);
+        int id = getopt_long(sub_argc, sub_argv, npos ? "" : "+", lopts, &li);
         if (id == -1)
             break;
         if (id == '?' || id == ':') {
@@ -584,6 +612,14 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
         case O_CSV_LOG: o->csv_log = a; break;
         case O_LOAD_WEIGHTS: o->load_weights = a; break;
         case O_SAMPLE_WEIGHTS: o->sample_weights = a; break;
+        case O_REATTACH:
+            if (parse_double(a, 0, 1e7, &o->reattach_s) < 0)
+                return perr(err, errlen, "--reattach-s: expected seconds >= 0, got '%s'", a);
+            break;
+        case O_SAVE_STATE: o->save_state = a; break;
+        case O_LOAD_STATE: o->load_state = a; break;
+        case O_PROGRAM: o->program = a; break;
+        case O_SESSION_TOKEN: o->session_token = a; break;
         case O_ONNX: o->onnx_out = a; break;
         case O_ONNX_OUTPUT: o->onnx_output = a; break;
         case O_RTT:
@@ -602,9 +638,18 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
         }
         (void)dv;
     }
+    /* checkpoint pull SESSION PATH, checkpoint push PATH */
+    for (int k = 0; k < npos; k++) {
+        if (optind >= sub_argc)
+            return perr(err, errlen, "%s: expected %s", cli_cmd_name(o->cmd),
+                        npos == 2 ? "SESSION PATH" : "PATH");
+        o->pos[k] = sub_argv[optind++];
+    }
     if (optind < sub_argc)
         return perr(err, errlen, "%s: unexpected argument '%s'", cli_cmd_name(o->cmd),
                     sub_argv[optind]);
+    if (o->cmd == CLI_CKPT_PULL && (!o->program || !o->session_token))
+        return perr(err, errlen, "checkpoint pull: --program and --session-token are required");
 
     /* Per-command requirements. */
     switch (o->cmd) {
@@ -700,7 +745,8 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen)
     }
     if (i == 1 || i >= argc)
         return parse_ordered(i >= argc ? 1 : argc, argv, o, err, errlen);
-    int words = !strcmp(argv[i], "bench") && i + 1 < argc ? 2 : 1;
+    int words = (!strcmp(argv[i], "bench") || !strcmp(argv[i], "checkpoint")) && i + 1 < argc
+                    ? 2 : 1;
     char **av = malloc(sizeof *av * (size_t)(argc + 1));
     if (!av)
         return perr(err, errlen, "out of memory");

@@ -438,6 +438,11 @@ static void early_stop(fit_view *v, uint32_t epoch, const rt_client_epoch *e)
 static int on_fit_event(const rt_client_fit_event *ev, void *user)
 {
     fit_view *v = user;
+    if (ev->kind == RT_FIT_RESUMED) {
+        fprintf(stderr, "daemon restarted; resuming at epoch %llu step %llu\n",
+                (unsigned long long)ev->epoch, (unsigned long long)ev->step);
+        return cli_interrupted ? 1 : 0;
+    }
     if (ev->kind == RT_FIT_EPOCH_END) {
         /* Counted here: a Fit stream numbers epochs from the program's
          * first, a RunSteps loop from its own. */
@@ -575,12 +580,18 @@ int cli_cmd_fit(const cli_opts *o)
     memset(&va, 0, sizeof va);
     fit_view v;
     memset(&v, 0, sizeof v);
+    int keep = 0;
     uint64_t t0 = rt_now_ns();
     ex = setup(c, o, "rtrain fit", sid, &prog);
     if (ex)
         goto out;
     if (o->load_weights && (ex = load_weights(c, sid, &prog, o->load_weights)))
         goto out;
+    if (o->load_state && (ex = cli_state_push(c, sid, o->load_state, prog.program_id)))
+        goto out;
+    if (o->reattach_s >= 0)
+        rt_client_set_reattach_ms(c, (int64_t)(o->reattach_s * 1000));
+    fprintf(stderr, "session: %s (token %s)\n", sid, rt_client_session_token(c, sid));
     int rc = o->sample_weights ? upload_weighted(c, sid, o, &tr)
                                : cli_upload(c, sid, base_name(o->data), o->data, o->labels, o, &tr);
     if (rc < 0) {
@@ -663,7 +674,14 @@ int cli_cmd_fit(const cli_opts *o)
     }
     rt_progress_finish(&v.bar);
     if (rc < 0) {
+        /* A durable daemon that could not checkpoint (disk full) still
+         * holds the state: the session stays, so it can be pulled. */
+        keep = rc == RT_ETOOBIG && strstr(rt_client_errmsg(c), "checkpoint failed") != NULL;
         ex = cli_fail(c, o->steps_per_call ? "fit (RunSteps)" : "Fit", rc);
+        if (keep)
+            fprintf(stderr, "rtrain: session %s kept: rtrain checkpoint pull %s STATE "
+                    "--program %s --session-token %s\n", sid, sid, prog.program_id,
+                    rt_client_session_token(c, sid));
         goto out;
     }
     if (v.stopped_epoch)
@@ -687,6 +705,8 @@ int cli_cmd_fit(const cli_opts *o)
     } else {
         printf("final: no epoch completed - wall %.3f s\n", wall);
     }
+    if (o->save_state && (ex = cli_state_pull(c, sid, prog.program_id, o->save_state)))
+        goto out;
     if (o->save_weights)
         ex = save_weights(c, sid, prog.program_id, o->save_weights, "--save-weights", 0);
     if (!ex && o->onnx_out)
@@ -694,7 +714,7 @@ int cli_cmd_fit(const cli_opts *o)
 out:
     /* Also after Ctrl-C: the cancel flag is cleared when the next call
      * starts, and a session left open would hold the daemon's memory. */
-    if (sid[0]) {
+    if (sid[0] && !keep) {
         rt_client_next_timeout_ms(c, cli_interrupted ? 2000 : 5000);
         rt_client_session_close(c, sid);
     }

@@ -40,6 +40,10 @@ int cli_cmd_info(const cli_opts *o)
                (unsigned long long)in.max_dataset_bytes, in.max_sessions,
                (unsigned long long)in.max_dim, (unsigned long long)in.max_params,
                (unsigned long long)in.max_steps_per_call);
+        if (in.state[0])
+            printf("state       %s%s\n", in.state,
+                   strcmp(in.state, "disk") ? " (restarts lose sessions)"
+                                            : " (durable: sessions survive restarts)");
         print_list("ops", in.ops, in.n_ops);
         print_list("formats", in.formats, in.n_formats);
         print_list("losses", in.losses, in.n_losses);
@@ -156,6 +160,8 @@ int main(int argc, char **argv)
     case CLI_INFO: return cli_cmd_info(&o);
     case CLI_PING: return cli_cmd_ping(&o);
     case CLI_FIT: return cli_cmd_fit(&o);
+    case CLI_CKPT_PULL:
+    case CLI_CKPT_PUSH: return cli_cmd_checkpoint(&o);
     case CLI_EVAL: return cli_cmd_eval(&o, 0);
     case CLI_PREDICT: return cli_cmd_eval(&o, 1);
     case CLI_EXPORT: return cli_cmd_export(&o);

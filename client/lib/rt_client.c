@@ -258,8 +258,9 @@ int rt_client_connect(const rt_client_opts *opts, rt_client **out, char *err, si
     }
     /* GetWeights and Predict answers grow with the model and the data; the
      * 4 MiB default would turn them into RESOURCE_EXHAUSTED. */
-    /* Uploads: the transport settings the daemon uses (rt_transport.h). */
-    grpc_arg args[3 + RT_TRANSPORT_NARGS];
+    /* Uploads: the transport settings the daemon uses (rt_transport.h);
+     * 3 more, and the 2 reconnect backoffs. */
+    grpc_arg args[5 + RT_TRANSPORT_NARGS];
     memset(args, 0, sizeof args);
     size_t nargs = rt_transport_args(args);
     args[nargs].type = GRPC_ARG_INTEGER;
@@ -272,6 +273,18 @@ int rt_client_connect(const rt_client_opts *opts, rt_client **out, char *err, si
         args[nargs].type = GRPC_ARG_STRING;
         args[nargs].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
         args[nargs++].value.string = (char *)o->tls_server_name;
+    }
+    /* A restarted daemon is found again within a second: the default
+     * reconnect backoff grows to two minutes. (GRPC_ARG_MIN_RECONNECT_
+     * BACKOFF_MS stays: it is also the connect timeout, and a short one
+     * fails handshakes on a loaded machine.) */
+    static const char *const backoff[2] = {GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+                                           GRPC_ARG_MAX_RECONNECT_BACKOFF_MS};
+    for (int i = 0; i < 2; i++) {
+        args[nargs].type = GRPC_ARG_INTEGER;
+        args[nargs].key = (char *)backoff[i];
+        args[nargs].value.integer = i == 0 ? 100 : 1000;
+        nargs++;
     }
     grpc_channel_args ca = {nargs, args};
     c->ch = grpc_channel_create(c->target, creds, &ca);
@@ -288,6 +301,7 @@ int rt_client_connect(const rt_client_opts *opts, rt_client **out, char *err, si
     }
     c->timeout_ms = RT_CLIENT_DEFAULT_TIMEOUT_MS;
     c->next_timeout_ms = INT64_MIN;
+    c->reattach_ms = RT_CLIENT_REATTACH_MS;
     c->grpc_status = -1;
     atomic_init(&c->cancel_flag, 0);
     *out = c;

@@ -131,6 +131,8 @@ static int call_create(rt_client *c, rt__call *k, int method)
 static void initial_md(const rt_client *c, grpc_op *op)
 {
     op->op = GRPC_OP_SEND_INITIAL_METADATA;
+    /* reattaching: wait for the daemon to be back, not fail fast */
+    op->flags = c->wait_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
     op->data.send_initial_metadata.count = c->n_md;
     op->data.send_initial_metadata.metadata = c->n_md ? (grpc_metadata *)c->md : NULL;
 }

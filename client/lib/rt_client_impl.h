@@ -36,6 +36,8 @@ enum {
     RT__M_SET_WEIGHTS = RT_METHOD_INDEX(set_weights),
     RT__M_CONTROL = RT_METHOD_INDEX(control),
     RT__M_EXPORT_ONNX = RT_METHOD_INDEX(export_onnx),
+    RT__M_CHECKPOINT = RT_METHOD_INDEX(checkpoint),
+    RT__M_RESTORE_CHECKPOINT = RT_METHOD_INDEX(restore_checkpoint),
     RT__M_COUNT = RT_N_METHODS
 };
 
@@ -57,6 +59,12 @@ struct rt_client {
     size_t n_trace, cap_trace;
     uint64_t seq;
     atomic_int cancel_flag;
+    int64_t reattach_ms;     /* rt_client_set_reattach_ms */
+    int wait_ready;          /* calls wait for the channel (WAIT_FOR_READY) */
+    struct {                 /* rt_client_session_token: a ring */
+        char sid[RT_ID_MAX], token[RT_ID_MAX];
+    } tokens[16];
+    unsigned n_tokens;
     int in_loop;             /* rt_client_train_steps: calls keep the flag */
     int tls;
     /* "authorization: Bearer <token>", sent as initial metadata with every

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #define FREE_RESP(r) protobuf_c_message_free_unpacked(&(r)->base, NULL)
@@ -73,6 +74,7 @@ int rt_client_info_get(rt_client *c, rt_client_info *out)
         out->device_name = rt__strdup(d ? d->name : "");
         out->device_kind = rt__strdup(d ? d->kind : "");
         out->backend = rt__strdup(d ? d->backend : "");
+        snprintf(out->state, sizeof out->state, "%s", r->state ? r->state : "");
         if (d) {
             out->device_memory_bytes = d->memory_bytes;
             out->device_cores = d->cores;
@@ -155,6 +157,8 @@ int rt_client_session_create(rt_client *c, const char *name, char *id_out)
         rc = rt__copy_id(c, id_out, r->session_id);
         if (rc == 0 && !id_out[0])
             rc = rt__err(c, RT_EPROTO, "CreateSession: the daemon sent an empty id");
+        if (rc == 0 && r->session_token && *r->session_token)
+            rt_client_set_session_token(c, id_out, r->session_token);
         FREE_RESP(r);
     }
     return rt__call_end(c, rc);
@@ -423,6 +427,8 @@ int rt__run_steps_start(rt_client *c, rt__call *k, const rt_client_steps_params 
     req.val_at_end = p->val_at_end != 0;
     req.return_losses = p->return_losses != 0;
     req.learning_rate = p->learning_rate;
+    req.checkpoint = p->checkpoint != 0;
+    req.boot_id = p->boot_id;
     if (seq)
         *seq = req.seq;
     return rt__unary_start(c, k, RT__M_RUN_STEPS, &req.base);
@@ -446,6 +452,9 @@ int rt__run_steps_finish(rt_client *c, rt__call *k, rt_client_steps_result *out)
         out->has_val = 1;
     }
     out->stopped = r->stopped;
+    out->recorded = r->recorded;
+    out->recorded_step = r->recorded_step;
+    out->boot_id = r->boot_id;
     if (r->n_losses) {
         out->losses = malloc(r->n_losses * sizeof(float));
         if (out->losses) {
@@ -736,4 +745,111 @@ int rt_client_control(rt_client *c, const rt_client_control_params *p, int *runn
     if (outer_cancel)
         atomic_store(&c->cancel_flag, 1);
     return rc;
+}
+
+/* ------------------------------------------------------------- durability */
+
+void rt_client_set_reattach_ms(rt_client *c, int64_t ms)
+{
+    if (c)
+        c->reattach_ms = ms > 0 ? ms : 0;
+}
+
+const char *rt_client_session_token(const rt_client *c, const char *session)
+{
+    if (!c || !session)
+        return NULL;
+    for (unsigned i = 0; i < 16; i++)
+        if (c->tokens[i].sid[0] && strcmp(c->tokens[i].sid, session) == 0)
+            return c->tokens[i].token;
+    return NULL;
+}
+
+int rt_client_set_session_token(rt_client *c, const char *session, const char *token)
+{
+    if (!c || !session || !token || strlen(session) >= RT_ID_MAX || strlen(token) >= RT_ID_MAX)
+        return RT_EINVAL;
+    unsigned slot = c->n_tokens++ % 16;
+    for (unsigned i = 0; i < 16; i++)
+        if (strcmp(c->tokens[i].sid, session) == 0)
+            slot = i;
+    snprintf(c->tokens[slot].sid, RT_ID_MAX, "%s", session);
+    snprintf(c->tokens[slot].token, RT_ID_MAX, "%s", token);
+    return 0;
+}
+
+int rt_client_checkpoint(rt_client *c, const char *session, const char *program, int flags,
+                         rt_client_ckpt_info *info)
+{
+    if (!c || !info)
+        return RT_EINVAL;
+    memset(info, 0, sizeof *info);
+    rt__call_begin(c, RT__M_CHECKPOINT);
+    int rc = rt__check_id(c, "session", session);
+    if (rc == 0)
+        rc = rt__check_id(c, "program", program);
+    if (rc < 0)
+        return rt__call_end(c, rc);
+    const char *tok = rt_client_session_token(c, session);
+    Rtrain__V1__CheckpointRequest req = RTRAIN__V1__CHECKPOINT_REQUEST__INIT;
+    req.session_id = (char *)session;
+    req.program_id = (char *)program;
+    req.session_token = (char *)(tok ? tok : "");
+    req.save = (flags & RT_CKPT_SAVE) != 0;
+    req.pull = (flags & RT_CKPT_PULL) != 0;
+    Rtrain__V1__CheckpointResponse *r;
+    rc = rt__unary(c, RT__M_CHECKPOINT, &req.base, &rtrain__v1__checkpoint_response__descriptor,
+                   (ProtobufCMessage **)&r);
+    if (rc == 0) {
+        rt__take_timings(c, r->timings, 0);
+        info->global_step = r->global_step;
+        info->last_seq = r->last_seq;
+        info->epoch = r->epoch;
+        info->step_in_epoch = r->step_in_epoch;
+        info->fit_epochs = r->fit_epochs;
+        info->saved = r->saved;
+        info->durable = r->durable;
+        info->boot_id = r->boot_id;
+        if (r->state.len) {
+            if ((info->state = malloc(r->state.len))) {
+                memcpy(info->state, r->state.data, r->state.len);
+                info->state_len = r->state.len;
+            } else {
+                rc = rt__err(c, RT_ENOMEM, "Checkpoint: out of memory");
+            }
+        }
+        FREE_RESP(r);
+    }
+    return rt__call_end(c, rc);
+}
+
+int rt_client_restore_checkpoint(rt_client *c, const char *session, const void *state,
+                                 size_t len, char *program_out, rt_client_ckpt_info *info)
+{
+    if (!c || !state || !program_out || !info)
+        return RT_EINVAL;
+    memset(info, 0, sizeof *info);
+    program_out[0] = 0;
+    rt__call_begin(c, RT__M_RESTORE_CHECKPOINT);
+    int rc = rt__check_id(c, "session", session);
+    if (rc < 0)
+        return rt__call_end(c, rc);
+    const char *tok = rt_client_session_token(c, session);
+    Rtrain__V1__RestoreCheckpointRequest req = RTRAIN__V1__RESTORE_CHECKPOINT_REQUEST__INIT;
+    req.session_id = (char *)session;
+    req.session_token = (char *)(tok ? tok : "");
+    req.state.data = (uint8_t *)state;
+    req.state.len = len;
+    Rtrain__V1__RestoreCheckpointResponse *r;
+    rc = rt__unary(c, RT__M_RESTORE_CHECKPOINT, &req.base,
+                   &rtrain__v1__restore_checkpoint_response__descriptor,
+                   (ProtobufCMessage **)&r);
+    if (rc == 0) {
+        rt__take_timings(c, r->timings, 0);
+        rc = rt__copy_id(c, program_out, r->program_id);
+        info->global_step = r->global_step;
+        info->last_seq = r->last_seq;
+        FREE_RESP(r);
+    }
+    return rt__call_end(c, rc);
 }

@@ -11,8 +11,12 @@
  * rt_client_evaluate) follows the epoch. */
 #include "rt_client_impl.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Auto K: the fixed cost of a call may be at most this share of the call. */
 #define RT__AUTO_SHARE 0.05
@@ -26,8 +30,24 @@
 typedef struct slot {
     rt__call k;
     uint64_t steps, seq, start_ns;
+    size_t li;                /* its entry in the run's log */
     int val;                  /* validates after its last step (val_at_end) */
 } slot;
+
+/* The epoch's calls in send order (their seqs ascend): what each asked,
+ * and, once answered, what it reported. After the daemon restarts, the
+ * calls past the restored seq go back to pending and are sent again with
+ * the same seq and steps, so the epoch is made of the same calls and its
+ * sums (taken in log order) are those of a run that never stopped. */
+enum { LC_PENDING, LC_FLIGHT, LC_DONE, LC_DEAD };
+typedef struct lcall {
+    uint64_t seq, steps;      /* seq 0: not sent yet */
+    uint32_t epoch;           /* 1-based, of the run */
+    int last;                 /* ends its epoch */
+    int state;
+    double loss, acc;         /* sample-weighted sums */
+    uint64_t samples, execute_ns;
+} lcall;
 
 typedef struct loop {
     rt_client *c;
@@ -41,9 +61,11 @@ typedef struct loop {
     uint64_t base, done;      /* global step before the run; steps run since */
     int any_done;             /* a call of this run succeeded */
     unsigned replays;         /* replayed answers in a row */
+    uint64_t boot;            /* the daemon's boot id, once answered */
     uint64_t last_seq;        /* the seq of the call started last */
-    uint64_t sent_total;      /* steps of the run sent so far */
     int across;               /* across_epochs */
+    lcall *log;               /* the run's calls */
+    size_t n_log, cap_log;
     /* auto K */
     int autok;
     uint64_t k;               /* K in force */
@@ -54,7 +76,7 @@ typedef struct loop {
 /* The epoch's running account: sample-weighted sums of the calls' means. */
 typedef struct epoch_acc {
     double loss, acc;
-    uint64_t samples, execute_ns, done;
+    uint64_t samples, execute_ns, done, sent;
     int has_val;              /* the epoch's last call validated */
     rt_client_metrics val;
 } epoch_acc;
@@ -129,14 +151,17 @@ static void auto_measure(loop *L, const rt_client_timings *t, uint64_t steps)
 
 /* ------------------------------------------------------------- the ring */
 
-static int start_call(loop *L, uint64_t steps, int val)
+static int start_call(loop *L, size_t li, int val)
 {
     rt_client *c = L->c;
+    lcall *e = &L->log[li];
     slot *s = &L->s[(L->head + L->n) % L->window];
     /* Each call names the one before it: the daemon runs them in this
-     * order, and none after one that failed. */
+     * order, and none after one that failed. The epoch's last one asks a
+     * durable daemon for a checkpoint. */
     rt_client_steps_params sp = {.session = L->p->session, .program = L->p->program,
-                                 .dataset = L->p->dataset, .steps = steps,
+                                 .dataset = L->p->dataset, .steps = e->steps, .seq = e->seq,
+                                 .checkpoint = e->last, .boot_id = L->boot,
                                  .learning_rate = L->p->learning_rate,
                                  .after_seq = L->last_seq};
     /* The epoch's last call validates inside itself, so validation costs
@@ -150,11 +175,51 @@ static int start_call(loop *L, uint64_t steps, int val)
     int rc = rt__run_steps_start(c, &s->k, &sp, &s->seq);
     if (rc < 0)
         return rc;
-    s->steps = steps;
+    e->seq = s->seq;
+    e->state = LC_FLIGHT;
+    s->steps = e->steps;
+    s->li = li;
     s->val = val;
     L->last_seq = s->seq;
     L->n++;
     return 0;
+}
+
+static int log_add(loop *L, uint64_t steps, uint32_t epoch, int last)
+{
+    if (L->n_log == L->cap_log) {
+        size_t nc = L->cap_log ? 2 * L->cap_log : 64;
+        lcall *nv = realloc(L->log, sizeof *nv * nc);
+        if (!nv)
+            return rt__err(L->c, RT_ENOMEM, "train: out of memory");
+        L->log = nv;
+        L->cap_log = nc;
+    }
+    memset(&L->log[L->n_log], 0, sizeof *L->log);
+    L->log[L->n_log].epoch = epoch;
+    L->log[L->n_log].last = last;
+    L->log[L->n_log++].steps = steps;
+    return 0;
+}
+
+/* The epoch's account from its answered calls, in log order. */
+static void log_sums(const loop *L, epoch_acc *a, uint32_t epoch)
+{
+    memset(a, 0, sizeof *a);
+    for (size_t i = 0; i < L->n_log; i++) {
+        const lcall *e = &L->log[i];
+        if (e->epoch != epoch)
+            continue;
+        if (e->state == LC_DONE) {
+            a->done += e->steps;
+            a->loss += e->loss;
+            a->acc += e->acc;
+            a->samples += e->samples;
+            a->execute_ns += e->execute_ns;
+        }
+        if (e->state == LC_DONE || e->state == LC_FLIGHT)
+            a->sent += e->steps;
+    }
 }
 
 /* Finish the oldest call in flight; *s is its slot (valid until the next
@@ -207,7 +272,10 @@ static int take_answer(loop *L, epoch_acc *a, uint32_t epoch)
     int rc = finish_call(L, &r, &s);
     if (rc < 0)
         return rc;
-    if (r.replayed) {
+    lcall *e = &L->log[s->li];
+    if (!L->boot)
+        L->boot = r.boot_id;
+    if (r.replayed && !r.recorded) {
         /* Nothing ran. The daemon runs a run's calls in order (after_seq),
          * so this is a daemon without pipelining: a later call of this run
          * got there first. Send the steps again. */
@@ -222,12 +290,16 @@ static int take_answer(loop *L, epoch_acc *a, uint32_t epoch)
         if (L->across) /* later epochs' calls are out: the order is lost */
             return rt__err(c, RT_ESTATE, "train: RunSteps seq %llu was replayed",
                            (unsigned long long)s->seq);
-        L->sent_total -= s->steps;
-        return 0;
+        /* its steps go again in a new call (log_add may move the log) */
+        uint32_t ep = e->epoch;
+        int last = e->last;
+        e->state = LC_DEAD;
+        a->sent -= s->steps;
+        return log_add(L, s->steps, ep, last);
     }
     L->replays = 0;
     if (!L->any_done) /* the run's first answer: that call ran alone */
-        L->base = r.global_step - s->steps;
+        L->base = (r.recorded ? r.recorded_step : r.global_step) - s->steps;
     L->any_done = 1;
     L->done += s->steps;
     a->done += s->steps;
@@ -240,14 +312,19 @@ static int take_answer(loop *L, epoch_acc *a, uint32_t epoch)
         a->has_val = 1;
     }
     int ctl_stop = r.stopped; /* rt_client_control's stop: end the run */
+    e->state = LC_DONE;
+    e->loss = r.mean.loss * (double)r.mean.samples;
+    e->acc = r.mean.accuracy * (double)r.mean.samples;
+    e->samples = r.mean.samples;
+    e->execute_ns = c->last.execute_ns;
     rt_client_steps_result_free(&r);
     if (L->autok)
         auto_measure(L, &c->last, s->steps);
     rt_client_fit_event ev;
     memset(&ev, 0, sizeof ev);
     ev.kind = RT_FIT_PROGRESS;
-    /* Counted here, not taken from the answer: an older daemon may run a
-     * later call's steps first. */
+    /* Counted here, not taken from the answer: with calls in flight the
+     * daemon may have run a later call's steps first. */
     ev.step = L->base + L->done;
     ev.epoch = epoch;
     ev.step_in_epoch = a->done;
@@ -263,15 +340,41 @@ static int take_answer(loop *L, epoch_acc *a, uint32_t epoch)
     return (L->cb && L->cb(&ev, L->user)) || ctl_stop ? 1 : 0;
 }
 
-/* The RunSteps calls of one epoch, up to window in flight. */
-static int run_epoch(loop *L, epoch_acc *a, uint32_t epoch)
+/* The next call to send: the first pending one in the log, or a new one
+ * while the log's calls do not reach limit (steps of the run). A call ends
+ * at or before the end of the epoch it is in. *li gets its index. 0 when
+ * there is none. */
+static int next_call(loop *L, uint64_t spe, uint64_t limit, size_t *li)
+{
+    uint64_t planned = 0;
+    size_t pick = SIZE_MAX;
+    for (size_t i = 0; i < L->n_log; i++) {
+        if (L->log[i].state == LC_DEAD)
+            continue;
+        planned += L->log[i].steps;
+        if (pick == SIZE_MAX && L->log[i].state == LC_PENDING)
+            pick = i;
+    }
+    if (pick == SIZE_MAX) {
+        if (planned >= limit)
+            return 0;
+        uint64_t k = L->k ? L->k : 1, left = (planned / spe + 1) * spe - planned;
+        uint64_t n = left < k ? left : k;
+        if (log_add(L, n, (uint32_t)(planned / spe + 1), n == left) < 0)
+            return -1;
+        pick = L->n_log - 1;
+    }
+    *li = pick;
+    return 1;
+}
+
+/* The RunSteps calls of one epoch, up to window in flight; the epoch's
+ * last call asks a durable daemon for a checkpoint, so an epoch reported
+ * is never run again after a restart. */
+static int run_epoch_once(loop *L, epoch_acc *a, uint32_t epoch)
 {
     rt_client *c = L->c;
     uint64_t spe = L->p->steps_per_epoch;
-    if (L->autok && L->any_done) {
-        L->k = auto_choose(L);
-        L->since_choice = 0;
-    }
     /* Calls go out up to this epoch's end, or with across_epochs up to
      * the run's: the ring then holds later epochs' calls too, answered in
      * order after this epoch's. */
@@ -282,22 +385,160 @@ static int run_epoch(loop *L, epoch_acc *a, uint32_t epoch)
          * program's sequence numbers are this client's, and with auto K
          * it is the one-step probe. */
         uint32_t room = L->any_done ? L->window : 1;
-        while (L->n < room && L->sent_total < limit) {
+        while (L->n < room) {
             if (cancelled(c))
                 return rt__err(c, RT_ECANCELLED, "train: cancelled by rt_client_cancel");
-            /* the call ends at or before the end of the epoch it is in */
-            uint64_t k = L->k ? L->k : 1,
-                     left = (L->sent_total / spe + 1) * spe - L->sent_total;
-            int rc = start_call(L, left < k ? left : k, has_val && left <= k);
+            size_t li;
+            int more = next_call(L, spe, limit, &li);
+            if (more < 0)
+                return RT_ENOMEM;
+            if (!more)
+                break;
+            int rc = start_call(L, li, has_val && L->log[li].last);
             if (rc < 0)
                 return rc;
-            L->sent_total += left < k ? left : k;
+            if (L->log[li].epoch == epoch)
+                a->sent += L->log[li].steps;
         }
+        if (!L->n)
+            return rt__err(c, RT_EINTERNAL, "train: no call in flight before the epoch's end");
         int rc = take_answer(L, a, epoch);
         if (rc != 0)
             return rc;
     }
     return 0;
+}
+
+/* Whether rc is the daemon going away (restart, preemption, network), as
+ * opposed to an answer. */
+static int daemon_gone(rt_client *c, int rc)
+{
+    return (rc == RT_EUNAVAILABLE && c->grpc_status == 14 /* UNAVAILABLE */) ||
+           rc == RT_ERESTARTED ||
+           /* a daemon stopping cancels the calls it has not started */
+           (rc == RT_ECANCELLED && c->grpc_status == 1 && !cancelled(c));
+}
+
+static void nap_ms(int64_t ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+/* Wait for the daemon to answer again (backoff from 50 ms to 1 s, up to
+ * c->reattach_ms in all) and read where the program stands. */
+static int wait_daemon(loop *L, uint64_t t0, rt_client_ckpt_info *info)
+{
+    rt_client *c = L->c;
+    int64_t wait = 50;
+    char first[sizeof c->errmsg];
+    memcpy(first, c->errmsg, sizeof first);
+    for (;;) {
+        if (cancelled(c))
+            return rt__err(c, RT_ECANCELLED, "train: cancelled while the daemon was away");
+        uint64_t spent = (rt_now_ns() - t0) / 1000000;
+        if ((int64_t)spent >= c->reattach_ms)
+            return rt__err(c, RT_EUNAVAILABLE, "train: the daemon did not come back within "
+                           "%lld ms: %s", (long long)c->reattach_ms, first);
+        /* waits for the channel to connect (no fail-fast between
+         * reconnect attempts), for up to a second per try */
+        c->next_timeout_ms = 1000;
+        c->wait_ready = 1;
+        int rc = rt_client_checkpoint(c, L->p->session, L->p->program, 0, info);
+        c->wait_ready = 0;
+        if (rc == 0)
+            return 0;
+        if (rc == RT_ETIMEDOUT)
+            continue; /* not back within the second: try again */
+        if (!daemon_gone(c, rc)) {
+            if (rc == RT_ENOTFOUND)
+                return rt__err(c, rc, "train: the daemon came back without this session "
+                               "(no --state-dir?): %s", c->errmsg);
+            return rc;
+        }
+        nap_ms(wait);
+        wait = wait * 2 > 1000 ? 1000 : wait * 2;
+    }
+}
+
+/* The daemon went away mid-epoch: drop the calls in flight, wait for it,
+ * and put back to pending every call it no longer has (seq past the one
+ * it restored). */
+static int reattach(loop *L, epoch_acc *a, uint32_t epoch)
+{
+    rt_client *c = L->c;
+    uint64_t t0 = rt_now_ns();
+    abort_all(L);
+    rt_client_ckpt_info info;
+    int rc = wait_daemon(L, t0, &info);
+    if (rc < 0)
+        return rc;
+    L->boot = info.boot_id;
+    uint64_t first_seq = 0;
+    for (size_t i = 0; i < L->n_log && !first_seq; i++)
+        if (L->log[i].epoch == epoch)
+            first_seq = L->log[i].seq;
+    if (first_seq && info.last_seq + 1 < first_seq && L->any_done)
+        return rt__err(c, RT_ESTATE, "train: the daemon restored step %llu, before this "
+                       "epoch began (its checkpoint at the last epoch end was lost)",
+                       (unsigned long long)info.global_step);
+    for (size_t i = 0; i < L->n_log; i++) {
+        lcall *e = &L->log[i];
+        if (e->state == LC_FLIGHT || (e->state == LC_DONE && e->seq > info.last_seq)) {
+            if (e->state == LC_DONE)
+                L->done -= e->steps;
+            e->state = LC_PENDING; /* same seq: the daemon knows it or it is new */
+        }
+    }
+    log_sums(L, a, epoch);
+    /* a restarted daemon knows no call's completion but its state's: the
+     * first call sent again names none, the next ones chain on it */
+    L->last_seq = 0;
+    L->replays = 0;
+    if (L->cb) {
+        rt_client_fit_event ev;
+        memset(&ev, 0, sizeof ev);
+        ev.kind = RT_FIT_RESUMED;
+        ev.epoch = epoch;
+        ev.step = info.global_step;
+        ev.step_in_epoch = a->done;
+        ev.steps_per_epoch = L->p->steps_per_epoch;
+        if (L->cb(&ev, L->user))
+            return 1;
+    }
+    return 0;
+}
+
+static int run_epoch(loop *L, epoch_acc *a, uint32_t epoch)
+{
+    if (L->autok && L->any_done) {
+        L->k = auto_choose(L);
+        L->since_choice = 0;
+    }
+    for (;;) {
+        int rc = run_epoch_once(L, a, epoch);
+        if (rc >= 0 || !daemon_gone(L->c, rc) || L->c->reattach_ms <= 0)
+            return rc;
+        if ((rc = reattach(L, a, epoch)) != 0)
+            return rc;
+    }
+}
+
+/* Evaluate, through a daemon restart. */
+static int evaluate(loop *L, rt_client_metrics *m)
+{
+    rt_client *c = L->c;
+    uint64_t t0 = rt_now_ns();
+    for (;;) {
+        c->next_timeout_ms = L->timeout;
+        int rc = rt_client_evaluate(c, L->p->session, L->p->program, L->p->val_dataset, m);
+        if (rc >= 0 || !daemon_gone(c, rc) || c->reattach_ms <= 0)
+            return rc;
+        rt_client_ckpt_info info;
+        if ((rc = wait_daemon(L, t0, &info)) < 0)
+            return rc;
+    }
 }
 
 int rt_client_train_steps(rt_client *c, const rt_client_train_params *p,
@@ -353,13 +594,13 @@ int rt_client_train_steps(rt_client *c, const rt_client_train_params *p,
             ep->val.samples = a.val.samples;
             ep->has_val = 1; /* its call was reported with its progress */
         } else if (has_val) {
-            /* a daemon without val_at_end: one Evaluate */
+            /* a daemon without val_at_end (or an answer replayed after a
+             * restart): one Evaluate */
             if (cancelled(c)) {
                 rc = rt__err(c, RT_ECANCELLED, "train: cancelled by rt_client_cancel");
                 break;
             }
-            c->next_timeout_ms = L.timeout;
-            rc = rt_client_evaluate(c, p->session, p->program, p->val_dataset, &ep->val);
+            rc = evaluate(&L, &ep->val);
             if (rc < 0)
                 break;
             ep->has_val = 1;
@@ -369,6 +610,7 @@ int rt_client_train_steps(rt_client *c, const rt_client_train_params *p,
             stopped = 1;
     }
     abort_all(&L);
+    free(L.log);
     c->in_loop = 0;
     c->next_timeout_ms = INT64_MIN;
     if (rc == 0 && stopped)

@@ -31,6 +31,7 @@ extern "C" {
 #define RT__GRPC_ALREADY_EXISTS 6
 #define RT__GRPC_RESOURCE_EXHAUSTED 8
 #define RT__GRPC_FAILED_PRECONDITION 9
+#define RT__GRPC_ABORTED 10
 #define RT__GRPC_UNIMPLEMENTED 12
 #define RT__GRPC_INTERNAL 13
 #define RT__GRPC_UNAVAILABLE 14
@@ -65,7 +66,8 @@ extern "C" {
     X(EJSON,           -24, RT__GRPC_INVALID_ARGUMENT,     "malformed json") \
     X(ENAN,            -25, RT__GRPC_INVALID_ARGUMENT,     "non-finite value") \
     X(ETRUNCATED,      -26, RT__GRPC_DATA_LOSS,            "truncated upload") \
-    X(EGRPC,           -27, RT__GRPC_UNKNOWN,              "grpc error")
+    X(EGRPC,           -27, RT__GRPC_UNKNOWN,              "grpc error") \
+    X(ERESTARTED,      -28, RT__GRPC_ABORTED,              "daemon restarted")
 
 typedef enum rt_errno {
     RT_OK = 0,

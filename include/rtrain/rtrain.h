@@ -255,6 +255,7 @@ typedef struct rt_client_info {
      * none for a single process. */
     char **replica_hosts; size_t n_replica_hosts;
     uint32_t deterministic_reduce; /* micro-shards per batch, 0 = off */
+    char state[16];    /* "memory", or "disk" (durable: --state-dir); "" if older */
 } rt_client_info;
 
 int rt_client_info_get(rt_client *c, rt_client_info *out);
@@ -513,8 +514,11 @@ typedef struct rt_client_epoch {
 typedef struct rt_client_steps_result {
     uint64_t global_step;
     rt_client_metrics last, mean;
-    int replayed;          /* seq already applied; nothing ran */
+    int replayed;          /* seq already applied; nothing ran now */
     int stopped;           /* rt_client_control's stop ended it early */
+    int recorded;          /* replayed, and the numbers are that call's */
+    uint64_t recorded_step; /* recorded: the global step that call ended at */
+    uint64_t boot_id;      /* the daemon's start (changes when it restarts) */
     float *losses;         /* n_losses, when return_losses */
     size_t n_losses;
     rt_client_epoch *epochs; /* epochs completed inside this call */
@@ -538,6 +542,9 @@ typedef struct rt_client_steps_params {
     float learning_rate;     /* > 0: the program's rate from this call on, in
                                 place of its config's (Keras setting
                                 optimizer.learning_rate); 0: unchanged */
+    int checkpoint;          /* durable daemon: checkpoint before answering */
+    uint64_t boot_id;        /* refuse (RT_ERESTARTED) if the daemon restarted
+                                since an answer with this boot id; 0 = no check */
 } rt_client_steps_params;
 
 int rt_client_run_steps(rt_client *c, const rt_client_steps_params *p,
@@ -546,6 +553,10 @@ void rt_client_steps_result_free(rt_client_steps_result *r);
 
 typedef enum rt_client_fit_kind {
     RT_FIT_PROGRESS = 1, RT_FIT_EPOCH_END = 2, RT_FIT_DONE = 3,
+    /* rt_client_train_steps reattached after the daemon restarted (or was
+     * unreachable): epoch and step say where training resumes. Callers
+     * print "daemon restarted; resuming at epoch E step S". */
+    RT_FIT_RESUMED = 4,
 } rt_client_fit_kind;
 
 typedef struct rt_client_fit_event {
@@ -702,6 +713,43 @@ typedef struct rt_client_control_params {
 
 int rt_client_control(rt_client *c, const rt_client_control_params *p,
                       int *running);
+
+/* ------------------------------------------------------------- durability */
+
+/* How long rt_client_train_steps keeps reattaching when the daemon is
+ * UNAVAILABLE (restarted, preempted, unreachable): retries with backoff
+ * (50 ms doubling to 1 s) for up to ms, default RT_CLIENT_REATTACH_MS;
+ * 0 = fail at once. Resuming is exact against a daemon with --state-dir:
+ * no step is applied twice or lost, and each epoch is reported once. */
+#define RT_CLIENT_REATTACH_MS 300000
+void rt_client_set_reattach_ms(rt_client *c, int64_t ms);
+
+/* Session tokens: CreateSession's second secret, kept by the client for
+ * the sessions it created (the last 16); set one for a session created
+ * elsewhere. Owned by c; NULL if unknown. */
+const char *rt_client_session_token(const rt_client *c, const char *session);
+int rt_client_set_session_token(rt_client *c, const char *session, const char *token);
+
+typedef struct rt_client_ckpt_info {
+    uint64_t global_step, last_seq;
+    uint64_t epoch, step_in_epoch; /* the engine's cursor, epoch 1-based */
+    uint64_t fit_epochs;
+    int saved, durable;
+    uint64_t boot_id;
+    unsigned char *state;          /* pull: the checkpoint (malloc'ed) */
+    size_t state_len;
+} rt_client_ckpt_info;
+
+#define RT_CKPT_SAVE 1 /* write a checkpoint now (needs --state-dir) */
+#define RT_CKPT_PULL 2 /* return the full training state in info->state */
+/* The program's position; with flags, a checkpoint now and/or its bytes.
+ * Free info->state with free(). */
+int rt_client_checkpoint(rt_client *c, const char *session, const char *program, int flags,
+                         rt_client_ckpt_info *info);
+/* A pulled state resumed as a new program of session (on any daemon);
+ * program_out: RT_ID_MAX bytes. */
+int rt_client_restore_checkpoint(rt_client *c, const char *session, const void *state,
+                                 size_t len, char *program_out, rt_client_ckpt_info *info);
 
 int rt_client_evaluate(rt_client *c, const char *session, const char *program,
                        const char *dataset, rt_client_metrics *out);

@@ -495,6 +495,20 @@ size_t rt_exec_state_size(const rt_exec *e);
 int rt_exec_save_state(const rt_exec *e, void *buf, size_t len);
 /* RT_EDATA with a message for a blob of another plan or version. */
 int rt_exec_load_state(rt_exec *e, const void *buf, size_t len);
+/* The same blob as rt_exec_save_state, as three spans to write one after
+ * the other without a copy (a checkpoint of a large model must not double
+ * the daemon's memory): the header, written into hdr (RT_EXEC_STATE_HDR
+ * bytes), then the weights and the optimizer slots, which point into e and
+ * stay valid until e trains, loads or is destroyed. */
+#define RT_EXEC_STATE_HDR 4096 /* the header holds the epoch's metric sums */
+typedef struct rt_exec_span {
+    const void *p;
+    size_t n;
+} rt_exec_span;
+int rt_exec_state_spans(const rt_exec *e, unsigned char hdr[RT_EXEC_STATE_HDR],
+                        rt_exec_span sp[3]);
+/* The cursor as the engine counts it: epoch (0-based) and the next batch. */
+void rt_exec_cursor(const rt_exec *e, int64_t *epoch, int64_t *pos);
 
 /* The learning rate from the next step on: lr > 0 replaces the config's
  * rate and its schedule (Keras' LearningRateScheduler and

@@ -880,9 +880,12 @@ typedef struct rt__state_hdr {
     uint64_t seed;
     float lr_set;             /* rt_exec_set_lr's rate, 0 if none (version 2) */
     uint32_t reserved;
+    /* the unfinished epoch's metric accumulators (AUC, top-k, ...), so a
+     * resume in mid-epoch reports the same epoch metrics (version 3) */
+    rt__macc ep_macc;
 } rt__state_hdr;
 
-#define RT__STATE_VERSION 2u
+#define RT__STATE_VERSION 3u
 
 size_t rt_exec_state_size(const rt_exec *e)
 {
@@ -891,9 +894,48 @@ size_t rt_exec_state_size(const rt_exec *e)
            sizeof(float) * (size_t)(e->p->param_floats + 2 * e->p->train_floats);
 }
 
+_Static_assert(sizeof(rt__state_hdr) <= RT_EXEC_STATE_HDR, "RT_EXEC_STATE_HDR too small");
+
+static void rt__state_header(const rt_exec *e, rt__state_hdr *hp);
+
+int rt_exec_state_spans(const rt_exec *e, unsigned char hdr[RT_EXEC_STATE_HDR],
+                        rt_exec_span sp[3])
+{
+    if (!e || !hdr || !sp) return RT_EINVAL;
+    rt__state_hdr h;
+    rt__state_header(e, &h);
+    memcpy(hdr, &h, sizeof h);
+    sp[0].p = hdr;
+    sp[0].n = sizeof h;
+    sp[1].p = e->w;
+    sp[1].n = sizeof(float) * (size_t)h.param_floats;
+    sp[2].p = e->s1; /* s1 and s2 are adjacent in the block */
+    sp[2].n = sizeof(float) * (size_t)(2 * h.train_floats);
+    return 0;
+}
+
+void rt_exec_cursor(const rt_exec *e, int64_t *epoch, int64_t *pos)
+{
+    *epoch = e->epoch;
+    *pos = e->pos;
+}
+
 int rt_exec_save_state(const rt_exec *e, void *buf, size_t len)
 {
     if (!e || !buf || len < rt_exec_state_size(e)) return RT_EINVAL;
+    rt__state_hdr h;
+    rt__state_header(e, &h);
+    char *o = buf;
+    memcpy(o, &h, sizeof h);
+    o += sizeof h;
+    memcpy(o, e->w, sizeof(float) * (size_t)h.param_floats);
+    o += sizeof(float) * (size_t)h.param_floats;
+    memcpy(o, e->s1, sizeof(float) * (size_t)(2 * h.train_floats));
+    return 0;
+}
+
+static void rt__state_header(const rt_exec *e, rt__state_hdr *hp)
+{
     rt__state_hdr h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, "RTEXEC", 6);
@@ -909,14 +951,8 @@ int rt_exec_save_state(const rt_exec *e, void *buf, size_t len)
     h.ep_acc = e->ep_acc;
     h.seed = e->p->cfg.seed;
     __atomic_load(&e->lr_set, &h.lr_set, __ATOMIC_ACQUIRE);
-    char *o = buf;
-    memcpy(o, &h, sizeof h);
-    o += sizeof h;
-    memcpy(o, e->w, sizeof(float) * (size_t)h.param_floats);
-    o += sizeof(float) * (size_t)h.param_floats;
-    /* s1 and s2 are adjacent in the block */
-    memcpy(o, e->s1, sizeof(float) * (size_t)(2 * h.train_floats));
-    return 0;
+    h.ep_macc = e->ep_macc;
+    *hp = h;
 }
 
 int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
@@ -931,7 +967,7 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
     if (h.param_floats != e->p->param_floats || h.train_floats != e->p->train_floats ||
         h.n_params != (uint32_t)e->p->n_params || len != rt_exec_state_size(e))
         return rt__eerr(e, RT_EDATA, "state blob belongs to another program");
-    if (h.step < 0 || h.epoch < 0 || h.pos < 0)
+    if (h.step < 0 || h.epoch < 0 || h.pos < 0 || h.ep_macc.n < 0)
         return rt__eerr(e, RT_EDATA, "state blob has a negative counter");
     if (!(h.lr_set >= 0.0f) || isinf(h.lr_set))
         return rt__eerr(e, RT_EDATA, "state blob has a bad learning rate");
@@ -945,6 +981,7 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
     e->ep_samples = h.ep_samples;
     e->ep_loss = h.ep_loss;
     e->ep_acc = h.ep_acc;
+    e->ep_macc = h.ep_macc;
     __atomic_store(&e->lr_set, &h.lr_set, __ATOMIC_RELEASE);
     e->restored = 1;
     e->perm_epoch = -1;
@@ -1048,6 +1085,7 @@ int rt_exec_copy_state(rt_exec *dst, const rt_exec *src)
     dst->pos = 0;
     dst->ep_loss = dst->ep_acc = 0;
     dst->ep_samples = 0;
+    memset(&dst->ep_macc, 0, sizeof dst->ep_macc);
     dst->perm_epoch = -1;
     dst->dx = NULL;
     dst->dn = 0;

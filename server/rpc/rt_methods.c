@@ -19,6 +19,7 @@
 #include "rt_dist.h"
 #include "rt_example.h"
 #include "rt_stream.h"
+#include "rt_state.h"
 
 #define RT_MAX_DIM_LIMIT (1ll << 31)
 #define RT_MAX_PARAMS_LIMIT (1ull << 31)
@@ -292,6 +293,48 @@ static void epoch_clock_pause(rt_program *p, uint64_t mark)
     p->epoch_exec_ns += rt_now_ns() - mark;
 }
 
+/* ------------------------------------------------------------- durability */
+
+/* Write p's checkpoint (the caller holds the device). A failure (disk
+ * full) stops the call, or with CHECKPOINT_CONTINUE (or the daemon's
+ * --checkpoint-fail continue) is only logged; the previous checkpoint is
+ * untouched either way. */
+static int durable_checkpoint(rt_call *c, rt_program *p, int policy)
+{
+    char err[300];
+    int rc = rt_state_checkpoint(c->srv->state, c->sess->id, p, err, sizeof err);
+    if (rc == 0)
+        return 0;
+    int cont = policy == RTRAIN__V1__CHECKPOINT_POLICY__CHECKPOINT_CONTINUE ||
+               (policy == RTRAIN__V1__CHECKPOINT_POLICY__CHECKPOINT_POLICY_DEFAULT &&
+                rt_state_cfg(c->srv->state)->fail_continue);
+    char pid[16];
+    RT_LOG(RT_LOG_WARN, "checkpoint of %s at step %lld failed (%s): %s; the one at step %lld "
+           "is kept", rt_log_id(p->id, pid), (long long)rt_exec_global_step(p->exec),
+           cont ? "training goes on" : "the call stops", err, (long long)p->ckpt_step);
+    if (cont)
+        return 0;
+    return rt_call_fail(c, rc, "checkpoint failed, training stopped at step %lld: %.200s; the "
+                        "checkpoint at step %lld is kept", (long long)rt_exec_global_step(p->exec),
+                        err, (long long)p->ckpt_step);
+}
+
+/* A new program keeps its model (a pull carries it) and, in durable mode,
+ * is on disk before Compile answers. */
+static int durable_program(rt_call *c, rt_program *prog)
+{
+    size_t n = protobuf_c_message_get_packed_size(c->req);
+    if (!(prog->req = malloc(n ? n : 1)))
+        return OOM(c);
+    prog->req_len = protobuf_c_message_pack(c->req, prog->req);
+    if (!c->srv->state)
+        return 0;
+    rt_call_device_lock(c);
+    int rc = durable_checkpoint(c, prog, RTRAIN__V1__CHECKPOINT_POLICY__CHECKPOINT_POLICY_DEFAULT);
+    rt_call_device_unlock(c);
+    return rc;
+}
+
 /* ---------------------------------------------------------------- GetInfo */
 static const char *const formats[] = {"raw", "npy", "csv", "idx", "idx.gz", "tfrecord",
                                       "tfrecord.gz", "tfrecord.zlib", NULL};
@@ -352,6 +395,7 @@ static int h_get_info(rt_call *c)
             r->replica_hosts[r->n_replica_hosts++] = (char *)rt_dist_host(i);
         r->deterministic_reduce = (uint32_t)rt_dist_micro();
     }
+    r->state = s->state ? "disk" : "memory";
     c->resp = &r->base;
     return 0;
 }
@@ -403,11 +447,17 @@ static int h_create_session(rt_call *c)
     if (rc < 0)
         return rt_call_fail(c, rc, "cannot create a session");
     r->session_id = rt_call_strdup(c, s->id);
+    r->session_token = rt_call_strdup(c, s->token);
+    if (c->srv->state && (rc = rt_state_session_save(c->srv->state, s, err, sizeof err)) < 0) {
+        rt_session_close(c->srv->sessions, s->id, c->who);
+        rt_session_release(s);
+        return rt_call_fail(c, rc, "cannot keep the session: %s", err);
+    }
     RT_LOG(RT_LOG_INFO, "session %s opened by %s (\"%s\")", rt_log_id(s->id, sid),
            rt_principal_name(c->who), rt_log_esc(q->name, name, sizeof name));
     rt_session_release(s);
     c->resp = &r->base;
-    return r->session_id ? 0 : OOM(c);
+    return r->session_id && r->session_token ? 0 : OOM(c);
 }
 
 static int h_close_session(rt_call *c)
@@ -419,6 +469,8 @@ static int h_close_session(rt_call *c)
         return OOM(c);
     if (rt_session_close(c->srv->sessions, q->session_id, c->who) < 0)
         return rt_call_fail(c, RT_ENOTFOUND, "unknown session '%.64s'", q->session_id);
+    if (c->srv->state)
+        rt_state_session_remove(c->srv->state, q->session_id);
     char sid[16];
     RT_LOG(RT_LOG_INFO, "session %s closed", rt_log_id(q->session_id, sid));
     c->resp = &r->base;
@@ -802,6 +854,8 @@ static int compile_work(rt_call *c)
         return rt_call_fail(c, rc, "cannot add the program to the session");
     if (st->from)
         prog->fit_epochs = st->from->fit_epochs;
+    if ((rc = durable_program(c, prog)) < 0)
+        return rc;
 
     const rt_compile_report *rep = rt_plan_report(st->plan);
     Rtrain__V1__CompileResponse *r = NEW(c, Rtrain__V1__CompileResponse, RTRAIN__V1__COMPILE_RESPONSE__INIT);
@@ -1312,6 +1366,14 @@ static int upload_work(rt_call *c)
     if (!kept) {
         rt_dataset *ds;
         char err[256];
+        int on_disk = 0;
+        if (c->srv->state) {
+            /* fsync'd before the upload is acknowledged */
+            int rc = rt_state_dataset_put(c->srv->state, key, h.digest, u->parts, u->n_parts,
+                                          d->buf, u->total, &on_disk, err, sizeof err);
+            if (rc < 0)
+                return rt_call_fail(c, rc, "cannot keep the dataset: %s", err);
+        }
         int rc = rt_data_parse_take(u->parts, u->n_parts, &d->buf, u->total,
                                     c->srv->cfg.max_dataset_bytes,
                                     c->srv->cfg.max_inflate_ratio, rt_bufpool_put, &ds, err,
@@ -1334,6 +1396,9 @@ static int upload_work(rt_call *c)
                                 "dataset store full (--max-store-bytes %llu) with datasets "
                                 "still in use",
                                 (unsigned long long)c->srv->cfg.max_store_bytes);
+        if (on_disk && (rc = rt_state_dataset_owner(c->srv->state, kept, rt_principal_name(c->who),
+                                                    u->name, err, sizeof err)) < 0)
+            return rt_call_fail(c, rc, "cannot keep the dataset: %s", err);
         char did[16], name[80];
         RT_LOG(RT_LOG_INFO, "dataset %s of %s: %lld samples, %llu bytes (\"%s\")",
                rt_log_id(kept->id, did), rt_principal_name(c->who), (long long)kept->n,
@@ -1503,9 +1568,18 @@ static int run_steps_work(rt_call *c)
     c->resp = &r->base;
     if (q->seq && q->seq <= p->last_seq) {
         r->replayed = 1;
+        r->boot_id = c->srv->boot_id;
         r->global_step = (uint64_t)rt_exec_global_step(p->exec);
-        r->last = metrics_pb(c, &p->last_metrics);
-        r->mean = metrics_pb(c, &p->last_mean);
+        const rt_seq_rec *rec = &p->ring[q->seq % RT_SEQ_RING];
+        if (rec->seq == q->seq) { /* it ran: the original answer */
+            r->recorded = 1;
+            r->recorded_step = (uint64_t)rec->global_step;
+            r->last = metrics_pb(c, &rec->last);
+            r->mean = metrics_pb(c, &rec->mean);
+        } else {
+            r->last = metrics_pb(c, &p->last_metrics);
+            r->mean = metrics_pb(c, &p->last_mean);
+        }
         return r->last && r->mean ? 0 : OOM(c);
     }
     rt_data d, vd;
@@ -1552,6 +1626,7 @@ static int run_steps_work(rt_call *c)
         exec_ns += part.execute_ns;
         if (cb.cancelled) {
             run_end(p);
+            p->ckpt_partial = done + part.steps_run > 0;
             return stopped_fail(c, done + part.steps_run, (int64_t)q->steps);
         }
         left -= part.steps_run;
@@ -1580,14 +1655,25 @@ static int run_steps_work(rt_call *c)
     run_end(p);
     r->stopped = cb.stopped;
     note_step_time(p, exec_ns, done);
+    p->ckpt_partial = 0;
     rt_metrics mean = {.loss = samples ? loss_sum / (double)samples : NAN,
                        .acc = samples ? acc_sum / (double)samples : NAN,
                        .samples = samples};
     p->last_metrics = res.last;
     p->last_mean = mean;
-    if (q->seq)
+    if (q->seq) {
         p->last_seq = q->seq;
+        p->ring[q->seq % RT_SEQ_RING] = (rt_seq_rec){.seq = q->seq,
+                                                     .global_step = rt_exec_global_step(p->exec),
+                                                     .last = res.last, .mean = mean};
+    }
+    if (c->srv->state && (q->checkpoint || rt_state_checkpoint_due(c->srv->state, p,
+                                                                   q->checkpoint_every_steps,
+                                                                   q->checkpoint_every_s)) &&
+        (rc = durable_checkpoint(c, p, q->checkpoint_policy)) < 0)
+        return rc;
     r->global_step = (uint64_t)rt_exec_global_step(p->exec);
+    r->boot_id = c->srv->boot_id;
     r->last = metrics_pb(c, &res.last);
     r->mean = metrics_pb(c, &mean);
     if (losses) {
@@ -1620,6 +1706,15 @@ static int h_run_steps(rt_call *c)
     if (q->val_dataset_id && *q->val_dataset_id &&
         (rc = need_dataset(c, q->val_dataset_id, &c->val_ds, "val_dataset_id")) < 0)
         return rc;
+    /* A durable daemon that is stopping takes no new training: the calls
+     * running end at their boundary, the exit checkpoint follows, and the
+     * client reattaches to the next start. */
+    if (c->srv->state && __atomic_load_n(&c->srv->stopping, __ATOMIC_ACQUIRE))
+        return rt_call_fail(c, RT_EUNAVAILABLE, "the daemon is stopping; retry after it "
+                            "restarts");
+    if (q->boot_id && q->boot_id != c->srv->boot_id)
+        return rt_call_fail(c, RT_ERESTARTED, "the daemon restarted since this client's last "
+                            "call: nothing was applied; reattach (Checkpoint) and resend");
     if (q->steps == 0)
         return rt_call_fail(c, RT_EINVAL, "steps must be at least 1");
     if ((rc = check_lr(c, q->learning_rate)) < 0)
@@ -1751,6 +1846,7 @@ static int fit_run(rt_call *c, uint64_t gen)
         exec_ns += res.execute_ns;
         steps += res.steps_run;
         if ((res.stopped && !f.stopped) || rt_call_is_cancelled(c)) {
+            p->ckpt_partial = res.steps_run > 0;
             if (__atomic_load_n(&c->srv->hard_cancel, __ATOMIC_ACQUIRE))
                 return stopped_fail(c, steps, (int64_t)q->epochs * spe);
             cancelled = 1;
@@ -1758,9 +1854,12 @@ static int fit_run(rt_call *c, uint64_t gen)
         }
         /* Control's stop inside the epoch ends the fit without its epoch
          * end; at the epoch's last step the epoch completes first. */
-        if (f.stopped && res.steps_run < spe)
+        if (f.stopped && res.steps_run < spe) {
+            p->ckpt_partial = 0; /* the call ends here, at a step boundary */
             break;
+        }
         p->fit_epochs++;
+        p->ckpt_partial = 0;
         uint64_t t0 = rt_now_ns();
         Rtrain__V1__EpochEnd *e = epoch_pb(c, p->fit_epochs, &res.mean, res.global_step,
                                            res.execute_ns);
@@ -1773,6 +1872,8 @@ static int fit_run(rt_call *c, uint64_t gen)
             if (!(e->val = metrics_pb(c, &vm)))
                 return OOM(c);
         }
+        if (c->srv->state && (rc = durable_checkpoint(c, p, q->checkpoint_policy)) < 0)
+            return rc;
         Rtrain__V1__FitEvent ev = RTRAIN__V1__FIT_EVENT__INIT;
         ev.event_case = RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END;
         ev.epoch_end = e;
@@ -2229,6 +2330,303 @@ static int h_control(rt_call *c)
     return 0;
 }
 
+/* ------------------------------------------------- Checkpoint, restore */
+
+/* The session token, compared in constant time: with the id it is what
+ * lets a client reattach, pull or push state. */
+static int need_token(rt_call *c, const char *token)
+{
+    const char *t = c->sess->token;
+    size_t n = strlen(t), m = token ? strlen(token) : 0;
+    unsigned diff = (unsigned)(n ^ m);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned)(t[i] ^ (i < m ? token[i] : 0));
+    if (diff)
+        return rt_call_fail(c, RT_EAUTH, "wrong session_token for session %.64s", c->sess->id);
+    return 0;
+}
+
+static int checkpoint_work(rt_call *c)
+{
+    Rtrain__V1__CheckpointRequest *q = REQ(c, Rtrain__V1__CheckpointRequest);
+    rt_program *p = c->prog;
+    Rtrain__V1__CheckpointResponse *r =
+        NEW(c, Rtrain__V1__CheckpointResponse, RTRAIN__V1__CHECKPOINT_RESPONSE__INIT);
+    if (!r)
+        return OOM(c);
+    c->resp = &r->base;
+    if (q->save) {
+        if (!c->srv->state)
+            return rt_call_fail(c, RT_ESTATE, "the daemon has no --state-dir: nothing to save to");
+        int rc = durable_checkpoint(c, p, RTRAIN__V1__CHECKPOINT_POLICY__CHECKPOINT_STOP);
+        if (rc < 0)
+            return rc;
+        r->saved = 1;
+    }
+    if (q->pull) {
+        size_t n = rt_ckpt_size(p);
+        if (n > c->srv->cfg.max_message_bytes)
+            return rt_call_fail(c, RT_ETOOBIG, "the state (%zu bytes) is over the message limit",
+                                n);
+        uint8_t *b = rt_call_alloc(c, n);
+        if (!b)
+            return OOM(c);
+        if (rt_ckpt_build(c->sess->id, p, b, n) < 0)
+            return rt_call_fail(c, RT_EINTERNAL, "cannot read the program's state");
+        r->state.data = b;
+        r->state.len = n;
+    }
+    int64_t ep, pos;
+    rt_exec_cursor(p->exec, &ep, &pos);
+    r->global_step = (uint64_t)rt_exec_global_step(p->exec);
+    r->last_seq = p->last_seq;
+    r->epoch = (uint64_t)ep + 1;
+    r->step_in_epoch = (uint64_t)pos;
+    r->fit_epochs = (uint64_t)p->fit_epochs;
+    r->durable = c->srv->state != NULL;
+    r->boot_id = c->srv->boot_id;
+    return 0;
+}
+
+static int h_checkpoint(rt_call *c)
+{
+    Rtrain__V1__CheckpointRequest *q = REQ(c, Rtrain__V1__CheckpointRequest);
+    int rc;
+    if ((rc = need_program(c, q->session_id, q->program_id)) < 0 ||
+        (rc = need_token(c, q->session_token)) < 0)
+        return rc;
+    /* a reattaching client must find the next start, not this one */
+    if (c->srv->state && __atomic_load_n(&c->srv->stopping, __ATOMIC_ACQUIRE))
+        return rt_call_fail(c, RT_EUNAVAILABLE, "the daemon is stopping; retry after it "
+                            "restarts");
+    c->work = checkpoint_work;
+    c->needs_device = 1;
+    c->est_ns = q->save || q->pull ? UINT64_MAX : 2000;
+    return 0;
+}
+
+/* Compile a kept model (a packed CompileRequest) for session sess under id
+ * pid (NULL: a new id), outside any call: at start, and for
+ * RestoreCheckpoint (whose work holds the device). */
+static int restore_program(rt_srv *srv, rt_session *sess, const uint8_t *req, size_t len,
+                           const char *pid, rt_program **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    rt_call *c = calloc(1, sizeof *c);
+    if (!c)
+        return RT_ENOMEM;
+    c->srv = srv;
+    c->who = sess->owner;
+    c->sess = sess;
+    compile_st st;
+    memset(&st, 0, sizeof st);
+    int rc;
+    Rtrain__V1__CompileRequest *q = rtrain__v1__compile_request__unpack(NULL, len, req);
+    if (!q) {
+        rc = rt_call_fail(c, RT_EPROTO, "the kept model is not a CompileRequest");
+        goto out;
+    }
+    c->req = &q->base;
+    if ((rc = config_from_pb(c, q->config, &st.cfg)) < 0 || (rc = build_graph(c, &st)) < 0)
+        goto out;
+    if (!st.plan) {
+        rt_plan *p;
+        char e[256];
+        if ((rc = rt_plan_compile(st.g, &st.cfg, &p, NULL, e, sizeof e)) < 0) {
+            rt_call_fail(c, rc, "%.250s", e);
+            goto out;
+        }
+        rt_plan_cache_put(srv->plans, st.key, p, &st.plan);
+        rt_plan_release(p);
+    }
+    uint64_t bytes = program_bytes(st.plan);
+    if ((rc = rt_principal_reserve(c->who, RT_Q_PROGRAMS, 1, c->errmsg, sizeof c->errmsg)) < 0)
+        goto out;
+    if ((rc = rt_principal_reserve(c->who, RT_Q_PROGRAM_BYTES, bytes, c->errmsg,
+                                   sizeof c->errmsg)) < 0) {
+        rt_principal_unreserve(c->who, RT_Q_PROGRAMS, 1);
+        goto out;
+    }
+    rt_exec *e;
+    if ((rc = rt_exec_create(st.plan, &e)) < 0) {
+        rt_principal_unreserve(c->who, RT_Q_PROGRAM_BYTES, bytes);
+        rt_principal_unreserve(c->who, RT_Q_PROGRAMS, 1);
+        rt_call_fail(c, rc, "cannot create the program instance");
+        goto out;
+    }
+    /* MPI replicas: the program on every rank; its state reaches them at
+     * the first training call (rt_dist_train compares a state hash) */
+    char derr[200] = "";
+    if ((rt_dist_size() > 1 || rt_dist_micro() > 0) &&
+        (rc = rt_dist_program(e, req, len, derr, sizeof derr)) < 0) {
+        rt_exec_destroy(e);
+        rt_principal_unreserve(c->who, RT_Q_PROGRAM_BYTES, bytes);
+        rt_principal_unreserve(c->who, RT_Q_PROGRAMS, 1);
+        rt_call_fail(c, rc, "replicas: %s", derr);
+        goto out;
+    }
+    rt_plan_retain(st.plan);
+    rt_program *prog;
+    if ((rc = rt_session_add_program(sess, st.plan, e, bytes, &prog)) < 0) {
+        rt_call_fail(c, rc, "cannot add the program to the session");
+        goto out;
+    }
+    if (pid)
+        snprintf(prog->id, sizeof prog->id, "%s", pid);
+    if (!(prog->req = malloc(len ? len : 1))) {
+        rc = rt_call_fail(c, RT_ENOMEM, "out of memory");
+        goto out;
+    }
+    memcpy(prog->req, req, len);
+    prog->req_len = len;
+    *out = prog;
+    rc = 0;
+out:
+    if (rc < 0)
+        snprintf(err, errlen, "%s", c->errmsg[0] ? c->errmsg : rt_strerror(rc));
+    rt_graph_destroy(st.g);
+    rt_plan_release(st.plan);
+    if (q)
+        rtrain__v1__compile_request__free_unpacked(q, NULL);
+    for (rt__arena_blk *b = c->arena, *nb; b; b = nb) {
+        nb = b->next;
+        free(b);
+    }
+    rt_principal_unreserve(c->who, RT_Q_CALL_BYTES, c->charged);
+    free(c);
+    return rc;
+}
+
+static int restore_at_start(void *ud, rt_session *s, const uint8_t *req, size_t len,
+                            const char *pid, rt_program **out, char *err, size_t errlen)
+{
+    return restore_program(ud, s, req, len, pid, out, err, errlen);
+}
+
+typedef struct restore_st {
+    uint8_t *buf; /* the state, copied out of the request */
+    size_t len;
+} restore_st;
+
+static void restore_st_free(void *p)
+{
+    restore_st *st = p;
+    free(st->buf);
+    free(st);
+}
+
+static int restore_work(rt_call *c)
+{
+    restore_st *st = c->st;
+    rt_ckpt_view v;
+    char err[256];
+    int rc = rt_ckpt_parse(st->buf, st->len, &v, err, sizeof err);
+    if (rc < 0)
+        return rt_call_fail(c, rc, "%s", err);
+    rt_program *p;
+    if ((rc = restore_program(c->srv, c->sess, v.req, v.req_len, NULL, &p, err, sizeof err)) < 0)
+        return rt_call_fail(c, rc, "cannot compile the state's model: %s", err);
+    if ((rc = rt_exec_load_state(p->exec, v.exec, v.exec_len)) < 0)
+        return rt_call_fail(c, rc, "%s", rt_exec_errmsg(p->exec));
+    rt_ckpt_apply_meta(p, &v.meta);
+    /* sequence numbers belong to the client that trained it: the program
+     * is new to whoever pushed it */
+    p->last_seq = 0;
+    p->pipe_done = 0;
+    memset(p->ring, 0, sizeof p->ring);
+    if (c->srv->state &&
+        (rc = durable_checkpoint(c, p, RTRAIN__V1__CHECKPOINT_POLICY__CHECKPOINT_STOP)) < 0)
+        return rc;
+    Rtrain__V1__RestoreCheckpointResponse *r = NEW(
+        c, Rtrain__V1__RestoreCheckpointResponse, RTRAIN__V1__RESTORE_CHECKPOINT_RESPONSE__INIT);
+    if (!r || !(r->program_id = rt_call_strdup(c, p->id)))
+        return OOM(c);
+    r->global_step = (uint64_t)rt_exec_global_step(p->exec);
+    r->last_seq = p->last_seq;
+    c->resp = &r->base;
+    char sid[16], pid[16];
+    RT_LOG(RT_LOG_INFO, "session %s: program %s restored from a pushed state at step %lld",
+           rt_log_id(c->sess->id, sid), rt_log_id(p->id, pid), (long long)r->global_step);
+    return 0;
+}
+
+static int h_restore_checkpoint(rt_call *c)
+{
+    Rtrain__V1__RestoreCheckpointRequest *q = REQ(c, Rtrain__V1__RestoreCheckpointRequest);
+    int rc;
+    if ((rc = need_session(c, q->session_id)) < 0 || (rc = need_token(c, q->session_token)) < 0)
+        return rc;
+    if (!q->state.len)
+        return rt_call_fail(c, RT_EINVAL, "state is empty");
+    restore_st *st = calloc(1, sizeof *st);
+    if (!st || !(st->buf = malloc(q->state.len))) {
+        free(st);
+        return OOM(c);
+    }
+    memcpy(st->buf, q->state.data, q->state.len);
+    st->len = q->state.len;
+    c->st = st;
+    c->st_free = restore_st_free;
+    c->work = restore_work;
+    c->needs_device = 1;
+    c->est_ns = UINT64_MAX;
+    return 0;
+}
+
+int rt_methods_state_open(rt_srv *s, char *err, size_t errlen)
+{
+    rt_state_config sc = {.dir = s->cfg.state_dir,
+                          .every_steps = s->cfg.ckpt_every_steps,
+                          .every_s = s->cfg.ckpt_every_s,
+                          .keep = s->cfg.ckpt_keep,
+                          .fail_continue = s->cfg.ckpt_fail_continue,
+                          .no_fsync = s->cfg.ckpt_no_fsync};
+    int rc = rt_state_open(&sc, &s->state, err, errlen);
+    if (rc < 0)
+        return rc;
+    uint64_t t0 = rt_now_ns();
+    rt_state_restore_result res;
+    rt_state_restore(s->state, s->sessions, s->data, s->principals, s->cfg.max_dataset_bytes,
+                     restore_at_start, s, &res);
+    RT_LOG(RT_LOG_INFO, "state %s: restored %d session(s), %d program(s), %d dataset(s) in "
+           "%.1f ms%s", s->cfg.state_dir, res.sessions, res.programs, res.datasets,
+           (double)(rt_now_ns() - t0) / 1e6, res.warnings ? " (with warnings)" : "");
+    return 0;
+}
+
+/* After the last call: every program at a call boundary and not yet on
+ * disk at its step gets a checkpoint (SIGTERM's). */
+static int flush_one(void *ud, rt_session *s, rt_program *p)
+{
+    rt_srv *srv = ud;
+    char err[300], pid[16];
+    if (rt_exec_global_step(p->exec) == p->ckpt_step) {
+        RT_LOG(RT_LOG_INFO, "program %s: on disk at exit, step %lld (its last checkpoint)",
+               rt_log_id(p->id, pid), (long long)p->ckpt_step);
+        return 0;
+    }
+    if (p->ckpt_partial) {
+        RT_LOG(RT_LOG_WARN, "program %s stopped inside a call: its checkpoint at step %lld stays",
+               rt_log_id(p->id, pid), (long long)p->ckpt_step);
+        return 0;
+    }
+    if (rt_state_checkpoint(srv->state, s->id, p, err, sizeof err) < 0) {
+        RT_LOG(RT_LOG_ERROR, "checkpoint of %s at exit failed: %s", rt_log_id(p->id, pid), err);
+        return 0;
+    }
+    RT_LOG(RT_LOG_INFO, "program %s: on disk at exit, step %lld (checkpoint at exit)",
+           rt_log_id(p->id, pid), (long long)p->ckpt_step);
+    return 1;
+}
+
+void rt_methods_state_flush(rt_srv *s)
+{
+    if (!s->state)
+        return;
+    int n = rt_session_each_program(s->sessions, flush_one, s);
+    RT_LOG(RT_LOG_INFO, "state: %d checkpoint(s) written at exit", n);
+}
+
 /* ------------------------------------------------------------ the table */
 
 /* Indexed by the method's place in the .proto (RT_METHOD_INDEX), so a
@@ -2252,5 +2650,7 @@ const rt_method_handler rt_handlers[RT_N_METHODS] = {
     H(set_weights, RT_UNARY, h_set_weights, NULL),
     H(control, RT_UNARY, h_control, NULL),
     H(export_onnx, RT_UNARY, h_export_onnx, NULL),
+    H(checkpoint, RT_UNARY, h_checkpoint, NULL),
+    H(restore_checkpoint, RT_UNARY, h_restore_checkpoint, NULL),
 };
 #undef H

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 #include "rt_bufpool.h"
 #include "rt_health.h"
 #include "rt_stream.h"
+#include "rt_state.h"
 #include "rt_transport.h"
 
 void rt_srv_config_init(rt_srv_config *cfg)
@@ -31,6 +33,8 @@ void rt_srv_config_init(rt_srv_config *cfg)
     cfg->threads = 2;
     cfg->max_message_bytes = 64ull << 20;
     cfg->max_sessions = 64;
+    cfg->ckpt_every_s = 30;
+    cfg->ckpt_keep = 3;
     cfg->max_dataset_bytes = 4ull << 30;
     cfg->inline_ns = 200000;
     cfg->slice_ns = 20000000;
@@ -953,7 +957,7 @@ static rt_call *pipe_complete(rt_call *c)
     pthread_mutex_lock(&s->pipe_mu);
     if (c->seq > p->pipe_done)
         p->pipe_done = c->seq;
-    if (c->err && c->seq > p->pipe_failed)
+    if (c->err && c->err != RT_ERESTARTED && c->seq > p->pipe_failed) /* refused unrun: it is sent again */
         p->pipe_failed = c->seq;
     for (rt_call **pp = &s->held; *pp;) {
         rt_call *h = *pp;
@@ -1919,6 +1923,8 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
         s->cfg.stream_queue_max = 2;
     s->shutdown_tag.fn = on_shutdown;
     s->start_ns = rt_now_ns();
+    while (!s->boot_id && getrandom(&s->boot_id, sizeof s->boot_id, 0) != sizeof s->boot_id)
+        ;
     s->sessions = rt_session_table_create(cfg->max_sessions);
     s->plans = rt_plan_cache_create(128);
     /* the memory the daemon may use: the RAM, or less under an address
@@ -1937,7 +1943,8 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
     uint64_t budget = cfg->max_memory_bytes ? cfg->max_memory_bytes
                                             : ram ? ram / 4 * 3 : RT_QUOTA_UNLIMITED;
     rt_stream_config sc = {
-        .spool_dir = cfg->spool_dir,
+        /* durable mode spools under the state dir unless told otherwise */
+        .spool_dir = cfg->spool_dir ? cfg->spool_dir : cfg->state_dir,
         .stream_above = cfg->stream_above ? cfg->stream_above
                         : budget != RT_QUOTA_UNLIMITED ? budget / 4 : 0,
         .threads = cfg->decode_threads,
@@ -1972,7 +1979,7 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
         if (cfg->quota[k])
             s->quota[k] = cfg->quota[k];
     int rc = rt_auth_create(cfg->tokens_path, s->quota, s->principals, &s->auth, err, errlen);
-    if (rc < 0) {
+    if (rc < 0 || (cfg->state_dir && (rc = rt_methods_state_open(s, err, errlen)) < 0)) {
         rt_srv_destroy(s);
         return rc;
     }
@@ -2106,9 +2113,12 @@ int rt_srv_expire_sessions(rt_srv *s, uint64_t idle_ms)
 {
     char ids[8][RT_SESSION_ID_LEN], sid[16];
     int n = rt_session_expire(s->sessions, rt_now_ns(), idle_ms * 1000000ull, ids, 8);
-    for (int i = 0; i < n && i < 8; i++)
+    for (int i = 0; i < n && i < 8; i++) {
+        if (s->state)
+            rt_state_session_remove(s->state, ids[i]);
         RT_LOG(RT_LOG_INFO, "session %s closed: idle for more than %llu s",
                rt_log_id(ids[i], sid), (unsigned long long)(idle_ms / 1000));
+    }
     if (n > 8)
         RT_LOG(RT_LOG_INFO, "%d more idle sessions closed", n - 8);
     return n;
@@ -2175,6 +2185,9 @@ void rt_srv_destroy(rt_srv *s)
     }
     rt_health_destroy(s->health);
     free(s->threads);
+    if (s->n_threads)
+        rt_methods_state_flush(s); /* no call runs any more */
+    rt_state_close(s->state);
     rt_session_table_destroy(s->sessions);
     rt_plan_cache_destroy(s->plans);
     rt_data_store_destroy(s->data);

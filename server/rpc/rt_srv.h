@@ -73,7 +73,7 @@ typedef struct rt_srv_config {
     uint64_t conn_idle_ms;       /* 0 = never closed for idleness */
     int stream_queue_max;        /* server stream: messages queued per call */
     /* Streamed datasets (server/data/rt_stream.h): where their records
-     * are spooled (NULL: RT_SPOOL_DIR_DEFAULT), the decoded size above
+     * are spooled (NULL: state_dir if set, else RT_SPOOL_DIR_DEFAULT), the decoded size above
      * which a TFRecord dataset is streamed (0: a quarter of the memory
      * budget), decode workers per dataset (0: the CPUs), batches decoded
      * ahead (0: 4), the default shuffle buffer in samples (0: 10000), the
@@ -84,6 +84,13 @@ typedef struct rt_srv_config {
     int prefetch;
     int64_t shuffle_buffer;
     uint64_t max_spool_bytes;    /* all spool files; 0 = the disk's room */
+    /* Durable mode: sessions, datasets and checkpoints under state_dir
+     * (NULL = state in memory only); rt_state.h has the rest. */
+    const char *state_dir;
+    uint32_t ckpt_every_steps, ckpt_every_s;
+    int ckpt_keep;
+    int ckpt_fail_continue;
+    int ckpt_no_fsync;
 } rt_srv_config;
 
 void rt_srv_config_init(rt_srv_config *cfg);

@@ -279,7 +279,14 @@ struct rt_srv {
     void *drained_ud;
     uint64_t start_ns;
     struct rt_health *health;     /* grpc.health.v1 (rt_health.c) */
+    struct rt_state *state;       /* --state-dir, or NULL (rt_state.h) */
+    uint64_t boot_id;             /* random per start: RunSteps' restart check */
 };
+
+/* Durable mode (rt_methods.c): open --state-dir and restore what it holds
+ * (before the daemon listens); the exit checkpoints (after the last call). */
+int rt_methods_state_open(rt_srv *s, char *err, size_t errlen);
+void rt_methods_state_flush(rt_srv *s);
 
 /* Observability at a call's end (rt_srv_obs.c): the metrics and the
  * access log line. code is the gRPC status sent. */

@@ -83,7 +83,8 @@ int rt_session_open(rt_session_table *t, const char *name, rt_principal *owner,
         return RT_ENOMEM;
     }
     int rc;
-    if ((rc = rt_random_id(s->id, sizeof s->id, "s-")) < 0) {
+    if ((rc = rt_random_id(s->id, sizeof s->id, "s-")) < 0 ||
+        (rc = rt_random_id(s->token, sizeof s->token, "t-")) < 0) {
         free(s);
         rt_principal_unreserve(owner, RT_Q_SESSIONS, 1);
         return rc;
@@ -226,6 +227,7 @@ void rt_session_release(rt_session *s)
         rt_plan_release(s->progs[i]->plan);
         rt_principal_unreserve(s->owner, RT_Q_PROGRAM_BYTES, s->progs[i]->charged_bytes);
         rt_principal_unreserve(s->owner, RT_Q_PROGRAMS, 1);
+        free(s->progs[i]->req);
         free(s->progs[i]);
     }
     free(s->progs);
@@ -381,4 +383,20 @@ int rt_plan_cache_count(rt_plan_cache *c)
     int n = c->n;
     pthread_mutex_unlock(&c->mu);
     return n;
+}
+
+int rt_session_each_program(rt_session_table *t,
+                            int (*fn)(void *ud, rt_session *s, rt_program *p), void *ud)
+{
+    int sum = 0;
+    pthread_mutex_lock(&t->mu);
+    for (int i = 0; i < t->n; i++) {
+        rt_session *s = t->v[i];
+        pthread_mutex_lock(&s->mu);
+        for (int k = 0; k < s->n_progs; k++)
+            sum += fn(ud, s, s->progs[k]);
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return sum;
 }

@@ -40,6 +40,15 @@ extern "C" {
 
 #define RT_SESSION_ID_LEN 40 /* "s-" / "p-" + 32 hex digits + NUL, padded */
 
+/* A RunSteps call's answer, kept so a retry after a crash or a lost answer
+ * gets the original numbers (seq 0 = empty). */
+#define RT_SEQ_RING 64 /* >= RT_TRAIN_MAX_WINDOW, the calls a client has in flight */
+typedef struct rt_seq_rec {
+    uint64_t seq;
+    int64_t global_step;
+    rt_metrics last, mean;
+} rt_seq_rec;
+
 typedef struct rt_program {
     char id[RT_SESSION_ID_LEN];
     /* What the program's memory was charged as (RT_Q_PROGRAM_BYTES), given
@@ -74,11 +83,22 @@ typedef struct rt_program {
      * a stop never reaches a later call. */
     uint64_t run_gen;
     uint64_t stop_gen;
+    /* Durable mode (rt_state.h): the answers of the last RunSteps calls,
+     * the model as compiled (a packed CompileRequest, owned), and when the
+     * last checkpoint was written (global step, rt_now_ns). Under the
+     * device lock, as the exec. */
+    rt_seq_rec ring[RT_SEQ_RING];
+    uint8_t *req;
+    size_t req_len;
+    int64_t ckpt_step;
+    uint64_t ckpt_ns;
+    int ckpt_partial; /* a call stopped mid-way: not at a call boundary */
 } rt_program;
 
 typedef struct rt_session {
     char id[RT_SESSION_ID_LEN];
     char name[64];
+    char token[RT_SESSION_ID_LEN]; /* "t-" + 32 random hex digits */
     rt_principal *owner;          /* NULL only for tools and tests */
     uint64_t last_used_ns;        /* atomic: rt_now_ns() of the last lookup */
     /* private */
@@ -133,6 +153,11 @@ int rt_session_add_program(rt_session *s, rt_plan *plan, rt_exec *exec,
  * RT_EIO if getrandom fails: ids are never made from guessable values. */
 int rt_random_id(char *dst, size_t len, const char *prefix);
 rt_program *rt_session_find_program(rt_session *s, const char *id);
+/* fn(ud, session, program) for every program of every session, under the
+ * table's lock (for the exit checkpoint, when no call runs); returns the
+ * sum of what fn returned. */
+int rt_session_each_program(rt_session_table *t,
+                            int (*fn)(void *ud, rt_session *s, rt_program *p), void *ud);
 
 /* ----------------------------------------------------------- plan cache */
 typedef struct rt_plan_cache rt_plan_cache;

@@ -9,8 +9,8 @@
  *     2-byte little-endian length and that many bytes of packed UploadChunk;
  *     the handler runs per chunk, then the end-of-stream handler.
  * In any decoded string field, "@S", "@P" and "@D" stand for the fixture's
- * session, program and dataset ids (the ids are random per run), so seeds
- * reach the checks past the lookups.
+ * session, program and dataset ids (the ids are random per run), and "@T"
+ * for the session's token, so seeds reach the checks past the lookups.
  *
  * What runs is what a completion-queue thread runs: decode, the handler,
  * and work that needs no device (the end of an upload: parse, dedup, store).
@@ -47,7 +47,7 @@ static const char fixture_csv[] =
 static rt_srv g_srv;
 static rt_plan *g_plan;
 static char g_sess[sizeof ((rt_session *)0)->id], g_prog[sizeof ((rt_program *)0)->id],
-    g_ds[sizeof ((rt_dataset *)0)->id];
+    g_ds[sizeof ((rt_dataset *)0)->id], g_tok[sizeof ((rt_session *)0)->token];
 static rt_dataset *g_ds_ref;
 static rt_principal *g_who; /* the single user of a daemon without tokens */
 static int g_verbose; /* RT_FUZZ_VERBOSE=1: one line per input, to check seeds */
@@ -70,6 +70,7 @@ static void fixture_session(void)
         if (rt_session_open(g_srv.sessions, "fuzz", g_who, &s) < 0)
             die("session", "cannot open");
         snprintf(g_sess, sizeof g_sess, "%s", s->id);
+        snprintf(g_tok, sizeof g_tok, "%s", s->token);
         g_prog[0] = 0;
     }
     if (!g_prog[0] || !rt_session_find_program(s, g_prog)) {
@@ -202,6 +203,7 @@ static void subst_str(char **s, int malloced)
     case 'S': id = g_sess; break;
     case 'P': id = g_prog; break;
     case 'D': id = g_ds; break;
+    case 'T': id = g_tok; break;
     default: return;
     }
     if (malloced) {

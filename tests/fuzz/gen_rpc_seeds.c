@@ -358,5 +358,25 @@ int main(int argc, char **argv)
     ctl.learning_rate = 0.05f;
     ctl.stop = 1;
     unary("control", "Control", &ctl);
+
+    Rtrain__V1__CheckpointRequest ck = RTRAIN__V1__CHECKPOINT_REQUEST__INIT;
+    ck.session_id = "@S";
+    ck.program_id = "@P";
+    ck.session_token = "@T";
+    ck.pull = 1;
+    unary("checkpoint_pull", "Checkpoint", &ck);
+    ck.session_token = "t-wrong";
+    unary("checkpoint_bad_token", "Checkpoint", &ck);
+
+    /* not a checkpoint file: fails when parsed (in the work, not run here) */
+    static const uint8_t junk[] = "RTCKPT-not-really";
+    Rtrain__V1__RestoreCheckpointRequest rq = RTRAIN__V1__RESTORE_CHECKPOINT_REQUEST__INIT;
+    rq.session_id = "@S";
+    rq.session_token = "@T";
+    rq.state.data = (uint8_t *)junk;
+    rq.state.len = sizeof junk - 1;
+    unary("restore_checkpoint", "RestoreCheckpoint", &rq);
+    rq.state.len = 0;
+    unary("restore_checkpoint_empty", "RestoreCheckpoint", &rq);
     return 0;
 }

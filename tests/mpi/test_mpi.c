@@ -454,6 +454,68 @@ static void test_deterministic(void)
     CHECK(start_mpi(&m.d, 2, bad, 0) < 0, "--deterministic-reduce 3 with n=2 started");
 }
 
+/* --state-dir with replicas: stopped in mid-epoch (SIGTERM: a checkpoint
+ * at exit) and started again, the job goes on from rank 0's restored state
+ * and ends with the weights of a run that was never stopped. */
+static void test_durable(void)
+{
+    char dir[] = "/tmp/rt-mpi-state-XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp failed");
+        return;
+    }
+    const char *const extra[] = {"--state-dir", dir, "--checkpoint-every-s", "0", NULL};
+    dmn ref, m;
+    char pr[64], pm[64];
+    itest_res r;
+    uint8_t *wr = NULL, *wm = NULL;
+    size_t lr = 0, lm = 0;
+    if (start(&ref, 2, NULL) == 0) {
+        if (compile(&ref, 15, pr) == 0) {
+            CHECK(steps(&ref, pr, 7, NULL, &r) == 0, "ref: %s", r.details);
+            itest_res_free(&r);
+            CHECK(steps(&ref, pr, 13, NULL, &r) == 0, "ref: %s", r.details);
+            itest_res_free(&r);
+            wr = weights(&ref, pr, &lr, NULL);
+        }
+        stop(&ref, 2);
+    } else {
+        CHECK(0, "mpirun -n 2 did not start");
+    }
+    if (start(&m, 2, extra) == 0) {
+        if (compile(&m, 15, pm) == 0) {
+            CHECK(steps(&m, pm, 7, NULL, &r) == 0, "first part: %s", r.details);
+            itest_res_free(&r);
+        }
+        dmn keep = m;
+        stop(&m, 2);
+        /* the same state dir: session, dataset and program come back */
+        if (start_mpi(&m.d, 2, extra, 0) == 0) {
+            m.c = itest_connect(m.d.addr);
+            memcpy(m.sid, keep.sid, sizeof m.sid);
+            memcpy(m.iris, keep.iris, sizeof m.iris);
+            CHECK(steps(&m, pm, 13, NULL, &r) == 0, "after the restart: %d %s", r.status,
+                  r.details);
+            itest_res_free(&r);
+            wm = weights(&m, pm, &lm, NULL);
+            stop(&m, 2);
+        } else {
+            CHECK(0, "mpirun -n 2 --state-dir did not start again");
+        }
+    } else {
+        CHECK(0, "mpirun -n 2 --state-dir did not start");
+    }
+    CHECK(wr && wm && lr == lm && !memcmp(wr, wm, lr),
+          "durable: weights after a restart differ from an uninterrupted run's");
+    printf("durable n=2: weights after a mid-epoch restart %s\n",
+           wr && wm && lr == lm && !memcmp(wr, wm, lr) ? "bit-identical" : "DIFFER");
+    free(wr);
+    free(wm);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
 /* the pid of rank 1 among the processes whose parent is mpirun */
 static pid_t rank_pid(pid_t parent, int rank)
 {
@@ -549,6 +611,7 @@ int main(int argc, char **argv)
     }
     stop(&ref, 0);
     RUN(test_deterministic);
+    RUN(test_durable);
     RUN(test_kill_worker);
     return itest_summary();
 }

@@ -844,6 +844,34 @@ class CompiledModel:
         parts = [self._prog.predict(xs[i:i + rows]) for i in range(0, n, rows)]
         return parts[0] if len(parts) == 1 else _np.concatenate(parts)
 
+    def save_checkpoint(self, filepath):
+        """The full training state (weights, optimizer slots, step, data
+        cursor, metric accumulators) into filepath; load_checkpoint resumes
+        it, on this daemon or another, bit-identically. The file is the
+        daemon's checkpoint behind one line naming the program's batch size,
+        shuffling and label layout (what fit compiles for)."""
+        state = self._prog.pull_state()
+        with open(filepath, "wb") as f:
+            f.write(b"RTPYCKPT1 " + repr(self._key).encode() + b"\n")
+            f.write(state)
+        return len(state)
+
+    def load_checkpoint(self, filepath):
+        """Resume a save_checkpoint file (or a state `rtrain checkpoint
+        pull` wrote): training continues from its step. Returns that step."""
+        import ast
+        with open(filepath, "rb") as f:
+            data = f.read()
+        key = self._key
+        if data.startswith(b"RTPYCKPT1 "):
+            line, _, data = data.partition(b"\n")
+            key = ast.literal_eval(line[len(b"RTPYCKPT1 "):].decode())
+            if key[2] is not None:
+                key = (key[0], key[1], (key[2][0], tuple(key[2][1])))
+        step = self._prog.push_state(data)
+        self._key = tuple(key)
+        return step
+
     def get_weights(self):
         """The parameters as float32 arrays, in the model's order."""
         return [w for _, w in self._prog.get_weights()[1]]
@@ -1035,7 +1063,8 @@ _default = None
 
 
 def connect(target=None, timeout=60.0, name="python", *, tls_ca=None,
-            tls_cert=None, tls_key=None, token=None, token_file=None):
+            tls_cert=None, tls_key=None, token=None, token_file=None,
+            reattach=None):
     """Connect to rtraind at target ("host:port"; None = $RTRAIN_SERVER or
     127.0.0.1:7070) and open a session. timeout: seconds per call (0 = no
     deadline; fits never have one). A daemon that is not running raises
@@ -1046,11 +1075,18 @@ def connect(target=None, timeout=60.0, name="python", *, tls_ca=None,
     TLS on); tls_cert/tls_key: a client certificate for mTLS; token or
     token_file: the bearer token. Each left None is taken from
     $RTRAIN_TLS_CA, $RTRAIN_TLS_CERT, $RTRAIN_TLS_KEY, $RTRAIN_TOKEN and
-    $RTRAIN_TOKEN_FILE."""
+    $RTRAIN_TOKEN_FILE.
+
+    reattach: seconds a fit with steps_per_execution keeps retrying when
+    the daemon is unavailable (restarted, preempted) before it gives up
+    (default 300; 0 = fail at once). Against a daemon with --state-dir it
+    then resumes exactly where the daemon's state is."""
     global _default
     c = Client(target, float(timeout), name, tls_ca=_path(tls_ca),
                tls_cert=_path(tls_cert), tls_key=_path(tls_key),
                token=token, token_file=_path(token_file))
+    if reattach is not None:
+        c.set_reattach(float(reattach))
     _default = c
     return c
 

@@ -488,6 +488,24 @@ static PyObject *Client_get_closed(ClientObject *self, void *closure)
 }
 
 /* Tracing: every call's account from now on, as a list of dicts. */
+/* set_reattach(seconds): how long a steps_per_execution fit waits for a
+ * restarted daemon (librtrain's rt_client_set_reattach_ms; 0 = not). */
+static PyObject *Client_set_reattach(ClientObject *self, PyObject *args)
+{
+    double s;
+    if (!PyArg_ParseTuple(args, "d:set_reattach", &s))
+        return NULL;
+    if (!(s >= 0) || s > 1e7) {
+        PyErr_SetString(PyExc_ValueError, "reattach must be seconds in [0, 1e7]");
+        return NULL;
+    }
+    if (rt_py__check_open(self) < 0 || rt_py__lock(self, 1) < 0)
+        return NULL;
+    rt_client_set_reattach_ms(self->c, (int64_t)(s * 1000));
+    rt_py__unlock(self);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Client_trace(ClientObject *self, PyObject *args)
 {
     int on = 1;
@@ -1438,6 +1456,52 @@ static PyObject *Program_export_onnx(ProgramObject *self, PyObject *args)
     return res;
 }
 
+/* pull_state() -> bytes: the full training state (a daemon checkpoint). */
+static PyObject *Program_pull_state(ProgramObject *self, PyObject *unused)
+{
+    if (rt_py__prog_begin(self) < 0)
+        return NULL;
+    rt_client_ckpt_info in;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = rt_client_checkpoint(self->client->c, self->client->sid, self->id, RT_CKPT_PULL, &in);
+    Py_END_ALLOW_THREADS
+    PyObject *res = NULL;
+    if (rt_py__prog_after(self, rc, 0) == 0)
+        res = PyBytes_FromStringAndSize((const char *)in.state, (Py_ssize_t)in.state_len);
+    free(in.state);
+    rt_py__unlock(self->client);
+    return res;
+}
+
+/* push_state(bytes) -> global_step: the state resumed as a new program of
+ * this session, which this object then is. */
+static PyObject *Program_push_state(ProgramObject *self, PyObject *args)
+{
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "y*:push_state", &b))
+        return NULL;
+    if (rt_py__prog_begin(self) < 0) {
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    rt_client_ckpt_info in;
+    char id[RT_ID_MAX];
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = rt_client_restore_checkpoint(self->client->c, self->client->sid, b.buf, (size_t)b.len,
+                                      id, &in);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&b);
+    PyObject *res = NULL;
+    if (rt_py__prog_after(self, rc, 0) == 0) {
+        snprintf(self->id, sizeof self->id, "%s", id);
+        res = PyLong_FromUnsignedLongLong(in.global_step);
+    }
+    rt_py__unlock(self->client);
+    return res;
+}
+
 /* set_weights([(name, float32 C-contiguous array), ...]); no copies. */
 static PyObject *Program_set_weights(ProgramObject *self, PyObject *args)
 {
@@ -1791,6 +1855,10 @@ static int rt_py__fit_cb(const rt_client_fit_event *ev, void *user)
         int r = 0;
         if (ev->call)
             r = rt_py__add_timings(f, ev->call);
+        if (ev->kind == RT_FIT_RESUMED) /* librtrain reattached */
+            PySys_WriteStderr("daemon restarted; resuming at epoch %llu step %llu\n",
+                              (unsigned long long)(f->epoch_base + ev->epoch),
+                              (unsigned long long)ev->step);
         if (r == 0 && ev->kind == RT_FIT_EPOCH_END)
             r = rt_py__epoch_done(f, &ev->epoch_end);
         /* A run of one epoch: the next epoch's header is the next run's. */
@@ -2030,6 +2098,8 @@ static PyMethodDef Client_methods[] = {
      "close(): end the session and drop the connection (idempotent)."},
     {"cancel", (PyCFunction)Client_cancel, METH_NOARGS,
      "cancel(): stop the call in flight (from any thread)."},
+    {"set_reattach", (PyCFunction)Client_set_reattach, METH_VARARGS,
+     "set_reattach(seconds): wait this long for a restarted daemon during a fit"},
     {"trace", (PyCFunction)Client_trace, METH_VARARGS,
      "trace(on=True): start (clearing) or stop keeping every call's timings."},
     {"trace_calls", (PyCFunction)Client_trace_calls, METH_NOARGS,
@@ -2093,6 +2163,10 @@ static PyMethodDef Program_methods[] = {
      "set_weights([(name, float32 array), ...])"},
     {"export_onnx", (PyCFunction)Program_export_onnx, METH_VARARGS,
      "export_onnx(onnx_bytes, output=None) -> bytes"},
+    {"pull_state", (PyCFunction)Program_pull_state, METH_NOARGS,
+     "pull_state() -> bytes (weights, optimizer, cursor, counters)"},
+    {"push_state", (PyCFunction)Program_push_state, METH_VARARGS,
+     "push_state(bytes) -> global_step; this program becomes the resumed one"},
     {NULL}};
 
 static PyGetSetDef Program_getset[] = {

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# stress.sh RTRAIND RTRAIN [KILLS] [SEED] - the CNN workload (bench/conv's
+# Fashion-MNIST CNN: Conv/BatchNorm/MaxPool, Adam) fitted through RunSteps
+# against `rtraind --state-dir` while the daemon is SIGKILLed KILLS times
+# (default 200) at seeded random moments and restarted on the same port and
+# directory. Reports the kills, the client's reattaches, the restore times
+# and whether the final weights and per-epoch metrics equal an
+# uninterrupted run's (peer: the same fit, never killed, timed alike).
+set -u
+rtraind=$1 rtrain=$2 kills=${3:-200} seed=${4:-1}
+src=$(cd "$(dirname "$0")/../.." && pwd)
+data=/usr/share/datasets/fashion-mnist
+[ -r "$data/t10k-images-idx3-ubyte.gz" ] || {
+  echo "stress: needs Debian's dataset-fashion-mnist ($data)"; exit 77; }
+tmp=$(mktemp -d)
+dpid=""
+trap '[ -n "$dpid" ] && kill -9 $dpid 2>/dev/null; rm -rf "$tmp"' EXIT
+RANDOM=$seed
+FIT=(fit --model "$src/bench/conv/fashion_cnn.json" --data "$data/t10k-images-idx3-ubyte.gz"
+     --labels "$data/t10k-labels-idx1-ubyte.gz" --loss sparse_categorical_crossentropy
+     --optimizer adam --lr 0.001 --batch-size 32 --steps-per-epoch 25 --seed 1
+     --steps-per-call 5 --no-progress)
+# epochs: enough for every kill to land mid-fit (one kill every ~2 epochs)
+epochs=$((2 * kills + 20))
+
+start() { # start LOG ADDR [flags]: sets dpid and bound (the listening address)
+  local log=$1 addr=$2; shift 2
+  "$rtraind" --listen "$addr" --log-level info "$@" >"$log" 2>&1 &
+  dpid=$!
+  bound=""
+  for _ in $(seq 1 200); do
+    bound=$(sed -n 's/^rtraind listening on \([^ ]*\).*/\1/p' "$log" | head -n 1)
+    [ -n "$bound" ] && return 0
+    sleep 0.05
+  done
+  echo "stress: rtraind did not start" >&2; cat "$log" >&2; exit 1
+}
+
+t0=$(date +%s.%N)
+start "$tmp/ref.log" 127.0.0.1:0
+addr=$bound
+"$rtrain" "${FIT[@]}" --server "$addr" --epochs $epochs --save-weights "$tmp/w-ref.bin" \
+  --csv-log "$tmp/ref.csv" >/dev/null 2>"$tmp/ref.err" || { cat "$tmp/ref.err"; exit 1; }
+kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""
+t_ref=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { print a - b }')
+
+t0=$(date +%s.%N)
+start "$tmp/d-0.log" 127.0.0.1:0 --state-dir "$tmp/st" --checkpoint-every-steps 10
+port=$bound
+"$rtrain" "${FIT[@]}" --server "$port" --epochs $epochs --save-weights "$tmp/w-k.bin" \
+  --csv-log "$tmp/k.csv" >/dev/null 2>"$tmp/k.err" &
+cpid=$!
+# stops only once training runs (upload and compile do not reattach)
+until grep -q "^Epoch 1/" "$tmp/k.err" || ! kill -0 "$cpid" 2>/dev/null; do sleep 0.05; done
+k=0
+while [ "$k" -lt "$kills" ] && kill -0 "$cpid" 2>/dev/null; do
+  sleep "0.$(printf %03d $((RANDOM % 1000)))"
+  kill -0 "$cpid" 2>/dev/null || break
+  kill -9 "$dpid"; wait "$dpid" 2>/dev/null
+  k=$((k + 1))
+  start "$tmp/d-$k.log" "$port" --state-dir "$tmp/st" --checkpoint-every-steps 10
+  # the next kill once the client is back
+  for _ in $(seq 1 600); do
+    [ "$(grep -c '^daemon restarted' "$tmp/k.err")" -ge "$k" ] && break
+    kill -0 "$cpid" 2>/dev/null || break
+    sleep 0.05
+  done
+done
+wait "$cpid"; rc=$?
+kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""
+t_k=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { print a - b }')
+
+re=$(grep -c '^daemon restarted' "$tmp/k.err")
+restores=$(cat "$tmp"/d-*.log | sed -n 's/.*restored .* in \([0-9.]*\) ms.*/\1/p' | sort -n)
+n=$(echo "$restores" | grep -c .)
+med=$(echo "$restores" | awk -v n="$n" 'NR == int((n + 1) / 2) { print }')
+p99=$(echo "$restores" | awk -v n="$n" 'NR == int(n * 0.99 + 0.999) { print }')
+same_w=no; cmp -s "$tmp/w-ref.bin" "$tmp/w-k.bin" && same_w=yes
+same_m=no; diff <(cut -d, -f2- "$tmp/ref.csv") <(cut -d, -f2- "$tmp/k.csv") >/dev/null && same_m=yes
+printf '%-40s %s\n' "workload" "Fashion-MNIST CNN (BatchNorm), RunSteps K=5, $epochs epochs x 25 steps"
+printf '%-40s %s\n' "SIGKILLs during the fit" "$k"
+printf '%-40s %s\n' "client reattaches" "$re"
+printf '%-40s %s\n' "fit exit status" "$rc"
+printf '%-40s %s ms median, %s ms p99 (%s starts)\n' "restore at start (sessions, data, compile)" "$med" "$p99" "$n"
+printf '%-40s %.1f s (peer, never killed: %.1f s; ratio %.2f)\n' "wall" "$t_k" "$t_ref" \
+  "$(awk -v a="$t_k" -v b="$t_ref" 'BEGIN { print a / b }')"
+printf '%-40s %s\n' "final weights bit-identical" "$same_w"
+printf '%-40s %s\n' "per-epoch metrics equal" "$same_m"
+[ "$rc" -eq 0 ] && [ "$same_w" = yes ] && [ "$same_m" = yes ]

@@ -1,0 +1,312 @@
+/* rt_ckpt.c - a program's checkpoint: its format, writing one atomically,
+ * keeping the last K, and reading it back (rt_state.h).
+ *
+ * A checkpoint file:
+ *
+ *     "RTCKPT1\0"  u64 req_len   CompileRequest bytes
+ *                  u64 meta_len  rt_ckpt_meta
+ *                  u64 exec_len  the exec's state (rt_exec_state_spans)
+ *     u64 XXH3-64 of everything before it
+ *
+ * The exec's weights and optimizer slots are written from where they live
+ * (no copy), so writing a checkpoint adds no memory the size of the model.
+ * Integers are the host's (little-endian x86-64 and aarch64): a checkpoint
+ * moves between daemons of the same build, as the state blob does. */
+#include "rt_state.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "rt_log.h"
+#include "rt_obs.h"
+#include "rt_wire.h"
+
+#define CK_MAGIC "RTCKPT1"
+#define CK_HEAD 8
+#define CK_TAIL 8
+
+static void fill_meta(const char *sid, const rt_program *p, rt_ckpt_meta *m)
+{
+    memset(m, 0, sizeof *m);
+    memcpy(m->magic, "RTMETA1", 8);
+    snprintf(m->session_id, sizeof m->session_id, "%s", sid);
+    snprintf(m->program_id, sizeof m->program_id, "%s", p->id);
+    m->last_seq = p->last_seq;
+    m->fit_epochs = p->fit_epochs;
+    m->epoch_exec_ns = p->epoch_exec_ns;
+    m->last_metrics = p->last_metrics;
+    m->last_mean = p->last_mean;
+    memcpy(m->ring, p->ring, sizeof m->ring);
+}
+
+void rt_ckpt_apply_meta(rt_program *p, const rt_ckpt_meta *m)
+{
+    p->last_seq = m->last_seq;
+    p->fit_epochs = m->fit_epochs;
+    p->epoch_exec_ns = m->epoch_exec_ns;
+    p->last_metrics = m->last_metrics;
+    p->last_mean = m->last_mean;
+    memcpy(p->ring, m->ring, sizeof p->ring);
+    /* pipelined calls (after_seq) up to the restored seq have completed */
+    p->pipe_done = m->last_seq;
+    p->pipe_failed = 0;
+}
+
+/* The spans of p's checkpoint, in file order; the checksum is the caller's. */
+typedef struct ck_spans {
+    uint64_t lens[3];
+    rt_ckpt_meta meta;
+    unsigned char ehdr[RT_EXEC_STATE_HDR];
+    rt_exec_span sp[9];
+    int n;
+} ck_spans;
+
+static int spans(const char *sid, const rt_program *p, ck_spans *k)
+{
+    rt_exec_span es[3];
+    int rc = rt_exec_state_spans(p->exec, k->ehdr, es);
+    if (rc < 0)
+        return rc;
+    fill_meta(sid, p, &k->meta);
+    k->lens[0] = p->req_len;
+    k->lens[1] = sizeof k->meta;
+    k->lens[2] = es[0].n + es[1].n + es[2].n;
+    int n = 0;
+    k->sp[n++] = (rt_exec_span){CK_MAGIC, CK_HEAD};
+    k->sp[n++] = (rt_exec_span){&k->lens[0], 8};
+    k->sp[n++] = (rt_exec_span){p->req, p->req_len};
+    k->sp[n++] = (rt_exec_span){&k->lens[1], 8};
+    k->sp[n++] = (rt_exec_span){&k->meta, sizeof k->meta};
+    k->sp[n++] = (rt_exec_span){&k->lens[2], 8};
+    for (int i = 0; i < 3; i++)
+        k->sp[n++] = es[i];
+    k->n = n;
+    return 0;
+}
+
+size_t rt_ckpt_size(const rt_program *p)
+{
+    return CK_HEAD + 24 + p->req_len + sizeof(rt_ckpt_meta) + rt_exec_state_size(p->exec) +
+           CK_TAIL;
+}
+
+int rt_ckpt_build(const char *sid, const rt_program *p, uint8_t *buf, size_t len)
+{
+    ck_spans k;
+    int rc = spans(sid, p, &k);
+    if (rc < 0)
+        return rc;
+    if (len < rt_ckpt_size(p))
+        return RT_EINVAL;
+    size_t o = 0;
+    for (int i = 0; i < k.n; i++) {
+        if (k.sp[i].n)
+            memcpy(buf + o, k.sp[i].p, k.sp[i].n);
+        o += k.sp[i].n;
+    }
+    uint64_t h = XXH3_64bits(buf, o);
+    memcpy(buf + o, &h, 8);
+    return 0;
+}
+
+int rt_ckpt_parse(const uint8_t *buf, size_t len, rt_ckpt_view *v, char *err, size_t errlen)
+{
+    memset(v, 0, sizeof *v);
+    if (len < CK_HEAD + 24 + CK_TAIL || memcmp(buf, CK_MAGIC, CK_HEAD) != 0) {
+        snprintf(err, errlen, "not an rtrain checkpoint (%zu bytes)", len);
+        return RT_EDATA;
+    }
+    uint64_t h;
+    memcpy(&h, buf + len - CK_TAIL, 8);
+    if (XXH3_64bits(buf, len - CK_TAIL) != h) {
+        snprintf(err, errlen, "checkpoint checksum mismatch (torn or corrupt, %zu bytes)", len);
+        return RT_ECHECKSUM;
+    }
+    size_t o = CK_HEAD, end = len - CK_TAIL;
+    const uint8_t *part[3];
+    uint64_t plen[3];
+    for (int i = 0; i < 3; i++) {
+        if (end - o < 8) {
+            snprintf(err, errlen, "checkpoint section %d is cut short", i);
+            return RT_EDATA;
+        }
+        memcpy(&plen[i], buf + o, 8);
+        o += 8;
+        if (plen[i] > end - o) {
+            snprintf(err, errlen, "checkpoint section %d is cut short", i);
+            return RT_EDATA;
+        }
+        part[i] = buf + o;
+        o += plen[i];
+    }
+    if (o != end || plen[1] != sizeof v->meta) {
+        snprintf(err, errlen, "checkpoint sections do not add up");
+        return RT_EDATA;
+    }
+    memcpy(&v->meta, part[1], sizeof v->meta);
+    if (memcmp(v->meta.magic, "RTMETA1", 8) != 0) {
+        snprintf(err, errlen, "checkpoint has an unknown program record");
+        return RT_EDATA;
+    }
+    v->meta.session_id[RT_SESSION_ID_LEN - 1] = 0;
+    v->meta.program_id[RT_SESSION_ID_LEN - 1] = 0;
+    v->req = part[0];
+    v->req_len = plen[0];
+    v->exec = part[2];
+    v->exec_len = plen[2];
+    return 0;
+}
+
+/* ------------------------------------------------------------ writing */
+
+/* ckpt-<n>.rtck names in dir, ascending by n. */
+static int list_ckpts(const char *dir, uint64_t **out)
+{
+    *out = NULL;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        uint64_t k;
+        char tail[8];
+        if (sscanf(e->d_name, "ckpt-%" SCNu64 ".%7s", &k, tail) != 2 || strcmp(tail, "rtck"))
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 8;
+            uint64_t *nv = realloc(*out, sizeof *nv * (size_t)cap);
+            if (!nv)
+                break;
+            *out = nv;
+        }
+        (*out)[n++] = k;
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++) /* insertion sort: a handful of files */
+        for (int j = i; j > 0 && (*out)[j - 1] > (*out)[j]; j--) {
+            uint64_t t = (*out)[j];
+            (*out)[j] = (*out)[j - 1];
+            (*out)[j - 1] = t;
+        }
+    return n;
+}
+
+int rt_state_checkpoint(const rt_state *st, const char *sid, rt_program *p, char *err,
+                        size_t errlen)
+{
+    const rt_state_config *cfg = rt_state_cfg(st);
+    char dir[1024], path[1100];
+    snprintf(dir, sizeof dir, "%s/sessions/%s", cfg->dir, sid);
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+        snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
+        return RT_EIO;
+    }
+    snprintf(dir, sizeof dir, "%s/sessions/%s/%s", cfg->dir, sid, p->id);
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+        snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
+        return RT_EIO;
+    }
+    uint64_t *ks;
+    int n = list_ckpts(dir, &ks);
+    uint64_t next = n ? ks[n - 1] + 1 : 1;
+    snprintf(path, sizeof path, "%s/ckpt-%012" PRIu64 ".rtck", dir, next);
+    ck_spans k;
+    int rc = spans(sid, p, &k);
+    if (rc < 0) {
+        free(ks);
+        snprintf(err, errlen, "cannot read the program's state");
+        return rc;
+    }
+    XXH3_state_t *x = XXH3_createState();
+    if (!x) {
+        free(ks);
+        return RT_ENOMEM;
+    }
+    XXH3_64bits_reset(x);
+    for (int i = 0; i < k.n; i++)
+        XXH3_64bits_update(x, k.sp[i].p, k.sp[i].n);
+    uint64_t h = XXH3_64bits_digest(x);
+    XXH3_freeState(x);
+    k.sp[k.n++] = (rt_exec_span){&h, 8};
+    rc = rt_state_write_file(st, path, k.sp, k.n, err, errlen);
+    if (rc == 0) {
+        p->ckpt_step = rt_exec_global_step(p->exec);
+        p->ckpt_ns = rt_now_ns();
+        int keep = cfg->keep > 0 ? cfg->keep : 3;
+        /* the new one is next; the oldest beyond keep go */
+        for (int i = 0; i + keep - 1 < n; i++) {
+            char old[1100];
+            snprintf(old, sizeof old, "%s/ckpt-%012" PRIu64 ".rtck", dir, ks[i]);
+            unlink(old);
+        }
+    }
+    free(ks);
+    return rc;
+}
+
+int rt_state_checkpoint_due(const rt_state *st, const rt_program *p, uint32_t every_steps,
+                            uint32_t every_s)
+{
+    const rt_state_config *cfg = rt_state_cfg(st);
+    uint32_t n = every_steps ? every_steps : cfg->every_steps;
+    uint32_t s = every_s ? every_s : cfg->every_s;
+    int64_t step = rt_exec_global_step(p->exec);
+    if (step == p->ckpt_step)
+        return 0;
+    if (n && step - p->ckpt_step >= (int64_t)n)
+        return 1;
+    return s && rt_now_ns() - p->ckpt_ns >= (uint64_t)s * 1000000000ull;
+}
+
+/* ------------------------------------------------------------ reading */
+
+/* The newest checkpoint of dir that parses, read into *buf (malloc'ed);
+ * corrupt newer ones are skipped with a warning. RT_ENOTFOUND if none. */
+int rt__ckpt_load_newest(const char *dir, uint8_t **buf, size_t *len, rt_ckpt_view *v,
+                         int *warnings);
+int rt__ckpt_load_newest(const char *dir, uint8_t **buf, size_t *len, rt_ckpt_view *v,
+                         int *warnings)
+{
+    uint64_t *ks;
+    int n = list_ckpts(dir, &ks);
+    for (int i = n - 1; i >= 0; i--) {
+        char path[1100], err[200];
+        snprintf(path, sizeof path, "%s/ckpt-%012" PRIu64 ".rtck", dir, ks[i]);
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            continue;
+        uint8_t *b = NULL;
+        size_t l = 0;
+        struct stat sb;
+        int rc = RT_EIO;
+        if (fstat(fileno(f), &sb) == 0 && (b = malloc(sb.st_size ? (size_t)sb.st_size : 1)) &&
+            fread(b, 1, (size_t)sb.st_size, f) == (size_t)sb.st_size) {
+            l = (size_t)sb.st_size;
+            rc = rt_ckpt_parse(b, l, v, err, sizeof err);
+        } else {
+            snprintf(err, sizeof err, "cannot read it");
+        }
+        fclose(f);
+        if (rc == 0) {
+            *buf = b;
+            *len = l;
+            free(ks);
+            return 0;
+        }
+        free(b);
+        (*warnings)++;
+        RT_LOG(RT_LOG_WARN, "checkpoint %s: %s; using the previous one", path, err);
+    }
+    free(ks);
+    return RT_ENOTFOUND;
+}

@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# durable_e2e.sh RTRAIND RTRAIN SRC [SEED] - durable training end to end:
+# a CLI fit against `rtraind --state-dir` survives 20 SIGKILLs and 20
+# SIGTERMs of the daemon at seeded random moments (restarted each time on
+# the same port and directory) with weights bit-identical to an
+# uninterrupted run and equal per-epoch metrics; a full disk stops the fit
+# with a clear error and leaves the previous checkpoints intact; a pulled
+# state resumes bit-identically on a daemon with an empty disk.
+rtraind=$1 rtrain=$2 src=$3 seed=${4:-14}
+ex=$src/examples/iris
+. "$src/tests/lib/e2e.sh"
+[ -n "$DURABLE_ONLY" ] && trap 'kill $dpid 2>/dev/null' EXIT
+RANDOM=$seed
+EPOCHS=150
+FIT=(fit --model "$ex/model.json" --data "$ex/train_shuffled.csv" --val "$ex/val_shuffled.csv"
+     --loss sparse_categorical_crossentropy --optimizer adam --lr 0.02 --batch-size 20
+     --seed 1 --steps-per-call 2 --no-progress)
+
+# metrics columns of a --csv-log from epoch row $2 on (the epoch column
+# left out: a resumed fit numbers its own epochs)
+metrics() { tail -n +"$((${2:-1} + 1))" "$1" | cut -d, -f2-; }
+
+# --- the reference: no state dir, never interrupted
+start_daemon "$tmp/ref.log" --log-level warn || exit 1
+expect_rc 0 "reference fit ($EPOCHS epochs)" -- "$rtrain" "${FIT[@]}" --server "$addr" \
+  --epochs $EPOCHS --save-weights "$tmp/w-ref.bin" --csv-log "$tmp/ref.csv"
+expect_rc 0 "info without --state-dir" -- "$rtrain" info --server "$addr"
+has "$tmp/out" "state       memory" "info says the state is in memory"
+
+# Restarts reuse the port, so it comes from below the kernel's ephemeral
+# range (32768-60999): a client connection's local port cannot take it
+# while the daemon is down. restart LOG [flags]: on $port, retried while
+# the port is briefly held.
+low_port() { echo $((20000 + RANDOM % 12000)); }
+WRAP=()  # a command prefix for the daemon (the full-disk test's ulimit)
+restart() {
+  local log=$1; shift
+  for _ in $(seq 1 50); do
+    "${WRAP[@]}" "$rtraind" --listen "$port" "$@" >"$log" 2>&1 &
+    dpid=$!
+    for _ in $(seq 1 200); do
+      grep -q "^rtraind listening" "$log" && return 0
+      kill -0 "$dpid" 2>/dev/null || break
+      sleep 0.01
+    done
+    wait "$dpid" 2>/dev/null
+    grep -q "already in use" "$log" || { echo "rtraind did not start"; cat "$log"; return 1; }
+    sleep 0.05
+  done
+  return 1
+}
+
+# wait_epoch FILE E PID: until the CLI printed epoch E (or ended)
+wait_epoch() {
+  until grep -q "^Epoch $2/" "$1" || ! kill -0 "$3" 2>/dev/null; do sleep 0.01; done
+}
+
+# killed_fit SIG NAME KILLS [daemon flags...]: the fit, with the daemon
+# stopped by SIG at KILLS random moments (after a random epoch's line, plus
+# 0-39 ms) and restarted on the same port and directory each time.
+killed_fit() {
+  local sig=$1 name=$2 kills=$3 ref=${REF:-ref} epochs=${EP:-$EPOCHS}; shift 3
+  local dir=$tmp/st-$name
+  port=127.0.0.1:$(low_port)
+  until restart "$tmp/$name-0.log" --state-dir "$dir" "$@"; do port=127.0.0.1:$(low_port); done
+  addr=$port
+  "$rtrain" "${FIT[@]}" --server "$addr" --epochs "$epochs" --save-weights "$tmp/w-$name.bin" \
+    --csv-log "$tmp/$name.csv" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+  local cpid=$! k=0
+  local at
+  # (in the first half: however slow the stops, they land before the end)
+  at=$(for _ in $(seq 1 400); do echo $((3 + RANDOM % (epochs / 2))); done | awk '!s[$0]++' |
+       head -n "$kills" | sort -n)
+  for e in $at; do
+    wait_epoch "$tmp/$name.err" "$e" "$cpid"
+    kill -0 "$cpid" 2>/dev/null || break
+    sleep "0.$(printf %03d $((RANDOM % 40)))"  # an epoch is a few ms
+    kill -"$sig" "$dpid"; wait "$dpid" 2>/dev/null
+    k=$((k + 1))
+    restart "$tmp/$name-$k.log" --state-dir "$dir" "$@" || break
+    # the next stop only once the client has seen this one
+    for _ in $(seq 1 3000); do
+      [ "$(grep -c '^daemon restarted' "$tmp/$name.err")" -ge "$k" ] && break
+      kill -0 "$cpid" 2>/dev/null || break
+      sleep 0.01
+    done
+  done
+  wait "$cpid"; local rc=$?
+  [ "$rc" -eq 0 ] && ok "$name: the fit finished (exit 0)" || {
+    bad "$name: fit exit $rc"; tail -5 "$tmp/$name.err"; }
+  [ "$k" -ge "$kills" ] && ok "$name: daemon stopped $k times during the fit" ||
+    bad "$name: only $k of $kills stops landed during the fit"
+  local re
+  re=$(grep -c "^daemon restarted; resuming at epoch [0-9]* step [0-9]*" "$tmp/$name.err")
+  [ "$re" -eq "$k" ] && ok "$name: the CLI reattached after every stop ($re)" ||
+    bad "$name: $re reattach messages for $k stops"
+  cmp -s "$tmp/w-$ref.bin" "$tmp/w-$name.bin" &&
+    ok "$name: final weights bit-identical to the uninterrupted run" ||
+    bad "$name: final weights differ from the uninterrupted run"
+  diff <(metrics "$tmp/$ref.csv") <(metrics "$tmp/$name.csv") >/dev/null &&
+    ok "$name: per-epoch metrics equal, $epochs epochs, none twice or missing" ||
+    bad "$name: per-epoch metrics differ"
+}
+
+# (600 epochs: a few ms each, they must outlast 20 stops however slow)
+expect_rc 0 "reference fit (600 epochs)" -- "$rtrain" "${FIT[@]}" --server "$addr" \
+  --epochs 600 --save-weights "$tmp/w-ref600.bin" --csv-log "$tmp/ref600.csv"
+kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""
+REF=ref600 EP=600 killed_fit KILL sigkill 20 --log-level warn --checkpoint-every-steps 4
+kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""
+[ "$DURABLE_ONLY" = sigkill ] && { echo "kept $tmp"; exit 0; }
+
+# SIGTERM: checkpoints only at epoch ends and at exit; one step per call,
+# one call in flight, so a stop mostly lands mid-epoch. Each daemon's last
+# step (on disk at exit) must be where the client resumes: no step lost.
+FIT_TERM=("${FIT[@]}")
+FIT=("${FIT[@]}" --steps-per-call 1 --in-flight 1)
+start_daemon "$tmp/ref1.log" --log-level warn || exit 1
+# (longer: without checkpoints between epoch ends this fit is fast)
+expect_rc 0 "reference fit (600 epochs, K=1)" -- "$rtrain" "${FIT[@]}" --server "$addr" \
+  --epochs 600 --save-weights "$tmp/w-ref1.bin" --csv-log "$tmp/ref1.csv"
+kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""
+REF=ref1 EP=600 killed_fit TERM sigterm 20 --log-level info --checkpoint-every-steps 0 --checkpoint-every-s 0
+kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""
+FIT=("${FIT_TERM[@]}")
+exits="" written=0
+for k in $(seq 0 19); do
+  s=$(sed -n 's/.*on disk at exit, step \([0-9]*\).*/\1/p' "$tmp/sigterm-$k.log")
+  exits="$exits${s:-none} "
+  grep -q "(checkpoint at exit)" "$tmp/sigterm-$k.log" && written=$((written + 1))
+done
+resumed=$(sed -n 's/^daemon restarted; resuming at epoch [0-9]* step \([0-9]*\)/\1/p' \
+          "$tmp/sigterm.err" | tr '\n' ' ')
+[ "$exits" = "$resumed" ] &&
+  ok "sigterm: each resume is at the stopped daemon's last step ($written mid-epoch exit checkpoints)" ||
+  bad "sigterm: stopped at [$exits], resumed at [$resumed]"
+[ "$written" -ge 1 ] && ok "sigterm: exit checkpoints were written ($written)" ||
+  bad "sigterm: no stop landed mid-epoch"
+
+# --- a corrupted newest checkpoint: the one before it is used, with a warning
+dir=$tmp/st-corrupt
+port=127.0.0.1:$(low_port)
+until restart "$tmp/corrupt-0.log" --state-dir "$dir" --checkpoint-every-steps 1; do
+  port=127.0.0.1:$(low_port); done
+addr=$port
+"$rtrain" "${FIT[@]}" --server "$addr" --epochs 40 --steps-per-call 1 --in-flight 1 \
+  --save-weights "$tmp/w-corrupt.bin" --csv-log "$tmp/corrupt.csv" \
+  >"$tmp/corrupt.out" 2>"$tmp/corrupt.err" &
+cpid=$!
+wait_epoch "$tmp/corrupt.err" 20 "$cpid"
+# Stop the client, then the daemon, where the newest checkpoint is not at
+# an epoch end: the one before it is then in the same epoch (an epoch the
+# client reported is never taken back). One step per call, one in flight,
+# a checkpoint after each: the newest holds the daemon's last step.
+ckpt_step() { # the global step in a checkpoint (rt_ckpt.c's layout)
+  /usr/bin/python3 -c 'import struct,sys
+b=open(sys.argv[1],"rb").read(); o=8
+for _ in range(2): n,=struct.unpack_from("<Q",b,o); o+=8+n
+print(struct.unpack_from("<q",b,o+8+32)[0])' "$1"
+}
+spe=6
+for _ in $(seq 1 50); do
+  kill -STOP "$cpid"; sleep 0.2
+  newest=$(ls "$dir"/sessions/*/*/ckpt-*.rtck | sort | tail -n 1)
+  [ $(( $(ckpt_step "$newest") % spe )) -ne 0 ] && break
+  kill -CONT "$cpid"; sleep 0.0$((RANDOM % 10))
+done
+kill -9 "$dpid"; wait "$dpid" 2>/dev/null
+printf 'XXXXXXXX' | dd of="$newest" bs=1 seek=200 conv=notrunc 2>/dev/null
+restart "$tmp/corrupt-1.log" --state-dir "$dir"
+kill -CONT "$cpid"
+wait "$cpid" && ok "corrupt: the fit finished" || { bad "corrupt: fit failed"; tail -3 "$tmp/corrupt.err"; }
+has "$tmp/corrupt-1.log" "checksum mismatch" "corrupt: the torn newest checkpoint is detected"
+has "$tmp/corrupt-1.log" "using the previous one" "corrupt: the previous checkpoint is used, with a warning"
+kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""
+start_daemon "$tmp/ref40.log" --log-level warn || exit 1
+expect_rc 0 "reference fit (40 epochs, K=1)" -- "$rtrain" "${FIT[@]}" --server "$addr" \
+  --epochs 40 --steps-per-call 1 --in-flight 1 --save-weights "$tmp/w-ref40.bin" \
+  --csv-log "$tmp/ref40.csv"
+kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""
+cmp -s "$tmp/w-ref40.bin" "$tmp/w-corrupt.bin" &&
+  ok "corrupt: weights bit-identical after resuming from the older checkpoint" ||
+  bad "corrupt: weights differ"
+diff <(metrics "$tmp/ref40.csv") <(metrics "$tmp/corrupt.csv") >/dev/null &&
+  ok "corrupt: per-epoch metrics equal" || bad "corrupt: per-epoch metrics differ"
+
+# --- a full disk (RLIMIT_FSIZE below a checkpoint's size): the fit stops
+# with a clear error, the previous checkpoints stay as they were
+dir=$tmp/st-full
+port=127.0.0.1:$(low_port)
+until restart "$tmp/full-0.log" --state-dir "$dir" --checkpoint-every-steps 2; do
+  port=127.0.0.1:$(low_port); done
+addr=$port
+expect_rc 0 "info with --state-dir" -- "$rtrain" info --server "$addr"
+has "$tmp/out" "state       disk" "info says the state is on disk"
+"$rtrain" "${FIT[@]}" --server "$addr" --epochs $EPOCHS --save-weights "$tmp/w-full.bin" \
+  >"$tmp/full.out" 2>"$tmp/full.err" &
+cpid=$!
+wait_epoch "$tmp/full.err" 5 "$cpid"
+kill -9 "$dpid"; wait "$dpid" 2>/dev/null
+# (a temporary file the killed daemon left is the next write's to replace)
+before=$(cd "$dir" && find . -type f ! -name '*.tmp' | sort | xargs sha256sum)
+WRAP=(sh -c 'ulimit -f 5 && exec "$@"' sh)
+restart "$tmp/full-1.log" --state-dir "$dir" --log-level warn
+wait "$cpid"; rc=$?
+[ "$rc" -ne 0 ] && ok "full: the fit stopped (exit $rc)" || bad "full: the fit did not stop"
+has "$tmp/full.err" "RESOURCE_EXHAUSTED" "full: the client gets RESOURCE_EXHAUSTED"
+has "$tmp/full.err" "checkpoint failed, training stopped at step" "full: the error says the checkpoint failed"
+has "$tmp/full.err" "disk full" "full: the error says the disk is full"
+has "$tmp/full.err" "session .* kept: rtrain checkpoint pull" "full: the CLI keeps the session for a pull"
+after=$(cd "$dir" && find . -type f ! -name '*.tmp' | sort | xargs sha256sum)
+[ "$before" = "$after" ] && [ -z "$(find "$dir" -name '*.tmp')" ] && ok "full: the previous checkpoints are intact, no temporary file left" ||
+  bad "full: the state directory changed"
+expect_rc 0 "full: the daemon keeps serving" -- "$rtrain" info --server "$port"
+kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""
+# --checkpoint-fail continue: logged, training goes on to the same weights
+restart "$tmp/full-2.log" --state-dir "$tmp/st-full2" --log-level warn \
+  --checkpoint-fail continue --checkpoint-every-steps 2
+WRAP=()
+expect_rc 0 "full, --checkpoint-fail continue: the fit finishes" -- "$rtrain" "${FIT[@]}" \
+  --server "$port" --epochs $EPOCHS --save-weights "$tmp/w-full2.bin"
+cmp -s "$tmp/w-ref.bin" "$tmp/w-full2.bin" && ok "full, continue: weights as the reference" ||
+  bad "full, continue: weights differ"
+has "$tmp/full-2.log" "training goes on" "full, continue: each failed checkpoint is logged"
+kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""
+
+# --- moving to another host: pull the state, push it to an empty daemon
+start_daemon "$tmp/a.log" --log-level warn || exit 1
+expect_rc 0 "pull: fit 60 epochs, then --save-state" -- "$rtrain" "${FIT[@]}" --server "$addr" \
+  --epochs 60 --save-state "$tmp/s60.rtck"
+kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""
+start_daemon "$tmp/b.log" --log-level warn --state-dir "$tmp/st-empty" || exit 1
+expect_rc 0 "push: --load-state and 90 more epochs on an empty daemon" -- "$rtrain" \
+  "${FIT[@]}" --server "$addr" --epochs 90 --load-state "$tmp/s60.rtck" \
+  --save-weights "$tmp/w-moved.bin" --csv-log "$tmp/moved.csv"
+cmp -s "$tmp/w-ref.bin" "$tmp/w-moved.bin" &&
+  ok "push: the continuation is bit-identical to the uninterrupted run" ||
+  bad "push: the continuation differs"
+diff <(metrics "$tmp/ref.csv" 61) <(metrics "$tmp/moved.csv") >/dev/null &&
+  ok "push: epochs 61..150 have the reference's metrics" || bad "push: metrics differ"
+expect_rc 0 "checkpoint push" -- "$rtrain" checkpoint push "$tmp/s60.rtck" --server "$addr"
+sid=$(sed -n 's/^session //p' "$tmp/out") tok=$(sed -n 's/^token //p' "$tmp/out")
+pid=$(sed -n 's/^program //p' "$tmp/out")
+expect_rc 0 "checkpoint pull" -- "$rtrain" checkpoint pull "$sid" "$tmp/again.rtck" \
+  --server "$addr" --program "$pid" --session-token "$tok"
+cmp -s <(tail -c +9 "$tmp/s60.rtck" | head -c 100) <(tail -c +9 "$tmp/again.rtck" | head -c 100) &&
+  ok "pull after push: the same model record" || bad "pull after push differs"
+expect_rc 4 "checkpoint pull with a wrong token" -- "$rtrain" checkpoint pull "$sid" \
+  "$tmp/x.rtck" --server "$addr" --program "$pid" --session-token t-0000
+has "$tmp/err" "wrong session_token" "a wrong token is refused, naming the problem"
+printf 'RTCKPT1\0garbage' >"$tmp/bad.rtck"
+expect_rc 4 "checkpoint push of a corrupt file" -- "$rtrain" checkpoint push "$tmp/bad.rtck" \
+  --server "$addr"
+has "$tmp/err" "checkpoint" "a corrupt state is refused, naming the problem"
+expect_rc 0 "the daemon keeps serving" -- "$rtrain" info --server "$addr"
+
+echo "$((checks - fails))/$checks checks passed"
+[ "$fails" -eq 0 ]
