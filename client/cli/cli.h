@@ -60,6 +60,8 @@ typedef struct cli_opts {
     double lr;                /* < 0: not given */
     long label_column;        /* CSV; -1 = last */
     long label_first, label_last; /* --label-columns A:B (inclusive); first -1 = unset */
+    int input_ndim;           /* --input-shape D1xD2...: per-sample dims; 0 = unset */
+    int64_t input_shape[8];
     long csv_features;        /* predict: CSV columns that are all features (set by the command) */
     int csv_header;
     long long seed;

@@ -32,6 +32,7 @@ enum {
     O_EARLY_STOP, O_CHECKPOINT, O_CSV_LOG, O_LOAD_WEIGHTS, O_SAMPLE_WEIGHTS,
     O_RTT, O_JITTER, O_BANDWIDTH, O_METRICS, O_LABEL_COLS, O_ONNX, O_ONNX_OUTPUT,
     O_REATTACH, O_SAVE_STATE, O_LOAD_STATE, O_PROGRAM, O_SESSION_TOKEN,
+    O_INPUT_SHAPE,
 };
 
 typedef struct opt_def {
@@ -69,6 +70,7 @@ static const opt_def defs[] = {
     {"lr", 1, O_LR, TRAIN},
     {"label-column", 1, O_LABEL_COL, TRAIN},
     {"label-columns", 1, O_LABEL_COLS, TRAIN},
+    {"input-shape", 1, O_INPUT_SHAPE, TRAIN},
     {"csv-header", 0, O_CSV_HEADER, TRAIN},
     {"seed", 1, O_SEED, TRAIN},
     {"no-shuffle", 0, O_NO_SHUFFLE, TRAIN},
@@ -144,6 +146,8 @@ static const struct {
     {"lr", "X", "learning rate (default: the optimizer's, Keras')"},
     {"label-column", "C", "CSV label column (default -1 = last)"},
     {"label-columns", "A:B", "CSV label columns A..B (0-based, inclusive): (n, k) labels"},
+    {"input-shape", "D1xD2..", "per-sample input dims for a Keras model's null dims "
+                               "(default: the .npy features' shape when the model needs it)"},
     {"csv-header", NULL, "skip the CSV's first line"},
     {"seed", "S", "initialisation and shuffling seed (default 0)"},
     {"no-shuffle", NULL, "keep the data order (default: shuffle every epoch)"},
@@ -213,7 +217,7 @@ void cli_usage(FILE *f)
 "  fit --model M.json --data D [--val V] --epochs N --batch-size B\n"
 "      [--steps-per-call K|auto] [--in-flight W] [--steps-per-epoch S]\n"
 "      [--loss L] [--optimizer O] [--lr X] [--label-column C] [--csv-header]\n"
-"      [--label-columns A:B] [--metrics M,M]\n"
+"      [--label-columns A:B] [--metrics M,M] [--input-shape D1xD2..]\n"
 "      [--seed S] [--no-shuffle] [--save-weights W.bin] [--timings]\n"
 "      [--trace out.json] [--early-stopping PATIENCE] [--checkpoint W.bin]\n"
 "      [--csv-log log.csv] [--reattach-s S] [--save-state F] [--load-state F]\n"
@@ -536,6 +540,23 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
             o->label_last = strtol(b, &end, 10);
             if (end == b || *end || o->label_last < o->label_first || o->label_last > (1 << 20))
                 return perr(err, errlen, "--label-columns: want A:B with A <= B, got '%s'", a);
+            break;
+        }
+        case O_INPUT_SHAPE: {
+            const char *q = a;
+            o->input_ndim = 0;
+            for (;;) {
+                char *end;
+                long long v = strtoll(q, &end, 10);
+                if (end == q || v < 1 || v > (1LL << 32) || o->input_ndim == 8 ||
+                    (*end && *end != 'x'))
+                    return perr(err, errlen, "--input-shape: want D1xD2... (dims >= 1, at "
+                                "most 8), got '%s'", a);
+                o->input_shape[o->input_ndim++] = v;
+                if (!*end)
+                    break;
+                q = end + 1;
+            }
             break;
         }
         case O_OPT: o->optimizer = a; break;

@@ -329,10 +329,27 @@ static int setup(rt_client *c, const cli_opts *o, const char *what, char *sid,
         t.label_shape[0] = o->label_last - o->label_first + 1;
         t.label_dtype = RT_DTYPE_F32;
     }
-    if (cli_is_onnx(o->model))
+    if (o->input_ndim) {
+        t.input_ndim = o->input_ndim;
+        memcpy(t.input_shape, o->input_shape, sizeof(int64_t) * (size_t)o->input_ndim);
+    }
+    if (cli_is_onnx(o->model)) {
         rc = rt_client_compile_onnx(c, sid, model, len, o->onnx_output, &t, prog);
-    else
+    } else {
         rc = rt_client_compile_keras(c, sid, model, &t, prog);
+        /* a model input with a null dim (a sequence of any length) takes
+         * the .npy features' per-sample shape */
+        int64_t fd[RT_CLIENT_MAX_DIMS + 1];
+        int fnd;
+        if (rc == RT_EINVAL && !o->input_ndim && o->data &&
+            strstr(rt_client_errmsg(c), "has a variable dimension") &&
+            cli_data_kind_of(o->data) == CLI_DATA_NPY &&
+            (fnd = npy_shape(o->data, fd, RT_CLIENT_MAX_DIMS + 1)) >= 2) {
+            t.input_ndim = fnd - 1;
+            memcpy(t.input_shape, fd + 1, sizeof(int64_t) * (size_t)(fnd - 1));
+            rc = rt_client_compile_keras(c, sid, model, &t, prog);
+        }
+    }
     free(model);
     if (rc < 0)
         return cli_fail(c, "Compile", rc);

@@ -229,9 +229,10 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m,
         o = &defaults;
     }
     if (o->n_metrics < 0 || (o->n_metrics && !o->metrics) ||
-        o->label_ndim < 0 || o->label_ndim > RT_CLIENT_MAX_DIMS)
+        o->label_ndim < 0 || o->label_ndim > RT_CLIENT_MAX_DIMS ||
+        o->input_ndim < 0 || o->input_ndim > RT_CLIENT_MAX_DIMS)
         return rt__call_end(c, rt__err(c, RT_EINVAL,
-                            "Compile: bad training options (metrics or label shape)"));
+                            "Compile: bad training options (metrics, label or input shape)"));
 
     Rtrain__V1__LrSchedule sched = RTRAIN__V1__LR_SCHEDULE__INIT;
     sched.kind = (char *)(o->schedule ? o->schedule : "");
@@ -280,6 +281,8 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m,
     } else {
         req.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON;
         req.keras_json = (char *)keras_json;
+        req.n_input_dims = (size_t)o->input_ndim;
+        req.input_dims = (int64_t *)o->input_shape;
     }
     Rtrain__V1__CompileResponse *r;
     rc = rt__unary(c, RT__M_COMPILE, &req.base,

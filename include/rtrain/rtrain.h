@@ -351,6 +351,11 @@ typedef struct rt_train_opts {
      * optimizer state, step and learning rate the new program starts
      * from. NULL/"": a fresh program. */
     const char *state_from;
+    /* Keras models: the per-sample input dims (0 = keep the model's). They
+     * fill null (variable) dims, e.g. a sequence length, and must match the
+     * fixed ones. input_ndim 0: the model's shape as saved. */
+    int input_ndim;
+    int64_t input_shape[RT_CLIENT_MAX_DIMS];
 } rt_train_opts;
 
 /* Zero everything, then: metrics {"accuracy"}, batch_size 32. Names left

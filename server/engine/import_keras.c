@@ -1169,6 +1169,8 @@ typedef struct imp {
     rt_keras_field_cb cb;
     void *ud;
     int depth;                      /* nested models */
+    const int64_t *bind;            /* input dims from the compile request, 0 = the model's */
+    int n_bind;
 } imp;
 
 static int ifail(imp *m, int code, const char *fmt, ...)
@@ -1500,7 +1502,12 @@ static int shape_from_list(imp *m, const char *lname, json_object *s, int skip,
     int64_t numel = 1;
     for (int i = 0; i < n; i++) {
         json_object *e = json_object_array_get_idx(s, (size_t)(i + skip));
-        if (!e || !json_object_is_type(e, json_type_int) || json_object_get_int64(e) <= 0)
+        if (!e) {
+            /* null: a variable dim, bound (or refused) by add_input */
+            t->dims[i] = -1;
+            continue;
+        }
+        if (!json_object_is_type(e, json_type_int) || json_object_get_int64(e) <= 0)
             return ifail(m, RT_ESHAPE,
                          "input shape of layer '%.64s' has an unknown or bad dim %d",
                          lname, i + 1);
@@ -1514,6 +1521,29 @@ static int shape_from_list(imp *m, const char *lname, json_object *s, int skip,
 
 static int add_input(imp *m, const char *name, rt_keras_tensor *t)
 {
+    if (m->n_bind && m->n_bind != t->ndim)
+        return ifail(m, RT_EINVAL, "input '%.64s' has %d dims per sample; the input dims "
+                     "given have %d", name, t->ndim, m->n_bind);
+    for (int i = 0; i < m->n_bind; i++) {
+        if (m->bind[i] < 0)
+            return ifail(m, RT_EINVAL, "input '%.64s': input dim %d is negative", name, i + 1);
+        if (m->bind[i] == 0)
+            continue;
+        if (t->dims[i] >= 0 && t->dims[i] != m->bind[i])
+            return ifail(m, RT_EINVAL, "input '%.64s' has dim %d = %lld; the input dims "
+                         "given say %lld", name, i + 1, (long long)t->dims[i],
+                         (long long)m->bind[i]);
+        t->dims[i] = m->bind[i];
+    }
+    int64_t numel = 1;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->dims[i] < 0)
+            return ifail(m, RT_EINVAL, "input '%.64s' has a variable dimension; give input "
+                         "dims (CLI --input-shape, Python compile(input_shape=...)) or "
+                         "compile with data", name);
+        if (__builtin_mul_overflow(numel, t->dims[i], &numel) || numel > RT__MAX_NUMEL)
+            return ifail(m, RT_EOVERFLOW, "input '%.64s' has more than 2^32 values", name);
+    }
     int64_t d[RT_MAX_DIMS];
     d[0] = RT_BATCH;
     memcpy(d + 1, t->dims, sizeof(int64_t) * (size_t)t->ndim);
@@ -2098,6 +2128,13 @@ int rt_keras_import(const char *json, size_t len, rt_graph **out, char *err,
 int rt_keras_import_ex(const char *json, size_t len, rt_graph **out, char *err,
                        size_t errlen, rt_keras_field_cb cb, void *ud)
 {
+    return rt_keras_import_dims(json, len, NULL, 0, out, err, errlen, cb, ud);
+}
+
+int rt_keras_import_dims(const char *json, size_t len, const int64_t *dims, int n_dims,
+                         rt_graph **out, char *err, size_t errlen, rt_keras_field_cb cb,
+                         void *ud)
+{
     *out = NULL;
     if (err && errlen)
         err[0] = 0;
@@ -2109,8 +2146,14 @@ int rt_keras_import_ex(const char *json, size_t len, rt_graph **out, char *err,
     m->errlen = errlen;
     m->cb = cb;
     m->ud = ud;
+    m->bind = dims;
+    m->n_bind = dims ? n_dims : 0;
     int rc = 0;
     json_object *doc = NULL;
+    if (n_dims < 0 || n_dims > RT_MAX_DIMS - 1) {
+        rc = ifail(m, RT_EINVAL, "%d input dims given; at most %d", n_dims, RT_MAX_DIMS - 1);
+        goto out;
+    }
     if (!json || len == 0) {
         rc = ifail(m, RT_EJSON, "empty Keras JSON");
         goto out;

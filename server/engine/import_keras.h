@@ -57,6 +57,14 @@ typedef void (*rt_keras_field_cb)(void *ud, const char *class_name, const char *
 int rt_keras_import_ex(const char *json, size_t len, rt_graph **out, char *err,
                        size_t errlen, rt_keras_field_cb cb, void *ud);
 
+/* rt_keras_import_ex with the per-sample dims of every model input bound:
+ * dims[i] fills a null (variable) dim i and must equal a fixed one (0 =
+ * keep the model's). A null dim left unbound is RT_EINVAL naming the
+ * input. dims may be NULL (n_dims 0). */
+int rt_keras_import_dims(const char *json, size_t len, const int64_t *dims, int n_dims,
+                         rt_graph **out, char *err, size_t errlen, rt_keras_field_cb cb,
+                         void *ud);
+
 /* Entry i of the list of inert fields (NULL past the end); *when is NULL
  * (any value) or "true"/"false" (only that value). */
 const char *rt_keras_inert_field(int i, const char **when);

@@ -351,8 +351,56 @@ static void test_onehot(void)
     rt_graph_destroy(g);
 }
 
+/* A null (variable) input dim: refused unbound, naming the input; bound
+ * through rt_keras_import_dims (a compile request's input_dims) it
+ * compiles to the bound shape and trains; a binding that contradicts a
+ * fixed dim, or has another rank, is refused naming the input. */
+static void test_varlen(void)
+{
+    const char *js = SEQ("{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": "
+                         "[null, null, 3], \"name\": \"seq\"}}, "
+                         "{\"class_name\": \"SimpleRNN\", \"config\": {\"name\": \"r\", \"units\": 4}}, "
+                         DENSE("d", 2));
+    EXPECT_ERR(js, RT_EINVAL, "input 'seq' has a variable dimension", "--input-shape",
+               "input_shape=");
+    rt_graph *g = NULL;
+    const int64_t bad[2] = {6, 5}, rank[1] = {6}, ok[2] = {6, 0};
+    CHECK(rt_keras_import_dims(js, strlen(js), bad, 2, &g, err, sizeof err, NULL, NULL) ==
+          RT_EINVAL && g == NULL && strstr(err, "input 'seq'") && strstr(err, "dim 2 = 3"));
+    CHECK(rt_keras_import_dims(js, strlen(js), rank, 1, &g, err, sizeof err, NULL, NULL) ==
+          RT_EINVAL && g == NULL && strstr(err, "input 'seq'") && strstr(err, "2 dims"));
+    REQUIRE(rt_keras_import_dims(js, strlen(js), ok, 2, &g, err, sizeof err, NULL, NULL) == 0);
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_MSE;
+    cfg.label_dtype = RT_F32;
+    cfg.label_ndim = 1;
+    cfg.label_dims[0] = 2;
+    cfg.batch_size = 2;
+    rt_plan *p = NULL;
+    int rc = rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err);
+    if (rc < 0) fprintf(stderr, "varlen compile: %s\n", err);
+    REQUIRE(rc == 0);
+    int64_t d[RT_MAX_DIMS];
+    CHECK(rt_plan_input_shape(p, d) == 2 && d[0] == 6 && d[1] == 3);
+    rt_exec *e = NULL;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    float x[4 * 18], y[8];
+    for (int i = 0; i < 4 * 18; i++) x[i] = (float)(i % 7) * 0.2f - 0.6f;
+    for (int i = 0; i < 8; i++) y[i] = (float)(i % 3) * 0.5f;
+    rt_data dd = {.x = x, .y = y, .y_dtype = RT_F32, .n = 4};
+    rt_train_result r;
+    memset(&r, 0, sizeof r);
+    CHECK_RC(rt_exec_train(e, &dd, 4, &r, NULL, NULL, NULL));
+    CHECK(r.steps_run == 4 && r.mean.loss > 0 && r.mean.loss == r.mean.loss);
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+}
+
 int main(void)
 {
+    test_varlen();
     test_onehot();
     test_keras1();
     test_wrappers();

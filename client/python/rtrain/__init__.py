@@ -933,7 +933,8 @@ class Client(_rtrain.Client):
 
     def compile(self, spec, optimizer="rmsprop", loss=None, metrics=None,
                 batch_size=32, shuffle=True, seed=0, from_logits=False,
-                label_shape=None, label_dtype=None, onnx_output=None):
+                label_shape=None, label_dtype=None, onnx_output=None,
+                input_shape=None):
         """Compile spec (rtrain.Sequential, Keras model JSON, or an ONNX
         model: its bytes or a path ending in .onnx) on the daemon.
         optimizer: a name or an rtrain.optimizers object; loss: a Keras
@@ -946,7 +947,11 @@ class Client(_rtrain.Client):
 
         batch_size, shuffle and the label layout are part of a program;
         fit() recompiles (keeping the weights) when they change, so giving
-        them here saves that first recompile."""
+        them here saves that first recompile.
+
+        input_shape: a Keras model's per-sample input dims (None or 0 keeps
+        the model's); it binds null dims, e.g. a sequence length saved as
+        None, and must match the fixed ones."""
         if loss is None and not isinstance(spec, models.Model):
             loss = _saved_loss(_spec_json(spec))
         if loss is None:
@@ -978,6 +983,8 @@ class Client(_rtrain.Client):
         opts = optimizer.get_config()
         opts.update(loss=_LOSSES[loss], from_logits=bool(from_logits),
                     metrics=(["accuracy"] if metric else []) + values, seed=int(seed))
+        if input_shape is not None:
+            opts["input_shape"] = tuple(int(d or 0) for d in input_shape)
         onnx = _onnx_bytes(spec)
         spec_json = _spec_json(spec) if onnx is None else None
         if onnx is None and onnx_output is not None:

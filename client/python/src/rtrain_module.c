@@ -1153,6 +1153,28 @@ static int rt_py__train_opts(PyObject *d, rt_train_opts *o,
         o->label_ndim = (int)n;
         Py_DECREF(seq);
     }
+    if (rt_py__opt_get(d, "input_shape", &v) && v != Py_None) {
+        PyObject *seq = PySequence_Fast(v, "input_shape must be a tuple of ints");
+        if (!seq)
+            return -1;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        if (n > RT_CLIENT_MAX_DIMS) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "input_shape has too many dimensions");
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
+            long long x = it == Py_None ? 0 : PyLong_AsLongLong(it);
+            if (x == -1 && PyErr_Occurred()) {
+                Py_DECREF(seq);
+                return -1;
+            }
+            o->input_shape[i] = x;
+        }
+        o->input_ndim = (int)n;
+        Py_DECREF(seq);
+    }
     return 0;
 }
 
