@@ -247,6 +247,13 @@ static int train_one_epoch(rt_graph *g, char *err, size_t errlen, uint64_t *para
     /* the label shape is the output's: compile once to learn it */
     rt_compile_report rep;
     int rc = rt_plan_compile(g, &cfg, &p, &rep, err, errlen);
+    if (rc == RT_ESHAPE) {
+        /* an output of rows (a sequence of per-step values) does not take
+         * one label per sample; a one-hot loss takes the output's shape */
+        cfg.loss = RT_LOSS_CE;
+        rc = rt_plan_compile(g, &cfg, &p, &rep, err, errlen);
+        cfg.loss = RT_LOSS_MSE;
+    }
     if (rc < 0)
         return rc;
     int64_t od[RT_MAX_DIMS], id[RT_MAX_DIMS];
