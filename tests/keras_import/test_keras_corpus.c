@@ -23,7 +23,7 @@
  *
  * Models with more parameters than max params (default: no limit) are
  * imported and compiled but not trained, and counted apart: ctest passes
- * 5,000,000 so the suite stays fast (a 66M-parameter model's epoch needs
+ * 7,000,000 so the suite stays fast (a 66M-parameter model's epoch needs
  * 1 GB); bench/keras_import trains them all.
  */
 #include <json-c/json.h>
@@ -502,7 +502,7 @@ int main(int argc, char **argv)
                compiled_only, (unsigned long long)max_params);
     printf("\ncorpus: %d models; %d trained one epoch; %d hold non-built-in layers; "
            "%d use built-in layers outside issue 11's list; %d wait for layers on other "
-           "branches; %d have a variable-length input (bound, and counted as trained); "
+           "branches; %d have a variable-length input (bound to a fixed length); "
            "%d failed\n", total, trained, foreign,
            outside, waiting, varlen, failures);
     if (waiting)
