@@ -369,6 +369,34 @@ int main(int argc, char **argv)
     CHECK(ct.cache_hit);
     CHECK(strcmp(prog.program_id, prog2.program_id) != 0); /* fresh weights each */
 
+    step("variable-length input bound at compile");
+    {
+        /* a null sequence length: refused unbound, naming the input; bound
+         * by input_shape; a binding contradicting a fixed dim is refused */
+        static const char vl[] =
+            "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+            "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, null, 3], "
+            "\"name\": \"seq\"}}, {\"class_name\": \"SimpleRNN\", \"config\": {\"name\": \"r\", "
+            "\"units\": 4}}, {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 3, "
+            "\"activation\": \"softmax\"}}]}}";
+        rt_train_opts vo = o;
+        rt_client_compile_result pv;
+        CHECK(rt_client_compile_keras(c, sid, vl, &vo, &pv) == RT_EINVAL);
+        CHECK(strstr(rt_client_errmsg(c), "input 'seq' has a variable dimension") &&
+              strstr(rt_client_errmsg(c), "--input-shape"));
+        vo.input_ndim = 2;
+        vo.input_shape[0] = 7;
+        vo.input_shape[1] = 4;
+        CHECK(rt_client_compile_keras(c, sid, vl, &vo, &pv) == RT_EINVAL);
+        CHECK(strstr(rt_client_errmsg(c), "input 'seq'") &&
+              strstr(rt_client_errmsg(c), "dim 2 = 3"));
+        vo.input_shape[1] = 0;
+        CHECK_RC(rt_client_compile_keras(c, sid, vl, &vo, &pv));
+        CHECK(pv.input_ndim == 2 && pv.input_shape[0] == 7 && pv.input_shape[1] == 3);
+        CHECK(pv.param_count == 3 * 4 + 4 * 4 + 4 + 4 * 3 + 3);
+        rt_client_compile_result_free(&pv);
+    }
+
     step("uploads");
     /* uploads: a CSV file, again (deduplicated in one round trip), memory */
     rt_client_dataset tr, tr2, va;
