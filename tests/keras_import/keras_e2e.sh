@@ -126,5 +126,27 @@ has "$tmp/err" "unsupported setting 'wobble' (layer 'o')" "names the unknown fie
 expect_rc 0 "daemon still serves" -- "$rtrain" fit "${S[@]}" --model "$tmp/cls.json" \
   --data "$tmp/x.npy" --labels "$tmp/onehot.npy" --epochs 1
 
+# --- a null sequence length: bound from the .npy features, or by --input-shape
+$py - "$tmp" <<'EOF'
+import json, sys
+import numpy as np
+d = sys.argv[1]
+rng = np.random.default_rng(1)
+x = rng.normal(size=(60, 6, 3)).astype(np.float32)
+np.save(f"{d}/seq.npy", x)
+np.save(f"{d}/seqy.npy", x.sum(axis=(1, 2)).astype(np.float32)[:, None] * 0.1)
+json.dump({"class_name": "Sequential", "config": {"name": "s", "layers": [
+    {"class_name": "InputLayer", "config": {"batch_input_shape": [None, None, 3], "name": "seq"}},
+    {"class_name": "SimpleRNN", "config": {"name": "r", "units": 4}},
+    {"class_name": "Dense", "config": {"name": "d", "units": 1}}]}}, open(f"{d}/vl.json", "w"))
+EOF
+expect_rc 0 "variable length bound from the .npy" -- "$rtrain" fit "${S[@]}" --model "$tmp/vl.json" \
+  --data "$tmp/seq.npy" --labels "$tmp/seqy.npy" --loss mse --epochs 2 --batch-size 20
+expect_rc 0 "variable length bound by --input-shape" -- "$rtrain" fit "${S[@]}" --model "$tmp/vl.json" \
+  --data "$tmp/seq.npy" --labels "$tmp/seqy.npy" --loss mse --epochs 1 --batch-size 20 --input-shape 6x3
+expect_rc 4 "contradicting --input-shape refused" -- "$rtrain" fit "${S[@]}" --model "$tmp/vl.json" \
+  --data "$tmp/seq.npy" --labels "$tmp/seqy.npy" --loss mse --epochs 1 --input-shape 6x4
+has "$tmp/err" "input 'seq' has dim 2 = 3" "the mismatch names the input"
+
 echo "$((checks - fails))/$checks checks passed"
 [ "$fails" -eq 0 ]
