@@ -577,3 +577,30 @@ def test_save_and_load_model(client, iris, tmp_path):
     c = client.compile(iris_seq(), optimizer="sgd", loss="mse")
     c.save_weights(str(tmp_path / "c.h5"))
     assert len(c.layers) == 2
+
+
+def test_variable_length_input_shape(client):
+    """A null sequence length in Keras JSON: refused unbound, naming the
+    input; client.compile(input_shape=...) binds it (None keeps the model's
+    dim) and the program trains; a binding that contradicts a fixed dim is
+    refused naming the input."""
+    spec = json.dumps({"class_name": "Sequential", "config": {"name": "s", "layers": [
+        {"class_name": "InputLayer", "config": {"batch_input_shape": [None, None, 3],
+                                                "name": "seq"}},
+        {"class_name": "SimpleRNN", "config": {"name": "r", "units": 4}},
+        {"class_name": "Dense", "config": {"name": "d", "units": 1}}]}})
+    with pytest.raises(rtrain.InvalidArgument) as e:
+        client.compile(spec, optimizer="adam", loss="mse", batch_size=8)
+    assert "input 'seq' has a variable dimension" in str(e.value)
+    with pytest.raises(rtrain.InvalidArgument) as e:
+        client.compile(spec, optimizer="adam", loss="mse", batch_size=8,
+                       input_shape=(5, 4))
+    assert "input 'seq' has dim 2 = 3" in str(e.value)
+    m = client.compile(spec, optimizer="adam", loss="mse", batch_size=8,
+                       input_shape=(5, None))
+    assert tuple(m.input_shape) == (5, 3)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(32, 5, 3)).astype(np.float32)
+    y = (x.sum(axis=(1, 2)) * 0.1).astype(np.float32)[:, None]
+    h = m.fit(x, y, epochs=2, verbose=0)
+    assert len(h.history["loss"]) == 2 and np.isfinite(h.history["loss"]).all()
