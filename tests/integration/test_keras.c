@@ -127,6 +127,8 @@ static void test_errors(void)
     expect_err(SEQ(INPUT4 ", {\"class_name\": \"Dropout\", \"config\": {\"name\": \"dr\", \"rate\": 1.5}}"),
                RT_EINVAL, "outside [0, 1)");
     expect_err(SEQ("{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, null], \"name\": \"in\"}}"),
+               RT_EINVAL, "input 'in' has a variable dimension; give input dims");
+    expect_err(SEQ("{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, -2], \"name\": \"in\"}}"),
                RT_ESHAPE, "unknown or bad dim");
     /* Functional: a dangling input, a shared layer, two outputs. */
     expect_err("{\"class_name\": \"Functional\", \"config\": {\"layers\": ["
