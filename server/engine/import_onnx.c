@@ -90,6 +90,10 @@ static int fail(ictx *c, int code, const char *fmt, ...)
 
 #define OOM(c) fail((c), RT_ENOMEM, "out of memory")
 
+/* Constants computed at import (ConstantOfShape, Expand, Range... folded)
+ * are capped: 16M values, 64 MiB as floats. */
+#define RT__ONNX_MAX_FOLD (INT64_C(1) << 24)
+
 static void *alloc(ictx *c, size_t n)
 {
     return rt__arena_alloc(&c->ar, n ? n : 1);
@@ -217,11 +221,15 @@ static int tensor_load(ictx *c, Onnx__TensorProto *t, oval *v)
     case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: {
         const int dbl = t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE;
         v->isf = 1;
+        /* the values present must match the dims before anything is
+         * allocated (dims alone may claim gigabytes) */
+        if (raw && raw != (size_t)n * (dbl ? 8u : 4u))
+            return fail(c, RT_EINVAL, "tensor '%.64s' has %zu bytes for %lld values", nm, raw,
+                        (long long)n);
+        if (!raw && (dbl ? t->n_double_data : t->n_float_data) != (size_t)n)
+            return fail(c, RT_EINVAL, "tensor '%.64s' holds a wrong number of values", nm);
         if (!(v->f = alloc(c, (size_t)n * sizeof(float)))) return OOM(c);
         if (raw) {
-            if (raw != (size_t)n * (dbl ? 8u : 4u))
-                return fail(c, RT_EINVAL, "tensor '%.64s' has %zu bytes for %lld values", nm,
-                            raw, (long long)n);
             for (int64_t k = 0; k < n; k++) {
                 if (dbl) {
                     double x;
@@ -249,11 +257,13 @@ static int tensor_load(ictx *c, Onnx__TensorProto *t, oval *v)
         const int w = t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ? 8
                       : t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT32 ? 4 : 1;
         v->isf = 0;
+        if (raw && raw != (size_t)n * (size_t)w)
+            return fail(c, RT_EINVAL, "tensor '%.64s' has %zu bytes for %lld values", nm, raw,
+                        (long long)n);
+        if (!raw && (w == 8 ? t->n_int64_data : t->n_int32_data) != (size_t)n)
+            return fail(c, RT_EINVAL, "tensor '%.64s' holds a wrong number of values", nm);
         if (!(v->i = alloc(c, (size_t)n * sizeof(int64_t)))) return OOM(c);
         if (raw) {
-            if (raw != (size_t)n * (size_t)w)
-                return fail(c, RT_EINVAL, "tensor '%.64s' has %zu bytes for %lld values", nm,
-                            raw, (long long)n);
             for (int64_t k = 0; k < n; k++) {
                 if (w == 8) memcpy(&v->i[k], rd + 8 * k, 8);
                 else if (w == 4) { int32_t x; memcpy(&x, rd + 4 * k, 4); v->i[k] = x; }
@@ -1250,7 +1260,12 @@ static int def_const(ictx *c, size_t k, int isf, int rank, const int64_t *d, ova
     v->numel = 1;
     for (int q = 0; q < rank; q++) {
         v->cd[q] = d[q];
-        v->numel *= d[q];
+        /* a folded constant is built from a shape the model states, not
+         * from bytes it carries: bound it before allocating */
+        if (d[q] < 0 || __builtin_mul_overflow(v->numel, d[q], &v->numel) ||
+            v->numel > RT__ONNX_MAX_FOLD)
+            return fail(c, RT_EINVAL, "a folded constant of more than %lld values",
+                        (long long)RT__ONNX_MAX_FOLD);
     }
     if (isf) v->f = alloc(c, (size_t)v->numel * sizeof(float));
     else v->i = alloc(c, (size_t)v->numel * sizeof(int64_t));

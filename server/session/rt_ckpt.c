@@ -66,7 +66,7 @@ typedef struct ck_spans {
     uint64_t lens[3];
     rt_ckpt_meta meta;
     unsigned char ehdr[RT_EXEC_STATE_HDR];
-    rt_exec_span sp[9];
+    rt_exec_span sp[10]; /* 9 spans and the checksum rt_ckpt_write appends */
     int n;
 } ck_spans;
 
