@@ -535,6 +535,7 @@ typedef struct open_upload {
     grpc_status_code status;
     grpc_slice details;
     grpc_byte_buffer *bb, *reply;
+    int done; /* the status arrived (taken by upload_answered) */
 } open_upload;
 
 static void upload_open(open_upload *u, const char *sid, uint64_t bytes)
@@ -592,11 +593,24 @@ static void upload_open(open_upload *u, const char *sid, uint64_t bytes)
     CHECK(e == GRPC_CALL_OK, "upload recv batch: %d", (int)e);
 }
 
+/* 1 once the daemon has answered the upload, without waiting. */
+static int upload_answered(open_upload *u)
+{
+    if (!u->done) {
+        grpc_event ev = grpc_completion_queue_pluck(u->cq, u, gpr_time_0(GPR_CLOCK_REALTIME), NULL);
+        u->done = ev.type == GRPC_OP_COMPLETE;
+    }
+    return u->done;
+}
+
 static int upload_wait(open_upload *u, char *det, size_t dlen)
 {
-    grpc_event ev = grpc_completion_queue_pluck(
-        u->cq, u, gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_seconds(60, GPR_TIMESPAN)),
-        NULL);
+    grpc_event ev = {.type = GRPC_OP_COMPLETE};
+    if (!u->done)
+        ev = grpc_completion_queue_pluck(
+            u->cq, u,
+            gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_seconds(60, GPR_TIMESPAN)),
+            NULL);
     int st = ev.type == GRPC_OP_COMPLETE ? (int)u->status : -1;
     if (ev.type != GRPC_OP_COMPLETE) {
         grpc_call_cancel(u->call, NULL);
@@ -628,13 +642,22 @@ static void t_upload_caps(void)
     open_upload u1, u2;
     upload_open(&u1, T.sb, 1000);
     upload_open(&u2, T.sb, 1000);
-    /* The header has reached the daemon once a Ping on that channel is
-     * answered after it; retry the third upload until both are counted. */
+    /* Retry a third upload until it is refused: the probes run one at a
+     * time, so a refusal means both stalled uploads hold their slots. A
+     * stalled upload whose header arrived while a probe held a slot was
+     * itself refused (a slow channel connect, under ASan); it is opened
+     * again. */
     itest_res r;
-    char id[64];
+    char id[64], det[256];
     const char *csv = "1,2,0\n3,4,1\n";
     int st = -1;
-    for (int i = 0; i < 200; i++) {
+    for (int i = 0; i < 1000; i++) {
+        open_upload *us[2] = {&u1, &u2};
+        for (int k = 0; k < 2; k++)
+            if (upload_answered(us[k])) {
+                upload_wait(us[k], det, sizeof det);
+                upload_open(us[k], T.sb, 1000);
+            }
         st = upload_bytes(T.c, T.sb, RTRAIN__V1__DATA_FORMAT__FORMAT_CSV,
                           RTRAIN__V1__DATA_ROLE__ROLE_BOTH, 0, csv, strlen(csv), id, &r);
         if (st == GRPC_STATUS_RESOURCE_EXHAUSTED)
@@ -646,7 +669,6 @@ static void t_upload_caps(void)
           "third upload in flight: %d %s", st, r.details);
     itest_res_free(&r);
     /* Both stall (--upload-stall-s 3): answered, reservations freed. */
-    char det[256];
     st = upload_wait(&u1, det, sizeof det);
     CHECK(st == GRPC_STATUS_DEADLINE_EXCEEDED && strstr(det, "stalled"), "stalled upload 1: %d %s",
           st, det);

@@ -405,9 +405,11 @@ static void test_pipeline(const char *addr)
     CHECK(pipe_step(T.c, pid, 6) == 5, "seq 5 ran no step");
 
     /* A successor whose client gives up while it waits never runs, and
-     * what follows it is refused. */
+     * what follows it is refused. Its deadline (1.5 s) is short of the
+     * daemon's hold (4 s) and long enough for the call to reach the daemon
+     * on a loaded machine. */
     int dl = itest_deadline_ms;
-    itest_deadline_ms = 300;
+    itest_deadline_ms = 1500;
     l = (pipe_call){.c = c2, .pid = pid, .steps = 1, .seq = 8, .after = 7};
     pipe_call_main(&l);
     itest_deadline_ms = dl;
@@ -425,7 +427,7 @@ static void test_pipeline(const char *addr)
     pipe_free(&l);
 
     /* A predecessor that never comes: held for --pipeline-hold-ms (this
-     * daemon: 500 ms), then DEADLINE_EXCEEDED naming the flag. */
+     * daemon: 4 s), then DEADLINE_EXCEEDED naming the flag. */
     l = (pipe_call){.c = T.c, .pid = pid, .steps = 1, .seq = 12, .after = 11};
     pipe_call_main(&l);
     CHECK(l.r.status == GRPC_STATUS_DEADLINE_EXCEEDED &&
@@ -922,7 +924,7 @@ int main(int argc, char **argv)
         return 2;
     }
     itest_daemon d;
-    const char *const extra[] = {"--pipeline-hold-ms", "500", NULL};
+    const char *const extra[] = {"--pipeline-hold-ms", "4000", NULL};
     if (itest_daemon_start(&d, argv[1], extra) < 0)
         return 1;
     T.c = itest_connect(d.addr);
