@@ -378,31 +378,24 @@ static oval *in_opt(ictx *c, size_t k, int *rc)
     return v;
 }
 
-static int in_act(ictx *c, size_t k, oval **out)
+/* Input k, required, of the given kind (V_ACT or V_CONST). */
+static int in_kind(ictx *c, size_t k, int kind, oval **out)
 {
     int rc;
     oval *v = in_opt(c, k, &rc);
     if (rc < 0) return rc;
     if (!v) return fail(c, RT_EGRAPH, "input %zu is missing", k);
-    if (v->kind != V_ACT)
-        return fail(c, RT_EINVAL, "input '%.64s' is a constant; only activations are "
-                    "supported there", v->name);
+    if ((int)v->kind != kind)
+        return fail(c, RT_EINVAL, kind == V_ACT
+                    ? "input '%.64s' is a constant; only activations are supported there"
+                    : "input '%.64s' must be an initializer or a constant (computed at import)",
+                    v->name);
     *out = v;
     return 0;
 }
 
-static int in_const(ictx *c, size_t k, oval **out)
-{
-    int rc;
-    oval *v = in_opt(c, k, &rc);
-    if (rc < 0) return rc;
-    if (!v) return fail(c, RT_EGRAPH, "input %zu is missing", k);
-    if (v->kind != V_CONST)
-        return fail(c, RT_EINVAL, "input '%.64s' must be an initializer or a constant "
-                    "(computed at import)", v->name);
-    *out = v;
-    return 0;
-}
+static int in_act(ictx *c, size_t k, oval **out) { return in_kind(c, k, V_ACT, out); }
+static int in_const(ictx *c, size_t k, oval **out) { return in_kind(c, k, V_CONST, out); }
 
 static int out_slot(ictx *c, size_t k, oval **out)
 {
