@@ -737,6 +737,21 @@ void itest_iris_config(Rtrain__V1__TrainConfig *c)
  * comparisons: malloc'ed, *len bytes; NULL when GetWeights fails (its
  * status and details in r, when r is not NULL). With keep, the response is
  * the caller's too (free it); otherwise it is freed here. */
+Rtrain__V1__GetWeightsResponse *itest_get_weights(itest_conn *c, const char *sid,
+                                                  const char *pid)
+{
+    Rtrain__V1__GetWeightsRequest q = RTRAIN__V1__GET_WEIGHTS_REQUEST__INIT;
+    q.session_id = (char *)sid;
+    q.program_id = (char *)pid;
+    Rtrain__V1__GetWeightsResponse *p = NULL;
+    itest_res r;
+    itest_unary(c, "GetWeights", &q.base, &rtrain__v1__get_weights_response__descriptor,
+                (ProtobufCMessage **)&p, &r);
+    CHECK(p != NULL, "GetWeights: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    return p;
+}
+
 uint8_t *itest_weights_blob(itest_conn *c, const char *sid, const char *pid, size_t *len,
                             Rtrain__V1__GetWeightsResponse **keep, itest_res *r)
 {

@@ -138,6 +138,11 @@ uint64_t itest_now_ns(void);
 Rtrain__V1__Graph *itest_iris_graph(int hidden);
 void itest_iris_config(Rtrain__V1__TrainConfig *c);
 
+/* GetWeights of a program; a failure is a failed check (and NULL). The
+ * caller frees the response. */
+Rtrain__V1__GetWeightsResponse *itest_get_weights(itest_conn *c, const char *sid,
+                                                  const char *pid);
+
 /* A program's weights' bytes, concatenated (malloc'ed), for bit-exact
  * comparisons; NULL if GetWeights fails (status in r when given). keep:
  * also hand back the response (caller frees); NULL frees it. */

@@ -106,16 +106,7 @@ static int run(const char *pid, uint64_t steps, float lr, itest_res *r)
 
 static Rtrain__V1__GetWeightsResponse *weights(const char *pid)
 {
-    Rtrain__V1__GetWeightsRequest q = RTRAIN__V1__GET_WEIGHTS_REQUEST__INIT;
-    q.session_id = S;
-    q.program_id = (char *)pid;
-    Rtrain__V1__GetWeightsResponse *p = NULL;
-    itest_res r;
-    itest_unary(C, "GetWeights", &q.base, &rtrain__v1__get_weights_response__descriptor,
-                (ProtobufCMessage **)&p, &r);
-    CHECK(p != NULL, "GetWeights: %d %s", r.status, r.details);
-    itest_res_free(&r);
-    return p;
+    return itest_get_weights(C, S, pid);
 }
 
 static int same_tensors(const Rtrain__V1__GetWeightsResponse *a,
