@@ -14,9 +14,12 @@
  * Nothing is dropped silently: every config field is implemented, or on
  * the list of fields that do not change training (k_inert: names, dtype,
  * shape hints, unroll and implementation, which only choose how Keras
- * computes the same values), or an error naming it. Errors: dropout and
- * recurrent_dropout above 0, return_state, stateful, time_major, Embedding
- * mask_zero, sparse and lora_rank, regularizers and constraints, and any
+ * computes the same values), or an error naming it. dropout and
+ * recurrent_dropout are the ops' (op_rnn.c: one input mask and one state
+ * mask per sample and batch, shared by the gates, as Keras 3 and Keras 2's
+ * default implementation 2 draw them). Errors: rates outside [0, 1),
+ * return_state, stateful, time_major, Embedding mask_zero, sparse and
+ * lora_rank, regularizers and constraints inside Bidirectional, and any
  * field not known here.
  */
 #include <json-c/json.h>
@@ -51,7 +54,8 @@ static int k_reject_all(rt_keras_ctx *c, const char *const *keys, int n)
 
 /* Fields of every layer that do not change what is trained: names, the
  * dtype policy, input shape hints; RNN: unroll/implementation (how Keras
- * computes the same values), seed (of dropout masks, which are 0 here),
+ * computes the same values), seed (Keras' dropout seed: the masks here
+ * are drawn from the training seed),
  * zero_output_for_mask (masking is not used). */
 static const char *const k_inert[] = {
     "name", "trainable", "dtype", "batch_input_shape", "batch_shape", "input_shape",
@@ -288,9 +292,8 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
         return rc;
     if (units <= 0 || units > (1 << 20))
         return rt_keras_fail(c, RT_EINVAL, "%s needs units in 1..2^20", c->class_name);
-    if (drop != 0 || rdrop != 0)
-        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                             "%s dropout %g / recurrent_dropout %g: only 0 is supported",
+    if (!(drop >= 0 && drop < 1) || !(rdrop >= 0 && rdrop < 1))
+        return rt_keras_fail(c, RT_EINVAL, "%s dropout %g / recurrent_dropout %g outside [0, 1)",
                              c->class_name, drop, rdrop);
     const rt_keras_tensor *x = &c->in[0];
     if (x->ndim != 2)
@@ -321,7 +324,9 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
         free(ones);
         if (rc < 0) return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
     }
-    rt_attr at[6] = {
+    rt_attr at[8] = {
+        {.name = "dropout", .kind = RT_ATTR_FLOAT, .f = drop},
+        {.name = "recurrent_dropout", .kind = RT_ATTR_FLOAT, .f = rdrop},
         {.name = "activation", .kind = RT_ATTR_STR, .s = act},
         {.name = "return_sequences", .kind = RT_ATTR_INT, .i = seq},
         {.name = "go_backwards", .kind = RT_ATTR_INT, .i = back ^ flip},
@@ -329,7 +334,7 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
         {.name = "recurrent_activation", .kind = RT_ATTR_STR, .s = ract},
         {.name = "reset_after", .kind = RT_ATTR_INT, .i = reset_after},
     };
-    const int nat = cell == K_GRU ? 6 : cell == K_LSTM ? 5 : 4;
+    const int nat = cell == K_GRU ? 8 : cell == K_LSTM ? 7 : 6;
     const char *in[4] = {x->name, kn, rn, bn};
     if ((rc = rt_graph_add_node(c->g, name, ops[cell], use_bias ? 4 : 3, in, nat, at)) < 0)
         return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));

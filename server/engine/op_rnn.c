@@ -10,7 +10,11 @@
  *       recurrent_activation (LSTM/GRU, default "sigmoid"), return_sequences,
  *       go_backwards, reverse_output (a sequence output in reverse step
  *       order, as Bidirectional's backward half), reset_after (GRU,
- *       default 1).
+ *       default 1), dropout and recurrent_dropout (rates in [0, 1), default
+ *       0; training only, as Keras: one mask per sample and batch for the
+ *       input, shared by every step and gate, and one for the previous
+ *       state where it enters the recurrent kernel; the state carried by
+ *       GRU's update gate and LSTM's cell are not masked).
  *   Embedding(x (B,...) holding integral indices as floats, W (V,D))
  *       -> (B,...,D). The exec checks the indices before a step
  *       (rt_exec_check_data); the kernel clamps as a last resort.
@@ -55,11 +59,13 @@ static int rt__rnn_infer_cell(rt__cc *cc, rt__node *nd, int cell, int64_t G)
         return rt__cerr(cc, nd, RT_ESHAPE, "recurrent kernel '%s' must be (%lld, %lld)",
                         nd->in_name[2], (long long)U, (long long)(G * U));
     /* the kernels keep every step's input, gates and states: per sample
-     * T*F + T*G*U + 3*(T+1)*U + G*U values at most */
+     * T*F + T*G*U + 3*(T+1)*U + G*U values at most, and the recurrent
+     * dropout's masked states and masks (T*U + F + U) */
     int64_t ws = 0, a, b;
     if (__builtin_mul_overflow(T, F, &a) || __builtin_mul_overflow(T, G * U, &b) ||
         __builtin_add_overflow(a, b, &ws) || __builtin_mul_overflow(T + 1, 3 * U, &a) ||
-        __builtin_add_overflow(ws, a + G * U, &ws) || ws > RT__MAX_NUMEL)
+        __builtin_add_overflow(ws, a + G * U, &ws) || __builtin_mul_overflow(T + 1, U, &a) ||
+        __builtin_add_overflow(ws, a + F, &ws) || ws > RT__MAX_NUMEL)
         return rt__cerr(cc, nd, RT_EOVERFLOW,
                         "%lld steps of %lld units keep more than 2^32 values per sample",
                         (long long)T, (long long)U);
@@ -74,7 +80,14 @@ static int rt__rnn_infer_cell(rt__cc *cc, rt__node *nd, int cell, int64_t G)
     if (ok) p->backwards = (int)rt__attr_int(cc, nd, "go_backwards", 0, &ok);
     if (ok) p->rev_out = (int)rt__attr_int(cc, nd, "reverse_output", 0, &ok);
     if (ok) p->reset_after = cell == RT__RNN_GRU && rt__attr_int(cc, nd, "reset_after", 1, &ok);
+    const double drop = ok ? rt__attr_float(cc, nd, "dropout", 0.0, &ok) : 0.0;
+    const double rdrop = ok ? rt__attr_float(cc, nd, "recurrent_dropout", 0.0, &ok) : 0.0;
     if (!ok) return RT_EINVAL;
+    if (!(drop >= 0.0 && drop < 1.0) || !(rdrop >= 0.0 && rdrop < 1.0))
+        return rt__cerr(cc, nd, RT_EINVAL, "dropout %g / recurrent_dropout %g outside [0, 1)",
+                        drop, rdrop);
+    p->drop = (float)drop;
+    p->rdrop = (float)rdrop;
     if ((rc = rt__rnn_act(cc, nd, "activation", "tanh", &p->act)) < 0) return rc;
     p->ract = RT__RA_SIGMOID;
     if (cell != RT__RNN_SIMPLE &&

@@ -190,6 +190,7 @@ typedef struct rt__rnn_params {
     int64_t T, F, U, G;
     int act, ract;         /* RT__RA_* */
     int seq, backwards, rev_out, reset_after, bias;
+    float drop, rdrop;     /* Keras' dropout / recurrent_dropout, [0, 1) */
 } rt__rnn_params;
 
 /* Embedding: R indices per sample (float values, integral, in [0, V))

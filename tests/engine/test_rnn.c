@@ -7,7 +7,11 @@
  * modules) is built as a graph of the engine's ops with the fixture's
  * Keras-layout weights; its output (rt_exec_predict), MSE loss and every
  * weight gradient must match torch, and every gradient element must match
- * the central difference of the engine's own loss. Then Embedding's index
+ * the central difference of the engine's own loss. The dropout cases
+ * (dropout, recurrent_dropout) compare the inference output (no masks)
+ * and the training loss and gradients, torch using the masks the engine
+ * draws (the generator mirrors its counter-based RNG); the finite
+ * differences run at that fixed step, so with those masks. Then Embedding's index
  * checks: a fractional or out-of-range index is RT_EDATA naming the sample.
  * Then the Keras importer (import_keras_rnn.c): a Keras 3 LSTM with
  * hard_sigmoid (relu6(x + 3) / 6 there) and Bidirectional(LSTM) with every
@@ -25,6 +29,7 @@ typedef struct rcase {
     int seq, backwards, aligned, reset_after;
     const char *ract;
     int vocab;
+    double drop, rdrop; /* dropout, recurrent_dropout: a training case */
 } rcase;
 
 #define B 3
@@ -56,14 +61,16 @@ static void run_case(const rcase *c)
     put_param(g, "kernel", REF("kernel"));
     put_param(g, "recurrent_kernel", REF("recurrent_kernel"));
     put_param(g, "bias", REF("bias"));
-    rt_attr at[6] = {
+    rt_attr at[8] = {
+        {.name = "dropout", .kind = RT_ATTR_FLOAT, .f = c->drop},
+        {.name = "recurrent_dropout", .kind = RT_ATTR_FLOAT, .f = c->rdrop},
         {.name = "return_sequences", .kind = RT_ATTR_INT, .i = c->seq},
         {.name = "go_backwards", .kind = RT_ATTR_INT, .i = c->backwards},
         {.name = "reverse_output", .kind = RT_ATTR_INT, .i = c->aligned},
         {.name = "recurrent_activation", .kind = RT_ATTR_STR, .s = c->ract},
         {.name = "reset_after", .kind = RT_ATTR_INT, .i = c->reset_after},
     };
-    const int nat = strcmp(c->op, "GRU") == 0 ? 5 : strcmp(c->op, "LSTM") == 0 ? 4 : 3;
+    const int nat = strcmp(c->op, "GRU") == 0 ? 7 : strcmp(c->op, "LSTM") == 0 ? 6 : 5;
     const char *in[4] = {c->vocab ? "e" : "x", "kernel", "recurrent_kernel", "bias"};
     if (rt_graph_add_node(g, "rnn", c->op, 4, in, nat, at) != 0) {
         fprintf(stderr, "%s: %s\n", c->name, rt_graph_errmsg(g));
@@ -378,7 +385,7 @@ static void keras_import_checks(void)
     }
     /* refused settings: the error names the setting and the layer */
     static const struct { const char *from, *to, *needle; } bad[] = {
-        {"\"recurrent_dropout\": 0.0", "\"recurrent_dropout\": 0.2", "recurrent_dropout"},
+        {"\"recurrent_dropout\": 0.0", "\"recurrent_dropout\": 1.5", "recurrent_dropout"},
         {"\"implementation\": 2", "\"stateful\": true", "stateful"},
         {"\"implementation\": 2", "\"return_state\": true", "return_state"},
         {"\"implementation\": 2", "\"kernel_regularizer\": {\"class_name\": \"L2\"}",
@@ -470,6 +477,12 @@ int main(int argc, char **argv)
         {"gru_rb", "GRU", 0, 0, 0, 0, "sigmoid", 0},
         {"rnn_back_seq", "SimpleRNN", 1, 1, 0, 0, "sigmoid", 0},
         {"emb_lstm", "LSTM", 0, 0, 0, 0, "sigmoid", 7},
+        {"lstm_drop", "LSTM", 1, 0, 0, 0, "sigmoid", 0, 0.3, 0.4},
+        {"gru_ra_drop", "GRU", 0, 1, 0, 1, "sigmoid", 0, 0.25, 0.5},
+        {"gru_rb_drop", "GRU", 1, 0, 0, 0, "sigmoid", 0, 0.4, 0.3},
+        {"rnn_drop", "SimpleRNN", 1, 0, 0, 0, "sigmoid", 0, 0.5, 0.5},
+        {"lstm_rdrop", "LSTM", 0, 0, 0, 0, "sigmoid", 0, 0.0, 0.5},
+        {"emb_gru_drop", "GRU", 0, 0, 0, 1, "sigmoid", 7, 0.3, 0.3},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     embedding_checks();

@@ -18,6 +18,14 @@
  * overwriting each Z block by the gates' pre-activation gradient (and E by
  * the gradient of its GRU product), then: dW = Xt^T dZ, dU = H^T dZ,
  * db = column sums, dx = dZ W^T (into Xt, then scattered back to (B,T,F)).
+ *
+ * Dropout (training only, Keras' formulas): MX (n,F) scales each sample's
+ * input at every step (so Xt holds the masked input and dW needs nothing
+ * more; dx is scaled back by MX), MH (n,U) each previous state where it
+ * enters the recurrent kernel: Hm (T,n,U) keeps those masked states for
+ * the GEMMs and dU; GRU's z * h_prev and LSTM's cell use the state
+ * unmasked. The masks are pure functions of (seed, node, step, sample,
+ * unit), drawn once per batch, so a step is deterministic and resumable.
  * Nothing is allocated; the workspace is sized by rt_kern_rnn_prepare.
  */
 #include <math.h>
@@ -83,6 +91,7 @@ static inline float rt__ra_d(int a, float y)
 
 typedef struct rt__rws {
     float *xt, *z, *h, *c, *e, *r;
+    float *mx, *mh, *hm; /* dropout masks, masked states (NULL at rate 0) */
 } rt__rws;
 
 static int64_t rt__rws_floats(const rt__rnn_params *p, int64_t n, rt__rws *w, float *base)
@@ -101,6 +110,11 @@ static int64_t rt__rws_floats(const rt__rnn_params *p, int64_t n, rt__rws *w, fl
     if (p->cell == RT__RNN_GRU) {
         RT__RWS_TAKE(e, T * n * U);
         RT__RWS_TAKE(r, n * GU);
+    }
+    if (p->drop > 0.0f) RT__RWS_TAKE(mx, n * p->F);
+    if (p->rdrop > 0.0f) {
+        RT__RWS_TAKE(mh, n * U);
+        RT__RWS_TAKE(hm, T * n * U);
     }
 #undef RT__RWS_TAKE
     return o;
@@ -127,6 +141,32 @@ static inline int64_t rt__rnn_tau(const rt__rnn_params *p, int64_t s)
     return p->backwards ? p->T - 1 - s : s;
 }
 
+/* ------------------------------------------------------------- dropout */
+
+/* The masks of this step's batch: element j of sample i's input mask is
+ * keyed (i (F + U) + j), of its state mask (i (F + U) + F + j), under the
+ * global step in the counter's high bits (as Dropout's) and the node's
+ * stream: 0 or 1 / (1 - rate). */
+static void rt__rnn_masks(const rt__kargs *a, const rt__rnn_params *p, int64_t n, float *mx,
+                          float *mh)
+{
+    const uint64_t stream = RT__STREAM_DROPOUT + (uint64_t)a->nd->id;
+    const uint64_t hi = (uint64_t)a->r->step << 36;
+    const int64_t F = p->F, U = p->U;
+    for (int64_t i = 0; i < n; i++) {
+        const uint64_t k0 = (uint64_t)(i * (F + U));
+        if (mx)
+            for (int64_t j = 0; j < F; j++)
+                mx[i * F + j] = rt__rng_unit(a->r->seed, stream, hi | (k0 + (uint64_t)j)) >= p->drop
+                                    ? 1.0f / (1.0f - p->drop) : 0.0f;
+        if (mh)
+            for (int64_t j = 0; j < U; j++)
+                mh[i * U + j] =
+                    rt__rng_unit(a->r->seed, stream, hi | (k0 + (uint64_t)(F + j))) >= p->rdrop
+                        ? 1.0f / (1.0f - p->rdrop) : 0.0f;
+    }
+}
+
 /* ------------------------------------------------------------- forward */
 
 void rt_kern_rnn_fwd(const rt__kargs *a)
@@ -138,10 +178,21 @@ void rt_kern_rnn_fwd(const rt__kargs *a)
     rt__rws_floats(p, n, &w, a->ws);
     const float *x = a->x[0], *W = a->x[1], *Ur = a->x[2];
     const float *b = p->bias ? a->x[3] : NULL;
+    /* the masks in use: training with a rate above 0 */
+    float *mx = a->r->training ? w.mx : NULL, *mh = a->r->training ? w.mh : NULL;
+    if (mx || mh) rt__rnn_masks(a, p, n, mx, mh);
     for (int64_t s = 0; s < T; s++) {
         const int64_t t = rt__rnn_tau(p, s);
-        for (int64_t i = 0; i < n; i++)
-            memcpy(w.xt + (s * n + i) * F, x + (i * T + t) * F, sizeof(float) * (size_t)F);
+        for (int64_t i = 0; i < n; i++) {
+            float *restrict d = w.xt + (s * n + i) * F;
+            const float *restrict src = x + (i * T + t) * F;
+            if (mx) {
+                const float *restrict m = mx + i * F;
+                for (int64_t j = 0; j < F; j++) d[j] = src[j] * m[j];
+            } else {
+                memcpy(d, src, sizeof(float) * (size_t)F);
+            }
+        }
     }
     rt_kern_gemm(a->r, 0, 0, T * n, GU, F, w.xt, F, W, GU, 0.0f, w.z, GU);
     if (b)
@@ -156,12 +207,19 @@ void rt_kern_rnn_fwd(const rt__kargs *a)
         float *zs = w.z + s * n * GU;
         const float *hp = w.h + s * n * U;
         float *h = w.h + (s + 1) * n * U;
+        /* hr: the previous state as the recurrent kernel sees it */
+        const float *hr = hp;
+        if (mh) {
+            float *restrict hm = w.hm + s * n * U;
+            for (int64_t i = 0; i < n * U; i++) hm[i] = hp[i] * mh[i];
+            hr = hm;
+        }
         if (p->cell == RT__RNN_SIMPLE) {
-            rt_kern_gemm(a->r, 0, 0, n, U, U, hp, U, Ur, U, 1.0f, zs, U);
+            rt_kern_gemm(a->r, 0, 0, n, U, U, hr, U, Ur, U, 1.0f, zs, U);
             rt__ra_fwd(act, zs, n * U);
             memcpy(h, zs, sizeof(float) * (size_t)(n * U));
         } else if (p->cell == RT__RNN_LSTM) {
-            rt_kern_gemm(a->r, 0, 0, n, GU, U, hp, U, Ur, GU, 1.0f, zs, GU);
+            rt_kern_gemm(a->r, 0, 0, n, GU, U, hr, U, Ur, GU, 1.0f, zs, GU);
             const float *cp = w.c + s * n * U;
             float *c = w.c + (s + 1) * n * U;
             for (int64_t i = 0; i < n; i++) {
@@ -179,7 +237,7 @@ void rt_kern_rnn_fwd(const rt__kargs *a)
         } else { /* GRU */
             float *R = w.r, *E = w.e + s * n * U;
             const float *bh = b && p->reset_after ? b + GU : NULL;
-            rt_kern_gemm(a->r, 0, 0, n, p->reset_after ? GU : 2 * U, U, hp, U, Ur, GU, 0.0f,
+            rt_kern_gemm(a->r, 0, 0, n, p->reset_after ? GU : 2 * U, U, hr, U, Ur, GU, 0.0f,
                          R, GU);
             for (int64_t i = 0; i < n; i++) {
                 float *restrict z = zs + i * GU;
@@ -187,14 +245,14 @@ void rt_kern_rnn_fwd(const rt__kargs *a)
                 for (int64_t j = 0; j < 2 * U; j++) z[j] += ri[j] + (bh ? bh[j] : 0.0f);
                 rt__ra_fwd(ract, z, 2 * U);
                 float *restrict ei = E + i * U;
-                const float *restrict hpi = hp + i * U;
+                const float *restrict hri = hr + i * U;
                 if (p->reset_after) {
                     for (int64_t j = 0; j < U; j++) {
                         ei[j] = ri[2 * U + j] + (bh ? bh[2 * U + j] : 0.0f);
                         z[2 * U + j] += z[U + j] * ei[j];
                     }
                 } else {
-                    for (int64_t j = 0; j < U; j++) ei[j] = z[U + j] * hpi[j];
+                    for (int64_t j = 0; j < U; j++) ei[j] = z[U + j] * hri[j];
                 }
             }
             if (!p->reset_after) /* (r * h) U_h for the candidate */
@@ -241,9 +299,14 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
     float *dh = a->scratch, *dc = dh + n * U, *tmp = dc + n * U;
     memset(dh, 0, sizeof(float) * (size_t)(2 * n * U));
     const int act = p->act, ract = p->ract;
+    /* the forward's masks (training with a rate above 0) and the states
+     * the recurrent kernel saw */
+    const float *mx = a->r->training ? w.mx : NULL, *mh = a->r->training ? w.mh : NULL;
+    const float *Hr = mh ? w.hm : w.h;
     for (int64_t s = T - 1; s >= 0; s--) {
         float *zs = w.z + s * n * GU;
         const float *hp = w.h + s * n * U, *h = w.h + (s + 1) * n * U;
+        const float *hr = Hr + s * n * U;
         if (p->seq) {
             const int64_t pos = rt__rnn_pos(p, s);
             for (int64_t i = 0; i < n; i++) {
@@ -257,6 +320,8 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
         if (p->cell == RT__RNN_SIMPLE) {
             for (int64_t i = 0; i < n * U; i++) zs[i] = dh[i] * rt__ra_d(act, h[i]);
             rt_kern_gemm(a->r, 0, 1, n, U, U, zs, U, Ur, U, 0.0f, dh, U);
+            if (mh)
+                for (int64_t i = 0; i < n * U; i++) dh[i] *= mh[i];
         } else if (p->cell == RT__RNN_LSTM) {
             const float *c = w.c + (s + 1) * n * U, *cp = w.c + s * n * U;
             for (int64_t i = 0; i < n; i++) {
@@ -277,6 +342,8 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
                 }
             }
             rt_kern_gemm(a->r, 0, 1, n, U, GU, zs, GU, Ur, GU, 0.0f, dh, U);
+            if (mh)
+                for (int64_t i = 0; i < n * U; i++) dh[i] *= mh[i];
         } else { /* GRU */
             float *E = w.e + s * n * U;
             for (int64_t i = 0; i < n; i++) {
@@ -296,23 +363,30 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
                     }
                 }
             }
+            /* gr: the gradient of the state the recurrent kernel saw; dh
+             * itself without recurrent dropout, else dc (unused by GRU),
+             * scaled by the mask into dh at the end */
+            float *gr = mh ? dc : dh;
+            const float gbeta = mh ? 0.0f : 1.0f;
             if (p->reset_after) {
-                rt_kern_gemm(a->r, 0, 1, n, U, U, E, U, Ur + 2 * U, GU, 1.0f, dh, U);
+                rt_kern_gemm(a->r, 0, 1, n, U, U, E, U, Ur + 2 * U, GU, gbeta, gr, U);
             } else {
                 /* d(r * h_prev) = da U_h^T, then dr and the direct dh */
                 rt_kern_gemm(a->r, 0, 1, n, U, U, zs + 2 * U, GU, Ur + 2 * U, GU, 0.0f, tmp, U);
                 for (int64_t i = 0; i < n; i++) {
                     float *restrict z = zs + i * GU;
-                    float *restrict dhi = dh + i * U;
-                    const float *restrict hpi = hp + i * U, *restrict ti = tmp + i * U;
+                    float *restrict gi = gr + i * U;
+                    const float *restrict hri = hr + i * U, *restrict ti = tmp + i * U;
                     for (int64_t j = 0; j < U; j++) {
                         const float rg = z[U + j];
-                        dhi[j] += ti[j] * rg;
-                        z[U + j] = ti[j] * hpi[j] * rt__ra_d(ract, rg);
+                        gi[j] = (mh ? 0.0f : gi[j]) + ti[j] * rg;
+                        z[U + j] = ti[j] * hri[j] * rt__ra_d(ract, rg);
                     }
                 }
             }
-            rt_kern_gemm(a->r, 0, 1, n, U, 2 * U, zs, GU, Ur, GU, 1.0f, dh, U);
+            rt_kern_gemm(a->r, 0, 1, n, U, 2 * U, zs, GU, Ur, GU, 1.0f, gr, U);
+            if (mh)
+                for (int64_t i = 0; i < n * U; i++) dh[i] += gr[i] * mh[i];
         }
     }
     const int64_t TN = T * n;
@@ -320,11 +394,11 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
     if (a->dx[2]) {
         const float beta = (a->accum & 4u) ? 1.0f : 0.0f;
         if (p->cell != RT__RNN_GRU) {
-            rt_kern_gemm(a->r, 1, 0, U, GU, TN, w.h, U, dZ, GU, beta, a->dx[2], GU);
+            rt_kern_gemm(a->r, 1, 0, U, GU, TN, Hr, U, dZ, GU, beta, a->dx[2], GU);
         } else {
-            rt_kern_gemm(a->r, 1, 0, U, 2 * U, TN, w.h, U, dZ, GU, beta, a->dx[2], GU);
+            rt_kern_gemm(a->r, 1, 0, U, 2 * U, TN, Hr, U, dZ, GU, beta, a->dx[2], GU);
             if (p->reset_after)
-                rt_kern_gemm(a->r, 1, 0, U, U, TN, w.h, U, w.e, U, beta, a->dx[2] + 2 * U, GU);
+                rt_kern_gemm(a->r, 1, 0, U, U, TN, Hr, U, w.e, U, beta, a->dx[2] + 2 * U, GU);
             else
                 rt_kern_gemm(a->r, 1, 0, U, U, TN, w.e, U, dZ + 2 * U, GU, beta,
                              a->dx[2] + 2 * U, GU);
@@ -350,10 +424,14 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
             for (int64_t i = 0; i < n; i++) {
                 float *restrict d = a->dx[0] + (i * T + t) * F;
                 const float *restrict g = w.xt + (s * n + i) * F;
-                if (acc)
+                if (mx) {
+                    const float *restrict m = mx + i * F;
+                    for (int64_t j = 0; j < F; j++) d[j] = (acc ? d[j] : 0.0f) + g[j] * m[j];
+                } else if (acc) {
                     for (int64_t j = 0; j < F; j++) d[j] += g[j];
-                else
+                } else {
                     memcpy(d, g, sizeof(float) * (size_t)F);
+                }
             }
         }
     }
