@@ -15,6 +15,13 @@
  *       input, shared by every step and gate, and one for the previous
  *       state where it enters the recurrent kernel; the state carried by
  *       GRU's update gate and LSTM's cell are not masked).
+ *       masked (1: the last input is a (B,T) step mask, 1 keeps a step, 0
+ *       skips it as Keras does: the states carry over unchanged, a sequence
+ *       output repeats the carried output, or is 0 with zero_output_for_mask).
+ *   SequenceMask(x (B,T,...)) attr mask_value -> (B,T): 1 where any value
+ *       of the step differs from mask_value (Keras' Masking, and Embedding
+ *       mask_zero on the indices), no gradient. Masking(x) -> x with the
+ *       masked steps zeroed (Keras' Masking layer's output).
  *   Embedding(x (B,...) holding integral indices as floats, W (V,D))
  *       -> (B,...,D). The exec checks the indices before a step
  *       (rt_exec_check_data); the kernel clamps as a last resort.
@@ -47,6 +54,11 @@ static int rt__rnn_act(rt__cc *cc, const rt__node *nd, const char *key, const ch
 static int rt__rnn_infer_cell(rt__cc *cc, rt__node *nd, int cell, int64_t G)
 {
     const rt__shape *x = nd->in_shape[0], *w = nd->in_shape[1], *u = nd->in_shape[2];
+    int okm = 1;
+    const int masked = rt__attr_int(cc, nd, "masked", 0, &okm) != 0;
+    if (!okm) return RT_EINVAL;
+    if (masked && nd->n_in < 4)
+        return rt__cerr(cc, nd, RT_EGRAPH, "masked needs a mask input after the weights");
     if (!x->batched || x->ndim != 2)
         return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' must be (batch, time, features)",
                         nd->in_name[0]);
@@ -93,7 +105,16 @@ static int rt__rnn_infer_cell(rt__cc *cc, rt__node *nd, int cell, int64_t G)
     if (cell != RT__RNN_SIMPLE &&
         (rc = rt__rnn_act(cc, nd, "recurrent_activation", "sigmoid", &p->ract)) < 0)
         return rc;
-    p->bias = nd->n_in > 3;
+    p->bias = nd->n_in - masked > 3;
+    p->mask = masked ? nd->n_in - 1 : 0;
+    if (ok) p->zero_masked = (int)rt__attr_int(cc, nd, "zero_output_for_mask", 0, &ok);
+    if (!ok) return RT_EINVAL;
+    if (masked) {
+        const rt__shape *m = nd->in_shape[p->mask];
+        if (!m->batched || m->ndim != 1 || m->d[0] != T)
+            return rt__cerr(cc, nd, RT_ESHAPE, "mask '%s' must be (batch, %lld)",
+                            nd->in_name[p->mask], (long long)T);
+    }
     if (p->bias) {
         const rt__shape *b = nd->in_shape[3];
         const int two = p->reset_after;
@@ -138,8 +159,10 @@ static uint64_t rt__rnn_flops(const rt__node *nd, int64_t B, unsigned need_dx)
     const rt__op_def sym = {                                                              \
         .name = nm,                                                                       \
         .min_in = 3,                                                                      \
-        .max_in = 4,                                                                      \
-        .bwd_needs_in = 6u, /* kernels for dx and the recurrence; states: workspace */    \
+        .max_in = 5,                                                                      \
+        /* kernels for dx and the recurrence, the mask (input 3 or 4); states:            \
+         * workspace */                                                                   \
+        .bwd_needs_in = 6u | 8u | 16u,                                                    \
         .params = RT__P_RNN,                                                              \
         .infer = inf,                                                                     \
         .flops = rt__rnn_flops,                                                           \
@@ -185,4 +208,60 @@ const rt__op_def rt__op_embedding = {
     .params = RT__P_EMBED,
     .infer = rt__embedding_infer,
     .flops = rt__embedding_flops,
+};
+
+static int rt__seqmask_infer(rt__cc *cc, rt__node *nd)
+{
+    const rt__shape *x = nd->in_shape[0];
+    if (!x->batched || x->ndim < 1)
+        return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' must be (batch, time, ...)",
+                        nd->in_name[0]);
+    if (nd->in_dt[0] != RT_F32)
+        return rt__cerr(cc, nd, RT_EDTYPE, "input '%s' must be f32 values", nd->in_name[0]);
+    int ok = 1;
+    const double v = rt__attr_float(cc, nd, "mask_value", 0.0, &ok);
+    if (!ok) return RT_EINVAL;
+    rt__seqmask_params *p = rt__seqmask_p(nd);
+    p->T = x->d[0];
+    p->R = rt__shape_numel(x) / (p->T ? p->T : 1);
+    p->value = (float)v;
+    nd->out.batched = 1;
+    nd->out.ndim = 1;
+    nd->out.d[0] = p->T;
+    return 0;
+}
+
+static int rt__masking_infer(rt__cc *cc, rt__node *nd)
+{
+    int rc = rt__seqmask_infer(cc, nd);
+    if (rc < 0) return rc;
+    nd->out = *nd->in_shape[0];
+    return 0;
+}
+
+static uint64_t rt__seqmask_flops(const rt__node *nd, int64_t B, unsigned need_dx)
+{
+    const rt__seqmask_params *p = rt__seqmask_cp(nd);
+    const uint64_t n = (uint64_t)(B * p->T * p->R);
+    return need_dx ? 2 * n : n;
+}
+
+const rt__op_def rt__op_seqmask = {
+    .name = "SequenceMask",
+    .min_in = 1,
+    .max_in = 1,
+    .no_grad_in = 1u, /* a step mask is piecewise constant */
+    .params = RT__P_SEQMASK,
+    .infer = rt__seqmask_infer,
+    .flops = rt__seqmask_flops,
+};
+
+const rt__op_def rt__op_masking = {
+    .name = "Masking",
+    .min_in = 1,
+    .max_in = 1,
+    .bwd_needs_in = 1u, /* the mask is recomputed from x */
+    .params = RT__P_SEQMASK,
+    .infer = rt__masking_infer,
+    .flops = rt__seqmask_flops,
 };

@@ -273,7 +273,9 @@ struct rt__op_def {
     X(rt__op_lstm)                                                            \
     X(rt__op_gru)                                                             \
     X(rt__op_embedding)                                                       \
-    X(rt__op_actreg)
+    X(rt__op_actreg)                                                          \
+    X(rt__op_seqmask)                                                         \
+    X(rt__op_masking)
 
 #define RT__OP_DECL(def) extern const rt__op_def def;
 RT__OP_LIST(RT__OP_DECL)
@@ -340,6 +342,7 @@ RT__PARAM_ACCESSORS(RT__P_LN, ln, rt__ln_params)
 RT__PARAM_ACCESSORS(RT__P_UPSAMPLE, upsample, rt__upsample_params)
 RT__PARAM_ACCESSORS(RT__P_RNN, rnn, rt__rnn_params)
 RT__PARAM_ACCESSORS(RT__P_EMBED, embed, rt__embed_params)
+RT__PARAM_ACCESSORS(RT__P_SEQMASK, seqmask, rt__seqmask_params)
 #undef RT__PARAM_ACCESSORS
 
 /* Rows of a batched-or-not shape at runtime batch n: product of all dims

@@ -43,6 +43,7 @@ typedef enum rt__pkind {
     RT__P_RNN,      /* SimpleRNN, LSTM, GRU */
     RT__P_EMBED,    /* Embedding */
     RT__P_ACTREG,   /* ActivityReg */
+    RT__P_SEQMASK,  /* SequenceMask, Masking */
 } rt__pkind;
 
 /* Dense/MatMul: x (R,K) times W (K,N); act: Dense's own activation */
@@ -191,7 +192,17 @@ typedef struct rt__rnn_params {
     int act, ract;         /* RT__RA_* */
     int seq, backwards, rev_out, reset_after, bias;
     float drop, rdrop;     /* Keras' dropout / recurrent_dropout, [0, 1) */
+    int mask;              /* input index of the (B,T) step mask, 0: none */
+    int zero_masked;       /* sequence output 0 at masked steps (else the
+                            * carried output) */
 } rt__rnn_params;
+
+/* SequenceMask / Masking: x (B,T,...) with R values per step; a step is
+ * kept when any of them differs from value */
+typedef struct rt__seqmask_params {
+    int64_t T, R;
+    float value;
+} rt__seqmask_params;
 
 /* Embedding: R indices per sample (float values, integral, in [0, V))
  * -> R rows of D */
@@ -223,6 +234,7 @@ typedef union rt__op_params {
     rt__rnn_params rnn;
     rt__embed_params embed;
     rt__actreg_params actreg;
+    rt__seqmask_params seqmask;
 } rt__op_params;
 
 #endif

@@ -11,7 +11,9 @@
  * (dropout, recurrent_dropout) compare the inference output (no masks)
  * and the training loss and gradients, torch using the masks the engine
  * draws (the generator mirrors its counter-based RNG); the finite
- * differences run at that fixed step, so with those masks. Then Embedding's index
+ * differences run at that fixed step, so with those masks. The masked
+ * cases add a SequenceMask of x (or of the indices) at 0 as the step mask
+ * (the generator checks its formulas against torch's packed sequences). Then Embedding's index
  * checks: a fractional or out-of-range index is RT_EDATA naming the sample.
  * Then the Keras importer (import_keras_rnn.c): a Keras 3 LSTM with
  * hard_sigmoid (relu6(x + 3) / 6 there) and Bidirectional(LSTM) with every
@@ -30,6 +32,7 @@ typedef struct rcase {
     const char *ract;
     int vocab;
     double drop, rdrop; /* dropout, recurrent_dropout: a training case */
+    int masked, zero_out; /* a step mask: SequenceMask(x or the indices, 0) */
 } rcase;
 
 #define B 3
@@ -61,7 +64,14 @@ static void run_case(const rcase *c)
     put_param(g, "kernel", REF("kernel"));
     put_param(g, "recurrent_kernel", REF("recurrent_kernel"));
     put_param(g, "bias", REF("bias"));
-    rt_attr at[8] = {
+    if (c->masked) {
+        const char *min = "x";
+        const rt_attr mv = {.name = "mask_value", .kind = RT_ATTR_FLOAT, .f = 0.0};
+        REQUIRE(rt_graph_add_node(g, "m", "SequenceMask", 1, &min, 1, &mv) == 0);
+    }
+    rt_attr at[10] = {
+        {.name = "masked", .kind = RT_ATTR_INT, .i = c->masked},
+        {.name = "zero_output_for_mask", .kind = RT_ATTR_INT, .i = c->zero_out},
         {.name = "dropout", .kind = RT_ATTR_FLOAT, .f = c->drop},
         {.name = "recurrent_dropout", .kind = RT_ATTR_FLOAT, .f = c->rdrop},
         {.name = "return_sequences", .kind = RT_ATTR_INT, .i = c->seq},
@@ -70,9 +80,9 @@ static void run_case(const rcase *c)
         {.name = "recurrent_activation", .kind = RT_ATTR_STR, .s = c->ract},
         {.name = "reset_after", .kind = RT_ATTR_INT, .i = c->reset_after},
     };
-    const int nat = strcmp(c->op, "GRU") == 0 ? 7 : strcmp(c->op, "LSTM") == 0 ? 6 : 5;
-    const char *in[4] = {c->vocab ? "e" : "x", "kernel", "recurrent_kernel", "bias"};
-    if (rt_graph_add_node(g, "rnn", c->op, 4, in, nat, at) != 0) {
+    const int nat = strcmp(c->op, "GRU") == 0 ? 9 : strcmp(c->op, "LSTM") == 0 ? 8 : 7;
+    const char *in[5] = {c->vocab ? "e" : "x", "kernel", "recurrent_kernel", "bias", "m"};
+    if (rt_graph_add_node(g, "rnn", c->op, c->masked ? 5 : 4, in, nat, at) != 0) {
         fprintf(stderr, "%s: %s\n", c->name, rt_graph_errmsg(g));
         exit(1);
     }
@@ -483,6 +493,11 @@ int main(int argc, char **argv)
         {"rnn_drop", "SimpleRNN", 1, 0, 0, 0, "sigmoid", 0, 0.5, 0.5},
         {"lstm_rdrop", "LSTM", 0, 0, 0, 0, "sigmoid", 0, 0.0, 0.5},
         {"emb_gru_drop", "GRU", 0, 0, 0, 1, "sigmoid", 7, 0.3, 0.3},
+        {"lstm_mask_seq", "LSTM", 1, 0, 0, 0, "sigmoid", 0, 0, 0, 1, 0},
+        {"gru_mask_back_zero", "GRU", 1, 1, 1, 1, "sigmoid", 0, 0, 0, 1, 1},
+        {"gru_rb_mask", "GRU", 0, 0, 0, 0, "sigmoid", 0, 0, 0, 1, 0},
+        {"rnn_mask_seq", "SimpleRNN", 1, 0, 0, 0, "sigmoid", 0, 0, 0, 1, 0},
+        {"emb_lstm_mask_drop", "LSTM", 0, 0, 0, 0, "sigmoid", 7, 0.2, 0.3, 1, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     embedding_checks();

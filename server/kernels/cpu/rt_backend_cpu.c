@@ -90,6 +90,8 @@ static const rt__kernel rt__cpu_table[] = {
     {&rt__op_lstm, NULL, rt_kern_rnn_fwd, rt_kern_rnn_bwd, NULL, rt_kern_rnn_prepare},
     {&rt__op_gru, NULL, rt_kern_rnn_fwd, rt_kern_rnn_bwd, NULL, rt_kern_rnn_prepare},
     {&rt__op_embedding, NULL, rt_kern_embedding_fwd, rt_kern_embedding_bwd, NULL, NULL},
+    {&rt__op_seqmask, NULL, rt_kern_seqmask_fwd, NULL, NULL, NULL},
+    {&rt__op_masking, NULL, rt_kern_masking_fwd, rt_kern_masking_bwd, NULL, NULL},
     {&rt__op_actreg, NULL, rt_kern_actreg_fwd, rt_kern_actreg_bwd, NULL, NULL},
 };
 

@@ -101,6 +101,10 @@ int rt_kern_rnn_prepare(rt__node *nd, int64_t B, rt__arena *A);
 /* Embedding: row gather, scatter-add of the rows' gradients */
 void rt_kern_embedding_fwd(const rt__kargs *a);
 void rt_kern_embedding_bwd(const rt__kargs *a);
+/* SequenceMask (no backward) and Masking (rt__seqmask_params) */
+void rt_kern_seqmask_fwd(const rt__kargs *a);
+void rt_kern_masking_fwd(const rt__kargs *a);
+void rt_kern_masking_bwd(const rt__kargs *a);
 
 /* C (M,N) = op(A) op(B) + beta C, row-major, alpha 1. Tiny products use a
  * hand-written kernel (oneDNN's call overhead dominates there); the rest

@@ -26,6 +26,13 @@
  * the GEMMs and dU; GRU's z * h_prev and LSTM's cell use the state
  * unmasked. The masks are pure functions of (seed, node, step, sample,
  * unit), drawn once per batch, so a step is deterministic and resumable.
+ *
+ * A step mask (B,T) (Keras' Masking / mask_zero): a sample's masked step
+ * is computed as any other, then its states are replaced by the previous
+ * ones (the carried state) and its sequence output is that state, or 0
+ * with zero_masked. Backward gives its gates no gradient (their dZ rows,
+ * and GRU's E rows, are zeroed after the step) and passes dh and dc
+ * through unchanged.
  * Nothing is allocated; the workspace is sized by rt_kern_rnn_prepare.
  */
 #include <math.h>
@@ -125,8 +132,9 @@ int rt_kern_rnn_prepare(rt__node *nd, int64_t B, rt__arena *A)
     (void)A;
     const rt__rnn_params *p = rt__rnn_cp(nd);
     nd->ws_floats = rt__rws_floats(p, B, NULL, NULL);
-    /* backward: dh, dc (LSTM), d(r * h) (GRU reset before) */
-    nd->scratch_floats = 3 * B * p->U;
+    /* backward: dh, dc (LSTM), d(r * h) (GRU reset before), and a masked
+     * step's incoming dh and dc */
+    nd->scratch_floats = 5 * B * p->U;
     return 0;
 }
 
@@ -181,6 +189,7 @@ void rt_kern_rnn_fwd(const rt__kargs *a)
     /* the masks in use: training with a rate above 0 */
     float *mx = a->r->training ? w.mx : NULL, *mh = a->r->training ? w.mh : NULL;
     if (mx || mh) rt__rnn_masks(a, p, n, mx, mh);
+    const float *mk = p->mask ? a->x[p->mask] : NULL; /* the step mask (B,T) */
     for (int64_t s = 0; s < T; s++) {
         const int64_t t = rt__rnn_tau(p, s);
         for (int64_t i = 0; i < n; i++) {
@@ -266,10 +275,24 @@ void rt_kern_rnn_fwd(const rt__kargs *a)
                     hi[j] = z[j] * hpi[j] + (1.0f - z[j]) * z[2 * U + j];
             }
         }
+        const int64_t tau = rt__rnn_tau(p, s);
+        if (mk)
+            for (int64_t i = 0; i < n; i++) {
+                if (mk[i * T + tau] != 0.0f) continue;
+                memcpy(h + i * U, hp + i * U, sizeof(float) * (size_t)U);
+                if (w.c)
+                    memcpy(w.c + ((s + 1) * n + i) * U, w.c + (s * n + i) * U,
+                           sizeof(float) * (size_t)U);
+            }
         if (p->seq) {
             const int64_t pos = rt__rnn_pos(p, s);
-            for (int64_t i = 0; i < n; i++)
-                memcpy(a->y + (i * T + pos) * U, h + i * U, sizeof(float) * (size_t)U);
+            for (int64_t i = 0; i < n; i++) {
+                float *yo = a->y + (i * T + pos) * U;
+                if (mk && p->zero_masked && mk[i * T + tau] == 0.0f)
+                    memset(yo, 0, sizeof(float) * (size_t)U);
+                else
+                    memcpy(yo, h + i * U, sizeof(float) * (size_t)U);
+            }
         }
     }
     if (!p->seq) memcpy(a->y, w.h + T * n * U, sizeof(float) * (size_t)(n * U));
@@ -297,7 +320,9 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
     rt__rws_floats(p, n, &w, a->ws);
     const float *W = a->x[1], *Ur = a->x[2];
     float *dh = a->scratch, *dc = dh + n * U, *tmp = dc + n * U;
+    float *sdh = tmp + n * U, *sdc = sdh + n * U;
     memset(dh, 0, sizeof(float) * (size_t)(2 * n * U));
+    const float *mk = p->mask ? a->x[p->mask] : NULL;
     const int act = p->act, ract = p->ract;
     /* the forward's masks (training with a rate above 0) and the states
      * the recurrent kernel saw */
@@ -307,9 +332,11 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
         float *zs = w.z + s * n * GU;
         const float *hp = w.h + s * n * U, *h = w.h + (s + 1) * n * U;
         const float *hr = Hr + s * n * U;
+        const int64_t tau = rt__rnn_tau(p, s);
         if (p->seq) {
             const int64_t pos = rt__rnn_pos(p, s);
             for (int64_t i = 0; i < n; i++) {
+                if (mk && p->zero_masked && mk[i * T + tau] == 0.0f) continue;
                 float *restrict di = dh + i * U;
                 const float *restrict g = a->dy + (i * T + pos) * U;
                 for (int64_t j = 0; j < U; j++) di[j] += g[j];
@@ -317,6 +344,12 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
         } else if (s == T - 1) {
             for (int64_t i = 0; i < n * U; i++) dh[i] += a->dy[i];
         }
+        if (mk) /* a masked step passes these through */
+            for (int64_t i = 0; i < n; i++)
+                if (mk[i * T + tau] == 0.0f) {
+                    memcpy(sdh + i * U, dh + i * U, sizeof(float) * (size_t)U);
+                    memcpy(sdc + i * U, dc + i * U, sizeof(float) * (size_t)U);
+                }
         if (p->cell == RT__RNN_SIMPLE) {
             for (int64_t i = 0; i < n * U; i++) zs[i] = dh[i] * rt__ra_d(act, h[i]);
             rt_kern_gemm(a->r, 0, 1, n, U, U, zs, U, Ur, U, 0.0f, dh, U);
@@ -388,7 +421,17 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
             if (mh)
                 for (int64_t i = 0; i < n * U; i++) dh[i] += gr[i] * mh[i];
         }
+        if (mk)
+            for (int64_t i = 0; i < n; i++) {
+                if (mk[i * T + tau] != 0.0f) continue;
+                memset(zs + i * GU, 0, sizeof(float) * (size_t)GU);
+                if (w.e) memset(w.e + (s * n + i) * U, 0, sizeof(float) * (size_t)U);
+                memcpy(dh + i * U, sdh + i * U, sizeof(float) * (size_t)U);
+                memcpy(dc + i * U, sdc + i * U, sizeof(float) * (size_t)U);
+            }
     }
+    if (p->mask && a->dx[p->mask] && !((a->accum >> p->mask) & 1u))
+        memset(a->dx[p->mask], 0, sizeof(float) * (size_t)(n * T));
     const int64_t TN = T * n;
     const float *dZ = w.z;
     if (a->dx[2]) {
@@ -469,5 +512,50 @@ void rt_kern_embedding_bwd(const rt__kargs *a)
         float *restrict d = dW + rt__emb_row(x[i], p->V) * D;
         const float *restrict g = a->dy + i * D;
         for (int64_t j = 0; j < D; j++) d[j] += g[j];
+    }
+}
+
+/* ---------------------------------------------------- SequenceMask, Masking */
+
+/* 1 when any of the step's R values differs from the mask value */
+static inline float rt__step_kept(const float *restrict x, int64_t R, float v)
+{
+    for (int64_t j = 0; j < R; j++)
+        if (x[j] != v) return 1.0f;
+    return 0.0f;
+}
+
+void rt_kern_seqmask_fwd(const rt__kargs *a)
+{
+    const rt__seqmask_params *p = rt__seqmask_cp(a->nd);
+    const int64_t steps = a->r->n * p->T;
+    for (int64_t k = 0; k < steps; k++) a->y[k] = rt__step_kept(a->x[0] + k * p->R, p->R, p->value);
+}
+
+void rt_kern_masking_fwd(const rt__kargs *a)
+{
+    const rt__seqmask_params *p = rt__seqmask_cp(a->nd);
+    const int64_t steps = a->r->n * p->T, R = p->R;
+    for (int64_t k = 0; k < steps; k++) {
+        const float *x = a->x[0] + k * R;
+        float *y = a->y + k * R;
+        if (rt__step_kept(x, R, p->value) != 0.0f)
+            memcpy(y, x, sizeof(float) * (size_t)R);
+        else
+            memset(y, 0, sizeof(float) * (size_t)R);
+    }
+}
+
+void rt_kern_masking_bwd(const rt__kargs *a)
+{
+    if (!a->dx[0]) return;
+    const rt__seqmask_params *p = rt__seqmask_cp(a->nd);
+    const int64_t steps = a->r->n * p->T, R = p->R;
+    const int acc = (a->accum & 1u) != 0;
+    for (int64_t k = 0; k < steps; k++) {
+        const float keep = rt__step_kept(a->x[0] + k * R, R, p->value);
+        float *restrict d = a->dx[0] + k * R;
+        const float *restrict g = a->dy + k * R;
+        for (int64_t j = 0; j < R; j++) d[j] = (acc ? d[j] : 0.0f) + keep * g[j];
     }
 }
