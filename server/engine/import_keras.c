@@ -1149,6 +1149,7 @@ static const struct {
     {"LSTM", rt_keras_lstm, 1},
     {"GRU", rt_keras_gru, 1},
     {"Bidirectional", rt_keras_bidirectional, 1},
+    {"Masking", rt_keras_masking, 1},
     {"Rescaling", k_rescaling, 1},
 };
 
@@ -1577,6 +1578,38 @@ static void why_unknown(imp *m, json_object *layer, const char *cls, const char 
     add_problem(m, RT_EUNKNOWN_LAYER, msg);
 }
 
+/* A step mask reaching a layer that did not handle it (c->mask_set): the
+ * layers Keras passes a mask through unchanged (supports_masking without
+ * using it) pass it on; any other layer would use it in Keras (pooling,
+ * Softmax, BatchNormalization in Keras 3, merging, the loss ...) or drop
+ * it, so it is a problem naming both layers, not a silently dropped mask.
+ * Returns -1 after adding the problem. */
+static int pass_mask(imp *m, rt_keras_ctx *c)
+{
+    static const char *const through[] = {
+        "Dropout", "SpatialDropout1D", "GaussianNoise", "GaussianDropout", "AlphaDropout",
+        "ActivityRegularization", "Activation", "Dense", "LeakyReLU", "ReLU", "ELU", "PReLU",
+        "ThresholdedReLU", "LayerNormalization"};
+    const char *mask = NULL;
+    for (int i = 0; i < c->n_in && !mask; i++)
+        if (c->in[i].mask[0]) mask = c->in[i].mask;
+    c->out.mask[0] = 0;
+    if (!mask) return 0;
+    for (size_t i = 0; i < sizeof through / sizeof through[0]; i++)
+        if (strcmp(c->class_name, through[i]) == 0 && c->n_in == 1) {
+            snprintf(c->out.mask, sizeof c->out.mask, "%s", mask);
+            return 0;
+        }
+    char msg[300];
+    snprintf(msg, sizeof msg,
+             "layer '%.64s' (%.40s) receives the step mask '%.64s', which Keras would apply "
+             "there: masks are supported into SimpleRNN, LSTM, GRU and Bidirectional, and "
+             "through Dropout, Dense, activations and LayerNormalization",
+             c->layer, c->class_name, mask);
+    add_problem(m, RT_EUNIMPLEMENTED, msg);
+    return -1;
+}
+
 static int is_model_class(const char *cls)
 {
     return strcmp(cls, "Sequential") == 0 || strcmp(cls, "Functional") == 0 ||
@@ -1704,6 +1737,7 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
         for (int k = first; k < m->g->n; k++)
             has_params |= m->g->e[k].kind == RT__T_PARAM;
         check_fields(m, &c, has_params);
+        if (!c.mask_set && pass_mask(m, &c) < 0) return 0;
         *out = c.out;
         out->poisoned = poisoned;
         return 0;
@@ -2214,6 +2248,13 @@ int rt_keras_import_dims(const char *json, size_t len, const int64_t *dims, int 
     } else {
         rc = ifail(m, RT_EUNKNOWN_LAYER,
                    "unknown Keras model class '%.48s' (Sequential, Functional or Model)", cls);
+    }
+    if (rc == 0 && res.mask[0] && !res.poisoned) {
+        char msg[240];
+        snprintf(msg, sizeof msg,
+                 "the model output '%.64s' carries the step mask '%.64s': Keras would mask "
+                 "the loss with it, which is not supported", res.name, res.mask);
+        add_problem(m, RT_EUNIMPLEMENTED, msg);
     }
     if (rc == 0 && m->n_prob)
         rc = report_problems(m);

@@ -101,6 +101,8 @@ typedef struct rt_keras_tensor {
     int ndim;                   /* per-sample shape (batch dropped) */
     int64_t dims[RT_MAX_DIMS];
     int poisoned;               /* made by a layer that failed: shape unknown */
+    char mask[RT_KERAS_NAME];   /* its Keras step mask (B,T) as a graph value
+                                 * (Masking, Embedding mask_zero), or "" */
 } rt_keras_tensor;
 
 typedef struct rt_keras_ctx {
@@ -123,6 +125,10 @@ typedef struct rt_keras_ctx {
     /* set by a layer function that classified every config field itself
      * (and failed on the unsupported ones): the generic check is skipped */
     int fields_checked;
+    /* set by a layer function that made or consumed a step mask: it set
+     * out.mask itself (else run_layer passes the input's mask through
+     * the layers Keras passes it through, and refuses the others) */
+    int mask_set;
     /* parameterised initializers read by rt_keras_cfg_init, by key, for
      * weights whose settings are not in c->cfg after the layer function
      * (a wrapper's inner layer) */
@@ -168,6 +174,7 @@ int rt_keras_add_activation(rt_keras_ctx *c, const char *activation);
 int rt_keras_embedding(rt_keras_ctx *c);
 int rt_keras_simplernn(rt_keras_ctx *c);
 int rt_keras_lstm(rt_keras_ctx *c);
+int rt_keras_masking(rt_keras_ctx *c);
 int rt_keras_gru(rt_keras_ctx *c);
 int rt_keras_bidirectional(rt_keras_ctx *c);
 

@@ -1,8 +1,16 @@
 /*
- * import_keras_rnn.c - Keras' Embedding, SimpleRNN, LSTM, GRU and
- * Bidirectional layers -> the engine's Embedding / SimpleRNN / LSTM / GRU
- * ops (server/engine/op_rnn.c). import_keras.c lists these functions in
- * its layer table.
+ * import_keras_rnn.c - Keras' Embedding, SimpleRNN, LSTM, GRU,
+ * Bidirectional and Masking layers -> the engine's Embedding / SimpleRNN /
+ * LSTM / GRU / SequenceMask / Masking ops (server/engine/op_rnn.c).
+ * import_keras.c lists these functions in its layer table.
+ *
+ * Step masks: Masking(mask_value) and Embedding(mask_zero) make one (a
+ * SequenceMask node "<layer>/mask", set as the output's mask); a recurrent
+ * layer reading a masked value takes it as its step mask (masked steps
+ * carry the state, as Keras), and passes it on when it returns sequences;
+ * zero_output_for_mask is read (Keras 3 writes it) and, as Keras does,
+ * forced to return_sequences inside Bidirectional. Where else a mask may
+ * go is import_keras.c's pass_mask.
  *
  * Weights keep Keras' names and layout, so get/set weights interoperate
  * with a Keras model's: "<layer>/embeddings"; "<layer>/kernel" (in, G*units),
@@ -55,11 +63,10 @@ static int k_reject_all(rt_keras_ctx *c, const char *const *keys, int n)
 /* Fields of every layer that do not change what is trained: names, the
  * dtype policy, input shape hints; RNN: unroll/implementation (how Keras
  * computes the same values), seed (Keras' dropout seed: the masks here
- * are drawn from the training seed),
- * zero_output_for_mask (masking is not used). */
+ * are drawn from the training seed). */
 static const char *const k_inert[] = {
     "name", "trainable", "dtype", "batch_input_shape", "batch_shape", "input_shape",
-    "input_length", "unroll", "implementation", "seed", "zero_output_for_mask",
+    "input_length", "unroll", "implementation", "seed",
     /* Keras 3: whether to use cuDNN's kernel (the same values) */
     "use_cudnn",
     /* Keras 1: the input dtype, an RNN's input_dim shape hint, and how it
@@ -191,6 +198,7 @@ static int k_embedding(rt_keras_ctx *c)
      * after the layer (import_keras.c, param_opts_of) */
     /* activity_regularizer: after the layer too (import_keras.c) */
     static const char *const unsupported[] = {"sparse", "lora_rank", "dropout"};
+    int mask_zero;
     static const char *const known[] = {
         "input_dim", "output_dim", "embeddings_initializer", "embeddings_regularizer",
         "activity_regularizer", "embeddings_constraint", "mask_zero", "sparse", "lora_rank",
@@ -199,7 +207,7 @@ static int k_embedding(rt_keras_ctx *c)
     int trainable, rc;
     rt_init init;
     if ((rc = k_known_fields(c, known, sizeof known / sizeof known[0])) < 0 ||
-        (rc = k_reject_set(c, "mask_zero", "masking is not implemented")) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "mask_zero", 0, &mask_zero)) < 0 ||
         (rc = k_reject_all(c, unsupported, 3)) < 0 ||
         (rc = rt_keras_cfg_int(c, "input_dim", 0, &V)) < 0 ||
         (rc = rt_keras_cfg_int(c, "output_dim", 0, &D)) < 0 ||
@@ -223,6 +231,45 @@ static int k_embedding(rt_keras_ctx *c)
     c->out.ndim = x->ndim + 1;
     memcpy(c->out.dims, x->dims, sizeof c->out.dims);
     c->out.dims[x->ndim] = D;
+    c->mask_set = 1;
+    c->out.mask[0] = 0;
+    if (mask_zero) {
+        /* Keras: the steps whose index is 0 */
+        if (x->ndim != 1)
+            return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                                 "Embedding mask_zero needs (time,) indices, got rank %d", x->ndim);
+        if ((rc = k_name(c, c->out.mask, c->layer, "mask")) < 0) return rc;
+        const rt_attr mv = {.name = "mask_value", .kind = RT_ATTR_FLOAT, .f = 0.0};
+        const char *min = x->name;
+        if ((rc = rt_graph_add_node(c->g, c->out.mask, "SequenceMask", 1, &min, 1, &mv)) < 0)
+            return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    }
+    return 0;
+}
+
+/* Masking(mask_value): x with the steps whose values all equal mask_value
+ * zeroed, and that step mask */
+int rt_keras_masking(rt_keras_ctx *c)
+{
+    static const char *const known[] = {"mask_value"};
+    double v;
+    int rc;
+    if ((rc = k_known_fields(c, known, 1)) < 0 ||
+        (rc = rt_keras_cfg_float(c, "mask_value", 0.0, &v)) < 0)
+        return rc;
+    const rt_keras_tensor *x = &c->in[0];
+    if (x->ndim != 2)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "Masking needs (time, features) inputs, got rank %d", x->ndim);
+    c->out = *x;
+    c->mask_set = 1;
+    if ((rc = k_name(c, c->out.mask, c->layer, "mask")) < 0) return rc;
+    const rt_attr mv = {.name = "mask_value", .kind = RT_ATTR_FLOAT, .f = v};
+    const char *in = x->name;
+    if ((rc = rt_graph_add_node(c->g, c->out.mask, "SequenceMask", 1, &in, 1, &mv)) < 0 ||
+        (rc = rt_graph_add_node(c->g, c->layer, "Masking", 1, &in, 1, &mv)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    snprintf(c->out.name, sizeof c->out.name, "%s", c->layer);
     return 0;
 }
 
@@ -261,14 +308,14 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
         "bias_initializer", "dropout", "recurrent_dropout", "return_sequences", "go_backwards",
         "kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
         "activity_regularizer", "kernel_constraint", "recurrent_constraint",
-        "bias_constraint", "return_state", "stateful", "time_major"};
+        "bias_constraint", "return_state", "stateful", "time_major", "zero_output_for_mask"};
     static const char *const lstm_known[] = {"recurrent_activation", "unit_forget_bias"};
     static const char *const gru_known[] = {"recurrent_activation", "reset_after"};
     static const char *const ops[] = {"SimpleRNN", "LSTM", "GRU"};
     static const int gates[] = {1, 4, 3};
     int64_t units;
     double drop, rdrop;
-    int use_bias, seq, back, trainable, ufb = 0, reset_after = 0, rc;
+    int use_bias, seq, back, trainable, ufb = 0, reset_after = 0, zero_out, rc;
     const char *act, *ract = "sigmoid";
     rt_init kinit, rinit, binit;
     if ((rc = k_known_fields2(c, known, sizeof known / sizeof known[0],
@@ -281,6 +328,7 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
         (rc = rt_keras_cfg_bool(c, "use_bias", 1, &use_bias)) < 0 ||
         (rc = rt_keras_cfg_bool(c, "return_sequences", 0, &seq)) < 0 ||
         (rc = rt_keras_cfg_bool(c, "go_backwards", 0, &back)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "zero_output_for_mask", 0, &zero_out)) < 0 ||
         (rc = rt_keras_cfg_bool(c, "trainable", 1, &trainable)) < 0 ||
         (rc = k_rnn_act(c, "activation", "tanh", &act)) < 0 ||
         (cell != K_SIMPLE && (rc = k_rnn_act(c, "recurrent_activation", "sigmoid", &ract)) < 0) ||
@@ -324,7 +372,12 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
         free(ones);
         if (rc < 0) return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
     }
-    rt_attr at[8] = {
+    /* Bidirectional forces zero_output_for_mask to return_sequences */
+    if (strcmp(name, c->layer) != 0) zero_out = seq;
+    const int masked = x->mask[0] != 0;
+    rt_attr at[10] = {
+        {.name = "masked", .kind = RT_ATTR_INT, .i = masked},
+        {.name = "zero_output_for_mask", .kind = RT_ATTR_INT, .i = zero_out},
         {.name = "dropout", .kind = RT_ATTR_FLOAT, .f = drop},
         {.name = "recurrent_dropout", .kind = RT_ATTR_FLOAT, .f = rdrop},
         {.name = "activation", .kind = RT_ATTR_STR, .s = act},
@@ -334,11 +387,17 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
         {.name = "recurrent_activation", .kind = RT_ATTR_STR, .s = ract},
         {.name = "reset_after", .kind = RT_ATTR_INT, .i = reset_after},
     };
-    const int nat = cell == K_GRU ? 8 : cell == K_LSTM ? 7 : 6;
-    const char *in[4] = {x->name, kn, rn, bn};
-    if ((rc = rt_graph_add_node(c->g, name, ops[cell], use_bias ? 4 : 3, in, nat, at)) < 0)
+    const int nat = cell == K_GRU ? 10 : cell == K_LSTM ? 9 : 8;
+    const char *in[5] = {x->name, kn, rn, use_bias ? bn : x->mask, x->mask};
+    const int n_in = (use_bias ? 4 : 3) + masked;
+    if ((rc = rt_graph_add_node(c->g, name, ops[cell], n_in, in, nat, at)) < 0)
         return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
     snprintf(out->name, sizeof out->name, "%s", name);
+    /* a sequence output keeps the step mask (Keras' compute_mask) */
+    if (seq)
+        snprintf(out->mask, sizeof out->mask, "%s", x->mask);
+    else
+        out->mask[0] = 0;
     out->ndim = seq ? 2 : 1;
     out->dims[0] = seq ? x->dims[0] : units;
     out->dims[1] = units;
@@ -360,9 +419,21 @@ static int k_rnn_build(rt_keras_ctx *c, int cell, const char *name, int flip, in
     return rc;
 }
 
-int rt_keras_simplernn(rt_keras_ctx *c) { return k_rnn_build(c, K_SIMPLE, c->layer, 0, 0, &c->out); }
-int rt_keras_lstm(rt_keras_ctx *c) { return k_rnn_build(c, K_LSTM, c->layer, 0, 0, &c->out); }
-int rt_keras_gru(rt_keras_ctx *c) { return k_rnn_build(c, K_GRU, c->layer, 0, 0, &c->out); }
+int rt_keras_simplernn(rt_keras_ctx *c)
+{
+    c->mask_set = 1;
+    return k_rnn_build(c, K_SIMPLE, c->layer, 0, 0, &c->out);
+}
+int rt_keras_lstm(rt_keras_ctx *c)
+{
+    c->mask_set = 1;
+    return k_rnn_build(c, K_LSTM, c->layer, 0, 0, &c->out);
+}
+int rt_keras_gru(rt_keras_ctx *c)
+{
+    c->mask_set = 1;
+    return k_rnn_build(c, K_GRU, c->layer, 0, 0, &c->out);
+}
 
 /* A wrapped recurrent layer ({"class_name", "config"}): its cell kind
  * (K_*), config and name; -1 with the error set otherwise. */
@@ -401,6 +472,7 @@ int rt_keras_bidirectional(rt_keras_ctx *c)
     const char *cls, *name, *bcls, *bname;
     int rc;
     if ((rc = k_known_fields(c, known, 3)) < 0) return rc;
+    c->mask_set = 1;
     json_object_object_get_ex(c->cfg, "layer", &inner);
     const int cell = k_inner(c, inner, "layer", &icfg, &cls, &name);
     if (cell < 0) return cell;
