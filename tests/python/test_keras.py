@@ -580,18 +580,15 @@ def test_save_and_load_model(client, iris, tmp_path):
 
 
 def test_variable_length_input_shape(client):
-    """A null sequence length in Keras JSON: refused unbound, naming the
-    input; client.compile(input_shape=...) binds it (None keeps the model's
-    dim) and the program trains; a binding that contradicts a fixed dim is
-    refused naming the input."""
+    """A null sequence length in Keras JSON: client.compile(input_shape=...)
+    binds it (None keeps the model's dim) and the program trains; a binding
+    that contradicts a fixed dim is refused naming the input. Without
+    input_shape, fit/predict bind it from x (test_fit_binds_null_dims)."""
     spec = json.dumps({"class_name": "Sequential", "config": {"name": "s", "layers": [
         {"class_name": "InputLayer", "config": {"batch_input_shape": [None, None, 3],
                                                 "name": "seq"}},
         {"class_name": "SimpleRNN", "config": {"name": "r", "units": 4}},
         {"class_name": "Dense", "config": {"name": "d", "units": 1}}]}})
-    with pytest.raises(rtrain.InvalidArgument) as e:
-        client.compile(spec, optimizer="adam", loss="mse", batch_size=8)
-    assert "input 'seq' has a variable dimension" in str(e.value)
     with pytest.raises(rtrain.InvalidArgument) as e:
         client.compile(spec, optimizer="adam", loss="mse", batch_size=8,
                        input_shape=(5, 4))
@@ -604,3 +601,41 @@ def test_variable_length_input_shape(client):
     y = (x.sum(axis=(1, 2)) * 0.1).astype(np.float32)[:, None]
     h = m.fit(x, y, epochs=2, verbose=0)
     assert len(h.history["loss"]) == 2 and np.isfinite(h.history["loss"]).all()
+
+
+def test_fit_binds_null_dims(client):
+    """Keras JSON with a null sequence length, compiled without
+    input_shape: its shapes are unknown until the first fit, which binds
+    them from x (as Keras builds on the data) and trains; weights set
+    before binding are applied at binding (predictions equal the trained
+    model's); x contradicting a fixed dim is refused naming the input,
+    and so is a different length after binding (programs have fixed
+    shapes)."""
+    spec = json.dumps({"class_name": "Sequential", "config": {"name": "s", "layers": [
+        {"class_name": "InputLayer", "config": {"batch_input_shape": [None, None, 3],
+                                                "name": "seq"}},
+        {"class_name": "LSTM", "config": {"name": "r", "units": 4, "dropout": 0.2,
+                                          "recurrent_dropout": 0.2}},
+        {"class_name": "Dense", "config": {"name": "d", "units": 1}}]}})
+    m = client.compile(spec, optimizer="adam", loss="mse", batch_size=8)
+    with pytest.raises(RuntimeError, match="variable dims"):
+        m.input_shape
+    assert "unbound" in repr(m)
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(48, 7, 3)).astype(np.float32)
+    y = (x[:, :, 0].sum(axis=1) * 0.2).astype(np.float32)[:, None]
+    h = m.fit(x, y, epochs=3, verbose=0)
+    assert tuple(m.input_shape) == (7, 3)
+    assert len(h.history["loss"]) == 3 and np.isfinite(h.history["loss"]).all()
+    assert h.history["loss"][-1] < h.history["loss"][0]
+    with pytest.raises(ValueError, match="7, 3"):
+        m.predict(x[:, :5])
+    # weights set before the first predict bind with it
+    m2 = client.compile(spec, optimizer="adam", loss="mse", batch_size=8)
+    m2.set_weights(m.get_weights())
+    np.testing.assert_array_equal(m2.predict(x), m.predict(x))
+    # the fixed feature dim must match
+    m3 = client.compile(spec, optimizer="adam", loss="mse", batch_size=8)
+    with pytest.raises(rtrain.InvalidArgument) as e:
+        m3.fit(x[:, :, :2], y, epochs=1, verbose=0)
+    assert "input 'seq'" in str(e.value)

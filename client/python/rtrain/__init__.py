@@ -118,6 +118,33 @@ def _saved_loss(spec_json):
     return None
 
 
+def _input_dims(spec_json):
+    """The per-sample dims a Keras model's inputs declare (None where the
+    JSON has null), one tuple per input found: a Sequential's first layer
+    (or InputLayer), a Functional model's InputLayers."""
+    try:
+        doc = _json.loads(spec_json)
+    except ValueError:
+        return []
+    cfg = doc.get("config") if isinstance(doc, dict) else None
+    layers = cfg if isinstance(cfg, list) else (
+        cfg.get("layers") if isinstance(cfg, dict) else None)
+    if not isinstance(layers, list):
+        return []
+    seq = doc.get("class_name") == "Sequential"
+    found = []
+    for ly in layers[:1] if seq else layers:
+        if not isinstance(ly, dict):
+            continue
+        if not seq and ly.get("class_name") != "InputLayer":
+            continue
+        lc = ly.get("config") or {}
+        bis = lc.get("batch_input_shape") or lc.get("batch_shape")
+        if isinstance(bis, list) and bis:
+            found.append(tuple(bis[1:]))
+    return found
+
+
 def _spec_json(spec):
     if isinstance(spec, models.Model):
         return spec.to_json()
@@ -296,8 +323,10 @@ class CompiledModel:
         self._opts = opts
         self._metric = metric
         self._sparse = opts["loss"] in _SPARSE_LOSSES
-        self._prog = None
+        self._p = None          # the program (_prog), once compiled
         self._key = None
+        self._unbound = False   # deferred: null input dims, bound from x
+        self._pending_weights = None
         self._n_classes = None
         self._owner = None      # the rtrain.Model this program belongs to
         self._stop = False
@@ -400,12 +429,46 @@ class CompiledModel:
 
     # -- the program on the daemon ---------------------------------------
 
+    @property
+    def _prog(self):
+        if self._p is None and self._unbound:
+            raise RuntimeError(
+                "the model's input has variable dims (null in its JSON): "
+                "fit, evaluate or predict bind them from x, or give "
+                "compile(input_shape=...)")
+        return self._p
+
+    @_prog.setter
+    def _prog(self, v):
+        self._p = v
+
+    def _bind(self, x):
+        """A deferred program (null input dims): compile it with x's
+        per-sample shape. Keras, too, takes those dims from the data."""
+        if self._p is not None or not self._unbound:
+            return
+        if isinstance(x, Dataset):
+            raise ValueError("the model's input has variable dims; bind them "
+                             "with arrays for x or compile(input_shape=...)")
+        arr = _np.asarray(x)
+        if arr.ndim < 2:
+            raise ValueError("x has shape %s: it needs a batch axis and the "
+                             "model's input dims" % (arr.shape,))
+        self._opts["input_shape"] = tuple(int(d) for d in arr.shape[1:])
+        self._compile(self._key)
+        if self._pending_weights is not None:
+            w, self._pending_weights = self._pending_weights, None
+            self.set_weights(w)
+
     def _compile(self, key):
+        if self._p is None and self._unbound and "input_shape" not in self._opts:
+            self._key = key    # compiled by _bind on the first x
+            return
         batch_size, shuffle, label = key
         opts = dict(self._opts, batch_size=batch_size, shuffle=shuffle)
         if label is not None:
             opts["label_dtype"], opts["label_shape"] = label
-        old = self._prog
+        old = self._p
         if old is not None:
             # A new batch size or label layout is a new program (the daemon
             # keys programs by their whole training config); it starts from
@@ -498,6 +561,7 @@ class CompiledModel:
         return arr, ("float32", tuple(arr.shape[1:]))
 
     def _upload(self, x, y, name, sw=None):
+        self._bind(x)
         if isinstance(x, Dataset):
             if y is not None:
                 raise ValueError("a Dataset holds its labels; y must be None")
@@ -833,6 +897,7 @@ class CompiledModel:
 
     def predict(self, x, batch_size=None, verbose=0):
         """Model outputs for x, as a float32 array (n,) + output_shape."""
+        self._bind(x)
         xs = _features(x, self.input_shape)
         n = xs.shape[0]
         row_in = xs[0].nbytes
@@ -884,7 +949,12 @@ class CompiledModel:
         return self._prog.get_weights()[0]
 
     def set_weights(self, weights):
-        """Replace every parameter (a list in get_weights() order)."""
+        """Replace every parameter (a list in get_weights() order). On a
+        model still to be bound (null input dims) they are sent after the
+        first fit/evaluate/predict compiles it."""
+        if self._p is None and self._unbound:
+            self._pending_weights = [_np.array(w, dtype=_np.float32) for w in weights]
+            return
         params = self._prog.report["params"]
         weights = list(weights)
         if len(weights) != len(params):
@@ -900,8 +970,9 @@ class CompiledModel:
         self._prog.set_weights(out)
 
     def __repr__(self):
-        return "<rtrain.CompiledModel %s on %s>" % (self._prog.id,
-                                                     self._client.target)
+        return "<rtrain.CompiledModel %s on %s>" % (
+            self._p.id if self._p is not None else "(input dims unbound)",
+            self._client.target)
 
 
 # ---------------------------------------------------------------- client
@@ -951,7 +1022,10 @@ class Client(_rtrain.Client):
 
         input_shape: a Keras model's per-sample input dims (None or 0 keeps
         the model's); it binds null dims, e.g. a sequence length saved as
-        None, and must match the fixed ones."""
+        None, and must match the fixed ones. Without it, a model whose
+        input has null dims is compiled by the first fit, evaluate or
+        predict, with x's per-sample shape (as Keras builds on the data);
+        until then its shapes, summary and weights are not known."""
         if loss is None and not isinstance(spec, models.Model):
             loss = _saved_loss(_spec_json(spec))
         if loss is None:
@@ -1006,6 +1080,9 @@ class Client(_rtrain.Client):
             label = ("float32", tuple(spec.output_shape[1:]))
         if batch_size is None or int(batch_size) <= 0:
             raise ValueError("batch_size must be a positive int")
+        if spec_json is not None and input_shape is None:
+            dims = _input_dims(spec_json)
+            model._unbound = len(dims) == 1 and any(d is None for d in dims[0])
         model._compile((int(batch_size), bool(shuffle), label))
         return model
 
