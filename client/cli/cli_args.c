@@ -147,7 +147,8 @@ static const struct {
     {"label-column", "C", "CSV label column (default -1 = last)"},
     {"label-columns", "A:B", "CSV label columns A..B (0-based, inclusive): (n, k) labels"},
     {"input-shape", "D1xD2..", "per-sample input dims for a Keras model's null dims "
-                               "(default: the .npy features' shape when the model needs it)"},
+                               "(default: the .npy features' shape, or for one null dim "
+                               "a CSV row's feature count)"},
     {"csv-header", NULL, "skip the CSV's first line"},
     {"seed", "S", "initialisation and shuffling seed (default 0)"},
     {"no-shuffle", NULL, "keep the data order (default: shuffle every epoch)"},

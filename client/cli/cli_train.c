@@ -300,6 +300,30 @@ static int npy_shape(const char *path, int64_t *dims, int max)
     return nd;
 }
 
+/* The values in the first data row of a CSV (skipping the header line
+ * when header), or -1. */
+static long csv_row_values(const char *path, int header)
+{
+    size_t len;
+    char *text = cli_read_file(path, &len);
+    if (!text)
+        return -1;
+    long cols = -1;
+    char *save = NULL;
+    int line_no = 0;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (line_no++ == 0 && header)
+            continue;
+        if (strspn(line, " \t\r") == strlen(line))
+            continue;
+        cols = 1;
+        for (char *q = line; *q; q++) cols += *q == ',';
+        break;
+    }
+    free(text);
+    return cols;
+}
+
 /* Session + compile of --model; on failure prints and returns an exit code. */
 static int setup(rt_client *c, const cli_opts *o, const char *what, char *sid,
                  rt_client_compile_result *prog)
@@ -333,6 +357,17 @@ static int setup(rt_client *c, const cli_opts *o, const char *what, char *sid,
         t.input_ndim = o->input_ndim;
         memcpy(t.input_shape, o->input_shape, sizeof(int64_t) * (size_t)o->input_ndim);
     }
+    /* a CSV's features per row bind a Keras input's one null dim: the
+     * columns less the label columns (none with a separate --labels) */
+    long csv_cols = -1;
+    if (!o->input_ndim && o->data && cli_data_kind_of(o->data) == CLI_DATA_CSV &&
+        (csv_cols = csv_row_values(o->data, o->csv_header)) > 0) {
+        const long nlab = o->labels ? 0
+                          : o->label_first >= 0 ? o->label_last - o->label_first + 1
+                                                : 1;
+        if (csv_cols > nlab)
+            t.input_values = csv_cols - nlab;
+    }
     if (cli_is_onnx(o->model)) {
         rc = rt_client_compile_onnx(c, sid, model, len, o->onnx_output, &t, prog);
     } else {
@@ -347,6 +382,13 @@ static int setup(rt_client *c, const cli_opts *o, const char *what, char *sid,
             (fnd = npy_shape(o->data, fd, RT_CLIENT_MAX_DIMS + 1)) >= 2) {
             t.input_ndim = fnd - 1;
             memcpy(t.input_shape, fd + 1, sizeof(int64_t) * (size_t)(fnd - 1));
+            rc = rt_client_compile_keras(c, sid, model, &t, prog);
+        }
+        /* predict on features-only rows: every column is a feature */
+        if (rc == RT_EINVAL && t.input_values && !o->labels && o->label_first < 0 &&
+            !strcmp(what, "rtrain predict") && csv_cols > 0 &&
+            strstr(rt_client_errmsg(c), "values per sample are not a multiple")) {
+            t.input_values = csv_cols;
             rc = rt_client_compile_keras(c, sid, model, &t, prog);
         }
     }

@@ -283,6 +283,7 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m,
         req.keras_json = (char *)keras_json;
         req.n_input_dims = (size_t)o->input_ndim;
         req.input_dims = (int64_t *)o->input_shape;
+        req.input_values = o->input_ndim ? 0 : o->input_values;
     }
     Rtrain__V1__CompileResponse *r;
     rc = rt__unary(c, RT__M_COMPILE, &req.base,

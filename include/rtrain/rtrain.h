@@ -356,6 +356,10 @@ typedef struct rt_train_opts {
      * fixed ones. input_ndim 0: the model's shape as saved. */
     int input_ndim;
     int64_t input_shape[RT_CLIENT_MAX_DIMS];
+    /* Keras models, input_ndim 0: the data's values per sample (a CSV
+     * row's features); an input with one null dim takes it from this
+     * count. 0: not given. */
+    int64_t input_values;
 } rt_train_opts;
 
 /* Zero everything, then: metrics {"accuracy"}, batch_size 32. Names left

@@ -466,8 +466,9 @@ static int worker_compile(uint64_t id, const uint8_t *buf, size_t len, char *err
     rt_graph *g = NULL;
     int rc;
     if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON) {
-        rc = rt_keras_import_dims(q->keras_json, strlen(q->keras_json), q->input_dims,
-                                  (int)q->n_input_dims, &g, err, errlen, NULL, NULL);
+        rc = rt_keras_import_bind(q->keras_json, strlen(q->keras_json), q->input_dims,
+                                  (int)q->n_input_dims, q->input_values, &g, err, errlen,
+                                  NULL, NULL);
     } else {
         g = rt_graph_create();
         rc = g ? graph_from_pb(q->graph, g, err, errlen) : RT_ENOMEM;

@@ -1172,6 +1172,7 @@ typedef struct imp {
     int depth;                      /* nested models */
     const int64_t *bind;            /* input dims from the compile request, 0 = the model's */
     int n_bind;
+    int64_t bind_values;            /* the data's values per sample, 0 = not given */
 } imp;
 
 static int ifail(imp *m, int code, const char *fmt, ...)
@@ -1535,6 +1536,24 @@ static int add_input(imp *m, const char *name, rt_keras_tensor *t)
                          "given say %lld", name, i + 1, (long long)t->dims[i],
                          (long long)m->bind[i]);
         t->dims[i] = m->bind[i];
+    }
+    if (m->bind_values > 0) {
+        /* one null dim: the data's values per sample over the fixed dims */
+        int nulls = 0, at = -1;
+        int64_t fixed = 1;
+        for (int i = 0; i < t->ndim; i++) {
+            if (t->dims[i] < 0)
+                nulls++, at = i;
+            else if (__builtin_mul_overflow(fixed, t->dims[i], &fixed))
+                return ifail(m, RT_EOVERFLOW, "input '%.64s' has more than 2^32 values", name);
+        }
+        if (nulls == 1) {
+            if (m->bind_values % fixed)
+                return ifail(m, RT_EINVAL, "input '%.64s': the data's %lld values per sample "
+                             "are not a multiple of its fixed dims' %lld", name,
+                             (long long)m->bind_values, (long long)fixed);
+            t->dims[at] = m->bind_values / fixed;
+        }
     }
     int64_t numel = 1;
     for (int i = 0; i < t->ndim; i++) {
@@ -2169,6 +2188,13 @@ int rt_keras_import_dims(const char *json, size_t len, const int64_t *dims, int 
                          rt_graph **out, char *err, size_t errlen, rt_keras_field_cb cb,
                          void *ud)
 {
+    return rt_keras_import_bind(json, len, dims, n_dims, 0, out, err, errlen, cb, ud);
+}
+
+int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int n_dims,
+                         int64_t values, rt_graph **out, char *err, size_t errlen,
+                         rt_keras_field_cb cb, void *ud)
+{
     *out = NULL;
     if (err && errlen)
         err[0] = 0;
@@ -2182,6 +2208,7 @@ int rt_keras_import_dims(const char *json, size_t len, const int64_t *dims, int 
     m->ud = ud;
     m->bind = dims;
     m->n_bind = dims ? n_dims : 0;
+    m->bind_values = m->n_bind ? 0 : values;
     int rc = 0;
     json_object *doc = NULL;
     if (n_dims < 0 || n_dims > RT_MAX_DIMS - 1) {

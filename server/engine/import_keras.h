@@ -65,6 +65,14 @@ int rt_keras_import_dims(const char *json, size_t len, const int64_t *dims, int 
                          rt_graph **out, char *err, size_t errlen, rt_keras_field_cb cb,
                          void *ud);
 
+/* rt_keras_import_dims; with no dims (n_dims 0) and values > 0, an input
+ * with exactly one null dim binds it to values / (the product of its
+ * fixed dims), which must divide values (RT_EINVAL naming the input
+ * otherwise): the data's per-sample value count, e.g. a CSV row's. */
+int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int n_dims,
+                         int64_t values, rt_graph **out, char *err, size_t errlen,
+                         rt_keras_field_cb cb, void *ud);
+
 /* Entry i of the list of inert fields (NULL past the end); *when is NULL
  * (any value) or "true"/"false" (only that value). */
 const char *rt_keras_inert_field(int i, const char **when);

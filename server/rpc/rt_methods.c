@@ -732,8 +732,9 @@ static int build_graph(rt_call *c, compile_st *st)
     int rc;
     if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON) {
         char err[4096];
-        rc = rt_keras_import_dims(q->keras_json, strlen(q->keras_json), q->input_dims,
-                                  (int)q->n_input_dims, &st->g, err, sizeof err, NULL, NULL);
+        rc = rt_keras_import_bind(q->keras_json, strlen(q->keras_json), q->input_dims,
+                                  (int)q->n_input_dims, q->input_values, &st->g, err,
+                                  sizeof err, NULL, NULL);
         if (rc < 0)
             return rt_call_fail(c, rc, "%s", err);
         if ((rc = keras_compile_defaults(c, &st->cfg, q->keras_json, q->config)) < 0)

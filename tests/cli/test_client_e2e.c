@@ -372,7 +372,8 @@ int main(int argc, char **argv)
     step("variable-length input bound at compile");
     {
         /* a null sequence length: refused unbound, naming the input; bound
-         * by input_shape; a binding contradicting a fixed dim is refused */
+         * by input_shape or input_values; a binding contradicting a fixed
+         * dim is refused */
         static const char vl[] =
             "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
             "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, null, 3], "
@@ -395,6 +396,16 @@ int main(int argc, char **argv)
         CHECK(pv.input_ndim == 2 && pv.input_shape[0] == 7 && pv.input_shape[1] == 3);
         CHECK(pv.param_count == 3 * 4 + 4 * 4 + 4 + 4 * 3 + 3);
         rt_client_compile_result_free(&pv);
+        /* the data's values per sample (a CSV row) bind the one null dim
+         * over the fixed 3; a count they do not divide is refused */
+        vo.input_ndim = 0;
+        vo.input_values = 15;
+        CHECK_RC(rt_client_compile_keras(c, sid, vl, &vo, &pv));
+        CHECK(pv.input_ndim == 2 && pv.input_shape[0] == 5 && pv.input_shape[1] == 3);
+        rt_client_compile_result_free(&pv);
+        vo.input_values = 14;
+        CHECK(rt_client_compile_keras(c, sid, vl, &vo, &pv) == RT_EINVAL);
+        CHECK(strstr(rt_client_errmsg(c), "input 'seq': the data's 14 values per sample"));
     }
 
     step("uploads");

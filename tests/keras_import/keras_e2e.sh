@@ -148,5 +148,34 @@ expect_rc 4 "contradicting --input-shape refused" -- "$rtrain" fit "${S[@]}" --m
   --data "$tmp/seq.npy" --labels "$tmp/seqy.npy" --loss mse --epochs 1 --input-shape 6x4
 has "$tmp/err" "input 'seq' has dim 2 = 3" "the mismatch names the input"
 
+# --- the same model on CSV rows (6 steps x 3 features, then the label):
+# the null length is the row's feature count over the fixed 3; predict on
+# features-only rows binds from every column; 17 features do not divide
+$py - "$tmp" <<'EOF2'
+import sys
+import numpy as np
+d = sys.argv[1]
+x, y = np.load(f"{d}/seq.npy"), np.load(f"{d}/seqy.npy")
+np.savetxt(f"{d}/seq.csv", np.hstack([x.reshape(60, 18), y]), delimiter=",", fmt="%.6f")
+np.savetxt(f"{d}/seqf.csv", x.reshape(60, 18), delimiter=",", fmt="%.6f")
+np.savetxt(f"{d}/seq17.csv", np.hstack([x.reshape(60, 18)[:, :17], y]), delimiter=",",
+           fmt="%.6f")
+EOF2
+expect_rc 0 "variable length bound from the CSV row" -- "$rtrain" fit "${S[@]}" --model "$tmp/vl.json" \
+  --data "$tmp/seq.csv" --loss mse --epochs 2 --batch-size 20 --save-weights "$tmp/wvl.bin"
+has "$tmp/out" "final:" "trains"
+expect_rc 0 "predict binds from a features-only CSV" -- "$rtrain" predict "${S[@]}" \
+  --model "$tmp/vl.json" --weights "$tmp/wvl.bin" --data "$tmp/seqf.csv" --loss mse \
+  --out "$tmp/pvl.npy"
+if $py - "$tmp/pvl.npy" <<'EOF2'
+import sys, numpy as np
+p = np.load(sys.argv[1])
+assert p.shape == (60, 1) and np.isfinite(p).all(), p.shape
+EOF2
+then ok "predictions (60, 1)"; else bad "features-only predictions of the bound model"; fi
+expect_rc 4 "17 features per row refused" -- "$rtrain" fit "${S[@]}" --model "$tmp/vl.json" \
+  --data "$tmp/seq17.csv" --loss mse --epochs 1
+has "$tmp/err" "input 'seq': the data's 17 values per sample are not a multiple" "names the input"
+
 echo "$((checks - fails))/$checks checks passed"
 [ "$fails" -eq 0 ]
