@@ -34,6 +34,11 @@ static void cfg_mark(rt_keras_ctx *c, const char *key)
         c->used[c->n_used++] = key;
 }
 
+void rt_keras_cfg_unused(rt_keras_ctx *c, const char *key)
+{
+    cfg_mark(c, key);
+}
+
 static json_object *cfg_get(rt_keras_ctx *c, const char *key)
 {
     json_object *v = NULL;

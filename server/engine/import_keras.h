@@ -158,6 +158,9 @@ struct json_object *rt_keras_cfg_get(rt_keras_ctx *c, const char *key);
 /* Config readers. Missing keys give def; a wrong JSON type is an error. */
 int rt_keras_cfg_int(rt_keras_ctx *c, const char *key, int64_t def, int64_t *out);
 int rt_keras_cfg_float(rt_keras_ctx *c, const char *key, double def, double *out);
+/* key is a setting Keras itself writes and never uses for this layer
+ * (SeparableConv2D's kernel_* from its Conv base): read, nothing applied */
+void rt_keras_cfg_unused(rt_keras_ctx *c, const char *key);
 int rt_keras_cfg_bool(rt_keras_ctx *c, const char *key, int def, int *out);
 /* String value, or def; the pointer is owned by the JSON document. */
 int rt_keras_cfg_str(rt_keras_ctx *c, const char *key, const char *def,

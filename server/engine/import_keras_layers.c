@@ -629,6 +629,11 @@ static int k_separable2d(rt_keras_ctx *c)
         return rc;
     if (v.filters <= 0)
         return rt_keras_fail(c, RT_EINVAL, "SeparableConv2D needs filters > 0");
+    /* Keras 2 writes its Conv base's kernel_* settings too; the layer has
+     * no "kernel" weight and never uses them */
+    rt_keras_cfg_unused(c, "kernel_initializer");
+    rt_keras_cfg_unused(c, "kernel_regularizer");
+    rt_keras_cfg_unused(c, "kernel_constraint");
     const int64_t M = c->in[0].dims[2] * v.mult;
     char kname[RT_KERAS_NAME], pname[RT_KERAS_NAME], bname[RT_KERAS_NAME], dw[RT_KERAS_NAME];
     const int64_t pd[4] = {1, 1, M, v.filters};

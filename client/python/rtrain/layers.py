@@ -21,7 +21,9 @@ __all__ = [
     "Bidirectional",
 ]
 
-_ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh", "softmax", "log_softmax")
+_ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh", "softmax", "log_softmax",
+                "elu", "selu", "gelu", "swish", "silu", "softplus", "softsign",
+                "hard_sigmoid", "relu6", "exponential")
 
 # Keras' string initializer names (and their old aliases) -> class names.
 _INITIALIZERS = {
@@ -795,3 +797,690 @@ class Bidirectional(Layer):
         return ([("forward_%s/%s" % (inner, n), sh, tr) for n, sh, tr in ws] +
                 [("backward_%s/%s" % (inner, n), sh, tr)
                  for n, sh, tr in ws])
+
+
+# ------------------------------------------------- the importer's other layers
+# Keras 2's configs for the remaining layers the daemon imports
+# (keras/layers/convolutional/*.py, pooling/*.py, reshaping/*.py,
+# merging/*.py, activation/*.py, normalization/layer_normalization.py,
+# regularization/*.py, core/masking.py). Weight names and shapes are the
+# importer's (server/engine/import_keras_layers.c), which are Keras'.
+
+def _ints(v, n, what):
+    """n ints from an int or a sequence of n (Keras' conv_utils.normalize_tuple)."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = (v,) * n
+    v = tuple(v)
+    if len(v) != n:
+        raise ValueError("%s must be an int or %d ints, got %r" % (what, n, v))
+    return [_pos_int(int(e), what) for e in v]
+
+
+def _nonneg_pairs(v, n, what):
+    """n (before, after) pairs of ints >= 0 from an int, a pair (1-D) or
+    n pairs (Keras' ZeroPadding/Cropping argument forms)."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = [(v, v)] * n
+    else:
+        v = list(v)
+        if n == 1 and len(v) == 2 and all(isinstance(e, int) for e in v):
+            v = [tuple(v)]
+        elif n > 1 and len(v) == n and all(isinstance(e, int) for e in v):
+            v = [(e, e) for e in v]
+    out = []
+    for p in v:
+        p = tuple(p)
+        if len(p) != 2 or any(isinstance(e, bool) or not isinstance(e, int) or e < 0
+                              for e in p):
+            raise ValueError("%s wants ints >= 0, got %r" % (what, v))
+        out.append(list(p))
+    if len(out) != n:
+        raise ValueError("%s wants %d pairs, got %r" % (what, n, v))
+    return out
+
+
+def _conv_padding(p, causal=False):
+    if p == "causal" and causal:
+        return p
+    return _padding(p)
+
+
+def _conv_out(n, k, s, d, padding):
+    if padding == "causal":
+        return -(-n // s)
+    return _conv_len(n, (k - 1) * d + 1, s, padding)
+
+
+_CONV_NULLS = ("kernel_regularizer", "bias_regularizer", "activity_regularizer",
+               "kernel_constraint", "bias_constraint")
+
+
+class _Conv(Layer):
+    """Keras' Conv base: rank 1 (Conv1D) or 2."""
+
+    _rank = 2
+
+    def __init__(self, filters, kernel_size, strides=1, padding="valid",
+                 dilation_rate=1, activation=None, use_bias=True,
+                 kernel_initializer="glorot_uniform", bias_initializer="zeros",
+                 **kw):
+        super().__init__(**kw)
+        r, what = self._rank, self.keras_class
+        self.filters = _pos_int(filters, "%s filters" % what)
+        self.kernel_size = _ints(kernel_size, r, "kernel_size")
+        self.strides = _ints(strides, r, "strides")
+        self.padding = _conv_padding(padding, causal=r == 1)
+        self.dilation_rate = _ints(dilation_rate, r, "dilation_rate")
+        self.activation = _check_activation(activation)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = _initializer(kernel_initializer,
+                                               "kernel_initializer")
+        self.bias_initializer = _initializer(bias_initializer,
+                                             "bias_initializer")
+
+    def _config(self):
+        cfg = {"filters": self.filters, "kernel_size": self.kernel_size,
+               "strides": self.strides, "padding": self.padding,
+               "data_format": "channels_last",
+               "dilation_rate": self.dilation_rate, "groups": 1,
+               "activation": self.activation, "use_bias": self.use_bias,
+               "kernel_initializer": self.kernel_initializer,
+               "bias_initializer": self.bias_initializer}
+        cfg.update((k, None) for k in _CONV_NULLS)
+        return cfg
+
+    def _check_rank(self, in_shape):
+        if len(in_shape) != self._rank + 1:
+            raise ValueError("%s wants (%s, channels) input, got %s"
+                             % (self.keras_class,
+                                "steps" if self._rank == 1 else "height, width",
+                                in_shape))
+
+    def _spatial(self, in_shape):
+        return [_conv_out(in_shape[i], self.kernel_size[i], self.strides[i],
+                          self.dilation_rate[i], self.padding)
+                for i in range(self._rank)]
+
+    def compute_output_shape(self, in_shape):
+        self._check_rank(in_shape)
+        return self._spatial(in_shape) + [self.filters]
+
+    def weight_specs(self, in_shape):
+        w = [("kernel", list(self.kernel_size) + [in_shape[-1], self.filters],
+              True)]
+        if self.use_bias:
+            w.append(("bias", [self.filters], True))
+        return w
+
+
+class Conv1D(_Conv):
+    keras_class = "Conv1D"
+    _auto_name = "conv1d"
+    _rank = 1
+
+
+class Conv2DTranspose(_Conv):
+    """Keras' Conv2DTranspose (output_padding None): out = in * stride,
+    plus max(kernel - stride, 0) with 'valid'."""
+
+    keras_class = "Conv2DTranspose"
+    _auto_name = "conv2d_transpose"
+
+    def _config(self):
+        cfg = super()._config()
+        cfg["output_padding"] = None
+        return cfg
+
+    def compute_output_shape(self, in_shape):
+        self._check_rank(in_shape)
+        out = []
+        for i in range(2):
+            k = (self.kernel_size[i] - 1) * self.dilation_rate[i] + 1
+            n = in_shape[i] * self.strides[i]
+            out.append(n + max(k - self.strides[i], 0) if self.padding == "valid" else n)
+        return out + [self.filters]
+
+    def weight_specs(self, in_shape):
+        w = [("kernel", list(self.kernel_size) + [self.filters, in_shape[-1]],
+              True)]
+        if self.use_bias:
+            w.append(("bias", [self.filters], True))
+        return w
+
+
+class DepthwiseConv2D(_Conv):
+    """Keras' DepthwiseConv2D: depth_multiplier filters per input channel."""
+
+    keras_class = "DepthwiseConv2D"
+    _auto_name = "depthwise_conv2d"
+
+    def __init__(self, kernel_size, strides=(1, 1), padding="valid",
+                 depth_multiplier=1, dilation_rate=(1, 1), activation=None,
+                 use_bias=True, depthwise_initializer="glorot_uniform",
+                 bias_initializer="zeros", **kw):
+        super().__init__(1, kernel_size, strides=strides, padding=padding,
+                         dilation_rate=dilation_rate, activation=activation,
+                         use_bias=use_bias, bias_initializer=bias_initializer,
+                         **kw)
+        self.depth_multiplier = _pos_int(depth_multiplier, "depth_multiplier")
+        self.depthwise_initializer = _initializer(depthwise_initializer,
+                                                  "depthwise_initializer")
+
+    def _config(self):
+        cfg = super()._config()
+        for k in ("filters", "kernel_initializer", "kernel_regularizer",
+                  "kernel_constraint"):
+            del cfg[k]
+        cfg.update(depth_multiplier=self.depth_multiplier,
+                   depthwise_initializer=self.depthwise_initializer,
+                   depthwise_regularizer=None, depthwise_constraint=None)
+        return cfg
+
+    def compute_output_shape(self, in_shape):
+        self._check_rank(in_shape)
+        return self._spatial(in_shape) + [in_shape[-1] * self.depth_multiplier]
+
+    def weight_specs(self, in_shape):
+        w = [("depthwise_kernel", list(self.kernel_size) +
+              [in_shape[-1], self.depth_multiplier], True)]
+        if self.use_bias:
+            w.append(("bias", [in_shape[-1] * self.depth_multiplier], True))
+        return w
+
+
+class SeparableConv2D(_Conv):
+    """Keras' SeparableConv2D: a depthwise then a 1x1 pointwise kernel."""
+
+    keras_class = "SeparableConv2D"
+    _auto_name = "separable_conv2d"
+
+    def __init__(self, filters, kernel_size, strides=(1, 1), padding="valid",
+                 dilation_rate=(1, 1), depth_multiplier=1, activation=None,
+                 use_bias=True, depthwise_initializer="glorot_uniform",
+                 pointwise_initializer="glorot_uniform",
+                 bias_initializer="zeros", **kw):
+        super().__init__(filters, kernel_size, strides=strides, padding=padding,
+                         dilation_rate=dilation_rate, activation=activation,
+                         use_bias=use_bias, bias_initializer=bias_initializer,
+                         **kw)
+        self.depth_multiplier = _pos_int(depth_multiplier, "depth_multiplier")
+        self.depthwise_initializer = _initializer(depthwise_initializer,
+                                                  "depthwise_initializer")
+        self.pointwise_initializer = _initializer(pointwise_initializer,
+                                                  "pointwise_initializer")
+
+    def _config(self):
+        # Keras' SeparableConv.get_config: the Conv base's, updated
+        cfg = super()._config()
+        cfg.update(depth_multiplier=self.depth_multiplier,
+                   depthwise_initializer=self.depthwise_initializer,
+                   pointwise_initializer=self.pointwise_initializer,
+                   depthwise_regularizer=None, pointwise_regularizer=None,
+                   depthwise_constraint=None, pointwise_constraint=None)
+        return cfg
+
+    def weight_specs(self, in_shape):
+        c, m = in_shape[-1], self.depth_multiplier
+        w = [("depthwise_kernel", list(self.kernel_size) + [c, m], True),
+             ("pointwise_kernel", [1, 1, c * m, self.filters], True)]
+        if self.use_bias:
+            w.append(("bias", [self.filters], True))
+        return w
+
+
+class _Pool1D(Layer):
+    def __init__(self, pool_size=2, strides=None, padding="valid", **kw):
+        super().__init__(**kw)
+        self.pool_size = _ints(pool_size, 1, "pool_size")
+        self.strides = (_ints(strides, 1, "strides") if strides is not None
+                        else list(self.pool_size))
+        self.padding = _padding(padding)
+
+    def _config(self):
+        return {"pool_size": self.pool_size, "padding": self.padding,
+                "strides": self.strides, "data_format": "channels_last"}
+
+    def compute_output_shape(self, in_shape):
+        if len(in_shape) != 2:
+            raise ValueError("%s wants (steps, channels) input, got %s"
+                             % (self.keras_class, in_shape))
+        return [_conv_len(in_shape[0], self.pool_size[0], self.strides[0],
+                          self.padding), in_shape[1]]
+
+
+class MaxPooling1D(_Pool1D):
+    keras_class = "MaxPooling1D"
+    _auto_name = "max_pooling1d"
+
+
+class AveragePooling1D(_Pool1D):
+    keras_class = "AveragePooling1D"
+    _auto_name = "average_pooling1d"
+
+
+class _GlobalPool(Layer):
+    _rank = 2
+
+    def _config(self):
+        return {"data_format": "channels_last", "keepdims": False}
+
+    def compute_output_shape(self, in_shape):
+        if len(in_shape) != self._rank + 1:
+            raise ValueError("%s wants rank %d input, got %s"
+                             % (self.keras_class, self._rank + 1, in_shape))
+        return [in_shape[-1]]
+
+
+class GlobalAveragePooling1D(_GlobalPool):
+    keras_class = "GlobalAveragePooling1D"
+    _auto_name = "global_average_pooling1d"
+    _rank = 1
+
+
+class GlobalMaxPooling1D(_GlobalPool):
+    keras_class = "GlobalMaxPooling1D"
+    _auto_name = "global_max_pooling1d"
+    _rank = 1
+
+
+class GlobalMaxPooling2D(_GlobalPool):
+    keras_class = "GlobalMaxPooling2D"
+    _auto_name = "global_max_pooling2d"
+
+
+class ZeroPadding1D(Layer):
+    keras_class = "ZeroPadding1D"
+    _auto_name = "zero_padding1d"
+
+    def __init__(self, padding=1, **kw):
+        super().__init__(**kw)
+        self.padding = _nonneg_pairs(padding, 1, "ZeroPadding1D padding")[0]
+
+    def _config(self):
+        return {"padding": self.padding}
+
+    def compute_output_shape(self, in_shape):
+        return [in_shape[0] + sum(self.padding)] + list(in_shape[1:])
+
+
+class ZeroPadding2D(Layer):
+    keras_class = "ZeroPadding2D"
+    _auto_name = "zero_padding2d"
+
+    def __init__(self, padding=(1, 1), **kw):
+        super().__init__(**kw)
+        self.padding = _nonneg_pairs(padding, 2, "ZeroPadding2D padding")
+
+    def _config(self):
+        return {"padding": self.padding, "data_format": "channels_last"}
+
+    def compute_output_shape(self, in_shape):
+        return [in_shape[i] + sum(self.padding[i]) for i in range(2)] + [in_shape[2]]
+
+
+class Cropping1D(Layer):
+    keras_class = "Cropping1D"
+    _auto_name = "cropping1d"
+
+    def __init__(self, cropping=(1, 1), **kw):
+        super().__init__(**kw)
+        self.cropping = _nonneg_pairs(cropping, 1, "Cropping1D cropping")[0]
+
+    def _config(self):
+        return {"cropping": self.cropping}
+
+    def compute_output_shape(self, in_shape):
+        n = in_shape[0] - sum(self.cropping)
+        if n <= 0:
+            raise ValueError("Cropping1D %s leaves nothing of %s"
+                             % (self.cropping, in_shape))
+        return [n] + list(in_shape[1:])
+
+
+class Cropping2D(Layer):
+    keras_class = "Cropping2D"
+    _auto_name = "cropping2d"
+
+    def __init__(self, cropping=((0, 0), (0, 0)), **kw):
+        super().__init__(**kw)
+        self.cropping = _nonneg_pairs(cropping, 2, "Cropping2D cropping")
+
+    def _config(self):
+        return {"cropping": self.cropping, "data_format": "channels_last"}
+
+    def compute_output_shape(self, in_shape):
+        out = [in_shape[i] - sum(self.cropping[i]) for i in range(2)]
+        if min(out) <= 0:
+            raise ValueError("Cropping2D %s leaves nothing of %s"
+                             % (self.cropping, in_shape))
+        return out + [in_shape[2]]
+
+
+class UpSampling1D(Layer):
+    keras_class = "UpSampling1D"
+    _auto_name = "up_sampling1d"
+
+    def __init__(self, size=2, **kw):
+        super().__init__(**kw)
+        self.size = _pos_int(size, "UpSampling1D size")
+
+    def _config(self):
+        return {"size": self.size}
+
+    def compute_output_shape(self, in_shape):
+        return [in_shape[0] * self.size] + list(in_shape[1:])
+
+
+class UpSampling2D(Layer):
+    keras_class = "UpSampling2D"
+    _auto_name = "up_sampling2d"
+
+    def __init__(self, size=(2, 2), interpolation="nearest", **kw):
+        super().__init__(**kw)
+        self.size = _ints(size, 2, "UpSampling2D size")
+        if interpolation != "nearest":
+            raise ValueError("UpSampling2D interpolation %r: only 'nearest'"
+                             % (interpolation,))
+
+    def _config(self):
+        return {"size": self.size, "data_format": "channels_last",
+                "interpolation": "nearest"}
+
+    def compute_output_shape(self, in_shape):
+        return [in_shape[0] * self.size[0], in_shape[1] * self.size[1], in_shape[2]]
+
+
+class Permute(Layer):
+    keras_class = "Permute"
+    _auto_name = "permute"
+
+    def __init__(self, dims, **kw):
+        super().__init__(**kw)
+        self.dims = [int(d) for d in dims]
+        if sorted(self.dims) != list(range(1, len(self.dims) + 1)):
+            raise ValueError("Permute dims must permute 1..%d, got %r"
+                             % (len(self.dims), dims))
+
+    def _config(self):
+        return {"dims": self.dims}
+
+    def compute_output_shape(self, in_shape):
+        if len(in_shape) != len(self.dims):
+            raise ValueError("Permute %s on an input of rank %d"
+                             % (self.dims, len(in_shape)))
+        return [in_shape[d - 1] for d in self.dims]
+
+
+class RepeatVector(Layer):
+    keras_class = "RepeatVector"
+    _auto_name = "repeat_vector"
+
+    def __init__(self, n, **kw):
+        super().__init__(**kw)
+        self.n = _pos_int(n, "RepeatVector n")
+
+    def _config(self):
+        return {"n": self.n}
+
+    def compute_output_shape(self, in_shape):
+        if len(in_shape) != 1:
+            raise ValueError("RepeatVector wants (features,) input, got %s"
+                             % (in_shape,))
+        return [self.n, in_shape[0]]
+
+
+class _Merge(Layer):
+    """Keras' merging layers: inputs of one shape, element-wise."""
+
+    _n_in = None
+
+    def _out_shape(self, shapes):
+        if len(shapes) < 2 or (self._n_in and len(shapes) != self._n_in):
+            raise ValueError("%s takes %s inputs, got %d"
+                             % (self.keras_class,
+                                self._n_in or "at least two", len(shapes)))
+        if any(list(s) != list(shapes[0]) for s in shapes[1:]):
+            raise ValueError("%s inputs have different shapes %s"
+                             % (self.keras_class, shapes))
+        return list(shapes[0])
+
+
+class Add(_Merge):
+    keras_class = "Add"
+    _auto_name = "add"
+
+
+class Subtract(_Merge):
+    keras_class = "Subtract"
+    _auto_name = "subtract"
+    _n_in = 2
+
+
+class Multiply(_Merge):
+    keras_class = "Multiply"
+    _auto_name = "multiply"
+
+
+class Average(_Merge):
+    keras_class = "Average"
+    _auto_name = "average"
+
+
+class Maximum(_Merge):
+    keras_class = "Maximum"
+    _auto_name = "maximum"
+
+
+class Minimum(_Merge):
+    keras_class = "Minimum"
+    _auto_name = "minimum"
+
+
+class LeakyReLU(Layer):
+    keras_class = "LeakyReLU"
+    _auto_name = "leaky_re_lu"
+
+    def __init__(self, alpha=0.3, **kw):
+        super().__init__(**kw)
+        self.alpha = float(alpha)
+
+    def _config(self):
+        return {"alpha": self.alpha}
+
+
+class ELU(Layer):
+    keras_class = "ELU"
+    _auto_name = "elu"
+
+    def __init__(self, alpha=1.0, **kw):
+        super().__init__(**kw)
+        self.alpha = float(alpha)
+
+    def _config(self):
+        return {"alpha": self.alpha}
+
+
+class ThresholdedReLU(Layer):
+    keras_class = "ThresholdedReLU"
+    _auto_name = "thresholded_re_lu"
+
+    def __init__(self, theta=1.0, **kw):
+        super().__init__(**kw)
+        self.theta = float(theta)
+        if self.theta < 0:
+            raise ValueError("ThresholdedReLU theta must be >= 0")
+
+    def _config(self):
+        return {"theta": self.theta}
+
+
+class PReLU(Layer):
+    """Keras' PReLU: a learned slope per value, shared along shared_axes
+    (1-based, as Keras)."""
+
+    keras_class = "PReLU"
+    _auto_name = "p_re_lu"
+
+    def __init__(self, alpha_initializer="zeros", shared_axes=None, **kw):
+        super().__init__(**kw)
+        self.alpha_initializer = _initializer(alpha_initializer,
+                                              "alpha_initializer")
+        if shared_axes is not None and not isinstance(shared_axes, (list, tuple)):
+            shared_axes = [shared_axes]
+        self.shared_axes = (None if shared_axes is None else
+                            [_pos_int(int(a), "shared_axes") for a in shared_axes])
+
+    def _config(self):
+        return {"alpha_initializer": self.alpha_initializer,
+                "alpha_regularizer": None, "alpha_constraint": None,
+                "shared_axes": self.shared_axes}
+
+    def weight_specs(self, in_shape):
+        shape = list(in_shape)
+        for a in self.shared_axes or []:
+            if a > len(shape):
+                raise ValueError("PReLU shared axis %d on an input of rank %d"
+                                 % (a, len(shape)))
+            shape[a - 1] = 1
+        return [("alpha", shape, True)]
+
+
+class LayerNormalization(Layer):
+    """Keras' LayerNormalization over the last axis."""
+
+    keras_class = "LayerNormalization"
+    _auto_name = "layer_normalization"
+
+    def __init__(self, axis=-1, epsilon=1e-3, center=True, scale=True,
+                 beta_initializer="zeros", gamma_initializer="ones", **kw):
+        super().__init__(**kw)
+        if axis not in (-1, [-1], (-1,)):
+            raise ValueError("LayerNormalization over the last axis only "
+                             "(axis=-1), got %r" % (axis,))
+        self.epsilon = float(epsilon)
+        if self.epsilon <= 0:
+            raise ValueError("LayerNormalization epsilon must be > 0")
+        self.center, self.scale = bool(center), bool(scale)
+        self.beta_initializer = _initializer(beta_initializer, "beta_initializer")
+        self.gamma_initializer = _initializer(gamma_initializer,
+                                              "gamma_initializer")
+
+    def _config(self):
+        return {"axis": [-1], "epsilon": self.epsilon, "center": self.center,
+                "scale": self.scale, "beta_initializer": self.beta_initializer,
+                "gamma_initializer": self.gamma_initializer,
+                "beta_regularizer": None, "gamma_regularizer": None,
+                "beta_constraint": None, "gamma_constraint": None}
+
+    def weight_specs(self, in_shape):
+        c = [in_shape[-1]]
+        return (([("gamma", c, True)] if self.scale else []) +
+                ([("beta", c, True)] if self.center else []))
+
+
+class _Noise(Layer):
+    _key = "rate"
+
+    def __init__(self, value, seed=None, **kw):
+        super().__init__(**kw)
+        v = float(value)
+        if not (0.0 <= v < 1.0 if self._key == "rate" else v >= 0.0):
+            raise ValueError("%s %s out of range: %r"
+                             % (self.keras_class, self._key, value))
+        setattr(self, self._key, v)
+        self.seed = seed
+
+    def _config(self):
+        return {self._key: getattr(self, self._key), "seed": self.seed}
+
+
+class SpatialDropout1D(_Noise):
+    keras_class = "SpatialDropout1D"
+    _auto_name = "spatial_dropout1d"
+
+    def __init__(self, rate, seed=None, **kw):
+        super().__init__(rate, seed=seed, **kw)
+
+    def _config(self):
+        return {"rate": self.rate, "noise_shape": None, "seed": self.seed}
+
+
+class SpatialDropout2D(SpatialDropout1D):
+    keras_class = "SpatialDropout2D"
+    _auto_name = "spatial_dropout2d"
+
+    def _config(self):
+        cfg = super()._config()
+        cfg["data_format"] = "channels_last"
+        return cfg
+
+
+class GaussianNoise(_Noise):
+    keras_class = "GaussianNoise"
+    _auto_name = "gaussian_noise"
+    _key = "stddev"
+
+    def __init__(self, stddev, seed=None, **kw):
+        super().__init__(stddev, seed=seed, **kw)
+
+
+class GaussianDropout(_Noise):
+    keras_class = "GaussianDropout"
+    _auto_name = "gaussian_dropout"
+
+    def __init__(self, rate, seed=None, **kw):
+        super().__init__(rate, seed=seed, **kw)
+
+
+class ActivityRegularization(Layer):
+    keras_class = "ActivityRegularization"
+    _auto_name = "activity_regularization"
+
+    def __init__(self, l1=0.0, l2=0.0, **kw):
+        super().__init__(**kw)
+        self.l1, self.l2 = float(l1), float(l2)
+        if self.l1 < 0 or self.l2 < 0:
+            raise ValueError("ActivityRegularization l1 and l2 must be >= 0")
+
+    def _config(self):
+        return {"l1": self.l1, "l2": self.l2}
+
+
+class Masking(Layer):
+    """Keras' Masking: steps whose features all equal mask_value are
+    skipped by the recurrent layers after it (and zeroed)."""
+
+    keras_class = "Masking"
+    _auto_name = "masking"
+
+    def __init__(self, mask_value=0.0, **kw):
+        super().__init__(**kw)
+        self.mask_value = float(mask_value)
+
+    def _config(self):
+        return {"mask_value": self.mask_value}
+
+
+# Keras' aliases.
+Convolution1D = Conv1D
+Convolution2DTranspose = Conv2DTranspose
+SeparableConvolution2D = SeparableConv2D
+MaxPool1D = MaxPooling1D
+AvgPool1D = AveragePooling1D
+GlobalAvgPool1D = GlobalAveragePooling1D
+GlobalAvgPool2D = GlobalAveragePooling2D
+GlobalMaxPool1D = GlobalMaxPooling1D
+GlobalMaxPool2D = GlobalMaxPooling2D
+__all__ += [
+    "Conv1D", "Conv2DTranspose", "DepthwiseConv2D", "SeparableConv2D",
+    "MaxPooling1D", "AveragePooling1D", "GlobalAveragePooling1D",
+    "GlobalMaxPooling1D", "GlobalMaxPooling2D", "ZeroPadding1D",
+    "ZeroPadding2D", "Cropping1D", "Cropping2D", "UpSampling1D",
+    "UpSampling2D", "Permute", "RepeatVector", "Add", "Subtract", "Multiply",
+    "Average", "Maximum", "Minimum", "LeakyReLU", "ELU", "ThresholdedReLU",
+    "PReLU", "LayerNormalization", "SpatialDropout1D", "SpatialDropout2D",
+    "GaussianNoise", "GaussianDropout", "ActivityRegularization", "Masking",
+    "Convolution1D", "Convolution2DTranspose", "SeparableConvolution2D",
+    "MaxPool1D", "AvgPool1D", "GlobalAvgPool1D", "GlobalAvgPool2D",
+    "GlobalMaxPool1D", "GlobalMaxPool2D",
+]
