@@ -639,3 +639,32 @@ def test_fit_binds_null_dims(client):
     with pytest.raises(rtrain.InvalidArgument) as e:
         m3.fit(x[:, :, :2], y, epochs=1, verbose=0)
     assert "input 'seq'" in str(e.value)
+
+
+def test_python_model_with_a_variable_length(client):
+    """rtrain.Sequential with input_shape=(None, 3) (and the same read
+    from Keras JSON by model_from_json): summary and counts work with the
+    variable dim, compile defers, the first fit binds it from x; a layer
+    that needs fixed dims says so."""
+    m = rtrain.Sequential([L.Masking(0.0, input_shape=(None, 3)),
+                           L.LSTM(4, dropout=0.1, recurrent_dropout=0.1),
+                           L.Dense(1)])
+    assert m.input_shape == (None, None, 3)
+    assert m.count_params() == 4 * (3 * 4 + 4 * 4 + 4) + 5
+    lines = []
+    m.summary(print_fn=lines.append)
+    assert any("(None, None, 3)" in ln for ln in lines)
+    back = rtrain.models.model_from_json(m.to_json())
+    assert back.input_shape == (None, None, 3)
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(40, 6, 3)).astype(np.float32)
+    x[::4, 4:] = 0.0  # padded, masked steps
+    y = x[:, :, 1].sum(axis=1, keepdims=True).astype(np.float32) * 0.3
+    for model in (m, back):
+        model.compile("adam", "mse", client=client, batch_size=8)
+        h = model.fit(x, y, epochs=2, verbose=0)
+        assert np.isfinite(h.history["loss"]).all()
+        assert tuple(model.compiled.input_shape) == (6, 3)
+    with pytest.raises(ValueError, match="Flatten needs fixed input dims"):
+        rtrain.Sequential([L.Conv1D(2, 3, input_shape=(None, 3)), L.Flatten(),
+                           L.Dense(1)]).count_params()

@@ -116,7 +116,18 @@ def _shape(shape, what="input_shape"):
         raise TypeError("%s must be a tuple of ints, got %r" % (what, shape))
     if not shape:
         raise ValueError("%s must not be empty" % what)
-    return [_pos_int(d, what) for d in shape]
+    # None: a variable dim (a sequence of any length), as Keras writes
+    # null; the daemon binds it from the data (docs/keras-import.md)
+    return [None if d is None else _pos_int(d, what) for d in shape]
+
+
+def _fixed(in_shape, what):
+    """in_shape, when no dim of it is variable (None)"""
+    if any(d is None for d in in_shape):
+        raise ValueError("%s needs fixed input dims, got %s (a variable dim "
+                         "is bound from the data only where shapes allow it)"
+                         % (what, tuple(in_shape)))
+    return in_shape
 
 
 class KerasTensor:
@@ -321,7 +332,7 @@ class Flatten(Layer):
         return {"data_format": "channels_last"}
 
     def compute_output_shape(self, in_shape):
-        return [int(_prod(in_shape))]
+        return [int(_prod(_fixed(in_shape, "Flatten")))]
 
 
 def _prod(v):
@@ -346,7 +357,7 @@ class Reshape(Layer):
         return {"target_shape": self.target_shape}
 
     def compute_output_shape(self, in_shape):
-        n, ts = _prod(in_shape), list(self.target_shape)
+        n, ts = _prod(_fixed(in_shape, "Reshape")), list(self.target_shape)
         known = _prod(d for d in ts if d != -1)
         if -1 in ts:
             if n % known:
@@ -416,6 +427,8 @@ class Conv2D(Layer):
 
 
 def _conv_len(n, k, s, padding):
+    if n is None:  # a variable length stays variable
+        return None
     if padding == "same":
         return -(-n // s)
     if n < k:
@@ -839,6 +852,11 @@ def _nonneg_pairs(v, n, what):
     return out
 
 
+def _grow(n, by):
+    """a dim plus by; a variable dim (None) stays variable"""
+    return None if n is None else n + by
+
+
 def _conv_padding(p, causal=False):
     if p == "causal" and causal:
         return p
@@ -846,7 +864,7 @@ def _conv_padding(p, causal=False):
 
 
 def _conv_out(n, k, s, d, padding):
-    if padding == "causal":
+    if padding == "causal" and n is not None:
         return -(-n // s)
     return _conv_len(n, (k - 1) * d + 1, s, padding)
 
@@ -1100,7 +1118,7 @@ class ZeroPadding1D(Layer):
         return {"padding": self.padding}
 
     def compute_output_shape(self, in_shape):
-        return [in_shape[0] + sum(self.padding)] + list(in_shape[1:])
+        return [_grow(in_shape[0], sum(self.padding))] + list(in_shape[1:])
 
 
 class ZeroPadding2D(Layer):
@@ -1130,8 +1148,8 @@ class Cropping1D(Layer):
         return {"cropping": self.cropping}
 
     def compute_output_shape(self, in_shape):
-        n = in_shape[0] - sum(self.cropping)
-        if n <= 0:
+        n = _grow(in_shape[0], -sum(self.cropping))
+        if n is not None and n <= 0:
             raise ValueError("Cropping1D %s leaves nothing of %s"
                              % (self.cropping, in_shape))
         return [n] + list(in_shape[1:])
@@ -1168,7 +1186,7 @@ class UpSampling1D(Layer):
         return {"size": self.size}
 
     def compute_output_shape(self, in_shape):
-        return [in_shape[0] * self.size] + list(in_shape[1:])
+        return [None if in_shape[0] is None else in_shape[0] * self.size] + list(in_shape[1:])
 
 
 class UpSampling2D(Layer):

@@ -42,9 +42,14 @@ class _Node:
     def weight_specs(self):
         if isinstance(self.layer, _layers.InputLayer):
             return []
-        return [("%s/%s" % (self.name, sfx), shape, tr)
-                for sfx, shape, tr in self.layer.weight_specs(
-                    self.in_shapes[0])]
+        out = [("%s/%s" % (self.name, sfx), shape, tr)
+               for sfx, shape, tr in self.layer.weight_specs(
+                   self.in_shapes[0])]
+        for n, shape, _ in out:
+            if any(d is None for d in shape):
+                raise ValueError("weight %s would have the shape %s of a "
+                                 "variable input dim" % (n, tuple(shape)))
+        return out
 
 
 class Model:
