@@ -1624,11 +1624,12 @@ static int pass_mask(imp *m, rt_keras_ctx *c)
             snprintf(c->out.mask, sizeof c->out.mask, "%s", mask);
             return 0;
         }
-    char msg[300];
+    char msg[480];
     snprintf(msg, sizeof msg,
              "layer '%.64s' (%.40s) receives the step mask '%.64s', which Keras would apply "
-             "there: masks are supported into SimpleRNN, LSTM, GRU and Bidirectional, and "
-             "through Dropout, Dense, activations and LayerNormalization",
+             "there: masks are supported into SimpleRNN, LSTM, GRU, Bidirectional and "
+             "GlobalAveragePooling1D, and through Dropout, Dense, activations and "
+             "LayerNormalization",
              c->layer, c->class_name, mask);
     add_problem(m, RT_EUNIMPLEMENTED, msg);
     return -1;

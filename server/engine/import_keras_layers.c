@@ -4,7 +4,8 @@
  * Minimum), shape (ZeroPadding1D/2D, Cropping1D/2D, UpSampling1D/2D,
  * Permute, RepeatVector), convolution (Conv1D, DepthwiseConv2D,
  * SeparableConv2D, Conv2DTranspose), pooling (MaxPooling1D,
- * AveragePooling1D, GlobalMax/GlobalAveragePooling1D, GlobalMaxPooling2D),
+ * AveragePooling1D, GlobalMax/GlobalAveragePooling1D (the average of the
+ * kept steps under a step mask, as Keras), GlobalMaxPooling2D),
  * LayerNormalization, the activation layers (LeakyReLU, PReLU, ELU, ReLU,
  * Softmax, ThresholdedReLU), the train-time noise layers (SpatialDropout1D/
  * 2D, GaussianNoise, GaussianDropout), Identity, Normalization and the
@@ -764,6 +765,26 @@ static int kl_global(rt_keras_ctx *c, int rank, int max)
     const int64_t ax[1] = {1};
     rt_attr a[2] = {{.name = "axes", .kind = RT_ATTR_INTS, .n = 1, .ints = ax},
                     {.name = "keepdims", .kind = RT_ATTR_INT, .i = keep}};
+    if (rank == 2 && c->in[0].mask[0]) {
+        /* a step mask: Keras averages the kept steps, sum(x m) / sum(m)
+         * (a sample with every step masked gets 0 / 0, as in Keras) */
+        char mr[RT_KERAS_NAME], xm[RT_KERAS_NAME], sum[RT_KERAS_NAME], cnt[RT_KERAS_NAME];
+        const int64_t md[2] = {c->in[0].dims[0], 1};
+        if ((rc = kl_name(c, mr, "mask")) < 0 || (rc = kl_name(c, xm, "masked")) < 0 ||
+            (rc = kl_name(c, sum, "sum")) < 0 || (rc = kl_name(c, cnt, "count")) < 0 ||
+            (rc = kl_reshape(c, mr, c->in[0].mask, 2, md)) < 0)
+            return rc;
+        const char *mul[2] = {c->in[0].name, mr}, *div[2] = {sum, cnt};
+        if ((rc = kl_node(c, xm, "Mul", 2, mul, 0, NULL)) < 0 ||
+            (rc = kl_node(c, sum, "ReduceSum", 1, (const char *[]){xm}, 2, a)) < 0 ||
+            (rc = kl_node(c, cnt, "ReduceSum", 1, (const char *[]){mr}, 2, a)) < 0 ||
+            (rc = kl_node(c, c->layer, "Div", 2, div, 0, NULL)) < 0)
+            return rc;
+        kl_out(c, c->layer, ond, od);
+        c->mask_set = 1; /* consumed: no mask after it */
+        c->out.mask[0] = 0;
+        return 0;
+    }
     return kl_unary(c, c->layer, "ReduceMean", c->in[0].name, 2, a, ond, od);
 }
 

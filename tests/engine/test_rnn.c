@@ -404,8 +404,36 @@ static void masking_imports(void)
         CHECK(!"Bidirectional on a mask imports");
     }
     rt_graph_destroy(g);
-    /* a mask into Flatten (Keras 2 refuses it too), into a pooling layer
-     * that would average the kept steps only: refused naming both */
+    /* Embedding(mask_zero) -> GlobalAveragePooling1D averages the kept
+     * steps only (Keras: sum(x m) / sum(m)), against that mean of the
+     * fixture's embedding rows */
+    static const char *emb_gap = SEQ2(
+        "{\"class_name\": \"Embedding\", \"config\": {\"name\": \"emb\", "
+        "\"batch_input_shape\": [null, 5], \"input_dim\": 7, \"output_dim\": 4, "
+        "\"mask_zero\": true}}, {\"class_name\": \"GlobalAveragePooling1D\", \"config\": "
+        "{\"name\": \"gap\", \"data_format\": \"channels_last\", \"keepdims\": false}}");
+    {
+        const float *xi = rt_fixture_find("emb_lstm_mask_drop/x")->data;
+        const float *E = rt_fixture_find("emb_lstm_mask_drop/emb")->data;
+        float want[B * F] = {0};
+        for (int i = 0; i < B; i++) {
+            int kept = 0;
+            for (int t = 0; t < T; t++) {
+                const int k = (int)xi[i * T + t];
+                if (!k) continue;
+                kept++;
+                for (int j = 0; j < F; j++) want[i * F + j] += E[k * F + j];
+            }
+            for (int j = 0; j < F; j++) want[i * F + j] /= (float)kept;
+        }
+        if (import_predict(emb_gap, "emb_lstm_mask_drop", xi, out, &n, 1, F, 0) == 0)
+            CHECK(n == F && !rt_fixture_compare("mask_zero -> GlobalAveragePooling1D", out,
+                                                 want, B * F, 1e-6, 1e-5));
+        else
+            CHECK(!"mask_zero -> GlobalAveragePooling1D imports");
+    }
+    /* a mask into Flatten (Keras 2 refuses it too), into GlobalMaxPooling1D
+     * (Keras 2 does not support one there): refused naming both */
     static const char *bad[] = {
         SEQ2("{\"class_name\": \"Embedding\", \"config\": {\"name\": \"emb\", "
              "\"batch_input_shape\": [null, 5], \"input_dim\": 7, \"output_dim\": 4, "
@@ -414,7 +442,7 @@ static void masking_imports(void)
              "\"units\": 1}}"),
         SEQ2("{\"class_name\": \"Embedding\", \"config\": {\"name\": \"emb\", "
              "\"batch_input_shape\": [null, 5], \"input_dim\": 7, \"output_dim\": 4, "
-             "\"mask_zero\": true}}, {\"class_name\": \"GlobalAveragePooling1D\", "
+             "\"mask_zero\": true}}, {\"class_name\": \"GlobalMaxPooling1D\", "
              "\"config\": {\"name\": \"flat\"}}, {\"class_name\": \"Dense\", \"config\": "
              "{\"name\": \"d\", \"units\": 1}}"),
     };
