@@ -195,16 +195,19 @@ static void embedding_checks(void)
 /* Import json, compile for batch 3 (MSE, labels shaped as the output:
  * lab_ndim dims l0, l1), set every parameter from the
  * fixture tensor prefix + (its name after the first '/', with
- * "forward_lstm"/"backward_lstm" as "fw"/"bw"), predict x into out. */
-static int import_predict(const char *json, const char *prefix, const float *x, float *out,
-                          int64_t *out_numel, int lab_ndim, int64_t l0, int64_t l1)
+ * "forward_<x>"/"backward_<x>" as "fw"/"bw"), predict x into out. With
+ * output_at, the graph's output is that value instead of the model's. */
+static int import_predict_at(const char *json, const char *prefix, const float *x, float *out,
+                             int64_t *out_numel, int lab_ndim, int64_t l0, int64_t l1,
+                             const char *output_at)
 {
     rt_graph *g;
-    char err[256];
+    char err[400];
     if (rt_keras_import(json, strlen(json), &g, err, sizeof err) < 0) {
         fprintf(stderr, "import: %s\n", err);
         return -1;
     }
+    if (output_at) REQUIRE(rt_graph_set_output(g, output_at) == 0);
     rt_train_config cfg;
     rt_train_config_init(&cfg);
     cfg.loss = RT_LOSS_MSE;
@@ -231,12 +234,15 @@ static int import_predict(const char *json, const char *prefix, const float *x, 
         int tr;
         REQUIRE(rt_plan_param_info(p, i, &pn, d, &tr) >= 0);
         if (!tr) continue; /* Bidirectional ave's constant 0.5 */
+        /* output_at: only its own layer's weights reach it */
+        if (output_at && (strncmp(pn, output_at, strlen(output_at)) || pn[strlen(output_at)] != '/'))
+            continue;
         const char *rest = strchr(pn, '/') + 1;
         char nm[160];
-        if (!strncmp(rest, "forward_lstm/", 13))
-            snprintf(nm, sizeof nm, "%s/fw/%s", prefix, rest + 13);
-        else if (!strncmp(rest, "backward_lstm/", 14))
-            snprintf(nm, sizeof nm, "%s/bw/%s", prefix, rest + 14);
+        if (!strncmp(rest, "forward_", 8) && strchr(rest, '/'))
+            snprintf(nm, sizeof nm, "%s/fw/%s", prefix, strchr(rest, '/') + 1);
+        else if (!strncmp(rest, "backward_", 9) && strchr(rest, '/'))
+            snprintf(nm, sizeof nm, "%s/bw/%s", prefix, strchr(rest, '/') + 1);
         else if (!strcmp(rest, "embeddings"))
             snprintf(nm, sizeof nm, "%s/emb", prefix);
         else
@@ -247,6 +253,12 @@ static int import_predict(const char *json, const char *prefix, const float *x, 
     rt_exec_destroy(e);
     rt_plan_release(p);
     return 0;
+}
+
+static int import_predict(const char *json, const char *prefix, const float *x, float *out,
+                          int64_t *out_numel, int lab_ndim, int64_t l0, int64_t l1)
+{
+    return import_predict_at(json, prefix, x, out, out_numel, lab_ndim, l0, l1, NULL);
 }
 
 static const char *lstm_keras3 =
@@ -374,6 +386,14 @@ static void masking_imports(void)
         "{\"class_name\": \"Dropout\", \"config\": {\"name\": \"drop\", \"rate\": 0.1}}, "
         "{\"class_name\": \"Dense\", \"config\": {\"name\": \"dense\", \"units\": 2}}, "
         K2_RNN("LSTM", "lstm", ""));
+    /* and its values: Keras' Bidirectional over the mask, in torch */
+    ref = rt_fixture_find("bigru_mask/out");
+    if (import_predict_at(bi_lstm, "bigru_mask", rt_fixture_find("bigru_mask/x")->data, out,
+                          &n, 2, T, 2 * U, "bi") == 0)
+        CHECK(n == T * 2 * U && !rt_fixture_compare("Masking -> Bidirectional(GRU)", out,
+                                                     ref->data, ref->count, 1e-5, 1e-4));
+    else
+        CHECK(!"Masking -> Bidirectional(GRU) with the fixture's weights");
     if (rt_keras_import(bi_lstm, strlen(bi_lstm), &g, err, sizeof err) == 0) {
         REQUIRE(rt_graph_set_output(g, "bi") == 0);
         rt_train_config cfg;
