@@ -205,3 +205,19 @@ def test_daemon_agrees_and_trains(client, build, xshape):
     h = m.fit(x, y, epochs=2, verbose=0)
     assert np.isfinite(h.history["loss"]).all()
     assert m.predict(x).shape == (64, 1)
+
+
+@pytest.mark.parametrize("build", [seq1d, seq2d, merged, masked_rnn])
+def test_json_round_trip_and_summary(build):
+    """model_from_json reads every new layer back to the same JSON and
+    counts; summary() lists each layer with its output shape."""
+    m = build()
+    back = rtrain.models.model_from_json(m.to_json())
+    assert back.to_json() == m.to_json()
+    assert back.count_params() == m.count_params()
+    lines = []
+    m.summary(print_fn=lines.append)
+    assert any("Total params: {:,}".format(m.count_params()) in ln for ln in lines)
+    for n in m._nodes[1:]:
+        row = [ln for ln in lines if ln.startswith(n.name + " ")]
+        assert row and str(tuple([None] + list(n.out_shape))) in row[0], n.name
