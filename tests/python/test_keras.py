@@ -668,3 +668,18 @@ def test_python_model_with_a_variable_length(client):
     with pytest.raises(ValueError, match="Flatten needs fixed input dims"):
         rtrain.Sequential([L.Conv1D(2, 3, input_shape=(None, 3)), L.Flatten(),
                            L.Dense(1)]).count_params()
+
+
+def test_tfjs_wrapped_model_binds_null_dims(client):
+    """A TF.js model.json (the model under modelTopology) with a null
+    length is bound by fit too."""
+    spec = json.dumps({"format": "layers-model", "modelTopology": {
+        "class_name": "Sequential", "config": {"name": "s", "layers": [
+            {"class_name": "GRU", "config": {"name": "g", "units": 3,
+                                             "batch_input_shape": [None, None, 2],
+                                             "dropout": 0.1}},
+            {"class_name": "Dense", "config": {"name": "d", "units": 1}}]}}})
+    m = client.compile(spec, optimizer="adam", loss="mse", batch_size=4)
+    x = np.random.default_rng(4).normal(size=(16, 9, 2)).astype(np.float32)
+    m.fit(x, x[:, 0, :1], epochs=1, verbose=0)
+    assert tuple(m.input_shape) == (9, 2)

@@ -126,6 +126,10 @@ def _input_dims(spec_json):
         doc = _json.loads(spec_json)
     except ValueError:
         return []
+    # TF.js model.json and HDF5's attribute wrap the model (_spec_json)
+    if isinstance(doc, dict) and "class_name" not in doc:
+        doc = doc.get("modelTopology", doc)
+        doc = doc.get("model_config", doc) if isinstance(doc, dict) else doc
     cfg = doc.get("config") if isinstance(doc, dict) else None
     layers = cfg if isinstance(cfg, list) else (
         cfg.get("layers") if isinstance(cfg, dict) else None)
