@@ -91,6 +91,8 @@ typedef struct cli_opts {
     uint64_t rtt_us, jitter_us, bandwidth_Bps;
     /* durability (cli_ckpt.c) */
     double reattach_s;        /* fit: < 0 = the library's default */
+    long ckpt_every_steps;    /* fit: per-fit checkpoint interval, 0 = the daemon's */
+    long ckpt_every_s;
     const char *save_state, *load_state;  /* fit */
     const char *program, *session_token;  /* checkpoint pull */
     const char *pos[2];       /* checkpoint: SESSION PATH / PATH */

@@ -32,7 +32,7 @@ enum {
     O_EARLY_STOP, O_CHECKPOINT, O_CSV_LOG, O_LOAD_WEIGHTS, O_SAMPLE_WEIGHTS,
     O_RTT, O_JITTER, O_BANDWIDTH, O_METRICS, O_LABEL_COLS, O_ONNX, O_ONNX_OUTPUT,
     O_REATTACH, O_SAVE_STATE, O_LOAD_STATE, O_PROGRAM, O_SESSION_TOKEN,
-    O_INPUT_SHAPE,
+    O_INPUT_SHAPE, O_CKPT_STEPS, O_CKPT_S,
 };
 
 typedef struct opt_def {
@@ -107,6 +107,8 @@ static const opt_def defs[] = {
     {"jitter", 1, O_JITTER, B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY)},
     {"bandwidth", 1, O_BANDWIDTH, B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY)},
     {"reattach-s", 1, O_REATTACH, B(CLI_FIT)},
+    {"checkpoint-every-steps", 1, O_CKPT_STEPS, B(CLI_FIT)},
+    {"checkpoint-every-s", 1, O_CKPT_S, B(CLI_FIT)},
     {"save-state", 1, O_SAVE_STATE, B(CLI_FIT)},
     {"load-state", 1, O_LOAD_STATE, B(CLI_FIT)},
     {"program", 1, O_PROGRAM, B(CLI_CKPT_PULL)},
@@ -169,8 +171,12 @@ static const struct {
     {"csv-log", "FILE", "one CSV row per epoch (Keras' CSVLogger columns)"},
     {"sample-weights", "W.npy", "one loss weight >= 0 per --data sample (Keras' "
                                 "sample_weight; default: none)"},
-    {"reattach-s", "S", "RunSteps fit: when the daemon is unavailable, retry with backoff "
-                        "for up to S s, then resume exactly (default 300; 0 = off)"},
+    {"reattach-s", "S", "when the daemon is unavailable, retry with backoff for up to S s, "
+                        "then resume exactly (default 300; 0 = off)"},
+    {"checkpoint-every-steps", "N", "durable daemon: a checkpoint every N steps of this fit "
+                                    "(default: the daemon's)"},
+    {"checkpoint-every-s", "T", "durable daemon: a checkpoint every T s of this fit "
+                                "(default: the daemon's)"},
     {"save-state", "FILE", "after training, the full training state (weights, optimizer, "
                            "cursor) into FILE"},
     {"load-state", "FILE", "resume from a saved state (any daemon) instead of fresh weights"},
@@ -222,6 +228,7 @@ void cli_usage(FILE *f)
 "      [--seed S] [--no-shuffle] [--save-weights W.bin] [--timings]\n"
 "      [--trace out.json] [--early-stopping PATIENCE] [--checkpoint W.bin]\n"
 "      [--csv-log log.csv] [--reattach-s S] [--save-state F] [--load-state F]\n"
+"      [--checkpoint-every-steps N] [--checkpoint-every-s T]\n"
 "                            train; K = 0 or absent: one Fit stream, else\n"
 "                            RunSteps calls of K steps (never across an\n"
 "                            epoch end; validation by an Evaluate after\n"
@@ -637,6 +644,16 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
         case O_REATTACH:
             if (parse_double(a, 0, 1e7, &o->reattach_s) < 0)
                 return perr(err, errlen, "--reattach-s: expected seconds >= 0, got '%s'", a);
+            break;
+        case O_CKPT_STEPS:
+            if (parse_long(a, 1, 1L << 30, &o->ckpt_every_steps) < 0)
+                return perr(err, errlen, "--checkpoint-every-steps: expected an integer >= 1, "
+                            "got '%s'", a);
+            break;
+        case O_CKPT_S:
+            if (parse_long(a, 1, 1L << 30, &o->ckpt_every_s) < 0)
+                return perr(err, errlen, "--checkpoint-every-s: expected an integer >= 1, "
+                            "got '%s'", a);
             break;
         case O_SAVE_STATE: o->save_state = a; break;
         case O_LOAD_STATE: o->load_state = a; break;

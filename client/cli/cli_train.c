@@ -715,7 +715,9 @@ int cli_cmd_fit(const cli_opts *o)
                 .session = sid, .program = prog.program_id, .dataset = tr.id,
                 .val_dataset = o->val ? va.id : NULL, .epochs = per_run,
                 .steps_per_epoch = (uint32_t)(o->steps_per_epoch > 0 ? o->steps_per_epoch : 0),
-                .progress_every = bar ? 1 : 0};
+                .progress_every = bar ? 1 : 0,
+                .checkpoint_every_steps = (uint32_t)o->ckpt_every_steps,
+                .checkpoint_every_s = (uint32_t)o->ckpt_every_s};
             rc = rt_client_fit(c, &fp, on_fit_event, &v);
         } else {
             rt_client_train_params tp = {
@@ -724,7 +726,9 @@ int cli_cmd_fit(const cli_opts *o)
                 .steps_per_epoch = spe,
                 .steps_per_call = o->steps_per_call == CLI_SPC_AUTO ? 0
                                                                     : (uint64_t)o->steps_per_call,
-                .window = (uint32_t)o->in_flight};
+                .window = (uint32_t)o->in_flight,
+                .checkpoint_every_steps = (uint32_t)o->ckpt_every_steps,
+                .checkpoint_every_s = (uint32_t)o->ckpt_every_s};
             rc = rt_client_train_steps(c, &tp, on_fit_event, &v);
         }
         if (rc == 0 && o->checkpoint &&

@@ -158,6 +158,17 @@ int rt__run_steps_start(rt_client *c, rt__call *k, const rt_client_steps_params 
                         uint64_t *seq);
 int rt__run_steps_finish(rt_client *c, rt__call *k, rt_client_steps_result *out);
 
+/* Reattaching (rt_client_train.c). daemon_gone: whether rc is the daemon
+ * going away (restart, preemption, network: UNAVAILABLE, ABORTED for a
+ * restart, a daemon-side CANCELLED) rather than an answer. wait_daemon:
+ * retry a Checkpoint call with backoff (50 ms doubling to 1 s) until the
+ * daemon answers or c->reattach_ms since t0 passed, and read where the
+ * program stands into *info; errors are prefixed with what. Both keep the
+ * cancel flag (c->in_loop). */
+int rt__daemon_gone(rt_client *c, int rc);
+int rt__wait_daemon(rt_client *c, const char *what, const char *session, const char *program,
+                    uint64_t t0, rt_client_ckpt_info *info);
+
 /* Copy (add, for streams) a response's Timings into c->cur. */
 void rt__take_timings(rt_client *c, const Rtrain__V1__Timings *t, int add);
 

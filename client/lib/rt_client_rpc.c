@@ -432,6 +432,8 @@ int rt__run_steps_start(rt_client *c, rt__call *k, const rt_client_steps_params 
     req.return_losses = p->return_losses != 0;
     req.learning_rate = p->learning_rate;
     req.checkpoint = p->checkpoint != 0;
+    req.checkpoint_every_steps = p->checkpoint_every_steps;
+    req.checkpoint_every_s = p->checkpoint_every_s;
     req.boot_id = p->boot_id;
     if (seq)
         *seq = req.seq;
@@ -811,6 +813,8 @@ int rt_client_checkpoint(rt_client *c, const char *session, const char *program,
         info->epoch = r->epoch;
         info->step_in_epoch = r->step_in_epoch;
         info->fit_epochs = r->fit_epochs;
+        info->fit_id = r->fit_id;
+        info->fit_epochs_done = r->fit_epochs_done;
         info->saved = r->saved;
         info->durable = r->durable;
         info->boot_id = r->boot_id;

@@ -163,7 +163,9 @@ static int start_call(loop *L, size_t li, int val)
                                  .dataset = L->p->dataset, .steps = e->steps, .seq = e->seq,
                                  .checkpoint = e->last, .boot_id = L->boot,
                                  .learning_rate = L->p->learning_rate,
-                                 .after_seq = L->last_seq};
+                                 .after_seq = L->last_seq,
+                                 .checkpoint_every_steps = L->p->checkpoint_every_steps,
+                                 .checkpoint_every_s = L->p->checkpoint_every_s};
     /* The epoch's last call validates inside itself, so validation costs
      * no round trip of its own. */
     if (val) {
@@ -411,7 +413,7 @@ static int run_epoch_once(loop *L, epoch_acc *a, uint32_t epoch)
 
 /* Whether rc is the daemon going away (restart, preemption, network), as
  * opposed to an answer. */
-static int daemon_gone(rt_client *c, int rc)
+int rt__daemon_gone(rt_client *c, int rc)
 {
     return (rc == RT_EUNAVAILABLE && c->grpc_status == 14 /* UNAVAILABLE */) ||
            rc == RT_ERESTARTED ||
@@ -426,40 +428,45 @@ static void nap_ms(int64_t ms)
         ;
 }
 
-/* Wait for the daemon to answer again (backoff from 50 ms to 1 s, up to
- * c->reattach_ms in all) and read where the program stands. */
-static int wait_daemon(loop *L, uint64_t t0, rt_client_ckpt_info *info)
+int rt__wait_daemon(rt_client *c, const char *what, const char *session, const char *program,
+                    uint64_t t0, rt_client_ckpt_info *info)
 {
-    rt_client *c = L->c;
     int64_t wait = 50;
     char first[sizeof c->errmsg];
     memcpy(first, c->errmsg, sizeof first);
     for (;;) {
         if (cancelled(c))
-            return rt__err(c, RT_ECANCELLED, "train: cancelled while the daemon was away");
+            return rt__err(c, RT_ECANCELLED, "%s: cancelled while the daemon was away", what);
         uint64_t spent = (rt_now_ns() - t0) / 1000000;
         if ((int64_t)spent >= c->reattach_ms)
-            return rt__err(c, RT_EUNAVAILABLE, "train: the daemon did not come back within "
-                           "%lld ms: %s", (long long)c->reattach_ms, first);
+            return rt__err(c, RT_EUNAVAILABLE, "%s: the daemon did not come back within "
+                           "%lld ms: %s", what, (long long)c->reattach_ms, first);
         /* waits for the channel to connect (no fail-fast between
          * reconnect attempts), for up to a second per try */
         c->next_timeout_ms = 1000;
         c->wait_ready = 1;
-        int rc = rt_client_checkpoint(c, L->p->session, L->p->program, 0, info);
+        int rc = rt_client_checkpoint(c, session, program, 0, info);
         c->wait_ready = 0;
         if (rc == 0)
             return 0;
         if (rc == RT_ETIMEDOUT)
             continue; /* not back within the second: try again */
-        if (!daemon_gone(c, rc)) {
+        if (!rt__daemon_gone(c, rc)) {
             if (rc == RT_ENOTFOUND)
-                return rt__err(c, rc, "train: the daemon came back without this session "
-                               "(no --state-dir?): %s", c->errmsg);
+                return rt__err(c, rc, "%s: the daemon came back without this session "
+                               "(no --state-dir?): %s", what, c->errmsg);
             return rc;
         }
         nap_ms(wait);
         wait = wait * 2 > 1000 ? 1000 : wait * 2;
     }
+}
+
+/* Wait for the daemon to answer again (backoff from 50 ms to 1 s, up to
+ * c->reattach_ms in all) and read where the program stands. */
+static int wait_daemon(loop *L, uint64_t t0, rt_client_ckpt_info *info)
+{
+    return rt__wait_daemon(L->c, "train", L->p->session, L->p->program, t0, info);
 }
 
 /* The daemon went away mid-epoch: drop the calls in flight, wait for it,
@@ -518,7 +525,7 @@ static int run_epoch(loop *L, epoch_acc *a, uint32_t epoch)
     }
     for (;;) {
         int rc = run_epoch_once(L, a, epoch);
-        if (rc >= 0 || !daemon_gone(L->c, rc) || L->c->reattach_ms <= 0)
+        if (rc >= 0 || !rt__daemon_gone(L->c, rc) || L->c->reattach_ms <= 0)
             return rc;
         if ((rc = reattach(L, a, epoch)) != 0)
             return rc;
@@ -533,7 +540,7 @@ static int evaluate(loop *L, rt_client_metrics *m)
     for (;;) {
         c->next_timeout_ms = L->timeout;
         int rc = rt_client_evaluate(c, L->p->session, L->p->program, L->p->val_dataset, m);
-        if (rc >= 0 || !daemon_gone(c, rc) || c->reattach_ms <= 0)
+        if (rc >= 0 || !rt__daemon_gone(c, rc) || c->reattach_ms <= 0)
             return rc;
         rt_client_ckpt_info info;
         if ((rc = wait_daemon(L, t0, &info)) < 0)

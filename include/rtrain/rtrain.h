@@ -554,6 +554,10 @@ typedef struct rt_client_steps_params {
     int checkpoint;          /* durable daemon: checkpoint before answering */
     uint64_t boot_id;        /* refuse (RT_ERESTARTED) if the daemon restarted
                                 since an answer with this boot id; 0 = no check */
+    /* durable daemon: checkpoint after this call once this many steps or
+     * seconds passed since the program's last one; 0 = the daemon's
+     * --checkpoint-every-steps / --checkpoint-every-s */
+    uint32_t checkpoint_every_steps, checkpoint_every_s;
 } rt_client_steps_params;
 
 int rt_client_run_steps(rt_client *c, const rt_client_steps_params *p,
@@ -562,9 +566,10 @@ void rt_client_steps_result_free(rt_client_steps_result *r);
 
 typedef enum rt_client_fit_kind {
     RT_FIT_PROGRESS = 1, RT_FIT_EPOCH_END = 2, RT_FIT_DONE = 3,
-    /* rt_client_train_steps reattached after the daemon restarted (or was
-     * unreachable): epoch and step say where training resumes. Callers
-     * print "daemon restarted; resuming at epoch E step S". */
+    /* rt_client_train_steps or rt_client_fit reattached after the daemon
+     * restarted (or was unreachable): epoch and step say where training
+     * resumes (epoch numbered as the run's other events). Callers print
+     * "daemon restarted; resuming at epoch E step S". */
     RT_FIT_RESUMED = 4,
 } rt_client_fit_kind;
 
@@ -608,11 +613,26 @@ typedef struct rt_client_fit_params {
     uint32_t steps_per_epoch;  /* 0 = ceil(samples / batch) */
     uint32_t progress_every;   /* StepProgress every N steps; 0 = epoch ends only */
     float learning_rate;       /* as rt_client_steps_params.learning_rate */
+    /* durable daemon: a checkpoint every N steps / T seconds of this fit,
+     * in place of the daemon's default (0); its epoch ends always get one */
+    uint32_t checkpoint_every_steps, checkpoint_every_s;
 } rt_client_fit_params;
 
 /* Runs the Fit stream; cb (may be NULL) sees each event in order. Returns 0
  * when the daemon finished, RT_ECANCELLED when cb or rt_client_cancel
- * stopped it (the weights then hold the last completed step). */
+ * stopped it (the weights then hold the last completed step).
+ *
+ * Reattach: each fit has a random id. When the stream breaks because the
+ * daemon went away (UNAVAILABLE, a restart's ABORTED, a stopping daemon's
+ * CANCELLED), the fit waits for the daemon as rt_client_train_steps does
+ * (rt_client_set_reattach_ms; needs the session token), delivers an
+ * RT_FIT_RESUMED event (epoch: the program's Fit epoch being resumed, as
+ * the EpochEnd numbers; step: the restored global step) and sends the Fit
+ * again with its id and the count of epoch ends received. A daemon with
+ * --state-dir continues the fit from its restored state: no step runs
+ * twice or is lost, the epoch ends the client missed come again as they
+ * were, and none comes twice. Progress events already passed (a step at
+ * or below one reported) are not delivered again. */
 int rt_client_fit(rt_client *c, const rt_client_fit_params *p,
                   rt_client_fit_cb cb, void *user);
 
@@ -693,6 +713,9 @@ typedef struct rt_client_train_params {
                                   per epoch). A stop from cb at an epoch end
                                   then comes after up to window - 1 later
                                   calls ran. 0 = calls wait at each epoch end */
+    /* every call's rt_client_steps_params.checkpoint_every_* (0: the
+     * daemon's); epoch ends always get a checkpoint */
+    uint32_t checkpoint_every_steps, checkpoint_every_s;
 } rt_client_train_params;
 
 int rt_client_train_steps(rt_client *c, const rt_client_train_params *p,
@@ -725,7 +748,7 @@ int rt_client_control(rt_client *c, const rt_client_control_params *p,
 
 /* ------------------------------------------------------------- durability */
 
-/* How long rt_client_train_steps keeps reattaching when the daemon is
+/* How long rt_client_train_steps and rt_client_fit keep reattaching when the daemon is
  * UNAVAILABLE (restarted, preempted, unreachable): retries with backoff
  * (50 ms doubling to 1 s) for up to ms, default RT_CLIENT_REATTACH_MS;
  * 0 = fail at once. Resuming is exact against a daemon with --state-dir:
@@ -743,6 +766,8 @@ typedef struct rt_client_ckpt_info {
     uint64_t global_step, last_seq;
     uint64_t epoch, step_in_epoch; /* the engine's cursor, epoch 1-based */
     uint64_t fit_epochs;
+    /* the last Fit with an id (rt_client_fit's) and its epochs completed */
+    uint64_t fit_id, fit_epochs_done;
     int saved, durable;
     uint64_t boot_id;
     unsigned char *state;          /* pull: the checkpoint (malloc'ed) */

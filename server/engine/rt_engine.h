@@ -521,6 +521,8 @@ int rt_exec_set_lr(rt_exec *e, float lr);
 /* The rate the next step uses (the override, or the schedule's at the
  * current step). */
 float rt_exec_lr(const rt_exec *e);
+/* rt_exec_set_lr's rate, 0 when none is set (the config's schedule). */
+float rt_exec_lr_override(const rt_exec *e);
 
 /* Carry src's training state into dst, whose plan has the same parameters
  * (names, shapes, order; e.g. the same model at another batch size):

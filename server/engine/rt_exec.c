@@ -1050,6 +1050,14 @@ float rt_exec_lr(const rt_exec *e)
     return rt__lr_now(e);
 }
 
+float rt_exec_lr_override(const rt_exec *e)
+{
+    if (!e) return 0.0f;
+    float lr;
+    __atomic_load(&e->lr_set, &lr, __ATOMIC_ACQUIRE);
+    return lr;
+}
+
 int rt_exec_copy_state(rt_exec *dst, const rt_exec *src)
 {
     if (!dst || !src) return RT_EINVAL;

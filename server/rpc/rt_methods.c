@@ -170,6 +170,8 @@ static int check_lr(rt_call *c, float lr)
 
 static int apply_lr(rt_call *c, float lr)
 {
+    if (lr > 0.0f && lr != rt_exec_lr_override(c->prog->exec))
+        __atomic_store_n(&c->prog->ckpt_dirty, 1, __ATOMIC_RELEASE);
     int rc = lr > 0.0f ? rt_exec_set_lr(c->prog->exec, lr) : 0;
     return rc < 0 ? engine_fail(c, rc) : 0;
 }
@@ -1745,8 +1747,18 @@ static int h_run_steps(rt_call *c)
 }
 
 /* -------------------------------------------------------------------- Fit */
+/* A Fit with a fit_id is resumable (rt_fit_rec): its start, steps and the
+ * results of its last epochs go with every checkpoint, and a Fit sent again
+ * with the same id after a restart continues from the restored state. A
+ * fit whose epochs are the engine's ("aligned": steps_per_epoch is the
+ * data set's and the exec was at an epoch start) takes its epoch metrics
+ * from the exec's epoch accumulators, which a checkpoint holds, so it can
+ * stop and resume at any step: the interval checkpoints (per fit or the
+ * daemon's) and a stopping daemon's exit checkpoint land between steps.
+ * Another fit stops and resumes at its epoch ends only. */
 typedef struct fit_cb {
     rt_call *c;
+    const Rtrain__V1__FitRequest *q;
     uint32_t every;
     int64_t epoch, spe, in_epoch;
     int64_t n, bs;         /* dataset samples, batch size */
@@ -1755,25 +1767,46 @@ typedef struct fit_cb {
     uint64_t mark;         /* epoch clock (epoch_clock_end) */
     uint64_t gen;          /* this call's run_gen */
     int stopped;           /* Control's stop */
+    int aligned;           /* rt_fit_rec.aligned */
+    int resumable;         /* the request has a fit_id */
+    int draining;          /* stopped for a stopping daemon's exit checkpoint */
+    int ckpt_rc;           /* an interval checkpoint failed (the call fails) */
+    rt_metrics ep;         /* aligned: the epoch's metrics at its last step */
     float last_lr;         /* the previous step's rate (0 before the first) */
 } fit_cb;
+
+static int daemon_stopping(const rt_call *c)
+{
+    return c->srv->state && __atomic_load_n(&c->srv->stopping, __ATOMIC_ACQUIRE);
+}
 
 static int fit_step_cb(void *ud, const rt_step_info *info)
 {
     fit_cb *f = ud;
-    /* Weight each step by its batch, as the epoch metrics are: batches
-     * are taken in order and only an engine epoch's last one is smaller
-     * (rt_exec_train), so step k of an engine epoch holds
-     * min(bs, n - (k-1) bs) samples. */
-    int64_t nb = f->n - (info->step_in_epoch - 1) * f->bs;
-    nb = nb < f->bs ? nb : f->bs;
-    nb = nb > 0 ? nb : 1;
+    rt_program *p = f->c->prog;
     f->in_epoch++;
-    f->loss_sum += (double)info->loss * (double)nb;
-    f->acc_sum += (double)info->acc * (double)nb;
-    f->samples += nb;
+    if (f->resumable)
+        p->fit.steps_done++;
+    if (f->aligned) {
+        f->loss_sum = info->epoch_metrics.loss;
+        f->acc_sum = info->epoch_metrics.acc;
+        f->samples = 1;
+        if (info->epoch_end)
+            f->ep = info->epoch_metrics;
+    } else {
+        /* Weight each step by its batch, as the epoch metrics are: batches
+         * are taken in order and only an engine epoch's last one is smaller
+         * (rt_exec_train), so step k of an engine epoch holds
+         * min(bs, n - (k-1) bs) samples. */
+        int64_t nb = f->n - (info->step_in_epoch - 1) * f->bs;
+        nb = nb < f->bs ? nb : f->bs;
+        nb = nb > 0 ? nb : 1;
+        f->loss_sum += (double)info->loss * (double)nb;
+        f->acc_sum += (double)info->acc * (double)nb;
+        f->samples += nb;
+    }
     if (info->epoch_end) /* RunSteps' epoch clock follows the engine's epochs */
-        epoch_clock_end(f->c->prog, &f->mark);
+        epoch_clock_end(p, &f->mark);
     rt_call_yield(f->c);
     if (rt_call_is_cancelled(f->c))
         return 1;
@@ -1781,7 +1814,7 @@ static int fit_step_cb(void *ud, const rt_step_info *info)
      * learning_rate), so a client can replay the run exactly. */
     int lr_changed = f->last_lr > 0 && info->lr != f->last_lr;
     f->last_lr = info->lr;
-    if (stop_asked(f->c->prog, f->gen))
+    if (stop_asked(p, f->gen))
         f->stopped = 1;
     if ((f->every && f->in_epoch % f->every == 0 && f->in_epoch < f->spe) ||
         lr_changed) {
@@ -1800,6 +1833,23 @@ static int fit_step_cb(void *ud, const rt_step_info *info)
         rt_call_stream_send(f->c, &ev.base, !lr_changed, 0);
         f->c->tm.encode_ns += rt_now_ns() - t0;
     }
+    /* Between two steps of an epoch the exec's state is exact for an
+     * aligned fit (the epoch's last step is the caller's: the engine moves
+     * its cursor after this callback). */
+    if (f->aligned && !info->epoch_end && !f->stopped && f->c->srv->state) {
+        if (f->resumable && daemon_stopping(f->c)) {
+            f->draining = 1;
+            return 1;
+        }
+        if (rt_state_checkpoint_due(f->c->srv->state, p, f->q->checkpoint_every_steps,
+                                    f->q->checkpoint_every_s)) {
+            int rc = durable_checkpoint(f->c, p, f->q->checkpoint_policy);
+            if (rc < 0) {
+                f->ckpt_rc = rc;
+                return 1;
+            }
+        }
+    }
     return f->stopped;
 }
 
@@ -1813,6 +1863,59 @@ static int fit_work(rt_call *c)
     return rc;
 }
 
+static int fit_send_epoch(rt_call *c, Rtrain__V1__EpochEnd *e)
+{
+    Rtrain__V1__FitEvent ev = RTRAIN__V1__FIT_EVENT__INIT;
+    ev.event_case = RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END;
+    ev.epoch_end = e;
+    uint64_t t1 = rt_now_ns();
+    rt_call_stream_send(c, &ev.base, 0, 0);
+    c->tm.encode_ns += rt_now_ns() - t1;
+    return 0;
+}
+
+/* A resent Fit: where the fit stands on this daemon (its state may have
+ * been restored from disk), after sending again the EpochEnds the client
+ * did not get. *pos gets the steps already run of the current epoch. 1
+ * when the fit had ended (only its final event is left). */
+static int fit_resume(rt_call *c, int64_t spe, int64_t *pos)
+{
+    Rtrain__V1__FitRequest *q = REQ(c, Rtrain__V1__FitRequest);
+    rt_program *p = c->prog;
+    rt_fit_rec *r = &p->fit;
+    unsigned long long id = (unsigned long long)q->fit_id;
+    if (r->epochs != q->epochs || r->spe != spe)
+        return rt_call_fail(c, RT_EINVAL, "fit %016llx was started with %u epochs of %lld "
+                            "steps, not %u of %lld", id, r->epochs, (long long)r->spe,
+                            q->epochs, (long long)spe);
+    int64_t done = p->fit_epochs - r->first_epoch;
+    if ((int64_t)q->epochs_received > done)
+        return rt_call_fail(c, RT_ESTATE, "fit %016llx: the daemon's state is at epoch %lld of "
+                            "it, but the client has %u epochs (a newer checkpoint was lost)",
+                            id, (long long)done, q->epochs_received);
+    for (int64_t k = (int64_t)q->epochs_received + 1; k <= done; k++) {
+        if (done - k >= RT_FIT_RING)
+            return rt_call_fail(c, RT_ESTATE, "fit %016llx: epoch %lld's result is no longer "
+                                "kept (the last %d are)", id, (long long)k, RT_FIT_RING);
+        const rt_fit_epoch *fe = &p->fit_ring[(k - 1) % RT_FIT_RING];
+        Rtrain__V1__EpochEnd *e = epoch_pb(c, fe->epoch, &fe->train, fe->steps, fe->execute_ns);
+        if (!e || (fe->has_val && !(e->val = metrics_pb(c, &fe->val))))
+            return OOM(c);
+        fit_send_epoch(c, e);
+    }
+    if (r->done)
+        return 1;
+    *pos = r->steps_done - done * spe;
+    if (*pos < 0 || *pos >= spe)
+        return rt_call_fail(c, RT_ESTATE, "fit %016llx: %lld steps run do not fit %lld epochs "
+                            "of %lld", id, (long long)r->steps_done, (long long)done,
+                            (long long)spe);
+    if (*pos && !r->aligned)
+        return rt_call_fail(c, RT_ESTATE, "fit %016llx stopped inside an epoch that is not the "
+                            "data set's (steps_per_epoch): it resumes only at epoch ends", id);
+    return 0;
+}
+
 static int fit_run(rt_call *c, uint64_t gen)
 {
     Rtrain__V1__FitRequest *q = REQ(c, Rtrain__V1__FitRequest);
@@ -1823,32 +1926,85 @@ static int fit_run(rt_call *c, uint64_t gen)
         return rc;
     if (c->val_ds && (rc = data_for(c, c->val_ds, &vd, 1)) < 0)
         return rc;
-    if ((rc = apply_lr(c, q->learning_rate)) < 0)
-        return rc;
     int64_t bs = rt_plan_config(p->plan)->batch_size;
     int64_t spe = q->steps_per_epoch ? q->steps_per_epoch : (d.n + bs - 1) / bs;
-    fit_cb f = {.c = c, .every = q->progress_every, .spe = spe, .n = d.n, .bs = bs,
-                .gen = gen};
+    int resume = q->fit_id && p->fit.id == q->fit_id;
+    int64_t pos = 0;
+    uint32_t ep0 = 0;
+    int ended = 0;
+    if (resume) {
+        if ((rc = fit_resume(c, spe, &pos)) < 0)
+            return rc;
+        ended = rc;
+        ep0 = (uint32_t)(p->fit_epochs - p->fit.first_epoch);
+        char pid[16];
+        RT_LOG(RT_LOG_INFO, "fit %016llx on %s resumed at epoch %u step %lld",
+               (unsigned long long)q->fit_id, rt_log_id(p->id, pid), ep0 + 1,
+               (long long)rt_exec_global_step(p->exec));
+    } else {
+        if (q->fit_id && q->epochs_received)
+            return rt_call_fail(c, RT_ESTATE, "fit %016llx is unknown here, but the client has "
+                                "%u of its epochs (the daemon's state predates them)",
+                                (unsigned long long)q->fit_id, q->epochs_received);
+        /* a resumed fit keeps the rate it has (a Control call may have
+         * changed the request's) */
+        if ((rc = apply_lr(c, q->learning_rate)) < 0)
+            return rc;
+        int64_t cur_ep, cur_pos;
+        rt_exec_cursor(p->exec, &cur_ep, &cur_pos);
+        memset(&p->fit, 0, sizeof p->fit);
+        p->fit.aligned = spe == (d.n + bs - 1) / bs && cur_pos == 0;
+        if (q->fit_id) {
+            p->fit.id = q->fit_id;
+            p->fit.first_epoch = p->fit_epochs;
+            p->fit.spe = spe;
+            p->fit.epochs = q->epochs;
+            /* The fit's start on disk, unless the newest checkpoint is the
+             * state already: a restart before the fit's first checkpoint
+             * then restores its start, where it begins again. */
+            if (c->srv->state &&
+                (p->ckpt_step != rt_exec_global_step(p->exec) ||
+                 __atomic_load_n(&p->ckpt_dirty, __ATOMIC_ACQUIRE)) &&
+                (rc = durable_checkpoint(c, p, q->checkpoint_policy)) < 0)
+                return rc;
+        }
+    }
+    fit_cb f = {.c = c, .q = q, .every = q->progress_every, .spe = spe, .n = d.n, .bs = bs,
+                .gen = gen, .aligned = p->fit.aligned, .resumable = q->fit_id != 0};
     int cancelled = 0;
     uint64_t exec_ns = 0;
     int64_t steps = 0;
-    for (uint32_t ep = 0; ep < q->epochs && !cancelled; ep++) {
+    for (uint32_t ep = ep0; ep < q->epochs && !cancelled && !ended; ep++) {
+        int64_t from = ep == ep0 ? pos : 0; /* steps of this epoch run before */
         f.epoch = p->fit_epochs + 1;
-        f.in_epoch = f.samples = 0;
+        f.in_epoch = from;
+        f.samples = 0;
         f.loss_sum = f.acc_sum = 0;
         if ((rc = train_x(c, &d)) < 0)
             return rc;
         f.mark = rt_now_ns();
         rt_train_result res;
         char derr[256] = "";
-        if ((rc = rt_dist_train(p->exec, &d, d.x == c->ds->x ? c->ds->key : NULL, spe, &res,
-                                fit_step_cb, &f, NULL, derr, sizeof derr)) < 0)
+        if ((rc = rt_dist_train(p->exec, &d, d.x == c->ds->x ? c->ds->key : NULL, spe - from,
+                                &res, fit_step_cb, &f, NULL, derr, sizeof derr)) < 0)
             return rt_call_fail(c, rc, "%s", derr);
         epoch_clock_pause(p, f.mark);
         exec_ns += res.execute_ns;
         steps += res.steps_run;
+        /* an aligned fit is exact between any two steps */
+        int partial = res.steps_run > 0 && !f.aligned;
+        if (f.ckpt_rc < 0) {
+            p->ckpt_partial = partial;
+            return f.ckpt_rc;
+        }
+        if (f.draining) {
+            p->ckpt_partial = 0;
+            return rt_call_fail(c, RT_EUNAVAILABLE, "the daemon is stopping: the fit stopped "
+                                "at step %lld, on disk at exit; reattach after it restarts",
+                                (long long)rt_exec_global_step(p->exec));
+        }
         if ((res.stopped && !f.stopped) || rt_call_is_cancelled(c)) {
-            p->ckpt_partial = res.steps_run > 0;
+            p->ckpt_partial = partial;
             if (__atomic_load_n(&c->srv->hard_cancel, __ATOMIC_ACQUIRE))
                 return stopped_fail(c, steps, (int64_t)q->epochs * spe);
             cancelled = 1;
@@ -1856,35 +2012,48 @@ static int fit_run(rt_call *c, uint64_t gen)
         }
         /* Control's stop inside the epoch ends the fit without its epoch
          * end; at the epoch's last step the epoch completes first. */
-        if (f.stopped && res.steps_run < spe) {
+        if (f.stopped && res.steps_run < spe - from) {
             p->ckpt_partial = 0; /* the call ends here, at a step boundary */
+            p->fit.done = p->fit.stopped = f.resumable;
             break;
         }
         p->fit_epochs++;
         p->ckpt_partial = 0;
         uint64_t t0 = rt_now_ns();
-        Rtrain__V1__EpochEnd *e = epoch_pb(c, p->fit_epochs, &res.mean, res.global_step,
-                                           res.execute_ns);
+        Rtrain__V1__EpochEnd *e = epoch_pb(c, p->fit_epochs, f.aligned ? &f.ep : &res.mean,
+                                           res.global_step, res.execute_ns);
         if (!e)
             return OOM(c);
+        rt_metrics vm = {0};
         if (c->val_ds) {
-            rt_metrics vm;
             if ((rc = rt_exec_evaluate(p->exec, &vd, &vm)) < 0)
                 return engine_fail(c, rc);
             if (!(e->val = metrics_pb(c, &vm)))
                 return OOM(c);
         }
+        if (f.resumable) {
+            int64_t k = p->fit_epochs - p->fit.first_epoch;
+            p->fit_ring[(k - 1) % RT_FIT_RING] = (rt_fit_epoch){
+                .epoch = p->fit_epochs, .steps = res.global_step, .execute_ns = res.execute_ns,
+                .has_val = c->val_ds != NULL, .train = f.aligned ? f.ep : res.mean,
+                .val = vm};
+            /* ended before its checkpoint, so that a resend finds it so */
+            if (ep + 1 == q->epochs || f.stopped) {
+                p->fit.done = 1;
+                p->fit.stopped = f.stopped;
+            }
+        }
+        /* An epoch reported is on disk: a restart never runs it again. */
         if (c->srv->state && (rc = durable_checkpoint(c, p, q->checkpoint_policy)) < 0)
             return rc;
-        Rtrain__V1__FitEvent ev = RTRAIN__V1__FIT_EVENT__INIT;
-        ev.event_case = RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END;
-        ev.epoch_end = e;
-        uint64_t t1 = rt_now_ns();
-        c->tm.execute_ns += t1 - t0; /* the epoch's validation */
-        rt_call_stream_send(c, &ev.base, 0, 0);
-        c->tm.encode_ns += rt_now_ns() - t1;
+        c->tm.execute_ns += rt_now_ns() - t0; /* the epoch's validation */
+        fit_send_epoch(c, e);
         if (f.stopped)
             break;
+        if (f.resumable && ep + 1 < q->epochs && daemon_stopping(c))
+            return rt_call_fail(c, RT_EUNAVAILABLE, "the daemon is stopping: the fit stopped "
+                                "at the end of epoch %lld, on disk; reattach after it restarts",
+                                (long long)p->fit_epochs);
     }
     note_step_time(p, exec_ns, steps);
     Rtrain__V1__FitEvent *fin = NEW(c, Rtrain__V1__FitEvent, RTRAIN__V1__FIT_EVENT__INIT);
@@ -1892,14 +2061,14 @@ static int fit_run(rt_call *c, uint64_t gen)
         return OOM(c);
     fin->done = 1;
     fin->cancelled = cancelled;
-    fin->stopped = f.stopped && !cancelled;
+    fin->stopped = ended ? p->fit.stopped : f.stopped && !cancelled;
     fin->global_step = (uint64_t)rt_exec_global_step(p->exec);
     c->resp = &fin->base;
     char pid[16];
     if (cancelled)
         RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld: the client cancelled",
                rt_log_id(p->id, pid), (long long)rt_exec_global_step(p->exec));
-    else if (fin->stopped)
+    else if (fin->stopped && !ended)
         RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld by a Control call",
                rt_log_id(p->id, pid), (long long)rt_exec_global_step(p->exec));
     return 0;
@@ -1919,6 +2088,11 @@ static int h_fit(rt_call *c)
         return rt_call_fail(c, RT_EINVAL, "epochs must be at least 1");
     if ((rc = check_lr(c, q->learning_rate)) < 0)
         return rc;
+    /* as RunSteps: the running fits stop for the exit checkpoint, and a
+     * client reattaches to the next start */
+    if (daemon_stopping(c))
+        return rt_call_fail(c, RT_EUNAVAILABLE, "the daemon is stopping; retry after it "
+                            "restarts");
     /* The same per-call cap as RunSteps, on the steps the Fit will really
      * run: without steps_per_epoch an epoch is one pass over the dataset. */
     int64_t bs = rt_plan_config(c->prog->plan)->batch_size;
@@ -2225,6 +2399,7 @@ static int set_weights_work(rt_call *c)
 {
     set_st *s = c->st;
     for (int i = 0; i < s->np; i++) {
+        __atomic_store_n(&c->prog->ckpt_dirty, 1, __ATOMIC_RELEASE);
         int rc = rt_exec_set_param(c->prog->exec, i, s->vals[i]);
         if (rc < 0)
             return engine_fail(c, rc);
@@ -2322,6 +2497,8 @@ static int h_control(rt_call *c)
     if (!r)
         return OOM(c);
     rt_program *p = c->prog;
+    if (q->learning_rate > 0.0f && q->learning_rate != rt_exec_lr_override(p->exec))
+        __atomic_store_n(&p->ckpt_dirty, 1, __ATOMIC_RELEASE);
     if (q->learning_rate > 0.0f && (rc = rt_exec_set_lr(p->exec, q->learning_rate)) < 0)
         return engine_fail(c, rc);
     uint64_t gen = __atomic_load_n(&p->run_gen, __ATOMIC_ACQUIRE);
@@ -2385,6 +2562,8 @@ static int checkpoint_work(rt_call *c)
     r->epoch = (uint64_t)ep + 1;
     r->step_in_epoch = (uint64_t)pos;
     r->fit_epochs = (uint64_t)p->fit_epochs;
+    r->fit_id = p->fit.id;
+    r->fit_epochs_done = p->fit.id ? (uint64_t)(p->fit_epochs - p->fit.first_epoch) : 0;
     r->durable = c->srv->state != NULL;
     r->boot_id = c->srv->boot_id;
     return 0;
@@ -2530,9 +2709,10 @@ static int restore_work(rt_call *c)
         return rt_call_fail(c, rc, "cannot compile the state's model: %s", err);
     if ((rc = rt_exec_load_state(p->exec, v.exec, v.exec_len)) < 0)
         return rt_call_fail(c, rc, "%s", rt_exec_errmsg(p->exec));
-    rt_ckpt_apply_meta(p, &v.meta);
-    /* sequence numbers belong to the client that trained it: the program
-     * is new to whoever pushed it */
+    rt_ckpt_apply_meta(p, &v);
+    /* sequence numbers and fits belong to the client that trained it: the
+     * program is new to whoever pushed it */
+    memset(&p->fit, 0, sizeof p->fit);
     p->last_seq = 0;
     p->pipe_done = 0;
     memset(p->ring, 0, sizeof p->ring);

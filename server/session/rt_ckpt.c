@@ -4,7 +4,9 @@
  * A checkpoint file:
  *
  *     "RTCKPT1\0"  u64 req_len   CompileRequest bytes
- *                  u64 meta_len  rt_ckpt_meta
+ *                  u64 meta_len  rt_ckpt_meta, then its n_fit_epochs
+ *                                rt_fit_epoch (the resumable Fit's last
+ *                                epochs, in ring order)
  *                  u64 exec_len  the exec's state (rt_exec_state_spans)
  *     u64 XXH3-64 of everything before it
  *
@@ -34,10 +36,20 @@
 #define CK_HEAD 8
 #define CK_TAIL 8
 
+/* The resumable Fit's epochs a checkpoint holds: ring slots 0..n-1 (the
+ * fit's epochs so far, at most the ring). */
+static uint64_t fit_epochs_kept(const rt_program *p)
+{
+    if (!p->fit.id)
+        return 0;
+    int64_t d = p->fit_epochs - p->fit.first_epoch;
+    return d <= 0 ? 0 : d < RT_FIT_RING ? (uint64_t)d : RT_FIT_RING;
+}
+
 static void fill_meta(const char *sid, const rt_program *p, rt_ckpt_meta *m)
 {
     memset(m, 0, sizeof *m);
-    memcpy(m->magic, "RTMETA1", 8);
+    memcpy(m->magic, "RTMETA2", 8);
     snprintf(m->session_id, sizeof m->session_id, "%s", sid);
     snprintf(m->program_id, sizeof m->program_id, "%s", p->id);
     m->last_seq = p->last_seq;
@@ -46,16 +58,24 @@ static void fill_meta(const char *sid, const rt_program *p, rt_ckpt_meta *m)
     m->last_metrics = p->last_metrics;
     m->last_mean = p->last_mean;
     memcpy(m->ring, p->ring, sizeof m->ring);
+    m->fit = p->fit;
+    m->n_fit_epochs = fit_epochs_kept(p);
 }
 
-void rt_ckpt_apply_meta(rt_program *p, const rt_ckpt_meta *m)
+void rt_ckpt_apply_meta(rt_program *p, const rt_ckpt_view *v)
 {
+    const rt_ckpt_meta *m = &v->meta;
     p->last_seq = m->last_seq;
     p->fit_epochs = m->fit_epochs;
     p->epoch_exec_ns = m->epoch_exec_ns;
     p->last_metrics = m->last_metrics;
     p->last_mean = m->last_mean;
     memcpy(p->ring, m->ring, sizeof p->ring);
+    p->fit = m->fit;
+    memset(p->fit_ring, 0, sizeof p->fit_ring);
+    if (m->n_fit_epochs)
+        memcpy(p->fit_ring, v->fit_epochs, sizeof *p->fit_ring * m->n_fit_epochs);
+    p->ckpt_dirty = 0;
     /* pipelined calls (after_seq) up to the restored seq have completed */
     p->pipe_done = m->last_seq;
     p->pipe_failed = 0;
@@ -66,7 +86,7 @@ typedef struct ck_spans {
     uint64_t lens[3];
     rt_ckpt_meta meta;
     unsigned char ehdr[RT_EXEC_STATE_HDR];
-    rt_exec_span sp[10]; /* 9 spans and the checksum rt_ckpt_write appends */
+    rt_exec_span sp[11]; /* 10 spans and the checksum rt_state_checkpoint appends */
     int n;
 } ck_spans;
 
@@ -78,7 +98,7 @@ static int spans(const char *sid, const rt_program *p, ck_spans *k)
         return rc;
     fill_meta(sid, p, &k->meta);
     k->lens[0] = p->req_len;
-    k->lens[1] = sizeof k->meta;
+    k->lens[1] = sizeof k->meta + sizeof *p->fit_ring * k->meta.n_fit_epochs;
     k->lens[2] = es[0].n + es[1].n + es[2].n;
     int n = 0;
     k->sp[n++] = (rt_exec_span){CK_MAGIC, CK_HEAD};
@@ -86,6 +106,7 @@ static int spans(const char *sid, const rt_program *p, ck_spans *k)
     k->sp[n++] = (rt_exec_span){p->req, p->req_len};
     k->sp[n++] = (rt_exec_span){&k->lens[1], 8};
     k->sp[n++] = (rt_exec_span){&k->meta, sizeof k->meta};
+    k->sp[n++] = (rt_exec_span){p->fit_ring, sizeof *p->fit_ring * k->meta.n_fit_epochs};
     k->sp[n++] = (rt_exec_span){&k->lens[2], 8};
     for (int i = 0; i < 3; i++)
         k->sp[n++] = es[i];
@@ -95,8 +116,8 @@ static int spans(const char *sid, const rt_program *p, ck_spans *k)
 
 size_t rt_ckpt_size(const rt_program *p)
 {
-    return CK_HEAD + 24 + p->req_len + sizeof(rt_ckpt_meta) + rt_exec_state_size(p->exec) +
-           CK_TAIL;
+    return CK_HEAD + 24 + p->req_len + sizeof(rt_ckpt_meta) +
+           sizeof *p->fit_ring * fit_epochs_kept(p) + rt_exec_state_size(p->exec) + CK_TAIL;
 }
 
 int rt_ckpt_build(const char *sid, const rt_program *p, uint8_t *buf, size_t len)
@@ -148,15 +169,21 @@ int rt_ckpt_parse(const uint8_t *buf, size_t len, rt_ckpt_view *v, char *err, si
         part[i] = buf + o;
         o += plen[i];
     }
-    if (o != end || plen[1] != sizeof v->meta) {
+    if (o != end || plen[1] < sizeof v->meta) {
         snprintf(err, errlen, "checkpoint sections do not add up");
         return RT_EDATA;
     }
     memcpy(&v->meta, part[1], sizeof v->meta);
-    if (memcmp(v->meta.magic, "RTMETA1", 8) != 0) {
+    if (memcmp(v->meta.magic, "RTMETA2", 8) != 0) {
         snprintf(err, errlen, "checkpoint has an unknown program record");
         return RT_EDATA;
     }
+    if (v->meta.n_fit_epochs > RT_FIT_RING ||
+        plen[1] != sizeof v->meta + sizeof(rt_fit_epoch) * v->meta.n_fit_epochs) {
+        snprintf(err, errlen, "checkpoint's Fit record does not add up");
+        return RT_EDATA;
+    }
+    v->fit_epochs = part[1] + sizeof v->meta;
     v->meta.session_id[RT_SESSION_ID_LEN - 1] = 0;
     v->meta.program_id[RT_SESSION_ID_LEN - 1] = 0;
     v->req = part[0];
@@ -220,15 +247,20 @@ int rt_state_checkpoint(const rt_state *st, const char *sid, rt_program *p, char
     int n = list_ckpts(dir, &ks);
     uint64_t next = n ? ks[n - 1] + 1 : 1;
     snprintf(path, sizeof path, "%s/ckpt-%012" PRIu64 ".rtck", dir, next);
+    /* cleared before the state is read: a change that lands meanwhile
+     * (Control's rate) marks it again */
+    __atomic_store_n(&p->ckpt_dirty, 0, __ATOMIC_RELEASE);
     ck_spans k;
     int rc = spans(sid, p, &k);
     if (rc < 0) {
+        __atomic_store_n(&p->ckpt_dirty, 1, __ATOMIC_RELEASE);
         free(ks);
         snprintf(err, errlen, "cannot read the program's state");
         return rc;
     }
     XXH3_state_t *x = XXH3_createState();
     if (!x) {
+        __atomic_store_n(&p->ckpt_dirty, 1, __ATOMIC_RELEASE);
         free(ks);
         return RT_ENOMEM;
     }
@@ -249,6 +281,8 @@ int rt_state_checkpoint(const rt_state *st, const char *sid, rt_program *p, char
             snprintf(old, sizeof old, "%s/ckpt-%012" PRIu64 ".rtck", dir, ks[i]);
             unlink(old);
         }
+    } else {
+        __atomic_store_n(&p->ckpt_dirty, 1, __ATOMIC_RELEASE);
     }
     free(ks);
     return rc;

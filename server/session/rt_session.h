@@ -49,6 +49,35 @@ typedef struct rt_seq_rec {
     rt_metrics last, mean;
 } rt_seq_rec;
 
+/* A resumable Fit (FitRequest.fit_id): where it started and how far it
+ * got, kept with the program's state so that a Fit sent again after a
+ * restart continues it, and the results of its last RT_FIT_RING epochs
+ * (epoch k of the fit in ring[(k - 1) % RT_FIT_RING]) so that EpochEnds
+ * the client lost in the crash are sent again as they were. */
+#define RT_FIT_RING 128 /* > the epochs a stream can hold unsent (stream_queue_max) */
+typedef struct rt_fit_epoch {
+    int64_t epoch;        /* EpochEnd.epoch (the program's Fit count) */
+    int64_t steps;        /* global step at its end */
+    uint64_t execute_ns;
+    int32_t has_val, pad;
+    rt_metrics train, val;
+} rt_fit_epoch;
+
+typedef struct rt_fit_rec {
+    uint64_t id;          /* 0: no resumable fit */
+    int64_t first_epoch;  /* the program's fit_epochs before it */
+    int64_t steps_done;   /* steps it ran (its epochs' and the current one's) */
+    int64_t spe;          /* steps per epoch */
+    uint32_t epochs;      /* asked */
+    /* Its epochs are the engine's (steps_per_epoch is the data set's and it
+     * started at an engine epoch's start): the exec's epoch accumulators
+     * then hold the current epoch's metrics, so the fit can stop and resume
+     * at any step. Otherwise only at its epoch ends. */
+    int32_t aligned;
+    int32_t done, stopped; /* it ended (stopped: by a Control call) */
+    int32_t pad;
+} rt_fit_rec;
+
 typedef struct rt_program {
     char id[RT_SESSION_ID_LEN];
     /* What the program's memory was charged as (RT_Q_PROGRAM_BYTES), given
@@ -93,6 +122,14 @@ typedef struct rt_program {
     int64_t ckpt_step;
     uint64_t ckpt_ns;
     int ckpt_partial; /* a call stopped mid-way: not at a call boundary */
+    /* The exec changed outside training since the last checkpoint
+     * (SetWeights, a learning rate): the newest checkpoint is not the
+     * program's state even at the same step. Atomic (Control sets it). */
+    int ckpt_dirty;
+    /* The resumable Fit (the last one with a fit_id), under the device
+     * lock; written with every checkpoint. */
+    rt_fit_rec fit;
+    rt_fit_epoch fit_ring[RT_FIT_RING];
 } rt_program;
 
 typedef struct rt_session {

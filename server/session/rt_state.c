@@ -479,7 +479,7 @@ static int restore_session(const rt_state *st, const char *sid, rt_session_table
             RT_LOG(RT_LOG_WARN, "state: program %.12s not restored: %s", e->d_name, err);
             res->warnings++;
         } else {
-            rt_ckpt_apply_meta(p, &cv.meta);
+            rt_ckpt_apply_meta(p, &cv);
             p->ckpt_step = rt_exec_global_step(p->exec);
             p->ckpt_ns = rt_now_ns();
             res->programs++;

@@ -88,7 +88,7 @@ int rt_state_dataset_owner(const rt_state *st, const rt_dataset *ds, const char 
 /* ------------------------------------------------------------ checkpoints */
 /* The program's counters kept beside its exec state. */
 typedef struct rt_ckpt_meta {
-    char magic[8];               /* "RTMETA1" */
+    char magic[8];               /* "RTMETA2" */
     char session_id[RT_SESSION_ID_LEN];
     char program_id[RT_SESSION_ID_LEN];
     uint64_t last_seq;
@@ -96,6 +96,8 @@ typedef struct rt_ckpt_meta {
     uint64_t epoch_exec_ns;
     rt_metrics last_metrics, last_mean;
     rt_seq_rec ring[RT_SEQ_RING];
+    rt_fit_rec fit;              /* the resumable Fit */
+    uint64_t n_fit_epochs;       /* its epoch results that follow the record */
 } rt_ckpt_meta;
 
 /* A checkpoint's parts, pointing into the bytes it was parsed from. */
@@ -103,6 +105,7 @@ typedef struct rt_ckpt_view {
     const uint8_t *req;          /* the CompileRequest, packed */
     size_t req_len;
     rt_ckpt_meta meta;
+    const uint8_t *fit_epochs;   /* meta.n_fit_epochs rt_fit_epoch, unaligned */
     const uint8_t *exec;         /* rt_exec_load_state's blob */
     size_t exec_len;
 } rt_ckpt_view;
@@ -113,8 +116,9 @@ int rt_ckpt_parse(const uint8_t *buf, size_t len, rt_ckpt_view *v, char *err, si
 /* The size of p's checkpoint and its bytes into buf (for a pull). */
 size_t rt_ckpt_size(const rt_program *p);
 int rt_ckpt_build(const char *sid, const rt_program *p, uint8_t *buf, size_t len);
-/* Apply a parsed checkpoint's counters to p (its exec is loaded apart). */
-void rt_ckpt_apply_meta(rt_program *p, const rt_ckpt_meta *m);
+/* Apply a parsed checkpoint's counters and Fit record to p (its exec is
+ * loaded apart). */
+void rt_ckpt_apply_meta(rt_program *p, const rt_ckpt_view *v);
 
 /* Write p's checkpoint now (its exec must not change meanwhile: the caller
  * holds the device), and remove all but the newest keep. */

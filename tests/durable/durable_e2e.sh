@@ -137,6 +137,65 @@ resumed=$(sed -n 's/^daemon restarted; resuming at epoch [0-9]* step \([0-9]*\)/
 [ "$written" -ge 1 ] && ok "sigterm: exit checkpoints were written ($written)" ||
   bad "sigterm: no stop landed mid-epoch"
 
+# --- the Fit stream (the default fit: one streamed call, --steps-per-call
+# 0): the same stops. The CLI sends the fit again with its id and the
+# epochs it has; the daemon continues from its restored state (between two
+# steps: the interval checkpoints, a SIGTERM's exit checkpoint) and sends
+# only the epoch ends the CLI lacks.
+FIT_RS=("${FIT[@]}")
+stream_fit() { # the FIT array with batch size $1, one Fit stream
+  FIT=(fit --model "$ex/model.json" --data "$ex/train_shuffled.csv" --val "$ex/val_shuffled.csv"
+       --loss sparse_categorical_crossentropy --optimizer adam --lr 0.02 --batch-size "$1"
+       --seed 1 --steps-per-call 0 --no-progress)
+}
+stream_fit 20
+start_daemon "$tmp/fref.log" --log-level warn || exit 1
+expect_rc 0 "reference Fit stream (600 epochs)" -- "$rtrain" "${FIT[@]}" --server "$addr" \
+  --epochs 600 --save-weights "$tmp/w-fref.bin" --csv-log "$tmp/fref.csv"
+has "$tmp/err" "Fit stream" "the reference fit is one Fit stream"
+kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""
+REF=fref EP=600 killed_fit KILL fit-sigkill 20 --log-level info --checkpoint-every-steps 4
+kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""
+n=$(cat "$tmp"/fit-sigkill-*.log | grep -c "resumed at epoch")
+[ "$n" -ge 20 ] && ok "fit-sigkill: the daemon continued the fit $n times" ||
+  bad "fit-sigkill: $n resumes in the daemon logs"
+mid=$(cat "$tmp"/fit-sigkill-*.log | sed -n 's/.*resumed at epoch [0-9]* step \([0-9]*\).*/\1/p' |
+      awk '$1 % 6' | wc -l)
+[ "$mid" -ge 1 ] && ok "fit-sigkill: $mid resumes inside an epoch (interval checkpoints)" ||
+  bad "fit-sigkill: no resume inside an epoch"
+
+# SIGTERM: only the fit's start, its epoch ends and the exit are on disk.
+# Epochs of 3,150 steps (the data 30 times over, batches of 1) and no
+# fsync, so a stop mostly lands between steps: the fit stops there, the
+# exit checkpoint holds that step and the CLI resumes at it.
+for _ in $(seq 1 30); do cat "$ex/train_shuffled.csv"; done >"$tmp/train30.csv"
+stream_fit 1
+FIT[4]=$tmp/train30.csv
+start_daemon "$tmp/fref1.log" --log-level warn || exit 1
+expect_rc 0 "reference Fit stream (300 epochs of 3,150 steps)" -- "$rtrain" "${FIT[@]}" \
+  --server "$addr" --epochs 300 --save-weights "$tmp/w-fref1.bin" --csv-log "$tmp/fref1.csv"
+kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""
+REF=fref1 EP=300 killed_fit TERM fit-sigterm 20 --log-level info --checkpoint-every-steps 0 \
+  --checkpoint-every-s 0 --checkpoint-no-fsync
+kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""
+FIT=("${FIT_RS[@]}")
+term_resumes() { # NAME: each stopped daemon's step on disk at exit = where the CLI resumed
+  local name=$1 exits="" written=0 k
+  for k in $(seq 0 19); do
+    s=$(sed -n 's/.*on disk at exit, step \([0-9]*\).*/\1/p' "$tmp/$name-$k.log")
+    exits="$exits${s:-none} "
+    grep -q "(checkpoint at exit)" "$tmp/$name-$k.log" && written=$((written + 1))
+  done
+  resumed=$(sed -n 's/^daemon restarted; resuming at epoch [0-9]* step \([0-9]*\)/\1/p' \
+            "$tmp/$name.err" | tr '\n' ' ')
+  [ "$exits" = "$resumed" ] &&
+    ok "$name: each resume is at the stopped daemon's last step ($written mid-epoch exit checkpoints)" ||
+    bad "$name: stopped at [$exits], resumed at [$resumed]"
+  [ "$written" -ge 1 ] && ok "$name: exit checkpoints were written ($written)" ||
+    bad "$name: no stop landed mid-epoch"
+}
+term_resumes fit-sigterm
+
 # --- a corrupted newest checkpoint: the one before it is used, with a warning
 dir=$tmp/st-corrupt
 port=127.0.0.1:$(low_port)

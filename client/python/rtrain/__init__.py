@@ -636,7 +636,8 @@ class CompiledModel:
             shuffle=True, class_weight=None, sample_weight=None,
             initial_epoch=0, steps_per_epoch=None, validation_steps=None,
             validation_batch_size=None, validation_freq=1,
-            steps_per_execution=None):
+            steps_per_execution=None, checkpoint_every_steps=None,
+            checkpoint_every_s=None):
         """Train on the daemon; returns a History (a dict of per-epoch
         lists under Keras' keys).
 
@@ -664,12 +665,23 @@ class CompiledModel:
         the model keeps the weights of the steps done, model.history holds
         the epochs completed and its status is "interrupted".
         model.stop_training = True (a callback, another thread) ends the
-        fit at the next step boundary with status "stopped"."""
+        fit at the next step boundary with status "stopped".
+        checkpoint_every_steps, checkpoint_every_s: against a daemon with
+        --state-dir, a checkpoint every N steps / T seconds of this fit in
+        place of the daemon's default (each epoch end has one anyway)."""
         if x is None or (y is None and not isinstance(x, Dataset)):
             raise ValueError("fit needs x and y (or an uploaded Dataset as x)")
         for v, n in ((epochs, "epochs"), (initial_epoch, "initial_epoch")):
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError("%s must be an int >= 0, got %r" % (n, v))
+        ckpt = {}
+        for v, n in ((checkpoint_every_steps, "checkpoint_every_steps"),
+                     (checkpoint_every_s, "checkpoint_every_s")):
+            if v is not None:
+                if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 2**31:
+                    raise ValueError("%s must be a positive int, got %r" % (n, v))
+                ckpt[n] = v
+        self._ckpt = ckpt
         verbose = _auto_verbose() if verbose == "auto" else int(verbose)
         if verbose not in (0, 1, 2):
             raise ValueError("verbose must be 0, 1, 2 or 'auto'")
@@ -778,7 +790,7 @@ class CompiledModel:
                     ds["id"], val_id, epochs - initial_epoch, spe, spx,
                     verbose, hist, hist.timings, self._metric, 1,
                     first_epoch=initial_epoch, total_epochs=epochs,
-                    learning_rate=self._lr_arg())
+                    learning_rate=self._lr_arg(), **ckpt)
                 if hist.status == "cancelled" and self._stop:
                     hist.status = "stopped"
                 return hist
@@ -852,7 +864,7 @@ class CompiledModel:
                                verbose, hist, hist.timings, self._metric, 1,
                                on_event=on_event, first_epoch=ep,
                                total_epochs=epochs,
-                               learning_rate=sent["lr"] or 0.0)
+                               learning_rate=sent["lr"] or 0.0, **self._ckpt)
             if not last:  # stopped inside the epoch
                 status = "stopped" if self._stop else r
                 break
@@ -1165,10 +1177,11 @@ def connect(target=None, timeout=60.0, name="python", *, tls_ca=None,
     $RTRAIN_TLS_CA, $RTRAIN_TLS_CERT, $RTRAIN_TLS_KEY, $RTRAIN_TOKEN and
     $RTRAIN_TOKEN_FILE.
 
-    reattach: seconds a fit with steps_per_execution keeps retrying when
-    the daemon is unavailable (restarted, preempted) before it gives up
-    (default 300; 0 = fail at once). Against a daemon with --state-dir it
-    then resumes exactly where the daemon's state is."""
+    reattach: seconds a fit (streamed or with steps_per_execution) keeps
+    retrying when the daemon is unavailable (restarted, preempted) before
+    it gives up (default 300; 0 = fail at once). Against a daemon with
+    --state-dir it then resumes exactly where the daemon's state is: no
+    step twice or lost, each epoch once in the History."""
     global _default
     c = Client(target, float(timeout), name, tls_ca=_path(tls_ca),
                tls_cert=_path(tls_cert), tls_key=_path(tls_key),

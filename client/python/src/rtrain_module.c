@@ -488,8 +488,8 @@ static PyObject *Client_get_closed(ClientObject *self, void *closure)
 }
 
 /* Tracing: every call's account from now on, as a list of dicts. */
-/* set_reattach(seconds): how long a steps_per_execution fit waits for a
- * restarted daemon (librtrain's rt_client_set_reattach_ms; 0 = not). */
+/* set_reattach(seconds): how long a fit (a Fit stream or RunSteps calls)
+ * waits for a restarted daemon (librtrain's rt_client_set_reattach_ms; 0 = not). */
 static PyObject *Client_set_reattach(ClientObject *self, PyObject *args)
 {
     double s;
@@ -1684,6 +1684,7 @@ typedef struct fitctx {
     uint32_t run_last;       /* the run's last epoch (1-based) when the fit
                                 goes on after it, else 0 */
     uint64_t epoch_base;     /* epochs of the fit before this run */
+    uint32_t ckpt_steps, ckpt_s; /* per-fit checkpoint interval, 0 = the daemon's */
     PyObject *on_event;      /* callable(kind, dict) -> stop, or NULL */
     PyObject *et, *ev, *etb;
 } fitctx;
@@ -1911,7 +1912,8 @@ static int rt_py__fit_stream(fitctx *f, const char *ds, const char *val,
         .session = f->prog->client->sid, .program = f->prog->id,
         .dataset = ds, .val_dataset = val, .epochs = epochs,
         .steps_per_epoch = (uint32_t)spe, .progress_every = progress_every,
-        .learning_rate = f->lr};
+        .learning_rate = f->lr, .checkpoint_every_steps = f->ckpt_steps,
+        .checkpoint_every_s = f->ckpt_s};
     f->ts = PyEval_SaveThread();
     rt_client_next_timeout_ms(c, 0); /* a fit lasts as long as it lasts */
     int rc = rt_client_fit(c, &p, rt_py__fit_cb, f);
@@ -1932,7 +1934,8 @@ static int rt_py__fit_steps(fitctx *f, const char *ds, const char *val,
         /* fit() comes here for a whole run only without callbacks (they
          * get one call per epoch): nothing stops at an epoch end, so the
          * window stays full across them */
-        .across_epochs = 1};
+        .across_epochs = 1, .checkpoint_every_steps = f->ckpt_steps,
+        .checkpoint_every_s = f->ckpt_s};
     f->ts = PyEval_SaveThread();
     rt_client_next_timeout_ms(c, 0); /* for every call of the run */
     int rc = rt_client_train_steps(c, &p, rt_py__fit_cb, f);
@@ -1941,7 +1944,8 @@ static int rt_py__fit_steps(fitctx *f, const char *ds, const char *val,
 }
 
 /* fit(dataset, val_dataset, epochs, steps_per_epoch, steps_per_execution,
- *     verbose, history, timings, metric_name=None, progress_every=1)
+ *     verbose, history, timings, metric_name=None, progress_every=1, ...,
+ *     checkpoint_every_steps=0, checkpoint_every_s=0)
  * steps_per_execution: 0 = one Fit stream, K or "auto" = librtrain's
  * steps-per-call loop; verbose 1 = bar, 2 = a line per epoch, 0 = silent.
  * -> "done" | "cancelled" (client.cancel() from another thread).
@@ -1954,7 +1958,8 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
                              "steps_per_epoch", "steps_per_execution",
                              "verbose", "history", "timings", "metric_name",
                              "progress_every", "on_event", "first_epoch",
-                             "total_epochs", "learning_rate", NULL};
+                             "total_epochs", "learning_rate", "checkpoint_every_steps",
+                             "checkpoint_every_s", NULL};
     const char *ds, *val = NULL;
     unsigned int epochs;
     unsigned long long spe, spx = 0;
@@ -1963,10 +1968,12 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
     unsigned int progress_every = 1, first_epoch = 0, total_epochs = 0;
     PyObject *on_event = Py_None;
     double lr = 0;
+    unsigned int ckpt_steps = 0, ckpt_s = 0;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "szIKOiO!O!|OIOIId:fit", kwlist, &ds, &val, &epochs, &spe,
+            args, kw, "szIKOiO!O!|OIOIIdII:fit", kwlist, &ds, &val, &epochs, &spe,
             &spx_o, &verbose, &PyDict_Type, &history, &PyList_Type, &timings,
-            &metric, &progress_every, &on_event, &first_epoch, &total_epochs, &lr))
+            &metric, &progress_every, &on_event, &first_epoch, &total_epochs, &lr,
+            &ckpt_steps, &ckpt_s))
         return NULL;
     if (!(lr >= 0) || lr > 3.4e38) {
         PyErr_SetString(PyExc_ValueError, "learning_rate must be a finite number > 0");
@@ -2016,6 +2023,8 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
     memset(&f, 0, sizeof f);
     f.prog = self;
     f.lr = (float)lr;
+    f.ckpt_steps = ckpt_steps;
+    f.ckpt_s = ckpt_s;
     f.history = history;
     f.timings = timings;
     f.metric = metric == Py_None ? NULL : PyUnicode_AsUTF8(metric);
