@@ -29,6 +29,7 @@
 #include <xxhash.h>
 
 #include "rt_log.h"
+#include "rt_metrics.h"
 #include "rt_obs.h"
 #include "rt_wire.h"
 
@@ -270,7 +271,11 @@ int rt_state_checkpoint(const rt_state *st, const char *sid, rt_program *p, char
     uint64_t h = XXH3_64bits_digest(x);
     XXH3_freeState(x);
     k.sp[k.n++] = (rt_exec_span){&h, 8};
+    uint64_t t0 = rt_now_ns(), bytes = 0;
+    for (int i = 0; i < k.n; i++)
+        bytes += k.sp[i].n;
     rc = rt_state_write_file(st, path, k.sp, k.n, err, errlen);
+    rt_metrics_checkpoint(rt_now_ns() - t0, bytes, rc == 0);
     if (rc == 0) {
         p->ckpt_step = rt_exec_global_step(p->exec);
         p->ckpt_ns = rt_now_ns();

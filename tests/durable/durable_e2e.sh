@@ -3,7 +3,9 @@
 # a CLI fit against `rtraind --state-dir` survives 20 SIGKILLs and 20
 # SIGTERMs of the daemon at seeded random moments (restarted each time on
 # the same port and directory) with weights bit-identical to an
-# uninterrupted run and equal per-epoch metrics; a full disk stops the fit
+# uninterrupted run and equal per-epoch metrics, with RunSteps calls and
+# with the Fit stream (20 + 20 more); a fit's own checkpoint interval
+# (--checkpoint-every-steps) writes that many; a full disk stops the fit
 # with a clear error and leaves the previous checkpoints intact; a pulled
 # state resumes bit-identically on a daemon with an empty disk.
 rtraind=$1 rtrain=$2 src=$3 seed=${4:-14}
@@ -195,6 +197,31 @@ term_resumes() { # NAME: each stopped daemon's step on disk at exit = where the 
     bad "$name: no stop landed mid-epoch"
 }
 term_resumes fit-sigterm
+
+# --- a fit's own checkpoint interval (--checkpoint-every-steps N) in place
+# of the daemon's (none here: no steps, no seconds): 6 steps an epoch, so
+# N = 4 adds one checkpoint inside each epoch (at its 4th step) and N = 2
+# two (2nd, 4th) to each epoch end's. Counted by the daemon's
+# rtrain_checkpoints_total (1 more: Compile's).
+interval_fit() { # NAME WANT [fit flags...]: 10 epochs, the checkpoints written
+  local name=$1 want=$2; shift 2
+  start_daemon "$tmp/$name.log" --log-level warn --state-dir "$tmp/st-$name" \
+    --checkpoint-every-s 0 --metrics-listen 127.0.0.1:0 || exit 1
+  local murl
+  murl=$(sed -n 's/^rtraind metrics on \(http:[^ ]*\).*/\1/p' "$tmp/$name.log" | head -n 1)
+  expect_rc 0 "$name: fit" -- "$rtrain" "${FIT[@]}" --server "$addr" --epochs 10 "$@"
+  local n
+  n=$(/usr/bin/python3 -c 'import sys, urllib.request
+for l in urllib.request.urlopen(sys.argv[1]).read().decode().splitlines():
+    if l.startswith("rtrain_checkpoints_total{result=\"ok\"}"): print(l.split()[1])' "$murl")
+  kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""
+  [ "$n" = "$want" ] && ok "$name: $n checkpoints" || bad "$name: $n checkpoints, want $want"
+}
+stream_fit 20
+interval_fit every-epoch 11
+interval_fit every-4-steps 21 --checkpoint-every-steps 4
+interval_fit every-2-steps 31 --checkpoint-every-steps 2
+interval_fit runsteps-every-4-steps 21 --steps-per-call 2 --checkpoint-every-steps 4
 
 # --- a corrupted newest checkpoint: the one before it is used, with a warning
 dir=$tmp/st-corrupt

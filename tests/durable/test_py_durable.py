@@ -1,6 +1,8 @@
 """Durable training from Python: save_checkpoint/load_checkpoint move a
-fit to another daemon bit-identically, and a fit with steps_per_execution
-reattaches when its daemon is killed and restarted with --state-dir."""
+fit to another daemon bit-identically; a fit with steps_per_execution and
+one with callbacks (a Fit stream per epoch) reattach when their daemon is
+killed and restarted with --state-dir; fit(checkpoint_every_steps=N) sets
+the fit's checkpoint interval."""
 import os
 import re
 import signal
@@ -135,3 +137,118 @@ def test_fit_reattaches_after_kill(tmp_path, capfd):
         done.set()
         for p in procs:
             stop(p, signal.SIGKILL)
+
+
+def test_fit_stream_with_callbacks_reattaches(tmp_path, capfd):
+    """model.fit with callbacks runs a Fit stream per epoch; the daemon is
+    killed inside epochs (from on_batch_end, while the stream runs) and
+    between them. Each stream is sent again with its fit id and continues
+    from the restored state (checkpoints every 3 steps of this fit): the
+    weights and the History equal an uninterrupted run's, each epoch once."""
+    class Batches(rtrain.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+            self.epoch = None
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_batch_end(self, batch, logs=None):
+            self.seen.append((self.epoch, batch))
+
+    ref_d, addr = start()
+    try:
+        with rtrain.connect(addr) as c:
+            ref = model(c)
+            h_ref = fit(ref, 24, callbacks=[Batches()])
+            w_ref = ref.get_weights()
+    finally:
+        stop(ref_d)
+    state = str(tmp_path / "state")
+    flags = ("--state-dir", state, "--checkpoint-every-s", "0")
+    d, addr = start(*flags, listen=low_port())
+    procs = [d]
+
+    class KillAt(Batches):
+        """SIGKILL and restart at these (epoch, batch) points and after
+        these epochs."""
+        done = set()
+
+        def restart(self):
+            stop(procs[-1], signal.SIGKILL)
+            procs.append(start(*flags, listen=addr)[0])
+
+        def on_batch_end(self, batch, logs=None):
+            super().on_batch_end(batch, logs)
+            # (the stream may coalesce progress: the first batch seen at
+            # or past the point)
+            at = {2: 4, 7: 1, 12: 6, 19: 7}.get(self.epoch)
+            if at is not None and batch >= at and self.epoch not in self.done:
+                self.done.add(self.epoch)
+                self.restart()
+
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch in (5, 15):
+                self.restart()
+
+    try:
+        with rtrain.connect(addr, reattach=60) as c:
+            m = model(c)
+            cb = KillAt()
+            h = fit(m, 24, callbacks=[cb], checkpoint_every_steps=3)
+            w = m.get_weights()
+        err = capfd.readouterr().err
+        resumed = re.findall(r"daemon restarted; resuming at epoch (\d+) step (\d+)", err)
+        assert len(procs) == 7
+        assert len(resumed) == 6, err[-2000:]
+        for a, r in zip(w, w_ref):
+            assert np.array_equal(a, r)
+        assert h["loss"] == h_ref["loss"] and len(h["loss"]) == 24
+        assert h["accuracy"] == h_ref["accuracy"]
+        # no batch reported twice: the resumed streams skip the steps seen
+        assert cb.seen == sorted(set(cb.seen)) and len(cb.seen) >= 24
+    finally:
+        for p in procs:
+            stop(p, signal.SIGKILL)
+
+
+def test_fit_checkpoint_interval(tmp_path):
+    """fit(checkpoint_every_steps=N) sets this fit's interval: 10 steps an
+    epoch, N = 4 adds checkpoints at its 4th and 8th step to each epoch's
+    end (the daemon's own interval is off), counted by the daemon's
+    rtrain_checkpoints_total."""
+    import urllib.request
+    proc = subprocess.Popen([os.environ["RTRAIND"], "--listen", "127.0.0.1:0", "--log-level",
+                             "warn", "--state-dir", str(tmp_path / "st"),
+                             "--checkpoint-every-s", "0", "--metrics-listen", "127.0.0.1:0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    murl = addr = None
+    for line in proc.stdout:
+        m = re.match(r"rtraind metrics on (http://\S+/metrics)", line)
+        murl = m.group(1) if m else murl
+        m = re.match(r"rtraind listening on (\S+)", line)
+        if m:
+            addr = m.group(1)
+            break
+    threading.Thread(target=lambda: proc.stdout.read(), daemon=True).start()
+
+    def written():
+        page = urllib.request.urlopen(murl).read().decode()
+        return int(re.search(r'^rtrain_checkpoints_total\{result="ok"\} (\d+)$', page,
+                             re.M).group(1))
+
+    try:
+        with rtrain.connect(addr) as c:
+            m = model(c)
+            x, y = iris()
+            m.fit(x, y, batch_size=16, epochs=1, verbose=0)  # compiles: Compile's checkpoint
+            n0 = written()
+            fit(m, 3, checkpoint_every_steps=4)
+            assert written() - n0 == 3 * 3
+            fit(m, 3)  # the daemon's: epoch ends only
+            assert written() - n0 == 3 * 3 + 3
+            with pytest.raises(ValueError):
+                fit(m, 1, checkpoint_every_steps=0)
+    finally:
+        stop(proc)
