@@ -49,7 +49,7 @@ start() { # start LOG ADDR [flags]: sets dpid and bound (the listening address);
     dpid=$!
     bound=""
     for _ in $(seq 1 1000); do
-      bound=$(sed -n 's/^rtraind listening on \([^ ]*\).*/\1/p' "$log" | head -n 1)
+      bound=$(sed -n 's/^rtraind listening on \([^ ]*\).*/\1/p' "$log" 2>/dev/null | head -n 1)
       [ -n "$bound" ] && return 0
       kill -0 "$dpid" 2>/dev/null || break
       sleep 0.01
