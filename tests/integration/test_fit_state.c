@@ -8,6 +8,12 @@
  *   - Compile state_from_program: the new program (another batch size)
  *     starts at the old one's weights and step; an unknown program is
  *     NOT_FOUND, one with other parameters INVALID_ARGUMENT;
+ *   - a resumable Fit (fit_id) sent again after it ended: the daemon sends
+ *     again, from its record, the epoch ends past epochs_received, byte for
+ *     byte, and the done event, running no step; a resend that does not
+ *     match the record (other epochs) is INVALID_ARGUMENT, one claiming
+ *     more epochs than the daemon has, or epochs of a fit it does not know,
+ *     FAILED_PRECONDITION, each naming the problem and changing nothing;
  *   - the daemon keeps serving a bystander session throughout.
  */
 #include <math.h>
@@ -235,6 +241,104 @@ static void test_state_from_program(void)
     FREE(w0);
 }
 
+/* A Fit stream's events: the epoch ends (packed, in order) and the done. */
+typedef struct fit_log {
+    int epochs, done, progress;
+    uint64_t end_step;
+    uint8_t *ep[8];
+    size_t ep_len[8];
+} fit_log;
+
+static int on_fit_event(void *ud, const uint8_t *data, size_t len)
+{
+    fit_log *f = ud;
+    Rtrain__V1__FitEvent *e = rtrain__v1__fit_event__unpack(NULL, len, data);
+    if (!e)
+        return -1;
+    if (e->event_case == RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END && f->epochs < 8) {
+        size_t n = rtrain__v1__epoch_end__get_packed_size(e->epoch_end);
+        f->ep[f->epochs] = malloc(n);
+        f->ep_len[f->epochs] = n;
+        rtrain__v1__epoch_end__pack(e->epoch_end, f->ep[f->epochs]);
+        f->epochs++;
+    }
+    f->progress += e->event_case == RTRAIN__V1__FIT_EVENT__EVENT_PROGRESS;
+    if (e->done) {
+        f->done = 1;
+        f->end_step = e->global_step;
+    }
+    rtrain__v1__fit_event__free_unpacked(e, NULL);
+    return 0;
+}
+
+static int fit(uint64_t id, uint32_t epochs, uint32_t received, fit_log *f, itest_res *r)
+{
+    Rtrain__V1__FitRequest q = RTRAIN__V1__FIT_REQUEST__INIT;
+    q.session_id = S;
+    q.program_id = P;
+    q.dataset_id = DS;
+    q.epochs = epochs;
+    q.progress_every = 1;
+    q.fit_id = id;
+    q.epochs_received = received;
+    memset(f, 0, sizeof *f);
+    return itest_server_stream(C, "Fit", &q.base, on_fit_event, f, r);
+}
+
+static void fit_log_free(fit_log *f)
+{
+    for (int i = 0; i < f->epochs; i++)
+        free(f->ep[i]);
+}
+
+static void test_fit_resend(void)
+{
+    const uint64_t id = 0x5eed0f17ull;
+    fit_log a, b;
+    itest_res r;
+    int st = fit(id, 3, 0, &a, &r);
+    CHECK(st == 0 && a.done && a.epochs == 3, "Fit: %d %s, %d epochs", st, r.details, a.epochs);
+    itest_res_free(&r);
+    Rtrain__V1__GetWeightsResponse *w0 = weights(P);
+    /* the client lost the last two epoch ends (and the done): they come
+     * again as they were, and nothing runs */
+    st = fit(id, 3, 1, &b, &r);
+    CHECK(st == 0 && b.done && b.epochs == 2 && b.progress == 0,
+          "resend: %d %s, %d epochs, %d progress", st, r.details, b.epochs, b.progress);
+    itest_res_free(&r);
+    for (int i = 0; i < 2 && i < b.epochs; i++)
+        CHECK(b.ep_len[i] == a.ep_len[i + 1] && !memcmp(b.ep[i], a.ep[i + 1], b.ep_len[i]),
+              "resent epoch end %d is the original", i + 2);
+    Rtrain__V1__GetWeightsResponse *w1 = weights(P);
+    CHECK(w0 && w1 && w1->global_step == w0->global_step && same_tensors(w0, w1) &&
+              b.end_step == w0->global_step,
+          "the resend ran no step");
+    fit_log_free(&a);
+    fit_log_free(&b);
+    /* refused, naming the problem, nothing run */
+    st = fit(id, 4, 0, &b, &r);
+    CHECK(st == 3 && strstr(r.details, "was started with 3 epochs"), "other epochs: %d %s", st,
+          r.details);
+    itest_res_free(&r);
+    fit_log_free(&b);
+    st = fit(id, 3, 5, &b, &r);
+    CHECK(st == 9 && strstr(r.details, "client has 5 epochs"), "more epochs: %d %s", st,
+          r.details);
+    itest_res_free(&r);
+    fit_log_free(&b);
+    st = fit(id + 1, 3, 2, &b, &r);
+    CHECK(st == 9 && strstr(r.details, "unknown here"), "unknown fit: %d %s", st, r.details);
+    itest_res_free(&r);
+    fit_log_free(&b);
+    Rtrain__V1__GetWeightsResponse *w2 = weights(P);
+    CHECK(w2 && w1 && w2->global_step == w1->global_step && same_tensors(w1, w2),
+          "the refusals changed nothing");
+    FREE(w0);
+    FREE(w1);
+    FREE(w2);
+    CHECK(itest_session(C, "after-fit-resend", S2) == 0, "the daemon keeps serving");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -249,6 +353,7 @@ int main(int argc, char **argv)
     RUN(test_bad_sample_weights);
     RUN(test_learning_rate);
     RUN(test_state_from_program);
+    RUN(test_fit_resend);
     itest_disconnect(C);
     int code = itest_daemon_stop(&d, SIGTERM);
     CHECK(code == 0, "daemon exit %d", code);
