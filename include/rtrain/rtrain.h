@@ -568,8 +568,9 @@ typedef enum rt_client_fit_kind {
     RT_FIT_PROGRESS = 1, RT_FIT_EPOCH_END = 2, RT_FIT_DONE = 3,
     /* rt_client_train_steps or rt_client_fit reattached after the daemon
      * restarted (or was unreachable): epoch and step say where training
-     * resumes (epoch numbered as the run's other events). Callers print
-     * "daemon restarted; resuming at epoch E step S". */
+     * resumes (epoch: 1-based within this call's run, step: the program's
+     * global step). Callers print "daemon restarted; resuming at epoch E
+     * step S". */
     RT_FIT_RESUMED = 4,
 } rt_client_fit_kind;
 
@@ -626,8 +627,8 @@ typedef struct rt_client_fit_params {
  * daemon went away (UNAVAILABLE, a restart's ABORTED, a stopping daemon's
  * CANCELLED), the fit waits for the daemon as rt_client_train_steps does
  * (rt_client_set_reattach_ms; needs the session token), delivers an
- * RT_FIT_RESUMED event (epoch: the program's Fit epoch being resumed, as
- * the EpochEnd numbers; step: the restored global step) and sends the Fit
+ * RT_FIT_RESUMED event (epoch: the epoch of this fit being resumed,
+ * 1-based; step: the restored global step) and sends the Fit
  * again with its id and the count of epoch ends received. A daemon with
  * --state-dir continues the fit from its restored state: no step runs
  * twice or is lost, the epoch ends the client missed come again as they

@@ -1863,7 +1863,7 @@ static int fit_work(rt_call *c)
     return rc;
 }
 
-static int fit_send_epoch(rt_call *c, Rtrain__V1__EpochEnd *e)
+static void fit_send_epoch(rt_call *c, Rtrain__V1__EpochEnd *e)
 {
     Rtrain__V1__FitEvent ev = RTRAIN__V1__FIT_EVENT__INIT;
     ev.event_case = RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END;
@@ -1871,7 +1871,6 @@ static int fit_send_epoch(rt_call *c, Rtrain__V1__EpochEnd *e)
     uint64_t t1 = rt_now_ns();
     rt_call_stream_send(c, &ev.base, 0, 0);
     c->tm.encode_ns += rt_now_ns() - t1;
-    return 0;
 }
 
 /* A resent Fit: where the fit stands on this daemon (its state may have
