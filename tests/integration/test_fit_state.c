@@ -14,6 +14,9 @@
  *     match the record (other epochs) is INVALID_ARGUMENT, one claiming
  *     more epochs than the daemon has, or epochs of a fit it does not know,
  *     FAILED_PRECONDITION, each naming the problem and changing nothing;
+ *   - a resumable Fit the client cancelled mid-way (a broken connection)
+ *     and sent again continues in memory: the weights and the epoch ends
+ *     are those of a twin program's uninterrupted fit;
  *   - the daemon keeps serving a bystander session throughout.
  */
 #include <math.h>
@@ -244,9 +247,11 @@ static void test_state_from_program(void)
 /* A Fit stream's events: the epoch ends (packed, in order) and the done. */
 typedef struct fit_log {
     int epochs, done, progress;
+    int cut_at;               /* > 0: cancel the stream at this epoch end */
     uint64_t end_step;
-    uint8_t *ep[8];
+    uint8_t *ep[8];           /* the first 8 epoch ends, packed */
     size_t ep_len[8];
+    double loss[5000];        /* every epoch's train loss, by EpochEnd.epoch */
 } fit_log;
 
 static int on_fit_event(void *ud, const uint8_t *data, size_t len)
@@ -255,12 +260,17 @@ static int on_fit_event(void *ud, const uint8_t *data, size_t len)
     Rtrain__V1__FitEvent *e = rtrain__v1__fit_event__unpack(NULL, len, data);
     if (!e)
         return -1;
-    if (e->event_case == RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END && f->epochs < 8) {
-        size_t n = rtrain__v1__epoch_end__get_packed_size(e->epoch_end);
-        f->ep[f->epochs] = malloc(n);
-        f->ep_len[f->epochs] = n;
-        rtrain__v1__epoch_end__pack(e->epoch_end, f->ep[f->epochs]);
+    if (e->event_case == RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END) {
+        if (f->epochs < 8) {
+            size_t n = rtrain__v1__epoch_end__get_packed_size(e->epoch_end);
+            f->ep[f->epochs] = malloc(n);
+            f->ep_len[f->epochs] = n;
+            rtrain__v1__epoch_end__pack(e->epoch_end, f->ep[f->epochs]);
+        }
         f->epochs++;
+        uint64_t k = e->epoch_end->epoch;
+        if (k >= 1 && k <= 5000 && e->epoch_end->train)
+            f->loss[k - 1] = e->epoch_end->train->loss;
     }
     f->progress += e->event_case == RTRAIN__V1__FIT_EVENT__EVENT_PROGRESS;
     if (e->done) {
@@ -268,26 +278,33 @@ static int on_fit_event(void *ud, const uint8_t *data, size_t len)
         f->end_step = e->global_step;
     }
     rtrain__v1__fit_event__free_unpacked(e, NULL);
-    return 0;
+    return f->cut_at && f->epochs == f->cut_at;
 }
 
-static int fit(uint64_t id, uint32_t epochs, uint32_t received, fit_log *f, itest_res *r)
+static int fit_on(const char *pid, uint64_t id, uint32_t epochs, uint32_t received, int cut_at,
+                  fit_log *f, itest_res *r)
 {
     Rtrain__V1__FitRequest q = RTRAIN__V1__FIT_REQUEST__INIT;
     q.session_id = S;
-    q.program_id = P;
+    q.program_id = (char *)pid;
     q.dataset_id = DS;
     q.epochs = epochs;
     q.progress_every = 1;
     q.fit_id = id;
     q.epochs_received = received;
     memset(f, 0, sizeof *f);
+    f->cut_at = cut_at;
     return itest_server_stream(C, "Fit", &q.base, on_fit_event, f, r);
+}
+
+static int fit(uint64_t id, uint32_t epochs, uint32_t received, fit_log *f, itest_res *r)
+{
+    return fit_on(P, id, epochs, received, 0, f, r);
 }
 
 static void fit_log_free(fit_log *f)
 {
-    for (int i = 0; i < f->epochs; i++)
+    for (int i = 0; i < f->epochs && i < 8; i++)
         free(f->ep[i]);
 }
 
@@ -339,6 +356,48 @@ static void test_fit_resend(void)
     CHECK(itest_session(C, "after-fit-resend", S2) == 0, "the daemon keeps serving");
 }
 
+static void test_fit_cut_and_resent(void)
+{
+    itest_res r;
+    char pa[64] = "", pb[64] = "";
+    for (int i = 0; i < 2; i++) {
+        Rtrain__V1__CompileResponse *p = compile(S, 5, NULL, 8, &r);
+        CHECK(p != NULL, "compile: %d %s", r.status, r.details);
+        if (p)
+            snprintf(i ? pb : pa, 64, "%s", p->program_id);
+        FREE(p);
+        itest_res_free(&r);
+    }
+    /* the twin, uninterrupted: 5,000 epochs of 6 steps (long enough that
+     * the cut below lands while the daemon still trains) */
+    enum { EP = 5000 };
+    static fit_log ref, a, b;
+    int st = fit_on(pa, 0x7717ull, EP, 0, 0, &ref, &r);
+    CHECK(st == 0 && ref.done && ref.epochs == EP, "reference: %d %s", st, r.details);
+    itest_res_free(&r);
+    /* cut at the 3rd epoch end (the daemon stops where the cancel reaches
+     * it, between two steps), then sent again with the epochs that came */
+    fit_on(pb, 0x7718ull, EP, 0, 3, &a, &r);
+    itest_res_free(&r);
+    CHECK(a.epochs == 3 && !a.done, "cut: %d epochs, done %d", a.epochs, a.done);
+    st = fit_on(pb, 0x7718ull, EP, (uint32_t)a.epochs, 0, &b, &r);
+    CHECK(st == 0 && b.done && a.epochs + b.epochs == EP, "resent: %d %s, %d + %d epochs", st,
+          r.details, a.epochs, b.epochs);
+    itest_res_free(&r);
+    int same = 1;
+    for (int k = 0; k < EP; k++)
+        same &= (k < a.epochs ? a.loss[k] : b.loss[k]) == ref.loss[k];
+    CHECK(same, "every epoch once, with the twin's loss");
+    Rtrain__V1__GetWeightsResponse *wa = weights(pa), *wb = weights(pb);
+    CHECK(same_tensors(wa, wb) && wa->global_step == wb->global_step,
+          "weights as the uninterrupted twin's");
+    FREE(wa);
+    FREE(wb);
+    fit_log_free(&ref);
+    fit_log_free(&a);
+    fit_log_free(&b);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -354,6 +413,7 @@ int main(int argc, char **argv)
     RUN(test_learning_rate);
     RUN(test_state_from_program);
     RUN(test_fit_resend);
+    RUN(test_fit_cut_and_resent);
     itest_disconnect(C);
     int code = itest_daemon_stop(&d, SIGTERM);
     CHECK(code == 0, "daemon exit %d", code);
