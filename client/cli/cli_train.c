@@ -219,6 +219,11 @@ static int csv_upload_split(rt_client *c, const char *sid, const char *name, con
 int cli_upload(rt_client *c, const char *sid, const char *name, const char *data,
                const char *labels, const cli_opts *o, rt_client_dataset *out)
 {
+    int storage = !o->storage || !strcmp(o->storage, "auto") ? 0
+                  : !strcmp(o->storage, "memory")           ? 1
+                                                            : 2;
+    if (cli_data_kind_of(data) != CLI_DATA_TFRECORD && cli_data_kind_of(data) != CLI_DATA_IMAGES)
+        rt_client_next_upload_storage(c, storage, (uint64_t)o->shuffle_buffer);
     switch (cli_data_kind_of(data)) {
     case CLI_DATA_CSV:
         if (o->label_first >= 0)

@@ -48,6 +48,8 @@ struct rt_client {
     void *reg[RT__M_COUNT];
     int64_t timeout_ms;
     int64_t next_timeout_ms; /* INT64_MIN = not set */
+    int next_storage;        /* rt_client_next_upload_storage, for one upload */
+    uint64_t next_shuffle_buffer;
     char errmsg[4096];      /* a Keras import lists every problem */
     int grpc_status;
     rt_client_timings cur;   /* the call in progress */

@@ -329,9 +329,34 @@ static int stream_upload(rt_client *c, Rtrain__V1__DatasetHeader *hdr, src *s,
     return rc;
 }
 
+int rt_client_next_upload_storage(rt_client *c, int storage, uint64_t shuffle_buffer)
+{
+    if (!c || storage < 0 || storage > 2)
+        return RT_EINVAL;
+    c->next_storage = storage;
+    c->next_shuffle_buffer = shuffle_buffer;
+    return 0;
+}
+
+static int upload_parts(rt_client *c, const char *session, const char *name,
+                        const rt_client_upload_part *parts, size_t n_parts,
+                        rt_client_dataset *out);
+
 int rt_client_upload_parts(rt_client *c, const char *session, const char *name,
                            const rt_client_upload_part *parts, size_t n_parts,
                            rt_client_dataset *out)
+{
+    int rc = upload_parts(c, session, name, parts, n_parts, out);
+    if (c) {
+        c->next_storage = 0;
+        c->next_shuffle_buffer = 0;
+    }
+    return rc;
+}
+
+static int upload_parts(rt_client *c, const char *session, const char *name,
+                        const rt_client_upload_part *parts, size_t n_parts,
+                        rt_client_dataset *out)
 {
     if (!c || !out)
         return RT_EINVAL;
@@ -384,6 +409,12 @@ int rt_client_upload_parts(rt_client *c, const char *session, const char *name,
         dp[i].csv_header = p->csv_header != 0;
         dp[i].normalize = p->normalize != 0;
         dp[i].compression = (Rtrain__V1__Compression)p->compression;
+        if (!shards && (p->role == RT_ROLE_FEATURES || p->role == RT_ROLE_BOTH)) {
+            int st = p->storage ? p->storage : c->next_storage;
+            dp[i].storage = (Rtrain__V1__Storage)st;
+            dp[i].shuffle_buffer = p->shuffle_buffer ? p->shuffle_buffer
+                                                     : c->next_shuffle_buffer;
+        }
         if (shards) {
             dp[i].shard_hash.data = ph[i];
             dp[i].shard_hash.len = 16;

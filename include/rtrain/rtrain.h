@@ -432,8 +432,8 @@ typedef struct rt_client_dataset {
                                left on the daemon, not sent again */
     uint64_t records_skipped;  /* TFRecord, bad records skipped (rtrain_data.h) */
     char first_skipped[160];   /* the first one's error */
-    int streamed;              /* TFRecord kept on the daemon's disk, decoded
-                                  per batch (rtrain_data.h) */
+    int streamed;              /* kept on the daemon's disk, decoded per
+                                  batch (rtrain_data.h) */
     uint64_t spool_bytes;      /* streamed: the daemon's spool file */
 } rt_client_dataset;
 
@@ -463,7 +463,17 @@ typedef struct rt_client_upload_part {
     int normalize;             /* u8 features: / 255 on the daemon */
     int compression;           /* TFRECORD: 0 none, 1 GZIP, 2 ZLIB */
     const struct rt_client_example_spec *spec; /* TFRECORD: the same in every part */
+    int storage;               /* features part of RAW/NPY/CSV/IDX: RT_STORAGE_*
+                                  (rtrain_data.h): 0 auto, 1 memory, 2 streamed
+                                  from the daemon's disk */
+    uint64_t shuffle_buffer;   /* streamed: samples; 0 = the daemon's default */
 } rt_client_upload_part;
+
+/* Storage of the next RAW/NPY/CSV/IDX upload's features part (the wrappers
+ * below take no storage argument; a part that sets its own wins): 0 auto,
+ * 1 memory, 2 streamed, and the shuffle buffer (0: the daemon's). It
+ * applies to the next upload only. RT_EINVAL for another storage. */
+int rt_client_next_upload_storage(rt_client *c, int storage, uint64_t shuffle_buffer);
 
 /* Upload 1..16 parts as one data set: first FindDataset by the XXH3-128
  * hash of all part bytes (canonical big-endian 16 bytes; a hit costs one

@@ -392,15 +392,18 @@ static int parse_idx(const rt_data_part *p, const uint8_t *b, size_t len,
 }
 
 /* -------------------------------------------------------------------- CSV */
-/* Numeric CSV into an (rows, cols) f64 array. Empty lines are skipped; a
- * trailing \r is ignored. */
-static int parse_csv(const rt_data_part *p, const uint8_t *b, size_t len,
-                     uint64_t max_bytes, src_arr *s, char *err, size_t errlen)
+/* Numeric CSV, row by row: fn gets each row's k values (every row has the
+ * first row's count). Empty lines are skipped; a trailing \r is ignored.
+ * *rows and *cols say what was read. */
+typedef int (*csv_row_fn)(void *ud, const double *v, int64_t k, char *err, size_t errlen);
+
+static int csv_walk(const rt_data_part *p, const uint8_t *b, size_t len, csv_row_fn fn, void *ud,
+                    int64_t *rows_out, int64_t *cols_out, char *err, size_t errlen)
 {
     const char *c = (const char *)b, *end = c + len;
-    size_t cap = 1024, n = 0;
-    double *v = malloc(cap * sizeof *v);
-    if (!v)
+    size_t rcap = 64;
+    double *row = malloc(rcap * sizeof *row);
+    if (!row)
         return fail(err, errlen, RT_ENOMEM, "out of memory parsing CSV");
     int64_t cols = -1, rows = 0, line = 0;
     int rc = 0;
@@ -447,21 +450,18 @@ static int parse_csv(const rt_data_part *p, const uint8_t *b, size_t len,
                           line == 1 ? "; set csv_header to skip a header line" : "");
                 goto out;
             }
-            if (n == cap) {
-                if ((cap * 2) * sizeof(double) > max_bytes * 8 + 8192) {
-                    rc = fail(err, errlen, RT_ETOOBIG, "CSV is too large");
+            if ((size_t)k == rcap) {
+                double *nr = (size_t)k < (size_t)1 << 24 ? realloc(row, rcap * 2 * sizeof *row)
+                                                         : NULL;
+                if (!nr) {
+                    rc = fail(err, errlen, RT_ETOOBIG, "CSV line %lld has too many columns",
+                              (long long)line);
                     goto out;
                 }
-                double *nv = realloc(v, cap * 2 * sizeof *v);
-                if (!nv) {
-                    rc = fail(err, errlen, RT_ENOMEM, "out of memory parsing CSV");
-                    goto out;
-                }
-                v = nv;
-                cap *= 2;
+                row = nr;
+                rcap *= 2;
             }
-            v[n++] = d;
-            k++;
+            row[k++] = d;
             if (fe == le)
                 break;
             f = fe + 1;
@@ -474,24 +474,64 @@ static int parse_csv(const rt_data_part *p, const uint8_t *b, size_t len,
                       (long long)k, (long long)cols);
             goto out;
         }
+        if ((rc = fn(ud, row, k, err, errlen)) < 0)
+            goto out;
         rows++;
         c = eol + 1;
     }
-    if (rows == 0) {
+    if (rows == 0)
         rc = fail(err, errlen, RT_EDATA, "CSV part has no rows");
-        goto out;
+    *rows_out = rows;
+    *cols_out = cols;
+out:
+    free(row);
+    return rc;
+}
+
+typedef struct csv_all {
+    double *v;
+    size_t n, cap;
+    uint64_t max_bytes;
+} csv_all;
+
+static int csv_append(void *ud, const double *v, int64_t k, char *err, size_t errlen)
+{
+    csv_all *a = ud;
+    while (a->n + (size_t)k > a->cap) {
+        if ((a->cap * 2) * sizeof(double) > a->max_bytes * 8 + 8192)
+            return fail(err, errlen, RT_ETOOBIG, "CSV is too large");
+        double *nv = realloc(a->v, a->cap * 2 * sizeof *nv);
+        if (!nv)
+            return fail(err, errlen, RT_ENOMEM, "out of memory parsing CSV");
+        a->v = nv;
+        a->cap *= 2;
+    }
+    memcpy(a->v + a->n, v, sizeof(double) * (size_t)k);
+    a->n += (size_t)k;
+    return 0;
+}
+
+/* Numeric CSV into an (rows, cols) f64 array. */
+static int parse_csv(const rt_data_part *p, const uint8_t *b, size_t len,
+                     uint64_t max_bytes, src_arr *s, char *err, size_t errlen)
+{
+    csv_all a = {.cap = 1024, .max_bytes = max_bytes};
+    if (!(a.v = malloc(a.cap * sizeof *a.v)))
+        return fail(err, errlen, RT_ENOMEM, "out of memory parsing CSV");
+    int64_t rows = 0, cols = 0;
+    int rc = csv_walk(p, b, len, csv_append, &a, &rows, &cols, err, errlen);
+    if (rc < 0) {
+        free(a.v);
+        return rc;
     }
     s->t = S_F64;
     s->ndim = 2;
     s->dims[0] = rows;
     s->dims[1] = cols;
-    s->data = (const uint8_t *)v;
-    s->owned = v;
+    s->data = (const uint8_t *)a.v;
+    s->owned = a.v;
     s->row_cols = cols;
     return 0;
-out:
-    free(v);
-    return rc;
 }
 
 /* ----------------------------------------------------------- conversions */
@@ -719,6 +759,375 @@ void rt_data_set_stream_config(const rt_stream_config *c)
 
 const rt_stream_config *rt_data_stream_config(void) { return &stream_cfg; }
 
+/* ------------------------------------------------------------- streamed */
+/* RAW, NPY, CSV and IDX features streamed (rt_stream.h rows): written to
+ * the spool as u8 rows (u8 sources) or as the f32 values to_features would
+ * make, with its checks and messages, a chunk at a time, so the decoded
+ * set never sits in memory; a gzip'ed IDX is inflated into the spool
+ * chunk by chunk. */
+typedef struct row_sink {
+    rt_stream *st;
+    src_type t;
+    int big_endian;
+    int64_t per;
+    uint64_t elem;       /* elements taken so far */
+    float *f;            /* staging, SINK_CHUNK floats */
+} row_sink;
+
+#define SINK_CHUNK ((size_t)1 << 16)
+
+static int sink_floats(row_sink *k, size_t m, char *err, size_t errlen)
+{
+    return rt_stream_rows_write(k->st, k->f, m * sizeof(float), err, errlen);
+}
+
+/* count whole elements of k->t at data */
+static int sink_elems(row_sink *k, const uint8_t *data, uint64_t count, char *err, size_t errlen)
+{
+    if (k->t == S_U8) {
+        int rc = rt_stream_rows_write(k->st, data, (size_t)count, err, errlen);
+        k->elem += count;
+        return rc;
+    }
+    const size_t es = src_size[k->t];
+    for (uint64_t done = 0; done < count;) {
+        size_t m = count - done < SINK_CHUNK ? (size_t)(count - done) : SINK_CHUNK;
+        const uint8_t *q = data + done * es;
+        if (k->t == S_F32 && !k->big_endian) {
+            memcpy(k->f, q, m * 4);
+            int64_t i = first_nonfinite(k->f, (int64_t)m);
+            if (i >= 0) {
+                uint64_t g = k->elem + (uint64_t)i;
+                return fail(err, errlen, RT_ENAN, "features contain %s at sample %lld, column %lld",
+                            nonfinite_name(k->f[i]), (long long)(g / (uint64_t)k->per),
+                            (long long)(g % (uint64_t)k->per));
+            }
+        } else {
+            src_arr a = {.t = k->t, .big_endian = k->big_endian, .data = q};
+            for (size_t i = 0; i < m; i++) {
+                double d = get_elem(&a, (int64_t)i);
+                uint64_t g = k->elem + i;
+                if (!isfinite(d))
+                    return fail(err, errlen, RT_ENAN,
+                                "features contain %s at sample %lld, column %lld",
+                                nonfinite_name(d), (long long)(g / (uint64_t)k->per),
+                                (long long)(g % (uint64_t)k->per));
+                if (fabs(d) >= RT__F32_OVERFLOW)
+                    return fail(err, errlen, RT_ENAN,
+                                "features contain %g at sample %lld, column %lld: outside float32's range",
+                                d, (long long)(g / (uint64_t)k->per),
+                                (long long)(g % (uint64_t)k->per));
+                k->f[i] = (float)d;
+            }
+        }
+        int rc = sink_floats(k, m, err, errlen);
+        if (rc < 0)
+            return rc;
+        k->elem += m;
+        done += m;
+    }
+    return 0;
+}
+
+static int stream_wanted(const rt_data_part *p, uint64_t decoded, const rt_stream_config *sc)
+{
+    return p->storage == RT_STORAGE_STREAM ||
+           (p->storage == RT_STORAGE_AUTO && sc && sc->stream_above && decoded > sc->stream_above);
+}
+
+/* Open the rows stream of n samples of per values from t, within max_bytes
+ * of spool, and set ds's shape. */
+static int sink_open(row_sink *k, const rt_data_part *p, src_type t, int big_endian, int64_t n,
+                     int64_t per, uint64_t max_bytes, const rt_stream_config *sc, rt_dataset *ds,
+                     char *err, size_t errlen)
+{
+    memset(k, 0, sizeof *k);
+    k->t = t;
+    k->big_endian = big_endian;
+    k->per = per;
+    const int u8 = t == S_U8;
+    int64_t total;
+    if (n <= 0 || per <= 0)
+        return fail(err, errlen, RT_EDATA, "features are empty (%lld samples of %lld values)",
+                    (long long)n, (long long)per);
+    if (mul_cap(n, per, (int64_t)(max_bytes / (u8 ? 1 : 4)), &total) < 0)
+        return fail(err, errlen, RT_ETOOBIG, "features are too large to stream (over %llu bytes)",
+                    (unsigned long long)max_bytes);
+    if (!u8 && !(k->f = malloc(SINK_CHUNK * sizeof(float))))
+        return fail(err, errlen, RT_ENOMEM, "out of memory");
+    int rc = rt_stream_rows_begin(u8 ? RT_ROWS_U8 : RT_ROWS_F32, per, p->normalize, n,
+                                  p->shuffle_buffer, sc, &ds->stream, err, errlen);
+    if (rc < 0)
+        return rc;
+    k->st = ds->stream;
+    ds->n = n;
+    return 0;
+}
+
+/* Free the staging; with rc 0 check that every row came. */
+static int sink_close(row_sink *k, int rc, char *err, size_t errlen)
+{
+    free(k->f);
+    k->f = NULL;
+    return rc == 0 && k->st ? rt_stream_rows_end(k->st, err, errlen) : rc;
+}
+
+static void set_x_shape(rt_dataset *ds, int ndim, const int64_t *dims, int flat, int64_t per)
+{
+    if (flat || ndim == 1) {
+        ds->x_ndim = 1;
+        ds->x_dims[0] = per;
+    } else {
+        ds->x_ndim = ndim - 1;
+        memcpy(ds->x_dims, dims + 1, sizeof(int64_t) * (size_t)ds->x_ndim);
+    }
+}
+
+/* A gzip'ed IDX: its header inflated first (the declared size decides),
+ * then the data inflated through the sink. */
+static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len,
+                         uint64_t max_bytes, uint32_t ratio, const rt_stream_config *sc,
+                         rt_dataset *ds, int *done, char *err, size_t errlen)
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
+        return fail(err, errlen, RT_ENOMEM, "zlib init failed");
+    uint8_t hdr[4 + 4 * RT_MAX_DIMS];
+    size_t hl = 4, got = 0;
+    int rc = 0, zr = Z_OK;
+    row_sink k;
+    memset(&k, 0, sizeof k);
+    uint8_t *buf = NULL;
+    z.next_in = (Bytef *)in;
+    z.avail_in = (uInt)(len > UINT32_MAX ? UINT32_MAX : len);
+    while (got < hl) {
+        z.next_out = hdr + got;
+        z.avail_out = (uInt)(hl - got);
+        zr = inflate(&z, Z_NO_FLUSH);
+        got = hl - z.avail_out;
+        if (got >= 4 && hl == 4) {
+            if (hdr[0] != 0 || hdr[1] != 0 || hdr[3] < 1 || hdr[3] > RT_MAX_DIMS) {
+                rc = fail(err, errlen, RT_EDATA, "IDX header (inside the gzip) is invalid");
+                goto out;
+            }
+            hl = 4 + 4 * (size_t)hdr[3];
+        }
+        if (got < hl && zr != Z_OK) {
+            rc = fail(err, errlen, RT_EDATA, "gzip data ends inside the IDX header");
+            goto out;
+        }
+    }
+    src_type t;
+    switch (hdr[2]) {
+    case 0x08: t = S_U8; break;
+    case 0x09: t = S_I8; break;
+    case 0x0B: t = S_I16; break;
+    case 0x0C: t = S_I32; break;
+    case 0x0D: t = S_F32; break;
+    case 0x0E: t = S_F64; break;
+    default:
+        rc = fail(err, errlen, RT_EDATA, "IDX type 0x%02x is unknown", hdr[2]);
+        goto out;
+    }
+    int ndim = hdr[3];
+    int64_t dims[RT_MAX_DIMS], cnt = 1;
+    for (int i = 0; i < ndim; i++) {
+        const uint8_t *q = hdr + 4 + 4 * i;
+        dims[i] = ((int64_t)q[0] << 24) | ((int64_t)q[1] << 16) | ((int64_t)q[2] << 8) | q[3];
+        if (mul_cap(cnt, dims[i], INT64_MAX / 8, &cnt) < 0) {
+            rc = fail(err, errlen, RT_EDATA, "IDX shape overflows");
+            goto out;
+        }
+    }
+    const uint64_t need = (uint64_t)cnt * src_size[t];
+    int64_t per = rt_data_numel(ndim - 1, dims + 1);
+    if (!stream_wanted(p, (uint64_t)cnt * 4, sc))
+        goto out; /* in memory: parse_idx reads it again */
+    *done = 1;
+    if (ratio && need > (1u << 20) && need / ratio > len) {
+        rc = fail(err, errlen, RT_ETOOBIG,
+                  "IDX declares %llu bytes inflated from %zu: over the inflate ratio limit of %u",
+                  (unsigned long long)need, len, ratio);
+        goto out;
+    }
+    if ((rc = sink_open(&k, p, t, 1, dims[0], per, max_bytes, sc, ds, err, errlen)) < 0)
+        goto out;
+    enum { ZCH = 1 << 20 };
+    if (!(buf = malloc(ZCH))) {
+        rc = fail(err, errlen, RT_ENOMEM, "out of memory inflating gzip");
+        goto out;
+    }
+    const size_t es = src_size[t];
+    uint64_t out_total = 0;
+    size_t carry = 0;
+    while (zr == Z_OK) {
+        z.next_out = buf + carry;
+        z.avail_out = (uInt)(ZCH - carry);
+        zr = inflate(&z, Z_NO_FLUSH);
+        size_t have = (size_t)(z.next_out - buf);
+        out_total += have - carry;
+        if (out_total > need) {
+            rc = fail(err, errlen, RT_EDATA,
+                      "gzip data inflates past the %llu bytes its IDX header declares",
+                      (unsigned long long)(need + hl));
+            goto out;
+        }
+        size_t whole = have / es * es;
+        if (whole && (rc = sink_elems(&k, buf, whole / es, err, errlen)) < 0)
+            goto out;
+        carry = have - whole;
+        memmove(buf, buf + whole, carry);
+        if (zr == Z_BUF_ERROR && z.avail_in == 0)
+            break;
+        if (zr == Z_BUF_ERROR)
+            zr = Z_OK;
+    }
+    if (zr != Z_STREAM_END) {
+        rc = fail(err, errlen, RT_EDATA, "corrupt gzip data (%s)", z.msg ? z.msg : "truncated");
+        goto out;
+    }
+    if (out_total != need) {
+        rc = fail(err, errlen, RT_EDATA, "IDX data is %llu bytes but its header needs %llu",
+                  (unsigned long long)out_total, (unsigned long long)need);
+        goto out;
+    }
+    set_x_shape(ds, ndim, dims, 0, per);
+out:
+    rc = sink_close(&k, rc, err, errlen);
+    free(buf);
+    inflateEnd(&z);
+    return rc;
+}
+
+typedef struct csv_stream {
+    row_sink *k;
+    int64_t lc, i;       /* label column or -1, rows taken */
+    double *labels;
+    size_t used;         /* floats staged in k->f */
+} csv_stream;
+
+static int csv_count(void *ud, const double *v, int64_t k, char *err, size_t errlen)
+{
+    (void)ud, (void)v, (void)k, (void)err, (void)errlen;
+    return 0;
+}
+
+static int csv_to_sink(void *ud, const double *v, int64_t k, char *err, size_t errlen)
+{
+    csv_stream *c = ud;
+    int64_t o = 0;
+    for (int64_t j = 0; j < k; j++) {
+        if (j == c->lc) {
+            c->labels[c->i] = v[j];
+            continue;
+        }
+        double d = v[j];
+        if (!isfinite(d))
+            return fail(err, errlen, RT_ENAN, "features contain %s at sample %lld, column %lld",
+                        nonfinite_name(d), (long long)c->i, (long long)o);
+        if (fabs(d) >= RT__F32_OVERFLOW)
+            return fail(err, errlen, RT_ENAN,
+                        "features contain %g at sample %lld, column %lld: outside float32's range",
+                        d, (long long)c->i, (long long)o);
+        o++;
+        c->k->f[c->used++] = (float)d;
+        if (c->used == SINK_CHUNK) {
+            int rc = sink_floats(c->k, c->used, err, errlen);
+            if (rc < 0)
+                return rc;
+            c->used = 0;
+        }
+    }
+    c->i++;
+    return 0;
+}
+
+/* A CSV: one pass to count rows and columns (the size decides), one to
+ * write its rows; a label column goes to ds's labels. */
+static int stream_csv(const rt_data_part *p, const uint8_t *b, size_t len, uint64_t max_bytes,
+                      const rt_stream_config *sc, rt_dataset *ds, int *done, char *err,
+                      size_t errlen)
+{
+    int64_t rows = 0, cols = 0;
+    int rc = csv_walk(p, b, len, csv_count, NULL, &rows, &cols, err, errlen);
+    if (rc < 0)
+        return rc;
+    int64_t lc = -1;
+    if (p->role == RT_ROLE_BOTH) {
+        lc = p->label_column < 0 ? cols + p->label_column : p->label_column;
+        if (lc < 0 || lc >= cols || cols < 2)
+            return fail(err, errlen, RT_EDATA, "CSV label_column %d is outside its %lld columns",
+                        p->label_column, (long long)cols);
+    }
+    const int64_t per = cols - (lc >= 0);
+    if (!stream_wanted(p, (uint64_t)rows * (uint64_t)per * 4, sc))
+        return 0;
+    *done = 1;
+    row_sink k;
+    csv_stream c = {.k = &k, .lc = lc};
+    if (lc >= 0 && !(c.labels = malloc(sizeof(double) * (size_t)rows)))
+        return fail(err, errlen, RT_ENOMEM, "out of memory for labels");
+    rc = sink_open(&k, p, S_F32, 0, rows, per, max_bytes, sc, ds, err, errlen);
+    if (rc == 0)
+        rc = csv_walk(p, b, len, csv_to_sink, &c, &rows, &cols, err, errlen);
+    if (rc == 0 && c.used)
+        rc = sink_floats(&k, c.used, err, errlen);
+    rc = sink_close(&k, rc, err, errlen);
+    if (rc == 0) {
+        ds->x_ndim = 1;
+        ds->x_dims[0] = per;
+    }
+    if (rc == 0 && lc >= 0) {
+        src_arr y = {.t = S_F64, .ndim = 1, .dims = {rows}, .data = (const uint8_t *)c.labels,
+                     .label_col = -1};
+        rc = to_labels(&y, ds, err, errlen);
+    }
+    free(c.labels);
+    return rc;
+}
+
+/* The features part p streamed when its storage says so (or AUTO and its
+ * decoded size is over the threshold): *done = 1 and ds has its stream
+ * (and, for a CSV with a label column, its labels). Otherwise *done = 0
+ * and nothing is kept. */
+static int stream_features(const rt_data_part *p, const uint8_t *b, size_t len,
+                           uint64_t max_bytes, uint32_t ratio, const rt_stream_config *sc,
+                           rt_dataset *ds, int *done, char *err, size_t errlen)
+{
+    *done = 0;
+    if (p->storage == RT_STORAGE_MEMORY)
+        return 0;
+    if (p->format == RT_FMT_CSV)
+        return stream_csv(p, b, len, max_bytes, sc, ds, done, err, errlen);
+    if (p->format == RT_FMT_IDX && len >= 2 && b[0] == 0x1f && b[1] == 0x8b)
+        return stream_idx_gz(p, b, len, max_bytes, ratio, sc, ds, done, err, errlen);
+    src_arr s;
+    memset(&s, 0, sizeof s);
+    s.label_col = -1;
+    int rc;
+    switch (p->format) {
+    case RT_FMT_RAW: rc = parse_raw(p, b, len, &s, err, errlen); break;
+    case RT_FMT_NPY: rc = parse_npy(b, len, &s, err, errlen); break;
+    case RT_FMT_IDX: rc = parse_idx(p, b, len, max_bytes, ratio, &s, err, errlen); break;
+    default: return 0;
+    }
+    if (rc < 0)
+        return rc;
+    const int64_t n = s.dims[0], per = rt_data_numel(s.ndim - 1, s.dims + 1);
+    if (per < 0 || !stream_wanted(p, (uint64_t)n * (uint64_t)per * 4, sc))
+        return 0;
+    *done = 1;
+    row_sink k;
+    rc = sink_open(&k, p, s.t, s.big_endian, n, per, max_bytes, sc, ds, err, errlen);
+    if (rc == 0)
+        rc = sink_elems(&k, s.data, (uint64_t)n * (uint64_t)per, err, errlen);
+    rc = sink_close(&k, rc, err, errlen);
+    if (rc == 0)
+        set_x_shape(ds, s.ndim, s.dims, 0, per);
+    return rc;
+}
+
 /* TFRecord: every part is one shard of tf.train.Example records, read
  * under one feature spec (rt_example.c). */
 static int parse_tfrecord(const rt_data_part *parts, int n_parts, const uint8_t *buf,
@@ -837,6 +1246,11 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
             memset(&s, 0, sizeof s);
             s.label_col = -1;
             size_t plen = (size_t)p->length;
+            int streamed = 0;
+            if (is_x)
+                rc = stream_features(p, ptrs[i], plen, max_bytes, max_inflate_ratio,
+                                     &stream_cfg, ds, &streamed, err, errlen);
+            if (rc == 0 && !streamed)
             switch (p->format) {
             case RT_FMT_RAW: rc = parse_raw(p, ptrs[i], plen, &s, err, errlen); break;
             case RT_FMT_NPY: rc = parse_npy(ptrs[i], plen, &s, err, errlen); break;
@@ -848,7 +1262,7 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
                 rc = fail(err, errlen, RT_EDATA, "TFRecord parts cannot mix with other formats");
                 break;
             }
-            if (rc == 0 && p->role == RT_ROLE_BOTH) {
+            if (rc == 0 && !streamed && p->role == RT_ROLE_BOTH) {
                 int64_t lc = p->label_column < 0 ? s.row_cols + p->label_column
                                                  : p->label_column;
                 if (lc < 0 || lc >= s.row_cols || s.row_cols < 2) {
@@ -871,10 +1285,10 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
                 free(s.owned);
                 continue;
             }
-            if (rc == 0 && is_x)
+            if (rc == 0 && is_x && !streamed)
                 rc = to_features(&s, p->normalize, ds, max_bytes, take_free ? bufp : NULL, err,
                                  errlen);
-            if (rc == 0 && p->role != RT_ROLE_FEATURES) {
+            if (rc == 0 && !streamed && p->role != RT_ROLE_FEATURES) {
                 if (p->role == RT_ROLE_LABELS)
                     s.label_col = -1;
                 rc = to_labels(&s, ds, err, errlen);
@@ -921,6 +1335,12 @@ void rt_data_key(const uint8_t content_hash[16], const rt_data_part *parts,
         if (parts[i].format == RT_FMT_TFRECORD)
             f[3] = parts[i].compression;
         XXH3_128bits_update(st, f, sizeof f);
+        if (parts[i].storage || parts[i].shuffle_buffer) {
+            /* kept apart from an AUTO upload with the default buffer, whose
+             * key stays what it was */
+            int64_t sb[2] = {parts[i].storage, parts[i].shuffle_buffer};
+            XXH3_128bits_update(st, sb, sizeof sb);
+        }
         if (parts[i].format == RT_FMT_TFRECORD && parts[i].spec) {
             uint8_t sh[16];
             rt_example_spec_hash(parts[i].spec, sh);

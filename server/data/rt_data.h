@@ -76,6 +76,9 @@ typedef struct rt_data_part {
     int held;                  /* the bytes are not in the upload stream: the
                                   daemon's shard cache holds them */
     const struct rt_example_spec *spec;  /* TFRECORD: the same for every part */
+    int storage;               /* features part of RAW/NPY/CSV/IDX: rt_storage
+                                  (rt_example.h); TFRecord: spec->storage */
+    int64_t shuffle_buffer;    /* streamed: samples; 0 = the daemon's default */
 } rt_data_part;
 
 typedef struct rt_dataset {

@@ -54,6 +54,11 @@ struct rt_stream {
     uint64_t charged;    /* counted in spool_total */
     int threads, prefetch;
     int64_t shuffle_buffer;
+    /* rows (RT_ROWS_U8, RT_ROWS_F32): fixed rows of L.per values, row i at
+     * i * row_bytes; 0: TFRecord records through off/len */
+    int rows, normalize;
+    uint64_t row_bytes;
+    uint64_t written;    /* rows: bytes appended so far */
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv, ready_cv;
@@ -121,24 +126,17 @@ int rt_stream_order(int64_t n, int64_t buf, uint64_t seed, int64_t epoch, int64_
     return 0;
 }
 
-int rt_stream_create(const rt_example_spec *spec, const uint8_t *const *recs,
-                     const size_t *lens, int64_t n, const rt_stream_config *cfg,
-                     rt_stream **out, char *err, size_t errlen)
+/* A stream with its config and no spool yet. */
+static rt_stream *stream_new(const rt_stream_config *cfg, int64_t shuffle_buffer)
 {
-    *out = NULL;
     rt_stream *st = calloc(1, sizeof *st);
     if (!st)
-        return fail(err, errlen, RT_ENOMEM, "out of memory");
+        return NULL;
     st->fd = -1;
-    st->spec = *spec;
-    rt_example_layout_init(&st->spec, &st->L);
-    st->img_bytes = st->L.img_feat >= 0
-                        ? (uint64_t)spec->img.h * spec->img.w * spec->img.c
-                        : 0;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     st->threads = cfg && cfg->threads > 0 ? cfg->threads : cpus > 0 ? (int)cpus : 1;
     st->prefetch = cfg && cfg->prefetch > 0 ? cfg->prefetch : RT_STREAM_PREFETCH_DEFAULT;
-    st->shuffle_buffer = spec->shuffle_buffer > 0 ? spec->shuffle_buffer
+    st->shuffle_buffer = shuffle_buffer > 0 ? shuffle_buffer
                          : cfg && cfg->shuffle_buffer > 0 ? cfg->shuffle_buffer
                                                            : RT_STREAM_SHUFFLE_DEFAULT;
     st->order_epoch = -1;
@@ -146,6 +144,70 @@ int rt_stream_create(const rt_example_spec *spec, const uint8_t *const *recs,
     pthread_mutex_init(&st->fill_mu, NULL);
     pthread_cond_init(&st->work_cv, NULL);
     pthread_cond_init(&st->ready_cv, NULL);
+    return st;
+}
+
+/* Charge need bytes to --max-spool-bytes, check the disk's room, and open
+ * the (unlinked) spool file; nothing is written yet. */
+static int spool_open(rt_stream *st, uint64_t need, const rt_stream_config *cfg, char *err,
+                      size_t errlen)
+{
+    const char *dir = cfg && cfg->spool_dir && *cfg->spool_dir ? cfg->spool_dir
+                                                                : RT_SPOOL_DIR_DEFAULT;
+    /* room: under --max-spool-bytes for all streamed sets, and the disk
+     * keeps RT_SPOOL_DISK_RESERVE free; checked before writing anything */
+    const uint64_t cap = cfg ? cfg->max_spool_bytes : 0;
+    uint64_t held = __atomic_add_fetch(&spool_total, need, __ATOMIC_RELAXED);
+    st->charged = need;
+    if (cap && held > cap)
+        return fail(err, errlen, RT_ETOOBIG,
+                    "streamed datasets would hold %llu bytes on disk, over --max-spool-bytes %llu",
+                    (unsigned long long)held, (unsigned long long)cap);
+    struct statvfs vfs;
+    if (statvfs(dir, &vfs) == 0 &&
+        (uint64_t)vfs.f_bavail * vfs.f_frsize < need + RT_SPOOL_DISK_RESERVE)
+        return fail(err, errlen, RT_ETOOBIG,
+                    "spool dir %.120s has %llu bytes free; the dataset needs %llu and %llu stay free",
+                    dir, (unsigned long long)vfs.f_bavail * vfs.f_frsize,
+                    (unsigned long long)need, (unsigned long long)RT_SPOOL_DISK_RESERVE);
+    snprintf(st->path, sizeof st->path, "%s/rtrain-spool-XXXXXX", dir);
+    st->fd = mkstemp(st->path);
+    if (st->fd < 0)
+        return fail(err, errlen, RT_EIO, "spool dir %.120s: %s", dir, strerror(errno));
+    unlink(st->path);
+    return 0;
+}
+
+static int spool_write(rt_stream *st, const uint8_t *p, size_t len, char *err, size_t errlen)
+{
+    for (size_t w = 0; w < len;) {
+        ssize_t r = write(st->fd, p + w, len - w);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            const char *dir = strrchr(st->path, '/');
+            return fail(err, errlen, RT_EIO, "spool dir %.*s: %s",
+                        dir ? (int)(dir - st->path) : 0, st->path,
+                        strerror(r < 0 ? errno : ENOSPC));
+        }
+        w += (size_t)r;
+    }
+    return 0;
+}
+
+int rt_stream_create(const rt_example_spec *spec, const uint8_t *const *recs,
+                     const size_t *lens, int64_t n, const rt_stream_config *cfg,
+                     rt_stream **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    rt_stream *st = stream_new(cfg, spec->shuffle_buffer);
+    if (!st)
+        return fail(err, errlen, RT_ENOMEM, "out of memory");
+    st->spec = *spec;
+    rt_example_layout_init(&st->spec, &st->L);
+    st->img_bytes = st->L.img_feat >= 0
+                        ? (uint64_t)spec->img.h * spec->img.w * spec->img.c
+                        : 0;
     st->n = n;
     st->off = malloc(sizeof(uint64_t) * (size_t)n);
     st->len = malloc(sizeof(uint32_t) * (size_t)n);
@@ -153,44 +215,19 @@ int rt_stream_create(const rt_example_spec *spec, const uint8_t *const *recs,
         rt_stream_destroy(st);
         return fail(err, errlen, RT_ENOMEM, "out of memory indexing %lld records", (long long)n);
     }
-    const char *dir = cfg && cfg->spool_dir && *cfg->spool_dir ? cfg->spool_dir
-                                                                : RT_SPOOL_DIR_DEFAULT;
-    /* room: under --max-spool-bytes for all streamed sets, and the disk
-     * keeps RT_SPOOL_DISK_RESERVE free; checked before writing anything */
     uint64_t need = 0;
     for (int64_t i = 0; i < n; i++)
         need += lens[i];
-    const uint64_t cap = cfg ? cfg->max_spool_bytes : 0;
-    uint64_t held = __atomic_add_fetch(&spool_total, need, __ATOMIC_RELAXED);
-    st->charged = need;
-    if (cap && held > cap) {
+    int rc = spool_open(st, need, cfg, err, errlen);
+    if (rc < 0) {
         rt_stream_destroy(st);
-        return fail(err, errlen, RT_ETOOBIG,
-                    "streamed datasets would hold %llu bytes on disk, over --max-spool-bytes %llu",
-                    (unsigned long long)held, (unsigned long long)cap);
+        return rc;
     }
-    struct statvfs vfs;
-    if (statvfs(dir, &vfs) == 0 &&
-        (uint64_t)vfs.f_bavail * vfs.f_frsize < need + RT_SPOOL_DISK_RESERVE) {
-        rt_stream_destroy(st);
-        return fail(err, errlen, RT_ETOOBIG,
-                    "spool dir %.120s has %llu bytes free; the dataset needs %llu and %llu stay free",
-                    dir, (unsigned long long)vfs.f_bavail * vfs.f_frsize,
-                    (unsigned long long)need, (unsigned long long)RT_SPOOL_DISK_RESERVE);
-    }
-    snprintf(st->path, sizeof st->path, "%s/rtrain-spool-XXXXXX", dir);
-    st->fd = mkstemp(st->path);
-    if (st->fd < 0) {
-        int e = errno;
-        rt_stream_destroy(st);
-        return fail(err, errlen, RT_EIO, "spool dir %.120s: %s", dir, strerror(e));
-    }
-    unlink(st->path);
     /* records back to back, through a staging buffer */
     enum { STAGE = 1 << 20 };
     uint8_t *stage = malloc(STAGE);
     size_t used = 0;
-    int rc = stage ? 0 : fail(err, errlen, RT_ENOMEM, "out of memory");
+    rc = stage ? 0 : fail(err, errlen, RT_ENOMEM, "out of memory");
     for (int64_t i = 0; i < n && rc == 0; i++) {
         if (lens[i] > UINT32_MAX) {
             rc = fail(err, errlen, RT_ETOOBIG, "record %lld is over 4 GiB", (long long)i);
@@ -210,17 +247,7 @@ int rt_stream_create(const rt_example_spec *spec, const uint8_t *const *recs,
             p += k;
             left -= k;
             if (used == STAGE || (left == 0 && i == n - 1)) {
-                for (size_t w = 0; w < used;) {
-                    ssize_t r = write(st->fd, stage + w, used - w);
-                    if (r < 0 && errno == EINTR)
-                        continue;
-                    if (r <= 0) {
-                        rc = fail(err, errlen, RT_EIO, "spool dir %.120s: %s", dir,
-                                  strerror(r < 0 ? errno : ENOSPC));
-                        break;
-                    }
-                    w += (size_t)r;
-                }
+                rc = spool_write(st, stage, used, err, errlen);
                 used = 0;
             }
         }
@@ -231,6 +258,55 @@ int rt_stream_create(const rt_example_spec *spec, const uint8_t *const *recs,
         return rc;
     }
     *out = st;
+    return 0;
+}
+
+int rt_stream_rows_begin(int kind, int64_t per, int normalize, int64_t n,
+                         int64_t shuffle_buffer, const rt_stream_config *cfg, rt_stream **out,
+                         char *err, size_t errlen)
+{
+    *out = NULL;
+    if ((kind != RT_ROWS_U8 && kind != RT_ROWS_F32) || per < 1 || n < 1 ||
+        per > INT64_MAX / 4 / n)
+        return fail(err, errlen, RT_EINVAL, "bad rows stream (%lld rows of %lld)", (long long)n,
+                    (long long)per);
+    rt_stream *st = stream_new(cfg, shuffle_buffer);
+    if (!st)
+        return fail(err, errlen, RT_ENOMEM, "out of memory");
+    st->rows = kind;
+    st->normalize = normalize != 0;
+    st->n = n;
+    st->L.per = per;
+    st->L.img_feat = -1;
+    st->L.lab = -1;
+    st->row_bytes = (uint64_t)per * (kind == RT_ROWS_U8 ? 1 : 4);
+    st->max_len = kind == RT_ROWS_U8 && st->row_bytes <= UINT32_MAX ? (uint32_t)st->row_bytes : 0;
+    int rc = spool_open(st, st->row_bytes * (uint64_t)n, cfg, err, errlen);
+    if (rc < 0) {
+        rt_stream_destroy(st);
+        return rc;
+    }
+    *out = st;
+    return 0;
+}
+
+int rt_stream_rows_write(rt_stream *st, const void *data, size_t len, char *err, size_t errlen)
+{
+    if (!st->rows || len > st->row_bytes * (uint64_t)st->n - st->written)
+        return fail(err, errlen, RT_EINVAL, "more rows than the stream was opened for");
+    int rc = spool_write(st, data, len, err, errlen);
+    if (rc == 0)
+        st->written += len;
+    return rc;
+}
+
+int rt_stream_rows_end(rt_stream *st, char *err, size_t errlen)
+{
+    if (!st->rows || st->written != st->row_bytes * (uint64_t)st->n)
+        return fail(err, errlen, RT_EINVAL, "the stream got %llu of its %llu bytes",
+                    (unsigned long long)st->written,
+                    (unsigned long long)(st->row_bytes * (uint64_t)st->n));
+    st->file_bytes = st->written;
     return 0;
 }
 
@@ -275,7 +351,7 @@ void rt_stream_destroy(rt_stream *st)
 
 uint64_t rt_stream_mem_bytes(const rt_stream *st)
 {
-    return (uint64_t)st->n * (sizeof(uint64_t) + sizeof(uint32_t));
+    return st->rows ? 0 : (uint64_t)st->n * (sizeof(uint64_t) + sizeof(uint32_t));
 }
 uint64_t rt_stream_file_bytes(const rt_stream *st) { return st->file_bytes; }
 int rt_stream_threads(const rt_stream *st) { return st->threads; }
@@ -362,6 +438,43 @@ static void scratch_free(scratch *sc)
  * still several claims per batch so all workers share one. */
 #define RT__ROWS_PER_CLAIM 8
 
+static int pread_all(const rt_stream *st, uint8_t *dst, uint64_t len, uint64_t off, char *msg,
+                     size_t ml)
+{
+    for (uint64_t got = 0; got < len;) {
+        ssize_t n = pread(st->fd, dst + got, len - got, (off_t)(off + got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return fail(msg, ml, RT_EIO, "reading the spool: %s",
+                        n < 0 ? strerror(errno) : "short file");
+        got += (uint64_t)n;
+    }
+    return 0;
+}
+
+/* A fixed row into x, converted as the in-memory path converts (rt_data.c:
+ * u8 as (float)v, or (float)v / 255.0f normalised; f32 as it is). */
+static int read_row(const rt_stream *st, int64_t sample, float *x, scratch *sc, char *msg,
+                    size_t ml)
+{
+    const uint64_t off = (uint64_t)sample * st->row_bytes;
+    if (st->rows == RT_ROWS_F32)
+        return pread_all(st, (uint8_t *)x, st->row_bytes, off, msg, ml);
+    int rc = pread_all(st, sc->rec, st->row_bytes, off, msg, ml);
+    if (rc < 0)
+        return rc;
+    const uint8_t *u = sc->rec;
+    const int64_t per = st->L.per;
+    if (st->normalize)
+        for (int64_t j = 0; j < per; j++)
+            x[j] = (float)u[j] / 255.0f;
+    else
+        for (int64_t j = 0; j < per; j++)
+            x[j] = (float)u[j];
+    return 0;
+}
+
 /* One sample into row x; 0 or an error with a message. Thread-safe. */
 static int decode_one(const rt_stream *st, int64_t sample, int64_t epoch, int augment,
                       uint64_t seed, float *x, scratch *sc, char *msg, size_t ml)
@@ -369,6 +482,8 @@ static int decode_one(const rt_stream *st, int64_t sample, int64_t epoch, int au
     const rt_example_layout *L = &st->L;
     if (!sc->ok)
         return fail(msg, ml, RT_ENOMEM, "out of memory for decode scratch");
+    if (st->rows)
+        return read_row(st, sample, x, sc, msg, ml);
     const uint32_t len = st->len[sample];
     for (uint32_t got = 0; got < len;) {
         ssize_t n = pread(st->fd, sc->rec + got, len - got, (off_t)(st->off[sample] + got));
@@ -523,7 +638,7 @@ static int restart(rt_stream *st, const rt_stream_use *u, int64_t epoch, int64_t
 }
 
 static int fill_locked(const rt_stream_use *u, int64_t epoch, int64_t pos, int64_t nb, float *x,
-                       void *y, char *err, size_t errlen)
+                       void *y, float *w, char *err, size_t errlen)
 {
     rt_stream *st = u->st;
     if (u->batch < 1 || pos < 0 || pos * u->batch >= st->n || nb < 1 || nb > u->batch)
@@ -575,6 +690,9 @@ static int fill_locked(const rt_stream_use *u, int64_t epoch, int64_t pos, int64
         for (int64_t r = 0; r < nb; r++)
             memcpy((char *)y + r * lb, (const char *)u->y + sl->idx[r] * lb, lb);
     }
+    if (w && u->sw)
+        for (int64_t r = 0; r < nb; r++)
+            w[r] = u->sw[sl->idx[r]];
     pthread_mutex_lock(&st->mu);
     st->head++;
     if (!advance(st, &st->h_epoch, &st->h_pos))
@@ -585,7 +703,7 @@ static int fill_locked(const rt_stream_use *u, int64_t epoch, int64_t pos, int64
 }
 
 int rt_stream_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y,
-                   char *err, size_t errlen)
+                   float *w, char *err, size_t errlen)
 {
     const rt_stream_use *u = ud;
     rt_stream *st = u->st;
@@ -603,7 +721,7 @@ int rt_stream_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, v
             st->n_team = i + 1;
         }
     }
-    int rc = fill_locked(u, epoch, pos, nb, x, y, err, errlen);
+    int rc = fill_locked(u, epoch, pos, nb, x, y, w, err, errlen);
     pthread_mutex_unlock(&st->fill_mu);
     return rc;
 }

@@ -1,6 +1,6 @@
 /*
- * rt_stream.h - a dataset larger than memory: its good TFRecord records in
- * a spool file on disk, decoded batch by batch on worker threads ahead of
+ * rt_stream.h - a dataset larger than memory: its good TFRecord records
+ * (or the fixed rows of a RAW, NPY, CSV or IDX set) in a spool file on disk, decoded batch by batch on worker threads ahead of
  * the training step that reads them (tf.data's prefetch with
  * num_parallel_calls), through a bounded ring of batch buffers.
  *
@@ -90,11 +90,28 @@ typedef struct rt_stream_use {
     int augment;        /* training batches augment their images */
     const void *y;      /* the labels: n * lab_per values of 4 bytes */
     int64_t lab_per;
+    const float *sw;    /* per-sample weights (n), or NULL */
 } rt_stream_use;
 
-/* rt_batch_fill (rt_engine.h) over an rt_stream_use. */
+/* rt_batch_fill (rt_engine.h) over an rt_stream_use: x from the workers,
+ * y and w gathered from u->y and u->sw in the batch's order. */
 int rt_stream_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y,
-                   char *err, size_t errlen);
+                   float *w, char *err, size_t errlen);
+
+/* A stream of fixed rows instead of records: RAW, NPY, CSV and IDX
+ * features (rt_data.c), n rows of per values, written once in row order
+ * and read back by row. RT_ROWS_U8 rows are 8-bit and converted per batch
+ * (divided by 255 when normalize), RT_ROWS_F32 rows are the f32 values
+ * themselves; either way the batch holds the floats the in-memory path
+ * would. begin checks the room (as rt_stream_create) and opens the spool;
+ * write appends bytes in row order (any split); end checks that all
+ * n * per values came. */
+enum { RT_ROWS_U8 = 1, RT_ROWS_F32 = 2 };
+int rt_stream_rows_begin(int kind, int64_t per, int normalize, int64_t n,
+                         int64_t shuffle_buffer, const rt_stream_config *cfg, rt_stream **out,
+                         char *err, size_t errlen);
+int rt_stream_rows_write(rt_stream *st, const void *data, size_t len, char *err, size_t errlen);
+int rt_stream_rows_end(rt_stream *st, char *err, size_t errlen);
 
 /* The order of one epoch through a shuffle buffer of buf samples (buf <= 1:
  * file order): out[k] is the k-th sample read. RT_ENOMEM without room for

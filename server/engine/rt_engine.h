@@ -366,12 +366,13 @@ typedef struct rt_exec rt_exec;
  * shape (f32, row-major); y holds n labels of the plan's label shape in
  * y_dtype (RT_I32 or RT_F32), or is NULL for prediction. */
 /* Fills the nb rows of batch pos of an epoch (RT_EPOCH_EVAL: the samples
- * in order, as evaluation reads them) into x (nb * input floats) and y (nb
- * * label values, 4 bytes each). Returns 0, or a negative RT_E* code with a
- * message in err. */
+ * in order, as evaluation reads them) into x (nb * input floats), y (nb
+ * * label values, 4 bytes each) and, when not NULL, w (the nb samples'
+ * weights from the data set's sw). Returns 0, or a negative RT_E* code
+ * with a message in err. */
 #define RT_EPOCH_EVAL (-1)
 typedef int (*rt_batch_fill)(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x,
-                             void *y, char *err, size_t errlen);
+                             void *y, float *w, char *err, size_t errlen);
 
 typedef struct rt_data {
     const float *x;

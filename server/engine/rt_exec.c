@@ -386,8 +386,6 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
     int rc = rt__check_x(e, d->fill ? (const float *)d->fill_id : d->x, d->n);
     if (rc < 0) return rc;
     if (!d->y) return rt__eerr(e, RT_EDATA, "no labels");
-    if (d->fill && d->sw)
-        return rt__eerr(e, RT_EINVAL, "sample weights need an in-memory data set");
     if ((rc = rt__check_sw(e, d)) < 0) return rc;
     const rt__lossinfo *L = &e->p->loss;
     if (d->y_dtype != L->lab_dt)
@@ -636,7 +634,8 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
         } else {
             if (d->fill) {
                 /* the source orders a streamed set (its shuffle buffer) */
-                if ((rc = d->fill(d->fill_ud, e->epoch, e->pos, nb, e->xb, e->lb, e->err,
+                if ((rc = d->fill(d->fill_ud, e->epoch, e->pos, nb, e->xb, e->lb,
+                                  d->sw ? e->swb : NULL, e->err,
                                   sizeof e->err)) < 0)
                     return rc;
             } else {
@@ -734,7 +733,8 @@ static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
     for (int64_t start = 0; start < d->n; start += B) {
         const int64_t nb = d->n - start < B ? d->n - start : B;
         if (d->fill) {
-            if ((rc = d->fill(d->fill_ud, RT_EPOCH_EVAL, start / B, nb, e->xb, e->lb, e->err,
+            if ((rc = d->fill(d->fill_ud, RT_EPOCH_EVAL, start / B, nb, e->xb, e->lb,
+                              d->sw ? e->swb : NULL, e->err,
                               sizeof e->err)) < 0)
                 return rc;
         } else {
@@ -788,7 +788,8 @@ static int rt__exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n, doubl
         return rt__eerr(e, RT_EINVAL, "n %lld outside 1..min(%lld, batch_size)",
                         (long long)n, (long long)d->n);
     if (d->fill) {
-        if ((rc = d->fill(d->fill_ud, RT_EPOCH_EVAL, 0, n, e->xb, e->lb, e->err,
+        if ((rc = d->fill(d->fill_ud, RT_EPOCH_EVAL, 0, n, e->xb, e->lb, d->sw ? e->swb : NULL,
+                          e->err,
                           sizeof e->err)) < 0)
             return rc;
     } else {

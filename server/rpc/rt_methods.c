@@ -148,7 +148,7 @@ static int data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels)
             return OOM(c);
         *u = (rt_stream_use){.st = ds->stream, .seed = cfg->seed, .batch = cfg->batch_size,
                              .shuffle = cfg->shuffle, .augment = 1, .y = d->y,
-                             .lab_per = rt_data_numel(ds->y_ndim, ds->y_dims)};
+                             .lab_per = rt_data_numel(ds->y_ndim, ds->y_dims), .sw = ds->sw};
         d->fill = rt_stream_fill;
         d->fill_ud = u;
         d->fill_id = ds->stream;
@@ -1093,6 +1093,21 @@ static int parts_from_header(rt_call *c, const Rtrain__V1__DatasetHeader *h,
         d->normalize = p->normalize;
         d->compression = (rt_tfr_compression)p->compression;
         d->spec = tfr ? spec : NULL;
+        if ((int)p->storage < 0 || (int)p->storage > 2)
+            return rt_call_fail(c, RT_EINVAL, "part %zu has unknown storage %d", i,
+                                (int)p->storage);
+        if ((p->storage || p->shuffle_buffer) && tfr)
+            return rt_call_fail(c, RT_EINVAL,
+                                "part %zu: a TFRecord set takes storage from example_spec", i);
+        if ((p->storage || p->shuffle_buffer) && p->role != RTRAIN__V1__DATA_ROLE__ROLE_FEATURES &&
+            p->role != RTRAIN__V1__DATA_ROLE__ROLE_BOTH)
+            return rt_call_fail(c, RT_EINVAL,
+                                "part %zu: storage and shuffle_buffer are for the features part", i);
+        if (p->shuffle_buffer > (UINT64_C(1) << 40))
+            return rt_call_fail(c, RT_EINVAL, "part %zu: shuffle_buffer %llu is too large", i,
+                                (unsigned long long)p->shuffle_buffer);
+        d->storage = (int)p->storage;
+        d->shuffle_buffer = (int64_t)p->shuffle_buffer;
         if (p->shard_hash.len || p->held) {
             if (!tfr || p->shard_hash.len != 16)
                 return rt_call_fail(c, RT_EINVAL,
@@ -2153,6 +2168,7 @@ static int h_evaluate(rt_call *c)
 typedef struct predict_st {
     const float *x;
     int64_t n;
+    rt_stream_use su;   /* a streamed dataset: su.st set, x NULL */
 } predict_st;
 
 static int predict_work(rt_call *c)
@@ -2178,8 +2194,33 @@ static int predict_work(rt_call *c)
         return rt_call_fail(c, in, "the program has no input shape");
     int64_t in_per = rt_data_numel(in, id);
     int64_t bs = rt_plan_config(c->prog->plan)->batch_size;
-    int64_t chunk = (bs > 0 ? bs : 1) * 16;
-    for (int64_t off = 0; off < ps->n; off += chunk) {
+    if (bs < 1)
+        bs = 1;
+    if (ps->su.st) {
+        /* a streamed dataset: batch by batch in file order from its
+         * workers, yielding every 16 batches */
+        ps->su.batch = bs;
+        float *xb = rt_call_alloc(c, sizeof(float) * (size_t)(bs * in_per));
+        if (!xb)
+            return OOM(c);
+        for (int64_t pos = 0; pos * bs < ps->n; pos++) {
+            int64_t off = pos * bs, cnt = ps->n - off < bs ? ps->n - off : bs;
+            char err[240];
+            int rc = rt_stream_fill(&ps->su, RT_EPOCH_EVAL, pos, cnt, xb, NULL, NULL, err,
+                                    sizeof err);
+            if (rc < 0)
+                return rt_call_fail(c, rc, "dataset %s: %s", c->ds->id, err);
+            if ((rc = rt_exec_predict(c->prog->exec, xb, cnt, y + off * per)) < 0)
+                return engine_fail(c, rc);
+            if (pos % 16 == 15 && off + cnt < ps->n) {
+                if (rt_call_is_cancelled(c))
+                    return rt_call_fail(c, RT_ECANCELLED, "Predict cancelled");
+                rt_call_yield(c);
+            }
+        }
+    }
+    int64_t chunk = bs * 16;
+    for (int64_t off = 0; !ps->su.st && off < ps->n; off += chunk) {
         int64_t cnt = ps->n - off < chunk ? ps->n - off : chunk;
         int rc = rt_exec_predict(c->prog->exec, ps->x + off * in_per, cnt, y + off * per);
         if (rc < 0)
@@ -2219,9 +2260,8 @@ static int h_predict(rt_call *c)
             (rc = check_fit(c, c->ds, 0)) < 0)
             return rc;
         if (c->ds->stream)
-            return rt_call_fail(c, RT_EUNIMPLEMENTED,
-                                "dataset %s is streamed from disk; Predict takes in-memory "
-                                "datasets or x", c->ds->id);
+            ps->su = (rt_stream_use){.st = c->ds->stream,
+                                     .seed = rt_plan_config(c->prog->plan)->seed};
         ps->x = c->ds->x;
         ps->n = c->ds->n;
     } else if (q->input_case == RTRAIN__V1__PREDICT_REQUEST__INPUT_X) {

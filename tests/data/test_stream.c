@@ -127,7 +127,7 @@ static int read_epoch(rt_dataset *ds, const rt_stream_use *u, int64_t epoch, flo
     const int64_t B = u->batch, per = 4;
     for (int64_t pos = 0; pos * B < ds->n; pos++) {
         int64_t nb = ds->n - pos * B < B ? ds->n - pos * B : B;
-        int rc = rt_stream_fill((void *)u, epoch, pos, nb, x + pos * B * per, y + pos * B, err,
+        int rc = rt_stream_fill((void *)u, epoch, pos, nb, x + pos * B * per, y + pos * B, NULL, err,
                                 errlen);
         if (rc < 0)
             return rc;
@@ -176,13 +176,13 @@ static void test_records(void)
     /* asking out of sequence restarts there: batch 3 of epoch 1 again */
     float xb[64];
     int32_t yb[16];
-    CHECK(rt_stream_fill(&u1, 1, 3, 16, xb, yb, err, sizeof err) == 0);
+    CHECK(rt_stream_fill(&u1, 1, 3, 16, xb, yb, NULL, err, sizeof err) == 0);
     REQUIRE(rt_stream_order(100, rt_stream_shuffle_buffer(s1->stream), 5, 1, order) == 0);
     CHECK(!memcmp(xb, m->x + order[48] * 4, 16) && yb[0] == ((int32_t *)m->y)[order[48]]);
     /* a smaller last batch, and rows past the set refused */
-    CHECK(rt_stream_fill(&u1, 0, 6, 4, xb, yb, err, sizeof err) == 0);
-    CHECK(rt_stream_fill(&u1, 0, 7, 4, xb, yb, err, sizeof err) == RT_EINVAL);
-    CHECK(rt_stream_fill(&u1, 0, 6, 5, xb, yb, err, sizeof err) == RT_EINVAL);
+    CHECK(rt_stream_fill(&u1, 0, 6, 4, xb, yb, NULL, err, sizeof err) == 0);
+    CHECK(rt_stream_fill(&u1, 0, 7, 4, xb, yb, NULL, err, sizeof err) == RT_EINVAL);
+    CHECK(rt_stream_fill(&u1, 0, 6, 5, xb, yb, NULL, err, sizeof err) == RT_EINVAL);
     rt_dataset_release(m);
     rt_dataset_release(s1);
     rt_dataset_release(s3);

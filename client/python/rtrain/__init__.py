@@ -1127,12 +1127,32 @@ class Client(_rtrain.Client):
         return Dataset(self._upload_data(src, _feature_spec(features), label,
                                          name, on_bad_record == "skip", **kw))
 
-    def upload_idx(self, images, labels, normalize=True, name="data"):
+    def upload_idx(self, images, labels, normalize=True, name="data", storage="auto",
+                   shuffle_buffer=0):
         """MNIST/Fashion-MNIST IDX files (train-images-idx3-ubyte.gz and
         train-labels-idx1-ubyte.gz, gzipped or not) as a Dataset: they go
         up as they are, compressed, and the daemon decodes them (u8 images
-        divided by 255 unless normalize is False). A re-run sends nothing."""
-        return Dataset(self._upload_idx(str(images), str(labels), bool(normalize), name))
+        divided by 255 unless normalize is False). A re-run sends nothing.
+        storage and shuffle_buffer as in upload_tfrecord: "stream" keeps
+        the images on the daemon's disk, read per batch."""
+        return Dataset(self._upload_idx(str(images), str(labels), bool(normalize), name,
+                                        **_storage_kw(storage, shuffle_buffer)))
+
+    def upload(self, x, y=None, sample_weight=None, name="data", storage="auto",
+               shuffle_buffer=0):
+        """Arrays (numpy or anything with the buffer protocol) as a
+        Dataset, for fit/evaluate/predict by reference. storage and
+        shuffle_buffer as in upload_tfrecord."""
+        kw = _storage_kw(storage, shuffle_buffer)
+        xs = _np.ascontiguousarray(x, dtype=_np.float32)
+        ys = None
+        if y is not None:
+            ys = _np.asarray(y)
+            ys = _np.ascontiguousarray(ys, dtype=_np.int32 if ys.dtype.kind in "iub"
+                                       else _np.float32)
+        sw = None if sample_weight is None else _np.ascontiguousarray(sample_weight,
+                                                                      dtype=_np.float32)
+        return Dataset(self._upload(xs, ys, name, sw, **kw))
 
     def upload_image_folder(self, directory, image_size=(256, 256), channels=3,
                             resize="auto", mean=None, std=None, augment=None,

@@ -671,15 +671,25 @@ static PyObject *rt_py__tensor_to_numpy(const rt_client_tensor *t)
     return arr;
 }
 
-/* _upload(x, y=None, name="data") -> dict(id, samples, ...) */
+static PyObject *dataset_dict(const rt_client_dataset *ds);
+
+/* _upload(x, y=None, name="data", sample_weight=None, storage=0,
+ * shuffle_buffer=0) -> dict(id, samples, ...) */
 static PyObject *Client_upload(ClientObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"x", "y", "name", "sample_weight", NULL};
+    static char *kwlist[] = {"x", "y", "name", "sample_weight", "storage", "shuffle_buffer",
+                             NULL};
     PyObject *xo, *yo = Py_None, *wo = Py_None;
     const char *name = "data";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OsO:_upload", kwlist, &xo,
-                                     &yo, &name, &wo))
+    int storage = 0;
+    unsigned long long shuf = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OsOiK:_upload", kwlist, &xo,
+                                     &yo, &name, &wo, &storage, &shuf))
         return NULL;
+    if (storage < 0 || storage > 2) {
+        PyErr_SetString(PyExc_ValueError, "storage is 'auto', 'memory' or 'stream'");
+        return NULL;
+    }
     if (wo != Py_None && yo == Py_None) {
         PyErr_SetString(PyExc_ValueError, "sample_weight needs y");
         return NULL;
@@ -733,6 +743,7 @@ static PyObject *Client_upload(ClientObject *self, PyObject *args, PyObject *kw)
     int inst = rt_py__sig_install(self->c);
     Py_BEGIN_ALLOW_THREADS
     rt_client_next_timeout_ms(self->c, 0); /* big uploads take their time */
+    rt_client_next_upload_storage(self->c, storage, shuf);
     rc = rt_client_upload_weighted(self->c, self->sid, name, &xa, has_y ? &ya : NULL,
                                    has_w ? &wa : NULL, &ds);
     Py_END_ALLOW_THREADS
@@ -744,14 +755,13 @@ static PyObject *Client_upload(ClientObject *self, PyObject *args, PyObject *kw)
         rt_py__fail(self, rc);
         goto out;
     }
-    res = Py_BuildValue("{s:s,s:K,s:N,s:N,s:K,s:O,s:K,s:K}", "id", ds.id,
-                        "samples", (unsigned long long)ds.samples, "x_shape",
-                        rt_py__shape_tuple(ds.x_ndim, ds.x_shape), "y_shape",
-                        rt_py__shape_tuple(ds.y_ndim, ds.y_shape), "bytes",
-                        (unsigned long long)ds.bytes, "deduplicated",
-                        ds.deduplicated ? Py_True : Py_False, "bytes_sent",
-                        (unsigned long long)ds.bytes_sent, "bytes_resumed",
-                        (unsigned long long)ds.bytes_resumed);
+    res = dataset_dict(&ds);
+    if (res) {
+        PyObject *r = PyLong_FromUnsignedLongLong((unsigned long long)ds.bytes_resumed);
+        if (!r || PyDict_SetItemString(res, "bytes_resumed", r) < 0)
+            Py_CLEAR(res);
+        Py_XDECREF(r);
+    }
 out:
     rt_py__unlock(self);
     PyBuffer_Release(&xv);
@@ -777,18 +787,27 @@ static PyObject *dataset_dict(const rt_client_dataset *ds)
                          "spool_bytes", (unsigned long long)ds->spool_bytes);
 }
 
-/* _upload_idx(images, labels, normalize=True, name="data") -> dataset dict.
- * The IDX files (gzipped or not) go up as they are. */
+/* _upload_idx(images, labels, normalize=True, name="data", storage=0,
+ * shuffle_buffer=0) -> dataset dict. The IDX files (gzipped or not) go up
+ * as they are. storage: 0 auto, 1 memory, 2 stream. */
 static PyObject *Client_upload_idx(ClientObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"images", "labels", "normalize", "name", NULL};
+    static char *kwlist[] = {"images", "labels", "normalize", "name", "storage",
+                             "shuffle_buffer", NULL};
     PyObject *io, *lo;
-    int norm = 1;
+    int norm = 1, storage = 0;
+    unsigned long long shuf = 0;
     const char *name = "data";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|ps:_upload_idx", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|psiK:_upload_idx", kwlist,
                                      PyUnicode_FSConverter, &io, PyUnicode_FSConverter, &lo,
-                                     &norm, &name))
+                                     &norm, &name, &storage, &shuf))
         return NULL;
+    if (storage < 0 || storage > 2) {
+        Py_DECREF(io);
+        Py_DECREF(lo);
+        PyErr_SetString(PyExc_ValueError, "storage is 'auto', 'memory' or 'stream'");
+        return NULL;
+    }
     PyObject *res = NULL;
     char *ip = strdup(PyBytes_AS_STRING(io)), *lp = strdup(PyBytes_AS_STRING(lo));
     Py_DECREF(io);
@@ -805,6 +824,7 @@ static PyObject *Client_upload_idx(ClientObject *self, PyObject *args, PyObject 
     int inst = rt_py__sig_install(self->c);
     Py_BEGIN_ALLOW_THREADS
     rt_client_next_timeout_ms(self->c, 0);
+    rt_client_next_upload_storage(self->c, storage, shuf);
     rc = rt_client_upload_idx(self->c, self->sid, name, ip, lp, norm, &ds);
     Py_END_ALLOW_THREADS
     rt_py__sig_remove(inst);
@@ -2139,7 +2159,7 @@ static PyMethodDef Client_methods[] = {
      "trace_write(path): write the traced calls as Chrome trace-event JSON."},
     {"_upload_idx", (PyCFunction)(void (*)(void))Client_upload_idx,
      METH_VARARGS | METH_KEYWORDS,
-     "_upload_idx(images, labels, normalize=True, name='data') -> dataset dict. IDX files "
+     "_upload_idx(images, labels, normalize=True, name='data', storage=0, shuffle_buffer=0) -> dataset dict. IDX files "
      "(MNIST, Fashion-MNIST; .gz or not) uploaded as they are."},
     {"_upload_data", (PyCFunction)(void (*)(void))Client_upload_data,
      METH_VARARGS | METH_KEYWORDS,
