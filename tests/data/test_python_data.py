@@ -175,3 +175,76 @@ def test_idx_upload(client, tmp_path):
     m2.fit(x.astype(np.float32) / 255, y.astype(np.int32), epochs=15, batch_size=30, verbose=0)
     for a, b in zip(m.get_weights(), m2.get_weights()):
         assert np.array_equal(a, b)
+
+
+def test_streamed_idx_and_arrays(client, tmp_path):
+    """IDX.gz and arrays streamed from the daemon's disk (storage="stream"):
+    without shuffling they train to the in-memory weights bit for bit, with
+    sample weights too; Predict and evaluate by Dataset read the streamed
+    set; the shuffle buffer trains reproducibly."""
+    rng = np.random.default_rng(5)
+    y = rng.integers(0, 10, 250).astype(np.uint8)
+    x = rng.integers(0, 60, (250, 28, 28))
+    for i in range(250):
+        x[i, 2 * y[i]:2 * y[i] + 2, :] += 150
+    x = x.astype(np.uint8)
+    write_idx(tmp_path / "x.gz", x)
+    write_idx(tmp_path / "y.gz", y)
+    mem = client.upload_idx(tmp_path / "x.gz", tmp_path / "y.gz", storage="memory")
+    st = client.upload_idx(tmp_path / "x.gz", tmp_path / "y.gz", storage="stream",
+                           shuffle_buffer=50)
+    assert not mem.streamed and st.streamed and st.id != mem.id
+    assert st.samples == 250 and st.x_shape == (28, 28) and st.info["spool_bytes"] == x.size
+
+    def model(shuffle=False):
+        return client.compile(rtrain.Sequential([
+            rtrain.layers.Flatten(input_shape=(28, 28)),
+            rtrain.layers.Dense(10, activation="softmax")]),
+            optimizer=rtrain.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"], seed=1, batch_size=32, shuffle=shuffle)
+    ms = []
+    for ds in (mem, st):
+        m = model()
+        m.fit(ds, epochs=3, verbose=0, shuffle=False)
+        ms.append(m)
+    for a, b in zip(ms[0].get_weights(), ms[1].get_weights()):
+        assert np.array_equal(a, b)
+    # Predict and evaluate by Dataset on the streamed set
+    p_mem, p_st = ms[0].predict(mem), ms[1].predict(st)
+    assert p_st.shape == (250, 10)
+    assert np.array_equal(p_mem, p_st)
+    assert np.array_equal(p_st, ms[1].predict(x.astype(np.float32) / 255))
+    e_mem, e_st = ms[0].evaluate(mem), ms[1].evaluate(st)
+    assert e_mem == e_st and e_st[1] > 0.5
+    # shuffled through the buffer: reproducible, and another order than the file's
+    w = []
+    for _ in range(2):
+        m = model(shuffle=True)
+        m.fit(st, epochs=2, verbose=0)
+        w.append(m.get_weights())
+    for a, b in zip(*w):
+        assert np.array_equal(a, b)
+    assert not all(np.array_equal(a, b) for a, b in zip(w[0], ms[1].get_weights()))
+
+    # arrays with sample weights: streamed = in memory, and the weights count
+    xf = rng.normal(size=(120, 6)).astype(np.float32)
+    yf = (xf[:, 0] > 0).astype(np.int32)
+    sw = rng.uniform(0, 2, 120).astype(np.float32)
+    dm = client.upload(xf, yf, sample_weight=sw, storage="memory")
+    ds = client.upload(xf, yf, sample_weight=sw, storage="stream")
+    d0 = client.upload(xf, yf, storage="stream")
+    assert ds.streamed and not dm.streamed and d0.streamed
+    ws = []
+    for d in (dm, ds, d0):
+        m = client.compile(rtrain.Sequential([rtrain.layers.Dense(2, activation="softmax",
+                                                                  input_shape=(6,))]),
+                           optimizer=rtrain.optimizers.SGD(0.1),
+                           loss="sparse_categorical_crossentropy", seed=2, batch_size=16,
+                           shuffle=False)
+        m.fit(d, epochs=2, verbose=0, shuffle=False)
+        ws.append(m.get_weights())
+    for a, b in zip(ws[0], ws[1]):
+        assert np.array_equal(a, b)
+    assert not all(np.array_equal(a, b) for a, b in zip(ws[1], ws[2]))
+    with pytest.raises(ValueError):
+        client.upload(xf, yf, storage="disk")

@@ -912,8 +912,12 @@ class CompiledModel:
         return out if len(out) > 1 else loss
 
     def predict(self, x, batch_size=None, verbose=0):
-        """Model outputs for x, as a float32 array (n,) + output_shape."""
+        """Model outputs for x, as a float32 array (n,) + output_shape. x
+        may be an uploaded Dataset (streamed ones included): the daemon
+        reads it in file order."""
         self._bind(x)
+        if isinstance(x, Dataset):
+            return self._prog.predict(x.id)
         xs = _features(x, self.input_shape)
         n = xs.shape[0]
         row_in = xs[0].nbytes

@@ -1371,11 +1371,41 @@ static PyObject *Program_evaluate(ProgramObject *self, PyObject *args)
     return res;
 }
 
+/* predict(x) with x an array, or the id of a dataset on the daemon (a
+ * streamed one is read batch by batch there). */
 static PyObject *Program_predict(ProgramObject *self, PyObject *args)
 {
     PyObject *xo;
     if (!PyArg_ParseTuple(args, "O:predict", &xo))
         return NULL;
+    if (PyUnicode_Check(xo)) {
+        const char *ds = PyUnicode_AsUTF8(xo);
+        if (!ds || rt_py__prog_begin(self) < 0)
+            return NULL;
+        rt_client_tensor out;
+        memset(&out, 0, sizeof out);
+        int rc;
+        rt_client *c = self->client->c;
+        const char *sid = self->client->sid;
+        char *id = strdup(ds);
+        if (!id) {
+            rt_py__unlock(self->client);
+            return PyErr_NoMemory();
+        }
+        int inst = rt_py__sig_install(c);
+        Py_BEGIN_ALLOW_THREADS
+        rt_client_next_timeout_ms(c, 0);
+        rc = rt_client_predict_dataset(c, sid, self->id, id, &out);
+        Py_END_ALLOW_THREADS
+        rt_py__sig_remove(inst);
+        free(id);
+        PyObject *res = NULL;
+        if (rt_py__prog_after(self, rc, inst) == 0)
+            res = rt_py__tensor_to_numpy(&out);
+        rt_py__unlock(self->client);
+        rt_client_tensor_free(&out);
+        return res;
+    }
     Py_buffer xv;
     rt_client_array xa;
     if (rt_py__array(xo, "x", 0, &xv, &xa) < 0)
