@@ -216,14 +216,29 @@ static int csv_upload_split(rt_client *c, const char *sid, const char *name, con
     return rc;
 }
 
+static int upload_kind(rt_client *c, const char *sid, const char *name, const char *data,
+                       const char *labels, const cli_opts *o, rt_client_dataset *out);
+
 int cli_upload(rt_client *c, const char *sid, const char *name, const char *data,
                const char *labels, const cli_opts *o, rt_client_dataset *out)
 {
     int storage = !o->storage || !strcmp(o->storage, "auto") ? 0
                   : !strcmp(o->storage, "memory")           ? 1
                                                             : 2;
-    if (cli_data_kind_of(data) != CLI_DATA_TFRECORD && cli_data_kind_of(data) != CLI_DATA_IMAGES)
-        rt_client_next_upload_storage(c, storage, (uint64_t)o->shuffle_buffer);
+    const cli_data_kind kind = cli_data_kind_of(data);
+    if (kind == CLI_DATA_TFRECORD || kind == CLI_DATA_IMAGES)
+        return cli_upload_tf(c, sid, name, data, o, out);
+    rt_client_next_upload_storage(c, storage, (uint64_t)o->shuffle_buffer);
+    int rc = upload_kind(c, sid, name, data, labels, o, out);
+    if (rc == 0 && out->streamed)
+        fprintf(stderr, "rtrain: %s: %llu samples, streamed from the daemon's disk\n", name,
+                (unsigned long long)out->samples);
+    return rc;
+}
+
+static int upload_kind(rt_client *c, const char *sid, const char *name, const char *data,
+                       const char *labels, const cli_opts *o, rt_client_dataset *out)
+{
     switch (cli_data_kind_of(data)) {
     case CLI_DATA_CSV:
         if (o->label_first >= 0)

@@ -7,7 +7,8 @@
 # weights; the CNN reaches val accuracy >= 0.9 streamed. Then a daemon
 # under `prlimit --as` below the decoded size of a 224x224 JPEG dataset
 # (over 4x its address space) streams it automatically and trains an
-# epoch, its peak RSS well under the decoded size.
+# epoch, its peak RSS well under the decoded size; then the same with an
+# IDX.gz pair whose u8 rows alone exceed the address space.
 #   usage: stream_e2e.sh RTRAIND RTRAIN SOURCE_DIR [SANITIZED]
 # SANITIZED=1: the address-space part is reported skipped (a sanitizer's
 # shadow memory needs terabytes of address space).
@@ -95,7 +96,34 @@ hwm=$((hwm * 1024))
 kill -0 "$dpid" 2>/dev/null && ok "daemon alive" || bad "daemon died"
 kill -TERM "$dpid"; wait "$dpid"; drc=$?; dpid=""
 [ "$drc" -eq 0 ] && ok "daemon stopped cleanly" || bad "daemon exit status $drc"
-grep -q "Sanitizer" "$tmp/daemon2.log" "$tmp/daemon.log" && bad "sanitizer report" \
+
+# --- a fresh daemon under the same limit, an IDX.gz pair: 150000 rows of
+# 3072 u8 values, 1.8 GB as f32 and 461 MB even as u8 (over its whole
+# address space); 13 MB gzip'ed, inflated into the spool chunk by chunk
+daemon=$rtraind rtraind=$tmp/limited
+start_daemon "$tmp/daemon3.log" --log-level info --spool-dir "$tmp/spool" --threads 1 \
+  --decode-threads 2 || exit 1
+rtraind=$daemon
+$py "$here/gen_idx_big.py" "$tmp/idx" 150000 || { echo "gen_idx_big.py failed"; exit 1; }
+decoded=$((150000 * 3072 * 4))
+[ "$decoded" -gt $((4 * as)) ] && [ $((decoded / 4)) -gt "$as" ] \
+  && ok "IDX: decoded $decoded > 4 x address space, u8 rows over it" || bad "IDX set too small"
+expect_rc 0 "an epoch on a 150000 x 3072 IDX.gz" -- "$rtrain" fit --server "$addr" \
+  --model "$here/dense3072.json" --data "$tmp/idx/big-images-idx2-ubyte.gz" \
+  --labels "$tmp/idx/big-labels-idx1-ubyte.gz" --loss sparse_categorical_crossentropy \
+  --epochs 1 --batch-size 1000 --lr 0.01 --no-progress
+has "$tmp/err" "150000 samples, streamed from the daemon's disk" "IDX streamed without being asked"
+acc=$(sed -n 's/^final:.* accuracy \([0-9.]*\).*/\1/p' "$tmp/out")
+ge "$acc" 0.9 && ok "IDX accuracy $acc >= 0.9 (the classes are separable)" \
+  || bad "IDX accuracy '$acc'"
+hwm=$(sed -n 's/^VmHWM:[^0-9]*\([0-9]*\) kB/\1/p' "/proc/$dpid/status")
+hwm=$((hwm * 1024))
+[ "$hwm" -gt 0 ] && [ "$hwm" -lt $((decoded / 8)) ] \
+  && ok "peak RSS $hwm < IDX decoded/8 ($((decoded / 8)))" || bad "peak RSS $hwm"
+kill -0 "$dpid" 2>/dev/null && ok "daemon alive" || bad "daemon died"
+kill -TERM "$dpid"; wait "$dpid"; drc=$?; dpid=""
+[ "$drc" -eq 0 ] && ok "daemon stopped cleanly" || bad "daemon exit status $drc"
+grep -q "Sanitizer" "$tmp/daemon3.log" "$tmp/daemon2.log" "$tmp/daemon.log" && bad "sanitizer report" \
   || ok "no sanitizer report"
 
 echo "stream_e2e: $((checks - fails))/$checks checks passed"
