@@ -103,14 +103,14 @@ def fashion_run(exe, spool, how, model, fm, tfr):
     try:
         c = rtrain.connect(addr, timeout=600)
         t0 = time.perf_counter()
-        if how == "idx":
+        fmt, storage = how.split("-")
+        if fmt == "idx":
             ds = c.upload_idx(os.path.join(fm, "train-images-idx3-ubyte.gz"),
-                              os.path.join(fm, "train-labels-idx1-ubyte.gz"))
+                              os.path.join(fm, "train-labels-idx1-ubyte.gz"), storage=storage)
         else:
             ds = c.upload_tfrecord(tfr, {"image": "png", "label": "int64"},
-                                   image_size=(28, 28), channels=1,
-                                   storage="stream" if how == "stream" else "memory")
-            assert ds.streamed == (how == "stream")
+                                   image_size=(28, 28), channels=1, storage=storage)
+        assert ds.streamed == (storage == "stream")
         m = compile_on(c, model)
         m.fit(ds, epochs=1, steps_per_epoch=1, verbose=0)
         ttfs = time.perf_counter() - t0
@@ -167,6 +167,7 @@ def main():
     ap.add_argument("--fashion", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--images", type=int, default=1000, help="per class, 3 classes")
     ap.add_argument("--skip-cnn", action="store_true")
+    ap.add_argument("--skip-folder", action="store_true")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="stream_bench.")
     try:
@@ -189,20 +190,25 @@ def run(a, tmp):
                   a.fashion, "train-labels-idx1-ubyte.gz"))) / 1e6,
               os.path.getsize(tfr) / 1e6, os.cpu_count(), a.reps))
     models = ["mlp"] if a.skip_cnn else ["mlp", "cnn"]
+    names = {"idx-memory": "IDX.gz, in memory", "idx-stream": "IDX.gz, streamed",
+             "tfr-memory": "TFRecord PNG, in memory", "tfr-stream": "TFRecord PNG, streamed"}
     for model in models:
-        res = {k: [] for k in ("idx", "memory", "stream")}
+        res = {k: [] for k in names}
         for _ in range(a.reps):
-            for how in res:  # interleaved, so load drifts hit all three
+            for how in res:  # interleaved, so load drifts hit all four
                 res[how].append(fashion_run(a.rtraind, spool, how, model, a.fashion, tfr))
-        base = med([r[1] for r in res["memory"]])
         print("\n%s, batch 128" % ("MLP 784-128-10" if model == "mlp" else
                                    "CNN of docs/fashion-mnist.md"))
-        print("%-34s %14s %10s %14s" % ("path", "first step s", "epoch s", "epoch vs mem"))
-        for how, name in (("idx", "IDX.gz, in memory"), ("memory", "TFRecord PNG, in memory"),
-                          ("stream", "TFRecord PNG, streamed")):
-            t = med([r[0] for r in res[how]])
-            e = med([r[1] for r in res[how]])
-            print("%-34s %14.3f %10.3f %13.2fx" % (name, t, e, e / base))
+        print("%-26s %13s %9s %13s %9s %14s" % ("path", "first step s", "vs mem", "epoch s",
+                                               "vs mem", "epochs (all)"))
+        for how, name in names.items():
+            peer = how.split("-")[0] + "-memory"
+            t, tp = med([r[0] for r in res[how]]), med([r[0] for r in res[peer]])
+            e, ep = med([r[1] for r in res[how]]), med([r[1] for r in res[peer]])
+            print("%-26s %13.3f %8.2fx %13.3f %8.2fx %14s" % (
+                name, t, t / tp, e, e / ep, " ".join("%.3f" % r[1] for r in res[how])))
+    if a.skip_folder:
+        return
 
     folder = os.path.join(tmp, "imgs")
     subprocess.run(["/usr/bin/python3", os.path.join(SRC, "tests", "data", "gen_images.py"),

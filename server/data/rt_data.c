@@ -778,14 +778,14 @@ typedef struct row_sink {
 
 static int sink_floats(row_sink *k, size_t m, char *err, size_t errlen)
 {
-    return rt_stream_rows_write(k->st, k->f, m * sizeof(float), err, errlen);
+    return rt_stream_write(k->st, k->f, m * sizeof(float), err, errlen);
 }
 
 /* count whole elements of k->t at data */
 static int sink_elems(row_sink *k, const uint8_t *data, uint64_t count, char *err, size_t errlen)
 {
     if (k->t == S_U8) {
-        int rc = rt_stream_rows_write(k->st, data, (size_t)count, err, errlen);
+        int rc = rt_stream_write(k->st, data, (size_t)count, err, errlen);
         k->elem += count;
         return rc;
     }
@@ -835,11 +835,13 @@ static int stream_wanted(const rt_data_part *p, uint64_t decoded, const rt_strea
            (p->storage == RT_STORAGE_AUTO && sc && sc->stream_above && decoded > sc->stream_above);
 }
 
-/* Open the rows stream of n samples of per values from t, within max_bytes
- * of spool, and set ds's shape. */
+/* Open the rows stream of n samples of per values from t (u8 rows for a
+ * u8 source, divided by 255 when the part says normalize; f32 rows
+ * otherwise) and set ds's sample count. The spool's room is checked by
+ * rt_stream_begin (--max-spool-bytes, the disk), not the in-memory cap. */
 static int sink_open(row_sink *k, const rt_data_part *p, src_type t, int big_endian, int64_t n,
-                     int64_t per, uint64_t max_bytes, const rt_stream_config *sc, rt_dataset *ds,
-                     char *err, size_t errlen)
+                     int64_t per, const rt_stream_config *sc, rt_dataset *ds, char *err,
+                     size_t errlen)
 {
     memset(k, 0, sizeof *k);
     k->t = t;
@@ -850,13 +852,13 @@ static int sink_open(row_sink *k, const rt_data_part *p, src_type t, int big_end
     if (n <= 0 || per <= 0)
         return fail(err, errlen, RT_EDATA, "features are empty (%lld samples of %lld values)",
                     (long long)n, (long long)per);
-    if (mul_cap(n, per, (int64_t)(max_bytes / (u8 ? 1 : 4)), &total) < 0)
-        return fail(err, errlen, RT_ETOOBIG, "features are too large to stream (over %llu bytes)",
-                    (unsigned long long)max_bytes);
+    if (mul_cap(n, per, INT64_MAX / 8, &total) < 0)
+        return fail(err, errlen, RT_ETOOBIG, "features are too large");
     if (!u8 && !(k->f = malloc(SINK_CHUNK * sizeof(float))))
         return fail(err, errlen, RT_ENOMEM, "out of memory");
-    int rc = rt_stream_rows_begin(u8 ? RT_ROWS_U8 : RT_ROWS_F32, per, p->normalize, n,
-                                  p->shuffle_buffer, sc, &ds->stream, err, errlen);
+    rt_stream_rows rows = {.per = per, .u8_len = u8 ? per : 0,
+                           .u8_kind = p->normalize ? RT_ROWS_U8_UNIT : RT_ROWS_U8_VALUE};
+    int rc = rt_stream_begin(&rows, n, p->shuffle_buffer, sc, &ds->stream, err, errlen);
     if (rc < 0)
         return rc;
     k->st = ds->stream;
@@ -869,7 +871,7 @@ static int sink_close(row_sink *k, int rc, char *err, size_t errlen)
 {
     free(k->f);
     k->f = NULL;
-    return rc == 0 && k->st ? rt_stream_rows_end(k->st, err, errlen) : rc;
+    return rc == 0 && k->st ? rt_stream_end(k->st, err, errlen) : rc;
 }
 
 static void set_x_shape(rt_dataset *ds, int ndim, const int64_t *dims, int flat, int64_t per)
@@ -951,7 +953,7 @@ static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len,
                   (unsigned long long)need, len, ratio);
         goto out;
     }
-    if ((rc = sink_open(&k, p, t, 1, dims[0], per, max_bytes, sc, ds, err, errlen)) < 0)
+    if ((rc = sink_open(&k, p, t, 1, dims[0], per, sc, ds, err, errlen)) < 0)
         goto out;
     enum { ZCH = 1 << 20 };
     if (!(buf = malloc(ZCH))) {
@@ -1068,7 +1070,7 @@ static int stream_csv(const rt_data_part *p, const uint8_t *b, size_t len, uint6
     csv_stream c = {.k = &k, .lc = lc};
     if (lc >= 0 && !(c.labels = malloc(sizeof(double) * (size_t)rows)))
         return fail(err, errlen, RT_ENOMEM, "out of memory for labels");
-    rc = sink_open(&k, p, S_F32, 0, rows, per, max_bytes, sc, ds, err, errlen);
+    rc = sink_open(&k, p, S_F32, 0, rows, per, sc, ds, err, errlen);
     if (rc == 0)
         rc = csv_walk(p, b, len, csv_to_sink, &c, &rows, &cols, err, errlen);
     if (rc == 0 && c.used)
@@ -1119,7 +1121,7 @@ static int stream_features(const rt_data_part *p, const uint8_t *b, size_t len,
         return 0;
     *done = 1;
     row_sink k;
-    rc = sink_open(&k, p, s.t, s.big_endian, n, per, max_bytes, sc, ds, err, errlen);
+    rc = sink_open(&k, p, s.t, s.big_endian, n, per, sc, ds, err, errlen);
     if (rc == 0)
         rc = sink_elems(&k, s.data, (uint64_t)n * (uint64_t)per, err, errlen);
     rc = sink_close(&k, rc, err, errlen);

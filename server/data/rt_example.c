@@ -377,105 +377,133 @@ static void set_shapes(const rt_example_layout *b, rt_dataset *ds)
     }
 }
 
-/* The streamed dataset: every record is decoded once here (on all cores,
- * into per-thread scratch) so bad ones are reported or skipped exactly as
- * in memory and n is known; the good records' bytes go to the spool file
- * in record order, and only the labels stay in memory. */
+/* The streamed dataset: every record is decoded once here, a chunk of
+ * records at a time on all cores, into its row of the spool
+ * (rt_stream.h): the first image feature as its resized 8-bit image (so
+ * augmentation and normalisation happen per batch, as in memory), every
+ * other value as f32. Bad records are reported or skipped in record order
+ * exactly as in memory; only the labels stay in memory. */
 static int build_streamed(const rt_example_layout *b, const rec_ref *recs, int64_t n,
                           const rt_stream_config *sc, rt_dataset *ds, char *err, size_t errlen)
 {
     const rt_example_spec *s = b->s;
-    const uint64_t img_bytes = b->img_feat >= 0 ? (uint64_t)s->img.h * s->img.w * s->img.c : 0;
-    int *status = calloc((size_t)n, sizeof *status);
-    ds->y = b->lab >= 0 ? malloc((size_t)n * (size_t)b->lab_per * 4) : NULL;
-    if (!status || (b->lab >= 0 && !ds->y)) {
-        free(status);
-        return fail(err, errlen, RT_ENOMEM, "out of memory for %lld labels", (long long)n);
-    }
-    int nomem = 0;
-#pragma omp parallel
-    {
-        float *x = malloc(sizeof(float) * (size_t)b->per);
-        uint8_t *img = img_bytes ? malloc(img_bytes) : NULL;
-        if (!x || (img_bytes && !img))
-            __atomic_store_n(&nomem, 1, __ATOMIC_RELAXED);
-#pragma omp for schedule(dynamic, 16)
-        for (int64_t i = 0; i < n; i++) {
-            char m[8];
-            if (recs[i].bad)
-                status[i] = RT_ECHECKSUM;
-            else if (x && (img || !img_bytes))
-                status[i] = rt_example_decode(b, recs[i].p, recs[i].len, x,
-                                              ds->y ? (char *)ds->y + i * b->lab_per * 4 : NULL,
-                                              img, m, sizeof m);
+    /* the layout with the 8-bit image kept whether or not it augments */
+    rt_example_layout L = *b;
+    L.img_feat = -1;
+    L.img_off = 0;
+    rt_stream_rows R = {.per = b->per};
+    for (int i = 0, off = 0; i < s->n; i++) {
+        if (s->f[i].label)
+            continue;
+        if (is_image(s->f[i].kind)) {
+            L.img_feat = i;
+            L.img_off = off;
+            R.u8_off = off;
+            R.u8_len = (int64_t)s->img.h * s->img.w * s->img.c;
+            R.u8_kind = RT_ROWS_U8_IMAGE;
+            R.img = s->img;
+            break;
         }
-        free(x);
-        free(img);
+        off += (int)feat_numel(s, &s->f[i]);
     }
+    const uint64_t rb = rt_stream_row_bytes(&R);
+    int64_t good = 0;
+    for (int64_t i = 0; i < n; i++)
+        good += !recs[i].bad;
+    if (good == 0)
+        return fail(err, errlen, RT_EDATA, "every record was bad; first: %s", ds->skip_msg);
+    int64_t ch = (int64_t)((16u << 20) / rb);
+    ch = ch < 16 ? 16 : ch > 1024 ? 1024 : ch;
+    ds->y = b->lab >= 0 ? malloc((size_t)n * (size_t)b->lab_per * 4) : NULL;
+    uint8_t *rows = malloc((size_t)(ch * (int64_t)rb));
+    int *status = malloc(sizeof(int) * (size_t)ch);
+    char (*msgs)[200] = malloc(sizeof *msgs * (size_t)ch);
     int rc = 0;
-    if (nomem) {
-        rc = fail(err, errlen, RT_ENOMEM, "out of memory for decode scratch");
+    if ((b->lab >= 0 && !ds->y) || !rows || !status || !msgs) {
+        rc = fail(err, errlen, RT_ENOMEM, "out of memory for %lld labels", (long long)n);
         goto out;
     }
+    if ((rc = rt_stream_begin(&R, good, s->shuffle_buffer, sc, &ds->stream, err, errlen)) < 0)
+        goto out;
     int64_t kept = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (recs[i].bad)
-            continue;
-        if (status[i] < 0) {
-            /* decode it again for its message (rare: bad records only) */
-            char msg[200], m[260];
+    for (int64_t c0 = 0; c0 < n && rc == 0; c0 += ch) {
+        const int64_t cn = n - c0 < ch ? n - c0 : ch;
+        int nomem = 0;
+#pragma omp parallel
+        {
             float *x = malloc(sizeof(float) * (size_t)b->per);
-            uint8_t *img = img_bytes ? malloc(img_bytes) : NULL;
-            void *y = malloc((size_t)(b->lab_per > 0 ? b->lab_per : 1) * 4);
-            if (x && y && (img || !img_bytes))
-                rt_example_decode(b, recs[i].p, recs[i].len, x, y, img, msg, sizeof msg);
-            else
-                snprintf(msg, sizeof msg, "out of memory");
-            free(x);
-            free(img);
-            free(y);
-            snprintf(m, sizeof m, "shard %d record %lld: %s", recs[i].shard,
-                     (long long)recs[i].index, msg);
-            if (!s->skip_bad) {
-                rc = fail(err, errlen, status[i], "%s", m);
-                goto out;
+            if (!x)
+                __atomic_store_n(&nomem, 1, __ATOMIC_RELAXED);
+#pragma omp for schedule(dynamic, 4)
+            for (int64_t k = 0; k < cn; k++) {
+                const int64_t i = c0 + k;
+                uint8_t *row = rows + k * (int64_t)rb;
+                status[k] = 0;
+                if (recs[i].bad || !x)
+                    continue;
+                status[k] = rt_example_decode(
+                    &L, recs[i].p, recs[i].len, x,
+                    ds->y ? (char *)ds->y + i * b->lab_per * 4 : NULL, R.u8_len ? row : NULL,
+                    msgs[k], sizeof msgs[k]);
+                if (status[k] == 0) {
+                    uint8_t *f = row + R.u8_len;
+                    memcpy(f, x, sizeof(float) * (size_t)R.u8_off);
+                    memcpy(f + 4 * R.u8_off, x + R.u8_off + R.u8_len,
+                           sizeof(float) * (size_t)(R.per - R.u8_off - R.u8_len));
+                }
             }
-            note_skip(ds, m);
-            continue;
+            free(x);
         }
-        status[i] = 1; /* kept */
-        if (ds->y && kept != i)
-            memmove((char *)ds->y + kept * b->lab_per * 4, (char *)ds->y + i * b->lab_per * 4,
-                    (size_t)b->lab_per * 4);
-        kept++;
+        if (nomem) {
+            rc = fail(err, errlen, RT_ENOMEM, "out of memory for decode scratch");
+            break;
+        }
+        /* in record order: report or skip the bad, write the good */
+        int64_t run = -1; /* the first row of a run of good ones */
+        for (int64_t k = 0; k <= cn && rc == 0; k++) {
+            const int64_t i = c0 + k;
+            const int ok = k < cn && !recs[i].bad && status[k] == 0;
+            if (ok && run < 0)
+                run = k;
+            if (!ok && run >= 0) {
+                rc = rt_stream_write(ds->stream, rows + run * (int64_t)rb,
+                                     (size_t)((k - run) * (int64_t)rb), err, errlen);
+                run = -1;
+            }
+            if (k == cn || recs[i].bad)
+                continue;
+            if (!ok) {
+                char m[260];
+                snprintf(m, sizeof m, "shard %d record %lld: %s", recs[i].shard,
+                         (long long)recs[i].index, msgs[k]);
+                if (!s->skip_bad) {
+                    rc = fail(err, errlen, status[k], "%s", m);
+                    break;
+                }
+                note_skip(ds, m);
+                continue;
+            }
+            if (ds->y && kept != i)
+                memmove((char *)ds->y + kept * b->lab_per * 4,
+                        (char *)ds->y + i * b->lab_per * 4, (size_t)b->lab_per * 4);
+            kept++;
+        }
     }
+    if (rc < 0)
+        goto out;
     if (kept == 0) {
         rc = fail(err, errlen, RT_EDATA, "every record was bad; first: %s", ds->skip_msg);
         goto out;
     }
-    const uint8_t **rp = malloc((size_t)kept * sizeof *rp);
-    size_t *rl = malloc((size_t)kept * sizeof *rl);
-    if (!rp || !rl) {
-        free(rp);
-        free(rl);
-        rc = fail(err, errlen, RT_ENOMEM, "out of memory listing %lld records", (long long)kept);
-        goto out;
-    }
-    for (int64_t i = 0, k = 0; i < n; i++)
-        if (status[i] == 1) {
-            rp[k] = recs[i].p;
-            rl[k++] = recs[i].len;
-        }
-    rc = rt_stream_create(s, rp, rl, kept, sc, &ds->stream, err, errlen);
-    free(rp);
-    free(rl);
-    if (rc < 0)
+    if ((rc = rt_stream_end(ds->stream, err, errlen)) < 0)
         goto out;
     ds->n = kept;
     set_shapes(b, ds);
-    ds->bytes = (uint64_t)kept * (uint64_t)b->lab_per * 4 + rt_stream_mem_bytes(ds->stream);
+    ds->bytes = (uint64_t)kept * (uint64_t)b->lab_per * 4;
 out:
+    free(rows);
     free(status);
+    free(msgs);
     return rc;
 }
 

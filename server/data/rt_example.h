@@ -96,6 +96,8 @@ typedef struct rt_stream_config {
     int prefetch;              /* batches decoded ahead; 0 = 4 */
     int64_t shuffle_buffer;    /* default shuffle buffer in samples; 0 = 10000 */
     uint64_t max_spool_bytes;  /* all spool files together; 0 = only the disk's room */
+    uint64_t map_max;          /* spool files up to this size are mapped and read by the
+                                  step itself; larger ones by the workers; 0 = none */
 } rt_stream_config;
 
 typedef struct rt_tfr_shard {

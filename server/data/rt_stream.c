@@ -1,5 +1,6 @@
-/* rt_stream.c - streamed datasets: spool file, shuffle buffer order, and
- * the prefetching decode workers (rt_stream.h). */
+/* rt_stream.c - streamed datasets: spool file of decoded rows, shuffle
+ * buffer order, mapped reads on the step's thread or prefetching workers
+ * (rt_stream.h). */
 #include "rt_stream.h"
 
 #include <errno.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -32,33 +34,27 @@ typedef struct slot {
     char msg[200];
 } slot;
 
-/* One thread's decode scratch: a record, the resized image, the label. */
+/* One thread's read scratch: a row. */
 typedef struct scratch {
-    uint8_t *rec, *img;
-    void *ys;
+    uint8_t *row;
     int ok;
 } scratch;
 
 static void scratch_free(scratch *sc);
 
 struct rt_stream {
-    rt_example_spec spec;
-    rt_example_layout L;
+    rt_stream_rows R;
+    uint64_t row_bytes;
     int fd;
     char path[PATH_MAX];
-    int64_t n;
-    uint64_t *off;
-    uint32_t *len;
-    uint32_t max_len;
-    uint64_t file_bytes, img_bytes;
+    int64_t n, max_n;
+    uint64_t file_bytes;
+    uint64_t written;    /* bytes appended so far */
     uint64_t charged;    /* counted in spool_total */
+    uint64_t map_max;
+    const uint8_t *map;  /* the mapped file, or NULL: pread */
     int threads, prefetch;
     int64_t shuffle_buffer;
-    /* rows (RT_ROWS_U8, RT_ROWS_F32): fixed rows of L.per values, row i at
-     * i * row_bytes; 0: TFRecord records through off/len */
-    int rows, normalize;
-    uint64_t row_bytes;
-    uint64_t written;    /* rows: bytes appended so far */
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv, ready_cv;
@@ -75,8 +71,9 @@ struct rt_stream {
     int64_t h_epoch, h_pos, s_epoch, s_pos;
     int s_end;           /* evaluation: every batch is scheduled */
     int64_t busy;        /* rows being decoded outside the lock */
-    int64_t *order;      /* the order of order_epoch */
+    int64_t *order;      /* the order of (order_seed, order_epoch) */
     int64_t order_epoch;
+    uint64_t order_seed;
     slot *slots;
     int64_t slot_batch;  /* rows the slot buffers hold */
     pthread_mutex_t fill_mu; /* one rt_stream_fill at a time */
@@ -195,93 +192,31 @@ static int spool_write(rt_stream *st, const uint8_t *p, size_t len, char *err, s
     return 0;
 }
 
-int rt_stream_create(const rt_example_spec *spec, const uint8_t *const *recs,
-                     const size_t *lens, int64_t n, const rt_stream_config *cfg,
-                     rt_stream **out, char *err, size_t errlen)
+uint64_t rt_stream_row_bytes(const rt_stream_rows *r)
 {
-    *out = NULL;
-    rt_stream *st = stream_new(cfg, spec->shuffle_buffer);
-    if (!st)
-        return fail(err, errlen, RT_ENOMEM, "out of memory");
-    st->spec = *spec;
-    rt_example_layout_init(&st->spec, &st->L);
-    st->img_bytes = st->L.img_feat >= 0
-                        ? (uint64_t)spec->img.h * spec->img.w * spec->img.c
-                        : 0;
-    st->n = n;
-    st->off = malloc(sizeof(uint64_t) * (size_t)n);
-    st->len = malloc(sizeof(uint32_t) * (size_t)n);
-    if (!st->off || !st->len) {
-        rt_stream_destroy(st);
-        return fail(err, errlen, RT_ENOMEM, "out of memory indexing %lld records", (long long)n);
-    }
-    uint64_t need = 0;
-    for (int64_t i = 0; i < n; i++)
-        need += lens[i];
-    int rc = spool_open(st, need, cfg, err, errlen);
-    if (rc < 0) {
-        rt_stream_destroy(st);
-        return rc;
-    }
-    /* records back to back, through a staging buffer */
-    enum { STAGE = 1 << 20 };
-    uint8_t *stage = malloc(STAGE);
-    size_t used = 0;
-    rc = stage ? 0 : fail(err, errlen, RT_ENOMEM, "out of memory");
-    for (int64_t i = 0; i < n && rc == 0; i++) {
-        if (lens[i] > UINT32_MAX) {
-            rc = fail(err, errlen, RT_ETOOBIG, "record %lld is over 4 GiB", (long long)i);
-            break;
-        }
-        st->off[i] = st->file_bytes;
-        st->len[i] = (uint32_t)lens[i];
-        if (lens[i] > st->max_len)
-            st->max_len = (uint32_t)lens[i];
-        st->file_bytes += lens[i];
-        const uint8_t *p = recs[i];
-        size_t left = lens[i];
-        while (left > 0 && rc == 0) {
-            size_t k = STAGE - used < left ? STAGE - used : left;
-            memcpy(stage + used, p, k);
-            used += k;
-            p += k;
-            left -= k;
-            if (used == STAGE || (left == 0 && i == n - 1)) {
-                rc = spool_write(st, stage, used, err, errlen);
-                used = 0;
-            }
-        }
-    }
-    free(stage);
-    if (rc < 0) {
-        rt_stream_destroy(st);
-        return rc;
-    }
-    *out = st;
-    return 0;
+    return (uint64_t)r->u8_len + 4 * (uint64_t)(r->per - r->u8_len);
 }
 
-int rt_stream_rows_begin(int kind, int64_t per, int normalize, int64_t n,
-                         int64_t shuffle_buffer, const rt_stream_config *cfg, rt_stream **out,
-                         char *err, size_t errlen)
+int rt_stream_begin(const rt_stream_rows *rows, int64_t max_n, int64_t shuffle_buffer,
+                    const rt_stream_config *cfg, rt_stream **out, char *err, size_t errlen)
 {
     *out = NULL;
-    if ((kind != RT_ROWS_U8 && kind != RT_ROWS_F32) || per < 1 || n < 1 ||
-        per > INT64_MAX / 4 / n)
-        return fail(err, errlen, RT_EINVAL, "bad rows stream (%lld rows of %lld)", (long long)n,
-                    (long long)per);
+    const rt_stream_rows *r = rows;
+    if (r->per < 1 || r->u8_off < 0 || r->u8_len < 0 || r->u8_off + r->u8_len > r->per ||
+        (r->u8_len && (r->u8_kind < RT_ROWS_U8_VALUE || r->u8_kind > RT_ROWS_U8_IMAGE)) ||
+        (r->u8_len && r->u8_kind == RT_ROWS_U8_IMAGE &&
+         (int64_t)r->img.h * r->img.w * r->img.c != r->u8_len) ||
+        max_n < 1 || (uint64_t)max_n > UINT64_MAX / 8 / rt_stream_row_bytes(r))
+        return fail(err, errlen, RT_EINVAL, "bad stream rows (%lld rows of %lld)",
+                    (long long)max_n, (long long)r->per);
     rt_stream *st = stream_new(cfg, shuffle_buffer);
     if (!st)
         return fail(err, errlen, RT_ENOMEM, "out of memory");
-    st->rows = kind;
-    st->normalize = normalize != 0;
-    st->n = n;
-    st->L.per = per;
-    st->L.img_feat = -1;
-    st->L.lab = -1;
-    st->row_bytes = (uint64_t)per * (kind == RT_ROWS_U8 ? 1 : 4);
-    st->max_len = kind == RT_ROWS_U8 && st->row_bytes <= UINT32_MAX ? (uint32_t)st->row_bytes : 0;
-    int rc = spool_open(st, st->row_bytes * (uint64_t)n, cfg, err, errlen);
+    st->R = *r;
+    st->row_bytes = rt_stream_row_bytes(r);
+    st->max_n = max_n;
+    st->map_max = cfg ? cfg->map_max : 0;
+    int rc = spool_open(st, st->row_bytes * (uint64_t)max_n, cfg, err, errlen);
     if (rc < 0) {
         rt_stream_destroy(st);
         return rc;
@@ -290,9 +225,9 @@ int rt_stream_rows_begin(int kind, int64_t per, int normalize, int64_t n,
     return 0;
 }
 
-int rt_stream_rows_write(rt_stream *st, const void *data, size_t len, char *err, size_t errlen)
+int rt_stream_write(rt_stream *st, const void *data, size_t len, char *err, size_t errlen)
 {
-    if (!st->rows || len > st->row_bytes * (uint64_t)st->n - st->written)
+    if (st->n || len > st->row_bytes * (uint64_t)st->max_n - st->written)
         return fail(err, errlen, RT_EINVAL, "more rows than the stream was opened for");
     int rc = spool_write(st, data, len, err, errlen);
     if (rc == 0)
@@ -300,13 +235,24 @@ int rt_stream_rows_write(rt_stream *st, const void *data, size_t len, char *err,
     return rc;
 }
 
-int rt_stream_rows_end(rt_stream *st, char *err, size_t errlen)
+int rt_stream_end(rt_stream *st, char *err, size_t errlen)
 {
-    if (!st->rows || st->written != st->row_bytes * (uint64_t)st->n)
-        return fail(err, errlen, RT_EINVAL, "the stream got %llu of its %llu bytes",
-                    (unsigned long long)st->written,
-                    (unsigned long long)(st->row_bytes * (uint64_t)st->n));
+    if (st->n || st->written == 0 || st->written % st->row_bytes)
+        return fail(err, errlen, RT_EINVAL, "the stream got %llu bytes, not whole rows",
+                    (unsigned long long)st->written);
+    st->n = (int64_t)(st->written / st->row_bytes);
     st->file_bytes = st->written;
+    /* give back the room of rows never written (records skipped) */
+    __atomic_sub_fetch(&spool_total, st->charged - st->file_bytes, __ATOMIC_RELAXED);
+    st->charged = st->file_bytes;
+    if (st->file_bytes <= st->map_max && st->file_bytes <= SIZE_MAX) {
+        void *m = mmap(NULL, (size_t)st->file_bytes, PROT_READ, MAP_SHARED, st->fd, 0);
+        if (m != MAP_FAILED) {
+            /* read in shuffle-buffer order: near-sequential, mostly */
+            madvise(m, (size_t)st->file_bytes, MADV_WILLNEED);
+            st->map = m;
+        }
+    }
     return 0;
 }
 
@@ -336,8 +282,8 @@ void rt_stream_destroy(rt_stream *st)
         }
     free(st->slots);
     free(st->order);
-    free(st->off);
-    free(st->len);
+    if (st->map)
+        munmap((void *)st->map, (size_t)st->file_bytes);
     for (int i = 0; i < st->n_team; i++)
         scratch_free(&st->team[i]);
     free(st->team);
@@ -349,10 +295,8 @@ void rt_stream_destroy(rt_stream *st)
     free(st);
 }
 
-uint64_t rt_stream_mem_bytes(const rt_stream *st)
-{
-    return st->rows ? 0 : (uint64_t)st->n * (sizeof(uint64_t) + sizeof(uint32_t));
-}
+int64_t rt_stream_samples(const rt_stream *st) { return st->n; }
+int rt_stream_mapped(const rt_stream *st) { return st->map != NULL; }
 uint64_t rt_stream_file_bytes(const rt_stream *st) { return st->file_bytes; }
 int rt_stream_threads(const rt_stream *st) { return st->threads; }
 int64_t rt_stream_shuffle_buffer(const rt_stream *st) { return st->shuffle_buffer; }
@@ -388,7 +332,7 @@ static int schedule(rt_stream *st)
     sl->rc = 0;
     sl->msg[0] = 0;
     if (!st->eval && st->shuffle) {
-        if (st->order_epoch != st->s_epoch) {
+        if (st->order_epoch != st->s_epoch || st->order_seed != st->seed) {
             if (!st->order && !(st->order = malloc(sizeof(int64_t) * (size_t)st->n))) {
                 sl->rc = RT_ENOMEM;
                 snprintf(sl->msg, sizeof sl->msg, "out of memory for the epoch order");
@@ -403,6 +347,7 @@ static int schedule(rt_stream *st)
                 goto scheduled;
             }
             st->order_epoch = st->s_epoch;
+            st->order_seed = st->seed;
         }
         memcpy(sl->idx, st->order + start, sizeof(int64_t) * (size_t)sl->nb);
     } else {
@@ -420,18 +365,11 @@ scheduled:
 
 static void scratch_init(const rt_stream *st, scratch *sc)
 {
-    sc->rec = malloc(st->max_len ? st->max_len : 1);
-    sc->img = st->img_bytes ? malloc(st->img_bytes) : NULL;
-    sc->ys = malloc((size_t)(st->L.lab_per > 0 ? st->L.lab_per : 1) * 4);
-    sc->ok = sc->rec && sc->ys && (sc->img || !st->img_bytes);
+    sc->row = malloc((size_t)st->row_bytes);
+    sc->ok = sc->row != NULL;
 }
 
-static void scratch_free(scratch *sc)
-{
-    free(sc->rec);
-    free(sc->img);
-    free(sc->ys);
-}
+static void scratch_free(scratch *sc) { free(sc->row); }
 
 /* Rows a worker claims per lock: fewer hand-offs of mu (a worker
  * preempted while holding it stalls the others on a loaded machine), and
@@ -453,54 +391,59 @@ static int pread_all(const rt_stream *st, uint8_t *dst, uint64_t len, uint64_t o
     return 0;
 }
 
-/* A fixed row into x, converted as the in-memory path converts (rt_data.c:
- * u8 as (float)v, or (float)v / 255.0f normalised; f32 as it is). */
-static int read_row(const rt_stream *st, int64_t sample, float *x, scratch *sc, char *msg,
-                    size_t ml)
+/* A row's bytes into x: the 8-bit block converted as the in-memory path
+ * converts it, the other floats copied. */
+static void convert_row(const rt_stream *st, const uint8_t *row, int64_t sample, int64_t epoch,
+                        int augment, uint64_t seed, float *x)
 {
-    const uint64_t off = (uint64_t)sample * st->row_bytes;
-    if (st->rows == RT_ROWS_F32)
-        return pread_all(st, (uint8_t *)x, st->row_bytes, off, msg, ml);
-    int rc = pread_all(st, sc->rec, st->row_bytes, off, msg, ml);
-    if (rc < 0)
-        return rc;
-    const uint8_t *u = sc->rec;
-    const int64_t per = st->L.per;
-    if (st->normalize)
-        for (int64_t j = 0; j < per; j++)
-            x[j] = (float)u[j] / 255.0f;
-    else
-        for (int64_t j = 0; j < per; j++)
-            x[j] = (float)u[j];
-    return 0;
+    const rt_stream_rows *R = &st->R;
+    const uint8_t *f = row + R->u8_len; /* the f32 values, unaligned */
+    if (R->u8_off)
+        memcpy(x, f, sizeof(float) * (size_t)R->u8_off);
+    const int64_t rest = R->per - R->u8_off - R->u8_len;
+    if (rest)
+        memcpy(x + R->u8_off + R->u8_len, f + 4 * R->u8_off, sizeof(float) * (size_t)rest);
+    float *xb = x + R->u8_off;
+    switch (R->u8_len ? R->u8_kind : 0) {
+    case RT_ROWS_U8_VALUE:
+        for (int64_t j = 0; j < R->u8_len; j++)
+            xb[j] = (float)row[j];
+        break;
+    case RT_ROWS_U8_UNIT:
+        for (int64_t j = 0; j < R->u8_len; j++)
+            xb[j] = (float)row[j] / 255.0f;
+        break;
+    case RT_ROWS_U8_IMAGE:
+        if (augment) {
+            rt_image_aug a;
+            rt_image_aug_draw(&R->img, seed, (uint64_t)epoch, (uint64_t)sample, &a);
+            rt_image_to_input(&R->img, row, xb, &a);
+        } else {
+            rt_image_to_input(&R->img, row, xb, NULL);
+        }
+        break;
+    default:
+        break;
+    }
 }
 
-/* One sample into row x; 0 or an error with a message. Thread-safe. */
+/* One sample into x through the thread's scratch; 0 or an error with a
+ * message. Thread-safe. */
 static int decode_one(const rt_stream *st, int64_t sample, int64_t epoch, int augment,
                       uint64_t seed, float *x, scratch *sc, char *msg, size_t ml)
 {
-    const rt_example_layout *L = &st->L;
     if (!sc->ok)
-        return fail(msg, ml, RT_ENOMEM, "out of memory for decode scratch");
-    if (st->rows)
-        return read_row(st, sample, x, sc, msg, ml);
-    const uint32_t len = st->len[sample];
-    for (uint32_t got = 0; got < len;) {
-        ssize_t n = pread(st->fd, sc->rec + got, len - got, (off_t)(st->off[sample] + got));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return fail(msg, ml, RT_EIO, "reading the spool: %s",
-                        n < 0 ? strerror(errno) : "short file");
-        got += (uint32_t)n;
-    }
-    int rc = rt_example_decode(L, sc->rec, len, x, sc->ys, sc->img, msg, ml);
-    if (rc == 0 && augment) {
-        rt_image_aug a;
-        rt_image_aug_draw(&st->spec.img, seed, (uint64_t)epoch, (uint64_t)sample, &a);
-        rt_image_to_input(&st->spec.img, sc->img, x + L->img_off, &a);
-    }
+        return fail(msg, ml, RT_ENOMEM, "out of memory for read scratch");
+    int rc = pread_all(st, sc->row, st->row_bytes, (uint64_t)sample * st->row_bytes, msg, ml);
+    if (rc == 0)
+        convert_row(st, sc->row, sample, epoch, augment, seed, x);
     return rc;
+}
+
+/* Whether rows of this stream are augmented when training. */
+static int augments(const rt_stream *st)
+{
+    return st->R.u8_len && st->R.u8_kind == RT_ROWS_U8_IMAGE && rt_image_spec_augments(&st->R.img);
 }
 
 /* Under mu: claim up to max rows of sl and decode them with mu released,
@@ -512,7 +455,7 @@ static void decode_rows(rt_stream *st, slot *sl, int64_t max, scratch *sc, scrat
     const int64_t r0 = sl->next, k = sl->nb - r0 < max ? sl->nb - r0 : max;
     sl->next += k;
     const int64_t epoch = sl->epoch;
-    const int augment = st->augment && !st->eval && st->L.img_feat >= 0;
+    const int augment = st->augment && !st->eval && augments(st);
     const uint64_t seed = st->seed;
     st->busy++;
     pthread_mutex_unlock(&st->mu);
@@ -522,7 +465,7 @@ static void decode_rows(rt_stream *st, slot *sl, int64_t max, scratch *sc, scrat
     int64_t bad = INT64_MAX; /* the first failing row, as in row order */
     if (!team) {
         for (int64_t r = r0; r < r0 + k && rc == 0; r++) {
-            rc = decode_one(st, sl->idx[r], epoch, augment, seed, sl->x + r * st->L.per, sc,
+            rc = decode_one(st, sl->idx[r], epoch, augment, seed, sl->x + r * st->R.per, sc,
                             msg, sizeof msg);
             if (rc < 0)
                 bad = r;
@@ -532,7 +475,7 @@ static void decode_rows(rt_stream *st, slot *sl, int64_t max, scratch *sc, scrat
         for (int64_t r = r0; r < r0 + k; r++) {
             char m[200];
             int t = omp_get_thread_num();
-            int e = decode_one(st, sl->idx[r], epoch, augment, seed, sl->x + r * st->L.per,
+            int e = decode_one(st, sl->idx[r], epoch, augment, seed, sl->x + r * st->R.per,
                                &team[t < n_team ? t : 0], m, sizeof m);
             if (e < 0) {
 #pragma omp critical(rt__stream_err)
@@ -600,7 +543,7 @@ static int restart(rt_stream *st, const rt_stream_use *u, int64_t epoch, int64_t
             slot *sl = &st->slots[i];
             free(sl->x);
             free(sl->idx);
-            sl->x = malloc(sizeof(float) * (size_t)(u->batch * st->L.per));
+            sl->x = malloc(sizeof(float) * (size_t)(u->batch * st->R.per));
             sl->idx = malloc(sizeof(int64_t) * (size_t)u->batch);
             if (!sl->x || !sl->idx) {
                 st->slot_batch = 0;
@@ -611,8 +554,6 @@ static int restart(rt_stream *st, const rt_stream_use *u, int64_t epoch, int64_t
         }
         st->slot_batch = u->batch;
     }
-    if (st->seed != u->seed || st->shuffle != u->shuffle)
-        st->order_epoch = -1;
     st->seed = u->seed;
     st->batch = u->batch;
     st->shuffle = u->shuffle;
@@ -684,7 +625,7 @@ static int fill_locked(const rt_stream_use *u, int64_t epoch, int64_t pos, int64
     }
     pthread_mutex_unlock(&st->mu);
     /* the slot is ours until head moves past it */
-    memcpy(x, sl->x, sizeof(float) * (size_t)(nb * st->L.per));
+    memcpy(x, sl->x, sizeof(float) * (size_t)(nb * st->R.per));
     if (y && u->y) {
         const size_t lb = (size_t)u->lab_per * 4;
         for (int64_t r = 0; r < nb; r++)
@@ -702,12 +643,64 @@ static int fill_locked(const rt_stream_use *u, int64_t epoch, int64_t pos, int64
     return 0;
 }
 
+/* A mapped stream, under fill_mu: the rows straight from the mapping into
+ * x on this thread (its OpenMP team for a large batch). */
+static int fill_mapped(const rt_stream_use *u, int64_t epoch, int64_t pos, int64_t nb, float *x,
+                       void *y, float *w, char *err, size_t errlen)
+{
+    rt_stream *st = u->st;
+    const int64_t start = pos * u->batch;
+    if (nb > st->n - start)
+        return fail(err, errlen, RT_EINVAL, "batch %lld has %lld rows, not %lld",
+                    (long long)pos, (long long)(st->n - start), (long long)nb);
+    const int eval = epoch == RT_EPOCH_EVAL;
+    const int64_t *idx = NULL;
+    if (!eval && u->shuffle) {
+        if (!st->order && !(st->order = malloc(sizeof(int64_t) * (size_t)st->n)))
+            return fail(err, errlen, RT_ENOMEM, "out of memory for the epoch order");
+        if (st->order_epoch != epoch || st->order_seed != u->seed) {
+            st->order_epoch = -1;
+            if (rt_stream_order(st->n, st->shuffle_buffer, u->seed, epoch, st->order) < 0)
+                return fail(err, errlen, RT_ENOMEM, "out of memory for the shuffle buffer");
+            st->order_epoch = epoch;
+            st->order_seed = u->seed;
+        }
+        idx = st->order + start;
+    }
+    const int augment = u->augment && !eval && augments(st);
+    const int64_t per = st->R.per;
+    const uint64_t rb = st->row_bytes;
+#pragma omp parallel for schedule(static) if (nb * per >= (1 << 16))
+    for (int64_t r = 0; r < nb; r++) {
+        const int64_t s = idx ? idx[r] : start + r;
+        convert_row(st, st->map + (uint64_t)s * rb, s, epoch, augment, u->seed, x + r * per);
+    }
+    if (y && u->y) {
+        const size_t lb = (size_t)u->lab_per * 4;
+        for (int64_t r = 0; r < nb; r++)
+            memcpy((char *)y + r * lb, (const char *)u->y + (idx ? idx[r] : start + r) * lb, lb);
+    }
+    if (w && u->sw)
+        for (int64_t r = 0; r < nb; r++)
+            w[r] = u->sw[idx ? idx[r] : start + r];
+    return 0;
+}
+
 int rt_stream_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y,
                    float *w, char *err, size_t errlen)
 {
     const rt_stream_use *u = ud;
     rt_stream *st = u->st;
+    if (u->batch < 1 || pos < 0 || pos >= (st->n + u->batch - 1) / u->batch || nb < 1 ||
+        nb > u->batch)
+        return fail(err, errlen, RT_EINVAL, "batch %lld of %lld rows is outside the dataset",
+                    (long long)pos, (long long)nb);
     pthread_mutex_lock(&st->fill_mu);
+    if (st->map) {
+        int rc = fill_mapped(u, epoch, pos, nb, x, y, w, err, errlen);
+        pthread_mutex_unlock(&st->fill_mu);
+        return rc;
+    }
     if (!st->team_init) {
         st->team_init = 1;
         int n = omp_get_max_threads();

@@ -1,45 +1,65 @@
 /*
- * rt_stream.h - a dataset larger than memory: its good TFRecord records
- * (or the fixed rows of a RAW, NPY, CSV or IDX set) in a spool file on disk, decoded batch by batch on worker threads ahead of
- * the training step that reads them (tf.data's prefetch with
- * num_parallel_calls), through a bounded ring of batch buffers.
+ * rt_stream.h - a dataset larger than memory: its samples as fixed-size
+ * decoded rows in a spool file on disk, read back batch by batch for the
+ * training step that needs them.
  *
+ *     rt_stream_rows r = {.per = 784, .u8_len = 784, .u8_kind = RT_ROWS_U8_UNIT};
  *     rt_stream *st;
- *     if (rt_stream_create(&spec, recs, lens, n, &cfg, &st, err, sizeof err) < 0) ...
+ *     rt_stream_begin(&r, n, 0, &cfg, &st, err, sizeof err);   // room checked
+ *     rt_stream_write(st, rows, n * rt_stream_row_bytes(&r), err, sizeof err);
+ *     rt_stream_end(st, err, sizeof err);
  *     rt_stream_use u = {.st = st, .seed = 7, .batch = 32, .shuffle = 1, .augment = 1,
  *                        .y = labels, .lab_per = 1};
  *     rt_data d = {.y = labels, .y_dtype = RT_I32, .n = n,
  *                  .fill = rt_stream_fill, .fill_ud = &u, .fill_id = st};
- *     rt_exec_train(e, &d, steps, ...);    // batches come from the workers
+ *     rt_exec_train(e, &d, steps, ...);
  *     rt_stream_destroy(st);
  *
- * Order. A training epoch reads the records through a shuffle buffer of
+ * Rows. Every source is decoded once, at upload, into rows of the same
+ * size: a sample's per input floats, of which one block (u8_off, u8_len)
+ * may be kept as 8-bit values (an IDX/NPY u8 array, or the resized image
+ * of a TFRecord record before normalisation and augmentation) and the
+ * rest as f32. A row is the 8-bit block followed by the other floats in
+ * order. Reading a row converts the block as the in-memory path does
+ * ((float)v, v / 255.0f, or rt_image_to_input with the row's augmentation
+ * drawn from (seed, epoch, sample)), so a batch holds the floats an
+ * in-memory dataset would.
+ *
+ * Reading. A spool file up to cfg->map_max bytes is mapped and the step's
+ * own thread copies and converts its rows (with its OpenMP team for large
+ * batches): that costs about what the in-memory gather costs, less than
+ * handing rows between threads. A larger file is read with pread by
+ * worker threads into a ring of prefetch batch buffers ahead of the step
+ * (tf.data's map(num_parallel_calls).prefetch), so disk reads overlap the
+ * steps; a step that finds its batch unfinished reads the unclaimed rows
+ * itself on its OpenMP team.
+ *
+ * Order. A training epoch reads the rows through a shuffle buffer of
  * shuffle_buffer samples, as tf.data's Dataset.shuffle does: the buffer is
- * filled with the first records in file order, each step draws one sample
- * from it uniformly and puts the next record in its place. A buffer as
- * large as the dataset gives a uniform permutation; a smaller one mixes
- * only within that window but reads the file almost sequentially. Without
+ * filled with the first rows in file order, each step draws one sample
+ * from it uniformly and puts the next row in its place. A buffer as large
+ * as the dataset gives a uniform permutation; a smaller one mixes only
+ * within that window but reads the file almost sequentially. Without
  * shuffling, and for evaluation (epoch RT_EPOCH_EVAL), the order is the
  * file's.
  *
  * Determinism. The order is a pure function of (seed, epoch) drawn from
- * the counter-based RNG, each sample is decoded (and augmented, keyed by
- * seed, epoch and its index) on its own into its own row, so the batches
- * do not depend on the number of workers or their timing; a batch is a
- * pure function of (seed, epoch, position), so a resumed or re-run program
- * sees the same data. Asking for a batch other than the next one (another
- * program, a restore, evaluation in between) drops what was decoded ahead
- * and starts again there.
+ * the counter-based RNG, and each row is converted (and augmented, keyed
+ * by seed, epoch and its index) on its own into its own place, so a batch
+ * is a pure function of (seed, epoch, position): it does not depend on the
+ * mapping, the number of workers or their timing, and a resumed or re-run
+ * program sees the same data. Asking for a batch other than the next one
+ * drops what was read ahead and starts again there.
  *
- * Memory: the record index (12 bytes a record) always; while a program
- * reads, prefetch batch buffers and one record and image of scratch per
- * worker. The spool file is unlinked as soon as it is created, so it goes
- * with the stream or the process.
+ * Memory: nothing per row. A mapped file's pages (clean page cache, under
+ * map_max); otherwise, while a program reads, the prefetch batch buffers
+ * and one row of scratch per worker and team thread. The spool file is
+ * unlinked as soon as it is created, so it goes with the stream or the
+ * process.
  *
- * Threads: workers start at the first fill and stop in rt_stream_destroy.
- * A fill that finds its batch unfinished decodes the unclaimed rows itself
- * on the caller's OpenMP team. Fills are serialised per stream (training
- * holds the device, so one program reads at a time anyway).
+ * Threads: workers start at the first fill of an unmapped stream and stop
+ * in rt_stream_destroy. Fills are serialised per stream (training holds
+ * the device, so one program reads at a time anyway).
  */
 #ifndef RTRAIN_STREAM_H
 #define RTRAIN_STREAM_H
@@ -48,6 +68,7 @@
 #include <stdint.h>
 
 #include "rt_example.h"
+#include "rt_image.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -65,19 +86,41 @@ extern "C" {
 
 typedef struct rt_stream rt_stream;
 
-/* Write the n records (recs[i], lens[i] bytes) to a new spool file and
- * index them. The spec is copied. cfg may be NULL (defaults). RT_ETOOBIG,
- * before anything is written, past cfg->max_spool_bytes (all streams of
- * the process) or when the disk would keep less than RT_SPOOL_DISK_RESERVE
- * free; RT_EIO with the path and the system's reason when the spool cannot
- * be written. */
-int rt_stream_create(const rt_example_spec *spec, const uint8_t *const *recs,
-                     const size_t *lens, int64_t n, const rt_stream_config *cfg,
-                     rt_stream **out, char *err, size_t errlen);
+/* How the 8-bit block of a row becomes floats. */
+enum {
+    RT_ROWS_U8_VALUE = 1, /* (float)v */
+    RT_ROWS_U8_UNIT = 2,  /* (float)v / 255.0f */
+    RT_ROWS_U8_IMAGE = 3  /* an (h, w, c) image: rt_image_to_input(&img, ...) */
+};
+
+typedef struct rt_stream_rows {
+    int64_t per;             /* floats per sample */
+    int64_t u8_off, u8_len;  /* x[u8_off, u8_off + u8_len) kept as 8 bits; 0: none */
+    int u8_kind;             /* RT_ROWS_U8_* */
+    rt_image_spec img;       /* RT_ROWS_U8_IMAGE: the image and its augmentation */
+} rt_stream_rows;
+
+/* Bytes of one row in the spool. */
+uint64_t rt_stream_row_bytes(const rt_stream_rows *r);
+
+/* Open a stream of at most max_n rows: the room for max_n rows is checked
+ * before anything is written (RT_ETOOBIG past cfg->max_spool_bytes for all
+ * streams of the process, or when the disk would keep less than
+ * RT_SPOOL_DISK_RESERVE free) and the unlinked spool file is created
+ * (RT_EIO with the path and the system's reason). cfg may be NULL
+ * (defaults); shuffle_buffer 0 takes cfg's. */
+int rt_stream_begin(const rt_stream_rows *rows, int64_t max_n, int64_t shuffle_buffer,
+                    const rt_stream_config *cfg, rt_stream **out, char *err, size_t errlen);
+/* Append row bytes (any split, rows in order). */
+int rt_stream_write(rt_stream *st, const void *data, size_t len, char *err, size_t errlen);
+/* The stream holds the rows written (at least one, whole rows); maps the
+ * file when it is within cfg->map_max. */
+int rt_stream_end(rt_stream *st, char *err, size_t errlen);
 void rt_stream_destroy(rt_stream *st); /* NULL is a no-op */
 
-uint64_t rt_stream_mem_bytes(const rt_stream *st);  /* the index */
+int64_t rt_stream_samples(const rt_stream *st);
 uint64_t rt_stream_file_bytes(const rt_stream *st); /* the spool file */
+int rt_stream_mapped(const rt_stream *st);
 int rt_stream_threads(const rt_stream *st);
 int64_t rt_stream_shuffle_buffer(const rt_stream *st);
 
@@ -93,25 +136,10 @@ typedef struct rt_stream_use {
     const float *sw;    /* per-sample weights (n), or NULL */
 } rt_stream_use;
 
-/* rt_batch_fill (rt_engine.h) over an rt_stream_use: x from the workers,
+/* rt_batch_fill (rt_engine.h) over an rt_stream_use: x from the rows,
  * y and w gathered from u->y and u->sw in the batch's order. */
 int rt_stream_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y,
                    float *w, char *err, size_t errlen);
-
-/* A stream of fixed rows instead of records: RAW, NPY, CSV and IDX
- * features (rt_data.c), n rows of per values, written once in row order
- * and read back by row. RT_ROWS_U8 rows are 8-bit and converted per batch
- * (divided by 255 when normalize), RT_ROWS_F32 rows are the f32 values
- * themselves; either way the batch holds the floats the in-memory path
- * would. begin checks the room (as rt_stream_create) and opens the spool;
- * write appends bytes in row order (any split); end checks that all
- * n * per values came. */
-enum { RT_ROWS_U8 = 1, RT_ROWS_F32 = 2 };
-int rt_stream_rows_begin(int kind, int64_t per, int normalize, int64_t n,
-                         int64_t shuffle_buffer, const rt_stream_config *cfg, rt_stream **out,
-                         char *err, size_t errlen);
-int rt_stream_rows_write(rt_stream *st, const void *data, size_t len, char *err, size_t errlen);
-int rt_stream_rows_end(rt_stream *st, char *err, size_t errlen);
 
 /* The order of one epoch through a shuffle buffer of buf samples (buf <= 1:
  * file order): out[k] is the k-th sample read. RT_ENOMEM without room for

@@ -67,7 +67,9 @@ static int build(const rt_example_spec *s, const char *name, int threads, int pr
     rt_dataset *ds = calloc(1, sizeof *ds);
     pthread_mutex_init(&ds->mu, NULL);
     ds->refs = 1;
-    rt_stream_config sc = {.spool_dir = spool_dir, .threads = threads, .prefetch = prefetch};
+    /* threads 0: read from a mapping by the caller */
+    rt_stream_config sc = {.spool_dir = spool_dir, .threads = threads, .prefetch = prefetch,
+                           .map_max = threads ? 0 : UINT64_C(1) << 30};
     int rc = rt_example_build_ex(s, &sh, 1, 1 << 28, &sc, ds, err, errlen);
     free(b);
     if (rc < 0) {
@@ -143,6 +145,9 @@ static void test_records(void)
     REQUIRE(build(&sm, "num.tfrecord", 0, 0, &m, err, sizeof err) == 0);
     REQUIRE(build(&ss, "num.tfrecord", 1, 1, &s1, err, sizeof err) == 0);
     REQUIRE(build(&ss, "num.tfrecord", 3, 2, &s3, err, sizeof err) == 0);
+    rt_dataset *smap;
+    REQUIRE(build(&ss, "num.tfrecord", 0, 0, &smap, err, sizeof err) == 0);
+    CHECK(rt_stream_mapped(smap->stream) && !rt_stream_mapped(s1->stream));
     CHECK(!m->stream && s1->stream && !s1->x && s1->n == 100 && s1->x_ndim == 1 &&
           s1->x_dims[0] == 4 && s1->y_dtype == RT_I32);
     CHECK(!memcmp(s1->y, m->y, 400));
@@ -165,6 +170,11 @@ static void test_records(void)
         CHECK(read_epoch(s1, &u1, e, x, y, err, sizeof err) == 0);
         CHECK(read_epoch(s3, &u3, e, x3, y3, err, sizeof err) == 0);
         CHECK(!memcmp(x, x3, sizeof x) && !memcmp(y, y3, sizeof y));
+        rt_stream_use um = u1;
+        um.st = smap->stream;
+        um.y = smap->y;
+        CHECK(read_epoch(smap, &um, e, x3, y3, err, sizeof err) == 0);
+        CHECK(!memcmp(x, x3, sizeof x) && !memcmp(y, y3, sizeof y));
         REQUIRE(rt_stream_order(100, rt_stream_shuffle_buffer(s1->stream), 5, e, order) == 0);
         int rows_ok = 1;
         for (int k = 0; k < 100; k++)
@@ -186,6 +196,7 @@ static void test_records(void)
     rt_dataset_release(m);
     rt_dataset_release(s1);
     rt_dataset_release(s3);
+    rt_dataset_release(smap);
 }
 
 static void test_bad(void)

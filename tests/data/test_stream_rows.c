@@ -3,8 +3,9 @@
  * bit, the rows of the same upload parsed into memory, in file order
  * without shuffling and in the shuffle buffer's order with it; labels and
  * sample weights follow the rows; bad values fail with the in-memory
- * path's message; AUTO streams above --stream-above only; the store key
- * tells the storages apart.
+ * path's message; the same whether the spool is read by workers or from a
+ * mapping; AUTO streams above --stream-above only; the store key tells the
+ * storages apart.
  *
  * Usage: test_stream_rows SPOOL_DIR */
 #include <math.h>
@@ -36,6 +37,7 @@ static int failures;
     } while (0)
 
 static const char *spool_dir;
+static int want_mapped; /* the streams of this pass are mapped */
 
 /* a growable byte buffer */
 typedef struct buf {
@@ -141,6 +143,7 @@ static void compare(const char *what, rt_data_part *parts, int np, const buf *da
     REQUIRE(rc == 0);
     CHECK(!mem->stream && mem->x);
     CHECK(str->stream && !str->x);
+    CHECK(rt_stream_mapped(str->stream) == want_mapped);
     CHECK(str->n == mem->n);
     CHECK(str->x_ndim == mem->x_ndim);
     CHECK(memcmp(str->x_dims, mem->x_dims, sizeof mem->x_dims) == 0);
@@ -456,8 +459,11 @@ int main(int argc, char **argv)
         return 2;
     }
     spool_dir = argv[1];
-    for (int threads = 1; threads <= 3; threads += 2) {
-        rt_stream_config sc = {.spool_dir = spool_dir, .threads = threads, .prefetch = 2};
+    /* read by workers (1 and 3, pread) and from a mapping by the caller */
+    for (int pass = 0; pass < 3; pass++) {
+        rt_stream_config sc = {.spool_dir = spool_dir, .threads = pass ? 3 : 1, .prefetch = 2,
+                               .map_max = pass == 2 ? UINT64_C(1) << 30 : 0};
+        want_mapped = pass == 2;
         rt_data_set_stream_config(&sc);
         test_formats();
     }
