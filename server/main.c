@@ -148,9 +148,13 @@ static void usage(FILE *f)
             "  --spool-dir DIR          where streamed datasets' records are kept on disk\n"
             "                           (default --state-dir if given, else "
             RT_SPOOL_DIR_DEFAULT ")\n"
-            "  --stream-above N         stream a TFRecord dataset whose decoded size is\n"
-            "                           over N bytes (default a quarter of the memory\n"
-            "                           budget); K/M/G allowed\n"
+            "  --stream-above N         stream a dataset whose decoded size is over N\n"
+            "                           bytes (default a quarter of the memory budget);\n"
+            "                           K/M/G allowed\n"
+            "  --map-spool-below N      a spool file up to N bytes is mapped and read by\n"
+            "                           the training step itself, a larger one by the\n"
+            "                           decode workers (default an eighth of the memory\n"
+            "                           budget; 0: never mapped); K/M/G allowed\n"
             "  --decode-threads N       decode workers per streamed dataset (default: CPUs)\n"
             "  --prefetch N             batches decoded ahead of training (default 4)\n"
             "  --shuffle-buffer N       streamed sets shuffle through N samples, as\n"
@@ -334,7 +338,7 @@ int main(int argc, char **argv)
            O_CTIMEOUT, O_XTHREADS, O_MAXUP, O_MAXUPB, O_STALL, O_RATIO, O_KEEPALIVE,
            O_HANDSHAKE, O_CONNIDLE, O_STREAMQ, O_KATIMEOUT, O_DRAIN,
            O_LOGFMT, O_METRICS, O_UPKEEP, O_PIPEHOLD, O_UPPOOL, O_DETRED, O_DISTTO,
-           O_SPOOL, O_STREAMABOVE, O_DTHREADS, O_PREFETCH, O_SHUFBUF, O_MAXSPOOL,
+           O_SPOOL, O_STREAMABOVE, O_MAPBELOW, O_DTHREADS, O_PREFETCH, O_SHUFBUF, O_MAXSPOOL,
            O_STATE, O_CK_STEPS, O_CK_S, O_CK_KEEP, O_CK_FAIL,
            O_CK_NOSYNC,
            O_QUOTA /* + rt_quota_kind */ };
@@ -380,6 +384,7 @@ int main(int argc, char **argv)
         {"upload-pool-bytes", required_argument, 0, O_UPPOOL},
         {"spool-dir", required_argument, 0, O_SPOOL},
         {"stream-above", required_argument, 0, O_STREAMABOVE},
+        {"map-spool-below", required_argument, 0, O_MAPBELOW},
         {"decode-threads", required_argument, 0, O_DTHREADS},
         {"prefetch", required_argument, 0, O_PREFETCH},
         {"shuffle-buffer", required_argument, 0, O_SHUFBUF},
@@ -544,6 +549,14 @@ int main(int argc, char **argv)
             if (rt_quota_parse(optarg, &v) < 0 || v == 0)
                 goto bad;
             cfg.stream_above = v;
+            break;
+        case O_MAPBELOW:
+            if (!strcmp(optarg, "0"))
+                v = 0;
+            else if (rt_quota_parse(optarg, &v) < 0 || v == 0)
+                goto bad;
+            cfg.map_spool_below = v;
+            cfg.map_spool_set = 1;
             break;
         case O_DTHREADS:
             if (parse_u64(optarg, &v) < 0 || v < 1 || v > 256)

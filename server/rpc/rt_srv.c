@@ -1953,7 +1953,8 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
         .max_spool_bytes = cfg->max_spool_bytes,
         /* a mapped spool file's pages count in the RSS: an eighth of the
          * budget at most */
-        .map_max = budget != RT_QUOTA_UNLIMITED ? budget / 8 : 0,
+        .map_max = cfg->map_spool_set ? cfg->map_spool_below
+                   : budget != RT_QUOTA_UNLIMITED ? budget / 8 : 0,
     };
     rt_data_set_stream_config(&sc);
     s->principals = rt_principal_set_create(budget);

@@ -84,6 +84,8 @@ typedef struct rt_srv_config {
     int prefetch;
     int64_t shuffle_buffer;
     uint64_t max_spool_bytes;    /* all spool files; 0 = the disk's room */
+    uint64_t map_spool_below;    /* spool files mapped up to this size, when */
+    int map_spool_set;           /* set; else an eighth of the memory budget */
     /* Durable mode: sessions, datasets and checkpoints under state_dir
      * (NULL = state in memory only); rt_state.h has the rest. */
     const char *state_dir;

@@ -51,12 +51,12 @@ cmp -s "$tmp/s1.bin" "$tmp/s3.bin" && ok "streamed RunSteps in 5-step calls = Fi
 kill -TERM "$dpid"; wait "$dpid"; dpid=""
 
 start_daemon "$tmp/daemon1.log" --spool-dir "$tmp/spool" --decode-threads 1 --prefetch 1 \
-  || exit 1
+  --map-spool-below 0 || exit 1
 S=(--server "$addr")
 CNN[1]=--server CNN[2]=$addr
-expect_rc 0 "one decode worker, one batch ahead" -- "$rtrain" "${CNN[@]}" --storage stream \
+expect_rc 0 "one decode worker (pread, not mapped), one batch ahead" -- "$rtrain" "${CNN[@]}" --storage stream \
   --shuffle-buffer 64 --save-weights "$tmp/s4.bin"
-cmp -s "$tmp/s1.bin" "$tmp/s4.bin" && ok "weights do not depend on workers or prefetch" \
+cmp -s "$tmp/s1.bin" "$tmp/s4.bin" && ok "weights do not depend on mapping, workers or prefetch" \
   || bad "weights depend on the decode workers"
 kill -TERM "$dpid"; wait "$dpid"; dpid=""
 
