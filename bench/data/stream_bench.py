@@ -47,9 +47,12 @@ from gen_tfrecord import example, frame  # noqa: E402
 import rtrain  # noqa: E402
 
 
+DAEMON_ARGS = []
+
+
 def start(exe, spool, extra=()):
     p = subprocess.Popen([exe, "--listen", "127.0.0.1:0", "--spool-dir", spool,
-                          "--log-level", "warn", *extra],
+                          "--log-level", "warn", *DAEMON_ARGS, *extra],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     for line in p.stdout:
         m = re.search(r"rtraind listening on (127\.0\.0\.1:\d+)", line)
@@ -97,29 +100,52 @@ def compile_on(c, model):
                      batch_size=128, seed=1)
 
 
-def fashion_run(exe, spool, how, model, fm, tfr):
-    """(time to first step, epoch time) on a fresh daemon."""
+def upload_fashion(c, fmt, storage, fm, tfr):
+    if fmt == "idx":
+        ds = c.upload_idx(os.path.join(fm, "train-images-idx3-ubyte.gz"),
+                          os.path.join(fm, "train-labels-idx1-ubyte.gz"), storage=storage)
+    else:
+        ds = c.upload_tfrecord(tfr, {"image": "png", "label": "int64"},
+                               image_size=(28, 28), channels=1, storage=storage)
+    assert ds.streamed == (storage == "stream")
+    return ds
+
+
+def first_step(exe, spool, how, model, fm, tfr):
+    """Time to first step on a fresh daemon: upload, compile, one step."""
     p, addr = start(exe, spool)
     try:
         c = rtrain.connect(addr, timeout=600)
         t0 = time.perf_counter()
-        fmt, storage = how.split("-")
-        if fmt == "idx":
-            ds = c.upload_idx(os.path.join(fm, "train-images-idx3-ubyte.gz"),
-                              os.path.join(fm, "train-labels-idx1-ubyte.gz"), storage=storage)
-        else:
-            ds = c.upload_tfrecord(tfr, {"image": "png", "label": "int64"},
-                                   image_size=(28, 28), channels=1, storage=storage)
-        assert ds.streamed == (storage == "stream")
+        ds = upload_fashion(c, *how.split("-"), fm, tfr)
         m = compile_on(c, model)
         m.fit(ds, epochs=1, steps_per_epoch=1, verbose=0)
-        ttfs = time.perf_counter() - t0
-        m.fit(ds, epochs=1, verbose=0)  # the rest of a first epoch's worth
-        t1 = time.perf_counter()
-        m.fit(ds, epochs=1, verbose=0)
-        epoch = time.perf_counter() - t1
+        t = time.perf_counter() - t0
         c.close()
-        return ttfs, epoch
+        return t
+    finally:
+        stop(p)
+
+
+def epochs_pair(exe, spool, fmt, model, fm, tfr, reps):
+    """One daemon holding the set in memory and streamed, a program on
+    each (same seed); after a warm-up epoch each, reps epochs of each,
+    alternating, so both see the same load. Returns ([mem s], [stream s])."""
+    p, addr = start(exe, spool)
+    try:
+        c = rtrain.connect(addr, timeout=600)
+        sets = [upload_fashion(c, fmt, st, fm, tfr) for st in ("memory", "stream")]
+        progs = [compile_on(c, model) for _ in sets]
+        for m, ds in zip(progs, sets):
+            m.fit(ds, epochs=1, verbose=0)
+        out = ([], [])
+        for _ in range(reps):
+            for k, (m, ds) in enumerate(zip(progs, sets)):
+                t = time.perf_counter()
+                m.fit(ds, epochs=1, verbose=0)
+                out[k].append(time.perf_counter() - t)
+        c.close()
+        return out
     finally:
         stop(p)
 
@@ -134,24 +160,39 @@ def image_cnn():
         rtrain.layers.Dense(3, activation="softmax")])
 
 
-def folder_run(exe, spool, folder, how):
-    """Seconds per step of a training epoch (the second one)."""
+FOLDER_PATHS = (("compute", "in memory, no augmentation (compute only)"),
+                ("memory", "in memory, augmentation pass per epoch"),
+                ("stream", "streamed: 8-bit rows augmented per batch"))
+
+
+def folder_epochs(exe, spool, folder, reps):
+    """One daemon, the folder three ways (FOLDER_PATHS), a program on each;
+    after a warm-up epoch each, reps epochs of each, alternating. Returns
+    {how: [seconds per step]}."""
     p, addr = start(exe, spool)
     try:
         c = rtrain.connect(addr, timeout=600)
-        aug = None if how == "compute" else {"flip": True, "crop": 4, "brightness": 0.1,
-                                              "contrast": 0.1}
-        ds = c.upload_image_folder(folder, image_size=(64, 64), mean=0.5, std=0.25,
-                                   augment=aug,
-                                   storage="stream" if how == "stream" else "memory")
-        m = c.compile(image_cnn(), optimizer=rtrain.optimizers.Adam(0.001),
-                      loss="sparse_categorical_crossentropy", metrics=["accuracy"],
-                      batch_size=64, seed=1)
-        m.fit(ds, epochs=1, verbose=0)
-        t = time.perf_counter()
-        m.fit(ds, epochs=1, verbose=0)
-        steps = (ds.samples + 63) // 64
-        return (time.perf_counter() - t) / steps
+        runs = []
+        for how, _ in FOLDER_PATHS:
+            aug = None if how == "compute" else {"flip": True, "crop": 4, "brightness": 0.1,
+                                                  "contrast": 0.1}
+            ds = c.upload_image_folder(folder, image_size=(64, 64), mean=0.5, std=0.25,
+                                       augment=aug,
+                                       storage="stream" if how == "stream" else "memory")
+            assert ds.streamed == (how == "stream")
+            m = c.compile(image_cnn(), optimizer=rtrain.optimizers.Adam(0.001),
+                          loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                          batch_size=64, seed=1)
+            m.fit(ds, epochs=1, verbose=0)
+            runs.append((how, m, ds))
+        out = {how: [] for how, _ in FOLDER_PATHS}
+        for _ in range(reps):
+            for how, m, ds in runs:
+                t = time.perf_counter()
+                m.fit(ds, epochs=1, verbose=0)
+                out[how].append((time.perf_counter() - t) / ((ds.samples + 63) // 64))
+        c.close()
+        return out
     finally:
         stop(p)
 
@@ -168,7 +209,13 @@ def main():
     ap.add_argument("--images", type=int, default=1000, help="per class, 3 classes")
     ap.add_argument("--skip-cnn", action="store_true")
     ap.add_argument("--skip-folder", action="store_true")
+    ap.add_argument("--epochs", type=int, default=7, help="alternating epochs per path")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="rtraind --threads (0: its default, the CPUs)")
+    ap.add_argument("--skip-fashion", action="store_true")
     a = ap.parse_args()
+    if a.threads:
+        DAEMON_ARGS.extend(["--threads", str(a.threads)])
     tmp = tempfile.mkdtemp(prefix="stream_bench.")
     try:
         run(a, tmp)
@@ -179,7 +226,13 @@ def main():
 def run(a, tmp):
     spool = os.path.join(tmp, "spool")
     os.makedirs(spool)
+    if not a.skip_fashion:
+        fashion(a, tmp, spool)
+    if not a.skip_folder:
+        folder(a, tmp, spool)
 
+
+def fashion(a, tmp, spool):
     x = read_idx(os.path.join(a.fashion, "train-images-idx3-ubyte.gz"))
     y = read_idx(os.path.join(a.fashion, "train-labels-idx1-ubyte.gz"))
     tfr = os.path.join(tmp, "fashion-train.tfrecord")
@@ -190,42 +243,48 @@ def run(a, tmp):
                   a.fashion, "train-labels-idx1-ubyte.gz"))) / 1e6,
               os.path.getsize(tfr) / 1e6, os.cpu_count(), a.reps))
     models = ["mlp"] if a.skip_cnn else ["mlp", "cnn"]
-    names = {"idx-memory": "IDX.gz, in memory", "idx-stream": "IDX.gz, streamed",
-             "tfr-memory": "TFRecord PNG, in memory", "tfr-stream": "TFRecord PNG, streamed"}
+    names = {"idx": "IDX.gz", "tfr": "TFRecord PNG"}
     for model in models:
-        res = {k: [] for k in names}
-        for _ in range(a.reps):
-            for how in res:  # interleaved, so load drifts hit all four
-                res[how].append(fashion_run(a.rtraind, spool, how, model, a.fashion, tfr))
         print("\n%s, batch 128" % ("MLP 784-128-10" if model == "mlp" else
                                    "CNN of docs/fashion-mnist.md"))
-        print("%-26s %13s %9s %13s %9s %14s" % ("path", "first step s", "vs mem", "epoch s",
-                                               "vs mem", "epochs (all)"))
-        for how, name in names.items():
-            peer = how.split("-")[0] + "-memory"
-            t, tp = med([r[0] for r in res[how]]), med([r[0] for r in res[peer]])
-            e, ep = med([r[1] for r in res[how]]), med([r[1] for r in res[peer]])
-            print("%-26s %13.3f %8.2fx %13.3f %8.2fx %14s" % (
-                name, t, t / tp, e, e / ep, " ".join("%.3f" % r[1] for r in res[how])))
-    if a.skip_folder:
-        return
+        ttfs = {}
+        for _ in range(a.reps):  # interleaved, so load drifts hit all four
+            for fmt in names:
+                for st in ("memory", "stream"):
+                    ttfs.setdefault((fmt, st), []).append(
+                        first_step(a.rtraind, spool, fmt + "-" + st, model, a.fashion, tfr))
+        print("time to first step (fresh daemon: upload, compile, one step), median of %d"
+              % a.reps)
+        print("%-14s %12s %12s %9s" % ("data", "memory s", "streamed s", "ratio"))
+        for fmt, name in names.items():
+            tm, ts = med(ttfs[(fmt, "memory")]), med(ttfs[(fmt, "stream")])
+            print("%-14s %12.3f %12.3f %8.2fx" % (name, tm, ts, ts / tm))
+        print("epoch (one daemon, memory and streamed epochs alternating), median of %d"
+              % a.epochs)
+        print("%-14s %12s %12s %9s %14s" % ("data", "memory s", "streamed s", "ratio",
+                                            "pair ratios"))
+        for fmt, name in names.items():
+            em, es = epochs_pair(a.rtraind, spool, fmt, model, a.fashion, tfr, a.epochs)
+            ratios = sorted(s_ / m_ for m_, s_ in zip(em, es))
+            print("%-14s %12.3f %12.3f %8.2fx   %s" % (name, med(em), med(es),
+                                                      med(es) / med(em),
+                                                      " ".join("%.2f" % r for r in ratios)))
 
-    folder = os.path.join(tmp, "imgs")
+
+def folder(a, tmp, spool):
+    fdir = os.path.join(tmp, "imgs")
     subprocess.run(["/usr/bin/python3", os.path.join(SRC, "tests", "data", "gen_images.py"),
-                    folder, str(a.images), "0", "64"], check=True)
-    res = {k: [] for k in ("compute", "memory", "stream")}
-    for _ in range(a.reps):
-        for how in res:
-            res[how].append(folder_run(a.rtraind, spool, os.path.join(folder, "train"), how))
+                    fdir, str(a.images), "0", "64"], check=True)
+    res = folder_epochs(a.rtraind, spool, os.path.join(fdir, "train"), a.epochs)
     base = med(res["compute"])
-    print("\nImage folder: %d JPEGs 64x64, CNN conv16-pool-conv32-pool-dense, batch 64"
-          % (3 * a.images))
-    print("%-46s %12s %12s" % ("path", "ms/step", "vs compute"))
-    for how, name in (("compute", "in memory, no augmentation (compute only)"),
-                      ("memory", "in memory, augmentation pass per epoch"),
-                      ("stream", "streamed: decode+augment on workers")):
-        s = med(res[how])
-        print("%-46s %12.2f %11.2fx" % (name, s * 1e3, s / base))
+    print("\nImage folder: %d JPEGs 64x64, CNN conv16-pool-conv32-pool-dense, batch 64; "
+          "one daemon, epochs alternating, median of %d" % (3 * a.images, a.epochs))
+    print("%-44s %10s %11s   %s" % ("path", "ms/step", "vs compute", "per epoch vs compute"))
+    for how, name in FOLDER_PATHS:
+        s_ = med(res[how])
+        ratios = sorted(x / y for x, y in zip(res[how], res["compute"]))
+        print("%-44s %10.2f %10.2fx   %s" % (name, s_ * 1e3, s_ / base,
+                                            " ".join("%.2f" % r for r in ratios)))
 
 
 if __name__ == "__main__":

@@ -670,7 +670,10 @@ static int fill_mapped(const rt_stream_use *u, int64_t epoch, int64_t pos, int64
     const int augment = u->augment && !eval && augments(st);
     const int64_t per = st->R.per;
     const uint64_t rb = st->row_bytes;
-#pragma omp parallel for schedule(static) if (nb * per >= (1 << 16))
+    /* the team only for batches worth a fork and a barrier (a 224 x 224
+     * image batch, not a Fashion-MNIST one): under load a barrier can
+     * cost a time slice */
+#pragma omp parallel for schedule(static) if (nb * per >= (1 << 20))
     for (int64_t r = 0; r < nb; r++) {
         const int64_t s = idx ? idx[r] : start + r;
         convert_row(st, st->map + (uint64_t)s * rb, s, epoch, augment, u->seed, x + r * per);
