@@ -391,9 +391,40 @@ void rt_image_aug_draw(const rt_image_spec *s, uint64_t seed, uint64_t epoch,
  * 8-bit value (contrast around the channel mean, brightness, clip,
  * normalisation), so it is a 256-entry table per channel; a padded pixel
  * is value 0. */
+void rt_image_plain_lut(const rt_image_spec *s, float lut[3][256])
+{
+    const float k = 1.0f / 255.0f;
+    for (int ch = 0; ch < s->c; ch++) {
+        float inv = s->std[ch] != 0 ? 1.0f / s->std[ch] : 1.0f;
+        for (int v = 0; v < 256; v++)
+            lut[ch][v] = ((float)v * k - s->mean[ch]) * inv;
+    }
+}
+
+void rt_image_lut_apply(const rt_image_spec *s, const float lut[3][256], const uint8_t *px,
+                        float *x)
+{
+    const size_t n = (size_t)s->h * s->w;
+    if (s->c == 3)
+        for (size_t i = 0; i < n; i++) {
+            x[3 * i + 0] = lut[0][px[3 * i + 0]];
+            x[3 * i + 1] = lut[1][px[3 * i + 1]];
+            x[3 * i + 2] = lut[2][px[3 * i + 2]];
+        }
+    else
+        for (size_t i = 0; i < n; i++)
+            x[i] = lut[0][px[i]];
+}
+
 void rt_image_to_input(const rt_image_spec *s, const uint8_t *px, float *x,
                        const rt_image_aug *a)
 {
+    if (!a) {
+        float plain[3][256];
+        rt_image_plain_lut(s, plain);
+        rt_image_lut_apply(s, plain, px, x);
+        return;
+    }
     const int H = s->h, W = s->w, C = s->c;
     const float k = 1.0f / 255.0f;
     float lut[3][256];
@@ -427,19 +458,6 @@ void rt_image_to_input(const rt_image_spec *s, const uint8_t *px, float *x,
             }
             lut[ch][v] = (f - s->mean[ch]) * inv;
         }
-    }
-    if (!a) {
-        const size_t n = (size_t)H * W;
-        if (C == 3)
-            for (size_t i = 0; i < n; i++) {
-                x[3 * i + 0] = lut[0][px[3 * i + 0]];
-                x[3 * i + 1] = lut[1][px[3 * i + 1]];
-                x[3 * i + 2] = lut[2][px[3 * i + 2]];
-            }
-        else
-            for (size_t i = 0; i < n * C; i++)
-                x[i] = lut[i % C][px[i]];
-        return;
     }
     for (int y = 0; y < H; y++) {
         float *o = x + (size_t)y * W * C;

@@ -88,6 +88,14 @@ typedef struct rt_image_aug {
 void rt_image_aug_draw(const rt_image_spec *s, uint64_t seed, uint64_t epoch,
                        uint64_t sample, rt_image_aug *a);
 
+/* The per-channel table that maps an 8-bit value to its input float
+ * without augmentation, and its application to an (h, w, c) image:
+ * rt_image_to_input(s, px, x, NULL) is exactly these two, so a caller
+ * converting many images builds the table once. */
+void rt_image_plain_lut(const rt_image_spec *s, float lut[3][256]);
+void rt_image_lut_apply(const rt_image_spec *s, const float lut[3][256], const uint8_t *px,
+                        float *x);
+
 /* One stored (h, w, c) image into h * w * c floats of model input, with
  * augmentation a (NULL: none). */
 void rt_image_to_input(const rt_image_spec *s, const uint8_t *px, float *x,

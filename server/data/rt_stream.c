@@ -44,6 +44,7 @@ static void scratch_free(scratch *sc);
 
 struct rt_stream {
     rt_stream_rows R;
+    float plain[3][256]; /* RT_ROWS_U8_IMAGE without augmentation */
     uint64_t row_bytes;
     int fd;
     char path[PATH_MAX];
@@ -213,6 +214,8 @@ int rt_stream_begin(const rt_stream_rows *rows, int64_t max_n, int64_t shuffle_b
     if (!st)
         return fail(err, errlen, RT_ENOMEM, "out of memory");
     st->R = *r;
+    if (r->u8_len && r->u8_kind == RT_ROWS_U8_IMAGE)
+        rt_image_plain_lut(&r->img, st->plain);
     st->row_bytes = rt_stream_row_bytes(r);
     st->max_n = max_n;
     st->map_max = cfg ? cfg->map_max : 0;
@@ -419,7 +422,7 @@ static void convert_row(const rt_stream *st, const uint8_t *row, int64_t sample,
             rt_image_aug_draw(&R->img, seed, (uint64_t)epoch, (uint64_t)sample, &a);
             rt_image_to_input(&R->img, row, xb, &a);
         } else {
-            rt_image_to_input(&R->img, row, xb, NULL);
+            rt_image_lut_apply(&R->img, st->plain, row, xb);
         }
         break;
     default:
