@@ -213,9 +213,13 @@ def main():
     ap.add_argument("--threads", type=int, default=0,
                     help="rtraind --threads (0: its default, the CPUs)")
     ap.add_argument("--skip-fashion", action="store_true")
+    ap.add_argument("--no-map", action="store_true",
+                    help="rtraind --map-spool-below 0: streamed sets read by the workers")
     a = ap.parse_args()
     if a.threads:
         DAEMON_ARGS.extend(["--threads", str(a.threads)])
+    if a.no_map:
+        DAEMON_ARGS.extend(["--map-spool-below", "0"])
     tmp = tempfile.mkdtemp(prefix="stream_bench.")
     try:
         run(a, tmp)

@@ -374,10 +374,15 @@ static void scratch_init(const rt_stream *st, scratch *sc)
 
 static void scratch_free(scratch *sc) { free(sc->row); }
 
-/* Rows a worker claims per lock: fewer hand-offs of mu (a worker
- * preempted while holding it stalls the others on a loaded machine), and
- * still several claims per batch so all workers share one. */
-#define RT__ROWS_PER_CLAIM 8
+/* Rows a worker claims per lock: about 64 KiB of rows, 8 to 256 of them.
+ * Fewer hand-offs of mu (a worker preempted while holding it stalls the
+ * others on a loaded machine), and still several claims per batch of
+ * large rows so all workers share one. */
+static int64_t rows_per_claim(const rt_stream *st)
+{
+    uint64_t k = (UINT64_C(1) << 16) / st->row_bytes;
+    return k < 8 ? 8 : k > 256 ? 256 : (int64_t)k;
+}
 
 static int pread_all(const rt_stream *st, uint8_t *dst, uint64_t len, uint64_t off, char *msg,
                      size_t ml)
@@ -518,7 +523,7 @@ static void *worker(void *arg)
             }
         }
         if (sl)
-            decode_rows(st, sl, RT__ROWS_PER_CLAIM, &sc, NULL, 0);
+            decode_rows(st, sl, rows_per_claim(st), &sc, NULL, 0);
         else if (!schedule(st))
             pthread_cond_wait(&st->work_cv, &st->mu);
     }
