@@ -145,7 +145,7 @@ static void usage(FILE *f)
             "                           of everyone (default 3/4 of the RAM, or of an\n"
             "                           address-space limit below it); K/M/G allowed\n"
             "Datasets larger than memory (docs/data.md):\n"
-            "  --spool-dir DIR          where streamed datasets' records are kept on disk\n"
+            "  --spool-dir DIR          where streamed datasets' rows are kept on disk\n"
             "                           (default --state-dir if given, else "
             RT_SPOOL_DIR_DEFAULT ")\n"
             "  --stream-above N         stream a dataset whose decoded size is over N\n"
