@@ -887,9 +887,9 @@ static void set_x_shape(rt_dataset *ds, int ndim, const int64_t *dims, int flat,
 
 /* A gzip'ed IDX: its header inflated first (the declared size decides),
  * then the data inflated through the sink. */
-static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len,
-                         uint64_t max_bytes, uint32_t ratio, const rt_stream_config *sc,
-                         rt_dataset *ds, int *done, char *err, size_t errlen)
+static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len, uint32_t ratio,
+                         const rt_stream_config *sc, rt_dataset *ds, int *done, char *err,
+                         size_t errlen)
 {
     z_stream z;
     memset(&z, 0, sizeof z);
@@ -1047,7 +1047,7 @@ static int csv_to_sink(void *ud, const double *v, int64_t k, char *err, size_t e
 
 /* A CSV: one pass to count rows and columns (the size decides), one to
  * write its rows; a label column goes to ds's labels. */
-static int stream_csv(const rt_data_part *p, const uint8_t *b, size_t len, uint64_t max_bytes,
+static int stream_csv(const rt_data_part *p, const uint8_t *b, size_t len,
                       const rt_stream_config *sc, rt_dataset *ds, int *done, char *err,
                       size_t errlen)
 {
@@ -1101,9 +1101,9 @@ static int stream_features(const rt_data_part *p, const uint8_t *b, size_t len,
     if (p->storage == RT_STORAGE_MEMORY)
         return 0;
     if (p->format == RT_FMT_CSV)
-        return stream_csv(p, b, len, max_bytes, sc, ds, done, err, errlen);
+        return stream_csv(p, b, len, sc, ds, done, err, errlen);
     if (p->format == RT_FMT_IDX && len >= 2 && b[0] == 0x1f && b[1] == 0x8b)
-        return stream_idx_gz(p, b, len, max_bytes, ratio, sc, ds, done, err, errlen);
+        return stream_idx_gz(p, b, len, ratio, sc, ds, done, err, errlen);
     src_arr s;
     memset(&s, 0, sizeof s);
     s.label_col = -1;

@@ -51,6 +51,9 @@ typedef enum rt_data_format {
     RT_FMT_TFRECORD = 4        /* role BOTH; every part one shard (rt_example.h) */
 } rt_data_format;
 
+/* The largest shuffle buffer an upload may ask for (samples). */
+#define RT_DATA_MAX_SHUFFLE (INT64_C(1) << 28)
+
 /* Parts in one upload: features [+ labels], or TFRecord shards. */
 #define RT_DATA_MAX_PARTS 256
 

@@ -1103,7 +1103,7 @@ static int parts_from_header(rt_call *c, const Rtrain__V1__DatasetHeader *h,
             p->role != RTRAIN__V1__DATA_ROLE__ROLE_BOTH)
             return rt_call_fail(c, RT_EINVAL,
                                 "part %zu: storage and shuffle_buffer are for the features part", i);
-        if (p->shuffle_buffer > (UINT64_C(1) << 40))
+        if (p->shuffle_buffer > RT_DATA_MAX_SHUFFLE)
             return rt_call_fail(c, RT_EINVAL, "part %zu: shuffle_buffer %llu is too large", i,
                                 (unsigned long long)p->shuffle_buffer);
         d->storage = (int)p->storage;

@@ -203,7 +203,9 @@ void rt_state_session_remove(const rt_state *st, const char *sid)
 typedef struct ds_part {
     int32_t role, format, dtype, ndim;
     int64_t dims[RT_MAX_DIMS];
-    int32_t label_column, csv_header, normalize, pad;
+    int32_t label_column, csv_header, normalize;
+    int32_t storage;   /* storage + 4 * shuffle_buffer (under 2^28); 0 in
+                          files written before streamed arrays */
     uint64_t length;
 } ds_part;
 
@@ -253,6 +255,7 @@ int rt_state_dataset_put(const rt_state *st, const uint8_t key[16], const uint8_
         dp[i].label_column = parts[i].label_column;
         dp[i].csv_header = parts[i].csv_header;
         dp[i].normalize = parts[i].normalize;
+        dp[i].storage = parts[i].storage + 4 * (int32_t)parts[i].shuffle_buffer;
         dp[i].length = parts[i].length;
     }
     rt_exec_span sp[3] = {{&h, sizeof h}, {dp, sizeof *dp * (size_t)n_parts}, {buf, len}};
@@ -366,6 +369,8 @@ static int restore_dataset(const rt_state *st, const char *meta_path, rt_data_st
         parts[i].label_column = dp.label_column;
         parts[i].csv_header = dp.csv_header;
         parts[i].normalize = dp.normalize;
+        parts[i].storage = dp.storage >= 0 ? dp.storage % 4 : 0;
+        parts[i].shuffle_buffer = dp.storage >= 0 ? dp.storage / 4 : 0;
         parts[i].length = dp.length;
     }
     /* verified against its hash before anything trusts it */

@@ -252,3 +252,34 @@ def test_fit_checkpoint_interval(tmp_path):
                 fit(m, 1, checkpoint_every_steps=0)
     finally:
         stop(proc)
+
+
+def test_streamed_arrays_survive_a_restart(tmp_path):
+    """A streamed array upload is kept in the state directory with its
+    storage and shuffle buffer: after a restart the same upload finds it
+    (same id, nothing sent) and it is streamed again."""
+    x, y = iris()
+    x = np.ascontiguousarray(x)
+    y = y.astype(np.int32)
+    state = tmp_path / "st"
+    proc, addr = start("--state-dir", str(state), "--spool-dir", str(tmp_path))
+    try:
+        c = rtrain.connect(addr)
+        ds = c.upload(x, y, storage="stream", shuffle_buffer=5)
+        mem = c.upload(x, y, storage="memory")
+        assert ds.streamed and not mem.streamed and ds.id != mem.id
+        c.close()
+    finally:
+        stop(proc)
+    proc, addr = start("--state-dir", str(state), "--spool-dir", str(tmp_path))
+    try:
+        c = rtrain.connect(addr)
+        again = c.upload(x, y, storage="stream", shuffle_buffer=5)
+        assert again.id == ds.id and again.info["deduplicated"] and again.streamed
+        assert again.info["bytes_sent"] == 0
+        m = model(c)
+        h = m.fit(again, batch_size=16, epochs=30, verbose=0).history
+        assert h["accuracy"][-1] > 0.9
+        c.close()
+    finally:
+        stop(proc)
