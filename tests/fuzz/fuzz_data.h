@@ -1,7 +1,9 @@
 /* fuzz_data.h - what the CSV, NPY and IDX harnesses share: parse one
  * layout of parts the way an upload does (rt_data_parse_take over a
  * malloc'ed copy, which the dataset may adopt), then read the result the
- * way the handlers do (label conversion, the store key, shape text). */
+ * way the handlers do (label conversion, the store key, shape text, and
+ * for a streamed set (storage RT_STORAGE_STREAM in the template) its
+ * first batch read back from the spool). */
 #ifndef RT_FUZZ_DATA_H
 #define RT_FUZZ_DATA_H
 
@@ -10,6 +12,7 @@
 #include <string.h>
 
 #include "rt_data.h"
+#include "rt_stream.h"
 
 /* What parsing may allocate; small enough that a fuzzed header cannot
  * push the harness past libFuzzer's memory limit. */
@@ -42,8 +45,18 @@ static inline void fuzz_data_parse(const rt_data_part *tmpl, int n_parts,
             abort();
         return;
     }
-    if (ds->n <= 0 || !ds->x)
+    if (ds->n <= 0 || !ds->x == !ds->stream)
         abort();
+    if (ds->stream) {
+        /* the first batch of up to 4 rows, as evaluation reads it */
+        const int64_t nb = ds->n < 4 ? ds->n : 4;
+        const int64_t per = rt_data_numel(ds->x_ndim, ds->x_dims);
+        float *x = malloc(sizeof(float) * (size_t)(nb * per));
+        rt_stream_use u = {.st = ds->stream, .batch = nb};
+        if (!x || rt_stream_fill(&u, RT_EPOCH_EVAL, 0, nb, x, NULL, NULL, err, sizeof err) < 0)
+            abort();
+        free(x);
+    }
     const void *y;
     if (ds->y) {
         rt_dataset_labels_as(ds, RT_F32, &y, err, sizeof err);

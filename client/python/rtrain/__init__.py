@@ -173,8 +173,9 @@ def _spec_json(spec):
 
 class Dataset:
     """A dataset held by the daemon (Client.upload_tfrecord,
-    Client.upload_image_folder, Client.upload_idx): pass it as Model.fit's x (y None) or in
-    validation_data, or to evaluate."""
+    Client.upload_image_folder, Client.upload_idx, Client.upload): pass it
+    as Model.fit's x (y None) or in validation_data, or to evaluate or
+    predict. streamed: kept on the daemon's disk and read per batch."""
 
     def __init__(self, info):
         self.info = info
