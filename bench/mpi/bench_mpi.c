@@ -63,13 +63,15 @@ static void bench_allreduce(int rank, int size, int reps)
     static const int64_t sizes[] = {256, 4096, 65536, 1 << 20, 1 << 22, 1 << 24};
     if (rank == 0) {
         printf("all-reduce, %d ranks (float sum, in place; medians of %d)\n", size, reps);
-        printf("%12s %14s %14s %8s\n", "floats", "MPI_Allreduce", "rt_dist", "ratio");
+        printf("%12s %14s %14s %8s %12s\n", "floats", "MPI_Allreduce", "rt_dist", "ratio",
+               "paired");
     }
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         const int64_t n = sizes[s];
         const int r = n >= (1 << 22) ? (reps < 15 ? reps : 15) : reps;
         float *buf = malloc(sizeof(float) * (size_t)n);
         double *ta = malloc(sizeof(double) * (size_t)r), *tb = malloc(sizeof(double) * (size_t)r);
+        double *tr = malloc(sizeof(double) * (size_t)r);
         for (int64_t i = 0; i < n; i++) buf[i] = 1e-3f * (float)(i % 1000);
         char err[200];
         for (int k = -2; k < r; k++) {
@@ -84,14 +86,16 @@ static void bench_allreduce(int rank, int size, int reps)
             if (k >= 0) {
                 ta[k] = t1 - t0;
                 tb[k] = t3 - t2;
+                tr[k] = tb[k] / ta[k];
             }
             /* keep the values bounded */
             for (int64_t i = 0; i < n; i += 4096) buf[i] = 1.0f;
         }
-        double ma = median(ta, r), mb = median(tb, r);
+        double ma = median(ta, r), mb = median(tb, r), mr = median(tr, r);
         if (rank == 0)
-            printf("%12lld %11.1f us %11.1f us %7.2fx\n", (long long)n, ma * 1e6, mb * 1e6,
-                   mb / ma);
+            printf("%12lld %11.1f us %11.1f us %7.2fx %11.2fx\n", (long long)n, ma * 1e6,
+                   mb * 1e6, mb / ma, mr);
+        free(tr);
         free(buf);
         free(ta);
         free(tb);
@@ -158,13 +162,16 @@ static void bench_wc(int size, int steps)
 
 int main(int argc, char **argv)
 {
-    int reps = 51, steps = 20;
+    int reps = 51, steps = 20, part = 3; /* bit 0: all-reduce, bit 1: W-C */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--part"))
+            part = !strcmp(argv[i + 1], "allreduce") ? 1 : !strcmp(argv[i + 1], "wc") ? 2 : 0;
     }
-    if (reps < 1 || steps < 1) {
-        fprintf(stderr, "usage: mpirun -n N bench_mpi [--reps R] [--steps S]\n");
+    if (reps < 1 || steps < 1 || !part) {
+        fprintf(stderr, "usage: mpirun -n N bench_mpi [--reps R] [--steps S] "
+                        "[--part allreduce|wc]\n");
         return 2;
     }
     rt_dist_opts o = {.timeout_ms = 600000};
@@ -180,9 +187,9 @@ int main(int argc, char **argv)
         return 2;
     }
     const int rank = rt_dist_rank(), size = rt_dist_size();
-    bench_allreduce(rank, size, reps);
+    if (part & 1) bench_allreduce(rank, size, reps);
     if (rank > 0) return rt_dist_worker();
-    bench_wc(size, steps);
+    if (part & 2) bench_wc(size, steps);
     rt_dist_finalize();
     return 0;
 }

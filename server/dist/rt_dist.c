@@ -4,7 +4,7 @@
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
-#include <sched.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,19 +99,19 @@ static int mpi_fail(int mrc, const char *what, char *err, size_t errlen)
     return RT_EUNAVAILABLE;
 }
 
-/* Poll requests until done. idle: a worker waiting for its next command
- * (no timeout, sleeps 1 ms between polls); otherwise a replica that has
- * not answered within the timeout is taken as dead. */
-static int wait_reqs(int n, MPI_Request *r, int idle, const char *what, char *err,
-                     size_t errlen)
+/* Poll a request until done. lim_ns 0: a worker waiting for its next
+ * command (no timeout; sleeps 1 ms between polls once the wait is long);
+ * else a replica that has not answered within lim_ns is taken as dead. */
+static int wait_req(MPI_Request *r, uint64_t lim_ns, const char *what, char *err,
+                    size_t errlen)
 {
-    const uint64_t t0 = now_ns(), lim = (uint64_t)G.o.timeout_ms * 1000000ull;
+    const uint64_t t0 = now_ns();
     for (unsigned it = 0;; it++) {
         int done = 0;
-        int mrc = MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE);
+        int mrc = MPI_Test(r, &done, MPI_STATUS_IGNORE);
         if (mrc != MPI_SUCCESS) return mpi_fail(mrc, what, err, errlen);
         if (done) return 0;
-        if (!idle && G.o.timeout_ms > 0 && now_ns() - t0 > lim) {
+        if (lim_ns && now_ns() - t0 > lim_ns) {
             G.broken = 1;
             snprintf(G.broken_msg, sizeof G.broken_msg,
                      "a replica did not answer (%s) within %d ms: a rank died or hangs; "
@@ -119,39 +119,205 @@ static int wait_reqs(int n, MPI_Request *r, int idle, const char *what, char *er
             snprintf(err, errlen, "%s", G.broken_msg);
             return RT_EUNAVAILABLE;
         }
-        /* MPI's non-blocking collectives progress inside MPI_Test: poll
-         * hot, yielding the core to other ranks on an oversubscribed host,
-         * and sleep only once the wait is long (an idle worker) */
-        if (idle ? it < 256 : now_ns() - t0 < 200000000ull) {
-            if (now_ns() - t0 > 5000000ull) sched_yield();
-            continue;
-        }
-        struct timespec ts = {0, 1000000};
+        if (it < 256) continue;
+        struct timespec ts = {0, lim_ns ? 50000 : 1000000};
         nanosleep(&ts, NULL);
     }
 }
 
-static int bcast(void *buf, int64_t len, int idle, const char *what, char *err, size_t errlen)
+/* --------------------------------------------------------------- the guard
+ *
+ * Every collective but a worker's idle wait is a blocking MPI call, as fast
+ * as OpenMPI's own, run inside a guard: a watchdog thread that sees the same
+ * collective in flight for --dist-timeout-ms takes it as a dead or hung
+ * replica, marks the job broken and signals the waiting thread, whose
+ * handler jumps out of the MPI call back to the guard; the call then fails
+ * with RT_EUNAVAILABLE and the error reaches the client. After that no MPI
+ * call is made but MPI_Abort. The hot path pays a sigsetjmp without the
+ * signal mask and two atomics. */
+#define GUARD_FIRED UINT64_MAX
+
+static struct {
+    uint64_t seq;                /* odd: a collective in flight; GUARD_FIRED */
+    pthread_t thread;            /* the thread in it */
+    const char *what;
+    char msg[200];               /* the watchdog's verdict, before it fires */
+    pthread_t dog;
+    int dog_on, stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} W = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static __thread sigjmp_buf *tl_jb;
+
+static void guard_signal(int sig)
+{
+    (void)sig;
+    if (tl_jb && __atomic_load_n(&W.seq, __ATOMIC_ACQUIRE) == GUARD_FIRED)
+        siglongjmp(*tl_jb, 1);
+}
+
+/* the caller holds the collectives (G.mu, or is a worker) */
+static int guard_broken(char *err, size_t errlen)
+{
+    if (__atomic_load_n(&W.seq, __ATOMIC_ACQUIRE) == GUARD_FIRED && !G.broken) {
+        G.broken = 1;
+        snprintf(G.broken_msg, sizeof G.broken_msg, "%s", W.msg);
+    }
+    snprintf(err, errlen, "%s", G.broken_msg);
+    return RT_EUNAVAILABLE;
+}
+
+/* the watchdog: wakes every timeout/8 (5-250 ms) */
+static void *guard_dog(void *arg)
+{
+    (void)arg;
+    const uint64_t lim = (uint64_t)G.o.timeout_ms * 1000000ull;
+    uint64_t per = lim / 8;
+    if (per < 5000000ull) per = 5000000ull;
+    if (per > 250000000ull) per = 250000000ull;
+    uint64_t seen = 0, since = 0;
+    pthread_mutex_lock(&W.mu);
+    while (!W.stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t t = (uint64_t)ts.tv_nsec + per;
+        ts.tv_sec += (time_t)(t / 1000000000ull);
+        ts.tv_nsec = (long)(t % 1000000000ull);
+        pthread_cond_timedwait(&W.cv, &W.mu, &ts);
+        if (W.stop) break;
+        uint64_t s = __atomic_load_n(&W.seq, __ATOMIC_ACQUIRE);
+        if (s == GUARD_FIRED) break;
+        if (!(s & 1) || s != seen) {
+            seen = s;
+            since = now_ns();
+            continue;
+        }
+        if (now_ns() - since < lim) continue;
+        /* the same collective, in flight for the whole timeout */
+        const char *what = __atomic_load_n(&W.what, __ATOMIC_ACQUIRE);
+        pthread_t th = __atomic_load_n(&W.thread, __ATOMIC_ACQUIRE);
+        snprintf(W.msg, sizeof W.msg,
+                 "a replica did not answer (%s) within %d ms: a rank died or hangs; "
+                 "relaunch the MPI job", what, G.o.timeout_ms);
+        if (__atomic_compare_exchange_n(&W.seq, &s, GUARD_FIRED, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+            RT_LOG(RT_LOG_ERROR, "replica %d: %s", G.rank, W.msg);
+            pthread_kill(th, SIGRTMIN + 3);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&W.mu);
+    return NULL;
+}
+
+static int guard_start(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = guard_signal;
+    sa.sa_flags = SA_NODEFER | SA_RESTART; /* not blocked: the jump keeps no mask */
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGRTMIN + 3, &sa, NULL) < 0) return -1;
+    if (pthread_create(&W.dog, NULL, guard_dog, NULL) != 0) return -1;
+    W.dog_on = 1;
+    return 0;
+}
+
+static void guard_stop(void)
+{
+    if (!W.dog_on) return;
+    pthread_mutex_lock(&W.mu);
+    W.stop = 1;
+    pthread_cond_signal(&W.cv);
+    pthread_mutex_unlock(&W.mu);
+    pthread_join(W.dog, NULL);
+    W.dog_on = 0;
+}
+
+/* Entering and leaving a collective; enter fails once the job is broken. */
+static int guard_enter(sigjmp_buf *jb, const char *what)
+{
+    uint64_t s = __atomic_load_n(&W.seq, __ATOMIC_ACQUIRE);
+    if (s == GUARD_FIRED || G.broken) return -1;
+    __atomic_store_n(&W.what, what, __ATOMIC_RELAXED);
+    __atomic_store_n(&W.thread, pthread_self(), __ATOMIC_RELAXED);
+    tl_jb = jb;
+    __atomic_store_n(&W.seq, s + 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+static int guard_leave(int mrc, const char *what, char *err, size_t errlen)
+{
+    uint64_t s = __atomic_load_n(&W.seq, __ATOMIC_ACQUIRE);
+    int ok = s != GUARD_FIRED &&
+             __atomic_compare_exchange_n(&W.seq, &s, s + 1, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE);
+    tl_jb = NULL;
+    if (!ok) return guard_broken(err, errlen);
+    if (mrc != MPI_SUCCESS) return mpi_fail(mrc, what, err, errlen);
+    return 0;
+}
+
+/* The three blocking collectives under the guard (each its own frame:
+ * nothing but err and errlen, never modified, is used after the jump). */
+enum { G_BCAST, G_ALLREDUCE, G_ALLGATHER };
+
+static int __attribute__((noinline))
+guarded(int kind, const void *sbuf, void *buf, int cnt, MPI_Datatype dt, MPI_Op op,
+        const char *what, char *err, size_t errlen)
+{
+    sigjmp_buf jb;
+    if (sigsetjmp(jb, 0)) {
+        tl_jb = NULL;
+        return guard_broken(err, errlen);
+    }
+    if (guard_enter(&jb, what) < 0) return guard_broken(err, errlen);
+    int mrc;
+    switch (kind) {
+    case G_BCAST: mrc = MPI_Bcast(buf, cnt, dt, 0, G.comm); break;
+    case G_ALLREDUCE: mrc = MPI_Allreduce(sbuf, buf, cnt, dt, op, G.comm); break;
+    default: mrc = MPI_Allgather(sbuf, cnt, dt, buf, cnt, dt, G.comm); break;
+    }
+    return guard_leave(mrc, what, err, errlen);
+}
+
+static int bcast(void *buf, int64_t len, const char *what, char *err, size_t errlen)
 {
     for (int64_t off = 0; off < len || (len == 0 && off == 0); off += CHUNK) {
         int cnt = (int)(len - off < CHUNK ? len - off : CHUNK);
-        MPI_Request r;
-        int mrc = MPI_Ibcast((char *)buf + off, cnt, MPI_BYTE, 0, G.comm, &r);
-        if (mrc != MPI_SUCCESS) return mpi_fail(mrc, what, err, errlen);
-        int rc = wait_reqs(1, &r, idle, what, err, errlen);
+        int rc = guarded(G_BCAST, NULL, (char *)buf + off, cnt, MPI_BYTE, MPI_OP_NULL, what, err,
+                         errlen);
         if (rc < 0) return rc;
         if (len == 0) break;
     }
     return 0;
 }
 
+/* A command header, the one non-blocking collective: a worker waits for it
+ * idle, and MPI matches a non-blocking collective only with non-blocking
+ * ones. Rank 0 polls it with the timeout. */
+static int send_cmd(cmd_hdr *h, const char *what, char *err, size_t errlen)
+{
+    if (G.broken) return guard_broken(err, errlen);
+    MPI_Request r;
+    int mrc = MPI_Ibcast(h, (int)sizeof *h, MPI_BYTE, 0, G.comm, &r);
+    if (mrc != MPI_SUCCESS) return mpi_fail(mrc, what, err, errlen);
+    return wait_req(&r, (uint64_t)G.o.timeout_ms * 1000000ull, what, err, errlen);
+}
+
+static int recv_cmd(cmd_hdr *h, char *err, size_t errlen)
+{
+    MPI_Request r;
+    int mrc = MPI_Ibcast(h, (int)sizeof *h, MPI_BYTE, 0, G.comm, &r);
+    if (mrc != MPI_SUCCESS) return mpi_fail(mrc, "command", err, errlen);
+    return wait_req(&r, 0, "command", err, errlen);
+}
+
 /* max over ranks of v[0..n) (flags) */
 static int flags_max(int *v, int n, const char *what, char *err, size_t errlen)
 {
-    MPI_Request r;
-    int mrc = MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_INT, MPI_MAX, G.comm, &r);
-    if (mrc != MPI_SUCCESS) return mpi_fail(mrc, what, err, errlen);
-    return wait_reqs(1, &r, 0, what, err, errlen);
+    return guarded(G_ALLREDUCE, MPI_IN_PLACE, v, n, MPI_INT, MPI_MAX, what, err, errlen);
 }
 
 int rt_dist_rank(void) { return G.rank; }
@@ -202,6 +368,10 @@ int rt_dist_init(const rt_dist_opts *o, char *err, size_t errlen)
     }
     MPI_Allgather(me, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, G.hosts, MPI_MAX_PROCESSOR_NAME,
                   MPI_CHAR, G.comm);
+    if (G.size > 1 && guard_start() < 0) {
+        snprintf(err, errlen, "cannot start the collectives' watchdog");
+        return RT_EINTERNAL;
+    }
     return 0;
 }
 
@@ -211,26 +381,13 @@ int rt_dist_allreduce(float *buf, int64_t n, char *err, size_t errlen)
 {
     if (G.size == 1) return 0;
     const int64_t B = G.o.bucket_floats;
-    const int nb = (int)((n + B - 1) / B);
-    MPI_Request stack[16], *r = nb <= 16 ? stack : malloc(sizeof *r * (size_t)nb);
-    if (!r) {
-        snprintf(err, errlen, "out of memory");
-        return RT_ENOMEM;
+    for (int64_t off = 0; off < n; off += B) {
+        const int cnt = (int)(n - off < B ? n - off : B);
+        int rc = guarded(G_ALLREDUCE, MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM,
+                         "gradient all-reduce", err, errlen);
+        if (rc < 0) return rc;
     }
-    int rc = 0, posted = 0;
-    for (int i = 0; i < nb; i++) {
-        const int64_t off = (int64_t)i * B, cnt = n - off < B ? n - off : B;
-        int mrc = MPI_Iallreduce(MPI_IN_PLACE, buf + off, (int)cnt, MPI_FLOAT, MPI_SUM, G.comm,
-                                 &r[i]);
-        if (mrc != MPI_SUCCESS) {
-            rc = mpi_fail(mrc, "all-reduce", err, errlen);
-            break;
-        }
-        posted++;
-    }
-    if (rc == 0) rc = wait_reqs(posted, r, 0, "gradient all-reduce", err, errlen);
-    if (r != stack) free(r);
-    return rc;
+    return 0;
 }
 
 static int grow(void **p, size_t *cap, size_t need)
@@ -254,10 +411,8 @@ static int dist_reduce(void *ctx, float *g, int64_t n, float *slots, int k, doub
     if (!slots) {
         int rc = rt_dist_allreduce(g, n, err, errlen);
         if (rc < 0 || G.size == 1) return rc;
-        MPI_Request r;
-        int mrc = MPI_Iallreduce(MPI_IN_PLACE, st, 2, MPI_DOUBLE, MPI_SUM, G.comm, &r);
-        if (mrc != MPI_SUCCESS) return mpi_fail(mrc, "metric all-reduce", err, errlen);
-        return wait_reqs(1, &r, 0, "metric all-reduce", err, errlen);
+        return guarded(G_ALLREDUCE, MPI_IN_PLACE, st, 2, MPI_DOUBLE, MPI_SUM,
+                       "metric all-reduce", err, errlen);
     }
     /* Deterministic: every shard's gradient on every rank, summed in shard
      * order, so the sum's rounding is the same whatever the rank count. */
@@ -275,13 +430,11 @@ static int dist_reduce(void *ctx, float *g, int64_t n, float *slots, int k, doub
             snprintf(err, errlen, "out of memory for %d shard gradients", M);
             return RT_ENOMEM;
         }
-        MPI_Request r[2];
-        int mrc = MPI_Iallgather(slots, (int)((int64_t)k * n), MPI_FLOAT, G.gather,
-                                 (int)((int64_t)k * n), MPI_FLOAT, G.comm, &r[0]);
-        if (mrc == MPI_SUCCESS)
-            mrc = MPI_Iallgather(st, 2 * k, MPI_DOUBLE, G.gst, 2 * k, MPI_DOUBLE, G.comm, &r[1]);
-        if (mrc != MPI_SUCCESS) return mpi_fail(mrc, "shard gather", err, errlen);
-        int rc = wait_reqs(2, r, 0, "shard gather", err, errlen);
+        int rc = guarded(G_ALLGATHER, slots, G.gather, (int)((int64_t)k * n), MPI_FLOAT,
+                         MPI_OP_NULL, "shard gather", err, errlen);
+        if (rc == 0)
+            rc = guarded(G_ALLGATHER, st, G.gst, 2 * k, MPI_DOUBLE, MPI_OP_NULL,
+                         "shard gather", err, errlen);
         if (rc < 0) return rc;
         all = G.gather;
         ast = G.gst;
@@ -305,10 +458,8 @@ static int dist_sum(void *ctx, double *v, int n, char *err, size_t errlen)
 {
     (void)ctx;
     if (G.size == 1) return 0;
-    MPI_Request r;
-    int mrc = MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, G.comm, &r);
-    if (mrc != MPI_SUCCESS) return mpi_fail(mrc, "metric all-reduce", err, errlen);
-    return wait_reqs(1, &r, 0, "metric all-reduce", err, errlen);
+    return guarded(G_ALLREDUCE, MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, "metric all-reduce",
+                   err, errlen);
 }
 
 /* ---------------------------------------------------------- program table */
@@ -378,7 +529,7 @@ static int send_frees(char *err, size_t errlen)
         pthread_mutex_unlock(&G.tab_mu);
         if (!id) return 0;
         cmd_hdr h = {.cmd = CMD_FREE, .prog = id};
-        int rc = bcast(&h, sizeof h, 0, "free", err, errlen);
+        int rc = send_cmd(&h, "free", err, errlen);
         if (rc < 0) return rc;
     }
 }
@@ -522,8 +673,8 @@ int rt_dist_program(rt_exec *e, const uint8_t *req, size_t len, char *err, size_
     memcpy(pl, cfg, sizeof *cfg);
     memcpy(pl + sizeof *cfg, req, len);
     cmd_hdr h = {.cmd = CMD_COMPILE, .prog = id, .len = sizeof *cfg + len};
-    rc = bcast(&h, sizeof h, 0, "compile", err, errlen);
-    if (rc == 0) rc = bcast(pl, (int64_t)h.len, 0, "compile", err, errlen);
+    rc = send_cmd(&h, "compile", err, errlen);
+    if (rc == 0) rc = bcast(pl, (int64_t)h.len, "compile", err, errlen);
     free(pl);
     int fl[1] = {0};
     if (rc == 0) rc = flags_max(fl, 1, "compile", err, errlen);
@@ -559,7 +710,7 @@ static int stop_cb(void *ud, const rt_step_info *info)
     int stop = s->cb ? s->cb(s->ud, info) : 0;
     if (G.size == 1) return stop;
     char err[8];
-    if (bcast(&stop, sizeof stop, 0, "step end", err, sizeof err) < 0) {
+    if (bcast(&stop, sizeof stop, "step end", err, sizeof err) < 0) {
         s->failed = 1;
         return 1;
     }
@@ -695,7 +846,7 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
         snprintf(err, errlen, "out of memory");
         goto out;
     }
-    if ((rc = bcast(&h, sizeof h, 0, "train", err, errlen)) < 0) goto out;
+    if ((rc = send_cmd(&h, "train", err, errlen)) < 0) goto out;
     int need[3] = {0, 0, 0}; /* data missing, state differs, program unknown */
     if ((rc = flags_max(need, 3, "train", err, errlen)) < 0) goto out;
     if (need[2]) {
@@ -704,9 +855,9 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
         goto out;
     }
     if (need[0]) {
-        if ((rc = bcast((void *)d->x, 4 * h.x_floats, 0, "data", err, errlen)) < 0 ||
-            (h.y_bytes && (rc = bcast((void *)d->y, h.y_bytes, 0, "data", err, errlen)) < 0) ||
-            (d->sw && (rc = bcast((void *)d->sw, 4 * d->n, 0, "data", err, errlen)) < 0))
+        if ((rc = bcast((void *)d->x, 4 * h.x_floats, "data", err, errlen)) < 0 ||
+            (h.y_bytes && (rc = bcast((void *)d->y, h.y_bytes, "data", err, errlen)) < 0) ||
+            (d->sw && (rc = bcast((void *)d->sw, 4 * d->n, "data", err, errlen)) < 0))
             goto out;
         int bad[1] = {0};
         if ((rc = flags_max(bad, 1, "data", err, errlen)) < 0) goto out;
@@ -717,7 +868,7 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
         }
     }
     if (need[1] &&
-        (rc = bcast(st, (int64_t)rt_exec_state_size(e), 0, "state", err, errlen)) < 0)
+        (rc = bcast(st, (int64_t)rt_exec_state_size(e), "state", err, errlen)) < 0)
         goto out;
     rc = train_all(e, d, steps, res, cb, ud, losses, err, errlen);
 out:
@@ -770,9 +921,9 @@ static int worker_train(const cmd_hdr *h, char *err, size_t errlen)
             RT_LOG(RT_LOG_ERROR, "replica %d: out of memory for a data set", G.rank);
             abort(); /* the job cannot go on without it: rank 0 sees a dead replica */
         }
-        if ((rc = bcast(nw.x, 4 * h->x_floats, 0, "data", err, errlen)) < 0 ||
-            (h->y_bytes && (rc = bcast(nw.y, h->y_bytes, 0, "data", err, errlen)) < 0) ||
-            (h->has_sw && (rc = bcast(nw.sw, 4 * h->n, 0, "data", err, errlen)) < 0)) {
+        if ((rc = bcast(nw.x, 4 * h->x_floats, "data", err, errlen)) < 0 ||
+            (h->y_bytes && (rc = bcast(nw.y, h->y_bytes, "data", err, errlen)) < 0) ||
+            (h->has_sw && (rc = bcast(nw.sw, 4 * h->n, "data", err, errlen)) < 0)) {
             free_data(&nw);
             goto out;
         }
@@ -803,7 +954,7 @@ static int worker_train(const cmd_hdr *h, char *err, size_t errlen)
     w->used = ++G.clock;
     if (need[1]) {
         size_t n = rt_exec_state_size(pex);
-        if ((rc = bcast(st, (int64_t)n, 0, "state", err, errlen)) < 0) goto out;
+        if ((rc = bcast(st, (int64_t)n, "state", err, errlen)) < 0) goto out;
         if ((rc = rt_exec_load_state(pex, st, n)) < 0) {
             RT_LOG(RT_LOG_ERROR, "replica %d: state: %s", G.rank, rt_exec_errmsg(pex));
             abort();
@@ -829,7 +980,7 @@ int rt_dist_worker(void)
     char err[256];
     for (;;) {
         cmd_hdr h;
-        if (bcast(&h, sizeof h, 1, "command", err, sizeof err) < 0) {
+        if (recv_cmd(&h, err, sizeof err) < 0) {
             RT_LOG(RT_LOG_ERROR, "replica %d: %s", G.rank, err);
             MPI_Abort(MPI_COMM_WORLD, 3);
         }
@@ -842,6 +993,7 @@ int rt_dist_worker(void)
                 rt_plan_release(G.progs[i].plan);
             }
             for (int i = 0; i < MAX_DATA; i++) free_data(&G.data[i]);
+            guard_stop();
             MPI_Comm_free(&G.comm);
             MPI_Finalize();
             return 0;
@@ -857,7 +1009,7 @@ int rt_dist_worker(void)
         case CMD_COMPILE: {
             uint8_t *pl = malloc(h.len ? h.len : 1);
             if (!pl) abort();
-            rc = bcast(pl, (int64_t)h.len, 0, "compile", err, sizeof err);
+            rc = bcast(pl, (int64_t)h.len, "compile", err, sizeof err);
             int fl[1] = {0};
             if (rc == 0) {
                 char cerr[256] = "";
@@ -899,10 +1051,11 @@ void rt_dist_finalize(void)
     pthread_mutex_unlock(&G.mu);
     send_frees(err, sizeof err);
     cmd_hdr h = {.cmd = CMD_EXIT};
-    if (G.size > 1 && bcast(&h, sizeof h, 0, "exit", err, sizeof err) < 0) {
+    if (G.size > 1 && send_cmd(&h, "exit", err, sizeof err) < 0) {
         RT_LOG(RT_LOG_ERROR, "ending the MPI job: %s", err);
         MPI_Abort(MPI_COMM_WORLD, 3);
     }
+    guard_stop();
     MPI_Comm_free(&G.comm);
     MPI_Finalize();
     G.on = 0;

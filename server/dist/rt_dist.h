@@ -12,9 +12,10 @@
  * rank 0's replica: the weights are the same on every rank.
  *
  * Threads: rank 0 calls these from any thread; one mutex orders the
- * collectives (MPI_THREAD_SERIALIZED). Waits poll with a timeout
- * (--dist-timeout-ms): a replica that does not answer (it died) fails the
- * call with RT_EUNAVAILABLE, and every later distributed call too.
+ * collectives (MPI_THREAD_SERIALIZED). Collectives are blocking MPI calls
+ * watched by a thread: one in flight for --dist-timeout-ms (a replica died
+ * or hangs) is left by a signal and fails the call with RT_EUNAVAILABLE,
+ * and every later distributed call too.
  *
  *     rt_dist_opts o = {.micro = 0, .timeout_ms = 30000};
  *     rt_dist_init(&o, err, sizeof err);          // every rank, after argv

@@ -551,8 +551,10 @@ static pid_t rank_pid(pid_t parent, int rank)
 }
 
 /* A worker that dies: the client gets UNAVAILABLE naming the replicas,
- * not a hang. */
-static void test_kill_worker(void)
+ * not a hang. mid 0: killed between calls (the next call's command is not
+ * answered); mid 1: killed while a long call runs, the ranks inside a
+ * blocking collective (the watchdog ends it). */
+static void kill_worker(int mid)
 {
     const char *const extra[] = {"--dist-timeout-ms", "3000", NULL};
     dmn m;
@@ -567,18 +569,41 @@ static void test_kill_worker(void)
         itest_res_free(&r);
         pid_t w = rank_pid(m.d.pid, 1);
         CHECK(w > 0, "rank 1 not found");
-        if (w > 0) kill(w, SIGKILL);
-        usleep(200000);
-        int st = steps(&m, pid, 50, NULL, &r);
-        printf("after killing rank 1: status %d '%s'\n", st, r.details);
+        pid_t killer = -1;
+        if (w > 0 && mid) {
+            killer = fork();
+            if (killer == 0) {
+                usleep(500000);
+                kill(w, SIGKILL);
+                _exit(0);
+            }
+        } else if (w > 0) {
+            kill(w, SIGKILL);
+            usleep(200000);
+        }
+        /* mid: far more steps than run in the time before the kill */
+        int st = steps(&m, pid, mid ? 5000000 : 50, NULL, &r);
+        if (killer > 0) waitpid(killer, NULL, 0);
+        printf("after killing rank 1 (%s): status %d '%s'\n", mid ? "mid-call" : "between calls",
+               st, r.details);
         CHECK(st == 14, "status %d, want UNAVAILABLE: %s", st, r.details);
         CHECK(strstr(r.details, "replica") || strstr(r.details, "rank"),
               "the error does not name the replicas: '%s'", r.details);
+        itest_res_free(&r);
+        /* the job stays broken: the next call fails at once, the same way */
+        st = steps(&m, pid, 5, NULL, &r);
+        CHECK(st == 14 && strstr(r.details, "replica"), "then: status %d '%s'", st, r.details);
         itest_res_free(&r);
     }
     if (m.c) itest_disconnect(m.c);
     kill(-m.d.pid, SIGKILL);
     waitpid(m.d.pid, NULL, 0);
+}
+
+static void test_kill_worker(void)
+{
+    kill_worker(0);
+    kill_worker(1);
 }
 
 int main(int argc, char **argv)
