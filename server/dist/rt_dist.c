@@ -332,7 +332,8 @@ const char *rt_dist_host(int i)
 int rt_dist_init(const rt_dist_opts *o, char *err, size_t errlen)
 {
     G.o = *o;
-    if (G.o.bucket_floats <= 0) G.o.bucket_floats = (int64_t)1 << 22; /* 16 MiB */
+    /* 4 MiB buckets: on this machine 4 of them reduce 16 MiB faster than one call */
+    if (G.o.bucket_floats <= 0) G.o.bucket_floats = (int64_t)1 << 20;
     if (G.o.timeout_ms <= 0) G.o.timeout_ms = 30000;
     const int launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") ||
                          getenv("PMI_SIZE");
