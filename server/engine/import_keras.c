@@ -979,7 +979,7 @@ static int k_gap2d(rt_keras_ctx *c)
 static int k_batchnorm(rt_keras_ctx *c)
 {
     double mom, eps;
-    int center, scale, trainable, rc;
+    int center, scale, trainable, sync, rc;
     int64_t axis[2];
     rt_init ginit, binit, minit, vinit;
     if ((rc = rt_keras_cfg_float(c, "momentum", 0.99, &mom)) < 0 ||
@@ -987,6 +987,7 @@ static int k_batchnorm(rt_keras_ctx *c)
         (rc = rt_keras_cfg_bool(c, "center", 1, &center)) < 0 ||
         (rc = rt_keras_cfg_bool(c, "scale", 1, &scale)) < 0 ||
         (rc = rt_keras_cfg_bool(c, "trainable", 1, &trainable)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "synchronized", 0, &sync)) < 0 ||
         (rc = rt_keras_cfg_init(c, "gamma_initializer", RT_INIT_ONES, &ginit)) < 0 ||
         (rc = rt_keras_cfg_init(c, "beta_initializer", RT_INIT_ZEROS, &binit)) < 0 ||
         (rc = rt_keras_cfg_init(c, "moving_mean_initializer", RT_INIT_ZEROS, &minit)) < 0 ||
@@ -1019,13 +1020,17 @@ static int k_batchnorm(rt_keras_ctx *c)
         if ((rc = rt_graph_add_param(c->g, names[i], 1, &C, inits[i], train[i], NULL)) < 0)
             return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
     }
-    rt_attr at[3] = {
+    /* Keras 2's SyncBatchNormalization class is BatchNormalization with
+     * synchronized=True (Keras 3, tf.keras >= 2.12) */
+    sync = sync || !strcmp(c->class_name, "SyncBatchNormalization");
+    rt_attr at[4] = {
         {.name = "momentum", .kind = RT_ATTR_FLOAT, .f = mom},
         {.name = "epsilon", .kind = RT_ATTR_FLOAT, .f = eps},
         {.name = "frozen", .kind = RT_ATTR_INT, .i = !trainable},
+        {.name = "synchronized", .kind = RT_ATTR_INT, .i = sync},
     };
     const char *in[5] = {x->name, names[0], names[1], names[2], names[3]};
-    if ((rc = rt_graph_add_node(c->g, c->layer, "BatchNorm", 5, in, 3, at)) < 0)
+    if ((rc = rt_graph_add_node(c->g, c->layer, "BatchNorm", 5, in, 4, at)) < 0)
         return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
     snprintf(c->out.name, sizeof c->out.name, "%s", c->layer);
     c->out.ndim = x->ndim;
@@ -1147,6 +1152,7 @@ static const struct {
     {"GlobalAveragePooling2D", k_gap2d, 1},
     {"GlobalAvgPool2D", k_gap2d, 1},
     {"BatchNormalization", k_batchnorm, 1},
+    {"SyncBatchNormalization", k_batchnorm, 1},
     {"Concatenate", k_concatenate, 0},
     /* import_keras_rnn.c */
     {"Embedding", rt_keras_embedding, 1},

@@ -11,7 +11,9 @@
  * the last axis counting the batch, as Keras), frozen (int: inference mode
  * also while training, as Keras does for trainable=False), unbiased (int:
  * the moving variance moves towards the batch's unbiased variance, as
- * PyTorch's does; the ONNX importer sets it). The moving
+ * PyTorch's does; the ONNX importer sets it), synchronized (int: under
+ * MPI replicas the statistics are the global batch's, all-reduced, as
+ * Keras' SyncBatchNormalization; a single process ignores it). The moving
  * statistics must be non-trainable parameters: a training step's forward
  * pass updates them (rt_exec_compute_grads' does not). */
 static int rt__bn_infer(rt__cc *cc, rt__node *nd)
@@ -34,6 +36,7 @@ static int rt__bn_infer(rt__cc *cc, rt__node *nd)
     const int64_t axis = rt__attr_int(cc, nd, "axis", -1, &ok);
     const int64_t frozen = rt__attr_int(cc, nd, "frozen", 0, &ok);
     const int64_t unbiased = rt__attr_int(cc, nd, "unbiased", 0, &ok);
+    const int64_t sync = rt__attr_int(cc, nd, "synchronized", 0, &ok);
     if (!ok) return RT_EINVAL;
     if (!(mom >= 0.0 && mom <= 1.0))
         return rt__cerr(cc, nd, RT_EINVAL, "momentum %g outside [0, 1]", mom);
@@ -46,6 +49,7 @@ static int rt__bn_infer(rt__cc *cc, rt__node *nd)
     p->C = C;
     p->frozen = frozen != 0;
     p->unbiased = unbiased != 0;
+    p->sync = sync != 0;
     p->momentum = mom;
     p->eps = eps;
     nd->out = *x;

@@ -278,6 +278,7 @@ typedef struct rt_train_config {
     rt_dtype label_dtype;     /* RT_I32 for sparse losses, else RT_F32 */
     int label_ndim;           /* per-sample label rank */
     int64_t label_dims[RT_MAX_DIMS];
+    int sync_bn;              /* replicas: every BatchNorm's statistics global */
 } rt_train_config;
 
 /* Keras defaults: adam, lr 1e-3, beta 0.9/0.999, eps 1e-7, rho 0.9,

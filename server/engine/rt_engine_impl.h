@@ -136,6 +136,17 @@ typedef struct rt__run {
     float *gemm_scratch;   /* small-GEMM transposes */
     int64_t gemm_scratch_floats;
     double *act_pen;    /* ActivityReg forwards add their loss term here */
+    /* MPI replicas (rt_replica) in a training step, else NULL: BatchNorm
+     * nodes with sync (or every one with sync_all) sum their statistics
+     * over the replicas with bn_sum; bn_share is this replica's rows over
+     * the global batch's; a failed sum leaves its error in bn_err (the
+     * later sums of the step are skipped). */
+    int (*bn_sum)(void *ctx, double *v, int n, char *err, size_t errlen);
+    void *bn_ctx;
+    int bn_sync_all;
+    double bn_share;
+    char *bn_err;
+    size_t bn_errlen;
 } rt__run;
 
 /* One kernel call with resolved pointers. Forward reads x[] and writes y;

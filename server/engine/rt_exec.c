@@ -75,6 +75,7 @@ struct rt_exec {
     rt_replica rep;            /* size 0: a single process */
     float *rep_slots;          /* deterministic mode: k shard gradients */
     double *rep_st;            /* 2 per local shard */
+    char bn_err[RT__ERRLEN];   /* a synchronised BatchNorm's failed sum */
 };
 
 static void rt__loss_weighted(rt_exec *e, int64_t nb, double *loss_sum, double *acc_sum,
@@ -485,6 +486,14 @@ static float rt__lr_now(const rt_exec *e)
 
 /* --------------------------------------------------------------- training */
 
+/* whether a BatchNorm of p asks for the global batch's statistics */
+static int rt__has_sync_bn(const rt_plan *p)
+{
+    for (int i = 0; i < p->n_nodes; i++)
+        if (p->nodes[i].op == &rt__op_batchnorm && rt__bn_cp(&p->nodes[i])->sync) return 1;
+    return 0;
+}
+
 /* One step's gradient as a replica (rt_replica): this replica's shards of
  * the global batch of nb rows at perm[start], then reduce. */
 static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t nb,
@@ -497,6 +506,15 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
     memset(&sm, 0, sizeof sm);
     const int64_t T = p->train_floats;
     const int M = R->micro > 0 ? R->micro : R->size, k = M / R->size;
+    /* synchronised BatchNorm (not with micro-shards, whose statistics are
+     * each shard's): every replica runs the same collectives in its
+     * forward and backward passes, so each needs rows */
+    const int sync_bn = R->micro == 0 && R->size > 1;
+    if (sync_bn && nb < M && (p->cfg.sync_bn || rt__has_sync_bn(p)))
+        return rt__eerr(e, RT_EINVAL, "synchronised BatchNorm: a batch of %lld rows over %d "
+                        "replicas leaves one without rows; choose a batch size (and data "
+                        "size) that gives every replica at least one row",
+                        (long long)nb, R->size);
     for (int j = 0; j < k; j++) {
         const int64_t m = (int64_t)R->rank * k + j;
         const int64_t lo = nb * m / M, nl = nb * (m + 1) / M - lo;
@@ -505,6 +523,15 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
         if (nl > 0) {
             rt__gather(e, d->x, d->y, e->perm + start + lo, 0, nl);
             if (d->sw) rt__gather_sw(e, d->sw, e->perm + start + lo, 0, nl);
+            if (sync_bn) {
+                e->bn_err[0] = 0;
+                e->run.bn_sum = R->sum;
+                e->run.bn_ctx = R->ctx;
+                e->run.bn_sync_all = p->cfg.sync_bn;
+                e->run.bn_share = (double)nl / (double)nb;
+                e->run.bn_err = e->bn_err;
+                e->run.bn_errlen = sizeof e->bn_err;
+            }
             rt__forward(e, nl, 1, j == 0);
             if (d->sw)
                 rt__loss_weighted(e, nl, &l, &a, 1);
@@ -512,6 +539,8 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
                 rt__loss_run(&p->loss, e->lin, e->lb, nl, e->lgrad, &l, &a, e->loss_scratch);
             if (mets) rt__metrics_update(&p->loss, p->cfg.metrics, e->lin, e->lb, nl, &sm);
             rt__backward(e);
+            e->run.bn_sum = NULL;
+            if (e->bn_err[0]) return rt__eerr(e, RT_EUNAVAILABLE, "%s", e->bn_err);
             l += (double)nl * e->act_pen;
             /* the shard's mean gradient, as its share of the batch mean */
             const float s = (float)nl / (float)nb;
@@ -559,6 +588,9 @@ int rt_exec_set_replica(rt_exec *e, const rt_replica *r)
         (r->micro > 0 && r->micro % r->size))
         return rt__eerr(e, RT_EINVAL, "replica %d of %d with %d micro-shards: the replica "
                         "count must divide the micro-shard count", r->rank, r->size, r->micro);
+    if (r->micro > 0 && e->p->cfg.sync_bn)
+        return rt__eerr(e, RT_EINVAL, "sync_batchnorm and --deterministic-reduce do not go "
+                        "together: BatchNorm statistics are each micro-shard's there");
     const int k = r->micro > 0 ? r->micro / r->size : 1;
     e->rep_st = calloc((size_t)(2 * k), sizeof(double));
     if (r->micro > 0)

@@ -110,6 +110,7 @@ typedef struct rt__bn_params {
     int64_t C;
     int frozen;            /* inference mode also while training */
     int unbiased;          /* moving_var takes var * R / (R - 1) (PyTorch) */
+    int sync;              /* MPI replicas: the global batch's statistics */
     double momentum, eps;
 } rt__bn_params;
 

@@ -147,6 +147,7 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
     rt__hi(s, c->metrics); rt__hi(s, c->batch_size); rt__hi(s, (int64_t)c->seed);
     rt__hi(s, c->shuffle); rt__hi(s, c->label_dtype); rt__hi(s, c->label_ndim);
     for (int i = 0; i < c->label_ndim && i < RT_MAX_DIMS; i++) rt__hi(s, c->label_dims[i]);
+    rt__hi(s, c->sync_bn);
     XXH128_hash_t h = XXH3_128bits_digest(s);
     XXH3_freeState(s);
     XXH128_canonical_t can;

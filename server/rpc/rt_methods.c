@@ -617,6 +617,7 @@ static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train
                                 (double)nums[i].v);
     }
     cfg->from_logits = p->from_logits;
+    cfg->sync_bn = p->sync_batchnorm;
     if (p->learning_rate > 0) cfg->lr = p->learning_rate;
     if (p->momentum > 0) cfg->momentum = p->momentum;
     cfg->nesterov = p->nesterov;

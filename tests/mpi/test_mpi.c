@@ -342,6 +342,85 @@ static void test_equivalence(dmn *ref, dmn *m, int n)
     CHECK(a[19] < a[0], "the reference did not train (%g -> %g)", a[0], a[19]);
 }
 
+/* iris through Dense(16) - BatchNormalization - relu - Dense(3, softmax),
+ * as Keras JSON; sync: the layer's "synchronized" (Keras 3) */
+static int compile_bn(dmn *m, int sync, int sync_cfg, char *pid)
+{
+    char json[1400];
+    snprintf(json, sizeof json,
+             "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"bn\", \"layers\": ["
+             "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 4], "
+             "\"dtype\": \"float32\", \"name\": \"x\"}},"
+             "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d0\", \"units\": 16, "
+             "\"activation\": \"linear\", \"use_bias\": true}},"
+             "{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": \"bn0\", "
+             "\"momentum\": 0.9, \"epsilon\": 0.001, \"synchronized\": %s}},"
+             "{\"class_name\": \"Activation\", \"config\": {\"name\": \"r0\", "
+             "\"activation\": \"relu\"}},"
+             "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d1\", \"units\": 3, "
+             "\"activation\": \"softmax\", \"use_bias\": true}}]}}",
+             sync ? "true" : "false");
+    Rtrain__V1__TrainConfig cfg;
+    itest_iris_config(&cfg);
+    cfg.batch_size = 16;
+    cfg.sync_batchnorm = sync_cfg;
+    Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+    q.session_id = m->sid;
+    q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON;
+    q.keras_json = json;
+    q.config = &cfg;
+    Rtrain__V1__CompileResponse *p = NULL;
+    itest_res r;
+    itest_unary(m->c, "Compile", &q.base, &rtrain__v1__compile_response__descriptor,
+                (ProtobufCMessage **)&p, &r);
+    CHECK(p != NULL, "compile (BatchNorm): %d %s", r.status, r.details);
+    if (p) snprintf(pid, 64, "%s", p->program_id);
+    itest_res_free(&r);
+    int ok = p != NULL;
+    FREE(p);
+    return ok ? 0 : -1;
+}
+
+/* Synchronised BatchNorm: N replicas normalise with the global batch's
+ * statistics, so 20 steps' losses match one process at the same global
+ * batch within 1e-5 relative, whether the layer (synchronized=true) or the
+ * config (sync_batchnorm) asks; per-replica statistics (the default)
+ * differ from it. */
+static void test_sync_bn(dmn *ref, dmn *m, int n)
+{
+    char pr[64], pm[3][64];
+    if (compile_bn(ref, 0, 0, pr) < 0 || compile_bn(m, 1, 0, pm[0]) < 0 ||
+        compile_bn(m, 0, 1, pm[1]) < 0 || compile_bn(m, 0, 0, pm[2]) < 0)
+        return;
+    Rtrain__V1__GetWeightsResponse *w = NULL;
+    size_t len;
+    free(weights(ref, pr, &len, &w));
+    if (!w) return;
+    for (int k = 0; k < 3; k++) set_weights(m, pm[k], w);
+    FREE(w);
+    itest_res r;
+    float a[20], b[3][20];
+    CHECK(steps(ref, pr, 20, a, &r) == 0, "ref steps: %s", r.details);
+    itest_res_free(&r);
+    double worst[3] = {0, 0, 0};
+    for (int k = 0; k < 3; k++) {
+        CHECK(steps(m, pm[k], 20, b[k], &r) == 0, "n=%d steps: %s", n, r.details);
+        itest_res_free(&r);
+        for (int i = 0; i < 20; i++) {
+            double rel = fabs((double)a[i] - b[k][i]) / fabs((double)a[i]);
+            if (rel > worst[k]) worst[k] = rel;
+        }
+    }
+    printf("sync BatchNorm n=%d: worst relative loss difference over 20 steps against one "
+           "process: layer-synchronized %.3g, config-synchronized %.3g, per replica %.3g\n", n,
+           worst[0], worst[1], worst[2]);
+    CHECK(worst[0] <= 1e-5, "n=%d: synchronized BatchNorm losses differ by %.3g", n, worst[0]);
+    CHECK(worst[1] <= 1e-5, "n=%d: sync_batchnorm losses differ by %.3g", n, worst[1]);
+    CHECK(worst[2] > 1e-4, "n=%d: per-replica BatchNorm matches the global batch (%.3g)", n,
+          worst[2]);
+    CHECK(a[19] < a[0], "the reference did not train (%g -> %g)", a[0], a[19]);
+}
+
 typedef struct fit_seen {
     int epochs, progress, done, cancel_after;
     double metric; /* the last epoch's first extra training metric */
@@ -620,6 +699,7 @@ int main(int argc, char **argv)
     if (start(&m2, 2, NULL) == 0) {
         RUN(test_iris, &m2, 2);
         RUN(test_equivalence, &ref, &m2, 2);
+        RUN(test_sync_bn, &ref, &m2, 2);
         RUN(test_same_n, &m2, 2);
         RUN(test_fit, &m2, 2);
         stop(&m2, 2);
@@ -629,6 +709,7 @@ int main(int argc, char **argv)
     if (start(&m4, 4, NULL) == 0) {
         RUN(test_iris, &m4, 4);
         RUN(test_equivalence, &ref, &m4, 4);
+        RUN(test_sync_bn, &ref, &m4, 4);
         RUN(test_fit, &m4, 4);
         stop(&m4, 4);
     } else {

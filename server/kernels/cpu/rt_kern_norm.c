@@ -11,8 +11,18 @@
  * sums hundreds of thousands of values. The backward pass recomputes the
  * batch statistics from x rather than keeping them from the forward pass
  * (the engine gives each call its own scratch; this costs one read of x).
+ *
+ * Synchronised (MPI replicas, rt__run.bn_sum; the node's synchronized attr
+ * or the config's sync_bn): the per-channel sums of both statistics passes
+ * are summed over the replicas, so every replica normalises with the
+ * global batch's mean and variance; in the backward pass the sums of dy
+ * and dy (x - mean), scaled by the replica's share of the batch (the
+ * replica's gradients are of its own rows' mean loss), are summed too.
+ * The gamma and beta gradients stay the replica's own: the reduce that
+ * follows sums them.
  */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <omp.h>
@@ -26,11 +36,27 @@
 #define RT__RANGE(R, t, T, r0, r1)                                            \
     const int64_t r0 = (R) * (t) / (T), r1 = (R) * ((t) + 1) / (T)
 
+/* v[0..n) summed over the replicas; after a failure the step's later sums
+ * are skipped (the step fails) */
+static void rt__bn_allsum(const rt__run *r, double *v, int n)
+{
+    if (r->bn_err[0]) return;
+    if (r->bn_sum(r->bn_ctx, v, n, r->bn_err, r->bn_errlen) < 0 && !r->bn_err[0])
+        snprintf(r->bn_err, r->bn_errlen, "synchronised BatchNorm: the replicas' sum failed");
+}
+
+static inline int rt__bn_synced(const rt__kargs *a)
+{
+    return a->r->bn_sum && (rt__bn_cp(a->nd)->sync || a->r->bn_sync_all);
+}
+
 /* mean[c] and biased var[c] over R rows of x (R, C), two passes; each
  * thread sums its block of rows into part (nt x C doubles), and the
- * blocks are added in thread order (same thread count, same bits) */
-static void rt__bn_stats(const float *x, int64_t R, int64_t C, int nt,
-                         double *part, double *mean, double *var)
+ * blocks are added in thread order (same thread count, same bits).
+ * sync: over every replica's rows (var must follow mean: mean[C] holds
+ * the row count while it is summed). Returns the row count. */
+static double rt__bn_stats(const float *x, int64_t R, int64_t C, int nt,
+                           double *part, double *mean, double *var, const rt__run *sync)
 {
     int team = 1;
 #pragma omp parallel num_threads(nt) if (R * C >= RT__PAR_ELEMS)
@@ -45,11 +71,18 @@ static void rt__bn_stats(const float *x, int64_t R, int64_t C, int nt,
             for (int64_t c = 0; c < C; c++) s[c] += v[c];
         }
     }
+    double Rg = (double)R;
     for (int64_t c = 0; c < C; c++) {
         double m = 0.0;
         for (int t = 0; t < team; t++) m += part[(int64_t)t * C + c];
-        mean[c] = m / (double)R;
+        mean[c] = m;
     }
+    if (sync) {
+        mean[C] = Rg; /* var[0] */
+        rt__bn_allsum(sync, mean, (int)C + 1);
+        Rg = mean[C];
+    }
+    for (int64_t c = 0; c < C; c++) mean[c] /= Rg;
 #pragma omp parallel num_threads(nt) if (R * C >= RT__PAR_ELEMS)
     {
         const int T = omp_get_num_threads(), t = omp_get_thread_num();
@@ -67,8 +100,11 @@ static void rt__bn_stats(const float *x, int64_t R, int64_t C, int nt,
     for (int64_t c = 0; c < C; c++) {
         double v = 0.0;
         for (int t = 0; t < team; t++) v += part[(int64_t)t * C + c];
-        var[c] = v / (double)R;
+        var[c] = v;
     }
+    if (sync) rt__bn_allsum(sync, var, (int)C);
+    for (int64_t c = 0; c < C; c++) var[c] /= Rg;
+    return Rg;
 }
 
 static inline int rt__bn_batch_mode(const rt__kargs *a)
@@ -111,9 +147,10 @@ void rt_kern_batchnorm_fwd(const rt__kargs *a)
     (void)sdyx;
     float *scale = f, *shift = f + C;
     if (rt__bn_batch_mode(a)) {
-        rt__bn_stats(a->x[0], R, C, nt, part, mean, var);
+        const double Rg = rt__bn_stats(a->x[0], R, C, nt, part, mean, var,
+                                       rt__bn_synced(a) ? a->r : NULL);
         /* PyTorch moves the variance towards the unbiased estimate */
-        const double vs = rt__bn_cp(nd)->unbiased && R > 1 ? (double)R / (double)(R - 1) : 1.0;
+        const double vs = rt__bn_cp(nd)->unbiased && Rg > 1 ? Rg / (Rg - 1) : 1.0;
         for (int64_t c = 0; c < C && a->r->update_stats; c++) {
             mm[c] = (float)(mom * mm[c] + (1.0 - mom) * mean[c]);
             mv[c] = (float)(mom * mv[c] + (1.0 - mom) * var[c] * vs);
@@ -153,8 +190,10 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
     const int batch = rt__bn_batch_mode(a);
     const float *x = a->x[0], *dy = a->dy, *gamma = a->x[1];
     RT__BN_SCRATCH(a, C, nt, part, mean, var, sdy, sdyx, k);
+    const int sync = batch && rt__bn_synced(a);
+    double Rg = (double)R;
     if (batch) {
-        rt__bn_stats(x, R, C, nt, part, mean, var);
+        Rg = rt__bn_stats(x, R, C, nt, part, mean, var, sync ? a->r : NULL);
     } else {
         for (int64_t c = 0; c < C; c++) {
             mean[c] = a->x[3][c];
@@ -202,14 +241,25 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
         const int add = (a->accum & 4u) != 0;
         for (int64_t c = 0; c < C; c++) dbt[c] = add ? dbt[c] + (float)sdy[c] : (float)sdy[c];
     }
+    /* sync: every replica sums, whether or not it needs dx */
+    double den = Rg;
+    if (sync) {
+        const double s = a->r->bn_share;
+        for (int64_t c = 0; c < C; c++) {
+            sdy[c] *= s;
+            sdyx[c] *= s;
+        }
+        rt__bn_allsum(a->r, sdy, 2 * (int)C); /* sdy, sdyx */
+        den = s * Rg;
+    }
     if (!a->dx[0]) return;
     /* dx = k1 dy + k2 x + k0 per channel, in float for the row loop */
     float *k1 = k, *k2 = k + C, *k0 = k + 2 * C;
     for (int64_t c = 0; c < C; c++) {
         const double gi = (double)gamma[c] * inv[c];
         if (batch) {
-            const double m1 = sdy[c] / (double)R;
-            const double m2 = sdyx[c] * inv[c] * inv[c] / (double)R;
+            const double m1 = sdy[c] / den;
+            const double m2 = sdyx[c] * inv[c] * inv[c] / den;
             /* gi (dy - m1 - (x - mean) m2) */
             k1[c] = (float)gi;
             k2[c] = (float)(-gi * m2);
