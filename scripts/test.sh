@@ -34,13 +34,6 @@ for cfg in $configs; do
   cmake --build "$dir" -j"$jobs"
   log=$(mktemp)
   select=()
-  if [ "$cfg" = asan ]; then
-    # The mpi label is left out under ASan: after a training call the
-    # ASan-built ranks do not finish their SIGTERM shutdown inside the test's
-    # 30 s bound under mpirun (the plain configuration runs it, and an idle
-    # ASan job started and stopped by hand exits in 2 s).
-    select=(-LE mpi)
-  fi
   if [ "$cfg" = tsan ]; then
     # The data label (TFRecord/image decoding and training, e2e) is left
     # out: under TSan it runs past its 300 s limit on 2 cores.

@@ -66,6 +66,7 @@ typedef struct cli_opts {
     int csv_header;
     long long seed;
     int no_shuffle;
+    int sync_batchnorm;
     int no_normalize;         /* IDX: keep raw 0..255 */
     int timings;
     const char *trace;

@@ -23,7 +23,7 @@
 enum {
     O_SERVER = 1000, O_TIMEOUT, O_MODEL, O_WEIGHTS, O_SAVE_WEIGHTS, O_DATA,
     O_LABELS, O_VAL, O_VAL_LABELS, O_OUT, O_EPOCHS, O_BATCH, O_SPC, O_SPE,
-    O_LOSS, O_OPT, O_LR, O_LABEL_COL, O_CSV_HEADER, O_SEED, O_NO_SHUFFLE,
+    O_LOSS, O_OPT, O_LR, O_LABEL_COL, O_CSV_HEADER, O_SEED, O_NO_SHUFFLE, O_SYNC_BN,
     O_NO_NORMALIZE, O_TIMINGS, O_TRACE, O_SIZE, O_COUNT, O_MAX_K, O_REPS,
     O_CSV, O_PLOT, O_PROGRESS, O_NO_PROGRESS, O_IN_FLIGHT, O_HELP,
     O_FEATURES, O_LABEL_KEY, O_IMAGE_SIZE, O_CHANNELS, O_RESIZE, O_MEAN, O_STD, O_AUGMENT,
@@ -74,6 +74,7 @@ static const opt_def defs[] = {
     {"csv-header", 0, O_CSV_HEADER, TRAIN},
     {"seed", 1, O_SEED, TRAIN},
     {"no-shuffle", 0, O_NO_SHUFFLE, TRAIN},
+    {"sync-batchnorm", 0, O_SYNC_BN, TRAIN},
     {"no-normalize", 0, O_NO_NORMALIZE, TRAIN},
     {"timings", 0, O_TIMINGS, NET},
     {"trace", 1, O_TRACE, B(CLI_FIT) | B(CLI_EVAL) | B(CLI_PREDICT) |
@@ -154,6 +155,7 @@ static const struct {
     {"csv-header", NULL, "skip the CSV's first line"},
     {"seed", "S", "initialisation and shuffling seed (default 0)"},
     {"no-shuffle", NULL, "keep the data order (default: shuffle every epoch)"},
+    {"sync-batchnorm", NULL, "MPI replicas: BatchNorm uses the global batch's statistics"},
     {"no-normalize", NULL, "IDX: keep 0..255 (default: divide by 255)"},
     {"timings", NULL, "print each call's time breakdown (us)"},
     {"trace", "FILE", "write the calls as Chrome trace-event JSON"},
@@ -225,7 +227,8 @@ void cli_usage(FILE *f)
 "      [--steps-per-call K|auto] [--in-flight W] [--steps-per-epoch S]\n"
 "      [--loss L] [--optimizer O] [--lr X] [--label-column C] [--csv-header]\n"
 "      [--label-columns A:B] [--metrics M,M] [--input-shape D1xD2..]\n"
-"      [--seed S] [--no-shuffle] [--save-weights W.bin] [--timings]\n"
+"      [--seed S] [--no-shuffle] [--sync-batchnorm] [--save-weights W.bin]\n"
+"      [--timings]\n"
 "      [--trace out.json] [--early-stopping PATIENCE] [--checkpoint W.bin]\n"
 "      [--csv-log log.csv] [--reattach-s S] [--save-state F] [--load-state F]\n"
 "      [--checkpoint-every-steps N] [--checkpoint-every-s T]\n"
@@ -585,6 +588,7 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
             o->seed = lv;
             break;
         case O_NO_SHUFFLE: o->no_shuffle = 1; break;
+        case O_SYNC_BN: o->sync_batchnorm = 1; break;
         case O_NO_NORMALIZE: o->no_normalize = 1; break;
         case O_TIMINGS: o->timings = 1; break;
         case O_TRACE: o->trace = a; break;

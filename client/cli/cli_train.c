@@ -290,6 +290,7 @@ void cli_train_opts(const cli_opts *o, rt_train_opts *t)
     if (o->seed >= 0)
         t->seed = (uint64_t)o->seed;
     t->no_shuffle = o->no_shuffle;
+    t->sync_batchnorm = o->sync_batchnorm;
 }
 
 /* The shape in a .npy header ("'shape': (n, k)"); returns ndim, or -1. */

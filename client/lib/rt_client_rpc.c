@@ -262,6 +262,7 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m,
     cfg.batch_size = o->batch_size;
     cfg.seed = o->seed;
     cfg.no_shuffle = o->no_shuffle != 0;
+    cfg.sync_batchnorm = o->sync_batchnorm != 0;
     cfg.label_dtype = (Rtrain__V1__DType)o->label_dtype;
     cfg.n_label_shape = (size_t)o->label_ndim;
     cfg.label_shape = (int64_t *)o->label_shape;

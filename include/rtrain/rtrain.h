@@ -360,6 +360,9 @@ typedef struct rt_train_opts {
      * row's features); an input with one null dim takes it from this
      * count. 0: not given. */
     int64_t input_values;
+    /* MPI replicas: every BatchNorm uses the global batch's statistics
+     * (Keras' SyncBatchNormalization); one process: no effect */
+    int sync_batchnorm;
 } rt_train_opts;
 
 /* Zero everything, then: metrics {"accuracy"}, batch_size 32. Names left

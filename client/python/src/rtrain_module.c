@@ -1098,7 +1098,8 @@ static int rt_py__train_opts(PyObject *d, rt_train_opts *o,
         rt_py__opt_str(d, "state_from", &o->state_from) < 0 ||
         rt_py__opt_float(d, "gamma", &o->gamma) < 0 ||
         rt_py__opt_float(d, "min_lr", &o->min_lr) < 0 ||
-        rt_py__opt_bool(d, "shuffle", &shuffle) < 0)
+        rt_py__opt_bool(d, "shuffle", &shuffle) < 0 ||
+        rt_py__opt_bool(d, "sync_batchnorm", &o->sync_batchnorm) < 0)
         return -1;
     o->no_shuffle = !shuffle;
     u = o->batch_size;
