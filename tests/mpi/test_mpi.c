@@ -2,7 +2,7 @@
  * (OMPI_MCA_btl=self,vader), driven by the raw gRPC client of
  * tests/integration. Reference: a plain single-process rtraind.
  *
- *   test_mpi RTRAIND MPIRUN
+ *   test_mpi RTRAIND MPIRUN DIGITS_CSV_GZ
  */
 #include <dirent.h>
 #include <math.h>
@@ -15,10 +15,11 @@
 #include <unistd.h>
 
 #include "itest.h"
+#include "../conv/conv_models.h"
 
 #define FREE(m) do { if (m) protobuf_c_message_free_unpacked(&(m)->base, NULL); (m) = NULL; } while (0)
 
-static const char *rtraind, *mpirun;
+static const char *rtraind, *mpirun, *digits_path;
 
 /* mpirun -n n rtraind --listen 127.0.0.1:0 extra...: rank 0's listening line */
 static int start_mpi(itest_daemon *d, int n, const char *const *extra, int recovery)
@@ -238,12 +239,12 @@ static int steps(dmn *m, const char *pid, uint64_t n, float *losses, itest_res *
     return r->status;
 }
 
-static double accuracy(dmn *m, const char *pid)
+static double accuracy_on(dmn *m, const char *pid, const char *ds)
 {
     Rtrain__V1__EvaluateRequest q = RTRAIN__V1__EVALUATE_REQUEST__INIT;
     q.session_id = m->sid;
     q.program_id = (char *)pid;
-    q.dataset_id = m->val;
+    q.dataset_id = (char *)ds;
     Rtrain__V1__EvaluateResponse *p = NULL;
     itest_res r;
     itest_unary(m->c, "Evaluate", &q.base, &rtrain__v1__evaluate_response__descriptor,
@@ -254,6 +255,8 @@ static double accuracy(dmn *m, const char *pid)
     itest_res_free(&r);
     return a;
 }
+
+static double accuracy(dmn *m, const char *pid) { return accuracy_on(m, pid, m->val); }
 
 static uint8_t *weights(dmn *m, const char *pid, size_t *len,
                         Rtrain__V1__GetWeightsResponse **keep)
@@ -419,6 +422,96 @@ static void test_sync_bn(dmn *ref, dmn *m, int n)
     CHECK(worst[2] > 1e-4, "n=%d: per-replica BatchNorm matches the global batch (%.3g)", n,
           worst[2]);
     CHECK(a[19] < a[0], "the reference did not train (%g -> %g)", a[0], a[19]);
+}
+
+/* rows (n, 64) and labels as CSV text, label last; malloc'ed */
+static char *digits_csv(const float *x, const int32_t *y, int64_t n, size_t *len)
+{
+    size_t cap = (size_t)n * 64 * 16 + 64, o = 0;
+    char *s = malloc(cap);
+    for (int64_t i = 0; s && i < n; i++) {
+        for (int j = 0; j < 64; j++)
+            o += (size_t)snprintf(s + o, cap - o, "%.8g,", (double)x[i * 64 + j]);
+        o += (size_t)snprintf(s + o, cap - o, "%d\n", (int)y[i]);
+    }
+    *len = o;
+    return s;
+}
+
+/* W-D (docs/workloads.md): the digits CNN, Conv(16) - Conv(32) - MaxPool -
+ * Dense(64) - Dense(10), Adam 1e-3, global batch 32, 10 epochs on the
+ * stratified 80/20 split, as Keras JSON; the test accuracy must reach
+ * 0.95 over N replicas as in one process (tests/conv/test_conv_digits.c). */
+static void test_wd(dmn *m, int n)
+{
+    rt_conv_digits dg;
+    if (rt_conv_load_digits(digits_path, &dg) < 0) {
+        CHECK(0, "cannot read %s", digits_path);
+        return;
+    }
+    rt_conv_standardize_digits(&dg);
+    size_t ltr, lte;
+    char *ctr = digits_csv(dg.xtr, dg.ytr, dg.ntr, &ltr), *cte = digits_csv(dg.xte, dg.yte, dg.nte, &lte);
+    char dtr[64], dte[64];
+    int up = ctr && cte && upload_csv(m, ctr, ltr, 0, dtr) == 0 && upload_csv(m, cte, lte, 0, dte) == 0;
+    free(ctr);
+    free(cte);
+    const int64_t ntr = dg.ntr;
+    rt_conv_free_digits(&dg);
+    CHECK(up, "digits upload failed");
+    if (!up) return;
+#define HE "\"kernel_initializer\": {\"class_name\": \"HeUniform\", \"config\": {\"seed\": null}}"
+    static const char *json =
+        "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"wd\", \"layers\": ["
+        "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 64], "
+        "\"dtype\": \"float32\", \"name\": \"x\"}},"
+        "{\"class_name\": \"Reshape\", \"config\": {\"name\": \"r\", \"target_shape\": [8, 8, 1]}},"
+        "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c0\", \"filters\": 16, "
+        "\"kernel_size\": [3, 3], \"padding\": \"same\", \"activation\": \"relu\", " HE "}},"
+        "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c1\", \"filters\": 32, "
+        "\"kernel_size\": [3, 3], \"padding\": \"same\", \"activation\": \"relu\", " HE "}},"
+        "{\"class_name\": \"MaxPooling2D\", \"config\": {\"name\": \"p\", \"pool_size\": [2, 2]}},"
+        "{\"class_name\": \"Flatten\", \"config\": {\"name\": \"f\"}},"
+        "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d1\", \"units\": 64, "
+        "\"activation\": \"relu\", " HE "}},"
+        "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d2\", \"units\": 10, "
+        "\"activation\": \"linear\"}}]}}";
+#undef HE
+    Rtrain__V1__TrainConfig cfg;
+    itest_iris_config(&cfg);
+    cfg.from_logits = 1;
+    cfg.learning_rate = 1e-3f;
+    cfg.batch_size = 32;
+    cfg.seed = 1;
+    Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+    q.session_id = m->sid;
+    q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON;
+    q.keras_json = (char *)json;
+    q.config = &cfg;
+    Rtrain__V1__CompileResponse *p = NULL;
+    itest_res r;
+    itest_unary(m->c, "Compile", &q.base, &rtrain__v1__compile_response__descriptor,
+                (ProtobufCMessage **)&p, &r);
+    CHECK(p != NULL, "compile W-D: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    if (!p) return;
+    char pid[64];
+    snprintf(pid, sizeof pid, "%s", p->program_id);
+    FREE(p);
+    Rtrain__V1__RunStepsRequest rq = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
+    rq.session_id = m->sid;
+    rq.program_id = pid;
+    rq.dataset_id = dtr;
+    rq.steps = (uint64_t)(10 * ((ntr + 31) / 32));
+    Rtrain__V1__RunStepsResponse *rp = NULL;
+    itest_unary(m->c, "RunSteps", &rq.base, &rtrain__v1__run_steps_response__descriptor,
+                (ProtobufCMessage **)&rp, &r);
+    CHECK(r.status == 0, "W-D RunSteps: %d %s", r.status, r.details);
+    FREE(rp);
+    itest_res_free(&r);
+    double a = accuracy_on(m, pid, dte);
+    printf("W-D n=%d: test accuracy %.3f after 10 epochs\n", n, a);
+    CHECK(a >= 0.95, "n=%d: W-D test accuracy %.3f < 0.95", n, a);
 }
 
 typedef struct fit_seen {
@@ -687,17 +780,19 @@ static void test_kill_worker(void)
 
 int main(int argc, char **argv)
 {
-    if (argc < 3) {
-        fprintf(stderr, "usage: test_mpi RTRAIND MPIRUN\n");
+    if (argc < 4) {
+        fprintf(stderr, "usage: test_mpi RTRAIND MPIRUN DIGITS_CSV_GZ\n");
         return 2;
     }
     rtraind = argv[1];
     mpirun = argv[2];
+    digits_path = argv[3];
     itest_deadline_ms = 60000;
     dmn ref, m2, m4;
     if (start(&ref, 0, NULL) < 0) return 1;
     if (start(&m2, 2, NULL) == 0) {
         RUN(test_iris, &m2, 2);
+        RUN(test_wd, &m2, 2);
         RUN(test_equivalence, &ref, &m2, 2);
         RUN(test_sync_bn, &ref, &m2, 2);
         RUN(test_same_n, &m2, 2);
@@ -708,6 +803,7 @@ int main(int argc, char **argv)
     }
     if (start(&m4, 4, NULL) == 0) {
         RUN(test_iris, &m4, 4);
+        RUN(test_wd, &m4, 4);
         RUN(test_equivalence, &ref, &m4, 4);
         RUN(test_sync_bn, &ref, &m4, 4);
         RUN(test_fit, &m4, 4);
