@@ -10,7 +10,8 @@ reduce with backward): efficiency = T_step / (T_step + T_allreduce).
 
 usage: cost_model.py [MEASURED.txt]
 With bench_mpi's output for N=2 and N=4 (all-reduce tables), fits BW and
-alpha to the N=2 MPI_Allreduce column and compares the model's N=4
+alpha to the N=2 MPI_Allreduce column (least squares on relative error)
+and compares the model's N=4
 prediction with the measured N=4 column.
 """
 import re
@@ -50,7 +51,8 @@ def measured(path):
             n = int(m.group(1))
             out[n] = []
             continue
-        m = re.match(r"\s*(\d+)\s+([\d.]+) us\s+([\d.]+) us", line)
+        # floats, loop length, MPI_Allreduce, rt_dist, ...
+        m = re.match(r"\s*(\d+)\s+\d+\s+([\d.]+) us\s+([\d.]+) us", line)
         if m and n:
             out[n].append((int(m.group(1)), float(m.group(2)) * 1e-6,
                            float(m.group(3)) * 1e-6))
@@ -62,18 +64,26 @@ def check(path):
     if 2 not in pts or 4 not in pts:
         print("need N=2 and N=4 tables in", path)
         return 1
-    # fit: t = a * S + b with S in bytes (two smallest and largest points)
+    # fit t = a * S + b (S in bytes) to every N=2 point, least squares on
+    # the relative error (the sizes span 5 decades)
     p2 = pts[2]
-    (s0, t0, _), (s1, t1, _) = p2[0], p2[-1]
-    s0, s1 = 4 * s0, 4 * s1
-    a = (t1 - t0) / (s1 - s0)          # = 2 (N-1)/N / BW = 1 / BW at N=2
-    b = max(t0 - a * s0, 0.0)          # = 2 (N-1) alpha = 2 alpha at N=2
+    sxx = sx = s1 = sxy = sy = 0.0
+    for floats, t, _ in p2:
+        w, s = 1 / (t * t), 4 * floats
+        sxx += w * s * s
+        sx += w * s
+        s1 += w
+        sxy += w * s * t
+        sy += w * t
+    a = (sxy * s1 - sy * sx) / (sxx * s1 - sx * sx)  # = 2 (N-1)/N / BW = 1 / BW at N=2
+    b = max((sy - a * sx) / s1, 0.0)                 # = 2 (N-1) alpha = 2 alpha at N=2
     bw, alpha = 1 / a, b / 2
     print("fitted to N=2: bandwidth %.2f GB/s, alpha %.1f us" % (bw / 1e9, alpha * 1e6))
-    print("%12s %14s %14s %8s" % ("floats", "N=4 model", "N=4 measured", "ratio"))
-    for floats, t, _ in pts[4]:
-        m = t_ring(4, 4 * floats, bw, alpha)
-        print("%12d %11.1f us %11.1f us %7.2fx" % (floats, m * 1e6, t * 1e6, t / m))
+    print("%4s %10s %12s %12s %8s" % ("N", "floats", "model", "measured", "ratio"))
+    for n in (2, 4):
+        for floats, t, _ in pts[n]:
+            m = t_ring(n, 4 * floats, bw, alpha)
+            print("%4d %10d %9.1f us %9.1f us %7.2fx" % (n, floats, m * 1e6, t * 1e6, t / m))
     return 0
 
 
