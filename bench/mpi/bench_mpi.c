@@ -2,15 +2,19 @@
  * training step over N replicas (see README.md).
  *
  *   mpirun -n N [-x OMP_NUM_THREADS=T] bench_mpi [--reps R] [--steps S]
+ *                                                [--part allreduce|wc]
  *
- * Part 1, every size: the median of R timed MPI_Allreduce(MPI_IN_PLACE,
- * float sum) in a bare loop, and of R rt_dist_allreduce (the replicas'
- * reduce: MPI_Iallreduce over 16 MiB buckets, polled), in the same run,
- * alternating. Part 2: W-C (784-512-512-10 relu MLP, sparse CE from
- * logits, Adam, global batch 128) trained through rt_dist_train as rtraind
- * does (ranks > 0 in rt_dist_worker): the median over 5 calls of S steps
- * of the time per step, and the time of a 1-step call (the per-call cost:
- * the command, the state hash). */
+ * Part 1, every size (669,706 floats: W-C's gradient): R reps, each three
+ * timed loops of L calls after a barrier: MPI_Allreduce(MPI_IN_PLACE,
+ * float sum) bare, rt_dist_allreduce (the replicas' reduce: blocking
+ * MPI_Allreduce over 4 MiB buckets under the fault guard), and the bare
+ * loop again as a control; the order alternates by rep. Printed: the
+ * medians, their ratio, the median of the per-rep ratios (paired) and of
+ * the control's (MPI/MPI: the noise floor). Part 2: W-C (784-512-512-10
+ * relu MLP, sparse CE from logits, Adam, global batch 128) trained through
+ * rt_dist_train as rtraind does (ranks > 0 in rt_dist_worker): the median
+ * over 5 calls of S steps of the time per step, and the time of a 1-step
+ * call (the per-call cost: the command, the state hash). */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -78,7 +82,8 @@ static double timed(float *buf, int64_t n, int L, int rt)
 
 static void bench_allreduce(int rank, int size, int reps)
 {
-    static const int64_t sizes[] = {256, 4096, 65536, 1 << 20, 1 << 22, 1 << 24};
+    /* 669,706: W-C's gradient */
+    static const int64_t sizes[] = {256, 4096, 65536, 669706, 1 << 20, 1 << 22, 1 << 24};
     if (rank == 0) {
         printf("all-reduce, %d ranks (float sum, in place; medians of %d reps, each a loop of "
                "L calls)\n", size, reps);
