@@ -346,7 +346,8 @@ static void test_equivalence(dmn *ref, dmn *m, int n)
 }
 
 /* iris through Dense(16) - BatchNormalization - relu - Dense(3, softmax),
- * as Keras JSON; sync: the layer's "synchronized" (Keras 3) */
+ * as Keras JSON; sync 1: the layer's "synchronized" (Keras 3), 2: Keras 2's
+ * SyncBatchNormalization class */
 static int compile_bn(dmn *m, int sync, int sync_cfg, char *pid)
 {
     char json[1400];
@@ -356,13 +357,14 @@ static int compile_bn(dmn *m, int sync, int sync_cfg, char *pid)
              "\"dtype\": \"float32\", \"name\": \"x\"}},"
              "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d0\", \"units\": 16, "
              "\"activation\": \"linear\", \"use_bias\": true}},"
-             "{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": \"bn0\", "
-             "\"momentum\": 0.9, \"epsilon\": 0.001, \"synchronized\": %s}},"
+             "{\"class_name\": \"%s\", \"config\": {\"name\": \"bn0\", "
+             "\"momentum\": 0.9, \"epsilon\": 0.001%s}},"
              "{\"class_name\": \"Activation\", \"config\": {\"name\": \"r0\", "
              "\"activation\": \"relu\"}},"
              "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d1\", \"units\": 3, "
              "\"activation\": \"softmax\", \"use_bias\": true}}]}}",
-             sync ? "true" : "false");
+             sync == 2 ? "SyncBatchNormalization" : "BatchNormalization",
+             sync == 2 ? "" : sync ? ", \"synchronized\": true" : ", \"synchronized\": false");
     Rtrain__V1__TrainConfig cfg;
     itest_iris_config(&cfg);
     cfg.batch_size = 16;
@@ -391,22 +393,23 @@ static int compile_bn(dmn *m, int sync, int sync_cfg, char *pid)
  * differ from it. */
 static void test_sync_bn(dmn *ref, dmn *m, int n)
 {
-    char pr[64], pm[3][64];
+    char pr[64], pm[4][64];
     if (compile_bn(ref, 0, 0, pr) < 0 || compile_bn(m, 1, 0, pm[0]) < 0 ||
-        compile_bn(m, 0, 1, pm[1]) < 0 || compile_bn(m, 0, 0, pm[2]) < 0)
+        compile_bn(m, 0, 1, pm[1]) < 0 || compile_bn(m, 0, 0, pm[2]) < 0 ||
+        compile_bn(m, 2, 0, pm[3]) < 0)
         return;
     Rtrain__V1__GetWeightsResponse *w = NULL;
     size_t len;
     free(weights(ref, pr, &len, &w));
     if (!w) return;
-    for (int k = 0; k < 3; k++) set_weights(m, pm[k], w);
+    for (int k = 0; k < 4; k++) set_weights(m, pm[k], w);
     FREE(w);
     itest_res r;
-    float a[20], b[3][20];
+    float a[20], b[4][20];
     CHECK(steps(ref, pr, 20, a, &r) == 0, "ref steps: %s", r.details);
     itest_res_free(&r);
-    double worst[3] = {0, 0, 0};
-    for (int k = 0; k < 3; k++) {
+    double worst[4] = {0, 0, 0, 0};
+    for (int k = 0; k < 4; k++) {
         CHECK(steps(m, pm[k], 20, b[k], &r) == 0, "n=%d steps: %s", n, r.details);
         itest_res_free(&r);
         for (int i = 0; i < 20; i++) {
@@ -415,10 +418,12 @@ static void test_sync_bn(dmn *ref, dmn *m, int n)
         }
     }
     printf("sync BatchNorm n=%d: worst relative loss difference over 20 steps against one "
-           "process: layer-synchronized %.3g, config-synchronized %.3g, per replica %.3g\n", n,
-           worst[0], worst[1], worst[2]);
+           "process: layer-synchronized %.3g, config-synchronized %.3g, "
+           "SyncBatchNormalization %.3g, per replica %.3g\n", n, worst[0], worst[1], worst[3],
+           worst[2]);
     CHECK(worst[0] <= 1e-5, "n=%d: synchronized BatchNorm losses differ by %.3g", n, worst[0]);
     CHECK(worst[1] <= 1e-5, "n=%d: sync_batchnorm losses differ by %.3g", n, worst[1]);
+    CHECK(worst[3] <= 1e-5, "n=%d: SyncBatchNormalization losses differ by %.3g", n, worst[3]);
     CHECK(worst[2] > 1e-4, "n=%d: per-replica BatchNorm matches the global batch (%.3g)", n,
           worst[2]);
     CHECK(a[19] < a[0], "the reference did not train (%g -> %g)", a[0], a[19]);
