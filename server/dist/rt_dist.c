@@ -235,6 +235,14 @@ static void guard_stop(void)
     W.dog_on = 0;
 }
 
+/* Ends the job from any rank's main or calling thread (the watchdog is
+ * joined first: it has stopped, or stops now). */
+static void job_abort(void)
+{
+    guard_stop();
+    MPI_Abort(MPI_COMM_WORLD, 3);
+}
+
 /* Entering and leaving a collective; enter fails once the job is broken. */
 static int guard_enter(sigjmp_buf *jb, const char *what)
 {
@@ -983,7 +991,7 @@ int rt_dist_worker(void)
         cmd_hdr h;
         if (recv_cmd(&h, err, sizeof err) < 0) {
             RT_LOG(RT_LOG_ERROR, "replica %d: %s", G.rank, err);
-            MPI_Abort(MPI_COMM_WORLD, 3);
+            job_abort();
         }
         int rc = 0;
         err[0] = 0;
@@ -1028,11 +1036,11 @@ int rt_dist_worker(void)
             break;
         default:
             RT_LOG(RT_LOG_ERROR, "replica %d: unknown command %d", G.rank, h.cmd);
-            MPI_Abort(MPI_COMM_WORLD, 3);
+            job_abort();
         }
         if (rc < 0 && G.broken) {
             RT_LOG(RT_LOG_ERROR, "replica %d: %s", G.rank, err);
-            MPI_Abort(MPI_COMM_WORLD, 3);
+            job_abort();
         }
     }
 }
@@ -1046,7 +1054,7 @@ void rt_dist_finalize(void)
         /* a replica is gone: a collective would wait for it forever */
         pthread_mutex_unlock(&G.mu);
         RT_LOG(RT_LOG_ERROR, "ending the MPI job: %s", G.broken_msg);
-        MPI_Abort(MPI_COMM_WORLD, 3);
+        job_abort();
         return;
     }
     pthread_mutex_unlock(&G.mu);
@@ -1054,7 +1062,7 @@ void rt_dist_finalize(void)
     cmd_hdr h = {.cmd = CMD_EXIT};
     if (G.size > 1 && send_cmd(&h, "exit", err, sizeof err) < 0) {
         RT_LOG(RT_LOG_ERROR, "ending the MPI job: %s", err);
-        MPI_Abort(MPI_COMM_WORLD, 3);
+        job_abort();
     }
     guard_stop();
     MPI_Comm_free(&G.comm);
