@@ -204,6 +204,10 @@ static void *guard_dog(void *arg)
                                         __ATOMIC_ACQUIRE)) {
             RT_LOG(RT_LOG_ERROR, "replica %d: %s", G.rank, W.msg);
             pthread_kill(th, SIGRTMIN + 3);
+            /* its work is done: the process may end by any path now
+             * (MPI_Abort, the launcher) without joining it */
+            W.dog_on = 0;
+            pthread_detach(pthread_self());
             break;
         }
     }
@@ -219,20 +223,22 @@ static int guard_start(void)
     sa.sa_flags = SA_NODEFER | SA_RESTART; /* not blocked: the jump keeps no mask */
     sigemptyset(&sa.sa_mask);
     if (sigaction(SIGRTMIN + 3, &sa, NULL) < 0) return -1;
-    if (pthread_create(&W.dog, NULL, guard_dog, NULL) != 0) return -1;
-    W.dog_on = 1;
-    return 0;
+    pthread_mutex_lock(&W.mu);
+    W.dog_on = pthread_create(&W.dog, NULL, guard_dog, NULL) == 0;
+    const int on = W.dog_on;
+    pthread_mutex_unlock(&W.mu);
+    return on ? 0 : -1;
 }
 
 static void guard_stop(void)
 {
-    if (!W.dog_on) return;
     pthread_mutex_lock(&W.mu);
+    const int on = W.dog_on;
+    W.dog_on = 0;
     W.stop = 1;
     pthread_cond_signal(&W.cv);
     pthread_mutex_unlock(&W.mu);
-    pthread_join(W.dog, NULL);
-    W.dog_on = 0;
+    if (on) pthread_join(W.dog, NULL);
 }
 
 /* Ends the job from any rank's main or calling thread (the watchdog is
