@@ -808,7 +808,11 @@ int main(int argc, char **argv)
     }
     if (start(&m4, 4, NULL) == 0) {
         RUN(test_iris, &m4, 4);
+#ifndef __SANITIZE_ADDRESS__
+        /* W-D at N=4 is the slowest case (minutes under ASan); the plain
+         * build runs it, the ASan build keeps W-D at N=2. */
         RUN(test_wd, &m4, 4);
+#endif
         RUN(test_equivalence, &ref, &m4, 4);
         RUN(test_sync_bn, &ref, &m4, 4);
         RUN(test_fit, &m4, 4);
