@@ -281,13 +281,13 @@ static int on_fit_event(void *ud, const uint8_t *data, size_t len)
     return f->cut_at && f->epochs == f->cut_at;
 }
 
-static int fit_on(const char *pid, uint64_t id, uint32_t epochs, uint32_t received, int cut_at,
-                  fit_log *f, itest_res *r)
+static int fit_ds(const char *pid, const char *ds, uint64_t id, uint32_t epochs,
+                  uint32_t received, int cut_at, fit_log *f, itest_res *r)
 {
     Rtrain__V1__FitRequest q = RTRAIN__V1__FIT_REQUEST__INIT;
     q.session_id = S;
     q.program_id = (char *)pid;
-    q.dataset_id = DS;
+    q.dataset_id = (char *)ds;
     q.epochs = epochs;
     q.progress_every = 1;
     q.fit_id = id;
@@ -299,7 +299,7 @@ static int fit_on(const char *pid, uint64_t id, uint32_t epochs, uint32_t receiv
 
 static int fit(uint64_t id, uint32_t epochs, uint32_t received, fit_log *f, itest_res *r)
 {
-    return fit_on(P, id, epochs, received, 0, f, r);
+    return fit_ds(P, DS, id, epochs, received, 0, f, r);
 }
 
 static void fit_log_free(fit_log *f)
@@ -356,10 +356,35 @@ static void test_fit_resend(void)
     CHECK(itest_session(C, "after-fit-resend", S2) == 0, "the daemon keeps serving");
 }
 
+/* NB samples of the iris-shaped set: 6000 steps an epoch at batch 5, so the
+ * 128 epoch ends the daemon keeps are ~770k steps (seconds), far more than it runs
+ * before a cancel reaches it, even on a loaded machine. */
+#define NB 30000
+
+static int upload_big(char *id, itest_res *r)
+{
+    static float xb[NB * 4];
+    static int32_t yb[NB];
+    for (int i = 0; i < NB * 4; i++) xb[i] = sinf(0.37f * (float)i);
+    for (int i = 0; i < NB; i++) yb[i] = i % 3;
+    int64_t xs[2] = {NB, 4}, ys[1] = {NB};
+    Rtrain__V1__DataPart px = raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
+                                       RTRAIN__V1__DTYPE__F32, xs, 2, sizeof xb);
+    Rtrain__V1__DataPart py = raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS,
+                                       RTRAIN__V1__DTYPE__I32, ys, 1, sizeof yb);
+    Rtrain__V1__DataPart *pp[2] = {&px, &py};
+    static uint8_t buf[sizeof xb + sizeof yb];
+    memcpy(buf, xb, sizeof xb);
+    memcpy(buf + sizeof xb, yb, sizeof yb);
+    return itest_upload(C, S, pp, 2, buf, sizeof buf, 1 << 16, id, r);
+}
+
 static void test_fit_cut_and_resent(void)
 {
     itest_res r;
-    char pa[64] = "", pb[64] = "";
+    char pa[64] = "", pb[64] = "", db[64] = "";
+    CHECK(upload_big(db, &r) == 0, "upload: %d %s", r.status, r.details);
+    itest_res_free(&r);
     for (int i = 0; i < 2; i++) {
         Rtrain__V1__CompileResponse *p = compile(S, 5, NULL, 8, &r);
         CHECK(p != NULL, "compile: %d %s", r.status, r.details);
@@ -368,19 +393,18 @@ static void test_fit_cut_and_resent(void)
         FREE(p);
         itest_res_free(&r);
     }
-    /* the twin, uninterrupted: 5,000 epochs of 6 steps (long enough that
-     * the cut below lands while the daemon still trains) */
-    enum { EP = 5000 };
+    /* the twin, uninterrupted: 20 epochs of 6000 steps */
+    enum { EP = 20 };
     static fit_log ref, a, b;
-    int st = fit_on(pa, 0x7717ull, EP, 0, 0, &ref, &r);
+    int st = fit_ds(pa, db, 0x7717ull, EP, 0, 0, &ref, &r);
     CHECK(st == 0 && ref.done && ref.epochs == EP, "reference: %d %s", st, r.details);
     itest_res_free(&r);
     /* cut at the 3rd epoch end (the daemon stops where the cancel reaches
      * it, between two steps), then sent again with the epochs that came */
-    fit_on(pb, 0x7718ull, EP, 0, 3, &a, &r);
+    fit_ds(pb, db, 0x7718ull, EP, 0, 3, &a, &r);
     itest_res_free(&r);
     CHECK(a.epochs == 3 && !a.done, "cut: %d epochs, done %d", a.epochs, a.done);
-    st = fit_on(pb, 0x7718ull, EP, (uint32_t)a.epochs, 0, &b, &r);
+    st = fit_ds(pb, db, 0x7718ull, EP, (uint32_t)a.epochs, 0, &b, &r);
     CHECK(st == 0 && b.done && a.epochs + b.epochs == EP, "resent: %d %s, %d + %d epochs", st,
           r.details, a.epochs, b.epochs);
     itest_res_free(&r);
