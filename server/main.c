@@ -87,6 +87,9 @@ static void usage(FILE *f)
             "                           charged to its uploader (default 600; 0 = off)\n"
             "  --upload-pool-bytes N    idle upload buffers kept for reuse: their memory\n"
             "                           is already touched (default 1G; 0 = none)\n"
+            "  --upload-arena-bytes N   idle upload memory a background thread keeps\n"
+            "                           faulted in, so an upload does not pay the first\n"
+            "                           touch of fresh pages (default 256M; 0 = off)\n"
             "  --pipeline-hold-ms N     a pipelined RunSteps waits at most N ms for the\n"
             "                           call before it (after_seq) (default 30000)\n"
             "  --max-inflate-ratio N    gzip data may inflate to N x its size (default 100)\n"
@@ -337,7 +340,7 @@ int main(int argc, char **argv)
            O_TLS_CA, O_TOKENS, O_INSECURE, O_NEW_TOKEN, O_MAXMEM, O_LEASE, O_SLICE, O_CTHREADS,
            O_CTIMEOUT, O_XTHREADS, O_MAXUP, O_MAXUPB, O_STALL, O_RATIO, O_KEEPALIVE,
            O_HANDSHAKE, O_CONNIDLE, O_STREAMQ, O_KATIMEOUT, O_DRAIN,
-           O_LOGFMT, O_METRICS, O_UPKEEP, O_PIPEHOLD, O_UPPOOL, O_DETRED, O_DISTTO,
+           O_LOGFMT, O_METRICS, O_UPKEEP, O_PIPEHOLD, O_UPPOOL, O_UPARENA, O_DETRED, O_DISTTO,
            O_SPOOL, O_STREAMABOVE, O_MAPBELOW, O_DTHREADS, O_PREFETCH, O_SHUFBUF, O_MAXSPOOL,
            O_STATE, O_CK_STEPS, O_CK_S, O_CK_KEEP, O_CK_FAIL,
            O_CK_NOSYNC,
@@ -382,6 +385,7 @@ int main(int argc, char **argv)
         {"upload-keep-s", required_argument, 0, O_UPKEEP},
         {"pipeline-hold-ms", required_argument, 0, O_PIPEHOLD},
         {"upload-pool-bytes", required_argument, 0, O_UPPOOL},
+        {"upload-arena-bytes", required_argument, 0, O_UPARENA},
         {"spool-dir", required_argument, 0, O_SPOOL},
         {"stream-above", required_argument, 0, O_STREAMABOVE},
         {"map-spool-below", required_argument, 0, O_MAPBELOW},
@@ -513,6 +517,11 @@ int main(int argc, char **argv)
             if (rt_quota_parse(optarg, &v) < 0)
                 goto bad;
             cfg.upload_pool_bytes = v;
+            break;
+        case O_UPARENA:
+            if (rt_quota_parse(optarg, &v) < 0)
+                goto bad;
+            cfg.upload_arena_bytes = v;
             break;
         case O_PIPEHOLD:
             if (parse_u64(optarg, &v) < 0 || v < 1 || v > 3600000)

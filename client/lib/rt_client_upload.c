@@ -17,6 +17,7 @@
 #include "rt_client_impl.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,15 +201,65 @@ static size_t put_varint(uint8_t *p, uint64_t v)
     return n;
 }
 
-/* One UploadChunk framed by hand in one slice: header (the first), offset,
- * data (want bytes read straight into place), last. Field numbers and
- * wire types are the .proto's: 1 header, 2 offset, 3 data, 4 last. */
+/* Slices that point into the caller's arrays (zero copy): each one's
+ * destroy callback counts down, and the upload returns only once gRPC has
+ * let go of every one, since the caller may free its memory after that. */
+typedef struct zc_refs {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t live;
+} zc_refs;
+
+static void zc_unref(void *ud)
+{
+    zc_refs *z = ud;
+    pthread_mutex_lock(&z->mu);
+    if (--z->live == 0)
+        pthread_cond_broadcast(&z->cv);
+    pthread_mutex_unlock(&z->mu);
+}
+
+static void zc_wait(zc_refs *z)
+{
+    pthread_mutex_lock(&z->mu);
+    while (z->live)
+        pthread_cond_wait(&z->cv, &z->mu);
+    pthread_mutex_unlock(&z->mu);
+}
+
+#define RT__ZC_SLICES 8 /* prefix, up to 6 pieces of data, last */
+
+/* want bytes from part/off on lie in at most RT__ZC_SLICES - 2 memory
+ * parts: the chunk's data slices reference them where they lie. */
+static int in_memory(const src *s, size_t n, size_t part, uint64_t off, size_t want)
+{
+    size_t pieces = 0;
+    while (want && part < n) {
+        if (s[part].f)
+            return 0;
+        uint64_t left = s[part].len - off;
+        if (left) {
+            want -= want < left ? want : (size_t)left;
+            pieces++;
+        }
+        part++;
+        off = 0;
+    }
+    return want == 0 && pieces <= RT__ZC_SLICES - 2;
+}
+
+/* One UploadChunk framed by hand: header (the first), offset, data, last.
+ * Field numbers and wire types are the .proto's: 1 header, 2 offset,
+ * 3 data, 4 last. Data in memory goes by reference (slices over the
+ * caller's array, counted in z); file data is read straight into place
+ * in one slice. */
 static int make_chunk(rt_client *c, const uint8_t *hdr, size_t hdr_len, uint64_t offset,
                       src *s, size_t n, size_t *part, uint64_t *off, size_t want, int last,
-                      grpc_byte_buffer **out)
+                      zc_refs *z, grpc_byte_buffer **out)
 {
     *out = NULL;
-    size_t cap = (hdr ? 1 + 10 + hdr_len : 0) + 11 + 11 + want + 2;
+    int zc = z && in_memory(s, n, *part, *off, want);
+    size_t cap = (hdr ? 1 + 10 + hdr_len : 0) + 11 + 11 + (zc ? 0 : want) + 2;
     grpc_slice sl = grpc_slice_malloc(cap);
     uint8_t *p = GRPC_SLICE_START_PTR(sl), *q = p;
     if (hdr) {
@@ -221,6 +272,39 @@ static int make_chunk(rt_client *c, const uint8_t *hdr, size_t hdr_len, uint64_t
     q += put_varint(q, offset);
     *q++ = (3 << 3) | 2;
     q += put_varint(q, want);
+    if (zc) {
+        grpc_slice v[RT__ZC_SLICES];
+        size_t nv = 0;
+        v[nv++] = grpc_slice_sub(sl, 0, (size_t)(q - p));
+        for (size_t left = want; left && nv < RT__ZC_SLICES - 1;) {
+            src *x = &s[*part];
+            uint64_t room = x->len - *off;
+            if (room == 0) {
+                (*part)++;
+                *off = 0;
+                continue;
+            }
+            size_t take = left < room ? left : (size_t)room;
+            pthread_mutex_lock(&z->mu);
+            z->live++;
+            pthread_mutex_unlock(&z->mu);
+            v[nv++] = grpc_slice_new_with_user_data((uint8_t *)x->p->data + *off, take,
+                                                    zc_unref, z);
+            *off += take;
+            left -= take;
+        }
+        if (last) {
+            uint8_t *t = p + (q - p);
+            t[0] = (4 << 3) | 0;
+            t[1] = 1;
+            v[nv++] = grpc_slice_sub(sl, (size_t)(q - p), (size_t)(q - p) + 2);
+        }
+        grpc_slice_unref(sl);
+        *out = grpc_raw_byte_buffer_create(v, nv);
+        for (size_t i = 0; i < nv; i++)
+            grpc_slice_unref(v[i]);
+        return *out ? 0 : rt__err(c, RT_ENOMEM, "UploadDataset: out of memory");
+    }
     size_t got = 0;
     int rc = read_at(c, s, n, part, off, q, want, &got);
     if (rc == 0 && got != want)
@@ -259,6 +343,7 @@ static int stream_upload(rt_client *c, Rtrain__V1__DatasetHeader *hdr, src *s,
         free(hp);
         return rc;
     }
+    zc_refs z = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .live = 0};
     uint64_t local = 0, sent = start, off = 0;
     size_t part = 0;
     grpc_byte_buffer *inflight = NULL;
@@ -268,7 +353,8 @@ static int stream_upload(rt_client *c, Rtrain__V1__DatasetHeader *hdr, src *s,
         size_t want = total - sent < RT_UPLOAD_CHUNK ? (size_t)(total - sent) : RT_UPLOAD_CHUNK;
         int last = sent + want >= total;
         grpc_byte_buffer *bb;
-        rc = make_chunk(c, first ? hp : NULL, hdr_len, sent, s, n, &part, &off, want, last, &bb);
+        rc = make_chunk(c, first ? hp : NULL, hdr_len, sent, s, n, &part, &off, want, last, &z,
+                        &bb);
         local += rt_now_ns() - l0;
         /* The previous chunk went out while this one was made. */
         int ok = 1;
@@ -301,6 +387,9 @@ static int stream_upload(rt_client *c, Rtrain__V1__DatasetHeader *hdr, src *s,
     grpc_byte_buffer *recv;
     rt__stream_recv(&k, &recv);
     int src_rc = rt__stream_close(&k);
+    zc_wait(&z); /* the call is gone: gRPC holds none of the caller's memory now */
+    pthread_mutex_destroy(&z.mu);
+    pthread_cond_destroy(&z.cv);
     /* Reading and framing chunks overlaps the daemon receiving the
      * previous ones: it is in-stream client time, inside the round trip. */
     c->cur.client_stream_ns = local;

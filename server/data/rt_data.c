@@ -565,7 +565,7 @@ static int64_t first_nonfinite(const float *x, int64_t n)
  * f32 lying aligned in the caller's buffer, the dataset takes that buffer
  * (*adopt = NULL) instead of copying it: no second allocation, no page
  * faults on a fresh copy of a large upload. */
-static int to_features(const src_arr *s, int normalize, rt_dataset *ds,
+static int to_features(const src_arr *s, int normalize, int finite_known, rt_dataset *ds,
                        uint64_t max_bytes, uint8_t **adopt, char *err, size_t errlen)
 {
     int64_t n = s->dims[0];
@@ -582,7 +582,7 @@ static int to_features(const src_arr *s, int normalize, rt_dataset *ds,
     if (adopt && *adopt && skip < 0 && s->t == S_F32 && !s->big_endian && !s->owned &&
         (uintptr_t)s->data % _Alignof(float) == 0) {
         const float *xs = (const float *)s->data;
-        int64_t bad = first_nonfinite(xs, total);
+        int64_t bad = finite_known ? -1 : first_nonfinite(xs, total);
         if (bad >= 0)
             return fail(err, errlen, RT_ENAN, "features contain %s at sample %lld, column %lld",
                         nonfinite_name(xs[bad]), (long long)(bad / per), (long long)(bad % per));
@@ -604,7 +604,7 @@ static int to_features(const src_arr *s, int normalize, rt_dataset *ds,
                 x[i] = scale ? (float)s->data[i] / 255.0f : (float)s->data[i];
         } else {
             memcpy(x, s->data, (size_t)total * sizeof(float));
-            int64_t i = first_nonfinite(x, total);
+            int64_t i = finite_known ? -1 : first_nonfinite(x, total);
             if (i >= 0) {
                 double d = x[i];
                 free(x);
@@ -1288,8 +1288,8 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
                 continue;
             }
             if (rc == 0 && is_x && !streamed)
-                rc = to_features(&s, p->normalize, ds, max_bytes, take_free ? bufp : NULL, err,
-                                 errlen);
+                rc = to_features(&s, p->normalize, p->format == RT_FMT_RAW && p->finite_checked,
+                                 ds, max_bytes, take_free ? bufp : NULL, err, errlen);
             if (rc == 0 && !streamed && p->role != RT_ROLE_FEATURES) {
                 if (p->role == RT_ROLE_LABELS)
                     s.label_col = -1;
@@ -1677,6 +1677,34 @@ size_t rt_data_store_count(rt_data_store *s)
 }
 
 /* ------------------------------------------------------- held TFRecord parts */
+/* The part whose values rt_data_place checks as they land: RAW f32
+ * features, the layout an array upload sends. */
+static int place_checks(const rt_data_part *p)
+{
+    return p->role == RT_ROLE_FEATURES && p->format == RT_FMT_RAW && p->dtype == RT_F32 &&
+           !p->held;
+}
+
+/* OR of "exponent all ones" over the whole floats that end in [off, end)
+ * of a part (a float cut by a chunk boundary is checked with its last
+ * byte): the block was just written, so this reads it from cache. */
+static uint32_t nonfinite_bits(const uint8_t *part, uint64_t off, uint64_t end)
+{
+    uint32_t bad = 0;
+    for (uint64_t i = off / 4; i < end / 4; i++) {
+        uint32_t u;
+        memcpy(&u, part + i * 4, 4);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    return bad;
+}
+
+void rt_data_place_finite(rt_data_part *parts, int n_parts, const rt_data_cursor *cur)
+{
+    for (int i = 0; i < n_parts; i++)
+        parts[i].finite_checked = place_checks(&parts[i]) && !cur->nonfinite;
+}
+
 void rt_data_place(const rt_data_part *parts, int n_parts, rt_data_cursor *cur, uint8_t *buf,
                    const uint8_t *d, size_t n)
 {
@@ -1692,6 +1720,8 @@ void rt_data_place(const rt_data_part *parts, int n_parts, rt_data_cursor *cur, 
         uint64_t room = parts[cur->part].length - cur->off;
         size_t take = n < room ? n : (size_t)room;
         memcpy(buf + cur->base + cur->off, d, take);
+        if (place_checks(&parts[cur->part]))
+            cur->nonfinite |= nonfinite_bits(buf + cur->base, cur->off, cur->off + take);
         cur->off += take;
         d += take;
         n -= take;

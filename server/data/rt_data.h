@@ -82,6 +82,8 @@ typedef struct rt_data_part {
     int storage;               /* features part of RAW/NPY/CSV/IDX: rt_storage
                                   (rt_example.h); TFRecord: spec->storage */
     int64_t shuffle_buffer;    /* streamed: samples; 0 = the daemon's default */
+    int finite_checked;        /* RAW f32: rt_data_place saw every value and all
+                                  were finite (to_features skips its pass) */
 } rt_data_part;
 
 typedef struct rt_dataset {
@@ -229,9 +231,16 @@ rt_shard_cache *rt_data_store_shards(rt_data_store *s);
 typedef struct rt_data_cursor {
     int part;
     uint64_t base, off;   /* the part's start in buf, bytes filled in it */
+    uint32_t nonfinite;   /* nonzero once a RAW f32 features value placed was
+                             NaN/Inf (rt_data_place checks each block while it
+                             is in cache; rt_data_place_finite reads it) */
 } rt_data_cursor;
 void rt_data_place(const rt_data_part *parts, int n_parts, rt_data_cursor *cur, uint8_t *buf,
                    const uint8_t *d, size_t n);
+/* After the whole stream was placed: mark the RAW f32 features part
+ * finite_checked when rt_data_place found no NaN/Inf in it, so parsing
+ * does not read the whole buffer once more. */
+void rt_data_place_finite(rt_data_part *parts, int n_parts, const rt_data_cursor *cur);
 void rt_data_shard_key(const char *owner, const uint8_t hash[16], uint8_t key[16]);
 int rt_data_fill_held(rt_shard_cache *sc, const char *owner, const rt_data_part *parts,
                       int n_parts, uint8_t *buf);

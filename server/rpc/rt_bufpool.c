@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define RT__BP_LARGE (8u << 20)
 #define RT__BP_HDR 64 /* keeps the data 64-byte aligned */
@@ -17,17 +20,22 @@ typedef struct bp_hdr {
 
 static struct {
     pthread_mutex_t mu;
+    pthread_cond_t cv;      /* the arena thread waits here for a shortfall */
     uint64_t cap, idle;
+    uint64_t arena;         /* idle bytes the arena thread keeps faulted in */
+    uint64_t filling;       /* bytes it is faulting in now */
+    uint64_t prefaulted;    /* bytes it faulted in, ever */
+    int thread;             /* started */
     void *maps[RT__BP_MAX]; /* idle mappings, oldest first */
     size_t lens[RT__BP_MAX];
     size_t asked[RT__BP_MAX]; /* their bp_hdr.asked: what P.idle sums */
     int n;
-} P = {.mu = PTHREAD_MUTEX_INITIALIZER, .cap = 0};
+} P = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .cap = 0};
 
 void rt_bufpool_set_cap(uint64_t cap)
 {
     pthread_mutex_lock(&P.mu);
-    P.cap = cap;
+    P.cap = cap > P.arena ? cap : P.arena;
     pthread_mutex_unlock(&P.mu);
 }
 
@@ -49,6 +57,112 @@ static void drop_at(int i)
     memmove(P.lens + i, P.lens + i + 1, sizeof P.lens[0] * k);
     memmove(P.asked + i, P.asked + i + 1, sizeof P.asked[0] * k);
     P.n--;
+}
+
+static void idle_add(void *m, size_t len, size_t asked, void **drop, size_t *dlen, int *nd);
+
+/* Write-fault every page of [m, m + len) in: the kernel zeroes them here,
+ * on the arena thread, instead of under an upload's copy. */
+static void populate(void *m, size_t len)
+{
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+    if (madvise(m, len, MADV_POPULATE_WRITE) == 0)
+        return;
+    for (size_t o = 0; o < len; o += 4096) /* older kernels: touch each page */
+        ((volatile char *)m)[o] = 0;
+}
+
+/* A 2 MiB-aligned anonymous mapping of len bytes (a multiple of 2 MiB),
+ * asked for huge pages, or NULL. */
+static void *map_aligned(size_t len)
+{
+    size_t al = 2u << 20;
+    char *m = mmap(NULL, len + al, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    size_t head = (al - (uintptr_t)m % al) % al;
+    if (head)
+        munmap(m, head);
+    if (al - head)
+        munmap(m + head + len, al - head);
+    m += head;
+#ifdef MADV_HUGEPAGE
+    madvise(m, len, MADV_HUGEPAGE);
+#endif
+    return m;
+}
+
+/* The arena thread: whenever the idle pool holds less than P.arena bytes
+ * (at start, and after an upload took a buffer that no freed dataset gave
+ * back), it maps the shortfall and faults it in, at the lowest priority,
+ * and adds it to the pool. An upload then finds memory whose first-touch
+ * cost was paid off its critical path. */
+static void *arena_main(void *arg)
+{
+    (void)arg;
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19); /* this thread only */
+    pthread_mutex_lock(&P.mu);
+    for (;;) {
+        while (P.idle >= P.arena)
+            pthread_cond_wait(&P.cv, &P.mu);
+        size_t short_by = (size_t)(P.arena - P.idle), len = round_up(short_by, 2u << 20);
+        P.filling = len;
+        pthread_mutex_unlock(&P.mu);
+        void *m = map_aligned(len);
+        if (m)
+            populate(m, len);
+        void *drop[RT__BP_MAX + 1];
+        size_t dlen[RT__BP_MAX + 1];
+        int nd = 0;
+        pthread_mutex_lock(&P.mu);
+        P.filling = 0;
+        if (!m) {
+            pthread_mutex_unlock(&P.mu);
+            sleep(1); /* out of address space: try again later */
+            pthread_mutex_lock(&P.mu);
+            continue;
+        }
+        P.prefaulted += len;
+        /* counted as the shortfall it fills: idle reaches the arena
+         * exactly, under the cap, so nothing older is pushed out */
+        idle_add(m, len, short_by, drop, dlen, &nd);
+        pthread_mutex_unlock(&P.mu);
+        for (int i = 0; i < nd; i++)
+            munmap(drop[i], dlen[i]);
+        pthread_mutex_lock(&P.mu);
+    }
+    return NULL;
+}
+
+int rt_bufpool_set_arena(uint64_t bytes)
+{
+    pthread_mutex_lock(&P.mu);
+    P.arena = bytes;
+    if (P.cap < bytes)
+        P.cap = bytes;
+    int rc = 0;
+    if (bytes && !P.thread) {
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        rc = pthread_create(&t, &a, arena_main, NULL) == 0 ? 0 : -1;
+        pthread_attr_destroy(&a);
+        P.thread = rc == 0;
+    }
+    pthread_cond_signal(&P.cv);
+    pthread_mutex_unlock(&P.mu);
+    return rc;
+}
+
+uint64_t rt_bufpool_prefaulted_bytes(void)
+{
+    pthread_mutex_lock(&P.mu);
+    uint64_t v = P.prefaulted;
+    pthread_mutex_unlock(&P.mu);
+    return v;
 }
 
 void *rt_bufpool_get(size_t n)
@@ -73,13 +187,26 @@ void *rt_bufpool_get(size_t n)
             (!fits && !bfits && P.lens[i] > P.lens[best]))
             best = i;
     }
+    void *drop[RT__BP_MAX + 1];
+    size_t dlen[RT__BP_MAX + 1];
+    int nd = 0;
     if (best >= 0) {
         m = P.maps[best];
         mlen = P.lens[best];
         P.idle -= P.asked[best];
         drop_at(best);
+        if (mlen > len && mlen - len >= RT__BP_LARGE) {
+            /* Larger than needed (an arena's mapping): the rest stays
+             * idle, its pages still faulted in. */
+            idle_add((char *)m + len, mlen - len, mlen - len - RT__BP_HDR, drop, dlen, &nd);
+            mlen = len;
+        }
+        if (P.arena)
+            pthread_cond_signal(&P.cv);
     }
     pthread_mutex_unlock(&P.mu);
+    for (int i = 0; i < nd; i++)
+        munmap(drop[i], dlen[i]);
     if (m && mlen != len) {
         void *r = mremap(m, mlen, len, MREMAP_MAYMOVE);
         if (r == MAP_FAILED) {
@@ -116,23 +243,30 @@ void rt_bufpool_put(void *p)
     size_t dlen[RT__BP_MAX + 1];
     int nd = 0;
     pthread_mutex_lock(&P.mu);
-    if (asked > P.cap) {
-        drop[nd] = h;
-        dlen[nd++] = len;
-    } else {
-        /* Oldest first out, until this one fits under the cap. */
-        while (P.n && (P.n == RT__BP_MAX || P.idle + asked > P.cap)) {
-            drop[nd] = P.maps[0];
-            dlen[nd++] = P.lens[0];
-            P.idle -= P.asked[0];
-            drop_at(0);
-        }
-        P.maps[P.n] = h;
-        P.lens[P.n] = len;
-        P.asked[P.n++] = asked;
-        P.idle += asked;
-    }
+    idle_add(h, len, asked, drop, dlen, &nd);
     pthread_mutex_unlock(&P.mu);
     for (int i = 0; i < nd; i++)
         munmap(drop[i], dlen[i]);
+}
+
+/* Keep mapping m idle (P.mu held); what must go is listed in drop for
+ * munmap after the lock. */
+static void idle_add(void *m, size_t len, size_t asked, void **drop, size_t *dlen, int *nd)
+{
+    if (asked > P.cap) {
+        drop[*nd] = m;
+        dlen[(*nd)++] = len;
+        return;
+    }
+    /* Oldest first out, until this one fits under the cap. */
+    while (P.n && (P.n == RT__BP_MAX || P.idle + asked > P.cap)) {
+        drop[*nd] = P.maps[0];
+        dlen[(*nd)++] = P.lens[0];
+        P.idle -= P.asked[0];
+        drop_at(0);
+    }
+    P.maps[P.n] = m;
+    P.lens[P.n] = len;
+    P.asked[P.n++] = asked;
+    P.idle += asked;
 }

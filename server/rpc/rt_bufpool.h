@@ -7,6 +7,7 @@
  * memory already touched); reused pages cost nothing.
  *
  *     rt_bufpool_set_cap(1ull << 30);     // once, at start; 0 = no pooling
+ *     rt_bufpool_set_arena(256ull << 20); // keep 256 MiB faulted in (optional)
  *     uint8_t *b = rt_bufpool_get(n);     // n usable bytes, or NULL
  *     ...
  *     rt_bufpool_put(b);                  // NULL is a no-op
@@ -29,5 +30,14 @@ void *rt_bufpool_get(size_t n);
 void rt_bufpool_put(void *p);
 /* Bytes held idle in the pool, as asked for (for metrics and tests). */
 uint64_t rt_bufpool_idle_bytes(void);
+/* The upload arena: a background thread (lowest priority) keeps at least
+ * bytes idle in the pool with their pages already faulted in, mapping and
+ * faulting in the shortfall at start and whenever an upload takes from
+ * it; a buffer larger than asked is split and the rest stays idle. The
+ * cap is raised to at least bytes. 0 stops refilling. Returns 0, or -1
+ * if the thread could not start. */
+int rt_bufpool_set_arena(uint64_t bytes);
+/* Bytes the arena thread faulted in since start (for metrics and tests). */
+uint64_t rt_bufpool_prefaulted_bytes(void);
 
 #endif

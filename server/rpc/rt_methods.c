@@ -1394,6 +1394,7 @@ static int upload_work(rt_call *c)
             if (rc < 0)
                 return rt_call_fail(c, rc, "cannot keep the dataset: %s", err);
         }
+        rt_data_place_finite(u->parts, u->n_parts, &d->cur);
         int rc = rt_data_parse_take(u->parts, u->n_parts, &d->buf, u->total,
                                     c->srv->cfg.max_dataset_bytes,
                                     c->srv->cfg.max_inflate_ratio, rt_bufpool_put, &ds, err,

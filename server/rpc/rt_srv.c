@@ -46,6 +46,7 @@ void rt_srv_config_init(rt_srv_config *cfg)
     cfg->upload_keep_ms = 600000;
     cfg->pipeline_hold_ms = 30000;
     cfg->upload_pool_bytes = 1ull << 30;
+    cfg->upload_arena_bytes = 256ull << 20;
     cfg->max_inflate_ratio = 100;
     cfg->keepalive_ms = 60000;
     cfg->keepalive_timeout_ms = 20000;
@@ -1909,6 +1910,8 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
     pthread_mutex_init(&s->up_mu, NULL);
     pthread_mutex_init(&s->pipe_mu, NULL);
     rt_bufpool_set_cap(cfg->upload_pool_bytes);
+    if (rt_bufpool_set_arena(cfg->upload_arena_bytes) < 0)
+        RT_LOG(RT_LOG_WARN, "upload arena: no thread to fault in memory; uploads fault their own");
     if (s->cfg.max_exec_threads < 1)
         s->cfg.max_exec_threads = 1;
     if (s->cfg.compile_threads < 1)

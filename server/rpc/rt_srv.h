@@ -63,6 +63,8 @@ typedef struct rt_srv_config {
     uint64_t upload_keep_ms;     /* a broken upload's bytes wait this long for
                                     a resume; 0 = not kept */
     uint64_t upload_pool_bytes;  /* idle upload buffers kept for reuse */
+    uint64_t upload_arena_bytes; /* idle upload memory kept faulted in by a
+                                    background thread (rt_bufpool_set_arena) */
     uint64_t pipeline_hold_ms;   /* a pipelined RunSteps waits this long for
                                     its predecessor */
     uint32_t max_inflate_ratio;  /* gzip data: inflated / compressed bytes */

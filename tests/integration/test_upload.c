@@ -310,6 +310,67 @@ static void test_nan_csv(itest_conn *c, const char *sid)
     CHECK(ping_ok(c), "ping after NaN");
 }
 
+/* RAW f32 features are checked for NaN/Inf as each block lands (fused
+ * with the copy): a bad value cut in two by a chunk boundary, one in the
+ * last float, and clean data (whose full check is skipped) in chunks of
+ * odd sizes, each against the message naming the sample and column. */
+static void test_nonfinite_raw(itest_conn *c, const char *sid)
+{
+    float x[40 * 3];
+    for (int i = 0; i < 40 * 3; i++)
+        x[i] = (float)i * 0.25f - 7.0f;
+    int32_t y[40];
+    for (int i = 0; i < 40; i++)
+        y[i] = i % 2;
+    uint8_t raw[sizeof x + sizeof y];
+    Rtrain__V1__DataPart rx = part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DATA_FORMAT__FORMAT_RAW, sizeof x);
+    Rtrain__V1__DataPart ry = part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS, RTRAIN__V1__DATA_FORMAT__FORMAT_RAW, sizeof y);
+    int64_t xs[2] = {40, 3}, ys[1] = {40};
+    rx.dtype = RTRAIN__V1__DTYPE__F32;
+    rx.shape = xs;
+    rx.n_shape = 2;
+    ry.dtype = RTRAIN__V1__DTYPE__I32;
+    ry.shape = ys;
+    ry.n_shape = 1;
+    Rtrain__V1__DataPart *pr[2] = {&rx, &ry};
+    static const struct {
+        int at;         /* value index made bad, -1 none */
+        float v;
+        size_t chunk;   /* stream bytes per chunk */
+        const char *want;
+    } cases[] = {
+        {17 * 3 + 2, INFINITY, 5, "features contain Inf at sample 17, column 2"},
+        {39 * 3 + 2, NAN, 7, "features contain NaN at sample 39, column 2"},
+        {0, -INFINITY, 3, "features contain Inf at sample 0, column 0"},
+        {-1, 0, 5, NULL},
+        {-1, 0, 4096, NULL},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        float xx[40 * 3];
+        memcpy(xx, x, sizeof x);
+        if (cases[k].at >= 0)
+            xx[cases[k].at] = cases[k].v;
+        xx[5] = (float)k; /* new content each time: nothing is found already stored */
+        memcpy(raw, xx, sizeof xx);
+        memcpy(raw + sizeof xx, y, sizeof y);
+        itest_res r;
+        itest_upload(c, sid, pr, 2, raw, sizeof raw, cases[k].chunk, NULL, &r);
+        if (cases[k].want) {
+            CHECK(r.status == 3 && strstr(r.details, cases[k].want), "case %zu: %d '%s'", k,
+                  r.status, r.details);
+        } else {
+            Rtrain__V1__UploadResponse *u = upload_resp(&r);
+            CHECK(u && u->dataset->samples == 40 && u->dataset->n_x_shape == 1 &&
+                      u->dataset->x_shape[0] == 3,
+                  "case %zu (finite): %d '%s'", k, r.status, r.details);
+            if (u)
+                rtrain__v1__upload_response__free_unpacked(u, NULL);
+        }
+        itest_res_free(&r);
+    }
+    CHECK(ping_ok(c), "ping after non-finite RAW uploads");
+}
+
 /* Build the chunks of an upload by hand to break it in specific ways. */
 static void test_broken_streams(itest_conn *c, const char *sid)
 {
@@ -741,6 +802,7 @@ int main(int argc, char **argv)
     RUN(test_npy_raw, c, sid);
     RUN(test_idx, c, sid);
     RUN(test_nan_csv, c, sid);
+    RUN(test_nonfinite_raw, c, sid);
     RUN(test_broken_streams, c, sid);
     RUN(test_resume, c, sid);
     RUN(test_too_big, c, sid);

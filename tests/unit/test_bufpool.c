@@ -6,6 +6,8 @@
  * malloc'ed and never pooled. */
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "itest_unit.h"
 #include "rt_bufpool.h"
@@ -54,21 +56,33 @@ static void test_exact_cap_kept_and_reused(void)
     rt_bufpool_put(c);
 }
 
-/* A smaller request reuses the idle buffer, shrunk; the pool then counts
- * the new size. Over the cap, a buffer is dropped. */
+/* A smaller request takes the front of the idle buffer (22 MiB of its
+ * 66 MiB mapping: header and 2 MiB rounding) and the rest stays idle,
+ * still holding what was written (the same pages, not fresh ones); both
+ * come back. Over the cap, a buffer is dropped. */
 static void test_resize_and_over_cap(void)
 {
     rt_bufpool_set_cap(64 * MiB);
     CHECK(rt_bufpool_idle_bytes() == 64 * MiB, "64 MiB idle from the test before");
     uint8_t *b = rt_bufpool_get(20 * MiB + 5);
     CHECK(b && aligned64(b), "get 20 MiB + 5");
-    CHECK(rt_bufpool_idle_bytes() == 0, "the idle buffer was taken: %llu",
+    uint64_t rest = 44 * MiB - 64;
+    CHECK(rt_bufpool_idle_bytes() == rest, "the rest of the mapping stays idle: %llu",
           (unsigned long long)rt_bufpool_idle_bytes());
+    CHECK(b && b[4096] == 1 && b[8192] == 2, "the front holds what the test before wrote");
+    uint8_t *r = rt_bufpool_get(rest);
+    CHECK(b && r == b + 22 * MiB, "the rest is handed out next (%p, front %p)", (void *)r,
+          (void *)b);
+    CHECK(r && r[4096] == (uint8_t)((22 * MiB + 4096) >> 12),
+          "the rest holds what was written: its pages were kept");
+    CHECK(rt_bufpool_idle_bytes() == 0, "both taken: %llu",
+          (unsigned long long)rt_bufpool_idle_bytes());
+    rt_bufpool_put(r);
     if (b) {
         memset(b, 1, 20 * MiB + 5);
         rt_bufpool_put(b);
     }
-    CHECK(rt_bufpool_idle_bytes() == 20 * MiB + 5, "idle %llu",
+    CHECK(rt_bufpool_idle_bytes() == rest + 20 * MiB + 5, "idle %llu",
           (unsigned long long)rt_bufpool_idle_bytes());
     uint8_t *big = rt_bufpool_get(80 * MiB);
     CHECK(big != NULL, "get 80 MiB");
@@ -107,6 +121,58 @@ static void test_oldest_out(void)
     rt_bufpool_put(w);
 }
 
+/* The arena: a background thread keeps 32 MiB idle with its pages
+ * already resident (mincore, before anything here touches them), and
+ * refills it after a request takes from it. */
+static int resident(const uint8_t *p, size_t n)
+{
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095;
+    size_t len = (size_t)((uintptr_t)p + n - a), pages = (len + 4095) / 4096;
+    static unsigned char v[(64u << 20) / 4096];
+    if (pages > sizeof v || mincore((void *)a, len, v) < 0)
+        return 0;
+    for (size_t i = 0; i < pages; i++)
+        if (!(v[i] & 1))
+            return 0;
+    return 1;
+}
+
+static int wait_idle(uint64_t want)
+{
+    /* no time limit asserted: the thread runs at the lowest priority on a
+     * busy machine; give up only after a minute */
+    for (int i = 0; i < 6000 && rt_bufpool_idle_bytes() < want; i++)
+        usleep(10000);
+    return rt_bufpool_idle_bytes() >= want;
+}
+
+static void test_arena(void)
+{
+    /* empty the pool (the tests before left untouched buffers idle) */
+    uint8_t *held[64];
+    int nh = 0;
+    while (rt_bufpool_idle_bytes() && nh < 64)
+        held[nh++] = rt_bufpool_get(8 * MiB);
+    rt_bufpool_set_cap(0);
+    for (int i = 0; i < nh; i++)
+        rt_bufpool_put(held[i]);
+    CHECK(rt_bufpool_idle_bytes() == 0, "pool emptied: %llu",
+          (unsigned long long)rt_bufpool_idle_bytes());
+    CHECK(rt_bufpool_set_arena(32 * MiB) == 0, "arena thread started");
+    CHECK(wait_idle(32 * MiB), "32 MiB faulted in and idle: %llu",
+          (unsigned long long)rt_bufpool_idle_bytes());
+    CHECK(rt_bufpool_prefaulted_bytes() >= 32 * MiB, "prefaulted %llu",
+          (unsigned long long)rt_bufpool_prefaulted_bytes());
+    uint8_t *b = rt_bufpool_get(16 * MiB);
+    CHECK(b && resident(b, 16 * MiB), "an upload buffer from the arena is already resident");
+    CHECK(wait_idle(32 * MiB), "refilled after the take: %llu idle",
+          (unsigned long long)rt_bufpool_idle_bytes());
+    CHECK(rt_bufpool_prefaulted_bytes() >= 48 * MiB, "prefaulted %llu",
+          (unsigned long long)rt_bufpool_prefaulted_bytes());
+    rt_bufpool_put(b);
+    rt_bufpool_set_arena(0);
+}
+
 static void test_small_not_pooled(void)
 {
     rt_bufpool_set_cap(64 * MiB);
@@ -130,5 +196,6 @@ int main(void)
     RUN(test_resize_and_over_cap);
     RUN(test_oldest_out);
     RUN(test_small_not_pooled);
+    RUN(test_arena);
     return itest_summary();
 }
