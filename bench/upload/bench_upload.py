@@ -38,14 +38,31 @@ def size_arg(s):
     return int(m.group(1)) << {'': 0, 'K': 10, 'M': 20, 'G': 30}[m.group(2)]
 
 
-def start(rtraind, store):
+def start(rtraind, store, arena):
     d = subprocess.Popen([rtraind, '--listen', '127.0.0.1:0', '--log-level', 'warn',
-                          '--max-store-bytes', str(store)], stdout=subprocess.PIPE, text=True)
+                          '--max-store-bytes', str(store), '--upload-arena-bytes', str(arena)],
+                         stdout=subprocess.PIPE, text=True)
     for line in d.stdout:
         m = re.match(r'rtraind listening on (\S+)', line)
         if m:
             return d, m.group(1)
     raise SystemExit('rtraind did not start')
+
+
+def rss(pid):
+    for line in open(f'/proc/{pid}/status'):
+        if line.startswith('VmRSS:'):
+            return int(line.split()[1]) << 10
+    return 0
+
+
+def wait_arena(pid, arena):
+    """Seconds until the daemon's arena thread has faulted its memory in
+    (its resident size reaches the arena), at most a minute."""
+    t0 = time.perf_counter()
+    while rss(pid) < arena and time.perf_counter() - t0 < 60:
+        time.sleep(0.05)
+    return time.perf_counter() - t0
 
 
 def cpu_self():
@@ -74,6 +91,10 @@ def main():
     ap.add_argument('stream')
     ap.add_argument('--sizes', default='256M,1G')
     ap.add_argument('--reps', type=int, default=5)
+    ap.add_argument('--arena', default='2x',
+                    help="the daemon's --upload-arena-bytes: NX (N times the size, the "
+                         "default 2x: the first two uploads of a size find no freed "
+                         "dataset's buffer), a byte count, or 0 (off)")
     a = ap.parse_args()
     import numpy as np
     import rtrain
@@ -87,8 +108,12 @@ def main():
         # A daemon per size whose store holds one dataset of it: each upload
         # evicts the one before, whose buffer the upload after it reuses
         # (--upload-pool-bytes).
-        d, addr = start(a.rtraind, n + (64 << 20))
+        arena = (int(float(a.arena[:-1]) * n) if a.arena.endswith('x')
+                 else size_arg(a.arena))
+        d, addr = start(a.rtraind, n + (64 << 20), arena)
         try:
+            # The arena is faulted in at start, off the uploads' path.
+            ready = wait_arena(d.pid, arena) if arena else 0.0
             c = rtrain.connect(addr, timeout=0)
             x = np.random.default_rng(n).random((n // 1024, 256), dtype=np.float32)
             ours, base, plain, c_ours, c_base, c_plain = [], [], [], [], [], []
@@ -109,7 +134,8 @@ def main():
             print(f'{n >> 20:>6}Mi {mo:>12.2f} {mb:>15.2f} {mo / mb:>7.2f}'
                   f' {statistics.median(plain):>12.2f} {statistics.median(c_ours):>16.2f}'
                   f' {statistics.median(c_base):>6.2f} {statistics.median(c_plain):>6.2f}   '
-                  + ' '.join(f'{v:.2f}' for v in ours))
+                  + ' '.join(f'{v:.2f}' for v in ours)
+                  + f'   (arena {arena >> 20} MiB, faulted in {ready:.1f} s)')
             del x
             c.close()
         finally:

@@ -25,6 +25,7 @@ static struct {
     uint64_t arena;         /* idle bytes the arena thread keeps faulted in */
     uint64_t filling;       /* bytes it is faulting in now */
     uint64_t prefaulted;    /* bytes it faulted in, ever */
+    int busy;               /* uploads in flight: the thread waits for 0 */
     int thread;             /* started */
     void *maps[RT__BP_MAX]; /* idle mappings, oldest first */
     size_t lens[RT__BP_MAX];
@@ -105,14 +106,21 @@ static void *arena_main(void *arg)
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19); /* this thread only */
     pthread_mutex_lock(&P.mu);
     for (;;) {
-        while (P.idle >= P.arena)
+        while (P.idle >= P.arena || P.busy)
             pthread_cond_wait(&P.cv, &P.mu);
         size_t short_by = (size_t)(P.arena - P.idle), len = round_up(short_by, 2u << 20);
         P.filling = len;
         pthread_mutex_unlock(&P.mu);
         void *m = map_aligned(len);
-        if (m)
-            populate(m, len);
+        /* In steps, each only while no upload runs: zeroing pages takes
+         * the CPU (and on a VM the host's) that the upload needs. */
+        for (size_t o = 0, step = 32u << 20; m && o < len; o += step) {
+            pthread_mutex_lock(&P.mu);
+            while (P.busy)
+                pthread_cond_wait(&P.cv, &P.mu);
+            pthread_mutex_unlock(&P.mu);
+            populate((char *)m + o, len - o < step ? len - o : step);
+        }
         void *drop[RT__BP_MAX + 1];
         size_t dlen[RT__BP_MAX + 1];
         int nd = 0;
@@ -152,9 +160,18 @@ int rt_bufpool_set_arena(uint64_t bytes)
         pthread_attr_destroy(&a);
         P.thread = rc == 0;
     }
-    pthread_cond_signal(&P.cv);
+    pthread_cond_broadcast(&P.cv);
     pthread_mutex_unlock(&P.mu);
     return rc;
+}
+
+void rt_bufpool_busy(int delta)
+{
+    pthread_mutex_lock(&P.mu);
+    P.busy += delta;
+    if (!P.busy)
+        pthread_cond_broadcast(&P.cv);
+    pthread_mutex_unlock(&P.mu);
 }
 
 uint64_t rt_bufpool_prefaulted_bytes(void)
@@ -202,7 +219,7 @@ void *rt_bufpool_get(size_t n)
             mlen = len;
         }
         if (P.arena)
-            pthread_cond_signal(&P.cv);
+            pthread_cond_broadcast(&P.cv);
     }
     pthread_mutex_unlock(&P.mu);
     for (int i = 0; i < nd; i++)

@@ -32,11 +32,14 @@ void rt_bufpool_put(void *p);
 uint64_t rt_bufpool_idle_bytes(void);
 /* The upload arena: a background thread (lowest priority) keeps at least
  * bytes idle in the pool with their pages already faulted in, mapping and
- * faulting in the shortfall at start and whenever an upload takes from
- * it; a buffer larger than asked is split and the rest stays idle. The
+ * faulting in the shortfall at start and after an upload took from it
+ * (while no upload runs: rt_bufpool_busy); a buffer larger than asked is split and the rest stays idle. The
  * cap is raised to at least bytes. 0 stops refilling. Returns 0, or -1
  * if the thread could not start. */
 int rt_bufpool_set_arena(uint64_t bytes);
+/* An upload starts (+1) or ends (-1): the arena thread faults memory in
+ * only while none runs, so its page zeroing stays off uploads' path. */
+void rt_bufpool_busy(int delta);
 /* Bytes the arena thread faulted in since start (for metrics and tests). */
 uint64_t rt_bufpool_prefaulted_bytes(void);
 

@@ -4,6 +4,7 @@
 #include "rt_srv_impl.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,11 @@
 
 #include <oneapi/dnnl/dnnl.h>
 #include <xxhash.h>
+#if defined(__x86_64__) || defined(__i386__)
+/* libxxhash's XXH3 with a run-time choice of SSE2/AVX2/AVX-512 (the
+ * plain entry points are SSE2): same hashes, about twice the speed */
+#include <xxh_x86dispatch.h>
+#endif
 
 #include "import_keras.h"
 #include "import_onnx.h"
@@ -1015,16 +1021,46 @@ typedef struct upload_st {
     rt_srv *srv;
     rt_principal *who;     /* holds one RT_Q_UPLOADS and reserved bytes */
     uint64_t reserved;     /* RT_Q_UPLOAD_BYTES */
+    int busy;              /* counted in rt_bufpool_busy */
+    struct up_lane *lane;  /* large uploads: hashing and placing off the cq thread */
 } upload_st;
+
+/* A large upload's lane: the cq thread hands each chunk's received
+ * slices (the byte buffer itself, no copy) to a thread of the upload's
+ * own, which hashes, places and checks them in order, and goes back to
+ * reading the socket: receiving and the one pass over the data overlap
+ * instead of taking turns on one thread. At most RT__LANE_DEPTH chunks
+ * wait (the cq thread waits for room); everything that reads what the
+ * lane writes drains it first (up_drain). */
+#define RT__LANE_DEPTH 8
+#define RT__LANE_MIN (8u << 20) /* smaller uploads place inline */
+typedef struct up_item {
+    grpc_byte_buffer *bb;
+    rt_wire_span *sp;
+    size_t n;
+} up_item;
+
+typedef struct up_lane {
+    pthread_t t;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    up_item q[RT__LANE_DEPTH];
+    int head, count, working, stop;
+    upload_st *u;
+} up_lane;
 
 /* The upload's quotas go back before its status (finish): a client that
  * has its answer may start the next upload at once. A stream that broke
  * (cancelled, cut short, stalled) after sending some of a dataset whose
  * content hash it declared leaves its bytes, hashes and byte charge for
  * --upload-keep-s, so the same upload resumes where it stopped. */
+static void up_drain(upload_st *u);
+static void up_lane_stop(upload_st *u);
+
 static void upload_st_done(void *p)
 {
     upload_st *u = p;
+    up_drain(u); /* a kept upload's bytes and hashes are all placed */
     if (u->who && u->have_header && !u->done && !u->bad && u->has_content_hash &&
         !u->any_held && u->d && u->d->received > 0 && u->srv->cfg.upload_keep_ms) {
         rt__kept *k = calloc(1, sizeof *k);
@@ -1045,6 +1081,10 @@ static void upload_st_done(void *p)
             rt_srv_kept_put(u->srv, k);
         }
     }
+    if (u->busy) {
+        u->busy = 0;
+        rt_bufpool_busy(-1);
+    }
     rt_principal_unreserve(u->who, RT_Q_UPLOAD_BYTES, u->reserved);
     rt_principal_unreserve(u->who, RT_Q_UPLOADS, 1);
     u->who = NULL;
@@ -1055,6 +1095,7 @@ static void upload_st_free(void *p)
 {
     upload_st *u = p;
     upload_st_done(u);
+    up_lane_stop(u);
     up_data_free(u->d);
     free(u);
 }
@@ -1135,10 +1176,9 @@ static int parts_from_header(rt_call *c, const Rtrain__V1__DatasetHeader *h,
  * buffer reads it again from cache (a slice can be megabytes: hashing it
  * whole, then copying it, would read it from memory twice). */
 #define RT__UP_BLOCK (64u << 10)
-static void up_take(upload_st *u, const uint8_t *p, size_t n)
+static void up_place(upload_st *u, const uint8_t *p, size_t n)
 {
     up_data *d = u->d;
-    d->received += n;
     while (n) {
         size_t b = n < RT__UP_BLOCK ? n : RT__UP_BLOCK;
         XXH3_128bits_update(d->x3, p, b);
@@ -1148,6 +1188,91 @@ static void up_take(upload_st *u, const uint8_t *p, size_t n)
         p += b;
         n -= b;
     }
+}
+
+static void *up_lane_main(void *arg)
+{
+    up_lane *l = arg;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        while (!l->count && !l->stop)
+            pthread_cond_wait(&l->cv, &l->mu);
+        if (!l->count)
+            break;
+        up_item it = l->q[l->head];
+        l->head = (l->head + 1) % RT__LANE_DEPTH;
+        l->count--;
+        l->working = 1;
+        pthread_mutex_unlock(&l->mu);
+        for (size_t i = 0; i < it.n; i++)
+            up_place(l->u, it.sp[i].p, it.sp[i].n);
+        grpc_byte_buffer_destroy(it.bb);
+        free(it.sp);
+        pthread_mutex_lock(&l->mu);
+        l->working = 0;
+        pthread_cond_broadcast(&l->cv);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+/* A lane for a large upload; none (everything inline) if no thread. */
+static void up_lane_start(upload_st *u)
+{
+    if (u->stream_total < RT__LANE_MIN)
+        return;
+    up_lane *l = calloc(1, sizeof *l);
+    if (!l)
+        return;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
+    l->u = u;
+    if (pthread_create(&l->t, NULL, up_lane_main, l) != 0) {
+        pthread_mutex_destroy(&l->mu);
+        pthread_cond_destroy(&l->cv);
+        free(l);
+        return;
+    }
+    u->lane = l;
+}
+
+/* Hand one chunk's slices to the lane: it owns bb and sp from here. */
+static void up_lane_put(up_lane *l, grpc_byte_buffer *bb, rt_wire_span *sp, size_t n)
+{
+    pthread_mutex_lock(&l->mu);
+    while (l->count == RT__LANE_DEPTH)
+        pthread_cond_wait(&l->cv, &l->mu);
+    l->q[(l->head + l->count) % RT__LANE_DEPTH] = (up_item){bb, sp, n};
+    l->count++;
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+static void up_drain(upload_st *u)
+{
+    up_lane *l = u->lane;
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    while (l->count || l->working)
+        pthread_cond_wait(&l->cv, &l->mu);
+    pthread_mutex_unlock(&l->mu);
+}
+
+static void up_lane_stop(upload_st *u)
+{
+    up_lane *l = u->lane;
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    pthread_join(l->t, NULL); /* it places what is queued first */
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv);
+    free(l);
+    u->lane = NULL;
 }
 
 /* The header: parts, limits, reservations, and the buffer, fresh or taken
@@ -1210,6 +1335,8 @@ static int upload_begin(rt_call *c, upload_st *u, const Rtrain__V1__DatasetHeade
         return rt_call_fail(c, rc, "%s", err);
     }
     u->who = c->who;
+    u->busy = 1;
+    rt_bufpool_busy(1);
     if (k) {
         u->reserved = k->bytes;
         u->d = k->st;
@@ -1239,6 +1366,7 @@ static int upload_begin(rt_call *c, upload_st *u, const Rtrain__V1__DatasetHeade
         XXH3_128bits_reset(u->d->x3);
     }
     u->have_header = 1;
+    up_lane_start(u);
     return 0;
 }
 
@@ -1274,14 +1402,24 @@ static int upload_chunk(rt_call *c, upload_st *u)
             return rt_call_fail(c, RT_EDATA, "chunk at %llu overruns the %llu bytes declared",
                                 (unsigned long long)q->offset,
                                 (unsigned long long)u->stream_total);
-        if (c->bulk)
+        d->received += len;
+        if (c->bulk && u->lane) {
+            /* the slices go to the lane as they are; the call lets go */
+            up_lane_put(u->lane, c->payload, c->bulk, c->n_bulk);
+            c->payload = NULL;
+            c->bulk = NULL;
+            c->n_bulk = 0;
+        } else if (c->bulk) {
             for (size_t i = 0; i < c->n_bulk; i++)
-                up_take(u, c->bulk[i].p, c->bulk[i].n);
-        else
-            up_take(u, q->data.data, q->data.len);
+                up_place(u, c->bulk[i].p, c->bulk[i].n);
+        } else {
+            up_drain(u); /* in order after what the lane holds */
+            up_place(u, q->data.data, q->data.len);
+        }
         rt_metrics_upload(len, 0);
     }
     if (q->last) {
+        up_drain(u);
         if (d->x64) {
             uint64_t sum = XXH64_digest(d->x64);
             if (sum != q->checksum)
@@ -1364,6 +1502,7 @@ static int charge_store(rt_call *c, rt_dataset *ds, char *err, size_t errlen)
 static int upload_work(rt_call *c)
 {
     upload_st *u = c->st;
+    up_lane_stop(u); /* drained at the last chunk: the thread just ends */
     up_data *d = u->d;
     XXH128_canonical_t h;
     if (u->any_held) {
