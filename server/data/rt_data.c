@@ -5,6 +5,9 @@
 #include <errno.h>
 #include <float.h>
 #include <math.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1685,17 +1688,63 @@ static int place_checks(const rt_data_part *p)
            !p->held;
 }
 
-/* OR of "exponent all ones" over the whole floats that end in [off, end)
- * of a part (a float cut by a chunk boundary is checked with its last
- * byte): the block was just written, so this reads it from cache. */
-static uint32_t nonfinite_bits(const uint8_t *part, uint64_t off, uint64_t end)
+static uint32_t exp_all_ones(const uint8_t *p)
+{
+    uint32_t u;
+    memcpy(&u, p, 4);
+    return (u & 0x7f800000u) == 0x7f800000u;
+}
+
+/* Copy n bytes (whole floats) and OR "exponent all ones" over them, in
+ * one pass: the check costs no second read of the block. */
+static uint32_t copy_check_f32(uint8_t *d, const uint8_t *s, size_t n)
+{
+    size_t i = 0;
+    uint32_t bad = 0;
+#ifdef __SSE2__
+    const __m128i m = _mm_set1_epi32(0x7f800000);
+    __m128i acc = _mm_setzero_si128();
+    for (; i + 64 <= n; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(s + i)),
+                b = _mm_loadu_si128((const __m128i *)(s + i + 16)),
+                c = _mm_loadu_si128((const __m128i *)(s + i + 32)),
+                e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+        _mm_storeu_si128((__m128i *)(d + i), a);
+        _mm_storeu_si128((__m128i *)(d + i + 16), b);
+        _mm_storeu_si128((__m128i *)(d + i + 32), c);
+        _mm_storeu_si128((__m128i *)(d + i + 48), e);
+        __m128i x = _mm_or_si128(_mm_cmpeq_epi32(_mm_and_si128(a, m), m),
+                                 _mm_cmpeq_epi32(_mm_and_si128(b, m), m));
+        __m128i y = _mm_or_si128(_mm_cmpeq_epi32(_mm_and_si128(c, m), m),
+                                 _mm_cmpeq_epi32(_mm_and_si128(e, m), m));
+        acc = _mm_or_si128(acc, _mm_or_si128(x, y));
+    }
+    bad = _mm_movemask_epi8(acc) != 0;
+#endif
+    for (; i + 4 <= n; i += 4) {
+        memcpy(d + i, s + i, 4);
+        bad |= exp_all_ones(s + i);
+    }
+    return bad;
+}
+
+/* Place take bytes at byte off of a RAW f32 part, checking each float
+ * whose last byte lands here (a float cut by a chunk boundary is checked
+ * once its last byte arrived). */
+static uint32_t place_check(uint8_t *part, uint64_t off, const uint8_t *d, size_t take)
 {
     uint32_t bad = 0;
-    for (uint64_t i = off / 4; i < end / 4; i++) {
-        uint32_t u;
-        memcpy(&u, part + i * 4, 4);
-        bad |= (u & 0x7f800000u) == 0x7f800000u;
+    size_t head = (size_t)((4 - off % 4) % 4);
+    if (head > take)
+        head = take;
+    if (head) {
+        memcpy(part + off, d, head);
+        if ((off + head) % 4 == 0)
+            bad |= exp_all_ones(part + off + head - 4);
     }
+    size_t body = (take - head) / 4 * 4;
+    bad |= copy_check_f32(part + off + head, d + head, body);
+    memcpy(part + off + head + body, d + head + body, take - head - body);
     return bad;
 }
 
@@ -1719,9 +1768,10 @@ void rt_data_place(const rt_data_part *parts, int n_parts, rt_data_cursor *cur, 
             return; /* callers check the stream length against the parts */
         uint64_t room = parts[cur->part].length - cur->off;
         size_t take = n < room ? n : (size_t)room;
-        memcpy(buf + cur->base + cur->off, d, take);
         if (place_checks(&parts[cur->part]))
-            cur->nonfinite |= nonfinite_bits(buf + cur->base, cur->off, cur->off + take);
+            cur->nonfinite |= place_check(buf + cur->base, cur->off, d, take);
+        else
+            memcpy(buf + cur->base + cur->off, d, take);
         cur->off += take;
         d += take;
         n -= take;

@@ -342,6 +342,11 @@ static void test_nonfinite_raw(itest_conn *c, const char *sid)
         {17 * 3 + 2, INFINITY, 5, "features contain Inf at sample 17, column 2"},
         {39 * 3 + 2, NAN, 7, "features contain NaN at sample 39, column 2"},
         {0, -INFINITY, 3, "features contain Inf at sample 0, column 0"},
+        /* the 64-byte vector body of a chunk, its scalar tail, and the
+         * vector body of a chunk that starts mid-float */
+        {16 * 3 + 2, NAN, 4096, "features contain NaN at sample 16, column 2"},
+        {39 * 3 + 0, INFINITY, 4096, "features contain Inf at sample 39, column 0"},
+        {28, NAN, 102, "features contain NaN at sample 9, column 1"},
         {-1, 0, 5, NULL},
         {-1, 0, 4096, NULL},
     };
