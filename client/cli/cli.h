@@ -53,7 +53,7 @@ typedef struct cli_opts {
     const char *data, *labels, *val, *val_labels;
     const char *out;          /* predict: .csv or .npy */
     long epochs, batch_size, steps_per_epoch;
-    long steps_per_call;      /* 0: Fit stream; CLI_SPC_AUTO: auto */
+    long steps_per_call;      /* CLI_SPC_AUTO (the default): auto; 0: Fit stream */
     long in_flight;           /* 0: the library's default */
     const char *loss, *optimizer;
     const char *metrics;      /* --metrics: comma-separated Keras names, or NULL */

@@ -139,7 +139,9 @@ static const struct {
     {"out", "P.csv|P.npy|-", "predictions; - writes CSV to stdout"},
     {"epochs", "N", "epochs (default 1)"},
     {"batch-size", "B", "samples per step (default 32)"},
-    {"steps-per-call", "K|auto", "RunSteps calls of K steps (default 0: one Fit stream)"},
+    {"steps-per-call", "K|auto|stream", "RunSteps calls of K steps, pipelined (default auto: "
+                                        "K from the round trip and step time; stream or 0: "
+                                        "one Fit stream)"},
     {"steps-per-epoch", "S", "steps per epoch (default ceil(samples / B))"},
     {"in-flight", "W", "RunSteps calls in flight (default " CLI_STR(RT_TRAIN_WINDOW) ")"},
     {"loss", "L", "loss (required unless the model JSON saved one), e.g. "
@@ -224,7 +226,7 @@ void cli_usage(FILE *f)
 "  ping [--size N] [--count N]\n"
 "                            round trips with N-byte payloads; p50/p99\n"
 "  fit --model M.json --data D [--val V] --epochs N --batch-size B\n"
-"      [--steps-per-call K|auto] [--in-flight W] [--steps-per-epoch S]\n"
+"      [--steps-per-call K|auto|stream] [--in-flight W] [--steps-per-epoch S]\n"
 "      [--loss L] [--optimizer O] [--lr X] [--label-column C] [--csv-header]\n"
 "      [--label-columns A:B] [--metrics M,M] [--input-shape D1xD2..]\n"
 "      [--seed S] [--no-shuffle] [--sync-batchnorm] [--save-weights W.bin]\n"
@@ -232,13 +234,12 @@ void cli_usage(FILE *f)
 "      [--trace out.json] [--early-stopping PATIENCE] [--checkpoint W.bin]\n"
 "      [--csv-log log.csv] [--reattach-s S] [--save-state F] [--load-state F]\n"
 "      [--checkpoint-every-steps N] [--checkpoint-every-s T]\n"
-"                            train; K = 0 or absent: one Fit stream, else\n"
-"                            RunSteps calls of K steps (never across an\n"
-"                            epoch end; validation by an Evaluate after\n"
-"                            each epoch), up to W calls in flight (default\n"
-"                            " CLI_STR(RT_TRAIN_WINDOW) "); auto picks K from the"
-" measured round trip\n"
-"                            and step time (fixed cost <= 5%) and prints it.\n"
+"                            train in RunSteps calls of K steps (never\n"
+"                            across an epoch end), up to W calls in flight\n"
+"                            (default " CLI_STR(RT_TRAIN_WINDOW) "), run in order; K = auto (the\n"
+"                            default) picks K from the measured round trip\n"
+"                            and step time (fixed cost <= 5%) and prints it;\n"
+"                            K = stream (or 0): one Fit stream instead.\n"
 "                            An epoch is ceil(samples / B) steps, or S\n"
 "                            with --steps-per-epoch\n"
 "                            --loss is required unless the model saved one\n"
@@ -400,6 +401,7 @@ static void defaults(cli_opts *o)
     o->progress = -1;
     o->early_stopping = -1;
     o->reattach_s = -1;
+    o->steps_per_call = CLI_SPC_AUTO; /* pipelined RunSteps, K chosen as it runs */
 }
 
 /* Whether the model file saved its loss (Keras 3 compile_config, Keras 2
@@ -528,9 +530,11 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
         case O_SPC:
             if (a && !strcmp(a, "auto"))
                 o->steps_per_call = CLI_SPC_AUTO;
+            else if (a && !strcmp(a, "stream"))
+                o->steps_per_call = 0;
             else if (parse_long(a, 0, 1L << 30, &o->steps_per_call) < 0)
-                return perr(err, errlen, "--steps-per-call: expected an integer >= 0 or "
-                            "'auto', got '%s'", a);
+                return perr(err, errlen, "--steps-per-call: expected an integer >= 1, 'auto' "
+                            "or 'stream', got '%s'", a);
             break;
         case O_IN_FLIGHT:
             if (parse_long(a, 1, RT_TRAIN_MAX_WINDOW, &o->in_flight) < 0)

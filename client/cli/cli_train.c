@@ -706,10 +706,18 @@ int cli_cmd_fit(const cli_opts *o)
             goto out;
         }
     }
+    char mode[96];
+    long window = o->in_flight > 0 ? o->in_flight : RT_TRAIN_WINDOW;
+    if (o->steps_per_call == 0)
+        snprintf(mode, sizeof mode, "one Fit stream");
+    else if (o->steps_per_call == CLI_SPC_AUTO)
+        snprintf(mode, sizeof mode, "RunSteps, auto steps per call, up to %ld in flight", window);
+    else
+        snprintf(mode, sizeof mode, "RunSteps of %ld steps, up to %ld in flight",
+                 o->steps_per_call, window);
     fprintf(stderr, "train: %llu samples%s%s, %llu steps/epoch, %s\n",
             (unsigned long long)tr.samples, tr.deduplicated ? " (already on the daemon)" : "",
-            o->val ? ", with validation" : "", (unsigned long long)spe,
-            o->steps_per_call ? "RunSteps" : "Fit stream");
+            o->val ? ", with validation" : "", (unsigned long long)spe, mode);
     if (o->val)
         fprintf(stderr, "val: %llu samples%s\n", (unsigned long long)va.samples,
                 va.deduplicated ? " (already on the daemon)" : "");

@@ -46,7 +46,7 @@ void rt_srv_config_init(rt_srv_config *cfg)
     cfg->upload_keep_ms = 600000;
     cfg->pipeline_hold_ms = 30000;
     cfg->upload_pool_bytes = 1ull << 30;
-    cfg->upload_arena_bytes = 256ull << 20;
+    cfg->upload_arena_bytes = UINT64_MAX; /* the default: rt_srv_arena_default */
     cfg->max_inflate_ratio = 100;
     cfg->keepalive_ms = 60000;
     cfg->keepalive_timeout_ms = 20000;
@@ -1910,7 +1910,17 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
     pthread_mutex_init(&s->up_mu, NULL);
     pthread_mutex_init(&s->pipe_mu, NULL);
     rt_bufpool_set_cap(cfg->upload_pool_bytes);
-    if (rt_bufpool_set_arena(cfg->upload_arena_bytes) < 0)
+    uint64_t arena = cfg->upload_arena_bytes;
+    if (arena == UINT64_MAX) {
+        /* 256 MiB, unless the address space is limited (ulimit -v,
+         * prlimit --as): there the arena's mapping would count against
+         * the limit that training needs. */
+        struct rlimit as;
+        arena = getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY ? 0
+                                                                                : 256ull << 20;
+        s->cfg.upload_arena_bytes = arena;
+    }
+    if (rt_bufpool_set_arena(arena) < 0)
         RT_LOG(RT_LOG_WARN, "upload arena: no thread to fault in memory; uploads fault their own");
     if (s->cfg.max_exec_threads < 1)
         s->cfg.max_exec_threads = 1;

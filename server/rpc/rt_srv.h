@@ -64,7 +64,8 @@ typedef struct rt_srv_config {
                                     a resume; 0 = not kept */
     uint64_t upload_pool_bytes;  /* idle upload buffers kept for reuse */
     uint64_t upload_arena_bytes; /* idle upload memory kept faulted in by a
-                                    background thread (rt_bufpool_set_arena) */
+                                    background thread (rt_bufpool_set_arena);
+                                    UINT64_MAX: 256 MiB, 0 under ulimit -v */
     uint64_t pipeline_hold_ms;   /* a pipelined RunSteps waits this long for
                                     its predecessor */
     uint32_t max_inflate_ratio;  /* gzip data: inflated / compressed bytes */

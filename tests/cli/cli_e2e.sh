@@ -25,8 +25,10 @@ expect_rc 0 "ping" -- "$rtrain" ping "${S[@]}" --count 50 --size 1024
 grep -q "p50" "$tmp/out" && ok "ping prints p50" || bad "ping output"
 
 # --- fit through the Fit stream, with weights, timings and trace
-expect_rc 0 "fit (Fit stream)" -- "$rtrain" "${FIT[@]}" --save-weights "$tmp/w.bin" \
-  --timings --trace "$tmp/trace.json"
+expect_rc 0 "fit (Fit stream)" -- "$rtrain" "${FIT[@]}" --steps-per-call stream \
+  --save-weights "$tmp/w.bin" --timings --trace "$tmp/trace.json"
+grep -q "steps/epoch, one Fit stream$" "$tmp/err" && ok "--steps-per-call stream: one Fit stream" \
+  || bad "stream: '$(grep '^train:' "$tmp/err")'"
 cp "$tmp/out" "$tmp/fit1.out"
 cp "$tmp/err" "$tmp/fit1.err"
 acc1=$(sed -n 's/^final:.* val_accuracy \([0-9.]*\).*/\1/p' "$tmp/fit1.out")
@@ -64,7 +66,12 @@ expect_rc 0 "fit (RunSteps K=7, one in flight)" -- "$rtrain" "${FIT[@]}" --steps
   --in-flight 1
 acc3=$(sed -n 's/^final:.* val_accuracy \([0-9.]*\).*/\1/p' "$tmp/out")
 [ "$acc1" = "$acc3" ] && ok "one in flight: same val_accuracy" || bad "one in flight: '$acc3'"
-expect_rc 0 "fit (RunSteps auto)" -- "$rtrain" "${FIT[@]}" --steps-per-call auto --timings
+# the default: pipelined RunSteps with auto K
+expect_rc 0 "fit (the default: RunSteps auto)" -- "$rtrain" "${FIT[@]}" --timings
+grep -q "steps/epoch, RunSteps, auto steps per call, up to [0-9]* in flight$" "$tmp/err" \
+  && ok "the default is pipelined RunSteps, auto K" || bad "default: '$(grep '^train:' "$tmp/err")'"
+[ "$(grep -c '^Fit ' "$tmp/out")" -eq 0 ] && ok "the default opens no Fit stream" \
+  || bad "the default used a Fit stream"
 acc4=$(sed -n 's/^final:.* val_accuracy \([0-9.]*\).*/\1/p' "$tmp/out")
 [ "$acc1" = "$acc4" ] && ok "auto: same val_accuracy" || bad "auto: val_accuracy '$acc4'"
 k=$(sed -n 's/^steps per call: auto K = \([0-9]*\) (fixed cost .* per step)$/\1/p' "$tmp/err" | head -1)

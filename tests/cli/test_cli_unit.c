@@ -75,7 +75,7 @@ static void test_parse(void)
 
     /* Defaults. */
     CHECK(parse(&o, err, "fit", "--model", "m", "--data", "d.csv", "--loss", "mse", NULL) == 0);
-    CHECK(o.label_column == -1 && o.epochs == 1 && o.steps_per_call == 0);
+    CHECK(o.label_column == -1 && o.epochs == 1 && o.steps_per_call == CLI_SPC_AUTO);
     CHECK(o.early_stopping == -1 && !o.checkpoint && !o.csv_log);
     CHECK(o.lr < 0 && o.seed < 0 && o.timeout_s < 0 && o.progress == -1 && !o.server);
 
@@ -83,6 +83,17 @@ static void test_parse(void)
     CHECK(parse(&o, err, "fit", "--model", "m", "--data", "d.csv", "--steps-per-call",
                 "auto", "--in-flight", "3", "--loss", "mse", NULL) == 0);
     CHECK(o.steps_per_call == CLI_SPC_AUTO && o.in_flight == 3);
+    /* The Fit stream: "stream", or 0 as before pipelined calls were the
+     * default. */
+    CHECK(parse(&o, err, "fit", "--model", "m", "--data", "d.csv", "--steps-per-call",
+                "stream", "--loss", "mse", NULL) == 0);
+    CHECK(o.steps_per_call == 0);
+    CHECK(parse(&o, err, "fit", "--model", "m", "--data", "d.csv", "--steps-per-call", "0",
+                "--loss", "mse", NULL) == 0);
+    CHECK(o.steps_per_call == 0);
+    CHECK(parse(&o, err, "fit", "--model", "m", "--data", "d.csv", "--steps-per-call", "-2",
+                NULL) < 0);
+    CHECK(strstr(err, "'stream'") != NULL);
     CHECK(parse(&o, err, "fit", "--model", "m", "--data", "d.csv", "--steps-per-call",
                 "automatic", NULL) < 0);
     CHECK(strstr(err, "'auto'") != NULL);

@@ -21,11 +21,13 @@ CNN=(fit "${S[@]}" --model "$here/cnn16.json" --data "$tmp/imgs/train" --val "$t
      --loss sparse_categorical_crossentropy
      --image-size 16x16 --mean 0.5 --std 0.5 --augment flip,crop=2,brightness=0.1,contrast=0.2
      --epochs 12 --batch-size 32 --lr 0.01 --no-progress)
-expect_rc 0 "image folder fit (Fit stream)" -- "$rtrain" "${CNN[@]}" --seed 3 --save-weights "$tmp/w1.bin"
+expect_rc 0 "image folder fit (Fit stream)" -- "$rtrain" "${CNN[@]}" --seed 3 --steps-per-call stream \
+  --save-weights "$tmp/w1.bin"
 acc=$(sed -n 's/^final:.* val_accuracy \([0-9.]*\).*/\1/p' "$tmp/out")
 ge "$acc" 0.95 && ok "CNN val_accuracy $acc >= 0.95" || bad "CNN val_accuracy '$acc' < 0.95"
-expect_rc 0 "image folder fit again" -- "$rtrain" "${CNN[@]}" --seed 3 --save-weights "$tmp/w2.bin"
-cmp -s "$tmp/w1.bin" "$tmp/w2.bin" && ok "same seed: bit-identical weights" \
+expect_rc 0 "image folder fit again (the default: pipelined RunSteps, auto K)" -- "$rtrain" \
+  "${CNN[@]}" --seed 3 --save-weights "$tmp/w2.bin"
+cmp -s "$tmp/w1.bin" "$tmp/w2.bin" && ok "same seed, RunSteps auto: bit-identical weights" \
   || bad "same seed: weights differ"
 expect_rc 0 "image folder fit, RunSteps 7 per call" -- "$rtrain" "${CNN[@]}" --seed 3 \
   --steps-per-call 7 --save-weights "$tmp/w3.bin"

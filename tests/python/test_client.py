@@ -100,7 +100,10 @@ def test_fit_evaluate_predict_iris(client, iris):
         assert all(np.isfinite(hist[k]))
     assert hist["loss"][-1] < hist["loss"][0]
     assert hist.status == "done"
-    assert hist.timings and hist.timings[-1]["method"] == "Fit"
+    # the default: pipelined RunSteps calls, K chosen as they run
+    assert hist.params["steps_per_execution"] == "auto"
+    methods = [t["method"] for t in hist.timings]
+    assert methods[-1] == "RunSteps" and "Fit" not in methods
 
     loss, acc = model.evaluate(xte, yte)
     assert acc > 0.8
@@ -143,27 +146,29 @@ def test_logcosh_integer_labels_wa(client):
     assert loss == pytest.approx(ref, rel=1e-4, abs=1e-6)
 
 
-@pytest.mark.parametrize("spx", [1, 4, "epoch", "auto"])
+@pytest.mark.parametrize("spx", [1, 4, "epoch", "auto", "default"])
 def test_steps_per_execution_matches_one_call(client, iris, spx):
-    """K steps per call (several calls in flight; or K chosen by "auto")
-    gives the weights of one streamed call."""
+    """K steps per call (several calls in flight; or K chosen by "auto",
+    the default) gives the weights of one streamed call."""
     xtr, ytr, xte, yte = iris
     steps = -(-len(xtr) // 20)
     a = iris_model(client, seed=7, batch_size=20)
     b = iris_model(client, seed=7, batch_size=20)
     np.testing.assert_array_equal(a.get_weights()[0], b.get_weights()[0])
     ha = a.fit(xtr, ytr, batch_size=20, epochs=3, verbose=0,
-               validation_data=(xte, yte))
+               validation_data=(xte, yte), steps_per_execution=None)
+    assert [t["method"] for t in ha.timings][-1] == "Fit"
+    kw = {} if spx == "default" else {
+        "steps_per_execution": steps if spx == "epoch" else spx}
     hb = b.fit(xtr, ytr, batch_size=20, epochs=3, verbose=0,
-               validation_data=(xte, yte),
-               steps_per_execution=steps if spx == "epoch" else spx)
+               validation_data=(xte, yte), **kw)
     assert sorted(hb) == sorted(ha) == sorted(KEYS)
     for wa, wb in zip(a.get_weights(), b.get_weights()):
         np.testing.assert_allclose(wa, wb, rtol=1e-6, atol=1e-7)
     for k in KEYS:
         np.testing.assert_allclose(ha[k], hb[k], rtol=1e-5, atol=1e-6)
     calls = [t["method"] for t in hb.timings]
-    if spx == "auto":  # K is the machine's: between one call and one step per call
+    if spx in ("auto", "default"):  # K is the machine's: 1..steps per call
         assert 3 <= calls.count("RunSteps") <= 3 * steps
     else:
         k = steps if spx == "epoch" else spx
@@ -173,13 +178,60 @@ def test_steps_per_execution_matches_one_call(client, iris, spx):
     assert a.global_step == b.global_step == 3 * steps
 
 
+def test_default_mode_with_callbacks(client, iris):
+    """The default runs pipelined RunSteps with auto K, also with epoch
+    callbacks (one run per epoch); a callback with a per-batch hook is
+    called per batch, so the default then runs the Fit stream, whose events come per
+    step (coalesced when the client falls behind) and whose rate changes
+    and stops apply at the daemon's next step (the Control call); both
+    train the same weights."""
+    xtr, ytr, xte, yte = iris
+    steps = -(-len(xtr) // 20)
+    ends, batches = [], []
+
+    class EpochEnds(rtrain.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            ends.append((epoch, sorted(logs)))
+
+    a = iris_model(client, seed=5, batch_size=20)
+    ha = a.fit(xtr, ytr, batch_size=20, epochs=3, verbose=0,
+               validation_data=(xte, yte), callbacks=[EpochEnds()])
+    assert ha.params["steps_per_execution"] == "auto"
+    ma = [t["method"] for t in ha.timings]
+    assert "RunSteps" in ma and "Fit" not in ma
+    assert [e for e, _ in ends] == [0, 1, 2]
+    assert all(k == sorted(KEYS) for _, k in ends)
+
+    b = iris_model(client, seed=5, batch_size=20)
+    cb = rtrain.callbacks.LambdaCallback(
+        on_batch_end=lambda batch, logs: batches.append((batch, logs["loss"])))
+    hb = b.fit(xtr, ytr, batch_size=20, epochs=3, verbose=0,
+               validation_data=(xte, yte), callbacks=[cb])
+    assert hb.params["steps_per_execution"] is None
+    mb = [t["method"] for t in hb.timings]
+    assert "Fit" in mb and "RunSteps" not in mb
+    # per-step events (indices within an epoch, rising), not one per epoch
+    assert len(batches) > 3
+    assert all(0 <= i < steps and np.isfinite(loss) for i, loss in batches)
+    restarts = sum(1 for p, q in zip(batches, batches[1:]) if q[0] <= p[0])
+    assert restarts <= 2  # three epochs, each in order
+    for wa, wb in zip(a.get_weights(), b.get_weights()):
+        np.testing.assert_allclose(wa, wb, rtol=1e-6, atol=1e-7)
+    assert not rtrain.callbacks.CallbackList([EpochEnds()], None, {}).batch_hooks()
+    assert rtrain.callbacks.CallbackList([rtrain.callbacks.TerminateOnNaN()], None,
+                                         {}).batch_hooks()
+
+
 def test_progress_bar(client, iris, capsys, monkeypatch):
     xtr, ytr, xte, yte = iris
     model = iris_model(client, batch_size=20)
-    # verbose=1 into a pipe: lines, no '\r' redraws.
+    # verbose=1 into a pipe: lines, no '\r' redraws; the default
+    # (steps_per_execution "auto") says which K it chose.
     model.fit(xtr, ytr, batch_size=20, epochs=2, verbose=1,
               validation_data=(xte, yte))
     out = capsys.readouterr().out
+    assert re.search(r"^steps per call: auto K = [1-6] \(fixed cost ", out, re.M)
+    out = epoch_lines(out)
     assert "\r" not in out and out.count("\n") == 2
     assert out.startswith("Epoch 1/2 - ")
     # verbose=1 on a terminal (or in a notebook): the bar.
@@ -208,9 +260,20 @@ def test_progress_bar(client, iris, capsys, monkeypatch):
     assert capsys.readouterr().out == ""
     # "auto" with an output that is no terminal (and no notebook): lines
     model.fit(xtr, ytr, batch_size=20, epochs=2)
-    out = capsys.readouterr().out
+    out = epoch_lines(capsys.readouterr().out)
     assert "\r" not in out and out.count("\n") == 2
     assert out.startswith("Epoch 1/2 - %d/%d - " % (steps, steps))
+    # one Fit stream (None): no K to say
+    model.fit(xtr, ytr, batch_size=20, epochs=2, verbose=2,
+              steps_per_execution=None)
+    out = capsys.readouterr().out
+    assert "steps per call" not in out and out.count("\n") == 2
+
+
+def epoch_lines(out):
+    """out without the lines that say which K auto chose."""
+    return "".join(ln for ln in out.splitlines(True)
+                   if not ln.startswith("steps per call: "))
 
 
 def test_recompile_keeps_weights(client, iris):

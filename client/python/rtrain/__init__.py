@@ -637,7 +637,7 @@ class CompiledModel:
             shuffle=True, class_weight=None, sample_weight=None,
             initial_epoch=0, steps_per_epoch=None, validation_steps=None,
             validation_batch_size=None, validation_freq=1,
-            steps_per_execution=None, checkpoint_every_steps=None,
+            steps_per_execution="auto", checkpoint_every_steps=None,
             checkpoint_every_s=None):
         """Train on the daemon; returns a History (a dict of per-epoch
         lists under Keras' keys).
@@ -657,11 +657,16 @@ class CompiledModel:
         callbacks: rtrain.callbacks objects (see that module); the fit then
         runs one remote run per epoch so that each epoch end is seen before
         the next epoch starts.
-        steps_per_execution: None runs each run as one streamed call; an
-        int K runs K steps per RunSteps call (never across an epoch end)
-        plus one Evaluate per epoch for validation; "auto" picks K from the
-        measured round trip and step time (librtrain's
-        rt_client_train_steps, the CLI's --steps-per-call).
+        steps_per_execution: "auto" (the default) runs RunSteps calls, up
+        to 8 in flight and run in order, with K steps each picked from the
+        measured round trip and step time and re-chosen as the fit runs
+        (the chosen K is printed with verbose); an int K runs K steps per
+        call (never across an epoch end); None runs each run as one Fit
+        stream. A callback with a per-batch hook (on_batch_end,
+        on_train_batch_end) gets one call per batch, as
+        Keras' default does: with "auto" such a fit runs one Fit stream
+        (with an int K the hooks see every K-th batch, as Keras' own
+        steps_per_execution).
         Ctrl-C (KeyboardInterrupt) stops the remote fit at a step boundary;
         the model keeps the weights of the steps done, model.history holds
         the epochs completed and its status is "interrupted".
@@ -781,6 +786,10 @@ class CompiledModel:
                            "verbose": verbose,
                            "initial_epoch": initial_epoch}
             cbl = callbacks_mod.CallbackList(callbacks, owner, hist.params)
+            if spx == "auto" and cbl.batch_hooks():
+                # every batch's hook, at the step it ran: the stream's events
+                spx = 0
+                hist.params["steps_per_execution"] = None
             per_epoch = bool(cbl.callbacks) or validation_freq != 1
             if epochs <= initial_epoch:
                 hist.status = "done"

@@ -108,6 +108,15 @@ class CallbackList:
     def on_batch_end(self, batch, logs=None):
         self._all("on_train_batch_end", batch, logs)
 
+    _BATCH_HOOKS = ("on_batch_end", "on_train_batch_end")
+
+    def batch_hooks(self):
+        """Whether a callback has a per-batch hook of its own (a method
+        overriding Callback's, or one set on the instance, as
+        LambdaCallback does): fit then gives it every batch."""
+        return any(h in vars(c) or getattr(type(c), h) is not getattr(Callback, h)
+                   for c in self.callbacks for h in self._BATCH_HOOKS)
+
 
 class History(Callback):
     """Records each epoch's logs (fit's returned History does the same)."""
