@@ -216,12 +216,21 @@ int rt__unary_start(rt_client *c, rt__call *k, int method,
     return 0;
 }
 
+int rt__unary_wait(rt_client *c, rt__call *k, gpr_timespec until)
+{
+    if (!k->answered &&
+        grpc_completion_queue_pluck(c->cq, k->ops, until, NULL).type == GRPC_OP_COMPLETE)
+        k->answered = 1;
+    return k->answered;
+}
+
 int rt__unary_finish(rt_client *c, rt__call *k,
                      const ProtobufCMessageDescriptor *desc,
                      ProtobufCMessage **resp)
 {
     *resp = NULL;
-    rt__pluck(c, k->call, k->ops);
+    if (!k->answered)
+        rt__pluck(c, k->call, k->ops);
     c->t_response = rt_now_ns();
     c->cur.client_encode_ns = k->encode_ns;
     c->cur.bytes_sent = k->bytes_sent;

@@ -116,6 +116,7 @@ typedef struct rt__call {
     uint64_t t_start;     /* the first batch started */
     uint64_t encode_ns;
     size_t bytes_sent;
+    int answered;         /* unary: its batch completed (rt__unary_wait) */
 } rt__call;
 
 /* Unary calls. rt__unary_start packs req and starts the call's one 6-op
@@ -126,6 +127,9 @@ typedef struct rt__call {
  * may be started before the first is finished. rt__unary does both. */
 int rt__unary_start(rt_client *c, rt__call *k, int method,
                     const ProtobufCMessage *req);
+/* Wait until `until` for k's answer without cancelling it; 1 once it is
+ * in (rt__unary_finish then takes it without waiting), 0 on timeout. */
+int rt__unary_wait(rt_client *c, rt__call *k, gpr_timespec until);
 int rt__unary_finish(rt_client *c, rt__call *k,
                      const ProtobufCMessageDescriptor *desc,
                      ProtobufCMessage **resp);

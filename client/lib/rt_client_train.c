@@ -18,6 +18,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <grpc/support/time.h>
+
 /* Auto K: the fixed cost of a call may be at most this share of the call. */
 #define RT__AUTO_SHARE 0.05
 /* Calls between two choices of K (and at every epoch start). */
@@ -238,14 +240,25 @@ static int finish_call(loop *L, rt_client_steps_result *r, slot **s)
     return rt__call_end(c, rc);
 }
 
-/* Cancel every call in flight, then take their answers, which count for
- * nothing. The run's error (message, status, last timings) stays. */
+/* End the calls in flight; their answers count for nothing. First the
+ * daemon's own answers, for up to RT__ABORT_GRACE_MS: a call it already
+ * started (or released after its predecessor) runs on whatever the client
+ * does, and a cancel only reaches it at a step boundary, if at all before
+ * it ends, so only its answer says no step of it runs after the loop
+ * returned (Ctrl-C, a stop, an error). Calls still out then are cancelled.
+ * The run's error (message, status, last timings) stays. */
+#define RT__ABORT_GRACE_MS 1000
 static void abort_all(loop *L)
 {
     rt_client *c = L->c;
     if (!L->n)
         return;
-    for (uint32_t i = 0; i < L->n; i++)
+    gpr_timespec until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                      gpr_time_from_millis(RT__ABORT_GRACE_MS, GPR_TIMESPAN));
+    uint32_t in = 0;
+    while (in < L->n && rt__unary_wait(c, &L->s[(L->head + in) % L->window].k, until))
+        in++;
+    for (uint32_t i = in; i < L->n; i++)
         grpc_call_cancel(L->s[(L->head + i) % L->window].k.call, NULL);
     char msg[sizeof c->errmsg];
     memcpy(msg, c->errmsg, sizeof msg);
