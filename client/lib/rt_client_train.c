@@ -73,6 +73,11 @@ typedef struct loop {
     uint64_t k;               /* K in force */
     double fixed_ns, step_ns; /* running estimates, 0 = none yet */
     unsigned since_choice;    /* calls since K was last chosen */
+    /* The other metrics (auc, mae, ...) over an epoch are the daemon's own
+     * (they do not average over calls): the EpochEnd of the answer whose
+     * call ended epoch end_epoch (0 = none yet). */
+    uint32_t end_epoch;
+    rt_client_metrics end_train;
 } loop;
 
 /* The epoch's running account: sample-weighted sums of the calls' means. */
@@ -332,6 +337,10 @@ static int take_answer(loop *L, epoch_acc *a, uint32_t epoch)
     e->acc = r.mean.accuracy * (double)r.mean.samples;
     e->samples = r.mean.samples;
     e->execute_ns = c->last.execute_ns;
+    if (r.n_epochs && r.epochs[r.n_epochs - 1].train.n_values) {
+        L->end_train = r.epochs[r.n_epochs - 1].train;
+        L->end_epoch = e->epoch;
+    }
     rt_client_steps_result_free(&r);
     if (L->autok)
         auto_measure(L, &c->last, s->steps);
@@ -605,6 +614,11 @@ int rt_client_train_steps(rt_client *c, const rt_client_train_params *p,
         ep->train.loss = wmean(a.loss, a.samples);
         ep->train.accuracy = wmean(a.acc, a.samples);
         ep->train.samples = a.samples;
+        if (L.end_epoch == e) {
+            ep->train.n_values = L.end_train.n_values;
+            memcpy(ep->train.value_name, L.end_train.value_name, sizeof ep->train.value_name);
+            memcpy(ep->train.values, L.end_train.values, sizeof ep->train.values);
+        }
         ep->val.loss = ep->val.accuracy = NAN;
         ep->steps = L.base + L.done;
         ep->execute_ns = a.execute_ns;
@@ -612,6 +626,9 @@ int rt_client_train_steps(rt_client *c, const rt_client_train_params *p,
             ep->val.loss = a.val.loss;
             ep->val.accuracy = a.val.accuracy;
             ep->val.samples = a.val.samples;
+            ep->val.n_values = a.val.n_values;
+            memcpy(ep->val.value_name, a.val.value_name, sizeof ep->val.value_name);
+            memcpy(ep->val.values, a.val.values, sizeof ep->val.values);
             ep->has_val = 1; /* its call was reported with its progress */
         } else if (has_val) {
             /* a daemon without val_at_end (or an answer replayed after a
