@@ -3,14 +3,15 @@
 client-streaming call measured in the same run.
 
 usage: bench_upload.py RTRAIND BENCH_STREAM [--sizes 256M,1G] [--reps 5]
-                       [--resume]
+                       [--arena 2x]
 
 For each size and repetition, alternately:
   * rtrain: Client._upload of a fresh float32 array (one changed value per
     repetition, so the daemon never finds it already stored): the client
     hashes it (FindDataset), streams it, the daemon places, hashes and
     checks it and the dataset adopts the buffer; timed from the call to its
-    answer;
+    answer; the daemon's upload arena (--arena) is faulted in before the
+    first upload;
   * peer: bench_stream, one bare gRPC client stream of the same bytes in
     1 MiB messages, gRPC core on both ends, no protobuf, no daemon, with
     the transport settings rtraind and librtrain use (rt_transport.h), and
@@ -39,8 +40,10 @@ def size_arg(s):
 
 
 def start(rtraind, store, arena):
+    # --arena 0 passes no flag: a daemon from before the arena takes none
     d = subprocess.Popen([rtraind, '--listen', '127.0.0.1:0', '--log-level', 'warn',
-                          '--max-store-bytes', str(store), '--upload-arena-bytes', str(arena)],
+                          '--max-store-bytes', str(store)] +
+                         (['--upload-arena-bytes', str(arena)] if arena else []),
                          stdout=subprocess.PIPE, text=True)
     for line in d.stdout:
         m = re.match(r'rtraind listening on (\S+)', line)
@@ -94,7 +97,8 @@ def main():
     ap.add_argument('--arena', default='2x',
                     help="the daemon's --upload-arena-bytes: NX (N times the size, the "
                          "default 2x: the first two uploads of a size find no freed "
-                         "dataset's buffer), a byte count, or 0 (off)")
+                         "dataset's buffer), a byte count, or 0 (no flag: the daemon's "
+                         "default)")
     a = ap.parse_args()
     import numpy as np
     import rtrain
@@ -103,7 +107,7 @@ def main():
           f'{a.reps} reps, medians (GB/s = 1e9 B/s)')
     print(f'{"size":>8} {"rtrain GB/s":>12} {"bare gRPC GB/s":>15} {"ratio":>7}'
           f' {"bare, plain":>12} {"CPU s/GB rtrain":>16} {"bare":>6} {"plain":>6}'
-          f'   rtrain runs (the first on fresh memory)')
+          f'   rtrain runs (the first two on the arena\'s memory)')
     for n in sizes:
         # A daemon per size whose store holds one dataset of it: each upload
         # evicts the one before, whose buffer the upload after it reuses
