@@ -178,7 +178,7 @@ static const struct {
     {"reattach-s", "S", "when the daemon is unavailable, retry with backoff for up to S s, "
                         "then resume exactly (default 300; 0 = off)"},
     {"checkpoint-every-steps", "N", "durable daemon: a checkpoint every N steps of this fit "
-                                    "(default: the daemon's)"},
+                                    "(default: the daemon's; without a K, one Fit stream)"},
     {"checkpoint-every-s", "T", "durable daemon: a checkpoint every T s of this fit "
                                 "(default: the daemon's)"},
     {"save-state", "FILE", "after training, the full training state (weights, optimizer, "

@@ -708,13 +708,18 @@ int cli_cmd_fit(const cli_opts *o)
     }
     char mode[96];
     long window = o->in_flight > 0 ? o->in_flight : RT_TRAIN_WINDOW;
-    if (o->steps_per_call == 0)
-        snprintf(mode, sizeof mode, "one Fit stream");
-    else if (o->steps_per_call == CLI_SPC_AUTO)
+    /* --checkpoint-every-steps N wants a checkpoint every N steps, and a
+     * RunSteps call is checkpointed at its end: auto K would space them
+     * by its calls, so without a K the fit is one Fit stream. */
+    long spc = o->steps_per_call == CLI_SPC_AUTO && o->ckpt_every_steps > 0 ? 0
+                                                                            : o->steps_per_call;
+    if (spc == 0)
+        snprintf(mode, sizeof mode, "one Fit stream%s",
+                 o->steps_per_call ? " (--checkpoint-every-steps)" : "");
+    else if (spc == CLI_SPC_AUTO)
         snprintf(mode, sizeof mode, "RunSteps, auto steps per call, up to %ld in flight", window);
     else
-        snprintf(mode, sizeof mode, "RunSteps of %ld steps, up to %ld in flight",
-                 o->steps_per_call, window);
+        snprintf(mode, sizeof mode, "RunSteps of %ld steps, up to %ld in flight", spc, window);
     fprintf(stderr, "train: %llu samples%s%s, %llu steps/epoch, %s\n",
             (unsigned long long)tr.samples, tr.deduplicated ? " (already on the daemon)" : "",
             o->val ? ", with validation" : "", (unsigned long long)spe, mode);
@@ -739,7 +744,7 @@ int cli_cmd_fit(const cli_opts *o)
          * the Fit stream, nor a RunSteps call queued behind others. */
         if (o->timeout_s <= 0)
             rt_client_next_timeout_ms(c, 0);
-        if (o->steps_per_call == 0) {
+        if (spc == 0) {
             rt_client_fit_params fp = {
                 .session = sid, .program = prog.program_id, .dataset = tr.id,
                 .val_dataset = o->val ? va.id : NULL, .epochs = per_run,
@@ -753,8 +758,7 @@ int cli_cmd_fit(const cli_opts *o)
                 .session = sid, .program = prog.program_id, .dataset = tr.id,
                 .val_dataset = o->val ? va.id : NULL, .epochs = per_run,
                 .steps_per_epoch = spe,
-                .steps_per_call = o->steps_per_call == CLI_SPC_AUTO ? 0
-                                                                    : (uint64_t)o->steps_per_call,
+                .steps_per_call = spc == CLI_SPC_AUTO ? 0 : (uint64_t)spc,
                 .window = (uint32_t)o->in_flight,
                 .checkpoint_every_steps = (uint32_t)o->ckpt_every_steps,
                 .checkpoint_every_s = (uint32_t)o->ckpt_every_s};
@@ -769,7 +773,7 @@ int cli_cmd_fit(const cli_opts *o)
         /* A durable daemon that could not checkpoint (disk full) still
          * holds the state: the session stays, so it can be pulled. */
         keep = rc == RT_ETOOBIG && strstr(rt_client_errmsg(c), "checkpoint failed") != NULL;
-        ex = cli_fail(c, o->steps_per_call ? "fit (RunSteps)" : "Fit", rc);
+        ex = cli_fail(c, spc ? "fit (RunSteps)" : "Fit", rc);
         if (keep)
             fprintf(stderr, "rtrain: session %s kept: rtrain checkpoint pull %s STATE "
                     "--program %s --session-token %s\n", sid, sid, prog.program_id,

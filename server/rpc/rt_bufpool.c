@@ -23,7 +23,6 @@ static struct {
     pthread_cond_t cv;      /* the arena thread waits here for a shortfall */
     uint64_t cap, idle;
     uint64_t arena;         /* idle bytes the arena thread keeps faulted in */
-    uint64_t filling;       /* bytes it is faulting in now */
     uint64_t prefaulted;    /* bytes it faulted in, ever */
     int busy;               /* uploads in flight: the thread waits for 0 */
     int thread;             /* started */
@@ -109,7 +108,6 @@ static void *arena_main(void *arg)
         while (P.idle >= P.arena || P.busy)
             pthread_cond_wait(&P.cv, &P.mu);
         size_t short_by = (size_t)(P.arena - P.idle), len = round_up(short_by, 2u << 20);
-        P.filling = len;
         pthread_mutex_unlock(&P.mu);
         void *m = map_aligned(len);
         /* In steps, each only while no upload runs: zeroing pages takes
@@ -125,7 +123,6 @@ static void *arena_main(void *arg)
         size_t dlen[RT__BP_MAX + 1];
         int nd = 0;
         pthread_mutex_lock(&P.mu);
-        P.filling = 0;
         if (!m) {
             pthread_mutex_unlock(&P.mu);
             sleep(1); /* out of address space: try again later */

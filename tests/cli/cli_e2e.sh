@@ -79,6 +79,13 @@ k=$(sed -n 's/^steps per call: auto K = \([0-9]*\) (fixed cost .* per step)$/\1/
   || bad "auto K: '$(grep 'steps per call' "$tmp/err")'"
 [ "$(grep -c '^Evaluate ' "$tmp/out")" -eq 0 ] && [ "$(grep -c '^RunSteps ' "$tmp/out")" -ge 60 ] && ok "auto: validation inside the epochs' last calls" \
   || bad "auto: $(grep -c '^Evaluate ' "$tmp/out") Evaluate calls"
+# a checkpoint every N steps without a K: the stream, which checkpoints
+# between steps (a RunSteps call only at its end)
+expect_rc 0 "fit --checkpoint-every-steps 4" -- "$rtrain" "${FIT[@]}" --epochs 2 \
+  --checkpoint-every-steps 4
+grep -q "steps/epoch, one Fit stream (--checkpoint-every-steps)$" "$tmp/err" \
+  && ok "--checkpoint-every-steps without a K: one Fit stream" \
+  || bad "checkpoint interval: '$(grep '^train:' "$tmp/err")'"
 
 # --- eval and predict with the saved weights
 expect_rc 0 "eval" -- "$rtrain" eval "${S[@]}" --model "$ex/model.json" \

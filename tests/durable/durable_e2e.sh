@@ -139,8 +139,8 @@ resumed=$(sed -n 's/^daemon restarted; resuming at epoch [0-9]* step \([0-9]*\)/
 [ "$written" -ge 1 ] && ok "sigterm: exit checkpoints were written ($written)" ||
   bad "sigterm: no stop landed mid-epoch"
 
-# --- the Fit stream (the default fit: one streamed call, --steps-per-call
-# 0): the same stops. The CLI sends the fit again with its id and the
+# --- the Fit stream (one streamed call, --steps-per-call 0; the default
+# is RunSteps): the same stops. The CLI sends the fit again with its id and the
 # epochs it has; the daemon continues from its restored state (between two
 # steps: the interval checkpoints, a SIGTERM's exit checkpoint) and sends
 # only the epoch ends the CLI lacks.

@@ -666,7 +666,9 @@ class CompiledModel:
         on_train_batch_end) gets one call per batch, as
         Keras' default does: with "auto" such a fit runs one Fit stream
         (with an int K the hooks see every K-th batch, as Keras' own
-        steps_per_execution).
+        steps_per_execution); so does an "auto" fit with
+        checkpoint_every_steps (a RunSteps call is checkpointed at its
+        end).
         Ctrl-C (KeyboardInterrupt) stops the remote fit at a step boundary;
         the model keeps the weights of the steps done, model.history holds
         the epochs completed and its status is "interrupted".
@@ -786,8 +788,12 @@ class CompiledModel:
                            "verbose": verbose,
                            "initial_epoch": initial_epoch}
             cbl = callbacks_mod.CallbackList(callbacks, owner, hist.params)
-            if spx == "auto" and cbl.batch_hooks():
-                # every batch's hook, at the step it ran: the stream's events
+            if spx == "auto" and (cbl.batch_hooks() or
+                                  checkpoint_every_steps is not None):
+                # every batch's hook, at the step it ran: the stream's
+                # events; a checkpoint every N steps: the stream's (a
+                # RunSteps call is checkpointed at its end, auto K's ends
+                # are not every N steps)
                 spx = 0
                 hist.params["steps_per_execution"] = None
             per_epoch = bool(cbl.callbacks) or validation_freq != 1
