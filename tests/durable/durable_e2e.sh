@@ -80,9 +80,12 @@ killed_fit() {
     kill -"$sig" "$dpid"; wait "$dpid" 2>/dev/null
     k=$((k + 1))
     restart "$tmp/$name-$k.log" --state-dir "$dir" "$@" || break
-    # the next stop only once the client has seen this one
+    # the next stop only once the client has seen this one (and, with
+    # WAIT_LOG, once the new daemon has logged it: the CLI's message comes
+    # before its resent call reaches the daemon)
     for _ in $(seq 1 3000); do
-      [ "$(grep -c '^daemon restarted' "$tmp/$name.err")" -ge "$k" ] && break
+      [ "$(grep -c '^daemon restarted' "$tmp/$name.err")" -ge "$k" ] &&
+        { [ -z "${WAIT_LOG:-}" ] || grep -q "$WAIT_LOG" "$tmp/$name-$k.log"; } && break
       kill -0 "$cpid" 2>/dev/null || break
       sleep 0.01
     done
@@ -156,7 +159,7 @@ expect_rc 0 "reference Fit stream (600 epochs)" -- "$rtrain" "${FIT[@]}" --serve
   --epochs 600 --save-weights "$tmp/w-fref.bin" --csv-log "$tmp/fref.csv"
 has "$tmp/err" "Fit stream" "the reference fit is one Fit stream"
 kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""
-REF=fref EP=600 killed_fit KILL fit-sigkill 20 --log-level info --checkpoint-every-steps 4
+WAIT_LOG="resumed at epoch" REF=fref EP=600 killed_fit KILL fit-sigkill 20 --log-level info --checkpoint-every-steps 4
 kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""
 n=$(cat "$tmp"/fit-sigkill-*.log | grep -c "resumed at epoch")
 [ "$n" -ge 20 ] && ok "fit-sigkill: the daemon continued the fit $n times" ||
