@@ -20,21 +20,7 @@
 #include "rt_stream.h"
 #include "rtrain/rt_error.h"
 
-static int failures;
-#define CHECK(c)                                                                    \
-    do {                                                                            \
-        if (!(c)) {                                                                 \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);   \
-            failures++;                                                             \
-        }                                                                           \
-    } while (0)
-#define REQUIRE(c)                                                                  \
-    do {                                                                            \
-        if (!(c)) {                                                                 \
-            fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #c); \
-            exit(1);                                                                \
-        }                                                                           \
-    } while (0)
+#include "../lib/rt_check.h"
 
 static const char *spool_dir;
 static int want_mapped; /* the streams of this pass are mapped */

@@ -19,21 +19,7 @@
 
 #include "rt_state.h"
 
-static int fails;
-#define CHECK(c)                                                                    \
-    do {                                                                            \
-        if (!(c)) {                                                                 \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);   \
-            fails++;                                                                \
-        }                                                                           \
-    } while (0)
-#define REQUIRE(c)                                                                  \
-    do {                                                                            \
-        if (!(c)) {                                                                 \
-            fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #c); \
-            exit(1);                                                                \
-        }                                                                           \
-    } while (0)
+#include "../lib/rt_check.h"
 
 int rt__ckpt_load_newest(const char *dir, uint8_t **buf, size_t *len, rt_ckpt_view *v,
                          int *warnings);
@@ -296,9 +282,9 @@ int main(int argc, char **argv)
     rt_state_close(st);
     rt_exec_destroy(e);
     rt_plan_release(plan);
-    if (fails)
-        fprintf(stderr, "%d check(s) failed\n", fails);
+    if (failures)
+        fprintf(stderr, "%d check(s) failed\n", failures);
     else
         printf("test_state: all checks passed\n");
-    return fails ? 1 : 0;
+    return failures ? 1 : 0;
 }
