@@ -239,6 +239,30 @@ static int parse_npy(const uint8_t *b, size_t len, src_arr *s, char *err,
 static const size_t idx_elem[16] = {[0x08] = 1, [0x09] = 1, [0x0B] = 2,
                                     [0x0C] = 4, [0x0D] = 4, [0x0E] = 8};
 
+/* Inflates an IDX header (magic and dims) from the gzip stream z into
+ * hdr (room for 4 + 4 * RT_MAX_DIMS bytes): *hl its length, *zr the last
+ * inflate's result. */
+static int idx_gz_header(z_stream *z, uint8_t *hdr, size_t *hl, int *zr, char *err,
+                         size_t errlen)
+{
+    size_t want = 4, got = 0;
+    while (got < want) {
+        z->next_out = hdr + got;
+        z->avail_out = (uInt)(want - got);
+        *zr = inflate(z, Z_NO_FLUSH);
+        got = want - z->avail_out;
+        if (got >= 4 && want == 4) {
+            if (hdr[0] != 0 || hdr[1] != 0 || hdr[3] < 1 || hdr[3] > RT_MAX_DIMS)
+                return fail(err, errlen, RT_EDATA, "IDX header (inside the gzip) is invalid");
+            want = 4 + 4 * (size_t)hdr[3];
+        }
+        if (got < want && *zr != Z_OK)
+            return fail(err, errlen, RT_EDATA, "gzip data ends inside the IDX header");
+    }
+    *hl = want;
+    return 0;
+}
+
 /* Gzip'ed IDX: inflate the header first, check the size it declares
  * against the limits, then inflate into a buffer of exactly that size. A
  * bomb is refused before anything large is allocated or inflated. */
@@ -250,29 +274,14 @@ static int gunzip_idx(const uint8_t *in, size_t len, uint64_t max_bytes, uint32_
     if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
         return fail(err, errlen, RT_ENOMEM, "zlib init failed");
     uint8_t hdr[4 + 4 * RT_MAX_DIMS];
-    size_t hl = 4, got = 0;
+    size_t hl = 0;
     int rc = 0, zr = Z_OK;
     z.next_in = (Bytef *)in;
     z.avail_in = (uInt)(len > UINT32_MAX ? UINT32_MAX : len);
     uint8_t *buf = NULL;
     uint64_t need = 0;
-    while (got < hl) {
-        z.next_out = hdr + got;
-        z.avail_out = (uInt)(hl - got);
-        zr = inflate(&z, Z_NO_FLUSH);
-        got = hl - z.avail_out;
-        if (got >= 4 && hl == 4) {
-            if (hdr[0] != 0 || hdr[1] != 0 || hdr[3] < 1 || hdr[3] > RT_MAX_DIMS) {
-                rc = fail(err, errlen, RT_EDATA, "IDX header (inside the gzip) is invalid");
-                goto out;
-            }
-            hl = 4 + 4 * (size_t)hdr[3];
-        }
-        if (got < hl && zr != Z_OK) {
-            rc = fail(err, errlen, RT_EDATA, "gzip data ends inside the IDX header");
-            goto out;
-        }
-    }
+    if ((rc = idx_gz_header(&z, hdr, &hl, &zr, err, errlen)) < 0)
+        goto out;
     size_t esz = idx_elem[hdr[2] & 15];
     if (!esz || hdr[2] > 0x0E) {
         rc = fail(err, errlen, RT_EDATA, "IDX type 0x%02x is unknown", hdr[2]);
@@ -899,30 +908,15 @@ static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len, u
     if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
         return fail(err, errlen, RT_ENOMEM, "zlib init failed");
     uint8_t hdr[4 + 4 * RT_MAX_DIMS];
-    size_t hl = 4, got = 0;
+    size_t hl = 0;
     int rc = 0, zr = Z_OK;
     row_sink k;
     memset(&k, 0, sizeof k);
     uint8_t *buf = NULL;
     z.next_in = (Bytef *)in;
     z.avail_in = (uInt)(len > UINT32_MAX ? UINT32_MAX : len);
-    while (got < hl) {
-        z.next_out = hdr + got;
-        z.avail_out = (uInt)(hl - got);
-        zr = inflate(&z, Z_NO_FLUSH);
-        got = hl - z.avail_out;
-        if (got >= 4 && hl == 4) {
-            if (hdr[0] != 0 || hdr[1] != 0 || hdr[3] < 1 || hdr[3] > RT_MAX_DIMS) {
-                rc = fail(err, errlen, RT_EDATA, "IDX header (inside the gzip) is invalid");
-                goto out;
-            }
-            hl = 4 + 4 * (size_t)hdr[3];
-        }
-        if (got < hl && zr != Z_OK) {
-            rc = fail(err, errlen, RT_EDATA, "gzip data ends inside the IDX header");
-            goto out;
-        }
-    }
+    if ((rc = idx_gz_header(&z, hdr, &hl, &zr, err, errlen)) < 0)
+        goto out;
     src_type t;
     switch (hdr[2]) {
     case 0x08: t = S_U8; break;
