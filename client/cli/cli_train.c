@@ -828,22 +828,44 @@ out:
 
 /* ------------------------------------------------------------- eval, predict */
 
-int cli_cmd_eval(const cli_opts *o, int predict)
+/* --weights for eval, predict and export. An RTWTS file is read (and
+ * checked) before connecting; Keras' HDF5 layout is matched to the
+ * compiled model's parameters by weights_set. Exit code or 0. */
+static int weights_read(const cli_opts *o, int h5, rt_client_weights *w)
 {
     char err[256];
-    rt_client_weights w;
-    int ex = check_inputs(o);
-    if (ex)
-        return ex;
-    /* An RTWTS file is checked before connecting; Keras' HDF5 layout is
-     * matched to the compiled model's parameters, after compiling. */
-    int h5 = cli_is_h5(o->weights);
-    memset(&w, 0, sizeof w);
-    int rc = h5 ? 0 : rt_client_weights_load(&w, o->weights, err, sizeof err);
+    memset(w, 0, sizeof *w);
+    int rc = h5 ? 0 : rt_client_weights_load(w, o->weights, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, "rtrain: --weights: %s\n", err);
         return cli_exit_code(rc);
     }
+    return 0;
+}
+
+static int weights_set(rt_client *c, const cli_opts *o, int h5, const char *sid,
+                       const rt_client_compile_result *prog, rt_client_weights *w)
+{
+    char err[256];
+    int rc;
+    if (h5 && (rc = cli_h5_load(o->weights, prog, w, err, sizeof err)) < 0) {
+        fprintf(stderr, "rtrain: --weights: %s\n", err);
+        return cli_exit_code(rc);
+    }
+    rc = rt_client_set_weights(c, sid, prog->program_id, w->t, w->n);
+    return rc < 0 ? cli_fail(c, "SetWeights", rc) : 0;
+}
+
+int cli_cmd_eval(const cli_opts *o, int predict)
+{
+    rt_client_weights w;
+    int ex = check_inputs(o);
+    if (ex)
+        return ex;
+    int h5 = cli_is_h5(o->weights);
+    int rc;
+    if ((ex = weights_read(o, h5, &w)))
+        return ex;
     rt_client *c = NULL;
     ex = cli_connect(o, &c);
     if (ex) {
@@ -857,16 +879,8 @@ int cli_cmd_eval(const cli_opts *o, int predict)
     ex = setup(c, o, predict ? "rtrain predict" : "rtrain eval", sid, &prog);
     if (ex)
         goto out;
-    if (h5 && (rc = cli_h5_load(o->weights, &prog, &w, err, sizeof err)) < 0) {
-        fprintf(stderr, "rtrain: --weights: %s\n", err);
-        ex = cli_exit_code(rc);
+    if ((ex = weights_set(c, o, h5, sid, &prog, &w)))
         goto out;
-    }
-    rc = rt_client_set_weights(c, sid, prog.program_id, w.t, w.n);
-    if (rc < 0) {
-        ex = cli_fail(c, "SetWeights", rc);
-        goto out;
-    }
     rt_client_dataset ds;
     cli_opts po = *o;
     if (predict && cli_data_kind_of(o->data) == CLI_DATA_CSV && o->label_first < 0) {
@@ -944,7 +958,6 @@ out:
  * weights, write the model back with them. */
 int cli_cmd_export(const cli_opts *o)
 {
-    char err[256];
     rt_client_weights w;
     int ex = check_inputs(o);
     if (ex)
@@ -954,12 +967,8 @@ int cli_cmd_export(const cli_opts *o)
         return CLI_EXIT_USAGE;
     }
     int h5 = cli_is_h5(o->weights);
-    memset(&w, 0, sizeof w);
-    int rc = h5 ? 0 : rt_client_weights_load(&w, o->weights, err, sizeof err);
-    if (rc < 0) {
-        fprintf(stderr, "rtrain: --weights: %s\n", err);
-        return cli_exit_code(rc);
-    }
+    if ((ex = weights_read(o, h5, &w)))
+        return ex;
     rt_client *c = NULL;
     ex = cli_connect(o, &c);
     if (ex) {
@@ -975,16 +984,8 @@ int cli_cmd_export(const cli_opts *o)
     ex = setup(c, &oc, "rtrain export", sid, &prog);
     if (ex)
         goto out;
-    if (h5 && (rc = cli_h5_load(o->weights, &prog, &w, err, sizeof err)) < 0) {
-        fprintf(stderr, "rtrain: --weights: %s\n", err);
-        ex = cli_exit_code(rc);
+    if ((ex = weights_set(c, o, h5, sid, &prog, &w)))
         goto out;
-    }
-    rc = rt_client_set_weights(c, sid, prog.program_id, w.t, w.n);
-    if (rc < 0) {
-        ex = cli_fail(c, "SetWeights", rc);
-        goto out;
-    }
     ex = export_onnx(c, o, sid, prog.program_id);
 out:
     if (sid[0]) {
