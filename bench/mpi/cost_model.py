@@ -1,20 +1,37 @@
 #!/usr/bin/python3
 """Ring all-reduce cost model for rtraind's MPI replicas (README "More than
-one machine").
+one machine"), and its check against this machine.
 
-    T_allreduce(N, S) = 2 (N-1)/N * S / BW + 2 (N-1) * alpha
+    T_allreduce(N, S) = r * 2 (N-1)/N * S / BW + 2 (N-1) * alpha
+    r = max(1, ranks per host / cores per host)
 
-S: gradient bytes, BW: link bandwidth, alpha: one message step's latency.
-Weak scaling (each host keeps its per-host batch, no overlap of the
-reduce with backward): efficiency = T_step / (T_step + T_allreduce).
+S: gradient bytes, BW: bandwidth of one rank's link (a NIC, or here shared
+memory), alpha: one ring step's latency. r is 1 when every rank has a core
+of its own (one rank per host, the deployments in the table); it is the
+time-sharing factor when ranks outnumber cores: a shared-memory reduce is
+CPU work (copies and sums), so two ranks on one core move half as much.
 
-usage: cost_model.py [MEASURED.txt]
-With bench_mpi's output for N=2 and N=4 (all-reduce tables), fits BW and
-alpha to the N=2 MPI_Allreduce column (least squares on relative error)
-and compares the model's N=4
-prediction with the measured N=4 column.
+A training step at a fixed global batch over N ranks (the batch split
+across them, no overlap of the reduce with backward):
+
+    T_step(N) = r * T_1 / N + T_allreduce(N, S)
+
+T_1: one single-threaded rank's step at the whole batch. Weak scaling
+(each host keeps its per-host batch): efficiency = T_1 / (T_1 + T_allreduce).
+
+usage: cost_model.py [--cores C] [MEASURED.txt ...]
+With bench_mpi output holding the all-reduce tables for N = 2 and N = 4,
+fits BW and alpha to the N = 2 rt_dist column (what a training step pays:
+4 MiB buckets; least squares on the relative error) and prints the model
+against every measured N = 2 and N = 4 point, r taken from --cores
+(default: this machine's). With W-C lines (`--part wc`) for N = 1 x 1
+thread and N > 1 x 1 thread, also predicts the N > 1 step times from the
+N = 1 step and the fitted all-reduce.
 """
+import argparse
+import os
 import re
+import statistics
 import sys
 
 WC_PARAMS = 784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10  # 669,706
@@ -28,8 +45,12 @@ MODELS = [
 ]
 
 
-def t_ring(n, s, bw, alpha):
-    return 2 * (n - 1) / n * s / bw + 2 * (n - 1) * alpha
+def t_ring(n, s, bw, alpha, r=1.0):
+    return r * 2 * (n - 1) / n * s / bw + 2 * (n - 1) * alpha
+
+
+def share(n, cores):
+    return max(1.0, n / cores)
 
 
 def table():
@@ -42,51 +63,87 @@ def table():
                       % (name, n, gbps, t * 1e3, 100 * step / (step + t)))
 
 
-def measured(path):
-    """{n: [(floats, mpi_us, rt_us)]} from bench_mpi output."""
-    out, n = {}, None
-    for line in open(path):
-        m = re.match(r"all-reduce, (\d+) ranks", line)
-        if m:
-            n = int(m.group(1))
-            out[n] = []
-            continue
-        # floats, loop length, MPI_Allreduce, rt_dist, ...
-        m = re.match(r"\s*(\d+)\s+\d+\s+([\d.]+) us\s+([\d.]+) us", line)
-        if m and n:
-            out[n].append((int(m.group(1)), float(m.group(2)) * 1e-6,
-                           float(m.group(3)) * 1e-6))
-    return out
+def measured(paths):
+    """({n: [(floats, mpi_s, rt_s)]}, {(n, threads): [ms per step]}) from
+    bench_mpi output; a size or configuration met twice keeps every value
+    (the all-reduce: the first table for each N)."""
+    ar, wc, n = {}, {}, None
+    for path in paths:
+        for line in open(path):
+            m = re.match(r"all-reduce, (\d+) ranks", line)
+            if m:
+                n = int(m.group(1))
+                n = n if n not in ar else None
+                if n:
+                    ar[n] = []
+                continue
+            # floats, loop length, MPI_Allreduce, rt_dist, ...
+            m = re.match(r"\s*(\d+)\s+\d+\s+([\d.]+) us\s+([\d.]+) us", line)
+            if m and n:
+                ar[n].append((int(m.group(1)), float(m.group(2)) * 1e-6,
+                              float(m.group(3)) * 1e-6))
+            m = re.match(r"W-C, (\d+) replica\(s\) x (\d+) thread\(s\).*?: ([\d.]+) ms/step", line)
+            if m:
+                wc.setdefault((int(m.group(1)), int(m.group(2))), []).append(float(m.group(3)))
+    return ar, wc
 
 
-def check(path):
-    pts = measured(path)
-    if 2 not in pts or 4 not in pts:
-        print("need N=2 and N=4 tables in", path)
-        return 1
-    # fit t = a * S + b (S in bytes) to every N=2 point, least squares on
-    # the relative error (the sizes span 5 decades)
-    p2 = pts[2]
+def fit(pts):
+    """t = a S + b over (S bytes, t s), least squares on the relative error
+    (the sizes span five decades)."""
     sxx = sx = s1 = sxy = sy = 0.0
-    for floats, t, _ in p2:
-        w, s = 1 / (t * t), 4 * floats
+    for s, t in pts:
+        w = 1 / (t * t)
         sxx += w * s * s
         sx += w * s
         s1 += w
         sxy += w * s * t
         sy += w * t
-    a = (sxy * s1 - sy * sx) / (sxx * s1 - sx * sx)  # = 2 (N-1)/N / BW = 1 / BW at N=2
-    b = max((sy - a * sx) / s1, 0.0)                 # = 2 (N-1) alpha = 2 alpha at N=2
+    a = (sxy * s1 - sy * sx) / (sxx * s1 - sx * sx)
+    return a, max((sy - a * sx) / s1, 0.0)
+
+
+def check(paths, cores):
+    ar, wc = measured(paths)
+    if 2 not in ar or 4 not in ar:
+        print("need the N=2 and N=4 all-reduce tables")
+        return 1
+    a, b = fit([(4 * f, rt) for f, _, rt in ar[2]])  # at N=2: a = 1/BW, b = 2 alpha
     bw, alpha = 1 / a, b / 2
-    print("fitted to N=2: bandwidth %.2f GB/s, alpha %.1f us" % (bw / 1e9, alpha * 1e6))
-    print("%4s %10s %12s %12s %8s" % ("N", "floats", "model", "measured", "ratio"))
+    print("fitted to the N=2 rt_dist column: bandwidth %.2f GB/s, alpha %.2f us; "
+          "%d cores, so r = %s"
+          % (bw / 1e9, alpha * 1e6, cores,
+             ", ".join("%g at N=%d" % (share(n, cores), n) for n in (2, 4))))
+    print("%4s %10s %12s %12s %8s %12s" % ("N", "floats", "model", "rt_dist", "ratio",
+                                           "r=1 ratio"))
     for n in (2, 4):
-        for floats, t, _ in pts[n]:
-            m = t_ring(n, 4 * floats, bw, alpha)
-            print("%4d %10d %9.1f us %9.1f us %7.2fx" % (n, floats, m * 1e6, t * 1e6, t / m))
+        r = share(n, cores)
+        for floats, _, t in ar[n]:
+            m = t_ring(n, 4 * floats, bw, alpha, r)
+            m1 = t_ring(n, 4 * floats, bw, alpha)
+            print("%4d %10d %9.1f us %9.1f us %7.2fx %11.2fx"
+                  % (n, floats, m * 1e6, t * 1e6, t / m, t / m1))
+    one = wc.get((1, 1))
+    if one:
+        t1 = statistics.median(one) * 1e-3
+        print("W-C step, global batch 128: N=1 x 1 thread measured %.2f ms "
+              "(median of %d)" % (t1 * 1e3, len(one)))
+        print("%4s %12s %12s %8s" % ("N", "model", "measured", "ratio"))
+        for (n, th), v in sorted(wc.items()):
+            if th != 1 or n == 1:
+                continue
+            r = share(n, cores)
+            m = r * t1 / n + t_ring(n, 4 * WC_PARAMS, bw, alpha, r)
+            t = statistics.median(v) * 1e-3
+            print("%4d %9.2f ms %9.2f ms %7.2fx   (median of %d)"
+                  % (n, m * 1e3, t * 1e3, t / m, len(v)))
     return 0
 
 
 if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cores", type=int, default=os.cpu_count())
+    ap.add_argument("measured", nargs="*")
+    args = ap.parse_args()
     table()
-    sys.exit(check(sys.argv[1]) if len(sys.argv) > 1 else 0)
+    sys.exit(check(args.measured, args.cores) if args.measured else 0)
