@@ -29,7 +29,9 @@ typedef struct cmd_hdr {
     uint8_t dkey[16];      /* TRAIN: content hash of x | y | sw */
     uint64_t state_hash;   /* TRAIN: XXH3 of rank 0's rt_exec_save_state */
     int64_t n, x_floats, y_bytes;
-    int32_t has_sw, pad;
+    int32_t has_sw;
+    int32_t streamed;      /* TRAIN: rank 0 scatters each batch's rows (feed) */
+    uint64_t fill_id;      /* TRAIN, streamed: rank 0's rt_data.fill_id, as a token */
 } cmd_hdr;
 
 #define MAX_DATA 4 /* data sets a worker keeps, least recently used goes */
@@ -306,6 +308,24 @@ static int bcast(void *buf, int64_t len, const char *what, char *err, size_t err
         if (len == 0) break;
     }
     return 0;
+}
+
+/* MPI_Scatterv from rank 0 under the guard: rank 0 sends cnt[r] items of
+ * dt at buf + dsp[r] to rank r and keeps its own in place; a worker
+ * receives its rcnt at buf. */
+static int __attribute__((noinline))
+guarded_scatterv(void *buf, const int *cnt, const int *dsp, int rcnt, MPI_Datatype dt,
+                 const char *what, char *err, size_t errlen)
+{
+    sigjmp_buf jb;
+    if (sigsetjmp(jb, 0)) {
+        tl_jb = NULL;
+        return guard_broken(err, errlen);
+    }
+    if (guard_enter(&jb, what) < 0) return guard_broken(err, errlen);
+    int mrc = G.rank == 0 ? MPI_Scatterv(buf, cnt, dsp, dt, MPI_IN_PLACE, 0, dt, 0, G.comm)
+                          : MPI_Scatterv(NULL, NULL, NULL, dt, buf, rcnt, dt, 0, G.comm);
+    return guard_leave(mrc, what, err, errlen);
 }
 
 /* A command header, the one non-blocking collective: a worker waits for it
@@ -782,6 +802,120 @@ static int sync_frozen(rt_exec *e, char *err, size_t errlen)
     return 0;
 }
 
+/* A streamed data set over the replicas. Only rank 0 holds the spool: for
+ * each step it fills the whole batch with the data set's own fill (the
+ * rows, order and augmentation one process would get) and MPI_Scatterv
+ * hands every replica the rows of its shards, [nb*r*k/M, nb*(r+1)*k/M),
+ * at their places in its batch buffer (rt_data.fill's replica rule).
+ * Workers never receive the data set. A fill that fails on rank 0 is
+ * broadcast first, so every replica fails that step alike and the job
+ * goes on. */
+typedef struct feed {
+    rt_batch_fill fill;    /* rank 0: the data set's */
+    void *ud;
+    int64_t xr, yr;        /* bytes of a row's inputs and labels */
+    MPI_Datatype xt, yt;   /* one row of each */
+    int *cnt, *dsp;        /* rows per replica, and where they start */
+} feed;
+
+/* every rank, before the training command's collectives; 0 or RT_ENOMEM */
+static int feed_init(feed *f, rt_exec *e, rt_batch_fill fill, void *ud)
+{
+    memset(f, 0, sizeof *f);
+    f->fill = fill;
+    f->ud = ud;
+    int64_t dims[RT_MAX_DIMS], in = 1, ln = 1;
+    rt_plan *p = rt_exec_plan(e);
+    int nd = rt_plan_input_shape(p, dims);
+    for (int k = 0; k < nd; k++) in *= dims[k];
+    nd = rt_plan_label_shape(p, dims);
+    for (int k = 0; k < nd; k++) ln *= dims[k];
+    f->xr = 4 * in;
+    f->yr = 4 * ln;
+    f->cnt = malloc(2 * sizeof(int) * (size_t)G.size);
+    if (!f->cnt || f->xr > INT_MAX || f->yr > INT_MAX ||
+        MPI_Type_contiguous((int)f->xr, MPI_BYTE, &f->xt) != MPI_SUCCESS) {
+        free(f->cnt);
+        f->cnt = NULL;
+        return RT_ENOMEM;
+    }
+    if (MPI_Type_contiguous((int)f->yr, MPI_BYTE, &f->yt) != MPI_SUCCESS) {
+        MPI_Type_free(&f->xt);
+        free(f->cnt);
+        f->cnt = NULL;
+        return RT_ENOMEM;
+    }
+    MPI_Type_commit(&f->xt);
+    MPI_Type_commit(&f->yt);
+    f->dsp = f->cnt + G.size;
+    return 0;
+}
+
+static void feed_free(feed *f)
+{
+    if (!f->cnt) return;
+    if (!G.broken) { /* a broken job makes no MPI call but MPI_Abort */
+        MPI_Type_free(&f->xt);
+        MPI_Type_free(&f->yt);
+    }
+    free(f->cnt);
+    f->cnt = NULL;
+}
+
+/* the batch's rows from rank 0 to their replicas: inputs, labels, weights */
+static int feed_scatter(feed *f, float *x, void *y, float *w, int64_t nb, char *err,
+                        size_t errlen)
+{
+    const int M = G.o.micro > 0 ? G.o.micro : G.size, k = M / G.size;
+    for (int r = 0; r < G.size; r++) {
+        const int64_t lo = nb * r * k / M, hi = nb * (r + 1) * k / M;
+        f->dsp[r] = (int)lo;
+        f->cnt[r] = (int)(hi - lo);
+    }
+    const int64_t lo = f->dsp[G.rank];
+    const int n = f->cnt[G.rank];
+    int rc = guarded_scatterv((char *)x + lo * f->xr, f->cnt, f->dsp, n, f->xt, "batch rows",
+                              err, errlen);
+    if (rc == 0)
+        rc = guarded_scatterv((char *)y + lo * f->yr, f->cnt, f->dsp, n, f->yt, "batch rows",
+                              err, errlen);
+    if (rc == 0 && w)
+        rc = guarded_scatterv(w + lo, f->cnt, f->dsp, n, MPI_FLOAT, "batch rows", err, errlen);
+    return rc;
+}
+
+/* rank 0's rt_batch_fill: the whole batch, then every replica's rows */
+static int feed_root(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y,
+                     float *w, char *err, size_t errlen)
+{
+    feed *f = ud;
+    int rc = f->fill(f->ud, epoch, pos, nb, x, y, w, err, errlen);
+    int32_t st = rc < 0 ? rc : 0;
+    char berr[200];
+    int brc = bcast(&st, sizeof st, "batch", berr, sizeof berr);
+    if (brc < 0) {
+        snprintf(err, errlen, "%s", berr);
+        return brc;
+    }
+    return rc < 0 ? rc : feed_scatter(f, x, y, w, nb, err, errlen);
+}
+
+/* a worker's rt_batch_fill: its rows from rank 0 */
+static int feed_worker(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y,
+                       float *w, char *err, size_t errlen)
+{
+    (void)epoch;
+    (void)pos;
+    int32_t st = 0;
+    int rc = bcast(&st, sizeof st, "batch", err, errlen);
+    if (rc < 0) return rc;
+    if (st < 0) {
+        snprintf(err, errlen, "rank 0 could not read the batch (see its error)");
+        return st;
+    }
+    return feed_scatter(ud, x, y, w, nb, err, errlen);
+}
+
 /* every rank: the common part of a training call once data and state agree */
 static int train_all(rt_exec *e, const rt_data *d, int64_t steps, rt_train_result *res,
                      rt_step_cb cb, void *ud, float *losses, char *err, size_t errlen)
@@ -825,6 +959,7 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
     pthread_mutex_lock(&G.mu);
     int rc = 0;
     void *st = NULL;
+    feed f = {0};
     if (G.broken) {
         snprintf(err, errlen, "%s", G.broken_msg);
         rc = RT_EUNAVAILABLE;
@@ -836,27 +971,38 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
         goto out;
     }
     if ((rc = send_frees(err, errlen)) < 0) goto out;
+    const int streamed = d->fill != NULL;
+    rt_data fd = *d; /* a streamed set's batches go through feed_root */
+    if (streamed) {
+        if ((rc = feed_init(&f, e, d->fill, d->fill_ud)) < 0) {
+            snprintf(err, errlen, "out of memory");
+            goto out;
+        }
+        fd.fill = feed_root;
+        fd.fill_ud = &f;
+    }
     cmd_hdr h = {.cmd = CMD_TRAIN, .prog = id, .steps = steps, .n = d->n,
-                 .y_dtype = (int32_t)d->y_dtype, .has_sw = d->sw != NULL};
+                 .y_dtype = (int32_t)d->y_dtype, .has_sw = d->sw != NULL,
+                 .streamed = streamed, .fill_id = (uint64_t)(uintptr_t)d->fill_id};
     int64_t in_dims[RT_MAX_DIMS], in = 1;
     int ind = rt_plan_input_shape(rt_exec_plan(e), in_dims);
     for (int k = 0; k < ind; k++) in *= in_dims[k];
     h.x_floats = d->n * in;
     h.y_bytes = y_bytes(d, e);
     key_ent *ke = NULL, fresh;
-    for (int i = 0; key && i < G.n_keys; i++) {
+    for (int i = 0; key && !streamed && i < G.n_keys; i++) {
         key_ent *k = &G.keys[i];
         if (!memcmp(k->key, key, 16) && k->x == d->x && k->y == d->y && k->sw == d->sw &&
             k->n == d->n)
             ke = k;
     }
-    if (!ke) {
+    if (!ke && !streamed) {
         ke = key ? &G.keys[G.n_keys < 8 ? G.n_keys++ : (int)(G.clock++ % 8)] : &fresh;
         *ke = (key_ent){.x = d->x, .y = d->y, .sw = d->sw, .n = d->n};
         if (key) memcpy(ke->key, key, 16);
         data_key(d, h.x_floats, h.y_bytes, ke->dkey);
     }
-    memcpy(h.dkey, ke->dkey, 16);
+    if (ke) memcpy(h.dkey, ke->dkey, 16);
     if ((rc = state_hash(e, &h.state_hash, &st)) < 0) {
         snprintf(err, errlen, "out of memory");
         goto out;
@@ -885,8 +1031,9 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
     if (need[1] &&
         (rc = bcast(st, (int64_t)rt_exec_state_size(e), "state", err, errlen)) < 0)
         goto out;
-    rc = train_all(e, d, steps, res, cb, ud, losses, err, errlen);
+    rc = train_all(e, &fd, steps, res, cb, ud, losses, err, errlen);
 out:
+    feed_free(&f);
     free(st);
     pthread_mutex_unlock(&G.mu);
     return rc;
@@ -915,10 +1062,12 @@ static int worker_train(const cmd_hdr *h, char *err, size_t errlen)
     prog_ent *pe = find_prog(h->prog);
     rt_exec *pex = pe ? pe->e : NULL;
     pthread_mutex_unlock(&G.tab_mu);
-    wdata *w = find_data(h->dkey);
+    /* a streamed set stays on rank 0: its rows come with each step */
+    wdata *w = h->streamed ? NULL : find_data(h->dkey);
     uint64_t sh = 0;
     void *st = NULL;
-    int need[3] = {!w, 0, !pe};
+    feed f = {0};
+    int need[3] = {!w && !h->streamed, 0, !pe};
     if (pex) {
         if (state_hash(pex, &sh, &st) < 0) return RT_ENOMEM;
         need[1] = sh != h->state_hash;
@@ -966,7 +1115,7 @@ static int worker_train(const cmd_hdr *h, char *err, size_t errlen)
         *slot = nw;
         w = slot;
     }
-    w->used = ++G.clock;
+    if (w) w->used = ++G.clock;
     if (need[1]) {
         size_t n = rt_exec_state_size(pex);
         if ((rc = bcast(st, (int64_t)n, "state", err, errlen)) < 0) goto out;
@@ -975,11 +1124,23 @@ static int worker_train(const cmd_hdr *h, char *err, size_t errlen)
             abort();
         }
     }
-    rt_data dd = {.x = w->x, .y = w->y, .y_dtype = (rt_dtype)w->y_dtype, .n = w->n,
-                  .sw = w->sw};
+    rt_data dd;
+    if (h->streamed) {
+        if (feed_init(&f, pex, NULL, NULL) < 0) {
+            RT_LOG(RT_LOG_ERROR, "replica %d: out of memory for a streamed data set", G.rank);
+            abort(); /* as for a data set: rank 0 sees a dead replica */
+        }
+        dd = (rt_data){.y_dtype = (rt_dtype)h->y_dtype, .n = h->n, .fill = feed_worker,
+                       .fill_ud = &f, .fill_id = (const void *)(uintptr_t)h->fill_id,
+                       .fill_sw = h->has_sw};
+    } else {
+        dd = (rt_data){.x = w->x, .y = w->y, .y_dtype = (rt_dtype)w->y_dtype, .n = w->n,
+                       .sw = w->sw};
+    }
     rt_train_result res;
     rc = train_all(pex, &dd, h->steps, &res, NULL, NULL, NULL, err, errlen);
 out:
+    feed_free(&f);
     free(st);
     return rc;
 }

@@ -387,11 +387,18 @@ typedef struct rt_data {
     const float *sw;
     /* A streamed data set: x is NULL and batches come from fill, in the
      * order fill chooses (the exec keeps no permutation). fill_id stands
-     * for the data set across calls, as x does for an in-memory one. y
-     * still holds all n labels (they are range-checked once). */
+     * for the data set across calls, as x does for an in-memory one (it is
+     * compared, never read). y still holds all n labels (they are
+     * range-checked once), or is NULL on a replica fed by another (rank
+     * 0 of an MPI job, which checked them): its fill delivers the rows'
+     * labels, and their sample weights when fill_sw is set. With a replica
+     * set (rt_exec_set_replica) fill is called for the step's whole batch
+     * and need only fill the rows of this replica's shards, at their
+     * places in the batch. */
     rt_batch_fill fill;
     void *fill_ud;
     const void *fill_id;
+    int fill_sw;
 } rt_data;
 
 typedef struct rt_metrics {

@@ -75,6 +75,9 @@ struct rt_exec {
     rt_replica rep;            /* size 0: a single process */
     float *rep_slots;          /* deterministic mode: k shard gradients */
     double *rep_st;            /* 2 per local shard */
+    float *rep_x;              /* a streamed step's batch, rows at their places: */
+    void *rep_y;               /* inputs, labels and sample weights (one block */
+    float *rep_w;              /* from rep_x, allocated by the first such step) */
     char bn_err[RT__ERRLEN];   /* a synchronised BatchNorm's failed sum */
 };
 
@@ -327,6 +330,7 @@ void rt_exec_destroy(rt_exec *e)
     if (e->rep.on_destroy) e->rep.on_destroy(e->rep.ctx, e);
     free(e->rep_slots);
     free(e->rep_st);
+    free(e->rep_x);
     free(e->block);
     free(e->arena);
     free(e->gemm_scratch);
@@ -370,13 +374,21 @@ static int rt__check_indices(rt_exec *e, const float *x, int64_t n)
     return 0;
 }
 
-static int rt__check_x(rt_exec *e, const float *x, int64_t n)
+/* x: the inputs, or a streamed set's fill_id (not read: its rows are
+ * decoded batch by batch) */
+static int rt__check_x(rt_exec *e, const float *x, int64_t n, int streamed)
 {
     if (!x) return rt__eerr(e, RT_EDATA, "no input data");
     if (n <= 0) return rt__eerr(e, RT_EDATA, "data set has %lld samples", (long long)n);
     if (n > (INT64_C(1) << 31))
         return rt__eerr(e, RT_ETOOBIG, "data set has %lld samples, max 2^31", (long long)n);
-    return rt__check_indices(e, x, n);
+    return streamed ? 0 : rt__check_indices(e, x, n);
+}
+
+/* sample weights reach the batches (a streamed replica's through fill) */
+static int rt__has_sw(const rt_data *d)
+{
+    return d->sw != NULL || (d->fill && d->fill_sw);
 }
 
 int rt_exec_check_data(rt_exec *e, const rt_data *d)
@@ -384,16 +396,16 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
     if (!e) return RT_EINVAL;
     e->err[0] = '\0';
     if (!d) return rt__eerr(e, RT_EINVAL, "data is NULL");
-    int rc = rt__check_x(e, d->fill ? (const float *)d->fill_id : d->x, d->n);
+    int rc = rt__check_x(e, d->fill ? (const float *)d->fill_id : d->x, d->n, d->fill != NULL);
     if (rc < 0) return rc;
-    if (!d->y) return rt__eerr(e, RT_EDATA, "no labels");
+    if (!d->y && !d->fill) return rt__eerr(e, RT_EDATA, "no labels");
     if ((rc = rt__check_sw(e, d)) < 0) return rc;
     const rt__lossinfo *L = &e->p->loss;
     if (d->y_dtype != L->lab_dt)
         return rt__eerr(e, RT_EDTYPE, "labels are %s, the program expects %s",
                         d->y_dtype == RT_I32 ? "i32" : d->y_dtype == RT_F32 ? "f32" : "?",
                         L->lab_dt == RT_I32 ? "i32" : "f32");
-    if (L->kind == RT_LOSS_SPARSE_CE && (d->y != e->checked_y || d->n != e->checked_n)) {
+    if (L->kind == RT_LOSS_SPARSE_CE && d->y && (d->y != e->checked_y || d->n != e->checked_n)) {
         const int64_t cnt = d->n * L->lab_numel, C = L->classes;
         for (int64_t i = 0; i < cnt; i++) {
             double v = d->y_dtype == RT_I32 ? (double)((const int32_t *)d->y)[i]
@@ -494,13 +506,37 @@ static int rt__has_sync_bn(const rt_plan *p)
     return 0;
 }
 
+/* A streamed set on a replica: the step's batch of nb rows through fill
+ * into rep_x/rep_y/rep_w, each row at its place (only this replica's need
+ * arrive: rt_data.fill). */
+static int rt__replica_fill(rt_exec *e, const rt_data *d, int64_t nb)
+{
+    const rt_plan *p = e->p;
+    const int64_t B = p->cfg.batch_size, in = p->in_numel, ln = p->loss.lab_numel;
+    if (!e->rep_x) {
+        /* x | y | w, each 64-byte aligned */
+        const size_t xs = ((sizeof(float) * (size_t)(B * in)) + 63) & ~(size_t)63,
+                     ys = ((size_t)(B * ln * 4) + 63) & ~(size_t)63;
+        e->rep_x = rt__aligned_alloc(xs + ys + sizeof(float) * (size_t)B);
+        if (!e->rep_x)
+            return rt__eerr(e, RT_ENOMEM, "out of memory for a streamed batch of %lld rows",
+                            (long long)B);
+        e->rep_y = (char *)e->rep_x + xs;
+        e->rep_w = (float *)((char *)e->rep_x + xs + ys);
+    }
+    return d->fill(d->fill_ud, e->epoch, e->pos, nb, e->rep_x, e->rep_y,
+                   rt__has_sw(d) ? e->rep_w : NULL, e->err, sizeof e->err);
+}
+
 /* One step's gradient as a replica (rt_replica): this replica's shards of
- * the global batch of nb rows at perm[start], then reduce. */
+ * the global batch of nb rows at perm[start] (a streamed set: as fill
+ * gives them), then reduce. */
 static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t nb,
                             double *bl, double *ba, rt__macc *call_macc)
 {
     const rt_plan *p = e->p;
     const rt_replica *R = &e->rep;
+    const int sw = rt__has_sw(d);
     const uint32_t mets = p->cfg.metrics & ~RT_METRIC_ACCURACY;
     rt__macc sm; /* this step's metrics, the replica's rows, then all */
     memset(&sm, 0, sizeof sm);
@@ -515,14 +551,23 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
                         "replicas leaves one without rows; choose a batch size (and data "
                         "size) that gives every replica at least one row",
                         (long long)nb, R->size);
+    if (d->fill) {
+        int frc = rt__replica_fill(e, d, nb);
+        if (frc < 0) return frc;
+    }
     for (int j = 0; j < k; j++) {
         const int64_t m = (int64_t)R->rank * k + j;
         const int64_t lo = nb * m / M, nl = nb * (m + 1) / M - lo;
         float *gj = R->micro > 0 ? e->rep_slots + (int64_t)j * T : e->g;
         double l = 0, a = 0;
         if (nl > 0) {
-            rt__gather(e, d->x, d->y, e->perm + start + lo, 0, nl);
-            if (d->sw) rt__gather_sw(e, d->sw, e->perm + start + lo, 0, nl);
+            if (d->fill) {
+                rt__gather(e, e->rep_x, e->rep_y, NULL, lo, nl);
+                if (sw) rt__gather_sw(e, e->rep_w, NULL, lo, nl);
+            } else {
+                rt__gather(e, d->x, d->y, e->perm + start + lo, 0, nl);
+                if (sw) rt__gather_sw(e, d->sw, e->perm + start + lo, 0, nl);
+            }
             if (sync_bn) {
                 e->bn_err[0] = 0;
                 e->run.bn_sum = R->sum;
@@ -533,7 +578,7 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
                 e->run.bn_errlen = sizeof e->bn_err;
             }
             rt__forward(e, nl, 1, j == 0);
-            if (d->sw)
+            if (sw)
                 rt__loss_weighted(e, nl, &l, &a, 1);
             else
                 rt__loss_run(&p->loss, e->lin, e->lb, nl, e->lgrad, &l, &a, e->loss_scratch);
@@ -579,8 +624,10 @@ int rt_exec_set_replica(rt_exec *e, const rt_replica *r)
     if (!e) return RT_EINVAL;
     free(e->rep_slots);
     free(e->rep_st);
+    free(e->rep_x);
     e->rep_slots = NULL;
     e->rep_st = NULL;
+    e->rep_x = NULL;
     memset(&e->rep, 0, sizeof e->rep);
     if (!r) return 0;
     if (r->size < 1 || r->rank < 0 || r->rank >= r->size || r->micro < 0 || !r->reduce ||
@@ -658,16 +705,13 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
         const float lr = rt__lr_now(e);
         double bl = 0, ba = 0;
         if (e->rep.size > 0) {
-            if (d->fill)
-                return rt__eerr(e, RT_EINVAL, "a streamed dataset cannot feed MPI replicas: "
-                                "upload it with storage 'memory'");
-            if (e->perm_epoch != e->epoch) rt__gen_perm(e);
+            if (!d->fill && e->perm_epoch != e->epoch) rt__gen_perm(e);
             if ((rc = rt__replica_step(e, d, start, nb, &bl, &ba, &call_macc)) < 0) return rc;
         } else {
             if (d->fill) {
                 /* the source orders a streamed set (its shuffle buffer) */
                 if ((rc = d->fill(d->fill_ud, e->epoch, e->pos, nb, e->xb, e->lb,
-                                  d->sw ? e->swb : NULL, e->err,
+                                  rt__has_sw(d) ? e->swb : NULL, e->err,
                                   sizeof e->err)) < 0)
                     return rc;
             } else {
@@ -676,7 +720,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
                 if (d->sw) rt__gather_sw(e, d->sw, e->perm + start, 0, nb);
             }
             rt__forward(e, nb, 1, 1);
-            if (d->sw)
+            if (rt__has_sw(d))
                 rt__loss_weighted(e, nb, &bl, &ba, 1);
             else
                 rt__loss_run(&p->loss, e->lin, e->lb, nb, e->lgrad, &bl, &ba, e->loss_scratch);
@@ -798,7 +842,7 @@ static int rt__exec_predict(rt_exec *e, const float *x, int64_t n, float *out)
 {
     if (!e) return RT_EINVAL;
     e->err[0] = '\0';
-    int rc = rt__check_x(e, x, n);
+    int rc = rt__check_x(e, x, n, 0);
     if (rc < 0) return rc;
     if (!out) return rt__eerr(e, RT_EINVAL, "no output buffer");
     const int64_t B = e->p->cfg.batch_size, on = e->p->loss.out_numel;

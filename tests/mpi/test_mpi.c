@@ -2,7 +2,9 @@
  * (OMPI_MCA_btl=self,vader), driven by the raw gRPC client of
  * tests/integration. Reference: a plain single-process rtraind.
  *
- *   test_mpi RTRAIND MPIRUN DIGITS_CSV_GZ
+ *   test_mpi RTRAIND MPIRUN DIGITS_CSV_GZ [stream]
+ *
+ * stream: only the streamed data sets' cases (ctest mpi_stream).
  */
 #include <dirent.h>
 #include <math.h>
@@ -219,13 +221,15 @@ static int compile_m(dmn *m, uint32_t batch, char *pid, int with_metric)
 
 static int compile(dmn *m, uint32_t batch, char *pid) { return compile_m(m, batch, pid, 0); }
 
-/* steps; losses (may be NULL) gets each step's loss; returns the status */
-static int steps(dmn *m, const char *pid, uint64_t n, float *losses, itest_res *r)
+/* steps on dataset ds; losses (may be NULL) gets each step's loss;
+ * returns the status */
+static int steps_on(dmn *m, const char *pid, const char *ds, uint64_t n, float *losses,
+                    itest_res *r)
 {
     Rtrain__V1__RunStepsRequest q = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
     q.session_id = m->sid;
     q.program_id = (char *)pid;
-    q.dataset_id = m->iris;
+    q.dataset_id = (char *)ds;
     q.steps = n;
     q.return_losses = losses != NULL;
     Rtrain__V1__RunStepsResponse *p = NULL;
@@ -237,6 +241,11 @@ static int steps(dmn *m, const char *pid, uint64_t n, float *losses, itest_res *
     }
     FREE(p);
     return r->status;
+}
+
+static int steps(dmn *m, const char *pid, uint64_t n, float *losses, itest_res *r)
+{
+    return steps_on(m, pid, m->iris, n, losses, r);
 }
 
 static double accuracy_on(dmn *m, const char *pid, const char *ds)
@@ -693,6 +702,298 @@ static void test_durable(void)
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
+
+/* ------------------------------------------------------- streamed data sets
+ *
+ * A streamed upload (storage STREAM: rows in rank 0's spool, decoded per
+ * batch) feeds the replicas through rank 0, which fills each global batch
+ * and scatters every replica its shards' rows. */
+
+/* whether an upload's answer says its dataset is streamed */
+static int was_streamed(const itest_res *r)
+{
+    Rtrain__V1__UploadResponse *u = rtrain__v1__upload_response__unpack(NULL, r->len, r->data);
+    int s = u && u->dataset && u->dataset->streamed;
+    FREE(u);
+    return s;
+}
+
+/* iris as CSV with storage STREAM */
+static int upload_iris_streamed(dmn *m, char *id)
+{
+    size_t len;
+    char *csv = read_data("iris.csv", &len);
+    if (!csv) return -1;
+    Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
+    p.role = RTRAIN__V1__DATA_ROLE__ROLE_BOTH;
+    p.format = RTRAIN__V1__DATA_FORMAT__FORMAT_CSV;
+    p.length = len;
+    p.label_column = -1;
+    p.csv_header = 1;
+    p.storage = RTRAIN__V1__STORAGE__STORAGE_STREAM;
+    p.shuffle_buffer = 40; /* smaller than the set: the buffer's order, not a permutation */
+    Rtrain__V1__DataPart *pp[1] = {&p};
+    itest_res r;
+    int st = itest_upload(m->c, m->sid, pp, 1, (const uint8_t *)csv, len, 1 << 16, id, &r);
+    CHECK(st == 0, "streamed upload: %d %s", st, r.details);
+    CHECK(st || was_streamed(&r), "iris with storage STREAM is not streamed");
+    itest_res_free(&r);
+    free(csv);
+    return st ? -1 : 0;
+}
+
+/* 150 rows of 4 features in 3 classes, with sample weights 0.25..2, as RAW
+ * parts (features, labels, weights); storage as given */
+static int upload_weighted(dmn *m, int storage, char *id)
+{
+    enum { N = 150 };
+    static float x[N * 4], w[N];
+    static int32_t y[N];
+    uint32_t s = 12345;
+    for (int i = 0; i < N; i++) {
+        y[i] = (int32_t)((i * 7) % 3);
+        for (int j = 0; j < 4; j++) {
+            s = s * 1664525u + 1013904223u;
+            x[i * 4 + j] = (float)(y[i] == j % 3) * 1.5f + (float)(s >> 8) / 16777216.0f - 0.5f;
+        }
+        w[i] = 0.25f * (float)(1 + i % 8);
+    }
+    uint8_t buf[sizeof x + sizeof y + sizeof w];
+    memcpy(buf, x, sizeof x);
+    memcpy(buf + sizeof x, y, sizeof y);
+    memcpy(buf + sizeof x + sizeof y, w, sizeof w);
+    int64_t sx[2] = {N, 4}, sn[1] = {N};
+    Rtrain__V1__DataPart px = RTRAIN__V1__DATA_PART__INIT, py = px, pw = px;
+    px.role = RTRAIN__V1__DATA_ROLE__ROLE_FEATURES;
+    px.format = RTRAIN__V1__DATA_FORMAT__FORMAT_RAW;
+    px.dtype = RTRAIN__V1__DTYPE__F32;
+    px.shape = sx;
+    px.n_shape = 2;
+    px.length = sizeof x;
+    px.storage = (Rtrain__V1__Storage)storage;
+    py.role = RTRAIN__V1__DATA_ROLE__ROLE_LABELS;
+    py.format = RTRAIN__V1__DATA_FORMAT__FORMAT_RAW;
+    py.dtype = RTRAIN__V1__DTYPE__I32;
+    py.shape = sn;
+    py.n_shape = 1;
+    py.length = sizeof y;
+    pw = py;
+    pw.role = RTRAIN__V1__DATA_ROLE__ROLE_SAMPLE_WEIGHTS;
+    pw.dtype = RTRAIN__V1__DTYPE__F32;
+    pw.length = sizeof w;
+    Rtrain__V1__DataPart *pp[3] = {&px, &py, &pw};
+    itest_res r;
+    int st = itest_upload(m->c, m->sid, pp, 3, buf, sizeof buf, 1 << 16, id, &r);
+    CHECK(st == 0, "weighted upload (storage %d): %d %s", storage, st, r.details);
+    CHECK(st || was_streamed(&r) == (storage == RTRAIN__V1__STORAGE__STORAGE_STREAM),
+          "the weighted set's storage (%d) was not kept", storage);
+    itest_res_free(&r);
+    return st ? -1 : 0;
+}
+
+static int compile_s(dmn *m, uint32_t batch, int no_shuffle, char *pid)
+{
+    Rtrain__V1__TrainConfig cfg;
+    itest_iris_config(&cfg);
+    cfg.batch_size = batch;
+    cfg.no_shuffle = no_shuffle;
+    Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+    q.session_id = m->sid;
+    q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH;
+    q.graph = itest_iris_graph(32);
+    q.config = &cfg;
+    Rtrain__V1__CompileResponse *p = NULL;
+    itest_res r;
+    itest_unary(m->c, "Compile", &q.base, &rtrain__v1__compile_response__descriptor,
+                (ProtobufCMessage **)&p, &r);
+    CHECK(p != NULL, "compile: %d %s", r.status, r.details);
+    if (p) snprintf(pid, 64, "%s", p->program_id);
+    itest_res_free(&r);
+    int ok = p != NULL;
+    FREE(p);
+    return ok ? 0 : -1;
+}
+
+static double worst_rel(const float *a, const float *b, int n)
+{
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        double rel = fabs((double)a[i] - b[i]) / fabs((double)a[i]);
+        if (!(rel <= worst)) worst = rel; /* NaN too */
+    }
+    return worst;
+}
+
+static int same_weights(dmn *a, const char *pa, dmn *b, const char *pb)
+{
+    size_t la = 0, lb = 0;
+    uint8_t *wa = weights(a, pa, &la, NULL), *wb = weights(b, pb, &lb, NULL);
+    int same = wa && wb && la == lb && !memcmp(wa, wb, la);
+    free(wa);
+    free(wb);
+    return same;
+}
+
+/* Predict by dataset id: the outputs' bytes (malloc'ed), NULL on failure */
+static uint8_t *predict_ds(dmn *m, const char *pid, const char *ds, size_t *len)
+{
+    Rtrain__V1__PredictRequest q = RTRAIN__V1__PREDICT_REQUEST__INIT;
+    q.session_id = m->sid;
+    q.program_id = (char *)pid;
+    q.input_case = RTRAIN__V1__PREDICT_REQUEST__INPUT_DATASET_ID;
+    q.dataset_id = (char *)ds;
+    Rtrain__V1__PredictResponse *p = NULL;
+    itest_res r;
+    itest_unary(m->c, "Predict", &q.base, &rtrain__v1__predict_response__descriptor,
+                (ProtobufCMessage **)&p, &r);
+    CHECK(p && p->y, "predict %s: %d %s", ds, r.status, r.details);
+    itest_res_free(&r);
+    uint8_t *out = NULL;
+    if (p && p->y && (out = malloc(p->y->data.len ? p->y->data.len : 1))) {
+        memcpy(out, p->y->data.data, p->y->data.len);
+        *len = p->y->data.len;
+    }
+    FREE(p);
+    return out;
+}
+
+/* A streamed iris at N replicas against one process on the same streamed
+ * upload: 20 steps' losses within 1e-5 relative (batch 37: the epoch's
+ * last batch is 2 rows, so at N = 4 two replicas have none); a Fit over
+ * it; Evaluate and Predict by the streamed id agree bit for bit with the
+ * in-memory twin's on the same program. */
+static void test_stream_equiv(dmn *ref, dmn *m, int n)
+{
+    char sr[64], sm[64], pr[64], pm[64];
+    if (upload_iris_streamed(ref, sr) < 0 || upload_iris_streamed(m, sm) < 0) return;
+    if (compile_s(ref, 37, 0, pr) < 0 || compile_s(m, 37, 0, pm) < 0) return;
+    itest_res r;
+    float a[20], b[20];
+    CHECK(steps_on(ref, pr, sr, 20, a, &r) == 0, "ref streamed steps: %s", r.details);
+    itest_res_free(&r);
+    CHECK(steps_on(m, pm, sm, 20, b, &r) == 0, "n=%d streamed steps: %d %s", n, r.status,
+          r.details);
+    itest_res_free(&r);
+    const double worst = worst_rel(a, b, 20);
+    printf("streamed n=%d: worst relative loss difference over 20 steps %.3g\n", n, worst);
+    CHECK(worst <= 1e-5, "n=%d streamed: losses differ by %.3g relative", n, worst);
+    CHECK(a[19] < a[0], "the streamed reference did not train (%g -> %g)", a[0], a[19]);
+    /* evaluation and prediction on rank 0, in file order */
+    const double as = accuracy_on(m, pm, sm), am = accuracy_on(m, pm, m->iris);
+    CHECK(as == am && as > 0.5, "n=%d: Evaluate on the streamed set %.17g, in memory %.17g",
+          n, as, am);
+    size_t ls = 0, lm = 0;
+    uint8_t *ys = predict_ds(m, pm, sm, &ls), *ym = predict_ds(m, pm, m->iris, &lm);
+    CHECK(ys && ym && ls == lm && ls == 150 * 3 * 4 && !memcmp(ys, ym, ls),
+          "n=%d: Predict on the streamed set differs from the in-memory one", n);
+    free(ys);
+    free(ym);
+    /* the Fit stream over it, and a cancelled Fit: the replicas stop alike */
+    Rtrain__V1__FitRequest q = RTRAIN__V1__FIT_REQUEST__INIT;
+    q.session_id = m->sid;
+    q.program_id = pm;
+    q.dataset_id = sm;
+    q.val_dataset_id = sm;
+    q.epochs = 2;
+    fit_seen f = {0};
+    itest_server_stream(m->c, "Fit", &q.base, on_fit, &f, &r);
+    CHECK(r.status == 0 && f.epochs == 2 && f.done, "n=%d streamed Fit: status %d (%s), "
+          "%d epoch ends", n, r.status, r.details, f.epochs);
+    itest_res_free(&r);
+    q.epochs = 1000;
+    q.progress_every = 1;
+    fit_seen c = {.cancel_after = 5};
+    itest_server_stream(m->c, "Fit", &q.base, on_fit, &c, &r);
+    CHECK(r.status == 1, "n=%d: cancelled streamed Fit status %d (%s)", n, r.status,
+          r.details);
+    itest_res_free(&r);
+    CHECK(steps_on(m, pm, sm, 7, NULL, &r) == 0, "n=%d: streamed steps after a cancelled "
+          "Fit: %d %s", n, r.status, r.details);
+    itest_res_free(&r);
+}
+
+/* Shuffling off, N = 2: the streamed set trains to the in-memory twin's
+ * weights bit for bit, for iris and for a weighted set; the weighted
+ * streamed set also matches one process within 1e-5 over 20 steps (a
+ * replica that dropped the weights would not). */
+static void test_stream_twin(dmn *ref, dmn *m, int n)
+{
+    char sm[64], p1[64], p2[64];
+    itest_res r;
+    if (upload_iris_streamed(m, sm) < 0) return;
+    if (compile_s(m, 16, 1, p1) < 0 || compile_s(m, 16, 1, p2) < 0) return;
+    CHECK(steps_on(m, p1, sm, 25, NULL, &r) == 0, "streamed: %s", r.details);
+    itest_res_free(&r);
+    CHECK(steps_on(m, p2, m->iris, 25, NULL, &r) == 0, "in memory: %s", r.details);
+    itest_res_free(&r);
+    CHECK(same_weights(m, p1, m, p2), "n=%d: streamed iris (no shuffle) and its in-memory "
+          "twin train to different weights", n);
+
+    char ws[64], wm[64], wr[64], q1[64], q2[64], qr[64];
+    if (upload_weighted(m, RTRAIN__V1__STORAGE__STORAGE_STREAM, ws) < 0 ||
+        upload_weighted(m, RTRAIN__V1__STORAGE__STORAGE_MEMORY, wm) < 0 ||
+        upload_weighted(ref, RTRAIN__V1__STORAGE__STORAGE_STREAM, wr) < 0)
+        return;
+    if (compile_s(m, 32, 1, q1) < 0 || compile_s(m, 32, 1, q2) < 0 ||
+        compile_s(ref, 32, 0, qr) < 0)
+        return;
+    float a[20], b[20];
+    CHECK(steps_on(m, q1, ws, 20, NULL, &r) == 0, "weighted streamed: %d %s", r.status,
+          r.details);
+    itest_res_free(&r);
+    CHECK(steps_on(m, q2, wm, 20, NULL, &r) == 0, "weighted in memory: %s", r.details);
+    itest_res_free(&r);
+    CHECK(same_weights(m, q1, m, q2), "n=%d: weighted streamed set (no shuffle) and its "
+          "in-memory twin train to different weights", n);
+    /* shuffled, against one process */
+    char q3[64];
+    if (compile_s(m, 32, 0, q3) < 0) return;
+    CHECK(steps_on(ref, qr, wr, 20, a, &r) == 0, "ref weighted: %s", r.details);
+    itest_res_free(&r);
+    CHECK(steps_on(m, q3, ws, 20, b, &r) == 0, "n=%d weighted: %s", n, r.details);
+    itest_res_free(&r);
+    const double worst = worst_rel(a, b, 20);
+    printf("streamed with sample weights n=%d: worst relative loss difference %.3g\n", n,
+           worst);
+    CHECK(worst <= 1e-5, "n=%d weighted streamed: losses differ by %.3g", n, worst);
+}
+
+/* --deterministic-reduce 4 on a streamed set: weights bit-identical at
+ * N = 1, 2, 4 (batch 37: a last batch of 2 rows, shards without rows) */
+static void test_stream_deterministic(void)
+{
+    const char *const extra[] = {"--deterministic-reduce", "4", NULL};
+    const int ns[3] = {1, 2, 4};
+    uint8_t *w[3] = {0};
+    size_t len[3] = {0};
+    float loss[3][30];
+    for (int i = 0; i < 3; i++) {
+        dmn m;
+        if (start(&m, ns[i], extra) < 0) {
+            CHECK(0, "mpirun -n %d --deterministic-reduce 4 did not start", ns[i]);
+            return;
+        }
+        char pid[64], ds[64];
+        itest_res r;
+        if (upload_iris_streamed(&m, ds) == 0 && compile_s(&m, 37, 0, pid) == 0) {
+            CHECK(steps_on(&m, pid, ds, 30, loss[i], &r) == 0, "n=%d: %s", ns[i], r.details);
+            itest_res_free(&r);
+            w[i] = weights(&m, pid, &len[i], NULL);
+        }
+        stop(&m, ns[i]);
+    }
+    for (int i = 1; i < 3; i++) {
+        CHECK(w[0] && w[i] && len[0] == len[i] && !memcmp(w[0], w[i], len[0]),
+              "deterministic streamed: weights at n=%d differ from n=1", ns[i]);
+        CHECK(!memcmp(loss[0], loss[i], sizeof loss[0]),
+              "deterministic streamed: losses at n=%d differ from n=1", ns[i]);
+    }
+    printf("deterministic streamed: n=1,2,4 weights %s\n",
+           w[0] && w[1] && w[2] && !memcmp(w[0], w[1], len[0]) && !memcmp(w[0], w[2], len[0])
+               ? "bit-identical" : "DIFFER");
+    for (int i = 0; i < 3; i++) free(w[i]);
+}
+
 /* the pid of rank 1 among the processes whose parent is mpirun */
 static pid_t rank_pid(pid_t parent, int rank)
 {
@@ -731,7 +1032,7 @@ static pid_t rank_pid(pid_t parent, int rank)
  * not a hang. mid 0: killed between calls (the next call's command is not
  * answered); mid 1: killed while a long call runs, the ranks inside a
  * blocking collective (the watchdog ends it). */
-static void kill_worker(int mid)
+static void kill_worker(int mid, int streamed)
 {
     const char *const extra[] = {"--dist-timeout-ms", "3000", NULL};
     dmn m;
@@ -739,10 +1040,11 @@ static void kill_worker(int mid)
         CHECK(0, "mpirun -n 2 did not start");
         return;
     }
-    char pid[64];
+    char pid[64], ds[64];
     itest_res r;
-    if (compile(&m, 16, pid) == 0) {
-        CHECK(steps(&m, pid, 5, NULL, &r) == 0, "steps: %s", r.details);
+    snprintf(ds, sizeof ds, "%s", m.iris);
+    if ((!streamed || upload_iris_streamed(&m, ds) == 0) && compile(&m, 16, pid) == 0) {
+        CHECK(steps_on(&m, pid, ds, 5, NULL, &r) == 0, "steps: %s", r.details);
         itest_res_free(&r);
         pid_t w = rank_pid(m.d.pid, 1);
         CHECK(w > 0, "rank 1 not found");
@@ -759,16 +1061,17 @@ static void kill_worker(int mid)
             usleep(200000);
         }
         /* mid: far more steps than run in the time before the kill */
-        int st = steps(&m, pid, mid ? 5000000 : 50, NULL, &r);
+        int st = steps_on(&m, pid, ds, mid ? 5000000 : 50, NULL, &r);
         if (killer > 0) waitpid(killer, NULL, 0);
-        printf("after killing rank 1 (%s): status %d '%s'\n", mid ? "mid-call" : "between calls",
-               st, r.details);
+        printf("after killing rank 1 (%s%s): status %d '%s'\n",
+               mid ? "mid-call" : "between calls", streamed ? ", streamed set" : "", st,
+               r.details);
         CHECK(st == 14, "status %d, want UNAVAILABLE: %s", st, r.details);
         CHECK(strstr(r.details, "replica") || strstr(r.details, "rank"),
               "the error does not name the replicas: '%s'", r.details);
         itest_res_free(&r);
         /* the job stays broken: the next call fails at once, the same way */
-        st = steps(&m, pid, 5, NULL, &r);
+        st = steps_on(&m, pid, ds, 5, NULL, &r);
         CHECK(st == 14 && strstr(r.details, "replica"), "then: status %d '%s'", st, r.details);
         itest_res_free(&r);
     }
@@ -779,20 +1082,48 @@ static void kill_worker(int mid)
 
 static void test_kill_worker(void)
 {
-    kill_worker(0);
-    kill_worker(1);
+    kill_worker(0, 0);
+    kill_worker(1, 0);
+}
+
+/* killed while rank 0 scatters a streamed set's batches */
+static void test_kill_worker_streamed(void) { kill_worker(1, 1); }
+
+/* test_mpi ... stream: the streamed data sets over replicas */
+static int main_stream(void)
+{
+    dmn ref, m2, m4;
+    if (start(&ref, 0, NULL) < 0) return 1;
+    if (start(&m2, 2, NULL) == 0) {
+        RUN(test_stream_equiv, &ref, &m2, 2);
+        RUN(test_stream_twin, &ref, &m2, 2);
+        stop(&m2, 2);
+    } else {
+        CHECK(0, "mpirun -n 2 did not start");
+    }
+    if (start(&m4, 4, NULL) == 0) {
+        RUN(test_stream_equiv, &ref, &m4, 4);
+        stop(&m4, 4);
+    } else {
+        CHECK(0, "mpirun -n 4 did not start");
+    }
+    stop(&ref, 0);
+    RUN(test_stream_deterministic);
+    RUN(test_kill_worker_streamed);
+    return itest_summary();
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: test_mpi RTRAIND MPIRUN DIGITS_CSV_GZ\n");
+        fprintf(stderr, "usage: test_mpi RTRAIND MPIRUN DIGITS_CSV_GZ [stream]\n");
         return 2;
     }
     rtraind = argv[1];
     mpirun = argv[2];
     digits_path = argv[3];
     itest_deadline_ms = 60000;
+    if (argc > 4 && !strcmp(argv[4], "stream")) return main_stream();
     dmn ref, m2, m4;
     if (start(&ref, 0, NULL) < 0) return 1;
     if (start(&m2, 2, NULL) == 0) {
