@@ -2,7 +2,8 @@
  *
  * Rank 0 serves gRPC; ranks 1..N-1 run rt_dist_worker() and execute what
  * rank 0 broadcasts: a program's compile (the graph and the compiled
- * config), a data set (once, verified by its content hash on every rank),
+ * config), a data set (once, verified by its content hash on every rank;
+ * a streamed one stays on rank 0, which scatters each step's rows),
  * its state when rank 0's differs (weights set, a checkpoint loaded) and
  * training calls. In a training step each replica computes the gradient
  * of its share of the global batch; rt_replica's reduce sums them with
