@@ -807,12 +807,13 @@ static int sync_frozen(rt_exec *e, char *err, size_t errlen)
  * rows, order and augmentation one process would get) and MPI_Scatterv
  * hands every replica the rows of its shards, [nb*r*k/M, nb*(r+1)*k/M),
  * at their places in its batch buffer (rt_data.fill's replica rule).
- * Workers never receive the data set. A fill that fails on rank 0 is
- * broadcast first, so every replica fails that step alike and the job
- * goes on. */
+ * Workers never receive the data set. A fill that fails on rank 0 (a
+ * read error, an input that is no Embedding index) is broadcast first, so
+ * every replica fails that step alike and the job goes on. */
 typedef struct feed {
     rt_batch_fill fill;    /* rank 0: the data set's */
     void *ud;
+    rt_exec *e;
     int64_t xr, yr;        /* bytes of a row's inputs and labels */
     MPI_Datatype xt, yt;   /* one row of each */
     int *cnt, *dsp;        /* rows per replica, and where they start */
@@ -824,6 +825,7 @@ static int feed_init(feed *f, rt_exec *e, rt_batch_fill fill, void *ud)
     memset(f, 0, sizeof *f);
     f->fill = fill;
     f->ud = ud;
+    f->e = e;
     int64_t dims[RT_MAX_DIMS], in = 1, ln = 1;
     rt_plan *p = rt_exec_plan(e);
     int nd = rt_plan_input_shape(p, dims);
@@ -884,12 +886,18 @@ static int feed_scatter(feed *f, float *x, void *y, float *w, int64_t nb, char *
     return rc;
 }
 
-/* rank 0's rt_batch_fill: the whole batch, then every replica's rows */
+/* rank 0's rt_batch_fill: the whole batch, checked, then every replica's
+ * rows */
 static int feed_root(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y,
                      float *w, char *err, size_t errlen)
 {
     feed *f = ud;
     int rc = f->fill(f->ud, epoch, pos, nb, x, y, w, err, errlen);
+    if (rc == 0 && (rc = rt_exec_check_rows(f->e, x, nb)) < 0) {
+        char m[256];
+        snprintf(m, sizeof m, "%s", rt_exec_errmsg(f->e));
+        snprintf(err, errlen, "%s", m);
+    }
     int32_t st = rc < 0 ? rc : 0;
     char berr[200];
     int brc = bcast(&st, sizeof st, "batch", berr, sizeof berr);
@@ -910,7 +918,7 @@ static int feed_worker(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *
     int rc = bcast(&st, sizeof st, "batch", err, errlen);
     if (rc < 0) return rc;
     if (st < 0) {
-        snprintf(err, errlen, "rank 0 could not read the batch (see its error)");
+        snprintf(err, errlen, "rank 0 could not fill the batch (see its error)");
         return st;
     }
     return feed_scatter(ud, x, y, w, nb, err, errlen);

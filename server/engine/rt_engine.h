@@ -453,8 +453,14 @@ int64_t rt_exec_global_step(const rt_exec *e);
  * Label values are scanned once per (y pointer, n) and the result is
  * remembered: labels rewritten in place afterwards are not rescanned (an
  * out-of-range one is then clamped, never read out of bounds). Sample
- * weights (finite, >= 0) are checked once per (sw pointer, n) likewise. */
+ * weights (finite, >= 0) are checked once per (sw pointer, n) likewise.
+ * A streamed set's inputs are checked batch by batch, as fill gives them. */
 int rt_exec_check_data(rt_exec *e, const rt_data *d);
+/* n rows of inputs x as the program takes them: an Embedding fed by the
+ * input needs whole indices in range. Returns 0 or RT_EDATA with a message
+ * in rt_exec_errmsg. For a batch that others will train on (rt_dist checks
+ * a streamed batch before it scatters it). */
+int rt_exec_check_rows(rt_exec *e, const float *x, int64_t n);
 
 /*
  * Run steps training steps over d. Batches of batch_size are taken in order

@@ -349,12 +349,12 @@ int64_t rt_exec_global_step(const rt_exec *e) { return e ? e->step : RT_EINVAL; 
 /* ------------------------------------------------------------------ data */
 
 /* An Embedding reading the data input takes its values as indices: each
- * must be integral and in [0, vocabulary). Checked once per (x, n), as
- * labels are. */
-static int rt__check_indices(rt_exec *e, const float *x, int64_t n)
+ * must be integral and in [0, vocabulary). rt__check_indices: once per
+ * (x, n), as labels are; a streamed set's batches (batch 1: rows named by
+ * their place in the batch) each time. */
+static int rt__scan_indices(rt_exec *e, const float *x, int64_t n, int batch)
 {
     const rt_plan *p = e->p;
-    if (x == e->checked_x && n == e->checked_xn) return 0;
     for (int k = 0; k < p->n_nodes; k++) {
         const rt__node *nd = &p->nodes[k];
         if (nd->op != &rt__op_embedding || nd->in[0] != p->input_entry) continue;
@@ -363,15 +363,32 @@ static int rt__check_indices(rt_exec *e, const float *x, int64_t n)
             const float v = x[i];
             if (!(v >= 0.0f && v < (float)V) || v != floorf(v))
                 return rt__eerr(e, RT_EDATA,
-                                "sample %lld: value %g at position %lld is not an index in "
+                                "%s %lld: value %g at position %lld is not an index in "
                                 "[0, %lld) for Embedding '%.64s'",
+                                batch ? "a streamed batch's row" : "sample",
                                 (long long)(i / m), (double)v, (long long)(i % m),
                                 (long long)V, nd->name);
         }
     }
+    return 0;
+}
+
+/* the same, once per data set */
+static int rt__check_indices(rt_exec *e, const float *x, int64_t n)
+{
+    if (x == e->checked_x && n == e->checked_xn) return 0;
+    int rc = rt__scan_indices(e, x, n, 0);
+    if (rc < 0) return rc;
     e->checked_x = x;
     e->checked_xn = n;
     return 0;
+}
+
+int rt_exec_check_rows(rt_exec *e, const float *x, int64_t n)
+{
+    if (!e || (!x && n > 0)) return RT_EINVAL;
+    e->err[0] = '\0';
+    return rt__scan_indices(e, x, n, 1);
 }
 
 /* x: the inputs, or a streamed set's fill_id (not read: its rows are
@@ -564,6 +581,9 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
             if (d->fill) {
                 rt__gather(e, e->rep_x, e->rep_y, NULL, lo, nl);
                 if (sw) rt__gather_sw(e, e->rep_w, NULL, lo, nl);
+                /* rank 0 checked the whole batch before scattering it */
+                int irc = rt__scan_indices(e, e->xb, nl, 1);
+                if (irc < 0) return irc;
             } else {
                 rt__gather(e, d->x, d->y, e->perm + start + lo, 0, nl);
                 if (sw) rt__gather_sw(e, d->sw, e->perm + start + lo, 0, nl);
@@ -712,7 +732,8 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
                 /* the source orders a streamed set (its shuffle buffer) */
                 if ((rc = d->fill(d->fill_ud, e->epoch, e->pos, nb, e->xb, e->lb,
                                   rt__has_sw(d) ? e->swb : NULL, e->err,
-                                  sizeof e->err)) < 0)
+                                  sizeof e->err)) < 0 ||
+                    (rc = rt__scan_indices(e, e->xb, nb, 1)) < 0)
                     return rc;
             } else {
                 if (e->perm_epoch != e->epoch) rt__gen_perm(e);
@@ -811,7 +832,8 @@ static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
         if (d->fill) {
             if ((rc = d->fill(d->fill_ud, RT_EPOCH_EVAL, start / B, nb, e->xb, e->lb,
                               d->sw ? e->swb : NULL, e->err,
-                              sizeof e->err)) < 0)
+                              sizeof e->err)) < 0 ||
+                (rc = rt__scan_indices(e, e->xb, nb, 1)) < 0)
                 return rc;
         } else {
             rt__gather(e, d->x, d->y, NULL, start, nb);
@@ -866,7 +888,8 @@ static int rt__exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n, doubl
     if (d->fill) {
         if ((rc = d->fill(d->fill_ud, RT_EPOCH_EVAL, 0, n, e->xb, e->lb, d->sw ? e->swb : NULL,
                           e->err,
-                          sizeof e->err)) < 0)
+                          sizeof e->err)) < 0 ||
+            (rc = rt__scan_indices(e, e->xb, n, 1)) < 0)
             return rc;
     } else {
         rt__gather(e, d->x, d->y, NULL, 0, n);

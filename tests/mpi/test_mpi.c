@@ -958,6 +958,92 @@ static void test_stream_twin(dmn *ref, dmn *m, int n)
     CHECK(worst <= 1e-5, "n=%d weighted streamed: losses differ by %.3g", n, worst);
 }
 
+
+/* 64 rows of 4 token indices in [0, 10) (bad_row >= 0: that row's third
+ * index is 10) and 3 classes, streamed RAW */
+static int upload_tokens(dmn *m, int bad_row, char *id)
+{
+    enum { N = 64 };
+    static float x[N * 4];
+    static int32_t y[N];
+    for (int i = 0; i < N; i++) {
+        y[i] = i % 3;
+        for (int j = 0; j < 4; j++) x[i * 4 + j] = (float)((i * 3 + j * 7 + y[i]) % 10);
+    }
+    if (bad_row >= 0) x[bad_row * 4 + 2] = 10.0f;
+    uint8_t buf[sizeof x + sizeof y];
+    memcpy(buf, x, sizeof x);
+    memcpy(buf + sizeof x, y, sizeof y);
+    int64_t sx[2] = {N, 4}, sn[1] = {N};
+    Rtrain__V1__DataPart px = RTRAIN__V1__DATA_PART__INIT, py = px;
+    px.role = RTRAIN__V1__DATA_ROLE__ROLE_FEATURES;
+    px.format = RTRAIN__V1__DATA_FORMAT__FORMAT_RAW;
+    px.dtype = RTRAIN__V1__DTYPE__F32;
+    px.shape = sx;
+    px.n_shape = 2;
+    px.length = sizeof x;
+    px.storage = RTRAIN__V1__STORAGE__STORAGE_STREAM;
+    py.role = RTRAIN__V1__DATA_ROLE__ROLE_LABELS;
+    py.format = RTRAIN__V1__DATA_FORMAT__FORMAT_RAW;
+    py.dtype = RTRAIN__V1__DTYPE__I32;
+    py.shape = sn;
+    py.n_shape = 1;
+    py.length = sizeof y;
+    Rtrain__V1__DataPart *pp[2] = {&px, &py};
+    itest_res r;
+    int st = itest_upload(m->c, m->sid, pp, 2, buf, sizeof buf, 1 << 16, id, &r);
+    CHECK(st == 0 && was_streamed(&r), "token upload: %d %s", st, r.details);
+    itest_res_free(&r);
+    return st ? -1 : 0;
+}
+
+/* Embedding indices of a streamed set are checked batch by batch (the
+ * in-memory set's are checked whole): a bad one fails the call naming
+ * it, on one process and over replicas alike, and the job goes on. */
+static void test_stream_indices(dmn *m, int n)
+{
+    static const char *json =
+        "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"emb\", \"layers\": ["
+        "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 4], "
+        "\"dtype\": \"float32\", \"name\": \"x\"}},"
+        "{\"class_name\": \"Embedding\", \"config\": {\"name\": \"e\", \"input_dim\": 10, "
+        "\"output_dim\": 3}},"
+        "{\"class_name\": \"Flatten\", \"config\": {\"name\": \"f\"}},"
+        "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 3, "
+        "\"activation\": \"softmax\"}}]}}";
+    char good[64], bad[64];
+    if (upload_tokens(m, -1, good) < 0 || upload_tokens(m, 41, bad) < 0) return;
+    Rtrain__V1__TrainConfig cfg;
+    itest_iris_config(&cfg);
+    cfg.batch_size = 16;
+    Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+    q.session_id = m->sid;
+    q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON;
+    q.keras_json = (char *)json;
+    q.config = &cfg;
+    Rtrain__V1__CompileResponse *p = NULL;
+    itest_res r;
+    itest_unary(m->c, "Compile", &q.base, &rtrain__v1__compile_response__descriptor,
+                (ProtobufCMessage **)&p, &r);
+    CHECK(p != NULL, "compile (Embedding): %d %s", r.status, r.details);
+    itest_res_free(&r);
+    if (!p) return;
+    char pid[64];
+    snprintf(pid, sizeof pid, "%s", p->program_id);
+    FREE(p);
+    CHECK(steps_on(m, pid, good, 12, NULL, &r) == 0, "n=%d: streamed tokens: %d %s", n,
+          r.status, r.details);
+    itest_res_free(&r);
+    int st = steps_on(m, pid, bad, 12, NULL, &r);
+    printf("streamed bad index n=%d: status %d '%s'\n", n, st, r.details);
+    CHECK(st == 3 && strstr(r.details, "not an index"), "n=%d: a bad streamed index gave "
+          "status %d '%s'", n, st, r.details);
+    itest_res_free(&r);
+    CHECK(steps_on(m, pid, good, 5, NULL, &r) == 0, "n=%d: after a bad index: %d %s", n,
+          r.status, r.details);
+    itest_res_free(&r);
+}
+
 /* --deterministic-reduce 4 on a streamed set: weights bit-identical at
  * N = 1, 2, 4 (batch 37: a last batch of 2 rows, shards without rows) */
 static void test_stream_deterministic(void)
@@ -1094,9 +1180,11 @@ static int main_stream(void)
 {
     dmn ref, m2, m4;
     if (start(&ref, 0, NULL) < 0) return 1;
+    RUN(test_stream_indices, &ref, 1);
     if (start(&m2, 2, NULL) == 0) {
         RUN(test_stream_equiv, &ref, &m2, 2);
         RUN(test_stream_twin, &ref, &m2, 2);
+        RUN(test_stream_indices, &m2, 2);
         stop(&m2, 2);
     } else {
         CHECK(0, "mpirun -n 2 did not start");
