@@ -642,8 +642,11 @@ static void test_deterministic(void)
 
 /* --state-dir with replicas: stopped in mid-epoch (SIGTERM: a checkpoint
  * at exit) and started again, the job goes on from rank 0's restored state
- * and ends with the weights of a run that was never stopped. */
-static void test_durable(void)
+ * and ends with the weights of a run that was never stopped. streamed: on
+ * a streamed iris (restored into a new spool on rank 0). */
+static int upload_iris_streamed(dmn *m, char *id);
+
+static void durable(int streamed)
 {
     char dir[] = "/tmp/rt-mpi-state-XXXXXX";
     if (!mkdtemp(dir)) {
@@ -657,7 +660,8 @@ static void test_durable(void)
     uint8_t *wr = NULL, *wm = NULL;
     size_t lr = 0, lm = 0;
     if (start(&ref, 2, NULL) == 0) {
-        if (compile(&ref, 15, pr) == 0) {
+        if ((!streamed || upload_iris_streamed(&ref, ref.iris) == 0) &&
+            compile(&ref, 15, pr) == 0) {
             CHECK(steps(&ref, pr, 7, NULL, &r) == 0, "ref: %s", r.details);
             itest_res_free(&r);
             CHECK(steps(&ref, pr, 13, NULL, &r) == 0, "ref: %s", r.details);
@@ -669,7 +673,7 @@ static void test_durable(void)
         CHECK(0, "mpirun -n 2 did not start");
     }
     if (start(&m, 2, extra) == 0) {
-        if (compile(&m, 15, pm) == 0) {
+        if ((!streamed || upload_iris_streamed(&m, m.iris) == 0) && compile(&m, 15, pm) == 0) {
             CHECK(steps(&m, pm, 7, NULL, &r) == 0, "first part: %s", r.details);
             itest_res_free(&r);
         }
@@ -693,7 +697,8 @@ static void test_durable(void)
     }
     CHECK(wr && wm && lr == lm && !memcmp(wr, wm, lr),
           "durable: weights after a restart differ from an uninterrupted run's");
-    printf("durable n=2: weights after a mid-epoch restart %s\n",
+    printf("durable n=2%s: weights after a mid-epoch restart %s\n",
+           streamed ? " (streamed set)" : "",
            wr && wm && lr == lm && !memcmp(wr, wm, lr) ? "bit-identical" : "DIFFER");
     free(wr);
     free(wm);
@@ -701,6 +706,9 @@ static void test_durable(void)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
+
+static void test_durable(void) { durable(0); }
+static void test_durable_streamed(void) { durable(1); }
 
 
 /* ------------------------------------------------------- streamed data sets
@@ -1197,6 +1205,7 @@ static int main_stream(void)
     }
     stop(&ref, 0);
     RUN(test_stream_deterministic);
+    RUN(test_durable_streamed);
     RUN(test_kill_worker_streamed);
     return itest_summary();
 }
