@@ -2,7 +2,7 @@
  * training step over N replicas (see README.md).
  *
  *   mpirun -n N [-x OMP_NUM_THREADS=T] bench_mpi [--reps R] [--steps S]
- *                                                [--part allreduce|wc]
+ *                                                [--part allreduce|wc|stream]
  *
  * Part 1, every size (669,706 floats: W-C's gradient): R reps, each three
  * timed loops of L calls after a barrier: MPI_Allreduce(MPI_IN_PLACE,
@@ -14,7 +14,11 @@
  * relu MLP, sparse CE from logits, Adam, global batch 128) trained through
  * rt_dist_train as rtraind does (ranks > 0 in rt_dist_worker): the median
  * over 5 calls of S steps of the time per step, and the time of a 1-step
- * call (the per-call cost: the command, the state hash). */
+ * call (the per-call cost: the command, the state hash). Part 3 (only with
+ * --part stream): W-C on 8-bit MNIST-like rows, in memory (every rank
+ * holds the set) against streamed (rank 0's mapped spool: it fills each
+ * batch and scatters the replicas their rows), calls of S steps
+ * alternating, R reps: medians and the paired ratio. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -24,6 +28,7 @@
 
 #include "import_keras.h"
 #include "rt_dist.h"
+#include "rt_stream.h"
 #include "rtrain.pb-c.h"
 
 static double now_s(void)
@@ -187,6 +192,100 @@ static void bench_wc(int size, int steps)
     free(y);
 }
 
+/* W-C compiled and registered with the replicas */
+static rt_exec *wc_program(rt_plan **pp)
+{
+    rt_graph *g;
+    char err[256];
+    if (rt_keras_import(WC_JSON, strlen(WC_JSON), &g, err, sizeof err) < 0) die("import", err);
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_SPARSE_CE;
+    cfg.from_logits = 1;
+    cfg.opt = RT_OPT_ADAM;
+    cfg.lr = 1e-3f;
+    cfg.batch_size = 128;
+    cfg.seed = 1;
+    rt_exec *e;
+    if (rt_plan_compile(g, &cfg, pp, NULL, err, sizeof err) < 0) die("compile", err);
+    rt_graph_destroy(g);
+    if (rt_exec_create(*pp, &e) < 0) die("exec", "out of memory");
+    Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+    q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON;
+    q.keras_json = (char *)WC_JSON;
+    size_t len = rtrain__v1__compile_request__get_packed_size(&q);
+    uint8_t *buf = malloc(len);
+    rtrain__v1__compile_request__pack(&q, buf);
+    if (rt_dist_program(e, buf, len, err, sizeof err) < 0) die("rt_dist_program", err);
+    free(buf);
+    return e;
+}
+
+static void bench_stream(int size, int reps, int steps)
+{
+    rt_plan *pm, *ps;
+    rt_exec *em = wc_program(&pm), *es = wc_program(&ps);
+    const int64_t n = 6400;
+    uint8_t *u8 = malloc(784 * (size_t)n);
+    float *x = malloc(sizeof(float) * 784 * (size_t)n);
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)n);
+    for (int64_t i = 0; i < 784 * n; i++) {
+        u8[i] = (uint8_t)((i * 2654435761u) >> 24);
+        x[i] = (float)u8[i] / 255.0f;
+    }
+    for (int64_t i = 0; i < n; i++) y[i] = (int32_t)(i % 10);
+    char err[256];
+    rt_stream_rows rows = {.per = 784, .u8_len = 784, .u8_kind = RT_ROWS_U8_UNIT};
+    rt_stream *st;
+    /* mapped, as rtraind maps a spool this small (--map-spool-below) */
+    rt_stream_config sc = {.map_max = UINT64_C(1) << 30};
+    if (rt_stream_begin(&rows, n, 0, &sc, &st, err, sizeof err) < 0 ||
+        rt_stream_write(st, u8, 784 * (size_t)n, err, sizeof err) < 0 ||
+        rt_stream_end(st, err, sizeof err) < 0)
+        die("stream", err);
+    rt_stream_use u = {.st = st, .seed = 1, .batch = 128, .shuffle = 1, .augment = 1, .y = y,
+                       .lab_per = 1};
+    rt_data dm = {.x = x, .y = y, .y_dtype = RT_I32, .n = n};
+    rt_data ds = {.y = y, .y_dtype = RT_I32, .n = n, .fill = rt_stream_fill, .fill_ud = &u,
+                  .fill_id = st};
+    const uint8_t key[16] = {'w', 'c', 's'};
+    rt_train_result res;
+    if (rt_dist_train(em, &dm, key, 3, &res, NULL, NULL, NULL, err, sizeof err) < 0 ||
+        rt_dist_train(es, &ds, key, 3, &res, NULL, NULL, NULL, err, sizeof err) < 0)
+        die("train", err);
+    double *tm = malloc(sizeof(double) * (size_t)reps), *ts = malloc(sizeof(double) * (size_t)reps),
+           *tr = malloc(sizeof(double) * (size_t)reps);
+    for (int k = 0; k < reps; k++) {
+        for (int o = 0; o < 2; o++) {
+            const int streamed = (o + k) % 2;
+            double t0 = now_s();
+            if (rt_dist_train(streamed ? es : em, streamed ? &ds : &dm, key, steps, &res, NULL,
+                              NULL, NULL, err, sizeof err) < 0)
+                die("train", err);
+            (streamed ? ts : tm)[k] = (now_s() - t0) / steps;
+        }
+        tr[k] = ts[k] / tm[k];
+    }
+    const char *th = getenv("OMP_NUM_THREADS");
+    printf("W-C on 8-bit rows (%lld), %d replica(s) x %s thread(s), global batch 128, %s "
+           "spool: in memory %.3f ms/step, streamed %.3f ms/step, streamed/in memory %.2f "
+           "(paired %.2f; %d reps of %d steps)\n",
+           (long long)n, size, th ? th : "default", rt_stream_mapped(st) ? "mapped" : "pread",
+           median(tm, reps) * 1e3, median(ts, reps) * 1e3, median(ts, reps) / median(tm, reps),
+           median(tr, reps), reps, steps);
+    free(tm);
+    free(ts);
+    free(tr);
+    rt_exec_destroy(em);
+    rt_exec_destroy(es);
+    rt_plan_release(pm);
+    rt_plan_release(ps);
+    rt_stream_destroy(st);
+    free(u8);
+    free(x);
+    free(y);
+}
+
 int main(int argc, char **argv)
 {
     int reps = 51, steps = 20, part = 3; /* bit 0: all-reduce, bit 1: W-C */
@@ -194,11 +293,12 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--part"))
-            part = !strcmp(argv[i + 1], "allreduce") ? 1 : !strcmp(argv[i + 1], "wc") ? 2 : 0;
+            part = !strcmp(argv[i + 1], "allreduce") ? 1 : !strcmp(argv[i + 1], "wc") ? 2
+                   : !strcmp(argv[i + 1], "stream") ? 4 : 0;
     }
     if (reps < 1 || steps < 1 || !part) {
         fprintf(stderr, "usage: mpirun -n N bench_mpi [--reps R] [--steps S] "
-                        "[--part allreduce|wc]\n");
+                        "[--part allreduce|wc|stream]\n");
         return 2;
     }
     rt_dist_opts o = {.timeout_ms = 600000};
@@ -217,6 +317,7 @@ int main(int argc, char **argv)
     if (part & 1) bench_allreduce(rank, size, reps);
     if (rank > 0) return rt_dist_worker();
     if (part & 2) bench_wc(size, steps);
+    if (part & 4) bench_stream(size, reps, steps);
     rt_dist_finalize();
     return 0;
 }
