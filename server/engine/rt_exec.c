@@ -523,26 +523,24 @@ static int rt__has_sync_bn(const rt_plan *p)
     return 0;
 }
 
-/* A streamed set on a replica: the step's batch of nb rows through fill
- * into rep_x/rep_y/rep_w, each row at its place (only this replica's need
- * arrive: rt_data.fill). */
-static int rt__replica_fill(rt_exec *e, const rt_data *d, int64_t nb)
+/* A streamed set on a replica: a batch's rows at their places in
+ * rep_x/rep_y/rep_w (allocated by the first training call that needs
+ * them, not by a step). */
+static int rt__replica_rows(rt_exec *e)
 {
+    if (e->rep_x) return 0;
     const rt_plan *p = e->p;
     const int64_t B = p->cfg.batch_size, in = p->in_numel, ln = p->loss.lab_numel;
-    if (!e->rep_x) {
-        /* x | y | w, each 64-byte aligned */
-        const size_t xs = ((sizeof(float) * (size_t)(B * in)) + 63) & ~(size_t)63,
-                     ys = ((size_t)(B * ln * 4) + 63) & ~(size_t)63;
-        e->rep_x = rt__aligned_alloc(xs + ys + sizeof(float) * (size_t)B);
-        if (!e->rep_x)
-            return rt__eerr(e, RT_ENOMEM, "out of memory for a streamed batch of %lld rows",
-                            (long long)B);
-        e->rep_y = (char *)e->rep_x + xs;
-        e->rep_w = (float *)((char *)e->rep_x + xs + ys);
-    }
-    return d->fill(d->fill_ud, e->epoch, e->pos, nb, e->rep_x, e->rep_y,
-                   rt__has_sw(d) ? e->rep_w : NULL, e->err, sizeof e->err);
+    /* x | y | w, each 64-byte aligned */
+    const size_t xs = ((sizeof(float) * (size_t)(B * in)) + 63) & ~(size_t)63,
+                 ys = ((size_t)(B * ln * 4) + 63) & ~(size_t)63;
+    e->rep_x = rt__aligned_alloc(xs + ys + sizeof(float) * (size_t)B);
+    if (!e->rep_x)
+        return rt__eerr(e, RT_ENOMEM, "out of memory for a streamed batch of %lld rows",
+                        (long long)B);
+    e->rep_y = (char *)e->rep_x + xs;
+    e->rep_w = (float *)((char *)e->rep_x + xs + ys);
+    return 0;
 }
 
 /* One step's gradient as a replica (rt_replica): this replica's shards of
@@ -569,7 +567,9 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
                         "size) that gives every replica at least one row",
                         (long long)nb, R->size);
     if (d->fill) {
-        int frc = rt__replica_fill(e, d, nb);
+        /* the whole batch (only this replica's rows need arrive: rt_data.fill) */
+        int frc = d->fill(d->fill_ud, e->epoch, e->pos, nb, e->rep_x, e->rep_y,
+                          sw ? e->rep_w : NULL, e->err, sizeof e->err);
         if (frc < 0) return frc;
     }
     for (int j = 0; j < k; j++) {
@@ -710,6 +710,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
         e->dn = d->n;
         e->perm_epoch = -1;
     }
+    if (e->rep.size > 0 && d->fill && (rc = rt__replica_rows(e)) < 0) return rc;
     const int64_t n = d->n, spe = (n + B - 1) / B;
     double sum_loss = 0, sum_acc = 0;
     int64_t sum_n = 0;
