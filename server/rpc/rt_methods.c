@@ -2351,7 +2351,10 @@ static int predict_work(rt_call *c)
                                     sizeof err);
             if (rc < 0)
                 return rt_call_fail(c, rc, "dataset %s: %s", c->ds->id, err);
-            if ((rc = rt_exec_predict(c->prog->exec, xb, cnt, y + off * per)) < 0)
+            /* every batch lands in the same buffer, which rt_exec_predict's
+             * once-per-data-set index check would take as checked */
+            if ((rc = rt_exec_check_rows(c->prog->exec, xb, cnt)) < 0 ||
+                (rc = rt_exec_predict(c->prog->exec, xb, cnt, y + off * per)) < 0)
                 return engine_fail(c, rc);
             if (pos % 16 == 15 && off + cnt < ps->n) {
                 if (rt_call_is_cancelled(c))

@@ -248,3 +248,30 @@ def test_streamed_idx_and_arrays(client, tmp_path):
     assert not all(np.array_equal(a, b) for a, b in zip(ws[1], ws[2]))
     with pytest.raises(ValueError):
         client.upload(xf, yf, storage="disk")
+
+
+def test_streamed_embedding_indices(client):
+    """A streamed set is decoded batch by batch into one buffer, so every
+    batch's Embedding indices are checked, not only the first one's: a bad
+    index in the third batch fails fit, evaluate and predict with
+    INVALID_ARGUMENT naming it, and the model keeps working."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 10, size=(40, 3)).astype(np.float32)
+    y = rng.integers(0, 2, size=40).astype(np.int32)
+    m = client.compile(rtrain.Sequential([
+        rtrain.layers.Embedding(10, 4, input_length=3),
+        rtrain.layers.Flatten(),
+        rtrain.layers.Dense(2, activation="softmax")]),
+        optimizer=rtrain.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy",
+        batch_size=8, shuffle=False)
+    good = client.upload(x, y, storage="stream")
+    xb = x.copy()
+    xb[21, 1] = 12.0  # batch 2 (rows 16..23), after two good batches
+    bad = client.upload(xb, y, storage="stream")
+    assert good.streamed and bad.streamed
+    p0 = m.predict(good)
+    for call in (lambda: m.predict(bad), lambda: m.evaluate(bad, verbose=0),
+                 lambda: m.fit(bad, epochs=1, verbose=0, shuffle=False)):
+        with pytest.raises(Exception, match="INVALID_ARGUMENT.*12.*Embedding"):
+            call()
+    assert np.array_equal(m.predict(good), p0)
