@@ -12,6 +12,7 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "import_graph.h"
 #include "import_keras.h"
 #include "rt_log.h"
 #include "rtrain/rt_error.h"
@@ -578,65 +579,6 @@ static int make_replica(rt_exec *e)
 
 /* ----------------------------------------------------- graphs on workers */
 
-/* The native graph, as rank 0's rt_methods built it (rank 0 validated the
- * request; builder errors are still reported). */
-static int graph_from_pb(const Rtrain__V1__Graph *pg, rt_graph *g, char *err, size_t errlen)
-{
-    int rc;
-    for (size_t i = 0; i < pg->n_inputs; i++) {
-        const Rtrain__V1__ValueInfo *v = pg->inputs[i];
-        rt_dtype dt = v->dtype == 0 ? RT_F32 : (rt_dtype)v->dtype;
-        if ((rc = rt_graph_add_input(g, v->name, dt, (int)v->n_shape, v->shape)) < 0) goto fail;
-    }
-    for (size_t i = 0; i < pg->n_params; i++) {
-        const Rtrain__V1__Param *p = pg->params[i];
-        float *val = NULL;
-        if (p->value && p->value->data.len) {
-            val = malloc(p->value->data.len);
-            if (!val) return RT_ENOMEM;
-            memcpy(val, p->value->data.data, p->value->data.len);
-        }
-        rc = rt_graph_add_param(g, p->name, (int)p->n_shape, p->shape, (rt_init)p->init,
-                                p->trainable, val);
-        free(val);
-        if (rc < 0) goto fail;
-    }
-    for (size_t i = 0; i < pg->n_nodes; i++) {
-        const Rtrain__V1__Node *nd = pg->nodes[i];
-        rt_attr *a = calloc(nd->n_attrs ? nd->n_attrs : 1, sizeof *a);
-        if (!a) return RT_ENOMEM;
-        for (size_t k = 0; k < nd->n_attrs; k++) {
-            const Rtrain__V1__Attr *pa = nd->attrs[k];
-            a[k].name = pa->name;
-            switch (pa->value_case) {
-            case RTRAIN__V1__ATTR__VALUE_I: a[k].kind = RT_ATTR_INT; a[k].i = pa->i; break;
-            case RTRAIN__V1__ATTR__VALUE_F: a[k].kind = RT_ATTR_FLOAT; a[k].f = pa->f; break;
-            case RTRAIN__V1__ATTR__VALUE_S: a[k].kind = RT_ATTR_STR; a[k].s = pa->s; break;
-            case RTRAIN__V1__ATTR__VALUE_INTS:
-                a[k].kind = RT_ATTR_INTS;
-                a[k].n = (int)pa->ints->n_v;
-                a[k].ints = pa->ints->v;
-                break;
-            case RTRAIN__V1__ATTR__VALUE_FLOATS:
-                a[k].kind = RT_ATTR_FLOATS;
-                a[k].n = (int)pa->floats->n_v;
-                a[k].floats = pa->floats->v;
-                break;
-            default: break;
-            }
-        }
-        rc = rt_graph_add_node(g, nd->name, nd->op, (int)nd->n_inputs,
-                               (const char *const *)nd->inputs, (int)nd->n_attrs, a);
-        free(a);
-        if (rc < 0) goto fail;
-    }
-    if (pg->output && *pg->output && (rc = rt_graph_set_output(g, pg->output)) < 0) goto fail;
-    return 0;
-fail:
-    snprintf(err, errlen, "%s", rt_graph_errmsg(g));
-    return rc;
-}
-
 /* worker: compile payload = rt_train_config | packed CompileRequest */
 static int worker_compile(uint64_t id, const uint8_t *buf, size_t len, char *err, size_t errlen)
 {
@@ -656,8 +598,10 @@ static int worker_compile(uint64_t id, const uint8_t *buf, size_t len, char *err
                                   (int)q->n_input_dims, q->input_values, &g, err, errlen,
                                   NULL, NULL);
     } else {
+        /* rank 0 built and validated this graph with the same builder */
         g = rt_graph_create();
-        rc = g ? graph_from_pb(q->graph, g, err, errlen) : RT_ENOMEM;
+        rc = g ? rt_graph_import_pb(q->graph, NULL, g, err, errlen) : RT_ENOMEM;
+        if (rc == RT_ENOMEM && (!g || !err[0])) snprintf(err, errlen, "out of memory");
     }
     rtrain__v1__compile_request__free_unpacked(q, NULL);
     rt_plan *p = NULL;

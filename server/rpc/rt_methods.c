@@ -20,6 +20,7 @@
 #endif
 
 #include "import_keras.h"
+#include "import_graph.h"
 #include "import_onnx.h"
 #include "rt_bufpool.h"
 #include "rt_dist.h"
@@ -27,8 +28,6 @@
 #include "rt_stream.h"
 #include "rt_state.h"
 
-#define RT_MAX_DIM_LIMIT (1ll << 31)
-#define RT_MAX_PARAMS_LIMIT (1ull << 31)
 #define RT_MAX_STEPS_PER_CALL 10000000ull
 #define RT_MAX_RETURN_LOSSES 1000000ull
 
@@ -513,86 +512,6 @@ static uint64_t program_bytes(rt_plan *p)
     return 4 * (r->param_count + 3 * r->trainable_param_count) + r->arena_bytes;
 }
 
-static int graph_from_pb(rt_call *c, const Rtrain__V1__Graph *pg, rt_graph *g)
-{
-    int rc;
-    for (size_t i = 0; i < pg->n_inputs; i++) {
-        const Rtrain__V1__ValueInfo *v = pg->inputs[i];
-        if (v->n_shape > RT_MAX_DIMS)
-            return rt_call_fail(c, RT_EINVAL, "input '%.64s' has %zu dims (max %d)", v->name,
-                                v->n_shape, RT_MAX_DIMS);
-        rt_dtype dt = v->dtype == 0 ? RT_F32 : (rt_dtype)v->dtype;
-        if ((rc = rt_graph_add_input(g, v->name, dt, (int)v->n_shape, v->shape)) < 0)
-            return rt_call_fail(c, rc, "input '%.64s': %s", v->name, rt_graph_errmsg(g));
-    }
-    for (size_t i = 0; i < pg->n_params; i++) {
-        const Rtrain__V1__Param *p = pg->params[i];
-        if (p->n_shape > RT_MAX_DIMS)
-            return rt_call_fail(c, RT_EINVAL, "param '%.64s' has %zu dims (max %d)", p->name,
-                                p->n_shape, RT_MAX_DIMS);
-        int64_t n = 1;
-        for (size_t k = 0; k < p->n_shape; k++) {
-            if (p->shape[k] <= 0 || p->shape[k] > RT_MAX_DIM_LIMIT)
-                return rt_call_fail(c, RT_EINVAL, "param '%.64s' dim %zu is %lld", p->name, k,
-                                    (long long)p->shape[k]);
-            n *= p->shape[k];
-            if ((uint64_t)n > RT_MAX_PARAMS_LIMIT)
-                return rt_call_fail(c, RT_ETOOBIG, "param '%.64s' is over the size limit",
-                                    p->name);
-        }
-        const float *val = NULL;
-        if (p->value && p->value->data.len) {
-            if (p->value->dtype != RTRAIN__V1__DTYPE__F32 ||
-                p->value->data.len != (size_t)n * 4)
-                return rt_call_fail(c, RT_EINVAL,
-                                    "param '%.64s' value must be %lld f32 values (%zu bytes given)",
-                                    p->name, (long long)n, p->value->data.len);
-            float *f = rt_call_alloc(c, (size_t)n * 4);
-            if (!f)
-                return OOM(c);
-            memcpy(f, p->value->data.data, (size_t)n * 4); /* alignment */
-            val = f;
-        }
-        if ((rc = rt_graph_add_param(g, p->name, (int)p->n_shape, p->shape,
-                                     (rt_init)p->init, p->trainable, val)) < 0)
-            return rt_call_fail(c, rc, "param '%.64s': %s", p->name, rt_graph_errmsg(g));
-    }
-    for (size_t i = 0; i < pg->n_nodes; i++) {
-        const Rtrain__V1__Node *nd = pg->nodes[i];
-        rt_attr *a = rt_call_alloc(c, sizeof *a * (nd->n_attrs ? nd->n_attrs : 1));
-        if (!a)
-            return OOM(c);
-        for (size_t k = 0; k < nd->n_attrs; k++) {
-            const Rtrain__V1__Attr *pa = nd->attrs[k];
-            a[k].name = pa->name;
-            switch (pa->value_case) {
-            case RTRAIN__V1__ATTR__VALUE_I: a[k].kind = RT_ATTR_INT; a[k].i = pa->i; break;
-            case RTRAIN__V1__ATTR__VALUE_F: a[k].kind = RT_ATTR_FLOAT; a[k].f = pa->f; break;
-            case RTRAIN__V1__ATTR__VALUE_S: a[k].kind = RT_ATTR_STR; a[k].s = pa->s; break;
-            case RTRAIN__V1__ATTR__VALUE_INTS:
-                a[k].kind = RT_ATTR_INTS;
-                a[k].n = (int)pa->ints->n_v;
-                a[k].ints = pa->ints->v;
-                break;
-            case RTRAIN__V1__ATTR__VALUE_FLOATS:
-                a[k].kind = RT_ATTR_FLOATS;
-                a[k].n = (int)pa->floats->n_v;
-                a[k].floats = pa->floats->v;
-                break;
-            default:
-                return rt_call_fail(c, RT_EINVAL, "node '%.64s' attr '%.32s' has no value",
-                                    nd->name, pa->name);
-            }
-        }
-        if ((rc = rt_graph_add_node(g, nd->name, nd->op, (int)nd->n_inputs,
-                                    (const char *const *)nd->inputs, (int)nd->n_attrs, a)) < 0)
-            return rt_call_fail(c, rc, "node '%.64s': %s", nd->name, rt_graph_errmsg(g));
-    }
-    if (pg->output && *pg->output && (rc = rt_graph_set_output(g, pg->output)) < 0)
-        return rt_call_fail(c, rc, "output: %s", rt_graph_errmsg(g));
-    return 0;
-}
-
 static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train_config *cfg)
 {
     rt_train_config_init(cfg);
@@ -732,6 +651,9 @@ static int keras_compile_defaults(rt_call *c, rt_train_config *cfg, const char *
     return 0;
 }
 
+static void *graph_tmp_alloc(void *c, size_t n) { return rt_call_alloc(c, n); }
+static void graph_tmp_free(void *c, void *p) {} /* the arena goes with the call */
+
 /* The model, from Keras JSON or the native graph, into st->g, and the
  * cache lookup. On the compile pool: a 20,000-layer import must not hold a
  * completion-queue thread. */
@@ -757,8 +679,12 @@ static int build_graph(rt_call *c, compile_st *st)
         st->g = rt_graph_create();
         if (!st->g)
             return OOM(c);
-        if ((rc = graph_from_pb(c, q->graph, st->g)) < 0)
-            return rc;
+        /* the temporaries in the call's arena, charged to the caller (also
+         * for restore_program's calls, which have no protobuf allocator) */
+        ProtobufCAllocator al = {graph_tmp_alloc, graph_tmp_free, c};
+        char err[512];
+        if ((rc = rt_graph_import_pb(q->graph, &al, st->g, err, sizeof err)) < 0)
+            return err[0] ? rt_call_fail(c, rc, "%s", err) : OOM(c);
     }
     /* The cache lookup is the compile phase of a hit. */
     uint64_t t0 = rt_now_ns();

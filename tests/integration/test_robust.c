@@ -68,16 +68,16 @@ static int ping_ok(itest_conn *c)
 }
 
 
-/* Compile with cfg (NULL = the iris config); program id into pid. */
-static int compile_cfg(itest_conn *c, const char *sid, Rtrain__V1__TrainConfig *cfg,
-                       char *pid, itest_res *r)
+/* Compile graph g with cfg (NULL = the iris config); program id into pid. */
+static int compile_graph(itest_conn *c, const char *sid, Rtrain__V1__Graph *g,
+                         Rtrain__V1__TrainConfig *cfg, char *pid, itest_res *r)
 {
     Rtrain__V1__TrainConfig dflt;
     itest_iris_config(&dflt);
     Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
     q.session_id = (char *)sid;
     q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH;
-    q.graph = itest_iris_graph(16);
+    q.graph = g;
     q.config = cfg ? cfg : &dflt;
     Rtrain__V1__CompileResponse *p = NULL;
     int st = itest_unary(c, "Compile", &q.base, &rtrain__v1__compile_response__descriptor,
@@ -86,6 +86,13 @@ static int compile_cfg(itest_conn *c, const char *sid, Rtrain__V1__TrainConfig *
         snprintf(pid, 64, "%s", p->program_id);
     FREE(p);
     return st;
+}
+
+/* The iris graph (itest_iris_graph(16)) with cfg. */
+static int compile_cfg(itest_conn *c, const char *sid, Rtrain__V1__TrainConfig *cfg,
+                       char *pid, itest_res *r)
+{
+    return compile_graph(c, sid, itest_iris_graph(16), cfg, pid, r);
 }
 
 static int upload_bytes(itest_conn *c, const char *sid, Rtrain__V1__DataFormat fmt,
@@ -795,6 +802,61 @@ static void t_validation(void)
     bystander_intact("invalid inputs");
 }
 
+/* Malformed native graphs: each gets its status and the message naming the
+ * field (the builder is rt_graph_import_pb; tests/engine/test_import_graph.c
+ * checks the same cases without gRPC), and the daemon keeps serving. */
+static void t_bad_graphs(void)
+{
+    itest_res r;
+    char pid[64];
+    static int64_t dims9[9] = {-1, 4, 1, 1, 1, 1, 1, 1, 1}, zero[2] = {4, 0},
+                   huge[2] = {1 << 16, 1 << 16};
+    static float short_value[2];
+    static char longname[200];
+    memset(longname, 'o', sizeof longname - 1);
+    Rtrain__V1__Tensor value = RTRAIN__V1__TENSOR__INIT;
+    value.dtype = RTRAIN__V1__DTYPE__F32;
+    value.data.data = (uint8_t *)short_value;
+    value.data.len = sizeof short_value;
+    Rtrain__V1__Attr act = RTRAIN__V1__ATTR__INIT, *acts[1] = {&act};
+    act.name = "activation"; /* value_case left unset */
+    struct { const char *what; int status; const char *msg; } cases[] = {
+        {"input rank 9", GRPC_STATUS_INVALID_ARGUMENT, "input 'x' has 9 dims (max 8)"},
+        {"param dim 0", GRPC_STATUS_INVALID_ARGUMENT, "param 'd1/kernel' dim 1 is 0"},
+        {"param over the size limit", GRPC_STATUS_RESOURCE_EXHAUSTED,
+         "param 'd1/kernel' is over the size limit"},
+        {"param value short", GRPC_STATUS_INVALID_ARGUMENT,
+         "param 'd1/bias' value must be 16 f32 values (8 bytes given)"},
+        {"attr without a value", GRPC_STATUS_INVALID_ARGUMENT,
+         "node 'd1' attr 'activation' has no value"},
+        {"node without an op", GRPC_STATUS_INVALID_ARGUMENT,
+         "node 'r1': node 'r1': empty op"},
+        {"output name too long", GRPC_STATUS_INVALID_ARGUMENT,
+         "output: output: name longer than 128 bytes"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Rtrain__V1__Graph *g = itest_iris_graph(16);
+        switch (i) {
+        case 0: g->inputs[0]->shape = dims9; g->inputs[0]->n_shape = 9; break;
+        case 1: g->params[0]->shape = zero; break;
+        case 2: g->params[0]->shape = huge; break;
+        case 3: g->params[1]->value = &value; break;
+        case 4: g->nodes[0]->attrs = acts; g->nodes[0]->n_attrs = 1; break;
+        case 5: g->nodes[1]->op = ""; break;
+        case 6: g->output = longname; break;
+        }
+        int st = compile_graph(T.c, T.sb, g, NULL, pid, &r);
+        CHECK(st == cases[i].status && !strcmp(r.details, cases[i].msg), "%s: %d '%s'",
+              cases[i].what, st, r.details);
+        itest_res_free(&r);
+    }
+    /* the static graph is whole again, and compiles */
+    CHECK(compile_graph(T.c, T.sb, itest_iris_graph(16), NULL, pid, &r) == 0,
+          "compile after the bad graphs: %s", r.details);
+    itest_res_free(&r);
+    bystander_intact("malformed graphs");
+}
+
 /* ------------------------------------------- daemons of their own */
 
 /* --session-lease-s 1 --max-sessions 1: nobody renews the first session,
@@ -1020,6 +1082,7 @@ int main(int argc, char **argv)
 #define MAYBE(fn) do { if (!only || !strcmp(only, #fn)) RUN(fn); } while (0)
     setup();
     MAYBE(t_validation);
+    MAYBE(t_bad_graphs);
     MAYBE(t_compression_bomb);
     MAYBE(t_idx_bomb);
     MAYBE(t_upload_caps);
