@@ -222,6 +222,98 @@ def test_default_mode_with_callbacks(client, iris):
                                          {}).batch_hooks()
 
 
+def test_event_hook_epochs(client, iris, monkeypatch):
+    """The per-event hook (Program.fit's on_event) numbers epochs 0-based
+    over the whole fit, as History and on_epoch_end do, on every fit of a
+    model and with initial_epoch: not from the program's first fit (which
+    is how a Fit stream's own events count). Both drivers: the Fit stream
+    (a per-batch callback) and RunSteps calls (steps_per_execution)."""
+    xtr, ytr, _, _ = iris
+    hooked = []  # (kind, epoch) of each event the hook saw, per fit
+
+    class Recorder:
+        """The program, with fit's on_event wrapped to see every event."""
+
+        def __init__(self, prog):
+            self._prog = prog
+
+        def __getattr__(self, name):
+            return getattr(self._prog, name)
+
+        def fit(self, *a, on_event=None, **kw):
+            def hook(kind, info):
+                hooked.append((kind, info["epoch"]))
+                return on_event(kind, info)
+            return self._prog.fit(*a, on_event=hook if on_event else None, **kw)
+
+    real = rtrain.CompiledModel._prog
+    monkeypatch.setattr(rtrain.CompiledModel, "_prog",
+                        property(lambda m: Recorder(real.fget(m)), real.fset))
+
+    class Epochs(rtrain.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            hooked.append(("begin", epoch))
+
+        def on_epoch_end(self, epoch, logs=None):
+            ends.append(epoch)
+
+    def per_epoch(events):
+        """{epoch: [kinds]} of the hook's events, each under the epoch
+        on_epoch_begin announced last."""
+        out, cur = {}, None
+        for kind, ep in events:
+            if kind == "begin":
+                cur = ep
+                out[cur] = []
+            else:
+                assert ep == cur, (kind, ep, cur, events)
+                out[cur].append(kind)
+        return out
+
+    spe = -(-len(xtr) // 20)
+    for spx in (None, 2):
+        model = iris_model(client, seed=3, batch_size=20)
+        batch_cb = rtrain.callbacks.LambdaCallback(on_batch_end=lambda b, l: None)
+        cbs = [Epochs()] + ([batch_cb] if spx is None else [])
+        for initial, epochs in ((0, 3), (0, 2), (2, 4)):
+            hooked.clear()
+            ends = []
+            h = model.fit(xtr, ytr, batch_size=20, epochs=epochs, verbose=0,
+                          initial_epoch=initial, steps_per_execution=spx,
+                          callbacks=cbs)
+            methods = {t["method"] for t in h.timings}
+            assert ("Fit" in methods) == (spx is None), methods
+            assert h.epoch == ends == list(range(initial, epochs))
+            got = per_epoch(hooked)
+            assert sorted(got) == ends
+            for ep, kinds in got.items():
+                # each epoch's batch events, then its one epoch end
+                assert kinds[-1] == "epoch" and kinds.count("epoch") == 1, (ep, kinds)
+                assert 1 <= kinds.count("batch") <= spe, (ep, kinds)
+
+    # The Program's own fit, one call of several epochs, twice: the second
+    # call's events number from first_epoch again, not from the program's
+    # epochs so far.
+    monkeypatch.undo()
+    model = iris_model(client, seed=3, batch_size=20)
+    model.fit(xtr, ytr, batch_size=20, epochs=1, verbose=0)
+    ds = client.upload(xtr, ytr)
+    prog = model._prog
+    for first, spx in ((0, 0), (0, 0), (4, 0), (0, 3), (4, 3)):
+        seen, hist = [], {}
+        st = prog.fit(ds.id, None, 2, spe, spx, 0, hist, [], "accuracy", 1,
+                      on_event=lambda kind, info: seen.append((kind, info["epoch"])),
+                      first_epoch=first, total_epochs=first + 2)
+        assert st == "done" and len(hist["loss"]) == 2
+        ends = [ep for kind, ep in seen if kind == "epoch"]
+        assert ends == [first, first + 1], (first, spx, seen)
+        # a batch belongs to the epoch whose end comes next
+        for i, (kind, ep) in enumerate(seen):
+            if kind == "batch":
+                nxt = next(e for k, e in seen[i:] if k == "epoch")
+                assert ep == nxt, (first, spx, seen)
+
+
 def test_progress_bar(client, iris, capsys, monkeypatch):
     xtr, ytr, xte, yte = iris
     model = iris_model(client, batch_size=20)

@@ -1735,6 +1735,7 @@ typedef struct fitctx {
     uint32_t run_last;       /* the run's last epoch (1-based) when the fit
                                 goes on after it, else 0 */
     uint64_t epoch_base;     /* epochs of the fit before this run */
+    uint64_t run_ends;       /* epoch ends this run delivered */
     uint32_t ckpt_steps, ckpt_s; /* per-fit checkpoint interval, 0 = the daemon's */
     PyObject *on_event;      /* callable(kind, dict) -> stop, or NULL */
     PyObject *et, *ev, *etb;
@@ -1878,16 +1879,19 @@ static int rt_py__control_from(fitctx *f, PyObject *t)
 
 /* on_event("batch", {...}) after a progress event, on_event("epoch",
  * {...}) after an epoch end: a true result stops the run at the next step
- * boundary. Epoch numbers are 0-based over the whole fit, as Keras'. */
+ * boundary. Epoch numbers are 0-based over the whole fit, as Keras' (and
+ * as History and on_epoch_end count): the run's epoch ends so far on top of
+ * first_epoch. Not the events' own epoch, which a Fit stream counts from
+ * the program's first fit and a RunSteps loop from this run. */
 static int rt_py__on_event(fitctx *f, const rt_client_fit_event *ev)
 {
     PyObject *d = NULL, *r = NULL;
     const char *kind;
     int rc = -1;
+    const unsigned long long epoch = f->epoch_base + f->run_ends;
     if (ev->kind == RT_FIT_PROGRESS) {
         kind = "batch";
-        d = Py_BuildValue("{s:K,s:K,s:K,s:K,s:d,s:d,s:d}", "epoch",
-                          (unsigned long long)(f->epoch_base + ev->epoch - 1), "batch",
+        d = Py_BuildValue("{s:K,s:K,s:K,s:K,s:d,s:d,s:d}", "epoch", epoch, "batch",
                           (unsigned long long)(ev->step_in_epoch ? ev->step_in_epoch - 1 : 0),
                           "steps_per_epoch", (unsigned long long)ev->steps_per_epoch,
                           "step", (unsigned long long)ev->step, "loss", (double)ev->loss,
@@ -1896,8 +1900,7 @@ static int rt_py__on_event(fitctx *f, const rt_client_fit_event *ev)
     } else if (ev->kind == RT_FIT_EPOCH_END) {
         const rt_client_epoch *e = &ev->epoch_end;
         kind = "epoch";
-        d = Py_BuildValue("{s:K,s:K,s:d,s:d,s:i,s:d,s:d}", "epoch",
-                          (unsigned long long)(f->epoch_base + e->epoch - 1), "step",
+        d = Py_BuildValue("{s:K,s:K,s:d,s:d,s:i,s:d,s:d}", "epoch", epoch, "step",
                           (unsigned long long)e->steps, "loss", e->train.loss, "accuracy",
                           e->train.accuracy, "has_val", e->has_val, "val_loss", e->val.loss,
                           "val_accuracy", e->val.accuracy);
@@ -1945,6 +1948,8 @@ static int rt_py__fit_cb(const rt_client_fit_event *ev, void *user)
             want_stop = 1;
             r = 0;
         }
+        if (ev->kind == RT_FIT_EPOCH_END)
+            f->run_ends++;
         if (r < 0)
             f->stop = 1;
     }
