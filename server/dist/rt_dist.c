@@ -14,6 +14,7 @@
 
 #include "import_graph.h"
 #include "import_keras.h"
+#include "import_onnx.h"
 #include "rt_log.h"
 #include "rtrain/rt_error.h"
 #include "rtrain.pb-c.h"
@@ -597,6 +598,8 @@ static int worker_compile(uint64_t id, const uint8_t *buf, size_t len, char *err
         rc = rt_keras_import_bind(q->keras_json, strlen(q->keras_json), q->input_dims,
                                   (int)q->n_input_dims, q->input_values, &g, err, errlen,
                                   NULL, NULL);
+    } else if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX) {
+        rc = rt_onnx_import(q->onnx.data, q->onnx.len, q->onnx_output, &g, err, errlen);
     } else {
         /* rank 0 built and validated this graph with the same builder */
         g = rt_graph_create();

@@ -2,7 +2,7 @@
  * (OMPI_MCA_btl=self,vader), driven by the raw gRPC client of
  * tests/integration. Reference: a plain single-process rtraind.
  *
- *   test_mpi RTRAIND MPIRUN DIGITS_CSV_GZ [stream]
+ *   test_mpi RTRAIND MPIRUN DIGITS_CSV_GZ WA_ONNX [stream]
  *
  * stream: only the streamed data sets' cases (ctest mpi_stream).
  */
@@ -21,7 +21,7 @@
 
 #define FREE(m) do { if (m) protobuf_c_message_free_unpacked(&(m)->base, NULL); (m) = NULL; } while (0)
 
-static const char *rtraind, *mpirun, *digits_path;
+static const char *rtraind, *mpirun, *digits_path, *onnx_path;
 
 /* mpirun -n n rtraind --listen 127.0.0.1:0 extra...: rank 0's listening line */
 static int start_mpi(itest_daemon *d, int n, const char *const *extra, int recovery)
@@ -352,6 +352,49 @@ static void test_equivalence(dmn *ref, dmn *m, int n)
     printf("equivalence n=%d: worst relative loss difference over 20 steps %.3g\n", n, worst);
     CHECK(worst <= 1e-5, "n=%d: losses differ by %.3g relative", n, worst);
     CHECK(a[19] < a[0], "the reference did not train (%g -> %g)", a[0], a[19]);
+}
+
+/* An ONNX model (the W-A fixture, iris' MLP with its own initial weights):
+ * the worker ranks import it as rank 0 does, and N replicas train as one
+ * process: 20 steps' losses within 1e-5 relative. */
+static void test_onnx(dmn *ref, dmn *m, int n)
+{
+    size_t len;
+    uint8_t *onnx = itest_read_file(onnx_path, &len);
+    CHECK(onnx != NULL, "read %s", onnx_path);
+    if (!onnx) return;
+    float loss[2][20];
+    dmn *d[2] = {ref, m};
+    int ok = 1;
+    for (int k = 0; k < 2 && ok; k++) {
+        Rtrain__V1__TrainConfig cfg;
+        itest_iris_config(&cfg);
+        Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+        q.session_id = d[k]->sid;
+        q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX;
+        q.onnx.data = onnx;
+        q.onnx.len = len;
+        q.config = &cfg;
+        Rtrain__V1__CompileResponse *p = NULL;
+        itest_res r;
+        itest_unary(d[k]->c, "Compile", &q.base, &rtrain__v1__compile_response__descriptor,
+                    (ProtobufCMessage **)&p, &r);
+        CHECK(p != NULL, "n=%d: compile wa.onnx: %d %s", k ? n : 1, r.status, r.details);
+        itest_res_free(&r);
+        ok = p && steps(d[k], p->program_id, 20, loss[k], &r) == 0;
+        CHECK(!p || ok, "n=%d: steps: %d %s", k ? n : 1, r.status, r.details);
+        if (p) itest_res_free(&r);
+        FREE(p);
+    }
+    free(onnx);
+    if (!ok) return;
+    double worst = 0;
+    for (int i = 0; i < 20; i++) {
+        double rel = fabs((double)loss[0][i] - loss[1][i]) / fabs((double)loss[0][i]);
+        if (!(rel <= worst)) worst = rel;
+    }
+    printf("onnx n=%d: worst relative loss difference over 20 steps %.3g\n", n, worst);
+    CHECK(worst <= 1e-5, "n=%d: ONNX losses differ by %.3g relative", n, worst);
 }
 
 /* iris through Dense(16) - BatchNormalization - relu - Dense(3, softmax),
@@ -1212,21 +1255,23 @@ static int main_stream(void)
 
 int main(int argc, char **argv)
 {
-    if (argc < 4) {
-        fprintf(stderr, "usage: test_mpi RTRAIND MPIRUN DIGITS_CSV_GZ [stream]\n");
+    if (argc < 5) {
+        fprintf(stderr, "usage: test_mpi RTRAIND MPIRUN DIGITS_CSV_GZ WA_ONNX [stream]\n");
         return 2;
     }
     rtraind = argv[1];
     mpirun = argv[2];
     digits_path = argv[3];
+    onnx_path = argv[4];
     itest_deadline_ms = 60000;
-    if (argc > 4 && !strcmp(argv[4], "stream")) return main_stream();
+    if (argc > 5 && !strcmp(argv[5], "stream")) return main_stream();
     dmn ref, m2, m4;
     if (start(&ref, 0, NULL) < 0) return 1;
     if (start(&m2, 2, NULL) == 0) {
         RUN(test_iris, &m2, 2);
         RUN(test_wd, &m2, 2);
         RUN(test_equivalence, &ref, &m2, 2);
+        RUN(test_onnx, &ref, &m2, 2);
         RUN(test_sync_bn, &ref, &m2, 2);
         RUN(test_same_n, &m2, 2);
         RUN(test_fit, &m2, 2);
