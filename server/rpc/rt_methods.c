@@ -84,6 +84,31 @@ static int need_dataset(rt_call *c, const char *id, rt_dataset **out,
     return 0;
 }
 
+/* RunSteps/Fit: the training set and the optional validation set. */
+static int need_train_data(rt_call *c, const char *did, const char *val_did)
+{
+    int rc = need_dataset(c, did, &c->ds, "dataset_id");
+    if (rc == 0 && val_did && *val_did)
+        rc = need_dataset(c, val_did, &c->val_ds, "val_dataset_id");
+    return rc;
+}
+
+/* A durable daemon that is stopping takes no new training or checkpoint
+ * calls: the calls running end at their boundary, the exit checkpoint
+ * follows, and the client reattaches to the next start. */
+static int daemon_stopping(const rt_call *c)
+{
+    return c->srv->state && __atomic_load_n(&c->srv->stopping, __ATOMIC_ACQUIRE);
+}
+
+static int refuse_if_stopping(rt_call *c)
+{
+    if (daemon_stopping(c))
+        return rt_call_fail(c, RT_EUNAVAILABLE, "the daemon is stopping; retry after it "
+                            "restarts");
+    return 0;
+}
+
 /* The dataset's per-sample shapes must match what the program expects.
  * Equal element counts are accepted when either side is flat, since the
  * row-major bytes are then the same, and when the shapes differ only by
@@ -159,6 +184,23 @@ static int data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels)
         d->fill_id = ds->stream;
     }
     return 0;
+}
+
+/* RunSteps/Fit work: c->ds and c->val_ds (when given) as rt_data. */
+static int train_data(rt_call *c, rt_data *d, rt_data *vd)
+{
+    int rc = data_for(c, c->ds, d, 1);
+    if (rc == 0 && c->val_ds)
+        rc = data_for(c, c->val_ds, vd, 1);
+    return rc;
+}
+
+static int check_train_data(rt_call *c)
+{
+    int rc = check_fit(c, c->ds, 1);
+    if (rc == 0 && c->val_ds)
+        rc = check_fit(c, c->val_ds, 1);
+    return rc;
 }
 
 static int engine_fail(rt_call *c, int rc);
@@ -512,6 +554,19 @@ static uint64_t program_bytes(rt_plan *p)
     return 4 * (r->param_count + 3 * r->trainable_param_count) + r->arena_bytes;
 }
 
+/* A metric's TrainConfig bit: the accuracies Keras' "accuracy" resolves
+ * to by the loss stay the accuracy field; the others are values. -1 for a
+ * name the engine does not know. */
+static int metric_bit(const char *m, uint32_t *bit)
+{
+    if (!strcmp(m, "accuracy") || !strcmp(m, "acc") || !strcmp(m, "sparse_categorical_accuracy") ||
+        !strcmp(m, "categorical_accuracy") || !strcmp(m, "binary_accuracy")) {
+        *bit = RT_METRIC_ACCURACY;
+        return 0;
+    }
+    return rt_metric_from_name(m, bit) == 0 ? 0 : -1;
+}
+
 static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train_config *cfg)
 {
     rt_train_config_init(cfg);
@@ -567,16 +622,9 @@ static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train
         for (size_t i = 0; i < p->n_metrics; i++) {
             const char *m = p->metrics[i];
             uint32_t bit;
-            /* the accuracies Keras' "accuracy" resolves to by the loss stay
-             * the accuracy field; the others are values */
-            if (!strcmp(m, "accuracy") || !strcmp(m, "acc") ||
-                !strcmp(m, "sparse_categorical_accuracy") || !strcmp(m, "categorical_accuracy") ||
-                !strcmp(m, "binary_accuracy"))
-                cfg->metrics |= RT_METRIC_ACCURACY;
-            else if (rt_metric_from_name(m, &bit) == 0)
-                cfg->metrics |= bit;
-            else
+            if (metric_bit(m, &bit) < 0)
                 return rt_call_fail(c, RT_EINVAL, "unknown metric '%.48s'", m);
+            cfg->metrics |= bit;
         }
     }
     if (p->batch_size) cfg->batch_size = (int)p->batch_size;
@@ -639,12 +687,7 @@ static int keras_compile_defaults(rt_call *c, rt_train_config *cfg, const char *
         cfg->metrics = 0;
         for (int i = 0; i < k.n_metrics; i++) {
             uint32_t bit;
-            if (!strcmp(k.metrics[i], "accuracy") || !strcmp(k.metrics[i], "acc") ||
-                !strcmp(k.metrics[i], "categorical_accuracy") ||
-                !strcmp(k.metrics[i], "sparse_categorical_accuracy") ||
-                !strcmp(k.metrics[i], "binary_accuracy"))
-                cfg->metrics |= RT_METRIC_ACCURACY;
-            else if (rt_metric_from_name(k.metrics[i], &bit) == 0)
+            if (metric_bit(k.metrics[i], &bit) == 0)
                 cfg->metrics |= bit;
         }
     }
@@ -1669,10 +1712,8 @@ static int run_steps_work(rt_call *c)
         return r->last && r->mean ? 0 : OOM(c);
     }
     rt_data d, vd;
-    int rc = data_for(c, c->ds, &d, 1);
+    int rc = train_data(c, &d, &vd);
     if (rc < 0)
-        return rc;
-    if (c->val_ds && (rc = data_for(c, c->val_ds, &vd, 1)) < 0)
         return rc;
     if ((rc = apply_lr(c, q->learning_rate)) < 0)
         return rc;
@@ -1787,17 +1828,9 @@ static int h_run_steps(rt_call *c)
     /* From here on the call counts for the program's pipeline: a failure
      * stops the calls sent after it (rt_srv.c, pipe_complete). */
     c->seq = q->seq;
-    if ((rc = need_dataset(c, q->dataset_id, &c->ds, "dataset_id")) < 0)
+    if ((rc = need_train_data(c, q->dataset_id, q->val_dataset_id)) < 0 ||
+        (rc = refuse_if_stopping(c)) < 0)
         return rc;
-    if (q->val_dataset_id && *q->val_dataset_id &&
-        (rc = need_dataset(c, q->val_dataset_id, &c->val_ds, "val_dataset_id")) < 0)
-        return rc;
-    /* A durable daemon that is stopping takes no new training: the calls
-     * running end at their boundary, the exit checkpoint follows, and the
-     * client reattaches to the next start. */
-    if (c->srv->state && __atomic_load_n(&c->srv->stopping, __ATOMIC_ACQUIRE))
-        return rt_call_fail(c, RT_EUNAVAILABLE, "the daemon is stopping; retry after it "
-                            "restarts");
     if (q->boot_id && q->boot_id != c->srv->boot_id)
         return rt_call_fail(c, RT_ERESTARTED, "the daemon restarted since this client's last "
                             "call: nothing was applied; reattach (Checkpoint) and resend");
@@ -1813,7 +1846,7 @@ static int h_run_steps(rt_call *c)
     if (q->return_losses && q->steps > RT_MAX_RETURN_LOSSES)
         return rt_call_fail(c, RT_ETOOBIG, "return_losses allows at most %llu steps",
                             RT_MAX_RETURN_LOSSES);
-    if ((rc = check_fit(c, c->ds, 1)) < 0 || (c->val_ds && (rc = check_fit(c, c->val_ds, 1)) < 0))
+    if ((rc = check_train_data(c)) < 0)
         return rc;
     c->work = run_steps_work;
     c->needs_device = 1;
@@ -1856,11 +1889,6 @@ typedef struct fit_cb {
     rt_metrics ep;         /* aligned: the epoch's metrics at its last step */
     float last_lr;         /* the previous step's rate (0 before the first) */
 } fit_cb;
-
-static int daemon_stopping(const rt_call *c)
-{
-    return c->srv->state && __atomic_load_n(&c->srv->stopping, __ATOMIC_ACQUIRE);
-}
 
 static int fit_step_cb(void *ud, const rt_step_info *info)
 {
@@ -2002,10 +2030,8 @@ static int fit_run(rt_call *c, uint64_t gen)
     Rtrain__V1__FitRequest *q = REQ(c, Rtrain__V1__FitRequest);
     rt_program *p = c->prog;
     rt_data d, vd;
-    int rc = data_for(c, c->ds, &d, 1);
+    int rc = train_data(c, &d, &vd);
     if (rc < 0)
-        return rc;
-    if (c->val_ds && (rc = data_for(c, c->val_ds, &vd, 1)) < 0)
         return rc;
     int64_t bs = rt_plan_config(p->plan)->batch_size;
     int64_t spe = q->steps_per_epoch ? q->steps_per_epoch : (d.n + bs - 1) / bs;
@@ -2160,10 +2186,7 @@ static int h_fit(rt_call *c)
     Rtrain__V1__FitRequest *q = REQ(c, Rtrain__V1__FitRequest);
     int rc;
     if ((rc = need_program(c, q->session_id, q->program_id)) < 0 ||
-        (rc = need_dataset(c, q->dataset_id, &c->ds, "dataset_id")) < 0)
-        return rc;
-    if (q->val_dataset_id && *q->val_dataset_id &&
-        (rc = need_dataset(c, q->val_dataset_id, &c->val_ds, "val_dataset_id")) < 0)
+        (rc = need_train_data(c, q->dataset_id, q->val_dataset_id)) < 0)
         return rc;
     if (q->epochs == 0)
         return rt_call_fail(c, RT_EINVAL, "epochs must be at least 1");
@@ -2171,9 +2194,8 @@ static int h_fit(rt_call *c)
         return rc;
     /* as RunSteps: the running fits stop for the exit checkpoint, and a
      * client reattaches to the next start */
-    if (daemon_stopping(c))
-        return rt_call_fail(c, RT_EUNAVAILABLE, "the daemon is stopping; retry after it "
-                            "restarts");
+    if ((rc = refuse_if_stopping(c)) < 0)
+        return rc;
     /* The same per-call cap as RunSteps, on the steps the Fit will really
      * run: without steps_per_epoch an epoch is one pass over the dataset. */
     int64_t bs = rt_plan_config(c->prog->plan)->batch_size;
@@ -2184,7 +2206,7 @@ static int h_fit(rt_call *c)
         return rt_call_fail(c, RT_ETOOBIG,
                             "Fit of %u epochs x %llu steps is over the limit of %llu steps per call",
                             q->epochs, (unsigned long long)spe, RT_MAX_STEPS_PER_CALL);
-    if ((rc = check_fit(c, c->ds, 1)) < 0 || (c->val_ds && (rc = check_fit(c, c->val_ds, 1)) < 0))
+    if ((rc = check_train_data(c)) < 0)
         return rc;
     c->work = fit_work;
     c->needs_device = 1;
@@ -2686,9 +2708,8 @@ static int h_checkpoint(rt_call *c)
         (rc = need_token(c, q->session_token)) < 0)
         return rc;
     /* a reattaching client must find the next start, not this one */
-    if (c->srv->state && __atomic_load_n(&c->srv->stopping, __ATOMIC_ACQUIRE))
-        return rt_call_fail(c, RT_EUNAVAILABLE, "the daemon is stopping; retry after it "
-                            "restarts");
+    if ((rc = refuse_if_stopping(c)) < 0)
+        return rc;
     c->work = checkpoint_work;
     c->needs_device = 1;
     c->est_ns = q->save || q->pull ? UINT64_MAX : 2000;
