@@ -182,6 +182,13 @@ def test_bad_settings_are_refused():
         L.Add()([L.Dense(2)(x), L.Dense(3)(x)])
     with pytest.raises(ValueError, match="leaves nothing"):
         rtrain.Sequential([L.Cropping1D((3, 3), input_shape=(6, 2))]).count_params()
+    # every global pooling checks its input's rank, as the daemon's import
+    for layer, shape in ((L.GlobalAveragePooling2D, (6, 2)),
+                         (L.GlobalMaxPooling2D, (6, 2)),
+                         (L.GlobalAveragePooling1D, (4, 4, 2))):
+        with pytest.raises(ValueError, match="wants rank"):
+            x = rtrain.Input(shape)
+            layer()(x)
 
 
 @pytest.mark.parametrize("build,xshape", [(seq1d, (12, 3)), (seq2d, (8, 8, 2)),

@@ -96,12 +96,14 @@ def _pos_int(v, what):
     return v
 
 
-def _pair(v, what):
+def _ints(v, n, what):
+    """n ints from an int or a sequence of n (Keras' conv_utils.normalize_tuple)."""
     if isinstance(v, int) and not isinstance(v, bool):
-        v = (v, v)
+        v = (v,) * n
     v = tuple(v)
-    if len(v) != 2:
-        raise ValueError("%s must be an int or a pair, got %r" % (what, v))
+    if len(v) != n:
+        raise ValueError("%s must be an int or %s, got %r"
+                         % (what, "a pair" if n == 2 else "%d ints" % n, v))
     return [_pos_int(int(e), what) for e in v]
 
 
@@ -374,20 +376,49 @@ def _padding(p):
     return p
 
 
-class Conv2D(Layer):
-    keras_class = "Conv2D"
-    _auto_name = "conv2d"
+def _conv_padding(p, causal=False):
+    if p == "causal" and causal:
+        return p
+    return _padding(p)
 
-    def __init__(self, filters, kernel_size, strides=(1, 1), padding="valid",
-                 dilation_rate=(1, 1), activation=None, use_bias=True,
+
+def _conv_out(n, k, s, d, padding):
+    if padding == "causal" and n is not None:
+        return -(-n // s)
+    return _conv_len(n, (k - 1) * d + 1, s, padding)
+
+
+_CONV_NULLS = ("kernel_regularizer", "bias_regularizer", "activity_regularizer",
+               "kernel_constraint", "bias_constraint")
+
+
+class _Spatial(Layer):
+    """Layers over (steps, channels) or (height, width, channels)."""
+
+    _rank = 2
+
+    def _check_rank(self, in_shape):
+        if len(in_shape) != self._rank + 1:
+            raise ValueError("%s wants (%s, channels) input, got %s"
+                             % (self.keras_class,
+                                "steps" if self._rank == 1 else "height, width",
+                                in_shape))
+
+
+class _Conv(_Spatial):
+    """Keras' Conv base: rank 1 (Conv1D) or 2."""
+
+    def __init__(self, filters, kernel_size, strides=1, padding="valid",
+                 dilation_rate=1, activation=None, use_bias=True,
                  kernel_initializer="glorot_uniform", bias_initializer="zeros",
                  **kw):
         super().__init__(**kw)
-        self.filters = _pos_int(filters, "Conv2D filters")
-        self.kernel_size = _pair(kernel_size, "kernel_size")
-        self.strides = _pair(strides, "strides")
-        self.padding = _padding(padding)
-        self.dilation_rate = _pair(dilation_rate, "dilation_rate")
+        r, what = self._rank, self.keras_class
+        self.filters = _pos_int(filters, "%s filters" % what)
+        self.kernel_size = _ints(kernel_size, r, "kernel_size")
+        self.strides = _ints(strides, r, "strides")
+        self.padding = _conv_padding(padding, causal=r == 1)
+        self.dilation_rate = _ints(dilation_rate, r, "dilation_rate")
         self.activation = _check_activation(activation)
         self.use_bias = bool(use_bias)
         self.kernel_initializer = _initializer(kernel_initializer,
@@ -396,34 +427,47 @@ class Conv2D(Layer):
                                              "bias_initializer")
 
     def _config(self):
-        return {"filters": self.filters, "kernel_size": self.kernel_size,
-                "strides": self.strides, "padding": self.padding,
-                "data_format": "channels_last",
-                "dilation_rate": self.dilation_rate, "groups": 1,
-                "activation": self.activation, "use_bias": self.use_bias,
-                "kernel_initializer": self.kernel_initializer,
-                "bias_initializer": self.bias_initializer,
-                "kernel_regularizer": None, "bias_regularizer": None,
-                "activity_regularizer": None, "kernel_constraint": None,
-                "bias_constraint": None}
+        cfg = {"filters": self.filters, "kernel_size": self.kernel_size,
+               "strides": self.strides, "padding": self.padding,
+               "data_format": "channels_last",
+               "dilation_rate": self.dilation_rate, "groups": 1,
+               "activation": self.activation, "use_bias": self.use_bias,
+               "kernel_initializer": self.kernel_initializer,
+               "bias_initializer": self.bias_initializer}
+        cfg.update((k, None) for k in _CONV_NULLS)
+        return cfg
+
+    def _spatial(self, in_shape):
+        return [_conv_out(in_shape[i], self.kernel_size[i], self.strides[i],
+                          self.dilation_rate[i], self.padding)
+                for i in range(self._rank)]
 
     def compute_output_shape(self, in_shape):
-        if len(in_shape) != 3:
-            raise ValueError("Conv2D wants (height, width, channels) input, "
-                             "got %s" % (in_shape,))
-        out = []
-        for i in range(2):
-            k = (self.kernel_size[i] - 1) * self.dilation_rate[i] + 1
-            out.append(_conv_len(in_shape[i], k, self.strides[i],
-                                 self.padding))
-        return out + [self.filters]
+        self._check_rank(in_shape)
+        return self._spatial(in_shape) + [self.filters]
+
+    def _kernel_shape(self, in_shape):
+        return list(self.kernel_size) + [in_shape[-1], self.filters]
 
     def weight_specs(self, in_shape):
-        w = [("kernel", list(self.kernel_size) + [in_shape[-1], self.filters],
-              True)]
+        w = [("kernel", self._kernel_shape(in_shape), True)]
         if self.use_bias:
             w.append(("bias", [self.filters], True))
         return w
+
+
+class Conv2D(_Conv):
+    keras_class = "Conv2D"
+    _auto_name = "conv2d"
+
+    def __init__(self, filters, kernel_size, strides=(1, 1), padding="valid",
+                 dilation_rate=(1, 1), activation=None, use_bias=True,
+                 kernel_initializer="glorot_uniform", bias_initializer="zeros",
+                 **kw):
+        super().__init__(filters, kernel_size, strides=strides, padding=padding,
+                         dilation_rate=dilation_rate, activation=activation,
+                         use_bias=use_bias, kernel_initializer=kernel_initializer,
+                         bias_initializer=bias_initializer, **kw)
 
 
 def _conv_len(n, k, s, padding):
@@ -436,11 +480,14 @@ def _conv_len(n, k, s, padding):
     return (n - k) // s + 1
 
 
-class _Pool2D(Layer):
-    def __init__(self, pool_size=(2, 2), strides=None, padding="valid", **kw):
+class _Pool(_Spatial):
+    """Max and average pooling, rank 1 or 2."""
+
+    def __init__(self, pool_size, strides, padding, **kw):
         super().__init__(**kw)
-        self.pool_size = _pair(pool_size, "pool_size")
-        self.strides = (_pair(strides, "strides") if strides is not None
+        r = self._rank
+        self.pool_size = _ints(pool_size, r, "pool_size")
+        self.strides = (_ints(strides, r, "strides") if strides is not None
                         else list(self.pool_size))
         self.padding = _padding(padding)
 
@@ -449,11 +496,14 @@ class _Pool2D(Layer):
                 "strides": self.strides, "data_format": "channels_last"}
 
     def compute_output_shape(self, in_shape):
-        if len(in_shape) != 3:
-            raise ValueError("%s wants (height, width, channels) input, got "
-                             "%s" % (self.keras_class, in_shape))
+        self._check_rank(in_shape)
         return [_conv_len(in_shape[i], self.pool_size[i], self.strides[i],
-                          self.padding) for i in range(2)] + [in_shape[2]]
+                          self.padding) for i in range(self._rank)] + [in_shape[-1]]
+
+
+class _Pool2D(_Pool):
+    def __init__(self, pool_size=(2, 2), strides=None, padding="valid", **kw):
+        super().__init__(pool_size, strides, padding, **kw)
 
 
 class MaxPooling2D(_Pool2D):
@@ -466,15 +516,24 @@ class AveragePooling2D(_Pool2D):
     _auto_name = "average_pooling2d"
 
 
-class GlobalAveragePooling2D(Layer):
-    keras_class = "GlobalAveragePooling2D"
-    _auto_name = "global_average_pooling2d"
+class _GlobalPool(Layer):
+    """Global pooling over every axis but the channels."""
+
+    _rank = 2
 
     def _config(self):
         return {"data_format": "channels_last", "keepdims": False}
 
     def compute_output_shape(self, in_shape):
+        if len(in_shape) != self._rank + 1:
+            raise ValueError("%s wants rank %d input, got %s"
+                             % (self.keras_class, self._rank + 1, in_shape))
         return [in_shape[-1]]
+
+
+class GlobalAveragePooling2D(_GlobalPool):
+    keras_class = "GlobalAveragePooling2D"
+    _auto_name = "global_average_pooling2d"
 
 
 class BatchNormalization(Layer):
@@ -719,21 +778,29 @@ class SimpleRNN(_RNN):
     _auto_name = "simple_rnn"
 
 
-class LSTM(_RNN):
+class _Gated(_RNN):
+    """LSTM and GRU: a recurrent activation for the gates, and Keras'
+    implementation setting."""
+
+    def __init__(self, units, recurrent_activation, implementation, **kw):
+        super().__init__(units, **kw)
+        self.recurrent_activation = _rnn_activation(recurrent_activation,
+                                                    "recurrent_activation")
+        self.implementation = int(implementation)
+
+    def _gate_config(self):
+        return {"recurrent_activation": self.recurrent_activation}
+
+
+class LSTM(_Gated):
     keras_class = "LSTM"
     _auto_name = "lstm"
     _gates = 4
 
     def __init__(self, units, recurrent_activation="sigmoid",
                  unit_forget_bias=True, implementation=2, **kw):
-        super().__init__(units, **kw)
-        self.recurrent_activation = _rnn_activation(recurrent_activation,
-                                                    "recurrent_activation")
+        super().__init__(units, recurrent_activation, implementation, **kw)
         self.unit_forget_bias = bool(unit_forget_bias)
-        self.implementation = int(implementation)
-
-    def _gate_config(self):
-        return {"recurrent_activation": self.recurrent_activation}
 
     def _cell_config(self):
         return {"unit_forget_bias": self.unit_forget_bias}
@@ -742,21 +809,15 @@ class LSTM(_RNN):
         return {"implementation": self.implementation}
 
 
-class GRU(_RNN):
+class GRU(_Gated):
     keras_class = "GRU"
     _auto_name = "gru"
     _gates = 3
 
     def __init__(self, units, recurrent_activation="sigmoid",
                  implementation=2, reset_after=True, **kw):
-        super().__init__(units, **kw)
-        self.recurrent_activation = _rnn_activation(recurrent_activation,
-                                                    "recurrent_activation")
-        self.implementation = int(implementation)
+        super().__init__(units, recurrent_activation, implementation, **kw)
         self.reset_after = bool(reset_after)
-
-    def _gate_config(self):
-        return {"recurrent_activation": self.recurrent_activation}
 
     def _tail_config(self):
         return {"implementation": self.implementation,
@@ -819,16 +880,6 @@ class Bidirectional(Layer):
 # regularization/*.py, core/masking.py). Weight names and shapes are the
 # importer's (server/engine/import_keras_layers.c), which are Keras'.
 
-def _ints(v, n, what):
-    """n ints from an int or a sequence of n (Keras' conv_utils.normalize_tuple)."""
-    if isinstance(v, int) and not isinstance(v, bool):
-        v = (v,) * n
-    v = tuple(v)
-    if len(v) != n:
-        raise ValueError("%s must be an int or %d ints, got %r" % (what, n, v))
-    return [_pos_int(int(e), what) for e in v]
-
-
 def _nonneg_pairs(v, n, what):
     """n (before, after) pairs of ints >= 0 from an int, a pair (1-D) or
     n pairs (Keras' ZeroPadding/Cropping argument forms)."""
@@ -855,80 +906,6 @@ def _nonneg_pairs(v, n, what):
 def _grow(n, by):
     """a dim plus by; a variable dim (None) stays variable"""
     return None if n is None else n + by
-
-
-def _conv_padding(p, causal=False):
-    if p == "causal" and causal:
-        return p
-    return _padding(p)
-
-
-def _conv_out(n, k, s, d, padding):
-    if padding == "causal" and n is not None:
-        return -(-n // s)
-    return _conv_len(n, (k - 1) * d + 1, s, padding)
-
-
-_CONV_NULLS = ("kernel_regularizer", "bias_regularizer", "activity_regularizer",
-               "kernel_constraint", "bias_constraint")
-
-
-class _Conv(Layer):
-    """Keras' Conv base: rank 1 (Conv1D) or 2."""
-
-    _rank = 2
-
-    def __init__(self, filters, kernel_size, strides=1, padding="valid",
-                 dilation_rate=1, activation=None, use_bias=True,
-                 kernel_initializer="glorot_uniform", bias_initializer="zeros",
-                 **kw):
-        super().__init__(**kw)
-        r, what = self._rank, self.keras_class
-        self.filters = _pos_int(filters, "%s filters" % what)
-        self.kernel_size = _ints(kernel_size, r, "kernel_size")
-        self.strides = _ints(strides, r, "strides")
-        self.padding = _conv_padding(padding, causal=r == 1)
-        self.dilation_rate = _ints(dilation_rate, r, "dilation_rate")
-        self.activation = _check_activation(activation)
-        self.use_bias = bool(use_bias)
-        self.kernel_initializer = _initializer(kernel_initializer,
-                                               "kernel_initializer")
-        self.bias_initializer = _initializer(bias_initializer,
-                                             "bias_initializer")
-
-    def _config(self):
-        cfg = {"filters": self.filters, "kernel_size": self.kernel_size,
-               "strides": self.strides, "padding": self.padding,
-               "data_format": "channels_last",
-               "dilation_rate": self.dilation_rate, "groups": 1,
-               "activation": self.activation, "use_bias": self.use_bias,
-               "kernel_initializer": self.kernel_initializer,
-               "bias_initializer": self.bias_initializer}
-        cfg.update((k, None) for k in _CONV_NULLS)
-        return cfg
-
-    def _check_rank(self, in_shape):
-        if len(in_shape) != self._rank + 1:
-            raise ValueError("%s wants (%s, channels) input, got %s"
-                             % (self.keras_class,
-                                "steps" if self._rank == 1 else "height, width",
-                                in_shape))
-
-    def _spatial(self, in_shape):
-        return [_conv_out(in_shape[i], self.kernel_size[i], self.strides[i],
-                          self.dilation_rate[i], self.padding)
-                for i in range(self._rank)]
-
-    def compute_output_shape(self, in_shape):
-        self._check_rank(in_shape)
-        return self._spatial(in_shape) + [self.filters]
-
-    def weight_specs(self, in_shape):
-        w = [("kernel", list(self.kernel_size) + [in_shape[-1], self.filters],
-              True)]
-        if self.use_bias:
-            w.append(("bias", [self.filters], True))
-        return w
 
 
 class Conv1D(_Conv):
@@ -958,12 +935,8 @@ class Conv2DTranspose(_Conv):
             out.append(n + max(k - self.strides[i], 0) if self.padding == "valid" else n)
         return out + [self.filters]
 
-    def weight_specs(self, in_shape):
-        w = [("kernel", list(self.kernel_size) + [self.filters, in_shape[-1]],
-              True)]
-        if self.use_bias:
-            w.append(("bias", [self.filters], True))
-        return w
+    def _kernel_shape(self, in_shape):
+        return list(self.kernel_size) + [self.filters, in_shape[-1]]
 
 
 class DepthwiseConv2D(_Conv):
@@ -1046,24 +1019,11 @@ class SeparableConv2D(_Conv):
         return w
 
 
-class _Pool1D(Layer):
+class _Pool1D(_Pool):
+    _rank = 1
+
     def __init__(self, pool_size=2, strides=None, padding="valid", **kw):
-        super().__init__(**kw)
-        self.pool_size = _ints(pool_size, 1, "pool_size")
-        self.strides = (_ints(strides, 1, "strides") if strides is not None
-                        else list(self.pool_size))
-        self.padding = _padding(padding)
-
-    def _config(self):
-        return {"pool_size": self.pool_size, "padding": self.padding,
-                "strides": self.strides, "data_format": "channels_last"}
-
-    def compute_output_shape(self, in_shape):
-        if len(in_shape) != 2:
-            raise ValueError("%s wants (steps, channels) input, got %s"
-                             % (self.keras_class, in_shape))
-        return [_conv_len(in_shape[0], self.pool_size[0], self.strides[0],
-                          self.padding), in_shape[1]]
+        super().__init__(pool_size, strides, padding, **kw)
 
 
 class MaxPooling1D(_Pool1D):
@@ -1074,19 +1034,6 @@ class MaxPooling1D(_Pool1D):
 class AveragePooling1D(_Pool1D):
     keras_class = "AveragePooling1D"
     _auto_name = "average_pooling1d"
-
-
-class _GlobalPool(Layer):
-    _rank = 2
-
-    def _config(self):
-        return {"data_format": "channels_last", "keepdims": False}
-
-    def compute_output_shape(self, in_shape):
-        if len(in_shape) != self._rank + 1:
-            raise ValueError("%s wants rank %d input, got %s"
-                             % (self.keras_class, self._rank + 1, in_shape))
-        return [in_shape[-1]]
 
 
 class GlobalAveragePooling1D(_GlobalPool):
@@ -1294,42 +1241,53 @@ class Minimum(_Merge):
     _auto_name = "minimum"
 
 
-class LeakyReLU(Layer):
+class _Scalar(Layer):
+    """A layer of one float setting, kept as the attribute _key and
+    configured as {_key: value}."""
+
+    _key = None
+
+    def __init__(self, value, **kw):
+        super().__init__(**kw)
+        setattr(self, self._key, self._check(float(value), value))
+
+    def _check(self, v, given):
+        return v
+
+    def _config(self):
+        return {self._key: getattr(self, self._key)}
+
+
+class LeakyReLU(_Scalar):
     keras_class = "LeakyReLU"
     _auto_name = "leaky_re_lu"
+    _key = "alpha"
 
     def __init__(self, alpha=0.3, **kw):
-        super().__init__(**kw)
-        self.alpha = float(alpha)
-
-    def _config(self):
-        return {"alpha": self.alpha}
+        super().__init__(alpha, **kw)
 
 
-class ELU(Layer):
+class ELU(_Scalar):
     keras_class = "ELU"
     _auto_name = "elu"
+    _key = "alpha"
 
     def __init__(self, alpha=1.0, **kw):
-        super().__init__(**kw)
-        self.alpha = float(alpha)
-
-    def _config(self):
-        return {"alpha": self.alpha}
+        super().__init__(alpha, **kw)
 
 
-class ThresholdedReLU(Layer):
+class ThresholdedReLU(_Scalar):
     keras_class = "ThresholdedReLU"
     _auto_name = "thresholded_re_lu"
+    _key = "theta"
 
     def __init__(self, theta=1.0, **kw):
-        super().__init__(**kw)
-        self.theta = float(theta)
-        if self.theta < 0:
-            raise ValueError("ThresholdedReLU theta must be >= 0")
+        super().__init__(theta, **kw)
 
-    def _config(self):
-        return {"theta": self.theta}
+    def _check(self, v, given):
+        if v < 0:
+            raise ValueError("ThresholdedReLU theta must be >= 0")
+        return v
 
 
 class PReLU(Layer):
@@ -1396,20 +1354,22 @@ class LayerNormalization(Layer):
                 ([("beta", c, True)] if self.center else []))
 
 
-class _Noise(Layer):
+class _Noise(_Scalar):
     _key = "rate"
 
     def __init__(self, value, seed=None, **kw):
-        super().__init__(**kw)
-        v = float(value)
-        if not (0.0 <= v < 1.0 if self._key == "rate" else v >= 0.0):
-            raise ValueError("%s %s out of range: %r"
-                             % (self.keras_class, self._key, value))
-        setattr(self, self._key, v)
+        super().__init__(value, **kw)
         self.seed = seed
 
+    def _check(self, v, given):
+        if not (0.0 <= v < 1.0 if self._key == "rate" else v >= 0.0):
+            raise ValueError("%s %s out of range: %r" % (self.keras_class, self._key, given))
+        return v
+
     def _config(self):
-        return {self._key: getattr(self, self._key), "seed": self.seed}
+        cfg = super()._config()
+        cfg["seed"] = self.seed
+        return cfg
 
 
 class SpatialDropout1D(_Noise):
@@ -1464,19 +1424,16 @@ class ActivityRegularization(Layer):
         return {"l1": self.l1, "l2": self.l2}
 
 
-class Masking(Layer):
+class Masking(_Scalar):
     """Keras' Masking: steps whose features all equal mask_value are
     skipped by the recurrent layers after it (and zeroed)."""
 
     keras_class = "Masking"
     _auto_name = "masking"
+    _key = "mask_value"
 
     def __init__(self, mask_value=0.0, **kw):
-        super().__init__(**kw)
-        self.mask_value = float(mask_value)
-
-    def _config(self):
-        return {"mask_value": self.mask_value}
+        super().__init__(mask_value, **kw)
 
 
 # Keras' aliases.
