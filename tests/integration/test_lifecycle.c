@@ -58,21 +58,43 @@ static void build_graph(void)
     the_graph = &g;
 }
 
-/* A session, the iris data and a compiled program on a fresh daemon. */
-static int prepare(itest_conn *c, bg_call *b)
+/* The iris CSV (malloc'ed, *len bytes) and its DataPart, as uploaded. */
+static uint8_t *iris_csv(size_t *len, Rtrain__V1__DataPart *p)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/iris.csv", itest_data_dir());
+    uint8_t *csv = itest_read_file(path, len);
+    Rtrain__V1__DataPart init = RTRAIN__V1__DATA_PART__INIT;
+    *p = init;
+    p->role = RTRAIN__V1__DATA_ROLE__ROLE_BOTH;
+    p->format = RTRAIN__V1__DATA_FORMAT__FORMAT_CSV;
+    p->length = *len;
+    p->label_column = -1;
+    p->csv_header = 1;
+    return csv;
+}
+
+/* RunSteps of b's program on b's dataset. */
+static Rtrain__V1__RunStepsRequest steps_request(const bg_call *b, uint64_t steps)
+{
+    Rtrain__V1__RunStepsRequest q = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
+    q.session_id = (char *)b->sid;
+    q.program_id = (char *)b->pid;
+    q.dataset_id = (char *)b->did;
+    q.steps = steps;
+    return q;
+}
+
+/* A session, the iris data and a compiled program on a fresh daemon. */
+static int prepare(itest_conn *c, bg_call *b)
+{
     size_t len;
-    uint8_t *csv = itest_read_file(path, &len);
-    if (!csv || itest_session(c, "life", b->sid) != 0)
+    Rtrain__V1__DataPart p;
+    uint8_t *csv = iris_csv(&len, &p);
+    if (!csv || itest_session(c, "life", b->sid) != 0) {
+        free(csv);
         return -1;
-    Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
-    p.role = RTRAIN__V1__DATA_ROLE__ROLE_BOTH;
-    p.format = RTRAIN__V1__DATA_FORMAT__FORMAT_CSV;
-    p.length = len;
-    p.label_column = -1;
-    p.csv_header = 1;
+    }
     Rtrain__V1__DataPart *pp[1] = {&p};
     itest_res r;
     int st = itest_upload(c, b->sid, pp, 1, csv, len, 1 << 16, b->did, &r);
@@ -124,11 +146,7 @@ static void *bg_main(void *arg)
         q.progress_every = 50;
         itest_server_stream(c, "Fit", &q.base, count_events, b, &r);
     } else {
-        Rtrain__V1__RunStepsRequest q = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
-        q.session_id = b->sid;
-        q.program_id = b->pid;
-        q.dataset_id = b->did;
-        q.steps = b->steps;
+        Rtrain__V1__RunStepsRequest q = steps_request(b, b->steps);
         Rtrain__V1__RunStepsResponse *p = NULL;
         /* Connect first (a Ping), so that once started is set only the
          * request's frames are left to reach the daemon before the test's
@@ -152,30 +170,44 @@ static void *bg_main(void *arg)
     return NULL;
 }
 
+static int start(itest_daemon *d, const char *rtraind, const char *const *extra)
+{
+    if (itest_daemon_start(d, rtraind, extra) < 0) {
+        CHECK(0, "daemon start");
+        return -1;
+    }
+    return 0;
+}
+
+/* A daemon prepared for b (prepare): the connection, or NULL after a
+ * failed check (the daemon is gone then). */
+static itest_conn *start_prepared(itest_daemon *d, const char *rtraind,
+                                  const char *const *extra, bg_call *b)
+{
+    if (start(d, rtraind, extra) < 0)
+        return NULL;
+    itest_conn *c = itest_connect(d->addr);
+    memset(b, 0, sizeof *b);
+    b->addr = d->addr;
+    if (prepare(c, b) < 0) {
+        CHECK(0, "prepare");
+        itest_disconnect(c);
+        itest_daemon_stop(d, SIGKILL);
+        return NULL;
+    }
+    return c;
+}
+
 static void test_sigterm_inflight(const char *rtraind)
 {
     itest_daemon d;
     const char *extra[] = {"--grace-ms", "30000", NULL};
-    if (itest_daemon_start(&d, rtraind, extra) < 0) {
-        CHECK(0, "daemon start");
-        return;
-    }
-    itest_conn *c = itest_connect(d.addr);
     bg_call b;
-    memset(&b, 0, sizeof b);
-    b.addr = d.addr;
-    if (prepare(c, &b) < 0) {
-        CHECK(0, "prepare");
-        itest_disconnect(c);
-        itest_daemon_stop(&d, SIGKILL);
+    itest_conn *c = start_prepared(&d, rtraind, extra, &b);
+    if (!c)
         return;
-    }
     /* Time one chunk of steps so the in-flight call lasts ~1.5 s here. */
-    Rtrain__V1__RunStepsRequest q = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
-    q.session_id = b.sid;
-    q.program_id = b.pid;
-    q.dataset_id = b.did;
-    q.steps = 20000;
+    Rtrain__V1__RunStepsRequest q = steps_request(&b, 20000);
     itest_res r;
     itest_unary(c, "RunSteps", &q.base, NULL, NULL, &r);
     CHECK(r.status == 0, "timing run: %d %s", r.status, r.details);
@@ -203,22 +235,12 @@ static void test_grace_expiry(const char *rtraind)
 {
     itest_daemon d;
     const char *extra[] = {"--grace-ms", "300", NULL};
-    if (itest_daemon_start(&d, rtraind, extra) < 0) {
-        CHECK(0, "daemon start");
-        return;
-    }
-    itest_conn *c = itest_connect(d.addr);
     bg_call b;
-    memset(&b, 0, sizeof b);
-    b.addr = d.addr;
-    b.fit = 1;
-    int ok = prepare(c, &b) == 0;
-    itest_disconnect(c);
-    if (!ok) {
-        CHECK(0, "prepare");
-        itest_daemon_stop(&d, SIGKILL);
+    itest_conn *c = start_prepared(&d, rtraind, extra, &b);
+    if (!c)
         return;
-    }
+    itest_disconnect(c);
+    b.fit = 1;
     pthread_t th;
     pthread_create(&th, NULL, bg_main, &b);
     while (!__atomic_load_n(&b.started, __ATOMIC_ACQUIRE))
@@ -238,24 +260,12 @@ static void test_grace_expiry(const char *rtraind)
 static void test_deadline_stops_work(const char *rtraind)
 {
     itest_daemon d;
-    if (itest_daemon_start(&d, rtraind, NULL) < 0) {
-        CHECK(0, "daemon start");
-        return;
-    }
-    itest_conn *c = itest_connect(d.addr);
     bg_call b;
-    memset(&b, 0, sizeof b);
-    if (prepare(c, &b) < 0) {
-        CHECK(0, "prepare");
-        itest_disconnect(c);
-        itest_daemon_stop(&d, SIGKILL);
+    itest_conn *c = start_prepared(&d, rtraind, NULL, &b);
+    if (!c)
         return;
-    }
-    Rtrain__V1__RunStepsRequest q = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
-    q.session_id = b.sid;
-    q.program_id = b.pid;
-    q.dataset_id = b.did;
-    q.steps = 10000000; /* 10 M steps: far longer than the deadline */
+    /* 10 M steps: far longer than the deadline */
+    Rtrain__V1__RunStepsRequest q = steps_request(&b, 10000000);
     itest_res r;
     itest_deadline_ms = 300;
     itest_unary(c, "RunSteps", &q.base, NULL, NULL, &r);
@@ -296,12 +306,8 @@ static void *train_worker(void *arg)
         return NULL;
     }
     for (uint64_t seq = 1; seq <= 60; seq++) {
-        Rtrain__V1__RunStepsRequest q = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
-        q.session_id = b.sid;
-        q.program_id = b.pid;
-        q.dataset_id = b.did;
         /* Alternate tiny (inline) and larger (executor) calls. */
-        q.steps = seq % 3 == 0 ? 400 : 2;
+        Rtrain__V1__RunStepsRequest q = steps_request(&b, seq % 3 == 0 ? 400 : 2);
         q.seq = seq;
         Rtrain__V1__RunStepsResponse *p = NULL;
         itest_res r;
@@ -372,10 +378,8 @@ static void *upload_worker(void *arg)
 static void test_concurrent_clients(const char *rtraind)
 {
     itest_daemon d;
-    if (itest_daemon_start(&d, rtraind, NULL) < 0) {
-        CHECK(0, "daemon start");
+    if (start(&d, rtraind, NULL) < 0)
         return;
-    }
     enum { NT = 3 };
     worker w[NT + 1];
     pthread_t th[NT + 1];
@@ -416,11 +420,8 @@ static void *shared_worker_main(void *arg)
     shared_worker *w = arg;
     itest_conn *c = itest_connect(w->addr);
     for (int i = 1; i <= 30; i++) {
-        Rtrain__V1__RunStepsRequest q = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
-        q.session_id = (char *)w->b->sid;
-        q.program_id = (char *)w->b->pid;
-        q.dataset_id = (char *)w->b->did;
-        q.steps = i % 4 == 0 ? 300 : 3; /* executor and inline calls */
+        /* executor and inline calls */
+        Rtrain__V1__RunStepsRequest q = steps_request(w->b, i % 4 == 0 ? 300 : 3);
         Rtrain__V1__RunStepsResponse *p = NULL;
         itest_res r;
         itest_unary(c, "RunSteps", &q.base, &rtrain__v1__run_steps_response__descriptor,
@@ -447,21 +448,14 @@ static void *shared_worker_main(void *arg)
  * if found. */
 static int find_iris(itest_conn *c, const bg_call *b, uint64_t *bytes)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/iris.csv", itest_data_dir());
     size_t len;
-    uint8_t *csv = itest_read_file(path, &len);
+    Rtrain__V1__DataPart p;
+    uint8_t *csv = iris_csv(&len, &p);
     if (!csv)
         return -1;
     XXH128_canonical_t h;
     XXH128_canonicalFromHash(&h, XXH3_128bits(csv, len));
     free(csv);
-    Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
-    p.role = RTRAIN__V1__DATA_ROLE__ROLE_BOTH;
-    p.format = RTRAIN__V1__DATA_FORMAT__FORMAT_CSV;
-    p.length = len;
-    p.label_column = -1;
-    p.csv_header = 1;
     Rtrain__V1__DataPart *pp[1] = {&p};
     Rtrain__V1__DatasetHeader hd = RTRAIN__V1__DATASET_HEADER__INIT;
     hd.session_id = (char *)b->sid;
@@ -514,45 +508,38 @@ static void *finder_main(void *arg)
 static void test_shared_program(const char *rtraind)
 {
     itest_daemon d;
-    if (itest_daemon_start(&d, rtraind, NULL) < 0) {
-        CHECK(0, "daemon start");
-        return;
-    }
-    itest_conn *c = itest_connect(d.addr);
     bg_call b;
-    memset(&b, 0, sizeof b);
-    int ok = prepare(c, &b) == 0;
+    itest_conn *c = start_prepared(&d, rtraind, NULL, &b);
+    if (!c)
+        return;
     itest_disconnect(c);
-    CHECK(ok, "prepare");
-    if (ok) {
-        shared_worker w[2];
-        pthread_t th[2], fth;
-        finder f = {.addr = d.addr, .b = &b};
-        pthread_create(&fth, NULL, finder_main, &f);
-        for (int i = 0; i < 2; i++) {
-            w[i] = (shared_worker){.addr = d.addr, .b = &b};
-            pthread_create(&th[i], NULL, shared_worker_main, &w[i]);
-        }
-        for (int i = 0; i < 2; i++)
-            pthread_join(th[i], NULL);
-        __atomic_store_n(&f.stop, 1, __ATOMIC_RELEASE);
-        pthread_join(fth, NULL);
-        /* Each worker: 7 calls of 300 steps and 23 of 3. */
-        uint64_t want = 2 * (7 * 300 + 23 * 3);
-        uint64_t got = w[0].max_step > w[1].max_step ? w[0].max_step : w[1].max_step;
-        CHECK(w[0].errors == 0 && w[1].errors == 0, "errors %d %d", w[0].errors, w[1].errors);
-        CHECK(got == want, "global step %llu, want %llu", (unsigned long long)got,
-              (unsigned long long)want);
-        /* The program converted the CSV's f32 labels to i32 on the device
-         * thread; FindDataset reports the bytes with the converted copy. */
-        c = itest_connect(d.addr);
-        uint64_t bytes = 0;
-        CHECK(find_iris(c, &b, &bytes) == 0 && bytes == IRIS_BYTES_CONVERTED,
-              "dataset bytes with converted labels: %llu", (unsigned long long)bytes);
-        itest_disconnect(c);
-        CHECK(f.errors == 0 && f.calls > 0, "FindDataset during training: %d errors in %d calls",
-              f.errors, f.calls);
+    shared_worker w[2];
+    pthread_t th[2], fth;
+    finder f = {.addr = d.addr, .b = &b};
+    pthread_create(&fth, NULL, finder_main, &f);
+    for (int i = 0; i < 2; i++) {
+        w[i] = (shared_worker){.addr = d.addr, .b = &b};
+        pthread_create(&th[i], NULL, shared_worker_main, &w[i]);
     }
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    __atomic_store_n(&f.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(fth, NULL);
+    /* Each worker: 7 calls of 300 steps and 23 of 3. */
+    uint64_t want = 2 * (7 * 300 + 23 * 3);
+    uint64_t got = w[0].max_step > w[1].max_step ? w[0].max_step : w[1].max_step;
+    CHECK(w[0].errors == 0 && w[1].errors == 0, "errors %d %d", w[0].errors, w[1].errors);
+    CHECK(got == want, "global step %llu, want %llu", (unsigned long long)got,
+          (unsigned long long)want);
+    /* The program converted the CSV's f32 labels to i32 on the device
+     * thread; FindDataset reports the bytes with the converted copy. */
+    c = itest_connect(d.addr);
+    uint64_t bytes = 0;
+    CHECK(find_iris(c, &b, &bytes) == 0 && bytes == IRIS_BYTES_CONVERTED,
+          "dataset bytes with converted labels: %llu", (unsigned long long)bytes);
+    itest_disconnect(c);
+    CHECK(f.errors == 0 && f.calls > 0, "FindDataset during training: %d errors in %d calls",
+          f.errors, f.calls);
     CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "exit code");
 }
 
@@ -561,10 +548,8 @@ static void test_session_idle(const char *rtraind)
 {
     itest_daemon d;
     const char *extra[] = {"--session-idle-s", "2", NULL};
-    if (itest_daemon_start(&d, rtraind, extra) < 0) {
-        CHECK(0, "daemon start");
+    if (start(&d, rtraind, extra) < 0)
         return;
-    }
     itest_conn *c = itest_connect(d.addr);
     char idle[40], busy[40];
     CHECK(itest_session(c, "idle", idle) == 0 && itest_session(c, "busy", busy) == 0, "sessions");
@@ -597,10 +582,8 @@ static void test_session_idle(const char *rtraind)
 static void test_port_in_use(const char *rtraind)
 {
     itest_daemon d;
-    if (itest_daemon_start(&d, rtraind, NULL) < 0) {
-        CHECK(0, "daemon start");
+    if (start(&d, rtraind, NULL) < 0)
         return;
-    }
     char listen[64], err[4096];
     snprintf(listen, sizeof listen, "127.0.0.1:%d", d.port);
     const char *args[] = {rtraind, "--listen", listen, NULL};
