@@ -3,17 +3,10 @@
  * convolutional ops (Conv2D, MaxPool2D, AvgPool2D, GlobalAvgPool,
  * BatchNorm, Concat) across strides, paddings, dilations and odd shapes.
  *
- * Each case is x (B,H,W,C) -> Add(P) -> op under test -> Flatten -> MSE
- * against random f32 labels. P is a trainable (H,W,C) parameter, so
- * dL/dP = sum over the batch of dL/dx checks the op's input gradient; the
- * op's own parameters are checked directly. The analytic gradient is
- * rt_exec_compute_grads'; the numeric one is (L(w+h) - L(w-h)) / 2h with
- * h = 1e-3 and L the f32 forward's loss accumulated in double.
- *
- * Tolerance: |a - n| <= 3e-4 + 2e-2 max(|a|, |n|). The MSE is a mean over
- * all outputs, so gradients here are 1e-3..1e-1; the absolute part is
- * about 5x the f32 noise of L divided by 2h. Large parameters are checked
- * on an evenly strided subset of at most 150 elements.
+ * Each case is rt_gradcase.h's x (B,H,W,C) -> Add(P) -> op -> Flatten ->
+ * MSE. The MSE is a mean over all outputs, so gradients here are
+ * 1e-3..1e-1; the tolerance's absolute part (3e-4) is about 5x the f32
+ * noise of L divided by 2h.
  *
  * Kinks: ReLU and max are not differentiable where inputs tie, and a
  * finite difference that crosses a kink is wrong. MaxPool cases therefore
@@ -21,44 +14,13 @@
  * activations (tanh) are used after convolutions. ReLU + MaxPool are
  * checked against PyTorch in test_conv_fixture instead.
  */
-#include <stdint.h>
+#define GC_BATCH 4
+#include "../lib/rt_gradcase.h"
 
-#include "../engine/rt_test.h"
-
-#define B 4
-static uint64_t lcg = 0x9E3779B97F4A7C15ull;
-static float rnd(void)
-{
-    float s = 0;
-    for (int i = 0; i < 4; i++) {
-        lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-        s += (float)((lcg >> 40) & 0xffffff) / 16777216.0f;
-    }
-    return (s - 2.0f) * 1.7f;
-}
-static uint64_t rndu(uint64_t n)
-{
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (lcg >> 33) % n;
-}
-
-static rt_graph *g;
-static int fails_before;
-static int64_t H_, W_, C_;
-static int grid_input; /* MaxPool cases: distinct values 0.05 apart */
-
-static void param(const char *name, int nd, const int64_t *d, rt_init init,
-                  int trainable, const float *value)
-{
-    if (rt_graph_add_param(g, name, nd, d, init, trainable, value) != 0) {
-        fprintf(stderr, "add_param %s: %s\n", name, rt_graph_errmsg(g));
-        exit(1);
-    }
-}
 static void param4(const char *name, int64_t a, int64_t b, int64_t c, int64_t d)
 {
     int64_t dd[4] = {a, b, c, d};
-    param(name, 4, dd, RT_INIT_GLOROT_UNIFORM, 1, NULL);
+    gc_param(name, 4, dd, RT_INIT_GLOROT_UNIFORM, 1, NULL);
 }
 static void param1(const char *name, int64_t n, rt_init init, int trainable)
 {
@@ -69,33 +31,14 @@ static void param1(const char *name, int64_t n, rt_init init, int trainable)
         v[i] = init == RT_INIT_ONES ? 1.0f + 0.3f * rnd() : 0.3f * rnd();
     if (init == RT_INIT_ONES && !trainable) /* a moving variance: > 0 */
         for (int i = 0; i < n; i++) v[i] = 0.5f + fabsf(v[i]);
-    param(name, 1, &n, init, trainable, v);
-}
-
-static void node(const char *name, const char *op, int n_in, const char **in,
-                 int n_attr, const rt_attr *attrs)
-{
-    if (rt_graph_add_node(g, name, op, n_in, in, n_attr, attrs) != 0) {
-        fprintf(stderr, "add_node %s: %s\n", name, rt_graph_errmsg(g));
-        exit(1);
-    }
-}
-static void node1(const char *name, const char *op, const char *a, int n_attr,
-                  const rt_attr *attrs)
-{
-    node(name, op, 1, &a, n_attr, attrs);
+    gc_param(name, 1, &n, init, trainable, v);
 }
 
 /* x (B,H,W,C) -> h = x + P */
 static void start(int64_t H, int64_t W, int64_t C)
 {
-    g = rt_graph_create();
-    H_ = H, W_ = W, C_ = C;
-    int64_t d[] = {RT_BATCH, H, W, C}, pd[] = {H, W, C};
-    REQUIRE(rt_graph_add_input(g, "x", RT_F32, 4, d) == 0);
-    param("P", 3, pd, RT_INIT_ZEROS, 1, NULL);
-    const char *in[] = {"x", "P"};
-    node("h", "Add", 2, in, 0, NULL);
+    const int64_t d[3] = {H, W, C};
+    gc_start(3, d);
 }
 
 static rt_attr ints(const char *name, int64_t *v) /* v holds 2 values */
@@ -107,99 +50,7 @@ static rt_attr str(const char *name, const char *s)
     return (rt_attr){.name = name, .kind = RT_ATTR_STR, .s = s};
 }
 
-/* flatten `out`, compile, check every parameter */
-static void run_check(const char *name, const char *out)
-{
-    node1("flat", "Flatten", out, 0, NULL);
-    rt_train_config cfg;
-    rt_train_config_init(&cfg);
-    cfg.loss = RT_LOSS_MSE;
-    cfg.batch_size = B;
-    cfg.seed = 5;
-    cfg.label_dtype = RT_F32;
-    cfg.label_ndim = 0;
-    cfg.metrics = 0;
-    rt_plan *p;
-    char err[256];
-    /* the label width is the flattened output: compile once to learn it */
-    if (rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) < 0) {
-        fprintf(stderr, "%s: compile: %s\n", name, err);
-        rt_test_failures++;
-        rt_graph_destroy(g);
-        return;
-    }
-    int64_t od[RT_MAX_DIMS];
-    REQUIRE(rt_plan_output_shape(p, od) == 1);
-    rt_plan_release(p);
-    const int64_t N = od[0];
-    cfg.label_ndim = 1;
-    cfg.label_dims[0] = N;
-    REQUIRE(rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) == 0);
-    rt_exec *e;
-    REQUIRE(rt_exec_create(p, &e) == 0);
-
-    const int64_t in_n = H_ * W_ * C_;
-    float *x = malloc(sizeof(float) * (size_t)(B * in_n));
-    float *y = malloc(sizeof(float) * (size_t)(B * N));
-    REQUIRE(x && y);
-    if (grid_input) {
-        /* a random permutation of k * 0.05 per sample */
-        for (int b = 0; b < B; b++) {
-            float *xs = x + b * in_n;
-            for (int64_t i = 0; i < in_n; i++) xs[i] = 0.05f * (float)(i - in_n / 2);
-            for (int64_t i = in_n - 1; i > 0; i--) {
-                int64_t j = (int64_t)rndu((uint64_t)i + 1);
-                float t = xs[i];
-                xs[i] = xs[j];
-                xs[j] = t;
-            }
-        }
-    } else {
-        for (int64_t i = 0; i < B * in_n; i++) x[i] = rnd();
-    }
-    for (int64_t i = 0; i < B * N; i++) y[i] = rnd();
-    rt_data d = {.x = x, .y = y, .y_dtype = RT_F32, .n = B};
-
-    /* rt_exec_compute_grads leaves every parameter as it was, BatchNorm's
-     * moving statistics included (its training-mode forward must not move
-     * them): bit-identical after a call */
-    for (int pi = 0; pi < rt_plan_n_params(p); pi++) {
-        int64_t dims[RT_MAX_DIMS], n = 1;
-        const char *pname;
-        int nd = rt_plan_param_info(p, pi, &pname, dims, NULL);
-        for (int k = 0; k < nd; k++) n *= dims[k];
-        float *w0 = malloc((size_t)n * 4), *w1 = malloc((size_t)n * 4);
-        REQUIRE(w0 && w1);
-        rt_exec_get_param(e, pi, w0);
-        double l;
-        CHECK_RC(rt_exec_compute_grads(e, &d, B, &l));
-        rt_exec_get_param(e, pi, w1);
-        if (memcmp(w0, w1, (size_t)n * 4) != 0) {
-            fprintf(stderr, "%s: rt_exec_compute_grads changed %s\n", name, pname);
-            rt_test_failures++;
-        }
-        free(w0);
-        free(w1);
-    }
-
-    int checked = 0;
-    for (int pi = 0; pi < rt_plan_n_params(p); pi++) {
-        int64_t dims[RT_MAX_DIMS];
-        int trainable;
-        rt_plan_param_info(p, pi, NULL, dims, &trainable);
-        if (trainable)
-            checked += rt_test_fd_param(e, &d, B, pi, 150, 3e-4, name);
-    }
-    printf("%-44s %5d gradients %s\n", name, checked,
-           rt_test_failures == fails_before ? "ok" : "FAILED");
-    fails_before = rt_test_failures;
-    free(x);
-    free(y);
-    rt_exec_destroy(e);
-    rt_plan_release(p);
-    rt_graph_destroy(g);
-    grid_input = 0;
-}
+static void run_check(const char *name, const char *out) { gc_run(name, out, 0); }
 
 /* Conv2D case: x (B,H,W,C) -> conv with kernel (KH,KW,C,OC) */
 static void conv_case(const char *name, int64_t H, int64_t W, int64_t C, int64_t KH,
@@ -235,7 +86,7 @@ static void bn_case(const char *name, int64_t H, int64_t W, int64_t C, int froze
     const char *src = "h";
     if (dense_first) { /* BatchNorm over a (B, C) Dense output */
         int64_t kd[2] = {H * W * C, 3};
-        param("D", 2, kd, RT_INIT_GLOROT_UNIFORM, 1, NULL);
+        gc_param("D", 2, kd, RT_INIT_GLOROT_UNIFORM, 1, NULL);
         node1("hf", "Flatten", "h", 0, NULL);
         const char *in[] = {"hf", "D"};
         node("hd", "Dense", 2, in, 0, NULL);
@@ -255,6 +106,7 @@ static void bn_case(const char *name, int64_t H, int64_t W, int64_t C, int froze
 
 int main(void)
 {
+    gc_seed(0x9E3779B97F4A7C15ull);
     /* ---- Conv2D */
     conv_case("Conv2D 3x3 valid s1 bias", 5, 6, 2, 3, 3, 3, 1, 1, 1, 1, "valid", 1, NULL);
     conv_case("Conv2D 3x2 same s2 tanh (odd)", 7, 5, 3, 3, 2, 2, 2, 2, 1, 1, "same", 1, "tanh");

@@ -5,52 +5,20 @@
  * GlobalMaxPool, LayerNormalization, grouped/depthwise and dilated Conv2D,
  * ConvTranspose and the train-time noise layers.
  *
- * Each case is x (B, dims) -> Add(P) -> op under test -> Flatten -> MSE
- * against random f32 labels. P is a trainable per-sample parameter, so
- * dL/dP = the batch sum of dL/dx checks the op's input gradient; the op's
- * own parameters are checked directly. Analytic: rt_exec_compute_grads;
- * numeric: (L(w+h) - L(w-h)) / 2h, h = 1e-3, L accumulated in double.
- * Tolerance |a - n| <= 3e-4 + 2e-2 max(|a|, |n|); parameters larger than
- * 150 values are checked on an evenly strided subset.
+ * Each case is rt_gradcase.h's x (B, dims) -> Add(P) -> op -> Flatten ->
+ * MSE, every parameter trainable.
  *
  * Kinks (LeakyRelu at 0, Clip at its bounds, max ties) are not
  * differentiable: every kink of these cases is a multiple of 0.1 and the
  * random inputs keep 0.02 away from those; GlobalMaxPool and the tie case
  * start from distinct grid values.
  */
-#include <stdint.h>
-
-#include "../engine/rt_test.h"
-
-#define B 3
-static uint64_t lcg = 0x2545F4914F6CDD1Dull;
-static float rnd(void)
-{
-    float s = 0;
-    for (int i = 0; i < 4; i++) {
-        lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-        s += (float)((lcg >> 40) & 0xffffff) / 16777216.0f;
-    }
-    return (s - 2.0f) * 1.7f;
-}
-static uint64_t rndu(uint64_t n)
-{
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (lcg >> 33) % n;
-}
-
-static rt_graph *g;
-static int fails_before;
-static int in_nd;
-static int64_t in_d[RT_MAX_DIMS];
-static int grid_input;
+#define GC_BATCH 3
+#include "../lib/rt_gradcase.h"
 
 static void param(const char *name, int nd, const int64_t *d, const float *value)
 {
-    if (rt_graph_add_param(g, name, nd, d, RT_INIT_GLOROT_UNIFORM, 1, value) != 0) {
-        fprintf(stderr, "add_param %s: %s\n", name, rt_graph_errmsg(g));
-        exit(1);
-    }
+    gc_param(name, nd, d, RT_INIT_GLOROT_UNIFORM, 1, value);
 }
 /* a parameter of random values around base (1 + 0.3 N for base 1) */
 static void paramv(const char *name, int nd, const int64_t *d, float base, float spread)
@@ -69,19 +37,6 @@ static void param4(const char *name, int64_t a, int64_t b, int64_t c, int64_t d)
     paramv(name, 4, dd, 0.0f, 0.3f);
 }
 
-static void node(const char *name, const char *op, int n_in, const char **in, int n_attr,
-                 const rt_attr *attrs)
-{
-    if (rt_graph_add_node(g, name, op, n_in, in, n_attr, attrs) != 0) {
-        fprintf(stderr, "add_node %s: %s\n", name, rt_graph_errmsg(g));
-        exit(1);
-    }
-}
-static void node1(const char *name, const char *op, const char *a, int n_attr,
-                  const rt_attr *attrs)
-{
-    node(name, op, 1, &a, n_attr, attrs);
-}
 static void node2(const char *name, const char *op, const char *a, const char *b)
 {
     const char *in[2] = {a, b};
@@ -91,14 +46,8 @@ static void node2(const char *name, const char *op, const char *a, const char *b
 /* x (B, dims) -> h = x + P */
 static void start(int nd, int64_t d0, int64_t d1, int64_t d2, int64_t d3)
 {
-    g = rt_graph_create();
     const int64_t dd[4] = {d0, d1, d2, d3};
-    in_nd = nd;
-    int64_t d[RT_MAX_DIMS] = {RT_BATCH};
-    for (int i = 0; i < nd; i++) in_d[i] = d[i + 1] = dd[i];
-    REQUIRE(rt_graph_add_input(g, "x", RT_F32, nd + 1, d) == 0);
-    if (rt_graph_add_param(g, "P", nd, in_d, RT_INIT_ZEROS, 1, NULL) != 0) exit(1);
-    node2("h", "Add", "x", "P");
+    gc_start(nd, dd);
 }
 
 static rt_attr ints(const char *name, int n, const int64_t *v)
@@ -118,76 +67,11 @@ static rt_attr int1(const char *name, int64_t i)
     return (rt_attr){.name = name, .kind = RT_ATTR_INT, .i = i};
 }
 
-static void run_check(const char *name, const char *out)
-{
-    node1("flat", "Flatten", out, 0, NULL);
-    rt_train_config cfg;
-    rt_train_config_init(&cfg);
-    cfg.loss = RT_LOSS_MSE;
-    cfg.batch_size = B;
-    cfg.seed = 5;
-    cfg.label_dtype = RT_F32;
-    cfg.metrics = 0;
-    rt_plan *p;
-    char err[256];
-    if (rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) < 0) {
-        fprintf(stderr, "%s: compile: %s\n", name, err);
-        rt_test_failures++;
-        fails_before = rt_test_failures;
-        rt_graph_destroy(g);
-        return;
-    }
-    int64_t od[RT_MAX_DIMS];
-    REQUIRE(rt_plan_output_shape(p, od) == 1);
-    rt_plan_release(p);
-    const int64_t N = od[0];
-    cfg.label_ndim = 1;
-    cfg.label_dims[0] = N;
-    REQUIRE(rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) == 0);
-    rt_exec *e;
-    REQUIRE(rt_exec_create(p, &e) == 0);
-    int64_t in_n = 1;
-    for (int i = 0; i < in_nd; i++) in_n *= in_d[i];
-    float *x = malloc(sizeof(float) * (size_t)(B * in_n));
-    float *y = malloc(sizeof(float) * (size_t)(B * N));
-    REQUIRE(x && y);
-    if (grid_input) {
-        for (int b = 0; b < B; b++) {
-            float *xs = x + b * in_n;
-            for (int64_t i = 0; i < in_n; i++) xs[i] = 0.05f * (float)(i - in_n / 2);
-            for (int64_t i = in_n - 1; i > 0; i--) {
-                int64_t j = (int64_t)rndu((uint64_t)i + 1);
-                float t = xs[i];
-                xs[i] = xs[j];
-                xs[j] = t;
-            }
-        }
-    } else {
-        /* every kink of the cases sits on a multiple of 0.1: keep inputs
-         * at least 0.02 away from those */
-        for (int64_t i = 0; i < B * in_n; i++) {
-            const float v = rnd(), q = floorf(v * 10.0f) / 10.0f;
-            x[i] = q + 0.02f + 0.6f * (v - q);
-        }
-    }
-    for (int64_t i = 0; i < B * N; i++) y[i] = rnd();
-    rt_data d = {.x = x, .y = y, .y_dtype = RT_F32, .n = B};
-    int checked = 0;
-    for (int pi = 0; pi < rt_plan_n_params(p); pi++)
-        checked += rt_test_fd_param(e, &d, B, pi, 150, 3e-4, name);
-    printf("%-48s %5d gradients %s\n", name, checked,
-           rt_test_failures == fails_before ? "ok" : "FAILED");
-    fails_before = rt_test_failures;
-    grid_input = 0;
-    free(x);
-    free(y);
-    rt_exec_destroy(e);
-    rt_plan_release(p);
-    rt_graph_destroy(g);
-}
+static void run_check(const char *name, const char *out) { gc_run(name, out, GC_OFF_TENTHS); }
 
 int main(void)
 {
+    gc_seed(0x2545F4914F6CDD1Dull);
     /* ---- activations, (B, 2, 5) */
     static const struct {
         const char *op;
