@@ -20,7 +20,7 @@ typedef struct bg_call {
     int status;
     char details[600];
     uint64_t global_step;
-    int started;      /* atomic: set by the call thread, polled by the test */
+    int started;      /* atomic: the Fit's first event came, or the call ended */
 } bg_call;
 
 /* Built once: workers in several threads share it read-only. */
@@ -148,13 +148,6 @@ static void *bg_main(void *arg)
     } else {
         Rtrain__V1__RunStepsRequest q = steps_request(b, b->steps);
         Rtrain__V1__RunStepsResponse *p = NULL;
-        /* Connect first (a Ping), so that once started is set only the
-         * request's frames are left to reach the daemon before the test's
-         * SIGTERM; connecting under load can take longer than its wait. */
-        Rtrain__V1__PingRequest pq = RTRAIN__V1__PING_REQUEST__INIT;
-        itest_unary(c, "Ping", &pq.base, NULL, NULL, &r);
-        itest_res_free(&r);
-        __atomic_store_n(&b->started, 1, __ATOMIC_RELEASE);
         itest_unary(c, "RunSteps", &q.base, &rtrain__v1__run_steps_response__descriptor,
                     (ProtobufCMessage **)&p, &r);
         if (p) {
@@ -168,6 +161,32 @@ static void *bg_main(void *arg)
     itest_res_free(&r);
     itest_disconnect(c);
     return NULL;
+}
+
+/* Until the daemon runs b's program (Control's running): the call is in
+ * flight there, not only sent. 0, or -1 when it never ran in a minute. */
+static int wait_running(const bg_call *b)
+{
+    itest_conn *c = itest_connect(b->addr);
+    int running = 0;
+    uint64_t t0 = itest_now_ns();
+    while (!running && itest_now_ns() - t0 < 60000000000ull) {
+        Rtrain__V1__ControlRequest q = RTRAIN__V1__CONTROL_REQUEST__INIT;
+        q.session_id = (char *)b->sid;
+        q.program_id = (char *)b->pid;
+        Rtrain__V1__ControlResponse *p = NULL;
+        itest_res r;
+        itest_unary(c, "Control", &q.base, &rtrain__v1__control_response__descriptor,
+                    (ProtobufCMessage **)&p, &r);
+        running = p && p->running;
+        if (p)
+            protobuf_c_message_free_unpacked(&p->base, NULL);
+        itest_res_free(&r);
+        if (!running)
+            usleep(1000);
+    }
+    itest_disconnect(c);
+    return running ? 0 : -1;
 }
 
 static int start(itest_daemon *d, const char *rtraind, const char *const *extra)
@@ -219,9 +238,7 @@ static void test_sigterm_inflight(const char *rtraind)
         b.steps = 20000;
     pthread_t th;
     pthread_create(&th, NULL, bg_main, &b);
-    while (!__atomic_load_n(&b.started, __ATOMIC_ACQUIRE))
-        usleep(1000);
-    usleep(300000);
+    CHECK(wait_running(&b) == 0, "the RunSteps call runs on the daemon");
     kill(d.pid, SIGTERM);
     pthread_join(th, NULL);
     CHECK(b.status == 0, "the in-flight call completes: %d '%s'", b.status, b.details);
