@@ -124,6 +124,11 @@ static void usage(FILE *f)
             "  --dist-timeout-ms N      a replica that does not answer a collective in N ms\n"
             "                           is taken as dead: the call fails UNAVAILABLE\n"
             "                           (default 30000)\n"
+            "  --overlap-reduce on|off|auto  all-reduce each gradient bucket while the\n"
+            "                           backward pass runs; auto times a program's first\n"
+            "                           steps both ways and keeps the faster (default auto;\n"
+            "                           the weights do not depend on it)\n"
+            "  --reduce-bucket-floats N the all-reduce bucket (default 1048576, 4 MiB)\n"
             "Durable mode (docs/operations.md):\n"
             "  --state-dir DIR          keep sessions, datasets and checkpoints in DIR and\n"
             "                           restore them at start (default: state in memory)\n"
@@ -342,6 +347,7 @@ int main(int argc, char **argv)
            O_CTIMEOUT, O_XTHREADS, O_MAXUP, O_MAXUPB, O_STALL, O_RATIO, O_KEEPALIVE,
            O_HANDSHAKE, O_CONNIDLE, O_STREAMQ, O_KATIMEOUT, O_DRAIN,
            O_LOGFMT, O_METRICS, O_UPKEEP, O_PIPEHOLD, O_UPPOOL, O_UPARENA, O_DETRED, O_DISTTO,
+           O_OVERLAP, O_BUCKET,
            O_SPOOL, O_STREAMABOVE, O_MAPBELOW, O_DTHREADS, O_PREFETCH, O_SHUFBUF, O_MAXSPOOL,
            O_STATE, O_CK_STEPS, O_CK_S, O_CK_KEEP, O_CK_FAIL,
            O_CK_NOSYNC,
@@ -396,6 +402,8 @@ int main(int argc, char **argv)
         {"max-spool-bytes", required_argument, 0, O_MAXSPOOL},
         {"deterministic-reduce", required_argument, 0, O_DETRED},
         {"dist-timeout-ms", required_argument, 0, O_DISTTO},
+        {"overlap-reduce", required_argument, 0, O_OVERLAP},
+        {"reduce-bucket-floats", required_argument, 0, O_BUCKET},
         {"state-dir", required_argument, 0, O_STATE},
         {"checkpoint-every-steps", required_argument, 0, O_CK_STEPS},
         {"checkpoint-every-s", required_argument, 0, O_CK_S},
@@ -659,6 +667,17 @@ int main(int argc, char **argv)
             if (parse_u64(optarg, &v) < 0 || v == 0 || v > 86400000)
                 goto bad;
             dist.timeout_ms = (int)v;
+            break;
+        case O_OVERLAP:
+            if (!strcmp(optarg, "on")) dist.overlap = RT_DIST_OVERLAP_ON;
+            else if (!strcmp(optarg, "off")) dist.overlap = RT_DIST_OVERLAP_OFF;
+            else if (!strcmp(optarg, "auto")) dist.overlap = RT_DIST_OVERLAP_AUTO;
+            else goto bad;
+            break;
+        case O_BUCKET:
+            if (parse_u64(optarg, &v) < 0 || v == 0 || v > INT32_MAX)
+                goto bad;
+            dist.bucket_floats = (int64_t)v;
             break;
         case O_VERSION:
             printf("rtraind %s (engine %d)\n", RT_VERSION_STRING, 1);

@@ -29,11 +29,13 @@ typedef struct cmd_hdr {
     int64_t steps;
     uint64_t len;          /* COMPILE: payload bytes */
     uint8_t dkey[16];      /* TRAIN: content hash of x | y | sw */
-    uint64_t state_hash;   /* TRAIN: XXH3 of rank 0's rt_exec_save_state */
+    int64_t gstep;         /* TRAIN: rank 0's global step */
     int64_t n, x_floats, y_bytes;
     int32_t has_sw;
     int32_t streamed;      /* TRAIN: rank 0 scatters each batch's rows (feed) */
     uint64_t fill_id;      /* TRAIN, streamed: rank 0's rt_data.fill_id, as a token */
+    int32_t send_state;    /* TRAIN: rank 0's state was edited since the
+                            * replicas last agreed: it follows */
 } cmd_hdr;
 
 #define MAX_DATA 4 /* data sets a worker keeps, least recently used goes */
@@ -48,10 +50,25 @@ typedef struct wdata {
     uint64_t used;
 } wdata;
 
+#define OV_TRIAL 4 /* auto: steps timed each way */
+
+/* A program's overlap choice (its rt_replica ctx). */
+typedef struct ov_state {
+    int mode;              /* 1 overlap, 0 not, -1 auto still timing */
+    int cur;               /* this step's */
+    int64_t asked;         /* steps so far */
+    uint64_t t0;           /* this step's backward start */
+    int n[2];
+    double t[2][OV_TRIAL]; /* rank 0: backward + reduce, ns, by cur */
+} ov_state;
+
 typedef struct prog_ent {
     uint64_t id;
     rt_exec *e;
-    rt_plan *plan; /* workers own theirs */
+    rt_plan *plan;   /* workers own theirs */
+    uint64_t synced; /* rank 0: rt_exec_state_edits when the replicas last
+                      * agreed on the state; UINT64_MAX unknown */
+    ov_state *ov;    /* its rt_replica ctx */
 } prog_ent;
 
 typedef struct key_ent { /* rank 0: a data set's content hash, by identity */
@@ -153,6 +170,31 @@ static struct {
 } W = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static __thread sigjmp_buf *tl_jb;
+static int comm_start(void);
+
+/* The communication thread of a rank (overlap): it runs the jobs of an
+ * overlapped step in the order they were queued, the same on every rank:
+ * the gradient buckets and, with synchronised BatchNorm, the backward
+ * pass's statistic sums. While one is queued the step's thread makes no
+ * MPI call (MPI_THREAD_SERIALIZED); it waits for the queue in finish. */
+typedef struct cjob {
+    int sum;               /* 0: float bucket, 1: double sum */
+    void *v;
+    int n;
+} cjob;
+
+static struct {
+    pthread_t th;
+    int on, stop;
+    pthread_mutex_t mu;
+    pthread_cond_t go, done_cv;
+    cjob *q;
+    int n, cap, next, done; /* queued, taken, ended */
+    int rc;                 /* the first failure, its message in err */
+    char err[200];
+    int active;             /* the step's thread: an overlapped step runs */
+} C = {.mu = PTHREAD_MUTEX_INITIALIZER, .go = PTHREAD_COND_INITIALIZER,
+       .done_cv = PTHREAD_COND_INITIALIZER};
 
 static void guard_signal(int sig)
 {
@@ -409,6 +451,11 @@ int rt_dist_init(const rt_dist_opts *o, char *err, size_t errlen)
         snprintf(err, errlen, "cannot start the collectives' watchdog");
         return RT_EINTERNAL;
     }
+    if (G.size > 1 && G.o.micro == 0 && G.o.overlap != RT_DIST_OVERLAP_OFF &&
+        comm_start() < 0) {
+        snprintf(err, errlen, "cannot start the reduce thread");
+        return RT_EINTERNAL;
+    }
     return 0;
 }
 
@@ -427,6 +474,202 @@ int rt_dist_allreduce(float *buf, int64_t n, char *err, size_t errlen)
     return 0;
 }
 
+/* ------------------------------------------------------------- overlap */
+
+static void *comm_main(void *arg)
+{
+    (void)arg;
+    /* the watchdog's signal must reach this thread in a collective */
+    sigset_t ss;
+    sigemptyset(&ss);
+    sigaddset(&ss, SIGRTMIN + 3);
+    pthread_sigmask(SIG_UNBLOCK, &ss, NULL);
+    char err[200];
+    pthread_mutex_lock(&C.mu);
+    for (;;) {
+        while (!C.stop && C.next == C.n) pthread_cond_wait(&C.go, &C.mu);
+        if (C.next == C.n) break;
+        const cjob j = C.q[C.next++];
+        const int failed = C.rc < 0;
+        pthread_mutex_unlock(&C.mu);
+        int rc = 0;
+        err[0] = 0;
+        /* after a failure the rest only end (the job is broken) */
+        if (!failed)
+            rc = j.sum ? guarded(G_ALLREDUCE, MPI_IN_PLACE, j.v, j.n, MPI_DOUBLE, MPI_SUM,
+                                 "metric all-reduce", err, sizeof err)
+                       : guarded(G_ALLREDUCE, MPI_IN_PLACE, j.v, j.n, MPI_FLOAT, MPI_SUM,
+                                 "gradient all-reduce", err, sizeof err);
+        pthread_mutex_lock(&C.mu);
+        if (rc < 0 && C.rc == 0) {
+            C.rc = rc;
+            snprintf(C.err, sizeof C.err, "%s", err);
+        }
+        C.done++;
+        pthread_cond_broadcast(&C.done_cv);
+    }
+    pthread_mutex_unlock(&C.mu);
+    return NULL;
+}
+
+static int comm_start(void)
+{
+    C.on = pthread_create(&C.th, NULL, comm_main, NULL) == 0;
+    return C.on ? 0 : -1;
+}
+
+static void comm_stop(void)
+{
+    if (!C.on) return;
+    pthread_mutex_lock(&C.mu);
+    C.stop = 1;
+    pthread_cond_signal(&C.go);
+    pthread_mutex_unlock(&C.mu);
+    pthread_join(C.th, NULL);
+    C.on = 0;
+    free(C.q);
+    C.q = NULL;
+}
+
+/* queue a job; returns its index or RT_ENOMEM */
+static int comm_put(int sum, void *v, int n)
+{
+    pthread_mutex_lock(&C.mu);
+    if (C.n == C.cap) {
+        int cap = C.cap ? 2 * C.cap : 64;
+        cjob *q = realloc(C.q, sizeof *q * (size_t)cap);
+        if (!q) {
+            pthread_mutex_unlock(&C.mu);
+            return RT_ENOMEM;
+        }
+        C.q = q;
+        C.cap = cap;
+    }
+    const int i = C.n++;
+    C.q[i] = (cjob){.sum = sum, .v = v, .n = n};
+    pthread_cond_signal(&C.go);
+    pthread_mutex_unlock(&C.mu);
+    return i;
+}
+
+/* wait until the jobs before `upto` ended; 0 or the first failure */
+static int comm_wait(int upto, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&C.mu);
+    while (C.done < upto) pthread_cond_wait(&C.done_cv, &C.mu);
+    const int rc = C.rc;
+    if (rc < 0) snprintf(err, errlen, "%s", C.err);
+    pthread_mutex_unlock(&C.mu);
+    return rc;
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double med(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* rt_replica.overlap: this step's choice. Auto: the first step runs
+ * without (it warms caches and MPI's buffers), then OV_TRIAL steps each
+ * way, alternating; rank 0 times them and its choice reaches every rank
+ * with the loss sums (ov_stats). */
+static int dist_overlap(void *ctx)
+{
+    ov_state *o = ctx;
+    int m = 0;
+    if (G.size > 1 && C.on) {
+        if (G.o.overlap == RT_DIST_OVERLAP_ON) m = 1;
+        else if (G.o.overlap == RT_DIST_OVERLAP_OFF) m = 0;
+        else if (o->mode >= 0) m = o->mode;
+        else m = o->asked > 0 && (o->asked & 1);
+    }
+    o->asked++;
+    o->cur = m;
+    o->t0 = now_ns();
+    C.active = m;
+    return m;
+}
+
+/* after the gradient's reduce: the step's time, while auto times */
+static void ov_timed(ov_state *o)
+{
+    if (!o || o->mode >= 0 || G.o.overlap != RT_DIST_OVERLAP_AUTO || o->asked < 2) return;
+    if (o->n[o->cur] < OV_TRIAL) o->t[o->cur][o->n[o->cur]++] = (double)(now_ns() - o->t0);
+}
+
+/* the loss sums over the ranks, with rank 0's overlap choice once it has
+ * timed both ways (a third double: 0 none yet, 1 off, 2 on) */
+static int ov_stats(ov_state *o, double *st, char *err, size_t errlen)
+{
+    double v[3] = {st[0], st[1], 0};
+    if (o && G.rank == 0 && o->mode < 0 && o->n[0] == OV_TRIAL && o->n[1] == OV_TRIAL) {
+        double on[OV_TRIAL], off[OV_TRIAL];
+        memcpy(on, o->t[1], sizeof on);
+        memcpy(off, o->t[0], sizeof off);
+        const double mon = med(on, OV_TRIAL), moff = med(off, OV_TRIAL);
+        v[2] = mon < moff ? 2 : 1;
+        RT_LOG(RT_LOG_INFO, "overlap-reduce auto: backward + reduce %.3f ms overlapped, "
+               "%.3f ms not (medians of %d steps): %s", mon * 1e-6, moff * 1e-6, OV_TRIAL,
+               mon < moff ? "overlapping" : "not overlapping");
+    }
+    int rc = guarded(G_ALLREDUCE, MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, "metric all-reduce",
+                     err, errlen);
+    if (rc < 0) return rc;
+    st[0] = v[0];
+    st[1] = v[1];
+    if (o && o->mode < 0 && v[2] > 0.5) o->mode = v[2] > 1.5;
+    return 0;
+}
+
+/* rt_replica.start: a final bucket to the communication thread */
+static int dist_start(void *ctx, float *g, int64_t n, char *err, size_t errlen)
+{
+    (void)ctx;
+    if (comm_put(0, g, (int)n) < 0) {
+        snprintf(err, errlen, "out of memory for the reduce queue");
+        return RT_ENOMEM;
+    }
+    return 0;
+}
+
+/* rt_replica.finish: every bucket reduced, then the loss sums */
+static int dist_finish(void *ctx, double *st, char *err, size_t errlen)
+{
+    ov_state *o = ctx;
+    pthread_mutex_lock(&C.mu);
+    const int n = C.n;
+    pthread_mutex_unlock(&C.mu);
+    int rc = comm_wait(n, err, errlen);
+    pthread_mutex_lock(&C.mu);
+    C.n = C.next = C.done = 0;
+    C.rc = 0;
+    pthread_mutex_unlock(&C.mu);
+    C.active = 0;
+    if (rc < 0) return rc;
+    ov_timed(o);
+    return ov_stats(o, st, err, errlen);
+}
+
+static prog_ent *find_exec(const rt_exec *e);
+
+int rt_dist_overlap_mode(const rt_exec *e)
+{
+    if (G.size == 1 || !C.on || G.o.micro > 0) return 0;
+    pthread_mutex_lock(&G.mu);
+    pthread_mutex_lock(&G.tab_mu);
+    prog_ent *p = find_exec(e);
+    const int m = p && p->ov ? p->ov->mode : 0;
+    pthread_mutex_unlock(&G.tab_mu);
+    pthread_mutex_unlock(&G.mu);
+    return m;
+}
+
 static int grow(void **p, size_t *cap, size_t need)
 {
     if (*cap >= need) return 0;
@@ -440,7 +683,6 @@ static int grow(void **p, size_t *cap, size_t need)
 static int dist_reduce(void *ctx, float *g, int64_t n, float *slots, int k, double *st,
                        char *err, size_t errlen)
 {
-    (void)ctx;
     if (G.broken) {
         snprintf(err, errlen, "%s", G.broken_msg);
         return RT_EUNAVAILABLE;
@@ -448,8 +690,8 @@ static int dist_reduce(void *ctx, float *g, int64_t n, float *slots, int k, doub
     if (!slots) {
         int rc = rt_dist_allreduce(g, n, err, errlen);
         if (rc < 0 || G.size == 1) return rc;
-        return guarded(G_ALLREDUCE, MPI_IN_PLACE, st, 2, MPI_DOUBLE, MPI_SUM,
-                       "metric all-reduce", err, errlen);
+        ov_timed(ctx);
+        return ov_stats(ctx, st, err, errlen);
     }
     /* Deterministic: every shard's gradient on every rank, summed in shard
      * order, so the sum's rounding is the same whatever the rank count. */
@@ -495,6 +737,16 @@ static int dist_sum(void *ctx, double *v, int n, char *err, size_t errlen)
 {
     (void)ctx;
     if (G.size == 1) return 0;
+    if (C.active) {
+        /* a synchronised BatchNorm in an overlapped backward pass: in the
+         * queue, between the buckets queued before it and after it */
+        const int i = comm_put(1, v, n);
+        if (i < 0) {
+            snprintf(err, errlen, "out of memory for the reduce queue");
+            return RT_ENOMEM;
+        }
+        return comm_wait(i + 1, err, errlen);
+    }
     return guarded(G_ALLREDUCE, MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, "metric all-reduce",
                    err, errlen);
 }
@@ -515,7 +767,7 @@ static prog_ent *find_exec(const rt_exec *e)
     return NULL;
 }
 
-static int add_prog(uint64_t id, rt_exec *e, rt_plan *plan)
+static int add_prog(uint64_t id, rt_exec *e, rt_plan *plan, ov_state *ov)
 {
     if (G.n_progs == G.cap_progs) {
         int cap = G.cap_progs ? 2 * G.cap_progs : 16;
@@ -524,12 +776,14 @@ static int add_prog(uint64_t id, rt_exec *e, rt_plan *plan)
         G.progs = p;
         G.cap_progs = cap;
     }
-    G.progs[G.n_progs++] = (prog_ent){.id = id, .e = e, .plan = plan};
+    G.progs[G.n_progs++] =
+        (prog_ent){.id = id, .e = e, .plan = plan, .synced = UINT64_MAX, .ov = ov};
     return 0;
 }
 
 static void drop_prog(prog_ent *p)
 {
+    free(p->ov);
     *p = G.progs[--G.n_progs];
 }
 
@@ -571,11 +825,29 @@ static int send_frees(char *err, size_t errlen)
     }
 }
 
-static int make_replica(rt_exec *e)
+/* *ov: the program's overlap state, the replica's ctx (the caller keeps
+ * it with the program, or frees it) */
+static int make_replica(rt_exec *e, ov_state **ov, char *err, size_t errlen)
 {
+    *ov = calloc(1, sizeof **ov);
+    if (!*ov) {
+        snprintf(err, errlen, "out of memory");
+        return RT_ENOMEM;
+    }
+    (*ov)->mode = G.o.overlap == RT_DIST_OVERLAP_AUTO ? -1 : G.o.overlap == RT_DIST_OVERLAP_ON;
     rt_replica r = {.rank = G.rank, .size = G.size, .micro = G.o.micro,
-                    .reduce = dist_reduce, .sum = dist_sum, .on_destroy = G.rank == 0 ? on_destroy : NULL};
-    return rt_exec_set_replica(e, &r);
+                    .reduce = dist_reduce, .sum = dist_sum,
+                    .on_destroy = G.rank == 0 ? on_destroy : NULL, .ctx = *ov,
+                    /* overlap: replicas, no micro-shards */
+                    .bucket = G.size > 1 && G.o.micro == 0 ? G.o.bucket_floats : 0,
+                    .overlap = dist_overlap, .start = dist_start, .finish = dist_finish};
+    int rc = rt_exec_set_replica(e, &r);
+    if (rc < 0) {
+        snprintf(err, errlen, "%s", rt_exec_errmsg(e));
+        free(*ov);
+        *ov = NULL;
+    }
+    return rc;
 }
 
 /* ----------------------------------------------------- graphs on workers */
@@ -611,10 +883,12 @@ static int worker_compile(uint64_t id, const uint8_t *buf, size_t len, char *err
     rt_exec *e = NULL;
     if (rc == 0) rc = rt_plan_compile(g, &cfg, &p, NULL, err, errlen);
     rt_graph_destroy(g);
+    ov_state *ov = NULL;
     if (rc == 0 && (rc = rt_exec_create(p, &e)) < 0) snprintf(err, errlen, "out of memory");
-    if (rc == 0 && (rc = make_replica(e)) < 0) snprintf(err, errlen, "%s", rt_exec_errmsg(e));
-    if (rc == 0 && (rc = add_prog(id, e, p)) < 0) snprintf(err, errlen, "out of memory");
+    if (rc == 0) rc = make_replica(e, &ov, err, errlen);
+    if (rc == 0 && (rc = add_prog(id, e, p, ov)) < 0) snprintf(err, errlen, "out of memory");
     if (rc < 0) {
+        free(ov);
         rt_exec_destroy(e);
         rt_plan_release(p);
     }
@@ -631,15 +905,14 @@ int rt_dist_program(rt_exec *e, const uint8_t *req, size_t len, char *err, size_
         rc = RT_EUNAVAILABLE;
         goto out;
     }
-    if ((rc = make_replica(e)) < 0) {
-        snprintf(err, errlen, "%s", rt_exec_errmsg(e));
-        goto out;
-    }
+    ov_state *ov;
+    if ((rc = make_replica(e, &ov, err, errlen)) < 0) goto out;
     pthread_mutex_lock(&G.tab_mu);
     const uint64_t id = ++G.next_id;
-    rc = add_prog(id, e, NULL);
+    rc = add_prog(id, e, NULL, ov);
     pthread_mutex_unlock(&G.tab_mu);
     if (rc < 0) {
+        free(ov);
         snprintf(err, errlen, "out of memory");
         goto out;
     }
@@ -711,16 +984,6 @@ static void data_key(const rt_data *d, int64_t xf, int64_t yb, uint8_t out[16])
     XXH128_canonicalFromHash(&c, XXH3_128bits_digest(s));
     XXH3_freeState(s);
     memcpy(out, c.digest, 16);
-}
-
-static int state_hash(rt_exec *e, uint64_t *h, void **buf)
-{
-    size_t n = rt_exec_state_size(e);
-    *buf = malloc(n);
-    if (!*buf) return RT_ENOMEM;
-    rt_exec_save_state(e, *buf, n);
-    *h = XXH3_64bits(*buf, n);
-    return 0;
 }
 
 /* the average of the non-trainable parameters (BatchNorm's moving
@@ -876,6 +1139,7 @@ static int train_all(rt_exec *e, const rt_data *d, int64_t steps, rt_train_resul
                      rt_step_cb cb, void *ud, float *losses, char *err, size_t errlen)
 {
     stop_ctx s = {.cb = cb, .ud = ud};
+    C.active = 0; /* a step that failed before its finish left it set */
     int rc = rt_exec_train(e, d, steps, res, stop_cb, &s, losses);
     if (s.failed || G.broken) {
         snprintf(err, errlen, "%s", G.broken_msg);
@@ -912,9 +1176,10 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
         return rc;
     }
     pthread_mutex_lock(&G.mu);
-    int rc = 0;
+    int rc = 0, sent = 0;
     void *st = NULL;
     feed f = {0};
+    uint64_t edits = 0;
     if (G.broken) {
         snprintf(err, errlen, "%s", G.broken_msg);
         rc = RT_EUNAVAILABLE;
@@ -958,10 +1223,17 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
         data_key(d, h.x_floats, h.y_bytes, ke->dkey);
     }
     if (ke) memcpy(h.dkey, ke->dkey, 16);
-    if ((rc = state_hash(e, &h.state_hash, &st)) < 0) {
-        snprintf(err, errlen, "out of memory");
-        goto out;
-    }
+    /* The replicas agree on the state after a call that succeeded on all
+     * (they ran the same steps); an edit on rank 0 since (SetWeights, a
+     * checkpoint, a learning rate, also one made while that call ran) or
+     * a replica at another step sends rank 0's. */
+    edits = rt_exec_state_edits(e);
+    pthread_mutex_lock(&G.tab_mu);
+    pe = find_exec(e);
+    h.send_state = !pe || pe->synced != edits;
+    pthread_mutex_unlock(&G.tab_mu);
+    h.gstep = rt_exec_global_step(e);
+    sent = 1;
     if ((rc = send_cmd(&h, "train", err, errlen)) < 0) goto out;
     int need[3] = {0, 0, 0}; /* data missing, state differs, program unknown */
     if ((rc = flags_max(need, 3, "train", err, errlen)) < 0) goto out;
@@ -983,13 +1255,23 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
             goto out;
         }
     }
-    if (need[1] &&
-        (rc = bcast(st, (int64_t)rt_exec_state_size(e), "state", err, errlen)) < 0)
-        goto out;
+    if (need[1]) {
+        const size_t sn = rt_exec_state_size(e);
+        if (!(st = malloc(sn))) {
+            /* the replicas wait for it: the job cannot go on */
+            RT_LOG(RT_LOG_ERROR, "out of memory for a program's state");
+            job_abort();
+        }
+        rt_exec_save_state(e, st, sn);
+        if ((rc = bcast(st, (int64_t)sn, "state", err, errlen)) < 0) goto out;
+    }
     rc = train_all(e, &fd, steps, res, cb, ud, losses, err, errlen);
 out:
     feed_free(&f);
     free(st);
+    pthread_mutex_lock(&G.tab_mu);
+    if (sent && (pe = find_exec(e))) pe->synced = rc == 0 ? edits : UINT64_MAX;
+    pthread_mutex_unlock(&G.tab_mu);
     pthread_mutex_unlock(&G.mu);
     return rc;
 }
@@ -1019,14 +1301,10 @@ static int worker_train(const cmd_hdr *h, char *err, size_t errlen)
     pthread_mutex_unlock(&G.tab_mu);
     /* a streamed set stays on rank 0: its rows come with each step */
     wdata *w = h->streamed ? NULL : find_data(h->dkey);
-    uint64_t sh = 0;
     void *st = NULL;
     feed f = {0};
-    int need[3] = {!w && !h->streamed, 0, !pe};
-    if (pex) {
-        if (state_hash(pex, &sh, &st) < 0) return RT_ENOMEM;
-        need[1] = sh != h->state_hash;
-    }
+    int need[3] = {!w && !h->streamed,
+                   h->send_state || (pex && rt_exec_global_step(pex) != h->gstep), !pe};
     int rc = flags_max(need, 3, "train", err, errlen);
     if (rc < 0 || need[2]) goto out;
     if (need[0]) {
@@ -1073,6 +1351,10 @@ static int worker_train(const cmd_hdr *h, char *err, size_t errlen)
     if (w) w->used = ++G.clock;
     if (need[1]) {
         size_t n = rt_exec_state_size(pex);
+        if (!(st = malloc(n))) {
+            RT_LOG(RT_LOG_ERROR, "replica %d: out of memory for a program's state", G.rank);
+            abort();
+        }
         if ((rc = bcast(st, (int64_t)n, "state", err, errlen)) < 0) goto out;
         if ((rc = rt_exec_load_state(pex, st, n)) < 0) {
             RT_LOG(RT_LOG_ERROR, "replica %d: state: %s", G.rank, rt_exec_errmsg(pex));
@@ -1124,6 +1406,9 @@ int rt_dist_worker(void)
                 rt_plan_release(G.progs[i].plan);
             }
             for (int i = 0; i < MAX_DATA; i++) free_data(&G.data[i]);
+            while (G.n_progs) drop_prog(&G.progs[0]);
+            free(G.progs);
+            comm_stop();
             guard_stop();
             MPI_Comm_free(&G.comm);
             MPI_Finalize();
@@ -1186,6 +1471,7 @@ void rt_dist_finalize(void)
         RT_LOG(RT_LOG_ERROR, "ending the MPI job: %s", err);
         job_abort();
     }
+    comm_stop();
     guard_stop();
     MPI_Comm_free(&G.comm);
     MPI_Finalize();

@@ -9,7 +9,11 @@
  * of its share of the global batch; rt_replica's reduce sums them with
  * MPI_Allreduce over flat buckets (or, with --deterministic-reduce M, M
  * micro-shard gradients gathered and summed in shard order), and every
- * rank applies the same update. Evaluate, Predict and GetWeights read
+ * rank applies the same update. Without micro-shards the buckets can be
+ * reduced while the backward pass runs (--overlap-reduce): each one,
+ * once final, goes to a communication thread of its rank, which reduces
+ * them in the order the backward pass finishes them, the same on every
+ * rank; docs/design.md says when that pays. Evaluate, Predict and GetWeights read
  * rank 0's replica: the weights are the same on every rank.
  *
  * Threads: rank 0 calls these from any thread; one mutex orders the
@@ -38,10 +42,15 @@
 extern "C" {
 #endif
 
+/* --overlap-reduce: auto times the first steps of each program both ways
+ * and keeps the faster (rank 0 decides, every rank follows) */
+enum { RT_DIST_OVERLAP_AUTO = 0, RT_DIST_OVERLAP_ON, RT_DIST_OVERLAP_OFF };
+
 typedef struct rt_dist_opts {
     int micro;           /* --deterministic-reduce M, 0 = off */
     int timeout_ms;      /* --dist-timeout-ms, a replica's answer */
-    int64_t bucket_floats; /* all-reduce bucket */
+    int64_t bucket_floats; /* --reduce-bucket-floats, the all-reduce bucket */
+    int overlap;         /* --overlap-reduce, RT_DIST_OVERLAP_* */
 } rt_dist_opts;
 
 /* Starts MPI when the process was launched by mpirun/srun (OMPI_/PMI_/PMIX_
@@ -74,6 +83,9 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
 /* The bucketed all-reduce of rt_replica's reduce (sum, in place), exposed
  * for bench/mpi. Returns 0 or RT_EUNAVAILABLE with err. */
 int rt_dist_allreduce(float *buf, int64_t n, char *err, size_t errlen);
+/* Whether e's steps overlap the reduce: 1 on, 0 off, -1 while auto is
+ * still timing both (bench/mpi, tests). */
+int rt_dist_overlap_mode(const rt_exec *e);
 
 #ifdef __cplusplus
 }

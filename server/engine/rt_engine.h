@@ -566,9 +566,34 @@ typedef struct rt_replica {
     int (*sum)(void *ctx, double *v, int n, char *err, size_t errlen);
     void (*on_destroy)(void *ctx, rt_exec *e); /* from rt_exec_destroy, or NULL */
     void *ctx;
+    /* Overlap of the reduce with the backward pass (optional: bucket 0 or
+     * a NULL hook leaves it off; never with micro > 0). The gradient splits
+     * into buckets [b*bucket, (b+1)*bucket) of g. Before a step's backward
+     * pass overlap(ctx) says whether this step overlaps: 1 hands each
+     * bucket, scaled by the replica's share, to start(ctx, g + off, cnt)
+     * as soon as the backward call that writes its last gradient float has
+     * run (rt_plan_bucket_ready), then finish(ctx, st) waits for every
+     * bucket started and sums st as reduce does; finish is called once
+     * after any start, also when one failed. 0: reduce, as without them.
+     * Each bucket is reduced with the same call either way, so the result
+     * does not depend on the choice. */
+    int64_t bucket;
+    int (*overlap)(void *ctx);
+    int (*start)(void *ctx, float *g, int64_t n, char *err, size_t errlen);
+    int (*finish)(void *ctx, double *st, char *err, size_t errlen);
 } rt_replica;
 /* r NULL: a single process again. RT_EINVAL if size does not divide micro. */
 int rt_exec_set_replica(rt_exec *e, const rt_replica *r);
+/* For the gradient in buckets of bucket floats: ready[b] (n_ready >= the
+ * bucket count) gets the index among the plan's backward calls (0 runs
+ * first) after which no call writes into bucket b, -1 when none does.
+ * Returns the bucket count, or RT_EINVAL. */
+int rt_plan_bucket_ready(const rt_plan *p, int64_t bucket, int *ready, int n_ready);
+/* How many times e's state was changed other than by its training steps:
+ * rt_exec_set_param, rt_exec_set_lr, rt_exec_load_state and
+ * rt_exec_copy_state into e each add one. Replicas that trained in step
+ * hold the same state as long as it does not move (server/dist). */
+uint64_t rt_exec_state_edits(const rt_exec *e);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,7 @@
  * functions of (seed, what, counter), and the cursor (epoch, position)
  * lives here, so K calls of one step equal one call of K steps.
  */
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -78,6 +79,10 @@ struct rt_exec {
     float *rep_x;              /* a streamed step's batch, rows at their places: */
     void *rep_y;               /* inputs, labels and sample weights (one block */
     float *rep_w;              /* from rep_x, allocated by the first such step) */
+    int *rep_ready;            /* overlap: each bucket's last backward call */
+    int *rep_order;            /* the buckets by that call, last bucket first */
+    int rep_nb;
+    uint64_t edits;            /* rt_exec_state_edits (atomic: see lr_set) */
     char bn_err[RT__ERRLEN];   /* a synchronised BatchNorm's failed sum */
 };
 
@@ -331,6 +336,8 @@ void rt_exec_destroy(rt_exec *e)
     free(e->rep_slots);
     free(e->rep_st);
     free(e->rep_x);
+    free(e->rep_ready);
+    free(e->rep_order);
     free(e->block);
     free(e->arena);
     free(e->gemm_scratch);
@@ -543,6 +550,65 @@ static int rt__replica_rows(rt_exec *e)
     return 0;
 }
 
+/* The backward pass in segments (run 0: only the buckets, a replica
+ * without rows): after the call that finishes a bucket, the bucket, scaled
+ * by s as the whole gradient is without overlap, goes to the replica's
+ * start, in rep_order (the same on every replica). Returns 0 or the first
+ * failed start's code (its message in err); the pass still runs to its end
+ * and no bucket is started after a failure. */
+static int rt__backward_overlap(rt_exec *e, float s, int run, char *err, size_t errlen)
+{
+    const rt_plan *p = e->p;
+    const rt_replica *R = &e->rep;
+    const rt__call *calls = p->calls + p->n_fwd;
+    const rt__kargs *args = e->k + p->n_fwd;
+    const int64_t T = p->train_floats, B = R->bucket;
+    int from = 0, rc = 0;
+    for (int q = 0; q < e->rep_nb; q++) {
+        const int b = e->rep_order[q], to = e->rep_ready[b] + 1;
+        if (run && to > from) {
+            p->backend->run(p->backend->context, calls + from, args + from, to - from);
+            from = to;
+        }
+        const int64_t off = (int64_t)b * B, n = T - off < B ? T - off : B;
+        float *g = e->g + off;
+        if (run)
+            for (int64_t i = 0; i < n; i++) g[i] *= s;
+        if (rc == 0) rc = R->start(R->ctx, g, n, err, errlen);
+    }
+    if (run && from < p->n_bwd)
+        p->backend->run(p->backend->context, calls + from, args + from, p->n_bwd - from);
+    return rc;
+}
+
+int rt_plan_bucket_ready(const rt_plan *p, int64_t bucket, int *ready, int n_ready)
+{
+    if (!p || bucket <= 0 || n_ready < 0 || (n_ready && !ready)) return RT_EINVAL;
+    const int64_t T = p->train_floats, nb = (T + bucket - 1) / bucket;
+    if (nb > n_ready) return RT_EINVAL;
+    for (int64_t b = 0; b < nb; b++) ready[b] = -1;
+    /* calls run in index order: the last that writes a float finishes it */
+    for (int c = 0; c < p->n_bwd; c++) {
+        const rt__call *call = &p->calls[p->n_fwd + c];
+        for (int j = 0; j < RT__MAX_IN; j++) {
+            if (call->dx[j].space != RT__SP_GRAD) continue;
+            const int64_t lo = (int64_t)call->dx[j].off;
+            /* the parameter the gradient belongs to, to its end (an offset
+             * no parameter holds: the rest of the gradient) */
+            int64_t hi = T;
+            for (int i = 0; i < p->n_params; i++) {
+                const rt__param *pr = &p->params[i];
+                if (pr->trainable && lo >= pr->goff && lo < pr->goff + pr->numel) {
+                    hi = pr->goff + pr->numel;
+                    break;
+                }
+            }
+            for (int64_t b = lo / bucket; b < nb && b * bucket < hi; b++) ready[b] = c;
+        }
+    }
+    return (int)nb;
+}
+
 /* One step's gradient as a replica (rt_replica): this replica's shards of
  * the global batch of nb rows at perm[start] (a streamed set: as fill
  * gives them), then reduce. */
@@ -572,6 +638,11 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
                           sw ? e->rep_w : NULL, e->err, sizeof e->err);
         if (frc < 0) return frc;
     }
+    /* every replica asks, also one without rows: all take the same path */
+    const int ov = e->rep_order && R->overlap(R->ctx);
+    char err[RT__ERRLEN] = "";
+    e->bn_err[0] = 0;
+    int orc = 0;
     for (int j = 0; j < k; j++) {
         const int64_t m = (int64_t)R->rank * k + j;
         const int64_t lo = nb * m / M, nl = nb * (m + 1) / M - lo;
@@ -603,22 +674,35 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
             else
                 rt__loss_run(&p->loss, e->lin, e->lb, nl, e->lgrad, &l, &a, e->loss_scratch);
             if (mets) rt__metrics_update(&p->loss, p->cfg.metrics, e->lin, e->lb, nl, &sm);
-            rt__backward(e);
-            e->run.bn_sum = NULL;
-            if (e->bn_err[0]) return rt__eerr(e, RT_EUNAVAILABLE, "%s", e->bn_err);
-            l += (double)nl * e->act_pen;
             /* the shard's mean gradient, as its share of the batch mean */
             const float s = (float)nl / (float)nb;
-            for (int64_t i = 0; i < T; i++) gj[i] = e->g[i] * s;
+            if (ov) {
+                orc = rt__backward_overlap(e, s, 1, err, sizeof err);
+            } else {
+                rt__backward(e);
+                for (int64_t i = 0; i < T; i++) gj[i] = e->g[i] * s;
+            }
+            e->run.bn_sum = NULL;
+            l += (double)nl * e->act_pen;
         } else {
             memset(gj, 0, sizeof(float) * (size_t)T);
+            if (ov) orc = rt__backward_overlap(e, 0.0f, 0, err, sizeof err);
         }
         e->rep_st[2 * j] = l;
         e->rep_st[2 * j + 1] = a;
     }
-    char err[RT__ERRLEN] = "";
-    int rc = R->reduce(R->ctx, e->g, T, R->micro > 0 ? e->rep_slots : NULL, k, e->rep_st,
+    int rc;
+    if (ov) {
+        /* the started buckets end before anything else reads g */
+        char ferr[RT__ERRLEN] = "";
+        rc = R->finish(R->ctx, e->rep_st, ferr, sizeof ferr);
+        if (orc < 0) rc = orc;
+        else if (rc < 0) snprintf(err, sizeof err, "%s", ferr);
+    } else {
+        rc = R->reduce(R->ctx, e->g, T, R->micro > 0 ? e->rep_slots : NULL, k, e->rep_st,
                        err, sizeof err);
+    }
+    if (e->bn_err[0] && rc == 0) return rt__eerr(e, RT_EUNAVAILABLE, "%s", e->bn_err);
     if (rc == 0 && mets) {
         /* every field but n is a sum of doubles */
         rc = R->sum(R->ctx, (double *)&sm, (int)(offsetof(rt__macc, n) / sizeof(double)), err,
@@ -648,6 +732,10 @@ int rt_exec_set_replica(rt_exec *e, const rt_replica *r)
     e->rep_slots = NULL;
     e->rep_st = NULL;
     e->rep_x = NULL;
+    free(e->rep_ready);
+    free(e->rep_order);
+    e->rep_ready = e->rep_order = NULL;
+    e->rep_nb = 0;
     memset(&e->rep, 0, sizeof e->rep);
     if (!r) return 0;
     if (r->size < 1 || r->rank < 0 || r->rank >= r->size || r->micro < 0 || !r->reduce ||
@@ -659,6 +747,34 @@ int rt_exec_set_replica(rt_exec *e, const rt_replica *r)
         return rt__eerr(e, RT_EINVAL, "sync_batchnorm and --deterministic-reduce do not go "
                         "together: BatchNorm statistics are each micro-shard's there");
     const int k = r->micro > 0 ? r->micro / r->size : 1;
+    if (r->micro == 0 && r->bucket > 0 && r->overlap && r->start && r->finish &&
+        e->p->train_floats > 0) {
+        const int64_t nb = (e->p->train_floats + r->bucket - 1) / r->bucket;
+        if (nb > INT_MAX / 2) return rt__eerr(e, RT_EINVAL, "%lld buckets", (long long)nb);
+        e->rep_ready = malloc(sizeof(int) * (size_t)nb);
+        e->rep_order = malloc(sizeof(int) * (size_t)nb);
+        if (!e->rep_ready || !e->rep_order) {
+            free(e->rep_ready);
+            free(e->rep_order);
+            e->rep_ready = e->rep_order = NULL;
+            return rt__eerr(e, RT_ENOMEM, "out of memory for %lld buckets", (long long)nb);
+        }
+        e->rep_nb = rt_plan_bucket_ready(e->p, r->bucket, e->rep_ready, (int)nb);
+        /* by ready call, then the later bucket first (a stable order that
+         * every replica computes alike from the same plan) */
+        for (int b = 0; b < e->rep_nb; b++) {
+            int q = b;
+            while (q > 0) {
+                const int o = e->rep_order[q - 1];
+                if (e->rep_ready[o] < e->rep_ready[b] ||
+                    (e->rep_ready[o] == e->rep_ready[b] && o > b))
+                    break;
+                e->rep_order[q] = o;
+                q--;
+            }
+            e->rep_order[q] = b;
+        }
+    }
     e->rep_st = calloc((size_t)(2 * k), sizeof(double));
     if (r->micro > 0)
         e->rep_slots = rt__aligned_alloc(sizeof(float) * (size_t)k *
@@ -666,8 +782,11 @@ int rt_exec_set_replica(rt_exec *e, const rt_replica *r)
     if (!e->rep_st || (r->micro > 0 && !e->rep_slots)) {
         free(e->rep_st);
         free(e->rep_slots);
+        free(e->rep_ready);
+        free(e->rep_order);
         e->rep_st = NULL;
         e->rep_slots = NULL;
+        e->rep_ready = e->rep_order = NULL;
         return rt__eerr(e, RT_ENOMEM, "out of memory for %d micro-shard gradients", k);
     }
     e->rep = *r;
@@ -958,6 +1077,7 @@ int rt_exec_set_param(rt_exec *e, int i, const float *src)
     if (!e || !src || i < 0 || i >= e->p->n_params) return RT_EINVAL;
     const rt__param *pr = &e->p->params[i];
     memcpy(e->w + pr->off, src, sizeof(float) * (size_t)pr->numel);
+    __atomic_add_fetch(&e->edits, 1, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -1088,6 +1208,7 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
     e->perm_epoch = -1;
     e->dx = NULL;
     e->dn = 0;
+    __atomic_add_fetch(&e->edits, 1, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -1142,6 +1263,7 @@ int rt_exec_set_lr(rt_exec *e, float lr)
     if (!(lr >= 0.0f) || isinf(lr))
         return rt__eerr(e, RT_EINVAL, "learning rate %g: must be finite and > 0", (double)lr);
     __atomic_store(&e->lr_set, &lr, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&e->edits, 1, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -1199,5 +1321,11 @@ int rt_exec_copy_state(rt_exec *dst, const rt_exec *src)
     dst->dx = NULL;
     dst->dn = 0;
     dst->restored = 0;
+    __atomic_add_fetch(&dst->edits, 1, __ATOMIC_RELEASE);
     return 0;
+}
+
+uint64_t rt_exec_state_edits(const rt_exec *e)
+{
+    return e ? __atomic_load_n(&e->edits, __ATOMIC_ACQUIRE) : 0;
 }
