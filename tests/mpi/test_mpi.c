@@ -642,6 +642,93 @@ static void test_same_n(dmn *m, int n)
     free(wb);
 }
 
+/* iris through four Dense layers (4-32-32-32-3, relu, softmax; 2,371
+ * parameters), Adam, batch 16, as Keras JSON */
+static int compile_deep(dmn *m, char *pid)
+{
+    char json[1600];
+    int o = snprintf(json, sizeof json,
+                     "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"deep\", "
+                     "\"layers\": [{\"class_name\": \"InputLayer\", \"config\": "
+                     "{\"batch_input_shape\": [null, 4], \"dtype\": \"float32\", "
+                     "\"name\": \"x\"}}");
+    for (int i = 0; i < 4; i++)
+        o += snprintf(json + o, sizeof json - (size_t)o,
+                      ",{\"class_name\": \"Dense\", \"config\": {\"name\": \"d%d\", "
+                      "\"units\": %d, \"activation\": \"%s\", \"use_bias\": true}}", i,
+                      i < 3 ? 32 : 3, i < 3 ? "relu" : "softmax");
+    snprintf(json + o, sizeof json - (size_t)o, "]}}");
+    Rtrain__V1__TrainConfig cfg;
+    itest_iris_config(&cfg);
+    Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+    q.session_id = m->sid;
+    q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON;
+    q.keras_json = json;
+    q.config = &cfg;
+    Rtrain__V1__CompileResponse *p = NULL;
+    itest_res r;
+    itest_unary(m->c, "Compile", &q.base, &rtrain__v1__compile_response__descriptor,
+                (ProtobufCMessage **)&p, &r);
+    CHECK(p != NULL, "compile (deep): %d %s", r.status, r.details);
+    if (p) snprintf(pid, 64, "%s", p->program_id);
+    itest_res_free(&r);
+    int ok = p != NULL;
+    FREE(p);
+    return ok ? 0 : -1;
+}
+
+/* --overlap-reduce on against off, buckets of 64 floats (37 for the deep
+ * model, 5 for the iris MLP, so several are in flight while backward
+ * runs): 40 steps over two calls give bit-identical losses and weights,
+ * for the deep MLP (Adam), the iris MLP and synchronised BatchNorm (whose
+ * backward sums go through the same queue as the buckets). */
+static void test_overlap(int n)
+{
+    const char *const on[] = {"--overlap-reduce", "on", "--reduce-bucket-floats", "64", NULL};
+    const char *const off[] = {"--overlap-reduce", "off", "--reduce-bucket-floats", "64", NULL};
+    enum { NP = 3, S = 20 };
+    uint8_t *w[2][NP] = {{0}};
+    size_t len[2][NP] = {{0}};
+    float loss[2][NP][2 * S];
+    memset(loss, 0, sizeof loss);
+    for (int v = 0; v < 2; v++) {
+        dmn m;
+        if (start(&m, n, v ? off : on) < 0) {
+            CHECK(0, "mpirun -n %d --overlap-reduce %s did not start", n, v ? "off" : "on");
+            return;
+        }
+        char pid[NP][64];
+        if (compile_deep(&m, pid[0]) == 0 && compile(&m, 16, pid[1]) == 0 &&
+            compile_bn(&m, 1, 0, pid[2]) == 0) {
+            for (int k = 0; k < NP; k++) {
+                itest_res r;
+                for (int c = 0; c < 2; c++) {
+                    CHECK(steps(&m, pid[k], S, loss[v][k] + c * S, &r) == 0,
+                          "n=%d overlap %s, program %d: %d %s", n, v ? "off" : "on", k,
+                          r.status, r.details);
+                    itest_res_free(&r);
+                }
+                w[v][k] = weights(&m, pid[k], &len[v][k], NULL);
+            }
+        }
+        stop(&m, n);
+    }
+    static const char *names[NP] = {"deep MLP", "iris MLP", "sync BatchNorm"};
+    for (int k = 0; k < NP; k++) {
+        const int same = w[0][k] && w[1][k] && len[0][k] == len[1][k] &&
+                         !memcmp(w[0][k], w[1][k], len[0][k]);
+        CHECK(same, "n=%d %s: weights with overlap differ from without", n, names[k]);
+        CHECK(!memcmp(loss[0][k], loss[1][k], sizeof loss[0][k]),
+              "n=%d %s: losses with overlap differ from without", n, names[k]);
+        CHECK(loss[0][k][2 * S - 1] < loss[0][k][0], "n=%d %s did not train (%g -> %g)", n,
+              names[k], loss[0][k][0], loss[0][k][2 * S - 1]);
+        printf("overlap n=%d %s: weights and losses on vs off %s\n", n, names[k],
+               same ? "bit-identical" : "DIFFER");
+        free(w[0][k]);
+        free(w[1][k]);
+    }
+}
+
 /* --deterministic-reduce 4: weights bit-identical across N = 1, 2, 4 */
 static void test_deterministic(void)
 {
@@ -1169,9 +1256,13 @@ static pid_t rank_pid(pid_t parent, int rank)
  * not a hang. mid 0: killed between calls (the next call's command is not
  * answered); mid 1: killed while a long call runs, the ranks inside a
  * blocking collective (the watchdog ends it). */
-static void kill_worker(int mid, int streamed)
+static void kill_worker(int mid, int streamed, int overlap)
 {
-    const char *const extra[] = {"--dist-timeout-ms", "3000", NULL};
+    /* overlap: the deep MLP in buckets of 4 floats, 593 a step, so the
+     * kill nearly always finds rank 0's communication thread in one */
+    const char *const extra[] = {"--dist-timeout-ms", "3000", "--overlap-reduce",
+                                 overlap ? "on" : "off", "--reduce-bucket-floats",
+                                 overlap ? "4" : "1048576", NULL};
     dmn m;
     if (start(&m, -2, extra) < 0) {
         CHECK(0, "mpirun -n 2 did not start");
@@ -1180,7 +1271,8 @@ static void kill_worker(int mid, int streamed)
     char pid[64], ds[64];
     itest_res r;
     snprintf(ds, sizeof ds, "%s", m.iris);
-    if ((!streamed || upload_iris_streamed(&m, ds) == 0) && compile(&m, 16, pid) == 0) {
+    if ((!streamed || upload_iris_streamed(&m, ds) == 0) &&
+        (overlap ? compile_deep(&m, pid) : compile(&m, 16, pid)) == 0) {
         CHECK(steps_on(&m, pid, ds, 5, NULL, &r) == 0, "steps: %s", r.details);
         itest_res_free(&r);
         pid_t w = rank_pid(m.d.pid, 1);
@@ -1200,9 +1292,9 @@ static void kill_worker(int mid, int streamed)
         /* mid: far more steps than run in the time before the kill */
         int st = steps_on(&m, pid, ds, mid ? 5000000 : 50, NULL, &r);
         if (killer > 0) waitpid(killer, NULL, 0);
-        printf("after killing rank 1 (%s%s): status %d '%s'\n",
-               mid ? "mid-call" : "between calls", streamed ? ", streamed set" : "", st,
-               r.details);
+        printf("after killing rank 1 (%s%s, overlap %s): status %d '%s'\n",
+               mid ? "mid-call" : "between calls", streamed ? ", streamed set" : "",
+               overlap ? "on" : "off", st, r.details);
         CHECK(st == 14, "status %d, want UNAVAILABLE: %s", st, r.details);
         CHECK(strstr(r.details, "replica") || strstr(r.details, "rank"),
               "the error does not name the replicas: '%s'", r.details);
@@ -1219,12 +1311,15 @@ static void kill_worker(int mid, int streamed)
 
 static void test_kill_worker(void)
 {
-    kill_worker(0, 0);
-    kill_worker(1, 0);
+    kill_worker(0, 0, 0);
+    kill_worker(1, 0, 0);
+    /* killed while the steps overlap the reduce: the communication thread
+     * is the one in the collective the watchdog ends */
+    kill_worker(1, 0, 1);
 }
 
 /* killed while rank 0 scatters a streamed set's batches */
-static void test_kill_worker_streamed(void) { kill_worker(1, 1); }
+static void test_kill_worker_streamed(void) { kill_worker(1, 1, 0); }
 
 /* test_mpi ... stream: the streamed data sets over replicas */
 static int main_stream(void)
@@ -1294,6 +1389,10 @@ int main(int argc, char **argv)
         CHECK(0, "mpirun -n 4 did not start");
     }
     stop(&ref, 0);
+    RUN(test_overlap, 2);
+#ifndef __SANITIZE_ADDRESS__
+    RUN(test_overlap, 4);
+#endif
     RUN(test_deterministic);
     RUN(test_durable);
     RUN(test_kill_worker);
