@@ -36,6 +36,9 @@ typedef struct cmd_hdr {
     uint64_t fill_id;      /* TRAIN, streamed: rank 0's rt_data.fill_id, as a token */
     int32_t send_state;    /* TRAIN: rank 0's state was edited since the
                             * replicas last agreed: it follows */
+    int32_t overlap;       /* TRAIN: rank 0's --overlap-reduce (every rank
+                            * follows it: rt_dist_set_overlap) */
+    int32_t pad;
 } cmd_hdr;
 
 #define MAX_DATA 4 /* data sets a worker keeps, least recently used goes */
@@ -658,13 +661,22 @@ static int dist_finish(void *ctx, double *st, char *err, size_t errlen)
 
 static prog_ent *find_exec(const rt_exec *e);
 
+void rt_dist_set_overlap(int mode)
+{
+    pthread_mutex_lock(&G.mu);
+    G.o.overlap = mode;
+    pthread_mutex_unlock(&G.mu);
+}
+
 int rt_dist_overlap_mode(const rt_exec *e)
 {
     if (G.size == 1 || !C.on || G.o.micro > 0) return 0;
     pthread_mutex_lock(&G.mu);
     pthread_mutex_lock(&G.tab_mu);
     prog_ent *p = find_exec(e);
-    const int m = p && p->ov ? p->ov->mode : 0;
+    const int m = G.o.overlap != RT_DIST_OVERLAP_AUTO ? G.o.overlap == RT_DIST_OVERLAP_ON
+                  : p && p->ov                        ? p->ov->mode
+                                                      : 0;
     pthread_mutex_unlock(&G.tab_mu);
     pthread_mutex_unlock(&G.mu);
     return m;
@@ -834,7 +846,7 @@ static int make_replica(rt_exec *e, ov_state **ov, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return RT_ENOMEM;
     }
-    (*ov)->mode = G.o.overlap == RT_DIST_OVERLAP_AUTO ? -1 : G.o.overlap == RT_DIST_OVERLAP_ON;
+    (*ov)->mode = -1; /* auto's; on and off (rank 0's, sent with each call) come first */
     rt_replica r = {.rank = G.rank, .size = G.size, .micro = G.o.micro,
                     .reduce = dist_reduce, .sum = dist_sum,
                     .on_destroy = G.rank == 0 ? on_destroy : NULL, .ctx = *ov,
@@ -1233,6 +1245,7 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
     h.send_state = !pe || pe->synced != edits;
     pthread_mutex_unlock(&G.tab_mu);
     h.gstep = rt_exec_global_step(e);
+    h.overlap = G.o.overlap;
     sent = 1;
     if ((rc = send_cmd(&h, "train", err, errlen)) < 0) goto out;
     int need[3] = {0, 0, 0}; /* data missing, state differs, program unknown */
@@ -1302,6 +1315,7 @@ static int worker_train(const cmd_hdr *h, char *err, size_t errlen)
     /* a streamed set stays on rank 0: its rows come with each step */
     wdata *w = h->streamed ? NULL : find_data(h->dkey);
     void *st = NULL;
+    G.o.overlap = h->overlap;
     feed f = {0};
     int need[3] = {!w && !h->streamed,
                    h->send_state || (pex && rt_exec_global_step(pex) != h->gstep), !pe};

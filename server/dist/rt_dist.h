@@ -84,8 +84,12 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
  * for bench/mpi. Returns 0 or RT_EUNAVAILABLE with err. */
 int rt_dist_allreduce(float *buf, int64_t n, char *err, size_t errlen);
 /* Whether e's steps overlap the reduce: 1 on, 0 off, -1 while auto is
- * still timing both (bench/mpi, tests). */
+ * still timing both (bench/mpi). */
 int rt_dist_overlap_mode(const rt_exec *e);
+/* Rank 0: --overlap-reduce from the next training call on, on every rank
+ * (RT_DIST_OVERLAP_*; bench/mpi compares them in one run). A rank started
+ * with off has no communication thread and stays off. */
+void rt_dist_set_overlap(int mode);
 
 #ifdef __cplusplus
 }
