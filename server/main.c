@@ -341,7 +341,8 @@ int main(int argc, char **argv)
     d.grace_ms = 5000;
     d.idle_ms = 3600ull * 1000;
 
-    enum { O_LISTEN = 1, O_THREADS, O_MAXMSG, O_MAXSESS, O_MAXDATA, O_INLINE, O_GRACE,
+    /* past every char: getopt_long returns '?' (63) for an unknown flag */
+    enum { O_LISTEN = 256, O_THREADS, O_MAXMSG, O_MAXSESS, O_MAXDATA, O_INLINE, O_GRACE,
            O_LOG, O_VERSION, O_HELP, O_MAXSTORE, O_IDLE, O_TLS_CERT, O_TLS_KEY,
            O_TLS_CA, O_TOKENS, O_INSECURE, O_NEW_TOKEN, O_MAXMEM, O_LEASE, O_SLICE, O_CTHREADS,
            O_CTIMEOUT, O_XTHREADS, O_MAXUP, O_MAXUPB, O_STALL, O_RATIO, O_KEEPALIVE,
