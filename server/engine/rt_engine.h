@@ -573,8 +573,9 @@ typedef struct rt_replica {
      * bucket, scaled by the replica's share, to start(ctx, g + off, cnt)
      * as soon as the backward call that writes its last gradient float has
      * run (rt_plan_bucket_ready), then finish(ctx, st) waits for every
-     * bucket started and sums st as reduce does; finish is called once
-     * after any start, also when one failed. 0: reduce, as without them.
+     * bucket started and sums st as reduce does; finish is called once in
+     * every step overlap said 1 for, also when a start failed. 0: reduce,
+     * as without them.
      * Each bucket is reduced with the same call either way, so the result
      * does not depend on the choice. */
     int64_t bucket;
