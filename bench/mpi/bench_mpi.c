@@ -2,7 +2,7 @@
  * training step over N replicas (see README.md).
  *
  *   mpirun -n N [-x OMP_NUM_THREADS=T] bench_mpi [--reps R] [--steps S]
- *                                                [--part allreduce|wc|stream]
+ *                      [--part allreduce|wc|stream|overlap|idle] [--model wc|wide]
  *
  * Part 1, every size (669,706 floats: W-C's gradient): R reps, each three
  * timed loops of L calls after a barrier: MPI_Allreduce(MPI_IN_PLACE,
@@ -14,17 +14,28 @@
  * relu MLP, sparse CE from logits, Adam, global batch 128) trained through
  * rt_dist_train as rtraind does (ranks > 0 in rt_dist_worker): the median
  * over 5 calls of S steps of the time per step, and the time of a 1-step
- * call (the per-call cost: the command, the state hash). Part 3 (only with
+ * call, right after the last one and after 20 ms idle (the per-call cost:
+ * the command, the state check, a worker waking). Part 3 (only with
  * --part stream): W-C on 8-bit MNIST-like rows, in memory (every rank
  * holds the set) against streamed (rank 0's mapped spool: it fills each
  * batch and scatters the replicas their rows), calls of S steps
- * alternating, R reps: medians and the paired ratio. */
+ * alternating, R reps: medians and the paired ratio. Part 4 (--part
+ * overlap): the step with the reduce overlapped with backward against not,
+ * for W-C and for a wide MLP whose gradient is ResNet-50's size (25.2 M
+ * floats: 1024-4096-4096-1024-10, batch 32): R reps (at most 7 for the
+ * wide one) of one S-step call each way, the order alternating; printed:
+ * the medians of ms/step, their ratio and the median of the per-rep
+ * ratios; then what --overlap-reduce auto chooses on a fresh program. At
+ * N = 1 there is no reduce: the step time is the peer. Part 5 (--part
+ * idle, N >= 2 on one host): a waiting worker's CPU over 5 s idle, and a
+ * 1-step call after 5 ms, 50 ms and 5 s idle (its wake-up). */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "import_keras.h"
 #include "rt_dist.h"
@@ -65,6 +76,20 @@ static const char *WC_JSON =
     "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d1\", \"units\": 512, "
     "\"activation\": \"relu\", \"use_bias\": true}},"
     "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d2\", \"units\": 10, "
+    "\"activation\": \"linear\", \"use_bias\": true}}]}}";
+
+/* 1024-4096-4096-1024-10: 25,194,506 parameters (ResNet-50: 25.6 M) */
+static const char *WIDE_JSON =
+    "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"wide\", \"layers\": ["
+    "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 1024], "
+    "\"dtype\": \"float32\", \"name\": \"x\"}},"
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d0\", \"units\": 4096, "
+    "\"activation\": \"relu\", \"use_bias\": true}},"
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d1\", \"units\": 4096, "
+    "\"activation\": \"relu\", \"use_bias\": true}},"
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d2\", \"units\": 1024, "
+    "\"activation\": \"relu\", \"use_bias\": true}},"
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d3\", \"units\": 10, "
     "\"activation\": \"linear\", \"use_bias\": true}}]}}";
 
 /* one timed block: L calls in a loop, seconds per call; rt: rt_dist_allreduce */
@@ -134,63 +159,91 @@ static void bench_allreduce(int rank, int size, int reps)
     }
 }
 
-static void bench_wc(int size, int steps)
+/* a program as rtraind makes one (rank 0's exec, compiled on every rank),
+ * with n rows of synthetic data */
+typedef struct prog {
+    rt_plan *p;
+    rt_exec *e;
+    float *x;
+    int32_t *y;
+    rt_data d;
+    uint8_t key[16];
+} prog;
+
+static void prog_make(prog *pr, const char *json, int64_t in, int64_t batch, int64_t n,
+                      char tag)
 {
     rt_graph *g;
     char err[256];
-    if (rt_keras_import(WC_JSON, strlen(WC_JSON), &g, err, sizeof err) < 0) die("import", err);
+    if (rt_keras_import(json, strlen(json), &g, err, sizeof err) < 0) die("import", err);
     rt_train_config cfg;
     rt_train_config_init(&cfg);
     cfg.loss = RT_LOSS_SPARSE_CE;
     cfg.from_logits = 1;
     cfg.opt = RT_OPT_ADAM;
     cfg.lr = 1e-3f;
-    cfg.batch_size = 128;
+    cfg.batch_size = batch;
     cfg.seed = 1;
-    rt_plan *p;
-    rt_exec *e;
-    if (rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) < 0) die("compile", err);
+    if (rt_plan_compile(g, &cfg, &pr->p, NULL, err, sizeof err) < 0) die("compile", err);
     rt_graph_destroy(g);
-    if (rt_exec_create(p, &e) < 0) die("exec", "out of memory");
+    if (rt_exec_create(pr->p, &pr->e) < 0) die("exec", "out of memory");
     Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
     q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON;
-    q.keras_json = (char *)WC_JSON;
+    q.keras_json = (char *)json;
     size_t len = rtrain__v1__compile_request__get_packed_size(&q);
     uint8_t *buf = malloc(len);
     rtrain__v1__compile_request__pack(&q, buf);
-    if (rt_dist_program(e, buf, len, err, sizeof err) < 0) die("rt_dist_program", err);
+    if (rt_dist_program(pr->e, buf, len, err, sizeof err) < 0) die("rt_dist_program", err);
     free(buf);
-    const int64_t n = 1280;
-    float *x = malloc(sizeof(float) * 784 * (size_t)n);
-    int32_t *y = malloc(sizeof(int32_t) * (size_t)n);
-    for (int64_t i = 0; i < 784 * n; i++) x[i] = (float)((i * 2654435761u) % 1000) * 1e-3f;
-    for (int64_t i = 0; i < n; i++) y[i] = (int32_t)(i % 10);
-    rt_data d = {.x = x, .y = y, .y_dtype = RT_I32, .n = n};
-    const uint8_t key[16] = {'w', 'c'};
-    rt_train_result res;
-    if (rt_dist_train(e, &d, key, 3, &res, NULL, NULL, NULL, err, sizeof err) < 0)
+    pr->x = malloc(sizeof(float) * (size_t)(in * n));
+    pr->y = malloc(sizeof(int32_t) * (size_t)n);
+    for (int64_t i = 0; i < in * n; i++) pr->x[i] = (float)((i * 2654435761u) % 1000) * 1e-3f;
+    for (int64_t i = 0; i < n; i++) pr->y[i] = (int32_t)(i % 10);
+    pr->d = (rt_data){.x = pr->x, .y = pr->y, .y_dtype = RT_I32, .n = n};
+    memset(pr->key, 0, sizeof pr->key);
+    pr->key[0] = (uint8_t)tag;
+}
+
+static void prog_free(prog *pr)
+{
+    rt_exec_destroy(pr->e);
+    rt_plan_release(pr->p);
+    free(pr->x);
+    free(pr->y);
+}
+
+/* seconds of one call of s steps */
+static double train(prog *pr, int64_t s, rt_train_result *res)
+{
+    char err[256];
+    double t0 = now_s();
+    if (rt_dist_train(pr->e, &pr->d, pr->key, s, res, NULL, NULL, NULL, err, sizeof err) < 0)
         die("train", err);
-    double per[5], one[5];
+    return now_s() - t0;
+}
+
+static void bench_wc(int size, int steps)
+{
+    prog pr;
+    prog_make(&pr, WC_JSON, 784, 128, 1280, 'w');
+    rt_train_result res;
+    train(&pr, 3, &res);
+    double per[5], one[5], idle[5];
     for (int k = 0; k < 5; k++) {
-        double t0 = now_s();
-        if (rt_dist_train(e, &d, key, steps, &res, NULL, NULL, NULL, err, sizeof err) < 0)
-            die("train", err);
-        double t1 = now_s();
-        if (rt_dist_train(e, &d, key, 1, &res, NULL, NULL, NULL, err, sizeof err) < 0)
-            die("train", err);
-        per[k] = (t1 - t0) / steps;
-        one[k] = now_s() - t1;
+        per[k] = train(&pr, steps, &res) / steps;
+        one[k] = train(&pr, 1, &res);
+        /* a client's think time: the workers wait idle */
+        nanosleep(&(struct timespec){0, 20000000}, NULL);
+        idle[k] = train(&pr, 1, &res);
     }
     const char *th = getenv("OMP_NUM_THREADS");
     printf("W-C, %d replica(s) x %s thread(s), global batch 128: %.3f ms/step "
-           "(a 1-step call: %.3f ms); loss %.4f\n",
+           "(a 1-step call: %.3f ms, after 20 ms idle: %.3f ms); loss %.4f\n",
            size, th ? th : "default", median(per, 5) * 1e3, median(one, 5) * 1e3,
-           res.mean.loss);
-    rt_exec_destroy(e);
-    rt_plan_release(p);
-    free(x);
-    free(y);
+           median(idle, 5) * 1e3, res.mean.loss);
+    prog_free(&pr);
 }
+
 
 /* W-C compiled and registered with the replicas */
 static rt_exec *wc_program(rt_plan **pp)
@@ -286,19 +339,128 @@ static void bench_stream(int size, int reps, int steps)
     free(y);
 }
 
+/* overlap on against off, then what auto chooses */
+static void bench_overlap_one(int size, const char *name, const char *json, int64_t in,
+                              int64_t batch, int steps, int reps)
+{
+    prog pr;
+    prog_make(&pr, json, in, batch, batch * 8, name[0]);
+    rt_train_result res;
+    rt_dist_set_overlap(RT_DIST_OVERLAP_OFF);
+    train(&pr, 2, &res); /* the state reaches the replicas; warm */
+    double *on = malloc(sizeof(double) * (size_t)reps), *off = malloc(sizeof(double) * (size_t)reps);
+    double *ratio = malloc(sizeof(double) * (size_t)reps);
+    for (int k = 0; k < reps; k++) {
+        for (int h = 0; h < 2; h++) {
+            const int o = (k + h) & 1;
+            rt_dist_set_overlap(o ? RT_DIST_OVERLAP_ON : RT_DIST_OVERLAP_OFF);
+            (o ? on : off)[k] = train(&pr, steps, &res) / steps;
+        }
+        ratio[k] = on[k] / off[k];
+    }
+    const char *th = getenv("OMP_NUM_THREADS");
+    const double mon = median(on, reps), moff = median(off, reps), mr = median(ratio, reps);
+    if (size == 1)
+        printf("%-5s N=1 x %s thread(s), batch %lld: %8.2f ms/step (no reduce: on and off run "
+               "the same step)\n", name, th ? th : "default", (long long)batch, moff * 1e3);
+    else
+        printf("%-5s N=%d x %s thread(s), batch %lld: off %8.2f ms/step, on %8.2f ms/step, "
+               "on/off %.2fx (paired %.2fx, %d reps of %d steps)\n", name, size,
+               th ? th : "default", (long long)batch, moff * 1e3, mon * 1e3, mon / moff, mr,
+               reps, steps);
+    free(on);
+    free(off);
+    free(ratio);
+    if (size > 1) {
+        /* auto on a fresh program: 1 warm step, 4 each way, then its choice */
+        prog pa;
+        prog_make(&pa, json, in, batch, batch * 8, (char)(name[0] + 1));
+        rt_dist_set_overlap(RT_DIST_OVERLAP_AUTO);
+        double t = train(&pa, 12, &res);
+        const int m = rt_dist_overlap_mode(pa.e);
+        printf("%-5s N=%d auto: %s after 12 steps (%.2f ms/step over them)\n", name, size,
+               m < 0 ? "undecided" : m ? "overlap on" : "overlap off", t / 12 * 1e3);
+        prog_free(&pa);
+    }
+    prog_free(&pr);
+}
+
+/* CPU seconds (user + system) of process pid so far */
+static double cpu_s(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return NAN;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    /* after the name: state and fields 4..13, then utime and stime */
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return NAN;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* A worker waiting for the next command: its CPU over 5 s idle (rank 1,
+ * same host), and the 1-step call after 5 ms, 50 ms and 5 s idle. */
+static void bench_idle(int size, const int *pids)
+{
+    if (size < 2) return;
+    prog pr;
+    prog_make(&pr, WC_JSON, 784, 128, 1280, 'i');
+    rt_train_result res;
+    train(&pr, 3, &res);
+    static const long gaps_ms[] = {5, 50};
+    for (size_t g = 0; g < sizeof gaps_ms / sizeof gaps_ms[0]; g++) {
+        double t[7];
+        for (int k = 0; k < 7; k++) {
+            nanosleep(&(struct timespec){gaps_ms[g] / 1000, (gaps_ms[g] % 1000) * 1000000}, NULL);
+            t[k] = train(&pr, 1, &res);
+        }
+        printf("1-step call after %ld ms idle: %.3f ms (median of 7)\n", gaps_ms[g],
+               median(t, 7) * 1e3);
+    }
+    const double c0 = cpu_s(pids[1]), w0 = now_s();
+    nanosleep(&(struct timespec){5, 0}, NULL);
+    const double c1 = cpu_s(pids[1]), w1 = now_s();
+    const double t5 = train(&pr, 1, &res);
+    printf("rank 1 waiting idle: %.2f %% of a core over %.1f s; the next 1-step call: %.3f ms\n",
+           100.0 * (c1 - c0) / (w1 - w0), w1 - w0, t5 * 1e3);
+    prog_free(&pr);
+}
+
+/* models: bit 0 W-C, bit 1 wide */
+static void bench_overlap(int size, int steps, int reps, int models)
+{
+    if (models & 1) bench_overlap_one(size, "W-C", WC_JSON, 784, 128, steps, reps);
+    if (models & 2)
+        bench_overlap_one(size, "wide", WIDE_JSON, 1024, 32, steps < 3 ? steps : 3,
+                          reps < 7 ? reps : 7);
+}
+
 int main(int argc, char **argv)
 {
-    int reps = 51, steps = 20, part = 3; /* bit 0: all-reduce, bit 1: W-C */
+    /* bit 0: all-reduce, 1: W-C, 2: stream, 3: overlap, 4: idle */
+    int reps = 51, steps = 20, part = 3;
+    int models = 3;                      /* --part overlap: bit 0 W-C, 1 wide */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--model"))
+            models = !strcmp(argv[i + 1], "wc") ? 1 : !strcmp(argv[i + 1], "wide") ? 2 : 0;
         else if (!strcmp(argv[i], "--part"))
-            part = !strcmp(argv[i + 1], "allreduce") ? 1 : !strcmp(argv[i + 1], "wc") ? 2
-                   : !strcmp(argv[i + 1], "stream") ? 4 : 0;
+            part = !strcmp(argv[i + 1], "allreduce") ? 1
+                   : !strcmp(argv[i + 1], "wc")      ? 2
+                   : !strcmp(argv[i + 1], "stream")  ? 4
+                   : !strcmp(argv[i + 1], "overlap") ? 8
+                   : !strcmp(argv[i + 1], "idle")    ? 16
+                                                     : 0;
     }
-    if (reps < 1 || steps < 1 || !part) {
+    if (reps < 1 || steps < 1 || !part || !models) {
         fprintf(stderr, "usage: mpirun -n N bench_mpi [--reps R] [--steps S] "
-                        "[--part allreduce|wc|stream]\n");
+                        "[--part allreduce|wc|stream|overlap|idle] [--model wc|wide]\n");
         return 2;
     }
     rt_dist_opts o = {.timeout_ms = 600000};
@@ -314,10 +476,18 @@ int main(int argc, char **argv)
         return 2;
     }
     const int rank = rt_dist_rank(), size = rt_dist_size();
+    int me = (int)getpid(), *pids = malloc(sizeof(int) * (size_t)size);
+    MPI_Gather(&me, 1, MPI_INT, pids, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (part & 1) bench_allreduce(rank, size, reps);
-    if (rank > 0) return rt_dist_worker();
+    if (rank > 0) {
+        free(pids);
+        return rt_dist_worker();
+    }
     if (part & 2) bench_wc(size, steps);
     if (part & 4) bench_stream(size, reps, steps);
+    if (part & 8) bench_overlap(size, steps, reps < 15 ? reps : 15, models);
+    if (part & 16) bench_idle(size, pids);
+    free(pids);
     rt_dist_finalize();
     return 0;
 }
