@@ -33,6 +33,26 @@ static inline uint64_t rt_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* An upload's sample (DatasetHeader.sample_hash): the first
+ * RT_SAMPLE_BYTES of every RT_SAMPLE_EVERY bytes of the stream. Both ends
+ * hash it, the client before it sends (a FindDataset probe costs a
+ * 256th of a full hash), the daemon as the data lands. */
+#define RT_SAMPLE_EVERY (1u << 20)
+#define RT_SAMPLE_BYTES (4u << 10)
+
+/* The first sampled run in stream bytes [pos, pos + n): its start, as an
+ * offset from pos, in *at; returns its length (0: none in the range). */
+static inline size_t rt_sample_run(uint64_t pos, size_t n, size_t *at)
+{
+    uint64_t in = pos % RT_SAMPLE_EVERY;
+    uint64_t start = in < RT_SAMPLE_BYTES ? 0 : RT_SAMPLE_EVERY - in;
+    if (start >= n)
+        return 0;
+    uint64_t run = RT_SAMPLE_BYTES - (in + start) % RT_SAMPLE_EVERY;
+    *at = (size_t)start;
+    return run < n - start ? (size_t)run : n - (size_t)start;
+}
+
 /* Pack msg into a new one-slice raw byte buffer. If tail is not NULL, its
  * packed bytes are appended as field 15 (the Timings field every response
  * has), after msg's own bytes: protobuf merges repeated occurrences of a

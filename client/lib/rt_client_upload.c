@@ -13,7 +13,18 @@
  *
  * Resume: when a stream broke, the daemon keeps what it received for a
  * while, and FindDataset says how much (resume_offset); the next upload of
- * the same data sends only the rest. */
+ * the same data sends only the rest.
+ *
+ * Hashing while sending: a large upload of memory first asks FindDataset
+ * with a probe instead of the content hash, the XXH3-128 of its sample
+ * (RT_SAMPLE_BYTES of every RT_SAMPLE_EVERY bytes, a 256th of the data).
+ * When the daemon holds nothing with that sample and those parts, the data
+ * is new (or nearly so): the stream starts at once with hash_later, a
+ * thread hashes it all meanwhile, and the first chunk made after the hash
+ * is known carries it (the last chunk waits for it). When the daemon holds
+ * something of that sample (the same data again, or a broken upload of it),
+ * the upload hashes everything first and asks again, as above: nothing is
+ * sent for a dataset already stored, only the rest for a broken one. */
 #include "rt_client_impl.h"
 
 #include <errno.h>
@@ -23,12 +34,16 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 #if defined(__x86_64__) || defined(__i386__)
 /* libxxhash's XXH3 with a run-time choice of SSE2/AVX2/AVX-512 (the
  * plain entry points are SSE2): same hashes, about twice the speed */
 #include <xxh_x86dispatch.h>
 #endif
+
+/* Uploads of memory from this size on hash while they send. */
+#define RT__OVERLAP_MIN (8u << 20)
 
 typedef struct src {
     const rt_client_upload_part *p;
@@ -169,6 +184,80 @@ static int hash_all(rt_client *c, src *s, size_t n, uint8_t *buf, uint8_t out[16
     return rc;
 }
 
+/* XXH3-128 of the concatenated memory parts on a thread of its own. */
+typedef struct hasher {
+    const src *s;
+    size_t n;
+    pthread_t t;
+    int started;
+    int done; /* atomic: hash is final */
+    uint8_t hash[16];
+} hasher;
+
+static void hash_mem(const src *s, size_t n, uint8_t out[16])
+{
+    XXH3_state_t st;
+    XXH3_INITSTATE(&st);
+    XXH3_128bits_reset(&st);
+    for (size_t i = 0; i < n; i++)
+        XXH3_128bits_update(&st, s[i].p->data, s[i].len);
+    XXH128_canonical_t canon;
+    XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(&st));
+    memcpy(out, canon.digest, 16);
+}
+
+static void *hasher_main(void *arg)
+{
+    hasher *h = arg;
+    hash_mem(h->s, h->n, h->hash);
+    __atomic_store_n(&h->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Start hashing; without a thread, hash here (the stream then starts
+ * after it, as without the overlap). */
+static void hasher_start(hasher *h, const src *s, size_t n)
+{
+    h->s = s;
+    h->n = n;
+    h->done = 0;
+    h->started = pthread_create(&h->t, NULL, hasher_main, h) == 0;
+    if (!h->started)
+        hasher_main(h);
+}
+
+/* The hash once known: when wait, after waiting for it; else NULL while
+ * the thread still runs. */
+static const uint8_t *hasher_get(hasher *h, int wait)
+{
+    if (!__atomic_load_n(&h->done, __ATOMIC_ACQUIRE) && !wait)
+        return NULL;
+    if (h->started) {
+        pthread_join(h->t, NULL);
+        h->started = 0;
+    }
+    return h->hash;
+}
+
+/* XXH3-128 of the memory parts' sample (rt_sample_run). */
+static void sample_mem(const src *s, size_t n, uint8_t out[16])
+{
+    XXH3_state_t st;
+    XXH3_INITSTATE(&st);
+    XXH3_128bits_reset(&st);
+    uint64_t pos = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *p = s[i].p->data;
+        size_t len = (size_t)s[i].len, at, run;
+        for (size_t o = 0; o < len && (run = rt_sample_run(pos + o, len - o, &at)); o += at + run)
+            XXH3_128bits_update(&st, p + o + at, run);
+        pos += len;
+    }
+    XXH128_canonical_t canon;
+    XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(&st));
+    memcpy(out, canon.digest, 16);
+}
+
 static int dataset_from_pb(rt_client *c, const Rtrain__V1__DatasetInfo *d,
                            rt_client_dataset *out)
 {
@@ -253,18 +342,19 @@ static int in_memory(const src *s, size_t n, size_t part, uint64_t off, size_t w
     return want == 0 && pieces <= RT__ZC_SLICES - 2;
 }
 
-/* One UploadChunk framed by hand: header (the first), offset, data, last.
- * Field numbers and wire types are the .proto's: 1 header, 2 offset,
- * 3 data, 4 last. Data in memory goes by reference (slices over the
+/* One UploadChunk framed by hand: header (the first), offset, the content
+ * hash (hash_later, when hash), data, last. Field numbers and wire types
+ * are the .proto's: 1 header, 2 offset, 410 content_hash, 3 data, 4 last. Data in memory goes by reference (slices over the
  * caller's array, counted in z); file data is read straight into place
  * in one slice. */
 static int make_chunk(rt_client *c, const uint8_t *hdr, size_t hdr_len, uint64_t offset,
-                      src *s, size_t n, size_t *part, uint64_t *off, size_t want, int last,
-                      zc_refs *z, grpc_byte_buffer **out)
+                      const uint8_t *hash, src *s, size_t n, size_t *part, uint64_t *off,
+                      size_t want, int last, zc_refs *z, grpc_byte_buffer **out)
 {
     *out = NULL;
     int zc = z && in_memory(s, n, *part, *off, want);
-    size_t cap = (hdr ? 1 + 10 + hdr_len : 0) + 11 + 11 + (zc ? 0 : want) + 2;
+    size_t cap = (hdr ? 1 + 10 + hdr_len : 0) + 11 + (hash ? 2 + 1 + 16 : 0) + 11 +
+                 (zc ? 0 : want) + 2;
     grpc_slice sl = grpc_slice_malloc(cap);
     uint8_t *p = GRPC_SLICE_START_PTR(sl), *q = p;
     if (hdr) {
@@ -275,6 +365,12 @@ static int make_chunk(rt_client *c, const uint8_t *hdr, size_t hdr_len, uint64_t
     }
     *q++ = (2 << 3) | 0;
     q += put_varint(q, offset);
+    if (hash) { /* 410: content_hash, after hash_later */
+        q += put_varint(q, (410 << 3) | 2);
+        *q++ = 16;
+        memcpy(q, hash, 16);
+        q += 16;
+    }
     *q++ = (3 << 3) | 2;
     q += put_varint(q, want);
     if (zc) {
@@ -331,12 +427,15 @@ static int make_chunk(rt_client *c, const uint8_t *hdr, size_t hdr_len, uint64_t
 }
 
 /* The UploadDataset client stream, from stream byte start (a resume: the
- * daemon kept the bytes before it). */
+ * daemon kept the bytes before it). With hz, the header says hash_later and
+ * the content hash goes in the first chunk made once hz has it. */
 static int stream_upload(rt_client *c, Rtrain__V1__DatasetHeader *hdr, src *s,
-                         size_t n, uint64_t total, uint64_t start, rt_client_dataset *out)
+                         size_t n, uint64_t total, uint64_t start, hasher *hz,
+                         rt_client_dataset *out)
 {
     hdr->no_checksum = 1; /* the content hash checks the data */
     hdr->resume_offset = start;
+    hdr->hash_later = hz != NULL;
     size_t hdr_len = protobuf_c_message_get_packed_size(&hdr->base);
     uint8_t *hp = malloc(hdr_len ? hdr_len : 1);
     if (!hp)
@@ -357,9 +456,12 @@ static int stream_upload(rt_client *c, Rtrain__V1__DatasetHeader *hdr, src *s,
         uint64_t l0 = rt_now_ns();
         size_t want = total - sent < RT_UPLOAD_CHUNK ? (size_t)(total - sent) : RT_UPLOAD_CHUNK;
         int last = sent + want >= total;
+        const uint8_t *hash = hz ? hasher_get(hz, last) : NULL;
+        if (hash)
+            hz = NULL; /* sent once */
         grpc_byte_buffer *bb;
-        rc = make_chunk(c, first ? hp : NULL, hdr_len, sent, s, n, &part, &off, want, last, &z,
-                        &bb);
+        rc = make_chunk(c, first ? hp : NULL, hdr_len, sent, hash, s, n, &part, &off, want, last,
+                        &z, &bb);
         local += rt_now_ns() - l0;
         /* The previous chunk went out while this one was made. */
         int ok = 1;
@@ -482,12 +584,18 @@ static int upload_parts(rt_client *c, const char *session, const char *name,
     rc = open_srcs(c, parts, n_parts, s, &total);
     if (rc == 0 && total == 0)
         rc = rt__err(c, RT_EDATA, "upload: the data set is empty");
-    if (rc == 0)
-        rc = hash_all(c, s, n_parts, buf, hash);
     for (size_t i = 0; shards && rc == 0 && i < n_parts; i++)
         rc = hash_all(c, &s[i], 1, buf, ph[i]);
     if (rc < 0)
         goto done;
+    /* Memory parts of a large set: probe first, and maybe hash while
+     * sending (the file comment). */
+    int overlap = !shards && total >= RT__OVERLAP_MIN;
+    for (size_t i = 0; i < n_parts; i++)
+        overlap &= !s[i].f;
+    uint8_t sample[16];
+    if (overlap)
+        sample_mem(s, n_parts, sample);
     for (size_t i = 0; i < n_parts; i++) {
         const rt_client_upload_part *p = &parts[i];
         rtrain__v1__data_part__init(&dp[i]);
@@ -521,19 +629,60 @@ static int upload_parts(rt_client *c, const char *session, const char *name,
     hdr.n_parts = n_parts;
     hdr.parts = dpp;
     hdr.total_bytes = total;
-    hdr.content_hash.data = hash;
-    hdr.content_hash.len = 16;
     if (parts[0].format == RT_FORMAT_TFRECORD)
         hdr.example_spec = rt__example_spec_pb(parts[0].spec);
-
-    /* FindDataset: its encode includes reading and hashing the data. */
     Rtrain__V1__FindDatasetRequest freq = RTRAIN__V1__FIND_DATASET_REQUEST__INIT;
     freq.session_id = (char *)session;
+    freq.header = &hdr;
+    Rtrain__V1__FindDatasetResponse *fr;
+    if (overlap) {
+        /* The probe: its encode includes hashing the sample. */
+        hdr.sample_hash.data = sample;
+        hdr.sample_hash.len = 16;
+        freq.sample_hash = hdr.sample_hash;
+        uint64_t sample_ns = rt_now_ns() - t0;
+        rc = rt__unary(c, RT__M_FIND_DATASET, &freq.base,
+                       &rtrain__v1__find_dataset_response__descriptor,
+                       (ProtobufCMessage **)&fr);
+        c->cur.client_encode_ns += sample_ns;
+        if (rc == 0) {
+            rt__take_timings(c, fr->timings, 0);
+            overlap = !fr->probable;
+            protobuf_c_message_free_unpacked(&fr->base, NULL);
+        } else if (rc == RT_EINVAL || rc == RT_EUNIMPLEMENTED) {
+            /* a daemon from before the probe wants the content hash, one
+             * without FindDataset takes the upload as it is */
+            overlap = 0;
+            hdr.sample_hash.len = 0;
+            rc = 0;
+        } else {
+            goto done;
+        }
+        if (overlap) {
+            rt__call_end(c, 0);
+            rt__call_begin(c, RT__M_UPLOAD);
+            hasher hz;
+            hasher_start(&hz, s, n_parts);
+            rc = stream_upload(c, &hdr, s, n_parts, total, 0, &hz, out);
+            hasher_get(&hz, 1); /* the stream may have ended first */
+            goto done;
+        }
+        rt__call_end(c, 0);
+        rt__call_begin(c, RT__M_FIND_DATASET);
+        t0 = rt_now_ns();
+    }
+    if (rc == 0)
+        rc = hash_all(c, s, n_parts, buf, hash);
+    if (rc < 0)
+        goto done;
+    hdr.content_hash.data = hash;
+    hdr.content_hash.len = 16;
+
+    /* FindDataset: its encode includes reading and hashing the data. */
     freq.content_hash.data = hash;
     freq.content_hash.len = 16;
-    freq.header = &hdr;
+    freq.sample_hash.len = 0;
     uint64_t hash_ns = rt_now_ns() - t0;
-    Rtrain__V1__FindDatasetResponse *fr;
     rc = rt__unary(c, RT__M_FIND_DATASET, &freq.base,
                    &rtrain__v1__find_dataset_response__descriptor,
                    (ProtobufCMessage **)&fr);
@@ -572,23 +721,24 @@ static int upload_parts(rt_client *c, const char *session, const char *name,
                 sent[ns++] = s[i];
                 stream_total += s[i].len;
             }
-        rc = stream_upload(c, &hdr, sent, ns, stream_total, ns == n_parts ? resume : 0, out);
+        rc = stream_upload(c, &hdr, sent, ns, stream_total, ns == n_parts ? resume : 0, NULL,
+                           out);
         if (rc == RT_ENOTFOUND && ns < n_parts) {
             /* a held shard was dropped from the daemon's cache meanwhile */
             for (size_t i = 0; i < n_parts; i++)
                 dp[i].held = 0;
             rt__call_end(c, rc);
             rt__call_begin(c, RT__M_UPLOAD);
-            rc = stream_upload(c, &hdr, s, n_parts, total, 0, out);
+            rc = stream_upload(c, &hdr, s, n_parts, total, 0, NULL, out);
         }
     } else {
-        rc = stream_upload(c, &hdr, s, n_parts, total, resume, out);
+        rc = stream_upload(c, &hdr, s, n_parts, total, resume, NULL, out);
     }
     if (rc == RT_ENOTFOUND && resume) {
         /* the kept bytes went (expired, or room for other uploads) */
         rt__call_end(c, rc);
         rt__call_begin(c, RT__M_UPLOAD);
-        rc = stream_upload(c, &hdr, s, n_parts, total, 0, out);
+        rc = stream_upload(c, &hdr, s, n_parts, total, 0, NULL, out);
     }
 done:
     free(ph);

@@ -953,8 +953,10 @@ typedef struct up_data {
     uint8_t *buf;
     rt_data_cursor cur;    /* where the next stream bytes go */
     uint64_t received;     /* stream bytes placed */
+    uint64_t hashed;       /* stream bytes hashed (the lane's position) */
     XXH64_state_t *x64;    /* NULL under no_checksum */
     XXH3_state_t *x3;
+    XXH3_state_t *xs;      /* the sample (rt_sample_run) */
 } up_data;
 
 static void up_data_free(void *p)
@@ -967,6 +969,8 @@ static void up_data_free(void *p)
         XXH64_freeState(d->x64);
     if (d->x3)
         XXH3_freeState(d->x3);
+    if (d->xs)
+        XXH3_freeState(d->xs);
     free(d);
 }
 
@@ -982,6 +986,9 @@ typedef struct upload_st {
     int any_held;
     uint8_t content_hash_given[16];
     int has_content_hash;
+    int hash_later;        /* the content hash comes in a chunk */
+    uint8_t sample_given[16];
+    int has_sample;
     int no_checksum;
     uint8_t key[16];       /* rt_data_key: what a kept stream is found by */
     uint64_t total;
@@ -1038,6 +1045,10 @@ static void upload_st_done(void *p)
             memcpy(k->key, u->key, 16);
             k->offset = u->d->received;
             k->bytes = u->reserved;
+            if (u->has_sample) {
+                rt_data_key(u->sample_given, u->parts, u->n_parts, k->probe);
+                k->has_probe = 1;
+            }
             k->st = u->d;
             k->st_free = up_data_free;
             u->d = NULL;
@@ -1151,6 +1162,10 @@ static void up_place(upload_st *u, const uint8_t *p, size_t n)
     while (n) {
         size_t b = n < RT__UP_BLOCK ? n : RT__UP_BLOCK;
         XXH3_128bits_update(d->x3, p, b);
+        size_t at, run;
+        for (size_t o = 0; o < b && (run = rt_sample_run(d->hashed + o, b - o, &at)); o += at + run)
+            XXH3_128bits_update(d->xs, p + o + at, run);
+        d->hashed += b;
         if (d->x64)
             XXH64_update(d->x64, p, b);
         rt_data_place(u->parts, u->n_parts, &d->cur, d->buf, p, b);
@@ -1265,17 +1280,30 @@ static int upload_begin(rt_call *c, upload_st *u, const Rtrain__V1__DatasetHeade
         rt_data_key(u->content_hash_given, u->parts, u->n_parts, u->key);
     }
     u->no_checksum = h->no_checksum;
-    if ((u->no_checksum || h->resume_offset) && !u->has_content_hash)
-        return rt_call_fail(c, RT_EINVAL, "%s needs the header's content_hash",
+    u->hash_later = h->hash_later;
+    if (u->hash_later && (u->has_content_hash || h->resume_offset))
+        return rt_call_fail(c, RT_EINVAL, "hash_later is for a header without %s",
+                            u->has_content_hash ? "content_hash" : "resume_offset");
+    if ((u->no_checksum || h->resume_offset) && !u->has_content_hash && !u->hash_later)
+        return rt_call_fail(c, RT_EINVAL, "%s needs the header's content_hash (or hash_later)",
                             u->no_checksum ? "no_checksum" : "resume_offset");
+    if (h->sample_hash.len) {
+        if (h->sample_hash.len != 16)
+            return rt_call_fail(c, RT_EINVAL, "sample_hash must be 16 bytes (XXH3-128)");
+        memcpy(u->sample_given, h->sample_hash.data, 16);
+        u->has_sample = 1;
+    }
     snprintf(u->name, sizeof u->name, "%s", h->name);
     u->stream_total = 0;
     for (int i = 0; i < u->n_parts; i++) {
         u->any_held |= u->parts[i].held;
         u->stream_total += u->parts[i].held ? 0 : u->parts[i].length;
     }
-    if (h->resume_offset && u->any_held)
-        return rt_call_fail(c, RT_EINVAL, "resume_offset with held shards");
+    if ((h->resume_offset || u->hash_later || u->has_sample) && u->any_held)
+        return rt_call_fail(c, RT_EINVAL, "%s with held shards",
+                            h->resume_offset ? "resume_offset"
+                            : u->hash_later  ? "hash_later"
+                                             : "sample_hash");
     /* What a broken upload of this content left: taken for a resume, or
      * dropped by a fresh start (its bytes would only be held twice). */
     rt__kept *k = u->has_content_hash ? rt_srv_kept_take(c->srv, c->who, u->key) : NULL;
@@ -1325,14 +1353,16 @@ static int upload_begin(rt_call *c, upload_st *u, const Rtrain__V1__DatasetHeade
         if (u->d) {
             u->d->buf = rt_bufpool_get(u->total);
             u->d->x3 = XXH3_createState();
+            u->d->xs = XXH3_createState();
             u->d->x64 = u->no_checksum ? NULL : XXH64_createState();
         }
-        if (!u->d || !u->d->buf || !u->d->x3 || (!u->no_checksum && !u->d->x64))
+        if (!u->d || !u->d->buf || !u->d->x3 || !u->d->xs || (!u->no_checksum && !u->d->x64))
             return rt_call_fail(c, RT_ENOMEM, "out of memory for a %llu-byte dataset",
                                 (unsigned long long)u->total);
         if (u->d->x64)
             XXH64_reset(u->d->x64, 0);
         XXH3_128bits_reset(u->d->x3);
+        XXH3_128bits_reset(u->d->xs);
     }
     u->have_header = 1;
     up_lane_start(u);
@@ -1355,6 +1385,21 @@ static int upload_chunk(rt_call *c, upload_st *u)
     }
     rt_srv_upload_touch(c);
     up_data *d = u->d;
+    if (q->content_hash.len) {
+        /* hash_later: the client hashed while it sent */
+        if (!u->hash_later)
+            return rt_call_fail(c, RT_EINVAL, "a chunk's content_hash needs the header's hash_later");
+        if (u->has_content_hash)
+            return rt_call_fail(c, RT_EPROTO, "content_hash sent twice");
+        if (q->content_hash.len != 16)
+            return rt_call_fail(c, RT_EINVAL, "content_hash must be 16 bytes (XXH3-128)");
+        memcpy(u->content_hash_given, q->content_hash.data, 16);
+        u->has_content_hash = 1;
+        rt_data_key(u->content_hash_given, u->parts, u->n_parts, u->key);
+        /* a fresh start of this content: a broken one's bytes would only
+         * be held twice */
+        rt_srv_kept_free(rt_srv_kept_take(c->srv, c->who, u->key));
+    }
     /* The data: in place in the received slices, or decoded (compressed). */
     size_t len = 0;
     if (c->bulk) {
@@ -1388,6 +1433,9 @@ static int upload_chunk(rt_call *c, upload_st *u)
         rt_metrics_upload(len, 0);
     }
     if (q->last) {
+        if (u->hash_later && !u->has_content_hash)
+            return rt_call_fail(c, RT_EINVAL,
+                                "hash_later, but no chunk up to the last had the content_hash");
         up_drain(u);
         if (d->x64) {
             uint64_t sum = XXH64_digest(d->x64);
@@ -1489,6 +1537,17 @@ static int upload_work(rt_call *c)
         return rt_call_fail(c, RT_ECHECKSUM, "content_hash does not match the data's XXH3-128");
     uint8_t key[16];
     rt_data_key(h.digest, u->parts, u->n_parts, key);
+    if (!u->any_held) {
+        /* the sample the stream held: checked against the header's, and
+         * left for FindDataset's probe */
+        XXH128_canonical_t sh;
+        XXH128_canonicalFromHash(&sh, XXH3_128bits_digest(d->xs));
+        if (u->has_sample && memcmp(sh.digest, u->sample_given, 16) != 0)
+            return rt_call_fail(c, RT_ECHECKSUM, "sample_hash does not match the data's sample");
+        uint8_t probe[16];
+        rt_data_key(sh.digest, u->parts, u->n_parts, probe);
+        rt_srv_probe_put(c->srv, probe, key);
+    }
     rt_dataset *kept = rt_data_store_find_key(c->srv->data, c->who, key);
     int dedup = kept != NULL;
     if (!kept) {
@@ -1569,7 +1628,11 @@ static int h_find_dataset(rt_call *c)
     int rc = need_session(c, q->session_id);
     if (rc < 0)
         return rc;
-    if (q->content_hash.len != 16)
+    int probe = q->content_hash.len == 0 && q->sample_hash.len;
+    if (probe && q->sample_hash.len != 16)
+        return rt_call_fail(c, RT_EINVAL, "sample_hash must be 16 bytes (XXH3-128), got %zu",
+                            q->sample_hash.len);
+    if (!probe && q->content_hash.len != 16)
         return rt_call_fail(c, RT_EINVAL, "content_hash must be 16 bytes (XXH3-128), got %zu",
                             q->content_hash.len);
     if (!q->header)
@@ -1583,11 +1646,26 @@ static int h_find_dataset(rt_call *c)
     if ((rc = parts_from_header(c, q->header, parts, &n, &total, spec)) < 0)
         return rc;
     uint8_t key[16];
-    rt_data_key(q->content_hash.data, parts, n, key);
     Rtrain__V1__FindDatasetResponse *r =
         NEW(c, Rtrain__V1__FindDatasetResponse, RTRAIN__V1__FIND_DATASET_RESPONSE__INIT);
     if (!r)
         return OOM(c);
+    if (probe) {
+        /* Probable: who holds a dataset, or a broken upload, with these
+         * parts and this sample. Then the client hashes it all first. */
+        rt_data_key(q->sample_hash.data, parts, n, key);
+        uint8_t keys[8][16];
+        int nk = rt_srv_probe_keys(c->srv, key, keys, 8);
+        r->probable = rt_srv_kept_probe(c->srv, c->who, key);
+        for (int i = 0; i < nk && !r->probable; i++) {
+            rt_dataset *ds = rt_data_store_find_key(c->srv->data, c->who, keys[i]);
+            r->probable = ds != NULL;
+            rt_dataset_release(ds);
+        }
+        c->resp = &r->base;
+        return 0;
+    }
+    rt_data_key(q->content_hash.data, parts, n, key);
     c->ds = rt_data_store_find_key(c->srv->data, c->who, key);
     int shards = 0;
     for (int i = 0; i < n; i++)

@@ -1224,6 +1224,45 @@ uint64_t rt_srv_kept_offset(rt_srv *s, const rt_principal *who, const uint8_t ke
     return off;
 }
 
+int rt_srv_kept_probe(rt_srv *s, const rt_principal *who, const uint8_t probe[16])
+{
+    int found = 0;
+    pthread_mutex_lock(&s->up_mu);
+    for (rt__kept *k = s->kept; k && !found; k = k->next)
+        found = k->who == who && k->has_probe && memcmp(k->probe, probe, 16) == 0;
+    pthread_mutex_unlock(&s->up_mu);
+    return found;
+}
+
+void rt_srv_probe_put(rt_srv *s, const uint8_t probe[16], const uint8_t key[16])
+{
+    pthread_mutex_lock(&s->up_mu);
+    int i;
+    for (i = 0; i < s->n_probes; i++)
+        if (memcmp(s->probes[i][0], probe, 16) == 0 && memcmp(s->probes[i][1], key, 16) == 0)
+            break;
+    if (i == s->n_probes) { /* new: into the next slot, over the oldest */
+        i = s->probe_next;
+        s->probe_next = (s->probe_next + 1) % RT__PROBES;
+        if (s->n_probes < RT__PROBES)
+            s->n_probes++;
+        memcpy(s->probes[i][0], probe, 16);
+        memcpy(s->probes[i][1], key, 16);
+    }
+    pthread_mutex_unlock(&s->up_mu);
+}
+
+int rt_srv_probe_keys(rt_srv *s, const uint8_t probe[16], uint8_t (*keys)[16], int max)
+{
+    int n = 0;
+    pthread_mutex_lock(&s->up_mu);
+    for (int i = 0; i < s->n_probes && n < max; i++)
+        if (memcmp(s->probes[i][0], probe, 16) == 0)
+            memcpy(keys[n++], s->probes[i][1], 16);
+    pthread_mutex_unlock(&s->up_mu);
+    return n;
+}
+
 int rt_srv_kept_drop_one(rt_srv *s, const rt_principal *who)
 {
     pthread_mutex_lock(&s->up_mu);

@@ -210,6 +210,8 @@ struct rt_call {
 };
 
 /* The server object; fields used by handlers. */
+#define RT__PROBES 256 /* probe table entries (rt_srv_probe_put) */
+
 struct rt_srv {
     rt_srv_config cfg;
     char bound[128];
@@ -264,6 +266,10 @@ struct rt_srv {
     /* Broken uploads kept for a resume (rt_srv_kept_*), under up_mu. */
     struct rt__kept *kept;
     uint64_t kept_bytes;
+    /* Probe key -> content key of stored uploads (rt_srv_probe_*), a ring,
+     * under up_mu. */
+    uint8_t probes[RT__PROBES][2][16];
+    int n_probes, probe_next;
 
     /* Pipelined RunSteps waiting for their predecessor (pipe_admit). */
     pthread_mutex_t pipe_mu;
@@ -343,6 +349,8 @@ typedef struct rt__kept {
     uint64_t offset;       /* stream bytes held */
     uint64_t bytes;        /* charged */
     uint64_t expires_ns;
+    uint8_t probe[16];     /* rt_data_key of the header's sample hash and parts */
+    int has_probe;
     void *st;              /* the upload's data (rt_methods.c) */
     void (*st_free)(void *st);
 } rt__kept;
@@ -358,6 +366,15 @@ uint64_t rt_srv_kept_offset(rt_srv *s, const rt_principal *who, const uint8_t ke
 int rt_srv_kept_drop_one(rt_srv *s, const rt_principal *who);
 /* Free an entry taken with rt_srv_kept_take, giving back its charges. */
 void rt_srv_kept_free(rt__kept *k);
+
+/* FindDataset's probe (a sample hash instead of the content hash). Each
+ * stored upload leaves its probe key (rt_data_key of the sample hash and
+ * parts) and content key in a small table, newest over oldest; probe_keys
+ * copies the content keys stored for probe (at most max) and returns how
+ * many. kept_probe: who has a kept broken upload of that probe key. */
+void rt_srv_probe_put(rt_srv *s, const uint8_t probe[16], const uint8_t key[16]);
+int rt_srv_probe_keys(rt_srv *s, const uint8_t probe[16], uint8_t (*keys)[16], int max);
+int rt_srv_kept_probe(rt_srv *s, const rt_principal *who, const uint8_t probe[16]);
 
 /* The client cancelled (or its deadline passed) or the daemon is cancelling
  * calls. Work checks this at step boundaries. For unary calls it is only

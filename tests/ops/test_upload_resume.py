@@ -6,10 +6,14 @@ usage: test_upload_resume.py RTRAIND RTRAIN_RELAY PYTHONPATH
 
 A child process uploads a 64 MiB array through rtrain_relay capped at
 32 MB/s (so the stream lasts about two seconds), and is killed (SIGKILL)
-once the daemon's /metrics shows its first bytes arrived. The daemon keeps
-what it received (rtrain_upload_kept_bytes). This process then uploads the
-same array straight to the daemon: FindDataset reports the kept bytes, the
-stream sends the rest, and both ends count it: bytes_sent (client) + the
+once the daemon's /metrics shows a quarter of it arrived. The upload is
+new to the daemon, so the client streams at once and sends the content
+hash in a chunk once its thread has it (hash_later), well within that
+quarter; the daemon keeps what it received (rtrain_upload_kept_bytes).
+This process then uploads the same array straight to the daemon: the
+probe finds the kept upload by its sample, FindDataset (content hash)
+reports the kept bytes, the stream sends the rest, and both ends count
+it: bytes_sent (client) + the
 daemon's bytes_resumed = the whole, and the daemon's
 rtrain_upload_resumed_bytes_total says the same. The dataset is the
 array's: a third upload finds it by its content hash (deduplicated, same
@@ -78,15 +82,18 @@ def main():
         child = subprocess.Popen([sys.executable, '-c', CHILD, raddr], env=env,
                                  stdout=subprocess.PIPE, text=True)
         check(child.stdout.readline().strip() == 'uploading', 'the child started its upload')
-        # Kill it once its first bytes reached the daemon (a condition, not
-        # a time: the relay's cap leaves the stream seconds to run).
+        # Kill it once a quarter reached the daemon (a condition, not a
+        # time: the relay's cap leaves the stream seconds to run). A stream
+        # broken before its content hash came is not kept; the hash takes
+        # the client milliseconds, the first quarter 0.5 s through the relay.
         deadline = time.monotonic() + 60
-        while metric(murl, 'rtrain_upload_bytes_total') <= 0 and time.monotonic() < deadline:
+        while (metric(murl, 'rtrain_upload_bytes_total') < N // 4 and
+               time.monotonic() < deadline):
             time.sleep(0.005)
         child.send_signal(signal.SIGKILL)
         child.wait()
         got = metric(murl, 'rtrain_upload_bytes_total')
-        check(0 < got < N, f'killed mid-stream: the daemon had {got:.0f} of {N} bytes')
+        check(N // 4 <= got < N, f'killed mid-stream: the daemon had {got:.0f} of {N} bytes')
         # The daemon notices the broken stream and keeps what it read.
         while metric(murl, 'rtrain_upload_kept_bytes') <= 0 and time.monotonic() < deadline:
             time.sleep(0.01)
