@@ -2,7 +2,9 @@
  * every format, dedup by content hash, and the bad-upload list (bad
  * checksum, truncated, missing bytes, NaN/Inf, fortran order, cancel
  * mid-stream, over the size limit, offset gaps), and resuming a broken
- * upload (only the rest is sent; the content hash still checks all). */
+ * upload (only the rest is sent; the content hash still checks all), and
+ * the content hash sent later in the stream (hash_later) with FindDataset's
+ * probe by sample hash. */
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -790,6 +792,172 @@ static void test_resume(itest_conn *c, const char *sid)
     CHECK(ping_ok(c), "daemon alive after resumes");
 }
 
+/* ------------------------------------------------- hash_later and probe */
+/* FindDataset's probe: probable (0/1), or -1 on an error status. */
+static int probe(itest_conn *c, const char *sid, Rtrain__V1__DatasetHeader *h,
+                 const uint8_t sample[16])
+{
+    Rtrain__V1__FindDatasetRequest q = RTRAIN__V1__FIND_DATASET_REQUEST__INIT;
+    q.session_id = (char *)sid;
+    q.sample_hash.data = (uint8_t *)sample;
+    q.sample_hash.len = 16;
+    q.header = h;
+    Rtrain__V1__FindDatasetResponse *f = NULL;
+    itest_res r;
+    itest_unary(c, "FindDataset", &q.base, &rtrain__v1__find_dataset_response__descriptor,
+                (ProtobufCMessage **)&f, &r);
+    int v = f ? f->probable && !f->found : -1;
+    if (f)
+        protobuf_c_message_free_unpacked(&f->base, NULL);
+    itest_res_free(&r);
+    return v;
+}
+
+/* The client streams before it knows the content hash (hash_later) and
+ * sends it in a later chunk; a probe by sample hash says whether the
+ * daemon holds something like the data. */
+static void test_hash_later(itest_conn *c, const char *sid)
+{
+    static float x[RS_N * RS_CHUNK / 4], y[RS_N * RS_CHUNK / 4];
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
+        x[i] = (float)i * 0.5f + 3.0f;
+        y[i] = (float)i * -0.125f;
+    }
+    Rtrain__V1__DataPart p = part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
+                                  RTRAIN__V1__DATA_FORMAT__FORMAT_RAW, sizeof x);
+    int64_t shape[2] = {1024, 10};
+    p.dtype = RTRAIN__V1__DTYPE__F32;
+    p.shape = shape;
+    p.n_shape = 2;
+    Rtrain__V1__DataPart *pp[1] = {&p};
+    /* the sample: the first 4 KiB of every MiB, here the first 4 KiB */
+    XXH128_canonical_t hx, hy, sx, sy;
+    XXH128_canonicalFromHash(&hx, XXH3_128bits(x, sizeof x));
+    XXH128_canonicalFromHash(&hy, XXH3_128bits(y, sizeof y));
+    XXH128_canonicalFromHash(&sx, XXH3_128bits(x, 4096));
+    XXH128_canonicalFromHash(&sy, XXH3_128bits(y, 4096));
+    Rtrain__V1__DatasetHeader h = RTRAIN__V1__DATASET_HEADER__INIT;
+    h.session_id = (char *)sid;
+    h.name = "later";
+    h.parts = pp;
+    h.n_parts = 1;
+    h.no_checksum = 1;
+    h.hash_later = 1;
+    h.sample_hash.data = sx.digest;
+    h.sample_hash.len = 16;
+    Rtrain__V1__UploadChunk ch[RS_N];
+    ProtobufCMessage *m[RS_N];
+    for (int i = 0; i < RS_N; i++) {
+        Rtrain__V1__UploadChunk init = RTRAIN__V1__UPLOAD_CHUNK__INIT;
+        ch[i] = init;
+        ch[i].offset = (uint64_t)i * RS_CHUNK;
+        ch[i].data.data = (uint8_t *)x + (size_t)i * RS_CHUNK;
+        ch[i].data.len = RS_CHUNK;
+        m[i] = &ch[i].base;
+    }
+    ch[0].header = &h;
+    ch[RS_N - 1].last = 1;
+    ch[3].content_hash.data = hx.digest; /* known after three chunks went */
+    ch[3].content_hash.len = 16;
+    itest_res r;
+
+    CHECK(probe(c, sid, &h, sx.digest) == 0, "nothing like x held: not probable");
+    itest_client_stream(c, "UploadDataset", m, RS_N, -1, &r);
+    Rtrain__V1__UploadResponse *u = upload_resp(&r);
+    CHECK(u && !u->dataset->deduplicated && u->dataset->samples == 1024 &&
+              u->bytes_received == sizeof x,
+          "hash_later upload: %d %s", r.status, r.details);
+    char id[40] = "";
+    if (u) {
+        snprintf(id, sizeof id, "%s", u->dataset->dataset_id);
+        rtrain__v1__upload_response__free_unpacked(u, NULL);
+    }
+    itest_res_free(&r);
+    /* Now the probe says probable, and the content hash finds it. */
+    CHECK(probe(c, sid, &h, sx.digest) == 1, "x held: probable");
+    CHECK(probe(c, sid, &h, sy.digest) == 0, "another sample: not probable");
+    char found[40];
+    Rtrain__V1__DatasetHeader hc = h;
+    hc.hash_later = 0;
+    hc.content_hash.data = hx.digest;
+    hc.content_hash.len = 16;
+    find_resume(c, sid, &hc, found);
+    CHECK(id[0] && strcmp(found, id) == 0, "found by the content hash sent later (%s vs %s)",
+          found, id);
+
+    /* A content hash that is not the data's: DATA_LOSS, nothing stored. */
+    for (int i = 0; i < RS_N; i++)
+        ch[i].data.data = (uint8_t *)y + (size_t)i * RS_CHUNK;
+    h.sample_hash.data = sy.digest;
+    itest_client_stream(c, "UploadDataset", m, RS_N, -1, &r);
+    CHECK(r.status == GRPC_STATUS_DATA_LOSS && strstr(r.details, "content_hash"),
+          "wrong content hash sent later: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    CHECK(probe(c, sid, &h, sy.digest) == 0, "a refused upload leaves no probe");
+    /* A sample hash that is not the data's: DATA_LOSS. */
+    ch[3].content_hash.data = hy.digest;
+    h.sample_hash.data = sx.digest;
+    itest_client_stream(c, "UploadDataset", m, RS_N, -1, &r);
+    CHECK(r.status == GRPC_STATUS_DATA_LOSS && strstr(r.details, "sample_hash"),
+          "wrong sample hash: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    h.sample_hash.data = sy.digest;
+    /* No chunk with the content hash: INVALID_ARGUMENT at the last. */
+    ch[3].content_hash.len = 0;
+    itest_client_stream(c, "UploadDataset", m, RS_N, -1, &r);
+    CHECK(r.status == GRPC_STATUS_INVALID_ARGUMENT && strstr(r.details, "content_hash"),
+          "hash_later without the hash: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    /* hash_later and a content hash in the header; a chunk's hash
+     * without hash_later; the hash twice. */
+    h.content_hash.data = hy.digest;
+    h.content_hash.len = 16;
+    itest_client_stream(c, "UploadDataset", m, RS_N, -1, &r);
+    CHECK(r.status == GRPC_STATUS_INVALID_ARGUMENT && strstr(r.details, "hash_later"),
+          "hash_later with content_hash: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    h.hash_later = 0;
+    ch[3].content_hash.len = 16;
+    itest_client_stream(c, "UploadDataset", m, RS_N, -1, &r);
+    CHECK(r.status == GRPC_STATUS_INVALID_ARGUMENT && strstr(r.details, "hash_later"),
+          "a chunk's hash without hash_later: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    h.hash_later = 1;
+    h.content_hash.len = 0;
+    ch[5].content_hash = ch[3].content_hash;
+    itest_client_stream(c, "UploadDataset", m, RS_N, -1, &r);
+    CHECK(r.status == GRPC_STATUS_INVALID_ARGUMENT && strstr(r.details, "twice"),
+          "the hash twice: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    ch[5].content_hash.len = 0;
+
+    /* Broken before the hash came: nothing kept. Broken after it: kept,
+     * the probe says probable, and the classic resume sends the rest. */
+    itest_client_stream(c, "UploadDataset", m, 3, -1, &r);
+    itest_res_free(&r);
+    hc.content_hash.data = hy.digest;
+    CHECK(find_resume(c, sid, &hc, NULL) == 0, "broken before the hash: nothing kept");
+    CHECK(probe(c, sid, &h, sy.digest) == 0, "broken before the hash: not probable");
+    itest_client_stream(c, "UploadDataset", m, RS_N - 1, -1, &r);
+    itest_res_free(&r);
+    CHECK(probe(c, sid, &h, sy.digest) == 1, "broken after the hash: probable");
+    CHECK(find_resume(c, sid, &hc, NULL) == 9 * RS_CHUNK, "broken after the hash: kept");
+    hc.resume_offset = 9 * RS_CHUNK;
+    hc.sample_hash.data = sy.digest;
+    Rtrain__V1__UploadChunk rest = ch[9];
+    rest.header = &hc;
+    rest.content_hash.len = 0;
+    ProtobufCMessage *mr[1] = {&rest.base};
+    itest_client_stream(c, "UploadDataset", mr, 1, -1, &r);
+    u = upload_resp(&r);
+    CHECK(u && u->bytes_resumed == 9 * RS_CHUNK && u->dataset->samples == 1024,
+          "resumed a hash_later upload: %d %s", r.status, r.details);
+    if (u)
+        rtrain__v1__upload_response__free_unpacked(u, NULL);
+    itest_res_free(&r);
+    CHECK(ping_ok(c), "daemon alive after hash_later uploads");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -810,6 +978,7 @@ int main(int argc, char **argv)
     RUN(test_nonfinite_raw, c, sid);
     RUN(test_broken_streams, c, sid);
     RUN(test_resume, c, sid);
+    RUN(test_hash_later, c, sid);
     RUN(test_too_big, c, sid);
     itest_disconnect(c);
     RUN(test_store_cap, argv[1]);

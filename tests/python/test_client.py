@@ -796,3 +796,42 @@ def test_validation_split(client, iris):
     assert h.params["samples"] == int(len(xtr) * 0.8)
     with pytest.raises(ValueError):
         model.fit(xtr, ytr, validation_split=1.5)
+
+
+def _upload_calls(client, x, name):
+    """Upload x; the dataset dict and the methods of the calls it made."""
+    client.trace(True)
+    try:
+        ds = client._upload(x, None, name)
+        return ds, [t["method"] for t in client.trace_calls()]
+    finally:
+        client.trace(False)
+
+
+def test_upload_hashes_while_sending_and_dedups(client):
+    """A large array new to the daemon streams at once (one probe, then the
+    stream; the content hash goes in a later chunk); the same array again
+    is found before anything is sent; an array whose change the probe's
+    sample misses is hashed first, not found, and sent whole."""
+    x = np.random.default_rng(16).random((9 << 10, 256), dtype=np.float32)  # 9 MiB
+    ds, calls = _upload_calls(client, x, "later")
+    assert calls == ["FindDataset", "UploadDataset"]
+    assert not ds["deduplicated"] and ds["bytes_sent"] == x.nbytes
+    assert ds["samples"] == len(x) and ds["x_shape"] == (256,)
+    again, calls = _upload_calls(client, x, "later")
+    assert calls == ["FindDataset", "FindDataset"]  # probe, then the content hash
+    assert again["deduplicated"] and again["id"] == ds["id"] and again["bytes_sent"] == 0
+    # float 5 of row 1000: byte 1024020 of the first MiB, past its sampled 4 KiB
+    y = x.copy()
+    y[1000, 5] += 1.0
+    other, calls = _upload_calls(client, y, "later")
+    assert calls == ["FindDataset", "FindDataset", "UploadDataset"]
+    assert not other["deduplicated"] and other["id"] != ds["id"]
+    assert other["bytes_sent"] == y.nbytes
+    # the first float is sampled: new to the probe, streamed at once
+    z = x.copy()
+    z[0, 0] += 1.0
+    third, calls = _upload_calls(client, z, "later")
+    assert calls == ["FindDataset", "UploadDataset"]
+    assert not third["deduplicated"] and third["id"] not in (ds["id"], other["id"])
+    assert _upload_calls(client, z, "later")[0]["id"] == third["id"]
