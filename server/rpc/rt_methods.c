@@ -1369,6 +1369,8 @@ static int upload_begin(rt_call *c, upload_st *u, const Rtrain__V1__DatasetHeade
     return 0;
 }
 
+static Rtrain__V1__DatasetInfo *dataset_info(rt_call *c, const rt_dataset *ds, int dedup);
+
 static int upload_chunk(rt_call *c, upload_st *u)
 {
     Rtrain__V1__UploadChunk *q = REQ(c, Rtrain__V1__UploadChunk);
@@ -1399,6 +1401,20 @@ static int upload_chunk(rt_call *c, upload_st *u)
         /* a fresh start of this content: a broken one's bytes would only
          * be held twice */
         rt_srv_kept_free(rt_srv_kept_take(c->srv, c->who, u->key));
+        /* Stored already (the probe missed it: a restart, or its entry
+         * went): answered now, the rest of the stream is not read. */
+        rt_dataset *ds = rt_data_store_find_key(c->srv->data, c->who, u->key);
+        if (ds) {
+            c->ds = ds;
+            u->done = 1; /* nothing to keep */
+            Rtrain__V1__UploadResponse *r =
+                NEW(c, Rtrain__V1__UploadResponse, RTRAIN__V1__UPLOAD_RESPONSE__INIT);
+            if (!r || !(r->dataset = dataset_info(c, ds, 1)))
+                return OOM(c);
+            r->bytes_received = d->received;
+            c->resp = &r->base;
+            return 0;
+        }
     }
     /* The data: in place in the received slices, or decoded (compressed). */
     size_t len = 0;

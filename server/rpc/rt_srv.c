@@ -1661,7 +1661,7 @@ static void on_stream_recv(rt__tag *t, int ok)
         grpc_byte_buffer_destroy(c->payload);
         c->payload = NULL;
     }
-    if (c->err)
+    if (c->err || c->resp) /* a response before the end: answered early */
         finish(c);
     else
         post_recv(c);

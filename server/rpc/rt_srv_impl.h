@@ -60,7 +60,9 @@ typedef struct rt_call rt_call;
 /* One handler signature for every method (docs/style.md, 8). For unary and
  * server-streaming methods handle() runs once with c->req decoded; for the
  * client-streaming upload it runs per message, and end() when the client
- * half-closes. Return 0, or a negative code after rt_call_fail(). */
+ * half-closes; a message handler that sets c->resp answers at once (OK),
+ * and the rest of the stream is not read. Return 0, or a negative code
+ * after rt_call_fail(). */
 typedef int (*rt_handler_fn)(rt_call *c);
 
 /* What rt_methods.c writes for one method: protoc-c's member name for it

@@ -463,6 +463,16 @@ int itest_client_stream(itest_conn *c, const char *method, ProtobufCMessage *con
         ops[2].op = GRPC_OP_RECV_MESSAGE;
         ops[2].data.recv_message.recv_message = &recv;
         batch(c, call, ops, 3, (void *)3);
+    } else {
+        /* a send failed: the server ended the call, maybe with an answer
+         * before the end of the stream */
+        grpc_op ops[2];
+        memset(ops, 0, sizeof ops);
+        ops[0].op = GRPC_OP_RECV_INITIAL_METADATA;
+        ops[0].data.recv_initial_metadata.recv_initial_metadata = &imd;
+        ops[1].op = GRPC_OP_RECV_MESSAGE;
+        ops[1].data.recv_message.recv_message = &recv;
+        batch(c, call, ops, 2, (void *)3);
     }
     grpc_event ev = grpc_completion_queue_pluck(c->cq, (void *)9, deadline_s(180), NULL);
     r->rtt_ns = itest_now_ns() - t0;

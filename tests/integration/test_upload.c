@@ -884,11 +884,33 @@ static void test_hash_later(itest_conn *c, const char *sid)
     find_resume(c, sid, &hc, found);
     CHECK(id[0] && strcmp(found, id) == 0, "found by the content hash sent later (%s vs %s)",
           found, id);
+    /* The same data streamed again without the probe: the chunk with the
+     * content hash gets the stored dataset at once, the rest is unread. */
+    ch[3].content_hash.len = 0;
+    ch[1].content_hash.data = hx.digest;
+    ch[1].content_hash.len = 16;
+    itest_client_stream(c, "UploadDataset", m, RS_N, -1, &r);
+    u = upload_resp(&r);
+    CHECK(u && u->dataset->deduplicated && strcmp(u->dataset->dataset_id, id) == 0 &&
+              u->bytes_received == RS_CHUNK,
+          "answered at the hash: %d %s, received %llu", r.status, r.details,
+          u ? (unsigned long long)u->bytes_received : 0ull);
+    if (u)
+        rtrain__v1__upload_response__free_unpacked(u, NULL);
+    itest_res_free(&r);
+    CHECK(ping_ok(c), "daemon alive after an early answer");
+    ch[1].content_hash.len = 0;
+    ch[3].content_hash.len = 16;
 
-    /* A content hash that is not the data's: DATA_LOSS, nothing stored. */
+    /* A content hash that is not the data's (nor a stored one's): DATA_LOSS,
+     * nothing stored. */
     for (int i = 0; i < RS_N; i++)
         ch[i].data.data = (uint8_t *)y + (size_t)i * RS_CHUNK;
     h.sample_hash.data = sy.digest;
+    uint8_t wrong[16];
+    memcpy(wrong, hy.digest, 16);
+    wrong[7] ^= 0x40;
+    ch[3].content_hash.data = wrong;
     itest_client_stream(c, "UploadDataset", m, RS_N, -1, &r);
     CHECK(r.status == GRPC_STATUS_DATA_LOSS && strstr(r.details, "content_hash"),
           "wrong content hash sent later: %d %s", r.status, r.details);

@@ -835,3 +835,17 @@ def test_upload_hashes_while_sending_and_dedups(client):
     assert calls == ["FindDataset", "UploadDataset"]
     assert not third["deduplicated"] and third["id"] not in (ds["id"], other["id"])
     assert _upload_calls(client, z, "later")[0]["id"] == third["id"]
+
+
+def test_upload_answered_early_when_the_probe_misses(client):
+    """A stored array whose probe entry went (the daemon keeps the last 256
+    uploads' probes; after a restart it has none) is streamed, and the
+    daemon answers with the stored dataset as soon as the content hash
+    arrives in the stream, before its end."""
+    x = np.random.default_rng(17).random((9 << 10, 256), dtype=np.float32)
+    ds = client._upload(x, None, "early")
+    for i in range(256):
+        client._upload(np.full((1, 4), i, np.float32), None, "tiny")
+    again, calls = _upload_calls(client, x, "early")
+    assert calls == ["FindDataset", "UploadDataset"]  # not probable: streamed
+    assert again["deduplicated"] and again["id"] == ds["id"]
