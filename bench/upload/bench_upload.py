@@ -16,6 +16,9 @@ For each size and repetition, alternately:
     1 MiB messages, gRPC core on both ends, no protobuf, no daemon, with
     the transport settings rtraind and librtrain use (rt_transport.h), and
     once more with gRPC's defaults ("plain").
+After the repetitions, the last array is uploaded once more ("dedup ms"):
+the daemon holds it, so the probe says probable, the client hashes it all
+and FindDataset finds it; nothing is sent (checked: bytes_sent 0).
 Prints the medians in GB/s (10^9 bytes/s) and the ratio to the first peer,
 and the CPU time each spent per GB, both ends together (rtrain: the
 daemon's and this process's user+system time; the peer: its own), which a
@@ -107,7 +110,7 @@ def main():
           f'{a.reps} reps, medians (GB/s = 1e9 B/s)')
     print(f'{"size":>8} {"rtrain GB/s":>12} {"bare gRPC GB/s":>15} {"ratio":>7}'
           f' {"bare, plain":>12} {"CPU s/GB rtrain":>16} {"bare":>6} {"plain":>6}'
-          f'   rtrain runs (the first two on the arena\'s memory)')
+          f' {"dedup ms":>9}   rtrain runs (the first two on the arena\'s memory)')
     for n in sizes:
         # A daemon per size whose store holds one dataset of it: each upload
         # evicts the one before, whose buffer the upload after it reuses
@@ -134,10 +137,16 @@ def main():
                     g, u = peer(a.stream, n, mode)
                     out.append(g)
                     cpu.append(u)
+            t0 = time.perf_counter()
+            again = c._upload(x, None, 'bench')
+            dedup_ms = (time.perf_counter() - t0) * 1e3
+            if not again['deduplicated'] or again['bytes_sent'] != 0:
+                raise SystemExit(f'the same array again: {again}')
             mo, mb = statistics.median(ours), statistics.median(base)
             print(f'{n >> 20:>6}Mi {mo:>12.2f} {mb:>15.2f} {mo / mb:>7.2f}'
                   f' {statistics.median(plain):>12.2f} {statistics.median(c_ours):>16.2f}'
-                  f' {statistics.median(c_base):>6.2f} {statistics.median(c_plain):>6.2f}   '
+                  f' {statistics.median(c_base):>6.2f} {statistics.median(c_plain):>6.2f}'
+                  f' {dedup_ms:>9.1f}   '
                   + ' '.join(f'{v:.2f}' for v in ours)
                   + f'   (arena {arena >> 20} MiB, faulted in {ready:.1f} s)')
             del x
