@@ -344,9 +344,9 @@ static int in_memory(const src *s, size_t n, size_t part, uint64_t off, size_t w
 
 /* One UploadChunk framed by hand: header (the first), offset, the content
  * hash (hash_later, when hash), data, last. Field numbers and wire types
- * are the .proto's: 1 header, 2 offset, 410 content_hash, 3 data, 4 last. Data in memory goes by reference (slices over the
- * caller's array, counted in z); file data is read straight into place
- * in one slice. */
+ * are the .proto's: 1 header, 2 offset, 410 content_hash, 3 data, 4 last.
+ * Data in memory goes by reference (slices over the caller's array,
+ * counted in z); file data is read straight into place in one slice. */
 static int make_chunk(rt_client *c, const uint8_t *hdr, size_t hdr_len, uint64_t offset,
                       const uint8_t *hash, src *s, size_t n, size_t *part, uint64_t *off,
                       size_t want, int last, zc_refs *z, grpc_byte_buffer **out)

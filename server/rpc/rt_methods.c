@@ -1390,7 +1390,8 @@ static int upload_chunk(rt_call *c, upload_st *u)
     if (q->content_hash.len) {
         /* hash_later: the client hashed while it sent */
         if (!u->hash_later)
-            return rt_call_fail(c, RT_EINVAL, "a chunk's content_hash needs the header's hash_later");
+            return rt_call_fail(c, RT_EINVAL,
+                                "a chunk's content_hash needs the header's hash_later");
         if (u->has_content_hash)
             return rt_call_fail(c, RT_EPROTO, "content_hash sent twice");
         if (q->content_hash.len != 16)
