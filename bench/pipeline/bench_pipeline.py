@@ -72,10 +72,14 @@ def main():
         print(f'W-C (784-512-512-10, batch 128, SGD), {a.steps} steps per run, through the '
               f'relay at --rtt {a.rtt}, {a.reps} reps interleaved, medians')
         base = statistics.median(res['K=1024'])
-        print(f'{"configuration":<12} {"steps/s":>9} {"vs K=1024":>10}   runs')
+        # paired: the median over reps of each rep's ratio to that rep's
+        # K=1024 run, which cancels the host's slower and faster spells
+        # (the three configurations of a rep run back to back)
+        print(f'{"configuration":<12} {"steps/s":>9} {"vs K=1024":>10} {"paired":>7}   runs')
         for name, _ in configs:
             med = statistics.median(res[name])
-            print(f'{name:<12} {med:>9.1f} {med / base:>10.2f}   '
+            paired = statistics.median(v / b for v, b in zip(res[name], res['K=1024']))
+            print(f'{name:<12} {med:>9.1f} {med / base:>10.2f} {paired:>7.2f}   '
                   + ' '.join(f'{v:.1f}' for v in res[name]))
         c.close()
     finally:
