@@ -192,6 +192,23 @@ static void stop(dmn *m, int n)
 
 /* with_metric: sparse_top_k_categorical_accuracy besides the loss's accuracy (k 5 of 3
  * classes: 1 when every replica's rows are counted, 1/N when only one's) */
+/* Compile q (its model and config set) in m's session; the program id
+ * into pid (64 bytes). -1 (and a failed check naming what) if refused. */
+static int compile_q(dmn *m, Rtrain__V1__CompileRequest *q, const char *what, char *pid)
+{
+    q->session_id = m->sid;
+    Rtrain__V1__CompileResponse *p = NULL;
+    itest_res r;
+    itest_unary(m->c, "Compile", &q->base, &rtrain__v1__compile_response__descriptor,
+                (ProtobufCMessage **)&p, &r);
+    CHECK(p != NULL, "compile%s: %d %s", what, r.status, r.details);
+    if (p) snprintf(pid, 64, "%s", p->program_id);
+    itest_res_free(&r);
+    int ok = p != NULL;
+    FREE(p);
+    return ok ? 0 : -1;
+}
+
 static int compile_m(dmn *m, uint32_t batch, char *pid, int with_metric)
 {
     Rtrain__V1__TrainConfig cfg;
@@ -203,20 +220,10 @@ static int compile_m(dmn *m, uint32_t batch, char *pid, int with_metric)
         cfg.n_metrics = 2;
     }
     Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
-    q.session_id = m->sid;
     q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH;
     q.graph = itest_iris_graph(32);
     q.config = &cfg;
-    Rtrain__V1__CompileResponse *p = NULL;
-    itest_res r;
-    itest_unary(m->c, "Compile", &q.base, &rtrain__v1__compile_response__descriptor,
-                (ProtobufCMessage **)&p, &r);
-    CHECK(p != NULL, "compile: %d %s", r.status, r.details);
-    if (p) snprintf(pid, 64, "%s", p->program_id);
-    itest_res_free(&r);
-    int ok = p != NULL;
-    FREE(p);
-    return ok ? 0 : -1;
+    return compile_q(m, &q, "", pid);
 }
 
 static int compile(dmn *m, uint32_t batch, char *pid) { return compile_m(m, batch, pid, 0); }
@@ -422,20 +429,10 @@ static int compile_bn(dmn *m, int sync, int sync_cfg, char *pid)
     cfg.batch_size = 16;
     cfg.sync_batchnorm = sync_cfg;
     Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
-    q.session_id = m->sid;
     q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON;
     q.keras_json = json;
     q.config = &cfg;
-    Rtrain__V1__CompileResponse *p = NULL;
-    itest_res r;
-    itest_unary(m->c, "Compile", &q.base, &rtrain__v1__compile_response__descriptor,
-                (ProtobufCMessage **)&p, &r);
-    CHECK(p != NULL, "compile (BatchNorm): %d %s", r.status, r.details);
-    if (p) snprintf(pid, 64, "%s", p->program_id);
-    itest_res_free(&r);
-    int ok = p != NULL;
-    FREE(p);
-    return ok ? 0 : -1;
+    return compile_q(m, &q, " (BatchNorm)", pid);
 }
 
 /* Synchronised BatchNorm: N replicas normalise with the global batch's
@@ -541,20 +538,12 @@ static void test_wd(dmn *m, int n)
     cfg.batch_size = 32;
     cfg.seed = 1;
     Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
-    q.session_id = m->sid;
     q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON;
     q.keras_json = (char *)json;
     q.config = &cfg;
-    Rtrain__V1__CompileResponse *p = NULL;
-    itest_res r;
-    itest_unary(m->c, "Compile", &q.base, &rtrain__v1__compile_response__descriptor,
-                (ProtobufCMessage **)&p, &r);
-    CHECK(p != NULL, "compile W-D: %d %s", r.status, r.details);
-    itest_res_free(&r);
-    if (!p) return;
     char pid[64];
-    snprintf(pid, sizeof pid, "%s", p->program_id);
-    FREE(p);
+    if (compile_q(m, &q, " W-D", pid) < 0) return;
+    itest_res r;
     Rtrain__V1__RunStepsRequest rq = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
     rq.session_id = m->sid;
     rq.program_id = pid;
@@ -661,20 +650,10 @@ static int compile_deep(dmn *m, char *pid)
     Rtrain__V1__TrainConfig cfg;
     itest_iris_config(&cfg);
     Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
-    q.session_id = m->sid;
     q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON;
     q.keras_json = json;
     q.config = &cfg;
-    Rtrain__V1__CompileResponse *p = NULL;
-    itest_res r;
-    itest_unary(m->c, "Compile", &q.base, &rtrain__v1__compile_response__descriptor,
-                (ProtobufCMessage **)&p, &r);
-    CHECK(p != NULL, "compile (deep): %d %s", r.status, r.details);
-    if (p) snprintf(pid, 64, "%s", p->program_id);
-    itest_res_free(&r);
-    int ok = p != NULL;
-    FREE(p);
-    return ok ? 0 : -1;
+    return compile_q(m, &q, " (deep)", pid);
 }
 
 /* --overlap-reduce on against off, buckets of 64 floats (37 for the deep
@@ -936,20 +915,10 @@ static int compile_s(dmn *m, uint32_t batch, int no_shuffle, char *pid)
     cfg.batch_size = batch;
     cfg.no_shuffle = no_shuffle;
     Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
-    q.session_id = m->sid;
     q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH;
     q.graph = itest_iris_graph(32);
     q.config = &cfg;
-    Rtrain__V1__CompileResponse *p = NULL;
-    itest_res r;
-    itest_unary(m->c, "Compile", &q.base, &rtrain__v1__compile_response__descriptor,
-                (ProtobufCMessage **)&p, &r);
-    CHECK(p != NULL, "compile: %d %s", r.status, r.details);
-    if (p) snprintf(pid, 64, "%s", p->program_id);
-    itest_res_free(&r);
-    int ok = p != NULL;
-    FREE(p);
-    return ok ? 0 : -1;
+    return compile_q(m, &q, "", pid);
 }
 
 static double worst_rel(const float *a, const float *b, int n)
@@ -1155,20 +1124,12 @@ static void test_stream_indices(dmn *m, int n)
     itest_iris_config(&cfg);
     cfg.batch_size = 16;
     Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
-    q.session_id = m->sid;
     q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON;
     q.keras_json = (char *)json;
     q.config = &cfg;
-    Rtrain__V1__CompileResponse *p = NULL;
-    itest_res r;
-    itest_unary(m->c, "Compile", &q.base, &rtrain__v1__compile_response__descriptor,
-                (ProtobufCMessage **)&p, &r);
-    CHECK(p != NULL, "compile (Embedding): %d %s", r.status, r.details);
-    itest_res_free(&r);
-    if (!p) return;
     char pid[64];
-    snprintf(pid, sizeof pid, "%s", p->program_id);
-    FREE(p);
+    if (compile_q(m, &q, " (Embedding)", pid) < 0) return;
+    itest_res r;
     CHECK(steps_on(m, pid, good, 12, NULL, &r) == 0, "n=%d: streamed tokens: %d %s", n,
           r.status, r.details);
     itest_res_free(&r);
