@@ -612,6 +612,23 @@ static void test_store_cap(const char *rtraind)
 #define RS_CHUNK 4096
 #define RS_N 10
 
+/* The RS_N chunks of RS_CHUNK bytes over data, the header on the first,
+ * the last marked, and m[i] pointing at each. */
+static void rs_chunks(Rtrain__V1__UploadChunk *ch, ProtobufCMessage **m, const void *data,
+                      Rtrain__V1__DatasetHeader *h)
+{
+    for (int i = 0; i < RS_N; i++) {
+        Rtrain__V1__UploadChunk init = RTRAIN__V1__UPLOAD_CHUNK__INIT;
+        ch[i] = init;
+        ch[i].offset = (uint64_t)i * RS_CHUNK;
+        ch[i].data.data = (uint8_t *)data + (size_t)i * RS_CHUNK;
+        ch[i].data.len = RS_CHUNK;
+        m[i] = &ch[i].base;
+    }
+    ch[0].header = h;
+    ch[RS_N - 1].last = 1;
+}
+
 static uint64_t find_resume(itest_conn *c, const char *sid, Rtrain__V1__DatasetHeader *h,
                             char *found_id)
 {
@@ -676,16 +693,7 @@ static void test_resume(itest_conn *c, const char *sid)
     h.no_checksum = 1;
     Rtrain__V1__UploadChunk ch[RS_N];
     ProtobufCMessage *m[RS_N];
-    for (int i = 0; i < RS_N; i++) {
-        Rtrain__V1__UploadChunk init = RTRAIN__V1__UPLOAD_CHUNK__INIT;
-        ch[i] = init;
-        ch[i].offset = (uint64_t)i * RS_CHUNK;
-        ch[i].data.data = (uint8_t *)data + (size_t)i * RS_CHUNK;
-        ch[i].data.len = RS_CHUNK;
-        m[i] = &ch[i].base;
-    }
-    ch[0].header = &h;
-    ch[RS_N - 1].last = 1;
+    rs_chunks(ch, m, data, &h);
     itest_res r;
 
     /* Nothing kept yet; a resume then is NOT_FOUND. */
@@ -847,16 +855,7 @@ static void test_hash_later(itest_conn *c, const char *sid)
     h.sample_hash.len = 16;
     Rtrain__V1__UploadChunk ch[RS_N];
     ProtobufCMessage *m[RS_N];
-    for (int i = 0; i < RS_N; i++) {
-        Rtrain__V1__UploadChunk init = RTRAIN__V1__UPLOAD_CHUNK__INIT;
-        ch[i] = init;
-        ch[i].offset = (uint64_t)i * RS_CHUNK;
-        ch[i].data.data = (uint8_t *)x + (size_t)i * RS_CHUNK;
-        ch[i].data.len = RS_CHUNK;
-        m[i] = &ch[i].base;
-    }
-    ch[0].header = &h;
-    ch[RS_N - 1].last = 1;
+    rs_chunks(ch, m, x, &h);
     ch[3].content_hash.data = hx.digest; /* known after three chunks went */
     ch[3].content_hash.len = 16;
     itest_res r;
