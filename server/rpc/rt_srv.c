@@ -26,23 +26,11 @@
 #include "rt_state.h"
 #include "rt_transport.h"
 
-/* One completion-queue thread on hosts with 2 CPUs or fewer, else two.
- * On 2 vCPUs a second cq thread costs more than it gives: both take turns
- * on the same sockets, each message of a large upload wakes the other
- * (256 MiB uploads from Python: 2.04-2.17 GB/s with one thread against
- * 1.61-1.66 with two, alternating runs), while K=1 RunSteps round trips
- * measured the same either way (bench/upload/README.md). */
-int rt_srv_default_threads(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 2 ? 2 : 1;
-}
-
 void rt_srv_config_init(rt_srv_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->listen = "127.0.0.1:7070";
-    cfg->threads = 0; /* rt_srv_default_threads() */
+    cfg->threads = 2;
     cfg->max_message_bytes = 64ull << 20;
     cfg->max_sessions = 64;
     cfg->ckpt_every_s = 30;
@@ -1953,7 +1941,7 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
         return RT_ENOMEM;
     s->cfg = *cfg;
     if (s->cfg.threads < 1)
-        s->cfg.threads = rt_srv_default_threads();
+        s->cfg.threads = 1;
     pthread_mutex_init(&s->dev_mu, NULL);
     pthread_mutex_init(&s->q_mu, NULL);
     pthread_cond_init(&s->q_cv, NULL);
