@@ -170,8 +170,9 @@ typedef struct prog {
     uint8_t key[16];
 } prog;
 
-static void prog_make(prog *pr, const char *json, int64_t in, int64_t batch, int64_t n,
-                      char tag)
+/* json compiled at batch (sparse CE from logits, Adam 1e-3, seed 1) and
+ * registered with the replicas as rtraind registers a program */
+static rt_exec *compiled(const char *json, int64_t batch, rt_plan **pp)
 {
     rt_graph *g;
     char err[256];
@@ -184,17 +185,25 @@ static void prog_make(prog *pr, const char *json, int64_t in, int64_t batch, int
     cfg.lr = 1e-3f;
     cfg.batch_size = batch;
     cfg.seed = 1;
-    if (rt_plan_compile(g, &cfg, &pr->p, NULL, err, sizeof err) < 0) die("compile", err);
+    rt_exec *e;
+    if (rt_plan_compile(g, &cfg, pp, NULL, err, sizeof err) < 0) die("compile", err);
     rt_graph_destroy(g);
-    if (rt_exec_create(pr->p, &pr->e) < 0) die("exec", "out of memory");
+    if (rt_exec_create(*pp, &e) < 0) die("exec", "out of memory");
     Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
     q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON;
     q.keras_json = (char *)json;
     size_t len = rtrain__v1__compile_request__get_packed_size(&q);
     uint8_t *buf = malloc(len);
     rtrain__v1__compile_request__pack(&q, buf);
-    if (rt_dist_program(pr->e, buf, len, err, sizeof err) < 0) die("rt_dist_program", err);
+    if (rt_dist_program(e, buf, len, err, sizeof err) < 0) die("rt_dist_program", err);
     free(buf);
+    return e;
+}
+
+static void prog_make(prog *pr, const char *json, int64_t in, int64_t batch, int64_t n,
+                      char tag)
+{
+    pr->e = compiled(json, batch, &pr->p);
     pr->x = malloc(sizeof(float) * (size_t)(in * n));
     pr->y = malloc(sizeof(int32_t) * (size_t)n);
     for (int64_t i = 0; i < in * n; i++) pr->x[i] = (float)((i * 2654435761u) % 1000) * 1e-3f;
@@ -245,39 +254,10 @@ static void bench_wc(int size, int steps)
 }
 
 
-/* W-C compiled and registered with the replicas */
-static rt_exec *wc_program(rt_plan **pp)
-{
-    rt_graph *g;
-    char err[256];
-    if (rt_keras_import(WC_JSON, strlen(WC_JSON), &g, err, sizeof err) < 0) die("import", err);
-    rt_train_config cfg;
-    rt_train_config_init(&cfg);
-    cfg.loss = RT_LOSS_SPARSE_CE;
-    cfg.from_logits = 1;
-    cfg.opt = RT_OPT_ADAM;
-    cfg.lr = 1e-3f;
-    cfg.batch_size = 128;
-    cfg.seed = 1;
-    rt_exec *e;
-    if (rt_plan_compile(g, &cfg, pp, NULL, err, sizeof err) < 0) die("compile", err);
-    rt_graph_destroy(g);
-    if (rt_exec_create(*pp, &e) < 0) die("exec", "out of memory");
-    Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
-    q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON;
-    q.keras_json = (char *)WC_JSON;
-    size_t len = rtrain__v1__compile_request__get_packed_size(&q);
-    uint8_t *buf = malloc(len);
-    rtrain__v1__compile_request__pack(&q, buf);
-    if (rt_dist_program(e, buf, len, err, sizeof err) < 0) die("rt_dist_program", err);
-    free(buf);
-    return e;
-}
-
 static void bench_stream(int size, int reps, int steps)
 {
     rt_plan *pm, *ps;
-    rt_exec *em = wc_program(&pm), *es = wc_program(&ps);
+    rt_exec *em = compiled(WC_JSON, 128, &pm), *es = compiled(WC_JSON, 128, &ps);
     const int64_t n = 6400;
     uint8_t *u8 = malloc(784 * (size_t)n);
     float *x = malloc(sizeof(float) * 784 * (size_t)n);

@@ -708,6 +708,23 @@ static void test_overlap(int n)
     }
 }
 
+/* Runs at ns[0..3) (ns[0] = 1) gave bit-identical weights w (freed here)
+ * and 30 losses each. */
+static void same_at_n(const char *what, const int ns[3], uint8_t *w[3], const size_t len[3],
+                      float loss[3][30])
+{
+    for (int i = 1; i < 3; i++) {
+        CHECK(w[0] && w[i] && len[0] == len[i] && !memcmp(w[0], w[i], len[0]),
+              "%s: weights at n=%d differ from n=1", what, ns[i]);
+        CHECK(!memcmp(loss[0], loss[i], sizeof loss[0]),
+              "%s: losses at n=%d differ from n=1", what, ns[i]);
+    }
+    printf("%s: n=1,2,4 weights %s\n", what,
+           w[0] && w[1] && w[2] && !memcmp(w[0], w[1], len[0]) && !memcmp(w[0], w[2], len[0])
+               ? "bit-identical" : "DIFFER");
+    for (int i = 0; i < 3; i++) free(w[i]);
+}
+
 /* --deterministic-reduce 4: weights bit-identical across N = 1, 2, 4 */
 static void test_deterministic(void)
 {
@@ -733,16 +750,7 @@ static void test_deterministic(void)
         }
         stop(&m, ns[i]);
     }
-    for (int i = 1; i < 3; i++) {
-        CHECK(w[0] && w[i] && len[0] == len[i] && !memcmp(w[0], w[i], len[0]),
-              "deterministic: weights at n=%d differ from n=1", ns[i]);
-        CHECK(!memcmp(loss[0], loss[i], sizeof loss[0]),
-              "deterministic: losses at n=%d differ from n=1", ns[i]);
-    }
-    printf("deterministic: n=1,2,4 weights %s\n",
-           w[0] && w[1] && w[2] && !memcmp(w[0], w[1], len[0]) && !memcmp(w[0], w[2], len[0])
-               ? "bit-identical" : "DIFFER");
-    for (int i = 0; i < 3; i++) free(w[i]);
+    same_at_n("deterministic", ns, w, len, loss);
     /* N must divide M */
     const char *const bad[] = {"--deterministic-reduce", "3", NULL};
     dmn m;
@@ -1167,16 +1175,7 @@ static void test_stream_deterministic(void)
         }
         stop(&m, ns[i]);
     }
-    for (int i = 1; i < 3; i++) {
-        CHECK(w[0] && w[i] && len[0] == len[i] && !memcmp(w[0], w[i], len[0]),
-              "deterministic streamed: weights at n=%d differ from n=1", ns[i]);
-        CHECK(!memcmp(loss[0], loss[i], sizeof loss[0]),
-              "deterministic streamed: losses at n=%d differ from n=1", ns[i]);
-    }
-    printf("deterministic streamed: n=1,2,4 weights %s\n",
-           w[0] && w[1] && w[2] && !memcmp(w[0], w[1], len[0]) && !memcmp(w[0], w[2], len[0])
-               ? "bit-identical" : "DIFFER");
-    for (int i = 0; i < 3; i++) free(w[i]);
+    same_at_n("deterministic streamed", ns, w, len, loss);
 }
 
 /* the pid of rank 1 among the processes whose parent is mpirun */
