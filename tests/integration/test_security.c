@@ -440,7 +440,7 @@ static void test_quotas(void)
      * uploads whose checksum is wrong (refused as DATA_LOSS, nothing
      * stored) until the slot is seen taken. */
     int probe = -1;
-    for (int i = 0; i < 200 && probe != 8; i++) {
+    for (int i = 0; i < 1000 && probe != 8; i++) { /* up to 20 s: ASan under load */
         probe = bad_checksum_upload(c, s1, &r);
         if (probe != 8) {
             itest_res_free(&r);
