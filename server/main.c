@@ -55,7 +55,8 @@ static void usage(FILE *f)
             "usage: rtraind [options]\n"
             "  --listen ADDR            host:port to listen on (default 127.0.0.1:7070;\n"
             "                           port 0 picks a free port, printed on stdout)\n"
-            "  --threads N              completion-queue threads (default 2)\n"
+            "  --threads N              completion-queue threads (default 1 on hosts\n"
+            "                           with 2 CPUs or fewer, else 2)\n"
             "  --max-message-bytes N    gRPC receive limit (default 67108864)\n"
             "  --max-sessions N         open sessions at once (default 64)\n"
             "  --max-dataset-bytes N    bytes of one dataset upload (default 4294967296)\n"
@@ -786,7 +787,7 @@ int main(int argc, char **argv)
         RT_LOG(RT_LOG_INFO, "%d MPI replicas%s", rt_dist_size(),
                dist.micro ? ", deterministic reduce" : "");
     RT_LOG(RT_LOG_INFO, "rtraind %s listening on %s (%d cq threads, inline below %llu us, %s, %s)",
-           RT_VERSION_STRING, rt_srv_bound(d.srv), cfg.threads,
+           RT_VERSION_STRING, rt_srv_bound(d.srv), cfg.threads ? cfg.threads : rt_srv_default_threads(),
            (unsigned long long)(cfg.inline_ns / 1000),
            cfg.tls_cert ? (cfg.tls_client_ca ? "mTLS" : "TLS") : "plaintext",
            cfg.tokens_path ? "tokens" : "single-user");

@@ -5,8 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define RT__BP_LARGE (8u << 20)
@@ -94,15 +93,37 @@ static void *map_aligned(size_t len)
     return m;
 }
 
+/* Faulting memory in holds the process's mmap lock, which every mmap,
+ * munmap and mprotect (malloc growing an arena) waits for. So it goes in
+ * pieces of one huge page, each followed by a pause three times as long:
+ * the lock is never held for long and the thread takes about a quarter of
+ * a core. It runs at the normal priority: at nice 19 on a busy host a
+ * piece took seconds of wall time with the lock held, and a cq thread's
+ * malloc waited that long (a Control call stalled for 4 s). */
+#define RT__BP_PIECE (2u << 20)
+
+static void populate_paced(char *m, size_t len)
+{
+    for (size_t o = 0; o < len; o += RT__BP_PIECE) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        populate(m + o, len - o < RT__BP_PIECE ? len - o : RT__BP_PIECE);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        int64_t ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+        ns = 3 * (ns < 100000 ? 100000 : ns);
+        struct timespec d = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
+        nanosleep(&d, NULL);
+    }
+}
+
 /* The arena thread: whenever the idle pool holds less than P.arena bytes
  * (at start, and after an upload took a buffer that no freed dataset gave
- * back), it maps the shortfall and faults it in, at the lowest priority,
- * and adds it to the pool. An upload then finds memory whose first-touch
- * cost was paid off its critical path. */
+ * back), it maps the shortfall and faults it in (paced, above) and adds it
+ * to the pool. An upload then finds memory whose first-touch cost was paid
+ * off its critical path. */
 static void *arena_main(void *arg)
 {
     (void)arg;
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19); /* this thread only */
     pthread_mutex_lock(&P.mu);
     for (;;) {
         while (P.idle >= P.arena || P.busy)
@@ -117,7 +138,7 @@ static void *arena_main(void *arg)
             while (P.busy)
                 pthread_cond_wait(&P.cv, &P.mu);
             pthread_mutex_unlock(&P.mu);
-            populate((char *)m + o, len - o < step ? len - o : step);
+            populate_paced((char *)m + o, len - o < step ? len - o : step);
         }
         void *drop[RT__BP_MAX + 1];
         size_t dlen[RT__BP_MAX + 1];

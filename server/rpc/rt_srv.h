@@ -31,7 +31,7 @@ extern "C" {
 
 typedef struct rt_srv_config {
     const char *listen;          /* host:port, port 0 = ephemeral */
-    int threads;                 /* completion-queue threads */
+    int threads;                 /* completion-queue threads, 0 = rt_srv_default_threads() */
     uint64_t max_message_bytes;  /* gRPC receive limit */
     int max_sessions;
     uint64_t max_dataset_bytes;  /* one upload */
@@ -98,6 +98,8 @@ typedef struct rt_srv_config {
     int ckpt_no_fsync;
 } rt_srv_config;
 
+/* the default number of completion-queue threads for this host */
+int rt_srv_default_threads(void);
 void rt_srv_config_init(rt_srv_config *cfg);
 
 typedef struct rt_srv rt_srv;
