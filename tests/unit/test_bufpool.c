@@ -139,8 +139,8 @@ static int resident(const uint8_t *p, size_t n)
 
 static int wait_idle(uint64_t want)
 {
-    /* no time limit asserted: the thread runs at the lowest priority on a
-     * busy machine; give up only after a minute */
+    /* no time limit asserted: the thread paces itself (a quarter of a
+     * core) and may share it on a busy machine; give up after a minute */
     for (int i = 0; i < 6000 && rt_bufpool_idle_bytes() < want; i++)
         usleep(10000);
     return rt_bufpool_idle_bytes() >= want;
