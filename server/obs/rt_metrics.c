@@ -201,6 +201,17 @@ static void head(sbuf *b, const char *name, const char *type, const char *help)
     put(b, "# HELP rtrain_%s %s\n# TYPE rtrain_%s %s\n", name, help, name, type);
 }
 
+/* The buckets' le values as text, formatted once: "%g" of a double was the
+ * largest share of a render (glibc's printf_fp). */
+static char le_text[N_BUCKETS][24];
+static pthread_once_t le_once = PTHREAD_ONCE_INIT;
+
+static void le_init(void)
+{
+    for (int i = 0; i < N_BUCKETS; i++)
+        snprintf(le_text[i], sizeof le_text[i], "%g", bucket_ns[i] / 1e9);
+}
+
 /* One histogram; lk = NULL for one without a label. */
 static void put_hist(sbuf *b, const char *name, const char *lk, const char *lv, const hist *h)
 {
@@ -211,7 +222,7 @@ static void put_hist(sbuf *b, const char *name, const char *lk, const char *lv, 
     for (int i = 0; i <= N_BUCKETS; i++) {
         cum += LOAD(&h->b[i]);
         if (i < N_BUCKETS)
-            put(b, "rtrain_%s_bucket{%sle=\"%g\"} %llu\n", name, lab, bucket_ns[i] / 1e9,
+            put(b, "rtrain_%s_bucket{%sle=\"%s\"} %llu\n", name, lab, le_text[i],
                 (unsigned long long)cum);
         else
             put(b, "rtrain_%s_bucket{%sle=\"+Inf\"} %llu\n", name, lab,
@@ -242,7 +253,8 @@ static uint64_t rss_bytes(void)
 int rt_metrics_render(rt_metrics_collect_fn collect, void *ud, char **out, size_t *len)
 {
     uint64_t t0 = rt_now_ns();
-    sbuf b = {malloc(16384), 0, 16384, 0};
+    pthread_once(&le_once, le_init);
+    sbuf b = {malloc(65536), 0, 65536, 0};
     if (!b.p)
         return RT_ENOMEM;
     ADD(&M.scrapes, 1);
