@@ -94,26 +94,23 @@ static void *map_aligned(size_t len)
 }
 
 /* Faulting memory in holds the process's mmap lock, which every mmap,
- * munmap and mprotect (malloc growing an arena) waits for. So it goes in
- * pieces of one huge page, each followed by a pause three times as long:
- * the lock is never held for long and the thread takes about a quarter of
- * a core. It runs at the normal priority: at nice 19 on a busy host a
- * piece took seconds of wall time with the lock held, and a cq thread's
- * malloc waited that long (a Control call stalled for 4 s). */
+ * munmap and mprotect (malloc growing an arena) waits for. So the arena
+ * thread goes in pieces of one huge page, each followed by a pause three
+ * times as long (at least 0.1 ms): the lock is never held for long and
+ * the thread takes about a quarter of a core. It runs at the normal
+ * priority: at nice 19 on a busy host a piece took seconds of wall time
+ * with the lock held, and a cq thread's malloc waited that long (a Control
+ * call stalled for 4 s). */
 #define RT__BP_PIECE (2u << 20)
 
-static void populate_paced(char *m, size_t len)
+static void pause_after(const struct timespec *t0)
 {
-    for (size_t o = 0; o < len; o += RT__BP_PIECE) {
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        populate(m + o, len - o < RT__BP_PIECE ? len - o : RT__BP_PIECE);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        int64_t ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
-        ns = 3 * (ns < 100000 ? 100000 : ns);
-        struct timespec d = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
-        nanosleep(&d, NULL);
-    }
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    int64_t ns = (int64_t)(t1.tv_sec - t0->tv_sec) * 1000000000 + (t1.tv_nsec - t0->tv_nsec);
+    ns = 3 * (ns < 100000 ? 100000 : ns);
+    struct timespec d = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
+    nanosleep(&d, NULL);
 }
 
 /* The arena thread: whenever the idle pool holds less than P.arena bytes
@@ -131,14 +128,18 @@ static void *arena_main(void *arg)
         size_t short_by = (size_t)(P.arena - P.idle), len = round_up(short_by, 2u << 20);
         pthread_mutex_unlock(&P.mu);
         void *m = map_aligned(len);
-        /* In steps, each only while no upload runs: zeroing pages takes
-         * the CPU (and on a VM the host's) that the upload needs. */
-        for (size_t o = 0, step = 32u << 20; m && o < len; o += step) {
+        /* In paced pieces (above; len is a whole number of them), each
+         * only while no upload runs: zeroing pages takes the CPU (and on a
+         * VM the host's) that the upload needs. */
+        for (size_t o = 0; m && o < len; o += RT__BP_PIECE) {
             pthread_mutex_lock(&P.mu);
             while (P.busy)
                 pthread_cond_wait(&P.cv, &P.mu);
             pthread_mutex_unlock(&P.mu);
-            populate_paced((char *)m + o, len - o < step ? len - o : step);
+            struct timespec t0;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            populate((char *)m + o, RT__BP_PIECE);
+            pause_after(&t0);
         }
         void *drop[RT__BP_MAX + 1];
         size_t dlen[RT__BP_MAX + 1];
