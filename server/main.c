@@ -141,6 +141,9 @@ static void usage(FILE *f)
             "  --checkpoint-fail P      stop|continue: a failed checkpoint (disk full)\n"
             "                           fails the call, or is only logged (default stop)\n"
             "  --checkpoint-no-fsync    benchmarks only: no fsync (not crash-safe)\n"
+            "  --pause-at-step N        tests only: the process stops itself (SIGSTOP) at\n"
+            "                           the first step boundary at or past global step N,\n"
+            "                           so a test kills it at a chosen step (default 0 = off)\n"
             "Security (docs/security.md):\n"
             "  --tls-cert FILE          PEM certificate chain: serve TLS (with --tls-key)\n"
             "  --tls-key FILE           PEM private key of --tls-cert\n"
@@ -352,7 +355,7 @@ int main(int argc, char **argv)
            O_OVERLAP, O_BUCKET,
            O_SPOOL, O_STREAMABOVE, O_MAPBELOW, O_DTHREADS, O_PREFETCH, O_SHUFBUF, O_MAXSPOOL,
            O_STATE, O_CK_STEPS, O_CK_S, O_CK_KEEP, O_CK_FAIL,
-           O_CK_NOSYNC,
+           O_CK_NOSYNC, O_PAUSEAT,
            O_QUOTA /* + rt_quota_kind */ };
     static const struct option opts[] = {
         {"listen", required_argument, 0, O_LISTEN},
@@ -412,6 +415,7 @@ int main(int argc, char **argv)
         {"checkpoint-keep", required_argument, 0, O_CK_KEEP},
         {"checkpoint-fail", required_argument, 0, O_CK_FAIL},
         {"checkpoint-no-fsync", no_argument, 0, O_CK_NOSYNC},
+        {"pause-at-step", required_argument, 0, O_PAUSEAT},
 #define RT__Q_OPT(k, name, mem) {"quota-" name, required_argument, 0, O_QUOTA + RT_Q_##k},
         RT_QUOTA_MAP(RT__Q_OPT)
 #undef RT__Q_OPT
@@ -639,6 +643,11 @@ int main(int argc, char **argv)
             break;
         case O_CK_NOSYNC:
             cfg.ckpt_no_fsync = 1;
+            break;
+        case O_PAUSEAT:
+            if (parse_u64(optarg, &v) < 0 || v > INT64_MAX)
+                goto bad;
+            cfg.pause_at_step = (int64_t)v;
             break;
         case O_GRACE:
             if (parse_u64(optarg, &v) < 0 || v > 3600000)

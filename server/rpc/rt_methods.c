@@ -1753,6 +1753,7 @@ static Rtrain__V1__EpochEnd *epoch_pb(rt_call *c, int64_t epoch, const rt_metric
 static int run_step_cb(void *ud, const rt_step_info *info)
 {
     run_cb *r = ud;
+    rt_srv_pause_point(r->c->srv, info->step);
     rt_call_yield(r->c);
     if (rt_call_is_cancelled(r->c)) {
         r->cancelled = 1;
@@ -2012,6 +2013,7 @@ static int fit_step_cb(void *ud, const rt_step_info *info)
     }
     if (info->epoch_end) /* RunSteps' epoch clock follows the engine's epochs */
         epoch_clock_end(p, &f->mark);
+    rt_srv_pause_point(f->c->srv, info->step);
     rt_call_yield(f->c);
     if (rt_call_is_cancelled(f->c))
         return 1;

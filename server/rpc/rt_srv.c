@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -673,6 +674,17 @@ int rt_call_yield(rt_call *c)
     }
     pthread_mutex_unlock(&s->dev_mu);
     return yielded;
+}
+
+void rt_srv_pause_point(rt_srv *s, int64_t global_step)
+{
+    int64_t at = s->cfg.pause_at_step;
+    if (at <= 0 || global_step < at ||
+        __atomic_exchange_n(&s->paused_once, 1, __ATOMIC_ACQ_REL))
+        return;
+    RT_LOG(RT_LOG_INFO, "pausing at step %lld (--pause-at-step %lld)",
+           (long long)global_step, (long long)at);
+    raise(SIGSTOP);
 }
 
 void rt_call_device_lock(rt_call *c)

@@ -96,6 +96,11 @@ typedef struct rt_srv_config {
     int ckpt_keep;
     int ckpt_fail_continue;
     int ckpt_no_fsync;
+    /* Tests only (--pause-at-step): the process stops itself with SIGSTOP
+     * at the first step boundary at or past this global step, once, so a
+     * test can kill it at a step it chose instead of racing a timer against
+     * training. 0 = off. */
+    int64_t pause_at_step;
 } rt_srv_config;
 
 /* the default number of completion-queue threads for this host */

@@ -216,6 +216,7 @@ struct rt_call {
 
 struct rt_srv {
     rt_srv_config cfg;
+    int paused_once;              /* rt_srv_pause_point fired (atomic) */
     char bound[128];
     grpc_server *server;
     grpc_completion_queue *cq;
@@ -328,6 +329,11 @@ const char *rt_call_sched_key(rt_call *c);
  * device for a slice and another key waits, hand the device over and
  * wait for the next turn (round-robin). Returns 1 if it yielded. */
 int rt_call_yield(rt_call *c);
+/* --pause-at-step (tests only): called at each step boundary with the
+ * program's global step; once, at the first at or past the flag's step,
+ * the whole process stops itself with SIGSTOP so that a test can SIGKILL or
+ * SIGTERM it at a step it chose. Nothing happens with the flag off. */
+void rt_srv_pause_point(rt_srv *s, int64_t global_step);
 /* Take/drop the device from work running on the compile pool. */
 void rt_call_device_lock(rt_call *c);
 void rt_call_device_unlock(rt_call *c);

@@ -43,11 +43,14 @@ restart() {
   for _ in $(seq 1 50); do
     "${WRAP[@]}" "$rtraind" --listen "$port" "$@" >"$log" 2>&1 &
     dpid=$!
-    for _ in $(seq 1 200); do
+    # until it listens or exits (a slow start under a sanitizer or load is
+    # waited for, up to a minute)
+    for _ in $(seq 1 6000); do
       grep -q "^rtraind listening" "$log" && return 0
       kill -0 "$dpid" 2>/dev/null || break
       sleep 0.01
     done
+    kill -0 "$dpid" 2>/dev/null && { echo "rtraind did not listen within 60 s"; cat "$log"; return 1; }
     wait "$dpid" 2>/dev/null
     grep -q "already in use" "$log" || { echo "rtraind did not start"; cat "$log"; return 1; }
     sleep 0.05
@@ -55,46 +58,62 @@ restart() {
   return 1
 }
 
-# wait_epoch FILE E PID: until the CLI printed epoch E (or ended)
-wait_epoch() {
-  until grep -q "^Epoch $2/" "$1" || ! kill -0 "$3" 2>/dev/null; do sleep 0.01; done
+# wait_paused DPID CPID: until the daemon stopped itself (--pause-at-step:
+# state T in /proc) - returns 1 if the daemon or the client ended first
+paused() { [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = T ]; }
+wait_paused() {
+  until paused "$1"; do
+    kill -0 "$1" 2>/dev/null && kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.01
+  done
+}
+
+# stop_paused SIG: the paused daemon gets SIG (a SIGTERM is acted on once
+# it runs again: SIGCONT) and is reaped
+stop_paused() {
+  kill -"$1" "$dpid"; [ "$1" = KILL ] || kill -CONT "$dpid"
+  wait "$dpid" 2>/dev/null
 }
 
 # killed_fit SIG NAME KILLS [daemon flags...]: the fit, with the daemon
-# stopped by SIG at KILLS random moments (after a random epoch's line, plus
-# 0-39 ms) and restarted on the same port and directory each time.
+# stopped by SIG KILLS times and restarted on the same port and directory
+# each time. The test chooses each step: the daemon runs with
+# --pause-at-step S, stops itself there (SIGSTOP), and only then gets SIG,
+# so every stop lands inside the fit however fast or slow the machine is.
+# The steps are seeded random points in the fit's first half (SPE steps an
+# epoch): mid-epoch and at epoch ends, mid-call and between calls.
 killed_fit() {
   local sig=$1 name=$2 kills=$3 ref=${REF:-ref} epochs=${EP:-$EPOCHS}; shift 3
-  local dir=$tmp/st-$name
+  local dir=$tmp/st-$name spe=${SPE:-6}
+  local total=$((epochs * spe))
+  local gap=$((total / 2 / kills)) at=$((3 * spe)) k=0
+  at=$((at + 1 + RANDOM % gap))
   port=127.0.0.1:$(low_port)
-  until restart "$tmp/$name-0.log" --state-dir "$dir" "$@"; do port=127.0.0.1:$(low_port); done
+  until restart "$tmp/$name-0.log" --state-dir "$dir" --pause-at-step "$at" "$@"; do
+    port=127.0.0.1:$(low_port); done
   addr=$port
   "$rtrain" "${FIT[@]}" --server "$addr" --epochs "$epochs" --save-weights "$tmp/w-$name.bin" \
     --csv-log "$tmp/$name.csv" >"$tmp/$name.out" 2>"$tmp/$name.err" &
-  local cpid=$! k=0
-  local at
-  # (in the first half: however slow the stops, they land before the end)
-  at=$(for _ in $(seq 1 400); do echo $((3 + RANDOM % (epochs / 2))); done | awk '!s[$0]++' |
-       head -n "$kills" | sort -n)
-  for e in $at; do
-    wait_epoch "$tmp/$name.err" "$e" "$cpid"
-    kill -0 "$cpid" 2>/dev/null || break
-    sleep "0.$(printf %03d $((RANDOM % 40)))"  # an epoch is a few ms
-    kill -"$sig" "$dpid"; wait "$dpid" 2>/dev/null
+  local cpid=$!
+  while [ "$k" -lt "$kills" ]; do
+    wait_paused "$dpid" "$cpid" || break
+    stop_paused "$sig"
     k=$((k + 1))
-    restart "$tmp/$name-$k.log" --state-dir "$dir" "$@" || break
+    local pause=()
+    if [ "$k" -lt "$kills" ]; then
+      at=$((at + 1 + RANDOM % gap)); pause=(--pause-at-step "$at"); fi
+    restart "$tmp/$name-$k.log" --state-dir "$dir" "${pause[@]}" "$@" || break
     # the next stop only once the client has seen this one (and, with
     # WAIT_LOG, once the new daemon has logged it: the CLI's message comes
     # before its resent call reaches the daemon)
-    for _ in $(seq 1 3000); do
-      [ "$(grep -c '^daemon restarted' "$tmp/$name.err")" -ge "$k" ] &&
-        { [ -z "${WAIT_LOG:-}" ] || grep -q "$WAIT_LOG" "$tmp/$name-$k.log"; } && break
+    until [ "$(grep -c '^daemon restarted' "$tmp/$name.err")" -ge "$k" ] &&
+          { [ -z "${WAIT_LOG:-}" ] || grep -q "$WAIT_LOG" "$tmp/$name-$k.log"; }; do
       kill -0 "$cpid" 2>/dev/null || break
       sleep 0.01
     done
   done
   wait "$cpid"; local rc=$?
-  [ "$rc" -eq 0 ] && ok "$name: the fit finished (exit 0)" || {
+  [ "$rc" -eq 0 ] && ok "$name: the fit finished (exit $rc)" || {
     bad "$name: fit exit $rc"; tail -5 "$tmp/$name.err"; }
   [ "$k" -ge "$kills" ] && ok "$name: daemon stopped $k times during the fit" ||
     bad "$name: only $k of $kills stops landed during the fit"
@@ -186,7 +205,7 @@ start_daemon "$tmp/fref1.log" --log-level warn || exit 1
 expect_rc 0 "reference Fit stream (300 epochs of 3,150 steps)" -- "$rtrain" "${FIT[@]}" \
   --server "$addr" --epochs 300 --save-weights "$tmp/w-fref1.bin" --csv-log "$tmp/fref1.csv"
 kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""
-REF=fref1 EP=300 killed_fit TERM fit-sigterm "$KILLS" --log-level info --checkpoint-every-steps 0 \
+REF=fref1 EP=300 SPE=3150 killed_fit TERM fit-sigterm "$KILLS" --log-level info --checkpoint-every-steps 0 \
   --checkpoint-every-s 0 --checkpoint-no-fsync
 kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""
 FIT=("${FIT_RS[@]}")
@@ -220,35 +239,35 @@ interval_fit runsteps-every-4-steps 21 --steps-per-call 2 --checkpoint-every-ste
 # --- a corrupted newest checkpoint: the one before it is used, with a warning
 dir=$tmp/st-corrupt
 port=127.0.0.1:$(low_port)
-until restart "$tmp/corrupt-0.log" --state-dir "$dir" --checkpoint-every-steps 1; do
-  port=127.0.0.1:$(low_port); done
+# The daemon stops itself at a step inside epoch 21 that is not the
+# epoch's first: one step per call, one in flight, a checkpoint after each
+# call, so the newest checkpoint holds the step before (not at an epoch
+# end) and the one before it is in the same epoch (an epoch the client
+# reported is never taken back).
+spe=6
+at=$((20 * spe + 2 + RANDOM % (spe - 1)))
+until restart "$tmp/corrupt-0.log" --state-dir "$dir" --checkpoint-every-steps 1 \
+  --pause-at-step "$at"; do port=127.0.0.1:$(low_port); done
 addr=$port
 "$rtrain" "${FIT[@]}" --server "$addr" --epochs 40 --steps-per-call 1 --in-flight 1 \
   --save-weights "$tmp/w-corrupt.bin" --csv-log "$tmp/corrupt.csv" \
   >"$tmp/corrupt.out" 2>"$tmp/corrupt.err" &
 cpid=$!
-wait_epoch "$tmp/corrupt.err" 20 "$cpid"
-# Stop the client, then the daemon, where the newest checkpoint is not at
-# an epoch end: the one before it is then in the same epoch (an epoch the
-# client reported is never taken back). One step per call, one in flight,
-# a checkpoint after each: the newest holds the daemon's last step.
 ckpt_step() { # the global step in a checkpoint (rt_ckpt.c's layout)
   /usr/bin/python3 -c 'import struct,sys
 b=open(sys.argv[1],"rb").read(); o=8
 for _ in range(2): n,=struct.unpack_from("<Q",b,o); o+=8+n
 print(struct.unpack_from("<q",b,o+8+32)[0])' "$1"
 }
-spe=6
-for _ in $(seq 1 50); do
-  kill -STOP "$cpid"; sleep 0.2
-  newest=$(ls "$dir"/sessions/*/*/ckpt-*.rtck | sort | tail -n 1)
-  [ $(( $(ckpt_step "$newest") % spe )) -ne 0 ] && break
-  kill -CONT "$cpid"; sleep 0.0$((RANDOM % 10))
-done
-kill -9 "$dpid"; wait "$dpid" 2>/dev/null
+wait_paused "$dpid" "$cpid" && ok "corrupt: the daemon paused at step $at" ||
+  bad "corrupt: the daemon did not pause at step $at"
+newest=$(ls "$dir"/sessions/*/*/ckpt-*.rtck | sort | tail -n 1)
+ns=$(ckpt_step "$newest")
+[ "$ns" -eq $((at - 1)) ] && ok "corrupt: the newest checkpoint is step $ns, inside an epoch" ||
+  bad "corrupt: the newest checkpoint is step $ns, want $((at - 1))"
+stop_paused KILL
 printf 'XXXXXXXX' | dd of="$newest" bs=1 seek=200 conv=notrunc 2>/dev/null
 restart "$tmp/corrupt-1.log" --state-dir "$dir"
-kill -CONT "$cpid"
 wait "$cpid" && ok "corrupt: the fit finished" || { bad "corrupt: fit failed"; tail -3 "$tmp/corrupt.err"; }
 has "$tmp/corrupt-1.log" "checksum mismatch" "corrupt: the torn newest checkpoint is detected"
 has "$tmp/corrupt-1.log" "using the previous one" "corrupt: the previous checkpoint is used, with a warning"
@@ -268,16 +287,16 @@ diff <(metrics "$tmp/ref40.csv") <(metrics "$tmp/corrupt.csv") >/dev/null &&
 # with a clear error, the previous checkpoints stay as they were
 dir=$tmp/st-full
 port=127.0.0.1:$(low_port)
-until restart "$tmp/full-0.log" --state-dir "$dir" --checkpoint-every-steps 2; do
-  port=127.0.0.1:$(low_port); done
+until restart "$tmp/full-0.log" --state-dir "$dir" --checkpoint-every-steps 2 \
+  --pause-at-step $((5 * 6 + 1 + RANDOM % 6)); do port=127.0.0.1:$(low_port); done
 addr=$port
 expect_rc 0 "info with --state-dir" -- "$rtrain" info --server "$addr"
 has "$tmp/out" "state       disk" "info says the state is on disk"
 "$rtrain" "${FIT[@]}" --server "$addr" --epochs $EPOCHS --save-weights "$tmp/w-full.bin" \
   >"$tmp/full.out" 2>"$tmp/full.err" &
 cpid=$!
-wait_epoch "$tmp/full.err" 5 "$cpid"
-kill -9 "$dpid"; wait "$dpid" 2>/dev/null
+wait_paused "$dpid" "$cpid" || bad "full: the daemon did not pause"
+stop_paused KILL
 # (a temporary file the killed daemon left is the next write's to replace)
 before=$(cd "$dir" && find . -type f ! -name '*.tmp' | sort | xargs sha256sum)
 WRAP=(sh -c 'ulimit -f 5 && exec "$@"' sh)
