@@ -141,7 +141,7 @@ def test_fit_reattaches_after_kill(tmp_path, capfd):
 
 def test_fit_stream_with_callbacks_reattaches(tmp_path, capfd):
     """model.fit with callbacks runs a Fit stream per epoch; the daemon is
-    killed inside epochs (from on_batch_end, while the stream runs) and
+    killed inside epochs (at steps it chose: --pause-at-step) and
     between them. Each stream is sent again with its fit id and continues
     from the restored state (checkpoints every 3 steps of this fit): the
     weights and the History equal an uninterrupted run's, each epoch once."""
@@ -167,37 +167,65 @@ def test_fit_stream_with_callbacks_reattaches(tmp_path, capfd):
         stop(ref_d)
     state = str(tmp_path / "state")
     flags = ("--state-dir", state, "--checkpoint-every-s", "0")
-    d, addr = start(*flags, listen=low_port())
-    procs = [d]
+    # Kills inside epochs land at steps the test chose: each daemon runs
+    # with --pause-at-step at the next such point and stops itself there
+    # (SIGSTOP), inside the running stream, where a watcher SIGKILLs it
+    # and starts the next. 10 steps an epoch: epoch 2 (0-based) batch 4 is
+    # global step 25, then epoch 7 batch 1, epoch 12 batch 6, epoch 19
+    # batch 7. (A kill from the client's progress callback would race the
+    # daemon, which may have ended the epoch's stream by then.)
+    pauses = [2 * 10 + 5, 7 * 10 + 2, 12 * 10 + 7, 19 * 10 + 8]
+    lock = threading.Lock()
+    procs = []
+
+    def launch(listen):
+        extra = ("--pause-at-step", str(pauses[0])) if pauses else ()
+        p, a = start(*flags, *extra, listen=listen)
+        procs.append(p)
+        return a
+
+    def restart():
+        stop(procs[-1], signal.SIGKILL)
+        launch(addr)
+
+    def paused(p):
+        try:
+            with open("/proc/%d/stat" % p.pid) as f:
+                return f.read().rsplit(")", 1)[1].split()[0] == "T"
+        except OSError:
+            return False
+
+    finished = threading.Event()
+
+    def watcher():
+        while not finished.is_set():
+            with lock:
+                if pauses and paused(procs[-1]):
+                    pauses.pop(0)
+                    restart()
+            time.sleep(0.005)
+
+    addr = launch(low_port())
 
     class KillAt(Batches):
-        """SIGKILL and restart at these (epoch, batch) points and after
-        these epochs."""
-        done = set()
-
-        def restart(self):
-            stop(procs[-1], signal.SIGKILL)
-            procs.append(start(*flags, listen=addr)[0])
-
-        def on_batch_end(self, batch, logs=None):
-            super().on_batch_end(batch, logs)
-            # (the stream may coalesce progress: the first batch seen at
-            # or past the point)
-            at = {2: 4, 7: 1, 12: 6, 19: 7}.get(self.epoch)
-            if at is not None and batch >= at and self.epoch not in self.done:
-                self.done.add(self.epoch)
-                self.restart()
-
+        """SIGKILL and restart after these epochs (inside epochs: the
+        watcher)."""
         def on_epoch_end(self, epoch, logs=None):
             if epoch in (5, 15):
-                self.restart()
+                with lock:
+                    restart()
 
+    w_thread = threading.Thread(target=watcher, daemon=True)
+    w_thread.start()
     try:
         with rtrain.connect(addr, reattach=60) as c:
             m = model(c)
             cb = KillAt()
             h = fit(m, 24, callbacks=[cb], checkpoint_every_steps=3)
             w = m.get_weights()
+        finished.set()
+        w_thread.join()
+        assert not pauses, "pause points never reached: %s" % pauses
         err = capfd.readouterr().err
         resumed = re.findall(r"daemon restarted; resuming at epoch (\d+) step (\d+)", err)
         assert len(procs) == 7
@@ -215,6 +243,7 @@ def test_fit_stream_with_callbacks_reattaches(tmp_path, capfd):
         # no batch reported twice: the resumed streams skip the steps seen
         assert cb.seen == sorted(set(cb.seen)) and len(cb.seen) >= 24
     finally:
+        finished.set()
         for p in procs:
             stop(p, signal.SIGKILL)
 
