@@ -257,9 +257,13 @@ static int ctl_event(const rt_client_fit_event *ev, void *u)
     return 0;
 }
 
-/* Closes a session from a client of its own after 100 ms. */
+/* Closes a session from a client of its own once the training loop has
+ * seen its first progress event (not after a timed guess: a slow build
+ * could still be starting the loop, a fast one done with it). */
 typedef struct closer {
     const char *sid;
+    const int *progress;
+    int finished; /* atomic: the loop returned before any (a failure) */
     int rc;
 } closer;
 
@@ -269,7 +273,9 @@ static void *close_later(void *p)
     rt_client *c2;
     k->rc = rt_client_create(addr, &c2);
     if (k->rc == 0) {
-        usleep(100 * 1000);
+        while (!__atomic_load_n(k->progress, __ATOMIC_ACQUIRE) &&
+               !__atomic_load_n(&k->finished, __ATOMIC_ACQUIRE))
+            usleep(1000);
         k->rc = rt_client_session_close(c2, k->sid);
         rt_client_destroy(c2);
     }
@@ -723,14 +729,15 @@ int main(int argc, char **argv)
         rt_client_dataset tr3;
         CHECK_RC(rt_client_upload_csv(c, sid2, "train", p_train, -1, 0, &tr3));
         CHECK_RC(rt_client_compile_keras(c, sid2, json, &o, &pd));
-        closer cl = {.sid = sid2};
+        ev_log le = {0};
+        closer cl = {.sid = sid2, .progress = &le.progress};
         pthread_create(&th, NULL, close_later, &cl);
         rt_client_trace_calls(c, &t0);
         tp.session = sid2;
         tp.program = pd.program_id;
         tp.dataset = tr3.id;
-        ev_log le = {0};
         rc_loop = rt_client_train_steps(c, &tp, log_event, &le);
+        __atomic_store_n(&cl.finished, 1, __ATOMIC_RELEASE);
         pthread_join(th, NULL);
         CHECK(cl.rc == 0);
         CHECK(rc_loop < 0 && rc_loop != RT_ECANCELLED && le.progress > 0);

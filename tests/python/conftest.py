@@ -17,11 +17,11 @@ import pytest
 IRIS_CSV = "/usr/lib/python3/dist-packages/sklearn/datasets/data/iris.csv"
 
 
-def _start_daemon():
+def _start_daemon(*extra):
     exe = os.environ.get("RTRAIND")
     if not exe or not os.access(exe, os.X_OK):
         pytest.fail("RTRAIND must name the rtraind binary (got %r)" % exe)
-    proc = subprocess.Popen([exe, "--listen", "127.0.0.1:0"],
+    proc = subprocess.Popen([exe, "--listen", "127.0.0.1:0", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, bufsize=1)
     lines = []
@@ -44,11 +44,20 @@ def _start_daemon():
 
 
 class Daemon:
-    def __init__(self):
-        self.proc, self.addr, self.log, self._drain = _start_daemon()
+    """A real rtraind; extra: more flags."""
+    def __init__(self, *extra):
+        self.proc, self.addr, self.log, self._drain = _start_daemon(*extra)
 
     def alive(self):
         return self.proc.poll() is None
+
+    def paused(self):
+        """It stopped itself (--pause-at-step): state T."""
+        try:
+            with open("/proc/%d/stat" % self.proc.pid) as f:
+                return f.read().rsplit(")", 1)[1].split()[0] == "T"
+        except OSError:
+            return False
 
     def stop(self):
         if self.proc.poll() is None:

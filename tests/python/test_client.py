@@ -5,6 +5,7 @@ import io
 import os
 import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -585,34 +586,54 @@ def test_stop_training_from_thread(client, iris):
     assert client.ping() > 0
 
 
-def test_gil_released_during_fit(client):
+def test_gil_released_during_fit():
     """With verbose=0 a streamed fit runs no Python code until it returns;
     the main thread can only see a half-filled history if the C code lets
-    go of the GIL while it waits on the network. Epochs here take a few ms
-    on the daemon, so there is waiting to see."""
-    rng = np.random.RandomState(0)
-    x = rng.standard_normal((2048, 64)).astype(np.float32)
-    y = rng.randint(0, 4, 2048)
-    model = client.compile(rtrain.Sequential([
-        rtrain.layers.Dense(256, activation="relu", input_shape=(64,)),
-        rtrain.layers.Dense(4, activation="softmax")]),
-        optimizer="sgd", loss="sparse_categorical_crossentropy",
-        batch_size=16)
-    epochs = 10
-    result = {}
-    t = threading.Thread(target=lambda: result.update(
-        h=model.fit(x, y, epochs=epochs, verbose=0)))
-    seen = set()
-    t.start()
-    while t.is_alive():
-        h = model.history
-        if h is not None:
-            seen.add(len(h.get("loss", ())))
-        time.sleep(0.0005)  # light on the 2 shared cores; sleeping is
-        # no escape hatch: a held GIL would keep this thread from waking
-    t.join()
-    assert len(result["h"]["loss"]) == epochs
-    assert seen & set(range(1, epochs))
+    go of the GIL while it waits on the network. The daemon stops itself
+    inside epoch 6 (--pause-at-step), so the fit is certainly waiting there
+    however fast the machine; the main thread must see epochs 1-5 in the
+    history meanwhile. (A held GIL would keep it from running at all: a
+    watchdog process then resumes the daemon after 60 s, and the check
+    fails.)"""
+    from conftest import Daemon
+    spe = 2048 // 16
+    d = Daemon("--pause-at-step", str(5 * spe + spe // 2))
+    watchdog = None
+    try:
+        client = rtrain.connect(d.addr, timeout=120)
+        rng = np.random.RandomState(0)
+        x = rng.standard_normal((2048, 64)).astype(np.float32)
+        y = rng.randint(0, 4, 2048)
+        model = client.compile(rtrain.Sequential([
+            rtrain.layers.Dense(256, activation="relu", input_shape=(64,)),
+            rtrain.layers.Dense(4, activation="softmax")]),
+            optimizer="sgd", loss="sparse_categorical_crossentropy",
+            batch_size=16)
+        epochs = 10
+        watchdog = subprocess.Popen(["sh", "-c", "sleep 60; kill -CONT %d" % d.proc.pid])
+        result = {}
+        t = threading.Thread(target=lambda: result.update(
+            h=model.fit(x, y, batch_size=16, epochs=epochs, verbose=0)))
+        t.start()
+        seen = set()
+        while t.is_alive():
+            h = model.history
+            n = len(h.get("loss", ())) if h is not None else 0
+            if d.paused() and 0 < n < epochs:
+                seen.add(n)
+                os.kill(d.proc.pid, signal.SIGCONT)
+            time.sleep(0.001)
+        t.join()
+        assert len(result["h"]["loss"]) == epochs
+        assert seen and max(seen) <= 5, seen
+        client.close()
+    finally:
+        if watchdog:
+            watchdog.kill()
+            watchdog.wait()
+        if d.alive():
+            os.kill(d.proc.pid, signal.SIGCONT)
+        d.stop()
 
 
 def test_timings_of_every_call(client, iris):
