@@ -162,6 +162,24 @@ int itest_daemon_stop(itest_daemon *d, int sig)
     return 255;
 }
 
+int itest_daemon_wait_paused(itest_daemon *d, const int *give_up)
+{
+    while (d->pid > 0) {
+        int st = 0;
+        pid_t w = waitpid(d->pid, &st, WUNTRACED | WNOHANG);
+        if (w == d->pid && WIFSTOPPED(st))
+            return 0;
+        if (w == d->pid || (w < 0 && errno != EINTR)) {
+            d->pid = 0;
+            return -1;
+        }
+        if (give_up && __atomic_load_n(give_up, __ATOMIC_ACQUIRE))
+            return -1;
+        usleep(1000);
+    }
+    return -1;
+}
+
 int itest_run_capture(const char *path, const char *const *args, char *err, size_t len)
 {
     int fds[2];

@@ -64,6 +64,12 @@ typedef struct itest_daemon {
 int itest_daemon_start(itest_daemon *d, const char *path, const char *const *extra);
 /* Send sig (0 = none) and wait; returns the exit code, or 128+signal. */
 int itest_daemon_stop(itest_daemon *d, int sig);
+/* Until the daemon stopped itself (rtraind --pause-at-step: SIGSTOP; it
+ * is this process's child, so waitpid(WUNTRACED) sees it). 0 once stopped;
+ * -1 if it exited instead (d->pid is then 0) or *give_up (read atomically;
+ * NULL: never) became nonzero first, e.g. the call that was to reach the
+ * step ended. */
+int itest_daemon_wait_paused(itest_daemon *d, const int *give_up);
 /* Run path with args, capture stderr (up to len), return the exit code. */
 int itest_run_capture(const char *path, const char *const *args, char *err, size_t len);
 
