@@ -103,12 +103,29 @@ static rt_exec *train_some(rt_plan *p, int64_t in_numel, int classes, int n, int
     }
     for (int i = 0; i < n; i++) y[i] = i % classes;
     rt_data d = {.x = x, .y = y, .y_dtype = RT_I32, .n = n};
+    rt_metrics m0;
+    CHECK_RC(rt_exec_evaluate(e, &d, &m0));
     rt_train_result r;
     CHECK_RC(rt_exec_train(e, &d, steps, &r, NULL, NULL, NULL));
-    CHECK(isfinite(r.last.loss));
+    CHECK(isfinite(r.last.loss) && r.steps_run == steps);
     rt_metrics m;
     CHECK_RC(rt_exec_evaluate(e, &d, &m));
-    CHECK(isfinite(m.loss) && m.acc >= 0 && m.acc <= 1);
+    /* the steps fit the (random) training data a little */
+    CHECK(isfinite(m.loss) && m.loss < m0.loss);
+    /* the accuracy is the argmax accuracy of what the model predicts */
+    float *out = malloc(sizeof(float) * (size_t)(n * classes));
+    REQUIRE(out);
+    CHECK_RC(rt_exec_predict(e, x, n, out));
+    int hit = 0;
+    for (int i = 0; i < n; i++) {
+        int best = 0;
+        for (int k = 1; k < classes; k++)
+            if (out[i * classes + k] > out[i * classes + best])
+                best = k;
+        hit += best == y[i];
+    }
+    CHECK(m.samples == n && fabs(m.acc - (double)hit / n) < 1e-9);
+    free(out);
     *xo = x;
     *yo = y;
     return e;
