@@ -1,11 +1,20 @@
 /*
- * test_biggraph.c - compile time is linear in graph size: a deep Dense chain
- * (Sequential, and the same chain as a Functional model, whose layers name
- * their inbound layers) is imported from Keras JSON and compiled; the plan
- * must have one forward call per layer (Dense+Relu fused) and train a step.
- * The times are printed, not asserted (the machine may be loaded).
+ * test_biggraph.c - import and compile are linear in graph size: a deep
+ * Dense chain (Sequential, and the same chain as a Functional model, whose
+ * layers name their inbound layers) is imported from Keras JSON and
+ * compiled; the plan must have one forward call per layer (Dense+Relu
+ * fused) and train a step.
  *
- *     test_engine_biggraph [layers]      (default 20000)
+ * Linear is checked by counting work, not timing it (the machine may be
+ * loaded): the engine's calls to the C library's string, memory and
+ * allocation functions and to json-c's member lookup are redirected here at
+ * link time (-Wl,--wrap=...; see CMakeLists.txt) and counted, calls and
+ * bytes. Import and compile of 2n layers must make at most 2.25 times the
+ * calls (and move at most 2.25 times the bytes) of n layers: a name looked
+ * up by a scan over the nodes, a copy of the graph per node, or an array
+ * grown by one makes that 4 times. The times are printed only.
+ *
+ *     test_engine_biggraph [layers]      (default 20000; n = layers / 2)
  */
 #include <stdarg.h>
 #include <stdint.h>
@@ -13,6 +22,48 @@
 
 #include "import_keras.h"
 #include "rt_test.h"
+
+/* ---------------------------------------------------- counted functions */
+enum { W_STRCMP, W_STRLEN, W_MEMCPY, W_MEMSET, W_ALLOC, W_JSON_GET, W_MEMCPY_B, W_MEMSET_B,
+       W_N };
+static const char *const w_name[W_N] = {"strcmp calls", "strlen calls", "memcpy calls",
+                                        "memset calls", "allocations", "json lookups",
+                                        "memcpy bytes", "memset bytes"};
+static uint64_t w[W_N];
+
+int __real_strcmp(const char *a, const char *b);
+size_t __real_strlen(const char *s);
+void *__real_memcpy(void *d, const void *s, size_t n);
+void *__real_memset(void *d, int c, size_t n);
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t a, size_t b);
+void *__real_realloc(void *p, size_t n);
+struct json_object;
+int __real_json_object_object_get_ex(const struct json_object *o, const char *k,
+                                     struct json_object **v);
+int __wrap_strcmp(const char *a, const char *b) { w[W_STRCMP]++; return __real_strcmp(a, b); }
+size_t __wrap_strlen(const char *s) { w[W_STRLEN]++; return __real_strlen(s); }
+void *__wrap_memcpy(void *d, const void *s, size_t n)
+{
+    w[W_MEMCPY]++;
+    w[W_MEMCPY_B] += n;
+    return __real_memcpy(d, s, n);
+}
+void *__wrap_memset(void *d, int c, size_t n)
+{
+    w[W_MEMSET]++;
+    w[W_MEMSET_B] += n;
+    return __real_memset(d, c, n);
+}
+void *__wrap_malloc(size_t n) { w[W_ALLOC]++; return __real_malloc(n); }
+void *__wrap_calloc(size_t a, size_t b) { w[W_ALLOC]++; return __real_calloc(a, b); }
+void *__wrap_realloc(void *p, size_t n) { w[W_ALLOC]++; return __real_realloc(p, n); }
+int __wrap_json_object_object_get_ex(const struct json_object *o, const char *k,
+                                     struct json_object **v)
+{
+    w[W_JSON_GET]++;
+    return __real_json_object_object_get_ex(o, k, v);
+}
 
 static double clock_s(clockid_t id)
 {
@@ -80,12 +131,15 @@ static char *make_json(int layers, int functional, size_t *len)
     return b.p;
 }
 
-static void run(int layers, int functional)
+/* Imports and compiles a chain of layers, trains one step; work gets what
+ * import + compile counted. */
+static void run(int layers, int functional, uint64_t work[W_N])
 {
     size_t len;
     char *json = make_json(layers, functional, &len);
     char err[256];
     rt_graph *g = NULL;
+    memset(w, 0, sizeof w);
     const double c0 = cpu_s(), t0 = now_s();
     int rc = rt_keras_import(json, len, &g, err, sizeof err);
     const double t1 = now_s();
@@ -105,6 +159,7 @@ static void run(int layers, int functional)
     rt_compile_report rep;
     rc = rt_plan_compile(g, &cfg, &p, &rep, err, sizeof err);
     const double t2 = now_s(), c2 = cpu_s();
+    memcpy(work, w, sizeof w);
     if (rc < 0) fprintf(stderr, "compile: %s\n", err);
     REQUIRE(rc == 0);
     /* Dense+Relu fuse: one forward call per Dense, one backward each */
@@ -139,8 +194,31 @@ static void run(int layers, int functional)
 int main(int argc, char **argv)
 {
     int layers = argc > 1 ? atoi(argv[1]) : 20000;
-    REQUIRE(layers >= 2);
-    run(layers, 0);
-    run(layers, 1);
+    REQUIRE(layers >= 200 && layers % 4 == 0);
+    for (int functional = 0; functional < 2; functional++) {
+        uint64_t half[W_N], full[W_N];
+        run(layers / 2, functional, half);
+        run(layers, functional, full);
+        for (int k = 0; k < W_N; k++) {
+            const double ratio = (double)full[k] / (double)(half[k] ? half[k] : 1);
+            printf("  %-14s %12llu at %d layers, %12llu at %d: x%.3f\n", w_name[k],
+                   (unsigned long long)half[k], layers / 2, (unsigned long long)full[k], layers,
+                   ratio);
+            /* the counters see the work: each call counter is at least one per
+             * layer (the arena makes allocations few) */
+            if (half[k] < (k == W_ALLOC ? 1 : (uint64_t)layers / 2)) {
+                fprintf(stderr, "%s: %s %llu for %d layers: not counted\n",
+                        functional ? "functional" : "sequential", w_name[k],
+                        (unsigned long long)half[k], layers / 2);
+                rt_test_failures++;
+            }
+            if (ratio > 2.25) {
+                fprintf(stderr, "%s: %s grow x%.3f from %d to %d layers (linear: x2)\n",
+                        functional ? "functional" : "sequential", w_name[k], ratio, layers / 2,
+                        layers);
+                rt_test_failures++;
+            }
+        }
+    }
     return rt_test_done("engine_biggraph");
 }
