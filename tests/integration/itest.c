@@ -67,6 +67,34 @@ uint8_t *itest_read_file(const char *path, size_t *len)
 }
 
 /* ----------------------------------------------------------------- daemon */
+static const char *log_to; /* itest_daemon_start_log */
+
+int itest_daemon_start_log(itest_daemon *d, const char *path, const char *const *extra,
+                           const char *log_path)
+{
+    log_to = log_path;
+    int rc = itest_daemon_start(d, path, extra);
+    log_to = NULL;
+    return rc;
+}
+
+int itest_wait_log(const char *log_path, const char *needle, int count, int timeout_s)
+{
+    const uint64_t t_end = itest_now_ns() + (uint64_t)timeout_s * 1000000000ull;
+    int n = 0;
+    for (;;) {
+        n = 0;
+        size_t len = 0;
+        char *text = (char *)itest_read_file(log_path, &len);
+        for (const char *p = text; p && (p = strstr(p, needle)); p += strlen(needle))
+            n++;
+        free(text);
+        if (n >= count || itest_now_ns() >= t_end)
+            return n;
+        usleep(10000);
+    }
+}
+
 int itest_daemon_start(itest_daemon *d, const char *path, const char *const *extra)
 {
     /* Tests write to raw sockets the daemon may close (half-open
@@ -102,6 +130,11 @@ int itest_daemon_start(itest_daemon *d, const char *path, const char *const *ext
         dup2(fds[1], 1);
         close(fds[0]);
         close(fds[1]);
+        if (log_to) {
+            int lf = open(log_to, O_WRONLY | O_CREAT | O_APPEND, 0600);
+            if (lf >= 0)
+                dup2(lf, 2);
+        }
         execv(path, (char *const *)argv);
         _exit(127);
     }
@@ -548,7 +581,17 @@ int itest_stream_finish(itest_stream *s, int cancel, itest_res *r)
     grpc_byte_buffer *recv = NULL;
     grpc_metadata_array imd;
     grpc_metadata_array_init(&imd);
-    if (cancel) {
+    if (cancel == 2) {
+        /* the daemon ends the call (a stalled stream): read the reply side
+         * as a client does, so its early status is taken in */
+        grpc_op ops[2];
+        memset(ops, 0, sizeof ops);
+        ops[0].op = GRPC_OP_RECV_INITIAL_METADATA;
+        ops[0].data.recv_initial_metadata.recv_initial_metadata = &imd;
+        ops[1].op = GRPC_OP_RECV_MESSAGE;
+        ops[1].data.recv_message.recv_message = &recv;
+        batch(s->c, s->call, ops, 2, (void *)3);
+    } else if (cancel) {
         grpc_call_cancel(s->call, NULL);
     } else if (s->ok) {
         grpc_op ops[3];

@@ -62,6 +62,12 @@ typedef struct itest_daemon {
 /* Start path with --listen 127.0.0.1:0 --log-level warn plus extra (NULL-
  * terminated, may be NULL) and wait for its "listening on" line. */
 int itest_daemon_start(itest_daemon *d, const char *path, const char *const *extra);
+/* The same, with the daemon's stderr (its log) appended to log_path. */
+int itest_daemon_start_log(itest_daemon *d, const char *path, const char *const *extra,
+                           const char *log_path);
+/* Wait until log_path holds needle count times, or timeout_s passed;
+ * returns how many times it holds it. */
+int itest_wait_log(const char *log_path, const char *needle, int count, int timeout_s);
 /* Send sig (0 = none) and wait; returns the exit code, or 128+signal. */
 int itest_daemon_stop(itest_daemon *d, int sig);
 /* Until the daemon stopped itself (rtraind --pause-at-step: SIGSTOP; it
@@ -117,8 +123,9 @@ typedef int (*itest_msg_fn)(void *ud, const uint8_t *data, size_t len);
 int itest_server_stream(itest_conn *c, const char *method, const ProtobufCMessage *req,
                         itest_msg_fn on_msg, void *ud, itest_res *r);
 
-/* A client stream left open: begin, send messages, then cancel or finish
- * (half-close and wait for the status). */
+/* A client stream left open: begin, send messages, then cancel (1) or
+ * finish (0: half-close and wait for the status), or (2) only wait for the
+ * status the daemon ends the call with. */
 typedef struct itest_stream itest_stream;
 itest_stream *itest_stream_begin(itest_conn *c, const char *method);
 int itest_stream_send(itest_stream *s, const ProtobufCMessage *msg); /* 1 = sent */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <xxhash.h>
 #include <zlib.h>
@@ -653,21 +654,6 @@ static uint64_t find_resume(itest_conn *c, const char *sid, Rtrain__V1__DatasetH
     return off;
 }
 
-/* The daemon notices a cancelled stream on its own time: ask until it
- * reports the kept bytes (or give up after a few seconds). */
-static uint64_t await_resume(itest_conn *c, const char *sid, Rtrain__V1__DatasetHeader *h)
-{
-    uint64_t off = 0;
-    for (int i = 0; i < 100 && !off; i++) {
-        off = find_resume(c, sid, h, NULL);
-        if (!off) {
-            struct timespec ts = {0, 10 * 1000000L};
-            nanosleep(&ts, NULL);
-        }
-    }
-    return off;
-}
-
 static void test_resume(itest_conn *c, const char *sid)
 {
     static float x[RS_N * RS_CHUNK / 4];
@@ -745,15 +731,8 @@ static void test_resume(itest_conn *c, const char *sid)
           "resumed with wrong bytes: %d %s", r.status, r.details);
     itest_res_free(&r);
 
-    /* Cancelled by the client after nine chunks: the daemon keeps what it
-     * had read when the cancel reached it, and says how much. */
-    h.resume_offset = 0;
-    itest_client_stream(c, "UploadDataset", m, RS_N - 1, RS_N - 1, &r);
-    itest_res_free(&r);
-    kept = await_resume(c, sid, &h);
-    CHECK(kept % RS_CHUNK == 0 && kept <= 9 * RS_CHUNK, "kept after a cancel: %llu",
-          (unsigned long long)kept);
     /* Cut at 90% once more, and resume right: only the last chunk goes. */
+    h.resume_offset = 0;
     itest_client_stream(c, "UploadDataset", m, RS_N - 1, -1, &r);
     itest_res_free(&r);
     CHECK(find_resume(c, sid, &h, NULL) == 9 * RS_CHUNK, "kept a third time");
@@ -979,6 +958,165 @@ static void test_hash_later(itest_conn *c, const char *sid)
     CHECK(ping_ok(c), "daemon alive after hash_later uploads");
 }
 
+/* One data set of RS_N chunks for test_broken_kept: its values start at
+ * v0, h describes it (content hash included). */
+typedef struct rs_set {
+    float x[RS_N * RS_CHUNK / 4];
+    int64_t shape[2];
+    Rtrain__V1__DataPart p, *pp[1];
+    XXH128_canonical_t hc;
+    Rtrain__V1__DatasetHeader h;
+    Rtrain__V1__UploadChunk ch[RS_N];
+    ProtobufCMessage *m[RS_N];
+} rs_set;
+
+static void rs_set_init(rs_set *s, const char *sid, float v0)
+{
+    for (size_t i = 0; i < sizeof s->x / sizeof s->x[0]; i++)
+        s->x[i] = v0 + (float)i * 0.5f;
+    s->p = part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DATA_FORMAT__FORMAT_RAW,
+                sizeof s->x);
+    s->shape[0] = 1024;
+    s->shape[1] = 10;
+    s->p.dtype = RTRAIN__V1__DTYPE__F32;
+    s->p.shape = s->shape;
+    s->p.n_shape = 2;
+    s->pp[0] = &s->p;
+    XXH128_canonicalFromHash(&s->hc, XXH3_128bits(s->x, sizeof s->x));
+    Rtrain__V1__DatasetHeader hi = RTRAIN__V1__DATASET_HEADER__INIT;
+    s->h = hi;
+    s->h.session_id = (char *)sid;
+    s->h.name = "kept";
+    s->h.parts = s->pp;
+    s->h.n_parts = 1;
+    s->h.content_hash.data = s->hc.digest;
+    s->h.content_hash.len = 16;
+    s->h.no_checksum = 1;
+    rs_chunks(s->ch, s->m, s->x, &s->h);
+}
+
+/* Resume s from kept bytes (0: the whole upload): the data set stored is
+ * the data, found by its hash, and only the rest was sent. */
+static void rs_resume(itest_conn *c, const char *sid, rs_set *s, uint64_t kept, const char *what)
+{
+    const int first = (int)(kept / RS_CHUNK);
+    s->h.resume_offset = kept;
+    s->ch[first].header = &s->h;
+    itest_res r;
+    itest_client_stream(c, "UploadDataset", &s->m[first], RS_N - first, -1, &r);
+    s->ch[first].header = first ? NULL : &s->h;
+    s->h.resume_offset = 0;
+    Rtrain__V1__UploadResponse *u = upload_resp(&r);
+    CHECK(u && u->bytes_received == sizeof s->x && u->bytes_resumed == kept &&
+              u->dataset->samples == 1024,
+          "%s: resumed at %llu: %d %s", what, (unsigned long long)kept, r.status, r.details);
+    char found[40];
+    find_resume(c, sid, &s->h, found);
+    CHECK(u && found[0] && strcmp(found, u->dataset->dataset_id) == 0,
+          "%s: the resumed data set is found by the data's hash", what);
+    if (u)
+        rtrain__v1__upload_response__free_unpacked(u, NULL);
+    itest_res_free(&r);
+}
+
+/* How many "broke at N" lines the daemon's log holds; *last gets the last
+ * one's N. */
+static int broke_lines(const char *log, uint64_t *last)
+{
+    size_t len;
+    char *text = (char *)itest_read_file(log, &len);
+    int n = 0;
+    for (const char *p = text; p && (p = strstr(p, " broke at ")); p++) {
+        unsigned long long v;
+        if (sscanf(p, " broke at %llu", &v) == 1) {
+            *last = v;
+            n++;
+        }
+    }
+    free(text);
+    return n;
+}
+
+/* FindDataset until it reports want kept bytes (the daemon logs what it
+ * keeps just before it files it), or a minute passed. */
+static uint64_t kept_now(itest_conn *c, const char *sid, Rtrain__V1__DatasetHeader *h,
+                         uint64_t want)
+{
+    uint64_t kept = 0;
+    for (int i = 0; i < 6000 && (kept = find_resume(c, sid, h, NULL)) != want; i++)
+        usleep(10000);
+    return kept;
+}
+
+/* A broken upload keeps what the daemon had read, and says so in its log
+ * ("upload ...: broke at N of M bytes: kept"). A client's cancel reaches
+ * the daemon on the daemon's time, so the test waits for the call's access
+ * record, logged after the daemon filed the kept bytes; then FindDataset
+ * says what the log says (N, or 0 without such a line; a cancel on
+ * loopback mostly lands before the daemon read the header), whole chunks,
+ * and the rest resumes into the data. A client that goes silent after
+ * nine chunks is stalled out by the daemon (--upload-stall-s 1), which has
+ * read all nine by then: exactly nine are kept, and they resume. */
+static void test_broken_kept(const char *rtraind)
+{
+    char dir[] = "/tmp/rt-upload-XXXXXX", log[64];
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp %s", dir);
+        return;
+    }
+    snprintf(log, sizeof log, "%s/daemon.log", dir);
+    itest_daemon d;
+    const char *extra[] = {"--upload-stall-s", "1", "--log-level", "info", "--log-format", "json",
+                           NULL};
+    if (itest_daemon_start_log(&d, rtraind, extra, log) < 0) {
+        CHECK(0, "daemon with --upload-stall-s 1 did not start");
+        return;
+    }
+    itest_conn *c = itest_connect(d.addr);
+    char sid[40];
+    CHECK(itest_session(c, "kept", sid) == 0, "session");
+    static rs_set a, b;
+    itest_res r;
+
+    rs_set_init(&a, sid, 3.0f);
+    uint64_t logged = 0;
+    const int lines0 = broke_lines(log, &logged);
+    itest_client_stream(c, "UploadDataset", a.m, RS_N - 1, RS_N - 1, &r);
+    itest_res_free(&r);
+    const char *rec = "\"method\":\"/rtrain.v1.Trainer/UploadDataset\",\"status\":\"CANCELLED\"";
+    CHECK(itest_wait_log(log, rec, 1, 60) == 1, "no access record of the cancelled upload");
+    const int lines1 = broke_lines(log, &logged);
+    const uint64_t said = lines1 > lines0 ? logged : 0;
+    uint64_t kept = find_resume(c, sid, &a.h, NULL);
+    printf("  cancelled after nine chunks: the daemon kept %llu bytes\n",
+           (unsigned long long)kept);
+    CHECK(kept == said && kept % RS_CHUNK == 0 && kept <= 9 * RS_CHUNK,
+          "kept after a cancel: %llu, the log says %llu", (unsigned long long)kept,
+          (unsigned long long)said);
+    rs_resume(c, sid, &a, kept, "cancelled");
+
+    rs_set_init(&b, sid, -5.0f);
+    itest_stream *st = itest_stream_begin(c, "UploadDataset");
+    for (int i = 0; i < RS_N - 1; i++)
+        CHECK(itest_stream_send(st, b.m[i]) == 1, "chunk %d sent", i);
+    itest_stream_finish(st, 2, &r);
+    CHECK(r.status == GRPC_STATUS_DEADLINE_EXCEEDED && strstr(r.details, "stalled"),
+          "a silent upload: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    CHECK(itest_wait_log(log, " broke at ", lines1 + 1, 60) == lines1 + 1,
+          "the stalled upload kept nothing");
+    broke_lines(log, &logged);
+    CHECK(logged == 9 * RS_CHUNK, "the log says a stall kept %llu", (unsigned long long)logged);
+    kept = kept_now(c, sid, &b.h, 9 * RS_CHUNK);
+    CHECK(kept == 9 * RS_CHUNK, "kept after a stall: %llu", (unsigned long long)kept);
+    rs_resume(c, sid, &b, kept, "stalled");
+
+    itest_disconnect(c);
+    CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "exit code");
+    unlink(log);
+    rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -1003,6 +1141,7 @@ int main(int argc, char **argv)
     RUN(test_too_big, c, sid);
     itest_disconnect(c);
     RUN(test_store_cap, argv[1]);
+    RUN(test_broken_kept, argv[1]);
     int code = itest_daemon_stop(&d, SIGTERM);
     CHECK(code == 0, "daemon exit %d", code);
 
