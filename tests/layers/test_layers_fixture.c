@@ -204,22 +204,37 @@ static void noise_checks(void)
         /* E[y^2] for y = factor * 1: dropout 1/(1-r); gaussian dropout
          * 1 + r/(1-r) = 1/(1-r); noise 1 + s^2 */
         const double want = k == 2 ? 1.25 : 1.0 / 0.7;
-        const double tol = k == 0 ? 0.6 : 0.08; /* spatial: 32 decisions, sd 0.17 */
-        if (fabs(loss - want) > tol) {
+        if (k != 0 && fabs(loss - want) > 0.08) {
             fprintf(stderr, "%s: E[y^2] %.4f, expected %.4f\n", ops[k], loss, want);
             rt_test_failures++;
         }
         if (k == 0) {
+            /* One decision per (sample, channel): Bn * C = 32 of them. A kept
+             * channel's cells are all 1 / 0.7, a dropped one's all 0, so
+             * mean(y^2) = K / (32 * 0.49) for K kept: a whole K, and some
+             * kept and some dropped (at rate 0.3, K in 32 draws is 22.4
+             * +- 2.6; a no-op dropout keeps all 32 and fails). */
+            const double kk = loss * 32 * 0.49;
+            const long K = lround(kk);
+            if (fabs(kk - (double)K) > 1e-3 || K < 14 || K > 30) {
+                fprintf(stderr, "%s: E[y^2] %.6f: %.4f channels of 32 kept, expected a whole "
+                        "number in 14..30\n", ops[k], loss, kk);
+                rt_test_failures++;
+            }
             /* dL/db[c] = sum 2 y f / N over (sample, cell); with one mask
              * per (sample, channel) it is (2 / N) * per-channel count of
-             * kept samples * H*W * scale^2: a multiple of 2*H*W/(N*0.49) */
+             * kept samples * H*W * scale^2: a multiple of 2*H*W/(N*0.49),
+             * the per-channel counts summing to K */
             const double unit = 2.0 * (double)(H * W) / ((double)(Bn * per) * 0.49);
             int whole = 1;
+            long sum = 0;
             for (int64_t c = 0; c < C; c++) {
                 double m = gb[c] / unit;
-                whole &= fabs(m - floor(m + 0.5)) < 1e-3;
+                whole &= fabs(m - floor(m + 0.5)) < 1e-3 && m > -0.5 && m < Bn + 0.5;
+                sum += lround(m);
             }
             CHECK(whole);
+            CHECK(sum == K);
         }
         printf("%-16s %-20s %s\n", "noise", ops[k], "checked");
         free(x);

@@ -41,6 +41,10 @@ def test_notebook_executes(daemon, tmp_path):
     assert re.search(r"every ReLU unit is silent from epoch \d+", text)
     m = re.search(r"validation: loss [0-9.]+, accuracy ([0-9.]+)", text)
     assert m and float(m.group(1)) >= 0.9, text[-2000:]
+    # the daemon's predictions against a NumPy forward pass with the
+    # weights get_weights() returned (float32 softmax outputs)
+    m = re.search(r"max \|predict - numpy\| = ([0-9.e+-]+)", text)
+    assert m and float(m.group(1)) <= 1e-5, m and m.group(0)
     assert "reloaded predictions identical: True" in text
     src = "".join("".join(c["source"]) for c in nb["cells"])
     assert "notes/" not in src
