@@ -474,6 +474,25 @@ static void test_images(void)
 }
 
 /* ------------------------------------------- files written by TensorFlow */
+
+/* The 42 records of the tutorial file, decoded by a reader written apart
+ * from rtrain (Python, struct and a varint loop): feature0 and feature1 of
+ * each record in order, and feature3's first four floats' bits. */
+static const char TUT_F0[] = "011000110101111101100000110111010111110110";
+static const char TUT_F1[] = "243100110122304324223041411424332011232031";
+static const uint32_t TUT_F3_BITS[4] = {0xbf8fd70f, 0x3f65eda3, 0x3eda22e8, 0xbe83a032};
+/* TensorFlow's tutorial writes feature2 = strings[feature1] */
+static const char *const TUT_NAMES[5] = {"cat", "dog", "chicken", "horse", "goat"};
+
+/* the feature of an Example by key, NULL if absent */
+static Tensorflow__Feature *feature(Tensorflow__Example *ex, const char *key)
+{
+    for (size_t i = 0; ex->features && i < ex->features->n_feature; i++)
+        if (!strcmp(ex->features->feature[i]->key, key))
+            return ex->features->feature[i]->value;
+    return NULL;
+}
+
 static void test_tensorflow_files(void)
 {
     char err[256];
@@ -487,62 +506,109 @@ static void test_tensorflow_files(void)
     s.f[2] = (rt_feat_spec){.key = "feature1", .kind = RT_FEAT_INT64, .label = 1};
     rt_dataset *d;
     REQUIRE(build(&s, fix_dir, "tf_tutorial.tfrecord", RT_TFR_NONE, &d, err, sizeof err) == 0);
-    CHECK(d->n == 42 && d->x_dims[0] == 2);
-    for (int64_t i = 0; i < d->n; i++) {
-        CHECK(d->x[i * 2] == 0.0f || d->x[i * 2] == 1.0f);
-        int32_t l = ((int32_t *)d->y)[i];
-        CHECK(l >= 0 && l < 5);
+    REQUIRE(d->n == 42 && d->x_dims[0] == 2);
+    /* Each record against the known values, and against protobuf-c's
+     * decode of the same record (tf_example.proto): the data set holds
+     * record i's feature0 and feature3 as x[i] and feature1 as y[i], and
+     * every record keeps the tutorial's feature2 = strings[feature1]. */
+    size_t n;
+    uint8_t *b = slurp(fix_dir, "tf_tutorial.tfrecord", &n);
+    rt_tfr_reader r;
+    rt_tfr_reader_init(&r, b, n);
+    const uint8_t *rec;
+    size_t rl;
+    int64_t i = 0, same = 0, names_ok = 0;
+    while (i < d->n && rt_tfr_next(&r, &rec, &rl, err, sizeof err) > 0) {
+        Tensorflow__Example *ex = tensorflow__example__unpack(NULL, rl, rec);
+        REQUIRE(ex);
+        Tensorflow__Feature *f0 = feature(ex, "feature0"), *f1 = feature(ex, "feature1"),
+                            *f2 = feature(ex, "feature2"), *f3 = feature(ex, "feature3");
+        REQUIRE(f0 && f0->int64_list && f0->int64_list->n_value == 1 && f1 && f1->int64_list &&
+                f1->int64_list->n_value == 1 && f2 && f2->bytes_list &&
+                f2->bytes_list->n_value == 1 && f3 && f3->float_list &&
+                f3->float_list->n_value == 1);
+        const int64_t v0 = f0->int64_list->value[0], v1 = f1->int64_list->value[0];
+        const float v3 = f3->float_list->value[0];
+        const int32_t label = ((int32_t *)d->y)[i];
+        CHECK(v0 == TUT_F0[i] - '0' && v1 == TUT_F1[i] - '0');
+        same += d->x[i * 2] == (float)v0 && memcmp(&d->x[i * 2 + 1], &v3, 4) == 0 && label == v1;
+        if (i < 4) {
+            uint32_t bits;
+            memcpy(&bits, &d->x[i * 2 + 1], 4);
+            CHECK(bits == TUT_F3_BITS[i]);
+        }
+        const ProtobufCBinaryData *nm = &f2->bytes_list->value[0];
+        names_ok += v1 >= 0 && v1 < 5 && nm->len == strlen(TUT_NAMES[v1]) &&
+                    memcmp(nm->data, TUT_NAMES[v1], nm->len) == 0;
+        tensorflow__example__free_unpacked(ex, NULL);
+        i++;
     }
+    CHECK(i == 42 && same == 42 && names_ok == 42 && r.off == n);
+    free(b);
     rt_dataset_release(d);
     /* feature2 is bytes, not int64 */
     s.f[0].key[7] = '2';
     CHECK(build(&s, fix_dir, "tf_tutorial.tfrecord", RT_TFR_NONE, &d, err, sizeof err) == RT_EDTYPE);
     CHECK(strstr(err, "record 0: feature 'feature2' is bytes, the spec says int64") != NULL);
 
-    /* JPEG records with their height and width: every image decodes to
-     * the size its record states */
-    size_t n;
-    uint8_t *b = slurp(fix_dir, "tf_images.tfrecord", &n);
-    rt_tfr_reader r;
+    /* The two JPEG records: height, width, depth and label as known (read
+     * apart with PIL: 213x320 RGB label 0, 239x194 grayscale label 1), the
+     * image decodes to its record's size, and its mean pixel per channel
+     * is PIL's to within 0.5 (libjpeg versions may differ by a unit). */
+    static const struct {
+        int h, w, depth, label;
+        double mean[3];
+    } known[2] = {
+        {213, 320, 3, 0, {166.0133, 169.0607, 173.8699}},
+        {239, 194, 1, 1, {166.7764, 166.7764, 166.7764}},
+    };
+    b = slurp(fix_dir, "tf_images.tfrecord", &n);
     rt_tfr_reader_init(&r, b, n);
-    const uint8_t *rec;
-    size_t rl;
     int cnt = 0;
     while (rt_tfr_next(&r, &rec, &rl, err, sizeof err) > 0) {
         Tensorflow__Example *ex = tensorflow__example__unpack(NULL, rl, rec);
-        REQUIRE(ex && ex->features);
-        int64_t hh = -1, ww = -1;
-        const ProtobufCBinaryData *img = NULL;
-        for (size_t i = 0; i < ex->features->n_feature; i++) {
-            Tensorflow__Features__FeatureEntry *e = ex->features->feature[i];
-            if (!strcmp(e->key, "height"))
-                hh = e->value->int64_list->value[0];
-            if (!strcmp(e->key, "width"))
-                ww = e->value->int64_list->value[0];
-            if (!strcmp(e->key, "image_raw"))
-                img = &e->value->bytes_list->value[0];
-        }
-        REQUIRE(img);
+        REQUIRE(ex && ex->features && cnt < 2);
+        Tensorflow__Feature *fh = feature(ex, "height"), *fw = feature(ex, "width"),
+                            *fd = feature(ex, "depth"), *fl = feature(ex, "label"),
+                            *fi = feature(ex, "image_raw");
+        REQUIRE(fh && fh->int64_list && fw && fw->int64_list && fd && fd->int64_list && fl &&
+                fl->int64_list && fi && fi->bytes_list && fi->bytes_list->n_value == 1);
+        CHECK(fh->int64_list->value[0] == known[cnt].h && fw->int64_list->value[0] == known[cnt].w &&
+              fd->int64_list->value[0] == known[cnt].depth &&
+              fl->int64_list->value[0] == known[cnt].label);
+        const ProtobufCBinaryData *img = &fi->bytes_list->value[0];
         uint8_t *px;
         int w, h;
         CHECK(rt_image_decode(img->data, img->len, RT_IMG_JPEG, 3, RT_IMAGE_MAX_VALUES, &px, &w,
                               &h, err, sizeof err) == 0);
-        CHECK(w == ww && h == hh);
+        CHECK(w == known[cnt].w && h == known[cnt].h);
+        for (int c = 0; c < 3 && w == known[cnt].w && h == known[cnt].h; c++) {
+            double sum = 0;
+            for (int64_t p = 0; p < (int64_t)w * h; p++)
+                sum += px[p * 3 + c];
+            const double mean = sum / ((double)w * h);
+            if (fabs(mean - known[cnt].mean[c]) > 0.5) {
+                fprintf(stderr, "image %d channel %d: mean %.4f, PIL %.4f\n", cnt, c, mean,
+                        known[cnt].mean[c]);
+                failures++;
+            }
+        }
         free(px);
         tensorflow__example__free_unpacked(ex, NULL);
         cnt++;
     }
-    CHECK(cnt >= 1 && r.off == n);
+    CHECK(cnt == 2 && r.off == n);
     free(b);
+    /* the same records as a data set: their labels, in order */
     memset(&s, 0, sizeof s);
     s.n = 2;
     s.f[0] = (rt_feat_spec){.key = "image_raw", .kind = RT_FEAT_JPEG};
     s.f[1] = (rt_feat_spec){.key = "label", .kind = RT_FEAT_INT64, .label = 1};
     s.img = (rt_image_spec){.h = 32, .w = 32, .c = 3, .std = {1, 1, 1}};
     CHECK(build(&s, fix_dir, "tf_images.tfrecord", RT_TFR_NONE, &d, err, sizeof err) == 0);
-    CHECK(d && d->n == cnt);
+    CHECK(d && d->n == 2 && ((int32_t *)d->y)[0] == 0 && ((int32_t *)d->y)[1] == 1);
     rt_dataset_release(d);
-    printf("tensorflow files: 42 tutorial records, %d JPEG records\n", cnt);
+    printf("tensorflow files: 42 tutorial records and 2 JPEG records as known\n");
 }
 
 int main(int argc, char **argv)
