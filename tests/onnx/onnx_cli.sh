@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # onnx_cli.sh - the CLI with an ONNX model against a real rtraind: fit
 # --model m.onnx --onnx out.onnx, export of saved weights giving the same
-# file, predict, and the errors (unsupported operators listed, --onnx with a
-# JSON model).
+# file, predict (against PyTorch with the trained initializers), a graph
+# output chosen by --onnx-output (against NumPy), and the errors
+# (unsupported operators listed, --onnx with a JSON model).
 #   onnx_cli.sh RTRAIND RTRAIN SRC
 rtraind=$1 rtrain=$2 src=$3
+py=/usr/bin/python3
 . "$src/tests/lib/e2e.sh"
 fix=$src/tests/onnx/fixtures
 iris=$src/tests/fixtures/iris.csv
@@ -25,9 +27,56 @@ else bad "export of the saved weights differs from fit --onnx"; fi
 expect_rc 0 "predict with the ONNX model" -- "$rtrain" predict "${S[@]}" --model "$fix/wa.onnx" \
   --weights "$tmp/w.bin" --data "$iris" --csv-header --out "$tmp/p.csv"
 rows=$(wc -l < "$tmp/p.csv")
-ge "$rows" 150 && ok "150 predictions" || bad "predictions: $rows rows"
+[ "$rows" -eq 150 ] && ok "150 predictions" || bad "predictions: $rows rows"
+# The predictions against PyTorch: the model wa.onnx was exported from
+# (Linear(4,32) relu Linear(32,3) softmax) with the initializers of the
+# trained file fit wrote, on the same rows.
+if $py - "$tmp/fit.onnx" "$iris" "$tmp/p.csv" <<'EOF'
+import sys
+import numpy as np
+import onnx
+import onnx.numpy_helper
+import torch
+init = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(sys.argv[1]).graph.initializer}
+fc = [torch.nn.Linear(4, 32), torch.nn.Linear(32, 3)]
+for i, f in enumerate(fc):
+    f.weight.data = torch.from_numpy(init["fc.%d.weight" % i].copy())
+    f.bias.data = torch.from_numpy(init["fc.%d.bias" % i].copy())
+x = torch.from_numpy(np.loadtxt(sys.argv[2], delimiter=",", skiprows=1)[:, :4].astype(np.float32))
+with torch.no_grad():
+    ref = torch.softmax(fc[1](torch.relu(fc[0](x))), dim=1).numpy()
+got = np.loadtxt(sys.argv[3], delimiter=",", ndmin=2)
+assert got.shape == ref.shape, (got.shape, ref.shape)
+err = float(np.abs(got - ref).max())
+print("max |predict - torch| = %.3g" % err)
+assert err < 1e-5, err
+assert ref.argmax(1).tolist() == got.argmax(1).tolist()
+EOF
+then ok "predictions = PyTorch's with the trained initializers"
+else bad "predictions differ from PyTorch's"; fi
 # a model trained from its own file: the exported model imports and trains again
 expect_rc 0 "fit of the exported model" -- "$rtrain" "${FIT[@]}" --model "$tmp/exp.onnx"
+
+# --onnx-output picks one of two graph outputs (relu 'a', sigmoid 'b' of
+# the input; no weights): the predictions are NumPy's of that output
+two=$src/tests/fuzz/onnx/bad_two_outputs.onnx
+expect_rc 4 "two outputs, none named" -- "$rtrain" "${FIT[@]}" --model "$two" --loss mse
+has "$tmp/err" "name the one to train" "two outputs: the error asks for --onnx-output"
+expect_rc 0 "fit --onnx-output b" -- "$rtrain" "${FIT[@]}" --model "$two" --onnx-output b \
+  --loss mse --epochs 1 --save-weights "$tmp/w2.bin"
+for o in a b; do
+  expect_rc 0 "predict --onnx-output $o" -- "$rtrain" predict "${S[@]}" --model "$two" \
+    --onnx-output "$o" --weights "$tmp/w2.bin" --data "$iris" --csv-header --out "$tmp/p_$o.csv"
+  if $py - "$o" "$iris" "$tmp/p_$o.csv" <<'EOF'
+import sys
+import numpy as np
+x = np.loadtxt(sys.argv[2], delimiter=",", skiprows=1)[:, :4].astype(np.float32)
+ref = np.maximum(x, 0) if sys.argv[1] == "a" else 1 / (1 + np.exp(-x.astype(np.float64)))
+got = np.loadtxt(sys.argv[3], delimiter=",", ndmin=2)
+assert got.shape == ref.shape and float(np.abs(got - ref).max()) < 1e-6
+EOF
+  then ok "--onnx-output $o: NumPy's values"; else bad "--onnx-output $o: values differ"; fi
+done
 
 expect_rc 4 "unsupported operators" -- "$rtrain" "${FIT[@]}" \
   --model "$src/tests/fuzz/onnx/bad_unsupported.onnx"
