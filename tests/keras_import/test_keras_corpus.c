@@ -3,32 +3,31 @@
  * public repositories (tests/fixtures/keras-corpus, sources in SOURCES;
  * also run on tests/fixtures/keras-derived, corpus files with recurrent
  * dropout and step masks switched on by its gen_derived.py):
- * every model whose layers are all built-in Keras layers imports, compiles
- * and trains one epoch on synthetic data of its own input and output shape.
+ * every model whose layers are all ones the docs say are supported
+ * (SUPPORTED below; each must be named in README.md or the docs folder) imports,
+ * compiles and trains one epoch on synthetic data of its own input and
+ * output shape. A model with any other class (a Lambda, a custom class, a
+ * recorded TF op, a Keras layer the docs do not list) must fail with an
+ * error naming it. Anything else is a failure of this test.
  *
- * A model that fails is one of:
- *   - not built-in: it holds a Lambda, TF op or custom class; the error must
- *     say so (and the model is outside the goal);
- *   - pending: every problem is an unknown layer on the list of layers being
- *     added on other branches (PENDING below); the error names them, and
- *     the count is reported so it can be re-run once they land;
  * A model whose input has a null (variable) dim, a sequence of any length,
  * is imported again with that dim bound (rt_keras_import_dims, as a compile
  * request's input_dims does) to VARLEN_BIND, and must train like the rest.
- *   - a failure of this test (anything else).
  * Every config field of every placed layer is classified through
  * rt_keras_import_ex's callback (read / inert / unsupported); the table is
  * printed, and an unsupported field in a model whose layers are all
  * supported fails the import and so the test.
  *
- *   test_keras_corpus <corpus dir> <docs/keras-fields.md> [max params]
- *                     [min models, default 30: the issue's corpus size]
+ *   test_keras_corpus <corpus dir> <docs/keras-fields.md> <max params>
+ *                     <models> <trained> <compiled only> <not supported>
  *
- * Models with more parameters than max params (default: no limit) are
- * imported and compiled but not trained, and counted apart: ctest passes
- * 7,000,000 so the suite stays fast (a 66M-parameter model's epoch needs
- * 1 GB); bench/keras_import trains them all.
+ * The four counts are exact: a model that stops importing or training, or
+ * one added to SOURCES, changes them. Models with more parameters than max
+ * params are imported and compiled but not trained ("compiled only"):
+ * ctest passes 7,000,000 so the suite stays fast (a 66M-parameter model's
+ * epoch needs 1 GB); bench/keras_import trains them all.
  */
+#include <ctype.h>
 #include <json-c/json.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -50,38 +49,31 @@ static int failures;
         failures++;                                                                \
     } while (0)
 
-/* Layers issue 11 adds on other branches (klayers, rnn). */
-static const char *const PENDING[] = {
-    "Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum",
-    "ZeroPadding1D", "ZeroPadding2D", "Cropping1D", "Cropping2D", "UpSampling1D",
-    "UpSampling2D", "Permute", "RepeatVector", "Conv1D", "DepthwiseConv2D",
-    "SeparableConv2D", "Conv2DTranspose", "MaxPooling1D", "AveragePooling1D",
-    "GlobalMaxPooling1D", "GlobalAveragePooling1D", "GlobalMaxPooling2D", "Embedding",
-    "SimpleRNN", "GRU", "LSTM", "Bidirectional", "LayerNormalization", "LeakyReLU",
-    "PReLU", "ELU", "ReLU", "Softmax", "ThresholdedReLU", "SpatialDropout1D",
-    "SpatialDropout2D", "GaussianNoise", "GaussianDropout",
-    "MaxPool1D", "AvgPool1D", "GlobalMaxPool1D", "GlobalAvgPool1D", "GlobalMaxPool2D",
-    "Convolution1D", NULL,
-};
-
-/* Activations issue 11 adds on the klayers branch. */
-static const char *const PENDING_ACT[] = {
-    "elu", "selu", "gelu", "swish", "silu", "softplus", "softsign", "hard_sigmoid",
-    "relu6", "exponential", NULL,
-};
-
-/* Keras' built-in layer classes (Keras 1, 2, 3 and TF.js spellings) that
- * corpus models use or could; any other class is a custom one. */
-static const char *const BUILTIN[] = {
+/* The Keras layer classes the docs say import (README.md's list,
+ * docs/layers.md's table, docs/recurrent.md, the Keras 1 classes of
+ * docs/keras-fields.md), each spelled as the docs spell it: check_doc
+ * fails on a name the docs do not hold. */
+static const char *const SUPPORTED[] = {
     "InputLayer", "Dense", "Activation", "Dropout", "Flatten", "Reshape", "Conv2D",
-    "Convolution2D", "Conv1D", "Convolution1D", "MaxPooling2D", "MaxPool2D",
-    "AveragePooling2D", "AvgPool2D", "GlobalAveragePooling2D", "GlobalAvgPool2D",
-    "BatchNormalization", "Concatenate", "Merge", "Rescaling", "Sequential", "Functional",
-    "Model", "TimeDistributed", "Lambda", "Masking", NULL,
+    "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling2D", "BatchNormalization",
+    "SyncBatchNormalization", "Concatenate", "Rescaling", "Embedding", "SimpleRNN", "LSTM",
+    "GRU", "Bidirectional", "Masking", "TimeDistributed", "Add", "Subtract", "Multiply",
+    "Average", "Maximum", "Minimum", "ZeroPadding1D", "ZeroPadding2D", "Cropping1D",
+    "Cropping2D", "UpSampling1D", "UpSampling2D", "Permute", "RepeatVector", "Conv1D",
+    "DepthwiseConv2D", "SeparableConv2D", "Conv2DTranspose", "MaxPooling1D",
+    "AveragePooling1D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "GlobalAveragePooling1D",
+    "LayerNormalization", "LeakyReLU", "PReLU", "ELU", "ReLU", "Softmax", "ThresholdedReLU",
+    "SpatialDropout1D", "SpatialDropout2D", "GaussianNoise", "GaussianDropout",
+    "ActivityRegularization", "Identity", "Normalization", "Convolution2D", "Merge",
+    "AtrousConvolution2D", NULL,
 };
 
-/* Built-in classes outside issue 11's layer list, with the reason. */
-static const char *const OUT_OF_SCOPE[] = {NULL};
+/* Keras' other spellings of those classes, and the model classes. */
+static const char *const ALIASES[] = {
+    "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "MaxPool1D", "AvgPool1D", "GlobalMaxPool1D",
+    "GlobalAvgPool1D", "GlobalMaxPool2D", "Convolution1D", "SeparableConvolution2D",
+    "Convolution2DTranspose", "Deconvolution2D", "Sequential", "Functional", "Model", NULL,
+};
 
 static int in_list(const char *const *l, const char *s)
 {
@@ -180,44 +172,6 @@ static int not_builtin(const char *msg)
 {
     return strstr(msg, "holds Python code") || strstr(msg, "custom class") ||
            strstr(msg, "TensorFlow operation");
-}
-
-/* Every problem shown in the message is an unknown pending layer or an
- * unsupported pending activation (a long message ends "and N more"; the
- * rest are checked through the model's classes). Names go into names. */
-static int only_pending(const char *msg, char *names, size_t nl)
-{
-    names[0] = 0;
-    int n = 0, bad = 0;
-    const char *p = strstr(msg, "problems: ");
-    p = p ? p + strlen("problems: ") : msg;
-    while (*p) {
-        const char *end = strstr(p, "; ");
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        char one[512];
-        snprintf(one, sizeof one, "%.*s", (int)(len < 511 ? len : 511), p);
-        const char *q;
-        char what[64] = "";
-        if ((q = strstr(one, "unknown Keras layer '")) == one) {
-            sscanf(q + strlen("unknown Keras layer '"), "%63[^']", what);
-            bad |= !in_list(PENDING, what);
-        } else if ((q = strstr(one, "unsupported activation '")) != NULL) {
-            sscanf(q + strlen("unsupported activation '"), "%63[^']", what);
-            bad |= !in_list(PENDING_ACT, what);
-        } else if (strncmp(one, "and ", 4) == 0 && strstr(one, " more")) {
-            what[0] = 0;
-        } else {
-            bad = 1;
-        }
-        if (what[0] && !strstr(names, what) && strlen(names) + strlen(what) + 2 < nl) {
-            if (names[0]) strcat(names, ",");
-            strcat(names, what);
-        }
-        n++;
-        p += len;
-        if (*p) p += 2;
-    }
-    return n > 0 && !bad;
 }
 
 /* -------------------------------------------------------------- training */
@@ -370,13 +324,69 @@ static void check_doc(const char *doc_path)
     free(doc);
 }
 
+/* Every SUPPORTED class is named in the docs: README.md and the docs folder,
+ * read from the folder of doc_path and the one above it ("X1D/2D" names
+ * both). */
+static void check_supported_doc(const char *doc_path)
+{
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s", doc_path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
+    static const char *const files[] = {"../README.md", "layers.md", "recurrent.md",
+                                        "keras-import.md", "keras-fields.md"};
+    size_t cap = 1, len = 0;
+    char *all = calloc(1, 1);
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        size_t n;
+        char *t = slurp(path, &n);
+        if (!t) {
+            FAIL("cannot read %s", path);
+            continue;
+        }
+        cap += n + 1;
+        all = realloc(all, cap);
+        memcpy(all + len, t, n);
+        len += n;
+        all[len++] = '\n';
+        all[len] = 0;
+        free(t);
+    }
+    int n = 0;
+    for (int i = 0; SUPPORTED[i]; i++, n++) {
+        const char *name = SUPPORTED[i];
+        const size_t nl = strlen(name);
+        int found = 0;
+        for (const char *p = all; !found && (p = strstr(p, name)); p++) {
+            const char before = p == all ? ' ' : p[-1], after = p[nl];
+            found = !isalnum((unsigned char)before) && !isalnum((unsigned char)after);
+        }
+        /* "ZeroPadding1D/2D" names ZeroPadding2D */
+        if (!found && nl > 2 && !strcmp(name + nl - 2, "2D")) {
+            char both[80];
+            snprintf(both, sizeof both, "%.*s1D/2D", (int)(nl - 2), name);
+            found = strstr(all, both) != NULL;
+        }
+        if (!found)
+            FAIL("the test counts %s as supported, but the docs do not name it", name);
+    }
+    printf("docs: %d supported layer classes named\n", n);
+    free(all);
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 3) {
-        fprintf(stderr, "usage: %s <corpus dir> <keras-fields.md>\n", argv[0]);
+    if (argc < 8) {
+        fprintf(stderr, "usage: %s <corpus dir> <keras-fields.md> <max params> <models> "
+                "<trained> <compiled only> <not supported>\n", argv[0]);
         return 2;
     }
     check_doc(argv[2]);
+    check_supported_doc(argv[2]);
     char path[1024];
     snprintf(path, sizeof path, "%s/SOURCES", argv[1]);
     FILE *src = fopen(path, "r");
@@ -384,13 +394,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "no %s\n", path);
         return 1;
     }
-    int total = 0, trained = 0, foreign = 0, waiting = 0, outside = 0, varlen = 0, compiled_only = 0;
-    const uint64_t max_params = argc > 3 ? strtoull(argv[3], NULL, 10) : 0;
-    const int min_models = argc > 4 ? atoi(argv[4]) : 30;
+    int total = 0, trained = 0, unsupported = 0, varlen = 0, compiled_only = 0;
+    const uint64_t max_params = strtoull(argv[3], NULL, 10);
+    const int want_models = atoi(argv[4]), want_trained = atoi(argv[5]),
+              want_compiled = atoi(argv[6]), want_unsupported = atoi(argv[7]);
     double big_ms = 0;
     size_t big_len = 0;
     char big[256] = "", line[1024];
-    char *waiting_on = calloc(1, 8192);
     while (fgets(line, sizeof line, src)) {
         char file[256], repo[256], fpath[512], commit[64];
         if (line[0] == '#' || sscanf(line, "%255s %255s %511s %63s", file, repo, fpath, commit) != 4)
@@ -404,24 +414,16 @@ int main(int argc, char **argv)
             continue;
         }
         char cls[256][48];
-        int ncls = 0, custom = 0, scope = 0, embedding = 0;
-        char custom_names[256] = "", scope_names[128] = "";
+        int ncls = 0, embedding = 0;
+        char other[256] = "";
         json_object *doc = json_tokener_parse(js);
         classes_of(doc, cls, &ncls, 256);
         json_object_put(doc);
         for (int i = 0; i < ncls; i++) {
-            if (!in_list(BUILTIN, cls[i]) && !in_list(PENDING, cls[i])) {
-                custom = 1;
-                snprintf(custom_names + strlen(custom_names), sizeof custom_names - strlen(custom_names),
-                         "%s%.40s", custom_names[0] ? "," : "", cls[i]);
-            }
-            if (!strcmp(cls[i], "Lambda"))
-                custom = 1, snprintf(custom_names + strlen(custom_names),
-                                     sizeof custom_names - strlen(custom_names), "%sLambda",
-                                     custom_names[0] ? "," : "");
+            if (!in_list(SUPPORTED, cls[i]) && !in_list(ALIASES, cls[i]))
+                snprintf(other + strlen(other), sizeof other - strlen(other), "%s%.40s",
+                         other[0] ? "," : "", cls[i]);
             embedding |= !strcmp(cls[i], "Embedding");
-            if (in_list(OUT_OF_SCOPE, cls[i]))
-                scope = 1, snprintf(scope_names, sizeof scope_names, "%.40s", cls[i]);
         }
         static char err[4096];
         rt_graph *g = NULL;
@@ -441,26 +443,20 @@ int main(int argc, char **argv)
                 printf("  variable len  %-44s first input dim bound to %d\n", file, VARLEN_BIND);
         }
         double t_import = now_ms() - t0;
-        char names[512];
         if (rc < 0) {
-            if (custom) {
-                /* the error names the custom classes, or says Lambda holds code */
-                if (!not_builtin(err) && !strstr(err, strtok(custom_names, ",")))
-                    FAIL("%s: the error does not name the non-built-in layer %s: %.300s", file,
-                         custom_names, err);
-                foreign++;
-                printf("  not built-in  %-44s %s: %.160s\n", file, custom_names, err);
-            } else if (scope) {
-                outside++;
-                printf("  out of scope  %-44s %s (not in issue 11's list): %.120s\n", file,
-                       scope_names, err);
-            } else if (only_pending(err, names, sizeof names)) {
-                waiting++;
-                printf("  pending       %-44s layers %s\n", file, names);
-                size_t wl = strlen(waiting_on);
-                snprintf(waiting_on + wl, 8192 - wl, "%s%s: %s", wl ? "; " : "", file, names);
+            if (other[0]) {
+                /* the error names a class the docs do not list, or says
+                 * Lambda holds code */
+                char first[64];
+                snprintf(first, sizeof first, "%.*s", (int)strcspn(other, ","), other);
+                if (!not_builtin(err) && !strstr(err, first))
+                    FAIL("%s: the error does not name the unsupported layer %s: %.300s", file,
+                         other, err);
+                unsupported++;
+                printf("  not supported %-44s %s: %.160s\n", file, other, err);
             } else {
-                FAIL("%s: import: %s: %.600s", file, rt_err_name(rc), err);
+                FAIL("%s: every layer is one the docs list, yet the import fails: %s: %.600s",
+                     file, rt_err_name(rc), err);
             }
             free(js);
             continue;
@@ -504,17 +500,16 @@ int main(int argc, char **argv)
     if (compiled_only)
         printf("\n%d models over %llu parameters compiled but were not trained here\n",
                compiled_only, (unsigned long long)max_params);
-    printf("\ncorpus: %d models; %d trained one epoch; %d hold non-built-in layers; "
-           "%d use built-in layers outside issue 11's list; %d wait for layers on other "
-           "branches; %d have a variable-length input (bound to a fixed length); "
-           "%d failed\n", total, trained, foreign,
-           outside, waiting, varlen, failures);
-    if (waiting)
-        printf("waiting: %s\n", waiting_on);
+    printf("\ncorpus: %d models; %d trained one epoch; %d compiled only; %d hold layers the docs "
+           "do not list (Lambda, custom classes); %d have a variable-length input (bound to a "
+           "fixed length); %d failed\n", total, trained, compiled_only, unsupported, varlen,
+           failures);
     if (big[0])
         printf("largest trained model: %s (%zu bytes), import %.2f ms\n", big, big_len, big_ms);
-    free(waiting_on);
-    if (total < min_models)
-        FAIL("the corpus has %d models, fewer than %d", total, min_models);
+    if (total != want_models || trained != want_trained || compiled_only != want_compiled ||
+        unsupported != want_unsupported)
+        FAIL("expected %d models: %d trained, %d compiled only, %d not supported; got %d: %d, "
+             "%d, %d", want_models, want_trained, want_compiled, want_unsupported, total,
+             trained, compiled_only, unsupported);
     return failures ? 1 : 0;
 }
