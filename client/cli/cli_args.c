@@ -117,13 +117,19 @@ static const opt_def defs[] = {
 };
 #define N_DEFS (sizeof defs / sizeof defs[0])
 
-/* `rtrain CMD --help`: what each option takes and its default. Options
- * without an entry are listed by name only. */
+/* `rtrain CMD --help`: what each option takes and its default. Every
+ * option has an entry (tests/cli/help_flags.sh checks the help text). */
 static const struct {
     const char *name, *arg, *help;
 } helps[] = {
     {"server", "HOST:PORT", "the daemon (default $RTRAIN_SERVER or " RT_DEFAULT_SERVER ")"},
     {"timeout", "SECONDS", "deadline of each call (default 60; fit's training calls: none)"},
+    {"tls-ca", "FILE", "talk TLS, trusting the daemon's certificate if this PEM CA signed it "
+                       "(default $RTRAIN_TLS_CA)"},
+    {"tls-cert", "FILE", "PEM client certificate for mTLS (default $RTRAIN_TLS_CERT)"},
+    {"tls-key", "FILE", "its PEM private key (default $RTRAIN_TLS_KEY)"},
+    {"token-file", "FILE", "bearer token on the file's first line (default $RTRAIN_TOKEN, the "
+                           "token itself, or $RTRAIN_TOKEN_FILE)"},
     {"model", "M.json|M.onnx", "Keras model JSON (model.to_json()), or an ONNX model "
                               "(*.onnx, torch.onnx.export); - reads stdin"},
     {"onnx", "OUT.onnx", "write the --model ONNX file back with the trained weights"},
@@ -132,7 +138,8 @@ static const struct {
     {"save-weights", "W.bin|W.h5", "write the trained weights (RTWTS001, or Keras' HDF5 "
                                    "layout by the .h5 name)"},
     {"load-weights", "W.bin|W.h5", "start from these weights (RTWTS001 or Keras' HDF5)"},
-    {"data", "D", "data set: .csv, .npy (with --labels), IDX (with --labels)"},
+    {"data", "D", "data set: .csv, .npy or IDX (with --labels), .tfrecord (with --features), "
+                  "a folder of class folders of images"},
     {"labels", "L", "labels of .npy or IDX --data"},
     {"val", "V", "validation data, evaluated after every epoch"},
     {"val-labels", "L", "labels of .npy or IDX --val"},
@@ -184,6 +191,28 @@ static const struct {
     {"save-state", "FILE", "after training, the full training state (weights, optimizer, "
                            "cursor) into FILE"},
     {"load-state", "FILE", "resume from a saved state (any daemon) instead of fresh weights"},
+    {"features", "KEY:KIND[SHAPE],..", "TFRecord: the tf.train.Example features read as x "
+                                       "(KIND int64, float, jpeg, png or image; SHAPE [N] or "
+                                       "[NxM]; @KEY: a SequenceExample feature list)"},
+    {"label", "KEY", "TFRecord: the label feature (default 'label')"},
+    {"image-size", "HxW", "images: the size they are resized to (default 256x256)"},
+    {"channels", "1|3", "images: gray or RGB (default 3)"},
+    {"resize", "auto|bilinear|area", "images: the resize filter (default auto: area when both "
+                                     "sides shrink, else bilinear)"},
+    {"mean", "M[,M,M]", "images: (pixel / 255 - mean) / std per channel (default 0)"},
+    {"std", "S[,S,S]", "images: see --mean (default 1)"},
+    {"augment", "flip,crop=P,..", "training images: random flip, crop=PIXELS, brightness=X, "
+                                  "contrast=X (default none)"},
+    {"on-bad-record", "fail|skip", "TFRecord and images: a bad record fails the upload, naming "
+                                   "it, or is left out and counted (default fail)"},
+    {"storage", "auto|memory|stream", "the daemon keeps the data in memory, or on its disk "
+                                      "decoded per batch (stream); auto streams past the "
+                                      "daemon's --stream-above (default auto)"},
+    {"shuffle-buffer", "N", "streamed data: samples in the shuffle buffer, as tf.data's "
+                            "shuffle(N) (default: the daemon's)"},
+    {"rtt", "D", "run through a relay on loopback adding D/2 each way (2ms, 10ms, 50ms)"},
+    {"jitter", "D", "with --rtt: each chunk's delay varies by +-D"},
+    {"bandwidth", "R", "with --rtt: cap each direction at R (100mbit, 1gbit)"},
     {"program", "P", "the program whose state to pull"},
     {"session-token", "T", "the session's token (printed by fit and checkpoint push)"},
     {"help", NULL, "this text"},
