@@ -11,6 +11,9 @@
 #   --resize            auto is area when both sides shrink (same weights),
 #                       bilinear samples other pixels (other weights)
 #   --stream-above      rtraind streams a dataset over it, not one under it
+#   --reattach-s 0      a fit whose daemon dies (killed where the test chose:
+#                       --pause-at-step) ends with exit 3 instead of waiting
+#                       for the daemon to come back
 #   usage: flags_e2e.sh RTRAIND RTRAIN SOURCE_DIR
 set -uo pipefail
 rtraind=$1 rtrain=$2 src=$3
@@ -116,6 +119,32 @@ for above in 1K 1M; do
     grep -q "streamed" "$tmp/err" && bad "under 1M, yet streamed" || ok "under 1M: in memory"
   fi
 done
+
+# --- --reattach-s 0: the daemon stops itself at step 7 of 30 (SIGSTOP),
+# then is killed; the fit must end (exit 3), not wait for it
+kill "$dpid" 2>/dev/null && wait "$dpid" 2>/dev/null
+start_daemon "$tmp/daemon-pause.log" --log-level warn --state-dir "$tmp/state" \
+  --pause-at-step 7 || exit 1
+"$rtrain" fit --server "$addr" --model "$iris/model.json" --data "$iris/train_shuffled.csv" \
+  "${SCE[@]}" --epochs 6 --batch-size 21 --steps-per-call 1 --in-flight 1 --reattach-s 0 \
+  >"$tmp/re.out" 2>"$tmp/re.err" &
+cpid=$!
+until [ "$(awk '{print $3}' "/proc/$dpid/stat" 2>/dev/null)" = T ]; do
+  kill -0 "$dpid" 2>/dev/null && kill -0 "$cpid" 2>/dev/null || break
+  sleep 0.01
+done
+[ "$(awk '{print $3}' "/proc/$dpid/stat" 2>/dev/null)" = T ] && ok "the daemon paused at step 7" \
+  || bad "the daemon did not pause"
+kill -KILL "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null; dpid=""
+for _ in $(seq 1 6000); do kill -0 "$cpid" 2>/dev/null || break; sleep 0.01; done
+if kill -0 "$cpid" 2>/dev/null; then
+  bad "--reattach-s 0: the fit still waits a minute after its daemon died"; kill "$cpid"
+fi
+wait "$cpid"; rc=$?
+[ "$rc" -eq 3 ] && ok "--reattach-s 0: the fit ends with exit 3 when its daemon dies" \
+  || { bad "--reattach-s 0: exit $rc"; tail -3 "$tmp/re.err"; }
+grep -q "^daemon restarted\|reattach" "$tmp/re.err" && bad "--reattach-s 0 tried to reattach" \
+  || ok "no reattach tried"
 
 echo "$((checks - fails))/$checks checks passed"
 [ "$fails" -eq 0 ]
