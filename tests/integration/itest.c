@@ -581,27 +581,22 @@ int itest_stream_finish(itest_stream *s, int cancel, itest_res *r)
     grpc_byte_buffer *recv = NULL;
     grpc_metadata_array imd;
     grpc_metadata_array_init(&imd);
-    if (cancel == 2) {
-        /* the daemon ends the call (a stalled stream): read the reply side
-         * as a client does, so its early status is taken in */
-        grpc_op ops[2];
-        memset(ops, 0, sizeof ops);
-        ops[0].op = GRPC_OP_RECV_INITIAL_METADATA;
-        ops[0].data.recv_initial_metadata.recv_initial_metadata = &imd;
-        ops[1].op = GRPC_OP_RECV_MESSAGE;
-        ops[1].data.recv_message.recv_message = &recv;
-        batch(s->c, s->call, ops, 2, (void *)3);
-    } else if (cancel) {
+    if (cancel == 1) {
         grpc_call_cancel(s->call, NULL);
-    } else if (s->ok) {
+    } else if (s->ok || cancel == 2) {
+        /* half-close, or (2: the daemon ends the call, a stalled stream)
+         * only read the reply side as a client does, so its early status
+         * is taken in */
         grpc_op ops[3];
         memset(ops, 0, sizeof ops);
-        ops[0].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-        ops[1].op = GRPC_OP_RECV_INITIAL_METADATA;
-        ops[1].data.recv_initial_metadata.recv_initial_metadata = &imd;
-        ops[2].op = GRPC_OP_RECV_MESSAGE;
-        ops[2].data.recv_message.recv_message = &recv;
-        batch(s->c, s->call, ops, 3, (void *)3);
+        int n = 0;
+        if (cancel != 2)
+            ops[n++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+        ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+        ops[n++].data.recv_initial_metadata.recv_initial_metadata = &imd;
+        ops[n].op = GRPC_OP_RECV_MESSAGE;
+        ops[n++].data.recv_message.recv_message = &recv;
+        batch(s->c, s->call, ops, n, (void *)3);
     }
     grpc_event ev = grpc_completion_queue_pluck(s->c->cq, (void *)s, deadline_s(180), NULL);
     status_take(&s->sb, r, ev.type == GRPC_OP_COMPLETE);

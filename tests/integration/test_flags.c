@@ -138,6 +138,29 @@ static int refused(const itest_res *r, int status, const char *needle)
     return r->status == status && strstr(r->details, needle) != NULL;
 }
 
+/* A daemon with extra flags, a connection to it (with the bearer token,
+ * if any) and a session in it (its token into tok, if not NULL). */
+static itest_conn *daemon_session(itest_daemon *d, const char *const *extra, const char *token,
+                                  char *sid, char *tok)
+{
+    if (itest_daemon_start(d, rtraind, extra) != 0) {
+        CHECK(0, "the daemon did not start (%s ...)", extra[0]);
+        exit(1);
+    }
+    itest_conn_opts o = {.token = token};
+    itest_conn *c = itest_connect_opts(d->addr, &o);
+    itest_res r;
+    CHECK(session(c, sid, tok, &r) == 0, "session: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    return c;
+}
+
+static void done(itest_daemon *d, itest_conn *c)
+{
+    itest_disconnect(c);
+    CHECK(itest_daemon_stop(d, SIGTERM) == 0, "the daemon's exit status");
+}
+
 /* ------------------------------------------------------------ the cases */
 
 /* --compile-threads 3 runs two more compile workers than 1 (the daemon
@@ -158,7 +181,7 @@ static void t_compile_threads(void)
     }
     printf("  daemon threads: %d with --compile-threads 1, %d with 3\n", n1, n3);
     CHECK(n1 > 0 && n3 - n1 == 2, "--compile-threads 3: %d threads, 1: %d", n3, n1);
-    /* three compiles at once all finish */
+    /* three compiles one after another all finish */
     itest_conn *c = itest_connect(d3.addr);
     itest_res r;
     char sid[40], pid[40];
@@ -203,12 +226,9 @@ static void t_checkpoint_keep(void)
     itest_daemon d;
     const char *extra[] = {"--state-dir", state, "--checkpoint-keep", "2", "--checkpoint-every-s",
                            "0", NULL};
-    CHECK(itest_daemon_start(&d, rtraind, extra) == 0, "durable daemon");
-    itest_conn *c = itest_connect(d.addr);
-    itest_res r;
     char sid[40], tok[40], pid[40], did[40];
-    CHECK(session(c, sid, tok, &r) == 0, "session: %s", r.details);
-    itest_res_free(&r);
+    itest_conn *c = daemon_session(&d, extra, NULL, sid, tok);
+    itest_res r;
     CHECK(compile_iris(c, sid, pid, &r) == 0, "compile: %s", r.details);
     itest_res_free(&r);
     CHECK(upload_iris(c, sid, did, &r) == 0, "upload: %s", r.details);
@@ -238,8 +258,7 @@ static void t_checkpoint_keep(void)
         CHECK(n == 2 && newest > prev, "after checkpoint %d: %d files, newest %ld", i, n, newest);
         prev = newest;
     }
-    itest_disconnect(c);
-    CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "stop");
+    done(&d, c);
 }
 
 /* --max-upload-bytes 8000: a header declaring 9000 bytes is refused,
@@ -249,12 +268,9 @@ static void t_upload_limits(void)
 {
     itest_daemon d;
     const char *extra[] = {"--max-upload-bytes", "8000", "--upload-keep-s", "0", NULL};
-    CHECK(itest_daemon_start(&d, rtraind, extra) == 0, "daemon");
-    itest_conn *c = itest_connect(d.addr);
-    itest_res r;
     char sid[40], did[40];
-    CHECK(session(c, sid, NULL, &r) == 0, "session");
-    itest_res_free(&r);
+    itest_conn *c = daemon_session(&d, extra, NULL, sid, NULL);
+    itest_res r;
     itest_stream *s = held_upload(c, sid, 9000);
     itest_stream_finish(s, 0, &r);
     CHECK(refused(&r, 8, "(--max-upload-bytes)"), "9000 declared bytes: %d %s", r.status,
@@ -304,8 +320,7 @@ static void t_upload_limits(void)
           f ? (unsigned long long)f->resume_offset : 0ull);
     FREE(f);
     itest_res_free(&r);
-    itest_disconnect(c);
-    CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "stop");
+    done(&d, c);
 }
 
 /* A tokens file with one principal and no quotas of its own; the token
@@ -342,17 +357,13 @@ static void t_quota_defaults(void)
     char tokens[128], tok[80];
     snprintf(tokens, sizeof tokens, "%s/tokens.txt", dir);
     tokens_file(tokens, tok);
-    itest_conn_opts o = {.token = tok};
     itest_daemon d;
     const char *a[] = {"--tokens", tokens, "--quota-sessions", "2", "--quota-programs", "1",
                        "--quota-uploads", "1", "--quota-upload-bytes", "64K",
                        "--quota-call-bytes", "256K", NULL};
-    CHECK(itest_daemon_start(&d, rtraind, a) == 0, "daemon with quotas");
-    itest_conn *c = itest_connect_opts(d.addr, &o);
-    itest_res r;
     char s1[40], s2[40], s3[40], pid[40];
-    CHECK(session(c, s1, NULL, &r) == 0, "a session: %s", r.details);
-    itest_res_free(&r);
+    itest_conn *c = daemon_session(&d, a, tok, s1, NULL);
+    itest_res r;
     CHECK(session(c, s2, NULL, &r) == 0, "a second session: %s", r.details);
     itest_res_free(&r);
     session(c, s3, NULL, &r);
@@ -398,23 +409,18 @@ static void t_quota_defaults(void)
     CHECK(itest_unary(c, "Ping", &pq.base, NULL, NULL, &r) == 0, "a 100 KiB answer: %s",
           r.details);
     itest_res_free(&r);
-    itest_disconnect(c);
-    CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "stop");
+    done(&d, c);
 
     const char *b[] = {"--tokens", tokens, "--quota-store-bytes", "1K", "--quota-program-bytes",
                        "1K", NULL};
-    CHECK(itest_daemon_start(&d, rtraind, b) == 0, "daemon with byte quotas");
-    c = itest_connect_opts(d.addr, &o);
-    CHECK(session(c, s1, NULL, &r) == 0, "session");
-    itest_res_free(&r);
+    c = daemon_session(&d, b, tok, s1, NULL);
     upload_iris(c, s1, did, &r);
     CHECK(quota(&r, "store-bytes"), "iris over 1K of store: %d %s", r.status, r.details);
     itest_res_free(&r);
     compile_iris(c, s1, pid, &r);
     CHECK(quota(&r, "program-bytes"), "the iris program over 1K: %d %s", r.status, r.details);
     itest_res_free(&r);
-    itest_disconnect(c);
-    CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "stop");
+    done(&d, c);
 }
 
 int main(int argc, char **argv)
