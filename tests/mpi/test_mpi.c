@@ -1,18 +1,27 @@
-/* One logical daemon over MPI ranks: `mpirun -n N rtraind` on loopback
- * (OMPI_MCA_btl=self,vader), driven by the raw gRPC client of
- * tests/integration. Reference: a plain single-process rtraind.
+/* One logical daemon over MPI ranks: `mpirun -n N rtraind`, driven by the
+ * raw gRPC client of tests/integration. Reference: a plain single-process
+ * rtraind.
  *
  *   test_mpi RTRAIND MPIRUN DIGITS_CSV_GZ WA_ONNX [stream]
  *
  * stream: only the streamed data sets' cases (ctest mpi_stream).
+ *
+ * On one host (ctest mpi_replicas, mpi_stream) the ranks share loopback and
+ * shared memory (OMPI_MCA_btl=self,vader). Under tests/mpi/netns.sh
+ * (mpi_replicas_netns, mpi_stream_netns) each rank i runs on its own host
+ * i, a network namespace, and the ranks talk TCP: the launch line gets
+ * $RT_MPIRUN_ARGS (the hostfile, the launch agent, btl tcp,self), and
+ * test_iris checks that rank i is on host i.
  */
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,14 +32,32 @@
 
 static const char *rtraind, *mpirun, *digits_path, *onnx_path;
 
-/* mpirun -n n rtraind --listen 127.0.0.1:0 extra...: rank 0's listening line */
+/* tests/mpi/netns.sh's launch arguments (NULL on one host), split at
+ * spaces into words[]; their count, at most max */
+static int netns_args(char *buf, size_t len, const char **words, int max)
+{
+    const char *a = getenv("RT_MPIRUN_ARGS");
+    if (!a || !*a) return 0;
+    snprintf(buf, len, "%s", a);
+    int k = 0;
+    for (char *save = NULL, *w = strtok_r(buf, " ", &save); w && k < max;
+         w = strtok_r(NULL, " ", &save))
+        words[k++] = w;
+    return k;
+}
+
+/* mpirun -n n rtraind --listen 127.0.0.1:0 extra...: rank 0's listening line.
+ * Rank 0 runs where mpirun does (host 0 under netns.sh), so loopback
+ * reaches it. */
 static int start_mpi(itest_daemon *d, int n, const char *const *extra, int recovery)
 {
-    const char *argv[40];
+    const char *argv[64];
+    char nsbuf[1024];
     int k = 0;
     char ns[8];
     snprintf(ns, sizeof ns, "%d", n);
     argv[k++] = mpirun;
+    k += netns_args(nsbuf, sizeof nsbuf, argv + k, 20);
     argv[k++] = "--oversubscribe";
     argv[k++] = "--allow-run-as-root";
     if (recovery) argv[k++] = "--enable-recovery";
@@ -45,7 +72,7 @@ static int start_mpi(itest_daemon *d, int n, const char *const *extra, int recov
     argv[k++] = "127.0.0.1:0";
     argv[k++] = "--log-level";
     argv[k++] = "warn";
-    for (int i = 0; extra && extra[i] && k < 38; i++) argv[k++] = extra[i];
+    for (int i = 0; extra && extra[i] && k < 62; i++) argv[k++] = extra[i];
     argv[k] = NULL;
     int fds[2];
     if (pipe(fds) < 0) return -1;
@@ -93,6 +120,7 @@ static int start_mpi(itest_daemon *d, int n, const char *const *extra, int recov
 }
 
 static pid_t rank_pid(pid_t parent, int rank);
+static void check_hosts(pid_t job, int n, char **hosts, size_t n_hosts);
 
 /* SIGTERM to rank 0: it drains its calls and ends the job, every rank
  * exiting 0 (mpirun itself, signalled, tears the job down and exits 1) */
@@ -174,13 +202,30 @@ static int setup(dmn *m)
     return rc ? -1 : 0;
 }
 
+/* Under netns.sh: GetInfo's replica hosts are the hosts the ranks run on */
+static void hosts_ok(dmn *m, int n)
+{
+    if (!getenv("RT_NETNS_PREFIX")) return;
+    Rtrain__V1__InfoRequest iq = RTRAIN__V1__INFO_REQUEST__INIT;
+    Rtrain__V1__InfoResponse *info = NULL;
+    itest_res r;
+    itest_unary(m->c, "GetInfo", &iq.base, &rtrain__v1__info_response__descriptor,
+                (ProtobufCMessage **)&info, &r);
+    CHECK(info != NULL, "GetInfo: %d %s", r.status, r.details);
+    if (info) check_hosts(m->d.pid, n, info->replica_hosts, info->n_replica_hosts);
+    FREE(info);
+    itest_res_free(&r);
+}
+
 /* n 0: a plain rtraind; n < 0: -n ranks, mpirun --enable-recovery */
 static int start(dmn *m, int n, const char *const *extra)
 {
     memset(m, 0, sizeof *m);
     int rc = n == 0 ? itest_daemon_start(&m->d, rtraind, extra)
                     : start_mpi(&m->d, n < 0 ? -n : n, extra, n < 0);
-    return rc < 0 ? rc : setup(m);
+    if (rc < 0 || setup(m) < 0) return -1;
+    if (n > 1 || n < -1) hosts_ok(m, n < 0 ? -n : n);
+    return 0;
 }
 
 static void stop(dmn *m, int n)
@@ -1178,38 +1223,81 @@ static void test_stream_deterministic(void)
     same_at_n("deterministic streamed", ns, w, len, loss);
 }
 
-/* the pid of rank 1 among the processes whose parent is mpirun */
+/* the parent of process p (0 if gone) */
+static pid_t parent_of(pid_t p)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)p);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int pp = 0;
+    /* the command name may hold spaces and ')': the state follows the last ')' */
+    char buf[512];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *e = strrchr(buf, ')');
+    if (!e || sscanf(e + 1, " %*c %d", &pp) != 1) return 0;
+    return (pid_t)pp;
+}
+
+/* the pid of rank `rank` among mpirun's descendants: its children on one
+ * host; under netns.sh, on other hosts, the children of the orted that the
+ * launch agent started there */
 static pid_t rank_pid(pid_t parent, int rank)
 {
     DIR *dir = opendir("/proc");
     struct dirent *e;
     pid_t found = 0;
+    char want[48];
+    snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
     while (dir && (e = readdir(dir)) && !found) {
         pid_t p = (pid_t)atoi(e->d_name);
         if (p <= 0) continue;
+        pid_t a = parent_of(p);
+        for (int up = 0; a > 1 && a != parent && up < 16; up++) a = parent_of(a);
+        if (a != parent) continue;
         char path[64], buf[8192];
-        snprintf(path, sizeof path, "/proc/%d/stat", (int)p);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        int pp = 0;
-        char comm[64];
-        if (fscanf(f, "%*d (%63[^)]) %*c %d", comm, &pp) != 2) pp = 0;
-        fclose(f);
-        if (pp != parent) continue;
         snprintf(path, sizeof path, "/proc/%d/environ", (int)p);
-        f = fopen(path, "r");
+        FILE *f = fopen(path, "r");
         if (!f) continue;
         size_t n = fread(buf, 1, sizeof buf - 1, f);
         fclose(f);
-        char want[48];
-        snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
-        for (size_t i = 0; i < n; i += strlen(buf + i) + 1) {
-            buf[n] = 0;
+        buf[n] = 0;
+        for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
             if (!strcmp(buf + i, want)) found = p;
-        }
     }
     if (dir) closedir(dir);
     return found;
+}
+
+/* Under netns.sh: rank i of the job runs in host i's network namespace
+ * (its /proc/PID/ns/net is the namespace netns.sh named) and reports that
+ * host's name. n ranks; hosts[] from GetInfo. */
+static void check_hosts(pid_t job, int n, char **hosts, size_t n_hosts)
+{
+    const char *pre = getenv("RT_NETNS_PREFIX");
+    if (!pre) return;
+    CHECK((int)n_hosts == n, "%zu replica hosts for %d ranks", n_hosts, n);
+    for (int i = 0; i < n && i < (int)n_hosts; i++) {
+        char want[64], path[128], link[64] = "";
+        snprintf(want, sizeof want, "%sh%d", pre, i);
+        CHECK(!strcmp(hosts[i], want), "rank %d reports host '%s', want %s", i, hosts[i], want);
+        struct stat st;
+        snprintf(path, sizeof path, "/var/run/netns/%s", want);
+        int have = stat(path, &st) == 0;
+        CHECK(have, "%s: %s", path, strerror(errno));
+        pid_t p = rank_pid(job, i);
+        CHECK(p > 0, "rank %d not found", i);
+        snprintf(path, sizeof path, "/proc/%d/ns/net", (int)p);
+        ssize_t l = p > 0 ? readlink(path, link, sizeof link - 1) : -1;
+        if (l > 0) link[l] = 0;
+        unsigned long ino = 0;
+        CHECK(l > 0 && sscanf(link, "net:[%lu]", &ino) == 1 && have &&
+                  ino == (unsigned long)st.st_ino,
+              "rank %d (pid %d) is in %s, not in namespace %s", i, (int)p, link, want);
+    }
+    printf("n=%d: rank i on host %sh<i>, each in its own network namespace\n", n, pre);
 }
 
 /* A worker that dies: the client gets UNAVAILABLE naming the replicas,
