@@ -2,7 +2,8 @@
  * training step over N replicas (see README.md).
  *
  *   mpirun -n N [-x OMP_NUM_THREADS=T] bench_mpi [--reps R] [--steps S]
- *                      [--part allreduce|wc|stream|overlap|idle] [--model wc|wide]
+ *                      [--part allreduce|wc|stream|overlap|idle|link|link,allreduce]
+ *                      [--model wc|wide]
  *
  * Part 1, every size (669,706 floats: W-C's gradient): R reps, each three
  * timed loops of L calls after a barrier: MPI_Allreduce(MPI_IN_PLACE,
@@ -28,7 +29,12 @@
  * ratios; then what --overlap-reduce auto chooses on a fresh program. At
  * N = 1 there is no reduce: the step time is the peer. Part 5 (--part
  * idle, N >= 2 on one host): a waiting worker's CPU over 5 s idle, and a
- * 1-step call after 5 ms, 50 ms and 5 s idle (its wake-up). */
+ * 1-step call after 5 ms, 50 ms and 5 s idle (its wake-up). Part 6
+ * (--part link, or with allreduce: --part link,allreduce): the link
+ * between ranks 0 and 1, an MPI_Send/MPI_Recv ping-pong from 4 B to 64 MiB
+ * (R reps of L round trips; the median one-way time, half a round trip),
+ * what cost_model.py fits the model's latency and bandwidth to. Every run
+ * first prints the ranks' hosts (MPI_Get_processor_name). */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -156,6 +162,45 @@ static void bench_allreduce(int rank, int size, int reps)
         free(buf);
         free(ta);
         free(tb);
+    }
+}
+
+/* ranks 0 and 1 bounce a message of each size; one-way time = round trip / 2 */
+static void bench_link(int rank, int size, int reps)
+{
+    static const int64_t bytes[] = {4, 64, 1024, 16384, 262144, 1 << 20, 1 << 22, 1 << 24,
+                                    1 << 26};
+    if (size < 2) return;
+    if (rank == 0)
+        printf("link, rank 0 <-> rank 1 (MPI_Send/MPI_Recv ping-pong; one-way = half the round "
+               "trip, medians of %d reps, each a loop of L round trips)\n%10s %4s %13s %11s\n",
+               reps, "bytes", "L", "one-way", "rate");
+    for (size_t s = 0; s < sizeof bytes / sizeof bytes[0]; s++) {
+        const int64_t n = bytes[s];
+        const int r = n >= (1 << 24) ? (reps < 7 ? reps : 7) : reps;
+        const int L = n >= (1 << 20) ? 1 : n >= 16384 ? 8 : 64;
+        char *buf = calloc((size_t)n, 1);
+        double *t = malloc(sizeof(double) * (size_t)r);
+        for (int k = -2; k < r; k++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = now_s();
+            for (int i = 0; i < L && rank < 2; i++) {
+                if (rank == 0) {
+                    MPI_Send(buf, (int)n, MPI_BYTE, 1, 7, MPI_COMM_WORLD);
+                    MPI_Recv(buf, (int)n, MPI_BYTE, 1, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                } else {
+                    MPI_Recv(buf, (int)n, MPI_BYTE, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                    MPI_Send(buf, (int)n, MPI_BYTE, 0, 7, MPI_COMM_WORLD);
+                }
+            }
+            if (k >= 0) t[k] = (now_s() - t0) / L / 2;
+        }
+        double m = median(t, r);
+        if (rank == 0)
+            printf("%10lld %4d %10.2f us %7.3f GB/s\n", (long long)n, L, m * 1e6,
+                   (double)n / m / 1e9);
+        free(t);
+        free(buf);
     }
 }
 
@@ -422,7 +467,7 @@ static void bench_overlap(int size, int steps, int reps, int models)
 
 int main(int argc, char **argv)
 {
-    /* bit 0: all-reduce, 1: W-C, 2: stream, 3: overlap, 4: idle */
+    /* bit 0: all-reduce, 1: W-C, 2: stream, 3: overlap, 4: idle, 5: link */
     int reps = 51, steps = 20, part = 3;
     int models = 3;                      /* --part overlap: bit 0 W-C, 1 wide */
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -436,11 +481,14 @@ int main(int argc, char **argv)
                    : !strcmp(argv[i + 1], "stream")  ? 4
                    : !strcmp(argv[i + 1], "overlap") ? 8
                    : !strcmp(argv[i + 1], "idle")    ? 16
+                   : !strcmp(argv[i + 1], "link")    ? 32
+                   : !strcmp(argv[i + 1], "link,allreduce") ? 33
                                                      : 0;
     }
     if (reps < 1 || steps < 1 || !part || !models) {
         fprintf(stderr, "usage: mpirun -n N bench_mpi [--reps R] [--steps S] "
-                        "[--part allreduce|wc|stream|overlap|idle] [--model wc|wide]\n");
+                        "[--part allreduce|wc|stream|overlap|idle|link|link,allreduce] "
+                        "[--model wc|wide]\n");
         return 2;
     }
     rt_dist_opts o = {.timeout_ms = 600000};
@@ -458,6 +506,12 @@ int main(int argc, char **argv)
     const int rank = rt_dist_rank(), size = rt_dist_size();
     int me = (int)getpid(), *pids = malloc(sizeof(int) * (size_t)size);
     MPI_Gather(&me, 1, MPI_INT, pids, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+        printf("ranks' hosts:");
+        for (int i = 0; i < size; i++) printf(" %s", rt_dist_host(i));
+        printf("\n");
+    }
+    if (part & 32) bench_link(rank, size, reps);
     if (part & 1) bench_allreduce(rank, size, reps);
     if (rank > 0) {
         free(pids);

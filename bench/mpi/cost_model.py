@@ -27,6 +27,14 @@ against every measured N = 2 and N = 4 point, r taken from --cores
 (default: this machine's). With W-C lines (`--part wc`) for N = 1 x 1
 thread and N > 1 x 1 thread, also predicts the N > 1 step times from the
 N = 1 step and the fitted all-reduce.
+
+With a link table (`--part link`: a ping-pong between ranks 0 and 1), the
+model is also fed that link's own latency and bandwidth (t = alpha + S/BW
+fitted to the one-way times, least squares on the relative error) and
+printed against every all-reduce row, beside the README's model (its
+alpha = 10 us per TCP ring step, with the link's bandwidth: a veth has no
+nominal rate). That is the check across hosts (tests/mpi/netns.sh); the
+N = 2 fit alone is the check on one host.
 """
 import argparse
 import os
@@ -64,12 +72,25 @@ def table():
 
 
 def measured(paths):
-    """({n: [(floats, mpi_s, rt_s)]}, {(n, threads): [ms per step]}) from
-    bench_mpi output; a size or configuration met twice keeps every value
-    (the all-reduce: the first table for each N)."""
-    ar, wc, n = {}, {}, None
+    """({n: [(floats, mpi_s, rt_s)]}, {(n, threads): [ms per step]},
+    [(bytes, one-way s)]) from bench_mpi output; a size or configuration
+    met twice keeps every value (the all-reduce and the link: the first
+    table of each)."""
+    ar, wc, link, n, in_link = {}, {}, None, None, False
     for path in paths:
         for line in open(path):
+            if line.startswith("link, "):
+                in_link = link is None
+                link = [] if link is None else link
+                continue
+            m = re.match(r"\s*(\d+)\s+\d+\s+([\d.]+) us\s+[\d.]+ GB/s", line)
+            if m:
+                if in_link:
+                    link.append((int(m.group(1)), float(m.group(2)) * 1e-6))
+                continue
+            if in_link and line.split()[:1] == ["bytes"]:
+                continue  # the link table's column names
+            in_link = False
             m = re.match(r"all-reduce, (\d+) ranks", line)
             if m:
                 n = int(m.group(1))
@@ -85,7 +106,7 @@ def measured(paths):
             m = re.match(r"W-C, (\d+) replica\(s\) x (\d+) thread\(s\).*?: ([\d.]+) ms/step", line)
             if m:
                 wc.setdefault((int(m.group(1)), int(m.group(2))), []).append(float(m.group(3)))
-    return ar, wc
+    return ar, wc, link or []
 
 
 def fit(pts):
@@ -103,8 +124,33 @@ def fit(pts):
     return a, max((sy - a * sx) / s1, 0.0)
 
 
+def check_link(ar, link, cores):
+    """the model fed the link's measured alpha and BW, and the README's
+    (alpha = ALPHA, the link's BW), against both all-reduce columns"""
+    a, b = fit(link)
+    bw, alpha = 1 / a, b
+    print("link (ping-pong, rank 0 <-> 1): alpha %.1f us, bandwidth %.3f GB/s (%.1f Gb/s); "
+          "%d cores, r = max(1, N / %d)" % (alpha * 1e6, bw / 1e9, bw * 8 / 1e9, cores, cores))
+    for s_, t in link:
+        print("  %10d B  one-way %10.1f us  fit %10.1f us  %5.2fx"
+              % (s_, t * 1e6, (alpha + s_ / bw) * 1e6, t / (alpha + s_ / bw)))
+    print("%4s %10s %12s %12s %12s %12s %9s %9s %9s"
+          % ("N", "floats", "link model", "README a", "MPI_Allred", "rt_dist", "MPI/link",
+             "rt/link", "rt/README"))
+    for n in sorted(ar):
+        r = share(n, cores)
+        for floats, tm, t in ar[n]:
+            ml = t_ring(n, 4 * floats, bw, alpha, r)
+            mr = t_ring(n, 4 * floats, bw, ALPHA, r)
+            print("%4d %10d %9.1f us %9.1f us %9.1f us %9.1f us %8.2fx %8.2fx %8.2fx"
+                  % (n, floats, ml * 1e6, mr * 1e6, tm * 1e6, t * 1e6, tm / ml, t / ml, t / mr))
+    return 0
+
+
 def check(paths, cores):
-    ar, wc = measured(paths)
+    ar, wc, link = measured(paths)
+    if link and ar:
+        return check_link(ar, link, cores)
     if 2 not in ar or 4 not in ar:
         print("need the N=2 and N=4 all-reduce tables")
         return 1
