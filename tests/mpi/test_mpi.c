@@ -1369,6 +1369,158 @@ static void test_kill_worker(void)
 /* killed while rank 0 scatters a streamed set's batches */
 static void test_kill_worker_streamed(void) { kill_worker(1, 1, 0); }
 
+/* the state letter of process p in /proc/p/stat ('T' stopped), 0 if gone */
+static char proc_state(pid_t p)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)p);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *e = strrchr(buf, ')');
+    return e && e[1] == ' ' ? e[2] : 0;
+}
+
+/* Losing a host: a fit at N = 4 (rank i on host i under netns.sh) with a
+ * state dir checkpointing after every call, under --deterministic-reduce
+ * 12. Rank 0 stops itself at step 10 (--pause-at-step; the third call of 4
+ * steps, the last checkpoint at step 8) and the test kills rank 3 (host
+ * 3's process). hard 0: rank 0 goes on, the call fails UNAVAILABLE naming
+ * the replicas, and the job is stopped (SIGTERM to rank 0: it checkpoints
+ * the last whole step, 10, at exit). hard 1: the whole job dies with it
+ * (SIGKILL to every rank; the last checkpoint is step 8's). Relaunched at
+ * N = 3 on the same state dir (hosts 0-2), the session and program come
+ * back at that step, the client goes on to 24 steps, and the weights equal
+ * those of a single process that ran 24 steps without a stop (12
+ * micro-shards: any N dividing 12 sums the same gradients in the same
+ * order). */
+static void host_loss(int hard)
+{
+    enum { BATCH = 24, CALL = 4, TOTAL = 24 };
+    char dir[] = "/tmp/rt-mpi-loss-XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp failed");
+        return;
+    }
+    const char *const det[] = {"--deterministic-reduce", "12", NULL};
+    const char *const at4[] = {"--deterministic-reduce", "12", "--state-dir", dir,
+                               "--checkpoint-every-steps", "1", "--checkpoint-every-s", "0",
+                               "--pause-at-step", "10", "--dist-timeout-ms", "3000", NULL};
+    const char *const at3[] = {"--deterministic-reduce", "12", "--state-dir", dir,
+                               "--checkpoint-every-s", "0", NULL};
+    dmn ref, m;
+    char pr[64], pm[64];
+    itest_res r;
+    uint8_t *wr = NULL, *wm = NULL;
+    size_t lr = 0, lm = 0;
+    if (start(&ref, 0, det) == 0) {
+        if (compile(&ref, BATCH, pr) == 0)
+            for (int done = 0; done < TOTAL; done += CALL) {
+                CHECK(steps(&ref, pr, CALL, NULL, &r) == 0, "ref: %s", r.details);
+                itest_res_free(&r);
+            }
+        wr = weights(&ref, pr, &lr, NULL);
+        stop(&ref, 0);
+    }
+    int fds[2] = {-1, -1};
+    uint64_t t_kill = 0;
+    if (start(&m, -4, at4) == 0 && compile(&m, BATCH, pm) == 0 && pipe(fds) == 0) {
+        for (int done = 0; done < 8; done += CALL) {
+            CHECK(steps(&m, pm, CALL, NULL, &r) == 0, "N=4: %s", r.details);
+            itest_res_free(&r);
+        }
+        pid_t rk[4];
+        for (int i = 0; i < 4; i++) rk[i] = rank_pid(m.d.pid, i);
+        pid_t r0 = rk[0], r3 = rk[3];
+        CHECK(r0 > 0 && rk[1] > 0 && rk[2] > 0 && r3 > 0, "the 4 ranks not found");
+        /* the watcher: once rank 0 has stopped at step 10, rank 3 dies and
+         * rank 0 goes on (a bound of 120 s on the wait, not a timing) */
+        pid_t w = r0 > 0 && r3 > 0 ? fork() : -1;
+        if (w == 0) {
+            for (int i = 0; i < 120000 && proc_state(r0) != 'T'; i++) usleep(1000);
+            uint64_t t = itest_now_ns();
+            kill(r3, SIGKILL);
+            for (int i = 0; hard && i < 3; i++)
+                if (rk[i] > 0) kill(rk[i], SIGKILL);
+            while (proc_state(r3) && proc_state(r3) != 'Z') usleep(1000);
+            kill(r0, SIGCONT);
+            ssize_t wn = write(fds[1], &t, sizeof t);
+            _exit(wn == sizeof t ? 0 : 1);
+        }
+        int st = steps(&m, pm, CALL, NULL, &r);
+        /* hard: the connection drops with rank 0 (UNAVAILABLE too) */
+        CHECK(st == 14 && (hard || strstr(r.details, "replica") || strstr(r.details, "rank")),
+              "after losing host 3: status %d '%s', want UNAVAILABLE naming the replicas", st,
+              r.details);
+        printf("host loss%s: rank 3 killed at step 10: status %d '%s'\n",
+               hard ? " (the whole job)" : "", st, r.details);
+        itest_res_free(&r);
+        if (w > 0) waitpid(w, NULL, 0);
+        if (read(fds[0], &t_kill, sizeof t_kill) != sizeof t_kill) t_kill = 0;
+        CHECK(t_kill > 0, "the watcher did not kill rank 3");
+    } else {
+        CHECK(0, "mpirun -n 4 --state-dir did not start");
+    }
+    if (fds[0] >= 0) close(fds[0]);
+    if (fds[1] >= 0) close(fds[1]);
+    /* the job stops: SIGTERM to rank 0 (mpirun, short of a rank, may exit
+     * non-zero: not checked) */
+    dmn keep = m;
+    if (m.c) itest_disconnect(m.c);
+    m.c = NULL;
+    if (m.d.pid > 0 && !hard) stop_mpi(&m.d);
+    if (m.d.pid > 0 && hard) { /* its ranks are gone; mpirun ends */
+        kill(-m.d.pid, SIGKILL);
+        waitpid(m.d.pid, NULL, 0);
+        m.d.pid = 0;
+    }
+    /* N = 3 on the hosts that remain, the same state dir */
+    if (start_mpi(&m.d, 3, at3, 0) == 0) {
+        m.c = itest_connect(m.d.addr);
+        memcpy(m.sid, keep.sid, sizeof m.sid);
+        hosts_ok(&m, 3); /* under netns.sh: hosts 0-2, host 3 left out */
+        Rtrain__V1__GetWeightsResponse *g = NULL;
+        free(weights(&m, pm, &lm, &g));
+        uint64_t from = g ? g->global_step : 0;
+        FREE(g);
+        printf("host loss%s: resumed at N=3 from the checkpoint at step %llu\n",
+               hard ? " (the whole job)" : "", (unsigned long long)from);
+        CHECK(from == (hard ? 8u : 10u), "resumed at step %llu, want %d",
+              (unsigned long long)from, hard ? 8 : 10);
+        CHECK(steps(&m, pm, 1, NULL, &r) == 0, "the first step at N=3: %d %s", r.status,
+              r.details);
+        itest_res_free(&r);
+        if (t_kill)
+            printf("host loss%s: %.2f s from the kill to the first step at N=3 (%sthe "
+                   "relaunch, the restore)\n", hard ? " (the whole job)" : "",
+                   (double)(itest_now_ns() - t_kill) / 1e9,
+                   hard ? "" : "the dist timeout 3 s, the stop, ");
+        if (from + 1 < TOTAL) {
+            CHECK(steps(&m, pm, TOTAL - from - 1, NULL, &r) == 0, "N=3: %d %s", r.status,
+                  r.details);
+            itest_res_free(&r);
+        }
+        wm = weights(&m, pm, &lm, NULL);
+        stop(&m, 3);
+    } else {
+        CHECK(0, "mpirun -n 3 on the same state dir did not start");
+    }
+    int same = wr && wm && lr == lm && !memcmp(wr, wm, lr);
+    CHECK(same, "host loss: the weights after resuming at N=3 differ from an uninterrupted run's");
+    printf("host loss%s: N=4 -> kill rank 3 -> N=3: weights %s an uninterrupted run's\n",
+           hard ? " (the whole job)" : "", same ? "bit-identical to" : "DIFFER from");
+    free(wr);
+    free(wm);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static void test_host_loss(void) { host_loss(0); }
+static void test_job_loss(void) { host_loss(1); }
+
 /* test_mpi ... stream: the streamed data sets over replicas */
 static int main_stream(void)
 {
@@ -1408,6 +1560,11 @@ int main(int argc, char **argv)
     onnx_path = argv[4];
     itest_deadline_ms = 60000;
     if (argc > 5 && !strcmp(argv[5], "stream")) return main_stream();
+    if (argc > 5 && !strcmp(argv[5], "host_loss")) {
+        RUN(test_host_loss);
+        RUN(test_job_loss);
+        return itest_summary();
+    }
     dmn ref, m2, m4;
     if (start(&ref, 0, NULL) < 0) return 1;
     if (start(&m2, 2, NULL) == 0) {
@@ -1444,5 +1601,7 @@ int main(int argc, char **argv)
     RUN(test_deterministic);
     RUN(test_durable);
     RUN(test_kill_worker);
+    RUN(test_host_loss);
+    RUN(test_job_loss);
     return itest_summary();
 }
