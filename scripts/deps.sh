@@ -37,6 +37,8 @@ if [ $want_test -eq 1 ]; then
   pkgs+=(python3-torch python3-onnx libopenblas0-pthread)
   # scripts/fuzz.sh: libFuzzer harnesses (tests/fuzz) built with clang.
   pkgs+=(clang-14 libfuzzer-14-dev)
+  # tests/mpi/netns.sh: ip netns, the MPI tests across network namespaces
+  pkgs+=(iproute2)
   # The interop test needs node and npm; this machine kind ships them
   # (nodesource's nodejs bundles npm), a bare Debian gets Debian's.
   command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
