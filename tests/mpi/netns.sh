@@ -5,10 +5,12 @@
 # they talk TCP over veth, as on separate machines.
 #
 #   host i (0 <= i < HOSTS): namespace ${RT_NETNS_PREFIX}h<i>, with its own
-#   hostname (the same name) and loopback, and eth0 = 10.213.0.<i+1>/24 on
-#   the bridge ${RT_NETNS_PREFIX}b. The bridge has no address in the
-#   machine's own namespace and the namespaces have no other route: their
-#   traffic can only reach these addresses and their own loopback.
+#   hostname (the same name) and loopback, and eth0 = 10.213.0.<i+1>/24,
+#   a veth whose other end v<i> is a port of bridge br0 in a namespace of
+#   its own, ${RT_NETNS_PREFIX}sw (the switch). Nothing is added to the
+#   machine's own namespace (so its firewall and br_netfilter settings do
+#   not apply) and the hosts have no other route: their traffic can only
+#   reach these addresses and their own loopback.
 #
 # COMMAND runs in host 0 with, in its environment:
 #   RT_NETNS_HOSTS      HOSTS
@@ -28,8 +30,8 @@
 #                       8x as long, a 60 s call ran out)
 #
 # Everything is removed when the script ends (also on failure or a signal):
-# every process left in the namespaces is killed, the namespaces, veths and
-# bridge deleted. A run killed with SIGKILL (ctest's timeout) cannot clean
+# every process left in the namespaces is killed, the namespaces deleted
+# (the veths and the bridge with them). A run killed with SIGKILL (ctest's timeout) cannot clean
 # up; the next run removes what a run whose pid is gone left behind.
 #
 # Needs root and iproute2's `ip netns` and unshare (util-linux). Without
@@ -48,10 +50,10 @@ command -v unshare >/dev/null || die "needs unshare (util-linux)"
 ip netns list >/dev/null 2>&1 || die "'ip netns list' fails: no network namespaces here"
 
 pre=rtmpi$$
-br=${pre}b
+sw=${pre}sw
 net=10.213.0
 dir=$(mktemp -d "/tmp/$pre-XXXXXX") || die "mktemp failed"
-made_ns=() made_br=0
+made_ns=()
 
 # Kill what runs in namespace $1 (processes this script's runs started) and
 # delete it; a namespace's veth end goes with it, and its peer with that.
@@ -66,10 +68,9 @@ drop_ns() {
 cleanup() {
   local ns
   for ns in "${made_ns[@]}"; do drop_ns "$ns"; done
-  [ "$made_br" -eq 1 ] && ip link del "$br" 2>/dev/null
   rm -rf "$dir"
   # Nothing of this run may stay behind.
-  if ip netns list | grep -q "^${pre}h" || ip link show "$br" >/dev/null 2>&1; then
+  if ip netns list | grep -q "^${pre}[hs]"; then
     echo "netns.sh: could not remove everything of $pre" >&2
     return 1
   fi
@@ -80,13 +81,9 @@ trap 'exit 143' TERM
 
 # What runs that ended without cleaning up (SIGKILL) left: rtmpi<pid>...
 # names whose pid is no longer alive.
-for ns in $(ip netns list | sed -n 's/^\(rtmpi[0-9]\+h[0-9]\+\).*/\1/p'); do
-  p=${ns#rtmpi}; p=${p%h*}
+for ns in $(ip netns list | sed -n 's/^\(rtmpi[0-9]\+\(h[0-9]\+\|sw\)\).*/\1/p'); do
+  p=${ns#rtmpi}; p=${p%%[hs]*}
   kill -0 "$p" 2>/dev/null || { echo "netns.sh: removing $ns (run $p is gone)"; drop_ns "$ns"; }
-done
-for b in $(ip -o link show type bridge | sed -n 's/^[0-9]*: \(rtmpi[0-9]\+b\)[:@].*/\1/p'); do
-  p=${b#rtmpi}; p=${p%b}
-  kill -0 "$p" 2>/dev/null || { echo "netns.sh: removing $b (run $p is gone)"; ip link del "$b"; }
 done
 for d in /tmp/rtmpi[0-9]*-*; do
   [ -d "$d" ] || continue
@@ -95,17 +92,18 @@ for d in /tmp/rtmpi[0-9]*-*; do
 done
 
 run() { "$@" || die "failed: $*"; }
-run ip link add "$br" type bridge
-made_br=1
-run ip link set "$br" up
+run ip netns add "$sw"
+made_ns+=("$sw")
+run ip -n "$sw" link add br0 type bridge
+run ip -n "$sw" link set br0 up
 addrs=()
 for ((i = 0; i < hosts; i++)); do
   ns=${pre}h$i
   addr=$net.$((i + 1))
   run ip netns add "$ns"
   made_ns+=("$ns")
-  run ip link add "${pre}v$i" type veth peer name eth0 netns "$ns"
-  run ip link set "${pre}v$i" master "$br" up
+  run ip -n "$sw" link add "v$i" type veth peer name eth0 netns "$ns"
+  run ip -n "$sw" link set "v$i" master br0 up
   run ip -n "$ns" addr add "$addr/24" dev eth0
   run ip -n "$ns" link set eth0 up
   run ip -n "$ns" link set lo up
@@ -136,15 +134,15 @@ export RT_MPIRUN_ARGS="--hostfile $dir/hostfile --mca plm_rsh_agent $dir/agent \
 # A shared-memory setting from the environment must not undo the above.
 unset OMPI_MCA_btl OMPI_MCA_plm_rsh_agent OMPI_MCA_btl_vader_single_copy_mechanism
 
-echo "netns.sh: $hosts hosts ${addrs[*]} on bridge $br; running $1 on ${pre}h0"
+echo "netns.sh: $hosts hosts ${addrs[*]} on the bridge of $sw; running $1 on ${pre}h0"
 ip netns exec "${pre}h0" unshare --uts /bin/sh -c 'hostname "$0" && exec "$@"' "${pre}h0" "$@" &
 child=$!
 wait "$child"
 rc=$?
-# Bytes each host sent and received on the bridge (what crossed "hosts").
+# Bytes each host sent and received through the switch (what crossed hosts).
 for ((i = 0; i < hosts; i++)); do
   printf 'netns.sh: %sh%d (%s): rx %s B, tx %s B\n' "$pre" "$i" "${addrs[$i]}" \
-    "$(cat "/sys/class/net/${pre}v$i/statistics/tx_bytes" 2>/dev/null)" \
-    "$(cat "/sys/class/net/${pre}v$i/statistics/rx_bytes" 2>/dev/null)"
+    "$(ip netns exec "$sw" cat "/sys/class/net/v$i/statistics/tx_bytes" 2>/dev/null)" \
+    "$(ip netns exec "$sw" cat "/sys/class/net/v$i/statistics/rx_bytes" 2>/dev/null)"
 done
 exit "$rc"
