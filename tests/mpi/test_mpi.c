@@ -2,16 +2,17 @@
  * raw gRPC client of tests/integration. Reference: a plain single-process
  * rtraind.
  *
- *   test_mpi RTRAIND MPIRUN DIGITS_CSV_GZ WA_ONNX [stream]
+ *   test_mpi RTRAIND MPIRUN DIGITS_CSV_GZ WA_ONNX [stream|host_loss]
  *
- * stream: only the streamed data sets' cases (ctest mpi_stream).
+ * stream: only the streamed data sets' cases (ctest mpi_stream);
+ * host_loss: only the host-loss cases.
  *
  * On one host (ctest mpi_replicas, mpi_stream) the ranks share loopback and
  * shared memory (OMPI_MCA_btl=self,vader). Under tests/mpi/netns.sh
  * (mpi_replicas_netns, mpi_stream_netns) each rank i runs on its own host
  * i, a network namespace, and the ranks talk TCP: the launch line gets
  * $RT_MPIRUN_ARGS (the hostfile, the launch agent, btl tcp,self), and
- * test_iris checks that rank i is on host i.
+ * every start checks that rank i is on host i.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -1223,22 +1224,29 @@ static void test_stream_deterministic(void)
     same_at_n("deterministic streamed", ns, w, len, loss);
 }
 
-/* the parent of process p (0 if gone) */
-static pid_t parent_of(pid_t p)
+/* process p's state letter ('T' stopped, 'Z' a zombie) and parent from
+ * /proc/p/stat; 0 if p is gone */
+static char proc_stat(pid_t p, pid_t *parent)
 {
-    char path[64];
+    char path[64], buf[512], st = 0;
     snprintf(path, sizeof path, "/proc/%d/stat", (int)p);
     FILE *f = fopen(path, "r");
     if (!f) return 0;
-    int pp = 0;
-    /* the command name may hold spaces and ')': the state follows the last ')' */
-    char buf[512];
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = 0;
+    /* the command name may hold spaces and ')': the state follows the last ')' */
     char *e = strrchr(buf, ')');
-    if (!e || sscanf(e + 1, " %*c %d", &pp) != 1) return 0;
-    return (pid_t)pp;
+    int pp = 0;
+    if (!e || sscanf(e + 1, " %c %d", &st, &pp) != 2) return 0;
+    if (parent) *parent = (pid_t)pp;
+    return st;
+}
+
+static pid_t parent_of(pid_t p)
+{
+    pid_t pp = 0;
+    return proc_stat(p, &pp) ? pp : 0;
 }
 
 /* the pid of rank `rank` among mpirun's descendants: its children on one
@@ -1369,20 +1377,6 @@ static void test_kill_worker(void)
 /* killed while rank 0 scatters a streamed set's batches */
 static void test_kill_worker_streamed(void) { kill_worker(1, 1, 0); }
 
-/* the state letter of process p in /proc/p/stat ('T' stopped), 0 if gone */
-static char proc_state(pid_t p)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)p);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *e = strrchr(buf, ')');
-    return e && e[1] == ' ' ? e[2] : 0;
-}
-
 /* Losing a host: a fit at N = 4 (rank i on host i under netns.sh) with a
  * state dir checkpointing after every call, under --deterministic-reduce
  * 12. Rank 0 stops itself at step 10 (--pause-at-step; the third call of 4
@@ -1439,12 +1433,12 @@ static void host_loss(int hard)
          * rank 0 goes on (a bound of 120 s on the wait, not a timing) */
         pid_t w = r0 > 0 && r3 > 0 ? fork() : -1;
         if (w == 0) {
-            for (int i = 0; i < 120000 && proc_state(r0) != 'T'; i++) usleep(1000);
+            for (int i = 0; i < 120000 && proc_stat(r0, NULL) != 'T'; i++) usleep(1000);
             uint64_t t = itest_now_ns();
             kill(r3, SIGKILL);
             for (int i = 0; hard && i < 3; i++)
                 if (rk[i] > 0) kill(rk[i], SIGKILL);
-            while (proc_state(r3) && proc_state(r3) != 'Z') usleep(1000);
+            while (proc_stat(r3, NULL) && proc_stat(r3, NULL) != 'Z') usleep(1000);
             kill(r0, SIGCONT);
             ssize_t wn = write(fds[1], &t, sizeof t);
             _exit(wn == sizeof t ? 0 : 1);
