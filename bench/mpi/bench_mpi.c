@@ -31,9 +31,11 @@
  * idle, N >= 2 on one host): a waiting worker's CPU over 5 s idle, and a
  * 1-step call after 5 ms, 50 ms and 5 s idle (its wake-up). Part 6
  * (--part link, or with allreduce: --part link,allreduce): the link
- * between ranks 0 and 1, an MPI_Send/MPI_Recv ping-pong from 4 B to 64 MiB
- * (R reps of L round trips; the median one-way time, half a round trip),
- * what cost_model.py fits the model's latency and bandwidth to. Every run
+ * between ranks 0 and 1 from 4 B to 64 MiB: an MPI_Send/MPI_Recv ping-pong
+ * (the median one-way time, half a round trip) and an exchange
+ * (MPI_Sendrecv, both directions at once, as a ring step sends and
+ * receives), R reps of L each, alternating: what cost_model.py fits the
+ * model's latency and bandwidth to. Every run
  * first prints the ranks' hosts (MPI_Get_processor_name). */
 #include <math.h>
 #include <mpi.h>
@@ -165,42 +167,69 @@ static void bench_allreduce(int rank, int size, int reps)
     }
 }
 
-/* ranks 0 and 1 bounce a message of each size; one-way time = round trip / 2 */
+/* one timed loop of L calls between ranks 0 and 1 (others wait at the
+ * barrier): a ping-pong (seconds one way: half a round trip) or, both,
+ * an exchange (MPI_Sendrecv: both directions at once, as in a ring step) */
+static double link_loop(int rank, char *a, char *b, int64_t n, int L, int both)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = now_s();
+    const int peer = 1 - rank;
+    for (int i = 0; i < L && rank < 2; i++) {
+        if (both)
+            MPI_Sendrecv(a, (int)n, MPI_BYTE, peer, 8, b, (int)n, MPI_BYTE, peer, 8,
+                         MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        else if (rank == 0) {
+            MPI_Send(a, (int)n, MPI_BYTE, 1, 7, MPI_COMM_WORLD);
+            MPI_Recv(a, (int)n, MPI_BYTE, 1, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Recv(a, (int)n, MPI_BYTE, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(a, (int)n, MPI_BYTE, 0, 7, MPI_COMM_WORLD);
+        }
+    }
+    return (now_s() - t0) / L / (both ? 1 : 2);
+}
+
+/* the link between ranks 0 and 1 at each size: one way (ping-pong) and
+ * both ways at once (exchange); medians of r reps, the two alternating */
 static void bench_link(int rank, int size, int reps)
 {
     static const int64_t bytes[] = {4, 64, 1024, 16384, 262144, 1 << 20, 1 << 22, 1 << 24,
                                     1 << 26};
     if (size < 2) return;
     if (rank == 0)
-        printf("link, rank 0 <-> rank 1 (MPI_Send/MPI_Recv ping-pong; one-way = half the round "
-               "trip, medians of %d reps, each a loop of L round trips)\n%10s %4s %13s %11s\n",
-               reps, "bytes", "L", "one-way", "rate");
+        printf("link, rank 0 <-> rank 1 (MPI_Send/MPI_Recv ping-pong: one-way = half the round "
+               "trip; exchange: MPI_Sendrecv, both ways at once; medians of %d reps, each a "
+               "loop of L)\n%10s %4s %13s %11s %13s %11s\n",
+               reps, "bytes", "L", "one-way", "rate", "exchange", "rate");
     for (size_t s = 0; s < sizeof bytes / sizeof bytes[0]; s++) {
         const int64_t n = bytes[s];
         const int r = n >= (1 << 24) ? (reps < 7 ? reps : 7) : reps;
         const int L = n >= (1 << 20) ? 1 : n >= 16384 ? 8 : 64;
-        char *buf = calloc((size_t)n, 1);
-        double *t = malloc(sizeof(double) * (size_t)r);
+        char *a = calloc((size_t)n, 1), *b = calloc((size_t)n, 1);
+        double *t1 = malloc(sizeof(double) * (size_t)r), *t2 = malloc(sizeof(double) * (size_t)r);
         for (int k = -2; k < r; k++) {
-            MPI_Barrier(MPI_COMM_WORLD);
-            double t0 = now_s();
-            for (int i = 0; i < L && rank < 2; i++) {
-                if (rank == 0) {
-                    MPI_Send(buf, (int)n, MPI_BYTE, 1, 7, MPI_COMM_WORLD);
-                    MPI_Recv(buf, (int)n, MPI_BYTE, 1, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-                } else {
-                    MPI_Recv(buf, (int)n, MPI_BYTE, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-                    MPI_Send(buf, (int)n, MPI_BYTE, 0, 7, MPI_COMM_WORLD);
-                }
+            double x, y;
+            if (k & 1) {
+                y = link_loop(rank, a, b, n, L, 1);
+                x = link_loop(rank, a, b, n, L, 0);
+            } else {
+                x = link_loop(rank, a, b, n, L, 0);
+                y = link_loop(rank, a, b, n, L, 1);
             }
-            if (k >= 0) t[k] = (now_s() - t0) / L / 2;
+            if (k >= 0) {
+                t1[k] = x;
+                t2[k] = y;
+            }
         }
-        double m = median(t, r);
+        double m1 = median(t1, r), m2 = median(t2, r);
         if (rank == 0)
-            printf("%10lld %4d %10.2f us %7.3f GB/s\n", (long long)n, L, m * 1e6,
-                   (double)n / m / 1e9);
-        free(t);
-        free(buf);
+            printf("%10lld %4d %10.2f us %7.3f GB/s %10.2f us %7.3f GB/s\n", (long long)n, L,
+                   m1 * 1e6, (double)n / m1 / 1e9, m2 * 1e6, (double)n / m2 / 1e9);
+        free(t1);
+        free(t2);
+        free(a);
+        free(b);
     }
 }
 

@@ -28,12 +28,15 @@ against every measured N = 2 and N = 4 point, r taken from --cores
 thread and N > 1 x 1 thread, also predicts the N > 1 step times from the
 N = 1 step and the fitted all-reduce.
 
-With a link table (`--part link`: a ping-pong between ranks 0 and 1), the
-model is also fed that link's own latency and bandwidth (t = alpha + S/BW
-fitted to the one-way times, least squares on the relative error) and
-printed against every all-reduce row, beside the README's model (its
-alpha = 10 us per TCP ring step, with the link's bandwidth: a veth has no
-nominal rate). That is the check across hosts (tests/mpi/netns.sh); the
+With a link table (`--part link`: ranks 0 and 1, a ping-pong and an
+exchange), the model is also fed that link's own latency and bandwidth:
+alpha = the smallest message's time, BW = the least-squares slope of
+t - alpha over the messages from 1 MiB (a fit over every size lets the
+small messages' scheduling noise set alpha): once from the one-way times,
+once from the exchange (both ways at once, which is what a ring step does:
+over a veth, where the wire is the CPU's copy, that matters), and printed against every all-reduce row,
+beside the README's model (its alpha = 10 us per TCP ring step, with the
+exchange's bandwidth: a veth has no nominal rate). That is the check across hosts (tests/mpi/netns.sh); the
 N = 2 fit alone is the check on one host.
 """
 import argparse
@@ -83,10 +86,12 @@ def measured(paths):
                 in_link = link is None
                 link = [] if link is None else link
                 continue
-            m = re.match(r"\s*(\d+)\s+\d+\s+([\d.]+) us\s+[\d.]+ GB/s", line)
+            m = re.match(r"\s*(\d+)\s+\d+\s+([\d.]+) us\s+[\d.]+ GB/s(?:\s+([\d.]+) us)?",
+                         line)
             if m:
                 if in_link:
-                    link.append((int(m.group(1)), float(m.group(2)) * 1e-6))
+                    link.append((int(m.group(1)), float(m.group(2)) * 1e-6,
+                                 float(m.group(3)) * 1e-6 if m.group(3) else None))
                 continue
             if in_link and line.split()[:1] == ["bytes"]:
                 continue  # the link table's column names
@@ -125,25 +130,38 @@ def fit(pts):
 
 
 def check_link(ar, link, cores):
-    """the model fed the link's measured alpha and BW, and the README's
-    (alpha = ALPHA, the link's BW), against both all-reduce columns"""
-    a, b = fit(link)
-    bw, alpha = 1 / a, b
-    print("link (ping-pong, rank 0 <-> 1): alpha %.1f us, bandwidth %.3f GB/s (%.1f Gb/s); "
-          "%d cores, r = max(1, N / %d)" % (alpha * 1e6, bw / 1e9, bw * 8 / 1e9, cores, cores))
-    for s_, t in link:
-        print("  %10d B  one-way %10.1f us  fit %10.1f us  %5.2fx"
-              % (s_, t * 1e6, (alpha + s_ / bw) * 1e6, t / (alpha + s_ / bw)))
-    print("%4s %10s %12s %12s %12s %12s %9s %9s %9s"
-          % ("N", "floats", "link model", "README a", "MPI_Allred", "rt_dist", "MPI/link",
-             "rt/link", "rt/README"))
+    """the model fed the link's measured alpha and BW (one way, and both
+    ways at once), and the README's (alpha = ALPHA, the exchange's BW),
+    against both all-reduce columns"""
+    def lat_bw(pts):
+        pts = sorted(pts)
+        al = pts[0][1]
+        big = [(s_, t - al) for s_, t in pts if s_ >= 1 << 20]
+        return al, sum(s_ * s_ for s_, _ in big) / sum(s_ * d for s_, d in big)
+    al1, bw1 = lat_bw([(s_, t) for s_, t, _ in link])
+    ex = [(s_, t) for s_, _, t in link if t is not None]
+    al2, bw2 = lat_bw(ex) if len(ex) == len(link) else (al1, bw1)
+    print("link (rank 0 <-> 1), %d cores, r = max(1, N / %d):" % (cores, cores))
+    print("  one way (ping-pong):       alpha %6.1f us, bandwidth %.3f GB/s (%.1f Gb/s)"
+          % (al1 * 1e6, bw1 / 1e9, bw1 * 8 / 1e9))
+    print("  both ways (exchange):      alpha %6.1f us, bandwidth %.3f GB/s (%.1f Gb/s)"
+          % (al2 * 1e6, bw2 / 1e9, bw2 * 8 / 1e9))
+    for s_, t, t2 in link:
+        print("  %10d B  one-way %10.1f us (fit %5.2fx)   exchange %s"
+              % (s_, t * 1e6, t / (al1 + s_ / bw1),
+                 "%10.1f us (fit %5.2fx)" % (t2 * 1e6, t2 / (al2 + s_ / bw2)) if t2 else "-"))
+    print("%4s %10s %11s %11s %11s %11s %11s %8s %8s %8s %8s"
+          % ("N", "floats", "one-way m.", "exchange m.", "README a", "MPI_Allred", "rt_dist",
+             "MPI/1way", "MPI/exch", "rt/exch", "rt/READ"))
     for n in sorted(ar):
         r = share(n, cores)
         for floats, tm, t in ar[n]:
-            ml = t_ring(n, 4 * floats, bw, alpha, r)
-            mr = t_ring(n, 4 * floats, bw, ALPHA, r)
-            print("%4d %10d %9.1f us %9.1f us %9.1f us %9.1f us %8.2fx %8.2fx %8.2fx"
-                  % (n, floats, ml * 1e6, mr * 1e6, tm * 1e6, t * 1e6, tm / ml, t / ml, t / mr))
+            m1 = t_ring(n, 4 * floats, bw1, al1, r)
+            m2 = t_ring(n, 4 * floats, bw2, al2, r)
+            mr = t_ring(n, 4 * floats, bw2, ALPHA, r)
+            print("%4d %10d %8.1f us %8.1f us %8.1f us %8.1f us %8.1f us %7.2fx %7.2fx %7.2fx "
+                  "%7.2fx" % (n, floats, m1 * 1e6, m2 * 1e6, mr * 1e6, tm * 1e6, t * 1e6,
+                             tm / m1, tm / m2, t / m2, t / mr))
     return 0
 
 
