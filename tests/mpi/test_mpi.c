@@ -803,6 +803,14 @@ static void test_deterministic(void)
     CHECK(start_mpi(&m.d, 2, bad, 0) < 0, "--deterministic-reduce 3 with n=2 started");
 }
 
+/* a state dir a test made under /tmp, removed */
+static void rm_dir(const char *dir)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
 /* --state-dir with replicas: stopped in mid-epoch (SIGTERM: a checkpoint
  * at exit) and started again, the job goes on from rank 0's restored state
  * and ends with the weights of a run that was never stopped. streamed: on
@@ -865,9 +873,7 @@ static void durable(int streamed)
            wr && wm && lr == lm && !memcmp(wr, wm, lr) ? "bit-identical" : "DIFFER");
     free(wr);
     free(wm);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    rm_dir(dir);
 }
 
 static void test_durable(void) { durable(0); }
@@ -1510,9 +1516,7 @@ static void host_loss(int hard)
            hard ? " (the whole job)" : "", same ? "bit-identical to" : "DIFFER from");
     free(wr);
     free(wm);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    rm_dir(dir);
 }
 
 static void test_host_loss(void) { host_loss(0); }
