@@ -26,9 +26,11 @@ rank i on worker i; `rtrain fit` trains iris; its weights equal, bit for
 bit, those of a single-process rtraind with the same --deterministic-reduce
 (the micro-shard reduce makes the sums independent of the replica count).
 """
+import atexit
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -150,6 +152,7 @@ def main():
         return 1
     workers = [f'{pre}h{i}' for i in range(1, 5)]
     tmp = tempfile.mkdtemp(prefix='rt-deploy-netns-')
+    atexit.register(shutil.rmtree, tmp, True)  # also when a step raises
     make_pki(tmp, addrs[1])
     tok = subprocess.run([rtraind, '--new-token', 'alice'], capture_output=True, text=True,
                          check=True)
@@ -270,7 +273,6 @@ def main():
         client_checks('sbatch', rtrain, f'{addrs[1]}:{got}', tls, workers, refbytes, tmp,
                       re.search(r'--deterministic-reduce (\d+)', text).group(1))
     stop(p, 'sbatch')
-    sh(f'rm -rf {shlex.quote(tmp)}')
     print(f'{len(fails)} failure(s)')
     return 1 if fails else 0
 
