@@ -226,3 +226,85 @@ size_t rt_wire_length(grpc_byte_buffer *bb)
 {
     return bb ? grpc_byte_buffer_length(bb) : 0;
 }
+
+/* ------------------------------------------------------------ nesting */
+static int pb_varint(const uint8_t *b, size_t end, size_t *pos, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (int sh = 0; sh < 64 && *pos < end; sh += 7) {
+        uint8_t c = b[(*pos)++];
+        x |= (uint64_t)(c & 0x7f) << sh;
+        if (!(c & 0x80)) {
+            *v = x;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int rt_wire_depth(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
+                  int max)
+{
+    /* one frame per open message: its type and where its bytes end */
+    struct {
+        const ProtobufCMessageDescriptor *d;
+        size_t end;
+    } st[RT_WIRE_MAX_DEPTH + 1];
+    if (max < 1 || max > RT_WIRE_MAX_DEPTH)
+        max = RT_WIRE_MAX_DEPTH;
+    int top = 0, deepest = 1;
+    st[0].d = desc;
+    st[0].end = len;
+    size_t pos = 0;
+    for (;;) {
+        while (pos == st[top].end) {
+            if (top == 0)
+                return deepest;
+            top--;
+        }
+        uint64_t tag, v;
+        if (pb_varint(buf, st[top].end, &pos, &tag) < 0 || (tag >> 3) == 0 ||
+            (tag >> 3) > UINT32_MAX)
+            return -1;
+        size_t left = st[top].end - pos;
+        switch (tag & 7) {
+        case 0:
+            if (pb_varint(buf, st[top].end, &pos, &v) < 0)
+                return -1;
+            break;
+        case 1:
+            if (left < 8)
+                return -1;
+            pos += 8;
+            break;
+        case 5:
+            if (left < 4)
+                return -1;
+            pos += 4;
+            break;
+        case 2: {
+            if (pb_varint(buf, st[top].end, &pos, &v) < 0 || v > st[top].end - pos)
+                return -1;
+            const ProtobufCFieldDescriptor *f =
+                protobuf_c_message_descriptor_get_field(st[top].d, (unsigned)(tag >> 3));
+            if (!f || f->type != PROTOBUF_C_TYPE_MESSAGE) {
+                pos += (size_t)v; /* bytes, strings, packed arrays, unknown fields */
+                break;
+            }
+            /* a message field one level below the open one */
+            if (top + 2 > max)
+                return max + 1;
+            if (top + 2 > deepest)
+                deepest = top + 2;
+            if (v == 0)
+                break; /* empty: nothing inside it */
+            top++;
+            st[top].d = f->descriptor;
+            st[top].end = pos + (size_t)v;
+            break;
+        }
+        default: /* groups: protobuf-c does not decode them */
+            return -1;
+        }
+    }
+}

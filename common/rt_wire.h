@@ -96,6 +96,19 @@ typedef struct rt_wire_span {
 int rt_wire_split(grpc_byte_buffer *bb, uint32_t big, uint8_t **rest, size_t *rest_len,
                   rt_wire_span **spans, size_t *n_spans);
 
+/* How deep the message fields of the packed message buf (of type desc)
+ * nest, found without recursion and without allocating: 1 for a message
+ * whose set fields hold no message. protobuf-c's decode recurses once per
+ * level, so a type that can contain itself (ONNX's GraphProto inside an
+ * AttributeProto inside a NodeProto) must be measured before it is
+ * decoded: a small input nested 100,000 deep overflows any thread's
+ * stack. Counting stops past max (<= RT_WIRE_MAX_DEPTH): the result is
+ * then max + 1. -1 when the bytes are not well-formed protobuf (the decode
+ * then refuses them). */
+#define RT_WIRE_MAX_DEPTH 256
+int rt_wire_depth(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
+                  int max);
+
 /* Total payload bytes of bb (0 for NULL). */
 size_t rt_wire_length(grpc_byte_buffer *bb);
 

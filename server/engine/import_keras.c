@@ -2203,6 +2203,55 @@ int rt_keras_import_dims(const char *json, size_t len, const int64_t *dims, int 
     return rt_keras_import_bind(json, len, dims, n_dims, 0, out, err, errlen, cb, ud);
 }
 
+/* One pass over the JSON text before json-c sees it: how deep its arrays
+ * and objects nest (json-c's tree is freed, and walked here, by
+ * recursion) and what json-c will allocate for it, estimated from its
+ * containers and separators (per-value costs measured on json-c 0.16,
+ * rounded up). Malformed text is json-c's to report. */
+static int json_prescan(const char *s, size_t len, char *err, size_t errlen)
+{
+    uint64_t objs = 0, arrs = 0, seps = 0;
+    int depth = 0, in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        const char ch = s[i];
+        if (in_str) {
+            if (ch == '\\')
+                i++;
+            else if (ch == '"')
+                in_str = 0;
+            continue;
+        }
+        switch (ch) {
+        case '"': in_str = 1; break;
+        case '{': objs++; /* fall through */
+        case '[':
+            arrs += ch == '[';
+            if (++depth > RT_KERAS_MAX_DEPTH) {
+                snprintf(err, errlen, "Keras JSON is nested more than %d levels deep (the "
+                         "limit) at byte %zu", RT_KERAS_MAX_DEPTH, i);
+                return RT_EJSON;
+            }
+            break;
+        case '}':
+        case ']': depth -= depth > 0; break;
+        case ',':
+        case ':': seps++; break;
+        default: break;
+        }
+    }
+    const uint64_t est = 800 * objs + 160 * arrs + 96 * seps + len;
+    const uint64_t cap = RT_KERAS_PARSE_BUDGET(len) < RT_KERAS_PARSE_MAX
+                             ? RT_KERAS_PARSE_BUDGET(len) : RT_KERAS_PARSE_MAX;
+    if (est > cap) {
+        snprintf(err, errlen, "Keras JSON of %zu bytes would take ~%llu MiB to parse (%llu "
+                 "objects, %llu arrays); the limit is %llu MiB", len,
+                 (unsigned long long)(est >> 20), (unsigned long long)objs,
+                 (unsigned long long)arrs, (unsigned long long)(cap >> 20));
+        return RT_ETOOBIG;
+    }
+    return 0;
+}
+
 int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int n_dims,
                          int64_t values, rt_graph **out, char *err, size_t errlen,
                          rt_keras_field_cb cb, void *ud)
@@ -2235,7 +2284,12 @@ int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int 
         rc = ifail(m, RT_ETOOBIG, "Keras JSON is too large");
         goto out;
     }
-    json_tokener *tok = json_tokener_new();
+    char perr[200];
+    if ((rc = json_prescan(json, len, perr, sizeof perr)) < 0) {
+        rc = ifail(m, rc, "%s", perr);
+        goto out;
+    }
+    json_tokener *tok = json_tokener_new_ex(RT_KERAS_MAX_DEPTH);
     if (!tok) {
         rc = RT_ENOMEM;
         goto out;
@@ -2347,7 +2401,10 @@ int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *o)
     memset(o, 0, sizeof *o);
     if (!json || len == 0 || len > (size_t)INT32_MAX)
         return RT_EJSON;
-    json_tokener *tok = json_tokener_new();
+    char perr[200];
+    if (json_prescan(json, len, perr, sizeof perr) < 0)
+        return RT_EJSON;
+    json_tokener *tok = json_tokener_new_ex(RT_KERAS_MAX_DEPTH);
     if (!tok)
         return RT_ENOMEM;
     json_object *doc = json_tokener_parse_ex(tok, json, (int)len);

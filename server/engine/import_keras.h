@@ -33,6 +33,16 @@
 extern "C" {
 #endif
 
+/* Bounds on what a model's JSON may cost to parse (docs/security.md):
+ * nested at most RT_KERAS_MAX_DEPTH arrays and objects deep (RT_EJSON
+ * beyond), and json-c's tree of it at most RT_KERAS_PARSE_BUDGET(len)
+ * bytes as estimated before parsing (RT_ETOOBIG beyond). json-c 0.16
+ * spends ~790 bytes on an object, ~150 on an array, 30-70 on a scalar:
+ * real models take 14-18 x their size, "{}," repeated 264 x. */
+#define RT_KERAS_MAX_DEPTH 64
+#define RT_KERAS_PARSE_BUDGET(len) ((uint64_t)(len) * 32 + ((uint64_t)16 << 20))
+#define RT_KERAS_PARSE_MAX ((uint64_t)512 << 20)
+
 /* Parse json (len bytes, need not be NUL-terminated) into a new graph owned
  * by the caller (*out, rt_graph_destroy). Returns 0 or RT_EJSON (not JSON /
  * not a model), RT_EUNKNOWN_LAYER ("unknown Keras layer 'Foo' (layer

@@ -9,6 +9,7 @@
 
 #include "onnx.pb-c.h"
 #include "rt_engine_impl.h"
+#include "rt_wire.h"
 
 #define SYM_B INT64_MIN /* the batch size inside a folded shape constant */
 #define MAXR 6          /* rank of a permuted weight view */
@@ -66,6 +67,8 @@ typedef struct ictx {
     unsigned char *skip;        /* nodes a pattern took over */
     char *err;
     size_t errlen;
+    ProtobufCAllocator pb;      /* the decode's, counting into pb_used */
+    size_t pb_used, pb_budget;
 } ictx;
 
 static int fail(ictx *c, int code, const char *fmt, ...)
@@ -1991,9 +1994,22 @@ static op_fn find_op(const Onnx__NodeProto *n)
 
 /* ---------------------------------------------------------------- import */
 
-static void *pb_alloc(void *ud, size_t n) { (void)ud; return malloc(n); }
+/* The decode's memory, bounded: protobuf-c turns a 2-byte empty message
+ * into a struct of 100+ bytes (168 x for empty AttributeProtos), so the
+ * bytes it may allocate are counted against RT_ONNX_DECODE_BUDGET(len).
+ * Real models decode to 1-6 x their size. Frees are not subtracted: a
+ * decode frees only when it fails. */
+static void *pb_alloc(void *ud, size_t n)
+{
+    ictx *c = ud;
+    if (n > c->pb_budget - c->pb_used) {
+        c->pb_used = c->pb_budget + 1; /* over: the decode fails */
+        return NULL;
+    }
+    c->pb_used += n;
+    return malloc(n);
+}
 static void pb_free(void *ud, void *p) { (void)ud; free(p); }
-static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
 
 static int model_opset(ictx *c)
 {
@@ -2118,7 +2134,19 @@ static int output_to_nchw(ictx *c, const oval *v, const char **en)
 static int run_import(ictx *c, const void *buf, size_t len, const char *output)
 {
     int rc;
-    c->m = onnx__model_proto__unpack(&pb_allocator, len, buf);
+    /* protobuf-c's decode recurses once per nested message: measured
+     * first, without recursion (a 177 KB model nested 10,000 deep
+     * overflowed the stack) */
+    if (rt_wire_depth(&onnx__model_proto__descriptor, buf, len, RT_ONNX_MAX_DEPTH) >
+        RT_ONNX_MAX_DEPTH)
+        return fail(c, RT_EINVAL, "the model's messages are nested more than %d levels deep "
+                    "(the limit)", RT_ONNX_MAX_DEPTH);
+    c->pb = (ProtobufCAllocator){pb_alloc, pb_free, c};
+    c->pb_budget = RT_ONNX_DECODE_BUDGET(len);
+    c->m = onnx__model_proto__unpack(&c->pb, len, buf);
+    if (!c->m && c->pb_used > c->pb_budget)
+        return fail(c, RT_ETOOBIG, "the model decodes to more than %zu bytes (the limit: 8 x "
+                    "its %zu bytes + 16 MiB)", c->pb_budget, len);
     if (!c->m) return fail(c, RT_EPROTO, "not a serialized ONNX ModelProto");
     if ((rc = model_opset(c)) < 0) return rc;
     const Onnx__GraphProto *gr = c->m->graph;
@@ -2191,7 +2219,7 @@ static int run_import(ictx *c, const void *buf, size_t len, const char *output)
 
 static void ctx_free(ictx *c)
 {
-    if (c->m) onnx__model_proto__free_unpacked(c->m, &pb_allocator);
+    if (c->m) onnx__model_proto__free_unpacked(c->m, &c->pb);
     free(c->tab);
     free(c->skip);
     rt__arena_free(&c->ar);

@@ -47,6 +47,13 @@ extern "C" {
 
 #define RT_ONNX_OPSET_MIN 11
 #define RT_ONNX_OPSET_MAX 17
+/* Bounds on what a model may cost to decode (docs/security.md): messages
+ * nested at most RT_ONNX_MAX_DEPTH deep (protobuf's own C++ parser stops
+ * at 100 too; a plain model nests 7 deep, each If/Loop subgraph adds 3),
+ * else RT_EINVAL; and at most RT_ONNX_DECODE_BUDGET(len) bytes of decoded
+ * messages, else RT_ETOOBIG. */
+#define RT_ONNX_MAX_DEPTH 100
+#define RT_ONNX_DECODE_BUDGET(len) ((size_t)(len) * 8 + ((size_t)16 << 20))
 
 /* Parse len bytes of a serialized ModelProto into a new graph (*out, owned
  * by the caller). output: the graph output to train, NULL or "" for the

@@ -508,7 +508,12 @@ int rt_exec_get_grad(const rt_exec *e, int i, float *dst);
 size_t rt_exec_state_size(const rt_exec *e);
 /* Writes rt_exec_state_size(e) bytes into buf (len must be >= that). */
 int rt_exec_save_state(const rt_exec *e, void *buf, size_t len);
-/* RT_EDATA with a message for a blob of another plan or version. */
+/* The blob is checked against e's plan before anything is copied (a
+ * refused blob leaves e as it was): RT_EDATA with a message for a blob of
+ * another plan, version or seed, counters outside 0..RT_EXEC_MAX_STEP or
+ * a cursor past its step count; RT_ENAN for a non-finite trainable weight
+ * or optimizer slot. */
+#define RT_EXEC_MAX_STEP (INT64_C(1) << 53) /* steps, samples in an epoch */
 int rt_exec_load_state(rt_exec *e, const void *buf, size_t len);
 /* The same blob as rt_exec_save_state, as three spans to write one after
  * the other without a copy (a checkpoint of a large model must not double

@@ -823,7 +823,9 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
             e->ep_samples = 0;
             memset(&e->ep_macc, 0, sizeof e->ep_macc);
         }
-        if (e->restored && e->pos * B >= d->n) e->pos = 0;
+        /* a restored cursor past this data set's epoch (n >= 1; a product
+         * with a loaded pos could overflow) starts at its first batch */
+        if (e->restored && e->pos > (d->n - 1) / B) e->pos = 0;
         e->restored = 0;
         e->dx = id;
         e->dn = d->n;
@@ -1176,6 +1178,95 @@ static void rt__state_header(const rt_exec *e, rt__state_hdr *hp)
     *hp = h;
 }
 
+/* Float i of a blob's bytes (a byte string from outside: maybe unaligned). */
+static float rt__blob_f(const unsigned char *b, int64_t i)
+{
+    float f;
+    memcpy(&f, b + 4 * i, 4);
+    return f;
+}
+
+/* The first non-finite float of v[0..n), or -1. */
+static int64_t rt__nonfinite(const unsigned char *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(rt__blob_f(v, i))) return i;
+    return -1;
+}
+
+/* Where a blob's weights and slots would go, checked before anything is
+ * copied: a refused blob leaves the exec as it was. A blob is untrusted
+ * (a pushed checkpoint, a file in the state directory that anyone with
+ * access could have written, its XXH3 recomputed): every counter is
+ * bounded so that the training loop's arithmetic on it cannot overflow,
+ * and what a step reads (trainable weights, optimizer moments, the epoch's
+ * sums) must be finite, so a restored state never turns a loss into NaN. */
+static int rt__check_state(rt_exec *e, const rt__state_hdr *h, const unsigned char *w,
+                           const unsigned char *s1, const unsigned char *s2)
+{
+    const rt_plan *p = e->p;
+    const int64_t B = p->cfg.batch_size;
+    if (h->step < 0 || h->epoch < 0 || h->pos < 0 || h->ep_samples < 0 || h->ep_macc.n < 0)
+        return rt__eerr(e, RT_EDATA, "state blob has a negative counter");
+    if (h->step > RT_EXEC_MAX_STEP || h->ep_samples > RT_EXEC_MAX_STEP ||
+        h->ep_macc.n > RT_EXEC_MAX_STEP)
+        return rt__eerr(e, RT_EDATA, "state blob's counters are over the limit of 2^53 steps");
+    /* every epoch and every step of the current one took a step: epoch +
+     * pos <= step (rt__exec_train, rt_exec_copy_state keep it) */
+    int64_t used, rows;
+    if (__builtin_add_overflow(h->epoch, h->pos, &used) || used > h->step)
+        return rt__eerr(e, RT_EDATA, "state blob's cursor (epoch %lld, batch %lld) is past its "
+                        "step %lld", (long long)h->epoch, (long long)h->pos, (long long)h->step);
+    if (__builtin_mul_overflow(h->pos, B, &rows))
+        return rt__eerr(e, RT_EDATA, "state blob's batch position %lld overflows",
+                        (long long)h->pos);
+    if (h->seed != p->cfg.seed)
+        return rt__eerr(e, RT_EDATA, "state blob belongs to another program (seed %llu, not "
+                        "%llu)", (unsigned long long)h->seed, (unsigned long long)p->cfg.seed);
+    if (!(h->lr_set >= 0.0f) || isinf(h->lr_set))
+        return rt__eerr(e, RT_EDATA, "state blob has a bad learning rate");
+    if (!isfinite(h->ep_loss) || !isfinite(h->ep_acc) || h->ep_acc < 0)
+        return rt__eerr(e, RT_EDATA, "state blob's epoch loss or accuracy is not finite");
+    const rt__macc *m = &h->ep_macc;
+    const double *md = (const double *)m;
+    for (size_t i = 0; i < offsetof(rt__macc, n) / sizeof(double); i++)
+        if (!isfinite(md[i]))
+            return rt__eerr(e, RT_EDATA, "state blob's epoch metric sums are not finite");
+    /* counts (and RMSE's squares) are never negative */
+    if (m->sq < 0 || m->elems < 0 || m->tp < 0 || m->fp < 0 || m->fn < 0 || m->pos < 0 ||
+        m->neg < 0)
+        return rt__eerr(e, RT_EDATA, "state blob's epoch metric counts are negative");
+    for (int i = 0; i < RT__AUC_T; i++)
+        if (m->auc_tp[i] < 0 || m->auc_fp[i] < 0)
+            return rt__eerr(e, RT_EDATA, "state blob's epoch metric counts are negative");
+    /* Trainable weights and the optimizer's slots must be finite and the
+     * second moments (Adam's v, RMSprop's mean square) not negative, or
+     * the first step is NaN. Constants (non-trainable parameters) hold
+     * whatever the model gave them: an ONNX mask may be -inf. */
+    for (int i = 0; i < p->n_params; i++) {
+        const rt__param *pr = &p->params[i];
+        if (!pr->trainable) continue;
+        int64_t k = rt__nonfinite(w + 4 * pr->off, pr->numel);
+        if (k >= 0)
+            return rt__eerr(e, RT_ENAN, "state blob: parameter '%.64s' holds %g at %lld",
+                            pr->name, (double)rt__blob_f(w, pr->off + k), (long long)k);
+    }
+    const int64_t tf = p->train_floats;
+    int64_t k1 = rt__nonfinite(s1, tf), k2 = rt__nonfinite(s2, tf);
+    if (k1 >= 0 || k2 >= 0)
+        return rt__eerr(e, RT_ENAN, "state blob: optimizer slot %d holds %g at %lld",
+                        k1 >= 0 ? 1 : 2,
+                        (double)(k1 >= 0 ? rt__blob_f(s1, k1) : rt__blob_f(s2, k2)),
+                        (long long)(k1 >= 0 ? k1 : k2));
+    const unsigned char *sq = p->cfg.opt == RT_OPT_RMSPROP ? s1
+                      : p->cfg.opt == RT_OPT_ADAM || p->cfg.opt == RT_OPT_ADAMW ? s2 : NULL;
+    for (int64_t i = 0; sq && i < tf; i++)
+        if (rt__blob_f(sq, i) < 0)
+            return rt__eerr(e, RT_EDATA, "state blob: the optimizer's mean square is %g at %lld "
+                            "(never negative)", (double)rt__blob_f(sq, i), (long long)i);
+    return 0;
+}
+
 int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
 {
     if (!e || !buf) return RT_EINVAL;
@@ -1188,14 +1279,13 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
     if (h.param_floats != e->p->param_floats || h.train_floats != e->p->train_floats ||
         h.n_params != (uint32_t)e->p->n_params || len != rt_exec_state_size(e))
         return rt__eerr(e, RT_EDATA, "state blob belongs to another program");
-    if (h.step < 0 || h.epoch < 0 || h.pos < 0 || h.ep_macc.n < 0)
-        return rt__eerr(e, RT_EDATA, "state blob has a negative counter");
-    if (!(h.lr_set >= 0.0f) || isinf(h.lr_set))
-        return rt__eerr(e, RT_EDATA, "state blob has a bad learning rate");
-    const char *s = (const char *)buf + sizeof h;
-    memcpy(e->w, s, sizeof(float) * (size_t)h.param_floats);
-    s += sizeof(float) * (size_t)h.param_floats;
-    memcpy(e->s1, s, sizeof(float) * (size_t)(2 * h.train_floats));
+    const size_t wb = sizeof(float) * (size_t)h.param_floats,
+                 tb = sizeof(float) * (size_t)h.train_floats;
+    const unsigned char *s = (const unsigned char *)buf + sizeof h;
+    int rc = rt__check_state(e, &h, s, s + wb, s + wb + tb);
+    if (rc < 0) return rc;
+    memcpy(e->w, s, wb);
+    memcpy(e->s1, s + wb, 2 * tb); /* s1 and s2 are adjacent in the block */
     e->step = h.step;
     e->epoch = h.epoch;
     e->pos = h.pos;

@@ -773,6 +773,19 @@ static int dist_program(rt_call *c, rt_exec *e, char *err, size_t errlen)
     return rc;
 }
 
+/* A program that the failing call c added: gone again, from the session
+ * and the state directory, with what it was charged (its id reached
+ * nobody). Returns rc, the call's failure. */
+static int drop_program(rt_call *c, rt_program *p, int rc)
+{
+    if (c->srv->state)
+        rt_state_program_remove(c->srv->state, c->sess->id, p->id);
+    rt_session_remove_program(c->sess, p);
+    return rc;
+}
+
+static int compile_answer(rt_call *c, compile_st *st, rt_program *prog, int hit);
+
 static int compile_work(rt_call *c)
 {
     compile_st *st = c->st;
@@ -834,9 +847,21 @@ static int compile_work(rt_call *c)
         return rt_call_fail(c, rc, "cannot add the program to the session");
     if (st->from)
         prog->fit_epochs = st->from->fit_epochs;
-    if ((rc = durable_program(c, prog)) < 0)
-        return rc;
+    if ((rc = durable_program(c, prog)) < 0 || (rc = compile_answer(c, st, prog, hit)) < 0)
+        return drop_program(c, prog, rc);
+    /* a client gone (its deadline) would never learn the id */
+    if (rt_call_is_cancelled(c))
+        return drop_program(c, prog, rt_call_fail(c, RT_ECANCELLED, "compile cancelled"));
+    char sid[16], pid[16];
+    RT_LOG(RT_LOG_INFO, "session %s: program %s (%s, %llu params)", rt_log_id(c->sess->id, sid),
+           rt_log_id(prog->id, pid), hit ? "cache hit" : "compiled",
+           (unsigned long long)rt_plan_report(st->plan)->param_count);
+    return 0;
+}
 
+/* Compile's answer for the new program prog. */
+static int compile_answer(rt_call *c, compile_st *st, rt_program *prog, int hit)
+{
     const rt_compile_report *rep = rt_plan_report(st->plan);
     Rtrain__V1__CompileResponse *r = NEW(c, Rtrain__V1__CompileResponse, RTRAIN__V1__COMPILE_RESPONSE__INIT);
     Rtrain__V1__CompileReport *cr = NEW(c, Rtrain__V1__CompileReport, RTRAIN__V1__COMPILE_REPORT__INIT);
@@ -904,10 +929,6 @@ static int compile_work(rt_call *c)
     r->report = cr;
     c->tm.cache_hit = hit;
     c->resp = &r->base;
-    char sid[16], pid[16];
-    RT_LOG(RT_LOG_INFO, "session %s: program %s (%s, %llu params)", rt_log_id(c->sess->id, sid),
-           rt_log_id(prog->id, pid), hit ? "cache hit" : "compiled",
-           (unsigned long long)rep->param_count);
     return 0;
 }
 
@@ -2882,6 +2903,7 @@ static int restore_program(rt_srv *srv, rt_session *sess, const uint8_t *req, si
     if (pid)
         snprintf(prog->id, sizeof prog->id, "%s", pid);
     if (!(prog->req = malloc(len ? len : 1))) {
+        rt_session_remove_program(sess, prog);
         rc = rt_call_fail(c, RT_ENOMEM, "out of memory");
         goto out;
     }
@@ -2934,8 +2956,10 @@ static int restore_work(rt_call *c)
     rt_program *p;
     if ((rc = restore_program(c->srv, c->sess, v.req, v.req_len, NULL, &p, err, sizeof err)) < 0)
         return rt_call_fail(c, rc, "cannot compile the state's model: %s", err);
-    if ((rc = rt_exec_load_state(p->exec, v.exec, v.exec_len)) < 0)
-        return rt_call_fail(c, rc, "%s", rt_exec_errmsg(p->exec));
+    if ((rc = rt_exec_load_state(p->exec, v.exec, v.exec_len)) < 0) {
+        rt_call_fail(c, rc, "%s", rt_exec_errmsg(p->exec));
+        return drop_program(c, p, rc);
+    }
     rt_ckpt_apply_meta(p, &v);
     /* sequence numbers and fits belong to the client that trained it: the
      * program is new to whoever pushed it */
@@ -2945,11 +2969,13 @@ static int restore_work(rt_call *c)
     memset(p->ring, 0, sizeof p->ring);
     if (c->srv->state &&
         (rc = durable_checkpoint(c, p, RTRAIN__V1__CHECKPOINT_POLICY__CHECKPOINT_STOP)) < 0)
-        return rc;
+        return drop_program(c, p, rc);
     Rtrain__V1__RestoreCheckpointResponse *r = NEW(
         c, Rtrain__V1__RestoreCheckpointResponse, RTRAIN__V1__RESTORE_CHECKPOINT_RESPONSE__INIT);
     if (!r || !(r->program_id = rt_call_strdup(c, p->id)))
-        return OOM(c);
+        return drop_program(c, p, OOM(c));
+    if (rt_call_is_cancelled(c))
+        return drop_program(c, p, rt_call_fail(c, RT_ECANCELLED, "restore cancelled"));
     r->global_step = (uint64_t)rt_exec_global_step(p->exec);
     r->last_seq = p->last_seq;
     c->resp = &r->base;

@@ -140,6 +140,40 @@ int rt_ckpt_build(const char *sid, const rt_program *p, uint8_t *buf, size_t len
     return 0;
 }
 
+/* The program record of a checkpoint is untrusted as the rest (a pushed
+ * file, or one in the state directory with its XXH3 recomputed): its
+ * counters must be what rt_state_checkpoint could have written, so that
+ * Fit's resume arithmetic on them (rt_methods.c fit_resume) cannot
+ * overflow or index outside the epoch ring. */
+static int check_meta(const rt_ckpt_meta *m, char *err, size_t errlen)
+{
+    const rt_fit_rec *f = &m->fit;
+    if (m->fit_epochs < 0 || m->fit_epochs > RT_EXEC_MAX_STEP) {
+        snprintf(err, errlen, "checkpoint's Fit epoch count %lld is out of range",
+                 (long long)m->fit_epochs);
+        return RT_EDATA;
+    }
+    if (!f->id) {
+        if (m->n_fit_epochs) {
+            snprintf(err, errlen, "checkpoint's Fit record does not add up");
+            return RT_EDATA;
+        }
+        return 0;
+    }
+    int64_t total;
+    const int64_t done = m->fit_epochs - f->first_epoch; /* both in 0..2^53 */
+    if (f->first_epoch < 0 || f->first_epoch > m->fit_epochs || done > (int64_t)f->epochs ||
+        f->spe < 1 || __builtin_mul_overflow((int64_t)f->epochs, f->spe, &total) ||
+        f->steps_done < 0 || f->steps_done > total || (f->aligned & ~1) || (f->done & ~1) ||
+        (f->stopped & ~1) ||
+        m->n_fit_epochs != (uint64_t)(done < RT_FIT_RING ? done : RT_FIT_RING)) {
+        snprintf(err, errlen, "checkpoint's Fit record (fit %016llx) does not add up",
+                 (unsigned long long)f->id);
+        return RT_EDATA;
+    }
+    return 0;
+}
+
 int rt_ckpt_parse(const uint8_t *buf, size_t len, rt_ckpt_view *v, char *err, size_t errlen)
 {
     memset(v, 0, sizeof *v);
@@ -184,6 +218,8 @@ int rt_ckpt_parse(const uint8_t *buf, size_t len, rt_ckpt_view *v, char *err, si
         snprintf(err, errlen, "checkpoint's Fit record does not add up");
         return RT_EDATA;
     }
+    if (check_meta(&v->meta, err, errlen) < 0)
+        return RT_EDATA;
     v->fit_epochs = part[1] + sizeof v->meta;
     v->meta.session_id[RT_SESSION_ID_LEN - 1] = 0;
     v->meta.program_id[RT_SESSION_ID_LEN - 1] = 0;
@@ -293,6 +329,24 @@ int rt_state_checkpoint(const rt_state *st, const char *sid, rt_program *p, char
     return rc;
 }
 
+void rt_state_program_remove(const rt_state *st, const char *sid, const char *pid)
+{
+    /* ids are "s-"/"p-" + hex: nothing else names a folder of ours */
+    if (!st || strncmp(sid, "s-", 2) || strncmp(pid, "p-", 2) || strchr(sid, '/') ||
+        strchr(pid, '/'))
+        return;
+    char dir[1024], path[1100];
+    snprintf(dir, sizeof dir, "%s/sessions/%s/%s", rt_state_cfg(st)->dir, sid, pid);
+    uint64_t *ks;
+    int n = list_ckpts(dir, &ks);
+    for (int i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "%s/ckpt-%012" PRIu64 ".rtck", dir, ks[i]);
+        unlink(path);
+    }
+    free(ks);
+    rmdir(dir);
+}
+
 int rt_state_checkpoint_due(const rt_state *st, const rt_program *p, uint32_t every_steps,
                             uint32_t every_s)
 {
@@ -309,40 +363,40 @@ int rt_state_checkpoint_due(const rt_state *st, const rt_program *p, uint32_t ev
 
 /* ------------------------------------------------------------ reading */
 
-/* The newest checkpoint of dir that parses, read into *buf (malloc'ed);
- * corrupt newer ones are skipped with a warning. RT_ENOTFOUND if none. */
-int rt__ckpt_load_newest(const char *dir, uint8_t **buf, size_t *len, rt_ckpt_view *v,
-                         int *warnings);
-int rt__ckpt_load_newest(const char *dir, uint8_t **buf, size_t *len, rt_ckpt_view *v,
-                         int *warnings)
+/* The checkpoints of dir, newest first, parsed and handed to use until
+ * it takes one (returns 0); a corrupt one, or one that use refuses (it
+ * does not fit the program it would be restored into), is skipped with a
+ * warning naming the reason. RT_ENOTFOUND if none was taken. */
+typedef int (*rt__ckpt_use_fn)(void *ud, const rt_ckpt_view *v, char *err, size_t errlen);
+int rt__ckpt_load_newest(const char *dir, rt__ckpt_use_fn use, void *ud, int *warnings);
+int rt__ckpt_load_newest(const char *dir, rt__ckpt_use_fn use, void *ud, int *warnings)
 {
     uint64_t *ks;
     int n = list_ckpts(dir, &ks);
     for (int i = n - 1; i >= 0; i--) {
-        char path[1100], err[200];
+        char path[1100], err[300];
         snprintf(path, sizeof path, "%s/ckpt-%012" PRIu64 ".rtck", dir, ks[i]);
         FILE *f = fopen(path, "rb");
         if (!f)
             continue;
         uint8_t *b = NULL;
-        size_t l = 0;
         struct stat sb;
+        rt_ckpt_view v;
         int rc = RT_EIO;
         if (fstat(fileno(f), &sb) == 0 && (b = malloc(sb.st_size ? (size_t)sb.st_size : 1)) &&
             fread(b, 1, (size_t)sb.st_size, f) == (size_t)sb.st_size) {
-            l = (size_t)sb.st_size;
-            rc = rt_ckpt_parse(b, l, v, err, sizeof err);
+            rc = rt_ckpt_parse(b, (size_t)sb.st_size, &v, err, sizeof err);
+            if (rc == 0)
+                rc = use(ud, &v, err, sizeof err);
         } else {
             snprintf(err, sizeof err, "cannot read it");
         }
         fclose(f);
+        free(b);
         if (rc == 0) {
-            *buf = b;
-            *len = l;
             free(ks);
             return 0;
         }
-        free(b);
         (*warnings)++;
         RT_LOG(RT_LOG_WARN, "checkpoint %s: %s; using the previous one", path, err);
     }

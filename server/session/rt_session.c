@@ -218,18 +218,23 @@ void rt_session_retain(rt_session *s)
     __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
 }
 
+/* p's memory and what it was charged as */
+static void program_free(rt_session *s, rt_program *p)
+{
+    rt_exec_destroy(p->exec);
+    rt_plan_release(p->plan);
+    rt_principal_unreserve(s->owner, RT_Q_PROGRAM_BYTES, p->charged_bytes);
+    rt_principal_unreserve(s->owner, RT_Q_PROGRAMS, 1);
+    free(p->req);
+    free(p);
+}
+
 void rt_session_release(rt_session *s)
 {
     if (!s || __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) != 0)
         return;
-    for (int i = 0; i < s->n_progs; i++) {
-        rt_exec_destroy(s->progs[i]->exec);
-        rt_plan_release(s->progs[i]->plan);
-        rt_principal_unreserve(s->owner, RT_Q_PROGRAM_BYTES, s->progs[i]->charged_bytes);
-        rt_principal_unreserve(s->owner, RT_Q_PROGRAMS, 1);
-        free(s->progs[i]->req);
-        free(s->progs[i]);
-    }
+    for (int i = 0; i < s->n_progs; i++)
+        program_free(s, s->progs[i]);
     free(s->progs);
     rt_principal_unreserve(s->owner, RT_Q_SESSIONS, 1);
     pthread_mutex_destroy(&s->mu);
@@ -274,6 +279,23 @@ fail:
     rt_principal_unreserve(s->owner, RT_Q_PROGRAM_BYTES, bytes);
     rt_principal_unreserve(s->owner, RT_Q_PROGRAMS, 1);
     return rc;
+}
+
+int rt_session_remove_program(rt_session *s, rt_program *p)
+{
+    pthread_mutex_lock(&s->mu);
+    int i = 0;
+    while (i < s->n_progs && s->progs[i] != p)
+        i++;
+    if (i == s->n_progs) {
+        pthread_mutex_unlock(&s->mu);
+        return RT_ENOTFOUND;
+    }
+    memmove(s->progs + i, s->progs + i + 1, sizeof *s->progs * (size_t)(s->n_progs - i - 1));
+    s->n_progs--;
+    pthread_mutex_unlock(&s->mu);
+    program_free(s, p);
+    return 0;
 }
 
 rt_program *rt_session_find_program(rt_session *s, const char *id)

@@ -186,6 +186,10 @@ void rt_session_release(rt_session *s); /* NULL is a no-op */
  * and given back. */
 int rt_session_add_program(rt_session *s, rt_plan *plan, rt_exec *exec,
                            uint64_t bytes, rt_program **out);
+/* Take back a program that a failed call added and never answered with:
+ * removed from s, freed, its quota given back. No other holder may use p
+ * (its id went to nobody). RT_ENOTFOUND if p is not s's. */
+int rt_session_remove_program(rt_session *s, rt_program *p);
 /* Fill dst with 128 random bits as prefix + 32 hex digits (len >= 35).
  * RT_EIO if getrandom fails: ids are never made from guessable values. */
 int rt_random_id(char *dst, size_t len, const char *prefix);

@@ -24,8 +24,8 @@ struct rt_state {
     char dir[512];
 };
 
-int rt__ckpt_load_newest(const char *dir, uint8_t **buf, size_t *len, rt_ckpt_view *v,
-                         int *warnings);
+typedef int (*rt__ckpt_use_fn)(void *ud, const rt_ckpt_view *v, char *err, size_t errlen);
+int rt__ckpt_load_newest(const char *dir, rt__ckpt_use_fn use, void *ud, int *warnings);
 
 static int mkdir_p(const char *path)
 {
@@ -423,6 +423,35 @@ out:
     return rc;
 }
 
+/* One program of a session being restored, from one of its checkpoints. */
+typedef struct restore_prog {
+    rt_session *s;
+    const char *pid;
+    rt_state_compile_fn compile;
+    void *ud;
+} restore_prog;
+
+/* Compile the checkpoint's model and load its state; a state that does
+ * not fit the program it made (rt_exec_load_state checks every field)
+ * takes the program away again, and the previous checkpoint is tried. */
+static int restore_prog_use(void *ud, const rt_ckpt_view *v, char *err, size_t errlen)
+{
+    restore_prog *r = ud;
+    rt_program *p;
+    int rc = r->compile(r->ud, r->s, v->req, v->req_len, r->pid, &p, err, errlen);
+    if (rc < 0)
+        return rc;
+    if ((rc = rt_exec_load_state(p->exec, v->exec, v->exec_len)) < 0) {
+        snprintf(err, errlen, "%s", rt_exec_errmsg(p->exec));
+        rt_session_remove_program(r->s, p);
+        return rc;
+    }
+    rt_ckpt_apply_meta(p, v);
+    p->ckpt_step = rt_exec_global_step(p->exec);
+    p->ckpt_ns = rt_now_ns();
+    return 0;
+}
+
 static int restore_session(const rt_state *st, const char *sid, rt_session_table *table,
                            rt_principal_set *ps, rt_state_compile_fn compile, void *ud,
                            rt_state_restore_result *res)
@@ -467,29 +496,14 @@ static int restore_session(const rt_state *st, const char *sid, rt_session_table
             continue;
         char pdir[1000];
         snprintf(pdir, sizeof pdir, "%s/%s", dir, e->d_name);
-        uint8_t *ck = NULL;
-        size_t cl;
-        rt_ckpt_view cv;
-        if (rt__ckpt_load_newest(pdir, &ck, &cl, &cv, &res->warnings) < 0) {
+        restore_prog rp = {.s = s, .pid = e->d_name, .compile = compile, .ud = ud};
+        if (rt__ckpt_load_newest(pdir, restore_prog_use, &rp, &res->warnings) < 0) {
             RT_LOG(RT_LOG_WARN, "state: program %.12s has no valid checkpoint; not restored",
                    e->d_name);
             res->warnings++;
             continue;
         }
-        rt_program *p;
-        int rc = compile(ud, s, cv.req, cv.req_len, e->d_name, &p, err, sizeof err);
-        if (rc == 0 && (rc = rt_exec_load_state(p->exec, cv.exec, cv.exec_len)) < 0)
-            snprintf(err, sizeof err, "%s", rt_exec_errmsg(p->exec));
-        if (rc < 0) {
-            RT_LOG(RT_LOG_WARN, "state: program %.12s not restored: %s", e->d_name, err);
-            res->warnings++;
-        } else {
-            rt_ckpt_apply_meta(p, &cv);
-            p->ckpt_step = rt_exec_global_step(p->exec);
-            p->ckpt_ns = rt_now_ns();
-            res->programs++;
-        }
-        free(ck);
+        res->programs++;
     }
     if (d)
         closedir(d);

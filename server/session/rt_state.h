@@ -124,6 +124,9 @@ void rt_ckpt_apply_meta(rt_program *p, const rt_ckpt_view *v);
  * holds the device), and remove all but the newest keep. */
 int rt_state_checkpoint(const rt_state *st, const char *sid, rt_program *p, char *err,
                         size_t errlen);
+/* Remove a program's checkpoints and its folder: the program of a call
+ * that failed after its first checkpoint, whose id reached nobody. */
+void rt_state_program_remove(const rt_state *st, const char *sid, const char *pid);
 /* Whether a call that just ran must write one: asked for, or the interval
  * (per call, else the daemon's) is over. */
 int rt_state_checkpoint_due(const rt_state *st, const rt_program *p, uint32_t every_steps,

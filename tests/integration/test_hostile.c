@@ -1,0 +1,649 @@
+/* test_hostile.c - hostile input against a real daemon (issue 30):
+ *  - crafted checkpoints pushed with RestoreCheckpoint, their XXH3
+ *    recomputed: counters near 2^63, a cursor out of range, negative and
+ *    odd sizes, NaN and infinite rates, weights and optimizer moments.
+ *    Each is refused with INVALID_ARGUMENT, and RunSteps on what a refused
+ *    push would have made never runs (before the checks: a segfault, an
+ *    ASan signed-overflow report, or NaN losses with OK);
+ *  - the same crafted file as the newest checkpoint in --state-dir: the
+ *    daemon restarts on the previous one and trains on;
+ *  - ONNX models nested 10,000 and 100,000 levels deep (Compile and
+ *    ExportOnnx), Keras JSON nested 10,000 deep: refused with
+ *    INVALID_ARGUMENT naming the limit, no stack overflow.
+ * After every attack the daemon answers Ping and a bystander's weights are
+ * unchanged.
+ *
+ *     itest_hostile RTRAIND
+ */
+#include "itest.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#define FREE(p) ((p) ? protobuf_c_message_free_unpacked(&(p)->base, NULL) : (void)0)
+
+static const char *g_daemon;
+
+/* ------------------------------------------------------------- helpers */
+static int ping_ok(itest_conn *c)
+{
+    Rtrain__V1__PingRequest q = RTRAIN__V1__PING_REQUEST__INIT;
+    itest_res r;
+    int st = itest_unary(c, "Ping", &q.base, NULL, NULL, &r);
+    itest_res_free(&r);
+    return st == 0;
+}
+
+/* CreateSession -> id and token (>= 40 bytes each). */
+static int session(itest_conn *c, char *sid, char *tok)
+{
+    Rtrain__V1__CreateSessionRequest q = RTRAIN__V1__CREATE_SESSION_REQUEST__INIT;
+    q.name = "hostile";
+    Rtrain__V1__CreateSessionResponse *p = NULL;
+    itest_res r;
+    int st = itest_unary(c, "CreateSession", &q.base,
+                         &rtrain__v1__create_session_response__descriptor,
+                         (ProtobufCMessage **)&p, &r);
+    itest_res_free(&r);
+    sid[0] = tok[0] = 0;
+    if (p) {
+        snprintf(sid, 40, "%s", p->session_id);
+        snprintf(tok, 40, "%s", p->session_token);
+    }
+    FREE(p);
+    return st;
+}
+
+static int compile_iris(itest_conn *c, const char *sid, char *pid)
+{
+    Rtrain__V1__TrainConfig cfg;
+    itest_iris_config(&cfg);
+    Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+    q.session_id = (char *)sid;
+    q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH;
+    q.graph = itest_iris_graph(16);
+    q.config = &cfg;
+    Rtrain__V1__CompileResponse *p = NULL;
+    itest_res r;
+    int st = itest_unary(c, "Compile", &q.base, &rtrain__v1__compile_response__descriptor,
+                         (ProtobufCMessage **)&p, &r);
+    CHECK(st == 0, "compile: %s", r.details);
+    itest_res_free(&r);
+    pid[0] = 0;
+    if (p)
+        snprintf(pid, 40, "%s", p->program_id);
+    FREE(p);
+    return st;
+}
+
+static int upload_iris(itest_conn *c, const char *sid, char *did)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/iris.csv", itest_data_dir());
+    size_t len;
+    uint8_t *csv = itest_read_file(path, &len);
+    CHECK(csv != NULL, "iris.csv");
+    if (!csv)
+        return -1;
+    Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
+    p.role = RTRAIN__V1__DATA_ROLE__ROLE_BOTH;
+    p.format = RTRAIN__V1__DATA_FORMAT__FORMAT_CSV;
+    p.length = len;
+    p.label_column = -1;
+    p.csv_header = 1;
+    Rtrain__V1__DataPart *pp[1] = {&p};
+    itest_res r;
+    int st = itest_upload(c, sid, pp, 1, csv, len, 1 << 16, did, &r);
+    CHECK(st == 0, "iris upload: %s", r.details);
+    itest_res_free(&r);
+    free(csv);
+    return st;
+}
+
+/* RunSteps with the per-step losses: the status; *step the global step
+ * after it and *finite whether every loss was a number. */
+static int run_steps(itest_conn *c, const char *sid, const char *pid, const char *did,
+                     uint64_t steps, int64_t *step, int *finite, itest_res *r)
+{
+    Rtrain__V1__RunStepsRequest q = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
+    q.session_id = (char *)sid;
+    q.program_id = (char *)pid;
+    q.dataset_id = (char *)did;
+    q.steps = steps;
+    q.return_losses = 1;
+    Rtrain__V1__RunStepsResponse *p = NULL;
+    int st = itest_unary(c, "RunSteps", &q.base, &rtrain__v1__run_steps_response__descriptor,
+                         (ProtobufCMessage **)&p, r);
+    *step = -1;
+    *finite = 0;
+    if (p) {
+        *step = (int64_t)p->global_step;
+        *finite = p->n_losses == steps;
+        for (size_t i = 0; i < p->n_losses; i++)
+            *finite &= isfinite(p->losses[i]);
+    }
+    FREE(p);
+    return st;
+}
+
+/* Checkpoint: pull (the file's bytes into *buf) and/or save; the status.
+ * *step the program's global step. */
+static int checkpoint(itest_conn *c, const char *sid, const char *tok, const char *pid,
+                      int pull, int save, uint8_t **buf, size_t *len, int64_t *step,
+                      itest_res *r)
+{
+    Rtrain__V1__CheckpointRequest q = RTRAIN__V1__CHECKPOINT_REQUEST__INIT;
+    q.session_id = (char *)sid;
+    q.session_token = (char *)tok;
+    q.program_id = (char *)pid;
+    q.pull = pull;
+    q.save = save;
+    Rtrain__V1__CheckpointResponse *p = NULL;
+    int st = itest_unary(c, "Checkpoint", &q.base, &rtrain__v1__checkpoint_response__descriptor,
+                         (ProtobufCMessage **)&p, r);
+    if (step)
+        *step = p ? (int64_t)p->global_step : -1;
+    if (buf) {
+        *buf = NULL;
+        *len = 0;
+        if (p && p->state.len) {
+            *buf = malloc(p->state.len);
+            memcpy(*buf, p->state.data, p->state.len);
+            *len = p->state.len;
+        }
+    }
+    FREE(p);
+    return st;
+}
+
+static int restore(itest_conn *c, const char *sid, const char *tok, const uint8_t *b, size_t n,
+                   char *pid, itest_res *r)
+{
+    Rtrain__V1__RestoreCheckpointRequest q = RTRAIN__V1__RESTORE_CHECKPOINT_REQUEST__INIT;
+    q.session_id = (char *)sid;
+    q.session_token = (char *)tok;
+    q.state.data = (uint8_t *)b;
+    q.state.len = n;
+    Rtrain__V1__RestoreCheckpointResponse *p = NULL;
+    int st = itest_unary(c, "RestoreCheckpoint", &q.base,
+                         &rtrain__v1__restore_checkpoint_response__descriptor,
+                         (ProtobufCMessage **)&p, r);
+    pid[0] = 0;
+    if (p)
+        snprintf(pid, 40, "%s", p->program_id);
+    FREE(p);
+    return st;
+}
+
+/* ------------------------------------------------ the checkpoint format */
+/* A checkpoint file (server/session/rt_ckpt.c):
+ *     "RTCKPT1\0" u64 req_len req  u64 meta_len meta  u64 exec_len exec  u64 XXH3-64
+ * meta is rt_ckpt_meta (rt_state.h) then its rt_fit_epochs; exec is the
+ * exec's state blob: rt__state_hdr (rt_exec.c), the weights, Adam's m and
+ * v. The offsets below are that header's fields; ck_split checks them
+ * against what the daemon reported (magic, step count, sizes), so a layout
+ * change fails here instead of testing nothing. */
+enum {
+    EX_PARAM_FLOATS = 16, EX_TRAIN_FLOATS = 24, EX_STEP = 32, EX_EPOCH = 40, EX_POS = 48,
+    EX_EP_SAMPLES = 56, EX_EP_LOSS = 64, EX_SEED = 80, EX_LR_SET = 88,
+    /* rt_ckpt_meta: magic[8], session_id[40], program_id[40], last_seq */
+    ME_FIT_EPOCHS = 96,
+};
+
+typedef struct ck {
+    uint8_t *b;
+    size_t n;
+    size_t meta, meta_len, exec, exec_len, hdr; /* offsets and sizes */
+    int64_t pf, tf;                             /* param and train floats */
+} ck;
+
+static int64_t get64(const uint8_t *p)
+{
+    int64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static void put64(uint8_t *p, int64_t v) { memcpy(p, &v, 8); }
+
+static void putf(uint8_t *p, float v) { memcpy(p, &v, 4); }
+
+static int ck_split(ck *k, int64_t want_step)
+{
+    size_t o = 8;
+    if (k->n < 40 || memcmp(k->b, "RTCKPT1", 8))
+        return -1;
+    o += 8 + (size_t)get64(k->b + o);
+    if (o + 8 > k->n)
+        return -1;
+    k->meta_len = (size_t)get64(k->b + o);
+    k->meta = o + 8;
+    o = k->meta + k->meta_len;
+    if (o + 8 > k->n)
+        return -1;
+    k->exec_len = (size_t)get64(k->b + o);
+    k->exec = o + 8;
+    if (k->exec + k->exec_len + 8 != k->n)
+        return -1;
+    const uint8_t *e = k->b + k->exec;
+    k->pf = get64(e + EX_PARAM_FLOATS);
+    k->tf = get64(e + EX_TRAIN_FLOATS);
+    if (memcmp(e, "RTEXEC", 6) || k->pf <= 0 || k->tf <= 0 ||
+        (size_t)(4 * (k->pf + 2 * k->tf)) >= k->exec_len)
+        return -1;
+    k->hdr = k->exec_len - (size_t)(4 * (k->pf + 2 * k->tf));
+    if (k->hdr > 4096 || get64(e + EX_STEP) != want_step)
+        return -1;
+    return 0;
+}
+
+static void ck_seal(ck *k)
+{
+    uint64_t h = XXH3_64bits(k->b, k->n - 8);
+    memcpy(k->b + k->n - 8, &h, 8);
+}
+
+/* the exec header's field at off, and the first float of the weights, of
+ * Adam's m and of Adam's v */
+static uint8_t *ex(ck *k, size_t off) { return k->b + k->exec + off; }
+static uint8_t *w0(ck *k) { return ex(k, k->hdr); }
+static uint8_t *m0(ck *k) { return ex(k, k->hdr + 4 * (size_t)k->pf); }
+static uint8_t *v0(ck *k) { return ex(k, k->hdr + 4 * (size_t)(k->pf + k->tf)); }
+
+typedef struct attack {
+    const char *name;
+    void (*apply)(ck *k);
+} attack;
+
+static void a_step_max(ck *k) { put64(ex(k, EX_STEP), INT64_MAX); }
+static void a_step_2_62(ck *k) { put64(ex(k, EX_STEP), INT64_C(1) << 62); }
+static void a_epoch_max(ck *k)
+{
+    put64(ex(k, EX_STEP), INT64_MAX);
+    put64(ex(k, EX_EPOCH), INT64_MAX - 16);
+}
+static void a_pos_overflow(ck *k)
+{
+    /* pos * batch_size wraps below 0: the daemon kept the cursor and read
+     * rows far outside the data set */
+    put64(ex(k, EX_STEP), INT64_MAX);
+    put64(ex(k, EX_POS), INT64_MAX / 8);
+}
+static void a_pos_past_step(ck *k) { put64(ex(k, EX_POS), 1000); }
+static void a_negative_step(ck *k) { put64(ex(k, EX_STEP), -1); }
+static void a_ep_samples(ck *k) { put64(ex(k, EX_EP_SAMPLES), -7); }
+static void a_ep_loss_nan(ck *k)
+{
+    double v = NAN;
+    memcpy(ex(k, EX_EP_LOSS), &v, 8);
+}
+static void a_lr_nan(ck *k) { putf(ex(k, EX_LR_SET), NAN); }
+static void a_lr_inf(ck *k) { putf(ex(k, EX_LR_SET), INFINITY); }
+static void a_lr_negative(ck *k) { putf(ex(k, EX_LR_SET), -0.5f); }
+static void a_weight_nan(ck *k) { putf(w0(k), NAN); }
+static void a_m_inf(ck *k) { putf(m0(k), -INFINITY); }
+static void a_v_negative(ck *k) { putf(v0(k), -1.0f); }
+static void a_v_nan(ck *k) { putf(v0(k), NAN); }
+static void a_seed(ck *k) { put64(ex(k, EX_SEED), get64(ex(k, EX_SEED)) + 1); }
+static void a_param_floats(ck *k) { put64(ex(k, EX_PARAM_FLOATS), k->pf + 1); }
+static void a_train_floats_neg(ck *k) { put64(ex(k, EX_TRAIN_FLOATS), -k->tf); }
+static void a_macc_n(ck *k) { put64(ex(k, k->hdr - 8), -3); }
+static void a_fit_epochs(ck *k) { put64(k->b + k->meta + ME_FIT_EPOCHS, INT64_MIN); }
+static void a_n_fit_epochs(ck *k) { put64(k->b + k->meta + k->meta_len - 8, 1000); }
+static void a_req_len(ck *k) { put64(k->b + 8, -16); }
+static void a_exec_len_odd(ck *k)
+{
+    /* two bytes fewer in the exec section: the file is cut to match */
+    memmove(k->b + k->exec + k->exec_len - 2, k->b + k->exec + k->exec_len, 8);
+    k->exec_len -= 2;
+    k->n -= 2;
+    put64(k->b + k->exec - 8, (int64_t)k->exec_len);
+}
+static void a_meta_len(ck *k) { put64(k->b + k->meta - 8, (int64_t)k->meta_len - 3); }
+
+static const attack attacks[] = {
+    {"step INT64_MAX", a_step_max},
+    {"step 2^62", a_step_2_62},
+    {"epoch near INT64_MAX", a_epoch_max},
+    {"pos * batch overflows", a_pos_overflow},
+    {"pos past the step count", a_pos_past_step},
+    {"step -1", a_negative_step},
+    {"ep_samples -7", a_ep_samples},
+    {"epoch loss NaN", a_ep_loss_nan},
+    {"lr NaN", a_lr_nan},
+    {"lr inf", a_lr_inf},
+    {"lr -0.5", a_lr_negative},
+    {"weight NaN", a_weight_nan},
+    {"Adam m -inf", a_m_inf},
+    {"Adam v -1", a_v_negative},
+    {"Adam v NaN", a_v_nan},
+    {"another seed", a_seed},
+    {"param_floats + 1", a_param_floats},
+    {"train_floats negative", a_train_floats_neg},
+    {"metric count -3", a_macc_n},
+    {"fit_epochs INT64_MIN", a_fit_epochs},
+    {"n_fit_epochs 1000", a_n_fit_epochs},
+    {"req_len -16", a_req_len},
+    {"exec section 2 bytes short", a_exec_len_odd},
+    {"meta_len - 3", a_meta_len},
+};
+
+/* ------------------------------------------------------------ the tests */
+static struct {
+    itest_daemon d;
+    itest_conn *c;
+    char sid[64], tok[64], pid[64], iris[64];
+    char bsid[64], btok[64], bpid[64]; /* the bystander */
+    uint8_t *wb;
+    size_t wb_len;
+} T;
+
+static void intact(const char *after)
+{
+    CHECK(ping_ok(T.c), "daemon alive after %s", after);
+    size_t n;
+    uint8_t *w = itest_weights_blob(T.c, T.bsid, T.bpid, &n, NULL, NULL);
+    CHECK(w && n == T.wb_len && memcmp(w, T.wb, n) == 0,
+          "bystander's weights changed after %s", after);
+    free(w);
+}
+
+static void setup(void)
+{
+    CHECK(itest_daemon_start(&T.d, g_daemon, NULL) == 0, "daemon start");
+    T.c = itest_connect(T.d.addr);
+    CHECK(session(T.c, T.sid, T.tok) == 0, "session");
+    CHECK(session(T.c, T.bsid, T.btok) == 0, "bystander session");
+    compile_iris(T.c, T.sid, T.pid);
+    compile_iris(T.c, T.bsid, T.bpid);
+    upload_iris(T.c, T.sid, T.iris);
+    itest_res r;
+    int64_t step;
+    int fin;
+    CHECK(run_steps(T.c, T.sid, T.pid, T.iris, 5, &step, &fin, &r) == 0 && step == 5 && fin,
+          "5 steps: %s", r.details);
+    itest_res_free(&r);
+    T.wb = itest_weights_blob(T.c, T.bsid, T.bpid, &T.wb_len, NULL, NULL);
+    CHECK(T.wb != NULL, "bystander weights");
+}
+
+/* The pulled checkpoint restores and trains on (the checks below must not
+ * refuse the daemon's own files); then every crafted variant is refused. */
+static void test_pushed_checkpoints(void)
+{
+    itest_res r;
+    ck k0 = {0};
+    int64_t step;
+    CHECK(checkpoint(T.c, T.sid, T.tok, T.pid, 1, 0, &k0.b, &k0.n, &step, &r) == 0 && k0.b,
+          "pull: %s", r.details);
+    itest_res_free(&r);
+    if (!k0.b)
+        return;
+    CHECK(ck_split(&k0, 5) == 0, "the pulled checkpoint's layout is not the one this test "
+          "crafts (rt_ckpt.c, rt__state_hdr)");
+    char np[64];
+    int fin;
+    CHECK(restore(T.c, T.sid, T.tok, k0.b, k0.n, np, &r) == 0, "restore as pulled: %s",
+          r.details);
+    itest_res_free(&r);
+    CHECK(run_steps(T.c, T.sid, np, T.iris, 3, &step, &fin, &r) == 0 && step == 8 && fin,
+          "the restored program trains on: status %d step %lld finite %d %s", r.status,
+          (long long)step, fin, r.details);
+    itest_res_free(&r);
+
+    for (size_t i = 0; i < sizeof attacks / sizeof attacks[0]; i++) {
+        ck k = k0;
+        k.b = malloc(k0.n);
+        memcpy(k.b, k0.b, k0.n);
+        attacks[i].apply(&k);
+        ck_seal(&k);
+        int st = restore(T.c, T.sid, T.tok, k.b, k.n, np, &r);
+        CHECK(st == 3 && r.details[0], "%s: RestoreCheckpoint gave %d (%s), not "
+              "INVALID_ARGUMENT", attacks[i].name, st, r.details);
+        itest_res_free(&r);
+        if (st == 0) {
+            /* what a crafted state did once it was in: the program must
+             * not have been made at all */
+            st = run_steps(T.c, T.sid, np, T.iris, 3, &step, &fin, &r);
+            CHECK(0, "%s: RunSteps on the pushed state: status %d, step %lld, losses %s (%s)",
+                  attacks[i].name, st, (long long)step, fin ? "finite" : "NOT finite",
+                  r.details);
+            itest_res_free(&r);
+        }
+        free(k.b);
+        intact(attacks[i].name);
+    }
+    free(k0.b);
+}
+
+/* The newest file in dir (ckpt-<n>.rtck, largest n) into path. */
+static int newest_ckpt(const char *dir, char *path, size_t len)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    char best[256] = "";
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, "ckpt-", 5) && strcmp(e->d_name, best) > 0)
+            snprintf(best, sizeof best, "%s", e->d_name);
+    closedir(d);
+    if (!best[0])
+        return -1;
+    snprintf(path, len, "%s/%s", dir, best);
+    return 0;
+}
+
+/* A crafted newest checkpoint in --state-dir: the restart takes the
+ * previous one (logged), and the program trains on from there. */
+static void test_state_dir(void)
+{
+    char dir[] = "/tmp/rtrain-hostile-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    const char *extra[] = {"--state-dir", dir, NULL};
+    itest_daemon d;
+    CHECK(itest_daemon_start(&d, g_daemon, extra) == 0, "durable daemon start");
+    itest_conn *c = itest_connect(d.addr);
+    char sid[64], tok[64], pid[64], iris[64];
+    itest_res r;
+    int64_t step;
+    int fin;
+    session(c, sid, tok);
+    compile_iris(c, sid, pid);
+    upload_iris(c, sid, iris);
+    CHECK(run_steps(c, sid, pid, iris, 5, &step, &fin, &r) == 0 && step == 5, "5 steps: %s",
+          r.details);
+    itest_res_free(&r);
+    CHECK(checkpoint(c, sid, tok, pid, 0, 1, NULL, NULL, &step, &r) == 0 && step == 5,
+          "save at 5: %s", r.details);
+    itest_res_free(&r);
+    CHECK(run_steps(c, sid, pid, iris, 3, &step, &fin, &r) == 0 && step == 8, "3 steps: %s",
+          r.details);
+    itest_res_free(&r);
+    CHECK(checkpoint(c, sid, tok, pid, 0, 1, NULL, NULL, &step, &r) == 0 && step == 8,
+          "save at 8: %s", r.details);
+    itest_res_free(&r);
+    itest_disconnect(c);
+    itest_daemon_stop(&d, SIGKILL);
+
+    /* the step-8 file gets a cursor whose pos * batch overflows */
+    char pdir[600], path[900];
+    snprintf(pdir, sizeof pdir, "%s/sessions/%s/%s", dir, sid, pid);
+    CHECK(newest_ckpt(pdir, path, sizeof path) == 0, "no checkpoint in %s", pdir);
+    size_t n = 0;
+    ck k = {.b = itest_read_file(path, &n)};
+    k.n = n;
+    CHECK(k.b && ck_split(&k, 8) == 0, "the newest checkpoint is not at step 8");
+    if (k.b && ck_split(&k, 8) == 0) {
+        a_pos_overflow(&k);
+        ck_seal(&k);
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fwrite(k.b, 1, k.n, f) == k.n, "rewrite %s", path);
+        if (f)
+            fclose(f);
+    }
+    free(k.b);
+
+    CHECK(itest_daemon_start(&d, g_daemon, extra) == 0, "durable daemon restart");
+    c = itest_connect(d.addr);
+    CHECK(checkpoint(c, sid, tok, pid, 0, 0, NULL, NULL, &step, &r) == 0 && step == 5,
+          "the program is back at the previous checkpoint's step 5: status %d step %lld %s",
+          r.status, (long long)step, r.details);
+    itest_res_free(&r);
+    CHECK(run_steps(c, sid, pid, iris, 3, &step, &fin, &r) == 0 && step == 8 && fin,
+          "and trains on: status %d step %lld finite %d %s", r.status, (long long)step, fin,
+          r.details);
+    itest_res_free(&r);
+    CHECK(ping_ok(c), "the restarted daemon serves");
+    itest_disconnect(c);
+    itest_daemon_stop(&d, SIGTERM);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "rm %s", dir);
+}
+
+/* --------------------------------------------------------- nested models */
+typedef struct buf {
+    uint8_t *p;
+    size_t n, cap;
+} buf;
+
+static void put(buf *b, const void *p, size_t n)
+{
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2;
+        b->p = realloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->n, p, n);
+    b->n += n;
+}
+
+static void varint(buf *b, uint64_t v)
+{
+    uint8_t t[10];
+    int k = 0;
+    do {
+        t[k++] = (uint8_t)((v & 127) | (v > 127 ? 128 : 0));
+        v >>= 7;
+    } while (v);
+    put(b, t, (size_t)k);
+}
+
+/* field f (length-delimited) holding in */
+static void ld(buf *out, uint32_t f, const buf *in)
+{
+    varint(out, (uint64_t)f << 3 | 2);
+    varint(out, in->n);
+    put(out, in->p, in->n);
+}
+
+/* A ModelProto whose graph holds a node whose attribute's graph holds a
+ * node ... levels deep (GraphProto.node 1, NodeProto.attribute 5,
+ * AttributeProto.g 6, ModelProto.graph 7). */
+static buf nested_onnx(int levels)
+{
+    buf g = {0};
+    for (int i = 0; i < levels; i++) {
+        buf a = {0}, n = {0}, ng = {0};
+        ld(&a, 6, &g);
+        ld(&n, 5, &a);
+        ld(&ng, 1, &n);
+        free(g.p);
+        free(a.p);
+        free(n.p);
+        g = ng;
+    }
+    buf m = {0};
+    varint(&m, 1 << 3);
+    varint(&m, 8); /* ir_version */
+    ld(&m, 7, &g);
+    free(g.p);
+    return m;
+}
+
+static void test_nested_onnx(void)
+{
+    const int levels[] = {10000, 100000};
+    for (int i = 0; i < 2; i++) {
+        buf m = nested_onnx(levels[i]);
+        Rtrain__V1__TrainConfig cfg;
+        itest_iris_config(&cfg);
+        Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+        q.session_id = T.sid;
+        q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX;
+        q.onnx.data = m.p;
+        q.onnx.len = m.n;
+        q.config = &cfg;
+        itest_res r;
+        int st = itest_unary(T.c, "Compile", &q.base, NULL, NULL, &r);
+        CHECK(st == 3 && strstr(r.details, "nested") && strstr(r.details, "levels"),
+              "Compile of ONNX nested %d deep (%zu bytes): %d %s", levels[i], m.n, st,
+              r.details);
+        itest_res_free(&r);
+        intact("a nested ONNX Compile");
+        Rtrain__V1__ExportOnnxRequest e = RTRAIN__V1__EXPORT_ONNX_REQUEST__INIT;
+        e.session_id = T.sid;
+        e.program_id = T.pid;
+        e.onnx.data = m.p;
+        e.onnx.len = m.n;
+        st = itest_unary(T.c, "ExportOnnx", &e.base, NULL, NULL, &r);
+        CHECK(st == 3 && strstr(r.details, "nested") && strstr(r.details, "levels"),
+              "ExportOnnx of ONNX nested %d deep: %d %s", levels[i], st, r.details);
+        itest_res_free(&r);
+        intact("a nested ONNX ExportOnnx");
+        free(m.p);
+    }
+}
+
+static void test_nested_keras(void)
+{
+    const int levels = 10000;
+    const char *head = "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"deep\", "
+                       "\"layers\": ";
+    size_t hl = strlen(head), n = hl + 2 * (size_t)levels + 3;
+    char *j = malloc(n + 1);
+    memcpy(j, head, hl);
+    memset(j + hl, '[', (size_t)levels);
+    memset(j + hl + levels, ']', (size_t)levels);
+    memcpy(j + hl + 2 * (size_t)levels, "}}\n", 4);
+    Rtrain__V1__TrainConfig cfg;
+    itest_iris_config(&cfg);
+    Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+    q.session_id = T.sid;
+    q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON;
+    q.keras_json = j;
+    q.config = &cfg;
+    itest_res r;
+    int st = itest_unary(T.c, "Compile", &q.base, NULL, NULL, &r);
+    CHECK(st == 3 && strstr(r.details, "nested") && strstr(r.details, "levels"),
+          "Compile of Keras JSON nested %d deep: %d %s", levels, st, r.details);
+    itest_res_free(&r);
+    free(j);
+    intact("a nested Keras JSON");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s RTRAIND\n", argv[0]);
+        return 2;
+    }
+    g_daemon = argv[1];
+    setup();
+    RUN(test_pushed_checkpoints);
+    RUN(test_nested_onnx);
+    RUN(test_nested_keras);
+    RUN(test_state_dir);
+    itest_disconnect(T.c);
+    int rc = itest_daemon_stop(&T.d, SIGTERM);
+    CHECK(rc == 0, "daemon exit %d", rc);
+    free(T.wb);
+    return itest_summary();
+}
