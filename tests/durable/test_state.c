@@ -21,8 +21,8 @@
 
 #include "../lib/rt_check.h"
 
-int rt__ckpt_load_newest(const char *dir, uint8_t **buf, size_t *len, rt_ckpt_view *v,
-                         int *warnings);
+typedef int (*rt__ckpt_use_fn)(void *ud, const rt_ckpt_view *v, char *err, size_t errlen);
+int rt__ckpt_load_newest(const char *dir, rt__ckpt_use_fn use, void *ud, int *warnings);
 
 static float X[105 * 4];
 static int32_t Y[105];
@@ -108,6 +108,35 @@ static int64_t step_of(const rt_ckpt_view *v, rt_plan *p)
     return s;
 }
 
+/* What rt__ckpt_load_newest handed over (the view lives only during the
+ * call): its step, its record, whether its model is req; load (if any)
+ * gets its state. A step above refuse_above is refused, as a restore
+ * refuses a state that does not fit its program. */
+typedef struct taken {
+    rt_plan *plan;
+    rt_exec *load;
+    int64_t step, refuse_above;
+    rt_ckpt_meta meta;
+    const char *req;
+    size_t req_len;
+    int req_ok, calls;
+} taken;
+
+static int take(void *ud, const rt_ckpt_view *v, char *err, size_t errlen)
+{
+    taken *t = ud;
+    t->calls++;
+    int64_t s = step_of(v, t->plan);
+    if (t->refuse_above && s > t->refuse_above) {
+        snprintf(err, errlen, "step %lld refused", (long long)s);
+        return RT_EDATA;
+    }
+    t->step = s;
+    t->meta = v->meta;
+    t->req_ok = v->req_len == t->req_len && memcmp(v->req, t->req, t->req_len) == 0;
+    return t->load ? rt_exec_load_state(t->load, v->exec, v->exec_len) : 0;
+}
+
 int main(int argc, char **argv)
 {
     REQUIRE(argc == 2);
@@ -166,21 +195,19 @@ int main(int argc, char **argv)
     CHECK(n_files(pdir, ".tmp") == 0);
 
     /* the newest loads, with its counters, and continues bit-identically */
-    uint8_t *buf;
-    size_t len;
     rt_ckpt_view v;
     int warn = 0;
-    REQUIRE(rt__ckpt_load_newest(pdir, &buf, &len, &v, &warn) == 0);
-    CHECK(warn == 0);
-    CHECK(step_of(&v, plan) == 25);
-    CHECK(v.req_len == sizeof req && memcmp(v.req, req, sizeof req) == 0);
-    CHECK(v.meta.last_seq == 41 && v.meta.ring[41 % RT_SEQ_RING].global_step == 9 &&
-          v.meta.ring[41 % RT_SEQ_RING].mean.loss == 0.5);
-    CHECK(strcmp(v.meta.program_id, "p-test") == 0);
     rt_exec *e2;
     REQUIRE(rt_exec_create(plan, &e2) == 0);
-    REQUIRE(rt_exec_load_state(e2, v.exec, v.exec_len) == 0);
-    free(buf);
+    taken t = {.plan = plan, .load = e2, .req = req, .req_len = sizeof req};
+    REQUIRE(rt__ckpt_load_newest(pdir, take, &t, &warn) == 0);
+    CHECK(warn == 0 && t.calls == 1);
+    CHECK(t.step == 25);
+    CHECK(t.req_ok);
+    CHECK(t.meta.last_seq == 41 && t.meta.ring[41 % RT_SEQ_RING].global_step == 9 &&
+          t.meta.ring[41 % RT_SEQ_RING].mean.loss == 0.5);
+    CHECK(strcmp(t.meta.program_id, "p-test") == 0);
+    t.load = NULL;
     train(e, 13);
     train(e2, 13);
     size_t sn = rt_exec_state_size(e);
@@ -188,6 +215,16 @@ int main(int argc, char **argv)
     rt_exec_save_state(e, a, sn);
     rt_exec_save_state(e2, b, sn);
     CHECK(memcmp(a, b, sn) == 0);
+    /* a refused blob (Adam's v negative: the last float) leaves e2 as it
+     * was, weights and counters */
+    const float neg = -1.0f;
+    memcpy(a + sn - 4, &neg, 4);
+    CHECK(rt_exec_load_state(e2, a, sn) == RT_EDATA);
+    CHECK(strstr(rt_exec_errmsg(e2), "never negative") != NULL);
+    unsigned char *c = malloc(sn);
+    rt_exec_save_state(e2, c, sn);
+    CHECK(memcmp(b, c, sn) == 0);
+    free(c);
     free(a);
     free(b);
     rt_exec_destroy(e2);
@@ -224,16 +261,25 @@ int main(int argc, char **argv)
     fclose(f);
     free(c2);
     warn = 0;
-    REQUIRE(rt__ckpt_load_newest(pdir, &buf, &len, &v, &warn) == 0);
+    REQUIRE(rt__ckpt_load_newest(pdir, take, &t, &warn) == 0);
     CHECK(warn == 1);
-    CHECK(step_of(&v, plan) == 20);
-    free(buf);
+    CHECK(t.step == 20);
+    /* one that parses but that the program refuses: the one before it */
+    warn = 0;
+    t.refuse_above = 15;
+    REQUIRE(rt__ckpt_load_newest(pdir, take, &t, &warn) == 0);
+    CHECK(warn == 2);
+    CHECK(t.step == 15);
+    t.refuse_above = 10;
+    warn = 0;
+    CHECK(rt__ckpt_load_newest(pdir, take, &t, &warn) == RT_ENOTFOUND);
+    CHECK(warn == 3);
+    t.refuse_above = 0;
     CHECK(truncate(paths[1], 100) == 0);
     warn = 0;
-    REQUIRE(rt__ckpt_load_newest(pdir, &buf, &len, &v, &warn) == 0);
+    REQUIRE(rt__ckpt_load_newest(pdir, take, &t, &warn) == 0);
     CHECK(warn == 2);
-    CHECK(step_of(&v, plan) == 15);
-    free(buf);
+    CHECK(t.step == 15);
     {
         char e3[300];
         size_t l0;
