@@ -325,6 +325,9 @@ int rt_metrics_render(rt_metrics_collect_fn collect, void *ud, char **out, size_
          offsetof(rt_metrics_gauges, upload_kept_bytes)},
         {"upload_pool_bytes", "Idle upload buffer bytes kept for reuse (--upload-pool-bytes).",
          offsetof(rt_metrics_gauges, upload_pool_bytes)},
+        {"memory_charged_bytes", "Bytes charged to the memory budget (--max-memory-bytes) "
+         "by all principals: programs, stored datasets, uploads and calls in flight.",
+         offsetof(rt_metrics_gauges, charged_bytes)},
     };
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) {
         head(&b, gauges[i].name, "gauge", gauges[i].help);

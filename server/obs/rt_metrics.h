@@ -64,6 +64,7 @@ typedef struct rt_metrics_gauges {
     uint64_t live_calls;
     uint64_t upload_kept_bytes;   /* broken uploads kept for a resume */
     uint64_t upload_pool_bytes;   /* idle upload buffers kept for reuse */
+    uint64_t charged_bytes;       /* charged to the memory budget, all principals */
     int serving;
 } rt_metrics_gauges;
 

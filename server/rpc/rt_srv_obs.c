@@ -91,4 +91,5 @@ void rt_srv_metrics_collect(void *ud, struct rt_metrics_gauges *g)
     g->upload_kept_bytes = s->kept_bytes;
     pthread_mutex_unlock(&s->up_mu);
     g->upload_pool_bytes = rt_bufpool_idle_bytes();
+    g->charged_bytes = rt_principal_set_budget_used(s->principals);
 }

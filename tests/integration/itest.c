@@ -141,21 +141,28 @@ int itest_daemon_start(itest_daemon *d, const char *path, const char *const *ext
     close(fds[1]);
     d->pid = pid;
     char line[128];
-    size_t got = 0;
+    const char *mpfx = "rtraind metrics on http://";
     uint64_t t_end = itest_now_ns() + 30ull * 1000000000ull;
-    while (got < sizeof line - 1) {
-        struct pollfd p = {.fd = fds[0], .events = POLLIN};
-        int left = (int)((t_end - itest_now_ns()) / 1000000);
-        if (left <= 0 || poll(&p, 1, left) <= 0)
+    for (int lines = 0; lines < 2; lines++) {
+        size_t got = 0;
+        while (got < sizeof line - 1) {
+            struct pollfd p = {.fd = fds[0], .events = POLLIN};
+            int left = (int)((t_end - itest_now_ns()) / 1000000);
+            if (left <= 0 || poll(&p, 1, left) <= 0)
+                break;
+            ssize_t k = read(fds[0], line + got, 1);
+            if (k <= 0)
+                break;
+            got++;
+            if (line[got - 1] == '\n')
+                break;
+        }
+        line[got] = 0;
+        if (strncmp(line, mpfx, strlen(mpfx)) != 0)
             break;
-        ssize_t k = read(fds[0], line + got, 1);
-        if (k <= 0)
-            break;
-        got++;
-        if (line[got - 1] == '\n')
-            break;
+        snprintf(d->metrics, sizeof d->metrics, "%s", line + strlen(mpfx));
+        d->metrics[strcspn(d->metrics, "/\n")] = 0;
     }
-    line[got] = 0;
     close(fds[0]);
     const char *pfx = "rtraind listening on ";
     if (strncmp(line, pfx, strlen(pfx)) != 0) {

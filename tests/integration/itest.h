@@ -57,10 +57,12 @@ typedef struct itest_daemon {
     pid_t pid;
     int port;
     char addr[128];
+    char metrics[128]; /* host:port of --metrics-listen, "" without it */
 } itest_daemon;
 
 /* Start path with --listen 127.0.0.1:0 --log-level warn plus extra (NULL-
- * terminated, may be NULL) and wait for its "listening on" line. */
+ * terminated, may be NULL) and wait for its "listening on" line (after
+ * the "metrics on" line that --metrics-listen prints first). */
 int itest_daemon_start(itest_daemon *d, const char *path, const char *const *extra);
 /* The same, with the daemon's stderr (its log) appended to log_path. */
 int itest_daemon_start_log(itest_daemon *d, const char *path, const char *const *extra,

@@ -12,14 +12,22 @@
  *    INVALID_ARGUMENT naming the limit, no stack overflow.
  * After every attack the daemon answers Ping and a bystander's weights are
  * unchanged.
+ *  - leftovers: failing calls of every RPC that can fail (bad input, a
+ *    quota, a cancel, a full disk under --state-dir) leave the daemon's
+ *    sessions, programs, datasets, memory and charged bytes (/metrics) as
+ *    they were, and no program folder in the state directory.
  *
- *     itest_hostile RTRAIND
+ *     itest_hostile RTRAIND input|leftovers
  */
 #include "itest.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -61,7 +69,8 @@ static int session(itest_conn *c, char *sid, char *tok)
     return st;
 }
 
-static int compile_iris(itest_conn *c, const char *sid, char *pid)
+/* Compile the iris MLP; the status must be want. */
+static int compile_iris(itest_conn *c, const char *sid, char *pid, int want)
 {
     Rtrain__V1__TrainConfig cfg;
     itest_iris_config(&cfg);
@@ -74,7 +83,7 @@ static int compile_iris(itest_conn *c, const char *sid, char *pid)
     itest_res r;
     int st = itest_unary(c, "Compile", &q.base, &rtrain__v1__compile_response__descriptor,
                          (ProtobufCMessage **)&p, &r);
-    CHECK(st == 0, "compile: %s", r.details);
+    CHECK(st == want, "compile: %d, not %d: %s", st, want, r.details);
     itest_res_free(&r);
     pid[0] = 0;
     if (p)
@@ -361,8 +370,8 @@ static void setup(void)
     T.c = itest_connect(T.d.addr);
     CHECK(session(T.c, T.sid, T.tok) == 0, "session");
     CHECK(session(T.c, T.bsid, T.btok) == 0, "bystander session");
-    compile_iris(T.c, T.sid, T.pid);
-    compile_iris(T.c, T.bsid, T.bpid);
+    compile_iris(T.c, T.sid, T.pid, 0);
+    compile_iris(T.c, T.bsid, T.bpid, 0);
     upload_iris(T.c, T.sid, T.iris);
     itest_res r;
     int64_t step;
@@ -456,7 +465,7 @@ static void test_state_dir(void)
     int64_t step;
     int fin;
     session(c, sid, tok);
-    compile_iris(c, sid, pid);
+    compile_iris(c, sid, pid, 0);
     upload_iris(c, sid, iris);
     CHECK(run_steps(c, sid, pid, iris, 5, &step, &fin, &r) == 0 && step == 5, "5 steps: %s",
           r.details);
@@ -629,13 +638,364 @@ static void test_nested_keras(void)
     intact("a nested Keras JSON");
 }
 
+/* ------------------------------------------------------------ leftovers */
+/* What the daemon holds, from /metrics. */
+enum { G_SESSIONS, G_PROGRAMS, G_DATASETS, G_STORED, G_PARAMS, G_ARENAS, G_KEPT, G_CHARGED,
+       G_LIVE, G__N };
+static const char *const gauge[G__N] = {
+    "rtrain_sessions ", "rtrain_programs ", "rtrain_datasets ", "rtrain_stored_bytes ",
+    "rtrain_memory_bytes{kind=\"params\"} ", "rtrain_memory_bytes{kind=\"activations\"} ",
+    "rtrain_upload_kept_bytes ", "rtrain_memory_charged_bytes ", "rtrain_live_calls "};
+
+static int scrape(const char *hostport, uint64_t v[G__N])
+{
+    char host[128];
+    snprintf(host, sizeof host, "%s", hostport);
+    char *colon = strrchr(host, ':');
+    if (!colon)
+        return -1;
+    *colon = 0;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    inet_pton(AF_INET, host, &a.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    const char *req = "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n";
+    ssize_t w = write(fd, req, strlen(req));
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    ssize_t k;
+    while (w > 0 && (k = read(fd, b + n, cap - 1 - n)) > 0) {
+        n += (size_t)k;
+        if (n == cap - 1)
+            b = realloc(b, cap *= 2);
+    }
+    close(fd);
+    b[n] = 0;
+    int found = 0;
+    for (int i = 0; i < G__N; i++) {
+        char key[80];
+        snprintf(key, sizeof key, "\n%s", gauge[i]);
+        const char *at = strstr(b, key);
+        v[i] = at ? strtoull(at + strlen(key), NULL, 10) : UINT64_MAX;
+        found += at != NULL;
+    }
+    free(b);
+    return found == G__N ? 0 : -1;
+}
+
+/* The daemon's holdings once no call is running (a failed call's work
+ * may end after its client got the status). */
+static int settled(const itest_daemon *d, uint64_t v[G__N])
+{
+    uint64_t t_end = itest_now_ns() + 60ull * 1000000000ull;
+    do {
+        if (scrape(d->metrics, v) == 0 && v[G_LIVE] == 0)
+            return 0;
+    } while (itest_now_ns() < t_end);
+    return -1;
+}
+
+/* Every gauge as it was (live calls aside: 0 in both). */
+static void same(const itest_daemon *d, const uint64_t before[G__N], const char *after)
+{
+    uint64_t now[G__N];
+    CHECK(settled(d, now) == 0, "no /metrics with no call running after %s", after);
+    for (int i = 0; i < G__N; i++)
+        CHECK(now[i] == before[i], "%s: %.40s %llu -> %llu", after, gauge[i],
+              (unsigned long long)before[i], (unsigned long long)now[i]);
+}
+
+static int unary_st(itest_conn *c, const char *method, const void *req, itest_res *r)
+{
+    int st = itest_unary(c, method, req, NULL, NULL, r);
+    itest_res_free(r);
+    return st;
+}
+
+static int compile_json(itest_conn *c, const char *sid, const char *json, itest_res *r)
+{
+    Rtrain__V1__TrainConfig cfg;
+    itest_iris_config(&cfg);
+    Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+    q.session_id = (char *)sid;
+    q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON;
+    q.keras_json = (char *)json;
+    q.config = &cfg;
+    return unary_st(c, "Compile", &q, r);
+}
+
+static int upload_csv(itest_conn *c, const char *sid, const char *csv, size_t len,
+                      int cancel_after, int bad_sum, itest_res *r)
+{
+    Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
+    p.role = RTRAIN__V1__DATA_ROLE__ROLE_BOTH;
+    p.format = RTRAIN__V1__DATA_FORMAT__FORMAT_CSV;
+    p.length = len;
+    p.label_column = -1;
+    p.csv_header = 1;
+    Rtrain__V1__DataPart *pp[1] = {&p};
+    Rtrain__V1__DatasetHeader h = RTRAIN__V1__DATASET_HEADER__INIT;
+    h.session_id = (char *)sid;
+    h.parts = pp;
+    h.n_parts = 1;
+    h.total_bytes = len;
+    Rtrain__V1__UploadChunk ch[2] = {RTRAIN__V1__UPLOAD_CHUNK__INIT,
+                                     RTRAIN__V1__UPLOAD_CHUNK__INIT};
+    ch[0].header = &h;
+    ch[0].data.data = (uint8_t *)csv;
+    ch[0].data.len = len / 2;
+    ch[1].offset = len / 2;
+    ch[1].data.data = (uint8_t *)csv + len / 2;
+    ch[1].data.len = len - len / 2;
+    ch[1].last = 1;
+    ch[1].checksum = XXH64(csv, len, 0) + (bad_sum ? 1 : 0);
+    ProtobufCMessage *m[2] = {&ch[0].base, &ch[1].base};
+    int st = itest_client_stream(c, "UploadDataset", m, 2, cancel_after, r);
+    itest_res_free(r);
+    return st;
+}
+
+static void test_leftovers(void)
+{
+    char dir[] = "/tmp/rtrain-leftovers-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    const char *extra[] = {"--metrics-listen", "127.0.0.1:0", "--max-sessions", "1",
+                           "--quota-programs", "3", "--max-dataset-bytes", "65536",
+                           "--upload-keep-s", "0", NULL};
+    itest_daemon d;
+    CHECK(itest_daemon_start(&d, g_daemon, extra) == 0 && d.metrics[0], "daemon start");
+    itest_conn *c = itest_connect(d.addr);
+    char sid[64], tok[64], pid[64], iris[64], np[64];
+    itest_res r;
+    int64_t step;
+    int fin;
+    session(c, sid, tok);
+    compile_iris(c, sid, pid, 0);
+    upload_iris(c, sid, iris);
+    CHECK(run_steps(c, sid, pid, iris, 3, &step, &fin, &r) == 0, "3 steps: %s", r.details);
+    itest_res_free(&r);
+    uint8_t *good;
+    size_t good_len;
+    CHECK(checkpoint(c, sid, tok, pid, 1, 0, &good, &good_len, &step, &r) == 0 && good,
+          "pull: %s", r.details);
+    itest_res_free(&r);
+    uint64_t base[G__N];
+    CHECK(settled(&d, base) == 0, "/metrics at %s", d.metrics);
+    CHECK(base[G_SESSIONS] == 1 && base[G_PROGRAMS] == 1 && base[G_DATASETS] == 1 &&
+          base[G_CHARGED] > 0, "the baseline: %llu sessions, %llu programs, %llu datasets, "
+          "%llu bytes charged", (unsigned long long)base[G_SESSIONS],
+          (unsigned long long)base[G_PROGRAMS], (unsigned long long)base[G_DATASETS],
+          (unsigned long long)base[G_CHARGED]);
+
+    /* CreateSession past --max-sessions; CloseSession of nobody */
+    Rtrain__V1__CreateSessionRequest cs = RTRAIN__V1__CREATE_SESSION_REQUEST__INIT;
+    CHECK(unary_st(c, "CreateSession", &cs, &r) == 8, "a 2nd session: %d", r.status);
+    Rtrain__V1__CloseSessionRequest cl = RTRAIN__V1__CLOSE_SESSION_REQUEST__INIT;
+    cl.session_id = "s-0123456789abcdef0123456789abcdef";
+    CHECK(unary_st(c, "CloseSession", &cl, &r) == 5, "closing nobody: %d", r.status);
+    same(&d, base, "CreateSession, CloseSession");
+
+    /* Compile: an unknown layer, nesting, bad JSON, another session, an
+     * unknown state_from_program */
+    CHECK(compile_json(c, sid, "{\"class_name\": \"Sequential\", \"config\": {\"layers\": "
+                       "[{\"class_name\": \"Nope\", \"config\": {}}]}}", &r) == 3,
+          "unknown layer: %d", r.status);
+    CHECK(compile_json(c, sid, "{\"class_name\": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["
+                       "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
+                       "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}", &r) == 3,
+          "nested JSON: %d", r.status);
+    CHECK(compile_json(c, sid, "{\"class_name\": ", &r) == 3, "cut JSON: %d", r.status);
+    CHECK(compile_json(c, "s-0123456789abcdef0123456789abcdef", "{}", &r) == 5,
+          "compile in nobody's session: %d", r.status);
+    {
+        Rtrain__V1__TrainConfig cfg;
+        itest_iris_config(&cfg);
+        Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+        q.session_id = sid;
+        q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH;
+        q.graph = itest_iris_graph(16);
+        q.config = &cfg;
+        q.state_from_program = "p-0123456789abcdef0123456789abcdef";
+        CHECK(unary_st(c, "Compile", &q, &r) == 5, "unknown state_from_program: %d", r.status);
+    }
+    same(&d, base, "failed Compiles");
+
+    /* RestoreCheckpoint: garbage, a wrong token, and 20 crafted states that
+     * compile and are then refused (each once added a program) */
+    Rtrain__V1__RestoreCheckpointRequest rq = RTRAIN__V1__RESTORE_CHECKPOINT_REQUEST__INIT;
+    rq.session_id = sid;
+    rq.session_token = tok;
+    rq.state.data = (uint8_t *)"RTCKPT1";
+    rq.state.len = 8;
+    CHECK(unary_st(c, "RestoreCheckpoint", &rq, &r) == 3, "8 bytes: %d", r.status);
+    rq.state.data = good;
+    rq.state.len = good_len;
+    rq.session_token = "t-0123456789abcdef0123456789abcdef";
+    CHECK(unary_st(c, "RestoreCheckpoint", &rq, &r) == 16, "a wrong token: %d", r.status);
+    ck k = {.b = malloc(good_len), .n = good_len};
+    memcpy(k.b, good, good_len);
+    CHECK(ck_split(&k, 3) == 0, "the pulled checkpoint's layout");
+    a_v_negative(&k);
+    ck_seal(&k);
+    for (int i = 0; i < 20; i++)
+        CHECK(restore(c, sid, tok, k.b, k.n, np, &r) == 3, "crafted push %d: %d %s", i,
+              r.status, r.details);
+    itest_res_free(&r);
+    same(&d, base, "20 refused pushes");
+
+    /* the quota: two more programs fill it, then Compile and RestoreCheckpoint
+     * are refused */
+    char p2[64], p3[64];
+    compile_iris(c, sid, p2, 0);
+    CHECK(restore(c, sid, tok, good, good_len, p3, &r) == 0, "a good push: %s", r.details);
+    itest_res_free(&r);
+    uint64_t full[G__N];
+    CHECK(settled(&d, full) == 0 && full[G_PROGRAMS] == 3, "3 programs");
+    char px[64];
+    compile_iris(c, sid, px, 8); /* a 4th program */
+    CHECK(restore(c, sid, tok, good, good_len, px, &r) == 8 &&
+          strstr(r.details, "quota programs"), "a 4th program by a push: %d %s", r.status,
+          r.details);
+    itest_res_free(&r);
+    same(&d, full, "Compile and RestoreCheckpoint over the quota");
+
+    /* UploadDataset: not CSV, a wrong checksum, over --max-dataset-bytes,
+     * cancelled half way */
+    static const char bad[] = "a,b,c\n1,2\nx,y,z,w\n";
+    CHECK(upload_csv(c, sid, bad, sizeof bad - 1, -1, 0, &r) == 3, "ragged CSV: %d",
+          r.status);
+    char path[512];
+    snprintf(path, sizeof path, "%s/iris.csv", itest_data_dir());
+    size_t il;
+    char *csv = (char *)itest_read_file(path, &il);
+    CHECK(upload_csv(c, sid, csv, il, -1, 1, &r) == 15, "wrong checksum: %d", r.status);
+    CHECK(upload_csv(c, sid, csv, il, 1, 0, &r) == 1, "cancelled upload: %d", r.status);
+    size_t bl = 70000;
+    char *big = malloc(bl);
+    for (size_t i = 0; i < bl; i++)
+        big[i] = i % 8 == 7 ? '\n' : i % 2 ? ',' : '1';
+    CHECK(upload_csv(c, sid, big, bl, -1, 0, &r) == 8, "over --max-dataset-bytes: %d",
+          r.status);
+    free(big);
+    free(csv);
+    same(&d, full, "failed uploads");
+
+    /* the training calls and the rest, on bad input */
+    CHECK(run_steps(c, sid, pid, "d-0123456789abcdef0123456789abcdef", 3, &step, &fin, &r) == 5,
+          "RunSteps of an unknown dataset: %d", r.status);
+    itest_res_free(&r);
+    {
+        Rtrain__V1__FitRequest q = RTRAIN__V1__FIT_REQUEST__INIT;
+        q.session_id = sid;
+        q.program_id = pid;
+        q.dataset_id = iris;
+        q.val_dataset_id = "d-0123456789abcdef0123456789abcdef";
+        q.epochs = 1;
+        CHECK(unary_st(c, "Fit", &q, &r) != 0, "Fit with an unknown val set");
+        Rtrain__V1__EvaluateRequest e = RTRAIN__V1__EVALUATE_REQUEST__INIT;
+        e.session_id = sid;
+        e.program_id = "p-0123456789abcdef0123456789abcdef";
+        e.dataset_id = iris;
+        CHECK(unary_st(c, "Evaluate", &e, &r) == 5, "Evaluate of nobody: %d", r.status);
+        float x[5] = {0};
+        int64_t shape[2] = {1, 5};
+        Rtrain__V1__Tensor t = RTRAIN__V1__TENSOR__INIT;
+        t.dtype = RTRAIN__V1__DTYPE__F32;
+        t.shape = shape;
+        t.n_shape = 2;
+        t.data.data = (uint8_t *)x;
+        t.data.len = sizeof x;
+        Rtrain__V1__PredictRequest pr = RTRAIN__V1__PREDICT_REQUEST__INIT;
+        pr.session_id = sid;
+        pr.program_id = pid;
+        pr.input_case = RTRAIN__V1__PREDICT_REQUEST__INPUT_X;
+        pr.x = &t;
+        CHECK(unary_st(c, "Predict", &pr, &r) == 3, "Predict of 5 features: %d", r.status);
+        Rtrain__V1__Tensor *tw[1] = {&t};
+        t.name = "w1";
+        Rtrain__V1__SetWeightsRequest sw = RTRAIN__V1__SET_WEIGHTS_REQUEST__INIT;
+        sw.session_id = sid;
+        sw.program_id = pid;
+        sw.weights = tw;
+        sw.n_weights = 1;
+        int st = unary_st(c, "SetWeights", &sw, &r);
+        CHECK(st == 3 || st == 5, "SetWeights of a wrong weight: %d", st);
+        Rtrain__V1__ExportOnnxRequest ex = RTRAIN__V1__EXPORT_ONNX_REQUEST__INIT;
+        ex.session_id = sid;
+        ex.program_id = pid;
+        ex.onnx.data = (uint8_t *)"\xff\xff\xff";
+        ex.onnx.len = 3;
+        CHECK(unary_st(c, "ExportOnnx", &ex, &r) == 3, "ExportOnnx of garbage: %d", r.status);
+        Rtrain__V1__ControlRequest ct = RTRAIN__V1__CONTROL_REQUEST__INIT;
+        ct.session_id = sid;
+        ct.program_id = pid;
+        ct.learning_rate = NAN;
+        CHECK(unary_st(c, "Control", &ct, &r) == 3, "Control to a NaN rate: %d", r.status);
+        CHECK(checkpoint(c, sid, "t-0123456789abcdef0123456789abcdef", pid, 1, 0, NULL, NULL,
+                         NULL, &r) == 16, "Checkpoint with a wrong token: %d", r.status);
+        itest_res_free(&r);
+        CHECK(checkpoint(c, sid, tok, pid, 0, 1, NULL, NULL, NULL, &r) == 9,
+              "Checkpoint save without --state-dir: %d", r.status);
+        itest_res_free(&r);
+    }
+    same(&d, full, "failed training calls");
+    itest_disconnect(c);
+    CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "daemon exit");
+
+    /* --state-dir on a full disk (RLIMIT_FSIZE: the session record fits, a
+     * checkpoint does not): Compile and RestoreCheckpoint fail on their
+     * first checkpoint, and take their program back, on disk too */
+    const char *dextra[] = {"--metrics-listen", "127.0.0.1:0", "--state-dir", dir, NULL};
+    struct rlimit old, rl;
+    getrlimit(RLIMIT_FSIZE, &old);
+    rl = old;
+    rl.rlim_cur = 8192;
+    CHECK(setrlimit(RLIMIT_FSIZE, &rl) == 0, "setrlimit");
+    int started = itest_daemon_start(&d, g_daemon, dextra);
+    setrlimit(RLIMIT_FSIZE, &old);
+    CHECK(started == 0 && d.metrics[0], "durable daemon start");
+    c = itest_connect(d.addr);
+    session(c, sid, tok);
+    CHECK(settled(&d, base) == 0 && base[G_SESSIONS] == 1, "durable baseline");
+    compile_iris(c, sid, px, 8); /* on a full disk */
+    CHECK(restore(c, sid, tok, good, good_len, px, &r) == 8 && strstr(r.details, "disk full"),
+          "RestoreCheckpoint on a full disk: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    same(&d, base, "a full disk");
+    char sdir[600];
+    snprintf(sdir, sizeof sdir, "%s/sessions/%s", dir, sid);
+    DIR *dd = opendir(sdir);
+    int programs_on_disk = 0;
+    struct dirent *e;
+    while (dd && (e = readdir(dd)))
+        programs_on_disk += strncmp(e->d_name, "p-", 2) == 0;
+    if (dd)
+        closedir(dd);
+    CHECK(dd && programs_on_disk == 0, "%d program folders left in %s", programs_on_disk, sdir);
+    itest_disconnect(c);
+    CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "durable daemon exit");
+    free(k.b);
+    free(good);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "rm %s", dir);
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s RTRAIND\n", argv[0]);
+    if (argc < 3 || (strcmp(argv[2], "input") && strcmp(argv[2], "leftovers"))) {
+        fprintf(stderr, "usage: %s RTRAIND input|leftovers\n", argv[0]);
         return 2;
     }
     g_daemon = argv[1];
+    if (!strcmp(argv[2], "leftovers")) {
+        RUN(test_leftovers);
+        return itest_summary();
+    }
     setup();
     RUN(test_pushed_checkpoints);
     RUN(test_nested_onnx);
