@@ -303,8 +303,7 @@ static int gunzip_idx(const uint8_t *in, size_t len, uint64_t max_bytes, uint32_
                   (unsigned long long)need, (unsigned long long)max_bytes);
         goto out;
     }
-    /* Small files may always inflate to 1 MiB: the ratio is for bombs. */
-    if (ratio && need > (1u << 20) && need / ratio > len) {
+    if (need > rt_inflate_cap(len, ratio)) {
         rc = fail(err, errlen, RT_ETOOBIG,
                   "IDX declares %llu bytes inflated from %zu: over the inflate ratio limit of %u",
                   (unsigned long long)need, len, ratio);
@@ -944,7 +943,7 @@ static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len, u
     if (!stream_wanted(p, (uint64_t)cnt * 4, sc))
         goto out; /* in memory: parse_idx reads it again */
     *done = 1;
-    if (ratio && need > (1u << 20) && need / ratio > len) {
+    if (need > rt_inflate_cap(len, ratio)) {
         rc = fail(err, errlen, RT_ETOOBIG,
                   "IDX declares %llu bytes inflated from %zu: over the inflate ratio limit of %u",
                   (unsigned long long)need, len, ratio);
@@ -1130,8 +1129,8 @@ static int stream_features(const rt_data_part *p, const uint8_t *b, size_t len,
 /* TFRecord: every part is one shard of tf.train.Example records, read
  * under one feature spec (rt_example.c). */
 static int parse_tfrecord(const rt_data_part *parts, int n_parts, const uint8_t *buf,
-                          size_t len, uint64_t max_bytes, rt_dataset **out, char *err,
-                          size_t errlen)
+                          size_t len, uint64_t max_bytes, uint32_t ratio, rt_dataset **out,
+                          char *err, size_t errlen)
 {
     if (n_parts > RT_DATA_MAX_PARTS)
         return fail(err, errlen, RT_EDATA, "a TFRecord dataset has at most %d shards, got %d",
@@ -1152,7 +1151,7 @@ static int parse_tfrecord(const rt_data_part *parts, int n_parts, const uint8_t 
             return fail(err, errlen, RT_EDATA, "parts add up to more than the %zu bytes uploaded",
                         len);
         sh[i] = (rt_tfr_shard){.data = buf + off, .len = (size_t)p->length,
-                               .compression = p->compression};
+                               .compression = p->compression, .ratio = ratio};
         off += p->length;
     }
     if (off != len)
@@ -1181,7 +1180,8 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
     const uint8_t *buf = *bufp;
     *out = NULL;
     if (n_parts >= 1 && parts[0].format == RT_FMT_TFRECORD)
-        return parse_tfrecord(parts, n_parts, buf, len, max_bytes, out, err, errlen);
+        return parse_tfrecord(parts, n_parts, buf, len, max_bytes, max_inflate_ratio, out, err,
+                              errlen);
     if (n_parts < 1 || n_parts > 3)
         return fail(err, errlen, RT_EDATA,
                     "a dataset has 1 to 3 parts (features [+ labels] [+ sample weights]); "

@@ -133,6 +133,17 @@ typedef struct rt_dataset {
  * inflate to at most max_inflate_ratio times its size (0 = no ratio cap);
  * IDX declares its size in its header, which is checked against both
  * limits before anything is inflated or allocated. */
+/* What len compressed bytes may inflate to under max_inflate_ratio (0 = no
+ * cap: UINT64_MAX): ratio x len, and at least 1 MiB (small files may
+ * always inflate that far: the ratio is for bombs). Every gzip/zlib part
+ * (IDX, TFRecord shards) is bounded by it and by max_bytes. */
+static inline uint64_t rt_inflate_cap(size_t len, uint32_t ratio)
+{
+    if (!ratio)
+        return UINT64_MAX;
+    uint64_t cap = (uint64_t)len > UINT64_MAX / ratio ? UINT64_MAX : (uint64_t)len * ratio;
+    return cap > (1u << 20) ? cap : (1u << 20);
+}
 int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
                        size_t len, uint64_t max_bytes, uint32_t max_inflate_ratio,
                        void (*take_free)(void *), rt_dataset **out, char *err,

@@ -540,9 +540,18 @@ int rt_example_build_ex(const rt_example_spec *s, const rt_tfr_shard *shards, in
         char sub[200];
         if (shards[sh].compression != RT_TFR_NONE) {
             size_t n;
-            rc = rt_tfr_inflate(p, len, shards[sh].compression,
-                                max_bytes > held ? max_bytes - held : 1, &inflated[sh], &n,
-                                sub, sizeof sub);
+            /* the dataset limit left, and the ratio: a bomb stops at
+             * ratio x its size instead of at the dataset limit */
+            const uint64_t left = max_bytes > held ? max_bytes - held : 1,
+                           rcap = rt_inflate_cap(len, shards[sh].ratio);
+            rc = rt_tfr_inflate(p, len, shards[sh].compression, left < rcap ? left : rcap,
+                                &inflated[sh], &n, sub, sizeof sub);
+            if (rc == RT_ETOOBIG && rcap < left) {
+                fail(err, errlen, rc, "shard %d inflates past %llu bytes from %zu: over the "
+                     "inflate ratio limit of %u", sh, (unsigned long long)rcap, len,
+                     shards[sh].ratio);
+                break;
+            }
             if (rc < 0) {
                 fail(err, errlen, rc, "shard %d: %s", sh, sub);
                 break;

@@ -104,6 +104,7 @@ typedef struct rt_tfr_shard {
     const uint8_t *data;
     size_t len;
     rt_tfr_compression compression;
+    uint32_t ratio; /* inflates to at most rt_inflate_cap(len, ratio); 0 = no cap */
 } rt_tfr_shard;
 
 /* Check a spec: keys non-empty and distinct, one label at most, at least

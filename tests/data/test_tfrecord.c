@@ -19,6 +19,8 @@
 
 #include "../lib/rt_check.h"
 
+#include <zlib.h>
+
 static const char *gen_dir, *fix_dir;
 
 static uint8_t *slurp(const char *dir, const char *name, size_t *len)
@@ -611,6 +613,61 @@ static void test_tensorflow_files(void)
     printf("tensorflow files: 42 tutorial records and 2 JPEG records as known\n");
 }
 
+/* A gzip shard of a valid file followed by 64 MiB of zeros (~64 KB
+ * compressed): under --max-inflate-ratio 100 the daemon's parse refuses
+ * it once it inflates past 100 x its size, naming the ratio, not at the
+ * dataset limit (it used to inflate 1 MB to 512 MiB first). */
+static void test_inflate_ratio(void)
+{
+    size_t n;
+    uint8_t *raw = slurp(gen_dir, "num.tfrecord", &n);
+    const size_t zeros = (size_t)64 << 20;
+    uint8_t *in = calloc(1, n + zeros), *gz = malloc(n + zeros / 512 + 4096);
+    memcpy(in, raw, n);
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    REQUIRE(deflateInit2(&z, 9, Z_DEFLATED, 16 + MAX_WBITS, 9, Z_DEFAULT_STRATEGY) == Z_OK);
+    z.next_in = in;
+    z.avail_in = (uInt)(n + zeros);
+    z.next_out = gz;
+    z.avail_out = (uInt)(n + zeros / 512 + 4096);
+    REQUIRE(deflate(&z, Z_FINISH) == Z_STREAM_END);
+    const size_t gn = z.total_out;
+    deflateEnd(&z);
+    free(in);
+    CHECK(gn < (size_t)1 << 20);
+    rt_example_spec s = num_spec();
+    rt_data_part part = {.role = RT_ROLE_BOTH, .format = RT_FMT_TFRECORD, .length = gn,
+                         .compression = RT_TFR_GZIP, .spec = &s};
+    char err[300];
+    rt_dataset *ds = NULL;
+    uint8_t *b = gz;
+    int rc = rt_data_parse_take(&part, 1, &b, gn, (uint64_t)1 << 30, 100, NULL, &ds, err,
+                                sizeof err);
+    CHECK(rc == RT_ETOOBIG && !ds);
+    if (!strstr(err, "over the inflate ratio limit of 100"))
+        fprintf(stderr, "ratio: %s\n", err);
+    CHECK(strstr(err, "over the inflate ratio limit of 100") != NULL);
+    /* without the ratio the same shard stops only at the dataset limit */
+    rc = rt_data_parse_take(&part, 1, &b, gn, (uint64_t)32 << 20, 0, NULL, &ds, err,
+                            sizeof err);
+    if (!strstr(err, "inflates past 33554432 bytes"))
+        fprintf(stderr, "no ratio: %s\n", err);
+    CHECK(rc == RT_ETOOBIG && strstr(err, "inflates past 33554432 bytes") != NULL);
+    /* a real gzip shard is well inside the ratio */
+    size_t ln;
+    uint8_t *lg = slurp(gen_dir, "num.tfrecord.gz", &ln);
+    part.length = ln;
+    b = lg;
+    REQUIRE(rt_data_parse_take(&part, 1, &b, ln, (uint64_t)1 << 30, 100, NULL, &ds, err,
+                               sizeof err) == 0);
+    CHECK(ds->n == 100);
+    rt_dataset_release(ds);
+    free(lg);
+    free(gz);
+    free(raw);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -625,6 +682,7 @@ int main(int argc, char **argv)
     test_sequence();
     test_images();
     test_tensorflow_files();
+    test_inflate_ratio();
     if (failures) {
         fprintf(stderr, "test_tfrecord: %d check(s) failed\n", failures);
         return 1;
