@@ -46,7 +46,9 @@ static inline float rt_kern_exp(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     const float er = p * (r * r) + r + 1.0f;
-    const int32_t ni = (int32_t)n;
+    /* NaN passes the clamps: converting it to int is undefined, and the
+     * result is NaN through er anyway (a diverged step's logits) */
+    const int32_t ni = (int32_t)(n == n ? n : 0.0f);
     return er * rt__bits_f((uint32_t)(ni + 127) << 23);
 }
 
