@@ -671,6 +671,45 @@ int itest_server_stream(itest_conn *c, const char *method, const ProtobufCMessag
 }
 
 /* ---------------------------------------------------------------- helpers */
+int itest_ping(itest_conn *c)
+{
+    Rtrain__V1__PingRequest q = RTRAIN__V1__PING_REQUEST__INIT;
+    itest_res r;
+    int st = itest_unary(c, "Ping", &q.base, NULL, NULL, &r);
+    itest_res_free(&r);
+    return st;
+}
+
+void itest_csv_part(Rtrain__V1__DataPart *p, uint64_t len)
+{
+    rtrain__v1__data_part__init(p);
+    p->role = RTRAIN__V1__DATA_ROLE__ROLE_BOTH;
+    p->format = RTRAIN__V1__DATA_FORMAT__FORMAT_CSV;
+    p->length = len;
+    p->label_column = -1;
+    p->csv_header = 1;
+}
+
+int itest_upload_iris(itest_conn *c, const char *session, char *id, itest_res *r)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/iris.csv", itest_data_dir());
+    size_t len;
+    uint8_t *csv = itest_read_file(path, &len);
+    if (!csv) {
+        memset(r, 0, sizeof *r);
+        r->status = -1;
+        snprintf(r->details, sizeof r->details, "cannot read %.400s", path);
+        return -1;
+    }
+    Rtrain__V1__DataPart p;
+    itest_csv_part(&p, len);
+    Rtrain__V1__DataPart *pp[1] = {&p};
+    int st = itest_upload(c, session, pp, 1, csv, len, 1 << 16, id, r);
+    free(csv);
+    return st;
+}
+
 int itest_session(itest_conn *c, const char *name, char *id)
 {
     Rtrain__V1__CreateSessionRequest q = RTRAIN__V1__CREATE_SESSION_REQUEST__INIT;

@@ -139,6 +139,13 @@ int itest_stream_finish(itest_stream *s, int cancel, itest_res *r); /* frees s *
  * the dataset id in id (>= 40 bytes). */
 int itest_upload(itest_conn *c, const char *session, Rtrain__V1__DataPart **parts, int n_parts,
                  const uint8_t *data, size_t len, size_t chunk, char *id, itest_res *r);
+/* Ping; returns the grpc status (0: the daemon answers). */
+int itest_ping(itest_conn *c);
+/* A CSV part of len bytes: a header line, labels in the last column. */
+void itest_csv_part(Rtrain__V1__DataPart *p, uint64_t len);
+/* Upload tests/integration/data/iris.csv (header, label last) -> id
+ * (>= 40 bytes); returns the grpc status, the details in r. */
+int itest_upload_iris(itest_conn *c, const char *session, char *id, itest_res *r);
 /* CreateSession -> id (>= 40 bytes); returns the grpc status. */
 int itest_session(itest_conn *c, const char *name, char *id);
 /* Read a whole file (tests/integration/data/...) into memory; NULL if missing. */

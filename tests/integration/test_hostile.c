@@ -40,15 +40,6 @@
 static const char *g_daemon;
 
 /* ------------------------------------------------------------- helpers */
-static int ping_ok(itest_conn *c)
-{
-    Rtrain__V1__PingRequest q = RTRAIN__V1__PING_REQUEST__INIT;
-    itest_res r;
-    int st = itest_unary(c, "Ping", &q.base, NULL, NULL, &r);
-    itest_res_free(&r);
-    return st == 0;
-}
-
 /* CreateSession -> id and token (>= 40 bytes each). */
 static int session(itest_conn *c, char *sid, char *tok)
 {
@@ -94,25 +85,10 @@ static int compile_iris(itest_conn *c, const char *sid, char *pid, int want)
 
 static int upload_iris(itest_conn *c, const char *sid, char *did)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/iris.csv", itest_data_dir());
-    size_t len;
-    uint8_t *csv = itest_read_file(path, &len);
-    CHECK(csv != NULL, "iris.csv");
-    if (!csv)
-        return -1;
-    Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
-    p.role = RTRAIN__V1__DATA_ROLE__ROLE_BOTH;
-    p.format = RTRAIN__V1__DATA_FORMAT__FORMAT_CSV;
-    p.length = len;
-    p.label_column = -1;
-    p.csv_header = 1;
-    Rtrain__V1__DataPart *pp[1] = {&p};
     itest_res r;
-    int st = itest_upload(c, sid, pp, 1, csv, len, 1 << 16, did, &r);
+    int st = itest_upload_iris(c, sid, did, &r);
     CHECK(st == 0, "iris upload: %s", r.details);
     itest_res_free(&r);
-    free(csv);
     return st;
 }
 
@@ -356,7 +332,7 @@ static struct {
 
 static void intact(const char *after)
 {
-    CHECK(ping_ok(T.c), "daemon alive after %s", after);
+    CHECK(itest_ping(T.c) == 0, "daemon alive after %s", after);
     size_t n;
     uint8_t *w = itest_weights_blob(T.c, T.bsid, T.bpid, &n, NULL, NULL);
     CHECK(w && n == T.wb_len && memcmp(w, T.wb, n) == 0,
@@ -510,7 +486,7 @@ static void test_state_dir(void)
           "and trains on: status %d step %lld finite %d %s", r.status, (long long)step, fin,
           r.details);
     itest_res_free(&r);
-    CHECK(ping_ok(c), "the restarted daemon serves");
+    CHECK(itest_ping(c) == 0, "the restarted daemon serves");
     itest_disconnect(c);
     itest_daemon_stop(&d, SIGTERM);
     char cmd[700];
@@ -566,55 +542,49 @@ static buf nested_onnx(int levels)
     return m;
 }
 
+/* Compile (or, with export, ExportOnnx) an ONNX model nested levels
+ * deep: the status and the message in r. */
+static int send_nested_onnx(int levels, int export, itest_res *r)
+{
+    buf m = nested_onnx(levels);
+    Rtrain__V1__TrainConfig cfg;
+    itest_iris_config(&cfg);
+    Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+    q.session_id = T.sid;
+    q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX;
+    q.onnx.data = m.p;
+    q.onnx.len = m.n;
+    q.config = &cfg;
+    Rtrain__V1__ExportOnnxRequest e = RTRAIN__V1__EXPORT_ONNX_REQUEST__INIT;
+    e.session_id = T.sid;
+    e.program_id = T.pid;
+    e.onnx.data = m.p;
+    e.onnx.len = m.n;
+    int st = export ? itest_unary(T.c, "ExportOnnx", &e.base, NULL, NULL, r)
+                    : itest_unary(T.c, "Compile", &q.base, NULL, NULL, r);
+    free(m.p);
+    return st;
+}
+
 static void test_nested_onnx(void)
 {
     /* at the limit (2 + 3 x 32 = 98 levels <= 100) the decode runs, and the
      * import refuses the model for what it is (no opset, no input) */
-    buf ok = nested_onnx(32);
-    Rtrain__V1__TrainConfig c0;
-    itest_iris_config(&c0);
-    Rtrain__V1__CompileRequest q0 = RTRAIN__V1__COMPILE_REQUEST__INIT;
-    q0.session_id = T.sid;
-    q0.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX;
-    q0.onnx.data = ok.p;
-    q0.onnx.len = ok.n;
-    q0.config = &c0;
-    itest_res r0;
-    int st0 = itest_unary(T.c, "Compile", &q0.base, NULL, NULL, &r0);
-    CHECK(st0 == 3 && !strstr(r0.details, "nested"), "ONNX nested 98 deep: %d %s", st0,
-          r0.details);
-    itest_res_free(&r0);
-    free(ok.p);
+    itest_res r;
+    int st = send_nested_onnx(32, 0, &r);
+    CHECK(st == 3 && !strstr(r.details, "nested"), "ONNX nested 98 deep: %d %s", st,
+          r.details);
+    itest_res_free(&r);
     const int levels[] = {33, 10000, 100000};
-    for (int i = 0; i < 3; i++) {
-        buf m = nested_onnx(levels[i]);
-        Rtrain__V1__TrainConfig cfg;
-        itest_iris_config(&cfg);
-        Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
-        q.session_id = T.sid;
-        q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX;
-        q.onnx.data = m.p;
-        q.onnx.len = m.n;
-        q.config = &cfg;
-        itest_res r;
-        int st = itest_unary(T.c, "Compile", &q.base, NULL, NULL, &r);
-        CHECK(st == 3 && strstr(r.details, "nested") && strstr(r.details, "levels"),
-              "Compile of ONNX nested %d deep (%zu bytes): %d %s", levels[i], m.n, st,
-              r.details);
-        itest_res_free(&r);
-        intact("a nested ONNX Compile");
-        Rtrain__V1__ExportOnnxRequest e = RTRAIN__V1__EXPORT_ONNX_REQUEST__INIT;
-        e.session_id = T.sid;
-        e.program_id = T.pid;
-        e.onnx.data = m.p;
-        e.onnx.len = m.n;
-        st = itest_unary(T.c, "ExportOnnx", &e.base, NULL, NULL, &r);
-        CHECK(st == 3 && strstr(r.details, "nested") && strstr(r.details, "levels"),
-              "ExportOnnx of ONNX nested %d deep: %d %s", levels[i], st, r.details);
-        itest_res_free(&r);
-        intact("a nested ONNX ExportOnnx");
-        free(m.p);
-    }
+    for (int i = 0; i < 3; i++)
+        for (int export = 0; export < 2; export++) {
+            st = send_nested_onnx(levels[i], export, &r);
+            CHECK(st == 3 && strstr(r.details, "nested more than 100 levels"),
+                  "%s of ONNX nested %d deep: %d %s", export ? "ExportOnnx" : "Compile",
+                  2 + 3 * levels[i], st, r.details);
+            itest_res_free(&r);
+            intact(export ? "a nested ONNX ExportOnnx" : "a nested ONNX Compile");
+        }
 }
 
 /* Compile a Keras JSON whose "layers" is levels arrays deep: the status
@@ -753,12 +723,8 @@ static int compile_json(itest_conn *c, const char *sid, const char *json, itest_
 static int upload_csv(itest_conn *c, const char *sid, const char *csv, size_t len,
                       int cancel_after, int bad_sum, itest_res *r)
 {
-    Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
-    p.role = RTRAIN__V1__DATA_ROLE__ROLE_BOTH;
-    p.format = RTRAIN__V1__DATA_FORMAT__FORMAT_CSV;
-    p.length = len;
-    p.label_column = -1;
-    p.csv_header = 1;
+    Rtrain__V1__DataPart p;
+    itest_csv_part(&p, len);
     Rtrain__V1__DataPart *pp[1] = {&p};
     Rtrain__V1__DatasetHeader h = RTRAIN__V1__DATASET_HEADER__INIT;
     h.session_id = (char *)sid;
