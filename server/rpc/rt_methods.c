@@ -2990,6 +2990,10 @@ int rt_methods_state_open(rt_srv *s, char *err, size_t errlen)
                           .keep = s->cfg.ckpt_keep,
                           .fail_continue = s->cfg.ckpt_fail_continue,
                           .no_fsync = s->cfg.ckpt_no_fsync};
+    /* a checkpoint holds a model (one message) and its state (held in the
+     * memory budget): a larger file is not one of ours */
+    uint64_t budget = rt_principal_set_budget(s->principals);
+    sc.max_file_bytes = budget > UINT64_MAX / 2 ? 0 : budget + s->cfg.max_message_bytes;
     int rc = rt_state_open(&sc, &s->state, err, errlen);
     if (rc < 0)
         return rc;
