@@ -321,6 +321,11 @@ int rt_metrics_render(rt_metrics_collect_fn collect, void *ud, char **out, size_
         {"stored_bytes", "Bytes of the datasets in the store.",
          offsetof(rt_metrics_gauges, stored_bytes)},
         {"live_calls", "Calls in progress.", offsetof(rt_metrics_gauges, live_calls)},
+        {"uploads", "Uploads in flight.", offsetof(rt_metrics_gauges, uploads)},
+        {"upload_reserved_bytes",
+         "Bytes reserved by uploads in flight: what arrived plus a window each "
+         "(--max-upload-bytes).",
+         offsetof(rt_metrics_gauges, upload_reserved_bytes)},
         {"upload_kept_bytes", "Bytes of broken uploads kept for a resume (--upload-keep-s).",
          offsetof(rt_metrics_gauges, upload_kept_bytes)},
         {"upload_pool_bytes", "Idle upload buffer bytes kept for reuse (--upload-pool-bytes).",

@@ -996,7 +996,8 @@ typedef struct upload_st {
     up_data *d;
     rt_srv *srv;
     rt_principal *who;     /* holds one RT_Q_UPLOADS and reserved bytes */
-    uint64_t reserved;     /* RT_Q_UPLOAD_BYTES */
+    uint64_t reserved;     /* RT_Q_UPLOAD_BYTES (up_reserve) */
+    int cut_short;         /* its reservation could not grow */
     int busy;              /* counted in rt_bufpool_busy */
     struct up_lane *lane;  /* large uploads: hashing and placing off the cq thread */
 } upload_st;
@@ -1259,6 +1260,54 @@ static void up_lane_stop(upload_st *u)
     u->lane = NULL;
 }
 
+/* What an upload reserves (--max-upload-bytes, the principal's upload
+ * quota and the memory budget) is what has arrived, plus the bytes of its
+ * held shards, plus a window, never more than its declared size: uploads
+ * that declare gigabytes and send nothing hold a window each, not their
+ * declarations, and cannot starve the others. The window is the server
+ * cap's share for twice --max-uploads uploads (at least 1 MiB), so even
+ * --max-uploads stalled ones leave half the cap free. Growing past the cap
+ * fails the upload (RESOURCE_EXHAUSTED) where it stands; with a
+ * content_hash its bytes are kept for a resume. */
+static uint64_t up_window(const rt_srv *s)
+{
+    uint64_t cap = s->cfg.max_upload_bytes ? s->cfg.max_upload_bytes
+                                           : 2 * s->cfg.max_dataset_bytes;
+    uint64_t w = cap / (2 * (uint64_t)(s->cfg.max_uploads > 0 ? s->cfg.max_uploads : 1));
+    return w < (1u << 20) ? (1u << 20) : w;
+}
+
+/* Cover arrived bytes of the stream: grown by a window once they pass
+ * the reservation (at the header, first: at once). */
+static int up_reserve(rt_call *c, upload_st *u, uint64_t arrived, int first)
+{
+    uint64_t want = arrived + (u->total - u->stream_total);
+    if (!first && want <= u->reserved && want <= c->up_bytes)
+        return 0;
+    uint64_t t = want + up_window(c->srv);
+    if (t > u->total || t < want)
+        t = u->total;
+    int rc;
+    if (c->up_bytes < t && (rc = rt_srv_upload_reserve(c, t - c->up_bytes)) < 0) {
+        u->cut_short = 1;
+        return rc;
+    }
+    if (u->reserved < t) {
+        /* over the principal's quota, its own kept uploads make room */
+        char err[200];
+        while ((rc = rt_principal_reserve(c->who, RT_Q_UPLOAD_BYTES, t - u->reserved, err,
+                                          sizeof err)) < 0 &&
+               rt_srv_kept_drop_one(c->srv, c->who))
+            ;
+        if (rc < 0) {
+            u->cut_short = 1;
+            return rt_call_fail(c, rc, "%s", err);
+        }
+        u->reserved = t;
+    }
+    return 0;
+}
+
 /* The header: parts, limits, reservations, and the buffer, fresh or taken
  * back from a kept broken upload (resume_offset). */
 static int upload_begin(rt_call *c, upload_st *u, const Rtrain__V1__DatasetHeader *h)
@@ -1319,13 +1368,9 @@ static int upload_begin(rt_call *c, upload_st *u, const Rtrain__V1__DatasetHeade
         rt_srv_kept_free(k);
         k = NULL;
     }
-    if ((rc = rt_srv_upload_reserve(c, u->total)) < 0) {
-        rt_srv_kept_free(k);
-        return rc;
-    }
-    /* The upload's buffer is charged before it exists: uploads in flight
-     * and their bytes, against the principal and the server's memory
-     * budget. A resume takes over the kept upload's charge. */
+    /* The upload's count is charged before its buffer exists, against the
+     * principal; its bytes as they come (up_reserve). A resume takes over
+     * the kept upload's charge. */
     char err[200];
     if ((rc = rt_principal_reserve(c->who, RT_Q_UPLOADS, 1, err, sizeof err)) < 0) {
         rt_srv_kept_free(k);
@@ -1340,15 +1385,11 @@ static int upload_begin(rt_call *c, upload_st *u, const Rtrain__V1__DatasetHeade
         u->resumed = k->offset;
         free(k); /* its charge and data are the upload's now */
         rt_metrics_upload(0, u->resumed);
+        if ((rc = up_reserve(c, u, u->resumed, 1)) < 0)
+            return rc;
     } else {
-        /* Over the principal's quota, its own kept uploads make room. */
-        while ((rc = rt_principal_reserve(c->who, RT_Q_UPLOAD_BYTES, u->total, err,
-                                          sizeof err)) < 0 &&
-               rt_srv_kept_drop_one(c->srv, c->who))
-            ;
-        if (rc < 0)
-            return rt_call_fail(c, rc, "%s", err);
-        u->reserved = u->total;
+        if ((rc = up_reserve(c, u, 0, 1)) < 0)
+            return rc;
         u->d = calloc(1, sizeof *u->d);
         if (u->d) {
             u->d->buf = rt_bufpool_get(u->total);
@@ -1433,6 +1474,9 @@ static int upload_chunk(rt_call *c, upload_st *u)
             return rt_call_fail(c, RT_EDATA, "chunk at %llu overruns the %llu bytes declared",
                                 (unsigned long long)q->offset,
                                 (unsigned long long)u->stream_total);
+        int rc = up_reserve(c, u, d->received + len, 0);
+        if (rc < 0)
+            return rc;
         d->received += len;
         if (c->bulk && u->lane) {
             /* the slices go to the lane as they are; the call lets go */
@@ -1484,8 +1528,9 @@ static int h_upload_chunk(rt_call *c)
         c->st_done = upload_st_done;
     }
     int rc = upload_chunk(c, u);
-    if (rc < 0)
-        u->bad = 1; /* refused data is not kept for a resume */
+    if (rc < 0 && !u->cut_short)
+        u->bad = 1; /* refused data is not kept for a resume (an upload
+                       cut short by the cap is: its bytes are good) */
     return rc;
 }
 

@@ -3,10 +3,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -143,19 +146,30 @@ int itest_daemon_start(itest_daemon *d, const char *path, const char *const *ext
     char line[128];
     size_t got = 0;
     uint64_t t_end = itest_now_ns() + 30ull * 1000000000ull;
-    while (got < sizeof line - 1) {
-        struct pollfd p = {.fd = fds[0], .events = POLLIN};
-        int left = (int)((t_end - itest_now_ns()) / 1000000);
-        if (left <= 0 || poll(&p, 1, left) <= 0)
-            break;
-        ssize_t k = read(fds[0], line + got, 1);
-        if (k <= 0)
-            break;
-        got++;
-        if (line[got - 1] == '\n')
-            break;
+    /* --metrics-listen prints its line first */
+    const char *mpfx = "rtraind metrics on http://";
+    for (int more = 1; more;) {
+        got = 0;
+        more = 0;
+        while (got < sizeof line - 1) {
+            struct pollfd p = {.fd = fds[0], .events = POLLIN};
+            int left = (int)((t_end - itest_now_ns()) / 1000000);
+            if (left <= 0 || poll(&p, 1, left) <= 0)
+                break;
+            ssize_t k = read(fds[0], line + got, 1);
+            if (k <= 0)
+                break;
+            got++;
+            if (line[got - 1] == '\n')
+                break;
+        }
+        line[got] = 0;
+        if (!strncmp(line, mpfx, strlen(mpfx))) {
+            snprintf(d->metrics, sizeof d->metrics, "%.*s", (int)strcspn(line + strlen(mpfx), "/\n"),
+                     line + strlen(mpfx));
+            more = 1;
+        }
     }
-    line[got] = 0;
     close(fds[0]);
     const char *pfx = "rtraind listening on ";
     if (strncmp(line, pfx, strlen(pfx)) != 0) {
@@ -170,6 +184,42 @@ int itest_daemon_start(itest_daemon *d, const char *path, const char *const *ext
     char *colon = strrchr(d->addr, ':');
     d->port = colon ? atoi(colon + 1) : 0;
     return d->port > 0 ? 0 : -1;
+}
+
+double itest_metric(const itest_daemon *d, const char *name)
+{
+    char host[128];
+    snprintf(host, sizeof host, "%s", d->metrics);
+    char *colon = strrchr(host, ':');
+    if (!colon)
+        return -1;
+    *colon = 0;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || inet_pton(AF_INET, host, &sa.sin_addr) != 1 ||
+        connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    const char *rq = "GET /metrics HTTP/1.0\r\n\r\n";
+    double v = -1;
+    size_t cap = 1 << 20, got = 0;
+    char *page = malloc(cap);
+    if (page && write(fd, rq, strlen(rq)) == (ssize_t)strlen(rq)) {
+        ssize_t k;
+        while (got + 1 < cap && (k = read(fd, page + got, cap - 1 - got)) > 0)
+            got += (size_t)k;
+        page[got] = 0;
+        char key[160];
+        snprintf(key, sizeof key, "\n%s ", name);
+        char *at = strstr(page, key);
+        if (at)
+            v = strtod(at + strlen(key), NULL);
+    }
+    free(page);
+    close(fd);
+    return v;
 }
 
 int itest_daemon_stop(itest_daemon *d, int sig)

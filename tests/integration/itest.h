@@ -57,6 +57,7 @@ typedef struct itest_daemon {
     pid_t pid;
     int port;
     char addr[128];
+    char metrics[128]; /* HOST:PORT of --metrics-listen, "" without */
 } itest_daemon;
 
 /* Start path with --listen 127.0.0.1:0 --log-level warn plus extra (NULL-
@@ -68,6 +69,9 @@ int itest_daemon_start_log(itest_daemon *d, const char *path, const char *const 
 /* Wait until log_path holds needle count times, or timeout_s passed;
  * returns how many times it holds it. */
 int itest_wait_log(const char *log_path, const char *needle, int count, int timeout_s);
+/* A metric's value from the daemon's /metrics (started with
+ * --metrics-listen 127.0.0.1:0): the line "NAME VALUE"; -1 if absent. */
+double itest_metric(const itest_daemon *d, const char *name);
 /* Send sig (0 = none) and wait; returns the exit code, or 128+signal. */
 int itest_daemon_stop(itest_daemon *d, int sig);
 /* Until the daemon stopped itself (rtraind --pause-at-step: SIGSTOP; it
