@@ -1780,7 +1780,32 @@ typedef struct run_cb {
     int stopped;           /* Control's stop */
     uint64_t gen;          /* this call's run_gen */
     uint64_t mark;         /* epoch clock (epoch_clock_end) */
+    int stop_on_nan;       /* the request's */
+    int nan_stop;          /* stopped at a non-finite loss */
+    int64_t nan_step;      /* the first step with one, 0 = none */
+    float nan_loss;
 } run_cb;
+
+/* A step's loss that is NaN or infinite: recorded (the first), and with
+ * stop_on_nan the run stops after that step. 1 = stop. */
+static int non_finite(int64_t *first, int stop_on_nan, int *stopped, const rt_step_info *info)
+{
+    if (isfinite(info->loss))
+        return 0;
+    if (!*first)
+        *first = info->step;
+    if (!stop_on_nan)
+        return 0;
+    *stopped = 1;
+    return 1;
+}
+
+static int nan_fail(rt_call *c, int64_t step, float loss)
+{
+    return rt_call_fail(c, RT_ESTATE, "loss is %s at step %lld (stop_on_nan): training stopped "
+                        "after that step; the weights are that step's", isnan(loss) ? "NaN"
+                        : "infinite", (long long)step);
+}
 
 static Rtrain__V1__EpochEnd *epoch_pb(rt_call *c, int64_t epoch, const rt_metrics *train,
                                       int64_t steps, uint64_t exec_ns)
@@ -1802,6 +1827,10 @@ static int run_step_cb(void *ud, const rt_step_info *info)
     rt_call_yield(r->c);
     if (rt_call_is_cancelled(r->c)) {
         r->cancelled = 1;
+        return 1;
+    }
+    if (non_finite(&r->nan_step, r->stop_on_nan, &r->nan_stop, info)) {
+        r->nan_loss = info->loss;
         return 1;
     }
     if (stop_asked(r->c->prog, r->gen))
@@ -1839,6 +1868,7 @@ static int run_steps_work(rt_call *c)
     if (q->seq && q->seq <= p->last_seq) {
         r->replayed = 1;
         r->boot_id = c->srv->boot_id;
+        r->durable = c->srv->state != NULL;
         r->global_step = (uint64_t)rt_exec_global_step(p->exec);
         const rt_seq_rec *rec = &p->ring[q->seq % RT_SEQ_RING];
         if (rec->seq == q->seq) { /* it ran: the original answer */
@@ -1868,7 +1898,7 @@ static int run_steps_work(rt_call *c)
      * augmentation; val_at_end validates once, after the last step */
     int val_in = c->val_ds && !q->val_at_end;
     run_cb cb = {.c = c, .stop_for_val = val_in || c->ds->img != NULL,
-                 .gen = run_begin(p)};
+                 .gen = run_begin(p), .stop_on_nan = q->stop_on_nan};
     int64_t left = (int64_t)q->steps, done = 0;
     double loss_sum = 0, acc_sum = 0;
     int64_t samples = 0;
@@ -1896,6 +1926,11 @@ static int run_steps_work(rt_call *c)
             run_end(p);
             p->ckpt_partial = done + part.steps_run > 0;
             return stopped_fail(c, done + part.steps_run, (int64_t)q->steps);
+        }
+        if (cb.nan_stop) {
+            run_end(p);
+            p->ckpt_partial = 1;
+            return nan_fail(c, cb.nan_step, cb.nan_loss);
         }
         left -= part.steps_run;
         done += part.steps_run;
@@ -1942,6 +1977,9 @@ static int run_steps_work(rt_call *c)
         return rc;
     r->global_step = (uint64_t)rt_exec_global_step(p->exec);
     r->boot_id = c->srv->boot_id;
+    r->durable = c->srv->state != NULL;
+    r->non_finite = cb.nan_step != 0;
+    r->first_non_finite_step = (uint64_t)cb.nan_step;
     r->last = metrics_pb(c, &res.last);
     r->mean = metrics_pb(c, &mean);
     if (losses) {
@@ -2029,7 +2067,20 @@ typedef struct fit_cb {
     int ckpt_rc;           /* an interval checkpoint failed (the call fails) */
     rt_metrics ep;         /* aligned: the epoch's metrics at its last step */
     float last_lr;         /* the previous step's rate (0 before the first) */
+    int nan_stop;          /* stopped at a non-finite loss (stop_on_nan) */
+    int64_t nan_step;      /* the first step with one, 0 = none */
+    float nan_loss;
 } fit_cb;
+
+/* What every FitEvent of the call carries: the daemon's boot, whether it
+ * is durable, and the first non-finite loss so far. */
+static void fit_stamp(rt_call *c, Rtrain__V1__FitEvent *ev, int64_t nan_step)
+{
+    ev->boot_id = c->srv->boot_id;
+    ev->durable = c->srv->state != NULL;
+    ev->non_finite = nan_step != 0;
+    ev->first_non_finite_step = (uint64_t)nan_step;
+}
 
 static int fit_step_cb(void *ud, const rt_step_info *info)
 {
@@ -2062,6 +2113,10 @@ static int fit_step_cb(void *ud, const rt_step_info *info)
     rt_call_yield(f->c);
     if (rt_call_is_cancelled(f->c))
         return 1;
+    if (non_finite(&f->nan_step, f->q->stop_on_nan, &f->nan_stop, info)) {
+        f->nan_loss = info->loss;
+        return 1;
+    }
     /* A new rate is reported at its first step, uncoalesced (StepProgress.
      * learning_rate), so a client can replay the run exactly. */
     int lr_changed = f->last_lr > 0 && info->lr != f->last_lr;
@@ -2081,6 +2136,7 @@ static int fit_step_cb(void *ud, const rt_step_info *info)
         sp.learning_rate = info->lr;
         ev.event_case = RTRAIN__V1__FIT_EVENT__EVENT_PROGRESS;
         ev.progress = &sp;
+        fit_stamp(f->c, &ev, f->nan_step);
         uint64_t t0 = rt_now_ns();
         rt_call_stream_send(f->c, &ev.base, !lr_changed, 0);
         f->c->tm.encode_ns += rt_now_ns() - t0;
@@ -2115,11 +2171,12 @@ static int fit_work(rt_call *c)
     return rc;
 }
 
-static void fit_send_epoch(rt_call *c, Rtrain__V1__EpochEnd *e)
+static void fit_send_epoch(rt_call *c, Rtrain__V1__EpochEnd *e, int64_t nan_step)
 {
     Rtrain__V1__FitEvent ev = RTRAIN__V1__FIT_EVENT__INIT;
     ev.event_case = RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END;
     ev.epoch_end = e;
+    fit_stamp(c, &ev, nan_step);
     uint64_t t1 = rt_now_ns();
     rt_call_stream_send(c, &ev.base, 0, 0);
     c->tm.encode_ns += rt_now_ns() - t1;
@@ -2152,7 +2209,7 @@ static int fit_resume(rt_call *c, int64_t spe, int64_t *pos)
         Rtrain__V1__EpochEnd *e = epoch_pb(c, fe->epoch, &fe->train, fe->steps, fe->execute_ns);
         if (!e || (fe->has_val && !(e->val = metrics_pb(c, &fe->val))))
             return OOM(c);
-        fit_send_epoch(c, e);
+        fit_send_epoch(c, e, 0);
     }
     if (r->done)
         return 1;
@@ -2246,6 +2303,10 @@ static int fit_run(rt_call *c, uint64_t gen)
             p->ckpt_partial = partial;
             return f.ckpt_rc;
         }
+        if (f.nan_stop) {
+            p->ckpt_partial = partial;
+            return nan_fail(c, f.nan_step, f.nan_loss);
+        }
         if (f.draining) {
             p->ckpt_partial = 0;
             return rt_call_fail(c, RT_EUNAVAILABLE, "the daemon is stopping: the fit stopped "
@@ -2296,7 +2357,7 @@ static int fit_run(rt_call *c, uint64_t gen)
         if (c->srv->state && (rc = durable_checkpoint(c, p, q->checkpoint_policy)) < 0)
             return rc;
         c->tm.execute_ns += rt_now_ns() - t0; /* the epoch's validation */
-        fit_send_epoch(c, e);
+        fit_send_epoch(c, e, f.nan_step);
         if (f.stopped)
             break;
         if (f.resumable && ep + 1 < q->epochs && daemon_stopping(c))
@@ -2312,6 +2373,7 @@ static int fit_run(rt_call *c, uint64_t gen)
     fin->cancelled = cancelled;
     fin->stopped = ended ? p->fit.stopped : f.stopped && !cancelled;
     fin->global_step = (uint64_t)rt_exec_global_step(p->exec);
+    fit_stamp(c, fin, f.nan_step);
     c->resp = &fin->base;
     char pid[16];
     if (cancelled)
