@@ -1786,6 +1786,11 @@ typedef struct run_cb {
     float nan_loss;
 } run_cb;
 
+static Rtrain__V1__StateKind state_kind(const rt_srv *s)
+{
+    return s->state ? RTRAIN__V1__STATE_KIND__STATE_DISK : RTRAIN__V1__STATE_KIND__STATE_MEMORY;
+}
+
 /* A step's loss that is NaN or infinite: recorded (the first), and with
  * stop_on_nan the run stops after that step. 1 = stop. */
 static int non_finite(int64_t *first, int stop_on_nan, int *stopped, const rt_step_info *info)
@@ -1868,7 +1873,7 @@ static int run_steps_work(rt_call *c)
     if (q->seq && q->seq <= p->last_seq) {
         r->replayed = 1;
         r->boot_id = c->srv->boot_id;
-        r->durable = c->srv->state != NULL;
+        r->state = state_kind(c->srv);
         r->global_step = (uint64_t)rt_exec_global_step(p->exec);
         const rt_seq_rec *rec = &p->ring[q->seq % RT_SEQ_RING];
         if (rec->seq == q->seq) { /* it ran: the original answer */
@@ -1977,7 +1982,7 @@ static int run_steps_work(rt_call *c)
         return rc;
     r->global_step = (uint64_t)rt_exec_global_step(p->exec);
     r->boot_id = c->srv->boot_id;
-    r->durable = c->srv->state != NULL;
+    r->state = state_kind(c->srv);
     r->non_finite = cb.nan_step != 0;
     r->first_non_finite_step = (uint64_t)cb.nan_step;
     r->last = metrics_pb(c, &res.last);
@@ -2077,7 +2082,7 @@ typedef struct fit_cb {
 static void fit_stamp(rt_call *c, Rtrain__V1__FitEvent *ev, int64_t nan_step)
 {
     ev->boot_id = c->srv->boot_id;
-    ev->durable = c->srv->state != NULL;
+    ev->state = state_kind(c->srv);
     ev->non_finite = nan_step != 0;
     ev->first_non_finite_step = (uint64_t)nan_step;
 }
