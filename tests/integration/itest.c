@@ -714,6 +714,19 @@ int itest_server_stream(itest_conn *c, const char *method, const ProtobufCMessag
 }
 
 /* ---------------------------------------------------------------- helpers */
+Rtrain__V1__DataPart itest_raw_part(Rtrain__V1__DataRole role, Rtrain__V1__DType dt,
+                                    int64_t *shape, size_t nd, size_t len)
+{
+    Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
+    p.role = role;
+    p.format = RTRAIN__V1__DATA_FORMAT__FORMAT_RAW;
+    p.dtype = dt;
+    p.shape = shape;
+    p.n_shape = nd;
+    p.length = len;
+    return p;
+}
+
 int itest_session(itest_conn *c, const char *name, char *id)
 {
     Rtrain__V1__CreateSessionRequest q = RTRAIN__V1__CREATE_SESSION_REQUEST__INIT;

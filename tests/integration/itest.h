@@ -141,6 +141,9 @@ int itest_stream_finish(itest_stream *s, int cancel, itest_res *r); /* frees s *
  * the dataset id in id (>= 40 bytes). */
 int itest_upload(itest_conn *c, const char *session, Rtrain__V1__DataPart **parts, int n_parts,
                  const uint8_t *data, size_t len, size_t chunk, char *id, itest_res *r);
+/* A RAW data part: role, dtype, shape (nd dims) and its length in bytes. */
+Rtrain__V1__DataPart itest_raw_part(Rtrain__V1__DataRole role, Rtrain__V1__DType dt,
+                                    int64_t *shape, size_t nd, size_t len);
 /* CreateSession -> id (>= 40 bytes); returns the grpc status. */
 int itest_session(itest_conn *c, const char *name, char *id);
 /* Read a whole file (tests/integration/data/...) into memory; NULL if missing. */

@@ -32,19 +32,6 @@ static itest_daemon D;
 static itest_conn *C;
 static char S[64];
 
-static Rtrain__V1__DataPart part(Rtrain__V1__DataRole role, Rtrain__V1__DType dt, int64_t *shape,
-                                 size_t nd, size_t len)
-{
-    Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
-    p.role = role;
-    p.format = RTRAIN__V1__DATA_FORMAT__FORMAT_RAW;
-    p.dtype = dt;
-    p.shape = shape;
-    p.n_shape = nd;
-    p.length = len;
-    return p;
-}
-
 /* x [n,4] f32 and y [n] i32 of an iris-like set, as one buffer */
 static uint8_t *xy(int64_t n, size_t *len)
 {
@@ -78,9 +65,9 @@ static void test_stalled_uploads(void)
     size_t len;
     uint8_t *big = xy(n, &len);
     int64_t xs[2] = {n, 4}, ys[1] = {n};
-    Rtrain__V1__DataPart px = part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DTYPE__F32,
+    Rtrain__V1__DataPart px = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DTYPE__F32,
                                    xs, 2, (size_t)n * 16);
-    Rtrain__V1__DataPart py = part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS, RTRAIN__V1__DTYPE__I32, ys,
+    Rtrain__V1__DataPart py = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS, RTRAIN__V1__DTYPE__I32, ys,
                                    1, (size_t)n * 4);
     Rtrain__V1__DataPart *pp[2] = {&px, &py};
     Rtrain__V1__DatasetHeader h = RTRAIN__V1__DATASET_HEADER__INIT;
@@ -105,9 +92,9 @@ static void test_stalled_uploads(void)
     const int64_t sn = 10000000 / 20;
     uint8_t *small = xy(sn, &slen);
     int64_t sxs[2] = {sn, 4}, sys_[1] = {sn};
-    Rtrain__V1__DataPart sx = part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DTYPE__F32,
+    Rtrain__V1__DataPart sx = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DTYPE__F32,
                                    sxs, 2, (size_t)sn * 16);
-    Rtrain__V1__DataPart sy = part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS, RTRAIN__V1__DTYPE__I32,
+    Rtrain__V1__DataPart sy = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS, RTRAIN__V1__DTYPE__I32,
                                    sys_, 1, (size_t)sn * 4);
     Rtrain__V1__DataPart *sp[2] = {&sx, &sy};
     itest_res r;
@@ -223,9 +210,9 @@ static void test_non_finite_loss(void)
     size_t len;
     uint8_t *b = xy(30, &len);
     int64_t xs[2] = {30, 4}, ys[1] = {30};
-    Rtrain__V1__DataPart px = part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DTYPE__F32,
+    Rtrain__V1__DataPart px = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DTYPE__F32,
                                    xs, 2, 30 * 16);
-    Rtrain__V1__DataPart py = part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS, RTRAIN__V1__DTYPE__I32, ys,
+    Rtrain__V1__DataPart py = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS, RTRAIN__V1__DTYPE__I32, ys,
                                    1, 30 * 4);
     Rtrain__V1__DataPart *pp[2] = {&px, &py};
     itest_res r;

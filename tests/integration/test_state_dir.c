@@ -93,6 +93,19 @@ static void fresh_state(const char *st)
     mkdir(p, 0700);
 }
 
+/* A fresh state dir TMP/name, and two folders elsewhere with their files
+ * (paths of 300 bytes). */
+static void setup(const char *name, char *st, const char *o1, char *out1, const char *o2,
+                  char *out2)
+{
+    snprintf(st, 300, "%s/%s", TMP, name);
+    fresh_state(st);
+    snprintf(out1, 300, "%s/%s", TMP, o1);
+    outside_make(out1);
+    snprintf(out2, 300, "%s/%s", TMP, o2);
+    outside_make(out2);
+}
+
 /* rtraind --state-dir st, expected to refuse: its exit code, stderr in err.
  * timeout(1) bounds a daemon that would start instead. */
 static int refused(const char *st, char *err, size_t len)
@@ -196,12 +209,7 @@ typedef struct {
 static void test_hostile_start(void)
 {
     char st[300], out[300], out2[300], p[700], q[700];
-    snprintf(st, sizeof st, "%s/hostile", TMP);
-    fresh_state(st);
-    snprintf(out, sizeof out, "%s/out-start", TMP);
-    outside_make(out);
-    snprintf(out2, sizeof out2, "%s/out-probe", TMP);
-    outside_make(out2);
+    setup("hostile", st, "out-start", out, "out-probe", out2);
     /* a symlink where a session's folder is, without a session record */
     pathf(p, sizeof p, "%s/%s", st, "sessions/s-00000000000000000000000000000001");
     CHECK(symlink(out, p) == 0, "symlink");
@@ -301,12 +309,7 @@ static void rm_tree(const char *path)
 static void test_while_serving(void)
 {
     char st[300], out[300], out2[300], p[700], q[700];
-    snprintf(st, sizeof st, "%s/serving", TMP);
-    fresh_state(st);
-    snprintf(out, sizeof out, "%s/out-close", TMP);
-    outside_make(out);
-    snprintf(out2, sizeof out2, "%s/out-tmp", TMP);
-    outside_make(out2);
+    setup("serving", st, "out-close", out, "out-tmp", out2);
     itest_daemon d;
     const char *extra[] = {"--state-dir", st, NULL};
     if (itest_daemon_start(&d, RTRAIND, extra) < 0) {
