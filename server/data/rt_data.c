@@ -229,8 +229,8 @@ static int parse_npy(const uint8_t *b, size_t len, src_arr *s, char *err,
         int bit = !strcmp(key, "descr") ? 1 : !strcmp(key, "fortran_order") ? 2
                   : !strcmp(key, "shape") ? 4 : 0;
         if (!bit || (seen & bit)) {
-            snprintf(err, errlen, "NPY header has %s key '%.20s'", bit ? "a repeated" : "an unknown",
-                     key);
+            snprintf(err, errlen, "NPY header has %s key '%.20s'",
+                     bit ? "a repeated" : "an unknown", key);
             return RT_EDATA;
         }
         seen |= bit;

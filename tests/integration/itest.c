@@ -165,8 +165,8 @@ int itest_daemon_start(itest_daemon *d, const char *path, const char *const *ext
         }
         line[got] = 0;
         if (!strncmp(line, mpfx, strlen(mpfx))) {
-            snprintf(d->metrics, sizeof d->metrics, "%.*s", (int)strcspn(line + strlen(mpfx), "/\n"),
-                     line + strlen(mpfx));
+            const char *hp = line + strlen(mpfx);
+            snprintf(d->metrics, sizeof d->metrics, "%.*s", (int)strcspn(hp, "/\n"), hp);
             more = 1;
         }
     }

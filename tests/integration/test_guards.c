@@ -65,10 +65,10 @@ static void test_stalled_uploads(void)
     size_t len;
     uint8_t *big = xy(n, &len);
     int64_t xs[2] = {n, 4}, ys[1] = {n};
-    Rtrain__V1__DataPart px = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DTYPE__F32,
-                                   xs, 2, (size_t)n * 16);
-    Rtrain__V1__DataPart py = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS, RTRAIN__V1__DTYPE__I32, ys,
-                                   1, (size_t)n * 4);
+    Rtrain__V1__DataPart px = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
+                                             RTRAIN__V1__DTYPE__F32, xs, 2, (size_t)n * 16);
+    Rtrain__V1__DataPart py = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS,
+                                             RTRAIN__V1__DTYPE__I32, ys, 1, (size_t)n * 4);
     Rtrain__V1__DataPart *pp[2] = {&px, &py};
     Rtrain__V1__DatasetHeader h = RTRAIN__V1__DATASET_HEADER__INIT;
     h.session_id = S;
@@ -92,10 +92,10 @@ static void test_stalled_uploads(void)
     const int64_t sn = 10000000 / 20;
     uint8_t *small = xy(sn, &slen);
     int64_t sxs[2] = {sn, 4}, sys_[1] = {sn};
-    Rtrain__V1__DataPart sx = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DTYPE__F32,
-                                   sxs, 2, (size_t)sn * 16);
-    Rtrain__V1__DataPart sy = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS, RTRAIN__V1__DTYPE__I32,
-                                   sys_, 1, (size_t)sn * 4);
+    Rtrain__V1__DataPart sx = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
+                                             RTRAIN__V1__DTYPE__F32, sxs, 2, (size_t)sn * 16);
+    Rtrain__V1__DataPart sy = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS,
+                                             RTRAIN__V1__DTYPE__I32, sys_, 1, (size_t)sn * 4);
     Rtrain__V1__DataPart *sp[2] = {&sx, &sy};
     itest_res r;
     char id[64];
@@ -210,10 +210,10 @@ static void test_non_finite_loss(void)
     size_t len;
     uint8_t *b = xy(30, &len);
     int64_t xs[2] = {30, 4}, ys[1] = {30};
-    Rtrain__V1__DataPart px = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DTYPE__F32,
-                                   xs, 2, 30 * 16);
-    Rtrain__V1__DataPart py = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS, RTRAIN__V1__DTYPE__I32, ys,
-                                   1, 30 * 4);
+    Rtrain__V1__DataPart px = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
+                                             RTRAIN__V1__DTYPE__F32, xs, 2, 30 * 16);
+    Rtrain__V1__DataPart py = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS,
+                                             RTRAIN__V1__DTYPE__I32, ys, 1, 30 * 4);
     Rtrain__V1__DataPart *pp[2] = {&px, &py};
     itest_res r;
     CHECK(itest_upload(C, S, pp, 2, b, len, 1 << 16, DS, &r) == 0, "upload: %s", r.details);
