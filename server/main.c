@@ -80,7 +80,8 @@ static void usage(FILE *f)
             "  --max-exec-threads N     device jobs of different clients in flight\n"
             "                           (default 64)\n"
             "  --max-uploads N          uploads in flight, server-wide (default 16)\n"
-            "  --max-upload-bytes N     declared bytes of the uploads in flight\n"
+            "  --max-upload-bytes N     bytes the uploads in flight hold: what arrived\n"
+            "                           plus a window of N / (2 x --max-uploads) each\n"
             "                           (default 2 x --max-dataset-bytes)\n"
             "  --upload-stall-s N       cancel an upload that sent nothing for N s\n"
             "                           (default 60; 0 = never)\n"
@@ -103,6 +104,8 @@ static void usage(FILE *f)
             "                           handshake in N ms (default 10000)\n"
             "  --conn-idle-s N          close connections without calls for N s\n"
             "                           (default 3600; 0 = never)\n"
+            "  --max-concurrent-streams N  calls one connection may have open at once,\n"
+            "                           advertised in HTTP/2 SETTINGS (default 100)\n"
             "  --stream-queue N         messages queued per Fit stream before the Fit\n"
             "                           waits for its reader (default 64)\n"
             "  --grace-ms N             on SIGTERM/SIGINT, let running calls finish for\n"
@@ -132,7 +135,9 @@ static void usage(FILE *f)
             "  --reduce-bucket-floats N the all-reduce bucket (default 1048576, 4 MiB)\n"
             "Durable mode (docs/operations.md):\n"
             "  --state-dir DIR          keep sessions, datasets and checkpoints in DIR and\n"
-            "                           restore them at start (default: state in memory)\n"
+            "                           restore them at start (default: state in memory);\n"
+            "                           DIR must be the daemon user's, writable by no one\n"
+            "                           else (0700)\n"
             "  --checkpoint-every-steps N  checkpoint a program after a call once N steps\n"
             "                           ran since the last one (default 0 = off)\n"
             "  --checkpoint-every-s N   ... or once N s passed (default 30; 0 = off); also\n"
@@ -185,8 +190,9 @@ static void usage(FILE *f)
             "  --quota-store-bytes N    stored datasets (default a quarter of\n"
             "                           --max-store-bytes)\n"
             "  --quota-uploads N        uploads in flight (default 4)\n"
-            "  --quota-upload-bytes N   declared bytes of its uploads in flight (default\n"
-            "                           a quarter of the memory budget)\n"
+            "  --quota-upload-bytes N   bytes its uploads in flight hold: what arrived\n"
+            "                           plus a window each (default a quarter of the\n"
+            "                           memory budget)\n"
             "  --quota-call-bytes N     memory one call may take for its answer\n"
             "                           (default a quarter of the memory budget)\n"
             "  --version                print the version and exit\n"
@@ -358,7 +364,7 @@ int main(int argc, char **argv)
            O_LOG, O_VERSION, O_HELP, O_MAXSTORE, O_IDLE, O_TLS_CERT, O_TLS_KEY,
            O_TLS_CA, O_TOKENS, O_INSECURE, O_NEW_TOKEN, O_MAXMEM, O_LEASE, O_SLICE, O_CTHREADS,
            O_CTIMEOUT, O_XTHREADS, O_MAXUP, O_MAXUPB, O_STALL, O_RATIO, O_KEEPALIVE,
-           O_HANDSHAKE, O_CONNIDLE, O_STREAMQ, O_KATIMEOUT, O_DRAIN,
+           O_HANDSHAKE, O_CONNIDLE, O_MAXSTREAMS, O_STREAMQ, O_KATIMEOUT, O_DRAIN,
            O_LOGFMT, O_METRICS, O_UPKEEP, O_PIPEHOLD, O_UPPOOL, O_UPARENA, O_DETRED, O_DISTTO,
            O_OVERLAP, O_BUCKET,
            O_SPOOL, O_STREAMABOVE, O_MAPBELOW, O_DTHREADS, O_PREFETCH, O_SHUFBUF, O_MAXSPOOL,
@@ -397,6 +403,7 @@ int main(int argc, char **argv)
         {"keepalive-s", required_argument, 0, O_KEEPALIVE},
         {"handshake-timeout-ms", required_argument, 0, O_HANDSHAKE},
         {"conn-idle-s", required_argument, 0, O_CONNIDLE},
+        {"max-concurrent-streams", required_argument, 0, O_MAXSTREAMS},
         {"stream-queue", required_argument, 0, O_STREAMQ},
         {"keepalive-timeout-s", required_argument, 0, O_KATIMEOUT},
         {"drain-ms", required_argument, 0, O_DRAIN},
@@ -575,6 +582,11 @@ int main(int argc, char **argv)
             if (parse_u64(optarg, &v) < 0 || v > 10ull * 365 * 86400)
                 goto bad;
             cfg.conn_idle_ms = v * 1000;
+            break;
+        case O_MAXSTREAMS:
+            if (parse_u64(optarg, &v) < 0 || v < 1 || v > 1000000)
+                goto bad;
+            cfg.max_concurrent_streams = (uint32_t)v;
             break;
         case O_SPOOL: cfg.spool_dir = optarg; break;
         case O_STREAMABOVE:

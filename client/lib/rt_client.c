@@ -50,10 +50,13 @@ char *rt__strdup(const char *s)
 
 int rt__err(rt_client *c, int rc, const char *fmt, ...)
 {
+    /* through a copy: callers pass c->errmsg itself as an argument */
+    char msg[sizeof c->errmsg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(c->errmsg, msg, sizeof msg);
     return rc;
 }
 

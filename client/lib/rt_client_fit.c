@@ -88,6 +88,10 @@ static int fit_stream(rt_client *c, Rtrain__V1__FitRequest *req, fit_run *f)
             continue; /* drain until the NULL message */
         }
         rt__take_timings(c, fe->timings, 1);
+        if (fe->boot_id) {
+            c->daemon_boot = fe->boot_id;
+            c->daemon_state = (int)fe->state;
+        }
         rt_client_fit_event ev;
         event_from_pb(fe, &ev);
         if (fe->done)

@@ -62,6 +62,11 @@ struct rt_client {
     uint64_t seq;
     atomic_int cancel_flag;
     int64_t reattach_ms;     /* rt_client_set_reattach_ms */
+    /* The daemon's last answer: its boot id and where it keeps its state
+     * (StateKind: 0 unknown, 1 memory, 2 disk); rt__wait_daemon gives up
+     * at once on a memory-only daemon that is gone. */
+    uint64_t daemon_boot;
+    int daemon_state;
     int wait_ready;          /* calls wait for the channel (WAIT_FOR_READY) */
     struct {                 /* rt_client_session_token: a ring */
         char sid[RT_ID_MAX], token[RT_ID_MAX];

@@ -462,6 +462,10 @@ int rt__run_steps_finish(rt_client *c, rt__call *k, rt_client_steps_result *out)
     out->recorded = r->recorded;
     out->recorded_step = r->recorded_step;
     out->boot_id = r->boot_id;
+    if (r->boot_id) {
+        c->daemon_boot = r->boot_id;
+        c->daemon_state = (int)r->state;
+    }
     if (r->n_losses) {
         out->losses = malloc(r->n_losses * sizeof(float));
         if (out->losses) {
@@ -819,6 +823,9 @@ int rt_client_checkpoint(rt_client *c, const char *session, const char *program,
         info->saved = r->saved;
         info->durable = r->durable;
         info->boot_id = r->boot_id;
+        c->daemon_boot = r->boot_id;
+        c->daemon_state = r->durable ? RTRAIN__V1__STATE_KIND__STATE_DISK
+                                     : RTRAIN__V1__STATE_KIND__STATE_MEMORY;
         if (r->state.len) {
             if ((info->state = malloc(r->state.len))) {
                 memcpy(info->state, r->state.data, r->state.len);

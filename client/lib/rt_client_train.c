@@ -450,6 +450,35 @@ static void nap_ms(int64_t ms)
         ;
 }
 
+/* A daemon that keeps its state in memory and is gone cannot come back
+ * with this session: its port refusing connections (the process is not
+ * there), or another boot answering, is final. A network that drops
+ * packets is not (the same daemon may answer again): that is waited for. */
+static int memory_lost(rt_client *c, const char *what, int refused)
+{
+    return rt__err(c, RT_EUNAVAILABLE,
+                   "%s: the daemon %s and kept its state in memory (no --state-dir): the "
+                   "session and its training are lost; start again", what,
+                   refused ? "is gone (connection refused)" : "restarted (a new boot id)");
+}
+
+static int memory_daemon_gone(rt_client *c, const char *what, const char *session,
+                              const char *program, rt_client_ckpt_info *info)
+{
+    if (c->daemon_state != RTRAIN__V1__STATE_KIND__STATE_MEMORY)
+        return 0;
+    uint64_t boot = c->daemon_boot;
+    c->next_timeout_ms = 1000;
+    c->wait_ready = 0; /* fail fast: a refused connection says so at once */
+    int rc = rt_client_checkpoint(c, session, program, 0, info);
+    if (rc == 0 && info->boot_id == boot)
+        return 1; /* the same daemon answered: it was the network */
+    int refused = rc == RT_EUNAVAILABLE && strcasestr(c->errmsg, "connection refused");
+    if (rc == 0 || rc == RT_ENOTFOUND || refused)
+        return memory_lost(c, what, refused);
+    return 0;
+}
+
 int rt__wait_daemon(rt_client *c, const char *what, const char *session, const char *program,
                     uint64_t t0, rt_client_ckpt_info *info)
 {
@@ -457,6 +486,9 @@ int rt__wait_daemon(rt_client *c, const char *what, const char *session, const c
     char first[sizeof c->errmsg];
     memcpy(first, c->errmsg, sizeof first);
     for (;;) {
+        int gone = memory_daemon_gone(c, what, session, program, info);
+        if (gone != 0)
+            return gone > 0 ? 0 : gone;
         if (cancelled(c))
             return rt__err(c, RT_ECANCELLED, "%s: cancelled while the daemon was away", what);
         uint64_t spent = (rt_now_ns() - t0) / 1000000;
@@ -474,6 +506,8 @@ int rt__wait_daemon(rt_client *c, const char *what, const char *session, const c
         if (rc == RT_ETIMEDOUT)
             continue; /* not back within the second: try again */
         if (!rt__daemon_gone(c, rc)) {
+            if (rc == RT_ENOTFOUND && c->daemon_state == RTRAIN__V1__STATE_KIND__STATE_MEMORY)
+                return memory_lost(c, what, 0);
             if (rc == RT_ENOTFOUND)
                 return rt__err(c, rc, "%s: the daemon came back without this session "
                                "(no --state-dir?): %s", what, c->errmsg);

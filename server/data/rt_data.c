@@ -140,16 +140,33 @@ static int parse_raw(const rt_data_part *p, const uint8_t *b, size_t len,
 }
 
 /* -------------------------------------------------------------------- NPY */
-/* Find 'key': in a Python-dict header and return a pointer past the colon. */
-static const char *npy_field(const char *h, const char *key)
+/* The NPY header is a Python dict literal, read strictly as numpy writes
+ * it: {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), } then
+ * spaces and a newline. Exactly these three keys, once each; anything
+ * else (an unclosed tuple, a stray character, a key twice) is refused. */
+typedef struct npy_rd {
+    const char *p;
+} npy_rd;
+
+static void npy_ws(npy_rd *r)
 {
-    const char *k = strstr(h, key);
-    if (!k)
-        return NULL;
-    k += strlen(key);
-    while (*k == ' ' || *k == ':')
-        k++;
-    return k;
+    while (*r->p == ' ' || *r->p == '\t')
+        r->p++;
+}
+
+/* A quoted string into out (up to n-1 chars); 0 or -1. */
+static int npy_str(npy_rd *r, char *out, size_t n)
+{
+    char q = *r->p;
+    if (q != '\'' && q != '"')
+        return -1;
+    const char *e = strchr(r->p + 1, q);
+    if (!e || (size_t)(e - r->p - 1) >= n)
+        return -1;
+    memcpy(out, r->p + 1, (size_t)(e - r->p - 1));
+    out[e - r->p - 1] = 0;
+    r->p = e + 1;
+    return 0;
 }
 
 static int parse_npy(const uint8_t *b, size_t len, src_arr *s, char *err,
@@ -176,50 +193,131 @@ static int parse_npy(const uint8_t *b, size_t len, src_arr *s, char *err,
     char h[65537];
     memcpy(h, b + off, hl);
     h[hl] = 0;
-    const char *d = npy_field(h, "'descr'");
-    const char *f = npy_field(h, "'fortran_order'");
-    const char *sh = npy_field(h, "'shape'");
-    if (!d || !f || !sh)
-        return fail(err, errlen, RT_EDATA, "NPY header lacks descr/fortran_order/shape");
+    if (strlen(h) != hl)
+        return fail(err, errlen, RT_EDATA, "NPY header holds a NUL byte");
     static const struct { const char *d; src_type t; } descrs[] = {
-        {"'<f4'", S_F32}, {"'<f8'", S_F64}, {"'<i4'", S_I32}, {"'<i8'", S_I64},
-        {"'|u1'", S_U8}, {"'<u1'", S_U8}, {"'|i1'", S_I8}, {"'<i2'", S_I16},
+        {"<f4", S_F32}, {"<f8", S_F64}, {"<i4", S_I32}, {"<i8", S_I64},
+        {"|u1", S_U8}, {"<u1", S_U8}, {"|i1", S_I8}, {"<i2", S_I16},
     };
-    int found = 0;
-    for (size_t i = 0; i < sizeof descrs / sizeof descrs[0]; i++)
-        if (strncmp(d, descrs[i].d, strlen(descrs[i].d)) == 0) {
-            s->t = descrs[i].t;
-            found = 1;
-        }
-    if (!found) {
-        char dd[16] = {0};
-        for (int i = 0; i < 15 && d[i] && d[i] != ','; i++)
-            dd[i] = d[i];
-        return fail(err, errlen, RT_EDATA,
-                    "NPY dtype %s is not supported (use <f4, <f8, <i4, <i8 or |u1)", dd);
-    }
-    if (strncmp(f, "True", 4) == 0)
-        return fail(err, errlen, RT_EDATA,
-                    "NPY array is fortran_order; save it C-contiguous");
-    if (*sh != '(')
-        return fail(err, errlen, RT_EDATA, "NPY shape is not a tuple");
-    sh++;
-    s->ndim = 0;
-    while (*sh && *sh != ')') {
-        while (*sh == ' ' || *sh == ',')
-            sh++;
-        if (*sh == ')')
+    npy_rd r = {h};
+    int seen = 0; /* 1 descr, 2 fortran_order, 4 shape */
+    const char *bad = NULL;
+    npy_ws(&r);
+    if (*r.p++ != '{')
+        bad = "it does not start with '{'";
+    while (!bad) {
+        npy_ws(&r);
+        if (*r.p == '}') {
+            r.p++;
             break;
-        char *end;
-        errno = 0;
-        long long v = strtoll(sh, &end, 10);
-        if (end == sh || errno || v < 0)
-            return fail(err, errlen, RT_EDATA, "NPY shape is malformed");
-        if (s->ndim == RT_MAX_DIMS)
-            return fail(err, errlen, RT_EDATA, "NPY array has more than %d dims", RT_MAX_DIMS);
-        s->dims[s->ndim++] = v;
-        sh = end;
+        }
+        if (!*r.p) {
+            bad = "the dict is not closed";
+            break;
+        }
+        char key[32], val[32];
+        if (npy_str(&r, key, sizeof key) < 0) {
+            bad = "a key is not a quoted string";
+            break;
+        }
+        npy_ws(&r);
+        if (*r.p++ != ':') {
+            bad = "a key has no ':'";
+            break;
+        }
+        npy_ws(&r);
+        int bit = !strcmp(key, "descr") ? 1 : !strcmp(key, "fortran_order") ? 2
+                  : !strcmp(key, "shape") ? 4 : 0;
+        if (!bit || (seen & bit)) {
+            snprintf(err, errlen, "NPY header has %s key '%.20s'",
+                     bit ? "a repeated" : "an unknown", key);
+            return RT_EDATA;
+        }
+        seen |= bit;
+        if (bit == 1) {
+            if (npy_str(&r, val, sizeof val) < 0) {
+                bad = "descr is not a quoted string";
+                break;
+            }
+            int found = 0;
+            for (size_t i = 0; i < sizeof descrs / sizeof descrs[0]; i++)
+                if (!strcmp(val, descrs[i].d)) {
+                    s->t = descrs[i].t;
+                    found = 1;
+                }
+            if (!found)
+                return fail(err, errlen, RT_EDATA,
+                            "NPY dtype '%.16s' is not supported (use <f4, <f8, <i4, <i8 or |u1)",
+                            val);
+        } else if (bit == 2) {
+            if (!strncmp(r.p, "True", 4))
+                return fail(err, errlen, RT_EDATA,
+                            "NPY array is fortran_order; save it C-contiguous");
+            if (strncmp(r.p, "False", 5)) {
+                bad = "fortran_order is not True or False";
+                break;
+            }
+            r.p += 5;
+        } else {
+            if (*r.p++ != '(') {
+                bad = "the shape is not a tuple";
+                break;
+            }
+            s->ndim = 0;
+            for (;;) {
+                npy_ws(&r);
+                if (*r.p == ')')
+                    break;
+                if (*r.p < '0' || *r.p > '9') {
+                    bad = *r.p ? "the shape holds something other than integers"
+                               : "the shape tuple is not closed";
+                    break;
+                }
+                char *end;
+                errno = 0;
+                long long v = strtoll(r.p, &end, 10);
+                if (errno) {
+                    bad = "a shape dimension overflows";
+                    break;
+                }
+                if (s->ndim == RT_MAX_DIMS)
+                    return fail(err, errlen, RT_EDATA, "NPY array has more than %d dims",
+                                RT_MAX_DIMS);
+                s->dims[s->ndim++] = v;
+                r.p = end;
+                npy_ws(&r);
+                if (*r.p == ',')
+                    r.p++;
+                else if (*r.p != ')') {
+                    bad = *r.p ? "the shape's dimensions are not separated by ','"
+                               : "the shape tuple is not closed";
+                    break;
+                }
+            }
+            if (bad)
+                break;
+            r.p++; /* ')' */
+        }
+        npy_ws(&r);
+        if (*r.p == ',')
+            r.p++;
+        else if (*r.p != '}') {
+            bad = *r.p ? "entries are not separated by ','" : "the dict is not closed";
+            break;
+        }
     }
+    if (!bad && seen != 7)
+        bad = "it lacks descr, fortran_order or shape";
+    while (!bad && *r.p) {
+        if (*r.p != ' ' && *r.p != '\n' && *r.p != '\t') {
+            bad = "something follows the dict";
+            break;
+        }
+        r.p++;
+    }
+    if (bad)
+        return fail(err, errlen, RT_EDATA, "NPY header is malformed at byte %d: %s",
+                    (int)(r.p - h), bad);
     if (s->ndim == 0)
         return fail(err, errlen, RT_EDATA, "NPY array is a scalar; need samples first");
     size_t data_off = off + hl;

@@ -2,6 +2,7 @@
 #include "import_graph.h"
 
 #include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,15 @@ static int add_param(const Rtrain__V1__Param *p, ProtobufCAllocator *al, rt_grap
         if (!(val = al->alloc(al->allocator_data, (size_t)n * 4)))
             return no_mem(err, errlen);
         memcpy(val, p->value->data.data, (size_t)n * 4); /* alignment */
+        /* a NaN or Inf start trains to NaN from the first step */
+        for (int64_t i = 0; i < n; i++)
+            if (!isfinite(val[i])) {
+                int rc = fail(err, errlen, RT_ENAN, "param '%.64s' value %lld is %s: initial "
+                              "values must be finite", p->name, (long long)i,
+                              isnan(val[i]) ? "NaN" : "infinite");
+                al->free(al->allocator_data, val);
+                return rc;
+            }
     }
     int rc = rt_graph_add_param(g, p->name, (int)p->n_shape, p->shape, (rt_init)p->init,
                                 p->trainable, val);

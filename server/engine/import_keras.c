@@ -1911,11 +1911,34 @@ static int walk_sequential(imp *m, json_object *layers, json_object *model_cfg,
     return 0;
 }
 
+/* An inbound reference [name, node, tensor, ...]: its node index into
+ * *node (checked against the source layer once all are read), its tensor
+ * index must be 0 (every layer here has one output). Absent: 0. */
+static int inbound_index(imp *m, const char *lname, const char *src, json_object *ref,
+                         int64_t *node)
+{
+    *node = 0;
+    for (int k = 0; k < 2; k++) {
+        json_object *v = json_object_array_get_idx(ref, (size_t)k + 1);
+        if (!v)
+            continue;
+        if (!json_object_is_type(v, json_type_int))
+            return ifail(m, RT_EJSON, "layer '%.64s' has a malformed inbound node", lname);
+        int64_t i = json_object_get_int64(v);
+        if (k == 0)
+            *node = i;
+        else if (i != 0)
+            return ifail(m, RT_EINVAL, "layer '%.64s' reads output %lld of layer '%.64s', which "
+                         "has one output", lname, (long long)i, src);
+    }
+    return 0;
+}
+
 /* The source layer names of a Functional layer's single inbound node, for
  * both the Keras 2 ([[["name", 0, 0, {}], ...]]) and the Keras 3
  * ([{"args": [tensor or [tensors]], "kwargs": {}}]) encodings. */
 static int inbound_names(imp *m, const char *lname, json_object *layer,
-                         const char **names, int max)
+                         const char **names, int64_t *node_of, int max)
 {
     json_object *nodes = jget(layer, "inbound_nodes", json_type_array);
     if (!nodes || json_object_array_length(nodes) == 0)
@@ -1934,6 +1957,9 @@ static int inbound_names(imp *m, const char *lname, json_object *layer,
                                   ? json_object_array_get_idx(ref, 0) : NULL;
             if (!nm || !json_object_is_type(nm, json_type_string))
                 return ifail(m, RT_EJSON, "layer '%.64s' has a malformed inbound node", lname);
+            int rc = inbound_index(m, lname, json_object_get_string(nm), ref, &node_of[n]);
+            if (rc < 0)
+                return rc;
             names[n++] = json_object_get_string(nm);
         }
         return n;
@@ -1954,6 +1980,9 @@ static int inbound_names(imp *m, const char *lname, json_object *layer,
         json_object *nm = h ? json_object_array_get_idx(h, 0) : NULL;
         if (!nm || !json_object_is_type(nm, json_type_string))
             return ifail(m, RT_EJSON, "layer '%.64s' has a malformed inbound tensor", lname);
+        int rc = inbound_index(m, lname, json_object_get_string(nm), h, &node_of[n]);
+        if (rc < 0)
+            return rc;
         names[n++] = json_object_get_string(nm);
     }
     return n;
@@ -1986,6 +2015,7 @@ typedef struct flayer {
     const char *cls, *name;
     json_object *obj, *cfg;
     const char *src[RT_KERAS_MAX_IN];
+    int64_t src_node[RT_KERAS_MAX_IN]; /* the node of src each reads */
     int n_src;
     int next;               /* DFS: the next input to visit */
     unsigned char state;    /* 0 unseen, 1 on the DFS stack, 2 placed */
@@ -2038,12 +2068,23 @@ static int read_flayers(imp *m, json_object *layers, flayer *L, int n, lmap *lm)
         *slot = i + 1;
         if (strcmp(f->cls, "InputLayer") == 0)
             continue;
-        f->n_src = inbound_names(m, f->name, f->obj, f->src, RT_KERAS_MAX_IN);
+        f->n_src = inbound_names(m, f->name, f->obj, f->src, f->src_node, RT_KERAS_MAX_IN);
         if (f->n_src < 0)
             return f->n_src;
         if (f->n_src == 0)
             return ifail(m, RT_EINVAL, "layer '%.64s' has no inbound node", f->name);
     }
+    /* Each layer is called once, so it has node 0; a nested model also has
+     * its own first node (Keras 2 names the call in the outer model 1). */
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < L[i].n_src; j++) {
+            int k = lmap_get(lm, L, L[i].src[j]);
+            int64_t last = k >= 0 && is_model_class(L[k].cls) ? 1 : 0;
+            if (k >= 0 && (L[i].src_node[j] < 0 || L[i].src_node[j] > last))
+                return ifail(m, RT_EINVAL, "layer '%.64s' reads node %lld of layer '%.64s', "
+                             "which has %s", L[i].name, (long long)L[i].src_node[j], L[k].name,
+                             last ? "nodes 0 and 1 only" : "node 0 only");
+        }
     return 0;
 }
 

@@ -321,6 +321,11 @@ int rt_metrics_render(rt_metrics_collect_fn collect, void *ud, char **out, size_
         {"stored_bytes", "Bytes of the datasets in the store.",
          offsetof(rt_metrics_gauges, stored_bytes)},
         {"live_calls", "Calls in progress.", offsetof(rt_metrics_gauges, live_calls)},
+        {"uploads", "Uploads in flight.", offsetof(rt_metrics_gauges, uploads)},
+        {"upload_reserved_bytes",
+         "Bytes reserved by uploads in flight: what arrived plus a window each "
+         "(--max-upload-bytes).",
+         offsetof(rt_metrics_gauges, upload_reserved_bytes)},
         {"upload_kept_bytes", "Bytes of broken uploads kept for a resume (--upload-keep-s).",
          offsetof(rt_metrics_gauges, upload_kept_bytes)},
         {"upload_pool_bytes", "Idle upload buffer bytes kept for reuse (--upload-pool-bytes).",
@@ -364,12 +369,131 @@ int rt_metrics_render(rt_metrics_collect_fn collect, void *ud, char **out, size_
 }
 
 /* ---------------------------------------------------------------- HTTP */
+/* Slow or idle clients cannot hold the port: each address has a few
+ * connections, all of them together a few dozen; a connection idle this
+ * long is closed, and so is one whose request head has not arrived this
+ * long after it connected (or after its previous answer), however it
+ * trickles; a head past the memory limit is refused (431). The polling
+ * thread is woken through its own pipe (MHD_USE_ITC), so a stop never
+ * waits for a client, even when the connection limit has taken the
+ * listening socket out of the poll set. */
+#define HTTP_PER_IP 4
+#define HTTP_CONNECTIONS 64
+#define HTTP_IDLE_S 10
+#define HTTP_HEAD_S 10
+#define HTTP_MEMORY (16u << 10)
+
+/* A connection, for the head deadline: MHD's own timeout is an idle one. */
+typedef struct http_conn {
+    struct http_conn *next, **prev;
+    int fd;
+    int head_done;  /* the request head arrived: the deadline is off */
+    int cut;        /* shut down for its deadline */
+    uint64_t t0;    /* connected, or answered its previous request */
+} http_conn;
+
 struct rt_metrics_server {
     struct MHD_Daemon *d;
     rt_metrics_collect_fn collect;
     void *ud;
     char bound[128];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t reaper;
+    int reaper_on, stopping;
+    http_conn *conns; /* under mu */
 };
+
+static uint64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* MHD calls this on its thread before it closes the socket: under mu the
+ * reaper never touches an fd that is closed (or reused). */
+static void on_conn(void *cls, struct MHD_Connection *conn, void **socket_ctx,
+                    enum MHD_ConnectionNotificationCode toe)
+{
+    rt_metrics_server *ms = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        http_conn *h = ci ? calloc(1, sizeof *h) : NULL;
+        *socket_ctx = h;
+        if (!h)
+            return;
+        h->fd = ci->connect_fd;
+        h->t0 = mono_ns();
+        pthread_mutex_lock(&ms->mu);
+        h->next = ms->conns;
+        h->prev = &ms->conns;
+        if (ms->conns)
+            ms->conns->prev = &h->next;
+        ms->conns = h;
+        pthread_mutex_unlock(&ms->mu);
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED && *socket_ctx) {
+        http_conn *h = *socket_ctx;
+        pthread_mutex_lock(&ms->mu);
+        *h->prev = h->next;
+        if (h->next)
+            h->next->prev = h->prev;
+        pthread_mutex_unlock(&ms->mu);
+        free(h);
+        *socket_ctx = NULL;
+    }
+}
+
+static http_conn *conn_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* An answer sent: a kept-alive connection's next head has its own
+ * deadline. */
+static void on_done(void *cls, struct MHD_Connection *conn, void **con_cls,
+                    enum MHD_RequestTerminationCode toe)
+{
+    rt_metrics_server *ms = cls;
+    (void)con_cls;
+    (void)toe;
+    http_conn *h = conn_of(conn);
+    if (!h)
+        return;
+    pthread_mutex_lock(&ms->mu);
+    h->head_done = 0;
+    h->t0 = mono_ns();
+    pthread_mutex_unlock(&ms->mu);
+}
+
+/* Shuts down the connections past the head deadline; MHD then reads EOF
+ * and closes them on its thread. */
+static void *reaper_main(void *arg)
+{
+    rt_metrics_server *ms = arg;
+    pthread_mutex_lock(&ms->mu);
+    while (!ms->stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += 500000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&ms->cv, &ms->mu, &ts);
+        uint64_t now = mono_ns();
+        for (http_conn *h = ms->conns; h; h = h->next)
+            if (!h->head_done && !h->cut && now - h->t0 > HTTP_HEAD_S * 1000000000ull) {
+                shutdown(h->fd, SHUT_RDWR);
+                h->cut = 1;
+            }
+    }
+    pthread_mutex_unlock(&ms->mu);
+    return NULL;
+}
 
 static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, const char *text)
 {
@@ -389,6 +513,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   void **con_cls)
 {
     rt_metrics_server *ms = cls;
+    http_conn *h = conn_of(conn);
+    if (h) {
+        pthread_mutex_lock(&ms->mu);
+        h->head_done = 1;
+        pthread_mutex_unlock(&ms->mu);
+    }
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
         return reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET /metrics\n");
     if (strcmp(url, "/metrics") != 0)
@@ -441,21 +571,33 @@ int rt_metrics_serve(const char *addr, rt_metrics_collect_fn collect, void *ud,
     }
     ms->collect = collect;
     ms->ud = ud;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
+    pthread_mutex_init(&ms->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&ms->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     ms->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, ms,
                              MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
-                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_END);
+                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_S,
+                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_CONNECTIONS,
+                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HTTP_PER_IP,
+                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_MEMORY,
+                             MHD_OPTION_NOTIFY_CONNECTION, on_conn, ms,
+                             MHD_OPTION_NOTIFY_COMPLETED, on_done, ms, MHD_OPTION_END);
     int e = errno;
     freeaddrinfo(ai);
     if (!ms->d) {
         snprintf(err, errlen, "metrics: cannot listen on %.100s (%s)", addr,
                  e == EADDRINUSE ? "address already in use" : strerror(e));
-        free(ms);
+        rt_metrics_server_stop(ms);
         return RT_EUNAVAILABLE;
     }
+    if (pthread_create(&ms->reaper, NULL, reaper_main, ms) == 0)
+        ms->reaper_on = 1;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(ms->d, MHD_DAEMON_INFO_LISTEN_FD);
     struct sockaddr_storage sa;
     socklen_t sl = sizeof sa;
@@ -474,6 +616,16 @@ void rt_metrics_server_stop(rt_metrics_server *ms)
 {
     if (!ms)
         return;
-    MHD_stop_daemon(ms->d);
+    pthread_mutex_lock(&ms->mu);
+    ms->stopping = 1;
+    pthread_cond_signal(&ms->cv);
+    pthread_mutex_unlock(&ms->mu);
+    if (ms->reaper_on)
+        pthread_join(ms->reaper, NULL);
+    /* closes every connection at once; no client is waited for */
+    if (ms->d)
+        MHD_stop_daemon(ms->d);
+    pthread_cond_destroy(&ms->cv);
+    pthread_mutex_destroy(&ms->mu);
     free(ms);
 }

@@ -1017,7 +1017,8 @@ typedef struct upload_st {
     up_data *d;
     rt_srv *srv;
     rt_principal *who;     /* holds one RT_Q_UPLOADS and reserved bytes */
-    uint64_t reserved;     /* RT_Q_UPLOAD_BYTES */
+    uint64_t reserved;     /* RT_Q_UPLOAD_BYTES (up_reserve) */
+    int cut_short;         /* its reservation could not grow */
     int busy;              /* counted in rt_bufpool_busy */
     struct up_lane *lane;  /* large uploads: hashing and placing off the cq thread */
 } upload_st;
@@ -1280,6 +1281,54 @@ static void up_lane_stop(upload_st *u)
     u->lane = NULL;
 }
 
+/* What an upload reserves (--max-upload-bytes, the principal's upload
+ * quota and the memory budget) is what has arrived, plus the bytes of its
+ * held shards, plus a window, never more than its declared size: uploads
+ * that declare gigabytes and send nothing hold a window each, not their
+ * declarations, and cannot starve the others. The window is the server
+ * cap's share for twice --max-uploads uploads (at least 1 MiB), so even
+ * --max-uploads stalled ones leave half the cap free. Growing past the cap
+ * fails the upload (RESOURCE_EXHAUSTED) where it stands; with a
+ * content_hash its bytes are kept for a resume. */
+static uint64_t up_window(const rt_srv *s)
+{
+    uint64_t cap = s->cfg.max_upload_bytes ? s->cfg.max_upload_bytes
+                                           : 2 * s->cfg.max_dataset_bytes;
+    uint64_t w = cap / (2 * (uint64_t)(s->cfg.max_uploads > 0 ? s->cfg.max_uploads : 1));
+    return w < (1u << 20) ? (1u << 20) : w;
+}
+
+/* Cover arrived bytes of the stream: grown by a window once they pass
+ * the reservation (at the header, first: at once). */
+static int up_reserve(rt_call *c, upload_st *u, uint64_t arrived, int first)
+{
+    uint64_t want = arrived + (u->total - u->stream_total);
+    if (!first && want <= u->reserved && want <= c->up_bytes)
+        return 0;
+    uint64_t t = want + up_window(c->srv);
+    if (t > u->total || t < want)
+        t = u->total;
+    int rc;
+    if (c->up_bytes < t && (rc = rt_srv_upload_reserve(c, t - c->up_bytes)) < 0) {
+        u->cut_short = 1;
+        return rc;
+    }
+    if (u->reserved < t) {
+        /* over the principal's quota, its own kept uploads make room */
+        char err[200];
+        while ((rc = rt_principal_reserve(c->who, RT_Q_UPLOAD_BYTES, t - u->reserved, err,
+                                          sizeof err)) < 0 &&
+               rt_srv_kept_drop_one(c->srv, c->who))
+            ;
+        if (rc < 0) {
+            u->cut_short = 1;
+            return rt_call_fail(c, rc, "%s", err);
+        }
+        u->reserved = t;
+    }
+    return 0;
+}
+
 /* The header: parts, limits, reservations, and the buffer, fresh or taken
  * back from a kept broken upload (resume_offset). */
 static int upload_begin(rt_call *c, upload_st *u, const Rtrain__V1__DatasetHeader *h)
@@ -1340,13 +1389,9 @@ static int upload_begin(rt_call *c, upload_st *u, const Rtrain__V1__DatasetHeade
         rt_srv_kept_free(k);
         k = NULL;
     }
-    if ((rc = rt_srv_upload_reserve(c, u->total)) < 0) {
-        rt_srv_kept_free(k);
-        return rc;
-    }
-    /* The upload's buffer is charged before it exists: uploads in flight
-     * and their bytes, against the principal and the server's memory
-     * budget. A resume takes over the kept upload's charge. */
+    /* The upload's count is charged before its buffer exists, against the
+     * principal; its bytes as they come (up_reserve). A resume takes over
+     * the kept upload's charge. */
     char err[200];
     if ((rc = rt_principal_reserve(c->who, RT_Q_UPLOADS, 1, err, sizeof err)) < 0) {
         rt_srv_kept_free(k);
@@ -1361,15 +1406,11 @@ static int upload_begin(rt_call *c, upload_st *u, const Rtrain__V1__DatasetHeade
         u->resumed = k->offset;
         free(k); /* its charge and data are the upload's now */
         rt_metrics_upload(0, u->resumed);
+        if ((rc = up_reserve(c, u, u->resumed, 1)) < 0)
+            return rc;
     } else {
-        /* Over the principal's quota, its own kept uploads make room. */
-        while ((rc = rt_principal_reserve(c->who, RT_Q_UPLOAD_BYTES, u->total, err,
-                                          sizeof err)) < 0 &&
-               rt_srv_kept_drop_one(c->srv, c->who))
-            ;
-        if (rc < 0)
-            return rt_call_fail(c, rc, "%s", err);
-        u->reserved = u->total;
+        if ((rc = up_reserve(c, u, 0, 1)) < 0)
+            return rc;
         u->d = calloc(1, sizeof *u->d);
         if (u->d) {
             u->d->buf = rt_bufpool_get(u->total);
@@ -1454,6 +1495,9 @@ static int upload_chunk(rt_call *c, upload_st *u)
             return rt_call_fail(c, RT_EDATA, "chunk at %llu overruns the %llu bytes declared",
                                 (unsigned long long)q->offset,
                                 (unsigned long long)u->stream_total);
+        int rc = up_reserve(c, u, d->received + len, 0);
+        if (rc < 0)
+            return rc;
         d->received += len;
         if (c->bulk && u->lane) {
             /* the slices go to the lane as they are; the call lets go */
@@ -1505,8 +1549,9 @@ static int h_upload_chunk(rt_call *c)
         c->st_done = upload_st_done;
     }
     int rc = upload_chunk(c, u);
-    if (rc < 0)
-        u->bad = 1; /* refused data is not kept for a resume */
+    if (rc < 0 && !u->cut_short)
+        u->bad = 1; /* refused data is not kept for a resume (an upload
+                       cut short by the cap is: its bytes are good) */
     return rc;
 }
 
@@ -1756,7 +1801,37 @@ typedef struct run_cb {
     int stopped;           /* Control's stop */
     uint64_t gen;          /* this call's run_gen */
     uint64_t mark;         /* epoch clock (epoch_clock_end) */
+    int stop_on_nan;       /* the request's */
+    int nan_stop;          /* stopped at a non-finite loss */
+    int64_t nan_step;      /* the first step with one, 0 = none */
+    float nan_loss;
 } run_cb;
+
+static Rtrain__V1__StateKind state_kind(const rt_srv *s)
+{
+    return s->state ? RTRAIN__V1__STATE_KIND__STATE_DISK : RTRAIN__V1__STATE_KIND__STATE_MEMORY;
+}
+
+/* A step's loss that is NaN or infinite: recorded (the first), and with
+ * stop_on_nan the run stops after that step. 1 = stop. */
+static int non_finite(int64_t *first, int stop_on_nan, int *stopped, const rt_step_info *info)
+{
+    if (isfinite(info->loss))
+        return 0;
+    if (!*first)
+        *first = info->step;
+    if (!stop_on_nan)
+        return 0;
+    *stopped = 1;
+    return 1;
+}
+
+static int nan_fail(rt_call *c, int64_t step, float loss)
+{
+    return rt_call_fail(c, RT_ESTATE, "loss is %s at step %lld (stop_on_nan): training stopped "
+                        "after that step; the weights are that step's", isnan(loss) ? "NaN"
+                        : "infinite", (long long)step);
+}
 
 static Rtrain__V1__EpochEnd *epoch_pb(rt_call *c, int64_t epoch, const rt_metrics *train,
                                       int64_t steps, uint64_t exec_ns)
@@ -1778,6 +1853,10 @@ static int run_step_cb(void *ud, const rt_step_info *info)
     rt_call_yield(r->c);
     if (rt_call_is_cancelled(r->c)) {
         r->cancelled = 1;
+        return 1;
+    }
+    if (non_finite(&r->nan_step, r->stop_on_nan, &r->nan_stop, info)) {
+        r->nan_loss = info->loss;
         return 1;
     }
     if (stop_asked(r->c->prog, r->gen))
@@ -1815,6 +1894,7 @@ static int run_steps_work(rt_call *c)
     if (q->seq && q->seq <= p->last_seq) {
         r->replayed = 1;
         r->boot_id = c->srv->boot_id;
+        r->state = state_kind(c->srv);
         r->global_step = (uint64_t)rt_exec_global_step(p->exec);
         const rt_seq_rec *rec = &p->ring[q->seq % RT_SEQ_RING];
         if (rec->seq == q->seq) { /* it ran: the original answer */
@@ -1844,7 +1924,7 @@ static int run_steps_work(rt_call *c)
      * augmentation; val_at_end validates once, after the last step */
     int val_in = c->val_ds && !q->val_at_end;
     run_cb cb = {.c = c, .stop_for_val = val_in || c->ds->img != NULL,
-                 .gen = run_begin(p)};
+                 .gen = run_begin(p), .stop_on_nan = q->stop_on_nan};
     int64_t left = (int64_t)q->steps, done = 0;
     double loss_sum = 0, acc_sum = 0;
     int64_t samples = 0;
@@ -1872,6 +1952,11 @@ static int run_steps_work(rt_call *c)
             run_end(p);
             p->ckpt_partial = done + part.steps_run > 0;
             return stopped_fail(c, done + part.steps_run, (int64_t)q->steps);
+        }
+        if (cb.nan_stop) {
+            run_end(p);
+            p->ckpt_partial = 1;
+            return nan_fail(c, cb.nan_step, cb.nan_loss);
         }
         left -= part.steps_run;
         done += part.steps_run;
@@ -1918,6 +2003,9 @@ static int run_steps_work(rt_call *c)
         return rc;
     r->global_step = (uint64_t)rt_exec_global_step(p->exec);
     r->boot_id = c->srv->boot_id;
+    r->state = state_kind(c->srv);
+    r->non_finite = cb.nan_step != 0;
+    r->first_non_finite_step = (uint64_t)cb.nan_step;
     r->last = metrics_pb(c, &res.last);
     r->mean = metrics_pb(c, &mean);
     if (losses) {
@@ -2005,7 +2093,20 @@ typedef struct fit_cb {
     int ckpt_rc;           /* an interval checkpoint failed (the call fails) */
     rt_metrics ep;         /* aligned: the epoch's metrics at its last step */
     float last_lr;         /* the previous step's rate (0 before the first) */
+    int nan_stop;          /* stopped at a non-finite loss (stop_on_nan) */
+    int64_t nan_step;      /* the first step with one, 0 = none */
+    float nan_loss;
 } fit_cb;
+
+/* What every FitEvent of the call carries: the daemon's boot, whether it
+ * is durable, and the first non-finite loss so far. */
+static void fit_stamp(rt_call *c, Rtrain__V1__FitEvent *ev, int64_t nan_step)
+{
+    ev->boot_id = c->srv->boot_id;
+    ev->state = state_kind(c->srv);
+    ev->non_finite = nan_step != 0;
+    ev->first_non_finite_step = (uint64_t)nan_step;
+}
 
 static int fit_step_cb(void *ud, const rt_step_info *info)
 {
@@ -2038,6 +2139,10 @@ static int fit_step_cb(void *ud, const rt_step_info *info)
     rt_call_yield(f->c);
     if (rt_call_is_cancelled(f->c))
         return 1;
+    if (non_finite(&f->nan_step, f->q->stop_on_nan, &f->nan_stop, info)) {
+        f->nan_loss = info->loss;
+        return 1;
+    }
     /* A new rate is reported at its first step, uncoalesced (StepProgress.
      * learning_rate), so a client can replay the run exactly. */
     int lr_changed = f->last_lr > 0 && info->lr != f->last_lr;
@@ -2057,6 +2162,7 @@ static int fit_step_cb(void *ud, const rt_step_info *info)
         sp.learning_rate = info->lr;
         ev.event_case = RTRAIN__V1__FIT_EVENT__EVENT_PROGRESS;
         ev.progress = &sp;
+        fit_stamp(f->c, &ev, f->nan_step);
         uint64_t t0 = rt_now_ns();
         rt_call_stream_send(f->c, &ev.base, !lr_changed, 0);
         f->c->tm.encode_ns += rt_now_ns() - t0;
@@ -2091,11 +2197,12 @@ static int fit_work(rt_call *c)
     return rc;
 }
 
-static void fit_send_epoch(rt_call *c, Rtrain__V1__EpochEnd *e)
+static void fit_send_epoch(rt_call *c, Rtrain__V1__EpochEnd *e, int64_t nan_step)
 {
     Rtrain__V1__FitEvent ev = RTRAIN__V1__FIT_EVENT__INIT;
     ev.event_case = RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END;
     ev.epoch_end = e;
+    fit_stamp(c, &ev, nan_step);
     uint64_t t1 = rt_now_ns();
     rt_call_stream_send(c, &ev.base, 0, 0);
     c->tm.encode_ns += rt_now_ns() - t1;
@@ -2128,7 +2235,7 @@ static int fit_resume(rt_call *c, int64_t spe, int64_t *pos)
         Rtrain__V1__EpochEnd *e = epoch_pb(c, fe->epoch, &fe->train, fe->steps, fe->execute_ns);
         if (!e || (fe->has_val && !(e->val = metrics_pb(c, &fe->val))))
             return OOM(c);
-        fit_send_epoch(c, e);
+        fit_send_epoch(c, e, 0);
     }
     if (r->done)
         return 1;
@@ -2222,6 +2329,10 @@ static int fit_run(rt_call *c, uint64_t gen)
             p->ckpt_partial = partial;
             return f.ckpt_rc;
         }
+        if (f.nan_stop) {
+            p->ckpt_partial = partial;
+            return nan_fail(c, f.nan_step, f.nan_loss);
+        }
         if (f.draining) {
             p->ckpt_partial = 0;
             return rt_call_fail(c, RT_EUNAVAILABLE, "the daemon is stopping: the fit stopped "
@@ -2272,7 +2383,7 @@ static int fit_run(rt_call *c, uint64_t gen)
         if (c->srv->state && (rc = durable_checkpoint(c, p, q->checkpoint_policy)) < 0)
             return rc;
         c->tm.execute_ns += rt_now_ns() - t0; /* the epoch's validation */
-        fit_send_epoch(c, e);
+        fit_send_epoch(c, e, f.nan_step);
         if (f.stopped)
             break;
         if (f.resumable && ep + 1 < q->epochs && daemon_stopping(c))
@@ -2288,6 +2399,7 @@ static int fit_run(rt_call *c, uint64_t gen)
     fin->cancelled = cancelled;
     fin->stopped = ended ? p->fit.stopped : f.stopped && !cancelled;
     fin->global_step = (uint64_t)rt_exec_global_step(p->exec);
+    fit_stamp(c, fin, f.nan_step);
     c->resp = &fin->base;
     char pid[16];
     if (cancelled)
@@ -3016,6 +3128,10 @@ int rt_methods_state_open(rt_srv *s, char *err, size_t errlen)
                           .keep = s->cfg.ckpt_keep,
                           .fail_continue = s->cfg.ckpt_fail_continue,
                           .no_fsync = s->cfg.ckpt_no_fsync};
+    /* a checkpoint holds a model (one message) and its state (held in the
+     * memory budget): a larger file is not one of ours */
+    uint64_t budget = rt_principal_set_budget(s->principals);
+    sc.max_file_bytes = budget > UINT64_MAX / 2 ? 0 : budget + s->cfg.max_message_bytes;
     int rc = rt_state_open(&sc, &s->state, err, errlen);
     if (rc < 0)
         return rc;

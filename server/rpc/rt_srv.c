@@ -2098,6 +2098,10 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
     }
     if (cfg->conn_idle_ms)
         INT_ARG(GRPC_ARG_MAX_CONNECTION_IDLE_MS, MS(cfg->conn_idle_ms));
+    /* advertised in SETTINGS: one connection cannot open calls without
+     * bound (a client's extra streams wait for a free one) */
+    INT_ARG(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+            cfg->max_concurrent_streams ? MS(cfg->max_concurrent_streams) : 100);
 #undef INT_ARG
 #undef MS
     grpc_channel_args ca = {na, args};

@@ -74,6 +74,7 @@ typedef struct rt_srv_config {
     uint64_t keepalive_timeout_ms;
     uint64_t handshake_timeout_ms;
     uint64_t conn_idle_ms;       /* 0 = never closed for idleness */
+    uint32_t max_concurrent_streams; /* per connection, in SETTINGS; 0 = 100 */
     int stream_queue_max;        /* server stream: messages queued per call */
     /* Streamed datasets (server/data/rt_stream.h): where their records
      * are spooled (NULL: state_dir if set, else RT_SPOOL_DIR_DEFAULT), the decoded size above

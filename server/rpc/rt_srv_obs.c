@@ -89,6 +89,8 @@ void rt_srv_metrics_collect(void *ud, struct rt_metrics_gauges *g)
     g->serving = s->health ? rt_health_serving(s->health) : 0;
     pthread_mutex_lock(&s->up_mu);
     g->upload_kept_bytes = s->kept_bytes;
+    g->uploads = s->n_uploads > 0 ? (uint64_t)s->n_uploads : 0;
+    g->upload_reserved_bytes = s->upload_bytes;
     pthread_mutex_unlock(&s->up_mu);
     g->upload_pool_bytes = rt_bufpool_idle_bytes();
     g->charged_bytes = rt_principal_set_budget_used(s->principals);

@@ -232,11 +232,11 @@ int rt_ckpt_parse(const uint8_t *buf, size_t len, rt_ckpt_view *v, char *err, si
 
 /* ------------------------------------------------------------ writing */
 
-/* ckpt-<n>.rtck names in dir, ascending by n. */
-static int list_ckpts(const char *dir, uint64_t **out)
+/* ckpt-<n>.rtck names in the folder dfd, ascending by n. */
+static int list_ckpts(int dfd, uint64_t **out)
 {
     *out = NULL;
-    DIR *d = opendir(dir);
+    DIR *d = rt_state_list(dfd);
     if (!d)
         return 0;
     int n = 0, cap = 0;
@@ -269,21 +269,18 @@ int rt_state_checkpoint(const rt_state *st, const char *sid, rt_program *p, char
                         size_t errlen)
 {
     const rt_state_config *cfg = rt_state_cfg(st);
-    char dir[1024], path[1100];
-    snprintf(dir, sizeof dir, "%s/sessions/%s", cfg->dir, sid);
-    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
-        snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
-        return RT_EIO;
-    }
-    snprintf(dir, sizeof dir, "%s/sessions/%s/%s", cfg->dir, sid, p->id);
-    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
-        snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
+    char name[64];
+    int dfd = rt_state_open_dir(st, sid, p->id, 1);
+    if (dfd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "cannot create sessions/%.40s/%.40s: %s", sid, p->id,
+                 e == ELOOP || e == ENOTDIR ? "something else is at that name" : strerror(e));
         return RT_EIO;
     }
     uint64_t *ks;
-    int n = list_ckpts(dir, &ks);
+    int n = list_ckpts(dfd, &ks);
     uint64_t next = n ? ks[n - 1] + 1 : 1;
-    snprintf(path, sizeof path, "%s/ckpt-%012" PRIu64 ".rtck", dir, next);
+    snprintf(name, sizeof name, "ckpt-%012" PRIu64 ".rtck", next);
     /* cleared before the state is read: a change that lands meanwhile
      * (Control's rate) marks it again */
     __atomic_store_n(&p->ckpt_dirty, 0, __ATOMIC_RELEASE);
@@ -292,6 +289,7 @@ int rt_state_checkpoint(const rt_state *st, const char *sid, rt_program *p, char
     if (rc < 0) {
         __atomic_store_n(&p->ckpt_dirty, 1, __ATOMIC_RELEASE);
         free(ks);
+        close(dfd);
         snprintf(err, errlen, "cannot read the program's state");
         return rc;
     }
@@ -299,6 +297,7 @@ int rt_state_checkpoint(const rt_state *st, const char *sid, rt_program *p, char
     if (!x) {
         __atomic_store_n(&p->ckpt_dirty, 1, __ATOMIC_RELEASE);
         free(ks);
+        close(dfd);
         return RT_ENOMEM;
     }
     XXH3_64bits_reset(x);
@@ -310,41 +309,25 @@ int rt_state_checkpoint(const rt_state *st, const char *sid, rt_program *p, char
     uint64_t t0 = rt_now_ns(), bytes = 0;
     for (int i = 0; i < k.n; i++)
         bytes += k.sp[i].n;
-    rc = rt_state_write_file(st, path, k.sp, k.n, err, errlen);
+    rc = rt_state_write_at(st, dfd, name, k.sp, k.n, err, errlen);
     rt_metrics_checkpoint(rt_now_ns() - t0, bytes, rc == 0);
     if (rc == 0) {
         p->ckpt_step = rt_exec_global_step(p->exec);
         p->ckpt_ns = rt_now_ns();
         int keep = cfg->keep > 0 ? cfg->keep : 3;
-        /* the new one is next; the oldest beyond keep go */
+        /* the new one is next; the oldest beyond keep go (a name in the
+         * folder opened without following links: the daemon's own) */
         for (int i = 0; i + keep - 1 < n; i++) {
-            char old[1100];
-            snprintf(old, sizeof old, "%s/ckpt-%012" PRIu64 ".rtck", dir, ks[i]);
-            unlink(old);
+            char old[64];
+            snprintf(old, sizeof old, "ckpt-%012" PRIu64 ".rtck", ks[i]);
+            unlinkat(dfd, old, 0);
         }
     } else {
         __atomic_store_n(&p->ckpt_dirty, 1, __ATOMIC_RELEASE);
     }
     free(ks);
+    close(dfd);
     return rc;
-}
-
-void rt_state_program_remove(const rt_state *st, const char *sid, const char *pid)
-{
-    /* ids are "s-"/"p-" + hex: nothing else names a folder of ours */
-    if (!st || strncmp(sid, "s-", 2) || strncmp(pid, "p-", 2) || strchr(sid, '/') ||
-        strchr(pid, '/'))
-        return;
-    char dir[1024], path[1100];
-    snprintf(dir, sizeof dir, "%s/sessions/%s/%s", rt_state_cfg(st)->dir, sid, pid);
-    uint64_t *ks;
-    int n = list_ckpts(dir, &ks);
-    for (int i = 0; i < n; i++) {
-        snprintf(path, sizeof path, "%s/ckpt-%012" PRIu64 ".rtck", dir, ks[i]);
-        unlink(path);
-    }
-    free(ks);
-    rmdir(dir);
 }
 
 int rt_state_checkpoint_due(const rt_state *st, const rt_program *p, uint32_t every_steps,
@@ -363,43 +346,53 @@ int rt_state_checkpoint_due(const rt_state *st, const rt_program *p, uint32_t ev
 
 /* ------------------------------------------------------------ reading */
 
-/* The checkpoints of dir, newest first, parsed and handed to use until
- * it takes one (returns 0); a corrupt one, or one that use refuses (it
- * does not fit the program it would be restored into), is skipped with a
- * warning naming the reason. RT_ENOTFOUND if none was taken. */
+/* The checkpoints in the folder dfd, newest first, read (regular files
+ * of at most max bytes; 0: 64 GiB), parsed and handed to use until it
+ * takes one (returns 0); a corrupt one, one that cannot be read, or one
+ * that use refuses (it does not fit the program it would be restored
+ * into) is skipped with a warning naming the reason. RT_ENOTFOUND if none
+ * was taken. where names the folder in the messages. */
 typedef int (*rt__ckpt_use_fn)(void *ud, const rt_ckpt_view *v, char *err, size_t errlen);
-int rt__ckpt_load_newest(const char *dir, rt__ckpt_use_fn use, void *ud, int *warnings);
-int rt__ckpt_load_newest(const char *dir, rt__ckpt_use_fn use, void *ud, int *warnings)
+int rt__ckpt_load_newest_at(int dfd, const char *where, uint64_t max, rt__ckpt_use_fn use,
+                            void *ud, int *warnings);
+int rt__ckpt_load_newest_at(int dfd, const char *where, uint64_t max, rt__ckpt_use_fn use,
+                            void *ud, int *warnings)
 {
     uint64_t *ks;
-    int n = list_ckpts(dir, &ks);
+    int n = list_ckpts(dfd, &ks);
+    if (!max)
+        max = 64ull << 30;
     for (int i = n - 1; i >= 0; i--) {
-        char path[1100], err[300];
-        snprintf(path, sizeof path, "%s/ckpt-%012" PRIu64 ".rtck", dir, ks[i]);
-        FILE *f = fopen(path, "rb");
-        if (!f)
-            continue;
+        char name[64], err[300];
+        snprintf(name, sizeof name, "ckpt-%012" PRIu64 ".rtck", ks[i]);
         uint8_t *b = NULL;
-        struct stat sb;
+        size_t l;
         rt_ckpt_view v;
-        int rc = RT_EIO;
-        if (fstat(fileno(f), &sb) == 0 && (b = malloc(sb.st_size ? (size_t)sb.st_size : 1)) &&
-            fread(b, 1, (size_t)sb.st_size, f) == (size_t)sb.st_size) {
-            rc = rt_ckpt_parse(b, (size_t)sb.st_size, &v, err, sizeof err);
-            if (rc == 0)
-                rc = use(ud, &v, err, sizeof err);
-        } else {
-            snprintf(err, sizeof err, "cannot read it");
-        }
-        fclose(f);
+        int rc = rt_state_read_at(dfd, name, max, &b, &l, err, sizeof err);
+        if (rc == RT_ENOTFOUND)
+            continue;
+        if (rc == 0 && (rc = rt_ckpt_parse(b, l, &v, err, sizeof err)) == 0)
+            rc = use(ud, &v, err, sizeof err);
         free(b);
         if (rc == 0) {
             free(ks);
             return 0;
         }
         (*warnings)++;
-        RT_LOG(RT_LOG_WARN, "checkpoint %s: %s; using the previous one", path, err);
+        RT_LOG(RT_LOG_WARN, "checkpoint %s/%s: %s; using the previous one", where, name, err);
     }
     free(ks);
     return RT_ENOTFOUND;
+}
+
+/* The same, for a folder named by its path (tests, tools). */
+int rt__ckpt_load_newest(const char *dir, rt__ckpt_use_fn use, void *ud, int *warnings);
+int rt__ckpt_load_newest(const char *dir, rt__ckpt_use_fn use, void *ud, int *warnings)
+{
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return RT_ENOTFOUND;
+    int rc = rt__ckpt_load_newest_at(dfd, dir, 0, use, ud, warnings);
+    close(dfd);
+    return rc;
 }

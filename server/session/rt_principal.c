@@ -219,6 +219,8 @@ uint64_t rt_principal_limit(const rt_principal *p, rt_quota_kind k)
     return l;
 }
 
+uint64_t rt_principal_set_budget(const rt_principal_set *ps) { return ps->budget; }
+
 uint64_t rt_principal_set_budget_used(rt_principal_set *ps)
 {
     pthread_mutex_lock(&ps->mu);

@@ -89,6 +89,8 @@ int rt_principal_reserve(rt_principal *p, rt_quota_kind k, uint64_t n, char *err
 void rt_principal_unreserve(rt_principal *p, rt_quota_kind k, uint64_t n);
 uint64_t rt_principal_used(const rt_principal *p, rt_quota_kind k);
 uint64_t rt_principal_limit(const rt_principal *p, rt_quota_kind k);
+/* The budget the set was created with (RT_QUOTA_UNLIMITED: none). */
+uint64_t rt_principal_set_budget(const rt_principal_set *ps);
 /* Bytes charged to the budget by all principals. */
 uint64_t rt_principal_set_budget_used(rt_principal_set *ps);
 

@@ -22,10 +22,19 @@
 struct rt_state {
     rt_state_config cfg;
     char dir[512];
+    /* Everything under the state dir is reached from these, opened at
+     * start, one name at a time with O_NOFOLLOW (rt_state_open_dir,
+     * rt_state_read_at, rt_state_write_at): a symlink, FIFO or device
+     * placed there is never followed, opened for writing or read. */
+    int root, ds, ss; /* the dir, datasets/, sessions/ */
 };
 
 typedef int (*rt__ckpt_use_fn)(void *ud, const rt_ckpt_view *v, char *err, size_t errlen);
-int rt__ckpt_load_newest(const char *dir, rt__ckpt_use_fn use, void *ud, int *warnings);
+int rt__ckpt_load_newest_at(int dfd, const char *where, uint64_t max, rt__ckpt_use_fn use,
+                            void *ud, int *warnings);
+
+/* A session or program record is a few lines; a meta record too. */
+#define RT__RECORD_MAX 4096
 
 static int mkdir_p(const char *path)
 {
@@ -41,6 +50,37 @@ static int mkdir_p(const char *path)
     return mkdir(tmp, 0700) < 0 && errno != EEXIST ? -1 : 0;
 }
 
+/* The folder must be this daemon's alone: another user, or anyone in a
+ * group, who may write in it could place links there or replace files. */
+static int check_owner(const char *what, int fd, char *err, size_t errlen)
+{
+    struct stat sb;
+    if (fstat(fd, &sb) < 0) {
+        snprintf(err, errlen, "--state-dir: cannot stat %s: %s", what, strerror(errno));
+        return RT_EIO;
+    }
+    if (sb.st_uid != geteuid()) {
+        snprintf(err, errlen, "--state-dir: %s is owned by uid %u, not by this daemon's uid %u: "
+                 "chown it to the daemon's user", what, (unsigned)sb.st_uid, (unsigned)geteuid());
+        return RT_EINVAL;
+    }
+    if (sb.st_mode & (S_IWGRP | S_IWOTH)) {
+        snprintf(err, errlen, "--state-dir: %s is writable by its group or others (mode %04o): "
+                 "chmod 0700 it", what, (unsigned)(sb.st_mode & 07777));
+        return RT_EINVAL;
+    }
+    return 0;
+}
+
+/* name in dfd as a folder, created if missing (create), never through a
+ * symlink: an fd, or -1 with errno (ELOOP or ENOTDIR: not a folder). */
+static int dir_at(int dfd, const char *name, int create)
+{
+    if (create && mkdirat(dfd, name, 0700) < 0 && errno != EEXIST)
+        return -1;
+    return openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
 int rt_state_open(const rt_state_config *cfg, rt_state **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -52,36 +92,104 @@ int rt_state_open(const rt_state_config *cfg, rt_state **out, char *err, size_t 
     if (!st)
         return RT_ENOMEM;
     st->cfg = *cfg;
+    st->root = st->ds = st->ss = -1;
     snprintf(st->dir, sizeof st->dir, "%s", cfg->dir);
     st->cfg.dir = st->dir;
     if (st->cfg.keep < 1)
         st->cfg.keep = 3;
-    char sub[600];
-    const char *subs[] = {"", "/datasets", "/sessions"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(sub, sizeof sub, "%s%s", st->dir, subs[i]);
-        if (mkdir_p(sub) < 0) {
-            snprintf(err, errlen, "--state-dir: cannot create %s: %s", sub, strerror(errno));
-            free(st);
-            return RT_EIO;
-        }
+    int rc = RT_EIO;
+    /* The operator's path is followed (it may be a link to a volume);
+     * what is below it never is. */
+    if (mkdir_p(st->dir) < 0 ||
+        (st->root = open(st->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+        snprintf(err, errlen, "--state-dir: cannot create %s: %s", st->dir, strerror(errno));
+        goto fail;
     }
-    snprintf(sub, sizeof sub, "%s/.probe", st->dir);
-    int fd = open(sub, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if ((rc = check_owner(st->dir, st->root, err, errlen)) < 0)
+        goto fail;
+    const char *subs[] = {"datasets", "sessions"};
+    int *fds[] = {&st->ds, &st->ss};
+    for (int i = 0; i < 2; i++) {
+        char what[600];
+        snprintf(what, sizeof what, "%s/%s", st->dir, subs[i]);
+        if ((*fds[i] = dir_at(st->root, subs[i], 1)) < 0) {
+            int e = errno;
+            snprintf(err, errlen, "--state-dir: %s %s", what,
+                     e == ELOOP || e == ENOTDIR ? "is not a folder (a symlink or a file): "
+                                                  "move it away"
+                                                : strerror(e));
+            rc = e == ELOOP || e == ENOTDIR ? RT_EINVAL : RT_EIO;
+            goto fail;
+        }
+        if ((rc = check_owner(what, *fds[i], err, errlen)) < 0)
+            goto fail;
+    }
+    /* Writable? O_EXCL: a link or FIFO named .probe is not opened (one
+     * left by an earlier start is removed: the name is ours). */
+    int fd = -1;
+    for (int k = 0; k < 2 && fd < 0; k++) {
+        fd = openat(st->root, ".probe", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                    0600);
+        if (fd < 0 && errno == EEXIST && k == 0)
+            unlinkat(st->root, ".probe", 0);
+        else if (fd < 0)
+            break;
+    }
     if (fd < 0) {
         snprintf(err, errlen, "--state-dir: cannot write in %s: %s", st->dir, strerror(errno));
-        free(st);
-        return RT_EIO;
+        rc = RT_EIO;
+        goto fail;
     }
     close(fd);
-    unlink(sub);
+    unlinkat(st->root, ".probe", 0);
     *out = st;
     return 0;
+fail:
+    rt_state_close(st);
+    return rc;
 }
 
-void rt_state_close(rt_state *st) { free(st); }
+void rt_state_close(rt_state *st)
+{
+    if (!st)
+        return;
+    int fds[] = {st->root, st->ds, st->ss};
+    for (int i = 0; i < 3; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    free(st);
+}
 
 const rt_state_config *rt_state_cfg(const rt_state *st) { return &st->cfg; }
+
+int rt_state_open_dir(const rt_state *st, const char *sid, const char *pid, int create)
+{
+    /* ids are "s-" / "p-" and a few safe characters: one name each */
+    if (!sid || strncmp(sid, "s-", 2) || strchr(sid, '/') || strlen(sid) >= RT_SESSION_ID_LEN ||
+        (pid && (strncmp(pid, "p-", 2) || strchr(pid, '/') || strlen(pid) >= RT_SESSION_ID_LEN))) {
+        errno = EINVAL;
+        return -1;
+    }
+    int sfd = dir_at(st->ss, sid, create);
+    if (sfd < 0 || !pid)
+        return sfd;
+    int pfd = dir_at(sfd, pid, create);
+    int e = errno;
+    close(sfd);
+    errno = e;
+    return pfd;
+}
+
+DIR *rt_state_list(int dfd)
+{
+    /* a fresh open of the folder: a dup would share (and move) the
+     * position of dfd's own description */
+    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd < 0 ? NULL : fdopendir(fd);
+    if (!d && fd >= 0)
+        close(fd);
+    return d;
+}
 
 static int io_err(int e, const char *what, const char *path, char *err, size_t errlen)
 {
@@ -90,12 +198,21 @@ static int io_err(int e, const char *what, const char *path, char *err, size_t e
     return full ? RT_ETOOBIG : RT_EIO;
 }
 
-int rt_state_write_file(const rt_state *st, const char *path, const rt_exec_span *sp, int n,
-                        char *err, size_t errlen)
+int rt_state_write_at(const rt_state *st, int dfd, const char *name, const rt_exec_span *sp,
+                      int n, char *err, size_t errlen)
 {
-    char tmp[1200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", name);
+    /* O_EXCL | O_NOFOLLOW: a link placed at the temporary name is not
+     * written through; one left by a kill is ours to remove */
+    int fd = -1;
+    for (int k = 0; k < 2 && fd < 0; k++) {
+        fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && errno == EEXIST && k == 0)
+            unlinkat(dfd, tmp, 0);
+        else if (fd < 0)
+            break;
+    }
     if (fd < 0)
         return io_err(errno, "cannot create", tmp, err, errlen);
     int rc = 0;
@@ -119,38 +236,87 @@ int rt_state_write_file(const rt_state *st, const char *path, const rt_exec_span
         rc = io_err(errno, "cannot fsync", tmp, err, errlen);
     if (close(fd) < 0 && rc == 0)
         rc = io_err(errno, "cannot close", tmp, err, errlen);
-    if (rc == 0 && rename(tmp, path) < 0)
+    /* renameat replaces a link at name, never what it points to */
+    if (rc == 0 && renameat(dfd, tmp, dfd, name) < 0)
         rc = io_err(errno, "cannot rename", tmp, err, errlen);
     if (rc < 0) {
-        unlink(tmp);
+        unlinkat(dfd, tmp, 0);
         return rc;
     }
-    if (st->cfg.no_fsync)
-        return 0;
     /* the rename itself is durable only once the folder is */
-    char dir[1200];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = 0;
-    int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
-        return io_err(errno, "cannot open", dir, err, errlen);
-    if (fsync(dfd) < 0)
-        rc = io_err(errno, "cannot fsync", dir, err, errlen);
-    close(dfd);
+    if (!st->cfg.no_fsync && fsync(dfd) < 0)
+        rc = io_err(errno, "cannot fsync the folder of", name, err, errlen);
     return rc;
+}
+
+int rt_state_read_at(int dfd, const char *name, uint64_t max, uint8_t **buf, size_t *len,
+                     char *err, size_t errlen)
+{
+    *buf = NULL;
+    *len = 0;
+    /* O_NONBLOCK: a FIFO there would block the open until a writer came */
+    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "%s", e == ELOOP ? "is a symlink" : strerror(e));
+        return e == ENOENT ? RT_ENOTFOUND : RT_EIO;
+    }
+    struct stat sb;
+    int rc = RT_EIO;
+    if (fstat(fd, &sb) < 0) {
+        snprintf(err, errlen, "cannot stat it: %s", strerror(errno));
+    } else if (!S_ISREG(sb.st_mode)) {
+        snprintf(err, errlen, "is not a regular file");
+        rc = RT_EDATA;
+    } else if ((uint64_t)sb.st_size > max) {
+        snprintf(err, errlen, "is %llu bytes, over the %llu this file can be",
+                 (unsigned long long)sb.st_size, (unsigned long long)max);
+        rc = RT_ETOOBIG;
+    } else if (!(*buf = malloc((size_t)sb.st_size + 1))) {
+        snprintf(err, errlen, "no memory for its %llu bytes", (unsigned long long)sb.st_size);
+        rc = RT_ENOMEM;
+    } else {
+        rc = rt_state_read_full(fd, *buf, (size_t)sb.st_size, err, errlen);
+        if (rc == 0) {
+            (*buf)[sb.st_size] = 0;
+            *len = (size_t)sb.st_size;
+        } else {
+            free(*buf);
+            *buf = NULL;
+        }
+    }
+    close(fd);
+    return rc;
+}
+
+int rt_state_read_full(int fd, void *dst, size_t n, char *err, size_t errlen)
+{
+    uint8_t *p = dst;
+    while (n) {
+        ssize_t k = read(fd, p, n > (1u << 30) ? (1u << 30) : n);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (k <= 0) {
+            snprintf(err, errlen, "%s", k < 0 ? strerror(errno) : "shorter than its size");
+            return RT_EIO;
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------- sessions */
 
 int rt_state_session_save(const rt_state *st, const rt_session *s, char *err, size_t errlen)
 {
-    char dir[700], path[760], body[512];
-    snprintf(dir, sizeof dir, "%s/sessions/%s", st->dir, s->id);
-    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-        return io_err(errno, "cannot create", dir, err, errlen);
-    snprintf(path, sizeof path, "%s/session", dir);
+    char body[512];
+    int dfd = rt_state_open_dir(st, s->id, NULL, 1);
+    if (dfd < 0) {
+        char what[80];
+        snprintf(what, sizeof what, "sessions/%s", s->id);
+        return io_err(errno == ELOOP ? ENOTDIR : errno, "cannot create", what, err, errlen);
+    }
     /* the name is free text: its newlines would split the record */
     char name[sizeof s->name];
     snprintf(name, sizeof name, "%s", s->name);
@@ -160,40 +326,95 @@ int rt_state_session_save(const rt_state *st, const rt_session *s, char *err, si
     int n = snprintf(body, sizeof body, "rtrain-session 1\n%s\n%s\n%s\n%s\n", s->id, s->token,
                      s->owner ? rt_principal_name(s->owner) : "", name);
     rt_exec_span sp = {body, (size_t)n};
-    return rt_state_write_file(st, path, &sp, 1, err, errlen);
+    int rc = rt_state_write_at(st, dfd, "session", &sp, 1, err, errlen);
+    close(dfd);
+    return rc;
 }
 
-static void rm_tree(const char *path)
+/* Whether name is a checkpoint's, or its temporary file's (rt_ckpt.c). */
+static int ckpt_name(const char *name)
 {
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-                continue;
-            char sub[1200];
-            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-            if (e->d_type == DT_DIR)
-                rm_tree(sub);
-            else
-                unlink(sub);
-        }
-        closedir(d);
+    size_t n = strlen(name);
+    if (n > 4 && !strcmp(name + n - 4, ".tmp"))
+        n -= 4;
+    if (n != 22 || strncmp(name, "ckpt-", 5) || strncmp(name + 17, ".rtck", 5))
+        return 0;
+    for (int i = 5; i < 17; i++)
+        if (name[i] < '0' || name[i] > '9')
+            return 0;
+    return 1;
+}
+
+/* Unlink name in dfd if it is a regular file: what the daemon wrote. */
+static void unlink_ours(int dfd, const char *name)
+{
+    struct stat sb;
+    if (fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode))
+        unlinkat(dfd, name, 0);
+}
+
+/* sessions/<sid>/<pid> (sfd: sessions/<sid>): its checkpoints, then the
+ * folder if nothing else is left in it. A symlink there is left alone. */
+static void remove_program_dir(int sfd, const char *sid, const char *pid)
+{
+    int pfd = dir_at(sfd, pid, 0);
+    if (pfd < 0) {
+        if (errno == ELOOP || errno == ENOTDIR)
+            RT_LOG(RT_LOG_WARN, "state: sessions/%.40s/%.40s is not a folder; left alone", sid,
+                   pid);
+        return;
     }
-    rmdir(path);
+    DIR *pd = rt_state_list(pfd);
+    struct dirent *f;
+    while (pd && (f = readdir(pd)))
+        if (ckpt_name(f->d_name))
+            unlink_ours(pfd, f->d_name);
+    if (pd)
+        closedir(pd);
+    close(pfd);
+    unlinkat(sfd, pid, AT_REMOVEDIR);
+}
+
+void rt_state_program_remove(const rt_state *st, const char *sid, const char *pid)
+{
+    /* ids are "p-" + a few safe characters: one name */
+    if (!st || !pid || strncmp(pid, "p-", 2) || strchr(pid, '/') ||
+        strlen(pid) >= RT_SESSION_ID_LEN)
+        return;
+    int sfd = rt_state_open_dir(st, sid, NULL, 0);
+    if (sfd < 0)
+        return;
+    remove_program_dir(sfd, sid, pid);
+    close(sfd);
 }
 
 void rt_state_session_remove(const rt_state *st, const char *sid)
 {
-    /* ids are "s-" + hex: nothing else names a folder of ours */
-    if (!sid || strncmp(sid, "s-", 2) || strchr(sid, '/') || strstr(sid, ".."))
+    /* Only the daemon's own files go: the session record, the program
+     * folders and their checkpoints. A symlink in their place (to a folder
+     * elsewhere) is left alone, and so is anything else found there. */
+    int sfd = rt_state_open_dir(st, sid, NULL, 0);
+    if (sfd < 0) {
+        if (errno == ELOOP || errno == ENOTDIR)
+            RT_LOG(RT_LOG_WARN, "state: sessions/%.40s is not a folder; left alone", sid);
         return;
-    char dir[700], rec[760];
-    snprintf(dir, sizeof dir, "%s/sessions/%s", st->dir, sid);
+    }
     /* the record first: a removal cut short leaves no session to restore */
-    snprintf(rec, sizeof rec, "%s/session", dir);
-    unlink(rec);
-    rm_tree(dir);
+    unlink_ours(sfd, "session");
+    unlink_ours(sfd, "session.tmp");
+    DIR *d = rt_state_list(sfd);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (strncmp(e->d_name, "p-", 2) || strlen(e->d_name) >= RT_SESSION_ID_LEN)
+            continue;
+        remove_program_dir(sfd, sid, e->d_name);
+    }
+    if (d)
+        closedir(d);
+    close(sfd);
+    if (unlinkat(st->ss, sid, AT_REMOVEDIR) < 0 && errno != ENOENT)
+        RT_LOG(RT_LOG_WARN, "state: sessions/%.40s not removed: %s (files not the daemon's "
+               "are left)", sid, strerror(errno));
 }
 
 /* ------------------------------------------------------------- datasets */
@@ -230,12 +451,12 @@ int rt_state_dataset_put(const rt_state *st, const uint8_t key[16], const uint8_
     for (int i = 0; i < n_parts; i++)
         if (parts[i].format == RT_FMT_TFRECORD || parts[i].spec)
             return 0;
-    char kh[33], path[700];
+    char kh[33], name[64];
     hex16(key, kh);
-    snprintf(path, sizeof path, "%s/datasets/%s.data", st->dir, kh);
+    snprintf(name, sizeof name, "%s.data", kh);
     *kept = 1;
     struct stat sb;
-    if (stat(path, &sb) == 0)
+    if (fstatat(st->ds, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode))
         return 0; /* content-addressed: the same bytes are there */
     ds_head h;
     memset(&h, 0, sizeof h);
@@ -259,7 +480,7 @@ int rt_state_dataset_put(const rt_state *st, const uint8_t key[16], const uint8_
         dp[i].length = parts[i].length;
     }
     rt_exec_span sp[3] = {{&h, sizeof h}, {dp, sizeof *dp * (size_t)n_parts}, {buf, len}};
-    int rc = rt_state_write_file(st, path, sp, 3, err, errlen);
+    int rc = rt_state_write_at(st, st->ds, name, sp, 3, err, errlen);
     free(dp);
     return rc;
 }
@@ -267,9 +488,9 @@ int rt_state_dataset_put(const rt_state *st, const uint8_t key[16], const uint8_
 int rt_state_dataset_owner(const rt_state *st, const rt_dataset *ds, const char *owner,
                            const char *name, char *err, size_t errlen)
 {
-    char kh[33], path[700], body[600];
+    char kh[33], file[80], body[600];
     hex16(ds->key, kh);
-    snprintf(path, sizeof path, "%s/datasets/%s-%016llx.meta", st->dir, kh,
+    snprintf(file, sizeof file, "%s-%016llx.meta", kh,
              (unsigned long long)XXH3_64bits(owner, strlen(owner)));
     char nm[80];
     snprintf(nm, sizeof nm, "%s", name ? name : "");
@@ -279,30 +500,10 @@ int rt_state_dataset_owner(const rt_state *st, const rt_dataset *ds, const char 
     int n = snprintf(body, sizeof body, "rtrain-dataset 1\n%s\n%s\n%s\n%s\n", kh, ds->id, owner,
                      nm);
     rt_exec_span sp = {body, (size_t)n};
-    return rt_state_write_file(st, path, &sp, 1, err, errlen);
+    return rt_state_write_at(st, st->ds, file, &sp, 1, err, errlen);
 }
 
 /* ------------------------------------------------------------- restore */
-
-static char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    struct stat sb;
-    char *b = NULL;
-    if (fstat(fileno(f), &sb) == 0 && (b = malloc((size_t)sb.st_size + 1))) {
-        if (fread(b, 1, (size_t)sb.st_size, f) != (size_t)sb.st_size) {
-            free(b);
-            b = NULL;
-        } else {
-            b[sb.st_size] = 0;
-            *len = (size_t)sb.st_size;
-        }
-    }
-    fclose(f);
-    return b;
-}
 
 /* Split a text record into up to max lines (in place). */
 static int lines(char *b, char **v, int max)
@@ -319,18 +520,93 @@ static int lines(char *b, char **v, int max)
     return n;
 }
 
-static int restore_dataset(const rt_state *st, const char *meta_path, rt_data_store *store,
+/* A dataset file, checked before anything is read past its head: a
+ * regular file, its size what the head says, the data no larger than one
+ * upload may be (max_bytes). Its bytes are read once, into *buf. */
+static int read_dataset_file(const rt_state *st, const char *name, uint64_t max_bytes,
+                             ds_head *h, rt_data_part *parts, uint8_t **buf, char *err,
+                             size_t errlen)
+{
+    *buf = NULL;
+    int fd = openat(st->ds, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s", errno == ELOOP ? "is a symlink" : strerror(errno));
+        return RT_EIO;
+    }
+    int rc = RT_EDATA;
+    struct stat sb;
+    ds_part dp[RT_DATA_MAX_PARTS];
+    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+        snprintf(err, errlen, "is not a regular file");
+        goto out;
+    }
+    if ((uint64_t)sb.st_size < sizeof *h ||
+        (rc = rt_state_read_full(fd, h, sizeof *h, err, errlen)) < 0) {
+        snprintf(err, errlen, "is torn or not a dataset file");
+        rc = RT_EDATA;
+        goto out;
+    }
+    rc = RT_EDATA;
+    size_t need = sizeof *h + sizeof(ds_part) * (size_t)h->n_parts;
+    if (memcmp(h->magic, "RTDATA1", 8) || h->n_parts == 0 || h->n_parts > RT_DATA_MAX_PARTS) {
+        snprintf(err, errlen, "is torn or not a dataset file");
+        goto out;
+    }
+    if (h->len > max_bytes) {
+        snprintf(err, errlen, "holds %llu bytes, over --max-dataset-bytes %llu",
+                 (unsigned long long)h->len, (unsigned long long)max_bytes);
+        rc = RT_ETOOBIG;
+        goto out;
+    }
+    if ((uint64_t)sb.st_size != need + h->len) {
+        snprintf(err, errlen, "is %llu bytes, its head says %llu: torn or not a dataset file",
+                 (unsigned long long)sb.st_size, (unsigned long long)(need + h->len));
+        goto out;
+    }
+    if ((rc = rt_state_read_full(fd, dp, sizeof *dp * h->n_parts, err, errlen)) < 0)
+        goto out;
+    memset(parts, 0, sizeof *parts * RT_DATA_MAX_PARTS);
+    for (uint32_t i = 0; i < h->n_parts; i++) {
+        parts[i].role = (rt_data_role)dp[i].role;
+        parts[i].format = (rt_data_format)dp[i].format;
+        parts[i].dtype = (rt_dtype)dp[i].dtype;
+        parts[i].ndim = dp[i].ndim < 0 || dp[i].ndim > RT_MAX_DIMS ? 0 : dp[i].ndim;
+        memcpy(parts[i].dims, dp[i].dims, sizeof parts[i].dims);
+        parts[i].label_column = dp[i].label_column;
+        parts[i].csv_header = dp[i].csv_header;
+        parts[i].normalize = dp[i].normalize;
+        parts[i].storage = dp[i].storage >= 0 ? dp[i].storage % 4 : 0;
+        parts[i].shuffle_buffer = dp[i].storage >= 0 ? dp[i].storage / 4 : 0;
+        parts[i].length = dp[i].length;
+    }
+    if (!(*buf = malloc(h->len ? h->len : 1))) {
+        snprintf(err, errlen, "no memory for its %llu bytes", (unsigned long long)h->len);
+        rc = RT_ENOMEM;
+        goto out;
+    }
+    if ((rc = rt_state_read_full(fd, *buf, h->len, err, errlen)) < 0) {
+        free(*buf);
+        *buf = NULL;
+    }
+out:
+    close(fd);
+    return rc;
+}
+
+static int restore_dataset(const rt_state *st, const char *meta, rt_data_store *store,
                            rt_principal_set *ps, uint64_t max_bytes)
 {
     size_t ml;
-    char *m = read_all(meta_path, &ml), *v[5];
-    if (!m)
+    char *m, *v[5], err[256];
+    if (rt_state_read_at(st->ds, meta, RT__RECORD_MAX, (uint8_t **)&m, &ml, err,
+                         sizeof err) < 0) {
+        RT_LOG(RT_LOG_WARN, "state: datasets/%.80s %s; left alone", meta, err);
         return -1;
+    }
     int rc = -1;
     uint8_t *buf = NULL;
-    char *raw = NULL;
     if (lines(m, v, 5) < 4 || strcmp(v[0], "rtrain-dataset 1") || strlen(v[1]) != 32) {
-        RT_LOG(RT_LOG_WARN, "state: %s is not a dataset record; left alone", meta_path);
+        RT_LOG(RT_LOG_WARN, "state: datasets/%.80s is not a dataset record; left alone", meta);
         goto out;
     }
     rt_principal *who = rt_principal_find(ps, v[3]);
@@ -339,62 +615,31 @@ static int restore_dataset(const rt_state *st, const char *meta_path, rt_data_st
                v[2], v[3]);
         goto out;
     }
-    char path[700];
-    snprintf(path, sizeof path, "%s/datasets/%s.data", st->dir, v[1]);
-    size_t len;
-    raw = read_all(path, &len);
+    char name[64];
+    snprintf(name, sizeof name, "%.32s.data", v[1]);
     ds_head h;
-    if (!raw || len < sizeof h) {
-        RT_LOG(RT_LOG_WARN, "state: %s is missing or short; dataset %.12s not restored", path,
+    rt_data_part parts[RT_DATA_MAX_PARTS];
+    if (read_dataset_file(st, name, max_bytes, &h, parts, &buf, err, sizeof err) < 0) {
+        RT_LOG(RT_LOG_WARN, "state: datasets/%s %s; dataset %.12s not restored", name, err,
                v[2]);
         goto out;
     }
-    memcpy(&h, raw, sizeof h);
-    size_t need = sizeof h + sizeof(ds_part) * (size_t)h.n_parts;
-    if (memcmp(h.magic, "RTDATA1", 8) || h.n_parts == 0 || h.n_parts > RT_DATA_MAX_PARTS ||
-        len < need || len - need != h.len) {
-        RT_LOG(RT_LOG_WARN, "state: %s is torn or not a dataset file; not restored", path);
-        goto out;
-    }
-    rt_data_part parts[RT_DATA_MAX_PARTS];
-    memset(parts, 0, sizeof parts);
-    for (uint32_t i = 0; i < h.n_parts; i++) {
-        ds_part dp;
-        memcpy(&dp, raw + sizeof h + sizeof dp * i, sizeof dp);
-        parts[i].role = (rt_data_role)dp.role;
-        parts[i].format = (rt_data_format)dp.format;
-        parts[i].dtype = (rt_dtype)dp.dtype;
-        parts[i].ndim = dp.ndim < 0 || dp.ndim > RT_MAX_DIMS ? 0 : dp.ndim;
-        memcpy(parts[i].dims, dp.dims, sizeof parts[i].dims);
-        parts[i].label_column = dp.label_column;
-        parts[i].csv_header = dp.csv_header;
-        parts[i].normalize = dp.normalize;
-        parts[i].storage = dp.storage >= 0 ? dp.storage % 4 : 0;
-        parts[i].shuffle_buffer = dp.storage >= 0 ? dp.storage / 4 : 0;
-        parts[i].length = dp.length;
-    }
     /* verified against its hash before anything trusts it */
     XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, XXH3_128bits(raw + need, h.len));
+    XXH128_canonicalFromHash(&c, XXH3_128bits(buf, h.len));
     uint8_t key[16];
     rt_data_key(c.digest, parts, (int)h.n_parts, key);
     char kh[33];
     hex16(key, kh);
     if (memcmp(c.digest, h.hash, 16) || strcmp(kh, v[1])) {
-        RT_LOG(RT_LOG_WARN, "state: %s does not match its XXH3-128; not restored", path);
+        RT_LOG(RT_LOG_WARN, "state: datasets/%s does not match its XXH3-128; not restored",
+               name);
         goto out;
     }
-    buf = malloc(h.len ? h.len : 1);
-    if (!buf)
-        goto out;
-    memcpy(buf, raw + need, h.len);
-    free(raw);
-    raw = NULL;
     rt_dataset *ds, *kept;
-    char err[256];
     if (rt_data_parse_take(parts, (int)h.n_parts, &buf, h.len, max_bytes, 0, free, &ds, err,
                            sizeof err) < 0) {
-        RT_LOG(RT_LOG_WARN, "state: %s: %s; not restored", path, err);
+        RT_LOG(RT_LOG_WARN, "state: datasets/%s: %s; not restored", name, err);
         goto out;
     }
     if (rt_dataset_set_key(ds, key) < 0) {
@@ -418,7 +663,6 @@ static int restore_dataset(const rt_state *st, const char *meta_path, rt_data_st
     rc = 0;
 out:
     free(buf);
-    free(raw);
     free(m);
     return rc;
 }
@@ -456,31 +700,45 @@ static int restore_session(const rt_state *st, const char *sid, rt_session_table
                            rt_principal_set *ps, rt_state_compile_fn compile, void *ud,
                            rt_state_restore_result *res)
 {
-    char dir[700], path[760];
-    snprintf(dir, sizeof dir, "%s/sessions/%s", st->dir, sid);
-    snprintf(path, sizeof path, "%s/session", dir);
+    int sfd = rt_state_open_dir(st, sid, NULL, 0);
+    if (sfd < 0) {
+        RT_LOG(RT_LOG_WARN, "state: sessions/%.40s is not a folder; left alone", sid);
+        res->warnings++;
+        return -1;
+    }
     size_t len;
-    char *b = read_all(path, &len), *v[5];
-    if (!b) { /* a close cut short by a kill: finish it */
+    char *b, *v[5], err[256];
+    int rc = rt_state_read_at(sfd, "session", RT__RECORD_MAX, (uint8_t **)&b, &len, err,
+                              sizeof err);
+    if (rc == RT_ENOTFOUND) { /* a close cut short by a kill: finish it */
+        close(sfd);
         rt_state_session_remove(st, sid);
+        return -1;
+    }
+    if (rc < 0) {
+        RT_LOG(RT_LOG_WARN, "state: sessions/%.40s/session %s; left alone", sid, err);
+        close(sfd);
+        res->warnings++;
         return -1;
     }
     int n = lines(b, v, 5);
     if (n < 4 || strcmp(v[0], "rtrain-session 1") || strcmp(v[1], sid) ||
         strlen(v[2]) >= RT_SESSION_ID_LEN) {
-        RT_LOG(RT_LOG_WARN, "state: %s is not a session record; left alone", path);
+        RT_LOG(RT_LOG_WARN, "state: sessions/%.40s/session is not a session record; left alone",
+               sid);
         free(b);
+        close(sfd);
         res->warnings++;
         return -1;
     }
     rt_principal *who = rt_principal_find(ps, v[3]);
-    char err[256];
     rt_session *s;
     if (!who || rt_principal_reserve(who, RT_Q_SESSIONS, 1, err, sizeof err) < 0 ||
         rt_session_open(table, n > 4 ? v[4] : "", who, &s) < 0) {
         RT_LOG(RT_LOG_WARN, "state: session %.12s of '%.40s' not restored (%s)", sid, v[3],
                who ? "session limit" : "owner unknown now");
         free(b);
+        close(sfd);
         res->warnings++;
         return -1;
     }
@@ -489,15 +747,24 @@ static int restore_session(const rt_state *st, const char *sid, rt_session_table
     snprintf(s->token, sizeof s->token, "%s", v[2]);
     free(b);
     res->sessions++;
-    DIR *d = opendir(dir);
+    DIR *d = rt_state_list(sfd);
     struct dirent *e;
     while (d && (e = readdir(d))) {
         if (strncmp(e->d_name, "p-", 2) || strlen(e->d_name) >= RT_SESSION_ID_LEN)
             continue;
-        char pdir[1000];
-        snprintf(pdir, sizeof pdir, "%s/%s", dir, e->d_name);
+        char where[100];
+        snprintf(where, sizeof where, "sessions/%.40s/%.40s", sid, e->d_name);
+        int pfd = dir_at(sfd, e->d_name, 0);
+        if (pfd < 0) {
+            RT_LOG(RT_LOG_WARN, "state: %s is not a folder; left alone", where);
+            res->warnings++;
+            continue;
+        }
         restore_prog rp = {.s = s, .pid = e->d_name, .compile = compile, .ud = ud};
-        if (rt__ckpt_load_newest(pdir, restore_prog_use, &rp, &res->warnings) < 0) {
+        rc = rt__ckpt_load_newest_at(pfd, where, st->cfg.max_file_bytes, restore_prog_use, &rp,
+                                     &res->warnings);
+        close(pfd);
+        if (rc < 0) {
             RT_LOG(RT_LOG_WARN, "state: program %.12s has no valid checkpoint; not restored",
                    e->d_name);
             res->warnings++;
@@ -507,6 +774,7 @@ static int restore_session(const rt_state *st, const char *sid, rt_session_table
     }
     if (d)
         closedir(d);
+    close(sfd);
     rt_session_release(s);
     return 0;
 }
@@ -516,25 +784,20 @@ int rt_state_restore(const rt_state *st, rt_session_table *table, rt_data_store 
                      rt_state_compile_fn compile, void *ud, rt_state_restore_result *res)
 {
     memset(res, 0, sizeof *res);
-    char dir[600];
-    snprintf(dir, sizeof dir, "%s/datasets", st->dir);
-    DIR *d = opendir(dir);
+    DIR *d = rt_state_list(st->ds);
     struct dirent *e;
     while (d && (e = readdir(d))) {
         size_t n = strlen(e->d_name);
         if (n < 6 || strcmp(e->d_name + n - 5, ".meta"))
             continue;
-        char path[1000];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (restore_dataset(st, path, store, ps, max_dataset_bytes) == 0)
+        if (restore_dataset(st, e->d_name, store, ps, max_dataset_bytes) == 0)
             res->datasets++;
         else
             res->warnings++;
     }
     if (d)
         closedir(d);
-    snprintf(dir, sizeof dir, "%s/sessions", st->dir);
-    d = opendir(dir);
+    d = rt_state_list(st->ss);
     while (d && (e = readdir(d))) {
         if (strncmp(e->d_name, "s-", 2) || strlen(e->d_name) >= RT_SESSION_ID_LEN)
             continue;

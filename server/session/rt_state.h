@@ -19,6 +19,14 @@
  * so a torn or corrupted one is detected; the loader then takes the
  * previous one and logs a warning. The last `keep` checkpoints stay.
  *
+ * The folder is opened, never followed: DIR must be owned by the daemon's
+ * user and writable by nobody else (else the start is refused); below it
+ * every name is opened from a directory fd with O_NOFOLLOW (O_NONBLOCK for
+ * reads), only regular files are read, each after fstat shows its size
+ * within the file's limit, and only the daemon's own names that are
+ * regular files are removed. A symlink, FIFO, device or oversized file
+ * found there is logged and left alone.
+ *
  *     rt_state_config sc = {.dir = "/var/lib/rtrain", .keep = 3};
  *     rt_state *st;
  *     if (rt_state_open(&sc, &st, err, sizeof err) < 0) ...
@@ -33,6 +41,7 @@
 #ifndef RTRAIN_STATE_H
 #define RTRAIN_STATE_H
 
+#include <dirent.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -50,26 +59,48 @@ typedef struct rt_state_config {
     int keep;              /* checkpoints kept per program; < 1 = 3 */
     int fail_continue;     /* a failed checkpoint is logged; training goes on */
     int no_fsync;          /* benchmarks only: skip fsync (not crash-safe) */
+    uint64_t max_file_bytes; /* a checkpoint read at start: larger ones are
+                                refused before reading; 0 = 64 GiB */
 } rt_state_config;
 
 typedef struct rt_state rt_state;
 
 /* Create DIR (and its subfolders) if needed. RT_EIO with a message if it
- * cannot be created or written. */
+ * cannot be created or written; RT_EINVAL if it (or datasets/, sessions/)
+ * is not the daemon's alone: owned by another user, writable by its group
+ * or others, or (below DIR) a symlink. */
 int rt_state_open(const rt_state_config *cfg, rt_state **out, char *err, size_t errlen);
 void rt_state_close(rt_state *st); /* NULL is a no-op */
 const rt_state_config *rt_state_cfg(const rt_state *st);
 
-/* One file written atomically from n spans (temp, fsync, rename, fsync of
- * the folder). On error (disk full: RT_ETOOBIG; else RT_EIO) the message
- * names the file and the reason, the temporary file is removed and what
- * was at path before is unchanged. */
-int rt_state_write_file(const rt_state *st, const char *path, const rt_exec_span *sp, int n,
-                        char *err, size_t errlen);
+/* sessions/<sid> (pid NULL) or sessions/<sid>/<pid>, created first if
+ * create; never through a symlink. An fd (the caller closes it), or -1
+ * with errno (ELOOP or ENOTDIR: something else is at that name). */
+int rt_state_open_dir(const rt_state *st, const char *sid, const char *pid, int create);
+/* A listing of the folder dfd (from its start; dfd stays open). */
+DIR *rt_state_list(int dfd);
+
+/* name in the folder dfd written atomically from n spans (temp, fsync,
+ * rename, fsync of the folder); a link at either name is replaced, never
+ * written through. On error (disk full: RT_ETOOBIG; else RT_EIO) the
+ * message names the file and the reason, the temporary file is removed
+ * and what was at name before is unchanged. */
+int rt_state_write_at(const rt_state *st, int dfd, const char *name, const rt_exec_span *sp,
+                      int n, char *err, size_t errlen);
+/* name in the folder dfd into *buf (malloc'ed, NUL-terminated): a regular
+ * file of at most max bytes, checked before anything is read. RT_ENOTFOUND
+ * if missing; RT_EDATA (not a regular file: a symlink, FIFO, device),
+ * RT_ETOOBIG (over max) or RT_EIO otherwise, err saying which. */
+int rt_state_read_at(int dfd, const char *name, uint64_t max, uint8_t **buf, size_t *len,
+                     char *err, size_t errlen);
+/* Read exactly n bytes of fd (EINTR retried); RT_EIO if it ends first. */
+int rt_state_read_full(int fd, void *dst, size_t n, char *err, size_t errlen);
 
 /* --------------------------------------------------------------- sessions */
 int rt_state_session_save(const rt_state *st, const rt_session *s, char *err, size_t errlen);
-/* Remove the session's folder (its checkpoints too). */
+/* Remove the session's folder: its record, program folders and their
+ * checkpoints; anything else found there (a symlink in their place
+ * included) is left, with a warning. */
 void rt_state_session_remove(const rt_state *st, const char *sid);
 
 /* --------------------------------------------------------------- datasets */

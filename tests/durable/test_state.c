@@ -189,7 +189,7 @@ int main(int argc, char **argv)
         CHECK(rt_state_checkpoint(st, "s-test", &prog, err, sizeof err) == 0);
         CHECK(prog.ckpt_step == 5 * (k + 1));
     }
-    char pdir[600];
+    char pdir[700];
     snprintf(pdir, sizeof pdir, "%s/sessions/s-test/p-test", dir);
     CHECK(n_files(pdir, ".rtck") == 3);
     CHECK(n_files(pdir, ".tmp") == 0);
@@ -231,7 +231,7 @@ int main(int argc, char **argv)
 
     /* the newest corrupted (one byte), then the next torn (cut short):
      * each time the one before it is taken, with a warning */
-    char paths[3][900];
+    char paths[3][1024];
     {
         DIR *d = opendir(pdir);
         struct dirent *de;

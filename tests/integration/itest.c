@@ -3,10 +3,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -177,6 +180,42 @@ int itest_daemon_start(itest_daemon *d, const char *path, const char *const *ext
     char *colon = strrchr(d->addr, ':');
     d->port = colon ? atoi(colon + 1) : 0;
     return d->port > 0 ? 0 : -1;
+}
+
+double itest_metric(const itest_daemon *d, const char *name)
+{
+    char host[128];
+    snprintf(host, sizeof host, "%s", d->metrics);
+    char *colon = strrchr(host, ':');
+    if (!colon)
+        return -1;
+    *colon = 0;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || inet_pton(AF_INET, host, &sa.sin_addr) != 1 ||
+        connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    const char *rq = "GET /metrics HTTP/1.0\r\n\r\n";
+    double v = -1;
+    size_t cap = 1 << 20, got = 0;
+    char *page = malloc(cap);
+    if (page && write(fd, rq, strlen(rq)) == (ssize_t)strlen(rq)) {
+        ssize_t k;
+        while (got + 1 < cap && (k = read(fd, page + got, cap - 1 - got)) > 0)
+            got += (size_t)k;
+        page[got] = 0;
+        char key[160];
+        snprintf(key, sizeof key, "\n%s ", name);
+        char *at = strstr(page, key);
+        if (at)
+            v = strtod(at + strlen(key), NULL);
+    }
+    free(page);
+    close(fd);
+    return v;
 }
 
 int itest_daemon_stop(itest_daemon *d, int sig)
@@ -708,6 +747,19 @@ int itest_upload_iris(itest_conn *c, const char *session, char *id, itest_res *r
     int st = itest_upload(c, session, pp, 1, csv, len, 1 << 16, id, r);
     free(csv);
     return st;
+}
+
+Rtrain__V1__DataPart itest_raw_part(Rtrain__V1__DataRole role, Rtrain__V1__DType dt,
+                                    int64_t *shape, size_t nd, size_t len)
+{
+    Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
+    p.role = role;
+    p.format = RTRAIN__V1__DATA_FORMAT__FORMAT_RAW;
+    p.dtype = dt;
+    p.shape = shape;
+    p.n_shape = nd;
+    p.length = len;
+    return p;
 }
 
 int itest_session(itest_conn *c, const char *name, char *id)

@@ -70,6 +70,9 @@ int itest_daemon_start_log(itest_daemon *d, const char *path, const char *const 
 /* Wait until log_path holds needle count times, or timeout_s passed;
  * returns how many times it holds it. */
 int itest_wait_log(const char *log_path, const char *needle, int count, int timeout_s);
+/* A metric's value from the daemon's /metrics (started with
+ * --metrics-listen 127.0.0.1:0): the line "NAME VALUE"; -1 if absent. */
+double itest_metric(const itest_daemon *d, const char *name);
 /* Send sig (0 = none) and wait; returns the exit code, or 128+signal. */
 int itest_daemon_stop(itest_daemon *d, int sig);
 /* Until the daemon stopped itself (rtraind --pause-at-step: SIGSTOP; it
@@ -146,6 +149,9 @@ void itest_csv_part(Rtrain__V1__DataPart *p, uint64_t len);
 /* Upload tests/integration/data/iris.csv (header, label last) -> id
  * (>= 40 bytes); returns the grpc status, the details in r. */
 int itest_upload_iris(itest_conn *c, const char *session, char *id, itest_res *r);
+/* A RAW data part: role, dtype, shape (nd dims) and its length in bytes. */
+Rtrain__V1__DataPart itest_raw_part(Rtrain__V1__DataRole role, Rtrain__V1__DType dt,
+                                    int64_t *shape, size_t nd, size_t len);
 /* CreateSession -> id (>= 40 bytes); returns the grpc status. */
 int itest_session(itest_conn *c, const char *name, char *id);
 /* Read a whole file (tests/integration/data/...) into memory; NULL if missing. */

@@ -35,30 +35,17 @@ static float X[N * 4];
 static int32_t Y[N];
 static float W[N];
 
-static Rtrain__V1__DataPart raw_part(Rtrain__V1__DataRole role, Rtrain__V1__DType dt, int64_t *shape,
-                                     size_t nd, size_t len)
-{
-    Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
-    p.role = role;
-    p.format = RTRAIN__V1__DATA_FORMAT__FORMAT_RAW;
-    p.dtype = dt;
-    p.shape = shape;
-    p.n_shape = nd;
-    p.length = len;
-    return p;
-}
-
 /* x, y and (when w_n > 0) w_n weights; returns the gRPC status */
 static int upload(const char *sid, const float *w, int64_t w_n, int with_y, char *id, itest_res *r)
 {
     int64_t xs[2] = {N, 4}, ys[1] = {N}, ws[1] = {w_n};
-    Rtrain__V1__DataPart px = raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
-                                       RTRAIN__V1__DTYPE__F32, xs, 2, sizeof X);
-    Rtrain__V1__DataPart py = raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS,
-                                       RTRAIN__V1__DTYPE__I32, ys, 1, sizeof Y);
-    Rtrain__V1__DataPart pw = raw_part(RTRAIN__V1__DATA_ROLE__ROLE_SAMPLE_WEIGHTS,
-                                       RTRAIN__V1__DTYPE__F32, ws, 1,
-                                       sizeof(float) * (size_t)w_n);
+    Rtrain__V1__DataPart px = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
+                                             RTRAIN__V1__DTYPE__F32, xs, 2, sizeof X);
+    Rtrain__V1__DataPart py = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS,
+                                             RTRAIN__V1__DTYPE__I32, ys, 1, sizeof Y);
+    Rtrain__V1__DataPart pw = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_SAMPLE_WEIGHTS,
+                                             RTRAIN__V1__DTYPE__F32, ws, 1,
+                                             sizeof(float) * (size_t)w_n);
     Rtrain__V1__DataPart *pp[3];
     int n = 0;
     uint8_t buf[sizeof X + sizeof Y + sizeof W];
@@ -368,10 +355,10 @@ static int upload_big(char *id, itest_res *r)
     for (int i = 0; i < NB * 4; i++) xb[i] = sinf(0.37f * (float)i);
     for (int i = 0; i < NB; i++) yb[i] = i % 3;
     int64_t xs[2] = {NB, 4}, ys[1] = {NB};
-    Rtrain__V1__DataPart px = raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
-                                       RTRAIN__V1__DTYPE__F32, xs, 2, sizeof xb);
-    Rtrain__V1__DataPart py = raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS,
-                                       RTRAIN__V1__DTYPE__I32, ys, 1, sizeof yb);
+    Rtrain__V1__DataPart px = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
+                                             RTRAIN__V1__DTYPE__F32, xs, 2, sizeof xb);
+    Rtrain__V1__DataPart py = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS,
+                                             RTRAIN__V1__DTYPE__I32, ys, 1, sizeof yb);
     Rtrain__V1__DataPart *pp[2] = {&px, &py};
     static uint8_t buf[sizeof xb + sizeof yb];
     memcpy(buf, xb, sizeof xb);
