@@ -231,7 +231,7 @@ int main(int argc, char **argv)
 
     /* the newest corrupted (one byte), then the next torn (cut short):
      * each time the one before it is taken, with a warning */
-    char paths[3][1024];
+    char paths[3][1200];
     {
         DIR *d = opendir(pdir);
         struct dirent *de;
