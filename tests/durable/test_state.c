@@ -251,7 +251,7 @@ int main(int argc, char **argv)
                     memcpy(names[j], t, sizeof t);
                 }
         for (int i = 0; i < 3; i++)
-            snprintf(paths[i], sizeof paths[i], "%s/%s", pdir, names[i]);
+            snprintf(paths[i], sizeof paths[i], "%.699s/%.299s", pdir, names[i]);
     }
     size_t l2;
     char *c2 = slurp(paths[2], &l2);
