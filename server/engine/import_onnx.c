@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "onnx.pb-c.h"
 #include "rt_engine_impl.h"
@@ -69,6 +70,8 @@ typedef struct ictx {
     size_t errlen;
     ProtobufCAllocator pb;      /* the decode's, counting into pb_used */
     size_t pb_used, pb_budget;
+    int data_nhwc;              /* the caller feeds a 4-D input NHWC */
+    int nchw_input;             /* out: the data input is taken NCHW */
 } ictx;
 
 static int fail(ictx *c, int code, const char *fmt, ...)
@@ -2095,8 +2098,32 @@ static int define_input(ictx *c, const Onnx__ValueInfoProto *vi)
     v->layout = v->rank == 4 ? L_NHWC : L_PLAIN;
     int64_t ed[RT_MAX_DIMS + 1];
     ed[0] = RT_BATCH;
+    int rc;
+    if (v->layout == L_NHWC && !c->data_nhwc) {
+        /* The data comes in the model's own NCHW. Its first op takes it to
+         * the engine's NHWC, once per batch (a C of 1 is the same bytes
+         * either way: a Reshape). */
+        for (int k = 1; k < 4; k++) ed[k] = v->d[k];
+        if ((rc = rt_graph_add_input(c->g, v->name, RT_F32, 4, ed)) < 0)
+            return fail(c, rc, "%s", rt_graph_errmsg(c->g));
+        const size_t n = strlen(v->name) + 10;
+        char *tn = alloc(c, n);
+        if (!tn) return OOM(c);
+        snprintf(tn, n, "%s#to_nhwc", v->name);
+        const char *in[1] = {v->name};
+        static const int64_t perm[4] = {0, 2, 3, 1};
+        const int64_t hwc[3] = {v->d[2], v->d[3], v->d[1]};
+        const rt_attr a = v->d[1] == 1
+            ? (rt_attr){.name = "shape", .kind = RT_ATTR_INTS, .n = 3, .ints = hwc}
+            : (rt_attr){.name = "perm", .kind = RT_ATTR_INTS, .n = 4, .ints = perm};
+        if ((rc = add_node(c, tn, v->d[1] == 1 ? "Reshape" : "Transpose", 1, in, 1, &a)) < 0)
+            return rc;
+        v->en = tn;
+        c->nchw_input = 1;
+        return 0;
+    }
     int en = engine_dims(v, ed + 1);
-    int rc = rt_graph_add_input(c->g, v->en, RT_F32, en + 1, ed);
+    rc = rt_graph_add_input(c->g, v->en, RT_F32, en + 1, ed);
     return rc < 0 ? fail(c, rc, "%s", rt_graph_errmsg(c->g)) : 0;
 }
 
@@ -2226,19 +2253,36 @@ static void ctx_free(ictx *c)
     rt_graph_destroy(c->g);
 }
 
-int rt_onnx_import(const void *buf, size_t len, const char *output, rt_graph **out,
-                   char *err, size_t errlen)
+int rt_onnx_import_opts(const void *buf, size_t len, rt_onnx_opts *o, rt_graph **out,
+                        char *err, size_t errlen)
 {
-    ictx c = {.err = err, .errlen = errlen};
+    ictx c = {.err = err, .errlen = errlen, .data_nhwc = o && o->data_nhwc};
     if (err && errlen) err[0] = 0;
     *out = NULL;
-    int rc = run_import(&c, buf, len, output);
+    int rc = run_import(&c, buf, len, o ? o->output : NULL);
     if (rc == 0) {
         *out = c.g;
         c.g = NULL;
+        if (o) o->nchw_input = c.nchw_input;
     }
     ctx_free(&c);
     return rc;
+}
+
+int rt_onnx_layout_from_name(const char *name, int *nhwc)
+{
+    *nhwc = 0;
+    if (!name || !*name || !strcasecmp(name, "NCHW")) return 0;
+    if (strcasecmp(name, "NHWC")) return RT_EINVAL;
+    *nhwc = 1;
+    return 0;
+}
+
+int rt_onnx_import(const void *buf, size_t len, const char *output, rt_graph **out,
+                   char *err, size_t errlen)
+{
+    rt_onnx_opts o = {.output = output};
+    return rt_onnx_import_opts(buf, len, &o, out, err, errlen);
 }
 
 int rt_onnx_export(const void *buf, size_t len, const char *output, rt_onnx_param_fn get,
