@@ -298,8 +298,10 @@ void cli_train_opts(const cli_opts *o, rt_train_opts *t)
     t->reduction = o->reduction;
     if (o->label_smoothing >= 0)
         t->label_smoothing = (float)o->label_smoothing;
-    if (o->loss_beta >= 0)
+    if (o->loss_beta >= 0) {
+        t->has_loss_beta = 1;
         t->loss_beta = (float)o->loss_beta;
+    }
     t->has_ignore_index = o->has_ignore_index;
     t->ignore_index = o->ignore_index;
     t->class_weight = o->class_weight;

@@ -270,6 +270,7 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m,
     cfg.label_smoothing = o->label_smoothing;
     cfg.has_ignore_index = o->has_ignore_index != 0;
     cfg.ignore_index = o->ignore_index;
+    cfg.has_loss_beta = o->has_loss_beta != 0;
     cfg.loss_beta = o->loss_beta;
     cfg.n_class_weight = o->class_weight && o->n_class_weight > 0 ? (size_t)o->n_class_weight : 0;
     cfg.class_weight = (float *)o->class_weight;

@@ -373,7 +373,8 @@ typedef struct rt_train_opts {
     float label_smoothing;      /* cross_entropy */
     int has_ignore_index;       /* 0: PyTorch's -100 */
     int64_t ignore_index;       /* cross_entropy, nll_loss */
-    float loss_beta;            /* smooth_l1_loss beta, huber_loss delta; 0 = 1 */
+    int has_loss_beta;          /* 0: 1 */
+    float loss_beta;            /* smooth_l1_loss beta (0: l1), huber_loss delta */
     const float *class_weight;  /* cross_entropy, nll_loss: one per class */
     int n_class_weight;
     const float *pos_weight;    /* bce_with_logits: one per class, or one */

@@ -206,9 +206,9 @@ static void rt__elem_loss(const rt__lossinfo *L, const float *p, const void *lab
             if (a < beta) {
                 l = 0.5 * d * d / beta;
                 g = d / beta;
-            } else {
+            } else { /* beta 0: l1_loss, as PyTorch */
                 l = a - 0.5 * beta;
-                g = d > 0 ? 1.0 : -1.0;
+                g = d > 0 ? 1.0 : d < 0 ? -1.0 : 0.0;
             }
             break;
         }

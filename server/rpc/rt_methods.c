@@ -644,7 +644,7 @@ static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train
                             "finite");
     cfg->label_smoothing = p->label_smoothing;
     if (p->has_ignore_index) cfg->ignore_index = p->ignore_index;
-    if (p->loss_beta != 0) cfg->loss_beta = p->loss_beta;
+    if (p->has_loss_beta) cfg->loss_beta = p->loss_beta;
     if (p->n_class_weight > 1 << 20 || p->n_pos_weight > 1 << 20)
         return rt_call_fail(c, RT_EINVAL, "class_weight or pos_weight has too many values");
     cfg->class_weight = p->n_class_weight ? p->class_weight : NULL;
