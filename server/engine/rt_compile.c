@@ -902,7 +902,7 @@ static int rt__setup_loss(rt__cc *cc, int softmax_fused)
  * Dense/Conv2D's own sigmoid activation), or nothing (raw scores). *at gets
  * the node. */
 enum { RT__OUT_RAW, RT__OUT_PROB, RT__OUT_LOGPROB, RT__OUT_SIGMOID };
-static int rt__out_kind(const rt__cc *cc, const rt__node **at)
+static int rt__out_kind(const rt__cc *cc, const rt__node **at, const rt__node **end)
 {
     int e = cc->out;
     *at = NULL;
@@ -910,6 +910,7 @@ static int rt__out_kind(const rt__cc *cc, const rt__node **at)
         const rt__node *nd = &cc->p->nodes[cc->E[e].node];
         const rt__op_def *op = nd->op;
         if (!*at) *at = nd;
+        *end = nd;
         if (op == &rt__op_softmax) return RT__OUT_PROB;
         if (op == &rt__op_logsoftmax) return RT__OUT_LOGPROB;
         if (op == &rt__op_sigmoid || op == &rt__op_hardsigmoid) return RT__OUT_SIGMOID;
@@ -933,11 +934,13 @@ static int rt__check_loss_fit(rt__cc *cc)
 {
     const rt_train_config *c = cc->cfg;
     if (!c->loss_check) return 0;
-    const rt__node *at;
-    const int k = rt__out_kind(cc, &at);
+    const rt__node *at, *end = NULL;
+    const int k = rt__out_kind(cc, &at, &end);
     if (!at) return 0;
     static const char *const ends[] = {"raw scores (no Softmax, LogSoftmax or Sigmoid)",
                                        "a Softmax", "a LogSoftmax", "a Sigmoid"};
+    char endn[96] = "";
+    if (end != at && k != RT__OUT_RAW) snprintf(endn, sizeof endn, " '%.64s'", end->name);
     const char *want = NULL, *fit = NULL;
     const int prob = k == RT__OUT_PROB || k == RT__OUT_SIGMOID;
     switch (c->loss) {
@@ -984,8 +987,9 @@ static int rt__check_loss_fit(rt__cc *cc)
         break;
     }
     if (!fit) return 0;
-    return rt__cerr(cc, at, RT_EINVAL, "the output ends in %s; loss %s reads %s. Use %s, or "
-                    "turn the loss check off", ends[k], rt_loss_name(c->loss), want, fit);
+    return rt__cerr(cc, at, RT_EINVAL, "the output ends in %s%s; loss %s reads %s. Use %s, "
+                    "or turn the loss check off", ends[k], endn, rt_loss_name(c->loss), want,
+                    fit);
 }
 
 /* fuse: each needed node whose only input value comes from a node with no
