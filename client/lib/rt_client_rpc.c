@@ -277,6 +277,8 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m,
     cfg.n_pos_weight = o->pos_weight && o->n_pos_weight > 0 ? (size_t)o->n_pos_weight : 0;
     cfg.pos_weight = (float *)o->pos_weight;
     cfg.no_loss_check = o->no_loss_check != 0;
+    cfg.l2_weight_decay = o->l2_weight_decay;
+    cfg.dampening = o->dampening;
 
     Rtrain__V1__CompileRequest req = RTRAIN__V1__COMPILE_REQUEST__INIT;
     req.session_id = (char *)session;

@@ -383,6 +383,9 @@ typedef struct rt_train_opts {
      * ends in (e.g. sparse_categorical_crossentropy on a LogSoftmax); 1
      * turns that check off. */
     int no_loss_check;
+    /* torch.optim: SGD/Adam/RMSprop weight_decay (added to the gradient),
+     * SGD dampening; 0: none */
+    float l2_weight_decay, dampening;
 } rt_train_opts;
 
 /* Zero everything, then: metrics {"accuracy"}, batch_size 32. Names left

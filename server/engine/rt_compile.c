@@ -269,6 +269,12 @@ static int rt__check_config(rt__cc *cc, const rt_train_config *c)
         return rt__cerr(cc, NULL, RT_EINVAL, "clip_norm %g invalid", c->clip_norm);
     if (!(c->weight_decay >= 0) || !isfinite(c->weight_decay))
         return rt__cerr(cc, NULL, RT_EINVAL, "weight_decay %g invalid", c->weight_decay);
+    if (!(c->l2_decay >= 0) || !isfinite(c->l2_decay))
+        return rt__cerr(cc, NULL, RT_EINVAL, "l2 weight decay %g invalid", c->l2_decay);
+    if (!(c->dampening >= 0 && c->dampening <= 1))
+        return rt__cerr(cc, NULL, RT_EINVAL, "dampening %g outside [0, 1]", c->dampening);
+    if (c->dampening > 0 && c->nesterov)
+        return rt__cerr(cc, NULL, RT_EINVAL, "nesterov momentum needs dampening 0 (as torch)");
     if (c->sched == RT_SCHED_STEP && (c->step_size == 0 || !(c->gamma > 0)))
         return rt__cerr(cc, NULL, RT_EINVAL, "step schedule needs step_size > 0, gamma > 0");
     if ((c->sched == RT_SCHED_COSINE || c->sched == RT_SCHED_WARMUP_COSINE) &&

@@ -308,6 +308,12 @@ typedef struct rt_train_config {
     int n_class_weight;        /* or NULL/0; copied by compile */
     const float *pos_weight;  /* bce_with_logits: one per class (last dim), or */
     int n_pos_weight;         /* one for all; NULL/0: none */
+    /* torch.optim's weight decay (SGD, Adam, RMSprop): g += l2_decay * w
+     * before the update (AdamW's decoupled decay is weight_decay) */
+    float l2_decay;
+    /* torch.optim.SGD's dampening: buf = momentum buf + (1 - dampening) g
+     * (the first step's buf = g), w -= lr buf; 0: the Keras form above */
+    float dampening;
     /* 1 (default): compile refuses a loss that does not fit what the output
      * ends in (a probability loss on a LogSoftmax or raw output, a logits
      * loss on a Softmax or Sigmoid output), naming the loss that fits;

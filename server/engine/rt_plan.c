@@ -150,6 +150,7 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
     rt__hi(s, c->sync_bn);
     rt__hi(s, c->reduction); rt__hf(s, c->label_smoothing); rt__hi(s, c->ignore_index);
     rt__hf(s, c->loss_beta); rt__hi(s, c->loss_check);
+    rt__hf(s, c->l2_decay); rt__hf(s, c->dampening);
     rt__hi(s, c->n_class_weight);
     if (c->n_class_weight > 0 && c->class_weight)
         rt__h(s, c->class_weight, sizeof(float) * (size_t)c->n_class_weight);

@@ -652,6 +652,12 @@ static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train
     cfg->pos_weight = p->n_pos_weight ? p->pos_weight : NULL;
     cfg->n_pos_weight = (int)p->n_pos_weight;
     cfg->loss_check = !p->no_loss_check;
+    if (!(p->l2_weight_decay >= 0) || !isfinite(p->l2_weight_decay) || !(p->dampening >= 0) ||
+        !isfinite(p->dampening))
+        return rt_call_fail(c, RT_EINVAL, "TrainConfig.l2_weight_decay and dampening must be "
+                            "finite and >= 0");
+    cfg->l2_decay = p->l2_weight_decay;
+    cfg->dampening = p->dampening;
     if (p->learning_rate > 0) cfg->lr = p->learning_rate;
     if (p->momentum > 0) cfg->momentum = p->momentum;
     cfg->nesterov = p->nesterov;

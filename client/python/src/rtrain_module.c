@@ -1122,6 +1122,8 @@ static int rt_py__train_opts(PyObject *d, rt_train_opts *o,
         rt_py__opt_float(d, "loss_beta", &o->loss_beta) < 0 ||
         rt_py__opt_bool(d, "has_loss_beta", &o->has_loss_beta) < 0 ||
         rt_py__opt_bool(d, "no_loss_check", &o->no_loss_check) < 0 ||
+        rt_py__opt_float(d, "l2_weight_decay", &o->l2_weight_decay) < 0 ||
+        rt_py__opt_float(d, "dampening", &o->dampening) < 0 ||
         rt_py__opt_floats(d, "class_weight", &o->class_weight, &o->n_class_weight) < 0 ||
         rt_py__opt_floats(d, "pos_weight", &o->pos_weight, &o->n_pos_weight) < 0)
         return -1;
