@@ -310,19 +310,27 @@ void cli_train_opts(const cli_opts *o, rt_train_opts *t)
     t->n_pos_weight = o->n_pos_weight;
 }
 
-/* The shape in a .npy header ("'shape': (n, k)"); returns ndim, or -1. */
-static int npy_shape(const char *path, int64_t *dims, int max)
+/* The value of key in a .npy header (read into h, NULs made spaces), or
+ * NULL when path is no .npy. */
+static const char *npy_header_key(const char *path, char *h, size_t hlen, const char *key)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return -1;
-    char h[1024];
-    size_t n = fread(h, 1, sizeof h - 1, f);
+        return NULL;
+    size_t n = fread(h, 1, hlen - 1, f);
     fclose(f);
     h[n] = 0;
     for (size_t i = 0; i < n; i++)
         if (!h[i]) h[i] = ' ';
-    const char *s = n > 10 && !memcmp(h, "\x93NUMPY", 6) ? strstr(h, "'shape':") : NULL;
+    const char *s = n > 10 && !memcmp(h, "\x93NUMPY", 6) ? strstr(h, key) : NULL;
+    return s ? s + strlen(key) : NULL;
+}
+
+/* The shape in a .npy header ("'shape': (n, k)"); returns ndim, or -1. */
+static int npy_shape(const char *path, int64_t *dims, int max)
+{
+    char h[1024];
+    const char *s = npy_header_key(path, h, sizeof h, "'shape':");
     if (!s || !(s = strchr(s, '(')))
         return -1;
     int nd = 0;
@@ -377,17 +385,9 @@ static int is_class_index_loss(const char *loss)
 /* The kind of a .npy's elements ('f', 'i', 'u', 'b'), or 0. */
 static int npy_kind(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 0;
-    char h[512];
-    size_t n = fread(h, 1, sizeof h - 1, f);
-    fclose(f);
-    h[n] = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!h[i]) h[i] = ' ';
-    const char *s = n > 10 && !memcmp(h, "\x93NUMPY", 6) ? strstr(h, "'descr':") : NULL;
-    if (!s || !(s = strchr(s + 8, '\'')))
+    char h[1024];
+    const char *s = npy_header_key(path, h, sizeof h, "'descr':");
+    if (!s || !(s = strchr(s, '\'')))
         return 0;
     const char k = s[1] == '<' || s[1] == '>' || s[1] == '|' || s[1] == '=' ? s[2] : s[1];
     return k == 'f' || k == 'i' || k == 'u' || k == 'b' ? k : 0;

@@ -152,6 +152,15 @@ static void run_check(const char *name, rt_loss_kind loss, int from_logits,
     rt_graph_destroy(g);
 }
 
+/* run_check with PyTorch losses' options x */
+static void run_with(rt_train_config x, const char *name, rt_loss_kind loss, int from_logits,
+                     rt_dtype ydt, int lab_per_sample, int in)
+{
+    extra = x;
+    use_extra = 1;
+    run_check(name, loss, from_logits, ydt, lab_per_sample, in);
+}
+
 /* the usual tail: output (B, C) logits or values, MSE against f32 labels */
 static void mse(const char *name, int in) { run_check(name, RT_LOSS_MSE, 0, RT_F32, 0, in); }
 
@@ -287,63 +296,53 @@ int main(void)
     start(3, 4);
     run_check("cross_entropy (indices)", RT_LOSS_CROSS_ENTROPY, 0, RT_I32, 1, 3);
     start(3, 4);
-    extra = (rt_train_config){.label_smoothing = 0.2f, .ignore_index = 2, .class_weight = cw,
-                              .n_class_weight = 4};
-    use_extra = 1;
-    run_check("cross_entropy (smooth, w, ign)", RT_LOSS_CROSS_ENTROPY, 0, RT_I32, 1, 3);
+    run_with((rt_train_config){.label_smoothing = 0.2f, .ignore_index = 2, .class_weight = cw,
+                              .n_class_weight = 4},
+             "cross_entropy (smooth, w, ign)", RT_LOSS_CROSS_ENTROPY, 0, RT_I32, 1, 3);
     start(3, 4);
-    extra = (rt_train_config){.reduction = RT_REDUCE_SUM, .ignore_index = -100,
-                              .label_smoothing = 0.1f};
-    use_extra = 1;
-    run_check("cross_entropy (sum)", RT_LOSS_CROSS_ENTROPY, 0, RT_I32, 1, 3);
+    run_with((rt_train_config){.reduction = RT_REDUCE_SUM, .ignore_index = -100,
+                              .label_smoothing = 0.1f},
+             "cross_entropy (sum)", RT_LOSS_CROSS_ENTROPY, 0, RT_I32, 1, 3);
     start(3, 4);
-    extra = (rt_train_config){.label_smoothing = 0.1f, .ignore_index = -100,
-                              .class_weight = cw, .n_class_weight = 4};
-    use_extra = 1;
-    run_check("cross_entropy (probs)", RT_LOSS_CROSS_ENTROPY, 0, RT_F32, 4, 3);
+    run_with((rt_train_config){.label_smoothing = 0.1f, .ignore_index = -100,
+                              .class_weight = cw, .n_class_weight = 4},
+             "cross_entropy (probs)", RT_LOSS_CROSS_ENTROPY, 0, RT_F32, 4, 3);
     {
         /* (N, C, d): classes on dim 1, 3 positions each */
         const int64_t cd[] = {4, 3};
         const rt_attr rs = {.name = "shape", .kind = RT_ATTR_INTS, .n = 2, .ints = cd};
         start(3, 12);
         node("y", "Reshape", "h", NULL, NULL, 1, &rs);
-        extra = (rt_train_config){.ignore_index = 1, .class_weight = cw, .n_class_weight = 4,
-                                  .label_ndim = 1, .label_dims = {3}};
-        use_extra = 1;
-        run_check("cross_entropy (N, C, d)", RT_LOSS_CROSS_ENTROPY, 0, RT_I32, 3, 3);
+        run_with((rt_train_config){.ignore_index = 1, .class_weight = cw, .n_class_weight = 4,
+                                  .label_ndim = 1, .label_dims = {3}},
+                 "cross_entropy (N, C, d)", RT_LOSS_CROSS_ENTROPY, 0, RT_I32, 3, 3);
         start(3, 12);
         node("y", "Reshape", "h", NULL, NULL, 1, &rs);
-        extra = (rt_train_config){.ignore_index = -100, .label_smoothing = 0.3f,
-                                  .label_ndim = 2, .label_dims = {4, 3}};
-        use_extra = 1;
-        run_check("cross_entropy (N, C, d probs)", RT_LOSS_CROSS_ENTROPY, 0, RT_F32, 12, 3);
+        run_with((rt_train_config){.ignore_index = -100, .label_smoothing = 0.3f,
+                                  .label_ndim = 2, .label_dims = {4, 3}},
+                 "cross_entropy (N, C, d probs)", RT_LOSS_CROSS_ENTROPY, 0, RT_F32, 12, 3);
     }
     start(3, 4);
     node("y", "LogSoftmax", "h", NULL, NULL, 0, NULL);
-    extra = (rt_train_config){.ignore_index = 0, .class_weight = cw, .n_class_weight = 4};
-    use_extra = 1;
-    run_check("nll_loss (w, ign)", RT_LOSS_NLL, 0, RT_I32, 1, 3);
+    run_with((rt_train_config){.ignore_index = 0, .class_weight = cw, .n_class_weight = 4},
+             "nll_loss (w, ign)", RT_LOSS_NLL, 0, RT_I32, 1, 3);
     start(3, 3);
-    extra = (rt_train_config){.pos_weight = pw, .n_pos_weight = 3};
-    use_extra = 1;
-    run_check("bce_with_logits (pos_weight)", RT_LOSS_BCE_LOGITS, 0, RT_F32, 3, 3);
+    run_with((rt_train_config){.pos_weight = pw, .n_pos_weight = 3},
+             "bce_with_logits (pos_weight)", RT_LOSS_BCE_LOGITS, 0, RT_F32, 3, 3);
     start(3, 3);
     node("y", "Sigmoid", "h", NULL, NULL, 0, NULL);
-    extra = (rt_train_config){.reduction = RT_REDUCE_SUM, .loss_beta = 1};
-    use_extra = 1;
-    run_check("binary_cross_entropy (sum)", RT_LOSS_BCE_TORCH, 0, RT_F32, 3, 3);
+    run_with((rt_train_config){.reduction = RT_REDUCE_SUM, .loss_beta = 1},
+             "binary_cross_entropy (sum)", RT_LOSS_BCE_TORCH, 0, RT_F32, 3, 3);
     start(3, 3);
     run_check("mse_loss", RT_LOSS_MSE_TORCH, 0, RT_F32, 3, 3);
     start(3, 3);
     run_check("l1_loss", RT_LOSS_L1, 0, RT_F32, 3, 3);
     start(3, 3);
-    extra = (rt_train_config){.loss_beta = 0.7f};
-    use_extra = 1;
-    run_check("smooth_l1_loss (beta 0.7)", RT_LOSS_SMOOTH_L1, 0, RT_F32, 3, 3);
+    run_with((rt_train_config){.loss_beta = 0.7f},
+             "smooth_l1_loss (beta 0.7)", RT_LOSS_SMOOTH_L1, 0, RT_F32, 3, 3);
     start(3, 3);
-    extra = (rt_train_config){.loss_beta = 0.8f, .reduction = RT_REDUCE_SUM};
-    use_extra = 1;
-    run_check("huber_loss (delta 0.8, sum)", RT_LOSS_HUBER, 0, RT_F32, 3, 3);
+    run_with((rt_train_config){.loss_beta = 0.8f, .reduction = RT_REDUCE_SUM},
+             "huber_loss (delta 0.8, sum)", RT_LOSS_HUBER, 0, RT_F32, 3, 3);
     (void)mse;
     return rt_test_done("test_gradcheck");
 }
