@@ -6,7 +6,10 @@
 # makes them, and PyTorch's own training loop's results, into $tmp).
 #   - `fit --loss nll_loss` matches PyTorch step for step over the first 3
 #     steps (batches in order): the mean loss to 1e-5, the held-out loss
-#     (BatchNorm in eval mode, on the moved statistics) to 1e-4;
+#     (BatchNorm in eval mode, on the moved statistics) to 1e-4; so do
+#     cross_entropy with --label-smoothing, --ignore-index, --class-weight
+#     and --reduction sum, huber_loss with --loss-beta on one-hot float
+#     targets, and bce_with_logits with --pos-weight (--loss-check off);
 #   - 5 shuffled epochs reach the held-out accuracy PyTorch's own loop
 #     reaches in 5 epochs, within the spread of PyTorch's runs over seeds
 #     (at least 2 points);
@@ -37,15 +40,32 @@ within() { # within A B RTOL: |A - B| <= RTOL |B|
 }
 
 # --- step for step
-expect_rc 0 "fit --loss nll_loss, $STEPS steps in order" -- "$rtrain" "${FIT[@]}" \
-  --loss nll_loss --epochs 1 --steps-per-epoch $STEPS --no-shuffle --csv-log "$tmp/exact.csv"
-read -r _ pl pvl pva < <(grep '^exact ' "$g/ref.txt")
-l=$(col "$tmp/exact.csv" 3) vl=$(col "$tmp/exact.csv" 5) va=$(col "$tmp/exact.csv" 4)
-within "$l" "$pl" 1e-5 && ok "loss $l = PyTorch's $pl (1e-5)" || bad "loss $l, PyTorch $pl"
-within "$vl" "$pvl" 1e-4 && ok "held-out loss $vl = PyTorch's $pvl (1e-4)" \
-  || bad "held-out loss $vl, PyTorch $pvl"
-awk -v a="$va" -v b="$pva" 'BEGIN { d = a - b; exit !(a != "" && d * d <= (1.5 / 360) ^ 2) }' \
-  && ok "held-out accuracy $va = PyTorch's $pva (one sample)" || bad "held-out accuracy $va, PyTorch $pva"
+# exact NAME "FIT ARGS": the first $STEPS steps in order against PyTorch's
+exact() {
+  local name=$1; shift
+  expect_rc 0 "fit $name, $STEPS steps in order" -- "$rtrain" "${FIT[@]}" "$@" --epochs 1 \
+    --steps-per-epoch $STEPS --no-shuffle --csv-log "$tmp/$name.csv"
+  read -r _ _ pl pvl pva < <(grep "^exact $name " "$g/ref.txt")
+  local l vl va
+  l=$(col "$tmp/$name.csv" 3) vl=$(col "$tmp/$name.csv" 5) va=$(col "$tmp/$name.csv" 4)
+  within "$l" "$pl" 1e-5 && ok "$name: loss $l = PyTorch's $pl (1e-5)" \
+    || bad "$name: loss $l, PyTorch $pl"
+  within "$vl" "$pvl" 1e-4 && ok "$name: held-out loss $vl = PyTorch's $pvl (1e-4)" \
+    || bad "$name: held-out loss $vl, PyTorch $pvl"
+  # (bce_with_logits' accuracy counts elements, PyTorch's reference argmaxes)
+  [ "$name" = bcel ] && return
+  awk -v a="$va" -v b="$pva" 'BEGIN { d = a - b; exit !(a != "" && d * d <= (1.5 / 360) ^ 2) }' \
+    && ok "$name: held-out accuracy $va = PyTorch's $pva (one sample)" \
+    || bad "$name: held-out accuracy $va, PyTorch $pva"
+}
+exact nll --loss nll_loss
+# a sum's rate is the mean's over the batch (later flags win)
+exact ce --loss cross_entropy --label-smoothing 0.1 --ignore-index 3 --reduction sum \
+  --class-weight 1,0.5,2,1,1,1.5,1,0.8,1.2,1 \
+  --lr "$(awk -v l=$LR -v b=$BATCH 'BEGIN { printf "%.9g", l / b }')"
+HOT=(--labels "$g/y1h.npy" --val-labels "$g/yv1h.npy")
+exact huber --loss huber_loss --loss-beta 0.5 "${HOT[@]}"
+exact bcel --loss bce_with_logits --pos-weight 2 --loss-check off "${HOT[@]}"
 
 # --- accuracy after the same epochs, shuffled
 expect_rc 0 "fit --loss nll_loss, $EPOCHS epochs" -- "$rtrain" "${FIT[@]}" --loss nll_loss \
