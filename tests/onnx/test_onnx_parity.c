@@ -2,7 +2,8 @@
  * test_onnx_parity.c - PyTorch models exported to ONNX train in rtrain step
  * for step as in PyTorch (fixtures from gen_onnx_fixtures.py beside this
  * file: W-A, W-C, W-B's layers, W-D, a ResNet-style block, a model of the
- * other layout folds and one of the newer operators): each model imports, trains 10 steps on the same batches in the
+ * other layout folds, one of the newer operators, and LayerNorm at opset 13
+ * folded into one op): each model imports, trains 10 steps on the same batches in the
  * same order with SGD (momentum 0.9) and again with Adam; every step's loss
  * matches PyTorch's to 1e-5 relative, and the export's initializers (so the
  * ONNX layout the export writes back) match PyTorch's final state_dict to
@@ -225,6 +226,17 @@ static void run(const char *dir, const char *name)
             printf("kx: %d Gelu, %d Transpose, %d Div, %d Pad nodes in the plan\n", gelu,
                    transpose, div, pad);
         }
+        if (!strcmp(name, "ln") && o == 0) {
+            /* opset 13's LayerNorm arithmetic: one LayerNormalization each */
+            int ln = 0, other = 0;
+            for (int i = 0; i < p->n_nodes; i++) {
+                const char *op = p->nodes[i].op->name;
+                ln += !strcmp(op, "LayerNormalization");
+                other += !strcmp(op, "Sqrt") || !strcmp(op, "ReduceMean") || !strcmp(op, "Sub");
+            }
+            CHECK(ln == 2 && other == 0);
+            printf("ln: %d LayerNormalization nodes, %d of its arithmetic left\n", ln, other);
+        }
         rt_exec *e;
         REQUIRE(rt_exec_create(p, &e) == 0);
         /* the fixture's x is NHWC; NCHW data is its transpose */
@@ -327,7 +339,7 @@ static void run(const char *dir, const char *name)
 int main(int argc, char **argv)
 {
     REQUIRE(argc >= 2);
-    static const char *all[] = {"wa", "wc", "wb", "wd", "rb", "mx", "kx"};
+    static const char *all[] = {"wa", "wc", "wb", "wd", "rb", "mx", "kx", "ln"};
     if (argc > 2) {
         for (int i = 2; i < argc; i++) run(argv[1], argv[i]);
     } else {

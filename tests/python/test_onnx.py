@@ -91,7 +91,7 @@ def torch_predict(name, onnx_bytes, x):
         return m(t).numpy()
 
 
-@pytest.mark.parametrize("name", ["wa", "wb", "wd", "rb", "mx", "kx"])
+@pytest.mark.parametrize("name", ["wa", "wb", "wd", "rb", "mx", "kx", "ln"])
 def test_train_export_into_pytorch(client, tmp_path, name):
     x, y = load_ref(name)
     path = os.path.join(FIX, name + ".onnx")

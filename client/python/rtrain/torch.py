@@ -325,6 +325,13 @@ def _client(server):
 
 def _compile(module, x, loss, lkw, opt, batch_size, shuffle, seed, server, data_layout):
     onnx, sd = _export(module, x)
+    # every parameter and statistic is its own initializer (an export that
+    # merged equal ones would tie them in training)
+    mapped = set(_keys(_initializers(onnx), sd).values())
+    lost = [k for k, v in sd.items() if v.is_floating_point() and k not in mapped]
+    if lost:
+        raise ValueError("the ONNX export of the module has no initializer of its own for "
+                         "%s; rtrain.torch cannot train it as PyTorch does" % ", ".join(lost[:4]))
     client = _client(server)
     cls = loss in ("cross_entropy", "nll_loss")
     model = client.compile(onnx, optimizer=opt, loss=loss, batch_size=batch_size,
