@@ -114,7 +114,10 @@ static void bench_wb(const char *dir, int reps)
     snprintf(path, sizeof path, "%s/wb.onnx", dir);
     uint8_t *onnx = read_all(path, &len);
     rt_graph *go, *gk;
-    if (rt_onnx_import(onnx, len, NULL, &go, err, sizeof err) < 0) die("import W-B onnx", err);
+    /* NHWC data, as the Keras model takes it: the same program */
+    rt_onnx_opts io = {.data_nhwc = 1};
+    if (rt_onnx_import_opts(onnx, len, &io, &go, err, sizeof err) < 0)
+        die("import W-B onnx", err);
     if (rt_keras_import(wb_keras, strlen(wb_keras), &gk, err, sizeof err) < 0)
         die("import W-B keras", err);
     rt_train_config cfg;

@@ -44,6 +44,8 @@ typedef enum cli_data_kind {
     CLI_DATA_IMAGES,     /* a directory of class folders */
 } cli_data_kind;
 
+#define CLI_MAX_WEIGHTS 4096 /* --class-weight, --pos-weight values */
+
 typedef struct cli_opts {
     cli_cmd cmd;
     const char *server;       /* NULL = $RTRAIN_SERVER or the default */
@@ -96,6 +98,16 @@ typedef struct cli_opts {
     long ckpt_every_s;
     const char *save_state, *load_state;  /* fit */
     const char *program, *session_token;  /* checkpoint pull */
+    /* the model's output and PyTorch's losses */
+    int from_logits;
+    const char *data_layout;  /* NULL: the daemon's default (the model's own) */
+    int no_loss_check;
+    const char *reduction;
+    double label_smoothing, loss_beta; /* < 0: not given */
+    int has_ignore_index;
+    long ignore_index;
+    const float *class_weight, *pos_weight;
+    int n_class_weight, n_pos_weight;
     const char *pos[2];       /* checkpoint: SESSION PATH / PATH */
 } cli_opts;
 

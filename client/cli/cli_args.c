@@ -33,6 +33,8 @@ enum {
     O_RTT, O_JITTER, O_BANDWIDTH, O_METRICS, O_LABEL_COLS, O_ONNX, O_ONNX_OUTPUT,
     O_REATTACH, O_SAVE_STATE, O_LOAD_STATE, O_PROGRAM, O_SESSION_TOKEN,
     O_INPUT_SHAPE, O_CKPT_STEPS, O_CKPT_S,
+    O_FROM_LOGITS, O_DATA_LAYOUT, O_LOSS_CHECK, O_REDUCTION, O_LABEL_SMOOTHING,
+    O_IGNORE_INDEX, O_CLASS_WEIGHT, O_POS_WEIGHT, O_LOSS_BETA,
 };
 
 typedef struct opt_def {
@@ -114,6 +116,15 @@ static const opt_def defs[] = {
     {"load-state", 1, O_LOAD_STATE, B(CLI_FIT)},
     {"program", 1, O_PROGRAM, B(CLI_CKPT_PULL)},
     {"session-token", 1, O_SESSION_TOKEN, B(CLI_CKPT_PULL)},
+    {"from-logits", 0, O_FROM_LOGITS, TRAIN},
+    {"data-layout", 1, O_DATA_LAYOUT, TRAIN},
+    {"loss-check", 1, O_LOSS_CHECK, TRAIN},
+    {"reduction", 1, O_REDUCTION, TRAIN},
+    {"label-smoothing", 1, O_LABEL_SMOOTHING, TRAIN},
+    {"ignore-index", 1, O_IGNORE_INDEX, TRAIN},
+    {"class-weight", 1, O_CLASS_WEIGHT, TRAIN},
+    {"pos-weight", 1, O_POS_WEIGHT, TRAIN},
+    {"loss-beta", 1, O_LOSS_BETA, TRAIN},
 };
 #define N_DEFS (sizeof defs / sizeof defs[0])
 
@@ -151,8 +162,10 @@ static const struct {
                                         "one Fit stream)"},
     {"steps-per-epoch", "S", "steps per epoch (default ceil(samples / B))"},
     {"in-flight", "W", "RunSteps calls in flight (default " CLI_STR(RT_TRAIN_WINDOW) ")"},
-    {"loss", "L", "loss (required unless the model JSON saved one), e.g. "
-                  "sparse_categorical_crossentropy"},
+    {"loss", "L", "loss (required unless the model JSON saved one): Keras' "
+                  "sparse_categorical_crossentropy, mse, ... or PyTorch's cross_entropy, "
+                  "nll_loss, bce_with_logits, binary_cross_entropy, mse_loss, l1_loss, "
+                  "smooth_l1_loss, huber_loss"},
     {"metrics", "M,M", "Keras metrics besides accuracy, e.g. auc,precision,recall,mae"},
     {"optimizer", "O", "sgd, adam, adamw or rmsprop (default adam)"},
     {"lr", "X", "learning rate (default: the optimizer's, Keras')"},
@@ -215,6 +228,22 @@ static const struct {
     {"bandwidth", "R", "with --rtt: cap each direction at R (100mbit, 1gbit)"},
     {"program", "P", "the program whose state to pull"},
     {"session-token", "T", "the session's token (printed by fit and checkpoint push)"},
+    {"from-logits", NULL, "the model outputs logits: Keras' crossentropy losses read them "
+                          "(from_logits=True)"},
+    {"data-layout", "NCHW|NHWC", "an ONNX 4-D input's data layout (default NCHW, the "
+                                 "model's own; never guessed from the shape)"},
+    {"loss-check", "on|off", "refuse a loss that does not fit the model's output, e.g. "
+                             "probabilities read from a LogSoftmax (default on)"},
+    {"reduction", "mean|sum", "PyTorch losses: the batch loss is the mean or the sum "
+                              "(default mean)"},
+    {"label-smoothing", "X", "cross_entropy: label smoothing in [0, 1] (default 0)"},
+    {"ignore-index", "N", "cross_entropy, nll_loss: targets of class N are left out "
+                          "(default -100)"},
+    {"class-weight", "W,W,..", "cross_entropy, nll_loss: one weight per class (default "
+                               "none)"},
+    {"pos-weight", "W,W,..", "bce_with_logits: positive-class weight, one per class or "
+                             "one (default none)"},
+    {"loss-beta", "X", "smooth_l1_loss beta, huber_loss delta (default 1)"},
     {"help", NULL, "this text"},
 };
 
@@ -431,6 +460,30 @@ static void defaults(cli_opts *o)
     o->early_stopping = -1;
     o->reattach_s = -1;
     o->steps_per_call = CLI_SPC_AUTO; /* pipelined RunSteps, K chosen as it runs */
+    o->label_smoothing = -1;
+    o->loss_beta = -1;
+}
+
+/* --class-weight/--pos-weight W,W,...: finite values >= 0 into out */
+static int parse_floats(const char *s, float *out, int max)
+{
+    int n = 0;
+    while (s && *s) {
+        if (n == max)
+            return -1;
+        errno = 0;
+        char *end;
+        double v = strtod(s, &end);
+        if (end == s || errno || !isfinite(v) || v < 0 || v > 3.4e38)
+            return -1;
+        out[n++] = (float)v;
+        if (*end == ',')
+            end++;
+        else if (*end)
+            return -1;
+        s = end;
+    }
+    return n;
 }
 
 /* Whether the model file saved its loss (Keras 3 compile_config, Keras 2
@@ -622,6 +675,55 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
             break;
         case O_NO_SHUFFLE: o->no_shuffle = 1; break;
         case O_SYNC_BN: o->sync_batchnorm = 1; break;
+        case O_FROM_LOGITS: o->from_logits = 1; break;
+        case O_DATA_LAYOUT:
+            if (strcasecmp(a, "NCHW") && strcasecmp(a, "NHWC"))
+                return perr(err, errlen, "--data-layout: NCHW or NHWC, got '%s'", a);
+            o->data_layout = a;
+            break;
+        case O_LOSS_CHECK:
+            if (strcmp(a, "on") && strcmp(a, "off"))
+                return perr(err, errlen, "--loss-check: on or off, got '%s'", a);
+            o->no_loss_check = !strcmp(a, "off");
+            break;
+        case O_REDUCTION:
+            if (strcmp(a, "mean") && strcmp(a, "sum"))
+                return perr(err, errlen, "--reduction: mean or sum, got '%s'", a);
+            o->reduction = a;
+            break;
+        case O_LABEL_SMOOTHING:
+            if (parse_double(a, 0, 1, &o->label_smoothing) < 0)
+                return perr(err, errlen, "--label-smoothing: a number in [0, 1], got '%s'", a);
+            break;
+        case O_LOSS_BETA:
+            if (parse_double(a, 0, 1e30, &o->loss_beta) < 0)
+                return perr(err, errlen, "--loss-beta: a number >= 0, got '%s'", a);
+            break;
+        case O_IGNORE_INDEX: {
+            long v;
+            if (parse_long(a, -2147483647L, 2147483647L, &v) < 0)
+                return perr(err, errlen, "--ignore-index: an integer, got '%s'", a);
+            o->has_ignore_index = 1;
+            o->ignore_index = v;
+            break;
+        }
+        case O_CLASS_WEIGHT:
+        case O_POS_WEIGHT: {
+            static float cw[CLI_MAX_WEIGHTS], pw[CLI_MAX_WEIGHTS];
+            const int cls = id == O_CLASS_WEIGHT;
+            int n = parse_floats(a, cls ? cw : pw, CLI_MAX_WEIGHTS);
+            if (n <= 0)
+                return perr(err, errlen, "--%s: up to %d numbers >= 0, comma-separated, got "
+                            "'%.40s'", cls ? "class-weight" : "pos-weight", CLI_MAX_WEIGHTS, a);
+            if (cls) {
+                o->class_weight = cw;
+                o->n_class_weight = n;
+            } else {
+                o->pos_weight = pw;
+                o->n_pos_weight = n;
+            }
+            break;
+        }
         case O_NO_NORMALIZE: o->no_normalize = 1; break;
         case O_TIMINGS: o->timings = 1; break;
         case O_TRACE: o->trace = a; break;

@@ -291,21 +291,46 @@ void cli_train_opts(const cli_opts *o, rt_train_opts *t)
         t->seed = (uint64_t)o->seed;
     t->no_shuffle = o->no_shuffle;
     t->sync_batchnorm = o->sync_batchnorm;
+    t->from_logits = o->from_logits;
+    t->data_layout = o->data_layout;
+    /* predict and export train nothing: what the loss reads does not matter */
+    t->no_loss_check = o->no_loss_check || o->cmd == CLI_PREDICT || o->cmd == CLI_EXPORT;
+    t->reduction = o->reduction;
+    if (o->label_smoothing >= 0)
+        t->label_smoothing = (float)o->label_smoothing;
+    if (o->loss_beta >= 0) {
+        t->has_loss_beta = 1;
+        t->loss_beta = (float)o->loss_beta;
+    }
+    t->has_ignore_index = o->has_ignore_index;
+    t->ignore_index = o->ignore_index;
+    t->class_weight = o->class_weight;
+    t->n_class_weight = o->n_class_weight;
+    t->pos_weight = o->pos_weight;
+    t->n_pos_weight = o->n_pos_weight;
+}
+
+/* The value of key in a .npy header (read into h, NULs made spaces), or
+ * NULL when path is no .npy. */
+static const char *npy_header_key(const char *path, char *h, size_t hlen, const char *key)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t n = fread(h, 1, hlen - 1, f);
+    fclose(f);
+    h[n] = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!h[i]) h[i] = ' ';
+    const char *s = n > 10 && !memcmp(h, "\x93NUMPY", 6) ? strstr(h, key) : NULL;
+    return s ? s + strlen(key) : NULL;
 }
 
 /* The shape in a .npy header ("'shape': (n, k)"); returns ndim, or -1. */
 static int npy_shape(const char *path, int64_t *dims, int max)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return -1;
     char h[1024];
-    size_t n = fread(h, 1, sizeof h - 1, f);
-    fclose(f);
-    h[n] = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!h[i]) h[i] = ' ';
-    const char *s = n > 10 && !memcmp(h, "\x93NUMPY", 6) ? strstr(h, "'shape':") : NULL;
+    const char *s = npy_header_key(path, h, sizeof h, "'shape':");
     if (!s || !(s = strchr(s, '(')))
         return -1;
     int nd = 0;
@@ -345,6 +370,29 @@ static long csv_row_values(const char *path, int header)
     return cols;
 }
 
+/* PyTorch's losses that take class indices (and cross_entropy also
+ * probabilities) */
+static int is_class_index_loss(const char *loss)
+{
+    static const char *const names[] = {"cross_entropy", "CrossEntropyLoss", "nll_loss",
+                                        "NLLLoss"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcasecmp(loss, names[i]))
+            return 1;
+    return 0;
+}
+
+/* The kind of a .npy's elements ('f', 'i', 'u', 'b'), or 0. */
+static int npy_kind(const char *path)
+{
+    char h[1024];
+    const char *s = npy_header_key(path, h, sizeof h, "'descr':");
+    if (!s || !(s = strchr(s, '\'')))
+        return 0;
+    const char k = s[1] == '<' || s[1] == '>' || s[1] == '|' || s[1] == '=' ? s[2] : s[1];
+    return k == 'f' || k == 'i' || k == 'u' || k == 'b' ? k : 0;
+}
+
 /* Session + compile of --model; on failure prints and returns an exit code. */
 static int setup(rt_client *c, const cli_opts *o, const char *what, char *sid,
                  rt_client_compile_result *prog)
@@ -368,6 +416,11 @@ static int setup(rt_client *c, const cli_opts *o, const char *what, char *sid,
     if (lnd >= 2) {
         t.label_ndim = lnd - 1;
         memcpy(t.label_shape, ld + 1, sizeof(int64_t) * (size_t)(lnd - 1));
+        /* cross_entropy reads integer targets as class indices and float
+         * ones as probabilities, as PyTorch does by their dtype */
+        int k = o->loss && is_class_index_loss(o->loss) ? npy_kind(o->labels) : 0;
+        if (k)
+            t.label_dtype = k == 'f' ? RT_DTYPE_F32 : RT_DTYPE_I32;
     }
     if (o->label_first >= 0) {
         t.label_ndim = 1;

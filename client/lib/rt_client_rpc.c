@@ -266,11 +266,25 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m,
     cfg.label_dtype = (Rtrain__V1__DType)o->label_dtype;
     cfg.n_label_shape = (size_t)o->label_ndim;
     cfg.label_shape = (int64_t *)o->label_shape;
+    cfg.reduction = (char *)(o->reduction ? o->reduction : "");
+    cfg.label_smoothing = o->label_smoothing;
+    cfg.has_ignore_index = o->has_ignore_index != 0;
+    cfg.ignore_index = o->ignore_index;
+    cfg.has_loss_beta = o->has_loss_beta != 0;
+    cfg.loss_beta = o->loss_beta;
+    cfg.n_class_weight = o->class_weight && o->n_class_weight > 0 ? (size_t)o->n_class_weight : 0;
+    cfg.class_weight = (float *)o->class_weight;
+    cfg.n_pos_weight = o->pos_weight && o->n_pos_weight > 0 ? (size_t)o->n_pos_weight : 0;
+    cfg.pos_weight = (float *)o->pos_weight;
+    cfg.no_loss_check = o->no_loss_check != 0;
+    cfg.l2_weight_decay = o->l2_weight_decay;
+    cfg.dampening = o->dampening;
 
     Rtrain__V1__CompileRequest req = RTRAIN__V1__COMPILE_REQUEST__INIT;
     req.session_id = (char *)session;
     req.config = &cfg;
     req.state_from_program = (char *)(o->state_from ? o->state_from : "");
+    req.data_layout = (char *)(o->data_layout ? o->data_layout : "");
     if (m) {
         req.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH;
         req.graph = rt__model_graph(m);
@@ -304,6 +318,8 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m,
         out->compile_ns = rep->compile_ns;
         out->cache_hit = rep->cache_hit || (r->timings && r->timings->cache_hit);
         out->kernels = rep->kernels;
+        snprintf(out->data_layout, sizeof out->data_layout, "%s",
+                 rep->data_layout ? rep->data_layout : "");
         out->n_passes = 0;
         for (size_t i = 0; i < rep->n_passes && i < RT_CLIENT_MAX_PASSES; i++) {
             snprintf(out->pass_name[i], sizeof out->pass_name[i], "%s", rep->passes[i]->name);

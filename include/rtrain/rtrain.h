@@ -363,6 +363,29 @@ typedef struct rt_train_opts {
     /* MPI replicas: every BatchNorm uses the global batch's statistics
      * (Keras' SyncBatchNormalization); one process: no effect */
     int sync_batchnorm;
+    /* ONNX models: the layout of a 4-D input's data. NULL/"" or "NCHW": the
+     * model's own (PyTorch's); "NHWC": channels last. Never guessed. */
+    const char *data_layout;
+    /* PyTorch's losses (loss "cross_entropy", "nll_loss", "bce_with_logits",
+     * "binary_cross_entropy", "mse_loss", "l1_loss", "smooth_l1_loss",
+     * "huber_loss"): */
+    const char *reduction;      /* NULL = "mean", or "sum" */
+    float label_smoothing;      /* cross_entropy */
+    int has_ignore_index;       /* 0: PyTorch's -100 */
+    int64_t ignore_index;       /* cross_entropy, nll_loss */
+    int has_loss_beta;          /* 0: 1 */
+    float loss_beta;            /* smooth_l1_loss beta (0: l1), huber_loss delta */
+    const float *class_weight;  /* cross_entropy, nll_loss: one per class */
+    int n_class_weight;
+    const float *pos_weight;    /* bce_with_logits: one per class, or one */
+    int n_pos_weight;
+    /* The daemon refuses a loss that does not fit what the model's output
+     * ends in (e.g. sparse_categorical_crossentropy on a LogSoftmax); 1
+     * turns that check off. */
+    int no_loss_check;
+    /* torch.optim: SGD/Adam/RMSprop weight_decay (added to the gradient),
+     * SGD dampening; 0: none */
+    float l2_weight_decay, dampening;
 } rt_train_opts;
 
 /* Zero everything, then: metrics {"accuracy"}, batch_size 32. Names left
@@ -394,6 +417,8 @@ typedef struct rt_client_compile_result {
     int n_passes;
     char pass_name[RT_CLIENT_MAX_PASSES][24];
     uint64_t pass_ns[RT_CLIENT_MAX_PASSES];
+    /* "NCHW" when the program takes its data NCHW (an ONNX 4-D input), else "" */
+    char data_layout[8];
 } rt_client_compile_result;
 
 int rt_client_compile(rt_client *c, const char *session, const rt_model *m,
@@ -405,7 +430,8 @@ int rt_client_compile_keras(rt_client *c, const char *session,
 /* onnx: len bytes of a serialized ONNX ModelProto (torch.onnx.export,
  * opsets 11-17), imported on the daemon; its initializers are the initial
  * weights. output: the graph output to train, NULL for the single one. A
- * 4-D (NCHW) model takes NHWC data (docs/onnx.md). */
+ * 4-D (NCHW) model takes NCHW data, as PyTorch holds it, unless
+ * o->data_layout is "NHWC" (docs/onnx.md). */
 int rt_client_compile_onnx(rt_client *c, const char *session, const void *onnx,
                            size_t len, const char *output, const rt_train_opts *o,
                            rt_client_compile_result *out);

@@ -888,17 +888,30 @@ static int worker_compile(uint64_t id, const uint8_t *buf, size_t len, char *err
                                   (int)q->n_input_dims, q->input_values, &g, err, errlen,
                                   NULL, NULL);
     } else if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX) {
-        rc = rt_onnx_import(q->onnx.data, q->onnx.len, q->onnx_output, &g, err, errlen);
+        rt_onnx_opts io = {.output = q->onnx_output};
+        rc = rt_onnx_layout_from_name(q->data_layout, &io.data_nhwc);
+        if (rc < 0) snprintf(err, errlen, "unknown data_layout");
+        else rc = rt_onnx_import_opts(q->onnx.data, q->onnx.len, &io, &g, err, errlen);
     } else {
         /* rank 0 built and validated this graph with the same builder */
         g = rt_graph_create();
         rc = g ? rt_graph_import_pb(q->graph, NULL, g, err, errlen) : RT_ENOMEM;
         if (rc == RT_ENOMEM && (!g || !err[0])) snprintf(err, errlen, "out of memory");
     }
-    rtrain__v1__compile_request__free_unpacked(q, NULL);
+    /* the config's weight arrays pointed into rank 0's plan: here they are
+     * the request's (rank 0 compiled from the same values) */
+    const Rtrain__V1__TrainConfig *tc = q->config;
+    if (rc == 0 && (cfg.n_class_weight != (tc ? (int)tc->n_class_weight : 0) ||
+                    cfg.n_pos_weight != (tc ? (int)tc->n_pos_weight : 0))) {
+        snprintf(err, errlen, "the compile request's loss weights differ from the config");
+        rc = RT_EINVAL;
+    }
+    cfg.class_weight = cfg.n_class_weight ? tc->class_weight : NULL;
+    cfg.pos_weight = cfg.n_pos_weight ? tc->pos_weight : NULL;
     rt_plan *p = NULL;
     rt_exec *e = NULL;
     if (rc == 0) rc = rt_plan_compile(g, &cfg, &p, NULL, err, errlen);
+    rtrain__v1__compile_request__free_unpacked(q, NULL);
     rt_graph_destroy(g);
     ov_state *ov = NULL;
     if (rc == 0 && (rc = rt_exec_create(p, &e)) < 0) snprintf(err, errlen, "out of memory");

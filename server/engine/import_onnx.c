@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "onnx.pb-c.h"
 #include "rt_engine_impl.h"
@@ -69,6 +70,8 @@ typedef struct ictx {
     size_t errlen;
     ProtobufCAllocator pb;      /* the decode's, counting into pb_used */
     size_t pb_used, pb_budget;
+    int data_nhwc;              /* the caller feeds a 4-D input NHWC */
+    int nchw_input;             /* out: the data input is taken NCHW */
 } ictx;
 
 static int fail(ictx *c, int code, const char *fmt, ...)
@@ -711,13 +714,16 @@ static long only_reader(ictx *c, const char *v)
     return -1;
 }
 
-/* whether value v is a float scalar constant within 1e-6 of want: an
- * initializer or constant defined by now, or a Constant node still ahead */
-static int scalar_is(ictx *c, const char *v, double want)
+/* whether value v is a float scalar constant (an initializer or constant
+ * defined by now, or a Constant node still ahead); its value into *out */
+static int scalar_get(ictx *c, const char *v, double *out)
 {
     oval *o = lookup(c, v, 0);
-    if (o && o->kind == V_CONST)
-        return o->isf && o->numel == 1 && fabs(o->f[0] - want) < 1e-6;
+    if (o && o->kind == V_CONST) {
+        if (!o->isf || o->numel != 1) return 0;
+        *out = o->f[0];
+        return 1;
+    }
     const Onnx__GraphProto *gr = c->m->graph;
     for (size_t k = c->k + 1; k < gr->n_node && k <= c->k + 16; k++) {
         const Onnx__NodeProto *n = gr->node[k];
@@ -726,7 +732,10 @@ static int scalar_is(ictx *c, const char *v, double want)
             continue;
         const Onnx__AttributeProto *a = n->attribute[0];
         if (!a->name) return 0;
-        if (!strcmp(a->name, "value_float")) return fabs(a->f - want) < 1e-6;
+        if (!strcmp(a->name, "value_float")) {
+            *out = a->f;
+            return 1;
+        }
         if (strcmp(a->name, "value") || !a->t) return 0;
         oval t = {0};
         const Onnx__NodeProto *save = c->node;
@@ -734,9 +743,17 @@ static int scalar_is(ictx *c, const char *v, double want)
         int rc = tensor_load(c, a->t, &t);
         c->node = save;
         if (c->err && c->errlen) c->err[0] = 0;
-        return rc == 0 && t.isf && t.numel == 1 && fabs(t.f[0] - want) < 1e-6;
+        if (rc != 0 || !t.isf || t.numel != 1) return 0;
+        *out = t.f[0];
+        return 1;
     }
     return 0;
+}
+
+static int scalar_is(ictx *c, const char *v, double want)
+{
+    double x;
+    return scalar_get(c, v, &x) && fabs(x - want) < 1e-6;
 }
 
 /* the node at k reads a and a scalar constant of value want (either order) */
@@ -803,6 +820,141 @@ static int op_div(ictx *c)
     if (rc) return rc < 0 ? rc : 0;
     return op_binary(c, "Div");
 }
+/* ------------------------------------------------------- LayerNorm pattern */
+
+/* the two nodes reading value v when exactly two do (a few nodes ahead) */
+static int two_readers(ictx *c, const char *v, long r[2])
+{
+    const Onnx__GraphProto *gr = c->m->graph;
+    oval *o = lookup(c, v, 0);
+    if (!o || o->uses != 2) return 0;
+    int n = 0;
+    for (size_t k = c->k + 1; k < gr->n_node && k <= c->k + 16 && n < 2; k++)
+        for (size_t i = 0; i < gr->node[k]->n_input; i++)
+            if (gr->node[k]->input[i] && !strcmp(gr->node[k]->input[i], v)) {
+                r[n++] = (long)k;
+                break;
+            }
+    return n == 2;
+}
+
+/* node k is a ReduceMean over the last of rank axes that keeps it */
+static int mean_last(ictx *c, long k, int rank)
+{
+    if (k < 0 || !is_op(c, k, "ReduceMean")) return 0;
+    const Onnx__NodeProto *save = c->node;
+    c->node = c->m->graph->node[k];
+    int64_t ax[RT_MAX_DIMS], keep = 0;
+    int n = 0;
+    int ok = a_ints(c, "axes", ax, RT_MAX_DIMS, &n) == 0 && a_int(c, "keepdims", 1, &keep) == 0;
+    c->node = save;
+    if (c->err && c->errlen) c->err[0] = 0;
+    return ok && n == 1 && (ax[0] == -1 || ax[0] == rank - 1) && keep == 1;
+}
+
+/* node k reads a and b, in this order */
+static int reads2(ictx *c, long k, const char *a, const char *b)
+{
+    const Onnx__NodeProto *n = c->m->graph->node[k];
+    return n->n_input == 2 && !strcmp(n->input[0], a) && !strcmp(n->input[1], b);
+}
+
+/* the float constant of C values node k applies to value a (either order),
+ * or NULL */
+static oval *affine_const(ictx *c, long k, const char *a, int64_t C)
+{
+    const Onnx__NodeProto *n = c->m->graph->node[k];
+    if (n->n_input != 2) return NULL;
+    const char *o = !strcmp(n->input[0], a) ? n->input[1]
+                    : !strcmp(n->input[1], a) ? n->input[0] : NULL;
+    oval *v = o ? lookup(c, o, 0) : NULL;
+    return v && v->kind == V_CONST && v->isf && v->numel == C ? v : NULL;
+}
+
+/* nn.LayerNorm as torch.onnx.export writes it below opset 17:
+ *   m = ReduceMean(x), d = Sub(x, m), v = ReduceMean(Pow(d, 2)),
+ *   y = Div(d, Sqrt(Add(v, eps))) * gamma + beta
+ * over the last axis. At the first ReduceMean: the engine's one
+ * LayerNormalization (gamma and beta parameters named as their
+ * initializers), named as the last node's output; the rest skipped.
+ * Returns 1 when it took the pattern, 0 when there is none (the nodes then
+ * import one by one). */
+static int layernorm_pattern(ictx *c)
+{
+    const Onnx__NodeProto *r1 = c->node, *const *nd = (const Onnx__NodeProto *const *)
+                                                          c->m->graph->node;
+    if (r1->n_input != 1 || r1->n_output != 1) return 0;
+    const char *x = r1->input[0];
+    oval *xv = lookup(c, x, 0);
+    if (!xv || xv->kind != V_ACT || xv->layout != L_PLAIN || xv->rank < 2 ||
+        !mean_last(c, (long)c->k, xv->rank))
+        return 0;
+    const int64_t C = xv->d[xv->rank - 1];
+    long s = only_reader(c, r1->output[0]), r[2];
+    if (s < 0 || !is_op(c, s, "Sub") || !reads2(c, s, x, r1->output[0])) return 0;
+    const char *d = nd[s]->output[0];
+    if (!two_readers(c, d, r)) return 0;
+    const long p = is_op(c, r[0], "Pow") ? r[0] : r[1], dv = p == r[0] ? r[1] : r[0];
+    if (!is_op(c, p, "Pow") || !is_op(c, dv, "Div") || !reads_scalar(c, p, d, 2.0) ||
+        strcmp(nd[p]->input[0], d))
+        return 0;
+    long r2 = only_reader(c, nd[p]->output[0]);
+    if (!mean_last(c, r2, xv->rank)) return 0;
+    long a = only_reader(c, nd[r2]->output[0]);
+    if (a < 0 || !is_op(c, a, "Add") || nd[a]->n_input != 2) return 0;
+    double eps;
+    const int e1 = !strcmp(nd[a]->input[0], nd[r2]->output[0]);
+    if (!scalar_get(c, nd[a]->input[e1 ? 1 : 0], &eps) || !(eps > 0)) return 0;
+    long q = only_reader(c, nd[a]->output[0]);
+    if (q < 0 || !is_op(c, q, "Sqrt") || !reads2(c, dv, d, nd[q]->output[0])) return 0;
+    /* the affine part: * gamma (needed), + beta (or no centre) */
+    long mu = only_reader(c, nd[dv]->output[0]), ad = -1;
+    oval *g = mu >= 0 && is_op(c, mu, "Mul") ? affine_const(c, mu, nd[dv]->output[0], C)
+                                             : NULL, *b = NULL;
+    if (!g) return 0;
+    ad = only_reader(c, nd[mu]->output[0]);
+    if (ad >= 0 && is_op(c, ad, "Add")) b = affine_const(c, ad, nd[mu]->output[0], C);
+    const char *out = b ? nd[ad]->output[0] : nd[mu]->output[0];
+    oval *y = lookup(c, out, 1);
+    if (y->kind != V_NONE) return 0;
+    int rc;
+    const char *in[3] = {xv->en};
+    if ((rc = mk_param(c, g, 1, &C, P_ID, 1, &C, 1, &in[1])) < 0) return rc;
+    if (b && (rc = mk_param(c, b, 1, &C, P_ID, 1, &C, 1, &in[2])) < 0) return rc;
+    y->kind = V_ACT;
+    y->en = y->name;
+    y->layout = L_PLAIN;
+    y->rank = xv->rank;
+    memcpy(y->d, xv->d, sizeof y->d);
+    c->skip[s] = c->skip[p] = c->skip[r2] = c->skip[a] = c->skip[q] = c->skip[dv] = 1;
+    c->skip[mu] = 1;
+    if (b) c->skip[ad] = 1;
+    rt_attr at[2] = {{.name = "epsilon", .kind = RT_ATTR_FLOAT, .f = eps},
+                     {.name = "center", .kind = RT_ATTR_INT, .i = b != NULL}};
+    rc = add_node(c, y->en, "LayerNormalization", b ? 3 : 2, in, 2, at);
+    return rc < 0 ? rc : 1;
+}
+
+/* Pow with a constant exponent: 2 (x * x), 0.5 (Sqrt) or 1 */
+static int op_pow(ictx *c)
+{
+    double e;
+    oval *x = NULL, *y = NULL;
+    int rc;
+    if ((rc = in_act(c, 0, &x)) < 0) return rc;
+    if (c->node->n_input != 2 || !scalar_get(c, c->node->input[1], &e))
+        return fail(c, RT_EINVAL, "the exponent must be a scalar constant");
+    if (e != 2.0 && e != 0.5 && e != 1.0)
+        return fail(c, RT_EINVAL, "exponent %g: 0.5, 1 and 2 are supported", e);
+    if ((rc = def_act(c, &y, x->layout, x->rank, x->d)) < 0) return rc;
+    y->fc = x->fc, y->fh = x->fh, y->fw = x->fw;
+    const char *in[2] = {x->en, x->en};
+    return add_node(c, y->en, e == 2.0 ? "Mul" : e == 0.5 ? "Sqrt" : "Identity",
+                    e == 2.0 ? 2 : 1, in, 0, NULL);
+}
+
+static int op_sqrt(ictx *c) { return op_unary(c, "Sqrt"); }
+
 static int op_prelu(ictx *c) { return op_binary(c, "PRelu"); }
 static int op_max(ictx *c)
 {
@@ -1942,7 +2094,12 @@ static int op_reduce(ictx *c, const char *op)
     return add_node(c, y->en, op, 1, in, 2, at);
 }
 
-static int op_reducemean(ictx *c) { return op_reduce(c, "ReduceMean"); }
+static int op_reducemean(ictx *c)
+{
+    int rc = layernorm_pattern(c);
+    if (rc) return rc < 0 ? rc : 0;
+    return op_reduce(c, "ReduceMean");
+}
 static int op_reducesum(ictx *c) { return op_reduce(c, "ReduceSum"); }
 
 static int op_gmp(ictx *c)
@@ -1980,7 +2137,7 @@ static const struct {
     {"ConvTranspose", op_convtranspose}, {"LayerNormalization", op_layernorm},
     {"Pad", op_pad}, {"Transpose", op_transpose}, {"ReduceMean", op_reducemean},
     {"ReduceSum", op_reducesum}, {"GlobalMaxPool", op_gmp},
-    {"ConstantOfShape", op_constantofshape},
+    {"ConstantOfShape", op_constantofshape}, {"Pow", op_pow}, {"Sqrt", op_sqrt},
 };
 
 static op_fn find_op(const Onnx__NodeProto *n)
@@ -2095,8 +2252,32 @@ static int define_input(ictx *c, const Onnx__ValueInfoProto *vi)
     v->layout = v->rank == 4 ? L_NHWC : L_PLAIN;
     int64_t ed[RT_MAX_DIMS + 1];
     ed[0] = RT_BATCH;
+    int rc;
+    if (v->layout == L_NHWC && !c->data_nhwc) {
+        /* The data comes in the model's own NCHW. Its first op takes it to
+         * the engine's NHWC, once per batch (a C of 1 is the same bytes
+         * either way: a Reshape). */
+        for (int k = 1; k < 4; k++) ed[k] = v->d[k];
+        if ((rc = rt_graph_add_input(c->g, v->name, RT_F32, 4, ed)) < 0)
+            return fail(c, rc, "%s", rt_graph_errmsg(c->g));
+        const size_t n = strlen(v->name) + 10;
+        char *tn = alloc(c, n);
+        if (!tn) return OOM(c);
+        snprintf(tn, n, "%s#to_nhwc", v->name);
+        const char *in[1] = {v->name};
+        static const int64_t perm[4] = {0, 2, 3, 1};
+        const int64_t hwc[3] = {v->d[2], v->d[3], v->d[1]};
+        const rt_attr a = v->d[1] == 1
+            ? (rt_attr){.name = "shape", .kind = RT_ATTR_INTS, .n = 3, .ints = hwc}
+            : (rt_attr){.name = "perm", .kind = RT_ATTR_INTS, .n = 4, .ints = perm};
+        if ((rc = add_node(c, tn, v->d[1] == 1 ? "Reshape" : "Transpose", 1, in, 1, &a)) < 0)
+            return rc;
+        v->en = tn;
+        c->nchw_input = 1;
+        return 0;
+    }
     int en = engine_dims(v, ed + 1);
-    int rc = rt_graph_add_input(c->g, v->en, RT_F32, en + 1, ed);
+    rc = rt_graph_add_input(c->g, v->en, RT_F32, en + 1, ed);
     return rc < 0 ? fail(c, rc, "%s", rt_graph_errmsg(c->g)) : 0;
 }
 
@@ -2226,19 +2407,36 @@ static void ctx_free(ictx *c)
     rt_graph_destroy(c->g);
 }
 
-int rt_onnx_import(const void *buf, size_t len, const char *output, rt_graph **out,
-                   char *err, size_t errlen)
+int rt_onnx_import_opts(const void *buf, size_t len, rt_onnx_opts *o, rt_graph **out,
+                        char *err, size_t errlen)
 {
-    ictx c = {.err = err, .errlen = errlen};
+    ictx c = {.err = err, .errlen = errlen, .data_nhwc = o && o->data_nhwc};
     if (err && errlen) err[0] = 0;
     *out = NULL;
-    int rc = run_import(&c, buf, len, output);
+    int rc = run_import(&c, buf, len, o ? o->output : NULL);
     if (rc == 0) {
         *out = c.g;
         c.g = NULL;
+        if (o) o->nchw_input = c.nchw_input;
     }
     ctx_free(&c);
     return rc;
+}
+
+int rt_onnx_layout_from_name(const char *name, int *nhwc)
+{
+    *nhwc = 0;
+    if (!name || !*name || !strcasecmp(name, "NCHW")) return 0;
+    if (strcasecmp(name, "NHWC")) return RT_EINVAL;
+    *nhwc = 1;
+    return 0;
+}
+
+int rt_onnx_import(const void *buf, size_t len, const char *output, rt_graph **out,
+                   char *err, size_t errlen)
+{
+    rt_onnx_opts o = {.output = output};
+    return rt_onnx_import_opts(buf, len, &o, out, err, errlen);
 }
 
 int rt_onnx_export(const void *buf, size_t len, const char *output, rt_onnx_param_fn get,

@@ -17,8 +17,13 @@
  * Gemm weights (N,K) become (K,N), a Flatten of an NCHW value keeps the
  * engine's (h,w,c) order and the Gemm/MatMul reading it gets its weight
  * rows permuted from (c,h,w) to (h,w,c), and constants broadcast against
- * an NCHW value are permuted the same way. Nothing is transposed per step.
- * The data input of a rank-4 model is therefore fed NHWC.
+ * an NCHW value are permuted the same way. Inside the graph nothing is
+ * transposed per step. The data input of a rank-4 model is taken as the
+ * model declares it, NCHW: the graph's first op is a Transpose to NHWC,
+ * run on each batch (a Reshape when C is 1: the same bytes). A caller that
+ * holds NHWC data says so (rt_onnx_opts.data_nhwc) and the input is NHWC,
+ * with no Transpose. An NCHW (or flattened NCHW) output is turned back to
+ * NCHW, so predictions and labels read as PyTorch's.
  *
  * Weights. Float initializers become parameters named as the initializer,
  * with their values as the initial weights (PyTorch's own initialisation);
@@ -61,6 +66,21 @@ extern "C" {
  * (< errlen) in err; *out is NULL on failure. */
 int rt_onnx_import(const void *buf, size_t len, const char *output,
                    rt_graph **out, char *err, size_t errlen);
+
+/* Import options: the output as rt_onnx_import's; data_nhwc: a rank-4
+ * data input is fed NHWC (the engine's layout) instead of the model's
+ * NCHW. nchw_input (out): the data input is taken NCHW (a rank-4 input
+ * without data_nhwc). */
+typedef struct rt_onnx_opts {
+    const char *output;
+    int data_nhwc;
+    int nchw_input;
+} rt_onnx_opts;
+int rt_onnx_import_opts(const void *buf, size_t len, rt_onnx_opts *o, rt_graph **out,
+                        char *err, size_t errlen);
+/* A data layout's name: NULL, "" or "NCHW" (the model's own) set *nhwc 0,
+ * "NHWC" 1 (any case); RT_EINVAL for anything else. */
+int rt_onnx_layout_from_name(const char *name, int *nhwc);
 
 /* The value of one engine parameter (as rt_exec_get_param writes it):
  * fill numel floats into dst, return 0 or a negative code. */

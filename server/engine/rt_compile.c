@@ -217,8 +217,40 @@ static int rt__check_config(rt__cc *cc, const rt_train_config *c)
     if (c->batch_size < 1 || c->batch_size > RT__MAX_BATCH)
         return rt__cerr(cc, NULL, RT_EINVAL, "batch_size %d outside 1..%d",
                         c->batch_size, RT__MAX_BATCH);
-    if (c->loss < RT_LOSS_SPARSE_CE || c->loss > RT_LOSS_LOGCOSH)
+    if (c->loss < RT_LOSS_SPARSE_CE || c->loss > RT_LOSS_LAST)
         return rt__cerr(cc, NULL, RT_EINVAL, "unknown loss %d", (int)c->loss);
+    if ((unsigned)c->reduction > RT_REDUCE_SUM)
+        return rt__cerr(cc, NULL, RT_EINVAL, "unknown reduction %d", (int)c->reduction);
+    if (!(c->label_smoothing >= 0 && c->label_smoothing <= 1))
+        return rt__cerr(cc, NULL, RT_EINVAL, "label_smoothing %g outside [0, 1]",
+                        (double)c->label_smoothing);
+    if (!(c->loss_beta >= 0) || isinf(c->loss_beta) ||
+        (c->loss == RT_LOSS_HUBER && c->loss_beta == 0))
+        return rt__cerr(cc, NULL, RT_EINVAL, "%s %g must be finite and > 0",
+                        c->loss == RT_LOSS_HUBER ? "huber delta" : "loss beta",
+                        (double)c->loss_beta);
+    if (c->n_class_weight < 0 || (c->n_class_weight && !c->class_weight) ||
+        c->n_pos_weight < 0 || (c->n_pos_weight && !c->pos_weight))
+        return rt__cerr(cc, NULL, RT_EINVAL, "class_weight or pos_weight without values");
+    for (int i = 0; i < c->n_class_weight; i++)
+        if (!(c->class_weight[i] >= 0) || isinf(c->class_weight[i]))
+            return rt__cerr(cc, NULL, RT_EINVAL, "class_weight[%d] = %g must be finite and >= 0",
+                            i, (double)c->class_weight[i]);
+    for (int i = 0; i < c->n_pos_weight; i++)
+        if (!(c->pos_weight[i] >= 0) || isinf(c->pos_weight[i]))
+            return rt__cerr(cc, NULL, RT_EINVAL, "pos_weight[%d] = %g must be finite and >= 0",
+                            i, (double)c->pos_weight[i]);
+    if (!RT_LOSS_IS_TORCH(c->loss) &&
+        (c->reduction != RT_REDUCE_MEAN || c->label_smoothing > 0 || c->n_class_weight ||
+         c->n_pos_weight))
+        return rt__cerr(cc, NULL, RT_EINVAL, "reduction, label_smoothing, class_weight and "
+                        "pos_weight go with PyTorch's losses; %s is Keras'", rt_loss_name(c->loss));
+    if (c->n_class_weight && c->loss != RT_LOSS_CROSS_ENTROPY && c->loss != RT_LOSS_NLL)
+        return rt__cerr(cc, NULL, RT_EINVAL, "class_weight goes with cross_entropy and nll_loss");
+    if (c->label_smoothing > 0 && c->loss != RT_LOSS_CROSS_ENTROPY)
+        return rt__cerr(cc, NULL, RT_EINVAL, "label_smoothing goes with cross_entropy");
+    if (c->n_pos_weight && c->loss != RT_LOSS_BCE_LOGITS)
+        return rt__cerr(cc, NULL, RT_EINVAL, "pos_weight goes with bce_with_logits");
     if (c->opt < RT_OPT_SGD || c->opt > RT_OPT_RMSPROP)
         return rt__cerr(cc, NULL, RT_EINVAL, "unknown optimizer %d", (int)c->opt);
     if ((unsigned)c->sched > RT_SCHED_WARMUP_COSINE)
@@ -237,6 +269,12 @@ static int rt__check_config(rt__cc *cc, const rt_train_config *c)
         return rt__cerr(cc, NULL, RT_EINVAL, "clip_norm %g invalid", c->clip_norm);
     if (!(c->weight_decay >= 0) || !isfinite(c->weight_decay))
         return rt__cerr(cc, NULL, RT_EINVAL, "weight_decay %g invalid", c->weight_decay);
+    if (!(c->l2_decay >= 0) || !isfinite(c->l2_decay))
+        return rt__cerr(cc, NULL, RT_EINVAL, "l2 weight decay %g invalid", c->l2_decay);
+    if (!(c->dampening >= 0 && c->dampening <= 1))
+        return rt__cerr(cc, NULL, RT_EINVAL, "dampening %g outside [0, 1]", c->dampening);
+    if (c->dampening > 0 && c->nesterov)
+        return rt__cerr(cc, NULL, RT_EINVAL, "nesterov momentum needs dampening 0 (as torch)");
     if (c->sched == RT_SCHED_STEP && (c->step_size == 0 || !(c->gamma > 0)))
         return rt__cerr(cc, NULL, RT_EINVAL, "step schedule needs step_size > 0, gamma > 0");
     if ((c->sched == RT_SCHED_COSINE || c->sched == RT_SCHED_WARMUP_COSINE) &&
@@ -763,6 +801,67 @@ static int rt__pass_infer_shapes(rt__cc *cc)
     return 0;
 }
 
+/* PyTorch's losses: where the classes are, which targets, the weights
+ * (copied into the plan's arena, so the plan's config owns them) */
+static int rt__setup_torch_loss(rt__cc *cc)
+{
+    rt_plan *p = cc->p;
+    rt_train_config *cfg = &p->cfg;
+    rt__lossinfo *L = &p->loss;
+    const char *nm = rt_loss_name(cfg->loss);
+    L->reduction = cfg->reduction;
+    L->smoothing = cfg->label_smoothing;
+    L->beta = cfg->loss_beta;
+    L->ignore_index = cfg->ignore_index;
+    const int cls = cfg->loss == RT_LOSS_CROSS_ENTROPY || cfg->loss == RT_LOSS_NLL;
+    if (cls) {
+        if (p->out_shape.ndim < 1)
+            return rt__cerr(cc, NULL, RT_ESHAPE, "%s needs an output of (N, C) or (N, C, d1, "
+                            "...); this one has one value per sample", nm);
+        /* PyTorch's class axis: dim 1, the first per-sample dim */
+        L->classes = p->out_shape.d[0];
+        L->inner = L->out_numel / L->classes;
+        L->rows = L->inner;
+        L->prob_target = cfg->loss == RT_LOSS_CROSS_ENTROPY && cfg->label_dtype == RT_F32;
+        if (cfg->loss == RT_LOSS_NLL && cfg->label_dtype != RT_I32)
+            return rt__cerr(cc, NULL, RT_EDTYPE, "nll_loss takes class indices (integers)");
+        if (L->inner > 1 && (cfg->metrics & ~RT_METRIC_ACCURACY))
+            return rt__cerr(cc, NULL, RT_EUNIMPLEMENTED, "%s on (N, C, d1, ...) outputs: "
+                            "only the accuracy metric is computed", nm);
+    }
+    /* targets of the output's shape when none was given: every loss but
+     * the class-index ones, as PyTorch's target = input.shape */
+    if ((!cls || L->prob_target) && cfg->label_ndim == 0 && L->out_numel > 1) {
+        cfg->label_ndim = p->out_shape.ndim;
+        for (int i = 0; i < p->out_shape.ndim; i++) cfg->label_dims[i] = p->out_shape.d[i];
+    }
+    if (cfg->n_class_weight) {
+        if (cfg->n_class_weight != L->classes)
+            return rt__cerr(cc, NULL, RT_ESHAPE, "class_weight has %d values; the output has "
+                            "%lld classes", cfg->n_class_weight, (long long)L->classes);
+        float *w = rt__arena_memdup(cc->A, cfg->class_weight,
+                                    sizeof(float) * (size_t)cfg->n_class_weight);
+        if (!w) return RT_ENOMEM;
+        cfg->class_weight = L->cw = w;
+    } else {
+        cfg->class_weight = NULL;
+    }
+    if (cfg->n_pos_weight) {
+        if (cfg->n_pos_weight != 1 && cfg->n_pos_weight != L->classes)
+            return rt__cerr(cc, NULL, RT_ESHAPE, "pos_weight has %d values; it needs 1 or one "
+                            "per class of the last dim (%lld)", cfg->n_pos_weight,
+                            (long long)L->classes);
+        float *w = rt__arena_memdup(cc->A, cfg->pos_weight,
+                                    sizeof(float) * (size_t)cfg->n_pos_weight);
+        if (!w) return RT_ENOMEM;
+        cfg->pos_weight = L->pw = w;
+        L->n_pw = cfg->n_pos_weight;
+    } else {
+        cfg->pos_weight = NULL;
+    }
+    return 0;
+}
+
 /* the loss against the output (after fusion) */
 static int rt__setup_loss(rt__cc *cc, int softmax_fused)
 {
@@ -775,6 +874,8 @@ static int rt__setup_loss(rt__cc *cc, int softmax_fused)
     L->out_numel = rt__shape_numel(&p->out_shape);
     L->classes = p->out_shape.ndim ? p->out_shape.d[p->out_shape.ndim - 1] : 1;
     L->rows = L->out_numel / L->classes;
+    int rc;
+    if (RT_LOSS_IS_TORCH(cfg->loss) && (rc = rt__setup_torch_loss(cc)) < 0) return rc;
     /* categorical (and binary) crossentropy with no label shape given: the
      * labels are one-hot (multi-hot) rows of the output's shape, as Keras
      * takes y_true of y_pred's shape (their dtype stays the caller's: f32,
@@ -793,13 +894,108 @@ static int rt__setup_loss(rt__cc *cc, int softmax_fused)
                             (long long)RT__MAX_NUMEL);
     L->lab_dt = cfg->label_dtype;
     L->acc = (cfg->metrics & RT_METRIC_ACCURACY) != 0;
-    int rc = rt__loss_check(L, cfg, cc->err, cc->errlen);
+    rc = rt__loss_check(L, cfg, cc->err, cc->errlen);
     if (rc < 0) return rc;
     if ((rc = rt__metrics_check(L, cfg->metrics, cc->err, cc->errlen)) < 0) return rc;
     int64_t lab_total;
     if (__builtin_mul_overflow(L->lab_numel, cc->B, &lab_total) || lab_total > RT__MAX_NUMEL)
         return rt__cerr(cc, NULL, RT_EOVERFLOW, "labels too large");
     return 0;
+}
+
+/* What the output ends in, looking through ops that move values without
+ * changing them: a Softmax, a LogSoftmax, a Sigmoid (also HardSigmoid and
+ * Dense/Conv2D's own sigmoid activation), or nothing (raw scores). *at gets
+ * the node. */
+enum { RT__OUT_RAW, RT__OUT_PROB, RT__OUT_LOGPROB, RT__OUT_SIGMOID };
+static int rt__out_kind(const rt__cc *cc, const rt__node **at, const rt__node **end)
+{
+    int e = cc->out;
+    *at = NULL;
+    for (int hops = 0; hops < 64 && cc->E[e].node >= 0; hops++) {
+        const rt__node *nd = &cc->p->nodes[cc->E[e].node];
+        const rt__op_def *op = nd->op;
+        if (!*at) *at = nd;
+        *end = nd;
+        if (op == &rt__op_softmax) return RT__OUT_PROB;
+        if (op == &rt__op_logsoftmax) return RT__OUT_LOGPROB;
+        if (op == &rt__op_sigmoid || op == &rt__op_hardsigmoid) return RT__OUT_SIGMOID;
+        if (op == &rt__op_dense)
+            return rt__dense_cp(nd)->act == RT__ACT_SIGMOID ? RT__OUT_SIGMOID : RT__OUT_RAW;
+        if (op == &rt__op_conv2d)
+            return rt__conv_cp(nd)->act == RT__ACT_SIGMOID ? RT__OUT_SIGMOID : RT__OUT_RAW;
+        if (op != &rt__op_identity && op != &rt__op_dropout && op != &rt__op_reshape &&
+            op != &rt__op_flatten && op != &rt__op_transpose)
+            return RT__OUT_RAW;
+        e = nd->in[0];
+    }
+    return RT__OUT_RAW;
+}
+
+/* A loss that reads probabilities, log-probabilities or logits must get
+ * them: a probability loss on a LogSoftmax or raw output, a logits loss on
+ * a Softmax or Sigmoid, trains to chance and says nothing. Refused,
+ * naming the loss that fits, unless the config's loss_check is off. */
+static int rt__check_loss_fit(rt__cc *cc)
+{
+    const rt_train_config *c = cc->cfg;
+    if (!c->loss_check) return 0;
+    const rt__node *at, *end = NULL;
+    const int k = rt__out_kind(cc, &at, &end);
+    if (!at) return 0;
+    static const char *const ends[] = {"raw scores (no Softmax, LogSoftmax or Sigmoid)",
+                                       "a Softmax", "a LogSoftmax", "a Sigmoid"};
+    char endn[96] = "";
+    if (end != at && k != RT__OUT_RAW) snprintf(endn, sizeof endn, " '%.64s'", end->name);
+    const char *want = NULL, *fit = NULL;
+    const int prob = k == RT__OUT_PROB || k == RT__OUT_SIGMOID;
+    switch (c->loss) {
+    case RT_LOSS_SPARSE_CE:
+    case RT_LOSS_CE:
+        if (!c->from_logits) {
+            want = "probabilities";
+            fit = k == RT__OUT_LOGPROB ? "nll_loss"
+                  : k == RT__OUT_RAW   ? "cross_entropy (or from_logits)" : NULL;
+        } else {
+            want = "logits";
+            fit = prob ? (c->loss == RT_LOSS_CE ? "categorical_crossentropy without from_logits"
+                                                : "sparse_categorical_crossentropy without "
+                                                  "from_logits")
+                       : NULL;
+        }
+        break;
+    case RT_LOSS_BCE:
+        want = c->from_logits ? "logits" : "probabilities";
+        fit = k == RT__OUT_LOGPROB ? "nll_loss"
+              : !c->from_logits && k == RT__OUT_RAW ? "bce_with_logits (or from_logits)"
+              : c->from_logits && prob ? "binary_crossentropy without from_logits" : NULL;
+        break;
+    case RT_LOSS_CROSS_ENTROPY:
+        want = "logits";
+        fit = k == RT__OUT_PROB      ? "sparse_categorical_crossentropy"
+              : k == RT__OUT_SIGMOID ? "binary_cross_entropy" : NULL;
+        break;
+    case RT_LOSS_NLL:
+        want = "log-probabilities";
+        fit = k == RT__OUT_RAW       ? "cross_entropy"
+              : k == RT__OUT_PROB    ? "sparse_categorical_crossentropy"
+              : k == RT__OUT_SIGMOID ? "binary_cross_entropy" : NULL;
+        break;
+    case RT_LOSS_BCE_LOGITS:
+        want = "logits";
+        fit = prob ? "binary_cross_entropy" : k == RT__OUT_LOGPROB ? "nll_loss" : NULL;
+        break;
+    case RT_LOSS_BCE_TORCH:
+        want = "probabilities";
+        fit = k == RT__OUT_RAW ? "bce_with_logits" : k == RT__OUT_LOGPROB ? "nll_loss" : NULL;
+        break;
+    default:
+        break;
+    }
+    if (!fit) return 0;
+    return rt__cerr(cc, at, RT_EINVAL, "the output ends in %s%s; loss %s reads %s. Use %s, "
+                    "or turn the loss check off", ends[k], endn, rt_loss_name(c->loss), want,
+                    fit);
 }
 
 /* fuse: each needed node whose only input value comes from a node with no
@@ -818,6 +1014,8 @@ static int rt__pass_fuse(rt__cc *cc)
     rt_plan *p = cc->p;
     const rt__backend *be = p->backend;
     rt__ent *E = cc->E;
+    int rc0 = rt__check_loss_fit(cc);
+    if (rc0 < 0) return rc0;
     for (int i = 0; i < p->n_nodes; i++) {
         rt__node *nd = &p->nodes[i];
         if (!E[nd->id].needed || nd->n_in != 1) continue;

@@ -218,7 +218,26 @@ typedef enum rt_loss_kind {
     RT_LOSS_MSE,
     RT_LOSS_MAE,
     RT_LOSS_LOGCOSH,         /* Keras semantics (W-A: int labels broadcast per row) */
+    /* PyTorch's losses, with PyTorch's semantics (rt_loss_torch.c): the
+     * batch loss is the mean (or, RT_REDUCE_SUM, the sum) over every
+     * element, or over every position for the class losses, whose class
+     * axis is the first per-sample dim (PyTorch's dim 1) */
+    RT_LOSS_CROSS_ENTROPY,   /* F.cross_entropy: logits; class-index (i32) or
+                                probability (f32, the output's shape) targets;
+                                label_smoothing, ignore_index, class_weight */
+    RT_LOSS_NLL,             /* F.nll_loss: log-probabilities, class indices */
+    RT_LOSS_BCE_LOGITS,      /* F.binary_cross_entropy_with_logits, pos_weight */
+    RT_LOSS_BCE_TORCH,       /* F.binary_cross_entropy: probabilities */
+    RT_LOSS_MSE_TORCH,       /* F.mse_loss */
+    RT_LOSS_L1,              /* F.l1_loss */
+    RT_LOSS_SMOOTH_L1,       /* F.smooth_l1_loss, beta (loss_beta) */
+    RT_LOSS_HUBER,           /* F.huber_loss, delta (loss_beta) */
 } rt_loss_kind;
+#define RT_LOSS_LAST RT_LOSS_HUBER
+/* a PyTorch loss (reduction, class_weight, ... apply) */
+#define RT_LOSS_IS_TORCH(k) ((k) >= RT_LOSS_CROSS_ENTROPY && (k) <= RT_LOSS_LAST)
+
+typedef enum rt_reduction { RT_REDUCE_MEAN = 0, RT_REDUCE_SUM = 1 } rt_reduction;
 
 typedef enum rt_opt_kind {
     RT_OPT_SGD = 1, RT_OPT_ADAM, RT_OPT_ADAMW, RT_OPT_RMSPROP,
@@ -279,16 +298,44 @@ typedef struct rt_train_config {
     int label_ndim;           /* per-sample label rank */
     int64_t label_dims[RT_MAX_DIMS];
     int sync_bn;              /* replicas: every BatchNorm's statistics global */
+    /* PyTorch losses (RT_LOSS_IS_TORCH) */
+    rt_reduction reduction;   /* mean (default) or sum over the batch */
+    float label_smoothing;    /* cross_entropy, in [0, 1] */
+    int64_t ignore_index;     /* cross_entropy, nll_loss: targets of this class
+                                 are left out (default -100, as PyTorch) */
+    float loss_beta;          /* smooth_l1_loss beta, huber_loss delta (default 1) */
+    const float *class_weight; /* cross_entropy, nll_loss: one weight per class, */
+    int n_class_weight;        /* or NULL/0; copied by compile */
+    const float *pos_weight;  /* bce_with_logits: one per class (last dim), or */
+    int n_pos_weight;         /* one for all; NULL/0: none */
+    /* torch.optim's weight decay (SGD, Adam, RMSprop): g += l2_decay * w
+     * before the update (AdamW's decoupled decay is weight_decay) */
+    float l2_decay;
+    /* torch.optim.SGD's dampening: buf = momentum buf + (1 - dampening) g
+     * (the first step's buf = g), w -= lr buf; 0: the Keras form above */
+    float dampening;
+    /* 1 (default): compile refuses a loss that does not fit what the output
+     * ends in (a probability loss on a LogSoftmax or raw output, a logits
+     * loss on a Softmax or Sigmoid output), naming the loss that fits;
+     * 0: trust the caller */
+    int loss_check;
 } rt_train_config;
 
 /* Keras defaults: adam, lr 1e-3, beta 0.9/0.999, eps 1e-7, rho 0.9,
- * sparse CE, accuracy, batch 32, seed 0, shuffle 1, label i32 scalar. */
+ * sparse CE, accuracy, batch 32, seed 0, shuffle 1, label i32 scalar;
+ * PyTorch's loss defaults: reduction mean, ignore_index -100, beta 1;
+ * loss_check 1. */
 void rt_train_config_init(rt_train_config *cfg);
 
 /* Name lookups (Keras spellings and common aliases, e.g. "adam", "sgd",
- * "sparse_categorical_crossentropy", "mse"/"mean_squared_error"). Return 0 or
- * RT_EINVAL for an unknown name. */
+ * "sparse_categorical_crossentropy", "mse"/"mean_squared_error"; PyTorch's
+ * functional and module names, e.g. "cross_entropy"/"CrossEntropyLoss",
+ * "nll_loss", "bce_with_logits", "mse_loss"). Keras' names keep Keras'
+ * semantics ("mse", "bce" are Keras'). Return 0 or RT_EINVAL for an
+ * unknown name. rt_loss_name: the canonical name of a kind. */
 int rt_loss_from_name(const char *name, rt_loss_kind *out);
+const char *rt_loss_name(rt_loss_kind k);
+int rt_reduction_from_name(const char *name, rt_reduction *out); /* "mean", "sum" */
 int rt_opt_from_name(const char *name, rt_opt_kind *out);
 int rt_sched_from_name(const char *name, rt_sched_kind *out);
 const char *const *rt_engine_loss_names(void);      /* NULL-terminated */

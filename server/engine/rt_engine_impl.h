@@ -456,6 +456,17 @@ typedef struct rt__lossinfo {
     int acc;                /* accuracy requested */
     int softmax_fused;      /* (sparse) CE on a Softmax output, computed from
                                the Softmax's input (logits), as Keras does */
+    /* PyTorch losses (rt_loss_torch.c). cross_entropy and nll_loss read
+     * the class axis as PyTorch does, the first per-sample dim: classes is
+     * out dim 0, rows (= inner) the positions per class, stride inner. */
+    int64_t inner;
+    int prob_target;        /* cross_entropy: f32 probability targets */
+    rt_reduction reduction;
+    float smoothing, beta;
+    int64_t ignore_index;
+    const float *cw;        /* class weights (classes floats) or NULL */
+    const float *pw;        /* pos_weight (n_pw floats: 1 or the last dim) or NULL */
+    int64_t n_pw;
 } rt__lossinfo;
 
 struct rt_plan {
@@ -497,6 +508,14 @@ void rt__loss_run(const rt__lossinfo *L, const float *y, const void *lab,
                   float *scratch); /* scratch: 2 * n * out_numel floats */
 int rt__loss_check(const rt__lossinfo *L, const rt_train_config *cfg,
                    char *err, size_t errlen);
+/* accuracy of one row of C values (rt_loss.c): 0 or 1 */
+int rt__loss_row_acc(const rt__lossinfo *L, const float *z, const void *lab, int64_t lab_i);
+/* rt_loss_torch.c: PyTorch's losses, as rt__loss_run (which calls it) and
+ * rt__loss_check; the batch's loss (PyTorch's, mean or sum) times n is added
+ * to *loss_sum, so that loss_sum / n is it */
+void rt__loss_torch_run(const rt__lossinfo *L, const float *y, const void *lab, int64_t n,
+                        float *dy, double *loss_sum, double *acc_sum);
+int rt__loss_torch_check(const rt__lossinfo *L, char *err, size_t errlen);
 
 /* rt_optim.c */
 float rt__sched_lr(const rt_train_config *c, int64_t step);

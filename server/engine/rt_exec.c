@@ -58,6 +58,7 @@ struct rt_exec {
     int restored;              /* cursor loaded from a checkpoint */
     const void *checked_y;     /* labels already range-checked (daemon data */
     int64_t checked_n;         /* sets are immutable); saves O(n) per call */
+    int y_ignored;             /* those labels hold PyTorch's ignore_index */
     const float *checked_x;    /* inputs already checked as Embedding indices */
     int64_t checked_xn;
     int64_t *perm;
@@ -429,17 +430,32 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
         return rt__eerr(e, RT_EDTYPE, "labels are %s, the program expects %s",
                         d->y_dtype == RT_I32 ? "i32" : d->y_dtype == RT_F32 ? "f32" : "?",
                         L->lab_dt == RT_I32 ? "i32" : "f32");
-    if (L->kind == RT_LOSS_SPARSE_CE && d->y && (d->y != e->checked_y || d->n != e->checked_n)) {
+    if (RT_LOSS_IS_TORCH(L->kind) && rt__has_sw(d))
+        return rt__eerr(e, RT_EINVAL, "PyTorch's losses take no sample weights (%s: use its "
+                        "class weight)", rt_loss_name(L->kind));
+    /* class indices: in range, or (PyTorch's) ignore_index */
+    const int idx = L->kind == RT_LOSS_SPARSE_CE ||
+                    ((L->kind == RT_LOSS_CROSS_ENTROPY || L->kind == RT_LOSS_NLL) &&
+                     !L->prob_target);
+    const int torch = RT_LOSS_IS_TORCH(L->kind);
+    if (idx && d->y && (d->y != e->checked_y || d->n != e->checked_n)) {
         const int64_t cnt = d->n * L->lab_numel, C = L->classes;
+        int ignored = 0;
         for (int64_t i = 0; i < cnt; i++) {
             double v = d->y_dtype == RT_I32 ? (double)((const int32_t *)d->y)[i]
                                             : (double)((const float *)d->y)[i];
+            if (torch && v == (double)L->ignore_index) {
+                ignored = 1;
+                continue;
+            }
             if (!(v >= 0 && v < (double)C) || v != floor(v))
-                return rt__eerr(e, RT_EDATA, "label %g at sample %lld outside [0, %lld)",
-                                v, (long long)(i / L->lab_numel), (long long)C);
+                return rt__eerr(e, RT_EDATA, "label %g at sample %lld outside [0, %lld)%s",
+                                v, (long long)(i / L->lab_numel), (long long)C,
+                                torch ? " and not the ignore_index" : "");
         }
         e->checked_y = d->y;
         e->checked_n = d->n;
+        e->y_ignored = ignored;
     }
     return 0;
 }
@@ -743,6 +759,13 @@ int rt_exec_set_replica(rt_exec *e, const rt_replica *r)
         (r->micro > 0 && r->micro % r->size))
         return rt__eerr(e, RT_EINVAL, "replica %d of %d with %d micro-shards: the replica "
                         "count must divide the micro-shard count", r->rank, r->size, r->micro);
+    /* a shard's gradient is its mean scaled by its rows: exact for a loss
+     * whose batch loss is the mean over rows, not for a sum or a mean
+     * over class weights (nor one over labels not ignored, rt__exec_train) */
+    const rt__lossinfo *L = &e->p->loss;
+    if (RT_LOSS_IS_TORCH(L->kind) && (L->reduction == RT_REDUCE_SUM || L->cw))
+        return rt__eerr(e, RT_EINVAL, "%s with %s is not supported on MPI replicas",
+                        rt_loss_name(L->kind), L->cw ? "class weights" : "reduction sum");
     if (r->micro > 0 && e->p->cfg.sync_bn)
         return rt__eerr(e, RT_EINVAL, "sync_batchnorm and --deterministic-reduce do not go "
                         "together: BatchNorm statistics are each micro-shard's there");
@@ -832,6 +855,9 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
         e->perm_epoch = -1;
     }
     if (e->rep.size > 0 && d->fill && (rc = rt__replica_rows(e)) < 0) return rc;
+    if (e->rep.size > 0 && e->y_ignored && d->y == e->checked_y)
+        return rt__eerr(e, RT_EINVAL, "labels equal to ignore_index are not supported on MPI "
+                        "replicas");
     const int64_t n = d->n, spe = (n + B - 1) / B;
     double sum_loss = 0, sum_acc = 0;
     int64_t sum_n = 0;

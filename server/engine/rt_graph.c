@@ -369,6 +369,10 @@ void rt_train_config_init(rt_train_config *c)
     c->shuffle = 1;
     c->label_dtype = RT_I32;
     c->label_ndim = 0;
+    c->reduction = RT_REDUCE_MEAN;
+    c->ignore_index = -100;
+    c->loss_beta = 1.0f;
+    c->loss_check = 1;
 }
 
 typedef struct { const char *name; int val; } rt__name_val;
@@ -385,6 +389,24 @@ static const rt__name_val rt__loss_tab[] = {
     {"log_cosh", RT_LOSS_LOGCOSH},
     {"sparse_ce", RT_LOSS_SPARSE_CE},
     {"bce", RT_LOSS_BCE},
+    /* PyTorch: torch.nn.functional's names, then torch.nn's modules */
+    {"cross_entropy", RT_LOSS_CROSS_ENTROPY},
+    {"nll_loss", RT_LOSS_NLL},
+    {"bce_with_logits", RT_LOSS_BCE_LOGITS},
+    {"binary_cross_entropy_with_logits", RT_LOSS_BCE_LOGITS},
+    {"binary_cross_entropy", RT_LOSS_BCE_TORCH},
+    {"mse_loss", RT_LOSS_MSE_TORCH},
+    {"l1_loss", RT_LOSS_L1},
+    {"smooth_l1_loss", RT_LOSS_SMOOTH_L1},
+    {"huber_loss", RT_LOSS_HUBER},
+    {"CrossEntropyLoss", RT_LOSS_CROSS_ENTROPY},
+    {"NLLLoss", RT_LOSS_NLL},
+    {"BCEWithLogitsLoss", RT_LOSS_BCE_LOGITS},
+    {"BCELoss", RT_LOSS_BCE_TORCH},
+    {"MSELoss", RT_LOSS_MSE_TORCH},
+    {"L1Loss", RT_LOSS_L1},
+    {"SmoothL1Loss", RT_LOSS_SMOOTH_L1},
+    {"HuberLoss", RT_LOSS_HUBER},
     {NULL, 0}};
 static const rt__name_val rt__opt_tab[] = {
     {"sgd", RT_OPT_SGD}, {"adam", RT_OPT_ADAM}, {"adamw", RT_OPT_ADAMW},
@@ -415,6 +437,25 @@ int rt_loss_from_name(const char *name, rt_loss_kind *out)
     return rc;
 }
 
+const char *rt_loss_name(rt_loss_kind k)
+{
+    static const char *const names[] = {
+        "", "sparse_categorical_crossentropy", "categorical_crossentropy",
+        "binary_crossentropy", "mean_squared_error", "mean_absolute_error", "logcosh",
+        "cross_entropy", "nll_loss", "bce_with_logits", "binary_cross_entropy", "mse_loss",
+        "l1_loss", "smooth_l1_loss", "huber_loss"};
+    return k >= RT_LOSS_SPARSE_CE && k <= RT_LOSS_LAST ? names[k] : NULL;
+}
+
+int rt_reduction_from_name(const char *name, rt_reduction *out)
+{
+    if (!name) return RT_EINVAL;
+    if (!strcmp(name, "mean")) *out = RT_REDUCE_MEAN;
+    else if (!strcmp(name, "sum")) *out = RT_REDUCE_SUM;
+    else return RT_EINVAL;
+    return 0;
+}
+
 int rt_opt_from_name(const char *name, rt_opt_kind *out)
 {
     int v, rc = rt__lookup(rt__opt_tab, name, &v);
@@ -434,7 +475,8 @@ const char *const *rt_engine_loss_names(void)
     static const char *const names[] = {
         "sparse_categorical_crossentropy", "categorical_crossentropy",
         "binary_crossentropy", "mean_squared_error", "mean_absolute_error",
-        "logcosh", NULL};
+        "logcosh", "cross_entropy", "nll_loss", "bce_with_logits", "binary_cross_entropy",
+        "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", NULL};
     return names;
 }
 

@@ -34,6 +34,7 @@ int rt__loss_check(const rt__lossinfo *L, const rt_train_config *cfg,
                    char *err, size_t errlen)
 {
     (void)cfg;
+    if (RT_LOSS_IS_TORCH(L->kind)) return rt__loss_torch_check(L, err, errlen);
     const long long C = (long long)L->classes, R = (long long)L->rows;
     switch (L->kind) {
     case RT_LOSS_SPARSE_CE:
@@ -166,8 +167,7 @@ static double rt__row(const rt__lossinfo *L, const float *restrict z,
 }
 
 /* accuracy of one row, 0 or 1 */
-static int rt__row_acc(const rt__lossinfo *L, const float *z, const void *lab,
-                       int64_t lab_i)
+int rt__loss_row_acc(const rt__lossinfo *L, const float *z, const void *lab, int64_t lab_i)
 {
     const int64_t C = L->classes;
     const int bc = L->lab_numel != L->out_numel;
@@ -292,6 +292,10 @@ void rt__loss_run(const rt__lossinfo *L, const float *y, const void *lab,
 {
     const int64_t C = L->classes, R = L->rows;
     const int bc = L->lab_numel != L->out_numel;
+    if (RT_LOSS_IS_TORCH(L->kind)) {
+        rt__loss_torch_run(L, y, lab, n, dy, loss_sum, acc_sum);
+        return;
+    }
     if (L->kind != RT_LOSS_SPARSE_CE && L->kind != RT_LOSS_CE) {
         rt__loss_elem(L, y, lab, n, dy, loss_sum, scratch, scratch + n * L->out_numel);
         if (!L->acc) return;
@@ -300,7 +304,7 @@ void rt__loss_run(const rt__lossinfo *L, const float *y, const void *lab,
             int64_t correct = 0;
             for (int64_t r = 0; r < R; r++) {
                 int64_t li = bc ? i * R + r : (i * R + r) * C;
-                correct += rt__row_acc(L, y + (i * R + r) * C, lab, li);
+                correct += rt__loss_row_acc(L, y + (i * R + r) * C, lab, li);
             }
             as += (double)correct / (double)R;
         }
@@ -316,7 +320,7 @@ void rt__loss_run(const rt__lossinfo *L, const float *y, const void *lab,
             const float *z = y + (i * R + r) * C;
             int64_t li = bc ? i * R + r : (i * R + r) * C;
             sl += rt__row(L, z, lab, li, dy ? dy + (i * R + r) * C : NULL, s);
-            if (L->acc) correct += rt__row_acc(L, z, lab, li);
+            if (L->acc) correct += rt__loss_row_acc(L, z, lab, li);
         }
         ls += sl / (double)R;
         as += (double)correct / (double)R;

@@ -17,6 +17,11 @@
  *   AdamW         w *= 1 - lr wd, then Adam (decoupled decay, Keras/torch)
  *   RMSprop       v = rho v + (1-rho) g^2;  w -= lr g / sqrt(v + eps)
  *                 (Keras 3: eps inside the square root)
+ *   l2_decay      torch.optim's weight_decay of SGD, Adam, RMSprop:
+ *                 g += l2_decay w first
+ *   SGD with dampening (torch.optim.SGD): buf = g at step 1, then
+ *                 buf = momentum buf + (1-dampening) g; w -= lr buf, or
+ *                 with nesterov w -= lr (g + momentum buf)
  */
 #include <math.h>
 
@@ -72,10 +77,21 @@ static void rt__opt_chunk(const rt_train_config *c, float lr, int64_t t,
                           float *restrict s1, float *restrict s2,
                           int64_t count)
 {
+    if (c->l2_decay > 0) {
+        const float wd = c->l2_decay;
+        for (int64_t i = 0; i < count; i++) g[i] += wd * w[i];
+    }
     switch (c->opt) {
     case RT_OPT_SGD: {
         const float mu = c->momentum;
-        if (mu == 0.0f) {
+        if (mu != 0.0f && c->dampening > 0) {
+            const float od = 1.0f - c->dampening;
+            for (int64_t i = 0; i < count; i++) {
+                const float b = t == 1 ? g[i] : mu * s1[i] + od * g[i];
+                s1[i] = b;
+                w[i] -= lr * (c->nesterov ? g[i] + mu * b : b);
+            }
+        } else if (mu == 0.0f) {
             for (int64_t i = 0; i < count; i++) w[i] -= lr * g[i];
         } else if (c->nesterov) {
             for (int64_t i = 0; i < count; i++) {

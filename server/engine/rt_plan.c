@@ -148,6 +148,15 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
     rt__hi(s, c->shuffle); rt__hi(s, c->label_dtype); rt__hi(s, c->label_ndim);
     for (int i = 0; i < c->label_ndim && i < RT_MAX_DIMS; i++) rt__hi(s, c->label_dims[i]);
     rt__hi(s, c->sync_bn);
+    rt__hi(s, c->reduction); rt__hf(s, c->label_smoothing); rt__hi(s, c->ignore_index);
+    rt__hf(s, c->loss_beta); rt__hi(s, c->loss_check);
+    rt__hf(s, c->l2_decay); rt__hf(s, c->dampening);
+    rt__hi(s, c->n_class_weight);
+    if (c->n_class_weight > 0 && c->class_weight)
+        rt__h(s, c->class_weight, sizeof(float) * (size_t)c->n_class_weight);
+    rt__hi(s, c->n_pos_weight);
+    if (c->n_pos_weight > 0 && c->pos_weight)
+        rt__h(s, c->pos_weight, sizeof(float) * (size_t)c->n_pos_weight);
     XXH128_hash_t h = XXH3_128bits_digest(s);
     XXH3_freeState(s);
     XXH128_canonical_t can;

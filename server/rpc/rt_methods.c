@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -112,22 +113,46 @@ static int refuse_if_stopping(rt_call *c)
 /* The dataset's per-sample shapes must match what the program expects.
  * Equal element counts are accepted when either side is flat, since the
  * row-major bytes are then the same, and when the shapes differ only by
- * trailing 1s: IDX images are (28, 28), a channels-last CNN takes
- * (28, 28, 1). */
+ * dims of 1, which move no byte: IDX images are (28, 28), a channels-last
+ * CNN takes (28, 28, 1), a PyTorch one (1, 28, 28). Nothing else is
+ * reinterpreted: (8, 8, 3) data for a (3, 8, 8) program is refused (layout
+ * hint below), and a shape that fits both layouts is taken as the program
+ * declares it. */
+static int drop_ones(int n, const int64_t *d, int64_t *o)
+{
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (d[i] != 1)
+            o[m++] = d[i];
+    return m;
+}
+
 static int shapes_fit(int an, const int64_t *a, int bn, const int64_t *b)
 {
     if (an == bn && memcmp(a, b, sizeof(int64_t) * (size_t)an) == 0)
         return 1;
     int64_t na = rt_data_numel(an, a);
-    if (na < 0 || na != rt_data_numel(bn, b))
+    if (na < 0 || na != rt_data_numel(bn, b) || an > RT_MAX_DIMS || bn > RT_MAX_DIMS)
         return 0;
-    while (an > 0 && a[an - 1] == 1)
-        an--;
-    while (bn > 0 && b[bn - 1] == 1)
-        bn--;
-    if (an == bn && memcmp(a, b, sizeof(int64_t) * (size_t)an) == 0)
+    int64_t sa[RT_MAX_DIMS], sb[RT_MAX_DIMS];
+    an = drop_ones(an, a, sa);
+    bn = drop_ones(bn, b, sb);
+    if (an == bn && memcmp(sa, sb, sizeof(int64_t) * (size_t)an) == 0)
         return 1;
     return an <= 1 || bn <= 1;
+}
+
+/* the hint for image data in the other layout than the program's */
+static const char *layout_hint(int an, const int64_t *a, int bn, const int64_t *b)
+{
+    if (an != 3 || bn != 3)
+        return "";
+    if (a[0] == b[1] && a[1] == b[2] && a[2] == b[0])
+        return "; the data is NHWC and the model takes NCHW (PyTorch's): transpose it, or "
+               "compile with data_layout NHWC";
+    if (a[0] == b[2] && a[1] == b[0] && a[2] == b[1])
+        return "; the data is NCHW and the model takes NHWC: transpose it";
+    return "";
 }
 
 static int check_fit(rt_call *c, rt_dataset *ds, int need_labels)
@@ -138,9 +163,10 @@ static int check_fit(rt_call *c, rt_dataset *ds, int need_labels)
     char a[96], b[96];
     if (in_n >= 0 && !shapes_fit(ds->x_ndim, ds->x_dims, in_n, in))
         return rt_call_fail(c, RT_ESHAPE,
-                            "dataset %s has samples of shape %s but program %s expects %s",
+                            "dataset %s has samples of shape %s but program %s expects %s%s",
                             ds->id, rt_data_shape_str(ds->x_ndim, ds->x_dims, a, sizeof a),
-                            c->prog->id, rt_data_shape_str(in_n, in, b, sizeof b));
+                            c->prog->id, rt_data_shape_str(in_n, in, b, sizeof b),
+                            layout_hint(ds->x_ndim, ds->x_dims, in_n, in));
     if (!need_labels)
         return 0;
     if (!ds->y)
@@ -534,6 +560,7 @@ typedef struct compile_st {
     rt_plan *plan; /* from the cache, or compiled by the work */
     rt_principal *who; /* holds one RT_Q_PROGRAMS until the program takes it */
     rt_program *from;  /* state_from_program (valid while c->sess is held) */
+    int nchw;          /* the ONNX model's data input takes NCHW data */
 } compile_st;
 
 static void compile_st_free(void *p)
@@ -567,6 +594,17 @@ static int metric_bit(const char *m, uint32_t *bit)
     return rt_metric_from_name(m, bit) == 0 ? 0 : -1;
 }
 
+/* Labels as the loss takes them when the request says nothing: class
+ * indices (i32) for the sparse losses, nll_loss, and cross_entropy without
+ * a label shape (with one: probabilities of the output's shape, f32). */
+static rt_dtype default_label_dtype(rt_loss_kind loss, size_t n_label_shape)
+{
+    if (loss == RT_LOSS_SPARSE_CE || loss == RT_LOSS_NLL ||
+        (loss == RT_LOSS_CROSS_ENTROPY && n_label_shape == 0))
+        return RT_I32;
+    return RT_F32;
+}
+
 static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train_config *cfg)
 {
     rt_train_config_init(cfg);
@@ -598,6 +636,28 @@ static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train
     }
     cfg->from_logits = p->from_logits;
     cfg->sync_bn = p->sync_batchnorm;
+    /* PyTorch's losses: the compile checks ranges and which loss takes what */
+    if (p->reduction && *p->reduction && rt_reduction_from_name(p->reduction, &cfg->reduction) < 0)
+        return rt_call_fail(c, RT_EINVAL, "unknown reduction '%.32s' (mean or sum)", p->reduction);
+    if (!isfinite(p->label_smoothing) || !isfinite(p->loss_beta))
+        return rt_call_fail(c, RT_EINVAL, "TrainConfig.label_smoothing and loss_beta must be "
+                            "finite");
+    cfg->label_smoothing = p->label_smoothing;
+    if (p->has_ignore_index) cfg->ignore_index = p->ignore_index;
+    if (p->has_loss_beta) cfg->loss_beta = p->loss_beta;
+    if (p->n_class_weight > 1 << 20 || p->n_pos_weight > 1 << 20)
+        return rt_call_fail(c, RT_EINVAL, "class_weight or pos_weight has too many values");
+    cfg->class_weight = p->n_class_weight ? p->class_weight : NULL;
+    cfg->n_class_weight = (int)p->n_class_weight;
+    cfg->pos_weight = p->n_pos_weight ? p->pos_weight : NULL;
+    cfg->n_pos_weight = (int)p->n_pos_weight;
+    cfg->loss_check = !p->no_loss_check;
+    if (!(p->l2_weight_decay >= 0) || !isfinite(p->l2_weight_decay) || !(p->dampening >= 0) ||
+        !isfinite(p->dampening))
+        return rt_call_fail(c, RT_EINVAL, "TrainConfig.l2_weight_decay and dampening must be "
+                            "finite and >= 0");
+    cfg->l2_decay = p->l2_weight_decay;
+    cfg->dampening = p->dampening;
     if (p->learning_rate > 0) cfg->lr = p->learning_rate;
     if (p->momentum > 0) cfg->momentum = p->momentum;
     cfg->nesterov = p->nesterov;
@@ -635,7 +695,7 @@ static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train
     else if (p->label_dtype != RTRAIN__V1__DTYPE__DTYPE_UNSPECIFIED)
         return rt_call_fail(c, RT_EINVAL, "label_dtype must be F32 or I32");
     else
-        cfg->label_dtype = cfg->loss == RT_LOSS_SPARSE_CE ? RT_I32 : RT_F32;
+        cfg->label_dtype = default_label_dtype(cfg->loss, p->n_label_shape);
     if (p->n_label_shape > RT_MAX_DIMS)
         return rt_call_fail(c, RT_EINVAL, "label_shape has more than %d dims", RT_MAX_DIMS);
     if (p->n_label_shape) {
@@ -660,7 +720,7 @@ static int keras_compile_defaults(rt_call *c, rt_train_config *cfg, const char *
                                 "give a loss in TrainConfig", k.loss);
         cfg->from_logits = k.from_logits || (p && p->from_logits);
         if (!p || p->label_dtype == RTRAIN__V1__DTYPE__DTYPE_UNSPECIFIED)
-            cfg->label_dtype = cfg->loss == RT_LOSS_SPARSE_CE ? RT_I32 : RT_F32;
+            cfg->label_dtype = default_label_dtype(cfg->loss, p ? p->n_label_shape : 0);
     }
     if (!(p && p->optimizer && *p->optimizer) && k.optimizer[0]) {
         if (rt_opt_from_name(k.optimizer, &cfg->opt) < 0)
@@ -704,6 +764,11 @@ static int build_graph(rt_call *c, compile_st *st)
 {
     Rtrain__V1__CompileRequest *q = REQ(c, Rtrain__V1__CompileRequest);
     int rc;
+    /* Keras models and graphs are channels last already */
+    if (q->model_case != RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX && q->data_layout &&
+        *q->data_layout && strcasecmp(q->data_layout, "NHWC"))
+        return rt_call_fail(c, RT_EINVAL, "data_layout '%.16s' applies to ONNX models; this "
+                            "model takes its input as it declares it (NHWC)", q->data_layout);
     if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON) {
         char err[4096];
         rc = rt_keras_import_bind(q->keras_json, strlen(q->keras_json), q->input_dims,
@@ -715,9 +780,14 @@ static int build_graph(rt_call *c, compile_st *st)
             return rc;
     } else if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX) {
         char err[768];
-        rc = rt_onnx_import(q->onnx.data, q->onnx.len, q->onnx_output, &st->g, err, sizeof err);
+        rt_onnx_opts io = {.output = q->onnx_output};
+        if (rt_onnx_layout_from_name(q->data_layout, &io.data_nhwc) < 0)
+            return rt_call_fail(c, RT_EINVAL, "unknown data_layout '%.16s' (NCHW, the model's, "
+                                "or NHWC)", q->data_layout);
+        rc = rt_onnx_import_opts(q->onnx.data, q->onnx.len, &io, &st->g, err, sizeof err);
         if (rc < 0)
             return rt_call_fail(c, rc, "%s", err);
+        st->nchw = io.nchw_input;
     } else {
         st->g = rt_graph_create();
         if (!st->g)
@@ -880,11 +950,10 @@ static int compile_answer(rt_call *c, compile_st *st, rt_program *prog, int hit)
     cr->constrained_params = rep->n_constrained;
     {
         const rt_train_config *pc = rt_plan_config(st->plan);
-        static const char *const lossn[] = {"", "sparse_categorical_crossentropy",
-                                            "categorical_crossentropy", "binary_crossentropy",
-                                            "mean_squared_error", "mean_absolute_error", "logcosh"};
         static const char *const optn[] = {"", "sgd", "adam", "adamw", "rmsprop"};
-        cr->loss = (char *)(pc->loss >= 1 && pc->loss <= 6 ? lossn[pc->loss] : "");
+        const char *ln = rt_loss_name(pc->loss);
+        cr->loss = (char *)(ln ? ln : "");
+        cr->data_layout = (char *)(st->nchw ? "NCHW" : "");
         cr->optimizer = (char *)(pc->opt >= 1 && pc->opt <= 4 ? optn[pc->opt] : "");
     }
     cr->passes = rt_call_alloc(c, sizeof *cr->passes * RT_COMPILE_PASSES);
@@ -2600,9 +2669,10 @@ static int h_predict(rt_call *c)
                 return rt_call_fail(c, RT_ESHAPE, "Predict x dim %zu is %lld", i,
                                     (long long)x->shape[i]);
         if (in_n >= 0 && !shapes_fit((int)x->n_shape - 1, x->shape + 1, in_n, in))
-            return rt_call_fail(c, RT_ESHAPE, "x has samples of shape %s but program %s expects %s",
+            return rt_call_fail(c, RT_ESHAPE, "x has samples of shape %s but program %s expects %s%s",
                                 rt_data_shape_str((int)x->n_shape - 1, x->shape + 1, a, sizeof a),
-                                c->prog->id, rt_data_shape_str(in_n, in, b, sizeof b));
+                                c->prog->id, rt_data_shape_str(in_n, in, b, sizeof b),
+                                layout_hint((int)x->n_shape - 1, x->shape + 1, in_n, in));
         int64_t n = x->shape[0], numel = rt_data_numel((int)x->n_shape, x->shape);
         if (numel < 0 || numel > (int64_t)(x->data.len / 4) + 1)
             return rt_call_fail(c, RT_ESHAPE, "Predict x shape %s is larger than its %zu bytes",

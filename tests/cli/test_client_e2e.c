@@ -907,6 +907,74 @@ int main(int argc, char **argv)
     rt_client_compile_result_free(&np);
     rt_model_destroy(nm);
 
+    step("an ONNX model takes NCHW data");
+    {
+        /* tests/onnx/fixtures/rb.onnx: a PyTorch ResNet block, input
+         * (N, 3, 8, 8); int64 labels; PyTorch's cross_entropy */
+        char p_rb[1100];
+        snprintf(p_rb, sizeof p_rb, "%s/../../tests/onnx/fixtures/rb.onnx", ex);
+        FILE *f = fopen(p_rb, "rb");
+        static char onnx[1 << 16];
+        size_t on = f ? fread(onnx, 1, sizeof onnx, f) : 0;
+        if (f)
+            fclose(f);
+        CHECK(on > 0 && on < sizeof onnx);
+        rt_train_opts to;
+        rt_train_opts_init(&to);
+        to.loss = "cross_entropy";
+        to.optimizer = "sgd";
+        to.lr = 0.05f;
+        to.batch_size = 8;
+        rt_client_compile_result pc, ph;
+        CHECK_RC(rt_client_compile_onnx(c, sid, onnx, on, NULL, &to, &pc));
+        CHECK(!strcmp(pc.data_layout, "NCHW"));
+        CHECK(pc.input_ndim == 3 && pc.input_shape[0] == 3 && pc.input_shape[1] == 8 &&
+              pc.input_shape[2] == 8);
+        to.data_layout = "NHWC";
+        CHECK_RC(rt_client_compile_onnx(c, sid, onnx, on, NULL, &to, &ph));
+        CHECK(!ph.data_layout[0] && ph.input_ndim == 3 && ph.input_shape[2] == 3);
+        enum { N = 16 };
+        static float xc[N * 3 * 64], xh[N * 64 * 3];
+        int64_t yl[N];
+        for (int i = 0; i < N; i++) {
+            yl[i] = i % 10;
+            for (int ch = 0; ch < 3; ch++)
+                for (int k = 0; k < 64; k++) {
+                    const float v = (float)((i * 131 + ch * 17 + k * 7) % 101) / 101.0f;
+                    xc[(i * 3 + ch) * 64 + k] = v;
+                    xh[(i * 64 + k) * 3 + ch] = v;
+                }
+        }
+        rt_client_array xca = {xc, RT_DTYPE_F32, 4, {N, 3, 8, 8}};
+        rt_client_array xha = {xh, RT_DTYPE_F32, 4, {N, 8, 8, 3}};
+        rt_client_array ya = {yl, RT_DTYPE_I64, 1, {N}};
+        /* the same predictions from NCHW data and, asked for, NHWC data */
+        rt_client_tensor yc, yh;
+        CHECK_RC(rt_client_predict(c, sid, pc.program_id, &xca, &yc));
+        CHECK_RC(rt_client_predict(c, sid, ph.program_id, &xha, &yh));
+        CHECK(yc.ndim == 2 && yc.shape[0] == N && yc.shape[1] == 10 && yh.nbytes == yc.nbytes);
+        float dev = 0;
+        for (size_t i = 0; yh.nbytes == yc.nbytes && i < yc.nbytes / 4; i++)
+            dev = fmaxf(dev, fabsf(((float *)yc.data)[i] - ((float *)yh.data)[i]));
+        CHECK(dev <= 1e-6f);
+        rt_client_tensor_free(&yc);
+        rt_client_tensor_free(&yh);
+        /* NHWC data for the NCHW program: refused, the layout named */
+        CHECK(rt_client_predict(c, sid, pc.program_id, &xha, &yc) == RT_EINVAL);
+        CHECK(strstr(rt_client_errmsg(c), "the data is NHWC and the model takes NCHW"));
+        /* trains on NCHW data with int64 labels */
+        rt_client_dataset dc;
+        CHECK_RC(rt_client_upload(c, sid, "nchw", &xca, &ya, &dc));
+        rt_client_steps_result nr;
+        rt_client_steps_params np2 = {.session = sid, .program = pc.program_id,
+                                      .dataset = dc.id, .steps = 2, .return_losses = 1};
+        CHECK_RC(rt_client_run_steps(c, &np2, &nr));
+        CHECK(nr.n_losses == 2 && isfinite(nr.losses[0]) && nr.losses[0] > 0);
+        rt_client_steps_result_free(&nr);
+        rt_client_compile_result_free(&pc);
+        rt_client_compile_result_free(&ph);
+    }
+
     step("trace");
     /* trace */
     size_t ncalls;

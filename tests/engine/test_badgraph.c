@@ -97,6 +97,7 @@ int main(void)
     begin(4); param("W", 4, 3);
     node("d", "Dense", 2, "x", "W", NULL);
     cfg.loss = RT_LOSS_CE;
+    cfg.from_logits = 1; /* the output is logits */
     cfg.label_dtype = RT_I32;
     expect("dtype mismatch (CE labels)", RT_EDTYPE, "one-hot", NULL);
 

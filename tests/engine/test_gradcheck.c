@@ -31,6 +31,9 @@ static float rnd(void)
 
 static rt_graph *g;
 static int fails_before;
+/* PyTorch losses' options for the next run_check (reset after it) */
+static rt_train_config extra;
+static int use_extra;
 
 static void param(const char *name, int nd, int64_t d0, int64_t d1)
 {
@@ -72,6 +75,21 @@ static void run_check(const char *name, rt_loss_kind loss, int from_logits,
     cfg.label_dtype = ydt;
     cfg.label_ndim = lab_per_sample > 1 ? 1 : 0;
     cfg.label_dims[0] = lab_per_sample;
+    if (use_extra) {
+        cfg.reduction = extra.reduction;
+        cfg.label_smoothing = extra.label_smoothing;
+        cfg.ignore_index = extra.ignore_index;
+        cfg.loss_beta = extra.loss_beta;
+        cfg.class_weight = extra.class_weight;
+        cfg.n_class_weight = extra.n_class_weight;
+        cfg.pos_weight = extra.pos_weight;
+        cfg.n_pos_weight = extra.n_pos_weight;
+        if (extra.label_ndim) {
+            cfg.label_ndim = extra.label_ndim;
+            for (int i = 0; i < extra.label_ndim; i++) cfg.label_dims[i] = extra.label_dims[i];
+        }
+        use_extra = 0;
+    }
     rt_plan *p;
     char err[256];
     if (rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) < 0) {
@@ -83,6 +101,7 @@ static void run_check(const char *name, rt_loss_kind loss, int from_logits,
     int64_t od[RT_MAX_DIMS];
     int ond = rt_plan_output_shape(p, od);
     int64_t C = ond ? od[ond - 1] : 1;
+    if (loss == RT_LOSS_CROSS_ENTROPY || loss == RT_LOSS_NLL) C = od[0]; /* dim 1 */
     rt_exec *e;
     REQUIRE(rt_exec_create(p, &e) == 0);
     float x[B * 16];
@@ -93,9 +112,27 @@ static void run_check(const char *name, rt_loss_kind loss, int from_logits,
         lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
         int cls = (int)((lcg >> 33) % (uint64_t)C);
         if (ydt == RT_I32) y.i[i] = cls;
-        else if (loss == RT_LOSS_BCE) y.f[i] = (float)((lcg >> 20) & 1);
+        else if (loss == RT_LOSS_BCE || loss == RT_LOSS_BCE_LOGITS ||
+                 loss == RT_LOSS_BCE_TORCH)
+            y.f[i] = (float)((lcg >> 20) & 1);
+        else if (loss == RT_LOSS_CROSS_ENTROPY) /* probabilities, normalised below */
+            y.f[i] = (float)((lcg >> 20) & 7) + 0.5f;
         else y.f[i] = rnd();
     }
+    if (loss == RT_LOSS_CROSS_ENTROPY && ydt == RT_F32)
+        for (int r = 0; r < B; r++) {
+            /* rows of C over the class axis: the first per-sample dim, each
+             * position's C values strided by the rest */
+            const int per = lab_per_sample, S = per / (int)C;
+            for (int s = 0; s < S; s++) {
+                float t = 0;
+                for (int c = 0; c < C; c++) t += y.f[r * per + c * S + s];
+                for (int c = 0; c < C; c++) y.f[r * per + c * S + s] /= t;
+            }
+        }
+    if (ydt == RT_I32 && (loss == RT_LOSS_CROSS_ENTROPY || loss == RT_LOSS_NLL) &&
+        cfg.ignore_index >= 0 && cfg.ignore_index < C)
+        y.i[1] = (int32_t)cfg.ignore_index; /* one target left out */
     if (loss == RT_LOSS_CE) /* one-hot rows */
         for (int r = 0; r < B * lab_per_sample / (int)C; r++) {
             int hot = r % (int)C;
@@ -113,6 +150,15 @@ static void run_check(const char *name, rt_loss_kind loss, int from_logits,
     rt_exec_destroy(e);
     rt_plan_release(p);
     rt_graph_destroy(g);
+}
+
+/* run_check with PyTorch losses' options x */
+static void run_with(rt_train_config x, const char *name, rt_loss_kind loss, int from_logits,
+                     rt_dtype ydt, int lab_per_sample, int in)
+{
+    extra = x;
+    use_extra = 1;
+    run_check(name, loss, from_logits, ydt, lab_per_sample, in);
 }
 
 /* the usual tail: output (B, C) logits or values, MSE against f32 labels */
@@ -244,6 +290,59 @@ int main(void)
     run_check("loss logcosh (int, bcast)", RT_LOSS_LOGCOSH, 0, RT_I32, 1, 3);
     start(3, 3);
     run_check("loss MSE (f32, bcast)", RT_LOSS_MSE, 0, RT_F32, 1, 3);
+
+    /* ---- PyTorch's losses */
+    const float cw[4] = {0.5f, 2.0f, 1.0f, 0.25f}, pw[3] = {3.0f, 0.5f, 1.5f};
+    start(3, 4);
+    run_check("cross_entropy (indices)", RT_LOSS_CROSS_ENTROPY, 0, RT_I32, 1, 3);
+    start(3, 4);
+    run_with((rt_train_config){.label_smoothing = 0.2f, .ignore_index = 2, .class_weight = cw,
+                              .n_class_weight = 4},
+             "cross_entropy (smooth, w, ign)", RT_LOSS_CROSS_ENTROPY, 0, RT_I32, 1, 3);
+    start(3, 4);
+    run_with((rt_train_config){.reduction = RT_REDUCE_SUM, .ignore_index = -100,
+                              .label_smoothing = 0.1f},
+             "cross_entropy (sum)", RT_LOSS_CROSS_ENTROPY, 0, RT_I32, 1, 3);
+    start(3, 4);
+    run_with((rt_train_config){.label_smoothing = 0.1f, .ignore_index = -100,
+                              .class_weight = cw, .n_class_weight = 4},
+             "cross_entropy (probs)", RT_LOSS_CROSS_ENTROPY, 0, RT_F32, 4, 3);
+    {
+        /* (N, C, d): classes on dim 1, 3 positions each */
+        const int64_t cd[] = {4, 3};
+        const rt_attr rs = {.name = "shape", .kind = RT_ATTR_INTS, .n = 2, .ints = cd};
+        start(3, 12);
+        node("y", "Reshape", "h", NULL, NULL, 1, &rs);
+        run_with((rt_train_config){.ignore_index = 1, .class_weight = cw, .n_class_weight = 4,
+                                  .label_ndim = 1, .label_dims = {3}},
+                 "cross_entropy (N, C, d)", RT_LOSS_CROSS_ENTROPY, 0, RT_I32, 3, 3);
+        start(3, 12);
+        node("y", "Reshape", "h", NULL, NULL, 1, &rs);
+        run_with((rt_train_config){.ignore_index = -100, .label_smoothing = 0.3f,
+                                  .label_ndim = 2, .label_dims = {4, 3}},
+                 "cross_entropy (N, C, d probs)", RT_LOSS_CROSS_ENTROPY, 0, RT_F32, 12, 3);
+    }
+    start(3, 4);
+    node("y", "LogSoftmax", "h", NULL, NULL, 0, NULL);
+    run_with((rt_train_config){.ignore_index = 0, .class_weight = cw, .n_class_weight = 4},
+             "nll_loss (w, ign)", RT_LOSS_NLL, 0, RT_I32, 1, 3);
+    start(3, 3);
+    run_with((rt_train_config){.pos_weight = pw, .n_pos_weight = 3},
+             "bce_with_logits (pos_weight)", RT_LOSS_BCE_LOGITS, 0, RT_F32, 3, 3);
+    start(3, 3);
+    node("y", "Sigmoid", "h", NULL, NULL, 0, NULL);
+    run_with((rt_train_config){.reduction = RT_REDUCE_SUM, .loss_beta = 1},
+             "binary_cross_entropy (sum)", RT_LOSS_BCE_TORCH, 0, RT_F32, 3, 3);
+    start(3, 3);
+    run_check("mse_loss", RT_LOSS_MSE_TORCH, 0, RT_F32, 3, 3);
+    start(3, 3);
+    run_check("l1_loss", RT_LOSS_L1, 0, RT_F32, 3, 3);
+    start(3, 3);
+    run_with((rt_train_config){.loss_beta = 0.7f},
+             "smooth_l1_loss (beta 0.7)", RT_LOSS_SMOOTH_L1, 0, RT_F32, 3, 3);
+    start(3, 3);
+    run_with((rt_train_config){.loss_beta = 0.8f, .reduction = RT_REDUCE_SUM},
+             "huber_loss (delta 0.8, sum)", RT_LOSS_HUBER, 0, RT_F32, 3, 3);
     (void)mse;
     return rt_test_done("test_gradcheck");
 }

@@ -87,9 +87,14 @@ static void replay(const char *name, rt_train_config cfg, int steps)
         const double lr = sched(&cfg, s);
         const int64_t t = s + 1;
         for (int i = 0; i <= NP; i++) {
+            g[i] += cfg.l2_decay * w[i]; /* torch.optim's weight_decay */
             switch (cfg.opt) {
             case RT_OPT_SGD:
-                if (cfg.momentum == 0) {
+                if (cfg.momentum != 0 && cfg.dampening > 0) {
+                    /* torch.optim.SGD: buf = g, then mu buf + (1-d) g */
+                    m[i] = t == 1 ? g[i] : cfg.momentum * m[i] + (1 - cfg.dampening) * g[i];
+                    w[i] -= lr * m[i];
+                } else if (cfg.momentum == 0) {
                     w[i] -= lr * g[i];
                 } else {
                     m[i] = cfg.momentum * m[i] - lr * g[i];
@@ -144,6 +149,15 @@ int main(void)
     replay("sgd momentum", c, 12);
     c.nesterov = 1;
     replay("sgd nesterov", c, 12);
+    /* torch.optim.SGD's dampening and weight_decay, Adam's weight_decay */
+    c.nesterov = 0;
+    c.dampening = 0.3f;
+    c.l2_decay = 0.05f;
+    replay("sgd dampening, l2 (torch)", c, 12);
+    rt_train_config_init(&c);
+    c.lr = 0.02f;
+    c.l2_decay = 0.1f;
+    replay("adam l2 (torch)", c, 12);
     rt_train_config_init(&c);
     c.opt = RT_OPT_RMSPROP;
     c.lr = 0.01f;

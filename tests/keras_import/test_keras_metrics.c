@@ -242,6 +242,7 @@ static void test_bad(void)
     rt_train_config cfg;
     rt_train_config_init(&cfg);
     cfg.metrics = RT_METRIC_AUC; /* sparse labels by default */
+    cfg.from_logits = 1;         /* the Dense output is logits */
     rt_plan *p = NULL;
     CHECK(rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) == RT_ESHAPE && strstr(err, "auc"));
     uint32_t b;

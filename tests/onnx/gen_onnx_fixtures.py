@@ -26,6 +26,10 @@ Models (docs/workloads.md):
         Pad, a strided Conv with Selu, ConvTranspose, relu6 (Clip), Div by
         a constant, PReLU, ReduceMean over H and W, Transpose to NHWC with
         x.reshape(x.size(0), -1), Concat, LayerNormalization, Softplus, Erf
+    ln  nn.LayerNorm exported at opset 13, where torch writes it as
+        ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div/Mul/Add (folded into one
+        LayerNormalization at import): Linear(12,16) LayerNorm GELU
+        Linear(16,16) LayerNorm(eps 1e-3) tanh Linear(16,10), on (12,) inputs
 
 Each is trained by PyTorch for 10 steps on 10 fixed batches, in order, once
 with SGD (lr 0.02, momentum 0.9) and once with Adam (lr 1e-3, eps 1e-7),
@@ -144,6 +148,26 @@ class MX(nn.Module):
         return F.log_softmax(self.fc(torch.flatten(x, 1)), dim=1)
 
 
+class LN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(12, 16)
+        self.n1 = nn.LayerNorm(16)
+        self.b = nn.Linear(16, 16)
+        self.n2 = nn.LayerNorm(16, eps=1e-3)
+        self.c = nn.Linear(16, 10)
+        # not the fresh ones and zeros: an eval export merges equal
+        # initializers, which would tie the two LayerNorms
+        with torch.no_grad():
+            for n in (self.n1, self.n2):
+                n.weight.uniform_(0.5, 1.5)
+                n.bias.uniform_(-0.2, 0.2)
+
+    def forward(self, x):
+        h = F.gelu(self.n1(self.a(x)))
+        return self.c(torch.tanh(self.n2(self.b(h))))
+
+
 class KX(nn.Module):
     def __init__(self):
         super().__init__()
@@ -191,16 +215,17 @@ def data(name, n):
         x, y = digits()
         return x[:n].reshape(n, 8, 8, 1), 1.0 / 16, y[:n], (8, 8, 1)
     shape = {"wc": (784,), "wb": (12, 12, 3), "rb": (8, 8, 3), "mx": (8, 8, 3),
-             "kx": (8, 8, 3)}[name]
+             "kx": (8, 8, 3), "ln": (12,)}[name]
     x = rng.randint(0, 256, size=(n,) + shape).astype(np.uint8)
     return x, 1.0 / 255, rng.randint(0, 10, size=n).astype(np.int32), shape
 
 
 def model(name):
-    torch.manual_seed({"wa": 1, "wc": 2, "wb": 3, "wd": 4, "rb": 5, "mx": 6, "kx": 7}[name])
+    torch.manual_seed({"wa": 1, "wc": 2, "wb": 3, "wd": 4, "rb": 5, "mx": 6, "kx": 7,
+                       "ln": 8}[name])
     return {"wa": lambda: MLP([4, 32, 3], softmax=True),
             "wc": lambda: MLP([784, 512, 512, 10]),
-            "wb": lambda: WB(12), "wd": WD, "rb": RB, "mx": MX, "kx": KX}[name]()
+            "wb": lambda: WB(12), "wd": WD, "rb": RB, "mx": MX, "kx": KX, "ln": LN}[name]()
 
 
 def to_torch(x, scale):
@@ -248,8 +273,8 @@ def export(name, m, x0, path):
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "fixtures")
     os.makedirs(out, exist_ok=True)
-    batch = {"wa": 10, "wc": 16, "wb": 8, "wd": 16, "rb": 8, "mx": 8, "kx": 8}
-    for name in sys.argv[2:] or ["wa", "wc", "wb", "wd", "rb", "mx", "kx"]:
+    batch = {"wa": 10, "wc": 16, "wb": 8, "wd": 16, "rb": 8, "mx": 8, "kx": 8, "ln": 8}
+    for name in sys.argv[2:] or ["wa", "wc", "wb", "wd", "rb", "mx", "kx", "ln"]:
         B = batch[name]
         x, scale, y, shape = data(name, B * STEPS)
         xt, yt = to_torch(x, scale), torch.from_numpy(y.astype(np.int64))

@@ -2,12 +2,14 @@
  * test_onnx_parity.c - PyTorch models exported to ONNX train in rtrain step
  * for step as in PyTorch (fixtures from gen_onnx_fixtures.py beside this
  * file: W-A, W-C, W-B's layers, W-D, a ResNet-style block, a model of the
- * other layout folds and one of the newer operators): each model imports, trains 10 steps on the same batches in the
+ * other layout folds, one of the newer operators, and LayerNorm at opset 13
+ * folded into one op): each model imports, trains 10 steps on the same batches in the
  * same order with SGD (momentum 0.9) and again with Adam; every step's loss
  * matches PyTorch's to 1e-5 relative, and the export's initializers (so the
  * ONNX layout the export writes back) match PyTorch's final state_dict to
  * 1e-4, BatchNorm's running statistics included. The worst deviations are
- * printed.
+ * printed. 4-D models take NCHW data in the SGD runs (the import puts
+ * a Transpose first) and NHWC in the Adam runs (rt_onnx_opts.data_nhwc).
  *
  *     test_onnx_parity <fixtures dir> [model ...]
  */
@@ -165,13 +167,16 @@ static void run(const char *dir, const char *name)
         x[i] = rx->dtype == 4 ? (float)((const uint8_t *)rx->data)[i] * scale
                               : ((const float *)rx->data)[i];
     const int64_t steps = 10, B = n / steps;
-    (void)per;
+    
 
     static const char *opts[] = {"sgd", "adam"};
     for (int o = 0; o < 2; o++) {
         rt_graph *g;
         char err[512];
-        int rc = rt_onnx_import(onnx, len, NULL, &g, err, sizeof err);
+        /* SGD runs take the data in the model's NCHW (its first op
+         * transposes each batch), Adam runs NHWC as the caller's choice */
+        rt_onnx_opts io = {.data_nhwc = o == 1};
+        int rc = rt_onnx_import_opts(onnx, len, &io, &g, err, sizeof err);
         if (rc < 0) {
             fprintf(stderr, "%s: import: %s\n", name, err);
             rt_test_failures++;
@@ -209,7 +214,11 @@ static void run(const char *dir, const char *name)
             for (int i = 0; i < p->n_nodes; i++) {
                 const char *op = p->nodes[i].op->name;
                 gelu += !strcmp(op, "Gelu");
-                transpose += !strcmp(op, "Transpose");
+                const char *nm = p->nodes[i].name;
+                const size_t nl = strlen(nm);
+                /* the input's own, from NCHW data, is not a fold */
+                transpose += !strcmp(op, "Transpose") &&
+                             !(nl > 8 && !strcmp(nm + nl - 8, "#to_nhwc"));
                 div += !strcmp(op, "Div");
                 pad += !strcmp(op, "Pad");
             }
@@ -217,9 +226,35 @@ static void run(const char *dir, const char *name)
             printf("kx: %d Gelu, %d Transpose, %d Div, %d Pad nodes in the plan\n", gelu,
                    transpose, div, pad);
         }
+        if (!strcmp(name, "ln") && o == 0) {
+            /* opset 13's LayerNorm arithmetic: one LayerNormalization each */
+            int ln = 0, other = 0;
+            for (int i = 0; i < p->n_nodes; i++) {
+                const char *op = p->nodes[i].op->name;
+                ln += !strcmp(op, "LayerNormalization");
+                other += !strcmp(op, "Sqrt") || !strcmp(op, "ReduceMean") || !strcmp(op, "Sub");
+            }
+            CHECK(ln == 2 && other == 0);
+            printf("ln: %d LayerNormalization nodes, %d of its arithmetic left\n", ln, other);
+        }
         rt_exec *e;
         REQUIRE(rt_exec_create(p, &e) == 0);
-        rt_data d = {.x = x, .y = ry->data, .y_dtype = RT_I32, .n = n};
+        /* the fixture's x is NHWC; NCHW data is its transpose */
+        float *xin = x;
+        int64_t id[RT_MAX_DIMS];
+        if (io.nchw_input) {
+            REQUIRE(rt_plan_input_shape(p, id) == 3);
+            const int64_t C = id[0], H = id[1], W = id[2];
+            REQUIRE(C * H * W == per);
+            xin = malloc(rx->count * sizeof(float));
+            REQUIRE(xin);
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t c = 0; c < C; c++)
+                    for (int64_t h = 0; h < H; h++)
+                        for (int64_t w = 0; w < W; w++)
+                            xin[((i * C + c) * H + h) * W + w] = x[((i * H + h) * W + w) * C + c];
+        }
+        rt_data d = {.x = xin, .y = ry->data, .y_dtype = RT_I32, .n = n};
         rt_train_result res;
         float losses[10];
         CHECK_RC(rt_exec_train(e, &d, steps, &res, NULL, NULL, losses));
@@ -283,8 +318,10 @@ static void run(const char *dir, const char *name)
             rt_test_failures++;
         }
         CHECK(compared > 0);
-        printf("%-3s %-4s  worst loss rel dev %.2e   worst weight dev %.2e (%s, %d tensors)\n",
-               name, opts[o], wl, ww, wname, compared);
+        printf("%-3s %-4s %s worst loss rel dev %.2e   worst weight dev %.2e (%s, %d "
+               "tensors)\n", name, opts[o], io.nchw_input ? "NCHW" : "    ", wl, ww, wname,
+               compared);
+        if (xin != x) free(xin);
         if (wl > worst_loss_all) worst_loss_all = wl;
         if (ww > worst_weight_all) worst_weight_all = ww;
         if (ex) onnx__model_proto__free_unpacked(ex, NULL);
@@ -302,7 +339,7 @@ static void run(const char *dir, const char *name)
 int main(int argc, char **argv)
 {
     REQUIRE(argc >= 2);
-    static const char *all[] = {"wa", "wc", "wb", "wd", "rb", "mx", "kx"};
+    static const char *all[] = {"wa", "wc", "wb", "wd", "rb", "mx", "kx", "ln"};
     if (argc > 2) {
         for (int i = 2; i < argc; i++) run(argv[1], argv[i]);
     } else {

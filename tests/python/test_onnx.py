@@ -34,7 +34,8 @@ GEN = _gen()
 
 
 def load_ref(name):
-    """x (float32, as the engine takes it) and y of a fixture"""
+    """x (float32; 4-D x NCHW, as PyTorch holds it: the fixtures keep it
+    NHWC) and y of a fixture"""
     with open(os.path.join(FIX, name + "_ref.bin"), "rb") as f:
         b = f.read()
     magic, ver, n = struct.unpack_from("<III", b, 0)
@@ -52,12 +53,14 @@ def load_ref(name):
     x = out["x"]
     if x.dtype == np.uint8:
         x = x.astype(np.float32) * np.float32(out["scale"][0])
+    if x.ndim == 4:
+        x = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
     return x.astype(np.float32), out["y"].astype(np.int64)
 
 
 def torch_predict(name, onnx_bytes, x):
     """The generator's PyTorch module with the exported initializers as its
-    state_dict, in eval mode, on x (NHWC data transposed to NCHW)"""
+    state_dict, in eval mode, on x"""
     m = GEN.model(name)
     sd = m.state_dict()
     # which state_dict entry each initializer is: by name, or (PyTorch
@@ -84,13 +87,11 @@ def torch_predict(name, onnx_bytes, x):
     m.load_state_dict(new)
     m.eval()
     t = torch.from_numpy(x)
-    if t.dim() == 4:
-        t = t.permute(0, 3, 1, 2).contiguous()
     with torch.no_grad():
         return m(t).numpy()
 
 
-@pytest.mark.parametrize("name", ["wa", "wb", "wd", "rb", "mx", "kx"])
+@pytest.mark.parametrize("name", ["wa", "wb", "wd", "rb", "mx", "kx", "ln"])
 def test_train_export_into_pytorch(client, tmp_path, name):
     x, y = load_ref(name)
     path = os.path.join(FIX, name + ".onnx")
@@ -143,7 +144,7 @@ def vi(name, shape):
 
 
 def test_bad_models(client):
-    comp = dict(loss="sparse_categorical_crossentropy", batch_size=4)
+    comp = dict(loss="sparse_categorical_crossentropy", from_logits=True, batch_size=4)
     with pytest.raises(rtrain.InvalidArgument, match="not a serialized ONNX"):
         client.compile(b"\x0a\xff\xff\xff\xff\x0f garbage", **comp)
     w = onh.from_array(np.ones((4, 3), np.float32), "w")
@@ -228,19 +229,25 @@ def test_nchw_outputs_in_pytorch_order(client, flat):
     shape = want.shape[1:]
     r = client.compile(data, loss="mse", batch_size=6, label_shape=shape)
     assert r.output_shape == shape
-    got = r.predict(x.permute(0, 2, 3, 1).contiguous().numpy(), batch_size=6)
+    assert r.input_shape == (3, 5, 5)
+    got = r.predict(x.numpy(), batch_size=6)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # NHWC data only when asked for, with the same predictions
+    with pytest.raises(ValueError, match="NHWC"):
+        r.predict(x.permute(0, 2, 3, 1).contiguous().numpy(), batch_size=6)
+    h = client.compile(data, loss="mse", batch_size=6, label_shape=shape, data_layout="NHWC")
+    assert h.input_shape == (5, 5, 3)
+    np.testing.assert_allclose(h.predict(x.permute(0, 2, 3, 1).contiguous().numpy(),
+                                         batch_size=6), want, rtol=1e-5, atol=1e-5)
     # and it trains against labels in PyTorch's order
-    r.fit(x.permute(0, 2, 3, 1).contiguous().numpy(), np.zeros((6,) + shape, np.float32),
-          batch_size=6, epochs=2, verbose=0)
+    r.fit(x.numpy(), np.zeros((6,) + shape, np.float32), batch_size=6, epochs=2, verbose=0)
     out = onnx.load_from_string(r.to_onnx())
     sd = {"c.weight": None, "c.bias": None}
     for t in out.graph.initializer:
         sd[t.name] = torch.from_numpy(onh.to_array(t).copy())
     m.load_state_dict(sd)
-    np.testing.assert_allclose(
-        r.predict(x.permute(0, 2, 3, 1).contiguous().numpy(), batch_size=6),
-        m(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(r.predict(x.numpy(), batch_size=6), m(x).detach().numpy(),
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_shared_weight_is_one_parameter(client):

@@ -32,6 +32,12 @@ Data conversions (documented, never silent about what they cannot do):
   * labels: sparse losses take class indices and upload int32 (int64 or
     integral floats are converted; fractional values, or indices outside
     [0, classes), raise ValueError). Other losses upload float32.
+    PyTorch's losses take labels as PyTorch makes them: cross_entropy and
+    nll_loss integer class indices (int64 from torch or numpy; the
+    ignore_index is allowed), cross_entropy also float probabilities of the
+    output's shape; the others float targets of the output's shape.
+  * layout: an ONNX model with a 4-D input takes NCHW data, as PyTorch
+    holds it; NHWC only with compile(data_layout="NHWC").
 """
 
 import json as _json
@@ -67,6 +73,9 @@ __all__ = [
 __version__ = _rtrain.__version__  # CMake project(VERSION), via rt_version.h
 
 _SPARSE_LOSSES = {"sparse_categorical_crossentropy"}
+# PyTorch's losses whose targets are class indices (cross_entropy: or
+# float probabilities); the class axis is dim 1
+_TORCH_CLASS_LOSSES = {"cross_entropy", "nll_loss"}
 _LOSSES = {
     "sparse_categorical_crossentropy": "sparse_categorical_crossentropy",
     "categorical_crossentropy": "categorical_crossentropy",
@@ -74,7 +83,22 @@ _LOSSES = {
     "mse": "mse", "mean_squared_error": "mse",
     "mae": "mae", "mean_absolute_error": "mae",
     "logcosh": "logcosh", "log_cosh": "logcosh",
+    # PyTorch's, with PyTorch's semantics: torch.nn.functional's names and
+    # torch.nn's modules
+    "cross_entropy": "cross_entropy", "CrossEntropyLoss": "cross_entropy",
+    "nll_loss": "nll_loss", "NLLLoss": "nll_loss",
+    "bce_with_logits": "bce_with_logits",
+    "binary_cross_entropy_with_logits": "bce_with_logits",
+    "BCEWithLogitsLoss": "bce_with_logits",
+    "binary_cross_entropy": "binary_cross_entropy", "BCELoss": "binary_cross_entropy",
+    "mse_loss": "mse_loss", "MSELoss": "mse_loss",
+    "l1_loss": "l1_loss", "L1Loss": "l1_loss",
+    "smooth_l1_loss": "smooth_l1_loss", "SmoothL1Loss": "smooth_l1_loss",
+    "huber_loss": "huber_loss", "HuberLoss": "huber_loss",
 }
+_TORCH_LOSSES = {"cross_entropy", "nll_loss", "bce_with_logits",
+                 "binary_cross_entropy", "mse_loss", "l1_loss", "smooth_l1_loss",
+                 "huber_loss"}
 _METRICS = ("accuracy", "acc", "sparse_categorical_accuracy",
             "categorical_accuracy", "binary_accuracy")
 # Keras metrics the daemon accumulates over the epoch besides accuracy
@@ -307,9 +331,14 @@ def _features(x, input_shape, what="x"):
     if arr.ndim == 0:
         raise ValueError("%s must have a sample dimension, got a scalar" % what)
     if input_shape is not None and tuple(arr.shape[1:]) != tuple(input_shape):
-        raise ValueError("%s has shape %s but the model wants (n, %s)"
+        hint = ""
+        s, m = tuple(arr.shape[1:]), tuple(input_shape)
+        if len(s) == 3 and len(m) == 3 and s == (m[1], m[2], m[0]):
+            hint = ("; it looks NHWC and the model takes NCHW (PyTorch's): "
+                    "transpose it, or compile with data_layout='NHWC'")
+        raise ValueError("%s has shape %s but the model wants (n, %s)%s"
                          % (what, tuple(arr.shape),
-                            ", ".join(map(str, input_shape))))
+                            ", ".join(map(str, input_shape)), hint))
     if arr.shape[0] == 0:
         raise ValueError("%s has no samples" % what)
     return _np.ascontiguousarray(arr, dtype=_np.float32)
@@ -328,6 +357,7 @@ class CompiledModel:
         self._opts = opts
         self._metric = metric
         self._sparse = opts["loss"] in _SPARSE_LOSSES
+        self._torch_class = opts["loss"] in _TORCH_CLASS_LOSSES
         self._p = None          # the program (_prog), once compiled
         self._key = None
         self._unbound = False   # deferred: null input dims, bound from x
@@ -486,7 +516,8 @@ class CompiledModel:
             prog = self._client._compile(self._json, opts)
         self._prog, self._key = prog, key
         out = prog.report["output_shape"]
-        self._n_classes = out[-1] if out else None
+        # PyTorch's class losses read the classes on dim 1
+        self._n_classes = (out[0] if self._torch_class else out[-1]) if out else None
 
     def _ensure(self, batch_size=None, shuffle=None, label=None):
         bs, sh, lab = self._key
@@ -547,6 +578,23 @@ class CompiledModel:
         if arr.ndim == 0 or arr.shape[0] != n:
             raise ValueError("%s has %s samples but x has %d"
                              % (what, arr.shape[0] if arr.ndim else "no", n))
+        if self._torch_class and (arr.dtype.kind in "iub" or
+                                  self._opts["loss"] == "nll_loss"):
+            # class indices, as PyTorch takes them (int64 usually): the
+            # ignore_index passes, the rest must be classes
+            if arr.dtype.kind == "f" and not _np.all(_np.floor(arr) == arr):
+                raise ValueError("%s: class indices must be whole numbers" % what)
+            ign = self._opts.get("ignore_index", -100)
+            k = self._n_classes
+            kept = arr[arr != ign]
+            if kept.size and (kept.min() < 0 or (k is not None and kept.max() >= k)):
+                raise ValueError("%s: class indices must be in [0, %s) or the "
+                                 "ignore_index %d, got %s..%s" % (
+                                     what, k, ign, kept.min(), kept.max()))
+            if arr.ndim == 2 and arr.shape[1] == 1 and (k is None or k > 1):
+                arr = arr.reshape(-1)
+            return (_np.ascontiguousarray(arr, dtype=_np.int32),
+                    ("int32", tuple(arr.shape[1:])))
         if self._sparse:
             if arr.ndim == 2 and arr.shape[1] == 1:
                 arr = arr.reshape(-1)
@@ -1041,7 +1089,9 @@ class Client(_rtrain.Client):
     def compile(self, spec, optimizer="rmsprop", loss=None, metrics=None,
                 batch_size=32, shuffle=True, seed=0, from_logits=False,
                 label_shape=None, label_dtype=None, onnx_output=None,
-                input_shape=None):
+                input_shape=None, data_layout=None, loss_check=True,
+                reduction="mean", label_smoothing=0.0, ignore_index=-100,
+                class_weight=None, pos_weight=None, beta=None, delta=None):
         """Compile spec (rtrain.Sequential, Keras model JSON, or an ONNX
         model: its bytes or a path ending in .onnx) on the daemon.
         optimizer: a name or an rtrain.optimizers object; loss: a Keras
@@ -1049,8 +1099,20 @@ class Client(_rtrain.Client):
 
         An ONNX model (torch.onnx.export) trains from its initializers
         (PyTorch's initial weights); onnx_output names the graph output
-        to train when it has several; a 4-D (NCHW) model takes NHWC data;
-        model.to_onnx(path) writes it back with the trained weights.
+        to train when it has several; a 4-D model takes NCHW data, as
+        PyTorch holds it (data_layout="NHWC": channels-last data instead;
+        never guessed from the shape); model.to_onnx(path) writes it back
+        with the trained weights.
+
+        loss: a Keras name (Keras' semantics), or PyTorch's (cross_entropy,
+        nll_loss, bce_with_logits, binary_cross_entropy, mse_loss, l1_loss,
+        smooth_l1_loss, huber_loss, or the torch.nn module names) with
+        PyTorch's semantics and arguments: reduction ("mean", "sum"),
+        label_smoothing, ignore_index, class_weight (the loss's weight, one
+        per class), pos_weight, beta (smooth_l1_loss), delta (huber_loss).
+        loss_check=False compiles a loss that does not fit what the output
+        ends in (the daemon refuses e.g. a probability loss on a
+        LogSoftmax or on raw logits, naming the loss that fits).
 
         batch_size, shuffle and the label layout are part of a program;
         fit() recompiles (keeping the weights) when they change, so giving
@@ -1093,6 +1155,9 @@ class Client(_rtrain.Client):
         opts = optimizer.get_config()
         opts.update(loss=_LOSSES[loss], from_logits=bool(from_logits),
                     metrics=(["accuracy"] if metric else []) + values, seed=int(seed))
+        opts.update(_loss_opts(_LOSSES[loss], data_layout, loss_check, reduction,
+                               label_smoothing, ignore_index, class_weight,
+                               pos_weight, beta, delta))
         if input_shape is not None:
             opts["input_shape"] = tuple(int(d or 0) for d in input_shape)
         onnx = _onnx_bytes(spec)
@@ -1105,8 +1170,9 @@ class Client(_rtrain.Client):
         model._values = values
         label = None
         if label_shape is not None or label_dtype is not None or \
-                _LOSSES[loss] in _SPARSE_LOSSES:
-            sparse = _LOSSES[loss] in _SPARSE_LOSSES
+                _LOSSES[loss] in _SPARSE_LOSSES or _LOSSES[loss] in _TORCH_CLASS_LOSSES:
+            sparse = _LOSSES[loss] in _SPARSE_LOSSES or \
+                (_LOSSES[loss] in _TORCH_CLASS_LOSSES and not label_shape)
             label = (label_dtype or ("int32" if sparse else "float32"),
                      tuple(label_shape) if label_shape is not None else ())
         elif _LOSSES[loss] == "categorical_crossentropy" and \
@@ -1234,6 +1300,52 @@ def connect(target=None, timeout=60.0, name="python", *, tls_ca=None,
 
 def _path(p):
     return None if p is None else str(p)
+
+
+def _loss_opts(loss, data_layout, loss_check, reduction, label_smoothing,
+               ignore_index, class_weight, pos_weight, beta, delta):
+    """Client.compile's layout, loss-check and PyTorch loss arguments as
+    the extension's options"""
+    o = {}
+    if data_layout is not None:
+        if str(data_layout).upper() not in ("NCHW", "NHWC"):
+            raise ValueError("data_layout is 'NCHW' or 'NHWC', got %r" % (data_layout,))
+        o["data_layout"] = str(data_layout).upper()
+    if not loss_check:
+        o["no_loss_check"] = True
+    torch_args = {}
+    if reduction != "mean":
+        if reduction != "sum":
+            raise ValueError("reduction is 'mean' or 'sum', got %r" % (reduction,))
+        torch_args["reduction"] = reduction
+    if label_smoothing:
+        torch_args["label_smoothing"] = float(label_smoothing)
+    if ignore_index != -100:
+        if isinstance(ignore_index, bool) or int(ignore_index) != ignore_index:
+            raise ValueError("ignore_index must be an int, got %r" % (ignore_index,))
+        torch_args["ignore_index"] = int(ignore_index)
+    for name, w in (("class_weight", class_weight), ("pos_weight", pos_weight)):
+        if w is not None:
+            a = _np.asarray(w.detach().cpu().numpy() if hasattr(w, "detach") else w,
+                            dtype=_np.float64).reshape(-1)
+            if a.size == 0 or not _np.all(_np.isfinite(a)) or _np.any(a < 0):
+                raise ValueError("%s must be finite values >= 0" % name)
+            torch_args[name] = a.astype("<f4").tobytes()
+    if beta is not None and delta is not None:
+        raise ValueError("give beta (smooth_l1_loss) or delta (huber_loss), not both")
+    b = beta if beta is not None else delta
+    if b is not None:
+        if not float(b) >= 0:
+            raise ValueError("beta/delta must be >= 0, got %r" % (b,))
+        torch_args["loss_beta"] = float(b)
+        torch_args["has_loss_beta"] = True
+    if torch_args and loss not in _TORCH_LOSSES:
+        raise ValueError("%s apply to PyTorch's losses; %s is Keras'"
+                         % (", ".join(sorted(torch_args)), loss))
+    if "ignore_index" in torch_args:
+        o["ignore_index"] = torch_args["ignore_index"]
+    o.update(torch_args)
+    return o
 
 
 def _onnx_bytes(spec):

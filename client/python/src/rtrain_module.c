@@ -1072,6 +1072,22 @@ static int rt_py__opt_bool(PyObject *d, const char *k, int *dst)
 
 #define RT_PY_MAX_METRICS 8
 
+/* float32 values as bytes (the Python layer packs them), kept alive by the
+ * options dict */
+static int rt_py__opt_floats(PyObject *d, const char *k, const float **dst, int *n)
+{
+    PyObject *v;
+    if (!rt_py__opt_get(d, k, &v))
+        return 0;
+    if (!PyBytes_Check(v) || PyBytes_GET_SIZE(v) % 4 || PyBytes_GET_SIZE(v) / 4 > (1 << 20)) {
+        PyErr_Format(PyExc_TypeError, "%s must be float32 values as bytes", k);
+        return -1;
+    }
+    *dst = (const float *)PyBytes_AS_STRING(v);
+    *n = (int)(PyBytes_GET_SIZE(v) / 4);
+    return 0;
+}
+
 static int rt_py__train_opts(PyObject *d, rt_train_opts *o,
                              const char **metrics)
 {
@@ -1099,8 +1115,26 @@ static int rt_py__train_opts(PyObject *d, rt_train_opts *o,
         rt_py__opt_float(d, "gamma", &o->gamma) < 0 ||
         rt_py__opt_float(d, "min_lr", &o->min_lr) < 0 ||
         rt_py__opt_bool(d, "shuffle", &shuffle) < 0 ||
-        rt_py__opt_bool(d, "sync_batchnorm", &o->sync_batchnorm) < 0)
+        rt_py__opt_bool(d, "sync_batchnorm", &o->sync_batchnorm) < 0 ||
+        rt_py__opt_str(d, "data_layout", &o->data_layout) < 0 ||
+        rt_py__opt_str(d, "reduction", &o->reduction) < 0 ||
+        rt_py__opt_float(d, "label_smoothing", &o->label_smoothing) < 0 ||
+        rt_py__opt_float(d, "loss_beta", &o->loss_beta) < 0 ||
+        rt_py__opt_bool(d, "has_loss_beta", &o->has_loss_beta) < 0 ||
+        rt_py__opt_bool(d, "no_loss_check", &o->no_loss_check) < 0 ||
+        rt_py__opt_float(d, "l2_weight_decay", &o->l2_weight_decay) < 0 ||
+        rt_py__opt_float(d, "dampening", &o->dampening) < 0 ||
+        rt_py__opt_floats(d, "class_weight", &o->class_weight, &o->n_class_weight) < 0 ||
+        rt_py__opt_floats(d, "pos_weight", &o->pos_weight, &o->n_pos_weight) < 0)
         return -1;
+    PyObject *ii;
+    if (rt_py__opt_get(d, "ignore_index", &ii)) {
+        long long x = PyLong_AsLongLong(ii);
+        if (x == -1 && PyErr_Occurred())
+            return -1;
+        o->has_ignore_index = 1;
+        o->ignore_index = x;
+    }
     o->no_shuffle = !shuffle;
     u = o->batch_size;
     if (rt_py__opt_uint(d, "batch_size", UINT32_MAX, &u) < 0)
@@ -1229,7 +1263,7 @@ static PyObject *rt_py__report(const rt_client_compile_result *r)
         PyList_SET_ITEM(passes, (Py_ssize_t)i, p);
     }
     return Py_BuildValue(
-        "{s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:I,s:N,s:N,s:N,s:N}", "program_id",
+        "{s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:I,s:N,s:N,s:N,s:N,s:s}", "program_id",
         r->program_id, "param_count", (unsigned long long)r->param_count,
         "trainable_param_count", (unsigned long long)r->trainable_param_count,
         "flops_per_step", (unsigned long long)r->flops_per_step, "arena_bytes",
@@ -1239,7 +1273,7 @@ static PyObject *rt_py__report(const rt_client_compile_result *r)
         r->cache_hit ? Py_True : Py_False, "kernels", (unsigned)r->kernels,
         "input_shape", rt_py__shape_tuple(r->input_ndim, r->input_shape),
         "output_shape", rt_py__shape_tuple(r->output_ndim, r->output_shape),
-        "params", params, "passes", passes);
+        "params", params, "passes", passes, "data_layout", r->data_layout);
 }
 
 /* _compile(model, options, onnx_output=None) -> Program; model: Keras
