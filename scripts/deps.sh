@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Install the Debian packages rtrain builds, tests and benchmarks with.
 # Usage: scripts/deps.sh [--test] [--bench]
-#   --test   adds what the test suite needs (pytest, Jupyter, node/npm, rsvg,
-#            clang-14 + libFuzzer for scripts/fuzz.sh, Prometheus for the metrics
-#            scrape test, python3-yaml for deploy/)
+#   --test   adds what the test suite needs (pytest, Jupyter, node/npm and the
+#            interop tests' npm packages, rsvg, clang-14 + libFuzzer for
+#            scripts/fuzz.sh, Prometheus for the metrics scrape test,
+#            python3-yaml and systemd-analyze for deploy/)
 #   --bench  adds the benchmarks' peers and fixture generators (python3-torch)
 set -euo pipefail
 SUDO=""
@@ -31,7 +32,7 @@ done
 [ $want_bench -eq 0 ] || pkgs+=(dataset-fashion-mnist python3-pil)
 if [ $want_test -eq 1 ]; then
   pkgs+=(python3-pil python3-pytest jupyter-nbconvert python3-ipykernel
-         python3-matplotlib librsvg2-bin prometheus python3-yaml)
+         python3-matplotlib librsvg2-bin prometheus python3-yaml systemd)
   # ONNX: the export-back check loads rtrain's export into PyTorch
   # (tests/onnx); onnx reads it back in the Python tests.
   pkgs+=(python3-torch python3-onnx libopenblas0-pthread)
@@ -50,4 +51,10 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y "${missing[@]}"
+fi
+# The interop tests' npm packages (tests/interop/package-lock.json), into a
+# folder outside the source tree that tests/interop/run.sh finds; the tests
+# themselves never install anything.
+if [ $want_test -eq 1 ]; then
+  "$(dirname "$0")/../tests/interop/run.sh" --install
 fi

@@ -150,7 +150,9 @@ def main():
     grace = int(value_of(args, 'grace-ms') or 5000)
     stop = ms_of(unit_get(unit, svc, 'TimeoutStopSec') or '90')
     check(stop > drain + grace, f'unit: TimeoutStopSec {stop} ms > drain {drain} + grace {grace}')
+    # systemd-analyze: package systemd (scripts/deps.sh --test installs it)
     analyze = shutil.which('systemd-analyze')
+    check(analyze is not None, 'systemd-analyze is installed (scripts/deps.sh --test)')
     if analyze:
         with tempfile.TemporaryDirectory() as tmp:
             text = open(unit_path).read().replace(exec_start[0], os.path.abspath(rtraind))
@@ -159,8 +161,6 @@ def main():
                 f.write(text)
             r = subprocess.run([analyze, 'verify', path], capture_output=True, text=True)
             check(r.returncode == 0, f'systemd-analyze verify {r.stderr.strip()}')
-    else:
-        print('skip systemd-analyze verify: not installed')
 
     # ---- the Dockerfile's default command
     with open(os.path.join(DEPLOY, 'Dockerfile')) as f:

@@ -1,5 +1,7 @@
 """examples/iris_remote.ipynb runs top to bottom against a real rtraind
-(jupyter nbconvert --execute) and produces its table and plot."""
+(jupyter nbconvert --execute) and produces its table and plot. Its timing
+experiment runs once per variant here (a smoke run: its tables and plots
+have their rows, no time is checked)."""
 import json
 import os
 import re
@@ -10,6 +12,26 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.environ.get("RT_SOURCE_DIR", os.path.join(HERE, "..", ".."))
 NOTEBOOK = os.path.join(SRC, "examples", "iris_remote.ipynb")
+
+
+def smoke_copy(tmp_path):
+    """The notebook with each timed variant run once instead of 3-5 times
+    (the medians of one run), written into tmp_path."""
+    nb = json.loads(open(NOTEBOOK).read())
+    counts = {"REPEATS = 5": 0, "for _ in range(3)": 0}
+    for c in nb["cells"]:
+        if c["cell_type"] != "code":
+            continue
+        src = "".join(c["source"])
+        for k in counts:
+            counts[k] += src.count(k)
+        src = src.replace("REPEATS = 5", "REPEATS = 1").replace("for _ in range(3)", "for _ in range(1)")
+        c["source"] = src
+    # the experiment's cells as this test knows them: change both together
+    assert counts == {"REPEATS = 5": 1, "for _ in range(3)": 2}, counts
+    path = tmp_path / "iris_remote.ipynb"
+    path.write_text(json.dumps(nb))
+    return path
 
 
 def test_notebook_executes(daemon, tmp_path):
@@ -24,7 +46,7 @@ def test_notebook_executes(daemon, tmp_path):
         [jupyter, "nbconvert", "--to", "notebook", "--execute",
          "--ExecutePreprocessor.timeout=240",
          "--ExecutePreprocessor.kernel_name=python3",
-         "--output-dir", str(tmp_path), "--output", out.name, NOTEBOOK],
+         "--output-dir", str(tmp_path), "--output", out.name, str(smoke_copy(tmp_path))],
         env=env, capture_output=True, text=True, timeout=280)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     nb = json.loads(out.read_text())
