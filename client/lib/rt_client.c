@@ -225,6 +225,12 @@ static int load_token(rt_client *c, const rt_client_opts *o, char *err, size_t e
     return rc;
 }
 
+/* gRPC's process-wide state (its executor and timer threads, the event
+ * engine) starts with the first grpc_init and stops with the last
+ * grpc_shutdown, which joins those threads. */
+void rt_client_library_hold(void) { grpc_init(); }
+void rt_client_library_release(void) { grpc_shutdown(); }
+
 int rt_client_connect(const rt_client_opts *opts, rt_client **out, char *err, size_t errlen)
 {
     char ebuf[256];
@@ -255,6 +261,7 @@ int rt_client_connect(const rt_client_opts *opts, rt_client **out, char *err, si
     grpc_init();
     uint64_t t1 = rt_now_ns();
     c->conn.library_init_ns = started ? t1 - t0 : 0;
+    c->conn.library_started = started;
     int rc = load_token(c, o, err, errlen);
     grpc_channel_credentials *creds = NULL;
     if (rc == 0)
