@@ -2,6 +2,7 @@
  * (the calls themselves go through rt_client_call.c). */
 #include "rt_client_impl.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -225,6 +226,54 @@ static int load_token(rt_client *c, const rt_client_opts *o, char *err, size_t e
     return rc;
 }
 
+/* "A.B.C.D:port" and "[v6]:port" name an address: gRPC's ipv4: and ipv6:
+ * targets take it as it is, while a plain target first goes through the
+ * DNS resolver (a hop to its executor thread and getaddrinfo, which opens a
+ * UDP socket to sort the addresses) before the connect starts. The caller
+ * keeps the original as the default authority, so the :authority header and
+ * a TLS name check see the same name as before. NULL when target is not such
+ * a literal (a name, or a URI with its own scheme). */
+static char *literal_target(const char *t)
+{
+    const char *colon, *scheme = NULL;
+    char host[64];
+    size_t hn;
+    if (t[0] == '[') {
+        const char *close = strchr(t, ']');
+        if (!close || close[1] != ':')
+            return NULL;
+        colon = close + 1;
+        hn = (size_t)(close - t - 1);
+        if (hn >= sizeof host)
+            return NULL;
+        memcpy(host, t + 1, hn);
+        host[hn] = 0;
+        struct in6_addr a6;
+        if (inet_pton(AF_INET6, host, &a6) == 1)
+            scheme = "ipv6:";
+    } else {
+        colon = strchr(t, ':');
+        if (!colon || strchr(colon + 1, ':'))
+            return NULL;
+        hn = (size_t)(colon - t);
+        if (hn >= sizeof host)
+            return NULL;
+        memcpy(host, t, hn);
+        host[hn] = 0;
+        struct in_addr a4;
+        if (inet_pton(AF_INET, host, &a4) == 1)
+            scheme = "ipv4:";
+    }
+    size_t pn = strlen(colon + 1);
+    if (!scheme || pn == 0 || pn > 5 || strspn(colon + 1, "0123456789") != pn)
+        return NULL;
+    size_t n = strlen(scheme) + strlen(t) + 1;
+    char *u = malloc(n);
+    if (u)
+        snprintf(u, n, "%s%s", scheme, t);
+    return u;
+}
+
 /* gRPC's process-wide state (its executor and timer threads, the event
  * engine) starts with the first grpc_init and stops with the last
  * grpc_shutdown, which joins those threads. */
@@ -273,8 +322,8 @@ int rt_client_connect(const rt_client_opts *opts, rt_client **out, char *err, si
     /* GetWeights and Predict answers grow with the model and the data; the
      * 4 MiB default would turn them into RESOURCE_EXHAUSTED. */
     /* Uploads: the transport settings the daemon uses (rt_transport.h);
-     * 3 more, and the 2 reconnect backoffs. */
-    grpc_arg args[5 + RT_TRANSPORT_NARGS];
+     * 3 more, the 2 reconnect backoffs and an address literal's authority. */
+    grpc_arg args[6 + RT_TRANSPORT_NARGS];
     memset(args, 0, sizeof args);
     size_t nargs = rt_transport_args(args);
     args[nargs].type = GRPC_ARG_INTEGER;
@@ -300,8 +349,15 @@ int rt_client_connect(const rt_client_opts *opts, rt_client **out, char *err, si
         args[nargs].value.integer = i == 0 ? 100 : 1000;
         nargs++;
     }
+    char *direct = literal_target(c->target);
+    if (direct) {
+        args[nargs].type = GRPC_ARG_STRING;
+        args[nargs].key = (char *)GRPC_ARG_DEFAULT_AUTHORITY;
+        args[nargs++].value.string = c->target;
+    }
     grpc_channel_args ca = {nargs, args};
-    c->ch = grpc_channel_create(c->target, creds, &ca);
+    c->ch = grpc_channel_create(direct ? direct : c->target, creds, &ca);
+    free(direct);
     grpc_channel_credentials_release(creds);
     c->cq = grpc_completion_queue_create_for_pluck(NULL);
     if (!c->ch || !c->cq) {
