@@ -1523,6 +1523,7 @@ static ProtobufCMessage *decode(rt_call *c, ProtobufCAllocator *alloc)
             rt_call_fail(c, RT_EPROTO, "malformed %s", c->m->req_name);
         return m;
     }
+    c->req_bytes = c->payload ? rt_wire_length(c->payload) : 0;
     ProtobufCMessage *m = rt_wire_unpack(c->payload, c->m->req_desc, alloc);
     grpc_byte_buffer_destroy(c->payload);
     c->payload = NULL;

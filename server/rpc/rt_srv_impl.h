@@ -130,6 +130,7 @@ struct rt_call {
     gpr_timespec deadline;
     grpc_metadata_array md;
     grpc_byte_buffer *payload;
+    size_t req_bytes;             /* the unary request's size on the wire */
     int recv_cancelled;           /* written by RECV_CLOSE_ON_SERVER */
     int cancelled;                /* atomic: the client cancelled/went away */
     int close_done;               /* atomic */
