@@ -212,11 +212,13 @@ typedef struct rt_client_connect_times {
 int rt_client_connect_timings(const rt_client *c, rt_client_connect_times *out);
 
 /* gRPC's process-wide state (its threads) starts with the first client and
- * stops when the last one is destroyed; the next client starts it again
- * (on a 2-vCPU machine about 0.2 ms of a run, and the threads' start and
- * join). A process that connects again and again (a notebook's new
- * connect(), a benchmark) holds it in between. Holds nest; each needs its
- * release, and the last release after the last client stops it. */
+ * stops when the last one is destroyed; the next client starts it again,
+ * and a channel alone starts and joins gRPC's event engine threads (on a
+ * 2-vCPU machine about 0.2 ms of a connect, and more to destroy). A process
+ * that connects again and again (a notebook's new connect(), a benchmark)
+ * holds both in between. Holds nest; each needs its release (a release
+ * without a hold does nothing), and the last release after the last client
+ * stops it. */
 void rt_client_library_hold(void);
 void rt_client_library_release(void);
 
