@@ -396,9 +396,10 @@ static void phase_parts(cli_waterfall *w, const rt_client_timings *calls, size_t
                      "%.1f us (in the call's encode)", t->client_encode_ns / 1e3);
         else if (!strcmp(t->method, "UploadDataset"))
             snprintf(p->detail, sizeof p->detail, "%llu B sent; client in stream %.1f us; "
-                     "daemon: decode %.1f, store %.1f us",
-                     (unsigned long long)t->bytes_sent, t->client_stream_ns / 1e3,
-                     t->decode_ns / 1e3, t->execute_ns / 1e3);
+                     "daemon: decode %.1f, queue %.1f, store %.1f, waiting for the stream "
+                     "%.1f us (wire)", (unsigned long long)t->bytes_sent,
+                     t->client_stream_ns / 1e3, t->decode_ns / 1e3, t->queue_ns / 1e3,
+                     t->execute_ns / 1e3, t->server_stream_wait_ns / 1e3);
     }
 }
 

@@ -7,7 +7,8 @@
  *   server  the daemon's Timings: decode, queue, compile, execute, encode
  *           (its "other" is left unattributed);
  *   wire    round trip - server total - client work inside a stream: the
- *           network stack and gRPC on both sides, and thread wake-ups;
+ *           network stack and gRPC on both sides, and thread wake-ups (the
+ *           daemon's wait for a client stream's messages counts here);
  *   client  the library outside the round trip (encode, decode, reading
  *           and hashing files) and its work inside a stream, plus what the
  *           caller measured itself (extra_client_ns);
@@ -35,8 +36,11 @@ static uint64_t sub0(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
 
 void cli_wf_account(cli_phase *p, const rt_client_timings *t)
 {
-    uint64_t srv = t->has_server ? t->server_total_ns : 0;
-    uint64_t other = t->has_server ? t->server_other_ns : 0;
+    /* The daemon's wait for a client stream's messages is in its other
+     * time but is the stream's: wire, not server. */
+    uint64_t wait = t->has_server ? t->server_stream_wait_ns : 0;
+    uint64_t srv = t->has_server ? sub0(t->server_total_ns, wait) : 0;
+    uint64_t other = t->has_server ? sub0(t->server_other_ns, wait) : 0;
     p->server_ns += sub0(srv, other);
     p->has_server |= t->has_server;
     p->wire_ns += sub0(t->round_trip_ns, srv + t->client_stream_ns);

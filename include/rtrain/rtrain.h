@@ -143,6 +143,9 @@ typedef struct rt_client_timings {
      * callbacks). It overlaps the daemon's work, so it is part of
      * round_trip_ns (and of wire_ns), not of client encode/decode. */
     uint64_t client_stream_ns;
+    /* Client streams (UploadDataset): of server_other_ns, the time the
+     * daemon waited for the client's next message. */
+    uint64_t server_stream_wait_ns;
 } rt_client_timings;
 
 /* ------------------------------------------------------------- the client */

@@ -173,6 +173,7 @@ struct rt_call {
     uint64_t up_last_ns;          /* atomic: the last chunk arrived */
     int up_registered;
     int up_waiting;               /* under out_mu: a RECV_MESSAGE is pending */
+    uint64_t recv_posted_ns;      /* when that RECV_MESSAGE was posted */
     int up_stalled;               /* under out_mu: rt_srv_tick answered it */
 
     /* Pipelined RunSteps: its seq and its predecessor's (0 = none). A
