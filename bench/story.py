@@ -16,7 +16,9 @@ table with each configuration's median wall time as a ratio to PyTorch's.
       [--explain] [--json story.json]
 
 Without --server it starts the given rtraind (by default the build tree's)
-on a free loopback port and stops it at the end. Data: the iris splits in
+on a free loopback port, waits until its start-up work is done (the upload
+arena faulted in: runs meanwhile would share the CPU with it) and stops it
+at the end. Data: the iris splits in
 examples/iris/. --explain prints the cold run (the first, before the reps)
 and a median warm run as waterfalls of phases; --json writes everything
 printed as one JSON object (bench/README.md keeps one line per release).
@@ -32,20 +34,47 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
 def start_daemon(path):
-    p = subprocess.Popen([path, "--listen", "127.0.0.1:0", "--log-level", "warn"],
+    """(process, address, seconds waited): the daemon, once its start-up
+    work is done. A new rtraind first faults its upload arena in (256 MiB
+    by default, paced, about 2 s on a 2-vCPU machine); runs measured
+    meanwhile share the CPU with it, which a daemon that is already up does
+    not. Its /metrics says when the arena is in (rtrain_upload_pool_bytes)."""
+    p = subprocess.Popen([path, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+                          "--log-level", "warn"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = None
     for line in p.stdout:
+        m = re.match(r"rtraind metrics on (\S+)", line)
+        if m:
+            metrics = m.group(1)
         m = re.match(r"rtraind listening on (\S+)", line)
         if m:
-            return p, m.group(1)
+            return p, m.group(1), wait_settled(metrics)
     p.wait()
     sys.exit("story.py: %s did not start" % path)
+
+
+def wait_settled(url, limit_s=30.0):
+    t0 = time.monotonic()
+    while url and time.monotonic() - t0 < limit_s:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            break
+        m = re.search(r"^rtrain_upload_pool_bytes (\S+)", text, re.M)
+        if not m or float(m.group(1)) > 0:
+            break
+        time.sleep(0.05)
+    return time.monotonic() - t0
 
 
 def run_rtrain(a, server, tmp):
@@ -181,9 +210,9 @@ def main():
                     help="where @grpc/grpc-js is (default: tests/interop/node_modules)")
     a = ap.parse_args()
     load0 = loadavg()
-    daemon, server = None, a.server
+    daemon, server, settle = None, a.server, None
     if not server:
-        daemon, server = start_daemon(a.rtraind)
+        daemon, server, settle = start_daemon(a.rtraind)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             out, rows, phases = run_rtrain(a, server, tmp)
@@ -221,6 +250,9 @@ def main():
     print("\nrtrain: each run includes connect, session, compile, upload and "
           "training, against the daemon\nat %s; PyTorch: model creation and "
           "training, data already in memory. Medians." % server)
+    if settle is not None:
+        print("The daemon was started here; the runs began once its upload arena was "
+              "in, %.1f s after its start." % settle)
     if overhead:
         print("\nK=1 RunSteps vs a bare Ping (same connection, 300 calls each): round trip "
               "p50 %.1f us / %.1f us = %.3fx\n(its overhead, round trip less the step's "
@@ -257,6 +289,7 @@ def main():
         rec = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(
                    timespec="seconds"),
                "commit": git_commit(), "server": server, "reps": a.reps,
+               "daemon_settle_s": settle,
                "epochs": a.epochs, "loadavg_before": load0, "loadavg_after": load1,
                "configurations": table,
                "pytorch": {"p50_ms": torch_s * 1e3 if torch_s else None,
