@@ -5,7 +5,8 @@
 #            interop tests' npm packages, rsvg, clang-14 + libFuzzer for
 #            scripts/fuzz.sh, Prometheus for the metrics scrape test,
 #            python3-yaml and systemd-analyze for deploy/)
-#   --bench  adds the benchmarks' peers and fixture generators (python3-torch)
+#   --bench  adds the benchmarks' peers and fixture generators (python3-torch,
+#            python3-grpcio)
 set -euo pipefail
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -30,6 +31,8 @@ done
 # bench/data/stream_bench.py: the real Fashion-MNIST IDX files, and PIL for
 # its TFRecord and JPEG folders
 [ $want_bench -eq 0 ] || pkgs+=(dataset-fashion-mnist python3-pil)
+# bench/first_call.py: grpcio's first call, beside rtrain's (bench/story.py)
+[ $want_bench -eq 0 ] || pkgs+=(python3-grpcio)
 if [ $want_test -eq 1 ]; then
   pkgs+=(python3-pil python3-pytest jupyter-nbconvert python3-ipykernel
          python3-matplotlib librsvg2-bin prometheus python3-yaml systemd)

@@ -74,6 +74,7 @@ typedef struct cli_opts {
     const char *trace;
     long size, count;         /* ping */
     long max_k, reps;         /* bench */
+    int explain;              /* bench story: the cold run as a waterfall */
     const char *csv, *plot;
     int progress;             /* 1 force bar, 0 force lines, -1 auto (TTY) */
     /* TFRecord and image folders (cli_data.c) */
@@ -135,6 +136,41 @@ int cli_image_opts(const cli_opts *o, struct rt_client_image_opts *im, char *err
 int cli_data_check(const cli_opts *o, cli_data_kind k, char *err, size_t errlen);
 int cli_upload_tf(rt_client *c, const char *sid, const char *name, const char *data,
                   const cli_opts *o, rt_client_dataset *out);
+
+/* cli_explain.c: a run as a waterfall of phases (bench story --explain).
+ * Each phase's wall time splits into client, wire and server time from the
+ * calls that started inside it, and what is left (unattributed). */
+#define CLI_PHASES_MAX 40
+typedef struct cli_phase {
+    char name[40];
+    char detail[200];         /* one line of sub-parts, or "" */
+    int sub;                  /* a part of the phase above it */
+    uint64_t start_ns, wall_ns;
+    uint64_t client_ns, wire_ns, server_ns, unattr_ns;
+    int has_server;           /* server_ns was measured (else "-") */
+} cli_phase;
+typedef struct cli_waterfall {
+    uint64_t t0;              /* the run's start */
+    cli_phase ph[CLI_PHASES_MAX];
+    int n;
+} cli_waterfall;
+/* A phase (or with sub, a part of the last phase) of wall time wall from
+ * start, zeroed; NULL when full. */
+cli_phase *cli_wf_add(cli_waterfall *w, const char *name, int sub, uint64_t start,
+                      uint64_t wall);
+/* Add one call's account to p (client, wire, server). */
+void cli_wf_account(cli_phase *p, const rt_client_timings *t);
+/* p's unattributed time: its wall time less the three. */
+void cli_wf_close(cli_phase *p);
+/* A phase [from, to) made of the calls that started in it, with
+ * extra_client_ns of client work the caller measured outside the calls. */
+cli_phase *cli_wf_calls(cli_waterfall *w, const char *name, uint64_t from, uint64_t to,
+                        const rt_client_timings *calls, size_t n, uint64_t extra_client_ns);
+void cli_wf_print(FILE *f, const cli_waterfall *w, const char *title);
+/* The phases as trace spans (phases on track, parts on sub_track); names
+ * point into w. Returns how many. */
+size_t cli_wf_spans(const cli_waterfall *w, const char *track, const char *sub_track,
+                    rt_client_trace_span *out, size_t max);
 
 /* Statistics: sorts v in place; p in [0, 100], nearest-rank. 0 for n == 0. */
 double cli_percentile(double *v, size_t n, double p);

@@ -34,7 +34,7 @@ enum {
     O_REATTACH, O_SAVE_STATE, O_LOAD_STATE, O_PROGRAM, O_SESSION_TOKEN,
     O_INPUT_SHAPE, O_CKPT_STEPS, O_CKPT_S,
     O_FROM_LOGITS, O_DATA_LAYOUT, O_LOSS_CHECK, O_REDUCTION, O_LABEL_SMOOTHING,
-    O_IGNORE_INDEX, O_CLASS_WEIGHT, O_POS_WEIGHT, O_LOSS_BETA,
+    O_IGNORE_INDEX, O_CLASS_WEIGHT, O_POS_WEIGHT, O_LOSS_BETA, O_EXPLAIN,
 };
 
 typedef struct opt_def {
@@ -87,6 +87,7 @@ static const opt_def defs[] = {
     {"reps", 1, O_REPS, B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY)},
     {"csv", 1, O_CSV, B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY)},
     {"plot", 1, O_PLOT, B(CLI_BENCH_OVERHEAD)},
+    {"explain", 0, O_EXPLAIN, B(CLI_BENCH_STORY)},
     {"progress", 0, O_PROGRESS, B(CLI_FIT)},
     {"no-progress", 0, O_NO_PROGRESS, B(CLI_FIT)},
     {"help", 0, O_HELP, ~0u},
@@ -187,6 +188,9 @@ static const struct {
     {"reps", "N", "repetitions"},
     {"csv", "FILE", "results as CSV"},
     {"plot", "FILE", "an SVG plot"},
+    {"explain", NULL, "print a cold run (first, before the reps) and a median warm run of "
+                      "\"one call for the run\" as a waterfall of phases: client, wire and "
+                      "server time each (with --trace, also in the trace)"},
     {"progress", NULL, "force the progress bar on stderr (default: on a TTY)"},
     {"no-progress", NULL, "one line per epoch on stderr"},
     {"early-stopping", "PATIENCE", "stop after PATIENCE epochs without a lower val_loss "
@@ -316,7 +320,7 @@ void cli_usage(FILE *f)
 "  bench overhead [--max-k 1024] [--reps N] [--csv out.csv] [--plot out.svg]\n"
 "                            per-call overhead of W-A vs steps per call K\n"
 "  bench story [--reps N] [--epochs 20] [--data train.csv --val val.csv]\n"
-"                            the remote-TPU story's three configurations\n"
+"              [--explain]   the remote-TPU story's four configurations\n"
 "                            (data: examples/iris/ from the current\n"
 "                            directory); bench/story.py runs it beside\n"
 "                            PyTorch eager\n"
@@ -745,6 +749,7 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
             break;
         case O_CSV: o->csv = a; break;
         case O_PLOT: o->plot = a; break;
+        case O_EXPLAIN: o->explain = 1; break;
         case O_PROGRESS: o->progress = 1; break;
         case O_NO_PROGRESS: o->progress = 0; break;
         case O_FEATURES: o->features = a; break;

@@ -117,11 +117,12 @@ int cli_cmd_bench_overhead(const cli_opts *o)
     double *exe = calloc((size_t)reps, sizeof *exe);
     double *wire = calloc((size_t)reps, sizeof *wire);
     double *srvo = calloc((size_t)reps, sizeof *srvo);
-    double *col[9];
-    for (int i = 0; i < 9; i++)
+    double *pair = calloc((size_t)reps, sizeof *pair);
+    double *col[10];
+    for (int i = 0; i < 10; i++)
         col[i] = calloc(nk, sizeof(double));
-    int oom = !m || !ks || !rtt || !ovh || !exe || !wire || !srvo;
-    for (int i = 0; i < 9; i++)
+    int oom = !m || !ks || !rtt || !ovh || !exe || !wire || !srvo || !pair;
+    for (int i = 0; i < 10; i++)
         oom |= !col[i];
     FILE *csv = NULL;
     if (oom) {
@@ -202,10 +203,11 @@ int cli_cmd_bench_overhead(const cli_opts *o)
            "               daemon's decode, queue, encode and unattributed time\n"
            "  wire+fw      per call: round trip - server total (p50)\n"
            "  compute %%    execute_ns / round trip (sum over calls)\n"
-           "  ovh/ping     overhead p50 / Ping p50\n", reps);
-    printf("%6s %11s %11s %11s %13s %12s %12s %10s %10s %9s\n", "K", "rtt p50 us",
+           "  ovh/ping     overhead p50 / Ping p50, the Pings made one after each\n"
+           "               call of this K (rtt/ping: its round trip p50 / the same)\n", reps);
+    printf("%6s %11s %11s %11s %13s %12s %12s %10s %10s %9s %9s\n", "K", "rtt p50 us",
            "rtt p99 us", "per step us", "compute/step", "overhead us", "daemon oth",
-           "wire+fw", "compute %", "ovh/ping");
+           "wire+fw", "compute %", "ovh/ping", "rtt/ping");
     size_t ki = 0;
     for (long k = 1; k <= kmax && !cli_interrupted; k *= 2, ki++) {
         double sum_exe = 0, sum_rtt = 0;
@@ -220,6 +222,15 @@ int cli_cmd_bench_overhead(const cli_opts *o)
             rt_client_steps_result_free(&res);
             rt_client_timings tm;
             rt_client_last_timings(c, &tm);
+            /* A Ping after each call: the floor this K is compared with
+             * was measured beside it, under the same load. */
+            uint64_t pns;
+            rc = rt_client_ping(c, 0, &pns);
+            if (rc < 0) {
+                ex = cli_fail(c, "Ping", rc);
+                goto out;
+            }
+            pair[r] = pns / 1e3;
             rtt[r] = tm.round_trip_ns / 1e3;
             exe[r] = tm.execute_ns / 1e3;
             ovh[r] = rtt[r] - exe[r];
@@ -233,6 +244,7 @@ int cli_cmd_bench_overhead(const cli_opts *o)
         double r99 = cli_percentile(rtt, (size_t)reps, 99);
         double e50 = cli_percentile(exe, (size_t)reps, 50);
         double o50 = cli_percentile(ovh, (size_t)reps, 50);
+        double kping = cli_percentile(pair, (size_t)reps, 50);
         ks[ki] = (double)k;
         col[0][ki] = r50;
         col[1][ki] = r99;
@@ -240,13 +252,14 @@ int cli_cmd_bench_overhead(const cli_opts *o)
         col[3][ki] = e50 / (double)k;
         col[4][ki] = o50;
         col[5][ki] = sum_rtt > 0 ? sum_exe / sum_rtt : 0;
-        col[6][ki] = ping50 > 0 ? o50 / ping50 : 0;
+        col[6][ki] = kping > 0 ? o50 / kping : 0;
         col[7][ki] = ping50 / (double)k;
         col[8][ki] = cli_percentile(wire, (size_t)reps, 50);
+        col[9][ki] = kping;
         double so50 = cli_percentile(srvo, (size_t)reps, 50);
-        printf("%6ld %11.1f %11.1f %11.2f %13.3f %12.1f %12.1f %10.1f %9.1f%% %9.2f\n",
+        printf("%6ld %11.1f %11.1f %11.2f %13.3f %12.1f %12.1f %10.1f %9.1f%% %9.2f %9.3f\n",
                k, r50, r99, col[2][ki], col[3][ki], o50, so50, col[8][ki],
-               100 * col[5][ki], col[6][ki]);
+               100 * col[5][ki], col[6][ki], kping > 0 ? r50 / kping : 0);
         fflush(stdout);
     }
     if (cli_interrupted) {
@@ -266,7 +279,7 @@ int cli_cmd_bench_overhead(const cli_opts *o)
         for (size_t i = 0; i < nk; i++)
             fprintf(csv, "%.0f,%ld,%.3f,%.3f,%.4f,%.4f,%.3f,%.4f,%.3f,%.3f,%.3f\n", ks[i],
                     reps, col[0][i], col[1][i], col[2][i], col[3][i], col[4][i], col[5][i],
-                    col[6][i], ping50, col[8][i]);
+                    col[6][i], col[9][i], col[8][i]);
         if (fclose(csv) != 0)
             ex = CLI_EXIT_OTHER;
         csv = NULL;
@@ -303,7 +316,8 @@ out:
     free(exe);
     free(wire);
     free(srvo);
-    for (int i = 0; i < 9; i++)
+    free(pair);
+    for (int i = 0; i < 10; i++)
         free(col[i]);
     cli_active_client = NULL;
     rt_client_destroy(c);
@@ -324,50 +338,234 @@ typedef struct story_run {
     size_t calls;
     double val_loss, val_acc;
     int cache_hit, dedup;
+    uint64_t train_exec_ns; /* the epochs' training time (EpochEnd) */
+    int epochs_seen;
+    cli_waterfall *wf;      /* --explain: the run's phases, or NULL */
 } story_run;
 
 /* The Fit stream validates at each epoch end; keep the last figures. */
 static int story_on_event(const rt_client_fit_event *ev, void *user)
 {
     story_run *r = user;
-    if (ev->kind == RT_FIT_EPOCH_END && ev->epoch_end.has_val) {
-        r->val_loss = ev->epoch_end.val.loss;
-        r->val_acc = ev->epoch_end.val.accuracy;
+    if (ev->kind == RT_FIT_EPOCH_END) {
+        r->train_exec_ns += ev->epoch_end.execute_ns;
+        r->epochs_seen++;
+        if (ev->epoch_end.has_val) {
+            r->val_loss = ev->epoch_end.val.loss;
+            r->val_acc = ev->epoch_end.val.accuracy;
+        }
     }
     return cli_interrupted ? 1 : 0;
 }
 
-/* One full run: connect, session, compile, upload train+val, train, close. */
+/* Where the phases of one run begin and end (rt_now_ns), for --explain. */
+enum { M_START, M_CONNECTED, M_SESSION, M_MODEL, M_COMPILED, M_TRAIN_UP, M_VAL_UP,
+       M_TRAINED, M_CLOSED, M_N };
+
+static void phase_parts(cli_waterfall *w, const rt_client_timings *calls, size_t n,
+                        uint64_t from, uint64_t to)
+{
+    int finds = 0;
+    for (size_t i = 0; i < n; i++)
+        if (calls[i].start_ns >= from && calls[i].start_ns < to &&
+            !strcmp(calls[i].method, "FindDataset"))
+            finds++;
+    int find_no = 0;
+    for (size_t i = 0; i < n; i++) {
+        const rt_client_timings *t = &calls[i];
+        if (t->start_ns < from || t->start_ns >= to)
+            continue;
+        const char *name = t->method;
+        char nb[40];
+        if (!strcmp(t->method, "FindDataset")) {
+            /* a large upload of memory probes by its sample first */
+            name = finds > 1 && find_no++ == 0 ? "probe (FindDataset, sample)"
+                                               : "find (FindDataset, hash)";
+        } else if (!strcmp(t->method, "UploadDataset")) {
+            name = "stream + store (UploadDataset)";
+        } else {
+            snprintf(nb, sizeof nb, "%s", t->method);
+            name = nb;
+        }
+        cli_phase *p = cli_wf_add(w, name, 1, t->start_ns, t->client_total_ns);
+        if (!p)
+            return;
+        cli_wf_account(p, t);
+        if (!strcmp(t->method, "FindDataset"))
+            snprintf(p->detail, sizeof p->detail, "client: reading and hashing the data "
+                     "%.1f us (in the call's encode)", t->client_encode_ns / 1e3);
+        else if (!strcmp(t->method, "UploadDataset"))
+            snprintf(p->detail, sizeof p->detail, "%llu B sent; client in stream %.1f us; "
+                     "daemon: decode %.1f, queue %.1f, store %.1f, waiting for the stream "
+                     "%.1f us (wire)", (unsigned long long)t->bytes_sent,
+                     t->client_stream_ns / 1e3, t->decode_ns / 1e3, t->queue_ns / 1e3,
+                     t->execute_ns / 1e3, t->server_stream_wait_ns / 1e3);
+    }
+}
+
+static void server_detail(char *d, size_t n, const rt_client_timings *t)
+{
+    snprintf(d, n, "daemon: queue %.1f, decode %.1f, compile %.1f, execute %.1f, "
+             "encode %.1f, other %.1f us", t->queue_ns / 1e3, t->decode_ns / 1e3,
+             t->compile_ns / 1e3, t->execute_ns / 1e3, t->encode_ns / 1e3,
+             t->server_other_ns / 1e3);
+}
+
+/* The phases of a "one call for the run" run from its marks and trace. */
+static void story_phases(story_run *r, rt_client *c, const uint64_t *mk,
+                         const rt_client_compile_result *prog)
+{
+    cli_waterfall *w = r->wf;
+    size_t n;
+    const rt_client_timings *calls = rt_client_trace_calls(c, &n);
+    rt_client_connect_times ct;
+    rt_client_connect_timings(c, &ct);
+    w->t0 = mk[M_START];
+    w->n = 0;
+
+    /* connect: the client's set-up, then TCP and HTTP/2 until READY. The
+     * daemon does not time connections: its accept is inside wire. */
+    cli_phase *p = cli_wf_add(w, "connect", 0, mk[M_START], mk[M_CONNECTED] - mk[M_START]);
+    p->client_ns = ct.library_init_ns + ct.channel_ns;
+    p->wire_ns = ct.ready_ns;
+    cli_wf_close(p);
+    snprintf(p->detail, sizeof p->detail, "server: the daemon's accept and HTTP/2 set-up "
+             "are inside wire (it does not time connections)");
+    p = cli_wf_add(w, ct.library_started ? "library init (gRPC threads)"
+                                         : "library init (already running)", 1, mk[M_START],
+                   ct.library_init_ns);
+    p->client_ns = ct.library_init_ns;
+    p = cli_wf_add(w, "channel (args, 17 methods)", 1, mk[M_START] + ct.library_init_ns,
+                   ct.channel_ns);
+    p->client_ns = ct.channel_ns;
+    p = cli_wf_add(w, "TCP + HTTP/2 handshake", 1, mk[M_CONNECTED] - ct.ready_ns,
+                   ct.ready_ns);
+    p->wire_ns = ct.ready_ns;
+
+    p = cli_wf_calls(w, "CreateSession", mk[M_CONNECTED], mk[M_SESSION], calls, n, 0);
+    for (size_t i = 0; p && i < n; i++)
+        if (!strcmp(calls[i].method, "CreateSession"))
+            server_detail(p->detail, sizeof p->detail, &calls[i]);
+
+    /* The model is built in the client (W-A, natively): client time. */
+    p = cli_wf_calls(w, "Compile", mk[M_SESSION], mk[M_COMPILED], calls, n,
+                     mk[M_MODEL] - mk[M_SESSION]);
+    for (size_t i = 0; p && i < n; i++) {
+        const rt_client_timings *t = &calls[i];
+        if (strcmp(t->method, "Compile"))
+            continue;
+        char passes[120] = "";
+        size_t k = 0;
+        for (int j = 0; !prog->cache_hit && j < prog->n_passes && k < sizeof passes; j++)
+            k += (size_t)snprintf(passes + k, sizeof passes - k, "%s%s %.1f", j ? ", " : "",
+                                  prog->pass_name[j], prog->pass_ns[j] / 1e3);
+        snprintf(p->detail, sizeof p->detail, "plan cache %s; queue %.1f, import %.1f, "
+                 "%s %.1f, instance %.1f us%s%s%s", prog->cache_hit ? "hit" : "miss",
+                 t->queue_ns / 1e3, t->decode_ns / 1e3, prog->cache_hit ? "lookup" : "compile",
+                 t->compile_ns / 1e3, t->execute_ns / 1e3, passes[0] ? " (passes: " : "",
+                 passes, passes[0] ? ")" : "");
+        cli_phase *m = cli_wf_add(w, "model (built in the client)", 1, mk[M_SESSION],
+                                  mk[M_MODEL] - mk[M_SESSION]);
+        if (m)
+            m->client_ns = mk[M_MODEL] - mk[M_SESSION];
+    }
+
+    p = cli_wf_calls(w, "upload iris-train", mk[M_COMPILED], mk[M_TRAIN_UP], calls, n, 0);
+    if (p)
+        phase_parts(w, calls, n, mk[M_COMPILED], mk[M_TRAIN_UP]);
+    p = cli_wf_calls(w, "upload iris-val", mk[M_TRAIN_UP], mk[M_VAL_UP], calls, n, 0);
+    if (p)
+        phase_parts(w, calls, n, mk[M_TRAIN_UP], mk[M_VAL_UP]);
+
+    char name[40];
+    snprintf(name, sizeof name, "Fit (%d epochs)", r->epochs_seen);
+    p = cli_wf_calls(w, name, mk[M_VAL_UP], mk[M_TRAINED], calls, n, 0);
+    for (size_t i = 0; p && i < n; i++) {
+        const rt_client_timings *t = &calls[i];
+        if (strcmp(t->method, "Fit"))
+            continue;
+        /* Validation runs inside the Fit: its execute time less the
+         * epochs' training time. */
+        uint64_t val = t->execute_ns > r->train_exec_ns ? t->execute_ns - r->train_exec_ns : 0;
+        server_detail(p->detail, sizeof p->detail, t);
+        cli_phase *q = cli_wf_add(w, "training (daemon)", 1, t->start_ns, r->train_exec_ns);
+        if (q) {
+            q->server_ns = r->train_exec_ns;
+            q->has_server = 1;
+        }
+        q = cli_wf_add(w, "validation (daemon)", 1, t->start_ns + r->train_exec_ns, val);
+        if (q) {
+            q->server_ns = val;
+            q->has_server = 1;
+        }
+        q = cli_wf_add(w, "epoch events (client in stream)", 1, t->start_ns,
+                       t->client_stream_ns);
+        if (q)
+            q->client_ns = t->client_stream_ns;
+    }
+    p = cli_wf_calls(w, "CloseSession", mk[M_TRAINED], mk[M_CLOSED], calls, n, 0);
+    for (size_t i = 0; p && i < n; i++)
+        if (!strcmp(calls[i].method, "CloseSession"))
+            server_detail(p->detail, sizeof p->detail, &calls[i]);
+}
+
+static int story_held; /* the bench holds gRPC's process-wide state */
+
+/* One full run: connect, session, compile, upload train+val, train, close.
+ * With r->wf (one call for the run only) the connection is waited for
+ * before the first call, so that it is a phase of its own. */
 static int story_once(const cli_opts *o, int cfg, const char *train, const char *val,
                       long epochs, uint64_t seed, story_run *out, calls_acc *acc)
 {
+    cli_waterfall *wf = out->wf;
     memset(out, 0, sizeof *out);
+    out->wf = wf;
     out->val_loss = out->val_acc = NAN;
-    uint64_t t0 = rt_now_ns();
+    uint64_t mk[M_N] = {0};
+    uint64_t t0 = mk[M_START] = rt_now_ns();
     rt_client *c;
     int ex = cli_connect(o, &c);
     if (ex)
         return ex;
+    /* The first run starts gRPC's threads, as a fresh process would; the
+     * bench then keeps them for the next runs, as a notebook's process
+     * does between connects (rt_client_library_hold). */
+    if (!story_held) {
+        rt_client_library_hold();
+        story_held = 1;
+    }
     rt_client_trace_enable(c, 1);
     char sid[RT_ID_MAX] = "";
     rt_client_compile_result prog;
     memset(&prog, 0, sizeof prog);
-    rt_model *m = wa_model();
+    rt_model *m = NULL;
     rt_client_dataset tr, va;
-    int rc = m ? rt_client_session_create(c, "bench story", sid) : RT_ENOMEM;
-    const char *what = "CreateSession";
+    const char *what = "connect";
+    int rc = wf ? rt_client_wait_ready(c, 10000) : 0;
+    mk[M_CONNECTED] = rt_now_ns();
+    if (rc == 0) {
+        what = "CreateSession";
+        rc = rt_client_session_create(c, "bench story", sid);
+    }
+    mk[M_SESSION] = rt_now_ns();
+    if (rc == 0 && !(m = wa_model()))
+        rc = RT_ENOMEM;
+    mk[M_MODEL] = rt_now_ns();
     rt_train_opts t;
     wa_opts(&t, seed);
     if (rc == 0) {
         what = "Compile";
         rc = rt_client_compile(c, sid, m, &t, &prog);
     }
+    mk[M_COMPILED] = rt_now_ns();
     if (rc == 0) {
         what = "upload";
         rc = rt_client_upload_csv(c, sid, "iris-train", train, -1, 0, &tr);
     }
+    mk[M_TRAIN_UP] = rt_now_ns();
     if (rc == 0)
         rc = rt_client_upload_csv(c, sid, "iris-val", val, -1, 0, &va);
+    mk[M_VAL_UP] = rt_now_ns();
     const uint64_t spe = 2; /* the story's steps per epoch */
     if (rc == 0 && (cfg == STORY_PER_STEP || cfg == STORY_AUTO)) {
         /* librtrain's steps-per-call loop as the story's Keras loop ran it:
@@ -392,15 +590,19 @@ static int story_once(const cli_opts *o, int cfg, const char *train, const char 
             rc = rt_client_fit(c, &fp, story_on_event, out);
         }
     }
+    mk[M_TRAINED] = rt_now_ns();
     if (rc == 0 && cli_interrupted)
         rc = RT_ECANCELLED;
     if (rc < 0)
         ex = cli_fail(c, what, rc);
     else {
         rt_client_session_close(c, sid);
-        out->wall_s = (double)(rt_now_ns() - t0) / 1e9;
+        mk[M_CLOSED] = rt_now_ns();
+        out->wall_s = (double)(mk[M_CLOSED] - t0) / 1e9;
         out->cache_hit = prog.cache_hit;
         out->dedup = tr.deduplicated;
+        if (wf)
+            story_phases(out, c, mk, &prog);
     }
     size_t n;
     rt_client_trace_calls(c, &n);
@@ -412,6 +614,33 @@ static int story_once(const cli_opts *o, int cfg, const char *train, const char 
     cli_active_client = NULL;
     rt_client_destroy(c);
     return ex;
+}
+
+/* --explain: the first call on a new channel (connect and one Ping), with
+ * the library already running, as grpcio's and grpc-js's peers measure
+ * theirs (bench/first_call.py, bench/first_call.js). p50 of n, in us. */
+static int first_call_p50(const cli_opts *o, int n, double *p50)
+{
+    double v[64];
+    if (n > 64)
+        n = 64;
+    for (int i = 0; i < n; i++) {
+        uint64_t t0 = rt_now_ns();
+        rt_client *c;
+        int ex = cli_connect(o, &c);
+        if (ex)
+            return ex;
+        int rc = rt_client_ping(c, 0, NULL);
+        v[i] = (double)(rt_now_ns() - t0) / 1e3;
+        if (rc < 0)
+            ex = cli_fail(c, "Ping", rc);
+        cli_active_client = NULL;
+        rt_client_destroy(c);
+        if (ex)
+            return ex;
+    }
+    *p50 = cli_percentile(v, (size_t)n, 50);
+    return 0;
 }
 
 int cli_cmd_bench_story(const cli_opts *o)
@@ -426,21 +655,46 @@ int cli_cmd_bench_story(const cli_opts *o)
         return CLI_EXIT_INVALID;
     }
     calls_acc acc = {0};
-    story_run runs[STORY_N][64];
+    story_run runs[STORY_N][64], cold;
     if (reps > 64)
         reps = 64;
+    memset(runs, 0, sizeof runs);
+    memset(&cold, 0, sizeof cold);
+    /* --explain: the cold run's phases, then each rep's of one call for
+     * the run (the median one is printed). */
+    cli_waterfall *wf = o->explain ? calloc((size_t)reps + 1, sizeof *wf) : NULL;
+    if (o->explain && !wf) {
+        fprintf(stderr, "rtrain: out of memory\n");
+        return CLI_EXIT_OTHER;
+    }
     printf("bench story: W-A on iris (%s / %s), batch 20, %ld epochs x 2 steps, Adam "
            "lr 0.1, logcosh, validation each epoch; %ld reps, interleaved\n",
            train, val, epochs, reps);
     fflush(stdout);
     int ex = 0;
+    if (wf) {
+        /* Cold: the first run of this process (gRPC starts), and of the
+         * daemon if it is fresh (a plan cache miss, the data not stored). */
+        cold.wf = &wf[0];
+        ex = story_once(o, STORY_WHOLE, train, val, epochs, 1, &cold, o->trace ? &acc : NULL);
+        for (long r = 0; r < reps; r++)
+            runs[STORY_WHOLE][r].wf = &wf[1 + r];
+    }
     /* Interleave the configurations so machine noise hits them alike. */
     for (long r = 0; r < reps && !ex; r++)
         for (int cfg = 0; cfg < STORY_N && !ex; cfg++)
             ex = story_once(o, cfg, train, val, epochs, 1, &runs[cfg][r],
                             o->trace ? &acc : NULL);
+    double fc50 = 0;
+    if (!ex && wf)
+        ex = first_call_p50(o, 20, &fc50);
+    if (story_held) {
+        rt_client_library_release();
+        story_held = 0;
+    }
     if (ex) {
         free(acc.v);
+        free(wf);
         return ex;
     }
     printf("\n%-22s %12s %12s %7s %9s %20s\n", "configuration", "rtrain p50", "rep 1",
@@ -460,7 +714,10 @@ int cli_cmd_bench_story(const cli_opts *o)
            "~1.3 s");
     printf("\nrtrain times include connect, session, compile, upload and training. At most "
            "rep 1 of \"%s\" is cold:\nother runs hit the daemon's program cache "
-           "and find the data already stored (one round trip).\n", story_names[0]);
+           "and find the data already stored (one round trip).\n",
+           wf ? "the explained cold run" : story_names[0]);
+    printf("gRPC's threads start with the first run and stay for the next (as in a "
+           "notebook's process);\neach run opens its own connection.\n");
     printf(
            "val holds only class 2 (the unshuffled split, as in the story): val acc is 0\n"
            "unless a model predicts class 2 for everything.\n"
@@ -483,12 +740,50 @@ int cli_cmd_bench_story(const cli_opts *o)
             ex = CLI_EXIT_OTHER;
         }
     }
+    /* The median warm run of one call for the run (the lower median). */
+    long med = 0;
+    if (wf) {
+        long order[64];
+        for (long r = 0; r < reps; r++)
+            order[r] = r;
+        for (long i = 1; i < reps; i++)
+            for (long j = i; j > 0 && runs[STORY_WHOLE][order[j]].wall_s <
+                                          runs[STORY_WHOLE][order[j - 1]].wall_s; j--) {
+                long tmp = order[j];
+                order[j] = order[j - 1];
+                order[j - 1] = tmp;
+            }
+        med = order[(reps - 1) / 2];
+        char title[200];
+        snprintf(title, sizeof title, "\nThe cold run, \"%s\" (us; unatt = unattributed "
+                 "share of the phase):", story_names[STORY_WHOLE]);
+        cli_wf_print(stdout, &wf[0], title);
+        snprintf(title, sizeof title, "\nA warm run, rep %ld of \"%s\" (its median, %.2f ms):",
+                 med + 1, story_names[STORY_WHOLE], runs[STORY_WHOLE][med].wall_s * 1e3);
+        cli_wf_print(stdout, &wf[1 + med], title);
+        printf("client: the library outside the round trip and inside a stream; wire: round "
+               "trip less\nthe daemon's time and the client's in-stream work (network "
+               "stack, gRPC both sides,\nwake-ups); server: the daemon's own account. The "
+               "cold run waits for the connection\nbefore its first call; the reps "
+               "connect with it.\n");
+        printf("first call on a new channel (connect + Ping, gRPC running): p50 %.1f us of "
+               "20\n", fc50);
+    }
     if (o->trace) {
-        if (rt_client_trace_write_calls(acc.v, acc.n, o->trace) < 0) {
+        rt_client_trace_span sp[2 * CLI_PHASES_MAX];
+        size_t ns = 0;
+        if (wf) {
+            ns = cli_wf_spans(&wf[0], "phases: cold run", "parts: cold run", sp,
+                              CLI_PHASES_MAX);
+            ns += cli_wf_spans(&wf[1 + med], "phases: median warm run",
+                               "parts: median warm run", sp + ns, CLI_PHASES_MAX);
+        }
+        if (rt_client_trace_write_spans(acc.v, acc.n, sp, ns, o->trace) < 0) {
             fprintf(stderr, "rtrain: cannot write the trace %s\n", o->trace);
             ex = CLI_EXIT_OTHER;
         }
     }
     free(acc.v);
+    free(wf);
     return ex;
 }

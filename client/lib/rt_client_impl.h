@@ -78,6 +78,7 @@ struct rt_client {
      * call (n_md = 0 without a token). */
     grpc_metadata md[1];
     size_t n_md;
+    rt_client_connect_times conn; /* rt_client_connect, rt_client_wait_ready */
 };
 
 /* printf into c->errmsg; returns rc so callers can `return rt__err(...)`. */

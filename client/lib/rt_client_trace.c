@@ -45,18 +45,61 @@ static void thread_name(FILE *f, int *first, int tid, const char *name)
     *first = 0;
 }
 
+/* JSON string contents: names and details are ours, but a quote or a
+ * backslash in one must not break the file. */
+static void json_str(FILE *f, const char *s)
+{
+    for (; s && *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fputc('\\', f);
+        if ((unsigned char)*s >= 0x20)
+            fputc(*s, f);
+    }
+}
+
+static void span_ev(FILE *f, const rt_client_trace_span *sp, int tid, uint64_t t0)
+{
+    fputs(",\n{\"name\":\"", f);
+    json_str(f, sp->name);
+    fprintf(f, "\",\"cat\":\"phase\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":1,"
+            "\"tid\":%d,\"args\":{\"client_us\":%.3f,\"wire_us\":%.3f,",
+            (double)(sp->start_ns - t0) / 1e3, sp->dur_ns / 1e3, tid, sp->client_ns / 1e3,
+            sp->wire_ns / 1e3);
+    if (sp->has_server)
+        fprintf(f, "\"server_us\":%.3f,", sp->server_ns / 1e3);
+    else
+        fputs("\"server_us\":null,", f);
+    fprintf(f, "\"unattributed_us\":%.3f", sp->unattributed_ns / 1e3);
+    if (sp->detail) {
+        fputs(",\"detail\":\"", f);
+        json_str(f, sp->detail);
+        fputc('"', f);
+    }
+    fputs("}}", f);
+}
+
 int rt_client_trace_write_calls(const rt_client_timings *calls, size_t n,
                                 const char *path)
 {
-    if (!path || (n && !calls))
+    return rt_client_trace_write_spans(calls, n, NULL, 0, path);
+}
+
+int rt_client_trace_write_spans(const rt_client_timings *calls, size_t n,
+                                const rt_client_trace_span *spans, size_t n_spans,
+                                const char *path)
+{
+    if (!path || (n && !calls) || (n_spans && !spans))
         return RT_EINVAL;
     FILE *f = fopen(path, "w");
     if (!f)
         return RT_EIO;
-    uint64_t t0 = n ? calls[0].start_ns : 0;
+    uint64_t t0 = n ? calls[0].start_ns : n_spans ? spans[0].start_ns : 0;
     for (size_t i = 0; i < n; i++)
         if (calls[i].start_ns < t0)
             t0 = calls[i].start_ns;
+    for (size_t i = 0; i < n_spans; i++)
+        if (spans[i].start_ns < t0)
+            t0 = spans[i].start_ns;
     int first = 1;
     fputs("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[", f);
     fprintf(f, "\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,"
@@ -96,6 +139,23 @@ int rt_client_trace_write_calls(const rt_client_timings *calls, size_t n,
             ev(f, &first, ph[k].name, "server", 2, pos, ph[k].ns / 1e3, NULL);
             pos += ph[k].ns / 1e3;
         }
+    }
+    /* Spans: one row per track, numbered after the calls' three. */
+    const char *tracks[8];
+    int nt = 0;
+    for (size_t i = 0; i < n_spans; i++) {
+        const char *tr = spans[i].track ? spans[i].track : "phases";
+        int k = 0;
+        while (k < nt && strcmp(tracks[k], tr) != 0)
+            k++;
+        if (k == nt && nt < 8) {
+            tracks[nt++] = tr;
+            fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,"
+                    "\"args\":{\"name\":\"", 3 + k);
+            json_str(f, tr);
+            fputs("\"}}", f);
+        }
+        span_ev(f, &spans[i], 3 + (k < 8 ? k : 7), t0);
     }
     fputs("\n]}\n", f);
     int bad = ferror(f);

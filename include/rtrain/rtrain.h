@@ -143,6 +143,9 @@ typedef struct rt_client_timings {
      * callbacks). It overlaps the daemon's work, so it is part of
      * round_trip_ns (and of wire_ns), not of client encode/decode. */
     uint64_t client_stream_ns;
+    /* Client streams (UploadDataset): of server_other_ns, the time the
+     * daemon waited for the client's next message. */
+    uint64_t server_stream_wait_ns;
 } rt_client_timings;
 
 /* ------------------------------------------------------------- the client */
@@ -195,6 +198,33 @@ int rt_client_connect(const rt_client_opts *o, rt_client **out, char *err,
 int rt_client_create(const char *target, rt_client **out);
 /* Whether c talks TLS to the daemon. */
 int rt_client_is_tls(const rt_client *c);
+/* Connect now and wait until the connection is ready (TCP, and the TLS and
+ * HTTP/2 handshakes) or timeout_ms passed: RT_EUNAVAILABLE with a message
+ * when the daemon cannot be reached. Calls do not need it (the first call
+ * connects); it separates the connection's cost from the first call's. */
+int rt_client_wait_ready(rt_client *c, int64_t timeout_ms);
+
+/* What setting c up cost: library_init_ns the start of gRPC's process-wide
+ * state when this client started it (library_started; else 0), channel_ns
+ * the channel (credentials, arguments, method registration), ready_ns the
+ * wait of rt_client_wait_ready (0 without one). */
+typedef struct rt_client_connect_times {
+    uint64_t library_init_ns, channel_ns, ready_ns;
+    int library_started;
+} rt_client_connect_times;
+int rt_client_connect_timings(const rt_client *c, rt_client_connect_times *out);
+
+/* gRPC's process-wide state (its threads) starts with the first client and
+ * stops when the last one is destroyed; the next client starts it again,
+ * and a channel alone starts and joins gRPC's event engine threads (on a
+ * 2-vCPU machine about 0.2 ms of a connect, and more to destroy). A process
+ * that connects again and again (a notebook's new connect(), a benchmark)
+ * holds both in between. Holds nest; each needs its release (a release
+ * without a hold does nothing), and the last release after the last client
+ * stops it. */
+void rt_client_library_hold(void);
+void rt_client_library_release(void);
+
 void rt_client_destroy(rt_client *c); /* NULL is a no-op */
 const char *rt_client_target(const rt_client *c); /* owned by c */
 
@@ -225,6 +255,20 @@ const rt_client_timings *rt_client_trace_calls(const rt_client *c, size_t *n);
 int rt_client_trace_write(const rt_client *c, const char *path);
 /* Write any list of timings (e.g. collected from several clients). */
 int rt_client_trace_write_calls(const rt_client_timings *calls, size_t n,
+                                const char *path);
+/* A named stretch of time beside the calls (a phase of a run), on its own
+ * row of the trace (one row per track name, in order of appearance), with
+ * its attribution as the event's args. Times on the rt monotonic clock, as
+ * rt_client_timings.start_ns. */
+typedef struct rt_client_trace_span {
+    const char *name, *track;
+    uint64_t start_ns, dur_ns;
+    uint64_t client_ns, wire_ns, server_ns, unattributed_ns;
+    int has_server;             /* server_ns is measured (else not known) */
+    const char *detail;         /* NULL or one line of sub-parts */
+} rt_client_trace_span;
+int rt_client_trace_write_spans(const rt_client_timings *calls, size_t n,
+                                const rt_client_trace_span *spans, size_t n_spans,
                                 const char *path);
 
 /* Cancel the call in flight (Fit stream, upload, or any unary call) from any

@@ -116,5 +116,6 @@ void rt_obs_timing_fill(const rt_obs_timing *t, uint64_t end_ns,
     pb->encode_ns = t->encode_ns;
     pb->total_ns = total;
     pb->other_ns = total - parts;
+    pb->stream_wait_ns = t->stream_wait_ns < pb->other_ns ? t->stream_wait_ns : pb->other_ns;
     pb->cache_hit = t->cache_hit ? 1 : 0;
 }

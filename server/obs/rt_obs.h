@@ -57,6 +57,7 @@ typedef struct rt_obs_timing {
     uint64_t compile_ns;
     uint64_t execute_ns;
     uint64_t encode_ns;
+    uint64_t stream_wait_ns; /* client stream: waiting for its messages */
     int cache_hit;
 } rt_obs_timing;
 
@@ -65,7 +66,8 @@ void rt_obs_timing_begin(rt_obs_timing *t, uint64_t arrival_ns);
 /* Fill pb from t with total = end_ns - arrival and other = total - sum of
  * the parts. If rounding or clock granularity makes the parts exceed total,
  * total is raised to their sum so other is 0, never negative: the invariant
- * queue+decode+compile+execute+encode+other == total always holds. */
+ * queue+decode+compile+execute+encode+other == total always holds. The
+ * stream wait is a part of other (at most all of it), not a sixth part. */
 void rt_obs_timing_fill(const rt_obs_timing *t, uint64_t end_ns,
                         Rtrain__V1__Timings *pb);
 

@@ -553,6 +553,11 @@ static int h_close_session(rt_call *c)
 }
 
 /* ---------------------------------------------------------------- Compile */
+/* A Compile request up to this size is imported on the cq thread (a few
+ * tens of layers: microseconds); a cache hit is then answered without the
+ * hand-off to the compile pool. */
+#define RT_COMPILE_INLINE_BYTES (64u << 10)
+
 typedef struct compile_st {
     rt_graph *g;
     rt_train_config cfg;
@@ -764,6 +769,8 @@ static int build_graph(rt_call *c, compile_st *st)
 {
     Rtrain__V1__CompileRequest *q = REQ(c, Rtrain__V1__CompileRequest);
     int rc;
+    if (st->g)
+        return 0; /* h_compile built it (a small model) */
     /* Keras models and graphs are channels last already */
     if (q->model_case != RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX && q->data_layout &&
         *q->data_layout && strcasecmp(q->data_layout, "NHWC"))
@@ -891,7 +898,12 @@ static int compile_work(rt_call *c)
     if (rc < 0)
         return rt_call_fail(c, rc, "%s", err);
     rt_exec *e;
-    rt_call_device_lock(c);
+    /* needs_device: the dispatcher holds the device for the whole work (a
+     * cache hit answered inline, or on the executor); on the compile pool
+     * the work takes it only here. */
+    int lock = !c->needs_device;
+    if (lock)
+        rt_call_device_lock(c);
     rc = rt_exec_create(st->plan, &e);
     char cerr[200] = "";
     if (rc == 0 && st->from && (rc = rt_exec_copy_state(e, st->from->exec)) < 0) {
@@ -901,7 +913,8 @@ static int compile_work(rt_call *c)
     char derr[200] = "";
     if (rc == 0 && (rc = dist_program(c, e, derr, sizeof derr)) < 0)
         rt_exec_destroy(e);
-    rt_call_device_unlock(c);
+    if (lock)
+        rt_call_device_unlock(c);
     if (rc < 0) {
         rt_principal_unreserve(c->who, RT_Q_PROGRAM_BYTES, bytes);
         if (cerr[0])
@@ -1026,9 +1039,24 @@ static int h_compile(rt_call *c)
         q->model_case != RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH &&
         q->model_case != RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX)
         return rt_call_fail(c, RT_EINVAL, "CompileRequest has no graph, keras_json or onnx");
+    c->work = compile_work;
+    /* A small model whose plan is cached costs an import, a lookup and the
+     * instance, tens of microseconds: answered like any short call, here
+     * when the device is free, else on the executor. Not in durable mode
+     * (the program is written and synced before the answer) nor with MPI
+     * replicas (every rank creates it), which the pool serves. */
+    if (c->req_bytes <= RT_COMPILE_INLINE_BYTES && !c->srv->state && rt_dist_size() == 1 &&
+        rt_dist_micro() == 0) {
+        if ((rc = build_graph(c, st)) < 0)
+            return rc;
+        if (st->plan) {
+            c->needs_device = 1;
+            c->est_ns = rt_plan_report(st->plan)->param_count * 4 + 5000;
+            return 0;
+        }
+    }
     /* Import, compile (or cache lookup) on the compile pool; the work takes
      * the device only to create the instance. */
-    c->work = compile_work;
     c->compile_pool = 1;
     c->needs_device = 0;
     c->est_ns = UINT64_MAX;
@@ -1789,7 +1817,11 @@ static int h_find_dataset(rt_call *c)
                             q->content_hash.len);
     if (!q->header)
         return rt_call_fail(c, RT_EINVAL, "FindDatasetRequest needs the upload's header");
-    rt_data_part *parts = rt_call_alloc(c, sizeof(rt_data_part) * RT_DATA_MAX_PARTS);
+    /* parts_from_header refuses more than RT_DATA_MAX_PARTS; room for what
+     * the header has (the arena zeroes what it gives). */
+    size_t np = q->header->n_parts >= 1 && q->header->n_parts <= RT_DATA_MAX_PARTS
+                    ? q->header->n_parts : 1;
+    rt_data_part *parts = rt_call_alloc(c, sizeof(rt_data_part) * np);
     rt_example_spec *spec = rt_call_alloc(c, sizeof *spec);
     int n;
     uint64_t total;

@@ -1523,6 +1523,7 @@ static ProtobufCMessage *decode(rt_call *c, ProtobufCAllocator *alloc)
             rt_call_fail(c, RT_EPROTO, "malformed %s", c->m->req_name);
         return m;
     }
+    c->req_bytes = c->payload ? rt_wire_length(c->payload) : 0;
     ProtobufCMessage *m = rt_wire_unpack(c->payload, c->m->req_desc, alloc);
     grpc_byte_buffer_destroy(c->payload);
     c->payload = NULL;
@@ -1540,6 +1541,7 @@ static void post_recv(rt_call *c)
         pthread_mutex_lock(&c->out_mu);
         c->up_waiting = 1;
         pthread_mutex_unlock(&c->out_mu);
+        c->recv_posted_ns = rt_now_ns();
     }
     grpc_op op;
     memset(&op, 0, sizeof op);
@@ -1620,6 +1622,9 @@ static void on_stream_recv(rt__tag *t, int ok)
 {
     rt_call *c = RT_CONTAINER(t, rt_call, tag);
     if (c->m->kind == RT_CLIENT_STREAM) {
+        /* The wait for this message (or the half-close): the client's side
+         * of the stream, reported apart from the daemon's own time. */
+        c->tm.stream_wait_ns += rt_now_ns() - c->recv_posted_ns;
         pthread_mutex_lock(&c->out_mu);
         c->up_waiting = 0;
         int stalled = c->up_stalled;

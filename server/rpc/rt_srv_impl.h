@@ -130,6 +130,7 @@ struct rt_call {
     gpr_timespec deadline;
     grpc_metadata_array md;
     grpc_byte_buffer *payload;
+    size_t req_bytes;             /* the unary request's size on the wire */
     int recv_cancelled;           /* written by RECV_CLOSE_ON_SERVER */
     int cancelled;                /* atomic: the client cancelled/went away */
     int close_done;               /* atomic */
@@ -172,6 +173,7 @@ struct rt_call {
     uint64_t up_last_ns;          /* atomic: the last chunk arrived */
     int up_registered;
     int up_waiting;               /* under out_mu: a RECV_MESSAGE is pending */
+    uint64_t recv_posted_ns;      /* when that RECV_MESSAGE was posted */
     int up_stalled;               /* under out_mu: rt_srv_tick answered it */
 
     /* Pipelined RunSteps: its seq and its predecessor's (0 = none). A

@@ -137,10 +137,63 @@ for cfg in "one call per step" "one call per epoch" "one call for the run" "auto
 done
 [ "$(head -1 "$tmp/s.csv")" = "configuration,rtrain_p50_s,rep1_s,calls,val_accuracy,story_reported" ] \
   && [ "$(wc -l <"$tmp/s.csv")" -eq 5 ] && ok "story CSV" || bad "story CSV: $(cat "$tmp/s.csv")"
+# --explain: the cold run and a warm one as waterfalls; in the trace each
+# phase's client + wire + server + unattributed account for its wall time
+expect_rc 0 "bench story --explain" -- env -C "$src" "$rtrain" bench story "${S[@]}" \
+  --reps 2 --epochs 3 --explain --trace "$tmp/st.json"
+for ph in "The cold run" "A warm run" "connect" "TCP + HTTP/2 handshake" "CreateSession" \
+          "Compile" "plan cache" "upload iris-train" "upload iris-val" "Fit (3 epochs)" \
+          "validation (daemon)" "CloseSession" "first call on a new channel"; do
+  has "$tmp/out" "$ph" "explain: $ph"
+done
+if $py - "$tmp/st.json" <<'EOF'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+tracks = {e["args"]["name"]: e["tid"] for e in ev if e.get("name") == "thread_name"}
+assert "phases: cold run" in tracks and "phases: median warm run" in tracks, tracks
+ph = [e for e in ev if e.get("cat") == "phase"]
+top = [e for e in ph if e["tid"] in (tracks["phases: cold run"],
+                                     tracks["phases: median warm run"])]
+names = [e["name"] for e in top]
+for want in ("connect", "CreateSession", "Compile", "upload iris-train", "upload iris-val",
+             "Fit (3 epochs)", "CloseSession"):
+    assert names.count(want) == 2, (want, names)
+for e in top:
+    a = e["args"]
+    parts = [a["client_us"], a["wire_us"], a["server_us"] or 0, a["unattributed_us"]]
+    assert min(parts) >= 0, e
+    assert sum(parts) >= e["dur"] - 0.01, e
+    assert (a["server_us"] is None) == (e["name"] == "connect"), e
+assert any(e["name"] == "TCP + HTTP/2 handshake" for e in ph)
+assert sum(1 for e in ev if e.get("cat") == "call" and e["name"] == "Fit") >= 2 * 4
+EOF
+then ok "explain trace: phases account for their wall time"; else bad "explain trace"; fi
 expect_rc 4 "bench story without the iris splits" -- env -C "$tmp" "$rtrain" bench story \
   "${S[@]}" --reps 1
 grep -q "give --data and --val" "$tmp/err" && ok "story: missing data named" \
   || bad "story: missing data message: $(cat "$tmp/err")"
+expect_rc 0 "bench/story.py" -- "$py" "$src/bench/story.py" --rtrain "$rtrain" \
+  --server "$addr" --reps 1 --epochs 3 --explain --json "$tmp/story.json" --first-calls 3
+for cfg in "one call per step" "one call per epoch" "one call for the run" \
+           "auto steps per call" "PyTorch eager" "Keras, laptop CPU"; do
+  grep -q "^$cfg" "$tmp/out" && ok "story.py row: $cfg" || bad "story.py row missing: $cfg"
+done
+has "$tmp/out" "K=1 RunSteps vs a bare Ping" "story.py: K=1 against Ping"
+has "$tmp/out" "The cold run" "story.py: the waterfall"
+if $py - "$tmp/story.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+names = [c["configuration"] for c in d["configurations"]]
+assert names == ["one call per step", "one call per epoch", "one call for the run",
+                 "auto steps per call"], names
+assert all(c["p50_ms"] > 0 and c["calls"] > 0 for c in d["configurations"])
+k1 = d["runsteps_k1_vs_ping"]
+assert k1["ping_p50_us"] > 0 and abs(k1["ratio"] - k1["runsteps_k1_rtt_p50_us"] / k1["ping_p50_us"]) < 1e-9
+assert d["first_call"]["rtrain"]["p50_us"] > 0
+cold = [p["name"] for p in d["explain"]["phases: cold run"]]
+assert cold[0] == "connect" and "CloseSession" in cold, cold
+EOF
+then ok "story.py --json"; else bad "story.py --json"; fi
 
 # --- exit codes
 expect_rc 2 "usage error" -- "$rtrain" fit --model x.json
@@ -264,6 +317,7 @@ for r in rows:
     wait += 1
     if cur < best:
         best, wait = cur, 0
+        continue  # keras/src/callbacks/early_stopping.py: no stop on an improvement
     if wait >= 3 and ep > 0:
         stop = ep
         break

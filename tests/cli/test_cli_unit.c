@@ -135,6 +135,9 @@ static void test_parse(void)
     CHECK(o.cmd == CLI_BENCH_OVERHEAD && o.max_k == 8 && o.reps == 3);
     CHECK(!strcmp(o.csv, "o.csv") && !strcmp(o.plot, "o.svg"));
     CHECK(parse(&o, err, "bench", "story", "--reps", "2", NULL) == 0 && o.cmd == CLI_BENCH_STORY);
+    CHECK(!o.explain);
+    CHECK(parse(&o, err, "bench", "story", "--explain", NULL) == 0 && o.explain);
+    CHECK(parse(&o, err, "bench", "overhead", "--explain", NULL) < 0); /* story's only */
     CHECK(parse(&o, err, "ping", "--size", "65536", "--count", "10", NULL) == 0);
     CHECK(o.cmd == CLI_PING && o.size == 65536 && o.count == 10);
     CHECK(parse(&o, err, "predict", "--model", "m", "--weights", "w", "--data", "x.npy",
@@ -571,6 +574,86 @@ static void test_trace(void)
     CHECK(rt_client_trace_write_calls(c, 2, "/nonexistent/dir/t.json") == RT_EIO);
 }
 
+/* bench story --explain: a phase's wall time splits into client, wire and
+ * server from its calls' accounts, the rest unattributed; the spans carry
+ * the same numbers into the trace. */
+static void test_waterfall(void)
+{
+    rt_client_timings c[3];
+    memset(c, 0, sizeof c);
+    c[0].method = "FindDataset";
+    c[0].start_ns = 1000000;
+    c[0].round_trip_ns = 40000;
+    c[0].client_total_ns = 52000;  /* 12 us of client around the round trip */
+    c[0].has_server = 1;
+    c[0].server_total_ns = 5000;
+    c[0].server_other_ns = 1000;   /* the daemon's own unattributed part */
+    c[1] = c[0];
+    c[1].method = "UploadDataset";
+    c[1].start_ns = 1060000;
+    c[1].client_stream_ns = 3000;  /* inside the round trip: client, not wire */
+    c[1].server_stream_wait_ns = 400; /* of its other: the stream's, so wire */
+    c[2] = c[0];
+    c[2].start_ns = 3000000;       /* outside the phase */
+    cli_waterfall w;
+    memset(&w, 0, sizeof w);
+    w.t0 = 900000;
+    cli_phase *p = cli_wf_calls(&w, "upload", 1000000, 1200000, c, 3, 2000);
+    CHECK(p != NULL && w.n == 1);
+    if (!p)
+        return;
+    CHECK(p->server_ns == 8000);                 /* 2 x (5 - 1) */
+    CHECK(p->client_ns == 12000 + 15000 + 2000); /* around, around + stream, extra */
+    CHECK(p->wire_ns == 35000 + 32000 + 400);    /* rtt - server - stream + wait */
+    CHECK(p->unattr_ns == 200000 - 8000 - 29000 - 67400);
+    CHECK(p->has_server);
+    /* A phase with no measured server (connect) and one fully spent. */
+    cli_phase *q = cli_wf_add(&w, "connect", 0, 900000, 100000);
+    q->client_ns = 60000;
+    q->wire_ns = 50000; /* overlap: the sum is over the wall time */
+    cli_wf_close(q);
+    CHECK(q->unattr_ns == 0 && !q->has_server);
+    CHECK(cli_wf_add(&w, "part", 1, 900000, 10) != NULL && w.n == 3);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    cli_wf_print(f, &w, "title");
+    fclose(f);
+    CHECK(buf && strstr(buf, "upload") && strstr(buf, "  part") && strstr(buf, "total"));
+    free(buf);
+    rt_client_trace_span sp[4];
+    size_t ns = cli_wf_spans(&w, "phases", "parts", sp, 4);
+    CHECK(ns == 3 && !strcmp(sp[2].track, "parts") && sp[0].server_ns == 8000);
+    CHECK(rt_client_trace_write_spans(c, 2, sp, ns, tpath("spans.json")) == 0);
+    json_object *root = json_object_from_file(tpath("spans.json")), *evs, *v, *a;
+    CHECK(root && json_object_object_get_ex(root, "traceEvents", &evs));
+    int phases = 0, nulls = 0, tracks = 0;
+    for (size_t i = 0; root && i < json_object_array_length(evs); i++) {
+        json_object *e = json_object_array_get_idx(evs, i);
+        if (json_object_object_get_ex(e, "name", &v) &&
+            !strcmp(json_object_get_string(v), "thread_name") &&
+            json_object_object_get_ex(e, "tid", &v) && json_object_get_int(v) >= 3)
+            tracks++;
+        if (!json_object_object_get_ex(e, "cat", &v) ||
+            strcmp(json_object_get_string(v), "phase") != 0)
+            continue;
+        phases++;
+        CHECK(json_object_object_get_ex(e, "args", &a));
+        CHECK(json_object_object_get_ex(a, "server_us", &v));
+        if (json_object_is_type(v, json_type_null))
+            nulls++;
+        else if (json_object_object_get_ex(e, "name", &v) &&
+                 !strcmp(json_object_get_string(v), "upload")) {
+            json_object_object_get_ex(a, "server_us", &v);
+            CHECK(fabs(json_object_get_double(v) - 8.0) < 1e-9);
+            json_object_object_get_ex(a, "unattributed_us", &v);
+            CHECK(fabs(json_object_get_double(v) - 95.6) < 1e-9);
+        }
+    }
+    CHECK(phases == 3 && nulls == 2 && tracks == 2);
+    json_object_put(root);
+}
+
 static void test_svg(void)
 {
     double xs[4] = {1, 2, 4, 8}, a[4] = {100, 50, 25, 12.5}, b[4] = {1, 1, 1, 1},
@@ -720,6 +803,7 @@ int main(int argc, char **argv)
     test_npy();
     test_weights_file();
     test_trace();
+    test_waterfall();
     test_svg();
     test_model_encoding();
     test_client_offline();

@@ -321,8 +321,42 @@ int main(int argc, char **argv)
     }
     printf("daemon at %s\n", addr);
 
-    rt_client *c;
+    rt_client *c = NULL;
     int rc_loop;
+
+    step("connect");
+    /* The set-up and the connection apart; gRPC's process-wide state starts
+     * with the first client and, held, outlives it. */
+    {
+        rt_client *a;
+        rt_client_connect_times ct;
+        CHECK(rt_client_create(addr, &a) == 0);
+        CHECK(rt_client_connect_timings(a, &ct) == 0);
+        CHECK(ct.library_started && ct.ready_ns == 0);
+        c = a;
+        CHECK_RC(rt_client_wait_ready(a, 30000));
+        rt_client_connect_timings(a, &ct);
+        CHECK(ct.ready_ns > 0);
+        rt_client_library_hold();
+        rt_client_destroy(a);
+        CHECK(rt_client_create(addr, &a) == 0);
+        c = a;
+        rt_client_connect_timings(a, &ct);
+        CHECK(!ct.library_started); /* held: nothing to start */
+        CHECK_RC(rt_client_ping(a, 0, NULL));
+        rt_client_destroy(a);
+        rt_client_library_release();
+        CHECK(rt_client_create(addr, &a) == 0); /* released: started again */
+        rt_client_connect_timings(a, &ct);
+        CHECK(ct.library_started);
+        rt_client_destroy(a);
+        /* Nobody listens on port 1: wait_ready says so, naming it. */
+        CHECK(rt_client_create("127.0.0.1:1", &a) == 0);
+        CHECK(rt_client_wait_ready(a, 30000) == RT_EUNAVAILABLE);
+        CHECK(strstr(rt_client_errmsg(a), "127.0.0.1:1") != NULL);
+        rt_client_destroy(a);
+    }
+
     CHECK(rt_client_create(addr, &c) == 0);
     rt_client_trace_enable(c, 1);
 

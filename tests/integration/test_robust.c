@@ -909,8 +909,10 @@ static void t_lease(void)
 }
 
 /* A deep Keras model under --compile-timeout 1: the compile runs on its
- * pool, so another session's K=1 RunSteps complete meanwhile; its answer
- * is the program or, past the budget, DEADLINE_EXCEEDED naming it. */
+ * pool, so another session's K=1 RunSteps complete meanwhile, and so do
+ * Compiles of a model whose plan is cached (answered without the pool);
+ * its answer is the program or, past the budget, DEADLINE_EXCEEDED naming
+ * it. */
 typedef struct compile_thread {
     const char *addr, *sid;
     char *json;
@@ -978,12 +980,29 @@ static void t_compile_budget(void)
     compile_thread k = {.addr = d.addr, .sid = sb, .json = j};
     pthread_t th;
     pthread_create(&th, NULL, compile_main, &k);
-    int ok = 0;
+    int ok = 0, hits = 0;
     for (int i = 0; i < 20; i++) {
         ok += run_steps(c, sa, pa, did, 1, &r) == 0;
         itest_res_free(&r);
+        if (i % 5 == 0) {
+            Rtrain__V1__TrainConfig dflt;
+            itest_iris_config(&dflt);
+            Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+            q.session_id = sa;
+            q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH;
+            q.graph = itest_iris_graph(16);
+            q.config = &dflt;
+            Rtrain__V1__CompileResponse *p = NULL;
+            if (itest_unary(c, "Compile", &q.base, &rtrain__v1__compile_response__descriptor,
+                            (ProtobufCMessage **)&p, &r) == 0 && p && p->report &&
+                p->report->cache_hit && p->program_id[0])
+                hits++;
+            FREE(p);
+            itest_res_free(&r);
+        }
     }
     CHECK(ok == 20, "%d of 20 K=1 RunSteps completed beside a deep compile", ok);
+    CHECK(hits == 4, "%d of 4 cached Compiles answered beside a deep compile", hits);
     pthread_join(th, NULL);
     CHECK(k.status == 0 ||
               (k.status == GRPC_STATUS_DEADLINE_EXCEEDED && strstr(k.details, "--compile-timeout")),

@@ -70,6 +70,11 @@ static void test_csv_and_dedup(itest_conn *c, const char *sid)
                   u->timings->queue_ns + u->timings->decode_ns + u->timings->compile_ns +
                       u->timings->execute_ns + u->timings->encode_ns + u->timings->other_ns,
               "upload timings add up");
+        /* the wait for the stream's messages is a part of other */
+        CHECK(u->timings && u->timings->stream_wait_ns <= u->timings->other_ns,
+              "upload stream wait %llu within other %llu",
+              (unsigned long long)(u->timings ? u->timings->stream_wait_ns : 0),
+              (unsigned long long)(u->timings ? u->timings->other_ns : 0));
         rtrain__v1__upload_response__free_unpacked(u, NULL);
     }
     itest_res_free(&r);
