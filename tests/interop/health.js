@@ -38,6 +38,14 @@ function startDaemon(extra) {
                     { stdio: ['ignore', 'pipe', 'pipe'] });
     const out = { stdout: '', stderr: '' };
     d.stderr.on('data', (c) => { out.stderr += c.toString(); });
+    // until the daemon has logged a line matching re: a log line and a gRPC
+    // answer come through different pipes, in either order
+    out.logged = (re) => new Promise((res, rej) => {
+      if (re.test(out.stderr)) return res();
+      const t = setTimeout(() => rej(new Error(`no ${re} in: ${out.stderr}`)), 60000);
+      const on = () => { if (re.test(out.stderr)) { clearTimeout(t); d.stderr.off('data', on); res(); } };
+      d.stderr.on('data', on);
+    });
     const exited = new Promise((res) => d.on('exit', (code, sig) => res({ code, sig })));
     d.stdout.on('data', (chunk) => {
       out.stdout += chunk.toString();
@@ -151,7 +159,7 @@ async function main() {
     assert.strictEqual(r.statuses[''].status, 'NOT_SERVING');
     const p = await unary(trainer, 'Ping', { payload: Buffer.from([1, 2, 3]), response_bytes: 3 });
     assert.deepStrictEqual([...p.payload], [1, 2, 3]);
-    assert.match(d.out.stderr, /draining/);
+    await d.out.logged(/draining/);
   });
 
   await test('a second SIGTERM stops it: Watch streams end UNAVAILABLE, exit 0', async () => {
