@@ -68,11 +68,26 @@ wait_paused() {
   done
 }
 
-# stop_paused SIG: the paused daemon gets SIG (a SIGTERM is acted on once
-# it runs again: SIGCONT) and is reaped
+# stop_paused SIG: the paused daemon gets SIG and is reaped. A SIGTERM is
+# sent once it runs again (SIGCONT first): sent to a stopped process, no
+# thread takes it until they run, and then any thread may, one blocked
+# where a sanitizer defers its handler for as long as it stays blocked
+# (seen under TSan as a daemon that never stopped). The few steps it runs
+# meanwhile are where its exit checkpoint lands, which the checks read
+# from its log.
 stop_paused() {
-  kill -"$1" "$dpid"; [ "$1" = KILL ] || kill -CONT "$dpid"
+  [ "$1" = KILL ] || kill -CONT "$dpid"
+  kill -"$1" "$dpid"
   wait "$dpid" 2>/dev/null
+}
+
+# plan_next N: plan_r = a number in 0..N-1 from the stop plan's own
+# seeded generator, so that other uses of RANDOM (a port taken by
+# low_port, tried again) do not move where the stops land
+plan_state=$seed
+plan_next() {
+  plan_state=$(( (plan_state * 1103515245 + 12345) % 2147483648 ))
+  plan_r=$(( (plan_state / 65536) % $1 ))
 }
 
 # killed_fit SIG NAME KILLS [daemon flags...]: the fit, with the daemon
@@ -87,7 +102,7 @@ killed_fit() {
   local dir=$tmp/st-$name spe=${SPE:-6}
   local total=$((epochs * spe))
   local gap=$((total / 2 / kills)) at=$((3 * spe)) k=0
-  at=$((at + 1 + RANDOM % gap))
+  plan_next "$gap"; at=$((at + 1 + plan_r))
   port=127.0.0.1:$(low_port)
   until restart "$tmp/$name-0.log" --state-dir "$dir" --pause-at-step "$at" "$@"; do
     port=127.0.0.1:$(low_port); done
@@ -101,7 +116,7 @@ killed_fit() {
     k=$((k + 1))
     local pause=()
     if [ "$k" -lt "$kills" ]; then
-      at=$((at + 1 + RANDOM % gap)); pause=(--pause-at-step "$at"); fi
+      plan_next "$gap"; at=$((at + 1 + plan_r)); pause=(--pause-at-step "$at"); fi
     restart "$tmp/$name-$k.log" --state-dir "$dir" "${pause[@]}" "$@" || break
     # the next stop only once the client has seen this one (and, with
     # WAIT_LOG, once the new daemon has logged it: the CLI's message comes
@@ -245,7 +260,7 @@ port=127.0.0.1:$(low_port)
 # end) and the one before it is in the same epoch (an epoch the client
 # reported is never taken back).
 spe=6
-at=$((20 * spe + 2 + RANDOM % (spe - 1)))
+plan_next $((spe - 1)); at=$((20 * spe + 2 + plan_r))
 until restart "$tmp/corrupt-0.log" --state-dir "$dir" --checkpoint-every-steps 1 \
   --pause-at-step "$at"; do port=127.0.0.1:$(low_port); done
 addr=$port
@@ -287,8 +302,9 @@ diff <(metrics "$tmp/ref40.csv") <(metrics "$tmp/corrupt.csv") >/dev/null &&
 # with a clear error, the previous checkpoints stay as they were
 dir=$tmp/st-full
 port=127.0.0.1:$(low_port)
+plan_next 6
 until restart "$tmp/full-0.log" --state-dir "$dir" --checkpoint-every-steps 2 \
-  --pause-at-step $((5 * 6 + 1 + RANDOM % 6)); do port=127.0.0.1:$(low_port); done
+  --pause-at-step $((5 * 6 + 1 + plan_r)); do port=127.0.0.1:$(low_port); done
 addr=$port
 expect_rc 0 "info with --state-dir" -- "$rtrain" info --server "$addr"
 has "$tmp/out" "state       disk" "info says the state is on disk"

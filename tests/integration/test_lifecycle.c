@@ -209,8 +209,11 @@ static void test_sigterm_inflight(const char *rtraind)
     pthread_create(&th, NULL, bg_main, &b);
     CHECK(itest_daemon_wait_paused(&d, &b.started) == 0,
           "the daemon paused inside the RunSteps call (%d '%s')", b.status, b.details);
-    kill(d.pid, SIGTERM);
+    /* SIGCONT first: a signal sent to a stopped process goes to whichever
+     * thread runs first, maybe one blocked where a sanitizer defers its
+     * handler (under TSan the daemon then never stopped) */
     kill(d.pid, SIGCONT);
+    kill(d.pid, SIGTERM);
     pthread_join(th, NULL);
     CHECK(b.status == 0, "the in-flight call completes: %d '%s'", b.status, b.details);
     CHECK(b.global_step == b.steps, "all of its steps ran (%llu)",
