@@ -113,7 +113,7 @@ def main():
     help_text = subprocess.run([rtraind, '--help'], capture_output=True, text=True,
                                check=True).stdout
     known = set(re.findall(r'^\s+--([a-z0-9-]+)', help_text, re.M))
-    check({'listen', 'metrics-listen', 'drain-ms', 'log-format'} <= known,
+    check({'listen', 'http-listen', 'metrics-listen', 'drain-ms', 'log-format'} <= known,
           f'--help lists the daemon flags ({len(known)} found)')
 
     def flags_known(args, what):
@@ -213,8 +213,9 @@ def main():
     ports = {p['name']: p['containerPort'] for p in ctr['ports']}
     grpc_port = port_of(value_of(cargs, 'listen'))
     check(ports.get('grpc') == grpc_port, f'container port grpc = --listen port {grpc_port}')
-    check(ports.get('metrics') == port_of(value_of(cargs, 'metrics-listen')),
-          'container port metrics = --metrics-listen port')
+    # --metrics-listen is the old name of --http-listen
+    http = value_of(cargs, 'http-listen') or value_of(cargs, 'metrics-listen')
+    check(ports.get('metrics') == port_of(http), 'container port metrics = --http-listen port')
     for probe in ('livenessProbe', 'readinessProbe'):
         pr = ctr.get(probe, {})
         check('grpc' in pr and pr['grpc'].get('port') == grpc_port,
