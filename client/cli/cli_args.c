@@ -1,12 +1,16 @@
 /* cli_args.c - `rtrain` command line: commands, options, usage, exit codes.
- * One option table; each option lists the commands it applies to, so a
- * misplaced option is a usage error rather than silently ignored. */
+ * One option table (CLI_OPTIONS): a row names the option, the commands it
+ * applies to (a misplaced option is a usage error rather than silently
+ * ignored), how its value is read into cli_opts, and its --help line. The
+ * getopt table, the parser's switch, `rtrain CMD --help` and the common
+ * options of `rtrain --help` are generated from it. */
 #include "cli.h"
 
 #include "rt_relay.h"
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -16,240 +20,231 @@
 #define B(c) (1u << (c))
 #define CLI_STR_(x) #x
 #define CLI_STR(x) CLI_STR_(x)
-#define TRAIN (B(CLI_FIT) | B(CLI_EVAL) | B(CLI_PREDICT) | B(CLI_EXPORT))
-#define CKPT (B(CLI_CKPT_PULL) | B(CLI_CKPT_PUSH))
-#define NET (B(CLI_INFO) | B(CLI_PING) | TRAIN | B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY) | CKPT)
+#define FIT B(CLI_FIT)
+#define EVAL B(CLI_EVAL)
+#define PREDICT B(CLI_PREDICT)
+#define EXPORT B(CLI_EXPORT)
+#define PING B(CLI_PING)
+#define OVERHEAD B(CLI_BENCH_OVERHEAD)
+#define STORY B(CLI_BENCH_STORY)
+#define PULL B(CLI_CKPT_PULL)
+#define TRAIN (FIT | EVAL | PREDICT | EXPORT)
+#define BENCH (OVERHEAD | STORY)
+#define CKPT (PULL | B(CLI_CKPT_PUSH))
+#define NET (B(CLI_INFO) | PING | TRAIN | BENCH | CKPT)
+#define ALL (~0u)
+
+/* X(ID, "name", commands, how it is read, "ARG" or NULL, "help")
+ *
+ * how:  STR(field)             the text, kept (points into argv)
+ *       SET(field, v)          no value: field = v
+ *       LONG(field, lo, hi)    a whole number in lo..hi
+ *       DOUBLE(field, lo, hi)  a finite number in [lo, hi]
+ *       WORD(field, "a|b")     one of the words, kept
+ *       INDEX(field, "a|b")    one of the words, its index kept
+ *       FN(function)           function(o, name, value, err, errlen): 0 or -1
+ *       HELP                   this command's --help
+ * help: what `rtrain CMD --help` prints after the flag, defaults included. */
+#define CLI_OPTIONS(X)                                                                     \
+    X(SERVER, "server", NET, STR(server), "HOST:PORT",                                     \
+      "the daemon (default $RTRAIN_SERVER or " RT_DEFAULT_SERVER ")")                      \
+    X(TIMEOUT, "timeout", NET, DOUBLE(timeout_s, 0.001, 1e7), "SECONDS",                   \
+      "deadline of each call (default 60; fit's training calls: none)")                    \
+    X(TLS_CA, "tls-ca", NET, STR(tls_ca), "FILE",                                          \
+      "talk TLS, trusting the daemon's certificate if this PEM CA signed it "              \
+      "(default $RTRAIN_TLS_CA)")                                                          \
+    X(TLS_CERT, "tls-cert", NET, STR(tls_cert), "FILE",                                    \
+      "PEM client certificate for mTLS (default $RTRAIN_TLS_CERT)")                        \
+    X(TLS_KEY, "tls-key", NET, STR(tls_key), "FILE",                                       \
+      "its PEM private key (default $RTRAIN_TLS_KEY)")                                     \
+    X(TOKEN_FILE, "token-file", NET, STR(token_file), "FILE",                              \
+      "bearer token on the file's first line (default $RTRAIN_TOKEN, the token itself, "   \
+      "or $RTRAIN_TOKEN_FILE)")                                                            \
+    X(MODEL, "model", TRAIN, STR(model), "M.json|M.onnx",                                  \
+      "Keras model JSON (model.to_json()), or an ONNX model (*.onnx, torch.onnx.export); " \
+      "- reads stdin")                                                                     \
+    X(WEIGHTS, "weights", EVAL | PREDICT | EXPORT, STR(weights), "W.bin|W.h5",             \
+      "weights to load (RTWTS001, or Keras' HDF5 layout)")                                 \
+    X(ONNX, "onnx", FIT | EXPORT, STR(onnx_out), "OUT.onnx",                               \
+      "write the --model ONNX file back with the trained weights")                         \
+    X(ONNX_OUTPUT, "onnx-output", TRAIN, STR(onnx_output), "NAME",                         \
+      "the ONNX graph output to train (default: its only one)")                            \
+    X(SAVE_WEIGHTS, "save-weights", FIT, STR(save_weights), "W.bin|W.h5",                  \
+      "write the trained weights (RTWTS001, or Keras' HDF5 layout by the .h5 name)")       \
+    X(DATA, "data", TRAIN | STORY, STR(data), "D",                                         \
+      "data set: .csv, .npy or IDX (with --labels), .tfrecord (with --features), a "       \
+      "folder of class folders of images")                                                 \
+    X(LABELS, "labels", TRAIN, STR(labels), "L", "labels of .npy or IDX --data")           \
+    X(VAL, "val", FIT | STORY, STR(val), "V", "validation data, evaluated after every epoch") \
+    X(VAL_LABELS, "val-labels", FIT, STR(val_labels), "L", "labels of .npy or IDX --val")  \
+    X(OUT, "out", PREDICT, STR(out), "P.csv|P.npy|-", "predictions; - writes CSV to stdout") \
+    X(EPOCHS, "epochs", FIT | STORY, LONG(epochs, 1, 1000000), "N", "epochs (default 1)")  \
+    X(BATCH_SIZE, "batch-size", TRAIN, LONG(batch_size, 1, 1 << 24), "B",                  \
+      "samples per step (default 32)")                                                     \
+    X(STEPS_PER_CALL, "steps-per-call", FIT, FN(opt_steps_per_call), "K|auto|stream",      \
+      "RunSteps calls of K steps, pipelined (default auto: K from the round trip and "     \
+      "step time; stream or 0: one Fit stream)")                                           \
+    X(STEPS_PER_EPOCH, "steps-per-epoch", FIT, LONG(steps_per_epoch, 1, 1L << 30), "S",    \
+      "steps per epoch (default ceil(samples / B))")                                       \
+    X(IN_FLIGHT, "in-flight", FIT, LONG(in_flight, 1, RT_TRAIN_MAX_WINDOW), "W",           \
+      "RunSteps calls in flight (default " CLI_STR(RT_TRAIN_WINDOW) ")")                   \
+    X(LOSS, "loss", TRAIN, STR(loss), "L",                                                 \
+      "loss (required unless the model JSON saved one): Keras' "                           \
+      "sparse_categorical_crossentropy, mse, ... or PyTorch's cross_entropy, nll_loss, "   \
+      "bce_with_logits, binary_cross_entropy, mse_loss, l1_loss, smooth_l1_loss, "         \
+      "huber_loss")                                                                        \
+    X(METRICS, "metrics", TRAIN, STR(metrics), "M,M",                                      \
+      "Keras metrics besides accuracy, e.g. auc,precision,recall,mae")                     \
+    X(OPTIMIZER, "optimizer", TRAIN, STR(optimizer), "O",                                  \
+      "sgd, adam, adamw or rmsprop (default adam)")                                        \
+    X(LR, "lr", TRAIN, DOUBLE(lr, 1e-12, 1e6), "X",                                        \
+      "learning rate (default: the optimizer's, Keras')")                                  \
+    X(LABEL_COLUMN, "label-column", TRAIN, LONG(label_column, -1, 1 << 20), "C",           \
+      "CSV label column (default -1 = last)")                                              \
+    X(LABEL_COLUMNS, "label-columns", TRAIN, FN(opt_label_columns), "A:B",                 \
+      "CSV label columns A..B (0-based, inclusive): (n, k) labels")                        \
+    X(INPUT_SHAPE, "input-shape", TRAIN, FN(opt_input_shape), "D1xD2..",                   \
+      "per-sample input dims for a Keras model's null dims (default: the .npy features' "  \
+      "shape, or for one null dim a CSV row's feature count)")                             \
+    X(CSV_HEADER, "csv-header", TRAIN, SET(csv_header, 1), NULL, "skip the CSV's first line") \
+    X(SEED, "seed", TRAIN, LONG(seed, 0, LONG_MAX), "S",                                   \
+      "initialisation and shuffling seed (default 0)")                                     \
+    X(NO_SHUFFLE, "no-shuffle", TRAIN, SET(no_shuffle, 1), NULL,                           \
+      "keep the data order (default: shuffle every epoch)")                                \
+    X(SYNC_BATCHNORM, "sync-batchnorm", TRAIN, SET(sync_batchnorm, 1), NULL,               \
+      "MPI replicas: BatchNorm uses the global batch's statistics")                        \
+    X(NO_NORMALIZE, "no-normalize", TRAIN, SET(no_normalize, 1), NULL,                     \
+      "IDX: keep 0..255 (default: divide by 255)")                                         \
+    X(TIMINGS, "timings", NET, SET(timings, 1), NULL,                                      \
+      "print each call's time breakdown (us): queue, decode, compile, execute, encode, "   \
+      "server total, client encode, round trip, client decode, wire+framework = round "    \
+      "trip - server total, unattributed")                                                 \
+    X(TRACE, "trace", FIT | EVAL | PREDICT | BENCH | PING, STR(trace), "FILE",             \
+      "write the calls as Chrome trace-event JSON")                                        \
+    X(SIZE, "size", PING, LONG(size, 0, 1L << 30), "N", "payload bytes each way (default 0)") \
+    X(COUNT, "count", PING, LONG(count, 1, 10000000), "N", "round trips (default 100)")    \
+    X(MAX_K, "max-k", OVERHEAD, LONG(max_k, 1, 1 << 20), "K",                              \
+      "largest steps per call (default 1024)")                                             \
+    X(REPS, "reps", BENCH, LONG(reps, 1, 100000), "N", "repetitions")                      \
+    X(CSV, "csv", BENCH, STR(csv), "FILE", "results as CSV")                               \
+    X(PLOT, "plot", OVERHEAD, STR(plot), "FILE", "an SVG plot")                            \
+    X(EXPLAIN, "explain", STORY, SET(explain, 1), NULL,                                    \
+      "print a cold run (first, before the reps) and a median warm run of \"one call for " \
+      "the run\" as a waterfall of phases: client, wire and server time each (with "       \
+      "--trace, also in the trace)")                                                       \
+    X(PROGRESS, "progress", FIT, SET(progress, 1), NULL,                                   \
+      "force the progress bar on stderr (default: on a TTY)")                              \
+    X(NO_PROGRESS, "no-progress", FIT, SET(progress, 0), NULL, "one line per epoch on stderr") \
+    X(HELP, "help", ALL, HELP, NULL, "this text")                                          \
+    X(FEATURES, "features", TRAIN, STR(features), "KEY:KIND[SHAPE],..",                    \
+      "TFRecord: the tf.train.Example features read as x (KIND int64, float, jpeg, png "   \
+      "or image; SHAPE [N] or [NxM]; @KEY: a SequenceExample feature list)")               \
+    X(LABEL, "label", TRAIN, STR(label_key), "KEY",                                        \
+      "TFRecord: the label feature (default 'label')")                                     \
+    X(IMAGE_SIZE, "image-size", TRAIN, STR(image_size), "HxW",                             \
+      "images: the size they are resized to (default 256x256)")                            \
+    X(CHANNELS, "channels", TRAIN, FN(opt_channels), "1|3", "images: gray or RGB (default 3)") \
+    X(RESIZE, "resize", TRAIN, STR(resize), "auto|bilinear|area",                          \
+      "images: the resize filter (default auto: area when both sides shrink, else "        \
+      "bilinear)")                                                                         \
+    X(MEAN, "mean", TRAIN, STR(mean), "M[,M,M]",                                           \
+      "images: (pixel / 255 - mean) / std per channel (default 0)")                        \
+    X(STD, "std", TRAIN, STR(std), "S[,S,S]", "images: see --mean (default 1)")            \
+    X(AUGMENT, "augment", FIT, STR(augment), "flip,crop=P,..",                             \
+      "training images: random flip, crop=PIXELS, brightness=X, contrast=X (default "      \
+      "none)")                                                                             \
+    X(ON_BAD_RECORD, "on-bad-record", TRAIN, STR(on_bad_record), "fail|skip",              \
+      "TFRecord and images: a bad record fails the upload, naming it, or is left out and " \
+      "counted (default fail)")                                                            \
+    X(STORAGE, "storage", TRAIN, WORD(storage, "auto|memory|stream"), "auto|memory|stream", \
+      "the daemon keeps the data in memory, or on its disk decoded per batch (stream); "   \
+      "auto streams past the daemon's --stream-above (default auto)")                      \
+    X(SHUFFLE_BUFFER, "shuffle-buffer", TRAIN, LONG(shuffle_buffer, 1, 1L << 31), "N",     \
+      "streamed data: samples in the shuffle buffer, as tf.data's shuffle(N) (default: "   \
+      "the daemon's)")                                                                     \
+    X(EARLY_STOPPING, "early-stopping", FIT, LONG(early_stopping, 0, 1000000), "PATIENCE", \
+      "stop after PATIENCE epochs without a lower val_loss (loss without --val), Keras' "   \
+      "EarlyStopping")                                                                     \
+    X(CHECKPOINT, "checkpoint", FIT, STR(checkpoint), "W.bin|W.h5",                        \
+      "write the weights after every epoch")                                               \
+    X(CSV_LOG, "csv-log", FIT, STR(csv_log), "FILE",                                       \
+      "one CSV row per epoch (Keras' CSVLogger columns)")                                  \
+    X(LOAD_WEIGHTS, "load-weights", FIT, STR(load_weights), "W.bin|W.h5",                  \
+      "start from these weights (RTWTS001 or Keras' HDF5)")                                \
+    X(SAMPLE_WEIGHTS, "sample-weights", FIT, STR(sample_weights), "W.npy",                 \
+      "one loss weight >= 0 per --data sample (Keras' sample_weight; default: none)")      \
+    X(RTT, "rtt", BENCH, FN(opt_relay), "D",                                               \
+      "run through a relay on loopback adding D/2 each way (2ms, 10ms, 50ms)")             \
+    X(JITTER, "jitter", BENCH, FN(opt_relay), "D", "with --rtt: each chunk's delay varies by +-D") \
+    X(BANDWIDTH, "bandwidth", BENCH, FN(opt_relay), "R",                                   \
+      "with --rtt: cap each direction at R (100mbit, 1gbit)")                              \
+    X(REATTACH_S, "reattach-s", FIT, DOUBLE(reattach_s, 0, 1e7), "S",                      \
+      "when the daemon is unavailable, retry with backoff for up to S s, then resume "     \
+      "exactly (default 300; 0 = off)")                                                    \
+    X(CKPT_STEPS, "checkpoint-every-steps", FIT, LONG(ckpt_every_steps, 1, 1L << 30), "N", \
+      "durable daemon: a checkpoint every N steps of this fit (default: the daemon's; "    \
+      "without a K, one Fit stream)")                                                      \
+    X(CKPT_S, "checkpoint-every-s", FIT, LONG(ckpt_every_s, 1, 1L << 30), "T",             \
+      "durable daemon: a checkpoint every T s of this fit (default: the daemon's)")        \
+    X(SAVE_STATE, "save-state", FIT, STR(save_state), "FILE",                              \
+      "after training, the full training state (weights, optimizer, cursor) into FILE")    \
+    X(LOAD_STATE, "load-state", FIT, STR(load_state), "FILE",                              \
+      "resume from a saved state (any daemon) instead of fresh weights")                   \
+    X(PROGRAM, "program", PULL, STR(program), "P", "the program whose state to pull")      \
+    X(SESSION_TOKEN, "session-token", PULL, STR(session_token), "T",                       \
+      "the session's token (printed by fit and checkpoint push)")                          \
+    X(FROM_LOGITS, "from-logits", TRAIN, SET(from_logits, 1), NULL,                        \
+      "the model outputs logits: Keras' crossentropy losses read them (from_logits=True)") \
+    X(DATA_LAYOUT, "data-layout", TRAIN, FN(opt_data_layout), "NCHW|NHWC",                 \
+      "an ONNX 4-D input's data layout (default NCHW, the model's own; never guessed "     \
+      "from the shape)")                                                                   \
+    X(LOSS_CHECK, "loss-check", TRAIN, INDEX(no_loss_check, "on|off"), "on|off",           \
+      "refuse a loss that does not fit the model's output, e.g. probabilities read from "  \
+      "a LogSoftmax (default on)")                                                         \
+    X(REDUCTION, "reduction", TRAIN, WORD(reduction, "mean|sum"), "mean|sum",              \
+      "PyTorch losses: the batch loss is the mean or the sum (default mean)")              \
+    X(LABEL_SMOOTHING, "label-smoothing", TRAIN, DOUBLE(label_smoothing, 0, 1), "X",       \
+      "cross_entropy: label smoothing in [0, 1] (default 0)")                              \
+    X(IGNORE_INDEX, "ignore-index", TRAIN, FN(opt_ignore_index), "N",                      \
+      "cross_entropy, nll_loss: targets of class N are left out (default -100)")           \
+    X(CLASS_WEIGHT, "class-weight", TRAIN, FN(opt_weights), "W,W,..",                      \
+      "cross_entropy, nll_loss: one weight per class (default none)")                      \
+    X(POS_WEIGHT, "pos-weight", TRAIN, FN(opt_weights), "W,W,..",                          \
+      "bce_with_logits: positive-class weight, one per class or one (default none)")       \
+    X(LOSS_BETA, "loss-beta", TRAIN, DOUBLE(loss_beta, 0, 1e30), "X",                      \
+      "smooth_l1_loss beta, huber_loss delta (default 1)")
 
 enum {
-    O_SERVER = 1000, O_TIMEOUT, O_MODEL, O_WEIGHTS, O_SAVE_WEIGHTS, O_DATA,
-    O_LABELS, O_VAL, O_VAL_LABELS, O_OUT, O_EPOCHS, O_BATCH, O_SPC, O_SPE,
-    O_LOSS, O_OPT, O_LR, O_LABEL_COL, O_CSV_HEADER, O_SEED, O_NO_SHUFFLE, O_SYNC_BN,
-    O_NO_NORMALIZE, O_TIMINGS, O_TRACE, O_SIZE, O_COUNT, O_MAX_K, O_REPS,
-    O_CSV, O_PLOT, O_PROGRESS, O_NO_PROGRESS, O_IN_FLIGHT, O_HELP,
-    O_FEATURES, O_LABEL_KEY, O_IMAGE_SIZE, O_CHANNELS, O_RESIZE, O_MEAN, O_STD, O_AUGMENT,
-    O_ON_BAD, O_STORAGE, O_SHUFFLE_BUF,
-    O_TLS_CA, O_TLS_CERT, O_TLS_KEY, O_TOKEN_FILE,
-    O_EARLY_STOP, O_CHECKPOINT, O_CSV_LOG, O_LOAD_WEIGHTS, O_SAMPLE_WEIGHTS,
-    O_RTT, O_JITTER, O_BANDWIDTH, O_METRICS, O_LABEL_COLS, O_ONNX, O_ONNX_OUTPUT,
-    O_REATTACH, O_SAVE_STATE, O_LOAD_STATE, O_PROGRAM, O_SESSION_TOKEN,
-    O_INPUT_SHAPE, O_CKPT_STEPS, O_CKPT_S,
-    O_FROM_LOGITS, O_DATA_LAYOUT, O_LOSS_CHECK, O_REDUCTION, O_LABEL_SMOOTHING,
-    O_IGNORE_INDEX, O_CLASS_WEIGHT, O_POS_WEIGHT, O_LOSS_BETA, O_EXPLAIN,
+    O__BASE = 999, /* past every char: getopt_long returns '?' for an unknown option */
+#define CLI__ENUM(id, ...) O_##id,
+    CLI_OPTIONS(CLI__ENUM)
+#undef CLI__ENUM
 };
+
+/* whether a kind of row takes a value */
+#define CLI__ARG_STR(...) 1
+#define CLI__ARG_SET(...) 0
+#define CLI__ARG_LONG(...) 1
+#define CLI__ARG_DOUBLE(...) 1
+#define CLI__ARG_WORD(...) 1
+#define CLI__ARG_INDEX(...) 1
+#define CLI__ARG_FN(...) 1
+#define CLI__ARG_HELP 0
 
 typedef struct opt_def {
     const char *name;
     int has_arg;
     int id;
     unsigned cmds;
+    const char *arg, *help; /* `rtrain CMD --help` */
 } opt_def;
 
 static const opt_def defs[] = {
-    {"server", 1, O_SERVER, NET},
-    {"timeout", 1, O_TIMEOUT, NET},
-    {"tls-ca", 1, O_TLS_CA, NET},
-    {"tls-cert", 1, O_TLS_CERT, NET},
-    {"tls-key", 1, O_TLS_KEY, NET},
-    {"token-file", 1, O_TOKEN_FILE, NET},
-    {"model", 1, O_MODEL, TRAIN},
-    {"weights", 1, O_WEIGHTS, B(CLI_EVAL) | B(CLI_PREDICT) | B(CLI_EXPORT)},
-    {"onnx", 1, O_ONNX, B(CLI_FIT) | B(CLI_EXPORT)},
-    {"onnx-output", 1, O_ONNX_OUTPUT, TRAIN},
-    {"save-weights", 1, O_SAVE_WEIGHTS, B(CLI_FIT)},
-    {"data", 1, O_DATA, TRAIN | B(CLI_BENCH_STORY)},
-    {"labels", 1, O_LABELS, TRAIN},
-    {"val", 1, O_VAL, B(CLI_FIT) | B(CLI_BENCH_STORY)},
-    {"val-labels", 1, O_VAL_LABELS, B(CLI_FIT)},
-    {"out", 1, O_OUT, B(CLI_PREDICT)},
-    {"epochs", 1, O_EPOCHS, B(CLI_FIT) | B(CLI_BENCH_STORY)},
-    {"batch-size", 1, O_BATCH, TRAIN},
-    {"steps-per-call", 1, O_SPC, B(CLI_FIT)},
-    {"steps-per-epoch", 1, O_SPE, B(CLI_FIT)},
-    {"in-flight", 1, O_IN_FLIGHT, B(CLI_FIT)},
-    {"loss", 1, O_LOSS, TRAIN},
-    {"metrics", 1, O_METRICS, TRAIN},
-    {"optimizer", 1, O_OPT, TRAIN},
-    {"lr", 1, O_LR, TRAIN},
-    {"label-column", 1, O_LABEL_COL, TRAIN},
-    {"label-columns", 1, O_LABEL_COLS, TRAIN},
-    {"input-shape", 1, O_INPUT_SHAPE, TRAIN},
-    {"csv-header", 0, O_CSV_HEADER, TRAIN},
-    {"seed", 1, O_SEED, TRAIN},
-    {"no-shuffle", 0, O_NO_SHUFFLE, TRAIN},
-    {"sync-batchnorm", 0, O_SYNC_BN, TRAIN},
-    {"no-normalize", 0, O_NO_NORMALIZE, TRAIN},
-    {"timings", 0, O_TIMINGS, NET},
-    {"trace", 1, O_TRACE, B(CLI_FIT) | B(CLI_EVAL) | B(CLI_PREDICT) |
-                          B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY) | B(CLI_PING)},
-    {"size", 1, O_SIZE, B(CLI_PING)},
-    {"count", 1, O_COUNT, B(CLI_PING)},
-    {"max-k", 1, O_MAX_K, B(CLI_BENCH_OVERHEAD)},
-    {"reps", 1, O_REPS, B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY)},
-    {"csv", 1, O_CSV, B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY)},
-    {"plot", 1, O_PLOT, B(CLI_BENCH_OVERHEAD)},
-    {"explain", 0, O_EXPLAIN, B(CLI_BENCH_STORY)},
-    {"progress", 0, O_PROGRESS, B(CLI_FIT)},
-    {"no-progress", 0, O_NO_PROGRESS, B(CLI_FIT)},
-    {"help", 0, O_HELP, ~0u},
-    {"features", 1, O_FEATURES, TRAIN},
-    {"label", 1, O_LABEL_KEY, TRAIN},
-    {"image-size", 1, O_IMAGE_SIZE, TRAIN},
-    {"channels", 1, O_CHANNELS, TRAIN},
-    {"resize", 1, O_RESIZE, TRAIN},
-    {"mean", 1, O_MEAN, TRAIN},
-    {"std", 1, O_STD, TRAIN},
-    {"augment", 1, O_AUGMENT, B(CLI_FIT)},
-    {"on-bad-record", 1, O_ON_BAD, TRAIN},
-    {"storage", 1, O_STORAGE, TRAIN},
-    {"shuffle-buffer", 1, O_SHUFFLE_BUF, TRAIN},
-    {"early-stopping", 1, O_EARLY_STOP, B(CLI_FIT)},
-    {"checkpoint", 1, O_CHECKPOINT, B(CLI_FIT)},
-    {"csv-log", 1, O_CSV_LOG, B(CLI_FIT)},
-    {"load-weights", 1, O_LOAD_WEIGHTS, B(CLI_FIT)},
-    {"sample-weights", 1, O_SAMPLE_WEIGHTS, B(CLI_FIT)},
-    {"rtt", 1, O_RTT, B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY)},
-    {"jitter", 1, O_JITTER, B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY)},
-    {"bandwidth", 1, O_BANDWIDTH, B(CLI_BENCH_OVERHEAD) | B(CLI_BENCH_STORY)},
-    {"reattach-s", 1, O_REATTACH, B(CLI_FIT)},
-    {"checkpoint-every-steps", 1, O_CKPT_STEPS, B(CLI_FIT)},
-    {"checkpoint-every-s", 1, O_CKPT_S, B(CLI_FIT)},
-    {"save-state", 1, O_SAVE_STATE, B(CLI_FIT)},
-    {"load-state", 1, O_LOAD_STATE, B(CLI_FIT)},
-    {"program", 1, O_PROGRAM, B(CLI_CKPT_PULL)},
-    {"session-token", 1, O_SESSION_TOKEN, B(CLI_CKPT_PULL)},
-    {"from-logits", 0, O_FROM_LOGITS, TRAIN},
-    {"data-layout", 1, O_DATA_LAYOUT, TRAIN},
-    {"loss-check", 1, O_LOSS_CHECK, TRAIN},
-    {"reduction", 1, O_REDUCTION, TRAIN},
-    {"label-smoothing", 1, O_LABEL_SMOOTHING, TRAIN},
-    {"ignore-index", 1, O_IGNORE_INDEX, TRAIN},
-    {"class-weight", 1, O_CLASS_WEIGHT, TRAIN},
-    {"pos-weight", 1, O_POS_WEIGHT, TRAIN},
-    {"loss-beta", 1, O_LOSS_BETA, TRAIN},
+#define CLI__DEF(id, nm, cmds, how, arg, help) {nm, CLI__ARG_##how, O_##id, cmds, arg, help},
+    CLI_OPTIONS(CLI__DEF)
+#undef CLI__DEF
 };
 #define N_DEFS (sizeof defs / sizeof defs[0])
-
-/* `rtrain CMD --help`: what each option takes and its default. Every
- * option has an entry (tests/cli/help_flags.sh checks the help text). */
-static const struct {
-    const char *name, *arg, *help;
-} helps[] = {
-    {"server", "HOST:PORT", "the daemon (default $RTRAIN_SERVER or " RT_DEFAULT_SERVER ")"},
-    {"timeout", "SECONDS", "deadline of each call (default 60; fit's training calls: none)"},
-    {"tls-ca", "FILE", "talk TLS, trusting the daemon's certificate if this PEM CA signed it "
-                       "(default $RTRAIN_TLS_CA)"},
-    {"tls-cert", "FILE", "PEM client certificate for mTLS (default $RTRAIN_TLS_CERT)"},
-    {"tls-key", "FILE", "its PEM private key (default $RTRAIN_TLS_KEY)"},
-    {"token-file", "FILE", "bearer token on the file's first line (default $RTRAIN_TOKEN, the "
-                           "token itself, or $RTRAIN_TOKEN_FILE)"},
-    {"model", "M.json|M.onnx", "Keras model JSON (model.to_json()), or an ONNX model "
-                              "(*.onnx, torch.onnx.export); - reads stdin"},
-    {"onnx", "OUT.onnx", "write the --model ONNX file back with the trained weights"},
-    {"onnx-output", "NAME", "the ONNX graph output to train (default: its only one)"},
-    {"weights", "W.bin|W.h5", "weights to load (RTWTS001, or Keras' HDF5 layout)"},
-    {"save-weights", "W.bin|W.h5", "write the trained weights (RTWTS001, or Keras' HDF5 "
-                                   "layout by the .h5 name)"},
-    {"load-weights", "W.bin|W.h5", "start from these weights (RTWTS001 or Keras' HDF5)"},
-    {"data", "D", "data set: .csv, .npy or IDX (with --labels), .tfrecord (with --features), "
-                  "a folder of class folders of images"},
-    {"labels", "L", "labels of .npy or IDX --data"},
-    {"val", "V", "validation data, evaluated after every epoch"},
-    {"val-labels", "L", "labels of .npy or IDX --val"},
-    {"out", "P.csv|P.npy|-", "predictions; - writes CSV to stdout"},
-    {"epochs", "N", "epochs (default 1)"},
-    {"batch-size", "B", "samples per step (default 32)"},
-    {"steps-per-call", "K|auto|stream", "RunSteps calls of K steps, pipelined (default auto: "
-                                        "K from the round trip and step time; stream or 0: "
-                                        "one Fit stream)"},
-    {"steps-per-epoch", "S", "steps per epoch (default ceil(samples / B))"},
-    {"in-flight", "W", "RunSteps calls in flight (default " CLI_STR(RT_TRAIN_WINDOW) ")"},
-    {"loss", "L", "loss (required unless the model JSON saved one): Keras' "
-                  "sparse_categorical_crossentropy, mse, ... or PyTorch's cross_entropy, "
-                  "nll_loss, bce_with_logits, binary_cross_entropy, mse_loss, l1_loss, "
-                  "smooth_l1_loss, huber_loss"},
-    {"metrics", "M,M", "Keras metrics besides accuracy, e.g. auc,precision,recall,mae"},
-    {"optimizer", "O", "sgd, adam, adamw or rmsprop (default adam)"},
-    {"lr", "X", "learning rate (default: the optimizer's, Keras')"},
-    {"label-column", "C", "CSV label column (default -1 = last)"},
-    {"label-columns", "A:B", "CSV label columns A..B (0-based, inclusive): (n, k) labels"},
-    {"input-shape", "D1xD2..", "per-sample input dims for a Keras model's null dims "
-                               "(default: the .npy features' shape, or for one null dim "
-                               "a CSV row's feature count)"},
-    {"csv-header", NULL, "skip the CSV's first line"},
-    {"seed", "S", "initialisation and shuffling seed (default 0)"},
-    {"no-shuffle", NULL, "keep the data order (default: shuffle every epoch)"},
-    {"sync-batchnorm", NULL, "MPI replicas: BatchNorm uses the global batch's statistics"},
-    {"no-normalize", NULL, "IDX: keep 0..255 (default: divide by 255)"},
-    {"timings", NULL, "print each call's time breakdown (us)"},
-    {"trace", "FILE", "write the calls as Chrome trace-event JSON"},
-    {"size", "N", "payload bytes each way (default 0)"},
-    {"count", "N", "round trips (default 100)"},
-    {"max-k", "K", "largest steps per call (default 1024)"},
-    {"reps", "N", "repetitions"},
-    {"csv", "FILE", "results as CSV"},
-    {"plot", "FILE", "an SVG plot"},
-    {"explain", NULL, "print a cold run (first, before the reps) and a median warm run of "
-                      "\"one call for the run\" as a waterfall of phases: client, wire and "
-                      "server time each (with --trace, also in the trace)"},
-    {"progress", NULL, "force the progress bar on stderr (default: on a TTY)"},
-    {"no-progress", NULL, "one line per epoch on stderr"},
-    {"early-stopping", "PATIENCE", "stop after PATIENCE epochs without a lower val_loss "
-                                   "(loss without --val), Keras' EarlyStopping"},
-    {"checkpoint", "W.bin|W.h5", "write the weights after every epoch"},
-    {"csv-log", "FILE", "one CSV row per epoch (Keras' CSVLogger columns)"},
-    {"sample-weights", "W.npy", "one loss weight >= 0 per --data sample (Keras' "
-                                "sample_weight; default: none)"},
-    {"reattach-s", "S", "when the daemon is unavailable, retry with backoff for up to S s, "
-                        "then resume exactly (default 300; 0 = off)"},
-    {"checkpoint-every-steps", "N", "durable daemon: a checkpoint every N steps of this fit "
-                                    "(default: the daemon's; without a K, one Fit stream)"},
-    {"checkpoint-every-s", "T", "durable daemon: a checkpoint every T s of this fit "
-                                "(default: the daemon's)"},
-    {"save-state", "FILE", "after training, the full training state (weights, optimizer, "
-                           "cursor) into FILE"},
-    {"load-state", "FILE", "resume from a saved state (any daemon) instead of fresh weights"},
-    {"features", "KEY:KIND[SHAPE],..", "TFRecord: the tf.train.Example features read as x "
-                                       "(KIND int64, float, jpeg, png or image; SHAPE [N] or "
-                                       "[NxM]; @KEY: a SequenceExample feature list)"},
-    {"label", "KEY", "TFRecord: the label feature (default 'label')"},
-    {"image-size", "HxW", "images: the size they are resized to (default 256x256)"},
-    {"channels", "1|3", "images: gray or RGB (default 3)"},
-    {"resize", "auto|bilinear|area", "images: the resize filter (default auto: area when both "
-                                     "sides shrink, else bilinear)"},
-    {"mean", "M[,M,M]", "images: (pixel / 255 - mean) / std per channel (default 0)"},
-    {"std", "S[,S,S]", "images: see --mean (default 1)"},
-    {"augment", "flip,crop=P,..", "training images: random flip, crop=PIXELS, brightness=X, "
-                                  "contrast=X (default none)"},
-    {"on-bad-record", "fail|skip", "TFRecord and images: a bad record fails the upload, naming "
-                                   "it, or is left out and counted (default fail)"},
-    {"storage", "auto|memory|stream", "the daemon keeps the data in memory, or on its disk "
-                                      "decoded per batch (stream); auto streams past the "
-                                      "daemon's --stream-above (default auto)"},
-    {"shuffle-buffer", "N", "streamed data: samples in the shuffle buffer, as tf.data's "
-                            "shuffle(N) (default: the daemon's)"},
-    {"rtt", "D", "run through a relay on loopback adding D/2 each way (2ms, 10ms, 50ms)"},
-    {"jitter", "D", "with --rtt: each chunk's delay varies by +-D"},
-    {"bandwidth", "R", "with --rtt: cap each direction at R (100mbit, 1gbit)"},
-    {"program", "P", "the program whose state to pull"},
-    {"session-token", "T", "the session's token (printed by fit and checkpoint push)"},
-    {"from-logits", NULL, "the model outputs logits: Keras' crossentropy losses read them "
-                          "(from_logits=True)"},
-    {"data-layout", "NCHW|NHWC", "an ONNX 4-D input's data layout (default NCHW, the "
-                                 "model's own; never guessed from the shape)"},
-    {"loss-check", "on|off", "refuse a loss that does not fit the model's output, e.g. "
-                             "probabilities read from a LogSoftmax (default on)"},
-    {"reduction", "mean|sum", "PyTorch losses: the batch loss is the mean or the sum "
-                              "(default mean)"},
-    {"label-smoothing", "X", "cross_entropy: label smoothing in [0, 1] (default 0)"},
-    {"ignore-index", "N", "cross_entropy, nll_loss: targets of class N are left out "
-                          "(default -100)"},
-    {"class-weight", "W,W,..", "cross_entropy, nll_loss: one weight per class (default "
-                               "none)"},
-    {"pos-weight", "W,W,..", "bce_with_logits: positive-class weight, one per class or "
-                             "one (default none)"},
-    {"loss-beta", "X", "smooth_l1_loss beta, huber_loss delta (default 1)"},
-    {"help", NULL, "this text"},
-};
 
 int cli_is_onnx(const char *path)
 {
@@ -275,6 +270,39 @@ const char *cli_cmd_name(cli_cmd c)
     case CLI_NONE: break;
     }
     return "?";
+}
+
+static void usage_line(FILE *f, const opt_def *d)
+{
+    char left[64];
+    snprintf(left, sizeof left, "--%s%s%s", d->name, d->arg ? " " : "", d->arg ? d->arg : "");
+    fprintf(f, "  %-28s %s\n", left, d->help);
+}
+
+/* "  --name ARG   help" with the help wrapped at column 28 */
+static void usage_wrapped(FILE *f, const opt_def *d)
+{
+    char left[64];
+    snprintf(left, sizeof left, "--%s%s%s", d->name, d->arg ? " " : "", d->arg ? d->arg : "");
+    int col = fprintf(f, "  %-26s", left);
+    if (col > 28) {
+        fprintf(f, "\n%28s", "");
+        col = 28;
+    }
+    for (const char *p = d->help; *p;) {
+        size_t w = strcspn(p, " ");
+        if (col > 28 && col + 1 + (int)w > 76) {
+            fprintf(f, "\n%28s", "");
+            col = 28;
+        } else if (col > 28) {
+            fputc(' ', f);
+            col++;
+        }
+        col += fprintf(f, "%.*s", (int)w, p);
+        p += w;
+        p += strspn(p, " ");
+    }
+    fputc('\n', f);
 }
 
 void cli_usage(FILE *f)
@@ -356,26 +384,12 @@ void cli_usage(FILE *f)
 "  streams past its --stream-above)\n"
 "  --shuffle-buffer N (streamed: samples in the shuffle buffer, as tf.data)\n"
 "\n"
-"Common options (before or after the command):\n"
-"  --server HOST:PORT        default $RTRAIN_SERVER or " RT_DEFAULT_SERVER "\n"
-"  --timeout SECONDS         deadline of each call (default 60; fit's Fit\n"
-"                            stream and RunSteps calls have none unless\n"
-"                            given)\n"
-"  --tls-ca FILE             talk TLS, trusting the daemon's certificate if\n"
-"                            this PEM CA signed it (default $RTRAIN_TLS_CA)\n"
-"  --tls-cert FILE           client certificate for mTLS ($RTRAIN_TLS_CERT)\n"
-"  --tls-key FILE            its private key ($RTRAIN_TLS_KEY)\n"
-"  --token-file FILE         bearer token on the file's first line (default\n"
-"                            $RTRAIN_TOKEN, the token itself, or\n"
-"                            $RTRAIN_TOKEN_FILE)\n"
-"  --timings                 print each call's time breakdown (us): queue,\n"
-"                            decode, compile, execute, encode, server total,\n"
-"                            client encode, round trip, client decode,\n"
-"                            wire+framework = round trip - server total,\n"
-"                            unattributed\n"
-"  --trace FILE              write the calls as Chrome trace-event JSON\n"
-"  --progress/--no-progress  force the progress bar on or off (default: on a\n"
-"                            TTY); progress goes to stderr, results to stdout\n"
+"Common options (before or after the command):\n",
+        f);
+    for (size_t i = 0; i < N_DEFS; i++)
+        if ((defs[i].cmds & NET) == NET && defs[i].id != O_HELP)
+            usage_wrapped(f, &defs[i]);
+    fputs("  ...                       each command's own: rtrain COMMAND --help\n"
 "  -                         as --model: stdin; as --out: stdout\n"
 "\n"
 "Weights files (--save-weights, --weights, --load-weights, --checkpoint):\n"
@@ -392,19 +406,9 @@ void cli_usage(FILE *f)
 void cli_usage_cmd(FILE *f, cli_cmd c)
 {
     fprintf(f, "usage: rtrain %s [options]\n\nOptions:\n", cli_cmd_name(c));
-    for (size_t i = 0; i < N_DEFS; i++) {
-        if (!(defs[i].cmds & B(c)))
-            continue;
-        const char *arg = NULL, *help = "";
-        for (size_t j = 0; j < sizeof helps / sizeof helps[0]; j++)
-            if (!strcmp(helps[j].name, defs[i].name)) {
-                arg = helps[j].arg;
-                help = helps[j].help;
-            }
-        char left[64];
-        snprintf(left, sizeof left, "--%s%s%s", defs[i].name, arg ? " " : "", arg ? arg : "");
-        fprintf(f, "  %-28s %s\n", left, help);
-    }
+    for (size_t i = 0; i < N_DEFS; i++)
+        if (defs[i].cmds & B(c))
+            usage_line(f, &defs[i]);
     fputs("\nGlobal options (--server, --timeout, --timings) may also come before the\n"
           "command. Exit codes: 0 ok, 2 usage, 3 cannot connect, 4 invalid input,\n"
           "5 not found, 6 other, 130 interrupted. Progress goes to stderr, results\n"
@@ -506,6 +510,162 @@ static int model_has_loss(const char *path)
     return has;
 }
 
+/* What each kind of row does with its value a (d: the row). */
+#define CLI__DO_STR(f) o->f = a;
+#define CLI__DO_SET(f, v) o->f = v;
+#define CLI__DO_LONG(f, lo, hi)                                                \
+    if (parse_long(a, lo, hi, &lv) < 0)                                        \
+        return bad_long(err, errlen, d->name, lo, hi, a);                      \
+    o->f = lv;
+#define CLI__DO_DOUBLE(f, lo, hi)                                              \
+    if (parse_double(a, lo, hi, &dv) < 0)                                      \
+        return perr(err, errlen, "--%s: expected a number in [%g, %g], got '%s'", d->name, \
+                    (double)(lo), (double)(hi), a);                            \
+    o->f = dv;
+#define CLI__DO_WORD(f, words)                                                 \
+    if (one_of(words, a) < 0)                                                  \
+        return perr(err, errlen, "--%s: one of %s, got '%s'", d->name, words, a); \
+    o->f = a;
+#define CLI__DO_INDEX(f, words)                                                \
+    if ((k = one_of(words, a)) < 0)                                            \
+        return perr(err, errlen, "--%s: one of %s, got '%s'", d->name, words, a); \
+    o->f = k;
+#define CLI__DO_FN(fn)                                                         \
+    if (fn(o, d->name, a, err, errlen) < 0)                                    \
+        return -1;
+#define CLI__DO_HELP                                                           \
+    o->help_cmd = o->cmd;                                                      \
+    o->cmd = CLI_HELP;                                                         \
+    return 0;
+#define CLI__CASE(id, nm, cmds, how, arg, help)                                \
+    case O_##id: {                                                             \
+        CLI__DO_##how                                                          \
+    } break;
+
+static int bad_long(char *err, size_t errlen, const char *name, long lo, long hi, const char *a)
+{
+    if (hi == LONG_MAX)
+        return perr(err, errlen, "--%s: expected an integer >= %ld, got '%s'", name, lo, a);
+    return perr(err, errlen, "--%s: expected an integer in %ld..%ld, got '%s'", name, lo, hi, a);
+}
+
+/* The index of word in "a|b|c", or -1. */
+static int one_of(const char *words, const char *word)
+{
+    size_t n = strlen(word);
+    int i = 0;
+    for (const char *p = words;; i++) {
+        size_t len = strcspn(p, "|");
+        if (n && len == n && !strncmp(p, word, n))
+            return i;
+        if (!p[len])
+            return -1;
+        p += len + 1;
+    }
+}
+
+static int opt_steps_per_call(cli_opts *o, const char *name, const char *a, char *err,
+                              size_t errlen)
+{
+    if (!strcmp(a, "auto"))
+        o->steps_per_call = CLI_SPC_AUTO;
+    else if (!strcmp(a, "stream"))
+        o->steps_per_call = 0;
+    else if (parse_long(a, 0, 1L << 30, &o->steps_per_call) < 0)
+        return perr(err, errlen, "--%s: expected an integer >= 1, 'auto' or 'stream', got '%s'",
+                    name, a);
+    return 0;
+}
+
+static int opt_label_columns(cli_opts *o, const char *name, const char *a, char *err,
+                             size_t errlen)
+{
+    char *end;
+    o->label_first = strtol(a, &end, 10);
+    if (end == a || *end != ':' || o->label_first < 0)
+        return perr(err, errlen, "--%s: want A:B, got '%s'", name, a);
+    const char *b = end + 1;
+    o->label_last = strtol(b, &end, 10);
+    if (end == b || *end || o->label_last < o->label_first || o->label_last > (1 << 20))
+        return perr(err, errlen, "--%s: want A:B with A <= B, got '%s'", name, a);
+    return 0;
+}
+
+static int opt_input_shape(cli_opts *o, const char *name, const char *a, char *err,
+                           size_t errlen)
+{
+    const char *q = a;
+    o->input_ndim = 0;
+    for (;;) {
+        char *end;
+        long long v = strtoll(q, &end, 10);
+        if (end == q || v < 1 || v > (1LL << 32) || o->input_ndim == 8 || (*end && *end != 'x'))
+            return perr(err, errlen, "--%s: want D1xD2... (dims >= 1, at most 8), got '%s'",
+                        name, a);
+        o->input_shape[o->input_ndim++] = v;
+        if (!*end)
+            return 0;
+        q = end + 1;
+    }
+}
+
+static int opt_channels(cli_opts *o, const char *name, const char *a, char *err, size_t errlen)
+{
+    if (parse_long(a, 1, 3, &o->channels) < 0 || o->channels == 2)
+        return perr(err, errlen, "--%s: 1 or 3, got '%s'", name, a);
+    return 0;
+}
+
+static int opt_data_layout(cli_opts *o, const char *name, const char *a, char *err,
+                           size_t errlen)
+{
+    if (strcasecmp(a, "NCHW") && strcasecmp(a, "NHWC"))
+        return perr(err, errlen, "--%s: NCHW or NHWC, got '%s'", name, a);
+    o->data_layout = a;
+    return 0;
+}
+
+static int opt_ignore_index(cli_opts *o, const char *name, const char *a, char *err,
+                            size_t errlen)
+{
+    if (parse_long(a, -2147483647L, 2147483647L, &o->ignore_index) < 0)
+        return perr(err, errlen, "--%s: an integer, got '%s'", name, a);
+    o->has_ignore_index = 1;
+    return 0;
+}
+
+/* --class-weight, --pos-weight W,W,... */
+static int opt_weights(cli_opts *o, const char *name, const char *a, char *err, size_t errlen)
+{
+    static float cw[CLI_MAX_WEIGHTS], pw[CLI_MAX_WEIGHTS];
+    const int cls = !strcmp(name, "class-weight");
+    int n = parse_floats(a, cls ? cw : pw, CLI_MAX_WEIGHTS);
+    if (n <= 0)
+        return perr(err, errlen, "--%s: up to %d numbers >= 0, comma-separated, got '%.40s'",
+                    name, CLI_MAX_WEIGHTS, a);
+    if (cls) {
+        o->class_weight = cw;
+        o->n_class_weight = n;
+    } else {
+        o->pos_weight = pw;
+        o->n_pos_weight = n;
+    }
+    return 0;
+}
+
+/* --rtt D, --jitter D, --bandwidth R: the bench runs through the relay */
+static int opt_relay(cli_opts *o, const char *name, const char *a, char *err, size_t errlen)
+{
+    if (!strcmp(name, "bandwidth")) {
+        if (rt_relay_parse_rate(a, &o->bandwidth_Bps) < 0)
+            return perr(err, errlen, "--%s: expected a rate like 100mbit, got '%s'", name, a);
+    } else if (rt_relay_parse_duration(a, !strcmp(name, "rtt") ? &o->rtt_us : &o->jitter_us) < 0) {
+        return perr(err, errlen, "--%s: expected a duration like 10ms, got '%s'", name, a);
+    }
+    o->relay = 1;
+    return 0;
+}
+
 static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t errlen)
 {
     defaults(o);
@@ -570,7 +730,7 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
             break;
         if (id == '?' || id == ':') {
             const char *bad = sub_argv[optind - 1];
-            if (optopt >= O_SERVER)
+            if (optopt > O__BASE)
                 return perr(err, errlen, "%s: option '%s' needs a value",
                             cli_cmd_name(o->cmd), bad);
             return perr(err, errlen, "%s: unknown option '%s'", cli_cmd_name(o->cmd), bad);
@@ -587,240 +747,10 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
         const char *a = optarg;
         long lv;
         double dv;
+        int k;
         switch (id) {
-        case O_SERVER: o->server = a; break;
-        case O_TLS_CA: o->tls_ca = a; break;
-        case O_TLS_CERT: o->tls_cert = a; break;
-        case O_TLS_KEY: o->tls_key = a; break;
-        case O_TOKEN_FILE: o->token_file = a; break;
-        case O_TIMEOUT:
-            if (parse_double(a, 0.001, 1e7, &o->timeout_s) < 0)
-                return perr(err, errlen, "--timeout: expected seconds > 0, got '%s'", a);
-            break;
-        case O_MODEL: o->model = a; break;
-        case O_WEIGHTS: o->weights = a; break;
-        case O_SAVE_WEIGHTS: o->save_weights = a; break;
-        case O_DATA: o->data = a; break;
-        case O_LABELS: o->labels = a; break;
-        case O_VAL: o->val = a; break;
-        case O_VAL_LABELS: o->val_labels = a; break;
-        case O_OUT: o->out = a; break;
-        case O_EPOCHS:
-            if (parse_long(a, 1, 1000000, &o->epochs) < 0)
-                return perr(err, errlen, "--epochs: expected an integer >= 1, got '%s'", a);
-            break;
-        case O_BATCH:
-            if (parse_long(a, 1, 1 << 24, &o->batch_size) < 0)
-                return perr(err, errlen, "--batch-size: expected an integer >= 1, got '%s'", a);
-            break;
-        case O_SPC:
-            if (a && !strcmp(a, "auto"))
-                o->steps_per_call = CLI_SPC_AUTO;
-            else if (a && !strcmp(a, "stream"))
-                o->steps_per_call = 0;
-            else if (parse_long(a, 0, 1L << 30, &o->steps_per_call) < 0)
-                return perr(err, errlen, "--steps-per-call: expected an integer >= 1, 'auto' "
-                            "or 'stream', got '%s'", a);
-            break;
-        case O_IN_FLIGHT:
-            if (parse_long(a, 1, RT_TRAIN_MAX_WINDOW, &o->in_flight) < 0)
-                return perr(err, errlen, "--in-flight: expected an integer in 1..%d, "
-                            "got '%s'", RT_TRAIN_MAX_WINDOW, a);
-            break;
-        case O_SPE:
-            if (parse_long(a, 1, 1L << 30, &o->steps_per_epoch) < 0)
-                return perr(err, errlen, "--steps-per-epoch: expected an integer >= 1, got '%s'", a);
-            break;
-        case O_LOSS: o->loss = a; break;
-        case O_METRICS: o->metrics = a; break;
-        case O_LABEL_COLS: {
-            char *end;
-            o->label_first = strtol(a, &end, 10);
-            if (end == a || *end != ':' || o->label_first < 0)
-                return perr(err, errlen, "--label-columns: want A:B, got '%s'", a);
-            const char *b = end + 1;
-            o->label_last = strtol(b, &end, 10);
-            if (end == b || *end || o->label_last < o->label_first || o->label_last > (1 << 20))
-                return perr(err, errlen, "--label-columns: want A:B with A <= B, got '%s'", a);
-            break;
+            CLI_OPTIONS(CLI__CASE)
         }
-        case O_INPUT_SHAPE: {
-            const char *q = a;
-            o->input_ndim = 0;
-            for (;;) {
-                char *end;
-                long long v = strtoll(q, &end, 10);
-                if (end == q || v < 1 || v > (1LL << 32) || o->input_ndim == 8 ||
-                    (*end && *end != 'x'))
-                    return perr(err, errlen, "--input-shape: want D1xD2... (dims >= 1, at "
-                                "most 8), got '%s'", a);
-                o->input_shape[o->input_ndim++] = v;
-                if (!*end)
-                    break;
-                q = end + 1;
-            }
-            break;
-        }
-        case O_OPT: o->optimizer = a; break;
-        case O_LR:
-            if (parse_double(a, 1e-12, 1e6, &o->lr) < 0)
-                return perr(err, errlen, "--lr: expected a number > 0, got '%s'", a);
-            break;
-        case O_LABEL_COL:
-            if (parse_long(a, -1, 1 << 20, &o->label_column) < 0)
-                return perr(err, errlen, "--label-column: expected an index >= 0 "
-                            "or -1 (last), got '%s'", a);
-            break;
-        case O_CSV_HEADER: o->csv_header = 1; break;
-        case O_SEED:
-            if (parse_long(a, 0, __LONG_MAX__, &lv) < 0)
-                return perr(err, errlen, "--seed: expected an integer >= 0, got '%s'", a);
-            o->seed = lv;
-            break;
-        case O_NO_SHUFFLE: o->no_shuffle = 1; break;
-        case O_SYNC_BN: o->sync_batchnorm = 1; break;
-        case O_FROM_LOGITS: o->from_logits = 1; break;
-        case O_DATA_LAYOUT:
-            if (strcasecmp(a, "NCHW") && strcasecmp(a, "NHWC"))
-                return perr(err, errlen, "--data-layout: NCHW or NHWC, got '%s'", a);
-            o->data_layout = a;
-            break;
-        case O_LOSS_CHECK:
-            if (strcmp(a, "on") && strcmp(a, "off"))
-                return perr(err, errlen, "--loss-check: on or off, got '%s'", a);
-            o->no_loss_check = !strcmp(a, "off");
-            break;
-        case O_REDUCTION:
-            if (strcmp(a, "mean") && strcmp(a, "sum"))
-                return perr(err, errlen, "--reduction: mean or sum, got '%s'", a);
-            o->reduction = a;
-            break;
-        case O_LABEL_SMOOTHING:
-            if (parse_double(a, 0, 1, &o->label_smoothing) < 0)
-                return perr(err, errlen, "--label-smoothing: a number in [0, 1], got '%s'", a);
-            break;
-        case O_LOSS_BETA:
-            if (parse_double(a, 0, 1e30, &o->loss_beta) < 0)
-                return perr(err, errlen, "--loss-beta: a number >= 0, got '%s'", a);
-            break;
-        case O_IGNORE_INDEX: {
-            long v;
-            if (parse_long(a, -2147483647L, 2147483647L, &v) < 0)
-                return perr(err, errlen, "--ignore-index: an integer, got '%s'", a);
-            o->has_ignore_index = 1;
-            o->ignore_index = v;
-            break;
-        }
-        case O_CLASS_WEIGHT:
-        case O_POS_WEIGHT: {
-            static float cw[CLI_MAX_WEIGHTS], pw[CLI_MAX_WEIGHTS];
-            const int cls = id == O_CLASS_WEIGHT;
-            int n = parse_floats(a, cls ? cw : pw, CLI_MAX_WEIGHTS);
-            if (n <= 0)
-                return perr(err, errlen, "--%s: up to %d numbers >= 0, comma-separated, got "
-                            "'%.40s'", cls ? "class-weight" : "pos-weight", CLI_MAX_WEIGHTS, a);
-            if (cls) {
-                o->class_weight = cw;
-                o->n_class_weight = n;
-            } else {
-                o->pos_weight = pw;
-                o->n_pos_weight = n;
-            }
-            break;
-        }
-        case O_NO_NORMALIZE: o->no_normalize = 1; break;
-        case O_TIMINGS: o->timings = 1; break;
-        case O_TRACE: o->trace = a; break;
-        case O_SIZE:
-            if (parse_long(a, 0, 1L << 30, &o->size) < 0)
-                return perr(err, errlen, "--size: expected bytes >= 0, got '%s'", a);
-            break;
-        case O_COUNT:
-            if (parse_long(a, 1, 10000000, &o->count) < 0)
-                return perr(err, errlen, "--count: expected an integer >= 1, got '%s'", a);
-            break;
-        case O_MAX_K:
-            if (parse_long(a, 1, 1 << 20, &o->max_k) < 0)
-                return perr(err, errlen, "--max-k: expected an integer >= 1, got '%s'", a);
-            break;
-        case O_REPS:
-            if (parse_long(a, 1, 100000, &o->reps) < 0)
-                return perr(err, errlen, "--reps: expected an integer >= 1, got '%s'", a);
-            break;
-        case O_CSV: o->csv = a; break;
-        case O_PLOT: o->plot = a; break;
-        case O_EXPLAIN: o->explain = 1; break;
-        case O_PROGRESS: o->progress = 1; break;
-        case O_NO_PROGRESS: o->progress = 0; break;
-        case O_FEATURES: o->features = a; break;
-        case O_LABEL_KEY: o->label_key = a; break;
-        case O_IMAGE_SIZE: o->image_size = a; break;
-        case O_CHANNELS:
-            if (parse_long(a, 1, 3, &o->channels) < 0 || o->channels == 2)
-                return perr(err, errlen, "--channels: 1 or 3, got '%s'", a);
-            break;
-        case O_RESIZE: o->resize = a; break;
-        case O_MEAN: o->mean = a; break;
-        case O_STD: o->std = a; break;
-        case O_AUGMENT: o->augment = a; break;
-        case O_ON_BAD: o->on_bad_record = a; break;
-        case O_STORAGE:
-            if (strcmp(a, "auto") && strcmp(a, "memory") && strcmp(a, "stream"))
-                return perr(err, errlen, "--storage: auto, memory or stream, not '%s'", a);
-            o->storage = a;
-            break;
-        case O_SHUFFLE_BUF:
-            if (parse_long(a, 1, 1L << 31, &o->shuffle_buffer) < 0)
-                return perr(err, errlen, "--shuffle-buffer: 1..2^31 samples, got '%s'", a);
-            break;
-        case O_HELP:
-            o->help_cmd = o->cmd;
-            o->cmd = CLI_HELP;
-            return 0;
-        case O_EARLY_STOP:
-            if (parse_long(a, 0, 1000000, &o->early_stopping) < 0)
-                return perr(err, errlen, "--early-stopping: expected a patience in epochs "
-                            ">= 0, got '%s'", a);
-            break;
-        case O_CHECKPOINT: o->checkpoint = a; break;
-        case O_CSV_LOG: o->csv_log = a; break;
-        case O_LOAD_WEIGHTS: o->load_weights = a; break;
-        case O_SAMPLE_WEIGHTS: o->sample_weights = a; break;
-        case O_REATTACH:
-            if (parse_double(a, 0, 1e7, &o->reattach_s) < 0)
-                return perr(err, errlen, "--reattach-s: expected seconds >= 0, got '%s'", a);
-            break;
-        case O_CKPT_STEPS:
-            if (parse_long(a, 1, 1L << 30, &o->ckpt_every_steps) < 0)
-                return perr(err, errlen, "--checkpoint-every-steps: expected an integer >= 1, "
-                            "got '%s'", a);
-            break;
-        case O_CKPT_S:
-            if (parse_long(a, 1, 1L << 30, &o->ckpt_every_s) < 0)
-                return perr(err, errlen, "--checkpoint-every-s: expected an integer >= 1, "
-                            "got '%s'", a);
-            break;
-        case O_SAVE_STATE: o->save_state = a; break;
-        case O_LOAD_STATE: o->load_state = a; break;
-        case O_PROGRAM: o->program = a; break;
-        case O_SESSION_TOKEN: o->session_token = a; break;
-        case O_ONNX: o->onnx_out = a; break;
-        case O_ONNX_OUTPUT: o->onnx_output = a; break;
-        case O_RTT:
-        case O_JITTER:
-            if (rt_relay_parse_duration(a, id == O_RTT ? &o->rtt_us : &o->jitter_us) < 0)
-                return perr(err, errlen, "--%s: expected a duration like 10ms, got '%s'",
-                            id == O_RTT ? "rtt" : "jitter", a);
-            o->relay = 1;
-            break;
-        case O_BANDWIDTH:
-            if (rt_relay_parse_rate(a, &o->bandwidth_Bps) < 0)
-                return perr(err, errlen, "--bandwidth: expected a rate like 100mbit, got '%s'",
-                            a);
-            o->relay = 1;
-            break;
-        }
-        (void)dv;
     }
     /* checkpoint pull SESSION PATH, checkpoint push PATH */
     for (int k = 0; k < npos; k++) {

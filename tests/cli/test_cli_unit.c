@@ -793,10 +793,82 @@ static void test_client_offline(void)
     CHECK(rt_client_create(NULL, NULL) == RT_EINVAL);
 }
 
+/* The option table behind the parser and `rtrain CMD --help`: every option
+ * a command's help lists, that command accepts; every other option it
+ * refuses as not applying to it. */
+static void test_option_table(void)
+{
+    static const struct { cli_cmd c; const char *w1, *w2; } cmds[] = {
+        {CLI_INFO, "info", NULL}, {CLI_PING, "ping", NULL}, {CLI_FIT, "fit", NULL},
+        {CLI_EVAL, "eval", NULL}, {CLI_PREDICT, "predict", NULL}, {CLI_EXPORT, "export", NULL},
+        {CLI_BENCH_OVERHEAD, "bench", "overhead"}, {CLI_BENCH_STORY, "bench", "story"},
+        {CLI_CKPT_PULL, "checkpoint", "pull"}, {CLI_CKPT_PUSH, "checkpoint", "push"},
+    };
+    enum { NC = sizeof cmds / sizeof cmds[0], MAXF = 128 };
+    static char names[NC][MAXF][40];
+    static int has_arg[NC][MAXF];
+    int n[NC] = {0};
+    for (int i = 0; i < NC; i++) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        cli_usage_cmd(f, cmds[i].c);
+        fclose(f);
+        for (char *p = buf; p && *p && n[i] < MAXF; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+            if (!strncmp(p, "  --", 4)) {
+                size_t w = strcspn(p + 4, " \n");
+                snprintf(names[i][n[i]], sizeof names[i][0], "--%.*s", (int)w, p + 4);
+                has_arg[i][n[i]++] = p[4 + w] == ' ' && p[5 + w] != ' ';
+            }
+        free(buf);
+        CHECK(n[i] >= 8);
+    }
+    cli_opts o;
+    char err[256];
+    int accepted = 0, refused = 0;
+    for (int i = 0; i < NC; i++)
+        for (int j = 0; j < NC; j++)
+            for (int k = 0; k < n[j]; k++) {
+                int listed = 0;
+                for (int m = 0; m < n[i]; m++)
+                    listed |= !strcmp(names[i][m], names[j][k]);
+                err[0] = 0;
+                char *argv[6] = {"rtrain", (char *)cmds[i].w1};
+                int argc = 2;
+                if (cmds[i].w2)
+                    argv[argc++] = (char *)cmds[i].w2;
+                argv[argc++] = names[j][k];
+                if (has_arg[j][k])
+                    argv[argc++] = "1";
+                argv[argc] = NULL;
+                cli_parse(argc, argv, &o, err, sizeof err);
+                int not_here = strstr(err, "does not apply") || strstr(err, "unknown option");
+                if (listed) {
+                    CHECK(!not_here);
+                    accepted++;
+                } else {
+                    CHECK(strstr(err, "does not apply") != NULL);
+                    refused++;
+                }
+                if (listed == not_here)
+                    fprintf(stderr, "  rtrain %s %s %s: '%s'\n", cmds[i].w1,
+                            cmds[i].w2 ? cmds[i].w2 : "", names[j][k], err);
+            }
+    CHECK(accepted > 100 && refused > 100);
+    /* a range in the table is the range in the message */
+    CHECK(parse(&o, err, "fit", "--epochs", "0", NULL) < 0 &&
+          strstr(err, "--epochs: expected an integer in 1..1000000, got '0'"));
+    CHECK(parse(&o, err, "fit", "--reduction", "max", NULL) < 0 &&
+          strstr(err, "--reduction: one of mean|sum"));
+    CHECK(parse(&o, err, "fit", "--loss-check", "off", "--model", "m.json", "--data", "t.csv",
+                "--loss", "mse", NULL) == 0 && o.no_loss_check == 1);
+}
+
 int main(int argc, char **argv)
 {
     tmpdir = argc > 1 ? argv[1] : "/tmp";
     test_parse();
+    test_option_table();
     test_exit_codes();
     test_kinds_and_stats();
     test_progress();
