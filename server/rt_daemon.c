@@ -9,6 +9,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <errno.h>
+#include <pthread.h>
+#include <unistd.h>
 
 #include <uv.h>
 
@@ -19,7 +23,8 @@
 
 typedef struct daemon_state {
     uv_loop_t *loop;
-    uv_signal_t sigterm, sigint, sighup;
+    uv_poll_t sigpoll; /* the signalfd of SIGTERM, SIGINT and SIGHUP */
+    int sigfd;
     uv_timer_t grace;
     uv_timer_t drain;
     uv_timer_t idle;
@@ -42,9 +47,7 @@ static void on_drained_async(uv_async_t *a)
     uv_timer_stop(&d->drain);
     uv_close((uv_handle_t *)&d->idle, close_cb);
     uv_close((uv_handle_t *)&d->drain, close_cb);
-    uv_close((uv_handle_t *)&d->sigterm, close_cb);
-    uv_close((uv_handle_t *)&d->sigint, close_cb);
-    uv_close((uv_handle_t *)&d->sighup, close_cb);
+    uv_close((uv_handle_t *)&d->sigpoll, close_cb);
     uv_close((uv_handle_t *)&d->grace, close_cb);
     uv_close((uv_handle_t *)&d->drained, close_cb);
 }
@@ -70,9 +73,8 @@ static void on_grace(uv_timer_t *t)
     rt_srv_cancel_all(d->srv);
 }
 
-static void on_sighup(uv_signal_t *s, int signum)
+static void on_sighup(daemon_state *d)
 {
-    daemon_state *d = s->data;
     char err[300] = "";
     int n = 0;
     if (rt_srv_reload_tokens(d->srv, &n, err, sizeof err) < 0)
@@ -96,9 +98,8 @@ static void on_drain(uv_timer_t *t)
     begin_stop(t->data, "drain period over");
 }
 
-static void on_signal(uv_signal_t *s, int signum)
+static void on_signal(daemon_state *d, int signum)
 {
-    daemon_state *d = s->data;
     const char *name = signum == SIGTERM ? "SIGTERM" : "SIGINT";
     if (d->stopping == 2) {
         /* A second signal: do not wait for the grace period. */
@@ -125,6 +126,29 @@ static void on_signal(uv_signal_t *s, int signum)
     begin_stop(d, name);
 }
 
+/* The daemon's signals are read here, on the main loop, from a signalfd:
+ * rt_daemon_process_setup() blocks them before the first thread starts, so
+ * every thread (gRPC's, OpenMP's, the executor's, MPI's) inherits the mask
+ * and none is ever interrupted by one. A handler run on whichever thread the
+ * kernel picked could land on a thread parked in a futex for good: under
+ * ThreadSanitizer, which defers a handler until its thread next enters the
+ * runtime, a SIGTERM was never acted on. */
+static sigset_t daemon_signals;
+
+static void on_sigfd(uv_poll_t *p, int status, int events)
+{
+    daemon_state *d = p->data;
+    (void)status;
+    (void)events;
+    struct signalfd_siginfo si;
+    while (read(d->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        if (si.ssi_signo == SIGHUP)
+            on_sighup(d);
+        else if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT)
+            on_signal(d, (int)si.ssi_signo);
+    }
+}
+
 void rt_daemon_process_setup(void)
 {
     /* Large upload chunks are malloc'ed per message; mmap for each would
@@ -134,6 +158,11 @@ void rt_daemon_process_setup(void)
     signal(SIGPIPE, SIG_IGN);
     /* a file over RLIMIT_FSIZE is a write error (EFBIG), not a kill */
     signal(SIGXFSZ, SIG_IGN);
+    sigemptyset(&daemon_signals); /* blocked before any thread exists (on_sigfd) */
+    sigaddset(&daemon_signals, SIGTERM);
+    sigaddset(&daemon_signals, SIGINT);
+    sigaddset(&daemon_signals, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &daemon_signals, NULL);
     /* Every connection is a descriptor: take the hard limit, so a flood of
      * half-open connections (closed by the handshake timeout) does not
      * lock everyone out first. */
@@ -145,21 +174,22 @@ void rt_daemon_process_setup(void)
 }
 
 /* The loop's handles: signals, timers and the drained wake-up. */
-static void loop_init(daemon_state *d)
+static int loop_init(daemon_state *d)
 {
     d->loop = uv_default_loop();
-    uv_signal_init(d->loop, &d->sigterm);
-    uv_signal_init(d->loop, &d->sigint);
-    uv_signal_init(d->loop, &d->sighup);
+    d->sigfd = signalfd(-1, &daemon_signals, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (d->sigfd < 0 || uv_poll_init(d->loop, &d->sigpoll, d->sigfd) < 0) {
+        fprintf(stderr, "rtraind: signalfd: %s\n", strerror(errno));
+        return -1;
+    }
     uv_timer_init(d->loop, &d->grace);
     uv_timer_init(d->loop, &d->idle);
     uv_timer_init(d->loop, &d->drain);
     uv_async_init(d->loop, &d->drained, on_drained_async);
-    d->sigterm.data = d->sigint.data = d->sighup.data = d->grace.data = d->drained.data =
+    d->sigpoll.data = d->grace.data = d->drained.data =
         d->idle.data = d->drain.data = d;
-    uv_signal_start(&d->sigterm, on_signal, SIGTERM);
-    uv_signal_start(&d->sigint, on_signal, SIGINT);
-    uv_signal_start(&d->sighup, on_sighup, SIGHUP);
+    uv_poll_start(&d->sigpoll, UV_READABLE, on_sigfd);
+    return 0;
 }
 
 /* Sessions past their lease are closed by a timer: checked a few times per
@@ -216,7 +246,11 @@ int rt_daemon_run(const rt_daemon_opts *o)
         rt_dist_finalize();
         return 1;
     }
-    loop_init(&d);
+    if (loop_init(&d) < 0) {
+        rt_srv_destroy(d.srv);
+        rt_dist_finalize();
+        return 1;
+    }
     if ((rc = rt_srv_start(d.srv, on_drained, &d)) < 0) {
         fprintf(stderr, "rtraind: cannot start: %s\n", rt_strerror(rc));
         rt_dist_finalize();
@@ -239,6 +273,7 @@ int rt_daemon_run(const rt_daemon_opts *o)
     rt_metrics_server_stop(metrics); /* before the server its gauges read */
     rt_srv_destroy(d.srv);
     uv_loop_close(d.loop);
+    close(d.sigfd);
     rt_dist_finalize();
     RT_LOG(RT_LOG_INFO, "stopped");
     return 0;
