@@ -32,6 +32,7 @@ typedef struct oval {
     int rank;                   /* ONNX rank, batch included */
     int64_t d[RT_MAX_DIMS];     /* ONNX dims; d[0] is the batch (-1) */
     int64_t fc, fh, fw;         /* L_FLAT: the NHWC value flattened */
+    int idx;                    /* integer data: only Gather's indices */
     /* V_CONST */
     int isf;                    /* float values (f) or integers (i) */
     int crank;
@@ -391,6 +392,9 @@ static int in_kind(ictx *c, size_t k, int kind, oval **out)
     oval *v = in_opt(c, k, &rc);
     if (rc < 0) return rc;
     if (!v) return fail(c, RT_EGRAPH, "input %zu is missing", k);
+    if (v->kind == V_ACT && v->idx)
+        return fail(c, RT_EDTYPE, "input '%.64s' holds integers; they are only supported as "
+                    "the indices of a Gather (nn.Embedding)", v->name);
     if ((int)v->kind != kind)
         return fail(c, RT_EINVAL, kind == V_ACT
                     ? "input '%.64s' is a constant; only activations are supported there"
@@ -838,6 +842,27 @@ static int two_readers(ictx *c, const char *v, long r[2])
     return n == 2;
 }
 
+/* The axes of a Reduce* node: an attribute, or (ReduceSum from opset 13,
+ * the others from 18) an optional integer constant input. *n: -1 when
+ * absent. */
+static int reduce_axes(ictx *c, int64_t *ax, int *n)
+{
+    int rc;
+    *n = -1;
+    if (c->opset < 18 && !(c->opset >= 13 && !strcmp(c->node->op_type, "ReduceSum")))
+        return a_ints(c, "axes", ax, RT_MAX_DIMS, n);
+    if (attr(c->node, "axes"))
+        return fail(c, RT_EINVAL, "attribute 'axes' at opset %lld: axes are an input",
+                    (long long)c->opset);
+    oval *a = in_opt(c, 1, &rc);
+    if (rc < 0 || !a) return rc;
+    if (a->kind != V_CONST || a->isf || a->numel > RT_MAX_DIMS)
+        return fail(c, RT_EINVAL, "axes must be an integer constant");
+    for (int64_t q = 0; q < a->numel; q++) ax[q] = a->i[q];
+    *n = (int)a->numel;
+    return 0;
+}
+
 /* node k is a ReduceMean over the last of rank axes that keeps it */
 static int mean_last(ictx *c, long k, int rank)
 {
@@ -846,7 +871,7 @@ static int mean_last(ictx *c, long k, int rank)
     c->node = c->m->graph->node[k];
     int64_t ax[RT_MAX_DIMS], keep = 0;
     int n = 0;
-    int ok = a_ints(c, "axes", ax, RT_MAX_DIMS, &n) == 0 && a_int(c, "keepdims", 1, &keep) == 0;
+    int ok = reduce_axes(c, ax, &n) == 0 && a_int(c, "keepdims", 1, &keep) == 0;
     c->node = save;
     if (c->err && c->errlen) c->err[0] = 0;
     return ok && n == 1 && (ax[0] == -1 || ax[0] == rank - 1) && keep == 1;
@@ -1475,14 +1500,42 @@ static int op_shape(ictx *c)
     return 0;
 }
 
-/* integer value of a constant element, as double for floats */
+/* nn.Embedding: Gather(weight (V, D), indices) at axis 0 with the indices
+ * an activation (the data, as floats) -> (B, ..., D): the engine's
+ * Embedding, the weight a parameter */
+static int embedding(ictx *c, oval *w, oval *ix, int64_t axis)
+{
+    int rc;
+    oval *y = NULL;
+    if (axis != 0 || w->crank != 2)
+        return fail(c, RT_EINVAL, "only a gather of rows (axis 0) of a 2-D weight is "
+                    "supported (nn.Embedding); axis is %lld, weight rank %d",
+                    (long long)axis, w->crank);
+    if (ix->layout != L_PLAIN)
+        return fail(c, RT_EINVAL, "indices '%.64s' are a 4-D (NCHW) value", ix->name);
+    if (ix->rank + 1 > RT_MAX_DIMS || ix->rank + 1 == 4)
+        return fail(c, RT_ESHAPE, "indices of rank %d: ranks 1, 2 and 4 (batch counted) "
+                    "are supported", ix->rank);
+    const char *in[2] = {ix->en};
+    if ((rc = mk_param(c, w, 2, w->cd, P_ID, 2, w->cd, 1, &in[1])) < 0) return rc;
+    int64_t d[RT_MAX_DIMS];
+    memcpy(d, ix->d, sizeof d);
+    d[ix->rank] = w->cd[1];
+    if ((rc = def_act(c, &y, L_PLAIN, ix->rank + 1, d)) < 0) return rc;
+    return add_node(c, y->en, "Embedding", 2, in, 0, NULL);
+}
+
 static int op_gather(ictx *c)
 {
     int rc;
     oval *x = NULL, *ix = NULL, *y = NULL;
-    if ((rc = in_const(c, 0, &x)) < 0 || (rc = in_const(c, 1, &ix)) < 0) return rc;
     int64_t axis;
     if ((rc = a_int(c, "axis", 0, &axis)) < 0) return rc;
+    if ((rc = in_const(c, 0, &x)) < 0) return rc;
+    ix = in_opt(c, 1, &rc);
+    if (rc < 0) return rc;
+    if (ix && ix->kind == V_ACT && x->isf) return embedding(c, x, ix, axis);
+    if ((rc = in_const(c, 1, &ix)) < 0) return rc;
     if (x->crank != 1 || axis != 0 || ix->isf || ix->crank > 1)
         return fail(c, RT_EINVAL, "only gathers from a 1-D constant are folded");
     int64_t n = ix->numel;
@@ -1836,7 +1889,9 @@ static int op_constantofshape(ictx *c)
     return 0;
 }
 
-/* ConvTranspose(x, W (C, OC, kh, kw), b?): group 1, explicit pads */
+/* ConvTranspose(x, W (C, OC/group, kh, kw), b?): pads, output_padding, or
+ * output_shape (or auto_pad SAME_*) turned into pads as ONNX computes them;
+ * group: the engine's grouped ConvTranspose */
 static int op_convtranspose(ictx *c)
 {
     int rc, n;
@@ -1852,14 +1907,15 @@ static int op_convtranspose(ictx *c)
     if ((rc = a_int(c, "group", 1, &group)) < 0 ||
         (rc = a_str(c, "auto_pad", "NOTSET", ap, sizeof ap)) < 0)
         return rc;
-    if (group != 1) return fail(c, RT_EINVAL, "group %lld: grouped ConvTranspose is not "
-                                "supported", (long long)group);
-    if (strcmp(ap, "NOTSET") && strcmp(ap, "VALID"))
+    const int same = !strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER");
+    if (strcmp(ap, "NOTSET") && strcmp(ap, "VALID") && !same)
         return fail(c, RT_EINVAL, "auto_pad '%s' is not supported", ap);
-    if (attr(c->node, "output_shape"))
-        return fail(c, RT_EINVAL, "output_shape is not supported (give pads)");
     if (w->crank != 4) return fail(c, RT_ESHAPE, "weight '%.64s' must be 4-D", w->name);
-    const int64_t C = x->d[1], OC = w->cd[1];
+    const int64_t C = x->d[1], OCg = w->cd[1];
+    if (group < 1 || C % group)
+        return fail(c, RT_EINVAL, "group %lld must divide the %lld input channels",
+                    (long long)group, (long long)C);
+    const int64_t OC = OCg * group, Cg = C / group;
     if (w->cd[0] != C)
         return fail(c, RT_ESHAPE, "weight '%.64s' expects %lld input channels, input has %lld",
                     w->name, (long long)w->cd[0], (long long)C);
@@ -1868,10 +1924,36 @@ static int op_convtranspose(ictx *c)
     if ((rc = window(c, x, kdef, &wn)) < 0) return rc;
     if (wn.k[0] != w->cd[2] || wn.k[1] != w->cd[3])
         return fail(c, RT_ESHAPE, "kernel_shape does not match the weight");
-    int64_t op[2] = {0, 0}, v[2];
+    int64_t op[2] = {0, 0}, v[4], os[2] = {0, 0};
     if ((rc = a_ints(c, "output_padding", v, 2, &n)) < 0) return rc;
     if (n == 2) op[0] = v[0], op[1] = v[1];
     else if (n >= 0) return fail(c, RT_EINVAL, "output_padding must have 2 values");
+    if ((rc = a_ints(c, "output_shape", v, 4, &n)) < 0) return rc;
+    if (n == 2 || n == 4) os[0] = v[n - 2], os[1] = v[n - 1];
+    else if (n >= 0) return fail(c, RT_EINVAL, "output_shape must have 2 values (H, W)");
+    if (n < 0 && same) os[0] = x->d[2] * wn.s[0], os[1] = x->d[3] * wn.s[1];
+    if (os[0]) {
+        /* ONNX: total = stride (in - 1) + output_padding + (k - 1) d + 1 -
+         * output_shape; SAME_UPPER puts the odd cell at the end, else the
+         * start; a negative total is more output padding */
+        for (int q = 0; q < 2; q++) {
+            if (os[q] < 1) return fail(c, RT_EINVAL, "output_shape must be positive");
+            const int64_t tot = wn.s[q] * (x->d[2 + q] - 1) + op[q] +
+                                (wn.k[q] - 1) * wn.dl[q] + 1 - os[q];
+            if (tot < 0) {
+                op[q] -= tot;
+                wn.pads[q] = wn.pads[q + 2] = 0;
+            } else if (!strcmp(ap, "SAME_UPPER")) {
+                wn.pads[q] = tot / 2, wn.pads[q + 2] = tot - tot / 2;
+            } else {
+                wn.pads[q] = tot - tot / 2, wn.pads[q + 2] = tot / 2;
+            }
+        }
+    }
+    for (int q = 0; q < 2; q++)
+        if (op[q] < 0 || op[q] >= wn.s[q])
+            return fail(c, RT_EINVAL, "output_padding %lld (as output_shape asks) must be in "
+                        "0..stride-1", (long long)op[q]);
     int64_t d[4] = {-1, OC, 0, 0};
     for (int q = 0; q < 2; q++) {
         d[2 + q] = (x->d[2 + q] - 1) * wn.s[q] + (wn.k[q] - 1) * wn.dl[q] + 1 - wn.pads[q] -
@@ -1879,19 +1961,21 @@ static int op_convtranspose(ictx *c)
         if (d[2 + q] < 1) return fail(c, RT_ESHAPE, "the output would be empty");
     }
     const char *in[3] = {x->en};
-    /* (C, OC, kh, kw) -> (kh, kw, OC, C) */
-    const int perm[4] = {2, 3, 1, 0};
-    const int64_t od[4] = {w->cd[2], w->cd[3], OC, C};
-    if ((rc = mk_param(c, w, 4, w->cd, perm, 4, od, 1, &in[1])) < 0) return rc;
+    /* (C, OC/g, kh, kw) viewed (g, C/g, OC/g, kh, kw) -> (kh, kw, OC, C/g) */
+    const int64_t vd[5] = {group, Cg, OCg, w->cd[2], w->cd[3]};
+    const int perm[5] = {3, 4, 0, 2, 1};
+    const int64_t od[4] = {w->cd[2], w->cd[3], OC, Cg};
+    if ((rc = mk_param(c, w, 5, vd, perm, 4, od, 1, &in[1])) < 0) return rc;
     if (b) {
         if (b->numel != OC) return fail(c, RT_ESHAPE, "bias must have %lld values", (long long)OC);
         if ((rc = mk_param(c, b, 1, &OC, P_ID, 1, &OC, 1, &in[2])) < 0) return rc;
     }
     if ((rc = def_act(c, &y, L_NHWC, 4, d)) < 0) return rc;
-    rt_attr a[5];
+    rt_attr a[6];
     int64_t store[10];
     int na = win_attrs(&wn, 1, a, store);
     a[na++] = (rt_attr){.name = "output_padding", .kind = RT_ATTR_INTS, .n = 2, .ints = op};
+    if (group != 1) a[na++] = (rt_attr){.name = "group", .kind = RT_ATTR_INT, .i = group};
     return add_node(c, y->en, "ConvTranspose", b ? 3 : 2, in, na, a);
 }
 
@@ -2043,19 +2127,7 @@ static int op_reduce(ictx *c, const char *op)
     if ((rc = a_int(c, "keepdims", 1, &keep)) < 0 ||
         (rc = a_int(c, "noop_with_empty_axes", 0, &nowhere)) < 0)
         return rc;
-    /* ReduceSum takes axes as an input from opset 13 */
-    if (!strcmp(op, "ReduceSum") && c->opset >= 13) {
-        oval *a = in_opt(c, 1, &rc);
-        if (rc < 0) return rc;
-        if (a) {
-            if (a->kind != V_CONST || a->isf || a->numel > RT_MAX_DIMS)
-                return fail(c, RT_EINVAL, "axes must be an integer constant");
-            for (int64_t q = 0; q < a->numel; q++) ax[q] = a->i[q];
-            n = (int)a->numel;
-        }
-    } else if ((rc = a_ints(c, "axes", ax, RT_MAX_DIMS, &n)) < 0) {
-        return rc;
-    }
+    if ((rc = reduce_axes(c, ax, &n)) < 0) return rc;
     if (n == 0 && nowhere) return fail(c, RT_EINVAL, "noop_with_empty_axes is not supported");
     const int r = x->rank;
     int red[RT_MAX_DIMS] = {0};
@@ -2114,6 +2186,93 @@ static int op_gmp(ictx *c)
     return add_node(c, y->en, "GlobalMaxPool", 1, in, 1, &a);
 }
 
+/* Resize of an NCHW value by integer factors over H and W: the engine's
+ * Upsample. What torch exports for nn.Upsample / F.interpolate: nearest
+ * (asymmetric coordinates, floor; or half-pixel coordinates with a
+ * rounding mode, the same cells for integer factors) and bilinear with
+ * align_corners=False (half_pixel or pytorch_half_pixel; the same for
+ * outputs larger than 1). */
+static int op_resize(ictx *c)
+{
+    int rc, n;
+    oval *x = NULL, *y = NULL;
+    if ((rc = in_act(c, 0, &x)) < 0 || (rc = need_nhwc(c, x)) < 0) return rc;
+    char mode[24], ctm[32], nm[24], kar[24];
+    int64_t excl, anti;
+    if ((rc = a_str(c, "mode", "nearest", mode, sizeof mode)) < 0 ||
+        (rc = a_str(c, "coordinate_transformation_mode", "half_pixel", ctm, sizeof ctm)) < 0 ||
+        (rc = a_str(c, "nearest_mode", "round_prefer_floor", nm, sizeof nm)) < 0 ||
+        (rc = a_str(c, "keep_aspect_ratio_policy", "stretch", kar, sizeof kar)) < 0 ||
+        (rc = a_int(c, "exclude_outside", 0, &excl)) < 0 ||
+        (rc = a_int(c, "antialias", 0, &anti)) < 0)
+        return rc;
+    const int half = !strcmp(ctm, "half_pixel") || !strcmp(ctm, "pytorch_half_pixel");
+    const int linear = !strcmp(mode, "linear");
+    if (!linear && strcmp(mode, "nearest"))
+        return fail(c, RT_EINVAL, "mode '%s': nearest and linear are supported", mode);
+    if (linear && !half)
+        return fail(c, RT_EINVAL, "linear with coordinate_transformation_mode '%s': only "
+                    "half_pixel (align_corners=False) is supported", ctm);
+    if (!linear && !(half && !strncmp(nm, "round_prefer_", 13)) &&
+        !(!strcmp(ctm, "asymmetric") && !strcmp(nm, "floor")))
+        return fail(c, RT_EINVAL, "nearest with coordinate_transformation_mode '%s' and "
+                    "nearest_mode '%s' is not supported (asymmetric with floor is)", ctm, nm);
+    if (excl) return fail(c, RT_EINVAL, "exclude_outside=1 is not supported");
+    if (strcmp(kar, "stretch"))
+        return fail(c, RT_EINVAL, "keep_aspect_ratio_policy '%s' is not supported", kar);
+    (void)anti; /* antialiasing changes nothing when scaling up */
+    /* axes (opset 18): the factors given for these axes only */
+    int64_t ax[4] = {0, 1, 2, 3};
+    if ((rc = a_ints(c, "axes", ax, 4, &n)) < 0) return rc;
+    const int na = n < 0 ? 4 : n;
+    for (int q = 0; q < na; q++)
+        if (ax[q] < -4 || ax[q] > 3) return fail(c, RT_EINVAL, "axes[%d] is out of range", q);
+    oval *sc = NULL, *sz = NULL;
+    sc = in_opt(c, 2, &rc);
+    if (rc < 0) return rc;
+    sz = in_opt(c, 3, &rc);
+    if (rc < 0) return rc;
+    if (sc && sc->numel == 0) sc = NULL; /* torch writes an empty scales beside sizes */
+    if ((sc && sz) || (!sc && !sz))
+        return fail(c, RT_EINVAL, "give either scales or sizes");
+    oval *k = sc ? sc : sz;
+    if (k->kind != V_CONST || k->numel != na || (sc && !sc->isf) || (sz && sz->isf))
+        return fail(c, RT_EINVAL, "%s must be a constant of %d %s", sc ? "scales" : "sizes",
+                    na, sc ? "floats" : "integers");
+    int64_t f[4] = {1, 1, 1, 1};
+    for (int q = 0; q < na; q++) {
+        const int a = (int)(ax[q] < 0 ? ax[q] + 4 : ax[q]);
+        if (sc) {
+            const float v = sc->f[q];
+            if (!(v >= 1 && v <= RT__MAX_WINDOW && v == floorf(v)))
+                return fail(c, RT_EINVAL, "scale %g on axis %d: only integer factors >= 1 "
+                            "are supported", (double)v, a);
+            f[a] = (int64_t)v;
+        } else if (a == 0) {
+            if (sz->i[q] != SYM_B) f[0] = 0; /* the batch: kept, as Shape gives it */
+        } else {
+            const int64_t v = sz->i[q], in = x->d[a];
+            if (v < in || v % in || v / in > RT__MAX_WINDOW)
+                return fail(c, RT_EINVAL, "size %lld on axis %d is not an integer multiple "
+                            "of %lld", (long long)v, a, (long long)in);
+            f[a] = v / in;
+        }
+    }
+    if (f[0] != 1 || f[1] != 1)
+        return fail(c, RT_EINVAL, "only H and W are resized (not the batch or channels)");
+    const int64_t d[4] = {-1, x->d[1], x->d[2] * f[2], x->d[3] * f[3]};
+    if ((rc = def_act(c, &y, L_NHWC, 4, d)) < 0) return rc;
+    if (f[2] == 1 && f[3] == 1) {
+        y->en = x->en;
+        return 0;
+    }
+    const int64_t s2[2] = {f[2], f[3]};
+    const char *in[1] = {x->en};
+    rt_attr at[2] = {{.name = "scales", .kind = RT_ATTR_INTS, .n = 2, .ints = s2},
+                     {.name = "mode", .kind = RT_ATTR_STR, .s = linear ? "bilinear" : "nearest"}};
+    return add_node(c, y->en, "Upsample", 1, in, 2, at);
+}
+
 /* ----------------------------------------------------------- the op table */
 
 static const struct {
@@ -2138,6 +2297,7 @@ static const struct {
     {"Pad", op_pad}, {"Transpose", op_transpose}, {"ReduceMean", op_reducemean},
     {"ReduceSum", op_reducesum}, {"GlobalMaxPool", op_gmp},
     {"ConstantOfShape", op_constantofshape}, {"Pow", op_pow}, {"Sqrt", op_sqrt},
+    {"Resize", op_resize},
 };
 
 static op_fn find_op(const Onnx__NodeProto *n)
@@ -2219,9 +2379,13 @@ static int define_input(ictx *c, const Onnx__ValueInfoProto *vi)
     if (!t || t->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !t->tensor_type)
         return fail(c, RT_EINVAL, "input '%.64s' is not a tensor", nm);
     const Onnx__TypeProto__Tensor *tt = t->tensor_type;
-    if (tt->elem_type != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
-        return fail(c, RT_EDTYPE, "input '%.64s' has element type %d; float is supported", nm,
-                    (int)tt->elem_type);
+    /* integer data are indices (nn.Embedding's): the engine reads them as
+     * integral floats */
+    const int idx = tt->elem_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ||
+                    tt->elem_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT32;
+    if (tt->elem_type != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT && !idx)
+        return fail(c, RT_EDTYPE, "input '%.64s' has element type %d; float (and int64 "
+                    "indices) are supported", nm, (int)tt->elem_type);
     if (!tt->shape || tt->shape->n_dim < 2 || tt->shape->n_dim > RT_MAX_DIMS)
         return fail(c, RT_ESHAPE, "input '%.64s' needs a shape of rank 2..%d (batch first)",
                     nm, RT_MAX_DIMS);
@@ -2249,7 +2413,8 @@ static int define_input(ictx *c, const Onnx__ValueInfoProto *vi)
         if (__builtin_mul_overflow(numel, d->dim_value, &numel) || numel > RT__MAX_NUMEL)
             return fail(c, RT_EINVAL, "input '%.64s' is too large per sample", nm);
     }
-    v->layout = v->rank == 4 ? L_NHWC : L_PLAIN;
+    v->idx = idx;
+    v->layout = v->rank == 4 && !idx ? L_NHWC : L_PLAIN;
     int64_t ed[RT_MAX_DIMS + 1];
     ed[0] = RT_BATCH;
     int rc;

@@ -51,7 +51,7 @@ extern "C" {
 #endif
 
 #define RT_ONNX_OPSET_MIN 11
-#define RT_ONNX_OPSET_MAX 17
+#define RT_ONNX_OPSET_MAX 18
 /* Bounds on what a model may cost to decode (docs/security.md): messages
  * nested at most RT_ONNX_MAX_DEPTH deep (protobuf's own C++ parser stops
  * at 100 too; a plain model nests 7 deep, each If/Loop subgraph adds 3),

@@ -237,9 +237,17 @@ static int rt__convt_infer(rt__cc *cc, rt__node *nd)
     if (w->batched || w->ndim != 4)
         return rt__cerr(cc, nd, RT_ESHAPE, "kernel '%s' must be 4-D (kh, kw, out, in)",
                         nd->in_name[1]);
-    if (w->d[3] != p->C)
+    /* group (ONNX's): output channel o reads the input channels of its
+     * group, [o / (OC/group) * C/group, +C/group); the kernel is then
+     * (kh, kw, OC, C/group) */
+    const int64_t G = rt__attr_int(cc, nd, "group", 1, &ok);
+    if (!ok) return RT_EINVAL;
+    if (G < 1 || p->C % G || w->d[2] % G)
+        return rt__cerr(cc, nd, RT_EINVAL, "group %lld must divide the %lld input and %lld output channels",
+                        (long long)G, (long long)p->C, (long long)w->d[2]);
+    if (w->d[3] * G != p->C)
         return rt__cerr(cc, nd, RT_ESHAPE, "kernel '%s' expects %lld input channels, input has %lld",
-                        nd->in_name[1], (long long)w->d[3], (long long)p->C);
+                        nd->in_name[1], (long long)(w->d[3] * G), (long long)p->C);
     const int64_t OC = w->d[2];
     p->bias = nd->n_in > 2;
     if (nd->n_in > 2) {
@@ -270,7 +278,7 @@ static int rt__convt_infer(rt__cc *cc, rt__node *nd)
     p->DH = d[0];
     p->DW = d[1];
     p->OC = OC;
-    p->G = 1;
+    p->G = G;
     const int64_t in[2] = {p->H, p->W}, k[2] = {p->KH, p->KW};
     int64_t out[2], pb[2];
     for (int i = 0; i < 2; i++) {
@@ -309,7 +317,7 @@ static uint64_t rt__convt_flops(const rt__node *nd, int64_t B, unsigned need_dx)
 {
     const rt__conv_params *p = rt__conv_cp(nd);
     const uint64_t m = 2 * (uint64_t)B * (uint64_t)(p->H * p->W * p->C) *
-                       (uint64_t)(p->KH * p->KW * p->OC);
+                       (uint64_t)(p->KH * p->KW * p->OC) / (uint64_t)(p->G > 0 ? p->G : 1);
     uint64_t f = m;
     if (need_dx & 1u) f += m;
     if (need_dx & 2u) f += m;

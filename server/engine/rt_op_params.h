@@ -97,7 +97,7 @@ typedef struct rt__conv_params {
     int64_t PT, PL;        /* padding before, top and left */
     int bias;              /* Conv2D: has a bias input */
     int act;               /* Conv2D: its activation attribute */
-    int64_t G;             /* Conv2D: groups (0 or 1: dense); ConvTranspose: 1 */
+    int64_t G;             /* groups (Conv2D: 0 or 1 dense) */
 } rt__conv_params;
 
 /* GlobalAvgPool: (B,H,W,C) -> (B,C) */

@@ -135,9 +135,9 @@ def main():
     ], [vi("x", ["N", 4])], [vi("y", ["N", 3])], [w]), "RT_EUNKNOWN_OP",
         "2 unsupported operators at opset 13: Celu (node 'act1'), Hardmax (node 'hm')")
     put("bad_opset9.onnx", model([mm], [vi("x", ["N", 4])], [vi("y", ["N", 3])], [w], opset=9),
-        "RT_EINVAL", "opset 9 is outside the supported 11..17")
-    put("bad_opset18.onnx", model([mm], [vi("x", ["N", 4])], [vi("y", ["N", 3])], [w],
-                                  opset=18), "RT_EINVAL", "opset 18 is outside")
+        "RT_EINVAL", "opset 9 is outside the supported 11..18")
+    put("bad_opset19.onnx", model([mm], [vi("x", ["N", 4])], [vi("y", ["N", 3])], [w],
+                                  opset=19), "RT_EINVAL", "opset 19 is outside")
     ext = onh.from_array(np.ones((4, 3), np.float32), "w")
     ext.ClearField("raw_data")
     ext.data_location = TP.EXTERNAL
@@ -152,7 +152,7 @@ def main():
                                      [vi("y", ["N", 3])]),
         "RT_EINVAL", "more than one data input")
     put("bad_int_input.onnx", model([mm], [vi("x", ["N", 4], TP.INT64)], [vi("y", ["N", 3])],
-                                    [w]), "RT_EDTYPE", "element type 7")
+                                    [w]), "RT_EDTYPE", "input 'x' holds integers; they are only supported as the indices")
     put("bad_reshape_batch.onnx", model([
         oh.make_node("Reshape", ["x", "shp"], ["y"], name="rs"),
     ], [vi("x", ["N", 4])], [vi("y", [2, 2])], [i64("shp", [2, 2])]), "RT_EINVAL",
@@ -182,7 +182,25 @@ def main():
         oh.make_node("ConvTranspose", ["x", "w"], ["c"], output_shape=[8, 8], name="ct"),
         oh.make_node("Flatten", ["c"], ["y"]),
     ], [vi("x", ["N", 2, 4, 4])], [vi("y", ["N", 128])], [f32("w", 2, 2, 2, 2)]),
-        "RT_EINVAL", "output_shape is not supported")
+        "RT_EINVAL", "ONNX node 'ct' (ConvTranspose): output_padding 3 (as output_shape asks)")
+    put("bad_resize_align_corners.onnx", model([
+        oh.make_node("Resize", ["x", "", "sc"], ["r"], mode="linear",
+                     coordinate_transformation_mode="align_corners", name="up"),
+        oh.make_node("Flatten", ["r"], ["y"]),
+    ], [vi("x", ["N", 2, 4, 4])], [vi("y", ["N", 128])],
+        [onh.from_array(np.array([1, 1, 2, 2], np.float32), "sc")]),
+        "RT_EINVAL", "ONNX node 'up' (Resize): linear with coordinate_transformation_mode "
+        "'align_corners'")
+    put("bad_resize_fraction.onnx", model([
+        oh.make_node("Resize", ["x", "", "sc"], ["r"], mode="nearest", name="up"),
+        oh.make_node("Flatten", ["r"], ["y"]),
+    ], [vi("x", ["N", 2, 4, 4])], [vi("y", ["N", 48])],
+        [onh.from_array(np.array([1, 1, 1.5, 1.5], np.float32), "sc")]),
+        "RT_EINVAL", "ONNX node 'up' (Resize): scale 1.5 on axis 2: only integer factors")
+    put("bad_gather_axis.onnx", model([
+        oh.make_node("Gather", ["w", "x"], ["y"], axis=1, name="emb"),
+    ], [vi("x", ["N", 3], TP.INT64)], [vi("y", ["N", 4, 3])], [f32("w", 4, 5)]),
+        "RT_EINVAL", "ONNX node 'emb' (Gather): only a gather of rows (axis 0)")
     put("bad_transposed_init.onnx", model([
         oh.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
         oh.make_node("MatMul", ["x", "wt"], ["y"], name="mm"),

@@ -174,8 +174,10 @@ void rt_kern_convt_fwd(const rt__kargs *a)
     const rt__conv_params *cv = rt__conv_cp(a->nd);
     const int64_t n = a->r->n, H = cv->H, W = cv->W, C = cv->C, OC = cv->OC;
     const int64_t OH = cv->OH, OW = cv->OW;
+    /* groups: output channel o reads the Cg input channels of its group */
+    const int64_t G = cv->G > 0 ? cv->G : 1, Cg = C / G, OCg = OC / G;
     const float *w = a->x[1], *bias = cv->bias ? a->x[2] : NULL;
-    const int nt = n * H * W * C * cv->KH * cv->KW * OC < (INT64_C(1) << 20)
+    const int nt = n * H * W * Cg * cv->KH * cv->KW * OC < (INT64_C(1) << 20)
                        ? 1 : rt_kern_conv_threads();
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t s = 0; s < n; s++) {
@@ -195,10 +197,11 @@ void rt_kern_convt_fwd(const rt__kargs *a)
                         const int64_t ow = wi * cv->SW - cv->PL + kw * cv->DW;
                         if (ow < 0 || ow >= OW) continue;
                         float *restrict yr = y + (oh * OW + ow) * OC;
-                        const float *restrict wr = w + (kh * cv->KW + kw) * OC * C;
+                        const float *restrict wr = w + (kh * cv->KW + kw) * OC * Cg;
                         for (int64_t o = 0; o < OC; o++) {
+                            const float *restrict xg = xr + o / OCg * Cg;
                             float acc = 0.0f;
-                            for (int64_t i = 0; i < C; i++) acc += wr[o * C + i] * xr[i];
+                            for (int64_t i = 0; i < Cg; i++) acc += wr[o * Cg + i] * xg[i];
                             yr[o] += acc;
                         }
                     }
@@ -213,7 +216,7 @@ int rt_kern_convt_prepare(rt__node *nd, int64_t B, rt__arena *A)
     (void)B;
     (void)A;
     const rt__conv_params *cv = rt__conv_cp(nd);
-    const int64_t KW_ = cv->KH * cv->KW * cv->OC * cv->C;
+    const int64_t KW_ = cv->KH * cv->KW * cv->OC * (cv->C / (cv->G > 0 ? cv->G : 1));
     nd->kdata = NULL;
     nd->scratch_floats = rt_kern_conv_threads() * ((KW_ + cv->OC + 15) & ~(int64_t)15);
     return 0;
@@ -226,10 +229,11 @@ void rt_kern_convt_bwd(const rt__kargs *a)
     const rt__conv_params *cv = rt__conv_cp(a->nd);
     const int64_t n = a->r->n, H = cv->H, W = cv->W, C = cv->C, OC = cv->OC;
     const int64_t OH = cv->OH, OW = cv->OW;
-    const int64_t KW_ = cv->KH * cv->KW * OC * C, TS = (KW_ + OC + 15) & ~(int64_t)15;
+    const int64_t G = cv->G > 0 ? cv->G : 1, Cg = C / G, OCg = OC / G;
+    const int64_t KW_ = cv->KH * cv->KW * OC * Cg, TS = (KW_ + OC + 15) & ~(int64_t)15;
     const float *w = a->x[1];
     float *dx = a->dx[0], *dw = a->dx[1], *db = cv->bias ? a->dx[2] : NULL;
-    int nt = n * H * W * C * cv->KH * cv->KW * OC < (INT64_C(1) << 20) ? 1 : rt_kern_conv_threads();
+    int nt = n * H * W * Cg * cv->KH * cv->KW * OC < (INT64_C(1) << 20) ? 1 : rt_kern_conv_threads();
     if (nt > n) nt = (int)n;
     int team = 1;
 #pragma omp parallel num_threads(nt)
@@ -257,13 +261,16 @@ void rt_kern_convt_bwd(const rt__kargs *a)
                             const int64_t ow = wi * cv->SW - cv->PL + kw * cv->DW;
                             if (ow < 0 || ow >= OW) continue;
                             const float *restrict g = dy + (oh * OW + ow) * OC;
-                            const int64_t wo = (kh * cv->KW + kw) * OC * C;
+                            const int64_t wo = (kh * cv->KW + kw) * OC * Cg;
                             for (int64_t o = 0; o < OC; o++) {
                                 const float go = g[o];
+                                const int64_t gi = o / OCg * Cg;
                                 if (dxr)
-                                    for (int64_t i = 0; i < C; i++) dxr[i] += w[wo + o * C + i] * go;
+                                    for (int64_t i = 0; i < Cg; i++)
+                                        dxr[gi + i] += w[wo + o * Cg + i] * go;
                                 if (dw)
-                                    for (int64_t i = 0; i < C; i++) pdw[wo + o * C + i] += xr[i] * go;
+                                    for (int64_t i = 0; i < Cg; i++)
+                                        pdw[wo + o * Cg + i] += xr[gi + i] * go;
                             }
                         }
                     }
