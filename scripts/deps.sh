@@ -37,8 +37,9 @@ if [ $want_test -eq 1 ]; then
   pkgs+=(python3-pil python3-pytest jupyter-nbconvert python3-ipykernel
          python3-matplotlib librsvg2-bin prometheus python3-yaml systemd)
   # ONNX: the export-back check loads rtrain's export into PyTorch
-  # (tests/onnx); onnx reads it back in the Python tests.
-  pkgs+=(python3-torch python3-onnx libopenblas0-pthread)
+  # (tests/onnx); onnx reads it back in the Python tests; torchvision
+  # builds resnet18 and mobilenet_v2 for onnx_torchvision.
+  pkgs+=(python3-torch python3-torchvision python3-onnx libopenblas0-pthread)
   # scripts/fuzz.sh: libFuzzer harnesses (tests/fuzz) built with clang.
   pkgs+=(clang-14 libfuzzer-14-dev)
   # tests/mpi/netns.sh: ip netns, the MPI tests across network namespaces
