@@ -43,7 +43,18 @@ typedef struct oval {
     Onnx__TensorProto *init;    /* a float initializer: trainable weights */
     const char *wname;          /* the parameter's name: the initializer's,
                                    also through Identity */
+    int iid;                    /* an initializer's index + 1 */
+    int64_t *src;               /* a float constant folded from initializers
+                                   (Slice, Concat, Unsqueeze... of weights, as
+                                   torch writes an LSTM's): per value, the
+                                   initializer value it is (PROV), -1 none */
 } oval;
+
+/* where a value of a constant comes from: initializer iid (index + 1),
+ * value off */
+#define PROV(iid, off) ((int64_t)(iid) << 40 | (int64_t)(off))
+#define PROV_IID(p) ((int)((p) >> 40))
+#define PROV_OFF(p) ((p) & ((INT64_C(1) << 40) - 1))
 
 /* A parameter made from an ONNX tensor: engine = transpose(reshape(onnx,
  * vd), perm); the export runs it backwards. */
@@ -53,6 +64,8 @@ typedef struct pmap {
     int r;
     int64_t vd[MAXR];
     int perm[MAXR];
+    int64_t *emap, n;           /* else, a parameter gathered from
+                                   initializers: value k is emap[k] (PROV) */
 } pmap;
 
 typedef struct ictx {
@@ -72,6 +85,11 @@ typedef struct ictx {
     ProtobufCAllocator pb;      /* the decode's, counting into pb_used */
     size_t pb_used, pb_budget;
     int data_nhwc;              /* the caller feeds a 4-D input NHWC */
+    int ninit;
+    int *iuse;                  /* per initializer: 1 + the pmap that holds
+                                   it whole, or -1: gathered pmaps read it */
+    int32_t **iown;             /* per value of an initializer gathered
+                                   from: 1 + the pmap holding it */
     int nchw_input;             /* out: the data input is taken NCHW */
 } ictx;
 
@@ -322,6 +340,35 @@ static void permute(float *src, float *dst, int r, const int64_t *vd, const int 
 
 static const int P_ID[MAXR] = {0, 1, 2, 3, 4, 5};
 
+/* the initializer value that value k of constant v is, or -1 */
+static int64_t prov_of(const oval *v, int64_t k)
+{
+    return v->src ? v->src[k] : v->init && v->iid ? PROV(v->iid, k) : -1;
+}
+
+/* y folded from x: y carries provenance when x does (set per value by
+ * const_copy) */
+static int prov_alloc(ictx *c, oval *y, const oval *x)
+{
+    if (!x->isf || (!x->src && !x->init)) return 0;
+    if (y->src) return 0;
+    if (!(y->src = alloc(c, (size_t)y->numel * sizeof(int64_t)))) return OOM(c);
+    for (int64_t k = 0; k < y->numel; k++) y->src[k] = -1;
+    return 0;
+}
+
+static int mk_param_map(ictx *c, oval *v, const int64_t *idx, int64_t n, int orank,
+                        const int64_t *od, int trainable, const char **pname);
+
+/* A constant's element src copied to dst's element (floats or integers),
+ * with where it comes from (prov_alloc first). */
+static void const_copy(oval *y, int64_t dst, const oval *x, int64_t src)
+{
+    if (x->isf) y->f[dst] = x->f[src];
+    else y->i[dst] = x->i[src];
+    if (y->src) y->src[dst] = prov_of(x, src);
+}
+
 /* The parameter for constant v as transpose(reshape(v, vd), perm) with
  * engine dims od (rank orank, same count). An initializer used twice in
  * the same layout is one parameter. */
@@ -336,6 +383,30 @@ static int mk_param(ictx *c, oval *v, int r, const int64_t *vd, const int *perm,
     if (n != v->numel)
         return fail(c, RT_ESHAPE, "'%.64s' has %lld values, expected %lld", wn,
                     (long long)v->numel, (long long)n);
+    if (v->src) {
+        /* folded from initializers: gather by the same permutation */
+        float *iota = malloc((size_t)(n ? n : 1) * sizeof(float));
+        int64_t *ix = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+        float *pf = malloc((size_t)(n ? n : 1) * sizeof(float));
+        int rc = RT_ENOMEM;
+        if (iota && ix && pf && n <= (INT64_C(1) << 24)) {
+            for (int64_t k = 0; k < n; k++) iota[k] = (float)k; /* exact below 2^24 */
+            permute(iota, pf, r, vd, perm, 0);
+            for (int64_t k = 0; k < n; k++) ix[k] = (int64_t)pf[k];
+            rc = mk_param_map(c, v, ix, n, orank, od, trainable, pname);
+        } else if (iota && ix && pf) {
+            rc = fail(c, RT_EINVAL, "'%.64s' is too large to fold", wn);
+        } else {
+            rc = OOM(c);
+        }
+        free(iota);
+        free(ix);
+        free(pf);
+        return rc;
+    }
+    if (v->init && v->iid && c->iuse[v->iid - 1] < 0)
+        return fail(c, RT_EINVAL, "initializer '%.64s' is read whole and sliced: two "
+                    "parameters would train apart", wn);
     for (int k = 0; k < c->npm; k++) {
         pmap *p = &c->pm[k];
         if (strcmp(p->pname, wn) != 0) continue;
@@ -362,13 +433,148 @@ static int mk_param(ictx *c, oval *v, int r, const int64_t *vd, const int *perm,
         c->pm = np;
         c->cap_pm = cap;
     }
+    if (v->init && v->iid) c->iuse[v->iid - 1] = c->npm + 1;
     pmap *p = &c->pm[c->npm++];
+    memset(p, 0, sizeof *p);
     p->pname = wn;
     p->init = v->init;
     p->r = r;
     memcpy(p->vd, vd, sizeof(int64_t) * (size_t)r);
     memcpy(p->perm, perm, sizeof(int) * (size_t)r);
     *pname = p->pname;
+    return 0;
+}
+
+static int pm_push(ictx *c, pmap **out)
+{
+    if (c->npm == c->cap_pm) {
+        int cap = c->cap_pm ? 2 * c->cap_pm : 32;
+        pmap *np = alloc(c, sizeof *np * (size_t)cap);
+        if (!np) return OOM(c);
+        if (c->npm) memcpy(np, c->pm, sizeof *np * (size_t)c->npm);
+        c->pm = np;
+        c->cap_pm = cap;
+    }
+    *out = &c->pm[c->npm++];
+    memset(*out, 0, sizeof **out);
+    return 0;
+}
+
+/* A parameter whose value k is value idx[k] of constant v (engine dims od):
+ * the layout changes a permutation cannot make (an LSTM's gate order). When
+ * v comes from initializers, the parameter is trainable and the export
+ * writes each value back where it came from; a value of an initializer
+ * feeds one parameter at most (two would train apart). */
+static int mk_param_map(ictx *c, oval *v, const int64_t *idx, int64_t n, int orank,
+                        const int64_t *od, int trainable, const char **pname)
+{
+    const char *wn = v->wname ? v->wname : v->name;
+    if (!v->isf) return fail(c, RT_EDTYPE, "'%.64s' must hold floats", wn);
+    int64_t *em = alloc(c, (size_t)(n ? n : 1) * sizeof(int64_t));
+    float *buf = malloc((size_t)(n ? n : 1) * sizeof(float));
+    if (!em || !buf) {
+        free(buf);
+        return OOM(c);
+    }
+    int with = 0, without = 0, iid0 = 0, one = 1;
+    for (int64_t k = 0; k < n; k++) {
+        buf[k] = v->f[idx[k]];
+        em[k] = prov_of(v, idx[k]);
+        if (em[k] < 0) {
+            without++;
+            continue;
+        }
+        with++;
+        if (!iid0) iid0 = PROV_IID(em[k]);
+        one &= PROV_IID(em[k]) == iid0;
+    }
+    if (with && without) {
+        free(buf);
+        return fail(c, RT_EINVAL, "'%.64s' mixes weights with constants", wn);
+    }
+    /* named as its initializer, or its initializers joined by '+' */
+    char nm[256];
+    if (with && one) {
+        snprintf(nm, sizeof nm, "%s", c->m->graph->initializer[iid0 - 1]->name);
+    } else if (with) {
+        size_t o = 0;
+        nm[0] = 0;
+        for (int64_t k = 0; k < n && o < sizeof nm - 1; k++) {
+            const int id = PROV_IID(em[k]);
+            int seen = 0;
+            for (int64_t q = 0; q < k && !seen; q++) seen = PROV_IID(em[q]) == id;
+            if (seen) continue;
+            int w = snprintf(nm + o, sizeof nm - o, "%s%s", o ? "+" : "",
+                             c->m->graph->initializer[id - 1]->name);
+            o += w > 0 ? (size_t)w : 0;
+        }
+    } else {
+        snprintf(nm, sizeof nm, "%s", wn);
+    }
+    for (int64_t k = 0; k < n && with; k++)
+        if (c->iuse[PROV_IID(em[k]) - 1] > 0) {
+            free(buf);
+            return fail(c, RT_EINVAL, "initializer '%.64s' is read whole and sliced: two "
+                        "parameters would train apart",
+                        c->m->graph->initializer[PROV_IID(em[k]) - 1]->name);
+        }
+    for (int k = 0; k < c->npm; k++) {
+        pmap *p = &c->pm[k];
+        if (strcmp(p->pname, nm) != 0) continue;
+        free(buf);
+        if (!p->emap || p->n != n || memcmp(p->emap, em, sizeof(int64_t) * (size_t)n))
+            return fail(c, RT_EINVAL, "'%.64s' is used in two different layouts", nm);
+        *pname = p->pname;
+        return 0;
+    }
+    pmap *p = NULL;
+    int rc = pm_push(c, &p);
+    if (rc < 0) {
+        free(buf);
+        return rc;
+    }
+    const int me = c->npm; /* this pmap's index + 1 */
+    for (int64_t k = 0; k < n && with; k++) {
+        const int id = PROV_IID(em[k]);
+        const Onnx__TensorProto *t = c->m->graph->initializer[id - 1];
+        if (c->iuse[id - 1] > 0) {
+            free(buf);
+            return fail(c, RT_EINVAL, "initializer '%.64s' is read whole and sliced: two "
+                        "parameters would train apart", t->name);
+        }
+        c->iuse[id - 1] = -1;
+        if (!c->iown[id - 1]) {
+            int64_t tn = 1;
+            for (size_t q = 0; q < t->n_dims; q++) tn *= t->dims[q];
+            if (!(c->iown[id - 1] = alloc(c, (size_t)(tn ? tn : 1) * sizeof(int32_t)))) {
+                free(buf);
+                return OOM(c);
+            }
+            memset(c->iown[id - 1], 0, (size_t)(tn ? tn : 1) * sizeof(int32_t));
+        }
+        int32_t *own = &c->iown[id - 1][PROV_OFF(em[k])];
+        if (*own && *own != me) {
+            free(buf);
+            return fail(c, RT_EINVAL, "a value of initializer '%.64s' feeds two parameters "
+                        "(they would train apart)", t->name);
+        }
+        *own = me;
+    }
+    char *pn = alloc(c, strlen(nm) + 1);
+    if (!pn) {
+        free(buf);
+        return OOM(c);
+    }
+    memcpy(pn, nm, strlen(nm) + 1);
+    int64_t one1 = 1;
+    rc = rt_graph_add_param(c->g, pn, orank ? orank : 1, orank ? od : &one1, RT_INIT_DEFAULT,
+                            trainable && with, buf);
+    free(buf);
+    if (rc < 0) return fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    p->pname = pn;
+    p->emap = with ? em : NULL;
+    p->n = n;
+    *pname = pn;
     return 0;
 }
 
@@ -1539,13 +1745,13 @@ static int op_gather(ictx *c)
     if (x->crank != 1 || axis != 0 || ix->isf || ix->crank > 1)
         return fail(c, RT_EINVAL, "only gathers from a 1-D constant are folded");
     int64_t n = ix->numel;
-    if ((rc = def_const(c, 0, x->isf, ix->crank, &n, &y)) < 0) return rc;
+    if ((rc = def_const(c, 0, x->isf, ix->crank, &n, &y)) < 0 || (rc = prov_alloc(c, y, x)) < 0)
+        return rc;
     for (int64_t q = 0; q < n; q++) {
         int64_t k = ix->i[q] < 0 ? ix->i[q] + x->numel : ix->i[q];
         if (k < 0 || k >= x->numel) return fail(c, RT_EINVAL, "index %lld out of range",
                                                 (long long)ix->i[q]);
-        if (x->isf) y->f[q] = x->f[k];
-        else y->i[q] = x->i[k];
+        const_copy(y, q, x, k);
     }
     return 0;
 }
@@ -1613,9 +1819,9 @@ static int squeeze_any(ictx *c, int unsq)
     int nr = 0;
     if (x->kind == V_CONST) {
         if ((rc = sq_dims(c, unsq, x->crank, x->cd, nd, &nr)) < 0) return rc;
-        if ((rc = def_const(c, 0, x->isf, nr, nd, &y)) < 0) return rc;
-        if (x->numel && x->isf) memcpy(y->f, x->f, (size_t)x->numel * sizeof(float));
-        else if (x->numel) memcpy(y->i, x->i, (size_t)x->numel * sizeof(int64_t));
+        if ((rc = def_const(c, 0, x->isf, nr, nd, &y)) < 0 || (rc = prov_alloc(c, y, x)) < 0)
+            return rc;
+        for (int64_t q = 0; q < x->numel; q++) const_copy(y, q, x, q);
         return 0;
     }
     int64_t d[RT_MAX_DIMS];
@@ -1645,21 +1851,32 @@ static int op_concat(ictx *c)
         consts += v[q]->kind == V_CONST;
     }
     if (consts == (int)n) {
-        /* 1-D constants (shapes): fold */
-        int64_t tot = 0;
-        int isf = v[0]->isf;
+        /* constants (shapes; torch's slices of an LSTM's weights): fold */
+        const int isf = v[0]->isf, r = v[0]->crank;
+        if (r < 1) return fail(c, RT_EINVAL, "concatenating scalars");
+        if ((rc = norm_axis(c, a, r, &ax)) < 0) return rc;
+        int64_t d[RT_MAX_DIMS], outer = 1, inner = 1;
+        memcpy(d, v[0]->cd, sizeof d);
+        d[ax] = 0;
         for (size_t q = 0; q < n; q++) {
-            if (v[q]->crank != 1 || v[q]->isf != isf)
-                return fail(c, RT_EINVAL, "only 1-D constants of one type are folded");
-            tot += v[q]->numel;
+            if (v[q]->crank != r || v[q]->isf != isf)
+                return fail(c, RT_EINVAL, "only constants of one rank and type are folded");
+            for (int k = 0; k < r; k++)
+                if (k != ax && v[q]->cd[k] != v[0]->cd[k])
+                    return fail(c, RT_ESHAPE, "inputs differ outside axis %d", ax);
+            d[ax] += v[q]->cd[ax];
         }
+        for (int k = 0; k < ax; k++) outer *= d[k];
+        for (int k = ax + 1; k < r; k++) inner *= d[k];
         oval *y = NULL;
-        if ((rc = def_const(c, 0, isf, 1, &tot, &y)) < 0) return rc;
-        int64_t o = 0;
+        if ((rc = def_const(c, 0, isf, r, d, &y)) < 0) return rc;
         for (size_t q = 0; q < n; q++)
-            for (int64_t k = 0; k < v[q]->numel; k++, o++) {
-                if (isf) y->f[o] = v[q]->f[k];
-                else y->i[o] = v[q]->i[k];
+            if ((rc = prov_alloc(c, y, v[q])) < 0) return rc;
+        int64_t o = 0;
+        for (int64_t b = 0; b < outer; b++)
+            for (size_t q = 0; q < n; q++) {
+                const int64_t blk = v[q]->cd[ax] * inner;
+                for (int64_t k = 0; k < blk; k++) const_copy(y, o++, v[q], b * blk + k);
             }
         return 0;
     }
@@ -1703,7 +1920,9 @@ static int op_cast(ictx *c)
     else
         return fail(c, RT_EINVAL, "cast to type %lld is not folded", (long long)to);
     if ((rc = def_const(c, 0, isf, x->crank, x->cd, &y)) < 0) return rc;
+    if (isf && (rc = prov_alloc(c, y, x)) < 0) return rc; /* float to float: the weight */
     for (int64_t q = 0; q < x->numel; q++) {
+        if (y->src) y->src[q] = prov_of(x, q);
         if (!x->isf && x->i[q] == SYM_B) {
             if (isf) return fail(c, RT_EINVAL, "the batch size cannot be cast to float");
             y->i[q] = SYM_B;
@@ -1718,30 +1937,13 @@ static int op_cast(ictx *c)
     return 0;
 }
 
-/* A constant's element src copied to dst's element (floats or integers). */
-static void const_copy(oval *y, int64_t dst, const oval *x, int64_t src)
-{
-    if (x->isf) y->f[dst] = x->f[src];
-    else y->i[dst] = x->i[src];
-}
-
-/* Constants feeding weights stay trainable only as they are: a float
- * initializer reshaped, transposed or sliced at import would lose its
- * link to the export. */
-static int foldable(ictx *c, const oval *x)
-{
-    if (x->init)
-        return fail(c, RT_EINVAL, "initializer '%.64s' is reshaped, transposed or sliced in "
-                    "the graph; only integer and Constant values are folded", x->name);
-    return 0;
-}
 
 /* Slice of a constant: any axes, steps (negative too) */
 static int op_slice(ictx *c)
 {
     int rc;
     oval *x = NULL, *st = NULL, *en = NULL, *ax = NULL, *sp = NULL, *y = NULL;
-    if ((rc = in_const(c, 0, &x)) < 0 || (rc = foldable(c, x)) < 0) return rc;
+    if ((rc = in_const(c, 0, &x)) < 0) return rc;
     int64_t s0[RT_MAX_DIMS], e0[RT_MAX_DIMS], a0[RT_MAX_DIMS], p0[RT_MAX_DIMS];
     int n;
     if (c->opset < 10) return fail(c, RT_EINVAL, "Slice before opset 10");
@@ -1780,7 +1982,8 @@ static int op_slice(ictx *c)
         lo[a] = b;
         step[a] = p0[q];
     }
-    if ((rc = def_const(c, 0, x->isf, x->crank, d, &y)) < 0) return rc;
+    if ((rc = def_const(c, 0, x->isf, x->crank, d, &y)) < 0 || (rc = prov_alloc(c, y, x)) < 0)
+        return rc;
     int64_t str[RT_MAX_DIMS], idx[RT_MAX_DIMS] = {0}, t = 1;
     for (int q = x->crank - 1; q >= 0; q--) str[q] = t, t *= x->cd[q];
     for (int64_t o = 0; o < y->numel; o++) {
@@ -1800,7 +2003,6 @@ static int fold_reshape(ictx *c, oval *x, const oval *s)
 {
     int rc;
     oval *y = NULL;
-    if ((rc = foldable(c, x)) < 0) return rc;
     if (s->isf || s->crank != 1 || s->numel > RT_MAX_DIMS)
         return fail(c, RT_EINVAL, "shape must be a 1-D integer constant");
     int64_t d[RT_MAX_DIMS], known = 1;
@@ -1824,7 +2026,9 @@ static int fold_reshape(ictx *c, oval *x, const oval *s)
         return fail(c, RT_ESHAPE, "reshape of %lld values to %lld", (long long)x->numel,
                     (long long)known);
     }
-    if ((rc = def_const(c, 0, x->isf, (int)s->numel, d, &y)) < 0) return rc;
+    if ((rc = def_const(c, 0, x->isf, (int)s->numel, d, &y)) < 0 ||
+        (rc = prov_alloc(c, y, x)) < 0)
+        return rc;
     for (int64_t q = 0; q < x->numel; q++) const_copy(y, q, x, q);
     return 0;
 }
@@ -1834,7 +2038,6 @@ static int fold_transpose(ictx *c, oval *x)
 {
     int rc, n;
     oval *y = NULL;
-    if ((rc = foldable(c, x)) < 0) return rc;
     const int r = x->crank;
     int64_t p[RT_MAX_DIMS], d[RT_MAX_DIMS], str[RT_MAX_DIMS], idx[RT_MAX_DIMS] = {0}, t = 1;
     if ((rc = a_ints(c, "perm", p, RT_MAX_DIMS, &n)) < 0) return rc;
@@ -1849,7 +2052,8 @@ static int fold_transpose(ictx *c, oval *x)
             return fail(c, RT_EINVAL, "perm is not a permutation");
     for (int q = r - 1; q >= 0; q--) str[q] = t, t *= x->cd[q];
     for (int q = 0; q < r; q++) d[q] = x->cd[p[q]];
-    if ((rc = def_const(c, 0, x->isf, r, d, &y)) < 0) return rc;
+    if ((rc = def_const(c, 0, x->isf, r, d, &y)) < 0 || (rc = prov_alloc(c, y, x)) < 0)
+        return rc;
     for (int64_t o = 0; o < y->numel; o++) {
         int64_t src = 0;
         for (int q = 0; q < r; q++) src += idx[q] * str[p[q]];
@@ -2509,6 +2713,14 @@ static int run_import(ictx *c, const void *buf, size_t len, const char *output)
     c->cap = cap;
     if (!(c->tab = calloc(cap, sizeof *c->tab))) return OOM(c);
     if (!(c->g = rt_graph_create())) return OOM(c);
+    c->ninit = (int)gr->n_initializer;
+    if (gr->n_initializer > (INT64_C(1) << 23))
+        return fail(c, RT_EINVAL, "more than 2^23 initializers");
+    if (!(c->iuse = alloc(c, sizeof *c->iuse * (gr->n_initializer + 1))) ||
+        !(c->iown = alloc(c, sizeof *c->iown * (gr->n_initializer + 1))))
+        return OOM(c);
+    memset(c->iuse, 0, sizeof *c->iuse * (gr->n_initializer + 1));
+    memset(c->iown, 0, sizeof *c->iown * (gr->n_initializer + 1));
     /* readers of each value (patterns need single-reader values) */
     for (size_t k = 0; k < gr->n_node; k++)
         for (size_t i = 0; i < gr->node[k]->n_input; i++) {
@@ -2526,6 +2738,7 @@ static int run_import(ictx *c, const void *buf, size_t len, const char *output)
         if (v->kind != V_NONE) return fail(c, RT_EGRAPH, "initializer '%.64s' twice", t->name);
         if ((rc = tensor_load(c, t, v)) < 0) return rc;
         if (v->isf) v->init = t;
+        v->iid = (int)k + 1;
     }
     int n_data = 0;
     for (size_t k = 0; k < gr->n_input; k++) {
@@ -2612,9 +2825,60 @@ int rt_onnx_export(const void *buf, size_t len, const char *output, rt_onnx_para
     *out = NULL;
     *outlen = 0;
     int rc = run_import(&c, buf, len, output);
+    float **wb = rc == 0 ? calloc((size_t)c.ninit + 1, sizeof *wb) : NULL;
+    if (rc == 0 && !wb) rc = OOM(&c);
+    /* parameters gathered from initializers: each value back in place, the
+     * initializers' other values as they were */
     for (int k = 0; rc == 0 && k < c.npm; k++) {
         pmap *p = &c.pm[k];
-        if (!p->init) continue;
+        if (!p->emap) continue;
+        float *eng = malloc((size_t)(p->n ? p->n : 1) * sizeof(float));
+        if (!eng) {
+            rc = OOM(&c);
+            break;
+        }
+        if ((rc = get(ud, p->pname, eng, p->n)) < 0) {
+            free(eng);
+            rc = fail(&c, rc, "no value for parameter '%.64s'", p->pname);
+            break;
+        }
+        for (int64_t q = 0; q < p->n && rc == 0; q++) {
+            const int id = PROV_IID(p->emap[q]);
+            if (!wb[id - 1]) {
+                const oval *iv = lookup(&c, c.m->graph->initializer[id - 1]->name, 0);
+                if (!(wb[id - 1] = malloc((size_t)(iv->numel ? iv->numel : 1) * sizeof(float)))) {
+                    rc = OOM(&c);
+                    break;
+                }
+                if (iv->numel) memcpy(wb[id - 1], iv->f, (size_t)iv->numel * sizeof(float));
+            }
+            wb[id - 1][PROV_OFF(p->emap[q])] = eng[q];
+        }
+        free(eng);
+    }
+    for (int k = 0; rc == 0 && k < c.ninit; k++) {
+        if (!wb[k]) continue;
+        Onnx__TensorProto *t = c.m->graph->initializer[k];
+        const oval *iv = lookup(&c, t->name, 0);
+        free(t->raw_data.data);
+        free(t->float_data);
+        free(t->double_data);
+        t->float_data = NULL;
+        t->n_float_data = 0;
+        t->double_data = NULL;
+        t->n_double_data = 0;
+        t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+        t->has_raw_data = 1;
+        t->raw_data.data = (uint8_t *)wb[k];
+        t->raw_data.len = (size_t)iv->numel * sizeof(float);
+        wb[k] = NULL;
+    }
+    if (wb)
+        for (int k = 0; k < c.ninit; k++) free(wb[k]);
+    free(wb);
+    for (int k = 0; rc == 0 && k < c.npm; k++) {
+        pmap *p = &c.pm[k];
+        if (!p->init || p->emap) continue;
         int64_t n = 1;
         for (int q = 0; q < p->r; q++) n *= p->vd[q];
         float *eng = malloc((size_t)(n ? n : 1) * sizeof(float));
