@@ -15,12 +15,19 @@
 #define SYM_B INT64_MIN /* the batch size inside a folded shape constant */
 #define MAXR 6          /* rank of a permuted weight view */
 
-enum { V_NONE = 0, V_ACT, V_CONST };
+enum { V_NONE = 0, V_ACT, V_CONST, V_ZERO };
+/* V_ZERO: zeros of a shape that holds the batch (ConstantOfShape of
+ * Shape(x)): only an RNN's initial state */
 /* How an activation's ONNX dims map onto the engine tensor:
  * PLAIN  the same dims (batch first);
  * NHWC   ONNX (B,C,H,W) held as (B,H,W,C);
- * FLAT   ONNX (B, C*H*W) held as (B, H*W*C): a Flatten of an NHWC value. */
-enum { L_PLAIN = 0, L_NHWC, L_FLAT };
+ * FLAT   ONNX (B, C*H*W) held as (B, H*W*C): a Flatten of an NHWC value;
+ * RNN    sequence-major, as ONNX's LSTM/GRU read and write them, held
+ *        batch-first: rv RV_TBF ONNX (T, B, F) held (B, T, F); RV_TDBH
+ *        (T, D, B, H) and RV_TBDH (T, B, D, H) held (B, T, D*H). d is in
+ *        ONNX's order, -1 at the batch. */
+enum { L_PLAIN = 0, L_NHWC, L_FLAT, L_RNN };
+enum { RV_TBF = 1, RV_TDBH, RV_TBDH };
 
 typedef struct oval {
     const char *name;           /* ONNX name (the message's) */
@@ -33,6 +40,7 @@ typedef struct oval {
     int64_t d[RT_MAX_DIMS];     /* ONNX dims; d[0] is the batch (-1) */
     int64_t fc, fh, fw;         /* L_FLAT: the NHWC value flattened */
     int idx;                    /* integer data: only Gather's indices */
+    int rv;                     /* L_RNN: RV_* */
     /* V_CONST */
     int isf;                    /* float values (f) or integers (i) */
     int crank;
@@ -85,6 +93,8 @@ typedef struct ictx {
     ProtobufCAllocator pb;      /* the decode's, counting into pb_used */
     size_t pb_used, pb_budget;
     int data_nhwc;              /* the caller feeds a 4-D input NHWC */
+    int rnn_ok;                 /* the node takes sequence-major values */
+    int zero_ok;                /* the node takes V_ZERO inputs */
     int ninit;
     int *iuse;                  /* per initializer: 1 + the pmap that holds
                                    it whole, or -1: gathered pmaps read it */
@@ -588,6 +598,13 @@ static oval *in_opt(ictx *c, size_t k, int *rc)
     if (!v || v->kind == V_NONE)
         *rc = fail(c, RT_EGRAPH, "input '%.64s' is not defined before this node",
                    c->node->input[k]);
+    else if (v->kind == V_ZERO && !c->zero_ok)
+        *rc = fail(c, RT_EINVAL, "input '%.64s' is zeros shaped by the batch; only an "
+                   "LSTM's or GRU's initial state may be", v->name);
+    else if (v->kind == V_ACT && v->layout == L_RNN && !c->rnn_ok)
+        *rc = fail(c, RT_EINVAL, "input '%.64s' is sequence-major (seq, batch, ...) as an "
+                   "RNN reads and writes it; only Transpose, Squeeze, Reshape and Dropout "
+                   "taking it back to batch-first are supported on it", v->name);
     return v;
 }
 
@@ -646,6 +663,22 @@ static int def_act(ictx *c, oval **out, int layout, int rank, const int64_t *d)
     for (int k = 0; k < rank; k++) v->d[k] = d[k];
     v->d[0] = -1;
     *out = v;
+    return 0;
+}
+
+/* output k as a sequence-major value (layout L_RNN, view rv, ONNX dims d
+ * with -1 at the batch) held by engine tensor en */
+static int def_rnn(ictx *c, size_t k, int rv, int rank, const int64_t *d, const char *en)
+{
+    oval *y = NULL;
+    int rc = out_slot(c, k, &y);
+    if (rc < 0) return rc;
+    y->kind = V_ACT;
+    y->en = en ? en : y->name;
+    y->layout = L_RNN;
+    y->rv = rv;
+    y->rank = rank;
+    for (int q = 0; q < rank; q++) y->d[q] = d[q];
     return 0;
 }
 
@@ -794,11 +827,18 @@ static int op_dropout(ictx *c)
     if (!(ratio >= 0 && ratio < 1))
         return fail(c, RT_EINVAL, "ratio %g outside [0, 1)", ratio);
     oval *x = NULL, *y = NULL;
-    if ((rc = in_act(c, 0, &x)) < 0) return rc;
-    if ((rc = def_act(c, &y, x->layout, x->rank, x->d)) < 0) return rc;
-    y->fc = x->fc, y->fh = x->fh, y->fw = x->fw;
+    c->rnn_ok = 1;
+    rc = in_act(c, 0, &x);
+    c->rnn_ok = 0;
+    if (rc < 0) return rc;
     const char *in[1] = {x->en};
     rt_attr a = {.name = "rate", .kind = RT_ATTR_FLOAT, .f = ratio};
+    if (x->layout == L_RNN) { /* element-wise: the layout stays */
+        if ((rc = def_rnn(c, 0, x->rv, x->rank, x->d, NULL)) < 0) return rc;
+        return add_node(c, c->node->output[0], "Dropout", 1, in, 1, &a);
+    }
+    if ((rc = def_act(c, &y, x->layout, x->rank, x->d)) < 0) return rc;
+    y->fc = x->fc, y->fh = x->fh, y->fw = x->fw;
     return add_node(c, y->en, "Dropout", 1, in, 1, &a);
 }
 
@@ -1584,10 +1624,27 @@ static int fold_transpose(ictx *c, oval *x);
 static int op_reshape(ictx *c)
 {
     int rc;
+    c->rnn_ok = 1;
     oval *x = in_opt(c, 0, &rc), *s = NULL;
+    c->rnn_ok = 0;
     if (rc < 0) return rc;
     if ((rc = in_const(c, 1, &s)) < 0) return rc;
     if (x && x->kind == V_CONST) return fold_reshape(c, x, s);
+    if (x && x->kind == V_ACT && x->layout == L_RNN) {
+        /* a bidirectional Y as (T, B, D, H) merged to (T, B, D*H): the
+         * engine holds it so */
+        int ok = x->rv == RV_TBDH && !s->isf && s->numel == 3;
+        for (int q = 0; ok && q < 3; q++) {
+            const int64_t v = s->i[q], want = q == 0 ? x->d[0] : q == 2 ? x->d[2] * x->d[3] : -2;
+            ok = v == 0 || v == want || (q == 1 && (v == SYM_B || v == -1)) || (q == 2 && v == -1);
+        }
+        if (!ok)
+            return fail(c, RT_EINVAL, "of the sequence-major '%.64s' only (seq, batch, "
+                        "directions, hidden) -> (seq, batch, directions * hidden) is a "
+                        "supported reshape", x->name);
+        const int64_t d[3] = {x->d[0], -1, x->d[2] * x->d[3]};
+        return def_rnn(c, 0, RV_TBF, 3, d, x->en);
+    }
     if ((rc = in_act(c, 0, &x)) < 0) return rc;
     if (s->isf || s->crank != 1 || s->numel < 1 || s->numel > RT_MAX_DIMS)
         return fail(c, RT_EINVAL, "shape must be a 1-D integer constant of 1..%d values",
@@ -1694,7 +1751,9 @@ static int op_constant(ictx *c)
 static int op_shape(ictx *c)
 {
     int rc;
+    c->rnn_ok = 1;
     oval *x = in_opt(c, 0, &rc), *y = NULL;
+    c->rnn_ok = 0;
     if (rc < 0) return rc;
     if (!x) return fail(c, RT_EGRAPH, "input 0 is missing");
     if (attr(c->node, "start") || attr(c->node, "end"))
@@ -1702,7 +1761,8 @@ static int op_shape(ictx *c)
     int64_t r = x->kind == V_ACT ? x->rank : x->crank;
     if ((rc = def_const(c, 0, 0, 1, &r, &y)) < 0) return rc;
     for (int q = 0; q < r; q++)
-        y->i[q] = x->kind == V_ACT ? (q == 0 ? SYM_B : x->d[q]) : x->cd[q];
+        y->i[q] = x->kind != V_ACT ? x->cd[q]
+                  : (x->layout == L_RNN ? x->d[q] < 0 : q == 0) ? SYM_B : x->d[q];
     return 0;
 }
 
@@ -1812,9 +1872,25 @@ static int sq_dims(ictx *c, int unsq, int r, const int64_t *d, int64_t *nd, int 
 static int squeeze_any(ictx *c, int unsq)
 {
     int rc;
+    c->rnn_ok = 1;
+    c->zero_ok = 1;
     oval *x = in_opt(c, 0, &rc), *y = NULL;
+    c->rnn_ok = 0;
+    c->zero_ok = 0;
     if (rc < 0) return rc;
     if (!x) return fail(c, RT_EGRAPH, "input 0 is missing");
+    if (x->kind == V_ZERO) return out_slot(c, 0, &y) < 0 ? RT_EGRAPH : (y->kind = V_ZERO, 0);
+    if (x->kind == V_ACT && x->layout == L_RNN) {
+        /* an RNN's Y (T, 1, B, H) without its direction axis */
+        int64_t ax[RT_MAX_DIMS];
+        int n;
+        if ((rc = axes_of(c, ax, &n)) < 0) return rc;
+        if (unsq || x->rv != RV_TDBH || x->d[1] != 1 || n != 1 || (ax[0] != 1 && ax[0] != -3))
+            return fail(c, RT_EINVAL, "of the sequence-major '%.64s' only the direction axis "
+                        "(1) of a one-direction RNN's Y can be squeezed", x->name);
+        const int64_t d[3] = {x->d[0], -1, x->d[3]};
+        return def_rnn(c, 0, RV_TBF, 3, d, x->en);
+    }
     int64_t nd[RT_MAX_DIMS];
     int nr = 0;
     if (x->kind == V_CONST) {
@@ -1943,6 +2019,15 @@ static int op_slice(ictx *c)
 {
     int rc;
     oval *x = NULL, *st = NULL, *en = NULL, *ax = NULL, *sp = NULL, *y = NULL;
+    c->zero_ok = 1;
+    x = in_opt(c, 0, &rc);
+    c->zero_ok = 0;
+    if (rc < 0) return rc;
+    if (x && x->kind == V_ZERO) { /* a layer's part of the zero states */
+        if ((rc = out_slot(c, 0, &y)) < 0) return rc;
+        y->kind = V_ZERO;
+        return 0;
+    }
     if ((rc = in_const(c, 0, &x)) < 0) return rc;
     int64_t s0[RT_MAX_DIMS], e0[RT_MAX_DIMS], a0[RT_MAX_DIMS], p0[RT_MAX_DIMS];
     int n;
@@ -2075,9 +2160,15 @@ static int op_constantofshape(ictx *c)
     if (s->isf || s->crank != 1 || s->numel > RT_MAX_DIMS)
         return fail(c, RT_EINVAL, "shape must be a 1-D integer constant");
     int64_t n = 1;
-    for (int q = 0; q < s->numel; q++)
+    int batch = 0;
+    for (int q = 0; q < s->numel; q++) {
+        if (s->i[q] == SYM_B) {
+            batch = 1;
+            continue;
+        }
         if (s->i[q] < 0 || __builtin_mul_overflow(n, s->i[q], &n) || n > (1 << 24))
             return fail(c, RT_EINVAL, "shape must be a small non-negative size");
+    }
     const Onnx__AttributeProto *a = attr(c->node, "value");
     v.isf = 1;
     float zero = 0;
@@ -2087,6 +2178,15 @@ static int op_constantofshape(ictx *c)
             return fail(c, RT_EINVAL, "value must be a tensor");
         if ((rc = tensor_load(c, a->t, &v)) < 0) return rc;
         if (v.numel != 1) return fail(c, RT_EINVAL, "value must hold one element");
+    }
+    if (batch) {
+        /* zeros shaped by the batch: torch's initial RNN states */
+        if (v.isf ? v.f[0] != 0 : v.i[0] != 0)
+            return fail(c, RT_EINVAL, "a shape that holds the batch size is folded only for "
+                        "zeros (an RNN's initial state)");
+        if ((rc = out_slot(c, 0, &y)) < 0) return rc;
+        y->kind = V_ZERO;
+        return 0;
     }
     if ((rc = def_const(c, 0, v.isf, (int)s->numel, s->i, &y)) < 0) return rc;
     for (int64_t q = 0; q < y->numel; q++) const_copy(y, q, &v, 0);
@@ -2270,20 +2370,28 @@ static int op_pad(ictx *c)
     return add_node(c, y->en, "Pad", 1, in, 2, a);
 }
 
+static int rnn_transpose(ictx *c, oval *x, int n, const int64_t *p);
+
 /* Transpose: the output takes whichever layout makes the engine's
  * permutation the identity when one does (x.permute(0, 2, 3, 1) of an NCHW
  * value is then free); otherwise an engine Transpose */
 static int op_transpose(ictx *c)
 {
     int rc, n;
+    c->rnn_ok = 1;
     oval *x = in_opt(c, 0, &rc), *y = NULL;
+    c->rnn_ok = 0;
     if (rc < 0) return rc;
     if (x && x->kind == V_CONST) return fold_transpose(c, x);
-    if ((rc = in_act(c, 0, &x)) < 0) return rc;
+    c->rnn_ok = 1;
+    rc = in_act(c, 0, &x);
+    c->rnn_ok = 0;
+    if (rc < 0) return rc;
     if (x->layout == L_FLAT) return fail(c, RT_EINVAL, "transposing a flattened NCHW value");
     const int r = x->rank;
     int64_t p[RT_MAX_DIMS];
     if ((rc = a_ints(c, "perm", p, RT_MAX_DIMS, &n)) < 0) return rc;
+    if ((rc = rnn_transpose(c, x, n, p)) != 0) return rc < 0 ? RT_EINVAL : 0;
     if (n < 0) {
         n = r;
         for (int q = 0; q < r; q++) p[q] = r - 1 - q;
@@ -2477,6 +2585,212 @@ static int op_resize(ictx *c)
     return add_node(c, y->en, "Upsample", 1, in, 2, at);
 }
 
+/* ------------------------------------------------------------ LSTM and GRU */
+
+/* torch's batch_first around an RNN, at no cost: x.transpose(0, 1) of a
+ * (B, T, F) value and back; Y (T, D, B, H) to (T, B, D, H) and back.
+ * Returns 1 when it took the node. */
+static int rnn_transpose(ictx *c, oval *x, int n, const int64_t *p)
+{
+    const int sw = n == 3 && p[0] == 1 && p[1] == 0 && p[2] == 2;
+    const int mid = n == 4 && p[0] == 0 && p[1] == 2 && p[2] == 1 && p[3] == 3;
+    if (x->layout == L_PLAIN && x->rank == 3 && sw) {
+        const int64_t d[3] = {x->d[1], -1, x->d[2]};
+        return def_rnn(c, 0, RV_TBF, 3, d, x->en) < 0 ? -1 : 1;
+    }
+    if (x->layout != L_RNN) return 0;
+    if (x->rv == RV_TBF && sw) {
+        oval *y = NULL;
+        const int64_t d[3] = {-1, x->d[0], x->d[2]};
+        if (def_act(c, &y, L_PLAIN, 3, d) < 0) return -1;
+        y->en = x->en;
+        return 1;
+    }
+    if ((x->rv == RV_TDBH || x->rv == RV_TBDH) && mid) {
+        const int64_t d[4] = {x->d[0], x->d[2], x->d[1], x->d[3]};
+        return def_rnn(c, 0, x->rv == RV_TDBH ? RV_TBDH : RV_TDBH, 4, d, x->en) < 0 ? -1 : 1;
+    }
+    fail(c, RT_EINVAL, "transposing the sequence-major '%.64s' other than back to "
+         "batch-first (perm 1,0,2) is not supported", x->name);
+    return -1;
+}
+
+/* an activation function of ONNX's RNNs as the engine's */
+static const char *rnn_act(const char *s, size_t len)
+{
+    static const char *const on[] = {"Sigmoid", "Tanh", "Relu"};
+    static const char *const en[] = {"sigmoid", "tanh", "relu"};
+    for (int k = 0; k < 3; k++)
+        if (strlen(on[k]) == len && !strncasecmp(s, on[k], len)) return en[k];
+    return NULL;
+}
+
+/* zeros, as an initial state must be */
+static int rnn_zero_state(ictx *c, size_t k, const char *what)
+{
+    int rc;
+    c->zero_ok = 1;
+    oval *h = in_opt(c, k, &rc);
+    c->zero_ok = 0;
+    if (rc < 0 || !h || h->kind == V_ZERO) return rc;
+    int zero = h->kind == V_CONST && h->isf;
+    for (int64_t q = 0; zero && q < h->numel; q++) zero = h->f[q] == 0;
+    return zero ? 0 : fail(c, RT_EINVAL, "%s must be zeros (the engine's RNNs start from "
+                           "zero states)", what);
+}
+
+/* ONNX LSTM (gru 0) and GRU (1) over a sequence-major input (torch's
+ * batch_first=True transposes to it): each direction one engine LSTM/GRU
+ * (the reverse one with go_backwards and reverse_output, as Keras'
+ * Bidirectional), a Concat for both. Weights: ONNX's gate order (LSTM
+ * i,o,f,c; GRU z,r,h) gathered into the engine's (LSTM i,f,c,o; GRU z,r,h)
+ * with the two biases kept apart, as PyTorch trains them. */
+static int op_rnn_any(ictx *c, int gru)
+{
+    int rc;
+    oval *x = NULL, *W = NULL, *R = NULL, *B = NULL;
+    c->rnn_ok = 1;
+    rc = in_act(c, 0, &x);
+    c->rnn_ok = 0;
+    if (rc < 0) return rc;
+    if (x->layout != L_RNN || x->rv != RV_TBF)
+        return fail(c, RT_EINVAL, "input X must be (seq, batch, features) from a batch-first "
+                    "input (torch's batch_first=True writes that Transpose); a model input "
+                    "that is sequence-major is not supported");
+    if ((rc = in_const(c, 1, &W)) < 0 || (rc = in_const(c, 2, &R)) < 0) return rc;
+    B = in_opt(c, 3, &rc);
+    if (rc < 0) return rc;
+    if (B && B->kind != V_CONST) return fail(c, RT_EINVAL, "B must be an initializer");
+    if (c->node->n_input > 4 && c->node->input[4] && *c->node->input[4])
+        return fail(c, RT_EINVAL, "attribute/input sequence_lens is not supported (every "
+                    "sequence has the full length)");
+    if ((rc = rnn_zero_state(c, 5, "initial_h")) < 0) return rc;
+    if (!gru && (rc = rnn_zero_state(c, 6, "initial_c")) < 0) return rc;
+    if (!gru && c->node->n_input > 7 && c->node->input[7] && *c->node->input[7])
+        return fail(c, RT_EINVAL, "input P (peepholes) is not supported");
+    int64_t hs, lay, inf = 0, lbr = 1;
+    char dir[24];
+    if ((rc = a_int(c, "hidden_size", 0, &hs)) < 0 || (rc = a_int(c, "layout", 0, &lay)) < 0 ||
+        (rc = a_str(c, "direction", "forward", dir, sizeof dir)) < 0 ||
+        (!gru && (rc = a_int(c, "input_forget", 0, &inf)) < 0) ||
+        (gru && (rc = a_int(c, "linear_before_reset", 0, &lbr)) < 0))
+        return rc;
+    if (lay) return fail(c, RT_EINVAL, "attribute layout=1 is not supported (torch writes 0)");
+    if (inf) return fail(c, RT_EINVAL, "attribute input_forget=1 is not supported");
+    if (!lbr)
+        return fail(c, RT_EINVAL, "attribute linear_before_reset=0 is not supported (PyTorch's "
+                    "GRU is 1)");
+    if (attr(c->node, "clip")) return fail(c, RT_EINVAL, "attribute clip is not supported");
+    if (attr(c->node, "activation_alpha") || attr(c->node, "activation_beta"))
+        return fail(c, RT_EINVAL, "attributes activation_alpha/beta are not supported");
+    const int bi = !strcmp(dir, "bidirectional"), rev = !strcmp(dir, "reverse");
+    if (!bi && !rev && strcmp(dir, "forward"))
+        return fail(c, RT_EINVAL, "attribute direction '%s' is not forward, reverse or "
+                    "bidirectional", dir);
+    const int64_t D = bi ? 2 : 1, G = gru ? 3 : 4, T = x->d[0], F = x->d[2];
+    if (hs < 1 && R->crank == 3) hs = R->cd[2];
+    const int64_t H = hs, GH = G * H;
+    if (H < 1 || W->crank != 3 || W->cd[0] != D || W->cd[1] != GH || W->cd[2] != F)
+        return fail(c, RT_ESHAPE, "W '%.64s' must be (%lld, %lld, %lld)", W->name,
+                    (long long)D, (long long)GH, (long long)F);
+    if (R->crank != 3 || R->cd[0] != D || R->cd[1] != GH || R->cd[2] != H)
+        return fail(c, RT_ESHAPE, "R '%.64s' must be (%lld, %lld, %lld)", R->name,
+                    (long long)D, (long long)GH, (long long)H);
+    if (B && (B->crank != 2 || B->cd[0] != D || B->cd[1] != 2 * GH))
+        return fail(c, RT_ESHAPE, "B '%.64s' must be (%lld, %lld)", B->name, (long long)D,
+                    (long long)(2 * GH));
+    /* activations: LSTM f, g, h (g and h one function in the engine), GRU
+     * f, g; per direction */
+    const char *ract[2] = {"sigmoid", "sigmoid"}, *act[2] = {"tanh", "tanh"};
+    const Onnx__AttributeProto *aa = attr(c->node, "activations");
+    if (aa) {
+        const size_t per = gru ? 2 : 3;
+        if (aa->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS ||
+            aa->n_strings != per * (size_t)D)
+            return fail(c, RT_EINVAL, "attribute activations must be %zu strings",
+                        per * (size_t)D);
+        for (int64_t dd = 0; dd < D; dd++) {
+            const ProtobufCBinaryData *a = &aa->strings[dd * (int64_t)per];
+            const char *f = rnn_act((const char *)a[0].data, a[0].len);
+            const char *g = rnn_act((const char *)a[1].data, a[1].len);
+            const char *h = gru ? g : rnn_act((const char *)a[2].data, a[2].len);
+            if (!f || !g || !h || strcmp(g, h))
+                return fail(c, RT_EINVAL, "attribute activations: Sigmoid, Tanh and Relu are "
+                            "supported%s", gru ? "" : ", the last two the same function");
+            ract[dd] = f;
+            act[dd] = g;
+        }
+    }
+    for (size_t q = 1; q < c->node->n_output; q++) {
+        const oval *o = c->node->output[q] && *c->node->output[q]
+                        ? lookup(c, c->node->output[q], 0) : NULL;
+        if (o && o->uses)
+            return fail(c, RT_EINVAL, "output %s (the last %s) is not supported; take the "
+                        "last step of Y", q == 1 ? "Y_h" : "Y_c", q == 1 ? "state" : "cell");
+    }
+    if (c->node->n_output < 1 || !c->node->output[0] || !*c->node->output[0])
+        return fail(c, RT_EINVAL, "output Y is needed");
+    /* engine gate j is ONNX gate map[j] */
+    static const int MAP_LSTM[4] = {0, 2, 3, 1}, MAP_GRU[3] = {0, 1, 2};
+    const int *map = gru ? MAP_GRU : MAP_LSTM;
+    const char *yname = c->node->output[0];
+    const size_t yl = strlen(yname) + 8;
+    const char *outs[2];
+    int64_t *ix = malloc((size_t)(F > H ? F : H) * (size_t)GH * sizeof(int64_t) + 2 * sizeof(int64_t) * (size_t)GH);
+    if (!ix) return OOM(c);
+    rc = 0;
+    for (int64_t dd = 0; dd < D && rc == 0; dd++) {
+        const char *in[4] = {x->en};
+        const int64_t kd[2] = {F, GH}, rd[2] = {H, GH}, bd[2] = {2, GH};
+        for (int64_t f = 0; f < F; f++)
+            for (int64_t j = 0; j < G; j++)
+                for (int64_t u = 0; u < H; u++)
+                    ix[f * GH + j * H + u] = (dd * GH + map[j] * H + u) * F + f;
+        if ((rc = mk_param_map(c, W, ix, F * GH, 2, kd, 1, &in[1])) < 0) break;
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t j = 0; j < G; j++)
+                for (int64_t u = 0; u < H; u++)
+                    ix[h * GH + j * H + u] = (dd * GH + map[j] * H + u) * H + h;
+        if ((rc = mk_param_map(c, R, ix, H * GH, 2, rd, 1, &in[2])) < 0) break;
+        if (B) {
+            for (int64_t r = 0; r < 2; r++)
+                for (int64_t j = 0; j < G; j++)
+                    for (int64_t u = 0; u < H; u++)
+                        ix[r * GH + j * H + u] = dd * 2 * GH + r * GH + map[j] * H + u;
+            if ((rc = mk_param_map(c, B, ix, 2 * GH, 2, bd, 1, &in[3])) < 0) break;
+        }
+        char *nm = alloc(c, yl);
+        if (!nm) {
+            rc = OOM(c);
+            break;
+        }
+        if (D == 1) snprintf(nm, yl, "%s", yname);
+        else snprintf(nm, yl, "%s#%s", yname, dd ? "bwd" : "fwd");
+        const int back = rev || dd == 1;
+        rt_attr at[6] = {
+            {.name = "return_sequences", .kind = RT_ATTR_INT, .i = 1},
+            {.name = "go_backwards", .kind = RT_ATTR_INT, .i = back},
+            {.name = "reverse_output", .kind = RT_ATTR_INT, .i = back},
+            {.name = "activation", .kind = RT_ATTR_STR, .s = act[dd]},
+            {.name = "recurrent_activation", .kind = RT_ATTR_STR, .s = ract[dd]},
+            {.name = "reset_after", .kind = RT_ATTR_INT, .i = 1},
+        };
+        rc = add_node(c, nm, gru ? "GRU" : "LSTM", B ? 4 : 3, in, gru ? 6 : 5, at);
+        outs[dd] = nm;
+    }
+    free(ix);
+    if (rc < 0) return rc;
+    if (D == 2) {
+        rt_attr at = {.name = "axis", .kind = RT_ATTR_INT, .i = 2};
+        if ((rc = add_node(c, yname, "Concat", 2, outs, 1, &at)) < 0) return rc;
+    }
+    const int64_t d[4] = {T, D, -1, H};
+    return def_rnn(c, 0, RV_TDBH, 4, d, yname);
+}
+
+static int op_lstm(ictx *c) { return op_rnn_any(c, 0); }
+static int op_gru(ictx *c) { return op_rnn_any(c, 1); }
+
 /* ----------------------------------------------------------- the op table */
 
 static const struct {
@@ -2501,7 +2815,7 @@ static const struct {
     {"Pad", op_pad}, {"Transpose", op_transpose}, {"ReduceMean", op_reducemean},
     {"ReduceSum", op_reducesum}, {"GlobalMaxPool", op_gmp},
     {"ConstantOfShape", op_constantofshape}, {"Pow", op_pow}, {"Sqrt", op_sqrt},
-    {"Resize", op_resize},
+    {"Resize", op_resize}, {"LSTM", op_lstm}, {"GRU", op_gru},
 };
 
 static op_fn find_op(const Onnx__NodeProto *n)
@@ -2769,6 +3083,9 @@ static int run_import(ictx *c, const void *buf, size_t len, const char *output)
     if (!v || v->kind == V_NONE) return fail(c, RT_EINVAL, "no value '%.64s' in the graph",
                                              out ? out : "");
     if (v->kind != V_ACT) return fail(c, RT_EINVAL, "output '%.64s' is a constant", out);
+    if (v->layout == L_RNN)
+        return fail(c, RT_EINVAL, "output '%.64s' is sequence-major (seq, batch, ...); "
+                    "transpose it to batch-first", out);
     const char *en = v->en;
     if (v->layout != L_PLAIN && (rc = output_to_nchw(c, v, &en)) < 0) return rc;
     if ((rc = rt_graph_set_output(c->g, en)) < 0)

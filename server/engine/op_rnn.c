@@ -6,7 +6,8 @@
  *   SimpleRNN/LSTM/GRU(x (B,T,F), kernel (F,G*U), recurrent_kernel
  *       (U,G*U), bias?) with Keras' gate order and layout (LSTM i,f,c,o;
  *       GRU z,r,h; GRU reset_after has a (2,3U) bias: input row, then
- *       recurrent row). Attributes: activation (default "tanh"),
+ *       recurrent row; SimpleRNN and LSTM take (G*U) or, as PyTorch and
+ *       ONNX, (2,G*U): two biases added). Attributes: activation (default "tanh"),
  *       recurrent_activation (LSTM/GRU, default "sigmoid"), return_sequences,
  *       go_backwards, reverse_output (a sequence output in reverse step
  *       order, as Bidirectional's backward half), reset_after (GRU,
@@ -117,7 +118,11 @@ static int rt__rnn_infer_cell(rt__cc *cc, rt__node *nd, int cell, int64_t G)
     }
     if (p->bias) {
         const rt__shape *b = nd->in_shape[3];
-        const int two = p->reset_after;
+        /* SimpleRNN/LSTM: a (2, G*U) bias is two biases added, the input's
+         * and the recurrent one, as PyTorch and ONNX keep them (each gets
+         * the same gradient: p->bias 2) */
+        if (cell != RT__RNN_GRU && !b->batched && b->ndim == 2) p->bias = 2;
+        const int two = p->reset_after || p->bias == 2;
         if (b->batched || b->ndim != 1 + two || b->d[two] != G * U || (two && b->d[0] != 2))
             return rt__cerr(cc, nd, RT_ESHAPE, "bias '%s' must be (%s%lld)", nd->in_name[3],
                             two ? "2, " : "", (long long)(G * U));

@@ -38,6 +38,11 @@ Models (docs/workloads.md):
         writes it; other exporters do)
     em  nn.Embedding(20, 8) on int64 indices (B, 6), Linear(48, 16) tanh
         Linear(16, 10)
+    rn  recurrent layers as torch exports them in training mode (weights
+        sliced and concatenated into ONNX's gate order by Slice/Concat
+        nodes): a bidirectional LSTM(5, 6, batch_first), a GRU(12, 4,
+        batch_first) on its sequence, the sequence flattened into
+        Linear(24, 10); on (6, 5) inputs
     o18 kx at opset 18: torch 1.13 exports up to 17, so its opset-17
         export is upgraded here as the opset-18 changes ask (ReduceMean's
         axes become an input); the reference is torch's training of kx
@@ -242,6 +247,19 @@ class EM(nn.Module):
         return self.fc2(torch.tanh(self.fc1(e.reshape(e.size(0), -1))))
 
 
+class RN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(5, 6, batch_first=True, bidirectional=True)
+        self.gru = nn.GRU(12, 4, batch_first=True)
+        self.fc = nn.Linear(6 * 4, 10)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        y, _ = self.gru(y)
+        return self.fc(y.reshape(y.size(0), -1))
+
+
 def torchvision_model(name):
     import torchvision
     m = {"r18": torchvision.models.resnet18, "mv2": torchvision.models.mobilenet_v2}[name](
@@ -278,20 +296,21 @@ def data(name, n):
         return x, 1.0, rng.randint(0, 10, size=n).astype(np.int32), (6,)
     shape = {"wc": (784,), "wb": (12, 12, 3), "rb": (8, 8, 3), "mx": (8, 8, 3),
              "kx": (8, 8, 3), "ln": (12,), "up": (4, 4, 3), "o18": (8, 8, 3),
-             "r18": (32, 32, 3), "mv2": (32, 32, 3)}[name]
+             "r18": (32, 32, 3), "mv2": (32, 32, 3), "rn": (6, 5)}[name]
     x = rng.randint(0, 256, size=(n,) + shape).astype(np.uint8)
     return x, 1.0 / 255, rng.randint(0, 10, size=n).astype(np.int32), shape
 
 
 def model(name):
     torch.manual_seed({"wa": 1, "wc": 2, "wb": 3, "wd": 4, "rb": 5, "mx": 6, "kx": 7,
-                       "ln": 8, "up": 9, "em": 10, "o18": 7, "r18": 11, "mv2": 12}[name])
+                       "ln": 8, "up": 9, "em": 10, "o18": 7, "r18": 11, "mv2": 12,
+                       "rn": 13}[name])
     if name in ("r18", "mv2"):
         return torchvision_model(name)
     return {"wa": lambda: MLP([4, 32, 3], softmax=True),
             "wc": lambda: MLP([784, 512, 512, 10]),
             "wb": lambda: WB(12), "wd": WD, "rb": RB, "mx": MX, "kx": KX, "ln": LN,
-            "up": UP, "em": EM, "o18": KX}[name]()
+            "up": UP, "em": EM, "o18": KX, "rn": RN}[name]()
 
 
 def to_torch(x, scale, name):
@@ -338,7 +357,9 @@ def train(name, m, xb, yb, opt):
 def export(name, m, x0, path):
     kw = dict(opset_version=17 if name in ("kx", "o18") else 13, input_names=["x"],
               output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
-    if name in ("rb", "r18", "mv2"):  # keep BatchNormalization (eval folds it into Conv)
+    # training mode: BatchNormalization kept (eval folds it into Conv); an
+    # RNN's weights stay the state_dict's initializers, reordered by nodes
+    if name in ("rb", "r18", "mv2", "rn"):
         m.train()
         kw.update(training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
     else:
@@ -389,9 +410,9 @@ def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "fixtures")
     os.makedirs(out, exist_ok=True)
     batch = {"wa": 10, "wc": 16, "wb": 8, "wd": 16, "rb": 8, "mx": 8, "kx": 8, "ln": 8,
-             "up": 8, "em": 8, "o18": 8, "r18": 8, "mv2": 8}
+             "up": 8, "em": 8, "o18": 8, "r18": 8, "mv2": 8, "rn": 8}
     for name in sys.argv[2:] or ["wa", "wc", "wb", "wd", "rb", "mx", "kx", "ln", "up", "em",
-                                 "o18"]:
+                                 "o18", "rn"]:
         B = batch[name]
         steps = {"r18": 3, "mv2": 1}.get(name, STEPS)
         x, scale, y, shape = data(name, B * steps)

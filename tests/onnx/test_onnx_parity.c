@@ -4,7 +4,7 @@
  * file: W-A, W-C, W-B's layers, W-D, a ResNet-style block, a model of the
  * other layout folds, one of the newer operators, and LayerNorm at opset 13
  * folded into one op; Resize, grouped ConvTranspose with output_shape,
- * Embedding, opset 18; torchvision's resnet18 and mobilenet_v2 from
+ * Embedding, opset 18, a bidirectional LSTM and a GRU; torchvision's resnet18 and mobilenet_v2 from
  * torchvision.sh): each model imports, trains 10 steps (the torchvision
  * models 3) on the same batches in the same order with SGD (momentum 0.9)
  * and again with Adam; every step's loss
@@ -245,20 +245,26 @@ static void run(const char *dir, const char *name)
             CHECK(ln == 2 && other == 0);
             printf("ln: %d LayerNormalization nodes, %d of its arithmetic left\n", ln, other);
         }
-        if ((!strcmp(name, "up") || !strcmp(name, "em")) && o == 0) {
+        if ((!strcmp(name, "up") || !strcmp(name, "em") || !strcmp(name, "rn")) && o == 0) {
             /* up: both Resizes are Upsamples, the grouped ConvTranspose
              * one node; em: the Gather of the weight by the data is the
-             * Embedding */
-            int up = 0, ct = 0, emb = 0;
+             * Embedding; rn: the bidirectional LSTM two LSTMs, the GRU
+             * one, and torch's batch_first transposes cost nothing */
+            int up = 0, ct = 0, emb = 0, lstm = 0, gru = 0, tr = 0;
             for (int i = 0; i < p->n_nodes; i++) {
                 const char *op = p->nodes[i].op->name;
                 up += !strcmp(op, "Upsample");
                 ct += !strcmp(op, "ConvTranspose");
                 emb += !strcmp(op, "Embedding");
+                lstm += !strcmp(op, "LSTM");
+                gru += !strcmp(op, "GRU");
+                tr += !strcmp(op, "Transpose");
             }
             if (!strcmp(name, "up")) CHECK(up == 2 && ct == 1);
-            else CHECK(emb == 1);
-            printf("%s: %d Upsample, %d ConvTranspose, %d Embedding nodes\n", name, up, ct, emb);
+            else if (!strcmp(name, "em")) CHECK(emb == 1);
+            else CHECK(lstm == 2 && gru == 1 && tr == 0);
+            printf("%s: %d Upsample, %d ConvTranspose, %d Embedding, %d LSTM, %d GRU, %d "
+                   "Transpose nodes\n", name, up, ct, emb, lstm, gru, tr);
         }
         rt_exec *e;
         REQUIRE(rt_exec_create(p, &e) == 0);
@@ -381,7 +387,8 @@ static void run(const char *dir, const char *name)
 int main(int argc, char **argv)
 {
     REQUIRE(argc >= 2);
-    static const char *all[] = {"wa", "wc", "wb", "wd", "rb", "mx", "kx", "ln", "up", "em", "o18"};
+    static const char *all[] = {"wa", "wc", "wb", "wd", "rb", "mx", "kx", "ln", "up", "em", "o18",
+                                "rn"};
     if (argc > 2) {
         for (int i = 2; i < argc; i++) run(argv[1], argv[i]);
     } else {

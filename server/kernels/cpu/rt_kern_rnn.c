@@ -208,6 +208,8 @@ void rt_kern_rnn_fwd(const rt__kargs *a)
         for (int64_t i = 0; i < T * n; i++) {
             float *restrict zr = w.z + i * GU;
             for (int64_t j = 0; j < GU; j++) zr[j] += b[j];
+            if (p->bias == 2) /* the recurrent bias, PyTorch's second */
+                for (int64_t j = 0; j < GU; j++) zr[j] += b[GU + j];
         }
     memset(w.h, 0, sizeof(float) * (size_t)(n * U));
     if (w.c) memset(w.c, 0, sizeof(float) * (size_t)(n * U));
@@ -453,6 +455,7 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
     if (p->bias && a->dx[3]) {
         const int acc = (a->accum & 8u) != 0;
         rt__colsum(a->dx[3], dZ, TN, GU, GU, acc);
+        if (p->bias == 2) rt__colsum(a->dx[3] + GU, dZ, TN, GU, GU, acc);
         if (p->reset_after) { /* recurrent bias row: z and r as the input's, h from E */
             rt__colsum(a->dx[3] + GU, dZ, TN, 2 * U, GU, acc);
             rt__colsum(a->dx[3] + GU + 2 * U, w.e, TN, U, U, acc);
