@@ -216,6 +216,26 @@ def main():
     ], [vi("x", ["N", 4])], [vi("y", ["N", 2])],
         [f32("w", 4, 4), i64("s0", [0]), i64("s1", [2]), i64("s2", [1])]), "RT_EINVAL",
         "ONNX node 'mm2' (MatMul): initializer 'w' is read whole and sliced")
+    # LSTM: what the engine's RNNs cannot express is refused by name
+    def lstm(extra_in, outs, y_out, **kw):
+        nodes = [oh.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+                 oh.make_node("LSTM", ["xt", "W", "R", "B"] + extra_in, outs, hidden_size=2,
+                              name="rnn", **kw),
+                 oh.make_node("Squeeze", [y_out, "ax1"], ["ys"]),
+                 oh.make_node("Transpose", ["ys"], ["yt"], perm=[1, 0, 2]),
+                 oh.make_node("Flatten", ["yt"], ["y"])]
+        inits = [f32("W", 1, 8, 3), f32("R", 1, 8, 2), f32("B", 1, 16), i64("ax1", [1]),
+                 f32("P", 1, 6), onh.from_array(np.ones((1, 1, 2), np.float32), "h0")]
+        return model(nodes, [vi("x", ["N", 4, 3])], [vi("y", ["N", 8])], inits)
+    put("ok_lstm.onnx", lstm([], ["yy"], "yy"))
+    put("bad_lstm_peephole.onnx", lstm(["", "", "", "P"], ["yy"], "yy"), "RT_EINVAL",
+        "ONNX node 'rnn' (LSTM): input P (peepholes) is not supported")
+    put("bad_lstm_initial_h.onnx", lstm(["", "h0"], ["yy"], "yy"), "RT_EINVAL",
+        "ONNX node 'rnn' (LSTM): initial_h must be zeros")
+    put("bad_lstm_y_h.onnx", lstm([], ["yy", "yh"], "yh"), "RT_EINVAL",
+        "ONNX node 'rnn' (LSTM): output Y_h (the last state) is not supported")
+    put("bad_lstm_clip.onnx", lstm([], ["yy"], "yy", clip=1.0), "RT_EINVAL",
+        "ONNX node 'rnn' (LSTM): attribute clip is not supported")
     with open(os.path.join(HERE, "cases.txt"), "w") as f:
         f.write("# made by gen_onnx_seeds.py: file, expected code, text in the message\n")
         for c in cases:
