@@ -40,9 +40,9 @@ Models (docs/workloads.md):
         Linear(16, 10)
     rn  recurrent layers as torch exports them in training mode (weights
         sliced and concatenated into ONNX's gate order by Slice/Concat
-        nodes): a bidirectional LSTM(5, 6, batch_first), a GRU(12, 4,
-        batch_first) on its sequence, the sequence flattened into
-        Linear(24, 10); on (6, 5) inputs
+        nodes): a bidirectional LSTM(5, 6, batch_first), a two-layer
+        GRU(12, 4, batch_first) on its sequence, the sequence flattened
+        into Linear(24, 10); on (6, 5) inputs
     o18 kx at opset 18: torch 1.13 exports up to 17, so its opset-17
         export is upgraded here as the opset-18 changes ask (ReduceMean's
         axes become an input); the reference is torch's training of kx
@@ -251,7 +251,7 @@ class RN(nn.Module):
     def __init__(self):
         super().__init__()
         self.lstm = nn.LSTM(5, 6, batch_first=True, bidirectional=True)
-        self.gru = nn.GRU(12, 4, batch_first=True)
+        self.gru = nn.GRU(12, 4, num_layers=2, batch_first=True)
         self.fc = nn.Linear(6 * 4, 10)
 
     def forward(self, x):

@@ -216,6 +216,16 @@ def main():
     ], [vi("x", ["N", 4])], [vi("y", ["N", 2])],
         [f32("w", 4, 4), i64("s0", [0]), i64("s1", [2]), i64("s2", [1])]), "RT_EINVAL",
         "ONNX node 'mm2' (MatMul): initializer 'w' is read whole and sliced")
+    # F.interpolate(size=...): sizes computed from Shape(x), the batch kept
+    put("ok_resize_sizes.onnx", model([
+        oh.make_node("Shape", ["x"], ["s"]),
+        oh.make_node("Slice", ["s", "z", "two"], ["nc"]),
+        oh.make_node("Concat", ["nc", "hw"], ["sz"], axis=0),
+        oh.make_node("Resize", ["x", "", "", "sz"], ["r"], mode="nearest",
+                     coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+        oh.make_node("Flatten", ["r"], ["y"]),
+    ], [vi("x", ["N", 2, 4, 4])], [vi("y", ["N", 128])],
+        [i64("z", [0]), i64("two", [2]), i64("hw", [8, 8])]))
     # LSTM: what the engine's RNNs cannot express is refused by name
     def lstm(extra_in, outs, y_out, **kw):
         nodes = [oh.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
