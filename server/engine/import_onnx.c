@@ -370,6 +370,23 @@ static int prov_alloc(ictx *c, oval *y, const oval *x)
 static int mk_param_map(ictx *c, oval *v, const int64_t *idx, int64_t n, int orank,
                         const int64_t *od, int trainable, const char **pname);
 
+/* a new parameter map, zeroed */
+static int pm_push(ictx *c, pmap **out)
+{
+    if (c->npm == c->cap_pm) {
+        int cap = c->cap_pm ? 2 * c->cap_pm : 32;
+        pmap *np = alloc(c, sizeof *np * (size_t)cap);
+        if (!np) return OOM(c);
+        if (c->npm) memcpy(np, c->pm, sizeof *np * (size_t)c->npm);
+        c->pm = np;
+        c->cap_pm = cap;
+    }
+    *out = &c->pm[c->npm++];
+    memset(*out, 0, sizeof **out);
+    return 0;
+}
+
+
 /* A constant's element src copied to dst's element (floats or integers),
  * with where it comes from (prov_alloc first). */
 static void const_copy(oval *y, int64_t dst, const oval *x, int64_t src)
@@ -435,38 +452,15 @@ static int mk_param(ictx *c, oval *v, int r, const int64_t *vd, const int *perm,
                                 RT_INIT_DEFAULT, trainable && v->init, buf);
     free(buf);
     if (rc < 0) return fail(c, rc, "%s", rt_graph_errmsg(c->g));
-    if (c->npm == c->cap_pm) {
-        int cap = c->cap_pm ? 2 * c->cap_pm : 32;
-        pmap *np = alloc(c, sizeof *np * (size_t)cap);
-        if (!np) return OOM(c);
-        if (c->npm) memcpy(np, c->pm, sizeof *np * (size_t)c->npm);
-        c->pm = np;
-        c->cap_pm = cap;
-    }
-    if (v->init && v->iid) c->iuse[v->iid - 1] = c->npm + 1;
-    pmap *p = &c->pm[c->npm++];
-    memset(p, 0, sizeof *p);
+    pmap *p = NULL;
+    if ((rc = pm_push(c, &p)) < 0) return rc;
+    if (v->init && v->iid) c->iuse[v->iid - 1] = c->npm; /* this pmap's index + 1 */
     p->pname = wn;
     p->init = v->init;
     p->r = r;
     memcpy(p->vd, vd, sizeof(int64_t) * (size_t)r);
     memcpy(p->perm, perm, sizeof(int) * (size_t)r);
     *pname = p->pname;
-    return 0;
-}
-
-static int pm_push(ictx *c, pmap **out)
-{
-    if (c->npm == c->cap_pm) {
-        int cap = c->cap_pm ? 2 * c->cap_pm : 32;
-        pmap *np = alloc(c, sizeof *np * (size_t)cap);
-        if (!np) return OOM(c);
-        if (c->npm) memcpy(np, c->pm, sizeof *np * (size_t)c->npm);
-        c->pm = np;
-        c->cap_pm = cap;
-    }
-    *out = &c->pm[c->npm++];
-    memset(*out, 0, sizeof **out);
     return 0;
 }
 
@@ -3134,6 +3128,22 @@ int rt_onnx_import(const void *buf, size_t len, const char *output, rt_graph **o
     return rt_onnx_import_opts(buf, len, &o, out, err, errlen);
 }
 
+/* t's values replaced by n raw little-endian floats (raw, taken over) */
+static void set_raw(Onnx__TensorProto *t, uint8_t *raw, size_t n)
+{
+    free(t->raw_data.data);
+    free(t->float_data);
+    free(t->double_data);
+    t->float_data = NULL;
+    t->n_float_data = 0;
+    t->double_data = NULL;
+    t->n_double_data = 0;
+    t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    t->has_raw_data = 1;
+    t->raw_data.data = raw;
+    t->raw_data.len = n * sizeof(float);
+}
+
 int rt_onnx_export(const void *buf, size_t len, const char *output, rt_onnx_param_fn get,
                    void *ud, uint8_t **out, size_t *outlen, char *err, size_t errlen)
 {
@@ -3176,18 +3186,7 @@ int rt_onnx_export(const void *buf, size_t len, const char *output, rt_onnx_para
     for (int k = 0; rc == 0 && k < c.ninit; k++) {
         if (!wb[k]) continue;
         Onnx__TensorProto *t = c.m->graph->initializer[k];
-        const oval *iv = lookup(&c, t->name, 0);
-        free(t->raw_data.data);
-        free(t->float_data);
-        free(t->double_data);
-        t->float_data = NULL;
-        t->n_float_data = 0;
-        t->double_data = NULL;
-        t->n_double_data = 0;
-        t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
-        t->has_raw_data = 1;
-        t->raw_data.data = (uint8_t *)wb[k];
-        t->raw_data.len = (size_t)iv->numel * sizeof(float);
+        set_raw(t, (uint8_t *)wb[k], (size_t)lookup(&c, t->name, 0)->numel);
         wb[k] = NULL;
     }
     if (wb)
@@ -3214,18 +3213,7 @@ int rt_onnx_export(const void *buf, size_t len, const char *output, rt_onnx_para
         }
         permute((float *)raw, eng, p->r, p->vd, p->perm, 1);
         free(eng);
-        Onnx__TensorProto *t = p->init;
-        free(t->raw_data.data);
-        free(t->float_data);
-        free(t->double_data);
-        t->float_data = NULL;
-        t->n_float_data = 0;
-        t->double_data = NULL;
-        t->n_double_data = 0;
-        t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
-        t->has_raw_data = 1;
-        t->raw_data.data = raw;
-        t->raw_data.len = (size_t)n * sizeof(float);
+        set_raw(p->init, raw, (size_t)n);
     }
     if (rc == 0) {
         size_t n = onnx__model_proto__get_packed_size(c.m);
