@@ -3,7 +3,9 @@
 # --model m.onnx --onnx out.onnx, export of saved weights giving the same
 # file, predict (against PyTorch with the trained initializers), a graph
 # output chosen by --onnx-output (against NumPy), and the errors
-# (unsupported operators listed, --onnx with a JSON model).
+# (unsupported operators listed, --onnx with a JSON model); an Embedding
+# on int64 data and LSTM/GRU models trained, exported and checked in
+# PyTorch.
 #   onnx_cli.sh RTRAIND RTRAIN SRC
 rtraind=$1 rtrain=$2 src=$3
 py=/usr/bin/python3
@@ -85,6 +87,60 @@ expect_rc 4 "malformed bytes" -- "$rtrain" "${FIT[@]}" --model "$src/tests/fuzz/
 has "$tmp/err" "not a serialized ONNX ModelProto" "malformed bytes named"
 expect_rc 2 "--onnx with a JSON model" -- "$rtrain" "${FIT[@]}" \
   --model "$src/tests/data/dense4.json" --onnx "$tmp/x.onnx"
+# nn.Embedding on int64 indices (em) and a bidirectional LSTM into a
+# two-layer GRU (rn), from the CLI: the trained model fit writes loads into
+# the PyTorch module by the state_dict's names (the RNNs' weights written
+# back through torch's gate-order slices), and its outputs are predict's
+$py - "$tmp" <<'EOF'
+import sys
+import numpy as np
+rng = np.random.RandomState(5)
+np.save(sys.argv[1] + "/em_x.npy", rng.randint(0, 20, size=(40, 6)).astype(np.int64))
+np.save(sys.argv[1] + "/rn_x.npy", rng.rand(40, 6, 5).astype(np.float32))
+np.save(sys.argv[1] + "/y10.npy", rng.randint(0, 10, size=40).astype(np.int64))
+EOF
+for m in em rn; do
+  expect_rc 0 "fit --model $m.onnx" -- "$rtrain" fit "${S[@]}" --model "$fix/$m.onnx" \
+    --data "$tmp/${m}_x.npy" --labels "$tmp/y10.npy" --loss cross_entropy --epochs 3 \
+    --batch-size 8 --optimizer sgd --lr 0.1 --no-progress --save-weights "$tmp/$m.bin" \
+    --onnx "$tmp/${m}_fit.onnx"
+  expect_rc 0 "predict with $m.onnx" -- "$rtrain" predict "${S[@]}" --model "$fix/$m.onnx" \
+    --weights "$tmp/$m.bin" --data "$tmp/${m}_x.npy" --out "$tmp/${m}_p.npy"
+  if $py - "$src/tests/onnx" "$m" "$tmp/${m}_fit.onnx" "$tmp/${m}_x.npy" "$tmp/${m}_p.npy" \
+      "$fix/$m.onnx" <<'EOF'
+import sys
+import numpy as np
+import onnx
+import onnx.numpy_helper
+import torch
+sys.path.insert(0, sys.argv[1])
+import gen_onnx_fixtures as gen
+name = sys.argv[2]
+m = gen.model(name)
+sd = m.state_dict()
+trained = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(sys.argv[3]).graph.initializer}
+first = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(sys.argv[6]).graph.initializer}
+moved = 0
+for k in sd:
+    assert k in trained, (k, sorted(trained))
+    moved += not np.array_equal(trained[k], first[k])
+    sd[k] = torch.from_numpy(trained[k].copy()).reshape(sd[k].shape)
+assert moved == len(sd), "%d of %d tensors trained" % (moved, len(sd))
+m.load_state_dict(sd)
+m.eval()
+x = torch.from_numpy(np.load(sys.argv[4]))
+with torch.no_grad():
+    ref = m(x).numpy()
+got = np.load(sys.argv[5])
+assert got.shape == ref.shape, (got.shape, ref.shape)
+err = float(np.abs(got - ref).max())
+print("%s: max |predict - torch| = %.3g" % (name, err))
+assert err < 1e-4, err
+EOF
+  then ok "$m: the trained model in PyTorch predicts as rtrain"
+  else bad "$m: the trained model in PyTorch differs from rtrain's predictions"; fi
+done
+
 expect_rc 0 "the daemon still serves" -- "$rtrain" info "${S[@]}"
 echo "$((checks - fails))/$checks checks passed"
 [ "$fails" -eq 0 ]
