@@ -1027,7 +1027,9 @@ static int gelu_pattern(ictx *c)
     if (d->n_input != 2 || d->n_output != 1) return 0;
     const char *x = d->input[0];
     oval *xv = lookup(c, x, 0);
-    if (!xv || xv->kind != V_ACT || !scalar_is(c, d->input[1], 1.4142135623730951)) return 0;
+    if (!xv || xv->kind != V_ACT || xv->layout == L_RNN || xv->idx ||
+        !scalar_is(c, d->input[1], 1.4142135623730951))
+        return 0;
     long e = only_reader(c, d->output[0]);
     if (e < 0 || !is_op(c, e, "Erf")) return 0;
     const char *ev = c->m->graph->node[e]->output[0];
@@ -1151,7 +1153,7 @@ static int layernorm_pattern(ictx *c)
     if (r1->n_input != 1 || r1->n_output != 1) return 0;
     const char *x = r1->input[0];
     oval *xv = lookup(c, x, 0);
-    if (!xv || xv->kind != V_ACT || xv->layout != L_PLAIN || xv->rank < 2 ||
+    if (!xv || xv->kind != V_ACT || xv->layout != L_PLAIN || xv->idx || xv->rank < 2 ||
         !mean_last(c, (long)c->k, xv->rank))
         return 0;
     const int64_t C = xv->d[xv->rank - 1];
