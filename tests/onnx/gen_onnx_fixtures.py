@@ -46,6 +46,11 @@ Models (docs/workloads.md):
     o18 kx at opset 18: torch 1.13 exports up to 17, so its opset-17
         export is upgraded here as the opset-18 changes ask (ReduceMean's
         axes become an input); the reference is torch's training of kx
+    o11, o12, o14, o15, o16  one model at each other opset, where the
+        operators' forms change (Squeeze/Unsqueeze axes an attribute below
+        13, an input from 13; Clip's bounds inputs; Dropout's ratio):
+        GRU(5, 6, batch_first) in training mode, the sequence flattened,
+        Linear(36, 16), relu6, Dropout(0), Linear(16, 10), on (6, 5) inputs
     r18, mv2  torchvision's resnet18 and mobilenet_v2 (10 classes; the
         classifier's Dropout at 0, since the two sides' masks differ) at
         32x32, exported in training mode (BatchNorm kept), batches of 8,
@@ -260,6 +265,22 @@ class RN(nn.Module):
         return self.fc(y.reshape(y.size(0), -1))
 
 
+class OV(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(5, 6, batch_first=True)
+        self.a = nn.Linear(36, 16)
+        self.drop = nn.Dropout(0.0)
+        self.b = nn.Linear(16, 10)
+
+    def forward(self, x):
+        y, _ = self.gru(x)
+        return self.b(self.drop(F.relu6(self.a(y.reshape(y.size(0), -1)))))
+
+
+OPSETS = {"o11": 11, "o12": 12, "o14": 14, "o15": 15, "o16": 16}
+
+
 def torchvision_model(name):
     import torchvision
     m = {"r18": torchvision.models.resnet18, "mv2": torchvision.models.mobilenet_v2}[name](
@@ -296,7 +317,8 @@ def data(name, n):
         return x, 1.0, rng.randint(0, 10, size=n).astype(np.int32), (6,)
     shape = {"wc": (784,), "wb": (12, 12, 3), "rb": (8, 8, 3), "mx": (8, 8, 3),
              "kx": (8, 8, 3), "ln": (12,), "up": (4, 4, 3), "o18": (8, 8, 3),
-             "r18": (32, 32, 3), "mv2": (32, 32, 3), "rn": (6, 5)}[name]
+             "r18": (32, 32, 3), "mv2": (32, 32, 3), "rn": (6, 5),
+             **{o: (6, 5) for o in OPSETS}}[name]
     x = rng.randint(0, 256, size=(n,) + shape).astype(np.uint8)
     return x, 1.0 / 255, rng.randint(0, 10, size=n).astype(np.int32), shape
 
@@ -304,13 +326,13 @@ def data(name, n):
 def model(name):
     torch.manual_seed({"wa": 1, "wc": 2, "wb": 3, "wd": 4, "rb": 5, "mx": 6, "kx": 7,
                        "ln": 8, "up": 9, "em": 10, "o18": 7, "r18": 11, "mv2": 12,
-                       "rn": 13}[name])
+                       "rn": 13, **{o: 14 for o in OPSETS}}[name])
     if name in ("r18", "mv2"):
         return torchvision_model(name)
     return {"wa": lambda: MLP([4, 32, 3], softmax=True),
             "wc": lambda: MLP([784, 512, 512, 10]),
             "wb": lambda: WB(12), "wd": WD, "rb": RB, "mx": MX, "kx": KX, "ln": LN,
-            "up": UP, "em": EM, "o18": KX, "rn": RN}[name]()
+            "up": UP, "em": EM, "o18": KX, "rn": RN, **{o: OV for o in OPSETS}}[name]()
 
 
 def to_torch(x, scale, name):
@@ -355,11 +377,12 @@ def train(name, m, xb, yb, opt):
 
 
 def export(name, m, x0, path):
-    kw = dict(opset_version=17 if name in ("kx", "o18") else 13, input_names=["x"],
+    kw = dict(opset_version=17 if name in ("kx", "o18") else OPSETS.get(name, 13),
+              input_names=["x"],
               output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
     # training mode: BatchNormalization kept (eval folds it into Conv); an
     # RNN's weights stay the state_dict's initializers, reordered by nodes
-    if name in ("rb", "r18", "mv2", "rn"):
+    if name in ("rb", "r18", "mv2", "rn") + tuple(OPSETS):
         m.train()
         kw.update(training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
     else:
@@ -410,9 +433,10 @@ def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "fixtures")
     os.makedirs(out, exist_ok=True)
     batch = {"wa": 10, "wc": 16, "wb": 8, "wd": 16, "rb": 8, "mx": 8, "kx": 8, "ln": 8,
-             "up": 8, "em": 8, "o18": 8, "r18": 8, "mv2": 8, "rn": 8}
+             "up": 8, "em": 8, "o18": 8, "r18": 8, "mv2": 8, "rn": 8,
+             **{o: 8 for o in OPSETS}}
     for name in sys.argv[2:] or ["wa", "wc", "wb", "wd", "rb", "mx", "kx", "ln", "up", "em",
-                                 "o18", "rn"]:
+                                 "o18", "rn"] + list(OPSETS):
         B = batch[name]
         steps = {"r18": 3, "mv2": 1}.get(name, STEPS)
         x, scale, y, shape = data(name, B * steps)

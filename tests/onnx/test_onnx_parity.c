@@ -4,7 +4,8 @@
  * file: W-A, W-C, W-B's layers, W-D, a ResNet-style block, a model of the
  * other layout folds, one of the newer operators, and LayerNorm at opset 13
  * folded into one op; Resize, grouped ConvTranspose with output_shape,
- * Embedding, opset 18, a bidirectional LSTM and a two-layer GRU; torchvision's resnet18 and mobilenet_v2 from
+ * Embedding, opset 18, a bidirectional LSTM and a two-layer GRU, a GRU
+ * model at each of opsets 11, 12, 14, 15 and 16; torchvision's resnet18 and mobilenet_v2 from
  * torchvision.sh): each model imports, trains 10 steps (the torchvision
  * models 3) on the same batches in the same order with SGD (momentum 0.9)
  * and again with Adam; every step's loss
@@ -389,7 +390,7 @@ int main(int argc, char **argv)
 {
     REQUIRE(argc >= 2);
     static const char *all[] = {"wa", "wc", "wb", "wd", "rb", "mx", "kx", "ln", "up", "em", "o18",
-                                "rn"};
+                                "rn", "o11", "o12", "o14", "o15", "o16"};
     if (argc > 2) {
         for (int i = 2; i < argc; i++) run(argv[1], argv[i]);
     } else {
