@@ -87,6 +87,7 @@ typedef struct cli_opts {
     long early_stopping;      /* fit: patience in epochs; -1 = off */
     const char *checkpoint;   /* fit: weights after every epoch */
     const char *csv_log;      /* fit: one CSV row per epoch */
+    const char *tensorboard;  /* fit: TensorBoard event files (rtrain_tb.h) */
     const char *load_weights; /* fit: initial weights */
     const char *sample_weights; /* fit: .npy of one loss weight per --data sample */
     const char *onnx_out;     /* fit, export: write the trained ONNX model */

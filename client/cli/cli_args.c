@@ -169,6 +169,9 @@
       "write the weights after every epoch")                                               \
     X(CSV_LOG, "csv-log", FIT, STR(csv_log), "FILE",                                       \
       "one CSV row per epoch (Keras' CSVLogger columns)")                                  \
+    X(TENSORBOARD, "tensorboard", FIT, STR(tensorboard), "DIR",                            \
+      "TensorBoard event files in DIR/train and DIR/validation: Keras' epoch_* scalars "   \
+      "and each call's timing/* (ms)")                                                     \
     X(LOAD_WEIGHTS, "load-weights", FIT, STR(load_weights), "W.bin|W.h5",                  \
       "start from these weights (RTWTS001 or Keras' HDF5)")                                \
     X(SAMPLE_WEIGHTS, "sample-weights", FIT, STR(sample_weights), "W.npy",                 \
@@ -322,7 +325,8 @@ void cli_usage(FILE *f)
 "      [--seed S] [--no-shuffle] [--sync-batchnorm] [--save-weights W.bin]\n"
 "      [--timings]\n"
 "      [--trace out.json] [--early-stopping PATIENCE] [--checkpoint W.bin]\n"
-"      [--csv-log log.csv] [--reattach-s S] [--save-state F] [--load-state F]\n"
+"      [--csv-log log.csv] [--tensorboard DIR] [--reattach-s S]\n"
+"      [--save-state F] [--load-state F]\n"
 "      [--checkpoint-every-steps N] [--checkpoint-every-s T]\n"
 "                            train in RunSteps calls of K steps (never\n"
 "                            across an epoch end), up to W calls in flight\n"
@@ -336,8 +340,9 @@ void cli_usage(FILE *f)
 "                            (compile_config); defaults: --epochs 1,\n"
 "                            --batch-size 32, --optimizer adam\n"
 "                            Callbacks: --early-stopping P, --checkpoint W,\n"
-"                            --csv-log F; --sample-weights W.npy weighs each\n"
-"                            sample's loss (Keras' sample_weight)\n"
+"                            --csv-log F, --tensorboard DIR; --sample-weights\n"
+"                            W.npy weighs each sample's loss (Keras'\n"
+"                            sample_weight)\n"
 "  eval --model M.json --weights W.bin --data D [--labels L] [--loss L]\n"
 "  predict --model M.json --weights W.bin --data D --out P.csv|P.npy|-\n"
 "  export --model M.onnx --weights W.bin --onnx OUT.onnx [--onnx-output NAME]\n"

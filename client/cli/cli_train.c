@@ -1,6 +1,7 @@
 /* cli_train.c - `rtrain fit`, `rtrain eval`, `rtrain predict`, and what the
  * commands share: connecting, error reporting, uploads, SIGINT. */
 #include "cli.h"
+#include "rtrain/rtrain_tb.h"
 
 #include <errno.h>
 #include <math.h>
@@ -514,6 +515,8 @@ typedef struct fit_view {
     int one_per_call;      /* a call per epoch (--early-stopping, --checkpoint) */
     uint32_t done;         /* epochs completed */
     FILE *csv;             /* --csv-log */
+    rt_tb_log *tb;         /* --tensorboard */
+    int tb_err;            /* its first error, reported once */
     const char *metric;    /* "accuracy", or NULL when the model has none */
     /* --early-stopping: Keras' EarlyStopping (mode min, min_delta 0, no
      * baseline) on val_loss, or loss without --val. */
@@ -547,6 +550,42 @@ static void csv_row(fit_view *v, uint32_t epoch, const rt_client_epoch *e)
     }
     fputc('\n', v->csv);
     fflush(v->csv);
+}
+
+/* --tensorboard: Keras' TensorBoard callback's epoch scalars (epoch
+ * 0-based, as csv_row) and each call's time account. A write error is
+ * reported once and ends the fit (exit 4), as --csv-log's cannot-open. */
+static void tb_note(fit_view *v, int rc)
+{
+    if (rc < 0 && !v->tb_err) {
+        v->tb_err = rc;
+        fprintf(stderr, "rtrain: --tensorboard: %s\n", rt_tb_log_error(v->tb));
+    }
+}
+
+static void tb_metrics(fit_view *v, uint32_t epoch, const char *pre,
+                       const rt_client_metrics *m)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%sloss", pre);
+    tb_note(v, rt_tb_log_epoch(v->tb, epoch, name, m->loss));
+    if (!isnan(m->accuracy)) {
+        snprintf(name, sizeof name, "%saccuracy", pre);
+        tb_note(v, rt_tb_log_epoch(v->tb, epoch, name, m->accuracy));
+    }
+    for (int i = 0; i < m->n_values; i++) {
+        snprintf(name, sizeof name, "%s%s", pre, m->value_name[i]);
+        tb_note(v, rt_tb_log_epoch(v->tb, epoch, name, m->values[i]));
+    }
+}
+
+static void tb_epoch(fit_view *v, uint32_t epoch, const rt_client_epoch *e)
+{
+    if (!v->tb)
+        return;
+    tb_metrics(v, epoch, "", &e->train);
+    if (e->has_val)
+        tb_metrics(v, epoch, "val_", &e->val);
 }
 
 static void early_stop(fit_view *v, uint32_t epoch, const rt_client_epoch *e)
@@ -589,11 +628,14 @@ static int on_fit_event(const rt_client_fit_event *ev, void *user)
         v->last = ev->epoch_end;
         v->have_last = 1;
         csv_row(v, epoch, &ev->epoch_end);
+        tb_epoch(v, epoch, &ev->epoch_end);
         early_stop(v, epoch, &ev->epoch_end);
     } else {
         rt_progress_event(&v->bar, ev);
     }
-    return cli_interrupted ? 1 : 0;
+    if (v->tb && ev->call)
+        tb_note(v, rt_tb_log_call(v->tb, ev->call));
+    return cli_interrupted || v->tb_err ? 1 : 0;
 }
 
 /* --load-weights: an RTWTS file (matched by name) or Keras' HDF5 layout
@@ -759,6 +801,14 @@ int cli_cmd_fit(const cli_opts *o)
             goto out;
         }
     }
+    if (o->tensorboard) {
+        char err[512];
+        if (rt_tb_log_open(o->tensorboard, &v.tb, err, sizeof err) < 0) {
+            fprintf(stderr, "rtrain: --tensorboard: %s\n", err);
+            ex = CLI_EXIT_INVALID;
+            goto out;
+        }
+    }
     char mode[96];
     long window = o->in_flight > 0 ? o->in_flight : RT_TRAIN_WINDOW;
     /* --checkpoint-every-steps N wants a checkpoint every N steps, and a
@@ -806,6 +856,11 @@ int cli_cmd_fit(const cli_opts *o)
                 .checkpoint_every_steps = (uint32_t)o->ckpt_every_steps,
                 .checkpoint_every_s = (uint32_t)o->ckpt_every_s};
             rc = rt_client_fit(c, &fp, on_fit_event, &v);
+            /* a Fit stream's events carry no call: its account is the
+             * stream's, once it ended */
+            rt_client_timings ft;
+            if (v.tb && rt_client_last_timings(c, &ft) == 0)
+                tb_note(&v, rt_tb_log_call(v.tb, &ft));
         } else {
             rt_client_train_params tp = {
                 .session = sid, .program = prog.program_id, .dataset = tr.id,
@@ -822,6 +877,10 @@ int cli_cmd_fit(const cli_opts *o)
             goto out;
     }
     rt_progress_finish(&v.bar);
+    if (v.tb_err) {
+        ex = cli_exit_code(v.tb_err);
+        goto out;
+    }
     if (rc < 0) {
         /* A durable daemon that could not checkpoint (disk full) still
          * holds the state: the session stays, so it can be pulled. */
@@ -871,6 +930,11 @@ out:
         finish_outputs(c, o);
     if (v.csv && v.csv != stdout)
         fclose(v.csv);
+    if (v.tb && rt_tb_log_close(v.tb) < 0 && !ex) {
+        fprintf(stderr, "rtrain: --tensorboard: cannot close the event files in %s\n",
+                o->tensorboard);
+        ex = CLI_EXIT_INVALID;
+    }
     rt_client_compile_result_free(&prog);
     cli_active_client = NULL;
     rt_client_destroy(c);

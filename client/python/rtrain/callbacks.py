@@ -27,11 +27,13 @@ import csv as _csv
 import math as _math
 import os as _os
 
+import time as _time
+
 import numpy as _np
 
 __all__ = ["Callback", "CallbackList", "History", "EarlyStopping",
            "ModelCheckpoint", "LearningRateScheduler", "ReduceLROnPlateau",
-           "CSVLogger", "TerminateOnNaN", "LambdaCallback"]
+           "CSVLogger", "TerminateOnNaN", "LambdaCallback", "TensorBoard"]
 
 
 class Callback:
@@ -411,3 +413,91 @@ class TerminateOnNaN(Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.on_batch_end(0, {"loss": (logs or {}).get("loss")})
+
+
+class TensorBoard(Callback):
+    """Keras' TensorBoard callback: event files TensorBoard reads, in
+    log_dir/train and log_dir/validation, with Keras' tags (epoch_loss,
+    epoch_accuracy, ...; a "val_" name goes to validation/ without the
+    prefix; step = the epoch). With write_timings (rtrain's own), every
+    remote call of the fit adds its time account to train/ as
+    timing/<Method>/<part>_ms (round_trip, client_encode, wire, queue,
+    decode, compile, execute, encode, client_decode, unattributed; step =
+    that method's call count). write_steps_per_second adds
+    epoch_steps_per_second, as Keras. The files are written by librtrain
+    (the CLI's --tensorboard uses the same code) and flushed at every value.
+    No graph, histograms, images or profiles are written: histogram_freq,
+    write_images, embeddings_freq and profile_batch must keep their
+    defaults (write_graph is accepted and writes nothing)."""
+
+    def __init__(self, log_dir="logs", histogram_freq=0, write_graph=True,
+                 write_images=False, write_steps_per_second=False,
+                 update_freq="epoch", profile_batch=0, embeddings_freq=0,
+                 embeddings_metadata=None, write_timings=True):
+        super().__init__()
+        for v, n in ((histogram_freq, "histogram_freq"),
+                     (write_images, "write_images"),
+                     (profile_batch, "profile_batch"),
+                     (embeddings_freq, "embeddings_freq"),
+                     (embeddings_metadata, "embeddings_metadata")):
+            if v:
+                raise ValueError("TensorBoard(%s=%r): rtrain writes scalars "
+                                 "only; leave %s at its default" % (n, v, n))
+        if update_freq != "epoch":
+            raise ValueError("TensorBoard(update_freq=%r): rtrain writes "
+                             "once per epoch; use update_freq='epoch'"
+                             % (update_freq,))
+        self.log_dir = _os.fspath(log_dir)
+        self.write_steps_per_second = bool(write_steps_per_second)
+        self.write_timings = bool(write_timings)
+        self._log = None
+        self._seen = 0
+        self._t0 = None
+
+    def _timings(self):
+        h = getattr(self.model, "history", None)
+        return getattr(h, "timings", None) or []
+
+    def _write_calls(self):
+        if not self.write_timings:
+            return
+        from . import _rtrain
+        calls = self._timings()
+        for t in calls[self._seen:]:
+            _rtrain.tb_call(self._log, t)
+        self._seen = len(calls)
+
+    def on_train_begin(self, logs=None):
+        from . import _rtrain
+        self._close()
+        self._log = _rtrain.tb_open(self.log_dir)
+        self._seen = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._t0 = _time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        from . import _rtrain
+        logs = dict(logs or {})
+        if self.write_steps_per_second and self._t0 is not None:
+            steps = self.params.get("steps") or 0
+            logs["steps_per_second"] = steps / max(
+                _time.perf_counter() - self._t0, 1e-9)
+        for k, v in logs.items():
+            try:
+                v = float(v)
+            except (TypeError, ValueError):
+                continue  # not a scalar: Keras writes scalars only too
+            _rtrain.tb_epoch(self._log, int(epoch), k, v)
+        self._write_calls()
+
+    def on_train_end(self, logs=None):
+        if self._log is not None:
+            self._write_calls()
+        self._close()
+
+    def _close(self):
+        if self._log is not None:
+            from . import _rtrain
+            log, self._log = self._log, None
+            _rtrain.tb_close(log)

@@ -43,6 +43,7 @@
 #include "rt_progress.h"
 #include "rt_version.h"
 #include "rtrain/rtrain_data.h"
+#include "rtrain/rtrain_tb.h"
 
 /* Ctrl-C during a blocking call: see the SIGINT section below. */
 static int rt_py__sig_install(rt_client *c);
@@ -2318,9 +2319,155 @@ static PyObject *mod_strerror(PyObject *m, PyObject *args)
     return Py_BuildValue("(ss)", rt_err_name(rc), rt_strerror(rc));
 }
 
+/* ------------------------------------------------------------ TensorBoard */
+
+/* rtrain.callbacks.TensorBoard's writer: librtrain's rt_tb_log (the CLI's
+ * --tensorboard writes through the same code), held in a capsule. */
+#define RT_PY_TB "rtrain._rtrain.tb_log"
+
+/* The capsule's pointer: a capsule's own pointer can never be NULL, and a
+ * closed log must stay a valid object. */
+typedef struct { rt_tb_log *l; } rt_py_tb;
+
+static void tb_capsule_free(PyObject *cap)
+{
+    rt_py_tb *h = PyCapsule_GetPointer(cap, RT_PY_TB);
+    if (h) {
+        rt_tb_log_close(h->l);
+        PyMem_Free(h);
+    }
+}
+
+static rt_tb_log *tb_get(PyObject *cap)
+{
+    rt_py_tb *h = PyCapsule_GetPointer(cap, RT_PY_TB);
+    if (!h)
+        return NULL;
+    if (!h->l)
+        PyErr_SetString(PyExc_ValueError, "the TensorBoard log is closed");
+    return h->l;
+}
+
+static PyObject *tb_raise(rt_tb_log *l)
+{
+    PyErr_SetString(PyExc_OSError, rt_tb_log_error(l));
+    return NULL;
+}
+
+static PyObject *mod_tb_open(PyObject *m, PyObject *args)
+{
+    PyObject *path;
+    if (!PyArg_ParseTuple(args, "O&:tb_open", PyUnicode_FSConverter, &path))
+        return NULL;
+    char err[512];
+    rt_tb_log *l;
+    int rc = rt_tb_log_open(PyBytes_AS_STRING(path), &l, err, sizeof err);
+    Py_DECREF(path);
+    if (rc < 0) {
+        PyErr_SetString(rc == RT_EINVAL ? PyExc_ValueError : PyExc_OSError, err);
+        return NULL;
+    }
+    rt_py_tb *h = PyMem_Malloc(sizeof *h);
+    if (!h) {
+        rt_tb_log_close(l);
+        return PyErr_NoMemory();
+    }
+    h->l = l;
+    PyObject *cap = PyCapsule_New(h, RT_PY_TB, tb_capsule_free);
+    if (!cap) {
+        rt_tb_log_close(l);
+        PyMem_Free(h);
+    }
+    return cap;
+}
+
+static PyObject *mod_tb_epoch(PyObject *m, PyObject *args)
+{
+    PyObject *cap;
+    long long epoch;
+    const char *name;
+    double v;
+    if (!PyArg_ParseTuple(args, "OLsd:tb_epoch", &cap, &epoch, &name, &v))
+        return NULL;
+    rt_tb_log *l = tb_get(cap);
+    if (!l)
+        return NULL;
+    if (rt_tb_log_epoch(l, epoch, name, v) < 0)
+        return tb_raise(l);
+    Py_RETURN_NONE;
+}
+
+/* A History.timings dict (rt_py__timings_dict's keys) back into the struct. */
+static PyObject *mod_tb_call(PyObject *m, PyObject *args)
+{
+    PyObject *cap, *d;
+    if (!PyArg_ParseTuple(args, "OO!:tb_call", &cap, &PyDict_Type, &d))
+        return NULL;
+    rt_tb_log *l = tb_get(cap);
+    if (!l)
+        return NULL;
+    rt_client_timings t;
+    memset(&t, 0, sizeof t);
+    PyObject *meth = PyDict_GetItemString(d, "method");
+    t.method = meth && PyUnicode_Check(meth) ? PyUnicode_AsUTF8(meth) : "call";
+    if (!t.method)
+        return NULL;
+    PyObject *hs = PyDict_GetItemString(d, "has_server");
+    t.has_server = hs && PyObject_IsTrue(hs) == 1;
+    static const struct { const char *k; size_t off; } f[] = {
+#define RT_PY_TBF(x) {#x, offsetof(rt_client_timings, x)}
+        RT_PY_TBF(queue_ns), RT_PY_TBF(decode_ns), RT_PY_TBF(compile_ns),
+        RT_PY_TBF(execute_ns), RT_PY_TBF(encode_ns), RT_PY_TBF(client_encode_ns),
+        RT_PY_TBF(round_trip_ns), RT_PY_TBF(client_decode_ns), RT_PY_TBF(wire_ns),
+        RT_PY_TBF(unattributed_ns),
+#undef RT_PY_TBF
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        PyObject *v = PyDict_GetItemString(d, f[i].k);
+        if (!v)
+            continue;
+        unsigned long long u = PyLong_AsUnsignedLongLong(v);
+        if (PyErr_Occurred())
+            return NULL;
+        *(uint64_t *)((char *)&t + f[i].off) = u;
+    }
+    if (rt_tb_log_call(l, &t) < 0)
+        return tb_raise(l);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_tb_close(PyObject *m, PyObject *args)
+{
+    PyObject *cap;
+    if (!PyArg_ParseTuple(args, "O:tb_close", &cap))
+        return NULL;
+    rt_py_tb *h = PyCapsule_GetPointer(cap, RT_PY_TB);
+    if (!h)
+        return NULL;
+    if (!h->l)
+        Py_RETURN_NONE; /* closed already */
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", rt_tb_log_error(h->l));
+    int rc = rt_tb_log_close(h->l);
+    h->l = NULL;
+    if (rc < 0) {
+        PyErr_SetString(PyExc_OSError,
+                        *msg ? msg : "tensorboard: cannot close the event files");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
     {"strerror", mod_strerror, METH_VARARGS,
      "strerror(code) -> (name, text) for an RT_E* code."},
+    {"tb_open", mod_tb_open, METH_VARARGS,
+     "tb_open(log_dir) -> a TensorBoard log (rtrain_tb.h)."},
+    {"tb_epoch", mod_tb_epoch, METH_VARARGS,
+     "tb_epoch(log, epoch, name, value): Keras' epoch_<name> scalar."},
+    {"tb_call", mod_tb_call, METH_VARARGS,
+     "tb_call(log, timings): one call's timing/<Method>/<part>_ms scalars."},
+    {"tb_close", mod_tb_close, METH_VARARGS, "tb_close(log)."},
     {NULL}};
 
 static struct PyModuleDef rtrain_module = {
