@@ -4,7 +4,8 @@
 #   --test   adds what the test suite needs (pytest, Jupyter, node/npm and the
 #            interop tests' npm packages, rsvg, clang-14 + libFuzzer for
 #            scripts/fuzz.sh, Prometheus for the metrics scrape test,
-#            python3-yaml and systemd-analyze for deploy/)
+#            python3-yaml and systemd-analyze for deploy/, python3-venv for
+#            the package tests)
 #   --bench  adds the benchmarks' peers and fixture generators (python3-torch,
 #            python3-grpcio)
 set -euo pipefail
@@ -16,7 +17,8 @@ pkgs=(build-essential cmake pkg-config
       libonnx-dev
       libturbojpeg0-dev libpng-dev libhdf5-dev libmicrohttpd-dev
       libopenmpi-dev openmpi-bin
-      python3-dev python3-numpy python3-sklearn python3-h5py)
+      python3-dev python3-numpy python3-sklearn python3-h5py
+      dpkg-dev file)  # cpack's .debs: dpkg-shlibdeps, file (docs/packages.md)
 want_test=0 want_bench=0
 for a in "$@"; do
   case $a in
@@ -44,6 +46,8 @@ if [ $want_test -eq 1 ]; then
   pkgs+=(clang-14 libfuzzer-14-dev)
   # tests/mpi/netns.sh: ip netns, the MPI tests across network namespaces
   pkgs+=(iproute2)
+  # pip install ./client/python into a venv (tests/packages)
+  pkgs+=(python3-venv python3-pip python3-setuptools)
   # The interop test needs node and npm; this machine kind ships them
   # (nodesource's nodejs bundles npm), a bare Debian gets Debian's.
   command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)

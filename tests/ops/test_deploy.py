@@ -4,7 +4,7 @@
 usage: test_deploy.py RTRAIND
 
 Parses every Kubernetes manifest (python3-yaml), the systemd unit, its
-environment file and the Dockerfile; checks every daemon flag they use
+environment file and the Containerfile; checks every daemon flag they use
 against `rtraind --help`, and their values by running
 `rtraind ARGS... --version` (getopt reads every flag before --version, so a
 bad value exits 2); checks that the environment file documents every
@@ -162,17 +162,17 @@ def main():
             r = subprocess.run([analyze, 'verify', path], capture_output=True, text=True)
             check(r.returncode == 0, f'systemd-analyze verify {r.stderr.strip()}')
 
-    # ---- the Dockerfile's default command
-    with open(os.path.join(DEPLOY, 'Dockerfile')) as f:
+    # ---- the Containerfile's default command
+    with open(os.path.join(DEPLOY, 'Containerfile')) as f:
         docker = f.read()
     # CMD ["..", ..] may continue over lines ending in a backslash.
     joined = re.sub(r'\\\n\s*', ' ', docker)
     cmd = json.loads(re.search(r'^CMD (\[.*\])$', joined, re.M).group(1))
-    flags_known(cmd, 'Dockerfile CMD')
-    daemon_accepts(rtraind, cmd, 'Dockerfile CMD')
+    flags_known(cmd, 'Containerfile CMD')
+    daemon_accepts(rtraind, cmd, 'Containerfile CMD')
     exposed = {int(p) for line in re.findall(r'^EXPOSE (.+)$', docker, re.M)
                for p in line.split()}
-    check(port_of(value_of(cmd, 'listen')) in exposed, f'Dockerfile EXPOSEs the gRPC port {exposed}')
+    check(port_of(value_of(cmd, 'listen')) in exposed, f'Containerfile EXPOSEs the gRPC port {exposed}')
 
     # ---- Kubernetes
     k8s = os.path.join(DEPLOY, 'k8s')
