@@ -13,6 +13,10 @@
 set -uo pipefail
 build=$1 src=$2
 . "$src/tests/lib/e2e.sh"
+# RT_SANITIZE builds: the runtimes for programs that load librtrain
+# uninstrumented (CMakeLists.txt)
+san=()
+[ -z "${RT_SAN_LD_PRELOAD:-}" ] || san=(LD_PRELOAD="$RT_SAN_LD_PRELOAD" ASAN_OPTIONS="$RT_SAN_ASAN_OPTIONS")
 pk=$tmp/pk root=$tmp/root
 ver=$(sed -n 's/^#define RT_VERSION_STRING "\(.*\)"$/\1/p' "$build/gen/rt_version.h")
 arch=$(dpkg --print-architecture)
@@ -141,8 +145,8 @@ cc -Wall -Werror -o "$tmp/ping" "$tmp/ping.c" $flags && ok "cc against rtrain.pc
   || bad "cc against rtrain.pc"
 LD_LIBRARY_PATH=$root/usr/lib/$ma ldd "$tmp/ping" | grep -q "librtrain.so.0 => $root/usr/lib/$ma/" \
   && ok "it loads the installed librtrain" || bad "ldd: $(LD_LIBRARY_PATH=$root/usr/lib/$ma ldd "$tmp/ping")"
-expect_rc 0 "ping through the installed librtrain" -- env LD_LIBRARY_PATH="$root/usr/lib/$ma" \
-  "$tmp/ping" "$addr"
+expect_rc 0 "ping through the installed librtrain" -- env "${san[@]}" \
+  LD_LIBRARY_PATH="$root/usr/lib/$ma" "$tmp/ping" "$addr"
 
 # ---- pip against the installed librtrain (as a user with the rtrain .deb)
 mkdir -p "$tmp/src/client"
@@ -151,7 +155,7 @@ cp -r "$src/client/python" "$src/client/lib" "$tmp/src/client/"
 (cd "$tmp/src" && PKG_CONFIG_PATH=$pc "$tmp/venv/bin/pip" install --no-index \
    --no-build-isolation ./client/python) >"$tmp/pip.log" 2>&1 \
   && ok "pip install ./client/python against the package" || { bad "pip"; tail -20 "$tmp/pip.log"; }
-(cd "$tmp" && LD_LIBRARY_PATH=$root/usr/lib/$ma "$tmp/venv/bin/python" \
+(cd "$tmp" && env "${san[@]}" LD_LIBRARY_PATH="$root/usr/lib/$ma" "$tmp/venv/bin/python" \
    "$src/tests/packages/train_iris.py" "$addr" "$tmp/venv" "$root/usr/lib/$ma") >"$tmp/out" 2>&1 \
   && ok "$(tail -1 "$tmp/out")" || { bad "train iris through the venv"; tail -20 "$tmp/out"; }
 

@@ -8,6 +8,10 @@
 set -uo pipefail
 rtraind=$1 build=$2 src=$3
 . "$src/tests/lib/e2e.sh"
+# RT_SANITIZE builds: the runtimes for programs that load librtrain
+# uninstrumented (CMakeLists.txt)
+san=()
+[ -z "${RT_SAN_LD_PRELOAD:-}" ] || san=(LD_PRELOAD="$RT_SAN_LD_PRELOAD" ASAN_OPTIONS="$RT_SAN_ASAN_OPTIONS")
 # A copy of the client sources, as a user's checkout: the build writes into
 # the tree it builds (build/, *.egg-info), not into this one.
 mkdir -p "$tmp/src/client"
@@ -22,7 +26,7 @@ grep -q "Successfully installed rtrain-" "$tmp/pip.log" && ok "pip installed rtr
   || bad "pip: no 'Successfully installed rtrain-'"
 start_daemon "$tmp/daemon.log" --log-level warn || exit 1
 # run from a folder with no rtrain package beside it
-(cd "$tmp" && "$tmp/venv/bin/python" "$src/tests/packages/train_iris.py" "$addr" \
+(cd "$tmp" && env "${san[@]}" "$tmp/venv/bin/python" "$src/tests/packages/train_iris.py" "$addr" \
    "$tmp/venv" "$build/client/lib") >"$tmp/out" 2>&1 \
   && ok "$(tail -1 "$tmp/out")" || { bad "train iris through the venv"; tail -20 "$tmp/out"; }
 echo "$((checks - fails))/$checks checks passed"
