@@ -68,6 +68,8 @@ static int mkdirs(const char *path)
             struct stat st;
             if (mkdir(p, 0777) < 0 && !(errno == EEXIST && stat(p, &st) == 0 &&
                                          S_ISDIR(st.st_mode))) {
+                if (errno == EEXIST)
+                    errno = ENOTDIR; /* a file where a directory goes */
                 free(p);
                 return RT_EIO;
             }
