@@ -234,7 +234,7 @@
         (c.last_ms ? `, last ${new Date(c.last_ms).toLocaleTimeString('en-GB')}` : '') : 'not durable (no --state-dir)']]);
     fill($('ds-table').tBodies[0], st.datasets.map((d) => el('tr', {}, td(d.id), td(d.principal), td(fmtNum(d.samples), 'num'),
       td(d.x_shape), td(fmtBytes(d.bytes), 'num'), td(d.streamed ? fmtBytes(d.spool_bytes) : '—', 'num'))));
-    fill($('rep-table').tBodies[0], st.replicas.map((r) => el('tr', {}, td(String(r.rank), 'num'), td(r.host || ''))));
+    fill($('rep-table').tBodies[0], st.replicas.map((r) => el('tr', {}, td(String(r.rank), 'num'), td(r.host || 'this process (no MPI)'))));
   }
 
   function render(st) {
