@@ -8,6 +8,7 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +18,8 @@
 
 #include "rt_dash_assets.h"
 
-#define CALL_RING 512   /* recent calls kept */
-#define CALLS_SHOWN 200 /* of them, in one state answer */
+#define CALL_RING 256   /* recent calls kept */
+#define CALLS_SHOWN 120 /* of them, in one state answer */
 #define FITS 16         /* recent fits kept */
 #define FIT_POINTS 1024 /* epochs kept per fit (the latest) */
 #define NAME 64
@@ -330,7 +331,13 @@ static void render_registry(rt_dash_buf *b, const char *principal)
     size_t n = nc < CALL_RING ? (size_t)nc : CALL_RING;
     for (size_t i = 0; i < n; i++) /* oldest first */
         calls[i] = D.calls[(nc - n + i) % CALL_RING];
-    memcpy(fits, D.fits, sizeof(dash_fit) * FITS);
+    for (int i = 0; i < FITS; i++) { /* the points recorded, not the whole ring */
+        const dash_fit *f = &D.fits[i];
+        size_t np = f->n < FIT_POINTS ? (size_t)f->n : FIT_POINTS;
+        memcpy(&fits[i], f, offsetof(dash_fit, pt));
+        memcpy(fits[i].pt, f->pt, np * sizeof f->pt[0]);
+        memcpy(fits[i].pt_ms, f->pt_ms, np * sizeof f->pt_ms[0]);
+    }
     pthread_mutex_unlock(&D.mu);
 
     size_t m = 0; /* the visible ones, packed */

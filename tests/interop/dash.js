@@ -19,6 +19,7 @@ const path = require('path');
 const fs = require('fs');
 const os = require('os');
 const crypto = require('crypto');
+const http = require('http');
 const { spawn } = require('child_process');
 const assert = require('assert');
 const grpc = require('@grpc/grpc-js');
@@ -379,6 +380,7 @@ async function main() {
     const r = await unary(client, 'Control', { session_id: sidA, program_id: pidA, stop: true }, mdA);
     assert.strictEqual(r.running, true);
     await fitDone;
+    await pa.bringToFront(); // a page in the background is not animated: raf polling stops
     await pa.waitForFunction(() => document.querySelector('.fit') && !document.querySelector('.fit[data-state="running"]'));
     assert.deepStrictEqual(problems, []);
   });
@@ -394,6 +396,30 @@ async function main() {
   d.proc.kill('SIGTERM');
   const code = await d.exited;
   await test('daemon exits 0 on SIGTERM with the page open before', async () => assert.strictEqual(code, 0));
+  // ---- without --tokens: single-user, loopback peers and names only
+  const d2 = await startDaemon([]);
+  const hostGet = (host) => new Promise((resolve, reject) => {
+    const [h, port] = d2.http.split(':');
+    http.get({ host: h, port, path: '/api/state', headers: { Host: host } }, (r) => {
+      let body = '';
+      r.on('data', (c) => { body += c; });
+      r.on('end', () => resolve({ status: r.statusCode, body }));
+    }).on('error', reject);
+  });
+  await test('without --tokens the page is everyone\'s on loopback, and refused to another Host', async () => {
+    const ok = await hostGet(d2.http);
+    assert.strictEqual(ok.status, 200);
+    assert.strictEqual(JSON.parse(ok.body).principal, 'local');
+    assert.strictEqual((await hostGet(`localhost:${d2.http.split(':')[1]}`)).status, 200);
+    const rebound = await hostGet('rebound.example:80');
+    assert.strictEqual(rebound.status, 403);
+    assert.match(rebound.body, /loopback only/);
+    const login = await fetch(`http://${d2.http}/login`, { method: 'POST', body: 'token=x' });
+    assert.strictEqual(login.status, 405, 'no login without tokens');
+  });
+  d2.proc.kill('SIGTERM');
+  await d2.exited;
+
   fs.rmSync(dir, { recursive: true, force: true });
   console.log(`${passed} passed, ${failed} failed`);
   process.exit(failed ? 1 : 0);
