@@ -15,6 +15,8 @@
  *     ...
  *     rt_metrics_server_stop(ms);                       // NULL is a no-op
  *
+ * Every other URL on the port is the dashboard's (rt_dash.h).
+ *
  * Recording is lock-free (relaxed atomics on fixed arrays): a call pays a
  * few dozen nanoseconds and allocates nothing. Rendering walks the arrays
  * and calls collect() for the gauges the server owns (sessions, programs,
