@@ -784,21 +784,44 @@ static int form_token(const char *body, char *out, size_t n)
     return -1;
 }
 
+/* The form again (401), saying why at its <!--error--> mark. */
+static int login_failed(struct MHD_Connection *conn)
+{
+    static const char mark[] = "<!--error-->";
+    static const char msg[] = "<p role=\"alert\" class=\"error\">That token is not accepted.</p>";
+    const char *page = (const char *)rt_dash_asset_login_html;
+    size_t len = rt_dash_asset_login_html_len, ml = sizeof mark - 1;
+    const char *at = memmem(page, len, mark, ml);
+    rt_dash_buf b = {0};
+    if (at)
+        rt_dash_printf(&b, "%.*s%s%.*s", (int)(at - page), page, msg,
+                       (int)(len - (size_t)(at - page) - ml), at + ml);
+    int ok = at && !b.oom;
+    int rc = send_buf(conn, MHD_HTTP_UNAUTHORIZED, "text/html; charset=utf-8", ok ? b.p : page,
+                      ok ? b.n : len, 1, NULL, NULL);
+    free(b.p);
+    return rc;
+}
+
+/* Characters a token may have in a cookie: no header or cookie syntax. */
+static int cookie_safe(const char *t)
+{
+    for (; *t; t++)
+        if (!strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~+/=", *t))
+            return 0;
+    return 1;
+}
+
 static int serve_login_post(struct MHD_Connection *conn, const rt_dash_provider *p,
                             post_body *pb)
 {
     char tok[256], who[NAME];
-    if (pb->too_big || form_token(pb->b, tok, sizeof tok) < 0 || !p->who ||
+    if (pb->too_big || form_token(pb->b, tok, sizeof tok) < 0 || !cookie_safe(tok) || !p->who ||
         p->who(p->ud, tok, strlen(tok), who, sizeof who) < 0)
-        return send_buf(conn, MHD_HTTP_UNAUTHORIZED, "text/html; charset=utf-8",
-                        rt_dash_asset_login_failed_html, rt_dash_asset_login_failed_html_len, 0,
-                        NULL, NULL);
+        return login_failed(conn);
     /* the token itself, HttpOnly: page scripts never see it */
     char cookie[400];
     snprintf(cookie, sizeof cookie, "rt_token=%s; HttpOnly; SameSite=Strict; Path=/", tok);
-    for (char *c = cookie + 9; *c != ';'; c++) /* no header splitting */
-        if ((unsigned char)*c < 0x21 || *c == ',' || *c == '"' || *c == '\\')
-            return send_text(conn, MHD_HTTP_BAD_REQUEST, "dashboard: bad token characters\n");
     return send_buf(conn, MHD_HTTP_SEE_OTHER, "text/plain; charset=utf-8", "", 0, 0, cookie, "/");
 }
 

@@ -19,7 +19,5 @@ const rt_dash_asset *rt_dash_asset_find(const char *path);
 
 extern const unsigned char rt_dash_asset_login_html[];
 extern const size_t rt_dash_asset_login_html_len;
-extern const unsigned char rt_dash_asset_login_failed_html[];
-extern const size_t rt_dash_asset_login_failed_html_len;
 
 #endif

@@ -26,6 +26,7 @@ const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 const puppeteer = require('puppeteer-core');
 const { xxh64 } = require('./xxh64');
+const { test, counts } = require('./harness');
 
 const root = path.resolve(__dirname, '..', '..');
 const rtraind = process.argv[2];
@@ -33,17 +34,6 @@ const chromium = process.env.CHROMIUM || '/usr/bin/chromium';
 const artifacts = process.env.DASH_ARTIFACTS || fs.mkdtempSync(path.join(os.tmpdir(), 'rtrain-dash-'));
 fs.mkdirSync(artifacts, { recursive: true });
 
-let passed = 0, failed = 0;
-async function test(name, fn) {
-  try {
-    await fn();
-    passed++;
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL ${name}: ${e && e.stack ? e.stack : e}`);
-  }
-}
 
 function startDaemon(args) {
   return new Promise((resolve, reject) => {
@@ -337,6 +327,7 @@ async function main() {
                                                 headers: { 'Content-Type': 'application/x-www-form-urlencoded' } });
     assert.strictEqual(post.status, 401);
     assert.strictEqual(post.headers.get('set-cookie'), null);
+    assert.match(await post.text(), /role="alert"[^>]*>That token is not accepted/);
   });
 
   await test("bob (signed in by the form's cookie) cannot see alice's session, page or JSON", async () => {
@@ -421,11 +412,13 @@ async function main() {
   await d2.exited;
 
   fs.rmSync(dir, { recursive: true, force: true });
+  const { passed, failed } = counts();
   console.log(`${passed} passed, ${failed} failed`);
   process.exit(failed ? 1 : 0);
 }
 
 main().catch((e) => {
+  const { passed, failed } = counts();
   console.log(`FAIL setup: ${e && e.stack ? e.stack : e}`);
   console.log(`${passed} passed, ${failed + 1} failed`);
   process.exit(1);
