@@ -43,6 +43,8 @@
   // when each fit's epoch was first drawn (ms since the Unix epoch).
   const rt = window.__rt = { state: null, charts: {}, pointSeen: {}, renders: 0, selected: null };
 
+  // Only a change is written: a live region then speaks only news.
+  function setText(e, t) { if (e.textContent !== t) e.textContent = t; }
   function fill(tbody, rows) {
     tbody.replaceChildren(...rows);
   }
@@ -151,7 +153,7 @@
     const c = st && st.calls.find((x) => x.seq === rt.selected);
     for (const tr of $('call-table').tBodies[0].rows) tr.className = Number(tr.dataset.seq) === rt.selected ? 'sel' : '';
     if (!c || !c.timings) {
-      $('wf-title').textContent = c ? `${c.method}: the daemon sent no timings (status ${CODES[c.code]})` : 'Choose a call.';
+      setText($('wf-title'), c ? `${c.method}: the daemon sent no timings (status ${CODES[c.code]})` : 'Choose a call.');
       fig.replaceChildren();
       $('wf-legend').replaceChildren();
       return;
@@ -159,8 +161,8 @@
     const t = c.timings;
     const ns = { queue: t.queue_ns, decode: t.decode_ns, compile: t.compile_ns, execute: t.execute_ns,
       encode: t.encode_ns, other: t.other_ns };
-    $('wf-title').textContent = `${c.method} call ${c.seq}` + (c.steps ? ` (K=${c.steps})` : '') +
-      `: ${fmtNs(t.total_ns)} in the daemon` + (t.cache_hit ? ', program cache hit' : '');
+    setText($('wf-title'), `${c.method} call ${c.seq}` + (c.steps ? ` (K=${c.steps})` : '') +
+      `: ${fmtNs(t.total_ns)} in the daemon` + (t.cache_hit ? ', program cache hit' : ''));
     fig.dataset.seq = String(c.seq);
     fig.dataset.totalNs = String(t.total_ns);
     const W = 520, L = 110, rowH = 18, floor = st.ping_floor.calls ? st.ping_floor.median_ns : 0;
@@ -266,9 +268,9 @@
 
   function connect() {
     const es = new EventSource('/api/events');
-    es.onopen = () => { $('live').textContent = 'live'; };
+    es.onopen = () => setText($('live'), 'live');
     es.onmessage = () => { refresh().catch(() => { $('live').textContent = 'cannot read the state'; }); };
-    es.onerror = () => { $('live').textContent = 'reconnecting…'; };
+    es.onerror = () => setText($('live'), 'reconnecting…');
   }
 
   refresh().then(connect, () => { $('live').textContent = 'cannot read the state'; connect(); });
