@@ -17,13 +17,15 @@
 #include <time.h>
 
 #include "rt_dash_assets.h"
+#include "rt_log.h"
 
 #define CALL_RING 256   /* recent calls kept */
 #define CALLS_SHOWN 120 /* of them, in one state answer */
 #define FITS 16         /* recent fits kept */
 #define FIT_POINTS 1024 /* epochs kept per fit (the latest) */
 #define NAME 64
-#define SID 12          /* "s-" and 8 hex digits: ids are capabilities */
+#define COPY_CHUNK 32   /* records copied per hold of the lock */
+#define SID 11          /* "s-" and 8 hex digits: ids are capabilities */
 #define HEARTBEAT_NS 5000000000ull /* under MHD's idle timeout (10 s) */
 #define WAKE_NS 250000000ull       /* calls alone refresh the page this often */
 
@@ -115,28 +117,30 @@ void rt_dash_printf(rt_dash_buf *b, const char *fmt, ...)
     }
 }
 
+/* The log's JSON escaping (rt_log.h): invalid UTF-8 from a client's names
+ * becomes U+FFFD, so the answer is always JSON a browser parses. */
 void rt_dash_str(rt_dash_buf *b, const char *s)
 {
     if (!s) {
         rt_dash_printf(b, "null");
         return;
     }
-    rt_dash_printf(b, "\"");
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            rt_dash_printf(b, "\\%c", *p);
-        else if (*p < 0x20 || *p == '<' || *p == '>' || *p == '&')
-            rt_dash_printf(b, "\\u%04x", *p); /* never markup, even if misused */
-        else
-            rt_dash_printf(b, "%c", *p);
+    size_t cap = strlen(s) * 6 + 3, len = 0; /* \u00XX per byte at most */
+    char small[512], *tmp = cap <= sizeof small ? small : malloc(cap);
+    if (!tmp) {
+        b->oom = 1;
+        return;
     }
-    rt_dash_printf(b, "\"");
+    rt_log_json_str(tmp, cap, &len, s);
+    rt_dash_printf(b, "%s", tmp);
+    if (tmp != small)
+        free(tmp);
 }
 
 void rt_dash_num(rt_dash_buf *b, double v)
 {
     if (isfinite(v))
-        rt_dash_printf(b, "%.9g", v);
+        rt_dash_printf(b, "%.17g", v); /* exact: the page shows what the client got */
     else
         rt_dash_printf(b, "null");
 }
@@ -316,7 +320,7 @@ static uint64_t median_total(const dash_call *v, size_t n, const char *method, u
 /* The registry's part of the state, for principal (NULL = all). Copies the
  * rings under the lock and renders after, so a call's end never waits for
  * the page. */
-static void render_registry(rt_dash_buf *b, const char *principal)
+void rt_dash_registry_json(const char *principal, rt_dash_buf *b)
 {
     dash_call *calls = malloc(sizeof(dash_call) * CALL_RING);
     dash_fit *fits = malloc(sizeof(dash_fit) * FITS);
@@ -326,19 +330,45 @@ static void render_registry(rt_dash_buf *b, const char *principal)
         b->oom = 1;
         return;
     }
+    /* Copied in chunks, the lock released between them, so that a call's
+     * or an epoch's end waits for a few records' copy at most. A slot
+     * written meanwhile holds a newer call (left out: seq past the
+     * snapshot); a fit slot reused meanwhile is left out. */
     pthread_mutex_lock(&D.mu);
     uint64_t seq = D.seq, nc = D.n_calls;
-    size_t n = nc < CALL_RING ? (size_t)nc : CALL_RING;
-    for (size_t i = 0; i < n; i++) /* oldest first */
-        calls[i] = D.calls[(nc - n + i) % CALL_RING];
-    for (int i = 0; i < FITS; i++) { /* the points recorded, not the whole ring */
-        const dash_fit *f = &D.fits[i];
-        size_t np = f->n < FIT_POINTS ? (size_t)f->n : FIT_POINTS;
-        memcpy(&fits[i], f, offsetof(dash_fit, pt));
-        memcpy(fits[i].pt, f->pt, np * sizeof f->pt[0]);
-        memcpy(fits[i].pt_ms, f->pt_ms, np * sizeof f->pt_ms[0]);
-    }
     pthread_mutex_unlock(&D.mu);
+    size_t n = nc < CALL_RING ? (size_t)nc : CALL_RING, got = 0;
+    for (size_t i = 0; i < n; i += COPY_CHUNK) {
+        pthread_mutex_lock(&D.mu);
+        for (size_t j = i; j < n && j < i + COPY_CHUNK; j++) { /* oldest first */
+            const dash_call *c = &D.calls[(nc - n + j) % CALL_RING];
+            if (c->seq <= seq)
+                calls[got++] = *c;
+        }
+        pthread_mutex_unlock(&D.mu);
+    }
+    n = got;
+    for (int i = 0; i < FITS; i++) {
+        pthread_mutex_lock(&D.mu);
+        const dash_fit *f = &D.fits[i];
+        memcpy(&fits[i], f, offsetof(dash_fit, pt));
+        int wrapped = f->n > FIT_POINTS;
+        if (wrapped) { /* the ring moves under a chunked copy: all at once */
+            memcpy(fits[i].pt, f->pt, sizeof f->pt);
+            memcpy(fits[i].pt_ms, f->pt_ms, sizeof f->pt_ms);
+        }
+        pthread_mutex_unlock(&D.mu);
+        for (int64_t k = 0; !wrapped && k < fits[i].n; k += COPY_CHUNK) {
+            pthread_mutex_lock(&D.mu);
+            if (f->id != fits[i].id)
+                fits[i].id = 0;
+            for (int64_t j = k; fits[i].id && j < fits[i].n && j < k + COPY_CHUNK; j++) {
+                fits[i].pt[j] = f->pt[j];
+                fits[i].pt_ms[j] = f->pt_ms[j];
+            }
+            pthread_mutex_unlock(&D.mu);
+        }
+    }
 
     size_t m = 0; /* the visible ones, packed */
     for (size_t i = 0; i < n; i++)
@@ -706,7 +736,7 @@ static int serve_state(struct MHD_Connection *conn, const rt_dash_provider *p, i
     rt_dash_printf(&b, ",\"auth\":%s,", p->auth_required ? "true" : "false");
     if (have && p->state)
         p->state(p->ud, p->auth_required ? principal : NULL, &b);
-    render_registry(&b, p->auth_required ? principal : NULL);
+    rt_dash_registry_json(p->auth_required ? principal : NULL, &b);
     rt_dash_printf(&b, "}");
     if (b.oom) {
         free(b.p);

@@ -80,6 +80,11 @@ int rt_dash_fit_begin(const char *principal, const char *session, const char *pr
 void rt_dash_fit_epoch(int fit, const rt_dash_point *pt);
 void rt_dash_fit_end(int fit, int code);
 
+/* The recorded part of /api/state as object members (no braces): seq,
+ * now_ms, calls (the last 120), ping_floor, k_sweep, fits; principal's
+ * only, or everyone's for NULL. */
+void rt_dash_registry_json(const char *principal, rt_dash_buf *b);
+
 /* The HTTP side, called by rt_metrics.c on its MHD thread. */
 struct MHD_Connection;
 struct MHD_Daemon;

@@ -14,7 +14,7 @@
 #include "rt_dist.h"
 #include "rt_stream.h"
 
-#define SID 12          /* ids shown: "s-" and 8 hex digits (ids are capabilities) */
+#define SID 11          /* ids shown: "s-" and 8 hex digits (ids are capabilities) */
 #define MAX_SESS 256    /* shown; the rest are counted */
 #define MAX_PROGS 512
 #define MAX_DS 512
