@@ -291,6 +291,14 @@ async function main() {
       });
     }
     assert.ok(found, 'Tab never reached a call button');
+    // the page redraws as the fit runs: the focus stays where it was
+    const r0 = await pa.evaluate(() => window.__rt.renders);
+    await pa.waitForFunction((r) => window.__rt.renders > r + 1, {}, r0);
+    const still = await pa.evaluate(() => {
+      const tr = document.activeElement && document.activeElement.closest('#call-table tr[data-seq]');
+      return tr ? tr.dataset.seq : null;
+    });
+    assert.strictEqual(still, found, 'a redraw took the focus away');
     await pa.keyboard.press('Space');
     await pa.waitForFunction((s) => document.getElementById('wf').dataset.seq === s, {}, found);
     const snap = await pa.accessibility.snapshot({ interestingOnly: true });

@@ -121,19 +121,25 @@
     ['compile', 'compile'], ['execute', 'execute'], ['encode', 'encode'], ['other', 'unattributed'],
   ];
 
+  // A call's row never changes: rows are kept, new ones go on top and old
+  // ones leave at the bottom, so the focus (a keyboard user's place) stays
+  // on its button while the list moves.
+  function callRow(c) {
+    const b = el('button', { type: 'button', 'aria-label': `Breakdown of ${c.method} call ${c.seq}`, text: c.method });
+    b.addEventListener('click', () => { rt.selected = c.seq; renderBreakdown(); });
+    return el('tr', { 'data-seq': String(c.seq) },
+      td(new Date(c.t_ms).toLocaleTimeString('en-GB')), el('td', {}, b), td(c.session || '—'),
+      td(c.steps ? String(c.steps) : ''), td(CODES[c.code] || String(c.code)),
+      td(c.timings ? fmtNs(c.timings.total_ns) : 'no timings', 'num'));
+  }
+
   function renderCalls(st) {
     const tb = $('call-table').tBodies[0];
-    const calls = st.calls.slice(-60).reverse();
-    fill(tb, calls.map((c) => {
-      const b = el('button', { type: 'button', 'aria-label': `Breakdown of ${c.method} call ${c.seq}`, text: c.method });
-      b.addEventListener('click', () => { rt.selected = c.seq; renderBreakdown(); });
-      const tr = el('tr', { 'data-seq': String(c.seq) },
-        td(new Date(c.t_ms).toLocaleTimeString('en-GB')), el('td', {}, b), td(c.session || '—'),
-        td(c.steps ? String(c.steps) : ''), td(CODES[c.code] || String(c.code)),
-        td(c.timings ? fmtNs(c.timings.total_ns) : 'no timings', 'num'));
-      if (c.seq === rt.selected) tr.className = 'sel';
-      return tr;
-    }));
+    const calls = st.calls.slice(-60);
+    const keep = new Set(calls.map((c) => String(c.seq)));
+    for (const tr of [...tb.rows]) if (!keep.has(tr.dataset.seq)) tr.remove();
+    const top = tb.rows.length ? Number(tb.rows[0].dataset.seq) : -1;
+    for (const c of calls) if (c.seq > top) tb.prepend(callRow(c));
     const sw = $('sweep').tBodies[0];
     const rows = [el('tr', {}, el('th', { scope: 'row', text: 'Ping (floor)' }), td(String(st.ping_floor.calls), 'num'),
       td(st.ping_floor.calls ? fmtNs(st.ping_floor.median_ns) : 'no Ping yet', 'num'))];
