@@ -905,6 +905,9 @@ int rt_dash_request(rt_dash_http *h, struct MHD_Connection *conn, const char *ur
                          "(http://127.0.0.1:PORT/)\n");
     char who[NAME] = "local";
     int authed = !p.auth_required || request_principal(conn, &p, who, sizeof who) == 0;
+    if (strcmp(url, "/logout") == 0) /* the browser forgets the token */
+        return send_buf(conn, MHD_HTTP_SEE_OTHER, "text/plain; charset=utf-8", "", 0, 0,
+                        "rt_token=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0", "/login");
     if (strcmp(url, "/login") == 0)
         return send_buf(conn, MHD_HTTP_OK, "text/html; charset=utf-8", rt_dash_asset_login_html,
                         rt_dash_asset_login_html_len, 0, NULL, NULL);

@@ -20,6 +20,7 @@
  *   GET  /api/state        JSON: what the caller may see
  *   GET  /api/events       server-sent events: {"seq":N} when it changed
  *   GET  /login, POST /login (token=...)   sets an HttpOnly cookie
+ *   GET  /logout           clears it
  * With --tokens a request carries "Authorization: Bearer TOKEN" or the
  * cookie, and sees only its principal's sessions, programs, data, calls
  * and fits. Without tokens only loopback peers are served. Read-only.

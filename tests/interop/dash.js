@@ -372,6 +372,12 @@ async function main() {
     assert.ok(a.sessions.some((s) => s.name === 'alice-private-notebook'));
     assert.ok(!JSON.stringify(a).includes(sb.session_id.slice(0, 10)));
     await pb.screenshot({ path: path.join(artifacts, 'dashboard-bob.png'), fullPage: true });
+    // signing out: the cookie goes, and the page asks for a token again
+    await Promise.all([pb.waitForNavigation({ waitUntil: 'load' }), pb.click('#logout')]);
+    assert.strictEqual(new URL(pb.url()).pathname, '/login');
+    assert.ok(!(await pb.cookies()).some((x) => x.name === 'rt_token'), 'the cookie is still there');
+    await pb.goto(base + '/', { waitUntil: 'load' });
+    assert.strictEqual(new URL(pb.url()).pathname, '/login');
   });
 
   await test('the dashboard is read-only: no method but GET (and the login form)', async () => {

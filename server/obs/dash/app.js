@@ -248,6 +248,7 @@
   function render(st) {
     rt.state = st;
     $('who').textContent = `${st.principal}${st.auth ? '' : ' (single-user)'} · rtraind ${st.version} · up ${(st.uptime_ms / 1000).toFixed(0)} s`;
+    $('logout').hidden = !st.auth;
     renderFits(st);
     renderCalls(st);
     renderTables(st);
