@@ -31,38 +31,12 @@ static void short_id(char dst[SID], const char *id)
 static const char *owner_name(const rt_principal *p) { return p ? rt_principal_name(p) : "local"; }
 
 /* ------------------------------------------------------------- recording */
-/* An unsigned integer field of a request by name (RunSteps' steps), or 0. */
-static uint64_t u64_field(const ProtobufCMessage *m, const char *name)
+void rt_srv_dash_call(rt_call *c, int code, const char *session_id)
 {
-    if (!m)
-        return 0;
-    const ProtobufCFieldDescriptor *f =
-        protobuf_c_message_descriptor_get_field_by_name(m->descriptor, name);
-    if (!f || f->label == PROTOBUF_C_LABEL_REPEATED || f->type != PROTOBUF_C_TYPE_UINT64)
-        return 0;
-    return *(const uint64_t *)((const char *)m + f->offset);
-}
-
-static const char *str_field(const ProtobufCMessage *m, const char *name)
-{
-    if (!m)
-        return NULL;
-    const ProtobufCFieldDescriptor *f =
-        protobuf_c_message_descriptor_get_field_by_name(m->descriptor, name);
-    if (!f || f->type != PROTOBUF_C_TYPE_STRING || f->label == PROTOBUF_C_LABEL_REPEATED)
-        return NULL;
-    return *(const char *const *)((const char *)m + f->offset);
-}
-
-void rt_srv_dash_call(rt_call *c, int code)
-{
-    const char *sid = c->sess ? c->sess->id : str_field(c->req, "session_id");
-    if ((!sid || !*sid) && !c->err)
-        sid = str_field(c->resp, "session_id"); /* CreateSession */
     char sess[SID];
-    short_id(sess, sid);
-    uint64_t steps = c->m->req_desc == &rtrain__v1__run_steps_request__descriptor
-                         ? u64_field(c->req, "steps")
+    short_id(sess, session_id);
+    uint64_t steps = c->m->req_desc == &rtrain__v1__run_steps_request__descriptor && c->req
+                         ? ((const Rtrain__V1__RunStepsRequest *)c->req)->steps
                          : 0;
     const char *who = c->who ? rt_principal_name(c->who) : NULL;
     rt_dash_call(c->m->path, who, sess, code, steps, c->has_sent_tm ? &c->sent_tm : NULL);

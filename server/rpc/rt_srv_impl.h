@@ -311,7 +311,7 @@ void rt_srv_obs_init(void);
 /* The dashboard (rt_srv_dash.c): its view of the server, attached at
  * create; a call's end (and a Fit's end); a Fit's start and epoch ends. */
 void rt_srv_dash_attach(rt_srv *s);
-void rt_srv_dash_call(rt_call *c, int code);
+void rt_srv_dash_call(rt_call *c, int code, const char *session_id);
 void rt_srv_dash_fit_begin(rt_call *c);
 void rt_srv_dash_epoch(rt_call *c, const Rtrain__V1__EpochEnd *e);
 
