@@ -8,21 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rt_check.h"
 #include "rt_dash.h"
-
-static int fails, passes;
-
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (cond) {                                                            \
-            passes++;                                                          \
-        } else {                                                               \
-            fails++;                                                           \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                        \
-            printf(__VA_ARGS__);                                               \
-            printf("\n");                                                      \
-        }                                                                      \
-    } while (0)
 
 /* The registry for principal, parsed. */
 static json_object *state(const char *principal)
@@ -31,9 +18,9 @@ static json_object *state(const char *principal)
     rt_dash_printf(&b, "{");
     rt_dash_registry_json(principal, &b);
     rt_dash_printf(&b, "}");
-    CHECK(!b.oom, "render ran out of memory");
+    CHECKF(!b.oom, "render ran out of memory");
     json_object *o = json_tokener_parse(b.p);
-    CHECK(o != NULL, "not JSON: %.200s", b.p);
+    CHECKF(o != NULL, "not JSON: %.200s", b.p);
     free(b.p);
     return o;
 }
@@ -76,43 +63,43 @@ static void test_calls(void)
 
     json_object *a = state("alice"), *b = state("bob"), *all = state(NULL);
     json_object *ca = get(a, "calls"), *cb = get(b, "calls");
-    CHECK(json_object_array_length(ca) == 11, "alice has %zu calls", json_object_array_length(ca));
-    CHECK(json_object_array_length(cb) == 2, "bob has %zu calls", json_object_array_length(cb));
-    CHECK(json_object_array_length(get(all, "calls")) == 13, "everyone's: 13");
+    CHECKF(json_object_array_length(ca) == 11, "alice has %zu calls", json_object_array_length(ca));
+    CHECKF(json_object_array_length(cb) == 2, "bob has %zu calls", json_object_array_length(cb));
+    CHECKF(json_object_array_length(get(all, "calls")) == 13, "everyone's: 13");
     for (size_t i = 0; i < json_object_array_length(ca); i++) {
         json_object *c = json_object_array_get_idx(ca, i);
-        CHECK(!strcmp(json_object_get_string(get(c, "principal")), "alice"), "a call of another");
+        CHECKF(!strcmp(json_object_get_string(get(c, "principal")), "alice"), "a call of another");
     }
     /* ids are shown cut: "s-" and 8 hex digits */
     const char *sess = json_object_get_string(get(json_object_array_get_idx(ca, 5), "session"));
-    CHECK(sess && !strcmp(sess, "s-01234567"), "session shown as %s", sess ? sess : "null");
+    CHECKF(sess && !strcmp(sess, "s-01234567"), "session shown as %s", sess ? sess : "null");
     json_object *t0 = get(json_object_array_get_idx(ca, 0), "timings");
     uint64_t sum = 0;
     static const char *parts[] = {"queue_ns", "decode_ns", "compile_ns", "execute_ns", "encode_ns",
                                   "other_ns"};
     for (int i = 0; i < 6; i++)
         sum += (uint64_t)json_object_get_int64(get(t0, parts[i]));
-    CHECK(sum == 3000 && json_object_get_int64(get(t0, "total_ns")) == 3000,
+    CHECKF(sum == 3000 && json_object_get_int64(get(t0, "total_ns")) == 3000,
           "parts %llu of total 3000", (unsigned long long)sum);
-    CHECK(!strcmp(json_object_get_string(get(json_object_array_get_idx(ca, 0), "method")), "Ping"),
+    CHECKF(!strcmp(json_object_get_string(get(json_object_array_get_idx(ca, 0), "method")), "Ping"),
           "method name without its service");
     /* a failed call without timings: none shown, not zeros */
-    CHECK(get(json_object_array_get_idx(cb, 1), "timings") == NULL, "bob's failed call has timings");
-    CHECK(json_object_get_int(get(json_object_array_get_idx(cb, 1), "code")) == 5, "code 5");
+    CHECKF(get(json_object_array_get_idx(cb, 1), "timings") == NULL, "bob's failed call has timings");
+    CHECKF(json_object_get_int(get(json_object_array_get_idx(cb, 1), "code")) == 5, "code 5");
 
     json_object *pf = get(a, "ping_floor");
-    CHECK(json_object_get_int64(get(pf, "median_ns")) == 3000, "alice's Ping floor %lld",
+    CHECKF(json_object_get_int64(get(pf, "median_ns")) == 3000, "alice's Ping floor %lld",
           (long long)json_object_get_int64(get(pf, "median_ns")));
-    CHECK(json_object_get_int64(get(get(b, "ping_floor"), "median_ns")) == 777, "bob's floor");
+    CHECKF(json_object_get_int64(get(get(b, "ping_floor"), "median_ns")) == 777, "bob's floor");
     json_object *ks = get(a, "k_sweep");
-    CHECK(json_object_array_length(ks) == 2, "two K");
+    CHECKF(json_object_array_length(ks) == 2, "two K");
     json_object *k1 = json_object_array_get_idx(ks, 0), *k10 = json_object_array_get_idx(ks, 1);
-    CHECK(json_object_get_int(get(k1, "k")) == 1 && json_object_get_int64(get(k1, "median_ns")) == 41000 &&
+    CHECKF(json_object_get_int(get(k1, "k")) == 1 && json_object_get_int64(get(k1, "median_ns")) == 41000 &&
               json_object_get_int(get(k1, "calls")) == 3, "K=1");
-    CHECK(json_object_get_int(get(k10, "k")) == 10 && json_object_get_int64(get(k10, "median_ns")) == 91000,
+    CHECKF(json_object_get_int(get(k10, "k")) == 10 && json_object_get_int64(get(k10, "median_ns")) == 91000,
           "K=10");
     /* bob's failed RunSteps has no timings: no K sweep */
-    CHECK(json_object_array_length(get(b, "k_sweep")) == 0, "bob's sweep is empty");
+    CHECKF(json_object_array_length(get(b, "k_sweep")) == 0, "bob's sweep is empty");
     json_object_put(a);
     json_object_put(b);
     json_object_put(all);
@@ -121,7 +108,7 @@ static void test_calls(void)
 static void test_fit_ring(void)
 {
     int f = rt_dash_fit_begin("alice", "s-0123456789", "p-0123456789", 2000);
-    CHECK(f > 0, "no fit handle");
+    CHECKF(f > 0, "no fit handle");
     for (int e = 1; e <= 2000; e++) {
         rt_dash_point p = {.epoch = e, .step = 10 * e, .loss = 1.0 / e, .acc = NAN,
                            .val_loss = NAN, .val_acc = NAN};
@@ -129,10 +116,10 @@ static void test_fit_ring(void)
     }
     json_object *a = state("alice");
     json_object *fit = json_object_array_get_idx(get(a, "fits"), 0);
-    CHECK(json_object_get_boolean(get(fit, "running")), "running before its end");
+    CHECKF(json_object_get_boolean(get(fit, "running")), "running before its end");
     json_object *pts = get(fit, "points");
     size_t n = json_object_array_length(pts);
-    CHECK(n == 1024, "%zu points kept", n);
+    CHECKF(n == 1024, "%zu points kept", n);
     int contiguous = 1, bad = -1;
     for (size_t i = 0; i < n; i++) {
         if (!contiguous && bad < 0)
@@ -143,16 +130,16 @@ static void test_fit_ring(void)
         json_object *acc = p;
         contiguous &= json_object_object_get_ex(p, "acc", &acc) && acc == NULL; /* null */
     }
-    CHECK(contiguous, "the last 1024 epochs, in order, NaN as null (point %d: %s)", bad,
+    CHECKF(contiguous, "the last 1024 epochs, in order, NaN as null (point %d: %s)", bad,
           bad >= 0 ? json_object_to_json_string(json_object_array_get_idx(pts, (size_t)bad)) : "");
     json_object_put(a);
     rt_dash_fit_end(f, 1);
     a = state("alice");
     fit = json_object_array_get_idx(get(a, "fits"), 0);
-    CHECK(!json_object_get_boolean(get(fit, "running")) && json_object_get_int(get(fit, "code")) == 1,
+    CHECKF(!json_object_get_boolean(get(fit, "running")) && json_object_get_int(get(fit, "code")) == 1,
           "ended with CANCELLED");
     json_object *b = state("bob");
-    CHECK(json_object_array_length(get(b, "fits")) == 0, "bob sees alice's fit");
+    CHECKF(json_object_array_length(get(b, "fits")) == 0, "bob sees alice's fit");
     json_object_put(a);
     json_object_put(b);
 }
@@ -166,16 +153,16 @@ static void test_fit_slots(void)
     int all = 1;
     for (int i = 0; i < 16; i++)
         all &= h[i] > 0;
-    CHECK(all, "16 fits have slots (one reused from a finished fit)");
-    CHECK(rt_dash_fit_begin("carol", "s-x", "p-x", 1) == 0, "a 17th running fit has none");
+    CHECKF(all, "16 fits have slots (one reused from a finished fit)");
+    CHECKF(rt_dash_fit_begin("carol", "s-x", "p-x", 1) == 0, "a 17th running fit has none");
     rt_dash_fit_end(h[3], 0);
     int again = rt_dash_fit_begin("carol", "s-y", "p-y", 1);
-    CHECK(again > 0, "a finished fit's slot is reused");
+    CHECKF(again > 0, "a finished fit's slot is reused");
     json_object *c = state("carol");
-    CHECK(json_object_array_length(get(c, "fits")) == 16, "carol's 16 fits");
+    CHECKF(json_object_array_length(get(c, "fits")) == 16, "carol's 16 fits");
     /* running first, newest first */
     json_object *first = json_object_array_get_idx(get(c, "fits"), 0);
-    CHECK(json_object_get_int(get(first, "id")) == again, "the newest running fit first");
+    CHECKF(json_object_get_int(get(first, "id")) == again, "the newest running fit first");
     json_object_put(c);
     for (int i = 0; i < 16; i++)
         rt_dash_fit_end(h[i], 0);
@@ -193,13 +180,13 @@ static void test_strings(void)
     rt_dash_num(&b, 0.25);
     rt_dash_printf(&b, "]");
     json_object *o = json_tokener_parse(b.p);
-    CHECK(o != NULL, "not JSON: %s", b.p);
+    CHECKF(o != NULL, "not JSON: %s", b.p);
     if (o) {
         const char *s = json_object_get_string(json_object_array_get_idx(o, 0));
-        CHECK(!strcmp(s, "q\"b\\s\n<script>\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"),
+        CHECKF(!strcmp(s, "q\"b\\s\n<script>\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"),
               "round trip: %s", s);
-            CHECK(json_object_array_get_idx(o, 1) == NULL, "NaN is null");
-        CHECK(json_object_get_double(json_object_array_get_idx(o, 2)) == 0.25, "0.25");
+            CHECKF(json_object_array_get_idx(o, 1) == NULL, "NaN is null");
+        CHECKF(json_object_get_double(json_object_array_get_idx(o, 2)) == 0.25, "0.25");
         json_object_put(o);
     }
     free(b.p);
@@ -211,6 +198,6 @@ int main(void)
     test_fit_ring();
     test_fit_slots();
     test_strings();
-    printf("%d passed, %d failed\n", passes, fails);
-    return fails ? 1 : 0;
+    printf("%d failed checks\n", failures);
+    return failures ? 1 : 0;
 }
