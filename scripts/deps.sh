@@ -2,7 +2,8 @@
 # Install the Debian packages rtrain builds, tests and benchmarks with.
 # Usage: scripts/deps.sh [--test] [--bench]
 #   --test   adds what the test suite needs (pytest, Jupyter, node/npm and the
-#            interop tests' npm packages, rsvg, clang-14 + libFuzzer for
+#            interop tests' npm packages, chromium for the dashboard's
+#            browser test, rsvg, clang-14 + libFuzzer for
 #            scripts/fuzz.sh, Prometheus for the metrics scrape test,
 #            python3-yaml and systemd-analyze for deploy/, python3-venv for
 #            the package tests)
@@ -51,6 +52,9 @@ if [ $want_test -eq 1 ]; then
   # The interop test needs node and npm; this machine kind ships them
   # (nodesource's nodejs bundles npm), a bare Debian gets Debian's.
   command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
+  # The dashboard's browser test (tests/interop/dash.js): headless Chromium,
+  # driven by puppeteer-core (an npm package below).
+  pkgs+=(chromium)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

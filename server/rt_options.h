@@ -128,8 +128,8 @@ extern "C" {
       "json writes one object per line, and each finished call as an info line with "       \
       "principal, session prefix, method, status and duration")                             \
     X(HTTP_LISTEN, "http-listen", MAIN, STR("ADDR"), http_listen, AUTO("off"),              \
-      "serve Prometheus metrics at http://ADDR/metrics; port 0 picks a free port, printed " \
-      "on stdout before the listening line")                                                \
+      "serve Prometheus metrics at http://ADDR/metrics and the live dashboard at "          \
+      "http://ADDR/; port 0 picks a free port, printed on stdout before the listening line") \
     X(DETERMINISTIC_REDUCE, "deterministic-reduce", MPI, NUM("M", 1, 4096), dist.micro,     \
       AUTO("off"),                                                                          \
       "split each global batch into M micro-shards whose gradients are summed in a fixed "  \

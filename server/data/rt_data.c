@@ -1763,6 +1763,14 @@ rt_shard_cache *rt_data_store_shards(rt_data_store *s)
     return s->shards;
 }
 
+void rt_data_store_each(rt_data_store *s, void (*fn)(void *ud, const rt_dataset *ds), void *ud)
+{
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < s->n; i++)
+        fn(ud, s->v[i]);
+    pthread_mutex_unlock(&s->mu);
+}
+
 size_t rt_data_store_count(rt_data_store *s)
 {
     pthread_mutex_lock(&s->mu);

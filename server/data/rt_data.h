@@ -258,6 +258,9 @@ int rt_data_fill_held(rt_shard_cache *sc, const char *owner, const rt_data_part 
 void rt_data_keep_shards(rt_shard_cache *sc, const char *owner, const rt_data_part *parts,
                          int n_parts, const uint8_t *buf);
 uint64_t rt_data_store_bytes(rt_data_store *s);
+/* fn(ud, ds) for every stored dataset, under the store's lock (the
+ * dashboard copies ids, owners, sizes; fn must not call the store). */
+void rt_data_store_each(rt_data_store *s, void (*fn)(void *ud, const rt_dataset *ds), void *ud);
 
 #ifdef __cplusplus
 }

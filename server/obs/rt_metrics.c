@@ -3,6 +3,7 @@
  * call path never allocates or locks (except the per-second step ring,
  * touched once per training call). */
 #include "rt_metrics.h"
+#include "rt_dash.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -124,6 +125,15 @@ void rt_metrics_steps(uint64_t steps, uint64_t samples)
     s->steps += steps;
     s->samples += samples;
     pthread_mutex_unlock(&M.ring_mu);
+}
+
+void rt_metrics_checkpoint_stats(uint64_t *ok, uint64_t *failed, uint64_t *bytes,
+                                 uint64_t *last_unix_ms)
+{
+    *ok = LOAD(&M.ckpt[1]);
+    *failed = LOAD(&M.ckpt[0]);
+    *bytes = LOAD(&M.ckpt_bytes);
+    *last_unix_ms = LOAD(&M.ckpt_last_unix_ms);
 }
 
 void rt_metrics_checkpoint(uint64_t ns, uint64_t bytes, int ok)
@@ -377,7 +387,9 @@ int rt_metrics_render(rt_metrics_collect_fn collect, void *ud, char **out, size_
  * thread is woken through its own pipe (MHD_USE_ITC), so a stop never
  * waits for a client, even when the connection limit has taken the
  * listening socket out of the poll set. */
-#define HTTP_PER_IP 4
+/* a browser opens up to 6 connections to a host; the dashboard's event
+ * stream holds one of them */
+#define HTTP_PER_IP 8
 #define HTTP_CONNECTIONS 64
 #define HTTP_IDLE_S 10
 #define HTTP_HEAD_S 10
@@ -402,6 +414,7 @@ struct rt_metrics_server {
     pthread_t reaper;
     int reaper_on, stopping;
     http_conn *conns; /* under mu */
+    rt_dash_http *dash; /* the dashboard's event streams (rt_dash.h) */
 };
 
 static uint64_t mono_ns(void)
@@ -458,8 +471,8 @@ static void on_done(void *cls, struct MHD_Connection *conn, void **con_cls,
                     enum MHD_RequestTerminationCode toe)
 {
     rt_metrics_server *ms = cls;
-    (void)con_cls;
     (void)toe;
+    rt_dash_request_done(con_cls);
     http_conn *h = conn_of(conn);
     if (!h)
         return;
@@ -519,10 +532,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         h->head_done = 1;
         pthread_mutex_unlock(&ms->mu);
     }
+    if (strcmp(url, "/metrics") != 0) /* the dashboard: everything else */
+        return (enum MHD_Result)rt_dash_request(ms->dash, conn, url, method, upload_data,
+                                                upload_data_size, con_cls);
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
         return reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET /metrics\n");
-    if (strcmp(url, "/metrics") != 0)
-        return reply(conn, MHD_HTTP_NOT_FOUND, "not found: try /metrics\n");
     char *text;
     size_t len;
     if (rt_metrics_render(ms->collect, ms->ud, &text, &len) < 0)
@@ -577,7 +591,14 @@ int rt_metrics_serve(const char *addr, rt_metrics_collect_fn collect, void *ud,
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&ms->cv, &ca);
     pthread_condattr_destroy(&ca);
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC;
+    if (rt_dash_http_start(&ms->dash) < 0) {
+        freeaddrinfo(ai);
+        rt_metrics_server_stop(ms);
+        return RT_ENOMEM;
+    }
+    /* suspend/resume: the dashboard's event streams wait off the poll set */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
+                     MHD_ALLOW_SUSPEND_RESUME;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     ms->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, ms,
@@ -622,9 +643,11 @@ void rt_metrics_server_stop(rt_metrics_server *ms)
     pthread_mutex_unlock(&ms->mu);
     if (ms->reaper_on)
         pthread_join(ms->reaper, NULL);
+    rt_dash_http_stop(ms->dash); /* MHD stops with no stream suspended */
     /* closes every connection at once; no client is waited for */
     if (ms->d)
         MHD_stop_daemon(ms->d);
+    rt_dash_http_free(ms->dash);
     pthread_cond_destroy(&ms->cv);
     pthread_mutex_destroy(&ms->mu);
     free(ms);

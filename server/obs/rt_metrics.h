@@ -15,6 +15,8 @@
  *     ...
  *     rt_metrics_server_stop(ms);                       // NULL is a no-op
  *
+ * Every other URL on the port is the dashboard's (rt_dash.h).
+ *
  * Recording is lock-free (relaxed atomics on fixed arrays): a call pays a
  * few dozen nanoseconds and allocates nothing. Rendering walks the arrays
  * and calls collect() for the gauges the server owns (sessions, programs,
@@ -82,6 +84,10 @@ void rt_metrics_steps(uint64_t steps, uint64_t samples);
 /* One checkpoint written (ok = 1) or failed (ok = 0): ns its duration,
  * bytes what it wrote (counted only when ok). Any thread, lock-free. */
 void rt_metrics_checkpoint(uint64_t ns, uint64_t bytes, int ok);
+/* What rt_metrics_checkpoint counted (the dashboard): written, failed,
+ * bytes written, the last success in Unix ms (0: none). */
+void rt_metrics_checkpoint_stats(uint64_t *ok, uint64_t *failed, uint64_t *bytes,
+                                 uint64_t *last_unix_ms);
 /* Upload stream bytes: received now, and held from a broken stream that
  * this upload resumed instead of receiving again. */
 void rt_metrics_upload(uint64_t received, uint64_t resumed);

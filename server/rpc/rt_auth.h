@@ -50,6 +50,8 @@ int rt_auth_reload(rt_auth *a, int *n_tokens, char *err, size_t errlen);
 /* The principal that md's bearer token stands for, or NULL with *why set
  * to a static reason (which never includes the token). */
 rt_principal *rt_auth_check(rt_auth *a, const grpc_metadata_array *md, const char **why);
+/* The same for the token itself (the dashboard's header or cookie). */
+rt_principal *rt_auth_check_token(rt_auth *a, const char *tok, size_t n, const char **why);
 
 /* A new token: 256 random bits as 64 hex digits into tok (>= 65 bytes),
  * and its SHA-256 in hex into hash_hex. RT_EIO without random bytes. */

@@ -2293,6 +2293,7 @@ static int fit_run(rt_call *c, uint64_t gen);
 static int fit_work(rt_call *c)
 {
     uint64_t gen = run_begin(c->prog);
+    rt_srv_dash_fit_begin(c);
     int rc = fit_run(c, gen);
     run_end(c->prog);
     return rc;
@@ -2303,6 +2304,7 @@ static void fit_send_epoch(rt_call *c, Rtrain__V1__EpochEnd *e, int64_t nan_step
     Rtrain__V1__FitEvent ev = RTRAIN__V1__FIT_EVENT__INIT;
     ev.event_case = RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END;
     ev.epoch_end = e;
+    rt_srv_dash_epoch(c, e);
     fit_stamp(c, &ev, nan_step);
     uint64_t t1 = rt_now_ns();
     rt_call_stream_send(c, &ev.base, 0, 0);

@@ -154,6 +154,8 @@ static grpc_byte_buffer *pack_msg(rt_call *c, const ProtobufCMessage *msg,
     c->tm.encode_ns += t1 - t0;
     Rtrain__V1__Timings tpb = RTRAIN__V1__TIMINGS__INIT;
     rt_obs_timing_fill(&c->tm, t1, &tpb);
+    c->sent_tm = tpb; /* what the client got: the dashboard shows the same */
+    c->has_sent_tm = 1;
     grpc_slice tail = rt_wire_tail(&tpb.base);
     return rt_wire_join(body, &tail);
 }
@@ -2139,6 +2141,7 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
     const char *colon = strrchr(cfg->listen, ':');
     int hl = colon ? (int)(colon - cfg->listen) : 0;
     snprintf(s->bound, sizeof s->bound, "%.*s:%d", hl > 100 ? 100 : hl, cfg->listen, port);
+    rt_srv_dash_attach(s);
     *out = s;
     return 0;
 }
@@ -2276,6 +2279,7 @@ void rt_srv_destroy(rt_srv *s)
         grpc_completion_queue_destroy(s->cq);
         grpc_shutdown();
     }
+    rt_dash_detach(s);
     rt_health_destroy(s->health);
     free(s->threads);
     if (s->n_threads)

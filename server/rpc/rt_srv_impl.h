@@ -19,6 +19,7 @@
 #include <grpc/grpc.h>
 
 #include "rt_auth.h"
+#include "rt_dash.h"
 #include "rt_data.h"
 #include "rt_metrics.h"
 #include "rt_obs.h"
@@ -144,6 +145,9 @@ struct rt_call {
     char alloc_err[200];          /* why the arena refused (a quota), or "" */
 
     rt_obs_timing tm;
+    Rtrain__V1__Timings sent_tm;  /* the last Timings packed for the client */
+    int has_sent_tm;
+    int dash_fit;                 /* the dashboard's handle of a Fit (rt_dash.h) */
     ProtobufCMessage *req;
     ProtobufCMessage *resp;       /* in the arena, or NULL */
     int err;
@@ -304,6 +308,12 @@ void rt_methods_state_flush(rt_srv *s);
 void rt_srv_observe_call(rt_call *c, int code);
 /* Once, before calls: name the methods for the metrics. */
 void rt_srv_obs_init(void);
+/* The dashboard (rt_srv_dash.c): its view of the server, attached at
+ * create; a call's end (and a Fit's end); a Fit's start and epoch ends. */
+void rt_srv_dash_attach(rt_srv *s);
+void rt_srv_dash_call(rt_call *c, int code, const char *session_id);
+void rt_srv_dash_fit_begin(rt_call *c);
+void rt_srv_dash_epoch(rt_call *c, const Rtrain__V1__EpochEnd *e);
 
 /* Arena allocation; never NULL-checked by callers that can fail softly:
  * returns NULL on out of memory, or when a large block (RT__CALL_CHARGE_MIN

@@ -49,11 +49,12 @@ void rt_srv_observe_call(rt_call *c, int code)
 {
     uint64_t now = rt_now_ns();
     rt_metrics_call((int)(c->m - rt_methods), code, &c->tm, now);
+    const char *sid = call_session(c);
+    rt_srv_dash_call(c, code, sid);
     int json = rt_log_get_format() == RT_LOG_FORMAT_JSON;
     if ((int)(json ? RT_LOG_INFO : RT_LOG_DEBUG) > (int)rt_obs_level())
         return;
     char sess[SESSION_PREFIX + 1] = "";
-    const char *sid = call_session(c);
     if (sid) {
         size_t n = strnlen(sid, SESSION_PREFIX);
         memcpy(sess, sid, n);

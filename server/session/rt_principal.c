@@ -122,6 +122,16 @@ rt_principal *rt_principal_find(rt_principal_set *ps, const char *name)
     return p;
 }
 
+int rt_principal_set_list(rt_principal_set *ps, rt_principal **v, int max)
+{
+    pthread_mutex_lock(&ps->mu);
+    int n = ps->n < max ? ps->n : max;
+    for (int i = 0; i < n; i++)
+        v[i] = ps->v[i];
+    pthread_mutex_unlock(&ps->mu);
+    return n;
+}
+
 rt_principal *rt_principal_get(rt_principal_set *ps, const char *name,
                                const uint64_t lim[RT_Q__COUNT])
 {

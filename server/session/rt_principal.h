@@ -78,6 +78,9 @@ rt_principal *rt_principal_get(rt_principal_set *ps, const char *name,
                                const uint64_t lim[RT_Q__COUNT]);
 /* The principal called name, or NULL; limits unchanged. */
 rt_principal *rt_principal_find(rt_principal_set *ps, const char *name);
+/* The principals known (tokens file and "local"): up to max of them into
+ * v; returns how many were written. Principals live as long as ps. */
+int rt_principal_set_list(rt_principal_set *ps, rt_principal **v, int max);
 const char *rt_principal_name(const rt_principal *p);
 
 /* Take n of kind. Returns 0, or RT_ETOOBIG with a message naming the quota

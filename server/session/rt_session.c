@@ -407,6 +407,20 @@ int rt_plan_cache_count(rt_plan_cache *c)
     return n;
 }
 
+int rt_session_each(rt_session_table *t, void (*fn)(void *ud, rt_session *s), void *ud)
+{
+    pthread_mutex_lock(&t->mu);
+    int n = t->n;
+    for (int i = 0; i < t->n; i++) {
+        rt_session *s = t->v[i];
+        pthread_mutex_lock(&s->mu);
+        fn(ud, s);
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
 int rt_session_each_program(rt_session_table *t,
                             int (*fn)(void *ud, rt_session *s, rt_program *p), void *ud)
 {

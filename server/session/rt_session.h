@@ -200,6 +200,11 @@ rt_program *rt_session_find_program(rt_session *s, const char *id);
 int rt_session_each_program(rt_session_table *t,
                             int (*fn)(void *ud, rt_session *s, rt_program *p), void *ud);
 
+/* fn(ud, session) for every session, under the table's and the session's
+ * locks (the dashboard copies what it shows: ids, names, owner, programs
+ * and their compile reports, never the exec). Returns how many. */
+int rt_session_each(rt_session_table *t, void (*fn)(void *ud, rt_session *s), void *ud);
+
 /* ----------------------------------------------------------- plan cache */
 typedef struct rt_plan_cache rt_plan_cache;
 

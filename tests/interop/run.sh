@@ -2,7 +2,8 @@
 # Node interop tests: runs interop.js (or --script NAME.js) with node against
 # the rtraind given as the next argument. The npm packages of
 # package-lock.json (@grpc/grpc-js, @grpc/proto-loader and grpc-health-check,
-# the upstream health.proto) are found through NODE_PATH in a folder outside
+# the upstream health.proto; puppeteer-core for the dashboard's browser test,
+# uplot for scripts/vendor-uplot.sh) are found through NODE_PATH in a folder outside
 # the source tree, one per lock file:
 #   ${RT_NODE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rtrain/node-<lock hash>}
 # A test never installs anything (no network during ctest):
@@ -16,8 +17,14 @@ hash=$(sha256sum "$lock" | cut -c1-16)
 dir=${RT_NODE_DIR:-${XDG_CACHE_HOME:-${HOME:?}/.cache}/rtrain/node-$hash}
 have() { [ -f "$1/node_modules/@grpc/grpc-js/package.json" ] &&
          [ -f "$1/node_modules/@grpc/proto-loader/package.json" ] &&
-         [ -f "$1/node_modules/grpc-health-check/package.json" ]; }
+         [ -f "$1/node_modules/grpc-health-check/package.json" ] &&
+         [ -f "$1/node_modules/puppeteer-core/package.json" ] &&
+         [ -f "$1/node_modules/uplot/package.json" ]; }
 
+if [ "${1:-}" = --dir ]; then # where the packages are (scripts/vendor-uplot.sh)
+  echo "$dir"
+  exit
+fi
 if [ "${1:-}" = --install ]; then
   have "$dir" && exit 0
   # npm ci into a folder of this process's own, renamed into place when

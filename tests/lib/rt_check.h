@@ -19,6 +19,17 @@ static int failures;
         }                                                                           \
     } while (0)
 
+/* CHECK saying what was found instead (printf arguments). */
+#define CHECKF(c, ...)                                                              \
+    do {                                                                            \
+        if (!(c)) {                                                                 \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #c);   \
+            fprintf(stderr, __VA_ARGS__);                                           \
+            fputc('\n', stderr);                                                    \
+            failures++;                                                             \
+        }                                                                           \
+    } while (0)
+
 #define REQUIRE(c)                                                                  \
     do {                                                                            \
         if (!(c)) {                                                                 \

@@ -8,7 +8,7 @@ opens 500 sockets to the metrics port from 127.0.0.1, each sending part of
 a request head and nothing more. While they are open:
   - a scrape from 127.0.0.2 (another address for the per-address limit)
     gets the page: 200 and the rtrain_ families;
-  - of the 500, the daemon keeps at most its per-address limit (4,
+  - of the 500, the daemon keeps at most its per-address limit (8,
     docs/operations.md): the others are closed (EOF or a reset);
   - a client from 127.0.0.3 that sends one byte of its request head every
     second, never idle but never done, is closed by the head deadline;
@@ -30,7 +30,7 @@ import sys
 import time
 
 N_SLOW = 500
-PER_IP = 4  # connections the daemon keeps per address
+PER_IP = 8  # connections the daemon keeps per address
 GRACE_MS = 2000
 STOP_BOUND_S = GRACE_MS / 1000 + 8
 fails = []
