@@ -20,7 +20,7 @@
 #   RT_TEST_CONFIGS=plain scripts/test.sh    only the plain one
 # Each configuration fails on a skip that its list below does not name, and
 # on a listed skip that did not happen. The time-boxed libFuzzer runs are
-# scripts/fuzz.sh, not part of this (README: Tests). The last line is
+# scripts/fuzz.sh, not part of this (docs/testing.md). The last line is
 #   rtrain: N passed, N skipped, N failed
 set -euo pipefail
 cd "$(dirname "$0")/.."

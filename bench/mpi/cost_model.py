@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Ring all-reduce cost model for rtraind's MPI replicas (README "More than
-one machine"), and its check against this machine.
+"""Ring all-reduce cost model for rtraind's MPI replicas (docs/mpi.md,
+"Cost model"), and its check against this machine.
 
     T_allreduce(N, S) = r * 2 (N-1)/N * S / BW + 2 (N-1) * alpha
     r = max(1, ranks per host / cores per host)
@@ -35,7 +35,7 @@ t - alpha over the messages from 1 MiB (a fit over every size lets the
 small messages' scheduling noise set alpha): once from the one-way times,
 once from the exchange (both ways at once, which is what a ring step does:
 over a veth, where the wire is the CPU's copy, that matters), and printed against every all-reduce row,
-beside the README's model (its alpha = 10 us per TCP ring step, with the
+beside docs/mpi.md's model (its alpha = 10 us per TCP ring step, with the
 exchange's bandwidth: a veth has no nominal rate). That is the check across hosts (tests/mpi/netns.sh); the
 N = 2 fit alone is the check on one host.
 """
@@ -131,7 +131,7 @@ def fit(pts):
 
 def check_link(ar, link, cores):
     """the model fed the link's measured alpha and BW (one way, and both
-    ways at once), and the README's (alpha = ALPHA, the exchange's BW),
+    ways at once), and docs/mpi.md's (alpha = ALPHA, the exchange's BW),
     against both all-reduce columns"""
     def lat_bw(pts):
         pts = sorted(pts)
