@@ -6,7 +6,7 @@
 #            browser test, rsvg, clang-14 + libFuzzer for
 #            scripts/fuzz.sh, Prometheus for the metrics scrape test,
 #            python3-yaml and systemd-analyze for deploy/, python3-venv for
-#            the package tests)
+#            the package tests, shellcheck and clang-format)
 #   --bench  adds the benchmarks' peers and fixture generators (python3-torch,
 #            python3-grpcio)
 set -euo pipefail
@@ -45,6 +45,9 @@ if [ $want_test -eq 1 ]; then
   pkgs+=(python3-torch python3-torchvision python3-onnx libopenblas0-pthread)
   # scripts/fuzz.sh: libFuzzer harnesses (tests/fuzz) built with clang.
   pkgs+=(clang-14 libfuzzer-14-dev)
+  # ops_shellcheck: shellcheck over every shell script; scripts/format.sh:
+  # clang-format (Debian's is version 14)
+  pkgs+=(shellcheck clang-format)
   # tests/mpi/netns.sh: ip netns, the MPI tests across network namespaces
   pkgs+=(iproute2)
   # pip install ./client/python into a venv (tests/packages)

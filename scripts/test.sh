@@ -33,9 +33,12 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 
 # The skips each configuration expects, one "TEST: reason" a line; the
-# reason is what the test prints when it skips.
+# reason is what the test prints when it skips. Read as ${!skips_var}.
+# shellcheck disable=SC2034 # read through ${!skips_var}, below
 skips_plain=""
+# shellcheck disable=SC2034 # read through ${!skips_var}, below
 skips_asan="data_stream_limit: prlimit --as under a sanitizer, whose shadow memory needs terabytes of address space"
+# shellcheck disable=SC2034 # read through ${!skips_var}, below
 skips_tsan=""
 
 # check_run JUNIT EXPECTED: the counts of ctest's JUnit file as

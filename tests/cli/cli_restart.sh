@@ -25,8 +25,7 @@ wait_epoch() {
 }
 # wait_exit PID S: the CLI's exit code, or 124 if it still runs after S s
 wait_exit() {
-  local i
-  for i in $(seq 1 $(($2 * 10))); do
+  for _ in $(seq 1 $(($2 * 10))); do
     kill -0 "$1" 2>/dev/null || { wait "$1"; return $?; }
     sleep 0.1
   done
@@ -37,8 +36,8 @@ wait_exit() {
 # restart LOG ADDR [flags]: rtraind again on ADDR (its port may take a
 # moment to be free); sets dpid
 restart() {
-  local log=$1 a=$2 i; shift 2
-  for i in $(seq 1 50); do
+  local log=$1 a=$2; shift 2
+  for _ in $(seq 1 50); do
     "$rtraind" --listen "$a" --log-level warn "$@" >"$log" 2>&1 &
     dpid=$!
     until grep -q "^rtraind listening on" "$log" || ! kill -0 "$dpid" 2>/dev/null; do

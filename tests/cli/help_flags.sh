@@ -41,6 +41,7 @@ awk '/^Commands:/ { on = 1; next } on && /^$/ { exit }
      on && /^  [a-z]/ { c = $1; if ($2 ~ /^[a-z]+$/ && index($0, "  " $1 " " $2) == 1) c = c " " $2; print c }' \
   "$tmp/rtrain.help" | sort -u >"$tmp/cmds0"
 # "bench" alone stands for its subcommands
+# shellcheck disable=SC2094 # cmds0 is only read (twice); the output is cmds
 while read -r c; do
   grep -q "^$c " "$tmp/cmds0" || echo "$c"
 done <"$tmp/cmds0" >"$tmp/cmds"

@@ -17,6 +17,7 @@ S=(--server "$addr")
 $py "$here/gen_images.py" "$tmp/imgs" 100 30 || { echo "gen_images.py failed"; exit 1; }
 
 # --- image folder: a CNN to val accuracy >= 0.95, twice, bit-identical
+# shellcheck disable=SC2054 # the commas are inside option values (comma lists)
 CNN=(fit "${S[@]}" --model "$here/cnn16.json" --data "$tmp/imgs/train" --val "$tmp/imgs/val"
      --loss sparse_categorical_crossentropy
      --image-size 16x16 --mean 0.5 --std 0.5 --augment flip,crop=2,brightness=0.1,contrast=0.2
@@ -116,6 +117,7 @@ expect_rc 4 "wrong feature type" -- "$rtrain" "${D[@]}" --data "$gen/bad_type.tf
 has "$tmp/err" "record 3: feature 'x' is int64, the spec says float" "type error names record and feature"
 expect_rc 4 "truncated file" -- "$rtrain" "${D[@]}" --data "$gen/bad_truncated.tfrecord"
 has "$tmp/err" "record 3" "truncation names record 3"
+# shellcheck disable=SC2054 # the commas are inside option values (comma lists)
 I=(fit "${S[@]}" --model "$here/cnn16.json" --features image:image,label:int64 --image-size 16x16
    --loss sparse_categorical_crossentropy
    --epochs 1 --batch-size 8 --no-progress)

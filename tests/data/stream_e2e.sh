@@ -27,6 +27,7 @@ if [ "$part" = stream ]; then
   S=(--server "$addr")
   $py "$here/gen_images.py" "$tmp/imgs" 100 30 || { echo "gen_images.py failed"; exit 1; }
 
+  # shellcheck disable=SC2054 # the commas are inside option values (comma lists)
   CNN=(fit "${S[@]}" --model "$here/cnn16.json" --data "$tmp/imgs/train" --val "$tmp/imgs/val"
        --loss sparse_categorical_crossentropy
        --image-size 16x16 --mean 0.5 --std 0.5 --augment flip,crop=2,brightness=0.1,contrast=0.2

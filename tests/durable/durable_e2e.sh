@@ -276,7 +276,7 @@ print(struct.unpack_from("<q",b,o+8+32)[0])' "$1"
 }
 wait_paused "$dpid" "$cpid" && ok "corrupt: the daemon paused at step $at" ||
   bad "corrupt: the daemon did not pause at step $at"
-newest=$(ls "$dir"/sessions/*/*/ckpt-*.rtck | sort | tail -n 1)
+newest=$(printf '%s\n' "$dir"/sessions/*/*/ckpt-*.rtck | sort | tail -n 1)
 ns=$(ckpt_step "$newest")
 [ "$ns" -eq $((at - 1)) ] && ok "corrupt: the newest checkpoint is step $ns, inside an epoch" ||
   bad "corrupt: the newest checkpoint is step $ns, want $((at - 1))"

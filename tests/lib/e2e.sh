@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # e2e.sh - what the shell end-to-end tests share; sourced, never run.
 # Sets tmp (removed at exit, with the daemon stopped), counts checks with
 # ok/bad, and starts rtraind on a free loopback port.
@@ -31,6 +32,7 @@ has() { grep -q -- "$2" "$1" && ok "$3" || { bad "$3: no '$2' in"; sed 's/^/    
 # Returns 1 (the log shown) if it does not within 10 s.
 start_daemon() {
   local log=$1; shift
+  # shellcheck disable=SC2154 # rtraind is set by the test that sources this
   "$rtraind" --listen 127.0.0.1:0 "$@" >"$log" 2>&1 &
   dpid=$!
   addr=""

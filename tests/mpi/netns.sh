@@ -65,6 +65,7 @@ drop_ns() {
   ip netns del "$1" 2>/dev/null
 }
 
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
   local ns
   for ns in "${made_ns[@]}"; do drop_ns "$ns"; done
@@ -114,6 +115,7 @@ done
 # mpirun's rsh agent: "agent HOST COMMAND..." like ssh, COMMAND one shell
 # line. Each host gets its own hostname (a UTS namespace), which is what
 # MPI_Get_processor_name and rtrain info report for its ranks.
+# shellcheck disable=SC2016 # the agent's own $1, $host, $ns and $*, written as they are
 {
   echo '#!/bin/sh'
   echo "# mpirun's launch agent for the hosts of $pre (tests/mpi/netns.sh)"
@@ -135,6 +137,7 @@ export RT_MPIRUN_ARGS="--hostfile $dir/hostfile --mca plm_rsh_agent $dir/agent \
 unset OMPI_MCA_btl OMPI_MCA_plm_rsh_agent OMPI_MCA_btl_vader_single_copy_mechanism
 
 echo "netns.sh: $hosts hosts ${addrs[*]} on the bridge of $sw; running $1 on ${pre}h0"
+# shellcheck disable=SC2016 # $0 and $@ are the inner sh's
 ip netns exec "${pre}h0" unshare --uts /bin/sh -c 'hostname "$0" && exec "$@"' "${pre}h0" "$@" &
 child=$!
 wait "$child"

@@ -30,8 +30,8 @@ if ! $py "$src/tests/onnx/gen_torch_digits.py" "$g" $EPOCHS $BATCH $LR $SEEDS $S
 fi
 start_daemon "$tmp/daemon.log" --log-level warn || exit 1
 FIT=(fit --server "$addr" --model "$g/res.onnx" --data "$g/x.npy" --labels "$g/y.npy"
-     --val "$g/xv.npy" --val-labels "$g/yv.npy" --optimizer sgd --lr $LR
-     --batch-size $BATCH --no-progress)
+     --val "$g/xv.npy" --val-labels "$g/yv.npy" --optimizer sgd --lr "$LR"
+     --batch-size "$BATCH" --no-progress)
 # csv-log columns: epoch,accuracy,loss,val_accuracy,val_loss (last row)
 col() { tail -n 1 "$1" | cut -d, -f"$2"; }
 within() { # within A B RTOL: |A - B| <= RTOL |B|

@@ -34,10 +34,10 @@ while read -r f; do
   grep -q -- "^| \`--$f\`" "$src/docs/operations.md" || grep -q "old name: \`--$f\`" \
     "$src/docs/operations.md" || bad "docs/operations.md: no row for --$f"
   case $f in help|version) continue ;; esac
-  grep -q -- "^#   --$f[ ,:]" "$src/deploy/rtraind.env" || bad "rtraind.env: --$f not documented"
+  grep -q -- "^#   --${f}[ ,:]" "$src/deploy/rtraind.env" || bad "rtraind.env: --$f not documented"
 done <"$tmp/table.flags"
 ok "every flag has its docs row and env file entry"
-grep -q '`RTRAIND_MAX_SESSIONS`' "$src/docs/operations.md" && ok "docs name the variables" \
+grep -q "\`RTRAIND_MAX_SESSIONS\`" "$src/docs/operations.md" && ok "docs name the variables" \
   || bad "docs/operations.md: no RTRAIND_MAX_SESSIONS"
 
 # ---- bad values: exit 2 and a line that says what is wrong

@@ -93,6 +93,7 @@ done
 # ---- the installed daemon with the packaged configuration
 eval "$(grep '^RTRAIND_OPTS=' "$root/etc/rtrain/rtraind.env" | sed 's/^RTRAIND_OPTS=/opts=(/; s/$/)/')"
 run=()
+# shellcheck disable=SC2154 # opts is set by the eval above
 for ((i = 0; i < ${#opts[@]}; i++)); do
   case ${opts[i]} in
     --listen) i=$((i + 1)) ;;                                  # start_daemon's
