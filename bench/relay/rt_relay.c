@@ -549,7 +549,7 @@ int rt_relay_start(const rt_relay_config *cfg, rt_relay **out, char *err,
     struct sockaddr_storage bound;
     socklen_t bl = sizeof bound;
     getsockname(r->lfd, (struct sockaddr *)&bound, &bl);
-    char host[64] = "?";
+    char host[INET6_ADDRSTRLEN] = "?"; /* the address fits r->address with its port */
     int port = 0;
     if (bound.ss_family == AF_INET) {
         struct sockaddr_in *a = (struct sockaddr_in *)&bound;
