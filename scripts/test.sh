@@ -83,9 +83,9 @@ EOF
 total_pass=0 total_skip=0 total_fail=0 status=0 times=()
 for cfg in $configs; do
   case $cfg in
-    plain) dir=build;      flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
-    asan)  dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=Debug -DRT_SANITIZE=ON -DRT_PYTHON=ON) ;;
-    tsan)  dir=build-tsan; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DRT_TSAN=ON -DRT_PYTHON=OFF) ;;
+    plain) dir=build;      flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DRT_WERROR=ON) ;;
+    asan)  dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=Debug -DRT_SANITIZE=ON -DRT_PYTHON=ON -DRT_WERROR=ON) ;;
+    tsan)  dir=build-tsan; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DRT_TSAN=ON -DRT_PYTHON=OFF -DRT_WERROR=ON) ;;
     *) echo "unknown configuration $cfg" >&2; exit 2 ;;
   esac
   skips_var=skips_$cfg
