@@ -157,7 +157,7 @@ static const char *layout_hint(int an, const int64_t *a, int bn, const int64_t *
 
 static int check_fit(rt_call *c, rt_dataset *ds, int need_labels)
 {
-    rt_plan *p = c->prog->plan;
+    rt_plan *p = rt_program_plan(c->prog);
     int64_t in[RT_MAX_DIMS], lab[RT_MAX_DIMS];
     int in_n = rt_plan_input_shape(p, in);
     char a[96], b[96];
@@ -165,7 +165,7 @@ static int check_fit(rt_call *c, rt_dataset *ds, int need_labels)
         return rt_call_fail(c, RT_ESHAPE,
                             "dataset %s has samples of shape %s but program %s expects %s%s",
                             ds->id, rt_data_shape_str(ds->x_ndim, ds->x_dims, a, sizeof a),
-                            c->prog->id, rt_data_shape_str(in_n, in, b, sizeof b),
+                            rt_program_id(c->prog), rt_data_shape_str(in_n, in, b, sizeof b),
                             layout_hint(ds->x_ndim, ds->x_dims, in_n, in));
     if (!need_labels)
         return 0;
@@ -176,7 +176,7 @@ static int check_fit(rt_call *c, rt_dataset *ds, int need_labels)
         return rt_call_fail(c, RT_ESHAPE,
                             "dataset %s has labels of shape %s but program %s expects %s",
                             ds->id, rt_data_shape_str(ds->y_ndim, ds->y_dims, a, sizeof a),
-                            c->prog->id, rt_data_shape_str(lab_n, lab, b, sizeof b));
+                            rt_program_id(c->prog), rt_data_shape_str(lab_n, lab, b, sizeof b));
     return 0;
 }
 
@@ -189,7 +189,7 @@ static int data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels)
     d->n = ds->n;
     if (!need_labels)
         return 0;
-    rt_dtype want = rt_plan_config(c->prog->plan)->label_dtype;
+    rt_dtype want = rt_plan_config(rt_program_plan(c->prog))->label_dtype;
     char err[200];
     int rc = rt_dataset_labels_as(ds, want, &d->y, err, sizeof err);
     if (rc < 0)
@@ -198,7 +198,7 @@ static int data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels)
     d->sw = ds->sw;
     if (ds->stream) {
         /* batches decoded by the stream's workers, in its order */
-        const rt_train_config *cfg = rt_plan_config(c->prog->plan);
+        const rt_train_config *cfg = rt_plan_config(rt_program_plan(c->prog));
         rt_stream_use *u = rt_call_alloc(c, sizeof *u);
         if (!u)
             return OOM(c);
@@ -243,31 +243,8 @@ static int check_lr(rt_call *c, float lr)
 
 static int apply_lr(rt_call *c, float lr)
 {
-    if (lr > 0.0f && lr != rt_exec_lr_override(c->prog->exec))
-        __atomic_store_n(&c->prog->ckpt_dirty, 1, __ATOMIC_RELEASE);
-    int rc = lr > 0.0f ? rt_exec_set_lr(c->prog->exec, lr) : 0;
+    int rc = rt_program_set_lr(c->prog, lr);
     return rc < 0 ? engine_fail(c, rc) : 0;
-}
-
-/* Control's stop: a training call takes a fresh generation while it runs
- * (rt_program.run_gen) and stops when Control has copied that generation
- * into stop_gen. */
-static uint64_t run_begin(rt_program *p)
-{
-    static uint64_t next_gen;
-    uint64_t g = __atomic_add_fetch(&next_gen, 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&p->run_gen, g, __ATOMIC_RELEASE);
-    return g;
-}
-
-static void run_end(rt_program *p)
-{
-    __atomic_store_n(&p->run_gen, 0, __ATOMIC_RELEASE);
-}
-
-static int stop_asked(const rt_program *p, uint64_t gen)
-{
-    return __atomic_load_n(&p->stop_gen, __ATOMIC_ACQUIRE) == gen;
 }
 
 /* A dataset with image augmentation: train on the epoch's augmented copy
@@ -278,9 +255,9 @@ static int train_x(rt_call *c, rt_data *d)
 {
     if (!c->ds->img)
         return 0;
-    const rt_train_config *cfg = rt_plan_config(c->prog->plan);
+    const rt_train_config *cfg = rt_plan_config(rt_program_plan(c->prog));
     int64_t spe = (d->n + cfg->batch_size - 1) / cfg->batch_size;
-    uint64_t epoch = (uint64_t)(rt_exec_global_step(c->prog->exec) / (spe > 0 ? spe : 1));
+    uint64_t epoch = (uint64_t)(rt_exec_global_step(rt_program_exec(c->prog)) / (spe > 0 ? spe : 1));
     char err[200];
     d->x = rt_dataset_train_x(c->ds, cfg->seed, epoch, err, sizeof err);
     return d->x ? 0 : rt_call_fail(c, RT_ENOMEM, "dataset %s: %s", c->ds->id, err);
@@ -288,7 +265,7 @@ static int train_x(rt_call *c, rt_data *d)
 
 static int engine_fail(rt_call *c, int rc)
 {
-    const char *m = rt_exec_errmsg(c->prog->exec);
+    const char *m = rt_exec_errmsg(rt_program_exec(c->prog));
     return rt_call_fail(c, rc, "%.240s", m && *m ? m : rt_strerror(rc));
 }
 
@@ -324,48 +301,15 @@ static int64_t *dims_pb(rt_call *c, int n, const int64_t *d)
     return p;
 }
 
-/* A step estimate before any step was measured: ~2 GFLOP/s. */
-static double step_estimate_ns(rt_program *p)
-{
-    /* Read on a cq thread while work under the device lock may update it:
-     * atomic (note_step_time is the only writer, and it holds the device). */
-    double est;
-    __atomic_load(&p->step_ns, &est, __ATOMIC_RELAXED);
-    if (est > 0)
-        return est;
-    return (double)rt_plan_report(p->plan)->flops_per_step * 0.5 + 2000.0;
-}
-
 static uint64_t clamp_est(double ns) { return ns > 1e18 ? (uint64_t)1e18 : (uint64_t)ns; }
 
 static void note_step_time(rt_program *p, uint64_t ns, int64_t steps)
 {
     if (steps <= 0)
         return;
-    double per = (double)ns / (double)steps, old;
-    __atomic_load(&p->step_ns, &old, __ATOMIC_RELAXED);
-    double v = old > 0 ? 0.8 * old + 0.2 * per : per;
-    __atomic_store(&p->step_ns, &v, __ATOMIC_RELAXED);
-    const rt_train_config *tc = rt_plan_config(p->plan);
+    rt_program_note_steps(p, ns, steps);
+    const rt_train_config *tc = rt_plan_config(rt_program_plan(p));
     rt_metrics_steps((uint64_t)steps, (uint64_t)steps * (uint64_t)(tc ? tc->batch_size : 0));
-}
-
-/* Execute time of the engine's epochs, measured from the step callback:
- * *mark is when the current stretch of training began (set before each
- * rt_exec_train). At an epoch end the epoch's time is what earlier calls
- * spent in it plus this stretch; at the end of a call the unfinished
- * epoch's stretch is kept on the program for the next call. */
-static uint64_t epoch_clock_end(rt_program *p, uint64_t *mark)
-{
-    uint64_t now = rt_now_ns(), ns = p->epoch_exec_ns + (now - *mark);
-    p->epoch_exec_ns = 0;
-    *mark = now;
-    return ns;
-}
-
-static void epoch_clock_pause(rt_program *p, uint64_t mark)
-{
-    p->epoch_exec_ns += rt_now_ns() - mark;
 }
 
 /* ------------------------------------------------------------- durability */
@@ -385,13 +329,13 @@ static int durable_checkpoint(rt_call *c, rt_program *p, int policy)
                 rt_state_cfg(c->srv->state)->fail_continue);
     char pid[16];
     RT_LOG(RT_LOG_WARN, "checkpoint of %s at step %lld failed (%s): %s; the one at step %lld "
-           "is kept", rt_log_id(p->id, pid), (long long)rt_exec_global_step(p->exec),
-           cont ? "training goes on" : "the call stops", err, (long long)p->ckpt_step);
+           "is kept", rt_log_id(rt_program_id(p), pid), (long long)rt_exec_global_step(rt_program_exec(p)),
+           cont ? "training goes on" : "the call stops", err, (long long)rt_program_ckpt_step(p));
     if (cont)
         return 0;
     return rt_call_fail(c, rc, "checkpoint failed, training stopped at step %lld: %.200s; the "
-                        "checkpoint at step %lld is kept", (long long)rt_exec_global_step(p->exec),
-                        err, (long long)p->ckpt_step);
+                        "checkpoint at step %lld is kept", (long long)rt_exec_global_step(rt_program_exec(p)),
+                        err, (long long)rt_program_ckpt_step(p));
 }
 
 /* A new program keeps its model (a pull carries it) and, in durable mode,
@@ -399,9 +343,10 @@ static int durable_checkpoint(rt_call *c, rt_program *p, int policy)
 static int durable_program(rt_call *c, rt_program *prog)
 {
     size_t n = protobuf_c_message_get_packed_size(c->req);
-    if (!(prog->req = malloc(n ? n : 1)))
+    uint8_t *b = malloc(n ? n : 1);
+    if (!b)
         return OOM(c);
-    prog->req_len = protobuf_c_message_pack(c->req, prog->req);
+    rt_program_take_model(prog, b, protobuf_c_message_pack(c->req, b));
     if (!c->srv->state)
         return 0;
     rt_call_device_lock(c);
@@ -856,7 +801,7 @@ static int dist_program(rt_call *c, rt_exec *e, char *err, size_t errlen)
 static int drop_program(rt_call *c, rt_program *p, int rc)
 {
     if (c->srv->state)
-        rt_state_program_remove(c->srv->state, c->sess->id, p->id);
+        rt_state_program_remove(c->srv->state, c->sess->id, rt_program_id(p));
     rt_session_remove_program(c->sess, p);
     return rc;
 }
@@ -906,7 +851,7 @@ static int compile_work(rt_call *c)
         rt_call_device_lock(c);
     rc = rt_exec_create(st->plan, &e);
     char cerr[200] = "";
-    if (rc == 0 && st->from && (rc = rt_exec_copy_state(e, st->from->exec)) < 0) {
+    if (rc == 0 && st->from && (rc = rt_exec_copy_state(e, rt_program_exec(st->from))) < 0) {
         snprintf(cerr, sizeof cerr, "%s", rt_exec_errmsg(e));
         rt_exec_destroy(e);
     }
@@ -918,7 +863,7 @@ static int compile_work(rt_call *c)
     if (rc < 0) {
         rt_principal_unreserve(c->who, RT_Q_PROGRAM_BYTES, bytes);
         if (cerr[0])
-            return rt_call_fail(c, rc, "state_from_program %s: %s", st->from->id, cerr);
+            return rt_call_fail(c, rc, "state_from_program %s: %s", rt_program_id(st->from), cerr);
         if (derr[0])
             return rt_call_fail(c, rc, "replicas: %s", derr);
         return rt_call_fail(c, rc, "cannot create the program instance: %s", rt_strerror(rc));
@@ -929,7 +874,7 @@ static int compile_work(rt_call *c)
     if ((rc = rt_session_add_program(c->sess, st->plan, e, bytes, &prog)) < 0)
         return rt_call_fail(c, rc, "cannot add the program to the session");
     if (st->from)
-        prog->fit_epochs = st->from->fit_epochs;
+        rt_program_inherit(prog, st->from);
     if ((rc = durable_program(c, prog)) < 0 || (rc = compile_answer(c, st, prog, hit)) < 0)
         return drop_program(c, prog, rc);
     /* a client gone (its deadline) would never learn the id */
@@ -937,7 +882,7 @@ static int compile_work(rt_call *c)
         return drop_program(c, prog, rt_call_fail(c, RT_ECANCELLED, "compile cancelled"));
     char sid[16], pid[16];
     RT_LOG(RT_LOG_INFO, "session %s: program %s (%s, %llu params)", rt_log_id(c->sess->id, sid),
-           rt_log_id(prog->id, pid), hit ? "cache hit" : "compiled",
+           rt_log_id(rt_program_id(prog), pid), hit ? "cache hit" : "compiled",
            (unsigned long long)rt_plan_report(st->plan)->param_count);
     return 0;
 }
@@ -950,7 +895,7 @@ static int compile_answer(rt_call *c, compile_st *st, rt_program *prog, int hit)
     Rtrain__V1__CompileReport *cr = NEW(c, Rtrain__V1__CompileReport, RTRAIN__V1__COMPILE_REPORT__INIT);
     if (!r || !cr)
         return OOM(c);
-    r->program_id = rt_call_strdup(c, prog->id);
+    r->program_id = rt_call_strdup(c, rt_program_id(prog));
     cr->param_count = rep->param_count;
     cr->trainable_param_count = rep->trainable_param_count;
     cr->flops_per_step = rep->flops_per_step;
@@ -1901,7 +1846,7 @@ typedef struct run_cb {
     int cancelled;
     int stopped;           /* Control's stop */
     uint64_t gen;          /* this call's run_gen */
-    uint64_t mark;         /* epoch clock (epoch_clock_end) */
+    uint64_t mark;         /* epoch clock (rt_program_epoch_clock_end) */
     int stop_on_nan;       /* the request's */
     int nan_stop;          /* stopped at a non-finite loss */
     int64_t nan_step;      /* the first step with one, 0 = none */
@@ -1960,7 +1905,7 @@ static int run_step_cb(void *ud, const rt_step_info *info)
         r->nan_loss = info->loss;
         return 1;
     }
-    if (stop_asked(r->c->prog, r->gen))
+    if (rt_program_stop_asked(r->c->prog, r->gen))
         r->stopped = 1;
     if (!info->epoch_end)
         return r->stopped;
@@ -1975,7 +1920,7 @@ static int run_step_cb(void *ud, const rt_step_info *info)
         r->cap_epochs = nc;
     }
     Rtrain__V1__EpochEnd *e = epoch_pb(r->c, info->epoch, &info->epoch_metrics, info->step,
-                                       epoch_clock_end(r->c->prog, &r->mark));
+                                       rt_program_epoch_clock_end(r->c->prog, &r->mark));
     if (!e)
         return 1;
     r->epochs[r->n_epochs++] = e;
@@ -1992,21 +1937,18 @@ static int run_steps_work(rt_call *c)
     if (!r)
         return OOM(c);
     c->resp = &r->base;
-    if (q->seq && q->seq <= p->last_seq) {
+    rt_seq_rec rec;
+    if (rt_program_replay(p, q->seq, &rec)) {
         r->replayed = 1;
         r->boot_id = c->srv->boot_id;
         r->state = state_kind(c->srv);
-        r->global_step = (uint64_t)rt_exec_global_step(p->exec);
-        const rt_seq_rec *rec = &p->ring[q->seq % RT_SEQ_RING];
-        if (rec->seq == q->seq) { /* it ran: the original answer */
+        r->global_step = (uint64_t)rt_exec_global_step(rt_program_exec(p));
+        if (rec.seq == q->seq) { /* it ran: the original answer */
             r->recorded = 1;
-            r->recorded_step = (uint64_t)rec->global_step;
-            r->last = metrics_pb(c, &rec->last);
-            r->mean = metrics_pb(c, &rec->mean);
-        } else {
-            r->last = metrics_pb(c, &p->last_metrics);
-            r->mean = metrics_pb(c, &p->last_mean);
+            r->recorded_step = (uint64_t)rec.global_step;
         }
+        r->last = metrics_pb(c, &rec.last);
+        r->mean = metrics_pb(c, &rec.mean);
         return r->last && r->mean ? 0 : OOM(c);
     }
     rt_data d, vd;
@@ -2025,7 +1967,7 @@ static int run_steps_work(rt_call *c)
      * augmentation; val_at_end validates once, after the last step */
     int val_in = c->val_ds && !q->val_at_end;
     run_cb cb = {.c = c, .stop_for_val = val_in || c->ds->img != NULL,
-                 .gen = run_begin(p), .stop_on_nan = q->stop_on_nan};
+                 .gen = rt_program_run_begin(p), .stop_on_nan = q->stop_on_nan};
     int64_t left = (int64_t)q->steps, done = 0;
     double loss_sum = 0, acc_sum = 0;
     int64_t samples = 0;
@@ -2036,27 +1978,27 @@ static int run_steps_work(rt_call *c)
         rt_train_result part;
         cb.hit_epoch_end = 0;
         if ((rc = train_x(c, &d)) < 0) {
-            run_end(p);
+            rt_program_run_end(p);
             return rc;
         }
         cb.mark = rt_now_ns();
         char derr[256] = "";
-        rc = rt_dist_train(p->exec, &d, d.x == c->ds->x ? c->ds->key : NULL, left, &part,
+        rc = rt_dist_train(rt_program_exec(p), &d, d.x == c->ds->x ? c->ds->key : NULL, left, &part,
                            run_step_cb, &cb, losses ? losses + done : NULL, derr, sizeof derr);
         if (rc < 0) {
-            run_end(p);
+            rt_program_run_end(p);
             return rt_call_fail(c, rc, "%s", derr);
         }
-        epoch_clock_pause(p, cb.mark);
+        rt_program_epoch_clock_pause(p, cb.mark);
         exec_ns += part.execute_ns;
         if (cb.cancelled) {
-            run_end(p);
-            p->ckpt_partial = done + part.steps_run > 0;
+            rt_program_run_end(p);
+            rt_program_set_partial(p, done + part.steps_run > 0);
             return stopped_fail(c, done + part.steps_run, (int64_t)q->steps);
         }
         if (cb.nan_stop) {
-            run_end(p);
-            p->ckpt_partial = 1;
+            rt_program_run_end(p);
+            rt_program_set_partial(p, 1);
             return nan_fail(c, cb.nan_step, cb.nan_loss);
         }
         left -= part.steps_run;
@@ -2067,13 +2009,13 @@ static int run_steps_work(rt_call *c)
         res = part;
         if (cb.hit_epoch_end && val_in && cb.n_epochs) {
             rt_metrics vm;
-            if ((rc = rt_exec_evaluate(p->exec, &vd, &vm)) < 0) {
-                run_end(p);
+            if ((rc = rt_exec_evaluate(rt_program_exec(p), &vd, &vm)) < 0) {
+                rt_program_run_end(p);
                 return engine_fail(c, rc);
             }
             Rtrain__V1__EpochEnd *e = cb.epochs[cb.n_epochs - 1];
             if (!(e->val = metrics_pb(c, &vm))) {
-                run_end(p);
+                rt_program_run_end(p);
                 return OOM(c);
             }
         }
@@ -2082,27 +2024,19 @@ static int run_steps_work(rt_call *c)
         if (part.steps_run == 0)
             break; /* defensive: the engine made no progress */
     }
-    run_end(p);
+    rt_program_run_end(p);
     r->stopped = cb.stopped;
     note_step_time(p, exec_ns, done);
-    p->ckpt_partial = 0;
     rt_metrics mean = {.loss = samples ? loss_sum / (double)samples : NAN,
                        .acc = samples ? acc_sum / (double)samples : NAN,
                        .samples = samples};
-    p->last_metrics = res.last;
-    p->last_mean = mean;
-    if (q->seq) {
-        p->last_seq = q->seq;
-        p->ring[q->seq % RT_SEQ_RING] = (rt_seq_rec){.seq = q->seq,
-                                                     .global_step = rt_exec_global_step(p->exec),
-                                                     .last = res.last, .mean = mean};
-    }
+    rt_program_run_done(p, q->seq, &res.last, &mean);
     if (c->srv->state && (q->checkpoint || rt_state_checkpoint_due(c->srv->state, p,
                                                                    q->checkpoint_every_steps,
                                                                    q->checkpoint_every_s)) &&
         (rc = durable_checkpoint(c, p, q->checkpoint_policy)) < 0)
         return rc;
-    r->global_step = (uint64_t)rt_exec_global_step(p->exec);
+    r->global_step = (uint64_t)rt_exec_global_step(rt_program_exec(p));
     r->boot_id = c->srv->boot_id;
     r->state = state_kind(c->srv);
     r->non_finite = cb.nan_step != 0;
@@ -2117,7 +2051,7 @@ static int run_steps_work(rt_call *c)
     r->n_epochs = cb.n_epochs;
     if (q->val_at_end && c->val_ds) {
         rt_metrics vm;
-        if ((rc = rt_exec_evaluate(p->exec, &vd, &vm)) < 0)
+        if ((rc = rt_exec_evaluate(rt_program_exec(p), &vd, &vm)) < 0)
             return engine_fail(c, rc);
         if (!(r->val = metrics_pb(c, &vm)))
             return OOM(c);
@@ -2156,7 +2090,7 @@ static int h_run_steps(rt_call *c)
         return rc;
     c->work = run_steps_work;
     c->needs_device = 1;
-    c->est_ns = clamp_est((double)q->steps * step_estimate_ns(c->prog));
+    c->est_ns = clamp_est((double)q->steps * rt_program_step_ns(c->prog));
     if (q->after_seq) {
         if (!q->seq || q->after_seq >= q->seq)
             return rt_call_fail(c, RT_EINVAL, "after_seq %llu must be below seq %llu",
@@ -2185,7 +2119,7 @@ typedef struct fit_cb {
     int64_t n, bs;         /* dataset samples, batch size */
     double loss_sum, acc_sum;
     int64_t samples;
-    uint64_t mark;         /* epoch clock (epoch_clock_end) */
+    uint64_t mark;         /* epoch clock (rt_program_epoch_clock_end) */
     uint64_t gen;          /* this call's run_gen */
     int stopped;           /* Control's stop */
     int aligned;           /* rt_fit_rec.aligned */
@@ -2215,7 +2149,7 @@ static int fit_step_cb(void *ud, const rt_step_info *info)
     rt_program *p = f->c->prog;
     f->in_epoch++;
     if (f->resumable)
-        p->fit.steps_done++;
+        rt_program_fit_step(p);
     if (f->aligned) {
         f->loss_sum = info->epoch_metrics.loss;
         f->acc_sum = info->epoch_metrics.acc;
@@ -2235,7 +2169,7 @@ static int fit_step_cb(void *ud, const rt_step_info *info)
         f->samples += nb;
     }
     if (info->epoch_end) /* RunSteps' epoch clock follows the engine's epochs */
-        epoch_clock_end(p, &f->mark);
+        rt_program_epoch_clock_end(p, &f->mark);
     rt_srv_pause_point(f->c->srv, info->step);
     rt_call_yield(f->c);
     if (rt_call_is_cancelled(f->c))
@@ -2248,7 +2182,7 @@ static int fit_step_cb(void *ud, const rt_step_info *info)
      * learning_rate), so a client can replay the run exactly. */
     int lr_changed = f->last_lr > 0 && info->lr != f->last_lr;
     f->last_lr = info->lr;
-    if (stop_asked(p, f->gen))
+    if (rt_program_stop_asked(p, f->gen))
         f->stopped = 1;
     if ((f->every && f->in_epoch % f->every == 0 && f->in_epoch < f->spe) ||
         lr_changed) {
@@ -2292,10 +2226,10 @@ static int fit_run(rt_call *c, uint64_t gen);
 
 static int fit_work(rt_call *c)
 {
-    uint64_t gen = run_begin(c->prog);
+    uint64_t gen = rt_program_run_begin(c->prog);
     rt_srv_dash_fit_begin(c);
     int rc = fit_run(c, gen);
-    run_end(c->prog);
+    rt_program_run_end(c->prog);
     return rc;
 }
 
@@ -2319,13 +2253,13 @@ static int fit_resume(rt_call *c, int64_t spe, int64_t *pos)
 {
     Rtrain__V1__FitRequest *q = REQ(c, Rtrain__V1__FitRequest);
     rt_program *p = c->prog;
-    rt_fit_rec *r = &p->fit;
+    const rt_fit_rec *r = rt_program_fit(p);
     unsigned long long id = (unsigned long long)q->fit_id;
     if (r->epochs != q->epochs || r->spe != spe)
         return rt_call_fail(c, RT_EINVAL, "fit %016llx was started with %u epochs of %lld "
                             "steps, not %u of %lld", id, r->epochs, (long long)r->spe,
                             q->epochs, (long long)spe);
-    int64_t done = p->fit_epochs - r->first_epoch;
+    int64_t done = rt_program_fit_epochs(p) - r->first_epoch;
     if ((int64_t)q->epochs_received > done)
         return rt_call_fail(c, RT_ESTATE, "fit %016llx: the daemon's state is at epoch %lld of "
                             "it, but the client has %u epochs (a newer checkpoint was lost)",
@@ -2334,7 +2268,7 @@ static int fit_resume(rt_call *c, int64_t spe, int64_t *pos)
         if (done - k >= RT_FIT_RING)
             return rt_call_fail(c, RT_ESTATE, "fit %016llx: epoch %lld's result is no longer "
                                 "kept (the last %d are)", id, (long long)k, RT_FIT_RING);
-        const rt_fit_epoch *fe = &p->fit_ring[(k - 1) % RT_FIT_RING];
+        const rt_fit_epoch *fe = rt_program_fit_epoch(p, k);
         Rtrain__V1__EpochEnd *e = epoch_pb(c, fe->epoch, &fe->train, fe->steps, fe->execute_ns);
         if (!e || (fe->has_val && !(e->val = metrics_pb(c, &fe->val))))
             return OOM(c);
@@ -2361,9 +2295,10 @@ static int fit_run(rt_call *c, uint64_t gen)
     int rc = train_data(c, &d, &vd);
     if (rc < 0)
         return rc;
-    int64_t bs = rt_plan_config(p->plan)->batch_size;
+    int64_t bs = rt_plan_config(rt_program_plan(p))->batch_size;
     int64_t spe = q->steps_per_epoch ? q->steps_per_epoch : (d.n + bs - 1) / bs;
-    int resume = q->fit_id && p->fit.id == q->fit_id;
+    const rt_fit_rec *fr = rt_program_fit(p);
+    int resume = q->fit_id && fr->id == q->fit_id;
     int64_t pos = 0;
     uint32_t ep0 = 0;
     int ended = 0;
@@ -2371,11 +2306,11 @@ static int fit_run(rt_call *c, uint64_t gen)
         if ((rc = fit_resume(c, spe, &pos)) < 0)
             return rc;
         ended = rc;
-        ep0 = (uint32_t)(p->fit_epochs - p->fit.first_epoch);
+        ep0 = (uint32_t)(rt_program_fit_epochs(p) - fr->first_epoch);
         char pid[16];
         RT_LOG(RT_LOG_INFO, "fit %016llx on %s resumed at epoch %u step %lld",
-               (unsigned long long)q->fit_id, rt_log_id(p->id, pid), ep0 + 1,
-               (long long)rt_exec_global_step(p->exec));
+               (unsigned long long)q->fit_id, rt_log_id(rt_program_id(p), pid), ep0 + 1,
+               (long long)rt_exec_global_step(rt_program_exec(p)));
     } else {
         if (q->fit_id && q->epochs_received)
             return rt_call_fail(c, RT_ESTATE, "fit %016llx is unknown here, but the client has "
@@ -2386,32 +2321,26 @@ static int fit_run(rt_call *c, uint64_t gen)
         if ((rc = apply_lr(c, q->learning_rate)) < 0)
             return rc;
         int64_t cur_ep, cur_pos;
-        rt_exec_cursor(p->exec, &cur_ep, &cur_pos);
-        memset(&p->fit, 0, sizeof p->fit);
-        p->fit.aligned = spe == (d.n + bs - 1) / bs && cur_pos == 0;
+        rt_exec_cursor(rt_program_exec(p), &cur_ep, &cur_pos);
+        rt_program_fit_begin(p, q->fit_id, spe, q->epochs,
+                             spe == (d.n + bs - 1) / bs && cur_pos == 0);
         if (q->fit_id) {
-            p->fit.id = q->fit_id;
-            p->fit.first_epoch = p->fit_epochs;
-            p->fit.spe = spe;
-            p->fit.epochs = q->epochs;
             /* The fit's start on disk, unless the newest checkpoint is the
              * state already: a restart before the fit's first checkpoint
              * then restores its start, where it begins again. */
-            if (c->srv->state &&
-                (p->ckpt_step != rt_exec_global_step(p->exec) ||
-                 __atomic_load_n(&p->ckpt_dirty, __ATOMIC_ACQUIRE)) &&
+            if (c->srv->state && !rt_program_ckpt_current(p) &&
                 (rc = durable_checkpoint(c, p, q->checkpoint_policy)) < 0)
                 return rc;
         }
     }
     fit_cb f = {.c = c, .q = q, .every = q->progress_every, .spe = spe, .n = d.n, .bs = bs,
-                .gen = gen, .aligned = p->fit.aligned, .resumable = q->fit_id != 0};
+                .gen = gen, .aligned = fr->aligned, .resumable = q->fit_id != 0};
     int cancelled = 0;
     uint64_t exec_ns = 0;
     int64_t steps = 0;
     for (uint32_t ep = ep0; ep < q->epochs && !cancelled && !ended; ep++) {
         int64_t from = ep == ep0 ? pos : 0; /* steps of this epoch run before */
-        f.epoch = p->fit_epochs + 1;
+        f.epoch = rt_program_fit_epochs(p) + 1;
         f.in_epoch = from;
         f.samples = 0;
         f.loss_sum = f.acc_sum = 0;
@@ -2420,30 +2349,30 @@ static int fit_run(rt_call *c, uint64_t gen)
         f.mark = rt_now_ns();
         rt_train_result res;
         char derr[256] = "";
-        if ((rc = rt_dist_train(p->exec, &d, d.x == c->ds->x ? c->ds->key : NULL, spe - from,
+        if ((rc = rt_dist_train(rt_program_exec(p), &d, d.x == c->ds->x ? c->ds->key : NULL, spe - from,
                                 &res, fit_step_cb, &f, NULL, derr, sizeof derr)) < 0)
             return rt_call_fail(c, rc, "%s", derr);
-        epoch_clock_pause(p, f.mark);
+        rt_program_epoch_clock_pause(p, f.mark);
         exec_ns += res.execute_ns;
         steps += res.steps_run;
         /* an aligned fit is exact between any two steps */
         int partial = res.steps_run > 0 && !f.aligned;
         if (f.ckpt_rc < 0) {
-            p->ckpt_partial = partial;
+            rt_program_set_partial(p, partial);
             return f.ckpt_rc;
         }
         if (f.nan_stop) {
-            p->ckpt_partial = partial;
+            rt_program_set_partial(p, partial);
             return nan_fail(c, f.nan_step, f.nan_loss);
         }
         if (f.draining) {
-            p->ckpt_partial = 0;
+            rt_program_set_partial(p, 0);
             return rt_call_fail(c, RT_EUNAVAILABLE, "the daemon is stopping: the fit stopped "
                                 "at step %lld, on disk at exit; reattach after it restarts",
-                                (long long)rt_exec_global_step(p->exec));
+                                (long long)rt_exec_global_step(rt_program_exec(p)));
         }
         if ((res.stopped && !f.stopped) || rt_call_is_cancelled(c)) {
-            p->ckpt_partial = partial;
+            rt_program_set_partial(p, partial);
             if (__atomic_load_n(&c->srv->hard_cancel, __ATOMIC_ACQUIRE))
                 return stopped_fail(c, steps, (int64_t)q->epochs * spe);
             cancelled = 1;
@@ -2452,35 +2381,32 @@ static int fit_run(rt_call *c, uint64_t gen)
         /* Control's stop inside the epoch ends the fit without its epoch
          * end; at the epoch's last step the epoch completes first. */
         if (f.stopped && res.steps_run < spe - from) {
-            p->ckpt_partial = 0; /* the call ends here, at a step boundary */
-            p->fit.done = p->fit.stopped = f.resumable;
+            rt_program_set_partial(p, 0); /* the call ends here, at a step boundary */
+            if (f.resumable)
+                rt_program_fit_end(p, 1);
             break;
         }
-        p->fit_epochs++;
-        p->ckpt_partial = 0;
+        int64_t fit_epoch = rt_program_fit_epoch_end(p);
         uint64_t t0 = rt_now_ns();
-        Rtrain__V1__EpochEnd *e = epoch_pb(c, p->fit_epochs, f.aligned ? &f.ep : &res.mean,
+        Rtrain__V1__EpochEnd *e = epoch_pb(c, fit_epoch, f.aligned ? &f.ep : &res.mean,
                                            res.global_step, res.execute_ns);
         if (!e)
             return OOM(c);
         rt_metrics vm = {0};
         if (c->val_ds) {
-            if ((rc = rt_exec_evaluate(p->exec, &vd, &vm)) < 0)
+            if ((rc = rt_exec_evaluate(rt_program_exec(p), &vd, &vm)) < 0)
                 return engine_fail(c, rc);
             if (!(e->val = metrics_pb(c, &vm)))
                 return OOM(c);
         }
         if (f.resumable) {
-            int64_t k = p->fit_epochs - p->fit.first_epoch;
-            p->fit_ring[(k - 1) % RT_FIT_RING] = (rt_fit_epoch){
-                .epoch = p->fit_epochs, .steps = res.global_step, .execute_ns = res.execute_ns,
+            rt_program_fit_keep_epoch(p, &(rt_fit_epoch){
+                .epoch = fit_epoch, .steps = res.global_step, .execute_ns = res.execute_ns,
                 .has_val = c->val_ds != NULL, .train = f.aligned ? f.ep : res.mean,
-                .val = vm};
+                .val = vm});
             /* ended before its checkpoint, so that a resend finds it so */
-            if (ep + 1 == q->epochs || f.stopped) {
-                p->fit.done = 1;
-                p->fit.stopped = f.stopped;
-            }
+            if (ep + 1 == q->epochs || f.stopped)
+                rt_program_fit_end(p, f.stopped);
         }
         /* An epoch reported is on disk: a restart never runs it again. */
         if (c->srv->state && (rc = durable_checkpoint(c, p, q->checkpoint_policy)) < 0)
@@ -2492,7 +2418,7 @@ static int fit_run(rt_call *c, uint64_t gen)
         if (f.resumable && ep + 1 < q->epochs && daemon_stopping(c))
             return rt_call_fail(c, RT_EUNAVAILABLE, "the daemon is stopping: the fit stopped "
                                 "at the end of epoch %lld, on disk; reattach after it restarts",
-                                (long long)p->fit_epochs);
+                                (long long)fit_epoch);
     }
     note_step_time(p, exec_ns, steps);
     Rtrain__V1__FitEvent *fin = NEW(c, Rtrain__V1__FitEvent, RTRAIN__V1__FIT_EVENT__INIT);
@@ -2500,17 +2426,17 @@ static int fit_run(rt_call *c, uint64_t gen)
         return OOM(c);
     fin->done = 1;
     fin->cancelled = cancelled;
-    fin->stopped = ended ? p->fit.stopped : f.stopped && !cancelled;
-    fin->global_step = (uint64_t)rt_exec_global_step(p->exec);
+    fin->stopped = ended ? fr->stopped : f.stopped && !cancelled;
+    fin->global_step = (uint64_t)rt_exec_global_step(rt_program_exec(p));
     fit_stamp(c, fin, f.nan_step);
     c->resp = &fin->base;
     char pid[16];
     if (cancelled)
         RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld: the client cancelled",
-               rt_log_id(p->id, pid), (long long)rt_exec_global_step(p->exec));
+               rt_log_id(rt_program_id(p), pid), (long long)rt_exec_global_step(rt_program_exec(p)));
     else if (fin->stopped && !ended)
         RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld by a Control call",
-               rt_log_id(p->id, pid), (long long)rt_exec_global_step(p->exec));
+               rt_log_id(rt_program_id(p), pid), (long long)rt_exec_global_step(rt_program_exec(p)));
     return 0;
 }
 
@@ -2531,7 +2457,7 @@ static int h_fit(rt_call *c)
         return rc;
     /* The same per-call cap as RunSteps, on the steps the Fit will really
      * run: without steps_per_epoch an epoch is one pass over the dataset. */
-    int64_t bs = rt_plan_config(c->prog->plan)->batch_size;
+    int64_t bs = rt_plan_config(rt_program_plan(c->prog))->batch_size;
     uint64_t spe = q->steps_per_epoch
                        ? q->steps_per_epoch
                        : (uint64_t)((c->ds->n + (bs > 0 ? bs : 1) - 1) / (bs > 0 ? bs : 1));
@@ -2555,7 +2481,7 @@ static int evaluate_work(rt_call *c)
     if (rc < 0)
         return rc;
     rt_metrics m;
-    if ((rc = rt_exec_evaluate(c->prog->exec, &d, &m)) < 0)
+    if ((rc = rt_exec_evaluate(rt_program_exec(c->prog), &d, &m)) < 0)
         return engine_fail(c, rc);
     Rtrain__V1__EvaluateResponse *r = NEW(c, Rtrain__V1__EvaluateResponse, RTRAIN__V1__EVALUATE_RESPONSE__INIT);
     if (!r || !(r->metrics = metrics_pb(c, &m)))
@@ -2566,10 +2492,10 @@ static int evaluate_work(rt_call *c)
 
 static uint64_t forward_estimate(rt_call *c, int64_t n)
 {
-    int64_t bs = rt_plan_config(c->prog->plan)->batch_size;
+    int64_t bs = rt_plan_config(rt_program_plan(c->prog))->batch_size;
     if (bs < 1)
         bs = 1;
-    return clamp_est((double)((n + bs - 1) / bs) * step_estimate_ns(c->prog) / 2);
+    return clamp_est((double)((n + bs - 1) / bs) * rt_program_step_ns(c->prog) / 2);
 }
 
 static int h_evaluate(rt_call *c)
@@ -2597,7 +2523,7 @@ static int predict_work(rt_call *c)
 {
     predict_st *ps = c->st;
     int64_t od[RT_MAX_DIMS];
-    int on = rt_plan_output_shape(c->prog->plan, od);
+    int on = rt_plan_output_shape(rt_program_plan(c->prog), od);
     if (on < 0)
         return rt_call_fail(c, on, "the program has no output shape");
     int64_t per = rt_data_numel(on, od);
@@ -2611,11 +2537,11 @@ static int predict_work(rt_call *c)
      * chunk boundaries like Fit does at steps; inference is per sample, so
      * the outputs are those of one call. */
     int64_t id[RT_MAX_DIMS];
-    int in = rt_plan_input_shape(c->prog->plan, id);
+    int in = rt_plan_input_shape(rt_program_plan(c->prog), id);
     if (in < 0)
         return rt_call_fail(c, in, "the program has no input shape");
     int64_t in_per = rt_data_numel(in, id);
-    int64_t bs = rt_plan_config(c->prog->plan)->batch_size;
+    int64_t bs = rt_plan_config(rt_program_plan(c->prog))->batch_size;
     if (bs < 1)
         bs = 1;
     if (ps->su.st) {
@@ -2634,8 +2560,8 @@ static int predict_work(rt_call *c)
                 return rt_call_fail(c, rc, "dataset %s: %s", c->ds->id, err);
             /* every batch lands in the same buffer, which rt_exec_predict's
              * once-per-data-set index check would take as checked */
-            if ((rc = rt_exec_check_rows(c->prog->exec, xb, cnt)) < 0 ||
-                (rc = rt_exec_predict(c->prog->exec, xb, cnt, y + off * per)) < 0)
+            if ((rc = rt_exec_check_rows(rt_program_exec(c->prog), xb, cnt)) < 0 ||
+                (rc = rt_exec_predict(rt_program_exec(c->prog), xb, cnt, y + off * per)) < 0)
                 return engine_fail(c, rc);
             if (pos % 16 == 15 && off + cnt < ps->n) {
                 if (rt_call_is_cancelled(c))
@@ -2647,7 +2573,7 @@ static int predict_work(rt_call *c)
     int64_t chunk = bs * 16;
     for (int64_t off = 0; !ps->su.st && off < ps->n; off += chunk) {
         int64_t cnt = ps->n - off < chunk ? ps->n - off : chunk;
-        int rc = rt_exec_predict(c->prog->exec, ps->x + off * in_per, cnt, y + off * per);
+        int rc = rt_exec_predict(rt_program_exec(c->prog), ps->x + off * in_per, cnt, y + off * per);
         if (rc < 0)
             return engine_fail(c, rc);
         if (off + cnt < ps->n) {
@@ -2686,13 +2612,13 @@ static int h_predict(rt_call *c)
             return rc;
         if (c->ds->stream)
             ps->su = (rt_stream_use){.st = c->ds->stream,
-                                     .seed = rt_plan_config(c->prog->plan)->seed};
+                                     .seed = rt_plan_config(rt_program_plan(c->prog))->seed};
         ps->x = c->ds->x;
         ps->n = c->ds->n;
     } else if (q->input_case == RTRAIN__V1__PREDICT_REQUEST__INPUT_X) {
         const Rtrain__V1__Tensor *x = q->x;
         int64_t in[RT_MAX_DIMS];
-        int in_n = rt_plan_input_shape(c->prog->plan, in);
+        int in_n = rt_plan_input_shape(rt_program_plan(c->prog), in);
         char a[96], b[96];
         if (x->dtype != RTRAIN__V1__DTYPE__F32)
             return rt_call_fail(c, RT_EDTYPE, "Predict x must be F32");
@@ -2705,7 +2631,7 @@ static int h_predict(rt_call *c)
         if (in_n >= 0 && !shapes_fit((int)x->n_shape - 1, x->shape + 1, in_n, in))
             return rt_call_fail(c, RT_ESHAPE, "x has samples of shape %s but program %s expects %s%s",
                                 rt_data_shape_str((int)x->n_shape - 1, x->shape + 1, a, sizeof a),
-                                c->prog->id, rt_data_shape_str(in_n, in, b, sizeof b),
+                                rt_program_id(c->prog), rt_data_shape_str(in_n, in, b, sizeof b),
                                 layout_hint((int)x->n_shape - 1, x->shape + 1, in_n, in));
         int64_t n = x->shape[0], numel = rt_data_numel((int)x->n_shape, x->shape);
         if (numel < 0 || numel > (int64_t)(x->data.len / 4) + 1)
@@ -2739,7 +2665,7 @@ static int h_predict(rt_call *c)
 /* ------------------------------------------------------------- Weights */
 static int get_weights_work(rt_call *c)
 {
-    rt_plan *p = c->prog->plan;
+    rt_plan *p = rt_program_plan(c->prog);
     int np = rt_plan_n_params(p);
     Rtrain__V1__GetWeightsResponse *r =
         NEW(c, Rtrain__V1__GetWeightsResponse, RTRAIN__V1__GET_WEIGHTS_RESPONSE__INIT);
@@ -2756,7 +2682,7 @@ static int get_weights_work(rt_call *c)
         float *v = rt_call_alloc(c, sizeof(float) * (size_t)(n ? n : 1));
         if (!t || !v)
             return OOM(c);
-        int rc = rt_exec_get_param(c->prog->exec, i, v);
+        int rc = rt_exec_get_param(rt_program_exec(c->prog), i, v);
         if (rc < 0)
             return engine_fail(c, rc);
         t->name = (char *)name;
@@ -2767,8 +2693,8 @@ static int get_weights_work(rt_call *c)
         t->data.len = sizeof(float) * (size_t)n;
         r->weights[r->n_weights++] = t;
     }
-    r->global_step = (uint64_t)rt_exec_global_step(c->prog->exec);
-    r->learning_rate = rt_exec_lr(c->prog->exec);
+    r->global_step = (uint64_t)rt_exec_global_step(rt_program_exec(c->prog));
+    r->learning_rate = rt_exec_lr(rt_program_exec(c->prog));
     c->resp = &r->base;
     return 0;
 }
@@ -2781,7 +2707,7 @@ static int h_get_weights(rt_call *c)
         return rc;
     c->work = get_weights_work;
     c->needs_device = 1;
-    c->est_ns = rt_plan_report(c->prog->plan)->param_count + 2000;
+    c->est_ns = rt_plan_report(rt_program_plan(c->prog))->param_count + 2000;
     return 0;
 }
 
@@ -2791,7 +2717,7 @@ static int h_get_weights(rt_call *c)
 static int export_param(void *ud, const char *name, float *dst, int64_t numel)
 {
     rt_call *c = ud;
-    rt_plan *p = c->prog->plan;
+    rt_plan *p = rt_program_plan(c->prog);
     for (int i = 0, np = rt_plan_n_params(p); i < np; i++) {
         const char *nm;
         int64_t dims[RT_MAX_DIMS];
@@ -2800,7 +2726,7 @@ static int export_param(void *ud, const char *name, float *dst, int64_t numel)
             continue;
         if (rt_data_numel(nd, dims) != numel)
             return RT_ESHAPE;
-        return rt_exec_get_param(c->prog->exec, i, dst);
+        return rt_exec_get_param(rt_program_exec(c->prog), i, dst);
     }
     return RT_ENOTFOUND;
 }
@@ -2844,7 +2770,7 @@ static int h_export_onnx(rt_call *c)
     /* reads the weights: on the device, as GetWeights */
     c->work = export_onnx_work;
     c->needs_device = 1;
-    c->est_ns = rt_plan_report(c->prog->plan)->param_count * 4 + q->onnx.len + 20000;
+    c->est_ns = rt_plan_report(rt_program_plan(c->prog))->param_count * 4 + q->onnx.len + 20000;
     return 0;
 }
 
@@ -2864,8 +2790,8 @@ static int set_weights_work(rt_call *c)
 {
     set_st *s = c->st;
     for (int i = 0; i < s->np; i++) {
-        __atomic_store_n(&c->prog->ckpt_dirty, 1, __ATOMIC_RELEASE);
-        int rc = rt_exec_set_param(c->prog->exec, i, s->vals[i]);
+        rt_program_mark_dirty(c->prog);
+        int rc = rt_exec_set_param(rt_program_exec(c->prog), i, s->vals[i]);
         if (rc < 0)
             return engine_fail(c, rc);
     }
@@ -2883,7 +2809,7 @@ static int h_set_weights(rt_call *c)
     int rc = need_program(c, q->session_id, q->program_id);
     if (rc < 0)
         return rc;
-    rt_plan *p = c->prog->plan;
+    rt_plan *p = rt_program_plan(c->prog);
     int np = rt_plan_n_params(p);
     set_st *s = calloc(1, sizeof *s);
     if (!s)
@@ -2930,7 +2856,7 @@ static int h_set_weights(rt_call *c)
         }
         if (!found)
             return rt_call_fail(c, RT_ENOTFOUND, "program %s has no parameter '%.64s'",
-                                c->prog->id, t->name);
+                                rt_program_id(c->prog), t->name);
     }
     for (int i = 0; i < np; i++)
         if (!s->vals[i]) {
@@ -2961,15 +2887,9 @@ static int h_control(rt_call *c)
         NEW(c, Rtrain__V1__ControlResponse, RTRAIN__V1__CONTROL_RESPONSE__INIT);
     if (!r)
         return OOM(c);
-    rt_program *p = c->prog;
-    if (q->learning_rate > 0.0f && q->learning_rate != rt_exec_lr_override(p->exec))
-        __atomic_store_n(&p->ckpt_dirty, 1, __ATOMIC_RELEASE);
-    if (q->learning_rate > 0.0f && (rc = rt_exec_set_lr(p->exec, q->learning_rate)) < 0)
-        return engine_fail(c, rc);
-    uint64_t gen = __atomic_load_n(&p->run_gen, __ATOMIC_ACQUIRE);
-    if (q->stop && gen)
-        __atomic_store_n(&p->stop_gen, gen, __ATOMIC_RELEASE);
-    r->running = gen != 0;
+    if ((rc = apply_lr(c, q->learning_rate)) < 0)
+        return rc;
+    r->running = rt_program_control(c->prog, q->stop);
     c->resp = &r->base;
     return 0;
 }
@@ -3021,14 +2941,15 @@ static int checkpoint_work(rt_call *c)
         r->state.len = n;
     }
     int64_t ep, pos;
-    rt_exec_cursor(p->exec, &ep, &pos);
-    r->global_step = (uint64_t)rt_exec_global_step(p->exec);
-    r->last_seq = p->last_seq;
+    rt_exec_cursor(rt_program_exec(p), &ep, &pos);
+    r->global_step = (uint64_t)rt_exec_global_step(rt_program_exec(p));
+    r->last_seq = rt_program_last_seq(p);
     r->epoch = (uint64_t)ep + 1;
     r->step_in_epoch = (uint64_t)pos;
-    r->fit_epochs = (uint64_t)p->fit_epochs;
-    r->fit_id = p->fit.id;
-    r->fit_epochs_done = p->fit.id ? (uint64_t)(p->fit_epochs - p->fit.first_epoch) : 0;
+    r->fit_epochs = (uint64_t)rt_program_fit_epochs(p);
+    const rt_fit_rec *fr = rt_program_fit(p);
+    r->fit_id = fr->id;
+    r->fit_epochs_done = fr->id ? (uint64_t)(rt_program_fit_epochs(p) - fr->first_epoch) : 0;
     r->durable = c->srv->state != NULL;
     r->boot_id = c->srv->boot_id;
     return 0;
@@ -3117,14 +3038,15 @@ static int restore_program(rt_srv *srv, rt_session *sess, const uint8_t *req, si
         goto out;
     }
     if (pid)
-        snprintf(prog->id, sizeof prog->id, "%s", pid);
-    if (!(prog->req = malloc(len ? len : 1))) {
+        rt_program_set_id(prog, pid);
+    uint8_t *model = malloc(len ? len : 1);
+    if (!model) {
         rt_session_remove_program(sess, prog);
         rc = rt_call_fail(c, RT_ENOMEM, "out of memory");
         goto out;
     }
-    memcpy(prog->req, req, len);
-    prog->req_len = len;
+    memcpy(model, req, len);
+    rt_program_take_model(prog, model, len);
     *out = prog;
     rc = 0;
 out:
@@ -3172,32 +3094,29 @@ static int restore_work(rt_call *c)
     rt_program *p;
     if ((rc = restore_program(c->srv, c->sess, v.req, v.req_len, NULL, &p, err, sizeof err)) < 0)
         return rt_call_fail(c, rc, "cannot compile the state's model: %s", err);
-    if ((rc = rt_exec_load_state(p->exec, v.exec, v.exec_len)) < 0) {
-        rt_call_fail(c, rc, "%s", rt_exec_errmsg(p->exec));
+    if ((rc = rt_exec_load_state(rt_program_exec(p), v.exec, v.exec_len)) < 0) {
+        rt_call_fail(c, rc, "%s", rt_exec_errmsg(rt_program_exec(p)));
         return drop_program(c, p, rc);
     }
     rt_ckpt_apply_meta(p, &v);
     /* sequence numbers and fits belong to the client that trained it: the
      * program is new to whoever pushed it */
-    memset(&p->fit, 0, sizeof p->fit);
-    p->last_seq = 0;
-    p->pipe_done = 0;
-    memset(p->ring, 0, sizeof p->ring);
+    rt_program_forget_client(p);
     if (c->srv->state &&
         (rc = durable_checkpoint(c, p, RTRAIN__V1__CHECKPOINT_POLICY__CHECKPOINT_STOP)) < 0)
         return drop_program(c, p, rc);
     Rtrain__V1__RestoreCheckpointResponse *r = NEW(
         c, Rtrain__V1__RestoreCheckpointResponse, RTRAIN__V1__RESTORE_CHECKPOINT_RESPONSE__INIT);
-    if (!r || !(r->program_id = rt_call_strdup(c, p->id)))
+    if (!r || !(r->program_id = rt_call_strdup(c, rt_program_id(p))))
         return drop_program(c, p, OOM(c));
     if (rt_call_is_cancelled(c))
         return drop_program(c, p, rt_call_fail(c, RT_ECANCELLED, "restore cancelled"));
-    r->global_step = (uint64_t)rt_exec_global_step(p->exec);
-    r->last_seq = p->last_seq;
+    r->global_step = (uint64_t)rt_exec_global_step(rt_program_exec(p));
+    r->last_seq = rt_program_last_seq(p);
     c->resp = &r->base;
     char sid[16], pid[16];
     RT_LOG(RT_LOG_INFO, "session %s: program %s restored from a pushed state at step %lld",
-           rt_log_id(c->sess->id, sid), rt_log_id(p->id, pid), (long long)r->global_step);
+           rt_log_id(c->sess->id, sid), rt_log_id(rt_program_id(p), pid), (long long)r->global_step);
     return 0;
 }
 
@@ -3255,22 +3174,22 @@ static int flush_one(void *ud, rt_session *s, rt_program *p)
 {
     rt_srv *srv = ud;
     char err[300], pid[16];
-    if (rt_exec_global_step(p->exec) == p->ckpt_step) {
+    if (rt_exec_global_step(rt_program_exec(p)) == rt_program_ckpt_step(p)) {
         RT_LOG(RT_LOG_INFO, "program %s: on disk at exit, step %lld (its last checkpoint)",
-               rt_log_id(p->id, pid), (long long)p->ckpt_step);
+               rt_log_id(rt_program_id(p), pid), (long long)rt_program_ckpt_step(p));
         return 0;
     }
-    if (p->ckpt_partial) {
+    if (rt_program_partial(p)) {
         RT_LOG(RT_LOG_WARN, "program %s stopped inside a call: its checkpoint at step %lld stays",
-               rt_log_id(p->id, pid), (long long)p->ckpt_step);
+               rt_log_id(rt_program_id(p), pid), (long long)rt_program_ckpt_step(p));
         return 0;
     }
     if (rt_state_checkpoint(srv->state, s->id, p, err, sizeof err) < 0) {
-        RT_LOG(RT_LOG_ERROR, "checkpoint of %s at exit failed: %s", rt_log_id(p->id, pid), err);
+        RT_LOG(RT_LOG_ERROR, "checkpoint of %s at exit failed: %s", rt_log_id(rt_program_id(p), pid), err);
         return 0;
     }
     RT_LOG(RT_LOG_INFO, "program %s: on disk at exit, step %lld (checkpoint at exit)",
-           rt_log_id(p->id, pid), (long long)p->ckpt_step);
+           rt_log_id(rt_program_id(p), pid), (long long)rt_program_ckpt_step(p));
     return 1;
 }
 

@@ -631,6 +631,7 @@ static void dev_lock(rt_srv *s, const char *key, uint64_t est_ns)
         wait_turn_locked(s, key, est_ns);
     }
     pthread_mutex_unlock(&s->dev_mu);
+    rt_program_device_enter(); /* debug builds: rt_program.h's rule */
 }
 
 /* Inline jobs never wait: the device must be free with nobody queued. */
@@ -643,11 +644,14 @@ static int dev_trylock(rt_srv *s)
         __atomic_store_n(&s->dev_since, rt_now_ns(), __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&s->dev_mu);
+    if (ok)
+        rt_program_device_enter();
     return ok;
 }
 
 static void dev_unlock(rt_srv *s)
 {
+    rt_program_device_leave();
     pthread_mutex_lock(&s->dev_mu);
     grant_next_locked(s, 0);
     pthread_mutex_unlock(&s->dev_mu);
@@ -928,10 +932,10 @@ static void *compile_main(void *arg)
  * held. */
 static int pipe_verdict_locked(rt_call *c)
 {
-    const rt_program *p = c->prog;
-    if (p->pipe_failed >= c->after_seq && p->pipe_failed < c->seq)
+    const rt_program_pipe *p = rt_program_pipe_marks(c->prog);
+    if (p->failed >= c->after_seq && p->failed < c->seq)
         return rt_call_fail(c, RT_ESTATE, "RunSteps seq %llu not run: seq %llu before it failed",
-                            (unsigned long long)c->seq, (unsigned long long)p->pipe_failed);
+                            (unsigned long long)c->seq, (unsigned long long)p->failed);
     /* Its client gave up while it waited (on_close may not have run yet). */
     if (rt_call_is_cancelled(c) ||
         gpr_time_cmp(gpr_now(c->deadline.clock_type), c->deadline) >= 0)
@@ -983,16 +987,16 @@ static void pipe_release_list(rt_call *l)
 static rt_call *pipe_complete(rt_call *c)
 {
     rt_srv *s = c->srv;
-    rt_program *p = c->prog;
+    rt_program_pipe *p = rt_program_pipe_marks(c->prog);
     rt_call *out = NULL, **tail = &out;
     pthread_mutex_lock(&s->pipe_mu);
-    if (c->seq > p->pipe_done)
-        p->pipe_done = c->seq;
-    if (c->err && c->err != RT_ERESTARTED && c->seq > p->pipe_failed) /* refused unrun: it is sent again */
-        p->pipe_failed = c->seq;
+    if (c->seq > p->done)
+        p->done = c->seq;
+    if (c->err && c->err != RT_ERESTARTED && c->seq > p->failed) /* refused unrun: it is sent again */
+        p->failed = c->seq;
     for (rt_call **pp = &s->held; *pp;) {
         rt_call *h = *pp;
-        if (h->prog == p && h->after_seq <= p->pipe_done) {
+        if (h->prog == c->prog && h->after_seq <= p->done) {
             *pp = h->held_next;
             h->held = 0;
             h->held_next = NULL;
@@ -1012,11 +1016,11 @@ static rt_call *pipe_complete(rt_call *c)
 static int pipe_hold(rt_call *c)
 {
     rt_srv *s = c->srv;
-    rt_program *p = c->prog;
+    const rt_program_pipe *p = rt_program_pipe_marks(c->prog);
     int posted = c->close_posted || c->m->kind != RT_UNARY;
     for (;;) {
         pthread_mutex_lock(&s->pipe_mu);
-        if (p->pipe_done >= c->after_seq) {
+        if (p->done >= c->after_seq) {
             int rc = pipe_verdict_locked(c);
             pthread_mutex_unlock(&s->pipe_mu);
             if (rc < 0) {

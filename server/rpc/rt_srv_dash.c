@@ -48,7 +48,7 @@ void rt_srv_dash_fit_begin(rt_call *c)
 {
     char sess[SID], prog[SID];
     short_id(sess, c->sess ? c->sess->id : NULL);
-    short_id(prog, c->prog ? c->prog->id : NULL);
+    short_id(prog, c->prog ? rt_program_id(c->prog) : NULL);
     const Rtrain__V1__FitRequest *q = (const Rtrain__V1__FitRequest *)c->req;
     c->dash_fit = rt_dash_fit_begin(c->who ? rt_principal_name(c->who) : NULL, sess, prog,
                                     q ? q->epochs : 0);
@@ -111,9 +111,10 @@ static void take_session(void *ud, rt_session *s)
     o->n_progs = s->n_progs;
     for (int k = 0; k < s->n_progs && v->np < MAX_PROGS; k++) {
         prog_view *p = &v->pv[v->np++];
-        short_id(p->id, s->progs[k]->id);
+        short_id(p->id, rt_program_id(s->progs[k]));
         p->sess = v->ns;
-        const rt_compile_report *r = s->progs[k]->plan ? rt_plan_report(s->progs[k]->plan) : NULL;
+        rt_plan *plan = rt_program_plan(s->progs[k]);
+        const rt_compile_report *r = plan ? rt_plan_report(plan) : NULL;
         p->has_rep = r != NULL;
         if (r)
             p->rep = *r;

@@ -15,6 +15,7 @@
  * Integers are the host's (little-endian x86-64 and aarch64): a checkpoint
  * moves between daemons of the same build, as the state blob does. */
 #include "rt_state.h"
+#include "rt_program_impl.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -78,8 +79,8 @@ void rt_ckpt_apply_meta(rt_program *p, const rt_ckpt_view *v)
         memcpy(p->fit_ring, v->fit_epochs, sizeof *p->fit_ring * m->n_fit_epochs);
     p->ckpt_dirty = 0;
     /* pipelined calls (after_seq) up to the restored seq have completed */
-    p->pipe_done = m->last_seq;
-    p->pipe_failed = 0;
+    p->pipe.done = m->last_seq;
+    p->pipe.failed = 0;
 }
 
 /* The spans of p's checkpoint, in file order; the checksum is the caller's. */
@@ -334,14 +335,8 @@ int rt_state_checkpoint_due(const rt_state *st, const rt_program *p, uint32_t ev
                             uint32_t every_s)
 {
     const rt_state_config *cfg = rt_state_cfg(st);
-    uint32_t n = every_steps ? every_steps : cfg->every_steps;
-    uint32_t s = every_s ? every_s : cfg->every_s;
-    int64_t step = rt_exec_global_step(p->exec);
-    if (step == p->ckpt_step)
-        return 0;
-    if (n && step - p->ckpt_step >= (int64_t)n)
-        return 1;
-    return s && rt_now_ns() - p->ckpt_ns >= (uint64_t)s * 1000000000ull;
+    return rt_program_checkpoint_due(p, every_steps ? every_steps : cfg->every_steps,
+                                     every_s ? every_s : cfg->every_s);
 }
 
 /* ------------------------------------------------------------ reading */

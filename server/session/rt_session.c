@@ -1,5 +1,6 @@
 /* rt_session.c - session table, programs, plan cache. */
 #include "rt_session.h"
+#include "rt_program_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>

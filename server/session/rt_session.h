@@ -33,104 +33,13 @@
 
 #include "rt_engine.h"
 #include "rt_principal.h"
+#include "rt_program.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define RT_SESSION_ID_LEN 40 /* "s-" / "p-" + 32 hex digits + NUL, padded */
-
-/* A RunSteps call's answer, kept so a retry after a crash or a lost answer
- * gets the original numbers (seq 0 = empty). */
-#define RT_SEQ_RING 64 /* >= RT_TRAIN_MAX_WINDOW, the calls a client has in flight */
-typedef struct rt_seq_rec {
-    uint64_t seq;
-    int64_t global_step;
-    rt_metrics last, mean;
-} rt_seq_rec;
-
-/* A resumable Fit (FitRequest.fit_id): where it started and how far it
- * got, kept with the program's state so that a Fit sent again after a
- * restart continues it, and the results of its last RT_FIT_RING epochs
- * (epoch k of the fit in ring[(k - 1) % RT_FIT_RING]) so that EpochEnds
- * the client lost in the crash are sent again as they were. */
-#define RT_FIT_RING 128 /* > the epochs a stream can hold unsent (stream_queue_max) */
-typedef struct rt_fit_epoch {
-    int64_t epoch;        /* EpochEnd.epoch (the program's Fit count) */
-    int64_t steps;        /* global step at its end */
-    uint64_t execute_ns;
-    int32_t has_val, pad;
-    rt_metrics train, val;
-} rt_fit_epoch;
-
-typedef struct rt_fit_rec {
-    uint64_t id;          /* 0: no resumable fit */
-    int64_t first_epoch;  /* the program's fit_epochs before it */
-    int64_t steps_done;   /* steps it ran (its epochs' and the current one's) */
-    int64_t spe;          /* steps per epoch */
-    uint32_t epochs;      /* asked */
-    /* Its epochs are the engine's (steps_per_epoch is the data set's and it
-     * started at an engine epoch's start): the exec's epoch accumulators
-     * then hold the current epoch's metrics, so the fit can stop and resume
-     * at any step. Otherwise only at its epoch ends. */
-    int32_t aligned;
-    int32_t done, stopped; /* it ended (stopped: by a Control call) */
-    int32_t pad;
-} rt_fit_rec;
-
-typedef struct rt_program {
-    char id[RT_SESSION_ID_LEN];
-    /* What the program's memory was charged as (RT_Q_PROGRAM_BYTES), given
-     * back with RT_Q_PROGRAMS when the program is freed. */
-    uint64_t charged_bytes;
-    rt_plan *plan;
-    rt_exec *exec;
-    /* RunSteps replay protection: the highest applied seq and what its
-     * call reported, returned again when a seq is replayed. */
-    uint64_t last_seq;
-    rt_metrics last_metrics;
-    rt_metrics last_mean;
-    /* Pipelined RunSteps (after_seq), under the server's pipe_mu: the
-     * highest seq whose call completed, and the highest that failed. */
-    uint64_t pipe_done;
-    uint64_t pipe_failed;
-    /* Measured cost of one training step, for choosing inline vs executor;
-     * an exponential moving average, 0 until the first measurement.
-     * Atomic (__atomic_load/__atomic_store): handlers read it on cq threads
-     * while the work that measures a step, under the device lock, writes it. */
-    double step_ns;
-    /* Epochs completed by Fit calls (1-based numbering of EpochEnd). */
-    int64_t fit_epochs;
-    /* Training time already spent in the engine's current epoch by earlier
-     * calls: a RunSteps epoch can span calls, and its EpochEnd.execute_ns
-     * counts the steps of every one of them (not the gaps between). */
-    uint64_t epoch_exec_ns;
-    /* Control's stop (atomic, __atomic_load/__atomic_store): run_gen is the
-     * generation of the RunSteps/Fit call running on the program (0: none),
-     * set by that call's work; Control copies it into stop_gen, and the
-     * running call stops at its next step boundary when the two match, so
-     * a stop never reaches a later call. */
-    uint64_t run_gen;
-    uint64_t stop_gen;
-    /* Durable mode (rt_state.h): the answers of the last RunSteps calls,
-     * the model as compiled (a packed CompileRequest, owned), and when the
-     * last checkpoint was written (global step, rt_now_ns). Under the
-     * device lock, as the exec. */
-    rt_seq_rec ring[RT_SEQ_RING];
-    uint8_t *req;
-    size_t req_len;
-    int64_t ckpt_step;
-    uint64_t ckpt_ns;
-    int ckpt_partial; /* a call stopped mid-way: not at a call boundary */
-    /* The exec changed outside training since the last checkpoint
-     * (SetWeights, a learning rate): the newest checkpoint is not the
-     * program's state even at the same step. Atomic (Control sets it). */
-    int ckpt_dirty;
-    /* The resumable Fit (the last one with a fit_id), under the device
-     * lock; written with every checkpoint. */
-    rt_fit_rec fit;
-    rt_fit_epoch fit_ring[RT_FIT_RING];
-} rt_program;
 
 typedef struct rt_session {
     char id[RT_SESSION_ID_LEN];

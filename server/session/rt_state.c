@@ -1,6 +1,7 @@
 /* rt_state.c - the state directory: atomic files, sessions, datasets, and
  * the restore at start (rt_state.h). Checkpoints are in rt_ckpt.c. */
 #include "rt_state.h"
+#include "rt_program_impl.h"
 
 #include <dirent.h>
 #include <errno.h>

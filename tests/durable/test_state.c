@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "rt_state.h"
+#include "rt_program_impl.h"
 
 #include "../lib/rt_check.h"
 

@@ -29,6 +29,7 @@
 #include <xxhash.h>
 
 #include "rt_state.h"
+#include "rt_program_impl.h"
 
 static float X[45 * 4];
 static int32_t Y[45];

@@ -46,7 +46,7 @@ static const char fixture_csv[] =
 
 static rt_srv g_srv;
 static rt_plan *g_plan;
-static char g_sess[sizeof ((rt_session *)0)->id], g_prog[sizeof ((rt_program *)0)->id],
+static char g_sess[sizeof ((rt_session *)0)->id], g_prog[RT_SESSION_ID_LEN],
     g_ds[sizeof ((rt_dataset *)0)->id], g_tok[sizeof ((rt_session *)0)->token];
 static rt_dataset *g_ds_ref;
 static rt_principal *g_who; /* the single user of a daemon without tokens */
@@ -83,7 +83,7 @@ static void fixture_session(void)
         rt_plan_retain(g_plan);
         if (rt_session_add_program(s, g_plan, e, 0, &p) < 0)
             die("program", "cannot add");
-        snprintf(g_prog, sizeof g_prog, "%s", p->id);
+        snprintf(g_prog, sizeof g_prog, "%s", rt_program_id(p));
     }
     rt_session_release(s);
 }

@@ -11,6 +11,7 @@
 
 #include "itest_unit.h"
 #include "rt_session.h"
+#include "rt_program_impl.h"
 #include "rt_wire.h"
 
 void __real_rt_plan_retain(rt_plan *p);
