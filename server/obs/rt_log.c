@@ -174,3 +174,35 @@ void rt_log_call(const rt_log_call_info *ci)
         put_field(line, cap, &len, "error", ci->error);
     close_line(line, sizeof line, len);
 }
+
+const char *rt_log_esc(const char *s, char *buf, size_t len)
+{
+    size_t o = 0;
+    if (!len)
+        return buf;
+    for (; s && *s && o + 5 < len; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '\\' || ch == '"') {
+            buf[o++] = '\\';
+            buf[o++] = (char)ch;
+        } else if (ch < 0x20 || ch == 0x7f) {
+            o += (size_t)snprintf(buf + o, len - o, "\\x%02x", ch);
+        } else {
+            buf[o++] = (char)ch;
+        }
+    }
+    buf[o] = 0;
+    return buf;
+}
+
+const char *rt_log_id(const char *id, char buf[16])
+{
+    size_t n = id ? strlen(id) : 0;
+    if (n > 10)
+        n = 10;
+    char tmp[11];
+    memcpy(tmp, id ? id : "", n);
+    tmp[n] = 0;
+    rt_log_esc(tmp, buf, 16);
+    return buf;
+}

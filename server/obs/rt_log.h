@@ -59,6 +59,13 @@ void rt_log_call(const rt_log_call_info *ci);
  * building JSON. */
 void rt_log_json_str(char *dst, size_t cap, size_t *len, const char *s);
 
+/* For logs: s with control characters, quotes and backslashes escaped (a
+ * newline in a name cannot forge a log line), cut to fit buf. Returns buf. */
+const char *rt_log_esc(const char *s, char *buf, size_t len);
+/* For logs: the first 10 characters of an id ("s-1a2b3c4d"), enough to
+ * follow one session through the log but not to use it. Returns buf. */
+const char *rt_log_id(const char *id, char buf[16]);
+
 #ifdef __cplusplus
 }
 #endif

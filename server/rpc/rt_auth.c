@@ -348,36 +348,3 @@ rt_principal *rt_auth_check_token(rt_auth *a, const char *tok, size_t n, const c
         *why = "token not accepted";
     return who;
 }
-
-/* ------------------------------------------------------------------ logs */
-const char *rt_log_esc(const char *s, char *buf, size_t len)
-{
-    size_t o = 0;
-    if (!len)
-        return buf;
-    for (; s && *s && o + 5 < len; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '\\' || ch == '"') {
-            buf[o++] = '\\';
-            buf[o++] = (char)ch;
-        } else if (ch < 0x20 || ch == 0x7f) {
-            o += (size_t)snprintf(buf + o, len - o, "\\x%02x", ch);
-        } else {
-            buf[o++] = (char)ch;
-        }
-    }
-    buf[o] = 0;
-    return buf;
-}
-
-const char *rt_log_id(const char *id, char buf[16])
-{
-    size_t n = id ? strlen(id) : 0;
-    if (n > 10)
-        n = 10;
-    char tmp[11];
-    memcpy(tmp, id ? id : "", n);
-    tmp[n] = 0;
-    rt_log_esc(tmp, buf, 16);
-    return buf;
-}

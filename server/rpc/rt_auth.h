@@ -30,6 +30,7 @@
 
 #include <grpc/grpc.h>
 
+#include "rt_log.h" /* rt_log_esc, rt_log_id */
 #include "rt_principal.h"
 
 typedef struct rt_auth rt_auth;
@@ -59,11 +60,5 @@ int rt_auth_new_token(char tok[65], char hash_hex[65]);
 /* SHA-256 of data as 64 lowercase hex digits and a NUL. */
 void rt_sha256_hex(const void *data, size_t n, char out[65]);
 
-/* For logs: s with control characters, quotes and backslashes escaped (a
- * newline in a name cannot forge a log line), cut to fit buf. Returns buf. */
-const char *rt_log_esc(const char *s, char *buf, size_t len);
-/* For logs: the first 10 characters of an id ("s-1a2b3c4d"), enough to
- * follow one session through the log but not to use it. Returns buf. */
-const char *rt_log_id(const char *id, char buf[16]);
 
 #endif

@@ -27,7 +27,9 @@
 #include "rt_dist.h"
 #include "rt_example.h"
 #include "rt_stream.h"
+#include "rt_ingest.h"
 #include "rt_state.h"
+#include "rt_view.h"
 
 #define RT_MAX_STEPS_PER_CALL 10000000ull
 #define RT_MAX_RETURN_LOSSES 1000000ull
@@ -110,106 +112,24 @@ static int refuse_if_stopping(rt_call *c)
     return 0;
 }
 
-/* The dataset's per-sample shapes must match what the program expects.
- * Equal element counts are accepted when either side is flat, since the
- * row-major bytes are then the same, and when the shapes differ only by
- * dims of 1, which move no byte: IDX images are (28, 28), a channels-last
- * CNN takes (28, 28, 1), a PyTorch one (1, 28, 28). Nothing else is
- * reinterpreted: (8, 8, 3) data for a (3, 8, 8) program is refused (layout
- * hint below), and a shape that fits both layouts is taken as the program
- * declares it. */
-static int drop_ones(int n, const int64_t *d, int64_t *o)
-{
-    int m = 0;
-    for (int i = 0; i < n; i++)
-        if (d[i] != 1)
-            o[m++] = d[i];
-    return m;
-}
-
-static int shapes_fit(int an, const int64_t *a, int bn, const int64_t *b)
-{
-    if (an == bn && memcmp(a, b, sizeof(int64_t) * (size_t)an) == 0)
-        return 1;
-    int64_t na = rt_data_numel(an, a);
-    if (na < 0 || na != rt_data_numel(bn, b) || an > RT_MAX_DIMS || bn > RT_MAX_DIMS)
-        return 0;
-    int64_t sa[RT_MAX_DIMS], sb[RT_MAX_DIMS];
-    an = drop_ones(an, a, sa);
-    bn = drop_ones(bn, b, sb);
-    if (an == bn && memcmp(sa, sb, sizeof(int64_t) * (size_t)an) == 0)
-        return 1;
-    return an <= 1 || bn <= 1;
-}
-
-/* the hint for image data in the other layout than the program's */
-static const char *layout_hint(int an, const int64_t *a, int bn, const int64_t *b)
-{
-    if (an != 3 || bn != 3)
-        return "";
-    if (a[0] == b[1] && a[1] == b[2] && a[2] == b[0])
-        return "; the data is NHWC and the model takes NCHW (PyTorch's): transpose it, or "
-               "compile with data_layout NHWC";
-    if (a[0] == b[2] && a[1] == b[0] && a[2] == b[1])
-        return "; the data is NCHW and the model takes NHWC: transpose it";
-    return "";
-}
-
+/* The dataset as the program sees it (rt_view.h): checked on the cq
+ * thread, viewed by the work. */
 static int check_fit(rt_call *c, rt_dataset *ds, int need_labels)
 {
-    rt_plan *p = rt_program_plan(c->prog);
-    int64_t in[RT_MAX_DIMS], lab[RT_MAX_DIMS];
-    int in_n = rt_plan_input_shape(p, in);
-    char a[96], b[96];
-    if (in_n >= 0 && !shapes_fit(ds->x_ndim, ds->x_dims, in_n, in))
-        return rt_call_fail(c, RT_ESHAPE,
-                            "dataset %s has samples of shape %s but program %s expects %s%s",
-                            ds->id, rt_data_shape_str(ds->x_ndim, ds->x_dims, a, sizeof a),
-                            rt_program_id(c->prog), rt_data_shape_str(in_n, in, b, sizeof b),
-                            layout_hint(ds->x_ndim, ds->x_dims, in_n, in));
-    if (!need_labels)
-        return 0;
-    if (!ds->y)
-        return rt_call_fail(c, RT_EDATA, "dataset %s has no labels", ds->id);
-    int lab_n = rt_plan_label_shape(p, lab);
-    if (lab_n >= 0 && rt_data_numel(ds->y_ndim, ds->y_dims) != rt_data_numel(lab_n, lab))
-        return rt_call_fail(c, RT_ESHAPE,
-                            "dataset %s has labels of shape %s but program %s expects %s",
-                            ds->id, rt_data_shape_str(ds->y_ndim, ds->y_dims, a, sizeof a),
-                            rt_program_id(c->prog), rt_data_shape_str(lab_n, lab, b, sizeof b));
-    return 0;
+    char err[512];
+    int rc = rt_view_check(ds, rt_program_plan(c->prog), rt_program_id(c->prog), need_labels, err,
+                           sizeof err);
+    return rc < 0 ? rt_call_fail(c, rc, "%s", err) : 0;
 }
 
-/* rt_data for the engine, labels converted (and cached) to the program's
- * label dtype. */
 static int data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels)
 {
-    memset(d, 0, sizeof *d);
-    d->x = ds->x;
-    d->n = ds->n;
-    if (!need_labels)
-        return 0;
-    rt_dtype want = rt_plan_config(rt_program_plan(c->prog))->label_dtype;
+    rt_stream_use *use = NULL;
+    if (ds->stream && need_labels && !(use = rt_call_alloc(c, sizeof *use)))
+        return OOM(c);
     char err[200];
-    int rc = rt_dataset_labels_as(ds, want, &d->y, err, sizeof err);
-    if (rc < 0)
-        return rt_call_fail(c, rc, "dataset %s: %s", ds->id, err);
-    d->y_dtype = want;
-    d->sw = ds->sw;
-    if (ds->stream) {
-        /* batches decoded by the stream's workers, in its order */
-        const rt_train_config *cfg = rt_plan_config(rt_program_plan(c->prog));
-        rt_stream_use *u = rt_call_alloc(c, sizeof *u);
-        if (!u)
-            return OOM(c);
-        *u = (rt_stream_use){.st = ds->stream, .seed = cfg->seed, .batch = cfg->batch_size,
-                             .shuffle = cfg->shuffle, .augment = 1, .y = d->y,
-                             .lab_per = rt_data_numel(ds->y_ndim, ds->y_dims), .sw = ds->sw};
-        d->fill = rt_stream_fill;
-        d->fill_ud = u;
-        d->fill_id = ds->stream;
-    }
-    return 0;
+    int rc = rt_view_make(ds, rt_program_plan(c->prog), need_labels, use, d, err, sizeof err);
+    return rc < 0 ? rt_call_fail(c, rc, "dataset %s: %s", ds->id, err) : 0;
 }
 
 /* RunSteps/Fit work: c->ds and c->val_ds (when given) as rt_data. */
@@ -247,20 +167,13 @@ static int apply_lr(rt_call *c, float lr)
     return rc < 0 ? engine_fail(c, rc) : 0;
 }
 
-/* A dataset with image augmentation: train on the epoch's augmented copy
- * (rt_dataset_train_x), keyed by the program's seed and the epoch the
- * program's step count is in, so a rerun or a resumed run sees the same
- * images. */
+/* A dataset with image augmentation: the epoch's augmented copy. */
 static int train_x(rt_call *c, rt_data *d)
 {
-    if (!c->ds->img)
-        return 0;
-    const rt_train_config *cfg = rt_plan_config(rt_program_plan(c->prog));
-    int64_t spe = (d->n + cfg->batch_size - 1) / cfg->batch_size;
-    uint64_t epoch = (uint64_t)(rt_exec_global_step(rt_program_exec(c->prog)) / (spe > 0 ? spe : 1));
     char err[200];
-    d->x = rt_dataset_train_x(c->ds, cfg->seed, epoch, err, sizeof err);
-    return d->x ? 0 : rt_call_fail(c, RT_ENOMEM, "dataset %s: %s", c->ds->id, err);
+    int rc = rt_view_epoch(c->ds, rt_program_plan(c->prog),
+                           rt_exec_global_step(rt_program_exec(c->prog)), d, err, sizeof err);
+    return rc < 0 ? rt_call_fail(c, rc, "dataset %s: %s", c->ds->id, err) : 0;
 }
 
 static int engine_fail(rt_call *c, int rc)
@@ -1011,7 +924,7 @@ static int h_compile(rt_call *c)
 /* ----------------------------------------------------------------- Upload */
 /* Where a stream's bytes go: the dataset's final buffer, filled once, and
  * the hashes of what arrived, advanced as it arrives. What a broken stream
- * leaves behind when it is kept for a resume (rt__kept). */
+ * leaves behind when it is kept for a resume (rt_upload_kept). */
 typedef struct up_data {
     uint8_t *buf;
     rt_data_cursor cur;    /* where the next stream bytes go */
@@ -1103,7 +1016,7 @@ static void upload_st_done(void *p)
     up_drain(u); /* a kept upload's bytes and hashes are all placed */
     if (u->who && u->have_header && !u->done && !u->bad && u->has_content_hash &&
         !u->any_held && u->d && u->d->received > 0 && u->srv->cfg.upload_keep_ms) {
-        rt__kept *k = calloc(1, sizeof *k);
+        rt_upload_kept *k = calloc(1, sizeof *k);
         if (k) {
             k->who = u->who;
             memcpy(k->key, u->key, 16);
@@ -1122,7 +1035,7 @@ static void upload_st_done(void *p)
                    (unsigned long long)k->offset,
                    (unsigned long long)u->stream_total,
                    (unsigned long long)(u->srv->cfg.upload_keep_ms / 1000));
-            rt_srv_kept_put(u->srv, k);
+            rt_upload_store_put(&u->srv->upstore, k);
         }
     }
     if (u->busy) {
@@ -1360,7 +1273,7 @@ static int up_reserve(rt_call *c, upload_st *u, uint64_t arrived, int first)
         char err[200];
         while ((rc = rt_principal_reserve(c->who, RT_Q_UPLOAD_BYTES, t - u->reserved, err,
                                           sizeof err)) < 0 &&
-               rt_srv_kept_drop_one(c->srv, c->who))
+               rt_upload_store_drop_one(&c->srv->upstore, c->who))
             ;
         if (rc < 0) {
             u->cut_short = 1;
@@ -1418,17 +1331,17 @@ static int upload_begin(rt_call *c, upload_st *u, const Rtrain__V1__DatasetHeade
                                              : "sample_hash");
     /* What a broken upload of this content left: taken for a resume, or
      * dropped by a fresh start (its bytes would only be held twice). */
-    rt__kept *k = u->has_content_hash ? rt_srv_kept_take(c->srv, c->who, u->key) : NULL;
+    rt_upload_kept *k = u->has_content_hash ? rt_upload_store_take(&c->srv->upstore, c->who, u->key) : NULL;
     if (h->resume_offset && (!k || k->offset != h->resume_offset)) {
         uint64_t have = k ? k->offset : 0;
-        rt_srv_kept_free(k);
+        rt_upload_kept_free(k);
         return rt_call_fail(c, RT_ENOTFOUND,
                             "no broken upload to resume at %llu (the daemon holds %llu bytes of "
                             "it); send it all",
                             (unsigned long long)h->resume_offset, (unsigned long long)have);
     }
     if (k && !h->resume_offset) {
-        rt_srv_kept_free(k);
+        rt_upload_kept_free(k);
         k = NULL;
     }
     /* The upload's count is charged before its buffer exists, against the
@@ -1436,7 +1349,7 @@ static int upload_begin(rt_call *c, upload_st *u, const Rtrain__V1__DatasetHeade
      * the kept upload's charge. */
     char err[200];
     if ((rc = rt_principal_reserve(c->who, RT_Q_UPLOADS, 1, err, sizeof err)) < 0) {
-        rt_srv_kept_free(k);
+        rt_upload_kept_free(k);
         return rt_call_fail(c, rc, "%s", err);
     }
     u->who = c->who;
@@ -1505,7 +1418,7 @@ static int upload_chunk(rt_call *c, upload_st *u)
         rt_data_key(u->content_hash_given, u->parts, u->n_parts, u->key);
         /* a fresh start of this content: a broken one's bytes would only
          * be held twice */
-        rt_srv_kept_free(rt_srv_kept_take(c->srv, c->who, u->key));
+        rt_upload_kept_free(rt_upload_store_take(&c->srv->upstore, c->who, u->key));
         /* Stored already (the probe missed it: a restart, or its entry
          * went): answered now, the rest of the stream is not read. */
         rt_dataset *ds = rt_data_store_find_key(c->srv->data, c->who, u->key);
@@ -1621,102 +1534,33 @@ static Rtrain__V1__DatasetInfo *dataset_info(rt_call *c, const rt_dataset *ds, i
     return i->dataset_id && i->x_shape && i->y_shape ? i : NULL;
 }
 
-/* Charge a parsed dataset to its uploader's stored-bytes quota. Over the
- * quota, the uploader's own least recently used datasets that no call is
- * using make room; nobody else's are touched. */
-static int charge_store(rt_call *c, rt_dataset *ds, char *err, size_t errlen)
-{
-    uint64_t bytes = rt_dataset_bytes(ds);
-    for (;;) {
-        int rc = rt_principal_reserve(c->who, RT_Q_STORE_BYTES, bytes, err, errlen);
-        if (rc == 0) {
-            rt_dataset_set_owner(ds, c->who, bytes);
-            return 0;
-        }
-        uint64_t used = rt_principal_used(c->who, RT_Q_STORE_BYTES),
-                 lim = rt_principal_limit(c->who, RT_Q_STORE_BYTES);
-        int over_quota = bytes > lim || used > lim - bytes;
-        if (!over_quota || !rt_data_store_evict_one(c->srv->data, c->who))
-            return rc;
-    }
-}
-
 static int upload_work(rt_call *c)
 {
     upload_st *u = c->st;
     up_lane_stop(u); /* drained at the last chunk: the thread just ends */
     up_data *d = u->d;
-    XXH128_canonical_t h;
-    if (u->any_held) {
-        /* the stream hash covers the sent parts only: hash the whole */
-        int miss = rt_data_fill_held(rt_data_store_shards(c->srv->data),
-                                     rt_principal_name(c->who), u->parts, u->n_parts, d->buf);
-        if (miss >= 0)
-            return rt_call_fail(c, RT_ENOTFOUND,
-                                "shard %d is no longer held by the daemon; send it again", miss);
-        XXH128_canonicalFromHash(&h, XXH3_128bits(d->buf, u->total));
-    } else {
-        XXH128_canonicalFromHash(&h, XXH3_128bits_digest(d->x3));
-    }
-    if (u->has_content_hash && memcmp(h.digest, u->content_hash_given, 16) != 0)
-        return rt_call_fail(c, RT_ECHECKSUM, "content_hash does not match the data's XXH3-128");
-    uint8_t key[16];
-    rt_data_key(h.digest, u->parts, u->n_parts, key);
+    rt_ingest in = {.data = c->srv->data, .state = c->srv->state, .uploads = &c->srv->upstore,
+                    .who = c->who, .name = u->name, .parts = u->parts, .n_parts = u->n_parts,
+                    .any_held = u->any_held, .buf = &d->buf, .total = u->total, .cur = &d->cur,
+                    .buf_free = rt_bufpool_put,
+                    .content_given = u->has_content_hash ? u->content_hash_given : NULL,
+                    .sample_given = u->has_sample ? u->sample_given : NULL,
+                    .max_dataset_bytes = c->srv->cfg.max_dataset_bytes,
+                    .max_inflate_ratio = c->srv->cfg.max_inflate_ratio,
+                    .max_store_bytes = c->srv->cfg.max_store_bytes};
     if (!u->any_held) {
-        /* the sample the stream held: checked against the header's, and
-         * left for FindDataset's probe */
-        XXH128_canonical_t sh;
-        XXH128_canonicalFromHash(&sh, XXH3_128bits_digest(d->xs));
-        if (u->has_sample && memcmp(sh.digest, u->sample_given, 16) != 0)
-            return rt_call_fail(c, RT_ECHECKSUM, "sample_hash does not match the data's sample");
-        uint8_t probe[16];
-        rt_data_key(sh.digest, u->parts, u->n_parts, probe);
-        rt_srv_probe_put(c->srv, probe, key);
+        XXH128_canonical_t h;
+        XXH128_canonicalFromHash(&h, XXH3_128bits_digest(d->x3));
+        memcpy(in.stream_hash, h.digest, 16);
+        XXH128_canonicalFromHash(&h, XXH3_128bits_digest(d->xs));
+        memcpy(in.sample_hash, h.digest, 16);
     }
-    rt_dataset *kept = rt_data_store_find_key(c->srv->data, c->who, key);
-    int dedup = kept != NULL;
-    if (!kept) {
-        rt_dataset *ds;
-        char err[256];
-        int on_disk = 0;
-        if (c->srv->state) {
-            /* fsync'd before the upload is acknowledged */
-            int rc = rt_state_dataset_put(c->srv->state, key, h.digest, u->parts, u->n_parts,
-                                          d->buf, u->total, &on_disk, err, sizeof err);
-            if (rc < 0)
-                return rt_call_fail(c, rc, "cannot keep the dataset: %s", err);
-        }
-        rt_data_place_finite(u->parts, u->n_parts, &d->cur);
-        int rc = rt_data_parse_take(u->parts, u->n_parts, &d->buf, u->total,
-                                    c->srv->cfg.max_dataset_bytes,
-                                    c->srv->cfg.max_inflate_ratio, rt_bufpool_put, &ds, err,
-                                    sizeof err);
-        if (rc < 0)
-            return rt_call_fail(c, rc, "%s", err);
-        if (d->buf)
-            rt_data_keep_shards(rt_data_store_shards(c->srv->data), rt_principal_name(c->who),
-                                u->parts, u->n_parts, d->buf);
-        if ((rc = rt_dataset_set_key(ds, key)) < 0) {
-            rt_dataset_release(ds);
-            return rt_call_fail(c, rc, "no random bytes for a dataset id");
-        }
-        if ((rc = charge_store(c, ds, err, sizeof err)) < 0) {
-            rt_dataset_release(ds);
-            return rt_call_fail(c, rc, "%s", err);
-        }
-        if ((rc = rt_data_store_put(c->srv->data, ds, &kept, &dedup)) < 0)
-            return rt_call_fail(c, rc,
-                                "dataset store full (--max-store-bytes %llu) with datasets "
-                                "still in use",
-                                (unsigned long long)c->srv->cfg.max_store_bytes);
-        if (on_disk && (rc = rt_state_dataset_owner(c->srv->state, kept, rt_principal_name(c->who),
-                                                    u->name, err, sizeof err)) < 0)
-            return rt_call_fail(c, rc, "cannot keep the dataset: %s", err);
-        char did[16], name[80];
-        RT_LOG(RT_LOG_INFO, "dataset %s of %s: %lld samples, %llu bytes (\"%s\")",
-               rt_log_id(kept->id, did), rt_principal_name(c->who), (long long)kept->n,
-               (unsigned long long)rt_dataset_bytes(kept), rt_log_esc(u->name, name, sizeof name));
-    }
+    rt_dataset *kept;
+    int dedup;
+    char err[512];
+    int rc = rt_ingest_upload(&in, &kept, &dedup, err, sizeof err);
+    if (rc < 0)
+        return rt_call_fail(c, rc, "%s", err);
     c->ds = kept;
     rt_bufpool_put(d->buf); /* parsed (or adopted: then NULL); the raw bytes are not kept */
     d->buf = NULL;
@@ -1784,8 +1628,8 @@ static int h_find_dataset(rt_call *c)
          * parts and this sample. Then the client hashes it all first. */
         rt_data_key(q->sample_hash.data, parts, n, key);
         uint8_t keys[8][16];
-        int nk = rt_srv_probe_keys(c->srv, key, keys, 8);
-        r->probable = rt_srv_kept_probe(c->srv, c->who, key);
+        int nk = rt_upload_store_probe_keys(&c->srv->upstore, key, keys, 8);
+        r->probable = rt_upload_store_has_probe(&c->srv->upstore, c->who, key);
         for (int i = 0; i < nk && !r->probable; i++) {
             rt_dataset *ds = rt_data_store_find_key(c->srv->data, c->who, keys[i]);
             r->probable = ds != NULL;
@@ -1817,7 +1661,7 @@ static int h_find_dataset(rt_call *c)
         if (!(r->dataset = dataset_info(c, c->ds, 1)))
             return OOM(c);
     } else {
-        r->resume_offset = rt_srv_kept_offset(c->srv, c->who, key);
+        r->resume_offset = rt_upload_store_offset(&c->srv->upstore, c->who, key);
     }
     c->resp = &r->base;
     return 0;
@@ -2628,11 +2472,11 @@ static int h_predict(rt_call *c)
             if (x->shape[i] < 0 || x->shape[i] > RT_MAX_DIM_LIMIT)
                 return rt_call_fail(c, RT_ESHAPE, "Predict x dim %zu is %lld", i,
                                     (long long)x->shape[i]);
-        if (in_n >= 0 && !shapes_fit((int)x->n_shape - 1, x->shape + 1, in_n, in))
+        if (in_n >= 0 && !rt_view_shapes_fit((int)x->n_shape - 1, x->shape + 1, in_n, in))
             return rt_call_fail(c, RT_ESHAPE, "x has samples of shape %s but program %s expects %s%s",
                                 rt_data_shape_str((int)x->n_shape - 1, x->shape + 1, a, sizeof a),
                                 rt_program_id(c->prog), rt_data_shape_str(in_n, in, b, sizeof b),
-                                layout_hint((int)x->n_shape - 1, x->shape + 1, in_n, in));
+                                rt_view_layout_hint((int)x->n_shape - 1, x->shape + 1, in_n, in));
         int64_t n = x->shape[0], numel = rt_data_numel((int)x->n_shape, x->shape);
         if (numel < 0 || numel > (int64_t)(x->data.len / 4) + 1)
             return rt_call_fail(c, RT_ESHAPE, "Predict x shape %s is larger than its %zu bytes",

@@ -1163,15 +1163,8 @@ int rt_srv_upload_reserve(rt_call *c, uint64_t bytes)
         }
     }
     /* Kept broken uploads make room for new ones, oldest first. */
-    while (rc == 0 && s->kept && (bytes > cap || s->upload_bytes + s->kept_bytes > cap - bytes)) {
-        rt__kept **pp = &s->kept;
-        while ((*pp)->next)
-            pp = &(*pp)->next;
-        rt__kept *k = *pp;
-        *pp = NULL;
-        s->kept_bytes -= k->bytes;
-        rt_srv_kept_free(k);
-    }
+    if (rc == 0)
+        rt_upload_store_make_room(&s->upstore, s->upload_bytes, bytes, cap);
     if (rc == 0 && (bytes > cap || s->upload_bytes > cap - bytes))
         rc = rt_call_fail(c, RT_ETOOBIG,
                           "uploads in flight would hold %llu bytes, over the limit of %llu "
@@ -1208,136 +1201,6 @@ void rt_srv_upload_release(rt_call *c)
     pthread_mutex_unlock(&s->up_mu);
 }
 
-/* ------------------------------------------------- kept broken uploads */
-/* Newest first; the list is short (bounded by --max-upload-bytes). */
-void rt_srv_kept_free(rt__kept *k)
-{
-    if (!k)
-        return;
-    rt_principal_unreserve(k->who, RT_Q_UPLOAD_BYTES, k->bytes);
-    k->st_free(k->st);
-    free(k);
-}
-
-void rt_srv_kept_put(rt_srv *s, rt__kept *k)
-{
-    k->expires_ns = rt_now_ns() + s->cfg.upload_keep_ms * 1000000ull;
-    rt__kept *old = rt_srv_kept_take(s, k->who, k->key);
-    pthread_mutex_lock(&s->up_mu);
-    k->next = s->kept;
-    s->kept = k;
-    s->kept_bytes += k->bytes;
-    pthread_mutex_unlock(&s->up_mu);
-    rt_srv_kept_free(old);
-}
-
-rt__kept *rt_srv_kept_take(rt_srv *s, const rt_principal *who, const uint8_t key[16])
-{
-    pthread_mutex_lock(&s->up_mu);
-    rt__kept *k = NULL;
-    for (rt__kept **pp = &s->kept; *pp; pp = &(*pp)->next)
-        if ((*pp)->who == who && memcmp((*pp)->key, key, 16) == 0) {
-            k = *pp;
-            *pp = k->next;
-            k->next = NULL;
-            s->kept_bytes -= k->bytes;
-            break;
-        }
-    pthread_mutex_unlock(&s->up_mu);
-    return k;
-}
-
-uint64_t rt_srv_kept_offset(rt_srv *s, const rt_principal *who, const uint8_t key[16])
-{
-    uint64_t off = 0;
-    pthread_mutex_lock(&s->up_mu);
-    for (rt__kept *k = s->kept; k; k = k->next)
-        if (k->who == who && memcmp(k->key, key, 16) == 0)
-            off = k->offset;
-    pthread_mutex_unlock(&s->up_mu);
-    return off;
-}
-
-int rt_srv_kept_probe(rt_srv *s, const rt_principal *who, const uint8_t probe[16])
-{
-    int found = 0;
-    pthread_mutex_lock(&s->up_mu);
-    for (rt__kept *k = s->kept; k && !found; k = k->next)
-        found = k->who == who && k->has_probe && memcmp(k->probe, probe, 16) == 0;
-    pthread_mutex_unlock(&s->up_mu);
-    return found;
-}
-
-void rt_srv_probe_put(rt_srv *s, const uint8_t probe[16], const uint8_t key[16])
-{
-    pthread_mutex_lock(&s->up_mu);
-    int i;
-    for (i = 0; i < s->n_probes; i++)
-        if (memcmp(s->probes[i][0], probe, 16) == 0 && memcmp(s->probes[i][1], key, 16) == 0)
-            break;
-    if (i == s->n_probes) { /* new: into the next slot, over the oldest */
-        i = s->probe_next;
-        s->probe_next = (s->probe_next + 1) % RT__PROBES;
-        if (s->n_probes < RT__PROBES)
-            s->n_probes++;
-        memcpy(s->probes[i][0], probe, 16);
-        memcpy(s->probes[i][1], key, 16);
-    }
-    pthread_mutex_unlock(&s->up_mu);
-}
-
-int rt_srv_probe_keys(rt_srv *s, const uint8_t probe[16], uint8_t (*keys)[16], int max)
-{
-    int n = 0;
-    pthread_mutex_lock(&s->up_mu);
-    for (int i = 0; i < s->n_probes && n < max; i++)
-        if (memcmp(s->probes[i][0], probe, 16) == 0)
-            memcpy(keys[n++], s->probes[i][1], 16);
-    pthread_mutex_unlock(&s->up_mu);
-    return n;
-}
-
-int rt_srv_kept_drop_one(rt_srv *s, const rt_principal *who)
-{
-    pthread_mutex_lock(&s->up_mu);
-    rt__kept **last = NULL;
-    for (rt__kept **pp = &s->kept; *pp; pp = &(*pp)->next)
-        if (!who || (*pp)->who == who)
-            last = pp;
-    rt__kept *k = last ? *last : NULL;
-    if (k) {
-        *last = k->next;
-        s->kept_bytes -= k->bytes;
-    }
-    pthread_mutex_unlock(&s->up_mu);
-    rt_srv_kept_free(k);
-    return k != NULL;
-}
-
-/* Kept uploads past --upload-keep-s go. */
-static void kept_expire(rt_srv *s, uint64_t now)
-{
-    rt__kept *gone = NULL;
-    pthread_mutex_lock(&s->up_mu);
-    for (rt__kept **pp = &s->kept; *pp;) {
-        rt__kept *k = *pp;
-        if (now >= k->expires_ns) {
-            *pp = k->next;
-            s->kept_bytes -= k->bytes;
-            k->next = gone;
-            gone = k;
-        } else {
-            pp = &k->next;
-        }
-    }
-    pthread_mutex_unlock(&s->up_mu);
-    while (gone) {
-        rt__kept *n = gone->next;
-        rt_srv_kept_free(gone);
-        gone = n;
-    }
-}
-
 static void on_budget_done(rt__tag *t, int ok)
 {
     (void)ok;
@@ -1350,7 +1213,7 @@ int rt_srv_tick(rt_srv *s)
 {
     uint64_t now = rt_now_ns();
     int n = pipe_expire(s, now);
-    kept_expire(s, now);
+    rt_upload_store_expire(&s->upstore, now);
     if (s->cfg.upload_stall_ms) {
         uint64_t lim = s->cfg.upload_stall_ms * 1000000ull;
         pthread_mutex_lock(&s->up_mu);
@@ -1986,6 +1849,7 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
     pthread_cond_init(&s->q_cv, NULL);
     pthread_cond_init(&s->cq_cv, NULL);
     pthread_mutex_init(&s->up_mu, NULL);
+    rt_upload_store_init(&s->upstore, s->cfg.upload_keep_ms);
     pthread_mutex_init(&s->pipe_mu, NULL);
     rt_bufpool_set_cap(cfg->upload_pool_bytes);
     uint64_t arena = cfg->upload_arena_bytes;
@@ -2292,8 +2156,7 @@ void rt_srv_destroy(rt_srv *s)
     rt_session_table_destroy(s->sessions);
     rt_plan_cache_destroy(s->plans);
     rt_data_store_destroy(s->data);
-    while (rt_srv_kept_drop_one(s, NULL))
-        ;
+    rt_upload_store_fini(&s->upstore);
     /* Last: sessions and datasets gave back their charges above. */
     rt_auth_destroy(s->auth);
     rt_principal_set_destroy(s->principals);

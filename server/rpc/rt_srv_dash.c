@@ -290,8 +290,9 @@ static void render_server(rt_srv *s, rt_dash_buf *b)
     pthread_mutex_unlock(&s->dev_mu);
     pthread_mutex_lock(&s->up_mu);
     int uploads = s->n_uploads;
-    uint64_t up_bytes = s->upload_bytes, kept = s->kept_bytes;
+    uint64_t up_bytes = s->upload_bytes;
     pthread_mutex_unlock(&s->up_mu);
+    uint64_t kept = rt_upload_store_bytes(&s->upstore);
     rt_dash_printf(b,
                    "\"executor\":{\"queue_depth\":%d,\"threads\":%d,\"idle_threads\":%d,"
                    "\"max_threads\":%d,\"device_held\":%s,\"device_waiting\":%d,"

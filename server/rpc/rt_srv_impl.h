@@ -26,6 +26,7 @@
 #include "rt_service.h"
 #include "rt_session.h"
 #include "rt_srv.h"
+#include "rt_upload_store.h"
 #include "rt_wire.h"
 
 typedef struct rt__tag {
@@ -218,7 +219,6 @@ struct rt_call {
 };
 
 /* The server object; fields used by handlers. */
-#define RT__PROBES 256 /* probe table entries (rt_srv_probe_put) */
 
 struct rt_srv {
     rt_srv_config cfg;
@@ -272,13 +272,9 @@ struct rt_srv {
     uint64_t upload_bytes;
     uint64_t last_tick_ns;        /* atomic: rt_srv_tick last ran */
 
-    /* Broken uploads kept for a resume (rt_srv_kept_*), under up_mu. */
-    struct rt__kept *kept;
-    uint64_t kept_bytes;
-    /* Probe key -> content key of stored uploads (rt_srv_probe_*), a ring,
-     * under up_mu. */
-    uint8_t probes[RT__PROBES][2][16];
-    int n_probes, probe_next;
+    /* Broken uploads kept for a resume, and the probe table (data layer,
+     * its own lock; taken after up_mu, never before). */
+    rt_upload_store upstore;
 
     /* Pipelined RunSteps waiting for their predecessor (pipe_admit). */
     pthread_mutex_t pipe_mu;
@@ -357,44 +353,6 @@ void rt_call_device_unlock(rt_call *c);
 int rt_srv_upload_reserve(rt_call *c, uint64_t bytes);
 void rt_srv_upload_touch(rt_call *c);
 void rt_srv_upload_release(rt_call *c);
-
-/* A broken upload's bytes, kept for --upload-keep-s so that a resume
- * sends only the rest. Its bytes stay charged: to the server's uploads in
- * flight (--max-upload-bytes: kept ones are dropped, oldest first, to make
- * room for new uploads) and to who's RT_Q_UPLOAD_BYTES. */
-typedef struct rt__kept {
-    struct rt__kept *next;
-    rt_principal *who;
-    uint8_t key[16];       /* rt_data_key of the content hash and parts */
-    uint64_t offset;       /* stream bytes held */
-    uint64_t bytes;        /* charged */
-    uint64_t expires_ns;
-    uint8_t probe[16];     /* rt_data_key of the header's sample hash and parts */
-    int has_probe;
-    void *st;              /* the upload's data (rt_methods.c) */
-    void (*st_free)(void *st);
-} rt__kept;
-/* Takes k (a kept entry of the same who and key is replaced). */
-void rt_srv_kept_put(rt_srv *s, rt__kept *k);
-/* Remove and return who's entry for key, or NULL; the caller owns it and
- * its charges. */
-rt__kept *rt_srv_kept_take(rt_srv *s, const rt_principal *who, const uint8_t key[16]);
-/* Stream bytes held for who's key; 0 = none. */
-uint64_t rt_srv_kept_offset(rt_srv *s, const rt_principal *who, const uint8_t key[16]);
-/* Drop the oldest entry (of who, or anyone's when who is NULL): its bytes
- * and charges go back. Returns 1 if one was dropped. */
-int rt_srv_kept_drop_one(rt_srv *s, const rt_principal *who);
-/* Free an entry taken with rt_srv_kept_take, giving back its charges. */
-void rt_srv_kept_free(rt__kept *k);
-
-/* FindDataset's probe (a sample hash instead of the content hash). Each
- * stored upload leaves its probe key (rt_data_key of the sample hash and
- * parts) and content key in a small table, newest over oldest; probe_keys
- * copies the content keys stored for probe (at most max) and returns how
- * many. kept_probe: who has a kept broken upload of that probe key. */
-void rt_srv_probe_put(rt_srv *s, const uint8_t probe[16], const uint8_t key[16]);
-int rt_srv_probe_keys(rt_srv *s, const uint8_t probe[16], uint8_t (*keys)[16], int max);
-int rt_srv_kept_probe(rt_srv *s, const rt_principal *who, const uint8_t probe[16]);
 
 /* The client cancelled (or its deadline passed) or the daemon is cancelling
  * calls. Work checks this at step boundaries. For unary calls it is only

@@ -88,8 +88,8 @@ void rt_srv_metrics_collect(void *ud, struct rt_metrics_gauges *g)
     int live = rt_srv_live_calls(s);
     g->live_calls = live > 0 ? (uint64_t)live : 0;
     g->serving = s->health ? rt_health_serving(s->health) : 0;
+    g->upload_kept_bytes = rt_upload_store_bytes(&s->upstore);
     pthread_mutex_lock(&s->up_mu);
-    g->upload_kept_bytes = s->kept_bytes;
     g->uploads = s->n_uploads > 0 ? (uint64_t)s->n_uploads : 0;
     g->upload_reserved_bytes = s->upload_bytes;
     pthread_mutex_unlock(&s->up_mu);

@@ -1,0 +1,115 @@
+/* rt_view.c - a stored dataset as a step sees it (rt_view.h). */
+#include "rt_view.h"
+
+#include <stdio.h>
+#include <string.h>
+
+
+/* IDX images are (28, 28), a channels-last CNN takes (28, 28, 1), a
+ * PyTorch one (1, 28, 28): dims of 1 move no byte. (8, 8, 3) data for a
+ * (3, 8, 8) program is refused (layout_hint), and a shape that fits both
+ * layouts is taken as the program declares it. */
+static int drop_ones(int n, const int64_t *d, int64_t *o)
+{
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (d[i] != 1)
+            o[m++] = d[i];
+    return m;
+}
+
+int rt_view_shapes_fit(int an, const int64_t *a, int bn, const int64_t *b)
+{
+    if (an == bn && memcmp(a, b, sizeof(int64_t) * (size_t)an) == 0)
+        return 1;
+    int64_t na = rt_data_numel(an, a);
+    if (na < 0 || na != rt_data_numel(bn, b) || an > RT_MAX_DIMS || bn > RT_MAX_DIMS)
+        return 0;
+    int64_t sa[RT_MAX_DIMS], sb[RT_MAX_DIMS];
+    an = drop_ones(an, a, sa);
+    bn = drop_ones(bn, b, sb);
+    if (an == bn && memcmp(sa, sb, sizeof(int64_t) * (size_t)an) == 0)
+        return 1;
+    return an <= 1 || bn <= 1;
+}
+
+/* the hint for image data in the other layout than the program's */
+const char *rt_view_layout_hint(int an, const int64_t *a, int bn, const int64_t *b)
+{
+    if (an != 3 || bn != 3)
+        return "";
+    if (a[0] == b[1] && a[1] == b[2] && a[2] == b[0])
+        return "; the data is NHWC and the model takes NCHW (PyTorch's): transpose it, or "
+               "compile with data_layout NHWC";
+    if (a[0] == b[2] && a[1] == b[0] && a[2] == b[1])
+        return "; the data is NCHW and the model takes NHWC: transpose it";
+    return "";
+}
+
+int rt_view_check(const rt_dataset *ds, const rt_plan *p, const char *prog_id, int need_labels,
+                  char *err, size_t errlen)
+{
+    int64_t in[RT_MAX_DIMS], lab[RT_MAX_DIMS];
+    int in_n = rt_plan_input_shape(p, in);
+    char a[96], b[96];
+    if (in_n >= 0 && !rt_view_shapes_fit(ds->x_ndim, ds->x_dims, in_n, in)) {
+        snprintf(err, errlen, "dataset %s has samples of shape %s but program %s expects %s%s",
+                 ds->id, rt_data_shape_str(ds->x_ndim, ds->x_dims, a, sizeof a), prog_id,
+                 rt_data_shape_str(in_n, in, b, sizeof b),
+                 rt_view_layout_hint(ds->x_ndim, ds->x_dims, in_n, in));
+        return RT_ESHAPE;
+    }
+    if (!need_labels)
+        return 0;
+    if (!ds->y) {
+        snprintf(err, errlen, "dataset %s has no labels", ds->id);
+        return RT_EDATA;
+    }
+    int lab_n = rt_plan_label_shape(p, lab);
+    if (lab_n >= 0 && rt_data_numel(ds->y_ndim, ds->y_dims) != rt_data_numel(lab_n, lab)) {
+        snprintf(err, errlen, "dataset %s has labels of shape %s but program %s expects %s",
+                 ds->id, rt_data_shape_str(ds->y_ndim, ds->y_dims, a, sizeof a), prog_id,
+                 rt_data_shape_str(lab_n, lab, b, sizeof b));
+        return RT_ESHAPE;
+    }
+    return 0;
+}
+
+int rt_view_make(rt_dataset *ds, const rt_plan *plan, int need_labels, rt_stream_use *use,
+                 rt_data *d, char *err, size_t errlen)
+{
+    memset(d, 0, sizeof *d);
+    d->x = ds->x;
+    d->n = ds->n;
+    if (!need_labels)
+        return 0;
+    const rt_train_config *cfg = rt_plan_config(plan);
+    rt_dtype want = cfg->label_dtype;
+    int rc = rt_dataset_labels_as(ds, want, &d->y, err, errlen);
+    if (rc < 0)
+        return rc;
+    d->y_dtype = want;
+    d->sw = ds->sw;
+    if (ds->stream) {
+        /* batches decoded by the stream's workers, in its order */
+        *use = (rt_stream_use){.st = ds->stream, .seed = cfg->seed, .batch = cfg->batch_size,
+                               .shuffle = cfg->shuffle, .augment = 1, .y = d->y,
+                               .lab_per = rt_data_numel(ds->y_ndim, ds->y_dims), .sw = ds->sw};
+        d->fill = rt_stream_fill;
+        d->fill_ud = use;
+        d->fill_id = ds->stream;
+    }
+    return 0;
+}
+
+int rt_view_epoch(rt_dataset *ds, const rt_plan *plan, int64_t global_step, rt_data *d,
+                  char *err, size_t errlen)
+{
+    if (!ds->img)
+        return 0;
+    const rt_train_config *cfg = rt_plan_config(plan);
+    int64_t spe = (d->n + cfg->batch_size - 1) / cfg->batch_size;
+    uint64_t epoch = (uint64_t)(global_step / (spe > 0 ? spe : 1));
+    d->x = rt_dataset_train_x(ds, cfg->seed, epoch, err, errlen);
+    return d->x ? 0 : RT_ENOMEM;
+}

@@ -1,0 +1,67 @@
+/*
+ * rt_ingest.h - the end of an upload: its bytes become a stored dataset.
+ *
+ * The transport has placed the stream's bytes in one buffer (the parts
+ * back to back) and hashed them as they came; rt_ingest_upload does the
+ * rest, in order: held shards filled in from the shard cache, the content
+ * hash checked (and the sample hash, which is left in the probe table),
+ * the dataset found by content or parsed, written to the state directory
+ * (durable mode, before the answer), charged to its owner's store quota
+ * (the owner's least recently used unused datasets make room) and stored.
+ *
+ *     rt_ingest in = {.data = store, .state = st, .uploads = &upstore, .who = who,
+ *                     .name = "train", .parts = parts, .n_parts = n, .buf = &buf,
+ *                     .total = total, .cur = &cur, .buf_free = rt_bufpool_put, ...};
+ *     rt_dataset *ds; int dedup; char err[512];
+ *     if ((rc = rt_ingest_upload(&in, &ds, &dedup, err, sizeof err)) < 0) -> fail(rc, err)
+ *
+ * Threads: any thread; the store, the probe table and the state directory
+ * have their own locks.
+ */
+#ifndef RTRAIN_INGEST_H
+#define RTRAIN_INGEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rt_data.h"
+#include "rt_principal.h"
+#include "rt_state.h"
+#include "rt_upload_store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rt_ingest {
+    rt_data_store *data;
+    rt_state *state;           /* NULL: not durable */
+    rt_upload_store *uploads;  /* the probe table */
+    rt_principal *who;
+    const char *name;          /* the header's, for the state dir and the log */
+    rt_data_part *parts;
+    int n_parts;
+    int any_held;              /* parts the stream did not carry */
+    uint8_t **buf;             /* the bytes (taken by the parse, or left) */
+    uint64_t total;
+    rt_data_cursor *cur;
+    void (*buf_free)(void *);  /* how *buf is freed */
+    /* XXH3-128 of the stream and of its sample (rt_sample_run), canonical;
+     * ignored with any_held (the whole buffer is hashed) */
+    uint8_t stream_hash[16], sample_hash[16];
+    const uint8_t *content_given; /* the client's content hash, or NULL */
+    const uint8_t *sample_given;  /* the client's sample hash, or NULL */
+    uint64_t max_dataset_bytes;
+    uint32_t max_inflate_ratio;
+    uint64_t max_store_bytes;  /* for the message when the store is full */
+} rt_ingest;
+
+/* The stored dataset (retained) in *out; *dedup when it was there
+ * already. An RT_ code with a message in err otherwise. */
+int rt_ingest_upload(const rt_ingest *in, rt_dataset **out, int *dedup, char *err,
+                     size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
