@@ -1,6 +1,7 @@
-/* rt_method_table.c - the server's method table: rt_handlers (written in
- * rt_methods.c) joined with protoc-c's descriptor of rtrain.v1.Trainer. */
-#include "rt_srv_impl.h"
+/* rt_method_table.c - the server's method table: rt_handlers (one row per
+ * method, the handlers in rt_h_*.c) joined with protoc-c's descriptor of
+ * rtrain.v1.Trainer. */
+#include "rt_handlers.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,3 +72,31 @@ void rt_methods_init(void)
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, bind_or_abort);
 }
+
+/* ------------------------------------------------------------ the table */
+
+/* Indexed by the method's place in the .proto (RT_METHOD_INDEX), so a
+ * method the .proto adds without an entry here leaves a hole that
+ * rt_methods_init() reports at start; the request types and paths come
+ * from protoc-c's service descriptor (rt_method_table.c). */
+#define H(member, kind, handle, end) [RT_METHOD_INDEX(member)] = {#member, kind, handle, end}
+const rt_method_handler rt_handlers[RT_N_METHODS] = {
+    H(get_info, RT_UNARY, rt_h_get_info, NULL),
+    H(ping, RT_UNARY, rt_h_ping, NULL),
+    H(create_session, RT_UNARY, rt_h_create_session, NULL),
+    H(close_session, RT_UNARY, rt_h_close_session, NULL),
+    H(compile, RT_UNARY, rt_h_compile, NULL),
+    H(upload_dataset, RT_CLIENT_STREAM, rt_h_upload_chunk, rt_h_upload_end),
+    H(find_dataset, RT_UNARY, rt_h_find_dataset, NULL),
+    H(run_steps, RT_UNARY, rt_h_run_steps, NULL),
+    H(fit, RT_SERVER_STREAM, rt_h_fit, NULL),
+    H(evaluate, RT_UNARY, rt_h_evaluate, NULL),
+    H(predict, RT_UNARY, rt_h_predict, NULL),
+    H(get_weights, RT_UNARY, rt_h_get_weights, NULL),
+    H(set_weights, RT_UNARY, rt_h_set_weights, NULL),
+    H(control, RT_UNARY, rt_h_control, NULL),
+    H(export_onnx, RT_UNARY, rt_h_export_onnx, NULL),
+    H(checkpoint, RT_UNARY, rt_h_checkpoint, NULL),
+    H(restore_checkpoint, RT_UNARY, rt_h_restore_checkpoint, NULL),
+};
+#undef H

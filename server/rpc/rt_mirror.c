@@ -1,5 +1,5 @@
 /* rt_mirror.c - compile-time ties between the daemon's enums and the .proto
- * enums the handlers cast them from (rt_methods.c): data formats and roles
+ * enums the handlers cast them from (rt_h_*.c): data formats and roles
  * (rt_data.h), dtypes and initializers (rt_engine.h). A renumbering on
  * either side stops the build here instead of mis-reading requests. */
 #include "rt_data.h"

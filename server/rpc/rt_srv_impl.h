@@ -1,6 +1,6 @@
 /*
  * rt_srv_impl.h - internals shared by the gRPC core (rt_srv.c) and the
- * method handlers (rt_methods.c).
+ * method handlers (rt_h_*.c, rt_handlers.h).
  *
  * Every call is an rt_call. The core decodes the request and calls the
  * method's handler on the completion-queue thread. A handler either fills
@@ -67,7 +67,7 @@ typedef struct rt_call rt_call;
  * after rt_call_fail(). */
 typedef int (*rt_handler_fn)(rt_call *c);
 
-/* What rt_methods.c writes for one method: protoc-c's member name for it
+/* What rt_method_table.c writes for one method: protoc-c's member name for it
  * ("run_steps"), its shape and its handlers. rt_handlers[] is indexed by
  * RT_METHOD_INDEX(member), so it follows the .proto's order. */
 typedef struct rt_method_handler {
@@ -294,7 +294,7 @@ struct rt_srv {
     uint64_t boot_id;             /* random per start: RunSteps' restart check */
 };
 
-/* Durable mode (rt_methods.c): open --state-dir and restore what it holds
+/* Durable mode (rt_h_state.c): open --state-dir and restore what it holds
  * (before the daemon listens); the exit checkpoints (after the last call). */
 int rt_methods_state_open(rt_srv *s, char *err, size_t errlen);
 void rt_methods_state_flush(rt_srv *s);

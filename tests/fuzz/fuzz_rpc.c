@@ -1,6 +1,6 @@
 /* fuzz_rpc.c - every rtrain.v1.Trainer request: the real decode
  * (rt_wire_unpack into the call's arena) and the method's real handler from
- * server/rpc/rt_methods.c, run against a fake server that holds one session
+ * server/rpc/rt_h_*.c, run against a fake server that holds one session
  * with one compiled iris program and one iris dataset.
  *
  * Input: byte 0 picks the method (index into rt_methods, mod its size);

@@ -397,7 +397,7 @@ static void test_concurrent_clients(const char *rtraind)
  * FindDataset reads the dataset's byte count while the first step adds the
  * converted labels to it. Every step of both is applied exactly once. The
  * tsan configuration checks the step-time estimate here (with it read and
- * written plainly it reports rt_methods.c step_estimate_ns); the byte
+ * written plainly it reports rt_program.c rt_program_step_ns); the byte
  * count's race window is one label conversion, which a run may not hit. */
 typedef struct shared_worker {
     const char *addr;

@@ -1,0 +1,221 @@
+/* rt_handlers.c - what the handler files share (rt_handlers.h): the
+ * session/program/dataset lookups, the training-call checks and helpers,
+ * and the durability calls. */
+#include "rt_handlers.h"
+
+/* ---------------------------------------------------------------- helpers */
+
+int rt_h_need_session(rt_call *c, const char *id)
+{
+    if (!id || !*id)
+        return rt_call_fail(c, RT_EINVAL, "session_id is empty");
+    /* Another principal's session answers exactly like a missing one. */
+    c->sess = rt_session_find(c->srv->sessions, id, c->who);
+    if (!c->sess)
+        return rt_call_fail(c, RT_ENOTFOUND, "unknown session '%.64s'", id);
+    return 0;
+}
+
+int rt_h_need_program(rt_call *c, const char *sid, const char *pid)
+{
+    int rc = rt_h_need_session(c, sid);
+    if (rc < 0)
+        return rc;
+    if (!pid || !*pid)
+        return rt_call_fail(c, RT_EINVAL, "program_id is empty");
+    c->prog = rt_session_find_program(c->sess, pid);
+    if (!c->prog)
+        return rt_call_fail(c, RT_ENOTFOUND, "unknown program '%.64s' in session %s",
+                            pid, c->sess->id);
+    return 0;
+}
+
+int rt_h_need_dataset(rt_call *c, const char *id, rt_dataset **out,
+                        const char *what)
+{
+    if (!id || !*id)
+        return rt_call_fail(c, RT_EINVAL, "%s is empty", what);
+    *out = rt_data_store_find_id(c->srv->data, c->who, id);
+    if (!*out)
+        return rt_call_fail(c, RT_ENOTFOUND, "unknown dataset '%.64s'", id);
+    return 0;
+}
+
+/* RunSteps/Fit: the training set and the optional validation set. */
+int rt_h_need_train_data(rt_call *c, const char *did, const char *val_did)
+{
+    int rc = rt_h_need_dataset(c, did, &c->ds, "dataset_id");
+    if (rc == 0 && val_did && *val_did)
+        rc = rt_h_need_dataset(c, val_did, &c->val_ds, "val_dataset_id");
+    return rc;
+}
+
+/* A durable daemon that is stopping takes no new training or checkpoint
+ * calls: the calls running end at their boundary, the exit checkpoint
+ * follows, and the client reattaches to the next start. */
+int rt_h_daemon_stopping(const rt_call *c)
+{
+    return c->srv->state && __atomic_load_n(&c->srv->stopping, __ATOMIC_ACQUIRE);
+}
+
+int rt_h_refuse_if_stopping(rt_call *c)
+{
+    if (rt_h_daemon_stopping(c))
+        return rt_call_fail(c, RT_EUNAVAILABLE, "the daemon is stopping; retry after it "
+                            "restarts");
+    return 0;
+}
+
+/* The dataset as the program sees it (rt_view.h): checked on the cq
+ * thread, viewed by the work. */
+int rt_h_check_fit(rt_call *c, rt_dataset *ds, int need_labels)
+{
+    char err[512];
+    int rc = rt_view_check(ds, rt_program_plan(c->prog), rt_program_id(c->prog), need_labels, err,
+                           sizeof err);
+    return rc < 0 ? rt_call_fail(c, rc, "%s", err) : 0;
+}
+
+int rt_h_data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels)
+{
+    rt_stream_use *use = NULL;
+    if (ds->stream && need_labels && !(use = rt_call_alloc(c, sizeof *use)))
+        return OOM(c);
+    char err[200];
+    int rc = rt_view_make(ds, rt_program_plan(c->prog), need_labels, use, d, err, sizeof err);
+    return rc < 0 ? rt_call_fail(c, rc, "dataset %s: %s", ds->id, err) : 0;
+}
+
+/* RunSteps/Fit work: c->ds and c->val_ds (when given) as rt_data. */
+int rt_h_train_data(rt_call *c, rt_data *d, rt_data *vd)
+{
+    int rc = rt_h_data_for(c, c->ds, d, 1);
+    if (rc == 0 && c->val_ds)
+        rc = rt_h_data_for(c, c->val_ds, vd, 1);
+    return rc;
+}
+
+int rt_h_check_train_data(rt_call *c)
+{
+    int rc = rt_h_check_fit(c, c->ds, 1);
+    if (rc == 0 && c->val_ds)
+        rc = rt_h_check_fit(c, c->val_ds, 1);
+    return rc;
+}
+
+int rt_h_engine_fail(rt_call *c, int rc);
+
+/* RunSteps/Fit learning_rate: > 0 sets the program's rate from the call's
+ * first step on (rt_exec_set_lr), 0 leaves it. */
+int rt_h_check_lr(rt_call *c, float lr)
+{
+    if (!(lr >= 0.0f) || isinf(lr))
+        return rt_call_fail(c, RT_EINVAL, "learning_rate %g must be finite and > 0 (0: unchanged)",
+                            (double)lr);
+    return 0;
+}
+
+int rt_h_apply_lr(rt_call *c, float lr)
+{
+    int rc = rt_program_set_lr(c->prog, lr);
+    return rc < 0 ? rt_h_engine_fail(c, rc) : 0;
+}
+
+/* A dataset with image augmentation: the epoch's augmented copy. */
+int rt_h_train_x(rt_call *c, rt_data *d)
+{
+    char err[200];
+    int rc = rt_view_epoch(c->ds, rt_program_plan(c->prog),
+                           rt_exec_global_step(rt_program_exec(c->prog)), d, err, sizeof err);
+    return rc < 0 ? rt_call_fail(c, rc, "dataset %s: %s", c->ds->id, err) : 0;
+}
+
+int rt_h_engine_fail(rt_call *c, int rc)
+{
+    const char *m = rt_exec_errmsg(rt_program_exec(c->prog));
+    return rt_call_fail(c, rc, "%.240s", m && *m ? m : rt_strerror(rc));
+}
+
+Rtrain__V1__Metrics *rt_h_metrics_pb(rt_call *c, const rt_metrics *m)
+{
+    Rtrain__V1__Metrics *p = NEW(c, Rtrain__V1__Metrics, RTRAIN__V1__METRICS__INIT);
+    if (p) {
+        p->loss = m->loss;
+        p->accuracy = m->acc;
+        p->samples = (uint64_t)m->samples;
+        if (m->n_values > 0) {
+            p->values = rt_call_alloc(c, sizeof *p->values * (size_t)m->n_values);
+            Rtrain__V1__MetricValue *v = rt_call_alloc(c, sizeof *v * (size_t)m->n_values);
+            if (!p->values || !v)
+                return NULL;
+            for (int i = 0; i < m->n_values; i++) {
+                rtrain__v1__metric_value__init(&v[i]);
+                v[i].name = (char *)rt_metric_name(m->value_bit[i]);
+                v[i].value = m->values[i];
+                p->values[i] = &v[i];
+            }
+            p->n_values = (size_t)m->n_values;
+        }
+    }
+    return p;
+}
+
+int64_t *rt_h_dims_pb(rt_call *c, int n, const int64_t *d)
+{
+    int64_t *p = rt_call_alloc(c, sizeof(int64_t) * (size_t)(n ? n : 1));
+    if (p && n)
+        memcpy(p, d, sizeof(int64_t) * (size_t)n);
+    return p;
+}
+
+void rt_h_note_step_time(rt_program *p, uint64_t ns, int64_t steps)
+{
+    if (steps <= 0)
+        return;
+    rt_program_note_steps(p, ns, steps);
+    const rt_train_config *tc = rt_plan_config(rt_program_plan(p));
+    rt_metrics_steps((uint64_t)steps, (uint64_t)steps * (uint64_t)(tc ? tc->batch_size : 0));
+}
+
+/* ------------------------------------------------------------- durability */
+
+/* Write p's checkpoint (the caller holds the device). A failure (disk
+ * full) stops the call, or with CHECKPOINT_CONTINUE (or the daemon's
+ * --checkpoint-fail continue) is only logged; the previous checkpoint is
+ * untouched either way. */
+int rt_h_durable_checkpoint(rt_call *c, rt_program *p, int policy)
+{
+    char err[300];
+    int rc = rt_state_checkpoint(c->srv->state, c->sess->id, p, err, sizeof err);
+    if (rc == 0)
+        return 0;
+    int cont = policy == RTRAIN__V1__CHECKPOINT_POLICY__CHECKPOINT_CONTINUE ||
+               (policy == RTRAIN__V1__CHECKPOINT_POLICY__CHECKPOINT_POLICY_DEFAULT &&
+                rt_state_cfg(c->srv->state)->fail_continue);
+    char pid[16];
+    RT_LOG(RT_LOG_WARN, "checkpoint of %s at step %lld failed (%s): %s; the one at step %lld "
+           "is kept", rt_log_id(rt_program_id(p), pid), (long long)rt_exec_global_step(rt_program_exec(p)),
+           cont ? "training goes on" : "the call stops", err, (long long)rt_program_ckpt_step(p));
+    if (cont)
+        return 0;
+    return rt_call_fail(c, rc, "checkpoint failed, training stopped at step %lld: %.200s; the "
+                        "checkpoint at step %lld is kept", (long long)rt_exec_global_step(rt_program_exec(p)),
+                        err, (long long)rt_program_ckpt_step(p));
+}
+
+/* A new program keeps its model (a pull carries it) and, in durable mode,
+ * is on disk before Compile answers. */
+int rt_h_durable_program(rt_call *c, rt_program *prog)
+{
+    size_t n = protobuf_c_message_get_packed_size(c->req);
+    uint8_t *b = malloc(n ? n : 1);
+    if (!b)
+        return OOM(c);
+    rt_program_take_model(prog, b, protobuf_c_message_pack(c->req, b));
+    if (!c->srv->state)
+        return 0;
+    rt_call_device_lock(c);
+    int rc = rt_h_durable_checkpoint(c, prog, RTRAIN__V1__CHECKPOINT_POLICY__CHECKPOINT_POLICY_DEFAULT);
+    rt_call_device_unlock(c);
+    return rc;
+}
