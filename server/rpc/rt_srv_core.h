@@ -1,0 +1,54 @@
+/* rt_srv_core.h - what the three files of the gRPC core share (server/rpc
+ * only; the handlers see rt_srv_impl.h):
+ *   rt_srv.c        the transport: arena, packing, the call's life and its
+ *                   state machine, streams, decode, arrival, cq threads
+ *   rt_sched.c      where work waits and runs: the device's lanes, the
+ *                   executor, the compile pool, pipelined RunSteps,
+ *                   uploads in flight and the tick that answers stalls
+ *   rt_srv_setup.c  configuration defaults, TLS and bind, create, start,
+ *                   stop and destroy */
+#ifndef RTRAIN_SRV_CORE_H
+#define RTRAIN_SRV_CORE_H
+
+#include "rt_srv_impl.h"
+
+/* A key waiting for the device (rt_sched.c): its waiters in order. */
+typedef struct rt__dev_wait {
+    struct rt__dev_wait *next;
+    pthread_cond_t cv;
+    int granted;
+    int is_short;        /* estimated under one quantum */
+} rt__dev_wait;
+
+typedef struct rt__lane {
+    char key[64];
+    rt__dev_wait *head, *tail;
+} rt__lane;
+
+/* rt_srv.c */
+void rt__call_free(rt_call *c, int matched);
+void rt__call_unref(rt_call *c);
+void *rt__cq_main(void *arg);
+void rt__finish(rt_call *c);
+void rt__health_call_begin(void *ud);
+void rt__health_call_end(void *ud);
+void rt__on_close(rt__tag *t, int ok);
+void rt__on_shutdown(rt__tag *t, int ok);
+void rt__on_stream_recv(rt__tag *t, int ok);
+void rt__post_close(rt_call *c);
+void rt__request_call(rt_srv *s, int mi);
+void rt__request_generic(rt_srv *s);
+void rt__start_batch(rt_call *c, const grpc_op *ops, size_t n, rt__tag *tag);
+void rt__start_final(rt_call *c);
+
+/* rt_sched.c */
+void *rt__compile_main(void *arg);
+void rt__dev_lock(rt_srv *s, const char *key, uint64_t est_ns);
+void rt__dev_unlock(rt_srv *s);
+void rt__dispatch(rt_call *c);
+void rt__enqueue(rt_call *c);
+void rt__pipe_cancel(rt_call *c);
+rt_call *rt__pipe_complete(rt_call *c);
+void rt__pipe_release_list(rt_call *l);
+
+#endif
