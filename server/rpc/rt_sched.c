@@ -222,6 +222,7 @@ const char *rt_call_sched_key(rt_call *c)
 /* ------------------------------------------------------------- executor */
 static void run_work(rt_call *c)
 {
+    rt__call_to(c, RT_CS_RUNNING);
     uint64_t t0 = rt_now_ns(), cb = c->tm.compile_ns, eb = c->tm.encode_ns,
              xb = c->tm.execute_ns;
     int rc = c->work(c);
@@ -254,6 +255,7 @@ void rt__enqueue(rt_call *c)
         rt__post_close(c);
     rt_call_sched_key(c);
     exec_key(c);
+    rt__call_to(c, RT_CS_QUEUED);
     c->enq_ns = rt_now_ns();
     c->next_job = NULL;
     pthread_mutex_lock(&s->q_mu);
@@ -514,6 +516,7 @@ static int pipe_hold(rt_call *c)
             return 0;
         }
         if (posted) {
+            rt__call_to(c, RT_CS_HELD);
             c->held = 1;
             c->held_ns = rt_now_ns();
             c->held_next = s->held;
@@ -713,6 +716,7 @@ int rt_srv_tick(rt_srv *s)
                 if (c->up_waiting && !c->up_stalled && !c->final_started &&
                     !__atomic_exchange_n(&c->final_claimed, 1, __ATOMIC_ACQ_REL)) {
                     c->up_stalled = 1;
+                    rt__call_to(c, RT_CS_FINISHED);
                     c->err = RT_ETIMEDOUT;
                     snprintf(c->errmsg, sizeof c->errmsg,
                              "upload stalled: nothing received for %llu s (--upload-stall-s)",

@@ -4,6 +4,7 @@
  * waits and runs is rt_sched.c; setup and shutdown rt_srv_setup.c. */
 #include "rt_srv_core.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <netdb.h>
 #include <sched.h>
@@ -122,6 +123,32 @@ static grpc_byte_buffer *pack_msg(rt_call *c, const ProtobufCMessage *msg,
 static void on_arrival(rt__tag *t, int ok);
 static void on_send_done(rt__tag *t, int ok);
 static void on_final_done(rt__tag *t, int ok);
+
+/* ------------------------------------------------------------ call state */
+#define M(st) (1u << RT_CS_##st)
+static const unsigned call_moves[RT_CS__COUNT] = {
+    [RT_CS_POSTED] = M(HANDLING),
+    [RT_CS_HANDLING] = M(RECEIVING) | M(HELD) | M(QUEUED) | M(RUNNING) | M(FINISHED),
+    [RT_CS_RECEIVING] = M(HANDLING) | M(FINISHED),
+    [RT_CS_HELD] = M(QUEUED) | M(RUNNING) | M(FINISHED),
+    [RT_CS_QUEUED] = M(RUNNING) | M(FINISHED),
+    [RT_CS_RUNNING] = M(FINISHED),
+    [RT_CS_FINISHED] = 0,
+};
+#undef M
+
+void rt__call_to(rt_call *c, rt_call_state to)
+{
+    rt_call_state from = __atomic_load_n(&c->state, __ATOMIC_RELAXED);
+    if (!(call_moves[from] & (1u << to))) {
+        static const char *const names[RT_CS__COUNT] = {
+            "POSTED", "HANDLING", "RECEIVING", "HELD", "QUEUED", "RUNNING", "FINISHED"};
+        RT_LOG(RT_LOG_ERROR, "%s: call state %s -> %s is not in the table", c->m->path,
+               names[from], names[to]);
+        assert(!"rt_call: a state move outside the table");
+    }
+    __atomic_store_n(&c->state, to, __ATOMIC_RELAXED);
+}
 
 static void check_drained(rt_srv *s)
 {
@@ -443,6 +470,7 @@ int rt_call_stream_send(rt_call *c, const ProtobufCMessage *msg, int coalesce,
 
 void rt__finish(rt_call *c)
 {
+    rt__call_to(c, RT_CS_FINISHED);
     /* A pipelined successor is released now, and runs after this call's
      * status has gone out (rt__pipe_release_list below). */
     rt_call *next = c->seq && c->prog ? rt__pipe_complete(c) : NULL;
@@ -616,6 +644,8 @@ static ProtobufCMessage *decode(rt_call *c, ProtobufCAllocator *alloc)
 
 static void post_recv(rt_call *c)
 {
+    /* before up_waiting: from then on rt_srv_tick may answer it */
+    rt__call_to(c, RT_CS_RECEIVING);
     if (c->m->kind == RT_CLIENT_STREAM) {
         pthread_mutex_lock(&c->out_mu);
         c->up_waiting = 1;
@@ -669,6 +699,7 @@ static void on_arrival(rt__tag *t, int ok)
         rt__call_free(c, 0);
         return;
     }
+    rt__call_to(c, RT_CS_HANDLING);
     uint64_t now = rt_now_ns();
     __atomic_add_fetch(&s->live, 1, __ATOMIC_ACQ_REL);
     __atomic_store_n(&c->refs, 1, __ATOMIC_RELAXED); /* the owner: dropped by rt__finish() */
@@ -720,6 +751,7 @@ void rt__on_stream_recv(rt__tag *t, int ok)
         rt__call_unref(c);
         return;
     }
+    rt__call_to(c, RT_CS_HANDLING);
     if (c->m->kind == RT_SERVER_STREAM) {
         if (!c->payload) {
             rt_call_fail(c, RT_EPROTO, "missing %s", c->m->req_name);

@@ -26,6 +26,8 @@ typedef struct rt__lane {
 } rt__lane;
 
 /* rt_srv.c */
+/* Move c to state to (the table at rt_call_state). */
+void rt__call_to(rt_call *c, rt_call_state to);
 void rt__call_free(rt_call *c, int matched);
 void rt__call_unref(rt_call *c);
 void *rt__cq_main(void *arg);

@@ -120,11 +120,48 @@ typedef struct rt__out {
     int coalesce; /* a progress event a later one may replace */
 } rt__out;
 
+/* A call's state (rt_call.state), the transport's. It moves with the
+ * owner reference, so one thread at a time changes it (rt_srv_tick
+ * answers a stalled upload under out_mu, which on_stream_recv also takes).
+ * rt__call_to() checks each move against this table (debug builds abort on
+ * a move outside it; release builds log it):
+ *
+ *   from \ to    HANDLING RECEIVING HELD QUEUED RUNNING FINISHED
+ *   POSTED         x                                          (matched)
+ *   HANDLING                x        x     x      x       x   (handler ran)
+ *   RECEIVING      x                                      x   (message/end; gone)
+ *   HELD                                   x      x       x   (predecessor done)
+ *   QUEUED                                        x       x   (picked; cancelled)
+ *   RUNNING                                               x   (work done)
+ *   FINISHED       -- the status batch, then the last reference frees it
+ *
+ * POSTED     waiting for gRPC to match a request (request_call)
+ * HANDLING   on a cq thread: authenticate, decode, the handler (per message
+ *            for a client stream)
+ * RECEIVING  a stream waits for the client's next message or half-close
+ * HELD       a pipelined RunSteps waits for its predecessor (rt_sched.c)
+ * QUEUED     in the executor's or the compile pool's queue
+ * RUNNING    its work runs (inline on the cq thread, or on a pool thread)
+ * FINISHED   rt__finish ran (or rt_srv_tick answered a stalled upload);
+ *            a compile past its budget is answered by rt_srv_tick while it
+ *            is still RUNNING (final_claimed says who sends the status) */
+typedef enum rt_call_state {
+    RT_CS_POSTED,
+    RT_CS_HANDLING,
+    RT_CS_RECEIVING,
+    RT_CS_HELD,
+    RT_CS_QUEUED,
+    RT_CS_RUNNING,
+    RT_CS_FINISHED,
+    RT_CS__COUNT
+} rt_call_state;
+
 struct rt_call {
     rt__tag tag;        /* arrival, then the stream's RECV_MESSAGE */
     rt__tag close_tag;  /* streams: RECV_CLOSE_ON_SERVER */
     rt__tag send_tag;   /* server stream: one SEND_MESSAGE */
     rt__tag final_tag;  /* the status batch */
+    rt_call_state state; /* atomic (relaxed): rt__call_to */
     rt_srv *srv;
     const rt_method *m;
     rt_principal *who;            /* the caller, set before the handler runs */
