@@ -1,5 +1,9 @@
 /* rt_error.c - strings and gRPC mapping for the RT_ERRNO_MAP table. */
 #include "rtrain/rt_error.h"
+#include "rt_errf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
 
 const char *rt_strerror(int err)
 {
@@ -53,4 +57,15 @@ int rt_err_from_grpc(int grpc_status)
     case RT__GRPC_ABORTED: return RT_ERESTARTED;
     default: return RT_EGRPC;
     }
+}
+
+int rt_errf(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
 }

@@ -20,18 +20,12 @@
 #include <grpc/slice.h>
 #include <protobuf-c/protobuf-c.h>
 
+#include "rt_clock.h"
 #include "rtrain.pb-c.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-static inline uint64_t rt_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* An upload's sample (DatasetHeader.sample_hash): the first
  * RT_SAMPLE_BYTES of every RT_SAMPLE_EVERY bytes of the stream. Both ends

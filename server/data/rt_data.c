@@ -1,5 +1,7 @@
 /* rt_data.c - dataset formats (RAW, NPY, CSV, IDX[.gz]) and assembly. */
 #include "rt_data.h"
+#include "rt_random.h"
+#include "rt_errf.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -37,19 +39,6 @@ typedef struct src_arr {
 } src_arr;
 
 static const size_t src_size[] = {1, 1, 2, 4, 8, 4, 8};
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 int64_t rt_data_numel(int ndim, const int64_t *dims)
 {
@@ -118,19 +107,19 @@ static int parse_raw(const rt_data_part *p, const uint8_t *b, size_t len,
     case RT_I64: s->t = S_I64; break;
     case RT_U8: s->t = S_U8; break;
     default:
-        return fail(err, errlen, RT_EDATA, "RAW part needs a dtype (got %d)",
+        return rt_errf(err, errlen, RT_EDATA, "RAW part needs a dtype (got %d)",
                     (int)p->dtype);
     }
     if (p->ndim < 1 || p->ndim > RT_MAX_DIMS)
-        return fail(err, errlen, RT_EDATA,
+        return rt_errf(err, errlen, RT_EDATA,
                     "RAW part needs a shape of 1..%d dims (got %d)", RT_MAX_DIMS,
                     p->ndim);
     int64_t n = 1;
     for (int i = 0; i < p->ndim; i++)
         if (mul_cap(n, p->dims[i], INT64_MAX / 8, &n) < 0)
-            return fail(err, errlen, RT_EDATA, "RAW shape dim %d is invalid", i);
+            return rt_errf(err, errlen, RT_EDATA, "RAW shape dim %d is invalid", i);
     if ((uint64_t)n * src_size[s->t] != len)
-        return fail(err, errlen, RT_EDATA,
+        return rt_errf(err, errlen, RT_EDATA,
                     "RAW part is %zu bytes but its shape needs %llu", len,
                     (unsigned long long)((uint64_t)n * src_size[s->t]));
     s->ndim = p->ndim;
@@ -173,7 +162,7 @@ static int parse_npy(const uint8_t *b, size_t len, src_arr *s, char *err,
                      size_t errlen)
 {
     if (len < 10 || memcmp(b, "\x93NUMPY", 6) != 0)
-        return fail(err, errlen, RT_EDATA, "NPY part lacks the \\x93NUMPY magic");
+        return rt_errf(err, errlen, RT_EDATA, "NPY part lacks the \\x93NUMPY magic");
     int major = b[6];
     size_t hl, off;
     if (major == 1) {
@@ -181,20 +170,20 @@ static int parse_npy(const uint8_t *b, size_t len, src_arr *s, char *err,
         off = 10;
     } else if (major == 2 || major == 3) {
         if (len < 12)
-            return fail(err, errlen, RT_EDATA, "NPY header truncated");
+            return rt_errf(err, errlen, RT_EDATA, "NPY header truncated");
         hl = (size_t)b[8] | ((size_t)b[9] << 8) | ((size_t)b[10] << 16) |
              ((size_t)b[11] << 24);
         off = 12;
     } else {
-        return fail(err, errlen, RT_EDATA, "NPY version %d is not supported", major);
+        return rt_errf(err, errlen, RT_EDATA, "NPY version %d is not supported", major);
     }
     if (hl > len - off || hl > 65536)
-        return fail(err, errlen, RT_EDATA, "NPY header length %zu is past the data", hl);
+        return rt_errf(err, errlen, RT_EDATA, "NPY header length %zu is past the data", hl);
     char h[65537];
     memcpy(h, b + off, hl);
     h[hl] = 0;
     if (strlen(h) != hl)
-        return fail(err, errlen, RT_EDATA, "NPY header holds a NUL byte");
+        return rt_errf(err, errlen, RT_EDATA, "NPY header holds a NUL byte");
     static const struct { const char *d; src_type t; } descrs[] = {
         {"<f4", S_F32}, {"<f8", S_F64}, {"<i4", S_I32}, {"<i8", S_I64},
         {"|u1", S_U8}, {"<u1", S_U8}, {"|i1", S_I8}, {"<i2", S_I16},
@@ -246,12 +235,12 @@ static int parse_npy(const uint8_t *b, size_t len, src_arr *s, char *err,
                     found = 1;
                 }
             if (!found)
-                return fail(err, errlen, RT_EDATA,
+                return rt_errf(err, errlen, RT_EDATA,
                             "NPY dtype '%.16s' is not supported (use <f4, <f8, <i4, <i8 or |u1)",
                             val);
         } else if (bit == 2) {
             if (!strncmp(r.p, "True", 4))
-                return fail(err, errlen, RT_EDATA,
+                return rt_errf(err, errlen, RT_EDATA,
                             "NPY array is fortran_order; save it C-contiguous");
             if (strncmp(r.p, "False", 5)) {
                 bad = "fortran_order is not True or False";
@@ -281,7 +270,7 @@ static int parse_npy(const uint8_t *b, size_t len, src_arr *s, char *err,
                     break;
                 }
                 if (s->ndim == RT_MAX_DIMS)
-                    return fail(err, errlen, RT_EDATA, "NPY array has more than %d dims",
+                    return rt_errf(err, errlen, RT_EDATA, "NPY array has more than %d dims",
                                 RT_MAX_DIMS);
                 s->dims[s->ndim++] = v;
                 r.p = end;
@@ -316,17 +305,17 @@ static int parse_npy(const uint8_t *b, size_t len, src_arr *s, char *err,
         r.p++;
     }
     if (bad)
-        return fail(err, errlen, RT_EDATA, "NPY header is malformed at byte %d: %s",
+        return rt_errf(err, errlen, RT_EDATA, "NPY header is malformed at byte %d: %s",
                     (int)(r.p - h), bad);
     if (s->ndim == 0)
-        return fail(err, errlen, RT_EDATA, "NPY array is a scalar; need samples first");
+        return rt_errf(err, errlen, RT_EDATA, "NPY array is a scalar; need samples first");
     size_t data_off = off + hl;
     int64_t n = 1;
     for (int i = 0; i < s->ndim; i++)
         if (mul_cap(n, s->dims[i], INT64_MAX / 8, &n) < 0)
-            return fail(err, errlen, RT_EDATA, "NPY shape overflows");
+            return rt_errf(err, errlen, RT_EDATA, "NPY shape overflows");
     if ((uint64_t)n * src_size[s->t] != len - data_off)
-        return fail(err, errlen, RT_EDATA,
+        return rt_errf(err, errlen, RT_EDATA,
                     "NPY data is %zu bytes but shape and dtype need %llu",
                     len - data_off, (unsigned long long)((uint64_t)n * src_size[s->t]));
     s->data = b + data_off;
@@ -351,11 +340,11 @@ static int idx_gz_header(z_stream *z, uint8_t *hdr, size_t *hl, int *zr, char *e
         got = want - z->avail_out;
         if (got >= 4 && want == 4) {
             if (hdr[0] != 0 || hdr[1] != 0 || hdr[3] < 1 || hdr[3] > RT_MAX_DIMS)
-                return fail(err, errlen, RT_EDATA, "IDX header (inside the gzip) is invalid");
+                return rt_errf(err, errlen, RT_EDATA, "IDX header (inside the gzip) is invalid");
             want = 4 + 4 * (size_t)hdr[3];
         }
         if (got < want && *zr != Z_OK)
-            return fail(err, errlen, RT_EDATA, "gzip data ends inside the IDX header");
+            return rt_errf(err, errlen, RT_EDATA, "gzip data ends inside the IDX header");
     }
     *hl = want;
     return 0;
@@ -370,7 +359,7 @@ static int gunzip_idx(const uint8_t *in, size_t len, uint64_t max_bytes, uint32_
     z_stream z;
     memset(&z, 0, sizeof z);
     if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
-        return fail(err, errlen, RT_ENOMEM, "zlib init failed");
+        return rt_errf(err, errlen, RT_ENOMEM, "zlib init failed");
     uint8_t hdr[4 + 4 * RT_MAX_DIMS];
     size_t hl = 0;
     int rc = 0, zr = Z_OK;
@@ -382,7 +371,7 @@ static int gunzip_idx(const uint8_t *in, size_t len, uint64_t max_bytes, uint32_
         goto out;
     size_t esz = idx_elem[hdr[2] & 15];
     if (!esz || hdr[2] > 0x0E) {
-        rc = fail(err, errlen, RT_EDATA, "IDX type 0x%02x is unknown", hdr[2]);
+        rc = rt_errf(err, errlen, RT_EDATA, "IDX type 0x%02x is unknown", hdr[2]);
         goto out;
     }
     int64_t n = 1;
@@ -390,26 +379,26 @@ static int gunzip_idx(const uint8_t *in, size_t len, uint64_t max_bytes, uint32_
         const uint8_t *q = hdr + 4 + 4 * i;
         int64_t d = ((int64_t)q[0] << 24) | ((int64_t)q[1] << 16) | ((int64_t)q[2] << 8) | q[3];
         if (mul_cap(n, d, INT64_MAX / 8, &n) < 0) {
-            rc = fail(err, errlen, RT_EDATA, "IDX shape overflows");
+            rc = rt_errf(err, errlen, RT_EDATA, "IDX shape overflows");
             goto out;
         }
     }
     need = (uint64_t)n * esz + hl;
     if (need > max_bytes) {
-        rc = fail(err, errlen, RT_ETOOBIG,
+        rc = rt_errf(err, errlen, RT_ETOOBIG,
                   "IDX declares %llu bytes inflated, over the dataset limit of %llu",
                   (unsigned long long)need, (unsigned long long)max_bytes);
         goto out;
     }
     if (need > rt_inflate_cap(len, ratio)) {
-        rc = fail(err, errlen, RT_ETOOBIG,
+        rc = rt_errf(err, errlen, RT_ETOOBIG,
                   "IDX declares %llu bytes inflated from %zu: over the inflate ratio limit of %u",
                   (unsigned long long)need, len, ratio);
         goto out;
     }
     buf = malloc((size_t)need);
     if (!buf) {
-        rc = fail(err, errlen, RT_ENOMEM, "out of memory inflating gzip");
+        rc = rt_errf(err, errlen, RT_ENOMEM, "out of memory inflating gzip");
         goto out;
     }
     memcpy(buf, hdr, hl);
@@ -427,7 +416,7 @@ static int gunzip_idx(const uint8_t *in, size_t len, uint64_t max_bytes, uint32_
                 z.avail_out = 1;
                 zr = inflate(&z, Z_NO_FLUSH);
                 if (z.avail_out == 0) {
-                    rc = fail(err, errlen, RT_EDATA,
+                    rc = rt_errf(err, errlen, RT_EDATA,
                               "gzip data inflates past the %llu bytes its IDX header declares",
                               (unsigned long long)need);
                     goto out;
@@ -438,7 +427,7 @@ static int gunzip_idx(const uint8_t *in, size_t len, uint64_t max_bytes, uint32_
         }
     }
     if (zr != Z_STREAM_END) {
-        rc = fail(err, errlen, RT_EDATA, "corrupt gzip data (%s)", z.msg ? z.msg : "truncated");
+        rc = rt_errf(err, errlen, RT_EDATA, "corrupt gzip data (%s)", z.msg ? z.msg : "truncated");
         goto out;
     }
     *out = buf;
@@ -464,7 +453,7 @@ static int parse_idx(const rt_data_part *p, const uint8_t *b, size_t len,
         len = rl;
     }
     if (len < 4 || b[0] != 0 || b[1] != 0)
-        return fail(err, errlen, RT_EDATA, "IDX part lacks the 00 00 magic");
+        return rt_errf(err, errlen, RT_EDATA, "IDX part lacks the 00 00 magic");
     switch (b[2]) {
     case 0x08: s->t = S_U8; break;
     case 0x09: s->t = S_I8; break;
@@ -473,26 +462,26 @@ static int parse_idx(const rt_data_part *p, const uint8_t *b, size_t len,
     case 0x0D: s->t = S_F32; break;
     case 0x0E: s->t = S_F64; break;
     default:
-        return fail(err, errlen, RT_EDATA, "IDX type 0x%02x is unknown", b[2]);
+        return rt_errf(err, errlen, RT_EDATA, "IDX type 0x%02x is unknown", b[2]);
     }
     s->big_endian = 1;
     s->ndim = b[3];
     if (s->ndim < 1 || s->ndim > RT_MAX_DIMS)
-        return fail(err, errlen, RT_EDATA, "IDX has %d dims (1..%d allowed)", s->ndim,
+        return rt_errf(err, errlen, RT_EDATA, "IDX has %d dims (1..%d allowed)", s->ndim,
                     RT_MAX_DIMS);
     size_t off = 4 + 4 * (size_t)s->ndim;
     if (len < off)
-        return fail(err, errlen, RT_EDATA, "IDX header truncated");
+        return rt_errf(err, errlen, RT_EDATA, "IDX header truncated");
     int64_t n = 1;
     for (int i = 0; i < s->ndim; i++) {
         const uint8_t *q = b + 4 + 4 * i;
         s->dims[i] = ((int64_t)q[0] << 24) | ((int64_t)q[1] << 16) |
                      ((int64_t)q[2] << 8) | q[3];
         if (mul_cap(n, s->dims[i], INT64_MAX / 8, &n) < 0)
-            return fail(err, errlen, RT_EDATA, "IDX shape overflows");
+            return rt_errf(err, errlen, RT_EDATA, "IDX shape overflows");
     }
     if ((uint64_t)n * src_size[s->t] != len - off)
-        return fail(err, errlen, RT_EDATA,
+        return rt_errf(err, errlen, RT_EDATA,
                     "IDX data is %zu bytes but its header needs %llu", len - off,
                     (unsigned long long)((uint64_t)n * src_size[s->t]));
     s->data = b + off;
@@ -513,7 +502,7 @@ static int csv_walk(const rt_data_part *p, const uint8_t *b, size_t len, csv_row
     size_t rcap = 64;
     double *row = malloc(rcap * sizeof *row);
     if (!row)
-        return fail(err, errlen, RT_ENOMEM, "out of memory parsing CSV");
+        return rt_errf(err, errlen, RT_ENOMEM, "out of memory parsing CSV");
     int64_t cols = -1, rows = 0, line = 0;
     int rc = 0;
     char num[128];
@@ -543,7 +532,7 @@ static int csv_walk(const rt_data_part *p, const uint8_t *b, size_t len, csv_row
             while (fl && isspace((unsigned char)*f)) { f++; fl--; }
             while (fl && isspace((unsigned char)f[fl - 1])) fl--;
             if (fl == 0 || fl >= sizeof num) {
-                rc = fail(err, errlen, RT_EDATA,
+                rc = rt_errf(err, errlen, RT_EDATA,
                           "CSV line %lld, column %lld is %s", (long long)line,
                           (long long)k, fl ? "too long" : "empty");
                 goto out;
@@ -553,7 +542,7 @@ static int csv_walk(const rt_data_part *p, const uint8_t *b, size_t len, csv_row
             char *ne;
             double d = strtod(num, &ne);
             if (*ne) {
-                rc = fail(err, errlen, RT_EDATA,
+                rc = rt_errf(err, errlen, RT_EDATA,
                           "CSV line %lld, column %lld is not a number ('%.20s')%s",
                           (long long)line, (long long)k, num,
                           line == 1 ? "; set csv_header to skip a header line" : "");
@@ -563,7 +552,7 @@ static int csv_walk(const rt_data_part *p, const uint8_t *b, size_t len, csv_row
                 double *nr = (size_t)k < (size_t)1 << 24 ? realloc(row, rcap * 2 * sizeof *row)
                                                          : NULL;
                 if (!nr) {
-                    rc = fail(err, errlen, RT_ETOOBIG, "CSV line %lld has too many columns",
+                    rc = rt_errf(err, errlen, RT_ETOOBIG, "CSV line %lld has too many columns",
                               (long long)line);
                     goto out;
                 }
@@ -578,7 +567,7 @@ static int csv_walk(const rt_data_part *p, const uint8_t *b, size_t len, csv_row
         if (cols < 0)
             cols = k;
         else if (k != cols) {
-            rc = fail(err, errlen, RT_EDATA,
+            rc = rt_errf(err, errlen, RT_EDATA,
                       "CSV line %lld has %lld columns, expected %lld", (long long)line,
                       (long long)k, (long long)cols);
             goto out;
@@ -589,7 +578,7 @@ static int csv_walk(const rt_data_part *p, const uint8_t *b, size_t len, csv_row
         c = eol + 1;
     }
     if (rows == 0)
-        rc = fail(err, errlen, RT_EDATA, "CSV part has no rows");
+        rc = rt_errf(err, errlen, RT_EDATA, "CSV part has no rows");
     *rows_out = rows;
     *cols_out = cols;
 out:
@@ -608,10 +597,10 @@ static int csv_append(void *ud, const double *v, int64_t k, char *err, size_t er
     csv_all *a = ud;
     while (a->n + (size_t)k > a->cap) {
         if ((a->cap * 2) * sizeof(double) > a->max_bytes * 8 + 8192)
-            return fail(err, errlen, RT_ETOOBIG, "CSV is too large");
+            return rt_errf(err, errlen, RT_ETOOBIG, "CSV is too large");
         double *nv = realloc(a->v, a->cap * 2 * sizeof *nv);
         if (!nv)
-            return fail(err, errlen, RT_ENOMEM, "out of memory parsing CSV");
+            return rt_errf(err, errlen, RT_ENOMEM, "out of memory parsing CSV");
         a->v = nv;
         a->cap *= 2;
     }
@@ -626,7 +615,7 @@ static int parse_csv(const rt_data_part *p, const uint8_t *b, size_t len,
 {
     csv_all a = {.cap = 1024, .max_bytes = max_bytes};
     if (!(a.v = malloc(a.cap * sizeof *a.v)))
-        return fail(err, errlen, RT_ENOMEM, "out of memory parsing CSV");
+        return rt_errf(err, errlen, RT_ENOMEM, "out of memory parsing CSV");
     int64_t rows = 0, cols = 0;
     int rc = csv_walk(p, b, len, csv_append, &a, &rows, &cols, err, errlen);
     if (rc < 0) {
@@ -683,17 +672,17 @@ static int to_features(const src_arr *s, int normalize, int finite_known, rt_dat
     if (skip >= 0)
         per -= 1;
     if (n <= 0 || per <= 0)
-        return fail(err, errlen, RT_EDATA, "features are empty (%lld samples of %lld values)",
+        return rt_errf(err, errlen, RT_EDATA, "features are empty (%lld samples of %lld values)",
                     (long long)n, (long long)per);
     int64_t total;
     if (mul_cap(n, per, (int64_t)(max_bytes * 4 + 4096) / 4, &total) < 0)
-        return fail(err, errlen, RT_ETOOBIG, "features are too large");
+        return rt_errf(err, errlen, RT_ETOOBIG, "features are too large");
     if (adopt && *adopt && skip < 0 && s->t == S_F32 && !s->big_endian && !s->owned &&
         (uintptr_t)s->data % _Alignof(float) == 0) {
         const float *xs = (const float *)s->data;
         int64_t bad = finite_known ? -1 : first_nonfinite(xs, total);
         if (bad >= 0)
-            return fail(err, errlen, RT_ENAN, "features contain %s at sample %lld, column %lld",
+            return rt_errf(err, errlen, RT_ENAN, "features contain %s at sample %lld, column %lld",
                         nonfinite_name(xs[bad]), (long long)(bad / per), (long long)(bad % per));
         ds->x_owner = *adopt;
         *adopt = NULL;
@@ -702,7 +691,7 @@ static int to_features(const src_arr *s, int normalize, int finite_known, rt_dat
     }
     float *x = malloc((size_t)total * sizeof(float));
     if (!x)
-        return fail(err, errlen, RT_ENOMEM, "out of memory for features");
+        return rt_errf(err, errlen, RT_ENOMEM, "out of memory for features");
     int scale = normalize && s->t == S_U8;
     int64_t in_per = skip >= 0 ? per + 1 : per;
     /* Fast paths for the common dense sources: one tight loop each, with
@@ -717,7 +706,7 @@ static int to_features(const src_arr *s, int normalize, int finite_known, rt_dat
             if (i >= 0) {
                 double d = x[i];
                 free(x);
-                return fail(err, errlen, RT_ENAN,
+                return rt_errf(err, errlen, RT_ENAN,
                             "features contain %s at sample %lld, column %lld",
                             nonfinite_name(d), (long long)(i / per), (long long)(i % per));
             }
@@ -732,13 +721,13 @@ static int to_features(const src_arr *s, int normalize, int finite_known, rt_dat
             double d = get_elem(s, i * in_per + j);
             if (!isfinite(d)) {
                 free(x);
-                return fail(err, errlen, RT_ENAN,
+                return rt_errf(err, errlen, RT_ENAN,
                             "features contain %s at sample %lld, column %lld",
                             nonfinite_name(d), (long long)i, (long long)o);
             }
             if (fabs(d) >= RT__F32_OVERFLOW) {
                 free(x);
-                return fail(err, errlen, RT_ENAN,
+                return rt_errf(err, errlen, RT_ENAN,
                             "features contain %g at sample %lld, column %lld: outside float32's range",
                             d, (long long)i, (long long)o);
             }
@@ -768,18 +757,18 @@ static int to_sample_weights(const src_arr *s, rt_dataset *ds, char *err, size_t
 {
     int64_t n = s->ndim >= 1 ? s->dims[0] : 0;
     if (s->ndim < 1 || rt_data_numel(s->ndim - 1, s->dims + 1) != 1)
-        return fail(err, errlen, RT_ESHAPE, "sample weights must have shape (n,) or (n, 1)");
+        return rt_errf(err, errlen, RT_ESHAPE, "sample weights must have shape (n,) or (n, 1)");
     if (n != ds->n)
-        return fail(err, errlen, RT_EDATA, "features have %lld samples but sample weights %lld",
+        return rt_errf(err, errlen, RT_EDATA, "features have %lld samples but sample weights %lld",
                     (long long)ds->n, (long long)n);
     float *w = malloc(sizeof(float) * (size_t)(n ? n : 1));
     if (!w)
-        return fail(err, errlen, RT_ENOMEM, "out of memory for sample weights");
+        return rt_errf(err, errlen, RT_ENOMEM, "out of memory for sample weights");
     for (int64_t i = 0; i < n; i++) {
         double d = get_elem(s, i);
         if (!isfinite(d) || d < 0 || d >= RT__F32_OVERFLOW) {
             free(w);
-            return fail(err, errlen, RT_EDATA,
+            return rt_errf(err, errlen, RT_EDATA,
                         "sample weight %g at sample %lld: weights must be finite and >= 0", d,
                         (long long)i);
         }
@@ -804,24 +793,24 @@ static int to_labels(const src_arr *s, rt_dataset *ds, char *err, size_t errlen)
         col0 = 0;
     }
     if (n <= 0 || per <= 0)
-        return fail(err, errlen, RT_EDATA, "labels are empty");
+        return rt_errf(err, errlen, RT_EDATA, "labels are empty");
     int fl = is_float_src(s->t);
     void *y = malloc((size_t)(n * per) * 4);
     if (!y)
-        return fail(err, errlen, RT_ENOMEM, "out of memory for labels");
+        return rt_errf(err, errlen, RT_ENOMEM, "out of memory for labels");
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < per; j++) {
             double d = get_elem(s, i * stride + col0 + j);
             if (fl) {
                 if (!isfinite(d)) {
                     free(y);
-                    return fail(err, errlen, RT_ENAN,
+                    return rt_errf(err, errlen, RT_ENAN,
                                 "labels contain %s at sample %lld, column %lld",
                                 nonfinite_name(d), (long long)i, (long long)j);
                 }
                 if (fabs(d) >= RT__F32_OVERFLOW) {
                     free(y);
-                    return fail(err, errlen, RT_ENAN,
+                    return rt_errf(err, errlen, RT_ENAN,
                                 "labels contain %g at sample %lld, column %lld: outside float32's range",
                                 d, (long long)i, (long long)j);
                 }
@@ -829,7 +818,7 @@ static int to_labels(const src_arr *s, rt_dataset *ds, char *err, size_t errlen)
             } else {
                 if (d < -2147483648.0 || d > 2147483647.0) {
                     free(y);
-                    return fail(err, errlen, RT_EDATA,
+                    return rt_errf(err, errlen, RT_EDATA,
                                 "label %lld at sample %lld does not fit in int32",
                                 (long long)d, (long long)i);
                 }
@@ -847,7 +836,7 @@ static int to_labels(const src_arr *s, rt_dataset *ds, char *err, size_t errlen)
     ds->bytes += (uint64_t)(n * per) * 4;
     return n == ds->n || ds->n == 0
                ? 0
-               : fail(err, errlen, RT_EDATA,
+               : rt_errf(err, errlen, RT_EDATA,
                       "features have %lld samples but labels have %lld",
                       (long long)ds->n, (long long)n);
 }
@@ -907,7 +896,7 @@ static int sink_elems(row_sink *k, const uint8_t *data, uint64_t count, char *er
             int64_t i = first_nonfinite(k->f, (int64_t)m);
             if (i >= 0) {
                 uint64_t g = k->elem + (uint64_t)i;
-                return fail(err, errlen, RT_ENAN, "features contain %s at sample %lld, column %lld",
+                return rt_errf(err, errlen, RT_ENAN, "features contain %s at sample %lld, column %lld",
                             nonfinite_name(k->f[i]), (long long)(g / (uint64_t)k->per),
                             (long long)(g % (uint64_t)k->per));
             }
@@ -917,12 +906,12 @@ static int sink_elems(row_sink *k, const uint8_t *data, uint64_t count, char *er
                 double d = get_elem(&a, (int64_t)i);
                 uint64_t g = k->elem + i;
                 if (!isfinite(d))
-                    return fail(err, errlen, RT_ENAN,
+                    return rt_errf(err, errlen, RT_ENAN,
                                 "features contain %s at sample %lld, column %lld",
                                 nonfinite_name(d), (long long)(g / (uint64_t)k->per),
                                 (long long)(g % (uint64_t)k->per));
                 if (fabs(d) >= RT__F32_OVERFLOW)
-                    return fail(err, errlen, RT_ENAN,
+                    return rt_errf(err, errlen, RT_ENAN,
                                 "features contain %g at sample %lld, column %lld: outside float32's range",
                                 d, (long long)(g / (uint64_t)k->per),
                                 (long long)(g % (uint64_t)k->per));
@@ -959,12 +948,12 @@ static int sink_open(row_sink *k, const rt_data_part *p, src_type t, int big_end
     const int u8 = t == S_U8;
     int64_t total;
     if (n <= 0 || per <= 0)
-        return fail(err, errlen, RT_EDATA, "features are empty (%lld samples of %lld values)",
+        return rt_errf(err, errlen, RT_EDATA, "features are empty (%lld samples of %lld values)",
                     (long long)n, (long long)per);
     if (mul_cap(n, per, INT64_MAX / 8, &total) < 0)
-        return fail(err, errlen, RT_ETOOBIG, "features are too large");
+        return rt_errf(err, errlen, RT_ETOOBIG, "features are too large");
     if (!u8 && !(k->f = malloc(SINK_CHUNK * sizeof(float))))
-        return fail(err, errlen, RT_ENOMEM, "out of memory");
+        return rt_errf(err, errlen, RT_ENOMEM, "out of memory");
     rt_stream_rows rows = {.per = per, .u8_len = u8 ? per : 0,
                            .u8_kind = p->normalize ? RT_ROWS_U8_UNIT : RT_ROWS_U8_VALUE};
     int rc = rt_stream_begin(&rows, n, p->shuffle_buffer, sc, &ds->stream, err, errlen);
@@ -1003,7 +992,7 @@ static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len, u
     z_stream z;
     memset(&z, 0, sizeof z);
     if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
-        return fail(err, errlen, RT_ENOMEM, "zlib init failed");
+        return rt_errf(err, errlen, RT_ENOMEM, "zlib init failed");
     uint8_t hdr[4 + 4 * RT_MAX_DIMS];
     size_t hl = 0;
     int rc = 0, zr = Z_OK;
@@ -1023,7 +1012,7 @@ static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len, u
     case 0x0D: t = S_F32; break;
     case 0x0E: t = S_F64; break;
     default:
-        rc = fail(err, errlen, RT_EDATA, "IDX type 0x%02x is unknown", hdr[2]);
+        rc = rt_errf(err, errlen, RT_EDATA, "IDX type 0x%02x is unknown", hdr[2]);
         goto out;
     }
     int ndim = hdr[3];
@@ -1032,7 +1021,7 @@ static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len, u
         const uint8_t *q = hdr + 4 + 4 * i;
         dims[i] = ((int64_t)q[0] << 24) | ((int64_t)q[1] << 16) | ((int64_t)q[2] << 8) | q[3];
         if (mul_cap(cnt, dims[i], INT64_MAX / 8, &cnt) < 0) {
-            rc = fail(err, errlen, RT_EDATA, "IDX shape overflows");
+            rc = rt_errf(err, errlen, RT_EDATA, "IDX shape overflows");
             goto out;
         }
     }
@@ -1042,7 +1031,7 @@ static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len, u
         goto out; /* in memory: parse_idx reads it again */
     *done = 1;
     if (need > rt_inflate_cap(len, ratio)) {
-        rc = fail(err, errlen, RT_ETOOBIG,
+        rc = rt_errf(err, errlen, RT_ETOOBIG,
                   "IDX declares %llu bytes inflated from %zu: over the inflate ratio limit of %u",
                   (unsigned long long)need, len, ratio);
         goto out;
@@ -1051,7 +1040,7 @@ static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len, u
         goto out;
     enum { ZCH = 1 << 20 };
     if (!(buf = malloc(ZCH))) {
-        rc = fail(err, errlen, RT_ENOMEM, "out of memory inflating gzip");
+        rc = rt_errf(err, errlen, RT_ENOMEM, "out of memory inflating gzip");
         goto out;
     }
     const size_t es = src_size[t];
@@ -1064,7 +1053,7 @@ static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len, u
         size_t have = (size_t)(z.next_out - buf);
         out_total += have - carry;
         if (out_total > need) {
-            rc = fail(err, errlen, RT_EDATA,
+            rc = rt_errf(err, errlen, RT_EDATA,
                       "gzip data inflates past the %llu bytes its IDX header declares",
                       (unsigned long long)(need + hl));
             goto out;
@@ -1080,11 +1069,11 @@ static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len, u
             zr = Z_OK;
     }
     if (zr != Z_STREAM_END) {
-        rc = fail(err, errlen, RT_EDATA, "corrupt gzip data (%s)", z.msg ? z.msg : "truncated");
+        rc = rt_errf(err, errlen, RT_EDATA, "corrupt gzip data (%s)", z.msg ? z.msg : "truncated");
         goto out;
     }
     if (out_total != need) {
-        rc = fail(err, errlen, RT_EDATA, "IDX data is %llu bytes but its header needs %llu",
+        rc = rt_errf(err, errlen, RT_EDATA, "IDX data is %llu bytes but its header needs %llu",
                   (unsigned long long)out_total, (unsigned long long)need);
         goto out;
     }
@@ -1120,10 +1109,10 @@ static int csv_to_sink(void *ud, const double *v, int64_t k, char *err, size_t e
         }
         double d = v[j];
         if (!isfinite(d))
-            return fail(err, errlen, RT_ENAN, "features contain %s at sample %lld, column %lld",
+            return rt_errf(err, errlen, RT_ENAN, "features contain %s at sample %lld, column %lld",
                         nonfinite_name(d), (long long)c->i, (long long)o);
         if (fabs(d) >= RT__F32_OVERFLOW)
-            return fail(err, errlen, RT_ENAN,
+            return rt_errf(err, errlen, RT_ENAN,
                         "features contain %g at sample %lld, column %lld: outside float32's range",
                         d, (long long)c->i, (long long)o);
         o++;
@@ -1153,7 +1142,7 @@ static int stream_csv(const rt_data_part *p, const uint8_t *b, size_t len,
     if (p->role == RT_ROLE_BOTH) {
         lc = p->label_column < 0 ? cols + p->label_column : p->label_column;
         if (lc < 0 || lc >= cols || cols < 2)
-            return fail(err, errlen, RT_EDATA, "CSV label_column %d is outside its %lld columns",
+            return rt_errf(err, errlen, RT_EDATA, "CSV label_column %d is outside its %lld columns",
                         p->label_column, (long long)cols);
     }
     const int64_t per = cols - (lc >= 0);
@@ -1163,7 +1152,7 @@ static int stream_csv(const rt_data_part *p, const uint8_t *b, size_t len,
     row_sink k;
     csv_stream c = {.k = &k, .lc = lc};
     if (lc >= 0 && !(c.labels = malloc(sizeof(double) * (size_t)rows)))
-        return fail(err, errlen, RT_ENOMEM, "out of memory for labels");
+        return rt_errf(err, errlen, RT_ENOMEM, "out of memory for labels");
     rc = sink_open(&k, p, S_F32, 0, rows, per, sc, ds, err, errlen);
     if (rc == 0)
         rc = csv_walk(p, b, len, csv_to_sink, &c, &rows, &cols, err, errlen);
@@ -1231,33 +1220,33 @@ static int parse_tfrecord(const rt_data_part *parts, int n_parts, const uint8_t 
                           char *err, size_t errlen)
 {
     if (n_parts > RT_DATA_MAX_PARTS)
-        return fail(err, errlen, RT_EDATA, "a TFRecord dataset has at most %d shards, got %d",
+        return rt_errf(err, errlen, RT_EDATA, "a TFRecord dataset has at most %d shards, got %d",
                     RT_DATA_MAX_PARTS, n_parts);
     rt_tfr_shard sh[RT_DATA_MAX_PARTS];
     uint64_t off = 0;
     for (int i = 0; i < n_parts; i++) {
         const rt_data_part *p = &parts[i];
         if (p->format != RT_FMT_TFRECORD || p->role != RT_ROLE_BOTH)
-            return fail(err, errlen, RT_EDATA,
+            return rt_errf(err, errlen, RT_EDATA,
                         "part %d: a TFRecord dataset is TFRecord shards of role BOTH only", i);
         if (!p->spec)
-            return fail(err, errlen, RT_EDATA, "TFRecord parts need a feature spec");
+            return rt_errf(err, errlen, RT_EDATA, "TFRecord parts need a feature spec");
         if ((int)p->compression < RT_TFR_NONE || p->compression > RT_TFR_ZLIB)
-            return fail(err, errlen, RT_EDATA, "part %d has unknown compression %d", i,
+            return rt_errf(err, errlen, RT_EDATA, "part %d has unknown compression %d", i,
                         (int)p->compression);
         if (p->length > len - off)
-            return fail(err, errlen, RT_EDATA, "parts add up to more than the %zu bytes uploaded",
+            return rt_errf(err, errlen, RT_EDATA, "parts add up to more than the %zu bytes uploaded",
                         len);
         sh[i] = (rt_tfr_shard){.data = buf + off, .len = (size_t)p->length,
                                .compression = p->compression, .ratio = ratio};
         off += p->length;
     }
     if (off != len)
-        return fail(err, errlen, RT_EDATA, "parts add up to %llu bytes but %zu were uploaded",
+        return rt_errf(err, errlen, RT_EDATA, "parts add up to %llu bytes but %zu were uploaded",
                     (unsigned long long)off, len);
     rt_dataset *ds = calloc(1, sizeof *ds);
     if (!ds)
-        return fail(err, errlen, RT_ENOMEM, "out of memory");
+        return rt_errf(err, errlen, RT_ENOMEM, "out of memory");
     pthread_mutex_init(&ds->mu, NULL);
     ds->refs = 1;
     int rc = rt_example_build_ex(parts[0].spec, sh, n_parts, max_bytes, &stream_cfg, ds, err,
@@ -1281,47 +1270,47 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
         return parse_tfrecord(parts, n_parts, buf, len, max_bytes, max_inflate_ratio, out, err,
                               errlen);
     if (n_parts < 1 || n_parts > 3)
-        return fail(err, errlen, RT_EDATA,
+        return rt_errf(err, errlen, RT_EDATA,
                     "a dataset has 1 to 3 parts (features [+ labels] [+ sample weights]); "
                     "got %d", n_parts);
     uint64_t sum = 0;
     for (int i = 0; i < n_parts; i++)
         sum += parts[i].length;
     if (sum != len)
-        return fail(err, errlen, RT_EDATA,
+        return rt_errf(err, errlen, RT_EDATA,
                     "parts add up to %llu bytes but %zu were uploaded",
                     (unsigned long long)sum, len);
     int have_x = 0, have_y = 0, have_w = 0;
     for (int i = 0; i < n_parts; i++) {
         if (parts[i].role == RT_ROLE_SAMPLE_WEIGHTS) {
             if (parts[i].format != RT_FMT_RAW && parts[i].format != RT_FMT_NPY)
-                return fail(err, errlen, RT_EDATA,
+                return rt_errf(err, errlen, RT_EDATA,
                             "part %d: sample weights are a RAW or NPY array", i);
             have_w++;
             continue;
         }
         if ((int)parts[i].role < 0 || parts[i].role > RT_ROLE_BOTH)
-            return fail(err, errlen, RT_EDATA, "part %d has an unknown role %d", i,
+            return rt_errf(err, errlen, RT_EDATA, "part %d has an unknown role %d", i,
                         (int)parts[i].role);
         if ((int)parts[i].format < 0 || parts[i].format > RT_FMT_TFRECORD)
-            return fail(err, errlen, RT_EDATA, "part %d has an unknown format %d", i,
+            return rt_errf(err, errlen, RT_EDATA, "part %d has an unknown format %d", i,
                         (int)parts[i].format);
         if (parts[i].role == RT_ROLE_BOTH && parts[i].format != RT_FMT_CSV)
-            return fail(err, errlen, RT_EDATA,
+            return rt_errf(err, errlen, RT_EDATA,
                         "part %d: only a CSV part can hold features and labels", i);
         have_x += parts[i].role != RT_ROLE_LABELS;
         have_y += parts[i].role != RT_ROLE_FEATURES;
     }
     if (have_x != 1 || have_y > 1 || have_w > 1)
-        return fail(err, errlen, RT_EDATA,
+        return rt_errf(err, errlen, RT_EDATA,
                     "a dataset needs exactly one features part and at most one labels part "
                     "and one sample weights part");
     if (have_w && !have_y)
-        return fail(err, errlen, RT_EDATA, "sample weights need labels");
+        return rt_errf(err, errlen, RT_EDATA, "sample weights need labels");
 
     rt_dataset *ds = calloc(1, sizeof *ds);
     if (!ds)
-        return fail(err, errlen, RT_ENOMEM, "out of memory");
+        return rt_errf(err, errlen, RT_ENOMEM, "out of memory");
     pthread_mutex_init(&ds->mu, NULL);
     ds->refs = 1;
     ds->x_free = take_free; /* for an adopted *bufp */
@@ -1356,14 +1345,14 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
                 break;
             case RT_FMT_CSV: rc = parse_csv(p, ptrs[i], plen, max_bytes, &s, err, errlen); break;
             case RT_FMT_TFRECORD: /* whole-dataset format, dispatched above */
-                rc = fail(err, errlen, RT_EDATA, "TFRecord parts cannot mix with other formats");
+                rc = rt_errf(err, errlen, RT_EDATA, "TFRecord parts cannot mix with other formats");
                 break;
             }
             if (rc == 0 && !streamed && p->role == RT_ROLE_BOTH) {
                 int64_t lc = p->label_column < 0 ? s.row_cols + p->label_column
                                                  : p->label_column;
                 if (lc < 0 || lc >= s.row_cols || s.row_cols < 2) {
-                    rc = fail(err, errlen, RT_EDATA,
+                    rc = rt_errf(err, errlen, RT_EDATA,
                               "CSV label_column %d is outside its %lld columns",
                               p->label_column, (long long)s.row_cols);
                 } else {
@@ -1454,13 +1443,8 @@ void rt_data_key(const uint8_t content_hash[16], const rt_data_part *parts,
 int rt_dataset_set_key(rt_dataset *ds, const uint8_t key[16])
 {
     uint8_t r[16];
-    size_t got = 0;
-    while (got < sizeof r) {
-        ssize_t k = getrandom(r + got, sizeof r - got, 0);
-        if (k < 0 && errno != EINTR)
-            return RT_EIO;
-        got += k > 0 ? (size_t)k : 0;
-    }
+    if (rt_random_bytes(r, sizeof r) < 0)
+        return RT_EIO;
     memcpy(ds->key, key, 16);
     strcpy(ds->id, "d-");
     for (int i = 0; i < 16; i++)
@@ -1503,13 +1487,13 @@ int rt_dataset_labels_as(rt_dataset *ds, rt_dtype dtype, const void **out,
 {
     *out = NULL;
     if (!ds->y)
-        return fail(err, errlen, RT_EDATA, "dataset %s has no labels", ds->id);
+        return rt_errf(err, errlen, RT_EDATA, "dataset %s has no labels", ds->id);
     if (dtype == ds->y_dtype) {
         *out = ds->y;
         return 0;
     }
     if (dtype != RT_F32 && dtype != RT_I32)
-        return fail(err, errlen, RT_EDTYPE, "labels can be f32 or i32, not dtype %d",
+        return rt_errf(err, errlen, RT_EDTYPE, "labels can be f32 or i32, not dtype %d",
                     (int)dtype);
     int rc = 0;
     pthread_mutex_lock(&ds->mu);
@@ -1520,7 +1504,7 @@ int rt_dataset_labels_as(rt_dataset *ds, rt_dtype dtype, const void **out,
     int64_t m = ds->n * rt_data_numel(ds->y_ndim, ds->y_dims);
     void *c = malloc((size_t)m * 4);
     if (!c) {
-        rc = fail(err, errlen, RT_ENOMEM, "out of memory converting labels");
+        rc = rt_errf(err, errlen, RT_ENOMEM, "out of memory converting labels");
         goto done;
     }
     if (dtype == RT_F32) {
@@ -1531,7 +1515,7 @@ int rt_dataset_labels_as(rt_dataset *ds, rt_dtype dtype, const void **out,
             float f = ((const float *)ds->y)[i];
             if (f != floorf(f) || f < -2147483648.0f || f >= 2147483648.0f) {
                 free(c);
-                rc = fail(err, errlen, RT_EDTYPE,
+                rc = rt_errf(err, errlen, RT_EDTYPE,
                           "the program needs integer labels but label %lld is %g",
                           (long long)i, (double)f);
                 goto done;

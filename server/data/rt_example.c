@@ -1,5 +1,6 @@
 /* rt_example.c - tf.train.Example / SequenceExample records into a dataset. */
 #include "rt_example.h"
+#include "rt_errf.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -11,19 +12,6 @@
 
 #include "rt_stream.h"
 #include "tf_example.pb-c.h"
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 static const char *const kind_names[] = {"int64", "float", "jpeg", "png", "image"};
 
@@ -43,36 +31,36 @@ static int64_t feat_numel(const rt_example_spec *s, const rt_feat_spec *f)
 int rt_example_spec_check(const rt_example_spec *s, char *err, size_t errlen)
 {
     if (s->n < 1 || s->n > RT_SPEC_MAX_FEATURES)
-        return fail(err, errlen, RT_EINVAL, "a feature spec has 1..%d keys, got %d",
+        return rt_errf(err, errlen, RT_EINVAL, "a feature spec has 1..%d keys, got %d",
                     RT_SPEC_MAX_FEATURES, s->n);
     int labels = 0, feats = 0, images = 0;
     for (int i = 0; i < s->n; i++) {
         const rt_feat_spec *f = &s->f[i];
         if (!f->key[0] || memchr(f->key, 0, RT_SPEC_KEY_MAX) == NULL)
-            return fail(err, errlen, RT_EINVAL, "feature spec entry %d has no key", i);
+            return rt_errf(err, errlen, RT_EINVAL, "feature spec entry %d has no key", i);
         if ((int)f->kind < 0 || f->kind > RT_FEAT_IMAGE)
-            return fail(err, errlen, RT_EINVAL, "feature '%s' has unknown kind %d", f->key,
+            return rt_errf(err, errlen, RT_EINVAL, "feature '%s' has unknown kind %d", f->key,
                         (int)f->kind);
         for (int j = 0; j < i; j++)
             if (strcmp(s->f[j].key, f->key) == 0)
-                return fail(err, errlen, RT_EINVAL, "feature '%s' is in the spec twice", f->key);
+                return rt_errf(err, errlen, RT_EINVAL, "feature '%s' is in the spec twice", f->key);
         if (f->sequence && !s->sequence_example)
-            return fail(err, errlen, RT_EINVAL,
+            return rt_errf(err, errlen, RT_EINVAL,
                         "feature '%s' reads a feature list but records are Examples", f->key);
         if (f->sequence && (is_image(f->kind) || f->ndim != 2))
-            return fail(err, errlen, RT_EINVAL,
+            return rt_errf(err, errlen, RT_EINVAL,
                         "feature list '%s' needs a numeric kind and a shape (steps, values)",
                         f->key);
         if (f->ndim < 0 || f->ndim > 2)
-            return fail(err, errlen, RT_EINVAL, "feature '%s' has %d dims (0..2 allowed)", f->key,
+            return rt_errf(err, errlen, RT_EINVAL, "feature '%s' has %d dims (0..2 allowed)", f->key,
                         f->ndim);
         for (int d = 0; d < f->ndim; d++)
             if (f->dims[d] < 1 || f->dims[d] > (1 << 24))
-                return fail(err, errlen, RT_EINVAL, "feature '%s' dim %d is %lld", f->key, d,
+                return rt_errf(err, errlen, RT_EINVAL, "feature '%s' dim %d is %lld", f->key, d,
                             (long long)f->dims[d]);
         if (f->label) {
             if (is_image(f->kind))
-                return fail(err, errlen, RT_EINVAL, "label '%s' cannot be an image", f->key);
+                return rt_errf(err, errlen, RT_EINVAL, "label '%s' cannot be an image", f->key);
             labels++;
         } else {
             feats++;
@@ -80,27 +68,27 @@ int rt_example_spec_check(const rt_example_spec *s, char *err, size_t errlen)
         images += is_image(f->kind) && !f->label;
     }
     if (labels > 1)
-        return fail(err, errlen, RT_EINVAL, "the spec names %d labels; at most one", labels);
+        return rt_errf(err, errlen, RT_EINVAL, "the spec names %d labels; at most one", labels);
     if (feats < 1)
-        return fail(err, errlen, RT_EINVAL, "the spec has no feature besides the label");
+        return rt_errf(err, errlen, RT_EINVAL, "the spec has no feature besides the label");
     if (images) {
         const rt_image_spec *m = &s->img;
         if (m->h < 1 || m->w < 1 || m->h > 8192 || m->w > 8192)
-            return fail(err, errlen, RT_EINVAL,
+            return rt_errf(err, errlen, RT_EINVAL,
                         "images need an input size (height, width in 1..8192), got %d x %d",
                         m->h, m->w);
         if (m->c != 1 && m->c != 3)
-            return fail(err, errlen, RT_EINVAL, "images have 1 or 3 channels, not %d", m->c);
+            return rt_errf(err, errlen, RT_EINVAL, "images have 1 or 3 channels, not %d", m->c);
         if (images > 1 && rt_image_spec_augments(m))
-            return fail(err, errlen, RT_EINVAL, "augmentation needs exactly one image feature");
+            return rt_errf(err, errlen, RT_EINVAL, "augmentation needs exactly one image feature");
         if (m->crop_pad < 0 || m->crop_pad > m->h || m->crop_pad > m->w || m->brightness < 0 ||
             m->brightness > 1 || m->contrast < 0 || m->contrast > 1 ||
             !isfinite(m->brightness) || !isfinite(m->contrast))
-            return fail(err, errlen, RT_EINVAL,
+            return rt_errf(err, errlen, RT_EINVAL,
                         "augmentation out of range (crop_pad <= size, brightness and contrast in [0, 1])");
         for (int ch = 0; ch < m->c; ch++)
             if (!isfinite(m->mean[ch]) || !isfinite(m->std[ch]) || m->std[ch] < 0)
-                return fail(err, errlen, RT_EINVAL, "image mean/std must be finite, std >= 0");
+                return rt_errf(err, errlen, RT_EINVAL, "image mean/std must be finite, std >= 0");
     }
     return 0;
 }
@@ -172,22 +160,22 @@ static int read_numeric(const rt_feat_spec *fs, const Tensorflow__Feature *f, in
     size_t n;
     if (fs->kind == RT_FEAT_INT64) {
         if (!f || f->kind_case != TENSORFLOW__FEATURE__KIND_INT64_LIST)
-            return fail(err, errlen, RT_EDTYPE, "is %s, the spec says int64", feature_kind_str(f));
+            return rt_errf(err, errlen, RT_EDTYPE, "is %s, the spec says int64", feature_kind_str(f));
         n = f->int64_list->n_value;
     } else {
         if (!f || f->kind_case != TENSORFLOW__FEATURE__KIND_FLOAT_LIST)
-            return fail(err, errlen, RT_EDTYPE, "is %s, the spec says float", feature_kind_str(f));
+            return rt_errf(err, errlen, RT_EDTYPE, "is %s, the spec says float", feature_kind_str(f));
         n = f->float_list->n_value;
     }
     if ((int64_t)n != want)
-        return fail(err, errlen, RT_ESHAPE, "has %zu values, the spec says %lld", n,
+        return rt_errf(err, errlen, RT_ESHAPE, "has %zu values, the spec says %lld", n,
                     (long long)want);
     for (size_t i = 0; i < n; i++) {
         if (fs->kind == RT_FEAT_INT64) {
             int64_t v = f->int64_list->value[i];
             if (out_i) {
                 if (v < INT32_MIN || v > INT32_MAX)
-                    return fail(err, errlen, RT_EDATA, "value %lld does not fit in int32",
+                    return rt_errf(err, errlen, RT_EDATA, "value %lld does not fit in int32",
                                 (long long)v);
                 out_i[i] = (int32_t)v;
             } else {
@@ -196,7 +184,7 @@ static int read_numeric(const rt_feat_spec *fs, const Tensorflow__Feature *f, in
         } else {
             float v = f->float_list->value[i];
             if (!isfinite(v))
-                return fail(err, errlen, RT_ENAN, "value %zu is %s", i, isnan(v) ? "NaN" : "Inf");
+                return rt_errf(err, errlen, RT_ENAN, "value %zu is %s", i, isnan(v) ? "NaN" : "Inf");
             out_f[i] = v;
         }
     }
@@ -216,13 +204,13 @@ int rt_example_decode(const rt_example_layout *b, const uint8_t *rec, size_t len
     if (s->sequence_example) {
         sx = tensorflow__sequence_example__unpack(NULL, len, rec);
         if (!sx)
-            return fail(err, errlen, RT_EDATA, "not a tf.train.SequenceExample");
+            return rt_errf(err, errlen, RT_EDATA, "not a tf.train.SequenceExample");
         feats = sx->context;
         lists = sx->feature_lists;
     } else {
         ex = tensorflow__example__unpack(NULL, len, rec);
         if (!ex)
-            return fail(err, errlen, RT_EDATA, "not a tf.train.Example");
+            return rt_errf(err, errlen, RT_EDATA, "not a tf.train.Example");
         feats = ex->features;
     }
     int rc = 0;
@@ -234,11 +222,11 @@ int rt_example_decode(const rt_example_layout *b, const uint8_t *rec, size_t len
         if (fs->sequence) {
             const Tensorflow__FeatureList *fl = find_list(lists, fs->key);
             if (!fl) {
-                rc = fail(err, errlen, RT_EDATA, "feature list '%s' is missing", fs->key);
+                rc = rt_errf(err, errlen, RT_EDATA, "feature list '%s' is missing", fs->key);
                 break;
             }
             if ((int64_t)fl->n_feature != fs->dims[0]) {
-                rc = fail(err, errlen, RT_ESHAPE, "feature list '%s' has %zu steps, the spec says %lld",
+                rc = rt_errf(err, errlen, RT_ESHAPE, "feature list '%s' has %zu steps, the spec says %lld",
                           fs->key, fl->n_feature, (long long)fs->dims[0]);
                 break;
             }
@@ -247,22 +235,22 @@ int rt_example_decode(const rt_example_layout *b, const uint8_t *rec, size_t len
                                       : x + off + (int64_t)t * fs->dims[1];
                 int32_t *oi = fs->label && b->label_i32 ? (int32_t *)y + t * fs->dims[1] : NULL;
                 if ((rc = read_numeric(fs, fl->feature[t], fs->dims[1], of, oi, sub, sizeof sub)) < 0)
-                    fail(err, errlen, rc, "feature list '%s' step %zu %s", fs->key, t, sub);
+                    rt_errf(err, errlen, rc, "feature list '%s' step %zu %s", fs->key, t, sub);
             }
         } else {
             const Tensorflow__Feature *f = find_feature(feats, fs->key);
             if (!f) {
-                rc = fail(err, errlen, RT_EDATA, "feature '%s' is missing", fs->key);
+                rc = rt_errf(err, errlen, RT_EDATA, "feature '%s' is missing", fs->key);
                 break;
             }
             if (is_image(fs->kind)) {
                 if (f->kind_case != TENSORFLOW__FEATURE__KIND_BYTES_LIST) {
-                    rc = fail(err, errlen, RT_EDTYPE, "feature '%s' is %s, the spec says %s",
+                    rc = rt_errf(err, errlen, RT_EDTYPE, "feature '%s' is %s, the spec says %s",
                               fs->key, feature_kind_str(f), kind_names[fs->kind]);
                     break;
                 }
                 if (f->bytes_list->n_value != 1) {
-                    rc = fail(err, errlen, RT_ESHAPE, "feature '%s' holds %zu images, not 1",
+                    rc = rt_errf(err, errlen, RT_ESHAPE, "feature '%s' holds %zu images, not 1",
                               fs->key, f->bytes_list->n_value);
                     break;
                 }
@@ -277,7 +265,7 @@ int rt_example_decode(const rt_example_layout *b, const uint8_t *rec, size_t len
                                          m->c, RT_IMAGE_MAX_VALUES, m->w, m->h, &px, &w, &h, sub,
                                          sizeof sub);
                 if (rc < 0) {
-                    fail(err, errlen, rc, "feature '%s': %s", fs->key, sub);
+                    rt_errf(err, errlen, rc, "feature '%s': %s", fs->key, sub);
                     break;
                 }
                 uint8_t small_buf[4096];
@@ -286,7 +274,7 @@ int rt_example_decode(const rt_example_layout *b, const uint8_t *rec, size_t len
                                                                                    : malloc(need);
                 if (!small) {
                     free(px);
-                    rc = fail(err, errlen, RT_ENOMEM, "out of memory resizing '%s'", fs->key);
+                    rc = rt_errf(err, errlen, RT_ENOMEM, "out of memory resizing '%s'", fs->key);
                     break;
                 }
                 rt_image_resize(px, w, h, m->c, small, m->w, m->h, m->resize);
@@ -298,11 +286,11 @@ int rt_example_decode(const rt_example_layout *b, const uint8_t *rec, size_t len
                 rc = read_numeric(fs, f, numel, b->label_i32 ? NULL : y,
                                   b->label_i32 ? y : NULL, sub, sizeof sub);
                 if (rc < 0)
-                    fail(err, errlen, rc, "feature '%s' %s", fs->key, sub);
+                    rt_errf(err, errlen, rc, "feature '%s' %s", fs->key, sub);
             } else {
                 rc = read_numeric(fs, f, numel, x + off, NULL, sub, sizeof sub);
                 if (rc < 0)
-                    fail(err, errlen, rc, "feature '%s' %s", fs->key, sub);
+                    rt_errf(err, errlen, rc, "feature '%s' %s", fs->key, sub);
             }
         }
         if (!fs->label)
@@ -411,7 +399,7 @@ static int build_streamed(const rt_example_layout *b, const rec_ref *recs, int64
     for (int64_t i = 0; i < n; i++)
         good += !recs[i].bad;
     if (good == 0)
-        return fail(err, errlen, RT_EDATA, "every record was bad; first: %s", ds->skip_msg);
+        return rt_errf(err, errlen, RT_EDATA, "every record was bad; first: %s", ds->skip_msg);
     int64_t ch = (int64_t)((16u << 20) / rb);
     ch = ch < 16 ? 16 : ch > 1024 ? 1024 : ch;
     ds->y = b->lab >= 0 ? malloc((size_t)n * (size_t)b->lab_per * 4) : NULL;
@@ -420,7 +408,7 @@ static int build_streamed(const rt_example_layout *b, const rec_ref *recs, int64
     char (*msgs)[200] = malloc(sizeof *msgs * (size_t)ch);
     int rc = 0;
     if ((b->lab >= 0 && !ds->y) || !rows || !status || !msgs) {
-        rc = fail(err, errlen, RT_ENOMEM, "out of memory for %lld labels", (long long)n);
+        rc = rt_errf(err, errlen, RT_ENOMEM, "out of memory for %lld labels", (long long)n);
         goto out;
     }
     if ((rc = rt_stream_begin(&R, good, s->shuffle_buffer, sc, &ds->stream, err, errlen)) < 0)
@@ -455,7 +443,7 @@ static int build_streamed(const rt_example_layout *b, const rec_ref *recs, int64
             free(x);
         }
         if (nomem) {
-            rc = fail(err, errlen, RT_ENOMEM, "out of memory for decode scratch");
+            rc = rt_errf(err, errlen, RT_ENOMEM, "out of memory for decode scratch");
             break;
         }
         /* in record order: report or skip the bad, write the good */
@@ -477,7 +465,7 @@ static int build_streamed(const rt_example_layout *b, const rec_ref *recs, int64
                 snprintf(m, sizeof m, "shard %d record %lld: %s", recs[i].shard,
                          (long long)recs[i].index, msgs[k]);
                 if (!s->skip_bad) {
-                    rc = fail(err, errlen, status[k], "%s", m);
+                    rc = rt_errf(err, errlen, status[k], "%s", m);
                     break;
                 }
                 note_skip(ds, m);
@@ -492,7 +480,7 @@ static int build_streamed(const rt_example_layout *b, const rec_ref *recs, int64
     if (rc < 0)
         goto out;
     if (kept == 0) {
-        rc = fail(err, errlen, RT_EDATA, "every record was bad; first: %s", ds->skip_msg);
+        rc = rt_errf(err, errlen, RT_EDATA, "every record was bad; first: %s", ds->skip_msg);
         goto out;
     }
     if ((rc = rt_stream_end(ds->stream, err, errlen)) < 0)
@@ -530,7 +518,7 @@ int rt_example_build_ex(const rt_example_spec *s, const rt_tfr_shard *shards, in
     size_t n_recs = 0, cap = 0;
     uint64_t held = 0;
     if (!inflated)
-        return fail(err, errlen, RT_ENOMEM, "out of memory");
+        return rt_errf(err, errlen, RT_ENOMEM, "out of memory");
     /* Pass 1: inflate and frame every shard; records point into the
      * shard bytes. Frame errors are kept as entries so they are reported
      * (or skipped) in record order. */
@@ -547,13 +535,13 @@ int rt_example_build_ex(const rt_example_spec *s, const rt_tfr_shard *shards, in
             rc = rt_tfr_inflate(p, len, shards[sh].compression, left < rcap ? left : rcap,
                                 &inflated[sh], &n, sub, sizeof sub);
             if (rc == RT_ETOOBIG && rcap < left) {
-                fail(err, errlen, rc, "shard %d inflates past %llu bytes from %zu: over the "
+                rt_errf(err, errlen, rc, "shard %d inflates past %llu bytes from %zu: over the "
                      "inflate ratio limit of %u", sh, (unsigned long long)rcap, len,
                      shards[sh].ratio);
                 break;
             }
             if (rc < 0) {
-                fail(err, errlen, rc, "shard %d: %s", sh, sub);
+                rt_errf(err, errlen, rc, "shard %d: %s", sh, sub);
                 break;
             }
             held += n;
@@ -570,14 +558,14 @@ int rt_example_build_ex(const rt_example_spec *s, const rt_tfr_shard *shards, in
             if (fr == 0)
                 break;
             if (fr < 0 && !s->skip_bad) {
-                rc = fail(err, errlen, fr, "shard %d %s", sh, sub);
+                rc = rt_errf(err, errlen, fr, "shard %d %s", sh, sub);
                 break;
             }
             if (n_recs == cap) {
                 size_t nc = cap ? cap * 2 : 1024;
                 rec_ref *nr = realloc(recs, nc * sizeof *nr);
                 if (!nr) {
-                    rc = fail(err, errlen, RT_ENOMEM, "out of memory listing records");
+                    rc = rt_errf(err, errlen, RT_ENOMEM, "out of memory listing records");
                     break;
                 }
                 recs = nr;
@@ -603,7 +591,7 @@ int rt_example_build_ex(const rt_example_spec *s, const rt_tfr_shard *shards, in
     const int over = n > 0 && (uint64_t)n > UINT64_MAX / per_rec;
     uint64_t need = over ? UINT64_MAX : (uint64_t)n * per_rec;
     if (n == 0) {
-        rc = fail(err, errlen, RT_EDATA, "no records%s%s", ds->skipped ? "; first skipped: " : "",
+        rc = rt_errf(err, errlen, RT_EDATA, "no records%s%s", ds->skipped ? "; first skipped: " : "",
                   ds->skipped ? ds->skip_msg : "");
         goto out;
     }
@@ -615,7 +603,7 @@ int rt_example_build_ex(const rt_example_spec *s, const rt_tfr_shard *shards, in
         goto out;
     }
     if (over || need > max_bytes) {
-        rc = fail(err, errlen, RT_ETOOBIG,
+        rc = rt_errf(err, errlen, RT_ETOOBIG,
                   "%lld records decode to %llu bytes, over the limit of %llu", (long long)n,
                   (unsigned long long)need, (unsigned long long)max_bytes);
         goto out;
@@ -626,7 +614,7 @@ int rt_example_build_ex(const rt_example_spec *s, const rt_tfr_shard *shards, in
     msgs = malloc((size_t)n * sizeof *msgs);
     status = calloc((size_t)n, sizeof *status);
     if (!ds->x || (lab >= 0 && !ds->y) || (img_bytes && !ds->img) || !msgs || !status) {
-        rc = fail(err, errlen, RT_ENOMEM, "out of memory for %lld records", (long long)n);
+        rc = rt_errf(err, errlen, RT_ENOMEM, "out of memory for %lld records", (long long)n);
         goto out;
     }
     /* Pass 2: decode each record into its own slot, in parallel; then
@@ -653,7 +641,7 @@ int rt_example_build_ex(const rt_example_spec *s, const rt_tfr_shard *shards, in
             snprintf(m, sizeof m, "shard %d record %lld: %s", recs[i].shard,
                      (long long)recs[i].index, msgs[i]);
             if (!s->skip_bad) {
-                rc = fail(err, errlen, status[i], "%s", m);
+                rc = rt_errf(err, errlen, status[i], "%s", m);
                 goto out;
             }
             note_skip(ds, m);
@@ -671,7 +659,7 @@ int rt_example_build_ex(const rt_example_spec *s, const rt_tfr_shard *shards, in
         kept++;
     }
     if (kept == 0) {
-        rc = fail(err, errlen, RT_EDATA, "every record was bad; first: %s", ds->skip_msg);
+        rc = rt_errf(err, errlen, RT_EDATA, "every record was bad; first: %s", ds->skip_msg);
         goto out;
     }
     ds->n = kept;
@@ -727,7 +715,7 @@ const float *rt_dataset_train_x(rt_dataset *ds, uint64_t seed, uint64_t epoch, c
         ds->aug = malloc(sizeof(float) * (size_t)(ds->n * per));
         if (!ds->aug) {
             pthread_mutex_unlock(&ds->mu);
-            fail(err, errlen, RT_ENOMEM, "out of memory for the augmented copy");
+            rt_errf(err, errlen, RT_ENOMEM, "out of memory for the augmented copy");
             return NULL;
         }
         __atomic_add_fetch(&ds->bytes, sizeof(float) * (uint64_t)(ds->n * per), __ATOMIC_RELAXED);

@@ -1,5 +1,6 @@
 /* rt_image.c - JPEG/PNG decoding, resampling, normalisation, augmentation. */
 #include "rt_image.h"
+#include "rt_errf.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -14,19 +15,6 @@
 #include "rt_engine.h"
 #include "rtrain/rt_error.h"
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 int rt_image_spec_augments(const rt_image_spec *s)
 {
     return s->crop_pad > 0 || s->flip || s->brightness > 0 || s->contrast > 0;
@@ -36,10 +24,10 @@ static int size_ok(int w, int h, int c, uint64_t max_pixels, const char *what, c
                    size_t errlen)
 {
     if (w <= 0 || h <= 0)
-        return fail(err, errlen, RT_EDATA, "%s declares %d x %d pixels", what, w, h);
+        return rt_errf(err, errlen, RT_EDATA, "%s declares %d x %d pixels", what, w, h);
     uint64_t n = (uint64_t)w * (uint64_t)h * (uint64_t)c;
     if (n > max_pixels)
-        return fail(err, errlen, RT_ETOOBIG,
+        return rt_errf(err, errlen, RT_ETOOBIG,
                     "%s declares %d x %d pixels, over the limit of %llu values", what, w, h,
                     (unsigned long long)max_pixels);
     return 0;
@@ -79,11 +67,11 @@ static int decode_jpeg(const uint8_t *b, size_t n, int channels, uint64_t max_pi
 {
     tjhandle tj = tj_handle();
     if (!tj)
-        return fail(err, errlen, RT_ENOMEM, "cannot create a JPEG decoder");
+        return rt_errf(err, errlen, RT_ENOMEM, "cannot create a JPEG decoder");
     int sub, cs;
     if (n > (unsigned long)-1 ||
         tjDecompressHeader3(tj, b, (unsigned long)n, w, h, &sub, &cs) < 0) {
-        int rc = fail(err, errlen, RT_EDATA, "JPEG header: %s", tjGetErrorStr2(tj));
+        int rc = rt_errf(err, errlen, RT_EDATA, "JPEG header: %s", tjGetErrorStr2(tj));
         tj_drop();
         return rc;
     }
@@ -107,7 +95,7 @@ static int decode_jpeg(const uint8_t *b, size_t n, int channels, uint64_t max_pi
     }
     uint8_t *p = malloc((size_t)*w * (size_t)*h * (size_t)channels);
     if (!p)
-        return fail(err, errlen, RT_ENOMEM, "out of memory for a %d x %d JPEG", *w, *h);
+        return rt_errf(err, errlen, RT_ENOMEM, "out of memory for a %d x %d JPEG", *w, *h);
     /* Stop on warnings: libjpeg fills a truncated scan with grey and only
      * warns; progressive scans are capped (a small file can otherwise ask
      * for unbounded work). */
@@ -115,7 +103,7 @@ static int decode_jpeg(const uint8_t *b, size_t n, int channels, uint64_t max_pi
                       channels == 1 ? TJPF_GRAY : TJPF_RGB,
                       TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS) < 0) {
         free(p);
-        int rc = fail(err, errlen, RT_EDATA, "JPEG: %s", tjGetErrorStr2(tj));
+        int rc = rt_errf(err, errlen, RT_EDATA, "JPEG: %s", tjGetErrorStr2(tj));
         tj_drop();
         return rc;
     }
@@ -131,7 +119,7 @@ static int decode_png(const uint8_t *b, size_t n, int channels, uint64_t max_pix
     memset(&im, 0, sizeof im);
     im.version = PNG_IMAGE_VERSION;
     if (!png_image_begin_read_from_memory(&im, b, n)) {
-        int rc = fail(err, errlen, RT_EDATA, "PNG header: %s", im.message);
+        int rc = rt_errf(err, errlen, RT_EDATA, "PNG header: %s", im.message);
         png_image_free(&im);
         return rc;
     }
@@ -139,7 +127,7 @@ static int decode_png(const uint8_t *b, size_t n, int channels, uint64_t max_pix
     *h = (int)im.height;
     if (im.width > 0x7fffffffu || im.height > 0x7fffffffu) {
         png_image_free(&im);
-        return fail(err, errlen, RT_ETOOBIG, "PNG declares %u x %u pixels", im.width,
+        return rt_errf(err, errlen, RT_ETOOBIG, "PNG declares %u x %u pixels", im.width,
                     im.height);
     }
     int rc = size_ok(*w, *h, channels, max_pixels, "PNG", err, errlen);
@@ -151,11 +139,11 @@ static int decode_png(const uint8_t *b, size_t n, int channels, uint64_t max_pix
     uint8_t *p = malloc(PNG_IMAGE_SIZE(im));
     if (!p) {
         png_image_free(&im);
-        return fail(err, errlen, RT_ENOMEM, "out of memory for a %d x %d PNG", *w, *h);
+        return rt_errf(err, errlen, RT_ENOMEM, "out of memory for a %d x %d PNG", *w, *h);
     }
     /* Transparent pixels are composited on black. */
     if (!png_image_finish_read(&im, NULL, p, 0, NULL)) {
-        rc = fail(err, errlen, RT_EDATA, "PNG: %s", im.message);
+        rc = rt_errf(err, errlen, RT_EDATA, "PNG: %s", im.message);
         png_image_free(&im);
         free(p);
         return rc;
@@ -178,7 +166,7 @@ int rt_image_decode_for(const uint8_t *b, size_t n, rt_image_fmt fmt, int channe
     *px = NULL;
     *w = *h = 0;
     if (channels != 1 && channels != 3)
-        return fail(err, errlen, RT_EINVAL, "images decode to 1 or 3 channels, not %d", channels);
+        return rt_errf(err, errlen, RT_EINVAL, "images decode to 1 or 3 channels, not %d", channels);
     int is_jpeg = n >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF;
     int is_png = n >= 8 && memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0;
     if (fmt == RT_IMG_ANY)
@@ -188,8 +176,8 @@ int rt_image_decode_for(const uint8_t *b, size_t n, rt_image_fmt fmt, int channe
     if (fmt == RT_IMG_PNG && is_png)
         return decode_png(b, n, channels, max_pixels, px, w, h, err, errlen);
     if (n == 0)
-        return fail(err, errlen, RT_EDATA, "image is empty");
-    return fail(err, errlen, RT_EDATA, "not a %s image (starts %02x %02x)",
+        return rt_errf(err, errlen, RT_EDATA, "image is empty");
+    return rt_errf(err, errlen, RT_EDATA, "not a %s image (starts %02x %02x)",
                 fmt == RT_IMG_JPEG ? "JPEG" : fmt == RT_IMG_PNG ? "PNG" : "JPEG or PNG",
                 b[0], n > 1 ? b[1] : 0);
 }

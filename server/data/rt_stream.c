@@ -2,6 +2,7 @@
  * buffer order, mapped reads on the step's thread or prefetching workers
  * (rt_stream.h). */
 #include "rt_stream.h"
+#include "rt_errf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -82,19 +83,6 @@ struct rt_stream {
     int n_team, team_init;
 };
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 int rt_stream_order(int64_t n, int64_t buf, uint64_t seed, int64_t epoch, int64_t *out)
 {
     if (buf <= 1) {
@@ -158,20 +146,20 @@ static int spool_open(rt_stream *st, uint64_t need, const rt_stream_config *cfg,
     uint64_t held = __atomic_add_fetch(&spool_total, need, __ATOMIC_RELAXED);
     st->charged = need;
     if (cap && held > cap)
-        return fail(err, errlen, RT_ETOOBIG,
+        return rt_errf(err, errlen, RT_ETOOBIG,
                     "streamed datasets would hold %llu bytes on disk, over --max-spool-bytes %llu",
                     (unsigned long long)held, (unsigned long long)cap);
     struct statvfs vfs;
     if (statvfs(dir, &vfs) == 0 &&
         (uint64_t)vfs.f_bavail * vfs.f_frsize < need + RT_SPOOL_DISK_RESERVE)
-        return fail(err, errlen, RT_ETOOBIG,
+        return rt_errf(err, errlen, RT_ETOOBIG,
                     "spool dir %.120s has %llu bytes free; the dataset needs %llu and %llu stay free",
                     dir, (unsigned long long)vfs.f_bavail * vfs.f_frsize,
                     (unsigned long long)need, (unsigned long long)RT_SPOOL_DISK_RESERVE);
     snprintf(st->path, sizeof st->path, "%s/rtrain-spool-XXXXXX", dir);
     st->fd = mkstemp(st->path);
     if (st->fd < 0)
-        return fail(err, errlen, RT_EIO, "spool dir %.120s: %s", dir, strerror(errno));
+        return rt_errf(err, errlen, RT_EIO, "spool dir %.120s: %s", dir, strerror(errno));
     unlink(st->path);
     return 0;
 }
@@ -184,7 +172,7 @@ static int spool_write(rt_stream *st, const uint8_t *p, size_t len, char *err, s
             continue;
         if (r <= 0) {
             const char *dir = strrchr(st->path, '/');
-            return fail(err, errlen, RT_EIO, "spool dir %.*s: %s",
+            return rt_errf(err, errlen, RT_EIO, "spool dir %.*s: %s",
                         dir ? (int)(dir - st->path) : 0, st->path,
                         strerror(r < 0 ? errno : ENOSPC));
         }
@@ -208,11 +196,11 @@ int rt_stream_begin(const rt_stream_rows *rows, int64_t max_n, int64_t shuffle_b
         (r->u8_len && r->u8_kind == RT_ROWS_U8_IMAGE &&
          (int64_t)r->img.h * r->img.w * r->img.c != r->u8_len) ||
         max_n < 1 || (uint64_t)max_n > UINT64_MAX / 8 / rt_stream_row_bytes(r))
-        return fail(err, errlen, RT_EINVAL, "bad stream rows (%lld rows of %lld)",
+        return rt_errf(err, errlen, RT_EINVAL, "bad stream rows (%lld rows of %lld)",
                     (long long)max_n, (long long)r->per);
     rt_stream *st = stream_new(cfg, shuffle_buffer);
     if (!st)
-        return fail(err, errlen, RT_ENOMEM, "out of memory");
+        return rt_errf(err, errlen, RT_ENOMEM, "out of memory");
     st->R = *r;
     if (r->u8_len && r->u8_kind == RT_ROWS_U8_IMAGE)
         rt_image_plain_lut(&r->img, st->plain);
@@ -231,7 +219,7 @@ int rt_stream_begin(const rt_stream_rows *rows, int64_t max_n, int64_t shuffle_b
 int rt_stream_write(rt_stream *st, const void *data, size_t len, char *err, size_t errlen)
 {
     if (st->n || len > st->row_bytes * (uint64_t)st->max_n - st->written)
-        return fail(err, errlen, RT_EINVAL, "more rows than the stream was opened for");
+        return rt_errf(err, errlen, RT_EINVAL, "more rows than the stream was opened for");
     int rc = spool_write(st, data, len, err, errlen);
     if (rc == 0)
         st->written += len;
@@ -241,7 +229,7 @@ int rt_stream_write(rt_stream *st, const void *data, size_t len, char *err, size
 int rt_stream_end(rt_stream *st, char *err, size_t errlen)
 {
     if (st->n || st->written == 0 || st->written % st->row_bytes)
-        return fail(err, errlen, RT_EINVAL, "the stream got %llu bytes, not whole rows",
+        return rt_errf(err, errlen, RT_EINVAL, "the stream got %llu bytes, not whole rows",
                     (unsigned long long)st->written);
     st->n = (int64_t)(st->written / st->row_bytes);
     st->file_bytes = st->written;
@@ -392,7 +380,7 @@ static int pread_all(const rt_stream *st, uint8_t *dst, uint64_t len, uint64_t o
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
-            return fail(msg, ml, RT_EIO, "reading the spool: %s",
+            return rt_errf(msg, ml, RT_EIO, "reading the spool: %s",
                         n < 0 ? strerror(errno) : "short file");
         got += (uint64_t)n;
     }
@@ -441,7 +429,7 @@ static int decode_one(const rt_stream *st, int64_t sample, int64_t epoch, int au
                       uint64_t seed, float *x, scratch *sc, char *msg, size_t ml)
 {
     if (!sc->ok)
-        return fail(msg, ml, RT_ENOMEM, "out of memory for read scratch");
+        return rt_errf(msg, ml, RT_ENOMEM, "out of memory for read scratch");
     int rc = pread_all(st, sc->row, st->row_bytes, (uint64_t)sample * st->row_bytes, msg, ml);
     if (rc == 0)
         convert_row(st, sc->row, sample, epoch, augment, seed, x);
@@ -545,7 +533,7 @@ static int restart(rt_stream *st, const rt_stream_use *u, int64_t epoch, int64_t
         pthread_cond_wait(&st->ready_cv, &st->mu);
     st->head = st->sched = 0;
     if (!st->slots && !(st->slots = calloc((size_t)st->prefetch, sizeof *st->slots)))
-        return fail(err, errlen, RT_ENOMEM, "out of memory for prefetch buffers");
+        return rt_errf(err, errlen, RT_ENOMEM, "out of memory for prefetch buffers");
     if (st->slot_batch != u->batch) {
         for (int i = 0; i < st->prefetch; i++) {
             slot *sl = &st->slots[i];
@@ -555,7 +543,7 @@ static int restart(rt_stream *st, const rt_stream_use *u, int64_t epoch, int64_t
             sl->idx = malloc(sizeof(int64_t) * (size_t)u->batch);
             if (!sl->x || !sl->idx) {
                 st->slot_batch = 0;
-                return fail(err, errlen, RT_ENOMEM,
+                return rt_errf(err, errlen, RT_ENOMEM,
                             "out of memory for %d prefetch batches of %lld samples",
                             st->prefetch, (long long)u->batch);
             }
@@ -572,13 +560,13 @@ static int restart(rt_stream *st, const rt_stream_use *u, int64_t epoch, int64_t
     st->s_end = 0;
     st->active = 1;
     if (!st->th && !(st->th = calloc((size_t)st->threads, sizeof *st->th)))
-        return fail(err, errlen, RT_ENOMEM, "out of memory");
+        return rt_errf(err, errlen, RT_ENOMEM, "out of memory");
     while (st->nth < st->threads) {
         if (pthread_create(&st->th[st->nth], NULL, worker, st) != 0) {
             if (st->nth > 0)
                 break; /* fewer workers, same batches */
             st->active = 0;
-            return fail(err, errlen, RT_ENOMEM, "cannot start decode workers");
+            return rt_errf(err, errlen, RT_ENOMEM, "cannot start decode workers");
         }
         st->nth++;
     }
@@ -591,7 +579,7 @@ static int fill_locked(const rt_stream_use *u, int64_t epoch, int64_t pos, int64
 {
     rt_stream *st = u->st;
     if (u->batch < 1 || pos < 0 || pos * u->batch >= st->n || nb < 1 || nb > u->batch)
-        return fail(err, errlen, RT_EINVAL, "batch %lld of %lld rows is outside the dataset",
+        return rt_errf(err, errlen, RT_EINVAL, "batch %lld of %lld rows is outside the dataset",
                     (long long)pos, (long long)nb);
     pthread_mutex_lock(&st->mu);
     const int eval = epoch == RT_EPOCH_EVAL;
@@ -620,7 +608,7 @@ static int fill_locked(const rt_stream_use *u, int64_t epoch, int64_t pos, int64
         }
     }
     if (sl->rc < 0) {
-        rc = fail(err, errlen, sl->rc, "%s", sl->msg);
+        rc = rt_errf(err, errlen, sl->rc, "%s", sl->msg);
         st->active = 0; /* the next call starts again */
         pthread_mutex_unlock(&st->mu);
         return rc;
@@ -628,7 +616,7 @@ static int fill_locked(const rt_stream_use *u, int64_t epoch, int64_t pos, int64
     if (nb > sl->nb) {
         st->active = 0;
         pthread_mutex_unlock(&st->mu);
-        return fail(err, errlen, RT_EINVAL, "batch %lld has %lld rows, not %lld",
+        return rt_errf(err, errlen, RT_EINVAL, "batch %lld has %lld rows, not %lld",
                     (long long)pos, (long long)sl->nb, (long long)nb);
     }
     pthread_mutex_unlock(&st->mu);
@@ -659,17 +647,17 @@ static int fill_mapped(const rt_stream_use *u, int64_t epoch, int64_t pos, int64
     rt_stream *st = u->st;
     const int64_t start = pos * u->batch;
     if (nb > st->n - start)
-        return fail(err, errlen, RT_EINVAL, "batch %lld has %lld rows, not %lld",
+        return rt_errf(err, errlen, RT_EINVAL, "batch %lld has %lld rows, not %lld",
                     (long long)pos, (long long)(st->n - start), (long long)nb);
     const int eval = epoch == RT_EPOCH_EVAL;
     const int64_t *idx = NULL;
     if (!eval && u->shuffle) {
         if (!st->order && !(st->order = malloc(sizeof(int64_t) * (size_t)st->n)))
-            return fail(err, errlen, RT_ENOMEM, "out of memory for the epoch order");
+            return rt_errf(err, errlen, RT_ENOMEM, "out of memory for the epoch order");
         if (st->order_epoch != epoch || st->order_seed != u->seed) {
             st->order_epoch = -1;
             if (rt_stream_order(st->n, st->shuffle_buffer, u->seed, epoch, st->order) < 0)
-                return fail(err, errlen, RT_ENOMEM, "out of memory for the shuffle buffer");
+                return rt_errf(err, errlen, RT_ENOMEM, "out of memory for the shuffle buffer");
             st->order_epoch = epoch;
             st->order_seed = u->seed;
         }
@@ -704,7 +692,7 @@ int rt_stream_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, v
     rt_stream *st = u->st;
     if (u->batch < 1 || pos < 0 || pos >= (st->n + u->batch - 1) / u->batch || nb < 1 ||
         nb > u->batch)
-        return fail(err, errlen, RT_EINVAL, "batch %lld of %lld rows is outside the dataset",
+        return rt_errf(err, errlen, RT_EINVAL, "batch %lld of %lld rows is outside the dataset",
                     (long long)pos, (long long)nb);
     pthread_mutex_lock(&st->fill_mu);
     if (st->map) {

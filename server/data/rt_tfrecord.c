@@ -1,5 +1,6 @@
 /* rt_tfrecord.c - TFRecord framing and whole-file GZIP/ZLIB inflation. */
 #include "rt_tfrecord.h"
+#include "rt_errf.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,19 +11,6 @@
 
 #include "rt_crc32c.h"
 #include "rtrain/rt_error.h"
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 static uint64_t le64(const uint8_t *p)
 {
@@ -51,13 +39,13 @@ int rt_tfr_inflate(const uint8_t *in, size_t len, rt_tfr_compression c,
     *out = NULL;
     *out_len = 0;
     if (c != RT_TFR_GZIP && c != RT_TFR_ZLIB)
-        return fail(err, errlen, RT_EINVAL, "compression %d is not GZIP or ZLIB", (int)c);
+        return rt_errf(err, errlen, RT_EINVAL, "compression %d is not GZIP or ZLIB", (int)c);
     const char *what = c == RT_TFR_GZIP ? "GZIP" : "ZLIB";
     const int wbits = c == RT_TFR_GZIP ? 16 + MAX_WBITS : MAX_WBITS;
     z_stream z;
     memset(&z, 0, sizeof z);
     if (inflateInit2(&z, wbits) != Z_OK)
-        return fail(err, errlen, RT_ENOMEM, "zlib init failed");
+        return rt_errf(err, errlen, RT_ENOMEM, "zlib init failed");
     size_t cap = len < ((size_t)1 << 28) ? len * 4 + 4096 : len, n = 0;
     if (max_bytes && cap > max_bytes)
         cap = (size_t)max_bytes;
@@ -66,7 +54,7 @@ int rt_tfr_inflate(const uint8_t *in, size_t len, rt_tfr_compression c,
     uint8_t *buf = malloc(cap);
     int rc = 0;
     if (!buf) {
-        rc = fail(err, errlen, RT_ENOMEM, "out of memory inflating %s", what);
+        rc = rt_errf(err, errlen, RT_ENOMEM, "out of memory inflating %s", what);
         goto out;
     }
     z.next_in = (Bytef *)in;
@@ -79,7 +67,7 @@ int rt_tfr_inflate(const uint8_t *in, size_t len, rt_tfr_compression c,
         }
         if (n == cap) {
             if (max_bytes && cap >= max_bytes) {
-                rc = fail(err, errlen, RT_ETOOBIG, "%s data inflates past %llu bytes",
+                rc = rt_errf(err, errlen, RT_ETOOBIG, "%s data inflates past %llu bytes",
                           what, (unsigned long long)max_bytes);
                 goto out;
             }
@@ -88,7 +76,7 @@ int rt_tfr_inflate(const uint8_t *in, size_t len, rt_tfr_compression c,
                 nc = (size_t)max_bytes;
             uint8_t *nb = realloc(buf, nc);
             if (!nb) {
-                rc = fail(err, errlen, RT_ENOMEM, "out of memory inflating %s", what);
+                rc = rt_errf(err, errlen, RT_ENOMEM, "out of memory inflating %s", what);
                 goto out;
             }
             buf = nb;
@@ -105,7 +93,7 @@ int rt_tfr_inflate(const uint8_t *in, size_t len, rt_tfr_compression c,
             if (z.avail_in == 0 && in_left == 0)
                 break;
             if (c == RT_TFR_ZLIB) {
-                rc = fail(err, errlen, RT_EDATA, "ZLIB stream has %zu bytes after its end",
+                rc = rt_errf(err, errlen, RT_EDATA, "ZLIB stream has %zu bytes after its end",
                           (size_t)z.avail_in + in_left);
                 goto out;
             }
@@ -115,10 +103,10 @@ int rt_tfr_inflate(const uint8_t *in, size_t len, rt_tfr_compression c,
         if (zr == Z_OK || (zr == Z_BUF_ERROR && z.avail_out == 0))
             continue;
         if (zr == Z_BUF_ERROR && z.avail_in == 0 && in_left == 0) {
-            rc = fail(err, errlen, RT_EDATA, "%s data is truncated after %zu bytes", what, n);
+            rc = rt_errf(err, errlen, RT_EDATA, "%s data is truncated after %zu bytes", what, n);
             goto out;
         }
-        rc = fail(err, errlen, RT_EDATA, "corrupt %s data (%s)", what,
+        rc = rt_errf(err, errlen, RT_EDATA, "corrupt %s data (%s)", what,
                   z.msg ? z.msg : "inflate failed");
         goto out;
     }
@@ -146,7 +134,7 @@ int rt_tfr_next(rt_tfr_reader *r, const uint8_t **rec, size_t *len, char *err,
     *rec = NULL;
     *len = 0;
     if (r->fatal)
-        return fail(err, errlen, RT_EDATA, "record %lld: the file is unreadable past byte %zu",
+        return rt_errf(err, errlen, RT_EDATA, "record %lld: the file is unreadable past byte %zu",
                     (long long)r->index, r->off);
     size_t left = r->len - r->off;
     if (left == 0)
@@ -154,20 +142,20 @@ int rt_tfr_next(rt_tfr_reader *r, const uint8_t **rec, size_t *len, char *err,
     const uint8_t *p = r->buf + r->off;
     if (left < 12) {
         r->fatal = 1;
-        return fail(err, errlen, RT_ETRUNCATED,
+        return rt_errf(err, errlen, RT_ETRUNCATED,
                     "record %lld at byte %zu: truncated header (%zu of 12 bytes)",
                     (long long)r->index, r->off, left);
     }
     if (rt_crc32c_mask(rt_crc32c(0, p, 8)) != le32(p + 8)) {
         r->fatal = 1;
-        return fail(err, errlen, RT_ECHECKSUM,
+        return rt_errf(err, errlen, RT_ECHECKSUM,
                     "record %lld at byte %zu: length CRC mismatch", (long long)r->index,
                     r->off);
     }
     uint64_t n = le64(p);
     if (n > left - 12 || left - 12 - n < 4) {
         r->fatal = 1;
-        return fail(err, errlen, RT_ETRUNCATED,
+        return rt_errf(err, errlen, RT_ETRUNCATED,
                     "record %lld at byte %zu: %llu data bytes declared, %zu left",
                     (long long)r->index, r->off, (unsigned long long)n,
                     left - 12 >= 4 ? left - 16 : 0);
@@ -178,7 +166,7 @@ int rt_tfr_next(rt_tfr_reader *r, const uint8_t **rec, size_t *len, char *err,
     size_t at = r->off;
     r->off += 16 + (size_t)n;
     if (rt_crc32c_mask(rt_crc32c(0, d, (size_t)n)) != want)
-        return fail(err, errlen, RT_ECHECKSUM, "record %lld at byte %zu: data CRC mismatch",
+        return rt_errf(err, errlen, RT_ECHECKSUM, "record %lld at byte %zu: data CRC mismatch",
                     (long long)idx, at);
     *rec = d;
     *len = (size_t)n;

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rt_wire.h" /* rt_now_ns */
+#include "rt_clock.h"
 
 void rt_upload_store_init(rt_upload_store *st, uint64_t keep_ms)
 {

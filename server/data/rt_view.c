@@ -1,6 +1,8 @@
 /* rt_view.c - a stored dataset as a step sees it (rt_view.h). */
 #include "rt_view.h"
 
+#include "rt_errf.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -52,26 +54,22 @@ int rt_view_check(const rt_dataset *ds, const rt_plan *p, const char *prog_id, i
     int64_t in[RT_MAX_DIMS], lab[RT_MAX_DIMS];
     int in_n = rt_plan_input_shape(p, in);
     char a[96], b[96];
-    if (in_n >= 0 && !rt_view_shapes_fit(ds->x_ndim, ds->x_dims, in_n, in)) {
-        snprintf(err, errlen, "dataset %s has samples of shape %s but program %s expects %s%s",
-                 ds->id, rt_data_shape_str(ds->x_ndim, ds->x_dims, a, sizeof a), prog_id,
-                 rt_data_shape_str(in_n, in, b, sizeof b),
-                 rt_view_layout_hint(ds->x_ndim, ds->x_dims, in_n, in));
-        return RT_ESHAPE;
-    }
+    if (in_n >= 0 && !rt_view_shapes_fit(ds->x_ndim, ds->x_dims, in_n, in))
+        return rt_errf(err, errlen, RT_ESHAPE,
+                       "dataset %s has samples of shape %s but program %s expects %s%s", ds->id,
+                       rt_data_shape_str(ds->x_ndim, ds->x_dims, a, sizeof a), prog_id,
+                       rt_data_shape_str(in_n, in, b, sizeof b),
+                       rt_view_layout_hint(ds->x_ndim, ds->x_dims, in_n, in));
     if (!need_labels)
         return 0;
-    if (!ds->y) {
-        snprintf(err, errlen, "dataset %s has no labels", ds->id);
-        return RT_EDATA;
-    }
+    if (!ds->y)
+        return rt_errf(err, errlen, RT_EDATA, "dataset %s has no labels", ds->id);
     int lab_n = rt_plan_label_shape(p, lab);
-    if (lab_n >= 0 && rt_data_numel(ds->y_ndim, ds->y_dims) != rt_data_numel(lab_n, lab)) {
-        snprintf(err, errlen, "dataset %s has labels of shape %s but program %s expects %s",
-                 ds->id, rt_data_shape_str(ds->y_ndim, ds->y_dims, a, sizeof a), prog_id,
-                 rt_data_shape_str(lab_n, lab, b, sizeof b));
-        return RT_ESHAPE;
-    }
+    if (lab_n >= 0 && rt_data_numel(ds->y_ndim, ds->y_dims) != rt_data_numel(lab_n, lab))
+        return rt_errf(err, errlen, RT_ESHAPE,
+                       "dataset %s has labels of shape %s but program %s expects %s", ds->id,
+                       rt_data_shape_str(ds->y_ndim, ds->y_dims, a, sizeof a), prog_id,
+                       rt_data_shape_str(lab_n, lab, b, sizeof b));
     return 0;
 }
 

@@ -1,5 +1,6 @@
 /* rt_dist: data-parallel replicas over MPI (see rt_dist.h). */
 #include "rt_dist.h"
+#include "rt_clock.h"
 
 #include <limits.h>
 #include <mpi.h>
@@ -105,13 +106,6 @@ static struct {
     size_t gst_cap;
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER, .tab_mu = PTHREAD_MUTEX_INITIALIZER, .size = 1};
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static int mpi_fail(int mrc, const char *what, char *err, size_t errlen)
 {
     char m[MPI_MAX_ERROR_STRING];
@@ -131,13 +125,13 @@ static int mpi_fail(int mrc, const char *what, char *err, size_t errlen)
 static int wait_req(MPI_Request *r, uint64_t lim_ns, const char *what, char *err,
                     size_t errlen)
 {
-    const uint64_t t0 = now_ns();
+    const uint64_t t0 = rt_now_ns();
     for (unsigned it = 0;; it++) {
         int done = 0;
         int mrc = MPI_Test(r, &done, MPI_STATUS_IGNORE);
         if (mrc != MPI_SUCCESS) return mpi_fail(mrc, what, err, errlen);
         if (done) return 0;
-        if (lim_ns && now_ns() - t0 > lim_ns) {
+        if (lim_ns && rt_now_ns() - t0 > lim_ns) {
             G.broken = 1;
             snprintf(G.broken_msg, sizeof G.broken_msg,
                      "a replica did not answer (%s) within %d ms: a rank died or hangs; "
@@ -146,7 +140,7 @@ static int wait_req(MPI_Request *r, uint64_t lim_ns, const char *what, char *err
             return RT_EUNAVAILABLE;
         }
         if (it < 256) continue;
-        struct timespec ts = {0, lim_ns || now_ns() - t0 < 100000000ull ? 50000 : 1000000};
+        struct timespec ts = {0, lim_ns || rt_now_ns() - t0 < 100000000ull ? 50000 : 1000000};
         nanosleep(&ts, NULL);
     }
 }
@@ -241,10 +235,10 @@ static void *guard_dog(void *arg)
         if (s == GUARD_FIRED) break;
         if (!(s & 1) || s != seen) {
             seen = s;
-            since = now_ns();
+            since = rt_now_ns();
             continue;
         }
-        if (now_ns() - since < lim) continue;
+        if (rt_now_ns() - since < lim) continue;
         /* the same collective, in flight for the whole timeout */
         const char *what = __atomic_load_n(&W.what, __ATOMIC_ACQUIRE);
         pthread_t th = __atomic_load_n(&W.thread, __ATOMIC_ACQUIRE);
@@ -597,7 +591,7 @@ static int dist_overlap(void *ctx)
     }
     o->asked++;
     o->cur = m;
-    o->t0 = now_ns();
+    o->t0 = rt_now_ns();
     C.active = m;
     return m;
 }
@@ -606,7 +600,7 @@ static int dist_overlap(void *ctx)
 static void ov_timed(ov_state *o)
 {
     if (!o || o->mode >= 0 || G.o.overlap != RT_DIST_OVERLAP_AUTO || o->asked < 2) return;
-    if (o->n[o->cur] < OV_TRIAL) o->t[o->cur][o->n[o->cur]++] = (double)(now_ns() - o->t0);
+    if (o->n[o->cur] < OV_TRIAL) o->t[o->cur][o->n[o->cur]++] = (double)(rt_now_ns() - o->t0);
 }
 
 /* the loss sums over the ranks, with rank 0's overlap choice once it has

@@ -2,6 +2,7 @@
  * JSON the page reads, and its HTTP routes (called from rt_metrics.c's MHD
  * thread). */
 #include "rt_dash.h"
+#include "rt_clock.h"
 
 #include <arpa/inet.h>
 #include <math.h>
@@ -68,13 +69,6 @@ static uint64_t unix_ms(void)
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
     return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
-static uint64_t mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
 static void copy(char *dst, size_t n, const char *src)
@@ -511,7 +505,7 @@ static void *events_main(void *arg)
             pthread_mutex_unlock(&h->mu);
             return NULL;
         }
-        uint64_t now = mono_ns();
+        uint64_t now = rt_now_ns();
         int hb = now - h->last_hb > HEARTBEAT_NS;
         if (hb)
             h->last_hb = now;
@@ -528,7 +522,7 @@ int rt_dash_http_start(rt_dash_http **out)
     if (!h)
         return -1;
     pthread_mutex_init(&h->mu, NULL);
-    h->last_hb = mono_ns();
+    h->last_hb = rt_now_ns();
     if (pthread_create(&h->thread, NULL, events_main, h) != 0) {
         pthread_mutex_destroy(&h->mu);
         free(h);

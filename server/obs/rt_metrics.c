@@ -3,6 +3,7 @@
  * call path never allocates or locks (except the per-second step ring,
  * touched once per training call). */
 #include "rt_metrics.h"
+#include "rt_clock.h"
 #include "rt_dash.h"
 
 #include <errno.h>
@@ -417,13 +418,6 @@ struct rt_metrics_server {
     rt_dash_http *dash; /* the dashboard's event streams (rt_dash.h) */
 };
 
-static uint64_t mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
 /* MHD calls this on its thread before it closes the socket: under mu the
  * reaper never touches an fd that is closed (or reused). */
 static void on_conn(void *cls, struct MHD_Connection *conn, void **socket_ctx,
@@ -438,7 +432,7 @@ static void on_conn(void *cls, struct MHD_Connection *conn, void **socket_ctx,
         if (!h)
             return;
         h->fd = ci->connect_fd;
-        h->t0 = mono_ns();
+        h->t0 = rt_now_ns();
         pthread_mutex_lock(&ms->mu);
         h->next = ms->conns;
         h->prev = &ms->conns;
@@ -478,7 +472,7 @@ static void on_done(void *cls, struct MHD_Connection *conn, void **con_cls,
         return;
     pthread_mutex_lock(&ms->mu);
     h->head_done = 0;
-    h->t0 = mono_ns();
+    h->t0 = rt_now_ns();
     pthread_mutex_unlock(&ms->mu);
 }
 
@@ -497,7 +491,7 @@ static void *reaper_main(void *arg)
             ts.tv_nsec -= 1000000000;
         }
         pthread_cond_timedwait(&ms->cv, &ms->mu, &ts);
-        uint64_t now = mono_ns();
+        uint64_t now = rt_now_ns();
         for (http_conn *h = ms->conns; h; h = h->next)
             if (!h->head_done && !h->cut && now - h->t0 > HTTP_HEAD_S * 1000000000ull) {
                 shutdown(h->fd, SHUT_RDWR);

@@ -3,6 +3,7 @@
  * SHA-256 comes from OpenSSL's libcrypto (EVP): gRPC core already links
  * libssl/libcrypto for TLS, so this adds no library to the process. */
 #include "rt_auth.h"
+#include "rt_random.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -72,13 +73,8 @@ void rt_sha256_hex(const void *data, size_t n, char out[65])
 int rt_auth_new_token(char tok[65], char hash_hex[65])
 {
     uint8_t r[32];
-    size_t got = 0;
-    while (got < sizeof r) {
-        ssize_t k = getrandom(r + got, sizeof r - got, 0);
-        if (k < 0 && errno != EINTR)
-            return RT_EIO;
-        got += k > 0 ? (size_t)k : 0;
-    }
+    if (rt_random_bytes(r, sizeof r) < 0)
+        return RT_EIO;
     to_hex(r, sizeof r, tok);
     rt_sha256_hex(tok, 64, hash_hex);
     return 0;

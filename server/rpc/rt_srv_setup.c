@@ -1,6 +1,7 @@
 /* rt_srv_setup.c - the server's configuration defaults, its credentials
  * (TLS, mTLS) and bind, create, start, stop and destroy. */
 #include "rt_srv_core.h"
+#include "rt_random.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -239,7 +240,7 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
         s->cfg.stream_queue_max = 2;
     s->shutdown_tag.fn = rt__on_shutdown;
     s->start_ns = rt_now_ns();
-    while (!s->boot_id && getrandom(&s->boot_id, sizeof s->boot_id, 0) != sizeof s->boot_id)
+    while (!s->boot_id && rt_random_bytes(&s->boot_id, sizeof s->boot_id) < 0)
         ;
     s->sessions = rt_session_table_create(cfg->max_sessions);
     s->plans = rt_plan_cache_create(128);

@@ -1,5 +1,6 @@
 /* rt_ingest.c - the end of an upload (rt_ingest.h). */
 #include "rt_ingest.h"
+#include "rt_errf.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -29,12 +30,6 @@ static int charge_store(const rt_ingest *in, rt_dataset *ds, char *err, size_t e
     }
 }
 
-static int fail(char *err, size_t errlen, int rc, const char *what)
-{
-    snprintf(err, errlen, "%s", what);
-    return rc;
-}
-
 int rt_ingest_upload(const rt_ingest *in, rt_dataset **out, int *dedup, char *err,
                      size_t errlen)
 {
@@ -43,10 +38,9 @@ int rt_ingest_upload(const rt_ingest *in, rt_dataset **out, int *dedup, char *er
         /* the stream hash covers the sent parts only: hash the whole */
         int miss = rt_data_fill_held(rt_data_store_shards(in->data), rt_principal_name(in->who),
                                      in->parts, in->n_parts, *in->buf);
-        if (miss >= 0) {
-            snprintf(err, errlen, "shard %d is no longer held by the daemon; send it again", miss);
-            return RT_ENOTFOUND;
-        }
+        if (miss >= 0)
+            return rt_errf(err, errlen, RT_ENOTFOUND,
+                           "shard %d is no longer held by the daemon; send it again", miss);
         XXH128_canonical_t h;
         XXH128_canonicalFromHash(&h, XXH3_128bits(*in->buf, in->total));
         memcpy(hash, h.digest, 16);
@@ -54,14 +48,16 @@ int rt_ingest_upload(const rt_ingest *in, rt_dataset **out, int *dedup, char *er
         memcpy(hash, in->stream_hash, 16);
     }
     if (in->content_given && memcmp(hash, in->content_given, 16) != 0)
-        return fail(err, errlen, RT_ECHECKSUM, "content_hash does not match the data's XXH3-128");
+        return rt_errf(err, errlen, RT_ECHECKSUM,
+                       "content_hash does not match the data's XXH3-128");
     uint8_t key[16];
     rt_data_key(hash, in->parts, in->n_parts, key);
     if (!in->any_held) {
         /* the sample the stream held: checked against the header's, and
          * left for FindDataset's probe */
         if (in->sample_given && memcmp(in->sample_hash, in->sample_given, 16) != 0)
-            return fail(err, errlen, RT_ECHECKSUM, "sample_hash does not match the data's sample");
+            return rt_errf(err, errlen, RT_ECHECKSUM,
+                           "sample_hash does not match the data's sample");
         uint8_t probe[16];
         rt_data_key(in->sample_hash, in->parts, in->n_parts, probe);
         rt_upload_store_probe_put(in->uploads, probe, key);
@@ -76,37 +72,32 @@ int rt_ingest_upload(const rt_ingest *in, rt_dataset **out, int *dedup, char *er
             /* fsync'd before the upload is acknowledged */
             rc = rt_state_dataset_put(in->state, key, hash, in->parts, in->n_parts, *in->buf,
                                       in->total, &on_disk, e, sizeof e);
-            if (rc < 0) {
-                snprintf(err, errlen, "cannot keep the dataset: %s", e);
-                return rc;
-            }
+            if (rc < 0)
+                return rt_errf(err, errlen, rc, "cannot keep the dataset: %s", e);
         }
         rt_data_place_finite(in->parts, in->n_parts, in->cur);
         rc = rt_data_parse_take(in->parts, in->n_parts, in->buf, in->total, in->max_dataset_bytes,
                                 in->max_inflate_ratio, in->buf_free, &ds, e, sizeof e);
         if (rc < 0)
-            return fail(err, errlen, rc, e);
+            return rt_errf(err, errlen, rc, "%s", e);
         if (*in->buf)
             rt_data_keep_shards(rt_data_store_shards(in->data), rt_principal_name(in->who),
                                 in->parts, in->n_parts, *in->buf);
         if ((rc = rt_dataset_set_key(ds, key)) < 0) {
             rt_dataset_release(ds);
-            return fail(err, errlen, rc, "no random bytes for a dataset id");
+            return rt_errf(err, errlen, rc, "no random bytes for a dataset id");
         }
         if ((rc = charge_store(in, ds, e, sizeof e)) < 0) {
             rt_dataset_release(ds);
-            return fail(err, errlen, rc, e);
+            return rt_errf(err, errlen, rc, "%s", e);
         }
-        if ((rc = rt_data_store_put(in->data, ds, &kept, dedup)) < 0) {
-            snprintf(err, errlen, "dataset store full (--max-store-bytes %llu) with datasets "
-                     "still in use", (unsigned long long)in->max_store_bytes);
-            return rc;
-        }
+        if ((rc = rt_data_store_put(in->data, ds, &kept, dedup)) < 0)
+            return rt_errf(err, errlen, rc, "dataset store full (--max-store-bytes %llu) with "
+                           "datasets still in use", (unsigned long long)in->max_store_bytes);
         if (on_disk && (rc = rt_state_dataset_owner(in->state, kept, rt_principal_name(in->who),
                                                     in->name, e, sizeof e)) < 0) {
             rt_dataset_release(kept);
-            snprintf(err, errlen, "cannot keep the dataset: %s", e);
-            return rc;
+            return rt_errf(err, errlen, rc, "cannot keep the dataset: %s", e);
         }
         char did[16], name[80];
         RT_LOG(RT_LOG_INFO, "dataset %s of %s: %lld samples, %llu bytes (\"%s\")",

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rt_wire.h" /* rt_now_ns */
+#include "rt_clock.h"
 
 #ifndef NDEBUG
 /* How many device holds this thread has (the transport's enter/leave). */

@@ -1,5 +1,7 @@
 /* rt_session.c - session table, programs, plan cache. */
 #include "rt_session.h"
+#include "rt_clock.h"
+#include "rt_random.h"
 #include "rt_program_impl.h"
 
 #include <errno.h>
@@ -10,13 +12,6 @@
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 struct rt_session_table {
     pthread_mutex_t mu;
@@ -30,16 +25,8 @@ struct rt_session_table {
 int rt_random_id(char *dst, size_t len, const char *prefix)
 {
     uint8_t r[16];
-    size_t got = 0;
-    while (got < sizeof r) {
-        ssize_t k = getrandom(r + got, sizeof r - got, 0);
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            return RT_EIO;
-        }
-        got += (size_t)k;
-    }
+    if (rt_random_bytes(r, sizeof r) < 0)
+        return RT_EIO;
     static const char hex[] = "0123456789abcdef";
     size_t pl = strlen(prefix);
     if (len < pl + 2 * sizeof r + 1)
@@ -93,7 +80,7 @@ int rt_session_open(rt_session_table *t, const char *name, rt_principal *owner,
     pthread_mutex_init(&s->mu, NULL);
     s->refs = 2; /* the table's and the caller's */
     s->owner = owner;
-    s->last_used_ns = now_ns();
+    s->last_used_ns = rt_now_ns();
     snprintf(s->name, sizeof s->name, "%s", name ? name : "");
     pthread_mutex_lock(&t->mu);
     if (t->n >= t->max) {
@@ -132,7 +119,7 @@ rt_session *rt_session_find(rt_session_table *t, const char *id, const rt_princi
         if (t->v[i]->owner == who && strcmp(t->v[i]->id, id) == 0) {
             s = t->v[i];
             rt_session_retain(s);
-            __atomic_store_n(&s->last_used_ns, now_ns(), __ATOMIC_RELAXED);
+            __atomic_store_n(&s->last_used_ns, rt_now_ns(), __ATOMIC_RELAXED);
             break;
         }
     pthread_mutex_unlock(&t->mu);
