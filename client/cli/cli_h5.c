@@ -15,6 +15,7 @@
  * count and shape is checked. Layers without weights may be listed in a file
  * Keras wrote; they carry nothing and are skipped. */
 #include "cli.h"
+#include "rt_errf.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,19 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-static int h5_err(char *err, size_t len, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int h5_err(char *err, size_t len, int rc, const char *fmt, ...)
-{
-    if (err && len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, len, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
 
 int cli_is_h5(const char *path)
 {
@@ -195,12 +183,12 @@ int cli_h5_save(const rt_client_weights *w, const char *path, char *err, size_t 
 {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-        return h5_err(err, errlen, RT_EINVAL, "path too long");
+        return rt_errf(err, errlen, RT_EINVAL, "path too long");
     struct stat st;
     /* written beside and renamed over path: never replace a device, pipe
      * or directory */
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        return h5_err(err, errlen, RT_EINVAL, "%s is not a regular file", path);
+        return rt_errf(err, errlen, RT_EINVAL, "%s is not a regular file", path);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     size_t nl = 0;
     char **layers = calloc(w->n ? w->n : 1, sizeof *layers);
@@ -209,7 +197,7 @@ int cli_h5_save(const rt_client_weights *w, const char *path, char *err, size_t 
     for (size_t i = 0; i < w->n; i++) {
         if (w->t[i].dtype != RT_DTYPE_F32) {
             free_strings(layers, nl);
-            return h5_err(err, errlen, RT_EDTYPE, "weight %s is not float32", w->t[i].name);
+            return rt_errf(err, errlen, RT_EDTYPE, "weight %s is not float32", w->t[i].name);
         }
         size_t k = layer_len(w->t[i].name);
         int seen = 0;
@@ -224,7 +212,7 @@ int cli_h5_save(const rt_client_weights *w, const char *path, char *err, size_t 
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (f < 0) {
         free_strings(layers, nl);
-        return h5_err(err, errlen, RT_EIO, "cannot create %s", tmp);
+        return rt_errf(err, errlen, RT_EIO, "cannot create %s", tmp);
     }
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
     H5Pset_create_intermediate_group(lcpl, 1);
@@ -283,7 +271,7 @@ out:
         rc = RT_EIO;
     if (rc < 0) {
         remove(tmp);
-        return h5_err(err, errlen, rc, "cannot write %s: %s", path, rt_strerror(rc));
+        return rt_errf(err, errlen, rc, "cannot write %s: %s", path, rt_strerror(rc));
     }
     return 0;
 }
@@ -300,10 +288,10 @@ int cli_h5_load(const char *path, const rt_client_compile_result *prog,
     memset(out, 0, sizeof *out);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     if (H5Fis_hdf5(path) <= 0)
-        return h5_err(err, errlen, RT_EDATA, "%s is not an HDF5 file", path);
+        return rt_errf(err, errlen, RT_EDATA, "%s is not an HDF5 file", path);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0)
-        return h5_err(err, errlen, RT_EIO, "cannot open %s", path);
+        return rt_errf(err, errlen, RT_EIO, "cannot open %s", path);
     hid_t root = f;
     int rc = 0;
     if (H5Aexists(f, "layer_names") <= 0 && H5Lexists(f, "model_weights", H5P_DEFAULT) > 0)
@@ -312,11 +300,11 @@ int cli_h5_load(const char *path, const rt_client_compile_result *prog,
     size_t nn = 0, nf = 0;
     file_layer *fl = NULL;
     if (root < 0 || (rc = get_strings(root, "layer_names", &names, &nn)) < 0) {
-        rc = h5_err(err, errlen, rc < 0 ? rc : RT_EIO, "cannot read %s", path);
+        rc = rt_errf(err, errlen, rc < 0 ? rc : RT_EIO, "cannot read %s", path);
         goto out;
     }
     if (!names) {
-        rc = h5_err(err, errlen, RT_EDATA, "%s is not a Keras weights file (no layer_names)",
+        rc = rt_errf(err, errlen, RT_EDATA, "%s is not a Keras weights file (no layer_names)",
                     path);
         goto out;
     }
@@ -324,7 +312,7 @@ int cli_h5_load(const char *path, const rt_client_compile_result *prog,
     for (size_t i = 0; fl && i < nn && rc == 0; i++) {
         hid_t g = H5Gopen2(root, names[i], H5P_DEFAULT);
         if (g < 0) {
-            rc = h5_err(err, errlen, RT_EDATA, "%s: layer '%s' has no group", path, names[i]);
+            rc = rt_errf(err, errlen, RT_EDATA, "%s: layer '%s' has no group", path, names[i]);
             break;
         }
         char **wn;
@@ -348,7 +336,7 @@ int cli_h5_load(const char *path, const rt_client_compile_result *prog,
                     layer_len(prog->params[i].name)) != 0)
             nl++;
     if (nl != nf) {
-        rc = h5_err(err, errlen, RT_ESHAPE,
+        rc = rt_errf(err, errlen, RT_ESHAPE,
                     "%s holds weights for %zu layers but the model has %zu layers with "
                     "weights", path, nf, nl);
         goto out;
@@ -365,7 +353,7 @@ int cli_h5_load(const char *path, const rt_client_compile_result *prog,
                !strncmp(prog->params[p].name, prog->params[first].name, k))
             p++;
         if (p - first != fl[l].n) {
-            rc = h5_err(err, errlen, RT_ESHAPE, "layer '%s' of %s has %zu weights, the "
+            rc = rt_errf(err, errlen, RT_ESHAPE, "layer '%s' of %s has %zu weights, the "
                         "model's '%.*s' %zu", fl[l].name, path, fl[l].n, (int)k,
                         prog->params[first].name, p - first);
             break;
@@ -376,7 +364,7 @@ int cli_h5_load(const char *path, const rt_client_compile_result *prog,
             rt_client_tensor *t = &out->t[out->n];
             hid_t ds = H5Dopen2(g, fl[l].weights[j], H5P_DEFAULT);
             if (ds < 0) {
-                rc = h5_err(err, errlen, RT_EDATA, "%s: no dataset '%s' in layer '%s'", path,
+                rc = rt_errf(err, errlen, RT_EDATA, "%s: no dataset '%s' in layer '%s'", path,
                             fl[l].weights[j], fl[l].name);
                 break;
             }
@@ -392,7 +380,7 @@ int cli_h5_load(const char *path, const rt_client_compile_result *prog,
                 numel *= (size_t)pi->shape[d];
             }
             if (!same) {
-                rc = h5_err(err, errlen, RT_ESHAPE, "%s: weight '%s' does not have the "
+                rc = rt_errf(err, errlen, RT_ESHAPE, "%s: weight '%s' does not have the "
                             "shape of the model's %s", path, fl[l].weights[j], pi->name);
             } else {
                 t->name = strdup(pi->name);
@@ -406,7 +394,7 @@ int cli_h5_load(const char *path, const rt_client_compile_result *prog,
                     rc = RT_ENOMEM;
                 else if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                                  t->data) < 0)
-                    rc = h5_err(err, errlen, RT_EIO, "%s: cannot read '%s'", path,
+                    rc = rt_errf(err, errlen, RT_EIO, "%s: cannot read '%s'", path,
                                 fl[l].weights[j]);
             }
             H5Sclose(sp);
@@ -432,7 +420,7 @@ out:
 int cli_h5_save(const rt_client_weights *w, const char *path, char *err, size_t errlen)
 {
     (void)w;
-    return h5_err(err, errlen, RT_EUNIMPLEMENTED, "%s: this rtrain was built without "
+    return rt_errf(err, errlen, RT_EUNIMPLEMENTED, "%s: this rtrain was built without "
                   "libhdf5 (scripts/deps.sh installs libhdf5-dev)", path);
 }
 
@@ -441,7 +429,7 @@ int cli_h5_load(const char *path, const rt_client_compile_result *prog,
 {
     (void)prog;
     memset(out, 0, sizeof *out);
-    return h5_err(err, errlen, RT_EUNIMPLEMENTED, "%s: this rtrain was built without "
+    return rt_errf(err, errlen, RT_EUNIMPLEMENTED, "%s: this rtrain was built without "
                   "libhdf5 (scripts/deps.sh installs libhdf5-dev)", path);
 }
 

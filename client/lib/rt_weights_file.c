@@ -3,6 +3,7 @@
  * to path.tmp, fsynced and renamed, so a crash never leaves half a file
  * under the real name. */
 #include "rt_client_impl.h"
+#include "rt_errf.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -17,17 +18,6 @@
 #define RT__WMAGIC "RTWTS001"
 #define RT__WMAX_TENSORS 100000u
 #define RT__WMAX_NAME 4096u
-
-static int werr(char *buf, size_t len, int rc, const char *fmt, ...)
-{
-    if (buf && len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(buf, len, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
 
 typedef struct wbuf {
     uint8_t *p;
@@ -66,7 +56,7 @@ int rt_client_weights_save(const rt_client_weights *w, const char *path,
                            char *errbuf, size_t errlen)
 {
     if (!w || !path || (w->n && !w->t))
-        return werr(errbuf, errlen, RT_EINVAL, "weights or path is NULL");
+        return rt_errf(errbuf, errlen, RT_EINVAL, "weights or path is NULL");
     wbuf b = {0};
     put(&b, RT__WMAGIC, 8);
     put_u32(&b, (uint32_t)w->n);
@@ -76,7 +66,7 @@ int rt_client_weights_save(const rt_client_weights *w, const char *path,
         const char *name = t->name ? t->name : "";
         if (t->ndim < 0 || t->ndim > RT_CLIENT_MAX_DIMS) {
             free(b.p);
-            return werr(errbuf, errlen, RT_EINVAL, "tensor '%s' has ndim %d", name, t->ndim);
+            return rt_errf(errbuf, errlen, RT_EINVAL, "tensor '%s' has ndim %d", name, t->ndim);
         }
         put_u32(&b, (uint32_t)strlen(name));
         put(&b, name, strlen(name));
@@ -90,7 +80,7 @@ int rt_client_weights_save(const rt_client_weights *w, const char *path,
     }
     if (b.oom) {
         free(b.p);
-        return werr(errbuf, errlen, RT_ENOMEM, "out of memory");
+        return rt_errf(errbuf, errlen, RT_ENOMEM, "out of memory");
     }
     put_u64(&b, XXH64(b.p, b.n, 0));
     size_t tl = strlen(path) + 8;
@@ -98,7 +88,7 @@ int rt_client_weights_save(const rt_client_weights *w, const char *path,
     if (!tmp || b.oom) {
         free(tmp);
         free(b.p);
-        return werr(errbuf, errlen, RT_ENOMEM, "out of memory");
+        return rt_errf(errbuf, errlen, RT_ENOMEM, "out of memory");
     }
     snprintf(tmp, tl, "%s.tmp", path);
     int rc = 0;
@@ -108,17 +98,17 @@ int rt_client_weights_save(const rt_client_weights *w, const char *path,
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
         free(tmp);
         free(b.p);
-        return werr(errbuf, errlen, RT_EINVAL, "%s is not a regular file", path);
+        return rt_errf(errbuf, errlen, RT_EINVAL, "%s is not a regular file", path);
     }
     FILE *f = fopen(tmp, "wb");
     if (!f) {
-        rc = werr(errbuf, errlen, RT_EIO, "cannot write %s: %s", tmp, strerror(errno));
+        rc = rt_errf(errbuf, errlen, RT_EIO, "cannot write %s: %s", tmp, strerror(errno));
     } else {
         int ok = fwrite(b.p, 1, b.n, f) == b.n && fflush(f) == 0 &&
                  fsync(fileno(f)) == 0;
         ok = (fclose(f) == 0) && ok;
         if (!ok || rename(tmp, path) != 0) {
-            rc = werr(errbuf, errlen, RT_EIO, "cannot write %s: %s", path, strerror(errno));
+            rc = rt_errf(errbuf, errlen, RT_EIO, "cannot write %s: %s", path, strerror(errno));
             unlink(tmp);
         }
     }
@@ -145,11 +135,11 @@ int rt_client_weights_load(rt_client_weights *w, const char *path,
                            char *errbuf, size_t errlen)
 {
     if (!w || !path)
-        return werr(errbuf, errlen, RT_EINVAL, "weights or path is NULL");
+        return rt_errf(errbuf, errlen, RT_EINVAL, "weights or path is NULL");
     memset(w, 0, sizeof *w);
     FILE *f = fopen(path, "rb");
     if (!f)
-        return werr(errbuf, errlen, errno == ENOENT ? RT_ENOTFOUND : RT_EIO,
+        return rt_errf(errbuf, errlen, errno == ENOENT ? RT_ENOTFOUND : RT_EIO,
                     "cannot open %s: %s", path, strerror(errno));
     uint8_t *data = NULL;
     size_t n = 0, cap = 0;
@@ -160,7 +150,7 @@ int rt_client_weights_load(rt_client_weights *w, const char *path,
             if (!nd) {
                 free(data);
                 fclose(f);
-                return werr(errbuf, errlen, RT_ENOMEM, "out of memory");
+                return rt_errf(errbuf, errlen, RT_ENOMEM, "out of memory");
             }
             data = nd;
         }
@@ -173,46 +163,46 @@ int rt_client_weights_load(rt_client_weights *w, const char *path,
     fclose(f);
     int rc = 0;
     if (ioerr)
-        rc = werr(errbuf, errlen, RT_EIO, "reading %s failed", path);
+        rc = rt_errf(errbuf, errlen, RT_EIO, "reading %s failed", path);
     else if (n < 8 + 4 + 8 + 8 || memcmp(data, RT__WMAGIC, 8) != 0)
-        rc = werr(errbuf, errlen, RT_EDATA, "%s is not an rtrain weights file "
+        rc = rt_errf(errbuf, errlen, RT_EDATA, "%s is not an rtrain weights file "
                   "(magic %s)", path, RT__WMAGIC);
     if (rc == 0) {
         uint64_t sum;
         memcpy(&sum, data + n - 8, 8);
         if (XXH64(data, n - 8, 0) != sum)
-            rc = werr(errbuf, errlen, RT_ECHECKSUM, "%s: checksum mismatch "
+            rc = rt_errf(errbuf, errlen, RT_ECHECKSUM, "%s: checksum mismatch "
                       "(file damaged or truncated)", path);
     }
     rbuf r = {data, n - 8, 8};
     uint32_t count = 0;
     if (rc == 0 && (get(&r, &count, 4) < 0 || get(&r, &w->global_step, 8) < 0 ||
                     count > RT__WMAX_TENSORS))
-        rc = werr(errbuf, errlen, RT_EDATA, "%s: bad header", path);
+        rc = rt_errf(errbuf, errlen, RT_EDATA, "%s: bad header", path);
     if (rc == 0) {
         w->t = calloc(count ? count : 1, sizeof *w->t);
         if (!w->t)
-            rc = werr(errbuf, errlen, RT_ENOMEM, "out of memory");
+            rc = rt_errf(errbuf, errlen, RT_ENOMEM, "out of memory");
     }
     for (uint32_t i = 0; rc == 0 && i < count; i++) {
         rt_client_tensor *t = &w->t[i];
         uint32_t nl, dt, nd;
         uint64_t nbytes = 0;
         if (get(&r, &nl, 4) < 0 || nl > RT__WMAX_NAME || r.n - r.at < nl) {
-            rc = werr(errbuf, errlen, RT_EDATA, "%s: tensor %u: bad name", path, i);
+            rc = rt_errf(errbuf, errlen, RT_EDATA, "%s: tensor %u: bad name", path, i);
             break;
         }
         w->n++;
         t->name = malloc(nl + 1);
         if (!t->name) {
-            rc = werr(errbuf, errlen, RT_ENOMEM, "out of memory");
+            rc = rt_errf(errbuf, errlen, RT_ENOMEM, "out of memory");
             break;
         }
         get(&r, t->name, nl);
         t->name[nl] = 0;
         if (get(&r, &dt, 4) < 0 || get(&r, &nd, 4) < 0 ||
             !rt_client_dtype_size((rt_client_dtype)dt) || nd > RT_CLIENT_MAX_DIMS) {
-            rc = werr(errbuf, errlen, RT_EDATA, "%s: tensor '%s': bad dtype or rank",
+            rc = rt_errf(errbuf, errlen, RT_EDATA, "%s: tensor '%s': bad dtype or rank",
                       path, t->name);
             break;
         }
@@ -222,7 +212,7 @@ int rt_client_weights_load(rt_client_weights *w, const char *path,
         for (uint32_t d = 0; d < nd && rc == 0; d++) {
             uint64_t v = 0;
             if (get(&r, &v, 8) < 0 || (int64_t)v < 0 || (v && want > UINT64_MAX / v))
-                rc = werr(errbuf, errlen, RT_EDATA, "%s: tensor '%s': bad shape",
+                rc = rt_errf(errbuf, errlen, RT_EDATA, "%s: tensor '%s': bad shape",
                           path, t->name);
             t->shape[d] = (int64_t)v;
             want *= v;
@@ -230,21 +220,21 @@ int rt_client_weights_load(rt_client_weights *w, const char *path,
         if (rc < 0)
             break;
         if (get(&r, &nbytes, 8) < 0 || nbytes != want || r.n - r.at < nbytes) {
-            rc = werr(errbuf, errlen, RT_EDATA, "%s: tensor '%s': %llu data bytes "
+            rc = rt_errf(errbuf, errlen, RT_EDATA, "%s: tensor '%s': %llu data bytes "
                       "do not match its shape or the file", path, t->name,
                       (unsigned long long)nbytes);
             break;
         }
         t->data = malloc(nbytes ? nbytes : 1);
         if (!t->data) {
-            rc = werr(errbuf, errlen, RT_ENOMEM, "out of memory");
+            rc = rt_errf(errbuf, errlen, RT_ENOMEM, "out of memory");
             break;
         }
         get(&r, t->data, nbytes);
         t->nbytes = nbytes;
     }
     if (rc == 0 && r.at != r.n)
-        rc = werr(errbuf, errlen, RT_EDATA, "%s: %zu trailing bytes", path, r.n - r.at);
+        rc = rt_errf(errbuf, errlen, RT_EDATA, "%s: %zu trailing bytes", path, r.n - r.at);
     free(data);
     if (rc < 0)
         rt_client_weights_free(w);

@@ -316,7 +316,8 @@ static int restore_work(rt_call *c)
     if (rc < 0)
         return rt_call_fail(c, rc, "%s", err);
     rt_program *p;
-    if ((rc = rt_h_restore_program(c->srv, c->sess, v.req, v.req_len, NULL, &p, err, sizeof err)) < 0)
+    if ((rc = rt_h_restore_program(c->srv, c->sess, v.req, v.req_len, NULL, &p, err,
+                                   sizeof err)) < 0)
         return rt_call_fail(c, rc, "cannot compile the state's model: %s", err);
     if ((rc = rt_exec_load_state(rt_program_exec(p), v.exec, v.exec_len)) < 0) {
         rt_call_fail(c, rc, "%s", rt_exec_errmsg(rt_program_exec(p)));
@@ -340,7 +341,8 @@ static int restore_work(rt_call *c)
     c->resp = &r->base;
     char sid[16], pid[16];
     RT_LOG(RT_LOG_INFO, "session %s: program %s restored from a pushed state at step %lld",
-           rt_log_id(c->sess->id, sid), rt_log_id(rt_program_id(p), pid), (long long)r->global_step);
+           rt_log_id(c->sess->id, sid), rt_log_id(rt_program_id(p), pid),
+           (long long)r->global_step);
     return 0;
 }
 
@@ -348,7 +350,8 @@ int rt_h_restore_checkpoint(rt_call *c)
 {
     Rtrain__V1__RestoreCheckpointRequest *q = REQ(c, Rtrain__V1__RestoreCheckpointRequest);
     int rc;
-    if ((rc = rt_h_need_session(c, q->session_id)) < 0 || (rc = need_token(c, q->session_token)) < 0)
+    if ((rc = rt_h_need_session(c, q->session_id)) < 0 ||
+        (rc = need_token(c, q->session_token)) < 0)
         return rc;
     if (!q->state.len)
         return rt_call_fail(c, RT_EINVAL, "state is empty");
@@ -409,7 +412,8 @@ static int flush_one(void *ud, rt_session *s, rt_program *p)
         return 0;
     }
     if (rt_state_checkpoint(srv->state, s->id, p, err, sizeof err) < 0) {
-        RT_LOG(RT_LOG_ERROR, "checkpoint of %s at exit failed: %s", rt_log_id(rt_program_id(p), pid), err);
+        RT_LOG(RT_LOG_ERROR, "checkpoint of %s at exit failed: %s",
+               rt_log_id(rt_program_id(p), pid), err);
         return 0;
     }
     RT_LOG(RT_LOG_INFO, "program %s: on disk at exit, step %lld (checkpoint at exit)",

@@ -529,8 +529,8 @@ static int fit_run(rt_call *c, uint64_t gen)
         f.mark = rt_now_ns();
         rt_train_result res;
         char derr[256] = "";
-        if ((rc = rt_dist_train(rt_program_exec(p), &d, d.x == c->ds->x ? c->ds->key : NULL, spe - from,
-                                &res, fit_step_cb, &f, NULL, derr, sizeof derr)) < 0)
+        if ((rc = rt_dist_train(rt_program_exec(p), &d, d.x == c->ds->x ? c->ds->key : NULL,
+                                spe - from, &res, fit_step_cb, &f, NULL, derr, sizeof derr)) < 0)
             return rt_call_fail(c, rc, "%s", derr);
         rt_program_epoch_clock_pause(p, f.mark);
         exec_ns += res.execute_ns;
@@ -613,10 +613,12 @@ static int fit_run(rt_call *c, uint64_t gen)
     char pid[16];
     if (cancelled)
         RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld: the client cancelled",
-               rt_log_id(rt_program_id(p), pid), (long long)rt_exec_global_step(rt_program_exec(p)));
+               rt_log_id(rt_program_id(p), pid),
+               (long long)rt_exec_global_step(rt_program_exec(p)));
     else if (fin->stopped && !ended)
         RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld by a Control call",
-               rt_log_id(rt_program_id(p), pid), (long long)rt_exec_global_step(rt_program_exec(p)));
+               rt_log_id(rt_program_id(p), pid),
+               (long long)rt_exec_global_step(rt_program_exec(p)));
     return 0;
 }
 
@@ -753,7 +755,8 @@ static int predict_work(rt_call *c)
     int64_t chunk = bs * 16;
     for (int64_t off = 0; !ps->su.st && off < ps->n; off += chunk) {
         int64_t cnt = ps->n - off < chunk ? ps->n - off : chunk;
-        int rc = rt_exec_predict(rt_program_exec(c->prog), ps->x + off * in_per, cnt, y + off * per);
+        int rc = rt_exec_predict(rt_program_exec(c->prog), ps->x + off * in_per, cnt,
+                                 y + off * per);
         if (rc < 0)
             return rt_h_engine_fail(c, rc);
         if (off + cnt < ps->n) {

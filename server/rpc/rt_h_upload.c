@@ -413,7 +413,8 @@ static int upload_begin(rt_call *c, upload_st *u, const Rtrain__V1__DatasetHeade
                                              : "sample_hash");
     /* What a broken upload of this content left: taken for a resume, or
      * dropped by a fresh start (its bytes would only be held twice). */
-    rt_upload_kept *k = u->has_content_hash ? rt_upload_store_take(&c->srv->upstore, c->who, u->key) : NULL;
+    rt_upload_kept *k =
+        u->has_content_hash ? rt_upload_store_take(&c->srv->upstore, c->who, u->key) : NULL;
     if (h->resume_offset && (!k || k->offset != h->resume_offset)) {
         uint64_t have = k ? k->offset : 0;
         rt_upload_kept_free(k);

@@ -194,12 +194,14 @@ int rt_h_durable_checkpoint(rt_call *c, rt_program *p, int policy)
                 rt_state_cfg(c->srv->state)->fail_continue);
     char pid[16];
     RT_LOG(RT_LOG_WARN, "checkpoint of %s at step %lld failed (%s): %s; the one at step %lld "
-           "is kept", rt_log_id(rt_program_id(p), pid), (long long)rt_exec_global_step(rt_program_exec(p)),
+           "is kept", rt_log_id(rt_program_id(p), pid),
+           (long long)rt_exec_global_step(rt_program_exec(p)),
            cont ? "training goes on" : "the call stops", err, (long long)rt_program_ckpt_step(p));
     if (cont)
         return 0;
     return rt_call_fail(c, rc, "checkpoint failed, training stopped at step %lld: %.200s; the "
-                        "checkpoint at step %lld is kept", (long long)rt_exec_global_step(rt_program_exec(p)),
+                        "checkpoint at step %lld is kept",
+                        (long long)rt_exec_global_step(rt_program_exec(p)),
                         err, (long long)rt_program_ckpt_step(p));
 }
 
@@ -215,7 +217,8 @@ int rt_h_durable_program(rt_call *c, rt_program *prog)
     if (!c->srv->state)
         return 0;
     rt_call_device_lock(c);
-    int rc = rt_h_durable_checkpoint(c, prog, RTRAIN__V1__CHECKPOINT_POLICY__CHECKPOINT_POLICY_DEFAULT);
+    int rc =
+        rt_h_durable_checkpoint(c, prog, RTRAIN__V1__CHECKPOINT_POLICY__CHECKPOINT_POLICY_DEFAULT);
     rt_call_device_unlock(c);
     return rc;
 }
