@@ -4,6 +4,7 @@
 #include "rt_program_impl.h"
 
 #include <assert.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,9 +25,11 @@ void rt_program_device_leave(void)
 #define DEVICE_HELD() ((void)0)
 #endif
 
-const char *rt_program_id(const rt_program *p) { return p->id; }
-rt_plan *rt_program_plan(const rt_program *p) { return p->plan; }
-rt_exec *rt_program_exec(const rt_program *p) { return p->exec; }
+#define HEAD_AT(f) (offsetof(struct rt_program, f) == offsetof(rt_program_head, f))
+_Static_assert(HEAD_AT(id) && HEAD_AT(charged_bytes) && HEAD_AT(plan) && HEAD_AT(exec) &&
+                   sizeof(((struct rt_program *)0)->id) == sizeof(((rt_program_head *)0)->id),
+               "rt_program_head must match the start of struct rt_program");
+#undef HEAD_AT
 rt_program_pipe *rt_program_pipe_marks(rt_program *p) { return &p->pipe; }
 
 int rt_program_set_lr(rt_program *p, float lr)

@@ -83,9 +83,27 @@ typedef struct rt_program_pipe {
 } rt_program_pipe;
 
 /* ------------------------------------------------------------ [any] */
-const char *rt_program_id(const rt_program *p);
-rt_plan *rt_program_plan(const rt_program *p);
-rt_exec *rt_program_exec(const rt_program *p);
+/* What never changes once a program is added, at the start of struct
+ * rt_program (rt_program.c checks the offsets): read inline, so the
+ * handlers' accessors cost what a field read did. */
+typedef struct rt_program_head {
+    char id[40];             /* RT_SESSION_ID_LEN */
+    uint64_t charged_bytes;
+    rt_plan *plan;
+    rt_exec *exec;
+} rt_program_head;
+static inline const char *rt_program_id(const rt_program *p)
+{
+    return ((const rt_program_head *)(const void *)p)->id;
+}
+static inline rt_plan *rt_program_plan(const rt_program *p)
+{
+    return ((const rt_program_head *)(const void *)p)->plan;
+}
+static inline rt_exec *rt_program_exec(const rt_program *p)
+{
+    return ((const rt_program_head *)(const void *)p)->exec;
+}
 rt_program_pipe *rt_program_pipe_marks(rt_program *p);
 
 /* The device holder's thread (see the locking rule). */
