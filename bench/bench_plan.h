@@ -1,0 +1,147 @@
+/*
+ * bench_plan.h - a compiled plan's kernel calls run one by one, on buffers
+ * laid out like the exec's (one arena, the parameter and gradient blocks)
+ * and filled with small random values: per-kernel times, and the
+ * convolutions' rates by direction (forward, backward-data,
+ * backward-weights) against the compute limit (bench_limit.h).
+ * Include after bench_util.h, rt_engine.h and rt_engine_impl.h.
+ */
+#ifndef RTRAIN_BENCH_PLAN_H
+#define RTRAIN_BENCH_PLAN_H
+
+#include <string.h>
+
+#include "bench_limit.h"
+
+typedef struct bp_run {
+    rt_plan *p;
+    int nc;
+    unsigned char *arena;
+    float *wb, *gs;
+    rt__run run;
+    rt__kargs *k;
+} bp_run;
+
+static void bp_open(bp_run *b, rt_plan *p, int64_t n)
+{
+    uint64_t s = 11;
+    memset(b, 0, sizeof *b);
+    b->p = p;
+    b->nc = p->n_fwd + p->n_bwd;
+    b->arena = rt__aligned_alloc((size_t)p->arena_bytes);
+    b->wb = rt__aligned_alloc(sizeof(float) * (size_t)(p->param_floats + p->train_floats));
+    b->gs = rt__aligned_alloc(sizeof(float) * (size_t)p->gemm_scratch_floats + 64);
+    for (uint64_t i = 0; i + 4 <= p->arena_bytes; i += 4) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        float v = (float)((s >> 40) & 0xffff) / 65536.0f - 0.5f;
+        memcpy(b->arena + i, &v, 4);
+    }
+    for (int i = 0; i < p->n_params; i++)
+        rt__init_param(&p->params[i], i, 1, b->wb + p->params[i].off);
+    b->run = (rt__run){.n = n, .training = 1, .seed = 1, .gemm_scratch = b->gs,
+                       .gemm_scratch_floats = p->gemm_scratch_floats};
+    b->k = calloc((size_t)b->nc, sizeof *b->k);
+#define BP_RES(r) ((r).space == RT__SP_ARENA ? (float *)(b->arena + (r).off)           \
+               : (r).space == RT__SP_PARAM ? b->wb + (r).off                          \
+               : (r).space == RT__SP_GRAD ? b->wb + p->param_floats + (r).off : NULL)
+    for (int c = 0; c < b->nc; c++) {
+        const rt__call *cl = &p->calls[c];
+        b->k[c].nd = cl->nd;
+        b->k[c].r = &b->run;
+        b->k[c].y = BP_RES(cl->y);
+        b->k[c].dy = BP_RES(cl->dy);
+        b->k[c].scratch = BP_RES(cl->scratch);
+        b->k[c].accum = cl->accum;
+        for (int j = 0; j < cl->nd->n_in; j++) {
+            b->k[c].x[j] = BP_RES(cl->x[j]);
+            b->k[c].dx[j] = BP_RES(cl->dx[j]);
+        }
+    }
+#undef BP_RES
+}
+
+static void bp_close(bp_run *b)
+{
+    free(b->k);
+    free(b->arena);
+    free(b->wb);
+    free(b->gs);
+}
+
+/* per kernel call: medians over reps, printed */
+static void bp_breakdown(bp_run *b, int reps)
+{
+    const int nc = b->nc;
+    double *kt = calloc((size_t)nc * (size_t)reps, sizeof(double));
+    for (int i = 0; i < reps; i++)
+        for (int c = 0; c < nc; c++) {
+            double t0 = now_s();
+            b->p->calls[c].fn(&b->k[c]);
+            kt[(size_t)c * (size_t)reps + (size_t)i] = now_s() - t0;
+        }
+    double sum = 0;
+    for (int c = 0; c < nc; c++) {
+        double m = median(kt + (size_t)c * (size_t)reps, reps) * 1e3;
+        sum += m;
+        printf("    %-4s %-12s %-10s %7.2f ms\n", b->p->calls[c].bwd ? "bwd" : "fwd",
+               b->p->calls[c].nd->name, b->p->calls[c].nd->op->name, m);
+    }
+    printf("    kernels total %.2f ms; gather, loss and the optimizer take the rest\n", sum);
+    free(kt);
+}
+
+/* a dense (group 1) Conv2D call */
+static int bp_is_conv(const rt__call *cl)
+{
+    return cl->nd->op == &rt__op_conv2d && rt__conv_cp(cl->nd)->G <= 1;
+}
+
+/* The workload's convolutions by direction: every Conv2D call of the
+ * plan timed alone (backward twice more: input gradient only, weight
+ * gradient only), medians over reps, summed over the layers; GFLOP/s and
+ * the share of the float32 limit, printed in one row each. The sums of
+ * medians are returned in ms (fwd, bwd-data, bwd-weights). */
+static void bp_conv_rates(bp_run *b, const char *name, int reps, const rt_bench_limit *L,
+                          double ms_out[3])
+{
+    double ms[3] = {0, 0, 0}, fl[3] = {0, 0, 0};
+    double *t = malloc(sizeof(double) * (size_t)reps);
+    for (int c = 0; c < b->nc; c++) {
+        const rt__call *cl = &b->p->calls[c];
+        if (!bp_is_conv(cl)) continue;
+        const rt__conv_params *cv = rt__conv_cp(cl->nd);
+        const double macs = (double)b->run.n * (double)(cv->OH * cv->OW * cv->OC) *
+                            (double)(cv->KH * cv->KW * cv->C);
+        for (int dir = 0; dir < 3; dir++) {
+            if (dir == 0 && cl->bwd) continue;
+            if (dir > 0 && !cl->bwd) continue;
+            rt__kargs k = b->k[c];
+            if (dir == 1) { /* backward-data alone */
+                if (!k.dx[0]) continue;
+                k.dx[1] = k.dx[2] = NULL;
+            } else if (dir == 2) { /* backward-weights (and bias) alone */
+                k.dx[0] = NULL;
+            }
+            cl->fn(&k); /* warm */
+            for (int i = 0; i < reps; i++) {
+                double t0 = now_s();
+                cl->fn(&k);
+                t[i] = now_s() - t0;
+            }
+            ms[dir] += median(t, reps) * 1e3;
+            fl[dir] += 2.0 * macs;
+        }
+    }
+    free(t);
+    static const char *dn[3] = {"forward", "backward-data", "backward-weights"};
+    for (int d = 0; d < 3; d++) {
+        if (ms[d] <= 0) continue;
+        const double g = fl[d] / (ms[d] * 1e-3) * 1e-9;
+        char sh[96];
+        printf("  %-34s %-16s %8.2f ms %7.1f GFLOP/s  %s\n", name, dn[d], ms[d], g,
+               rt_bench_limit_share(L, g, sh, sizeof sh));
+    }
+    if (ms_out) memcpy(ms_out, ms, sizeof ms);
+}
+
+#endif
