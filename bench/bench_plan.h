@@ -96,52 +96,40 @@ static int bp_is_conv(const rt__call *cl)
     return cl->nd->op == &rt__op_conv2d && rt__conv_cp(cl->nd)->G <= 1;
 }
 
-/* The workload's convolutions by direction: every Conv2D call of the
- * plan timed alone (backward twice more: input gradient only, weight
- * gradient only), medians over reps, summed over the layers; GFLOP/s and
- * the share of the float32 limit, printed in one row each. The sums of
- * medians are returned in ms (fwd, bwd-data, bwd-weights). */
-static void bp_conv_rates(bp_run *b, const char *name, int reps, const rt_bench_limit *L,
-                          double ms_out[3])
+/* The workload's convolutions by direction, for nv variants of one model
+ * (the same graph compiled nv ways): every Conv2D call of each plan timed
+ * alone (backward twice more: input gradient only, weight gradient only),
+ * the variants interleaved call by call so that a loaded machine slows
+ * them alike; medians over reps, summed over the layers. Fills ms[v][dir]
+ * and fl[dir] (FLOPs per direction, the same for every variant). */
+static void bp_conv_dirs(bp_run *b, int nv, int reps, double ms[][3], double fl[3])
 {
-    double ms[3] = {0, 0, 0}, fl[3] = {0, 0, 0};
-    double *t = malloc(sizeof(double) * (size_t)reps);
-    for (int c = 0; c < b->nc; c++) {
-        const rt__call *cl = &b->p->calls[c];
+    double *t = malloc(sizeof(double) * (size_t)reps * (size_t)nv);
+    memset(fl, 0, sizeof(double) * 3);
+    for (int v = 0; v < nv; v++) ms[v][0] = ms[v][1] = ms[v][2] = 0;
+    for (int c = 0; c < b[0].nc; c++) {
+        const rt__call *cl = &b[0].p->calls[c];
         if (!bp_is_conv(cl)) continue;
         const rt__conv_params *cv = rt__conv_cp(cl->nd);
-        const double macs = (double)b->run.n * (double)(cv->OH * cv->OW * cv->OC) *
+        const double macs = (double)b[0].run.n * (double)(cv->OH * cv->OW * cv->OC) *
                             (double)(cv->KH * cv->KW * cv->C);
         for (int dir = 0; dir < 3; dir++) {
-            if (dir == 0 && cl->bwd) continue;
-            if (dir > 0 && !cl->bwd) continue;
-            rt__kargs k = b->k[c];
-            if (dir == 1) { /* backward-data alone */
-                if (!k.dx[0]) continue;
-                k.dx[1] = k.dx[2] = NULL;
-            } else if (dir == 2) { /* backward-weights (and bias) alone */
-                k.dx[0] = NULL;
-            }
-            cl->fn(&k); /* warm */
-            for (int i = 0; i < reps; i++) {
-                double t0 = now_s();
-                cl->fn(&k);
-                t[i] = now_s() - t0;
-            }
-            ms[dir] += median(t, reps) * 1e3;
+            if ((dir == 0) != !cl->bwd) continue;
+            if (dir == 1 && !b[0].k[c].dx[0]) continue;
+            for (int i = -1; i < reps; i++)
+                for (int v = 0; v < nv; v++) {
+                    rt__kargs k = b[v].k[c];
+                    if (dir == 1) k.dx[1] = k.dx[2] = NULL; /* backward-data alone */
+                    else if (dir == 2) k.dx[0] = NULL;      /* weights and bias alone */
+                    const double t0 = now_s();
+                    b[v].p->calls[c].fn(&k);
+                    if (i >= 0) t[v * reps + i] = now_s() - t0; /* i = -1: warm */
+                }
+            for (int v = 0; v < nv; v++) ms[v][dir] += median(t + v * reps, reps) * 1e3;
             fl[dir] += 2.0 * macs;
         }
     }
     free(t);
-    static const char *dn[3] = {"forward", "backward-data", "backward-weights"};
-    for (int d = 0; d < 3; d++) {
-        if (ms[d] <= 0) continue;
-        const double g = fl[d] / (ms[d] * 1e-3) * 1e-9;
-        char sh[96];
-        printf("  %-34s %-16s %8.2f ms %7.1f GFLOP/s  %s\n", name, dn[d], ms[d], g,
-               rt_bench_limit_share(L, g, sh, sizeof sh));
-    }
-    if (ms_out) memcpy(ms_out, ms, sizeof ms);
 }
 
 #endif

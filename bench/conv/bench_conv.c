@@ -47,6 +47,7 @@
 #define RT_BENCH_NAME "bench_conv"
 #include "../bench_util.h"
 #include "../bench_plan.h"
+#include "cpu/rt_kern_conv.h"
 
 static rt_bench_limit limit;
 
@@ -258,10 +259,16 @@ static rt_graph *net64_graph(void)
     return g;
 }
 
-/* One workload: median ms per training step (its GFLOP/s and share of the
- * limit), then its convolutions by direction. Takes g. */
+/* One workload, compiled three ways: every convolution im2col + GEMM
+ * (the kernel before oneDNN's primitives were tried), every one through
+ * oneDNN's primitives where they take it, and the engine's own choice by
+ * shape. Median ms per training step (steps of the three interleaved), its
+ * GFLOP/s and share of the limit; then the convolutions by direction.
+ * Takes g. */
 static void conv_workload(const char *name, rt_graph *g, int batch, int sgd, int reps)
 {
+    static const char *vn[3] = {"im2col+GEMM", "oneDNN conv", "chosen"};
+    static const int vi[3] = {RT_KERN_CONV_IM2COL, RT_KERN_CONV_DNNL, RT_KERN_CONV_AUTO};
     rt_train_config cfg;
     rt_train_config_init(&cfg);
     cfg.loss = RT_LOSS_SPARSE_CE;
@@ -274,14 +281,18 @@ static void conv_workload(const char *name, rt_graph *g, int batch, int sgd, int
     }
     cfg.batch_size = batch;
     cfg.seed = 1;
-    rt_plan *p;
+    rt_plan *p[3];
+    rt_exec *e[3];
     rt_compile_report rep;
     char err[256];
-    if (rt_plan_compile(g, &cfg, &p, &rep, err, sizeof err) < 0) die(name, err);
-    rt_exec *e;
-    if (rt_exec_create(p, &e) < 0) die("exec", name);
+    for (int v = 0; v < 3; v++) {
+        rt_kern_conv_impl = vi[v];
+        if (rt_plan_compile(g, &cfg, &p[v], &rep, err, sizeof err) < 0) die(name, err);
+        if (rt_exec_create(p[v], &e[v]) < 0) die("exec", name);
+    }
+    rt_kern_conv_impl = RT_KERN_CONV_AUTO;
     int64_t d[RT_MAX_DIMS], per = 1;
-    const int nd = rt_plan_input_shape(p, d);
+    const int nd = rt_plan_input_shape(p[0], d);
     for (int k = 0; k < nd; k++) per *= d[k];
     float *x = malloc(sizeof(float) * (size_t)(batch * per));
     int32_t *y = malloc(sizeof(int32_t) * (size_t)batch);
@@ -289,26 +300,45 @@ static void conv_workload(const char *name, rt_graph *g, int batch, int sgd, int
     for (int64_t i = 0; i < batch; i++) y[i] = (int32_t)(i % 10);
     rt_data data = {.x = x, .y = y, .y_dtype = RT_I32, .n = batch};
     rt_train_result r;
-    if (rt_exec_train(e, &data, 2, &r, NULL, NULL, NULL) < 0) die("train", rt_exec_errmsg(e));
-    double *t = malloc(sizeof(double) * (size_t)reps);
-    for (int i = 0; i < reps; i++) {
-        double t0 = now_s();
-        rt_exec_train(e, &data, 1, &r, NULL, NULL, NULL);
-        t[i] = now_s() - t0;
-    }
-    const double ms = median(t, reps) * 1e3, gf = (double)rep.flops_per_step / (ms * 1e-3) * 1e-9;
+    for (int v = 0; v < 3; v++)
+        if (rt_exec_train(e[v], &data, 2, &r, NULL, NULL, NULL) < 0)
+            die("train", rt_exec_errmsg(e[v]));
+    double *t = malloc(sizeof(double) * (size_t)reps * 3);
+    for (int i = 0; i < reps; i++)
+        for (int v = 0; v < 3; v++) {
+            double t0 = now_s();
+            rt_exec_train(e[v], &data, 1, &r, NULL, NULL, NULL);
+            t[v * reps + i] = now_s() - t0;
+        }
+    const double gfs = (double)rep.flops_per_step * 1e-9;
+    printf("%s, batch %d, %.2f GFLOP/step:\n", name, batch, gfs);
     char sh[96];
-    printf("%s, batch %d: %.2f ms/step, %.2f GFLOP/step, %.1f GFLOP/s, %s\n", name, batch, ms,
-           (double)rep.flops_per_step * 1e-9, gf, rt_bench_limit_share(&limit, gf, sh, sizeof sh));
-    bp_run b;
-    bp_open(&b, p, batch);
-    bp_conv_rates(&b, name, reps, &limit, NULL);
-    bp_close(&b);
+    for (int v = 0; v < 3; v++) {
+        const double ms = median(t + v * reps, reps) * 1e3, gf = gfs / (ms * 1e-3);
+        printf("  %-12s step %8.2f ms %7.1f GFLOP/s  %s\n", vn[v], ms, gf,
+               rt_bench_limit_share(&limit, gf, sh, sizeof sh));
+    }
+    bp_run b[3];
+    for (int v = 0; v < 3; v++) bp_open(&b[v], p[v], batch);
+    double ms[3][3], fl[3];
+    bp_conv_dirs(b, 3, reps, ms, fl);
+    static const char *dn[3] = {"forward", "backward-data", "backward-weights"};
+    for (int dir = 0; dir < 3; dir++) {
+        if (fl[dir] <= 0) continue;
+        for (int v = 0; v < 3; v++) {
+            const double gf = fl[dir] / (ms[v][dir] * 1e-3) * 1e-9;
+            printf("  %-12s %-16s %8.2f ms %7.1f GFLOP/s  %s\n", vn[v], dn[dir], ms[v][dir], gf,
+                   rt_bench_limit_share(&limit, gf, sh, sizeof sh));
+        }
+    }
+    for (int v = 0; v < 3; v++) {
+        bp_close(&b[v]);
+        rt_exec_destroy(e[v]);
+        rt_plan_release(p[v]);
+    }
     free(t);
     free(x);
     free(y);
-    rt_exec_destroy(e);
-    rt_plan_release(p);
     rt_graph_destroy(g);
 }
 

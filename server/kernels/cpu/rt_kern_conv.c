@@ -411,6 +411,18 @@ static void rt__pool_rows_bwd(const rt__node *nd, int64_t nb, const float *dy, f
  * the GEMM and the bias/activation, and dz between the dW column blocks */
 #define RT__CONV_CHUNK_FLOATS (128 * 1024)
 
+/* oneDNN's primitives or im2col + GEMM: by shape, from bench/conv's
+ * measurements (docs in bench/conv/README.md). Never with a fused pool (the
+ * primitive would write the whole pre-pool tensor that the fusion avoids). */
+static int rt__conv_wants_dnnl(const rt__conv_params *cv, const rt_kern_conv_plan *kp,
+                               int64_t B)
+{
+    if (kp->pool || cv->G > 1 || rt_kern_conv_impl == RT_KERN_CONV_IM2COL) return 0;
+    if (rt_kern_conv_impl == RT_KERN_CONV_DNNL) return 1;
+    const int64_t K = cv->KH * cv->KW * cv->C;
+    return K > 64 && B * cv->OH * cv->OW * K * cv->OC >= RT__PAR_MACS;
+}
+
 /* Conv2D absorbs a following MaxPool2D with non-overlapping windows
  * (stride = window, 'valid') that fit its output. */
 int rt_kern_conv2d_can_fuse_maxpool(const rt__node *conv, const rt__node *pool)
@@ -456,6 +468,17 @@ int rt_kern_conv2d_prepare(rt__node *nd, int64_t B, rt__arena *A)
     kp->tstride = (cs * P * (K + OC) + K * OC + OC + extra + 15) & ~(int64_t)15;
     nd->kdata = kp;
     nd->scratch_floats = kp->nt * kp->tstride;
+    kp->B = B;
+    kp->dn = NULL;
+    if (rt__conv_wants_dnnl(cv, kp, B)) {
+        kp->dn = rt_kern_dconv_prepare(cv, B);
+        /* the scratch also holds im2col's, for a smaller last batch whose
+         * primitives would not fit */
+        if (kp->dn) {
+            const int64_t f = rt_kern_dconv_scratch(kp->dn, cv, B);
+            if (f > nd->scratch_floats) nd->scratch_floats = f;
+        }
+    }
     return 0;
 }
 
@@ -470,6 +493,7 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
         return;
     }
     const rt_kern_conv_plan *kp = nd->kdata;
+    if (kp->dn && rt_kern_dconv_fwd(a, kp->dn, kp->B) == 0) return;
     const int64_t n = a->r->n;
     const int64_t in_s = cv->H * cv->W * cv->C;
     const int64_t P = cv->OH * cv->OW, OC = cv->OC;
@@ -512,6 +536,7 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
         return;
     }
     const rt_kern_conv_plan *kp = nd->kdata;
+    if (kp->dn && rt_kern_dconv_bwd(a, kp->dn, kp->B) == 0) return;
     const int64_t n = a->r->n;
     const int64_t in_s = cv->H * cv->W * cv->C;
     const int64_t P = cv->OH * cv->OW, OC = cv->OC;

@@ -8,16 +8,23 @@
  *
  * Conv2D is im2col + GEMM, done in chunks of whole samples so the column
  * buffer stays in cache (a 1x1 stride-1 unpadded convolution skips im2col:
- * NHWC already is its column matrix). The bench in bench/conv measured this
- * against oneDNN's convolution primitive for the reference shapes.
+ * NHWC already is its column matrix), or oneDNN's convolution primitives
+ * on the same NHWC tensors (rt_kern_conv_dnnl.c) where bench/conv measured
+ * them faster; prepare chooses by shape.
  */
 #ifndef RTRAIN_KERN_CONV_H
 #define RTRAIN_KERN_CONV_H
 
 #include "rt_engine_impl.h"
 
+/* oneDNN's convolution primitives for one shape and batch
+ * (rt_kern_conv_dnnl.c) */
+typedef struct rt_kern_dconv rt_kern_dconv;
+
 /* Conv2D's plan (rt__node.kdata), from rt_kern_conv2d_prepare */
 typedef struct rt_kern_conv_plan {
+    const rt_kern_dconv *dn; /* non-NULL: oneDNN's primitives run it */
+    int64_t B;               /* the batch the scratch is sized for */
     int64_t chunk;       /* samples per im2col chunk */
     int direct;          /* 1x1, stride 1, no pad: x is the column matrix */
     int nt;              /* threads the scratch is sized for */
@@ -39,6 +46,24 @@ int rt_kern_conv2d_prepare(rt__node *nd, int64_t B, rt__arena *A);
 /* MaxPool2D/AvgPool2D and BatchNorm: the threads their scratch is for */
 int rt_kern_pool_prepare(rt__node *nd, int64_t B, rt__arena *A);
 int rt_kern_batchnorm_prepare(rt__node *nd, int64_t B, rt__arena *A);
+
+/* Which implementation Conv2D's prepare picks: AUTO by shape (the rule in
+ * rt_kern_conv2d_prepare, from bench/conv's measurements), or one forced
+ * (bench/conv compiles the same model both ways to compare them).
+ * Read at compile. */
+enum { RT_KERN_CONV_AUTO = 0, RT_KERN_CONV_IM2COL, RT_KERN_CONV_DNNL };
+extern int rt_kern_conv_impl;
+
+/* oneDNN's primitives for cv at batch B, built once per process and shape;
+ * NULL when oneDNN has no primitive for it (the caller uses im2col) */
+rt_kern_dconv *rt_kern_dconv_prepare(const rt__conv_params *cv, int64_t B);
+/* the scratch floats a call at batch B needs */
+int64_t rt_kern_dconv_scratch(const rt_kern_dconv *d, const rt__conv_params *cv, int64_t B);
+/* forward and backward through the primitives (d: the plan's, for batch
+ * B). -1 when a smaller batch's primitives cannot run in the plan's
+ * scratch: the caller runs im2col instead. */
+int rt_kern_dconv_fwd(const rt__kargs *a, const rt_kern_dconv *d, int64_t B);
+int rt_kern_dconv_bwd(const rt__kargs *a, const rt_kern_dconv *d, int64_t B);
 
 /* Threads a kernel may use (OpenMP's team size, at most 64); scratch is
  * sized for this many at compile time. */
