@@ -102,6 +102,8 @@ static int bp_is_conv(const rt__call *cl)
  * the variants interleaved call by call so that a loaded machine slows
  * them alike; medians over reps, summed over the layers. Fills ms[v][dir]
  * and fl[dir] (FLOPs per direction, the same for every variant). */
+static int bp_layers; /* print every layer's times too */
+
 static void bp_conv_dirs(bp_run *b, int nv, int reps, double ms[][3], double fl[3])
 {
     double *t = malloc(sizeof(double) * (size_t)reps * (size_t)nv);
@@ -125,7 +127,18 @@ static void bp_conv_dirs(bp_run *b, int nv, int reps, double ms[][3], double fl[
                     b[v].p->calls[c].fn(&k);
                     if (i >= 0) t[v * reps + i] = now_s() - t0; /* i = -1: warm */
                 }
-            for (int v = 0; v < nv; v++) ms[v][dir] += median(t + v * reps, reps) * 1e3;
+            if (bp_layers) {
+                static const char dc[3] = {'F', 'D', 'W'};
+                printf("    %c %-10s %3lldx%-3lld %4lld->%-4lld k%lld s%lld:", dc[dir],
+                       cl->nd->name, (long long)cv->H, (long long)cv->W, (long long)cv->C,
+                       (long long)cv->OC, (long long)cv->KH, (long long)cv->SH);
+            }
+            for (int v = 0; v < nv; v++) {
+                const double m = median(t + v * reps, reps);
+                ms[v][dir] += m * 1e3;
+                if (bp_layers) printf(" %7.2f ms %6.1f GF/s", m * 1e3, 2.0 * macs / m * 1e-9);
+            }
+            if (bp_layers) printf("\n");
             fl[dir] += 2.0 * macs;
         }
     }

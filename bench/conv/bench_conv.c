@@ -21,6 +21,8 @@
  *
  *     build-conv/bench/conv/bench_conv [--reps N] [--no-torch] [--b1024] [--convs]
  *         --convs: only the limit and the convolutions by direction
+ *         (--only SUBSTR: the workloads whose name has SUBSTR: W-B, 3x3x64,
+ *         ResNet); RT_BENCH_CLOCK=cpu times by CPU time (bench_util.h)
  *     build-conv/bench/conv/bench_conv --plan MODEL.json BATCH
  *         the compile report of a Keras model (arena, parameter bytes), to
  *         set the daemon's peak RSS against
@@ -50,6 +52,7 @@
 #include "cpu/rt_kern_conv.h"
 
 static rt_bench_limit limit;
+static const char *only; /* --only SUBSTR: the conv workloads whose name has it */
 
 /* oneDNN's convolution primitives on W-B's layer (256x32x32x3 NHWC, 3x3x3x64,
  * valid), forward and backward-weights, with Keras' weight layout (hwio)
@@ -267,6 +270,10 @@ static rt_graph *net64_graph(void)
  * Takes g. */
 static void conv_workload(const char *name, rt_graph *g, int batch, int sgd, int reps)
 {
+    if (only && !strstr(name, only)) {
+        rt_graph_destroy(g);
+        return;
+    }
     static const char *vn[3] = {"im2col+GEMM", "oneDNN conv", "chosen"};
     static const int vi[3] = {RT_KERN_CONV_IM2COL, RT_KERN_CONV_DNNL, RT_KERN_CONV_AUTO};
     rt_train_config cfg;
@@ -350,6 +357,7 @@ static void conv_workloads(int reps)
            "asked for):\n", reps);
     conv_workload("W-B", rt_conv_wb_graph(), 256, 0, reps);
     conv_workload("two 3x3x64 convs at 32x32", net64_graph(), 128, 0, reps);
+    if (only && !strstr("ResNet-18", only)) return;
     char dir[] = "/tmp/bench_conv.XXXXXX", cmd[2048];
     if (!mkdtemp(dir)) die("mkdtemp", dir);
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/bench/onnx/models.py %s 2>/dev/null",
@@ -409,8 +417,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--no-torch")) torch = 0;
         else if (!strcmp(argv[i], "--b1024")) b1024 = 1;
         else if (!strcmp(argv[i], "--convs")) convs = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--layers")) bp_layers = 1;
         else {
-            fprintf(stderr, "usage: %s [--reps N] [--no-torch] [--b1024] [--convs]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--reps N] [--no-torch] [--b1024] [--convs [--only NAME] [--layers]]\n", argv[0]);
             return 2;
         }
     }

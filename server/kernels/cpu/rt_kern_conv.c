@@ -411,16 +411,33 @@ static void rt__pool_rows_bwd(const rt__node *nd, int64_t nb, const float *dy, f
  * the GEMM and the bias/activation, and dz between the dW column blocks */
 #define RT__CONV_CHUNK_FLOATS (128 * 1024)
 
-/* oneDNN's primitives or im2col + GEMM: by shape, from bench/conv's
- * measurements (docs in bench/conv/README.md). Never with a fused pool (the
- * primitive would write the whole pre-pool tensor that the fusion avoids). */
-static int rt__conv_wants_dnnl(const rt__conv_params *cv, const rt_kern_conv_plan *kp,
-                               int64_t B)
+/* Which directions run on oneDNN's primitives (RT_KERN_DN_*), by shape.
+ * Measured per layer (bench/conv --convs --layers, ResNet-18 CIFAR, the
+ * 3x3x64 net and W-B, CPU time at one thread, both paths interleaved):
+ *   - forward: brgconv beats im2col + sgemm by 10-20% on 3x3 stride-1
+ *     layers with 8x8 outputs or more; on 4x4 outputs it runs at half
+ *     im2col's rate, and 1x1 and strided layers are a tie or worse;
+ *   - backward-data: the primitive wins on every 3x3 layer (4x4 outputs:
+ *     1.9x, im2col's chunks there are 16 rows), 1x1 goes to im2col;
+ *   - backward-weights: the primitive wins on stride-1 3x3 layers with at
+ *     most 8x8 outputs (4x4: 1.8x); on larger ones it ties im2col without
+ *     an activation and loses with one (dz is then a whole-tensor pass,
+ *     where im2col forms it per chunk in cache); strided: im2col.
+ * Never with a fused pool (the primitive would write the whole pre-pool
+ * tensor that the fusion avoids), nor K <= 64 (the microkernel's shapes). */
+static int rt__conv_dnnl_dirs(const rt__conv_params *cv, const rt_kern_conv_plan *kp,
+                              int64_t B)
 {
     if (kp->pool || cv->G > 1 || rt_kern_conv_impl == RT_KERN_CONV_IM2COL) return 0;
-    if (rt_kern_conv_impl == RT_KERN_CONV_DNNL) return 1;
-    const int64_t K = cv->KH * cv->KW * cv->C;
-    return K > 64 && B * cv->OH * cv->OW * K * cv->OC >= RT__PAR_MACS;
+    if (rt_kern_conv_impl == RT_KERN_CONV_DNNL) return RT_KERN_DN_F | RT_KERN_DN_D | RT_KERN_DN_W;
+    if (rt_kern_conv_impl & RT_KERN_CONV_DIRS) return rt_kern_conv_impl & 7;
+    const int64_t K = cv->KH * cv->KW * cv->C, P = cv->OH * cv->OW;
+    if (K <= 64 || cv->KH * cv->KW == 1 || B * P * K * cv->OC < RT__PAR_MACS) return 0;
+    const int s1 = cv->SH == 1 && cv->SW == 1;
+    int d = RT_KERN_DN_D;
+    if (s1 && P >= 64) d |= RT_KERN_DN_F;
+    if (s1 && P <= 64) d |= RT_KERN_DN_W;
+    return d;
 }
 
 /* Conv2D absorbs a following MaxPool2D with non-overlapping windows
@@ -470,7 +487,8 @@ int rt_kern_conv2d_prepare(rt__node *nd, int64_t B, rt__arena *A)
     nd->scratch_floats = kp->nt * kp->tstride;
     kp->B = B;
     kp->dn = NULL;
-    if (rt__conv_wants_dnnl(cv, kp, B)) {
+    kp->dn_dirs = rt__conv_dnnl_dirs(cv, kp, B);
+    if (kp->dn_dirs) {
         kp->dn = rt_kern_dconv_prepare(cv, B);
         /* the scratch also holds im2col's, for a smaller last batch whose
          * primitives would not fit */
@@ -493,7 +511,8 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
         return;
     }
     const rt_kern_conv_plan *kp = nd->kdata;
-    if (kp->dn && rt_kern_dconv_fwd(a, kp->dn, kp->B) == 0) return;
+    if (kp->dn && (kp->dn_dirs & RT_KERN_DN_F) && rt_kern_dconv_fwd(a, kp->dn, kp->B) == 0)
+        return;
     const int64_t n = a->r->n;
     const int64_t in_s = cv->H * cv->W * cv->C;
     const int64_t P = cv->OH * cv->OW, OC = cv->OC;
@@ -536,7 +555,20 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
         return;
     }
     const rt_kern_conv_plan *kp = nd->kdata;
-    if (kp->dn && rt_kern_dconv_bwd(a, kp->dn, kp->B) == 0) return;
+    rt__kargs rest;
+    if (kp->dn && (kp->dn_dirs & (RT_KERN_DN_D | RT_KERN_DN_W))) {
+        /* the primitives take their directions, im2col below the rest */
+        rt__kargs k = *a;
+        rest = *a;
+        if (kp->dn_dirs & RT_KERN_DN_D) rest.dx[0] = NULL;
+        else k.dx[0] = NULL;
+        if (kp->dn_dirs & RT_KERN_DN_W) rest.dx[1] = rest.dx[2] = NULL;
+        else k.dx[1] = k.dx[2] = NULL;
+        if ((k.dx[0] || k.dx[1] || k.dx[2]) && rt_kern_dconv_bwd(&k, kp->dn, kp->B) == 0) {
+            if (!rest.dx[0] && !rest.dx[1] && !rest.dx[2]) return;
+            a = &rest;
+        }
+    }
     const int64_t n = a->r->n;
     const int64_t in_s = cv->H * cv->W * cv->C;
     const int64_t P = cv->OH * cv->OW, OC = cv->OC;

@@ -23,7 +23,8 @@ typedef struct rt_kern_dconv rt_kern_dconv;
 
 /* Conv2D's plan (rt__node.kdata), from rt_kern_conv2d_prepare */
 typedef struct rt_kern_conv_plan {
-    const rt_kern_dconv *dn; /* non-NULL: oneDNN's primitives run it */
+    const rt_kern_dconv *dn; /* oneDNN's primitives, for the directions in dn_dirs */
+    int dn_dirs;             /* RT_KERN_DN_*: which directions run on them */
     int64_t B;               /* the batch the scratch is sized for */
     int64_t chunk;       /* samples per im2col chunk */
     int direct;          /* 1x1, stride 1, no pad: x is the column matrix */
@@ -52,6 +53,10 @@ int rt_kern_batchnorm_prepare(rt__node *nd, int64_t B, rt__arena *A);
  * (bench/conv compiles the same model both ways to compare them).
  * Read at compile. */
 enum { RT_KERN_CONV_AUTO = 0, RT_KERN_CONV_IM2COL, RT_KERN_CONV_DNNL };
+/* directions of a Conv2D: forward, backward-data, backward-weights (and
+ * bias). RT_KERN_CONV_DIRS | a mask forces exactly those directions onto
+ * the primitives (the tests check the mixed backward passes). */
+enum { RT_KERN_DN_F = 1, RT_KERN_DN_D = 2, RT_KERN_DN_W = 4, RT_KERN_CONV_DIRS = 8 };
 extern int rt_kern_conv_impl;
 
 /* oneDNN's primitives for cv at batch B, built once per process and shape;
