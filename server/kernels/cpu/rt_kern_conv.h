@@ -27,6 +27,8 @@ typedef struct rt_kern_conv_plan {
     int dn_dirs;             /* RT_KERN_DN_*: which directions run on them */
     int64_t B;               /* the batch the scratch is sized for */
     int64_t chunk;       /* samples per im2col chunk */
+    int64_t lines;       /* output lines per chunk (< OH: chunks are bands of one sample) */
+    int64_t crows;       /* column-matrix rows a chunk holds at most */
     int direct;          /* 1x1, stride 1, no pad: x is the column matrix */
     int nt;              /* threads the scratch is sized for */
     int64_t tstride;     /* scratch floats per thread */

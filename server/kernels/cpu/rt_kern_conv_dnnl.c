@@ -45,6 +45,14 @@ struct rt_kern_dconv {
     int64_t sp_floats;   /* largest scratchpad */
 };
 
+/* Below this many multiply-adds a convolution runs on the calling thread
+ * (as rt_kern_conv.c's RT__PAR_MACS): a team costs more than it saves,
+ * and on a loaded machine a team member that is not scheduled stalls the
+ * call for a scheduler slice. oneDNN's kernels fix their thread count
+ * when the primitive is built, so such primitives are built serial, and
+ * their calls run with a one-thread default too. */
+#define RT__DCONV_PAR_MACS (INT64_C(1) << 24)
+
 /* the table of built primitives; entries live as long as the process */
 #define RT__DCONV_MAX 256
 static rt_kern_dconv *rt__dtab[RT__DCONV_MAX];
@@ -138,6 +146,9 @@ static rt_kern_dconv *rt__dconv_build(const rt__dconv_key *k)
     rt_kern_dconv *d = calloc(1, sizeof *d);
     if (!d) return NULL;
     d->key = *k;
+    const int serial = k->n * k->OH * k->OW * k->OC * k->KH * k->KW * k->C < RT__DCONV_PAR_MACS;
+    const int outer = serial && !omp_in_parallel() ? omp_get_max_threads() : 0;
+    if (outer > 1) omp_set_num_threads(1);
     /* oneDNN's right padding makes its output size formula land on ours;
      * a 'valid' window that leaves input columns unread needs none */
     const int64_t rb = (k->OH - 1) * k->SH + (k->KH - 1) * k->DH + 1 - k->H - k->PT;
@@ -208,6 +219,7 @@ static rt_kern_dconv *rt__dconv_build(const rt__dconv_key *k)
     d->ok = 1;
     rc = 0;
 out:
+    if (outer > 1) omp_set_num_threads(outer);
     if (po) dnnl_post_ops_destroy(po);
     if (fpd) dnnl_primitive_desc_destroy(fpd);
     if (dpd) dnnl_primitive_desc_destroy(dpd);
@@ -294,10 +306,16 @@ static void rt__arg(rt__dargs *g, int arg, const dnnl_memory_desc_t *md, const v
     g->n++;
 }
 
+static __thread int rt__dserial; /* this call runs on one thread */
+
 /* runs p with the arguments, then releases their memory objects */
 static void rt__exec(dnnl_primitive_t p, rt__dargs *g, const dnnl_memory_desc_t *sp, float *spb)
 {
     dnnl_stream_t st;
+    /* omp_set_num_threads sets this thread's default only: oneDNN reads it
+     * for the team of this execution */
+    const int outer = rt__dserial && !omp_in_parallel() ? omp_get_max_threads() : 0;
+    if (outer > 1) omp_set_num_threads(1);
     if (dnnl_memory_desc_get_size(sp) > 0) rt__arg(g, DNNL_ARG_SCRATCHPAD, sp, spb);
     dnnl_status_t s = dnnl_stream_create(&st, rt__deng, dnnl_stream_default_flags);
     RT_ASSERT(s == dnnl_success);
@@ -307,6 +325,7 @@ static void rt__exec(dnnl_primitive_t p, rt__dargs *g, const dnnl_memory_desc_t 
     dnnl_stream_destroy(st);
     for (int i = 0; i < g->n; i++) dnnl_memory_destroy(g->m[i]);
     g->n = 0;
+    if (outer > 1) omp_set_num_threads(outer);
 }
 
 /* dst (layout of dmd) = src (layout of smd), through reorder r (or a copy
@@ -352,6 +371,7 @@ int rt_kern_dconv_fwd(const rt__kargs *a, const rt_kern_dconv *d0, int64_t B)
     if (!d) return -1;
     const rt__conv_params *cv = rt__conv_cp(a->nd);
     const rt__dparts p = rt__parts(d0, cv, B, a->scratch);
+    rt__dserial = a->r->n * cv->OH * cv->OW * cv->OC * cv->KH * cv->KW * cv->C < RT__DCONV_PAR_MACS;
     const float *w = a->x[1];
     if (d->w_fwd) {
         rt__reord(d->w_fwd, &d->hwio, a->x[1], &d->wf, p.wbuf, &d->sp_rf, p.sp);
@@ -373,6 +393,7 @@ int rt_kern_dconv_bwd(const rt__kargs *a, const rt_kern_dconv *d0, int64_t B)
     const rt__conv_params *cv = rt__conv_cp(a->nd);
     const rt__dparts p = rt__parts(d0, cv, B, a->scratch);
     const int64_t n = a->r->n, out = n * cv->OH * cv->OW * cv->OC;
+    rt__dserial = out * cv->KH * cv->KW * cv->C < RT__DCONV_PAR_MACS;
     float *dx = a->dx[0], *dw = a->dx[1], *db = cv->bias ? a->dx[2] : NULL;
     const float *dz = a->dy;
     if (cv->act) { /* dz = dy * act'(y), threads over chunks */
