@@ -422,8 +422,12 @@ static void rt__pool_rows_bwd(const rt__node *nd, int64_t nb, const float *dy, f
  *   - forward: brgconv beats im2col + sgemm by 10-20% on 3x3 stride-1
  *     layers with 8x8 outputs or more; on 4x4 outputs it runs at half
  *     im2col's rate, and 1x1 and strided layers are a tie or worse;
- *   - backward-data: the primitive wins on every 3x3 layer (4x4 outputs:
- *     1.9x, im2col's chunks there are 16 rows), 1x1 goes to im2col;
+ *   - backward-data: the primitive wins on 3x3 layers without an
+ *     activation (4x4 outputs: 1.9x, im2col's chunks there are 16 rows); with
+ *     one, dz = dy * act'(y) is a whole-tensor pass before it, which im2col
+ *     forms per chunk in cache, and im2col (in bands of lines) wins from
+ *     16x16 outputs on (the 3x3x64 net's 32x32 layer: 213 against 206
+ *     GFLOP/s); 1x1 goes to im2col;
  *   - backward-weights: the primitive wins on stride-1 3x3 layers with at
  *     most 8x8 outputs (4x4: 1.8x); on larger ones it ties im2col without
  *     an activation and loses with one (dz is then a whole-tensor pass,
@@ -439,7 +443,7 @@ static int rt__conv_dnnl_dirs(const rt__conv_params *cv, const rt_kern_conv_plan
     const int64_t K = cv->KH * cv->KW * cv->C, P = cv->OH * cv->OW;
     if (K <= 64 || cv->KH * cv->KW == 1 || B * P * K * cv->OC < RT__PAR_MACS) return 0;
     const int s1 = cv->SH == 1 && cv->SW == 1;
-    int d = RT_KERN_DN_D;
+    int d = !cv->act || P <= 64 ? RT_KERN_DN_D : 0;
     if (s1 && P >= 64) d |= RT_KERN_DN_F;
     if (s1 && P <= 64) d |= RT_KERN_DN_W;
     return d;
