@@ -7,30 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
+#define RT_BENCH_NAME "bench_limit"
+#include "bench_util.h"
+
 /* the clock of bench_util.h's now_s (RT_BENCH_CLOCK=cpu: CPU time) */
-static double rt__now(void)
-{
-    static int cpu = -1;
-    if (cpu < 0) {
-        const char *e = getenv("RT_BENCH_CLOCK");
-        cpu = e && e[0] == 'c';
-    }
-    struct timespec ts;
-    clock_gettime(cpu ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int rt__cmp(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 #define RT__ROUNDS 7
 
 /* median over rounds of `calls` back-to-back runs of fn, in GFLOP/s */
@@ -39,12 +23,11 @@ static double rt__loop_rate(void (*fn)(void *), void *ctx, double flops, int cal
     double r[RT__ROUNDS];
     for (int i = 0; i < 3; i++) fn(ctx); /* warm: pages, packing buffers, the team */
     for (int k = 0; k < RT__ROUNDS; k++) {
-        const double t0 = rt__now();
+        const double t0 = now_s();
         for (int i = 0; i < calls; i++) fn(ctx);
-        r[k] = flops * calls / (rt__now() - t0) * 1e-9;
+        r[k] = flops * calls / (now_s() - t0) * 1e-9;
     }
-    qsort(r, RT__ROUNDS, sizeof r[0], rt__cmp);
-    return r[RT__ROUNDS / 2];
+    return median(r, RT__ROUNDS);
 }
 
 typedef struct {
@@ -65,12 +48,7 @@ static double rt__sgemm_rate(int64_t n, int calls)
     s.a = aligned_alloc(64, bytes);
     s.b = aligned_alloc(64, bytes);
     s.c = aligned_alloc(64, bytes);
-    if (!s.a || !s.b || !s.c) {
-        free(s.a);
-        free(s.b);
-        free(s.c);
-        return 0;
-    }
+    if (!s.a || !s.b || !s.c) die("sgemm operands", "out of memory");
     for (int64_t i = 0; i < n * n; i++) s.a[i] = s.b[i] = 0.001f * (float)(i % 97);
     const double r = rt__loop_rate(rt__sgemm_call, &s, 2.0 * (double)n * n * n, calls);
     free(s.a);
