@@ -419,6 +419,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--convs")) convs = 1;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--layers")) bp_layers = 1;
+        else if (!strcmp(argv[i], "--chunk") && i + 1 < argc)
+            rt_kern_conv_chunk_floats = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [--reps N] [--no-torch] [--b1024] [--convs [--only NAME] [--layers]]\n", argv[0]);
             return 2;

@@ -414,7 +414,8 @@ static void rt__pool_rows_bwd(const rt__node *nd, int64_t nb, const float *dy, f
 /* A chunk's column matrix and its output (or dz) hold about this many
  * floats together (512 KiB), so they stay in one core's L2 between im2col,
  * the GEMM and the bias/activation, and dz between the dW column blocks */
-#define RT__CONV_CHUNK_FLOATS (128 * 1024)
+#define RT__CONV_CHUNK_FLOATS rt_kern_conv_chunk_floats
+int rt_kern_conv_chunk_floats = 128 * 1024;
 
 /* Which directions run on oneDNN's primitives (RT_KERN_DN_*), by shape.
  * Measured per layer (bench/conv --convs --layers, ResNet-18 CIFAR, the

@@ -60,6 +60,9 @@ enum { RT_KERN_CONV_AUTO = 0, RT_KERN_CONV_IM2COL, RT_KERN_CONV_DNNL };
  * the primitives (the tests check the mixed backward passes). */
 enum { RT_KERN_DN_F = 1, RT_KERN_DN_D = 2, RT_KERN_DN_W = 4, RT_KERN_CONV_DIRS = 8 };
 extern int rt_kern_conv_impl;
+/* floats of columns and output one im2col chunk holds (read at compile;
+ * bench/conv --chunk varies it) */
+extern int rt_kern_conv_chunk_floats;
 
 /* oneDNN's primitives for cv at batch B, built once per process and shape;
  * NULL when oneDNN has no primitive for it (the caller uses im2col) */
