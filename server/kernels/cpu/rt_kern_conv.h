@@ -50,11 +50,12 @@ int rt_kern_conv2d_prepare(rt__node *nd, int64_t B, rt__arena *A);
 int rt_kern_pool_prepare(rt__node *nd, int64_t B, rt__arena *A);
 int rt_kern_batchnorm_prepare(rt__node *nd, int64_t B, rt__arena *A);
 
-/* Which implementation Conv2D's prepare picks: AUTO by shape (the rule in
- * rt_kern_conv2d_prepare, from bench/conv's measurements), or one forced
+/* Which implementation Conv2D's prepare picks: AUTO (im2col for now; see
+ * rt__conv_dnnl_dirs), AUTO_DNNL the primitives by shape (the rule in
+ * rt_kern_conv.c, from bench/conv's measurements), or one forced
  * (bench/conv compiles the same model both ways to compare them).
  * Read at compile. */
-enum { RT_KERN_CONV_AUTO = 0, RT_KERN_CONV_IM2COL, RT_KERN_CONV_DNNL };
+enum { RT_KERN_CONV_AUTO = 0, RT_KERN_CONV_IM2COL, RT_KERN_CONV_DNNL, RT_KERN_CONV_AUTO_DNNL };
 /* directions of a Conv2D: forward, backward-data, backward-weights (and
  * bias). RT_KERN_CONV_DIRS | a mask forces exactly those directions onto
  * the primitives (the tests check the mixed backward passes). */
