@@ -14,10 +14,19 @@
 #error "define RT_BENCH_NAME before including bench_util.h"
 #endif
 
+/* RT_BENCH_CLOCK=cpu: the process's CPU time instead of the wall clock,
+ * for comparing variants at one thread on a machine other work loads
+ * (time lost waiting for a core is then not counted; at several threads
+ * spinning team members would be) */
 static double now_s(void)
 {
+    static int cpu = -1;
+    if (cpu < 0) {
+        const char *e = getenv("RT_BENCH_CLOCK");
+        cpu = e && e[0] == 'c';
+    }
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(cpu ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 

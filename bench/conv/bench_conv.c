@@ -1,7 +1,9 @@
 /*
  * bench_conv.c - the convolutional workloads against PyTorch, measured in
  * the same run (bench/conv/torch_peer.py), and against the compute limit
- * (oneDNN sgemm's rate measured here). Prints numbers; asserts nothing.
+ * (bench_limit.h: sgemm and bf16 matmul, warm, in a tight loop, at the
+ * step's thread count, measured in this run). Prints numbers; asserts
+ * nothing.
  *
  *   W-B: 32x32x3 -> Conv2D(64,3x3,valid,relu) -> MaxPool 2x2 -> Flatten ->
  *        Dense(128,relu) -> Dense(10); sparse CE from logits, Adam;
@@ -11,8 +13,16 @@
  *        MaxPool 2x2 -> Flatten -> Dense(64,relu) -> Dense(10); Adam 1e-3,
  *        batch 32, 10 epochs on the 80% split; total seconds and test
  *        accuracy (median of 3 runs).
+ *   Convolutions by direction (forward, backward-data, backward-weights),
+ *   each Conv2D kernel call timed alone, GFLOP/s against the limit: W-B
+ *   (batch 256), two 3x3x64 convolutions at 32x32 (batch 128) and
+ *   ResNet-18 for CIFAR (batch 64, bench/onnx/models.py; needs
+ *   python3-torch, else skipped with a line saying so).
  *
- *     build-conv/bench/conv/bench_conv [--reps N] [--no-torch] [--b1024]
+ *     build-conv/bench/conv/bench_conv [--reps N] [--no-torch] [--b1024] [--convs]
+ *         --convs: only the limit and the convolutions by direction
+ *         (--only SUBSTR: the workloads whose name has SUBSTR: W-B, 3x3x64,
+ *         ResNet); RT_BENCH_CLOCK=cpu times by CPU time (bench_util.h)
  *     build-conv/bench/conv/bench_conv --plan MODEL.json BATCH
  *         the compile report of a Keras model (arena, parameter bytes), to
  *         set the daemon's peak RSS against
@@ -29,6 +39,7 @@
 #include "rt_engine.h"
 #include "rt_engine_impl.h"
 #include "import_keras.h"
+#include "import_onnx.h"
 #include "../../tests/conv/conv_models.h"
 
 #ifndef RT_SOURCE_DIR
@@ -37,84 +48,11 @@
 
 #define RT_BENCH_NAME "bench_conv"
 #include "../bench_util.h"
+#include "../bench_plan.h"
+#include "cpu/rt_kern_conv.h"
 
-/* oneDNN sgemm GFLOP/s on a square product: the compute limit */
-static double gemm_rate(void)
-{
-    const int n = 1024;
-    float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n),
-          *c = malloc(sizeof(float) * n * n);
-    for (int i = 0; i < n * n; i++) a[i] = b[i] = 0.001f * (float)(i % 97);
-    double t[7];
-    for (int r = 0; r < 7; r++) {
-        double t0 = now_s();
-        dnnl_sgemm('N', 'N', n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        t[r] = now_s() - t0;
-    }
-    free(a);
-    free(b);
-    free(c);
-    return 2.0 * n * n * n / median(t, 7) * 1e-9;
-}
-
-/* per kernel call: the plan's calls run one by one on buffers laid out
- * like the exec's (one arena, the parameter and gradient blocks), filled
- * with small random values; medians over reps */
-static void kernel_breakdown(rt_plan *p, int64_t n, int reps)
-{
-    uint64_t s = 11;
-    const int nc = p->n_fwd + p->n_bwd;
-    unsigned char *arena = rt__aligned_alloc((size_t)p->arena_bytes);
-    float *wb = rt__aligned_alloc(sizeof(float) * (size_t)(p->param_floats + p->train_floats));
-    float *gs = rt__aligned_alloc(sizeof(float) * (size_t)p->gemm_scratch_floats + 64);
-    for (uint64_t i = 0; i + 4 <= p->arena_bytes; i += 4) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        float v = (float)((s >> 40) & 0xffff) / 65536.0f - 0.5f;
-        memcpy(arena + i, &v, 4);
-    }
-    for (int i = 0; i < p->n_params; i++)
-        rt__init_param(&p->params[i], i, 1, wb + p->params[i].off);
-    rt__run run = {.n = n, .training = 1, .seed = 1, .gemm_scratch = gs,
-                   .gemm_scratch_floats = p->gemm_scratch_floats};
-    rt__kargs *k = calloc((size_t)nc, sizeof *k);
-#define RES(r) ((r).space == RT__SP_ARENA ? (float *)(arena + (r).off)             \
-            : (r).space == RT__SP_PARAM ? wb + (r).off                          \
-            : (r).space == RT__SP_GRAD ? wb + p->param_floats + (r).off : NULL)
-    for (int c = 0; c < nc; c++) {
-        const rt__call *cl = &p->calls[c];
-        k[c].nd = cl->nd;
-        k[c].r = &run;
-        k[c].y = RES(cl->y);
-        k[c].dy = RES(cl->dy);
-        k[c].scratch = RES(cl->scratch);
-        k[c].accum = cl->accum;
-        for (int j = 0; j < cl->nd->n_in; j++) {
-            k[c].x[j] = RES(cl->x[j]);
-            k[c].dx[j] = RES(cl->dx[j]);
-        }
-    }
-#undef RES
-    double *kt = calloc((size_t)nc * (size_t)reps, sizeof(double));
-    for (int i = 0; i < reps; i++)
-        for (int c = 0; c < nc; c++) {
-            double t0 = now_s();
-            p->calls[c].fn(&k[c]);
-            kt[(size_t)c * (size_t)reps + (size_t)i] = now_s() - t0;
-        }
-    double sum = 0;
-    for (int c = 0; c < nc; c++) {
-        double m = median(kt + (size_t)c * (size_t)reps, reps) * 1e3;
-        sum += m;
-        printf("    %-4s %-12s %-10s %7.2f ms\n", p->calls[c].bwd ? "bwd" : "fwd",
-               p->calls[c].nd->name, p->calls[c].nd->op->name, m);
-    }
-    printf("    kernels total %.2f ms; gather, loss and Adam take the rest\n", sum);
-    free(kt);
-    free(k);
-    free(arena);
-    free(wb);
-    free(gs);
-}
+static rt_bench_limit limit;
+static const char *only; /* --only SUBSTR: the conv workloads whose name has it */
 
 /* oneDNN's convolution primitives on W-B's layer (256x32x32x3 NHWC, 3x3x3x64,
  * valid), forward and backward-weights, with Keras' weight layout (hwio)
@@ -254,7 +192,12 @@ static double bench_wb(int batch, int reps, int verbose, uint64_t *flops_out,
         t[i] = now_s() - t0;
     }
     double ms = median(t, reps) * 1e3;
-    if (verbose) kernel_breakdown(p, n, reps);
+    if (verbose) {
+        bp_run b;
+        bp_open(&b, p, n);
+        bp_breakdown(&b, reps);
+        bp_close(&b);
+    }
     free(t);
     free(x);
     free(y);
@@ -292,7 +235,10 @@ static double bench_wd(const rt_conv_digits *dg, double *acc, int verbose)
     *acc = m.acc;
     if (verbose) {
         printf("  W-D per kernel at batch 32:\n");
-        kernel_breakdown(p, 32, 50);
+        bp_run b;
+        bp_open(&b, p, 32);
+        bp_breakdown(&b, 50);
+        bp_close(&b);
     }
     rt_exec_destroy(e);
     rt_plan_release(p);
@@ -300,9 +246,147 @@ static double bench_wd(const rt_conv_digits *dg, double *acc, int verbose)
     return secs;
 }
 
+/* two 3x3x64 convolutions at 32x32: 32x32x3 -> Conv2D(64,3x3,same,relu)
+ * -> Conv2D(64,3x3,same,relu) -> GlobalAvgPool -> Dense(10) (logits) */
+static rt_graph *net64_graph(void)
+{
+    rt_graph *g = rt_graph_create();
+    int64_t in[] = {RT_BATCH, 32, 32, 3};
+    int rc = rt_graph_add_input(g, "x", RT_F32, 4, in);
+    rc |= rt_conv_add_conv(g, "c1", "x", 3, 3, 3, 64, "same", "relu", RT_INIT_HE_UNIFORM, NULL, NULL);
+    rc |= rt_conv_add_conv(g, "c2", "c1", 3, 3, 64, 64, "same", "relu", RT_INIT_HE_UNIFORM, NULL, NULL);
+    rc |= rt_conv_add1(g, "gap", "GlobalAvgPool", "c2", 0, NULL);
+    rc |= rt_conv_add_dense(g, "d", "gap", 64, 10, "linear", RT_INIT_GLOROT_UNIFORM, NULL, NULL);
+    rc |= rt_graph_set_output(g, "d");
+    if (rc) die("net64", "graph");
+    return g;
+}
+
+/* One workload, compiled three ways: every convolution im2col + GEMM
+ * (the kernel before oneDNN's primitives were tried), every one through
+ * oneDNN's primitives where they take it, and the engine's own choice by
+ * shape. Median ms per training step (steps of the three interleaved), its
+ * GFLOP/s and share of the limit; then the convolutions by direction.
+ * Takes g. */
+static void conv_workload(const char *name, rt_graph *g, int batch, int sgd, int reps)
+{
+    if (only && !strstr(name, only)) {
+        rt_graph_destroy(g);
+        return;
+    }
+    static const char *vn[3] = {"im2col+GEMM", "oneDNN conv", "chosen"};
+    static const int vi[3] = {RT_KERN_CONV_IM2COL, RT_KERN_CONV_DNNL, RT_KERN_CONV_AUTO_DNNL};
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_SPARSE_CE;
+    cfg.from_logits = 1;
+    cfg.metrics = 0;
+    cfg.opt = sgd ? RT_OPT_SGD : RT_OPT_ADAM;
+    if (sgd) {
+        cfg.lr = 0.01f;
+        cfg.momentum = 0.9f;
+    }
+    cfg.batch_size = batch;
+    cfg.seed = 1;
+    rt_plan *p[3];
+    rt_exec *e[3];
+    rt_compile_report rep;
+    char err[256];
+    for (int v = 0; v < 3; v++) {
+        rt_kern_conv_impl = vi[v];
+        if (rt_plan_compile(g, &cfg, &p[v], &rep, err, sizeof err) < 0) die(name, err);
+        if (rt_exec_create(p[v], &e[v]) < 0) die("exec", name);
+    }
+    rt_kern_conv_impl = RT_KERN_CONV_AUTO;
+    int64_t d[RT_MAX_DIMS], per = 1;
+    const int nd = rt_plan_input_shape(p[0], d);
+    for (int k = 0; k < nd; k++) per *= d[k];
+    float *x = malloc(sizeof(float) * (size_t)(batch * per));
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)batch);
+    for (int64_t i = 0; i < batch * per; i++) x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f;
+    for (int64_t i = 0; i < batch; i++) y[i] = (int32_t)(i % 10);
+    rt_data data = {.x = x, .y = y, .y_dtype = RT_I32, .n = batch};
+    rt_train_result r;
+    for (int v = 0; v < 3; v++)
+        if (rt_exec_train(e[v], &data, 2, &r, NULL, NULL, NULL) < 0)
+            die("train", rt_exec_errmsg(e[v]));
+    double *t = malloc(sizeof(double) * (size_t)reps * 3);
+    for (int i = 0; i < reps; i++)
+        for (int v = 0; v < 3; v++) {
+            double t0 = now_s();
+            rt_exec_train(e[v], &data, 1, &r, NULL, NULL, NULL);
+            t[v * reps + i] = now_s() - t0;
+        }
+    const double gfs = (double)rep.flops_per_step * 1e-9;
+    printf("%s, batch %d, %.2f GFLOP/step:\n", name, batch, gfs);
+    char sh[96];
+    for (int v = 0; v < 3; v++) {
+        const double ms = median(t + v * reps, reps) * 1e3, gf = gfs / (ms * 1e-3);
+        printf("  %-12s step %8.2f ms %7.1f GFLOP/s  %s\n", vn[v], ms, gf,
+               rt_bench_limit_share(&limit, gf, sh, sizeof sh));
+    }
+    bp_run b[3];
+    for (int v = 0; v < 3; v++) bp_open(&b[v], p[v], batch);
+    double ms[3][3], fl[3];
+    bp_conv_dirs(b, 3, reps, ms, fl);
+    static const char *dn[3] = {"forward", "backward-data", "backward-weights"};
+    for (int dir = 0; dir < 3; dir++) {
+        if (fl[dir] <= 0) continue;
+        for (int v = 0; v < 3; v++) {
+            const double gf = fl[dir] / (ms[v][dir] * 1e-3) * 1e-9;
+            printf("  %-12s %-16s %8.2f ms %7.1f GFLOP/s  %s\n", vn[v], dn[dir], ms[v][dir], gf,
+                   rt_bench_limit_share(&limit, gf, sh, sizeof sh));
+        }
+    }
+    for (int v = 0; v < 3; v++) {
+        bp_close(&b[v]);
+        rt_exec_destroy(e[v]);
+        rt_plan_release(p[v]);
+    }
+    free(t);
+    free(x);
+    free(y);
+    rt_graph_destroy(g);
+}
+
+/* W-B, the 3x3x64 net and ResNet-18 (CIFAR stem) */
+static void conv_workloads(int reps)
+{
+    printf("\nConvolutions by direction (each Conv2D call alone, medians of %d; the "
+           "backward-data and -weights rows run the backward kernel with one gradient "
+           "asked for):\n", reps);
+    conv_workload("W-B", rt_conv_wb_graph(), 256, 0, reps);
+    conv_workload("two 3x3x64 convs at 32x32", net64_graph(), 128, 0, reps);
+    if (only && !strstr("ResNet-18", only)) return;
+    char dir[] = "/tmp/bench_conv.XXXXXX", cmd[2048];
+    if (!mkdtemp(dir)) die("mkdtemp", dir);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/bench/onnx/models.py %s 2>/dev/null",
+             RT_SOURCE_DIR, dir);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/resnet18.onnx", dir);
+    FILE *f = system(cmd) == 0 ? fopen(path, "rb") : NULL;
+    if (!f) {
+        printf("ResNet-18: bench/onnx/models.py failed (needs python3-torch); skipped\n");
+    } else {
+        fseek(f, 0, SEEK_END);
+        const long len = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        void *buf = malloc((size_t)len);
+        if (fread(buf, 1, (size_t)len, f) != (size_t)len) die("read", path);
+        fclose(f);
+        rt_graph *g;
+        char err[256];
+        if (rt_onnx_import(buf, (size_t)len, NULL, &g, err, sizeof err) < 0) die("import", err);
+        free(buf);
+        conv_workload("ResNet-18 (CIFAR stem)", g, 64, 1, reps);
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "bench_conv: could not remove %s\n", dir);
+}
+
 int main(int argc, char **argv)
 {
-    int reps = 20, torch = 1, b1024 = 0;
+    int reps = 20, torch = 1, b1024 = 0, convs = 0;
     if (argc == 4 && !strcmp(argv[1], "--plan")) {
         FILE *f = fopen(argv[2], "rb");
         if (!f) die(argv[2], "cannot open");
@@ -332,22 +416,32 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-torch")) torch = 0;
         else if (!strcmp(argv[i], "--b1024")) b1024 = 1;
+        else if (!strcmp(argv[i], "--convs")) convs = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--layers")) bp_layers = 1;
+        else if (!strcmp(argv[i], "--chunk") && i + 1 < argc)
+            rt_kern_conv_chunk_floats = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--reps N] [--no-torch] [--b1024]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--reps N] [--no-torch] [--b1024] [--convs [--only NAME] [--layers]]\n", argv[0]);
             return 2;
         }
     }
     if (reps < 3) reps = 3;
-    const double rate = gemm_rate();
-    printf("oneDNN sgemm 1024^3: %.0f GFLOP/s (the compute limit)\n", rate);
+    rt_bench_limit_measure(&limit, 0);
+    rt_bench_limit_print(&limit);
+    if (convs) {
+        conv_workloads(reps);
+        return 0;
+    }
 
     uint64_t fl, arena;
     printf("  W-B per kernel at batch 256:\n");
     const double wb = bench_wb(256, reps, 1, &fl, &arena);
-    const double limit_ms = (double)fl / (rate * 1e9) * 1e3;
-    printf("W-B batch 256: rtrain %.2f ms/step (%.0f img/s), %.2f GFLOP/step, "
-           "limit %.2f ms -> %.0f%% of the GEMM limit; arena %.1f MiB\n",
-           wb, 256.0 / wb * 1e3, (double)fl * 1e-9, limit_ms, 100.0 * limit_ms / wb,
+    char sh[96];
+    printf("W-B batch 256: rtrain %.2f ms/step (%.0f img/s), %.2f GFLOP/step, %.1f GFLOP/s, "
+           "%s; arena %.1f MiB\n",
+           wb, 256.0 / wb * 1e3, (double)fl * 1e-9, (double)fl / (wb * 1e-3) * 1e-9,
+           rt_bench_limit_share(&limit, (double)fl / (wb * 1e-3) * 1e-9, sh, sizeof sh),
            (double)arena / (1 << 20));
     for (int any = 0; any < 2; any++) {
         double f, w;
@@ -365,6 +459,8 @@ int main(int argc, char **argv)
         wb1k = bench_wb(1024, reps / 2 > 3 ? reps / 2 : 3, 0, &fl, &arena);
         printf("W-B batch 1024: rtrain %.2f ms/step (%.0f img/s)\n", wb1k, 1024.0 / wb1k * 1e3);
     }
+
+    conv_workloads(reps);
 
     rt_conv_digits dg;
     char path[1024];

@@ -24,6 +24,7 @@
 
 #define RT_BENCH_NAME "bench_engine"
 #include "../bench_util.h"
+#include "../bench_limit.h"
 
 /* Dense layers: widths[0] inputs ... widths[n] outputs; relu between */
 static rt_plan *mlp_plan(const int *widths, int n, int softmax_out, rt_loss_kind loss,
@@ -272,8 +273,13 @@ int main(int argc, char **argv)
            wc_t, wc_r);
     printf("%-34s %9.3f ms %12s %9.2fx   <= 1.5x of the limit\n", "W-C GEMMs alone (oneDNN limit)",
            wc_gemm_us * 1e-3, "", wc_us / wc_gemm_us);
-    printf("%-34s %9.1f GFLOP/s (%.3f GFLOP/step)\n", "W-C achieved",
-           (double)rc->flops_per_step / (wc_us * 1e-6) * 1e-9, (double)rc->flops_per_step * 1e-9);
+    rt_bench_limit limit;
+    rt_bench_limit_measure(&limit, 0);
+    const double wc_gf = (double)rc->flops_per_step / (wc_us * 1e-6) * 1e-9;
+    char sh[96];
+    printf("%-34s %9.1f GFLOP/s (%.3f GFLOP/step), %s\n", "W-C achieved", wc_gf,
+           (double)rc->flops_per_step * 1e-9, rt_bench_limit_share(&limit, wc_gf, sh, sizeof sh));
+    rt_bench_limit_print(&limit);
     if (pt.ok) printf("torch %s, 2 threads, environment as set\n", pt.version);
     free(t);
     return 0;

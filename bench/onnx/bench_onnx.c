@@ -34,6 +34,7 @@
 
 #define RT_BENCH_NAME "bench_onnx"
 #include "../bench_util.h"
+#include "../bench_limit.h"
 
 /* W-B as Keras writes it (docs/workloads.md) */
 static const char *wb_keras =
@@ -253,6 +254,9 @@ int main(int argc, char **argv)
         else die("usage", "bench_onnx [--reps N] [--no-torch]");
     }
     if (reps < 3) reps = 3;
+    rt_bench_limit limit;
+    rt_bench_limit_measure(&limit, 0);
+    rt_bench_limit_print(&limit);
     char dir[] = "/tmp/bench_onnx.XXXXXX", cmd[2048];
     if (!mkdtemp(dir)) die("mkdtemp", dir);
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/bench/onnx/models.py %s 2>/dev/null",
@@ -299,9 +303,12 @@ int main(int argc, char **argv)
     }
     printf("\n3. ResNet-18 training step, batch 64, 32x32x3, SGD momentum (median of %d, "
            "interleaved with the peer's)\n", rr);
-    printf("| | ms/step | images/s | GFLOP/step |\n| --- | --- | --- | --- |\n");
-    printf("| rtrain (ONNX import) | %.1f | %.0f | %.1f |\n", mr, 64e3 / mr,
-           p->rep.flops_per_step * 1e-9);
+    printf("| | ms/step | images/s | GFLOP/step | GFLOP/s | share of the limit |\n"
+           "| --- | --- | --- | --- | --- | --- |\n");
+    const double gf = p->rep.flops_per_step / (mr * 1e-3) * 1e-9;
+    char sh[96];
+    printf("| rtrain (ONNX import) | %.1f | %.0f | %.1f | %.0f | %s |\n", mr, 64e3 / mr,
+           p->rep.flops_per_step * 1e-9, gf, rt_bench_limit_share(&limit, gf, sh, sizeof sh));
     if (!isnan(mt))
         printf("| PyTorch eager (2 threads, OPENBLAS_CORETYPE unset) | %.1f | %.0f | |\n", mt,
                64e3 / mt);

@@ -132,7 +132,11 @@ cli_data_kind cli_data_kind_of(const char *path);
 struct rt_client_image_opts;
 int cli_is_glob(const char *p);
 int cli_is_dir(const char *p);
+/* Images: --image-size and --channels, else the compiled model's input
+ * (cli_set_model_input), else 256x256x3. */
 int cli_image_opts(const cli_opts *o, struct rt_client_image_opts *im, char *err, size_t errlen);
+/* the compiled model's per-sample input (nchw: the program takes NCHW) */
+void cli_set_model_input(const int64_t *shape, int ndim, int nchw);
 /* Check the TFRecord/image options for data of kind k; -1 with a message. */
 int cli_data_check(const cli_opts *o, cli_data_kind k, char *err, size_t errlen);
 int cli_upload_tf(rt_client *c, const char *sid, const char *name, const char *data,

@@ -140,10 +140,11 @@
       "TFRecord: the tf.train.Example features read as x (KIND int64, float, jpeg, png "   \
       "or image; SHAPE [N] or [NxM]; @KEY: a SequenceExample feature list)")               \
     X(LABEL, "label", TRAIN, STR(label_key), "KEY",                                        \
-      "TFRecord: the label feature (default 'label')")                                     \
+      "TFRecord: the label feature (default: the key 'label' or '.../label')")             \
     X(IMAGE_SIZE, "image-size", TRAIN, STR(image_size), "HxW",                             \
-      "images: the size they are resized to (default 256x256)")                            \
-    X(CHANNELS, "channels", TRAIN, FN(opt_channels), "1|3", "images: gray or RGB (default 3)") \
+      "images: the size they are resized to (default: the model's input, else 256x256)")   \
+    X(CHANNELS, "channels", TRAIN, FN(opt_channels), "1|3",                                \
+      "images: gray or RGB (default: the model's input, else 3)")                          \
     X(RESIZE, "resize", TRAIN, STR(resize), "auto|bilinear|area",                          \
       "images: the resize filter (default auto: area when both sides shrink, else "        \
       "bilinear)")                                                                         \
@@ -377,10 +378,10 @@ void cli_usage(FILE *f)
 "                            --features KEY:KIND[SHAPE],... (KIND int64,\n"
 "                            float, jpeg, png or image; SHAPE [N] or [NxM];\n"
 "                            @KEY: a SequenceExample feature list); the label\n"
-"                            is --label KEY or the key 'label'\n"
+"                            is --label KEY or the key 'label' / '.../label'\n"
 "  DIR/                      JPEG/PNG files in class folders (Keras\n"
 "                            image_dataset_from_directory layout)\n"
-"  Images: --image-size HxW (default 256x256) --channels 1|3 --resize\n"
+"  Images: --image-size HxW (default: the model's input) --channels 1|3 --resize\n"
 "  auto|bilinear|area --mean M[,M,M] --std S[,S,S]; training augmentation\n"
 "  --augment flip,crop=PIXELS,brightness=X,contrast=X; --on-bad-record\n"
 "  fail|skip (skip: bad records are left out and counted)\n"

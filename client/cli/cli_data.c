@@ -50,10 +50,33 @@ static int floats3(const char *s, float v[3])
     return s && *s ? -1 : n;
 }
 
+/* The image the compiled model takes (0: none known yet, or its input is
+ * no image): images are decoded to it unless --image-size/--channels say
+ * otherwise, so a 24x24 CNN gets 24x24 images. */
+static int cli_model_h, cli_model_w, cli_model_c;
+
+void cli_set_model_input(const int64_t *shape, int ndim, int nchw)
+{
+    cli_model_h = cli_model_w = cli_model_c = 0;
+    if (ndim != 3)
+        return;
+    const int64_t h = nchw ? shape[1] : shape[0], w = nchw ? shape[2] : shape[1],
+                  ch = nchw ? shape[0] : shape[2];
+    if (h < 1 || w < 1 || h > 8192 || w > 8192 || (ch != 1 && ch != 3))
+        return;
+    cli_model_h = (int)h;
+    cli_model_w = (int)w;
+    cli_model_c = (int)ch;
+}
+
 int cli_image_opts(const cli_opts *o, rt_client_image_opts *im, char *err, size_t errlen)
 {
     memset(im, 0, sizeof *im);
     im->height = im->width = 256; /* Keras image_dataset_from_directory's default */
+    if (cli_model_h) {
+        im->height = cli_model_h;
+        im->width = cli_model_w;
+    }
     if (o->image_size) {
         char *e;
         long h = strtol(o->image_size, &e, 10), w = h;
@@ -65,7 +88,7 @@ int cli_image_opts(const cli_opts *o, rt_client_image_opts *im, char *err, size_
         im->height = (int)h;
         im->width = (int)w;
     }
-    im->channels = o->channels > 0 ? (int)o->channels : 3;
+    im->channels = o->channels > 0 ? (int)o->channels : cli_model_c ? cli_model_c : 3;
     if (o->resize) {
         if (!strcmp(o->resize, "auto")) im->resize = 0;
         else if (!strcmp(o->resize, "bilinear")) im->resize = 1;

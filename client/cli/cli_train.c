@@ -476,6 +476,7 @@ static int setup(rt_client *c, const cli_opts *o, const char *what, char *sid,
             printf(" %s %.1f", prog->pass_name[i], prog->pass_ns[i] / 1e3);
         printf("\n");
     }
+    cli_set_model_input(prog->input_shape, prog->input_ndim, !strcmp(prog->data_layout, "NCHW"));
     return 0;
 }
 

@@ -155,11 +155,30 @@ int rt_client_example_spec_parse(const char *features, const char *label_key,
         }
         spec_add(s, key, kinds[found].k, ndim, dims, seq);
     }
+    /* Without label_key, the label is the key named "label" or ending in
+     * "/label" (tf.train.Example's image/class/label); two such keys are
+     * ambiguous and named, never guessed between. */
     const char *lk = label_key;
-    if (!lk)
-        for (size_t i = 0; i < s->pb.n_features; i++)
-            if (strcmp(s->key[i], "label") == 0)
-                lk = "label";
+    if (!lk) {
+        int cand = -1;
+        for (size_t i = 0; i < s->pb.n_features; i++) {
+            const char *k = s->key[i];
+            const size_t kl = strlen(k);
+            if (strcmp(k, "label") != 0 && !(kl > 6 && strcmp(k + kl - 6, "/label") == 0))
+                continue;
+            if (cand >= 0) {
+                char a[64], b[64];
+                snprintf(a, sizeof a, "%s", s->key[cand]);
+                snprintf(b, sizeof b, "%s", k);
+                rt_client_example_spec_free(s);
+                return perr(err, errlen, "the label is ambiguous: '%s' and '%s' both look like "
+                            "one; name it (--label KEY)", a, b);
+            }
+            cand = (int)i;
+        }
+        if (cand >= 0)
+            lk = s->key[cand];
+    }
     if (lk) {
         int hit = 0;
         for (size_t i = 0; i < s->pb.n_features; i++)

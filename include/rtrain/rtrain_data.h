@@ -21,8 +21,10 @@
  * A feature spec is "key:kind[shape],...": kind int64, float, jpeg, png or
  * image (JPEG or PNG); shape "[4]" or "[10x4]" (values per record; none =
  * one value); a key starting with '@' reads a SequenceExample feature list
- * (shape (steps x values)). The label is label_key, else a key named
- * "label" when there is one. Compression goes by file name: *.gz GZIP,
+ * (shape (steps x values)). The label is label_key, else the key named
+ * "label" or ending in "/label" (image/class/label) when there is one; two
+ * such keys without label_key are an error naming both. Compression goes
+ * by file name: *.gz GZIP,
  * *.zlib ZLIB, else none.
  */
 #ifndef RTRAIN_DATA_CLIENT_H

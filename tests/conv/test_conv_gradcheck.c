@@ -121,6 +121,10 @@ int main(void)
     conv_case("Conv2D 1x1 s2 same", 5, 4, 3, 1, 1, 2, 2, 2, 1, 1, "same", 1, "tanh");
     /* big enough that im2col runs in several chunks (chunk < batch) */
     conv_case("Conv2D 3x3 chunked (C=20, 16x16)", 16, 16, 20, 3, 3, 1, 1, 1, 1, 1, "same", 1, NULL);
+    /* one sample's columns over the chunk budget: bands of output lines,
+     * whose input gradients overlap at the band edges (24 + 8 lines) */
+    conv_case("Conv2D 3x3 bands of lines (C=16, 32x32)", 32, 32, 16, 3, 3, 16, 1, 1, 1, 1, "same",
+              1, "tanh");
 
     /* ---- Conv2D -> MaxPool2D, which the compiler fuses (the pool runs on
      * each chunk of the convolution's output; backward recomputes it) */

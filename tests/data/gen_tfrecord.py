@@ -227,6 +227,29 @@ def main():
     bomb[3] = example({"image": ("bytes", [bytes(p)]), "label": ("int64", [1])})
     write(os.path.join(out, "bad_bomb.tfrecord"), bomb)
 
+    # ImageNet/Inception-style shards, as the TF models' build_imagenet_data
+    # writes them: gzip TFRecord files of tf.train.Example with the
+    # standard keys (image/encoded JPEG, image/format, image/class/label,
+    # image/height, image/width) plus a non-standard class_id; 32x32 shape
+    # images, two shards of 75
+    inc = []
+    for i in range(150):
+        cls = i % 3
+        b = encode(shape_image(cls, rng, 32), "JPEG", quality=95)
+        inc.append(example({"image/encoded": ("bytes", [b]),
+                            "image/format": ("bytes", [b"JPEG"]),
+                            "image/class/label": ("int64", [cls]),
+                            "image/height": ("int64", [32]),
+                            "image/width": ("int64", [32]),
+                            "class_id": ("int64", [cls])}))
+    for k in range(2):
+        raw = io.BytesIO()
+        for r in inc[75 * k:75 * (k + 1)]:
+            raw.write(frame(r))
+        with gzip.GzipFile(os.path.join(out, "inc-%05d-of-00002.tfrecord.gz" % k), "wb",
+                           mtime=0) as f:
+            f.write(raw.getvalue())
+
 
 if __name__ == "__main__":
     main()

@@ -102,6 +102,32 @@ def test_image_folder_deterministic(client, files):
         assert np.array_equal(a, b)
 
 
+def test_tfrecord_defaults_from_model(client, files):
+    """ImageNet-style gzip shards (image/encoded, image/class/label, ...):
+    the image size and channels come from the compiled model's input, the
+    label from the key ending in /label; two label-like keys are named."""
+    shards = str(files / "inc-0000*-of-00002.tfrecord.gz")
+    feats = {"image/encoded": "jpeg", "image/class/label": "int64"}
+    with pytest.raises(ValueError, match="image_size"):
+        client.upload_tfrecord(shards, feats)  # no model compiled on this client yet
+    with open(os.path.join(SRC, "tests", "data", "cnn24.json")) as f:
+        m = client.compile(f.read(), optimizer=rtrain.optimizers.Adam(0.01),
+                           loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                           batch_size=25, seed=2)
+    assert m.input_shape == (24, 24, 3)
+    ds = client.upload_tfrecord(shards, feats, mean=0.5, std=0.5)
+    assert ds.samples == 150 and ds.x_shape == (24, 24, 3)
+    h = m.fit(ds, epochs=15, verbose=0)
+    assert h["accuracy"][-1] >= 0.9
+    small = client.upload_tfrecord(shards, feats, image_size=(16, 16), channels=1)
+    assert small.x_shape == (16, 16, 1)
+    with pytest.raises(ValueError, match="'image/class/label' and 'label'"):
+        client.upload_tfrecord(shards, dict(feats, label="int64"))
+    byid = client.upload_tfrecord(shards, {"image/encoded": "jpeg", "class_id": "int64"},
+                                  label="class_id")
+    assert byid.samples == 150 and byid.x_shape == (24, 24, 3)
+
+
 def test_streamed_matches_memory(client, files):
     """storage="stream": the records stay on the daemon's disk and batches
     are decoded by its workers; without shuffling the weights equal the

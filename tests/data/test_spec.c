@@ -81,6 +81,27 @@ int main(void)
     CHECK(rt_client_example_spec_parse("x:float", "y", &s, err, sizeof err) == RT_EINVAL);
     CHECK(strstr(err, "'y' is not in the feature spec") != NULL);
 
+    /* without --label: the key "label" or one ending in "/label"; two such
+     * keys are named, never guessed between; "labels", "my_label" and a
+     * bare "/label" prefix are no labels */
+    CHECK(rt_client_example_spec_parse("image/encoded:jpeg,image/class/label:int64,"
+                                       "image/height:int64", NULL, &s, err, sizeof err) == 0);
+    CHECK(rt__example_spec_pb(s)->features[1]->label && !rt__example_spec_pb(s)->features[0]->label &&
+          !rt__example_spec_pb(s)->features[2]->label);
+    rt_client_example_spec_free(s);
+    CHECK(rt_client_example_spec_parse("labels:int64,my_label:int64,x:float", NULL, &s, err,
+                                       sizeof err) == 0);
+    for (int i = 0; i < 3; i++) CHECK(!rt__example_spec_pb(s)->features[i]->label);
+    rt_client_example_spec_free(s);
+    s = NULL;
+    CHECK(rt_client_example_spec_parse("img:jpeg,image/class/label:int64,label:int64", NULL, &s,
+                                       err, sizeof err) == RT_EINVAL);
+    CHECK(s == NULL && strstr(err, "'image/class/label' and 'label'") != NULL);
+    CHECK(rt_client_example_spec_parse("img:jpeg,a/label:int64,b/label:int64", "b/label", &s, err,
+                                       sizeof err) == 0);
+    CHECK(rt__example_spec_pb(s)->features[2]->label && !rt__example_spec_pb(s)->features[1]->label);
+    rt_client_example_spec_free(s);
+
     /* the daemon's checks on a wire spec */
     Rtrain__V1__ExampleSpec w = RTRAIN__V1__EXAMPLE_SPEC__INIT;
     CHECK(rt_example_spec_from_pb(&w, &es, err, sizeof err) == RT_EINVAL);

@@ -254,11 +254,35 @@ def _feature_spec(features):
     return ",".join(out)
 
 
-def _image_kw(image_size, channels, resize, mean, std, augment):
+def _model_image(model):
+    """(h, w, channels) of a compiled model's image input, or None."""
+    prog = getattr(model, "_prog", None) if model is not None else None
+    if prog is None:
+        return None
+    s = prog.report.get("input_shape") or ()
+    if len(s) != 3:
+        return None
+    h, w, c = (s[1], s[2], s[0]) if prog.report.get("data_layout") == "NCHW" else s
+    return (int(h), int(w), int(c)) if c in (1, 3) and h > 0 and w > 0 else None
+
+
+def _image_kw(image_size, channels, resize, mean, std, augment, model=None,
+              default=None, images=True):
+    """image_size/channels None: the model's input (the client's last
+    compiled model), else default (an image folder's 256x256x3); without
+    images to decode no size is needed."""
     kw = {}
+    img = _model_image(model)
+    if image_size is None:
+        image_size = img[:2] if img else default
+    if image_size is None and images:
+        raise ValueError("image_size is not given and no compiled model has an image "
+                         "input to take it from; pass image_size=(height, width)")
     if image_size is not None:
         h, w = image_size
         kw["height"], kw["width"] = int(h), int(w)
+    if channels is None:
+        channels = img[2] if img else 3
     kw["channels"] = int(channels)
     kw["resize"] = {"auto": 0, "bilinear": 1, "area": 2}[resize]
     if mean is not None:
@@ -1086,6 +1110,8 @@ def _auto_verbose():
 class Client(_rtrain.Client):
     """A session on one rtraind. Use rtrain.connect()."""
 
+    _last_model = None  # the last compile's CompiledModel: images take its input size
+
     def compile(self, spec, optimizer="rmsprop", loss=None, metrics=None,
                 batch_size=32, shuffle=True, seed=0, from_logits=False,
                 label_shape=None, label_dtype=None, onnx_output=None,
@@ -1186,19 +1212,23 @@ class Client(_rtrain.Client):
             dims = _input_dims(spec_json)
             model._unbound = len(dims) == 1 and any(d is None for d in dims[0])
         model._compile((int(batch_size), bool(shuffle), label))
+        self._last_model = model  # images uploaded next take its input size
         return model
 
     def upload_tfrecord(self, paths, features, label=None, image_size=None,
-                        channels=3, resize="auto", mean=None, std=None,
+                        channels=None, resize="auto", mean=None, std=None,
                         augment=None, on_bad_record="fail", name="data",
-                        storage="auto", shuffle_buffer=0):
+                        storage="auto", shuffle_buffer=0, model=None):
         """TFRecord files of tf.train.Example records as a Dataset: paths is
         a file, a glob of shards or a list; features maps keys to kinds
         like tf.io.parse_single_example's dict: "int64", "float", "jpeg",
         "png", "image", or (kind, shape); "@key" reads a SequenceExample
         feature list of shape (steps, values). The label is `label`, else
-        the key "label". Images are decoded on the daemon to image_size
-        (h, w), normalised with mean/std; augment={"flip": True, "crop": 4,
+        the key "label" or one ending in "/label" (image/class/label); two
+        such keys are an error naming both. Images are decoded on the daemon
+        to image_size (h, w) with `channels`, by default model's input (the
+        model last compiled on this client when model is None),
+        normalised with mean/std; augment={"flip": True, "crop": 4,
         "brightness": 0.1, "contrast": 0.1} applies while training.
         on_bad_record "skip" leaves bad records out (Dataset.records_skipped).
         storage "stream" keeps the records on the daemon's disk and decodes
@@ -1207,10 +1237,14 @@ class Client(_rtrain.Client):
         all once; "auto" streams past the daemon's --stream-above."""
         if on_bad_record not in ("fail", "skip"):
             raise ValueError("on_bad_record is 'fail' or 'skip'")
-        kw = _image_kw(image_size, channels, resize, mean, std, augment)
+        spec = _feature_spec(features)
+        images = any((k[0] if isinstance(k, (tuple, list)) else k) in ("jpeg", "png", "image")
+                     for k in features.values())
+        kw = _image_kw(image_size, channels, resize, mean, std, augment,
+                       model if model is not None else self._last_model, images=images)
         kw.update(_storage_kw(storage, shuffle_buffer))
         src = list(paths) if isinstance(paths, (list, tuple)) else str(paths)
-        return Dataset(self._upload_data(src, _feature_spec(features), label,
+        return Dataset(self._upload_data(src, spec, label,
                                          name, on_bad_record == "skip", **kw))
 
     def upload_idx(self, images, labels, normalize=True, name="data", storage="auto",
@@ -1240,17 +1274,19 @@ class Client(_rtrain.Client):
                                                                       dtype=_np.float32)
         return Dataset(self._upload(xs, ys, name, sw, **kw))
 
-    def upload_image_folder(self, directory, image_size=(256, 256), channels=3,
+    def upload_image_folder(self, directory, image_size=None, channels=None,
                             resize="auto", mean=None, std=None, augment=None,
                             on_bad_record="fail", name="images", storage="auto",
-                            shuffle_buffer=0):
+                            shuffle_buffer=0, model=None):
         """A Keras image_dataset_from_directory folder (one subfolder per
         class, labels by sorted class name) as a Dataset; the JPEG/PNG files
-        go up as they are and are decoded on the daemon. storage and
-        shuffle_buffer as in upload_tfrecord."""
+        go up as they are and are decoded on the daemon, to image_size and
+        channels as in upload_tfrecord (with no model: Keras' 256x256x3).
+        storage and shuffle_buffer as in upload_tfrecord."""
         if on_bad_record not in ("fail", "skip"):
             raise ValueError("on_bad_record is 'fail' or 'skip'")
-        kw = _image_kw(image_size, channels, resize, mean, std, augment)
+        kw = _image_kw(image_size, channels, resize, mean, std, augment,
+                       model if model is not None else self._last_model, (256, 256))
         kw.update(_storage_kw(storage, shuffle_buffer))
         return Dataset(self._upload_data(str(directory), None, None, name,
                                          on_bad_record == "skip", **kw))

@@ -16,9 +16,10 @@
 #include "cpu/rt_kern_conv.h"
 #include "cpu/rt_kern_cpu.h"
 
-/* x (B,H,W,C) -> col (rows, KH*KW*C) for samples [s0, s0+nb) */
+/* x (B,H,W,C) -> col (rows, KH*KW*C) for samples [s0, s0+nb), output
+ * lines [oh0, oh1) of each */
 static void rt__im2col(const rt__conv_params *cv, const float *restrict x, int64_t s0,
-                       int64_t nb, float *restrict col)
+                       int64_t nb, int64_t oh0, int64_t oh1, float *restrict col)
 {
     const int64_t H = cv->H, W = cv->W, C = cv->C;
     const int64_t OH = cv->OH, OW = cv->OW;
@@ -27,9 +28,10 @@ static void rt__im2col(const rt__conv_params *cv, const float *restrict x, int64
     const int64_t DH = cv->DH, DW = cv->DW;
     const int64_t PT = cv->PT, PL = cv->PL;
     float *restrict o = col;
+    (void)OH;
     for (int64_t b = s0; b < s0 + nb; b++) {
         const float *xb = x + b * H * W * C;
-        for (int64_t oh = 0; oh < OH; oh++) {
+        for (int64_t oh = oh0; oh < oh1; oh++) {
             for (int64_t ow = 0; ow < OW; ow++) {
                 const int64_t iw0 = ow * SW - PL;
                 /* undilated window rows inside the image are KW*C
@@ -64,9 +66,11 @@ static void rt__im2col(const rt__conv_params *cv, const float *restrict x, int64
     }
 }
 
-/* dx (B,H,W,C) += col (rows, KH*KW*C) for samples [s0, s0+nb) */
+/* dx (B,H,W,C) += col (rows, KH*KW*C) for samples [s0, s0+nb), output
+ * lines [oh0, oh1) of each */
 static void rt__col2im_add(const rt__conv_params *cv, const float *restrict col,
-                           int64_t s0, int64_t nb, float *restrict dx)
+                           int64_t s0, int64_t nb, int64_t oh0, int64_t oh1,
+                           float *restrict dx)
 {
     const int64_t H = cv->H, W = cv->W, C = cv->C;
     const int64_t OH = cv->OH, OW = cv->OW;
@@ -75,9 +79,10 @@ static void rt__col2im_add(const rt__conv_params *cv, const float *restrict col,
     const int64_t DH = cv->DH, DW = cv->DW;
     const int64_t PT = cv->PT, PL = cv->PL;
     const float *restrict o = col;
+    (void)OH;
     for (int64_t b = s0; b < s0 + nb; b++) {
         float *xb = dx + b * H * W * C;
-        for (int64_t oh = 0; oh < OH; oh++) {
+        for (int64_t oh = oh0; oh < oh1; oh++) {
             for (int64_t ow = 0; ow < OW; ow++) {
                 for (int64_t i = 0; i < KH; i++) {
                     const int64_t ih = oh * SH - PT + i * DH;
@@ -409,7 +414,48 @@ static void rt__pool_rows_bwd(const rt__node *nd, int64_t nb, const float *dy, f
 /* A chunk's column matrix and its output (or dz) hold about this many
  * floats together (512 KiB), so they stay in one core's L2 between im2col,
  * the GEMM and the bias/activation, and dz between the dW column blocks */
-#define RT__CONV_CHUNK_FLOATS (128 * 1024)
+#define RT__CONV_CHUNK_FLOATS rt_kern_conv_chunk_floats
+int rt_kern_conv_chunk_floats = 128 * 1024;
+
+/* Which directions run on oneDNN's primitives (RT_KERN_DN_*), by shape.
+ * Measured per layer (bench/conv --convs --layers, ResNet-18 CIFAR, the
+ * 3x3x64 net and W-B, CPU time at one thread, both paths interleaved):
+ *   - forward: brgconv beats im2col + sgemm by 10-20% on 3x3 stride-1
+ *     layers with 8x8 outputs or more; on 4x4 outputs it runs at half
+ *     im2col's rate, and 1x1 and strided layers are a tie or worse;
+ *   - backward-data: the primitive wins on 3x3 layers without an
+ *     activation (4x4 outputs: 1.9x, im2col's chunks there are 16 rows); with
+ *     one, dz = dy * act'(y) is a whole-tensor pass before it, which im2col
+ *     forms per chunk in cache, and im2col (in bands of lines) wins from
+ *     16x16 outputs on (the 3x3x64 net's 32x32 layer: 213 against 206
+ *     GFLOP/s); 1x1 goes to im2col;
+ *   - backward-weights: the primitive wins on stride-1 3x3 layers with at
+ *     most 8x8 outputs (4x4: 1.8x); on larger ones it ties im2col without
+ *     an activation and loses with one (dz is then a whole-tensor pass,
+ *     where im2col forms it per chunk in cache); strided: im2col.
+ * Never with a fused pool (the primitive would write the whole pre-pool
+ * tensor that the fusion avoids), nor K <= 64 (the microkernel's shapes). */
+static int rt__conv_dnnl_dirs(const rt__conv_params *cv, const rt_kern_conv_plan *kp,
+                              int64_t B)
+{
+    if (kp->pool || cv->G > 1 || rt_kern_conv_impl == RT_KERN_CONV_IM2COL) return 0;
+    if (rt_kern_conv_impl == RT_KERN_CONV_DNNL) return RT_KERN_DN_F | RT_KERN_DN_D | RT_KERN_DN_W;
+    if (rt_kern_conv_impl & RT_KERN_CONV_DIRS) return rt_kern_conv_impl & 7;
+    /* Off by default until an open fault is found: with this rule on,
+     * torchvision's resnet18 (onnx_torchvision) gets gradients 0.5-5% off
+     * im2col's from its first step, even when only its 8x8 layers'
+     * forward passes take the primitives, while every forced mode (all
+     * directions, or any one, on every layer) matches im2col to 1e-6.
+     * rt_kern_conv_impl = RT_KERN_CONV_AUTO_DNNL applies the rule below. */
+    if (rt_kern_conv_impl != RT_KERN_CONV_AUTO_DNNL) return 0;
+    const int64_t K = cv->KH * cv->KW * cv->C, P = cv->OH * cv->OW;
+    if (K <= 64 || cv->KH * cv->KW == 1 || B * P * K * cv->OC < RT__PAR_MACS) return 0;
+    const int s1 = cv->SH == 1 && cv->SW == 1;
+    int d = !cv->act || P <= 64 ? RT_KERN_DN_D : 0;
+    if (s1 && P >= 64) d |= RT_KERN_DN_F;
+    if (s1 && P <= 64) d |= RT_KERN_DN_W;
+    return d;
+}
 
 /* Conv2D absorbs a following MaxPool2D with non-overlapping windows
  * (stride = window, 'valid') that fit its output. */
@@ -441,6 +487,17 @@ int rt_kern_conv2d_prepare(rt__node *nd, int64_t B, rt__arena *A)
     if (cs < 1) cs = 1;
     if (cs > B) cs = B;
     kp->chunk = cs;
+    /* a sample too large for the budget is cut into bands of output lines
+     * (not with a fused pool, whose windows span lines): ResNet's and the
+     * 3x3x64 net's 32x32x64 layers have 2.4 MB of columns per sample,
+     * which went to memory and back between im2col and the GEMM */
+    kp->lines = cv->OH;
+    if (P * (K + OC) > RT__CONV_CHUNK_FLOATS && !nd->fused) {
+        kp->lines = RT__CONV_CHUNK_FLOATS / (cv->OW * (K + OC));
+        if (kp->lines < 1) kp->lines = 1;
+        if (kp->lines > cv->OH) kp->lines = cv->OH;
+    }
+    kp->crows = kp->lines < cv->OH ? kp->lines * cv->OW : cs * P;
     kp->direct = cv->KH == 1 && cv->KW == 1 && cv->SH == 1 && cv->SW == 1;
     kp->nt = rt_kern_conv_threads();
     int64_t extra = 0;
@@ -453,10 +510,61 @@ int rt_kern_conv2d_prepare(rt__node *nd, int64_t B, rt__arena *A)
         kp->pw = pp->OW;
         extra = 2 * OC;
     }
-    kp->tstride = (cs * P * (K + OC) + K * OC + OC + extra + 15) & ~(int64_t)15;
+    kp->tstride = (kp->crows * (K + OC) + K * OC + OC + extra + 15) & ~(int64_t)15;
     nd->kdata = kp;
     nd->scratch_floats = kp->nt * kp->tstride;
+    kp->B = B;
+    kp->dn = NULL;
+    kp->dn_dirs = rt__conv_dnnl_dirs(cv, kp, B);
+    if (kp->dn_dirs) {
+        kp->dn = rt_kern_dconv_prepare(cv, B);
+        /* the scratch also holds im2col's, for a smaller last batch whose
+         * primitives would not fit */
+        if (kp->dn) {
+            const int64_t f = rt_kern_dconv_scratch(kp->dn, cv, B);
+            if (f > nd->scratch_floats) nd->scratch_floats = f;
+        }
+    }
     return 0;
+}
+
+/* Chunk ch of a batch of n: samples [s0, s0+nb), output lines [oh0, oh1)
+ * of each; its first row in the (n*OH*OW, .) matrices is r0 */
+typedef struct {
+    int64_t s0, nb, oh0, oh1, r0, rows;
+} rt__cchunk;
+
+/* chunks per sample (1 unless a sample is cut into bands of lines) */
+static inline int64_t rt__cps(const rt_kern_conv_plan *kp, const rt__conv_params *cv)
+{
+    return kp->lines < cv->OH ? (cv->OH + kp->lines - 1) / kp->lines : 1;
+}
+
+static inline int64_t rt__nchunks(const rt_kern_conv_plan *kp, const rt__conv_params *cv,
+                                  int64_t n)
+{
+    return kp->lines < cv->OH ? n * rt__cps(kp, cv) : (n + kp->chunk - 1) / kp->chunk;
+}
+
+static inline rt__cchunk rt__chunk_of(const rt_kern_conv_plan *kp, const rt__conv_params *cv,
+                                     int64_t n, int64_t ch)
+{
+    rt__cchunk c;
+    if (kp->lines < cv->OH) {
+        const int64_t cps = rt__cps(kp, cv);
+        c.s0 = ch / cps;
+        c.nb = 1;
+        c.oh0 = (ch % cps) * kp->lines;
+        c.oh1 = c.oh0 + kp->lines < cv->OH ? c.oh0 + kp->lines : cv->OH;
+    } else {
+        c.s0 = ch * kp->chunk;
+        c.nb = n - c.s0 < kp->chunk ? n - c.s0 : kp->chunk;
+        c.oh0 = 0;
+        c.oh1 = cv->OH;
+    }
+    c.r0 = c.s0 * cv->OH * cv->OW + c.oh0 * cv->OW;
+    c.rows = c.nb * (c.oh1 - c.oh0) * cv->OW;
+    return c;
 }
 
 /* y (B,OH,OW,OC) = act(im2col(x) W + b), one chunk of samples at a time,
@@ -470,11 +578,12 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
         return;
     }
     const rt_kern_conv_plan *kp = nd->kdata;
+    if (kp->dn && (kp->dn_dirs & RT_KERN_DN_F) && rt_kern_dconv_fwd(a, kp->dn, kp->B) == 0)
+        return;
     const int64_t n = a->r->n;
-    const int64_t in_s = cv->H * cv->W * cv->C;
     const int64_t P = cv->OH * cv->OW, OC = cv->OC;
     const int64_t K = cv->KH * cv->KW * cv->C;
-    const int64_t cs = kp->chunk, nch = (n + cs - 1) / cs;
+    const int64_t nch = rt__nchunks(kp, cv, n);
     const float *w = a->x[1];
     const float *bias = cv->bias ? a->x[2] : NULL;
     int nt = (int)kp->nt;
@@ -483,19 +592,18 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t ch = 0; ch < nch; ch++) {
         float *col = a->scratch + (int64_t)omp_get_thread_num() * kp->tstride;
-        const int64_t s0 = ch * cs, nb = n - s0 < cs ? n - s0 : cs;
-        const int64_t rows = nb * P;
+        const rt__cchunk c = rt__chunk_of(kp, cv, n, ch);
         const float *A;
         if (kp->direct) {
-            A = a->x[0] + s0 * in_s;
+            A = a->x[0] + c.r0 * K; /* 1x1, stride 1, unpadded: x is the column matrix */
         } else {
-            rt__im2col(cv, a->x[0], s0, nb, col);
+            rt__im2col(cv, a->x[0], c.s0, c.nb, c.oh0, c.oh1, col);
             A = col;
         }
         /* with a fused pool the convolution's rows go to scratch first */
-        float *y = kp->pool ? col + cs * P * K : a->y + s0 * P * OC;
-        rt__conv_rows(nd, rows, K, OC, A, w, bias, y);
-        if (kp->pool) rt__pool_rows(cv, kp, nb, y, a->y + s0 * kp->ph * kp->pw * OC);
+        float *y = kp->pool ? col + kp->crows * K : a->y + c.r0 * OC;
+        rt__conv_rows(nd, c.rows, K, OC, A, w, bias, y);
+        if (kp->pool) rt__pool_rows(cv, kp, c.nb, y, a->y + c.s0 * kp->ph * kp->pw * OC);
     }
 }
 
@@ -512,40 +620,59 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
         return;
     }
     const rt_kern_conv_plan *kp = nd->kdata;
+    rt__kargs rest;
+    if (kp->dn && (kp->dn_dirs & (RT_KERN_DN_D | RT_KERN_DN_W))) {
+        /* the primitives take their directions, im2col below the rest */
+        rt__kargs k = *a;
+        rest = *a;
+        if (kp->dn_dirs & RT_KERN_DN_D) rest.dx[0] = NULL;
+        else k.dx[0] = NULL;
+        if (kp->dn_dirs & RT_KERN_DN_W) rest.dx[1] = rest.dx[2] = NULL;
+        else k.dx[1] = k.dx[2] = NULL;
+        if ((k.dx[0] || k.dx[1] || k.dx[2]) && rt_kern_dconv_bwd(&k, kp->dn, kp->B) == 0) {
+            if (!rest.dx[0] && !rest.dx[1] && !rest.dx[2]) return;
+            a = &rest;
+        }
+    }
     const int64_t n = a->r->n;
     const int64_t in_s = cv->H * cv->W * cv->C;
     const int64_t P = cv->OH * cv->OW, OC = cv->OC;
     const int64_t K = cv->KH * cv->KW * cv->C;
-    const int64_t cs = kp->chunk, nch = (n + cs - 1) / cs;
+    const int64_t nch = rt__nchunks(kp, cv, n), cps = rt__cps(kp, cv);
+    const int64_t CR = kp->crows; /* column rows a chunk holds */
     const int64_t TS = kp->tstride;
     const int direct = kp->direct != 0;
     float *dx = a->dx[0], *dw = a->dx[1];
     float *db = cv->bias ? a->dx[2] : NULL;
     int nt = (int)kp->nt;
+    /* threads take whole samples when chunks are bands of lines: the
+     * bands of one sample add into overlapping lines of its dx */
     if (n * P * K * OC < RT__PAR_MACS) nt = 1;
-    else if (nt > nch) nt = (int)nch;
+    else if (nt > nch / cps) nt = (int)(nch / cps);
+    if (nt < 1) nt = 1;
     int team = 1;
 #pragma omp parallel num_threads(nt)
     {
         const int T = omp_get_num_threads(), t = omp_get_thread_num();
         if (t == 0) team = T;
         float *col = a->scratch + (int64_t)t * TS;
-        float *dzbuf = col + cs * P * K;
-        float *pdw = dzbuf + cs * P * OC, *pdb = pdw + K * OC;
-        const int64_t c0 = nch * t / T, c1 = nch * (t + 1) / T;
+        float *dzbuf = col + CR * K;
+        float *pdw = dzbuf + CR * OC, *pdb = pdw + K * OC;
+        const int64_t c0 = cps > 1 ? n * t / T * cps : nch * t / T;
+        const int64_t c1 = cps > 1 ? n * (t + 1) / T * cps : nch * (t + 1) / T;
         if (dw) memset(pdw, 0, sizeof(float) * (size_t)(K * OC));
         if (db) memset(pdb, 0, sizeof(float) * (size_t)OC);
         for (int64_t ch = c0; ch < c1; ch++) {
-            const int64_t s0 = ch * cs, nb = n - s0 < cs ? n - s0 : cs;
-            const int64_t rows = nb * P;
-            const float *x = a->x[0] + s0 * in_s;
-            const float *dz = a->dy + s0 * P * OC;
+            const rt__cchunk c = rt__chunk_of(kp, cv, n, ch);
+            const int64_t s0 = c.s0, nb = c.nb, rows = c.rows;
+            const float *x = a->x[0] + c.r0 * K; /* direct only: the column matrix */
+            const float *dz = a->dy + c.r0 * OC;
             if (kp->pool) {
                 /* recompute this chunk's act(conv), then route the pooled
                  * gradient through it: dz in dzbuf */
                 const float *A = x;
                 if (!direct) {
-                    rt__im2col(cv, a->x[0], s0, nb, col);
+                    rt__im2col(cv, a->x[0], s0, nb, c.oh0, c.oh1, col);
                     A = col;
                 }
                 rt__conv_rows(nd, rows, K, OC, A, a->x[1], cv->bias ? a->x[2] : NULL,
@@ -564,22 +691,22 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
                 /* one pass over dy and y for dz, db and dW's first columns */
                 const float *A = x;
                 if (!direct) {
-                    rt__im2col(cv, a->x[0], s0, nb, col);
+                    rt__im2col(cv, a->x[0], s0, nb, c.oh0, c.oh1, col);
                     A = col;
                 }
-                rt__mk_dw_fused(rows, K, OC, A, dz, a->y + s0 * P * OC,
+                rt__mk_dw_fused(rows, K, OC, A, dz, a->y + c.r0 * OC,
                                 cv->act == RT__ACT_RELU, dzbuf, pdw, db ? pdb : NULL);
                 dz = dzbuf;
                 goto dx_part;
             }
             if (cv->act) {
-                rt_kern_act_bwd(cv->act, dzbuf, dz, a->y + s0 * P * OC, rows * OC);
+                rt_kern_act_bwd(cv->act, dzbuf, dz, a->y + c.r0 * OC, rows * OC);
                 dz = dzbuf;
             }
             if (dw) {
                 const float *A = x;
                 if (!direct) {
-                    rt__im2col(cv, a->x[0], s0, nb, col);
+                    rt__im2col(cv, a->x[0], s0, nb, c.oh0, c.oh1, col);
                     A = col;
                 }
                 if (rt__mk_fits(K, OC)) rt__mk_dw(rows, K, OC, A, dz, pdw);
@@ -594,15 +721,15 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
             }
         dx_part:
             if (dx) {
-                float *dxc = dx + s0 * in_s;
                 if (direct) {
+                    float *dxc = dx + c.r0 * K;
                     rt__gemm(0, 1, rows, K, OC, dz, OC, a->x[1], OC,
                              (a->accum & 1u) ? 1.0f : 0.0f, dxc, K);
                 } else {
                     rt__gemm(0, 1, rows, K, OC, dz, OC, a->x[1], OC, 0.0f, col, K);
-                    if (!(a->accum & 1u))
-                        memset(dxc, 0, sizeof(float) * (size_t)(nb * in_s));
-                    rt__col2im_add(cv, col, s0, nb, dx);
+                    if (!(a->accum & 1u) && c.oh0 == 0) /* a sample's first band */
+                        memset(dx + s0 * in_s, 0, sizeof(float) * (size_t)(nb * in_s));
+                    rt__col2im_add(cv, col, s0, nb, c.oh0, c.oh1, dx);
                 }
             }
         }
@@ -610,16 +737,16 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
     /* sum the per-thread partials in thread order */
     if (dw) {
         const int64_t m = K * OC;
-        if (!(a->accum & 2u)) memcpy(dw, a->scratch + cs * P * (K + OC), sizeof(float) * (size_t)m);
+        if (!(a->accum & 2u)) memcpy(dw, a->scratch + CR * (K + OC), sizeof(float) * (size_t)m);
         else
-            for (int64_t i = 0; i < m; i++) dw[i] += a->scratch[cs * P * (K + OC) + i];
+            for (int64_t i = 0; i < m; i++) dw[i] += a->scratch[CR * (K + OC) + i];
         for (int t = 1; t < team; t++) {
-            const float *restrict p = a->scratch + (int64_t)t * TS + cs * P * (K + OC);
+            const float *restrict p = a->scratch + (int64_t)t * TS + CR * (K + OC);
             for (int64_t i = 0; i < m; i++) dw[i] += p[i];
         }
     }
     if (db) {
-        const int64_t off = cs * P * (K + OC) + K * OC;
+        const int64_t off = CR * (K + OC) + K * OC;
         for (int t = 0; t < team; t++) {
             const float *restrict p = a->scratch + (int64_t)t * TS + off;
             if (t == 0 && !(a->accum & 4u)) memcpy(db, p, sizeof(float) * (size_t)OC);

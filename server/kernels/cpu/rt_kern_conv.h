@@ -8,17 +8,27 @@
  *
  * Conv2D is im2col + GEMM, done in chunks of whole samples so the column
  * buffer stays in cache (a 1x1 stride-1 unpadded convolution skips im2col:
- * NHWC already is its column matrix). The bench in bench/conv measured this
- * against oneDNN's convolution primitive for the reference shapes.
+ * NHWC already is its column matrix), or oneDNN's convolution primitives
+ * on the same NHWC tensors (rt_kern_conv_dnnl.c) where bench/conv measured
+ * them faster; prepare chooses by shape.
  */
 #ifndef RTRAIN_KERN_CONV_H
 #define RTRAIN_KERN_CONV_H
 
 #include "rt_engine_impl.h"
 
+/* oneDNN's convolution primitives for one shape and batch
+ * (rt_kern_conv_dnnl.c) */
+typedef struct rt_kern_dconv rt_kern_dconv;
+
 /* Conv2D's plan (rt__node.kdata), from rt_kern_conv2d_prepare */
 typedef struct rt_kern_conv_plan {
+    const rt_kern_dconv *dn; /* oneDNN's primitives, for the directions in dn_dirs */
+    int dn_dirs;             /* RT_KERN_DN_*: which directions run on them */
+    int64_t B;               /* the batch the scratch is sized for */
     int64_t chunk;       /* samples per im2col chunk */
+    int64_t lines;       /* output lines per chunk (< OH: chunks are bands of one sample) */
+    int64_t crows;       /* column-matrix rows a chunk holds at most */
     int direct;          /* 1x1, stride 1, no pad: x is the column matrix */
     int nt;              /* threads the scratch is sized for */
     int64_t tstride;     /* scratch floats per thread */
@@ -39,6 +49,32 @@ int rt_kern_conv2d_prepare(rt__node *nd, int64_t B, rt__arena *A);
 /* MaxPool2D/AvgPool2D and BatchNorm: the threads their scratch is for */
 int rt_kern_pool_prepare(rt__node *nd, int64_t B, rt__arena *A);
 int rt_kern_batchnorm_prepare(rt__node *nd, int64_t B, rt__arena *A);
+
+/* Which implementation Conv2D's prepare picks: AUTO (im2col for now; see
+ * rt__conv_dnnl_dirs), AUTO_DNNL the primitives by shape (the rule in
+ * rt_kern_conv.c, from bench/conv's measurements), or one forced
+ * (bench/conv compiles the same model both ways to compare them).
+ * Read at compile. */
+enum { RT_KERN_CONV_AUTO = 0, RT_KERN_CONV_IM2COL, RT_KERN_CONV_DNNL, RT_KERN_CONV_AUTO_DNNL };
+/* directions of a Conv2D: forward, backward-data, backward-weights (and
+ * bias). RT_KERN_CONV_DIRS | a mask forces exactly those directions onto
+ * the primitives (the tests check the mixed backward passes). */
+enum { RT_KERN_DN_F = 1, RT_KERN_DN_D = 2, RT_KERN_DN_W = 4, RT_KERN_CONV_DIRS = 8 };
+extern int rt_kern_conv_impl;
+/* floats of columns and output one im2col chunk holds (read at compile;
+ * bench/conv --chunk varies it) */
+extern int rt_kern_conv_chunk_floats;
+
+/* oneDNN's primitives for cv at batch B, built once per process and shape;
+ * NULL when oneDNN has no primitive for it (the caller uses im2col) */
+rt_kern_dconv *rt_kern_dconv_prepare(const rt__conv_params *cv, int64_t B);
+/* the scratch floats a call at batch B needs */
+int64_t rt_kern_dconv_scratch(const rt_kern_dconv *d, const rt__conv_params *cv, int64_t B);
+/* forward and backward through the primitives (d: the plan's, for batch
+ * B). -1 when a smaller batch's primitives cannot run in the plan's
+ * scratch: the caller runs im2col instead. */
+int rt_kern_dconv_fwd(const rt__kargs *a, const rt_kern_dconv *d, int64_t B);
+int rt_kern_dconv_bwd(const rt__kargs *a, const rt_kern_dconv *d, int64_t B);
 
 /* Threads a kernel may use (OpenMP's team size, at most 64); scratch is
  * sized for this many at compile time. */
