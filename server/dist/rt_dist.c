@@ -1,16 +1,27 @@
 /* rt_dist: data-parallel replicas over MPI (see rt_dist.h). */
 #include "rt_dist.h"
 #include "rt_clock.h"
+#include "rt_random.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
 #include <limits.h>
 #include <mpi.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "import_graph.h"
@@ -106,14 +117,23 @@ static struct {
     size_t gst_cap;
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER, .tab_mu = PTHREAD_MUTEX_INITIALIZER, .size = 1};
 
+static int link_scan(int wait_ms);
+static int guard_broken(char *err, size_t errlen);
+static int job_broken(void);
+static void job_stop(void);
+
 static int mpi_fail(int mrc, const char *what, char *err, size_t errlen)
 {
+    /* a peer's death is what usually fails an MPI call: its link says
+     * which rank it was (its close may trail MPI's error a little) */
+    if (link_scan(200) >= 0) return guard_broken(err, errlen);
     char m[MPI_MAX_ERROR_STRING];
     int ml = 0;
     MPI_Error_string(mrc, m, &ml);
     G.broken = 1;
     snprintf(G.broken_msg, sizeof G.broken_msg, "MPI %s failed: %.120s", what, m);
     snprintf(err, errlen, "%s", G.broken_msg);
+    job_stop();
     return RT_EUNAVAILABLE;
 }
 
@@ -131,12 +151,14 @@ static int wait_req(MPI_Request *r, uint64_t lim_ns, const char *what, char *err
         int mrc = MPI_Test(r, &done, MPI_STATUS_IGNORE);
         if (mrc != MPI_SUCCESS) return mpi_fail(mrc, what, err, errlen);
         if (done) return 0;
+        if (lim_ns && job_broken()) return guard_broken(err, errlen);
         if (lim_ns && rt_now_ns() - t0 > lim_ns) {
             G.broken = 1;
             snprintf(G.broken_msg, sizeof G.broken_msg,
                      "a replica did not answer (%s) within %d ms: a rank died or hangs; "
                      "relaunch the MPI job", what, G.o.timeout_ms);
             snprintf(err, errlen, "%s", G.broken_msg);
+            job_stop();
             return RT_EUNAVAILABLE;
         }
         if (it < 256) continue;
@@ -239,7 +261,12 @@ static void *guard_dog(void *arg)
             continue;
         }
         if (rt_now_ns() - since < lim) continue;
-        /* the same collective, in flight for the whole timeout */
+        /* the same collective, in flight for the whole timeout: a rank
+         * whose link closed is named (link_lost fires the guard) */
+        pthread_mutex_unlock(&W.mu);
+        const int lost = link_scan(200);
+        pthread_mutex_lock(&W.mu);
+        if (lost >= 0 || __atomic_load_n(&W.seq, __ATOMIC_ACQUIRE) != s) continue;
         const char *what = __atomic_load_n(&W.what, __ATOMIC_ACQUIRE);
         pthread_t th = __atomic_load_n(&W.thread, __ATOMIC_ACQUIRE);
         snprintf(W.msg, sizeof W.msg,
@@ -253,7 +280,9 @@ static void *guard_dog(void *arg)
              * (MPI_Abort, the launcher) without joining it */
             W.dog_on = 0;
             pthread_detach(pthread_self());
-            break;
+            pthread_mutex_unlock(&W.mu);
+            job_stop();
+            return NULL;
         }
     }
     pthread_mutex_unlock(&W.mu);
@@ -292,6 +321,314 @@ static void job_abort(void)
 {
     guard_stop();
     MPI_Abort(MPI_COMM_WORLD, 3);
+}
+
+/* Fails the collective in flight, if any, and every later one with msg
+ * (as the watchdog does when it times one out); the first verdict stays. */
+static void guard_fire(const char *msg)
+{
+    pthread_mutex_lock(&W.mu);
+    uint64_t s = __atomic_load_n(&W.seq, __ATOMIC_ACQUIRE);
+    while (s != GUARD_FIRED) {
+        snprintf(W.msg, sizeof W.msg, "%s", msg);
+        const pthread_t th = __atomic_load_n(&W.thread, __ATOMIC_ACQUIRE);
+        if (__atomic_compare_exchange_n(&W.seq, &s, GUARD_FIRED, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+            if (s & 1) pthread_kill(th, SIGRTMIN + 3);
+            break;
+        }
+    }
+    pthread_cond_signal(&W.cv);
+    pthread_mutex_unlock(&W.mu);
+}
+
+static int job_broken(void)
+{
+    return G.broken || __atomic_load_n(&W.seq, __ATOMIC_ACQUIRE) == GUARD_FIRED;
+}
+
+/* ------------------------------------------------------------- the links
+ *
+ * A dead replica must end the job at once, not after --dist-timeout-ms.
+ * Besides MPI every worker holds one TCP connection to rank 0, made at
+ * start and checked with a cookie rank 0 broadcasts; nothing is sent on
+ * it. The kernel closes it when the worker's process ends, however it
+ * ends, and keepalive probes (over the dist timeout) find a host that
+ * vanished. Rank 0's link thread sees the close, fails the collective in
+ * flight as the watchdog does, naming the rank, and stops the daemon by
+ * SIGTERM's path: running calls end, a state dir gets its checkpoint of
+ * the last whole step, then rt_dist_finalize ends the job (MPI_Abort).
+ * The restart on the hosts that remain resumes from it. A broken worker
+ * waits for that (its own MPI_Abort could end rank 0 before the
+ * checkpoint); a worker whose link to rank 0 closes ends itself. A rank
+ * that cannot reach rank 0 outside MPI keeps only the watchdog. */
+#define LINK_ADDRS 16
+
+typedef struct link_info {
+    uint8_t cookie[16];
+    uint16_t port;          /* 0: rank 0 has no listener */
+    uint16_t n;
+    uint32_t addr[LINK_ADDRS]; /* rank 0's IPv4 addresses, network order */
+} link_info;
+
+typedef struct link_hello {
+    uint8_t cookie[16];
+    int32_t rank;
+} link_hello;
+
+static struct {
+    int lfd;      /* rank 0: the listener, until every rank has linked */
+    int *fd;      /* rank 0: each rank's link (-1 none); a worker: fd[0] */
+    int wake[2];  /* wakes rank 0's link thread: 'c' close the listener */
+    pthread_t th;
+    int on;
+    int ending;   /* CMD_EXIT sent or received: a close is no loss */
+    int lost;     /* the first rank found gone, -1 none */
+    int stop_asked;
+    link_info info;
+} L = {.lfd = -1, .wake = {-1, -1}, .lost = -1};
+
+/* rank 0: stop the daemon (rtraind reads SIGTERM from a signalfd; its
+ * stop ends running calls, checkpoints, then rt_dist_finalize) */
+static void job_stop(void)
+{
+    if (G.rank != 0 || __atomic_load_n(&L.ending, __ATOMIC_ACQUIRE) ||
+        __atomic_exchange_n(&L.stop_asked, 1, __ATOMIC_ACQ_REL))
+        return;
+    RT_LOG(RT_LOG_ERROR, "the MPI job is broken: stopping rtraind");
+    kill(getpid(), SIGTERM);
+}
+
+static void link_lost(int r)
+{
+    if (__atomic_load_n(&L.ending, __ATOMIC_ACQUIRE)) return;
+    int none = -1;
+    if (!__atomic_compare_exchange_n(&L.lost, &none, r, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return;
+    char m[200];
+    snprintf(m, sizeof m, "replica %d (host %.40s) was lost: the job stops; restart it on the "
+             "hosts that remain", r, rt_dist_host(r));
+    RT_LOG(RT_LOG_ERROR, "%s", m);
+    guard_fire(m);
+    job_stop();
+}
+
+static void link_keepalive(int fd)
+{
+    const int one = 1, t = G.o.timeout_ms / 1000;
+    const int idle = t / 2 > 1 ? t / 2 : 1, intvl = t / 6 > 1 ? t / 6 : 1, cnt = 3;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+}
+
+/* Rank 0: the first rank whose link closed (link_lost run for it), or -1.
+ * wait_ms: how long to wait for one (an MPI error's peer). */
+static int link_scan(int wait_ms)
+{
+    if (G.rank != 0 || !L.fd) return __atomic_load_n(&L.lost, __ATOMIC_ACQUIRE);
+    struct pollfd p[64];
+    int who[64], k = 0;
+    for (int r = 1; r < G.size && k < 64; r++) {
+        const int fd = __atomic_load_n(&L.fd[r], __ATOMIC_ACQUIRE);
+        if (fd >= 0) {
+            p[k] = (struct pollfd){.fd = fd, .events = POLLIN | POLLRDHUP};
+            who[k++] = r;
+        }
+    }
+    if (k && __atomic_load_n(&L.lost, __ATOMIC_ACQUIRE) < 0 && poll(p, (nfds_t)k, wait_ms) > 0)
+        for (int i = 0; i < k; i++)
+            if (p[i].revents) link_lost(who[i]);
+    return __atomic_load_n(&L.lost, __ATOMIC_ACQUIRE);
+}
+
+/* rank 0: a connection on the listener; a worker's whose hello holds the
+ * cookie becomes its link (then acknowledged) */
+static void link_accept(void)
+{
+    int fd = accept4(L.lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    struct timeval tv = {3, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    link_hello h;
+    const uint8_t ack = 1;
+    if (recv(fd, &h, sizeof h, MSG_WAITALL) == (ssize_t)sizeof h &&
+        !memcmp(h.cookie, L.info.cookie, 16) && h.rank > 0 && h.rank < G.size &&
+        __atomic_load_n(&L.fd[h.rank], __ATOMIC_ACQUIRE) < 0) {
+        link_keepalive(fd);
+        __atomic_store_n(&L.fd[h.rank], fd, __ATOMIC_RELEASE);
+        if (send(fd, &ack, 1, MSG_NOSIGNAL) == 1) return;
+        __atomic_store_n(&L.fd[h.rank], -1, __ATOMIC_RELEASE);
+    }
+    close(fd);
+}
+
+static void *link_main(void *arg)
+{
+    (void)arg;
+    struct pollfd p[66];
+    int who[66];
+    for (;;) {
+        int k = 0;
+        p[k] = (struct pollfd){.fd = L.wake[0], .events = POLLIN};
+        who[k++] = 0;
+        if (L.lfd >= 0) {
+            p[k] = (struct pollfd){.fd = L.lfd, .events = POLLIN};
+            who[k++] = -1;
+        }
+        const int lost = __atomic_load_n(&L.lost, __ATOMIC_ACQUIRE);
+        for (int r = 1; G.rank == 0 && lost < 0 && r < G.size && k < 66; r++)
+            if (L.fd[r] >= 0) {
+                p[k] = (struct pollfd){.fd = L.fd[r], .events = POLLIN | POLLRDHUP};
+                who[k++] = r;
+            }
+        if (G.rank > 0) {
+            p[k] = (struct pollfd){.fd = L.fd[0], .events = POLLIN | POLLRDHUP};
+            who[k++] = 0;
+        }
+        if (poll(p, (nfds_t)k, -1) < 0) {
+            if (errno == EINTR) continue;
+            return NULL;
+        }
+        if (G.rank == 0 && __atomic_load_n(&L.ending, __ATOMIC_ACQUIRE)) return NULL;
+        if (p[0].revents) {
+            char c = 0;
+            if (read(L.wake[0], &c, 1) <= 0 || c == 'q') return NULL;
+            if (c == 'c' && L.lfd >= 0) {
+                close(L.lfd);
+                L.lfd = -1;
+            }
+        }
+        for (int i = 1; i < k; i++) {
+            if (!p[i].revents) continue;
+            if (who[i] < 0) {
+                link_accept();
+            } else if (G.rank == 0) {
+                link_lost(who[i]);
+            } else if (!__atomic_load_n(&L.ending, __ATOMIC_ACQUIRE)) {
+                /* rank 0 is gone: nothing will end this rank but itself */
+                RT_LOG(RT_LOG_ERROR, "replica %d: rank 0 (host %s) was lost: ending", G.rank,
+                       rt_dist_host(0));
+                _exit(3);
+            } else {
+                return NULL;
+            }
+        }
+    }
+}
+
+/* rank 0: listen on every interface, port 0; fills L.info */
+static int link_listen(void)
+{
+    L.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    socklen_t al = sizeof a;
+    if (L.lfd < 0 || bind(L.lfd, (struct sockaddr *)&a, sizeof a) < 0 ||
+        listen(L.lfd, G.size) < 0 || getsockname(L.lfd, (struct sockaddr *)&a, &al) < 0 ||
+        rt_random_bytes(L.info.cookie, sizeof L.info.cookie) < 0)
+        goto fail;
+    L.info.port = ntohs(a.sin_port);
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) == 0) {
+        for (struct ifaddrs *i = ifs; i && L.info.n < LINK_ADDRS; i = i->ifa_next)
+            if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+                !(i->ifa_flags & IFF_LOOPBACK))
+                L.info.addr[L.info.n++] = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
+        freeifaddrs(ifs);
+    }
+    return 0;
+fail:
+    if (L.lfd >= 0) close(L.lfd);
+    L.lfd = -1;
+    L.info.port = 0;
+    return -1;
+}
+
+static int fcntl_blocking(int fd)
+{
+    const int fl = fcntl(fd, F_GETFL);
+    return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+}
+
+/* a worker: connect to rank 0, on loopback when both name the same host,
+ * else at its addresses in turn; the link's fd or -1 */
+static int link_connect(void)
+{
+    uint32_t cand[LINK_ADDRS + 1];
+    int nc = 0;
+    if (!strcmp(rt_dist_host(0), rt_dist_host(G.rank))) cand[nc++] = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < L.info.n && i < LINK_ADDRS; i++) cand[nc++] = L.info.addr[i];
+    const link_hello h = {.rank = G.rank};
+    for (int i = 0; i < nc && L.info.port; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0) return -1;
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(L.info.port),
+                                .sin_addr.s_addr = cand[i]};
+        int rc = connect(fd, (struct sockaddr *)&a, sizeof a), e = 0;
+        socklen_t el = sizeof e;
+        if (rc < 0 && errno == EINPROGRESS) {
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            rc = poll(&p, 1, 3000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) == 0 &&
+                         e == 0 ? 0 : -1;
+        }
+        link_hello hh = h;
+        memcpy(hh.cookie, L.info.cookie, 16);
+        uint8_t ack = 0;
+        struct timeval tv = {3, 0};
+        if (rc == 0 && fcntl_blocking(fd) == 0 &&
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0 &&
+            send(fd, &hh, sizeof hh, MSG_NOSIGNAL) == (ssize_t)sizeof hh &&
+            recv(fd, &ack, 1, MSG_WAITALL) == 1 && ack == 1) {
+            tv.tv_sec = 0;
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+            link_keepalive(fd);
+            return fd;
+        }
+        close(fd);
+    }
+    return -1;
+}
+
+/* every rank, in rt_dist_init (G.size > 1): the links; a rank without one
+ * is logged */
+static void link_start(void)
+{
+    const int n = G.rank == 0 ? G.size : 1;
+    L.fd = malloc(sizeof(int) * (size_t)n);
+    if (!L.fd) return;
+    for (int i = 0; i < n; i++) L.fd[i] = -1;
+    if (G.rank == 0 && (pipe2(L.wake, O_CLOEXEC) < 0 || link_listen() < 0))
+        RT_LOG(RT_LOG_WARN, "no links to the replicas (a lost one is noticed by "
+               "--dist-timeout-ms only): %s", strerror(errno));
+    if (G.rank == 0 && L.lfd >= 0)
+        L.on = pthread_create(&L.th, NULL, link_main, NULL) == 0;
+    MPI_Bcast(&L.info, (int)sizeof L.info, MPI_BYTE, 0, G.comm);
+    if (G.rank > 0) L.fd[0] = link_connect();
+    int ok = G.rank == 0 || L.fd[0] >= 0, *all = G.rank == 0 ? malloc(sizeof(int) * (size_t)G.size)
+                                                             : NULL;
+    MPI_Gather(&ok, 1, MPI_INT, all, 1, MPI_INT, 0, G.comm);
+    if (G.rank == 0) {
+        for (int r = 1; all && r < G.size; r++)
+            if (!all[r])
+                RT_LOG(RT_LOG_WARN, "replica %d (host %s) has no link to rank 0: its loss is "
+                       "noticed by --dist-timeout-ms only", r, rt_dist_host(r));
+        free(all);
+        if (L.on && write(L.wake[1], "c", 1) != 1) RT_LOG(RT_LOG_WARN, "link thread: no wake");
+    } else if (L.fd[0] >= 0) {
+        L.on = pthread_create(&L.th, NULL, link_main, NULL) == 0;
+    }
+}
+
+/* the job ends normally from here: the links' closes are no loss */
+static void link_ending(void) { __atomic_store_n(&L.ending, 1, __ATOMIC_RELEASE); }
+
+static void link_stop(void)
+{
+    link_ending();
+    if (L.on && G.rank == 0 && write(L.wake[1], "q", 1) == 1) pthread_join(L.th, NULL);
+    else if (L.on) pthread_detach(L.th); /* a worker's ends at rank 0's close */
+    L.on = 0;
 }
 
 /* Entering and leaving a collective; enter fails once the job is broken. */
@@ -376,7 +713,7 @@ guarded_scatterv(void *buf, const int *cnt, const int *dsp, int rcnt, MPI_Dataty
  * ones. Rank 0 polls it with the timeout. */
 static int send_cmd(cmd_hdr *h, const char *what, char *err, size_t errlen)
 {
-    if (G.broken) return guard_broken(err, errlen);
+    if (job_broken()) return guard_broken(err, errlen);
     MPI_Request r;
     int mrc = MPI_Ibcast(h, (int)sizeof *h, MPI_BYTE, 0, G.comm, &r);
     if (mrc != MPI_SUCCESS) return mpi_fail(mrc, what, err, errlen);
@@ -450,6 +787,7 @@ int rt_dist_init(const rt_dist_opts *o, char *err, size_t errlen)
         snprintf(err, errlen, "cannot start the collectives' watchdog");
         return RT_EINTERNAL;
     }
+    if (G.size > 1) link_start();
     if (G.size > 1 && G.o.micro == 0 && G.o.overlap != RT_DIST_OVERLAP_OFF &&
         comm_start() < 0) {
         snprintf(err, errlen, "cannot start the reduce thread");
@@ -694,10 +1032,7 @@ static int grow(void **p, size_t *cap, size_t need)
 static int dist_reduce(void *ctx, float *g, int64_t n, float *slots, int k, double *st,
                        char *err, size_t errlen)
 {
-    if (G.broken) {
-        snprintf(err, errlen, "%s", G.broken_msg);
-        return RT_EUNAVAILABLE;
-    }
+    if (job_broken()) return guard_broken(err, errlen);
     if (!slots) {
         int rc = rt_dist_allreduce(g, n, err, errlen);
         if (rc < 0 || G.size == 1) return rc;
@@ -924,9 +1259,8 @@ int rt_dist_program(rt_exec *e, const uint8_t *req, size_t len, char *err, size_
     if (!G.on && G.o.micro <= 0) return 0;
     pthread_mutex_lock(&G.mu);
     int rc = 0;
-    if (G.broken) {
-        snprintf(err, errlen, "%s", G.broken_msg);
-        rc = RT_EUNAVAILABLE;
+    if (job_broken()) {
+        rc = guard_broken(err, errlen);
         goto out;
     }
     ov_state *ov;
@@ -1090,7 +1424,7 @@ static int feed_init(feed *f, rt_exec *e, rt_batch_fill fill, void *ud)
 static void feed_free(feed *f)
 {
     if (!f->cnt) return;
-    if (!G.broken) { /* a broken job makes no MPI call but MPI_Abort */
+    if (!job_broken()) { /* a broken job makes no MPI call but MPI_Abort */
         MPI_Type_free(&f->xt);
         MPI_Type_free(&f->yt);
     }
@@ -1165,10 +1499,7 @@ static int train_all(rt_exec *e, const rt_data *d, int64_t steps, rt_train_resul
     stop_ctx s = {.cb = cb, .ud = ud};
     C.active = 0; /* a step that failed before its finish left it set */
     int rc = rt_exec_train(e, d, steps, res, stop_cb, &s, losses);
-    if (s.failed || G.broken) {
-        snprintf(err, errlen, "%s", G.broken_msg);
-        return RT_EUNAVAILABLE;
-    }
+    if (s.failed || job_broken()) return guard_broken(err, errlen);
     if (rc < 0) {
         snprintf(err, errlen, "%s", rt_exec_errmsg(e));
         return rc;
@@ -1204,9 +1535,8 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
     void *st = NULL;
     feed f = {0};
     uint64_t edits = 0;
-    if (G.broken) {
-        snprintf(err, errlen, "%s", G.broken_msg);
-        rc = RT_EUNAVAILABLE;
+    if (job_broken()) {
+        rc = guard_broken(err, errlen);
         goto out;
     }
     /* bad data fails here, before any replica starts */
@@ -1408,6 +1738,16 @@ out:
     return rc;
 }
 
+/* A broken worker: rank 0 ends the job once its stop has checkpointed
+ * (the links); without a link to it, this rank ends the job. */
+static void worker_broken(const char *err)
+{
+    RT_LOG(RT_LOG_ERROR, "replica %d: %s", G.rank, err);
+    if (!L.on) job_abort();
+    RT_LOG(RT_LOG_INFO, "replica %d: waiting for rank 0 to end the job", G.rank);
+    for (;;) pause();
+}
+
 int rt_dist_worker(void)
 {
     /* mpirun forwards SIGTERM/SIGINT to every rank: rank 0 drains its calls
@@ -1419,14 +1759,12 @@ int rt_dist_worker(void)
     char err[256];
     for (;;) {
         cmd_hdr h;
-        if (recv_cmd(&h, err, sizeof err) < 0) {
-            RT_LOG(RT_LOG_ERROR, "replica %d: %s", G.rank, err);
-            job_abort();
-        }
+        if (recv_cmd(&h, err, sizeof err) < 0) worker_broken(err);
         int rc = 0;
         err[0] = 0;
         switch (h.cmd) {
         case CMD_EXIT:
+            link_stop();
             for (int i = 0; i < G.n_progs; i++) {
                 rt_exec_destroy(G.progs[i].e);
                 rt_plan_release(G.progs[i].plan);
@@ -1471,10 +1809,7 @@ int rt_dist_worker(void)
             RT_LOG(RT_LOG_ERROR, "replica %d: unknown command %d", G.rank, h.cmd);
             job_abort();
         }
-        if (rc < 0 && G.broken) {
-            RT_LOG(RT_LOG_ERROR, "replica %d: %s", G.rank, err);
-            job_abort();
-        }
+        if (rc < 0 && job_broken()) worker_broken(err);
     }
 }
 
@@ -1483,14 +1818,16 @@ void rt_dist_finalize(void)
     if (!G.on) return;
     pthread_mutex_lock(&G.mu);
     char err[200];
-    if (G.broken) {
+    if (job_broken()) {
         /* a replica is gone: a collective would wait for it forever */
+        guard_broken(err, sizeof err);
         pthread_mutex_unlock(&G.mu);
-        RT_LOG(RT_LOG_ERROR, "ending the MPI job: %s", G.broken_msg);
+        RT_LOG(RT_LOG_ERROR, "ending the MPI job: %s", err);
         job_abort();
         return;
     }
     pthread_mutex_unlock(&G.mu);
+    link_ending();
     send_frees(err, sizeof err);
     cmd_hdr h = {.cmd = CMD_EXIT};
     if (G.size > 1 && send_cmd(&h, "exit", err, sizeof err) < 0) {
@@ -1501,5 +1838,6 @@ void rt_dist_finalize(void)
     guard_stop();
     MPI_Comm_free(&G.comm);
     MPI_Finalize();
+    link_stop();
     G.on = 0;
 }

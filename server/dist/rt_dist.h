@@ -20,7 +20,10 @@
  * collectives (MPI_THREAD_SERIALIZED). Collectives are blocking MPI calls
  * watched by a thread: one in flight for --dist-timeout-ms (a replica died
  * or hangs) is left by a signal and fails the call with RT_EUNAVAILABLE,
- * and every later distributed call too.
+ * and every later distributed call too. A replica whose process ends is
+ * noticed at once by its TCP link to rank 0 (rt_dist.c, the links); a
+ * broken job then stops rank 0 (SIGTERM to itself: rtraind's stop
+ * checkpoints, then rt_dist_finalize ends the job).
  *
  *     rt_dist_opts o = {.micro = 0, .timeout_ms = 30000};
  *     rt_dist_init(&o, err, sizeof err);          // every rank, after argv

@@ -5,7 +5,7 @@
  *   test_mpi RTRAIND MPIRUN DIGITS_CSV_GZ WA_ONNX [stream|host_loss]
  *
  * stream: only the streamed data sets' cases (ctest mpi_stream);
- * host_loss: only the host-loss cases.
+ * host_loss: only the cases that lose a replica or the job.
  *
  * On one host (ctest mpi_replicas, mpi_stream) the ranks share loopback and
  * shared memory (OMPI_MCA_btl=self,vader). Under tests/mpi/netns.sh
@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1314,15 +1315,43 @@ static void check_hosts(pid_t job, int n, char **hosts, size_t n_hosts)
     printf("n=%d: rank i on host %sh<i>, each in its own network namespace\n", n, pre);
 }
 
-/* A worker that dies: the client gets UNAVAILABLE naming the replicas,
- * not a hang. mid 0: killed between calls (the next call's command is not
- * answered); mid 1: killed while a long call runs, the ranks inside a
- * blocking collective (the watchdog ends it). */
+/* Whether process p (any, not only a child) ends within ms: a pidfd
+ * polled, a bound on the wait and not a timing. */
+static int gone_within(pid_t p, int ms)
+{
+    int fd = (int)syscall(SYS_pidfd_open, p, 0);
+    if (fd < 0) return errno == ESRCH;
+    struct pollfd q = {.fd = fd, .events = POLLIN};
+    int gone = poll(&q, 1, ms) == 1;
+    close(fd);
+    return gone;
+}
+
+/* After a replica's loss rank 0 (pid r0) stops the job by itself: it
+ * exits and mpirun with it. Returns mpirun's exit status, -1 if rank 0
+ * did not exit (within 120 s). Under --enable-recovery mpirun exits 0
+ * after rank 0's MPI_Abort. */
+static int job_ends(itest_daemon *d, pid_t r0)
+{
+    if (r0 <= 0 || !gone_within(r0, 120000)) return -1;
+    int st = 0;
+    if (!gone_within(d->pid, 60000)) return -1;
+    waitpid(d->pid, &st, 0);
+    d->pid = 0;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* A worker that dies: the call running fails UNAVAILABLE naming the lost
+ * replica, not a hang, and rank 0 ends the job by itself (mpirun
+ * --enable-recovery would keep it). mid 0: killed between calls (rank 0
+ * notices with no call running); mid 1: killed while a long call runs, the
+ * ranks inside a blocking collective (rank 0's link to the replica closes
+ * and ends it; --dist-timeout-ms is 10 minutes: only that can). */
 static void kill_worker(int mid, int streamed, int overlap)
 {
     /* overlap: the deep MLP in buckets of 4 floats, 593 a step, so the
      * kill nearly always finds rank 0's communication thread in one */
-    const char *const extra[] = {"--dist-timeout-ms", "3000", "--overlap-reduce",
+    const char *const extra[] = {"--dist-timeout-ms", "600000", "--overlap-reduce",
                                  overlap ? "on" : "off", "--reduce-bucket-floats",
                                  overlap ? "4" : "1048576", NULL};
     dmn m;
@@ -1337,8 +1366,8 @@ static void kill_worker(int mid, int streamed, int overlap)
         (overlap ? compile_deep(&m, pid) : compile(&m, 16, pid)) == 0) {
         CHECK(steps_on(&m, pid, ds, 5, NULL, &r) == 0, "steps: %s", r.details);
         itest_res_free(&r);
-        pid_t w = rank_pid(m.d.pid, 1);
-        CHECK(w > 0, "rank 1 not found");
+        pid_t w = rank_pid(m.d.pid, 1), r0 = rank_pid(m.d.pid, 0);
+        CHECK(w > 0 && r0 > 0, "ranks 0 and 1 not found");
         pid_t killer = -1;
         if (w > 0 && mid) {
             killer = fork();
@@ -1349,26 +1378,28 @@ static void kill_worker(int mid, int streamed, int overlap)
             }
         } else if (w > 0) {
             kill(w, SIGKILL);
-            usleep(200000);
         }
-        /* mid: far more steps than run in the time before the kill */
-        int st = steps_on(&m, pid, ds, mid ? 5000000 : 50, NULL, &r);
-        if (killer > 0) waitpid(killer, NULL, 0);
-        printf("after killing rank 1 (%s%s, overlap %s): status %d '%s'\n",
-               mid ? "mid-call" : "between calls", streamed ? ", streamed set" : "",
-               overlap ? "on" : "off", st, r.details);
-        CHECK(st == 14, "status %d, want UNAVAILABLE: %s", st, r.details);
-        CHECK(strstr(r.details, "replica") || strstr(r.details, "rank"),
-              "the error does not name the replicas: '%s'", r.details);
-        itest_res_free(&r);
-        /* the job stays broken: the next call fails at once, the same way */
-        st = steps_on(&m, pid, ds, 5, NULL, &r);
-        CHECK(st == 14 && strstr(r.details, "replica"), "then: status %d '%s'", st, r.details);
-        itest_res_free(&r);
+        if (mid) {
+            /* far more steps than run in the time before the kill */
+            int st = steps_on(&m, pid, ds, 5000000, NULL, &r);
+            if (killer > 0) waitpid(killer, NULL, 0);
+            printf("after killing rank 1 (mid-call%s, overlap %s): status %d '%s'\n",
+                   streamed ? ", streamed set" : "", overlap ? "on" : "off", st, r.details);
+            CHECK(st == 14, "status %d, want UNAVAILABLE: %s", st, r.details);
+            CHECK(strstr(r.details, "replica 1 ") && strstr(r.details, "lost"),
+                  "the error does not name the lost replica 1: '%s'", r.details);
+            itest_res_free(&r);
+        }
+        int js = job_ends(&m.d, r0);
+        printf("after killing rank 1 (%s): rank 0 ended the job, mpirun status %d\n",
+               mid ? "mid-call" : "between calls", js);
+        CHECK(js >= 0, "rank 0 did not end the job after losing rank 1");
     }
     if (m.c) itest_disconnect(m.c);
-    kill(-m.d.pid, SIGKILL);
-    waitpid(m.d.pid, NULL, 0);
+    if (m.d.pid > 0) {
+        kill(-m.d.pid, SIGKILL);
+        waitpid(m.d.pid, NULL, 0);
+    }
 }
 
 static void test_kill_worker(void)
@@ -1387,9 +1418,11 @@ static void test_kill_worker_streamed(void) { kill_worker(1, 1, 0); }
  * state dir checkpointing after every call, under --deterministic-reduce
  * 12. Rank 0 stops itself at step 10 (--pause-at-step; the third call of 4
  * steps, the last checkpoint at step 8) and the test kills rank 3 (host
- * 3's process). hard 0: rank 0 goes on, the call fails UNAVAILABLE naming
- * the replicas, and the job is stopped (SIGTERM to rank 0: it checkpoints
- * the last whole step, 10, at exit). hard 1: the whole job dies with it
+ * 3's process). hard 0: rank 0 goes on, notices the loss (its link to
+ * rank 3 closes; --dist-timeout-ms is 10 minutes), fails the call
+ * UNAVAILABLE naming replica 3 and stops the job by itself (the test waits
+ * for rank 0 to exit): it checkpoints the last whole step, 10, on its way
+ * out. hard 1: the whole job dies with it
  * (SIGKILL to every rank; the last checkpoint is step 8's). Relaunched at
  * N = 3 on the same state dir (hosts 0-2), the session and program come
  * back at that step, the client goes on to 24 steps, and the weights equal
@@ -1405,12 +1438,9 @@ static void host_loss(int hard)
         return;
     }
     const char *const det[] = {"--deterministic-reduce", "12", NULL};
-    /* --dist-timeout-ms 10 s: the replicas wait that long for rank 3 once it
-     * is dead; a shorter one could take a live rank on a loaded machine
-     * (4 ranks, 2 cores, ASan) for dead */
     const char *const at4[] = {"--deterministic-reduce", "12", "--state-dir", dir,
                                "--checkpoint-every-steps", "1", "--checkpoint-every-s", "0",
-                               "--pause-at-step", "10", "--dist-timeout-ms", "10000", NULL};
+                               "--pause-at-step", "10", "--dist-timeout-ms", "600000", NULL};
     const char *const at3[] = {"--deterministic-reduce", "12", "--state-dir", dir,
                                "--checkpoint-every-s", "0", NULL};
     dmn ref, m;
@@ -1429,6 +1459,7 @@ static void host_loss(int hard)
     }
     int fds[2] = {-1, -1};
     uint64_t t_kill = 0;
+    pid_t r0 = 0;
     if (start(&m, -4, at4) == 0 && compile(&m, BATCH, pm) == 0 && pipe(fds) == 0) {
         for (int done = 0; done < 8; done += CALL) {
             CHECK(steps(&m, pm, CALL, NULL, &r) == 0, "N=4: %s", r.details);
@@ -1436,7 +1467,8 @@ static void host_loss(int hard)
         }
         pid_t rk[4];
         for (int i = 0; i < 4; i++) rk[i] = rank_pid(m.d.pid, i);
-        pid_t r0 = rk[0], r3 = rk[3];
+        pid_t r3 = rk[3];
+        r0 = rk[0];
         CHECK(r0 > 0 && rk[1] > 0 && rk[2] > 0 && r3 > 0, "the 4 ranks not found");
         /* the watcher: once rank 0 has stopped at step 10, rank 3 dies and
          * rank 0 goes on (a bound of 120 s on the wait, not a timing) */
@@ -1454,8 +1486,8 @@ static void host_loss(int hard)
         }
         int st = steps(&m, pm, CALL, NULL, &r);
         /* hard: the connection drops with rank 0 (UNAVAILABLE too) */
-        CHECK(st == 14 && (hard || strstr(r.details, "replica") || strstr(r.details, "rank")),
-              "after losing host 3: status %d '%s', want UNAVAILABLE naming the replicas", st,
+        CHECK(st == 14 && (hard || (strstr(r.details, "replica 3 ") && strstr(r.details, "lost"))),
+              "after losing host 3: status %d '%s', want UNAVAILABLE naming replica 3", st,
               r.details);
         printf("host loss%s: rank 3 killed at step 10: status %d '%s'\n",
                hard ? " (the whole job)" : "", st, r.details);
@@ -1468,12 +1500,16 @@ static void host_loss(int hard)
     }
     if (fds[0] >= 0) close(fds[0]);
     if (fds[1] >= 0) close(fds[1]);
-    /* the job stops: SIGTERM to rank 0 (mpirun, short of a rank, may exit
-     * non-zero: not checked) */
+    /* the job stops: rank 0 ends it by itself (MPI_Abort; mpirun
+     * --enable-recovery exits 0 even so: its status is not checked) */
     dmn keep = m;
     if (m.c) itest_disconnect(m.c);
     m.c = NULL;
-    if (m.d.pid > 0 && !hard) stop_mpi(&m.d);
+    if (m.d.pid > 0 && !hard) {
+        int js = job_ends(&m.d, r0);
+        CHECK(js >= 0, "rank 0 did not end the job after losing host 3");
+        if (m.d.pid > 0) stop_mpi(&m.d);
+    }
     if (m.d.pid > 0 && hard) { /* its ranks are gone; mpirun ends */
         kill(-m.d.pid, SIGKILL);
         waitpid(m.d.pid, NULL, 0);
@@ -1499,7 +1535,7 @@ static void host_loss(int hard)
             printf("host loss%s: %.2f s from the kill to the first step at N=3 (%sthe "
                    "relaunch, the restore)\n", hard ? " (the whole job)" : "",
                    (double)(itest_now_ns() - t_kill) / 1e9,
-                   hard ? "" : "the dist timeout 10 s, the stop, ");
+                   hard ? "" : "rank 0's stop, ");
         if (from + 1 < TOTAL) {
             CHECK(steps(&m, pm, TOTAL - from - 1, NULL, &r) == 0, "N=3: %d %s", r.status,
                   r.details);
@@ -1562,6 +1598,7 @@ int main(int argc, char **argv)
     itest_deadline_ms = 60000;
     if (argc > 5 && !strcmp(argv[5], "stream")) return main_stream();
     if (argc > 5 && !strcmp(argv[5], "host_loss")) {
+        RUN(test_kill_worker);
         RUN(test_host_loss);
         RUN(test_job_loss);
         return itest_summary();
