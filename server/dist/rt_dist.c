@@ -50,7 +50,8 @@ typedef struct cmd_hdr {
                             * replicas last agreed: it follows */
     int32_t overlap;       /* TRAIN: rank 0's --overlap-reduce (every rank
                             * follows it: rt_dist_set_overlap) */
-    int32_t pad;
+    int32_t shard;         /* COMPILE: rank 0 shards the program's optimizer
+                            * state (--shard-optimizer) */
 } cmd_hdr;
 
 #define MAX_DATA 4 /* data sets a worker keeps, least recently used goes */
@@ -75,6 +76,11 @@ typedef struct ov_state {
     uint64_t t0;           /* this step's backward start */
     int n[2];
     double t[2][OV_TRIAL]; /* rank 0: backward + reduce, ns, by cur */
+    /* ZeRO stage 1 (--shard-optimizer): rank r updates the trainable
+     * floats [dsp[r], dsp[r] + cnt[r]) */
+    int sh, clip;          /* sharded; clip_norm set (the reduce is whole) */
+    int64_t T;             /* the program's trainable floats */
+    int cnt[64 + 1], dsp[64 + 1];
 } ov_state;
 
 typedef struct prog_ent {
@@ -96,6 +102,8 @@ typedef struct key_ent { /* rank 0: a data set's content hash, by identity */
 static struct {
     int on, rank, size;
     rt_dist_opts o;
+    float *sbuf;                 /* sharded deterministic reduce: what goes out */
+    size_t sbuf_cap;
     MPI_Comm comm;
     char (*hosts)[MPI_MAX_PROCESSOR_NAME];
     pthread_mutex_t mu;          /* orders the collectives (rank 0) */
@@ -708,6 +716,46 @@ guarded_scatterv(void *buf, const int *cnt, const int *dsp, int rcnt, MPI_Dataty
     return guard_leave(mrc, what, err, errlen);
 }
 
+/* The v-collectives of the sharded optimizer under the guard (floats). */
+typedef struct vargs {
+    const float *sb;
+    float *rb;
+    const int *sc, *sd, *rc, *rd;
+    int n;
+} vargs;
+enum { V_ALLTOALLV, V_REDSCAT, V_ALLGATHERV, V_GATHERV };
+
+static int __attribute__((noinline))
+guarded_v(int kind, const vargs *a, const char *what, char *err, size_t errlen)
+{
+    sigjmp_buf jb;
+    if (sigsetjmp(jb, 0)) {
+        tl_jb = NULL;
+        return guard_broken(err, errlen);
+    }
+    if (guard_enter(&jb, what) < 0) return guard_broken(err, errlen);
+    int mrc;
+    switch (kind) {
+    case V_ALLTOALLV:
+        mrc = MPI_Alltoallv(a->sb, a->sc, a->sd, MPI_FLOAT, a->rb, a->rc, a->rd, MPI_FLOAT,
+                            G.comm);
+        break;
+    case V_REDSCAT:
+        mrc = MPI_Reduce_scatter(a->sb, a->rb, a->rc, MPI_FLOAT, MPI_SUM, G.comm);
+        break;
+    case V_ALLGATHERV:
+        mrc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, a->rb, a->rc, a->rd, MPI_FLOAT, G.comm);
+        break;
+    default:
+        mrc = G.rank == 0 ? MPI_Gatherv(MPI_IN_PLACE, 0, MPI_FLOAT, a->rb, a->rc, a->rd,
+                                        MPI_FLOAT, 0, G.comm)
+                          : MPI_Gatherv(a->sb, a->n, MPI_FLOAT, NULL, NULL, NULL, MPI_FLOAT, 0,
+                                        G.comm);
+        break;
+    }
+    return guard_leave(mrc, what, err, errlen);
+}
+
 /* A command header, the one non-blocking collective: a worker waits for it
  * idle, and MPI matches a non-blocking collective only with non-blocking
  * ones. Rank 0 polls it with the timeout. */
@@ -1029,10 +1077,100 @@ static int grow(void **p, size_t *cap, size_t need)
     return 0;
 }
 
+/* ZeRO stage 1: this rank's slice of the summed gradient, g[lo, lo + S).
+ * Without micro-shards one MPI_Reduce_scatter; with them each rank sends
+ * every other its slice of each of its k shard gradients (MPI_Alltoallv)
+ * and sums the M it receives in shard order, the floats the whole sum
+ * gives there (dist_reduce below), so sharding leaves the weights
+ * bit-identical. */
+static int shard_reduce(ov_state *o, float *g, int64_t n, float *slots, int k, double *st,
+                        char *err, size_t errlen)
+{
+    const int r = G.rank, N = G.size, M = k * N;
+    const int64_t lo = o->dsp[r], S = o->cnt[r];
+    if ((int64_t)k * n > INT_MAX) {
+        snprintf(err, errlen, "sharded reduce: %d shards of %lld floats exceed one MPI "
+                 "message", k, (long long)n);
+        return RT_ETOOBIG;
+    }
+    if (grow((void **)&G.gather, &G.gather_cap, sizeof(float) * (size_t)(M * S + 1)) ||
+        grow((void **)&G.gst, &G.gst_cap, sizeof(double) * 2 * (size_t)M) ||
+        (slots && grow((void **)&G.sbuf, &G.sbuf_cap, sizeof(float) * (size_t)(k * n + 1)))) {
+        snprintf(err, errlen, "out of memory for the sharded reduce");
+        return RT_ENOMEM;
+    }
+    int sc[65], sd[65], rc[65], rd[65];
+    if (!slots) {
+        vargs a = {.sb = g, .rb = G.gather, .rc = o->cnt};
+        int rc0 = guarded_v(V_REDSCAT, &a, "gradient reduce-scatter", err, errlen);
+        if (rc0 < 0) return rc0;
+        memcpy(g + lo, G.gather, sizeof(float) * (size_t)S);
+        return ov_stats(o, st, err, errlen);
+    }
+    /* rank q's part: the k shards' [dsp[q], dsp[q] + cnt[q]), shard-major */
+    for (int q = 0; q < N; q++) {
+        sc[q] = k * o->cnt[q];
+        sd[q] = k * o->dsp[q];
+        for (int j = 0; j < k; j++)
+            memcpy(G.sbuf + sd[q] + (int64_t)j * o->cnt[q], slots + (int64_t)j * n + o->dsp[q],
+                   sizeof(float) * (size_t)o->cnt[q]);
+        rc[q] = k * (int)S;
+        rd[q] = q * k * (int)S;
+    }
+    vargs a = {.sb = G.sbuf, .sc = sc, .sd = sd, .rb = G.gather, .rc = rc, .rd = rd};
+    int rc0 = guarded_v(V_ALLTOALLV, &a, "shard reduce", err, errlen);
+    if (rc0 == 0)
+        rc0 = guarded(G_ALLGATHER, st, G.gst, 2 * k, MPI_DOUBLE, MPI_OP_NULL, "shard gather",
+                      err, errlen);
+    if (rc0 < 0) return rc0;
+    /* shard m = q*k + j of rank q: in shard order */
+    float *gs = g + lo;
+    memcpy(gs, G.gather, sizeof(float) * (size_t)S);
+    for (int m = 1; m < M; m++) {
+        const float *x = G.gather + (int64_t)m * S;
+        for (int64_t i = 0; i < S; i++) gs[i] += x[i];
+    }
+    double l = G.gst[0], acc = G.gst[1];
+    for (int m = 1; m < M; m++) {
+        l += G.gst[2 * m];
+        acc += G.gst[2 * m + 1];
+    }
+    st[0] = l;
+    st[1] = acc;
+    return 0;
+}
+
+/* rt_replica.gather: every rank's updated slice to every rank */
+static int dist_gather_w(void *ctx, float *w, int64_t n, char *err, size_t errlen)
+{
+    (void)n;
+    ov_state *o = ctx;
+    vargs a = {.rb = w, .rc = o->cnt, .rd = o->dsp};
+    return guarded_v(V_ALLGATHERV, &a, "weight all-gather", err, errlen);
+}
+
+/* A sharded program after a training call: rank 0 collects the slices of
+ * the optimizer slots, so that its state (checkpoints, what it sends the
+ * replicas) is whole again. */
+static int shard_collect(rt_exec *e, ov_state *o, char *err, size_t errlen)
+{
+    float *s[2];
+    rt_exec_opt_slots(e, &s[0], &s[1]);
+    for (int i = 0; i < 2; i++) {
+        vargs a = {.sb = s[i] + o->dsp[G.rank], .n = o->cnt[G.rank], .rb = s[i], .rc = o->cnt,
+                   .rd = o->dsp};
+        int rc = guarded_v(V_GATHERV, &a, "optimizer state gather", err, errlen);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
 static int dist_reduce(void *ctx, float *g, int64_t n, float *slots, int k, double *st,
                        char *err, size_t errlen)
 {
     if (job_broken()) return guard_broken(err, errlen);
+    ov_state *o = ctx;
+    if (o && o->sh && !o->clip) return shard_reduce(o, g, n, slots, k, st, err, errlen);
     if (!slots) {
         int rc = rt_dist_allreduce(g, n, err, errlen);
         if (rc < 0 || G.size == 1) return rc;
@@ -1171,9 +1309,11 @@ static int send_frees(char *err, size_t errlen)
     }
 }
 
+static void shard_bounds(int64_t T, int q, int64_t *lo, int64_t *hi);
+
 /* *ov: the program's overlap state, the replica's ctx (the caller keeps
  * it with the program, or frees it) */
-static int make_replica(rt_exec *e, ov_state **ov, char *err, size_t errlen)
+static int make_replica(rt_exec *e, ov_state **ov, int shard, char *err, size_t errlen)
 {
     *ov = calloc(1, sizeof **ov);
     if (!*ov) {
@@ -1184,9 +1324,25 @@ static int make_replica(rt_exec *e, ov_state **ov, char *err, size_t errlen)
     rt_replica r = {.rank = G.rank, .size = G.size, .micro = G.o.micro,
                     .reduce = dist_reduce, .sum = dist_sum,
                     .on_destroy = G.rank == 0 ? on_destroy : NULL, .ctx = *ov,
-                    /* overlap: replicas, no micro-shards */
-                    .bucket = G.size > 1 && G.o.micro == 0 ? G.o.bucket_floats : 0,
+                    /* overlap: replicas, no micro-shards, no sharding */
+                    .bucket = G.size > 1 && G.o.micro == 0 && !shard ? G.o.bucket_floats : 0,
                     .overlap = dist_overlap, .start = dist_start, .finish = dist_finish};
+    if (shard) {
+        ov_state *o = *ov;
+        const rt_plan *p = rt_exec_plan(e);
+        o->sh = 1;
+        o->T = (int64_t)rt_plan_report(p)->trainable_param_count;
+        o->clip = rt_plan_config(p)->clip_norm > 0;
+        for (int q = 0; q < G.size; q++) {
+            int64_t lo, hi;
+            shard_bounds(o->T, q, &lo, &hi);
+            o->dsp[q] = (int)lo;
+            o->cnt[q] = (int)(hi - lo);
+        }
+        r.shard_lo = o->dsp[G.rank];
+        r.shard_hi = o->dsp[G.rank] + o->cnt[G.rank];
+        r.gather = dist_gather_w;
+    }
     int rc = rt_exec_set_replica(e, &r);
     if (rc < 0) {
         snprintf(err, errlen, "%s", rt_exec_errmsg(e));
@@ -1196,10 +1352,60 @@ static int make_replica(rt_exec *e, ov_state **ov, char *err, size_t errlen)
     return rc;
 }
 
+/* ----------------------------------------------------- sharding's choice
+ *
+ * --shard-optimizer auto's cost model, per step at N replicas and T
+ * trainable floats. In the ring model a reduce-scatter and an all-gather
+ * move what one all-reduce moves (2 (N-1)/N 4T bytes a rank), so sharding
+ * costs no bandwidth; it costs one more collective's latency (2 (N-1)
+ * alpha), the overlap of the reduce with the backward pass (off when
+ * sharded) and, per training call, rank 0's gather of the slices (s 4T
+ * (N-1)/N bytes, s the optimizer's slots); it saves (N-1)/N of the update
+ * (Adam: ~28 bytes a float through memory) and s 4T (N-1)/N bytes of
+ * state on each rank > 0. With --deterministic-reduce it also cuts the
+ * shard gather from k 4T (N-1) bytes a rank to k 4T (N-1)/N. Time is then
+ * a wash or a loss for small models (the latency and the lost overlap
+ * dominate) and the memory is what matters: auto shards when the state a
+ * rank > 0 gives up, s 4T (N-1)/N, reaches SHARD_AUTO_BYTES (64 MiB: 4.2M
+ * parameters of Adam at N = 2). One more cost keeps it a size rule: a
+ * sharded job that loses a replica loses that replica's slice of the
+ * state, so rank 0 writes no checkpoint on its way out and the restart
+ * resumes from the last periodic one, not the last whole step. */
+#define SHARD_AUTO_BYTES ((int64_t)64 << 20)
+
+/* rank q's slice of T floats: cut at multiples of 64 floats (256 bytes),
+ * so every slice starts aligned as the whole and each float meets the
+ * same vector code as in an unsharded update */
+static void shard_bounds(int64_t T, int q, int64_t *lo, int64_t *hi)
+{
+    *lo = q == 0 ? 0 : (T * q / G.size) & ~(int64_t)63;
+    *hi = q == G.size - 1 ? T : (T * (q + 1) / G.size) & ~(int64_t)63;
+}
+
+static int opt_slots(const rt_train_config *c)
+{
+    if (c->opt == RT_OPT_ADAM || c->opt == RT_OPT_ADAMW) return 2;
+    if (c->opt == RT_OPT_RMSPROP) return 1;
+    return c->momentum != 0.0f ? 1 : 0;
+}
+
+/* rank 0: whether program e's optimizer state is sharded */
+static int shard_choice(rt_exec *e)
+{
+    if (G.size < 2 || G.size > 64 || G.o.shard == RT_DIST_SHARD_OFF) return 0;
+    const rt_plan *p = rt_exec_plan(e);
+    const int64_t T = (int64_t)rt_plan_report(p)->trainable_param_count;
+    if (T > INT_MAX) return 0;
+    if (G.o.shard == RT_DIST_SHARD_ON) return 1;
+    const int s = opt_slots(rt_plan_config(p));
+    return s > 0 && (int64_t)s * 4 * T * (G.size - 1) / G.size >= SHARD_AUTO_BYTES;
+}
+
 /* ----------------------------------------------------- graphs on workers */
 
 /* worker: compile payload = rt_train_config | packed CompileRequest */
-static int worker_compile(uint64_t id, const uint8_t *buf, size_t len, char *err, size_t errlen)
+static int worker_compile(uint64_t id, int shard, const uint8_t *buf, size_t len, char *err,
+                          size_t errlen)
 {
     rt_train_config cfg;
     if (len < sizeof cfg) return RT_EINVAL;
@@ -1244,7 +1450,10 @@ static int worker_compile(uint64_t id, const uint8_t *buf, size_t len, char *err
     rt_graph_destroy(g);
     ov_state *ov = NULL;
     if (rc == 0 && (rc = rt_exec_create(p, &e)) < 0) snprintf(err, errlen, "out of memory");
-    if (rc == 0) rc = make_replica(e, &ov, err, errlen);
+    if (rc == 0) rc = make_replica(e, &ov, shard, err, errlen);
+    /* this rank's slice of the optimizer slots is all it keeps */
+    if (rc == 0 && ov->sh && ov->cnt[G.rank] > 0)
+        rc = rt_exec_shard_slots(e, ov->dsp[G.rank], ov->dsp[G.rank] + ov->cnt[G.rank]);
     if (rc == 0 && (rc = add_prog(id, e, p, ov)) < 0) snprintf(err, errlen, "out of memory");
     if (rc < 0) {
         free(ov);
@@ -1264,7 +1473,14 @@ int rt_dist_program(rt_exec *e, const uint8_t *req, size_t len, char *err, size_
         goto out;
     }
     ov_state *ov;
-    if ((rc = make_replica(e, &ov, err, errlen)) < 0) goto out;
+    const int shard = shard_choice(e);
+    if ((rc = make_replica(e, &ov, shard, err, errlen)) < 0) goto out;
+    if (shard) {
+        const int64_t T = ov->T, s = opt_slots(rt_plan_config(rt_exec_plan(e)));
+        RT_LOG(RT_LOG_INFO, "optimizer state sharded over %d replicas: %d of %lld floats a "
+               "slot on rank 0, %lld bytes of state on rank 1 (%lld unsharded)", G.size,
+               ov->cnt[0], (long long)T, (long long)(s * 4 * ov->cnt[1]), (long long)(s * 4 * T));
+    }
     pthread_mutex_lock(&G.tab_mu);
     const uint64_t id = ++G.next_id;
     rc = add_prog(id, e, NULL, ov);
@@ -1285,7 +1501,7 @@ int rt_dist_program(rt_exec *e, const uint8_t *req, size_t len, char *err, size_
     }
     memcpy(pl, cfg, sizeof *cfg);
     memcpy(pl + sizeof *cfg, req, len);
-    cmd_hdr h = {.cmd = CMD_COMPILE, .prog = id, .len = sizeof *cfg + len};
+    cmd_hdr h = {.cmd = CMD_COMPILE, .prog = id, .len = sizeof *cfg + len, .shard = shard};
     rc = send_cmd(&h, "compile", err, errlen);
     if (rc == 0) rc = bcast(pl, (int64_t)h.len, "compile", err, errlen);
     free(pl);
@@ -1493,13 +1709,18 @@ static int feed_worker(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *
 }
 
 /* every rank: the common part of a training call once data and state agree */
-static int train_all(rt_exec *e, const rt_data *d, int64_t steps, rt_train_result *res,
-                     rt_step_cb cb, void *ud, float *losses, char *err, size_t errlen)
+static int train_all(rt_exec *e, ov_state *ov, const rt_data *d, int64_t steps,
+                     rt_train_result *res, rt_step_cb cb, void *ud, float *losses, char *err,
+                     size_t errlen)
 {
     stop_ctx s = {.cb = cb, .ud = ud};
     C.active = 0; /* a step that failed before its finish left it set */
     int rc = rt_exec_train(e, d, steps, res, stop_cb, &s, losses);
     if (s.failed || job_broken()) return guard_broken(err, errlen);
+    /* the steps that ran moved every rank's slice (a failed step stops
+     * before the update on every rank alike) */
+    int src;
+    if (ov && ov->sh && (src = shard_collect(e, ov, err, errlen)) < 0) return src;
     if (rc < 0) {
         snprintf(err, errlen, "%s", rt_exec_errmsg(e));
         return rc;
@@ -1620,7 +1841,19 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
         rt_exec_save_state(e, st, sn);
         if ((rc = bcast(st, (int64_t)sn, "state", err, errlen)) < 0) goto out;
     }
-    rc = train_all(e, &fd, steps, res, cb, ud, losses, err, errlen);
+    pthread_mutex_lock(&G.tab_mu);
+    pe = find_exec(e);
+    ov_state *pov = pe ? pe->ov : NULL;
+    pthread_mutex_unlock(&G.tab_mu);
+    rc = train_all(e, pov, &fd, steps, res, cb, ud, losses, err, errlen);
+    /* a slice of the optimizer state went with a lost replica: rank 0's
+     * is not whole, so no checkpoint of it (the restart resumes from the
+     * last one) */
+    if (rc < 0 && pov && pov->sh && job_broken()) {
+        rt_exec_set_torn(e);
+        RT_LOG(RT_LOG_ERROR, "sharded optimizer state lost with the job: no checkpoint of "
+               "this program after step %lld", (long long)h.gstep);
+    }
 out:
     feed_free(&f);
     free(st);
@@ -1731,7 +1964,7 @@ static int worker_train(const cmd_hdr *h, char *err, size_t errlen)
                        .sw = w->sw};
     }
     rt_train_result res;
-    rc = train_all(pex, &dd, h->steps, &res, NULL, NULL, NULL, err, errlen);
+    rc = train_all(pex, pe->ov, &dd, h->steps, &res, NULL, NULL, NULL, err, errlen);
 out:
     feed_free(&f);
     free(st);
@@ -1793,7 +2026,7 @@ int rt_dist_worker(void)
             int fl[1] = {0};
             if (rc == 0) {
                 char cerr[256] = "";
-                if (worker_compile(h.prog, pl, h.len, cerr, sizeof cerr) < 0) {
+                if (worker_compile(h.prog, h.shard, pl, h.len, cerr, sizeof cerr) < 0) {
                     RT_LOG(RT_LOG_ERROR, "replica %d: compile: %s", G.rank, cerr);
                     fl[0] = 1;
                 }

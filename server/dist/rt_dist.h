@@ -48,12 +48,16 @@ extern "C" {
 /* --overlap-reduce: auto times the first steps of each program both ways
  * and keeps the faster (rank 0 decides, every rank follows) */
 enum { RT_DIST_OVERLAP_AUTO = 0, RT_DIST_OVERLAP_ON, RT_DIST_OVERLAP_OFF };
+/* --shard-optimizer (ZeRO stage 1): auto shards above the size the cost
+ * model in rt_dist.c gives */
+enum { RT_DIST_SHARD_AUTO = 0, RT_DIST_SHARD_ON, RT_DIST_SHARD_OFF };
 
 typedef struct rt_dist_opts {
     int micro;           /* --deterministic-reduce M, 0 = off */
     int timeout_ms;      /* --dist-timeout-ms, a replica's answer */
     int64_t bucket_floats; /* --reduce-bucket-floats, the all-reduce bucket */
     int overlap;         /* --overlap-reduce, RT_DIST_OVERLAP_* */
+    int shard;           /* --shard-optimizer, RT_DIST_SHARD_* */
 } rt_dist_opts;
 
 /* Starts MPI when the process was launched by mpirun/srun (OMPI_/PMI_/PMIX_

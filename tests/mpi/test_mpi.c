@@ -5,7 +5,8 @@
  *   test_mpi RTRAIND MPIRUN DIGITS_CSV_GZ WA_ONNX [stream|host_loss]
  *
  * stream: only the streamed data sets' cases (ctest mpi_stream);
- * host_loss: only the cases that lose a replica or the job.
+ * host_loss: only the cases that lose a replica or the job; shard: only
+ * the sharded optimizer's.
  *
  * On one host (ctest mpi_replicas, mpi_stream) the ranks share loopback and
  * shared memory (OMPI_MCA_btl=self,vader). Under tests/mpi/netns.sh
@@ -804,6 +805,67 @@ static void test_deterministic(void)
     CHECK(start_mpi(&m.d, 2, bad, 0) < 0, "--deterministic-reduce 3 with n=2 started");
 }
 
+/* ZeRO stage 1 (--shard-optimizer on): under --deterministic-reduce 6 the
+ * weights after a fit of Adam, RMSprop and SGD with momentum are those of
+ * one process, bit for bit, at N = 2 and 3, sharded or not. Iris' 259
+ * trainable floats cut at multiples of 64: [0,128) [128,259) at N = 2,
+ * [0,64) [64,128) [128,259) at N = 3. Between the fit's two calls a
+ * SetWeights makes rank 0 send its state, the optimizer slots it gathered
+ * from the replicas' slices, which they then go on from. */
+static void test_shard(void)
+{
+    static const char *const opts[3] = {"adam", "rmsprop", "sgd"};
+    const int ns[5] = {1, 2, 2, 3, 3}, sh[5] = {0, 1, 0, 1, 0};
+    uint8_t *w[5][3] = {{0}};
+    size_t len[5][3] = {{0}};
+    for (int i = 0; i < 5; i++) {
+        const char *const extra[] = {"--deterministic-reduce", "6", "--shard-optimizer",
+                                     sh[i] ? "on" : "off", NULL};
+        dmn m;
+        if (start(&m, ns[i], extra) < 0) {
+            CHECK(0, "mpirun -n %d --shard-optimizer did not start", ns[i]);
+            return;
+        }
+        for (int o = 0; o < 3; o++) {
+            Rtrain__V1__TrainConfig cfg;
+            itest_iris_config(&cfg);
+            cfg.batch_size = 15;
+            cfg.optimizer = (char *)opts[o];
+            if (o == 2) cfg.momentum = 0.9f;
+            Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+            q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH;
+            q.graph = itest_iris_graph(32);
+            q.config = &cfg;
+            char pid[64];
+            itest_res r;
+            if (compile_q(&m, &q, opts[o], pid) < 0) continue;
+            CHECK(steps(&m, pid, 12, NULL, &r) == 0, "n=%d %s: %s", ns[i], opts[o], r.details);
+            itest_res_free(&r);
+            Rtrain__V1__GetWeightsResponse *g = NULL;
+            free(weights(&m, pid, &len[i][o], &g));
+            if (g) set_weights(&m, pid, g);
+            FREE(g);
+            CHECK(steps(&m, pid, 18, NULL, &r) == 0, "n=%d %s: %s", ns[i], opts[o], r.details);
+            itest_res_free(&r);
+            w[i][o] = weights(&m, pid, &len[i][o], NULL);
+        }
+        stop(&m, ns[i]);
+    }
+    for (int o = 0; o < 3; o++) {
+        int same = 1;
+        for (int i = 1; i < 5; i++) {
+            int eq = w[0][o] && w[i][o] && len[0][o] == len[i][o] &&
+                     !memcmp(w[0][o], w[i][o], len[0][o]);
+            CHECK(eq, "%s: weights at n=%d%s differ from n=1", opts[o], ns[i],
+                  sh[i] ? " sharded" : "");
+            same &= eq;
+        }
+        printf("shard-optimizer %s: n=1, n=2 and 3 sharded or not: weights %s\n", opts[o],
+               same ? "bit-identical" : "DIFFER");
+        for (int i = 0; i < 5; i++) free(w[i][o]);
+    }
+}
+
 /* a state dir a test made under /tmp, removed */
 static void rm_dir(const char *dir)
 {
@@ -1429,7 +1491,7 @@ static void test_kill_worker_streamed(void) { kill_worker(1, 1, 0); }
  * those of a single process that ran 24 steps without a stop (12
  * micro-shards: any N dividing 12 sums the same gradients in the same
  * order). */
-static void host_loss(int hard)
+static void host_loss(int hard, int shard)
 {
     enum { BATCH = 24, CALL = 4, TOTAL = 24 };
     char dir[] = "/tmp/rt-mpi-loss-XXXXXX";
@@ -1440,7 +1502,8 @@ static void host_loss(int hard)
     const char *const det[] = {"--deterministic-reduce", "12", NULL};
     const char *const at4[] = {"--deterministic-reduce", "12", "--state-dir", dir,
                                "--checkpoint-every-steps", "1", "--checkpoint-every-s", "0",
-                               "--pause-at-step", "10", "--dist-timeout-ms", "600000", NULL};
+                               "--pause-at-step", "10", "--dist-timeout-ms", "600000",
+                               "--shard-optimizer", shard ? "on" : "off", NULL};
     const char *const at3[] = {"--deterministic-reduce", "12", "--state-dir", dir,
                                "--checkpoint-every-s", "0", NULL};
     dmn ref, m;
@@ -1526,8 +1589,10 @@ static void host_loss(int hard)
         FREE(g);
         printf("host loss%s: resumed at N=3 from the checkpoint at step %llu\n",
                hard ? " (the whole job)" : "", (unsigned long long)from);
-        CHECK(from == (hard ? 8u : 10u), "resumed at step %llu, want %d",
-              (unsigned long long)from, hard ? 8 : 10);
+        /* sharded, rank 3's slice of the optimizer state went with it: no
+         * checkpoint at rank 0's exit, the last is step 8's */
+        CHECK(from == (hard || shard ? 8u : 10u), "resumed at step %llu, want %d",
+              (unsigned long long)from, hard || shard ? 8 : 10);
         CHECK(steps(&m, pm, 1, NULL, &r) == 0, "the first step at N=3: %d %s", r.status,
               r.details);
         itest_res_free(&r);
@@ -1555,8 +1620,10 @@ static void host_loss(int hard)
     rm_dir(dir);
 }
 
-static void test_host_loss(void) { host_loss(0); }
-static void test_job_loss(void) { host_loss(1); }
+static void test_host_loss(void) { host_loss(0, 0); }
+static void test_job_loss(void) { host_loss(1, 0); }
+/* ZeRO stage 1: the same loss with the optimizer state sharded */
+static void test_host_loss_sharded(void) { host_loss(0, 1); }
 
 /* test_mpi ... stream: the streamed data sets over replicas */
 static int main_stream(void)
@@ -1597,10 +1664,15 @@ int main(int argc, char **argv)
     onnx_path = argv[4];
     itest_deadline_ms = 60000;
     if (argc > 5 && !strcmp(argv[5], "stream")) return main_stream();
+    if (argc > 5 && !strcmp(argv[5], "shard")) {
+        RUN(test_shard);
+        return itest_summary();
+    }
     if (argc > 5 && !strcmp(argv[5], "host_loss")) {
         RUN(test_kill_worker);
         RUN(test_host_loss);
         RUN(test_job_loss);
+        RUN(test_host_loss_sharded);
         return itest_summary();
     }
     dmn ref, m2, m4;
@@ -1637,9 +1709,11 @@ int main(int argc, char **argv)
     RUN(test_overlap, 4);
 #endif
     RUN(test_deterministic);
+    RUN(test_shard);
     RUN(test_durable);
     RUN(test_kill_worker);
     RUN(test_host_loss);
     RUN(test_job_loss);
+    RUN(test_host_loss_sharded);
     return itest_summary();
 }
