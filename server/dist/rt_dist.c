@@ -1708,6 +1708,54 @@ static int feed_worker(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *
     return feed_scatter(ud, x, y, w, nb, err, errlen);
 }
 
+/* --shard-data: an in-memory set that stays on rank 0. Its fill takes
+ * the batch's rows in the order the exec takes an in-memory set's
+ * (rt_exec_epoch_order), so the replicas train on the rows, in the order,
+ * of one process and the weights stay those of --deterministic-reduce's
+ * one process; feed_root then sends each replica its rows of the batch.
+ * A worker keeps none of the set (before: a whole copy each). */
+#define DATA_AUTO_BYTES ((int64_t)64 << 20)
+
+typedef struct memfill {
+    const rt_data *d;
+    rt_exec *e;
+    int64_t in, ln, B;  /* floats of a row's inputs; labels; the batch */
+    int64_t *perm;      /* the epoch's order */
+    int64_t epoch;      /* perm's, -1 none */
+} memfill;
+
+static int memfill_rows(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y,
+                        float *w, char *err, size_t errlen)
+{
+    memfill *m = ud;
+    if (m->epoch != epoch) {
+        rt_exec_epoch_order(m->e, m->d->n, epoch, m->perm);
+        m->epoch = epoch;
+    }
+    const int64_t *idx = m->perm + pos * m->B;
+    if (pos * m->B + nb > m->d->n) {
+        snprintf(err, errlen, "batch %lld of %lld rows past the data set's %lld",
+                 (long long)pos, (long long)nb, (long long)m->d->n);
+        return RT_EINTERNAL;
+    }
+    for (int64_t i = 0; i < nb; i++) {
+        const int64_t r = idx[i];
+        memcpy(x + i * m->in, m->d->x + r * m->in, sizeof(float) * (size_t)m->in);
+        if (y && m->d->y)
+            memcpy((char *)y + i * m->ln * 4, (const char *)m->d->y + r * m->ln * 4,
+                   (size_t)(m->ln * 4));
+        if (w && m->d->sw) w[i] = m->d->sw[r];
+    }
+    return 0;
+}
+
+/* rank 0: whether an in-memory set of these bytes stays on rank 0 */
+static int data_stays(int64_t bytes)
+{
+    return G.size > 1 && (G.o.data == RT_DIST_SHARD_ON ||
+                          (G.o.data == RT_DIST_SHARD_AUTO && bytes >= DATA_AUTO_BYTES));
+}
+
 /* every rank: the common part of a training call once data and state agree */
 static int train_all(rt_exec *e, ov_state *ov, const rt_data *d, int64_t steps,
                      rt_train_result *res, rt_step_cb cb, void *ud, float *losses, char *err,
@@ -1755,6 +1803,7 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
     int rc = 0, sent = 0;
     void *st = NULL;
     feed f = {0};
+    memfill mf = {0};
     uint64_t edits = 0;
     if (job_broken()) {
         rc = guard_broken(err, errlen);
@@ -1766,10 +1815,32 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
         goto out;
     }
     if ((rc = send_frees(err, errlen)) < 0) goto out;
-    const int streamed = d->fill != NULL;
+    int64_t in_dims[RT_MAX_DIMS], in = 1;
+    int ind = rt_plan_input_shape(rt_exec_plan(e), in_dims);
+    for (int k = 0; k < ind; k++) in *= in_dims[k];
+    const int64_t yb = y_bytes(d, e);
+    /* an in-memory set that stays on rank 0 goes as a streamed one */
+    const int kept = !d->fill && data_stays(4 * d->n * in + yb + (d->sw ? 4 * d->n : 0));
+    const int streamed = d->fill != NULL || kept;
     rt_data fd = *d; /* a streamed set's batches go through feed_root */
+    if (kept) {
+        int64_t ld[RT_MAX_DIMS], ln = 1;
+        int lnd = rt_plan_label_shape(rt_exec_plan(e), ld);
+        for (int k = 0; k < lnd; k++) ln *= ld[k];
+        mf = (memfill){.d = d, .e = e, .in = in, .ln = ln, .epoch = -1,
+                       .B = rt_plan_config(rt_exec_plan(e))->batch_size,
+                       .perm = malloc(sizeof(int64_t) * (size_t)(d->n ? d->n : 1))};
+        if (!mf.perm) {
+            snprintf(err, errlen, "out of memory for the data set's order");
+            rc = RT_ENOMEM;
+            goto out;
+        }
+        fd.fill_id = d->x; /* the set's identity, as its x is for the exec */
+        fd.fill_sw = d->sw != NULL;
+    }
     if (streamed) {
-        if ((rc = feed_init(&f, e, d->fill, d->fill_ud)) < 0) {
+        if ((rc = kept ? feed_init(&f, e, memfill_rows, &mf)
+                       : feed_init(&f, e, d->fill, d->fill_ud)) < 0) {
             snprintf(err, errlen, "out of memory");
             goto out;
         }
@@ -1778,12 +1849,9 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
     }
     cmd_hdr h = {.cmd = CMD_TRAIN, .prog = id, .steps = steps, .n = d->n,
                  .y_dtype = (int32_t)d->y_dtype, .has_sw = d->sw != NULL,
-                 .streamed = streamed, .fill_id = (uint64_t)(uintptr_t)d->fill_id};
-    int64_t in_dims[RT_MAX_DIMS], in = 1;
-    int ind = rt_plan_input_shape(rt_exec_plan(e), in_dims);
-    for (int k = 0; k < ind; k++) in *= in_dims[k];
+                 .streamed = streamed, .fill_id = (uint64_t)(uintptr_t)fd.fill_id};
     h.x_floats = d->n * in;
-    h.y_bytes = y_bytes(d, e);
+    h.y_bytes = yb;
     key_ent *ke = NULL, fresh;
     for (int i = 0; key && !streamed && i < G.n_keys; i++) {
         key_ent *k = &G.keys[i];
@@ -1856,6 +1924,7 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
     }
 out:
     feed_free(&f);
+    free(mf.perm);
     free(st);
     pthread_mutex_lock(&G.tab_mu);
     if (sent && (pe = find_exec(e))) pe->synced = rc == 0 ? edits : UINT64_MAX;

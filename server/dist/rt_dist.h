@@ -58,6 +58,7 @@ typedef struct rt_dist_opts {
     int64_t bucket_floats; /* --reduce-bucket-floats, the all-reduce bucket */
     int overlap;         /* --overlap-reduce, RT_DIST_OVERLAP_* */
     int shard;           /* --shard-optimizer, RT_DIST_SHARD_* */
+    int data;            /* --shard-data, RT_DIST_SHARD_* */
 } rt_dist_opts;
 
 /* Starts MPI when the process was launched by mpirun/srun (OMPI_/PMI_/PMIX_

@@ -653,6 +653,10 @@ void rt_exec_opt_slots(rt_exec *e, float **s1, float **s2);
  * rt_exec_save_state and rt_exec_state_spans fail RT_EUNAVAILABLE until a
  * load replaces it. */
 void rt_exec_set_torn(rt_exec *e);
+/* The order of an in-memory set of n rows in epoch `epoch`, as e's
+ * training steps take it (perm: n indices), for server/dist's feeding of
+ * replicas from rank 0's copy. */
+void rt_exec_epoch_order(const rt_exec *e, int64_t n, int64_t epoch, int64_t *perm);
 /* r NULL: a single process again. RT_EINVAL if size does not divide micro. */
 int rt_exec_set_replica(rt_exec *e, const rt_replica *r);
 /* For the gradient in buckets of bucket floats: ready[b] (n_ready >= the

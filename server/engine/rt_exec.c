@@ -465,21 +465,25 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
     return 0;
 }
 
-static void rt__gen_perm(rt_exec *e)
+void rt_exec_epoch_order(const rt_exec *e, int64_t n, int64_t epoch, int64_t *perm)
 {
-    const int64_t n = e->dn;
-    for (int64_t i = 0; i < n; i++) e->perm[i] = i;
+    for (int64_t i = 0; i < n; i++) perm[i] = i;
     if (e->p->cfg.shuffle) {
         /* Fisher-Yates; j from a 64-bit draw by multiply-shift (Lemire) */
         for (int64_t i = n - 1; i > 0; i--) {
             uint64_t r = rt__rng_u64(e->p->cfg.seed, RT__STREAM_SHUFFLE,
-                                     ((uint64_t)e->epoch << 32) | (uint64_t)i);
+                                     ((uint64_t)epoch << 32) | (uint64_t)i);
             int64_t j = (int64_t)(((unsigned __int128)r * (uint64_t)(i + 1)) >> 64);
-            int64_t t = e->perm[i];
-            e->perm[i] = e->perm[j];
-            e->perm[j] = t;
+            int64_t t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
         }
     }
+}
+
+static void rt__gen_perm(rt_exec *e)
+{
+    rt_exec_epoch_order(e, e->dn, e->epoch, e->perm);
     e->perm_epoch = e->epoch;
 }
 

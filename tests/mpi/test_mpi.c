@@ -866,6 +866,56 @@ static void test_shard(void)
     }
 }
 
+static int upload_weighted(dmn *m, int storage, char *id);
+
+/* --shard-data on: an in-memory set stays on rank 0, which sends each
+ * replica its rows of every batch in one process's order. Under
+ * --deterministic-reduce 4 the weights after 3 shuffled epochs of iris and
+ * of a weighted set (150 rows, batch 15) are those of one process, bit for
+ * bit, at N = 2 and 4, and the same as with the set copied (off). */
+static void test_shard_data(void)
+{
+    const int ns[4] = {1, 2, 4, 2}, on[4] = {0, 1, 1, 0};
+    uint8_t *w[4][2] = {{0}};
+    size_t len[4][2] = {{0}};
+    for (int i = 0; i < 4; i++) {
+        const char *const extra[] = {"--deterministic-reduce", "4", "--shard-data",
+                                     on[i] ? "on" : "off", NULL};
+        dmn m;
+        if (start(&m, ns[i], extra) < 0) {
+            CHECK(0, "mpirun -n %d --shard-data did not start", ns[i]);
+            return;
+        }
+        char wid[64], pid[64];
+        itest_res r;
+        if (upload_weighted(&m, RTRAIN__V1__STORAGE__STORAGE_MEMORY, wid) < 0) wid[0] = 0;
+        for (int s = 0; s < 2; s++) {
+            if ((s && !wid[0]) || compile(&m, 15, pid) < 0) continue;
+            CHECK(steps_on(&m, pid, s ? wid : m.iris, 12, NULL, &r) == 0, "n=%d: %s", ns[i],
+                  r.details);
+            itest_res_free(&r);
+            CHECK(steps_on(&m, pid, s ? wid : m.iris, 18, NULL, &r) == 0, "n=%d: %s", ns[i],
+                  r.details);
+            itest_res_free(&r);
+            w[i][s] = weights(&m, pid, &len[i][s], NULL);
+        }
+        stop(&m, ns[i]);
+    }
+    for (int s = 0; s < 2; s++) {
+        int same = 1;
+        for (int i = 1; i < 4; i++) {
+            int eq = w[0][s] && w[i][s] && len[0][s] == len[i][s] &&
+                     !memcmp(w[0][s], w[i][s], len[0][s]);
+            CHECK(eq, "%s: weights at n=%d (data %s) differ from n=1", s ? "weighted" : "iris",
+                  ns[i], on[i] ? "on rank 0" : "copied");
+            same &= eq;
+        }
+        printf("shard-data %s: n=1, n=2 and 4 with the set on rank 0, n=2 copied: weights %s\n",
+               s ? "weighted" : "iris", same ? "bit-identical" : "DIFFER");
+        for (int i = 0; i < 4; i++) free(w[i][s]);
+    }
+}
+
 /* a state dir a test made under /tmp, removed */
 static void rm_dir(const char *dir)
 {
@@ -1666,6 +1716,7 @@ int main(int argc, char **argv)
     if (argc > 5 && !strcmp(argv[5], "stream")) return main_stream();
     if (argc > 5 && !strcmp(argv[5], "shard")) {
         RUN(test_shard);
+        RUN(test_shard_data);
         return itest_summary();
     }
     if (argc > 5 && !strcmp(argv[5], "host_loss")) {
@@ -1710,6 +1761,7 @@ int main(int argc, char **argv)
 #endif
     RUN(test_deterministic);
     RUN(test_shard);
+    RUN(test_shard_data);
     RUN(test_durable);
     RUN(test_kill_worker);
     RUN(test_host_loss);
