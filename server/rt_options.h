@@ -143,6 +143,13 @@ extern "C" {
       "on it)")                                                                             \
     X(REDUCE_BUCKET_FLOATS, "reduce-bucket-floats", MPI, NUM("N", 1, INT32_MAX),            \
       dist.bucket_floats, V("1048576"), "the all-reduce bucket, in floats (4 bytes each)") \
+    X(SHARD_DATA, "shard-data", MPI, ONE_OF("auto|on|off"), dist.data, V("auto"),           \
+      "an in-memory data set stays on rank 0, which sends each replica its rows of every " \
+      "batch (in one process's order) instead of a whole copy; auto from 64 MiB")          \
+    X(SHARD_OPTIMIZER, "shard-optimizer", MPI, ONE_OF("auto|on|off"), dist.shard, V("auto"), \
+      "ZeRO stage 1: each replica keeps and updates the optimizer state of 1/N of the "    \
+      "parameters (reduce-scatter, all-gather); auto when that saves a rank 64 MiB or "    \
+      "more")                                                                              \
     X(STATE_DIR, "state-dir", DURABLE, STR("DIR"), srv.state_dir, AUTO("state in memory"),  \
       "keep sessions, datasets and checkpoints in DIR and restore them at start; DIR must " \
       "be the daemon user's, writable by no one else (0700)")                               \

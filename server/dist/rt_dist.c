@@ -1,16 +1,27 @@
 /* rt_dist: data-parallel replicas over MPI (see rt_dist.h). */
 #include "rt_dist.h"
 #include "rt_clock.h"
+#include "rt_random.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
 #include <limits.h>
 #include <mpi.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "import_graph.h"
@@ -39,7 +50,8 @@ typedef struct cmd_hdr {
                             * replicas last agreed: it follows */
     int32_t overlap;       /* TRAIN: rank 0's --overlap-reduce (every rank
                             * follows it: rt_dist_set_overlap) */
-    int32_t pad;
+    int32_t shard;         /* COMPILE: rank 0 shards the program's optimizer
+                            * state (--shard-optimizer) */
 } cmd_hdr;
 
 #define MAX_DATA 4 /* data sets a worker keeps, least recently used goes */
@@ -64,6 +76,11 @@ typedef struct ov_state {
     uint64_t t0;           /* this step's backward start */
     int n[2];
     double t[2][OV_TRIAL]; /* rank 0: backward + reduce, ns, by cur */
+    /* ZeRO stage 1 (--shard-optimizer): rank r updates the trainable
+     * floats [dsp[r], dsp[r] + cnt[r]) */
+    int sh, clip;          /* sharded; clip_norm set (the reduce is whole) */
+    int64_t T;             /* the program's trainable floats */
+    int cnt[64 + 1], dsp[64 + 1];
 } ov_state;
 
 typedef struct prog_ent {
@@ -85,6 +102,8 @@ typedef struct key_ent { /* rank 0: a data set's content hash, by identity */
 static struct {
     int on, rank, size;
     rt_dist_opts o;
+    float *sbuf;                 /* sharded deterministic reduce: what goes out */
+    size_t sbuf_cap;
     MPI_Comm comm;
     char (*hosts)[MPI_MAX_PROCESSOR_NAME];
     pthread_mutex_t mu;          /* orders the collectives (rank 0) */
@@ -106,14 +125,23 @@ static struct {
     size_t gst_cap;
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER, .tab_mu = PTHREAD_MUTEX_INITIALIZER, .size = 1};
 
+static int link_scan(int wait_ms);
+static int guard_broken(char *err, size_t errlen);
+static int job_broken(void);
+static void job_stop(void);
+
 static int mpi_fail(int mrc, const char *what, char *err, size_t errlen)
 {
+    /* a peer's death is what usually fails an MPI call: its link says
+     * which rank it was (its close may trail MPI's error a little) */
+    if (link_scan(200) >= 0) return guard_broken(err, errlen);
     char m[MPI_MAX_ERROR_STRING];
     int ml = 0;
     MPI_Error_string(mrc, m, &ml);
     G.broken = 1;
     snprintf(G.broken_msg, sizeof G.broken_msg, "MPI %s failed: %.120s", what, m);
     snprintf(err, errlen, "%s", G.broken_msg);
+    job_stop();
     return RT_EUNAVAILABLE;
 }
 
@@ -131,12 +159,14 @@ static int wait_req(MPI_Request *r, uint64_t lim_ns, const char *what, char *err
         int mrc = MPI_Test(r, &done, MPI_STATUS_IGNORE);
         if (mrc != MPI_SUCCESS) return mpi_fail(mrc, what, err, errlen);
         if (done) return 0;
+        if (lim_ns && job_broken()) return guard_broken(err, errlen);
         if (lim_ns && rt_now_ns() - t0 > lim_ns) {
             G.broken = 1;
             snprintf(G.broken_msg, sizeof G.broken_msg,
                      "a replica did not answer (%s) within %d ms: a rank died or hangs; "
                      "relaunch the MPI job", what, G.o.timeout_ms);
             snprintf(err, errlen, "%s", G.broken_msg);
+            job_stop();
             return RT_EUNAVAILABLE;
         }
         if (it < 256) continue;
@@ -239,7 +269,12 @@ static void *guard_dog(void *arg)
             continue;
         }
         if (rt_now_ns() - since < lim) continue;
-        /* the same collective, in flight for the whole timeout */
+        /* the same collective, in flight for the whole timeout: a rank
+         * whose link closed is named (link_lost fires the guard) */
+        pthread_mutex_unlock(&W.mu);
+        const int lost = link_scan(200);
+        pthread_mutex_lock(&W.mu);
+        if (lost >= 0 || __atomic_load_n(&W.seq, __ATOMIC_ACQUIRE) != s) continue;
         const char *what = __atomic_load_n(&W.what, __ATOMIC_ACQUIRE);
         pthread_t th = __atomic_load_n(&W.thread, __ATOMIC_ACQUIRE);
         snprintf(W.msg, sizeof W.msg,
@@ -253,7 +288,9 @@ static void *guard_dog(void *arg)
              * (MPI_Abort, the launcher) without joining it */
             W.dog_on = 0;
             pthread_detach(pthread_self());
-            break;
+            pthread_mutex_unlock(&W.mu);
+            job_stop();
+            return NULL;
         }
     }
     pthread_mutex_unlock(&W.mu);
@@ -292,6 +329,314 @@ static void job_abort(void)
 {
     guard_stop();
     MPI_Abort(MPI_COMM_WORLD, 3);
+}
+
+/* Fails the collective in flight, if any, and every later one with msg
+ * (as the watchdog does when it times one out); the first verdict stays. */
+static void guard_fire(const char *msg)
+{
+    pthread_mutex_lock(&W.mu);
+    uint64_t s = __atomic_load_n(&W.seq, __ATOMIC_ACQUIRE);
+    while (s != GUARD_FIRED) {
+        snprintf(W.msg, sizeof W.msg, "%s", msg);
+        const pthread_t th = __atomic_load_n(&W.thread, __ATOMIC_ACQUIRE);
+        if (__atomic_compare_exchange_n(&W.seq, &s, GUARD_FIRED, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+            if (s & 1) pthread_kill(th, SIGRTMIN + 3);
+            break;
+        }
+    }
+    pthread_cond_signal(&W.cv);
+    pthread_mutex_unlock(&W.mu);
+}
+
+static int job_broken(void)
+{
+    return G.broken || __atomic_load_n(&W.seq, __ATOMIC_ACQUIRE) == GUARD_FIRED;
+}
+
+/* ------------------------------------------------------------- the links
+ *
+ * A dead replica must end the job at once, not after --dist-timeout-ms.
+ * Besides MPI every worker holds one TCP connection to rank 0, made at
+ * start and checked with a cookie rank 0 broadcasts; nothing is sent on
+ * it. The kernel closes it when the worker's process ends, however it
+ * ends, and keepalive probes (over the dist timeout) find a host that
+ * vanished. Rank 0's link thread sees the close, fails the collective in
+ * flight as the watchdog does, naming the rank, and stops the daemon by
+ * SIGTERM's path: running calls end, a state dir gets its checkpoint of
+ * the last whole step, then rt_dist_finalize ends the job (MPI_Abort).
+ * The restart on the hosts that remain resumes from it. A broken worker
+ * waits for that (its own MPI_Abort could end rank 0 before the
+ * checkpoint); a worker whose link to rank 0 closes ends itself. A rank
+ * that cannot reach rank 0 outside MPI keeps only the watchdog. */
+#define LINK_ADDRS 16
+
+typedef struct link_info {
+    uint8_t cookie[16];
+    uint16_t port;          /* 0: rank 0 has no listener */
+    uint16_t n;
+    uint32_t addr[LINK_ADDRS]; /* rank 0's IPv4 addresses, network order */
+} link_info;
+
+typedef struct link_hello {
+    uint8_t cookie[16];
+    int32_t rank;
+} link_hello;
+
+static struct {
+    int lfd;      /* rank 0: the listener, until every rank has linked */
+    int *fd;      /* rank 0: each rank's link (-1 none); a worker: fd[0] */
+    int wake[2];  /* wakes rank 0's link thread: 'c' close the listener */
+    pthread_t th;
+    int on;
+    int ending;   /* CMD_EXIT sent or received: a close is no loss */
+    int lost;     /* the first rank found gone, -1 none */
+    int stop_asked;
+    link_info info;
+} L = {.lfd = -1, .wake = {-1, -1}, .lost = -1};
+
+/* rank 0: stop the daemon (rtraind reads SIGTERM from a signalfd; its
+ * stop ends running calls, checkpoints, then rt_dist_finalize) */
+static void job_stop(void)
+{
+    if (G.rank != 0 || __atomic_load_n(&L.ending, __ATOMIC_ACQUIRE) ||
+        __atomic_exchange_n(&L.stop_asked, 1, __ATOMIC_ACQ_REL))
+        return;
+    RT_LOG(RT_LOG_ERROR, "the MPI job is broken: stopping rtraind");
+    kill(getpid(), SIGTERM);
+}
+
+static void link_lost(int r)
+{
+    if (__atomic_load_n(&L.ending, __ATOMIC_ACQUIRE)) return;
+    int none = -1;
+    if (!__atomic_compare_exchange_n(&L.lost, &none, r, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return;
+    char m[200];
+    snprintf(m, sizeof m, "replica %d (host %.40s) was lost: the job stops; restart it on the "
+             "hosts that remain", r, rt_dist_host(r));
+    RT_LOG(RT_LOG_ERROR, "%s", m);
+    guard_fire(m);
+    job_stop();
+}
+
+static void link_keepalive(int fd)
+{
+    const int one = 1, t = G.o.timeout_ms / 1000;
+    const int idle = t / 2 > 1 ? t / 2 : 1, intvl = t / 6 > 1 ? t / 6 : 1, cnt = 3;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+}
+
+/* Rank 0: the first rank whose link closed (link_lost run for it), or -1.
+ * wait_ms: how long to wait for one (an MPI error's peer). */
+static int link_scan(int wait_ms)
+{
+    if (G.rank != 0 || !L.fd) return __atomic_load_n(&L.lost, __ATOMIC_ACQUIRE);
+    struct pollfd p[64];
+    int who[64], k = 0;
+    for (int r = 1; r < G.size && k < 64; r++) {
+        const int fd = __atomic_load_n(&L.fd[r], __ATOMIC_ACQUIRE);
+        if (fd >= 0) {
+            p[k] = (struct pollfd){.fd = fd, .events = POLLIN | POLLRDHUP};
+            who[k++] = r;
+        }
+    }
+    if (k && __atomic_load_n(&L.lost, __ATOMIC_ACQUIRE) < 0 && poll(p, (nfds_t)k, wait_ms) > 0)
+        for (int i = 0; i < k; i++)
+            if (p[i].revents) link_lost(who[i]);
+    return __atomic_load_n(&L.lost, __ATOMIC_ACQUIRE);
+}
+
+/* rank 0: a connection on the listener; a worker's whose hello holds the
+ * cookie becomes its link (then acknowledged) */
+static void link_accept(void)
+{
+    int fd = accept4(L.lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    struct timeval tv = {3, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    link_hello h;
+    const uint8_t ack = 1;
+    if (recv(fd, &h, sizeof h, MSG_WAITALL) == (ssize_t)sizeof h &&
+        !memcmp(h.cookie, L.info.cookie, 16) && h.rank > 0 && h.rank < G.size &&
+        __atomic_load_n(&L.fd[h.rank], __ATOMIC_ACQUIRE) < 0) {
+        link_keepalive(fd);
+        __atomic_store_n(&L.fd[h.rank], fd, __ATOMIC_RELEASE);
+        if (send(fd, &ack, 1, MSG_NOSIGNAL) == 1) return;
+        __atomic_store_n(&L.fd[h.rank], -1, __ATOMIC_RELEASE);
+    }
+    close(fd);
+}
+
+static void *link_main(void *arg)
+{
+    (void)arg;
+    struct pollfd p[66];
+    int who[66];
+    for (;;) {
+        int k = 0;
+        p[k] = (struct pollfd){.fd = L.wake[0], .events = POLLIN};
+        who[k++] = 0;
+        if (L.lfd >= 0) {
+            p[k] = (struct pollfd){.fd = L.lfd, .events = POLLIN};
+            who[k++] = -1;
+        }
+        const int lost = __atomic_load_n(&L.lost, __ATOMIC_ACQUIRE);
+        for (int r = 1; G.rank == 0 && lost < 0 && r < G.size && k < 66; r++)
+            if (L.fd[r] >= 0) {
+                p[k] = (struct pollfd){.fd = L.fd[r], .events = POLLIN | POLLRDHUP};
+                who[k++] = r;
+            }
+        if (G.rank > 0) {
+            p[k] = (struct pollfd){.fd = L.fd[0], .events = POLLIN | POLLRDHUP};
+            who[k++] = 0;
+        }
+        if (poll(p, (nfds_t)k, -1) < 0) {
+            if (errno == EINTR) continue;
+            return NULL;
+        }
+        if (G.rank == 0 && __atomic_load_n(&L.ending, __ATOMIC_ACQUIRE)) return NULL;
+        if (p[0].revents) {
+            char c = 0;
+            if (read(L.wake[0], &c, 1) <= 0 || c == 'q') return NULL;
+            if (c == 'c' && L.lfd >= 0) {
+                close(L.lfd);
+                L.lfd = -1;
+            }
+        }
+        for (int i = 1; i < k; i++) {
+            if (!p[i].revents) continue;
+            if (who[i] < 0) {
+                link_accept();
+            } else if (G.rank == 0) {
+                link_lost(who[i]);
+            } else if (!__atomic_load_n(&L.ending, __ATOMIC_ACQUIRE)) {
+                /* rank 0 is gone: nothing will end this rank but itself */
+                RT_LOG(RT_LOG_ERROR, "replica %d: rank 0 (host %s) was lost: ending", G.rank,
+                       rt_dist_host(0));
+                _exit(3);
+            } else {
+                return NULL;
+            }
+        }
+    }
+}
+
+/* rank 0: listen on every interface, port 0; fills L.info */
+static int link_listen(void)
+{
+    L.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    socklen_t al = sizeof a;
+    if (L.lfd < 0 || bind(L.lfd, (struct sockaddr *)&a, sizeof a) < 0 ||
+        listen(L.lfd, G.size) < 0 || getsockname(L.lfd, (struct sockaddr *)&a, &al) < 0 ||
+        rt_random_bytes(L.info.cookie, sizeof L.info.cookie) < 0)
+        goto fail;
+    L.info.port = ntohs(a.sin_port);
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) == 0) {
+        for (struct ifaddrs *i = ifs; i && L.info.n < LINK_ADDRS; i = i->ifa_next)
+            if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+                !(i->ifa_flags & IFF_LOOPBACK))
+                L.info.addr[L.info.n++] = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
+        freeifaddrs(ifs);
+    }
+    return 0;
+fail:
+    if (L.lfd >= 0) close(L.lfd);
+    L.lfd = -1;
+    L.info.port = 0;
+    return -1;
+}
+
+static int fcntl_blocking(int fd)
+{
+    const int fl = fcntl(fd, F_GETFL);
+    return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+}
+
+/* a worker: connect to rank 0, on loopback when both name the same host,
+ * else at its addresses in turn; the link's fd or -1 */
+static int link_connect(void)
+{
+    uint32_t cand[LINK_ADDRS + 1];
+    int nc = 0;
+    if (!strcmp(rt_dist_host(0), rt_dist_host(G.rank))) cand[nc++] = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < L.info.n && i < LINK_ADDRS; i++) cand[nc++] = L.info.addr[i];
+    const link_hello h = {.rank = G.rank};
+    for (int i = 0; i < nc && L.info.port; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0) return -1;
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(L.info.port),
+                                .sin_addr.s_addr = cand[i]};
+        int rc = connect(fd, (struct sockaddr *)&a, sizeof a), e = 0;
+        socklen_t el = sizeof e;
+        if (rc < 0 && errno == EINPROGRESS) {
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            rc = poll(&p, 1, 3000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) == 0 &&
+                         e == 0 ? 0 : -1;
+        }
+        link_hello hh = h;
+        memcpy(hh.cookie, L.info.cookie, 16);
+        uint8_t ack = 0;
+        struct timeval tv = {3, 0};
+        if (rc == 0 && fcntl_blocking(fd) == 0 &&
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0 &&
+            send(fd, &hh, sizeof hh, MSG_NOSIGNAL) == (ssize_t)sizeof hh &&
+            recv(fd, &ack, 1, MSG_WAITALL) == 1 && ack == 1) {
+            tv.tv_sec = 0;
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+            link_keepalive(fd);
+            return fd;
+        }
+        close(fd);
+    }
+    return -1;
+}
+
+/* every rank, in rt_dist_init (G.size > 1): the links; a rank without one
+ * is logged */
+static void link_start(void)
+{
+    const int n = G.rank == 0 ? G.size : 1;
+    L.fd = malloc(sizeof(int) * (size_t)n);
+    if (!L.fd) return;
+    for (int i = 0; i < n; i++) L.fd[i] = -1;
+    if (G.rank == 0 && (pipe2(L.wake, O_CLOEXEC) < 0 || link_listen() < 0))
+        RT_LOG(RT_LOG_WARN, "no links to the replicas (a lost one is noticed by "
+               "--dist-timeout-ms only): %s", strerror(errno));
+    if (G.rank == 0 && L.lfd >= 0)
+        L.on = pthread_create(&L.th, NULL, link_main, NULL) == 0;
+    MPI_Bcast(&L.info, (int)sizeof L.info, MPI_BYTE, 0, G.comm);
+    if (G.rank > 0) L.fd[0] = link_connect();
+    int ok = G.rank == 0 || L.fd[0] >= 0, *all = G.rank == 0 ? malloc(sizeof(int) * (size_t)G.size)
+                                                             : NULL;
+    MPI_Gather(&ok, 1, MPI_INT, all, 1, MPI_INT, 0, G.comm);
+    if (G.rank == 0) {
+        for (int r = 1; all && r < G.size; r++)
+            if (!all[r])
+                RT_LOG(RT_LOG_WARN, "replica %d (host %s) has no link to rank 0: its loss is "
+                       "noticed by --dist-timeout-ms only", r, rt_dist_host(r));
+        free(all);
+        if (L.on && write(L.wake[1], "c", 1) != 1) RT_LOG(RT_LOG_WARN, "link thread: no wake");
+    } else if (L.fd[0] >= 0) {
+        L.on = pthread_create(&L.th, NULL, link_main, NULL) == 0;
+    }
+}
+
+/* the job ends normally from here: the links' closes are no loss */
+static void link_ending(void) { __atomic_store_n(&L.ending, 1, __ATOMIC_RELEASE); }
+
+static void link_stop(void)
+{
+    link_ending();
+    if (L.on && G.rank == 0 && write(L.wake[1], "q", 1) == 1) pthread_join(L.th, NULL);
+    else if (L.on) pthread_detach(L.th); /* a worker's ends at rank 0's close */
+    L.on = 0;
 }
 
 /* Entering and leaving a collective; enter fails once the job is broken. */
@@ -371,12 +716,52 @@ guarded_scatterv(void *buf, const int *cnt, const int *dsp, int rcnt, MPI_Dataty
     return guard_leave(mrc, what, err, errlen);
 }
 
+/* The v-collectives of the sharded optimizer under the guard (floats). */
+typedef struct vargs {
+    const float *sb;
+    float *rb;
+    const int *sc, *sd, *rc, *rd;
+    int n;
+} vargs;
+enum { V_ALLTOALLV, V_REDSCAT, V_ALLGATHERV, V_GATHERV };
+
+static int __attribute__((noinline))
+guarded_v(int kind, const vargs *a, const char *what, char *err, size_t errlen)
+{
+    sigjmp_buf jb;
+    if (sigsetjmp(jb, 0)) {
+        tl_jb = NULL;
+        return guard_broken(err, errlen);
+    }
+    if (guard_enter(&jb, what) < 0) return guard_broken(err, errlen);
+    int mrc;
+    switch (kind) {
+    case V_ALLTOALLV:
+        mrc = MPI_Alltoallv(a->sb, a->sc, a->sd, MPI_FLOAT, a->rb, a->rc, a->rd, MPI_FLOAT,
+                            G.comm);
+        break;
+    case V_REDSCAT:
+        mrc = MPI_Reduce_scatter(a->sb, a->rb, a->rc, MPI_FLOAT, MPI_SUM, G.comm);
+        break;
+    case V_ALLGATHERV:
+        mrc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, a->rb, a->rc, a->rd, MPI_FLOAT, G.comm);
+        break;
+    default:
+        mrc = G.rank == 0 ? MPI_Gatherv(MPI_IN_PLACE, 0, MPI_FLOAT, a->rb, a->rc, a->rd,
+                                        MPI_FLOAT, 0, G.comm)
+                          : MPI_Gatherv(a->sb, a->n, MPI_FLOAT, NULL, NULL, NULL, MPI_FLOAT, 0,
+                                        G.comm);
+        break;
+    }
+    return guard_leave(mrc, what, err, errlen);
+}
+
 /* A command header, the one non-blocking collective: a worker waits for it
  * idle, and MPI matches a non-blocking collective only with non-blocking
  * ones. Rank 0 polls it with the timeout. */
 static int send_cmd(cmd_hdr *h, const char *what, char *err, size_t errlen)
 {
-    if (G.broken) return guard_broken(err, errlen);
+    if (job_broken()) return guard_broken(err, errlen);
     MPI_Request r;
     int mrc = MPI_Ibcast(h, (int)sizeof *h, MPI_BYTE, 0, G.comm, &r);
     if (mrc != MPI_SUCCESS) return mpi_fail(mrc, what, err, errlen);
@@ -450,6 +835,7 @@ int rt_dist_init(const rt_dist_opts *o, char *err, size_t errlen)
         snprintf(err, errlen, "cannot start the collectives' watchdog");
         return RT_EINTERNAL;
     }
+    if (G.size > 1) link_start();
     if (G.size > 1 && G.o.micro == 0 && G.o.overlap != RT_DIST_OVERLAP_OFF &&
         comm_start() < 0) {
         snprintf(err, errlen, "cannot start the reduce thread");
@@ -691,13 +1077,100 @@ static int grow(void **p, size_t *cap, size_t need)
     return 0;
 }
 
+/* ZeRO stage 1: this rank's slice of the summed gradient, g[lo, lo + S).
+ * Without micro-shards one MPI_Reduce_scatter; with them each rank sends
+ * every other its slice of each of its k shard gradients (MPI_Alltoallv)
+ * and sums the M it receives in shard order, the floats the whole sum
+ * gives there (dist_reduce below), so sharding leaves the weights
+ * bit-identical. */
+static int shard_reduce(ov_state *o, float *g, int64_t n, float *slots, int k, double *st,
+                        char *err, size_t errlen)
+{
+    const int r = G.rank, N = G.size, M = k * N;
+    const int64_t lo = o->dsp[r], S = o->cnt[r];
+    if ((int64_t)k * n > INT_MAX) {
+        snprintf(err, errlen, "sharded reduce: %d shards of %lld floats exceed one MPI "
+                 "message", k, (long long)n);
+        return RT_ETOOBIG;
+    }
+    if (grow((void **)&G.gather, &G.gather_cap, sizeof(float) * (size_t)(M * S + 1)) ||
+        grow((void **)&G.gst, &G.gst_cap, sizeof(double) * 2 * (size_t)M) ||
+        (slots && grow((void **)&G.sbuf, &G.sbuf_cap, sizeof(float) * (size_t)(k * n + 1)))) {
+        snprintf(err, errlen, "out of memory for the sharded reduce");
+        return RT_ENOMEM;
+    }
+    int sc[65], sd[65], rc[65], rd[65];
+    if (!slots) {
+        vargs a = {.sb = g, .rb = G.gather, .rc = o->cnt};
+        int rc0 = guarded_v(V_REDSCAT, &a, "gradient reduce-scatter", err, errlen);
+        if (rc0 < 0) return rc0;
+        memcpy(g + lo, G.gather, sizeof(float) * (size_t)S);
+        return ov_stats(o, st, err, errlen);
+    }
+    /* rank q's part: the k shards' [dsp[q], dsp[q] + cnt[q]), shard-major */
+    for (int q = 0; q < N; q++) {
+        sc[q] = k * o->cnt[q];
+        sd[q] = k * o->dsp[q];
+        for (int j = 0; j < k; j++)
+            memcpy(G.sbuf + sd[q] + (int64_t)j * o->cnt[q], slots + (int64_t)j * n + o->dsp[q],
+                   sizeof(float) * (size_t)o->cnt[q]);
+        rc[q] = k * (int)S;
+        rd[q] = q * k * (int)S;
+    }
+    vargs a = {.sb = G.sbuf, .sc = sc, .sd = sd, .rb = G.gather, .rc = rc, .rd = rd};
+    int rc0 = guarded_v(V_ALLTOALLV, &a, "shard reduce", err, errlen);
+    if (rc0 == 0)
+        rc0 = guarded(G_ALLGATHER, st, G.gst, 2 * k, MPI_DOUBLE, MPI_OP_NULL, "shard gather",
+                      err, errlen);
+    if (rc0 < 0) return rc0;
+    /* shard m = q*k + j of rank q: in shard order */
+    float *gs = g + lo;
+    memcpy(gs, G.gather, sizeof(float) * (size_t)S);
+    for (int m = 1; m < M; m++) {
+        const float *x = G.gather + (int64_t)m * S;
+        for (int64_t i = 0; i < S; i++) gs[i] += x[i];
+    }
+    double l = G.gst[0], acc = G.gst[1];
+    for (int m = 1; m < M; m++) {
+        l += G.gst[2 * m];
+        acc += G.gst[2 * m + 1];
+    }
+    st[0] = l;
+    st[1] = acc;
+    return 0;
+}
+
+/* rt_replica.gather: every rank's updated slice to every rank */
+static int dist_gather_w(void *ctx, float *w, int64_t n, char *err, size_t errlen)
+{
+    (void)n;
+    ov_state *o = ctx;
+    vargs a = {.rb = w, .rc = o->cnt, .rd = o->dsp};
+    return guarded_v(V_ALLGATHERV, &a, "weight all-gather", err, errlen);
+}
+
+/* A sharded program after a training call: rank 0 collects the slices of
+ * the optimizer slots, so that its state (checkpoints, what it sends the
+ * replicas) is whole again. */
+static int shard_collect(rt_exec *e, ov_state *o, char *err, size_t errlen)
+{
+    float *s[2];
+    rt_exec_opt_slots(e, &s[0], &s[1]);
+    for (int i = 0; i < 2; i++) {
+        vargs a = {.sb = s[i] + o->dsp[G.rank], .n = o->cnt[G.rank], .rb = s[i], .rc = o->cnt,
+                   .rd = o->dsp};
+        int rc = guarded_v(V_GATHERV, &a, "optimizer state gather", err, errlen);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
 static int dist_reduce(void *ctx, float *g, int64_t n, float *slots, int k, double *st,
                        char *err, size_t errlen)
 {
-    if (G.broken) {
-        snprintf(err, errlen, "%s", G.broken_msg);
-        return RT_EUNAVAILABLE;
-    }
+    if (job_broken()) return guard_broken(err, errlen);
+    ov_state *o = ctx;
+    if (o && o->sh && !o->clip) return shard_reduce(o, g, n, slots, k, st, err, errlen);
     if (!slots) {
         int rc = rt_dist_allreduce(g, n, err, errlen);
         if (rc < 0 || G.size == 1) return rc;
@@ -836,9 +1309,11 @@ static int send_frees(char *err, size_t errlen)
     }
 }
 
+static void shard_bounds(int64_t T, int q, int64_t *lo, int64_t *hi);
+
 /* *ov: the program's overlap state, the replica's ctx (the caller keeps
  * it with the program, or frees it) */
-static int make_replica(rt_exec *e, ov_state **ov, char *err, size_t errlen)
+static int make_replica(rt_exec *e, ov_state **ov, int shard, char *err, size_t errlen)
 {
     *ov = calloc(1, sizeof **ov);
     if (!*ov) {
@@ -849,9 +1324,25 @@ static int make_replica(rt_exec *e, ov_state **ov, char *err, size_t errlen)
     rt_replica r = {.rank = G.rank, .size = G.size, .micro = G.o.micro,
                     .reduce = dist_reduce, .sum = dist_sum,
                     .on_destroy = G.rank == 0 ? on_destroy : NULL, .ctx = *ov,
-                    /* overlap: replicas, no micro-shards */
-                    .bucket = G.size > 1 && G.o.micro == 0 ? G.o.bucket_floats : 0,
+                    /* overlap: replicas, no micro-shards, no sharding */
+                    .bucket = G.size > 1 && G.o.micro == 0 && !shard ? G.o.bucket_floats : 0,
                     .overlap = dist_overlap, .start = dist_start, .finish = dist_finish};
+    if (shard) {
+        ov_state *o = *ov;
+        const rt_plan *p = rt_exec_plan(e);
+        o->sh = 1;
+        o->T = (int64_t)rt_plan_report(p)->trainable_param_count;
+        o->clip = rt_plan_config(p)->clip_norm > 0;
+        for (int q = 0; q < G.size; q++) {
+            int64_t lo, hi;
+            shard_bounds(o->T, q, &lo, &hi);
+            o->dsp[q] = (int)lo;
+            o->cnt[q] = (int)(hi - lo);
+        }
+        r.shard_lo = o->dsp[G.rank];
+        r.shard_hi = o->dsp[G.rank] + o->cnt[G.rank];
+        r.gather = dist_gather_w;
+    }
     int rc = rt_exec_set_replica(e, &r);
     if (rc < 0) {
         snprintf(err, errlen, "%s", rt_exec_errmsg(e));
@@ -861,10 +1352,60 @@ static int make_replica(rt_exec *e, ov_state **ov, char *err, size_t errlen)
     return rc;
 }
 
+/* ----------------------------------------------------- sharding's choice
+ *
+ * --shard-optimizer auto's cost model, per step at N replicas and T
+ * trainable floats. In the ring model a reduce-scatter and an all-gather
+ * move what one all-reduce moves (2 (N-1)/N 4T bytes a rank), so sharding
+ * costs no bandwidth; it costs one more collective's latency (2 (N-1)
+ * alpha), the overlap of the reduce with the backward pass (off when
+ * sharded) and, per training call, rank 0's gather of the slices (s 4T
+ * (N-1)/N bytes, s the optimizer's slots); it saves (N-1)/N of the update
+ * (Adam: ~28 bytes a float through memory) and s 4T (N-1)/N bytes of
+ * state on each rank > 0. With --deterministic-reduce it also cuts the
+ * shard gather from k 4T (N-1) bytes a rank to k 4T (N-1)/N. Time is then
+ * a wash or a loss for small models (the latency and the lost overlap
+ * dominate) and the memory is what matters: auto shards when the state a
+ * rank > 0 gives up, s 4T (N-1)/N, reaches SHARD_AUTO_BYTES (64 MiB: 4.2M
+ * parameters of Adam at N = 2). One more cost keeps it a size rule: a
+ * sharded job that loses a replica loses that replica's slice of the
+ * state, so rank 0 writes no checkpoint on its way out and the restart
+ * resumes from the last periodic one, not the last whole step. */
+#define SHARD_AUTO_BYTES ((int64_t)64 << 20)
+
+/* rank q's slice of T floats: cut at multiples of 64 floats (256 bytes),
+ * so every slice starts aligned as the whole and each float meets the
+ * same vector code as in an unsharded update */
+static void shard_bounds(int64_t T, int q, int64_t *lo, int64_t *hi)
+{
+    *lo = q == 0 ? 0 : (T * q / G.size) & ~(int64_t)63;
+    *hi = q == G.size - 1 ? T : (T * (q + 1) / G.size) & ~(int64_t)63;
+}
+
+static int opt_slots(const rt_train_config *c)
+{
+    if (c->opt == RT_OPT_ADAM || c->opt == RT_OPT_ADAMW) return 2;
+    if (c->opt == RT_OPT_RMSPROP) return 1;
+    return c->momentum != 0.0f ? 1 : 0;
+}
+
+/* rank 0: whether program e's optimizer state is sharded */
+static int shard_choice(rt_exec *e)
+{
+    if (G.size < 2 || G.size > 64 || G.o.shard == RT_DIST_SHARD_OFF) return 0;
+    const rt_plan *p = rt_exec_plan(e);
+    const int64_t T = (int64_t)rt_plan_report(p)->trainable_param_count;
+    if (T > INT_MAX) return 0;
+    if (G.o.shard == RT_DIST_SHARD_ON) return 1;
+    const int s = opt_slots(rt_plan_config(p));
+    return s > 0 && (int64_t)s * 4 * T * (G.size - 1) / G.size >= SHARD_AUTO_BYTES;
+}
+
 /* ----------------------------------------------------- graphs on workers */
 
 /* worker: compile payload = rt_train_config | packed CompileRequest */
-static int worker_compile(uint64_t id, const uint8_t *buf, size_t len, char *err, size_t errlen)
+static int worker_compile(uint64_t id, int shard, const uint8_t *buf, size_t len, char *err,
+                          size_t errlen)
 {
     rt_train_config cfg;
     if (len < sizeof cfg) return RT_EINVAL;
@@ -909,7 +1450,10 @@ static int worker_compile(uint64_t id, const uint8_t *buf, size_t len, char *err
     rt_graph_destroy(g);
     ov_state *ov = NULL;
     if (rc == 0 && (rc = rt_exec_create(p, &e)) < 0) snprintf(err, errlen, "out of memory");
-    if (rc == 0) rc = make_replica(e, &ov, err, errlen);
+    if (rc == 0) rc = make_replica(e, &ov, shard, err, errlen);
+    /* this rank's slice of the optimizer slots is all it keeps */
+    if (rc == 0 && ov->sh && ov->cnt[G.rank] > 0)
+        rc = rt_exec_shard_slots(e, ov->dsp[G.rank], ov->dsp[G.rank] + ov->cnt[G.rank]);
     if (rc == 0 && (rc = add_prog(id, e, p, ov)) < 0) snprintf(err, errlen, "out of memory");
     if (rc < 0) {
         free(ov);
@@ -924,13 +1468,19 @@ int rt_dist_program(rt_exec *e, const uint8_t *req, size_t len, char *err, size_
     if (!G.on && G.o.micro <= 0) return 0;
     pthread_mutex_lock(&G.mu);
     int rc = 0;
-    if (G.broken) {
-        snprintf(err, errlen, "%s", G.broken_msg);
-        rc = RT_EUNAVAILABLE;
+    if (job_broken()) {
+        rc = guard_broken(err, errlen);
         goto out;
     }
     ov_state *ov;
-    if ((rc = make_replica(e, &ov, err, errlen)) < 0) goto out;
+    const int shard = shard_choice(e);
+    if ((rc = make_replica(e, &ov, shard, err, errlen)) < 0) goto out;
+    if (shard) {
+        const int64_t T = ov->T, s = opt_slots(rt_plan_config(rt_exec_plan(e)));
+        RT_LOG(RT_LOG_INFO, "optimizer state sharded over %d replicas: %d of %lld floats a "
+               "slot on rank 0, %lld bytes of state on rank 1 (%lld unsharded)", G.size,
+               ov->cnt[0], (long long)T, (long long)(s * 4 * ov->cnt[1]), (long long)(s * 4 * T));
+    }
     pthread_mutex_lock(&G.tab_mu);
     const uint64_t id = ++G.next_id;
     rc = add_prog(id, e, NULL, ov);
@@ -951,7 +1501,7 @@ int rt_dist_program(rt_exec *e, const uint8_t *req, size_t len, char *err, size_
     }
     memcpy(pl, cfg, sizeof *cfg);
     memcpy(pl + sizeof *cfg, req, len);
-    cmd_hdr h = {.cmd = CMD_COMPILE, .prog = id, .len = sizeof *cfg + len};
+    cmd_hdr h = {.cmd = CMD_COMPILE, .prog = id, .len = sizeof *cfg + len, .shard = shard};
     rc = send_cmd(&h, "compile", err, errlen);
     if (rc == 0) rc = bcast(pl, (int64_t)h.len, "compile", err, errlen);
     free(pl);
@@ -1090,7 +1640,7 @@ static int feed_init(feed *f, rt_exec *e, rt_batch_fill fill, void *ud)
 static void feed_free(feed *f)
 {
     if (!f->cnt) return;
-    if (!G.broken) { /* a broken job makes no MPI call but MPI_Abort */
+    if (!job_broken()) { /* a broken job makes no MPI call but MPI_Abort */
         MPI_Type_free(&f->xt);
         MPI_Type_free(&f->yt);
     }
@@ -1158,17 +1708,67 @@ static int feed_worker(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *
     return feed_scatter(ud, x, y, w, nb, err, errlen);
 }
 
+/* --shard-data: an in-memory set that stays on rank 0. Its fill takes
+ * the batch's rows in the order the exec takes an in-memory set's
+ * (rt_exec_epoch_order), so the replicas train on the rows, in the order,
+ * of one process and the weights stay those of --deterministic-reduce's
+ * one process; feed_root then sends each replica its rows of the batch.
+ * A worker keeps none of the set (before: a whole copy each). */
+#define DATA_AUTO_BYTES ((int64_t)64 << 20)
+
+typedef struct memfill {
+    const rt_data *d;
+    rt_exec *e;
+    int64_t in, ln, B;  /* floats of a row's inputs; labels; the batch */
+    int64_t *perm;      /* the epoch's order */
+    int64_t epoch;      /* perm's, -1 none */
+} memfill;
+
+static int memfill_rows(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y,
+                        float *w, char *err, size_t errlen)
+{
+    memfill *m = ud;
+    if (m->epoch != epoch) {
+        rt_exec_epoch_order(m->e, m->d->n, epoch, m->perm);
+        m->epoch = epoch;
+    }
+    const int64_t *idx = m->perm + pos * m->B;
+    if (pos * m->B + nb > m->d->n) {
+        snprintf(err, errlen, "batch %lld of %lld rows past the data set's %lld",
+                 (long long)pos, (long long)nb, (long long)m->d->n);
+        return RT_EINTERNAL;
+    }
+    for (int64_t i = 0; i < nb; i++) {
+        const int64_t r = idx[i];
+        memcpy(x + i * m->in, m->d->x + r * m->in, sizeof(float) * (size_t)m->in);
+        if (y && m->d->y)
+            memcpy((char *)y + i * m->ln * 4, (const char *)m->d->y + r * m->ln * 4,
+                   (size_t)(m->ln * 4));
+        if (w && m->d->sw) w[i] = m->d->sw[r];
+    }
+    return 0;
+}
+
+/* rank 0: whether an in-memory set of these bytes stays on rank 0 */
+static int data_stays(int64_t bytes)
+{
+    return G.size > 1 && (G.o.data == RT_DIST_SHARD_ON ||
+                          (G.o.data == RT_DIST_SHARD_AUTO && bytes >= DATA_AUTO_BYTES));
+}
+
 /* every rank: the common part of a training call once data and state agree */
-static int train_all(rt_exec *e, const rt_data *d, int64_t steps, rt_train_result *res,
-                     rt_step_cb cb, void *ud, float *losses, char *err, size_t errlen)
+static int train_all(rt_exec *e, ov_state *ov, const rt_data *d, int64_t steps,
+                     rt_train_result *res, rt_step_cb cb, void *ud, float *losses, char *err,
+                     size_t errlen)
 {
     stop_ctx s = {.cb = cb, .ud = ud};
     C.active = 0; /* a step that failed before its finish left it set */
     int rc = rt_exec_train(e, d, steps, res, stop_cb, &s, losses);
-    if (s.failed || G.broken) {
-        snprintf(err, errlen, "%s", G.broken_msg);
-        return RT_EUNAVAILABLE;
-    }
+    if (s.failed || job_broken()) return guard_broken(err, errlen);
+    /* the steps that ran moved every rank's slice (a failed step stops
+     * before the update on every rank alike) */
+    int src;
+    if (ov && ov->sh && (src = shard_collect(e, ov, err, errlen)) < 0) return src;
     if (rc < 0) {
         snprintf(err, errlen, "%s", rt_exec_errmsg(e));
         return rc;
@@ -1203,10 +1803,10 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
     int rc = 0, sent = 0;
     void *st = NULL;
     feed f = {0};
+    memfill mf = {0};
     uint64_t edits = 0;
-    if (G.broken) {
-        snprintf(err, errlen, "%s", G.broken_msg);
-        rc = RT_EUNAVAILABLE;
+    if (job_broken()) {
+        rc = guard_broken(err, errlen);
         goto out;
     }
     /* bad data fails here, before any replica starts */
@@ -1215,10 +1815,32 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
         goto out;
     }
     if ((rc = send_frees(err, errlen)) < 0) goto out;
-    const int streamed = d->fill != NULL;
+    int64_t in_dims[RT_MAX_DIMS], in = 1;
+    int ind = rt_plan_input_shape(rt_exec_plan(e), in_dims);
+    for (int k = 0; k < ind; k++) in *= in_dims[k];
+    const int64_t yb = y_bytes(d, e);
+    /* an in-memory set that stays on rank 0 goes as a streamed one */
+    const int kept = !d->fill && data_stays(4 * d->n * in + yb + (d->sw ? 4 * d->n : 0));
+    const int streamed = d->fill != NULL || kept;
     rt_data fd = *d; /* a streamed set's batches go through feed_root */
+    if (kept) {
+        int64_t ld[RT_MAX_DIMS], ln = 1;
+        int lnd = rt_plan_label_shape(rt_exec_plan(e), ld);
+        for (int k = 0; k < lnd; k++) ln *= ld[k];
+        mf = (memfill){.d = d, .e = e, .in = in, .ln = ln, .epoch = -1,
+                       .B = rt_plan_config(rt_exec_plan(e))->batch_size,
+                       .perm = malloc(sizeof(int64_t) * (size_t)(d->n ? d->n : 1))};
+        if (!mf.perm) {
+            snprintf(err, errlen, "out of memory for the data set's order");
+            rc = RT_ENOMEM;
+            goto out;
+        }
+        fd.fill_id = d->x; /* the set's identity, as its x is for the exec */
+        fd.fill_sw = d->sw != NULL;
+    }
     if (streamed) {
-        if ((rc = feed_init(&f, e, d->fill, d->fill_ud)) < 0) {
+        if ((rc = kept ? feed_init(&f, e, memfill_rows, &mf)
+                       : feed_init(&f, e, d->fill, d->fill_ud)) < 0) {
             snprintf(err, errlen, "out of memory");
             goto out;
         }
@@ -1227,12 +1849,9 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
     }
     cmd_hdr h = {.cmd = CMD_TRAIN, .prog = id, .steps = steps, .n = d->n,
                  .y_dtype = (int32_t)d->y_dtype, .has_sw = d->sw != NULL,
-                 .streamed = streamed, .fill_id = (uint64_t)(uintptr_t)d->fill_id};
-    int64_t in_dims[RT_MAX_DIMS], in = 1;
-    int ind = rt_plan_input_shape(rt_exec_plan(e), in_dims);
-    for (int k = 0; k < ind; k++) in *= in_dims[k];
+                 .streamed = streamed, .fill_id = (uint64_t)(uintptr_t)fd.fill_id};
     h.x_floats = d->n * in;
-    h.y_bytes = y_bytes(d, e);
+    h.y_bytes = yb;
     key_ent *ke = NULL, fresh;
     for (int i = 0; key && !streamed && i < G.n_keys; i++) {
         key_ent *k = &G.keys[i];
@@ -1290,9 +1909,22 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
         rt_exec_save_state(e, st, sn);
         if ((rc = bcast(st, (int64_t)sn, "state", err, errlen)) < 0) goto out;
     }
-    rc = train_all(e, &fd, steps, res, cb, ud, losses, err, errlen);
+    pthread_mutex_lock(&G.tab_mu);
+    pe = find_exec(e);
+    ov_state *pov = pe ? pe->ov : NULL;
+    pthread_mutex_unlock(&G.tab_mu);
+    rc = train_all(e, pov, &fd, steps, res, cb, ud, losses, err, errlen);
+    /* a slice of the optimizer state went with a lost replica: rank 0's
+     * is not whole, so no checkpoint of it (the restart resumes from the
+     * last one) */
+    if (rc < 0 && pov && pov->sh && job_broken()) {
+        rt_exec_set_torn(e);
+        RT_LOG(RT_LOG_ERROR, "sharded optimizer state lost with the job: no checkpoint of "
+               "this program after step %lld", (long long)h.gstep);
+    }
 out:
     feed_free(&f);
+    free(mf.perm);
     free(st);
     pthread_mutex_lock(&G.tab_mu);
     if (sent && (pe = find_exec(e))) pe->synced = rc == 0 ? edits : UINT64_MAX;
@@ -1401,11 +2033,21 @@ static int worker_train(const cmd_hdr *h, char *err, size_t errlen)
                        .sw = w->sw};
     }
     rt_train_result res;
-    rc = train_all(pex, &dd, h->steps, &res, NULL, NULL, NULL, err, errlen);
+    rc = train_all(pex, pe->ov, &dd, h->steps, &res, NULL, NULL, NULL, err, errlen);
 out:
     feed_free(&f);
     free(st);
     return rc;
+}
+
+/* A broken worker: rank 0 ends the job once its stop has checkpointed
+ * (the links); without a link to it, this rank ends the job. */
+static void worker_broken(const char *err)
+{
+    RT_LOG(RT_LOG_ERROR, "replica %d: %s", G.rank, err);
+    if (!L.on) job_abort();
+    RT_LOG(RT_LOG_INFO, "replica %d: waiting for rank 0 to end the job", G.rank);
+    for (;;) pause();
 }
 
 int rt_dist_worker(void)
@@ -1419,14 +2061,12 @@ int rt_dist_worker(void)
     char err[256];
     for (;;) {
         cmd_hdr h;
-        if (recv_cmd(&h, err, sizeof err) < 0) {
-            RT_LOG(RT_LOG_ERROR, "replica %d: %s", G.rank, err);
-            job_abort();
-        }
+        if (recv_cmd(&h, err, sizeof err) < 0) worker_broken(err);
         int rc = 0;
         err[0] = 0;
         switch (h.cmd) {
         case CMD_EXIT:
+            link_stop();
             for (int i = 0; i < G.n_progs; i++) {
                 rt_exec_destroy(G.progs[i].e);
                 rt_plan_release(G.progs[i].plan);
@@ -1455,7 +2095,7 @@ int rt_dist_worker(void)
             int fl[1] = {0};
             if (rc == 0) {
                 char cerr[256] = "";
-                if (worker_compile(h.prog, pl, h.len, cerr, sizeof cerr) < 0) {
+                if (worker_compile(h.prog, h.shard, pl, h.len, cerr, sizeof cerr) < 0) {
                     RT_LOG(RT_LOG_ERROR, "replica %d: compile: %s", G.rank, cerr);
                     fl[0] = 1;
                 }
@@ -1471,10 +2111,7 @@ int rt_dist_worker(void)
             RT_LOG(RT_LOG_ERROR, "replica %d: unknown command %d", G.rank, h.cmd);
             job_abort();
         }
-        if (rc < 0 && G.broken) {
-            RT_LOG(RT_LOG_ERROR, "replica %d: %s", G.rank, err);
-            job_abort();
-        }
+        if (rc < 0 && job_broken()) worker_broken(err);
     }
 }
 
@@ -1483,14 +2120,16 @@ void rt_dist_finalize(void)
     if (!G.on) return;
     pthread_mutex_lock(&G.mu);
     char err[200];
-    if (G.broken) {
+    if (job_broken()) {
         /* a replica is gone: a collective would wait for it forever */
+        guard_broken(err, sizeof err);
         pthread_mutex_unlock(&G.mu);
-        RT_LOG(RT_LOG_ERROR, "ending the MPI job: %s", G.broken_msg);
+        RT_LOG(RT_LOG_ERROR, "ending the MPI job: %s", err);
         job_abort();
         return;
     }
     pthread_mutex_unlock(&G.mu);
+    link_ending();
     send_frees(err, sizeof err);
     cmd_hdr h = {.cmd = CMD_EXIT};
     if (G.size > 1 && send_cmd(&h, "exit", err, sizeof err) < 0) {
@@ -1501,5 +2140,6 @@ void rt_dist_finalize(void)
     guard_stop();
     MPI_Comm_free(&G.comm);
     MPI_Finalize();
+    link_stop();
     G.on = 0;
 }

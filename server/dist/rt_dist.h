@@ -20,7 +20,10 @@
  * collectives (MPI_THREAD_SERIALIZED). Collectives are blocking MPI calls
  * watched by a thread: one in flight for --dist-timeout-ms (a replica died
  * or hangs) is left by a signal and fails the call with RT_EUNAVAILABLE,
- * and every later distributed call too.
+ * and every later distributed call too. A replica whose process ends is
+ * noticed at once by its TCP link to rank 0 (rt_dist.c, the links); a
+ * broken job then stops rank 0 (SIGTERM to itself: rtraind's stop
+ * checkpoints, then rt_dist_finalize ends the job).
  *
  *     rt_dist_opts o = {.micro = 0, .timeout_ms = 30000};
  *     rt_dist_init(&o, err, sizeof err);          // every rank, after argv
@@ -45,12 +48,17 @@ extern "C" {
 /* --overlap-reduce: auto times the first steps of each program both ways
  * and keeps the faster (rank 0 decides, every rank follows) */
 enum { RT_DIST_OVERLAP_AUTO = 0, RT_DIST_OVERLAP_ON, RT_DIST_OVERLAP_OFF };
+/* --shard-optimizer (ZeRO stage 1): auto shards above the size the cost
+ * model in rt_dist.c gives */
+enum { RT_DIST_SHARD_AUTO = 0, RT_DIST_SHARD_ON, RT_DIST_SHARD_OFF };
 
 typedef struct rt_dist_opts {
     int micro;           /* --deterministic-reduce M, 0 = off */
     int timeout_ms;      /* --dist-timeout-ms, a replica's answer */
     int64_t bucket_floats; /* --reduce-bucket-floats, the all-reduce bucket */
     int overlap;         /* --overlap-reduce, RT_DIST_OVERLAP_* */
+    int shard;           /* --shard-optimizer, RT_DIST_SHARD_* */
+    int data;            /* --shard-data, RT_DIST_SHARD_* */
 } rt_dist_opts;
 
 /* Starts MPI when the process was launched by mpirun/srun (OMPI_/PMI_/PMIX_

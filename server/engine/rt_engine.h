@@ -634,7 +634,29 @@ typedef struct rt_replica {
     int (*overlap)(void *ctx);
     int (*start)(void *ctx, float *g, int64_t n, char *err, size_t errlen);
     int (*finish)(void *ctx, double *st, char *err, size_t errlen);
+    /* ZeRO stage 1 (optional, gather NULL: off): the replica updates only
+     * the trainable floats [shard_lo, shard_hi) from its reduce's gradient
+     * there (the rest of g may be stale: clipping by norm, which reads all
+     * of g, needs the whole one), then gather(ctx, w, train_floats) leaves
+     * every replica the whole weights. */
+    int64_t shard_lo, shard_hi;
+    int (*gather)(void *ctx, float *w, int64_t n, char *err, size_t errlen);
 } rt_replica;
+/* A replica that updates only [lo, hi) keeps only that slice of the
+ * optimizer slots: the rest of their pages go back to the system, and
+ * rt_exec_load_state writes only the slice. (server/dist: ranks > 0.) */
+int rt_exec_shard_slots(rt_exec *e, int64_t lo, int64_t hi);
+/* The optimizer slots s1, s2 (train_floats each: Adam's m and v, RMSprop's
+ * and SGD momentum's s1), for server/dist's gather of the slices. */
+void rt_exec_opt_slots(rt_exec *e, float **s1, float **s2);
+/* e's optimizer state is incomplete (a slice was lost with its replica):
+ * rt_exec_save_state and rt_exec_state_spans fail RT_EUNAVAILABLE until a
+ * load replaces it. */
+void rt_exec_set_torn(rt_exec *e);
+/* The order of an in-memory set of n rows in epoch `epoch`, as e's
+ * training steps take it (perm: n indices), for server/dist's feeding of
+ * replicas from rank 0's copy. */
+void rt_exec_epoch_order(const rt_exec *e, int64_t n, int64_t epoch, int64_t *perm);
 /* r NULL: a single process again. RT_EINVAL if size does not divide micro. */
 int rt_exec_set_replica(rt_exec *e, const rt_replica *r);
 /* For the gradient in buckets of bucket floats: ready[b] (n_ready >= the

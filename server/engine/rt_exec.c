@@ -20,6 +20,9 @@
 #include <string.h>
 #include <time.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "rt_engine_impl.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -84,6 +87,8 @@ struct rt_exec {
     int *rep_order;            /* the buckets by that call, last bucket first */
     int rep_nb;
     uint64_t edits;            /* rt_exec_state_edits (atomic: see lr_set) */
+    int64_t sh_lo, sh_hi;      /* rt_exec_shard_slots: the slots kept, hi 0 all */
+    int torn;                  /* rt_exec_set_torn: the state cannot be saved */
     char bn_err[RT__ERRLEN];   /* a synchronised BatchNorm's failed sum */
 };
 
@@ -460,21 +465,25 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
     return 0;
 }
 
-static void rt__gen_perm(rt_exec *e)
+void rt_exec_epoch_order(const rt_exec *e, int64_t n, int64_t epoch, int64_t *perm)
 {
-    const int64_t n = e->dn;
-    for (int64_t i = 0; i < n; i++) e->perm[i] = i;
+    for (int64_t i = 0; i < n; i++) perm[i] = i;
     if (e->p->cfg.shuffle) {
         /* Fisher-Yates; j from a 64-bit draw by multiply-shift (Lemire) */
         for (int64_t i = n - 1; i > 0; i--) {
             uint64_t r = rt__rng_u64(e->p->cfg.seed, RT__STREAM_SHUFFLE,
-                                     ((uint64_t)e->epoch << 32) | (uint64_t)i);
+                                     ((uint64_t)epoch << 32) | (uint64_t)i);
             int64_t j = (int64_t)(((unsigned __int128)r * (uint64_t)(i + 1)) >> 64);
-            int64_t t = e->perm[i];
-            e->perm[i] = e->perm[j];
-            e->perm[j] = t;
+            int64_t t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
         }
     }
+}
+
+static void rt__gen_perm(rt_exec *e)
+{
+    rt_exec_epoch_order(e, e->dn, e->epoch, e->perm);
     e->perm_epoch = e->epoch;
 }
 
@@ -903,7 +912,16 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
         if (p->rep.n_regularized) bl += (double)nb * rt__reg_apply(p, e->w, e->g);
         if (p->train_floats) {
             if (cfg->clip_norm > 0) rt__clip_by_norm(e->g, p->train_floats, cfg->clip_norm);
-            rt__opt_update(cfg, lr, e->step + 1, e->w, e->g, e->s1, e->s2, p->train_floats);
+            /* ZeRO stage 1 (server/dist): this replica's slice, then the
+             * whole weights from every replica's */
+            const int sh = e->rep.gather != NULL;
+            const int64_t lo = sh ? e->rep.shard_lo : 0, hi = sh ? e->rep.shard_hi : p->train_floats;
+            rt__opt_update(cfg, lr, e->step + 1, e->w + lo, e->g + lo, e->s1 + lo, e->s2 + lo,
+                           hi - lo);
+            char gerr[RT__ERRLEN] = "";
+            if (sh && (rc = e->rep.gather(e->rep.ctx, e->w, p->train_floats, gerr,
+                                          sizeof gerr)) < 0)
+                return rt__eerr(e, rc, "%s", gerr[0] ? gerr : "weight gather failed");
             if (p->rep.n_constrained) rt__constrain(p, e->w);
         }
         e->step++;
@@ -1151,6 +1169,7 @@ int rt_exec_state_spans(const rt_exec *e, unsigned char hdr[RT_EXEC_STATE_HDR],
                         rt_exec_span sp[3])
 {
     if (!e || !hdr || !sp) return RT_EINVAL;
+    if (e->torn) return RT_EUNAVAILABLE;
     rt__state_hdr h;
     rt__state_header(e, &h);
     memcpy(hdr, &h, sizeof h);
@@ -1172,6 +1191,7 @@ void rt_exec_cursor(const rt_exec *e, int64_t *epoch, int64_t *pos)
 int rt_exec_save_state(const rt_exec *e, void *buf, size_t len)
 {
     if (!e || !buf || len < rt_exec_state_size(e)) return RT_EINVAL;
+    if (e->torn) return RT_EUNAVAILABLE;
     rt__state_hdr h;
     rt__state_header(e, &h);
     char *o = buf;
@@ -1293,6 +1313,34 @@ static int rt__check_state(rt_exec *e, const rt__state_hdr *h, const unsigned ch
     return 0;
 }
 
+/* the whole pages of [a, a + n) back to the system (read as zeros after) */
+static void rt__release(float *a, int64_t n)
+{
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)a + pg - 1) & ~(pg - 1), hi = (uintptr_t)(a + n) & ~(pg - 1);
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+int rt_exec_shard_slots(rt_exec *e, int64_t lo, int64_t hi)
+{
+    const int64_t T = e ? e->p->train_floats : 0;
+    if (!e || lo < 0 || hi <= lo || hi > T) return RT_EINVAL;
+    e->sh_lo = lo;
+    e->sh_hi = hi;
+    rt__release(e->s1, lo);
+    rt__release(e->s1 + hi, T - hi + lo); /* s2 follows s1 */
+    rt__release(e->s2 + hi, T - hi);
+    return 0;
+}
+
+void rt_exec_opt_slots(rt_exec *e, float **s1, float **s2)
+{
+    *s1 = e->s1;
+    *s2 = e->s2;
+}
+
+void rt_exec_set_torn(rt_exec *e) { e->torn = 1; }
+
 int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
 {
     if (!e || !buf) return RT_EINVAL;
@@ -1311,7 +1359,15 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
     int rc = rt__check_state(e, &h, s, s + wb, s + wb + tb);
     if (rc < 0) return rc;
     memcpy(e->w, s, wb);
-    memcpy(e->s1, s + wb, 2 * tb); /* s1 and s2 are adjacent in the block */
+    if (e->sh_hi) { /* only the slots' kept slice (rt_exec_shard_slots) */
+        const size_t o = sizeof(float) * (size_t)e->sh_lo,
+                     n = sizeof(float) * (size_t)(e->sh_hi - e->sh_lo);
+        memcpy(e->s1 + e->sh_lo, s + wb + o, n);
+        memcpy(e->s2 + e->sh_lo, s + wb + tb + o, n);
+    } else {
+        memcpy(e->s1, s + wb, 2 * tb); /* s1 and s2 are adjacent in the block */
+    }
+    e->torn = 0;
     e->step = h.step;
     e->epoch = h.epoch;
     e->pos = h.pos;

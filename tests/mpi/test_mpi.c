@@ -5,7 +5,8 @@
  *   test_mpi RTRAIND MPIRUN DIGITS_CSV_GZ WA_ONNX [stream|host_loss]
  *
  * stream: only the streamed data sets' cases (ctest mpi_stream);
- * host_loss: only the host-loss cases.
+ * host_loss: only the cases that lose a replica or the job; shard: only
+ * the sharded optimizer's.
  *
  * On one host (ctest mpi_replicas, mpi_stream) the ranks share loopback and
  * shared memory (OMPI_MCA_btl=self,vader). Under tests/mpi/netns.sh
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -803,6 +805,117 @@ static void test_deterministic(void)
     CHECK(start_mpi(&m.d, 2, bad, 0) < 0, "--deterministic-reduce 3 with n=2 started");
 }
 
+/* ZeRO stage 1 (--shard-optimizer on): under --deterministic-reduce 6 the
+ * weights after a fit of Adam, RMSprop and SGD with momentum are those of
+ * one process, bit for bit, at N = 2 and 3, sharded or not. Iris' 259
+ * trainable floats cut at multiples of 64: [0,128) [128,259) at N = 2,
+ * [0,64) [64,128) [128,259) at N = 3. Between the fit's two calls a
+ * SetWeights makes rank 0 send its state, the optimizer slots it gathered
+ * from the replicas' slices, which they then go on from. */
+static void test_shard(void)
+{
+    static const char *const opts[3] = {"adam", "rmsprop", "sgd"};
+    const int ns[5] = {1, 2, 2, 3, 3}, sh[5] = {0, 1, 0, 1, 0};
+    uint8_t *w[5][3] = {{0}};
+    size_t len[5][3] = {{0}};
+    for (int i = 0; i < 5; i++) {
+        const char *const extra[] = {"--deterministic-reduce", "6", "--shard-optimizer",
+                                     sh[i] ? "on" : "off", NULL};
+        dmn m;
+        if (start(&m, ns[i], extra) < 0) {
+            CHECK(0, "mpirun -n %d --shard-optimizer did not start", ns[i]);
+            return;
+        }
+        for (int o = 0; o < 3; o++) {
+            Rtrain__V1__TrainConfig cfg;
+            itest_iris_config(&cfg);
+            cfg.batch_size = 15;
+            cfg.optimizer = (char *)opts[o];
+            if (o == 2) cfg.momentum = 0.9f;
+            Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+            q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH;
+            q.graph = itest_iris_graph(32);
+            q.config = &cfg;
+            char pid[64];
+            itest_res r;
+            if (compile_q(&m, &q, opts[o], pid) < 0) continue;
+            CHECK(steps(&m, pid, 12, NULL, &r) == 0, "n=%d %s: %s", ns[i], opts[o], r.details);
+            itest_res_free(&r);
+            Rtrain__V1__GetWeightsResponse *g = NULL;
+            free(weights(&m, pid, &len[i][o], &g));
+            if (g) set_weights(&m, pid, g);
+            FREE(g);
+            CHECK(steps(&m, pid, 18, NULL, &r) == 0, "n=%d %s: %s", ns[i], opts[o], r.details);
+            itest_res_free(&r);
+            w[i][o] = weights(&m, pid, &len[i][o], NULL);
+        }
+        stop(&m, ns[i]);
+    }
+    for (int o = 0; o < 3; o++) {
+        int same = 1;
+        for (int i = 1; i < 5; i++) {
+            int eq = w[0][o] && w[i][o] && len[0][o] == len[i][o] &&
+                     !memcmp(w[0][o], w[i][o], len[0][o]);
+            CHECK(eq, "%s: weights at n=%d%s differ from n=1", opts[o], ns[i],
+                  sh[i] ? " sharded" : "");
+            same &= eq;
+        }
+        printf("shard-optimizer %s: n=1, n=2 and 3 sharded or not: weights %s\n", opts[o],
+               same ? "bit-identical" : "DIFFER");
+        for (int i = 0; i < 5; i++) free(w[i][o]);
+    }
+}
+
+static int upload_weighted(dmn *m, int storage, char *id);
+
+/* --shard-data on: an in-memory set stays on rank 0, which sends each
+ * replica its rows of every batch in one process's order. Under
+ * --deterministic-reduce 4 the weights after 3 shuffled epochs of iris and
+ * of a weighted set (150 rows, batch 15) are those of one process, bit for
+ * bit, at N = 2 and 4, and the same as with the set copied (off). */
+static void test_shard_data(void)
+{
+    const int ns[4] = {1, 2, 4, 2}, on[4] = {0, 1, 1, 0};
+    uint8_t *w[4][2] = {{0}};
+    size_t len[4][2] = {{0}};
+    for (int i = 0; i < 4; i++) {
+        const char *const extra[] = {"--deterministic-reduce", "4", "--shard-data",
+                                     on[i] ? "on" : "off", NULL};
+        dmn m;
+        if (start(&m, ns[i], extra) < 0) {
+            CHECK(0, "mpirun -n %d --shard-data did not start", ns[i]);
+            return;
+        }
+        char wid[64], pid[64];
+        itest_res r;
+        if (upload_weighted(&m, RTRAIN__V1__STORAGE__STORAGE_MEMORY, wid) < 0) wid[0] = 0;
+        for (int s = 0; s < 2; s++) {
+            if ((s && !wid[0]) || compile(&m, 15, pid) < 0) continue;
+            CHECK(steps_on(&m, pid, s ? wid : m.iris, 12, NULL, &r) == 0, "n=%d: %s", ns[i],
+                  r.details);
+            itest_res_free(&r);
+            CHECK(steps_on(&m, pid, s ? wid : m.iris, 18, NULL, &r) == 0, "n=%d: %s", ns[i],
+                  r.details);
+            itest_res_free(&r);
+            w[i][s] = weights(&m, pid, &len[i][s], NULL);
+        }
+        stop(&m, ns[i]);
+    }
+    for (int s = 0; s < 2; s++) {
+        int same = 1;
+        for (int i = 1; i < 4; i++) {
+            int eq = w[0][s] && w[i][s] && len[0][s] == len[i][s] &&
+                     !memcmp(w[0][s], w[i][s], len[0][s]);
+            CHECK(eq, "%s: weights at n=%d (data %s) differ from n=1", s ? "weighted" : "iris",
+                  ns[i], on[i] ? "on rank 0" : "copied");
+            same &= eq;
+        }
+        printf("shard-data %s: n=1, n=2 and 4 with the set on rank 0, n=2 copied: weights %s\n",
+               s ? "weighted" : "iris", same ? "bit-identical" : "DIFFER");
+        for (int i = 0; i < 4; i++) free(w[i][s]);
+    }
+}
+
 /* a state dir a test made under /tmp, removed */
 static void rm_dir(const char *dir)
 {
@@ -1314,15 +1427,43 @@ static void check_hosts(pid_t job, int n, char **hosts, size_t n_hosts)
     printf("n=%d: rank i on host %sh<i>, each in its own network namespace\n", n, pre);
 }
 
-/* A worker that dies: the client gets UNAVAILABLE naming the replicas,
- * not a hang. mid 0: killed between calls (the next call's command is not
- * answered); mid 1: killed while a long call runs, the ranks inside a
- * blocking collective (the watchdog ends it). */
+/* Whether process p (any, not only a child) ends within ms: a pidfd
+ * polled, a bound on the wait and not a timing. */
+static int gone_within(pid_t p, int ms)
+{
+    int fd = (int)syscall(SYS_pidfd_open, p, 0);
+    if (fd < 0) return errno == ESRCH;
+    struct pollfd q = {.fd = fd, .events = POLLIN};
+    int gone = poll(&q, 1, ms) == 1;
+    close(fd);
+    return gone;
+}
+
+/* After a replica's loss rank 0 (pid r0) stops the job by itself: it
+ * exits and mpirun with it. Returns mpirun's exit status, -1 if rank 0
+ * did not exit (within 120 s). Under --enable-recovery mpirun exits 0
+ * after rank 0's MPI_Abort. */
+static int job_ends(itest_daemon *d, pid_t r0)
+{
+    if (r0 <= 0 || !gone_within(r0, 120000)) return -1;
+    int st = 0;
+    if (!gone_within(d->pid, 60000)) return -1;
+    waitpid(d->pid, &st, 0);
+    d->pid = 0;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* A worker that dies: the call running fails UNAVAILABLE naming the lost
+ * replica, not a hang, and rank 0 ends the job by itself (mpirun
+ * --enable-recovery would keep it). mid 0: killed between calls (rank 0
+ * notices with no call running); mid 1: killed while a long call runs, the
+ * ranks inside a blocking collective (rank 0's link to the replica closes
+ * and ends it; --dist-timeout-ms is 10 minutes: only that can). */
 static void kill_worker(int mid, int streamed, int overlap)
 {
     /* overlap: the deep MLP in buckets of 4 floats, 593 a step, so the
      * kill nearly always finds rank 0's communication thread in one */
-    const char *const extra[] = {"--dist-timeout-ms", "3000", "--overlap-reduce",
+    const char *const extra[] = {"--dist-timeout-ms", "600000", "--overlap-reduce",
                                  overlap ? "on" : "off", "--reduce-bucket-floats",
                                  overlap ? "4" : "1048576", NULL};
     dmn m;
@@ -1337,8 +1478,8 @@ static void kill_worker(int mid, int streamed, int overlap)
         (overlap ? compile_deep(&m, pid) : compile(&m, 16, pid)) == 0) {
         CHECK(steps_on(&m, pid, ds, 5, NULL, &r) == 0, "steps: %s", r.details);
         itest_res_free(&r);
-        pid_t w = rank_pid(m.d.pid, 1);
-        CHECK(w > 0, "rank 1 not found");
+        pid_t w = rank_pid(m.d.pid, 1), r0 = rank_pid(m.d.pid, 0);
+        CHECK(w > 0 && r0 > 0, "ranks 0 and 1 not found");
         pid_t killer = -1;
         if (w > 0 && mid) {
             killer = fork();
@@ -1349,26 +1490,28 @@ static void kill_worker(int mid, int streamed, int overlap)
             }
         } else if (w > 0) {
             kill(w, SIGKILL);
-            usleep(200000);
         }
-        /* mid: far more steps than run in the time before the kill */
-        int st = steps_on(&m, pid, ds, mid ? 5000000 : 50, NULL, &r);
-        if (killer > 0) waitpid(killer, NULL, 0);
-        printf("after killing rank 1 (%s%s, overlap %s): status %d '%s'\n",
-               mid ? "mid-call" : "between calls", streamed ? ", streamed set" : "",
-               overlap ? "on" : "off", st, r.details);
-        CHECK(st == 14, "status %d, want UNAVAILABLE: %s", st, r.details);
-        CHECK(strstr(r.details, "replica") || strstr(r.details, "rank"),
-              "the error does not name the replicas: '%s'", r.details);
-        itest_res_free(&r);
-        /* the job stays broken: the next call fails at once, the same way */
-        st = steps_on(&m, pid, ds, 5, NULL, &r);
-        CHECK(st == 14 && strstr(r.details, "replica"), "then: status %d '%s'", st, r.details);
-        itest_res_free(&r);
+        if (mid) {
+            /* far more steps than run in the time before the kill */
+            int st = steps_on(&m, pid, ds, 5000000, NULL, &r);
+            if (killer > 0) waitpid(killer, NULL, 0);
+            printf("after killing rank 1 (mid-call%s, overlap %s): status %d '%s'\n",
+                   streamed ? ", streamed set" : "", overlap ? "on" : "off", st, r.details);
+            CHECK(st == 14, "status %d, want UNAVAILABLE: %s", st, r.details);
+            CHECK(strstr(r.details, "replica 1 ") && strstr(r.details, "lost"),
+                  "the error does not name the lost replica 1: '%s'", r.details);
+            itest_res_free(&r);
+        }
+        int js = job_ends(&m.d, r0);
+        printf("after killing rank 1 (%s): rank 0 ended the job, mpirun status %d\n",
+               mid ? "mid-call" : "between calls", js);
+        CHECK(js >= 0, "rank 0 did not end the job after losing rank 1");
     }
     if (m.c) itest_disconnect(m.c);
-    kill(-m.d.pid, SIGKILL);
-    waitpid(m.d.pid, NULL, 0);
+    if (m.d.pid > 0) {
+        kill(-m.d.pid, SIGKILL);
+        waitpid(m.d.pid, NULL, 0);
+    }
 }
 
 static void test_kill_worker(void)
@@ -1387,16 +1530,18 @@ static void test_kill_worker_streamed(void) { kill_worker(1, 1, 0); }
  * state dir checkpointing after every call, under --deterministic-reduce
  * 12. Rank 0 stops itself at step 10 (--pause-at-step; the third call of 4
  * steps, the last checkpoint at step 8) and the test kills rank 3 (host
- * 3's process). hard 0: rank 0 goes on, the call fails UNAVAILABLE naming
- * the replicas, and the job is stopped (SIGTERM to rank 0: it checkpoints
- * the last whole step, 10, at exit). hard 1: the whole job dies with it
+ * 3's process). hard 0: rank 0 goes on, notices the loss (its link to
+ * rank 3 closes; --dist-timeout-ms is 10 minutes), fails the call
+ * UNAVAILABLE naming replica 3 and stops the job by itself (the test waits
+ * for rank 0 to exit): it checkpoints the last whole step, 10, on its way
+ * out. hard 1: the whole job dies with it
  * (SIGKILL to every rank; the last checkpoint is step 8's). Relaunched at
  * N = 3 on the same state dir (hosts 0-2), the session and program come
  * back at that step, the client goes on to 24 steps, and the weights equal
  * those of a single process that ran 24 steps without a stop (12
  * micro-shards: any N dividing 12 sums the same gradients in the same
  * order). */
-static void host_loss(int hard)
+static void host_loss(int hard, int shard)
 {
     enum { BATCH = 24, CALL = 4, TOTAL = 24 };
     char dir[] = "/tmp/rt-mpi-loss-XXXXXX";
@@ -1405,12 +1550,10 @@ static void host_loss(int hard)
         return;
     }
     const char *const det[] = {"--deterministic-reduce", "12", NULL};
-    /* --dist-timeout-ms 10 s: the replicas wait that long for rank 3 once it
-     * is dead; a shorter one could take a live rank on a loaded machine
-     * (4 ranks, 2 cores, ASan) for dead */
     const char *const at4[] = {"--deterministic-reduce", "12", "--state-dir", dir,
                                "--checkpoint-every-steps", "1", "--checkpoint-every-s", "0",
-                               "--pause-at-step", "10", "--dist-timeout-ms", "10000", NULL};
+                               "--pause-at-step", "10", "--dist-timeout-ms", "600000",
+                               "--shard-optimizer", shard ? "on" : "off", NULL};
     const char *const at3[] = {"--deterministic-reduce", "12", "--state-dir", dir,
                                "--checkpoint-every-s", "0", NULL};
     dmn ref, m;
@@ -1429,6 +1572,7 @@ static void host_loss(int hard)
     }
     int fds[2] = {-1, -1};
     uint64_t t_kill = 0;
+    pid_t r0 = 0;
     if (start(&m, -4, at4) == 0 && compile(&m, BATCH, pm) == 0 && pipe(fds) == 0) {
         for (int done = 0; done < 8; done += CALL) {
             CHECK(steps(&m, pm, CALL, NULL, &r) == 0, "N=4: %s", r.details);
@@ -1436,7 +1580,8 @@ static void host_loss(int hard)
         }
         pid_t rk[4];
         for (int i = 0; i < 4; i++) rk[i] = rank_pid(m.d.pid, i);
-        pid_t r0 = rk[0], r3 = rk[3];
+        pid_t r3 = rk[3];
+        r0 = rk[0];
         CHECK(r0 > 0 && rk[1] > 0 && rk[2] > 0 && r3 > 0, "the 4 ranks not found");
         /* the watcher: once rank 0 has stopped at step 10, rank 3 dies and
          * rank 0 goes on (a bound of 120 s on the wait, not a timing) */
@@ -1454,8 +1599,8 @@ static void host_loss(int hard)
         }
         int st = steps(&m, pm, CALL, NULL, &r);
         /* hard: the connection drops with rank 0 (UNAVAILABLE too) */
-        CHECK(st == 14 && (hard || strstr(r.details, "replica") || strstr(r.details, "rank")),
-              "after losing host 3: status %d '%s', want UNAVAILABLE naming the replicas", st,
+        CHECK(st == 14 && (hard || (strstr(r.details, "replica 3 ") && strstr(r.details, "lost"))),
+              "after losing host 3: status %d '%s', want UNAVAILABLE naming replica 3", st,
               r.details);
         printf("host loss%s: rank 3 killed at step 10: status %d '%s'\n",
                hard ? " (the whole job)" : "", st, r.details);
@@ -1468,12 +1613,16 @@ static void host_loss(int hard)
     }
     if (fds[0] >= 0) close(fds[0]);
     if (fds[1] >= 0) close(fds[1]);
-    /* the job stops: SIGTERM to rank 0 (mpirun, short of a rank, may exit
-     * non-zero: not checked) */
+    /* the job stops: rank 0 ends it by itself (MPI_Abort; mpirun
+     * --enable-recovery exits 0 even so: its status is not checked) */
     dmn keep = m;
     if (m.c) itest_disconnect(m.c);
     m.c = NULL;
-    if (m.d.pid > 0 && !hard) stop_mpi(&m.d);
+    if (m.d.pid > 0 && !hard) {
+        int js = job_ends(&m.d, r0);
+        CHECK(js >= 0, "rank 0 did not end the job after losing host 3");
+        if (m.d.pid > 0) stop_mpi(&m.d);
+    }
     if (m.d.pid > 0 && hard) { /* its ranks are gone; mpirun ends */
         kill(-m.d.pid, SIGKILL);
         waitpid(m.d.pid, NULL, 0);
@@ -1490,8 +1639,10 @@ static void host_loss(int hard)
         FREE(g);
         printf("host loss%s: resumed at N=3 from the checkpoint at step %llu\n",
                hard ? " (the whole job)" : "", (unsigned long long)from);
-        CHECK(from == (hard ? 8u : 10u), "resumed at step %llu, want %d",
-              (unsigned long long)from, hard ? 8 : 10);
+        /* sharded, rank 3's slice of the optimizer state went with it: no
+         * checkpoint at rank 0's exit, the last is step 8's */
+        CHECK(from == (hard || shard ? 8u : 10u), "resumed at step %llu, want %d",
+              (unsigned long long)from, hard || shard ? 8 : 10);
         CHECK(steps(&m, pm, 1, NULL, &r) == 0, "the first step at N=3: %d %s", r.status,
               r.details);
         itest_res_free(&r);
@@ -1499,7 +1650,7 @@ static void host_loss(int hard)
             printf("host loss%s: %.2f s from the kill to the first step at N=3 (%sthe "
                    "relaunch, the restore)\n", hard ? " (the whole job)" : "",
                    (double)(itest_now_ns() - t_kill) / 1e9,
-                   hard ? "" : "the dist timeout 10 s, the stop, ");
+                   hard ? "" : "rank 0's stop, ");
         if (from + 1 < TOTAL) {
             CHECK(steps(&m, pm, TOTAL - from - 1, NULL, &r) == 0, "N=3: %d %s", r.status,
                   r.details);
@@ -1519,8 +1670,10 @@ static void host_loss(int hard)
     rm_dir(dir);
 }
 
-static void test_host_loss(void) { host_loss(0); }
-static void test_job_loss(void) { host_loss(1); }
+static void test_host_loss(void) { host_loss(0, 0); }
+static void test_job_loss(void) { host_loss(1, 0); }
+/* ZeRO stage 1: the same loss with the optimizer state sharded */
+static void test_host_loss_sharded(void) { host_loss(0, 1); }
 
 /* test_mpi ... stream: the streamed data sets over replicas */
 static int main_stream(void)
@@ -1561,9 +1714,16 @@ int main(int argc, char **argv)
     onnx_path = argv[4];
     itest_deadline_ms = 60000;
     if (argc > 5 && !strcmp(argv[5], "stream")) return main_stream();
+    if (argc > 5 && !strcmp(argv[5], "shard")) {
+        RUN(test_shard);
+        RUN(test_shard_data);
+        return itest_summary();
+    }
     if (argc > 5 && !strcmp(argv[5], "host_loss")) {
+        RUN(test_kill_worker);
         RUN(test_host_loss);
         RUN(test_job_loss);
+        RUN(test_host_loss_sharded);
         return itest_summary();
     }
     dmn ref, m2, m4;
@@ -1600,9 +1760,12 @@ int main(int argc, char **argv)
     RUN(test_overlap, 4);
 #endif
     RUN(test_deterministic);
+    RUN(test_shard);
+    RUN(test_shard_data);
     RUN(test_durable);
     RUN(test_kill_worker);
     RUN(test_host_loss);
     RUN(test_job_loss);
+    RUN(test_host_loss_sharded);
     return itest_summary();
 }
