@@ -6,9 +6,8 @@ convolutions), for rtrain to import and train.
 Usage: export_torch_inception_v3.py OUT.onnx [SIZE] [CLASSES] [SEED]
     SIZE: the square input (default 75, torchvision's smallest), CLASSES:
     the logits (default 10), SEED: torch.manual_seed for the initial weights
-    (default 1). The model outputs logits: train it with
-    sparse_categorical_crossentropy from logits (rtrain reads that from the
-    graph's missing softmax) or the CLI's --from-logits where it asks.
+    (default 1). The model outputs logits and takes NCHW: train it with
+    `--loss cross_entropy` and, from decoded JPEGs, `--data-layout NHWC`.
 """
 import sys
 
