@@ -23,31 +23,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <omp.h>
 
 #include "import_keras.h"
 #include "rt_engine.h"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static void die(const char *what, const char *msg)
-{
-    fprintf(stderr, "bench_inception: %s: %s\n", what, msg);
-    exit(1);
-}
+#define RT_BENCH_NAME "bench_inception"
+#include "../bench_util.h"
 
 /* the model JSON, from the generator (the single source of the layout) */
 static char *gen_json(int size, size_t *len)
@@ -173,9 +156,7 @@ int main(int argc, char **argv)
         if (rt_exec_train(e, &d, 1, &res, NULL, NULL, NULL) < 0) die("train", rt_exec_errmsg(e));
         t[r] = now_s() - a;
     }
-    qsort(t, (size_t)steps, sizeof *t, cmp_d);
-    double med = steps % 2 ? t[steps / 2] : 0.5 * (t[steps / 2 - 1] + t[steps / 2]);
-    r32.ips = batch / med;
+    r32.ips = batch / median(t, steps);
     const int threads = omp_get_max_threads();
     rt_exec_destroy(e);
     rt_plan_release(p);

@@ -72,26 +72,8 @@ FIT=(fit "${MODEL[@]}" --data "$work/shards/train-*.tfrecord.gz"
 # Inception's ONNX (87 MB of weights) is over gRPC's default 64 MiB
 DFLAGS=(--max-message-bytes 268435456 --log-level info)
 
-# start LOG ADDR [flags]: sets dpid and bound; a port briefly held (a
-# connection's local port) is tried again
-start() {
-  local log=$1 addr=$2; shift 2
-  for _ in $(seq 1 50); do
-    "$rtraind" --listen "$addr" "${DFLAGS[@]}" "$@" >"$log" 2>&1 &
-    dpid=$!
-    bound=""
-    for _ in $(seq 1 6000); do
-      bound=$(sed -n 's/^rtraind listening on \([^ ]*\).*/\1/p' "$log" 2>/dev/null | head -n 1)
-      [ -n "$bound" ] && return 0
-      kill -0 "$dpid" 2>/dev/null || break
-      sleep 0.01
-    done
-    wait "$dpid" 2>/dev/null
-    grep -q "already in use" "$log" || break
-    sleep 0.05
-  done
-  echo "run.sh: rtraind did not start" >&2; cat "$log" >&2; exit 1
-}
+. "$src/bench/durable/rtraind_start.sh"
+start() { rtraind_start "$rtraind" "$@" "${DFLAGS[@]}"; }
 paused() { [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = T ]; }
 
 echo "== uninterrupted: $total steps ($epochs epochs of $steps_epoch, batch $batch)"
