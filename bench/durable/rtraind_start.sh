@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # rtraind_start.sh - sourced, never run (bench/durable/stress.sh,
 # examples/inception/run.sh).
 # rtraind_start RTRAIND LOG ADDR [flags...]: rtraind on ADDR in the

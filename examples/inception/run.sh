@@ -65,6 +65,7 @@ case $model in
 esac
 steps_epoch=$(( (count + batch - 1) / batch ))
 total=$((steps_epoch * epochs))
+# shellcheck disable=SC2054 # the commas are inside option values (a feature list)
 FIT=(fit "${MODEL[@]}" --data "$work/shards/train-*.tfrecord.gz"
      --features image/encoded:jpeg,image/class/label:int64 --label image/class/label
      --image-size "${size}x$size" --channels 3 --optimizer adam --lr 0.001
@@ -94,7 +95,7 @@ at=0
 next_pause() { at=$((at + 1 + RANDOM % gap)); [ "$at" -lt "$total" ]; }
 echo "== preempted: $kills SIGKILLs of rtraind --state-dir"
 k=0
-PAUSE=(); next_pause && [ "$kills" -gt 0 ] && PAUSE=(--pause-at-step $at)
+PAUSE=(); next_pause && [ "$kills" -gt 0 ] && PAUSE=(--pause-at-step "$at")
 start "$work/d-0.log" "$port" --state-dir "$work/state" --checkpoint-every-steps 1 "${PAUSE[@]}"
 "$rtrain" "${FIT[@]}" --server "$port" --save-weights "$work/w-kill.bin" \
   >"$work/kill.out" 2>&1 &
@@ -111,7 +112,7 @@ while [ "${#PAUSE[@]}" -gt 0 ]; do
   kill -9 "$dpid"; wait "$dpid" 2>/dev/null
   k=$((k + 1))
   echo "kill $k: after global step $at (+$ms ms)"
-  PAUSE=(); [ "$k" -lt "$kills" ] && next_pause && PAUSE=(--pause-at-step $at)
+  PAUSE=(); [ "$k" -lt "$kills" ] && next_pause && PAUSE=(--pause-at-step "$at")
   start "$work/d-$k.log" "$port" --state-dir "$work/state" --checkpoint-every-steps 1 \
     "${PAUSE[@]}"
 done

@@ -8,6 +8,7 @@ rtraind=$1 rtrain=$2 src=$3
 . "$src/tests/lib/e2e.sh"
 /usr/bin/python3 "$src/examples/inception/make_shards.py" "$tmp/sh" --count 16 --shards 2 \
   --size 28 >/dev/null || { echo "FAIL make_shards.py (dataset-fashion-mnist)"; exit 1; }
+# shellcheck disable=SC2054 # the commas are inside option values (a feature list)
 FIT=(fit --model "$src/bench/durable/stress_cnn.json" --data "$tmp/sh/train-*.tfrecord.gz"
      --features image/encoded:jpeg,image/class/label:int64 --label image/class/label
      --image-size 28x28 --channels 1 --loss sparse_categorical_crossentropy
@@ -16,7 +17,7 @@ stop() { kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""; }
 start_daemon "$tmp/d0.log" --state-dir "$tmp/st" --log-level info || exit 1
 expect_rc 0 "fit from TFRecord shards on a durable daemon" -- "$rtrain" "${FIT[@]}" --server "$addr"
 stop
-n=$(ls "$tmp/st/datasets/"*.data 2>/dev/null | wc -l)
+n=$(find "$tmp/st/datasets" -name '*.data' | wc -l)
 [ "$n" -eq 1 ] && ok "the TFRecord upload is kept in the state dir" ||
   bad "datasets/ holds $n .data files, not 1"
 start_daemon "$tmp/d1.log" --state-dir "$tmp/st" --log-level info || exit 1
