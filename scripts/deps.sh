@@ -43,6 +43,8 @@ if [ $want_test -eq 1 ]; then
   # (tests/onnx); onnx reads it back in the Python tests; torchvision
   # builds resnet18 and mobilenet_v2 for onnx_torchvision.
   pkgs+=(python3-torch python3-torchvision python3-onnx libopenblas0-pthread)
+  # examples/inception's test (inception_preempt) builds its shards from it
+  pkgs+=(dataset-fashion-mnist)
   # scripts/fuzz.sh: libFuzzer harnesses (tests/fuzz) built with clang.
   pkgs+=(clang-14 libfuzzer-14-dev)
   # ops_shellcheck: shellcheck over every shell script; scripts/format.sh:

@@ -41,25 +41,8 @@ FIT=(fit --model "$src/bench/durable/stress_cnn.json" --data "$tmp/t10k-images-i
 # epochs: enough for every kill to land mid-fit
 epochs=$((kills * 3 / 2 + 20))
 
-start() { # start LOG ADDR [flags]: sets dpid and bound (the listening address);
-  # a port briefly held (a connection's local port) is tried again
-  local log=$1 addr=$2; shift 2
-  for _ in $(seq 1 50); do
-    "$rtraind" --listen "$addr" --log-level info "$@" >"$log" 2>&1 &
-    dpid=$!
-    bound=""
-    for _ in $(seq 1 1000); do
-      bound=$(sed -n 's/^rtraind listening on \([^ ]*\).*/\1/p' "$log" 2>/dev/null | head -n 1)
-      [ -n "$bound" ] && return 0
-      kill -0 "$dpid" 2>/dev/null || break
-      sleep 0.01
-    done
-    wait "$dpid" 2>/dev/null
-    grep -q "already in use" "$log" || break
-    sleep 0.05
-  done
-  echo "stress: rtraind did not start" >&2; cat "$log" >&2; exit 1
-}
+. "$src/bench/durable/rtraind_start.sh"
+start() { rtraind_start "$rtraind" "$@" --log-level info; }
 
 t0=$(date +%s.%N)
 start "$tmp/ref.log" 127.0.0.1:0

@@ -89,6 +89,12 @@ int rt__status(rt_client *c, grpc_status_code st, grpc_slice details,
                     "(raise the timeout)", method, c->target);
         } else if (st == GRPC_STATUS_CANCELLED && atomic_load(&c->cancel_flag)) {
             rt__err(c, RT_ECANCELLED, "CANCELLED: %s cancelled by the client", method);
+        } else if (st == GRPC_STATUS_RESOURCE_EXHAUSTED && d &&
+                   strstr(d, "Received message larger than max")) {
+            /* gRPC's own refusal: a model (Inception v3's ONNX: 87 MB) or
+             * a part over the daemon's receive limit */
+            rt__err(c, rc, "RESOURCE_EXHAUSTED: %s: %s; the daemon's limit is "
+                    "rtraind --max-message-bytes", method, d);
         } else if (d && strncmp(d, name, strlen(name)) == 0) {
             rt__err(c, rc, "%s", d); /* the daemon already named the status */
         } else {

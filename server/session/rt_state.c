@@ -16,6 +16,7 @@
 
 #include <xxhash.h>
 
+#include "rt_example.h"
 #include "rt_log.h"
 #include "rt_obs.h"
 #include "rt_wire.h"
@@ -432,11 +433,20 @@ typedef struct ds_part {
 } ds_part;
 
 typedef struct ds_head {
-    char magic[8]; /* "RTDATA1" */
+    char magic[8]; /* "RTDATA1"; "RTDATA2": a ds_tfr follows the parts */
     uint8_t hash[16];
     uint32_t n_parts, pad;
     uint64_t len;
 } ds_head;
+
+/* A TFRecord upload's parse options beyond ds_part: each shard's
+ * compression and the feature spec. Both enter the store key, which a
+ * restore recomputes, so a file whose spec is not the upload's is not
+ * restored. */
+typedef struct ds_tfr {
+    int32_t compression[RT_DATA_MAX_PARTS];
+    rt_example_spec spec;
+} ds_tfr;
 
 static void hex16(const uint8_t k[16], char out[33])
 {
@@ -449,9 +459,14 @@ int rt_state_dataset_put(const rt_state *st, const uint8_t key[16], const uint8_
                          uint64_t len, int *kept, char *err, size_t errlen)
 {
     *kept = 0;
+    /* TFRecord shards come with a spec (the same for every part) */
+    const rt_example_spec *spec = NULL;
     for (int i = 0; i < n_parts; i++)
-        if (parts[i].format == RT_FMT_TFRECORD || parts[i].spec)
-            return 0;
+        if (parts[i].format == RT_FMT_TFRECORD || parts[i].spec) {
+            if (!parts[i].spec || (spec && spec != parts[i].spec))
+                return 0;
+            spec = parts[i].spec;
+        }
     char kh[33], name[64];
     hex16(key, kh);
     snprintf(name, sizeof name, "%s.data", kh);
@@ -461,7 +476,7 @@ int rt_state_dataset_put(const rt_state *st, const uint8_t key[16], const uint8_
         return 0; /* content-addressed: the same bytes are there */
     ds_head h;
     memset(&h, 0, sizeof h);
-    memcpy(h.magic, "RTDATA1", 8);
+    memcpy(h.magic, spec ? "RTDATA2" : "RTDATA1", 8);
     memcpy(h.hash, hash, 16);
     h.n_parts = (uint32_t)n_parts;
     h.len = len;
@@ -480,8 +495,22 @@ int rt_state_dataset_put(const rt_state *st, const uint8_t key[16], const uint8_
         dp[i].storage = parts[i].storage + 4 * (int32_t)parts[i].shuffle_buffer;
         dp[i].length = parts[i].length;
     }
-    rt_exec_span sp[3] = {{&h, sizeof h}, {dp, sizeof *dp * (size_t)n_parts}, {buf, len}};
-    int rc = rt_state_write_at(st, st->ds, name, sp, 3, err, errlen);
+    ds_tfr *t = spec ? calloc(1, sizeof *t) : NULL;
+    if (spec && !t) {
+        free(dp);
+        return RT_ENOMEM;
+    }
+    if (t) {
+        for (int i = 0; i < n_parts; i++)
+            t->compression[i] = (int32_t)parts[i].compression;
+        t->spec = *spec;
+    }
+    rt_exec_span sp[4] = {{&h, sizeof h},
+                          {dp, sizeof *dp * (size_t)n_parts},
+                          {t, t ? sizeof *t : 0},
+                          {buf, len}};
+    int rc = rt_state_write_at(st, st->ds, name, sp, 4, err, errlen);
+    free(t);
     free(dp);
     return rc;
 }
@@ -525,8 +554,8 @@ static int lines(char *b, char **v, int max)
  * regular file, its size what the head says, the data no larger than one
  * upload may be (max_bytes). Its bytes are read once, into *buf. */
 static int read_dataset_file(const rt_state *st, const char *name, uint64_t max_bytes,
-                             ds_head *h, rt_data_part *parts, uint8_t **buf, char *err,
-                             size_t errlen)
+                             ds_head *h, rt_data_part *parts, ds_tfr *t, uint8_t **buf,
+                             char *err, size_t errlen)
 {
     *buf = NULL;
     int fd = openat(st->ds, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -548,8 +577,10 @@ static int read_dataset_file(const rt_state *st, const char *name, uint64_t max_
         goto out;
     }
     rc = RT_EDATA;
-    size_t need = sizeof *h + sizeof(ds_part) * (size_t)h->n_parts;
-    if (memcmp(h->magic, "RTDATA1", 8) || h->n_parts == 0 || h->n_parts > RT_DATA_MAX_PARTS) {
+    const int tfr = !memcmp(h->magic, "RTDATA2", 8);
+    size_t need = sizeof *h + sizeof(ds_part) * (size_t)h->n_parts + (tfr ? sizeof *t : 0);
+    if ((!tfr && memcmp(h->magic, "RTDATA1", 8)) || h->n_parts == 0 ||
+        h->n_parts > RT_DATA_MAX_PARTS) {
         snprintf(err, errlen, "is torn or not a dataset file");
         goto out;
     }
@@ -580,6 +611,26 @@ static int read_dataset_file(const rt_state *st, const char *name, uint64_t max_
         parts[i].shuffle_buffer = dp[i].storage >= 0 ? dp[i].storage / 4 : 0;
         parts[i].length = dp[i].length;
     }
+    if (tfr) {
+        /* checked before the store key reads it: counts in range, keys
+         * terminated; the key then vouches for the rest */
+        if ((rc = rt_state_read_full(fd, t, sizeof *t, err, errlen)) < 0)
+            goto out;
+        rc = RT_EDATA;
+        int ok = t->spec.n >= 1 && t->spec.n <= RT_SPEC_MAX_FEATURES;
+        for (int i = 0; ok && i < t->spec.n; i++)
+            ok = memchr(t->spec.f[i].key, 0, sizeof t->spec.f[i].key) != NULL &&
+                 t->spec.f[i].ndim >= 0 && t->spec.f[i].ndim <= 2;
+        if (!ok) {
+            snprintf(err, errlen, "holds a feature spec that does not check out");
+            goto out;
+        }
+        for (uint32_t i = 0; i < h->n_parts; i++) {
+            parts[i].compression = (rt_tfr_compression)t->compression[i];
+            if (parts[i].format == RT_FMT_TFRECORD)
+                parts[i].spec = &t->spec;
+        }
+    }
     if (!(*buf = malloc(h->len ? h->len : 1))) {
         snprintf(err, errlen, "no memory for its %llu bytes", (unsigned long long)h->len);
         rc = RT_ENOMEM;
@@ -606,6 +657,7 @@ static int restore_dataset(const rt_state *st, const char *meta, rt_data_store *
     }
     int rc = -1;
     uint8_t *buf = NULL;
+    ds_tfr *tfr = NULL; /* a TFRecord upload's compressions and spec */
     if (lines(m, v, 5) < 4 || strcmp(v[0], "rtrain-dataset 1") || strlen(v[1]) != 32) {
         RT_LOG(RT_LOG_WARN, "state: datasets/%.80s is not a dataset record; left alone", meta);
         goto out;
@@ -620,7 +672,11 @@ static int restore_dataset(const rt_state *st, const char *meta, rt_data_store *
     snprintf(name, sizeof name, "%.32s.data", v[1]);
     ds_head h;
     rt_data_part parts[RT_DATA_MAX_PARTS];
-    if (read_dataset_file(st, name, max_bytes, &h, parts, &buf, err, sizeof err) < 0) {
+    tfr = calloc(1, sizeof *tfr);
+    if (!tfr || read_dataset_file(st, name, max_bytes, &h, parts, tfr, &buf, err,
+                                  sizeof err) < 0) {
+        if (!tfr)
+            snprintf(err, sizeof err, "no memory to read it");
         RT_LOG(RT_LOG_WARN, "state: datasets/%s %s; dataset %.12s not restored", name, err,
                v[2]);
         goto out;
@@ -663,6 +719,7 @@ static int restore_dataset(const rt_state *st, const char *meta, rt_data_store *
     rt_dataset_release(kept);
     rc = 0;
 out:
+    free(tfr);
     free(buf);
     free(m);
     return rc;

@@ -106,8 +106,9 @@ void rt_state_session_remove(const rt_state *st, const char *sid);
 /* --------------------------------------------------------------- datasets */
 /* The bytes of a completed upload, before it is parsed and acknowledged:
  * datasets/<key>.data, unless a file with this key is there already.
- * TFRecord uploads are not kept (their shards live in the shard cache):
- * returns 0 and sets *kept = 0. */
+ * TFRecord uploads keep their shards' compression and feature spec
+ * beside the parts (RTDATA2), so a restarted daemon parses them as they
+ * were; one without a spec is not kept: returns 0 and sets *kept = 0. */
 int rt_state_dataset_put(const rt_state *st, const uint8_t key[16], const uint8_t hash[16],
                          const rt_data_part *parts, int n_parts, const uint8_t *buf,
                          uint64_t len, int *kept, char *err, size_t errlen);
