@@ -11,9 +11,11 @@
  *   SGD (Keras)   v = momentum v - lr g;  w += v, or with nesterov
  *                 w += momentum v - lr g;  momentum 0: w -= lr g
  *   Adam          m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
- *                 w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
- *                 i.e. eps is added to sqrt(v_hat), as torch.optim.Adam
- *                 (the brief's reading of Keras; eps default 1e-7)
+ *                 w -= m alpha / (sqrt(v) + eps),
+ *                 alpha = lr sqrt(1-b2^t) / (1-b1^t)
+ *                 as Keras (keras/src/optimizers/adam.py): eps is added to
+ *                 sqrt(v), Kingma and Ba's "epsilon hat", not to
+ *                 sqrt(v_hat) as torch.optim.Adam and tfjs do (eps 1e-7)
  *   AdamW         w *= 1 - lr wd, then Adam (decoupled decay, Keras/torch)
  *   RMSprop       v = rho v + (1-rho) g^2;  w -= lr g / sqrt(v + eps)
  *                 (Keras 3: eps inside the square root)
@@ -112,10 +114,7 @@ static void rt__opt_chunk(const rt_train_config *c, float lr, int64_t t,
         const float ob1 = 1.0f - b1, ob2 = 1.0f - b2;
         const double bc1 = 1.0 - pow((double)b1, (double)t);
         const double bc2 = 1.0 - pow((double)b2, (double)t);
-        const float step = (float)((double)lr / bc1);
-        /* sqrt(v)/sqrt(1-b2^t) as a multiply: divisions bound this loop
-         * (W-C: 670k parameters); within an ulp of torch's division */
-        const float inv_bc2s = (float)(1.0 / sqrt(bc2));
+        const float alpha = (float)((double)lr * sqrt(bc2) / bc1);
         if (c->opt == RT_OPT_ADAMW && c->weight_decay > 0) {
             const float decay = (float)(1.0 - (double)lr * (double)c->weight_decay);
             for (int64_t i = 0; i < count; i++) w[i] *= decay;
@@ -126,7 +125,7 @@ static void rt__opt_chunk(const rt_train_config *c, float lr, int64_t t,
             const float v = s2[i] * b2 + gi * gi * ob2;
             s1[i] = m;
             s2[i] = v;
-            w[i] -= step * (m / (sqrtf(v) * inv_bc2s + eps));
+            w[i] -= m * alpha / (sqrtf(v) + eps);
         }
         break;
     }

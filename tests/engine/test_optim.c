@@ -1,7 +1,8 @@
 /*
  * test_optim.c - optimizers, learning-rate schedules and gradient clipping
- * against the formulas (Keras' SGD/momentum/Nesterov and RMSprop, Adam and
- * AdamW with eps added to sqrt(v_hat)), replayed in double in this test.
+ * against the formulas (Keras' SGD/momentum/Nesterov, RMSprop, Adam and
+ * AdamW: keras/src/optimizers/, eps added to sqrt(v), not to sqrt(v_hat)),
+ * replayed in double in this test.
  * Each step: g = rt_exec_compute_grads at the current weights (the batch is
  * the whole data set, unshuffled, so the training step sees the same g),
  * then one rt_exec_train step, then the weights are compared with the
@@ -109,8 +110,8 @@ static void replay(const char *name, rt_train_config cfg, int steps)
                 if (cfg.opt == RT_OPT_ADAMW) w[i] *= 1 - lr * cfg.weight_decay;
                 m[i] = cfg.beta1 * m[i] + (1 - cfg.beta1) * g[i];
                 v[i] = cfg.beta2 * v[i] + (1 - cfg.beta2) * g[i] * g[i];
-                w[i] -= lr / (1 - pow(cfg.beta1, (double)t)) * m[i] /
-                        (sqrt(v[i]) / sqrt(1 - pow(cfg.beta2, (double)t)) + cfg.eps);
+                w[i] -= m[i] * (lr * sqrt(1 - pow(cfg.beta2, (double)t)) /
+                                (1 - pow(cfg.beta1, (double)t))) / (sqrt(v[i]) + cfg.eps);
                 break;
             }
         }
