@@ -715,7 +715,7 @@ static int k_flatten(rt_keras_ctx *c)
     /* channels_first flattens in another order than the engine's NHWC */
     if (strcmp(fmt, "channels_last") != 0)
         return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                             "data_format '%.20s' is not supported (channels_last only)", fmt);
+                             "data_format '%.20s' is not supported (channels_last, channels_first)", fmt);
     c->out.ndim = 1;
     c->out.dims[0] = n;
     return add_simple(c, "Flatten", 0, NULL);
@@ -767,7 +767,7 @@ static int k_channels_last(rt_keras_ctx *c)
         return rc;
     if (strcmp(fmt, "channels_last") != 0)
         return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                             "data_format '%.20s' is not supported (channels_last only)", fmt);
+                             "data_format '%.20s' is not supported (channels_last, channels_first)", fmt);
     if (c->in[0].ndim != 3)
         return rt_keras_fail(c, RT_ESHAPE, "%s needs (H, W, C) inputs, got rank %d",
                              c->class_name, c->in[0].ndim);
@@ -1418,6 +1418,9 @@ static int k1_translate(imp *m, const char **cls, json_object *cfg, json_object 
                 to = k1_keys[i].to;
         if (dense_like && strcmp(k, "output_dim") == 0)
             to = "units";
+        /* Keras 1 PReLU's weight is alpha */
+        if (strcmp(*cls, "PReLU") == 0 && strcmp(k, "init") == 0)
+            to = "alpha_initializer";
         if (strcmp(k, "nb_row") == 0) {
             row = v;
             continue;
@@ -1641,6 +1644,353 @@ static int pass_mask(imp *m, rt_keras_ctx *c)
     return -1;
 }
 
+/* ---------------------------------------------------- channels_first */
+
+/* Keras' channels_first (data_format, Keras 1's dim_ordering "th",
+ * BatchNormalization over axis 1): the data comes in the layout the model
+ * declares, (C, H, W); the engine computes channels-last, so a value is
+ * transposed once where it enters a channels_first layer and stays
+ * channels-last (RT_KERAS_CF) through the layers that read it in either
+ * order; a Flatten of it (RT_KERAS_FLAT) is folded into the next Dense's
+ * kernel (rt_graph_set_param_view: the weight keeps Keras' row order for
+ * get/set weights), as the ONNX importer folds NCHW; a value reaching any
+ * other layer, or the model's output, is put back in Keras' order. */
+
+/* the engine dims of Keras' (C, S1..Sk): (S1..Sk, C) */
+static int lay_transpose(imp *m, const char *lname, const char *what, int i,
+                         rt_keras_tensor *t, int to_cf)
+{
+    char name[RT_KERAS_NAME];
+    int n = snprintf(name, sizeof name, "%s/%s%d", lname, what, i);
+    if (n < 0 || n >= (int)sizeof name)
+        return ifail(m, RT_EINVAL, "layer name '%.64s' is too long", lname);
+    const int r = t->ndim;
+    int64_t perm[RT_MAX_DIMS + 1], d[RT_MAX_DIMS];
+    perm[0] = 0;
+    for (int k = 0; k < r; k++) {
+        /* to channels-last: engine k takes Keras k+1 (the last takes C) */
+        perm[k + 1] = to_cf ? (k == r - 1 ? 1 : k + 2) : (k == 0 ? r : k);
+        d[k] = t->dims[perm[k + 1] - 1];
+    }
+    rt_attr a = {.name = "perm", .kind = RT_ATTR_INTS, .n = r + 1, .ints = perm};
+    const char *in[1] = {t->name};
+    int rc = rt_graph_add_node(m->g, name, "Transpose", 1, in, 1, &a);
+    if (rc < 0)
+        return ifail(m, rc, "%s", rt_graph_errmsg(m->g));
+    snprintf(t->name, sizeof t->name, "%s", name);
+    memcpy(t->dims, d, sizeof(int64_t) * (size_t)r);
+    t->layout = to_cf ? RT_KERAS_CF : RT_KERAS_PLAIN;
+    return 0;
+}
+
+static int lay_reshape(imp *m, const char *name, rt_keras_tensor *t, int nd, const int64_t *d)
+{
+    rt_attr a = {.name = "shape", .kind = RT_ATTR_INTS, .n = nd, .ints = d};
+    const char *in[1] = {t->name};
+    int rc = rt_graph_add_node(m->g, name, "Reshape", 1, in, 1, &a);
+    if (rc < 0)
+        return ifail(m, rc, "%s", rt_graph_errmsg(m->g));
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = nd;
+    memcpy(t->dims, d, sizeof(int64_t) * (size_t)nd);
+    return 0;
+}
+
+/* t in Keras' own order (nodes named after the layer reading it) */
+static int lay_to_plain(imp *m, const char *lname, int i, rt_keras_tensor *t)
+{
+    if (t->layout == RT_KERAS_CF)
+        return lay_transpose(m, lname, "keras_order", i, t, 0);
+    if (t->layout != RT_KERAS_FLAT)
+        return 0;
+    /* unflatten to (S1..Sk, C), transpose, flatten */
+    char name[RT_KERAS_NAME];
+    int64_t d[RT_MAX_DIMS], n = t->dims[0];
+    const int k = t->ncf;
+    for (int j = 1; j < k; j++) d[j - 1] = t->cf[j];
+    d[k - 1] = t->cf[0];
+    int rc, w = snprintf(name, sizeof name, "%s/unflatten%d", lname, i);
+    if (w < 0 || w >= (int)sizeof name)
+        return ifail(m, RT_EINVAL, "layer name '%.64s' is too long", lname);
+    if ((rc = lay_reshape(m, name, t, k, d)) < 0)
+        return rc;
+    t->layout = RT_KERAS_CF;
+    if ((rc = lay_transpose(m, lname, "keras_order", i, t, 0)) < 0)
+        return rc;
+    snprintf(name, sizeof name, "%s/flatten%d", lname, i);
+    return lay_reshape(m, name, t, 1, &n);
+}
+
+enum { LAY_PLAIN = 0, LAY_PASS, LAY_CF_OUT, LAY_FLATTEN_CF, LAY_DENSE_FLAT, LAY_PARAMS_FLAT,
+       LAY_PRELU_CF };
+
+/* c->cfg as a copy the importer may change (the document's object can be
+ * read again by a shared layer) */
+static json_object *lay_cfg_copy(imp *m, rt_keras_ctx *c)
+{
+    json_object *n = json_object_new_object();
+    if (!n)
+        return NULL;
+    json_object_array_add(m->owned, n);
+    json_object_object_foreach(c->cfg, k, v) json_object_object_add(n, k, json_object_get(v));
+    c->cfg = n;
+    return n;
+}
+
+static int is_channels_first(json_object *cfg)
+{
+    const char *f = jstr(cfg, "data_format");
+    return f && strcmp(f, "channels_first") == 0;
+}
+
+/* BatchNormalization's axis as one number (Keras 2 writes 1 or [1]) */
+static int bn_axis(json_object *cfg, int64_t *a)
+{
+    json_object *v = NULL;
+    *a = -1;
+    if (!cfg || !json_object_object_get_ex(cfg, "axis", &v) || !v)
+        return 0;
+    if (json_object_is_type(v, json_type_array) && json_object_array_length(v) == 1)
+        v = json_object_array_get_idx(v, 0);
+    if (!json_object_is_type(v, json_type_int))
+        return 0;
+    *a = json_object_get_int64(v);
+    return 1;
+}
+
+/* Before a layer function: convert its inputs or adapt its config to how
+ * they are held; *mode says what layer_finish does after it. */
+static int layout_prepare(imp *m, rt_keras_ctx *c, int *mode)
+{
+    static const char *const pass[] = {"Dropout", "AlphaDropout", "GaussianNoise",
+                                       "GaussianDropout", "ActivityRegularization", "ReLU",
+                                       "LeakyReLU", "ELU", "ThresholdedReLU", "Identity",
+                                       "Activation"};
+    static const char *const merge[] = {"Add", "Subtract", "Multiply", "Average", "Maximum",
+                                        "Minimum"};
+    const char *cls = c->class_name;
+    int any = 0, rc;
+    *mode = LAY_PLAIN;
+    for (int i = 0; i < c->n_in; i++)
+        any |= c->in[i].layout != RT_KERAS_PLAIN;
+    rt_keras_tensor *x = &c->in[0];
+    if (!c->cfg)
+        goto plain;
+    if (strcmp(cls, "Flatten") == 0) {
+        const int cf = is_channels_first(c->cfg);
+        if (x->layout == RT_KERAS_FLAT || x->ndim < 2) {
+            *mode = LAY_PASS;
+            goto unformat;
+        }
+        if (!cf && x->layout == RT_KERAS_CF) {
+            *mode = LAY_FLATTEN_CF;
+            return 0;
+        }
+        /* Keras' channels_first Flatten moves the channels last first */
+        if (cf && x->layout == RT_KERAS_PLAIN &&
+            (rc = lay_transpose(m, c->layer, "channels_last", 0, x, 1)) < 0)
+            return rc;
+        goto unformat;
+    }
+    int64_t ax;
+    const int bn = strcmp(cls, "BatchNormalization") == 0 ||
+                   strcmp(cls, "SyncBatchNormalization") == 0;
+    const int bn_first = bn && bn_axis(c->cfg, &ax) && ax == 1 && x->ndim >= 2;
+    if (is_channels_first(c->cfg) || bn_first) {
+        for (int i = 0; i < c->n_in; i++) {
+            if (c->in[i].layout == RT_KERAS_FLAT &&
+                (rc = lay_to_plain(m, c->layer, i, &c->in[i])) < 0)
+                return rc;
+            if (c->in[i].layout == RT_KERAS_PLAIN && c->in[i].ndim >= 2 &&
+                (rc = lay_transpose(m, c->layer, "channels_last", i, &c->in[i], 1)) < 0)
+                return rc;
+        }
+        if (!lay_cfg_copy(m, c))
+            return ifail(m, RT_ENOMEM, "out of memory");
+        if (bn_first)
+            json_object_object_add(c->cfg, "axis", json_object_new_int(-1));
+        *mode = LAY_CF_OUT;
+        goto unformat;
+    }
+    if (!any)
+        return 0;
+    int npass = (int)(sizeof pass / sizeof pass[0]);
+    for (int i = 0; i < npass && c->n_in == 1; i++)
+        if (strcmp(cls, pass[i]) == 0) {
+            const char *act = jstr(c->cfg, "activation");
+            /* a softmax runs over the last axis, which is another one */
+            if (i == npass - 1 && act && strstr(act, "softmax"))
+                break;
+            *mode = LAY_PASS;
+            return 0;
+        }
+    for (size_t i = 0; i < sizeof merge / sizeof merge[0]; i++) {
+        if (strcmp(cls, merge[i]) != 0)
+            continue;
+        int same = 1;
+        for (int j = 1; j < c->n_in; j++)
+            same &= c->in[j].layout == x->layout && c->in[j].ndim == x->ndim &&
+                    !memcmp(c->in[j].dims, x->dims, sizeof(int64_t) * (size_t)x->ndim) &&
+                    (x->layout != RT_KERAS_FLAT ||
+                     (c->in[j].ncf == x->ncf &&
+                      !memcmp(c->in[j].cf, x->cf, sizeof(int64_t) * (size_t)x->ncf)));
+        if (same) {
+            *mode = LAY_PASS;
+            return 0;
+        }
+    }
+    if (strcmp(cls, "Concatenate") == 0) {
+        int all = 1;
+        for (int j = 0; j < c->n_in; j++)
+            all &= c->in[j].layout == RT_KERAS_CF && c->in[j].ndim == x->ndim;
+        int64_t a;
+        if (all && (rc = rt_keras_cfg_int(c, "axis", -1, &a)) == 0) {
+            const int64_t r = x->ndim + 1;
+            a = a < 0 ? a + r : a;
+            if (a >= 1 && a < r) {
+                if (!lay_cfg_copy(m, c))
+                    return ifail(m, RT_ENOMEM, "out of memory");
+                json_object_object_add(c->cfg, "axis", json_object_new_int64(a == 1 ? -1 : a - 1));
+                c->n_used = 0;
+                *mode = LAY_CF_OUT;
+                return 0;
+            }
+        }
+        c->n_used = 0;
+    }
+    if (c->n_in == 1 && x->layout == RT_KERAS_FLAT && x->ncf >= 2 &&
+        (strcmp(cls, "Dense") == 0 || strcmp(cls, "PReLU") == 0 || (bn && x->ndim == 1))) {
+        *mode = strcmp(cls, "Dense") == 0 ? LAY_DENSE_FLAT : LAY_PARAMS_FLAT;
+        return 0;
+    }
+    if (c->n_in == 1 && x->layout == RT_KERAS_CF && strcmp(cls, "PReLU") == 0) {
+        /* shared_axes are Keras' (C first): the engine's, C last */
+        int64_t sh[RT_MAX_DIMS];
+        int ns = rt_keras_cfg_ints(c, "shared_axes", sh, RT_MAX_DIMS);
+        c->n_used = 0;
+        if (ns >= 0) {
+            if (!lay_cfg_copy(m, c))
+                return ifail(m, RT_ENOMEM, "out of memory");
+            if (ns > 0) {
+                json_object *l = json_object_new_array();
+                for (int i = 0; i < ns; i++)
+                    json_object_array_add(l, json_object_new_int64(sh[i] == 1 ? x->ndim
+                                                                   : sh[i] - 1));
+                json_object_object_add(c->cfg, "shared_axes", l);
+            }
+            *mode = LAY_PRELU_CF;
+            return 0;
+        }
+    }
+plain:
+    for (int i = 0; i < c->n_in; i++)
+        if ((rc = lay_to_plain(m, c->layer, i, &c->in[i])) < 0)
+            return rc;
+    return 0;
+unformat:
+    /* the layer function computes channels-last on the engine's dims */
+    if (jstr(c->cfg, "data_format") && strcmp(jstr(c->cfg, "data_format"), "channels_last")) {
+        if (c->cfg && !lay_cfg_copy(m, c))
+            return ifail(m, RT_ENOMEM, "out of memory");
+        json_object_object_add(c->cfg, "data_format", json_object_new_string("channels_last"));
+    }
+    return 0;
+}
+
+/* the parameter entry named name among the ones the layer added */
+static rt__entry *lay_param(imp *m, int first, const char *name)
+{
+    for (int k = first; k < m->g->n; k++)
+        if (m->g->e[k].kind == RT__T_PARAM && strcmp(m->g->e[k].name, name) == 0)
+            return &m->g->e[k];
+    return NULL;
+}
+
+static int lay_view(imp *m, rt_keras_ctx *c, const rt__entry *e, int un, const int64_t *ud,
+                    int vn, const int64_t *vd, const int *perm)
+{
+    int rc = rt_graph_set_param_view(m->g, e->name, un, ud, vn, vd, perm);
+    if (rc < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(m->g));
+    return 0;
+}
+
+/* After the layer function: the output's layout, and the weights that
+ * take the input's order into them. */
+static int layout_finish(imp *m, rt_keras_ctx *c, int mode, int first)
+{
+    const rt_keras_tensor *x = &c->in[0];
+    rt_keras_tensor *o = &c->out;
+    int perm[RT_MAX_DIMS];
+    int64_t vd[RT_MAX_DIMS];
+    o->layout = RT_KERAS_PLAIN;
+    switch (mode) {
+    case LAY_PASS:
+        o->layout = x->layout;
+        o->ncf = x->ncf;
+        memcpy(o->cf, x->cf, sizeof o->cf);
+        return 0;
+    case LAY_CF_OUT:
+        o->layout = o->ndim >= 2 ? RT_KERAS_CF : RT_KERAS_PLAIN;
+        return 0;
+    case LAY_FLATTEN_CF:
+        o->layout = RT_KERAS_FLAT;
+        o->ncf = x->ndim;
+        o->cf[0] = x->dims[x->ndim - 1];
+        for (int k = 1; k < x->ndim; k++) o->cf[k] = x->dims[k - 1];
+        return 0;
+    case LAY_DENSE_FLAT: {
+        /* kernel rows: Keras' (C, S..) order for the caller, the flatten's
+         * (S.., C) in the engine */
+        char kn[RT_KERAS_NAME + 8];
+        snprintf(kn, sizeof kn, "%s/kernel", c->layer);
+        rt__entry *e = lay_param(m, first, kn);
+        if (!e || e->shape.ndim != 2)
+            return rt_keras_fail(c, RT_EINVAL, "no kernel to take the channels_first order");
+        const int k = x->ncf;
+        memcpy(vd, x->cf, sizeof(int64_t) * (size_t)k);
+        vd[k] = e->shape.d[1];
+        for (int j = 0; j < k - 1; j++) perm[j] = j + 1;
+        perm[k - 1] = 0;
+        perm[k] = k;
+        return lay_view(m, c, e, 2, e->shape.d, k + 1, vd, perm);
+    }
+    case LAY_PARAMS_FLAT: {
+        const int k = x->ncf;
+        for (int j = 0; j < k - 1; j++) perm[j] = j + 1;
+        perm[k - 1] = 0;
+        for (int i = first; i < m->g->n; i++) {
+            rt__entry *e = &m->g->e[i];
+            if (e->kind != RT__T_PARAM || e->shape.ndim != 1 || e->shape.d[0] != x->dims[0])
+                continue;
+            int rc = lay_view(m, c, e, 1, e->shape.d, k, x->cf, perm);
+            if (rc < 0)
+                return rc;
+        }
+        o->layout = RT_KERAS_FLAT;
+        o->ncf = x->ncf;
+        memcpy(o->cf, x->cf, sizeof o->cf);
+        return 0;
+    }
+    case LAY_PRELU_CF: {
+        char an[RT_KERAS_NAME + 8];
+        snprintf(an, sizeof an, "%s/alpha", c->layer);
+        rt__entry *e = lay_param(m, first, an);
+        o->layout = RT_KERAS_CF;
+        if (!e)
+            return 0;
+        /* alpha is held (S.., C) like its input; Keras' (C, S..) */
+        const int r = e->shape.ndim;
+        vd[0] = e->shape.d[r - 1];
+        for (int j = 1; j < r; j++) vd[j] = e->shape.d[j - 1];
+        for (int j = 0; j < r - 1; j++) perm[j] = j + 1;
+        perm[r - 1] = 0;
+        return lay_view(m, c, e, r, vd, r, vd, perm);
+    }
+    }
+    return 0;
+}
+
 static int is_model_class(const char *cls)
 {
     return strcmp(cls, "Sequential") == 0 || strcmp(cls, "Functional") == 0 ||
@@ -1686,6 +2036,15 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
         return 0;
     }
     if (is_model_class(cls)) {
+        /* a nested model reads its inputs in Keras' order */
+        rt_keras_tensor nin[RT_KERAS_MAX_IN];
+        for (int i = 0; i < n_in; i++) {
+            nin[i] = ins[i];
+            int lrc = lay_to_plain(m, lname, i, &nin[i]);
+            if (lrc < 0)
+                return lrc;
+        }
+        ins = nin;
         json_object *list = jget(layer, "config", json_type_array);
         if (list && strcmp(cls, "Sequential") == 0) {
             if (++m->depth > 32)
@@ -1752,10 +2111,22 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
         if (lwant && n_in != lwant)
             rc = rt_keras_fail(&c, RT_EINVAL, "%s takes %d input(s), got %d", cls, lwant, n_in);
         const int first = m->g->n;
+        int lmode = LAY_PLAIN;
+        if (rc == 0 && !poisoned) {
+            rc = layout_prepare(m, &c, &lmode);
+            if (rc < 0 && rc != RT_EINVAL && rc != RT_ESHAPE)
+                return rc;
+            if (rc < 0) {
+                add_problem(m, rc, m->err ? m->err : rt_strerror(rc));
+                return 0;
+            }
+        }
         if (rc == 0)
             rc = lfn(&c);
         if (rc == 0)
             rc = param_opts_of(&c, first);
+        if (rc == 0)
+            rc = layout_finish(m, &c, lmode, first);
         if (rc == 0 && strcmp(cls, "ActivityRegularization") != 0)
             rc = activity_reg(&c);
         if (rc < 0) {
@@ -2392,6 +2763,9 @@ int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int 
     }
     if (rc == 0 && m->n_prob)
         rc = report_problems(m);
+    /* predictions and labels in Keras' order */
+    if (rc == 0)
+        rc = lay_to_plain(m, res.name, 0, &res);
     if (rc == 0 && rt_graph_set_output(m->g, res.name) < 0)
         rc = ifail(m, RT_EGRAPH, "%s", rt_graph_errmsg(m->g));
 out:

@@ -121,7 +121,21 @@ typedef struct rt_keras_tensor {
     int poisoned;               /* made by a layer that failed: shape unknown */
     char mask[RT_KERAS_NAME];   /* its Keras step mask (B,T) as a graph value
                                  * (Masking, Embedding mask_zero), or "" */
+    /* How the engine holds it; dims are always the engine's.
+     * RT_KERAS_PLAIN  in Keras' order;
+     * RT_KERAS_CF     a channels_first value, Keras (C, S1..Sk), held
+     *                 channels-last (S1..Sk, C), the engine's layout;
+     * RT_KERAS_FLAT   the flatten of such a value: Keras' order is
+     *                 (C, S1..Sk) flattened, the engine holds (S1..Sk, C)
+     *                 flattened; cf[0..ncf) are (C, S1..Sk).
+     * Layer functions see the engine's channels-last dims; run_layer
+     * converts, or folds the order into a following weight. */
+    int layout;
+    int ncf;
+    int64_t cf[RT_MAX_DIMS];
 } rt_keras_tensor;
+
+enum { RT_KERAS_PLAIN = 0, RT_KERAS_CF, RT_KERAS_FLAT };
 
 typedef struct rt_keras_ctx {
     rt_graph *g;

@@ -546,6 +546,26 @@ static int rt__validate_param(rt__cc *cc, int i)
         pr->opts = e->opts;
         if (e->opts.init != RT_INIT_DEFAULT) pr->init = e->opts.init;
     }
+    if (e->view.n) {
+        const rt__view *v = &e->view;
+        int64_t un = 1, vnum = 1;
+        unsigned seen = 0;
+        for (int k = 0; k < v->user.ndim; k++) {
+            if (v->user.d[k] <= 0 || __builtin_mul_overflow(un, v->user.d[k], &un))
+                un = -1;
+            if (un < 0) break;
+        }
+        for (int k = 0; k < v->n; k++) {
+            if (v->d[k] <= 0 || __builtin_mul_overflow(vnum, v->d[k], &vnum)) vnum = -1;
+            if (v->perm[k] < 0 || v->perm[k] >= v->n || (seen >> v->perm[k]) & 1) vnum = -1;
+            if (vnum < 0) break;
+            seen |= 1u << v->perm[k];
+        }
+        if (un != pr->numel || vnum != pr->numel)
+            return rt__cerr(cc, NULL, RT_EINVAL, "param '%s': its view does not hold its %lld "
+                            "elements in a permutation", e->name, (long long)pr->numel);
+        pr->view = *v;
+    }
     if (e->value) {
         pr->value = rt__arena_memdup(cc->A, e->value, sizeof(float) * (size_t)pr->numel);
         if (!pr->value) return RT_ENOMEM;

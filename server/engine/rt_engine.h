@@ -142,6 +142,20 @@ typedef struct rt_param_opts {
  * no parameter has that name; bad values are reported by compile. */
 int rt_graph_set_param_opts(rt_graph *g, const char *name, const rt_param_opts *opts);
 
+/* The order callers see a parameter in (rt_plan_param_info's dims,
+ * rt_exec_get_param, rt_exec_set_param, rt_exec_get_grad) when the engine
+ * stores it in another: the caller's array, of shape user_dims (user_ndim),
+ * read as a tensor of dims vd (vn of them, the same element count) and
+ * transposed by perm (engine dim k is vd[perm[k]]) is the engine's array
+ * in its declared dims. An importer folds a layout change into a weight
+ * with it (a Dense kernel after the flatten of a channels-first value)
+ * while the weight keeps the layout its framework saves. Explicit values
+ * given to rt_graph_add_param are in the engine's order. RT_EINVAL if no
+ * parameter has that name; bad views are reported by compile. */
+int rt_graph_set_param_view(rt_graph *g, const char *name, int user_ndim,
+                            const int64_t *user_dims, int vn, const int64_t *vd,
+                            const int *perm);
+
 typedef enum rt_attr_kind {
     RT_ATTR_INT, RT_ATTR_FLOAT, RT_ATTR_STR, RT_ATTR_INTS, RT_ATTR_FLOATS
 } rt_attr_kind;
@@ -281,6 +295,9 @@ typedef struct rt_train_config {
     float momentum;           /* SGD */
     int nesterov;             /* SGD */
     float beta1, beta2, eps;  /* Adam(W): 0.9, 0.999, 1e-7 (Keras) */
+    int adam_eps_vhat;        /* Adam(W): eps added to sqrt(v_hat), as
+                                 torch.optim.Adam (ONNX models from PyTorch);
+                                 0: to sqrt(v), as Keras */
     float weight_decay;       /* AdamW decoupled decay (Keras default 0.004) */
     float rho;                /* RMSprop: 0.9 */
     float clip_norm;          /* > 0: clip gradients by global norm */

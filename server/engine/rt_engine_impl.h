@@ -94,6 +94,16 @@ typedef struct rt__shape {
 
 int64_t rt__shape_numel(const rt__shape *s); /* per sample when batched */
 
+/* The order callers see a parameter in when the engine stores it in
+ * another (rt_graph_set_param_view): the user's array of shape user, read
+ * as dims d (rank n), transposed by perm, is the engine's. n 0: none. */
+typedef struct rt__view {
+    int n;
+    int64_t d[RT_MAX_DIMS];
+    int perm[RT_MAX_DIMS];
+    rt__shape user;
+} rt__view;
+
 /* One graph entry: the data input, a parameter or a node. */
 typedef struct rt__entry {
     rt__tkind kind;
@@ -105,6 +115,7 @@ typedef struct rt__entry {
     const float *value;     /* param: explicit values or NULL */
     int has_opts;           /* param: opts set by rt_graph_set_param_opts */
     rt_param_opts opts;
+    rt__view view;          /* param: rt_graph_set_param_view */
     const char *op;         /* node */
     int n_in;
     const char **in;
@@ -438,6 +449,7 @@ typedef struct rt__param {
     rt_init init;
     const float *value;     /* explicit initial values (plan arena) or NULL */
     rt_param_opts opts;     /* zeroed when the graph set none */
+    rt__view view;          /* the order callers see it in (n 0: the engine's) */
     int64_t off;            /* floats into the parameter block */
     int64_t goff;           /* floats into grad/opt blocks (trainable) */
     int entry;

@@ -1110,11 +1110,45 @@ int rt_exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n, double *loss)
 
 /* ---------------------------------------------------------------- params */
 
+/* A parameter between the engine's order (eng) and its callers' (usr):
+ * the engine's elements in order, each with its place in the caller's
+ * array (rt__view). to_user: usr[...] = eng[...], else the other way. */
+static void rt__view_copy(const rt__param *pr, float *usr, float *eng, int to_user)
+{
+    const rt__view *v = &pr->view;
+    if (!v->n) {
+        if (to_user) memcpy(usr, eng, sizeof(float) * (size_t)pr->numel);
+        else memcpy(eng, usr, sizeof(float) * (size_t)pr->numel);
+        return;
+    }
+    int64_t ustride[RT_MAX_DIMS], ed[RT_MAX_DIMS], es[RT_MAX_DIMS], idx[RT_MAX_DIMS] = {0};
+    int64_t s = 1;
+    for (int k = v->n - 1; k >= 0; k--) {
+        ustride[k] = s;
+        s *= v->d[k];
+    }
+    for (int k = 0; k < v->n; k++) {
+        ed[k] = v->d[v->perm[k]];
+        es[k] = ustride[v->perm[k]];
+    }
+    int64_t u = 0;
+    for (int64_t j = 0; j < pr->numel; j++) {
+        if (to_user) usr[u] = eng[j];
+        else eng[j] = usr[u];
+        for (int k = v->n - 1; k >= 0; k--) {
+            u += es[k];
+            if (++idx[k] < ed[k]) break;
+            u -= es[k] * ed[k];
+            idx[k] = 0;
+        }
+    }
+}
+
 int rt_exec_get_param(const rt_exec *e, int i, float *dst)
 {
     if (!e || !dst || i < 0 || i >= e->p->n_params) return RT_EINVAL;
     const rt__param *pr = &e->p->params[i];
-    memcpy(dst, e->w + pr->off, sizeof(float) * (size_t)pr->numel);
+    rt__view_copy(pr, dst, e->w + pr->off, 1);
     return 0;
 }
 
@@ -1122,7 +1156,7 @@ int rt_exec_set_param(rt_exec *e, int i, const float *src)
 {
     if (!e || !src || i < 0 || i >= e->p->n_params) return RT_EINVAL;
     const rt__param *pr = &e->p->params[i];
-    memcpy(e->w + pr->off, src, sizeof(float) * (size_t)pr->numel);
+    rt__view_copy(pr, (float *)src, e->w + pr->off, 0);
     __atomic_add_fetch(&e->edits, 1, __ATOMIC_RELEASE);
     return 0;
 }
@@ -1131,7 +1165,7 @@ int rt_exec_get_grad(const rt_exec *e, int i, float *dst)
 {
     if (!e || !dst || i < 0 || i >= e->p->n_params) return RT_EINVAL;
     const rt__param *pr = &e->p->params[i];
-    if (pr->trainable) memcpy(dst, e->g + pr->goff, sizeof(float) * (size_t)pr->numel);
+    if (pr->trainable) rt__view_copy(pr, dst, e->g + pr->goff, 1);
     else memset(dst, 0, sizeof(float) * (size_t)pr->numel);
     return 0;
 }

@@ -285,6 +285,30 @@ int rt_graph_set_param_opts(rt_graph *g, const char *name, const rt_param_opts *
     return rt__gerr(g, RT_EINVAL, "no param '%s'", name);
 }
 
+int rt_graph_set_param_view(rt_graph *g, const char *name, int user_ndim,
+                            const int64_t *user_dims, int vn, const int64_t *vd,
+                            const int *perm)
+{
+    if (!g || !name || user_ndim < 0 || user_ndim > RT_MAX_DIMS || vn < 1 ||
+        vn > RT_MAX_DIMS || (user_ndim && !user_dims) || !vd || !perm)
+        return RT_EINVAL;
+    for (int i = g->n - 1; i >= 0; i--) {
+        rt__entry *e = &g->e[i];
+        if (e->kind != RT__T_PARAM || strcmp(e->name, name) != 0) continue;
+        rt__view *v = &e->view;
+        memset(v, 0, sizeof *v);
+        v->n = vn;
+        for (int k = 0; k < vn; k++) {
+            v->d[k] = vd[k];
+            v->perm[k] = perm[k];
+        }
+        v->user.ndim = user_ndim;
+        for (int k = 0; k < user_ndim; k++) v->user.d[k] = user_dims[k];
+        return 0;
+    }
+    return rt__gerr(g, RT_EINVAL, "no param '%s'", name);
+}
+
 int rt_graph_add_node(rt_graph *g, const char *name, const char *op, int n_in,
                       const char *const *inputs, int n_attr,
                       const rt_attr *attrs)

@@ -15,7 +15,8 @@
  *                 alpha = lr sqrt(1-b2^t) / (1-b1^t)
  *                 as Keras (keras/src/optimizers/adam.py): eps is added to
  *                 sqrt(v), Kingma and Ba's "epsilon hat", not to
- *                 sqrt(v_hat) as torch.optim.Adam and tfjs do (eps 1e-7)
+ *                 sqrt(v_hat) as torch.optim.Adam and tfjs do (eps 1e-7);
+ *                 adam_eps_vhat: torch's, w -= lr/(1-b1^t) m / (sqrt(v_hat) + eps)
  *   AdamW         w *= 1 - lr wd, then Adam (decoupled decay, Keras/torch)
  *   RMSprop       v = rho v + (1-rho) g^2;  w -= lr g / sqrt(v + eps)
  *                 (Keras 3: eps inside the square root)
@@ -115,6 +116,8 @@ static void rt__opt_chunk(const rt_train_config *c, float lr, int64_t t,
         const double bc1 = 1.0 - pow((double)b1, (double)t);
         const double bc2 = 1.0 - pow((double)b2, (double)t);
         const float alpha = (float)((double)lr * sqrt(bc2) / bc1);
+        /* torch: the same with eps / sqrt(1-b2^t) in place of eps */
+        const float eps_t = c->adam_eps_vhat ? (float)((double)eps * sqrt(bc2)) : eps;
         if (c->opt == RT_OPT_ADAMW && c->weight_decay > 0) {
             const float decay = (float)(1.0 - (double)lr * (double)c->weight_decay);
             for (int64_t i = 0; i < count; i++) w[i] *= decay;
@@ -125,7 +128,7 @@ static void rt__opt_chunk(const rt_train_config *c, float lr, int64_t t,
             const float v = s2[i] * b2 + gi * gi * ob2;
             s1[i] = m;
             s2[i] = v;
-            w[i] -= m * alpha / (sqrtf(v) + eps);
+            w[i] -= m * alpha / (sqrtf(v) + eps_t);
         }
         break;
     }

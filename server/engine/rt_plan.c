@@ -58,8 +58,9 @@ int rt_plan_param_info(const rt_plan *p, int i, const char **name,
     const rt__param *pr = &p->params[i];
     if (name) *name = pr->name;
     if (trainable) *trainable = pr->trainable;
-    if (dims) rt__copy_shape(&pr->shape, dims);
-    return pr->shape.ndim;
+    const rt__shape *sh = pr->view.n ? &pr->view.user : &pr->shape;
+    if (dims) rt__copy_shape(sh, dims);
+    return sh->ndim;
 }
 
 /* ------------------------------------------------------------------- key */
@@ -108,6 +109,13 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
                 rt__hi(s, o->c_axes);
                 rt__h(s, f, sizeof f);
             }
+            rt__hi(s, e->view.n);
+            if (e->view.n) {
+                rt__h(s, e->view.d, sizeof e->view.d);
+                rt__h(s, e->view.perm, sizeof e->view.perm);
+                rt__hi(s, e->view.user.ndim);
+                rt__h(s, e->view.user.d, sizeof e->view.user.d);
+            }
             if (e->value)
                 rt__h(s, e->value, sizeof(float) * (size_t)rt__shape_numel(&e->shape));
         }
@@ -140,7 +148,7 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
     /* config, field by field (struct padding is not hashed) */
     rt__hi(s, c->loss); rt__hi(s, c->from_logits); rt__hi(s, c->opt);
     rt__hf(s, c->lr); rt__hf(s, c->momentum); rt__hi(s, c->nesterov);
-    rt__hf(s, c->beta1); rt__hf(s, c->beta2); rt__hf(s, c->eps);
+    rt__hf(s, c->beta1); rt__hf(s, c->beta2); rt__hf(s, c->eps); rt__hi(s, c->adam_eps_vhat);
     rt__hf(s, c->weight_decay); rt__hf(s, c->rho); rt__hf(s, c->clip_norm);
     rt__hi(s, c->sched); rt__hi(s, c->step_size); rt__hf(s, c->gamma);
     rt__hi(s, c->warmup_steps); rt__hi(s, c->total_steps); rt__hf(s, c->min_lr);

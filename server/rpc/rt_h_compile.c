@@ -245,6 +245,8 @@ static int build_graph(rt_call *c, compile_st *st)
         if (rc < 0)
             return rt_call_fail(c, rc, "%s", err);
         st->nchw = io.nchw_input;
+        /* a PyTorch model trains with torch.optim.Adam's epsilon */
+        st->cfg.adam_eps_vhat = 1;
     } else {
         st->g = rt_graph_create();
         if (!st->g)

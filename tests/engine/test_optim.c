@@ -110,8 +110,12 @@ static void replay(const char *name, rt_train_config cfg, int steps)
                 if (cfg.opt == RT_OPT_ADAMW) w[i] *= 1 - lr * cfg.weight_decay;
                 m[i] = cfg.beta1 * m[i] + (1 - cfg.beta1) * g[i];
                 v[i] = cfg.beta2 * v[i] + (1 - cfg.beta2) * g[i] * g[i];
-                w[i] -= m[i] * (lr * sqrt(1 - pow(cfg.beta2, (double)t)) /
-                                (1 - pow(cfg.beta1, (double)t))) / (sqrt(v[i]) + cfg.eps);
+                if (cfg.adam_eps_vhat) /* torch.optim.Adam */
+                    w[i] -= lr / (1 - pow(cfg.beta1, (double)t)) * m[i] /
+                            (sqrt(v[i]) / sqrt(1 - pow(cfg.beta2, (double)t)) + cfg.eps);
+                else
+                    w[i] -= m[i] * (lr * sqrt(1 - pow(cfg.beta2, (double)t)) /
+                                    (1 - pow(cfg.beta1, (double)t))) / (sqrt(v[i]) + cfg.eps);
                 break;
             }
         }
@@ -169,6 +173,13 @@ int main(void)
     c.opt = RT_OPT_ADAMW;
     c.weight_decay = 0.1f;
     replay("adamw", c, 12);
+    /* torch.optim.Adam's eps (ONNX models): a large eps shows the place */
+    rt_train_config_init(&c);
+    c.lr = 0.02f;
+    c.eps = 1e-2f;
+    replay("adam, Keras' eps 1e-2", c, 12);
+    c.adam_eps_vhat = 1;
+    replay("adam, torch's eps 1e-2", c, 12);
 
     rt_train_config_init(&c);
     c.opt = RT_OPT_SGD;
