@@ -309,9 +309,13 @@ static int parse_init(rt_keras_ctx *c, const char *key, json_object *v, rt_param
             return rt_keras_fail(c, RT_EINVAL, "'%s': stddev < 0", key);
         return obj_fields_ok(c, key, oc, k);
     }
-    if (name_eq(name, "Orthogonal") || name_eq(name, "Identity")) {
+    /* Keras 3.0-3.3 wrote OrthogonalInitializer and IdentityInitializer
+     * (keras/src/initializers/__init__.py keeps them as aliases) */
+    if (name_eq(name, "Orthogonal") || name_eq(name, "Identity") ||
+        name_eq(name, "OrthogonalInitializer") || name_eq(name, "IdentityInitializer")) {
         static const char *const k[] = {"gain", NULL};
-        o->init = name_eq(name, "Orthogonal") ? RT_INIT_ORTHOGONAL : RT_INIT_IDENTITY;
+        o->init = name_eq(name, "Orthogonal") || name_eq(name, "OrthogonalInitializer")
+                      ? RT_INIT_ORTHOGONAL : RT_INIT_IDENTITY;
         /* Keras 1's orthogonal scaled by 1.1 */
         double def = c->keras1 && o->init == RT_INIT_ORTHOGONAL ? 1.1 : 1.0;
         if ((rc = obj_num(c, key, oc, "gain", def, &o->scale)) < 0)
@@ -1991,6 +1995,113 @@ static int layout_finish(imp *m, rt_keras_ctx *c, int mode, int first)
     return 0;
 }
 
+/* ------------------------------------------- Keras 3 serialized objects */
+
+/* An activation saved as an object where Keras 2 wrote a name: Keras 3's
+ * {"class_name": "function", "config": "relu", "module": ...} and an
+ * activation layer given as the activation ({"class_name": "LeakyReLU",
+ * "config": {...}}), as the equal name in a copy of the config; msg says
+ * why one cannot be (returns -1). */
+static double obj_cfg_num(json_object *cfg, const char *k, double def)
+{
+    json_object *v;
+    if (!cfg || !json_object_object_get_ex(cfg, k, &v) || !v ||
+        !(json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)))
+        return def;
+    return json_object_get_double(v);
+}
+
+static int activation_objects(imp *m, rt_keras_ctx *c, char *msg, size_t ml)
+{
+    static const char *const keys[] = {"activation", "recurrent_activation"};
+    for (size_t i = 0; i < 2 && c->cfg; i++) {
+        json_object *v = NULL;
+        if (!json_object_object_get_ex(c->cfg, keys[i], &v) ||
+            !json_object_is_type(v, json_type_object))
+            continue;
+        const char *cls = jstr(v, "class_name"), *mod = jstr(v, "module"),
+                   *reg = jstr(v, "registered_name");
+        json_object *oc = NULL;
+        json_object_object_get_ex(v, "config", &oc);
+        const char *name = NULL;
+        char slope[64] = "";
+        if (!cls) {
+            name = NULL;
+        } else if (reg && strchr(reg, '>')) {
+            snprintf(msg, ml, "'%s' is the custom function '%.48s': its Python code is not in "
+                     "the JSON (layer '%.64s')", keys[i], reg, c->layer);
+            return -1;
+        } else if (strcmp(cls, "function") == 0 && json_object_is_type(oc, json_type_string) &&
+                   (!mod || strncmp(mod, "keras", 5) == 0)) {
+            name = json_object_get_string(oc);
+        } else if (strcmp(cls, "Activation") == 0 && jstr(oc, "activation")) {
+            name = jstr(oc, "activation");
+        } else if (strcmp(cls, "ReLU") == 0) {
+            json_object *mx = NULL;
+            if (oc) json_object_object_get_ex(oc, "max_value", &mx);
+            if (!mx && obj_cfg_num(oc, "negative_slope", 0) == 0 &&
+                obj_cfg_num(oc, "threshold", 0) == 0)
+                name = "relu";
+        } else if (strcmp(cls, "LeakyReLU") == 0) {
+            /* Keras 3 negative_slope, Keras 2 alpha (default 0.3 in both
+             * layers; the "leaky_relu" function's is 0.2) */
+            double a = obj_cfg_num(oc, "negative_slope", obj_cfg_num(oc, "alpha", 0.3));
+            if (fabs(a - 0.2) < 1e-7)
+                name = "leaky_relu";
+            else
+                snprintf(slope, sizeof slope, " with negative_slope %g", a);
+        } else if (strcmp(cls, "ELU") == 0) {
+            if (obj_cfg_num(oc, "alpha", 1.0) == 1.0) name = "elu";
+        } else if (strcmp(cls, "Softmax") == 0) {
+            if (obj_cfg_num(oc, "axis", -1) == -1) name = "softmax";
+        }
+        if (!name) {
+            snprintf(msg, ml, "'%s' is a %.40s object%s, which has no activation name: use a "
+                     "%.40s layer after it (layer '%.64s')", keys[i], cls ? cls : "?", slope,
+                     cls ? cls : "activation", c->layer);
+            return -1;
+        }
+        if (!lay_cfg_copy(m, c))
+            return ifail(m, RT_ENOMEM, "out of memory");
+        json_object_object_add(c->cfg, keys[i], json_object_new_string(name));
+    }
+    return 0;
+}
+
+/* The layer's dtype policy: float32 (Keras 3's DTypePolicy object, Keras
+ * 2's "Policy", or the name) as rtrain computes; a mixed or 16-bit policy
+ * would compute another way and is refused. */
+static int dtype_policy(rt_keras_ctx *c, char *msg, size_t ml)
+{
+    static const char *const keys[] = {"dtype", "dtype_policy"};
+    for (size_t i = 0; i < 2 && c->cfg; i++) {
+        json_object *v = NULL;
+        if (!json_object_object_get_ex(c->cfg, keys[i], &v) || !v)
+            continue;
+        const char *name = NULL;
+        if (json_object_is_type(v, json_type_string)) {
+            name = json_object_get_string(v);
+        } else if (json_object_is_type(v, json_type_object)) {
+            json_object *oc = NULL;
+            json_object_object_get_ex(v, "config", &oc);
+            name = jstr(oc, "name");
+            if (!name) {
+                snprintf(msg, ml, "'%s' is a %.40s without a name (layer '%.64s')", keys[i],
+                         jstr(v, "class_name") ? jstr(v, "class_name") : "policy", c->layer);
+                return -1;
+            }
+        }
+        if (name && (strncmp(name, "mixed_", 6) == 0 || strcmp(name, "float16") == 0 ||
+                     strcmp(name, "bfloat16") == 0 || strcmp(name, "half") == 0)) {
+            snprintf(msg, ml, "dtype policy '%.32s' is not supported: rtrain computes in "
+                     "float32; save the model with the float32 policy (layer '%.64s')", name,
+                     c->layer);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int is_model_class(const char *cls)
 {
     return strcmp(cls, "Sequential") == 0 || strcmp(cls, "Functional") == 0 ||
@@ -2112,6 +2223,11 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
             rc = rt_keras_fail(&c, RT_EINVAL, "%s takes %d input(s), got %d", cls, lwant, n_in);
         const int first = m->g->n;
         int lmode = LAY_PLAIN;
+        if (rc == 0 && (dtype_policy(&c, lerr, sizeof lerr) < 0 ||
+                        activation_objects(m, &c, lerr, sizeof lerr) < 0)) {
+            add_problem(m, RT_EUNIMPLEMENTED, lerr);
+            return 0;
+        }
         if (rc == 0 && !poisoned) {
             rc = layout_prepare(m, &c, &lmode);
             if (rc < 0 && rc != RT_EINVAL && rc != RT_ESHAPE)
@@ -2858,11 +2974,23 @@ int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *o)
         loss = json_object_array_get_idx(loss, 0);
     if (loss) {
         const char *ln = obj_name(loss, &lc);
-        /* a loss class ("CategoricalCrossentropy") in Keras' function
-         * spelling ("categorical_crossentropy") */
+        /* Keras 3 saves a loss function as {"class_name": "function",
+         * "config": "binary_crossentropy", "module": "builtins"} */
+        if (ln && strcmp(ln, "function") == 0 && lc == NULL) {
+            json_object *fc = NULL;
+            if (json_object_object_get_ex(loss, "config", &fc) &&
+                json_object_is_type(fc, json_type_string))
+                ln = json_object_get_string(fc);
+        }
+        /* a loss class ("CategoricalCrossentropy", an object or, as Keras
+         * 2.12 saves it, a string) in Keras' function spelling
+         * ("categorical_crossentropy"); "MSE" stays "mse" */
         size_t k = 0;
-        for (const char *q = ln ? ln : ""; *q && k + 2 < sizeof o->loss; q++) {
-            if (isupper((unsigned char)*q) && k > 0 && json_object_is_type(loss, json_type_object))
+        const char *q0 = ln ? ln : "";
+        for (const char *q = q0; *q && k + 2 < sizeof o->loss; q++) {
+            const int up = isupper((unsigned char)*q);
+            if (up && q > q0 && (islower((unsigned char)q[-1]) || isdigit((unsigned char)q[-1]) ||
+                                 (isupper((unsigned char)q[-1]) && islower((unsigned char)q[1]))))
                 o->loss[k++] = '_';
             o->loss[k++] = (char)tolower((unsigned char)*q);
         }

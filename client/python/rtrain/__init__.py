@@ -117,10 +117,39 @@ _PREDICT_CHUNK_BYTES = 2 << 20
 
 # ---------------------------------------------------------------- models
 
+def _loss_spec(loss):
+    """A loss as Keras saves or takes it, as (Keras function name,
+    from_logits or None): a name ("mse"), a class name
+    ("SparseCategoricalCrossentropy", as Keras 2.12 saves it), a Keras
+    2/3 object ({"class_name": ..., "config": {"from_logits": ...}}) or
+    Keras 3's function object ({"class_name": "function", "config":
+    "binary_crossentropy"})."""
+    from_logits = None
+    if isinstance(loss, dict):
+        cfg = loss.get("config")
+        if loss.get("class_name") == "function" and isinstance(cfg, str):
+            loss = cfg
+        else:
+            if isinstance(cfg, dict) and isinstance(cfg.get("from_logits"), bool):
+                from_logits = cfg["from_logits"]
+            loss = loss.get("class_name")
+    if not isinstance(loss, str):
+        return None, None
+    if any(c.isupper() for c in loss):
+        out = []
+        for i, c in enumerate(loss):
+            if c.isupper() and i and (loss[i - 1].islower() or loss[i - 1].isdigit() or
+                                      (i + 1 < len(loss) and loss[i + 1].islower())):
+                out.append("_")
+            out.append(c.lower())
+        loss = "".join(out)
+    return loss, from_logits
+
+
 def _saved_loss(spec_json):
     """The loss a Keras model saved with itself (Keras 3 compile_config,
-    Keras 2 training_config, also inside TF.js modelTopology), as a Keras
-    loss name, or None."""
+    Keras 2 training_config, also inside TF.js modelTopology) as it was
+    saved (a name or an object: _loss_spec reads it), or None."""
     try:
         doc = _json.loads(spec_json)
     except ValueError:
@@ -133,11 +162,7 @@ def _saved_loss(spec_json):
             loss = tc.get("loss")
             if isinstance(loss, dict) and "class_name" not in loss and len(loss) == 1:
                 loss = next(iter(loss.values()))
-            if isinstance(loss, dict):
-                name = loss.get("class_name", "")
-                return "".join("_" + c.lower() if c.isupper() and i else c.lower()
-                               for i, c in enumerate(name)) or None
-            return loss if isinstance(loss, str) else None
+            return loss if _loss_spec(loss)[0] else None
         doc = doc.get("modelTopology") or doc.get("model_config")
     return None
 
@@ -1155,6 +1180,11 @@ class Client(_rtrain.Client):
         if loss is None:
             raise ValueError("compile needs a loss (the model saved none), e.g. "
                              "loss='sparse_categorical_crossentropy'")
+        # a class name or a saved loss object, as Keras takes them
+        name, logits = _loss_spec(loss)
+        if name in _LOSSES:
+            loss = name
+            from_logits = from_logits or bool(logits)
         if not isinstance(loss, str) or loss not in _LOSSES:
             raise ValueError("unknown loss %r (known: %s)"
                              % (loss, ", ".join(sorted(_LOSSES))))

@@ -107,6 +107,17 @@ def _ints(v, n, what):
     return [_pos_int(int(e), what) for e in v]
 
 
+def _dtype_name(dtype):
+    """A layer's dtype as saved: a name, Keras 3's DTypePolicy object or
+    Keras 2's Policy ({"class_name": ..., "config": {"name": ...}})."""
+    if isinstance(dtype, dict):
+        name = (dtype.get("config") or {}).get("name")
+        if not isinstance(name, str):
+            raise ValueError("dtype %r has no policy name" % (dtype,))
+        return name
+    return dtype
+
+
 def _shape(shape, what="input_shape"):
     if shape is None:
         return None
@@ -156,9 +167,12 @@ class Layer:
                  input_dim=None, batch_input_shape=None, dtype=None):
         if name is not None and (not isinstance(name, str) or not name):
             raise ValueError("layer name must be a non-empty string")
+        dtype = _dtype_name(dtype)
         if dtype not in (None, "float32"):
             raise ValueError("only float32 layers are supported, got dtype %r"
-                             % (dtype,))
+                             "%s" % (dtype, " (a mixed precision policy: save the "
+                                     "model with the float32 policy)"
+                                     if dtype.startswith("mixed_") else ""))
         given = [v for v in (input_shape, input_dim, batch_input_shape)
                  if v is not None]
         if len(given) > 1:
