@@ -1,0 +1,583 @@
+#!/usr/bin/env node
+/*
+ * gen_tfjs_fixtures.js - TensorFlow.js as the reference for rtrain's Keras
+ * importer and engine (tests/keras_import/test_keras_tfjs.c holds rtrain to
+ * the fixtures this writes; ctest does not need node).
+ *
+ * For every model of the corpora (tests/fixtures/keras-corpus and
+ * keras-corpus-2, listed in their SOURCES) that tfjs' modelFromJSON
+ * accepts, with at most MAX_PARAMS parameters:
+ *   - rtrain draws the initial weights (test_keras_tfjs dump) and they are
+ *     set in tfjs;
+ *   - tfjs' predictions on a fixed batch, its evaluate loss, the metrics
+ *     (Keras' definitions, computed with tfjs' ops from its predictions),
+ *     and the losses and weights of 3 SGD steps and 3 Adam steps on fixed
+ *     batches are written to <model>.json beside this script.
+ * callbacks.json: EarlyStopping and ReduceLROnPlateau decisions on fixed
+ * monitor sequences (see callbackCases).
+ *
+ * Setup and run (the pure-JS CPU backend; tfjs-node is not used):
+ *   npm install --prefix build/tfjs @tensorflow/tfjs@4
+ *   NODE_PATH=build/tfjs/node_modules node tests/keras_import/tfjs/gen_tfjs_fixtures.js \
+ *       . build/tests/keras_import/test_keras_tfjs [model.json ... | --callbacks]
+ *
+ * The data (inputs, labels) and the sampled weight positions follow the
+ * rules in test_keras_tfjs.c's header comment.
+ *
+ * Where tfjs differs from Keras (keras-team/keras, keras/src/...), the
+ * generator makes tfjs compute Keras' definition and says so here:
+ *   - Adam: Keras adds epsilon to sqrt(v) (optimizers/adam.py: m * alpha /
+ *     (sqrt(v) + eps), alpha = lr sqrt(1 - b2^t) / (1 - b1^t)); tfjs-core's
+ *     adam_optimizer adds it to sqrt(v / (1 - b2^t)). Step t runs with tfjs'
+ *     epsilon set to eps / sqrt(1 - b2^t), which is Keras' update.
+ *   - precision, recall: tfjs-layers counts y_pred == 1 as positive; Keras
+ *     thresholds y_pred > 0.5 (metrics/confusion_metrics.py), so tfjs is
+ *     given the thresholded predictions.
+ *   - top-k accuracy: tfjs-layers' topKCategoricalAccuracy throws
+ *     NotImplementedError; it is computed with tfjs-core's topk as Keras'
+ *     in_top_k (the target's score >= the k-th largest score).
+ *   - AUC: not in tfjs (rtrain's stays tested by test_keras_metrics.c).
+ *   - EarlyStopping with a baseline and ReduceLROnPlateau: see
+ *     callbackCases.
+ */
+'use strict';
+const fs = require('fs');
+const path = require('path');
+const cp = require('child_process');
+const tf = require('@tensorflow/tfjs');
+
+const MAX_PARAMS = 7000000; /* as keras_corpus trains (ctest's budget) */
+const SAMPLES = 64;
+const OUT = __dirname;
+
+function mix(x) {
+  x >>>= 0;
+  x ^= x >>> 16;
+  x = Math.imul(x, 0x7feb352d) >>> 0;
+  x ^= x >>> 15;
+  x = Math.imul(x, 0x846ca68b) >>> 0;
+  x ^= x >>> 16;
+  return x >>> 0;
+}
+
+/* as test_keras_tfjs.c's derive() */
+function derive(o, names) {
+  const drop = ['Dropout', 'SpatialDropout1D', 'SpatialDropout2D', 'SpatialDropout3D',
+                'GaussianDropout', 'AlphaDropout'];
+  const rnn = ['LSTM', 'GRU', 'SimpleRNN', 'CuDNNLSTM', 'CuDNNGRU'];
+  const zero = (cfg, k) => {
+    if (typeof cfg[k] === 'number' && cfg[k] !== 0) {
+      cfg[k] = 0;
+      return true;
+    }
+    return false;
+  };
+  if (Array.isArray(o)) {
+    o.forEach(v => derive(v, names));
+    return;
+  }
+  if (o === null || typeof o !== 'object') return;
+  if (typeof o.class_name === 'string' && o.config && typeof o.config === 'object' &&
+      !Array.isArray(o.config)) {
+    const c = o.class_name, cfg = o.config;
+    let changed = false;
+    if (drop.includes(c)) changed = zero(cfg, 'rate') | zero(cfg, 'p');
+    else if (c === 'GaussianNoise') changed = zero(cfg, 'stddev') | zero(cfg, 'sigma');
+    else if (rnn.includes(c))
+      changed = zero(cfg, 'dropout') | zero(cfg, 'recurrent_dropout') | zero(cfg, 'dropout_W') |
+                zero(cfg, 'dropout_U');
+    if (changed && cfg.name !== undefined) names.push(cfg.name);
+  }
+  for (const k of Object.keys(o)) derive(o[k], names);
+}
+
+/* What tfjs 4 cannot read of a Keras 3 file, rewritten in the Keras 2 form
+ * it reads (the fixture lists what was rewritten): InputLayer's batch_shape
+ * (batch_input_shape), DTypePolicy objects (their name), inbound_nodes in
+ * Keras 3's args/keras_history form. */
+function tfjsCompat(o, notes) {
+  if (Array.isArray(o)) return o.map(v => tfjsCompat(v, notes));
+  if (o === null || typeof o !== 'object') return o;
+  const r = {};
+  for (const k of Object.keys(o)) r[k] = tfjsCompat(o[k], notes);
+  if (r.class_name === 'InputLayer' && r.config && r.config.batch_shape &&
+      !r.config.batch_input_shape) {
+    r.config.batch_input_shape = r.config.batch_shape;
+    delete r.config.batch_shape;
+    if (!notes.includes('batch_shape')) notes.push('batch_shape');
+  }
+  /* the weights are rtrain's, set after: tfjs' own draw is skipped (its
+   * Orthogonal of a 512x2048 kernel takes minutes) */
+  if (r.config && typeof r.config === 'object' && !Array.isArray(r.config))
+    for (const k of Object.keys(r.config))
+      if (k.endsWith('_initializer') && r.config[k] !== null)
+        r.config[k] = {class_name: 'Zeros', config: {}};
+  if (r.config && r.config.dtype && typeof r.config.dtype === 'object') {
+    r.config.dtype = (r.config.dtype.config && r.config.dtype.config.name) || 'float32';
+    if (!notes.includes('dtype_policy')) notes.push('dtype_policy');
+  }
+  return r;
+}
+
+function readDump(file) {
+  const b = fs.readFileSync(file);
+  if (b.toString('latin1', 0, 4) !== 'RTW1') throw new Error('bad dump ' + file);
+  let o = 4;
+  const n = b.readUInt32LE(o);
+  o += 4;
+  const params = [];
+  for (let i = 0; i < n; i++) {
+    const nl = b.readUInt32LE(o);
+    o += 4;
+    const name = b.toString('utf8', o, o + nl);
+    o += nl;
+    const trainable = b.readUInt32LE(o);
+    const nd = b.readUInt32LE(o + 4);
+    o += 8;
+    const dims = [];
+    for (let k = 0; k < nd; k++) dims.push(b.readInt32LE(o + 4 * k));
+    o += 4 * nd;
+    const cnt = dims.reduce((a, c) => a * c, 1);
+    const v = new Float32Array(cnt);
+    for (let k = 0; k < cnt; k++) v[k] = b.readFloatLE(o + 4 * k);
+    o += 4 * cnt;
+    params.push({name, trainable, dims, v});
+  }
+  return params;
+}
+
+/* shortest text that reads back as the same float32 */
+function f32(x) {
+  if (!isFinite(x)) return x; /* a NaN/Inf shows as null in JSON: a failure */
+  for (let p = 6; p < 10; p++) {
+    const s = Number(x.toPrecision(p));
+    if (Math.fround(s) === x) return s;
+  }
+  return x;
+}
+
+function sampled(v) {
+  const cnt = v.length;
+  if (cnt <= SAMPLES) return Array.from(v, f32);
+  const stride = Math.floor(cnt / SAMPLES), r = [];
+  for (let k = 0; k < SAMPLES; k++)
+    r.push(f32(v[Math.floor(k * cnt / SAMPLES) + (k * 131) % stride]));
+  return r;
+}
+
+function rms(v) {
+  let q = 0;
+  for (let i = 0; i < v.length; i++) q += v[i] * v[i];
+  return Math.sqrt(q / Math.max(1, v.length));
+}
+
+function outputActivation(model) {
+  const layer = model.outputs[0].sourceLayer;
+  const cls = layer.getClassName();
+  if (cls === 'Softmax') return 'softmax';
+  const act = layer.activation;
+  if (act && act.getClassName) return act.getClassName();
+  return 'linear';
+}
+
+function makeX(spec, per) {
+  const total = per * spec.n, x = new Float32Array(total);
+  for (let i = 0; i < total; i++) {
+    const h = mix((i ^ 0x5eed0001) >>> 0);
+    x[i] = spec.x.kind === 'index' ? h % spec.x.mod : ((h >>> 22) - 512) / 512;
+  }
+  return x;
+}
+
+function makeY(spec, od) {
+  const per = od.reduce((a, c) => a * c, 1), total = per * spec.n, c = od[od.length - 1];
+  if (spec.labels === 'sparse') {
+    const y = new Float32Array(total / c);
+    for (let j = 0; j < y.length; j++) y[j] = mix((j ^ 0x1abe1000) >>> 0) % spec.classes;
+    return y;
+  }
+  const y = new Float32Array(total);
+  if (spec.labels === 'onehot') {
+    for (let j = 0; j < total / c; j++) y[j * c + mix((j ^ 0x1abe1000) >>> 0) % c] = 1;
+  } else {
+    for (let j = 0; j < total; j++) {
+      const h = mix((j ^ 0x1abe1000) >>> 0);
+      y[j] = spec.labels === 'binary' ? h >>> 31 : (h >>> 22) / 1024;
+    }
+  }
+  return y;
+}
+
+function lossFn(spec) {
+  if (spec.from_logits) {
+    if (spec.loss === 'categorical_crossentropy')
+      return (yt, yp) => tf.losses.softmaxCrossEntropy(yt, yp);
+    if (spec.loss === 'binary_crossentropy')
+      return (yt, yp) => tf.losses.sigmoidCrossEntropy(yt, yp);
+    throw new Error('from_logits ' + spec.loss);
+  }
+  return {
+    categorical_crossentropy: 'categoricalCrossentropy',
+    sparse_categorical_crossentropy: 'sparseCategoricalCrossentropy',
+    binary_crossentropy: 'binaryCrossentropy',
+    mse: 'meanSquaredError',
+    mae: 'meanAbsoluteError',
+    logcosh: 'logcosh',
+  }[spec.loss];
+}
+
+/* Keras' metrics from tfjs' predictions p of all n samples */
+function metrics(spec, y, p, yShape) {
+  const r = {};
+  const mean = t => t.mean().dataSync()[0];
+  const yt = tf.tensor(y, yShape);
+  const thresholded = tf.cast(tf.greater(p, 0.5), 'float32');
+  if (spec.labels === 'sparse') {
+    r.accuracy = r.sparse_categorical_accuracy = mean(tf.metrics.sparseCategoricalAccuracy(yt, p));
+  } else if (spec.labels === 'onehot') {
+    r.accuracy = r.categorical_accuracy = mean(tf.metrics.categoricalAccuracy(yt, p));
+    r.precision = tf.metrics.precision(yt, thresholded).dataSync()[0];
+    r.recall = tf.metrics.recall(yt, thresholded).dataSync()[0];
+  } else if (spec.labels === 'binary') {
+    r.accuracy = r.binary_accuracy = mean(tf.metrics.binaryAccuracy(yt, p));
+    r.precision = tf.metrics.precision(yt, thresholded).dataSync()[0];
+    r.recall = tf.metrics.recall(yt, thresholded).dataSync()[0];
+  } else {
+    r.mae = mean(tf.metrics.meanAbsoluteError(yt, p));
+    r.mse = mean(tf.metrics.meanSquaredError(yt, p));
+    r.rmse = Math.sqrt(r.mse);
+  }
+  const c = p.shape[p.shape.length - 1];
+  if ((spec.labels === 'sparse' || spec.labels === 'onehot') && c > 5) {
+    /* Keras' in_top_k: the target's score is at least the 5th largest */
+    const p2 = p.reshape([-1, c]);
+    const kth = tf.topk(p2, 5).values.slice([0, 4], [-1, 1]);
+    const target = spec.labels === 'sparse' ? tf.tensor(y, [y.length], 'int32')
+                                            : tf.argMax(yt.reshape([-1, c]), -1);
+    const score = tf.sum(tf.mul(p2, tf.oneHot(target, c)), -1, true);
+    const hit = mean(tf.cast(tf.greaterEqual(score, kth), 'float32'));
+    r[spec.labels === 'sparse' ? 'sparse_top_k_categorical_accuracy'
+                               : 'top_k_categorical_accuracy'] = hit;
+  }
+  for (const k of Object.keys(r)) r[k] = f32(Math.fround(r[k]));
+  return r;
+}
+
+function setInit(model, params) {
+  const byName = new Map(params.map(p => [p.name, p]));
+  const ws = model.weights.map(w => {
+    const p = byName.get(w.originalName);
+    if (!p) throw new Error('rtrain has no parameter ' + w.originalName);
+    if (p.dims.join('x') !== w.shape.join('x'))
+      throw new Error(`${w.originalName}: rtrain ${p.dims} tfjs ${w.shape}`);
+    return tf.tensor(p.v, w.shape);
+  });
+  if (ws.length !== params.length)
+    throw new Error(`tfjs has ${ws.length} weights, rtrain ${params.length}`);
+  model.setWeights(ws);
+  ws.forEach(t => t.dispose());
+}
+
+function weightsOf(model) {
+  return model.weights.map(w => {
+    const v = w.read().dataSync();
+    return {name: w.originalName, rms: f32(Math.fround(rms(v))), values: sampled(v)};
+  });
+}
+
+async function train(model, spec, opt, x, y, xShape, yShape, adam) {
+  const b = spec.batch, perX = xShape.slice(1).reduce((a, c) => a * c, 1),
+        perY = yShape.slice(1).reduce((a, c) => a * c, 1);
+  model.compile({optimizer: opt, loss: lossFn(spec)});
+  const losses = [];
+  for (let s = 0; s < 3; s++) {
+    if (adam) opt.epsilon = spec.adam.epsilon / Math.sqrt(1 - Math.pow(spec.adam.beta_2, s + 1));
+    const xb = tf.tensor(x.subarray(s * b * perX, (s + 1) * b * perX), [b, ...xShape.slice(1)]);
+    const yb = tf.tensor(y.subarray(s * b * perY, (s + 1) * b * perY), [b, ...yShape.slice(1)]);
+    const l = await model.trainOnBatch(xb, yb);
+    losses.push(f32(Math.fround(Array.isArray(l) ? l[0] : l)));
+    xb.dispose();
+    yb.dispose();
+  }
+  return losses;
+}
+
+async function oneModel(root, tool, rel, index, summary) {
+  const t0 = Date.now();
+  const file = path.join(root, rel);
+  let j = JSON.parse(fs.readFileSync(file, 'utf8'));
+  const names = [];
+  derive(j, names);
+  if (j.modelTopology) j = j.modelTopology;
+  if (j.model_config) j = j.model_config;
+  const notes = [];
+  j = tfjsCompat(j, notes);
+  let model;
+  try {
+    model = await tf.models.modelFromJSON(j);
+  } catch (e) {
+    summary.refused.push(`${rel}: ${String(e.message).split('\n')[0].slice(0, 160)}`);
+    return;
+  }
+  const count = model.countParams();
+  if (count > MAX_PARAMS) {
+    summary.over.push(`${rel}: ${count} parameters`);
+    model.dispose();
+    return;
+  }
+  const inShape = model.inputs[0].shape;
+  /* a sequence of any length: 8 steps (tfjs' recurrent gradients are slow) */
+  const bind = inShape.slice(1).some(d => d == null) ? 8 : 0;
+  const tmp = path.join(require('os').tmpdir(), `tfjs_init_${process.pid}.bin`);
+  let info;
+  try {
+    info = JSON.parse(cp.execFileSync(tool, ['dump', file, names.length ? '1' : '0',
+                                             String(bind), tmp]).toString());
+  } catch (e) {
+    summary.rtrain.push(`${rel}: rtrain cannot import it`);
+    model.dispose();
+    return;
+  }
+  if (info.derived !== names.join(','))
+    throw new Error(`${rel}: derived ${info.derived} vs ${names}`);
+  const params = readDump(tmp);
+  fs.unlinkSync(tmp);
+  setInit(model, params);
+
+  const perX = info.input.reduce((a, c) => a * c, 1);
+  const od = info.output, perY = od.reduce((a, c) => a * c, 1), c = od[od.length - 1];
+  const rnn = JSON.stringify(j).match(/"(LSTM|GRU|SimpleRNN)"/);
+  const big = perX > 20000 || rnn;
+  const spec = {model: rel, n: big ? 6 : 12, batch: big ? 2 : 4};
+  const embeds = model.layers.find(l => l.getClassName() === 'Embedding');
+  spec.x = embeds ? {kind: 'index', mod: Math.min(50, embeds.inputDim)} : {kind: 'uniform'};
+  const act = outputActivation(model);
+  if (act === 'softmax' && c > 1) {
+    spec.loss = index % 2 ? 'sparse_categorical_crossentropy' : 'categorical_crossentropy';
+    spec.labels = index % 2 ? 'sparse' : 'onehot';
+    spec.classes = c;
+  } else if (act === 'sigmoid' || act === 'softmax') {
+    /* a softmax over one value is 1: its loss is taken as BCE's */
+    spec.loss = 'binary_crossentropy';
+    spec.labels = 'binary';
+  } else if (c > 1) {
+    spec.loss = 'categorical_crossentropy';
+    spec.from_logits = 1;
+    spec.labels = 'onehot';
+    spec.classes = c;
+  } else {
+    spec.loss = ['mse', 'mae', 'logcosh'][index % 3];
+    spec.labels = 'float';
+  }
+  if (bind) spec.bind = bind;
+  spec.derived = names.join(',');
+  if (notes.length) spec.tfjs_compat = notes;
+  spec.sgd = {lr: 0.05, momentum: [0, 0.9, 0.9][index % 3], nesterov: index % 3 === 2 ? 1 : 0};
+  spec.adam = {lr: 0.001, beta_1: 0.9, beta_2: 0.999, epsilon: 1e-7};
+  spec.init = params.map(p => {
+    let s = 0, q = 0;
+    for (let i = 0; i < p.v.length; i++) s += p.v[i], q += p.v[i] * p.v[i];
+    return {name: p.name, sum: s, sumsq: q};
+  });
+
+  const x = makeX(spec, perX), y = makeY(spec, od);
+  const xShape = [spec.n, ...info.input];
+  const yShape = spec.labels === 'sparse' ? [spec.n, ...od.slice(0, -1), 1] : [spec.n, ...od];
+  const xt = tf.tensor(x, xShape), yt = tf.tensor(y, yShape);
+  const rows = perY > 256 ? 2 : 4;
+  const p = model.predict(xt, {batchSize: spec.batch});
+  spec.predict = {rows, values: Array.from(p.dataSync().subarray(0, rows * perY), f32)};
+  model.compile({optimizer: tf.train.sgd(0), loss: lossFn(spec)});
+  const ev = model.evaluate(xt, yt, {batchSize: spec.batch});
+  spec.evaluate = {loss: f32((Array.isArray(ev) ? ev[0] : ev).dataSync()[0]),
+                   metrics: metrics(spec, y, p, yShape)};
+  if (spec.from_logits) delete spec.evaluate.metrics.precision, delete spec.evaluate.metrics.recall;
+
+  const sgd = spec.sgd.momentum ? tf.train.momentum(spec.sgd.lr, spec.sgd.momentum,
+                                                    !!spec.sgd.nesterov)
+                                : tf.train.sgd(spec.sgd.lr);
+  spec.sgd.losses = await train(model, spec, sgd, x, y, xShape, yShape, false);
+  spec.sgd.weights = weightsOf(model);
+  setInit(model, params);
+  const adam = tf.train.adam(spec.adam.lr, spec.adam.beta_1, spec.adam.beta_2, spec.adam.epsilon);
+  spec.adam.losses = await train(model, spec, adam, x, y, xShape, yShape, true);
+  spec.adam.weights = weightsOf(model);
+  model.dispose();
+  tf.disposeVariables();
+  const out = path.join(OUT, path.basename(rel));
+  fs.writeFileSync(out, JSON.stringify(spec) + '\n');
+  summary.compared.push(rel);
+  console.log(`${rel}: ${spec.loss}${spec.derived ? ', rate 0 in ' + spec.derived : ''} ` +
+              `(${((Date.now() - t0) / 1000).toFixed(0)} s)`);
+}
+
+/* ------------------------------------------------------------- callbacks */
+
+/* Keras 3's EarlyStopping and ReduceLROnPlateau, transcribed from
+ * keras/src/callbacks/early_stopping.py, reduce_lr_on_plateau.py and
+ * monitor_callback.py (keras-team/keras): for the cases tfjs has no
+ * callback for (ReduceLROnPlateau) or differs from Keras (EarlyStopping's
+ * baseline: tfjs starts best at the baseline, Keras starts it at the first
+ * value and only withholds the reset of wait). Cases without a baseline are
+ * also run through tfjs' EarlyStopping, which must agree. */
+function kerasEarlyStopping(c, values) {
+  const less = (c.mode || 'min') === 'min';
+  const md = less ? -Math.abs(c.min_delta || 0) : Math.abs(c.min_delta || 0);
+  const op = less ? (a, b) => a < b : (a, b) => a > b;
+  const better = (v, ref) => ref === null || op(v - md, ref);
+  let wait = 0, best = null;
+  for (let epoch = 0; epoch < values.length; epoch++) {
+    const cur = values[epoch];
+    if (epoch < (c.start_from_epoch || 0)) continue;
+    wait += 1;
+    if (better(cur, best)) {
+      best = cur;
+      if (c.baseline == null || better(cur, c.baseline)) wait = 0;
+      continue;
+    }
+    if (wait >= c.patience && epoch > 0) return epoch;
+  }
+  return -1;
+}
+
+function kerasReduceLR(c, values, lr0) {
+  const less = (c.mode || 'min') === 'min';
+  const md = less ? -Math.abs(c.min_delta) : Math.abs(c.min_delta);
+  const op = less ? (a, b) => a < b : (a, b) => a > b;
+  let wait = 0, cooldown = 0, best = null, lr = lr0;
+  const lrs = [];
+  for (let epoch = 0; epoch < values.length; epoch++) {
+    const cur = values[epoch];
+    if (cooldown > 0) {
+      cooldown -= 1;
+      wait = 0;
+    }
+    if (best === null || op(cur - md, best)) {
+      best = cur;
+      wait = 0;
+    } else if (!(cooldown > 0)) {
+      wait += 1;
+      if (wait >= c.patience) {
+        if (lr > Math.fround(c.min_lr)) {
+          lr = Math.max(lr * c.factor, c.min_lr);
+          cooldown = c.cooldown;
+          wait = 0;
+        }
+      }
+    }
+    lrs.push(lr); /* the rate the next epoch uses */
+  }
+  return lrs;
+}
+
+async function tfjsEarlyStopping(c, values) {
+  const cb = tf.callbacks.earlyStopping({monitor: 'loss', patience: c.patience,
+                                         minDelta: c.min_delta || 0, mode: c.mode || 'min'});
+  const fake = tf.sequential({layers: [tf.layers.dense({units: 1, inputShape: [1]})]});
+  fake.compile({optimizer: 'sgd', loss: 'meanSquaredError'});
+  fake.stopTraining = false;
+  cb.setModel(fake);
+  await cb.onTrainBegin();
+  for (let epoch = 0; epoch < values.length; epoch++) {
+    await cb.onEpochEnd(epoch, {loss: values[epoch]});
+    if (fake.stopTraining) return epoch;
+  }
+  return -1;
+}
+
+async function callbackCases() {
+  const seqs = {
+    plateau: [1.0, 0.8, 0.7, 0.7, 0.71, 0.69, 0.69, 0.7, 0.7, 0.7, 0.7, 0.7],
+    noisy: [2.0, 1.5, 1.6, 1.4, 1.45, 1.41, 1.39, 1.5, 1.6, 1.38, 1.7, 1.8],
+    tiny_gains: [1.0, 0.99995, 0.9999, 0.99985, 0.9998, 0.99975, 0.9997, 0.99965],
+    rising: [0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
+    accuracy: [0.5, 0.6, 0.65, 0.64, 0.66, 0.66, 0.65, 0.67, 0.66, 0.66, 0.66],
+  };
+  const es = [], rl = [];
+  const esConfigs = [
+    {patience: 0}, {patience: 1}, {patience: 2}, {patience: 3, min_delta: 0.01},
+    {patience: 2, min_delta: 1e-4}, {patience: 2, mode: 'max'},
+    {patience: 1, mode: 'max', min_delta: 0.005},
+    {patience: 2, baseline: 0.75}, {patience: 1, baseline: 1.45},
+    {patience: 2, start_from_epoch: 3},
+  ];
+  for (const [name, v] of Object.entries(seqs)) {
+    for (const c of esConfigs) {
+      if ((c.mode === 'max') !== (name === 'accuracy')) continue;
+      const keras = kerasEarlyStopping(c, v);
+      const kase = {values: v, sequence: name, ...c, stopped_epoch: keras};
+      if (c.baseline == null && !c.start_from_epoch) {
+        const t = await tfjsEarlyStopping(c, v);
+        if (t !== keras) throw new Error(`EarlyStopping ${name} ${JSON.stringify(c)}: tfjs ${t}, ` +
+                                         `Keras ${keras}`);
+        kase.reference = 'tfjs EarlyStopping (agrees with the Keras transcription)';
+      } else {
+        kase.reference = 'Keras transcription (tfjs has no start_from_epoch and starts best ' +
+                         'at the baseline)';
+      }
+      es.push(kase);
+    }
+  }
+  const rlConfigs = [
+    {patience: 1, factor: 0.5, min_delta: 1e-4, cooldown: 0, min_lr: 0},
+    {patience: 2, factor: 0.1, min_delta: 1e-4, cooldown: 1, min_lr: 1e-4},
+    {patience: 1, factor: 0.2, min_delta: 0.02, cooldown: 2, min_lr: 0},
+    {patience: 0, factor: 0.5, min_delta: 0, cooldown: 0, min_lr: 0.0001},
+    {patience: 2, factor: 0.5, min_delta: 0.001, cooldown: 0, min_lr: 0, mode: 'max'},
+  ];
+  for (const [name, v] of Object.entries(seqs)) {
+    for (const c of rlConfigs) {
+      if ((c.mode === 'max') !== (name === 'accuracy')) continue;
+      rl.push({values: v, sequence: name, ...c, lr: 0.001, lrs: kerasReduceLR(c, v, 0.001),
+               reference: 'Keras transcription (tfjs has no ReduceLROnPlateau)'});
+    }
+  }
+  fs.writeFileSync(path.join(OUT, 'callbacks.json'),
+                   JSON.stringify({early_stopping: es, reduce_lr_on_plateau: rl}, null, 1) + '\n');
+  console.log(`callbacks: ${es.length} EarlyStopping and ${rl.length} ReduceLROnPlateau cases`);
+}
+
+async function main() {
+  const [root, tool, ...only] = process.argv.slice(2);
+  if (!root || !tool) {
+    console.error('usage: gen_tfjs_fixtures.js <repository root> <test_keras_tfjs> [model ...]');
+    process.exit(2);
+  }
+  await tf.setBackend('cpu');
+  if (only.length === 1 && only[0] === '--callbacks') {
+    await callbackCases();
+    return;
+  }
+  const summary = {compared: [], refused: [], over: [], rtrain: []};
+  for (const corpus of ['tests/fixtures/keras-corpus', 'tests/fixtures/keras-corpus-2']) {
+    const src = path.join(root, corpus, 'SOURCES');
+    if (!fs.existsSync(src)) continue;
+    for (const line of fs.readFileSync(src, 'utf8').split('\n')) {
+      const f = line.split(/\s+/)[0];
+      if (!f || f.startsWith('#')) continue;
+      const rel = `${corpus}/${f}`;
+      if (only.length && !only.includes(f)) continue;
+      /* the loss and optimizer variant by a hash of the name, so a run on one
+       model makes what a full run makes */
+      let index = 0;
+      for (const ch of f) index = (index * 31 + ch.charCodeAt(0)) % 1000003;
+      await oneModel(path.resolve(root), path.resolve(tool), rel, index, summary);
+    }
+  }
+  if (!only.length) {
+    await callbackCases();
+    const lines = [`tfjs ${tf.version.tfjs}, backend ${tf.getBackend()}`,
+                   `compared: ${summary.compared.length}`, ...summary.compared.map(s => '  ' + s),
+                   `refused by tfjs: ${summary.refused.length}`, ...summary.refused.map(s => '  ' + s),
+                   `over ${MAX_PARAMS} parameters: ${summary.over.length}`,
+                   ...summary.over.map(s => '  ' + s),
+                   `refused by rtrain: ${summary.rtrain.length}`, ...summary.rtrain.map(s => '  ' + s)];
+    fs.writeFileSync(path.join(OUT, 'SUMMARY.txt'), lines.join('\n') + '\n');
+    console.log(lines.join('\n'));
+  }
+}
+
+main().catch(e => {
+  console.error(e);
+  process.exit(1);
+});
