@@ -10,7 +10,9 @@
  *               rt_compile.c sets from_logits and softmax_fused)
  *   CE          one-hot f32 labels; probabilities are normalised to sum 1,
  *               then clipped, loss = -sum y log q
- *   BCE         Keras: p clipped, -(y log(p+eps) + (1-y) log(1-p+eps));
+ *   BCE         Keras 3 (keras/src/backend/tensorflow/nn.py): p clipped to
+ *               [eps, 1-eps], -(y log p + (1-y) log(1-p)) (tf.keras 2 added
+ *               eps inside both logs; tfjs agrees with Keras 3);
  *               from logits max(z,0) - z y + log1p(exp(-|z|))
  *   MSE, MAE    mean over the last axis of (p-y)^2, |p-y|
  *   logcosh     x = p - y, mean over the last axis of x + softplus(-2x) - log 2
@@ -248,10 +250,9 @@ static void rt__loss_elem(const rt__lossinfo *L, const float *restrict p,
                 const float pe = p[e], y = yb[e];                             \
                 float q = pe < RT__EPS ? RT__EPS : pe;                        \
                 q = q > 1.0f - RT__EPS ? 1.0f - RT__EPS : q;                  \
-                fb[e] = -(y * rt_kern_log(q + RT__EPS) +                      \
-                          (1.0f - y) * rt_kern_log(1.0f - q + RT__EPS));      \
+                fb[e] = -(y * rt_kern_log(q) + (1.0f - y) * rt_kern_log(1.0f - q)); \
                 const int in = pe >= RT__EPS && pe <= 1.0f - RT__EPS;         \
-                G(in ? -(y / (q + RT__EPS) - (1.0f - y) / (1.0f - q + RT__EPS)) : 0.0f); \
+                G(in ? -(y / q - (1.0f - y) / (1.0f - q)) : 0.0f);            \
             }                                                                 \
         }                                                                     \
         break;                                                                \

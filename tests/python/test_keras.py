@@ -270,6 +270,9 @@ def early_stop_reference(values, patience, min_delta, baseline=None):
             best, best_epoch = v, ep
             if baseline is None or v + min_delta < baseline:
                 wait = 0
+            # keras/src/callbacks/early_stopping.py returns here: an
+            # improving epoch never stops
+            continue
         if wait >= patience and ep > 0:
             return ep, best_epoch
     return None, best_epoch
