@@ -258,11 +258,13 @@ static int dump(const char *model, int do_derive, int64_t bind, const char *out)
     cfg.label_dtype = RT_F32;
     cfg.seed = SEED;
     cfg.metrics = 0;
+    cfg.loss_check = 0; /* only the parameters are wanted */
     rt_plan *p = NULL;
-    int rc = rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err);
+    rt_compile_report rep;
+    int rc = rt_plan_compile(g, &cfg, &p, &rep, err, sizeof err);
     if (rc == RT_ESHAPE) {
         cfg.loss = RT_LOSS_CE;
-        rc = rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err);
+        rc = rt_plan_compile(g, &cfg, &p, &rep, err, sizeof err);
     }
     if (rc < 0) {
         fprintf(stderr, "compile: %s\n", err);
@@ -303,7 +305,8 @@ static int dump(const char *model, int do_derive, int64_t bind, const char *out)
     fclose(f);
     int64_t id[RT_MAX_DIMS], od[RT_MAX_DIMS];
     int in = rt_plan_input_shape(p, id), on = rt_plan_output_shape(p, od);
-    printf("{\"derived\": \"%s\", \"input\": [", derived);
+    printf("{\"derived\": \"%s\", \"flops_per_sample\": %llu, \"input\": [", derived,
+           (unsigned long long)(rep.flops_per_step / (uint64_t)cfg.batch_size));
     for (int k = 0; k < in; k++) printf("%s%lld", k ? ", " : "", (long long)id[k]);
     printf("], \"output\": [");
     for (int k = 0; k < on; k++) printf("%s%lld", k ? ", " : "", (long long)od[k]);
@@ -342,6 +345,7 @@ static int close_to(double a, double b, double tol, double floor)
 }
 
 static double worst_pred, worst_loss, worst_metric, worst_w;
+static int n_ill;
 static void track(double *worst, double a, double b, double floor)
 {
     double ref = fabs(b) > floor ? fabs(b) : floor;
@@ -542,6 +546,7 @@ static int check_one(const char *path, const char *root, int *agreed)
     s.batch = (int)num(fx, "batch", 0);
     s.rows = (int)num(get(fx, "predict"), "rows", 0);
     json_object *sgd = get(fx, "sgd"), *adam = get(fx, "adam");
+    int sgd_ok = 1, adam_ok = 1;
     s.lr_sgd = num(sgd, "lr", 0);
     s.momentum = num(sgd, "momentum", 0);
     s.nesterov = (int)num(sgd, "nesterov", 0);
@@ -578,6 +583,7 @@ static int check_one(const char *path, const char *root, int *agreed)
         rt_train_config_init(&c);
         c.loss = RT_LOSS_MSE;
         c.label_dtype = RT_F32;
+        c.loss_check = 0; /* only the shapes are wanted */
         rt_plan *p = NULL;
         int rc = rt_plan_compile(g, &c, &p, NULL, err, sizeof err);
         if (rc == RT_ESHAPE) {
@@ -648,9 +654,16 @@ static int check_one(const char *path, const char *root, int *agreed)
                 FAIL("%s: metric %s %.9g, tfjs %.9g", m, k, got, want);
         }
     }
-    /* 3 SGD steps, then 3 Adam steps from the same initial weights */
+    /* 3 SGD steps, then 3 Adam steps from the same initial weights; not
+     * where the generator found tfjs' own trajectory decided by rounding
+     * (the fixture's ill_conditioned says why) */
     float losses[3];
-    if (rt_exec_train(e, &d, 3, &(rt_train_result){0}, NULL, NULL, losses) < 0) {
+    sgd_ok = !get(sgd, "ill_conditioned");
+    adam_ok = !get(adam, "ill_conditioned");
+    n_ill += !sgd_ok + !adam_ok;
+    if (!sgd_ok) {
+        /* inference only */
+    } else if (rt_exec_train(e, &d, 3, &(rt_train_result){0}, NULL, NULL, losses) < 0) {
         FAIL("%s: SGD: %s", m, rt_exec_errmsg(e));
     } else {
         check_losses(m, "SGD", losses, get(sgd, "losses"));
@@ -658,7 +671,9 @@ static int check_one(const char *path, const char *root, int *agreed)
     }
     rt_exec_destroy(e);
     e = NULL;
-    if ((rc = compile_exec(g, &s, 1, od, on, &e, err, sizeof err)) < 0) {
+    if (!adam_ok) {
+        /* inference only */
+    } else if ((rc = compile_exec(g, &s, 1, od, on, &e, err, sizeof err)) < 0) {
         FAIL("%s: compile (Adam): %s", m, err);
     } else if (rt_exec_train(e, &d, 3, &(rt_train_result){0}, NULL, NULL, losses) < 0) {
         FAIL("%s: Adam: %s", m, rt_exec_errmsg(e));
@@ -672,8 +687,10 @@ out:
     free(y);
     rt_graph_destroy(g);
     int ok = failures == before;
-    printf("  %-8s %-44s %s%s%s\n", ok ? "agrees" : "DIFFERS", m, s.loss,
-           want_derived[0] ? ", rate 0 in " : "", want_derived);
+    printf("  %-8s %-44s %s%s%s%s%s\n", ok ? "agrees" : "DIFFERS", m, s.loss,
+           want_derived[0] ? ", rate 0 in " : "", want_derived,
+           sgd_ok ? "" : "; SGD not compared (ill-conditioned)",
+           adam_ok ? "" : "; Adam not compared (ill-conditioned)");
     json_object_put(fx);
     *agreed += ok;
     return 1;
@@ -716,10 +733,11 @@ int main(int argc, char **argv)
         compared += check_one(p, argv[3], &agreed);
         free(names[i]);
     }
-    printf("\ntfjs parity: %d models compared, %d agree; %d values checked\n"
+    printf("\ntfjs parity: %d models compared, %d agree; %d values checked; %d training "
+           "runs not compared (tfjs' own run decided by rounding)\n"
            "largest relative differences: predictions %.3g, losses %.3g, metrics %.3g, "
            "weights %.3g\n",
-           compared, agreed, checks, worst_pred, worst_loss, worst_metric, worst_w);
+           compared, agreed, checks, n_ill, worst_pred, worst_loss, worst_metric, worst_w);
     if (compared == 0)
         FAIL("no fixtures in %s", argv[2]);
     return failures ? 1 : 0;

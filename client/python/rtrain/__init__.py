@@ -1180,9 +1180,10 @@ class Client(_rtrain.Client):
         if loss is None:
             raise ValueError("compile needs a loss (the model saved none), e.g. "
                              "loss='sparse_categorical_crossentropy'")
-        # a class name or a saved loss object, as Keras takes them
+        # a class name or a saved loss object, as Keras takes them (a name
+        # rtrain knows as given, PyTorch's "NLLLoss" included, stays)
         name, logits = _loss_spec(loss)
-        if name in _LOSSES:
+        if not (isinstance(loss, str) and loss in _LOSSES) and name in _LOSSES:
             loss = name
             from_logits = from_logits or bool(logits)
         if not isinstance(loss, str) or loss not in _LOSSES:
