@@ -30,21 +30,19 @@
 
 static char err[4096];
 
-static char *slurp(const char *path)
+/* a file of the second corpus, imported (the test fails where it does not) */
+static char *corpus2(const char *root, const char *file, const char *what)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) b[n] = 0;
-    return b;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/fixtures/keras-corpus-2/%s", root, file);
+    char *js = rt_test_slurp(path, NULL);
+    REQUIRE(js);
+    rt_graph *g = NULL;
+    int rc = rt_keras_import(js, strlen(js), &g, err, sizeof err);
+    CHECK(rc == 0);
+    if (rc < 0) fprintf(stderr, "%s: %s\n", what, err);
+    rt_graph_destroy(g);
+    return js;
 }
 
 static rt_exec *make(const char *js, rt_loss_kind loss, int label_values)
@@ -114,20 +112,7 @@ static void expect_refused(const char *js, const char *needle)
  * RandomUniform objects */
 static void keras3_lstm(const char *root)
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tests/fixtures/keras-corpus-2/politisense_lstm_keras3.json",
-             root);
-    char *js = slurp(path);
-    REQUIRE(js);
-    rt_graph *g = NULL;
-    int rc = rt_keras_import(js, strlen(js), &g, err, sizeof err);
-    CHECK(rc == 0);
-    if (rc < 0) {
-        fprintf(stderr, "Keras 3 LSTM: %s\n", err);
-        free(js);
-        return;
-    }
-    rt_graph_destroy(g);
+    char *js = corpus2(root, "politisense_lstm_keras3.json", "Keras 3 LSTM");
     /* the LSTM alone (the corpus model's 8.8M-parameter Embedding is
      * not needed to see its initializers) */
     const char *lstm = strstr(js, "{\"module\": \"keras.layers\", \"class_name\": \"LSTM\"");
@@ -292,16 +277,7 @@ static void regularizers_constraints(void)
 
 static void dtype_policies(const char *root)
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tests/fixtures/keras-corpus-2/detector_ia_keras3_tfjs.json",
-             root);
-    char *js = slurp(path);
-    REQUIRE(js);
-    rt_graph *g = NULL;
-    int rc = rt_keras_import(js, strlen(js), &g, err, sizeof err);
-    CHECK(rc == 0);
-    if (rc < 0) fprintf(stderr, "Keras 3.10 TF.js model: %s\n", err);
-    rt_graph_destroy(g);
+    char *js = corpus2(root, "detector_ia_keras3_tfjs.json", "Keras 3.10 TF.js model");
     /* its training_config: the loss object, the Adam object */
     rt_keras_compile k;
     CHECK(rt_keras_compile_config(js, strlen(js), &k) == 1);
@@ -356,11 +332,7 @@ static void saved_losses(const char *root)
         CHECK(fabs(k.lr - 0.01) < 1e-12 && fabs(k.rho - 0.8) < 1e-12);
     }
     /* the corpus' Keras 3 model saves its loss as a function object */
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tests/fixtures/keras-corpus-2/politisense_lstm_keras3.json",
-             root);
-    char *js = slurp(path);
-    REQUIRE(js);
+    char *js = corpus2(root, "politisense_lstm_keras3.json", "Keras 3 LSTM");
     rt_keras_compile k;
     rt_loss_kind lk = 0;
     CHECK(rt_keras_compile_config(js, strlen(js), &k) == 1);

@@ -40,6 +40,7 @@
 #include <string.h>
 #include <dirent.h>
 
+#include "../engine/rt_test.h"
 #include "import_keras.h"
 #include "rt_engine.h"
 #include "rtrain/rt_error.h"
@@ -47,12 +48,12 @@
 #define SEED 1
 #define SAMPLES 64
 
-static int failures, checks;
+static int checks;
 #define FAIL(...)                                                                  \
     do {                                                                           \
         fprintf(stderr, "FAIL " __VA_ARGS__);                                      \
         fputc('\n', stderr);                                                       \
-        failures++;                                                                \
+        rt_test_failures++;                                                        \
     } while (0)
 
 static uint32_t mix(uint32_t x)
@@ -63,27 +64,6 @@ static uint32_t mix(uint32_t x)
     x *= 0x846ca68bu;
     x ^= x >> 16;
     return x;
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) {
-        b[n] = 0;
-        *len = (size_t)n;
-    }
-    return b;
 }
 
 /* ------------------------------------------------------------ derivation */
@@ -156,7 +136,7 @@ static int import_model(const char *path, int do_derive, int64_t bind, rt_graph 
                         char *derived, size_t dl, char *err, size_t errlen)
 {
     size_t len;
-    char *js = slurp(path, &len);
+    char *js = rt_test_slurp(path, &len);
     if (!js) {
         snprintf(err, errlen, "cannot read %s", path);
         return RT_EINVAL;
@@ -523,14 +503,14 @@ static double metric_value(const rt_metrics *mt, const char *name)
 static int check_one(const char *path, const char *root, int *agreed)
 {
     size_t len;
-    char *txt = slurp(path, &len);
+    char *txt = rt_test_slurp(path, &len);
     json_object *fx = txt ? json_tokener_parse(txt) : NULL;
     free(txt);
     if (!fx) {
         FAIL("%s: cannot read", path);
         return 0;
     }
-    const int before = failures;
+    const int before = rt_test_failures;
     const char *m = str(fx, "model", "?");
     char mpath[1024], err[4096], derived[2048];
     snprintf(mpath, sizeof mpath, "%s/%s", root, m);
@@ -686,7 +666,7 @@ out:
     free(x);
     free(y);
     rt_graph_destroy(g);
-    int ok = failures == before;
+    int ok = rt_test_failures == before;
     printf("  %-8s %-44s %s%s%s%s%s\n", ok ? "agrees" : "DIFFERS", m, s.loss,
            want_derived[0] ? ", rate 0 in " : "", want_derived,
            sgd_ok ? "" : "; SGD not compared (ill-conditioned)",
@@ -740,5 +720,5 @@ int main(int argc, char **argv)
            compared, agreed, checks, n_ill, worst_pred, worst_loss, worst_metric, worst_w);
     if (compared == 0)
         FAIL("no fixtures in %s", argv[2]);
-    return failures ? 1 : 0;
+    return rt_test_failures ? 1 : 0;
 }
