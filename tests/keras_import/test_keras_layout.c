@@ -56,10 +56,17 @@ static rt_exec *make(const char *js, const char *what)
     cfg.metrics = 0;
     cfg.seed = 7;
     rt_plan *p = NULL;
-    /* labels of the output's shape: learn it from a first compile */
+    /* labels of the output's shape: learn it from a first compile, with
+     * the cross-entropy that fits the output (from logits for a raw one,
+     * from probabilities for a Sigmoid) */
     cfg.loss = RT_LOSS_CE;
-    cfg.loss_check = 0; /* whatever the output ends in */
+    cfg.from_logits = 1;
     if ((rc = rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err)) < 0) {
+        cfg.from_logits = 0;
+        rc = rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err);
+    }
+    cfg.from_logits = 0;
+    if (rc < 0) {
         fprintf(stderr, "%s: compile: %s\n", what, err);
         exit(1);
     }
