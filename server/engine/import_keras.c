@@ -1188,6 +1188,13 @@ typedef struct imp {
     const int64_t *bind;            /* input dims from the compile request, 0 = the model's */
     int n_bind;
     int64_t bind_values;            /* the data's values per sample, 0 = not given */
+    /* a top-level Functional model with several inputs reads them from one
+     * packed graph input: input k is values [in_off[k], + its size) */
+    int n_packed;
+    int64_t in_off[RT_KERAS_MAX_IN], in_total;
+    /* ... and with several outputs */
+    int n_outs;
+    rt_keras_tensor outs[RT_MAX_HEADS];
 } imp;
 
 static int ifail(imp *m, int code, const char *fmt, ...)
@@ -1536,6 +1543,71 @@ static int shape_from_list(imp *m, const char *lname, json_object *s, int skip,
             return ifail(m, RT_EOVERFLOW,
                          "input shape of layer '%.64s' has more than 2^32 values", lname);
     }
+    return 0;
+}
+
+/* Input k of a model with several inputs: its values of the packed graph
+ * input "inputs" (Pad with negative pads takes them), in its shape */
+static int add_packed_input(imp *m, int k, const char *name, rt_keras_tensor *t)
+{
+    int64_t numel = 1;
+    for (int i = 0; i < t->ndim; i++) numel *= t->dims[i];
+    const int64_t pads[4] = {0, -m->in_off[k], 0, -(m->in_total - m->in_off[k] - numel)};
+    char slice[RT_KERAS_NAME + 8];
+    snprintf(slice, sizeof slice, "%.100s:slice", name);
+    const char *src = "inputs";
+    rt_attr a = {.name = "pads", .kind = RT_ATTR_INTS, .n = 4, .ints = pads};
+    int rc = rt_graph_add_node(m->g, t->ndim > 1 ? slice : name, "Pad", 1, &src, 1, &a);
+    if (rc == 0 && t->ndim > 1) {
+        const char *in = slice;
+        rt_attr sh = {.name = "shape", .kind = RT_ATTR_INTS, .n = t->ndim, .ints = t->dims};
+        rc = rt_graph_add_node(m->g, name, "Reshape", 1, &in, 1, &sh);
+    }
+    if (rc < 0)
+        return ifail(m, rc, "input '%.64s': %s", name, rt_graph_errmsg(m->g));
+    snprintf(t->name, sizeof t->name, "%s", name);
+    return 0;
+}
+
+/* A model with several inputs: their shapes, in input_layers' order, make
+ * the packed graph input (fixed dims only: the data gives no split) */
+static int add_packed_inputs(imp *m, json_object *layers, const char *const *names, int n)
+{
+    m->in_total = 0;
+    for (int k = 0; k < n; k++) {
+        json_object *cfg = NULL;
+        for (size_t i = 0; i < json_object_array_length(layers) && !cfg; i++) {
+            json_object *l = json_object_array_get_idx(layers, i);
+            json_object *c = jget(l, "config", json_type_object);
+            const char *ln = jstr(l, "name") ? jstr(l, "name") : jstr(c, "name");
+            if (ln && !strcmp(ln, names[k])) cfg = c;
+        }
+        rt_keras_tensor t;
+        int found = 0, rc;
+        memset(&t, 0, sizeof t);
+        if (!cfg)
+            return ifail(m, RT_EINVAL, "input layer '%.64s' is not in the model", names[k]);
+        if ((rc = layer_input_shape(m, names[k], cfg, &t, &found)) < 0)
+            return rc;
+        if (!found)
+            return ifail(m, RT_ESHAPE, "InputLayer '%.64s' has no shape", names[k]);
+        int64_t numel = 1;
+        for (int i = 0; i < t.ndim; i++) {
+            if (t.dims[i] < 0)
+                return ifail(m, RT_EINVAL, "input '%.64s' has a variable dimension; a model "
+                             "with several inputs needs every input's dims", names[k]);
+            numel *= t.dims[i];
+        }
+        m->in_off[k] = m->in_total;
+        if (__builtin_add_overflow(m->in_total, numel, &m->in_total) ||
+            m->in_total > RT__MAX_NUMEL)
+            return ifail(m, RT_EOVERFLOW, "the inputs have more than 2^32 values");
+    }
+    const int64_t d[2] = {RT_BATCH, m->in_total};
+    int rc = rt_graph_add_input(m->g, "inputs", RT_F32, 2, d);
+    if (rc < 0)
+        return ifail(m, rc, "inputs: %s", rt_graph_errmsg(m->g));
+    m->n_packed = n;
     return 0;
 }
 
@@ -2599,7 +2671,8 @@ static int place_flayer(imp *m, flayer *L, const lmap *lm, flayer *f, const fio 
         if (k < 0)
             return ifail(m, RT_EINVAL, "InputLayer '%.64s' is not a model input", f->name);
         if (!io->given)
-            return add_input(m, f->name, &f->out);
+            return m->n_packed ? add_packed_input(m, k, f->name, &f->out)
+                               : add_input(m, f->name, &f->out);
         const rt_keras_tensor *g = &io->given[k];
         if (!g->poisoned && (g->ndim != f->out.ndim ||
                              memcmp(g->dims, f->out.dims, sizeof(int64_t) * (size_t)g->ndim)))
@@ -2653,20 +2726,26 @@ static int walk_functional(imp *m, json_object *cfg, const rt_keras_tensor *give
     json_object *layers = jget(cfg, "layers", json_type_array);
     if (!layers)
         return ifail(m, RT_EJSON, "Functional model has no layers list");
-    const char *out_names[4];
+    const char *out_names[RT_MAX_HEADS + 1];
     fio io = {.given = given};
     json_object *il = NULL, *ol = NULL;
     json_object_object_get_ex(cfg, "input_layers", &il);
     json_object_object_get_ex(cfg, "output_layers", &ol);
     io.n = io_names(il, io.names, RT_KERAS_MAX_IN);
-    int n_out = io_names(ol, out_names, 4);
-    if (!given && io.n != 1)
-        return ifail(m, RT_EINVAL, "Functional model needs exactly one input (got %d)", io.n);
+    int n_out = io_names(ol, out_names, RT_MAX_HEADS + 1);
+    if (!given && (io.n < 1 || io.n > RT_KERAS_MAX_IN))
+        return ifail(m, RT_EINVAL, "Functional model needs 1 to %d inputs (got %d)",
+                     RT_KERAS_MAX_IN, io.n);
     if (given && io.n != n_given)
         return ifail(m, RT_EINVAL, "nested model '%.64s' has %d inputs but reads %d values",
                      jstr(cfg, "name") ? jstr(cfg, "name") : "?", io.n, n_given);
-    if (n_out != 1)
-        return ifail(m, RT_EINVAL, "Functional model needs exactly one output (got %d)", n_out);
+    if (given ? n_out != 1 : (n_out < 1 || n_out > RT_MAX_HEADS))
+        return ifail(m, RT_EINVAL, given ? "nested model '%.64s' needs exactly one output "
+                     "(got %d)" : "Functional model '%.64s' needs 1 to 8 outputs (got %d)",
+                     jstr(cfg, "name") ? jstr(cfg, "name") : "?", n_out);
+    int rc0;
+    if (!given && io.n > 1 && (rc0 = add_packed_inputs(m, layers, io.names, io.n)) < 0)
+        return rc0;
     const int n = (int)json_object_array_length(layers);
     lmap lm = {.mask = 15};
     while (lm.mask + 1 < (size_t)n * 2)
@@ -2678,13 +2757,17 @@ static int walk_functional(imp *m, json_object *cfg, const rt_keras_tensor *give
     for (int i = 0; i < n && rc == 0; i++)
         if (L[i].state == 0)
             rc = place_from(m, L, &lm, i, stack, &io);
-    if (rc == 0) {
-        int o = lmap_get(&lm, L, out_names[0]);
+    for (int k = 0; k < n_out && rc == 0; k++) {
+        int o = lmap_get(&lm, L, out_names[k]);
         if (o < 0)
-            rc = ifail(m, RT_EINVAL, "output layer '%.64s' is not in the model", out_names[0]);
-        else
+            rc = ifail(m, RT_EINVAL, "output layer '%.64s' is not in the model", out_names[k]);
+        else if (k == 0)
             *out = L[o].out;
+        if (rc == 0 && n_out > 1)
+            m->outs[k] = L[o].out;
     }
+    if (rc == 0 && n_out > 1)
+        m->n_outs = n_out;
     free(L);
     free(stack);
     free(lm.slot);
@@ -2870,19 +2953,29 @@ int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int 
         rc = ifail(m, RT_EUNKNOWN_LAYER,
                    "unknown Keras model class '%.48s' (Sequential, Functional or Model)", cls);
     }
-    if (rc == 0 && res.mask[0] && !res.poisoned) {
-        char msg[240];
-        snprintf(msg, sizeof msg,
-                 "the model output '%.64s' carries the step mask '%.64s': Keras would mask "
-                 "the loss with it, which is not supported", res.name, res.mask);
-        add_problem(m, RT_EUNIMPLEMENTED, msg);
+    if (rc == 0 && !m->n_outs)
+        m->outs[0] = res;
+    const int n_outs = m->n_outs ? m->n_outs : 1;
+    for (int k = 0; k < n_outs && rc == 0; k++) {
+        if (m->outs[k].mask[0] && !m->outs[k].poisoned) {
+            char msg[240];
+            snprintf(msg, sizeof msg,
+                     "the model output '%.64s' carries the step mask '%.64s': Keras would "
+                     "mask the loss with it, which is not supported", m->outs[k].name,
+                     m->outs[k].mask);
+            add_problem(m, RT_EUNIMPLEMENTED, msg);
+        }
     }
     if (rc == 0 && m->n_prob)
         rc = report_problems(m);
     /* predictions and labels in Keras' order */
-    if (rc == 0)
-        rc = lay_to_plain(m, res.name, 0, &res);
-    if (rc == 0 && rt_graph_set_output(m->g, res.name) < 0)
+    const char *heads[RT_MAX_HEADS];
+    for (int k = 0; k < n_outs && rc == 0; k++) {
+        rc = lay_to_plain(m, m->outs[k].name, k, &m->outs[k]);
+        heads[k] = m->outs[k].name;
+    }
+    if (rc == 0 && (n_outs > 1 ? rt_graph_set_outputs(m->g, heads, n_outs)
+                               : rt_graph_set_output(m->g, m->outs[0].name)) < 0)
         rc = ifail(m, RT_EGRAPH, "%s", rt_graph_errmsg(m->g));
 out:
     json_object_put(doc);
@@ -2925,6 +3018,37 @@ static void add_metric(rt_keras_compile *o, json_object *m)
     const char *name = obj_name(m, &mc);
     if (name && o->n_metrics < 8)
         jcopy(o->metrics[o->n_metrics++], sizeof o->metrics[0], name);
+}
+
+/* A saved loss (a name, a Keras 3 function or loss object, a Keras 2.12
+ * class string) in Keras' function spelling ("categorical_crossentropy";
+ * "MSE" stays "mse"), and its from_logits */
+static void loss_spelling(json_object *loss, char *out, size_t outn, int *from_logits)
+{
+    json_object *lc = NULL;
+    const char *ln = obj_name(loss, &lc);
+    /* Keras 3 saves a loss function as {"class_name": "function",
+     * "config": "binary_crossentropy", "module": "builtins"} */
+    if (ln && strcmp(ln, "function") == 0 && lc == NULL) {
+        json_object *fc = NULL;
+        if (json_object_object_get_ex(loss, "config", &fc) &&
+            json_object_is_type(fc, json_type_string))
+            ln = json_object_get_string(fc);
+    }
+    size_t k = 0;
+    const char *q0 = ln ? ln : "";
+    for (const char *q = q0; *q && k + 2 < outn; q++) {
+        const int up = isupper((unsigned char)*q);
+        if (up && q > q0 && (islower((unsigned char)q[-1]) || isdigit((unsigned char)q[-1]) ||
+                             (isupper((unsigned char)q[-1]) && islower((unsigned char)q[1]))))
+            out[k++] = '_';
+        out[k++] = (char)tolower((unsigned char)*q);
+    }
+    out[k] = 0;
+    json_object *fl;
+    if (lc && json_object_object_get_ex(lc, "from_logits", &fl) &&
+        json_object_is_type(fl, json_type_boolean))
+        *from_logits = json_object_get_boolean(fl);
 }
 
 int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *o)
@@ -2972,34 +3096,8 @@ int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *o)
     }
     if (loss && json_object_is_type(loss, json_type_array) && json_object_array_length(loss) == 1)
         loss = json_object_array_get_idx(loss, 0);
-    if (loss) {
-        const char *ln = obj_name(loss, &lc);
-        /* Keras 3 saves a loss function as {"class_name": "function",
-         * "config": "binary_crossentropy", "module": "builtins"} */
-        if (ln && strcmp(ln, "function") == 0 && lc == NULL) {
-            json_object *fc = NULL;
-            if (json_object_object_get_ex(loss, "config", &fc) &&
-                json_object_is_type(fc, json_type_string))
-                ln = json_object_get_string(fc);
-        }
-        /* a loss class ("CategoricalCrossentropy", an object or, as Keras
-         * 2.12 saves it, a string) in Keras' function spelling
-         * ("categorical_crossentropy"); "MSE" stays "mse" */
-        size_t k = 0;
-        const char *q0 = ln ? ln : "";
-        for (const char *q = q0; *q && k + 2 < sizeof o->loss; q++) {
-            const int up = isupper((unsigned char)*q);
-            if (up && q > q0 && (islower((unsigned char)q[-1]) || isdigit((unsigned char)q[-1]) ||
-                                 (isupper((unsigned char)q[-1]) && islower((unsigned char)q[1]))))
-                o->loss[k++] = '_';
-            o->loss[k++] = (char)tolower((unsigned char)*q);
-        }
-        o->loss[k] = 0;
-        json_object *fl;
-        if (lc && json_object_object_get_ex(lc, "from_logits", &fl) &&
-            json_object_is_type(fl, json_type_boolean))
-            o->from_logits = json_object_get_boolean(fl);
-    }
+    if (loss)
+        loss_spelling(loss, o->loss, sizeof o->loss, &o->from_logits);
     json_object *opt = NULL;
     if (!json_object_object_get_ex(tc, "optimizer", &opt))
         json_object_object_get_ex(tc, "optimizer_config", &opt);
@@ -3028,4 +3126,93 @@ int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *o)
         add_metric(o, mets);
     json_object_put(doc);
     return 1;
+}
+
+/* ------------------------------------------------------ several outputs */
+
+/* entry k of a loss or loss_weights given per output: a list in
+ * output_layers' order, or a dict by output name; NULL where not given */
+static json_object *per_output(json_object *v, int k, const char *name)
+{
+    json_object *e = NULL;
+    if (json_object_is_type(v, json_type_array))
+        return k < (int)json_object_array_length(v) ? json_object_array_get_idx(v, k) : NULL;
+    if (json_object_is_type(v, json_type_object) && !json_object_object_get_ex(v, "class_name", &e))
+        return json_object_object_get_ex(v, name, &e) ? e : NULL;
+    return NULL;
+}
+
+int rt_keras_heads(const char *json, size_t len, rt_train_config *cfg, char *err,
+                   size_t errlen)
+{
+    if (!json || len == 0 || len > (size_t)INT32_MAX)
+        return RT_EJSON;
+    char perr[200];
+    if (json_prescan(json, len, perr, sizeof perr) < 0)
+        return RT_EJSON;
+    json_tokener *tok = json_tokener_new_ex(RT_KERAS_MAX_DEPTH);
+    if (!tok)
+        return RT_ENOMEM;
+    json_object *doc = json_tokener_parse_ex(tok, json, (int)len);
+    int ok = doc && json_tokener_get_error(tok) == json_tokener_success;
+    json_tokener_free(tok);
+    if (!ok) {
+        json_object_put(doc);
+        return RT_EJSON;
+    }
+    json_object *ol = NULL, *mc = jget(model_root(doc), "config", json_type_object);
+    const char *names[RT_MAX_HEADS + 1];
+    int n = mc && json_object_object_get_ex(mc, "output_layers", &ol)
+                ? io_names(ol, names, RT_MAX_HEADS + 1) : 0;
+    if (n <= 1 || n > RT_MAX_HEADS) {
+        json_object_put(doc);
+        return 0;
+    }
+    json_object *tc = NULL, *at = doc, *loss = NULL, *lw = NULL;
+    for (int i = 0; i < 3 && at && !tc; i++) {
+        tc = jget(at, "compile_config", json_type_object);
+        if (!tc)
+            tc = jget(at, "training_config", json_type_object);
+        json_object *next = jget(at, "modelTopology", json_type_object);
+        at = next ? next : jget(at, "model_config", json_type_object);
+    }
+    if (tc) {
+        json_object_object_get_ex(tc, "loss", &loss);
+        json_object_object_get_ex(tc, "loss_weights", &lw);
+    }
+    int rc = 0;
+    for (int k = 0; k < n && rc == 0; k++) {
+        struct rt_loss_head *h = &cfg->heads[k];
+        /* one loss (the request's or the saved one) applies to every output,
+         * as Keras' compile(loss="mse") does */
+        h->loss = cfg->loss;
+        h->from_logits = cfg->from_logits;
+        h->weight = 1.0f;
+        json_object *l = per_output(loss, k, names[k]);
+        if (l && !json_object_is_type(l, json_type_null)) {
+            char nm[64];
+            int fl = 0;
+            loss_spelling(l, nm, sizeof nm, &fl);
+            if (rt_loss_from_name(nm, &h->loss) < 0 || RT_LOSS_IS_TORCH(h->loss))
+                rc = ifail(&(imp){.err = err, .errlen = errlen}, RT_EINVAL,
+                           "output '%.64s': the saved loss '%.48s' is not supported", names[k],
+                           nm);
+            h->from_logits = fl;
+        } else if (json_object_is_type(loss, json_type_array) ||
+                   (json_object_is_type(loss, json_type_object) && !jstr(loss, "class_name"))) {
+            rc = ifail(&(imp){.err = err, .errlen = errlen}, RT_EINVAL,
+                       "output '%.64s' has no loss (Keras leaves such an output untrained, "
+                       "which is not supported)", names[k]);
+        }
+        json_object *w = per_output(lw, k, names[k]);
+        if (w && (json_object_is_type(w, json_type_double) || json_object_is_type(w, json_type_int)))
+            h->weight = (float)json_object_get_double(w);
+    }
+    json_object_put(doc);
+    if (rc < 0)
+        return rc;
+    cfg->n_heads = n;
+    cfg->label_dtype = RT_F32;
+    cfg->label_ndim = 0;
+    return n;
 }

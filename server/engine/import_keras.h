@@ -107,6 +107,14 @@ typedef struct rt_keras_compile {
  * and from_logits. */
 int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *out);
 
+/* A Functional model with several outputs: cfg's heads from the saved
+ * compile settings (loss and loss_weights as a list in output_layers'
+ * order or a dict by output name; a single loss applies to every output,
+ * cfg->loss unless saved), labels f32. Returns the number of outputs, 0
+ * for a model with one (cfg untouched), or a negative error. */
+int rt_keras_heads(const char *json, size_t len, rt_train_config *cfg, char *err,
+                   size_t errlen);
+
 /* ------------------------------------------------- for layer functions */
 struct json_object;
 

@@ -179,6 +179,13 @@ int rt_graph_add_node(rt_graph *g, const char *name, const char *op, int n_in,
 
 int rt_graph_set_output(rt_graph *g, const char *name);
 
+/* Several outputs (Keras multi-output models): the graph's output becomes
+ * the named nodes flattened and concatenated, in this order, per sample
+ * ("outputs"); each is a head with its own loss (rt_train_config.heads).
+ * 2 <= n <= RT_MAX_HEADS. */
+#define RT_MAX_HEADS 8
+int rt_graph_set_outputs(rt_graph *g, const char *const *names, int n);
+
 /*
  * Ops (names are case-sensitive; rt_engine_op_names lists them):
  *   Dense(x, W[in,out], b[out]?)      x (B,...,in) -> (B,...,out)
@@ -336,6 +343,19 @@ typedef struct rt_train_config {
      * loss on a Softmax or Sigmoid output), naming the loss that fits;
      * 0: trust the caller */
     int loss_check;
+    /* A graph with several outputs (rt_graph_set_outputs): one Keras loss
+     * per head, weighted (Keras' loss_weights, default 1); the loss is
+     * sum_k weight_k loss_k, each the batch mean as for one output. The
+     * labels are f32, per sample each head's in turn: one class index per
+     * row for sparse_categorical_crossentropy, else the head's shape (or
+     * one value per row, broadcast). loss, from_logits and the accuracy
+     * metric are not used then; n_heads 0: one output. */
+    int n_heads;
+    struct rt_loss_head {
+        rt_loss_kind loss;
+        int from_logits;
+        float weight;
+    } heads[RT_MAX_HEADS];
 } rt_train_config;
 
 /* Keras defaults: adam, lr 1e-3, beta 0.9/0.999, eps 1e-7, rho 0.9,
@@ -418,6 +438,10 @@ const rt_train_config *rt_plan_config(const rt_plan *p);
 int rt_plan_input_shape(const rt_plan *p, int64_t dims[RT_MAX_DIMS]);  /* returns ndim */
 int rt_plan_output_shape(const rt_plan *p, int64_t dims[RT_MAX_DIMS]); /* returns ndim */
 int rt_plan_label_shape(const rt_plan *p, int64_t dims[RT_MAX_DIMS]);  /* returns ndim */
+/* Several outputs: how many (0 for one), and head k's per-sample shape
+ * (returns ndim, or RT_EINVAL) and label values per sample. */
+int rt_plan_n_heads(const rt_plan *p);
+int rt_plan_head_shape(const rt_plan *p, int k, int64_t dims[RT_MAX_DIMS], int64_t *lab_numel);
 int rt_plan_n_params(const rt_plan *p);
 /* Parameter i: name (owned by p), shape. Returns ndim, or RT_EINVAL. */
 int rt_plan_param_info(const rt_plan *p, int i, const char **name,

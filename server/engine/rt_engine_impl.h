@@ -128,6 +128,8 @@ struct rt_graph {
     rt__entry *e;
     int n, cap;
     const char *output;     /* NULL: the last node */
+    int n_heads;            /* rt_graph_set_outputs: the heads' nodes */
+    const char *heads[RT_MAX_HEADS];
     char err[RT__ERRLEN];
 };
 
@@ -479,6 +481,13 @@ typedef struct rt__lossinfo {
     const float *cw;        /* class weights (classes floats) or NULL */
     const float *pw;        /* pos_weight (n_pw floats: 1 or the last dim) or NULL */
     int64_t n_pw;
+    /* several outputs: n_heads sub-losses over the packed output; head k
+     * reads out_off[k] + its out_numel values of each sample's output and
+     * lab_off[k] + its lab_numel labels, weighted by weight[k] */
+    int n_heads;
+    struct rt__lossinfo *head;
+    int64_t *out_off, *lab_off;
+    float *weight;
 } rt__lossinfo;
 
 struct rt_plan {
@@ -495,6 +504,7 @@ struct rt_plan {
     rt__node *nodes;        /* topological order, only what the output needs */
     int n_nodes;
     rt__shape out_shape;
+    rt__shape head_shape[RT_MAX_HEADS]; /* several outputs: each head's */
     rt__param *params;      /* trainable first, in graph order */
     int n_params;
     int64_t param_floats;   /* parameter block */

@@ -292,8 +292,11 @@ int rt_exec_create(rt_plan *p, rt_exec **out)
     e->block = rt__aligned_alloc(sizeof(float) * (size_t)(P + 3 * T));
     e->arena = rt__aligned_alloc((size_t)p->arena_bytes);
     e->gemm_scratch = rt__aligned_alloc(sizeof(float) * (size_t)p->gemm_scratch_floats);
-    e->loss_scratch = rt__aligned_alloc(sizeof(float) * 2 * (size_t)p->cfg.batch_size *
-                                        (size_t)p->loss.out_numel);
+    /* several outputs gather each head: 4 outputs' and the labels' floats */
+    const int64_t lsn = p->loss.n_heads ? 4 * p->loss.out_numel + p->loss.lab_numel
+                                        : 2 * p->loss.out_numel;
+    e->loss_scratch = rt__aligned_alloc(sizeof(float) * (size_t)p->cfg.batch_size *
+                                        (size_t)lsn);
     int nc = p->n_fwd + p->n_bwd;
     e->k = calloc((size_t)(nc ? nc : 1), sizeof *e->k);
     e->swb = malloc(sizeof(float) * (size_t)p->cfg.batch_size);
@@ -439,7 +442,7 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
         return rt__eerr(e, RT_EINVAL, "PyTorch's losses take no sample weights (%s: use its "
                         "class weight)", rt_loss_name(L->kind));
     /* class indices: in range, or (PyTorch's) ignore_index */
-    const int idx = L->kind == RT_LOSS_SPARSE_CE ||
+    const int idx = L->n_heads ? 0 : L->kind == RT_LOSS_SPARSE_CE ||
                     ((L->kind == RT_LOSS_CROSS_ENTROPY || L->kind == RT_LOSS_NLL) &&
                      !L->prob_target);
     const int torch = RT_LOSS_IS_TORCH(L->kind);
@@ -461,6 +464,25 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
         e->checked_y = d->y;
         e->checked_n = d->n;
         e->y_ignored = ignored;
+    }
+    /* several outputs: the sparse heads' class indices */
+    if (L->n_heads && d->y && (d->y != e->checked_y || d->n != e->checked_n)) {
+        const float *y = d->y;
+        for (int k = 0; k < L->n_heads; k++) {
+            const rt__lossinfo *H = &L->head[k];
+            if (H->kind != RT_LOSS_SPARSE_CE) continue;
+            for (int64_t i = 0; i < d->n; i++)
+                for (int64_t r = 0; r < H->lab_numel; r++) {
+                    const double v = y[i * L->lab_numel + L->lab_off[k] + r];
+                    if (!(v >= 0 && v < (double)H->classes) || v != floor(v))
+                        return rt__eerr(e, RT_EDATA, "output %d: label %g at sample %lld "
+                                        "outside [0, %lld)", k + 1, v, (long long)i,
+                                        (long long)H->classes);
+                }
+        }
+        e->checked_y = d->y;
+        e->checked_n = d->n;
+        e->y_ignored = 0;
     }
     return 0;
 }

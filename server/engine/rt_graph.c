@@ -371,6 +371,32 @@ int rt_graph_set_output(rt_graph *g, const char *name)
     return g->output ? 0 : rt__gerr(g, RT_ENOMEM, "out of memory");
 }
 
+int rt_graph_set_outputs(rt_graph *g, const char *const *names, int n)
+{
+    if (!g || !names || n < 2 || n > RT_MAX_HEADS)
+        return g ? rt__gerr(g, RT_EINVAL, "outputs: 2 to %d names", RT_MAX_HEADS) : RT_EINVAL;
+    char flat[RT_MAX_HEADS][160];
+    const char *cat[RT_MAX_HEADS];
+    int rc;
+    for (int k = 0; k < n; k++) {
+        if ((rc = rt__check_name(g, names[k], "output")) < 0) return rc;
+        for (int j = 0; j < k; j++)
+            if (!strcmp(names[j], names[k]))
+                return rt__gerr(g, RT_EINVAL, "output '%s' named twice", names[k]);
+        if (snprintf(flat[k], sizeof flat[k], "%s:flat", names[k]) >= (int)sizeof flat[k])
+            return rt__gerr(g, RT_EINVAL, "output name '%.40s...' too long", names[k]);
+        if ((rc = rt_graph_add_node(g, flat[k], "Flatten", 1, &names[k], 0, NULL)) < 0)
+            return rc;
+        cat[k] = flat[k];
+        g->heads[k] = rt__arena_strdup(&g->arena, names[k]);
+        if (!g->heads[k]) return rt__gerr(g, RT_ENOMEM, "out of memory");
+    }
+    rt_attr ax = {.name = "axis", .kind = RT_ATTR_INT, .i = -1};
+    if ((rc = rt_graph_add_node(g, "outputs", "Concat", n, cat, 1, &ax)) < 0) return rc;
+    g->n_heads = n;
+    return rt_graph_set_output(g, "outputs");
+}
+
 /* ------------------------------------------------------------ config/names */
 
 void rt_train_config_init(rt_train_config *c)

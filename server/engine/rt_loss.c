@@ -97,6 +97,24 @@ static inline int64_t rt__argmax(const float *x, int64_t C)
     return b;
 }
 
+/* the argmax of softmax(z) as the Softmax kernel rounds it: Keras takes
+ * the argmax of the probabilities, and logits a rounding apart can give
+ * equal ones, of which the first counts */
+static int64_t rt__argmax_softmax(const float *z, int64_t C)
+{
+    float m = z[0], s = 0.0f;
+    for (int64_t j = 1; j < C; j++) m = z[j] > m ? z[j] : m;
+    for (int64_t j = 0; j < C; j++) s += rt_kern_exp(z[j] - m);
+    const float inv = 1.0f / s;
+    int64_t b = 0;
+    float pb = rt_kern_exp(z[0] - m) * inv;
+    for (int64_t j = 1; j < C; j++) {
+        const float p = rt_kern_exp(z[j] - m) * inv;
+        if (p > pb) b = j, pb = p;
+    }
+    return b;
+}
+
 /* one row: returns its loss, writes dz (scaled by s) when dz != NULL */
 static double rt__row(const rt__lossinfo *L, const float *restrict z,
                       const void *lab, int64_t lab_i, float *restrict dz,
@@ -173,16 +191,14 @@ int rt__loss_row_acc(const rt__lossinfo *L, const float *z, const void *lab, int
 {
     const int64_t C = L->classes;
     const int bc = L->lab_numel != L->out_numel;
-    if (L->kind == RT_LOSS_BCE || C == 1) {
-        /* binary accuracy; for several outputs, a row counts if all match */
+    if (C == 1) {
+        /* Keras' "accuracy" is binary for one output value, else
+         * categorical whatever the loss (is_binary_or_sparse_categorical,
+         * keras/src/trainers/compile_utils.py) */
         const float thr = L->from_logits ? 0.0f : 0.5f;
-        for (int64_t j = 0; j < C; j++) {
-            float y = rt__lab(L, lab, bc ? lab_i : lab_i + j);
-            if ((z[j] > thr) != (y > 0.5f)) return 0;
-        }
-        return 1;
+        return (z[0] > thr) == (rt__lab(L, lab, lab_i) > 0.5f);
     }
-    int64_t a = rt__argmax(z, C);
+    int64_t a = L->softmax_fused ? rt__argmax_softmax(z, C) : rt__argmax(z, C);
     if (L->kind == RT_LOSS_SPARSE_CE || bc) return a == rt__lab_class(L, lab, lab_i);
     const float *y = (const float *)lab + lab_i;
     if (L->lab_dt == RT_I32) {
@@ -287,12 +303,41 @@ static void rt__loss_elem(const rt__lossinfo *L, const float *restrict p,
     *loss_sum += total;
 }
 
+/* Several outputs: each head's part of the packed output and labels is
+ * gathered, its loss run as for one output, and its gradient scattered
+ * back times its weight. scratch holds n (4 out_numel + lab_numel) floats. */
+static void rt__loss_heads(const rt__lossinfo *L, const float *y, const float *lab, int64_t n,
+                           float *dy, double *loss_sum, float *scratch)
+{
+    const int64_t O = L->out_numel, LN = L->lab_numel;
+    for (int k = 0; k < L->n_heads; k++) {
+        const rt__lossinfo *H = &L->head[k];
+        const int64_t on = H->out_numel, ln = H->lab_numel;
+        float *yk = scratch, *dk = yk + n * on, *lk = dk + n * on, *sub = lk + n * ln;
+        for (int64_t i = 0; i < n; i++) {
+            memcpy(yk + i * on, y + i * O + L->out_off[k], sizeof(float) * (size_t)on);
+            memcpy(lk + i * ln, lab + i * LN + L->lab_off[k], sizeof(float) * (size_t)ln);
+        }
+        double ls = 0, as = 0;
+        rt__loss_run(H, yk, lk, n, dy ? dk : NULL, &ls, &as, sub);
+        *loss_sum += (double)L->weight[k] * ls;
+        if (dy)
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < on; j++)
+                    dy[i * O + L->out_off[k] + j] = L->weight[k] * dk[i * on + j];
+    }
+}
+
 void rt__loss_run(const rt__lossinfo *L, const float *y, const void *lab,
                   int64_t n, float *dy, double *loss_sum, double *acc_sum,
                   float *scratch)
 {
     const int64_t C = L->classes, R = L->rows;
     const int bc = L->lab_numel != L->out_numel;
+    if (L->n_heads) {
+        rt__loss_heads(L, y, lab, n, dy, loss_sum, scratch);
+        return;
+    }
     if (RT_LOSS_IS_TORCH(L->kind)) {
         rt__loss_torch_run(L, y, lab, n, dy, loss_sum, acc_sum);
         return;

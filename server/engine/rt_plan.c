@@ -49,6 +49,17 @@ int rt_plan_label_shape(const rt_plan *p, int64_t dims[RT_MAX_DIMS])
     return p->cfg.label_ndim;
 }
 
+int rt_plan_n_heads(const rt_plan *p) { return p ? p->loss.n_heads : RT_EINVAL; }
+
+int rt_plan_head_shape(const rt_plan *p, int k, int64_t dims[RT_MAX_DIMS], int64_t *lab_numel)
+{
+    if (!p || k < 0 || k >= p->loss.n_heads) return RT_EINVAL;
+    const rt__shape *s = &p->head_shape[k];
+    for (int i = 0; i < s->ndim; i++) dims[i] = s->d[i];
+    if (lab_numel) *lab_numel = p->loss.head[k].lab_numel;
+    return s->ndim;
+}
+
 int rt_plan_n_params(const rt_plan *p) { return p ? p->n_params : RT_EINVAL; }
 
 int rt_plan_param_info(const rt_plan *p, int i, const char **name,
@@ -145,6 +156,8 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
         }
     }
     rt__hs(s, g->output);
+    rt__hi(s, g->n_heads);
+    for (int k = 0; k < g->n_heads; k++) rt__hs(s, g->heads[k]);
     /* config, field by field (struct padding is not hashed) */
     rt__hi(s, c->loss); rt__hi(s, c->from_logits); rt__hi(s, c->opt);
     rt__hf(s, c->lr); rt__hf(s, c->momentum); rt__hi(s, c->nesterov);
@@ -165,6 +178,12 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
     rt__hi(s, c->n_pos_weight);
     if (c->n_pos_weight > 0 && c->pos_weight)
         rt__h(s, c->pos_weight, sizeof(float) * (size_t)c->n_pos_weight);
+    rt__hi(s, c->n_heads);
+    for (int k = 0; k < c->n_heads && k < RT_MAX_HEADS; k++) {
+        rt__hi(s, c->heads[k].loss);
+        rt__hi(s, c->heads[k].from_logits);
+        rt__hf(s, c->heads[k].weight);
+    }
     XXH128_hash_t h = XXH3_128bits_digest(s);
     XXH3_freeState(s);
     XXH128_canonical_t can;

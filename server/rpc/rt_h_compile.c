@@ -235,6 +235,10 @@ static int build_graph(rt_call *c, compile_st *st)
             return rt_call_fail(c, rc, "%s", err);
         if ((rc = keras_compile_defaults(c, &st->cfg, q->keras_json, q->config)) < 0)
             return rc;
+        /* several outputs: a loss and weight each (import_keras.h) */
+        if ((rc = rt_keras_heads(q->keras_json, strlen(q->keras_json), &st->cfg, err,
+                                 sizeof err)) < 0)
+            return rt_call_fail(c, rc, "%s", err);
     } else if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX) {
         char err[768];
         rt_onnx_opts io = {.output = q->onnx_output};

@@ -500,6 +500,269 @@ static double metric_value(const rt_metrics *mt, const char *name)
     return NAN;
 }
 
+
+/* ------------------------------------------------- several inputs, outputs */
+
+/* Models of tests/fixtures/keras-multi: two inputs, two outputs, a loss and
+ * a weight per output from the saved compile_config. Input k's value i
+ * (flat over its n samples): ((mix(i ^ (0x5eed0001 + k)) >> 22) - 512) /
+ * 512; head k's label j: h = mix(j ^ (0x1abe1000 + k)), class h % C for a
+ * sparse or one-hot row, h >> 31 binary, (h >> 22) / 1024 float. The
+ * engine takes them packed per sample: each input's values in turn, each
+ * head's labels in turn (f32). */
+static const char *head_labels(rt_loss_kind l)
+{
+    return l == RT_LOSS_SPARSE_CE ? "sparse" : l == RT_LOSS_CE ? "onehot"
+           : l == RT_LOSS_BCE     ? "binary" : "float";
+}
+
+static int multi_compile(rt_graph *g, const char *txt, int batch, int adam, json_object *o,
+                         rt_exec **e, char *err, size_t errlen)
+{
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.batch_size = batch;
+    cfg.seed = SEED;
+    cfg.shuffle = 0;
+    cfg.metrics = 0;
+    if (adam) {
+        cfg.opt = RT_OPT_ADAM;
+        cfg.lr = (float)num(o, "lr", 0);
+        cfg.beta1 = (float)num(o, "beta_1", 0.9);
+        cfg.beta2 = (float)num(o, "beta_2", 0.999);
+        cfg.eps = (float)num(o, "epsilon", 1e-7);
+    } else {
+        cfg.opt = RT_OPT_SGD;
+        cfg.lr = o ? (float)num(o, "lr", 0) : 0.01f;
+        cfg.momentum = (float)num(o, "momentum", 0);
+    }
+    int rc = rt_keras_heads(txt, strlen(txt), &cfg, err, errlen);
+    if (rc < 2) {
+        if (rc >= 0) snprintf(err, errlen, "rt_keras_heads found %d outputs", rc);
+        return rc < 0 ? rc : RT_EINVAL;
+    }
+    rt_plan *p = NULL;
+    if ((rc = rt_plan_compile(g, &cfg, &p, NULL, err, errlen)) < 0)
+        return rc;
+    rc = rt_exec_create(p, e);
+    rt_plan_release(p);
+    return rc;
+}
+
+static int dump_multi(const char *model, const char *out)
+{
+    size_t len;
+    char *txt = rt_test_slurp(model, &len), err[4096];
+    rt_graph *g = NULL;
+    rt_exec *e = NULL;
+    if (!txt || rt_keras_import(txt, len, &g, err, sizeof err) < 0 ||
+        multi_compile(g, txt, 4, 0, NULL, &e, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s\n", model, txt ? err : "cannot read");
+        return 1;
+    }
+    const rt_plan *p = rt_exec_plan(e);
+    FILE *f = fopen(out, "wb");
+    if (!f)
+        return 1;
+    uint32_t np = (uint32_t)rt_plan_n_params(p);
+    fwrite("RTW1", 1, 4, f);
+    fwrite(&np, 4, 1, f);
+    for (uint32_t i = 0; i < np; i++) {
+        const char *name;
+        int64_t d[RT_MAX_DIMS], cnt;
+        int tr;
+        int nd = rt_plan_param_info(p, (int)i, &name, d, &tr);
+        uint32_t nl = (uint32_t)strlen(name), t = (uint32_t)tr, ndu = (uint32_t)nd;
+        fwrite(&nl, 4, 1, f);
+        fwrite(name, 1, nl, f);
+        fwrite(&t, 4, 1, f);
+        fwrite(&ndu, 4, 1, f);
+        for (int k = 0; k < nd; k++) {
+            int32_t dk = (int32_t)d[k];
+            fwrite(&dk, 4, 1, f);
+        }
+        float *v = param(e, (int)i, &cnt);
+        fwrite(v, sizeof(float), (size_t)cnt, f);
+        free(v);
+    }
+    fclose(f);
+    const rt_train_config *c = rt_plan_config(p);
+    printf("{\"heads\": [");
+    for (int k = 0; k < rt_plan_n_heads(p); k++) {
+        int64_t d[RT_MAX_DIMS];
+        int nd = rt_plan_head_shape(p, k, d, NULL);
+        printf("%s{\"loss\": \"%s\", \"from_logits\": %d, \"weight\": %.9g, \"labels\": \"%s\", "
+               "\"dims\": [", k ? ", " : "", rt_loss_name(c->heads[k].loss),
+               c->heads[k].from_logits, (double)c->heads[k].weight,
+               head_labels(c->heads[k].loss));
+        for (int i = 0; i < nd; i++) printf("%s%lld", i ? ", " : "", (long long)d[i]);
+        printf("]}");
+    }
+    printf("]}\n");
+    rt_exec_destroy(e);
+    rt_graph_destroy(g);
+    free(txt);
+    return 0;
+}
+
+static int check_multi(json_object *fx, const char *m, const char *mpath, int *agreed)
+{
+    const int before = rt_test_failures;
+    size_t len;
+    char *txt = rt_test_slurp(mpath, &len), err[4096];
+    rt_graph *g = NULL;
+    rt_exec *e = NULL;
+    float *x = NULL, *y = NULL, *pred = NULL;
+    json_object *ins = get(fx, "inputs"), *heads = get(fx, "heads");
+    const int n = (int)num(fx, "n", 0), batch = (int)num(fx, "batch", 0),
+              rows = (int)num(get(fx, "predict"), "rows", 0);
+    const int nin = (int)json_object_array_length(ins), nh = (int)json_object_array_length(heads);
+    if (!txt || rt_keras_import(txt, len, &g, err, sizeof err) < 0) {
+        FAIL("%s: import: %s", m, txt ? err : "cannot read");
+        goto out;
+    }
+    if (multi_compile(g, txt, batch, 0, get(fx, "sgd"), &e, err, sizeof err) < 0) {
+        FAIL("%s: compile: %s", m, err);
+        goto out;
+    }
+    const rt_plan *p = rt_exec_plan(e);
+    const rt_train_config *c = rt_plan_config(p);
+    if (rt_plan_n_heads(p) != nh) {
+        FAIL("%s: %d outputs, the fixture has %d", m, rt_plan_n_heads(p), nh);
+        goto out;
+    }
+    /* the losses and weights read from compile_config, against the
+     * generator's own reading of it */
+    for (int k = 0; k < nh; k++) {
+        json_object *h = json_object_array_get_idx(heads, (size_t)k);
+        if (strcmp(rt_loss_name(c->heads[k].loss), str(h, "loss", "")) ||
+            c->heads[k].from_logits != (int)num(h, "from_logits", 0) ||
+            c->heads[k].weight != (float)num(h, "weight", 1))
+            FAIL("%s: output %d: loss %s from_logits %d weight %g; the fixture's %s %d %g", m, k,
+                 rt_loss_name(c->heads[k].loss), c->heads[k].from_logits,
+                 (double)c->heads[k].weight, str(h, "loss", ""), (int)num(h, "from_logits", 0),
+                 num(h, "weight", 1));
+    }
+    int64_t in_n[RT_KERAS_MAX_IN], in_tot = 0, id[RT_MAX_DIMS], lab_tot = 0, out_tot = 0;
+    rt_plan_input_shape(p, id);
+    for (int k = 0; k < nin && k < RT_KERAS_MAX_IN; k++) {
+        json_object *d = json_object_array_get_idx(ins, (size_t)k);
+        in_n[k] = 1;
+        for (size_t i = 0; i < json_object_array_length(d); i++)
+            in_n[k] *= json_object_get_int64(json_object_array_get_idx(d, i));
+        in_tot += in_n[k];
+    }
+    if (in_tot != id[0]) {
+        FAIL("%s: the inputs have %lld values a sample, the plan takes %lld", m,
+             (long long)in_tot, (long long)id[0]);
+        goto out;
+    }
+    x = malloc(sizeof(float) * (size_t)(n * in_tot));
+    for (int k = 0, off = 0; k < nin; off += (int)in_n[k], k++)
+        for (int64_t i = 0; i < n * in_n[k]; i++) {
+            uint32_t h = mix((uint32_t)i ^ (0x5eed0001u + (uint32_t)k));
+            x[(i / in_n[k]) * in_tot + off + i % in_n[k]] = (float)((int)(h >> 22) - 512) / 512.0f;
+        }
+    int64_t on[RT_MAX_HEADS], ln[RT_MAX_HEADS];
+    for (int k = 0; k < nh; k++) {
+        int64_t d[RT_MAX_DIMS];
+        int nd = rt_plan_head_shape(p, k, d, &ln[k]);
+        on[k] = 1;
+        for (int i = 0; i < nd; i++) on[k] *= d[i];
+        lab_tot += ln[k];
+        out_tot += on[k];
+    }
+    y = calloc((size_t)(n * lab_tot), sizeof(float));
+    for (int k = 0, off = 0; k < nh; off += (int)ln[k], k++) {
+        const char *lk = head_labels(c->heads[k].loss);
+        int64_t dd[RT_MAX_DIMS];
+        const int64_t C = dd[rt_plan_head_shape(p, k, dd, NULL) - 1];
+        const int per_row = !strcmp(lk, "sparse") || !strcmp(lk, "onehot");
+        const int64_t R = per_row ? on[k] / C : on[k]; /* labels drawn a sample */
+        for (int64_t sm = 0; sm < n; sm++)
+            for (int64_t r = 0; r < R; r++) {
+                uint32_t h = mix((uint32_t)(sm * R + r) ^ (0x1abe1000u + (uint32_t)k));
+                float *yr = y + sm * lab_tot + off;
+                if (!strcmp(lk, "sparse")) yr[r] = (float)(h % (uint32_t)C);
+                else if (!strcmp(lk, "onehot")) yr[r * C + h % (uint32_t)C] = 1.0f;
+                else if (!strcmp(lk, "binary")) yr[r] = (float)(h >> 31);
+                else yr[r] = (float)(h >> 22) / 1024.0f;
+            }
+    }
+    rt_data d = {.x = x, .y = y, .y_dtype = RT_F32, .n = n};
+    if (check_init(m, e, get(fx, "init")))
+        goto out;
+    /* predictions: a list, one per output */
+    pred = malloc(sizeof(float) * (size_t)(out_tot * rows));
+    if (rt_exec_predict(e, x, rows, pred) < 0) {
+        FAIL("%s: predict: %s", m, rt_exec_errmsg(e));
+    } else {
+        json_object *pv = get(get(fx, "predict"), "values");
+        for (int k = 0, off = 0; k < nh; off += (int)on[k], k++) {
+            json_object *hv = json_object_array_get_idx(pv, (size_t)k);
+            if ((int64_t)json_object_array_length(hv) != rows * on[k]) {
+                FAIL("%s: output %d: %zu predicted values in the fixture, not %lld", m, k,
+                     json_object_array_length(hv), (long long)(rows * on[k]));
+                continue;
+            }
+            int shown = 0;
+            for (int64_t i = 0; i < rows * on[k]; i++) {
+                double w = json_object_get_double(json_object_array_get_idx(hv, (size_t)i));
+                float got = pred[(i / on[k]) * out_tot + off + i % on[k]];
+                checks++;
+                track(&worst_pred, got, w, 0);
+                if (!close_to(got, w, 1e-5, 0) && shown++ < 3)
+                    FAIL("%s: output %d prediction %lld: %.9g, tfjs %.9g", m, k, (long long)i,
+                         got, w);
+            }
+        }
+    }
+    rt_metrics mt;
+    if (rt_exec_evaluate(e, &d, &mt) < 0) {
+        FAIL("%s: evaluate: %s", m, rt_exec_errmsg(e));
+    } else {
+        double wl = num(get(fx, "evaluate"), "loss", NAN);
+        checks++;
+        track(&worst_loss, mt.loss, wl, 0);
+        if (!close_to(mt.loss, wl, 1e-5, 0))
+            FAIL("%s: evaluate loss %.9g, tfjs %.9g", m, mt.loss, wl);
+    }
+    float losses[3];
+    if (rt_exec_train(e, &d, 3, &(rt_train_result){0}, NULL, NULL, losses) < 0) {
+        FAIL("%s: SGD: %s", m, rt_exec_errmsg(e));
+    } else {
+        check_losses(m, "SGD", losses, get(get(fx, "sgd"), "losses"));
+        check_weights(m, "SGD", e, get(get(fx, "sgd"), "weights"));
+    }
+    rt_exec_destroy(e);
+    e = NULL;
+    if (multi_compile(g, txt, batch, 1, get(fx, "adam"), &e, err, sizeof err) < 0) {
+        FAIL("%s: compile (Adam): %s", m, err);
+    } else if (rt_exec_train(e, &d, 3, &(rt_train_result){0}, NULL, NULL, losses) < 0) {
+        FAIL("%s: Adam: %s", m, rt_exec_errmsg(e));
+    } else {
+        check_losses(m, "Adam", losses, get(get(fx, "adam"), "losses"));
+        check_weights(m, "Adam", e, get(get(fx, "adam"), "weights"));
+    }
+out:
+    rt_exec_destroy(e);
+    rt_graph_destroy(g);
+    free(txt);
+    free(x);
+    free(y);
+    free(pred);
+    int ok = rt_test_failures == before;
+    printf("  %-8s %-44s %d inputs, %d outputs:", ok ? "agrees" : "DIFFERS", m, nin, nh);
+    for (int k = 0; k < nh; k++) {
+        json_object *h = json_object_array_get_idx(heads, (size_t)k);
+        printf(" %s%s x %g", str(h, "loss", "?"), num(h, "from_logits", 0) ? " (logits)" : "",
+               num(h, "weight", 1));
+    }
+    printf("\n");
+    *agreed += ok;
+    return 1;
+}
+
 static int check_one(const char *path, const char *root, int *agreed)
 {
     size_t len;
@@ -514,6 +777,11 @@ static int check_one(const char *path, const char *root, int *agreed)
     const char *m = str(fx, "model", "?");
     char mpath[1024], err[4096], derived[2048];
     snprintf(mpath, sizeof mpath, "%s/%s", root, m);
+    if (get(fx, "heads")) {
+        int r = check_multi(fx, m, mpath, agreed);
+        json_object_put(fx);
+        return r;
+    }
     spec s;
     memset(&s, 0, sizeof s);
     snprintf(s.loss, sizeof s.loss, "%s", str(fx, "loss", ""));
@@ -683,6 +951,8 @@ static int by_name(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
+    if (argc == 4 && !strcmp(argv[1], "dump-multi"))
+        return dump_multi(argv[2], argv[3]);
     if (argc == 6 && !strcmp(argv[1], "dump"))
         return dump(argv[2], atoi(argv[3]), atoll(argv[4]), argv[5]);
     if (argc != 4 || strcmp(argv[1], "check")) {

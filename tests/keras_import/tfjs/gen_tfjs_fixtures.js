@@ -188,10 +188,21 @@ function rms(v) {
   return Math.sqrt(q / Math.max(1, v.length));
 }
 
+/* the activation that makes the output: through nested models and the
+ * layers that only move values (a MobileNet ends in Activation, Reshape) */
 function outputActivation(model) {
-  const layer = model.outputs[0].sourceLayer;
-  const cls = layer.getClassName();
-  if (cls === 'Softmax') return 'softmax';
+  let layer = model.outputs[0].sourceLayer;
+  for (;;) {
+    const cls = layer.getClassName();
+    if (layer.outputs && layer.layers) {
+      layer = layer.outputs[0].sourceLayer;
+    } else if (['Reshape', 'Flatten', 'Dropout', 'Permute'].includes(cls)) {
+      layer = layer.inboundNodes[0].inboundLayers[0];
+    } else {
+      break;
+    }
+  }
+  if (layer.getClassName() === 'Softmax') return 'softmax';
   const act = layer.activation;
   if (act && act.getClassName) return act.getClassName();
   return 'linear';
@@ -256,7 +267,13 @@ function metrics(spec, y, p, yShape) {
     r.precision = tf.metrics.precision(yt, thresholded).dataSync()[0];
     r.recall = tf.metrics.recall(yt, thresholded).dataSync()[0];
   } else if (spec.labels === 'binary') {
-    r.accuracy = r.binary_accuracy = mean(tf.metrics.binaryAccuracy(yt, p));
+    r.binary_accuracy = mean(tf.metrics.binaryAccuracy(yt, p));
+    /* Keras' "accuracy" is binary only for one output value, else
+     * categorical (is_binary_or_sparse_categorical in
+     * keras/src/trainers/compile_utils.py); tfjs-layers picks binary from
+     * the loss, as Keras 2.2 did */
+    r.accuracy = p.shape[p.shape.length - 1] === 1 ? r.binary_accuracy
+                                                   : mean(tf.metrics.categoricalAccuracy(yt, p));
     r.precision = tf.metrics.precision(yt, thresholded).dataSync()[0];
     r.recall = tf.metrics.recall(yt, thresholded).dataSync()[0];
   } else {
@@ -652,6 +669,150 @@ async function callbackCases() {
   console.log(`callbacks: ${es.length} EarlyStopping and ${rl.length} ReduceLROnPlateau cases`);
 }
 
+/* ------------------------------------------------ several inputs, outputs */
+
+/* A loss given per output in compile_config, read as Keras reads it (a
+ * list in output_layers' order or a dict by output name; one loss for
+ * every output): [name in Keras' function spelling, from_logits] */
+function kerasLossOf(entry) {
+  if (entry && typeof entry === 'object') {
+    const c = entry.config || {};
+    const name = entry.class_name === 'function' ? String(entry.config) : entry.class_name;
+    return [snake(name), c.from_logits ? 1 : 0];
+  }
+  return [snake(String(entry)), 0];
+}
+function snake(n) {
+  const long = {mse: 'mean_squared_error', mae: 'mean_absolute_error'};
+  const s = n.replace(/([a-z0-9])([A-Z])/g, '$1_$2').toLowerCase();
+  return long[s] || s;
+}
+function perOutput(v, k, name) {
+  if (Array.isArray(v)) return v[k];
+  if (v && typeof v === 'object' && !('class_name' in v)) return v[name];
+  return v;
+}
+
+/* Keras' losses (keras/src/losses/losses.py) from tfjs ops: per sample,
+ * then the batch mean */
+function headLoss(h, yt, yp) {
+  switch (h.loss) {
+  case 'sparse_categorical_crossentropy':
+    return tf.mean(tf.metrics.categoricalCrossentropy(
+        tf.oneHot(tf.cast(yt.reshape([-1]), 'int32'), yp.shape[yp.shape.length - 1])
+            .reshape(yp.shape).toFloat(), yp));
+  case 'categorical_crossentropy':
+    return h.from_logits ? tf.losses.softmaxCrossEntropy(yt, yp)
+                         : tf.mean(tf.metrics.categoricalCrossentropy(yt, yp));
+  case 'binary_crossentropy':
+    return h.from_logits ? tf.mean(tf.mean(tf.losses.sigmoidCrossEntropy(
+                               yt, yp, undefined, undefined, tf.Reduction.NONE), -1))
+                         : tf.mean(tf.metrics.binaryCrossentropy(yt, yp));
+  case 'mean_squared_error':
+    return tf.mean(tf.metrics.meanSquaredError(yt, yp));
+  case 'mean_absolute_error':
+    return tf.mean(tf.metrics.meanAbsoluteError(yt, yp));
+  }
+  throw new Error('loss ' + h.loss);
+}
+
+/* Keras' total: sum over the outputs of loss_weight * loss
+ * (keras/src/trainers/compile_utils.py, CompileLoss) */
+function totalLoss(heads, ys, ps) {
+  return tf.tidy(() => heads.reduce((t, h, k) =>
+      tf.add(t, tf.mul(h.weight, headLoss(h, ys[k], ps[k]))), tf.scalar(0)));
+}
+
+async function multiModel(root, tool, rel) {
+  const file = path.join(root, rel), j = JSON.parse(fs.readFileSync(file, 'utf8'));
+  const dumpFile = path.join(require('os').tmpdir(), `rt_multi_${process.pid}.bin`);
+  const info = JSON.parse(cp.execFileSync(tool, ['dump-multi', file, dumpFile]).toString());
+  const params = readDump(dumpFile);
+  fs.unlinkSync(dumpFile);
+  const model = await tf.models.modelFromJSON({class_name: j.class_name, config: j.config});
+  setInit(model, params);
+  const cc = j.compile_config || {};
+  const heads = model.outputNames.map((name, k) => {
+    const [loss, fromLogits] = kerasLossOf(perOutput(cc.loss, k, name));
+    const w = perOutput(cc.loss_weights, k, name);
+    const h = {name, loss, from_logits: fromLogits, weight: w == null ? 1 : Math.fround(w),
+               labels: {sparse_categorical_crossentropy: 'sparse',
+                        categorical_crossentropy: 'onehot',
+                        binary_crossentropy: 'binary'}[loss] || 'float',
+               dims: model.outputs[k].shape.slice(1)};
+    const r = info.heads[k];
+    if (r.loss !== h.loss || r.from_logits !== h.from_logits ||
+        Math.fround(r.weight) !== h.weight || r.dims.join() !== h.dims.join())
+      throw new Error(`${rel}: output ${name}: rtrain reads ${JSON.stringify(r)}, ` +
+                      `Keras' rules give ${JSON.stringify(h)}`);
+    return h;
+  });
+  const spec = {model: rel, n: 12, batch: 4,
+                inputs: model.inputs.map(t => t.shape.slice(1)), heads};
+  spec.init = params.map(p => {
+    let s = 0, q = 0;
+    for (let i = 0; i < p.v.length; i++) s += p.v[i], q += p.v[i] * p.v[i];
+    return {name: p.name, sum: s, sumsq: q};
+  });
+  const n = spec.n;
+  const xs = spec.inputs.map((d, k) => {
+    const per = d.reduce((a, c) => a * c, 1), x = new Float32Array(per * n);
+    for (let i = 0; i < x.length; i++)
+      x[i] = ((mix((i ^ (0x5eed0001 + k)) >>> 0) >>> 22) - 512) / 512;
+    return {x, per, shape: d};
+  });
+  const ys = heads.map((h, k) => {
+    const per = h.dims.reduce((a, c) => a * c, 1), C = h.dims[h.dims.length - 1];
+    const rowsPer = h.labels === 'sparse' || h.labels === 'onehot' ? per / C : per;
+    const shape = h.labels === 'sparse' ? [...h.dims.slice(0, -1), 1] : h.dims;
+    const y = new Float32Array(n * shape.reduce((a, c) => a * c, 1));
+    for (let j = 0; j < n * rowsPer; j++) {
+      const v = mix((j ^ (0x1abe1000 + k)) >>> 0);
+      if (h.labels === 'sparse') y[j] = v % C;
+      else if (h.labels === 'onehot') y[j * C + v % C] = 1;
+      else y[j] = h.labels === 'binary' ? v >>> 31 : (v >>> 22) / 1024;
+    }
+    return {y, per: y.length / n, shape};
+  });
+  const slice = (a, lo, cnt) => tf.tensor(a.x ? a.x.subarray(lo * a.per, (lo + cnt) * a.per)
+                                              : a.y.subarray(lo * a.per, (lo + cnt) * a.per),
+                                          [cnt, ...a.shape]);
+  const rows = 4;
+  const xin = xs.map(a => slice(a, 0, n)), yin = ys.map(a => slice(a, 0, n));
+  const ps = model.predict(xin);
+  spec.predict = {rows, values: ps.map((p, k) =>
+      Array.from(p.dataSync().subarray(0, rows * heads[k].dims.reduce((a, c) => a * c, 1)), f32))};
+  const ev = totalLoss(heads, yin, ps);
+  spec.evaluate = {loss: f32(ev.dataSync()[0]),
+                   head_losses: heads.map((h, k) => f32(headLoss(h, yin[k], ps[k]).dataSync()[0]))};
+  const vars = model.trainableWeights.map(w => w.read());
+  const run = (opt, adam) => {
+    setInit(model, params);
+    const losses = [];
+    for (let st = 0; st < 3; st++) {
+      if (adam) opt.epsilon = spec.adam.epsilon / Math.sqrt(1 - Math.pow(spec.adam.beta_2, st + 1));
+      const xb = xs.map(a => slice(a, st * spec.batch, spec.batch));
+      const yb = ys.map(a => slice(a, st * spec.batch, spec.batch));
+      const cost = opt.minimize(() => {
+        const out = model.apply(xb, {training: true});
+        return totalLoss(heads, yb, Array.isArray(out) ? out : [out]);
+      }, true, vars);
+      losses.push(f32(cost.dataSync()[0]));
+      tf.dispose([xb, yb, cost]);
+    }
+    return {losses, weights: weightsOf(model)};
+  };
+  spec.sgd = {lr: 0.05, momentum: 0};
+  Object.assign(spec.sgd, run(tf.train.sgd(spec.sgd.lr), false));
+  spec.adam = {lr: 0.001, beta_1: 0.9, beta_2: 0.999, epsilon: 0.001};
+  Object.assign(spec.adam, run(tf.train.adam(spec.adam.lr, spec.adam.beta_1, spec.adam.beta_2,
+                                             spec.adam.epsilon), true));
+  const out = path.join(OUT, 'multi_' + path.basename(rel));
+  fs.writeFileSync(out, JSON.stringify(spec) + '\n');
+  console.log(`${rel}: ${heads.map(h => `${h.name} ${h.loss} x ${h.weight}`).join(', ')}`);
+  model.dispose();
+}
+
 async function main() {
   const [root, tool, ...only] = process.argv.slice(2);
   if (!root || !tool) {
@@ -661,6 +822,12 @@ async function main() {
   await tf.setBackend('cpu');
   if (only.length === 1 && only[0] === '--callbacks') {
     await callbackCases();
+    return;
+  }
+  if (only.length === 1 && only[0] === '--multi') {
+    for (const f of fs.readdirSync(path.join(root, 'tests/fixtures/keras-multi')).sort())
+      if (f.endsWith('.json'))
+        await multiModel(path.resolve(root), path.resolve(tool), `tests/fixtures/keras-multi/${f}`);
     return;
   }
   const summary = {compared: [], refused: [], over: [], rtrain: []};
