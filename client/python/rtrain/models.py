@@ -54,7 +54,9 @@ class _Node:
 
 class Model:
     """Keras' Functional model: Model(inputs, outputs) over rtrain.Input and
-    layer calls. One input and one output (what the daemon compiles)."""
+    layer calls; inputs and outputs may be lists (up to 8 outputs): fit
+    then takes lists or dicts (by layer name) of arrays, compile a loss
+    and loss_weights per output, and predict returns a list."""
 
     _default_name = "model"
 
@@ -73,15 +75,16 @@ class Model:
     def _init_functional(self, inputs, outputs):
         ins = inputs if isinstance(inputs, (list, tuple)) else [inputs]
         outs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
-        if len(ins) != 1 or len(outs) != 1:
-            raise ValueError("rtrain models have one input and one output")
+        if not ins or not outs or len(outs) > 8:
+            raise ValueError("rtrain models have 1 or more inputs and 1 to 8 "
+                             "outputs")
         for t in ins + outs:
             if not isinstance(t, _layers.KerasTensor):
                 raise TypeError("Model(inputs, outputs) takes tensors from "
                                 "rtrain.Input and layer calls")
-        if not isinstance(ins[0].layer, _layers.InputLayer):
-            raise ValueError("the model input must come from rtrain.Input")
-        # Topological order by a depth-first walk from the output.
+        if not all(isinstance(t.layer, _layers.InputLayer) for t in ins):
+            raise ValueError("the model inputs must come from rtrain.Input")
+        # Topological order by a depth-first walk from the outputs.
         order, seen = [], set()
 
         def visit(t):
@@ -91,12 +94,18 @@ class Model:
                 visit(i)
             seen.add(id(t.layer))
             order.append(t)
-        visit(outs[0])
-        if order[0].layer is not ins[0].layer or sum(
-                isinstance(t.layer, _layers.InputLayer) for t in order) != 1:
-            raise ValueError("the output does not depend on the model input "
-                             "alone")
-        self._tensors = order
+        for o in outs:
+            visit(o)
+        in_ids = [id(t.layer) for t in ins]
+        if sorted(id(t.layer) for t in order
+                  if isinstance(t.layer, _layers.InputLayer)) != sorted(in_ids):
+            raise ValueError("the outputs must depend on the model inputs "
+                             "and on nothing else")
+        self._in_layers = [t.layer for t in ins]
+        self._out_layers = [t.layer for t in outs]
+        # the inputs first, in the model's order, as Keras lists them
+        self._tensors = list(ins) + [t for t in order
+                                     if not isinstance(t.layer, _layers.InputLayer)]
         self._nodes = None
         self._build_nodes()
 
@@ -134,13 +143,29 @@ class Model:
                 return n.layer
         raise ValueError("no layer named %r" % (name,))
 
+    def _node_of(self, layer):
+        return next(n for n in self._nodes if n.layer is layer)
+
+    def _io(self):
+        """([(name, shape)] of the inputs, [(name, shape)] of the outputs)"""
+        ins = getattr(self, "_in_layers", None) or [self._nodes[0].layer]
+        outs = getattr(self, "_out_layers", None) or [self._nodes[-1].layer]
+        return ([(self._node_of(l).name, tuple(self._node_of(l).out_shape)) for l in ins],
+                [(self._node_of(l).name, tuple(self._node_of(l).out_shape)) for l in outs])
+
     @property
     def input_shape(self):
-        return (None,) + tuple(self._nodes[0].out_shape)
+        ins = self._io()[0]
+        if len(ins) > 1:
+            return [(None,) + s for _, s in ins]
+        return (None,) + ins[0][1]
 
     @property
     def output_shape(self):
-        return (None,) + tuple(self._nodes[-1].out_shape)
+        outs = self._io()[1]
+        if len(outs) > 1:
+            return [(None,) + s for _, s in outs]
+        return (None,) + outs[0][1]
 
     def weight_specs(self):
         """[(name, shape, trainable)] of every weight, in Keras' order (the
@@ -164,9 +189,10 @@ class Model:
             d["inbound_nodes"] = ([] if not n.inbound else
                                   [[[src, 0, 0, {}] for src in n.inbound]])
             out.append(d)
+        ins, outs = self._io()
         return {"name": self.name, "layers": out,
-                "input_layers": [[self._nodes[0].name, 0, 0]],
-                "output_layers": [[self._nodes[-1].name, 0, 0]]}
+                "input_layers": [[nm, 0, 0] for nm, _ in ins],
+                "output_layers": [[nm, 0, 0] for nm, _ in outs]}
 
     def _class_name(self):
         return "Functional"
@@ -520,9 +546,13 @@ def model_from_json(json_string):
                                  "defined before it" % (name, srcs))
             ins = [made[s] for s in srcs]
             made[name] = layer(ins if len(ins) > 1 else ins[0])
-        in_name = cfg["input_layers"][0][0]
-        out_name = cfg["output_layers"][0][0]
-        return Model(made[in_name], made[out_name], name=cfg.get("name"))
+        def names(v):
+            # Keras 2: [["name", 0, 0], ...]; Keras 3 may write one ["name", 0, 0]
+            return [v[0]] if v and isinstance(v[0], str) else [e[0] for e in v]
+        ins = [made[nm] for nm in names(cfg["input_layers"])]
+        outs = [made[nm] for nm in names(cfg["output_layers"])]
+        return Model(ins if len(ins) > 1 else ins[0],
+                     outs if len(outs) > 1 else outs[0], name=cfg.get("name"))
     raise ValueError("not a Keras model JSON (class_name %r)" % (cls,))
 
 
