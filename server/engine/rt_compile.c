@@ -251,7 +251,7 @@ static int rt__check_config(rt__cc *cc, const rt_train_config *c)
         return rt__cerr(cc, NULL, RT_EINVAL, "label_smoothing goes with cross_entropy");
     if (c->n_pos_weight && c->loss != RT_LOSS_BCE_LOGITS)
         return rt__cerr(cc, NULL, RT_EINVAL, "pos_weight goes with bce_with_logits");
-    if (c->opt < RT_OPT_SGD || c->opt > RT_OPT_RMSPROP)
+    if (c->opt < RT_OPT_SGD || c->opt > RT_OPT_LAST)
         return rt__cerr(cc, NULL, RT_EINVAL, "unknown optimizer %d", (int)c->opt);
     if ((unsigned)c->sched > RT_SCHED_WARMUP_COSINE)
         return rt__cerr(cc, NULL, RT_EINVAL, "unknown lr schedule %d", (int)c->sched);
@@ -1373,13 +1373,14 @@ static int rt__pass_report(rt__cc *cc)
         if (p->params[i].trainable && p->params[i].opts.constraint != RT_CONSTRAINT_NONE)
             r->n_constrained++;
     }
-    uint64_t per_param = cfg->opt == RT_OPT_SGD ? 4 : cfg->opt == RT_OPT_RMSPROP ? 6 : 12;
+    uint64_t per_param = cfg->opt == RT_OPT_SGD ? 4
+                         : cfg->opt == RT_OPT_RMSPROP || cfg->opt == RT_OPT_ADAGRAD ? 6 : 12;
     r->flops_per_step = cc->flops + per_param * r->trainable_param_count +
                         8ull * (uint64_t)p->loss.out_numel * (uint64_t)cc->B; /* loss */
     r->arena_bytes = p->arena_bytes;
     r->naive_bytes = cc->naive;
     int nstate = cfg->opt == RT_OPT_SGD ? (cfg->momentum > 0 ? 1 : 0)
-                 : cfg->opt == RT_OPT_RMSPROP ? 1 : 2;
+                 : cfg->opt == RT_OPT_RMSPROP || cfg->opt == RT_OPT_ADAGRAD ? 1 : 2;
     r->param_bytes = 4ull * ((uint64_t)p->param_floats + (uint64_t)p->train_floats * (1 + nstate));
     r->n_nodes = (uint32_t)cc->n_graph_nodes;
     r->n_kernels = (uint32_t)(p->n_fwd + p->n_bwd + 3); /* + gather, loss, optimizer */

@@ -262,7 +262,13 @@ typedef enum rt_reduction { RT_REDUCE_MEAN = 0, RT_REDUCE_SUM = 1 } rt_reduction
 
 typedef enum rt_opt_kind {
     RT_OPT_SGD = 1, RT_OPT_ADAM, RT_OPT_ADAMW, RT_OPT_RMSPROP,
+    /* Keras 3's (keras/src/optimizers/<name>.py): Adagrad's accumulator
+     * starts at 0.1 (initial_accumulator_value), eps inside the sqrt;
+     * Adadelta's rho (Keras' default 0.95: give it) and eps; Adamax's and
+     * Nadam's beta1, beta2, eps */
+    RT_OPT_ADAGRAD, RT_OPT_ADADELTA, RT_OPT_ADAMAX, RT_OPT_NADAM,
 } rt_opt_kind;
+#define RT_OPT_LAST RT_OPT_NADAM
 
 typedef enum rt_sched_kind {
     RT_SCHED_CONSTANT = 0,

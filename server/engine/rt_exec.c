@@ -1360,8 +1360,13 @@ static int rt__check_state(rt_exec *e, const rt__state_hdr *h, const unsigned ch
                         k1 >= 0 ? 1 : 2,
                         (double)(k1 >= 0 ? rt__blob_f(s1, k1) : rt__blob_f(s2, k2)),
                         (long long)(k1 >= 0 ? k1 : k2));
-    const unsigned char *sq = p->cfg.opt == RT_OPT_RMSPROP ? s1
-                      : p->cfg.opt == RT_OPT_ADAM || p->cfg.opt == RT_OPT_ADAMW ? s2 : NULL;
+    const rt_opt_kind ok = p->cfg.opt;
+    const unsigned char *sq = ok == RT_OPT_RMSPROP || ok == RT_OPT_ADAGRAD || ok == RT_OPT_ADADELTA
+                                  ? s1
+                              : ok == RT_OPT_ADAM || ok == RT_OPT_ADAMW || ok == RT_OPT_ADAMAX ||
+                                      ok == RT_OPT_NADAM
+                                  ? s2
+                                  : NULL;
     for (int64_t i = 0; sq && i < tf; i++)
         if (rt__blob_f(sq, i) < 0)
             return rt__eerr(e, RT_EDATA, "state blob: the optimizer's mean square is %g at %lld "

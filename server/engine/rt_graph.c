@@ -460,7 +460,8 @@ static const rt__name_val rt__loss_tab[] = {
     {NULL, 0}};
 static const rt__name_val rt__opt_tab[] = {
     {"sgd", RT_OPT_SGD}, {"adam", RT_OPT_ADAM}, {"adamw", RT_OPT_ADAMW},
-    {"rmsprop", RT_OPT_RMSPROP}, {NULL, 0}};
+    {"rmsprop", RT_OPT_RMSPROP}, {"adagrad", RT_OPT_ADAGRAD}, {"adadelta", RT_OPT_ADADELTA},
+    {"adamax", RT_OPT_ADAMAX}, {"nadam", RT_OPT_NADAM}, {NULL, 0}};
 static const rt__name_val rt__sched_tab[] = {
     {"constant", RT_SCHED_CONSTANT}, {"step", RT_SCHED_STEP},
     {"step_decay", RT_SCHED_STEP}, {"cosine", RT_SCHED_COSINE},
@@ -532,6 +533,7 @@ const char *const *rt_engine_loss_names(void)
 
 const char *const *rt_engine_optimizer_names(void)
 {
-    static const char *const names[] = {"sgd", "adam", "adamw", "rmsprop", NULL};
+    static const char *const names[] = {"sgd",     "adam",     "adamw",  "rmsprop",
+                                        "adagrad", "adadelta", "adamax", "nadam", NULL};
     return names;
 }

@@ -141,6 +141,68 @@ static void rt__opt_chunk(const rt_train_config *c, float lr, int64_t t,
         }
         break;
     }
+    /* keras/src/optimizers/adagrad.py: acc (from 0.1) += g^2,
+     * w -= lr g / sqrt(acc + eps) */
+    case RT_OPT_ADAGRAD: {
+        const float eps = c->eps;
+        for (int64_t i = 0; i < count; i++) {
+            const float a = (t == 1 ? 0.1f : s1[i]) + g[i] * g[i];
+            s1[i] = a;
+            w[i] -= lr * g[i] / sqrtf(a + eps);
+        }
+        break;
+    }
+    /* adadelta.py: ag = rho ag + (1-rho) g^2; d = -sqrt(ad + eps) g /
+     * sqrt(ag + eps); ad = rho ad + (1-rho) d^2; w += lr d */
+    case RT_OPT_ADADELTA: {
+        const float rho = c->rho, orho = 1.0f - rho, eps = c->eps;
+        for (int64_t i = 0; i < count; i++) {
+            const float ag = rho * s1[i] + orho * g[i] * g[i];
+            const float d = -(sqrtf(s2[i] + eps) * g[i]) / sqrtf(ag + eps);
+            s1[i] = ag;
+            s2[i] = rho * s2[i] + orho * d * d;
+            w[i] += lr * d;
+        }
+        break;
+    }
+    /* adamax.py: m += (g - m)(1-b1); u = max(b2 u, |g|);
+     * w -= lr m / ((1 - b1^t)(u + eps)) */
+    case RT_OPT_ADAMAX: {
+        const float b1 = c->beta1, b2 = c->beta2, eps = c->eps;
+        const float bc1 = (float)(1.0 - pow((double)b1, (double)t));
+        for (int64_t i = 0; i < count; i++) {
+            const float m = s1[i] + (g[i] - s1[i]) * (1.0f - b1);
+            const float u = fmaxf(b2 * s2[i], fabsf(g[i]));
+            s1[i] = m;
+            s2[i] = u;
+            w[i] -= lr * m / (bc1 * (u + eps));
+        }
+        break;
+    }
+    /* nadam.py: u_t = b1 (1 - 0.5 0.96^t), the product of u_1..u_t;
+     * m_hat = u_{t+1} m / (1 - prod_{t+1}) + (1 - u_t) g / (1 - prod_t),
+     * v_hat = v / (1 - b2^t), w -= lr m_hat / (sqrt(v_hat) + eps) */
+    case RT_OPT_NADAM: {
+        const float b1 = c->beta1, b2 = c->beta2, eps = c->eps;
+        /* past k = 1000, 0.96^k < 1e-17: the factors are b1 */
+        const int64_t kk = t < 1000 ? t : 1000;
+        double prod = pow((double)b1, (double)(t - kk));
+        for (int64_t k = 1; k <= kk; k++) prod *= (double)b1 * (1.0 - 0.5 * pow(0.96, (double)k));
+        const double ut = (double)b1 * (1.0 - 0.5 * pow(0.96, (double)t));
+        const double ut1 = (double)b1 * (1.0 - 0.5 * pow(0.96, (double)(t + 1)));
+        const float cm = (float)(ut1 / (1.0 - prod * ut1)), cg = (float)((1.0 - ut) / (1.0 - prod));
+        const float bc2 = (float)(1.0 - pow((double)b2, (double)t));
+        for (int64_t i = 0; i < count; i++) {
+            const float m = s1[i] + (g[i] - s1[i]) * (1.0f - b1);
+            const float v = s2[i] + (g[i] * g[i] - s2[i]) * (1.0f - b2);
+            s1[i] = m;
+            s2[i] = v;
+            w[i] -= (cm * m + cg * g[i]) * lr / (sqrtf(v / bc2) + eps);
+        }
+        break;
+    }
+    default:
+        break;
     }
 }
 

@@ -121,6 +121,7 @@ static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train
     if (p->epsilon > 0) cfg->eps = p->epsilon;
     if (p->weight_decay > 0) cfg->weight_decay = p->weight_decay;
     if (p->rho > 0) cfg->rho = p->rho;
+    else if (cfg->opt == RT_OPT_ADADELTA) cfg->rho = 0.95f; /* Keras' Adadelta default */
     if (p->clip_norm > 0) cfg->clip_norm = p->clip_norm;
     if (p->schedule) {
         const Rtrain__V1__LrSchedule *s = p->schedule;
@@ -419,11 +420,12 @@ static int compile_answer(rt_call *c, compile_st *st, rt_program *prog, int hit)
     cr->constrained_params = rep->n_constrained;
     {
         const rt_train_config *pc = rt_plan_config(st->plan);
-        static const char *const optn[] = {"", "sgd", "adam", "adamw", "rmsprop"};
+        static const char *const optn[] = {"",        "sgd",      "adam",   "adamw", "rmsprop",
+                                           "adagrad", "adadelta", "adamax", "nadam"};
         const char *ln = rt_loss_name(pc->loss);
         cr->loss = (char *)(ln ? ln : "");
         cr->data_layout = (char *)(st->nchw ? "NCHW" : "");
-        cr->optimizer = (char *)(pc->opt >= 1 && pc->opt <= 4 ? optn[pc->opt] : "");
+        cr->optimizer = (char *)(pc->opt >= 1 && pc->opt <= RT_OPT_LAST ? optn[pc->opt] : "");
     }
     cr->passes = rt_call_alloc(c, sizeof *cr->passes * RT_COMPILE_PASSES);
     if (!cr->passes)

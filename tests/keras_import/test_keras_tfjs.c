@@ -325,7 +325,7 @@ static int close_to(double a, double b, double tol, double floor)
 }
 
 static double worst_pred, worst_loss, worst_metric, worst_w;
-static int n_ill;
+static int n_ill, n_opt_runs;
 static void track(double *worst, double a, double b, double floor)
 {
     double ref = fabs(b) > floor ? fabs(b) : floor;
@@ -333,8 +333,9 @@ static void track(double *worst, double a, double b, double floor)
     if (r > *worst || a != a) *worst = a != a ? INFINITY : r;
 }
 
+/* adam 0: SGD; 1: Adam; 2: the optimizer the fixture's object opt names */
 static int compile_exec(rt_graph *g, const spec *s, int adam, const int64_t *od, int on,
-                        rt_exec **e, char *err, size_t errlen)
+                        rt_exec **e, char *err, size_t errlen, json_object *opt)
 {
     rt_train_config cfg;
     rt_train_config_init(&cfg);
@@ -347,7 +348,17 @@ static int compile_exec(rt_graph *g, const spec *s, int adam, const int64_t *od,
     cfg.seed = SEED;
     cfg.shuffle = 0;
     cfg.metrics = s->metrics;
-    if (adam) {
+    if (adam == 2) {
+        if (rt_opt_from_name(str(opt, "name", ""), &cfg.opt) < 0) {
+            snprintf(err, errlen, "unknown optimizer %s", str(opt, "name", ""));
+            return RT_EINVAL;
+        }
+        cfg.lr = (float)num(opt, "lr", 0);
+        cfg.rho = (float)num(opt, "rho", 0.9);
+        cfg.beta1 = (float)num(opt, "beta_1", 0.9);
+        cfg.beta2 = (float)num(opt, "beta_2", 0.999);
+        cfg.eps = (float)num(opt, "epsilon", 1e-7);
+    } else if (adam) {
         cfg.opt = RT_OPT_ADAM;
         cfg.lr = (float)s->lr_adam;
         cfg.beta1 = (float)s->beta1;
@@ -856,7 +867,7 @@ static int check_one(const char *path, const char *root, int *agreed)
     rt_data d = {.x = x, .y = y, .y_dtype = !strcmp(s.labels, "sparse") ? RT_I32 : RT_F32,
                  .n = s.n};
     rt_exec *e = NULL;
-    int rc = compile_exec(g, &s, 0, od, on, &e, err, sizeof err);
+    int rc = compile_exec(g, &s, 0, od, on, &e, err, sizeof err, NULL);
     if (rc < 0) {
         FAIL("%s: compile (%s): %s", m, s.loss, err);
         goto out;
@@ -921,13 +932,30 @@ static int check_one(const char *path, const char *root, int *agreed)
     e = NULL;
     if (!adam_ok) {
         /* inference only */
-    } else if ((rc = compile_exec(g, &s, 1, od, on, &e, err, sizeof err)) < 0) {
+    } else if ((rc = compile_exec(g, &s, 1, od, on, &e, err, sizeof err, NULL)) < 0) {
         FAIL("%s: compile (Adam): %s", m, err);
     } else if (rt_exec_train(e, &d, 3, &(rt_train_result){0}, NULL, NULL, losses) < 0) {
         FAIL("%s: Adam: %s", m, rt_exec_errmsg(e));
     } else {
         check_losses(m, "Adam", losses, get(adam, "losses"));
         check_weights(m, "Adam", e, get(adam, "weights"));
+    }
+    /* Adagrad, Adadelta, Adamax (a few models) */
+    json_object *opts = get(fx, "optimizers");
+    for (size_t k = 0; opts && k < json_object_array_length(opts); k++) {
+        json_object *o = json_object_array_get_idx(opts, k);
+        const char *on_ = str(o, "name", "?");
+        rt_exec_destroy(e);
+        e = NULL;
+        if ((rc = compile_exec(g, &s, 2, od, on, &e, err, sizeof err, o)) < 0) {
+            FAIL("%s: compile (%s): %s", m, on_, err);
+        } else if (rt_exec_train(e, &d, 3, &(rt_train_result){0}, NULL, NULL, losses) < 0) {
+            FAIL("%s: %s: %s", m, on_, rt_exec_errmsg(e));
+        } else {
+            check_losses(m, on_, losses, get(o, "losses"));
+            check_weights(m, on_, e, get(o, "weights"));
+            n_opt_runs++;
+        }
     }
 out:
     rt_exec_destroy(e);
@@ -984,10 +1012,11 @@ int main(int argc, char **argv)
         free(names[i]);
     }
     printf("\ntfjs parity: %d models compared, %d agree; %d values checked; %d training "
-           "runs not compared (tfjs' own run decided by rounding)\n"
+           "runs not compared (tfjs' own run decided by rounding); %d Adagrad, Adadelta or "
+           "Adamax runs\n"
            "largest relative differences: predictions %.3g, losses %.3g, metrics %.3g, "
            "weights %.3g\n",
-           compared, agreed, checks, n_ill, worst_pred, worst_loss, worst_metric, worst_w);
+           compared, agreed, checks, n_ill, n_opt_runs, worst_pred, worst_loss, worst_metric, worst_w);
     if (compared == 0)
         FAIL("no fixtures in %s", argv[2]);
     return rt_test_failures ? 1 : 0;

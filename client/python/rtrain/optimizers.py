@@ -5,7 +5,8 @@ An optimizer here is only its settings; the update runs on the daemon.
 or a plain name, ``optimizer="adam"``, as in Keras.
 """
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "get"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta",
+           "Adamax", "Nadam", "get"]
 
 
 def _rate(v, what):
@@ -113,7 +114,52 @@ class RMSprop(Optimizer):
                 "epsilon": self.epsilon}
 
 
-_BY_NAME = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop}
+class Adagrad(Optimizer):
+    """keras.optimizers.Adagrad (keras/src/optimizers/adagrad.py); the
+    accumulator starts at Keras' 0.1."""
+    name = "adagrad"
+
+    def __init__(self, learning_rate=0.001, initial_accumulator_value=0.1,
+                 epsilon=1e-7, **kw):
+        super().__init__(learning_rate, **kw)
+        if float(initial_accumulator_value) != 0.1:
+            raise ValueError("initial_accumulator_value: the daemon's Adagrad "
+                             "starts at Keras' 0.1")
+        self.initial_accumulator_value = 0.1
+        self.epsilon = _rate(epsilon, "epsilon")
+
+    def _extra(self):
+        return {"epsilon": self.epsilon}
+
+
+class Adadelta(Optimizer):
+    """keras.optimizers.Adadelta (keras/src/optimizers/adadelta.py)."""
+    name = "adadelta"
+
+    def __init__(self, learning_rate=0.001, rho=0.95, epsilon=1e-7, **kw):
+        super().__init__(learning_rate, **kw)
+        self.rho = float(rho)
+        if not 0.0 < self.rho < 1.0:
+            raise ValueError("rho must be in (0, 1), got %r" % rho)
+        self.epsilon = _rate(epsilon, "epsilon")
+
+    def _extra(self):
+        return {"rho": self.rho, "epsilon": self.epsilon}
+
+
+class Adamax(Adam):
+    """keras.optimizers.Adamax (keras/src/optimizers/adamax.py)."""
+    name = "adamax"
+
+
+class Nadam(Adam):
+    """keras.optimizers.Nadam (keras/src/optimizers/nadam.py)."""
+    name = "nadam"
+
+
+_BY_NAME = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop,
+            "adagrad": Adagrad, "adadelta": Adadelta, "adamax": Adamax,
+            "nadam": Nadam}
 
 
 def get(identifier):

@@ -65,6 +65,8 @@ const MAX_PARAMS = 9000000;
  * sample per training step (rtrain's count) would take an hour each */
 const MAX_FLOPS = 300e6;
 const SAMPLES = 64;
+/* the models the other optimizers (Adagrad, Adadelta, Adamax) run on */
+const OPT_MODELS = ['crypto_price_tfjs.json', 'titanic_webnn_tfjs.json', 'battery_status.json'];
 const OUT = __dirname;
 
 function mix(x) {
@@ -295,6 +297,40 @@ function metrics(spec, y, p, yShape) {
   }
   for (const k of Object.keys(r)) r[k] = f32(Math.fround(r[k]));
   return r;
+}
+
+/* tfjs' Adadelta divides by sqrt(the accumulated squared gradient before
+ * this step's + eps) (tfjs-core adadelta_optimizer.ts); Keras by the one
+ * after it (keras/src/optimizers/adadelta.py: accumulated_grad is assigned
+ * first, then rms(accumulated_grad)): at step 1 tfjs moves a weight by lr g,
+ * Keras by lr g sqrt(eps / ((1 - rho) g^2 + eps)). This is tfjs' own
+ * update with Keras' order. */
+class KerasAdadelta extends tf.AdadeltaOptimizer {
+  applyGradients(variableGradients) {
+    const names = Array.isArray(variableGradients) ? variableGradients.map(v => v.name)
+                                                   : Object.keys(variableGradients);
+    names.forEach((name, i) => {
+      const value = tf.engine().registeredVariables[name];
+      if (this.accumulatedGrads[i] == null)
+        this.accumulatedGrads[i] = {originalName: `${name}/accum_grad`,
+                                    variable: tf.tidy(() => tf.zerosLike(value).variable(false))};
+      if (this.accumulatedUpdates[i] == null)
+        this.accumulatedUpdates[i] = {originalName: `${name}/accum_var`,
+                                      variable: tf.tidy(() => tf.zerosLike(value).variable(false))};
+      const g = Array.isArray(variableGradients) ? variableGradients[i].tensor
+                                                 : variableGradients[name];
+      if (g == null) return;
+      const ag = this.accumulatedGrads[i].variable, au = this.accumulatedUpdates[i].variable;
+      tf.tidy(() => {
+        const nag = tf.add(tf.mul(ag, this.rho), tf.mul(tf.square(g), 1 - this.rho));
+        const d = tf.mul(tf.div(tf.sqrt(tf.add(au, this.epsilon)), tf.sqrt(tf.add(nag, this.epsilon))), g);
+        ag.assign(nag);
+        au.assign(tf.add(tf.mul(au, this.rho), tf.mul(tf.square(d), 1 - this.rho)));
+        value.assign(tf.add(tf.mul(d, -this.learningRate), value));
+      });
+    });
+    this.incrementIterations();
+  }
 }
 
 function setInit(model, params) {
@@ -533,6 +569,28 @@ async function oneModel(root, tool, rel, index, summary) {
     } else {
       spec[kind].losses = losses;
       spec[kind].weights = weights;
+    }
+  }
+  /* Keras' other optimizers that tfjs has (KerasAdadelta below for
+   * tfjs' Adadelta), on a few small models: 3 steps
+   * each from rtrain's weights. tfjs' updates are Keras 3's
+   * (keras/src/optimizers/adagrad.py: the accumulator from 0.1, eps 1e-7
+   * inside the sqrt, tfjs' backend epsilon; adadelta.py; adamax.py);
+   * Adadelta at rate 1 (Keras' 0.001 hardly moves a weight) */
+  if (OPT_MODELS.includes(path.basename(rel))) {
+    spec.optimizers = [];
+    const kinds = [
+      {name: 'adagrad', lr: 0.01, epsilon: 1e-7, make: o => tf.train.adagrad(o.lr, 0.1)},
+      {name: 'adadelta', lr: 1, rho: 0.95, epsilon: 1e-7,
+       make: o => new KerasAdadelta(o.lr, o.rho, o.epsilon)},
+      {name: 'adamax', lr: 0.01, beta_1: 0.9, beta_2: 0.999, epsilon: 1e-7,
+       make: o => tf.train.adamax(o.lr, o.beta_1, o.beta_2, o.epsilon)},
+    ];
+    for (const k of kinds) {
+      setInit(model, params);
+      const losses = await train(model, spec, k.make(k), x, y, xShape, yShape, false);
+      const {make, ...o} = k;
+      spec.optimizers.push({...o, losses, weights: weightsOf(model)});
     }
   }
   model.dispose();
