@@ -962,6 +962,7 @@ static int rt__setup_loss(rt__cc *cc, int softmax_fused)
     L->classes = p->out_shape.ndim ? p->out_shape.d[p->out_shape.ndim - 1] : 1;
     L->rows = L->out_numel / L->classes;
     int rc;
+    L->beta = cfg->loss_beta; /* huber's delta */
     if (cfg->n_heads || cc->g->n_heads) return rt__setup_heads(cc);
     if (RT_LOSS_IS_TORCH(cfg->loss) && (rc = rt__setup_torch_loss(cc)) < 0) return rc;
     /* categorical (and binary) crossentropy with no label shape given: the

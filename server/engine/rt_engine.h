@@ -253,10 +253,18 @@ typedef enum rt_loss_kind {
     RT_LOSS_L1,              /* F.l1_loss */
     RT_LOSS_SMOOTH_L1,       /* F.smooth_l1_loss, beta (loss_beta) */
     RT_LOSS_HUBER,           /* F.huber_loss, delta (loss_beta) */
+    /* Keras 3's (keras/src/losses/losses.py), the mean over the last axis
+     * (KLD: the sum) of: */
+    RT_LOSS_HINGE,           /* max(1 - y p, 0), y of {0,1} batches as 2y-1 */
+    RT_LOSS_SQUARED_HINGE,   /* max(1 - y p, 0)^2, the same labels */
+    RT_LOSS_POISSON,         /* p - y log(p + 1e-7) */
+    RT_LOSS_KLD,             /* kl_divergence: y, p clipped to [1e-7, 1], y log(y/p) */
+    RT_LOSS_HUBER_KERAS,     /* huber: e = p - y, e^2/2 within delta (loss_beta,
+                                default 1), else delta |e| - delta^2/2 */
 } rt_loss_kind;
-#define RT_LOSS_LAST RT_LOSS_HUBER
+#define RT_LOSS_LAST RT_LOSS_HUBER_KERAS
 /* a PyTorch loss (reduction, class_weight, ... apply) */
-#define RT_LOSS_IS_TORCH(k) ((k) >= RT_LOSS_CROSS_ENTROPY && (k) <= RT_LOSS_LAST)
+#define RT_LOSS_IS_TORCH(k) ((k) >= RT_LOSS_CROSS_ENTROPY && (k) <= RT_LOSS_HUBER)
 
 typedef enum rt_reduction { RT_REDUCE_MEAN = 0, RT_REDUCE_SUM = 1 } rt_reduction;
 

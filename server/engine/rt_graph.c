@@ -437,6 +437,13 @@ static const rt__name_val rt__loss_tab[] = {
     {"mse", RT_LOSS_MSE},
     {"mae", RT_LOSS_MAE},
     {"log_cosh", RT_LOSS_LOGCOSH},
+    {"hinge", RT_LOSS_HINGE},
+    {"squared_hinge", RT_LOSS_SQUARED_HINGE},
+    {"poisson", RT_LOSS_POISSON},
+    {"kl_divergence", RT_LOSS_KLD},
+    {"kld", RT_LOSS_KLD},
+    {"kullback_leibler_divergence", RT_LOSS_KLD},
+    {"huber", RT_LOSS_HUBER_KERAS},
     {"sparse_ce", RT_LOSS_SPARSE_CE},
     {"bce", RT_LOSS_BCE},
     /* PyTorch: torch.nn.functional's names, then torch.nn's modules */
@@ -494,7 +501,8 @@ const char *rt_loss_name(rt_loss_kind k)
         "", "sparse_categorical_crossentropy", "categorical_crossentropy",
         "binary_crossentropy", "mean_squared_error", "mean_absolute_error", "logcosh",
         "cross_entropy", "nll_loss", "bce_with_logits", "binary_cross_entropy", "mse_loss",
-        "l1_loss", "smooth_l1_loss", "huber_loss"};
+        "l1_loss", "smooth_l1_loss", "huber_loss", "hinge", "squared_hinge", "poisson",
+        "kl_divergence", "huber"};
     return k >= RT_LOSS_SPARSE_CE && k <= RT_LOSS_LAST ? names[k] : NULL;
 }
 
@@ -527,7 +535,8 @@ const char *const *rt_engine_loss_names(void)
         "sparse_categorical_crossentropy", "categorical_crossentropy",
         "binary_crossentropy", "mean_squared_error", "mean_absolute_error",
         "logcosh", "cross_entropy", "nll_loss", "bce_with_logits", "binary_cross_entropy",
-        "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", NULL};
+        "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "hinge", "squared_hinge",
+        "poisson", "kl_divergence", "huber", NULL};
     return names;
 }
 

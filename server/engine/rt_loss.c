@@ -235,6 +235,14 @@ static void rt__loss_elem(const rt__lossinfo *L, const float *restrict p,
     }
     const float sc = (float)(1.0 / ((double)n * (double)per));
     const float ln2 = 0.69314718055994531f;
+    /* Keras' hinge losses take {0, 1} labels as -1, 1 when the whole batch
+     * holds only 0 and 1 (convert_binary_labels_to_hinge) */
+    if (L->kind == RT_LOSS_HINGE || L->kind == RT_LOSS_SQUARED_HINGE) {
+        int bin = 1;
+        for (int64_t e = 0; e < E && bin; e++) bin = yb[e] == 0.0f || yb[e] == 1.0f;
+        for (int64_t e = 0; bin && e < E; e++) yb[e] = 2.0f * yb[e] - 1.0f;
+    }
+    const float delta = L->beta > 0 ? L->beta : 1.0f, fc = (float)C;
     /* the same body with and without a gradient to write */
 #define RT__ELEM_LOOP(G)                                                      \
     switch (L->kind) {                                                        \
@@ -270,6 +278,41 @@ static void rt__loss_elem(const rt__lossinfo *L, const float *restrict p,
                 const int in = pe >= RT__EPS && pe <= 1.0f - RT__EPS;         \
                 G(in ? -(y / q - (1.0f - y) / (1.0f - q)) : 0.0f);            \
             }                                                                 \
+        }                                                                     \
+        break;                                                                \
+    case RT_LOSS_HINGE:                                                       \
+        for (int64_t e = 0; e < E; e++) {                                     \
+            const float m = 1.0f - yb[e] * p[e];                              \
+            fb[e] = m > 0.0f ? m : 0.0f;                                      \
+            G(m > 0.0f ? -yb[e] : 0.0f);                                      \
+        }                                                                     \
+        break;                                                                \
+    case RT_LOSS_SQUARED_HINGE:                                               \
+        for (int64_t e = 0; e < E; e++) {                                     \
+            const float m = 1.0f - yb[e] * p[e], h = m > 0.0f ? m : 0.0f;     \
+            fb[e] = h * h;                                                    \
+            G(-2.0f * h * yb[e]);                                             \
+        }                                                                     \
+        break;                                                                \
+    case RT_LOSS_POISSON:                                                     \
+        for (int64_t e = 0; e < E; e++) {                                     \
+            fb[e] = p[e] - yb[e] * rt_kern_log(p[e] + RT__EPS);               \
+            G(1.0f - yb[e] / (p[e] + RT__EPS));                               \
+        }                                                                     \
+        break;                                                                \
+    case RT_LOSS_KLD: /* a sum over the last axis: C times the mean */        \
+        for (int64_t e = 0; e < E; e++) {                                     \
+            const float y = fminf(fmaxf(yb[e], RT__EPS), 1.0f);               \
+            const float q = fminf(fmaxf(p[e], RT__EPS), 1.0f);                \
+            fb[e] = fc * y * rt_kern_log(y / q);                              \
+            G(p[e] >= RT__EPS && p[e] <= 1.0f ? -fc * y / q : 0.0f);          \
+        }                                                                     \
+        break;                                                                \
+    case RT_LOSS_HUBER_KERAS:                                                 \
+        for (int64_t e = 0; e < E; e++) {                                     \
+            const float d = p[e] - yb[e], a = fabsf(d);                       \
+            fb[e] = a <= delta ? 0.5f * d * d : delta * a - 0.5f * delta * delta; \
+            G(a <= delta ? d : d > 0.0f ? delta : -delta);                    \
         }                                                                     \
         break;                                                                \
     default: /* logcosh: |x| + log1p(e^-2|x|) - log 2; d/dx = tanh x */       \

@@ -214,7 +214,8 @@ int main(void)
     CHECK(rt_loss_from_name("mse", &lk) == 0 && lk == RT_LOSS_MSE);
     CHECK(rt_loss_from_name("sparse_categorical_crossentropy", &lk) == 0 && lk == RT_LOSS_SPARSE_CE);
     CHECK(rt_loss_from_name("logcosh", &lk) == 0 && lk == RT_LOSS_LOGCOSH);
-    CHECK(rt_loss_from_name("hinge", &lk) == RT_EINVAL);
+    CHECK(rt_loss_from_name("hinge", &lk) == 0 && lk == RT_LOSS_HINGE);
+    CHECK(rt_loss_from_name("quantile", &lk) == RT_EINVAL);
     CHECK(rt_opt_from_name("AdamW", &ok) == 0 && ok == RT_OPT_ADAMW);
     CHECK(rt_opt_from_name("lbfgs", &ok) == RT_EINVAL);
     CHECK(rt_sched_from_name("cosine", &sk) == 0 && sk == RT_SCHED_COSINE);

@@ -325,7 +325,7 @@ static int close_to(double a, double b, double tol, double floor)
 }
 
 static double worst_pred, worst_loss, worst_metric, worst_w;
-static int n_ill, n_opt_runs;
+static int n_ill, n_opt_runs, n_loss_runs;
 static void track(double *worst, double a, double b, double floor)
 {
     double ref = fabs(b) > floor ? fabs(b) : floor;
@@ -957,6 +957,45 @@ static int check_one(const char *path, const char *root, int *agreed)
             n_opt_runs++;
         }
     }
+    /* Keras' other losses (a few models): evaluate and 3 plain SGD steps */
+    json_object *xl = get(fx, "extra_losses");
+    for (size_t k = 0; xl && k < json_object_array_length(xl); k++) {
+        json_object *o = json_object_array_get_idx(xl, k);
+        spec s2 = s;
+        snprintf(s2.loss, sizeof s2.loss, "%s", str(o, "loss", ""));
+        snprintf(s2.labels, sizeof s2.labels, "%s", str(o, "labels", ""));
+        s2.from_logits = 0;
+        s2.metrics = 0;
+        s2.lr_sgd = num(get(o, "sgd"), "lr", 0);
+        s2.momentum = 0;
+        s2.nesterov = 0;
+        void *y2 = make_y(&s2, od, on);
+        rt_data d2 = {.x = x, .y = y2, .y_dtype = RT_F32, .n = s.n};
+        char what[80];
+        snprintf(what, sizeof what, "%s (SGD)", s2.loss);
+        rt_exec_destroy(e);
+        e = NULL;
+        rt_metrics mt2;
+        if ((rc = compile_exec(g, &s2, 0, od, on, &e, err, sizeof err, NULL)) < 0) {
+            FAIL("%s: compile (%s): %s", m, s2.loss, err);
+        } else if (rt_exec_evaluate(e, &d2, &mt2) < 0) {
+            FAIL("%s: evaluate (%s): %s", m, s2.loss, rt_exec_errmsg(e));
+        } else {
+            double wl = num(o, "evaluate", NAN);
+            checks++;
+            track(&worst_loss, mt2.loss, wl, 0);
+            if (!close_to(mt2.loss, wl, 1e-5, 0))
+                FAIL("%s: %s evaluate loss %.9g, tfjs %.9g", m, s2.loss, mt2.loss, wl);
+            if (rt_exec_train(e, &d2, 3, &(rt_train_result){0}, NULL, NULL, losses) < 0) {
+                FAIL("%s: %s: %s", m, what, rt_exec_errmsg(e));
+            } else {
+                check_losses(m, what, losses, get(get(o, "sgd"), "losses"));
+                check_weights(m, what, e, get(get(o, "sgd"), "weights"));
+                n_loss_runs++;
+            }
+        }
+        free(y2);
+    }
 out:
     rt_exec_destroy(e);
     free(x);
@@ -1013,10 +1052,10 @@ int main(int argc, char **argv)
     }
     printf("\ntfjs parity: %d models compared, %d agree; %d values checked; %d training "
            "runs not compared (tfjs' own run decided by rounding); %d Adagrad, Adadelta or "
-           "Adamax runs\n"
+           "Adamax runs; %d hinge, squared_hinge, poisson, kl_divergence or huber runs\n"
            "largest relative differences: predictions %.3g, losses %.3g, metrics %.3g, "
            "weights %.3g\n",
-           compared, agreed, checks, n_ill, n_opt_runs, worst_pred, worst_loss, worst_metric, worst_w);
+           compared, agreed, checks, n_ill, n_opt_runs, n_loss_runs, worst_pred, worst_loss, worst_metric, worst_w);
     if (compared == 0)
         FAIL("no fixtures in %s", argv[2]);
     return rt_test_failures ? 1 : 0;

@@ -83,6 +83,10 @@ _LOSSES = {
     "mse": "mse", "mean_squared_error": "mse",
     "mae": "mae", "mean_absolute_error": "mae",
     "logcosh": "logcosh", "log_cosh": "logcosh",
+    # Keras 3's (keras/src/losses/losses.py)
+    "hinge": "hinge", "squared_hinge": "squared_hinge", "poisson": "poisson",
+    "kl_divergence": "kl_divergence", "kld": "kl_divergence",
+    "kullback_leibler_divergence": "kl_divergence", "huber": "huber",
     # PyTorch's, with PyTorch's semantics: torch.nn.functional's names and
     # torch.nn's modules
     "cross_entropy": "cross_entropy", "CrossEntropyLoss": "cross_entropy",

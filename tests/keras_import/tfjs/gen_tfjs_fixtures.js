@@ -65,6 +65,38 @@ const MAX_PARAMS = 9000000;
  * sample per training step (rtrain's count) would take an hour each */
 const MAX_FLOPS = 300e6;
 const SAMPLES = 64;
+/* Keras 3's losses (keras/src/losses/losses.py) from tfjs ops. tfjs' own
+ * hinge and squared_hinge do not take {0, 1} labels as -1, 1 (Keras'
+ * convert_binary_labels_to_hinge, when the whole batch is 0 and 1), and its
+ * kullbackLeiblerDivergence multiplies by the unclipped y_true */
+function hingeLabels(yt) {
+  const v = yt.dataSync();
+  return v.every(a => a === 0 || a === 1) ? tf.sub(tf.mul(yt, 2), 1) : yt;
+}
+const KERAS_LOSSES = {
+  hinge: (yt, yp) => tf.mean(tf.relu(tf.sub(1, tf.mul(hingeLabels(yt), yp))), -1),
+  squared_hinge: (yt, yp) =>
+      tf.mean(tf.square(tf.relu(tf.sub(1, tf.mul(hingeLabels(yt), yp)))), -1),
+  poisson: (yt, yp) => tf.mean(tf.sub(yp, tf.mul(yt, tf.log(tf.add(yp, 1e-7)))), -1),
+  kl_divergence: (yt, yp) => {
+    const y = tf.clipByValue(yt, 1e-7, 1), p = tf.clipByValue(yp, 1e-7, 1);
+    return tf.sum(tf.mul(y, tf.log(tf.div(y, p))), -1);
+  },
+  huber: (yt, yp) => {
+    /* Keras 3's where(|e| <= 1, e^2/2, |e| - 1/2) as Keras 2 wrote it
+     * (tfjs has no gradient for where's condition) */
+    const a = tf.abs(tf.sub(yp, yt)), q = tf.minimum(a, 1);
+    return tf.mean(tf.add(tf.mul(0.5, tf.square(q)), tf.sub(a, q)), -1);
+  },
+};
+const EXTRA_LOSSES = {
+  'titanic_webnn_tfjs.json': [['hinge', 'binary'], ['squared_hinge', 'binary'],
+                              ['poisson', 'float'], ['kl_divergence', 'float'],
+                              ['huber', 'float']],
+  'battery_status.json': [['huber', 'float'], ['hinge', 'binary']],
+  'crypto_price_tfjs.json': [['hinge', 'binary'], ['squared_hinge', 'binary'],
+                             ['huber', 'float']],
+};
 /* the models the other optimizers (Adagrad, Adadelta, Adamax) run on */
 const OPT_MODELS = ['crypto_price_tfjs.json', 'titanic_webnn_tfjs.json', 'battery_status.json'];
 const OUT = __dirname;
@@ -383,10 +415,10 @@ function unstable(la, lb, wa, wb) {
   return null;
 }
 
-async function train(model, spec, opt, x, y, xShape, yShape, adam) {
+async function train(model, spec, opt, x, y, xShape, yShape, adam, loss) {
   const b = spec.batch, perX = xShape.slice(1).reduce((a, c) => a * c, 1),
         perY = yShape.slice(1).reduce((a, c) => a * c, 1);
-  model.compile({optimizer: opt, loss: lossFn(spec)});
+  model.compile({optimizer: opt, loss: loss || lossFn(spec)});
   const losses = [];
   for (let s = 0; s < 3; s++) {
     if (adam) opt.epsilon = spec.adam.epsilon / Math.sqrt(1 - Math.pow(spec.adam.beta_2, s + 1));
@@ -591,6 +623,27 @@ async function oneModel(root, tool, rel, index, summary) {
       const losses = await train(model, spec, k.make(k), x, y, xShape, yShape, false);
       const {make, ...o} = k;
       spec.optimizers.push({...o, losses, weights: weightsOf(model)});
+    }
+  }
+  /* Keras' other losses on the same models: the evaluate loss and 3 SGD
+   * steps each, with their labels drawn as the fixture's rules say */
+  const extra = EXTRA_LOSSES[path.basename(rel)];
+  if (extra) {
+    spec.extra_losses = [];
+    for (const [name, labels] of extra) {
+      const sp = {...spec, labels};
+      const ye = makeY(sp, od), yeShape = [spec.n, ...od];
+      const yt = tf.tensor(ye, yeShape);
+      setInit(model, params);
+      model.compile({optimizer: tf.train.sgd(0), loss: KERAS_LOSSES[name]});
+      const ev = model.evaluate(xt, yt, {batchSize: spec.batch});
+      const evaluate = f32((Array.isArray(ev) ? ev[0] : ev).dataSync()[0]);
+      setInit(model, params);
+      const losses = await train(model, sp, tf.train.sgd(spec.sgd.lr), x, ye, xShape, yeShape,
+                                 false, KERAS_LOSSES[name]);
+      spec.extra_losses.push({loss: name, labels, evaluate, sgd: {lr: spec.sgd.lr, losses,
+                                                                  weights: weightsOf(model)}});
+      yt.dispose();
     }
   }
   model.dispose();
