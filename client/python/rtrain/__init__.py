@@ -50,6 +50,9 @@ import numpy as _np
 from . import _rtrain
 from . import layers
 from . import optimizers
+from . import losses
+from . import metrics as metrics_mod
+from . import utils
 from . import callbacks
 from . import callbacks as callbacks_mod
 from . import models
@@ -129,6 +132,8 @@ def _loss_spec(loss):
     Keras 3's function object ({"class_name": "function", "config":
     "binary_crossentropy"})."""
     from_logits = None
+    if isinstance(loss, losses.Loss):
+        return loss.fn, (loss.from_logits if loss._logits else None)
     if isinstance(loss, dict):
         cfg = loss.get("config")
         if loss.get("class_name") == "function" and isinstance(cfg, str):
@@ -1362,6 +1367,8 @@ class Client(_rtrain.Client):
         if loss is None:
             raise ValueError("compile needs a loss (the model saved none), e.g. "
                              "loss='sparse_categorical_crossentropy'")
+        if isinstance(loss, losses.Huber) and delta is None:
+            delta = loss.delta
         # a class name or a saved loss object, as Keras takes them (a name
         # rtrain knows as given, PyTorch's "NLLLoss" included, stays)
         name, logits = _loss_spec(loss)
@@ -1373,7 +1380,8 @@ class Client(_rtrain.Client):
                              % (loss, ", ".join(sorted(_LOSSES))))
         metric = None
         values = []
-        for m in metrics or []:
+        metrics = [m.fn if isinstance(m, metrics_mod.Metric) else m for m in metrics or []]
+        for m in metrics:
             if m in _VALUE_METRICS:
                 if _VALUE_METRICS[m] not in values:
                     values.append(_VALUE_METRICS[m])
@@ -1591,7 +1599,9 @@ def _loss_opts(loss, data_layout, loss_check, reduction, label_smoothing,
             raise ValueError("beta/delta must be >= 0, got %r" % (b,))
         torch_args["loss_beta"] = float(b)
         torch_args["has_loss_beta"] = True
-    if torch_args and loss not in _TORCH_LOSSES:
+    if set(torch_args) <= {"loss_beta", "has_loss_beta"} and loss == "huber":
+        pass  # Keras' huber: delta
+    elif torch_args and loss not in _TORCH_LOSSES:
         raise ValueError("%s apply to PyTorch's losses; %s is Keras'"
                          % (", ".join(sorted(torch_args)), loss))
     if "ignore_index" in torch_args:

@@ -44,9 +44,9 @@ _INIT_CONFIGS = {
 for _v in list(_INITIALIZERS.values()):
     _INITIALIZERS[_v] = _v
 
-# Keras' regularizer names -> (class name, config). The daemon has no
-# weight penalty yet: a model that uses one serialises it faithfully
-# (to_json) but compiling it is refused, never trained without it.
+# Keras' regularizer names -> (class name, config): Keras 3's defaults
+# (keras/src/regularizers/regularizers.py, 0.01); the daemon adds the
+# penalties to the loss as Keras does.
 _REGULARIZERS = {
     "l1": ("L1", {"l1": 0.01}), "l2": ("L2", {"l2": 0.01}),
     "l1_l2": ("L1L2", {"l1": 0.01, "l2": 0.01}),

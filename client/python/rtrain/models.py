@@ -257,13 +257,6 @@ class Model:
         connection or $RTRAIN_SERVER). Further keywords go to
         Client.compile (batch_size, shuffle, seed, from_logits, ...)."""
         from . import _default_client
-        for n in self._nodes:
-            regs = getattr(n.layer, "regularizers", {})
-            if any(v is not None for v in regs.values()):
-                raise ValueError(
-                    "layer %s has a regularizer; the daemon does not apply "
-                    "weight penalties, so it cannot train this model as "
-                    "Keras would" % n.name)
         client = client or _default_client()
         self._compiled = client.compile(self, optimizer=optimizer, loss=loss,
                                         metrics=metrics, **kw)
