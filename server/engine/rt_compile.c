@@ -253,7 +253,7 @@ static int rt__check_config(rt__cc *cc, const rt_train_config *c)
         return rt__cerr(cc, NULL, RT_EINVAL, "pos_weight goes with bce_with_logits");
     if (c->opt < RT_OPT_SGD || c->opt > RT_OPT_LAST)
         return rt__cerr(cc, NULL, RT_EINVAL, "unknown optimizer %d", (int)c->opt);
-    if ((unsigned)c->sched > RT_SCHED_WARMUP_COSINE)
+    if ((unsigned)c->sched > RT_SCHED_EXP)
         return rt__cerr(cc, NULL, RT_EINVAL, "unknown lr schedule %d", (int)c->sched);
     if (!isfinite(c->lr) || c->lr < 0)
         return rt__cerr(cc, NULL, RT_EINVAL, "learning rate %g invalid", c->lr);
@@ -275,8 +275,10 @@ static int rt__check_config(rt__cc *cc, const rt_train_config *c)
         return rt__cerr(cc, NULL, RT_EINVAL, "dampening %g outside [0, 1]", c->dampening);
     if (c->dampening > 0 && c->nesterov)
         return rt__cerr(cc, NULL, RT_EINVAL, "nesterov momentum needs dampening 0 (as torch)");
-    if (c->sched == RT_SCHED_STEP && (c->step_size == 0 || !(c->gamma > 0)))
-        return rt__cerr(cc, NULL, RT_EINVAL, "step schedule needs step_size > 0, gamma > 0");
+    if ((c->sched == RT_SCHED_STEP || c->sched == RT_SCHED_EXP) &&
+        (c->step_size == 0 || !(c->gamma > 0)))
+        return rt__cerr(cc, NULL, RT_EINVAL, "%s schedule needs step_size > 0, gamma > 0",
+                        c->sched == RT_SCHED_EXP ? "exponential" : "step");
     if ((c->sched == RT_SCHED_COSINE || c->sched == RT_SCHED_WARMUP_COSINE) &&
         c->total_steps == 0)
         return rt__cerr(cc, NULL, RT_EINVAL, "cosine schedule needs total_steps > 0");

@@ -284,6 +284,8 @@ typedef enum rt_sched_kind {
     RT_SCHED_COSINE,        /* min_lr + (lr-min_lr)*(1+cos(pi*min(step,total)/total))/2 */
     RT_SCHED_LINEAR_WARMUP, /* lr * min(1, (step+1)/warmup) */
     RT_SCHED_WARMUP_COSINE, /* linear warmup, then cosine over total-warmup */
+    RT_SCHED_EXP,           /* lr * gamma^(step / step_size): Keras'
+                               ExponentialDecay (staircase: RT_SCHED_STEP) */
 } rt_sched_kind;
 
 #define RT_METRIC_ACCURACY 1u  /* Keras' "accuracy": the one the loss implies */

@@ -472,6 +472,7 @@ static const rt__name_val rt__opt_tab[] = {
 static const rt__name_val rt__sched_tab[] = {
     {"constant", RT_SCHED_CONSTANT}, {"step", RT_SCHED_STEP},
     {"step_decay", RT_SCHED_STEP}, {"cosine", RT_SCHED_COSINE},
+    {"exponential", RT_SCHED_EXP}, {"exponential_decay", RT_SCHED_EXP},
     {"cosine_decay", RT_SCHED_COSINE}, {"linear_warmup", RT_SCHED_LINEAR_WARMUP},
     {"warmup", RT_SCHED_LINEAR_WARMUP}, {"warmup_cosine", RT_SCHED_WARMUP_COSINE},
     {NULL, 0}};

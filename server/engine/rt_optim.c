@@ -40,6 +40,8 @@ float rt__sched_lr(const rt_train_config *c, int64_t step)
         double t = (double)(step < (int64_t)c->total_steps ? step : (int64_t)c->total_steps);
         return (float)(lo + (lr - lo) * (1 + cos(M_PI * t / c->total_steps)) / 2);
     }
+    case RT_SCHED_EXP:
+        return (float)(lr * pow(c->gamma, (double)step / (double)c->step_size));
     case RT_SCHED_LINEAR_WARMUP: {
         double f = (double)(step + 1) / (double)c->warmup_steps;
         return (float)(lr * (f < 1 ? f : 1));

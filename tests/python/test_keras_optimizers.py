@@ -105,3 +105,48 @@ def test_names_and_refusals():
     assert rtrain.optimizers.Adadelta().rho == 0.95  # Keras' default, not RMSprop's
     with pytest.raises(ValueError, match="initial_accumulator_value"):
         rtrain.optimizers.Adagrad(initial_accumulator_value=0.5)
+
+
+# keras/src/optimizers/schedules/learning_rate_schedule.py: the rate of
+# optimizer step t (0 for the first)
+def _exp(lr0, steps, rate, stair):
+    return lambda t: lr0 * rate ** ((t // steps) if stair else t / steps)
+
+
+def _cos(lr0, steps, alpha):
+    return lambda t: lr0 * ((1 - alpha) * 0.5 * (1 + np.cos(np.pi * min(t, steps) / steps))
+                            + alpha)
+
+
+S = rtrain.optimizers.schedules
+SCHEDULES = [
+    (S.ExponentialDecay(0.2, decay_steps=2, decay_rate=0.5), _exp(0.2, 2, 0.5, False)),
+    (S.ExponentialDecay(0.2, decay_steps=2, decay_rate=0.5, staircase=True),
+     _exp(0.2, 2, 0.5, True)),
+    (S.CosineDecay(0.2, decay_steps=3, alpha=0.1), _cos(0.2, 3, 0.1)),
+]
+
+
+@pytest.mark.parametrize("sched,ref", SCHEDULES, ids=["exp", "staircase", "cosine"])
+def test_schedules(client, sched, ref):
+    for t in range(6):
+        assert sched(t) == pytest.approx(ref(t), rel=1e-12)
+    rng = np.random.RandomState(4)
+    x = rng.uniform(-1, 1, (8, 3)).astype(np.float32)
+    y = rng.uniform(-1, 1, (8, 1)).astype(np.float32)
+    m = rtrain.Sequential([L.Dense(1, input_shape=(3,))])
+    m.compile(optimizer=rtrain.optimizers.SGD(learning_rate=sched), loss="mse",
+              batch_size=8, shuffle=False, client=client)
+    W, b = [w.astype(np.float64) for w in m.get_weights()]
+    X, Y = x.astype(np.float64), y.astype(np.float64)
+    for t in range(5):
+        r = X @ W + b - Y
+        W, b = W - ref(t) * 2 * X.T @ r / r.size, b - ref(t) * 2 * r.sum(0) / r.size
+    m.fit(x, y, epochs=5, batch_size=8, shuffle=False, verbose=0)
+    np.testing.assert_allclose(m.get_weights()[0], W, rtol=1e-5, atol=1e-7)
+    assert m.compiled.learning_rate == pytest.approx(ref(5), rel=1e-6)
+
+
+def test_callable_rate_refused():
+    with pytest.raises(TypeError, match="callable learning rate"):
+        rtrain.optimizers.Adam(learning_rate=lambda: 0.1)
