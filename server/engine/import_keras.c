@@ -3051,9 +3051,10 @@ static void loss_spelling(json_object *loss, char *out, size_t outn, int *from_l
         *from_logits = json_object_get_boolean(fl);
 }
 
-int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *o)
+/* The document of a model file for its settings: *doc, or an error */
+static int settings_doc(const char *json, size_t len, json_object **doc)
 {
-    memset(o, 0, sizeof *o);
+    *doc = NULL;
     if (!json || len == 0 || len > (size_t)INT32_MAX)
         return RT_EJSON;
     char perr[200];
@@ -3062,15 +3063,21 @@ int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *o)
     json_tokener *tok = json_tokener_new_ex(RT_KERAS_MAX_DEPTH);
     if (!tok)
         return RT_ENOMEM;
-    json_object *doc = json_tokener_parse_ex(tok, json, (int)len);
-    int ok = doc && json_tokener_get_error(tok) == json_tokener_success;
+    *doc = json_tokener_parse_ex(tok, json, (int)len);
+    int ok = *doc && json_tokener_get_error(tok) == json_tokener_success;
     json_tokener_free(tok);
     if (!ok) {
-        json_object_put(doc);
+        json_object_put(*doc);
+        *doc = NULL;
         return RT_EJSON;
     }
-    /* where the settings live: the document, TF.js' modelTopology, or the
-     * model object itself */
+    return 0;
+}
+
+/* where the training settings live: the document, TF.js' modelTopology,
+ * or the model object itself; NULL when none */
+static json_object *training_settings(json_object *doc)
+{
     json_object *tc = NULL, *at = doc;
     for (int i = 0; i < 3 && at && !tc; i++) {
         tc = jget(at, "compile_config", json_type_object);
@@ -3079,6 +3086,17 @@ int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *o)
         json_object *next = jget(at, "modelTopology", json_type_object);
         at = next ? next : jget(at, "model_config", json_type_object);
     }
+    return tc;
+}
+
+int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *o)
+{
+    memset(o, 0, sizeof *o);
+    json_object *doc;
+    int rc = settings_doc(json, len, &doc);
+    if (rc < 0)
+        return rc;
+    json_object *tc = training_settings(doc);
     if (!tc) {
         json_object_put(doc);
         return 0;
@@ -3145,21 +3163,10 @@ static json_object *per_output(json_object *v, int k, const char *name)
 int rt_keras_heads(const char *json, size_t len, rt_train_config *cfg, char *err,
                    size_t errlen)
 {
-    if (!json || len == 0 || len > (size_t)INT32_MAX)
-        return RT_EJSON;
-    char perr[200];
-    if (json_prescan(json, len, perr, sizeof perr) < 0)
-        return RT_EJSON;
-    json_tokener *tok = json_tokener_new_ex(RT_KERAS_MAX_DEPTH);
-    if (!tok)
-        return RT_ENOMEM;
-    json_object *doc = json_tokener_parse_ex(tok, json, (int)len);
-    int ok = doc && json_tokener_get_error(tok) == json_tokener_success;
-    json_tokener_free(tok);
-    if (!ok) {
-        json_object_put(doc);
-        return RT_EJSON;
-    }
+    json_object *doc;
+    int rc = settings_doc(json, len, &doc);
+    if (rc < 0)
+        return rc;
     json_object *ol = NULL, *mc = jget(model_root(doc), "config", json_type_object);
     const char *names[RT_MAX_HEADS + 1];
     int n = mc && json_object_object_get_ex(mc, "output_layers", &ol)
@@ -3168,19 +3175,11 @@ int rt_keras_heads(const char *json, size_t len, rt_train_config *cfg, char *err
         json_object_put(doc);
         return 0;
     }
-    json_object *tc = NULL, *at = doc, *loss = NULL, *lw = NULL;
-    for (int i = 0; i < 3 && at && !tc; i++) {
-        tc = jget(at, "compile_config", json_type_object);
-        if (!tc)
-            tc = jget(at, "training_config", json_type_object);
-        json_object *next = jget(at, "modelTopology", json_type_object);
-        at = next ? next : jget(at, "model_config", json_type_object);
-    }
+    json_object *tc = training_settings(doc), *loss = NULL, *lw = NULL;
     if (tc) {
         json_object_object_get_ex(tc, "loss", &loss);
         json_object_object_get_ex(tc, "loss_weights", &lw);
     }
-    int rc = 0;
     for (int k = 0; k < n && rc == 0; k++) {
         struct rt_loss_head *h = &cfg->heads[k];
         /* one loss (the request's or the saved one) applies to every output,
