@@ -258,6 +258,9 @@ class Model:
         Client.compile (batch_size, shuffle, seed, from_logits, ...)."""
         from . import _default_client
         client = client or _default_client()
+        if self._compiled is not None and self._pending is None:
+            # Keras' compile keeps the weights a model has
+            self._pending = [w.copy() for w in self._compiled.get_weights()]
         self._compiled = client.compile(self, optimizer=optimizer, loss=loss,
                                         metrics=metrics, **kw)
         self._compiled._owner = self
@@ -349,10 +352,17 @@ class Model:
         from . import saving
         saving.load_weights(self, filepath, by_name=by_name)
 
-    def save(self, filepath, overwrite=True, include_optimizer=False):
+    def save(self, filepath, overwrite=True, include_optimizer=False, format=None):
         """Keras 2's HDF5 model file: the model JSON (model_config), the
         compile settings (training_config) and the weights (model_weights).
-        rtrain.models.load_model and Keras' load_model read it."""
+        rtrain.models.load_model and Keras' load_model read it.
+        format="tfjs": the TF.js layers format in the folder filepath
+        (model.json and a weights shard), which tfjs loads."""
+        if format == "tfjs":
+            from . import saving
+            return saving.save_tfjs(self, filepath, overwrite=overwrite)
+        if format not in (None, "h5"):
+            raise ValueError("format %r: 'h5' or 'tfjs'" % (format,))
         from . import saving
         saving.save_model(self, filepath, overwrite=overwrite)
 
@@ -554,4 +564,8 @@ def load_model(filepath, compile=True, client=None):
     compiled on the daemon when it has a training config, its weights
     loaded."""
     from . import saving
+    import os
+    p = os.fspath(filepath)
+    if os.path.isdir(p) or p.endswith(".json"):
+        return saving.load_tfjs(p, compile=compile, client=client)
     return saving.load_model(filepath, compile=compile, client=client)

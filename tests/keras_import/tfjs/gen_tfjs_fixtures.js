@@ -924,6 +924,42 @@ async function multiModel(root, tool, rel) {
   model.dispose();
 }
 
+/* A TF.js model saved by tfjs with its own initial weights (model.json and
+ * a weights shard, as tf.io's file handlers write them) and its
+ * predictions on 4 rows of the fixed inputs: saved_<model>/ */
+async function savedModel(root, rel) {
+  let j = JSON.parse(fs.readFileSync(path.join(root, rel), 'utf8'));
+  if (j.modelTopology) j = j.modelTopology;
+  if (j.model_config) j = j.model_config;
+  const model = await tf.models.modelFromJSON(tfjsCompat(j, []));
+  /* tfjs' initializers draw from Math.random: weights of a fixed rule
+   * instead, so that a rerun writes the same files */
+  let i = 0;
+  model.setWeights(model.weights.map(w => {
+    const n = w.shape.reduce((a, c) => a * c, 1), v = new Float32Array(n);
+    for (let k = 0; k < n; k++, i++) v[k] = ((mix((i ^ 0x77e1) >>> 0) >>> 22) - 512) / 2048;
+    return tf.tensor(v, w.shape);
+  }));
+  const dir = path.join(OUT, 'saved_' + path.basename(rel, '.json'));
+  fs.mkdirSync(dir, {recursive: true});
+  await model.save(tf.io.withSaveHandler(async a => {
+    const spec = a.weightSpecs, bin = Buffer.from(a.weightData);
+    fs.writeFileSync(path.join(dir, 'group1-shard1of1.bin'), bin);
+    fs.writeFileSync(path.join(dir, 'model.json'), JSON.stringify({
+      modelTopology: a.modelTopology, format: a.format, generatedBy: a.generatedBy,
+      convertedBy: a.convertedBy || null,
+      weightsManifest: [{paths: ['group1-shard1of1.bin'], weights: spec}]}) + '\n');
+    return {modelArtifactsInfo: {dateSaved: new Date(), modelTopologyType: 'JSON'}};
+  }));
+  const shape = model.inputs[0].shape.slice(1), per = shape.reduce((a, c) => a * c, 1);
+  const x = new Float32Array(4 * per);
+  for (let k = 0; k < x.length; k++) x[k] = ((mix((k ^ 0x5eed0001) >>> 0) >>> 22) - 512) / 512;
+  const p = model.predict(tf.tensor(x, [4, ...shape]));
+  fs.writeFileSync(path.join(dir, 'predictions.json'), JSON.stringify(
+      {rows: 4, input: shape, values: Array.from(p.dataSync(), f32)}) + '\n');
+  console.log(`${dir}: ${model.weights.length} weights`);
+}
+
 async function main() {
   const [root, tool, ...only] = process.argv.slice(2);
   if (!root || !tool) {
@@ -933,6 +969,11 @@ async function main() {
   await tf.setBackend('cpu');
   if (only.length === 1 && only[0] === '--callbacks') {
     await callbackCases();
+    return;
+  }
+  if (only.length === 1 && only[0] === '--saved') {
+    for (const m of ['crypto_price_tfjs', 'titanic_webnn_tfjs'])
+      await savedModel(path.resolve(root), `tests/fixtures/keras-corpus/${m}.json`);
     return;
   }
   if (only.length === 1 && only[0] === '--multi') {
