@@ -976,6 +976,21 @@ async function main() {
       await savedModel(path.resolve(root), `tests/fixtures/keras-corpus/${m}.json`);
     return;
   }
+  if (only.length === 2 && only[0] === '--load') {
+    /* a TF.js folder (rtrain's model.save(DIR, format="tfjs")): tfjs loads
+     * it and prints its predictions on the fixed inputs' first 4 rows */
+    const dir = only[1], mj = JSON.parse(fs.readFileSync(path.join(dir, 'model.json'), 'utf8'));
+    const bin = mj.weightsManifest.map(g => g.paths.map(p => fs.readFileSync(path.join(dir, p))));
+    const data = Buffer.concat(bin.flat());
+    const model = await tf.loadLayersModel(tf.io.fromMemory(
+        mj.modelTopology, mj.weightsManifest.flatMap(g => g.weights),
+        data.buffer.slice(data.byteOffset, data.byteOffset + data.length)));
+    const shape = model.inputs[0].shape.slice(1), per = shape.reduce((a, c) => a * c, 1);
+    const x = new Float32Array(4 * per);
+    for (let k = 0; k < x.length; k++) x[k] = ((mix((k ^ 0x5eed0001) >>> 0) >>> 22) - 512) / 512;
+    console.log(JSON.stringify(Array.from(model.predict(tf.tensor(x, [4, ...shape])).dataSync())));
+    return;
+  }
   if (only.length === 1 && only[0] === '--multi') {
     for (const f of fs.readdirSync(path.join(root, 'tests/fixtures/keras-multi')).sort())
       if (f.endsWith('.json'))
