@@ -224,6 +224,42 @@ static void *make_y(const spec *s, const int64_t *od, int on)
 
 /* ------------------------------------------------------------------ dump */
 
+/* The initial weights for the generator: "RTW1", u32 count, then per
+ * parameter: u32 name length, name, u32 trainable, u32 ndim, i32 dims, f32
+ * values */
+static int write_params(rt_exec *e, const char *out)
+{
+    const rt_plan *p = rt_exec_plan(e);
+    FILE *f = fopen(out, "wb");
+    if (!f)
+        return -1;
+    uint32_t np = (uint32_t)rt_plan_n_params(p);
+    fwrite("RTW1", 1, 4, f);
+    fwrite(&np, 4, 1, f);
+    for (uint32_t i = 0; i < np; i++) {
+        const char *name;
+        int64_t d[RT_MAX_DIMS];
+        int tr;
+        int nd = rt_plan_param_info(p, (int)i, &name, d, &tr);
+        uint32_t nl = (uint32_t)strlen(name), t = (uint32_t)tr, ndu = (uint32_t)nd;
+        int64_t cnt = 1;
+        fwrite(&nl, 4, 1, f);
+        fwrite(name, 1, nl, f);
+        fwrite(&t, 4, 1, f);
+        fwrite(&ndu, 4, 1, f);
+        for (int k = 0; k < nd; k++) {
+            int32_t dk = (int32_t)d[k];
+            fwrite(&dk, 4, 1, f);
+            cnt *= d[k];
+        }
+        float *v = malloc(sizeof(float) * (size_t)cnt);
+        rt_exec_get_param(e, (int)i, v);
+        fwrite(v, sizeof(float), (size_t)cnt, f);
+        free(v);
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
 static int dump(const char *model, int do_derive, int64_t bind, const char *out)
 {
     rt_graph *g = NULL;
@@ -253,36 +289,8 @@ static int dump(const char *model, int do_derive, int64_t bind, const char *out)
     rt_exec *e = NULL;
     if (rt_exec_create(p, &e) < 0)
         return 1;
-    FILE *f = fopen(out, "wb");
-    if (!f)
+    if (write_params(e, out) < 0)
         return 1;
-    /* "RTW1", u32 count, then per parameter: u32 name length, name, u32
-     * trainable, u32 ndim, i32 dims, f32 values */
-    uint32_t np = (uint32_t)rt_plan_n_params(p);
-    fwrite("RTW1", 1, 4, f);
-    fwrite(&np, 4, 1, f);
-    for (uint32_t i = 0; i < np; i++) {
-        const char *name;
-        int64_t d[RT_MAX_DIMS];
-        int tr;
-        int nd = rt_plan_param_info(p, (int)i, &name, d, &tr);
-        uint32_t nl = (uint32_t)strlen(name), t = (uint32_t)tr, ndu = (uint32_t)nd;
-        int64_t cnt = 1;
-        fwrite(&nl, 4, 1, f);
-        fwrite(name, 1, nl, f);
-        fwrite(&t, 4, 1, f);
-        fwrite(&ndu, 4, 1, f);
-        for (int k = 0; k < nd; k++) {
-            int32_t dk = (int32_t)d[k];
-            fwrite(&dk, 4, 1, f);
-            cnt *= d[k];
-        }
-        float *v = malloc(sizeof(float) * (size_t)cnt);
-        rt_exec_get_param(e, (int)i, v);
-        fwrite(v, sizeof(float), (size_t)cnt, f);
-        free(v);
-    }
-    fclose(f);
     int64_t id[RT_MAX_DIMS], od[RT_MAX_DIMS];
     int in = rt_plan_input_shape(p, id), on = rt_plan_output_shape(p, od);
     printf("{\"derived\": \"%s\", \"flops_per_sample\": %llu, \"input\": [", derived,
@@ -572,31 +580,8 @@ static int dump_multi(const char *model, const char *out)
         return 1;
     }
     const rt_plan *p = rt_exec_plan(e);
-    FILE *f = fopen(out, "wb");
-    if (!f)
+    if (write_params(e, out) < 0)
         return 1;
-    uint32_t np = (uint32_t)rt_plan_n_params(p);
-    fwrite("RTW1", 1, 4, f);
-    fwrite(&np, 4, 1, f);
-    for (uint32_t i = 0; i < np; i++) {
-        const char *name;
-        int64_t d[RT_MAX_DIMS], cnt;
-        int tr;
-        int nd = rt_plan_param_info(p, (int)i, &name, d, &tr);
-        uint32_t nl = (uint32_t)strlen(name), t = (uint32_t)tr, ndu = (uint32_t)nd;
-        fwrite(&nl, 4, 1, f);
-        fwrite(name, 1, nl, f);
-        fwrite(&t, 4, 1, f);
-        fwrite(&ndu, 4, 1, f);
-        for (int k = 0; k < nd; k++) {
-            int32_t dk = (int32_t)d[k];
-            fwrite(&dk, 4, 1, f);
-        }
-        float *v = param(e, (int)i, &cnt);
-        fwrite(v, sizeof(float), (size_t)cnt, f);
-        free(v);
-    }
-    fclose(f);
     const rt_train_config *c = rt_plan_config(p);
     printf("{\"heads\": [");
     for (int k = 0; k < rt_plan_n_heads(p); k++) {
