@@ -96,7 +96,7 @@
     X(METRICS, "metrics", TRAIN, STR(metrics), "M,M",                                      \
       "Keras metrics besides accuracy, e.g. auc,precision,recall,mae")                     \
     X(OPTIMIZER, "optimizer", TRAIN, STR(optimizer), "O",                                  \
-      "sgd, adam, adamw or rmsprop (default adam)")                                        \
+      "sgd, adam, adamw, rmsprop, adagrad, adadelta, adamax or nadam (default adam)")      \
     X(LR, "lr", TRAIN, DOUBLE(lr, 1e-12, 1e6), "X",                                        \
       "learning rate (default: the optimizer's, Keras')")                                  \
     X(LABEL_COLUMN, "label-column", TRAIN, LONG(label_column, -1, 1 << 20), "C",           \

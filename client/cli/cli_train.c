@@ -598,6 +598,7 @@ static void early_stop(fit_view *v, uint32_t epoch, const rt_client_epoch *e)
     if (cur < v->best) {
         v->best = cur;
         v->wait = 0;
+        return; /* an improving epoch never stops (Keras' early_stopping.py) */
     }
     if (v->wait >= v->patience && epoch > 0) {
         v->stop = 1;

@@ -369,7 +369,7 @@ int rt_model_dense(rt_model *m, const char *name, const char *input,
 typedef struct rt_train_opts {
     const char *loss;        /* NULL = daemon default */
     int from_logits;
-    const char *optimizer;   /* "sgd", "adam", "adamw", "rmsprop" */
+    const char *optimizer;   /* "sgd", "adam", "adamw", "rmsprop", "adagrad", "adadelta", "adamax", "nadam" */
     float lr;                /* 0 = optimizer default */
     float momentum;
     int nesterov;

@@ -309,9 +309,13 @@ static int parse_init(rt_keras_ctx *c, const char *key, json_object *v, rt_param
             return rt_keras_fail(c, RT_EINVAL, "'%s': stddev < 0", key);
         return obj_fields_ok(c, key, oc, k);
     }
-    if (name_eq(name, "Orthogonal") || name_eq(name, "Identity")) {
+    /* Keras 3.0-3.3 wrote OrthogonalInitializer and IdentityInitializer
+     * (keras/src/initializers/__init__.py keeps them as aliases) */
+    if (name_eq(name, "Orthogonal") || name_eq(name, "Identity") ||
+        name_eq(name, "OrthogonalInitializer") || name_eq(name, "IdentityInitializer")) {
         static const char *const k[] = {"gain", NULL};
-        o->init = name_eq(name, "Orthogonal") ? RT_INIT_ORTHOGONAL : RT_INIT_IDENTITY;
+        o->init = name_eq(name, "Orthogonal") || name_eq(name, "OrthogonalInitializer")
+                      ? RT_INIT_ORTHOGONAL : RT_INIT_IDENTITY;
         /* Keras 1's orthogonal scaled by 1.1 */
         double def = c->keras1 && o->init == RT_INIT_ORTHOGONAL ? 1.1 : 1.0;
         if ((rc = obj_num(c, key, oc, "gain", def, &o->scale)) < 0)
@@ -715,7 +719,7 @@ static int k_flatten(rt_keras_ctx *c)
     /* channels_first flattens in another order than the engine's NHWC */
     if (strcmp(fmt, "channels_last") != 0)
         return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                             "data_format '%.20s' is not supported (channels_last only)", fmt);
+                             "data_format '%.20s' is not supported (channels_last, channels_first)", fmt);
     c->out.ndim = 1;
     c->out.dims[0] = n;
     return add_simple(c, "Flatten", 0, NULL);
@@ -767,7 +771,7 @@ static int k_channels_last(rt_keras_ctx *c)
         return rc;
     if (strcmp(fmt, "channels_last") != 0)
         return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                             "data_format '%.20s' is not supported (channels_last only)", fmt);
+                             "data_format '%.20s' is not supported (channels_last, channels_first)", fmt);
     if (c->in[0].ndim != 3)
         return rt_keras_fail(c, RT_ESHAPE, "%s needs (H, W, C) inputs, got rank %d",
                              c->class_name, c->in[0].ndim);
@@ -1184,6 +1188,13 @@ typedef struct imp {
     const int64_t *bind;            /* input dims from the compile request, 0 = the model's */
     int n_bind;
     int64_t bind_values;            /* the data's values per sample, 0 = not given */
+    /* a top-level Functional model with several inputs reads them from one
+     * packed graph input: input k is values [in_off[k], + its size) */
+    int n_packed;
+    int64_t in_off[RT_KERAS_MAX_IN], in_total;
+    /* ... and with several outputs */
+    int n_outs;
+    rt_keras_tensor outs[RT_MAX_HEADS];
 } imp;
 
 static int ifail(imp *m, int code, const char *fmt, ...)
@@ -1418,6 +1429,9 @@ static int k1_translate(imp *m, const char **cls, json_object *cfg, json_object 
                 to = k1_keys[i].to;
         if (dense_like && strcmp(k, "output_dim") == 0)
             to = "units";
+        /* Keras 1 PReLU's weight is alpha */
+        if (strcmp(*cls, "PReLU") == 0 && strcmp(k, "init") == 0)
+            to = "alpha_initializer";
         if (strcmp(k, "nb_row") == 0) {
             row = v;
             continue;
@@ -1532,6 +1546,71 @@ static int shape_from_list(imp *m, const char *lname, json_object *s, int skip,
     return 0;
 }
 
+/* Input k of a model with several inputs: its values of the packed graph
+ * input "inputs" (Pad with negative pads takes them), in its shape */
+static int add_packed_input(imp *m, int k, const char *name, rt_keras_tensor *t)
+{
+    int64_t numel = 1;
+    for (int i = 0; i < t->ndim; i++) numel *= t->dims[i];
+    const int64_t pads[4] = {0, -m->in_off[k], 0, -(m->in_total - m->in_off[k] - numel)};
+    char slice[RT_KERAS_NAME + 8];
+    snprintf(slice, sizeof slice, "%.100s:slice", name);
+    const char *src = "inputs";
+    rt_attr a = {.name = "pads", .kind = RT_ATTR_INTS, .n = 4, .ints = pads};
+    int rc = rt_graph_add_node(m->g, t->ndim > 1 ? slice : name, "Pad", 1, &src, 1, &a);
+    if (rc == 0 && t->ndim > 1) {
+        const char *in = slice;
+        rt_attr sh = {.name = "shape", .kind = RT_ATTR_INTS, .n = t->ndim, .ints = t->dims};
+        rc = rt_graph_add_node(m->g, name, "Reshape", 1, &in, 1, &sh);
+    }
+    if (rc < 0)
+        return ifail(m, rc, "input '%.64s': %s", name, rt_graph_errmsg(m->g));
+    snprintf(t->name, sizeof t->name, "%s", name);
+    return 0;
+}
+
+/* A model with several inputs: their shapes, in input_layers' order, make
+ * the packed graph input (fixed dims only: the data gives no split) */
+static int add_packed_inputs(imp *m, json_object *layers, const char *const *names, int n)
+{
+    m->in_total = 0;
+    for (int k = 0; k < n; k++) {
+        json_object *cfg = NULL;
+        for (size_t i = 0; i < json_object_array_length(layers) && !cfg; i++) {
+            json_object *l = json_object_array_get_idx(layers, i);
+            json_object *c = jget(l, "config", json_type_object);
+            const char *ln = jstr(l, "name") ? jstr(l, "name") : jstr(c, "name");
+            if (ln && !strcmp(ln, names[k])) cfg = c;
+        }
+        rt_keras_tensor t;
+        int found = 0, rc;
+        memset(&t, 0, sizeof t);
+        if (!cfg)
+            return ifail(m, RT_EINVAL, "input layer '%.64s' is not in the model", names[k]);
+        if ((rc = layer_input_shape(m, names[k], cfg, &t, &found)) < 0)
+            return rc;
+        if (!found)
+            return ifail(m, RT_ESHAPE, "InputLayer '%.64s' has no shape", names[k]);
+        int64_t numel = 1;
+        for (int i = 0; i < t.ndim; i++) {
+            if (t.dims[i] < 0)
+                return ifail(m, RT_EINVAL, "input '%.64s' has a variable dimension; a model "
+                             "with several inputs needs every input's dims", names[k]);
+            numel *= t.dims[i];
+        }
+        m->in_off[k] = m->in_total;
+        if (__builtin_add_overflow(m->in_total, numel, &m->in_total) ||
+            m->in_total > RT__MAX_NUMEL)
+            return ifail(m, RT_EOVERFLOW, "the inputs have more than 2^32 values");
+    }
+    const int64_t d[2] = {RT_BATCH, m->in_total};
+    int rc = rt_graph_add_input(m->g, "inputs", RT_F32, 2, d);
+    if (rc < 0)
+        return ifail(m, rc, "inputs: %s", rt_graph_errmsg(m->g));
+    m->n_packed = n;
+    return 0;
+}
+
 static int add_input(imp *m, const char *name, rt_keras_tensor *t)
 {
     if (m->n_bind && m->n_bind != t->ndim)
@@ -1641,6 +1720,460 @@ static int pass_mask(imp *m, rt_keras_ctx *c)
     return -1;
 }
 
+/* ---------------------------------------------------- channels_first */
+
+/* Keras' channels_first (data_format, Keras 1's dim_ordering "th",
+ * BatchNormalization over axis 1): the data comes in the layout the model
+ * declares, (C, H, W); the engine computes channels-last, so a value is
+ * transposed once where it enters a channels_first layer and stays
+ * channels-last (RT_KERAS_CF) through the layers that read it in either
+ * order; a Flatten of it (RT_KERAS_FLAT) is folded into the next Dense's
+ * kernel (rt_graph_set_param_view: the weight keeps Keras' row order for
+ * get/set weights), as the ONNX importer folds NCHW; a value reaching any
+ * other layer, or the model's output, is put back in Keras' order. */
+
+/* the engine dims of Keras' (C, S1..Sk): (S1..Sk, C) */
+static int lay_transpose(imp *m, const char *lname, const char *what, int i,
+                         rt_keras_tensor *t, int to_cf)
+{
+    char name[RT_KERAS_NAME];
+    int n = snprintf(name, sizeof name, "%s/%s%d", lname, what, i);
+    if (n < 0 || n >= (int)sizeof name)
+        return ifail(m, RT_EINVAL, "layer name '%.64s' is too long", lname);
+    const int r = t->ndim;
+    int64_t perm[RT_MAX_DIMS + 1], d[RT_MAX_DIMS];
+    perm[0] = 0;
+    for (int k = 0; k < r; k++) {
+        /* to channels-last: engine k takes Keras k+1 (the last takes C) */
+        perm[k + 1] = to_cf ? (k == r - 1 ? 1 : k + 2) : (k == 0 ? r : k);
+        d[k] = t->dims[perm[k + 1] - 1];
+    }
+    rt_attr a = {.name = "perm", .kind = RT_ATTR_INTS, .n = r + 1, .ints = perm};
+    const char *in[1] = {t->name};
+    int rc = rt_graph_add_node(m->g, name, "Transpose", 1, in, 1, &a);
+    if (rc < 0)
+        return ifail(m, rc, "%s", rt_graph_errmsg(m->g));
+    snprintf(t->name, sizeof t->name, "%s", name);
+    memcpy(t->dims, d, sizeof(int64_t) * (size_t)r);
+    t->layout = to_cf ? RT_KERAS_CF : RT_KERAS_PLAIN;
+    return 0;
+}
+
+static int lay_reshape(imp *m, const char *name, rt_keras_tensor *t, int nd, const int64_t *d)
+{
+    rt_attr a = {.name = "shape", .kind = RT_ATTR_INTS, .n = nd, .ints = d};
+    const char *in[1] = {t->name};
+    int rc = rt_graph_add_node(m->g, name, "Reshape", 1, in, 1, &a);
+    if (rc < 0)
+        return ifail(m, rc, "%s", rt_graph_errmsg(m->g));
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = nd;
+    memcpy(t->dims, d, sizeof(int64_t) * (size_t)nd);
+    return 0;
+}
+
+/* t in Keras' own order (nodes named after the layer reading it) */
+static int lay_to_plain(imp *m, const char *lname, int i, rt_keras_tensor *t)
+{
+    if (t->layout == RT_KERAS_CF)
+        return lay_transpose(m, lname, "keras_order", i, t, 0);
+    if (t->layout != RT_KERAS_FLAT)
+        return 0;
+    /* unflatten to (S1..Sk, C), transpose, flatten */
+    char name[RT_KERAS_NAME];
+    int64_t d[RT_MAX_DIMS], n = t->dims[0];
+    const int k = t->ncf;
+    for (int j = 1; j < k; j++) d[j - 1] = t->cf[j];
+    d[k - 1] = t->cf[0];
+    int rc, w = snprintf(name, sizeof name, "%s/unflatten%d", lname, i);
+    if (w < 0 || w >= (int)sizeof name)
+        return ifail(m, RT_EINVAL, "layer name '%.64s' is too long", lname);
+    if ((rc = lay_reshape(m, name, t, k, d)) < 0)
+        return rc;
+    t->layout = RT_KERAS_CF;
+    if ((rc = lay_transpose(m, lname, "keras_order", i, t, 0)) < 0)
+        return rc;
+    snprintf(name, sizeof name, "%s/flatten%d", lname, i);
+    return lay_reshape(m, name, t, 1, &n);
+}
+
+enum { LAY_PLAIN = 0, LAY_PASS, LAY_CF_OUT, LAY_FLATTEN_CF, LAY_DENSE_FLAT, LAY_PARAMS_FLAT,
+       LAY_PRELU_CF };
+
+/* c->cfg as a copy the importer may change (the document's object can be
+ * read again by a shared layer) */
+static json_object *lay_cfg_copy(imp *m, rt_keras_ctx *c)
+{
+    json_object *n = json_object_new_object();
+    if (!n)
+        return NULL;
+    json_object_array_add(m->owned, n);
+    json_object_object_foreach(c->cfg, k, v) json_object_object_add(n, k, json_object_get(v));
+    c->cfg = n;
+    return n;
+}
+
+static int is_channels_first(json_object *cfg)
+{
+    const char *f = jstr(cfg, "data_format");
+    return f && strcmp(f, "channels_first") == 0;
+}
+
+/* BatchNormalization's axis as one number (Keras 2 writes 1 or [1]) */
+static int bn_axis(json_object *cfg, int64_t *a)
+{
+    json_object *v = NULL;
+    *a = -1;
+    if (!cfg || !json_object_object_get_ex(cfg, "axis", &v) || !v)
+        return 0;
+    if (json_object_is_type(v, json_type_array) && json_object_array_length(v) == 1)
+        v = json_object_array_get_idx(v, 0);
+    if (!json_object_is_type(v, json_type_int))
+        return 0;
+    *a = json_object_get_int64(v);
+    return 1;
+}
+
+/* Before a layer function: convert its inputs or adapt its config to how
+ * they are held; *mode says what layer_finish does after it. */
+static int layout_prepare(imp *m, rt_keras_ctx *c, int *mode)
+{
+    static const char *const pass[] = {"Dropout", "AlphaDropout", "GaussianNoise",
+                                       "GaussianDropout", "ActivityRegularization", "ReLU",
+                                       "LeakyReLU", "ELU", "ThresholdedReLU", "Identity",
+                                       "Activation"};
+    static const char *const merge[] = {"Add", "Subtract", "Multiply", "Average", "Maximum",
+                                        "Minimum"};
+    const char *cls = c->class_name;
+    int any = 0, rc;
+    *mode = LAY_PLAIN;
+    for (int i = 0; i < c->n_in; i++)
+        any |= c->in[i].layout != RT_KERAS_PLAIN;
+    rt_keras_tensor *x = &c->in[0];
+    if (!c->cfg)
+        goto plain;
+    if (strcmp(cls, "Flatten") == 0) {
+        const int cf = is_channels_first(c->cfg);
+        if (x->layout == RT_KERAS_FLAT || x->ndim < 2) {
+            *mode = LAY_PASS;
+            goto unformat;
+        }
+        if (!cf && x->layout == RT_KERAS_CF) {
+            *mode = LAY_FLATTEN_CF;
+            return 0;
+        }
+        /* Keras' channels_first Flatten moves the channels last first */
+        if (cf && x->layout == RT_KERAS_PLAIN &&
+            (rc = lay_transpose(m, c->layer, "channels_last", 0, x, 1)) < 0)
+            return rc;
+        goto unformat;
+    }
+    int64_t ax;
+    const int bn = strcmp(cls, "BatchNormalization") == 0 ||
+                   strcmp(cls, "SyncBatchNormalization") == 0;
+    const int bn_first = bn && bn_axis(c->cfg, &ax) && ax == 1 && x->ndim >= 2;
+    if (is_channels_first(c->cfg) || bn_first) {
+        for (int i = 0; i < c->n_in; i++) {
+            if (c->in[i].layout == RT_KERAS_FLAT &&
+                (rc = lay_to_plain(m, c->layer, i, &c->in[i])) < 0)
+                return rc;
+            if (c->in[i].layout == RT_KERAS_PLAIN && c->in[i].ndim >= 2 &&
+                (rc = lay_transpose(m, c->layer, "channels_last", i, &c->in[i], 1)) < 0)
+                return rc;
+        }
+        if (!lay_cfg_copy(m, c))
+            return ifail(m, RT_ENOMEM, "out of memory");
+        if (bn_first)
+            json_object_object_add(c->cfg, "axis", json_object_new_int(-1));
+        *mode = LAY_CF_OUT;
+        goto unformat;
+    }
+    if (!any)
+        return 0;
+    int npass = (int)(sizeof pass / sizeof pass[0]);
+    for (int i = 0; i < npass && c->n_in == 1; i++)
+        if (strcmp(cls, pass[i]) == 0) {
+            const char *act = jstr(c->cfg, "activation");
+            /* a softmax runs over the last axis, which is another one */
+            if (i == npass - 1 && act && strstr(act, "softmax"))
+                break;
+            *mode = LAY_PASS;
+            return 0;
+        }
+    for (size_t i = 0; i < sizeof merge / sizeof merge[0]; i++) {
+        if (strcmp(cls, merge[i]) != 0)
+            continue;
+        int same = 1;
+        for (int j = 1; j < c->n_in; j++)
+            same &= c->in[j].layout == x->layout && c->in[j].ndim == x->ndim &&
+                    !memcmp(c->in[j].dims, x->dims, sizeof(int64_t) * (size_t)x->ndim) &&
+                    (x->layout != RT_KERAS_FLAT ||
+                     (c->in[j].ncf == x->ncf &&
+                      !memcmp(c->in[j].cf, x->cf, sizeof(int64_t) * (size_t)x->ncf)));
+        if (same) {
+            *mode = LAY_PASS;
+            return 0;
+        }
+    }
+    if (strcmp(cls, "Concatenate") == 0) {
+        int all = 1;
+        for (int j = 0; j < c->n_in; j++)
+            all &= c->in[j].layout == RT_KERAS_CF && c->in[j].ndim == x->ndim;
+        int64_t a;
+        if (all && (rc = rt_keras_cfg_int(c, "axis", -1, &a)) == 0) {
+            const int64_t r = x->ndim + 1;
+            a = a < 0 ? a + r : a;
+            if (a >= 1 && a < r) {
+                if (!lay_cfg_copy(m, c))
+                    return ifail(m, RT_ENOMEM, "out of memory");
+                json_object_object_add(c->cfg, "axis", json_object_new_int64(a == 1 ? -1 : a - 1));
+                c->n_used = 0;
+                *mode = LAY_CF_OUT;
+                return 0;
+            }
+        }
+        c->n_used = 0;
+    }
+    if (c->n_in == 1 && x->layout == RT_KERAS_FLAT && x->ncf >= 2 &&
+        (strcmp(cls, "Dense") == 0 || strcmp(cls, "PReLU") == 0 || (bn && x->ndim == 1))) {
+        *mode = strcmp(cls, "Dense") == 0 ? LAY_DENSE_FLAT : LAY_PARAMS_FLAT;
+        return 0;
+    }
+    if (c->n_in == 1 && x->layout == RT_KERAS_CF && strcmp(cls, "PReLU") == 0) {
+        /* shared_axes are Keras' (C first): the engine's, C last */
+        int64_t sh[RT_MAX_DIMS];
+        int ns = rt_keras_cfg_ints(c, "shared_axes", sh, RT_MAX_DIMS);
+        c->n_used = 0;
+        if (ns >= 0) {
+            if (!lay_cfg_copy(m, c))
+                return ifail(m, RT_ENOMEM, "out of memory");
+            if (ns > 0) {
+                json_object *l = json_object_new_array();
+                for (int i = 0; i < ns; i++)
+                    json_object_array_add(l, json_object_new_int64(sh[i] == 1 ? x->ndim
+                                                                   : sh[i] - 1));
+                json_object_object_add(c->cfg, "shared_axes", l);
+            }
+            *mode = LAY_PRELU_CF;
+            return 0;
+        }
+    }
+plain:
+    for (int i = 0; i < c->n_in; i++)
+        if ((rc = lay_to_plain(m, c->layer, i, &c->in[i])) < 0)
+            return rc;
+    return 0;
+unformat:
+    /* the layer function computes channels-last on the engine's dims */
+    if (jstr(c->cfg, "data_format") && strcmp(jstr(c->cfg, "data_format"), "channels_last")) {
+        if (c->cfg && !lay_cfg_copy(m, c))
+            return ifail(m, RT_ENOMEM, "out of memory");
+        json_object_object_add(c->cfg, "data_format", json_object_new_string("channels_last"));
+    }
+    return 0;
+}
+
+/* the parameter entry named name among the ones the layer added */
+static rt__entry *lay_param(imp *m, int first, const char *name)
+{
+    for (int k = first; k < m->g->n; k++)
+        if (m->g->e[k].kind == RT__T_PARAM && strcmp(m->g->e[k].name, name) == 0)
+            return &m->g->e[k];
+    return NULL;
+}
+
+static int lay_view(imp *m, rt_keras_ctx *c, const rt__entry *e, int un, const int64_t *ud,
+                    int vn, const int64_t *vd, const int *perm)
+{
+    int rc = rt_graph_set_param_view(m->g, e->name, un, ud, vn, vd, perm);
+    if (rc < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(m->g));
+    return 0;
+}
+
+/* After the layer function: the output's layout, and the weights that
+ * take the input's order into them. */
+static int layout_finish(imp *m, rt_keras_ctx *c, int mode, int first)
+{
+    const rt_keras_tensor *x = &c->in[0];
+    rt_keras_tensor *o = &c->out;
+    int perm[RT_MAX_DIMS];
+    int64_t vd[RT_MAX_DIMS];
+    o->layout = RT_KERAS_PLAIN;
+    switch (mode) {
+    case LAY_PASS:
+        o->layout = x->layout;
+        o->ncf = x->ncf;
+        memcpy(o->cf, x->cf, sizeof o->cf);
+        return 0;
+    case LAY_CF_OUT:
+        o->layout = o->ndim >= 2 ? RT_KERAS_CF : RT_KERAS_PLAIN;
+        return 0;
+    case LAY_FLATTEN_CF:
+        o->layout = RT_KERAS_FLAT;
+        o->ncf = x->ndim;
+        o->cf[0] = x->dims[x->ndim - 1];
+        for (int k = 1; k < x->ndim; k++) o->cf[k] = x->dims[k - 1];
+        return 0;
+    case LAY_DENSE_FLAT: {
+        /* kernel rows: Keras' (C, S..) order for the caller, the flatten's
+         * (S.., C) in the engine */
+        char kn[RT_KERAS_NAME + 8];
+        snprintf(kn, sizeof kn, "%s/kernel", c->layer);
+        rt__entry *e = lay_param(m, first, kn);
+        if (!e || e->shape.ndim != 2)
+            return rt_keras_fail(c, RT_EINVAL, "no kernel to take the channels_first order");
+        const int k = x->ncf;
+        memcpy(vd, x->cf, sizeof(int64_t) * (size_t)k);
+        vd[k] = e->shape.d[1];
+        for (int j = 0; j < k - 1; j++) perm[j] = j + 1;
+        perm[k - 1] = 0;
+        perm[k] = k;
+        return lay_view(m, c, e, 2, e->shape.d, k + 1, vd, perm);
+    }
+    case LAY_PARAMS_FLAT: {
+        const int k = x->ncf;
+        for (int j = 0; j < k - 1; j++) perm[j] = j + 1;
+        perm[k - 1] = 0;
+        for (int i = first; i < m->g->n; i++) {
+            rt__entry *e = &m->g->e[i];
+            if (e->kind != RT__T_PARAM || e->shape.ndim != 1 || e->shape.d[0] != x->dims[0])
+                continue;
+            int rc = lay_view(m, c, e, 1, e->shape.d, k, x->cf, perm);
+            if (rc < 0)
+                return rc;
+        }
+        o->layout = RT_KERAS_FLAT;
+        o->ncf = x->ncf;
+        memcpy(o->cf, x->cf, sizeof o->cf);
+        return 0;
+    }
+    case LAY_PRELU_CF: {
+        char an[RT_KERAS_NAME + 8];
+        snprintf(an, sizeof an, "%s/alpha", c->layer);
+        rt__entry *e = lay_param(m, first, an);
+        o->layout = RT_KERAS_CF;
+        if (!e)
+            return 0;
+        /* alpha is held (S.., C) like its input; Keras' (C, S..) */
+        const int r = e->shape.ndim;
+        vd[0] = e->shape.d[r - 1];
+        for (int j = 1; j < r; j++) vd[j] = e->shape.d[j - 1];
+        for (int j = 0; j < r - 1; j++) perm[j] = j + 1;
+        perm[r - 1] = 0;
+        return lay_view(m, c, e, r, vd, r, vd, perm);
+    }
+    }
+    return 0;
+}
+
+/* ------------------------------------------- Keras 3 serialized objects */
+
+/* An activation saved as an object where Keras 2 wrote a name: Keras 3's
+ * {"class_name": "function", "config": "relu", "module": ...} and an
+ * activation layer given as the activation ({"class_name": "LeakyReLU",
+ * "config": {...}}), as the equal name in a copy of the config; msg says
+ * why one cannot be (returns -1). */
+static double obj_cfg_num(json_object *cfg, const char *k, double def)
+{
+    json_object *v;
+    if (!cfg || !json_object_object_get_ex(cfg, k, &v) || !v ||
+        !(json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)))
+        return def;
+    return json_object_get_double(v);
+}
+
+static int activation_objects(imp *m, rt_keras_ctx *c, char *msg, size_t ml)
+{
+    static const char *const keys[] = {"activation", "recurrent_activation"};
+    for (size_t i = 0; i < 2 && c->cfg; i++) {
+        json_object *v = NULL;
+        if (!json_object_object_get_ex(c->cfg, keys[i], &v) ||
+            !json_object_is_type(v, json_type_object))
+            continue;
+        const char *cls = jstr(v, "class_name"), *mod = jstr(v, "module"),
+                   *reg = jstr(v, "registered_name");
+        json_object *oc = NULL;
+        json_object_object_get_ex(v, "config", &oc);
+        const char *name = NULL;
+        char slope[64] = "";
+        if (!cls) {
+            name = NULL;
+        } else if (reg && strchr(reg, '>')) {
+            snprintf(msg, ml, "'%s' is the custom function '%.48s': its Python code is not in "
+                     "the JSON (layer '%.64s')", keys[i], reg, c->layer);
+            return -1;
+        } else if (strcmp(cls, "function") == 0 && json_object_is_type(oc, json_type_string) &&
+                   (!mod || strncmp(mod, "keras", 5) == 0)) {
+            name = json_object_get_string(oc);
+        } else if (strcmp(cls, "Activation") == 0 && jstr(oc, "activation")) {
+            name = jstr(oc, "activation");
+        } else if (strcmp(cls, "ReLU") == 0) {
+            json_object *mx = NULL;
+            if (oc) json_object_object_get_ex(oc, "max_value", &mx);
+            if (!mx && obj_cfg_num(oc, "negative_slope", 0) == 0 &&
+                obj_cfg_num(oc, "threshold", 0) == 0)
+                name = "relu";
+        } else if (strcmp(cls, "LeakyReLU") == 0) {
+            /* Keras 3 negative_slope, Keras 2 alpha (default 0.3 in both
+             * layers; the "leaky_relu" function's is 0.2) */
+            double a = obj_cfg_num(oc, "negative_slope", obj_cfg_num(oc, "alpha", 0.3));
+            if (fabs(a - 0.2) < 1e-7)
+                name = "leaky_relu";
+            else
+                snprintf(slope, sizeof slope, " with negative_slope %g", a);
+        } else if (strcmp(cls, "ELU") == 0) {
+            if (obj_cfg_num(oc, "alpha", 1.0) == 1.0) name = "elu";
+        } else if (strcmp(cls, "Softmax") == 0) {
+            if (obj_cfg_num(oc, "axis", -1) == -1) name = "softmax";
+        }
+        if (!name) {
+            snprintf(msg, ml, "'%s' is a %.40s object%s, which has no activation name: use a "
+                     "%.40s layer after it (layer '%.64s')", keys[i], cls ? cls : "?", slope,
+                     cls ? cls : "activation", c->layer);
+            return -1;
+        }
+        if (!lay_cfg_copy(m, c))
+            return ifail(m, RT_ENOMEM, "out of memory");
+        json_object_object_add(c->cfg, keys[i], json_object_new_string(name));
+    }
+    return 0;
+}
+
+/* The layer's dtype policy: float32 (Keras 3's DTypePolicy object, Keras
+ * 2's "Policy", or the name) as rtrain computes; a mixed or 16-bit policy
+ * would compute another way and is refused. */
+static int dtype_policy(rt_keras_ctx *c, char *msg, size_t ml)
+{
+    static const char *const keys[] = {"dtype", "dtype_policy"};
+    for (size_t i = 0; i < 2 && c->cfg; i++) {
+        json_object *v = NULL;
+        if (!json_object_object_get_ex(c->cfg, keys[i], &v) || !v)
+            continue;
+        const char *name = NULL;
+        if (json_object_is_type(v, json_type_string)) {
+            name = json_object_get_string(v);
+        } else if (json_object_is_type(v, json_type_object)) {
+            json_object *oc = NULL;
+            json_object_object_get_ex(v, "config", &oc);
+            name = jstr(oc, "name");
+            if (!name) {
+                snprintf(msg, ml, "'%s' is a %.40s without a name (layer '%.64s')", keys[i],
+                         jstr(v, "class_name") ? jstr(v, "class_name") : "policy", c->layer);
+                return -1;
+            }
+        }
+        if (name && (strncmp(name, "mixed_", 6) == 0 || strcmp(name, "float16") == 0 ||
+                     strcmp(name, "bfloat16") == 0 || strcmp(name, "half") == 0)) {
+            snprintf(msg, ml, "dtype policy '%.32s' is not supported: rtrain computes in "
+                     "float32; save the model with the float32 policy (layer '%.64s')", name,
+                     c->layer);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int is_model_class(const char *cls)
 {
     return strcmp(cls, "Sequential") == 0 || strcmp(cls, "Functional") == 0 ||
@@ -1686,6 +2219,15 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
         return 0;
     }
     if (is_model_class(cls)) {
+        /* a nested model reads its inputs in Keras' order */
+        rt_keras_tensor nin[RT_KERAS_MAX_IN];
+        for (int i = 0; i < n_in; i++) {
+            nin[i] = ins[i];
+            int lrc = lay_to_plain(m, lname, i, &nin[i]);
+            if (lrc < 0)
+                return lrc;
+        }
+        ins = nin;
         json_object *list = jget(layer, "config", json_type_array);
         if (list && strcmp(cls, "Sequential") == 0) {
             if (++m->depth > 32)
@@ -1752,10 +2294,27 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
         if (lwant && n_in != lwant)
             rc = rt_keras_fail(&c, RT_EINVAL, "%s takes %d input(s), got %d", cls, lwant, n_in);
         const int first = m->g->n;
+        int lmode = LAY_PLAIN;
+        if (rc == 0 && (dtype_policy(&c, lerr, sizeof lerr) < 0 ||
+                        activation_objects(m, &c, lerr, sizeof lerr) < 0)) {
+            add_problem(m, RT_EUNIMPLEMENTED, lerr);
+            return 0;
+        }
+        if (rc == 0 && !poisoned) {
+            rc = layout_prepare(m, &c, &lmode);
+            if (rc < 0 && rc != RT_EINVAL && rc != RT_ESHAPE)
+                return rc;
+            if (rc < 0) {
+                add_problem(m, rc, m->err ? m->err : rt_strerror(rc));
+                return 0;
+            }
+        }
         if (rc == 0)
             rc = lfn(&c);
         if (rc == 0)
             rc = param_opts_of(&c, first);
+        if (rc == 0)
+            rc = layout_finish(m, &c, lmode, first);
         if (rc == 0 && strcmp(cls, "ActivityRegularization") != 0)
             rc = activity_reg(&c);
         if (rc < 0) {
@@ -2112,7 +2671,8 @@ static int place_flayer(imp *m, flayer *L, const lmap *lm, flayer *f, const fio 
         if (k < 0)
             return ifail(m, RT_EINVAL, "InputLayer '%.64s' is not a model input", f->name);
         if (!io->given)
-            return add_input(m, f->name, &f->out);
+            return m->n_packed ? add_packed_input(m, k, f->name, &f->out)
+                               : add_input(m, f->name, &f->out);
         const rt_keras_tensor *g = &io->given[k];
         if (!g->poisoned && (g->ndim != f->out.ndim ||
                              memcmp(g->dims, f->out.dims, sizeof(int64_t) * (size_t)g->ndim)))
@@ -2166,20 +2726,26 @@ static int walk_functional(imp *m, json_object *cfg, const rt_keras_tensor *give
     json_object *layers = jget(cfg, "layers", json_type_array);
     if (!layers)
         return ifail(m, RT_EJSON, "Functional model has no layers list");
-    const char *out_names[4];
+    const char *out_names[RT_MAX_HEADS + 1];
     fio io = {.given = given};
     json_object *il = NULL, *ol = NULL;
     json_object_object_get_ex(cfg, "input_layers", &il);
     json_object_object_get_ex(cfg, "output_layers", &ol);
     io.n = io_names(il, io.names, RT_KERAS_MAX_IN);
-    int n_out = io_names(ol, out_names, 4);
-    if (!given && io.n != 1)
-        return ifail(m, RT_EINVAL, "Functional model needs exactly one input (got %d)", io.n);
+    int n_out = io_names(ol, out_names, RT_MAX_HEADS + 1);
+    if (!given && (io.n < 1 || io.n > RT_KERAS_MAX_IN))
+        return ifail(m, RT_EINVAL, "Functional model needs 1 to %d inputs (got %d)",
+                     RT_KERAS_MAX_IN, io.n);
     if (given && io.n != n_given)
         return ifail(m, RT_EINVAL, "nested model '%.64s' has %d inputs but reads %d values",
                      jstr(cfg, "name") ? jstr(cfg, "name") : "?", io.n, n_given);
-    if (n_out != 1)
-        return ifail(m, RT_EINVAL, "Functional model needs exactly one output (got %d)", n_out);
+    if (given ? n_out != 1 : (n_out < 1 || n_out > RT_MAX_HEADS))
+        return ifail(m, RT_EINVAL, given ? "nested model '%.64s' needs exactly one output "
+                     "(got %d)" : "Functional model '%.64s' needs 1 to 8 outputs (got %d)",
+                     jstr(cfg, "name") ? jstr(cfg, "name") : "?", n_out);
+    int rc0;
+    if (!given && io.n > 1 && (rc0 = add_packed_inputs(m, layers, io.names, io.n)) < 0)
+        return rc0;
     const int n = (int)json_object_array_length(layers);
     lmap lm = {.mask = 15};
     while (lm.mask + 1 < (size_t)n * 2)
@@ -2191,13 +2757,17 @@ static int walk_functional(imp *m, json_object *cfg, const rt_keras_tensor *give
     for (int i = 0; i < n && rc == 0; i++)
         if (L[i].state == 0)
             rc = place_from(m, L, &lm, i, stack, &io);
-    if (rc == 0) {
-        int o = lmap_get(&lm, L, out_names[0]);
+    for (int k = 0; k < n_out && rc == 0; k++) {
+        int o = lmap_get(&lm, L, out_names[k]);
         if (o < 0)
-            rc = ifail(m, RT_EINVAL, "output layer '%.64s' is not in the model", out_names[0]);
-        else
+            rc = ifail(m, RT_EINVAL, "output layer '%.64s' is not in the model", out_names[k]);
+        else if (k == 0)
             *out = L[o].out;
+        if (rc == 0 && n_out > 1)
+            m->outs[k] = L[o].out;
     }
+    if (rc == 0 && n_out > 1)
+        m->n_outs = n_out;
     free(L);
     free(stack);
     free(lm.slot);
@@ -2383,16 +2953,29 @@ int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int 
         rc = ifail(m, RT_EUNKNOWN_LAYER,
                    "unknown Keras model class '%.48s' (Sequential, Functional or Model)", cls);
     }
-    if (rc == 0 && res.mask[0] && !res.poisoned) {
-        char msg[240];
-        snprintf(msg, sizeof msg,
-                 "the model output '%.64s' carries the step mask '%.64s': Keras would mask "
-                 "the loss with it, which is not supported", res.name, res.mask);
-        add_problem(m, RT_EUNIMPLEMENTED, msg);
+    if (rc == 0 && !m->n_outs)
+        m->outs[0] = res;
+    const int n_outs = m->n_outs ? m->n_outs : 1;
+    for (int k = 0; k < n_outs && rc == 0; k++) {
+        if (m->outs[k].mask[0] && !m->outs[k].poisoned) {
+            char msg[240];
+            snprintf(msg, sizeof msg,
+                     "the model output '%.64s' carries the step mask '%.64s': Keras would "
+                     "mask the loss with it, which is not supported", m->outs[k].name,
+                     m->outs[k].mask);
+            add_problem(m, RT_EUNIMPLEMENTED, msg);
+        }
     }
     if (rc == 0 && m->n_prob)
         rc = report_problems(m);
-    if (rc == 0 && rt_graph_set_output(m->g, res.name) < 0)
+    /* predictions and labels in Keras' order */
+    const char *heads[RT_MAX_HEADS];
+    for (int k = 0; k < n_outs && rc == 0; k++) {
+        rc = lay_to_plain(m, m->outs[k].name, k, &m->outs[k]);
+        heads[k] = m->outs[k].name;
+    }
+    if (rc == 0 && (n_outs > 1 ? rt_graph_set_outputs(m->g, heads, n_outs)
+                               : rt_graph_set_output(m->g, m->outs[0].name)) < 0)
         rc = ifail(m, RT_EGRAPH, "%s", rt_graph_errmsg(m->g));
 out:
     json_object_put(doc);
@@ -2437,9 +3020,41 @@ static void add_metric(rt_keras_compile *o, json_object *m)
         jcopy(o->metrics[o->n_metrics++], sizeof o->metrics[0], name);
 }
 
-int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *o)
+/* A saved loss (a name, a Keras 3 function or loss object, a Keras 2.12
+ * class string) in Keras' function spelling ("categorical_crossentropy";
+ * "MSE" stays "mse"), and its from_logits */
+static void loss_spelling(json_object *loss, char *out, size_t outn, int *from_logits)
 {
-    memset(o, 0, sizeof *o);
+    json_object *lc = NULL;
+    const char *ln = obj_name(loss, &lc);
+    /* Keras 3 saves a loss function as {"class_name": "function",
+     * "config": "binary_crossentropy", "module": "builtins"} */
+    if (ln && strcmp(ln, "function") == 0 && lc == NULL) {
+        json_object *fc = NULL;
+        if (json_object_object_get_ex(loss, "config", &fc) &&
+            json_object_is_type(fc, json_type_string))
+            ln = json_object_get_string(fc);
+    }
+    size_t k = 0;
+    const char *q0 = ln ? ln : "";
+    for (const char *q = q0; *q && k + 2 < outn; q++) {
+        const int up = isupper((unsigned char)*q);
+        if (up && q > q0 && (islower((unsigned char)q[-1]) || isdigit((unsigned char)q[-1]) ||
+                             (isupper((unsigned char)q[-1]) && islower((unsigned char)q[1]))))
+            out[k++] = '_';
+        out[k++] = (char)tolower((unsigned char)*q);
+    }
+    out[k] = 0;
+    json_object *fl;
+    if (lc && json_object_object_get_ex(lc, "from_logits", &fl) &&
+        json_object_is_type(fl, json_type_boolean))
+        *from_logits = json_object_get_boolean(fl);
+}
+
+/* The document of a model file for its settings: *doc, or an error */
+static int settings_doc(const char *json, size_t len, json_object **doc)
+{
+    *doc = NULL;
     if (!json || len == 0 || len > (size_t)INT32_MAX)
         return RT_EJSON;
     char perr[200];
@@ -2448,15 +3063,21 @@ int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *o)
     json_tokener *tok = json_tokener_new_ex(RT_KERAS_MAX_DEPTH);
     if (!tok)
         return RT_ENOMEM;
-    json_object *doc = json_tokener_parse_ex(tok, json, (int)len);
-    int ok = doc && json_tokener_get_error(tok) == json_tokener_success;
+    *doc = json_tokener_parse_ex(tok, json, (int)len);
+    int ok = *doc && json_tokener_get_error(tok) == json_tokener_success;
     json_tokener_free(tok);
     if (!ok) {
-        json_object_put(doc);
+        json_object_put(*doc);
+        *doc = NULL;
         return RT_EJSON;
     }
-    /* where the settings live: the document, TF.js' modelTopology, or the
-     * model object itself */
+    return 0;
+}
+
+/* where the training settings live: the document, TF.js' modelTopology,
+ * or the model object itself; NULL when none */
+static json_object *training_settings(json_object *doc)
+{
     json_object *tc = NULL, *at = doc;
     for (int i = 0; i < 3 && at && !tc; i++) {
         tc = jget(at, "compile_config", json_type_object);
@@ -2465,6 +3086,17 @@ int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *o)
         json_object *next = jget(at, "modelTopology", json_type_object);
         at = next ? next : jget(at, "model_config", json_type_object);
     }
+    return tc;
+}
+
+int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *o)
+{
+    memset(o, 0, sizeof *o);
+    json_object *doc;
+    int rc = settings_doc(json, len, &doc);
+    if (rc < 0)
+        return rc;
+    json_object *tc = training_settings(doc);
     if (!tc) {
         json_object_put(doc);
         return 0;
@@ -2482,22 +3114,8 @@ int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *o)
     }
     if (loss && json_object_is_type(loss, json_type_array) && json_object_array_length(loss) == 1)
         loss = json_object_array_get_idx(loss, 0);
-    if (loss) {
-        const char *ln = obj_name(loss, &lc);
-        /* a loss class ("CategoricalCrossentropy") in Keras' function
-         * spelling ("categorical_crossentropy") */
-        size_t k = 0;
-        for (const char *q = ln ? ln : ""; *q && k + 2 < sizeof o->loss; q++) {
-            if (isupper((unsigned char)*q) && k > 0 && json_object_is_type(loss, json_type_object))
-                o->loss[k++] = '_';
-            o->loss[k++] = (char)tolower((unsigned char)*q);
-        }
-        o->loss[k] = 0;
-        json_object *fl;
-        if (lc && json_object_object_get_ex(lc, "from_logits", &fl) &&
-            json_object_is_type(fl, json_type_boolean))
-            o->from_logits = json_object_get_boolean(fl);
-    }
+    if (loss)
+        loss_spelling(loss, o->loss, sizeof o->loss, &o->from_logits);
     json_object *opt = NULL;
     if (!json_object_object_get_ex(tc, "optimizer", &opt))
         json_object_object_get_ex(tc, "optimizer_config", &opt);
@@ -2526,4 +3144,74 @@ int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *o)
         add_metric(o, mets);
     json_object_put(doc);
     return 1;
+}
+
+/* ------------------------------------------------------ several outputs */
+
+/* entry k of a loss or loss_weights given per output: a list in
+ * output_layers' order, or a dict by output name; NULL where not given */
+static json_object *per_output(json_object *v, int k, const char *name)
+{
+    json_object *e = NULL;
+    if (json_object_is_type(v, json_type_array))
+        return k < (int)json_object_array_length(v) ? json_object_array_get_idx(v, k) : NULL;
+    if (json_object_is_type(v, json_type_object) && !json_object_object_get_ex(v, "class_name", &e))
+        return json_object_object_get_ex(v, name, &e) ? e : NULL;
+    return NULL;
+}
+
+int rt_keras_heads(const char *json, size_t len, rt_train_config *cfg, char *err,
+                   size_t errlen)
+{
+    json_object *doc;
+    int rc = settings_doc(json, len, &doc);
+    if (rc < 0)
+        return rc;
+    json_object *ol = NULL, *mc = jget(model_root(doc), "config", json_type_object);
+    const char *names[RT_MAX_HEADS + 1];
+    int n = mc && json_object_object_get_ex(mc, "output_layers", &ol)
+                ? io_names(ol, names, RT_MAX_HEADS + 1) : 0;
+    if (n <= 1 || n > RT_MAX_HEADS) {
+        json_object_put(doc);
+        return 0;
+    }
+    json_object *tc = training_settings(doc), *loss = NULL, *lw = NULL;
+    if (tc) {
+        json_object_object_get_ex(tc, "loss", &loss);
+        json_object_object_get_ex(tc, "loss_weights", &lw);
+    }
+    for (int k = 0; k < n && rc == 0; k++) {
+        struct rt_loss_head *h = &cfg->heads[k];
+        /* one loss (the request's or the saved one) applies to every output,
+         * as Keras' compile(loss="mse") does */
+        h->loss = cfg->loss;
+        h->from_logits = cfg->from_logits;
+        h->weight = 1.0f;
+        json_object *l = per_output(loss, k, names[k]);
+        if (l && !json_object_is_type(l, json_type_null)) {
+            char nm[64];
+            int fl = 0;
+            loss_spelling(l, nm, sizeof nm, &fl);
+            if (rt_loss_from_name(nm, &h->loss) < 0 || RT_LOSS_IS_TORCH(h->loss))
+                rc = ifail(&(imp){.err = err, .errlen = errlen}, RT_EINVAL,
+                           "output '%.64s': the saved loss '%.48s' is not supported", names[k],
+                           nm);
+            h->from_logits = fl;
+        } else if (json_object_is_type(loss, json_type_array) ||
+                   (json_object_is_type(loss, json_type_object) && !jstr(loss, "class_name"))) {
+            rc = ifail(&(imp){.err = err, .errlen = errlen}, RT_EINVAL,
+                       "output '%.64s' has no loss (Keras leaves such an output untrained, "
+                       "which is not supported)", names[k]);
+        }
+        json_object *w = per_output(lw, k, names[k]);
+        if (w && (json_object_is_type(w, json_type_double) || json_object_is_type(w, json_type_int)))
+            h->weight = (float)json_object_get_double(w);
+    }
+    json_object_put(doc);
+    if (rc < 0)
+        return rc;
+    cfg->n_heads = n;
+    cfg->label_dtype = RT_F32;
+    cfg->label_ndim = 0;
+    return n;
 }

@@ -107,6 +107,14 @@ typedef struct rt_keras_compile {
  * and from_logits. */
 int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *out);
 
+/* A Functional model with several outputs: cfg's heads from the saved
+ * compile settings (loss and loss_weights as a list in output_layers'
+ * order or a dict by output name; a single loss applies to every output,
+ * cfg->loss unless saved), labels f32. Returns the number of outputs, 0
+ * for a model with one (cfg untouched), or a negative error. */
+int rt_keras_heads(const char *json, size_t len, rt_train_config *cfg, char *err,
+                   size_t errlen);
+
 /* ------------------------------------------------- for layer functions */
 struct json_object;
 
@@ -121,7 +129,21 @@ typedef struct rt_keras_tensor {
     int poisoned;               /* made by a layer that failed: shape unknown */
     char mask[RT_KERAS_NAME];   /* its Keras step mask (B,T) as a graph value
                                  * (Masking, Embedding mask_zero), or "" */
+    /* How the engine holds it; dims are always the engine's.
+     * RT_KERAS_PLAIN  in Keras' order;
+     * RT_KERAS_CF     a channels_first value, Keras (C, S1..Sk), held
+     *                 channels-last (S1..Sk, C), the engine's layout;
+     * RT_KERAS_FLAT   the flatten of such a value: Keras' order is
+     *                 (C, S1..Sk) flattened, the engine holds (S1..Sk, C)
+     *                 flattened; cf[0..ncf) are (C, S1..Sk).
+     * Layer functions see the engine's channels-last dims; run_layer
+     * converts, or folds the order into a following weight. */
+    int layout;
+    int ncf;
+    int64_t cf[RT_MAX_DIMS];
 } rt_keras_tensor;
+
+enum { RT_KERAS_PLAIN = 0, RT_KERAS_CF, RT_KERAS_FLAT };
 
 typedef struct rt_keras_ctx {
     rt_graph *g;

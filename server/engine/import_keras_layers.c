@@ -96,7 +96,7 @@ static int kl_channels_last(rt_keras_ctx *c, int rank)
         return rc;
     if (strcmp(fmt, "channels_last") != 0)
         return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                             "data_format '%.20s' is not supported (channels_last only)", fmt);
+                             "data_format '%.20s' is not supported (channels_last, channels_first)", fmt);
     if (rank && c->in[0].ndim != rank)
         return rt_keras_fail(c, RT_ESHAPE, "%s needs inputs of rank %d (batch excluded), got %d",
                              c->class_name, rank, c->in[0].ndim);

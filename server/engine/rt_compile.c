@@ -251,9 +251,9 @@ static int rt__check_config(rt__cc *cc, const rt_train_config *c)
         return rt__cerr(cc, NULL, RT_EINVAL, "label_smoothing goes with cross_entropy");
     if (c->n_pos_weight && c->loss != RT_LOSS_BCE_LOGITS)
         return rt__cerr(cc, NULL, RT_EINVAL, "pos_weight goes with bce_with_logits");
-    if (c->opt < RT_OPT_SGD || c->opt > RT_OPT_RMSPROP)
+    if (c->opt < RT_OPT_SGD || c->opt > RT_OPT_LAST)
         return rt__cerr(cc, NULL, RT_EINVAL, "unknown optimizer %d", (int)c->opt);
-    if ((unsigned)c->sched > RT_SCHED_WARMUP_COSINE)
+    if ((unsigned)c->sched > RT_SCHED_EXP)
         return rt__cerr(cc, NULL, RT_EINVAL, "unknown lr schedule %d", (int)c->sched);
     if (!isfinite(c->lr) || c->lr < 0)
         return rt__cerr(cc, NULL, RT_EINVAL, "learning rate %g invalid", c->lr);
@@ -275,8 +275,10 @@ static int rt__check_config(rt__cc *cc, const rt_train_config *c)
         return rt__cerr(cc, NULL, RT_EINVAL, "dampening %g outside [0, 1]", c->dampening);
     if (c->dampening > 0 && c->nesterov)
         return rt__cerr(cc, NULL, RT_EINVAL, "nesterov momentum needs dampening 0 (as torch)");
-    if (c->sched == RT_SCHED_STEP && (c->step_size == 0 || !(c->gamma > 0)))
-        return rt__cerr(cc, NULL, RT_EINVAL, "step schedule needs step_size > 0, gamma > 0");
+    if ((c->sched == RT_SCHED_STEP || c->sched == RT_SCHED_EXP) &&
+        (c->step_size == 0 || !(c->gamma > 0)))
+        return rt__cerr(cc, NULL, RT_EINVAL, "%s schedule needs step_size > 0, gamma > 0",
+                        c->sched == RT_SCHED_EXP ? "exponential" : "step");
     if ((c->sched == RT_SCHED_COSINE || c->sched == RT_SCHED_WARMUP_COSINE) &&
         c->total_steps == 0)
         return rt__cerr(cc, NULL, RT_EINVAL, "cosine schedule needs total_steps > 0");
@@ -545,6 +547,26 @@ static int rt__validate_param(rt__cc *cc, int i)
         if (rc < 0) return rc;
         pr->opts = e->opts;
         if (e->opts.init != RT_INIT_DEFAULT) pr->init = e->opts.init;
+    }
+    if (e->view.n) {
+        const rt__view *v = &e->view;
+        int64_t un = 1, vnum = 1;
+        unsigned seen = 0;
+        for (int k = 0; k < v->user.ndim; k++) {
+            if (v->user.d[k] <= 0 || __builtin_mul_overflow(un, v->user.d[k], &un))
+                un = -1;
+            if (un < 0) break;
+        }
+        for (int k = 0; k < v->n; k++) {
+            if (v->d[k] <= 0 || __builtin_mul_overflow(vnum, v->d[k], &vnum)) vnum = -1;
+            if (v->perm[k] < 0 || v->perm[k] >= v->n || (seen >> v->perm[k]) & 1) vnum = -1;
+            if (vnum < 0) break;
+            seen |= 1u << v->perm[k];
+        }
+        if (un != pr->numel || vnum != pr->numel)
+            return rt__cerr(cc, NULL, RT_EINVAL, "param '%s': its view does not hold its %lld "
+                            "elements in a permutation", e->name, (long long)pr->numel);
+        pr->view = *v;
     }
     if (e->value) {
         pr->value = rt__arena_memdup(cc->A, e->value, sizeof(float) * (size_t)pr->numel);
@@ -862,6 +884,73 @@ static int rt__setup_torch_loss(rt__cc *cc)
     return 0;
 }
 
+/* several outputs: one Keras loss per head over its part of the packed
+ * output and labels (rt_graph_set_outputs); no accuracy or metrics */
+static int rt__setup_heads(rt__cc *cc)
+{
+    rt_plan *p = cc->p;
+    rt_train_config *cfg = &p->cfg;
+    rt__lossinfo *L = &p->loss;
+    const int n = cfg->n_heads;
+    if (n != cc->g->n_heads)
+        return rt__cerr(cc, NULL, RT_EINVAL, "%d losses for a model with %d outputs", n,
+                        cc->g->n_heads ? cc->g->n_heads : 1);
+    if (cfg->label_dtype != RT_F32)
+        return rt__cerr(cc, NULL, RT_EDTYPE, "a model with several outputs takes f32 labels "
+                        "(class indices as values)");
+    L->head = rt__arena_alloc(cc->A, sizeof *L->head * (size_t)n);
+    L->out_off = rt__arena_alloc(cc->A, sizeof(int64_t) * (size_t)n);
+    L->lab_off = rt__arena_alloc(cc->A, sizeof(int64_t) * (size_t)n);
+    L->weight = rt__arena_alloc(cc->A, sizeof(float) * (size_t)n);
+    if (!L->head || !L->out_off || !L->lab_off || !L->weight) return RT_ENOMEM;
+    memset(L->head, 0, sizeof *L->head * (size_t)n);
+    int64_t oo = 0, lo = 0;
+    for (int k = 0; k < n; k++) {
+        const char *nm = cc->g->heads[k];
+        const struct rt_loss_head *h = &cfg->heads[k];
+        const int id = rt__names_get(&cc->names, nm);
+        if (id < 0) return rt__cerr(cc, NULL, RT_EGRAPH, "output '%s' is not defined", nm);
+        if (h->loss < RT_LOSS_SPARSE_CE || h->loss > RT_LOSS_LAST || RT_LOSS_IS_TORCH(h->loss))
+            return rt__cerr(cc, NULL, RT_EINVAL, "output '%s': several outputs take Keras' "
+                            "losses", nm);
+        if (!(h->weight >= 0.0f && h->weight < 1e30f))
+            return rt__cerr(cc, NULL, RT_EINVAL, "output '%s': loss weight %g (it must be "
+                            ">= 0)", nm, (double)h->weight);
+        const rt__shape *sh = &cc->shape[id];
+        rt__lossinfo *H = &L->head[k];
+        p->head_shape[k] = *sh;
+        H->kind = h->loss;
+        H->from_logits = h->from_logits != 0;
+        H->out_numel = rt__shape_numel(sh);
+        H->classes = sh->ndim ? sh->d[sh->ndim - 1] : 1;
+        H->rows = H->out_numel / H->classes;
+        H->lab_numel = h->loss == RT_LOSS_SPARSE_CE ? H->rows : H->out_numel;
+        H->lab_dt = RT_F32;
+        char e2[200];
+        int rc = rt__loss_check(H, cfg, e2, sizeof e2);
+        if (rc < 0) return rt__cerr(cc, NULL, rc, "output '%s': %s", nm, e2);
+        L->out_off[k] = oo;
+        L->lab_off[k] = lo;
+        L->weight[k] = h->weight;
+        oo += H->out_numel;
+        lo += H->lab_numel;
+    }
+    if (oo != L->out_numel)
+        return rt__cerr(cc, NULL, RT_EGRAPH, "the outputs have %lld values, the graph's "
+                        "output %lld", (long long)oo, (long long)L->out_numel);
+    L->n_heads = n;
+    L->lab_numel = lo;
+    L->lab_dt = RT_F32;
+    L->acc = 0;
+    cfg->metrics = 0;
+    cfg->label_ndim = 1;
+    cfg->label_dims[0] = lo;
+    int64_t lab_total;
+    if (__builtin_mul_overflow(lo, cc->B, &lab_total) || lab_total > RT__MAX_NUMEL)
+        return rt__cerr(cc, NULL, RT_EOVERFLOW, "labels too large");
+    return 0;
+}
+
 /* the loss against the output (after fusion) */
 static int rt__setup_loss(rt__cc *cc, int softmax_fused)
 {
@@ -875,6 +964,8 @@ static int rt__setup_loss(rt__cc *cc, int softmax_fused)
     L->classes = p->out_shape.ndim ? p->out_shape.d[p->out_shape.ndim - 1] : 1;
     L->rows = L->out_numel / L->classes;
     int rc;
+    L->beta = cfg->loss_beta; /* huber's delta */
+    if (cfg->n_heads || cc->g->n_heads) return rt__setup_heads(cc);
     if (RT_LOSS_IS_TORCH(cfg->loss) && (rc = rt__setup_torch_loss(cc)) < 0) return rc;
     /* categorical (and binary) crossentropy with no label shape given: the
      * labels are one-hot (multi-hot) rows of the output's shape, as Keras
@@ -908,9 +999,8 @@ static int rt__setup_loss(rt__cc *cc, int softmax_fused)
  * Dense/Conv2D's own sigmoid activation), or nothing (raw scores). *at gets
  * the node. */
 enum { RT__OUT_RAW, RT__OUT_PROB, RT__OUT_LOGPROB, RT__OUT_SIGMOID };
-static int rt__out_kind(const rt__cc *cc, const rt__node **at, const rt__node **end)
+static int rt__out_kind(const rt__cc *cc, int e, const rt__node **at, const rt__node **end)
 {
-    int e = cc->out;
     *at = NULL;
     for (int hops = 0; hops < 64 && cc->E[e].node >= 0; hops++) {
         const rt__node *nd = &cc->p->nodes[cc->E[e].node];
@@ -936,12 +1026,11 @@ static int rt__out_kind(const rt__cc *cc, const rt__node **at, const rt__node **
  * them: a probability loss on a LogSoftmax or raw output, a logits loss on
  * a Softmax or Sigmoid, trains to chance and says nothing. Refused,
  * naming the loss that fits, unless the config's loss_check is off. */
-static int rt__check_loss_fit(rt__cc *cc)
+static int rt__check_loss_fit_one(rt__cc *cc, int out, rt_loss_kind loss, int from_logits,
+                                  const char *head)
 {
-    const rt_train_config *c = cc->cfg;
-    if (!c->loss_check) return 0;
     const rt__node *at, *end = NULL;
-    const int k = rt__out_kind(cc, &at, &end);
+    const int k = rt__out_kind(cc, out, &at, &end);
     if (!at) return 0;
     static const char *const ends[] = {"raw scores (no Softmax, LogSoftmax or Sigmoid)",
                                        "a Softmax", "a LogSoftmax", "a Sigmoid"};
@@ -949,26 +1038,26 @@ static int rt__check_loss_fit(rt__cc *cc)
     if (end != at && k != RT__OUT_RAW) snprintf(endn, sizeof endn, " '%.64s'", end->name);
     const char *want = NULL, *fit = NULL;
     const int prob = k == RT__OUT_PROB || k == RT__OUT_SIGMOID;
-    switch (c->loss) {
+    switch (loss) {
     case RT_LOSS_SPARSE_CE:
     case RT_LOSS_CE:
-        if (!c->from_logits) {
+        if (!from_logits) {
             want = "probabilities";
             fit = k == RT__OUT_LOGPROB ? "nll_loss"
                   : k == RT__OUT_RAW   ? "cross_entropy (or from_logits)" : NULL;
         } else {
             want = "logits";
-            fit = prob ? (c->loss == RT_LOSS_CE ? "categorical_crossentropy without from_logits"
+            fit = prob ? (loss == RT_LOSS_CE ? "categorical_crossentropy without from_logits"
                                                 : "sparse_categorical_crossentropy without "
                                                   "from_logits")
                        : NULL;
         }
         break;
     case RT_LOSS_BCE:
-        want = c->from_logits ? "logits" : "probabilities";
+        want = from_logits ? "logits" : "probabilities";
         fit = k == RT__OUT_LOGPROB ? "nll_loss"
-              : !c->from_logits && k == RT__OUT_RAW ? "bce_with_logits (or from_logits)"
-              : c->from_logits && prob ? "binary_crossentropy without from_logits" : NULL;
+              : !from_logits && k == RT__OUT_RAW ? "bce_with_logits (or from_logits)"
+              : from_logits && prob ? "binary_crossentropy without from_logits" : NULL;
         break;
     case RT_LOSS_CROSS_ENTROPY:
         want = "logits";
@@ -993,9 +1082,25 @@ static int rt__check_loss_fit(rt__cc *cc)
         break;
     }
     if (!fit) return 0;
-    return rt__cerr(cc, at, RT_EINVAL, "the output ends in %s%s; loss %s reads %s. Use %s, "
-                    "or turn the loss check off", ends[k], endn, rt_loss_name(c->loss), want,
-                    fit);
+    return rt__cerr(cc, at, RT_EINVAL, "the output%s%s ends in %s%s; loss %s reads %s. Use %s, "
+                    "or turn the loss check off", head ? " " : "", head ? head : "", ends[k],
+                    endn, rt_loss_name(loss), want, fit);
+}
+
+static int rt__check_loss_fit(rt__cc *cc)
+{
+    const rt_train_config *c = cc->cfg;
+    if (!c->loss_check) return 0;
+    if (!c->n_heads) return rt__check_loss_fit_one(cc, cc->out, c->loss, c->from_logits, NULL);
+    for (int k = 0; k < c->n_heads && k < cc->g->n_heads; k++) {
+        const int e = rt__names_get(&cc->names, cc->g->heads[k]);
+        int rc;
+        if (e >= 0 && (rc = rt__check_loss_fit_one(cc, e, c->heads[k].loss,
+                                                    c->heads[k].from_logits,
+                                                    cc->g->heads[k])) < 0)
+            return rc;
+    }
+    return 0;
 }
 
 /* fuse: each needed node whose only input value comes from a node with no
@@ -1271,13 +1376,14 @@ static int rt__pass_report(rt__cc *cc)
         if (p->params[i].trainable && p->params[i].opts.constraint != RT_CONSTRAINT_NONE)
             r->n_constrained++;
     }
-    uint64_t per_param = cfg->opt == RT_OPT_SGD ? 4 : cfg->opt == RT_OPT_RMSPROP ? 6 : 12;
+    uint64_t per_param = cfg->opt == RT_OPT_SGD ? 4
+                         : cfg->opt == RT_OPT_RMSPROP || cfg->opt == RT_OPT_ADAGRAD ? 6 : 12;
     r->flops_per_step = cc->flops + per_param * r->trainable_param_count +
                         8ull * (uint64_t)p->loss.out_numel * (uint64_t)cc->B; /* loss */
     r->arena_bytes = p->arena_bytes;
     r->naive_bytes = cc->naive;
     int nstate = cfg->opt == RT_OPT_SGD ? (cfg->momentum > 0 ? 1 : 0)
-                 : cfg->opt == RT_OPT_RMSPROP ? 1 : 2;
+                 : cfg->opt == RT_OPT_RMSPROP || cfg->opt == RT_OPT_ADAGRAD ? 1 : 2;
     r->param_bytes = 4ull * ((uint64_t)p->param_floats + (uint64_t)p->train_floats * (1 + nstate));
     r->n_nodes = (uint32_t)cc->n_graph_nodes;
     r->n_kernels = (uint32_t)(p->n_fwd + p->n_bwd + 3); /* + gather, loss, optimizer */

@@ -142,6 +142,20 @@ typedef struct rt_param_opts {
  * no parameter has that name; bad values are reported by compile. */
 int rt_graph_set_param_opts(rt_graph *g, const char *name, const rt_param_opts *opts);
 
+/* The order callers see a parameter in (rt_plan_param_info's dims,
+ * rt_exec_get_param, rt_exec_set_param, rt_exec_get_grad) when the engine
+ * stores it in another: the caller's array, of shape user_dims (user_ndim),
+ * read as a tensor of dims vd (vn of them, the same element count) and
+ * transposed by perm (engine dim k is vd[perm[k]]) is the engine's array
+ * in its declared dims. An importer folds a layout change into a weight
+ * with it (a Dense kernel after the flatten of a channels-first value)
+ * while the weight keeps the layout its framework saves. Explicit values
+ * given to rt_graph_add_param are in the engine's order. RT_EINVAL if no
+ * parameter has that name; bad views are reported by compile. */
+int rt_graph_set_param_view(rt_graph *g, const char *name, int user_ndim,
+                            const int64_t *user_dims, int vn, const int64_t *vd,
+                            const int *perm);
+
 typedef enum rt_attr_kind {
     RT_ATTR_INT, RT_ATTR_FLOAT, RT_ATTR_STR, RT_ATTR_INTS, RT_ATTR_FLOATS
 } rt_attr_kind;
@@ -164,6 +178,13 @@ int rt_graph_add_node(rt_graph *g, const char *name, const char *op, int n_in,
                       const rt_attr *attrs);
 
 int rt_graph_set_output(rt_graph *g, const char *name);
+
+/* Several outputs (Keras multi-output models): the graph's output becomes
+ * the named nodes flattened and concatenated, in this order, per sample
+ * ("outputs"); each is a head with its own loss (rt_train_config.heads).
+ * 2 <= n <= RT_MAX_HEADS. */
+#define RT_MAX_HEADS 8
+int rt_graph_set_outputs(rt_graph *g, const char *const *names, int n);
 
 /*
  * Ops (names are case-sensitive; rt_engine_op_names lists them):
@@ -232,16 +253,30 @@ typedef enum rt_loss_kind {
     RT_LOSS_L1,              /* F.l1_loss */
     RT_LOSS_SMOOTH_L1,       /* F.smooth_l1_loss, beta (loss_beta) */
     RT_LOSS_HUBER,           /* F.huber_loss, delta (loss_beta) */
+    /* Keras 3's (keras/src/losses/losses.py), the mean over the last axis
+     * (KLD: the sum) of: */
+    RT_LOSS_HINGE,           /* max(1 - y p, 0), y of {0,1} batches as 2y-1 */
+    RT_LOSS_SQUARED_HINGE,   /* max(1 - y p, 0)^2, the same labels */
+    RT_LOSS_POISSON,         /* p - y log(p + 1e-7) */
+    RT_LOSS_KLD,             /* kl_divergence: y, p clipped to [1e-7, 1], y log(y/p) */
+    RT_LOSS_HUBER_KERAS,     /* huber: e = p - y, e^2/2 within delta (loss_beta,
+                                default 1), else delta |e| - delta^2/2 */
 } rt_loss_kind;
-#define RT_LOSS_LAST RT_LOSS_HUBER
+#define RT_LOSS_LAST RT_LOSS_HUBER_KERAS
 /* a PyTorch loss (reduction, class_weight, ... apply) */
-#define RT_LOSS_IS_TORCH(k) ((k) >= RT_LOSS_CROSS_ENTROPY && (k) <= RT_LOSS_LAST)
+#define RT_LOSS_IS_TORCH(k) ((k) >= RT_LOSS_CROSS_ENTROPY && (k) <= RT_LOSS_HUBER)
 
 typedef enum rt_reduction { RT_REDUCE_MEAN = 0, RT_REDUCE_SUM = 1 } rt_reduction;
 
 typedef enum rt_opt_kind {
     RT_OPT_SGD = 1, RT_OPT_ADAM, RT_OPT_ADAMW, RT_OPT_RMSPROP,
+    /* Keras 3's (keras/src/optimizers/<name>.py): Adagrad's accumulator
+     * starts at 0.1 (initial_accumulator_value), eps inside the sqrt;
+     * Adadelta's rho (Keras' default 0.95: give it) and eps; Adamax's and
+     * Nadam's beta1, beta2, eps */
+    RT_OPT_ADAGRAD, RT_OPT_ADADELTA, RT_OPT_ADAMAX, RT_OPT_NADAM,
 } rt_opt_kind;
+#define RT_OPT_LAST RT_OPT_NADAM
 
 typedef enum rt_sched_kind {
     RT_SCHED_CONSTANT = 0,
@@ -249,6 +284,8 @@ typedef enum rt_sched_kind {
     RT_SCHED_COSINE,        /* min_lr + (lr-min_lr)*(1+cos(pi*min(step,total)/total))/2 */
     RT_SCHED_LINEAR_WARMUP, /* lr * min(1, (step+1)/warmup) */
     RT_SCHED_WARMUP_COSINE, /* linear warmup, then cosine over total-warmup */
+    RT_SCHED_EXP,           /* lr * gamma^(step / step_size): Keras'
+                               ExponentialDecay (staircase: RT_SCHED_STEP) */
 } rt_sched_kind;
 
 #define RT_METRIC_ACCURACY 1u  /* Keras' "accuracy": the one the loss implies */
@@ -281,6 +318,9 @@ typedef struct rt_train_config {
     float momentum;           /* SGD */
     int nesterov;             /* SGD */
     float beta1, beta2, eps;  /* Adam(W): 0.9, 0.999, 1e-7 (Keras) */
+    int adam_eps_vhat;        /* Adam(W): eps added to sqrt(v_hat), as
+                                 torch.optim.Adam (ONNX models from PyTorch);
+                                 0: to sqrt(v), as Keras */
     float weight_decay;       /* AdamW decoupled decay (Keras default 0.004) */
     float rho;                /* RMSprop: 0.9 */
     float clip_norm;          /* > 0: clip gradients by global norm */
@@ -319,6 +359,19 @@ typedef struct rt_train_config {
      * loss on a Softmax or Sigmoid output), naming the loss that fits;
      * 0: trust the caller */
     int loss_check;
+    /* A graph with several outputs (rt_graph_set_outputs): one Keras loss
+     * per head, weighted (Keras' loss_weights, default 1); the loss is
+     * sum_k weight_k loss_k, each the batch mean as for one output. The
+     * labels are f32, per sample each head's in turn: one class index per
+     * row for sparse_categorical_crossentropy, else the head's shape (or
+     * one value per row, broadcast). loss, from_logits and the accuracy
+     * metric are not used then; n_heads 0: one output. */
+    int n_heads;
+    struct rt_loss_head {
+        rt_loss_kind loss;
+        int from_logits;
+        float weight;
+    } heads[RT_MAX_HEADS];
 } rt_train_config;
 
 /* Keras defaults: adam, lr 1e-3, beta 0.9/0.999, eps 1e-7, rho 0.9,
@@ -401,6 +454,10 @@ const rt_train_config *rt_plan_config(const rt_plan *p);
 int rt_plan_input_shape(const rt_plan *p, int64_t dims[RT_MAX_DIMS]);  /* returns ndim */
 int rt_plan_output_shape(const rt_plan *p, int64_t dims[RT_MAX_DIMS]); /* returns ndim */
 int rt_plan_label_shape(const rt_plan *p, int64_t dims[RT_MAX_DIMS]);  /* returns ndim */
+/* Several outputs: how many (0 for one), and head k's per-sample shape
+ * (returns ndim, or RT_EINVAL) and label values per sample. */
+int rt_plan_n_heads(const rt_plan *p);
+int rt_plan_head_shape(const rt_plan *p, int k, int64_t dims[RT_MAX_DIMS], int64_t *lab_numel);
 int rt_plan_n_params(const rt_plan *p);
 /* Parameter i: name (owned by p), shape. Returns ndim, or RT_EINVAL. */
 int rt_plan_param_info(const rt_plan *p, int i, const char **name,

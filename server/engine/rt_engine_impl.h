@@ -94,6 +94,16 @@ typedef struct rt__shape {
 
 int64_t rt__shape_numel(const rt__shape *s); /* per sample when batched */
 
+/* The order callers see a parameter in when the engine stores it in
+ * another (rt_graph_set_param_view): the user's array of shape user, read
+ * as dims d (rank n), transposed by perm, is the engine's. n 0: none. */
+typedef struct rt__view {
+    int n;
+    int64_t d[RT_MAX_DIMS];
+    int perm[RT_MAX_DIMS];
+    rt__shape user;
+} rt__view;
+
 /* One graph entry: the data input, a parameter or a node. */
 typedef struct rt__entry {
     rt__tkind kind;
@@ -105,6 +115,7 @@ typedef struct rt__entry {
     const float *value;     /* param: explicit values or NULL */
     int has_opts;           /* param: opts set by rt_graph_set_param_opts */
     rt_param_opts opts;
+    rt__view view;          /* param: rt_graph_set_param_view */
     const char *op;         /* node */
     int n_in;
     const char **in;
@@ -117,6 +128,8 @@ struct rt_graph {
     rt__entry *e;
     int n, cap;
     const char *output;     /* NULL: the last node */
+    int n_heads;            /* rt_graph_set_outputs: the heads' nodes */
+    const char *heads[RT_MAX_HEADS];
     char err[RT__ERRLEN];
 };
 
@@ -438,6 +451,7 @@ typedef struct rt__param {
     rt_init init;
     const float *value;     /* explicit initial values (plan arena) or NULL */
     rt_param_opts opts;     /* zeroed when the graph set none */
+    rt__view view;          /* the order callers see it in (n 0: the engine's) */
     int64_t off;            /* floats into the parameter block */
     int64_t goff;           /* floats into grad/opt blocks (trainable) */
     int entry;
@@ -467,6 +481,13 @@ typedef struct rt__lossinfo {
     const float *cw;        /* class weights (classes floats) or NULL */
     const float *pw;        /* pos_weight (n_pw floats: 1 or the last dim) or NULL */
     int64_t n_pw;
+    /* several outputs: n_heads sub-losses over the packed output; head k
+     * reads out_off[k] + its out_numel values of each sample's output and
+     * lab_off[k] + its lab_numel labels, weighted by weight[k] */
+    int n_heads;
+    struct rt__lossinfo *head;
+    int64_t *out_off, *lab_off;
+    float *weight;
 } rt__lossinfo;
 
 struct rt_plan {
@@ -483,6 +504,7 @@ struct rt_plan {
     rt__node *nodes;        /* topological order, only what the output needs */
     int n_nodes;
     rt__shape out_shape;
+    rt__shape head_shape[RT_MAX_HEADS]; /* several outputs: each head's */
     rt__param *params;      /* trainable first, in graph order */
     int n_params;
     int64_t param_floats;   /* parameter block */

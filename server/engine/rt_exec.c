@@ -292,8 +292,11 @@ int rt_exec_create(rt_plan *p, rt_exec **out)
     e->block = rt__aligned_alloc(sizeof(float) * (size_t)(P + 3 * T));
     e->arena = rt__aligned_alloc((size_t)p->arena_bytes);
     e->gemm_scratch = rt__aligned_alloc(sizeof(float) * (size_t)p->gemm_scratch_floats);
-    e->loss_scratch = rt__aligned_alloc(sizeof(float) * 2 * (size_t)p->cfg.batch_size *
-                                        (size_t)p->loss.out_numel);
+    /* several outputs gather each head: 4 outputs' and the labels' floats */
+    const int64_t lsn = p->loss.n_heads ? 4 * p->loss.out_numel + p->loss.lab_numel
+                                        : 2 * p->loss.out_numel;
+    e->loss_scratch = rt__aligned_alloc(sizeof(float) * (size_t)p->cfg.batch_size *
+                                        (size_t)lsn);
     int nc = p->n_fwd + p->n_bwd;
     e->k = calloc((size_t)(nc ? nc : 1), sizeof *e->k);
     e->swb = malloc(sizeof(float) * (size_t)p->cfg.batch_size);
@@ -439,7 +442,7 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
         return rt__eerr(e, RT_EINVAL, "PyTorch's losses take no sample weights (%s: use its "
                         "class weight)", rt_loss_name(L->kind));
     /* class indices: in range, or (PyTorch's) ignore_index */
-    const int idx = L->kind == RT_LOSS_SPARSE_CE ||
+    const int idx = L->n_heads ? 0 : L->kind == RT_LOSS_SPARSE_CE ||
                     ((L->kind == RT_LOSS_CROSS_ENTROPY || L->kind == RT_LOSS_NLL) &&
                      !L->prob_target);
     const int torch = RT_LOSS_IS_TORCH(L->kind);
@@ -461,6 +464,25 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
         e->checked_y = d->y;
         e->checked_n = d->n;
         e->y_ignored = ignored;
+    }
+    /* several outputs: the sparse heads' class indices */
+    if (L->n_heads && d->y && (d->y != e->checked_y || d->n != e->checked_n)) {
+        const float *y = d->y;
+        for (int k = 0; k < L->n_heads; k++) {
+            const rt__lossinfo *H = &L->head[k];
+            if (H->kind != RT_LOSS_SPARSE_CE) continue;
+            for (int64_t i = 0; i < d->n; i++)
+                for (int64_t r = 0; r < H->lab_numel; r++) {
+                    const double v = y[i * L->lab_numel + L->lab_off[k] + r];
+                    if (!(v >= 0 && v < (double)H->classes) || v != floor(v))
+                        return rt__eerr(e, RT_EDATA, "output %d: label %g at sample %lld "
+                                        "outside [0, %lld)", k + 1, v, (long long)i,
+                                        (long long)H->classes);
+                }
+        }
+        e->checked_y = d->y;
+        e->checked_n = d->n;
+        e->y_ignored = 0;
     }
     return 0;
 }
@@ -1110,11 +1132,45 @@ int rt_exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n, double *loss)
 
 /* ---------------------------------------------------------------- params */
 
+/* A parameter between the engine's order (eng) and its callers' (usr):
+ * the engine's elements in order, each with its place in the caller's
+ * array (rt__view). to_user: usr[...] = eng[...], else the other way. */
+static void rt__view_copy(const rt__param *pr, float *usr, float *eng, int to_user)
+{
+    const rt__view *v = &pr->view;
+    if (!v->n) {
+        if (to_user) memcpy(usr, eng, sizeof(float) * (size_t)pr->numel);
+        else memcpy(eng, usr, sizeof(float) * (size_t)pr->numel);
+        return;
+    }
+    int64_t ustride[RT_MAX_DIMS], ed[RT_MAX_DIMS], es[RT_MAX_DIMS], idx[RT_MAX_DIMS] = {0};
+    int64_t s = 1;
+    for (int k = v->n - 1; k >= 0; k--) {
+        ustride[k] = s;
+        s *= v->d[k];
+    }
+    for (int k = 0; k < v->n; k++) {
+        ed[k] = v->d[v->perm[k]];
+        es[k] = ustride[v->perm[k]];
+    }
+    int64_t u = 0;
+    for (int64_t j = 0; j < pr->numel; j++) {
+        if (to_user) usr[u] = eng[j];
+        else eng[j] = usr[u];
+        for (int k = v->n - 1; k >= 0; k--) {
+            u += es[k];
+            if (++idx[k] < ed[k]) break;
+            u -= es[k] * ed[k];
+            idx[k] = 0;
+        }
+    }
+}
+
 int rt_exec_get_param(const rt_exec *e, int i, float *dst)
 {
     if (!e || !dst || i < 0 || i >= e->p->n_params) return RT_EINVAL;
     const rt__param *pr = &e->p->params[i];
-    memcpy(dst, e->w + pr->off, sizeof(float) * (size_t)pr->numel);
+    rt__view_copy(pr, dst, e->w + pr->off, 1);
     return 0;
 }
 
@@ -1122,7 +1178,7 @@ int rt_exec_set_param(rt_exec *e, int i, const float *src)
 {
     if (!e || !src || i < 0 || i >= e->p->n_params) return RT_EINVAL;
     const rt__param *pr = &e->p->params[i];
-    memcpy(e->w + pr->off, src, sizeof(float) * (size_t)pr->numel);
+    rt__view_copy(pr, (float *)src, e->w + pr->off, 0);
     __atomic_add_fetch(&e->edits, 1, __ATOMIC_RELEASE);
     return 0;
 }
@@ -1131,7 +1187,7 @@ int rt_exec_get_grad(const rt_exec *e, int i, float *dst)
 {
     if (!e || !dst || i < 0 || i >= e->p->n_params) return RT_EINVAL;
     const rt__param *pr = &e->p->params[i];
-    if (pr->trainable) memcpy(dst, e->g + pr->goff, sizeof(float) * (size_t)pr->numel);
+    if (pr->trainable) rt__view_copy(pr, dst, e->g + pr->goff, 1);
     else memset(dst, 0, sizeof(float) * (size_t)pr->numel);
     return 0;
 }
@@ -1304,8 +1360,13 @@ static int rt__check_state(rt_exec *e, const rt__state_hdr *h, const unsigned ch
                         k1 >= 0 ? 1 : 2,
                         (double)(k1 >= 0 ? rt__blob_f(s1, k1) : rt__blob_f(s2, k2)),
                         (long long)(k1 >= 0 ? k1 : k2));
-    const unsigned char *sq = p->cfg.opt == RT_OPT_RMSPROP ? s1
-                      : p->cfg.opt == RT_OPT_ADAM || p->cfg.opt == RT_OPT_ADAMW ? s2 : NULL;
+    const rt_opt_kind ok = p->cfg.opt;
+    const unsigned char *sq = ok == RT_OPT_RMSPROP || ok == RT_OPT_ADAGRAD || ok == RT_OPT_ADADELTA
+                                  ? s1
+                              : ok == RT_OPT_ADAM || ok == RT_OPT_ADAMW || ok == RT_OPT_ADAMAX ||
+                                      ok == RT_OPT_NADAM
+                                  ? s2
+                                  : NULL;
     for (int64_t i = 0; sq && i < tf; i++)
         if (rt__blob_f(sq, i) < 0)
             return rt__eerr(e, RT_EDATA, "state blob: the optimizer's mean square is %g at %lld "

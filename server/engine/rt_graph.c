@@ -285,6 +285,30 @@ int rt_graph_set_param_opts(rt_graph *g, const char *name, const rt_param_opts *
     return rt__gerr(g, RT_EINVAL, "no param '%s'", name);
 }
 
+int rt_graph_set_param_view(rt_graph *g, const char *name, int user_ndim,
+                            const int64_t *user_dims, int vn, const int64_t *vd,
+                            const int *perm)
+{
+    if (!g || !name || user_ndim < 0 || user_ndim > RT_MAX_DIMS || vn < 1 ||
+        vn > RT_MAX_DIMS || (user_ndim && !user_dims) || !vd || !perm)
+        return RT_EINVAL;
+    for (int i = g->n - 1; i >= 0; i--) {
+        rt__entry *e = &g->e[i];
+        if (e->kind != RT__T_PARAM || strcmp(e->name, name) != 0) continue;
+        rt__view *v = &e->view;
+        memset(v, 0, sizeof *v);
+        v->n = vn;
+        for (int k = 0; k < vn; k++) {
+            v->d[k] = vd[k];
+            v->perm[k] = perm[k];
+        }
+        v->user.ndim = user_ndim;
+        for (int k = 0; k < user_ndim; k++) v->user.d[k] = user_dims[k];
+        return 0;
+    }
+    return rt__gerr(g, RT_EINVAL, "no param '%s'", name);
+}
+
 int rt_graph_add_node(rt_graph *g, const char *name, const char *op, int n_in,
                       const char *const *inputs, int n_attr,
                       const rt_attr *attrs)
@@ -347,6 +371,32 @@ int rt_graph_set_output(rt_graph *g, const char *name)
     return g->output ? 0 : rt__gerr(g, RT_ENOMEM, "out of memory");
 }
 
+int rt_graph_set_outputs(rt_graph *g, const char *const *names, int n)
+{
+    if (!g || !names || n < 2 || n > RT_MAX_HEADS)
+        return g ? rt__gerr(g, RT_EINVAL, "outputs: 2 to %d names", RT_MAX_HEADS) : RT_EINVAL;
+    char flat[RT_MAX_HEADS][160];
+    const char *cat[RT_MAX_HEADS];
+    int rc;
+    for (int k = 0; k < n; k++) {
+        if ((rc = rt__check_name(g, names[k], "output")) < 0) return rc;
+        for (int j = 0; j < k; j++)
+            if (!strcmp(names[j], names[k]))
+                return rt__gerr(g, RT_EINVAL, "output '%s' named twice", names[k]);
+        if (snprintf(flat[k], sizeof flat[k], "%s:flat", names[k]) >= (int)sizeof flat[k])
+            return rt__gerr(g, RT_EINVAL, "output name '%.40s...' too long", names[k]);
+        if ((rc = rt_graph_add_node(g, flat[k], "Flatten", 1, &names[k], 0, NULL)) < 0)
+            return rc;
+        cat[k] = flat[k];
+        g->heads[k] = rt__arena_strdup(&g->arena, names[k]);
+        if (!g->heads[k]) return rt__gerr(g, RT_ENOMEM, "out of memory");
+    }
+    rt_attr ax = {.name = "axis", .kind = RT_ATTR_INT, .i = -1};
+    if ((rc = rt_graph_add_node(g, "outputs", "Concat", n, cat, 1, &ax)) < 0) return rc;
+    g->n_heads = n;
+    return rt_graph_set_output(g, "outputs");
+}
+
 /* ------------------------------------------------------------ config/names */
 
 void rt_train_config_init(rt_train_config *c)
@@ -387,6 +437,13 @@ static const rt__name_val rt__loss_tab[] = {
     {"mse", RT_LOSS_MSE},
     {"mae", RT_LOSS_MAE},
     {"log_cosh", RT_LOSS_LOGCOSH},
+    {"hinge", RT_LOSS_HINGE},
+    {"squared_hinge", RT_LOSS_SQUARED_HINGE},
+    {"poisson", RT_LOSS_POISSON},
+    {"kl_divergence", RT_LOSS_KLD},
+    {"kld", RT_LOSS_KLD},
+    {"kullback_leibler_divergence", RT_LOSS_KLD},
+    {"huber", RT_LOSS_HUBER_KERAS},
     {"sparse_ce", RT_LOSS_SPARSE_CE},
     {"bce", RT_LOSS_BCE},
     /* PyTorch: torch.nn.functional's names, then torch.nn's modules */
@@ -410,10 +467,12 @@ static const rt__name_val rt__loss_tab[] = {
     {NULL, 0}};
 static const rt__name_val rt__opt_tab[] = {
     {"sgd", RT_OPT_SGD}, {"adam", RT_OPT_ADAM}, {"adamw", RT_OPT_ADAMW},
-    {"rmsprop", RT_OPT_RMSPROP}, {NULL, 0}};
+    {"rmsprop", RT_OPT_RMSPROP}, {"adagrad", RT_OPT_ADAGRAD}, {"adadelta", RT_OPT_ADADELTA},
+    {"adamax", RT_OPT_ADAMAX}, {"nadam", RT_OPT_NADAM}, {NULL, 0}};
 static const rt__name_val rt__sched_tab[] = {
     {"constant", RT_SCHED_CONSTANT}, {"step", RT_SCHED_STEP},
     {"step_decay", RT_SCHED_STEP}, {"cosine", RT_SCHED_COSINE},
+    {"exponential", RT_SCHED_EXP}, {"exponential_decay", RT_SCHED_EXP},
     {"cosine_decay", RT_SCHED_COSINE}, {"linear_warmup", RT_SCHED_LINEAR_WARMUP},
     {"warmup", RT_SCHED_LINEAR_WARMUP}, {"warmup_cosine", RT_SCHED_WARMUP_COSINE},
     {NULL, 0}};
@@ -443,7 +502,8 @@ const char *rt_loss_name(rt_loss_kind k)
         "", "sparse_categorical_crossentropy", "categorical_crossentropy",
         "binary_crossentropy", "mean_squared_error", "mean_absolute_error", "logcosh",
         "cross_entropy", "nll_loss", "bce_with_logits", "binary_cross_entropy", "mse_loss",
-        "l1_loss", "smooth_l1_loss", "huber_loss"};
+        "l1_loss", "smooth_l1_loss", "huber_loss", "hinge", "squared_hinge", "poisson",
+        "kl_divergence", "huber"};
     return k >= RT_LOSS_SPARSE_CE && k <= RT_LOSS_LAST ? names[k] : NULL;
 }
 
@@ -476,12 +536,14 @@ const char *const *rt_engine_loss_names(void)
         "sparse_categorical_crossentropy", "categorical_crossentropy",
         "binary_crossentropy", "mean_squared_error", "mean_absolute_error",
         "logcosh", "cross_entropy", "nll_loss", "bce_with_logits", "binary_cross_entropy",
-        "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", NULL};
+        "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "hinge", "squared_hinge",
+        "poisson", "kl_divergence", "huber", NULL};
     return names;
 }
 
 const char *const *rt_engine_optimizer_names(void)
 {
-    static const char *const names[] = {"sgd", "adam", "adamw", "rmsprop", NULL};
+    static const char *const names[] = {"sgd",     "adam",     "adamw",  "rmsprop",
+                                        "adagrad", "adadelta", "adamax", "nadam", NULL};
     return names;
 }

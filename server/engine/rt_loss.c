@@ -10,7 +10,9 @@
  *               rt_compile.c sets from_logits and softmax_fused)
  *   CE          one-hot f32 labels; probabilities are normalised to sum 1,
  *               then clipped, loss = -sum y log q
- *   BCE         Keras: p clipped, -(y log(p+eps) + (1-y) log(1-p+eps));
+ *   BCE         Keras 3 (keras/src/backend/tensorflow/nn.py): p clipped to
+ *               [eps, 1-eps], -(y log p + (1-y) log(1-p)) (tf.keras 2 added
+ *               eps inside both logs; tfjs agrees with Keras 3);
  *               from logits max(z,0) - z y + log1p(exp(-|z|))
  *   MSE, MAE    mean over the last axis of (p-y)^2, |p-y|
  *   logcosh     x = p - y, mean over the last axis of x + softplus(-2x) - log 2
@@ -95,6 +97,24 @@ static inline int64_t rt__argmax(const float *x, int64_t C)
     return b;
 }
 
+/* the argmax of softmax(z) as the Softmax kernel rounds it: Keras takes
+ * the argmax of the probabilities, and logits a rounding apart can give
+ * equal ones, of which the first counts */
+static int64_t rt__argmax_softmax(const float *z, int64_t C)
+{
+    float m = z[0], s = 0.0f;
+    for (int64_t j = 1; j < C; j++) m = z[j] > m ? z[j] : m;
+    for (int64_t j = 0; j < C; j++) s += rt_kern_exp(z[j] - m);
+    const float inv = 1.0f / s;
+    int64_t b = 0;
+    float pb = rt_kern_exp(z[0] - m) * inv;
+    for (int64_t j = 1; j < C; j++) {
+        const float p = rt_kern_exp(z[j] - m) * inv;
+        if (p > pb) b = j, pb = p;
+    }
+    return b;
+}
+
 /* one row: returns its loss, writes dz (scaled by s) when dz != NULL */
 static double rt__row(const rt__lossinfo *L, const float *restrict z,
                       const void *lab, int64_t lab_i, float *restrict dz,
@@ -171,16 +191,14 @@ int rt__loss_row_acc(const rt__lossinfo *L, const float *z, const void *lab, int
 {
     const int64_t C = L->classes;
     const int bc = L->lab_numel != L->out_numel;
-    if (L->kind == RT_LOSS_BCE || C == 1) {
-        /* binary accuracy; for several outputs, a row counts if all match */
+    if (C == 1) {
+        /* Keras' "accuracy" is binary for one output value, else
+         * categorical whatever the loss (is_binary_or_sparse_categorical,
+         * keras/src/trainers/compile_utils.py) */
         const float thr = L->from_logits ? 0.0f : 0.5f;
-        for (int64_t j = 0; j < C; j++) {
-            float y = rt__lab(L, lab, bc ? lab_i : lab_i + j);
-            if ((z[j] > thr) != (y > 0.5f)) return 0;
-        }
-        return 1;
+        return (z[0] > thr) == (rt__lab(L, lab, lab_i) > 0.5f);
     }
-    int64_t a = rt__argmax(z, C);
+    int64_t a = L->softmax_fused ? rt__argmax_softmax(z, C) : rt__argmax(z, C);
     if (L->kind == RT_LOSS_SPARSE_CE || bc) return a == rt__lab_class(L, lab, lab_i);
     const float *y = (const float *)lab + lab_i;
     if (L->lab_dt == RT_I32) {
@@ -217,6 +235,14 @@ static void rt__loss_elem(const rt__lossinfo *L, const float *restrict p,
     }
     const float sc = (float)(1.0 / ((double)n * (double)per));
     const float ln2 = 0.69314718055994531f;
+    /* Keras' hinge losses take {0, 1} labels as -1, 1 when the whole batch
+     * holds only 0 and 1 (convert_binary_labels_to_hinge) */
+    if (L->kind == RT_LOSS_HINGE || L->kind == RT_LOSS_SQUARED_HINGE) {
+        int bin = 1;
+        for (int64_t e = 0; e < E && bin; e++) bin = yb[e] == 0.0f || yb[e] == 1.0f;
+        for (int64_t e = 0; bin && e < E; e++) yb[e] = 2.0f * yb[e] - 1.0f;
+    }
+    const float delta = L->beta > 0 ? L->beta : 1.0f, fc = (float)C;
     /* the same body with and without a gradient to write */
 #define RT__ELEM_LOOP(G)                                                      \
     switch (L->kind) {                                                        \
@@ -248,11 +274,45 @@ static void rt__loss_elem(const rt__lossinfo *L, const float *restrict p,
                 const float pe = p[e], y = yb[e];                             \
                 float q = pe < RT__EPS ? RT__EPS : pe;                        \
                 q = q > 1.0f - RT__EPS ? 1.0f - RT__EPS : q;                  \
-                fb[e] = -(y * rt_kern_log(q + RT__EPS) +                      \
-                          (1.0f - y) * rt_kern_log(1.0f - q + RT__EPS));      \
+                fb[e] = -(y * rt_kern_log(q) + (1.0f - y) * rt_kern_log(1.0f - q)); \
                 const int in = pe >= RT__EPS && pe <= 1.0f - RT__EPS;         \
-                G(in ? -(y / (q + RT__EPS) - (1.0f - y) / (1.0f - q + RT__EPS)) : 0.0f); \
+                G(in ? -(y / q - (1.0f - y) / (1.0f - q)) : 0.0f);            \
             }                                                                 \
+        }                                                                     \
+        break;                                                                \
+    case RT_LOSS_HINGE:                                                       \
+        for (int64_t e = 0; e < E; e++) {                                     \
+            const float m = 1.0f - yb[e] * p[e];                              \
+            fb[e] = m > 0.0f ? m : 0.0f;                                      \
+            G(m > 0.0f ? -yb[e] : 0.0f);                                      \
+        }                                                                     \
+        break;                                                                \
+    case RT_LOSS_SQUARED_HINGE:                                               \
+        for (int64_t e = 0; e < E; e++) {                                     \
+            const float m = 1.0f - yb[e] * p[e], h = m > 0.0f ? m : 0.0f;     \
+            fb[e] = h * h;                                                    \
+            G(-2.0f * h * yb[e]);                                             \
+        }                                                                     \
+        break;                                                                \
+    case RT_LOSS_POISSON:                                                     \
+        for (int64_t e = 0; e < E; e++) {                                     \
+            fb[e] = p[e] - yb[e] * rt_kern_log(p[e] + RT__EPS);               \
+            G(1.0f - yb[e] / (p[e] + RT__EPS));                               \
+        }                                                                     \
+        break;                                                                \
+    case RT_LOSS_KLD: /* a sum over the last axis: C times the mean */        \
+        for (int64_t e = 0; e < E; e++) {                                     \
+            const float y = fminf(fmaxf(yb[e], RT__EPS), 1.0f);               \
+            const float q = fminf(fmaxf(p[e], RT__EPS), 1.0f);                \
+            fb[e] = fc * y * rt_kern_log(y / q);                              \
+            G(p[e] >= RT__EPS && p[e] <= 1.0f ? -fc * y / q : 0.0f);          \
+        }                                                                     \
+        break;                                                                \
+    case RT_LOSS_HUBER_KERAS:                                                 \
+        for (int64_t e = 0; e < E; e++) {                                     \
+            const float d = p[e] - yb[e], a = fabsf(d);                       \
+            fb[e] = a <= delta ? 0.5f * d * d : delta * a - 0.5f * delta * delta; \
+            G(a <= delta ? d : d > 0.0f ? delta : -delta);                    \
         }                                                                     \
         break;                                                                \
     default: /* logcosh: |x| + log1p(e^-2|x|) - log 2; d/dx = tanh x */       \
@@ -286,12 +346,41 @@ static void rt__loss_elem(const rt__lossinfo *L, const float *restrict p,
     *loss_sum += total;
 }
 
+/* Several outputs: each head's part of the packed output and labels is
+ * gathered, its loss run as for one output, and its gradient scattered
+ * back times its weight. scratch holds n (4 out_numel + lab_numel) floats. */
+static void rt__loss_heads(const rt__lossinfo *L, const float *y, const float *lab, int64_t n,
+                           float *dy, double *loss_sum, float *scratch)
+{
+    const int64_t O = L->out_numel, LN = L->lab_numel;
+    for (int k = 0; k < L->n_heads; k++) {
+        const rt__lossinfo *H = &L->head[k];
+        const int64_t on = H->out_numel, ln = H->lab_numel;
+        float *yk = scratch, *dk = yk + n * on, *lk = dk + n * on, *sub = lk + n * ln;
+        for (int64_t i = 0; i < n; i++) {
+            memcpy(yk + i * on, y + i * O + L->out_off[k], sizeof(float) * (size_t)on);
+            memcpy(lk + i * ln, lab + i * LN + L->lab_off[k], sizeof(float) * (size_t)ln);
+        }
+        double ls = 0, as = 0;
+        rt__loss_run(H, yk, lk, n, dy ? dk : NULL, &ls, &as, sub);
+        *loss_sum += (double)L->weight[k] * ls;
+        if (dy)
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < on; j++)
+                    dy[i * O + L->out_off[k] + j] = L->weight[k] * dk[i * on + j];
+    }
+}
+
 void rt__loss_run(const rt__lossinfo *L, const float *y, const void *lab,
                   int64_t n, float *dy, double *loss_sum, double *acc_sum,
                   float *scratch)
 {
     const int64_t C = L->classes, R = L->rows;
     const int bc = L->lab_numel != L->out_numel;
+    if (L->n_heads) {
+        rt__loss_heads(L, y, lab, n, dy, loss_sum, scratch);
+        return;
+    }
     if (RT_LOSS_IS_TORCH(L->kind)) {
         rt__loss_torch_run(L, y, lab, n, dy, loss_sum, acc_sum);
         return;

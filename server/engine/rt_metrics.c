@@ -120,7 +120,10 @@ void rt__metrics_update(const rt__lossinfo *L, uint32_t metrics, const float *y,
                 if (t < 0 || t >= C) t = 0;
                 scat += rt__argmax_row(p, C) == t;
                 stopk += rt__in_top_k(p, C, t, 5);
-                continue;
+                /* one value per row (a single sigmoid or regression
+                 * output) is also a label of the output's shape */
+                if (L->lab_numel != L->out_numel)
+                    continue;
             }
             const int64_t off = i * E + r * C;
             float tv[4096];

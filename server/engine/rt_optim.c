@@ -11,9 +11,12 @@
  *   SGD (Keras)   v = momentum v - lr g;  w += v, or with nesterov
  *                 w += momentum v - lr g;  momentum 0: w -= lr g
  *   Adam          m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
- *                 w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
- *                 i.e. eps is added to sqrt(v_hat), as torch.optim.Adam
- *                 (the brief's reading of Keras; eps default 1e-7)
+ *                 w -= m alpha / (sqrt(v) + eps),
+ *                 alpha = lr sqrt(1-b2^t) / (1-b1^t)
+ *                 as Keras (keras/src/optimizers/adam.py): eps is added to
+ *                 sqrt(v), Kingma and Ba's "epsilon hat", not to
+ *                 sqrt(v_hat) as torch.optim.Adam and tfjs do (eps 1e-7);
+ *                 adam_eps_vhat: torch's, w -= lr/(1-b1^t) m / (sqrt(v_hat) + eps)
  *   AdamW         w *= 1 - lr wd, then Adam (decoupled decay, Keras/torch)
  *   RMSprop       v = rho v + (1-rho) g^2;  w -= lr g / sqrt(v + eps)
  *                 (Keras 3: eps inside the square root)
@@ -37,6 +40,8 @@ float rt__sched_lr(const rt_train_config *c, int64_t step)
         double t = (double)(step < (int64_t)c->total_steps ? step : (int64_t)c->total_steps);
         return (float)(lo + (lr - lo) * (1 + cos(M_PI * t / c->total_steps)) / 2);
     }
+    case RT_SCHED_EXP:
+        return (float)(lr * pow(c->gamma, (double)step / (double)c->step_size));
     case RT_SCHED_LINEAR_WARMUP: {
         double f = (double)(step + 1) / (double)c->warmup_steps;
         return (float)(lr * (f < 1 ? f : 1));
@@ -112,10 +117,9 @@ static void rt__opt_chunk(const rt_train_config *c, float lr, int64_t t,
         const float ob1 = 1.0f - b1, ob2 = 1.0f - b2;
         const double bc1 = 1.0 - pow((double)b1, (double)t);
         const double bc2 = 1.0 - pow((double)b2, (double)t);
-        const float step = (float)((double)lr / bc1);
-        /* sqrt(v)/sqrt(1-b2^t) as a multiply: divisions bound this loop
-         * (W-C: 670k parameters); within an ulp of torch's division */
-        const float inv_bc2s = (float)(1.0 / sqrt(bc2));
+        const float alpha = (float)((double)lr * sqrt(bc2) / bc1);
+        /* torch: the same with eps / sqrt(1-b2^t) in place of eps */
+        const float eps_t = c->adam_eps_vhat ? (float)((double)eps * sqrt(bc2)) : eps;
         if (c->opt == RT_OPT_ADAMW && c->weight_decay > 0) {
             const float decay = (float)(1.0 - (double)lr * (double)c->weight_decay);
             for (int64_t i = 0; i < count; i++) w[i] *= decay;
@@ -126,7 +130,7 @@ static void rt__opt_chunk(const rt_train_config *c, float lr, int64_t t,
             const float v = s2[i] * b2 + gi * gi * ob2;
             s1[i] = m;
             s2[i] = v;
-            w[i] -= step * (m / (sqrtf(v) * inv_bc2s + eps));
+            w[i] -= m * alpha / (sqrtf(v) + eps_t);
         }
         break;
     }
@@ -139,6 +143,68 @@ static void rt__opt_chunk(const rt_train_config *c, float lr, int64_t t,
         }
         break;
     }
+    /* keras/src/optimizers/adagrad.py: acc (from 0.1) += g^2,
+     * w -= lr g / sqrt(acc + eps) */
+    case RT_OPT_ADAGRAD: {
+        const float eps = c->eps;
+        for (int64_t i = 0; i < count; i++) {
+            const float a = (t == 1 ? 0.1f : s1[i]) + g[i] * g[i];
+            s1[i] = a;
+            w[i] -= lr * g[i] / sqrtf(a + eps);
+        }
+        break;
+    }
+    /* adadelta.py: ag = rho ag + (1-rho) g^2; d = -sqrt(ad + eps) g /
+     * sqrt(ag + eps); ad = rho ad + (1-rho) d^2; w += lr d */
+    case RT_OPT_ADADELTA: {
+        const float rho = c->rho, orho = 1.0f - rho, eps = c->eps;
+        for (int64_t i = 0; i < count; i++) {
+            const float ag = rho * s1[i] + orho * g[i] * g[i];
+            const float d = -(sqrtf(s2[i] + eps) * g[i]) / sqrtf(ag + eps);
+            s1[i] = ag;
+            s2[i] = rho * s2[i] + orho * d * d;
+            w[i] += lr * d;
+        }
+        break;
+    }
+    /* adamax.py: m += (g - m)(1-b1); u = max(b2 u, |g|);
+     * w -= lr m / ((1 - b1^t)(u + eps)) */
+    case RT_OPT_ADAMAX: {
+        const float b1 = c->beta1, b2 = c->beta2, eps = c->eps;
+        const float bc1 = (float)(1.0 - pow((double)b1, (double)t));
+        for (int64_t i = 0; i < count; i++) {
+            const float m = s1[i] + (g[i] - s1[i]) * (1.0f - b1);
+            const float u = fmaxf(b2 * s2[i], fabsf(g[i]));
+            s1[i] = m;
+            s2[i] = u;
+            w[i] -= lr * m / (bc1 * (u + eps));
+        }
+        break;
+    }
+    /* nadam.py: u_t = b1 (1 - 0.5 0.96^t), the product of u_1..u_t;
+     * m_hat = u_{t+1} m / (1 - prod_{t+1}) + (1 - u_t) g / (1 - prod_t),
+     * v_hat = v / (1 - b2^t), w -= lr m_hat / (sqrt(v_hat) + eps) */
+    case RT_OPT_NADAM: {
+        const float b1 = c->beta1, b2 = c->beta2, eps = c->eps;
+        /* past k = 1000, 0.96^k < 1e-17: the factors are b1 */
+        const int64_t kk = t < 1000 ? t : 1000;
+        double prod = pow((double)b1, (double)(t - kk));
+        for (int64_t k = 1; k <= kk; k++) prod *= (double)b1 * (1.0 - 0.5 * pow(0.96, (double)k));
+        const double ut = (double)b1 * (1.0 - 0.5 * pow(0.96, (double)t));
+        const double ut1 = (double)b1 * (1.0 - 0.5 * pow(0.96, (double)(t + 1)));
+        const float cm = (float)(ut1 / (1.0 - prod * ut1)), cg = (float)((1.0 - ut) / (1.0 - prod));
+        const float bc2 = (float)(1.0 - pow((double)b2, (double)t));
+        for (int64_t i = 0; i < count; i++) {
+            const float m = s1[i] + (g[i] - s1[i]) * (1.0f - b1);
+            const float v = s2[i] + (g[i] * g[i] - s2[i]) * (1.0f - b2);
+            s1[i] = m;
+            s2[i] = v;
+            w[i] -= (cm * m + cg * g[i]) * lr / (sqrtf(v / bc2) + eps);
+        }
+        break;
+    }
+    default:
+        break;
     }
 }
 

@@ -49,6 +49,17 @@ int rt_plan_label_shape(const rt_plan *p, int64_t dims[RT_MAX_DIMS])
     return p->cfg.label_ndim;
 }
 
+int rt_plan_n_heads(const rt_plan *p) { return p ? p->loss.n_heads : RT_EINVAL; }
+
+int rt_plan_head_shape(const rt_plan *p, int k, int64_t dims[RT_MAX_DIMS], int64_t *lab_numel)
+{
+    if (!p || k < 0 || k >= p->loss.n_heads) return RT_EINVAL;
+    const rt__shape *s = &p->head_shape[k];
+    for (int i = 0; i < s->ndim; i++) dims[i] = s->d[i];
+    if (lab_numel) *lab_numel = p->loss.head[k].lab_numel;
+    return s->ndim;
+}
+
 int rt_plan_n_params(const rt_plan *p) { return p ? p->n_params : RT_EINVAL; }
 
 int rt_plan_param_info(const rt_plan *p, int i, const char **name,
@@ -58,8 +69,9 @@ int rt_plan_param_info(const rt_plan *p, int i, const char **name,
     const rt__param *pr = &p->params[i];
     if (name) *name = pr->name;
     if (trainable) *trainable = pr->trainable;
-    if (dims) rt__copy_shape(&pr->shape, dims);
-    return pr->shape.ndim;
+    const rt__shape *sh = pr->view.n ? &pr->view.user : &pr->shape;
+    if (dims) rt__copy_shape(sh, dims);
+    return sh->ndim;
 }
 
 /* ------------------------------------------------------------------- key */
@@ -108,6 +120,13 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
                 rt__hi(s, o->c_axes);
                 rt__h(s, f, sizeof f);
             }
+            rt__hi(s, e->view.n);
+            if (e->view.n) {
+                rt__h(s, e->view.d, sizeof e->view.d);
+                rt__h(s, e->view.perm, sizeof e->view.perm);
+                rt__hi(s, e->view.user.ndim);
+                rt__h(s, e->view.user.d, sizeof e->view.user.d);
+            }
             if (e->value)
                 rt__h(s, e->value, sizeof(float) * (size_t)rt__shape_numel(&e->shape));
         }
@@ -137,10 +156,12 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
         }
     }
     rt__hs(s, g->output);
+    rt__hi(s, g->n_heads);
+    for (int k = 0; k < g->n_heads; k++) rt__hs(s, g->heads[k]);
     /* config, field by field (struct padding is not hashed) */
     rt__hi(s, c->loss); rt__hi(s, c->from_logits); rt__hi(s, c->opt);
     rt__hf(s, c->lr); rt__hf(s, c->momentum); rt__hi(s, c->nesterov);
-    rt__hf(s, c->beta1); rt__hf(s, c->beta2); rt__hf(s, c->eps);
+    rt__hf(s, c->beta1); rt__hf(s, c->beta2); rt__hf(s, c->eps); rt__hi(s, c->adam_eps_vhat);
     rt__hf(s, c->weight_decay); rt__hf(s, c->rho); rt__hf(s, c->clip_norm);
     rt__hi(s, c->sched); rt__hi(s, c->step_size); rt__hf(s, c->gamma);
     rt__hi(s, c->warmup_steps); rt__hi(s, c->total_steps); rt__hf(s, c->min_lr);
@@ -157,6 +178,12 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
     rt__hi(s, c->n_pos_weight);
     if (c->n_pos_weight > 0 && c->pos_weight)
         rt__h(s, c->pos_weight, sizeof(float) * (size_t)c->n_pos_weight);
+    rt__hi(s, c->n_heads);
+    for (int k = 0; k < c->n_heads && k < RT_MAX_HEADS; k++) {
+        rt__hi(s, c->heads[k].loss);
+        rt__hi(s, c->heads[k].from_logits);
+        rt__hf(s, c->heads[k].weight);
+    }
     XXH128_hash_t h = XXH3_128bits_digest(s);
     XXH3_freeState(s);
     XXH128_canonical_t can;

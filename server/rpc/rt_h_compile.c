@@ -121,6 +121,7 @@ static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train
     if (p->epsilon > 0) cfg->eps = p->epsilon;
     if (p->weight_decay > 0) cfg->weight_decay = p->weight_decay;
     if (p->rho > 0) cfg->rho = p->rho;
+    else if (cfg->opt == RT_OPT_ADADELTA) cfg->rho = 0.95f; /* Keras' Adadelta default */
     if (p->clip_norm > 0) cfg->clip_norm = p->clip_norm;
     if (p->schedule) {
         const Rtrain__V1__LrSchedule *s = p->schedule;
@@ -235,6 +236,10 @@ static int build_graph(rt_call *c, compile_st *st)
             return rt_call_fail(c, rc, "%s", err);
         if ((rc = keras_compile_defaults(c, &st->cfg, q->keras_json, q->config)) < 0)
             return rc;
+        /* several outputs: a loss and weight each (import_keras.h) */
+        if ((rc = rt_keras_heads(q->keras_json, strlen(q->keras_json), &st->cfg, err,
+                                 sizeof err)) < 0)
+            return rt_call_fail(c, rc, "%s", err);
     } else if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX) {
         char err[768];
         rt_onnx_opts io = {.output = q->onnx_output};
@@ -245,6 +250,8 @@ static int build_graph(rt_call *c, compile_st *st)
         if (rc < 0)
             return rt_call_fail(c, rc, "%s", err);
         st->nchw = io.nchw_input;
+        /* a PyTorch model trains with torch.optim.Adam's epsilon */
+        st->cfg.adam_eps_vhat = 1;
     } else {
         st->g = rt_graph_create();
         if (!st->g)
@@ -413,11 +420,12 @@ static int compile_answer(rt_call *c, compile_st *st, rt_program *prog, int hit)
     cr->constrained_params = rep->n_constrained;
     {
         const rt_train_config *pc = rt_plan_config(st->plan);
-        static const char *const optn[] = {"", "sgd", "adam", "adamw", "rmsprop"};
+        static const char *const optn[] = {"",        "sgd",      "adam",   "adamw", "rmsprop",
+                                           "adagrad", "adadelta", "adamax", "nadam"};
         const char *ln = rt_loss_name(pc->loss);
         cr->loss = (char *)(ln ? ln : "");
         cr->data_layout = (char *)(st->nchw ? "NCHW" : "");
-        cr->optimizer = (char *)(pc->opt >= 1 && pc->opt <= 4 ? optn[pc->opt] : "");
+        cr->optimizer = (char *)(pc->opt >= 1 && pc->opt <= RT_OPT_LAST ? optn[pc->opt] : "");
     }
     cr->passes = rt_call_alloc(c, sizeof *cr->passes * RT_COMPILE_PASSES);
     if (!cr->passes)

@@ -317,6 +317,7 @@ for r in rows:
     wait += 1
     if cur < best:
         best, wait = cur, 0
+        continue  # keras/src/callbacks/early_stopping.py: no stop on an improvement
     if wait >= 3 and ep > 0:
         stop = ep
         break

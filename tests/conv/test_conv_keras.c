@@ -216,8 +216,8 @@ int main(void)
     expect_error("{\"class_name\": \"Sequential\", \"config\": {\"layers\": ["
                  "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 3, 8, 8], \"name\": \"i\"}},"
                  "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, \"kernel_size\": 3,"
-                 " \"data_format\": \"channels_first\"}}]}}",
-                 RT_EUNIMPLEMENTED, "channels_last only");
+                 " \"data_format\": \"NCHW\"}}]}}",
+                 RT_EUNIMPLEMENTED, "data_format 'NCHW' is not supported");
     expect_error("{\"class_name\": \"Sequential\", \"config\": {\"layers\": ["
                  "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 8], \"name\": \"i\"}},"
                  "{\"class_name\": \"MaxPooling2D\", \"config\": {\"name\": \"p\"}}]}}",
@@ -228,7 +228,7 @@ int main(void)
                  RT_ESHAPE, "smaller than the window");
     expect_error("{\"class_name\": \"Sequential\", \"config\": {\"layers\": ["
                  "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 4, 4, 2], \"name\": \"i\"}},"
-                 "{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": \"b\", \"axis\": 1}}]}}",
+                 "{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": \"b\", \"axis\": 2}}]}}",
                  RT_EUNIMPLEMENTED, "only the last axis");
     expect_error("{\"class_name\": \"Sequential\", \"config\": {\"layers\": ["
                  "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 4, 4, 2], \"name\": \"i\"}},"

@@ -44,6 +44,30 @@ static int rt_test_failures;
         }                                                                     \
     } while (0)
 
+/* A whole file, NUL-terminated (len may be NULL); NULL if unreadable.
+ * The caller frees it. */
+static inline char *rt_test_slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (b) {
+        b[n] = 0;
+        if (len)
+            *len = (size_t)n;
+    }
+    return b;
+}
+
 static inline int rt_test_done(const char *name)
 {
     if (rt_test_failures) {

@@ -4,8 +4,9 @@
  * needed to run this test).
  *
  * For W-A (Dense(32, relu) -> Dense(3, softmax), logcosh on int labels,
- * Adam lr 0.1 eps 1e-7) and an MLP 8-16-16-5 (relu, tanh, sparse CE from
- * logits; Adam, AdamW, SGD with Nesterov momentum), with the fixture's
+ * Adam lr 0.1 eps 1e-7, added to sqrt(v) as Keras) and an MLP 8-16-16-5
+ * (relu, tanh, sparse CE from logits; Adam, AdamW, SGD with Nesterov
+ * momentum), with the fixture's
  * initial weights and batches in order: the first batch's output, loss and
  * every gradient, then 10 training steps' losses and all weights after each.
  *

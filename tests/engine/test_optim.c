@@ -1,7 +1,8 @@
 /*
  * test_optim.c - optimizers, learning-rate schedules and gradient clipping
- * against the formulas (Keras' SGD/momentum/Nesterov and RMSprop, Adam and
- * AdamW with eps added to sqrt(v_hat)), replayed in double in this test.
+ * against the formulas (Keras' SGD/momentum/Nesterov, RMSprop, Adam and
+ * AdamW: keras/src/optimizers/, eps added to sqrt(v), not to sqrt(v_hat)),
+ * replayed in double in this test.
  * Each step: g = rt_exec_compute_grads at the current weights (the batch is
  * the whole data set, unshuffled, so the training step sees the same g),
  * then one rt_exec_train step, then the weights are compared with the
@@ -109,8 +110,12 @@ static void replay(const char *name, rt_train_config cfg, int steps)
                 if (cfg.opt == RT_OPT_ADAMW) w[i] *= 1 - lr * cfg.weight_decay;
                 m[i] = cfg.beta1 * m[i] + (1 - cfg.beta1) * g[i];
                 v[i] = cfg.beta2 * v[i] + (1 - cfg.beta2) * g[i] * g[i];
-                w[i] -= lr / (1 - pow(cfg.beta1, (double)t)) * m[i] /
-                        (sqrt(v[i]) / sqrt(1 - pow(cfg.beta2, (double)t)) + cfg.eps);
+                if (cfg.adam_eps_vhat) /* torch.optim.Adam */
+                    w[i] -= lr / (1 - pow(cfg.beta1, (double)t)) * m[i] /
+                            (sqrt(v[i]) / sqrt(1 - pow(cfg.beta2, (double)t)) + cfg.eps);
+                else
+                    w[i] -= m[i] * (lr * sqrt(1 - pow(cfg.beta2, (double)t)) /
+                                    (1 - pow(cfg.beta1, (double)t))) / (sqrt(v[i]) + cfg.eps);
                 break;
             }
         }
@@ -168,6 +173,13 @@ int main(void)
     c.opt = RT_OPT_ADAMW;
     c.weight_decay = 0.1f;
     replay("adamw", c, 12);
+    /* torch.optim.Adam's eps (ONNX models): a large eps shows the place */
+    rt_train_config_init(&c);
+    c.lr = 0.02f;
+    c.eps = 1e-2f;
+    replay("adam, Keras' eps 1e-2", c, 12);
+    c.adam_eps_vhat = 1;
+    replay("adam, torch's eps 1e-2", c, 12);
 
     rt_train_config_init(&c);
     c.opt = RT_OPT_SGD;
@@ -202,7 +214,8 @@ int main(void)
     CHECK(rt_loss_from_name("mse", &lk) == 0 && lk == RT_LOSS_MSE);
     CHECK(rt_loss_from_name("sparse_categorical_crossentropy", &lk) == 0 && lk == RT_LOSS_SPARSE_CE);
     CHECK(rt_loss_from_name("logcosh", &lk) == 0 && lk == RT_LOSS_LOGCOSH);
-    CHECK(rt_loss_from_name("hinge", &lk) == RT_EINVAL);
+    CHECK(rt_loss_from_name("hinge", &lk) == 0 && lk == RT_LOSS_HINGE);
+    CHECK(rt_loss_from_name("quantile", &lk) == RT_EINVAL);
     CHECK(rt_opt_from_name("AdamW", &ok) == 0 && ok == RT_OPT_ADAMW);
     CHECK(rt_opt_from_name("lbfgs", &ok) == RT_EINVAL);
     CHECK(rt_sched_from_name("cosine", &sk) == 0 && sk == RT_SCHED_COSINE);

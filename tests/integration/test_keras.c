@@ -143,8 +143,10 @@ static void test_errors(void)
                "\"input_layers\": [[\"in\", 0, 0]], \"output_layers\": [[\"d\", 0, 0]]}}",
                RT_EINVAL, "shared layers");
     expect_err("{\"class_name\": \"Model\", \"config\": {\"layers\": [],"
-               "\"input_layers\": [[\"in\", 0, 0]], \"output_layers\": [[\"a\", 0, 0], [\"b\", 0, 0]]}}",
-               RT_EINVAL, "exactly one output");
+               "\"input_layers\": [[\"in\", 0, 0]], \"output_layers\": [[\"a\", 0, 0], [\"b\", 0, 0],"
+               " [\"c\", 0, 0], [\"d\", 0, 0], [\"e\", 0, 0], [\"f\", 0, 0], [\"g\", 0, 0],"
+               " [\"h\", 0, 0], [\"i\", 0, 0]]}}",
+               RT_EINVAL, "needs 1 to 8 outputs (got 9)");
 }
 
 /* Keras 2.0-era Sequential (the layer list is the config) and a Keras 3

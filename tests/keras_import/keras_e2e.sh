@@ -7,6 +7,8 @@
 #   - --metrics (auc, precision, recall, mae, top-k, rmse) in fit and eval;
 #   - (n, 2) regression labels with --loss mse, from .npy and from CSV
 #     columns (--label-columns 2:3); predict on a features-only CSV;
+#   - a two-input, two-output model (losses and loss_weights from its
+#     compile_config) trains one epoch to tfjs' loss from a packed CSV;
 #   - a model with several problems is refused with every one named
 #     (INVALID_ARGUMENT, exit 4), and the daemon keeps serving.
 #   usage: keras_e2e.sh RTRAIND RTRAIN SOURCE_DIR
@@ -176,6 +178,59 @@ then ok "predictions (60, 1)"; else bad "features-only predictions of the bound 
 expect_rc 4 "17 features per row refused" -- "$rtrain" fit "${S[@]}" --model "$tmp/vl.json" \
   --data "$tmp/seq17.csv" --loss mse --epochs 1
 has "$tmp/err" "input 'seq': the data's 17 values per sample are not a multiple" "names the input"
+
+# --- two inputs, two outputs (tests/fixtures/keras-multi): the CSV holds the
+# inputs' values in turn, then the outputs' labels (--label-columns); the
+# losses and loss_weights come from the model's compile_config. One epoch
+# of 3 SGD steps against TensorFlow.js (tfjs/multi_two_heads_dict.json)
+$py - "$tmp" "$src" <<'EOF2'
+import json, sys
+import numpy as np
+d, src = sys.argv[1:]
+fx = json.load(open(f"{src}/tests/keras_import/tfjs/multi_two_heads_dict.json"))
+def mix(x):
+    x = np.asarray(x, dtype=np.uint64) & 0xffffffff
+    x ^= x >> 16; x = (x * 0x7feb352d) & 0xffffffff
+    x ^= x >> 15; x = (x * 0x846ca68b) & 0xffffffff
+    return x ^ (x >> 16)
+n, cols = fx["n"], []
+for k, shape in enumerate(fx["inputs"]):
+    per = int(np.prod(shape))
+    h = mix(np.arange(n * per, dtype=np.uint64) ^ (0x5eed0001 + k))
+    cols.append((((h >> 22).astype(np.int64) - 512) / 512.0).reshape(n, per))
+h = mix(np.arange(n, dtype=np.uint64) ^ 0x1abe1000)
+cols.append((h % 3).reshape(n, 1).astype(np.float64))   # cls: class indices
+h = mix(np.arange(n * 2, dtype=np.uint64) ^ 0x1abe1001)
+cols.append(((h >> 22) / 1024.0).reshape(n, 2))         # reg
+np.savetxt(f"{d}/multi.csv", np.concatenate(cols, 1), delimiter=",", fmt="%.9g")
+np.savetxt(f"{d}/multi_bad.csv", np.concatenate(cols[:2] + [cols[2] + 3] + cols[3:], 1),
+           delimiter=",", fmt="%.9g")
+open(f"{d}/multi_want", "w").write("%.9g" % np.mean(fx["sgd"]["losses"]))
+EOF2
+expect_rc 0 "two inputs, two outputs: fit from the saved losses and weights" -- "$rtrain" fit \
+  "${S[@]}" --model "$src/tests/fixtures/keras-multi/two_heads_dict.json" \
+  --data "$tmp/multi.csv" --label-columns 12:14 --optimizer sgd --lr 0.05 --batch-size 4 \
+  --seed 1 --no-shuffle --epochs 1 --save-weights "$tmp/wmulti.bin"
+if $py - "$tmp/out" "$tmp/multi_want" <<'EOF2'
+import re, sys
+got = float(re.search(r"final: loss ([0-9.e+-]+)", open(sys.argv[1]).read()).group(1))
+want = float(open(sys.argv[2]).read())
+assert abs(got - want) <= 1e-4 * want, (got, want)
+EOF2
+then ok "epoch loss as tfjs' (sum of loss_weight * loss)"; else bad "multi-output epoch loss"; fi
+expect_rc 0 "predict writes both outputs' columns" -- "$rtrain" predict "${S[@]}" \
+  --model "$src/tests/fixtures/keras-multi/two_heads_dict.json" --weights "$tmp/wmulti.bin" \
+  --data "$tmp/multi.csv" --label-columns 12:14 --out "$tmp/pmulti.npy"
+if $py - "$tmp/pmulti.npy" <<'EOF2'
+import sys, numpy as np
+p = np.load(sys.argv[1])
+assert p.shape == (12, 5) and np.allclose(p[:, :3].sum(1), 1, atol=1e-5), p.shape
+EOF2
+then ok "predictions (12, 3 + 2)"; else bad "multi-output predictions"; fi
+expect_rc 4 "a class index out of range in the first output refused" -- "$rtrain" fit "${S[@]}" \
+  --model "$src/tests/fixtures/keras-multi/two_heads_dict.json" --data "$tmp/multi_bad.csv" \
+  --label-columns 12:14 --epochs 1
+has "$tmp/err" "output 1: label" "names the output"
 
 echo "$((checks - fails))/$checks checks passed"
 [ "$fails" -eq 0 ]

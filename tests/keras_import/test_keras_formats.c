@@ -127,11 +127,26 @@ static void test_keras1(void)
     } else {
         fprintf(stderr, "keras 1: %s\n", err);
     }
-    /* th ordering is refused by name */
-    EXPECT_ERR("{\"class_name\": \"Sequential\", \"config\": [{\"class_name\": \"Convolution2D\", \"config\":"
-               " {\"name\": \"c1\", \"nb_filter\": 4, \"nb_row\": 3, \"nb_col\": 3, \"dim_ordering\": \"th\","
-               " \"batch_input_shape\": [null, 1, 8, 8]}}]}",
-               RT_EUNIMPLEMENTED, "channels_first", "'c1'");
+    /* th ordering is channels_first: the data and the output in Keras'
+     * (C, H, W) (test_keras_layout.c checks the values) */
+    {
+        rt_plan *p = NULL;
+        int64_t in_n, out_n;
+        int64_t np = build("{\"class_name\": \"Sequential\", \"config\": [{\"class_name\": "
+                           "\"Convolution2D\", \"config\": {\"name\": \"c1\", \"nb_filter\": 4, "
+                           "\"nb_row\": 3, \"nb_col\": 3, \"dim_ordering\": \"th\", "
+                           "\"batch_input_shape\": [null, 1, 8, 8]}}, {\"class_name\": \"Flatten\", "
+                           "\"config\": {\"name\": \"f\"}}]}", &in_n, &out_n, &p);
+        CHECK(np == 4 * 9 + 4);
+        if (np > 0) {
+            int64_t d[RT_MAX_DIMS];
+            CHECK(rt_plan_input_shape(p, d) == 3 && d[0] == 1 && d[1] == 8 && d[2] == 8);
+            CHECK(out_n == 4 * 6 * 6);
+            rt_plan_release(p);
+        } else {
+            fprintf(stderr, "th: %s\n", err);
+        }
+    }
     /* Keras 1 Functional with Merge(mode=concat) */
     const char *merge =
         "{\"class_name\": \"Model\", \"config\": {\"name\": \"m\", \"layers\": ["

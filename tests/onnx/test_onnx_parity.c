@@ -199,6 +199,7 @@ static void run(const char *dir, const char *name)
          * fixtures: 0.02 and 1e-3) */
         const ref *rlr = find_ref("lr");
         const float *lr = rlr && rlr->count == 2 ? rlr->data : (const float[2]){0.02f, 1e-3f};
+        cfg.adam_eps_vhat = 1; /* torch.optim.Adam, as the daemon runs ONNX models */
         if (o == 0) {
             cfg.opt = RT_OPT_SGD;
             cfg.lr = lr[0];

@@ -448,7 +448,7 @@ def test_dtype_and_shape_errors(client, iris):
         model.fit(xtr, ytr, batch_size=0)
     with pytest.raises(ValueError, match="loss"):
         client.compile(rtrain.Sequential([rtrain.layers.Dense(
-            3, input_shape=(4,))]), loss="hinge")
+            3, input_shape=(4,))]), loss="quantile")
     with pytest.raises(ValueError, match="input_shape"):
         rtrain.Sequential([rtrain.layers.Dense(3)]).to_json()
     with pytest.raises(ValueError, match="activation"):

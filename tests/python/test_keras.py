@@ -144,8 +144,8 @@ def test_old_idioms(client, iris):
                                      kernel_regularizer="l2")])
     assert json.loads(reg.to_json())["config"]["layers"][1]["config"][
         "kernel_regularizer"] == {"class_name": "L2", "config": {"l2": 0.01}}
-    with pytest.raises(ValueError, match="regularizer"):
-        reg.compile("sgd", "mse")
+    # the daemon applies it (test_keras_api.py checks the penalty)
+    reg.compile("sgd", "mse")
     with pytest.raises(ValueError, match="input_shape, input_dim"):
         L.Dense(3, input_dim=4, input_shape=(4,))
 
@@ -270,6 +270,9 @@ def early_stop_reference(values, patience, min_delta, baseline=None):
             best, best_epoch = v, ep
             if baseline is None or v + min_delta < baseline:
                 wait = 0
+            # keras/src/callbacks/early_stopping.py returns here: an
+            # improving epoch never stops
+            continue
         if wait >= patience and ep > 0:
             return ep, best_epoch
     return None, best_epoch

@@ -169,8 +169,9 @@ def adam_ref(x, y, w, b, lrs, batches, b1=0.9, b2=0.999, eps=1e-7):
             m_ += (1 - b1) * g
             v_ *= b2
             v_ += (1 - b2) * g * g
-            p -= lr / (1 - b1 ** t) * m_ / (np.sqrt(v_) / np.sqrt(1 - b2 ** t)
-                                            + eps)
+            # keras/src/optimizers/adam.py: eps added to sqrt(v)
+            p -= m_ * (lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)) / (np.sqrt(v_)
+                                                                    + eps)
     return w, b
 
 

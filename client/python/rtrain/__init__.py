@@ -50,6 +50,9 @@ import numpy as _np
 from . import _rtrain
 from . import layers
 from . import optimizers
+from . import losses
+from . import metrics as metrics_mod
+from . import utils
 from . import callbacks
 from . import callbacks as callbacks_mod
 from . import models
@@ -83,6 +86,10 @@ _LOSSES = {
     "mse": "mse", "mean_squared_error": "mse",
     "mae": "mae", "mean_absolute_error": "mae",
     "logcosh": "logcosh", "log_cosh": "logcosh",
+    # Keras 3's (keras/src/losses/losses.py)
+    "hinge": "hinge", "squared_hinge": "squared_hinge", "poisson": "poisson",
+    "kl_divergence": "kl_divergence", "kld": "kl_divergence",
+    "kullback_leibler_divergence": "kl_divergence", "huber": "huber",
     # PyTorch's, with PyTorch's semantics: torch.nn.functional's names and
     # torch.nn's modules
     "cross_entropy": "cross_entropy", "CrossEntropyLoss": "cross_entropy",
@@ -117,10 +124,41 @@ _PREDICT_CHUNK_BYTES = 2 << 20
 
 # ---------------------------------------------------------------- models
 
+def _loss_spec(loss):
+    """A loss as Keras saves or takes it, as (Keras function name,
+    from_logits or None): a name ("mse"), a class name
+    ("SparseCategoricalCrossentropy", as Keras 2.12 saves it), a Keras
+    2/3 object ({"class_name": ..., "config": {"from_logits": ...}}) or
+    Keras 3's function object ({"class_name": "function", "config":
+    "binary_crossentropy"})."""
+    from_logits = None
+    if isinstance(loss, losses.Loss):
+        return loss.fn, (loss.from_logits if loss._logits else None)
+    if isinstance(loss, dict):
+        cfg = loss.get("config")
+        if loss.get("class_name") == "function" and isinstance(cfg, str):
+            loss = cfg
+        else:
+            if isinstance(cfg, dict) and isinstance(cfg.get("from_logits"), bool):
+                from_logits = cfg["from_logits"]
+            loss = loss.get("class_name")
+    if not isinstance(loss, str):
+        return None, None
+    if any(c.isupper() for c in loss):
+        out = []
+        for i, c in enumerate(loss):
+            if c.isupper() and i and (loss[i - 1].islower() or loss[i - 1].isdigit() or
+                                      (i + 1 < len(loss) and loss[i + 1].islower())):
+                out.append("_")
+            out.append(c.lower())
+        loss = "".join(out)
+    return loss, from_logits
+
+
 def _saved_loss(spec_json):
     """The loss a Keras model saved with itself (Keras 3 compile_config,
-    Keras 2 training_config, also inside TF.js modelTopology), as a Keras
-    loss name, or None."""
+    Keras 2 training_config, also inside TF.js modelTopology) as it was
+    saved (a name or an object: _loss_spec reads it), or None."""
     try:
         doc = _json.loads(spec_json)
     except ValueError:
@@ -133,11 +171,7 @@ def _saved_loss(spec_json):
             loss = tc.get("loss")
             if isinstance(loss, dict) and "class_name" not in loss and len(loss) == 1:
                 loss = next(iter(loss.values()))
-            if isinstance(loss, dict):
-                name = loss.get("class_name", "")
-                return "".join("_" + c.lower() if c.isupper() and i else c.lower()
-                               for i, c in enumerate(name)) or None
-            return loss if isinstance(loss, str) else None
+            return loss if _loss_spec(loss)[0] else None
         doc = doc.get("modelTopology") or doc.get("model_config")
     return None
 
@@ -366,6 +400,107 @@ def _features(x, input_shape, what="x"):
     if arr.shape[0] == 0:
         raise ValueError("%s has no samples" % what)
     return _np.ascontiguousarray(arr, dtype=_np.float32)
+
+
+# ------------------------------------------------ several inputs, outputs
+
+def _multi_io(spec):
+    """A Keras model with several inputs or outputs: ([(name, shape)] of
+    its inputs, [(name, shape)] of its outputs); None for one of each."""
+    if isinstance(spec, models.Model) and not isinstance(spec, models.Sequential):
+        m = spec
+    elif isinstance(spec, str):
+        try:
+            doc = _json.loads(spec)
+        except ValueError:
+            return None
+        cfg = doc.get("config") if isinstance(doc, dict) else None
+        if not isinstance(cfg, dict) or doc.get("class_name") not in ("Functional", "Model") \
+                or (len(cfg.get("input_layers") or []) < 2 and
+                    len(cfg.get("output_layers") or []) < 2) \
+                or isinstance((cfg.get("input_layers") or [None])[0], str):
+            return None
+        m = models.model_from_json(doc)
+    else:
+        return None
+    ins, outs = m._io()
+    return (ins, outs) if len(ins) > 1 or len(outs) > 1 else None
+
+
+def _per_output(v, names, what):
+    """A list (in output order) or dict (by output name) of one value per
+    output, as Keras' compile takes loss and loss_weights; a single value
+    applies to every output."""
+    if isinstance(v, (list, tuple)):
+        if len(v) != len(names):
+            raise ValueError("%s has %d entries; the model has %d outputs (%s)"
+                             % (what, len(v), len(names), ", ".join(names)))
+        return list(v)
+    if isinstance(v, dict) and "class_name" not in v:
+        bad = sorted(set(v) - set(names))
+        if bad:
+            raise ValueError("%s names %r, which is not an output (%s)"
+                             % (what, bad[0], ", ".join(names)))
+        return [v.get(nm) for nm in names]
+    return [v] * len(names)
+
+
+def _compile_multi(spec, io, loss, loss_weights, from_logits, metrics):
+    """The model JSON with Keras 3's compile_config holding one loss and
+    weight per output (the daemon reads them: import_keras.h,
+    rt_keras_heads), the loss that names the program, and the heads
+    [(name, shape, sparse)]."""
+    if metrics:
+        raise ValueError("metrics of a model with several outputs are not "
+                         "computed yet; compile it without metrics (the "
+                         "loss is reported)")
+    names = [nm for nm, _ in io[1]]
+    losses = _per_output(loss, names, "loss")
+    weights = _per_output(1.0 if loss_weights is None else loss_weights, names,
+                          "loss_weights")
+    saved, heads = {}, []
+    for (nm, shape), l, w in zip(io[1], losses, weights):
+        if l is None:
+            raise ValueError("output %r has no loss (Keras would leave it "
+                             "untrained, which rtrain does not)" % nm)
+        name, logits = _loss_spec(l)
+        key = _LOSSES.get(l if isinstance(l, str) else name) or _LOSSES.get(name)
+        if key is None or key in _TORCH_LOSSES:
+            raise ValueError("output %r: unknown loss %r (a Keras loss: %s)" % (
+                nm, l, ", ".join(sorted(k for k in _LOSSES
+                                        if _LOSSES[k] not in _TORCH_LOSSES))))
+        if w is None or not (float(w) >= 0.0 and float(w) != float("inf")):
+            raise ValueError("loss_weights[%r] = %r must be finite and >= 0" % (nm, w))
+        saved[nm] = {"class_name": "".join(p.title() for p in key.split("_")),
+                     "config": {"from_logits": bool(from_logits or logits)}} \
+            if key in ("categorical_crossentropy", "sparse_categorical_crossentropy",
+                       "binary_crossentropy") else key
+        heads.append((nm, tuple(shape), key in _SPARSE_LOSSES))
+    doc = _json.loads(_spec_json(spec))
+    doc["compile_config"] = {"loss": saved,
+                             "loss_weights": {nm: float(w) for nm, w in zip(names, weights)}}
+    first = _LOSSES.get(losses[0]) if isinstance(losses[0], str) else None
+    return _json.dumps(doc), first or _LOSSES[_loss_spec(losses[0])[0]], heads
+
+
+def _by_output(v, names, what):
+    """Arrays given as a list (in order) or dict (by layer name), or one
+    array for a single input or output."""
+    if isinstance(v, dict):
+        missing = [nm for nm in names if nm not in v]
+        if missing:
+            raise ValueError("%s has no array for %r (it needs %s)"
+                             % (what, missing[0], ", ".join(names)))
+        return [v[nm] for nm in names]
+    if isinstance(v, (list, tuple)):
+        if len(v) != len(names):
+            raise ValueError("%s has %d arrays; the model has %d (%s)"
+                             % (what, len(v), len(names), ", ".join(names)))
+        return list(v)
+    if len(names) == 1:
+        return [v]
+    raise ValueError("%s needs a list or dict of %d arrays (%s)"
+                     % (what, len(names), ", ".join(names)))
 
 
 class CompiledModel:
@@ -602,6 +737,9 @@ class CompiledModel:
         if arr.ndim == 0 or arr.shape[0] != n:
             raise ValueError("%s has %s samples but x has %d"
                              % (what, arr.shape[0] if arr.ndim else "no", n))
+        if getattr(self, "_multi", None) is not None:
+            arr = _np.ascontiguousarray(arr, dtype=_np.float32)  # packed (_pack_y)
+            return arr, ("float32", tuple(arr.shape[1:]))
         if self._torch_class and (arr.dtype.kind in "iub" or
                                   self._opts["loss"] == "nll_loss"):
             # class indices, as PyTorch takes them (int64 usually): the
@@ -636,6 +774,56 @@ class CompiledModel:
                     ("int32", ()))
         arr = _np.ascontiguousarray(arr, dtype=_np.float32)
         return arr, ("float32", tuple(arr.shape[1:]))
+
+    # several inputs and outputs travel packed: per sample each input's
+    # values in turn, each output's labels in turn (f32; one class index
+    # per row for a sparse loss), as the daemon's program takes them
+
+    def _pack_x(self, x, what="x"):
+        m = getattr(self, "_multi", None)
+        if m is None or x is None or isinstance(x, Dataset):
+            return x
+        arrs = [_as_array(a, what) for a in _by_output(x, [nm for nm, _ in m[0]], what)]
+        n = arrs[0].shape[0] if arrs[0].ndim else 0
+        for (nm, shape), a in zip(m[0], arrs):
+            if a.ndim == 0 or a.shape[0] != n or tuple(a.shape[1:]) != tuple(shape):
+                raise ValueError("%s[%r] has shape %s; the input wants (%d,) + %s"
+                                 % (what, nm, a.shape, n, tuple(shape)))
+        return _np.ascontiguousarray(_np.concatenate(
+            [a.reshape(n, -1).astype(_np.float32) for a in arrs], axis=1))
+
+    def _pack_y(self, y, what="y"):
+        m = getattr(self, "_multi", None)
+        if m is None or y is None:
+            return y
+        arrs = [_as_array(a, what) for a in _by_output(y, [h[0] for h in m[1]], what)]
+        n = arrs[0].shape[0] if arrs[0].ndim else 0
+        out = []
+        for (nm, shape, sparse), a in zip(m[1], arrs):
+            per = int(_np.prod(shape))
+            want = per // shape[-1] if sparse else per
+            if a.ndim == 0 or a.shape[0] != n or a.size != n * want:
+                raise ValueError("%s[%r] has shape %s; the output %s wants %d "
+                                 "values a sample" % (what, nm, a.shape, shape, want))
+            a = a.reshape(n, want)
+            if sparse and (not _np.all(_np.floor(a) == a) or a.min() < 0
+                           or a.max() >= shape[-1]):
+                raise ValueError("%s[%r]: class indices must be whole numbers in "
+                                 "[0, %d)" % (what, nm, shape[-1]))
+            out.append(a.astype(_np.float32))
+        return _np.ascontiguousarray(_np.concatenate(out, axis=1))
+
+    def _unpack(self, out):
+        m = getattr(self, "_multi", None)
+        if m is None:
+            return out
+        n, res, at = out.shape[0], [], 0
+        out = out.reshape(n, -1)
+        for _, shape, _ in m[1]:
+            k = int(_np.prod(shape))
+            res.append(out[:, at:at + k].reshape((n,) + tuple(shape)))
+            at += k
+        return res
 
     def _upload(self, x, y, name, sw=None):
         self._bind(x)
@@ -751,6 +939,11 @@ class CompiledModel:
         place of the daemon's default (each epoch end has one anyway)."""
         if x is None or (y is None and not isinstance(x, Dataset)):
             raise ValueError("fit needs x and y (or an uploaded Dataset as x)")
+        x, y = self._pack_x(x), self._pack_y(y)
+        if isinstance(validation_data, (list, tuple)) and len(validation_data) >= 2:
+            validation_data = (self._pack_x(validation_data[0], "validation x"),
+                               self._pack_y(validation_data[1], "validation y")) + \
+                tuple(validation_data[2:])
         for v, n in ((epochs, "epochs"), (initial_epoch, "initial_epoch")):
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError("%s must be an int >= 0, got %r" % (n, v))
@@ -981,6 +1174,7 @@ class CompiledModel:
         program's batches and the result does not depend on it (changing
         it would mean a new program and a fresh optimizer state)."""
         sw = None
+        x, y = self._pack_x(x), self._pack_y(y)
         if sample_weight is not None:
             if isinstance(x, Dataset):
                 raise ValueError("sample_weight needs x and y as arrays, not "
@@ -1003,9 +1197,10 @@ class CompiledModel:
         """Model outputs for x, as a float32 array (n,) + output_shape. x
         may be an uploaded Dataset (streamed ones included): the daemon
         reads it in file order."""
+        x = self._pack_x(x)
         self._bind(x)
         if isinstance(x, Dataset):
-            return self._prog.predict(x.id)
+            return self._unpack(self._prog.predict(x.id))
         xs = _features(x, self.input_shape)
         n = xs.shape[0]
         row_in = xs[0].nbytes
@@ -1015,7 +1210,7 @@ class CompiledModel:
         if batch_size is not None:
             rows = max(1, min(rows, int(batch_size) * 64))
         parts = [self._prog.predict(xs[i:i + rows]) for i in range(0, n, rows)]
-        return parts[0] if len(parts) == 1 else _np.concatenate(parts)
+        return self._unpack(parts[0] if len(parts) == 1 else _np.concatenate(parts))
 
     def save_checkpoint(self, filepath):
         """The full training state (weights, optimizer slots, step, data
@@ -1117,7 +1312,8 @@ class Client(_rtrain.Client):
                 label_shape=None, label_dtype=None, onnx_output=None,
                 input_shape=None, data_layout=None, loss_check=True,
                 reduction="mean", label_smoothing=0.0, ignore_index=-100,
-                class_weight=None, pos_weight=None, beta=None, delta=None):
+                class_weight=None, pos_weight=None, beta=None, delta=None,
+                loss_weights=None):
         """Compile spec (rtrain.Sequential, Keras model JSON, or an ONNX
         model: its bytes or a path ending in .onnx) on the daemon.
         optimizer: a name or an rtrain.optimizers object; loss: a Keras
@@ -1150,17 +1346,42 @@ class Client(_rtrain.Client):
         input has null dims is compiled by the first fit, evaluate or
         predict, with x's per-sample shape (as Keras builds on the data);
         until then its shapes, summary and weights are not known."""
+        multi = _multi_io(spec) if _onnx_bytes(spec) is None else None
+        heads = None
+        if multi is not None:
+            if loss is None:
+                doc = _json.loads(_spec_json(spec))
+                cc = doc.get("compile_config") or doc.get("training_config") or {}
+                loss, loss_weights = cc.get("loss"), cc.get("loss_weights")
+            if loss is None:
+                raise ValueError("compile needs a loss (one, or one per output)")
+            spec, loss, heads = _compile_multi(spec, multi, loss, loss_weights,
+                                               from_logits, metrics)
+            metrics = []
+            label_shape, label_dtype = (sum(
+                int(_np.prod(sh)) // (sh[-1] if sp else 1) for _, sh, sp in heads),), "float32"
+        elif loss_weights is not None:
+            raise ValueError("loss_weights applies to a model with several outputs")
         if loss is None and not isinstance(spec, models.Model):
             loss = _saved_loss(_spec_json(spec))
         if loss is None:
             raise ValueError("compile needs a loss (the model saved none), e.g. "
                              "loss='sparse_categorical_crossentropy'")
+        if isinstance(loss, losses.Huber) and delta is None:
+            delta = loss.delta
+        # a class name or a saved loss object, as Keras takes them (a name
+        # rtrain knows as given, PyTorch's "NLLLoss" included, stays)
+        name, logits = _loss_spec(loss)
+        if not (isinstance(loss, str) and loss in _LOSSES) and name in _LOSSES:
+            loss = name
+            from_logits = from_logits or bool(logits)
         if not isinstance(loss, str) or loss not in _LOSSES:
             raise ValueError("unknown loss %r (known: %s)"
                              % (loss, ", ".join(sorted(_LOSSES))))
         metric = None
         values = []
-        for m in metrics or []:
+        metrics = [m.fn if isinstance(m, metrics_mod.Metric) else m for m in metrics or []]
+        for m in metrics:
             if m in _VALUE_METRICS:
                 if _VALUE_METRICS[m] not in values:
                     values.append(_VALUE_METRICS[m])
@@ -1194,6 +1415,9 @@ class Client(_rtrain.Client):
                               optimizer=optimizer, loss=loss, onnx=onnx,
                               onnx_output=onnx_output)
         model._values = values
+        if heads is not None:
+            model._multi = ([(nm, tuple(sh)) for nm, sh in multi[0]], heads)
+            model._sparse = model._torch_class = False
         label = None
         if label_shape is not None or label_dtype is not None or \
                 _LOSSES[loss] in _SPARSE_LOSSES or _LOSSES[loss] in _TORCH_CLASS_LOSSES:
@@ -1375,7 +1599,9 @@ def _loss_opts(loss, data_layout, loss_check, reduction, label_smoothing,
             raise ValueError("beta/delta must be >= 0, got %r" % (b,))
         torch_args["loss_beta"] = float(b)
         torch_args["has_loss_beta"] = True
-    if torch_args and loss not in _TORCH_LOSSES:
+    if set(torch_args) <= {"loss_beta", "has_loss_beta"} and loss == "huber":
+        pass  # Keras' huber: delta
+    elif torch_args and loss not in _TORCH_LOSSES:
         raise ValueError("%s apply to PyTorch's losses; %s is Keras'"
                          % (", ".join(sorted(torch_args)), loss))
     if "ignore_index" in torch_args:

@@ -150,9 +150,9 @@ class EarlyStopping(Callback):
     """Keras' EarlyStopping, with its arithmetic: an epoch improves when
     monitor_op(current - min_delta, best) (min_delta signed towards the
     better side); wait counts epochs since the last improvement (reset only
-    when the value also beats baseline); training stops at the end of epoch
-    e > 0 once wait >= patience. restore_best_weights sets the weights of
-    the best epoch when it stops."""
+    when the value also beats baseline); training stops at the end of an
+    epoch e > 0 that did not improve once wait >= patience.
+    restore_best_weights sets the weights of the best epoch when it stops."""
 
     def __init__(self, monitor="val_loss", min_delta=0, patience=0,
                  verbose=0, mode="auto", baseline=None,
@@ -196,6 +196,9 @@ class EarlyStopping(Callback):
             if self.baseline is None or self._is_improvement(current,
                                                              self.baseline):
                 self.wait = 0
+            # an improving epoch never stops training (Keras'
+            # keras/src/callbacks/early_stopping.py returns here)
+            return
         if self.wait >= self.patience and epoch > 0:
             self.stopped_epoch = epoch
             self.model.stop_training = True

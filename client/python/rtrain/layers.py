@@ -44,9 +44,9 @@ _INIT_CONFIGS = {
 for _v in list(_INITIALIZERS.values()):
     _INITIALIZERS[_v] = _v
 
-# Keras' regularizer names -> (class name, config). The daemon has no
-# weight penalty yet: a model that uses one serialises it faithfully
-# (to_json) but compiling it is refused, never trained without it.
+# Keras' regularizer names -> (class name, config): Keras 3's defaults
+# (keras/src/regularizers/regularizers.py, 0.01); the daemon adds the
+# penalties to the loss as Keras does.
 _REGULARIZERS = {
     "l1": ("L1", {"l1": 0.01}), "l2": ("L2", {"l2": 0.01}),
     "l1_l2": ("L1L2", {"l1": 0.01, "l2": 0.01}),
@@ -107,6 +107,17 @@ def _ints(v, n, what):
     return [_pos_int(int(e), what) for e in v]
 
 
+def _dtype_name(dtype):
+    """A layer's dtype as saved: a name, Keras 3's DTypePolicy object or
+    Keras 2's Policy ({"class_name": ..., "config": {"name": ...}})."""
+    if isinstance(dtype, dict):
+        name = (dtype.get("config") or {}).get("name")
+        if not isinstance(name, str):
+            raise ValueError("dtype %r has no policy name" % (dtype,))
+        return name
+    return dtype
+
+
 def _shape(shape, what="input_shape"):
     if shape is None:
         return None
@@ -156,9 +167,12 @@ class Layer:
                  input_dim=None, batch_input_shape=None, dtype=None):
         if name is not None and (not isinstance(name, str) or not name):
             raise ValueError("layer name must be a non-empty string")
+        dtype = _dtype_name(dtype)
         if dtype not in (None, "float32"):
             raise ValueError("only float32 layers are supported, got dtype %r"
-                             % (dtype,))
+                             "%s" % (dtype, " (a mixed precision policy: save the "
+                                     "model with the float32 policy)"
+                                     if dtype.startswith("mixed_") else ""))
         given = [v for v in (input_shape, input_dim, batch_input_shape)
                  if v is not None]
         if len(given) > 1:

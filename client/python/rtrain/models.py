@@ -54,7 +54,9 @@ class _Node:
 
 class Model:
     """Keras' Functional model: Model(inputs, outputs) over rtrain.Input and
-    layer calls. One input and one output (what the daemon compiles)."""
+    layer calls; inputs and outputs may be lists (up to 8 outputs): fit
+    then takes lists or dicts (by layer name) of arrays, compile a loss
+    and loss_weights per output, and predict returns a list."""
 
     _default_name = "model"
 
@@ -73,15 +75,16 @@ class Model:
     def _init_functional(self, inputs, outputs):
         ins = inputs if isinstance(inputs, (list, tuple)) else [inputs]
         outs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
-        if len(ins) != 1 or len(outs) != 1:
-            raise ValueError("rtrain models have one input and one output")
+        if not ins or not outs or len(outs) > 8:
+            raise ValueError("rtrain models have 1 or more inputs and 1 to 8 "
+                             "outputs")
         for t in ins + outs:
             if not isinstance(t, _layers.KerasTensor):
                 raise TypeError("Model(inputs, outputs) takes tensors from "
                                 "rtrain.Input and layer calls")
-        if not isinstance(ins[0].layer, _layers.InputLayer):
-            raise ValueError("the model input must come from rtrain.Input")
-        # Topological order by a depth-first walk from the output.
+        if not all(isinstance(t.layer, _layers.InputLayer) for t in ins):
+            raise ValueError("the model inputs must come from rtrain.Input")
+        # Topological order by a depth-first walk from the outputs.
         order, seen = [], set()
 
         def visit(t):
@@ -91,12 +94,18 @@ class Model:
                 visit(i)
             seen.add(id(t.layer))
             order.append(t)
-        visit(outs[0])
-        if order[0].layer is not ins[0].layer or sum(
-                isinstance(t.layer, _layers.InputLayer) for t in order) != 1:
-            raise ValueError("the output does not depend on the model input "
-                             "alone")
-        self._tensors = order
+        for o in outs:
+            visit(o)
+        in_ids = [id(t.layer) for t in ins]
+        if sorted(id(t.layer) for t in order
+                  if isinstance(t.layer, _layers.InputLayer)) != sorted(in_ids):
+            raise ValueError("the outputs must depend on the model inputs "
+                             "and on nothing else")
+        self._in_layers = [t.layer for t in ins]
+        self._out_layers = [t.layer for t in outs]
+        # the inputs first, in the model's order, as Keras lists them
+        self._tensors = list(ins) + [t for t in order
+                                     if not isinstance(t.layer, _layers.InputLayer)]
         self._nodes = None
         self._build_nodes()
 
@@ -134,13 +143,29 @@ class Model:
                 return n.layer
         raise ValueError("no layer named %r" % (name,))
 
+    def _node_of(self, layer):
+        return next(n for n in self._nodes if n.layer is layer)
+
+    def _io(self):
+        """([(name, shape)] of the inputs, [(name, shape)] of the outputs)"""
+        ins = getattr(self, "_in_layers", None) or [self._nodes[0].layer]
+        outs = getattr(self, "_out_layers", None) or [self._nodes[-1].layer]
+        return ([(self._node_of(l).name, tuple(self._node_of(l).out_shape)) for l in ins],
+                [(self._node_of(l).name, tuple(self._node_of(l).out_shape)) for l in outs])
+
     @property
     def input_shape(self):
-        return (None,) + tuple(self._nodes[0].out_shape)
+        ins = self._io()[0]
+        if len(ins) > 1:
+            return [(None,) + s for _, s in ins]
+        return (None,) + ins[0][1]
 
     @property
     def output_shape(self):
-        return (None,) + tuple(self._nodes[-1].out_shape)
+        outs = self._io()[1]
+        if len(outs) > 1:
+            return [(None,) + s for _, s in outs]
+        return (None,) + outs[0][1]
 
     def weight_specs(self):
         """[(name, shape, trainable)] of every weight, in Keras' order (the
@@ -164,9 +189,10 @@ class Model:
             d["inbound_nodes"] = ([] if not n.inbound else
                                   [[[src, 0, 0, {}] for src in n.inbound]])
             out.append(d)
+        ins, outs = self._io()
         return {"name": self.name, "layers": out,
-                "input_layers": [[self._nodes[0].name, 0, 0]],
-                "output_layers": [[self._nodes[-1].name, 0, 0]]}
+                "input_layers": [[nm, 0, 0] for nm, _ in ins],
+                "output_layers": [[nm, 0, 0] for nm, _ in outs]}
 
     def _class_name(self):
         return "Functional"
@@ -231,14 +257,10 @@ class Model:
         connection or $RTRAIN_SERVER). Further keywords go to
         Client.compile (batch_size, shuffle, seed, from_logits, ...)."""
         from . import _default_client
-        for n in self._nodes:
-            regs = getattr(n.layer, "regularizers", {})
-            if any(v is not None for v in regs.values()):
-                raise ValueError(
-                    "layer %s has a regularizer; the daemon does not apply "
-                    "weight penalties, so it cannot train this model as "
-                    "Keras would" % n.name)
         client = client or _default_client()
+        if self._compiled is not None and self._pending is None:
+            # Keras' compile keeps the weights a model has
+            self._pending = [w.copy() for w in self._compiled.get_weights()]
         self._compiled = client.compile(self, optimizer=optimizer, loss=loss,
                                         metrics=metrics, **kw)
         self._compiled._owner = self
@@ -330,10 +352,17 @@ class Model:
         from . import saving
         saving.load_weights(self, filepath, by_name=by_name)
 
-    def save(self, filepath, overwrite=True, include_optimizer=False):
+    def save(self, filepath, overwrite=True, include_optimizer=False, format=None):
         """Keras 2's HDF5 model file: the model JSON (model_config), the
         compile settings (training_config) and the weights (model_weights).
-        rtrain.models.load_model and Keras' load_model read it."""
+        rtrain.models.load_model and Keras' load_model read it.
+        format="tfjs": the TF.js layers format in the folder filepath
+        (model.json and a weights shard), which tfjs loads."""
+        if format == "tfjs":
+            from . import saving
+            return saving.save_tfjs(self, filepath, overwrite=overwrite)
+        if format not in (None, "h5"):
+            raise ValueError("format %r: 'h5' or 'tfjs'" % (format,))
         from . import saving
         saving.save_model(self, filepath, overwrite=overwrite)
 
@@ -520,9 +549,13 @@ def model_from_json(json_string):
                                  "defined before it" % (name, srcs))
             ins = [made[s] for s in srcs]
             made[name] = layer(ins if len(ins) > 1 else ins[0])
-        in_name = cfg["input_layers"][0][0]
-        out_name = cfg["output_layers"][0][0]
-        return Model(made[in_name], made[out_name], name=cfg.get("name"))
+        def names(v):
+            # Keras 2: [["name", 0, 0], ...]; Keras 3 may write one ["name", 0, 0]
+            return [v[0]] if v and isinstance(v[0], str) else [e[0] for e in v]
+        ins = [made[nm] for nm in names(cfg["input_layers"])]
+        outs = [made[nm] for nm in names(cfg["output_layers"])]
+        return Model(ins if len(ins) > 1 else ins[0],
+                     outs if len(outs) > 1 else outs[0], name=cfg.get("name"))
     raise ValueError("not a Keras model JSON (class_name %r)" % (cls,))
 
 
@@ -531,4 +564,8 @@ def load_model(filepath, compile=True, client=None):
     compiled on the daemon when it has a training config, its weights
     loaded."""
     from . import saving
+    import os
+    p = os.fspath(filepath)
+    if os.path.isdir(p) or p.endswith(".json"):
+        return saving.load_tfjs(p, compile=compile, client=client)
     return saving.load_model(filepath, compile=compile, client=client)

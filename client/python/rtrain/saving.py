@@ -251,3 +251,85 @@ def load_model(filepath, compile=True, client=None):
         g = f["model_weights"]
         _read_weights_group(g, model)
     return model
+
+
+# ------------------------------------------------------------------ TF.js
+
+def _tfjs_paths(path):
+    """(folder, model.json) of a TF.js layers model given as either."""
+    path = _os.fspath(path)
+    if _os.path.isdir(path):
+        return path, _os.path.join(path, "model.json")
+    return _os.path.dirname(path) or ".", path
+
+
+def load_tfjs(path, compile=True, client=None):
+    """A TF.js layers model (model.json whose weightsManifest names .bin
+    shards, as tfjs' model.save and tensorflowjs_converter write it): the
+    model from its modelTopology, compiled when it carries a
+    training_config, with the shards' float32 weights set by name."""
+    import numpy as np
+    folder, mj = _tfjs_paths(path)
+    with open(mj) as f:
+        doc = _json.load(f)
+    topo = doc.get("modelTopology")
+    if not isinstance(topo, dict):
+        raise ValueError("%s is not a TF.js layers model (no modelTopology)" % mj)
+    cfg = topo.get("model_config", topo)
+    model = _models.model_from_json(cfg)
+    values = {}
+    for group in doc.get("weightsManifest") or []:
+        data = b""
+        for p in group.get("paths") or []:
+            if _os.path.isabs(p) or ".." in p.split("/"):
+                raise ValueError("weight shard path %r leaves the model's folder" % p)
+            with open(_os.path.join(folder, p), "rb") as f:
+                data += f.read()
+        at = 0
+        for w in group.get("weights") or []:
+            if w.get("dtype", "float32") != "float32" or w.get("quantization"):
+                raise ValueError("weight %s: only float32 unquantized TF.js weights are "
+                                 "read (%s%s)" % (w.get("name"), w.get("dtype"),
+                                                  ", quantized" if w.get("quantization") else ""))
+            n = int(np.prod(w["shape"])) if w["shape"] else 1
+            if at + 4 * n > len(data):
+                raise ValueError("weight %s runs past the end of its shards" % w["name"])
+            values[w["name"]] = np.frombuffer(data, "<f4", n, at).reshape(w["shape"])
+            at += 4 * n
+    specs = model.weight_specs()
+    missing = [name for name, _, _ in specs if name not in values]
+    if missing:
+        raise ValueError("the weights manifest has no %s (it holds %s)"
+                         % (missing[0], ", ".join(sorted(values)) or "nothing"))
+    tc = topo.get("training_config")
+    if tc and compile:
+        model.compile(optimizer="adam", loss=tc.get("loss"), client=client)
+    model.set_weights([values[name] for name, _, _ in specs])
+    return model
+
+
+def save_tfjs(model, path, overwrite=True):
+    """The TF.js layers format (model.json and one weights shard) in the
+    folder path: tfjs' tf.loadLayersModel reads it."""
+    import numpy as np
+    km = _keras_model(model)
+    if _os.path.exists(_os.path.join(path, "model.json")) and not overwrite:
+        raise FileExistsError(_os.path.join(path, "model.json"))
+    _os.makedirs(path, exist_ok=True)
+    names = [name for name, _, _ in km.weight_specs()]
+    weights = [np.ascontiguousarray(w, dtype="<f4") for w in model.get_weights()]
+    topo = {"class_name": km._class_name(), "config": km.get_config(),
+            "keras_version": _models.KERAS_VERSION, "backend": BACKEND}
+    tc = _training_config(model) if getattr(model, "_compiled", model) is not None else None
+    if tc is not None:
+        topo["training_config"] = tc
+    shard = "group1-shard1of1.bin"
+    with open(_os.path.join(path, shard), "wb") as f:
+        for w in weights:
+            f.write(w.tobytes())
+    with open(_os.path.join(path, "model.json"), "w") as f:
+        _json.dump({"format": "layers-model", "generatedBy": "rtrain",
+                    "convertedBy": None, "modelTopology": topo,
+                    "weightsManifest": [{"paths": [shard], "weights": [
+                        {"name": n, "shape": list(w.shape), "dtype": "float32"}
+                        for n, w in zip(names, weights)]}]}, f)
