@@ -58,6 +58,8 @@ typedef struct upload_st {
     int cut_short;         /* its reservation could not grow */
     int busy;              /* counted in rt_bufpool_busy */
     struct up_lane *lane;  /* large uploads: hashing and placing off the cq thread */
+    int sum_later;         /* the lane's XXH64 is checked by upload_work */
+    uint64_t sum_given;    /* the last chunk's checksum, then */
 } upload_st;
 
 /* A large upload's lane: the cq thread hands each chunk's received
@@ -471,6 +473,18 @@ static int upload_begin(rt_call *c, upload_st *u, const Rtrain__V1__DatasetHeade
 
 static Rtrain__V1__DatasetInfo *dataset_info(rt_call *c, const rt_dataset *ds, int dedup);
 
+static int check_sum(rt_call *c, up_data *d, uint64_t given)
+{
+    if (!d->x64)
+        return 0;
+    uint64_t sum = XXH64_digest(d->x64);
+    if (sum != given)
+        return rt_call_fail(c, RT_ECHECKSUM,
+                            "checksum mismatch: XXH64 of the data is %016llx, the client sent "
+                            "%016llx", (unsigned long long)sum, (unsigned long long)given);
+    return 0;
+}
+
 static int upload_chunk(rt_call *c, upload_st *u)
 {
     Rtrain__V1__UploadChunk *q = REQ(c, Rtrain__V1__UploadChunk);
@@ -556,14 +570,17 @@ static int upload_chunk(rt_call *c, upload_st *u)
         if (u->hash_later && !u->has_content_hash)
             return rt_call_fail(c, RT_EINVAL,
                                 "hash_later, but no chunk up to the last had the content_hash");
-        up_drain(u);
-        if (d->x64) {
-            uint64_t sum = XXH64_digest(d->x64);
-            if (sum != q->checksum)
-                return rt_call_fail(c, RT_ECHECKSUM,
-                                    "checksum mismatch: XXH64 of the data is %016llx, the client "
-                                    "sent %016llx",
-                                    (unsigned long long)sum, (unsigned long long)q->checksum);
+        if (u->lane) {
+            /* The lane may hold chunks still: waiting for it here would
+             * hold this cq thread (and every call it serves) for as long
+             * as hashing them takes. upload_work ends the lane and checks
+             * the sum, on the executor. */
+            u->sum_later = 1;
+            u->sum_given = q->checksum;
+        } else {
+            int rc = check_sum(c, d, q->checksum);
+            if (rc < 0)
+                return rc;
         }
         if (d->received != u->stream_total)
             return rt_call_fail(c, RT_ETRUNCATED, "upload ended at %llu of %llu bytes",
@@ -620,8 +637,13 @@ static Rtrain__V1__DatasetInfo *dataset_info(rt_call *c, const rt_dataset *ds, i
 static int upload_work(rt_call *c)
 {
     upload_st *u = c->st;
-    up_lane_stop(u); /* drained at the last chunk: the thread just ends */
+    up_lane_stop(u); /* it places what it holds first */
     up_data *d = u->d;
+    if (u->sum_later) {
+        int rc = check_sum(c, d, u->sum_given);
+        if (rc < 0)
+            return rc;
+    }
     rt_ingest in = {.data = c->srv->data, .state = c->srv->state, .uploads = &c->srv->upstore,
                     .who = c->who, .name = u->name, .parts = u->parts, .n_parts = u->n_parts,
                     .any_held = u->any_held, .buf = &d->buf, .total = u->total, .cur = &d->cur,

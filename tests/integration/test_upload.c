@@ -563,6 +563,70 @@ static void test_default_limits(itest_conn *c, const char *sid)
     free(b);
 }
 
+/* An upload of 12 MiB goes through its lane (hashing off the cq thread);
+ * its checksum is checked once the lane has placed everything, after the
+ * last chunk: a wrong one is DATA_LOSS naming both sums, the right one
+ * stores the data, and the daemon answers after either. */
+static void test_lane_checksum(itest_conn *c, const char *sid)
+{
+    enum { K = 12 };
+    const size_t n = (size_t)K << 20;
+    uint8_t *b = malloc(n);
+    CHECK(b, "malloc");
+    if (!b)
+        return;
+    float *f = (float *)b;
+    for (size_t i = 0; i < n / 4; i++)
+        f[i] = (float)(i % 997) * 0.001f;
+    Rtrain__V1__DataPart p = part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
+                                  RTRAIN__V1__DATA_FORMAT__FORMAT_RAW, n);
+    int64_t shape[2] = {(int64_t)(n / 256), 64};
+    p.dtype = RTRAIN__V1__DTYPE__F32;
+    p.shape = shape;
+    p.n_shape = 2;
+    Rtrain__V1__DataPart *pp[1] = {&p};
+    Rtrain__V1__DatasetHeader h = RTRAIN__V1__DATASET_HEADER__INIT;
+    h.session_id = (char *)sid;
+    h.parts = pp;
+    h.n_parts = 1;
+    h.total_bytes = n;
+    Rtrain__V1__UploadChunk ch[K];
+    ProtobufCMessage *m[K];
+    for (int i = 0; i < K; i++) {
+        Rtrain__V1__UploadChunk init = RTRAIN__V1__UPLOAD_CHUNK__INIT;
+        ch[i] = init;
+        ch[i].offset = (uint64_t)i << 20;
+        ch[i].data.data = b + ((size_t)i << 20);
+        ch[i].data.len = 1u << 20;
+        m[i] = &ch[i].base;
+    }
+    ch[0].header = &h;
+    ch[K - 1].last = 1;
+    const uint64_t sum = XXH64(b, n, 0);
+    ch[K - 1].checksum = sum ^ 1;
+    itest_res r;
+    itest_client_stream(c, "UploadDataset", m, K, -1, &r);
+    char want[96];
+    snprintf(want, sizeof want, "XXH64 of the data is %016llx, the client sent %016llx",
+             (unsigned long long)sum, (unsigned long long)(sum ^ 1));
+    CHECK(r.status == GRPC_STATUS_DATA_LOSS && strstr(r.details, want),
+          "12 MiB with a wrong checksum: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    CHECK(ping_ok(c), "the daemon answers after the refused upload");
+    ch[K - 1].checksum = sum;
+    itest_client_stream(c, "UploadDataset", m, K, -1, &r);
+    CHECK(r.status == 0, "12 MiB with the right checksum: %d %s", r.status, r.details);
+    Rtrain__V1__UploadResponse *u = upload_resp(&r);
+    if (u) {
+        CHECK(u->dataset->samples == n / 256 && u->bytes_received == n,
+              "12 MiB upload: %llu samples, %llu bytes", (unsigned long long)u->dataset->samples,
+              (unsigned long long)u->bytes_received);
+        rtrain__v1__upload_response__free_unpacked(u, NULL);
+    }
+    itest_res_free(&r);
+    free(b);
+}
+
 /* With --max-store-bytes 100000, a second 60 KB dataset pushes the first
  * (unused) one out; the newest stays findable. */
 static void test_store_cap(const char *rtraind)
@@ -1162,6 +1226,7 @@ int main(int argc, char **argv)
         c = itest_connect(d.addr);
         CHECK(itest_session(c, "default limits", sid) == 0, "session");
         RUN(test_default_limits, c, sid);
+        RUN(test_lane_checksum, c, sid);
         itest_disconnect(c);
         CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "daemon exit");
     } else {
