@@ -3,16 +3,21 @@
  * while another client abuses the daemon.
  *
  *     bench_fairness path/to/rtraind [--samples N] [--reps R] [--slice-ms S]
- *                    [--upload-gib G] [--layers L] [--conns C]
+ *                    [--upload-gib G] [--layers L] [--conns C] [--parse-mib M]
  *
  * One rtraind on 127.0.0.1. The well-behaved client (its own session, an
  * iris MLP) times N sequential K=1 RunSteps: alone, then while another
  * session runs each of
  *   - a 10^7-step Fit (10^3 epochs of 10^4 steps, read as it streams);
+ *   - the first Fit of a freshly compiled program, without progress
+ *     events (10^3 x 10^4 steps, stopped with Control after the samples);
  *   - a G GiB upload, streamed from zeros in 1 MiB chunks (never held in
  *     memory; it ends with a wrong checksum so the daemon does not parse
  *     G GiB of features); samples are taken until the upload has sent all
  *     of it;
+ *   - M MiB RAW uploads that the daemon parses (valid checksum, new
+ *     content each time), one after another, until N samples and two
+ *     uploads are done;
  *   - C half-open TCP connections (connect, never send a byte);
  *   - an L-layer Keras Sequential compile (last: the engine cannot be
  *     interrupted, so the daemon is killed after it).
