@@ -531,21 +531,34 @@ static void test_too_big(itest_conn *c, const char *sid)
  * the --max-dataset-bytes of main's first daemon) in 1 MiB chunks: the
  * dataset has its shape and every byte. (Upload throughput is measured by
  * bench/upload, not by a test.) */
-static void test_default_limits(itest_conn *c, const char *sid)
+/* n bytes of f32 features, 64 a sample (i % mod / 1000), as a RAW part
+ * (shape points at the caller's two dims); NULL if out of memory. */
+static uint8_t *f32_features(size_t n, unsigned mod, int64_t shape[2], Rtrain__V1__DataPart *p)
 {
-    const size_t n = 6u << 20;
     uint8_t *b = malloc(n);
     CHECK(b, "malloc");
     if (!b)
-        return;
+        return NULL;
     float *f = (float *)b;
     for (size_t i = 0; i < n / 4; i++)
-        f[i] = (float)(i % 1000) * 0.001f;
-    Rtrain__V1__DataPart p = part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DATA_FORMAT__FORMAT_RAW, n);
-    int64_t shape[2] = {(int64_t)(n / 256), 64};
-    p.dtype = RTRAIN__V1__DTYPE__F32;
-    p.shape = shape;
-    p.n_shape = 2;
+        f[i] = (float)(i % mod) * 0.001f;
+    *p = part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DATA_FORMAT__FORMAT_RAW, n);
+    shape[0] = (int64_t)(n / 256);
+    shape[1] = 64;
+    p->dtype = RTRAIN__V1__DTYPE__F32;
+    p->shape = shape;
+    p->n_shape = 2;
+    return b;
+}
+
+static void test_default_limits(itest_conn *c, const char *sid)
+{
+    const size_t n = 6u << 20;
+    Rtrain__V1__DataPart p;
+    int64_t shape[2];
+    uint8_t *b = f32_features(n, 1000, shape, &p);
+    if (!b)
+        return;
     Rtrain__V1__DataPart *pp[1] = {&p};
     itest_res r;
     itest_upload(c, sid, pp, 1, b, n, 1u << 20, NULL, &r);
@@ -571,19 +584,11 @@ static void test_lane_checksum(itest_conn *c, const char *sid)
 {
     enum { K = 12 };
     const size_t n = (size_t)K << 20;
-    uint8_t *b = malloc(n);
-    CHECK(b, "malloc");
+    Rtrain__V1__DataPart p;
+    int64_t shape[2];
+    uint8_t *b = f32_features(n, 997, shape, &p);
     if (!b)
         return;
-    float *f = (float *)b;
-    for (size_t i = 0; i < n / 4; i++)
-        f[i] = (float)(i % 997) * 0.001f;
-    Rtrain__V1__DataPart p = part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
-                                  RTRAIN__V1__DATA_FORMAT__FORMAT_RAW, n);
-    int64_t shape[2] = {(int64_t)(n / 256), 64};
-    p.dtype = RTRAIN__V1__DTYPE__F32;
-    p.shape = shape;
-    p.n_shape = 2;
     Rtrain__V1__DataPart *pp[1] = {&p};
     Rtrain__V1__DatasetHeader h = RTRAIN__V1__DATASET_HEADER__INIT;
     h.session_id = (char *)sid;
