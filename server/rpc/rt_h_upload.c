@@ -66,10 +66,13 @@ typedef struct upload_st {
  * slices (the byte buffer itself, no copy) to a thread of the upload's
  * own, which hashes, places and checks them in order, and goes back to
  * reading the socket: receiving and the one pass over the data overlap
- * instead of taking turns on one thread. At most RT__LANE_DEPTH chunks
- * wait (the cq thread waits for room); everything that reads what the
- * lane writes drains it first (up_drain). */
-#define RT__LANE_DEPTH 8
+ * instead of taking turns on one thread. Each chunk handed over holds
+ * the stream's next receive (rt_call_recv_hold) until the lane takes it
+ * up, so the next chunk is received while this one is hashed, at most one
+ * waits, and no cq thread ever waits for the lane: it serves other calls
+ * meanwhile, and HTTP/2 flow control slows the uploader. Everything that
+ * reads what the lane writes drains it first (up_drain). */
+#define RT__LANE_DEPTH 2
 #define RT__LANE_MIN (8u << 20) /* smaller uploads place inline */
 typedef struct up_item {
     grpc_byte_buffer *bb;
@@ -83,6 +86,7 @@ typedef struct up_lane {
     pthread_cond_t cv;
     up_item q[RT__LANE_DEPTH];
     int head, count, working, stop;
+    rt_call *held;         /* a call whose receive the lane resumes */
     upload_st *u;
 } up_lane;
 
@@ -248,7 +252,11 @@ static void *up_lane_main(void *arg)
         l->head = (l->head + 1) % RT__LANE_DEPTH;
         l->count--;
         l->working = 1;
+        rt_call *held = l->held;
+        l->held = NULL;
         pthread_mutex_unlock(&l->mu);
+        if (held) /* while working: up_drain waits for this too */
+            rt_call_recv_resume(held);
         for (size_t i = 0; i < it.n; i++)
             up_place(l->u, it.sp[i].p, it.sp[i].n);
         grpc_byte_buffer_destroy(it.bb);
@@ -281,14 +289,18 @@ static void up_lane_start(upload_st *u)
     u->lane = l;
 }
 
-/* Hand one chunk's slices to the lane: it owns bb and sp from here. */
-static void up_lane_put(up_lane *l, grpc_byte_buffer *bb, rt_wire_span *sp, size_t n)
+/* Hand one chunk's slices to the lane: it owns bb and sp from here. c's
+ * next receive is held until the lane takes the chunk up (the hold comes
+ * before the lane can take it, so the resume is never lost). */
+static void up_lane_put(up_lane *l, rt_call *c, grpc_byte_buffer *bb, rt_wire_span *sp, size_t n)
 {
     pthread_mutex_lock(&l->mu);
-    while (l->count == RT__LANE_DEPTH)
+    while (l->count == RT__LANE_DEPTH) /* not reached: one is queued at most */
         pthread_cond_wait(&l->cv, &l->mu);
     l->q[(l->head + l->count) % RT__LANE_DEPTH] = (up_item){bb, sp, n};
     l->count++;
+    rt_call_recv_hold(c);
+    l->held = c;
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
 }
@@ -553,7 +565,7 @@ static int upload_chunk(rt_call *c, upload_st *u)
         d->received += len;
         if (c->bulk && u->lane) {
             /* the slices go to the lane as they are; the call lets go */
-            up_lane_put(u->lane, c->payload, c->bulk, c->n_bulk);
+            up_lane_put(u->lane, c, c->payload, c->bulk, c->n_bulk);
             c->payload = NULL;
             c->bulk = NULL;
             c->n_bulk = 0;

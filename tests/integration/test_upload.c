@@ -576,7 +576,9 @@ static void test_default_limits(itest_conn *c, const char *sid)
     free(b);
 }
 
-/* An upload of 12 MiB goes through its lane (hashing off the cq thread);
+/* An upload of 12 MiB goes through its lane (hashing off the cq thread;
+ * each of its 12 chunks holds the stream's next receive until the lane
+ * takes it up, so this also checks that every held receive is resumed);
  * its checksum is checked once the lane has placed everything, after the
  * last chunk: a wrong one is DATA_LOSS naming both sums, the right one
  * stores the data, and the daemon answers after either. */
