@@ -346,10 +346,20 @@ int main(int argc, char **argv)
         CHECK_RC(rt_client_ping(a, 0, NULL));
         rt_client_destroy(a);
         rt_client_library_release();
-        CHECK(rt_client_create(addr, &a) == 0); /* released: started again */
-        rt_client_connect_timings(a, &ct);
-        CHECK(ct.library_started);
-        rt_client_destroy(a);
+        /* Released: the next client starts gRPC again. gRPC's own clean-up
+         * of the channels just destroyed can hold its init count a moment
+         * longer (on its threads, whatever our release did), so the state
+         * is waited for, within 10 s, not read once. */
+        int restarted = 0;
+        for (int i = 0; i < 1000 && !restarted; i++) {
+            CHECK(rt_client_create(addr, &a) == 0);
+            rt_client_connect_timings(a, &ct);
+            restarted = ct.library_started;
+            rt_client_destroy(a);
+            if (!restarted)
+                usleep(10000);
+        }
+        CHECK(restarted);
         /* Nobody listens on port 1: wait_ready says so, naming it. */
         CHECK(rt_client_create("127.0.0.1:1", &a) == 0);
         CHECK(rt_client_wait_ready(a, 30000) == RT_EUNAVAILABLE);
