@@ -209,6 +209,17 @@ int rt_graph_set_output(rt_graph *g, const char *name);
 /* NULL-terminated list of supported op names; static. */
 const char *const *rt_engine_op_names(void);
 
+/* Backends (server/kernels/NAME, docs/backends.md): the program registers
+ * those it links; every plan compiles for the selected one. Select by name
+ * (RT_ENOTFOUND when none of that name is registered); without a call, the
+ * environment's RT_BACKEND, else the registered one of highest rank.
+ * Select before compiling: plans keep the backend they were compiled for. */
+int rt_backend_select(const char *name);
+const char *rt_backend_name(void);      /* the selected one's, "" when none */
+const char *rt_backend_describe(void);  /* e.g. "cpu+onednn-3.0" */
+/* the registered backends' names, comma-separated, in rank order */
+const char *rt_backend_list(void);
+
 /* ------------------------------------------------------------ training config */
 
 typedef enum rt_loss_kind {
@@ -372,6 +383,7 @@ typedef struct rt_compile_report {
     uint64_t pass_ns[RT_COMPILE_PASSES]; /* each pass's time, in order */
     uint32_t n_regularized;   /* parameters with an L1/L2 regularizer */
     uint32_t n_constrained;   /* parameters with a constraint */
+    char backend[16];         /* the backend the plan runs on */
 } rt_compile_report;
 
 /* A 128-bit cache key over (canonical graph, training config, batch size,
