@@ -9,10 +9,12 @@
 #ifdef RT_HAVE_BACKEND_CPU
 extern const rt__backend rt__backend_cpu;
 #endif
+extern const rt__backend rt__backend_ref;
 
 __attribute__((constructor)) static void rt__backends_register(void)
 {
 #ifdef RT_HAVE_BACKEND_CPU
     rt__backend_register(&rt__backend_cpu);
 #endif
+    rt__backend_register(&rt__backend_ref);
 }

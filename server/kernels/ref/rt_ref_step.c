@@ -1,0 +1,442 @@
+/* rt_ref_step.c - the reference backend's step beyond the op kernels: the
+ * batch gather, Keras' losses and metrics, regularizers and constraints,
+ * clipping and the optimizers, each from its definition (formulas in
+ * server/kernels/cpu/rt_kern_loss.c, rt_kern_optim.c, rt_kern_regular.c
+ * and server/engine/rt_metrics.c), in double. */
+#include <math.h>
+#include <string.h>
+
+#include "ref/rt_ref.h"
+
+#define RT_REF_EPS 1e-7
+
+void rt_ref_gather(void *ctx, const rt__gather_args *g)
+{
+    (void)ctx;
+    for (int64_t i = 0; i < g->nb; i++) {
+        const int64_t r = g->idx ? g->idx[i] : g->start + i;
+        for (int64_t j = 0; j < g->in; j++) g->xb[i * g->in + j] = g->x[r * g->in + j];
+        if (g->y)
+            memcpy((char *)g->yb + i * g->ln * 4, (const char *)g->y + r * g->ln * 4,
+                   (size_t)(g->ln * 4));
+    }
+}
+
+/* ------------------------------------------------------------------ losses */
+
+static double rt_ref_lab(const rt__lossinfo *L, const void *lab, int64_t i)
+{
+    return L->lab_dt == RT_I32 ? (double)((const int32_t *)lab)[i] : ((const float *)lab)[i];
+}
+
+static int64_t rt_ref_argmax(const float *x, int64_t C)
+{
+    int64_t b = 0;
+    for (int64_t j = 1; j < C; j++)
+        if (x[j] > x[b]) b = j;
+    return b;
+}
+
+static double rt_ref_clip01(double p)
+{
+    return p < RT_REF_EPS ? RT_REF_EPS : p > 1 - RT_REF_EPS ? 1 - RT_REF_EPS : p;
+}
+
+/* Keras' accuracy of output row z (C values) against its labels at lab_i:
+ * binary (threshold 0.5, or 0 on logits) for BCE and one output, else the
+ * argmax against the class (sparse, or one label per row) or against the
+ * labels' argmax */
+static int rt_ref_row_acc(const rt__lossinfo *L, const float *z, const void *lab,
+                          int64_t lab_i)
+{
+    const int64_t C = L->classes;
+    const int bc = L->lab_numel != L->out_numel;
+    if (L->kind == RT_LOSS_BCE || C == 1) {
+        const double thr = L->from_logits ? 0.0 : 0.5;
+        for (int64_t j = 0; j < C; j++) {
+            const double y = rt_ref_lab(L, lab, bc ? lab_i : lab_i + j);
+            if ((z[j] > thr) != (y > 0.5)) return 0;
+        }
+        return 1;
+    }
+    const int64_t a = rt_ref_argmax(z, C);
+    if (L->kind == RT_LOSS_SPARSE_CE || bc) {
+        int64_t c = (int64_t)rt_ref_lab(L, lab, lab_i);
+        c = c < 0 ? 0 : c >= C ? C - 1 : c;
+        return a == c;
+    }
+    int64_t b = 0;
+    for (int64_t j = 1; j < C; j++)
+        if (rt_ref_lab(L, lab, lab_i + j) > rt_ref_lab(L, lab, lab_i + b)) b = j;
+    return a == b;
+}
+
+/* One row's loss; its gradient times s into dz when dz is not NULL. */
+static double rt_ref_row_loss(const rt__lossinfo *L, const float *z, const void *lab,
+                              int64_t li, float *dz, double s)
+{
+    const int64_t C = L->classes;
+    const int bc = L->lab_numel != L->out_numel;
+    double loss = 0;
+    switch (L->kind) {
+    case RT_LOSS_SPARSE_CE:
+    case RT_LOSS_CE: {
+        /* target distribution t: one-hot of the class, or the labels */
+        int64_t cls = -1;
+        if (L->kind == RT_LOSS_SPARSE_CE) {
+            cls = (int64_t)rt_ref_lab(L, lab, li);
+            cls = cls < 0 ? 0 : cls >= C ? C - 1 : cls;
+        }
+#define RT_REF_T(j) (cls >= 0 ? (double)((j) == cls) : rt_ref_lab(L, lab, li + (j)))
+        if (L->from_logits) {
+            double m = z[0], se = 0, ts = 0;
+            for (int64_t j = 1; j < C; j++) m = z[j] > m ? z[j] : m;
+            for (int64_t j = 0; j < C; j++) se += exp(z[j] - m);
+            const double lse = m + log(se);
+            for (int64_t j = 0; j < C; j++) {
+                loss += RT_REF_T(j) * (lse - z[j]);
+                ts += RT_REF_T(j);
+            }
+            if (dz)
+                for (int64_t j = 0; j < C; j++) dz[j] = (float)(s * (exp(z[j] - lse) * ts - RT_REF_T(j)));
+        } else {
+            /* probabilities: sparse clips each then normalises by their
+             * sum; dense normalises first, then clips (Keras' TF backend) */
+            double S = 0;
+            for (int64_t j = 0; j < C; j++)
+                S += L->kind == RT_LOSS_SPARSE_CE ? rt_ref_clip01(z[j]) : z[j];
+            if (L->kind == RT_LOSS_SPARSE_CE) {
+                const double ql = rt_ref_clip01(z[cls]);
+                loss = -log(ql / S);
+                if (dz)
+                    for (int64_t j = 0; j < C; j++) {
+                        const int in = z[j] >= (float)RT_REF_EPS && z[j] <= (float)(1 - RT_REF_EPS);
+                        dz[j] = in ? (float)(s * (1 / S - (j == cls ? 1 / ql : 0))) : 0.0f;
+                    }
+            } else {
+                double gu = 0;
+                for (int64_t j = 0; j < C; j++) {
+                    const double u = z[j] / S, q = rt_ref_clip01(u);
+                    loss -= RT_REF_T(j) * log(q);
+                    const int in = (float)u >= (float)RT_REF_EPS && (float)u <= (float)(1 - RT_REF_EPS);
+                    gu += in ? -RT_REF_T(j) / q * u : 0;
+                }
+                if (dz)
+                    for (int64_t j = 0; j < C; j++) {
+                        const double u = z[j] / S, q = rt_ref_clip01(u);
+                        const int in = (float)u >= (float)RT_REF_EPS && (float)u <= (float)(1 - RT_REF_EPS);
+                        dz[j] = (float)(s * ((in ? -RT_REF_T(j) / q : 0) - gu) / S);
+                    }
+            }
+        }
+#undef RT_REF_T
+        break;
+    }
+    default:
+        /* elementwise: the mean over the row's C values */
+        for (int64_t j = 0; j < C; j++) {
+            const double p = z[j], y = rt_ref_lab(L, lab, bc ? li : li + j);
+            double f, d;
+            switch (L->kind) {
+            case RT_LOSS_MSE:
+                f = (p - y) * (p - y);
+                d = 2 * (p - y);
+                break;
+            case RT_LOSS_MAE:
+                f = fabs(p - y);
+                d = (p > y) - (p < y);
+                break;
+            case RT_LOSS_BCE:
+                if (L->from_logits) {
+                    f = (p > 0 ? p : 0) - p * y + log1p(exp(-fabs(p)));
+                    d = 1 / (1 + exp(-p)) - y;
+                } else {
+                    const double q = rt_ref_clip01(p);
+                    f = -(y * log(q + RT_REF_EPS) + (1 - y) * log(1 - q + RT_REF_EPS));
+                    const int in = (float)p >= (float)RT_REF_EPS && (float)p <= (float)(1 - RT_REF_EPS);
+                    d = in ? -(y / (q + RT_REF_EPS) - (1 - y) / (1 - q + RT_REF_EPS)) : 0;
+                }
+                break;
+            default: /* logcosh */
+                f = log(cosh(p - y));
+                if (!isfinite(f)) f = fabs(p - y) - log(2.0);
+                d = tanh(p - y);
+                break;
+            }
+            loss += f / (double)C;
+            if (dz) dz[j] = (float)(s * d);
+        }
+        break;
+    }
+    return loss;
+}
+
+static void rt_ref_loss_batch(const rt__lossinfo *L, const float *y, const void *lab, int64_t n,
+                              float *dy, double *loss_sum, double *acc_sum)
+{
+    const int64_t C = L->classes, R = L->rows;
+    const int bc = L->lab_numel != L->out_numel;
+    /* the batch mean of per-sample means over rows (elementwise losses
+     * also over the row's values: their per-element gradient is 1/(n R C)) */
+    const int elem = L->kind != RT_LOSS_SPARSE_CE && L->kind != RT_LOSS_CE;
+    const double s = 1.0 / ((double)n * (double)R * (elem ? (double)C : 1.0));
+    for (int64_t i = 0; i < n; i++) {
+        double sl = 0, sa = 0;
+        for (int64_t r = 0; r < R; r++) {
+            const int64_t row = i * R + r, li = bc ? row : row * C;
+            sl += rt_ref_row_loss(L, y + row * C, lab, li, dy ? dy + row * C : NULL, s);
+            if (L->acc) sa += rt_ref_row_acc(L, y + row * C, lab, li);
+        }
+        *loss_sum += sl / (double)R;
+        *acc_sum += sa / (double)R;
+    }
+}
+
+void rt_ref_loss(void *ctx, const rt__lossinfo *L, const float *y, const void *lab, int64_t n,
+                 const float *sw, float *dy, double *loss_sum, double *acc_sum, float *scratch)
+{
+    (void)ctx;
+    (void)scratch;
+    if (!sw) {
+        rt_ref_loss_batch(L, y, lab, n, dy, loss_sum, acc_sum);
+        return;
+    }
+    /* Keras' SUM_OVER_BATCH_SIZE with sample weights: sum_i w_i l_i / n */
+    const int64_t on = L->out_numel, ln = L->lab_numel;
+    for (int64_t i = 0; i < n; i++) {
+        double l = 0;
+        float *d = dy ? dy + i * on : NULL;
+        rt_ref_loss_batch(L, y + i * on, (const char *)lab + i * ln * 4, 1, d, &l, acc_sum);
+        *loss_sum += (double)sw[i] * l;
+        if (d)
+            for (int64_t j = 0; j < on; j++) d[j] = (float)((double)d[j] * sw[i] / (double)n);
+    }
+}
+
+/* ----------------------------------------------------------------- metrics */
+
+/* TF's in_top_k: fewer than k values strictly above the target's */
+static int rt_ref_top_k(const double *p, int64_t C, int64_t t, int k)
+{
+    int above = 0;
+    for (int64_t j = 0; j < C; j++) above += p[j] > p[t];
+    return above < k;
+}
+
+void rt_ref_metrics(void *ctx, const rt__lossinfo *L, uint32_t metrics, const float *y,
+                    const void *lab, int64_t n, rt__macc *a)
+{
+    (void)ctx;
+    const int64_t C = L->classes, R = L->rows, E = L->out_numel;
+    double p[4096], t[4096];
+    for (int64_t i = 0; i < n; i++) {
+        double bin = 0, cat = 0, scat = 0, topk = 0, stopk = 0, ae = 0, se = 0;
+        for (int64_t r = 0; r < R; r++) {
+            const float *z = y + i * E + r * C;
+            /* the Softmax the loss folded into itself (logits arrive) */
+            double m = z[0], s = 0;
+            for (int64_t j = 1; j < C; j++) m = z[j] > m ? z[j] : m;
+            for (int64_t j = 0; j < C && j < 4096; j++) {
+                p[j] = L->softmax_fused ? exp(z[j] - m) : z[j];
+                s += p[j];
+            }
+            if (L->softmax_fused)
+                for (int64_t j = 0; j < C && j < 4096; j++) p[j] = (float)(p[j] / s);
+            int64_t pa = 0;
+            for (int64_t j = 1; j < C; j++)
+                if (p[j] > p[pa]) pa = j;
+            if (L->lab_numel == L->rows) {
+                int64_t c = (int64_t)rt_ref_lab(L, lab, i * R + r);
+                if (c < 0 || c >= C) c = 0;
+                scat += pa == c;
+                stopk += rt_ref_top_k(p, C, c, 5);
+                continue;
+            }
+            int64_t ta = 0;
+            for (int64_t j = 0; j < C && j < 4096; j++) {
+                t[j] = (float)rt_ref_lab(L, lab, i * E + r * C + j);
+                if (t[j] > t[ta]) ta = j;
+            }
+            cat += pa == ta;
+            topk += rt_ref_top_k(p, C, ta, 5);
+            for (int64_t j = 0; j < C; j++) {
+                const double d = p[j] - t[j];
+                bin += (p[j] > 0.5 ? 1.0 : 0.0) == t[j];
+                ae += fabs(d);
+                se += d * d;
+                const int pp = p[j] > 0.5, tt = t[j] != 0;
+                if (metrics & (RT_METRIC_PRECISION | RT_METRIC_RECALL)) {
+                    a->tp += pp && tt;
+                    a->fp += pp && !tt;
+                    a->fn += !pp && tt;
+                }
+                if (metrics & RT_METRIC_AUC) {
+                    if (tt) a->pos += 1;
+                    else a->neg += 1;
+                    for (int k = 0; k < RT__AUC_T; k++) {
+                        const double th = k == 0 ? -1e-7 : k == RT__AUC_T - 1 ? 1 + 1e-7
+                                                         : (double)k / (RT__AUC_T - 1);
+                        if (p[j] > th) {
+                            if (tt) a->auc_tp[k] += 1;
+                            else a->auc_fp[k] += 1;
+                        }
+                    }
+                }
+            }
+        }
+        a->sum[1] += bin / (double)E;
+        a->sum[2] += cat / (double)R;
+        a->sum[3] += scat / (double)R;
+        a->sum[4] += topk / (double)R;
+        a->sum[5] += stopk / (double)R;
+        a->sum[6] += ae / (double)E;
+        a->sum[7] += se / (double)E;
+        a->sq += se;
+        a->elems += (double)E;
+    }
+    a->n += n;
+}
+
+/* ------------------------------------------- regularizers and constraints */
+
+double rt_ref_regularize(void *ctx, const rt_plan *p, const float *w, float *g)
+{
+    (void)ctx;
+    double pen = 0;
+    for (int i = 0; i < p->n_params; i++) {
+        const rt__param *pr = &p->params[i];
+        const double l1 = pr->opts.l1 > 0 ? pr->opts.l1 : 0, l2 = pr->opts.l2 > 0 ? pr->opts.l2 : 0;
+        if (l1 == 0 && l2 == 0) continue;
+        for (int64_t j = 0; j < pr->numel; j++) {
+            const double x = w[pr->off + j];
+            pen += l1 * fabs(x) + l2 * x * x;
+            if (g && pr->trainable) {
+                const double d = l1 * ((x > 0) - (x < 0)) + 2 * l2 * x;
+                g[pr->goff + j] = (float)(g[pr->goff + j] + d);
+            }
+        }
+    }
+    return pen;
+}
+
+/* element j of slice k of a parameter whose slices run along the axes in
+ * mask (Keras' constraint axes) */
+static int64_t rt_ref_slice_at(const rt__shape *s, unsigned mask, int64_t k, int64_t j)
+{
+    int64_t off = 0, stride = 1;
+    for (int d = s->ndim - 1; d >= 0; d--) {
+        int64_t c;
+        if (mask >> d & 1) {
+            c = j % s->d[d];
+            j /= s->d[d];
+        } else {
+            c = k % s->d[d];
+            k /= s->d[d];
+        }
+        off += c * stride;
+        stride *= s->d[d];
+    }
+    return off;
+}
+
+void rt_ref_constrain(void *ctx, const rt_plan *p, float *w)
+{
+    (void)ctx;
+    for (int i = 0; i < p->n_params; i++) {
+        const rt__param *pr = &p->params[i];
+        const rt_param_opts *o = &pr->opts;
+        if (!pr->trainable || o->constraint == RT_CONSTRAINT_NONE) continue;
+        float *x = w + pr->off;
+        if (o->constraint == RT_CONSTRAINT_NON_NEG) {
+            for (int64_t j = 0; j < pr->numel; j++)
+                if (x[j] < 0) x[j] = 0;
+            continue;
+        }
+        int64_t per = 1;
+        for (int d = 0; d < pr->shape.ndim; d++)
+            if (o->c_axes >> d & 1) per *= pr->shape.d[d];
+        for (int64_t k = 0; k < pr->numel / per; k++) {
+            double ss = 0;
+            for (int64_t j = 0; j < per; j++) {
+                const double v = x[rt_ref_slice_at(&pr->shape, o->c_axes, k, j)];
+                ss += v * v;
+            }
+            const double nrm = sqrt(ss);
+            double want = nrm;
+            if (o->constraint == RT_CONSTRAINT_MAX_NORM) want = fmin(nrm, o->c_max);
+            else if (o->constraint == RT_CONSTRAINT_UNIT_NORM) want = 1;
+            else if (o->constraint == RT_CONSTRAINT_MIN_MAX_NORM)
+                want = o->c_rate * fmin(fmax(nrm, o->c_min), o->c_max) + (1 - o->c_rate) * nrm;
+            for (int64_t j = 0; j < per; j++) {
+                float *v = &x[rt_ref_slice_at(&pr->shape, o->c_axes, k, j)];
+                *v = (float)(*v * (want / (1e-7 + nrm)));
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------- clipping, optimizers */
+
+double rt_ref_clip(void *ctx, float *g, int64_t count, float clip)
+{
+    (void)ctx;
+    double s = 0;
+    for (int64_t i = 0; i < count; i++) s += (double)g[i] * g[i];
+    const double norm = sqrt(s);
+    if (clip > 0 && norm > clip)
+        for (int64_t i = 0; i < count; i++) g[i] = (float)(g[i] * (clip / norm));
+    return norm;
+}
+
+void rt_ref_update(void *ctx, const rt_train_config *c, float lr, int64_t t, float *w,
+                   float *g, float *s1, float *s2, int64_t count)
+{
+    (void)ctx;
+    const double b1 = c->beta1, b2 = c->beta2, eps = c->eps, mu = c->momentum;
+    const double bc1 = 1 - pow(b1, (double)t), bc2 = 1 - pow(b2, (double)t);
+    for (int64_t i = 0; i < count; i++) {
+        double wi = w[i], gi = g[i];
+        if (c->l2_decay > 0) gi += (double)c->l2_decay * wi; /* torch's weight_decay */
+        switch (c->opt) {
+        case RT_OPT_SGD:
+            if (mu != 0 && c->dampening > 0) {
+                /* torch.optim.SGD: buf = g at step 1, then mu buf + (1-d) g */
+                const double b = t == 1 ? gi : mu * s1[i] + (1 - (double)c->dampening) * gi;
+                s1[i] = (float)b;
+                wi -= lr * (c->nesterov ? gi + mu * b : b);
+            } else if (mu != 0) {
+                /* Keras: v = mu v - lr g; w += v, or w += mu v - lr g */
+                const double v = mu * s1[i] - lr * gi;
+                s1[i] = (float)v;
+                wi += c->nesterov ? mu * v - lr * gi : v;
+            } else {
+                wi -= lr * gi;
+            }
+            break;
+        case RT_OPT_ADAM:
+        case RT_OPT_ADAMW: {
+            if (c->opt == RT_OPT_ADAMW && c->weight_decay > 0)
+                wi *= 1 - (double)lr * c->weight_decay; /* decoupled, first */
+            const double m = b1 * s1[i] + (1 - b1) * gi, v = b2 * s2[i] + (1 - b2) * gi * gi;
+            s1[i] = (float)m;
+            s2[i] = (float)v;
+            wi -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps);
+            break;
+        }
+        case RT_OPT_RMSPROP: {
+            const double v = c->rho * s1[i] + (1 - c->rho) * gi * gi;
+            s1[i] = (float)v;
+            wi -= lr * gi / sqrt(v + eps);
+            break;
+        }
+        }
+        w[i] = (float)wi;
+        if (c->l2_decay > 0) g[i] = (float)gi;
+    }
+}
+
+void rt_ref_scale(void *ctx, float *dst, const float *src, int64_t count, float s)
+{
+    (void)ctx;
+    for (int64_t i = 0; i < count; i++) dst[i] = src[i] * s;
+}
