@@ -34,6 +34,7 @@ static inline int rt_diff_near(double c, double v, double abs, double rel, doubl
 {
     const double lim = abs + rel * fabs(v), d = fabs(c - v);
     if (isnan(c) || isnan(v)) return isnan(c) && isnan(v);
+    if (isinf(c) || isinf(v)) return c == v;
     if (d / lim > *worst) *worst = d / lim;
     return d <= lim;
 }
