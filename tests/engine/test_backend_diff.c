@@ -4,7 +4,7 @@
  * step's gradients, every step's loss and every parameter after every
  * step, for models that together use every op family ref has, each CPU
  * fusion (Dense + Relu/Sigmoid/Tanh, Conv2D + MaxPool2D, Softmax +
- * crossentropy), every Keras loss and every optimizer.
+ * crossentropy), every Keras loss, two PyTorch losses and every optimizer.
  *
  * Tolerances, from the arithmetic (u = 2^-24, float32's unit roundoff):
  *  - forward, abs 1e-5 + rel 1e-4: the CPU sums a dot product of K <= 288
@@ -104,7 +104,8 @@ static int run(model *m)
     for (int64_t i = 0; i < N * m->lab; i++) {
         if (m->classes) ((int32_t *)y)[i] = (int32_t)(unif() * m->classes);
         else if (m->onehot) ((float *)y)[i] = 0.0f;
-        else ((float *)y)[i] = m->cfg.loss == RT_LOSS_BCE ? (float)(unif() < 0.5) : normal();
+        else ((float *)y)[i] = m->cfg.loss == RT_LOSS_BCE || m->cfg.loss == RT_LOSS_BCE_LOGITS
+                                   ? (float)(unif() < 0.5) : normal();
     }
     if (m->onehot)
         for (int64_t i = 0; i < N; i++) ((float *)y)[i * m->lab + (int)(unif() * m->lab)] = 1.0f;
@@ -255,6 +256,35 @@ int main(void)
         node(m.g, "c", "Conv2D", 2, "ap", "c/k", NULL, 0, NULL);
         node(m.g, "o", "Tanh", 1, "c", NULL, NULL, 0, NULL);
         config(&m, RT_LOSS_LOGCOSH, RT_OPT_SGD, 0.05f);
+        run(&m);
+    }
+    /* PyTorch's cross_entropy on logits with class weights and label
+     * smoothing, Adam with torch's l2 weight decay */
+    {
+        model m = {.name = "torch_ce", .in = 9, .lab = 1, .classes = 4};
+        m.g = graph(1, 9, 0, 0);
+        dense(m.g, "d1", "x", 9, 16, "relu");
+        dense(m.g, "d2", "d1", 16, 4, NULL);
+        config(&m, RT_LOSS_CROSS_ENTROPY, RT_OPT_ADAM, 0.01f);
+        static const float cw[4] = {1.0f, 0.5f, 2.0f, 1.5f};
+        m.cfg.class_weight = cw;
+        m.cfg.n_class_weight = 4;
+        m.cfg.label_smoothing = 0.1f;
+        m.cfg.l2_decay = 1e-3f;
+        run(&m);
+    }
+    /* bce_with_logits with pos_weight, SGD with torch's dampening */
+    {
+        model m = {.name = "torch_bce", .in = 7, .lab = 3};
+        m.g = graph(1, 7, 0, 0);
+        dense(m.g, "d1", "x", 7, 12, "tanh");
+        dense(m.g, "d2", "d1", 12, 3, NULL);
+        config(&m, RT_LOSS_BCE_LOGITS, RT_OPT_SGD, 0.05f);
+        static const float pw[3] = {2.0f, 1.0f, 0.5f};
+        m.cfg.pos_weight = pw;
+        m.cfg.n_pos_weight = 3;
+        m.cfg.momentum = 0.9f;
+        m.cfg.dampening = 0.1f;
         run(&m);
     }
     return rt_test_done("backend_diff");

@@ -86,11 +86,6 @@ static int rt_ref_supports(void *ctx, const rt__node *nd)
 static int rt_ref_check(void *ctx, const rt_plan *p, char *err, size_t errlen)
 {
     (void)ctx;
-    if (RT_LOSS_IS_TORCH(p->loss.kind)) {
-        snprintf(err, errlen, "backend ref has no PyTorch losses (%s); use backend cpu",
-                 rt_loss_name(p->loss.kind));
-        return RT_EUNIMPLEMENTED;
-    }
     if (p->cfg.sync_bn) {
         snprintf(err, errlen, "backend ref has no synchronised BatchNorm; use backend cpu");
         return RT_EUNIMPLEMENTED;

@@ -192,11 +192,180 @@ static void rt_ref_loss_batch(const rt__lossinfo *L, const float *y, const void 
     }
 }
 
+/* ---------------------------------------------------------- PyTorch's losses */
+
+/* One position of cross_entropy / nll_loss: the C class values z[c * S],
+ * its target; its loss and weight (the mean's denominator share) into *l
+ * and *w, its gradient (unscaled) into g[c * S]; returns whether it counts
+ * (an ignored target does not: loss 0, weight 0, gradient 0) and sets *hit
+ * when its argmax is the target. */
+static int rt_ref_torch_pos(const rt__lossinfo *L, const float *z, int64_t S, const void *lab,
+                            int64_t li, float *g, double *l, double *w, int *hit)
+{
+    const int64_t C = L->classes;
+    const int ce = L->kind == RT_LOSS_CROSS_ENTROPY;
+    const double e = ce ? L->smoothing : 0.0;
+    double m = z[0], se = 0, W = 0;
+    int64_t am = 0;
+    for (int64_t c = 0; c < C; c++) {
+        if (z[c * S] > z[am * S]) am = c;
+        m = z[c * S] > m ? z[c * S] : m;
+        W += L->cw ? L->cw[c] : 1.0;
+    }
+    for (int64_t c = 0; c < C; c++) se += exp(z[c * S] - m);
+    const double lse = ce ? m + log(se) : 0.0; /* nll_loss reads log q as given */
+#define RT_REF_W(c) (L->cw ? (double)L->cw[c] : 1.0)
+#define RT_REF_Q(c) exp(z[(c) * S] - lse)
+    *l = 0;
+    if (L->prob_target) {
+        /* targets t' = (1 - e) t + e / C; l = -sum_c w_c t'_c log q_c */
+        const float *t = (const float *)lab + li;
+        double tw = 0;
+        int64_t at = 0;
+        for (int64_t c = 0; c < C; c++) {
+            const double tc = (1 - e) * t[c * S] + e / (double)C;
+            *l -= RT_REF_W(c) * tc * (z[c * S] - lse);
+            tw += RT_REF_W(c) * tc;
+            if (t[c * S] > t[at * S]) at = c;
+        }
+        if (g)
+            for (int64_t c = 0; c < C; c++)
+                g[c * S] = (float)(RT_REF_Q(c) * tw - RT_REF_W(c) * ((1 - e) * t[c * S] + e / (double)C));
+        *w = 1;
+        *hit = am == at;
+        return 1;
+    }
+    const int64_t t = ((const int32_t *)lab)[li];
+    if (t == L->ignore_index || t < 0 || t >= C) {
+        if (g)
+            for (int64_t c = 0; c < C; c++) g[c * S] = 0.0f;
+        *w = 0;
+        return 0;
+    }
+    *w = RT_REF_W(t);
+    *hit = am == t;
+    if (!ce) {
+        *l = -*w * z[t * S];
+        if (g)
+            for (int64_t c = 0; c < C; c++) g[c * S] = c == t ? (float)-*w : 0.0f;
+        return 1;
+    }
+    /* (1 - e) w_t (-log q_t) + e / C sum_c w_c (-log q_c) */
+    for (int64_t c = 0; c < C; c++)
+        *l += ((c == t ? (1 - e) * *w : 0.0) + e / (double)C * RT_REF_W(c)) * (lse - z[c * S]);
+    if (g)
+        for (int64_t c = 0; c < C; c++)
+            g[c * S] = (float)((1 - e) * *w * (RT_REF_Q(c) - (c == t)) +
+                               e / (double)C * (RT_REF_Q(c) * W - RT_REF_W(c)));
+#undef RT_REF_W
+#undef RT_REF_Q
+    return 1;
+}
+
+/* one element of the element-wise PyTorch losses: loss into *l, d/dx */
+static double rt_ref_torch_elem(const rt__lossinfo *L, double x, double y, int64_t k, double *l)
+{
+    const double b = L->beta, d = x - y, a = fabs(d), sg = (d > 0) - (d < 0);
+    switch (L->kind) {
+    case RT_LOSS_BCE_LOGITS: {
+        const double pw = L->pw ? L->pw[L->n_pw == 1 ? 0 : k % L->classes] : 1.0;
+        const double lw = 1 + (pw - 1) * y;
+        *l = (1 - y) * x + lw * (x < 0 ? -x + log1p(exp(x)) : log1p(exp(-x)));
+        return (1 - y) - lw / (1 + exp(x));
+    }
+    case RT_LOSS_BCE_TORCH:
+        /* logs clamped at -100; the gradient PyTorch's backward computes */
+        *l = -(y * (x > 0 ? fmax(log(x), -100) : -100) +
+               (1 - y) * (x < 1 ? fmax(log1p(-x), -100) : -100));
+        return d / fmax(x * (1 - x), 1e-12);
+    case RT_LOSS_MSE_TORCH: *l = d * d; return 2 * d;
+    case RT_LOSS_L1: *l = a; return sg;
+    case RT_LOSS_SMOOTH_L1:
+        if (a < b) {
+            *l = d * d / (2 * b);
+            return d / b;
+        }
+        *l = a - b / 2;
+        return sg;
+    default: /* huber */
+        if (a < b) {
+            *l = d * d / 2;
+            return d;
+        }
+        *l = b * (a - b / 2);
+        return b * sg;
+    }
+}
+
+/* PyTorch reduces over the whole batch: mean (over positions or their
+ * weights, elements) or sum; loss_sum gets that times n */
+static void rt_ref_torch_loss(const rt__lossinfo *L, const float *y, const void *lab, int64_t n,
+                              float *dy, double *loss_sum, double *acc_sum)
+{
+    const int sum = L->reduction == RT_REDUCE_SUM;
+    double total = 0, norm = 0;
+    if (L->kind == RT_LOSS_CROSS_ENTROPY || L->kind == RT_LOSS_NLL) {
+        const int64_t C = L->classes, S = L->inner, per = C * S;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t right = 0, counted = 0;
+            for (int64_t p = 0; p < S; p++) {
+                double l, w;
+                int hit = 0;
+                const int64_t li = L->prob_target ? i * per + p : i * S + p;
+                if (rt_ref_torch_pos(L, y + i * per + p, S, lab, li, dy ? dy + i * per + p : NULL,
+                                     &l, &w, &hit)) {
+                    total += l;
+                    norm += w;
+                    counted++;
+                    right += hit;
+                }
+            }
+            if (counted) *acc_sum += (double)right / (double)counted;
+        }
+        /* the mean over nothing kept is NaN, its gradient 0, as PyTorch */
+        const double sc = sum ? 1.0 : norm > 0 ? 1.0 / norm : 0.0;
+        if (dy)
+            for (int64_t k = 0; k < n * per; k++) dy[k] = (float)(dy[k] * sc);
+        *loss_sum += (sum ? total : total / norm) * (double)n;
+        return;
+    }
+    const int64_t E = n * L->out_numel;
+    const double sc = sum ? 1.0 : 1.0 / (double)E;
+    for (int64_t k = 0; k < E; k++) {
+        double l;
+        const double g = rt_ref_torch_elem(L, y[k], rt_ref_lab(L, lab, k), k, &l);
+        total += l;
+        if (dy) dy[k] = (float)(g * sc);
+    }
+    *loss_sum += total * sc * (double)n;
+    if (!L->acc) return;
+    const int bin = L->kind == RT_LOSS_BCE_LOGITS || L->kind == RT_LOSS_BCE_TORCH;
+    const int64_t per = L->out_numel, R = L->rows, C = L->classes;
+    for (int64_t i = 0; i < n; i++) {
+        double right = 0;
+        if (bin) {
+            const double thr = L->kind == RT_LOSS_BCE_LOGITS ? 0.0 : 0.5;
+            for (int64_t j = 0; j < per; j++)
+                right += (y[i * per + j] > thr) == (rt_ref_lab(L, lab, i * per + j) > 0.5);
+            *acc_sum += right / (double)per;
+        } else {
+            for (int64_t r = 0; r < R; r++)
+                right += rt_ref_row_acc(L, y + (i * R + r) * C, lab, (i * R + r) * C);
+            *acc_sum += right / (double)R;
+        }
+    }
+}
+
 void rt_ref_loss(void *ctx, const rt__lossinfo *L, const float *y, const void *lab, int64_t n,
                  const float *sw, float *dy, double *loss_sum, double *acc_sum, float *scratch)
 {
     (void)ctx;
     (void)scratch;
+    if (RT_LOSS_IS_TORCH(L->kind)) {
+        /* sample weights: PyTorch's losses take none (rt_exec_check_data) */
+        rt_ref_torch_loss(L, y, lab, n, dy, loss_sum, acc_sum);
+        return;
+    }
     if (!sw) {
         rt_ref_loss_batch(L, y, lab, n, dy, loss_sum, acc_sum);
         return;
