@@ -56,6 +56,11 @@ static const rt__kernel rt_ref_table[] = {
     {&rt__op_reducesum, NULL, rt_ref_map_fwd, rt_ref_map_bwd, NULL, NULL},
     {&rt__op_upsample, NULL, rt_ref_upsample_fwd, rt_ref_upsample_bwd, NULL, NULL},
     {&rt__op_embedding, NULL, rt_ref_embedding_fwd, rt_ref_embedding_bwd, NULL, NULL},
+    {&rt__op_simplernn, NULL, rt_ref_rnn_fwd, rt_ref_rnn_bwd, NULL, rt_ref_rnn_prepare},
+    {&rt__op_lstm, NULL, rt_ref_rnn_fwd, rt_ref_rnn_bwd, NULL, rt_ref_rnn_prepare},
+    {&rt__op_gru, NULL, rt_ref_rnn_fwd, rt_ref_rnn_bwd, NULL, rt_ref_rnn_prepare},
+    {&rt__op_seqmask, NULL, rt_ref_seqmask_fwd, NULL, NULL, NULL},
+    {&rt__op_masking, NULL, rt_ref_masking_fwd, rt_ref_masking_bwd, NULL, NULL},
 #define RT_REF_UNARY(op) {&op, NULL, rt_ref_unary_fwd, rt_ref_unary_bwd, NULL, NULL},
     RT_REF_UNARY(rt__op_elu) RT_REF_UNARY(rt__op_selu) RT_REF_UNARY(rt__op_leakyrelu)
     RT_REF_UNARY(rt__op_gelu) RT_REF_UNARY(rt__op_erf) RT_REF_UNARY(rt__op_softplus)

@@ -92,6 +92,14 @@ void rt_ref_layernorm_bwd(const rt__kargs *a);
 void rt_ref_upsample_fwd(const rt__kargs *a);
 void rt_ref_upsample_bwd(const rt__kargs *a);
 
+/* rt_ref_rnn.c */
+int rt_ref_rnn_prepare(rt__node *nd, int64_t B, rt__arena *A);
+void rt_ref_rnn_fwd(const rt__kargs *a);
+void rt_ref_rnn_bwd(const rt__kargs *a);
+void rt_ref_seqmask_fwd(const rt__kargs *a);
+void rt_ref_masking_fwd(const rt__kargs *a);
+void rt_ref_masking_bwd(const rt__kargs *a);
+
 /* rt_ref_step.c: the rest of the step (rt__backend's step functions) */
 void rt_ref_gather(void *ctx, const rt__gather_args *g);
 void rt_ref_loss(void *ctx, const rt__lossinfo *L, const float *y, const void *lab, int64_t n,
