@@ -96,8 +96,9 @@ void rt_ref_conv2d_bwd(const rt__kargs *a)
 /* ---------------------------------------------------------- ConvTranspose */
 
 /* y[h SH - PT + kh DH, w SW - PL + kw DW, o] += x[h, w, i] W[kh, kw, o, i],
- * plus the bias; written as a gather: each output element sums the input
- * cells and taps that land on it */
+ * plus the bias, i over the input channels of o's group (kernel (KH, KW,
+ * OC, C/G)); written as a gather: each output element sums the input cells
+ * and taps that land on it */
 static int rt_ref_convt_src(const rt__conv_params *p, int64_t oh, int64_t ow, int64_t kh,
                             int64_t kw, int64_t *h, int64_t *w)
 {
@@ -112,18 +113,20 @@ void rt_ref_convt_fwd(const rt__kargs *a)
 {
     const rt__conv_params *p = rt__conv_cp(a->nd);
     const float *x = a->x[0], *k = a->x[1], *b = p->bias ? a->x[2] : NULL;
+    const int64_t G = p->G > 1 ? p->G : 1, Cg = p->C / G, OCg = p->OC / G;
     for (int64_t s = 0; s < a->r->n; s++)
         for (int64_t oh = 0; oh < p->OH; oh++)
             for (int64_t ow = 0; ow < p->OW; ow++)
                 for (int64_t o = 0; o < p->OC; o++) {
+                    const int64_t g = o / OCg;
                     double acc = b ? b[o] : 0.0;
                     for (int64_t kh = 0; kh < p->KH; kh++)
                         for (int64_t kw = 0; kw < p->KW; kw++) {
                             int64_t h, w;
                             if (!rt_ref_convt_src(p, oh, ow, kh, kw, &h, &w)) continue;
-                            for (int64_t c = 0; c < p->C; c++)
-                                acc += (double)x[((s * p->H + h) * p->W + w) * p->C + c] *
-                                       k[((kh * p->KW + kw) * p->OC + o) * p->C + c];
+                            for (int64_t c = 0; c < Cg; c++)
+                                acc += (double)x[((s * p->H + h) * p->W + w) * p->C + g * Cg + c] *
+                                       k[((kh * p->KW + kw) * p->OC + o) * Cg + c];
                         }
                     a->y[((s * p->OH + oh) * p->OW + ow) * p->OC + o] = (float)acc;
                 }
@@ -133,8 +136,9 @@ void rt_ref_convt_bwd(const rt__kargs *a)
 {
     const rt__conv_params *p = rt__conv_cp(a->nd);
     const float *x = a->x[0], *k = a->x[1];
+    const int64_t G = p->G > 1 ? p->G : 1, Cg = p->C / G, OCg = p->OC / G;
     if (a->dx[0]) rt_ref_clear(a, 0, a->r->n * p->H * p->W * p->C);
-    if (a->dx[1]) rt_ref_clear(a, 1, p->KH * p->KW * p->OC * p->C);
+    if (a->dx[1]) rt_ref_clear(a, 1, p->KH * p->KW * p->OC * Cg);
     if (p->bias && a->dx[2]) rt_ref_clear(a, 2, p->OC);
     for (int64_t s = 0; s < a->r->n; s++)
         for (int64_t oh = 0; oh < p->OH; oh++)
@@ -146,9 +150,10 @@ void rt_ref_convt_bwd(const rt__kargs *a)
                         for (int64_t kw = 0; kw < p->KW; kw++) {
                             int64_t h, w;
                             if (!rt_ref_convt_src(p, oh, ow, kh, kw, &h, &w)) continue;
-                            for (int64_t c = 0; c < p->C; c++) {
-                                const int64_t xi = ((s * p->H + h) * p->W + w) * p->C + c;
-                                const int64_t ki = ((kh * p->KW + kw) * p->OC + o) * p->C + c;
+                            for (int64_t c = 0; c < Cg; c++) {
+                                const int64_t xi =
+                                    ((s * p->H + h) * p->W + w) * p->C + o / OCg * Cg + c;
+                                const int64_t ki = ((kh * p->KW + kw) * p->OC + o) * Cg + c;
                                 if (a->dx[0]) a->dx[0][xi] = (float)(a->dx[0][xi] + g * k[ki]);
                                 if (a->dx[1]) a->dx[1][ki] = (float)(a->dx[1][ki] + g * x[xi]);
                             }

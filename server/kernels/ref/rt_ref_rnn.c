@@ -66,7 +66,7 @@ typedef struct rt_ref_rnn {
     const rt__rnn_params *p;
     int64_t n, T, F, U, GU;
     float *H, *C, *Z, *E, *X;
-    const float *x, *W, *Ur, *b, *bh, *mk;
+    const float *x, *W, *Ur, *b, *bh, *b2, *mk;
     int drop_on;
 } rt_ref_rnn;
 
@@ -90,6 +90,8 @@ static void rt_ref_rnn_init(const rt__kargs *a, rt_ref_rnn *q)
     q->Ur = a->x[2];
     q->b = p->bias ? a->x[3] : NULL;
     q->bh = q->b && p->cell == RT__RNN_GRU && p->reset_after ? q->b + q->GU : NULL;
+    /* SimpleRNN/LSTM with PyTorch's two biases, (2, GU): both added */
+    q->b2 = q->b && p->bias == 2 ? q->b + q->GU : NULL;
     q->mk = p->mask ? a->x[p->mask] : NULL;
     q->drop_on = a->r->training;
 }
@@ -146,7 +148,7 @@ void rt_ref_rnn_fwd(const rt__kargs *a)
             /* pre-activations: x W + b, plus hr U for every gate but GRU's
              * candidate */
             for (int64_t k = 0; k < GU; k++) {
-                double v = q.b ? q.b[k] : 0;
+                double v = (q.b ? q.b[k] : 0) + (q.b2 ? q.b2[k] : 0);
                 for (int64_t f = 0; f < q.F; f++) v += rt_ref_xin(a, &q, s, i, f) * q.W[f * GU + k];
                 const int cand = p->cell == RT__RNN_GRU && k >= 2 * U;
                 if (!cand) {
@@ -220,7 +222,7 @@ void rt_ref_rnn_bwd(const rt__kargs *a)
     if (dX) rt_ref_clear(a, 0, q.n * T * F);
     if (dW) rt_ref_clear(a, 1, F * GU);
     if (dU) rt_ref_clear(a, 2, U * GU);
-    if (db) rt_ref_clear(a, 3, q.bh ? 2 * GU : GU);
+    if (db) rt_ref_clear(a, 3, q.bh || q.b2 ? 2 * GU : GU);
     for (int64_t i = 0; i < q.n; i++) {
         for (int64_t u = 0; u < U; u++) {
             dh[u] = p->seq ? 0.0f : a->dy[i * U + u];
@@ -291,6 +293,7 @@ void rt_ref_rnn_bwd(const rt__kargs *a)
             const int64_t rec = p->cell == RT__RNN_GRU ? 2 * U : GU;
             for (int64_t k = 0; k < GU; k++) {
                 if (db) rt_ref_add(db, k, dz[k]);
+                if (q.b2 && db) rt_ref_add(db, GU + k, dz[k]);
                 if (k < rec && q.bh && db) rt_ref_add(db, GU + k, dz[k]);
                 for (int64_t f = 0; f < F; f++) {
                     if (dW) rt_ref_add(dW, f * GU + k, rt_ref_xin(a, &q, s, i, f) * dz[k]);
