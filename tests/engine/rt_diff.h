@@ -29,7 +29,7 @@
 typedef struct rt_diff_tol {
     double fwd_abs, fwd_rel;   /* outputs before training */
     double grad_abs, grad_rel; /* the first step's gradients */
-    double loss_rel;           /* each step's loss */
+    double loss_abs, loss_rel; /* each step's loss */
     double w_abs, w_rel;       /* parameters after each step */
 } rt_diff_tol;
 
@@ -133,7 +133,7 @@ static inline int rt_diff_run(const rt_graph *g, const rt_train_config *cfg, con
             ok = -1;
             goto out;
         }
-        if (!rt_diff_near(lc, lr, 0, t->loss_rel, &st->loss)) {
+        if (!rt_diff_near(lc, lr, t->loss_abs, t->loss_rel, &st->loss)) {
             snprintf(why, whylen, "step %d: loss cpu %.9g ref %.9g", s, (double)lc, (double)lr);
             goto out;
         }

@@ -36,7 +36,7 @@
 static const rt_diff_tol tol = {
     .fwd_abs = 1e-5, .fwd_rel = 1e-4,
     .grad_abs = 1e-5, .grad_rel = 1e-3,
-    .loss_rel = 1e-4,
+    .loss_abs = 1e-6, .loss_rel = 1e-4,
     .w_abs = 5e-5, .w_rel = 1e-3,
 };
 
