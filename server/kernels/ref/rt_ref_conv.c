@@ -33,72 +33,11 @@ static int rt_ref_tap(const rt__conv_params *p, int64_t oh, int64_t ow, int64_t 
     return *h >= 0 && *h < p->H && *w >= 0 && *w < p->W;
 }
 
-/* kernel (KH, KW, C/G, OC): output channel oc of group oc / (OC/G) reads
- * that group's C/G input channels */
-void rt_ref_conv2d_fwd(const rt__kargs *a)
-{
-    const rt__conv_params *p = rt__conv_cp(a->nd);
-    const int64_t G = p->G > 1 ? p->G : 1, Cg = p->C / G, OCg = p->OC / G;
-    const float *x = a->x[0], *k = a->x[1], *b = p->bias ? a->x[2] : NULL;
-    for (int64_t s = 0; s < a->r->n; s++)
-        for (int64_t oh = 0; oh < p->OH; oh++)
-            for (int64_t ow = 0; ow < p->OW; ow++)
-                for (int64_t oc = 0; oc < p->OC; oc++) {
-                    const int64_t g = oc / OCg;
-                    double acc = b ? b[oc] : 0.0;
-                    for (int64_t kh = 0; kh < p->KH; kh++)
-                        for (int64_t kw = 0; kw < p->KW; kw++) {
-                            int64_t h, w;
-                            if (!rt_ref_tap(p, oh, ow, kh, kw, &h, &w)) continue;
-                            for (int64_t c = 0; c < Cg; c++)
-                                acc += (double)x[((s * p->H + h) * p->W + w) * p->C + g * Cg + c] *
-                                       k[((kh * p->KW + kw) * Cg + c) * p->OC + oc];
-                        }
-                    a->y[((s * p->OH + oh) * p->OW + ow) * p->OC + oc] =
-                        (float)rt_ref_cact(p->act, acc);
-                }
-}
-
-void rt_ref_conv2d_bwd(const rt__kargs *a)
-{
-    const rt__conv_params *p = rt__conv_cp(a->nd);
-    const int64_t G = p->G > 1 ? p->G : 1, Cg = p->C / G, OCg = p->OC / G;
-    const float *x = a->x[0], *k = a->x[1];
-    const int64_t n = a->r->n;
-    const int64_t nx = n * p->H * p->W * p->C, nk = p->KH * p->KW * Cg * p->OC;
-    /* dz = dy * act'(y), then scattered: each output element's gradient
-     * goes to the input cells and the kernel taps it read */
-    if (a->dx[0]) rt_ref_clear(a, 0, nx);
-    if (a->dx[1]) rt_ref_clear(a, 1, nk);
-    if (p->bias && a->dx[2]) rt_ref_clear(a, 2, p->OC);
-    for (int64_t s = 0; s < n; s++)
-        for (int64_t oh = 0; oh < p->OH; oh++)
-            for (int64_t ow = 0; ow < p->OW; ow++)
-                for (int64_t oc = 0; oc < p->OC; oc++) {
-                    const int64_t o = ((s * p->OH + oh) * p->OW + ow) * p->OC + oc;
-                    const double dz = (double)a->dy[o] * rt_ref_cact_dy(p->act, a->y[o]);
-                    const int64_t g = oc / OCg;
-                    if (p->bias && a->dx[2]) a->dx[2][oc] = (float)(a->dx[2][oc] + dz);
-                    for (int64_t kh = 0; kh < p->KH; kh++)
-                        for (int64_t kw = 0; kw < p->KW; kw++) {
-                            int64_t h, w;
-                            if (!rt_ref_tap(p, oh, ow, kh, kw, &h, &w)) continue;
-                            for (int64_t c = 0; c < Cg; c++) {
-                                const int64_t xi = ((s * p->H + h) * p->W + w) * p->C + g * Cg + c;
-                                const int64_t ki = ((kh * p->KW + kw) * Cg + c) * p->OC + oc;
-                                if (a->dx[0]) a->dx[0][xi] = (float)(a->dx[0][xi] + dz * k[ki]);
-                                if (a->dx[1]) a->dx[1][ki] = (float)(a->dx[1][ki] + dz * x[xi]);
-                            }
-                        }
-                }
-}
-
 /* ---------------------------------------------------------- ConvTranspose */
 
-/* y[h SH - PT + kh DH, w SW - PL + kw DW, o] += x[h, w, i] W[kh, kw, o, i],
- * plus the bias, i over the input channels of o's group (kernel (KH, KW,
- * OC, C/G)); written as a gather: each output element sums the input cells
- * and taps that land on it */
+/* ConvTranspose: y[h SH - PT + kh DH, w SW - PL + kw DW, o] += x[h, w, i]
+ * W[kh, kw, o, i]; as a gather, the input cell whose tap lands on output
+ * (oh, ow), or 0 */
 static int rt_ref_convt_src(const rt__conv_params *p, int64_t oh, int64_t ow, int64_t kh,
                             int64_t kw, int64_t *h, int64_t *w)
 {
@@ -109,11 +48,28 @@ static int rt_ref_convt_src(const rt__conv_params *p, int64_t oh, int64_t ow, in
     return *h < p->H && *w < p->W;
 }
 
-void rt_ref_convt_fwd(const rt__kargs *a)
+/* Conv2D (tr 0, kernel (KH, KW, C/G, OC)) and ConvTranspose (tr 1, kernel
+ * (KH, KW, OC, C/G)) as one gather: output channel o of group o / (OC/G)
+ * sums, over the taps landing on its cell, its group's C/G input channels
+ * times the kernel; plus the bias, then Conv2D's activation */
+static int rt_ref_src(const rt__conv_params *p, int tr, int64_t oh, int64_t ow, int64_t kh,
+                      int64_t kw, int64_t *h, int64_t *w)
+{
+    return tr ? rt_ref_convt_src(p, oh, ow, kh, kw, h, w) : rt_ref_tap(p, oh, ow, kh, kw, h, w);
+}
+
+static int64_t rt_ref_kidx(const rt__conv_params *p, int tr, int64_t kh, int64_t kw, int64_t c,
+                           int64_t o, int64_t Cg)
+{
+    return tr ? ((kh * p->KW + kw) * p->OC + o) * Cg + c : ((kh * p->KW + kw) * Cg + c) * p->OC + o;
+}
+
+static void rt_ref_convs_fwd(const rt__kargs *a, int tr)
 {
     const rt__conv_params *p = rt__conv_cp(a->nd);
-    const float *x = a->x[0], *k = a->x[1], *b = p->bias ? a->x[2] : NULL;
     const int64_t G = p->G > 1 ? p->G : 1, Cg = p->C / G, OCg = p->OC / G;
+    const float *x = a->x[0], *k = a->x[1], *b = p->bias ? a->x[2] : NULL;
+    const int act = tr ? RT__ACT_NONE : p->act;
     for (int64_t s = 0; s < a->r->n; s++)
         for (int64_t oh = 0; oh < p->OH; oh++)
             for (int64_t ow = 0; ow < p->OW; ow++)
@@ -123,43 +79,52 @@ void rt_ref_convt_fwd(const rt__kargs *a)
                     for (int64_t kh = 0; kh < p->KH; kh++)
                         for (int64_t kw = 0; kw < p->KW; kw++) {
                             int64_t h, w;
-                            if (!rt_ref_convt_src(p, oh, ow, kh, kw, &h, &w)) continue;
+                            if (!rt_ref_src(p, tr, oh, ow, kh, kw, &h, &w)) continue;
                             for (int64_t c = 0; c < Cg; c++)
                                 acc += (double)x[((s * p->H + h) * p->W + w) * p->C + g * Cg + c] *
-                                       k[((kh * p->KW + kw) * p->OC + o) * Cg + c];
+                                       k[rt_ref_kidx(p, tr, kh, kw, c, o, Cg)];
                         }
-                    a->y[((s * p->OH + oh) * p->OW + ow) * p->OC + o] = (float)acc;
+                    a->y[((s * p->OH + oh) * p->OW + ow) * p->OC + o] = (float)rt_ref_cact(act, acc);
                 }
 }
 
-void rt_ref_convt_bwd(const rt__kargs *a)
+/* dz = dy * act'(y), scattered: each output element's gradient goes to
+ * the input cells and the kernel taps it read, and to its bias */
+static void rt_ref_convs_bwd(const rt__kargs *a, int tr)
 {
     const rt__conv_params *p = rt__conv_cp(a->nd);
-    const float *x = a->x[0], *k = a->x[1];
     const int64_t G = p->G > 1 ? p->G : 1, Cg = p->C / G, OCg = p->OC / G;
+    const float *x = a->x[0], *k = a->x[1];
+    const int act = tr ? RT__ACT_NONE : p->act;
     if (a->dx[0]) rt_ref_clear(a, 0, a->r->n * p->H * p->W * p->C);
-    if (a->dx[1]) rt_ref_clear(a, 1, p->KH * p->KW * p->OC * Cg);
+    if (a->dx[1]) rt_ref_clear(a, 1, p->KH * p->KW * Cg * p->OC);
     if (p->bias && a->dx[2]) rt_ref_clear(a, 2, p->OC);
     for (int64_t s = 0; s < a->r->n; s++)
         for (int64_t oh = 0; oh < p->OH; oh++)
             for (int64_t ow = 0; ow < p->OW; ow++)
                 for (int64_t o = 0; o < p->OC; o++) {
-                    const double g = a->dy[((s * p->OH + oh) * p->OW + ow) * p->OC + o];
-                    if (p->bias && a->dx[2]) a->dx[2][o] = (float)(a->dx[2][o] + g);
+                    const int64_t yi = ((s * p->OH + oh) * p->OW + ow) * p->OC + o;
+                    const double dz = (double)a->dy[yi] * (act ? rt_ref_cact_dy(act, a->y[yi]) : 1.0);
+                    const int64_t g = o / OCg;
+                    if (p->bias && a->dx[2]) a->dx[2][o] = (float)(a->dx[2][o] + dz);
                     for (int64_t kh = 0; kh < p->KH; kh++)
                         for (int64_t kw = 0; kw < p->KW; kw++) {
                             int64_t h, w;
-                            if (!rt_ref_convt_src(p, oh, ow, kh, kw, &h, &w)) continue;
+                            if (!rt_ref_src(p, tr, oh, ow, kh, kw, &h, &w)) continue;
                             for (int64_t c = 0; c < Cg; c++) {
-                                const int64_t xi =
-                                    ((s * p->H + h) * p->W + w) * p->C + o / OCg * Cg + c;
-                                const int64_t ki = ((kh * p->KW + kw) * p->OC + o) * Cg + c;
-                                if (a->dx[0]) a->dx[0][xi] = (float)(a->dx[0][xi] + g * k[ki]);
-                                if (a->dx[1]) a->dx[1][ki] = (float)(a->dx[1][ki] + g * x[xi]);
+                                const int64_t xi = ((s * p->H + h) * p->W + w) * p->C + g * Cg + c;
+                                const int64_t ki = rt_ref_kidx(p, tr, kh, kw, c, o, Cg);
+                                if (a->dx[0]) a->dx[0][xi] = (float)(a->dx[0][xi] + dz * k[ki]);
+                                if (a->dx[1]) a->dx[1][ki] = (float)(a->dx[1][ki] + dz * x[xi]);
                             }
                         }
                 }
 }
+
+void rt_ref_conv2d_fwd(const rt__kargs *a) { rt_ref_convs_fwd(a, 0); }
+void rt_ref_conv2d_bwd(const rt__kargs *a) { rt_ref_convs_bwd(a, 0); }
+void rt_ref_convt_fwd(const rt__kargs *a) { rt_ref_convs_fwd(a, 1); }
+void rt_ref_convt_bwd(const rt__kargs *a) { rt_ref_convs_bwd(a, 1); }
 
 /* ------------------------------------------------------------------ pools */
 
