@@ -82,21 +82,9 @@ static const rt__kernel *rt_ref_kernel(void *ctx, const rt__op_def *op, const rt
 
 static int rt_ref_supports(void *ctx, const rt__node *nd)
 {
-    /* synchronised BatchNorm sums its statistics over MPI replicas, which
-     * this backend does not do */
-    if (nd->op == &rt__op_batchnorm && rt__bn_cp(nd)->sync) return 0;
     return rt_ref_kernel(ctx, nd->op, NULL) != NULL;
 }
 
-static int rt_ref_check(void *ctx, const rt_plan *p, char *err, size_t errlen)
-{
-    (void)ctx;
-    if (p->cfg.sync_bn) {
-        snprintf(err, errlen, "backend ref has no synchronised BatchNorm; use backend cpu");
-        return RT_EUNIMPLEMENTED;
-    }
-    return 0;
-}
 
 static void rt_ref_run(void *ctx, const rt__call *calls, const rt__kargs *args, int n)
 {
@@ -133,7 +121,7 @@ const rt__backend rt__backend_ref = {
     .shared_scratch_floats = 0,
     .kernel = rt_ref_kernel,
     .supports_op = rt_ref_supports,
-    .check = rt_ref_check,
+    .check = NULL,
     .run = rt_ref_run,
     .alloc = rt_ref_alloc,
     .release = rt_ref_release,

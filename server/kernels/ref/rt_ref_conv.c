@@ -2,6 +2,7 @@
  * pools, BatchNorm, LayerNormalization and Upsample, NHWC, one output
  * element at a time. */
 #include <math.h>
+#include <stdio.h>
 
 #include "ref/rt_ref.h"
 
@@ -301,6 +302,14 @@ void rt_ref_batchnorm_fwd(const rt__kargs *a)
 {
     const rt__bn_params *p = rt__bn_cp(a->nd);
     const int64_t C = p->C, R = rt__rows(a->nd->in_shape[0], a->r->n);
+    /* BatchNorm synchronised over MPI replicas (a single process ignores
+     * it): this backend does not sum statistics across replicas, so the
+     * replica step fails with this message instead of training on each
+     * replica's own statistics */
+    if (rt_ref_bn_batch(a) && a->r->bn_sum && (p->sync || a->r->bn_sync_all) && a->r->bn_err &&
+        !a->r->bn_err[0])
+        snprintf(a->r->bn_err, a->r->bn_errlen,
+                 "backend ref has no synchronised BatchNorm over MPI replicas; use backend cpu");
     for (int64_t c = 0; c < C; c++) {
         double mean, var;
         rt_ref_bn_stats(a, R, c, &mean, &var);
