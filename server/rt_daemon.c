@@ -20,6 +20,7 @@
 #include "rt_log.h"
 #include "rt_metrics.h"
 #include "rt_obs.h"
+#include "rt_train.h"
 #include "rtrain/rt_error.h"
 
 typedef struct daemon_state {
@@ -253,6 +254,8 @@ int rt_daemon_run(const rt_daemon_opts *o)
     }
     if (rt_dist_rank() > 0)
         return rt_dist_worker();
+    /* MPI plugs into the training use cases from here, not below them */
+    rt_train_set_trainer(rt_dist_train);
     rc = rt_srv_create(&o->srv, &d.srv, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, "rtraind: %s\n", err[0] ? err : rt_strerror(rc));

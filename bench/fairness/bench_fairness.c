@@ -3,16 +3,21 @@
  * while another client abuses the daemon.
  *
  *     bench_fairness path/to/rtraind [--samples N] [--reps R] [--slice-ms S]
- *                    [--upload-gib G] [--layers L] [--conns C]
+ *                    [--upload-gib G] [--layers L] [--conns C] [--parse-mib M]
  *
  * One rtraind on 127.0.0.1. The well-behaved client (its own session, an
  * iris MLP) times N sequential K=1 RunSteps: alone, then while another
  * session runs each of
  *   - a 10^7-step Fit (10^3 epochs of 10^4 steps, read as it streams);
+ *   - the first Fit of a freshly compiled program, without progress
+ *     events (10^3 x 10^4 steps, stopped with Control after the samples);
  *   - a G GiB upload, streamed from zeros in 1 MiB chunks (never held in
  *     memory; it ends with a wrong checksum so the daemon does not parse
  *     G GiB of features); samples are taken until the upload has sent all
  *     of it;
+ *   - M MiB RAW uploads that the daemon parses (valid checksum, new
+ *     content each time), one after another, until N samples and two
+ *     uploads are done;
  *   - C half-open TCP connections (connect, never send a byte);
  *   - an L-layer Keras Sequential compile (last: the engine cannot be
  *     interrupted, so the daemon is killed after it).
@@ -40,9 +45,9 @@
 #include "itest.h"
 
 static struct {
-    int samples, reps, slice_ms, conns, layers;
+    int samples, reps, slice_ms, conns, layers, parse_mib;
     double upload_gib;
-} O = {1000, 3, 20, 1000, 20000, 4.0};
+} O = {1000, 3, 20, 1000, 20000, 256, 4.0};
 
 static itest_daemon D;
 static char W_sid[64], W_pid[64], A_sid[64], A_pid[64], IRIS[64];
@@ -255,6 +260,93 @@ static void *upload_main(void *arg)
     return NULL;
 }
 
+/* The first Fit of a freshly compiled program, without progress events
+ * (nothing is streamed before the first epoch ends): active once sent. */
+typedef struct first_fit {
+    load l;
+    const char *pid;
+} first_fit;
+
+static int first_fit_msg(void *ud, const uint8_t *d, size_t n)
+{
+    (void)d;
+    (void)n;
+    load *l = ud;
+    return __atomic_load_n(&l->stop, __ATOMIC_ACQUIRE);
+}
+
+static void *first_fit_main(void *arg)
+{
+    first_fit *ff = arg;
+    load *l = &ff->l;
+    itest_conn *c = itest_connect(D.addr);
+    Rtrain__V1__FitRequest q = RTRAIN__V1__FIT_REQUEST__INIT;
+    q.session_id = A_sid;
+    q.program_id = (char *)ff->pid;
+    q.dataset_id = IRIS;
+    q.epochs = 1000;
+    q.steps_per_epoch = 10000;
+    itest_res r;
+    __atomic_store_n(&l->active, 1, __ATOMIC_RELEASE);
+    double t0 = now_s();
+    l->status = itest_server_stream(c, "Fit", &q.base, first_fit_msg, l, &r);
+    l->seconds = now_s() - t0;
+    snprintf(l->details, sizeof l->details, "%.200s", r.details);
+    itest_res_free(&r);
+    itest_disconnect(c);
+    __atomic_store_n(&l->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* M MiB RAW uploads that the daemon parses (valid checksum, content made
+ * new each time so none is deduplicated), one after another until asked
+ * to stop; done once two have completed. */
+typedef struct parsed_up {
+    load l;
+    int completed, failed;
+} parsed_up;
+
+static void *parsed_upload_main(void *arg)
+{
+    parsed_up *pu = arg;
+    load *l = &pu->l;
+    itest_conn *c = itest_connect(D.addr);
+    const int64_t n = ((int64_t)O.parse_mib << 20) / 20; /* x [n,4] f32, y [n] i32 */
+    size_t len = (size_t)n * 20;
+    uint8_t *b = calloc(1, len);
+    int32_t *y = (int32_t *)(b + (size_t)n * 16);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (int32_t)(i % 3);
+    int64_t xs[2] = {n, 4}, ys[1] = {n};
+    Rtrain__V1__DataPart px = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
+                                             RTRAIN__V1__DTYPE__F32, xs, 2, (size_t)n * 16);
+    Rtrain__V1__DataPart py = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS,
+                                             RTRAIN__V1__DTYPE__I32, ys, 1, (size_t)n * 4);
+    Rtrain__V1__DataPart *pp[2] = {&px, &py};
+    __atomic_store_n(&l->active, 1, __ATOMIC_RELEASE);
+    double t0 = now_s();
+    for (int k = 1; !__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE); k++) {
+        ((float *)b)[0] = (float)k;
+        char id[64];
+        itest_res r;
+        int st = itest_upload(c, A_sid, pp, 2, b, len, 1 << 20, id, &r);
+        if (st) {
+            pu->failed++;
+            snprintf(l->details, sizeof l->details, "%d %.200s", st, r.details);
+        } else {
+            pu->completed++;
+        }
+        itest_res_free(&r);
+        if (pu->completed + pu->failed >= 2)
+            __atomic_store_n(&l->done, 1, __ATOMIC_RELEASE);
+    }
+    l->seconds = now_s() - t0;
+    free(b);
+    itest_disconnect(c);
+    __atomic_store_n(&l->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
 /* A Keras Sequential: Input(4), L x Dense(4, relu), Dense(3, softmax). */
 static char *deep_keras(int layers)
 {
@@ -373,7 +465,7 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: bench_fairness path/to/rtraind [--samples N] [--reps R] "
-                        "[--slice-ms S] [--upload-gib G] [--layers L] [--conns C]\n");
+                        "[--slice-ms S] [--upload-gib G] [--layers L] [--conns C] [--parse-mib M]\n");
         return 2;
     }
     for (int i = 2; i + 1 < argc; i += 2) {
@@ -383,6 +475,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--upload-gib")) O.upload_gib = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--layers")) O.layers = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--conns")) O.conns = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--parse-mib")) O.parse_mib = atoi(argv[i + 1]);
         else die("usage", argv[i]);
     }
     if (O.reps > 16)
@@ -420,12 +513,14 @@ int main(int argc, char **argv)
     free(csv);
     measure(c, 200, NULL); /* warm */
 
-    enum { SOLO, FIT, UPLOAD, CONNS, COMPILE, NROWS };
+    enum { SOLO, FIT, FIRST_FIT, UPLOAD, PARSED, CONNS, COMPILE, NROWS };
     row rows[NROWS];
     memset(rows, 0, sizeof rows);
     rows[SOLO].name = "solo";
     rows[FIT].name = "10^7-step Fit";
+    rows[FIRST_FIT].name = "first Fit, no progress";
     rows[UPLOAD].name = "upload";
+    rows[PARSED].name = "parsed uploads";
     rows[CONNS].name = "half-open conns";
     rows[COMPILE].name = "deep compile";
     for (int rep = 0; rep < O.reps; rep++) {
@@ -454,6 +549,35 @@ int main(int argc, char **argv)
         f->errors += l.errors + !still;
         snprintf(f->note, sizeof f->note, "Fit still running at the end: %s", still ? "yes" : "NO");
 
+        /* a program of its own per run: this Fit is its first */
+        char fpid[64];
+        compile_iris(c, A_sid, fpid);
+        first_fit ff;
+        memset(&ff, 0, sizeof ff);
+        ff.pid = fpid;
+        pthread_create(&ff.l.th, NULL, first_fit_main, &ff);
+        while (!__atomic_load_n(&ff.l.active, __ATOMIC_ACQUIRE))
+            usleep(1000);
+        l = measure(c, O.samples, NULL);
+        still = !__atomic_load_n(&ff.l.done, __ATOMIC_ACQUIRE);
+        __atomic_store_n(&ff.l.stop, 1, __ATOMIC_RELEASE);
+        if (still) { /* no event comes before the epoch ends: cancel it */
+            Rtrain__V1__ControlRequest cq = RTRAIN__V1__CONTROL_REQUEST__INIT;
+            cq.session_id = A_sid;
+            cq.program_id = fpid;
+            cq.stop = 1;
+            itest_unary(c, "Control", &cq.base, NULL, NULL, &r);
+            itest_res_free(&r);
+        }
+        pthread_join(ff.l.th, NULL);
+        row *g = &rows[FIRST_FIT];
+        g->p50[g->runs] = l.p50;
+        g->p99[g->runs] = l.p99;
+        g->solo99[g->runs++] = solo.p99;
+        g->samples += l.n;
+        g->errors += l.errors + !still;
+        snprintf(g->note, sizeof g->note, "Fit still running at the end: %s", still ? "yes" : "NO");
+
         load up;
         memset(&up, 0, sizeof up);
         pthread_create(&up.th, NULL, upload_main, &up);
@@ -469,6 +593,23 @@ int main(int argc, char **argv)
         u->errors += l.errors;
         snprintf(u->note, sizeof u->note, "%.2f GiB in %.1f s; ended %d: %.80s", O.upload_gib,
                  up.seconds, up.status, up.details);
+
+        parsed_up pu;
+        memset(&pu, 0, sizeof pu);
+        pthread_create(&pu.l.th, NULL, parsed_upload_main, &pu);
+        while (!__atomic_load_n(&pu.l.active, __ATOMIC_ACQUIRE))
+            usleep(1000);
+        l = measure(c, O.samples, &pu.l.done);
+        __atomic_store_n(&pu.l.stop, 1, __ATOMIC_RELEASE);
+        pthread_join(pu.l.th, NULL);
+        row *pr = &rows[PARSED];
+        pr->p50[pr->runs] = l.p50;
+        pr->p99[pr->runs] = l.p99;
+        pr->solo99[pr->runs++] = solo.p99;
+        pr->samples += l.n;
+        pr->errors += l.errors + (pu.failed > 0);
+        snprintf(pr->note, sizeof pr->note, "%d x %d MiB parsed in %.1f s%s%.80s", pu.completed,
+                 O.parse_mib, pu.l.seconds, pu.failed ? "; failed: " : "", pu.l.details);
 
         int *fds = open_conns(O.conns);
         l = measure(c, O.samples, NULL);

@@ -1,62 +1,28 @@
-/* rt_h_train.c - RunSteps, Fit, Evaluate, Predict and Control. The
- * program's state between calls is rt_program.h's; these build the
- * answers and stream the events. */
+/* rt_h_train.c - RunSteps, Fit, Evaluate, Predict and Control. RunSteps'
+ * use case is rt_train.h's and the program's state between calls
+ * rt_program.h's; these build the answers and stream the events. */
 #include "rt_handlers.h"
 
-/* Work stopped early: the client went away (CANCELLED; it will not see
- * this) or the daemon's grace period ended (UNAVAILABLE: retry elsewhere or
- * later). Either way the client must not take it for a completed call. */
+/* The call fails with the use case's message (rt_train.h). */
 static int stopped_fail(rt_call *c, int64_t done, int64_t asked)
 {
-    if (__atomic_load_n(&c->srv->hard_cancel, __ATOMIC_ACQUIRE))
-        return rt_call_fail(c, RT_EUNAVAILABLE,
-                            "the daemon is shutting down: stopped after %lld of %lld steps",
-                            (long long)done, (long long)asked);
-    return rt_call_fail(c, RT_ECANCELLED, "cancelled after %lld of %lld steps", (long long)done,
-                        (long long)asked);
+    char e[160];
+    int rc = rt_train_stopped_msg(__atomic_load_n(&c->srv->hard_cancel, __ATOMIC_ACQUIRE), done,
+                                  asked, e, sizeof e);
+    return rt_call_fail(c, rc, "%s", e);
 }
 
 /* --------------------------------------------------------------- RunSteps */
-typedef struct run_cb {
-    rt_call *c;
-    Rtrain__V1__EpochEnd **epochs;
-    size_t n_epochs, cap_epochs;
-    int stop_for_val;
-    int hit_epoch_end;
-    int cancelled;
-    int stopped;           /* Control's stop */
-    uint64_t gen;          /* this call's run_gen */
-    uint64_t mark;         /* epoch clock (rt_program_epoch_clock_end) */
-    int stop_on_nan;       /* the request's */
-    int nan_stop;          /* stopped at a non-finite loss */
-    int64_t nan_step;      /* the first step with one, 0 = none */
-    float nan_loss;
-} run_cb;
-
 static Rtrain__V1__StateKind state_kind(const rt_srv *s)
 {
     return s->state ? RTRAIN__V1__STATE_KIND__STATE_DISK : RTRAIN__V1__STATE_KIND__STATE_MEMORY;
 }
 
-/* A step's loss that is NaN or infinite: recorded (the first), and with
- * stop_on_nan the run stops after that step. 1 = stop. */
-static int non_finite(int64_t *first, int stop_on_nan, int *stopped, const rt_step_info *info)
-{
-    if (isfinite(info->loss))
-        return 0;
-    if (!*first)
-        *first = info->step;
-    if (!stop_on_nan)
-        return 0;
-    *stopped = 1;
-    return 1;
-}
-
 static int nan_fail(rt_call *c, int64_t step, float loss)
 {
-    return rt_call_fail(c, RT_ESTATE, "loss is %s at step %lld (stop_on_nan): training stopped "
-                        "after that step; the weights are that step's", isnan(loss) ? "NaN"
-                        : "infinite", (long long)step);
+    char e[160];
+    int rc = rt_train_nan_msg(step, loss, e, sizeof e);
+    return rt_call_fail(c, rc, "%s", e);
 }
 
 static Rtrain__V1__EpochEnd *epoch_pb(rt_call *c, int64_t epoch, const rt_metrics *train,
@@ -72,170 +38,98 @@ static Rtrain__V1__EpochEnd *epoch_pb(rt_call *c, int64_t epoch, const rt_metric
     return e->train ? e : NULL;
 }
 
-static int run_step_cb(void *ud, const rt_step_info *info)
+/* The EpochEnds of a RunSteps answer, built as the use case reports them
+ * (rt_train_host.epoch and epoch_val). */
+typedef struct run_epochs {
+    rt_call *c;
+    Rtrain__V1__EpochEnd **v;
+    size_t n, cap;
+    int failed; /* the call's failure (OOM), already set */
+} run_epochs;
+
+static int run_epoch(void *ud, int64_t epoch, const rt_metrics *train, int64_t step,
+                     uint64_t exec_ns)
 {
-    run_cb *r = ud;
-    rt_srv_pause_point(r->c->srv, info->step);
-    rt_call_yield(r->c);
-    if (rt_call_is_cancelled(r->c)) {
-        r->cancelled = 1;
-        return 1;
-    }
-    if (non_finite(&r->nan_step, r->stop_on_nan, &r->nan_stop, info)) {
-        r->nan_loss = info->loss;
-        return 1;
-    }
-    if (rt_program_stop_asked(r->c->prog, r->gen))
-        r->stopped = 1;
-    if (!info->epoch_end)
-        return r->stopped;
-    if (r->n_epochs == r->cap_epochs) {
-        size_t nc = r->cap_epochs ? r->cap_epochs * 2 : 8;
+    run_epochs *r = ud;
+    if (r->n == r->cap) {
+        size_t nc = r->cap ? r->cap * 2 : 8;
         Rtrain__V1__EpochEnd **nv = rt_call_alloc(r->c, sizeof *nv * nc);
         if (!nv)
-            return 1;
-        if (r->n_epochs)
-            memcpy(nv, r->epochs, sizeof *nv * r->n_epochs);
-        r->epochs = nv;
-        r->cap_epochs = nc;
+            return r->failed = OOM(r->c);
+        if (r->n)
+            memcpy(nv, r->v, sizeof *nv * r->n);
+        r->v = nv;
+        r->cap = nc;
     }
-    Rtrain__V1__EpochEnd *e = epoch_pb(r->c, info->epoch, &info->epoch_metrics, info->step,
-                                       rt_program_epoch_clock_end(r->c->prog, &r->mark));
+    Rtrain__V1__EpochEnd *e = epoch_pb(r->c, epoch, train, step, exec_ns);
     if (!e)
-        return 1;
-    r->epochs[r->n_epochs++] = e;
-    r->hit_epoch_end = 1;
-    /* Stop here so the caller can validate between epochs. */
-    return r->stop_for_val || r->stopped;
+        return r->failed = OOM(r->c);
+    r->v[r->n++] = e;
+    return 0;
 }
 
+static float *run_losses(void *ud, uint64_t steps)
+{
+    run_epochs *r = ud;
+    float *l = rt_call_alloc(r->c, sizeof(float) * steps);
+    if (!l)
+        r->failed = OOM(r->c);
+    return l;
+}
+
+static int run_epoch_val(void *ud, const rt_metrics *val)
+{
+    run_epochs *r = ud;
+    if (!(r->v[r->n - 1]->val = rt_h_metrics_pb(r->c, val)))
+        return r->failed = OOM(r->c);
+    return 0;
+}
+
+/* Decode, run the use case (rt_program_run_steps), encode. */
 static int run_steps_work(rt_call *c)
 {
     Rtrain__V1__RunStepsRequest *q = REQ(c, Rtrain__V1__RunStepsRequest);
-    rt_program *p = c->prog;
+    rt_run_steps_in in = {.seq = q->seq, .steps = q->steps, .lr = q->learning_rate,
+                          .val_at_end = q->val_at_end, .stop_on_nan = q->stop_on_nan,
+                          .checkpoint = q->checkpoint, .every_steps = q->checkpoint_every_steps,
+                          .every_s = q->checkpoint_every_s, .return_losses = q->return_losses};
+    if (c->srv->state)
+        in.ckpt_continue = rt_h_ckpt_continue(c, q->checkpoint_policy);
+    run_epochs ep = {.c = c};
+    const rt_train_host h = {.ud = c, .step = rt_call_step_point,
+                             .hard_cancel = rt_call_hard_cancelled, .answer_ud = &ep,
+                             .losses = run_losses, .epoch = run_epoch,
+                             .epoch_val = run_epoch_val};
+    rt_train_ctx ctx = {.ds = c->ds, .val_ds = c->val_ds, .state = c->srv->state,
+                        .sid = c->sess->id, .host = &h};
+    rt_run_steps_out out;
+    char err[400] = "";
+    int rc = rt_program_run_steps(c->prog, &ctx, &in, &out, err, sizeof err);
+    if (rc < 0)
+        return ep.failed ? ep.failed : rt_call_fail(c, rc, "%s", err);
     Rtrain__V1__RunStepsResponse *r = NEW(c, Rtrain__V1__RunStepsResponse, RTRAIN__V1__RUN_STEPS_RESPONSE__INIT);
     if (!r)
         return OOM(c);
     c->resp = &r->base;
-    rt_seq_rec rec;
-    if (rt_program_replay(p, q->seq, &rec)) {
-        r->replayed = 1;
-        r->boot_id = c->srv->boot_id;
-        r->state = state_kind(c->srv);
-        r->global_step = (uint64_t)rt_exec_global_step(rt_program_exec(p));
-        if (rec.seq == q->seq) { /* it ran: the original answer */
-            r->recorded = 1;
-            r->recorded_step = (uint64_t)rec.global_step;
-        }
-        r->last = rt_h_metrics_pb(c, &rec.last);
-        r->mean = rt_h_metrics_pb(c, &rec.mean);
-        return r->last && r->mean ? 0 : OOM(c);
-    }
-    rt_data d, vd;
-    int rc = rt_h_train_data(c, &d, &vd);
-    if (rc < 0)
-        return rc;
-    if ((rc = rt_h_apply_lr(c, q->learning_rate)) < 0)
-        return rc;
-    float *losses = NULL;
-    if (q->return_losses) {
-        losses = rt_call_alloc(c, sizeof(float) * q->steps);
-        if (!losses)
-            return OOM(c);
-    }
-    /* stop at epoch ends to validate, or to draw the next epoch's
-     * augmentation; val_at_end validates once, after the last step */
-    int val_in = c->val_ds && !q->val_at_end;
-    run_cb cb = {.c = c, .stop_for_val = val_in || c->ds->img != NULL,
-                 .gen = rt_program_run_begin(p), .stop_on_nan = q->stop_on_nan};
-    int64_t left = (int64_t)q->steps, done = 0;
-    double loss_sum = 0, acc_sum = 0;
-    int64_t samples = 0;
-    rt_train_result res;
-    memset(&res, 0, sizeof res);
-    uint64_t exec_ns = 0;
-    while (left > 0) {
-        rt_train_result part;
-        cb.hit_epoch_end = 0;
-        if ((rc = rt_h_train_x(c, &d)) < 0) {
-            rt_program_run_end(p);
-            return rc;
-        }
-        cb.mark = rt_now_ns();
-        char derr[256] = "";
-        rc = rt_dist_train(rt_program_exec(p), &d, d.x == c->ds->x ? c->ds->key : NULL, left, &part,
-                           run_step_cb, &cb, losses ? losses + done : NULL, derr, sizeof derr);
-        if (rc < 0) {
-            rt_program_run_end(p);
-            return rt_call_fail(c, rc, "%s", derr);
-        }
-        rt_program_epoch_clock_pause(p, cb.mark);
-        exec_ns += part.execute_ns;
-        if (cb.cancelled) {
-            rt_program_run_end(p);
-            rt_program_set_partial(p, done + part.steps_run > 0);
-            return stopped_fail(c, done + part.steps_run, (int64_t)q->steps);
-        }
-        if (cb.nan_stop) {
-            rt_program_run_end(p);
-            rt_program_set_partial(p, 1);
-            return nan_fail(c, cb.nan_step, cb.nan_loss);
-        }
-        left -= part.steps_run;
-        done += part.steps_run;
-        loss_sum += part.mean.loss * (double)part.mean.samples;
-        acc_sum += part.mean.acc * (double)part.mean.samples;
-        samples += part.mean.samples;
-        res = part;
-        if (cb.hit_epoch_end && val_in && cb.n_epochs) {
-            rt_metrics vm;
-            if ((rc = rt_exec_evaluate(rt_program_exec(p), &vd, &vm)) < 0) {
-                rt_program_run_end(p);
-                return rt_h_engine_fail(c, rc);
-            }
-            Rtrain__V1__EpochEnd *e = cb.epochs[cb.n_epochs - 1];
-            if (!(e->val = rt_h_metrics_pb(c, &vm))) {
-                rt_program_run_end(p);
-                return OOM(c);
-            }
-        }
-        if (cb.stopped)
-            break;
-        if (part.steps_run == 0)
-            break; /* defensive: the engine made no progress */
-    }
-    rt_program_run_end(p);
-    r->stopped = cb.stopped;
-    rt_h_note_step_time(p, exec_ns, done);
-    rt_metrics mean = {.loss = samples ? loss_sum / (double)samples : NAN,
-                       .acc = samples ? acc_sum / (double)samples : NAN,
-                       .samples = samples};
-    rt_program_run_done(p, q->seq, &res.last, &mean);
-    if (c->srv->state && (q->checkpoint || rt_state_checkpoint_due(c->srv->state, p,
-                                                                   q->checkpoint_every_steps,
-                                                                   q->checkpoint_every_s)) &&
-        (rc = rt_h_durable_checkpoint(c, p, q->checkpoint_policy)) < 0)
-        return rc;
-    r->global_step = (uint64_t)rt_exec_global_step(rt_program_exec(p));
+    r->replayed = out.replayed;
+    r->recorded = out.recorded;
+    r->recorded_step = (uint64_t)out.recorded_step;
     r->boot_id = c->srv->boot_id;
     r->state = state_kind(c->srv);
-    r->non_finite = cb.nan_step != 0;
-    r->first_non_finite_step = (uint64_t)cb.nan_step;
-    r->last = rt_h_metrics_pb(c, &res.last);
-    r->mean = rt_h_metrics_pb(c, &mean);
-    if (losses) {
-        r->losses = losses;
-        r->n_losses = (size_t)done;
+    r->global_step = (uint64_t)out.global_step;
+    r->stopped = out.stopped;
+    r->non_finite = out.nan_step != 0;
+    r->first_non_finite_step = (uint64_t)out.nan_step;
+    r->last = rt_h_metrics_pb(c, &out.last);
+    r->mean = rt_h_metrics_pb(c, &out.mean);
+    if (out.losses) {
+        r->losses = out.losses;
+        r->n_losses = (size_t)out.done;
     }
-    r->epochs = cb.epochs;
-    r->n_epochs = cb.n_epochs;
-    if (q->val_at_end && c->val_ds) {
-        rt_metrics vm;
-        if ((rc = rt_exec_evaluate(rt_program_exec(p), &vd, &vm)) < 0)
-            return rt_h_engine_fail(c, rc);
-        if (!(r->val = rt_h_metrics_pb(c, &vm)))
-            return OOM(c);
-    }
+    r->epochs = ep.v;
+    r->n_epochs = ep.n;
+    if (out.has_val && !(r->val = rt_h_metrics_pb(c, &out.val)))
+        return OOM(c);
     return r->last && r->mean ? 0 : OOM(c);
 }
 
@@ -354,7 +248,7 @@ static int fit_step_cb(void *ud, const rt_step_info *info)
     rt_call_yield(f->c);
     if (rt_call_is_cancelled(f->c))
         return 1;
-    if (non_finite(&f->nan_step, f->q->stop_on_nan, &f->nan_stop, info)) {
+    if (rt_train_non_finite(&f->nan_step, f->q->stop_on_nan, &f->nan_stop, info)) {
         f->nan_loss = info->loss;
         return 1;
     }
@@ -600,7 +494,7 @@ static int fit_run(rt_call *c, uint64_t gen)
                                 "at the end of epoch %lld, on disk; reattach after it restarts",
                                 (long long)fit_epoch);
     }
-    rt_h_note_step_time(p, exec_ns, steps);
+    rt_train_note_steps(p, exec_ns, steps);
     Rtrain__V1__FitEvent *fin = NEW(c, Rtrain__V1__FitEvent, RTRAIN__V1__FIT_EVENT__INIT);
     if (!fin)
         return OOM(c);

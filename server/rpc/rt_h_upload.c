@@ -58,16 +58,21 @@ typedef struct upload_st {
     int cut_short;         /* its reservation could not grow */
     int busy;              /* counted in rt_bufpool_busy */
     struct up_lane *lane;  /* large uploads: hashing and placing off the cq thread */
+    int sum_later;         /* the lane's XXH64 is checked by upload_work */
+    uint64_t sum_given;    /* the last chunk's checksum, then */
 } upload_st;
 
 /* A large upload's lane: the cq thread hands each chunk's received
  * slices (the byte buffer itself, no copy) to a thread of the upload's
  * own, which hashes, places and checks them in order, and goes back to
  * reading the socket: receiving and the one pass over the data overlap
- * instead of taking turns on one thread. At most RT__LANE_DEPTH chunks
- * wait (the cq thread waits for room); everything that reads what the
- * lane writes drains it first (up_drain). */
-#define RT__LANE_DEPTH 8
+ * instead of taking turns on one thread. Each chunk handed over holds
+ * the stream's next receive (rt_call_recv_hold) until the lane takes it
+ * up, so the next chunk is received while this one is hashed, at most one
+ * waits, and no cq thread ever waits for the lane: it serves other calls
+ * meanwhile, and HTTP/2 flow control slows the uploader. Everything that
+ * reads what the lane writes drains it first (up_drain). */
+#define RT__LANE_DEPTH 2
 #define RT__LANE_MIN (8u << 20) /* smaller uploads place inline */
 typedef struct up_item {
     grpc_byte_buffer *bb;
@@ -81,6 +86,7 @@ typedef struct up_lane {
     pthread_cond_t cv;
     up_item q[RT__LANE_DEPTH];
     int head, count, working, stop;
+    rt_call *held;         /* a call whose receive the lane resumes */
     upload_st *u;
 } up_lane;
 
@@ -246,7 +252,11 @@ static void *up_lane_main(void *arg)
         l->head = (l->head + 1) % RT__LANE_DEPTH;
         l->count--;
         l->working = 1;
+        rt_call *held = l->held;
+        l->held = NULL;
         pthread_mutex_unlock(&l->mu);
+        if (held) /* while working: up_drain waits for this too */
+            rt_call_recv_resume(held);
         for (size_t i = 0; i < it.n; i++)
             up_place(l->u, it.sp[i].p, it.sp[i].n);
         grpc_byte_buffer_destroy(it.bb);
@@ -279,14 +289,18 @@ static void up_lane_start(upload_st *u)
     u->lane = l;
 }
 
-/* Hand one chunk's slices to the lane: it owns bb and sp from here. */
-static void up_lane_put(up_lane *l, grpc_byte_buffer *bb, rt_wire_span *sp, size_t n)
+/* Hand one chunk's slices to the lane: it owns bb and sp from here. c's
+ * next receive is held until the lane takes the chunk up (the hold comes
+ * before the lane can take it, so the resume is never lost). */
+static void up_lane_put(up_lane *l, rt_call *c, grpc_byte_buffer *bb, rt_wire_span *sp, size_t n)
 {
     pthread_mutex_lock(&l->mu);
-    while (l->count == RT__LANE_DEPTH)
+    while (l->count == RT__LANE_DEPTH) /* not reached: one is queued at most */
         pthread_cond_wait(&l->cv, &l->mu);
     l->q[(l->head + l->count) % RT__LANE_DEPTH] = (up_item){bb, sp, n};
     l->count++;
+    rt_call_recv_hold(c);
+    l->held = c;
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
 }
@@ -471,6 +485,18 @@ static int upload_begin(rt_call *c, upload_st *u, const Rtrain__V1__DatasetHeade
 
 static Rtrain__V1__DatasetInfo *dataset_info(rt_call *c, const rt_dataset *ds, int dedup);
 
+static int check_sum(rt_call *c, up_data *d, uint64_t given)
+{
+    if (!d->x64)
+        return 0;
+    uint64_t sum = XXH64_digest(d->x64);
+    if (sum != given)
+        return rt_call_fail(c, RT_ECHECKSUM,
+                            "checksum mismatch: XXH64 of the data is %016llx, the client sent "
+                            "%016llx", (unsigned long long)sum, (unsigned long long)given);
+    return 0;
+}
+
 static int upload_chunk(rt_call *c, upload_st *u)
 {
     Rtrain__V1__UploadChunk *q = REQ(c, Rtrain__V1__UploadChunk);
@@ -539,7 +565,7 @@ static int upload_chunk(rt_call *c, upload_st *u)
         d->received += len;
         if (c->bulk && u->lane) {
             /* the slices go to the lane as they are; the call lets go */
-            up_lane_put(u->lane, c->payload, c->bulk, c->n_bulk);
+            up_lane_put(u->lane, c, c->payload, c->bulk, c->n_bulk);
             c->payload = NULL;
             c->bulk = NULL;
             c->n_bulk = 0;
@@ -556,14 +582,17 @@ static int upload_chunk(rt_call *c, upload_st *u)
         if (u->hash_later && !u->has_content_hash)
             return rt_call_fail(c, RT_EINVAL,
                                 "hash_later, but no chunk up to the last had the content_hash");
-        up_drain(u);
-        if (d->x64) {
-            uint64_t sum = XXH64_digest(d->x64);
-            if (sum != q->checksum)
-                return rt_call_fail(c, RT_ECHECKSUM,
-                                    "checksum mismatch: XXH64 of the data is %016llx, the client "
-                                    "sent %016llx",
-                                    (unsigned long long)sum, (unsigned long long)q->checksum);
+        if (u->lane) {
+            /* The lane may hold chunks still: waiting for it here would
+             * hold this cq thread (and every call it serves) for as long
+             * as hashing them takes. upload_work ends the lane and checks
+             * the sum, on the executor. */
+            u->sum_later = 1;
+            u->sum_given = q->checksum;
+        } else {
+            int rc = check_sum(c, d, q->checksum);
+            if (rc < 0)
+                return rc;
         }
         if (d->received != u->stream_total)
             return rt_call_fail(c, RT_ETRUNCATED, "upload ended at %llu of %llu bytes",
@@ -620,8 +649,13 @@ static Rtrain__V1__DatasetInfo *dataset_info(rt_call *c, const rt_dataset *ds, i
 static int upload_work(rt_call *c)
 {
     upload_st *u = c->st;
-    up_lane_stop(u); /* drained at the last chunk: the thread just ends */
+    up_lane_stop(u); /* it places what it holds first */
     up_data *d = u->d;
+    if (u->sum_later) {
+        int rc = check_sum(c, d, u->sum_given);
+        if (rc < 0)
+            return rc;
+    }
     rt_ingest in = {.data = c->srv->data, .state = c->srv->state, .uploads = &c->srv->upstore,
                     .who = c->who, .name = u->name, .parts = u->parts, .n_parts = u->n_parts,
                     .any_held = u->any_held, .buf = &d->buf, .total = u->total, .cur = &d->cur,

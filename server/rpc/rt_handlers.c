@@ -168,41 +168,25 @@ int64_t *rt_h_dims_pb(rt_call *c, int n, const int64_t *d)
     return p;
 }
 
-void rt_h_note_step_time(rt_program *p, uint64_t ns, int64_t steps)
-{
-    if (steps <= 0)
-        return;
-    rt_program_note_steps(p, ns, steps);
-    const rt_train_config *tc = rt_plan_config(rt_program_plan(p));
-    rt_metrics_steps((uint64_t)steps, (uint64_t)steps * (uint64_t)(tc ? tc->batch_size : 0));
-}
-
 /* ------------------------------------------------------------- durability */
 
 /* Write p's checkpoint (the caller holds the device). A failure (disk
  * full) stops the call, or with CHECKPOINT_CONTINUE (or the daemon's
  * --checkpoint-fail continue) is only logged; the previous checkpoint is
  * untouched either way. */
+int rt_h_ckpt_continue(const rt_call *c, int policy)
+{
+    return policy == RTRAIN__V1__CHECKPOINT_POLICY__CHECKPOINT_CONTINUE ||
+           (policy == RTRAIN__V1__CHECKPOINT_POLICY__CHECKPOINT_POLICY_DEFAULT &&
+            rt_state_cfg(c->srv->state)->fail_continue);
+}
+
 int rt_h_durable_checkpoint(rt_call *c, rt_program *p, int policy)
 {
-    char err[300];
-    int rc = rt_state_checkpoint(c->srv->state, c->sess->id, p, err, sizeof err);
-    if (rc == 0)
-        return 0;
-    int cont = policy == RTRAIN__V1__CHECKPOINT_POLICY__CHECKPOINT_CONTINUE ||
-               (policy == RTRAIN__V1__CHECKPOINT_POLICY__CHECKPOINT_POLICY_DEFAULT &&
-                rt_state_cfg(c->srv->state)->fail_continue);
-    char pid[16];
-    RT_LOG(RT_LOG_WARN, "checkpoint of %s at step %lld failed (%s): %s; the one at step %lld "
-           "is kept", rt_log_id(rt_program_id(p), pid),
-           (long long)rt_exec_global_step(rt_program_exec(p)),
-           cont ? "training goes on" : "the call stops", err, (long long)rt_program_ckpt_step(p));
-    if (cont)
-        return 0;
-    return rt_call_fail(c, rc, "checkpoint failed, training stopped at step %lld: %.200s; the "
-                        "checkpoint at step %lld is kept",
-                        (long long)rt_exec_global_step(rt_program_exec(p)),
-                        err, (long long)rt_program_ckpt_step(p));
+    char err[400];
+    int rc = rt_train_checkpoint(c->srv->state, c->sess->id, p, rt_h_ckpt_continue(c, policy),
+                                 err, sizeof err);
+    return rc < 0 ? rt_call_fail(c, rc, "%s", err) : 0;
 }
 
 /* A new program keeps its model (a pull carries it) and, in durable mode,

@@ -11,7 +11,7 @@
  * Handlers run on a completion-queue thread; the *_work functions run with
  * the device held (needs_device), inline or on the executor. A handler
  * validates, takes references and sets work; the use cases are the
- * owners' (rt_program.h, rt_ingest.h, rt_view.h, rt_state.h). */
+ * owners' (rt_train.h, rt_program.h, rt_ingest.h, rt_view.h, rt_state.h). */
 #ifndef RTRAIN_HANDLERS_H
 #define RTRAIN_HANDLERS_H
 
@@ -43,6 +43,7 @@
 #include "rt_ingest.h"
 #include "rt_state.h"
 #include "rt_view.h"
+#include "rt_train.h"
 
 #define RT_MAX_STEPS_PER_CALL 10000000ull
 #define RT_MAX_RETURN_LOSSES 1000000ull
@@ -82,7 +83,9 @@ int rt_h_train_x(rt_call *c, rt_data *d);
 int rt_h_engine_fail(rt_call *c, int rc);
 Rtrain__V1__Metrics *rt_h_metrics_pb(rt_call *c, const rt_metrics *m);
 int64_t *rt_h_dims_pb(rt_call *c, int n, const int64_t *d);
-void rt_h_note_step_time(rt_program *p, uint64_t ns, int64_t steps);
+/* Whether a failed checkpoint lets the call go on (CHECKPOINT_CONTINUE,
+ * or by default the daemon's --checkpoint-fail continue); durable mode. */
+int rt_h_ckpt_continue(const rt_call *c, int policy);
 int rt_h_durable_checkpoint(rt_call *c, rt_program *p, int policy);
 int rt_h_durable_program(rt_call *c, rt_program *prog);
 

@@ -660,6 +660,18 @@ static void post_recv(rt_call *c)
     rt__start_batch(c, &op, 1, &c->tag);
 }
 
+void rt_call_recv_hold(rt_call *c)
+{
+    __atomic_store_n(&c->recv_gate, 0, __ATOMIC_RELEASE);
+    c->recv_held = 1;
+}
+
+void rt_call_recv_resume(rt_call *c)
+{
+    if (__atomic_add_fetch(&c->recv_gate, 1, __ATOMIC_ACQ_REL) == 2)
+        post_recv(c);
+}
+
 void rt__post_close(rt_call *c)
 {
     grpc_op op;
@@ -805,10 +817,17 @@ void rt__on_stream_recv(rt__tag *t, int ok)
         grpc_byte_buffer_destroy(c->payload);
         c->payload = NULL;
     }
-    if (c->err || c->resp) /* a response before the end: answered early */
+    int held = c->recv_held;
+    c->recv_held = 0;
+    if (c->err || c->resp) { /* a response before the end: answered early */
+        if (held) /* past 2 for good: the resumer posts nothing */
+            __atomic_add_fetch(&c->recv_gate, 100, __ATOMIC_ACQ_REL);
         rt__finish(c);
-    else
+    } else if (held) {
+        rt_call_recv_resume(c); /* the consumer may have resumed already */
+    } else {
         post_recv(c);
+    }
     rt__call_unref(c);
 }
 

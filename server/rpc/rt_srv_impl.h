@@ -217,6 +217,9 @@ struct rt_call {
     int up_waiting;               /* under out_mu: a RECV_MESSAGE is pending */
     uint64_t recv_posted_ns;      /* when that RECV_MESSAGE was posted */
     int up_stalled;               /* under out_mu: rt_srv_tick answered it */
+    int recv_held;                /* the handler holds the next receive */
+    int recv_gate;                /* atomic: a held receive is posted by the
+                                     second of the cq thread and the resumer */
 
     /* Pipelined RunSteps: its seq and its predecessor's (0 = none). A
      * call whose predecessor has not completed waits on the server's held
@@ -358,6 +361,15 @@ void *rt_call_alloc(rt_call *c, size_t n);
 char *rt_call_strdup(rt_call *c, const char *s);
 
 /* Record an error for the call (code from rt_error.h, short message). */
+/* A client stream whose consumer is full holds its next receive instead
+ * of blocking the cq thread (HTTP/2 flow control then slows the client):
+ * the handler calls rt_call_recv_hold before it returns, and the consumer
+ * calls rt_call_recv_resume once, from any thread, when it has room. The
+ * receive is posted when both the handler has returned and the consumer
+ * resumed; a call that fails meanwhile is not resumed. */
+void rt_call_recv_hold(rt_call *c);
+void rt_call_recv_resume(rt_call *c);
+
 int rt_call_fail(rt_call *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -379,6 +391,11 @@ int rt_call_yield(rt_call *c);
  * the whole process stops itself with SIGSTOP so that a test can SIGKILL or
  * SIGTERM it at a step it chose. Nothing happens with the flag off. */
 void rt_srv_pause_point(rt_srv *s, int64_t global_step);
+/* rt_train_host's step and hard_cancel for a training call (ud: the
+ * rt_call): rt_srv_pause_point, rt_call_yield and rt_call_is_cancelled in
+ * one call per step. */
+int rt_call_step_point(void *ud, int64_t global_step);
+int rt_call_hard_cancelled(void *ud);
 /* Take/drop the device from work running on the compile pool. */
 void rt_call_device_lock(rt_call *c);
 void rt_call_device_unlock(rt_call *c);

@@ -531,21 +531,34 @@ static void test_too_big(itest_conn *c, const char *sid)
  * the --max-dataset-bytes of main's first daemon) in 1 MiB chunks: the
  * dataset has its shape and every byte. (Upload throughput is measured by
  * bench/upload, not by a test.) */
-static void test_default_limits(itest_conn *c, const char *sid)
+/* n bytes of f32 features, 64 a sample (i % mod / 1000), as a RAW part
+ * (shape points at the caller's two dims); NULL if out of memory. */
+static uint8_t *f32_features(size_t n, unsigned mod, int64_t shape[2], Rtrain__V1__DataPart *p)
 {
-    const size_t n = 6u << 20;
     uint8_t *b = malloc(n);
     CHECK(b, "malloc");
     if (!b)
-        return;
+        return NULL;
     float *f = (float *)b;
     for (size_t i = 0; i < n / 4; i++)
-        f[i] = (float)(i % 1000) * 0.001f;
-    Rtrain__V1__DataPart p = part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DATA_FORMAT__FORMAT_RAW, n);
-    int64_t shape[2] = {(int64_t)(n / 256), 64};
-    p.dtype = RTRAIN__V1__DTYPE__F32;
-    p.shape = shape;
-    p.n_shape = 2;
+        f[i] = (float)(i % mod) * 0.001f;
+    *p = part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DATA_FORMAT__FORMAT_RAW, n);
+    shape[0] = (int64_t)(n / 256);
+    shape[1] = 64;
+    p->dtype = RTRAIN__V1__DTYPE__F32;
+    p->shape = shape;
+    p->n_shape = 2;
+    return b;
+}
+
+static void test_default_limits(itest_conn *c, const char *sid)
+{
+    const size_t n = 6u << 20;
+    Rtrain__V1__DataPart p;
+    int64_t shape[2];
+    uint8_t *b = f32_features(n, 1000, shape, &p);
+    if (!b)
+        return;
     Rtrain__V1__DataPart *pp[1] = {&p};
     itest_res r;
     itest_upload(c, sid, pp, 1, b, n, 1u << 20, NULL, &r);
@@ -556,6 +569,64 @@ static void test_default_limits(itest_conn *c, const char *sid)
                   u->dataset->x_shape[0] == 64,
               "6 MiB upload: %llu samples", (unsigned long long)u->dataset->samples);
         CHECK(u->bytes_received == n, "6 MiB upload: bytes_received %llu",
+              (unsigned long long)u->bytes_received);
+        rtrain__v1__upload_response__free_unpacked(u, NULL);
+    }
+    itest_res_free(&r);
+    free(b);
+}
+
+/* An upload of 12 MiB goes through its lane (hashing off the cq thread;
+ * each of its 12 chunks holds the stream's next receive until the lane
+ * takes it up, so this also checks that every held receive is resumed);
+ * its checksum is checked once the lane has placed everything, after the
+ * last chunk: a wrong one is DATA_LOSS naming both sums, the right one
+ * stores the data, and the daemon answers after either. */
+static void test_lane_checksum(itest_conn *c, const char *sid)
+{
+    enum { K = 12 };
+    const size_t n = (size_t)K << 20;
+    Rtrain__V1__DataPart p;
+    int64_t shape[2];
+    uint8_t *b = f32_features(n, 997, shape, &p);
+    if (!b)
+        return;
+    Rtrain__V1__DataPart *pp[1] = {&p};
+    Rtrain__V1__DatasetHeader h = RTRAIN__V1__DATASET_HEADER__INIT;
+    h.session_id = (char *)sid;
+    h.parts = pp;
+    h.n_parts = 1;
+    h.total_bytes = n;
+    Rtrain__V1__UploadChunk ch[K];
+    ProtobufCMessage *m[K];
+    for (int i = 0; i < K; i++) {
+        Rtrain__V1__UploadChunk init = RTRAIN__V1__UPLOAD_CHUNK__INIT;
+        ch[i] = init;
+        ch[i].offset = (uint64_t)i << 20;
+        ch[i].data.data = b + ((size_t)i << 20);
+        ch[i].data.len = 1u << 20;
+        m[i] = &ch[i].base;
+    }
+    ch[0].header = &h;
+    ch[K - 1].last = 1;
+    const uint64_t sum = XXH64(b, n, 0);
+    ch[K - 1].checksum = sum ^ 1;
+    itest_res r;
+    itest_client_stream(c, "UploadDataset", m, K, -1, &r);
+    char want[96];
+    snprintf(want, sizeof want, "XXH64 of the data is %016llx, the client sent %016llx",
+             (unsigned long long)sum, (unsigned long long)(sum ^ 1));
+    CHECK(r.status == GRPC_STATUS_DATA_LOSS && strstr(r.details, want),
+          "12 MiB with a wrong checksum: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    CHECK(ping_ok(c), "the daemon answers after the refused upload");
+    ch[K - 1].checksum = sum;
+    itest_client_stream(c, "UploadDataset", m, K, -1, &r);
+    CHECK(r.status == 0, "12 MiB with the right checksum: %d %s", r.status, r.details);
+    Rtrain__V1__UploadResponse *u = upload_resp(&r);
+    if (u) {
+        CHECK(u->dataset->samples == n / 256 && u->bytes_received == n,
+              "12 MiB upload: %llu samples, %llu bytes", (unsigned long long)u->dataset->samples,
               (unsigned long long)u->bytes_received);
         rtrain__v1__upload_response__free_unpacked(u, NULL);
     }
@@ -1162,6 +1233,7 @@ int main(int argc, char **argv)
         c = itest_connect(d.addr);
         CHECK(itest_session(c, "default limits", sid) == 0, "session");
         RUN(test_default_limits, c, sid);
+        RUN(test_lane_checksum, c, sid);
         itest_disconnect(c);
         CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "daemon exit");
     } else {

@@ -93,6 +93,11 @@ run_daemon() {
   local envs=()
   while [ "$1" != -- ]; do envs+=("$1"); shift; done
   shift
+  # emptied here, not by the background job's redirections: those run
+  # after this shell goes on, and the loop below read the last daemon's
+  # start line (then SIGTERM reached the new one before its main())
+  : >"$tmp/d.out"
+  : >"$tmp/d.err"
   env "${envs[@]}" "$rtraind" "$@" >"$tmp/d.out" 2>"$tmp/d.err" &
   dpid=$!
   for _ in $(seq 1 100); do

@@ -1,0 +1,122 @@
+/*
+ * rt_train.h - the training use cases of a program: RunSteps as one call
+ * (rt_program_run_steps). The handler decodes the request, calls it once
+ * with the device held, and encodes the answer; the use case calls down
+ * into the data view (rt_view.h), the engine (or the trainer plugged in
+ * at startup) and the state directory, never back into server/rpc except
+ * through the hooks the caller hands it.
+ *
+ *     rt_run_steps_in in = {.steps = 1, ...};
+ *     rt_run_steps_out out;
+ *     char err[300];
+ *     rc = rt_program_run_steps(p, &ctx, &in, &out, err, sizeof err);
+ *
+ * Locking: [device] (rt_program.h), as every training call.
+ */
+#ifndef RTRAIN_TRAIN_H
+#define RTRAIN_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rt_program.h"
+#include "rt_state.h"
+#include "rt_view.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What trains: rt_exec_train, or a multi-process trainer (server/dist)
+ * that the daemon plugs in at startup, so the session layer does not
+ * depend on MPI. err gets the failure's text. */
+typedef int (*rt_trainer_fn)(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t steps,
+                             rt_train_result *res, rt_step_cb cb, void *ud, float *step_losses,
+                             char *err, size_t errlen);
+/* Set once, before the first call is served (NULL: rt_exec_train). */
+void rt_train_set_trainer(rt_trainer_fn fn);
+
+/* The caller's side of a training call. step (ud): at each step boundary,
+ * the --pause-at-step hook and the device's time slice; 1 when the client
+ * went away. hard_cancel (ud): the daemon's grace period ended. With
+ * answer_ud: losses gives room for steps losses (NULL: out of memory);
+ * epoch: an engine epoch ended; epoch_val: the last epoch's validation
+ * (< 0: out of memory, the call stops). */
+typedef struct rt_train_host {
+    void *ud;
+    int (*step)(void *ud, int64_t global_step);
+    int (*hard_cancel)(void *ud);
+    void *answer_ud;
+    float *(*losses)(void *answer_ud, uint64_t steps);
+    int (*epoch)(void *answer_ud, int64_t epoch, const rt_metrics *train, int64_t step,
+                 uint64_t exec_ns);
+    int (*epoch_val)(void *answer_ud, const rt_metrics *val);
+} rt_train_host;
+
+/* Where a training call trains: the data sets (checked with rt_view_check
+ * by the caller), the state directory (NULL: memory only) and the
+ * session's id for its checkpoints. */
+typedef struct rt_train_ctx {
+    rt_dataset *ds, *val_ds;
+    rt_state *state;
+    const char *sid;
+    const rt_train_host *host;
+    rt_stream_use use, val_use; /* a streamed data set's cursor */
+} rt_train_ctx;
+
+typedef struct rt_run_steps_in {
+    uint64_t seq;            /* replay protection (0: none) */
+    uint64_t steps;
+    float lr;                /* > 0: the rate from the first step on */
+    int val_at_end;          /* validate once after the last step, else at epoch ends */
+    int stop_on_nan;
+    int checkpoint;          /* checkpoint at the end (durable mode) */
+    uint32_t every_steps, every_s;
+    int ckpt_continue;       /* a failed checkpoint is logged, not the call's failure */
+    int return_losses;       /* the step losses into host->losses' room */
+} rt_run_steps_in;
+
+typedef struct rt_run_steps_out {
+    int replayed, recorded;  /* a seq applied already; its answer was kept */
+    int64_t recorded_step;
+    int64_t global_step;
+    rt_metrics last, mean;
+    int stopped;             /* Control's stop */
+    int64_t nan_step;        /* the first non-finite loss's step, 0 = none */
+    int64_t done;            /* steps run (losses written) */
+    float *losses;           /* return_losses: done of them */
+    int has_val;
+    rt_metrics val;          /* val_at_end */
+} rt_run_steps_out;
+
+/* A RunSteps call, start to end: replay, the view, the rate, the steps
+ * (stopping at epoch ends to validate or to draw the next augmentation),
+ * Control's stop, the non-finite check, the step estimate, the replay
+ * record and the checkpoint-due decision. 0, or a negative RT_E* with
+ * err set (the call's failure message). */
+int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in *in,
+                         rt_run_steps_out *out, char *err, size_t errlen);
+
+/* A step's loss that is NaN or infinite: recorded in *first (the first),
+ * and with stop_on_nan *stopped is set. 1 = stop after this step. */
+int rt_train_non_finite(int64_t *first, int stop_on_nan, int *stopped, const rt_step_info *info);
+/* The failure messages of a training call, in err; each returns its code.
+ * Work stopped early: the client went away (RT_ECANCELLED; it will not see
+ * this) or, hard, the daemon's grace period ended (RT_EUNAVAILABLE: retry
+ * elsewhere or later); either way not a completed call. A non-finite loss
+ * under stop_on_nan: RT_ESTATE. */
+int rt_train_stopped_msg(int hard, int64_t done, int64_t asked, char *err, size_t errlen);
+int rt_train_nan_msg(int64_t step, float loss, char *err, size_t errlen);
+
+/* Training took ns over steps: the program's step estimate and the
+ * daemon's step counters. */
+void rt_train_note_steps(rt_program *p, uint64_t ns, int64_t steps);
+/* Write p's checkpoint. A failure is logged; with cont training goes on
+ * (0), else err holds the call's failure. */
+int rt_train_checkpoint(rt_state *st, const char *sid, rt_program *p, int cont, char *err,
+                        size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
