@@ -16,6 +16,7 @@
 
 #include <uv.h>
 
+#include "rt_engine.h"
 #include "rt_log.h"
 #include "rt_metrics.h"
 #include "rt_obs.h"
@@ -218,6 +219,7 @@ static void log_started(const rt_daemon_opts *o, rt_srv *srv)
            (unsigned long long)(cfg->inline_ns / 1000),
            cfg->tls_cert ? (cfg->tls_client_ca ? "mTLS" : "TLS") : "plaintext",
            cfg->tokens_path ? "tokens" : "single-user");
+    RT_LOG(RT_LOG_INFO, "backend %s (%s)", rt_backend_name(), rt_backend_describe());
     if (cfg->state_dir)
         RT_LOG(RT_LOG_INFO, "durable mode: state in %s (checkpoints every %u steps / %u s, "
                "keep %d)", cfg->state_dir, cfg->ckpt_every_steps, cfg->ckpt_every_s, cfg->ckpt_keep);
@@ -234,6 +236,17 @@ int rt_daemon_run(const rt_daemon_opts *o)
     d.drain_ms = o->drain_ms;
     d.idle_ms = o->idle_ms;
     char err[300] = "";
+    /* every rank: --backend, else RT_BACKEND, else the best built */
+    if (o->backend && rt_backend_select(o->backend) < 0) {
+        fprintf(stderr, "rtraind: no backend '%s' in this build (built: %s)\n", o->backend,
+                rt_backend_list());
+        return 2;
+    }
+    if (!rt_backend_name()[0]) {
+        fprintf(stderr, "rtraind: this build has no backend\n");
+        return 2;
+    }
+    rt_metrics_backend(rt_backend_name(), rt_backend_describe());
     int rc = rt_dist_init(&o->dist, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, "rtraind: %s\n", err);

@@ -130,6 +130,9 @@ extern "C" {
     X(HTTP_LISTEN, "http-listen", MAIN, STR("ADDR"), http_listen, AUTO("off"),              \
       "serve Prometheus metrics at http://ADDR/metrics and the live dashboard at "          \
       "http://ADDR/; port 0 picks a free port, printed on stdout before the listening line") \
+    X(BACKEND, "backend", MAIN, STR("NAME"), backend, AUTO("the best built: cpu, else ref"),  \
+      "the kernels every program runs on: cpu (native, oneDNN) or ref (the portable "       \
+      "reference); docs/backends.md")                                                       \
     X(DETERMINISTIC_REDUCE, "deterministic-reduce", MPI, NUM("M", 1, 4096), dist.micro,     \
       AUTO("off"),                                                                          \
       "split each global batch into M micro-shards whose gradients are summed in a fixed "  \
@@ -256,6 +259,7 @@ typedef struct rt_daemon_opts {
     uint64_t grace_ms, drain_ms;
     uint64_t idle_ms;            /* the session lease; 0 = never */
     const char *http_listen;     /* NULL = no HTTP endpoint */
+    const char *backend;         /* NULL = the best built (rt_backend_select) */
     int insecure;
     int log_level;               /* rt_log_level */
     int log_format;              /* rt_log_format */

@@ -1232,6 +1232,11 @@ static int rt__pass_choose_kernels(rt__cc *cc)
         c->fn = c->bwd ? c->nd->kern->bwd : c->nd->kern->fwd;
     }
     p->gemm_scratch_floats = be->shared_scratch_floats;
+    /* the rest of the step: the backend's loss, optimizer, config */
+    if (be->check) {
+        const int rc = be->check(be->context, p, cc->err, cc->errlen);
+        if (rc < 0) return rc;
+    }
     return 0;
 }
 
@@ -1440,7 +1445,13 @@ int rt_plan_compile_cancellable(const rt_graph *g, const rt_train_config *cfg,
     }
     atomic_init(&p->refs, 1);
     p->cfg = *cfg;
-    p->backend = &rt__backend_cpu;
+    p->backend = rt__backend_current();
+    if (!p->backend) {
+        snprintf(err, errlen, "no backend registered (the program links none)");
+        free(p);
+        return RT_EINTERNAL;
+    }
+    snprintf(p->rep.backend, sizeof p->rep.backend, "%s", p->backend->name);
     rt__cc cc = {.p = p, .g = g, .cfg = &p->cfg, .err = err, .errlen = errlen,
                  .B = cfg->batch_size, .A = &p->arena};
     int rc = 0;

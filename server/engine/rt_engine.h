@@ -230,6 +230,17 @@ int rt_graph_set_outputs(rt_graph *g, const char *const *names, int n);
 /* NULL-terminated list of supported op names; static. */
 const char *const *rt_engine_op_names(void);
 
+/* Backends (server/kernels/NAME, docs/backends.md): the program registers
+ * those it links; every plan compiles for the selected one. Select by name
+ * (RT_ENOTFOUND when none of that name is registered); without a call, the
+ * environment's RT_BACKEND, else the registered one of highest rank.
+ * Select before compiling: plans keep the backend they were compiled for. */
+int rt_backend_select(const char *name);
+const char *rt_backend_name(void);      /* the selected one's, "" when none */
+const char *rt_backend_describe(void);  /* e.g. "cpu+onednn-3.0" */
+/* the registered backends' names, comma-separated, in rank order */
+const char *rt_backend_list(void);
+
 /* ------------------------------------------------------------ training config */
 
 typedef enum rt_loss_kind {
@@ -425,6 +436,7 @@ typedef struct rt_compile_report {
     uint64_t pass_ns[RT_COMPILE_PASSES]; /* each pass's time, in order */
     uint32_t n_regularized;   /* parameters with an L1/L2 regularizer */
     uint32_t n_constrained;   /* parameters with a constraint */
+    char backend[16];         /* the backend the plan runs on */
 } rt_compile_report;
 
 /* A 128-bit cache key over (canonical graph, training config, batch size,
@@ -704,7 +716,8 @@ typedef struct rt_replica {
  * rt_exec_load_state writes only the slice. (server/dist: ranks > 0.) */
 int rt_exec_shard_slots(rt_exec *e, int64_t lo, int64_t hi);
 /* The optimizer slots s1, s2 (train_floats each: Adam's m and v, RMSprop's
- * and SGD momentum's s1), for server/dist's gather of the slices. */
+ * and SGD momentum's s1), for server/dist's gather of the slices:
+ * host addresses (the backend's host view; NULL where it has none). */
 void rt_exec_opt_slots(rt_exec *e, float **s1, float **s2);
 /* e's optimizer state is incomplete (a slice was lost with its replica):
  * rt_exec_save_state and rt_exec_state_spans fail RT_EUNAVAILABLE until a

@@ -14,8 +14,9 @@
  *        (liveness-based, one arena), report. The result is a flat array
  *        of rt__call with buffer offsets.
  *     -> rt_exec (rt_exec.c): resolves offsets to pointers once, then each
- *        step is: gather batch, forward calls, loss (rt_loss.c), backward
- *        calls, optimizer (rt_optim.c). Nothing is allocated per step.
+ *        step is: gather batch, forward calls, loss, backward calls,
+ *        optimizer, each through the backend (rt__backend below).
+ *        Nothing is allocated per step.
  *
  * Adding an op: write server/engine/op_<name>.c defining
  *     const rt__op_def rt__op_<name> = {.name = "Name", .infer = ..., ...};
@@ -385,13 +386,24 @@ static inline int64_t rt__numel_n(const rt__shape *s, int64_t n)
 
 /* ---------------------------------------------------------------- backend */
 
-/* A backend maps ops to kernels and runs them: a table of function
- * pointers plus its own context, as ggml's backends. The CPU one is
- * server/kernels/cpu/rt_backend_cpu.c; a second backend is a new folder
- * with its own table and rt__backend, and no op file changes.
+/* A backend owns tensor memory and runs every part of a step: the op
+ * kernels of its table, the batch gather, the loss and its gradient, the
+ * metrics, regularizers, clipping and the optimizer update. It is a table
+ * of function pointers plus its own context, as ggml's backends; each is a
+ * folder server/kernels/NAME/ built as its own library, which the program
+ * registers (rt__backend_register; the daemon's rt_backends.c). The engine
+ * links none and calls them only through this table (docs/backends.md).
  *
- * One kernel entry serves one op, or one op with the reader it absorbs (a
- * fusion rule: Dense + Relu, Conv2D + MaxPool2D, Softmax + the
+ * Memory. The arena, the parameter block (weights | gradients | optimizer
+ * states) and the scratch live in backend memory from alloc. Its pointers
+ * are handles the engine adds offsets to but never dereferences, as CUDA
+ * device pointers; it reads and writes through upload/download, or through
+ * host() where the backend's memory is the host's (the CPU backends: no
+ * copy at all). Gradient buckets for the MPI all-reduce are ranges of the
+ * gradient block read through host().
+ *
+ * Kernels. One kernel entry serves one op, or one op with the reader it
+ * absorbs (a fusion rule: Dense + Relu, Conv2D + MaxPool2D, Softmax + the
  * crossentropy loss). Compile's fuse pass asks kernel(op, reader op) for
  * every producer whose value has exactly one reader and fuses when the
  * entry exists and its can_fuse agrees. */
@@ -409,21 +421,90 @@ struct rt__kernel {
     int (*prepare)(rt__node *nd, int64_t B, rt__arena *A);
 };
 
+/* The batch gather: rows idx[0..nb) of the host arrays x (in floats a row)
+ * and y (ln 4-byte values a row; NULL: no labels), or rows start..start+nb
+ * when idx is NULL, into the backend buffers xb and yb. Augmented data
+ * sets reach it as the epoch's augmented host copy (rt_dataset_augment). */
+typedef struct rt__gather_args {
+    float *xb;
+    void *yb;
+    const float *x;
+    const void *y;
+    const int64_t *idx;
+    int64_t start, nb, in, ln;
+} rt__gather_args;
+
+typedef struct rt__macc rt__macc;
+typedef struct rt__lossinfo rt__lossinfo;
+
 typedef struct rt__backend {
     const char *name;
+    /* what rtrain info shows as the device's backend ("cpu+onednn-3.0") */
+    const char *(*describe)(void *ctx);
+    /* the default backend is the registered one with the highest rank */
+    int rank;
     void *context;
     /* floats of scratch every call of a step may share (rt__run.gemm_scratch) */
     int64_t shared_scratch_floats;
+
+    /* ---- kernels */
     /* the entry for op alone (fused NULL) or op absorbing a reader of op
      * fused; NULL when this backend has none */
     const rt__kernel *(*kernel)(void *ctx, const rt__op_def *op,
                                 const rt__op_def *fused);
     /* whether this backend runs nd (after infer: its parameters are set) */
     int (*supports_op)(void *ctx, const rt__node *nd);
+    /* whether it runs the whole plan (its loss, its config), after the
+     * kernels are chosen: 0, or an error code with a message. NULL: yes */
+    int (*check)(void *ctx, const rt_plan *p, char *err, size_t errlen);
     /* run calls[0..n) with their resolved arguments args[0..n) */
     void (*run)(void *ctx, const rt__call *calls, const rt__kargs *args, int n);
+
+    /* ---- memory */
+    /* bytes of zeroed backend memory, RT__ALIGN-aligned; NULL when out */
+    void *(*alloc)(void *ctx, size_t bytes);
+    void (*release)(void *ctx, void *buf);
+    void (*upload)(void *ctx, void *dst, const void *src, size_t bytes);
+    void (*download)(void *ctx, void *dst, const void *src, size_t bytes);
+    /* the host address of backend memory at buf, or NULL where it has none
+     * (the engine then stages through upload/download) */
+    void *(*host)(void *ctx, void *buf);
+
+    /* ---- the step (every pointer but the rt__macc, the doubles and sw is
+     * backend memory) */
+    void (*gather)(void *ctx, const rt__gather_args *g);
+    /* Loss of one batch: y (n, out_numel), lab (n, lab_numel) i32 or f32.
+     * Adds the summed per-sample losses to *loss_sum and accuracies to
+     * *acc_sum; when dy is not NULL writes d(mean loss)/dy (overwriting).
+     * sw (host, n floats) or NULL: Keras' sample weights, sum(w_i l_i)/n
+     * (accuracy unweighted). scratch: 2 * n * out_numel floats. */
+    void (*loss)(void *ctx, const rt__lossinfo *L, const float *y, const void *lab,
+                 int64_t n, const float *sw, float *dy, double *loss_sum,
+                 double *acc_sum, float *scratch);
+    /* add a batch to the metric accumulators (y as the loss reads it:
+     * logits when the Softmax was fused into the loss) */
+    void (*metrics)(void *ctx, const rt__lossinfo *L, uint32_t metrics, const float *y,
+                    const void *lab, int64_t n, rt__macc *a);
+    /* the L1/L2 penalty of every regularized parameter (w: the parameter
+     * block); when g is not NULL adds its gradient to the trainable ones */
+    double (*regularize)(void *ctx, const rt_plan *p, const float *w, float *g);
+    /* every trainable parameter's constraint, on w in place */
+    void (*constrain)(void *ctx, const rt_plan *p, float *w);
+    /* scale g (count floats) so its L2 norm is at most clip; the norm */
+    double (*clip)(void *ctx, float *g, int64_t count, float clip);
+    /* one update of count floats at 1-based step t with rate lr (the
+     * schedule's or the live override, rt_exec.c) */
+    void (*update)(void *ctx, const rt_train_config *c, float lr, int64_t t, float *w,
+                   float *g, float *s1, float *s2, int64_t count);
+    /* dst[i] = src[i] * s (dst may be src): a replica's share of the batch */
+    void (*scale)(void *ctx, float *dst, const float *src, int64_t count, float s);
 } rt__backend;
-extern const rt__backend rt__backend_cpu;
+
+/* rt_backend.c: the registry. A program registers the backends it links
+ * (before compiling); the selected one (rt_backend_select, or RT_BACKEND in
+ * the environment, else the highest rank) compiles every plan. */
+void rt__backend_register(const rt__backend *b);
+const rt__backend *rt__backend_current(void);
 
 /* ------------------------------------------------------------------- plan */
 
@@ -458,7 +539,7 @@ typedef struct rt__param {
 } rt__param;
 
 /* How the loss reads labels against the output. */
-typedef struct rt__lossinfo {
+struct rt__lossinfo {
     rt_loss_kind kind;
     int from_logits;
     int64_t classes;        /* last dim of the output per row */
@@ -488,7 +569,7 @@ typedef struct rt__lossinfo {
     struct rt__lossinfo *head;
     int64_t *out_off, *lab_off;
     float *weight;
-} rt__lossinfo;
+};
 
 struct rt_plan {
     atomic_int refs;
@@ -521,55 +602,29 @@ struct rt_plan {
 
 /* --------------------------------------------------------------- internals */
 
-/* rt_loss.c: loss and metrics of one batch. y is (n, out_numel); lab is
- * (n, lab_numel) i32 or f32. Adds the batch's summed per-sample losses to
- * *loss_sum and summed per-sample accuracies to *acc_sum. If dy is not NULL,
- * writes d(mean loss)/dy (overwriting). */
-void rt__loss_run(const rt__lossinfo *L, const float *y, const void *lab,
-                  int64_t n, float *dy, double *loss_sum, double *acc_sum,
-                  float *scratch); /* scratch: 2 * n * out_numel floats */
+/* rt_loss.c: whether the labels serve the loss (RT_ESHAPE, RT_EDTYPE with a
+ * message); the backends compute it (rt__backend.loss) */
 int rt__loss_check(const rt__lossinfo *L, const rt_train_config *cfg,
                    char *err, size_t errlen);
-/* accuracy of one row of C values (rt_loss.c): 0 or 1 */
-int rt__loss_row_acc(const rt__lossinfo *L, const float *z, const void *lab, int64_t lab_i);
-/* rt_loss_torch.c: PyTorch's losses, as rt__loss_run (which calls it) and
- * rt__loss_check; the batch's loss (PyTorch's, mean or sum) times n is added
- * to *loss_sum, so that loss_sum / n is it */
-void rt__loss_torch_run(const rt__lossinfo *L, const float *y, const void *lab, int64_t n,
-                        float *dy, double *loss_sum, double *acc_sum);
+/* rt_loss_torch.c: the same for PyTorch's losses */
 int rt__loss_torch_check(const rt__lossinfo *L, char *err, size_t errlen);
 
 /* rt_optim.c */
 float rt__sched_lr(const rt_train_config *c, int64_t step);
-/* One update of count floats at 1-based step t. */
-void rt__opt_update(const rt_train_config *c, float lr, int64_t t, float *w,
-                    float *g, float *s1, float *s2, int64_t count);
-/* Scale g so its global L2 norm is at most clip; returns the norm. */
-double rt__clip_by_norm(float *g, int64_t count, float clip);
 
 /* rt_metrics.c: Keras' metric accumulators over an epoch or an evaluation */
 #define RT__AUC_T 200
-typedef struct rt__macc {
+struct rt__macc {
     double sum[RT_METRIC_MAX];      /* summed per-sample values */
     double sq, elems;               /* RMSE */
     double tp, fp, fn;              /* precision, recall at 0.5 */
     double auc_tp[RT__AUC_T], auc_fp[RT__AUC_T], pos, neg;
     int64_t n;
-} rt__macc;
-/* Add a batch: y (n, out_numel) is the loss's input (logits when the
- * Softmax was fused into the loss: the metrics see its softmax). */
-void rt__metrics_update(const rt__lossinfo *L, uint32_t metrics, const float *y,
-                        const void *lab, int64_t n, rt__macc *a);
+};
 void rt__metrics_values(uint32_t metrics, const rt__macc *a, rt_metrics *out);
 /* a metric the labels cannot serve: RT_ESHAPE with a message */
 int rt__metrics_check(const rt__lossinfo *L, uint32_t metrics, char *err, size_t errlen);
 
-/* rt_regular.c: the L1/L2 penalty of every regularized parameter (w is
- * the parameter block); when g (the gradient block) is not NULL, adds the
- * penalty's gradient to the trainable ones. */
-double rt__reg_apply(const rt_plan *p, const float *w, float *g);
-/* Apply every trainable parameter's constraint to w in place. */
-void rt__constrain(const rt_plan *p, float *w);
 
 /* Keras-style initializers (rt_exec.c) */
 void rt__init_param(const rt__param *pr, int index, uint64_t seed, float *w);

@@ -8,6 +8,11 @@
  * allocated at rt_exec_create (the permutation when a data set is first
  * seen), so a step allocates nothing.
  *
+ * Tensor memory (the arena, the parameter block, the scratch) is the plan's
+ * backend's: this file adds offsets to its pointers and passes them to the
+ * backend's step functions (rt__backend), and reads or writes values only
+ * through upload/download or the backend's host view (rt__hv).
+ *
  * Determinism: initial values, permutations and dropout masks are pure
  * functions of (seed, what, counter), and the cursor (epoch, position)
  * lives here, so K calls of one step equal one call of K steps.
@@ -42,7 +47,9 @@
 
 struct rt_exec {
     rt_plan *p;
+    const rt__backend *be;     /* the plan's */
     char err[RT__ERRLEN];
+    /* backend memory (rt__backend.alloc) */
     float *block;              /* w | g | s1 | s2 */
     float *w, *g, *s1, *s2;
     unsigned char *arena;
@@ -54,6 +61,11 @@ struct rt_exec {
     float *xb, *out;
     float *lin, *lgrad;        /* the loss's input and its gradient */
     void *lb;
+    /* a batch that fill() writes on the host: xb/lb's host view, or (a
+     * backend without one) staging uploaded after the fill */
+    float *xb_h;
+    void *lb_h;
+    float *stage;              /* that staging, or NULL */
     int64_t step;              /* global step */
     int64_t epoch, pos;        /* 0-based epoch, next batch in it */
     const void *dx;            /* the data set the cursor refers to */
@@ -78,6 +90,7 @@ struct rt_exec {
     int64_t checked_sw_n;
     rt__macc ep_macc;          /* the epoch's metrics beyond loss and accuracy */
     rt_replica rep;            /* size 0: a single process */
+    float *gh;                 /* the gradient block's host view (replicas) */
     float *rep_slots;          /* deterministic mode: k shard gradients */
     double *rep_st;            /* 2 per local shard */
     float *rep_x;              /* a streamed step's batch, rows at their places: */
@@ -92,11 +105,23 @@ struct rt_exec {
     char bn_err[RT__ERRLEN];   /* a synchronised BatchNorm's failed sum */
 };
 
-static void rt__loss_weighted(rt_exec *e, int64_t nb, double *loss_sum, double *acc_sum,
-                              int grad);
 static int rt__check_sw(rt_exec *e, const rt_data *d);
 static void rt__gather_sw(rt_exec *e, const float *sw, const int64_t *idx, int64_t start,
                           int64_t nb);
+
+/* The host address of backend memory p, or NULL (no host view). */
+static void *rt__hv(const rt_exec *e, const void *p)
+{
+    return e->be->host(e->be->context, (void *)p);
+}
+static void rt__up(const rt_exec *e, void *dst, const void *src, size_t n)
+{
+    e->be->upload(e->be->context, dst, src, n);
+}
+static void rt__down(const rt_exec *e, void *dst, const void *src, size_t n)
+{
+    e->be->download(e->be->context, dst, src, n);
+}
 
 static uint64_t rt__now(void)
 {
@@ -269,6 +294,7 @@ void rt__init_param(const rt__param *pr, int index, uint64_t seed, float *w)
 
 /* ---------------------------------------------------------------- create */
 
+/* backend pointers: offsets only, never dereferenced here */
 static float *rt__resolve(rt_exec *e, rt__ref r)
 {
     switch (r.space) {
@@ -287,16 +313,18 @@ int rt_exec_create(rt_plan *p, rt_exec **out)
     rt_exec *e = calloc(1, sizeof *e);
     if (!e) return RT_ENOMEM;
     e->p = p;
+    e->be = p->backend;
     rt_plan_retain(p);
+    const rt__backend *be = e->be;
+    void *bc = be->context;
     const int64_t P = p->param_floats, T = p->train_floats;
-    e->block = rt__aligned_alloc(sizeof(float) * (size_t)(P + 3 * T));
-    e->arena = rt__aligned_alloc((size_t)p->arena_bytes);
-    e->gemm_scratch = rt__aligned_alloc(sizeof(float) * (size_t)p->gemm_scratch_floats);
+    e->block = be->alloc(bc, sizeof(float) * (size_t)(P + 3 * T));
+    e->arena = be->alloc(bc, (size_t)p->arena_bytes);
+    e->gemm_scratch = be->alloc(bc, sizeof(float) * (size_t)p->gemm_scratch_floats);
     /* several outputs gather each head: 4 outputs' and the labels' floats */
     const int64_t lsn = p->loss.n_heads ? 4 * p->loss.out_numel + p->loss.lab_numel
                                         : 2 * p->loss.out_numel;
-    e->loss_scratch = rt__aligned_alloc(sizeof(float) * (size_t)p->cfg.batch_size *
-                                        (size_t)lsn);
+    e->loss_scratch = be->alloc(bc, sizeof(float) * (size_t)p->cfg.batch_size * (size_t)lsn);
     int nc = p->n_fwd + p->n_bwd;
     e->k = calloc((size_t)(nc ? nc : 1), sizeof *e->k);
     e->swb = malloc(sizeof(float) * (size_t)p->cfg.batch_size);
@@ -308,8 +336,18 @@ int rt_exec_create(rt_plan *p, rt_exec **out)
     e->g = e->w + P;
     e->s1 = e->g + T;
     e->s2 = e->s1 + T;
+    /* initial values: in place through the host view, else staged */
+    float *wh = rt__hv(e, e->w), *wt = NULL;
+    if (!wh && P > 0 && !(wh = wt = malloc(sizeof(float) * (size_t)P))) {
+        rt_exec_destroy(e);
+        return RT_ENOMEM;
+    }
     for (int i = 0; i < p->n_params; i++)
-        rt__init_param(&p->params[i], i, p->cfg.seed, e->w + p->params[i].off);
+        rt__init_param(&p->params[i], i, p->cfg.seed, wh + p->params[i].off);
+    if (wt) {
+        rt__up(e, e->w, wt, sizeof(float) * (size_t)P);
+        free(wt);
+    }
     e->run.seed = p->cfg.seed;
     e->run.gemm_scratch = e->gemm_scratch;
     e->run.gemm_scratch_floats = p->gemm_scratch_floats;
@@ -333,6 +371,19 @@ int rt_exec_create(rt_plan *p, rt_exec **out)
     e->out = rt__resolve(e, p->out_val);
     e->lin = rt__resolve(e, p->loss_in);
     e->lgrad = rt__resolve(e, p->loss_grad);
+    e->xb_h = rt__hv(e, e->xb);
+    e->lb_h = rt__hv(e, e->lb);
+    if (!e->xb_h || !e->lb_h) {
+        /* x | labels of a full batch, as the arena holds them */
+        const size_t xs = sizeof(float) * (size_t)(p->cfg.batch_size * p->in_numel);
+        e->stage = malloc(xs + 4 * (size_t)(p->cfg.batch_size * p->loss.lab_numel) + 4);
+        if (!e->stage) {
+            rt_exec_destroy(e);
+            return RT_ENOMEM;
+        }
+        e->xb_h = e->stage;
+        e->lb_h = (char *)e->stage + xs;
+    }
     e->perm_epoch = -1;
     *out = e;
     return 0;
@@ -347,10 +398,12 @@ void rt_exec_destroy(rt_exec *e)
     free(e->rep_x);
     free(e->rep_ready);
     free(e->rep_order);
-    free(e->block);
-    free(e->arena);
-    free(e->gemm_scratch);
-    free(e->loss_scratch);
+    void *bc = e->be->context;
+    e->be->release(bc, e->block);
+    e->be->release(bc, e->arena);
+    e->be->release(bc, e->gemm_scratch);
+    e->be->release(bc, e->loss_scratch);
+    free(e->stage);
     free(e->k);
     free(e->swb);
     free(e->perm);
@@ -509,33 +562,37 @@ static void rt__gen_perm(rt_exec *e)
     e->perm_epoch = e->epoch;
 }
 
-/* copy rows idx[0..nb) (or start..start+nb when idx is NULL) into the arena */
+/* rows idx[0..nb) (or start..start+nb when idx is NULL) of host x and y
+ * into the arena, by the backend */
 static void rt__gather(rt_exec *e, const float *x, const void *y,
                        const int64_t *idx, int64_t start, int64_t nb)
 {
-    const int64_t in = e->p->in_numel, ln = e->p->loss.lab_numel;
-    if (!idx) {
-        memcpy(e->xb, x + start * in, sizeof(float) * (size_t)(nb * in));
-        if (y)
-            memcpy(e->lb, (const char *)y + start * ln * 4, (size_t)(nb * ln * 4));
-        return;
+    const rt__gather_args g = {.xb = e->xb, .yb = e->lb, .x = x, .y = y, .idx = idx,
+                               .start = start, .nb = nb, .in = e->p->in_numel,
+                               .ln = e->p->loss.lab_numel};
+    e->be->gather(e->be->context, &g);
+}
+
+/* d->fill's batch of nb rows: written on the host (xb_h, lb_h), uploaded
+ * where that is staging, its indices checked */
+static int rt__fill(rt_exec *e, const rt_data *d, int64_t epoch, int64_t pos, int64_t nb,
+                    float *sw)
+{
+    int rc = d->fill(d->fill_ud, epoch, pos, nb, e->xb_h, e->lb_h, sw, e->err, sizeof e->err);
+    if (rc < 0) return rc;
+    if (e->stage) {
+        rt__up(e, e->xb, e->xb_h, sizeof(float) * (size_t)(nb * e->p->in_numel));
+        rt__up(e, e->lb, e->lb_h, 4 * (size_t)(nb * e->p->loss.lab_numel));
     }
-#define RT__GATHER_ROW(i)                                                     \
-    do {                                                                      \
-        const int64_t r = idx[(i)];                                           \
-        memcpy(e->xb + (i) * in, x + r * in, sizeof(float) * (size_t)in);     \
-        if (y)                                                                \
-            memcpy((char *)e->lb + (i) * ln * 4, (const char *)y + r * ln * 4, \
-                   (size_t)(ln * 4));                                         \
-    } while (0)
-    if (nb * in >= 65536) {
-        /* big batches (W-C: 128 rows of 784) copy on oneDNN's threads */
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < nb; i++) RT__GATHER_ROW(i);
-    } else {
-        for (int64_t i = 0; i < nb; i++) RT__GATHER_ROW(i);
-    }
-#undef RT__GATHER_ROW
+    return rt__scan_indices(e, e->xb_h, nb, 1);
+}
+
+/* the batch's loss: plain, or weighted by the batch's sample weights (swb) */
+static void rt__loss(rt_exec *e, int64_t nb, int weighted, double *loss_sum, double *acc_sum,
+                     int grad)
+{
+    e->be->loss(e->be->context, &e->p->loss, e->lin, e->lb, nb, weighted ? e->swb : NULL,
+                grad ? e->lgrad : NULL, loss_sum, acc_sum, e->loss_scratch);
 }
 
 /* update_stats: training mode also moves BatchNorm's moving statistics
@@ -618,10 +675,9 @@ static int rt__backward_overlap(rt_exec *e, float s, int run, char *err, size_t 
             from = to;
         }
         const int64_t off = (int64_t)b * B, n = T - off < B ? T - off : B;
-        float *g = e->g + off;
-        if (run)
-            for (int64_t i = 0; i < n; i++) g[i] *= s;
-        if (rc == 0) rc = R->start(R->ctx, g, n, err, errlen);
+        if (run) p->backend->scale(p->backend->context, e->g + off, e->g + off, n, s);
+        /* the bucket: a range of the gradient block, read through its host view */
+        if (rc == 0) rc = R->start(R->ctx, e->gh + off, n, err, errlen);
     }
     if (run && from < p->n_bwd)
         p->backend->run(p->backend->context, calls + from, args + from, p->n_bwd - from);
@@ -693,14 +749,14 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
     for (int j = 0; j < k; j++) {
         const int64_t m = (int64_t)R->rank * k + j;
         const int64_t lo = nb * m / M, nl = nb * (m + 1) / M - lo;
-        float *gj = R->micro > 0 ? e->rep_slots + (int64_t)j * T : e->g;
+        float *gj = R->micro > 0 ? e->rep_slots + (int64_t)j * T : e->gh;
         double l = 0, a = 0;
         if (nl > 0) {
             if (d->fill) {
                 rt__gather(e, e->rep_x, e->rep_y, NULL, lo, nl);
                 if (sw) rt__gather_sw(e, e->rep_w, NULL, lo, nl);
                 /* rank 0 checked the whole batch before scattering it */
-                int irc = rt__scan_indices(e, e->xb, nl, 1);
+                int irc = rt__scan_indices(e, e->rep_x + lo * p->in_numel, nl, 1);
                 if (irc < 0) return irc;
             } else {
                 rt__gather(e, d->x, d->y, e->perm + start + lo, 0, nl);
@@ -716,18 +772,17 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
                 e->run.bn_errlen = sizeof e->bn_err;
             }
             rt__forward(e, nl, 1, j == 0);
-            if (sw)
-                rt__loss_weighted(e, nl, &l, &a, 1);
-            else
-                rt__loss_run(&p->loss, e->lin, e->lb, nl, e->lgrad, &l, &a, e->loss_scratch);
-            if (mets) rt__metrics_update(&p->loss, p->cfg.metrics, e->lin, e->lb, nl, &sm);
+            rt__loss(e, nl, sw, &l, &a, 1);
+            if (mets)
+                p->backend->metrics(p->backend->context, &p->loss, p->cfg.metrics, e->lin,
+                                    e->lb, nl, &sm);
             /* the shard's mean gradient, as its share of the batch mean */
             const float s = (float)nl / (float)nb;
             if (ov) {
                 orc = rt__backward_overlap(e, s, 1, err, sizeof err);
             } else {
                 rt__backward(e);
-                for (int64_t i = 0; i < T; i++) gj[i] = e->g[i] * s;
+                p->backend->scale(p->backend->context, gj, e->g, T, s);
             }
             e->run.bn_sum = NULL;
             l += (double)nl * e->act_pen;
@@ -746,7 +801,7 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
         if (orc < 0) rc = orc;
         else if (rc < 0) snprintf(err, sizeof err, "%s", ferr);
     } else {
-        rc = R->reduce(R->ctx, e->g, T, R->micro > 0 ? e->rep_slots : NULL, k, e->rep_st,
+        rc = R->reduce(R->ctx, e->gh, T, R->micro > 0 ? e->rep_slots : NULL, k, e->rep_st,
                        err, sizeof err);
     }
     if (e->bn_err[0] && rc == 0) return rt__eerr(e, RT_EUNAVAILABLE, "%s", e->bn_err);
@@ -785,6 +840,11 @@ int rt_exec_set_replica(rt_exec *e, const rt_replica *r)
     e->rep_nb = 0;
     memset(&e->rep, 0, sizeof e->rep);
     if (!r) return 0;
+    /* the all-reduce reads the gradient block's buckets on the host */
+    e->gh = rt__hv(e, e->g);
+    if (!e->gh)
+        return rt__eerr(e, RT_EUNIMPLEMENTED, "backend %s has no host view of its memory; "
+                        "MPI replicas need one", e->be->name);
     if (r->size < 1 || r->rank < 0 || r->rank >= r->size || r->micro < 0 || !r->reduce ||
         !r->sum ||
         (r->micro > 0 && r->micro % r->size))
@@ -857,6 +917,8 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
     if (rc < 0) return rc;
     const uint64_t t0 = rt__now();
     rt_plan *p = e->p;
+    const rt__backend *be = e->be;
+    void *bc = be->context;
     const rt_train_config *cfg = &p->cfg;
     const int64_t B = cfg->batch_size;
 
@@ -909,10 +971,8 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
         } else {
             if (d->fill) {
                 /* the source orders a streamed set (its shuffle buffer) */
-                if ((rc = d->fill(d->fill_ud, e->epoch, e->pos, nb, e->xb, e->lb,
-                                  rt__has_sw(d) ? e->swb : NULL, e->err,
-                                  sizeof e->err)) < 0 ||
-                    (rc = rt__scan_indices(e, e->xb, nb, 1)) < 0)
+                if ((rc = rt__fill(e, d, e->epoch, e->pos, nb,
+                                   rt__has_sw(d) ? e->swb : NULL)) < 0)
                     return rc;
             } else {
                 if (e->perm_epoch != e->epoch) rt__gen_perm(e);
@@ -920,31 +980,29 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
                 if (d->sw) rt__gather_sw(e, d->sw, e->perm + start, 0, nb);
             }
             rt__forward(e, nb, 1, 1);
-            if (rt__has_sw(d))
-                rt__loss_weighted(e, nb, &bl, &ba, 1);
-            else
-                rt__loss_run(&p->loss, e->lin, e->lb, nb, e->lgrad, &bl, &ba, e->loss_scratch);
+            rt__loss(e, nb, rt__has_sw(d), &bl, &ba, 1);
             if (cfg->metrics & ~RT_METRIC_ACCURACY) {
-                rt__metrics_update(&p->loss, cfg->metrics, e->lin, e->lb, nb, &e->ep_macc);
-                rt__metrics_update(&p->loss, cfg->metrics, e->lin, e->lb, nb, &call_macc);
+                be->metrics(bc, &p->loss, cfg->metrics, e->lin, e->lb, nb, &e->ep_macc);
+                be->metrics(bc, &p->loss, cfg->metrics, e->lin, e->lb, nb, &call_macc);
             }
             rt__backward(e);
             bl += (double)nb * e->act_pen;
         }
-        if (p->rep.n_regularized) bl += (double)nb * rt__reg_apply(p, e->w, e->g);
+        if (p->rep.n_regularized) bl += (double)nb * be->regularize(bc, p, e->w, e->g);
         if (p->train_floats) {
-            if (cfg->clip_norm > 0) rt__clip_by_norm(e->g, p->train_floats, cfg->clip_norm);
+            if (cfg->clip_norm > 0) be->clip(bc, e->g, p->train_floats, cfg->clip_norm);
             /* ZeRO stage 1 (server/dist): this replica's slice, then the
              * whole weights from every replica's */
             const int sh = e->rep.gather != NULL;
             const int64_t lo = sh ? e->rep.shard_lo : 0, hi = sh ? e->rep.shard_hi : p->train_floats;
-            rt__opt_update(cfg, lr, e->step + 1, e->w + lo, e->g + lo, e->s1 + lo, e->s2 + lo,
-                           hi - lo);
+            be->update(bc, cfg, lr, e->step + 1, e->w + lo, e->g + lo, e->s1 + lo, e->s2 + lo,
+                       hi - lo);
             char gerr[RT__ERRLEN] = "";
-            if (sh && (rc = e->rep.gather(e->rep.ctx, e->w, p->train_floats, gerr,
+            /* replicas need a host view (rt_exec_set_replicas) */
+            if (sh && (rc = e->rep.gather(e->rep.ctx, rt__hv(e, e->w), p->train_floats, gerr,
                                           sizeof gerr)) < 0)
                 return rt__eerr(e, rc, "%s", gerr[0] ? gerr : "weight gather failed");
-            if (p->rep.n_constrained) rt__constrain(p, e->w);
+            if (p->rep.n_constrained) be->constrain(bc, p, e->w);
         }
         e->step++;
         e->pos++;
@@ -1018,26 +1076,21 @@ static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
     for (int64_t start = 0; start < d->n; start += B) {
         const int64_t nb = d->n - start < B ? d->n - start : B;
         if (d->fill) {
-            if ((rc = d->fill(d->fill_ud, RT_EPOCH_EVAL, start / B, nb, e->xb, e->lb,
-                              d->sw ? e->swb : NULL, e->err,
-                              sizeof e->err)) < 0 ||
-                (rc = rt__scan_indices(e, e->xb, nb, 1)) < 0)
+            if ((rc = rt__fill(e, d, RT_EPOCH_EVAL, start / B, nb, d->sw ? e->swb : NULL)) < 0)
                 return rc;
         } else {
             rt__gather(e, d->x, d->y, NULL, start, nb);
             if (d->sw) rt__gather_sw(e, d->sw, NULL, start, nb);
         }
         rt__forward(e, nb, 0, 0);
-        if (d->sw)
-            rt__loss_weighted(e, nb, &ls, &as, 0);
-        else
-            rt__loss_run(&e->p->loss, e->lin, e->lb, nb, NULL, &ls, &as, e->loss_scratch);
+        rt__loss(e, nb, d->sw != NULL, &ls, &as, 0);
         if (mets & ~RT_METRIC_ACCURACY)
-            rt__metrics_update(&e->p->loss, mets, e->lin, e->lb, nb, &macc);
+            e->be->metrics(e->be->context, &e->p->loss, mets, e->lin, e->lb, nb, &macc);
         ls += (double)nb * e->act_pen;
     }
     /* Keras' evaluate reports the loss with the regularization terms */
-    if (e->p->rep.n_regularized) ls += (double)d->n * rt__reg_apply(e->p, e->w, NULL);
+    if (e->p->rep.n_regularized)
+        ls += (double)d->n * e->be->regularize(e->be->context, e->p, e->w, NULL);
     if (out) {
         memset(out, 0, sizeof *out);
         rt__metrics_values(mets, &macc, out);
@@ -1060,7 +1113,7 @@ static int rt__exec_predict(rt_exec *e, const float *x, int64_t n, float *out)
         const int64_t nb = n - start < B ? n - start : B;
         rt__gather(e, x, NULL, NULL, start, nb);
         rt__forward(e, nb, 0, 0);
-        memcpy(out + start * on, e->out, sizeof(float) * (size_t)(nb * on));
+        rt__down(e, out + start * on, e->out, sizeof(float) * (size_t)(nb * on));
     }
     return 0;
 }
@@ -1074,24 +1127,18 @@ static int rt__exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n, doubl
         return rt__eerr(e, RT_EINVAL, "n %lld outside 1..min(%lld, batch_size)",
                         (long long)n, (long long)d->n);
     if (d->fill) {
-        if ((rc = d->fill(d->fill_ud, RT_EPOCH_EVAL, 0, n, e->xb, e->lb, d->sw ? e->swb : NULL,
-                          e->err,
-                          sizeof e->err)) < 0 ||
-            (rc = rt__scan_indices(e, e->xb, n, 1)) < 0)
-            return rc;
+        if ((rc = rt__fill(e, d, RT_EPOCH_EVAL, 0, n, d->sw ? e->swb : NULL)) < 0) return rc;
     } else {
         rt__gather(e, d->x, d->y, NULL, 0, n);
         if (d->sw) rt__gather_sw(e, d->sw, NULL, 0, n);
     }
     rt__forward(e, n, 1, 0);
     double ls = 0, as = 0;
-    if (d->sw)
-        rt__loss_weighted(e, n, &ls, &as, 1);
-    else
-        rt__loss_run(&e->p->loss, e->lin, e->lb, n, e->lgrad, &ls, &as, e->loss_scratch);
+    rt__loss(e, n, d->sw != NULL, &ls, &as, 1);
     rt__backward(e);
     ls += (double)n * e->act_pen;
-    if (e->p->rep.n_regularized) ls += (double)n * rt__reg_apply(e->p, e->w, e->g);
+    if (e->p->rep.n_regularized)
+        ls += (double)n * e->be->regularize(e->be->context, e->p, e->w, e->g);
     if (loss) *loss = ls / (double)n;
     return 0;
 }
@@ -1135,14 +1182,9 @@ int rt_exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n, double *loss)
 /* A parameter between the engine's order (eng) and its callers' (usr):
  * the engine's elements in order, each with its place in the caller's
  * array (rt__view). to_user: usr[...] = eng[...], else the other way. */
-static void rt__view_copy(const rt__param *pr, float *usr, float *eng, int to_user)
+static void rt__view_perm(const rt__param *pr, float *usr, float *eng, int to_user)
 {
     const rt__view *v = &pr->view;
-    if (!v->n) {
-        if (to_user) memcpy(usr, eng, sizeof(float) * (size_t)pr->numel);
-        else memcpy(eng, usr, sizeof(float) * (size_t)pr->numel);
-        return;
-    }
     int64_t ustride[RT_MAX_DIMS], ed[RT_MAX_DIMS], es[RT_MAX_DIMS], idx[RT_MAX_DIMS] = {0};
     int64_t s = 1;
     for (int k = v->n - 1; k >= 0; k--) {
@@ -1166,19 +1208,43 @@ static void rt__view_copy(const rt__param *pr, float *usr, float *eng, int to_us
     }
 }
 
+/* the same with eng in backend memory: in place where the backend has a
+ * host view, else staged through a host copy */
+static int rt__view_copy(const rt_exec *e, const rt__param *pr, float *usr, float *eng,
+                         int to_user)
+{
+    const size_t b = sizeof(float) * (size_t)pr->numel;
+    if (!pr->view.n) {
+        if (to_user) rt__down(e, usr, eng, b);
+        else rt__up(e, eng, usr, b);
+        return 0;
+    }
+    float *h = rt__hv(e, eng);
+    if (h) {
+        rt__view_perm(pr, usr, h, to_user);
+        return 0;
+    }
+    if (!(h = malloc(b))) return RT_ENOMEM;
+    if (to_user) rt__down(e, h, eng, b);
+    rt__view_perm(pr, usr, h, to_user);
+    if (!to_user) rt__up(e, eng, h, b);
+    free(h);
+    return 0;
+}
+
 int rt_exec_get_param(const rt_exec *e, int i, float *dst)
 {
     if (!e || !dst || i < 0 || i >= e->p->n_params) return RT_EINVAL;
     const rt__param *pr = &e->p->params[i];
-    rt__view_copy(pr, dst, e->w + pr->off, 1);
-    return 0;
+    return rt__view_copy(e, pr, dst, e->w + pr->off, 1);
 }
 
 int rt_exec_set_param(rt_exec *e, int i, const float *src)
 {
     if (!e || !src || i < 0 || i >= e->p->n_params) return RT_EINVAL;
     const rt__param *pr = &e->p->params[i];
-    rt__view_copy(pr, (float *)src, e->w + pr->off, 0);
+    const int rc = rt__view_copy(e, pr, (float *)src, e->w + pr->off, 0);
+    if (rc < 0) return rc;
     __atomic_add_fetch(&e->edits, 1, __ATOMIC_RELEASE);
     return 0;
 }
@@ -1187,8 +1253,8 @@ int rt_exec_get_grad(const rt_exec *e, int i, float *dst)
 {
     if (!e || !dst || i < 0 || i >= e->p->n_params) return RT_EINVAL;
     const rt__param *pr = &e->p->params[i];
-    if (pr->trainable) rt__view_copy(pr, dst, e->g + pr->goff, 1);
-    else memset(dst, 0, sizeof(float) * (size_t)pr->numel);
+    if (pr->trainable) return rt__view_copy(e, pr, dst, e->g + pr->goff, 1);
+    memset(dst, 0, sizeof(float) * (size_t)pr->numel);
     return 0;
 }
 
@@ -1231,9 +1297,11 @@ int rt_exec_state_spans(const rt_exec *e, unsigned char hdr[RT_EXEC_STATE_HDR],
     memcpy(hdr, &h, sizeof h);
     sp[0].p = hdr;
     sp[0].n = sizeof h;
-    sp[1].p = e->w;
+    /* the parameter block's host view: the checkpoint writes it in place */
+    sp[1].p = rt__hv(e, e->w);
     sp[1].n = sizeof(float) * (size_t)h.param_floats;
-    sp[2].p = e->s1; /* s1 and s2 are adjacent in the block */
+    sp[2].p = rt__hv(e, e->s1); /* s1 and s2 are adjacent in the block */
+    if (!sp[1].p || !sp[2].p) return RT_EUNIMPLEMENTED;
     sp[2].n = sizeof(float) * (size_t)(2 * h.train_floats);
     return 0;
 }
@@ -1253,9 +1321,9 @@ int rt_exec_save_state(const rt_exec *e, void *buf, size_t len)
     char *o = buf;
     memcpy(o, &h, sizeof h);
     o += sizeof h;
-    memcpy(o, e->w, sizeof(float) * (size_t)h.param_floats);
+    rt__down(e, o, e->w, sizeof(float) * (size_t)h.param_floats);
     o += sizeof(float) * (size_t)h.param_floats;
-    memcpy(o, e->s1, sizeof(float) * (size_t)(2 * h.train_floats));
+    rt__down(e, o, e->s1, sizeof(float) * (size_t)(2 * h.train_floats));
     return 0;
 }
 
@@ -1386,18 +1454,23 @@ int rt_exec_shard_slots(rt_exec *e, int64_t lo, int64_t hi)
 {
     const int64_t T = e ? e->p->train_floats : 0;
     if (!e || lo < 0 || hi <= lo || hi > T) return RT_EINVAL;
+    /* the pages go back through the host view (replicas need one) */
+    float *s1 = rt__hv(e, e->s1), *s2 = rt__hv(e, e->s2);
+    if (!s1 || !s2)
+        return rt__eerr(e, RT_EUNIMPLEMENTED, "backend %s has no host view of its memory; "
+                        "sharded optimizer slots need one", e->be->name);
     e->sh_lo = lo;
     e->sh_hi = hi;
-    rt__release(e->s1, lo);
-    rt__release(e->s1 + hi, T - hi + lo); /* s2 follows s1 */
-    rt__release(e->s2 + hi, T - hi);
+    rt__release(s1, lo);
+    rt__release(s1 + hi, T - hi + lo); /* s2 follows s1 */
+    rt__release(s2 + hi, T - hi);
     return 0;
 }
 
 void rt_exec_opt_slots(rt_exec *e, float **s1, float **s2)
 {
-    *s1 = e->s1;
-    *s2 = e->s2;
+    *s1 = rt__hv(e, e->s1);
+    *s2 = rt__hv(e, e->s2);
 }
 
 void rt_exec_set_torn(rt_exec *e) { e->torn = 1; }
@@ -1419,14 +1492,14 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
     const unsigned char *s = (const unsigned char *)buf + sizeof h;
     int rc = rt__check_state(e, &h, s, s + wb, s + wb + tb);
     if (rc < 0) return rc;
-    memcpy(e->w, s, wb);
+    rt__up(e, e->w, s, wb);
     if (e->sh_hi) { /* only the slots' kept slice (rt_exec_shard_slots) */
         const size_t o = sizeof(float) * (size_t)e->sh_lo,
                      n = sizeof(float) * (size_t)(e->sh_hi - e->sh_lo);
-        memcpy(e->s1 + e->sh_lo, s + wb + o, n);
-        memcpy(e->s2 + e->sh_lo, s + wb + tb + o, n);
+        rt__up(e, e->s1 + e->sh_lo, s + wb + o, n);
+        rt__up(e, e->s2 + e->sh_lo, s + wb + tb + o, n);
     } else {
-        memcpy(e->s1, s + wb, 2 * tb); /* s1 and s2 are adjacent in the block */
+        rt__up(e, e->s1, s + wb, 2 * tb); /* s1 and s2 are adjacent in the block */
     }
     e->torn = 0;
     e->step = h.step;
@@ -1446,30 +1519,6 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
 }
 
 /* ---------------------------------------------- sample weights, lr, state */
-
-/* Keras' weighted loss (SUM_OVER_BATCH_SIZE): sum(w_i * l_i) / nb. Each
- * sample's loss and gradient come from the loss alone over that sample (a
- * batch of one: gradient scaled 1/rows), scaled by w_i / nb; a sample's
- * loss and gradient depend on no other sample, so this is the batch loss
- * weighted per sample, for every loss kind. Accuracy is unweighted. */
-static void rt__loss_weighted(rt_exec *e, int64_t nb, double *loss_sum, double *acc_sum,
-                              int grad)
-{
-    const rt__lossinfo *L = &e->p->loss;
-    const int64_t on = L->out_numel, ln = L->lab_numel;
-    for (int64_t i = 0; i < nb; i++) {
-        double l = 0;
-        float *dy = grad ? e->lgrad + i * on : NULL;
-        rt__loss_run(L, e->lin + i * on, (const char *)e->lb + i * ln * 4, 1, dy, &l, acc_sum,
-                     e->loss_scratch);
-        const float w = e->swb[i];
-        *loss_sum += (double)w * l;
-        if (dy) {
-            const float s = w / (float)nb;
-            for (int64_t j = 0; j < on; j++) dy[j] *= s;
-        }
-    }
-}
 
 /* the batch's sample weights, rows as rt__gather takes them */
 static void rt__gather_sw(rt_exec *e, const float *sw, const int64_t *idx, int64_t start,
@@ -1514,6 +1563,27 @@ float rt_exec_lr_override(const rt_exec *e)
     return lr;
 }
 
+/* n floats from one exec's backend memory to another's: through a host
+ * view where one has it, else staged */
+static int rt__copy_b(rt_exec *de, float *dst, const rt_exec *se, const float *src, int64_t n)
+{
+    const size_t b = sizeof(float) * (size_t)n;
+    void *h = rt__hv(de, dst);
+    if (h) {
+        rt__down(se, h, src, b);
+        return 0;
+    }
+    if ((h = rt__hv(se, src))) {
+        rt__up(de, dst, h, b);
+        return 0;
+    }
+    if (!(h = malloc(b ? b : 1))) return rt__eerr(de, RT_ENOMEM, "out of memory");
+    rt__down(se, h, src, b);
+    rt__up(de, dst, h, b);
+    free(h);
+    return 0;
+}
+
 int rt_exec_copy_state(rt_exec *dst, const rt_exec *src)
 {
     if (!dst || !src) return RT_EINVAL;
@@ -1533,12 +1603,15 @@ int rt_exec_copy_state(rt_exec *dst, const rt_exec *src)
     if (a->param_floats != b->param_floats || a->train_floats != b->train_floats ||
         a->cfg.opt != b->cfg.opt)
         return rt__eerr(dst, RT_ESHAPE, "the programs' parameter layouts or optimizers differ");
+    int rc;
     for (int i = 0; i < a->n_params; i++) {
         const rt__param *x = &a->params[i], *y = &b->params[i];
-        memcpy(dst->w + x->off, src->w + y->off, sizeof(float) * (size_t)x->numel);
+        if ((rc = rt__copy_b(dst, dst->w + x->off, src, src->w + y->off, x->numel)) < 0)
+            return rc;
         if (x->trainable) {
-            memcpy(dst->s1 + x->goff, src->s1 + y->goff, sizeof(float) * (size_t)x->numel);
-            memcpy(dst->s2 + x->goff, src->s2 + y->goff, sizeof(float) * (size_t)x->numel);
+            if ((rc = rt__copy_b(dst, dst->s1 + x->goff, src, src->s1 + y->goff, x->numel)) < 0 ||
+                (rc = rt__copy_b(dst, dst->s2 + x->goff, src, src->s2 + y->goff, x->numel)) < 0)
+                return rc;
         }
     }
     dst->step = src->step;

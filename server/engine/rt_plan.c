@@ -95,7 +95,7 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
     XXH3_128bits_reset(s);
     rt__hs(s, "rtrain-plan");
     rt__hi(s, RT_ENGINE_VERSION);
-    rt__hs(s, rt__backend_cpu.name);
+    rt__hs(s, rt_backend_name()); /* the backend compile will take */
     rt__hi(s, g->n);
     for (int i = 0; i < g->n; i++) {
         const rt__entry *e = &g->e[i];

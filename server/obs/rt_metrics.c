@@ -58,6 +58,7 @@ typedef struct step_slot {
 static struct {
     const char *const *names;
     int n;
+    const char *backend, *backend_desc;
     uint64_t calls[RT_METRICS_MAX_METHODS][N_CODES];
     hist dur[RT_METRICS_MAX_METHODS];
     hist phase[PH_N];
@@ -95,6 +96,12 @@ static void observe(hist *h, uint64_t ns)
     ADD(&h->b[i], 1);
     ADD(&h->sum_ns, ns);
     ADD(&h->count, 1);
+}
+
+void rt_metrics_backend(const char *name, const char *describe)
+{
+    M.backend = name;
+    M.backend_desc = describe;
 }
 
 void rt_metrics_call(int method, int code, const rt_obs_timing *t, uint64_t end_ns)
@@ -289,6 +296,12 @@ int rt_metrics_render(rt_metrics_collect_fn collect, void *ud, char **out, size_
          "Time of each call in one phase: queue, decode, compile, execute, encode.");
     for (int p = 0; p < PH_N; p++)
         put_hist(&b, "phase_duration_seconds", "phase", phase_names[p], &M.phase[p]);
+
+    if (M.backend) {
+        head(&b, "backend_info", "gauge", "The kernel backend every program runs on.");
+        put(&b, "rtrain_backend_info{backend=\"%s\",describe=\"%s\"} 1\n", M.backend,
+            M.backend_desc);
+    }
 
     double sps, smps;
     rates(&sps, &smps);

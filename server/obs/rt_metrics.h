@@ -77,6 +77,8 @@ typedef void (*rt_metrics_collect_fn)(void *ud, rt_metrics_gauges *g);
 /* Method names (not copied: they must outlive the process's metrics). At
  * most RT_METRICS_MAX_METHODS; the rest are not recorded. */
 void rt_metrics_init(const char *const *method_names, int n);
+/* The backend every program runs on (rtrain_backend_info); not copied. */
+void rt_metrics_backend(const char *name, const char *describe);
 /* One finished call: code is its gRPC status (0..16), t its phase times,
  * end_ns rt_now_ns() at the status. Out-of-range method/code are ignored. */
 void rt_metrics_call(int method, int code, const rt_obs_timing *t, uint64_t end_ns);

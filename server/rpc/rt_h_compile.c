@@ -418,6 +418,7 @@ static int compile_answer(rt_call *c, compile_st *st, rt_program *prog, int hit)
     cr->kernels = rep->n_kernels;
     cr->regularized_params = rep->n_regularized;
     cr->constrained_params = rep->n_constrained;
+    cr->backend = rt_call_strdup(c, rep->backend);
     {
         const rt_train_config *pc = rt_plan_config(st->plan);
         static const char *const optn[] = {"",        "sgd",      "adam",   "adamw", "rmsprop",

@@ -30,8 +30,7 @@ int rt_h_get_info(rt_call *c)
         return OOM(c);
     r->version = RT_VERSION_STRING;
     r->engine_version = RT_ENGINE_VERSION;
-    const dnnl_version_t *v = dnnl_version();
-    snprintf(backend, 64, "cpu+onednn-%d.%d", v->major, v->minor);
+    snprintf(backend, 64, "%s", rt_backend_describe()); /* rtraind --backend */
     d->name = "cpu0";
     d->kind = "cpu";
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);

@@ -26,7 +26,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <oneapi/dnnl/dnnl.h>
 #include <xxhash.h>
 #if defined(__x86_64__) || defined(__i386__)
 /* libxxhash's XXH3 with a run-time choice of SSE2/AVX2/AVX-512 (the

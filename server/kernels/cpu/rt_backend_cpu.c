@@ -1,7 +1,8 @@
 /*
  * rt_backend_cpu.c - the CPU backend: its one table from op (and fused
- * pair) to forward and backward kernels, and the rt__backend the compiler
- * and the exec use.
+ * pair) to forward and backward kernels, its memory (the host's: host()
+ * is the identity, so the engine's views cost nothing) and the rest of the
+ * step, and the rt__backend the daemon registers.
  *
  * A row with a second op is a fusion rule: when a node of the first op has
  * exactly one reader, of the second op, compile's fuse pass lets the node
@@ -12,6 +13,12 @@
  * A second backend copies this file's shape: its own kernels, its own
  * table and its own rt__backend; no op file changes.
  */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <oneapi/dnnl/dnnl.h>
+
 #include "cpu/rt_kern_conv.h"
 #include "cpu/rt_kern_cpu.h"
 
@@ -118,11 +125,149 @@ static void rt__cpu_run(void *ctx, const rt__call *calls, const rt__kargs *args,
     for (int i = 0; i < n; i++) calls[i].fn(&args[i]);
 }
 
+/* ------------------------------------------------------------- memory */
+
+static void *rt__cpu_alloc(void *ctx, size_t n)
+{
+    (void)ctx;
+    return rt__aligned_alloc(n);
+}
+static void rt__cpu_release(void *ctx, void *p)
+{
+    (void)ctx;
+    free(p);
+}
+static void rt__cpu_copy(void *ctx, void *dst, const void *src, size_t n)
+{
+    (void)ctx;
+    if (dst != src && n) memcpy(dst, src, n);
+}
+static void *rt__cpu_host(void *ctx, void *p)
+{
+    (void)ctx;
+    return p;
+}
+
+/* --------------------------------------------------------------- step */
+
+static void rt__cpu_gather(void *ctx, const rt__gather_args *g)
+{
+    (void)ctx;
+    const int64_t in = g->in, ln = g->ln, nb = g->nb;
+    if (!g->idx) {
+        memcpy(g->xb, g->x + g->start * in, sizeof(float) * (size_t)(nb * in));
+        if (g->y)
+            memcpy(g->yb, (const char *)g->y + g->start * ln * 4, (size_t)(nb * ln * 4));
+        return;
+    }
+#define RT__GATHER_ROW(i)                                                     \
+    do {                                                                      \
+        const int64_t r = g->idx[(i)];                                        \
+        memcpy(g->xb + (i) * in, g->x + r * in, sizeof(float) * (size_t)in);  \
+        if (g->y)                                                             \
+            memcpy((char *)g->yb + (i) * ln * 4, (const char *)g->y + r * ln * 4, \
+                   (size_t)(ln * 4));                                         \
+    } while (0)
+    if (nb * in >= 65536) {
+        /* big batches (W-C: 128 rows of 784) copy on oneDNN's threads */
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < nb; i++) RT__GATHER_ROW(i);
+    } else {
+        for (int64_t i = 0; i < nb; i++) RT__GATHER_ROW(i);
+    }
+#undef RT__GATHER_ROW
+}
+
+/* Keras' weighted loss (SUM_OVER_BATCH_SIZE): sum(w_i * l_i) / nb. Each
+ * sample's loss and gradient come from the loss alone over that sample (a
+ * batch of one: gradient scaled 1/rows), scaled by w_i / nb; a sample's
+ * loss and gradient depend on no other sample, so this is the batch loss
+ * weighted per sample, for every loss kind. Accuracy is unweighted. */
+static void rt__cpu_loss(void *ctx, const rt__lossinfo *L, const float *y, const void *lab,
+                         int64_t nb, const float *sw, float *dy, double *loss_sum,
+                         double *acc_sum, float *scratch)
+{
+    (void)ctx;
+    if (!sw) {
+        rt__loss_run(L, y, lab, nb, dy, loss_sum, acc_sum, scratch);
+        return;
+    }
+    const int64_t on = L->out_numel, ln = L->lab_numel;
+    for (int64_t i = 0; i < nb; i++) {
+        double l = 0;
+        float *d = dy ? dy + i * on : NULL;
+        rt__loss_run(L, y + i * on, (const char *)lab + i * ln * 4, 1, d, &l, acc_sum, scratch);
+        const float w = sw[i];
+        *loss_sum += (double)w * l;
+        if (d) {
+            const float s = w / (float)nb;
+            for (int64_t j = 0; j < on; j++) d[j] *= s;
+        }
+    }
+}
+
+static void rt__cpu_metrics(void *ctx, const rt__lossinfo *L, uint32_t metrics,
+                            const float *y, const void *lab, int64_t n, rt__macc *a)
+{
+    (void)ctx;
+    rt__metrics_update(L, metrics, y, lab, n, a);
+}
+static double rt__cpu_regularize(void *ctx, const rt_plan *p, const float *w, float *g)
+{
+    (void)ctx;
+    return rt__reg_apply(p, w, g);
+}
+static void rt__cpu_constrain(void *ctx, const rt_plan *p, float *w)
+{
+    (void)ctx;
+    rt__constrain(p, w);
+}
+static double rt__cpu_clip(void *ctx, float *g, int64_t count, float clip)
+{
+    (void)ctx;
+    return rt__clip_by_norm(g, count, clip);
+}
+static void rt__cpu_update(void *ctx, const rt_train_config *c, float lr, int64_t t,
+                           float *w, float *g, float *s1, float *s2, int64_t count)
+{
+    (void)ctx;
+    rt__opt_update(c, lr, t, w, g, s1, s2, count);
+}
+static void rt__cpu_scale(void *ctx, float *dst, const float *src, int64_t n, float s)
+{
+    (void)ctx;
+    for (int64_t i = 0; i < n; i++) dst[i] = src[i] * s;
+}
+
+static const char *rt__cpu_describe(void *ctx)
+{
+    (void)ctx;
+    static char d[48];
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(d, sizeof d, "cpu+onednn-%d.%d", v->major, v->minor);
+    return d;
+}
+
 const rt__backend rt__backend_cpu = {
     .name = "cpu",
+    .describe = rt__cpu_describe,
+    .rank = 100, /* the default where it is built */
     .context = NULL,
     .shared_scratch_floats = RT_KERN_GEMM_SCRATCH,
     .kernel = rt__cpu_kernel,
     .supports_op = rt__cpu_supports,
     .run = rt__cpu_run,
+    .alloc = rt__cpu_alloc,
+    .release = rt__cpu_release,
+    .upload = rt__cpu_copy,
+    .download = rt__cpu_copy,
+    .host = rt__cpu_host,
+    .gather = rt__cpu_gather,
+    .loss = rt__cpu_loss,
+    .metrics = rt__cpu_metrics,
+    .regularize = rt__cpu_regularize,
+    .constrain = rt__cpu_constrain,
+    .clip = rt__cpu_clip,
+    .update = rt__cpu_update,
+    .scale = rt__cpu_scale,
 };

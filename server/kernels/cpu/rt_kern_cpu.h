@@ -118,4 +118,27 @@ void rt_kern_gemm(const rt__run *r, int ta, int tb, int64_t M, int64_t N,
  * (the backend's shared scratch, rt__run.gemm_scratch) */
 #define RT_KERN_GEMM_SCRATCH 8192
 
+/* The rest of a step (rt__backend's step functions) */
+/* rt_kern_loss.c: loss and accuracy of one batch (rt__backend.loss without
+ * sample weights); scratch: 2 * n * out_numel floats */
+void rt__loss_run(const rt__lossinfo *L, const float *y, const void *lab,
+                  int64_t n, float *dy, double *loss_sum, double *acc_sum,
+                  float *scratch);
+/* accuracy of one row of C values: 0 or 1 */
+int rt__loss_row_acc(const rt__lossinfo *L, const float *z, const void *lab, int64_t lab_i);
+/* rt_kern_loss_torch.c: PyTorch's losses, as rt__loss_run (which calls it);
+ * the batch's loss (PyTorch's, mean or sum) times n is added to *loss_sum */
+void rt__loss_torch_run(const rt__lossinfo *L, const float *y, const void *lab, int64_t n,
+                        float *dy, double *loss_sum, double *acc_sum);
+/* rt_kern_metrics.c */
+void rt__metrics_update(const rt__lossinfo *L, uint32_t metrics, const float *y,
+                        const void *lab, int64_t n, rt__macc *a);
+/* rt_kern_optim.c */
+void rt__opt_update(const rt_train_config *c, float lr, int64_t t, float *w,
+                    float *g, float *s1, float *s2, int64_t count);
+double rt__clip_by_norm(float *g, int64_t count, float clip);
+/* rt_kern_regular.c */
+double rt__reg_apply(const rt_plan *p, const float *w, float *g);
+void rt__constrain(const rt_plan *p, float *w);
+
 #endif

@@ -9,7 +9,7 @@
  */
 #include <math.h>
 
-#include "rt_engine_impl.h"
+#include "cpu/rt_kern_cpu.h"
 
 double rt__reg_apply(const rt_plan *p, const float *w, float *g)
 {
