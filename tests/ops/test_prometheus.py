@@ -171,7 +171,15 @@ def main():
                            capture_output=True, text=True)
         check(r.returncode == 0 and 'program p-' in r.stdout, f'checkpoint push ({r.stderr})')
 
-        status, ctype, page = get(f'http://{metrics}/metrics')
+        # The CLI has its answers before the daemon has finished each
+        # call's bookkeeping (the call is counted and freed after its
+        # status is sent): the page is read once no call is live, within
+        # 10 s, so every count below is final.
+        for _ in range(1000):
+            status, ctype, page = get(f'http://{metrics}/metrics')
+            if status != 200 or metric_value(page, 'rtrain_live_calls', {}) == 0:
+                break
+            time.sleep(0.01)
         check(status == 200 and ctype.startswith('text/plain; version=0.0.4'),
               f'GET /metrics is 200 text/plain version=0.0.4 ({status} {ctype})')
         fam = families(page)
