@@ -13,6 +13,7 @@
  * A second backend copies this file's shape: its own kernels, its own
  * table and its own rt__backend; no op file changes.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,13 +240,20 @@ static void rt__cpu_scale(void *ctx, float *dst, const float *src, int64_t n, fl
     for (int64_t i = 0; i < n; i++) dst[i] = src[i] * s;
 }
 
+/* Written once: GetInfo handlers on several threads read it while the
+ * daemon's start-up line may (a buffer refilled per call was a data race). */
+static char cpu_desc[48];
+static pthread_once_t cpu_desc_once = PTHREAD_ONCE_INIT;
+static void cpu_desc_fill(void)
+{
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(cpu_desc, sizeof cpu_desc, "cpu+onednn-%d.%d", v->major, v->minor);
+}
 static const char *rt__cpu_describe(void *ctx)
 {
     (void)ctx;
-    static char d[48];
-    const dnnl_version_t *v = dnnl_version();
-    snprintf(d, sizeof d, "cpu+onednn-%d.%d", v->major, v->minor);
-    return d;
+    pthread_once(&cpu_desc_once, cpu_desc_fill);
+    return cpu_desc;
 }
 
 const rt__backend rt__backend_cpu = {
