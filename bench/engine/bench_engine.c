@@ -80,7 +80,11 @@ static peer run_torch(const char *iris, int reps)
 {
     peer r = {0};
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/bench/engine/torch_peer.py %s %d",
+    /* PyTorch at its best setting here: OpenBLAS picks its own kernels
+     * (OPENBLAS_CORETYPE unset), 2 OpenMP threads, OpenBLAS at one thread. */
+    snprintf(cmd, sizeof cmd,
+             "env -u OPENBLAS_CORETYPE OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 "
+             "/usr/bin/python3 %s/bench/engine/torch_peer.py %s %d",
              RT_SOURCE_DIR, iris, reps);
     FILE *f = popen(cmd, "r");
     if (!f) return r;
