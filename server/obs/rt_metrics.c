@@ -345,6 +345,8 @@ int rt_metrics_render(rt_metrics_collect_fn collect, void *ud, char **out, size_
         {"stored_bytes", "Bytes of the datasets in the store.",
          offsetof(rt_metrics_gauges, stored_bytes)},
         {"live_calls", "Calls in progress.", offsetof(rt_metrics_gauges, live_calls)},
+        {"calls_held", "Pipelined RunSteps calls waiting for their predecessor (after_seq).",
+         offsetof(rt_metrics_gauges, calls_held)},
         {"uploads", "Uploads in flight.", offsetof(rt_metrics_gauges, uploads)},
         {"upload_reserved_bytes",
          "Bytes reserved by uploads in flight: what arrived plus a window each "

@@ -30,6 +30,7 @@
  *   steps_total, samples_total               counters (samples = steps x batch)
  *   steps_per_second, samples_per_second     gauges over the last 10-20 s
  *   sessions, programs, plans_cached, datasets, stored_bytes, live_calls,
+ *   calls_held,
  *   serving                                  gauges
  *   memory_bytes{kind}                       gauge, kind in
  *                                            params|activations|datasets|rss
@@ -64,6 +65,7 @@ typedef struct rt_metrics_gauges {
     uint64_t sessions, programs, plans_cached, datasets, stored_bytes;
     uint64_t mem_params, mem_activations, mem_datasets;
     uint64_t live_calls;
+    uint64_t calls_held;          /* RunSteps waiting for their predecessor */
     uint64_t uploads;             /* uploads in flight */
     uint64_t upload_reserved_bytes; /* what they reserve (--max-upload-bytes) */
     uint64_t upload_kept_bytes;   /* broken uploads kept for a resume */

@@ -573,6 +573,16 @@ void rt__pipe_cancel(rt_call *c)
     }
 }
 
+int rt__pipe_held_count(rt_srv *s)
+{
+    int n = 0;
+    pthread_mutex_lock(&s->pipe_mu);
+    for (const rt_call *h = s->held; h; h = h->held_next)
+        n++;
+    pthread_mutex_unlock(&s->pipe_mu);
+    return n;
+}
+
 /* Held calls past --pipeline-hold-ms (their predecessor never came) or
  * whose client went away. */
 static int pipe_expire(rt_srv *s, uint64_t now)

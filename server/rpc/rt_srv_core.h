@@ -50,6 +50,8 @@ void rt__dev_unlock(rt_srv *s);
 void rt__dispatch(rt_call *c);
 void rt__enqueue(rt_call *c);
 void rt__pipe_cancel(rt_call *c);
+/* How many calls wait for their predecessor now (the calls_held gauge). */
+int rt__pipe_held_count(rt_srv *s);
 rt_call *rt__pipe_complete(rt_call *c);
 void rt__pipe_release_list(rt_call *l);
 

@@ -1,6 +1,7 @@
 /* rt_srv_obs.c - the daemon's side of observability: what a call's end
  * records (metrics, the access log line) and the gauges /metrics reads. */
 #include "rt_srv_impl.h"
+#include "rt_srv_core.h"
 #include "rt_bufpool.h"
 
 #include <string.h>
@@ -87,6 +88,7 @@ void rt_srv_metrics_collect(void *ud, struct rt_metrics_gauges *g)
     g->stored_bytes = g->mem_datasets = rt_data_store_bytes(s->data);
     int live = rt_srv_live_calls(s);
     g->live_calls = live > 0 ? (uint64_t)live : 0;
+    g->calls_held = (uint64_t)rt__pipe_held_count(s);
     g->serving = s->health ? rt_health_serving(s->health) : 0;
     g->upload_kept_bytes = rt_upload_store_bytes(&s->upstore);
     pthread_mutex_lock(&s->up_mu);

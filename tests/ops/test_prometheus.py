@@ -246,8 +246,8 @@ def main():
         check(act is not None and 0 < act < 1 << 20, f'activations memory {act} B')
         rss = v('rtrain_memory_bytes', kind='rss')
         check(rss is not None and rss > 1 << 20, f'rss {rss} B')
-        check(v('rtrain_live_calls') == 0 and v('rtrain_serving') == 1,
-              'no call in flight, serving')
+        check(v('rtrain_live_calls') == 0 and v('rtrain_calls_held') == 0 and
+              v('rtrain_serving') == 1, 'no call in flight or held, serving')
         # The upload arena fills the pool to --upload-arena-bytes while no
         # upload runs, and the pool stays under --upload-pool-bytes.
         t0 = time.monotonic()
