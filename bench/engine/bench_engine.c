@@ -230,7 +230,8 @@ int main(int argc, char **argv)
         t[r] = (now_s() - t0) / 10 * 1e6;
     }
     double wc_us = median(t, wreps);
-    const rt_compile_report *rc = rt_plan_report(pc);
+    /* the report lives in the plan: keep what is needed before releasing it */
+    const double wc_flops = (double)rt_plan_report(pc)->flops_per_step;
     double wc_gemm_us = bench_wc_gemms(wreps) * 1e6;
     rt_exec_destroy(ec);
     rt_plan_release(pc);
@@ -279,12 +280,12 @@ int main(int argc, char **argv)
            wc_gemm_us * 1e-3, "", wc_us / wc_gemm_us);
     rt_bench_limit limit;
     rt_bench_limit_measure(&limit, 0);
-    const double wc_gf = (double)rc->flops_per_step / (wc_us * 1e-6) * 1e-9;
+    const double wc_gf = wc_flops / (wc_us * 1e-6) * 1e-9;
     char sh[96];
     printf("%-34s %9.1f GFLOP/s (%.3f GFLOP/step), %s\n", "W-C achieved", wc_gf,
-           (double)rc->flops_per_step * 1e-9, rt_bench_limit_share(&limit, wc_gf, sh, sizeof sh));
+           wc_flops * 1e-9, rt_bench_limit_share(&limit, wc_gf, sh, sizeof sh));
     rt_bench_limit_print(&limit);
-    if (pt.ok) printf("torch %s, 2 threads, environment as set\n", pt.version);
+    if (pt.ok) printf("torch %s, 2 threads, OpenBLAS at 1 thread, OPENBLAS_CORETYPE unset\n", pt.version);
     free(t);
     return 0;
 }
