@@ -639,7 +639,11 @@ static void link_stop(void)
     L.on = 0;
 }
 
-/* Entering and leaving a collective; enter fails once the job is broken. */
+/* Entering and leaving a collective; enter fails once the job is broken.
+ * The move to odd is a compare-and-swap: a guard_fire between the load and
+ * the move (a link lost while no collective was in flight, so nobody was
+ * signalled) must not be overwritten, or this thread would enter a
+ * collective with a dead peer that nothing ends but the dist timeout. */
 static int guard_enter(sigjmp_buf *jb, const char *what)
 {
     uint64_t s = __atomic_load_n(&W.seq, __ATOMIC_ACQUIRE);
@@ -647,7 +651,10 @@ static int guard_enter(sigjmp_buf *jb, const char *what)
     __atomic_store_n(&W.what, what, __ATOMIC_RELAXED);
     __atomic_store_n(&W.thread, pthread_self(), __ATOMIC_RELAXED);
     tl_jb = jb;
-    __atomic_store_n(&W.seq, s + 1, __ATOMIC_RELEASE);
+    if (!__atomic_compare_exchange_n(&W.seq, &s, s + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        tl_jb = NULL; /* fired meanwhile */
+        return -1;
+    }
     return 0;
 }
 
