@@ -1,5 +1,5 @@
 /* fuzz_ckpt.c - the checkpoint parser (rt_ckpt_parse, rt_ckpt_apply_meta:
- * server/session/rt_ckpt.c) and the exec-state loader (rt_exec_load_state:
+ * server/durable/rt_ckpt.c) and the exec-state loader (rt_exec_load_state:
  * server/engine/rt_exec.c), which RestoreCheckpoint and a restart from
  * --state-dir feed with bytes from outside.
  *

@@ -1,4 +1,4 @@
-/* fuzz_keras.c - the Keras model JSON importer (server/engine/import_keras.c),
+/* fuzz_keras.c - the Keras model JSON importer (server/import/import_keras.c),
  * then the checks a Compile request runs on the graph it makes (the plan
  * key walks every node and attribute). Compiling the plan itself is left
  * out: it sizes the arena from the shapes, and a fuzzed Dense(2^30) is a

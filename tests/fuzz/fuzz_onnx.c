@@ -1,4 +1,4 @@
-/* fuzz_onnx.c - the ONNX importer (server/engine/import_onnx.c): protobuf-c's
+/* fuzz_onnx.c - the ONNX importer (server/import/import_onnx.c): protobuf-c's
  * decode of a ModelProto, then the import, then the export of the same
  * bytes with every parameter read as zeros, and the plan key over the
  * graph (as a Compile request does). Compiling the plan is left out, as in

@@ -168,7 +168,7 @@ static int restore(itest_conn *c, const char *sid, const char *tok, const uint8_
 }
 
 /* ------------------------------------------------ the checkpoint format */
-/* A checkpoint file (server/session/rt_ckpt.c):
+/* A checkpoint file (server/durable/rt_ckpt.c):
  *     "RTCKPT1\0" u64 req_len req  u64 meta_len meta  u64 exec_len exec  u64 XXH3-64
  * meta is rt_ckpt_meta (rt_state.h) then its rt_fit_epochs; exec is the
  * exec's state blob: rt__state_hdr (rt_exec.c), the weights, Adam's m and

@@ -892,7 +892,7 @@ class Bidirectional(Layer):
 # (keras/layers/convolutional/*.py, pooling/*.py, reshaping/*.py,
 # merging/*.py, activation/*.py, normalization/layer_normalization.py,
 # regularization/*.py, core/masking.py). Weight names and shapes are the
-# importer's (server/engine/import_keras_layers.c), which are Keras'.
+# importer's (server/import/import_keras_layers.c), which are Keras'.
 
 def _nonneg_pairs(v, n, what):
     """n (before, after) pairs of ints >= 0 from an int, a pair (1-D) or
