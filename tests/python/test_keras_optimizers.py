@@ -145,8 +145,3 @@ def test_schedules(client, sched, ref):
     m.fit(x, y, epochs=5, batch_size=8, shuffle=False, verbose=0)
     np.testing.assert_allclose(m.get_weights()[0], W, rtol=1e-5, atol=1e-7)
     assert m.compiled.learning_rate == pytest.approx(ref(5), rel=1e-6)
-
-
-def test_callable_rate_refused():
-    with pytest.raises(TypeError, match="callable learning rate"):
-        rtrain.optimizers.Adam(learning_rate=lambda: 0.1)

@@ -445,20 +445,67 @@ def _per_output(v, names, what):
     return [v] * len(names)
 
 
+# librtrain takes one loss, weight and metric list per output, and the
+# daemon reports each output's loss and metrics under Keras' names
+_PER_OUTPUT = hasattr(_rtrain, "MAX_OUTPUTS")
+# the same librtrain (and the daemon built with it) has Ftrl
+optimizers._FTRL_ON_DAEMON = _PER_OUTPUT
+
+
+def _output_metrics(metrics, names):
+    """Keras 3's metrics of a model with several outputs: a list with one
+    entry per output or a dict by output name (compile_utils.py
+    _build_metrics_set), each entry a metric or a list; as per-output
+    lists of the daemon's metric names."""
+    if isinstance(metrics, dict):
+        bad = sorted(set(metrics) - set(names))
+        if bad:
+            raise ValueError("metrics names %r, which is not an output (%s)"
+                             % (bad[0], ", ".join(names)))
+        per = [metrics.get(nm) for nm in names]
+    elif isinstance(metrics, (list, tuple)) and len(metrics) == len(names):
+        per = list(metrics)
+    else:
+        raise ValueError("metrics of a model with %d outputs: a list with one entry per "
+                         "output or a dict by output name (%s), as Keras 3 takes them"
+                         % (len(names), ", ".join(names)))
+    out = []
+    for nm, ms in zip(names, per):
+        ms = [] if ms is None else (list(ms) if isinstance(ms, (list, tuple)) else [ms])
+        got = []
+        for m in ms:
+            m = m.fn if isinstance(m, metrics_mod.Metric) else m
+            if m in _METRICS:
+                m = "accuracy"
+            elif m in _VALUE_METRICS:
+                m = _VALUE_METRICS[m]
+            else:
+                raise ValueError("output %r: unknown metric %r (known: %s)"
+                                 % (nm, m, ", ".join(_METRICS + tuple(_VALUE_METRICS))))
+            if m not in got:
+                got.append(m)
+        out.append(got)
+    return out
+
+
 def _compile_multi(spec, io, loss, loss_weights, from_logits, metrics):
     """The model JSON with Keras 3's compile_config holding one loss and
     weight per output (the daemon reads them: import_keras.h,
-    rt_keras_heads), the loss that names the program, and the heads
-    [(name, shape, sparse)]."""
-    if metrics:
+    rt_keras_heads), the loss that names the program, the heads
+    [(name, shape, sparse)], librtrain's per-output entries (None without
+    _PER_OUTPUT) and the names of what the daemon reports beside the total
+    loss, in Keras' order: each output's loss, then each output's metrics
+    ("out1_loss", "out2_loss", "out1_accuracy")."""
+    names = [nm for nm, _ in io[1]]
+    if metrics and not _PER_OUTPUT:
         raise ValueError("metrics of a model with several outputs are not "
                          "computed yet; compile it without metrics (the "
                          "loss is reported)")
-    names = [nm for nm, _ in io[1]]
+    per_metrics = _output_metrics(metrics, names) if metrics else [[] for _ in names]
     losses = _per_output(loss, names, "loss")
     weights = _per_output(1.0 if loss_weights is None else loss_weights, names,
                           "loss_weights")
-    saved, heads = {}, []
+    saved, heads, outputs = {}, [], []
     for (nm, shape), l, w in zip(io[1], losses, weights):
         if l is None:
             raise ValueError("output %r has no loss (Keras would leave it "
@@ -476,11 +523,18 @@ def _compile_multi(spec, io, loss, loss_weights, from_logits, metrics):
             if key in ("categorical_crossentropy", "sparse_categorical_crossentropy",
                        "binary_crossentropy") else key
         heads.append((nm, tuple(shape), key in _SPARSE_LOSSES))
+        outputs.append({"loss": key, "from_logits": bool(from_logits or logits),
+                        "weight": float(w), "metrics": per_metrics[len(outputs)]})
     doc = _json.loads(_spec_json(spec))
     doc["compile_config"] = {"loss": saved,
                              "loss_weights": {nm: float(w) for nm, w in zip(names, weights)}}
     first = _LOSSES.get(losses[0]) if isinstance(losses[0], str) else None
-    return _json.dumps(doc), first or _LOSSES[_loss_spec(losses[0])[0]], heads
+    reported = []
+    if _PER_OUTPUT:
+        reported = ["%s_loss" % nm for nm in names] + [
+            "%s_%s" % (nm, m) for nm, ms in zip(names, per_metrics) for m in ms]
+    return (_json.dumps(doc), first or _LOSSES[_loss_spec(losses[0])[0]], heads,
+            outputs if _PER_OUTPUT else None, reported)
 
 
 def _by_output(v, names, what):
@@ -530,6 +584,11 @@ class CompiledModel:
         self.optimizer = optimizer
         self.loss = loss
         self.history = None
+
+    def _multi_names(self):
+        """The output names of a model with several outputs, else None."""
+        m = getattr(self, "_multi", None)
+        return [h[0] for h in m[1]] if m is not None else None
 
     def _keras_model(self):
         if self._onnx is not None:
@@ -593,8 +652,11 @@ class CompiledModel:
         from . import saving
         saving.load_weights(self, filepath, by_name=by_name)
 
-    def save(self, filepath, overwrite=True, include_optimizer=False):
+    def save(self, filepath, overwrite=True, include_optimizer=False, format=None):
+        """As Model.save: .keras (Keras 3's zip) or Keras 2's h5."""
         from . import saving
+        if format == "keras" or (format is None and str(filepath).lower().endswith(".keras")):
+            return saving.save_keras(self, filepath, overwrite=overwrite)
         saving.save_model(self, filepath, overwrite=overwrite)
 
     def _lr_arg(self):
@@ -937,10 +999,25 @@ class CompiledModel:
         checkpoint_every_steps, checkpoint_every_s: against a daemon with
         --state-dir, a checkpoint every N steps / T seconds of this fit in
         place of the daemon's default (each epoch end has one anyway)."""
-        if x is None or (y is None and not isinstance(x, Dataset)):
+        from . import _feed
+        src = _feed.is_batch_source(x)
+        if src:
+            if y is not None:
+                raise ValueError("y must be None when x is a generator or a Sequence (its "
+                                 "batches hold the targets)")
+            if validation_split:
+                raise ValueError("validation_split needs arrays; give validation_data "
+                                 "with a generator or a Sequence")
+            if sample_weight is not None:
+                raise ValueError("sample_weight needs arrays; a generator or Sequence "
+                                 "gives weights as the third item of its batches")
+        elif x is None or (y is None and not isinstance(x, Dataset)):
             raise ValueError("fit needs x and y (or an uploaded Dataset as x)")
-        x, y = self._pack_x(x), self._pack_y(y)
-        if isinstance(validation_data, (list, tuple)) and len(validation_data) >= 2:
+        val_src = _feed.is_batch_source(validation_data)
+        if not src:
+            x, y = self._pack_x(x), self._pack_y(y)
+        if not val_src and isinstance(validation_data, (list, tuple)) and \
+                len(validation_data) >= 2:
             validation_data = (self._pack_x(validation_data[0], "validation x"),
                                self._pack_y(validation_data[1], "validation y")) + \
                 tuple(validation_data[2:])
@@ -1001,6 +1078,12 @@ class CompiledModel:
         owner = self._owner if self._owner is not None else self
         cbl = None
         try:
+            if src:
+                hist.status = self._fit_source(
+                    _feed, x, validation_data, val_src, validation_steps, epochs,
+                    initial_epoch, steps_per_epoch, shuffle, class_weight, callbacks,
+                    owner, hist, due, verbose)
+                return hist
             sw = None
             if not isinstance(x, Dataset):
                 sw = self._sample_weights(y, len(x), sample_weight,
@@ -1023,6 +1106,9 @@ class CompiledModel:
                     vsw = self._sample_weights(
                         validation_data[1], len(validation_data[0]),
                         validation_data[2], None)
+                if val_src:
+                    raise ValueError("validation_data from a generator or a Sequence "
+                                     "needs x from one too, or arrays")
                 vds, vlabel = self._upload(validation_data[0],
                                            validation_data[1], "validation",
                                            vsw)
@@ -1066,6 +1152,12 @@ class CompiledModel:
                 hist.status = "done"
                 return hist
             self._fitting = True
+            if self.optimizer is not None and self.optimizer._python_rate() is not None:
+                # the rate of each step comes from here: runs of one rate
+                hist.params["steps_per_execution"] = None
+                hist.status = _feed.fit_driven(self, (ds["id"], label, spe), val_id, epochs,
+                                               initial_epoch, cbl, hist, due, verbose)
+                return hist
             if not per_epoch:
                 hist.status = self._prog.fit(
                     ds["id"], val_id, epochs - initial_epoch, spe, spx,
@@ -1086,6 +1178,38 @@ class CompiledModel:
                                     len(hist.get("loss", ()))))
             hist.wall_s = _time.perf_counter() - t0
         return hist
+
+    def _fit_source(self, _feed, x, validation_data, val_src, validation_steps, epochs,
+                    initial_epoch, steps_per_epoch, shuffle, class_weight, callbacks,
+                    owner, hist, due, verbose):
+        """fit on a generator or Sequence (rtrain._feed)."""
+        train = _feed.Source(x, steps_per_epoch, shuffle, "x")
+        val = None
+        if val_src:
+            val = _feed.Source(validation_data, validation_steps, False, "validation_data")
+        elif validation_data is not None:
+            if isinstance(validation_data, Dataset):
+                validation_data = (validation_data, None)
+            if not isinstance(validation_data, (tuple, list)) or \
+                    len(validation_data) not in (2, 3):
+                raise ValueError("validation_data must be (x_val, y_val), (x_val, y_val, "
+                                 "val_sample_weight), a generator or a Sequence")
+            vx, vy = validation_data[0], validation_data[1]
+            vsw = None
+            if len(validation_data) == 3 and validation_data[2] is not None:
+                vsw = self._sample_weights(vy, len(vx), validation_data[2], None)
+            vds, _ = self._upload(vx, vy, "validation", vsw)
+            hist.timings.append(self._client.last_timings)
+            val = vds["id"]
+        hist.params = {"epochs": epochs, "steps": steps_per_epoch or train.n,
+                       "verbose": verbose, "initial_epoch": initial_epoch,
+                       "steps_per_execution": None}
+        cbl = callbacks_mod.CallbackList(callbacks, owner, hist.params)
+        if epochs <= initial_epoch:
+            return "done"
+        self._fitting = True
+        return _feed.fit_driven(self, train, val, epochs, initial_epoch, cbl, hist, due,
+                                verbose, class_weight=class_weight)
 
     def _fit_epochs(self, cbl, hist, ds, val_id, due, initial_epoch, epochs,
                     spe, spx, verbose):
@@ -1141,6 +1265,7 @@ class CompiledModel:
             cbl.on_epoch_begin(ep)
             last.clear()
             sent["lr"] = self._lr_arg() or None
+            had = {k: len(v) for k, v in hist.items()}
             r = self._prog.fit(ds, val_id if due(ep) else None, 1, spe, spx,
                                verbose, hist, hist.timings, self._metric, 1,
                                on_event=on_event, first_epoch=ep,
@@ -1156,6 +1281,11 @@ class CompiledModel:
                 logs["val_loss"] = last["val_loss"]
                 if self._metric:
                     logs["val_" + self._metric] = last["val_accuracy"]
+            # the other figures this epoch put in History (mae, auc, each
+            # output's loss and metrics), as Keras' logs carry them
+            for k, v in hist.items():
+                if k not in logs and len(v) > had.get(k, 0):
+                    logs[k] = v[-1]
             cbl.on_epoch_end(ep, logs)
             if r == "cancelled":
                 status = "stopped" if self._stop else r
@@ -1167,41 +1297,54 @@ class CompiledModel:
         return status
 
     def evaluate(self, x=None, y=None, batch_size=None, verbose=0,
-                 sample_weight=None, return_dict=False):
+                 sample_weight=None, return_dict=False, steps=None):
         """Loss (and the metric) over x, y on the daemon: a float, or
         [loss, accuracy] when compiled with metrics, or a dict. batch_size
         is accepted for Keras compatibility; the daemon evaluates in the
         program's batches and the result does not depend on it (changing
-        it would mean a new program and a fresh optimizer state)."""
-        sw = None
-        x, y = self._pack_x(x), self._pack_y(y)
-        if sample_weight is not None:
-            if isinstance(x, Dataset):
-                raise ValueError("sample_weight needs x and y as arrays, not "
-                                 "an uploaded Dataset")
-            sw = self._sample_weights(y, len(x), sample_weight, None)
-        ds, label = self._upload(x, y, "evaluate", sw)
-        self._ensure(None, None, label)
-        loss, acc, _, vals = self._prog.evaluate(ds["id"])
-        names = getattr(self, "_values", [])
+        it would mean a new program and a fresh optimizer state). x may be
+        a generator or a Sequence of (x, y[, sample_weight]) batches (steps:
+        how many; a generator without steps runs until it ends), sent in
+        chunks (rtrain._feed)."""
+        from . import _feed
+        if _feed.is_batch_source(x):
+            if y is not None or sample_weight is not None:
+                raise ValueError("y and sample_weight must be None when x is a generator "
+                                 "or a Sequence (its batches hold them)")
+            d = _feed.evaluate_source(self, _feed.Source(x, steps, False, "x"))
+        else:
+            sw = None
+            x, y = self._pack_x(x), self._pack_y(y)
+            if sample_weight is not None:
+                if isinstance(x, Dataset):
+                    raise ValueError("sample_weight needs x and y as arrays, not an "
+                                     "uploaded Dataset")
+                sw = self._sample_weights(y, len(x), sample_weight, None)
+            ds, label = self._upload(x, y, "evaluate", sw)
+            self._ensure(None, None, label)
+            d = _feed.evaluate_dataset(self, ds["id"])[1]
         if return_dict:
-            d = {"loss": loss}
-            if self._metric:
-                d[self._metric] = acc
-            d.update((k, vals[k]) for k in names if k in vals)
             return d
-        out = [loss] + ([acc] if self._metric else []) + [vals.get(k) for k in names]
-        return out if len(out) > 1 else loss
+        out = [d.get(k) for k in _feed._eval_keys(self)]
+        return out if len(out) > 1 else out[0]
 
-    def predict(self, x, batch_size=None, verbose=0):
+    def predict(self, x, batch_size=None, verbose=0, steps=None):
         """Model outputs for x, as a float32 array (n,) + output_shape. x
         may be an uploaded Dataset (streamed ones included): the daemon
-        reads it in file order."""
+        reads it in file order; a generator or a Sequence of batches (x or
+        (x, ...) each; steps: how many) is sent in chunks."""
+        from . import _feed
+        if _feed.is_batch_source(x):
+            return _feed.predict_source(self, _feed.Source(x, steps, False, "x"))
         x = self._pack_x(x)
         self._bind(x)
         if isinstance(x, Dataset):
             return self._unpack(self._prog.predict(x.id))
-        xs = _features(x, self.input_shape)
+        return self._unpack(self._predict_rows(_features(x, self.input_shape), batch_size))
+
+    def _predict_rows(self, xs, batch_size=None):
+        """The packed outputs for float32 rows xs, in Predict calls that
+        stay under gRPC's message limit."""
         n = xs.shape[0]
         row_in = xs[0].nbytes
         out_shape = self.output_shape or ()
@@ -1210,7 +1353,7 @@ class CompiledModel:
         if batch_size is not None:
             rows = max(1, min(rows, int(batch_size) * 64))
         parts = [self._prog.predict(xs[i:i + rows]) for i in range(0, n, rows)]
-        return self._unpack(parts[0] if len(parts) == 1 else _np.concatenate(parts))
+        return parts[0] if len(parts) == 1 else _np.concatenate(parts)
 
     def save_checkpoint(self, filepath):
         """The full training state (weights, optimizer slots, step, data
@@ -1347,23 +1490,27 @@ class Client(_rtrain.Client):
         predict, with x's per-sample shape (as Keras builds on the data);
         until then its shapes, summary and weights are not known."""
         multi = _multi_io(spec) if _onnx_bytes(spec) is None else None
-        heads = None
+        heads, outputs, reported = None, None, []
+        # what Keras' compile would keep (model.save writes it)
+        args = {"loss": loss, "loss_weights": loss_weights, "metrics": metrics,
+                "from_logits": from_logits}
         if multi is not None:
             if loss is None:
                 doc = _json.loads(_spec_json(spec))
                 cc = doc.get("compile_config") or doc.get("training_config") or {}
                 loss, loss_weights = cc.get("loss"), cc.get("loss_weights")
+                args.update(loss=loss, loss_weights=loss_weights)
             if loss is None:
                 raise ValueError("compile needs a loss (one, or one per output)")
-            spec, loss, heads = _compile_multi(spec, multi, loss, loss_weights,
-                                               from_logits, metrics)
+            spec, loss, heads, outputs, reported = _compile_multi(
+                spec, multi, loss, loss_weights, from_logits, metrics)
             metrics = []
             label_shape, label_dtype = (sum(
                 int(_np.prod(sh)) // (sh[-1] if sp else 1) for _, sh, sp in heads),), "float32"
         elif loss_weights is not None:
             raise ValueError("loss_weights applies to a model with several outputs")
         if loss is None and not isinstance(spec, models.Model):
-            loss = _saved_loss(_spec_json(spec))
+            loss = args["loss"] = _saved_loss(_spec_json(spec))
         if loss is None:
             raise ValueError("compile needs a loss (the model saved none), e.g. "
                              "loss='sparse_categorical_crossentropy'")
@@ -1405,6 +1552,8 @@ class Client(_rtrain.Client):
         opts.update(_loss_opts(_LOSSES[loss], data_layout, loss_check, reduction,
                                label_smoothing, ignore_index, class_weight,
                                pos_weight, beta, delta))
+        if outputs is not None:
+            opts["outputs"] = outputs
         if input_shape is not None:
             opts["input_shape"] = tuple(int(d or 0) for d in input_shape)
         onnx = _onnx_bytes(spec)
@@ -1414,7 +1563,8 @@ class Client(_rtrain.Client):
         model = CompiledModel(self, spec_json, opts, metric,
                               optimizer=optimizer, loss=loss, onnx=onnx,
                               onnx_output=onnx_output)
-        model._values = values
+        model._values = values + reported
+        model._compile_args = args
         if heads is not None:
             model._multi = ([(nm, tuple(sh)) for nm, sh in multi[0]], heads)
             model._sparse = model._torch_class = False

@@ -353,17 +353,22 @@ class Model:
         saving.load_weights(self, filepath, by_name=by_name)
 
     def save(self, filepath, overwrite=True, include_optimizer=False, format=None):
-        """Keras 2's HDF5 model file: the model JSON (model_config), the
-        compile settings (training_config) and the weights (model_weights).
-        rtrain.models.load_model and Keras' load_model read it.
+        """A path ending in .keras (or format="keras"): Keras 3's zip
+        (config.json with the compile settings, metadata.json,
+        model.weights.h5; rtrain.saving). Otherwise Keras 2's HDF5 model
+        file: the model JSON (model_config), the compile settings
+        (training_config) and the weights (model_weights).
+        rtrain.models.load_model and Keras' load_model read both.
         format="tfjs": the TF.js layers format in the folder filepath
         (model.json and a weights shard), which tfjs loads."""
-        if format == "tfjs":
-            from . import saving
-            return saving.save_tfjs(self, filepath, overwrite=overwrite)
-        if format not in (None, "h5"):
-            raise ValueError("format %r: 'h5' or 'tfjs'" % (format,))
         from . import saving
+        if format == "tfjs":
+            return saving.save_tfjs(self, filepath, overwrite=overwrite)
+        if format not in (None, "h5", "keras"):
+            raise ValueError("format %r: 'keras', 'h5' or 'tfjs'" % (format,))
+        if format == "keras" or (format is None and
+                                 str(filepath).lower().endswith(".keras")):
+            return saving.save_keras(self, filepath, overwrite=overwrite)
         saving.save_model(self, filepath, overwrite=overwrite)
 
     def _param_names(self):
@@ -560,12 +565,15 @@ def model_from_json(json_string):
 
 
 def load_model(filepath, compile=True, client=None):
-    """A model saved by model.save (or Keras 2's model.save(..h5)): built,
-    compiled on the daemon when it has a training config, its weights
-    loaded."""
+    """A model saved by model.save: Keras 3's .keras zip, Keras 2's h5, or
+    a TF.js folder/model.json; built, compiled on the daemon when it has
+    compile settings (compile=True), its weights loaded."""
     from . import saving
     import os
+    import zipfile
     p = os.fspath(filepath)
     if os.path.isdir(p) or p.endswith(".json"):
         return saving.load_tfjs(p, compile=compile, client=client)
+    if zipfile.is_zipfile(p):
+        return saving.load_keras(p, compile=compile, client=client)
     return saving.load_model(filepath, compile=compile, client=client)

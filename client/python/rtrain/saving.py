@@ -194,17 +194,136 @@ def load_weights(model, filepath, by_name=False):
         _read_weights_group(g, model, by_name=by_name)
 
 
-def _training_config(model):
-    c = model._prog() if isinstance(model, _models.Model) else model
+def _compiled_of(model):
+    c = model._compiled if isinstance(model, _models.Model) else model
+    return c
+
+
+def compile_settings(model):
+    """What compile set, as Keras serializes it: {"optimizer": Optimizer,
+    "loss", "loss_weights", "metrics"} (losses and metrics as Keras saves
+    them: names, or {"class_name", "config"} objects; one per output by
+    output name for a model with several), or None before compile."""
+    c = _compiled_of(model)
     if c is None:
         return None
-    opt = c.optimizer
-    cfg = {k: v for k, v in opt.get_config().items() if k != "optimizer"}
-    cfg["name"] = type(opt).__name__
-    return {"loss": c.loss, "metrics": list(c.metrics_names[1:]),
-            "weighted_metrics": None, "loss_weights": None,
-            "optimizer_config": {"class_name": type(opt).__name__,
-                                 "config": cfg}}
+    from . import losses as _losses
+    args = getattr(c, "_compile_args", None) or {
+        "loss": c.loss, "loss_weights": None, "from_logits": False,
+        "metrics": list(c.metrics_names[1:])}
+    outs = c._multi_names() if hasattr(c, "_multi_names") else None
+
+    def loss_obj(l, logits):
+        from . import _loss_spec, _LOSSES
+        if isinstance(l, dict) and "class_name" in l:
+            return l
+        if isinstance(l, _losses.Loss):
+            cfg = l.get_config()
+            if logits and l._logits:
+                cfg["from_logits"] = True
+            return {"module": "keras.losses", "class_name": type(l).__name__,
+                    "config": cfg, "registered_name": None}
+        name, lg = _loss_spec(l)
+        if logits or lg:
+            # from_logits given to compile lives in the loss object Keras saves
+            cls = _losses._BY_NAME.get(_LOSSES.get(name, name)) or \
+                _losses._BY_NAME.get(name)
+            if cls is not None and cls._logits:
+                return loss_obj(cls(from_logits=True), True)
+        return l
+
+    def metric_name(m):
+        from . import metrics as _metrics
+        return m.fn if isinstance(m, _metrics.Metric) else m
+
+    logits = bool(args.get("from_logits"))
+    loss, lw, metrics = args["loss"], args.get("loss_weights"), args.get("metrics")
+    if outs:
+        from . import _per_output
+        loss = dict(zip(outs, (loss_obj(l, logits) for l in
+                               _per_output(loss, outs, "loss"))))
+        if lw is not None:
+            lw = dict(zip(outs, (float(w) for w in _per_output(lw, outs, "loss_weights"))))
+        if isinstance(metrics, dict):
+            metrics = {k: [metric_name(m) for m in (v if isinstance(v, (list, tuple)) else [v])]
+                       for k, v in metrics.items()}
+        elif metrics:
+            metrics = [metric_name(m) for m in metrics]
+    else:
+        loss = loss_obj(loss, logits)
+        metrics = [metric_name(m) for m in metrics or []]
+    return {"optimizer": c.optimizer, "loss": loss, "loss_weights": lw,
+            "metrics": metrics or None}
+
+
+def _training_config(model):
+    """Keras 2's training_config (model.save's h5)."""
+    cs = compile_settings(model)
+    if cs is None:
+        return None
+    from . import optimizers
+    opt = optimizers.serialize(cs["optimizer"])
+    return {"loss": cs["loss"], "metrics": cs["metrics"], "weighted_metrics": None,
+            "loss_weights": cs["loss_weights"],
+            "optimizer_config": {"class_name": opt["class_name"], "config": opt["config"]}}
+
+
+def _compile_config(model):
+    """Keras 3's compile_config (config.json of a .keras file)."""
+    cs = compile_settings(model)
+    if cs is None:
+        return None
+    from . import optimizers
+    return {"optimizer": optimizers.serialize(cs["optimizer"]), "loss": cs["loss"],
+            "loss_weights": cs["loss_weights"], "metrics": cs["metrics"],
+            "weighted_metrics": None, "run_eagerly": False, "steps_per_execution": 1,
+            "jit_compile": False}
+
+
+def _metric_key(m):
+    """A saved metric (a name, a class name such as "Precision", or a
+    serialized metric object) as compile takes it."""
+    from . import _loss_spec
+    if isinstance(m, dict):
+        m = m.get("class_name") if m.get("class_name") != "function" else m.get("config")
+    if not isinstance(m, str):
+        raise ValueError("saved metric %r is not supported" % (m,))
+    if m in ("acc", "accuracy") or m.islower():
+        return m
+    return _loss_spec(m)[0]
+
+
+def compile_from_config(model, tc, client=None):
+    """Compile model as a saved training_config (Keras 2) or compile_config
+    (Keras 3) says: optimizer (with its schedule), loss (objects keep
+    from_logits), loss_weights and metrics."""
+    from . import optimizers
+    oc = tc.get("optimizer_config") or tc.get("optimizer")
+    if isinstance(oc, dict):
+        opt = optimizers.deserialize(oc)
+    elif isinstance(oc, str):
+        opt = optimizers.get(oc)
+    else:
+        opt = "rmsprop"
+    metrics = tc.get("metrics")
+
+    def keys(v):
+        return [_metric_key(m) for m in (v if isinstance(v, list) else [v]) if m is not None]
+    if isinstance(metrics, dict):
+        metrics = {k: keys(v) for k, v in metrics.items()}
+    elif metrics and len(model._io()[1]) > 1:
+        n = len(model._io()[1])
+        if len(metrics) == n:
+            metrics = [keys(v) for v in metrics]  # one entry per output
+        else:  # Keras 2: one list for every output
+            metrics = [keys(metrics)] * n
+    elif metrics:
+        metrics = keys(metrics)
+    kw = {}
+    if tc.get("loss_weights") is not None:
+        kw["loss_weights"] = tc["loss_weights"]
+    model.compile(optimizer=opt, loss=tc.get("loss"), metrics=metrics or None,
+                  client=client, **kw)
 
 
 def save_model(model, filepath, overwrite=True):
@@ -228,7 +347,6 @@ def save_model(model, filepath, overwrite=True):
 
 def load_model(filepath, compile=True, client=None):
     h5py = _h5py()
-    from . import optimizers
     with h5py.File(_os.fspath(filepath), "r") as f:
         if "model_config" not in f.attrs:
             raise ValueError("%s is not a Keras model file (no model_config)"
@@ -236,18 +354,7 @@ def load_model(filepath, compile=True, client=None):
         model = _models.model_from_json(_str(f.attrs["model_config"]))
         tc = f.attrs.get("training_config")
         if tc is not None and compile:
-            tc = _json.loads(_str(tc))
-            oc = tc.get("optimizer_config") or {}
-            ocfg = dict(oc.get("config") or {})
-            ocfg.pop("name", None)
-            cls = getattr(optimizers, oc.get("class_name", ""), None)
-            opt = cls(**{k: v for k, v in ocfg.items()
-                         if k in cls.__init__.__code__.co_varnames}) \
-                if cls else "rmsprop"
-            metrics = [m for m in tc.get("metrics") or []
-                       if isinstance(m, str)]
-            model.compile(optimizer=opt, loss=tc.get("loss"),
-                          metrics=metrics, client=client)
+            compile_from_config(model, _json.loads(_str(tc)), client)
         g = f["model_weights"]
         _read_weights_group(g, model)
     return model
@@ -333,3 +440,252 @@ def save_tfjs(model, path, overwrite=True):
                     "weightsManifest": [{"paths": [shard], "weights": [
                         {"name": n, "shape": list(w.shape), "dtype": "float32"}
                         for n, w in zip(names, weights)]}]}, f)
+
+
+# ------------------------------------------------------- Keras 3's .keras
+
+# Keras 3's zip (keras/src/saving/saving_lib.py): config.json (the model
+# serialized with "module", "class_name", "config", "registered_name",
+# "build_config" and "compile_config"), metadata.json (keras_version,
+# date_saved) and model.weights.h5, where each layer's variables sit in
+# layers/<name>/vars as datasets "0", "1", ... (the layer's trainable
+# variables, then the others, in creation order). <name> is the snake case
+# of the layer's class, numbered in model.layers' order ("dense",
+# "dense_1", ...); a recurrent layer keeps its variables in its cell
+# (layers/lstm/cell/vars), Bidirectional in forward_layer/cell and
+# backward_layer/cell. Sequential.layers leaves the InputLayer out;
+# Functional.layers has it. The optimizer's variables (optimizer/vars) are
+# not written: rtrain's optimizer state lives on the daemon
+# (save_checkpoint keeps it); Keras then starts its optimizer afresh.
+
+KERAS3_VERSION = "3.5.0"
+_ZIP_MAX_CONFIG = 64 << 20  # a config.json larger than this is refused
+
+
+def _snake(name):
+    """keras/src/utils/naming.py to_snake_case"""
+    import re
+    name = re.sub(r"\W+", "", name)
+    name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
+    return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
+
+
+def _keras_paths(classes):
+    """The h5 paths of layers of these class names, in model.layers order."""
+    used, out = {}, []
+    for c in classes:
+        base = _snake(c)
+        if base in used:
+            used[base] += 1
+            out.append("layers/%s_%d" % (base, used[base]))
+        else:
+            used[base] = 0
+            out.append("layers/" + base)
+    return out
+
+
+def _var_groups(layer, path):
+    """[(h5 group of vars, [indices of the layer's weight specs])]."""
+    from . import layers as L
+    if isinstance(layer, L.Bidirectional):
+        return [(path + "/forward_layer/cell/vars", "forward"),
+                (path + "/backward_layer/cell/vars", "backward")]
+    if isinstance(layer, L._RNN):
+        return [(path + "/cell/vars", None)]
+    return [(path + "/vars", None)]
+
+
+def _keras_order(km):
+    """The model's nodes in Keras 3's model.layers order: by depth (the
+    longest path to an output) from the inputs down, ties in the order a
+    walk from the outputs first meets them (keras/src/ops/function.py
+    _build_map, _map_graph). A Sequential keeps its order."""
+    nodes = km._nodes
+    if isinstance(km, _models.Sequential):
+        return list(nodes)
+    by = {n.name: n for n in nodes}
+    outs = [nm for nm, _ in km._io()[1]]
+    index, depth = {}, {}
+
+    def walk(nm):
+        if nm in index:
+            return
+        index[nm] = len(index)
+        for src in by[nm].inbound:
+            walk(src)
+    for nm in outs:
+        walk(nm)
+
+    def dep(nm, seen=()):
+        if nm not in depth:
+            users = [n.name for n in nodes if nm in n.inbound]
+            depth[nm] = max([dep(u) + 1 for u in users] or [0])
+        return depth[nm]
+    return sorted(nodes, key=lambda n: (-dep(n.name), index.get(n.name, 1 << 30)))
+
+
+def _keras3_tensor(n, src_node):
+    return {"class_name": "__keras_tensor__",
+            "config": {"shape": [None] + list(src_node.out_shape), "dtype": "float32",
+                       "keras_history": [src_node.name, 0, 0]}}
+
+
+def _keras3_config(km, order):
+    """The model as Keras 3's serialize_keras_object writes it."""
+    seq = isinstance(km, _models.Sequential)
+    by = {n.name: n for n in km._nodes}
+    out = []
+    for n in order:
+        cfg = n.layer.get_config(n.name)
+        if isinstance(n.layer, _layers_mod().InputLayer):
+            entry = {"module": "keras.layers", "class_name": "InputLayer",
+                     "config": {"batch_shape": [None] + list(n.out_shape), "dtype": "float32",
+                                "sparse": False, "name": n.name},
+                     "registered_name": None}
+        else:
+            c = dict(cfg.get("config", cfg))
+            c.pop("batch_input_shape", None)
+            c["name"] = n.name
+            entry = {"module": "keras.layers", "class_name": cfg.get("class_name",
+                                                                    n.layer.keras_class),
+                     "config": c, "registered_name": None}
+            ins = [[None] + list(s) for s in n.in_shapes]
+            entry["build_config"] = {"input_shape": ins[0] if len(ins) == 1 else ins}
+        if not seq:
+            entry["name"] = n.name
+            srcs = [_keras3_tensor(n, by[s]) for s in n.inbound]
+            entry["inbound_nodes"] = [] if not srcs else [
+                {"args": [srcs[0]] if len(srcs) == 1 else [srcs], "kwargs": {}}]
+        out.append(entry)
+    cfg = {"name": km.name, "trainable": True, "layers": out}
+    ins, outs = km._io()
+    if seq:
+        cfg["build_input_shape"] = [None] + list(ins[0][1])
+    else:
+        def refs(v):
+            return [v[0][0], 0, 0] if len(v) == 1 else [[nm, 0, 0] for nm, _ in v]
+        cfg["input_layers"] = refs(ins)
+        cfg["output_layers"] = refs(outs)
+    doc = {"module": "keras", "class_name": km._class_name(), "config": cfg,
+           "registered_name": None,
+           "build_config": {"input_shape": [None] + list(ins[0][1]) if len(ins) == 1
+                            else [[None] + list(s) for _, s in ins]}}
+    return doc
+
+
+def _layers_mod():
+    from . import layers
+    return layers
+
+
+def _split_specs(specs, part):
+    """Indices of a layer's weight specs ([(layer/suffix, shape,
+    trainable)]) in one vars group, Keras' order: the trainable variables,
+    then the others (as created: a frozen layer's kernel stays first)."""
+    idx = list(range(len(specs)))
+    if part is not None:
+        idx = [i for i in idx if specs[i][0].split("/", 1)[1].startswith(part + "_")]
+    return [i for i in idx if specs[i][2]] + [i for i in idx if not specs[i][2]]
+
+
+def save_keras(model, filepath, overwrite=True):
+    """Keras 3's .keras zip (see above)."""
+    import datetime
+    import io
+    import zipfile
+    h5py = _h5py()
+    path = _os.fspath(filepath)
+    _check_overwrite(path, overwrite)
+    km = _keras_model(model)
+    order = _keras_order(km)
+    doc = _keras3_config(km, order)
+    cc = _compile_config(model) if _compiled_of(model) is not None else None
+    if cc is not None:
+        doc["compile_config"] = cc
+    values = dict(model.get_named_weights()) if hasattr(model, "get_named_weights") and \
+        _compiled_of(model) is not None else dict(zip(km._param_names(), model.get_weights()))
+    listed = [n for n in order if not (isinstance(km, _models.Sequential) and
+                                       isinstance(n.layer, _layers_mod().InputLayer))]
+    paths = _keras_paths([n.layer.keras_class or type(n.layer).__name__ for n in listed])
+    buf = io.BytesIO()
+    with h5py.File(buf, "w") as f:
+        for n, p in zip(listed, paths):
+            specs = n.weight_specs()
+            groups = _var_groups(n.layer, p)
+            if groups[0][0] != p + "/vars":  # the layer's own (empty) group, as Keras'
+                f.create_group(p + "/vars").attrs["name"] = n.name
+            for group, part in groups:
+                g = f.create_group(group)
+                g.attrs["name"] = n.name
+                for k, i in enumerate(_split_specs(specs, part)):
+                    g.create_dataset(str(k), data=_np.asarray(values[specs[i][0]], _np.float32))
+        f.create_group("vars")
+    meta = {"keras_version": KERAS3_VERSION,
+            "date_saved": datetime.datetime.now().strftime("%Y-%m-%d@%H:%M:%S")}
+    tmp = path + ".tmp"
+    with zipfile.ZipFile(tmp, "w") as zf:
+        zf.writestr("metadata.json", _json.dumps(meta))
+        zf.writestr("config.json", _json.dumps(doc))
+        zf.writestr("model.weights.h5", buf.getvalue())
+    _os.replace(tmp, path)
+
+
+def load_keras(filepath, compile=True, client=None):
+    """A Keras 3 .keras file: the model from config.json, compiled as its
+    compile_config says (compile=True), its weights from model.weights.h5."""
+    import io
+    import zipfile
+    h5py = _h5py()
+    with zipfile.ZipFile(_os.fspath(filepath), "r") as zf:
+        names = set(zf.namelist())
+        for need in ("config.json", "model.weights.h5"):
+            if need not in names:
+                raise ValueError("%s is not a Keras 3 .keras file: it has no %s%s" % (
+                    filepath, need, " (model.weights.npz is not read)"
+                    if need == "model.weights.h5" and "model.weights.npz" in names else ""))
+        if zf.getinfo("config.json").file_size > _ZIP_MAX_CONFIG:
+            raise ValueError("%s: config.json is larger than %d bytes"
+                             % (filepath, _ZIP_MAX_CONFIG))
+        doc = _json.loads(zf.read("config.json").decode("utf8"))
+        weights = zf.read("model.weights.h5")
+    if not isinstance(doc, dict) or doc.get("class_name") not in (
+            "Sequential", "Functional", "Model"):
+        raise ValueError("%s: config.json holds a %r, not a Sequential or Functional model"
+                         % (filepath, doc.get("class_name") if isinstance(doc, dict) else doc))
+    model = _models.model_from_json(doc)
+    # the h5 paths follow config.json's layer order (Keras wrote it from
+    # model.layers)
+    cfg_layers = doc["config"]["layers"]
+    seq = doc["class_name"] == "Sequential"
+    listed = [ld for ld in cfg_layers if not (seq and ld["class_name"] == "InputLayer")]
+    paths = dict(zip([(ld.get("name") or ld["config"]["name"]) for ld in listed],
+                     _keras_paths([ld["class_name"] for ld in listed])))
+    km = model
+    values = {}
+    with h5py.File(io.BytesIO(weights), "r") as f:
+        for n in km._nodes:
+            specs = n.weight_specs()
+            if not specs:
+                continue
+            p = paths.get(n.name)
+            if p is None:
+                raise ValueError("layer %s is not among config.json's layers" % n.name)
+            for group, part in _var_groups(n.layer, p):
+                idx = _split_specs(specs, part)
+                g = f.get(group)
+                have = 0 if g is None else len(g)
+                if have != len(idx):
+                    raise ValueError("layer %s: model.weights.h5 has %d variables at %s, the "
+                                     "layer has %d" % (n.name, have, group, len(idx)))
+                for k, i in enumerate(idx):
+                    v = _np.asarray(g[str(k)])
+                    if tuple(v.shape) != tuple(specs[i][1]):
+                        raise ValueError("weight %s: model.weights.h5 has shape %s at %s/%d, "
+                                         "the layer %s" % (specs[i][0], tuple(v.shape), group,
+                                                           k, tuple(specs[i][1])))
+                    values[specs[i][0]] = v
+    cc = doc.get("compile_config")
+    if compile and cc:
+        compile_from_config(model, cc, client)
+    model.set_weights([values[w] for w in km._param_names()])
+    return model

@@ -1,7 +1,7 @@
 """keras.utils pieces that need no daemon."""
 import numpy as _np
 
-__all__ = ["to_categorical"]
+__all__ = ["to_categorical", "PyDataset", "Sequence"]
 
 
 def to_categorical(x, num_classes=None):
@@ -24,3 +24,36 @@ def to_categorical(x, num_classes=None):
     out = _np.zeros((x.size, num_classes), dtype=_np.float32)
     out[_np.arange(x.size), x] = 1
     return out.reshape(shape + (num_classes,))
+
+
+class PyDataset:
+    """keras.utils.PyDataset (keras.utils.Sequence): __len__ batches, each
+    from __getitem__(i) as (x, y) or (x, y, sample_weight); on_epoch_begin
+    and on_epoch_end are called around every epoch of a fit. fit(shuffle=
+    True) shuffles the order of the batches each epoch, as Keras. workers,
+    use_multiprocessing and max_queue_size are taken and not used: batches
+    are made in order in this process."""
+
+    def __init__(self, workers=1, use_multiprocessing=False, max_queue_size=10):
+        self.workers = workers
+        self.use_multiprocessing = use_multiprocessing
+        self.max_queue_size = max_queue_size
+
+    def __getitem__(self, index):
+        raise NotImplementedError
+
+    def __len__(self):
+        raise NotImplementedError
+
+    @property
+    def num_batches(self):
+        return len(self)
+
+    def on_epoch_begin(self):
+        pass
+
+    def on_epoch_end(self):
+        pass
+
+
+Sequence = PyDataset

@@ -1935,10 +1935,11 @@ static int rt_py__on_event(fitctx *f, const rt_client_fit_event *ev)
     } else if (ev->kind == RT_FIT_EPOCH_END) {
         const rt_client_epoch *e = &ev->epoch_end;
         kind = "epoch";
-        d = Py_BuildValue("{s:K,s:K,s:d,s:d,s:i,s:d,s:d}", "epoch", epoch, "step",
+        d = Py_BuildValue("{s:K,s:K,s:d,s:d,s:i,s:d,s:d,s:K}", "epoch", epoch, "step",
                           (unsigned long long)e->steps, "loss", e->train.loss, "accuracy",
                           e->train.accuracy, "has_val", e->has_val, "val_loss", e->val.loss,
-                          "val_accuracy", e->val.accuracy);
+                          "val_accuracy", e->val.accuracy, "samples",
+                          (unsigned long long)e->train.samples);
     } else {
         return 0;
     }
@@ -2503,6 +2504,12 @@ PyMODINIT_FUNC PyInit__rtrain(void)
         PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0 ||
         PyModule_AddStringConstant(m, "__version__", RT_VERSION_STRING) < 0)
         goto fail;
+#ifdef RT_CLIENT_MAX_OUTPUTS
+    /* librtrain sends per-output losses and metrics (rt_train_opts.outputs)
+     * and Ftrl's settings: rtrain/__init__.py and optimizers.py use them */
+    if (PyModule_AddIntConstant(m, "MAX_OUTPUTS", RT_CLIENT_MAX_OUTPUTS) < 0)
+        goto fail;
+#endif
     if (!(RtError = rt_py__new_exc(m, "Error", Py_BuildValue("(O)", PyExc_Exception),
                                    "Base of every error rtrain raises for the daemon.")))
         goto fail;
