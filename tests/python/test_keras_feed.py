@@ -89,7 +89,8 @@ class Ref:
 
 def _model(client, opt, metrics=("mae",)):
     m = rtrain.Sequential([L.Dense(2, input_shape=(5,))])
-    m.compile(optimizer=opt, loss="mse", metrics=list(metrics), client=client)
+    m.compile(optimizer=opt, loss="mse", metrics=list(metrics), label_shape=(2,),
+              client=client)
     return m, Ref(*m.get_weights())
 
 
@@ -139,7 +140,7 @@ def test_sequence_steps_per_epoch_carries_over(client):
     seq = Seq(batches)
     m, ref = _model(client, rtrain.optimizers.SGD(0.05))
     with pytest.warns(UserWarning, match="ran out of data"):
-        h = m.fit(seq, epochs=4, steps_per_epoch=2, verbose=0)
+        h = m.fit(seq, epochs=4, steps_per_epoch=2, shuffle=False, verbose=0)
     want = [ref.epoch([batches[i] for i in idx], 0.05)
             for idx in ([0, 1], [2, 3], [4], [0, 1])]
     assert h.history["loss"] == pytest.approx([w[0] for w in want], rel=1e-5)
@@ -173,7 +174,7 @@ def test_validation_evaluate_predict_from_batches(client):
     batches = _batches(seed=8)
     val = _batches(seed=9, sizes=[4, 4, 2])
     m, ref = _model(client, rtrain.optimizers.SGD(0.1))
-    h = m.fit(Seq(batches), validation_data=Seq(val), epochs=2, verbose=0)
+    h = m.fit(Seq(batches), validation_data=Seq(val), epochs=2, shuffle=False, verbose=0)
     for _ in range(2):
         ref.epoch(batches, 0.1)
     xv = np.concatenate([b[0] for b in val])
@@ -265,7 +266,7 @@ def test_piecewise_constant_decay(client, boundaries, values):
     batches = _batches(seed=11, sizes=[8, 8, 4])
     m, ref = _model(client, rtrain.optimizers.SGD(learning_rate=sched))
     # 3 steps per epoch: the boundaries fall inside epochs
-    h = m.fit(Seq(batches), epochs=3, verbose=0)
+    h = m.fit(Seq(batches), epochs=3, shuffle=False, verbose=0)
     want = [ref.epoch(batches, lambda k, e=e: ref_lr(3 * e + k)) for e in range(3)]
     assert h.history["loss"] == pytest.approx([w[0] for w in want], rel=1e-5)
     _close(m, ref)
@@ -289,7 +290,7 @@ def test_callable_learning_rate(client):
         return 0.2 / len(calls)
     batches = _batches(seed=12, sizes=[8, 8])
     m, ref = _model(client, rtrain.optimizers.SGD(learning_rate=rate))
-    h = m.fit(Seq(batches), epochs=2, verbose=0)
+    h = m.fit(Seq(batches), epochs=2, shuffle=False, verbose=0)
     want = [ref.epoch(batches, lambda k, e=e: 0.2 / (2 * e + k + 1)) for e in range(2)]
     assert h.history["loss"] == pytest.approx([w[0] for w in want], rel=1e-5)
     _close(m, ref)

@@ -236,7 +236,7 @@ def test_keras3_layout_written_independently(client, tmp_path):
     p = str(tmp_path / "two.keras")
     _write_keras3(p, w)
     m = models.load_model(p, client=client)
-    got = dict(zip([s[0] for s in m.weight_specs()], m.get_weights()))
+    got = m.get_named_weights()
     names = {"feat": ["kernel", "bias"], "seq": ["kernel", "recurrent_kernel", "bias"],
              "norm": ["gamma", "beta", "moving_mean", "moving_variance"],
              "out1": ["kernel", "bias"], "out2": ["kernel", "bias"]}

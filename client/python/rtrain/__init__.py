@@ -1395,13 +1395,24 @@ class CompiledModel:
         return self._prog.get_weights()[0]
 
     def set_weights(self, weights):
-        """Replace every parameter (a list in get_weights() order). On a
-        model still to be bound (null input dims) they are sent after the
-        first fit/evaluate/predict compiles it."""
+        """Replace every parameter: a list in get_weights() order, or a
+        dict {name: array} of them all. On a model still to be bound (null
+        input dims) they are sent after the first fit/evaluate/predict
+        compiles it."""
         if self._p is None and self._unbound:
-            self._pending_weights = [_np.array(w, dtype=_np.float32) for w in weights]
+            self._pending_weights = {k: _np.array(w, dtype=_np.float32)
+                                     for k, w in weights.items()} \
+                if isinstance(weights, dict) else \
+                [_np.array(w, dtype=_np.float32) for w in weights]
             return
         params = self._prog.report["params"]
+        if isinstance(weights, dict):
+            missing = [p[0] for p in params if p[0] not in weights]
+            if missing or len(weights) != len(params):
+                raise ValueError("set_weights wants every weight by name: %s"
+                                 % ("no %s" % missing[0] if missing else
+                                    "%d given for %d" % (len(weights), len(params))))
+            weights = [weights[p[0]] for p in params]
         weights = list(weights)
         if len(weights) != len(params):
             raise ValueError("set_weights wants %d arrays, got %d"

@@ -260,13 +260,15 @@ class Model:
         client = client or _default_client()
         if self._compiled is not None and self._pending is None:
             # Keras' compile keeps the weights a model has
-            self._pending = [w.copy() for w in self._compiled.get_weights()]
+            got = self._compiled.get_named_weights()
+            self._pending = [got[n].copy() for n in self._param_names()]
         self._compiled = client.compile(self, optimizer=optimizer, loss=loss,
                                         metrics=metrics, **kw)
         self._compiled._owner = self
         self._compiled.stop_training = self._stop
         if self._pending is not None:
-            self._compiled.set_weights(self._pending)
+            # by name: the daemon lists the trainable weights first
+            self._compiled.set_weights(dict(zip(self._param_names(), self._pending)))
             self._pending = None
         return None
 

@@ -97,10 +97,7 @@ def _load_attr_list(group, name):
 
 def _write_weights_group(g, model):
     km = _keras_model(model)
-    values = dict(model.get_named_weights()) if hasattr(
-        model, "get_named_weights") else None
-    if values is None:
-        values = dict(zip(km._param_names(), model.get_weights()))
+    values = _named_weights(model)
     layers = _layer_weights(km)
     g.attrs["backend"] = BACKEND.encode("utf8")
     g.attrs["keras_version"] = _models.KERAS_VERSION.encode("utf8")
@@ -122,6 +119,23 @@ def _write_weights_group(g, model):
     # The model's own (top-level) weights: none for these models.
     g.create_group("top_level_model_weights").attrs["weight_names"] = \
         _np.asarray([])
+
+
+def _set_named(model, values):
+    """Every weight of model from {name: array} (a compiled program lists
+    them in its own order, trainable first)."""
+    c = _compiled_of(model)
+    if c is not None:
+        c.set_weights(values)
+    else:
+        model.set_weights([values[w] for w in _keras_model(model)._param_names()])
+
+
+def _named_weights(model):
+    """{name: array} of every weight of a model, compiled or not."""
+    if _compiled_of(model) is not None:
+        return dict(model.get_named_weights())
+    return dict(zip(_keras_model(model)._param_names(), model.get_weights()))
 
 
 def _str(v):
@@ -161,10 +175,10 @@ def _read_weights_group(g, model, by_name=False):
                                  "model %s" % (w, tuple(v.shape), shape))
             values[w] = v
     if by_name and len(values) != len(km._param_names()):
-        current = dict(zip(km._param_names(), model.get_weights()))
+        current = _named_weights(model)
         current.update(values)
         values = current
-    model.set_weights([values[w] for w in km._param_names()])
+    _set_named(model, values)
 
 
 def _check_overwrite(path, overwrite):
@@ -411,7 +425,7 @@ def load_tfjs(path, compile=True, client=None):
     tc = topo.get("training_config")
     if tc and compile:
         model.compile(optimizer="adam", loss=tc.get("loss"), client=client)
-    model.set_weights([values[name] for name, _, _ in specs])
+    _set_named(model, values)
     return model
 
 
@@ -424,7 +438,8 @@ def save_tfjs(model, path, overwrite=True):
         raise FileExistsError(_os.path.join(path, "model.json"))
     _os.makedirs(path, exist_ok=True)
     names = [name for name, _, _ in km.weight_specs()]
-    weights = [np.ascontiguousarray(w, dtype="<f4") for w in model.get_weights()]
+    named = _named_weights(model)
+    weights = [np.ascontiguousarray(named[n], dtype="<f4") for n in names]
     topo = {"class_name": km._class_name(), "config": km.get_config(),
             "keras_version": _models.KERAS_VERSION, "backend": BACKEND}
     tc = _training_config(model) if getattr(model, "_compiled", model) is not None else None
@@ -602,8 +617,7 @@ def save_keras(model, filepath, overwrite=True):
     cc = _compile_config(model) if _compiled_of(model) is not None else None
     if cc is not None:
         doc["compile_config"] = cc
-    values = dict(model.get_named_weights()) if hasattr(model, "get_named_weights") and \
-        _compiled_of(model) is not None else dict(zip(km._param_names(), model.get_weights()))
+    values = _named_weights(model)
     listed = [n for n in order if not (isinstance(km, _models.Sequential) and
                                        isinstance(n.layer, _layers_mod().InputLayer))]
     paths = _keras_paths([n.layer.keras_class or type(n.layer).__name__ for n in listed])
@@ -687,5 +701,5 @@ def load_keras(filepath, compile=True, client=None):
     cc = doc.get("compile_config")
     if compile and cc:
         compile_from_config(model, cc, client)
-    model.set_weights([values[w] for w in km._param_names()])
+    _set_named(model, values)
     return model
