@@ -226,6 +226,35 @@ def test_multi_io_generator_matches_arrays(client):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
+def test_class_weight_and_batch_weights_match_arrays(client):
+    """class_weight applies per batch as on arrays, and a batch's third item
+    is its sample weights (Keras' (x, y, sample_weight))."""
+    rng = np.random.RandomState(15)
+    x = rng.randn(20, 4).astype(np.float32)
+    y = rng.randint(0, 3, 20)
+    sw = rng.uniform(0.5, 2, 20).astype(np.float32)
+    cw = {0: 1.0, 1: 3.0, 2: 0.5}
+
+    def build():
+        m = rtrain.Sequential([L.Dense(3, activation="softmax", input_shape=(4,))])
+        m.compile(rtrain.optimizers.SGD(0.3), "sparse_categorical_crossentropy",
+                  metrics=["accuracy"], batch_size=8, shuffle=False, seed=4, client=client)
+        return m
+    for kw, batch in (({"class_weight": cw}, lambda i: (x[i:i + 8], y[i:i + 8])),
+                      ({"sample_weight": sw},
+                       lambda i: (x[i:i + 8], y[i:i + 8], sw[i:i + 8]))):
+        ma, mg = build(), build()
+        mg.set_weights(ma.get_weights())
+        ha = ma.fit(x, y, epochs=2, batch_size=8, shuffle=False, verbose=0, **kw)
+        seq = Seq([batch(i) for i in range(0, 20, 8)])
+        hg = mg.fit(seq, epochs=2, shuffle=False, verbose=0,
+                    class_weight=kw.get("class_weight"))
+        assert hg.history["loss"] == pytest.approx(ha.history["loss"], rel=1e-6)
+        assert hg.history["accuracy"] == pytest.approx(ha.history["accuracy"], rel=1e-6)
+        for a, b in zip(ma.get_weights(), mg.get_weights()):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
 def test_refusals(client):
     m, _ = _model(client, rtrain.optimizers.SGD(0.1))
     batches = _batches()

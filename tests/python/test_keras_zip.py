@@ -259,7 +259,8 @@ def test_keras3_layout_written_independently(client, tmp_path):
     # the compile_config's losses and loss_weights: Keras' total loss
     y1, y2 = rng.randint(0, 3, 9), r(9, 1)
     want = -np.mean(np.log(p1[np.arange(9), y1])) + 0.25 * np.mean((p2 - y2) ** 2)
-    assert m.evaluate([xa, xb], [y1, y2]) == pytest.approx(want, rel=1e-5)
+    assert m.evaluate([xa, xb], [y1, y2], return_dict=True)["loss"] == \
+        pytest.approx(want, rel=1e-5)
 
 
 def test_refuses_what_it_cannot_read(tmp_path):
