@@ -444,3 +444,32 @@ def test_per_output_history(client):
     assert m.evaluate(xv, [yv1, yv2], return_dict=True) == pytest.approx(
         dict(after, loss=after["o1_loss"] + 0.5 * after["o2_loss"]), rel=1e-5)
     assert m.metrics_names == ["loss", "o1_loss", "o2_loss", "o1_accuracy", "o2_mae"]
+
+
+def test_per_output_from_generator(client):
+    """Each output's History entries from a generator fit (the pieces'
+    means merged here) equal the arrays' (the daemon's epoch means)."""
+    metrics = {"o1": ["accuracy"], "o2": ["mae"]}
+    if not rtrain._PER_OUTPUT:
+        with pytest.raises(ValueError, match="metrics of a model with several outputs"):
+            _heads_model(client, metrics)
+        return
+    rng = np.random.RandomState(16)
+    x = rng.randn(20, 3).astype(np.float32)
+    y1, y2 = rng.randint(0, 3, 20), rng.randn(20, 1).astype(np.float32)
+    ma, mg = _heads_model(client, metrics), _heads_model(client, metrics)
+    mg.set_weights(ma.get_weights())
+    val = (x[:6], [y1[:6], y2[:6]])
+    ha = ma.fit(x, [y1, y2], epochs=2, batch_size=4, shuffle=False, validation_data=val,
+                verbose=0)
+    batches = [(x[i:i + 4], [y1[i:i + 4], y2[i:i + 4]]) for i in range(0, 20, 4)]
+    _feed.CHUNK_BYTES, keep = 200, _feed.CHUNK_BYTES  # a few batches per upload
+    try:
+        hg = mg.fit(Seq(batches), epochs=2, shuffle=False, validation_data=Seq([val]),
+                    verbose=0)
+    finally:
+        _feed.CHUNK_BYTES = keep
+    assert sorted(hg.history) == sorted(ha.history)
+    assert "val_o2_mae" in hg.history and "o1_loss" in hg.history
+    for k, v in ha.history.items():
+        assert hg.history[k] == pytest.approx(v, rel=1e-5), k

@@ -348,3 +348,28 @@ def test_single_output_from_logits_and_metrics_survive(client, tmp_path, iris):
     back = models.load_model(p, client=client)
     assert back.metrics_names == m.metrics_names == ["loss", "accuracy"]
     assert back.evaluate(xte, yte) == pytest.approx(m.evaluate(xte, yte), rel=1e-6)
+
+
+def test_multi_output_metrics_survive(client, tmp_path):
+    metrics = {"o1": ["accuracy"], "o2": ["mae", "mse"]}
+    loss = {"o1": rtrain.losses.SparseCategoricalCrossentropy(from_logits=True), "o2": "mse"}
+    if not rtrain._PER_OUTPUT:
+        # no per-output metrics in this build: refused, never saved as if
+        with pytest.raises(ValueError, match="metrics of a model with"):
+            _two_heads(client, optimizer="sgd", loss=loss, metrics=metrics)
+        return
+    m = _two_heads(client, optimizer="sgd", loss=loss, metrics=metrics,
+                   loss_weights={"o1": 2.0, "o2": 1.0})
+    rng = np.random.RandomState(3)
+    x = [rng.randn(10, 3).astype(np.float32), rng.randn(10, 2).astype(np.float32)]
+    y = [rng.randint(0, 3, 10), rng.randn(10, 1).astype(np.float32)]
+    m.fit(x, y, epochs=1, verbose=0)
+    want = m.evaluate(x, y, return_dict=True)
+    assert sorted(want) == ["loss", "o1_accuracy", "o1_loss", "o2_loss", "o2_mae", "o2_mse"]
+    for p in (str(tmp_path / "m.keras"), str(tmp_path / "m.h5")):
+        m.save(p)
+        back = models.load_model(p, client=client)
+        assert saving.compile_settings(back)["metrics"] == {"o1": ["accuracy"],
+                                                            "o2": ["mae", "mse"]}
+        assert back.metrics_names == m.metrics_names
+        assert back.evaluate(x, y, return_dict=True) == pytest.approx(want, rel=1e-6)
