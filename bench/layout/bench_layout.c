@@ -8,10 +8,12 @@
  *       MODE nchw: a CNN on NCHW data (a Transpose first), STEPS steps
  *            nhwc: the same CNN on NHWC data (no Transpose)
  *            bind: transpose BATCH*STEPS samples once, as a bind would
+ *            share: nchw and nhwc in interleaved runs, and the transpose of
+ *                   one batch (the bind's loop) as a share of the NCHW step
  * The CNN: Conv2D(C->32, 3x3, same, relu), MaxPool 2, Conv2D(32->64, 3x3,
  * same, relu), MaxPool 2, Flatten, Dense(10), sparse CE from logits; SGD.
  * It prints the seconds per step, the median of 5 runs of STEPS steps (or
- * per sample for bind). For instruction
+ * per sample for bind, the median of 5). For instruction
  * counts, run each mode under valgrind --tool=callgrind and read
  * rt_kern_map_fwd's share (README.md).
  */
@@ -34,42 +36,44 @@ static void node(rt_graph *g, const char *n, const char *op, int nin, const char
     if (rt_graph_add_node(g, n, op, nin, in, na, a) < 0) die("node", rt_graph_errmsg(g));
 }
 
-int main(int argc, char **argv)
+/* NCHW samples x[0..n) into NHWC t, as a bind would: a plain loop */
+static void transpose(const float *x, float *t, int64_t n, int64_t C, int64_t H, int64_t W)
 {
-    if (argc != 7) {
-        fprintf(stderr, "usage: bench_layout nchw|nhwc|bind C H W BATCH STEPS\n");
-        return 2;
-    }
-    const char *mode = argv[1];
-    const int64_t C = atoll(argv[2]), H = atoll(argv[3]), W = atoll(argv[4]);
-    const int B = atoi(argv[5]), steps = atoi(argv[6]);
-    const int64_t per = C * H * W, n = (int64_t)B * steps;
-    float *x = malloc(sizeof(float) * (size_t)(n * per));
-    int32_t *y = malloc(sizeof(int32_t) * (size_t)n);
-    if (!x || !y) die("malloc", "out of memory");
-    for (int64_t i = 0; i < n * per; i++) x[i] = (float)(i % 251) / 251.0f;
-    for (int64_t i = 0; i < n; i++) y[i] = (int32_t)(i % 10);
-    if (!strcmp(mode, "bind")) {
-        float *t = malloc(sizeof(float) * (size_t)(n * per));
-        if (!t) die("malloc", "out of memory");
+    const int64_t per = C * H * W;
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t w = 0; w < W; w++)
+                    t[s * per + (h * W + w) * C + c] = x[s * per + (c * H + h) * W + w];
+}
+
+/* the median of 5 bind-style transposes of n samples, in seconds */
+static double bind_s(const float *x, int64_t n, int64_t C, int64_t H, int64_t W)
+{
+    float *t = malloc(sizeof(float) * (size_t)(n * C * H * W));
+    if (!t) die("malloc", "out of memory");
+    double v[5];
+    for (int k = 0; k < 5; k++) {
         const double t0 = now_s();
-        for (int64_t s = 0; s < n; s++)
-            for (int64_t c = 0; c < C; c++)
-                for (int64_t h = 0; h < H; h++)
-                    for (int64_t w = 0; w < W; w++)
-                        t[s * per + (h * W + w) * C + c] = x[s * per + (c * H + h) * W + w];
-        const double dt = now_s() - t0;
-        printf("bind: %lld samples of %lldx%lldx%lld transposed in %.4f s (%.3g s/sample, "
-               "%.3g s per batch of %d; %lld extra bytes held)\n", (long long)n, (long long)C,
-               (long long)H, (long long)W, dt, dt / (double)n, dt / (double)n * B, B,
-               (long long)(n * per * 4));
-        volatile float sink = t[n * per - 1];
-        (void)sink;
-        free(t);
-        return 0;
+        transpose(x, t, n, C, H, W);
+        v[k] = now_s() - t0;
     }
-    const int nchw = !strcmp(mode, "nchw");
-    rt_graph *g = rt_graph_create();
+    volatile float sink = t[n * C * H * W - 1];
+    (void)sink;
+    free(t);
+    return median(v, 5);
+}
+
+/* the CNN of the header on NCHW (a Transpose first) or NHWC input */
+typedef struct cnn {
+    rt_graph *g;
+    rt_plan *p;
+    rt_exec *e;
+} cnn;
+
+static void cnn_build(cnn *m, int nchw, int64_t C, int64_t H, int64_t W, int B)
+{
+    rt_graph *g = m->g = rt_graph_create();
     const int64_t in_c[] = {RT_BATCH, C, H, W}, in_h[] = {RT_BATCH, H, W, C};
     if (rt_graph_add_input(g, "x", RT_F32, 4, nchw ? in_c : in_h) < 0)
         die("input", rt_graph_errmsg(g));
@@ -106,27 +110,81 @@ int main(int argc, char **argv)
     cfg.lr = 0.01f;
     cfg.batch_size = B;
     cfg.shuffle = 0;
-    rt_plan *p;
     char err[256];
-    if (rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) < 0) die("compile", err);
-    rt_exec *e;
-    if (rt_exec_create(p, &e) < 0) die("exec", "create");
-    rt_data d = {.x = x, .y = y, .y_dtype = RT_I32, .n = n};
+    if (rt_plan_compile(g, &cfg, &m->p, NULL, err, sizeof err) < 0) die("compile", err);
+    if (rt_exec_create(m->p, &m->e) < 0) die("exec", "create");
+}
+
+static void cnn_free(cnn *m)
+{
+    rt_exec_destroy(m->e);
+    rt_plan_release(m->p);
+    rt_graph_destroy(m->g);
+}
+
+/* seconds per step of one run of steps steps */
+static double run_s(cnn *m, const rt_data *d, int steps)
+{
     rt_train_result r;
-    if (rt_exec_train(e, &d, 1, &r, NULL, NULL, NULL) < 0) die("warm-up", rt_exec_errmsg(e));
-    /* the median of 5 runs of STEPS steps (the machine may be shared) */
-    double t[5];
-    for (int k = 0; k < 5; k++) {
-        const double t0 = now_s();
-        if (rt_exec_train(e, &d, steps, &r, NULL, NULL, NULL) < 0)
-            die("train", rt_exec_errmsg(e));
-        t[k] = (now_s() - t0) / steps;
+    const double t0 = now_s();
+    if (rt_exec_train(m->e, d, steps, &r, NULL, NULL, NULL) < 0)
+        die("train", rt_exec_errmsg(m->e));
+    return (now_s() - t0) / steps;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 7) {
+        fprintf(stderr, "usage: bench_layout nchw|nhwc|bind|share C H W BATCH STEPS\n");
+        return 2;
     }
-    printf("%s: %d steps of %d samples %lldx%lldx%lld: %.4g s/step (median of 5)\n", mode,
-           steps, B, (long long)C, (long long)H, (long long)W, median(t, 5));
-    rt_exec_destroy(e);
-    rt_plan_release(p);
-    rt_graph_destroy(g);
+    const char *mode = argv[1];
+    const int64_t C = atoll(argv[2]), H = atoll(argv[3]), W = atoll(argv[4]);
+    const int B = atoi(argv[5]), steps = atoi(argv[6]);
+    if (C < 1 || H < 4 || W < 4 || B < 1 || steps < 1)
+        die("usage", "C >= 1, H and W >= 4, BATCH and STEPS >= 1");
+    const int64_t per = C * H * W, n = (int64_t)B * steps;
+    float *x = malloc(sizeof(float) * (size_t)(n * per));
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)n);
+    if (!x || !y) die("malloc", "out of memory");
+    for (int64_t i = 0; i < n * per; i++) x[i] = (float)(i % 251) / 251.0f;
+    for (int64_t i = 0; i < n; i++) y[i] = (int32_t)(i % 10);
+    if (!strcmp(mode, "bind")) {
+        const double dt = bind_s(x, n, C, H, W);
+        printf("bind: %lld samples of %lldx%lldx%lld transposed in %.4f s (%.3g s/sample, "
+               "%.3g s per batch of %d; %lld extra bytes held; median of 5)\n", (long long)n,
+               (long long)C, (long long)H, (long long)W, dt, dt / (double)n,
+               dt / (double)n * B, B, (long long)(n * per * 4));
+        free(x);
+        free(y);
+        return 0;
+    }
+    const int share = !strcmp(mode, "share");
+    if (!share && strcmp(mode, "nchw") && strcmp(mode, "nhwc")) die("mode", mode);
+    /* share: [0] NCHW, [1] NHWC, run in turn; else the one asked for */
+    cnn m[2];
+    const int nm = share ? 2 : 1;
+    for (int k = 0; k < nm; k++)
+        cnn_build(&m[k], share ? k == 0 : !strcmp(mode, "nchw"), C, H, W, B);
+    rt_data d = {.x = x, .y = y, .y_dtype = RT_I32, .n = n};
+    for (int k = 0; k < nm; k++) run_s(&m[k], &d, 1); /* warm-up */
+    /* the median of 5 runs of STEPS steps (the machine may be shared) */
+    double t[2][5];
+    for (int r = 0; r < 5; r++)
+        for (int k = 0; k < nm; k++) t[k][r] = run_s(&m[k], &d, steps);
+    if (!share) {
+        printf("%s: %d steps of %d samples %lldx%lldx%lld: %.4g s/step (median of 5)\n", mode,
+               steps, B, (long long)C, (long long)H, (long long)W, median(t[0], 5));
+    } else {
+        const double sc = median(t[0], 5), sh = median(t[1], 5);
+        const double tb = bind_s(x, n, C, H, W) / steps;
+        printf("share: %d samples %lldx%lldx%lld: step NCHW %.4g s, NHWC %.4g s (medians of 5 "
+               "interleaved runs of %d steps); transposing one batch %.4g s = %.2f%% of the "
+               "NCHW step; per bind %.3g s per sample, once per data set, %lld bytes per "
+               "sample held\n", B, (long long)C, (long long)H, (long long)W, sc, sh, steps, tb,
+               100.0 * tb / sc, tb / B, (long long)(per * 4));
+    }
+    for (int k = 0; k < nm; k++) cnn_free(&m[k]);
     free(x);
     free(y);
     return 0;
