@@ -1,7 +1,8 @@
 /*
  * bench_util.h - the few helpers every bench program uses: a monotonic clock
- * in seconds, the median of a sample, and a fatal error. Define
- * RT_BENCH_NAME (the program's name, for messages) before including it.
+ * in seconds, the median of a sample, and a fatal error; with RT_SOURCE_DIR
+ * defined, a PyTorch peer's run. Define RT_BENCH_NAME (the program's name,
+ * for messages) before including it.
  */
 #ifndef RTRAIN_BENCH_UTIL_H
 #define RTRAIN_BENCH_UTIL_H
@@ -48,5 +49,34 @@ static void die(const char *what, const char *msg)
     fprintf(stderr, RT_BENCH_NAME ": %s: %s\n", what, msg);
     exit(1);
 }
+
+#ifdef RT_SOURCE_DIR
+#include <stdarg.h>
+
+/* A PyTorch peer: Debian's /usr/bin/python3 runs bench/<fmt...> (the script
+ * under bench/ and its arguments, printf-style) with OPENBLAS_CORETYPE
+ * unset, PyTorch's best setting here. Each line it prints goes to on_line
+ * with ud, and a "torch_version V" line also fills version (64 bytes) when
+ * that is not NULL. 0 when the peer ran and exited 0, else -1. */
+static inline int run_peer(char *version, void (*on_line)(const char *line, void *ud), void *ud,
+                           const char *fmt, ...)
+{
+    char args[1536], cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "env -u OPENBLAS_CORETYPE /usr/bin/python3 %s/bench/%s",
+             RT_SOURCE_DIR, args);
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        if (version) sscanf(line, "torch_version %63s", version);
+        on_line(line, ud);
+    }
+    return pclose(f) == 0 ? 0 : -1;
+}
+#endif
 
 #endif

@@ -61,23 +61,22 @@ typedef struct {
 } row;
 
 /* torch_peer.py prints "fp32 IPS FIRST_S" and "bf16 IPS FIRST_S" lines */
+static void peer_line(const char *line, void *ud)
+{
+    row *r = ud;
+    sscanf(line, "fp32 %lf %lf", &r[0].ips, &r[0].first_s);
+    sscanf(line, "bf16 %lf %lf", &r[1].ips, &r[1].first_s);
+}
+
 static void run_torch(int steps, int batch, int size, int threads, char *version, row *f32,
                       row *b16)
 {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd,
-             "env -u OPENBLAS_CORETYPE /usr/bin/python3 %s/bench/inception/torch_peer.py "
-             "%d %d %d %d",
-             RT_SOURCE_DIR, steps, batch, size, threads);
-    FILE *f = popen(cmd, "r");
-    if (!f) return;
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-        sscanf(line, "fp32 %lf %lf", &f32->ips, &f32->first_s);
-        sscanf(line, "bf16 %lf %lf", &b16->ips, &b16->first_s);
-        sscanf(line, "torch_version %63s", version);
-    }
-    if (pclose(f) != 0) f32->ips = b16->ips = -1;
+    row r[2] = {*f32, *b16};
+    if (run_peer(version, peer_line, r, "inception/torch_peer.py %d %d %d %d", steps, batch,
+                 size, threads) < 0)
+        r[0].ips = r[1].ips = -1;
+    *f32 = r[0];
+    *b16 = r[1];
 }
 
 static double arg(int argc, char **argv, const char *name, double dflt)

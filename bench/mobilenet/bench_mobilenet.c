@@ -23,30 +23,8 @@
 #include "import_keras.h"
 #include "rt_engine.h"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof *t, cmp_d);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
-
-static void die(const char *what, const char *msg)
-{
-    fprintf(stderr, "%s: %s\n", what, msg);
-    exit(1);
-}
+#define RT_BENCH_NAME "bench_mobilenet"
+#include "../bench_util.h"
 
 static char *slurp(const char *path, size_t *len)
 {
@@ -68,24 +46,23 @@ static char *slurp(const char *path, size_t *len)
     return b;
 }
 
+/* torch_peer.py prints "build_ms MS" and "step_ms MS" */
+static void peer_line(const char *line, void *ud)
+{
+    double *ms = ud;
+    sscanf(line, "build_ms %lf", &ms[0]);
+    sscanf(line, "step_ms %lf", &ms[1]);
+}
+
 static void run_torch(const char *json, int reps, int batch, int threads, char *version,
                       double *build_ms, double *step_ms)
 {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "env -u OPENBLAS_CORETYPE /usr/bin/python3 %s/bench/mobilenet/torch_peer.py "
-             "'%s' %d %d %d",
-             RT_SOURCE_DIR, json, reps, batch, threads);
-    *build_ms = *step_ms = -1;
-    FILE *f = popen(cmd, "r");
-    if (!f) return;
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-        sscanf(line, "build_ms %lf", build_ms);
-        sscanf(line, "step_ms %lf", step_ms);
-        sscanf(line, "torch_version %63s", version);
-    }
-    if (pclose(f) != 0) *build_ms = *step_ms = -1;
+    double ms[2] = {-1, -1};
+    if (run_peer(version, peer_line, ms, "mobilenet/torch_peer.py '%s' %d %d %d", json, reps,
+                 batch, threads) < 0)
+        ms[0] = ms[1] = -1;
+    *build_ms = ms[0];
+    *step_ms = ms[1];
 }
 
 static void config(rt_train_config *cfg, int batch)

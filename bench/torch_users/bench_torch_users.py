@@ -278,6 +278,7 @@ def main():
     ap.add_argument("--layout-steps", type=int, default=10)
     ap.add_argument("--json", help="write everything printed as one JSON object")
     a = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # a table in progress shows in a log
     # torch.onnx.export's notes on BatchNorm's counters, one per layer
     warnings.filterwarnings("ignore", category=UserWarning, module="torch.onnx")
     a.build = os.path.abspath(a.build)
