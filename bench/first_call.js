@@ -3,7 +3,7 @@
 // this process (grpc-js loaded already), then N more, each on a new client
 // with its own connection (a local subchannel pool: nothing is shared).
 //
-//   NODE_PATH=tests/interop/node_modules node bench/first_call.js HOST:PORT [N]
+//   NODE_PATH=$(tests/interop/run.sh --dir)/node_modules node bench/first_call.js HOST:PORT [N]
 //
 // Prints "first_call cold_us=... p50_us=... version=grpc-js-X". The request
 // and the response go as raw bytes (an empty PingRequest is zero bytes), so
@@ -13,7 +13,7 @@ let grpc;
 try {
   grpc = require('@grpc/grpc-js');
 } catch (e) {
-  console.log('@grpc/grpc-js not installed (cd tests/interop && npm ci)');
+  console.log('@grpc/grpc-js not installed (tests/interop/run.sh --install)');
   process.exit(1);
 }
 const version = require('@grpc/grpc-js/package.json').version;

@@ -13,7 +13,7 @@ table with each configuration's median wall time as a ratio to PyTorch's.
   /usr/bin/python3 bench/story.py [--rtrain build/client/cli/rtrain]
       [--server HOST:PORT | --rtraind build/server/rpc/rtraind]
       [--reps 5] [--epochs 20] [--data train.csv --val val.csv]
-      [--explain] [--json story.json]
+      [--explain] [--json story.json] [--features]
 
 Without --server it starts the given rtraind (by default the build tree's)
 on a free loopback port, waits until its start-up work is done (the upload
@@ -22,14 +22,19 @@ at the end. Data: the iris splits in
 examples/iris/. --explain prints the cold run (the first, before the reps)
 and a median warm run as waterfalls of phases; --json writes everything
 printed as one JSON object (bench/README.md keeps one line per release).
+--features explains the story once more against a second daemon started
+with --tokens and --state-dir: the waterfall then shows what the token
+check and the synced state cost (both are free when off).
 Nothing here asserts anything about time.
 """
 import argparse
 import csv
 import datetime
+import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -41,14 +46,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def start_daemon(path):
+def start_daemon(path, extra=()):
     """(process, address, seconds waited): the daemon, once its start-up
     work is done. A new rtraind first faults its upload arena in (256 MiB
     by default, paced, about 2 s on a 2-vCPU machine); runs measured
     meanwhile share the CPU with it, which a daemon that is already up does
     not. Its /metrics says when the arena is in (rtrain_upload_pool_bytes)."""
     p = subprocess.Popen([path, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-                          "--log-level", "warn"],
+                          "--log-level", "warn"] + list(extra),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = None
     for line in p.stdout:
@@ -105,6 +110,37 @@ def run_rtrain(a, server, tmp):
     return r.stdout, rows, phases
 
 
+def run_features(a, tmp):
+    """--features: the story against a second daemon with --tokens and
+    --state-dir, explained, so that what each costs is in the waterfall.
+    Returns the output from the cold run's waterfall on, or a reason."""
+    token = secrets.token_hex(16)
+    tokens = os.path.join(tmp, "tokens")
+    token_file = os.path.join(tmp, "token")
+    state = os.path.join(tmp, "state")
+    with open(tokens, "w") as f:
+        f.write("%s bench\n" % hashlib.sha256(token.encode()).hexdigest())
+    with open(token_file, "w") as f:
+        f.write(token + "\n")
+    os.chmod(token_file, 0o600)
+    daemon, server, _ = start_daemon(a.rtraind, ["--tokens", tokens, "--state-dir", state])
+    try:
+        r = subprocess.run([a.rtrain, "bench", "story", "--server", server, "--reps",
+                            str(a.reps), "--epochs", str(a.epochs), "--data", a.data,
+                            "--val", a.val, "--explain", "--token-file", token_file],
+                           capture_output=True, text=True)
+    finally:
+        daemon.terminate()
+        daemon.wait()
+    if r.returncode != 0:
+        return "n/a (rtrain bench story failed: %s)" % (r.stdout + r.stderr).strip()[-300:]
+    lines = r.stdout.split("\n")
+    i = next((k for k, l in enumerate(lines) if l.startswith("The cold run")), None)
+    j = next((k for k, l in enumerate(lines) if l.startswith("first call on a new")), None)
+    p50 = next((l for l in lines if l.startswith("one call for the run")), "")
+    return ("%s\n\n%s" % (p50, "\n".join(lines[i:j]).rstrip())) if i is not None else r.stdout
+
+
 def run_overhead(a, server, tmp):
     """K=1 RunSteps against a bare Ping on one connection: a dict, or None
     with the reason printed."""
@@ -129,11 +165,11 @@ def run_first_calls(a, server):
     {name: {"cold_us", "p50_us", "version"}} or {name: {"na": reason}}."""
     out = {}
     node = shutil.which("node")
-    mods = a.node_modules or os.path.join(ROOT, "tests/interop/node_modules")
+    mods = a.node_modules or node_modules()
     if not node:
         out["grpc-js"] = {"na": "node not installed"}
-    elif not os.path.exists(os.path.join(mods, "@grpc/grpc-js/package.json")):
-        out["grpc-js"] = {"na": "@grpc/grpc-js not installed (cd tests/interop && npm ci, "
+    elif not mods or not os.path.exists(os.path.join(mods, "@grpc/grpc-js/package.json")):
+        out["grpc-js"] = {"na": "@grpc/grpc-js not installed (tests/interop/run.sh --install, "
                                 "or --node-modules DIR)"}
     else:
         out["grpc-js"] = first_call_peer([node, os.path.join(HERE, "first_call.js"), server,
@@ -142,6 +178,18 @@ def run_first_calls(a, server):
     out["grpcio"] = first_call_peer([sys.executable, os.path.join(HERE, "first_call.py"),
                                      server, str(a.first_calls)], None)
     return out
+
+
+def node_modules():
+    """Where tests/interop/run.sh --install put the npm packages (one folder
+    per lock file, outside the tree), or None."""
+    try:
+        r = subprocess.run([os.path.join(ROOT, "tests/interop/run.sh"), "--dir"],
+                           capture_output=True, text=True)
+    except OSError:
+        return None
+    d = r.stdout.strip()
+    return os.path.join(d, "node_modules") if r.returncode == 0 and d else None
 
 
 def first_call_peer(cmd, env):
@@ -204,10 +252,13 @@ def main():
     ap.add_argument("--explain", action="store_true",
                     help="print the cold run and a median warm run as waterfalls of phases")
     ap.add_argument("--json", metavar="FILE", help="write the results as one JSON object")
+    ap.add_argument("--features", action="store_true",
+                    help="also explain the story on a daemon with --tokens and --state-dir "
+                         "(what the token check and the synced state cost, phase by phase)")
     ap.add_argument("--first-calls", type=int, default=20,
                     help="new channels per first-call peer (default 20)")
     ap.add_argument("--node-modules",
-                    help="where @grpc/grpc-js is (default: tests/interop/node_modules)")
+                    help="where @grpc/grpc-js is (default: tests/interop/run.sh --install's)")
     a = ap.parse_args()
     load0 = loadavg()
     daemon, server, settle = None, a.server, None
@@ -217,6 +268,7 @@ def main():
         with tempfile.TemporaryDirectory() as tmp:
             out, rows, phases = run_rtrain(a, server, tmp)
             overhead = run_overhead(a, server, tmp)
+            features = run_features(a, tmp) if a.features and not a.server else None
         first = run_first_calls(a, server)
         torch_s, torch_acc, note = run_torch(a)
     finally:
@@ -283,6 +335,10 @@ def main():
         i = next((k for k, l in enumerate(lines) if l.startswith("The cold run")), None)
         if i is not None:
             print("\n" + "\n".join(lines[i:]).rstrip())
+    if features:
+        print("\nWith the features on (a second daemon, --tokens and --state-dir; the "
+              "token and disk rows are\nwhat each costs inside the daemon's time):\n")
+        print(features)
     load1 = loadavg()
     print("\nload average %s before, %s after" % (load0, load1))
     if a.json:
@@ -295,6 +351,7 @@ def main():
                "pytorch": {"p50_ms": torch_s * 1e3 if torch_s else None,
                            "val_accuracy": torch_acc, "note": note},
                "runsteps_k1_vs_ping": overhead, "first_call": first,
+               "features": features,
                "explain": phases}
         with open(a.json, "w") as f:
             json.dump(rec, f, indent=1)

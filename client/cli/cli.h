@@ -152,6 +152,7 @@ typedef struct cli_phase {
     int sub;                  /* a part of the phase above it */
     uint64_t start_ns, wall_ns;
     uint64_t client_ns, wire_ns, server_ns, unattr_ns;
+    uint64_t auth_ns, durable_ns; /* of server_ns: --tokens, --state-dir */
     int has_server;           /* server_ns was measured (else "-") */
 } cli_phase;
 typedef struct cli_waterfall {

@@ -43,6 +43,8 @@ void cli_wf_account(cli_phase *p, const rt_client_timings *t)
     uint64_t other = t->has_server ? sub0(t->server_other_ns, wait) : 0;
     p->server_ns += sub0(srv, other);
     p->has_server |= t->has_server;
+    p->auth_ns += t->auth_ns;
+    p->durable_ns += t->durable_ns;
     p->wire_ns += sub0(t->round_trip_ns, srv + t->client_stream_ns);
     p->client_ns += sub0(t->client_total_ns, t->round_trip_ns) + t->client_stream_ns;
 }
@@ -63,6 +65,19 @@ cli_phase *cli_wf_calls(cli_waterfall *w, const char *name, uint64_t from, uint6
             cli_wf_account(p, &calls[i]);
     p->client_ns += extra_client_ns;
     cli_wf_close(p);
+    /* What a feature that is on costs inside the daemon's time, summed
+     * over the phase's calls: drawn from the phase's start. */
+    static const char *const feat[2] = {"token checks (--tokens)",
+                                        "state synced (--state-dir)"};
+    uint64_t ns[2] = {p->auth_ns, p->durable_ns};
+    uint64_t start = p->start_ns;
+    for (int k = 0; k < 2; k++) {
+        cli_phase *q = ns[k] ? cli_wf_add(w, feat[k], 1, start, ns[k]) : NULL;
+        if (q) {
+            q->server_ns = ns[k];
+            q->has_server = 1;
+        }
+    }
     return p;
 }
 

@@ -599,7 +599,7 @@ void rt__take_timings(rt_client *c, const Rtrain__V1__Timings *t, int add)
     if (!add) {
         d->queue_ns = d->decode_ns = d->compile_ns = d->execute_ns = 0;
         d->encode_ns = d->server_other_ns = d->server_total_ns = 0;
-        d->server_stream_wait_ns = 0;
+        d->server_stream_wait_ns = d->auth_ns = d->durable_ns = 0;
     }
     d->has_server = 1;
     d->queue_ns += t->queue_ns;
@@ -609,6 +609,8 @@ void rt__take_timings(rt_client *c, const Rtrain__V1__Timings *t, int add)
     d->encode_ns += t->encode_ns;
     d->server_other_ns += t->other_ns;
     d->server_stream_wait_ns += t->stream_wait_ns;
+    d->auth_ns += t->auth_ns;
+    d->durable_ns += t->durable_ns;
     d->server_total_ns += t->total_ns;
     if (t->cache_hit)
         d->cache_hit = 1;

@@ -146,6 +146,10 @@ typedef struct rt_client_timings {
     /* Client streams (UploadDataset): of server_other_ns, the time the
      * daemon waited for the client's next message. */
     uint64_t server_stream_wait_ns;
+    /* Of decode_ns, the token check (a daemon with --tokens); of
+     * execute_ns, state written to disk and synced (--state-dir). 0 when
+     * the feature is off. */
+    uint64_t auth_ns, durable_ns;
 } rt_client_timings;
 
 /* ------------------------------------------------------------- the client */

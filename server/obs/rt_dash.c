@@ -38,6 +38,7 @@ typedef struct dash_call {
     int code, has_t, cache_hit;
     uint64_t steps;
     uint64_t queue, decode, compile, execute, encode, other, total, stream_wait;
+    uint64_t auth, durable; /* of decode and of execute: --tokens, --state-dir */
 } dash_call;
 
 typedef struct dash_fit {
@@ -177,6 +178,8 @@ void rt_dash_call(const char *method, const char *principal, const char *session
     r.other = t ? t->other_ns : 0;
     r.total = t ? t->total_ns : 0;
     r.stream_wait = t ? t->stream_wait_ns : 0;
+    r.auth = t ? t->auth_ns : 0;
+    r.durable = t ? t->durable_ns : 0;
     pthread_mutex_lock(&D.mu);
     r.seq = ++D.seq;
     D.calls[D.n_calls++ % CALL_RING] = r;
@@ -279,11 +282,13 @@ static void render_call(rt_dash_buf *b, const dash_call *c)
         rt_dash_printf(b,
                        ",\"timings\":{\"queue_ns\":%llu,\"decode_ns\":%llu,\"compile_ns\":%llu,"
                        "\"execute_ns\":%llu,\"encode_ns\":%llu,\"other_ns\":%llu,"
-                       "\"total_ns\":%llu,\"stream_wait_ns\":%llu,\"cache_hit\":%s}",
+                       "\"total_ns\":%llu,\"stream_wait_ns\":%llu,\"auth_ns\":%llu,"
+                       "\"durable_ns\":%llu,\"cache_hit\":%s}",
                        (unsigned long long)c->queue, (unsigned long long)c->decode,
                        (unsigned long long)c->compile, (unsigned long long)c->execute,
                        (unsigned long long)c->encode, (unsigned long long)c->other,
                        (unsigned long long)c->total, (unsigned long long)c->stream_wait,
+                       (unsigned long long)c->auth, (unsigned long long)c->durable,
                        c->cache_hit ? "true" : "false");
     rt_dash_printf(b, "}");
 }

@@ -117,5 +117,7 @@ void rt_obs_timing_fill(const rt_obs_timing *t, uint64_t end_ns,
     pb->total_ns = total;
     pb->other_ns = total - parts;
     pb->stream_wait_ns = t->stream_wait_ns < pb->other_ns ? t->stream_wait_ns : pb->other_ns;
+    pb->auth_ns = t->auth_ns < t->decode_ns ? t->auth_ns : t->decode_ns;
+    pb->durable_ns = t->durable_ns < t->execute_ns ? t->durable_ns : t->execute_ns;
     pb->cache_hit = t->cache_hit ? 1 : 0;
 }

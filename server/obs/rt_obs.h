@@ -58,6 +58,8 @@ typedef struct rt_obs_timing {
     uint64_t execute_ns;
     uint64_t encode_ns;
     uint64_t stream_wait_ns; /* client stream: waiting for its messages */
+    uint64_t auth_ns;        /* of decode: the token check (--tokens) */
+    uint64_t durable_ns;     /* of execute: state written and synced (--state-dir) */
     int cache_hit;
 } rt_obs_timing;
 
@@ -67,7 +69,8 @@ void rt_obs_timing_begin(rt_obs_timing *t, uint64_t arrival_ns);
  * the parts. If rounding or clock granularity makes the parts exceed total,
  * total is raised to their sum so other is 0, never negative: the invariant
  * queue+decode+compile+execute+encode+other == total always holds. The
- * stream wait is a part of other (at most all of it), not a sixth part. */
+ * stream wait is a part of other (at most all of it), not a sixth part;
+ * auth a part of decode and durable of execute, likewise. */
 void rt_obs_timing_fill(const rt_obs_timing *t, uint64_t end_ns,
                         Rtrain__V1__Timings *pb);
 

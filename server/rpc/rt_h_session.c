@@ -113,11 +113,14 @@ int rt_h_create_session(rt_call *c)
         return rt_call_fail(c, rc, "cannot create a session");
     r->session_id = rt_call_strdup(c, s->id);
     r->session_token = rt_call_strdup(c, s->token);
+    uint64_t t0 = c->srv->state ? rt_now_ns() : 0;
     if (c->srv->state && (rc = rt_state_session_save(c->srv->state, s, err, sizeof err)) < 0) {
         rt_session_close(c->srv->sessions, s->id, c->who);
         rt_session_release(s);
         return rt_call_fail(c, rc, "cannot keep the session: %s", err);
     }
+    if (c->srv->state)
+        c->tm.durable_ns += rt_now_ns() - t0;
     RT_LOG(RT_LOG_INFO, "session %s opened by %s (\"%s\")", rt_log_id(s->id, sid),
            rt_principal_name(c->who), rt_log_esc(q->name, name, sizeof name));
     rt_session_release(s);
@@ -134,8 +137,11 @@ int rt_h_close_session(rt_call *c)
         return OOM(c);
     if (rt_session_close(c->srv->sessions, q->session_id, c->who) < 0)
         return rt_call_fail(c, RT_ENOTFOUND, "unknown session '%.64s'", q->session_id);
-    if (c->srv->state)
+    if (c->srv->state) {
+        uint64_t t0 = rt_now_ns();
         rt_state_session_remove(c->srv->state, q->session_id);
+        c->tm.durable_ns += rt_now_ns() - t0;
+    }
     char sid[16];
     RT_LOG(RT_LOG_INFO, "session %s closed", rt_log_id(q->session_id, sid));
     c->resp = &r->base;

@@ -105,6 +105,7 @@ static int run_steps_work(rt_call *c)
     rt_run_steps_out out;
     char err[400] = "";
     int rc = rt_program_run_steps(c->prog, &ctx, &in, &out, err, sizeof err);
+    c->tm.durable_ns += out.durable_ns;
     if (rc < 0)
         return ep.failed ? ep.failed : rt_call_fail(c, rc, "%s", err);
     Rtrain__V1__RunStepsResponse *r = NEW(c, Rtrain__V1__RunStepsResponse, RTRAIN__V1__RUN_STEPS_RESPONSE__INIT);

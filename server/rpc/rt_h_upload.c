@@ -664,7 +664,8 @@ static int upload_work(rt_call *c)
                     .sample_given = u->has_sample ? u->sample_given : NULL,
                     .max_dataset_bytes = c->srv->cfg.max_dataset_bytes,
                     .max_inflate_ratio = c->srv->cfg.max_inflate_ratio,
-                    .max_store_bytes = c->srv->cfg.max_store_bytes};
+                    .max_store_bytes = c->srv->cfg.max_store_bytes,
+                    .durable_ns = &c->tm.durable_ns};
     if (!u->any_held) {
         XXH128_canonical_t h;
         XXH128_canonicalFromHash(&h, XXH3_128bits_digest(d->x3));

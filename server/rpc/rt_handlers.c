@@ -184,8 +184,10 @@ int rt_h_ckpt_continue(const rt_call *c, int policy)
 int rt_h_durable_checkpoint(rt_call *c, rt_program *p, int policy)
 {
     char err[400];
+    uint64_t t0 = rt_now_ns();
     int rc = rt_train_checkpoint(c->srv->state, c->sess->id, p, rt_h_ckpt_continue(c, policy),
                                  err, sizeof err);
+    c->tm.durable_ns += rt_now_ns() - t0;
     return rc < 0 ? rt_call_fail(c, rc, "%s", err) : 0;
 }
 

@@ -7,6 +7,7 @@
 
 #include <xxhash.h>
 
+#include "rt_clock.h"
 #include "rt_log.h"
 #include "rt_obs.h"
 
@@ -70,8 +71,11 @@ int rt_ingest_upload(const rt_ingest *in, rt_dataset **out, int *dedup, char *er
         int on_disk = 0, rc;
         if (in->state) {
             /* fsync'd before the upload is acknowledged */
+            uint64_t t0 = rt_now_ns();
             rc = rt_state_dataset_put(in->state, key, hash, in->parts, in->n_parts, *in->buf,
                                       in->total, &on_disk, e, sizeof e);
+            if (in->durable_ns)
+                *in->durable_ns += rt_now_ns() - t0;
             if (rc < 0)
                 return rt_errf(err, errlen, rc, "cannot keep the dataset: %s", e);
         }
@@ -94,8 +98,13 @@ int rt_ingest_upload(const rt_ingest *in, rt_dataset **out, int *dedup, char *er
         if ((rc = rt_data_store_put(in->data, ds, &kept, dedup)) < 0)
             return rt_errf(err, errlen, rc, "dataset store full (--max-store-bytes %llu) with "
                            "datasets still in use", (unsigned long long)in->max_store_bytes);
-        if (on_disk && (rc = rt_state_dataset_owner(in->state, kept, rt_principal_name(in->who),
-                                                    in->name, e, sizeof e)) < 0) {
+        uint64_t t1 = on_disk ? rt_now_ns() : 0;
+        rc = on_disk ? rt_state_dataset_owner(in->state, kept, rt_principal_name(in->who),
+                                              in->name, e, sizeof e)
+                     : 0;
+        if (on_disk && in->durable_ns)
+            *in->durable_ns += rt_now_ns() - t1;
+        if (rc < 0) {
             rt_dataset_release(kept);
             return rt_errf(err, errlen, rc, "cannot keep the dataset: %s", e);
         }

@@ -54,6 +54,7 @@ typedef struct rt_ingest {
     uint64_t max_dataset_bytes;
     uint32_t max_inflate_ratio;
     uint64_t max_store_bytes;  /* for the message when the store is full */
+    uint64_t *durable_ns;      /* with state: += the time writing it (or NULL) */
 } rt_ingest;
 
 /* The stored dataset (retained) in *out; *dedup when it was there

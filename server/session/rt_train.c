@@ -263,9 +263,13 @@ int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in
                        .samples = samples};
     rt_program_run_done(p, in->seq, &res.last, &mean);
     if (ctx->state && (in->checkpoint || rt_state_checkpoint_due(ctx->state, p, in->every_steps,
-                                                                 in->every_s)) &&
-        (rc = rt_train_checkpoint(ctx->state, ctx->sid, p, in->ckpt_continue, err, errlen)) < 0)
-        return rc;
+                                                                 in->every_s))) {
+        uint64_t t0 = rt_now_ns();
+        rc = rt_train_checkpoint(ctx->state, ctx->sid, p, in->ckpt_continue, err, errlen);
+        out->durable_ns = rt_now_ns() - t0;
+        if (rc < 0)
+            return rc;
+    }
     out->global_step = rt_exec_global_step(e);
     out->nan_step = cb.nan_step;
     out->last = res.last;

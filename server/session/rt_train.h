@@ -87,6 +87,7 @@ typedef struct rt_run_steps_out {
     float *losses;           /* return_losses: done of them */
     int has_val;
     rt_metrics val;          /* val_at_end */
+    uint64_t durable_ns;     /* the checkpoint's time, with a state dir */
 } rt_run_steps_out;
 
 /* A RunSteps call, start to end: replay, the view, the rate, the steps

@@ -146,6 +146,9 @@ for ph in "The cold run" "A warm run" "connect" "TCP + HTTP/2 handshake" "Create
           "validation (daemon)" "CloseSession" "first call on a new channel"; do
   has "$tmp/out" "$ph" "explain: $ph"
 done
+# a feature that is off costs nothing and is not shown
+grep -q -e "token checks" -e "state synced" "$tmp/out" && bad "explain: feature rows without the features" \
+  || ok "explain: no token or disk rows on a plain daemon"
 if $py - "$tmp/st.json" <<'EOF'
 import json, sys
 ev = json.load(open(sys.argv[1]))["traceEvents"]
@@ -168,6 +171,23 @@ assert any(e["name"] == "TCP + HTTP/2 handshake" for e in ph)
 assert sum(1 for e in ev if e.get("cat") == "call" and e["name"] == "Fit") >= 2 * 4
 EOF
 then ok "explain trace: phases account for their wall time"; else bad "explain trace"; fi
+# ... and with --tokens and --state-dir the waterfall shows what each costs
+tok=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+printf '%s bench\n' "$(printf %s "$tok" | sha256sum | cut -c1-64)" >"$tmp/tokens"
+printf '%s\n' "$tok" >"$tmp/token" && chmod 600 "$tmp/token"
+plain_pid=$dpid plain_addr=$addr
+if start_daemon "$tmp/daemon2.log" --log-level warn --tokens "$tmp/tokens" \
+     --state-dir "$tmp/state"; then
+  expect_rc 0 "bench story --explain, --tokens and --state-dir" -- env -C "$src" "$rtrain" \
+    bench story --server "$addr" --token-file "$tmp/token" --reps 1 --epochs 2 --explain
+  has "$tmp/out" "token checks (--tokens)" "explain: the token checks' row"
+  has "$tmp/out" "state synced (--state-dir)" "explain: the synced state's row"
+  has "$tmp/out" "(token [0-9.]*, disk [0-9.]*)" "explain: a call's token and disk time"
+  kill "$dpid" && wait "$dpid"
+else
+  bad "daemon with --tokens and --state-dir did not start"
+fi
+dpid=$plain_pid addr=$plain_addr
 expect_rc 4 "bench story without the iris splits" -- env -C "$tmp" "$rtrain" bench story \
   "${S[@]}" --reps 1
 grep -q "give --data and --val" "$tmp/err" && ok "story: missing data named" \

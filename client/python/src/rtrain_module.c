@@ -151,6 +151,8 @@ static PyObject *rt_py__timings_dict(const rt_client_timings *t)
         rt_py__set_u64(d, "encode_ns", t->encode_ns) < 0 ||
         rt_py__set_u64(d, "server_other_ns", t->server_other_ns) < 0 ||
         rt_py__set_u64(d, "server_total_ns", t->server_total_ns) < 0 ||
+        rt_py__set_u64(d, "auth_ns", t->auth_ns) < 0 ||
+        rt_py__set_u64(d, "durable_ns", t->durable_ns) < 0 ||
         rt_py__set_u64(d, "client_encode_ns", t->client_encode_ns) < 0 ||
         rt_py__set_u64(d, "round_trip_ns", t->round_trip_ns) < 0 ||
         rt_py__set_u64(d, "client_decode_ns", t->client_decode_ns) < 0 ||

@@ -209,6 +209,9 @@
       s.append(fl, svg('rect', { x: L, y, width: floor * scale, height: rowH - 4, fill: 'none', stroke: '#1b1f24', 'stroke-dasharray': '3 2' }));
       legend.push(el('li', {}, `Ping floor (median of ${st.ping_floor.calls}): ${fmtNs(floor)}`));
     }
+    // what a feature that is on costs inside a part (0 when it is off)
+    if (Number(t.auth_ns)) legend.push(el('li', { 'data-part': 'auth', 'data-ns': String(t.auth_ns) }, `of decode, the token check (--tokens): ${fmtNs(t.auth_ns)}`));
+    if (Number(t.durable_ns)) legend.push(el('li', { 'data-part': 'durable', 'data-ns': String(t.durable_ns) }, `of execute, state to disk and synced (--state-dir): ${fmtNs(t.durable_ns)}`));
     fig.replaceChildren(s);
     $('wf-legend').replaceChildren(...legend);
   }
