@@ -949,7 +949,8 @@ static int rt__setup_heads(rt__cc *cc)
         if (nvals > RT_METRIC_VALUES)
             return rt__cerr(cc, NULL, RT_EINVAL, "more than %d metric values over the "
                             "outputs; ask for fewer metrics", RT_METRIC_VALUES);
-        if (!(p->head_name[k] = rt__arena_strdup(cc->A, nm))) return RT_ENOMEM;
+        const char *label = cc->g->head_label[k] ? cc->g->head_label[k] : nm;
+        if (!(p->head_name[k] = rt__arena_strdup(cc->A, label))) return RT_ENOMEM;
         L->out_off[k] = oo;
         L->lab_off[k] = lo;
         L->weight[k] = h->weight;

@@ -185,6 +185,11 @@ int rt_graph_set_output(rt_graph *g, const char *name);
  * 2 <= n <= RT_MAX_HEADS. */
 #define RT_MAX_HEADS 8
 int rt_graph_set_outputs(rt_graph *g, const char *const *names, int n);
+/* The outputs' names as the model calls them (Keras' output layers, where
+ * the node is the layer's activation "cls/softmax"), n as set_outputs';
+ * rt_plan_head_name and the per-output metrics carry them. Default: the
+ * nodes' names. */
+int rt_graph_name_outputs(rt_graph *g, const char *const *names, int n);
 
 /*
  * Ops (names are case-sensitive; rt_engine_op_names lists them):

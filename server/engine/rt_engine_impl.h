@@ -131,6 +131,7 @@ struct rt_graph {
     const char *output;     /* NULL: the last node */
     int n_heads;            /* rt_graph_set_outputs: the heads' nodes */
     const char *heads[RT_MAX_HEADS];
+    const char *head_label[RT_MAX_HEADS]; /* rt_graph_name_outputs, or NULL */
     char err[RT__ERRLEN];
 };
 

@@ -397,6 +397,19 @@ int rt_graph_set_outputs(rt_graph *g, const char *const *names, int n)
     return rt_graph_set_output(g, "outputs");
 }
 
+int rt_graph_name_outputs(rt_graph *g, const char *const *names, int n)
+{
+    if (!g) return RT_EINVAL;
+    if (n != g->n_heads || n < 2)
+        return rt__gerr(g, RT_EINVAL, "%d output names for %d outputs", n, g->n_heads);
+    for (int k = 0; k < n; k++)
+        if (!names[k] || !*names[k] ||
+            !(g->head_label[k] = rt__arena_strdup(&g->arena, names[k])))
+            return rt__gerr(g, names[k] && *names[k] ? RT_ENOMEM : RT_EINVAL,
+                            "output %d has no name", k);
+    return 0;
+}
+
 /* ------------------------------------------------------------ config/names */
 
 void rt_train_config_init(rt_train_config *c)

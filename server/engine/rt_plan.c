@@ -163,6 +163,7 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
     rt__hs(s, g->output);
     rt__hi(s, g->n_heads);
     for (int k = 0; k < g->n_heads; k++) rt__hs(s, g->heads[k]);
+    for (int k = 0; k < g->n_heads; k++) rt__hs(s, g->head_label[k] ? g->head_label[k] : "");
     /* config, field by field (struct padding is not hashed) */
     rt__hi(s, c->loss); rt__hi(s, c->from_logits); rt__hi(s, c->opt);
     rt__hf(s, c->lr); rt__hf(s, c->momentum); rt__hi(s, c->nesterov);

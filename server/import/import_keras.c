@@ -1195,6 +1195,7 @@ typedef struct imp {
     /* ... and with several outputs */
     int n_outs;
     rt_keras_tensor outs[RT_MAX_HEADS];
+    char out_layer[RT_MAX_HEADS][RT_KERAS_NAME]; /* the output layers' names */
 } imp;
 
 static int ifail(imp *m, int code, const char *fmt, ...)
@@ -2763,8 +2764,11 @@ static int walk_functional(imp *m, json_object *cfg, const rt_keras_tensor *give
             rc = ifail(m, RT_EINVAL, "output layer '%.64s' is not in the model", out_names[k]);
         else if (k == 0)
             *out = L[o].out;
-        if (rc == 0 && n_out > 1)
+        if (rc == 0 && n_out > 1) {
             m->outs[k] = L[o].out;
+            /* the output's name in History ("cls_loss"), not its node's */
+            snprintf(m->out_layer[k], sizeof m->out_layer[k], "%s", out_names[k]);
+        }
     }
     if (rc == 0 && n_out > 1)
         m->n_outs = n_out;
@@ -2974,8 +2978,11 @@ int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int 
         rc = lay_to_plain(m, m->outs[k].name, k, &m->outs[k]);
         heads[k] = m->outs[k].name;
     }
-    if (rc == 0 && (n_outs > 1 ? rt_graph_set_outputs(m->g, heads, n_outs)
-                               : rt_graph_set_output(m->g, m->outs[0].name)) < 0)
+    const char *labels[RT_MAX_HEADS];
+    for (int k = 0; k < n_outs; k++) labels[k] = m->out_layer[k];
+    if (rc == 0 && (n_outs > 1 ? rt_graph_set_outputs(m->g, heads, n_outs) < 0 ||
+                                     rt_graph_name_outputs(m->g, labels, n_outs) < 0
+                               : rt_graph_set_output(m->g, m->outs[0].name) < 0))
         rc = ifail(m, RT_EGRAPH, "%s", rt_graph_errmsg(m->g));
 out:
     json_object_put(doc);
