@@ -91,6 +91,7 @@ typedef struct cli_opts {
     const char *load_weights; /* fit: initial weights */
     const char *sample_weights; /* fit: .npy of one loss weight per --data sample */
     const char *onnx_out;     /* fit, export: write the trained ONNX model */
+    const char *tfjs_out;     /* fit, export: the TF.js layers format into this folder */
     const char *onnx_output;  /* an ONNX model's output to train (NULL: the only one) */
     int relay;                /* bench through the latency relay (--rtt ...) */
     uint64_t rtt_us, jitter_us, bandwidth_Bps;

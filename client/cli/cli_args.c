@@ -67,6 +67,9 @@
       "weights to load (RTWTS001, or Keras' HDF5 layout)")                                 \
     X(ONNX, "onnx", FIT | EXPORT, STR(onnx_out), "OUT.onnx",                               \
       "write the --model ONNX file back with the trained weights")                         \
+    X(TFJS, "tfjs", FIT | EXPORT, STR(tfjs_out), "DIR",                                    \
+      "write the Keras --model and its trained weights in the TF.js layers format "        \
+      "(DIR/model.json and a weights shard)")                                              \
     X(ONNX_OUTPUT, "onnx-output", TRAIN, STR(onnx_output), "NAME",                         \
       "the ONNX graph output to train (default: its only one)")                            \
     X(SAVE_WEIGHTS, "save-weights", FIT, STR(save_weights), "W.bin|W.h5",                  \
@@ -96,7 +99,7 @@
     X(METRICS, "metrics", TRAIN, STR(metrics), "M,M",                                      \
       "Keras metrics besides accuracy, e.g. auc,precision,recall,mae")                     \
     X(OPTIMIZER, "optimizer", TRAIN, STR(optimizer), "O",                                  \
-      "sgd, adam, adamw, rmsprop, adagrad, adadelta, adamax or nadam (default adam)")      \
+      "sgd, adam, adamw, rmsprop, adagrad, adadelta, adamax, nadam or ftrl (default adam)") \
     X(LR, "lr", TRAIN, DOUBLE(lr, 1e-12, 1e6), "X",                                        \
       "learning rate (default: the optimizer's, Keras')")                                  \
     X(LABEL_COLUMN, "label-column", TRAIN, LONG(label_column, -1, 1 << 20), "C",           \
@@ -347,6 +350,7 @@ void cli_usage(FILE *f)
 "  eval --model M.json --weights W.bin --data D [--labels L] [--loss L]\n"
 "  predict --model M.json --weights W.bin --data D --out P.csv|P.npy|-\n"
 "  export --model M.onnx --weights W.bin --onnx OUT.onnx [--onnx-output NAME]\n"
+"  export --model M.json --weights W.bin --tfjs DIR\n"
 "                            the ONNX model with these weights as its\n"
 "                            initializers (fit --onnx OUT.onnx does it after\n"
 "                            training); --model M.onnx: PyTorch's export,\n"
@@ -498,6 +502,16 @@ static int parse_floats(const char *s, float *out, int max)
         s = end;
     }
     return n;
+}
+
+/* a TF.js model.json with a weights manifest (its weights come with it) */
+static int model_is_tfjs(const char *path)
+{
+    size_t len;
+    char *js = path && strcmp(path, "-") ? cli_read_file(path, &len) : NULL;
+    int r = js && rt_client_tfjs_is_model(js);
+    free(js);
+    return r;
 }
 
 /* Whether the model file saved its loss (Keras 3 compile_config, Keras 2
@@ -780,18 +794,19 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
             o->epochs = 1;
         break;
     case CLI_EVAL:
-        if (!o->model || !o->weights || !o->data)
-            return perr(err, errlen, "eval: --model, --weights and --data are required");
+        if (!o->model || (!o->weights && !model_is_tfjs(o->model)) || !o->data)
+            return perr(err, errlen, "eval: --model, --weights (unless a TF.js model.json "
+                        "with its weights) and --data are required");
         break;
     case CLI_PREDICT:
-        if (!o->model || !o->weights || !o->data || !o->out)
-            return perr(err, errlen, "predict: --model, --weights, --data and --out "
-                        "are required");
+        if (!o->model || (!o->weights && !model_is_tfjs(o->model)) || !o->data || !o->out)
+            return perr(err, errlen, "predict: --model, --weights (unless a TF.js model.json "
+                        "with its weights), --data and --out are required");
         break;
     case CLI_EXPORT:
-        if (!o->model || !o->weights || !o->onnx_out)
-            return perr(err, errlen, "export: --model M.onnx, --weights W.bin and --onnx "
-                        "OUT.onnx are required");
+        if (!o->model || !o->weights || (!o->onnx_out && !o->tfjs_out))
+            return perr(err, errlen, "export: --model, --weights W.bin and --onnx OUT.onnx "
+                        "(an ONNX model) or --tfjs DIR (a Keras model) are required");
         break;
     default:
         break;
@@ -822,6 +837,9 @@ static int parse_ordered(int argc, char **argv, cli_opts *o, char *err, size_t e
                 return perr(err, errlen, "fit: --val %s needs --val-labels", o->val);
         }
     }
+    if (o->tfjs_out && (!o->model || cli_is_onnx(o->model)))
+        return perr(err, errlen, "%s: --tfjs needs a Keras --model (model JSON or a TF.js "
+                    "model.json)", cli_cmd_name(o->cmd));
     if (o->onnx_out && (!o->model || !cli_is_onnx(o->model)))
         return perr(err, errlen, "%s: --onnx needs an ONNX --model (*.onnx)",
                     cli_cmd_name(o->cmd));

@@ -467,9 +467,23 @@ static int setup(rt_client *c, const cli_opts *o, const char *what, char *sid,
             rc = rt_client_compile_keras(c, sid, model, &t, prog);
         }
     }
+    /* a TF.js model.json: its weights manifest's shards are the weights */
+    const int tfjs = rc >= 0 && !cli_is_onnx(o->model) && rt_client_tfjs_is_model(model);
     free(model);
     if (rc < 0)
         return cli_fail(c, "Compile", rc);
+    if (tfjs) {
+        rt_client_weights w;
+        char err[512];
+        if ((rc = rt_client_tfjs_load(o->model, NULL, &w, err, sizeof err)) < 0) {
+            fprintf(stderr, "rtrain: --model: %s\n", err);
+            return cli_exit_code(rc);
+        }
+        rc = rt_client_set_weights(c, sid, prog->program_id, w.t, w.n);
+        rt_client_weights_free(&w);
+        if (rc < 0)
+            return cli_fail(c, "SetWeights", rc);
+    }
     if (o->timings && prog->n_passes) {
         printf("compile passes (us)%s:", prog->cache_hit ? ", the original compile's" : "");
         for (int i = 0; i < prog->n_passes; i++)
@@ -528,27 +542,50 @@ typedef struct fit_view {
     uint32_t stopped_epoch; /* 1-based, 0 = none */
 } fit_view;
 
-/* Keras' CSVLogger: epoch (0-based) and the log keys, sorted. */
+/* one CSVLogger column */
+typedef struct csv_col {
+    char name[80];
+    double v;
+} csv_col;
+
+static int csv_col_cmp(const void *a, const void *b)
+{
+    return strcmp(((const csv_col *)a)->name, ((const csv_col *)b)->name);
+}
+
+/* --csv-log: Keras' CSVLogger, epoch (0-based) and the logs' keys sorted
+ * (loss, accuracy, every other metric and each output's "out1_loss", and
+ * the same with "val_") */
 static void csv_row(fit_view *v, uint32_t epoch, const rt_client_epoch *e)
 {
     if (!v->csv)
         return;
-    int acc = !isnan(e->train.accuracy);
+    csv_col col[2 * (RT_CLIENT_MAX_METRICS + 2)];
+    int n = 0;
+    for (int s = 0; s < 1 + (e->has_val != 0); s++) {
+        const rt_client_metrics *m = s ? &e->val : &e->train;
+        const char *pre = s ? "val_" : "";
+        snprintf(col[n].name, sizeof col[n].name, "%sloss", pre);
+        col[n++].v = m->loss;
+        if (!isnan(e->train.accuracy)) {
+            snprintf(col[n].name, sizeof col[n].name, "%saccuracy", pre);
+            col[n++].v = m->accuracy;
+        }
+        for (int i = 0; i < m->n_values; i++) {
+            snprintf(col[n].name, sizeof col[n].name, "%s%s", pre, m->value_name[i]);
+            col[n++].v = m->values[i];
+        }
+    }
+    qsort(col, (size_t)n, sizeof col[0], csv_col_cmp);
     if (epoch == 0) {
-        fprintf(v->csv, "epoch%s,loss", acc ? ",accuracy" : "");
-        if (e->has_val)
-            fprintf(v->csv, "%s,val_loss", acc ? ",val_accuracy" : "");
+        fputs("epoch", v->csv);
+        for (int i = 0; i < n; i++)
+            fprintf(v->csv, ",%s", col[i].name);
         fputc('\n', v->csv);
     }
     fprintf(v->csv, "%u", epoch);
-    if (acc)
-        fprintf(v->csv, ",%.17g", e->train.accuracy);
-    fprintf(v->csv, ",%.17g", e->train.loss);
-    if (e->has_val) {
-        if (acc)
-            fprintf(v->csv, ",%.17g", e->val.accuracy);
-        fprintf(v->csv, ",%.17g", e->val.loss);
-    }
+    for (int i = 0; i < n; i++)
+        fprintf(v->csv, ",%.17g", col[i].v);
     fputc('\n', v->csv);
     fflush(v->csv);
 }
@@ -567,7 +604,7 @@ static void tb_note(fit_view *v, int rc)
 static void tb_metrics(fit_view *v, uint32_t epoch, const char *pre,
                        const rt_client_metrics *m)
 {
-    char name[64];
+    char name[96];
     snprintf(name, sizeof name, "%sloss", pre);
     tb_note(v, rt_tb_log_epoch(v->tb, epoch, name, m->loss));
     if (!isnan(m->accuracy)) {
@@ -714,6 +751,35 @@ static int export_onnx(rt_client *c, const cli_opts *o, const char *sid, const c
         return CLI_EXIT_OTHER;
     }
     fprintf(stderr, "onnx: %s (%zu bytes)\n", o->onnx_out, outlen);
+    return 0;
+}
+
+/* The program's model and weights in the TF.js layers format into
+ * o->tfjs_out (--tfjs). */
+static int export_tfjs(rt_client *c, const cli_opts *o, const char *sid, const char *program)
+{
+    size_t len;
+    char *model = cli_read_file(o->model, &len);
+    if (!model) {
+        fprintf(stderr, "rtrain: --model: cannot read %s: %s\n", o->model, strerror(errno));
+        return CLI_EXIT_INVALID;
+    }
+    rt_client_weights w;
+    int rc = rt_client_get_weights(c, sid, program, &w);
+    if (rc < 0) {
+        free(model);
+        return cli_fail(c, "GetWeights", rc);
+    }
+    char err[512];
+    rc = rt_client_tfjs_save(o->tfjs_out, model, &w, err, sizeof err);
+    free(model);
+    const size_t n = w.n;
+    rt_client_weights_free(&w);
+    if (rc < 0) {
+        fprintf(stderr, "rtrain: --tfjs: %s\n", err);
+        return cli_exit_code(rc);
+    }
+    fprintf(stderr, "tfjs: %s/model.json (%zu weights)\n", o->tfjs_out, n);
     return 0;
 }
 
@@ -921,6 +987,8 @@ int cli_cmd_fit(const cli_opts *o)
         ex = save_weights(c, sid, prog.program_id, o->save_weights, "--save-weights", 0);
     if (!ex && o->onnx_out)
         ex = export_onnx(c, o, sid, prog.program_id);
+    if (!ex && o->tfjs_out)
+        ex = export_tfjs(c, o, sid, prog.program_id);
 out:
     /* Also after Ctrl-C: the cancel flag is cleared when the next call
      * starts, and a session left open would hold the daemon's memory. */
@@ -983,7 +1051,9 @@ int cli_cmd_eval(const cli_opts *o, int predict)
         return ex;
     int h5 = cli_is_h5(o->weights);
     int rc;
-    if ((ex = weights_read(o, h5, &w)))
+    /* no --weights: a TF.js model.json's own (setup sets them) */
+    memset(&w, 0, sizeof w);
+    if (o->weights && (ex = weights_read(o, h5, &w)))
         return ex;
     rt_client *c = NULL;
     ex = cli_connect(o, &c);
@@ -998,7 +1068,7 @@ int cli_cmd_eval(const cli_opts *o, int predict)
     ex = setup(c, o, predict ? "rtrain predict" : "rtrain eval", sid, &prog);
     if (ex)
         goto out;
-    if ((ex = weights_set(c, o, h5, sid, &prog, &w)))
+    if (o->weights && (ex = weights_set(c, o, h5, sid, &prog, &w)))
         goto out;
     rt_client_dataset ds;
     cli_opts po = *o;
@@ -1081,8 +1151,9 @@ int cli_cmd_export(const cli_opts *o)
     int ex = check_inputs(o);
     if (ex)
         return ex;
-    if (!cli_is_onnx(o->model)) {
-        fprintf(stderr, "rtrain: export: --model must be an ONNX file (*.onnx)\n");
+    if (!o->tfjs_out && !cli_is_onnx(o->model)) {
+        fprintf(stderr, "rtrain: export: --onnx needs an ONNX --model (*.onnx); a Keras model "
+                "exports with --tfjs DIR\n");
         return CLI_EXIT_USAGE;
     }
     int h5 = cli_is_h5(o->weights);
@@ -1105,7 +1176,10 @@ int cli_cmd_export(const cli_opts *o)
         goto out;
     if ((ex = weights_set(c, o, h5, sid, &prog, &w)))
         goto out;
-    ex = export_onnx(c, o, sid, prog.program_id);
+    if (o->onnx_out)
+        ex = export_onnx(c, o, sid, prog.program_id);
+    if (!ex && o->tfjs_out)
+        ex = export_tfjs(c, o, sid, prog.program_id);
 out:
     if (sid[0]) {
         rt_client_next_timeout_ms(c, 5000);

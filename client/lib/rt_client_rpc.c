@@ -234,6 +234,22 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m,
         return rt__call_end(c, rt__err(c, RT_EINVAL,
                             "Compile: bad training options (metrics, label or input shape)"));
 
+    if (o->n_outputs < 0 || o->n_outputs > RT_CLIENT_MAX_OUTPUTS || (o->n_outputs && !o->outputs))
+        return rt__call_end(c, rt__err(c, RT_EINVAL, "Compile: n_outputs must be 0..%d",
+                                       RT_CLIENT_MAX_OUTPUTS));
+    Rtrain__V1__OutputLoss outs[RT_CLIENT_MAX_OUTPUTS], *outp[RT_CLIENT_MAX_OUTPUTS];
+    for (int k = 0; k < o->n_outputs; k++) {
+        const rt_output_loss *ol = &o->outputs[k];
+        rtrain__v1__output_loss__init(&outs[k]);
+        outs[k].loss = (char *)(ol->loss ? ol->loss : "");
+        outs[k].from_logits = ol->from_logits != 0;
+        outs[k].has_weight = ol->has_weight != 0;
+        outs[k].weight = ol->weight;
+        outs[k].n_metrics = ol->metrics && ol->n_metrics > 0 ? (size_t)ol->n_metrics : 0;
+        outs[k].metrics = (char **)ol->metrics;
+        outp[k] = &outs[k];
+    }
+
     Rtrain__V1__LrSchedule sched = RTRAIN__V1__LR_SCHEDULE__INIT;
     sched.kind = (char *)(o->schedule ? o->schedule : "");
     sched.step_size = o->step_size;
@@ -279,6 +295,15 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m,
     cfg.no_loss_check = o->no_loss_check != 0;
     cfg.l2_weight_decay = o->l2_weight_decay;
     cfg.dampening = o->dampening;
+    cfg.n_outputs = (size_t)o->n_outputs;
+    cfg.outputs = o->n_outputs ? outp : NULL;
+    cfg.has_ftrl = o->has_ftrl != 0;
+    cfg.ftrl_learning_rate_power = o->ftrl_power;
+    cfg.ftrl_initial_accumulator_value = o->ftrl_init;
+    cfg.ftrl_l1_regularization_strength = o->ftrl_l1;
+    cfg.ftrl_l2_regularization_strength = o->ftrl_l2;
+    cfg.ftrl_l2_shrinkage_regularization_strength = o->ftrl_shrink;
+    cfg.ftrl_beta = o->ftrl_beta;
 
     Rtrain__V1__CompileRequest req = RTRAIN__V1__COMPILE_REQUEST__INIT;
     req.session_id = (char *)session;

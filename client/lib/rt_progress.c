@@ -131,7 +131,7 @@ int rt_progress_begin(rt_progress *p)
  * not an escape sequence: notebooks show those as text), + end. */
 static int draw(rt_progress *p, const char *body, const char *end)
 {
-    char line[640];
+    char line[4400];
     size_t n = strlen(body);
     int pad = p->bar_len > n ? (int)(p->bar_len - n) : 0;
     snprintf(line, sizeof line, "\r%s%*s%s", body, pad, "", end);
@@ -155,22 +155,41 @@ int rt_progress_step(rt_progress *p, uint64_t done, double loss, double acc)
     return draw(p, body, "");
 }
 
+/* the epoch's other values after the line's loss and accuracy, as Keras
+ * prints them: " - auc: 0.9", a model with several outputs "out1_loss: ...",
+ * then the validation's with "val_" */
+static void epoch_values(char *buf, size_t len, const rt_client_epoch *e)
+{
+    size_t at = strlen(buf);
+    for (int v = 0; v < 1 + (e->has_val != 0); v++) {
+        const rt_client_metrics *m = v ? &e->val : &e->train;
+        for (int i = 0; i < m->n_values && at < len; i++) {
+            int w = snprintf(buf + at, len - at, " - %s%s: %.4f", v ? "val_" : "",
+                             m->value_name[i], m->values[i]);
+            if (w < 0) return;
+            at += (size_t)w;
+        }
+    }
+}
+
 int rt_progress_epoch_end(rt_progress *p, const rt_client_epoch *e)
 {
     uint64_t now = rt_now_ns(), spe = p->steps_per_epoch;
     double el = (double)(now - p->t_epoch) / 1e9;
-    char body[512];
+    char body[4096];
     int rc = p->failed ? -1 : 0;
     if (p->mode == RT_PROGRESS_BAR) {
         rt_progress_format(body, sizeof body, spe, spe, RT_PROGRESS_BAR_WIDTH, el, 0,
                            e->train.loss, e->train.accuracy, p->metric, e->has_val,
                            e->val.loss, e->val.accuracy);
+        epoch_values(body, sizeof body, e);
         rc = draw(p, body, "\n");
     } else if (p->mode == RT_PROGRESS_LINES) {
-        char line[640];
+        char line[4200];
         rt_progress_format(body, sizeof body, spe, spe, 0, el, 0, e->train.loss,
                            e->train.accuracy, p->metric, e->has_val, e->val.loss,
                            e->val.accuracy);
+        epoch_values(body, sizeof body, e);
         snprintf(line, sizeof line, "Epoch %u/%u - %s\n", p->epoch, p->epochs, body);
         rc = put(p, line);
     }

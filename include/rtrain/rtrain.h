@@ -370,10 +370,22 @@ int rt_model_dense(rt_model *m, const char *name, const char *input,
 
 /* ------------------------------------------------------------- compile */
 
+/* One output's loss of a model with several outputs (Keras' loss={...},
+ * loss_weights, metrics={...}) */
+#define RT_CLIENT_MAX_OUTPUTS 8
+typedef struct rt_output_loss {
+    const char *loss;            /* NULL/"": rt_train_opts.loss */
+    int from_logits;
+    int has_weight;              /* 0: weight 1 */
+    float weight;
+    const char *const *metrics;  /* this output's, e.g. {"accuracy"} */
+    int n_metrics;
+} rt_output_loss;
+
 typedef struct rt_train_opts {
     const char *loss;        /* NULL = daemon default */
     int from_logits;
-    const char *optimizer;   /* "sgd", "adam", "adamw", "rmsprop", "adagrad", "adadelta", "adamax", "nadam" */
+    const char *optimizer;   /* "sgd", "adam", "adamw", "rmsprop", "adagrad", "adadelta", "adamax", "nadam", "ftrl" */
     float lr;                /* 0 = optimizer default */
     float momentum;
     int nesterov;
@@ -434,6 +446,18 @@ typedef struct rt_train_opts {
     /* torch.optim: SGD/Adam/RMSprop weight_decay (added to the gradient),
      * SGD dampening; 0: none */
     float l2_weight_decay, dampening;
+    /* optimizer "ftrl": has_ftrl 1, the six numbers replace Keras'
+     * defaults (learning_rate_power -0.5, initial_accumulator_value 0.1,
+     * l1, l2, l2_shrinkage regularization strengths and beta 0) */
+    int has_ftrl;
+    float ftrl_power, ftrl_init, ftrl_l1, ftrl_l2, ftrl_shrink, ftrl_beta;
+    /* a model with several outputs: one per output, in the model's order,
+     * replacing what the model saved (n_outputs 0: loss and metrics above
+     * for every output, or a Keras model's saved settings). History and
+     * the metrics then carry each output's values under Keras' names
+     * ("out1_loss", "out2_accuracy") in rt_client_metrics.values */
+    const rt_output_loss *outputs;
+    int n_outputs;
 } rt_train_opts;
 
 /* Zero everything, then: metrics {"accuracy"}, batch_size 32. Names left
@@ -587,14 +611,16 @@ int rt_client_upload_idx(rt_client *c, const char *session, const char *name,
 
 /* ------------------------------------------------------------- training */
 
-#define RT_CLIENT_MAX_METRICS 12
+#define RT_CLIENT_MAX_METRICS 48
 typedef struct rt_client_metrics {
-    double loss;
-    double accuracy;  /* NaN when not computed */
+    double loss;      /* several outputs: the total, sum of weighted losses */
+    double accuracy;  /* NaN when not computed (always, several outputs) */
     uint64_t samples;
-    /* the other requested metrics (auc, mae, ...), Keras' names */
+    /* the other requested metrics (auc, mae, ...), Keras' names; a model
+     * with several outputs: each output's own, as Keras names them in
+     * History ("out1_loss" unweighted, "out1_accuracy", "out2_mae") */
     int n_values;
-    char value_name[RT_CLIENT_MAX_METRICS][40];
+    char value_name[RT_CLIENT_MAX_METRICS][72];
     double values[RT_CLIENT_MAX_METRICS];
 } rt_client_metrics;
 
@@ -912,6 +938,30 @@ int rt_client_weights_save(const rt_client_weights *w, const char *path,
                            char *errbuf, size_t errlen);
 int rt_client_weights_load(rt_client_weights *w, const char *path,
                            char *errbuf, size_t errlen);
+
+/*
+ * The TF.js layers format (tfjs' model.save, tensorflowjs_converter): a
+ * folder whose model.json holds the Keras model as "modelTopology" and a
+ * "weightsManifest" naming .bin shards of little-endian float32 weights.
+ * The daemon compiles such a model.json as it is (CompileRequest.keras_json);
+ * its weights are the daemon's parameter names ("dense/kernel").
+ *
+ * rt_client_tfjs_load: path is model.json or its folder. w gets every
+ * weight of the manifest, named, in its order (float32, unquantized; a
+ * shard path that leaves the folder is refused); *model_json (when not
+ * NULL) the file's text, to compile. Free with rt_client_weights_free and
+ * free(). rt_client_tfjs_is_model: whether json is such a model.json.
+ *
+ * rt_client_tfjs_save: dir (made if missing) gets model.json, whose
+ * modelTopology is model_json (a Keras model.to_json(), or a TF.js
+ * model.json's own topology), and one shard of w's tensors, in order;
+ * tf.loadLayersModel reads it. Files are written beside and renamed.
+ */
+int rt_client_tfjs_load(const char *path, char **model_json, rt_client_weights *w,
+                        char *errbuf, size_t errlen);
+int rt_client_tfjs_is_model(const char *json);
+int rt_client_tfjs_save(const char *dir, const char *model_json, const rt_client_weights *w,
+                        char *errbuf, size_t errlen);
 
 #ifdef __cplusplus
 }

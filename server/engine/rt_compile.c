@@ -265,6 +265,16 @@ static int rt__check_config(rt__cc *cc, const rt_train_config *c)
         return rt__cerr(cc, NULL, RT_EINVAL, "momentum %g outside [0, 1)", c->momentum);
     if (!(c->rho >= 0 && c->rho < 1))
         return rt__cerr(cc, NULL, RT_EINVAL, "rho %g outside [0, 1)", c->rho);
+    if (c->opt == RT_OPT_FTRL &&
+        (!(c->ftrl_power <= 0 && c->ftrl_power > -1e6f) || !(c->ftrl_init >= 0) ||
+         !(c->ftrl_l1 >= 0) || !(c->ftrl_l2 >= 0) || !(c->ftrl_shrink >= 0) ||
+         !(c->ftrl_beta >= 0) || isinf(c->ftrl_init) || isinf(c->ftrl_l1) ||
+         isinf(c->ftrl_l2) || isinf(c->ftrl_shrink) || isinf(c->ftrl_beta)))
+        return rt__cerr(cc, NULL, RT_EINVAL, "ftrl: learning_rate_power must be <= 0, "
+                        "initial_accumulator_value, l1, l2, l2_shrinkage and beta finite and "
+                        ">= 0");
+    if (c->opt == RT_OPT_FTRL && !(c->lr > 0))
+        return rt__cerr(cc, NULL, RT_EINVAL, "ftrl needs a learning rate > 0");
     if (!(c->clip_norm >= 0) || !isfinite(c->clip_norm))
         return rt__cerr(cc, NULL, RT_EINVAL, "clip_norm %g invalid", c->clip_norm);
     if (!(c->weight_decay >= 0) || !isfinite(c->weight_decay))
@@ -885,7 +895,8 @@ static int rt__setup_torch_loss(rt__cc *cc)
 }
 
 /* several outputs: one Keras loss per head over its part of the packed
- * output and labels (rt_graph_set_outputs); no accuracy or metrics */
+ * output and labels (rt_graph_set_outputs), and each head's own metrics
+ * (heads[k].metrics; the config's metrics are not used) */
 static int rt__setup_heads(rt__cc *cc)
 {
     rt_plan *p = cc->p;
@@ -905,6 +916,7 @@ static int rt__setup_heads(rt__cc *cc)
     if (!L->head || !L->out_off || !L->lab_off || !L->weight) return RT_ENOMEM;
     memset(L->head, 0, sizeof *L->head * (size_t)n);
     int64_t oo = 0, lo = 0;
+    int nvals = 0;
     for (int k = 0; k < n; k++) {
         const char *nm = cc->g->heads[k];
         const struct rt_loss_head *h = &cfg->heads[k];
@@ -929,6 +941,16 @@ static int rt__setup_heads(rt__cc *cc)
         char e2[200];
         int rc = rt__loss_check(H, cfg, e2, sizeof e2);
         if (rc < 0) return rt__cerr(cc, NULL, rc, "output '%s': %s", nm, e2);
+        H->acc = (h->metrics & RT_METRIC_ACCURACY) != 0;
+        if ((rc = rt__metrics_check(H, h->metrics, e2, sizeof e2)) < 0)
+            return rt__cerr(cc, NULL, rc, "output '%s': %s", nm, e2);
+        /* its loss, accuracy and metrics among rt_metrics.values */
+        nvals += 1 + __builtin_popcount(h->metrics);
+        if (nvals > RT_METRIC_VALUES)
+            return rt__cerr(cc, NULL, RT_EINVAL, "more than %d metric values over the "
+                            "outputs; ask for fewer metrics", RT_METRIC_VALUES);
+        const char *label = cc->g->head_label[k] ? cc->g->head_label[k] : nm;
+        if (!(p->head_name[k] = rt__arena_strdup(cc->A, label))) return RT_ENOMEM;
         L->out_off[k] = oo;
         L->lab_off[k] = lo;
         L->weight[k] = h->weight;

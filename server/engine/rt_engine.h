@@ -185,6 +185,11 @@ int rt_graph_set_output(rt_graph *g, const char *name);
  * 2 <= n <= RT_MAX_HEADS. */
 #define RT_MAX_HEADS 8
 int rt_graph_set_outputs(rt_graph *g, const char *const *names, int n);
+/* The outputs' names as the model calls them (Keras' output layers, where
+ * the node is the layer's activation "cls/softmax"), n as set_outputs';
+ * rt_plan_head_name and the per-output metrics carry them. Default: the
+ * nodes' names. */
+int rt_graph_name_outputs(rt_graph *g, const char *const *names, int n);
 
 /*
  * Ops (names are case-sensitive; rt_engine_op_names lists them):
@@ -286,8 +291,12 @@ typedef enum rt_opt_kind {
      * Adadelta's rho (Keras' default 0.95: give it) and eps; Adamax's and
      * Nadam's beta1, beta2, eps */
     RT_OPT_ADAGRAD, RT_OPT_ADADELTA, RT_OPT_ADAMAX, RT_OPT_NADAM,
+    /* keras/src/optimizers/ftrl.py: accumulator n (from ftrl_init) and
+     * linear z; n' = n + g^2, z += g + 2 shrink w - (n'^-p - n^-p)/lr w,
+     * w = (clip(z, -l1, l1) - z) / (n'^-p / lr + 2 (l2 + beta/(2 lr))) */
+    RT_OPT_FTRL,
 } rt_opt_kind;
-#define RT_OPT_LAST RT_OPT_NADAM
+#define RT_OPT_LAST RT_OPT_FTRL
 
 typedef enum rt_sched_kind {
     RT_SCHED_CONSTANT = 0,
@@ -314,6 +323,11 @@ typedef enum rt_sched_kind {
 #define RT_METRIC_PRECISION (1u << 10)           /* threshold 0.5 */
 #define RT_METRIC_RECALL (1u << 11)
 #define RT_METRIC_MAX 12
+/* rt_metrics.value_bit of an output's own loss (several outputs: Keras'
+ * "out1_loss"); RT_METRIC_ACCURACY there is that output's accuracy */
+#define RT_METRIC_HEAD_LOSS (1u << 30)
+/* rt_metrics.values holds at most this many (compile refuses more) */
+#define RT_METRIC_VALUES 48
 
 /* A metric's bit from its Keras name or alias ("auc", "AUC", "mae",
  * "top_k_categorical_accuracy", ...; "accuracy" is RT_METRIC_ACCURACY):
@@ -334,6 +348,10 @@ typedef struct rt_train_config {
                                  0: to sqrt(v), as Keras */
     float weight_decay;       /* AdamW decoupled decay (Keras default 0.004) */
     float rho;                /* RMSprop: 0.9 */
+    /* Ftrl (Keras' defaults): learning_rate_power -0.5 (<= 0),
+     * initial_accumulator_value 0.1, l1/l2/l2_shrinkage regularization
+     * strengths 0, beta 0 (all >= 0) */
+    float ftrl_power, ftrl_init, ftrl_l1, ftrl_l2, ftrl_shrink, ftrl_beta;
     float clip_norm;          /* > 0: clip gradients by global norm */
     rt_sched_kind sched;
     uint32_t step_size;
@@ -382,6 +400,8 @@ typedef struct rt_train_config {
         rt_loss_kind loss;
         int from_logits;
         float weight;
+        uint32_t metrics; /* RT_METRIC_* bits of this output (Keras' per-output
+                             metrics: out1_accuracy, out2_mae, ...) */
     } heads[RT_MAX_HEADS];
 } rt_train_config;
 
@@ -470,6 +490,8 @@ int rt_plan_label_shape(const rt_plan *p, int64_t dims[RT_MAX_DIMS]);  /* return
  * (returns ndim, or RT_EINVAL) and label values per sample. */
 int rt_plan_n_heads(const rt_plan *p);
 int rt_plan_head_shape(const rt_plan *p, int k, int64_t dims[RT_MAX_DIMS], int64_t *lab_numel);
+/* output k's name (the graph's node: Keras' output layer), or NULL */
+const char *rt_plan_head_name(const rt_plan *p, int k);
 int rt_plan_n_params(const rt_plan *p);
 /* Parameter i: name (owned by p), shape. Returns ndim, or RT_EINVAL. */
 int rt_plan_param_info(const rt_plan *p, int i, const char **name,
@@ -522,11 +544,21 @@ typedef struct rt_metrics {
     double acc;        /* NaN when accuracy is not a metric */
     int64_t samples;
     /* the config's other metrics, in bit order: value i is metric
-     * value_bit[i] (rt_metric_name); 0 of them where not computed */
+     * value_bit[i] (rt_metric_name); 0 of them where not computed.
+     * Several outputs: for each output k in turn (value_head[i] = k, else
+     * -1), its loss (RT_METRIC_HEAD_LOSS: unweighted, as Keras' out1_loss),
+     * its accuracy (RT_METRIC_ACCURACY) when asked, then its other metrics;
+     * rt_metric_value_name spells Keras' name ("out1_loss"). */
     int n_values;
-    uint32_t value_bit[RT_METRIC_MAX];
-    double values[RT_METRIC_MAX];
+    uint32_t value_bit[RT_METRIC_VALUES];
+    int8_t value_head[RT_METRIC_VALUES];
+    double values[RT_METRIC_VALUES];
 } rt_metrics;
+
+/* Keras' name of value i of m: "auc" (one output), "out1_loss",
+ * "out2_accuracy" (several: the output's name from rt_plan_head_name).
+ * Returns the length written (snprintf's), or RT_EINVAL. */
+int rt_metric_value_name(const rt_plan *p, const rt_metrics *m, int i, char *out, size_t n);
 
 /* Passed to the step callback after every step. */
 typedef struct rt_step_info {
@@ -636,7 +668,8 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len);
  * the daemon's memory): the header, written into hdr (RT_EXEC_STATE_HDR
  * bytes), then the weights and the optimizer slots, which point into e and
  * stay valid until e trains, loads or is destroyed. */
-#define RT_EXEC_STATE_HDR 4096 /* the header holds the epoch's metric sums */
+/* the header holds the epoch's metric sums (and each output's, several) */
+#define RT_EXEC_STATE_HDR 32768
 typedef struct rt_exec_span {
     const void *p;
     size_t n;

@@ -131,6 +131,7 @@ struct rt_graph {
     const char *output;     /* NULL: the last node */
     int n_heads;            /* rt_graph_set_outputs: the heads' nodes */
     const char *heads[RT_MAX_HEADS];
+    const char *head_label[RT_MAX_HEADS]; /* rt_graph_name_outputs, or NULL */
     char err[RT__ERRLEN];
 };
 
@@ -436,6 +437,7 @@ typedef struct rt__gather_args {
 
 typedef struct rt__macc rt__macc;
 typedef struct rt__lossinfo rt__lossinfo;
+typedef struct rt__hacc rt__hacc;
 
 typedef struct rt__backend {
     const char *name;
@@ -485,6 +487,13 @@ typedef struct rt__backend {
      * logits when the Softmax was fused into the loss) */
     void (*metrics)(void *ctx, const rt__lossinfo *L, uint32_t metrics, const float *y,
                     const void *lab, int64_t n, rt__macc *a);
+    /* Several outputs (L->n_heads): each output's own part of a batch, as
+     * for one output: adds its unweighted loss sum (sample weights sw as
+     * the loss applies them) to h->loss[k], its accuracy sum to h->acc[k]
+     * where the head asks for accuracy, and its metrics (L->head[k] and
+     * mets[k]) to h->m[k]. scratch: as the loss's. */
+    void (*heads)(void *ctx, const rt__lossinfo *L, const uint32_t *mets, const float *y,
+                  const void *lab, int64_t n, const float *sw, rt__hacc *h, float *scratch);
     /* the L1/L2 penalty of every regularized parameter (w: the parameter
      * block); when g is not NULL adds its gradient to the trainable ones */
     double (*regularize)(void *ctx, const rt_plan *p, const float *w, float *g);
@@ -586,6 +595,7 @@ struct rt_plan {
     int n_nodes;
     rt__shape out_shape;
     rt__shape head_shape[RT_MAX_HEADS]; /* several outputs: each head's */
+    const char *head_name[RT_MAX_HEADS]; /* and its name (plan arena) */
     rt__param *params;      /* trainable first, in graph order */
     int n_params;
     int64_t param_floats;   /* parameter block */
@@ -622,6 +632,13 @@ struct rt__macc {
     int64_t n;
 };
 void rt__metrics_values(uint32_t metrics, const rt__macc *a, rt_metrics *out);
+/* several outputs: every output's loss, accuracy and metrics sums */
+struct rt__hacc {
+    double loss[RT_MAX_HEADS], acc[RT_MAX_HEADS];
+    rt__macc m[RT_MAX_HEADS];
+};
+/* appends each output's values (rt_metrics.value_head) over n samples */
+void rt__metrics_heads(const rt_plan *p, const rt__hacc *h, int64_t n, rt_metrics *out);
 /* a metric the labels cannot serve: RT_ESHAPE with a message */
 int rt__metrics_check(const rt__lossinfo *L, uint32_t metrics, char *err, size_t errlen);
 

@@ -89,6 +89,9 @@ struct rt_exec {
     const float *checked_sw;   /* sample weights already checked, as checked_y */
     int64_t checked_sw_n;
     rt__macc ep_macc;          /* the epoch's metrics beyond loss and accuracy */
+    /* several outputs: each output's sums for this step, the epoch, this
+     * call and an evaluation (one block; NULL for one output) */
+    rt__hacc *step_h, *ep_h, *call_h, *eval_h;
     rt_replica rep;            /* size 0: a single process */
     float *gh;                 /* the gradient block's host view (replicas) */
     float *rep_slots;          /* deterministic mode: k shard gradients */
@@ -325,10 +328,16 @@ int rt_exec_create(rt_plan *p, rt_exec **out)
     const int64_t lsn = p->loss.n_heads ? 4 * p->loss.out_numel + p->loss.lab_numel
                                         : 2 * p->loss.out_numel;
     e->loss_scratch = be->alloc(bc, sizeof(float) * (size_t)p->cfg.batch_size * (size_t)lsn);
+    if (p->loss.n_heads && (e->step_h = calloc(4, sizeof *e->step_h))) {
+        e->ep_h = e->step_h + 1;
+        e->call_h = e->step_h + 2;
+        e->eval_h = e->step_h + 3;
+    }
     int nc = p->n_fwd + p->n_bwd;
     e->k = calloc((size_t)(nc ? nc : 1), sizeof *e->k);
     e->swb = malloc(sizeof(float) * (size_t)p->cfg.batch_size);
-    if (!e->block || !e->arena || !e->gemm_scratch || !e->loss_scratch || !e->k || !e->swb) {
+    if (!e->block || !e->arena || !e->gemm_scratch || !e->loss_scratch || !e->k || !e->swb ||
+        (p->loss.n_heads && !e->step_h)) {
         rt_exec_destroy(e);
         return RT_ENOMEM;
     }
@@ -405,6 +414,7 @@ void rt_exec_destroy(rt_exec *e)
     e->be->release(bc, e->loss_scratch);
     free(e->stage);
     free(e->k);
+    free(e->step_h);
     free(e->swb);
     free(e->perm);
     rt_plan_release(e->p);
@@ -595,6 +605,34 @@ static void rt__loss(rt_exec *e, int64_t nb, int weighted, double *loss_sum, dou
                 grad ? e->lgrad : NULL, loss_sum, acc_sum, e->loss_scratch);
 }
 
+/* several outputs: the batch's per-output sums into h (added) */
+static void rt__heads(rt_exec *e, int64_t nb, int weighted, rt__hacc *h)
+{
+    const rt_plan *p = e->p;
+    uint32_t mets[RT_MAX_HEADS];
+    for (int k = 0; k < p->loss.n_heads; k++) mets[k] = p->cfg.heads[k].metrics;
+    e->be->heads(e->be->context, &p->loss, mets, e->lin, e->lb, nb, weighted ? e->swb : NULL,
+                 h, e->loss_scratch);
+}
+
+/* the doubles of an rt__hacc before each accumulator's count */
+static void rt__hacc_add(rt__hacc *d, const rt__hacc *a, int n_heads)
+{
+    for (int k = 0; k < n_heads; k++) {
+        d->loss[k] += a->loss[k];
+        d->acc[k] += a->acc[k];
+        double *x = (double *)&d->m[k];
+        const double *y = (const double *)&a->m[k];
+        for (size_t i = 0; i < offsetof(rt__macc, n) / sizeof(double); i++) x[i] += y[i];
+        d->m[k].n += a->m[k].n;
+    }
+}
+
+static void rt__hacc_zero(rt__hacc *h)
+{
+    if (h) memset(h, 0, sizeof *h);
+}
+
 /* update_stats: training mode also moves BatchNorm's moving statistics
  * (a training step does, rt_exec_compute_grads must not) */
 static void rt__forward(rt_exec *e, int64_t nb, int training, int update_stats)
@@ -746,6 +784,7 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
     char err[RT__ERRLEN] = "";
     e->bn_err[0] = 0;
     int orc = 0;
+    rt__hacc_zero(e->step_h);
     for (int j = 0; j < k; j++) {
         const int64_t m = (int64_t)R->rank * k + j;
         const int64_t lo = nb * m / M, nl = nb * (m + 1) / M - lo;
@@ -776,6 +815,7 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
             if (mets)
                 p->backend->metrics(p->backend->context, &p->loss, p->cfg.metrics, e->lin,
                                     e->lb, nl, &sm);
+            if (e->step_h) rt__heads(e, nl, sw, e->step_h);
             /* the shard's mean gradient, as its share of the batch mean */
             const float s = (float)nl / (float)nb;
             if (ov) {
@@ -818,6 +858,23 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
         }
         e->ep_macc.n += nb;
         call_macc->n += nb;
+    }
+    if (rc == 0 && e->step_h) {
+        /* each output's loss and accuracy sums, then its metrics' (the
+         * same calls on every replica: one plan) */
+        rt__hacc *h = e->step_h;
+        const int nh = p->loss.n_heads;
+        rc = R->sum(R->ctx, (double *)h, 2 * RT_MAX_HEADS, err, sizeof err); /* loss, acc */
+        for (int q = 0; q < nh && rc == 0; q++) {
+            if (!(p->cfg.heads[q].metrics & ~RT_METRIC_ACCURACY)) continue;
+            rc = R->sum(R->ctx, (double *)&h->m[q], (int)(offsetof(rt__macc, n) / sizeof(double)),
+                        err, sizeof err);
+            h->m[q].n = nb;
+        }
+        if (rc == 0) {
+            rt__hacc_add(e->ep_h, h, nh);
+            rt__hacc_add(e->call_h, h, nh);
+        }
     }
     if (rc < 0) return rt__eerr(e, rc, "%s", err[0] ? err : "replica reduce failed");
     *bl = e->rep_st[0];
@@ -938,6 +995,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
             e->ep_loss = e->ep_acc = 0;
             e->ep_samples = 0;
             memset(&e->ep_macc, 0, sizeof e->ep_macc);
+            rt__hacc_zero(e->ep_h);
         }
         /* a restored cursor past this data set's epoch (n >= 1; a product
          * with a loaded pos could overflow) starts at its first batch */
@@ -959,6 +1017,9 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
     const double nan = NAN;
     rt__macc call_macc; /* this call's steps, for r.mean */
     memset(&call_macc, 0, sizeof call_macc);
+    rt__hacc_zero(e->call_h);
+    const int nh = p->loss.n_heads;
+    int64_t last_nb = 0;
 
     for (int64_t s = 0; s < steps; s++) {
         const int64_t start = e->pos * B;
@@ -984,6 +1045,12 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
             if (cfg->metrics & ~RT_METRIC_ACCURACY) {
                 be->metrics(bc, &p->loss, cfg->metrics, e->lin, e->lb, nb, &e->ep_macc);
                 be->metrics(bc, &p->loss, cfg->metrics, e->lin, e->lb, nb, &call_macc);
+            }
+            if (nh) {
+                rt__hacc_zero(e->step_h);
+                rt__heads(e, nb, rt__has_sw(d), e->step_h);
+                rt__hacc_add(e->ep_h, e->step_h, nh);
+                rt__hacc_add(e->call_h, e->step_h, nh);
             }
             rt__backward(e);
             bl += (double)nb * e->act_pen;
@@ -1018,6 +1085,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
         r.last.loss = bl / (double)nb;
         r.last.acc = acc ? ba / (double)nb : nan;
         r.last.samples = nb;
+        last_nb = nb;
         const int epoch_end = e->pos == spe;
         int stop = 0;
         if (cb) {
@@ -1035,6 +1103,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
                           .samples = e->ep_samples},
             };
             rt__metrics_values(cfg->metrics, &e->ep_macc, &info.epoch_metrics);
+            if (nh) rt__metrics_heads(p, e->ep_h, e->ep_samples, &info.epoch_metrics);
             stop = cb(ud, &info);
         }
         if (epoch_end) {
@@ -1043,6 +1112,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
             e->ep_loss = e->ep_acc = 0;
             e->ep_samples = 0;
             memset(&e->ep_macc, 0, sizeof e->ep_macc);
+            rt__hacc_zero(e->ep_h);
         }
         if (stop) {
             r.stopped = 1;
@@ -1052,6 +1122,10 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
     r.global_step = e->step;
     if (sum_n) {
         rt__metrics_values(cfg->metrics, &call_macc, &r.mean);
+        if (nh) {
+            rt__metrics_heads(p, e->call_h, sum_n, &r.mean);
+            rt__metrics_heads(p, e->step_h, last_nb, &r.last); /* the last step's */
+        }
         r.mean.loss = sum_loss / (double)sum_n;
         r.mean.acc = acc ? sum_acc / (double)sum_n : nan;
         r.mean.samples = sum_n;
@@ -1073,6 +1147,7 @@ static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
     double ls = 0, as = 0;
     rt__macc macc;
     memset(&macc, 0, sizeof macc);
+    rt__hacc_zero(e->eval_h);
     for (int64_t start = 0; start < d->n; start += B) {
         const int64_t nb = d->n - start < B ? d->n - start : B;
         if (d->fill) {
@@ -1086,6 +1161,7 @@ static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
         rt__loss(e, nb, d->sw != NULL, &ls, &as, 0);
         if (mets & ~RT_METRIC_ACCURACY)
             e->be->metrics(e->be->context, &e->p->loss, mets, e->lin, e->lb, nb, &macc);
+        if (e->eval_h) rt__heads(e, nb, d->sw != NULL, e->eval_h);
         ls += (double)nb * e->act_pen;
     }
     /* Keras' evaluate reports the loss with the regularization terms */
@@ -1094,6 +1170,7 @@ static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
     if (out) {
         memset(out, 0, sizeof *out);
         rt__metrics_values(mets, &macc, out);
+        if (e->eval_h) rt__metrics_heads(e->p, e->eval_h, d->n, out);
         out->loss = ls / (double)d->n;
         out->acc = e->p->loss.acc ? as / (double)d->n : NAN;
         out->samples = d->n;
@@ -1276,14 +1353,19 @@ typedef struct rt__state_hdr {
 
 #define RT__STATE_VERSION 3u
 
+/* Several outputs: the header is followed by the epoch's per-output sums
+ * (an rt__hacc), so a resume in mid-epoch reports the same out1_loss, ... */
+static size_t rt__state_ext(const rt_exec *e) { return e->ep_h ? sizeof(rt__hacc) : 0; }
+
 size_t rt_exec_state_size(const rt_exec *e)
 {
     if (!e) return 0;
-    return sizeof(rt__state_hdr) +
+    return sizeof(rt__state_hdr) + rt__state_ext(e) +
            sizeof(float) * (size_t)(e->p->param_floats + 2 * e->p->train_floats);
 }
 
-_Static_assert(sizeof(rt__state_hdr) <= RT_EXEC_STATE_HDR, "RT_EXEC_STATE_HDR too small");
+_Static_assert(sizeof(rt__state_hdr) + sizeof(rt__hacc) <= RT_EXEC_STATE_HDR,
+               "RT_EXEC_STATE_HDR too small");
 
 static void rt__state_header(const rt_exec *e, rt__state_hdr *hp);
 
@@ -1295,8 +1377,9 @@ int rt_exec_state_spans(const rt_exec *e, unsigned char hdr[RT_EXEC_STATE_HDR],
     rt__state_hdr h;
     rt__state_header(e, &h);
     memcpy(hdr, &h, sizeof h);
+    if (e->ep_h) memcpy(hdr + sizeof h, e->ep_h, sizeof *e->ep_h);
     sp[0].p = hdr;
-    sp[0].n = sizeof h;
+    sp[0].n = sizeof h + rt__state_ext(e);
     /* the parameter block's host view: the checkpoint writes it in place */
     sp[1].p = rt__hv(e, e->w);
     sp[1].n = sizeof(float) * (size_t)h.param_floats;
@@ -1321,6 +1404,10 @@ int rt_exec_save_state(const rt_exec *e, void *buf, size_t len)
     char *o = buf;
     memcpy(o, &h, sizeof h);
     o += sizeof h;
+    if (e->ep_h) {
+        memcpy(o, e->ep_h, sizeof *e->ep_h);
+        o += sizeof *e->ep_h;
+    }
     rt__down(e, o, e->w, sizeof(float) * (size_t)h.param_floats);
     o += sizeof(float) * (size_t)h.param_floats;
     rt__down(e, o, e->s1, sizeof(float) * (size_t)(2 * h.train_floats));
@@ -1364,6 +1451,20 @@ static int64_t rt__nonfinite(const unsigned char *v, int64_t n)
     return -1;
 }
 
+/* metric sums finite; counts (and RMSE's squares) never negative */
+static int rt__macc_ok(const rt__macc *m)
+{
+    const double *md = (const double *)m;
+    for (size_t i = 0; i < offsetof(rt__macc, n) / sizeof(double); i++)
+        if (!isfinite(md[i])) return 0;
+    if (m->sq < 0 || m->elems < 0 || m->tp < 0 || m->fp < 0 || m->fn < 0 || m->pos < 0 ||
+        m->neg < 0 || m->n < 0 || m->n > RT_EXEC_MAX_STEP)
+        return 0;
+    for (int i = 0; i < RT__AUC_T; i++)
+        if (m->auc_tp[i] < 0 || m->auc_fp[i] < 0) return 0;
+    return 1;
+}
+
 /* Where a blob's weights and slots would go, checked before anything is
  * copied: a refused blob leaves the exec as it was. A blob is untrusted
  * (a pushed checkpoint, a file in the state directory that anyone with
@@ -1397,18 +1498,9 @@ static int rt__check_state(rt_exec *e, const rt__state_hdr *h, const unsigned ch
         return rt__eerr(e, RT_EDATA, "state blob has a bad learning rate");
     if (!isfinite(h->ep_loss) || !isfinite(h->ep_acc) || h->ep_acc < 0)
         return rt__eerr(e, RT_EDATA, "state blob's epoch loss or accuracy is not finite");
-    const rt__macc *m = &h->ep_macc;
-    const double *md = (const double *)m;
-    for (size_t i = 0; i < offsetof(rt__macc, n) / sizeof(double); i++)
-        if (!isfinite(md[i]))
-            return rt__eerr(e, RT_EDATA, "state blob's epoch metric sums are not finite");
-    /* counts (and RMSE's squares) are never negative */
-    if (m->sq < 0 || m->elems < 0 || m->tp < 0 || m->fp < 0 || m->fn < 0 || m->pos < 0 ||
-        m->neg < 0)
-        return rt__eerr(e, RT_EDATA, "state blob's epoch metric counts are negative");
-    for (int i = 0; i < RT__AUC_T; i++)
-        if (m->auc_tp[i] < 0 || m->auc_fp[i] < 0)
-            return rt__eerr(e, RT_EDATA, "state blob's epoch metric counts are negative");
+    if (!rt__macc_ok(&h->ep_macc))
+        return rt__eerr(e, RT_EDATA, "state blob's epoch metric sums are not finite or "
+                        "their counts negative");
     /* Trainable weights and the optimizer's slots must be finite and the
      * second moments (Adam's v, RMSprop's mean square) not negative, or
      * the first step is NaN. Constants (non-trainable parameters) hold
@@ -1429,7 +1521,8 @@ static int rt__check_state(rt_exec *e, const rt__state_hdr *h, const unsigned ch
                         (double)(k1 >= 0 ? rt__blob_f(s1, k1) : rt__blob_f(s2, k2)),
                         (long long)(k1 >= 0 ? k1 : k2));
     const rt_opt_kind ok = p->cfg.opt;
-    const unsigned char *sq = ok == RT_OPT_RMSPROP || ok == RT_OPT_ADAGRAD || ok == RT_OPT_ADADELTA
+    const unsigned char *sq = ok == RT_OPT_RMSPROP || ok == RT_OPT_ADAGRAD || ok == RT_OPT_ADADELTA ||
+                                      ok == RT_OPT_FTRL
                                   ? s1
                               : ok == RT_OPT_ADAM || ok == RT_OPT_ADAMW || ok == RT_OPT_ADAMAX ||
                                       ok == RT_OPT_NADAM
@@ -1489,8 +1582,14 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
         return rt__eerr(e, RT_EDATA, "state blob belongs to another program");
     const size_t wb = sizeof(float) * (size_t)h.param_floats,
                  tb = sizeof(float) * (size_t)h.train_floats;
-    const unsigned char *s = (const unsigned char *)buf + sizeof h;
+    const unsigned char *s = (const unsigned char *)buf + sizeof h + rt__state_ext(e);
+    rt__hacc hx = {0};
+    if (e->ep_h) memcpy(&hx, (const unsigned char *)buf + sizeof h, sizeof hx);
     int rc = rt__check_state(e, &h, s, s + wb, s + wb + tb);
+    for (int k = 0; rc == 0 && e->ep_h && k < e->p->loss.n_heads; k++)
+        if (!isfinite(hx.loss[k]) || !(hx.acc[k] >= 0) || isinf(hx.acc[k]) ||
+            !rt__macc_ok(&hx.m[k]))
+            rc = rt__eerr(e, RT_EDATA, "state blob's output %d metric sums are bad", k);
     if (rc < 0) return rc;
     rt__up(e, e->w, s, wb);
     if (e->sh_hi) { /* only the slots' kept slice (rt_exec_shard_slots) */
@@ -1509,6 +1608,7 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
     e->ep_loss = h.ep_loss;
     e->ep_acc = h.ep_acc;
     e->ep_macc = h.ep_macc;
+    if (e->ep_h) *e->ep_h = hx;
     __atomic_store(&e->lr_set, &h.lr_set, __ATOMIC_RELEASE);
     e->restored = 1;
     e->perm_epoch = -1;
@@ -1623,6 +1723,7 @@ int rt_exec_copy_state(rt_exec *dst, const rt_exec *src)
     dst->ep_loss = dst->ep_acc = 0;
     dst->ep_samples = 0;
     memset(&dst->ep_macc, 0, sizeof dst->ep_macc);
+    rt__hacc_zero(dst->ep_h);
     dst->perm_epoch = -1;
     dst->dx = NULL;
     dst->dn = 0;

@@ -397,6 +397,19 @@ int rt_graph_set_outputs(rt_graph *g, const char *const *names, int n)
     return rt_graph_set_output(g, "outputs");
 }
 
+int rt_graph_name_outputs(rt_graph *g, const char *const *names, int n)
+{
+    if (!g) return RT_EINVAL;
+    if (n != g->n_heads || n < 2)
+        return rt__gerr(g, RT_EINVAL, "%d output names for %d outputs", n, g->n_heads);
+    for (int k = 0; k < n; k++)
+        if (!names[k] || !*names[k] ||
+            !(g->head_label[k] = rt__arena_strdup(&g->arena, names[k])))
+            return rt__gerr(g, names[k] && *names[k] ? RT_ENOMEM : RT_EINVAL,
+                            "output %d has no name", k);
+    return 0;
+}
+
 /* ------------------------------------------------------------ config/names */
 
 void rt_train_config_init(rt_train_config *c)
@@ -411,6 +424,8 @@ void rt_train_config_init(rt_train_config *c)
     c->eps = 1e-7f;
     c->weight_decay = 0.004f;
     c->rho = 0.9f;
+    c->ftrl_power = -0.5f;
+    c->ftrl_init = 0.1f;
     c->sched = RT_SCHED_CONSTANT;
     c->gamma = 0.1f;
     c->metrics = RT_METRIC_ACCURACY;
@@ -468,7 +483,7 @@ static const rt__name_val rt__loss_tab[] = {
 static const rt__name_val rt__opt_tab[] = {
     {"sgd", RT_OPT_SGD}, {"adam", RT_OPT_ADAM}, {"adamw", RT_OPT_ADAMW},
     {"rmsprop", RT_OPT_RMSPROP}, {"adagrad", RT_OPT_ADAGRAD}, {"adadelta", RT_OPT_ADADELTA},
-    {"adamax", RT_OPT_ADAMAX}, {"nadam", RT_OPT_NADAM}, {NULL, 0}};
+    {"adamax", RT_OPT_ADAMAX}, {"nadam", RT_OPT_NADAM}, {"ftrl", RT_OPT_FTRL}, {NULL, 0}};
 static const rt__name_val rt__sched_tab[] = {
     {"constant", RT_SCHED_CONSTANT}, {"step", RT_SCHED_STEP},
     {"step_decay", RT_SCHED_STEP}, {"cosine", RT_SCHED_COSINE},
@@ -544,6 +559,6 @@ const char *const *rt_engine_loss_names(void)
 const char *const *rt_engine_optimizer_names(void)
 {
     static const char *const names[] = {"sgd",     "adam",     "adamw",  "rmsprop",
-                                        "adagrad", "adadelta", "adamax", "nadam", NULL};
+                                        "adagrad", "adadelta", "adamax", "nadam", "ftrl", NULL};
     return names;
 }

@@ -81,9 +81,9 @@ int rt__metrics_check(const rt__lossinfo *L, uint32_t metrics, char *err, size_t
     return 0;
 }
 
-void rt__metrics_values(uint32_t metrics, const rt__macc *a, rt_metrics *out)
+/* metric values appended to out (value_head head) */
+static void rt__metrics_append(uint32_t metrics, const rt__macc *a, int head, rt_metrics *out)
 {
-    out->n_values = 0;
     for (int b = 1; b < RT_METRIC_MAX; b++) {
         const uint32_t bit = 1u << b;
         if (!(metrics & bit)) continue;
@@ -109,7 +109,48 @@ void rt__metrics_values(uint32_t metrics, const rt__macc *a, rt_metrics *out)
             }
             v = auc;
         }
+        if (out->n_values >= RT_METRIC_VALUES) return; /* compile keeps within */
         out->value_bit[out->n_values] = bit;
+        out->value_head[out->n_values] = (int8_t)head;
         out->values[out->n_values++] = v;
     }
+}
+
+void rt__metrics_values(uint32_t metrics, const rt__macc *a, rt_metrics *out)
+{
+    out->n_values = 0;
+    rt__metrics_append(metrics, a, -1, out);
+}
+
+/* Keras' per-output values (compile_utils: each output's loss, unweighted,
+ * then its metrics, named "<output>_<metric>"); the total loss stays
+ * rt_metrics.loss */
+void rt__metrics_heads(const rt_plan *p, const rt__hacc *h, int64_t n, rt_metrics *out)
+{
+    const rt__lossinfo *L = &p->loss;
+    const double inv = n > 0 ? 1.0 / (double)n : 0;
+    for (int k = 0; k < L->n_heads; k++) {
+        if (out->n_values >= RT_METRIC_VALUES) return;
+        out->value_bit[out->n_values] = RT_METRIC_HEAD_LOSS;
+        out->value_head[out->n_values] = (int8_t)k;
+        out->values[out->n_values++] = h->loss[k] * inv;
+        if (L->head[k].acc && out->n_values < RT_METRIC_VALUES) {
+            out->value_bit[out->n_values] = RT_METRIC_ACCURACY;
+            out->value_head[out->n_values] = (int8_t)k;
+            out->values[out->n_values++] = h->acc[k] * inv;
+        }
+        rt__metrics_append(p->cfg.heads[k].metrics & ~RT_METRIC_ACCURACY, &h->m[k], k, out);
+    }
+}
+
+int rt_metric_value_name(const rt_plan *p, const rt_metrics *m, int i, char *out, size_t n)
+{
+    if (!m || i < 0 || i >= m->n_values || !out) return RT_EINVAL;
+    const uint32_t bit = m->value_bit[i];
+    const char *mn = bit == RT_METRIC_HEAD_LOSS ? "loss" : rt_metric_name(bit);
+    if (!mn) return RT_EINVAL;
+    if (m->value_head[i] < 0) return snprintf(out, n, "%s", mn);
+    const char *hn = rt_plan_head_name(p, m->value_head[i]);
+    if (!hn) return RT_EINVAL;
+    return snprintf(out, n, "%s_%s", hn, mn);
 }

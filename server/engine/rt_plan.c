@@ -60,6 +60,11 @@ int rt_plan_head_shape(const rt_plan *p, int k, int64_t dims[RT_MAX_DIMS], int64
     return s->ndim;
 }
 
+const char *rt_plan_head_name(const rt_plan *p, int k)
+{
+    return p && k >= 0 && k < p->loss.n_heads ? p->head_name[k] : NULL;
+}
+
 int rt_plan_n_params(const rt_plan *p) { return p ? p->n_params : RT_EINVAL; }
 
 int rt_plan_param_info(const rt_plan *p, int i, const char **name,
@@ -158,6 +163,7 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
     rt__hs(s, g->output);
     rt__hi(s, g->n_heads);
     for (int k = 0; k < g->n_heads; k++) rt__hs(s, g->heads[k]);
+    for (int k = 0; k < g->n_heads; k++) rt__hs(s, g->head_label[k] ? g->head_label[k] : "");
     /* config, field by field (struct padding is not hashed) */
     rt__hi(s, c->loss); rt__hi(s, c->from_logits); rt__hi(s, c->opt);
     rt__hf(s, c->lr); rt__hf(s, c->momentum); rt__hi(s, c->nesterov);
@@ -183,6 +189,15 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
         rt__hi(s, c->heads[k].loss);
         rt__hi(s, c->heads[k].from_logits);
         rt__hf(s, c->heads[k].weight);
+        rt__hi(s, (int)c->heads[k].metrics);
+    }
+    if (c->opt == RT_OPT_FTRL) {
+        rt__hf(s, c->ftrl_power);
+        rt__hf(s, c->ftrl_init);
+        rt__hf(s, c->ftrl_l1);
+        rt__hf(s, c->ftrl_l2);
+        rt__hf(s, c->ftrl_shrink);
+        rt__hf(s, c->ftrl_beta);
     }
     XXH128_hash_t h = XXH3_128bits_digest(s);
     XXH3_freeState(s);

@@ -1195,6 +1195,7 @@ typedef struct imp {
     /* ... and with several outputs */
     int n_outs;
     rt_keras_tensor outs[RT_MAX_HEADS];
+    char out_layer[RT_MAX_HEADS][RT_KERAS_NAME]; /* the output layers' names */
 } imp;
 
 static int ifail(imp *m, int code, const char *fmt, ...)
@@ -2763,8 +2764,11 @@ static int walk_functional(imp *m, json_object *cfg, const rt_keras_tensor *give
             rc = ifail(m, RT_EINVAL, "output layer '%.64s' is not in the model", out_names[k]);
         else if (k == 0)
             *out = L[o].out;
-        if (rc == 0 && n_out > 1)
+        if (rc == 0 && n_out > 1) {
             m->outs[k] = L[o].out;
+            /* the output's name in History ("cls_loss"), not its node's */
+            snprintf(m->out_layer[k], sizeof m->out_layer[k], "%s", out_names[k]);
+        }
     }
     if (rc == 0 && n_out > 1)
         m->n_outs = n_out;
@@ -2974,8 +2978,11 @@ int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int 
         rc = lay_to_plain(m, m->outs[k].name, k, &m->outs[k]);
         heads[k] = m->outs[k].name;
     }
-    if (rc == 0 && (n_outs > 1 ? rt_graph_set_outputs(m->g, heads, n_outs)
-                               : rt_graph_set_output(m->g, m->outs[0].name)) < 0)
+    const char *labels[RT_MAX_HEADS];
+    for (int k = 0; k < n_outs; k++) labels[k] = m->out_layer[k];
+    if (rc == 0 && (n_outs > 1 ? rt_graph_set_outputs(m->g, heads, n_outs) < 0 ||
+                                     rt_graph_name_outputs(m->g, labels, n_outs) < 0
+                               : rt_graph_set_output(m->g, m->outs[0].name) < 0))
         rc = ifail(m, RT_EGRAPH, "%s", rt_graph_errmsg(m->g));
 out:
     json_object_put(doc);
@@ -3134,6 +3141,19 @@ int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *o)
         o->momentum = jnum(oc, "momentum");
         o->rho = jnum(oc, "rho");
         o->weight_decay = jnum(oc, "weight_decay");
+        /* Ftrl's (keras/src/optimizers/ftrl.py get_config): 0 is a value */
+        static const char *const fk[6] = {
+            "learning_rate_power", "initial_accumulator_value", "l1_regularization_strength",
+            "l2_regularization_strength", "l2_shrinkage_regularization_strength", "beta"};
+        for (int i = 0; i < 6; i++) {
+            json_object *fv;
+            if (oc && json_object_object_get_ex(oc, fk[i], &fv) &&
+                (json_object_is_type(fv, json_type_double) ||
+                 json_object_is_type(fv, json_type_int))) {
+                o->ftrl[i] = json_object_get_double(fv);
+                o->has_ftrl[i] = 1;
+            }
+        }
         json_object *nv;
         if (oc && json_object_object_get_ex(oc, "nesterov", &nv) &&
             json_object_is_type(nv, json_type_boolean))
@@ -3160,6 +3180,42 @@ static json_object *per_output(json_object *v, int k, const char *name)
     return NULL;
 }
 
+/* a saved metric (a name, a Keras 2 or 3 object) added to *bits:
+ * "accuracy" (or "acc") is the one the output's loss implies, as Keras';
+ * a named kind ("sparse_categorical_accuracy") is that metric, in History
+ * under its name; names the engine does not compute are reports, skipped
+ * as for one output */
+static void head_metric(json_object *m, uint32_t *bits)
+{
+    if (json_object_is_type(m, json_type_array)) {
+        for (size_t i = 0; i < json_object_array_length(m); i++)
+            head_metric(json_object_array_get_idx(m, i), bits);
+        return;
+    }
+    char nm[64];
+    int fl = 0;
+    loss_spelling(m, nm, sizeof nm, &fl);
+    uint32_t bit;
+    if (rt_metric_from_name(nm, &bit) == 0)
+        *bits |= bit;
+}
+
+/* whether saved metrics name each output's own (a dict by output name, a
+ * list of lists), not one list for every output */
+static int metrics_per_output(json_object *m)
+{
+    json_object *e;
+    if (json_object_is_type(m, json_type_object))
+        return !json_object_object_get_ex(m, "class_name", &e);
+    if (!json_object_is_type(m, json_type_array) || !json_object_array_length(m)) return 0;
+    for (size_t i = 0; i < json_object_array_length(m); i++) {
+        json_object *x = json_object_array_get_idx(m, i);
+        if (!json_object_is_type(x, json_type_array) && !json_object_is_type(x, json_type_null))
+            return 0;
+    }
+    return 1;
+}
+
 int rt_keras_heads(const char *json, size_t len, rt_train_config *cfg, char *err,
                    size_t errlen)
 {
@@ -3175,11 +3231,17 @@ int rt_keras_heads(const char *json, size_t len, rt_train_config *cfg, char *err
         json_object_put(doc);
         return 0;
     }
-    json_object *tc = training_settings(doc), *loss = NULL, *lw = NULL;
+    json_object *tc = training_settings(doc), *loss = NULL, *lw = NULL, *mets = NULL;
     if (tc) {
         json_object_object_get_ex(tc, "loss", &loss);
         json_object_object_get_ex(tc, "loss_weights", &lw);
+        json_object_object_get_ex(tc, "metrics", &mets);
     }
+    /* Keras: one list of metrics applies to every output; a dict or a list
+     * of lists gives each its own */
+    const int per_out = mets && metrics_per_output(mets);
+    uint32_t every = 0;
+    if (mets && !per_out) head_metric(mets, &every);
     for (int k = 0; k < n && rc == 0; k++) {
         struct rt_loss_head *h = &cfg->heads[k];
         /* one loss (the request's or the saved one) applies to every output,
@@ -3203,6 +3265,9 @@ int rt_keras_heads(const char *json, size_t len, rt_train_config *cfg, char *err
                        "output '%.64s' has no loss (Keras leaves such an output untrained, "
                        "which is not supported)", names[k]);
         }
+        h->metrics = every;
+        json_object *hm = per_out ? per_output(mets, k, names[k]) : NULL;
+        if (hm) head_metric(hm, &h->metrics);
         json_object *w = per_output(lw, k, names[k]);
         if (w && (json_object_is_type(w, json_type_double) || json_object_is_type(w, json_type_int)))
             h->weight = (float)json_object_get_double(w);

@@ -99,6 +99,10 @@ typedef struct rt_keras_compile {
     int nesterov;
     int n_metrics;
     char metrics[8][48];
+    /* Ftrl's numbers as saved (has_ftrl[i]: number i was there): power,
+     * initial accumulator, l1, l2, l2 shrinkage, beta */
+    double ftrl[6];
+    int has_ftrl[6];
 } rt_keras_compile;
 
 /* Fill out from json. Returns 1 when the model carries training settings,
@@ -110,7 +114,9 @@ int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *out)
 /* A Functional model with several outputs: cfg's heads from the saved
  * compile settings (loss and loss_weights as a list in output_layers'
  * order or a dict by output name; a single loss applies to every output,
- * cfg->loss unless saved), labels f32. Returns the number of outputs, 0
+ * cfg->loss unless saved), labels f32; each output's metrics from the
+ * saved "metrics" (one list for every output, or a dict by output name /
+ * a list of lists; none: none). Returns the number of outputs, 0
  * for a model with one (cfg untouched), or a negative error. */
 int rt_keras_heads(const char *json, size_t len, rt_train_config *cfg, char *err,
                    size_t errlen);

@@ -101,6 +101,11 @@ typedef struct ictx {
     int32_t **iown;             /* per value of an initializer gathered
                                    from: 1 + the pmap holding it */
     int nchw_input;             /* out: the data input is taken NCHW */
+    /* several data inputs: one packed graph input "inputs" of in_total
+     * values per sample, input k's from in_off (as Keras' multi-input) */
+    int packed;
+    int64_t in_off, in_total;
+    int n_outputs;              /* out: several outputs, each a head */
 } ictx;
 
 static int fail(ictx *c, int code, const char *fmt, ...)
@@ -2886,6 +2891,34 @@ static int check_ops(ictx *c, const Onnx__GraphProto *gr)
                 bad > 1 ? "s" : "", (long long)c->opset, list);
 }
 
+/* A data input of engine dims ed (batch first) named name: the graph's
+ * own input, or (several inputs) its values sliced from the packed one
+ * (Pad with negative pads) and reshaped */
+static int add_data_input(ictx *c, const char *name, int nd, const int64_t *ed)
+{
+    if (!c->packed) {
+        int rc = rt_graph_add_input(c->g, name, RT_F32, nd, ed);
+        return rc < 0 ? fail(c, rc, "%s", rt_graph_errmsg(c->g)) : 0;
+    }
+    int64_t numel = 1;
+    for (int k = 1; k < nd; k++) numel *= ed[k];
+    const int64_t pads[4] = {0, -c->in_off, 0, -(c->in_total - c->in_off - numel)};
+    const size_t n = strlen(name) + 8;
+    char *sl = alloc(c, n);
+    if (!sl) return OOM(c);
+    snprintf(sl, n, "%s#slice", name);
+    const char *src = "inputs";
+    rt_attr a = {.name = "pads", .kind = RT_ATTR_INTS, .n = 4, .ints = pads};
+    int rc = add_node(c, nd > 2 ? sl : name, "Pad", 1, &src, 1, &a);
+    if (rc == 0 && nd > 2) {
+        const char *in = sl;
+        rt_attr sh = {.name = "shape", .kind = RT_ATTR_INTS, .n = nd - 1, .ints = ed + 1};
+        rc = add_node(c, name, "Reshape", 1, &in, 1, &sh);
+    }
+    c->in_off += numel;
+    return rc;
+}
+
 static int define_input(ictx *c, const Onnx__ValueInfoProto *vi)
 {
     const char *nm = vi->name ? vi->name : "";
@@ -2928,6 +2961,9 @@ static int define_input(ictx *c, const Onnx__ValueInfoProto *vi)
             return fail(c, RT_EINVAL, "input '%.64s' is too large per sample", nm);
     }
     v->idx = idx;
+    if (idx && c->packed)
+        return fail(c, RT_EDTYPE, "input '%.64s' holds integer indices; a model with several "
+                    "inputs takes float inputs only", nm);
     v->layout = v->rank == 4 && !idx ? L_NHWC : L_PLAIN;
     int64_t ed[RT_MAX_DIMS + 1];
     ed[0] = RT_BATCH;
@@ -2937,8 +2973,7 @@ static int define_input(ictx *c, const Onnx__ValueInfoProto *vi)
          * the engine's NHWC, once per batch (a C of 1 is the same bytes
          * either way: a Reshape). */
         for (int k = 1; k < 4; k++) ed[k] = v->d[k];
-        if ((rc = rt_graph_add_input(c->g, v->name, RT_F32, 4, ed)) < 0)
-            return fail(c, rc, "%s", rt_graph_errmsg(c->g));
+        if ((rc = add_data_input(c, v->name, 4, ed)) < 0) return rc;
         const size_t n = strlen(v->name) + 10;
         char *tn = alloc(c, n);
         if (!tn) return OOM(c);
@@ -2956,8 +2991,65 @@ static int define_input(ictx *c, const Onnx__ValueInfoProto *vi)
         return 0;
     }
     int en = engine_dims(v, ed + 1);
-    rc = rt_graph_add_input(c->g, v->en, RT_F32, en + 1, ed);
-    return rc < 0 ? fail(c, rc, "%s", rt_graph_errmsg(c->g)) : 0;
+    return add_data_input(c, v->en, en + 1, ed);
+}
+
+/* A data input's values per sample, for the packed input (several inputs:
+ * every dim but the batch fixed) */
+static int input_numel(ictx *c, const Onnx__ValueInfoProto *vi, int64_t *numel)
+{
+    const char *nm = vi->name ? vi->name : "";
+    const Onnx__TypeProto *t = vi->type;
+    *numel = 1;
+    if (!t || t->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !t->tensor_type ||
+        !t->tensor_type->shape || t->tensor_type->shape->n_dim < 2)
+        return 0; /* define_input names the problem */
+    const Onnx__TensorShapeProto *sh = t->tensor_type->shape;
+    for (size_t k = 1; k < sh->n_dim; k++) {
+        const Onnx__TensorShapeProto__Dimension *d = sh->dim[k];
+        if (d->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE ||
+            d->dim_value < 1 || d->dim_value > RT__MAX_NUMEL)
+            return 0;
+        if (__builtin_mul_overflow(*numel, d->dim_value, numel) || *numel > RT__MAX_NUMEL)
+            return fail(c, RT_EINVAL, "input '%.64s' is too large per sample", nm);
+    }
+    return 0;
+}
+
+static int output_to_nchw(ictx *c, const oval *v, const char **en);
+
+/* The graph's outputs, each a head (rt_graph_set_outputs), named as the
+ * ONNX outputs so that each output's loss and metrics carry its name */
+static int set_heads(ictx *c, const Onnx__GraphProto *gr)
+{
+    const int n = (int)gr->n_output;
+    if (n > RT_MAX_HEADS)
+        return fail(c, RT_EINVAL, "the graph has %d outputs; at most %d train together (name "
+                    "the one to train)", n, RT_MAX_HEADS);
+    const char *names[RT_MAX_HEADS];
+    for (int q = 0; q < n; q++) {
+        const char *on = gr->output[q]->name ? gr->output[q]->name : "";
+        oval *v = lookup(c, on, 0);
+        if (!v || v->kind == V_NONE) return fail(c, RT_EINVAL, "no value '%.64s' in the graph", on);
+        if (v->kind != V_ACT) return fail(c, RT_EINVAL, "output '%.64s' is a constant", on);
+        if (v->layout == L_RNN)
+            return fail(c, RT_EINVAL, "output '%.64s' is sequence-major (seq, batch, ...); "
+                        "transpose it to batch-first", on);
+        for (int r = 0; r < q; r++)
+            if (!strcmp(names[r], on)) return fail(c, RT_EINVAL, "output '%.64s' twice", on);
+        const char *en = v->en;
+        int rc;
+        if (v->layout != L_PLAIN && (rc = output_to_nchw(c, v, &en)) < 0) return rc;
+        if (strcmp(en, on)) {
+            const char *in[1] = {en};
+            if ((rc = add_node(c, on, "Identity", 1, in, 0, NULL)) < 0) return rc;
+        }
+        names[q] = on;
+    }
+    int rc = rt_graph_set_outputs(c->g, names, n);
+    if (rc < 0) return fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    c->n_outputs = n;
+    return 0;
 }
 
 /* An NCHW (or flattened NCHW) graph output in ONNX's own order, so that
@@ -3050,16 +3142,33 @@ static int run_import(ictx *c, const void *buf, size_t len, const char *output)
         if (v->isf) v->init = t;
         v->iid = (int)k + 1;
     }
+    /* several data inputs: one packed graph input, as a Keras model's */
     int n_data = 0;
+    int64_t total = 0;
     for (size_t k = 0; k < gr->n_input; k++) {
         const Onnx__ValueInfoProto *vi = gr->input[k];
         oval *v = vi->name ? lookup(c, vi->name, 0) : NULL;
         if (v && v->kind == V_CONST) continue; /* an initializer listed as input */
-        if (n_data++) return fail(c, RT_EINVAL, "the model has more than one data input "
-                                  "(one is supported)");
-        if ((rc = define_input(c, vi)) < 0) return rc;
+        int64_t numel;
+        if ((rc = input_numel(c, vi, &numel)) < 0) return rc;
+        if (__builtin_add_overflow(total, numel, &total) || total > RT__MAX_NUMEL)
+            return fail(c, RT_EINVAL, "the inputs have more than 2^32 values per sample");
+        n_data++;
     }
     if (!n_data) return fail(c, RT_EINVAL, "the model has no data input");
+    if (n_data > 1) {
+        const int64_t d[2] = {RT_BATCH, total};
+        if ((rc = rt_graph_add_input(c->g, "inputs", RT_F32, 2, d)) < 0)
+            return fail(c, rc, "inputs: %s", rt_graph_errmsg(c->g));
+        c->packed = 1;
+        c->in_total = total;
+    }
+    for (size_t k = 0; k < gr->n_input; k++) {
+        const Onnx__ValueInfoProto *vi = gr->input[k];
+        oval *v = vi->name ? lookup(c, vi->name, 0) : NULL;
+        if (v && v->kind == V_CONST) continue;
+        if ((rc = define_input(c, vi)) < 0) return rc;
+    }
     if (!(c->skip = calloc(gr->n_node ? gr->n_node : 1, 1))) return OOM(c);
     for (size_t k = 0; k < gr->n_node; k++) {
         if (c->skip[k]) continue;
@@ -3070,9 +3179,8 @@ static int run_import(ictx *c, const void *buf, size_t len, const char *output)
     c->node = NULL;
     const char *out = output && *output ? output : NULL;
     if (!out) {
-        if (gr->n_output != 1)
-            return fail(c, RT_EINVAL, "the graph has %zu outputs; name the one to train",
-                        gr->n_output);
+        if (gr->n_output > 1) return set_heads(c, gr);
+        if (gr->n_output != 1) return fail(c, RT_EINVAL, "the graph has no output");
         out = gr->output[0]->name;
     }
     oval *v = out ? lookup(c, out, 0) : NULL;
@@ -3108,7 +3216,10 @@ int rt_onnx_import_opts(const void *buf, size_t len, rt_onnx_opts *o, rt_graph *
     if (rc == 0) {
         *out = c.g;
         c.g = NULL;
-        if (o) o->nchw_input = c.nchw_input;
+        if (o) {
+            o->nchw_input = c.nchw_input;
+            o->n_outputs = c.n_outputs;
+        }
     }
     ctx_free(&c);
     return rc;

@@ -62,7 +62,11 @@ extern "C" {
 
 /* Parse len bytes of a serialized ModelProto into a new graph (*out, owned
  * by the caller). output: the graph output to train, NULL or "" for the
- * graph's single output. Returns 0 or a negative code with a message
+ * graph's output, or all of them (several outputs: each a head). Several
+ * data inputs are taken packed, as a Keras model's: one graph input
+ * "inputs" holding each input's values per sample in the graph's order
+ * (float inputs with fixed dims; a rank-4 one NCHW, or NHWC with
+ * data_nhwc), sliced and reshaped per input. Returns 0 or a negative code with a message
  * (< errlen) in err; *out is NULL on failure. */
 int rt_onnx_import(const void *buf, size_t len, const char *output,
                    rt_graph **out, char *err, size_t errlen);
@@ -75,6 +79,10 @@ typedef struct rt_onnx_opts {
     const char *output;
     int data_nhwc;
     int nchw_input;
+    /* out: the graph's outputs when it has several and output names none:
+     * each is a head (rt_graph_set_outputs, named as the ONNX output), to
+     * train with a loss each (rt_train_config.heads); 0 for one */
+    int n_outputs;
 } rt_onnx_opts;
 int rt_onnx_import_opts(const void *buf, size_t len, rt_onnx_opts *o, rt_graph **out,
                         char *err, size_t errlen);

@@ -123,6 +123,14 @@ static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train
     if (p->rho > 0) cfg->rho = p->rho;
     else if (cfg->opt == RT_OPT_ADADELTA) cfg->rho = 0.95f; /* Keras' Adadelta default */
     if (p->clip_norm > 0) cfg->clip_norm = p->clip_norm;
+    if (p->has_ftrl) {
+        cfg->ftrl_power = p->ftrl_learning_rate_power;
+        cfg->ftrl_init = p->ftrl_initial_accumulator_value;
+        cfg->ftrl_l1 = p->ftrl_l1_regularization_strength;
+        cfg->ftrl_l2 = p->ftrl_l2_regularization_strength;
+        cfg->ftrl_shrink = p->ftrl_l2_shrinkage_regularization_strength;
+        cfg->ftrl_beta = p->ftrl_beta;
+    }
     if (p->schedule) {
         const Rtrain__V1__LrSchedule *s = p->schedule;
         if (s->kind && *s->kind && rt_sched_from_name(s->kind, &cfg->sched) < 0)
@@ -196,6 +204,11 @@ static int keras_compile_defaults(rt_call *c, rt_train_config *cfg, const char *
                 *nums[i].dst = (float)nums[i].saved;
         if (!(p && p->nesterov))
             cfg->nesterov = k.nesterov;
+        float *fd[6] = {&cfg->ftrl_power, &cfg->ftrl_init,   &cfg->ftrl_l1,
+                        &cfg->ftrl_l2,    &cfg->ftrl_shrink, &cfg->ftrl_beta};
+        for (int i = 0; i < 6 && !(p && p->has_ftrl); i++)
+            if (k.has_ftrl[i])
+                *fd[i] = (float)k.ftrl[i];
     }
     if (!(p && p->n_metrics) && k.n_metrics) {
         /* the engine computes accuracy; other saved metrics are reports,
@@ -205,6 +218,44 @@ static int keras_compile_defaults(rt_call *c, rt_train_config *cfg, const char *
             uint32_t bit;
             if (metric_bit(k.metrics[i], &bit) == 0)
                 cfg->metrics |= bit;
+        }
+    }
+    return 0;
+}
+
+/* TrainConfig.outputs: each output's loss, weight and metrics in the
+ * model's output order (n outputs) */
+static int output_losses(rt_call *c, rt_train_config *cfg, int n,
+                         const Rtrain__V1__TrainConfig *p)
+{
+    if (!p || !p->n_outputs)
+        return 0;
+    if (n < 2)
+        return rt_call_fail(c, RT_EINVAL, "TrainConfig.outputs is for a model with several "
+                            "outputs; this one has one (give TrainConfig.loss)");
+    if ((int)p->n_outputs != n)
+        return rt_call_fail(c, RT_EINVAL, "TrainConfig.outputs has %zu entries; the model has "
+                            "%d outputs", p->n_outputs, n);
+    for (int k = 0; k < n; k++) {
+        const Rtrain__V1__OutputLoss *o = p->outputs[k];
+        struct rt_loss_head *h = &cfg->heads[k];
+        if (o->loss && *o->loss) {
+            if (rt_loss_from_name(o->loss, &h->loss) < 0)
+                return rt_call_fail(c, RT_EINVAL, "output %d: unknown loss '%.48s'", k + 1,
+                                    o->loss);
+            h->from_logits = o->from_logits;
+        }
+        if (o->has_weight)
+            h->weight = o->weight;
+        if (o->n_metrics) {
+            h->metrics = 0;
+            for (size_t i = 0; i < o->n_metrics; i++) {
+                uint32_t bit;
+                if (rt_metric_from_name(o->metrics[i], &bit) < 0)
+                    return rt_call_fail(c, RT_EINVAL, "output %d: unknown metric '%.48s'", k + 1,
+                                        o->metrics[i]);
+                h->metrics |= bit;
+            }
         }
     }
     return 0;
@@ -240,6 +291,12 @@ static int build_graph(rt_call *c, compile_st *st)
         if ((rc = rt_keras_heads(q->keras_json, strlen(q->keras_json), &st->cfg, err,
                                  sizeof err)) < 0)
             return rt_call_fail(c, rc, "%s", err);
+        /* the request's metrics apply to every output, as Keras' compile(
+         * metrics=[...]) on a model with several */
+        for (int k = 0; rc > 0 && k < rc && q->config && q->config->n_metrics; k++)
+            st->cfg.heads[k].metrics = st->cfg.metrics;
+        if ((rc = output_losses(c, &st->cfg, rc, q->config)) < 0)
+            return rc;
     } else if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX) {
         char err[768];
         rt_onnx_opts io = {.output = q->onnx_output};
@@ -250,6 +307,20 @@ static int build_graph(rt_call *c, compile_st *st)
         if (rc < 0)
             return rt_call_fail(c, rc, "%s", err);
         st->nchw = io.nchw_input;
+        if (io.n_outputs > 1) {
+            /* every output takes the request's loss and metrics unless
+             * TrainConfig.outputs gives its own */
+            st->cfg.n_heads = io.n_outputs;
+            for (int k = 0; k < io.n_outputs; k++)
+                st->cfg.heads[k] = (struct rt_loss_head){
+                    .loss = st->cfg.loss, .from_logits = st->cfg.from_logits,
+                    .weight = 1.0f,
+                    .metrics = q->config && q->config->n_metrics ? st->cfg.metrics : 0};
+            st->cfg.label_dtype = RT_F32;
+            st->cfg.label_ndim = 0;
+        }
+        if ((rc = output_losses(c, &st->cfg, io.n_outputs, q->config)) < 0)
+            return rc;
         /* a PyTorch model trains with torch.optim.Adam's epsilon */
         st->cfg.adam_eps_vhat = 1;
     } else {
@@ -422,7 +493,7 @@ static int compile_answer(rt_call *c, compile_st *st, rt_program *prog, int hit)
     {
         const rt_train_config *pc = rt_plan_config(st->plan);
         static const char *const optn[] = {"",        "sgd",      "adam",   "adamw", "rmsprop",
-                                           "adagrad", "adadelta", "adamax", "nadam"};
+                                           "adagrad", "adadelta", "adamax", "nadam", "ftrl"};
         const char *ln = rt_loss_name(pc->loss);
         cr->loss = (char *)(ln ? ln : "");
         cr->data_layout = (char *)(st->nchw ? "NCHW" : "");

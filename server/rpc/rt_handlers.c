@@ -148,9 +148,20 @@ Rtrain__V1__Metrics *rt_h_metrics_pb(rt_call *c, const rt_metrics *m)
             Rtrain__V1__MetricValue *v = rt_call_alloc(c, sizeof *v * (size_t)m->n_values);
             if (!p->values || !v)
                 return NULL;
+            /* several outputs: Keras' "out1_loss", "out2_accuracy" */
+            const rt_plan *pl = c->prog ? rt_exec_plan(rt_program_exec(c->prog)) : NULL;
             for (int i = 0; i < m->n_values; i++) {
                 rtrain__v1__metric_value__init(&v[i]);
                 v[i].name = (char *)rt_metric_name(m->value_bit[i]);
+                if (m->value_head[i] >= 0) {
+                    char nm[160];
+                    if (rt_metric_value_name(pl, m, i, nm, sizeof nm) < 0)
+                        snprintf(nm, sizeof nm, "output_%d_%s", m->value_head[i] + 1,
+                                 m->value_bit[i] == RT_METRIC_HEAD_LOSS ? "loss"
+                                                                        : v[i].name);
+                    v[i].name = rt_call_strdup(c, nm);
+                    if (!v[i].name) return NULL;
+                }
                 v[i].value = m->values[i];
                 p->values[i] = &v[i];
             }

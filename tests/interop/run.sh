@@ -3,7 +3,8 @@
 # the rtraind given as the next argument. The npm packages of
 # package-lock.json (@grpc/grpc-js, @grpc/proto-loader and grpc-health-check,
 # the upstream health.proto; puppeteer-core for the dashboard's browser test,
-# uplot for scripts/vendor-uplot.sh) are found through NODE_PATH in a folder outside
+# uplot for scripts/vendor-uplot.sh, @tensorflow/tfjs for
+# tests/keras_import/keras_tfjs_format.sh) are found through NODE_PATH in a folder outside
 # the source tree, one per lock file:
 #   ${RT_NODE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rtrain/node-<lock hash>}
 # A test never installs anything (no network during ctest):
@@ -19,7 +20,8 @@ have() { [ -f "$1/node_modules/@grpc/grpc-js/package.json" ] &&
          [ -f "$1/node_modules/@grpc/proto-loader/package.json" ] &&
          [ -f "$1/node_modules/grpc-health-check/package.json" ] &&
          [ -f "$1/node_modules/puppeteer-core/package.json" ] &&
-         [ -f "$1/node_modules/uplot/package.json" ]; }
+         [ -f "$1/node_modules/uplot/package.json" ] &&
+         [ -f "$1/node_modules/@tensorflow/tfjs/package.json" ]; }
 
 if [ "${1:-}" = --dir ]; then # where the packages are (scripts/vendor-uplot.sh)
   echo "$dir"

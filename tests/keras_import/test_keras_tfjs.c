@@ -536,7 +536,7 @@ static const char *head_labels(rt_loss_kind l)
 }
 
 static int multi_compile(rt_graph *g, const char *txt, int batch, int adam, json_object *o,
-                         rt_exec **e, char *err, size_t errlen)
+                         const uint32_t *head_mets, rt_exec **e, char *err, size_t errlen)
 {
     rt_train_config cfg;
     rt_train_config_init(&cfg);
@@ -560,6 +560,7 @@ static int multi_compile(rt_graph *g, const char *txt, int batch, int adam, json
         if (rc >= 0) snprintf(err, errlen, "rt_keras_heads found %d outputs", rc);
         return rc < 0 ? rc : RT_EINVAL;
     }
+    for (int k = 0; head_mets && k < rc; k++) cfg.heads[k].metrics = head_mets[k];
     rt_plan *p = NULL;
     if ((rc = rt_plan_compile(g, &cfg, &p, NULL, err, errlen)) < 0)
         return rc;
@@ -575,7 +576,7 @@ static int dump_multi(const char *model, const char *out)
     rt_graph *g = NULL;
     rt_exec *e = NULL;
     if (!txt || rt_keras_import(txt, len, &g, err, sizeof err) < 0 ||
-        multi_compile(g, txt, 4, 0, NULL, &e, err, sizeof err) < 0) {
+        multi_compile(g, txt, 4, 0, NULL, NULL, &e, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", model, txt ? err : "cannot read");
         return 1;
     }
@@ -601,6 +602,104 @@ static int dump_multi(const char *model, const char *out)
     return 0;
 }
 
+/* Each output's loss (unweighted) and metrics, as Keras' History names
+ * them, against tfjs' */
+static void check_head_values(const char *m, const rt_plan *p, const rt_metrics *mt, int nh,
+                              json_object *hl, json_object *hmets)
+{
+    int seen[RT_MAX_HEADS] = {0}, want_n = 0;
+    for (int k = 0; k < nh && hmets; k++)
+        want_n += 1 + json_object_object_length(json_object_array_get_idx(hmets, (size_t)k));
+    for (int i = 0; i < mt->n_values; i++) {
+        const int k = mt->value_head[i];
+        char nm[160];
+        if (k < 0 || k >= nh || rt_metric_value_name(p, mt, i, nm, sizeof nm) < 0) {
+            FAIL("%s: value %d belongs to no output (%d)", m, i, k);
+            continue;
+        }
+        const char *hn = rt_plan_head_name(p, k);
+        if (strncmp(nm, hn, strlen(hn)) || nm[strlen(hn)] != '_') {
+            FAIL("%s: value %d is named '%s', not after output '%s'", m, i, nm, hn);
+            continue;
+        }
+        const char *mn = nm + strlen(hn) + 1;
+        double want = !strcmp(mn, "loss")
+                          ? json_object_get_double(json_object_array_get_idx(hl, (size_t)k))
+                          : num(json_object_array_get_idx(hmets, (size_t)k), mn, NAN);
+        checks++;
+        seen[k]++;
+        track(&worst_metric, mt->values[i], want, 1e-6);
+        if (!close_to(mt->values[i], want, 1e-5, 1e-6))
+            FAIL("%s: %s %.9g, tfjs %.9g", m, nm, mt->values[i], want);
+    }
+    int got_n = 0;
+    for (int k = 0; k < nh; k++) got_n += seen[k];
+    if (got_n != want_n || mt->n_values != want_n)
+        FAIL("%s: %d per-output values, the fixture has %d", m, mt->n_values, want_n);
+}
+
+/* the epoch's per-output values at its end */
+typedef struct head_end {
+    rt_metrics at;
+    int n;
+} head_end;
+static int head_end_cb(void *ud, const rt_step_info *s)
+{
+    head_end *h = ud;
+    if (s->epoch_end) {
+        h->at = s->epoch_metrics;
+        h->n++;
+    }
+    return 0;
+}
+
+/* A state saved after the epoch's first step and loaded into a fresh exec
+ * ends the epoch with the same per-output values as the exec that ran
+ * through (the header carries each output's sums); e is left as it was */
+static void check_head_resume(const char *m, rt_exec *e, const rt_data *d, int nh)
+{
+    rt_exec *a = NULL, *b = NULL;
+    void *blob = NULL;
+    head_end ha = {0}, hb = {0};
+    const size_t n = rt_exec_state_size(e);
+    if (rt_exec_create(rt_exec_plan(e), &a) < 0 || rt_exec_create(rt_exec_plan(e), &b) < 0 ||
+        !(blob = malloc(n))) {
+        FAIL("%s: resume: no exec", m);
+        goto out;
+    }
+    rt_train_result r;
+    if (rt_exec_train(a, d, 1, &r, NULL, NULL, NULL) < 0 ||
+        rt_exec_save_state(a, blob, n) < 0 || rt_exec_load_state(b, blob, n) < 0 ||
+        rt_exec_train(a, d, 2, &r, head_end_cb, &ha, NULL) < 0 ||
+        rt_exec_train(b, d, 2, &r, head_end_cb, &hb, NULL) < 0) {
+        FAIL("%s: resume: %s / %s", m, rt_exec_errmsg(a), rt_exec_errmsg(b));
+        goto out;
+    }
+    checks++;
+    if (ha.n != 1 || hb.n != 1 || ha.at.n_values < nh || ha.at.n_values != hb.at.n_values) {
+        FAIL("%s: resume: %d/%d epoch ends, %d/%d values", m, ha.n, hb.n, ha.at.n_values,
+             hb.at.n_values);
+        goto out;
+    }
+    for (int i = 0; i < ha.at.n_values; i++)
+        if (ha.at.values[i] != hb.at.values[i] || ha.at.value_bit[i] != hb.at.value_bit[i])
+            FAIL("%s: resume: value %d %.9g, resumed %.9g", m, i, ha.at.values[i],
+                 hb.at.values[i]);
+    /* the total is the weighted sum of the outputs' losses */
+    const rt_train_config *c = rt_plan_config(rt_exec_plan(e));
+    double tot = 0;
+    for (int i = 0; i < ha.at.n_values; i++)
+        if (ha.at.value_bit[i] == RT_METRIC_HEAD_LOSS)
+            tot += (double)c->heads[ha.at.value_head[i]].weight * ha.at.values[i];
+    if (!close_to(ha.at.loss, tot, 1e-6, 0))
+        FAIL("%s: epoch loss %.9g, the weighted outputs' losses sum to %.9g", m, ha.at.loss,
+             tot);
+out:
+    rt_exec_destroy(a);
+    rt_exec_destroy(b);
+    free(blob);
+}
+
 static int check_multi(json_object *fx, const char *m, const char *mpath, int *agreed)
 {
     const int before = rt_test_failures;
@@ -617,7 +716,18 @@ static int check_multi(json_object *fx, const char *m, const char *mpath, int *a
         FAIL("%s: import: %s", m, txt ? err : "cannot read");
         goto out;
     }
-    if (multi_compile(g, txt, batch, 0, get(fx, "sgd"), &e, err, sizeof err) < 0) {
+    /* each output's metrics: those the fixture has for it */
+    json_object *hmets = get(get(fx, "evaluate"), "head_metrics");
+    uint32_t hm[RT_MAX_HEADS] = {0};
+    for (int k = 0; k < nh && k < RT_MAX_HEADS && hmets; k++) {
+        json_object_object_foreach(json_object_array_get_idx(hmets, (size_t)k), mk, mv) {
+            (void)mv;
+            uint32_t b;
+            if (rt_metric_from_name(mk, &b) == 0) hm[k] |= b;
+        }
+    }
+    if (!hmets) FAIL("%s: the fixture has no head_metrics (regenerate it)", m);
+    if (multi_compile(g, txt, batch, 0, get(fx, "sgd"), hm, &e, err, sizeof err) < 0) {
         FAIL("%s: compile: %s", m, err);
         goto out;
     }
@@ -722,7 +832,9 @@ static int check_multi(json_object *fx, const char *m, const char *mpath, int *a
         track(&worst_loss, mt.loss, wl, 0);
         if (!close_to(mt.loss, wl, 1e-5, 0))
             FAIL("%s: evaluate loss %.9g, tfjs %.9g", m, mt.loss, wl);
+        check_head_values(m, p, &mt, nh, get(get(fx, "evaluate"), "head_losses"), hmets);
     }
+    check_head_resume(m, e, &d, nh);
     float losses[3];
     if (rt_exec_train(e, &d, 3, &(rt_train_result){0}, NULL, NULL, losses) < 0) {
         FAIL("%s: SGD: %s", m, rt_exec_errmsg(e));
@@ -732,7 +844,7 @@ static int check_multi(json_object *fx, const char *m, const char *mpath, int *a
     }
     rt_exec_destroy(e);
     e = NULL;
-    if (multi_compile(g, txt, batch, 1, get(fx, "adam"), &e, err, sizeof err) < 0) {
+    if (multi_compile(g, txt, batch, 1, get(fx, "adam"), NULL, &e, err, sizeof err) < 0) {
         FAIL("%s: compile (Adam): %s", m, err);
     } else if (rt_exec_train(e, &d, 3, &(rt_train_result){0}, NULL, NULL, losses) < 0) {
         FAIL("%s: Adam: %s", m, rt_exec_errmsg(e));

@@ -447,26 +447,7 @@ def main():
         path = os.path.join(out, name + ".onnx")
         export(name, m, xb[0], path)
         m.load_state_dict(init_state)  # the export ran a forward pass (BN stats)
-        proto = onnx.load(path)
-        inits = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer}
-        # which state_dict entry each initializer is (torch keeps the names,
-        # or numbers them: match by value)
-        sd_of = {}
-        for iname, arr in inits.items():
-            if arr.dtype != np.float32:
-                continue
-            if iname in init_state:
-                sd_of[iname] = iname
-                continue
-            hits = [k for k, v in init_state.items()
-                    if v.numel() == arr.size and v.dtype == torch.float32 and
-                    np.array_equal(v.numpy().reshape(-1), arr.reshape(-1))]
-            assert len(hits) == 1, (name, iname)
-            sd_of[iname] = hits[0]
-        # training starts from the initializers as exported (the export's
-        # forward pass in training mode moved BatchNorm's statistics)
-        for iname, key in sd_of.items():
-            init_state[key] = torch.from_numpy(inits[iname].copy()).reshape(init_state[key].shape)
+        inits, sd_of = match_inits(name, path, init_state)
         tensors = []
 
         def put(n, a, dt):
@@ -480,29 +461,66 @@ def main():
             m.load_state_dict(init_state)
             losses = train(name, m, xb, yb, opt)
             put(opt + "/loss", losses, 1)
-            sd = m.state_dict()
-            worst = 0.0
-            for iname, key in sorted(sd_of.items()):
-                fin = sd[key].detach().numpy().astype(np.float32)
-                delta = (fin - inits[iname].reshape(fin.shape)).astype(np.float16)
-                rec = inits[iname].reshape(fin.shape) + delta.astype(np.float32)
-                err = float(np.max(np.abs(rec - fin))) if fin.size else 0.0
-                if err < 5e-6:
-                    worst = max(worst, err)
-                    put(opt + "/" + iname, delta.reshape(-1), 3)
-                else:
-                    put(opt + "/" + iname, fin.reshape(-1), 1)
+            worst = put_final(put, opt, m, inits, sd_of)
             print("%s %-4s losses %s  f16 rounding %.1e" % (name, opt, losses[[0, -1]], worst))
-        with open(os.path.join(out, name + "_ref.bin"), "wb") as f:
-            f.write(struct.pack("<III", 0x46525452, 1, len(tensors)))
-            for n, a, dt in tensors:
-                assert len(n) < 64, n
-                a = np.ascontiguousarray(a)
-                assert a.ndim <= 4, n
-                dims = (list(a.shape) + [1, 1, 1, 1])[:4]
-                f.write(n.encode().ljust(64, b"\0"))
-                f.write(struct.pack("<II4I", dt, a.ndim, *dims))
-                f.write(a.astype({1: "<f4", 2: "<i4", 3: "<f2", 4: "u1"}[dt]).tobytes())
+        write_ref(os.path.join(out, name + "_ref.bin"), tensors)
+
+
+def match_inits(name, path, init_state):
+    """the exported initializers, and which state_dict entry each float one
+    is (torch keeps the names, or numbers them: matched by value);
+    init_state becomes the initializers as exported (the export's forward
+    pass in training mode moved BatchNorm's statistics)"""
+    proto = onnx.load(path)
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer}
+    sd_of = {}
+    for iname, arr in inits.items():
+        if arr.dtype != np.float32:
+            continue
+        if iname in init_state:
+            sd_of[iname] = iname
+            continue
+        hits = [k for k, v in init_state.items()
+                if v.numel() == arr.size and v.dtype == torch.float32 and
+                np.array_equal(v.numpy().reshape(-1), arr.reshape(-1))]
+        assert len(hits) == 1, (name, iname)
+        sd_of[iname] = hits[0]
+    for iname, key in sd_of.items():
+        init_state[key] = torch.from_numpy(inits[iname].copy()).reshape(init_state[key].shape)
+    return inits, sd_of
+
+
+def put_final(put, opt, m, inits, sd_of):
+    """every initializer's final value as "<opt>/<name>": its change in
+    float16 where that rounds by under 5e-6, else float32; the worst
+    rounding"""
+    sd = m.state_dict()
+    worst = 0.0
+    for iname, key in sorted(sd_of.items()):
+        fin = sd[key].detach().numpy().astype(np.float32)
+        delta = (fin - inits[iname].reshape(fin.shape)).astype(np.float16)
+        rec = inits[iname].reshape(fin.shape) + delta.astype(np.float32)
+        err = float(np.max(np.abs(rec - fin))) if fin.size else 0.0
+        if err < 5e-6:
+            worst = max(worst, err)
+            put(opt + "/" + iname, delta.reshape(-1), 3)
+        else:
+            put(opt + "/" + iname, fin.reshape(-1), 1)
+    return worst
+
+
+def write_ref(path, tensors):
+    """the RTRF file (this script's docstring) of (name, array, dtype)"""
+    with open(path, "wb") as f:
+        f.write(struct.pack("<III", 0x46525452, 1, len(tensors)))
+        for n, a, dt in tensors:
+            assert len(n) < 64, n
+            a = np.ascontiguousarray(a)
+            assert a.ndim <= 4, n
+            dims = (list(a.shape) + [1, 1, 1, 1])[:4]
+            f.write(n.encode().ljust(64, b"\0"))
+            f.write(struct.pack("<II4I", dt, a.ndim, *dims))
+            f.write(a.astype({1: "<f4", 2: "<i4", 3: "<f2", 4: "u1"}[dt]).tobytes())
 
 
 if __name__ == "__main__":

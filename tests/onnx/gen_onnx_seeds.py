@@ -147,10 +147,10 @@ def main():
         "RT_EINVAL", "tensor 'w' uses external data")
     put("bad_dynamic.onnx", model([mm], [vi("x", ["N", "F"])], [vi("y", ["N", 3])], [w]),
         "RT_EINVAL", "input 'x' dimension 1 is dynamic ('F')")
-    put("bad_two_inputs.onnx", model([oh.make_node("Add", ["x", "z"], ["y"])],
-                                     [vi("x", ["N", 3]), vi("z", ["N", 3])],
-                                     [vi("y", ["N", 3])]),
-        "RT_EINVAL", "more than one data input")
+    # several inputs are taken packed (one graph input), as Keras'
+    put("ok_two_inputs.onnx", model([oh.make_node("Add", ["x", "z"], ["y"])],
+                                    [vi("x", ["N", 3]), vi("z", ["N", 3])],
+                                    [vi("y", ["N", 3])]))
     put("bad_int_input.onnx", model([mm], [vi("x", ["N", 4], TP.INT64)], [vi("y", ["N", 3])],
                                     [w]), "RT_EDTYPE", "input 'x' holds integers; they are only supported as the indices")
     put("bad_reshape_batch.onnx", model([
@@ -172,10 +172,10 @@ def main():
     nan = onh.from_array(np.full((4, 3), np.nan, np.float32), "w")
     put("bad_nan.onnx", model([mm], [vi("x", ["N", 4])], [vi("y", ["N", 3])], [nan]),
         "RT_ENAN", "non-finite")
-    put("bad_two_outputs.onnx", model([
+    # several outputs train together, each a head
+    put("ok_two_outputs.onnx", model([
         oh.make_node("Relu", ["x"], ["a"]), oh.make_node("Sigmoid", ["x"], ["b"]),
-    ], [vi("x", ["N", 4])], [vi("a", ["N", 4]), vi("b", ["N", 4])]), "RT_EINVAL",
-        "the graph has 2 outputs; name the one to train")
+    ], [vi("x", ["N", 4])], [vi("a", ["N", 4]), vi("b", ["N", 4])]))
     put("bad_shape.onnx", model([mm], [vi("x", ["N", 5])], [vi("y", ["N", 3])], [w]),
         "RT_ESHAPE", "weight 'w' expects 4 inputs, 'x' has 5")
     put("bad_convt_output_shape.onnx", model([
@@ -246,6 +246,22 @@ def main():
         "ONNX node 'rnn' (LSTM): output Y_h (the last state) is not supported")
     put("bad_lstm_clip.onnx", lstm([], ["yy"], "yy", clip=1.0), "RT_EINVAL",
         "ONNX node 'rnn' (LSTM): attribute clip is not supported")
+    # several inputs and outputs: what does not fit the packed input, and
+    # more heads than train together (no random draws: the cases above keep
+    # their weights)
+    put("bad_two_inputs_dynamic.onnx", model([oh.make_node("Add", ["x", "z"], ["y"])],
+                                             [vi("x", ["N", 3]), vi("z", ["N", "F"])],
+                                             [vi("y", ["N", 3])]),
+        "RT_EINVAL", "input 'z' dimension 1 is dynamic ('F')")
+    put("bad_two_inputs_int.onnx", model([oh.make_node("Add", ["x", "z"], ["y"])],
+                                         [vi("x", ["N", 3]), vi("z", ["N", 3], TP.INT64)],
+                                         [vi("y", ["N", 3])]),
+        "RT_EDTYPE", "input 'z' holds integer indices; a model with several inputs takes "
+        "float inputs only")
+    put("bad_nine_outputs.onnx", model(
+        [oh.make_node("Relu", ["x"], ["o%d" % k]) for k in range(9)],
+        [vi("x", ["N", 4])], [vi("o%d" % k, ["N", 4]) for k in range(9)]), "RT_EINVAL",
+        "the graph has 9 outputs; at most 8 train together (name the one to train)")
     with open(os.path.join(HERE, "cases.txt"), "w") as f:
         f.write("# made by gen_onnx_seeds.py: file, expected code, text in the message\n")
         for c in cases:

@@ -60,10 +60,21 @@ else bad "predictions differ from PyTorch's"; fi
 expect_rc 0 "fit of the exported model" -- "$rtrain" "${FIT[@]}" --model "$tmp/exp.onnx"
 
 # --onnx-output picks one of two graph outputs (relu 'a', sigmoid 'b' of
-# the input; no weights): the predictions are NumPy's of that output
-two=$src/tests/fuzz/onnx/bad_two_outputs.onnx
-expect_rc 4 "two outputs, none named" -- "$rtrain" "${FIT[@]}" --model "$two" --loss mse
-has "$tmp/err" "name the one to train" "two outputs: the error asks for --onnx-output"
+# the input; no weights): the predictions are NumPy's of that output. None
+# named, both train, each with the loss, their labels packed per row: the
+# outputs' own values give each output's loss 0 (Keras' a_loss, b_loss)
+two=$src/tests/fuzz/onnx/ok_two_outputs.onnx
+$py - "$iris" "$tmp/two.csv" <<'EOF'
+import sys
+import numpy as np
+x = np.loadtxt(sys.argv[1], delimiter=",", skiprows=1)[:, :4].astype(np.float32)
+y = np.concatenate([np.maximum(x, 0), 1 / (1 + np.exp(-x.astype(np.float64)))], 1)
+np.savetxt(sys.argv[2], np.concatenate([x, y], 1), delimiter=",", fmt="%.9g")
+EOF
+expect_rc 0 "two outputs, none named: both train" -- "$rtrain" fit "${S[@]}" --model "$two" \
+  --data "$tmp/two.csv" --label-columns 4:11 --loss mse --epochs 1 --batch-size 10 --no-progress
+has "$tmp/out" " - a_loss 0.0000 - " "output a's loss under its ONNX name"
+has "$tmp/out" " - b_loss 0.0000 - " "output b's loss under its ONNX name"
 expect_rc 0 "fit --onnx-output b" -- "$rtrain" "${FIT[@]}" --model "$two" --onnx-output b \
   --loss mse --epochs 1 --save-weights "$tmp/w2.bin"
 for o in a b; do

@@ -33,7 +33,8 @@ static uint8_t *read_all(const char *path, size_t *len)
 static int try_import(const uint8_t *b, size_t len, char *err, size_t errlen, int compile)
 {
     rt_graph *g = (rt_graph *)1;
-    int rc = rt_onnx_import(b, len, NULL, &g, err, errlen);
+    rt_onnx_opts io = {0};
+    int rc = rt_onnx_import_opts(b, len, &io, &g, err, errlen);
     if (rc < 0) {
         CHECK(g == NULL);
         CHECK(err[0] != 0 && strlen(err) < errlen);
@@ -48,6 +49,13 @@ static int try_import(const uint8_t *b, size_t len, char *err, size_t errlen, in
          * ends in (the loss-fit check has its own tests) */
         cfg.loss_check = 0;
         cfg.batch_size = 4;
+        /* several outputs: each with mse, f32 labels of its shape */
+        for (int k = 0; k < io.n_outputs && io.n_outputs > 1; k++)
+            cfg.heads[k] = (struct rt_loss_head){.loss = RT_LOSS_MSE, .weight = 1.0f};
+        if (io.n_outputs > 1) {
+            cfg.n_heads = io.n_outputs;
+            cfg.label_dtype = RT_F32;
+        }
         rt_plan *p;
         rc = rt_plan_compile(g, &cfg, &p, NULL, err, errlen);
         if (rc == 0) {
@@ -58,12 +66,17 @@ static int try_import(const uint8_t *b, size_t len, char *err, size_t errlen, in
             for (int k = 0; k < nd; k++) n *= in[k];
             float *x = calloc((size_t)n, sizeof(float));
             int32_t y[4] = {0, 1, 0, 1};
+            int64_t ld[RT_MAX_DIMS], ln = 4;
+            for (int k = 0, lnd = rt_plan_label_shape(p, ld); k < lnd; k++) ln *= ld[k];
+            float *yf = io.n_outputs > 1 ? calloc((size_t)ln, sizeof(float)) : NULL;
             for (int64_t k = 0; k < n; k++) x[k] = (float)((k * 7) % 11) / 11.0f - 0.5f;
-            rt_data d = {.x = x, .y = y, .y_dtype = RT_I32, .n = 4};
+            rt_data d = {.x = x, .y = yf ? (const void *)yf : y,
+                         .y_dtype = yf ? RT_F32 : RT_I32, .n = 4};
             rt_train_result r;
             CHECK_RC(rt_exec_train(e, &d, 2, &r, NULL, NULL, NULL));
             CHECK(isfinite(r.last.loss));
             free(x);
+            free(yf);
             rt_exec_destroy(e);
             rt_plan_release(p);
         }

@@ -14,6 +14,8 @@
  * 1e-4, BatchNorm's running statistics included. The worst deviations are
  * printed. 4-D models take NCHW data in the SGD runs (the import puts
  * a Transpose first) and NHWC in the Adam runs (rt_onnx_opts.data_nhwc).
+ * mio (gen_onnx_multi.py) has two inputs, taken packed as a Keras model's,
+ * and two outputs trained together with a loss each (sum of weight * loss).
  *
  *     test_onnx_parity <fixtures dir> [model ...]
  */
@@ -161,12 +163,17 @@ static void run(const char *dir, const char *name)
     Onnx__ModelProto *orig = onnx__model_proto__unpack(NULL, len, onnx);
     REQUIRE(orig);
 
+    /* mio (gen_onnx_multi.py): two inputs packed per sample, two outputs
+     * each with its loss ("heads"), f32 labels packed per sample */
+    const ref *rh = find_ref("heads"), *rhw = find_ref("head_w");
+    const int multi = rh != NULL;
     const ref *rx = find_ref("x"), *ry = find_ref("y"), *rs = find_ref("scale");
-    REQUIRE(rx && ry && rs);
-    const int64_t n = ry->count, per = (int64_t)(rx->count / ry->count);
+    REQUIRE(rx && ry && (rs || multi) && (!multi || (rhw && rh->count == 2 * rhw->count)));
+    const int64_t n = multi ? ry->dims[0] : (int64_t)ry->count,
+                  per = (int64_t)(rx->count / (size_t)n);
     float *x = malloc(rx->count * sizeof(float));
     REQUIRE(x);
-    const float scale = ((const float *)rs->data)[0];
+    const float scale = rs ? ((const float *)rs->data)[0] : 0.0f;
     for (size_t i = 0; i < rx->count; i++)
         x[i] = rx->dtype == 4 ? (float)((const uint8_t *)rx->data)[i] * scale
                               : ((const float *)rx->data)[i];
@@ -200,6 +207,16 @@ static void run(const char *dir, const char *name)
         const ref *rlr = find_ref("lr");
         const float *lr = rlr && rlr->count == 2 ? rlr->data : (const float[2]){0.02f, 1e-3f};
         cfg.adam_eps_vhat = 1; /* torch.optim.Adam, as the daemon runs ONNX models */
+        if (multi) {
+            cfg.n_heads = (int)rhw->count;
+            for (int k = 0; k < cfg.n_heads; k++) {
+                const int32_t *hk = (const int32_t *)rh->data + 2 * k;
+                cfg.heads[k] = (struct rt_loss_head){
+                    .loss = hk[0] ? RT_LOSS_MSE : RT_LOSS_SPARSE_CE, .from_logits = hk[1],
+                    .weight = ((const float *)rhw->data)[k]};
+            }
+            cfg.label_dtype = RT_F32;
+        }
         if (o == 0) {
             cfg.opt = RT_OPT_SGD;
             cfg.lr = lr[0];
@@ -271,10 +288,22 @@ static void run(const char *dir, const char *name)
         }
         rt_exec *e;
         REQUIRE(rt_exec_create(p, &e) == 0);
-        /* the fixture's x is NHWC; NCHW data is its transpose */
+        /* the fixture's x is NHWC; NCHW data is its transpose (mio: packed,
+         * its x and x_nhwc as the model takes them) */
         float *xin = x;
         int64_t id[RT_MAX_DIMS];
-        if (io.nchw_input) {
+        if (multi) {
+            /* the outputs keep their ONNX names (History's "cls_loss") */
+            CHECK(rt_plan_n_heads(p) == 2 && !strcmp(rt_plan_head_name(p, 0), "cls") &&
+                  !strcmp(rt_plan_head_name(p, 1), "reg"));
+            CHECK(rt_plan_input_shape(p, id) == 1 && id[0] == per);
+            CHECK(io.nchw_input == (o == 0) && io.n_outputs == 2);
+            const ref *rxn = find_ref(o == 1 ? "x_nhwc" : "x");
+            REQUIRE(rxn && rxn->count == rx->count);
+            xin = malloc(rx->count * sizeof(float));
+            REQUIRE(xin);
+            memcpy(xin, rxn->data, rx->count * sizeof(float));
+        } else if (io.nchw_input) {
             REQUIRE(rt_plan_input_shape(p, id) == 3);
             const int64_t C = id[0], H = id[1], W = id[2];
             REQUIRE(C * H * W == per);
@@ -286,7 +315,7 @@ static void run(const char *dir, const char *name)
                         for (int64_t w = 0; w < W; w++)
                             xin[((i * C + c) * H + h) * W + w] = x[((i * H + h) * W + w) * C + c];
         }
-        rt_data d = {.x = xin, .y = ry->data, .y_dtype = RT_I32, .n = n};
+        rt_data d = {.x = xin, .y = ry->data, .y_dtype = multi ? RT_F32 : RT_I32, .n = n};
         rt_train_result res;
         float losses[16];
         CHECK_RC(rt_exec_train(e, &d, steps, &res, NULL, NULL, losses));
@@ -391,7 +420,7 @@ int main(int argc, char **argv)
 {
     REQUIRE(argc >= 2);
     static const char *all[] = {"wa", "wc", "wb", "wd", "rb", "mx", "kx", "ln", "up", "em", "o18",
-                                "rn", "o11", "o12", "o14", "o15", "o16"};
+                                "rn", "o11", "o12", "o14", "o15", "o16", "mio"};
     if (argc > 2) {
         for (int i = 2; i < argc; i++) run(argv[1], argv[i]);
     } else {

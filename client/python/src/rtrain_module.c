@@ -1091,6 +1091,56 @@ static int rt_py__opt_floats(PyObject *d, const char *k, const float **dst, int 
     return 0;
 }
 
+/* "outputs": a list of dicts {"loss", "from_logits", "weight", "metrics"},
+ * one per output of a model with several (rt_train_opts.outputs) */
+static int rt_py__outputs(PyObject *d, rt_train_opts *o, rt_output_loss *outs,
+                          const char *(*om)[RT_PY_MAX_METRICS])
+{
+    PyObject *v;
+    if (!rt_py__opt_get(d, "outputs", &v))
+        return 0;
+    if (!PyList_Check(v) || PyList_GET_SIZE(v) > RT_CLIENT_MAX_OUTPUTS) {
+        PyErr_Format(PyExc_TypeError, "outputs must be a list of at most %d dicts",
+                     RT_CLIENT_MAX_OUTPUTS);
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(v); k++) {
+        PyObject *e = PyList_GET_ITEM(v, k), *m;
+        rt_output_loss *ol = &outs[k];
+        memset(ol, 0, sizeof *ol);
+        if (!PyDict_Check(e)) {
+            PyErr_SetString(PyExc_TypeError, "outputs: each entry must be a dict");
+            return -1;
+        }
+        if (rt_py__opt_str(e, "loss", &ol->loss) < 0 ||
+            rt_py__opt_bool(e, "from_logits", &ol->from_logits) < 0)
+            return -1;
+        if (rt_py__opt_get(e, "weight", &m)) {
+            if (rt_py__opt_float(e, "weight", &ol->weight) < 0)
+                return -1;
+            ol->has_weight = 1;
+        }
+        if (rt_py__opt_get(e, "metrics", &m)) {
+            if (!PyList_Check(m) || PyList_GET_SIZE(m) > RT_PY_MAX_METRICS) {
+                PyErr_SetString(PyExc_TypeError, "outputs: metrics must be a short list");
+                return -1;
+            }
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(m); i++)
+                if (!(om[k][i] = PyUnicode_Check(PyList_GET_ITEM(m, i))
+                                     ? PyUnicode_AsUTF8(PyList_GET_ITEM(m, i)) : NULL)) {
+                    if (!PyErr_Occurred())
+                        PyErr_SetString(PyExc_TypeError, "outputs: metric names are strings");
+                    return -1;
+                }
+            ol->metrics = om[k];
+            ol->n_metrics = (int)PyList_GET_SIZE(m);
+        }
+    }
+    o->outputs = outs;
+    o->n_outputs = (int)PyList_GET_SIZE(v);
+    return 0;
+}
+
 static int rt_py__train_opts(PyObject *d, rt_train_opts *o,
                              const char **metrics)
 {
@@ -1139,6 +1189,25 @@ static int rt_py__train_opts(PyObject *d, rt_train_opts *o,
         o->ignore_index = x;
     }
     o->no_shuffle = !shuffle;
+    /* Ftrl's numbers in Keras' names (keras.optimizers.Ftrl.get_config):
+     * any given sends all six, Keras' defaults for the rest */
+    static const char *const fk[6] = {
+        "learning_rate_power", "initial_accumulator_value", "l1_regularization_strength",
+        "l2_regularization_strength", "l2_shrinkage_regularization_strength", "beta"};
+    float *fd[6] = {&o->ftrl_power, &o->ftrl_init,   &o->ftrl_l1,
+                    &o->ftrl_l2,    &o->ftrl_shrink, &o->ftrl_beta};
+    o->ftrl_power = -0.5f;
+    o->ftrl_init = 0.1f;
+    for (int i = 0; i < 6; i++) {
+        PyObject *fv;
+        if (!rt_py__opt_get(d, fk[i], &fv))
+            continue;
+        double x = PyFloat_AsDouble(fv);
+        if (x == -1.0 && PyErr_Occurred())
+            return -1;
+        *fd[i] = (float)x;
+        o->has_ftrl = 1;
+    }
     u = o->batch_size;
     if (rt_py__opt_uint(d, "batch_size", UINT32_MAX, &u) < 0)
         return -1;
@@ -1307,7 +1376,9 @@ static PyObject *Client_compile(ClientObject *self, PyObject *args)
     }
     rt_train_opts o;
     const char *metrics[RT_PY_MAX_METRICS];
-    if (rt_py__train_opts(opts, &o, metrics) < 0)
+    rt_output_loss outs[RT_CLIENT_MAX_OUTPUTS];
+    const char *om[RT_CLIENT_MAX_OUTPUTS][RT_PY_MAX_METRICS];
+    if (rt_py__train_opts(opts, &o, metrics) < 0 || rt_py__outputs(opts, &o, outs, om) < 0)
         return NULL;
     rt_client_compile_result r;
     memset(&r, 0, sizeof r);

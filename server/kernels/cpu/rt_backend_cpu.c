@@ -213,6 +213,35 @@ static void rt__cpu_metrics(void *ctx, const rt__lossinfo *L, uint32_t metrics,
     (void)ctx;
     rt__metrics_update(L, metrics, y, lab, n, a);
 }
+/* each output's part gathered (as the loss does), then its loss without
+ * gradient, accuracy and metrics as for one output */
+static void rt__cpu_heads(void *ctx, const rt__lossinfo *L, const uint32_t *mets,
+                          const float *y, const void *lab, int64_t n, const float *sw,
+                          rt__hacc *h, float *scratch)
+{
+    (void)ctx;
+    const int64_t O = L->out_numel, LN = L->lab_numel;
+    const float *lf = lab;
+    for (int k = 0; k < L->n_heads; k++) {
+        const rt__lossinfo *H = &L->head[k];
+        const int64_t on = H->out_numel, ln = H->lab_numel;
+        float *yk = scratch, *lk = yk + n * on, *sub = lk + n * ln;
+        for (int64_t i = 0; i < n; i++) {
+            memcpy(yk + i * on, y + i * O + L->out_off[k], sizeof(float) * (size_t)on);
+            memcpy(lk + i * ln, lf + i * LN + L->lab_off[k], sizeof(float) * (size_t)ln);
+        }
+        if (!sw) {
+            rt__loss_run(H, yk, lk, n, NULL, &h->loss[k], &h->acc[k], sub);
+        } else {
+            for (int64_t i = 0; i < n; i++) {
+                double l = 0;
+                rt__loss_run(H, yk + i * on, lk + i * ln, 1, NULL, &l, &h->acc[k], sub);
+                h->loss[k] += (double)sw[i] * l;
+            }
+        }
+        if (mets[k] & ~RT_METRIC_ACCURACY) rt__metrics_update(H, mets[k], yk, lk, n, &h->m[k]);
+    }
+}
 static double rt__cpu_regularize(void *ctx, const rt_plan *p, const float *w, float *g)
 {
     (void)ctx;
@@ -273,6 +302,7 @@ const rt__backend rt__backend_cpu = {
     .gather = rt__cpu_gather,
     .loss = rt__cpu_loss,
     .metrics = rt__cpu_metrics,
+    .heads = rt__cpu_heads,
     .regularize = rt__cpu_regularize,
     .constrain = rt__cpu_constrain,
     .clip = rt__cpu_clip,

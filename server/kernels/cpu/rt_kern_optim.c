@@ -175,6 +175,25 @@ static void rt__opt_chunk(const rt_train_config *c, float lr, int64_t t,
         }
         break;
     }
+    /* ftrl.py: n' = n + g^2 (n from initial_accumulator_value), z +=
+     * g + 2 shrink w - (n'^-p - n^-p)/lr w, w = (clip(z, -l1, l1) - z) /
+     * (n'^-p / lr + 2 (l2 + beta / (2 lr))), with p learning_rate_power */
+    case RT_OPT_FTRL: {
+        const float q = -c->ftrl_power, l1 = c->ftrl_l1, sh2 = 2.0f * c->ftrl_shrink;
+        const float l2 = c->ftrl_l2 + c->ftrl_beta / (2.0f * lr), init = c->ftrl_init;
+        const int root = q == 0.5f;
+        for (int64_t i = 0; i < count; i++) {
+            const float n = t == 1 ? init : s1[i], gi = g[i], wi = w[i];
+            const float nn = n + gi * gi;
+            const float pn = root ? sqrtf(nn) : powf(nn, q), po = root ? sqrtf(n) : powf(n, q);
+            const float z = s2[i] + (gi + sh2 * wi) - (pn - po) / lr * wi;
+            const float zc = z < -l1 ? -l1 : z > l1 ? l1 : z;
+            w[i] = (zc - z) / (pn / lr + 2.0f * l2);
+            s1[i] = nn;
+            s2[i] = z;
+        }
+        break;
+    }
     default:
         break;
     }

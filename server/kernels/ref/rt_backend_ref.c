@@ -131,6 +131,7 @@ const rt__backend rt__backend_ref = {
     .gather = rt_ref_gather,
     .loss = rt_ref_loss,
     .metrics = rt_ref_metrics,
+    .heads = rt_ref_heads,
     .regularize = rt_ref_regularize,
     .constrain = rt_ref_constrain,
     .clip = rt_ref_clip,

@@ -106,6 +106,8 @@ void rt_ref_loss(void *ctx, const rt__lossinfo *L, const float *y, const void *l
                  const float *sw, float *dy, double *loss_sum, double *acc_sum, float *scratch);
 void rt_ref_metrics(void *ctx, const rt__lossinfo *L, uint32_t metrics, const float *y,
                     const void *lab, int64_t n, rt__macc *a);
+void rt_ref_heads(void *ctx, const rt__lossinfo *L, const uint32_t *mets, const float *y,
+                  const void *lab, int64_t n, const float *sw, rt__hacc *h, float *scratch);
 double rt_ref_regularize(void *ctx, const rt_plan *p, const float *w, float *g);
 void rt_ref_constrain(void *ctx, const rt_plan *p, float *w);
 double rt_ref_clip(void *ctx, float *g, int64_t count, float clip);

@@ -556,6 +556,32 @@ void rt_ref_metrics(void *ctx, const rt__lossinfo *L, uint32_t metrics, const fl
     a->n += n;
 }
 
+/* Several outputs: each output's part copied out, its loss (no gradient),
+ * accuracy and metrics as for one output, in double */
+void rt_ref_heads(void *ctx, const rt__lossinfo *L, const uint32_t *mets, const float *y,
+                  const void *lab, int64_t n, const float *sw, rt__hacc *h, float *scratch)
+{
+    const int64_t O = L->out_numel, LN = L->lab_numel;
+    const float *lf = lab;
+    for (int k = 0; k < L->n_heads; k++) {
+        const rt__lossinfo *H = &L->head[k];
+        const int64_t on = H->out_numel, ln = H->lab_numel;
+        float *yk = scratch, *lk = yk + n * on;
+        for (int64_t i = 0; i < n; i++) {
+            for (int64_t j = 0; j < on; j++) yk[i * on + j] = y[i * O + L->out_off[k] + j];
+            for (int64_t j = 0; j < ln; j++) lk[i * ln + j] = lf[i * LN + L->lab_off[k] + j];
+        }
+        /* as the loss: the batch at once, or sample by sample under weights */
+        if (!sw) rt_ref_loss_batch(H, yk, lk, n, NULL, &h->loss[k], &h->acc[k]);
+        for (int64_t i = 0; sw && i < n; i++) {
+            double l = 0;
+            rt_ref_loss_batch(H, yk + i * on, lk + i * ln, 1, NULL, &l, &h->acc[k]);
+            h->loss[k] += (double)sw[i] * l;
+        }
+        if (mets[k] & ~RT_METRIC_ACCURACY) rt_ref_metrics(ctx, H, mets[k], yk, lk, n, &h->m[k]);
+    }
+}
+
 /* ------------------------------------------- regularizers and constraints */
 
 double rt_ref_regularize(void *ctx, const rt_plan *p, const float *w, float *g)
@@ -723,6 +749,18 @@ void rt_ref_update(void *ctx, const rt_train_config *c, float lr, int64_t t, flo
             s2[i] = (float)v;
             const double mh = nd_ut1 * m / (1 - nd_prod * nd_ut1) + (1 - nd_ut) * gi / (1 - nd_prod);
             wi -= lr * mh / (sqrt(v / bc2) + eps);
+            break;
+        }
+        case RT_OPT_FTRL: {
+            /* keras/src/optimizers/ftrl.py, in double */
+            const double n = t == 1 ? c->ftrl_init : s1[i], nn = n + gi * gi, q = -c->ftrl_power;
+            const double pn = pow(nn, q), po = pow(n, q);
+            const double l2 = c->ftrl_l2 + c->ftrl_beta / (2.0 * lr), l1 = c->ftrl_l1;
+            const double z = s2[i] + gi + 2.0 * c->ftrl_shrink * wi - (pn - po) / lr * wi;
+            const double zc = z < -l1 ? -l1 : z > l1 ? l1 : z;
+            wi = (zc - z) / (pn / lr + 2.0 * l2);
+            s1[i] = (float)nn;
+            s2[i] = (float)z;
             break;
         }
         case RT_OPT_RMSPROP: {

@@ -895,7 +895,13 @@ async function multiModel(root, tool, rel) {
       Array.from(p.dataSync().subarray(0, rows * heads[k].dims.reduce((a, c) => a * c, 1)), f32))};
   const ev = totalLoss(heads, yin, ps);
   spec.evaluate = {loss: f32(ev.dataSync()[0]),
-                   head_losses: heads.map((h, k) => f32(headLoss(h, yin[k], ps[k]).dataSync()[0]))};
+                   head_losses: heads.map((h, k) => f32(headLoss(h, yin[k], ps[k]).dataSync()[0])),
+                   /* each output's own metrics, as Keras' History names them
+                    * "<output>_<metric>": the metrics of one output on its
+                    * predictions (raw: a from_logits output's metrics see
+                    * its logits, as Keras') */
+                   head_metrics: heads.map((h, k) => metrics(h, ys[k].y, ps[k],
+                                                             [n, ...ys[k].shape]))};
   const vars = model.trainableWeights.map(w => w.read());
   const run = (opt, adam) => {
     setInit(model, params);
