@@ -768,7 +768,7 @@ void rt_exec_epoch_order(const rt_exec *e, int64_t n, int64_t epoch, int64_t *pe
 /* Rows idx[0..nb) (nb at most the batch size) of in-memory d as a training
  * step reads them, augmented where d->aug asks, by the backend's gather,
  * into host x (nb input rows) and y (nb label rows; NULL: none): rank 0's
- * feed of an augmented set's rows to replicas (server/dist). 0 or
+ * feed of an augmented set's rows to replicas (server/mpi). 0 or
  * RT_EINVAL. */
 int rt_exec_rows(rt_exec *e, const rt_data *d, const int64_t *idx, int64_t nb, float *x,
                  void *y);
