@@ -79,4 +79,19 @@ static inline int run_peer(char *version, void (*on_line)(const char *line, void
 }
 #endif
 
+#ifdef RTRAIN_ENGINE_H
+/* --backend NAME (NULL: the default, or RT_BACKEND): every plan compiled
+ * after this runs on it; the one in use is printed. For the benches that
+ * include rt_engine.h first. */
+static inline void bench_backend(const char *name)
+{
+    if (name && rt_backend_select(name) < 0) {
+        fprintf(stderr, RT_BENCH_NAME ": no backend '%s' in this build (built: %s)\n", name,
+                rt_backend_list());
+        exit(2);
+    }
+    printf("backend: %s (%s)\n", rt_backend_name(), rt_backend_describe());
+}
+#endif
+
 #endif

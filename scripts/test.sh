@@ -20,7 +20,11 @@
 #          under build-tsan/tsan-logs/; any report fails the configuration,
 #          whatever the test's exit code (a daemon killed by its test would
 #          otherwise hide one).
-#   scripts/test.sh                          all three
+#   ref    the whole suite on a build with the portable reference backend
+#          alone, -DRT_NATIVE=OFF (build-ref/): no oneDNN, no OpenMP in the
+#          kernels, every test on ref (docs/backends.md); not in the default
+#          list (ref's plain loops make it the slowest)
+#   scripts/test.sh                          plain, asan and tsan
 #   RT_TEST_CONFIGS=plain scripts/test.sh    only the plain one
 # Each configuration fails on a skip that its list below does not name, and
 # on a listed skip that did not happen. The time-boxed libFuzzer runs are
@@ -44,6 +48,9 @@ skips_plain=""
 skips_asan="data_stream_limit: prlimit --as under a sanitizer, whose shadow memory needs terabytes of address space"
 # shellcheck disable=SC2034 # read through ${!skips_var}, below
 skips_tsan=""
+# shellcheck disable=SC2034 # read through ${!skips_var}, below
+skips_ref="engine_backend_diff: one backend (ref) in this build
+inception_preempt: InceptionV3 on the ref backend"
 
 # check_run JUNIT EXPECTED: the counts of ctest's JUnit file as
 # "passed skipped failed" on the last line, after a line for each skip
@@ -90,6 +97,7 @@ for cfg in $configs; do
     plain) dir=build;      flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DRT_WERROR=ON) ;;
     asan)  dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=Debug -DRT_SANITIZE=ON -DRT_PYTHON=ON -DRT_WERROR=ON) ;;
     tsan)  dir=build-tsan; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DRT_TSAN=ON -DRT_PYTHON=OFF -DRT_WERROR=ON) ;;
+    ref)   dir=build-ref;  flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DRT_NATIVE=OFF -DRT_WERROR=ON) ;;
     *) echo "unknown configuration $cfg" >&2; exit 2 ;;
   esac
   skips_var=skips_$cfg

@@ -4,7 +4,7 @@
  * limit for W-C and the small-GEMM threshold. Prints numbers; asserts
  * nothing. See README.md.
  *
- *     build-engine/bench/engine/bench_engine [--reps N] [--no-torch]
+ *     build-engine/bench/engine/bench_engine [--reps N] [--no-torch] [--backend NAME]
  */
 #include <malloc.h>
 #include <math.h>
@@ -155,15 +155,18 @@ static double bench_wc_gemms(int reps)
 int main(int argc, char **argv)
 {
     int reps = 31, torch = 1;
+    const char *backend = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-torch")) torch = 0;
+        else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--reps N] [--no-torch]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--reps N] [--no-torch] [--backend NAME]\n", argv[0]);
             return 2;
         }
     }
     if (reps < 3) reps = 3;
+    bench_backend(backend);
     /* as rtraind (server/main.c) runs: large blocks stay in the heap, so
      * oneDNN's per-call packing buffers do not mmap/munmap every GEMM */
     mallopt(M_MMAP_THRESHOLD, 32 << 20);

@@ -14,7 +14,10 @@
  *
  * Prints tables; asserts nothing. Needs python3-torch to write the models.
  *
- *     build/bench/onnx/bench_onnx [--reps N] [--no-torch]
+ *     build/bench/onnx/bench_onnx [--reps N] [--warmup N] [--no-torch] [--backend NAME]
+ *
+ * --backend ref with --reps 1 --warmup 1 times the reference backend's
+ * ResNet-18 step in a few minutes (its plain loops run at a few GFLOP/s).
  */
 #include <math.h>
 #include <stdio.h>
@@ -90,6 +93,9 @@ static rt_data make_data(rt_plan *p, int64_t n, float **x, int32_t **y)
     return (rt_data){.x = *x, .y = *y, .y_dtype = RT_I32, .n = n};
 }
 
+/* steps run before the timed ones, on each program (--warmup) */
+static int warmup = 2;
+
 static double step_ms(rt_exec *e, const rt_data *d, int steps)
 {
     rt_train_result r;
@@ -132,8 +138,8 @@ static void bench_wb(const char *dir, int reps)
     float *x;
     int32_t *y;
     rt_data d = make_data(po, 256 * 4, &x, &y);
-    step_ms(eo, &d, 2);
-    step_ms(ek, &d, 2);
+    step_ms(eo, &d, warmup);
+    step_ms(ek, &d, warmup);
     double to[64], tk[64];
     if (reps > 64) reps = 64;
     for (int r = 0; r < reps; r++) { /* interleaved: the machine's noise hits both */
@@ -248,12 +254,17 @@ static rt_plan *import_compile(const char *name, const char *path, int batch, in
 int main(int argc, char **argv)
 {
     int reps = 7, torch = 1;
+    const char *backend = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-torch")) torch = 0;
-        else die("usage", "bench_onnx [--reps N] [--no-torch]");
+        else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
+        else die("usage", "bench_onnx [--reps N] [--warmup N] [--no-torch] [--backend NAME]");
     }
-    if (reps < 3) reps = 3;
+    if (reps < 1) reps = 1;
+    if (warmup < 1) warmup = 1;
+    bench_backend(backend);
     rt_bench_limit limit;
     rt_bench_limit_measure(&limit, 0);
     rt_bench_limit_print(&limit);
@@ -286,7 +297,7 @@ int main(int argc, char **argv)
     float *x;
     int32_t *y;
     rt_data d = make_data(p, 64 * 2, &x, &y);
-    step_ms(e, &d, 2);
+    step_ms(e, &d, warmup);
     double t[64], tt[64];
     const int rr = reps > 64 ? 64 : reps;
     peer pr = {0};

@@ -897,8 +897,9 @@ int cli_cmd_fit(const cli_opts *o)
     if (o->val)
         fprintf(stderr, "val: %llu samples%s\n", (unsigned long long)va.samples,
                 va.deduplicated ? " (already on the daemon)" : "");
-    fprintf(stderr, "program: %s, %llu params%s\n", prog.program_id,
-            (unsigned long long)prog.param_count, prog.cache_hit ? " (compile cache hit)" : "");
+    fprintf(stderr, "program: %s, %llu params, backend %s%s\n", prog.program_id,
+            (unsigned long long)prog.param_count, prog.backend[0] ? prog.backend : "?",
+            prog.cache_hit ? " (compile cache hit)" : "");
     if (cli_interrupted) {
         ex = CLI_EXIT_INTERRUPTED;
         goto out;

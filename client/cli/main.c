@@ -34,6 +34,7 @@ int cli_cmd_info(const cli_opts *o)
         printf("device      %s (%s, %s), %u cores, %.1f GiB\n", in.device_name,
                in.device_kind, in.backend, in.device_cores,
                (double)in.device_memory_bytes / (1u << 30));
+        printf("backend     %s\n", in.backend);
         printf("limits      message %llu B, dataset %llu B, sessions %u, dim %llu, "
                "params %llu, steps/call %llu\n",
                (unsigned long long)in.max_message_bytes,

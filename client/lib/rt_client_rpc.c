@@ -345,6 +345,7 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m,
         out->kernels = rep->kernels;
         snprintf(out->data_layout, sizeof out->data_layout, "%s",
                  rep->data_layout ? rep->data_layout : "");
+        snprintf(out->backend, sizeof out->backend, "%s", rep->backend ? rep->backend : "");
         out->n_passes = 0;
         for (size_t i = 0; i < rep->n_passes && i < RT_CLIENT_MAX_PASSES; i++) {
             snprintf(out->pass_name[i], sizeof out->pass_name[i], "%s", rep->passes[i]->name);

@@ -491,6 +491,8 @@ typedef struct rt_client_compile_result {
     uint64_t pass_ns[RT_CLIENT_MAX_PASSES];
     /* "NCHW" when the program takes its data NCHW (an ONNX 4-D input), else "" */
     char data_layout[8];
+    /* the daemon's backend the program runs on ("cpu", "ref") */
+    char backend[32];
 } rt_client_compile_result;
 
 int rt_client_compile(rt_client *c, const char *session, const rt_model *m,

@@ -1475,7 +1475,6 @@ void rt_dataset_release(rt_dataset *ds)
     free(ds->sw);
     free(ds->y_conv);
     free(ds->img);
-    free(ds->aug);
     rt_stream_destroy(ds->stream);
     rt_principal_unreserve(ds->owner, RT_Q_STORE_BYTES, ds->charged);
     pthread_mutex_destroy(&ds->mu);

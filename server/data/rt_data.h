@@ -107,9 +107,6 @@ typedef struct rt_dataset {
                                   (h, w, c) images, 8-bit */
     rt_image_spec img_spec;
     int64_t img_off;           /* the image's first float in a sample of x */
-    float *aug;                /* rt_dataset_train_x's buffer, for aug_key */
-    uint64_t aug_key[2];       /* seed, epoch; aug_ok: aug holds them */
-    int aug_ok;
     struct rt_stream *stream;  /* streamed (rt_stream.h): x is NULL, the
                                   records are on disk, y is in memory */
     rt_principal *owner;       /* NULL: no owner (tools, tests) */
@@ -151,8 +148,9 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
 
 /* With augmentation (ds->img set): all n samples of x into out (n * per
  * floats), each image augmented with values drawn from (seed, epoch,
- * sample), the other features copied. Returns 0, or RT_EINVAL when ds has
- * nothing to augment. */
+ * sample), the other features copied, on the host: what a training step's
+ * gather makes of them (rt_view_epoch). Returns 0, or RT_EINVAL when ds
+ * has nothing to augment. */
 int rt_dataset_augment(const rt_dataset *ds, uint64_t seed, uint64_t epoch, float *out);
 
 /* How the daemon streams TFRecord datasets (spool dir, threshold, workers,
@@ -161,14 +159,6 @@ int rt_dataset_augment(const rt_dataset *ds, uint64_t seed, uint64_t epoch, floa
 struct rt_stream_config;
 void rt_data_set_stream_config(const struct rt_stream_config *c);
 const struct rt_stream_config *rt_data_stream_config(void);
-
-/* The features a training step reads: ds->x, or with augmentation the
- * epoch's augmented copy, kept in ds and rebuilt when (seed, epoch)
- * changes, so the pointer stays the same from epoch to epoch. Callers hold
- * the device (one training job at a time reads it). NULL with a message
- * when out of memory. */
-const float *rt_dataset_train_x(rt_dataset *ds, uint64_t seed, uint64_t epoch, char *err,
-                                size_t errlen);
 
 /* The store key: XXH3-128 over the content hash and how the parts are parsed,
  * so the same bytes read another way are another dataset. */

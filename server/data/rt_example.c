@@ -703,29 +703,3 @@ int rt_dataset_augment(const rt_dataset *ds, uint64_t seed, uint64_t epoch, floa
     }
     return 0;
 }
-
-const float *rt_dataset_train_x(rt_dataset *ds, uint64_t seed, uint64_t epoch, char *err,
-                                size_t errlen)
-{
-    if (!ds->img)
-        return ds->x;
-    pthread_mutex_lock(&ds->mu);
-    const int64_t per = rt_data_numel(ds->x_ndim, ds->x_dims);
-    if (!ds->aug) {
-        ds->aug = malloc(sizeof(float) * (size_t)(ds->n * per));
-        if (!ds->aug) {
-            pthread_mutex_unlock(&ds->mu);
-            rt_errf(err, errlen, RT_ENOMEM, "out of memory for the augmented copy");
-            return NULL;
-        }
-        __atomic_add_fetch(&ds->bytes, sizeof(float) * (uint64_t)(ds->n * per), __ATOMIC_RELAXED);
-    }
-    if (!ds->aug_ok || ds->aug_key[0] != seed || ds->aug_key[1] != epoch) {
-        rt_dataset_augment(ds, seed, epoch, ds->aug);
-        ds->aug_key[0] = seed;
-        ds->aug_key[1] = epoch;
-        ds->aug_ok = 1;
-    }
-    pthread_mutex_unlock(&ds->mu);
-    return ds->aug;
-}

@@ -346,39 +346,25 @@ out:
 }
 
 /* ----------------------------------------------------------- augmentation */
-static float unit(uint64_t seed, uint64_t ctr)
+/* The spec's augmentation as the engine reads it (rt_aug_draws, rt_aug_apply). */
+static rt_augment rt_image_augment(const rt_image_spec *s, uint64_t epoch)
 {
-    return (float)(rt_rng_u64(seed, RT_RNG_STREAM_AUGMENT, ctr) >> 40) * (1.0f / 16777216.0f);
+    rt_augment a = {.h = s->h, .w = s->w, .c = s->c, .crop_pad = s->crop_pad, .flip = s->flip,
+                    .brightness = s->brightness, .contrast = s->contrast, .epoch = epoch};
+    memcpy(a.mean, s->mean, sizeof a.mean);
+    memcpy(a.std, s->std, sizeof a.std);
+    return a;
 }
 
 void rt_image_aug_draw(const rt_image_spec *s, uint64_t seed, uint64_t epoch,
                        uint64_t sample, rt_image_aug *a)
 {
-    memset(a, 0, sizeof *a);
-    a->contrast = 1.0f;
-    /* 8 counters per (epoch, sample); epochs in the high 24 bits */
-    uint64_t base = ((epoch << 40) ^ sample) * 8;
-    if (s->crop_pad > 0) {
-        int span = 2 * s->crop_pad + 1;
-        a->dx = (int)(unit(seed, base + 0) * (float)span) - s->crop_pad;
-        a->dy = (int)(unit(seed, base + 1) * (float)span) - s->crop_pad;
-        if (a->dx > s->crop_pad)
-            a->dx = s->crop_pad;
-        if (a->dy > s->crop_pad)
-            a->dy = s->crop_pad;
-    }
-    if (s->flip)
-        a->flip = unit(seed, base + 2) < 0.5f;
-    if (s->brightness > 0)
-        a->bright = (2.0f * unit(seed, base + 3) - 1.0f) * s->brightness;
-    if (s->contrast > 0)
-        a->contrast = 1.0f + (2.0f * unit(seed, base + 4) - 1.0f) * s->contrast;
+    const rt_augment g = rt_image_augment(s, epoch);
+    rt_aug_draws(&g, seed, sample, a);
 }
 
-/* Every step after the crop and flip is a per-channel function of the
- * 8-bit value (contrast around the channel mean, brightness, clip,
- * normalisation), so it is a 256-entry table per channel; a padded pixel
- * is value 0. */
+/* Without augmentation the input is a per-channel function of the 8-bit
+ * value: a 256-entry table per channel. */
 void rt_image_plain_lut(const rt_image_spec *s, float lut[3][256])
 {
     const float k = 1.0f / 255.0f;
@@ -413,59 +399,6 @@ void rt_image_to_input(const rt_image_spec *s, const uint8_t *px, float *x,
         rt_image_lut_apply(s, plain, px, x);
         return;
     }
-    const int H = s->h, W = s->w, C = s->c;
-    const float k = 1.0f / 255.0f;
-    float lut[3][256];
-    float cf = a ? a->contrast : 1.0f, br = a ? a->bright : 0.0f;
-    int dx = a ? a->dx : 0, dy = a ? a->dy : 0, flip = a ? a->flip : 0;
-    /* the crop's source window: output (y, x) reads (y + dy, x' + dx) */
-    int y0 = dy < 0 ? -dy : 0, y1 = H - (dy > 0 ? dy : 0);
-    int x0 = dx < 0 ? -dx : 0, x1 = W - (dx > 0 ? dx : 0);
-    double mean_img[3] = {0, 0, 0};
-    if (cf != 1.0f) {
-        /* each channel's mean over the cropped image, pads included */
-        uint64_t sum[3] = {0, 0, 0};
-        for (int y = y0; y < y1; y++) {
-            const uint8_t *row = px + (size_t)(y + dy) * W * C;
-            for (int xx = x0 + dx; xx < x1 + dx; xx++)
-                for (int ch = 0; ch < C; ch++)
-                    sum[ch] += row[(size_t)xx * C + ch];
-        }
-        for (int ch = 0; ch < C; ch++)
-            mean_img[ch] = (double)sum[ch] * k / ((double)H * W);
-    }
-    for (int ch = 0; ch < C; ch++) {
-        float inv = s->std[ch] != 0 ? 1.0f / s->std[ch] : 1.0f, m = (float)mean_img[ch];
-        for (int v = 0; v < 256; v++) {
-            float f = (float)v * k;
-            if (a) {
-                if (cf != 1.0f)
-                    f = (f - m) * cf + m;
-                f += br;
-                f = f < 0 ? 0 : f > 1 ? 1 : f;
-            }
-            lut[ch][v] = (f - s->mean[ch]) * inv;
-        }
-    }
-    for (int y = 0; y < H; y++) {
-        float *o = x + (size_t)y * W * C;
-        if (y < y0 || y >= y1) {
-            for (int i = 0; i < W * C; i++)
-                o[i] = lut[i % C][0];
-            continue;
-        }
-        const uint8_t *row = px + (size_t)(y + dy) * W * C;
-        for (int xx = 0; xx < W; xx++) {
-            int sx = (flip ? W - 1 - xx : xx) + dx;
-            float *op = o + (size_t)xx * C;
-            if (sx < 0 || sx >= W) {
-                for (int ch = 0; ch < C; ch++)
-                    op[ch] = lut[ch][0];
-            } else {
-                const uint8_t *p = row + (size_t)sx * C;
-                for (int ch = 0; ch < C; ch++)
-                    op[ch] = lut[ch][p[ch]];
-            }
-        }
-    }
+    const rt_augment g = rt_image_augment(s, 0);
+    rt_aug_apply(&g, a, px, x);
 }

@@ -29,6 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rt_engine.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -79,11 +81,9 @@ int rt_image_decode_for(const uint8_t *b, size_t n, rt_image_fmt fmt, int channe
 void rt_image_resize(const uint8_t *src, int sw, int sh, int c, uint8_t *dst,
                      int dw, int dh, rt_resize method);
 
-typedef struct rt_image_aug {
-    int dx, dy;                /* crop offset in [-crop_pad, crop_pad] */
-    int flip;
-    float bright, contrast;    /* delta, factor */
-} rt_image_aug;
+/* One sample's draws: the engine's (rt_engine.h), which the backends'
+ * batch gather applies to an in-memory set's images alike. */
+typedef rt_aug_draw rt_image_aug;
 
 void rt_image_aug_draw(const rt_image_spec *s, uint64_t seed, uint64_t epoch,
                        uint64_t sample, rt_image_aug *a);

@@ -108,6 +108,11 @@ int rt_view_epoch(rt_dataset *ds, const rt_plan *plan, int64_t global_step, rt_d
     const rt_train_config *cfg = rt_plan_config(plan);
     int64_t spe = (d->n + cfg->batch_size - 1) / cfg->batch_size;
     uint64_t epoch = (uint64_t)(global_step / (spe > 0 ? spe : 1));
-    d->x = rt_dataset_train_x(ds, cfg->seed, epoch, err, errlen);
-    return d->x ? 0 : RT_ENOMEM;
+    const rt_image_spec *m = &ds->img_spec;
+    d->aug = (rt_augment){.img = ds->img, .h = m->h, .w = m->w, .c = m->c, .off = ds->img_off,
+                          .crop_pad = m->crop_pad, .flip = m->flip, .brightness = m->brightness,
+                          .contrast = m->contrast, .epoch = epoch};
+    memcpy(d->aug.mean, m->mean, sizeof d->aug.mean);
+    memcpy(d->aug.std, m->std, sizeof d->aug.std);
+    return 0;
 }

@@ -11,8 +11,8 @@
  *     rt_view_make(ds, plan, 1, &use, &d, err, sizeof err);
  *     rt_view_epoch(ds, plan, global_step, &d, err, sizeof err); // per epoch
  *
- * Threads: the dataset's label conversion and augmented copy are cached
- * under its own lock (rt_data.h); these functions add none.
+ * Threads: the dataset's label conversion is cached under its own lock
+ * (rt_data.h); these functions add none.
  */
 #ifndef RTRAIN_VIEW_H
 #define RTRAIN_VIEW_H
@@ -47,10 +47,10 @@ const char *rt_view_layout_hint(int an, const int64_t *a, int bn, const int64_t 
 int rt_view_make(rt_dataset *ds, const rt_plan *plan, int need_labels, rt_stream_use *use,
                  rt_data *d, char *err, size_t errlen);
 
-/* A dataset with image augmentation: d->x becomes the augmented copy of
- * the epoch that global_step is in, keyed by the plan's seed, so a rerun
- * or a resumed run sees the same images. 0 (also without augmentation),
- * or RT_ENOMEM with a message. */
+/* A dataset with image augmentation: d->aug asks the training step's
+ * gather for the images of the epoch that global_step is in, drawn from
+ * the plan's seed, so a rerun or a resumed run sees the same images.
+ * Returns 0 (also without augmentation). */
 int rt_view_epoch(rt_dataset *ds, const rt_plan *plan, int64_t global_step, rt_data *d,
                   char *err, size_t errlen);
 

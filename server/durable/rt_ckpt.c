@@ -79,7 +79,7 @@ void rt_ckpt_apply_meta(rt_program *p, const rt_ckpt_view *v)
         memcpy(p->fit_ring, v->fit_epochs, sizeof *p->fit_ring * m->n_fit_epochs);
     p->ckpt_dirty = 0;
     /* pipelined calls (after_seq) up to the restored seq have completed */
-    p->pipe.done = m->last_seq;
+    p->pipe.done = p->pipe.seen = m->last_seq;
     p->pipe.failed = 0;
 }
 

@@ -432,6 +432,39 @@ const char *const *rt_engine_optimizer_names(void); /* NULL-terminated */
 #define RT_RNG_STREAM_AUGMENT 0x10000000ull
 uint64_t rt_rng_u64(uint64_t seed, uint64_t stream, uint64_t counter);
 
+/* Image augmentation of a training set's stored 8-bit images (rt_data.aug;
+ * server/data/rt_image.h reads the same for one image): a random crop of
+ * the image zero-padded by crop_pad pixels on each side, a horizontal flip
+ * with probability 1/2, a brightness delta uniform in [-brightness,
+ * brightness] and a contrast factor uniform in [1 - contrast, 1 +
+ * contrast] around each channel's mean, then (v / 255 - mean) / std per
+ * channel. The backend's batch gather applies it; the draws are the
+ * engine's (rt_aug_draw), pure functions of (seed, epoch, sample) on the
+ * RT_RNG_STREAM_AUGMENT stream, so every backend, replica and resumed run
+ * sees one process's images. */
+typedef struct rt_augment {
+    const uint8_t *img;        /* n images (h, w, c), row-major; NULL: none */
+    int h, w, c;               /* c: 1 or 3 */
+    int64_t off;               /* the image's first float in a row of x */
+    float mean[3], std[3];     /* std 0 is taken as 1 */
+    int crop_pad, flip;
+    float brightness, contrast;
+    uint64_t epoch;            /* the draws' epoch */
+} rt_augment;
+
+/* One sample's draws. */
+typedef struct rt_aug_draw {
+    int dx, dy;                /* crop offset in [-crop_pad, crop_pad] */
+    int flip;
+    float bright, contrast;    /* delta, factor */
+} rt_aug_draw;
+
+void rt_aug_draws(const rt_augment *a, uint64_t seed, uint64_t sample, rt_aug_draw *d);
+/* One stored (h, w, c) image px into h * w * c floats x with draws d, on
+ * the host: the CPU backend's gather and the data pipeline's streamed
+ * rows (rt_image_to_input) share it, so the two agree bit for bit. */
+void rt_aug_apply(const rt_augment *a, const rt_aug_draw *d, const uint8_t *px, float *x);
+
 /* ------------------------------------------------------------------- plan */
 
 typedef struct rt_plan rt_plan;
@@ -537,6 +570,11 @@ typedef struct rt_data {
     void *fill_ud;
     const void *fill_id;
     int fill_sw;
+    /* Image augmentation of a training step's rows (aug.img NULL: none;
+     * evaluation, prediction and fill ignore it): row r's floats from
+     * aug.off on become image r augmented with the draws of (the plan's
+     * seed, aug.epoch, r), by the backend's gather. */
+    rt_augment aug;
 } rt_data;
 
 typedef struct rt_metrics {
@@ -760,6 +798,13 @@ void rt_exec_set_torn(rt_exec *e);
  * training steps take it (perm: n indices), for server/dist's feeding of
  * replicas from rank 0's copy. */
 void rt_exec_epoch_order(const rt_exec *e, int64_t n, int64_t epoch, int64_t *perm);
+/* Rows idx[0..nb) (nb at most the batch size) of in-memory d as a training
+ * step reads them, augmented where d->aug asks, by the backend's gather,
+ * into host x (nb input rows) and y (nb label rows; NULL: none): rank 0's
+ * feed of an augmented set's rows to replicas (server/mpi). 0 or
+ * RT_EINVAL. */
+int rt_exec_rows(rt_exec *e, const rt_data *d, const int64_t *idx, int64_t nb, float *x,
+                 void *y);
 /* r NULL: a single process again. RT_EINVAL if size does not divide micro. */
 int rt_exec_set_replica(rt_exec *e, const rt_replica *r);
 /* For the gradient in buckets of bucket floats: ready[b] (n_ready >= the

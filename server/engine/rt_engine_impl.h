@@ -424,8 +424,10 @@ struct rt__kernel {
 
 /* The batch gather: rows idx[0..nb) of the host arrays x (in floats a row)
  * and y (ln 4-byte values a row; NULL: no labels), or rows start..start+nb
- * when idx is NULL, into the backend buffers xb and yb. Augmented data
- * sets reach it as the epoch's augmented host copy (rt_dataset_augment). */
+ * when idx is NULL, into the backend buffers xb and yb. With aug (not
+ * NULL) it also augments: batch row i's floats aug->off .. off + h w c
+ * become its source row's stored image (aug->img, host, 8-bit) with the
+ * engine's draws draw[i] (host), exactly as rt_aug_apply computes them. */
 typedef struct rt__gather_args {
     float *xb;
     void *yb;
@@ -433,6 +435,8 @@ typedef struct rt__gather_args {
     const void *y;
     const int64_t *idx;
     int64_t start, nb, in, ln;
+    const rt_augment *aug;
+    const rt_aug_draw *draw;
 } rt__gather_args;
 
 typedef struct rt__macc rt__macc;
@@ -507,6 +511,13 @@ typedef struct rt__backend {
                    float *g, float *s1, float *s2, int64_t count);
     /* dst[i] = src[i] * s (dst may be src): a replica's share of the batch */
     void (*scale)(void *ctx, float *dst, const float *src, int64_t count, float s);
+
+    /* ---- around each engine call (train, evaluate, predict, gradients),
+     * on the calling thread: enter sets the backend's mode and returns
+     * what leave restores (the CPU backend flushes denormals to zero).
+     * NULL: none. */
+    uint64_t (*enter)(void *ctx);
+    void (*leave)(void *ctx, uint64_t saved);
 } rt__backend;
 
 /* rt_backend.c: the registry. A program registers the backends it links

@@ -30,21 +30,6 @@
 
 #include "rt_engine_impl.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-/* Denormals flush to zero inside engine calls, as TensorFlow does on CPUs:
- * Adam's second moments of vanishing gradients otherwise turn denormal and
- * every operation on them costs ~100 cycles (W-A ran 5x slower). The
- * caller's mode is restored on return. */
-#define RT__FTZ_BEGIN                                                         \
-    const unsigned rt__csr = _mm_getcsr();                                    \
-    _mm_setcsr(rt__csr | 0x8040u)
-#define RT__FTZ_END _mm_setcsr(rt__csr)
-#else
-#define RT__FTZ_BEGIN do { } while (0)
-#define RT__FTZ_END do { } while (0)
-#endif
-
 struct rt_exec {
     rt_plan *p;
     const rt__backend *be;     /* the plan's */
@@ -86,6 +71,7 @@ struct rt_exec {
      * once at its start, so a change applies at the next step boundary. */
     float lr_set;
     float *swb;                /* the batch's sample weights (batch_size floats) */
+    rt_aug_draw *augd;         /* the batch's augmentation draws (batch_size) */
     const float *checked_sw;   /* sample weights already checked, as checked_y */
     int64_t checked_sw_n;
     rt__macc ep_macc;          /* the epoch's metrics beyond loss and accuracy */
@@ -112,6 +98,12 @@ static int rt__check_sw(rt_exec *e, const rt_data *d);
 static void rt__gather_sw(rt_exec *e, const float *sw, const int64_t *idx, int64_t start,
                           int64_t nb);
 
+/* d's augmentation for a training step's gather, or NULL */
+static const rt_augment *rt__aug(const rt_data *d)
+{
+    return d->aug.img && !d->fill ? &d->aug : NULL;
+}
+
 /* The host address of backend memory p, or NULL (no host view). */
 static void *rt__hv(const rt_exec *e, const void *p)
 {
@@ -124,6 +116,17 @@ static void rt__up(const rt_exec *e, void *dst, const void *src, size_t n)
 static void rt__down(const rt_exec *e, void *dst, const void *src, size_t n)
 {
     e->be->download(e->be->context, dst, src, n);
+}
+
+/* Around each engine call, on the calling thread: the backend's mode for
+ * it (the CPU backend flushes denormals to zero), restored on return. */
+static uint64_t rt__enter(const rt_exec *e)
+{
+    return e && e->be->enter ? e->be->enter(e->be->context) : 0;
+}
+static void rt__leave(const rt_exec *e, uint64_t saved)
+{
+    if (e && e->be->leave) e->be->leave(e->be->context, saved);
 }
 
 static uint64_t rt__now(void)
@@ -336,8 +339,9 @@ int rt_exec_create(rt_plan *p, rt_exec **out)
     int nc = p->n_fwd + p->n_bwd;
     e->k = calloc((size_t)(nc ? nc : 1), sizeof *e->k);
     e->swb = malloc(sizeof(float) * (size_t)p->cfg.batch_size);
+    e->augd = malloc(sizeof *e->augd * (size_t)p->cfg.batch_size);
     if (!e->block || !e->arena || !e->gemm_scratch || !e->loss_scratch || !e->k || !e->swb ||
-        (p->loss.n_heads && !e->step_h)) {
+        !e->augd || (p->loss.n_heads && !e->step_h)) {
         rt_exec_destroy(e);
         return RT_ENOMEM;
     }
@@ -416,6 +420,7 @@ void rt_exec_destroy(rt_exec *e)
     free(e->k);
     free(e->step_h);
     free(e->swb);
+    free(e->augd);
     free(e->perm);
     rt_plan_release(e->p);
     free(e);
@@ -487,6 +492,19 @@ static int rt__has_sw(const rt_data *d)
     return d->sw != NULL || (d->fill && d->fill_sw);
 }
 
+/* d's augmented images lie inside each row */
+static int rt__check_aug(rt_exec *e, const rt_data *d)
+{
+    const rt_augment *a = rt__aug(d);
+    if (a && (a->h < 1 || a->w < 1 || (a->c != 1 && a->c != 3) || a->crop_pad < 0 ||
+              a->crop_pad > a->h || a->crop_pad > a->w || a->off < 0 ||
+              a->off > e->p->in_numel - (int64_t)a->h * a->w * a->c))
+        return rt__eerr(e, RT_EINVAL, "augmented %dx%dx%d images (crop %d) at float %lld do "
+                        "not fit the input's %lld floats", a->h, a->w, a->c, a->crop_pad,
+                        (long long)a->off, (long long)e->p->in_numel);
+    return 0;
+}
+
 int rt_exec_check_data(rt_exec *e, const rt_data *d)
 {
     if (!e) return RT_EINVAL;
@@ -496,6 +514,7 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
     if (rc < 0) return rc;
     if (!d->y && !d->fill) return rt__eerr(e, RT_EDATA, "no labels");
     if ((rc = rt__check_sw(e, d)) < 0) return rc;
+    if ((rc = rt__check_aug(e, d)) < 0) return rc;
     const rt__lossinfo *L = &e->p->loss;
     if (d->y_dtype != L->lab_dt)
         return rt__eerr(e, RT_EDTYPE, "labels are %s, the program expects %s",
@@ -573,14 +592,34 @@ static void rt__gen_perm(rt_exec *e)
 }
 
 /* rows idx[0..nb) (or start..start+nb when idx is NULL) of host x and y
- * into the arena, by the backend */
-static void rt__gather(rt_exec *e, const float *x, const void *y,
+ * into the arena, by the backend; with aug (not NULL) the rows' images
+ * augmented, with the draws made here (one process's, whatever the
+ * backend or the replica) */
+static void rt__gather(rt_exec *e, const float *x, const void *y, const rt_augment *aug,
                        const int64_t *idx, int64_t start, int64_t nb)
 {
+    if (aug)
+        for (int64_t i = 0; i < nb; i++)
+            rt_aug_draws(aug, e->p->cfg.seed, (uint64_t)(idx ? idx[i] : start + i), &e->augd[i]);
     const rt__gather_args g = {.xb = e->xb, .yb = e->lb, .x = x, .y = y, .idx = idx,
                                .start = start, .nb = nb, .in = e->p->in_numel,
-                               .ln = e->p->loss.lab_numel};
+                               .ln = e->p->loss.lab_numel, .aug = aug,
+                               .draw = aug ? e->augd : NULL};
     e->be->gather(e->be->context, &g);
+}
+
+int rt_exec_rows(rt_exec *e, const rt_data *d, const int64_t *idx, int64_t nb, float *x,
+                 void *y)
+{
+    if (!e || !d || !d->x || !idx || !x || nb < 0 || nb > e->p->cfg.batch_size)
+        return RT_EINVAL;
+    int rc = rt__check_aug(e, d);
+    if (rc < 0) return rc;
+    if (!d->y) y = NULL;
+    rt__gather(e, d->x, y ? d->y : NULL, rt__aug(d), idx, 0, nb);
+    rt__down(e, x, e->xb, sizeof(float) * (size_t)(nb * e->p->in_numel));
+    if (y) rt__down(e, y, e->lb, 4 * (size_t)(nb * e->p->loss.lab_numel));
+    return 0;
 }
 
 /* d->fill's batch of nb rows: written on the host (xb_h, lb_h), uploaded
@@ -792,13 +831,13 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
         double l = 0, a = 0;
         if (nl > 0) {
             if (d->fill) {
-                rt__gather(e, e->rep_x, e->rep_y, NULL, lo, nl);
+                rt__gather(e, e->rep_x, e->rep_y, NULL, NULL, lo, nl);
                 if (sw) rt__gather_sw(e, e->rep_w, NULL, lo, nl);
                 /* rank 0 checked the whole batch before scattering it */
                 int irc = rt__scan_indices(e, e->rep_x + lo * p->in_numel, nl, 1);
                 if (irc < 0) return irc;
             } else {
-                rt__gather(e, d->x, d->y, e->perm + start + lo, 0, nl);
+                rt__gather(e, d->x, d->y, rt__aug(d), e->perm + start + lo, 0, nl);
                 if (sw) rt__gather_sw(e, d->sw, e->perm + start + lo, 0, nl);
             }
             if (sync_bn) {
@@ -1037,7 +1076,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
                     return rc;
             } else {
                 if (e->perm_epoch != e->epoch) rt__gen_perm(e);
-                rt__gather(e, d->x, d->y, e->perm + start, 0, nb);
+                rt__gather(e, d->x, d->y, rt__aug(d), e->perm + start, 0, nb);
                 if (d->sw) rt__gather_sw(e, d->sw, e->perm + start, 0, nb);
             }
             rt__forward(e, nb, 1, 1);
@@ -1154,7 +1193,7 @@ static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
             if ((rc = rt__fill(e, d, RT_EPOCH_EVAL, start / B, nb, d->sw ? e->swb : NULL)) < 0)
                 return rc;
         } else {
-            rt__gather(e, d->x, d->y, NULL, start, nb);
+            rt__gather(e, d->x, d->y, NULL, NULL, start, nb);
             if (d->sw) rt__gather_sw(e, d->sw, NULL, start, nb);
         }
         rt__forward(e, nb, 0, 0);
@@ -1188,7 +1227,7 @@ static int rt__exec_predict(rt_exec *e, const float *x, int64_t n, float *out)
     const int64_t B = e->p->cfg.batch_size, on = e->p->loss.out_numel;
     for (int64_t start = 0; start < n; start += B) {
         const int64_t nb = n - start < B ? n - start : B;
-        rt__gather(e, x, NULL, NULL, start, nb);
+        rt__gather(e, x, NULL, NULL, NULL, start, nb);
         rt__forward(e, nb, 0, 0);
         rt__down(e, out + start * on, e->out, sizeof(float) * (size_t)(nb * on));
     }
@@ -1206,7 +1245,7 @@ static int rt__exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n, doubl
     if (d->fill) {
         if ((rc = rt__fill(e, d, RT_EPOCH_EVAL, 0, n, d->sw ? e->swb : NULL)) < 0) return rc;
     } else {
-        rt__gather(e, d->x, d->y, NULL, 0, n);
+        rt__gather(e, d->x, d->y, NULL, NULL, 0, n);
         if (d->sw) rt__gather_sw(e, d->sw, NULL, 0, n);
     }
     rt__forward(e, n, 1, 0);
@@ -1224,33 +1263,33 @@ int rt_exec_train(rt_exec *e, const rt_data *d, int64_t steps,
                   rt_train_result *res, rt_step_cb cb, void *ud,
                   float *step_losses)
 {
-    RT__FTZ_BEGIN;
+    const uint64_t st = rt__enter(e);
     int rc = rt__exec_train(e, d, steps, res, cb, ud, step_losses);
-    RT__FTZ_END;
+    rt__leave(e, st);
     return rc;
 }
 
 int rt_exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
 {
-    RT__FTZ_BEGIN;
+    const uint64_t st = rt__enter(e);
     int rc = rt__exec_evaluate(e, d, out);
-    RT__FTZ_END;
+    rt__leave(e, st);
     return rc;
 }
 
 int rt_exec_predict(rt_exec *e, const float *x, int64_t n, float *out)
 {
-    RT__FTZ_BEGIN;
+    const uint64_t st = rt__enter(e);
     int rc = rt__exec_predict(e, x, n, out);
-    RT__FTZ_END;
+    rt__leave(e, st);
     return rc;
 }
 
 int rt_exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n, double *loss)
 {
-    RT__FTZ_BEGIN;
+    const uint64_t st = rt__enter(e);
     int rc = rt__exec_compute_grads(e, d, n, loss);
-    RT__FTZ_END;
+    rt__leave(e, st);
     return rc;
 }
 

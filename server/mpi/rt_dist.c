@@ -1745,6 +1745,16 @@ static int memfill_rows(void *ud, int64_t epoch, int64_t pos, int64_t nb, float 
                  (long long)pos, (long long)nb, (long long)m->d->n);
         return RT_EINTERNAL;
     }
+    if (m->d->aug.img) {
+        /* augmented by rank 0's backend, with one process's draws */
+        int rc = rt_exec_rows(m->e, m->d, idx, nb, x, m->d->y ? y : NULL);
+        if (rc < 0) {
+            snprintf(err, errlen, "%s", rt_exec_errmsg(m->e));
+            return rc;
+        }
+        for (int64_t i = 0; w && m->d->sw && i < nb; i++) w[i] = m->d->sw[idx[i]];
+        return 0;
+    }
     for (int64_t i = 0; i < nb; i++) {
         const int64_t r = idx[i];
         memcpy(x + i * m->in, m->d->x + r * m->in, sizeof(float) * (size_t)m->in);
@@ -1826,8 +1836,11 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
     int ind = rt_plan_input_shape(rt_exec_plan(e), in_dims);
     for (int k = 0; k < ind; k++) in *= in_dims[k];
     const int64_t yb = y_bytes(d, e);
-    /* an in-memory set that stays on rank 0 goes as a streamed one */
-    const int kept = !d->fill && data_stays(4 * d->n * in + yb + (d->sw ? 4 * d->n : 0));
+    /* an in-memory set that stays on rank 0 goes as a streamed one; so
+     * does an augmented one (its images stay on rank 0, whose gather
+     * augments each batch's rows) */
+    const int kept = !d->fill && (d->aug.img != NULL ||
+                                  data_stays(4 * d->n * in + yb + (d->sw ? 4 * d->n : 0)));
     const int streamed = d->fill != NULL || kept;
     rt_data fd = *d; /* a streamed set's batches go through feed_root */
     if (kept) {

@@ -83,7 +83,9 @@ void rt_dist_finalize(void);
 int rt_dist_program(rt_exec *e, const uint8_t *compile_req, size_t len, char *err,
                     size_t errlen);
 /* rt_exec_train on every replica. key: the data set's content key (rank 0
- * sends the data once per key and conversion). */
+ * sends the data once per key and conversion). A streamed set, a large
+ * one and an augmented one (d->aug) stay on rank 0, which fills each
+ * batch (augmented by its backend's gather) and scatters the rows. */
 int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t steps,
                   rt_train_result *res, rt_step_cb cb, void *ud, float *step_losses,
                   char *err, size_t errlen);

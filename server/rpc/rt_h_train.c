@@ -424,7 +424,7 @@ static int fit_run(rt_call *c, uint64_t gen)
         f.mark = rt_now_ns();
         rt_train_result res;
         char derr[256] = "";
-        if ((rc = rt_dist_train(rt_program_exec(p), &d, d.x == c->ds->x ? c->ds->key : NULL,
+        if ((rc = rt_dist_train(rt_program_exec(p), &d, c->ds->key,
                                 spe - from, &res, fit_step_cb, &f, NULL, derr, sizeof derr)) < 0)
             return rt_call_fail(c, rc, "%s", derr);
         rt_program_epoch_clock_pause(p, f.mark);

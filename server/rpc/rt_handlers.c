@@ -121,7 +121,7 @@ int rt_h_apply_lr(rt_call *c, float lr)
     return rc < 0 ? rt_h_engine_fail(c, rc) : 0;
 }
 
-/* A dataset with image augmentation: the epoch's augmented copy. */
+/* A dataset with image augmentation: the epoch's draws (rt_view_epoch). */
 int rt_h_train_x(rt_call *c, rt_data *d)
 {
     char err[200];

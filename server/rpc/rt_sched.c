@@ -503,7 +503,8 @@ rt_call *rt__pipe_complete(rt_call *c)
             *pp = h->held_next;
             h->held = 0;
             h->held_next = NULL;
-            pipe_verdict_locked(h);
+            if (pipe_verdict_locked(h) == 0 && h->seq > p->seen)
+                p->seen = h->seq; /* it runs next */
             *tail = h;
             tail = &h->held_next;
         } else {
@@ -519,12 +520,14 @@ rt_call *rt__pipe_complete(rt_call *c)
 static int pipe_hold(rt_call *c)
 {
     rt_srv *s = c->srv;
-    const rt_program_pipe *p = rt_program_pipe_marks(c->prog);
+    rt_program_pipe *p = rt_program_pipe_marks(c->prog);
     int posted = c->close_posted || c->m->kind != RT_UNARY;
     for (;;) {
         pthread_mutex_lock(&s->pipe_mu);
         if (p->done >= c->after_seq) {
             int rc = pipe_verdict_locked(c);
+            if (rc == 0 && c->seq > p->seen)
+                p->seen = c->seq; /* it runs now */
             pthread_mutex_unlock(&s->pipe_mu);
             if (rc < 0) {
                 rt__finish(c);
@@ -583,7 +586,20 @@ int rt__pipe_held_count(rt_srv *s)
     return n;
 }
 
-/* Held calls past --pipeline-hold-ms (their predecessor never came) or
+/* Whether h's predecessor came: it runs (or ran), or is held itself. A
+ * predecessor's steps may take any time; --pipeline-hold-ms is for one
+ * that never comes. pipe_mu held. */
+static int pipe_came_locked(const rt_srv *s, const rt_call *h)
+{
+    if (rt_program_pipe_marks(h->prog)->seen >= h->after_seq)
+        return 1;
+    for (const rt_call *o = s->held; o; o = o->held_next)
+        if (o->prog == h->prog && o->seq == h->after_seq)
+            return 1;
+    return 0;
+}
+
+/* Held calls past --pipeline-hold-ms whose predecessor never came, or
  * whose client went away. */
 static int pipe_expire(rt_srv *s, uint64_t now)
 {
@@ -594,7 +610,7 @@ static int pipe_expire(rt_srv *s, uint64_t now)
     for (rt_call **pp = &s->held; *pp;) {
         rt_call *h = *pp;
         int cancelled = rt_call_is_cancelled(h);
-        if (cancelled || now - h->held_ns > lim) {
+        if (cancelled || (now - h->held_ns > lim && !pipe_came_locked(s, h))) {
             *pp = h->held_next;
             h->held = 0;
             h->held_next = NULL;

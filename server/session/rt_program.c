@@ -228,6 +228,6 @@ void rt_program_forget_client(rt_program *p)
 {
     memset(&p->fit, 0, sizeof p->fit);
     p->last_seq = 0;
-    p->pipe.done = 0;
+    p->pipe.done = p->pipe.seen = 0;
     memset(p->ring, 0, sizeof p->ring);
 }

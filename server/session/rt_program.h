@@ -76,10 +76,13 @@ typedef struct rt_fit_rec {
 typedef struct rt_program rt_program;
 
 /* Pipelined RunSteps (after_seq): the highest seq whose call completed,
- * and the highest that failed. The transport's, under its pipe lock. */
+ * the highest that failed, and the highest that was let run (a held
+ * call's predecessor that runs may take any time: --pipeline-hold-ms is
+ * for one that never comes). The transport's, under its pipe lock. */
 typedef struct rt_program_pipe {
     uint64_t done;
     uint64_t failed;
+    uint64_t seen;
 } rt_program_pipe;
 
 /* ------------------------------------------------------------ [any] */

@@ -209,7 +209,7 @@ int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in
         }
         cb.mark = rt_now_ns();
         char derr[256] = "";
-        rc = trainer(e, &d, d.x == ctx->ds->x ? ctx->ds->key : NULL, left, &part, run_step_cb,
+        rc = trainer(e, &d, ctx->ds->key, left, &part, run_step_cb,
                      &cb, losses ? losses + done : NULL, derr, sizeof derr);
         if (rc < 0) {
             rt_program_run_end(p);

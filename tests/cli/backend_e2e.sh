@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The backend a daemon runs on (docs/backends.md): rtraind --backend NAME
 # picks it, an unknown name is refused at start, and the one in use shows
-# in `rtrain info`, in Prometheus (rtrain_backend_info) and in the log; a
-# model trains on each built backend to the same accuracy.
+# in `rtrain info`, in Prometheus (rtrain_backend_info), in the log and in
+# the compile report the fit prints; a model trains on each built backend
+# to the same accuracy.
 #   usage: backend_e2e.sh RTRAIND RTRAIN SOURCE_DIR
 set -uo pipefail
 rtraind=$1 rtrain=$2 src=$3
@@ -20,6 +21,7 @@ for be in ${built//,/ }; do
   expect_rc 0 "info ($be)" -- "$rtrain" info --server "$addr"
   if [ "$be" = cpu ]; then want="(cpu, cpu+onednn-"; else want="(cpu, $be)"; fi
   has "$tmp/out" "$want" "info shows backend $be"
+  has "$tmp/out" "^backend  *$be" "info's backend line names $be"
   murl=$(sed -n 's/^rtraind metrics on \(http:[^ ]*\)$/\1/p' "$tmp/d-$be.log" | head -n 1)
   curl -s "$murl" >"$tmp/metrics" && has "$tmp/metrics" "rtrain_backend_info{backend=\"$be\"," \
     "Prometheus shows backend $be"
@@ -28,6 +30,7 @@ for be in ${built//,/ }; do
     --data "$ex/train_shuffled.csv" --val "$ex/val_shuffled.csv" \
     --loss sparse_categorical_crossentropy --optimizer adam --lr 0.02 --batch-size 20 \
     --epochs 30 --seed 1 --no-progress
+  has "$tmp/err" "^program: .*, backend $be" "the fit's compile report names backend $be"
   acc=$(sed -n 's/^final:.* val_accuracy \([0-9.]*\).*/\1/p' "$tmp/out")
   ge "$acc" 0.9 && ok "$be: val_accuracy $acc >= 0.9" || bad "$be: val_accuracy '$acc' < 0.9"
   accs+=("$acc")

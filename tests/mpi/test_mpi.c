@@ -506,6 +506,29 @@ static void test_sync_bn(dmn *ref, dmn *m, int n)
     CHECK(steps(ref, pr, 20, a, &r) == 0, "ref steps: %s", r.details);
     itest_res_free(&r);
     double worst[4] = {0, 0, 0, 0};
+#ifdef RT_TEST_REF_ONLY
+    /* ref has no synchronised BatchNorm: refused with a message naming the
+     * backend (docs/backends.md); BatchNorm per replica runs */
+    for (int k = 0; k < 4; k++) {
+        if (k == 2) continue;
+        CHECK(steps(m, pm[k], 20, b[k], &r) != 0 && strstr(r.details, "backend ref") &&
+                  strstr(r.details, "synchronised BatchNorm"),
+              "n=%d: synchronised BatchNorm on ref: %d %s", n, r.status, r.details);
+        itest_res_free(&r);
+    }
+    CHECK(steps(m, pm[2], 20, b[2], &r) == 0, "n=%d steps: %s", n, r.details);
+    itest_res_free(&r);
+    for (int i = 0; i < 20; i++) {
+        double rel = fabs((double)a[i] - b[2][i]) / fabs((double)a[i]);
+        if (rel > worst[2]) worst[2] = rel;
+    }
+    printf("sync BatchNorm n=%d on ref: refused (no synchronised BatchNorm); per replica %.3g\n",
+           n, worst[2]);
+    CHECK(worst[2] > 1e-4, "n=%d: per-replica BatchNorm matches the global batch (%.3g)", n,
+          worst[2]);
+    CHECK(a[19] < a[0], "the reference did not train (%g -> %g)", a[0], a[19]);
+    return;
+#endif
     for (int k = 0; k < 4; k++) {
         CHECK(steps(m, pm[k], 20, b[k], &r) == 0, "n=%d steps: %s", n, r.details);
         itest_res_free(&r);
@@ -546,6 +569,13 @@ static char *digits_csv(const float *x, const int32_t *y, int64_t n, size_t *len
  * 0.95 over N replicas as in one process (tests/conv/test_conv_digits.c). */
 static void test_wd(dmn *m, int n)
 {
+#ifdef RT_TEST_REF_ONLY
+    /* 450 conv steps in one call: minutes in ref's plain loops, past the
+     * call's deadline; conv_digits trains W-D on ref in one process and
+     * test_equivalence checks the replicas' arithmetic on ref */
+    printf("W-D n=%d: not run on the ref backend (minutes of plain loops)\n", n);
+    return;
+#endif
     rt_conv_digits dg;
     if (rt_conv_load_digits(digits_path, &dg) < 0) {
         CHECK(0, "cannot read %s", digits_path);
@@ -718,6 +748,11 @@ static void test_overlap(int n)
     size_t len[2][NP] = {{0}};
     float loss[2][NP][2 * S];
     memset(loss, 0, sizeof loss);
+#ifdef RT_TEST_REF_ONLY
+    const int np = NP - 1; /* ref refuses synchronised BatchNorm (test_sync_bn) */
+#else
+    const int np = NP;
+#endif
     for (int v = 0; v < 2; v++) {
         dmn m;
         if (start(&m, n, v ? off : on) < 0) {
@@ -726,8 +761,8 @@ static void test_overlap(int n)
         }
         char pid[NP][64];
         if (compile_deep(&m, pid[0]) == 0 && compile(&m, 16, pid[1]) == 0 &&
-            compile_bn(&m, 1, 0, pid[2]) == 0) {
-            for (int k = 0; k < NP; k++) {
+            (np < NP || compile_bn(&m, 1, 0, pid[2]) == 0)) {
+            for (int k = 0; k < np; k++) {
                 itest_res r;
                 for (int c = 0; c < 2; c++) {
                     CHECK(steps(&m, pid[k], S, loss[v][k] + c * S, &r) == 0,
@@ -741,7 +776,7 @@ static void test_overlap(int n)
         stop(&m, n);
     }
     static const char *names[NP] = {"deep MLP", "iris MLP", "sync BatchNorm"};
-    for (int k = 0; k < NP; k++) {
+    for (int k = 0; k < np; k++) {
         const int same = w[0][k] && w[1][k] && len[0][k] == len[1][k] &&
                          !memcmp(w[0][k], w[1][k], len[0][k]);
         CHECK(same, "n=%d %s: weights with overlap differ from without", n, names[k]);

@@ -33,9 +33,18 @@ done
 [ "$(dpkg-deb -f "$d" Package)" = rtraind ] && [ "$(dpkg-deb -f "$c" Package)" = rtrain ] \
   && ok "package names" || bad "package names"
 dep=$(dpkg-deb -f "$d" Depends)
-for p in passwd libgrpc29 libdnnl2 libprotobuf-c1 libuv1; do
+for p in passwd libgrpc29 libprotobuf-c1 libuv1; do
   grep -qE "(^|, )$p( |,|$)" <<<"$dep" && ok "rtraind depends on $p" || bad "rtraind Depends: $dep"
 done
+# oneDNN only with the native CPU backend: a -DRT_NATIVE=OFF daemon runs on
+# the portable ref backend (docs/backends.md) and needs none
+if grep -q '^RT_NATIVE:BOOL=ON$' "$build/CMakeCache.txt"; then
+  grep -qE "(^|, )libdnnl2( |,|$)" <<<"$dep" && ok "rtraind depends on libdnnl2" \
+    || bad "rtraind Depends: $dep"
+else
+  grep -q libdnnl <<<"$dep" && bad "a ref-only rtraind depends on oneDNN: $dep" \
+    || ok "a ref-only rtraind does not depend on oneDNN"
+fi
 cdep=$(dpkg-deb -f "$c" Depends)
 for p in libgrpc29 libprotobuf-c1; do
   grep -qE "(^|, )$p( |,|$)" <<<"$cdep" && ok "rtrain depends on $p" || bad "rtrain Depends: $cdep"

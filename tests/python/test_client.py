@@ -657,6 +657,10 @@ def test_timings_of_every_call(client, iris):
     assert names == ["validate", "infer_shapes", "fuse", "backward", "choose_kernels",
                      "plan_memory", "report"]
     assert 0 < sum(ns for _, ns in model.report["passes"]) <= model.report["compile_ns"]
+    # the backend the program runs on: the daemon's (its description
+    # starts with the name, "cpu+onednn-3.0")
+    be = model.report["backend"]
+    assert be and client.info()["device"]["backend"].startswith(be)
 
 
 # ------------------------------------------------------------ model specs

@@ -1335,7 +1335,7 @@ static PyObject *rt_py__report(const rt_client_compile_result *r)
         PyList_SET_ITEM(passes, (Py_ssize_t)i, p);
     }
     return Py_BuildValue(
-        "{s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:I,s:N,s:N,s:N,s:N,s:s}", "program_id",
+        "{s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:I,s:N,s:N,s:N,s:N,s:s,s:s}", "program_id",
         r->program_id, "param_count", (unsigned long long)r->param_count,
         "trainable_param_count", (unsigned long long)r->trainable_param_count,
         "flops_per_step", (unsigned long long)r->flops_per_step, "arena_bytes",
@@ -1345,7 +1345,8 @@ static PyObject *rt_py__report(const rt_client_compile_result *r)
         r->cache_hit ? Py_True : Py_False, "kernels", (unsigned)r->kernels,
         "input_shape", rt_py__shape_tuple(r->input_ndim, r->input_shape),
         "output_shape", rt_py__shape_tuple(r->output_ndim, r->output_shape),
-        "params", params, "passes", passes, "data_layout", r->data_layout);
+        "params", params, "passes", passes, "data_layout", r->data_layout, "backend",
+        r->backend);
 }
 
 /* _compile(model, options, onnx_output=None) -> Program; model: Keras

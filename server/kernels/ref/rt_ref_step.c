@@ -11,6 +11,42 @@
 
 #define RT_REF_EPS 1e-7
 
+/* Stored image px (H, W, C) with draws d into x, pixel by pixel from the
+ * definition (rt_engine.h): output (y, x) reads the source pixel (y + dy,
+ * x' + dx), x' = W - 1 - x when flipped, 0 outside the image; each
+ * channel's contrast pivots on its mean over that cropped image, pads
+ * included. The float operations are rt_aug_apply's, in its order, so the
+ * two agree bit for bit. */
+static void rt_ref_augment(const rt_augment *a, const rt_aug_draw *d, const uint8_t *px,
+                           float *x)
+{
+    const int H = a->h, W = a->w, C = a->c;
+    const float k = 1.0f / 255.0f;
+    for (int ch = 0; ch < C; ch++) {
+        uint64_t sum = 0;
+        for (int y = 0; y < H; y++)
+            for (int xx = 0; xx < W; xx++) {
+                const int sy = y + d->dy, sx = xx + d->dx;
+                if (sy >= 0 && sy < H && sx >= 0 && sx < W)
+                    sum += px[((size_t)sy * W + (size_t)sx) * C + (size_t)ch];
+            }
+        const float m = (float)((double)sum * k / ((double)H * W));
+        const float inv = a->std[ch] != 0 ? 1.0f / a->std[ch] : 1.0f;
+        for (int y = 0; y < H; y++)
+            for (int xx = 0; xx < W; xx++) {
+                const int sy = y + d->dy, sx = (d->flip ? W - 1 - xx : xx) + d->dx;
+                const int v = sy >= 0 && sy < H && sx >= 0 && sx < W
+                                  ? px[((size_t)sy * W + (size_t)sx) * C + (size_t)ch]
+                                  : 0;
+                float f = (float)v * k;
+                if (d->contrast != 1.0f) f = (f - m) * d->contrast + m;
+                f += d->bright;
+                f = f < 0 ? 0 : f > 1 ? 1 : f;
+                x[((size_t)y * W + (size_t)xx) * C + (size_t)ch] = (f - a->mean[ch]) * inv;
+            }
+    }
+}
+
 void rt_ref_gather(void *ctx, const rt__gather_args *g)
 {
     (void)ctx;
@@ -20,6 +56,11 @@ void rt_ref_gather(void *ctx, const rt__gather_args *g)
         if (g->y)
             memcpy((char *)g->yb + i * g->ln * 4, (const char *)g->y + r * g->ln * 4,
                    (size_t)(g->ln * 4));
+        if (g->aug) {
+            const rt_augment *a = g->aug;
+            const int64_t ib = (int64_t)a->h * a->w * a->c;
+            rt_ref_augment(a, &g->draw[i], a->img + r * ib, g->xb + i * g->in + a->off);
+        }
     }
 }
 
