@@ -1354,6 +1354,20 @@ static void drop_prog(prog_ent *p)
     *p = G.progs[--G.n_progs];
 }
 
+/* an id onto a list for the next command (under tab_mu; out of memory:
+ * dropped, the worker keeps what it names until the job ends) */
+static void id_push(uint64_t **v, int *n, int *cap, uint64_t id)
+{
+    if (*n == *cap) {
+        int c = *cap ? 2 * *cap : 16;
+        uint64_t *p = realloc(*v, sizeof *p * (size_t)c);
+        if (!p) return;
+        *v = p;
+        *cap = c;
+    }
+    (*v)[(*n)++] = id;
+}
+
 /* rank 0: an exec being destroyed; its replicas go with the next command */
 static void on_destroy(void *ctx, rt_exec *e)
 {
@@ -1366,15 +1380,7 @@ static void on_destroy(void *ctx, rt_exec *e)
         pthread_mutex_unlock(&G.tab_mu);
         return;
     }
-    if (G.n_frees == G.cap_frees) {
-        int cap = G.cap_frees ? 2 * G.cap_frees : 16;
-        uint64_t *f = realloc(G.frees, sizeof *f * (size_t)cap);
-        if (f) {
-            G.frees = f;
-            G.cap_frees = cap;
-        }
-    }
-    if (G.n_frees < G.cap_frees) G.frees[G.n_frees++] = id;
+    id_push(&G.frees, &G.n_frees, &G.cap_frees, id);
     pthread_mutex_unlock(&G.tab_mu);
 }
 
@@ -1930,15 +1936,7 @@ static void held_release(rt_held *pub)
     held_ent *h = (held_ent *)pub;
     pthread_mutex_lock(&G.tab_mu);
     held_unlink(h);
-    if (H.n_drop == H.cap_drop) {
-        int cap = H.cap_drop ? 2 * H.cap_drop : 16;
-        uint64_t *d = realloc(H.drop, sizeof *d * (size_t)cap);
-        if (d) {
-            H.drop = d;
-            H.cap_drop = cap;
-        }
-    }
-    if (H.n_drop < H.cap_drop) H.drop[H.n_drop++] = h->id;
+    id_push(&H.drop, &H.n_drop, &H.cap_drop, h->id);
     pthread_mutex_unlock(&G.tab_mu);
     held_free(h);
 }
