@@ -16,6 +16,7 @@
 
 #include <uv.h>
 
+#include "rt_data.h"
 #include "rt_engine.h"
 #include "rt_log.h"
 #include "rt_metrics.h"
@@ -256,6 +257,7 @@ int rt_daemon_run(const rt_daemon_opts *o)
         return rt_dist_worker();
     /* MPI plugs into the training use cases from here, not below them */
     rt_train_set_trainer(rt_dist_train);
+    rt_data_set_holder(rt_dist_hold); /* --shard-data: rows spread at upload */
     rc = rt_srv_create(&o->srv, &d.srv, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, "rtraind: %s\n", err[0] ? err : rt_strerror(rc));

@@ -1463,10 +1463,38 @@ void rt_dataset_retain(rt_dataset *ds)
     __atomic_add_fetch(&ds->refs, 1, __ATOMIC_RELAXED);
 }
 
+static rt_data_holder data_holder;
+
+void rt_data_set_holder(rt_data_holder h) { data_holder = h; }
+
+int rt_data_hold(rt_dataset *ds, char *err, size_t errlen)
+{
+    /* in memory and without augmentation (which reads every row's image) */
+    if (!data_holder || !ds->x || ds->stream || ds->img)
+        return 0;
+    rt_held *h = NULL;
+    int rc = data_holder(ds->x, ds->n, rt_data_numel(ds->x_ndim, ds->x_dims),
+                         (int64_t)ds->bytes, &h, err, errlen);
+    if (rc < 0 || !h)
+        return rc;
+    /* rank 0's block is the holder's copy now */
+    if (ds->x_owner && ds->x_free)
+        ds->x_free(ds->x_owner);
+    else
+        free(ds->x_owner ? ds->x_owner : (void *)ds->x);
+    ds->x_owner = NULL;
+    ds->x_free = NULL;
+    ds->x = NULL;
+    ds->held = h;
+    return 1;
+}
+
 void rt_dataset_release(rt_dataset *ds)
 {
     if (!ds || __atomic_sub_fetch(&ds->refs, 1, __ATOMIC_ACQ_REL) != 0)
         return;
+    if (ds->held)
+        ds->held->release(ds->held);
     if (ds->x_owner && ds->x_free)
         ds->x_free(ds->x_owner);
     else

@@ -109,6 +109,9 @@ typedef struct rt_dataset {
     int64_t img_off;           /* the image's first float in a sample of x */
     struct rt_stream *stream;  /* streamed (rt_stream.h): x is NULL, the
                                   records are on disk, y is in memory */
+    struct rt_held *held;      /* held by MPI replicas (rt_data_hold): x is
+                                  NULL, its rows are spread over the ranks,
+                                  y and sw are in memory */
     rt_principal *owner;       /* NULL: no owner (tools, tests) */
     uint64_t charged;          /* RT_Q_STORE_BYTES given back when freed */
 
@@ -120,6 +123,28 @@ typedef struct rt_dataset {
     rt_dtype y_conv_dtype;
     int refs;
 } rt_dataset;
+
+/* A data set's inputs held across MPI replicas (server/dist,
+ * --shard-data): at upload rank 0 hands every replica its block of rows
+ * and keeps only its own. rows copies rows [start, start + nb) in order
+ * into x (evaluation and prediction, on rank 0; training batches come
+ * through the replicas' own exchange); release is called once, when the
+ * data set is freed. */
+typedef struct rt_held {
+    int (*rows)(struct rt_held *h, int64_t start, int64_t nb, float *x, char *err,
+                size_t errlen);
+    void (*release)(struct rt_held *h);
+} rt_held;
+/* The holder, set once at start before any upload (server/dist's
+ * rt_dist_hold): given the n rows of per floats at x (bytes: the whole
+ * set's) it leaves them (0, *out NULL) or hands them to the replicas and
+ * returns their handle in *out (0), or fails (negative, with err). */
+typedef int (*rt_data_holder)(const float *x, int64_t n, int64_t per, int64_t bytes,
+                              rt_held **out, char *err, size_t errlen);
+void rt_data_set_holder(rt_data_holder h);
+/* The holder on ds, when one is set: 0 (left whole), 1 (held) or a
+ * negative code. Called between parsing and publishing (uploads, restores). */
+int rt_data_hold(rt_dataset *ds, char *err, size_t errlen);
 
 /* Parse parts (back to back in *bufp, len = sum of lengths) into a new
  * dataset (refcount 1, key and id not set). max_bytes bounds what parsing

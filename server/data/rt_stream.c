@@ -2,6 +2,7 @@
  * buffer order, mapped reads on the step's thread or prefetching workers
  * (rt_stream.h). */
 #include "rt_stream.h"
+#include "rt_data.h"
 #include "rt_errf.h"
 
 #include <errno.h>
@@ -685,10 +686,34 @@ static int fill_mapped(const rt_stream_use *u, int64_t epoch, int64_t pos, int64
     return 0;
 }
 
+/* a held set (rt_data.h) in order: evaluation and prediction on rank 0
+ * (its training batches come through the replicas, server/dist) */
+static int held_fill(const rt_stream_use *u, int64_t epoch, int64_t pos, int64_t nb, float *x,
+                     void *y, float *w, char *err, size_t errlen)
+{
+    if (epoch != RT_EPOCH_EVAL)
+        return rt_errf(err, errlen, RT_EINTERNAL, "a held data set trains through the MPI "
+                       "replicas only");
+    const int64_t s = pos * u->batch;
+    if (u->batch < 1 || pos < 0 || nb < 1 || nb > u->batch || s >= u->n || nb > u->n - s)
+        return rt_errf(err, errlen, RT_EINVAL, "batch %lld of %lld rows is outside the dataset",
+                       (long long)pos, (long long)nb);
+    int rc = u->held->rows(u->held, s, nb, x, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (y && u->y)
+        memcpy(y, (const char *)u->y + 4 * s * u->lab_per, (size_t)(4 * nb * u->lab_per));
+    if (w && u->sw)
+        memcpy(w, u->sw + s, sizeof(float) * (size_t)nb);
+    return 0;
+}
+
 int rt_stream_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y,
                    float *w, char *err, size_t errlen)
 {
     const rt_stream_use *u = ud;
+    if (u->held)
+        return held_fill(u, epoch, pos, nb, x, y, w, err, errlen);
     rt_stream *st = u->st;
     if (u->batch < 1 || pos < 0 || pos >= (st->n + u->batch - 1) / u->batch || nb < 1 ||
         nb > u->batch)

@@ -134,6 +134,8 @@ typedef struct rt_stream_use {
     const void *y;      /* the labels: n * lab_per values of 4 bytes */
     int64_t lab_per;
     const float *sw;    /* per-sample weights (n), or NULL */
+    struct rt_held *held; /* st NULL: a held set's rows (rt_data.h), n of them */
+    int64_t n;
 } rt_stream_use;
 
 /* rt_batch_fill (rt_engine.h) over an rt_stream_use: x from the rows,

@@ -88,14 +88,17 @@ int rt_view_make(rt_dataset *ds, const rt_plan *plan, int need_labels, rt_stream
         return rc;
     d->y_dtype = want;
     d->sw = ds->sw;
-    if (ds->stream) {
-        /* batches decoded by the stream's workers, in its order */
+    if (ds->stream || ds->held) {
+        /* batches decoded by the stream's workers, in its order; or a held
+         * set's rows (server/dist sees fill_id and trains it over the
+         * replicas) */
         *use = (rt_stream_use){.st = ds->stream, .seed = cfg->seed, .batch = cfg->batch_size,
                                .shuffle = cfg->shuffle, .augment = 1, .y = d->y,
-                               .lab_per = rt_data_numel(ds->y_ndim, ds->y_dims), .sw = ds->sw};
+                               .lab_per = rt_data_numel(ds->y_ndim, ds->y_dims), .sw = ds->sw,
+                               .held = ds->held, .n = ds->n};
         d->fill = rt_stream_fill;
         d->fill_ud = use;
-        d->fill_id = ds->stream;
+        d->fill_id = ds->stream ? (const void *)ds->stream : (const void *)ds->held;
     }
     return 0;
 }

@@ -138,6 +138,7 @@ int rt_ckpt_build(const char *sid, const rt_program *p, uint8_t *buf, size_t len
     }
     uint64_t h = XXH3_64bits(buf, o);
     memcpy(buf + o, &h, 8);
+    rt_exec_state_release(p->exec);
     return 0;
 }
 
@@ -311,6 +312,7 @@ int rt_state_checkpoint(const rt_state *st, const char *sid, rt_program *p, char
     for (int i = 0; i < k.n; i++)
         bytes += k.sp[i].n;
     rc = rt_state_write_at(st, dfd, name, k.sp, k.n, err, errlen);
+    rt_exec_state_release(p->exec); /* ZeRO: rank 0's slice again */
     rt_metrics_checkpoint(rt_now_ns() - t0, bytes, rc == 0);
     if (rc == 0) {
         p->ckpt_step = rt_exec_global_step(p->exec);

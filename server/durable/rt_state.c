@@ -703,6 +703,11 @@ static int restore_dataset(const rt_state *st, const char *meta, rt_data_store *
         rt_dataset_release(ds);
         goto out;
     }
+    if (rt_data_hold(ds, err, sizeof err) < 0) {
+        RT_LOG(RT_LOG_WARN, "state: datasets/%s: %s; not restored", name, err);
+        rt_dataset_release(ds);
+        goto out;
+    }
     snprintf(ds->id, sizeof ds->id, "%s", v[2]);
     uint64_t bytes = rt_dataset_bytes(ds);
     if (rt_principal_reserve(who, RT_Q_STORE_BYTES, bytes, err, sizeof err) < 0) {

@@ -781,11 +781,27 @@ typedef struct rt_replica {
      * every replica the whole weights. */
     int64_t shard_lo, shard_hi;
     int (*gather)(void *ctx, float *w, int64_t n, char *err, size_t errlen);
+    /* The serving replica of a sharded state (optional, server/dist's
+     * rank 0): fills the other replicas' slices into e's slots
+     * (rt_exec_opt_slots) when the whole state is read (a checkpoint,
+     * rt_exec_save_state, rt_exec_copy_state from e). */
+    int (*fetch)(void *ctx, rt_exec *e, char *err, size_t errlen);
 } rt_replica;
 /* A replica that updates only [lo, hi) keeps only that slice of the
  * optimizer slots: the rest of their pages go back to the system, and
- * rt_exec_load_state writes only the slice. (server/dist: ranks > 0.) */
+ * rt_exec_load_state writes only the slice. One with a fetch (the serving
+ * rank) holds the whole slots only from a fetch, a load or a copy into e
+ * until rt_exec_state_release or its next step (by then every replica has
+ * the state). */
 int rt_exec_shard_slots(rt_exec *e, int64_t lo, int64_t hi);
+/* 1 when e holds its whole optimizer slots (not sharded, or held whole
+ * for now); 0: a read of the whole state fetches them first */
+int rt_exec_slots_held(const rt_exec *e);
+/* After the whole state was read (a checkpoint written): a sharded
+ * serving replica gives the other slices' pages back, unless it holds
+ * them from a load or a copy the replicas have not received yet. No-op
+ * otherwise. */
+void rt_exec_state_release(rt_exec *e);
 /* The optimizer slots s1, s2 (train_floats each: Adam's m and v, RMSprop's
  * and SGD momentum's s1), for server/dist's gather of the slices:
  * host addresses (the backend's host view; NULL where it has none). */

@@ -90,11 +90,16 @@ struct rt_exec {
     int rep_nb;
     uint64_t edits;            /* rt_exec_state_edits (atomic: see lr_set) */
     int64_t sh_lo, sh_hi;      /* rt_exec_shard_slots: the slots kept, hi 0 all */
+    int sh_whole;              /* sharded, the whole slots held for now: 1
+                                * fetched for a read, 2 loaded or copied (the
+                                * replicas get it at the next training call) */
     int torn;                  /* rt_exec_set_torn: the state cannot be saved */
     char bn_err[RT__ERRLEN];   /* a synchronised BatchNorm's failed sum */
 };
 
 static int rt__check_sw(rt_exec *e, const rt_data *d);
+static void rt__release_slots(rt_exec *e);
+static int rt__slots_whole(const rt_exec *e);
 static void rt__gather_sw(rt_exec *e, const float *sw, const int64_t *idx, int64_t start,
                           int64_t nb);
 
@@ -1100,6 +1105,9 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
             /* ZeRO stage 1 (server/dist): this replica's slice, then the
              * whole weights from every replica's */
             const int sh = e->rep.gather != NULL;
+            /* a sharded state held whole (fetched, loaded): the replicas
+             * have it, and from here only the slice stays current */
+            if (sh && e->sh_whole && e->rep.fetch) rt__release_slots(e);
             const int64_t lo = sh ? e->rep.shard_lo : 0, hi = sh ? e->rep.shard_hi : p->train_floats;
             be->update(bc, cfg, lr, e->step + 1, e->w + lo, e->g + lo, e->s1 + lo, e->s2 + lo,
                        hi - lo);
@@ -1413,6 +1421,8 @@ int rt_exec_state_spans(const rt_exec *e, unsigned char hdr[RT_EXEC_STATE_HDR],
 {
     if (!e || !hdr || !sp) return RT_EINVAL;
     if (e->torn) return RT_EUNAVAILABLE;
+    int rc = rt__slots_whole(e);
+    if (rc < 0) return rc;
     rt__state_hdr h;
     rt__state_header(e, &h);
     memcpy(hdr, &h, sizeof h);
@@ -1438,6 +1448,8 @@ int rt_exec_save_state(const rt_exec *e, void *buf, size_t len)
 {
     if (!e || !buf || len < rt_exec_state_size(e)) return RT_EINVAL;
     if (e->torn) return RT_EUNAVAILABLE;
+    int rc = rt__slots_whole(e);
+    if (rc < 0) return rc;
     rt__state_hdr h;
     rt__state_header(e, &h);
     char *o = buf;
@@ -1582,6 +1594,17 @@ static void rt__release(float *a, int64_t n)
     if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
+/* a sharded exec's slots outside [sh_lo, sh_hi) back to the system */
+static void rt__release_slots(rt_exec *e)
+{
+    const int64_t T = e->p->train_floats, lo = e->sh_lo, hi = e->sh_hi;
+    float *s1 = rt__hv(e, e->s1), *s2 = rt__hv(e, e->s2);
+    rt__release(s1, lo);
+    rt__release(s1 + hi, T - hi + lo); /* s2 follows s1 */
+    rt__release(s2 + hi, T - hi);
+    e->sh_whole = 0;
+}
+
 int rt_exec_shard_slots(rt_exec *e, int64_t lo, int64_t hi)
 {
     const int64_t T = e ? e->p->train_floats : 0;
@@ -1593,10 +1616,35 @@ int rt_exec_shard_slots(rt_exec *e, int64_t lo, int64_t hi)
                         "sharded optimizer slots need one", e->be->name);
     e->sh_lo = lo;
     e->sh_hi = hi;
-    rt__release(s1, lo);
-    rt__release(s1 + hi, T - hi + lo); /* s2 follows s1 */
-    rt__release(s2 + hi, T - hi);
+    /* with a fetch (the serving rank) the state it holds now may be one
+     * the others have not received yet: kept until its next training call */
+    if (e->rep.fetch) e->sh_whole = 2;
+    else rt__release_slots(e);
     return 0;
+}
+
+/* the whole slots, fetched from the other replicas when only a slice is
+ * held (const: the fetch changes what is held, not the state) */
+static int rt__slots_whole(const rt_exec *ce)
+{
+    rt_exec *e = (rt_exec *)ce;
+    if (!e->sh_hi || e->sh_whole) return 0;
+    if (!e->rep.fetch)
+        return rt__eerr(e, RT_EUNAVAILABLE, "this replica holds only its slice of the "
+                        "optimizer state");
+    char err[200] = "";
+    int rc = e->rep.fetch(e->rep.ctx, e, err, sizeof err);
+    if (rc < 0) return rt__eerr(e, rc, "%s", err);
+    e->sh_whole = 1;
+    return 0;
+}
+
+int rt_exec_slots_held(const rt_exec *e) { return !e || !e->sh_hi || e->sh_whole; }
+
+void rt_exec_state_release(rt_exec *e)
+{
+    /* a loaded state stays whole until the replicas have it */
+    if (e && e->sh_hi && e->sh_whole == 1 && e->rep.fetch) rt__release_slots(e);
 }
 
 void rt_exec_opt_slots(rt_exec *e, float **s1, float **s2)
@@ -1631,13 +1679,16 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
             rc = rt__eerr(e, RT_EDATA, "state blob's output %d metric sums are bad", k);
     if (rc < 0) return rc;
     rt__up(e, e->w, s, wb);
-    if (e->sh_hi) { /* only the slots' kept slice (rt_exec_shard_slots) */
+    if (e->sh_hi && !e->rep.fetch) { /* only the slots' kept slice (rt_exec_shard_slots) */
         const size_t o = sizeof(float) * (size_t)e->sh_lo,
                      n = sizeof(float) * (size_t)(e->sh_hi - e->sh_lo);
         rt__up(e, e->s1 + e->sh_lo, s + wb + o, n);
         rt__up(e, e->s2 + e->sh_lo, s + wb + tb + o, n);
     } else {
         rt__up(e, e->s1, s + wb, 2 * tb); /* s1 and s2 are adjacent in the block */
+        /* the serving rank: whole until the replicas have it (its next
+         * training call sends it them) */
+        if (e->sh_hi) e->sh_whole = 2;
     }
     e->torn = 0;
     e->step = h.step;
@@ -1742,7 +1793,8 @@ int rt_exec_copy_state(rt_exec *dst, const rt_exec *src)
     if (a->param_floats != b->param_floats || a->train_floats != b->train_floats ||
         a->cfg.opt != b->cfg.opt)
         return rt__eerr(dst, RT_ESHAPE, "the programs' parameter layouts or optimizers differ");
-    int rc;
+    int rc = rt__slots_whole(src);
+    if (rc < 0) return rt__eerr(dst, rc, "%s", rt_exec_errmsg(src));
     for (int i = 0; i < a->n_params; i++) {
         const rt__param *x = &a->params[i], *y = &b->params[i];
         if ((rc = rt__copy_b(dst, dst->w + x->off, src, src->w + y->off, x->numel)) < 0)
@@ -1767,6 +1819,7 @@ int rt_exec_copy_state(rt_exec *dst, const rt_exec *src)
     dst->dx = NULL;
     dst->dn = 0;
     dst->restored = 0;
+    if (dst->sh_hi) dst->sh_whole = 2; /* as after a load */
     __atomic_add_fetch(&dst->edits, 1, __ATOMIC_RELEASE);
     return 0;
 }

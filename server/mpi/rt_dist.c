@@ -25,13 +25,15 @@
 #include <xxhash.h>
 
 #include "import_graph.h"
+#include "rt_data.h"
 #include "import_keras.h"
 #include "import_onnx.h"
 #include "rt_log.h"
 #include "rtrain/rt_error.h"
 #include "rtrain.pb-c.h"
 
-enum { CMD_EXIT = 1, CMD_COMPILE, CMD_TRAIN, CMD_FREE };
+enum { CMD_EXIT = 1, CMD_COMPILE, CMD_TRAIN, CMD_FREE, CMD_SLOTS, CMD_HOLD, CMD_UNHOLD,
+       CMD_ROWS };
 
 /* What rank 0 broadcasts before each command; the payloads follow. */
 typedef struct cmd_hdr {
@@ -52,6 +54,9 @@ typedef struct cmd_hdr {
                             * follows it: rt_dist_set_overlap) */
     int32_t shard;         /* COMPILE: rank 0 shards the program's optimizer
                             * state (--shard-optimizer) */
+    int32_t gather;        /* TRAIN: rank 0 holds only its slice of a sharded
+                            * state it sends: the slices come first */
+    uint64_t held;         /* TRAIN: the held set trained on (rt_dist_hold), 0 none */
 } cmd_hdr;
 
 #define MAX_DATA 4 /* data sets a worker keeps, least recently used goes */
@@ -124,6 +129,28 @@ static struct {
     double *gst;
     size_t gst_cap;
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER, .tab_mu = PTHREAD_MUTEX_INITIALIZER, .size = 1};
+
+/* Held sets (--shard-data, rt_dist_hold): an in-memory data set's rows
+ * spread over the ranks at upload, rank r keeping rows [n r/N, n (r+1)/N). */
+typedef struct held_ent {
+    rt_held pub;             /* rank 0: the data layer's handle (first) */
+    uint64_t id;
+    int64_t n, per;          /* rows; floats a row */
+    int64_t lo, hi;          /* this rank's block */
+    float *x;                /* its rows */
+    void *y;                 /* workers: the labels of the last training */
+    int64_t y_bytes;         /* call (whole: 4 bytes a value), their dtype, */
+    int32_t y_dtype;         /* and its sample weights */
+    float *sw;
+    struct held_ent *next;
+} held_ent;
+
+static struct {
+    held_ent *list;          /* under G.tab_mu on rank 0 */
+    uint64_t next_id;
+    uint64_t *drop;          /* rank 0: released, for the workers (CMD_UNHOLD) */
+    int n_drop, cap_drop;
+} H;
 
 static int link_scan(int wait_ms);
 static int guard_broken(char *err, size_t errlen);
@@ -729,6 +756,8 @@ typedef struct vargs {
     float *rb;
     const int *sc, *sd, *rc, *rd;
     int n;
+    int typed;             /* counts in items of dt (a held set's rows), not floats */
+    MPI_Datatype dt;
 } vargs;
 enum { V_ALLTOALLV, V_REDSCAT, V_ALLGATHERV, V_GATHERV };
 
@@ -742,10 +771,10 @@ guarded_v(int kind, const vargs *a, const char *what, char *err, size_t errlen)
     }
     if (guard_enter(&jb, what) < 0) return guard_broken(err, errlen);
     int mrc;
+    const MPI_Datatype t = a->typed ? a->dt : MPI_FLOAT;
     switch (kind) {
     case V_ALLTOALLV:
-        mrc = MPI_Alltoallv(a->sb, a->sc, a->sd, MPI_FLOAT, a->rb, a->rc, a->rd, MPI_FLOAT,
-                            G.comm);
+        mrc = MPI_Alltoallv(a->sb, a->sc, a->sd, t, a->rb, a->rc, a->rd, t, G.comm);
         break;
     case V_REDSCAT:
         mrc = MPI_Reduce_scatter(a->sb, a->rb, a->rc, MPI_FLOAT, MPI_SUM, G.comm);
@@ -754,10 +783,8 @@ guarded_v(int kind, const vargs *a, const char *what, char *err, size_t errlen)
         mrc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, a->rb, a->rc, a->rd, MPI_FLOAT, G.comm);
         break;
     default:
-        mrc = G.rank == 0 ? MPI_Gatherv(MPI_IN_PLACE, 0, MPI_FLOAT, a->rb, a->rc, a->rd,
-                                        MPI_FLOAT, 0, G.comm)
-                          : MPI_Gatherv(a->sb, a->n, MPI_FLOAT, NULL, NULL, NULL, MPI_FLOAT, 0,
-                                        G.comm);
+        mrc = G.rank == 0 ? MPI_Gatherv(MPI_IN_PLACE, 0, t, a->rb, a->rc, a->rd, t, 0, G.comm)
+                          : MPI_Gatherv(a->sb, a->n, t, NULL, NULL, NULL, t, 0, G.comm);
         break;
     }
     return guard_leave(mrc, what, err, errlen);
@@ -1052,6 +1079,7 @@ static int dist_finish(void *ctx, double *st, char *err, size_t errlen)
 }
 
 static prog_ent *find_exec(const rt_exec *e);
+static int send_frees(char *err, size_t errlen);
 
 void rt_dist_set_overlap(int mode)
 {
@@ -1156,10 +1184,10 @@ static int dist_gather_w(void *ctx, float *w, int64_t n, char *err, size_t errle
     return guarded_v(V_ALLGATHERV, &a, "weight all-gather", err, errlen);
 }
 
-/* A sharded program after a training call: rank 0 collects the slices of
- * the optimizer slots, so that its state (checkpoints, what it sends the
- * replicas) is whole again. */
-static int shard_collect(rt_exec *e, ov_state *o, char *err, size_t errlen)
+/* ZeRO: the slices of the optimizer slots to rank 0 (every rank), which
+ * then holds them whole until its checkpoint is written or its next step
+ * (rt_exec_state_release): between them rank 0 keeps 1/N as the others. */
+static int slots_gather(rt_exec *e, ov_state *o, char *err, size_t errlen)
 {
     float *s[2];
     rt_exec_opt_slots(e, &s[0], &s[1]);
@@ -1170,6 +1198,54 @@ static int shard_collect(rt_exec *e, ov_state *o, char *err, size_t errlen)
         if (rc < 0) return rc;
     }
     return 0;
+}
+
+/* What a step's end tells the workers (stop_cb): op STEP_FETCH asks for
+ * program prog's slices (a checkpoint written in rank 0's step callback),
+ * then another message follows; op 0 ends the step with stop. */
+typedef struct step_msg {
+    int32_t stop, op;
+    uint64_t prog;
+} step_msg;
+enum { STEP_END = 0, STEP_FETCH = 1 };
+
+/* rank 0's thread inside rt_dist_train: how a fetch reaches the workers */
+enum { FETCH_CMD = 0, FETCH_TRAIN, FETCH_STEP, FETCH_NONE };
+static __thread int tl_fetch;
+
+/* rt_replica.fetch on rank 0: the workers' slices of e's slots, gathered
+ * in place. Outside a training call a command asks the workers; in a step
+ * callback the step's end does; before a call's state goes out the call's
+ * header said so. */
+static int dist_fetch(void *ctx, rt_exec *e, char *err, size_t errlen)
+{
+    ov_state *o = ctx;
+    pthread_mutex_lock(&G.tab_mu);
+    prog_ent *pe = find_exec(e);
+    const uint64_t id = pe ? pe->id : 0;
+    pthread_mutex_unlock(&G.tab_mu);
+    if (!id || G.size == 1) {
+        snprintf(err, errlen, "the program is no replica");
+        return RT_EINTERNAL;
+    }
+    const int how = tl_fetch;
+    if (how == FETCH_TRAIN) return slots_gather(e, o, err, errlen);
+    if (how == FETCH_NONE) {
+        snprintf(err, errlen, "the optimizer state's slices cannot be fetched here");
+        return RT_EINTERNAL;
+    }
+    if (how == FETCH_STEP) {
+        step_msg m = {.op = STEP_FETCH, .prog = id};
+        int rc = bcast(&m, sizeof m, "step end", err, errlen);
+        return rc < 0 ? rc : slots_gather(e, o, err, errlen);
+    }
+    pthread_mutex_lock(&G.mu);
+    int rc = job_broken() ? guard_broken(err, errlen) : send_frees(err, errlen);
+    cmd_hdr h = {.cmd = CMD_SLOTS, .prog = id};
+    if (rc == 0) rc = send_cmd(&h, "fetch", err, errlen);
+    if (rc == 0) rc = slots_gather(e, o, err, errlen);
+    pthread_mutex_unlock(&G.mu);
+    return rc;
 }
 
 static int dist_reduce(void *ctx, float *g, int64_t n, float *slots, int k, double *st,
@@ -1278,6 +1354,20 @@ static void drop_prog(prog_ent *p)
     *p = G.progs[--G.n_progs];
 }
 
+/* an id onto a list for the next command (under tab_mu; out of memory:
+ * dropped, the worker keeps what it names until the job ends) */
+static void id_push(uint64_t **v, int *n, int *cap, uint64_t id)
+{
+    if (*n == *cap) {
+        int c = *cap ? 2 * *cap : 16;
+        uint64_t *p = realloc(*v, sizeof *p * (size_t)c);
+        if (!p) return;
+        *v = p;
+        *cap = c;
+    }
+    (*v)[(*n)++] = id;
+}
+
 /* rank 0: an exec being destroyed; its replicas go with the next command */
 static void on_destroy(void *ctx, rt_exec *e)
 {
@@ -1290,15 +1380,7 @@ static void on_destroy(void *ctx, rt_exec *e)
         pthread_mutex_unlock(&G.tab_mu);
         return;
     }
-    if (G.n_frees == G.cap_frees) {
-        int cap = G.cap_frees ? 2 * G.cap_frees : 16;
-        uint64_t *f = realloc(G.frees, sizeof *f * (size_t)cap);
-        if (f) {
-            G.frees = f;
-            G.cap_frees = cap;
-        }
-    }
-    if (G.n_frees < G.cap_frees) G.frees[G.n_frees++] = id;
+    id_push(&G.frees, &G.n_frees, &G.cap_frees, id);
     pthread_mutex_unlock(&G.tab_mu);
 }
 
@@ -1308,9 +1390,11 @@ static int send_frees(char *err, size_t errlen)
     for (;;) {
         pthread_mutex_lock(&G.tab_mu);
         uint64_t id = G.n_frees ? G.frees[--G.n_frees] : 0;
+        /* and the held sets released since */
+        uint64_t hid = !id && H.n_drop ? H.drop[--H.n_drop] : 0;
         pthread_mutex_unlock(&G.tab_mu);
-        if (!id) return 0;
-        cmd_hdr h = {.cmd = CMD_FREE, .prog = id};
+        if (!id && !hid) return 0;
+        cmd_hdr h = {.cmd = id ? CMD_FREE : CMD_UNHOLD, .prog = id ? id : hid};
         int rc = send_cmd(&h, "free", err, errlen);
         if (rc < 0) return rc;
     }
@@ -1349,6 +1433,7 @@ static int make_replica(rt_exec *e, ov_state **ov, int shard, char *err, size_t 
         r.shard_lo = o->dsp[G.rank];
         r.shard_hi = o->dsp[G.rank] + o->cnt[G.rank];
         r.gather = dist_gather_w;
+        if (G.rank == 0) r.fetch = dist_fetch;
     }
     int rc = rt_exec_set_replica(e, &r);
     if (rc < 0) {
@@ -1402,7 +1487,8 @@ static int shard_choice(rt_exec *e)
     if (G.size < 2 || G.size > 64 || G.o.shard == RT_DIST_SHARD_OFF) return 0;
     const rt_plan *p = rt_exec_plan(e);
     const int64_t T = (int64_t)rt_plan_report(p)->trainable_param_count;
-    if (T > INT_MAX) return 0;
+    /* every slice holds floats (at least 64 a rank: cut at multiples of 64) */
+    if (T > INT_MAX || T < 64 * G.size) return 0;
     if (G.o.shard == RT_DIST_SHARD_ON) return 1;
     const int s = opt_slots(rt_plan_config(p));
     return s > 0 && (int64_t)s * 4 * T * (G.size - 1) / G.size >= SHARD_AUTO_BYTES;
@@ -1485,8 +1571,9 @@ int rt_dist_program(rt_exec *e, const uint8_t *req, size_t len, char *err, size_
     if (shard) {
         const int64_t T = ov->T, s = opt_slots(rt_plan_config(rt_exec_plan(e)));
         RT_LOG(RT_LOG_INFO, "optimizer state sharded over %d replicas: %d of %lld floats a "
-               "slot on rank 0, %lld bytes of state on rank 1 (%lld unsharded)", G.size,
-               ov->cnt[0], (long long)T, (long long)(s * 4 * ov->cnt[1]), (long long)(s * 4 * T));
+               "slot on rank 0, %lld bytes of state on rank 0, %lld on rank 1 (%lld unsharded)",
+               G.size, ov->cnt[0], (long long)T, (long long)(s * 4 * ov->cnt[0]),
+               (long long)(s * 4 * ov->cnt[1]), (long long)(s * 4 * T));
     }
     pthread_mutex_lock(&G.tab_mu);
     const uint64_t id = ++G.next_id;
@@ -1518,6 +1605,10 @@ int rt_dist_program(rt_exec *e, const uint8_t *req, size_t len, char *err, size_
         snprintf(err, errlen, "a replica could not compile the program (see its log)");
         rc = RT_EINTERNAL;
     }
+    /* rank 0 too keeps only its slice, once the replicas have the state
+     * it holds now (its first training call sends it) */
+    if (rc == 0 && shard && (rc = rt_exec_shard_slots(e, ov->dsp[0], ov->dsp[0] + ov->cnt[0])) < 0)
+        snprintf(err, errlen, "%s", rt_exec_errmsg(e));
 out:
     if (rc < 0) {
         rt_exec_set_replica(e, NULL);
@@ -1543,14 +1634,30 @@ typedef struct stop_ctx {
 static int stop_cb(void *ud, const rt_step_info *info)
 {
     stop_ctx *s = ud;
+    if (G.rank == 0) tl_fetch = FETCH_STEP; /* a checkpoint in the callback */
     int stop = s->cb ? s->cb(s->ud, info) : 0;
+    if (G.rank == 0) tl_fetch = FETCH_NONE;
     if (G.size == 1) return stop;
-    char err[8];
-    if (bcast(&stop, sizeof stop, "step end", err, sizeof err) < 0) {
-        s->failed = 1;
-        return 1;
+    char err[200];
+    step_msg m = {.stop = stop, .op = STEP_END};
+    for (;;) {
+        if (bcast(&m, sizeof m, "step end", err, sizeof err) < 0) {
+            s->failed = 1;
+            return 1;
+        }
+        if (G.rank == 0 || m.op != STEP_FETCH) break;
+        /* a worker: rank 0 writes a checkpoint and wants the slices */
+        pthread_mutex_lock(&G.tab_mu);
+        prog_ent *p = find_prog(m.prog);
+        pthread_mutex_unlock(&G.tab_mu);
+        if (!p || !p->ov || !p->ov->sh || slots_gather(p->e, p->ov, err, sizeof err) < 0) {
+            RT_LOG(RT_LOG_ERROR, "replica %d: fetch of program %llu's slices: %s", G.rank,
+                   (unsigned long long)m.prog, p ? err : "unknown program");
+            s->failed = 1;
+            return 1;
+        }
     }
-    return stop;
+    return m.stop;
 }
 
 static void data_key(const rt_data *d, int64_t xf, int64_t yb, uint8_t out[16])
@@ -1773,8 +1880,356 @@ static int data_stays(int64_t bytes)
                           (G.o.data == RT_DIST_SHARD_AUTO && bytes >= DATA_AUTO_BYTES));
 }
 
+/* ------------------------------------------------------------- held sets
+ *
+ * --shard-data: an in-memory set is spread over the ranks when it is
+ * uploaded (rt_dist_hold, the data layer's holder): rank r keeps rows
+ * [n r/N, n (r+1)/N) and rank 0 nothing more, so a rank holds 1/N of its
+ * inputs (the labels and sample weights, 4 bytes a value, stay whole:
+ * rank 0's in its data set, a worker's sent with its first training call).
+ * A training step takes the batch's rows in one process's epoch order
+ * (rt_exec_epoch_order, computed on every rank): every rank sends each
+ * other the rows it holds of that rank's shards (MPI_Alltoallv), so the
+ * weights stay bit-identical to one process under --deterministic-reduce.
+ * Evaluation and prediction on rank 0 read rows in order: a command asks
+ * the workers for theirs (MPI_Gatherv). */
+
+static int64_t blk(int64_t n, int q) { return n * q / G.size; }
+
+/* the rank holding row r of a set of n */
+static int owner(int64_t n, int64_t r)
+{
+    int q = (int)(r * G.size / n);
+    while (q + 1 < G.size && blk(n, q + 1) <= r) q++;
+    while (q > 0 && blk(n, q) > r) q--;
+    return q;
+}
+
+/* rank 0: by the data layer's handle; a worker: by id (under tab_mu on 0) */
+static held_ent *held_find(const void *pub, uint64_t id)
+{
+    for (held_ent *h = H.list; h; h = h->next)
+        if ((pub && (const void *)&h->pub == pub) || (!pub && h->id == id)) return h;
+    return NULL;
+}
+
+static void held_free(held_ent *h)
+{
+    free(h->x);
+    free(h->y);
+    free(h->sw);
+    free(h);
+}
+
+static void held_unlink(held_ent *h)
+{
+    for (held_ent **p = &H.list; *p; p = &(*p)->next)
+        if (*p == h) {
+            *p = h->next;
+            return;
+        }
+}
+
+/* one row of per floats (the caller frees it; MPI_BYTE-free: floats) */
+static int row_type(int64_t per, MPI_Datatype *t)
+{
+    if (per < 1 || per > INT_MAX || MPI_Type_contiguous((int)per, MPI_FLOAT, t) != MPI_SUCCESS)
+        return RT_EINVAL;
+    MPI_Type_commit(t);
+    return 0;
+}
+
+/* rt_held.release on rank 0: its block goes now, the workers' with the
+ * next command */
+static void held_release(rt_held *pub)
+{
+    held_ent *h = (held_ent *)pub;
+    pthread_mutex_lock(&G.tab_mu);
+    held_unlink(h);
+    id_push(&H.drop, &H.n_drop, &H.cap_drop, h->id);
+    pthread_mutex_unlock(&G.tab_mu);
+    held_free(h);
+}
+
+/* rows [s, s + nb) of h over the ranks: counts and places in rows */
+static void rows_split(const held_ent *h, int64_t s, int64_t nb, int *cnt, int *dsp)
+{
+    for (int q = 0; q < G.size; q++) {
+        int64_t a = blk(h->n, q), b = blk(h->n, q + 1);
+        if (a < s) a = s;
+        if (b > s + nb) b = s + nb;
+        cnt[q] = b > a ? (int)(b - a) : 0;
+        dsp[q] = b > a ? (int)(a - s) : 0;
+    }
+}
+
+/* rt_held.rows on rank 0: rows [s, s + nb) in order into x */
+static int held_rows(rt_held *pub, int64_t s, int64_t nb, float *x, char *err, size_t errlen)
+{
+    held_ent *h = (held_ent *)pub;
+    if (tl_fetch != FETCH_CMD) {
+        snprintf(err, errlen, "a held data set's rows cannot be read inside a training call");
+        return RT_EINTERNAL;
+    }
+    if (nb > INT_MAX) {
+        snprintf(err, errlen, "%lld rows in one read", (long long)nb);
+        return RT_ETOOBIG;
+    }
+    int cnt[65], dsp[65];
+    rows_split(h, s, nb, cnt, dsp);
+    if (cnt[0])
+        memcpy(x + (int64_t)dsp[0] * h->per, h->x + (s + dsp[0] - h->lo) * h->per,
+               sizeof(float) * (size_t)(cnt[0] * h->per));
+    MPI_Datatype t;
+    pthread_mutex_lock(&G.mu);
+    int rc = job_broken() ? guard_broken(err, errlen) : send_frees(err, errlen);
+    cmd_hdr c = {.cmd = CMD_ROWS, .prog = h->id, .gstep = s, .steps = nb};
+    if (rc == 0) rc = send_cmd(&c, "rows", err, errlen);
+    if (rc == 0 && (rc = row_type(h->per, &t)) == 0) {
+        vargs a = {.rb = x, .rc = cnt, .rd = dsp, .typed = 1, .dt = t};
+        rc = guarded_v(V_GATHERV, &a, "data rows", err, errlen);
+        if (!job_broken()) MPI_Type_free(&t);
+    }
+    pthread_mutex_unlock(&G.mu);
+    return rc;
+}
+
+/* a worker's CMD_ROWS */
+static int worker_rows(const cmd_hdr *c, char *err, size_t errlen)
+{
+    held_ent *h = held_find(NULL, c->prog);
+    if (!h) {
+        RT_LOG(RT_LOG_ERROR, "replica %d: no held data set %llu", G.rank,
+               (unsigned long long)c->prog);
+        job_abort();
+    }
+    int cnt[65], dsp[65];
+    rows_split(h, c->gstep, c->steps, cnt, dsp);
+    MPI_Datatype t;
+    int rc = row_type(h->per, &t);
+    if (rc < 0) job_abort();
+    vargs a = {.sb = h->x + (c->gstep + dsp[G.rank] - h->lo) * h->per, .n = cnt[G.rank],
+               .typed = 1, .dt = t};
+    rc = guarded_v(V_GATHERV, &a, "data rows", err, errlen);
+    if (!job_broken()) MPI_Type_free(&t);
+    return rc;
+}
+
+/* every rank: the block scatter of CMD_HOLD (rank 0 sends from x) */
+static int hold_scatter(held_ent *h, const float *x, char *err, size_t errlen)
+{
+    int cnt[65], dsp[65];
+    for (int q = 0; q < G.size; q++) {
+        cnt[q] = (int)(blk(h->n, q + 1) - blk(h->n, q));
+        dsp[q] = (int)blk(h->n, q);
+    }
+    MPI_Datatype t;
+    int rc = row_type(h->per, &t);
+    if (rc < 0) {
+        snprintf(err, errlen, "a row of %lld floats is too long", (long long)h->per);
+        return rc;
+    }
+    rc = guarded_scatterv(G.rank == 0 ? (void *)x : h->x, cnt, dsp, cnt[G.rank], t,
+                          "data rows", err, errlen);
+    if (!job_broken()) MPI_Type_free(&t);
+    return rc;
+}
+
+int rt_dist_hold(const float *x, int64_t n, int64_t per, int64_t bytes, struct rt_held **out,
+                 char *err, size_t errlen)
+{
+    *out = NULL;
+    /* rows counted in ints, a row one MPI type */
+    if (!G.on || G.size < 2 || G.size > 64 || G.rank != 0 || !data_stays(bytes) ||
+        n < G.size || n > INT_MAX || per < 1 || per > INT_MAX)
+        return 0;
+    if (tl_fetch != FETCH_CMD) {
+        snprintf(err, errlen, "a data set cannot be spread over the replicas inside a call");
+        return RT_EINTERNAL;
+    }
+    held_ent *h = calloc(1, sizeof *h);
+    if (!h) {
+        snprintf(err, errlen, "out of memory");
+        return RT_ENOMEM;
+    }
+    h->n = n;
+    h->per = per;
+    h->hi = blk(n, 1);
+    h->x = malloc(sizeof(float) * (size_t)(h->hi * per));
+    if (!h->x) {
+        free(h);
+        snprintf(err, errlen, "out of memory for rank 0's rows");
+        return RT_ENOMEM;
+    }
+    memcpy(h->x, x, sizeof(float) * (size_t)(h->hi * per));
+    h->pub = (rt_held){.rows = held_rows, .release = held_release};
+    pthread_mutex_lock(&G.mu);
+    int rc = job_broken() ? guard_broken(err, errlen) : send_frees(err, errlen);
+    h->id = ++H.next_id;
+    cmd_hdr c = {.cmd = CMD_HOLD, .prog = h->id, .n = n, .x_floats = per};
+    if (rc == 0) rc = send_cmd(&c, "hold", err, errlen);
+    if (rc == 0) rc = hold_scatter(h, x, err, errlen);
+    pthread_mutex_unlock(&G.mu);
+    if (rc < 0) {
+        held_free(h);
+        return rc;
+    }
+    pthread_mutex_lock(&G.tab_mu);
+    h->next = H.list;
+    H.list = h;
+    pthread_mutex_unlock(&G.tab_mu);
+    *out = &h->pub;
+    return 0;
+}
+
+/* a worker's CMD_HOLD and CMD_UNHOLD */
+static int worker_hold(const cmd_hdr *c, char *err, size_t errlen)
+{
+    held_ent *h = calloc(1, sizeof *h);
+    if (!h) abort(); /* the job cannot go on without it: rank 0 sees a dead replica */
+    h->id = c->prog;
+    h->n = c->n;
+    h->per = c->x_floats;
+    h->lo = blk(h->n, G.rank);
+    h->hi = blk(h->n, G.rank + 1);
+    h->x = malloc(sizeof(float) * (size_t)((h->hi - h->lo) * h->per + 1));
+    if (!h->x) {
+        RT_LOG(RT_LOG_ERROR, "replica %d: out of memory for a data set's rows", G.rank);
+        abort();
+    }
+    int rc = hold_scatter(h, NULL, err, errlen);
+    if (rc < 0) {
+        held_free(h);
+        return rc;
+    }
+    h->next = H.list;
+    H.list = h;
+    return 0;
+}
+
+static void worker_unhold(uint64_t id)
+{
+    held_ent *h = held_find(NULL, id);
+    if (!h) return;
+    held_unlink(h);
+    held_free(h);
+}
+
+/* A training call's fill over a held set, on every rank: this rank's rows
+ * of the step's batch, from whichever rank holds them. */
+typedef struct hfill {
+    held_ent *h;
+    rt_exec *e;
+    const void *y;           /* the labels, whole; ln values of 4 bytes a row */
+    const float *sw;         /* sample weights, whole, or NULL */
+    int64_t ln, B;
+    int64_t *perm;           /* the epoch's order */
+    int64_t epoch;           /* perm's, -1 none */
+    MPI_Datatype t;
+    int t_on;
+    float *sbuf, *rbuf;      /* rows out and in, B rows each */
+} hfill;
+
+static int hfill_init(hfill *f, held_ent *h, rt_exec *e, const void *y, const float *sw)
+{
+    memset(f, 0, sizeof *f);
+    f->h = h;
+    f->e = e;
+    f->y = y;
+    f->sw = sw;
+    f->epoch = -1;
+    int64_t dims[RT_MAX_DIMS], ln = 1;
+    int nd = rt_plan_label_shape(rt_exec_plan(e), dims);
+    for (int k = 0; k < nd; k++) ln *= dims[k];
+    f->ln = ln;
+    f->B = rt_plan_config(rt_exec_plan(e))->batch_size;
+    f->perm = malloc(sizeof(int64_t) * (size_t)h->n);
+    f->sbuf = malloc(sizeof(float) * (size_t)(f->B * h->per));
+    f->rbuf = malloc(sizeof(float) * (size_t)(f->B * h->per));
+    if (!f->perm || !f->sbuf || !f->rbuf || row_type(h->per, &f->t) < 0) return RT_ENOMEM;
+    f->t_on = 1;
+    return 0;
+}
+
+static void hfill_free(hfill *f)
+{
+    if (f->t_on && !job_broken()) MPI_Type_free(&f->t);
+    free(f->perm);
+    free(f->sbuf);
+    free(f->rbuf);
+    memset(f, 0, sizeof *f);
+}
+
+static int held_train_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y,
+                           float *w, char *err, size_t errlen)
+{
+    hfill *f = ud;
+    const held_ent *h = f->h;
+    const int64_t n = h->n, per = h->per;
+    if (epoch < 0 || pos < 0 || nb < 1 || nb > f->B || pos * f->B + nb > n) {
+        snprintf(err, errlen, "batch %lld of %lld rows is outside the held data set",
+                 (long long)pos, (long long)nb);
+        return RT_EINTERNAL;
+    }
+    if (f->epoch != epoch) {
+        rt_exec_epoch_order(f->e, n, epoch, f->perm);
+        f->epoch = epoch;
+    }
+    const int64_t *idx = f->perm + pos * f->B;
+    const int N = G.size, me = G.rank, M = G.o.micro > 0 ? G.o.micro : N, k = M / N;
+    int sc[65] = {0}, sd[65], rc[65] = {0}, rd[65], cur[65];
+    /* what every rank q needs that this one holds, and what this one needs */
+    for (int q = 0; q < N; q++)
+        for (int64_t i = nb * q * k / M; i < nb * (q + 1) * k / M; i++) {
+            const int o = owner(n, idx[i]);
+            if (o == me) sc[q]++;
+            if (q == me) rc[o]++;
+        }
+    sd[0] = rd[0] = 0;
+    for (int q = 1; q < N; q++) {
+        sd[q] = sd[q - 1] + sc[q - 1];
+        rd[q] = rd[q - 1] + rc[q - 1];
+    }
+    for (int q = 0; q < N; q++) {
+        int c = sd[q];
+        for (int64_t i = nb * q * k / M; i < nb * (q + 1) * k / M; i++)
+            if (owner(n, idx[i]) == me)
+                memcpy(f->sbuf + (int64_t)c++ * per, h->x + (idx[i] - h->lo) * per,
+                       sizeof(float) * (size_t)per);
+    }
+    vargs a = {.sb = f->sbuf, .sc = sc, .sd = sd, .rb = f->rbuf, .rc = rc, .rd = rd,
+               .typed = 1, .dt = f->t};
+    int r = guarded_v(V_ALLTOALLV, &a, "batch rows", err, errlen);
+    if (r < 0) return r;
+    const int64_t lo = nb * me * k / M, hi = nb * (me + 1) * k / M;
+    memcpy(cur, rd, sizeof cur);
+    for (int64_t i = lo; i < hi; i++) {
+        const int o = owner(n, idx[i]);
+        memcpy(x + i * per, f->rbuf + (int64_t)cur[o]++ * per, sizeof(float) * (size_t)per);
+        if (y && f->y)
+            memcpy((char *)y + i * f->ln * 4, (const char *)f->y + idx[i] * f->ln * 4,
+                   (size_t)(f->ln * 4));
+        if (w && f->sw) w[i] = f->sw[idx[i]];
+    }
+    /* the rows' check (an Embedding's indices), agreed: every replica
+     * fails the step alike */
+    char m[200] = "";
+    int bad[1] = {0};
+    if (hi > lo && rt_exec_check_rows(f->e, x + lo * per, hi - lo) < 0) {
+        bad[0] = 1;
+        snprintf(m, sizeof m, "%s", rt_exec_errmsg(f->e));
+    }
+    if ((r = flags_max(bad, 1, "batch rows", err, errlen)) < 0) return r;
+    if (bad[0]) {
+        snprintf(err, errlen, "%s", m[0] ? m : "a replica's rows of the batch failed the "
+                 "input check (see rank 0's error on the same data)");
+        return RT_EDATA;
+    }
+    return 0;
+}
+
 /* every rank: the common part of a training call once data and state agree */
-static int train_all(rt_exec *e, ov_state *ov, const rt_data *d, int64_t steps,
+static int train_all(rt_exec *e, const rt_data *d, int64_t steps,
                      rt_train_result *res, rt_step_cb cb, void *ud, float *losses, char *err,
                      size_t errlen)
 {
@@ -1782,10 +2237,6 @@ static int train_all(rt_exec *e, ov_state *ov, const rt_data *d, int64_t steps,
     C.active = 0; /* a step that failed before its finish left it set */
     int rc = rt_exec_train(e, d, steps, res, stop_cb, &s, losses);
     if (s.failed || job_broken()) return guard_broken(err, errlen);
-    /* the steps that ran moved every rank's slice (a failed step stops
-     * before the update on every rank alike) */
-    int src;
-    if (ov && ov->sh && (src = shard_collect(e, ov, err, errlen)) < 0) return src;
     if (rc < 0) {
         snprintf(err, errlen, "%s", rt_exec_errmsg(e));
         return rc;
@@ -1817,10 +2268,12 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
         return rc;
     }
     pthread_mutex_lock(&G.mu);
+    tl_fetch = FETCH_NONE; /* this thread holds the collectives: no command */
     int rc = 0, sent = 0;
     void *st = NULL;
     feed f = {0};
     memfill mf = {0};
+    hfill hf = {0};
     uint64_t edits = 0;
     if (job_broken()) {
         rc = guard_broken(err, errlen);
@@ -1836,13 +2289,25 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
     int ind = rt_plan_input_shape(rt_exec_plan(e), in_dims);
     for (int k = 0; k < ind; k++) in *= in_dims[k];
     const int64_t yb = y_bytes(d, e);
+    /* a set held by the replicas (rt_dist_hold) trains from their blocks */
+    pthread_mutex_lock(&G.tab_mu);
+    held_ent *he = d->fill ? held_find(d->fill_id, 0) : NULL;
+    pthread_mutex_unlock(&G.tab_mu);
     /* an in-memory set that stays on rank 0 goes as a streamed one; so
      * does an augmented one (its images stay on rank 0, whose gather
      * augments each batch's rows) */
     const int kept = !d->fill && (d->aug.img != NULL ||
                                   data_stays(4 * d->n * in + yb + (d->sw ? 4 * d->n : 0)));
-    const int streamed = d->fill != NULL || kept;
+    const int streamed = (d->fill != NULL && !he) || kept;
     rt_data fd = *d; /* a streamed set's batches go through feed_root */
+    if (he) {
+        if ((rc = hfill_init(&hf, he, e, d->y, d->sw)) < 0) {
+            snprintf(err, errlen, "out of memory for a held data set's batches");
+            goto out;
+        }
+        fd.fill = held_train_fill;
+        fd.fill_ud = &hf;
+    }
     if (kept) {
         int64_t ld[RT_MAX_DIMS], ln = 1;
         int lnd = rt_plan_label_shape(rt_exec_plan(e), ld);
@@ -1872,14 +2337,15 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
                  .streamed = streamed, .fill_id = (uint64_t)(uintptr_t)fd.fill_id};
     h.x_floats = d->n * in;
     h.y_bytes = yb;
+    h.held = he ? he->id : 0;
     key_ent *ke = NULL, fresh;
-    for (int i = 0; key && !streamed && i < G.n_keys; i++) {
+    for (int i = 0; key && !streamed && !he && i < G.n_keys; i++) {
         key_ent *k = &G.keys[i];
         if (!memcmp(k->key, key, 16) && k->x == d->x && k->y == d->y && k->sw == d->sw &&
             k->n == d->n)
             ke = k;
     }
-    if (!ke && !streamed) {
+    if (!ke && !streamed && !he) {
         ke = key ? &G.keys[G.n_keys < 8 ? G.n_keys++ : (int)(G.clock++ % 8)] : &fresh;
         *ke = (key_ent){.x = d->x, .y = d->y, .sw = d->sw, .n = d->n};
         if (key) memcpy(ke->key, key, 16);
@@ -1897,16 +2363,24 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
     pthread_mutex_unlock(&G.tab_mu);
     h.gstep = rt_exec_global_step(e);
     h.overlap = G.o.overlap;
+    h.gather = !rt_exec_slots_held(e);
     sent = 1;
     if ((rc = send_cmd(&h, "train", err, errlen)) < 0) goto out;
-    int need[3] = {0, 0, 0}; /* data missing, state differs, program unknown */
-    if ((rc = flags_max(need, 3, "train", err, errlen)) < 0) goto out;
-    if (need[2]) {
-        snprintf(err, errlen, "a replica does not hold program %llu", (unsigned long long)id);
+    /* data missing (a held set's: its labels), state differs, program
+     * unknown, held set unknown */
+    int need[4] = {0, 0, 0, 0};
+    if ((rc = flags_max(need, 4, "train", err, errlen)) < 0) goto out;
+    if (need[2] || need[3]) {
+        snprintf(err, errlen, "a replica does not hold %s %llu", need[2] ? "program" : "data set",
+                 need[2] ? (unsigned long long)id : (unsigned long long)h.held);
         rc = RT_EINTERNAL;
         goto out;
     }
-    if (need[0]) {
+    if (need[0] && he) {
+        if ((rc = bcast((void *)d->y, h.y_bytes, "labels", err, errlen)) < 0 ||
+            (d->sw && (rc = bcast((void *)d->sw, 4 * d->n, "labels", err, errlen)) < 0))
+            goto out;
+    } else if (need[0]) {
         if ((rc = bcast((void *)d->x, 4 * h.x_floats, "data", err, errlen)) < 0 ||
             (h.y_bytes && (rc = bcast((void *)d->y, h.y_bytes, "data", err, errlen)) < 0) ||
             (d->sw && (rc = bcast((void *)d->sw, 4 * d->n, "data", err, errlen)) < 0))
@@ -1926,14 +2400,26 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
             RT_LOG(RT_LOG_ERROR, "out of memory for a program's state");
             job_abort();
         }
-        rt_exec_save_state(e, st, sn);
+        /* a sharded state: the workers' slices first (the header said so) */
+        tl_fetch = h.gather ? FETCH_TRAIN : FETCH_NONE;
+        rc = rt_exec_save_state(e, st, sn);
+        tl_fetch = FETCH_NONE;
+        if (rc < 0) {
+            /* the replicas wait for it, and a failed gather broke the job */
+            if (!job_broken()) {
+                RT_LOG(RT_LOG_ERROR, "cannot read a program's state: %s", rt_exec_errmsg(e));
+                job_abort();
+            }
+            snprintf(err, errlen, "%s", rt_exec_errmsg(e));
+            goto out;
+        }
         if ((rc = bcast(st, (int64_t)sn, "state", err, errlen)) < 0) goto out;
     }
     pthread_mutex_lock(&G.tab_mu);
     pe = find_exec(e);
     ov_state *pov = pe ? pe->ov : NULL;
     pthread_mutex_unlock(&G.tab_mu);
-    rc = train_all(e, pov, &fd, steps, res, cb, ud, losses, err, errlen);
+    rc = train_all(e, &fd, steps, res, cb, ud, losses, err, errlen);
     /* a slice of the optimizer state went with a lost replica: rank 0's
      * is not whole, so no checkpoint of it (the restart resumes from the
      * last one) */
@@ -1944,11 +2430,13 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
     }
 out:
     feed_free(&f);
+    hfill_free(&hf);
     free(mf.perm);
     free(st);
     pthread_mutex_lock(&G.tab_mu);
     if (sent && (pe = find_exec(e))) pe->synced = rc == 0 ? edits : UINT64_MAX;
     pthread_mutex_unlock(&G.tab_mu);
+    tl_fetch = FETCH_CMD;
     pthread_mutex_unlock(&G.mu);
     return rc;
 }
@@ -1976,16 +2464,40 @@ static int worker_train(const cmd_hdr *h, char *err, size_t errlen)
     prog_ent *pe = find_prog(h->prog);
     rt_exec *pex = pe ? pe->e : NULL;
     pthread_mutex_unlock(&G.tab_mu);
-    /* a streamed set stays on rank 0: its rows come with each step */
-    wdata *w = h->streamed ? NULL : find_data(h->dkey);
+    /* a streamed set stays on rank 0: its rows come with each step; a
+     * held one's are in the ranks' blocks, its labels come once */
+    held_ent *he = h->held ? held_find(NULL, h->held) : NULL;
+    wdata *w = h->streamed || h->held ? NULL : find_data(h->dkey);
     void *st = NULL;
     G.o.overlap = h->overlap;
     feed f = {0};
-    int need[3] = {!w && !h->streamed,
-                   h->send_state || (pex && rt_exec_global_step(pex) != h->gstep), !pe};
-    int rc = flags_max(need, 3, "train", err, errlen);
-    if (rc < 0 || need[2]) goto out;
-    if (need[0]) {
+    hfill hf = {0};
+    const int labels = he && (!he->y || he->y_bytes != h->y_bytes ||
+                              he->y_dtype != h->y_dtype || (h->has_sw && !he->sw));
+    int need[4] = {h->held ? labels : !w && !h->streamed,
+                   h->send_state || (pex && rt_exec_global_step(pex) != h->gstep), !pe,
+                   h->held && !he};
+    int rc = flags_max(need, 4, "train", err, errlen);
+    if (rc < 0 || need[2] || need[3]) goto out;
+    if (need[0] && he) {
+        free(he->y);
+        free(he->sw);
+        he->sw = NULL;
+        he->y = malloc((size_t)(h->y_bytes ? h->y_bytes : 1));
+        if (h->has_sw) he->sw = malloc(4 * (size_t)(h->n ? h->n : 1));
+        if (!he->y || (h->has_sw && !he->sw)) {
+            RT_LOG(RT_LOG_ERROR, "replica %d: out of memory for a data set's labels", G.rank);
+            abort(); /* as for a data set: rank 0 sees a dead replica */
+        }
+        he->y_bytes = h->y_bytes;
+        he->y_dtype = h->y_dtype;
+        if ((rc = bcast(he->y, h->y_bytes, "labels", err, errlen)) < 0 ||
+            (h->has_sw && (rc = bcast(he->sw, 4 * h->n, "labels", err, errlen)) < 0)) {
+            free(he->y);
+            he->y = NULL; /* sent again next time */
+            goto out;
+        }
+    } else if (need[0]) {
         wdata nw = {.n = h->n, .y_dtype = h->y_dtype};
         wdata *slot = w;
         memcpy(nw.key, h->dkey, 16);
@@ -2027,6 +2539,7 @@ static int worker_train(const cmd_hdr *h, char *err, size_t errlen)
         w = slot;
     }
     if (w) w->used = ++G.clock;
+    if (need[1] && h->gather && (rc = slots_gather(pex, pe->ov, err, errlen)) < 0) goto out;
     if (need[1]) {
         size_t n = rt_exec_state_size(pex);
         if (!(st = malloc(n))) {
@@ -2040,7 +2553,14 @@ static int worker_train(const cmd_hdr *h, char *err, size_t errlen)
         }
     }
     rt_data dd;
-    if (h->streamed) {
+    if (he) {
+        if (hfill_init(&hf, he, pex, he->y, he->sw) < 0) {
+            RT_LOG(RT_LOG_ERROR, "replica %d: out of memory for a held data set", G.rank);
+            abort();
+        }
+        dd = (rt_data){.y_dtype = (rt_dtype)h->y_dtype, .n = h->n, .fill = held_train_fill,
+                       .fill_ud = &hf, .fill_id = he, .fill_sw = h->has_sw};
+    } else if (h->streamed) {
         if (feed_init(&f, pex, NULL, NULL) < 0) {
             RT_LOG(RT_LOG_ERROR, "replica %d: out of memory for a streamed data set", G.rank);
             abort(); /* as for a data set: rank 0 sees a dead replica */
@@ -2053,9 +2573,10 @@ static int worker_train(const cmd_hdr *h, char *err, size_t errlen)
                        .sw = w->sw};
     }
     rt_train_result res;
-    rc = train_all(pex, pe->ov, &dd, h->steps, &res, NULL, NULL, NULL, err, errlen);
+    rc = train_all(pex, &dd, h->steps, &res, NULL, NULL, NULL, err, errlen);
 out:
     feed_free(&f);
+    hfill_free(&hf);
     free(st);
     return rc;
 }
@@ -2092,6 +2613,7 @@ int rt_dist_worker(void)
                 rt_plan_release(G.progs[i].plan);
             }
             for (int i = 0; i < MAX_DATA; i++) free_data(&G.data[i]);
+            while (H.list) worker_unhold(H.list->id);
             while (G.n_progs) drop_prog(&G.progs[0]);
             free(G.progs);
             comm_stop();
@@ -2127,6 +2649,25 @@ int rt_dist_worker(void)
         case CMD_TRAIN:
             rc = worker_train(&h, err, sizeof err);
             break;
+        case CMD_HOLD:
+            rc = worker_hold(&h, err, sizeof err);
+            break;
+        case CMD_UNHOLD:
+            worker_unhold(h.prog);
+            break;
+        case CMD_ROWS:
+            rc = worker_rows(&h, err, sizeof err);
+            break;
+        case CMD_SLOTS: { /* rank 0 writes a checkpoint of a sharded state */
+            prog_ent *p = find_prog(h.prog);
+            if (!p || !p->ov || !p->ov->sh) {
+                RT_LOG(RT_LOG_ERROR, "replica %d: no sharded program %llu", G.rank,
+                       (unsigned long long)h.prog);
+                job_abort();
+            }
+            rc = slots_gather(p->e, p->ov, err, sizeof err);
+            break;
+        }
         default:
             RT_LOG(RT_LOG_ERROR, "replica %d: unknown command %d", G.rank, h.cmd);
             job_abort();

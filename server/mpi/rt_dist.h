@@ -3,7 +3,8 @@
  * Rank 0 serves gRPC; ranks 1..N-1 run rt_dist_worker() and execute what
  * rank 0 broadcasts: a program's compile (the graph and the compiled
  * config), a data set (once, verified by its content hash on every rank;
- * a streamed one stays on rank 0, which scatters each step's rows),
+ * a streamed one stays on rank 0, which scatters each step's rows; with
+ * --shard-data one is spread over the ranks at upload, rt_dist_hold),
  * its state when rank 0's differs (weights set, a checkpoint loaded) and
  * training calls. In a training step each replica computes the gradient
  * of its share of the global batch; rt_replica's reduce sums them with
@@ -89,6 +90,14 @@ int rt_dist_program(rt_exec *e, const uint8_t *compile_req, size_t len, char *er
 int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t steps,
                   rt_train_result *res, rt_step_cb cb, void *ud, float *step_losses,
                   char *err, size_t errlen);
+
+/* The data layer's holder (rt_data_set_holder, rt_data.h): with
+ * --shard-data on (or auto above its size) and N > 1, rank 0 spreads an
+ * uploaded in-memory set's n rows of per floats over the replicas, each
+ * keeping 1/N, and returns the handle; else *out NULL. */
+struct rt_held;
+int rt_dist_hold(const float *x, int64_t n, int64_t per, int64_t bytes, struct rt_held **out,
+                 char *err, size_t errlen);
 
 /* The bucketed all-reduce of rt_replica's reduce (sum, in place), exposed
  * for bench/mpi. Returns 0 or RT_EUNAVAILABLE with err. */

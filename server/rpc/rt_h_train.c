@@ -621,9 +621,10 @@ static int predict_work(rt_call *c)
     int64_t bs = rt_plan_config(rt_program_plan(c->prog))->batch_size;
     if (bs < 1)
         bs = 1;
-    if (ps->su.st) {
+    if (ps->su.st || ps->su.held) {
         /* a streamed dataset: batch by batch in file order from its
-         * workers, yielding every 16 batches */
+         * workers (a held one: from the replicas), yielding every 16
+         * batches */
         ps->su.batch = bs;
         float *xb = rt_call_alloc(c, sizeof(float) * (size_t)(bs * in_per));
         if (!xb)
@@ -648,7 +649,7 @@ static int predict_work(rt_call *c)
         }
     }
     int64_t chunk = bs * 16;
-    for (int64_t off = 0; !ps->su.st && off < ps->n; off += chunk) {
+    for (int64_t off = 0; !ps->su.st && !ps->su.held && off < ps->n; off += chunk) {
         int64_t cnt = ps->n - off < chunk ? ps->n - off : chunk;
         int rc = rt_exec_predict(rt_program_exec(c->prog), ps->x + off * in_per, cnt,
                                  y + off * per);
@@ -688,9 +689,10 @@ int rt_h_predict(rt_call *c)
         if ((rc = rt_h_need_dataset(c, q->dataset_id, &c->ds, "dataset_id")) < 0 ||
             (rc = rt_h_check_fit(c, c->ds, 0)) < 0)
             return rc;
-        if (c->ds->stream)
+        if (c->ds->stream || c->ds->held)
             ps->su = (rt_stream_use){.st = c->ds->stream,
-                                     .seed = rt_plan_config(rt_program_plan(c->prog))->seed};
+                                     .seed = rt_plan_config(rt_program_plan(c->prog))->seed,
+                                     .held = c->ds->held, .n = c->ds->n};
         ps->x = c->ds->x;
         ps->n = c->ds->n;
     } else if (q->input_case == RTRAIN__V1__PREDICT_REQUEST__INPUT_X) {

@@ -79,7 +79,7 @@ int rt_h_check_fit(rt_call *c, rt_dataset *ds, int need_labels)
 int rt_h_data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels)
 {
     rt_stream_use *use = NULL;
-    if (ds->stream && need_labels && !(use = rt_call_alloc(c, sizeof *use)))
+    if ((ds->stream || ds->held) && need_labels && !(use = rt_call_alloc(c, sizeof *use)))
         return OOM(c);
     char err[200];
     int rc = rt_view_make(ds, rt_program_plan(c->prog), need_labels, use, d, err, sizeof err);

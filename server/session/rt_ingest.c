@@ -87,6 +87,11 @@ int rt_ingest_upload(const rt_ingest *in, rt_dataset **out, int *dedup, char *er
         if (*in->buf)
             rt_data_keep_shards(rt_data_store_shards(in->data), rt_principal_name(in->who),
                                 in->parts, in->n_parts, *in->buf);
+        /* MPI replicas with --shard-data: each keeps its block of rows */
+        if ((rc = rt_data_hold(ds, e, sizeof e)) < 0) {
+            rt_dataset_release(ds);
+            return rt_errf(err, errlen, rc, "%s", e);
+        }
         if ((rc = rt_dataset_set_key(ds, key)) < 0) {
             rt_dataset_release(ds);
             return rt_errf(err, errlen, rc, "no random bytes for a dataset id");

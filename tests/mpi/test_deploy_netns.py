@@ -42,6 +42,9 @@ import yaml  # python3-yaml: scripts/deps.sh --test
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 DEPLOY = os.path.join(ROOT, 'deploy')
 IRIS = os.path.join(ROOT, 'examples', 'iris')
+# the MPIJob runs deploy/Containerfile's image: rtraind where its .deb puts it
+# (tests/packages/check_containerfile.py checks the rest of the image side)
+IMAGE_RTRAIND = '/usr/sbin/rtraind'
 fails = []
 
 
@@ -195,14 +198,14 @@ def main():
     for a in cmd:
         if a == 'mpirun':
             a = mpirun
-        elif a == '/usr/local/bin/rtraind':
+        elif a == IMAGE_RTRAIND:
             a = rtraind
         elif any(a.startswith(mp + '/') for mp in mounts):
             check(os.path.isfile(froot + a),
                   f'MPIJob: {a} is a key of the Secret mounted at {os.path.dirname(a)}')
             a = froot + a
         argv.append(a)
-    dargs = cmd[cmd.index('/usr/local/bin/rtraind') + 1:]
+    dargs = cmd[cmd.index(IMAGE_RTRAIND) + 1:]
     micro = flag(dargs, '--deterministic-reduce')
     port = int(flag(dargs, '--listen').rsplit(':', 1)[1])
     env = dict(base_env, OMPI_MCA_orte_default_hostfile=whost, OMPI_MCA_plm_rsh_agent=agent)

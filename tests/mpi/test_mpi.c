@@ -902,17 +902,22 @@ static void test_shard(void)
 }
 
 static int upload_weighted(dmn *m, int storage, char *id);
+static uint8_t *predict_ds(dmn *m, const char *pid, const char *ds, size_t *len);
 
-/* --shard-data on: an in-memory set stays on rank 0, which sends each
- * replica its rows of every batch in one process's order. Under
- * --deterministic-reduce 4 the weights after 3 shuffled epochs of iris and
- * of a weighted set (150 rows, batch 15) are those of one process, bit for
- * bit, at N = 2 and 4, and the same as with the set copied (off). */
+/* --shard-data on: an in-memory set is spread over the ranks at upload,
+ * each keeping 1/N of its rows, and every step's rows go to the replicas
+ * that train them in one process's order. Under --deterministic-reduce 4
+ * the weights after 3 shuffled epochs of iris and of a weighted set (150
+ * rows, batch 15) are those of one process, bit for bit, at N = 2 and 4,
+ * and the same as with the set copied (off); Evaluate and Predict on
+ * rank 0, which read the rows back from the ranks, give one process's
+ * accuracy and outputs bit for bit. */
 static void test_shard_data(void)
 {
     const int ns[4] = {1, 2, 4, 2}, on[4] = {0, 1, 1, 0};
-    uint8_t *w[4][2] = {{0}};
-    size_t len[4][2] = {{0}};
+    uint8_t *w[4][2] = {{0}}, *pred[4] = {0};
+    size_t len[4][2] = {{0}}, plen[4] = {0};
+    double acc[4] = {0};
     for (int i = 0; i < 4; i++) {
         const char *const extra[] = {"--deterministic-reduce", "4", "--shard-data",
                                      on[i] ? "on" : "off", NULL};
@@ -933,19 +938,32 @@ static void test_shard_data(void)
                   r.details);
             itest_res_free(&r);
             w[i][s] = weights(&m, pid, &len[i][s], NULL);
+            if (s == 0) {
+                acc[i] = accuracy_on(&m, pid, m.iris);
+                pred[i] = predict_ds(&m, pid, m.iris, &plen[i]);
+            }
         }
         stop(&m, ns[i]);
     }
+    for (int i = 1; i < 4; i++) {
+        CHECK(acc[i] == acc[0] && acc[0] > 0.5, "n=%d (data %s): Evaluate %.17g, n=1 %.17g",
+              ns[i], on[i] ? "held" : "copied", acc[i], acc[0]);
+        CHECK(pred[i] && pred[0] && plen[i] == plen[0] && plen[0] == 150 * 3 * 4 &&
+                  !memcmp(pred[i], pred[0], plen[0]),
+              "n=%d (data %s): Predict differs from n=1", ns[i], on[i] ? "held" : "copied");
+    }
+    printf("shard-data: Evaluate and Predict at n=2 and 4 (held) and n=2 (copied) are n=1's\n");
+    for (int i = 0; i < 4; i++) free(pred[i]);
     for (int s = 0; s < 2; s++) {
         int same = 1;
         for (int i = 1; i < 4; i++) {
             int eq = w[0][s] && w[i][s] && len[0][s] == len[i][s] &&
                      !memcmp(w[0][s], w[i][s], len[0][s]);
             CHECK(eq, "%s: weights at n=%d (data %s) differ from n=1", s ? "weighted" : "iris",
-                  ns[i], on[i] ? "on rank 0" : "copied");
+                  ns[i], on[i] ? "held" : "copied");
             same &= eq;
         }
-        printf("shard-data %s: n=1, n=2 and 4 with the set on rank 0, n=2 copied: weights %s\n",
+        printf("shard-data %s: n=1, n=2 and 4 with the set held, n=2 copied: weights %s\n",
                s ? "weighted" : "iris", same ? "bit-identical" : "DIFFER");
         for (int i = 0; i < 4; i++) free(w[i][s]);
     }
@@ -962,23 +980,30 @@ static void rm_dir(const char *dir)
 /* --state-dir with replicas: stopped in mid-epoch (SIGTERM: a checkpoint
  * at exit) and started again, the job goes on from rank 0's restored state
  * and ends with the weights of a run that was never stopped. streamed: on
- * a streamed iris (restored into a new spool on rank 0). */
+ * a streamed iris (restored into a new spool on rank 0). sharded: with
+ * --shard-optimizer on and --shard-data on (rank 0 gathers the slices of
+ * the optimizer state for its exit checkpoint, the restart spreads iris
+ * over the ranks again and sends the restored state, each keeping its
+ * slice), against a run with the same flags. */
 static int upload_iris_streamed(dmn *m, char *id);
 
-static void durable(int streamed)
+static void durable(int streamed, int sharded)
 {
     char dir[] = "/tmp/rt-mpi-state-XXXXXX";
     if (!mkdtemp(dir)) {
         CHECK(0, "mkdtemp failed");
         return;
     }
-    const char *const extra[] = {"--state-dir", dir, "--checkpoint-every-s", "0", NULL};
+    const char *const extra[] = {"--state-dir", dir, "--checkpoint-every-s", "0",
+                                 sharded ? "--shard-optimizer" : NULL, "on", "--shard-data",
+                                 "on", NULL};
+    const char *const shx[] = {"--shard-optimizer", "on", "--shard-data", "on", NULL};
     dmn ref, m;
     char pr[64], pm[64];
     itest_res r;
     uint8_t *wr = NULL, *wm = NULL;
     size_t lr = 0, lm = 0;
-    if (start(&ref, 2, NULL) == 0) {
+    if (start(&ref, 2, sharded ? shx : NULL) == 0) {
         if ((!streamed || upload_iris_streamed(&ref, ref.iris) == 0) &&
             compile(&ref, 15, pr) == 0) {
             CHECK(steps(&ref, pr, 7, NULL, &r) == 0, "ref: %s", r.details);
@@ -1017,15 +1042,16 @@ static void durable(int streamed)
     CHECK(wr && wm && lr == lm && !memcmp(wr, wm, lr),
           "durable: weights after a restart differ from an uninterrupted run's");
     printf("durable n=2%s: weights after a mid-epoch restart %s\n",
-           streamed ? " (streamed set)" : "",
+           streamed ? " (streamed set)" : sharded ? " (sharded state, held set)" : "",
            wr && wm && lr == lm && !memcmp(wr, wm, lr) ? "bit-identical" : "DIFFER");
     free(wr);
     free(wm);
     rm_dir(dir);
 }
 
-static void test_durable(void) { durable(0); }
-static void test_durable_streamed(void) { durable(1); }
+static void test_durable(void) { durable(0, 0); }
+static void test_durable_streamed(void) { durable(1, 0); }
+static void test_durable_sharded(void) { durable(0, 1); }
 
 
 /* ------------------------------------------------------- streamed data sets
@@ -1740,7 +1766,8 @@ static int main_stream(void)
 int main(int argc, char **argv)
 {
     if (argc < 5) {
-        fprintf(stderr, "usage: test_mpi RTRAIND MPIRUN DIGITS_CSV_GZ WA_ONNX [stream]\n");
+        fprintf(stderr, "usage: test_mpi RTRAIND MPIRUN DIGITS_CSV_GZ WA_ONNX "
+                "[stream|shard|host_loss|resume]\n");
         return 2;
     }
     rtraind = argv[1];
@@ -1752,6 +1779,12 @@ int main(int argc, char **argv)
     if (argc > 5 && !strcmp(argv[5], "shard")) {
         RUN(test_shard);
         RUN(test_shard_data);
+        RUN(test_durable_sharded);
+        return itest_summary();
+    }
+    /* bench/mpi/targets.sh: the resume after a host loss, timed */
+    if (argc > 5 && !strcmp(argv[5], "resume")) {
+        RUN(test_host_loss);
         return itest_summary();
     }
     if (argc > 5 && !strcmp(argv[5], "host_loss")) {
@@ -1798,6 +1831,7 @@ int main(int argc, char **argv)
     RUN(test_shard);
     RUN(test_shard_data);
     RUN(test_durable);
+    RUN(test_durable_sharded);
     RUN(test_kill_worker);
     RUN(test_host_loss);
     RUN(test_job_loss);

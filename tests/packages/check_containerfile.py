@@ -13,9 +13,17 @@ context exists in SOURCE_DIR; each file a RUN executes from /tmp was
 COPYed there first; each .deb the final stage copies and installs matches
 exactly one package cpack made, the rtraind one, and the build stage makes
 it where it is copied from (cpack -B DIR); ENTRYPOINT is JSON naming a file
-of that package; the USER's uid is made by a useradd in a RUN before it."""
+of that package; the USER's uid is made by a useradd in a RUN before it.
+deploy/mpi/mpijob.yaml runs this image: its launcher line starts mpirun,
+which a package the final stage installs provides (openmpi-bin), on the
+ENTRYPOINT's rtraind; its workers run sshd (openssh-server) with a config
+the image COPYs, on the port of their readiness probe and of the ssh
+config the image gives mpirun's ssh, taking the keys the operator mounts at
+sshAuthMountPath, the image user's home's .ssh; that user has a shell
+(mpirun's ssh runs the remote rtraind through it)."""
 import fnmatch
 import json
+import yaml  # python3-yaml: scripts/deps.sh --test
 import os
 import re
 import shlex
@@ -55,6 +63,58 @@ def instructions(text):
         cur = ""
     assert not cur, "the file ends inside a continued instruction"
     return out
+
+
+def sshd_option(text, name):
+    m = re.search(r"^\s*%s\s+(\S+)" % name, text, re.M | re.I)
+    return m.group(1) if m else None
+
+
+def mpi_checks(src, final, entry):
+    """deploy/mpi/mpijob.yaml against the final stage (module docstring)"""
+    with open(os.path.join(src, "deploy", "mpi", "mpijob.yaml")) as f:
+        job = next(d for d in yaml.safe_load_all(f) if d and d.get("kind") == "MPIJob")
+    specs = job["spec"]["mpiReplicaSpecs"]
+    launch = [str(a) for a in specs["Launcher"]["template"]["spec"]["containers"][0]["command"]]
+    worker = specs["Worker"]["template"]["spec"]["containers"][0]
+    runs = " && ".join(a for k, a in final if k == "RUN")
+    pkgs = set(t for seg in runs.split("&&") if re.search(r"\bapt-get\s.*\binstall\b", seg)
+               for t in shlex.split(seg) if not t.startswith("-"))
+    # what the final stage COPYs from the build context: destination -> source
+    copies = {}
+    for kw, args in final:
+        if kw == "COPY" and "--from=" not in args:
+            w = shlex.split(args)
+            copies[w[-1]] = w[0]
+    check(launch[0] == "mpirun" and "openmpi-bin" in pkgs,
+          "MPIJob launcher starts mpirun, the image installs openmpi-bin (%s)" % launch[0])
+    check(entry in launch, "MPIJob launcher runs the image's rtraind %s" % entry)
+    check("openssh-client" in pkgs, "the image installs ssh for mpirun's launch agent")
+    wcmd = [str(a) for a in worker.get("command", [])]
+    check(wcmd[:1] == ["/usr/sbin/sshd"] and "openssh-server" in pkgs,
+          "MPIJob workers run sshd, the image installs openssh-server (%s)" % wcmd)
+    conf = wcmd[wcmd.index("-f") + 1] if "-f" in wcmd[:-1] else None
+    check(conf in copies and os.path.isfile(os.path.join(src, copies.get(conf, ""))),
+          "the workers' sshd config %s is COPYed into the image from the repository" % conf)
+    text = open(os.path.join(src, copies[conf])).read() if conf in copies else ""
+    port = sshd_option(text, "Port")
+    probe = worker.get("readinessProbe", {}).get("tcpSocket", {}).get("port")
+    check(port is not None and str(probe) == port,
+          "the workers' readiness probe is sshd's port (%s, %s)" % (probe, port))
+    ssh = [d for d in copies if d.startswith("/etc/ssh/ssh_config.d/")]
+    sport = (sshd_option(open(os.path.join(src, copies[ssh[0]])).read(), "Port")
+             if ssh else None)
+    check(sport == port, "mpirun's ssh reaches the workers' sshd port (%s, %s)" % (sport, port))
+    home = re.search(r"useradd\b[^&]*--home-dir\s+(\S+)", runs)
+    shell = re.search(r"useradd\b[^&]*--shell\s+(\S+)", runs)
+    mount = job["spec"].get("sshAuthMountPath")
+    check(home is not None and mount == home.group(1) + "/.ssh",
+          "the operator mounts its ssh keys at the image user's ~/.ssh (%s)" % mount)
+    keys = sshd_option(text, "AuthorizedKeysFile")
+    check(keys is not None and mount is not None and keys.startswith(mount + "/"),
+          "sshd takes the mounted keys (%s)" % keys)
+    check(shell is not None and "nologin" not in shell.group(1) and "false" not in shell.group(1),
+          "the image user has a shell for mpirun's ssh (%s)" % (shell and shell.group(1)))
 
 
 def main():
@@ -131,6 +191,7 @@ def main():
         before = " ".join(a for k, a in final[:i] if k == "RUN")
         check(re.search(r"useradd\b[^&]*--uid %s\b" % re.escape(uid), before) is not None,
               "USER %s is made by useradd before it" % uid)
+    mpi_checks(src, final, json.loads(ep[0])[0] if ep else None)
     print("%d/%d checks passed" % (checks - fails, checks))
     return 1 if fails else 0
 
