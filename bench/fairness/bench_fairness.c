@@ -4,6 +4,7 @@
  *
  *     bench_fairness path/to/rtraind [--samples N] [--reps R] [--slice-ms S]
  *                    [--upload-gib G] [--layers L] [--conns C] [--parse-mib M]
+ *                    [--only fit,first-fit,upload,parsed,conns,compile]
  *
  * One rtraind on 127.0.0.1. The well-behaved client (its own session, an
  * iris MLP) times N sequential K=1 RunSteps: alone, then while another
@@ -47,7 +48,20 @@
 static struct {
     int samples, reps, slice_ms, conns, layers, parse_mib;
     double upload_gib;
-} O = {1000, 3, 20, 1000, 20000, 256, 4.0};
+    const char *only; /* comma-separated rows to run (--only), NULL: all */
+} O = {1000, 3, 20, 1000, 20000, 256, 4.0, NULL};
+
+/* Whether row key (fit, first-fit, upload, parsed, conns, compile) runs. */
+static int want(const char *key)
+{
+    if (!O.only)
+        return 1;
+    size_t n = strlen(key);
+    for (const char *p = O.only; (p = strstr(p, key)); p += n)
+        if ((p == O.only || p[-1] == ',') && (p[n] == ',' || p[n] == 0))
+            return 1;
+    return 0;
+}
 
 static itest_daemon D;
 static char W_sid[64], W_pid[64], A_sid[64], A_pid[64], IRIS[64];
@@ -465,7 +479,8 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: bench_fairness path/to/rtraind [--samples N] [--reps R] "
-                        "[--slice-ms S] [--upload-gib G] [--layers L] [--conns C] [--parse-mib M]\n");
+                        "[--slice-ms S] [--upload-gib G] [--layers L] [--conns C] [--parse-mib M]\n"
+                        "       [--only fit,first-fit,upload,parsed,conns,compile]\n");
         return 2;
     }
     for (int i = 2; i + 1 < argc; i += 2) {
@@ -476,6 +491,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--layers")) O.layers = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--conns")) O.conns = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--parse-mib")) O.parse_mib = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--only")) O.only = argv[i + 1];
         else die("usage", argv[i]);
     }
     if (O.reps > 16)
@@ -531,101 +547,112 @@ int main(int argc, char **argv)
         s->solo99[s->runs++] = solo.p99;
         s->samples += solo.n;
         s->errors += solo.errors;
+        lat l;
 
-        load fit;
-        memset(&fit, 0, sizeof fit);
-        pthread_create(&fit.th, NULL, fit_main, &fit);
-        while (!__atomic_load_n(&fit.active, __ATOMIC_ACQUIRE))
-            usleep(1000);
-        lat l = measure(c, O.samples, NULL);
-        int still = !__atomic_load_n(&fit.done, __ATOMIC_ACQUIRE);
-        __atomic_store_n(&fit.stop, 1, __ATOMIC_RELEASE);
-        pthread_join(fit.th, NULL);
-        row *f = &rows[FIT];
-        f->p50[f->runs] = l.p50;
-        f->p99[f->runs] = l.p99;
-        f->solo99[f->runs++] = solo.p99;
-        f->samples += l.n;
-        f->errors += l.errors + !still;
-        snprintf(f->note, sizeof f->note, "Fit still running at the end: %s", still ? "yes" : "NO");
-
-        /* a program of its own per run: this Fit is its first */
-        char fpid[64];
-        compile_iris(c, A_sid, fpid);
-        first_fit ff;
-        memset(&ff, 0, sizeof ff);
-        ff.pid = fpid;
-        pthread_create(&ff.l.th, NULL, first_fit_main, &ff);
-        while (!__atomic_load_n(&ff.l.active, __ATOMIC_ACQUIRE))
-            usleep(1000);
-        l = measure(c, O.samples, NULL);
-        still = !__atomic_load_n(&ff.l.done, __ATOMIC_ACQUIRE);
-        __atomic_store_n(&ff.l.stop, 1, __ATOMIC_RELEASE);
-        if (still) { /* no event comes before the epoch ends: cancel it */
-            Rtrain__V1__ControlRequest cq = RTRAIN__V1__CONTROL_REQUEST__INIT;
-            cq.session_id = A_sid;
-            cq.program_id = fpid;
-            cq.stop = 1;
-            itest_unary(c, "Control", &cq.base, NULL, NULL, &r);
-            itest_res_free(&r);
+        if (want("fit")) {
+            load fit;
+            memset(&fit, 0, sizeof fit);
+            pthread_create(&fit.th, NULL, fit_main, &fit);
+            while (!__atomic_load_n(&fit.active, __ATOMIC_ACQUIRE))
+                usleep(1000);
+            l = measure(c, O.samples, NULL);
+            int still = !__atomic_load_n(&fit.done, __ATOMIC_ACQUIRE);
+            __atomic_store_n(&fit.stop, 1, __ATOMIC_RELEASE);
+            pthread_join(fit.th, NULL);
+            row *f = &rows[FIT];
+            f->p50[f->runs] = l.p50;
+            f->p99[f->runs] = l.p99;
+            f->solo99[f->runs++] = solo.p99;
+            f->samples += l.n;
+            f->errors += l.errors + !still;
+            snprintf(f->note, sizeof f->note, "Fit still running at the end: %s", still ? "yes" : "NO");
         }
-        pthread_join(ff.l.th, NULL);
-        row *g = &rows[FIRST_FIT];
-        g->p50[g->runs] = l.p50;
-        g->p99[g->runs] = l.p99;
-        g->solo99[g->runs++] = solo.p99;
-        g->samples += l.n;
-        g->errors += l.errors + !still;
-        snprintf(g->note, sizeof g->note, "Fit still running at the end: %s", still ? "yes" : "NO");
 
-        load up;
-        memset(&up, 0, sizeof up);
-        pthread_create(&up.th, NULL, upload_main, &up);
-        while (!__atomic_load_n(&up.active, __ATOMIC_ACQUIRE))
-            usleep(1000);
-        l = measure(c, O.samples, &up.done);
-        pthread_join(up.th, NULL);
-        row *u = &rows[UPLOAD];
-        u->p50[u->runs] = l.p50;
-        u->p99[u->runs] = l.p99;
-        u->solo99[u->runs++] = solo.p99;
-        u->samples += l.n;
-        u->errors += l.errors;
-        snprintf(u->note, sizeof u->note, "%.2f GiB in %.1f s; ended %d: %.80s", O.upload_gib,
-                 up.seconds, up.status, up.details);
+        if (want("first-fit")) {
+            /* a program of its own per run: this Fit is its first */
+            char fpid[64];
+            compile_iris(c, A_sid, fpid);
+            first_fit ff;
+            memset(&ff, 0, sizeof ff);
+            ff.pid = fpid;
+            pthread_create(&ff.l.th, NULL, first_fit_main, &ff);
+            while (!__atomic_load_n(&ff.l.active, __ATOMIC_ACQUIRE))
+                usleep(1000);
+            l = measure(c, O.samples, NULL);
+            int still = !__atomic_load_n(&ff.l.done, __ATOMIC_ACQUIRE);
+            __atomic_store_n(&ff.l.stop, 1, __ATOMIC_RELEASE);
+            if (still) { /* no event comes before the epoch ends: cancel it */
+                Rtrain__V1__ControlRequest cq = RTRAIN__V1__CONTROL_REQUEST__INIT;
+                cq.session_id = A_sid;
+                cq.program_id = fpid;
+                cq.stop = 1;
+                itest_unary(c, "Control", &cq.base, NULL, NULL, &r);
+                itest_res_free(&r);
+            }
+            pthread_join(ff.l.th, NULL);
+            row *g = &rows[FIRST_FIT];
+            g->p50[g->runs] = l.p50;
+            g->p99[g->runs] = l.p99;
+            g->solo99[g->runs++] = solo.p99;
+            g->samples += l.n;
+            g->errors += l.errors + !still;
+            snprintf(g->note, sizeof g->note, "Fit still running at the end: %s", still ? "yes" : "NO");
+        }
 
-        parsed_up pu;
-        memset(&pu, 0, sizeof pu);
-        pthread_create(&pu.l.th, NULL, parsed_upload_main, &pu);
-        while (!__atomic_load_n(&pu.l.active, __ATOMIC_ACQUIRE))
-            usleep(1000);
-        l = measure(c, O.samples, &pu.l.done);
-        __atomic_store_n(&pu.l.stop, 1, __ATOMIC_RELEASE);
-        pthread_join(pu.l.th, NULL);
-        row *pr = &rows[PARSED];
-        pr->p50[pr->runs] = l.p50;
-        pr->p99[pr->runs] = l.p99;
-        pr->solo99[pr->runs++] = solo.p99;
-        pr->samples += l.n;
-        pr->errors += l.errors + (pu.failed > 0);
-        snprintf(pr->note, sizeof pr->note, "%d x %d MiB parsed in %.1f s%s%.80s", pu.completed,
-                 O.parse_mib, pu.l.seconds, pu.failed ? "; failed: " : "", pu.l.details);
+        if (want("upload")) {
+            load up;
+            memset(&up, 0, sizeof up);
+            pthread_create(&up.th, NULL, upload_main, &up);
+            while (!__atomic_load_n(&up.active, __ATOMIC_ACQUIRE))
+                usleep(1000);
+            l = measure(c, O.samples, &up.done);
+            pthread_join(up.th, NULL);
+            row *u = &rows[UPLOAD];
+            u->p50[u->runs] = l.p50;
+            u->p99[u->runs] = l.p99;
+            u->solo99[u->runs++] = solo.p99;
+            u->samples += l.n;
+            u->errors += l.errors;
+            snprintf(u->note, sizeof u->note, "%.2f GiB in %.1f s; ended %d: %.80s", O.upload_gib,
+                     up.seconds, up.status, up.details);
+        }
 
-        int *fds = open_conns(O.conns);
-        l = measure(c, O.samples, NULL);
-        for (int i = 0; i < O.conns; i++)
-            close(fds[i]);
-        free(fds);
-        row *h = &rows[CONNS];
-        h->p50[h->runs] = l.p50;
-        h->p99[h->runs] = l.p99;
-        h->solo99[h->runs++] = solo.p99;
-        h->samples += l.n;
-        h->errors += l.errors;
-        snprintf(h->note, sizeof h->note, "%d connections held open", O.conns);
+        if (want("parsed")) {
+            parsed_up pu;
+            memset(&pu, 0, sizeof pu);
+            pthread_create(&pu.l.th, NULL, parsed_upload_main, &pu);
+            while (!__atomic_load_n(&pu.l.active, __ATOMIC_ACQUIRE))
+                usleep(1000);
+            l = measure(c, O.samples, &pu.l.done);
+            __atomic_store_n(&pu.l.stop, 1, __ATOMIC_RELEASE);
+            pthread_join(pu.l.th, NULL);
+            row *pr = &rows[PARSED];
+            pr->p50[pr->runs] = l.p50;
+            pr->p99[pr->runs] = l.p99;
+            pr->solo99[pr->runs++] = solo.p99;
+            pr->samples += l.n;
+            pr->errors += l.errors + (pu.failed > 0);
+            snprintf(pr->note, sizeof pr->note, "%d x %d MiB parsed in %.1f s%s%.80s", pu.completed,
+                     O.parse_mib, pu.l.seconds, pu.failed ? "; failed: " : "", pu.l.details);
+        }
+
+        if (want("conns")) {
+            int *fds = open_conns(O.conns);
+            l = measure(c, O.samples, NULL);
+            for (int i = 0; i < O.conns; i++)
+                close(fds[i]);
+            free(fds);
+            row *h = &rows[CONNS];
+            h->p50[h->runs] = l.p50;
+            h->p99[h->runs] = l.p99;
+            h->solo99[h->runs++] = solo.p99;
+            h->samples += l.n;
+            h->errors += l.errors;
+            snprintf(h->note, sizeof h->note, "%d connections held open", O.conns);
+        }
     }
     /* The compile, once, last. */
-    {
+    if (want("compile")) {
         lat solo = measure(c, O.samples, NULL);
         load cl;
         memset(&cl, 0, sizeof cl);
@@ -660,6 +687,8 @@ int main(int argc, char **argv)
     printf("| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |\n");
     for (int i = 0; i < NROWS; i++) {
         row *w = &rows[i];
+        if (!w->runs)
+            continue;
         double p50 = med(w->p50, w->runs), p99 = med(w->p99, w->runs),
                s99 = med(w->solo99, w->runs);
         double target = 3 * s99 + O.slice_ms * 1000.0;
