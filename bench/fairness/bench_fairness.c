@@ -4,14 +4,16 @@
  *
  *     bench_fairness path/to/rtraind [--samples N] [--reps R] [--slice-ms S]
  *                    [--upload-gib G] [--layers L] [--conns C] [--parse-mib M]
- *                    [--only fit,first-fit,upload,parsed,conns,compile]
+ *                    [--fit-rows N] [--only fit,first-fit,upload,parsed,conns,compile]
  *
  * One rtraind on 127.0.0.1. The well-behaved client (its own session, an
  * iris MLP) times N sequential K=1 RunSteps: alone, then while another
  * session runs each of
  *   - a 10^7-step Fit (10^3 epochs of 10^4 steps, read as it streams);
  *   - the first Fit of a freshly compiled program, without progress
- *     events (10^3 x 10^4 steps, stopped with Control after the samples);
+ *     events (10^3 x 10^4 steps, stopped with Control after the samples),
+ *     on N rows of iris repeated (--fit-rows, 2,000,000): the first step
+ *     of a data set first checks its labels and orders its epoch, O(N);
  *   - a G GiB upload, streamed from zeros in 1 MiB chunks (never held in
  *     memory; it ends with a wrong checksum so the daemon does not parse
  *     G GiB of features); samples are taken until the upload has sent all
@@ -46,10 +48,10 @@
 #include "itest.h"
 
 static struct {
-    int samples, reps, slice_ms, conns, layers, parse_mib;
+    int samples, reps, slice_ms, conns, layers, parse_mib, fit_rows;
     double upload_gib;
     const char *only; /* comma-separated rows to run (--only), NULL: all */
-} O = {1000, 3, 20, 1000, 20000, 256, 4.0, NULL};
+} O = {1000, 3, 20, 1000, 20000, 256, 2000000, 4.0, NULL};
 
 /* Whether row key (fit, first-fit, upload, parsed, conns, compile) runs. */
 static int want(const char *key)
@@ -64,7 +66,7 @@ static int want(const char *key)
 }
 
 static itest_daemon D;
-static char W_sid[64], W_pid[64], A_sid[64], A_pid[64], IRIS[64];
+static char W_sid[64], W_pid[64], A_sid[64], A_pid[64], IRIS[64], BIG[64];
 
 /* --------------------------------------------------------- the client */
 static int pct_cmp(const void *a, const void *b)
@@ -297,7 +299,7 @@ static void *first_fit_main(void *arg)
     Rtrain__V1__FitRequest q = RTRAIN__V1__FIT_REQUEST__INIT;
     q.session_id = A_sid;
     q.program_id = (char *)ff->pid;
-    q.dataset_id = IRIS;
+    q.dataset_id = BIG;
     q.epochs = 1000;
     q.steps_per_epoch = 10000;
     itest_res r;
@@ -480,7 +482,7 @@ int main(int argc, char **argv)
     if (argc < 2) {
         fprintf(stderr, "usage: bench_fairness path/to/rtraind [--samples N] [--reps R] "
                         "[--slice-ms S] [--upload-gib G] [--layers L] [--conns C] [--parse-mib M]\n"
-                        "       [--only fit,first-fit,upload,parsed,conns,compile]\n");
+                        "       [--fit-rows N] [--only fit,first-fit,upload,parsed,conns,compile]\n");
         return 2;
     }
     for (int i = 2; i + 1 < argc; i += 2) {
@@ -492,6 +494,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--conns")) O.conns = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--parse-mib")) O.parse_mib = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--only")) O.only = argv[i + 1];
+        else if (!strcmp(argv[i], "--fit-rows")) O.fit_rows = atoi(argv[i + 1]);
         else die("usage", argv[i]);
     }
     if (O.reps > 16)
@@ -527,6 +530,27 @@ int main(int argc, char **argv)
     itest_res r;
     must(itest_upload(c, W_sid, pp, 1, csv, len, 1 << 16, IRIS, &r), &r, "upload iris");
     free(csv);
+    if (want("first-fit")) {
+        /* iris repeated to fit_rows rows: x [n,4] f32, y [n] i32 */
+        const int64_t n = O.fit_rows;
+        size_t blen = (size_t)n * 20;
+        uint8_t *b = malloc(blen);
+        float *x = (float *)b;
+        int32_t *y = (int32_t *)(b + (size_t)n * 16);
+        for (int64_t i = 0; i < n; i++) {
+            for (int k = 0; k < 4; k++)
+                x[i * 4 + k] = (float)((i * 7 + k * 3) % 50) / 10.0f;
+            y[i] = (int32_t)(i % 3);
+        }
+        int64_t xs[2] = {n, 4}, ys[1] = {n};
+        Rtrain__V1__DataPart bx = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
+                                                 RTRAIN__V1__DTYPE__F32, xs, 2, (size_t)n * 16);
+        Rtrain__V1__DataPart by = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS,
+                                                 RTRAIN__V1__DTYPE__I32, ys, 1, (size_t)n * 4);
+        Rtrain__V1__DataPart *bp[2] = {&bx, &by};
+        must(itest_upload(c, A_sid, bp, 2, b, blen, 1 << 20, BIG, &r), &r, "upload fit rows");
+        free(b);
+    }
     measure(c, 200, NULL); /* warm */
 
     enum { SOLO, FIT, FIRST_FIT, UPLOAD, PARSED, CONNS, COMPILE, NROWS };
@@ -596,7 +620,8 @@ int main(int argc, char **argv)
             g->solo99[g->runs++] = solo.p99;
             g->samples += l.n;
             g->errors += l.errors + !still;
-            snprintf(g->note, sizeof g->note, "Fit still running at the end: %s", still ? "yes" : "NO");
+            snprintf(g->note, sizeof g->note, "%d rows; Fit still running at the end: %s",
+                     O.fit_rows, still ? "yes" : "NO");
         }
 
         if (want("upload")) {
