@@ -4,13 +4,16 @@
  *
  *     bench_fairness path/to/rtraind [--samples N] [--reps R] [--slice-ms S]
  *                    [--upload-gib G] [--layers L] [--conns C] [--parse-mib M]
+ *                    [--fit-rows N] [--only fit,first-fit,upload,parsed,conns,compile]
  *
  * One rtraind on 127.0.0.1. The well-behaved client (its own session, an
  * iris MLP) times N sequential K=1 RunSteps: alone, then while another
  * session runs each of
  *   - a 10^7-step Fit (10^3 epochs of 10^4 steps, read as it streams);
  *   - the first Fit of a freshly compiled program, without progress
- *     events (10^3 x 10^4 steps, stopped with Control after the samples);
+ *     events (10^3 x 10^4 steps, stopped with Control after the samples),
+ *     on N rows of iris repeated (--fit-rows, 2,000,000): the first step
+ *     of a data set first checks its labels and orders its epoch, O(N);
  *   - a G GiB upload, streamed from zeros in 1 MiB chunks (never held in
  *     memory; it ends with a wrong checksum so the daemon does not parse
  *     G GiB of features); samples are taken until the upload has sent all
@@ -45,12 +48,25 @@
 #include "itest.h"
 
 static struct {
-    int samples, reps, slice_ms, conns, layers, parse_mib;
+    int samples, reps, slice_ms, conns, layers, parse_mib, fit_rows;
     double upload_gib;
-} O = {1000, 3, 20, 1000, 20000, 256, 4.0};
+    const char *only; /* comma-separated rows to run (--only), NULL: all */
+} O = {1000, 3, 20, 1000, 20000, 256, 2000000, 4.0, NULL};
+
+/* Whether row key (fit, first-fit, upload, parsed, conns, compile) runs. */
+static int want(const char *key)
+{
+    if (!O.only)
+        return 1;
+    size_t n = strlen(key);
+    for (const char *p = O.only; (p = strstr(p, key)); p += n)
+        if ((p == O.only || p[-1] == ',') && (p[n] == ',' || p[n] == 0))
+            return 1;
+    return 0;
+}
 
 static itest_daemon D;
-static char W_sid[64], W_pid[64], A_sid[64], A_pid[64], IRIS[64];
+static char W_sid[64], W_pid[64], A_sid[64], A_pid[64], IRIS[64], BIG[64];
 
 /* --------------------------------------------------------- the client */
 static int pct_cmp(const void *a, const void *b)
@@ -283,7 +299,7 @@ static void *first_fit_main(void *arg)
     Rtrain__V1__FitRequest q = RTRAIN__V1__FIT_REQUEST__INIT;
     q.session_id = A_sid;
     q.program_id = (char *)ff->pid;
-    q.dataset_id = IRIS;
+    q.dataset_id = BIG;
     q.epochs = 1000;
     q.steps_per_epoch = 10000;
     itest_res r;
@@ -296,6 +312,38 @@ static void *first_fit_main(void *arg)
     itest_disconnect(c);
     __atomic_store_n(&l->done, 1, __ATOMIC_RELEASE);
     return NULL;
+}
+
+/* An iris-shaped RAW set of n rows in one buffer: x [n,4] f32 (iris-like
+ * values, or zeros), then y [n] i32 (i % 3); its two parts in pp. */
+typedef struct raw_set {
+    uint8_t *b;
+    size_t len;
+    int64_t xs[2], ys[1];
+    Rtrain__V1__DataPart px, py;
+    Rtrain__V1__DataPart *pp[2];
+} raw_set;
+
+static void raw_set_make(raw_set *r, int64_t n, int values)
+{
+    r->len = (size_t)n * 20;
+    r->b = calloc(1, r->len);
+    float *x = (float *)r->b;
+    int32_t *y = (int32_t *)(r->b + (size_t)n * 16);
+    for (int64_t i = 0; i < n; i++) {
+        for (int k = 0; values && k < 4; k++)
+            x[i * 4 + k] = (float)((i * 7 + k * 3) % 50) / 10.0f;
+        y[i] = (int32_t)(i % 3);
+    }
+    r->xs[0] = n;
+    r->xs[1] = 4;
+    r->ys[0] = n;
+    r->px = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES, RTRAIN__V1__DTYPE__F32, r->xs,
+                           2, (size_t)n * 16);
+    r->py = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS, RTRAIN__V1__DTYPE__I32, r->ys, 1,
+                           (size_t)n * 4);
+    r->pp[0] = &r->px;
+    r->pp[1] = &r->py;
 }
 
 /* M MiB RAW uploads that the daemon parses (valid checksum, content made
@@ -311,25 +359,16 @@ static void *parsed_upload_main(void *arg)
     parsed_up *pu = arg;
     load *l = &pu->l;
     itest_conn *c = itest_connect(D.addr);
-    const int64_t n = ((int64_t)O.parse_mib << 20) / 20; /* x [n,4] f32, y [n] i32 */
-    size_t len = (size_t)n * 20;
-    uint8_t *b = calloc(1, len);
-    int32_t *y = (int32_t *)(b + (size_t)n * 16);
-    for (int64_t i = 0; i < n; i++)
-        y[i] = (int32_t)(i % 3);
-    int64_t xs[2] = {n, 4}, ys[1] = {n};
-    Rtrain__V1__DataPart px = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
-                                             RTRAIN__V1__DTYPE__F32, xs, 2, (size_t)n * 16);
-    Rtrain__V1__DataPart py = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS,
-                                             RTRAIN__V1__DTYPE__I32, ys, 1, (size_t)n * 4);
-    Rtrain__V1__DataPart *pp[2] = {&px, &py};
+    raw_set rs;
+    raw_set_make(&rs, ((int64_t)O.parse_mib << 20) / 20, 0);
+    uint8_t *b = rs.b;
     __atomic_store_n(&l->active, 1, __ATOMIC_RELEASE);
     double t0 = now_s();
     for (int k = 1; !__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE); k++) {
         ((float *)b)[0] = (float)k;
         char id[64];
         itest_res r;
-        int st = itest_upload(c, A_sid, pp, 2, b, len, 1 << 20, id, &r);
+        int st = itest_upload(c, A_sid, rs.pp, 2, b, rs.len, 1 << 20, id, &r);
         if (st) {
             pu->failed++;
             snprintf(l->details, sizeof l->details, "%d %.200s", st, r.details);
@@ -461,11 +500,30 @@ typedef struct row {
 
 static double med(double *v, int n) { return median(v, n); }
 
+/* Start load fn(arg) on *th and wait until it says it is active. */
+static void start_load(pthread_t *th, void *(*fn)(void *), void *arg, const int *active)
+{
+    pthread_create(th, NULL, fn, arg);
+    while (!__atomic_load_n(active, __ATOMIC_ACQUIRE))
+        usleep(1000);
+}
+
+/* One run's samples of row w, against that run's solo p99. */
+static void record(row *w, const lat *l, double solo99, int more_errors)
+{
+    w->p50[w->runs] = l->p50;
+    w->p99[w->runs] = l->p99;
+    w->solo99[w->runs++] = solo99;
+    w->samples += l->n;
+    w->errors += l->errors + more_errors;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: bench_fairness path/to/rtraind [--samples N] [--reps R] "
-                        "[--slice-ms S] [--upload-gib G] [--layers L] [--conns C] [--parse-mib M]\n");
+                        "[--slice-ms S] [--upload-gib G] [--layers L] [--conns C] [--parse-mib M]\n"
+                        "       [--fit-rows N] [--only fit,first-fit,upload,parsed,conns,compile]\n");
         return 2;
     }
     for (int i = 2; i + 1 < argc; i += 2) {
@@ -476,6 +534,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--layers")) O.layers = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--conns")) O.conns = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--parse-mib")) O.parse_mib = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--only")) O.only = argv[i + 1];
+        else if (!strcmp(argv[i], "--fit-rows")) O.fit_rows = atoi(argv[i + 1]);
         else die("usage", argv[i]);
     }
     if (O.reps > 16)
@@ -511,6 +571,13 @@ int main(int argc, char **argv)
     itest_res r;
     must(itest_upload(c, W_sid, pp, 1, csv, len, 1 << 16, IRIS, &r), &r, "upload iris");
     free(csv);
+    if (want("first-fit")) {
+        raw_set big; /* the first Fit's rows */
+        raw_set_make(&big, O.fit_rows, 1);
+        must(itest_upload(c, A_sid, big.pp, 2, big.b, big.len, 1 << 20, BIG, &r), &r,
+             "upload fit rows");
+        free(big.b);
+    }
     measure(c, 200, NULL); /* warm */
 
     enum { SOLO, FIT, FIRST_FIT, UPLOAD, PARSED, CONNS, COMPILE, NROWS };
@@ -526,123 +593,96 @@ int main(int argc, char **argv)
     for (int rep = 0; rep < O.reps; rep++) {
         lat solo = measure(c, O.samples, NULL);
         row *s = &rows[SOLO];
-        s->p50[s->runs] = solo.p50;
-        s->p99[s->runs] = solo.p99;
-        s->solo99[s->runs++] = solo.p99;
-        s->samples += solo.n;
-        s->errors += solo.errors;
+        record(s, &solo, solo.p99, 0);
+        lat l;
 
-        load fit;
-        memset(&fit, 0, sizeof fit);
-        pthread_create(&fit.th, NULL, fit_main, &fit);
-        while (!__atomic_load_n(&fit.active, __ATOMIC_ACQUIRE))
-            usleep(1000);
-        lat l = measure(c, O.samples, NULL);
-        int still = !__atomic_load_n(&fit.done, __ATOMIC_ACQUIRE);
-        __atomic_store_n(&fit.stop, 1, __ATOMIC_RELEASE);
-        pthread_join(fit.th, NULL);
-        row *f = &rows[FIT];
-        f->p50[f->runs] = l.p50;
-        f->p99[f->runs] = l.p99;
-        f->solo99[f->runs++] = solo.p99;
-        f->samples += l.n;
-        f->errors += l.errors + !still;
-        snprintf(f->note, sizeof f->note, "Fit still running at the end: %s", still ? "yes" : "NO");
-
-        /* a program of its own per run: this Fit is its first */
-        char fpid[64];
-        compile_iris(c, A_sid, fpid);
-        first_fit ff;
-        memset(&ff, 0, sizeof ff);
-        ff.pid = fpid;
-        pthread_create(&ff.l.th, NULL, first_fit_main, &ff);
-        while (!__atomic_load_n(&ff.l.active, __ATOMIC_ACQUIRE))
-            usleep(1000);
-        l = measure(c, O.samples, NULL);
-        still = !__atomic_load_n(&ff.l.done, __ATOMIC_ACQUIRE);
-        __atomic_store_n(&ff.l.stop, 1, __ATOMIC_RELEASE);
-        if (still) { /* no event comes before the epoch ends: cancel it */
-            Rtrain__V1__ControlRequest cq = RTRAIN__V1__CONTROL_REQUEST__INIT;
-            cq.session_id = A_sid;
-            cq.program_id = fpid;
-            cq.stop = 1;
-            itest_unary(c, "Control", &cq.base, NULL, NULL, &r);
-            itest_res_free(&r);
+        if (want("fit")) {
+            load fit;
+            memset(&fit, 0, sizeof fit);
+            start_load(&fit.th, fit_main, &fit, &fit.active);
+            l = measure(c, O.samples, NULL);
+            int still = !__atomic_load_n(&fit.done, __ATOMIC_ACQUIRE);
+            __atomic_store_n(&fit.stop, 1, __ATOMIC_RELEASE);
+            pthread_join(fit.th, NULL);
+            row *f = &rows[FIT];
+            record(f, &l, solo.p99, !still);
+            snprintf(f->note, sizeof f->note, "Fit still running at the end: %s", still ? "yes" : "NO");
         }
-        pthread_join(ff.l.th, NULL);
-        row *g = &rows[FIRST_FIT];
-        g->p50[g->runs] = l.p50;
-        g->p99[g->runs] = l.p99;
-        g->solo99[g->runs++] = solo.p99;
-        g->samples += l.n;
-        g->errors += l.errors + !still;
-        snprintf(g->note, sizeof g->note, "Fit still running at the end: %s", still ? "yes" : "NO");
 
-        load up;
-        memset(&up, 0, sizeof up);
-        pthread_create(&up.th, NULL, upload_main, &up);
-        while (!__atomic_load_n(&up.active, __ATOMIC_ACQUIRE))
-            usleep(1000);
-        l = measure(c, O.samples, &up.done);
-        pthread_join(up.th, NULL);
-        row *u = &rows[UPLOAD];
-        u->p50[u->runs] = l.p50;
-        u->p99[u->runs] = l.p99;
-        u->solo99[u->runs++] = solo.p99;
-        u->samples += l.n;
-        u->errors += l.errors;
-        snprintf(u->note, sizeof u->note, "%.2f GiB in %.1f s; ended %d: %.80s", O.upload_gib,
-                 up.seconds, up.status, up.details);
+        if (want("first-fit")) {
+            /* a program of its own per run: this Fit is its first */
+            char fpid[64];
+            compile_iris(c, A_sid, fpid);
+            first_fit ff;
+            memset(&ff, 0, sizeof ff);
+            ff.pid = fpid;
+            start_load(&ff.l.th, first_fit_main, &ff, &ff.l.active);
+            l = measure(c, O.samples, NULL);
+            int still = !__atomic_load_n(&ff.l.done, __ATOMIC_ACQUIRE);
+            __atomic_store_n(&ff.l.stop, 1, __ATOMIC_RELEASE);
+            if (still) { /* no event comes before the epoch ends: cancel it */
+                Rtrain__V1__ControlRequest cq = RTRAIN__V1__CONTROL_REQUEST__INIT;
+                cq.session_id = A_sid;
+                cq.program_id = fpid;
+                cq.stop = 1;
+                itest_unary(c, "Control", &cq.base, NULL, NULL, &r);
+                itest_res_free(&r);
+            }
+            pthread_join(ff.l.th, NULL);
+            row *g = &rows[FIRST_FIT];
+            record(g, &l, solo.p99, !still);
+            snprintf(g->note, sizeof g->note, "%d rows; Fit still running at the end: %s",
+                     O.fit_rows, still ? "yes" : "NO");
+        }
 
-        parsed_up pu;
-        memset(&pu, 0, sizeof pu);
-        pthread_create(&pu.l.th, NULL, parsed_upload_main, &pu);
-        while (!__atomic_load_n(&pu.l.active, __ATOMIC_ACQUIRE))
-            usleep(1000);
-        l = measure(c, O.samples, &pu.l.done);
-        __atomic_store_n(&pu.l.stop, 1, __ATOMIC_RELEASE);
-        pthread_join(pu.l.th, NULL);
-        row *pr = &rows[PARSED];
-        pr->p50[pr->runs] = l.p50;
-        pr->p99[pr->runs] = l.p99;
-        pr->solo99[pr->runs++] = solo.p99;
-        pr->samples += l.n;
-        pr->errors += l.errors + (pu.failed > 0);
-        snprintf(pr->note, sizeof pr->note, "%d x %d MiB parsed in %.1f s%s%.80s", pu.completed,
-                 O.parse_mib, pu.l.seconds, pu.failed ? "; failed: " : "", pu.l.details);
+        if (want("upload")) {
+            load up;
+            memset(&up, 0, sizeof up);
+            start_load(&up.th, upload_main, &up, &up.active);
+            l = measure(c, O.samples, &up.done);
+            pthread_join(up.th, NULL);
+            row *u = &rows[UPLOAD];
+            record(u, &l, solo.p99, 0);
+            snprintf(u->note, sizeof u->note, "%.2f GiB in %.1f s; ended %d: %.80s", O.upload_gib,
+                     up.seconds, up.status, up.details);
+        }
 
-        int *fds = open_conns(O.conns);
-        l = measure(c, O.samples, NULL);
-        for (int i = 0; i < O.conns; i++)
-            close(fds[i]);
-        free(fds);
-        row *h = &rows[CONNS];
-        h->p50[h->runs] = l.p50;
-        h->p99[h->runs] = l.p99;
-        h->solo99[h->runs++] = solo.p99;
-        h->samples += l.n;
-        h->errors += l.errors;
-        snprintf(h->note, sizeof h->note, "%d connections held open", O.conns);
+        if (want("parsed")) {
+            parsed_up pu;
+            memset(&pu, 0, sizeof pu);
+            start_load(&pu.l.th, parsed_upload_main, &pu, &pu.l.active);
+            l = measure(c, O.samples, &pu.l.done);
+            __atomic_store_n(&pu.l.stop, 1, __ATOMIC_RELEASE);
+            pthread_join(pu.l.th, NULL);
+            row *pr = &rows[PARSED];
+            record(pr, &l, solo.p99, pu.failed > 0);
+            snprintf(pr->note, sizeof pr->note, "%d x %d MiB parsed in %.1f s%s%.80s", pu.completed,
+                     O.parse_mib, pu.l.seconds, pu.failed ? "; failed: " : "", pu.l.details);
+        }
+
+        if (want("conns")) {
+            int *fds = open_conns(O.conns);
+            l = measure(c, O.samples, NULL);
+            for (int i = 0; i < O.conns; i++)
+                close(fds[i]);
+            free(fds);
+            row *h = &rows[CONNS];
+            record(h, &l, solo.p99, 0);
+            snprintf(h->note, sizeof h->note, "%d connections held open", O.conns);
+        }
     }
     /* The compile, once, last. */
-    {
+    if (want("compile")) {
         lat solo = measure(c, O.samples, NULL);
         load cl;
         memset(&cl, 0, sizeof cl);
-        pthread_create(&cl.th, NULL, compile_main, &cl);
-        while (!__atomic_load_n(&cl.active, __ATOMIC_ACQUIRE))
-            usleep(1000);
+        start_load(&cl.th, compile_main, &cl, &cl.active);
         usleep(200000); /* the JSON has arrived and the import started */
         int before = !__atomic_load_n(&cl.done, __ATOMIC_ACQUIRE);
         lat l = measure(c, O.samples, NULL);
         int still = !__atomic_load_n(&cl.done, __ATOMIC_ACQUIRE);
         row *k = &rows[COMPILE];
-        k->p50[0] = l.p50;
-        k->p99[0] = l.p99;
-        k->solo99[0] = solo.p99;
-        k->runs = 1;
-        k->samples = l.n;
-        k->errors = l.errors;
+        record(k, &l, solo.p99, 0);
         if (still) {
             snprintf(k->note, sizeof k->note, "%d layers; still compiling after the samples", O.layers);
         } else {
@@ -660,6 +700,8 @@ int main(int argc, char **argv)
     printf("| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |\n");
     for (int i = 0; i < NROWS; i++) {
         row *w = &rows[i];
+        if (!w->runs)
+            continue;
         double p50 = med(w->p50, w->runs), p99 = med(w->p99, w->runs),
                s99 = med(w->solo99, w->runs);
         double target = 3 * s99 + O.slice_ms * 1000.0;

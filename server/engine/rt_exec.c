@@ -95,7 +95,27 @@ struct rt_exec {
                                 * replicas get it at the next training call) */
     int torn;                  /* rt_exec_set_torn: the state cannot be saved */
     char bn_err[RT__ERRLEN];   /* a synchronised BatchNorm's failed sum */
+    void (*pause)(void *ud);   /* rt_exec_set_pause */
+    void *pause_ud;
 };
+
+/* A long host pass over a data set (the label and index checks, the
+ * epoch's order) calls the pause hook every RT__PAUSE_EVERY elements: at
+ * 10^7 rows such a pass takes most of a second, all before the first step
+ * of a data set (or of an epoch), and the daemon's time slices must reach
+ * inside it. */
+#define RT__PAUSE_EVERY 16384
+static inline void rt__pause_at(const rt_exec *e, int64_t i)
+{
+    if ((i & (RT__PAUSE_EVERY - 1)) == 0 && i && e->pause) e->pause(e->pause_ud);
+}
+
+void rt_exec_set_pause(rt_exec *e, void (*fn)(void *ud), void *ud)
+{
+    if (!e) return;
+    e->pause = fn;
+    e->pause_ud = ud;
+}
 
 static int rt__check_sw(rt_exec *e, const rt_data *d);
 static void rt__release_slots(rt_exec *e);
@@ -449,6 +469,7 @@ static int rt__scan_indices(rt_exec *e, const float *x, int64_t n, int batch)
         if (nd->op != &rt__op_embedding || nd->in[0] != p->input_entry) continue;
         const int64_t V = rt__embed_cp(nd)->V, m = p->in_numel;
         for (int64_t i = 0; i < n * m; i++) {
+            rt__pause_at(e, i);
             const float v = x[i];
             if (!(v >= 0.0f && v < (float)V) || v != floorf(v))
                 return rt__eerr(e, RT_EDATA,
@@ -537,6 +558,7 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
         const int64_t cnt = d->n * L->lab_numel, C = L->classes;
         int ignored = 0;
         for (int64_t i = 0; i < cnt; i++) {
+            rt__pause_at(e, i);
             double v = d->y_dtype == RT_I32 ? (double)((const int32_t *)d->y)[i]
                                             : (double)((const float *)d->y)[i];
             if (torch && v == (double)L->ignore_index) {
@@ -558,7 +580,8 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
         for (int k = 0; k < L->n_heads; k++) {
             const rt__lossinfo *H = &L->head[k];
             if (H->kind != RT_LOSS_SPARSE_CE) continue;
-            for (int64_t i = 0; i < d->n; i++)
+            for (int64_t i = 0; i < d->n; i++) {
+                rt__pause_at(e, i);
                 for (int64_t r = 0; r < H->lab_numel; r++) {
                     const double v = y[i * L->lab_numel + L->lab_off[k] + r];
                     if (!(v >= 0 && v < (double)H->classes) || v != floor(v))
@@ -566,6 +589,7 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
                                         "outside [0, %lld)", k + 1, v, (long long)i,
                                         (long long)H->classes);
                 }
+            }
         }
         e->checked_y = d->y;
         e->checked_n = d->n;
@@ -576,10 +600,16 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
 
 void rt_exec_epoch_order(const rt_exec *e, int64_t n, int64_t epoch, int64_t *perm)
 {
-    for (int64_t i = 0; i < n; i++) perm[i] = i;
+    /* in pieces (the first touch of a fresh perm is part of the cost) */
+    for (int64_t i0 = 0; i0 < n; i0 += RT__PAUSE_EVERY) {
+        rt__pause_at(e, i0);
+        const int64_t i1 = n - i0 < RT__PAUSE_EVERY ? n : i0 + RT__PAUSE_EVERY;
+        for (int64_t i = i0; i < i1; i++) perm[i] = i;
+    }
     if (e->p->cfg.shuffle) {
         /* Fisher-Yates; j from a 64-bit draw by multiply-shift (Lemire) */
         for (int64_t i = n - 1; i > 0; i--) {
+            rt__pause_at(e, i);
             uint64_t r = rt__rng_u64(e->p->cfg.seed, RT__STREAM_SHUFFLE,
                                      ((uint64_t)epoch << 32) | (uint64_t)i);
             int64_t j = (int64_t)(((unsigned __int128)r * (uint64_t)(i + 1)) >> 64);
@@ -1720,10 +1750,12 @@ static void rt__gather_sw(rt_exec *e, const float *sw, const int64_t *idx, int64
 static int rt__check_sw(rt_exec *e, const rt_data *d)
 {
     if (!d->sw || (d->sw == e->checked_sw && d->n == e->checked_sw_n)) return 0;
-    for (int64_t i = 0; i < d->n; i++)
+    for (int64_t i = 0; i < d->n; i++) {
+        rt__pause_at(e, i);
         if (!(d->sw[i] >= 0.0f) || isinf(d->sw[i]))
             return rt__eerr(e, RT_EDATA, "sample weight %g at sample %lld: weights must be "
                             "finite and >= 0", (double)d->sw[i], (long long)i);
+    }
     e->checked_sw = d->sw;
     e->checked_sw_n = d->n;
     return 0;

@@ -42,5 +42,12 @@ int rt_bufpool_set_arena(uint64_t bytes);
 void rt_bufpool_busy(int delta);
 /* Bytes the arena thread faulted in since start (for metrics and tests). */
 uint64_t rt_bufpool_prefaulted_bytes(void);
+/* With the arena thread running, a mapping of 64 MiB or more that leaves
+ * the pool (a buffer given back over the cap, or pushed out by one) is
+ * unmapped by that thread, not by the caller: freeing the pages of a
+ * 4 GiB upload's buffer takes from tens of ms (huge pages) to over a
+ * second (4 KiB pages), and buffers are given back on completion-queue
+ * threads. Bytes it unmapped since start (for tests). */
+uint64_t rt_bufpool_unmapped_bytes(void);
 
 #endif

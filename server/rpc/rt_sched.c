@@ -25,6 +25,7 @@
 #include <grpc/support/alloc.h>
 
 #include "rt_bufpool.h"
+#include "rt_dist.h"
 #include "rt_health.h"
 #include "rt_stream.h"
 #include "rt_state.h"
@@ -237,6 +238,25 @@ const char *rt_call_sched_key(rt_call *c)
 }
 
 /* ------------------------------------------------------------- executor */
+static void pause_point(void *ud)
+{
+    rt_call_yield(ud);
+}
+
+/* The program's exec, its long host passes (a data set's checks, an
+ * epoch's order: up to a second before a first step) made to pause at
+ * rt_call_yield for the time the call holds the device; NULL when there
+ * is none. Not with MPI replicas: rt_dist runs those passes holding its
+ * own lock, which a call waiting for the device may need. */
+static rt_exec *pause_on(rt_call *c)
+{
+    if (!c->holds_device || !c->prog || rt_dist_size() != 1)
+        return NULL;
+    rt_exec *e = rt_program_exec(c->prog);
+    rt_exec_set_pause(e, pause_point, c);
+    return e;
+}
+
 static void run_work(rt_call *c)
 {
     rt__call_to(c, RT_CS_RUNNING);
@@ -355,10 +375,13 @@ static void *executor_main(void *arg)
             c->holds_device = 1;
         }
         c->tm.queue_ns += rt_now_ns() - c->enq_ns;
-        if (rt_call_is_cancelled(c))
+        if (rt_call_is_cancelled(c)) {
             rt_call_fail(c, RT_ECANCELLED, "cancelled before it ran");
-        else
+        } else {
+            rt_exec *pe = pause_on(c);
             run_work(c);
+            rt_exec_set_pause(pe, NULL, NULL);
+        }
         if (c->holds_device) {
             c->holds_device = 0;
             rt__dev_unlock(s);

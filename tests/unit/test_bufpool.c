@@ -3,7 +3,9 @@
  * again, resized to the next request; the cap counts the bytes asked for,
  * so a buffer of exactly the cap is kept; over the cap or with no pooling
  * it is unmapped; the oldest idle buffer goes first; small buffers are
- * malloc'ed and never pooled. */
+ * malloc'ed and never pooled; with the arena thread running, a mapping of
+ * 64 MiB or more is unmapped by it, not by the thread that gives it back. */
+#include <errno.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -173,6 +175,39 @@ static void test_arena(void)
     rt_bufpool_set_arena(0);
 }
 
+/* Whether the page at p is no longer mapped (mincore fails ENOMEM). */
+static int unmapped(const void *p)
+{
+    unsigned char v;
+    void *a = (void *)((uintptr_t)p & ~(uintptr_t)4095);
+    return mincore(a, 4096, &v) < 0 && errno == ENOMEM;
+}
+
+/* After test_arena: its thread runs (arena 0 now, so it faults nothing in). */
+static void test_async_unmap(void)
+{
+    rt_bufpool_set_cap(0);
+    uint64_t before = rt_bufpool_unmapped_bytes();
+    /* under 64 MiB: unmapped by the caller, at once */
+    uint8_t *s = rt_bufpool_get(16 * MiB);
+    CHECK(s != NULL, "16 MiB");
+    memset(s, 1, 16 * MiB);
+    rt_bufpool_put(s);
+    CHECK(unmapped(s) && rt_bufpool_unmapped_bytes() == before,
+          "a 16 MiB buffer is unmapped by the caller");
+    /* 80 MiB: handed to the arena thread, which unmaps all of it */
+    uint8_t *b = rt_bufpool_get(80 * MiB);
+    CHECK(b != NULL, "80 MiB");
+    memset(b, 2, 80 * MiB);
+    rt_bufpool_put(b);
+    for (int i = 0; i < 6000 && rt_bufpool_unmapped_bytes() < before + 80 * MiB; i++)
+        usleep(10000);
+    CHECK(rt_bufpool_unmapped_bytes() >= before + 80 * MiB,
+          "the arena thread unmapped the 80 MiB buffer: %llu bytes",
+          (unsigned long long)(rt_bufpool_unmapped_bytes() - before));
+    CHECK(unmapped(b) && unmapped(b + 80 * MiB - 1), "its first and last pages are gone");
+}
+
 static void test_small_not_pooled(void)
 {
     rt_bufpool_set_cap(64 * MiB);
@@ -197,5 +232,6 @@ int main(void)
     RUN(test_oldest_out);
     RUN(test_small_not_pooled);
     RUN(test_arena);
+    RUN(test_async_unmap);
     return itest_summary();
 }
