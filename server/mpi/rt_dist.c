@@ -350,10 +350,30 @@ static void guard_stop(void)
     if (on) pthread_join(W.dog, NULL);
 }
 
+/* MPI_Abort's own deadline: a thread that ends the process if it has not
+ * ended by then. The guard may have jumped a thread out of an MPI call
+ * (a collective with a dead peer), which can leave the library's state
+ * such that MPI_Abort never returns nor ends the job (seen 1 run in 20
+ * of mpi_replicas_netns's mid-call kill). A rank that exits nonzero ends
+ * the job as well: mpirun then stops the others. */
+#define ABORT_DEADLINE_S 15
+
+static void *abort_deadline(void *arg)
+{
+    (void)arg;
+    struct timespec ts = {ABORT_DEADLINE_S, 0};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) continue;
+    RT_LOG(RT_LOG_ERROR, "MPI_Abort did not end the job within %d s: exiting", ABORT_DEADLINE_S);
+    _exit(3);
+    return NULL;
+}
+
 /* Ends the job from any rank's main or calling thread (the watchdog is
  * joined first: it has stopped, or stops now). */
 static void job_abort(void)
 {
+    pthread_t th;
+    if (pthread_create(&th, NULL, abort_deadline, NULL) == 0) pthread_detach(th);
     guard_stop();
     MPI_Abort(MPI_COMM_WORLD, 3);
 }
