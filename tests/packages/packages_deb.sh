@@ -57,7 +57,7 @@ for f in ./usr/sbin/rtraind ./lib/systemd/system/rtraind.service ./etc/rtrain/rt
          ./usr/share/doc/rtraind/operations.md ./usr/share/doc/rtraind/packages.md; do
   grep -qx -- "$f" "$tmp/d.list" && ok "rtraind has $f" || bad "rtraind lacks $f"
 done
-for f in ./usr/bin/rtrain ./usr/lib/$ma/librtrain.so.$ver ./usr/lib/$ma/librtrain.so.0 \
+for f in ./usr/bin/rtrain ./usr/bin/rtrain-bench ./usr/lib/$ma/librtrain.so.$ver ./usr/lib/$ma/librtrain.so.0 \
          ./usr/lib/$ma/librtrain.so ./usr/lib/$ma/pkgconfig/rtrain.pc \
          ./usr/include/rtrain/rtrain.h ./usr/include/rtrain/rtrain_data.h \
          ./usr/include/rtrain/rtrain_tb.h ./usr/include/rtrain/rt_error.h; do
