@@ -53,15 +53,6 @@ static int run_epoch(void *ud, int64_t epoch, const rt_metrics *train, int64_t s
     return 0;
 }
 
-static float *run_losses(void *ud, uint64_t steps)
-{
-    run_epochs *r = ud;
-    float *l = rt_call_alloc(r->c, sizeof(float) * steps);
-    if (!l)
-        r->failed = OOM(r->c);
-    return l;
-}
-
 static int run_epoch_val(void *ud, const rt_metrics *val)
 {
     run_epochs *r = ud;
@@ -77,13 +68,14 @@ static int run_steps_work(rt_call *c)
     rt_run_steps_in in = {.seq = q->seq, .steps = q->steps, .lr = q->learning_rate,
                           .val_at_end = q->val_at_end, .stop_on_nan = q->stop_on_nan,
                           .checkpoint = q->checkpoint, .every_steps = q->checkpoint_every_steps,
-                          .every_s = q->checkpoint_every_s, .return_losses = q->return_losses};
+                          .every_s = q->checkpoint_every_s};
+    if (q->return_losses && !(in.losses = rt_call_alloc(c, sizeof(float) * q->steps)))
+        return OOM(c);
     if (c->srv->state)
         in.ckpt_continue = rt_h_ckpt_continue(c, q->checkpoint_policy);
     run_epochs ep = {.c = c};
-    const rt_train_host h = {.ud = c, .step = rt_call_step_point,
-                             .hard_cancel = rt_call_hard_cancelled, .answer_ud = &ep,
-                             .losses = run_losses, .epoch = run_epoch,
+    const rt_train_host h = {.ud = c, .flags = rt_call_train_flags(c),
+                             .step = rt_call_step_point, .answer_ud = &ep, .epoch = run_epoch,
                              .epoch_val = run_epoch_val};
     rt_train_ctx ctx = {.ds = c->ds, .val_ds = c->val_ds, .state = c->srv->state,
                         .sid = c->sess->id, .host = &h};
@@ -108,8 +100,8 @@ static int run_steps_work(rt_call *c)
     r->first_non_finite_step = (uint64_t)out.nan_step;
     r->last = rt_h_metrics_pb(c, &out.last);
     r->mean = rt_h_metrics_pb(c, &out.mean);
-    if (out.losses) {
-        r->losses = out.losses;
+    if (in.losses && !out.replayed) {
+        r->losses = in.losses;
         r->n_losses = (size_t)out.done;
     }
     r->epochs = ep.v;
@@ -219,11 +211,6 @@ static int fit_epoch_end(void *ud, const rt_fit_epoch *fe, int64_t nan_step, uin
     return 0;
 }
 
-static int call_cancelled(void *ud)
-{
-    return rt_call_is_cancelled(ud);
-}
-
 static int call_stopping(void *ud)
 {
     return rt_h_daemon_stopping(ud);
@@ -242,9 +229,9 @@ static int fit_work(rt_call *c)
     if (c->srv->state)
         in.ckpt_continue = rt_h_ckpt_continue(c, q->checkpoint_policy);
     fit_answer a = {.c = c};
-    const rt_train_host h = {.ud = c, .step = rt_call_step_point,
-                             .hard_cancel = rt_call_hard_cancelled, .cancelled = call_cancelled,
-                             .stopping = call_stopping, .answer_ud = &a,
+    const rt_train_host h = {.ud = c, .flags = rt_call_train_flags(c),
+                             .step = rt_call_step_point, .stopping = call_stopping,
+                             .answer_ud = &a,
                              .progress = fit_progress, .epoch_end = fit_epoch_end};
     rt_train_ctx ctx = {.ds = c->ds, .val_ds = c->val_ds, .state = c->srv->state,
                         .sid = c->sess->id, .host = &h};

@@ -391,11 +391,13 @@ int rt_call_yield(rt_call *c);
  * the whole process stops itself with SIGSTOP so that a test can SIGKILL or
  * SIGTERM it at a step it chose. Nothing happens with the flag off. */
 void rt_srv_pause_point(rt_srv *s, int64_t global_step);
-/* rt_train_host's step and hard_cancel for a training call (ud: the
- * rt_call): rt_srv_pause_point, rt_call_yield and rt_call_is_cancelled in
- * one call per step. */
+/* rt_train_host's step for a training call (ud: the rt_call):
+ * rt_srv_pause_point, rt_call_yield and rt_call_is_cancelled in one call;
+ * and the flags that tell the use case when to call it (the call's and the
+ * daemon's cancel, a device waiter, --pause-at-step), which it reads at
+ * the other step boundaries instead. */
 int rt_call_step_point(void *ud, int64_t global_step);
-int rt_call_hard_cancelled(void *ud);
+struct rt_train_flags rt_call_train_flags(rt_call *c);
 /* Take/drop the device from work running on the compile pool. */
 void rt_call_device_lock(rt_call *c);
 void rt_call_device_unlock(rt_call *c);

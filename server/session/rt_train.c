@@ -75,6 +75,25 @@ int rt_train_non_finite(int64_t *first, int stop_on_nan, int *stopped, const rt_
     return 1;
 }
 
+static int flag(const int *f)
+{
+    return f && __atomic_load_n(f, __ATOMIC_ACQUIRE);
+}
+
+static int host_cancelled(const rt_train_host *h)
+{
+    return flag(h->flags.cancelled) || flag(h->flags.hard_cancel);
+}
+
+/* A step boundary: up to the caller only for the device's time slice (a
+ * call waits for it) or a pause; 1 when the call was cancelled. */
+static int step_point(const rt_train_host *h, int64_t step)
+{
+    if (flag(h->flags.waiting) || (h->flags.pause_at > 0 && step >= h->flags.pause_at))
+        return h->step(h->ud, step);
+    return host_cancelled(h);
+}
+
 /* The view of ds for training (need_labels), its message naming ds. */
 static int view(rt_program *p, rt_dataset *ds, rt_stream_use *use, rt_data *d, char *err,
                 size_t errlen)
@@ -136,7 +155,7 @@ typedef struct run_cb {
 static int run_step_cb(void *ud, const rt_step_info *info)
 {
     run_cb *r = ud;
-    if (r->host->step(r->host->ud, info->step)) {
+    if (step_point(r->host, info->step)) {
         r->cancelled = 1;
         return 1;
     }
@@ -184,9 +203,7 @@ int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in
         return rc;
     if ((rc = rt_program_set_lr(p, in->lr)) < 0)
         return engine_fail(p, rc, err, errlen);
-    float *losses = NULL;
-    if (in->return_losses && !(losses = ctx->host->losses(ctx->host->answer_ud, in->steps)))
-        return oom(err, errlen);
+    float *losses = in->losses;
     /* stop at epoch ends to validate, or to draw the next epoch's
      * augmentation; val_at_end validates once, after the last step */
     int val_in = ctx->val_ds && !in->val_at_end;
@@ -226,7 +243,7 @@ int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in
         if (cb.cancelled) {
             rt_program_run_end(p);
             rt_program_set_partial(p, done + part.steps_run > 0);
-            return rt_train_stopped_msg(ctx->host->hard_cancel(ctx->host->ud),
+            return rt_train_stopped_msg(flag(ctx->host->flags.hard_cancel),
                                        done + part.steps_run, (int64_t)in->steps, err, errlen);
         }
         if (cb.nan_stop) {
@@ -276,7 +293,6 @@ int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in
     out->last = res.last;
     out->mean = mean;
     out->done = done;
-    out->losses = losses;
     if (in->val_at_end && ctx->val_ds) {
         if ((rc = rt_exec_evaluate(e, &vd, &out->val)) < 0)
             return engine_fail(p, rc, err, errlen);
@@ -358,7 +374,7 @@ static int fit_step_cb(void *ud, const rt_step_info *info)
     }
     if (info->epoch_end) /* RunSteps' epoch clock follows the engine's epochs */
         rt_program_epoch_clock_end(p, &f->mark);
-    if (h->step(h->ud, info->step))
+    if (step_point(h, info->step))
         return 1;
     if (rt_train_non_finite(&f->nan_step, f->in->stop_on_nan, &f->nan_stop, info)) {
         f->nan_loss = info->loss;
@@ -525,9 +541,9 @@ static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint6
                            "stopped at step %lld, on disk at exit; reattach after it restarts",
                            (long long)rt_exec_global_step(rt_program_exec(p)));
         }
-        if ((res.stopped && !f.stopped) || h->cancelled(h->ud)) {
+        if ((res.stopped && !f.stopped) || host_cancelled(h)) {
             rt_program_set_partial(p, partial);
-            if (h->hard_cancel(h->ud))
+            if (flag(h->flags.hard_cancel))
                 return rt_train_stopped_msg(1, steps, (int64_t)in->epochs * spe, err, errlen);
             cancelled = 1;
             break;

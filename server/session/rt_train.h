@@ -45,26 +45,31 @@ typedef struct rt_fit_progress {
     int64_t nan_step;        /* the first non-finite loss so far, 0 = none */
 } rt_fit_progress;
 
-/* The caller's side of a training call. step (ud): at each step boundary,
- * the --pause-at-step hook and the device's time slice; 1 when the client
- * went away. hard_cancel (ud): the daemon's grace period ended. With
- * answer_ud: losses gives room for steps losses (NULL: out of memory);
- * epoch: an engine epoch ended; epoch_val: the last epoch's validation
- * (< 0: out of memory, the call stops).
- * Fit's (rt_program_fit_run), the others unused there: cancelled (ud):
- * the client went away; stopping (ud): a durable daemon is stopping;
- * progress: send a StepProgress (coalesce 0: at once, a new rate);
- * epoch_end: send an EpochEnd (nan_step as progress; val_ns: time spent
- * validating and checkpointing it). epoch_end < 0: the call failed (its
- * caller set the failure). */
+/* The caller's flags, read at each step boundary without calling up
+ * (atomic ints; NULL: never set): the call was cancelled (the client went
+ * away), the daemon's grace period ended, another call waits for the
+ * device. pause_at: --pause-at-step (0: none). */
+typedef struct rt_train_flags {
+    const int *cancelled, *hard_cancel, *waiting;
+    int64_t pause_at;
+} rt_train_flags;
+
+/* The caller's side of a training call. step (ud): at a step boundary
+ * where *flags.waiting is set or the step is at or past flags.pause_at,
+ * the --pause-at-step hook and the device's time slice; 1 when the call
+ * was cancelled. With answer_ud: epoch: an engine epoch ended; epoch_val:
+ * the last epoch's validation (< 0: out of memory, the call stops).
+ * Fit's (rt_program_fit_run), the others unused there: stopping (ud): a
+ * durable daemon is stopping; progress: send a StepProgress (coalesce 0:
+ * at once, a new rate); epoch_end: send an EpochEnd (nan_step as
+ * progress; val_ns: time spent validating and checkpointing it).
+ * epoch_end < 0: the call failed (its caller set the failure). */
 typedef struct rt_train_host {
     void *ud;
+    rt_train_flags flags;
     int (*step)(void *ud, int64_t global_step);
-    int (*hard_cancel)(void *ud);
-    int (*cancelled)(void *ud);
     int (*stopping)(void *ud);
     void *answer_ud;
-    float *(*losses)(void *answer_ud, uint64_t steps);
     int (*epoch)(void *answer_ud, int64_t epoch, const rt_metrics *train, int64_t step,
                  uint64_t exec_ns);
     int (*epoch_val)(void *answer_ud, const rt_metrics *val);
@@ -92,7 +97,7 @@ typedef struct rt_run_steps_in {
     int checkpoint;          /* checkpoint at the end (durable mode) */
     uint32_t every_steps, every_s;
     int ckpt_continue;       /* a failed checkpoint is logged, not the call's failure */
-    int return_losses;       /* the step losses into host->losses' room */
+    float *losses;           /* room for steps losses, or NULL: none returned */
 } rt_run_steps_in;
 
 typedef struct rt_run_steps_out {
@@ -102,8 +107,7 @@ typedef struct rt_run_steps_out {
     rt_metrics last, mean;
     int stopped;             /* Control's stop */
     int64_t nan_step;        /* the first non-finite loss's step, 0 = none */
-    int64_t done;            /* steps run (losses written) */
-    float *losses;           /* return_losses: done of them */
+    int64_t done;            /* steps run (in->losses: written) */
     int has_val;
     rt_metrics val;          /* val_at_end */
     uint64_t durable_ns;     /* the checkpoint's time, with a state dir */
