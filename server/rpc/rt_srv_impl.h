@@ -20,6 +20,7 @@
 
 #include "rt_auth.h"
 #include "rt_dash.h"
+#include "rt_log.h" /* rt_log_esc, rt_log_id */
 #include "rt_data.h"
 #include "rt_metrics.h"
 #include "rt_obs.h"
@@ -397,6 +398,9 @@ void rt_srv_pause_point(rt_srv *s, int64_t global_step);
  * daemon's cancel, a device waiter, --pause-at-step), which it reads at
  * the other step boundaries instead. */
 int rt_call_step_point(void *ud, int64_t global_step);
+/* The principal of a call's metadata: its `authorization` values, read
+ * here (gRPC is the transport's), checked by rt_auth_check_bearer. */
+rt_principal *rt_call_principal(rt_auth *a, const grpc_metadata_array *md, const char **why);
 struct rt_train_flags rt_call_train_flags(rt_call *c);
 /* Take/drop the device from work running on the compile pool. */
 void rt_call_device_lock(rt_call *c);
