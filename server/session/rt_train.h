@@ -28,7 +28,7 @@
 extern "C" {
 #endif
 
-/* What trains: rt_exec_train, or a multi-process trainer (server/dist)
+/* What trains: rt_exec_train, or a multi-process trainer (server/mpi)
  * that the daemon plugs in at startup, so the session layer does not
  * depend on MPI. err gets the failure's text. */
 typedef int (*rt_trainer_fn)(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t steps,
