@@ -30,6 +30,13 @@ int main(int argc, char **argv)
     cli_opts o;
     char err[512];
     int rc = cli_parse(argc, av, &o, err, sizeof err);
+    if (rc == 0 && o.cmd == CLI_HELP && o.help_cmd == CLI_NONE) {
+        printf("usage: rtrain-bench {overhead|story} [options] (or rtrain bench ...)\n\n");
+        cli_usage_cmd(stdout, CLI_BENCH_OVERHEAD);
+        printf("\n");
+        cli_usage_cmd(stdout, CLI_BENCH_STORY);
+        return 0;
+    }
     if (rc < 0 || (o.cmd != CLI_BENCH_OVERHEAD && o.cmd != CLI_BENCH_STORY &&
                    !(o.cmd == CLI_HELP && (o.help_cmd == CLI_BENCH_OVERHEAD ||
                                            o.help_cmd == CLI_BENCH_STORY)))) {
