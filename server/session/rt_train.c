@@ -105,6 +105,16 @@ static int view(rt_program *p, rt_dataset *ds, rt_stream_use *use, rt_data *d, c
     return rc;
 }
 
+/* A training call's data: the set and, when given, the validation set. */
+static int views(rt_program *p, rt_train_ctx *ctx, rt_data *d, rt_data *vd, char *err,
+                 size_t errlen)
+{
+    int rc = view(p, ctx->ds, &ctx->use, d, err, errlen);
+    if (rc == 0 && ctx->val_ds)
+        rc = view(p, ctx->val_ds, &ctx->val_use, vd, err, errlen);
+    return rc;
+}
+
 void rt_train_note_steps(rt_program *p, uint64_t ns, int64_t steps)
 {
     if (steps <= 0)
@@ -196,9 +206,7 @@ int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in
         return 0;
     }
     rt_data d, vd;
-    int rc = view(p, ctx->ds, &ctx->use, &d, err, errlen);
-    if (rc == 0 && ctx->val_ds)
-        rc = view(p, ctx->val_ds, &ctx->val_use, &vd, err, errlen);
+    int rc = views(p, ctx, &d, &vd, err, errlen);
     if (rc < 0)
         return rc;
     if ((rc = rt_program_set_lr(p, in->lr)) < 0)
@@ -459,9 +467,7 @@ static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint6
 {
     const rt_train_host *h = ctx->host;
     rt_data d, vd;
-    int rc = view(p, ctx->ds, &ctx->use, &d, err, errlen);
-    if (rc == 0 && ctx->val_ds)
-        rc = view(p, ctx->val_ds, &ctx->val_use, &vd, err, errlen);
+    int rc = views(p, ctx, &d, &vd, err, errlen);
     if (rc < 0)
         return rc;
     int64_t bs = rt_plan_config(rt_program_plan(p))->batch_size;
