@@ -4,6 +4,14 @@
  * events. */
 #include "rt_handlers.h"
 
+/* What a training call's steps read without calling up (rt_train_flags). */
+static rt_train_flags train_flags(rt_call *c)
+{
+    return (rt_train_flags){.cancelled = &c->cancelled, .hard_cancel = &c->srv->hard_cancel,
+                            .waiting = &c->srv->dev_waiting,
+                            .pause_at = c->srv->cfg.pause_at_step};
+}
+
 /* --------------------------------------------------------------- RunSteps */
 static Rtrain__V1__StateKind state_kind(const rt_srv *s)
 {
@@ -74,7 +82,7 @@ static int run_steps_work(rt_call *c)
     if (c->srv->state)
         in.ckpt_continue = rt_h_ckpt_continue(c, q->checkpoint_policy);
     run_epochs ep = {.c = c};
-    const rt_train_host h = {.ud = c, .flags = rt_call_train_flags(c),
+    const rt_train_host h = {.ud = c, .flags = train_flags(c),
                              .step = rt_call_step_point, .answer_ud = &ep, .epoch = run_epoch,
                              .epoch_val = run_epoch_val};
     rt_train_ctx ctx = {.ds = c->ds, .val_ds = c->val_ds, .state = c->srv->state,
@@ -229,7 +237,7 @@ static int fit_work(rt_call *c)
     if (c->srv->state)
         in.ckpt_continue = rt_h_ckpt_continue(c, q->checkpoint_policy);
     fit_answer a = {.c = c};
-    const rt_train_host h = {.ud = c, .flags = rt_call_train_flags(c),
+    const rt_train_host h = {.ud = c, .flags = train_flags(c),
                              .step = rt_call_step_point, .stopping = call_stopping,
                              .answer_ud = &a,
                              .progress = fit_progress, .epoch_end = fit_epoch_end};

@@ -29,7 +29,6 @@
 #include "rt_health.h"
 #include "rt_stream.h"
 #include "rt_state.h"
-#include "rt_train.h" /* rt_train_flags */
 #include "rt_transport.h"
 
 /* ------------------------------------------------------------- the device */
@@ -183,20 +182,13 @@ void rt_srv_pause_point(rt_srv *s, int64_t global_step)
 /* A training call's step boundary (rt_train_host.step, ud the call): the
  * --pause-at-step hook, the device's time slice, and 1 when the client
  * went away or the daemon's grace period ended. The use case calls it only
- * when rt_call_train_flags' say so (a waiter, the pause step). */
+ * when the call's flags say so (a waiter, the pause step). */
 int rt_call_step_point(void *ud, int64_t global_step)
 {
     rt_call *c = ud;
     rt_srv_pause_point(c->srv, global_step);
     rt_call_yield(c);
     return rt_call_is_cancelled(c);
-}
-
-rt_train_flags rt_call_train_flags(rt_call *c)
-{
-    return (rt_train_flags){.cancelled = &c->cancelled, .hard_cancel = &c->srv->hard_cancel,
-                            .waiting = &c->srv->dev_waiting,
-                            .pause_at = c->srv->cfg.pause_at_step};
 }
 
 void rt_call_device_lock(rt_call *c)
