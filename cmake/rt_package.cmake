@@ -35,7 +35,8 @@ install(FILES ${CMAKE_SOURCE_DIR}/docs/operations.md ${CMAKE_SOURCE_DIR}/docs/de
         DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/rtraind COMPONENT daemon)
 
 # ---- rtrain: the CLI and librtrain
-install(TARGETS rtrain_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT client)
+# rtrain-bench beside rtrain: `rtrain bench ...` runs it from there
+install(TARGETS rtrain_cli rtrain_bench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT client)
 install(TARGETS rtrain_client_shared LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         COMPONENT client)
 install(FILES ${CMAKE_SOURCE_DIR}/include/rtrain/rtrain.h

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "rt_relay.h"
+#include "rt_units.h"
 
 static void usage(FILE *f)
 {
@@ -41,16 +42,16 @@ int main(int argc, char **argv)
         case 'l': cfg.listen = optarg; break;
         case 'r':
         case 'd':
-            if (rt_relay_parse_duration(optarg, &v) < 0)
+            if (rt_parse_duration_us(optarg, &v) < 0)
                 goto bad;
             cfg.delay_us = o == 'r' ? v / 2 : v;
             break;
         case 'j':
-            if (rt_relay_parse_duration(optarg, &cfg.jitter_us) < 0)
+            if (rt_parse_duration_us(optarg, &cfg.jitter_us) < 0)
                 goto bad;
             break;
         case 'b':
-            if (rt_relay_parse_rate(optarg, &cfg.bandwidth_Bps) < 0)
+            if (rt_parse_rate_Bps(optarg, &cfg.bandwidth_Bps) < 0)
                 goto bad;
             break;
         case 'h': usage(stdout); return 0;

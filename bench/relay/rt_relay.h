@@ -71,12 +71,6 @@ void rt_relay_get_stats(rt_relay *r, rt_relay_stats *st);
 /* Stop the thread, close every socket, free r. NULL is a no-op. */
 void rt_relay_stop(rt_relay *r);
 
-/* "2ms", "500us", "0.25s", "1500" (us). Returns 0 or -1. */
-int rt_relay_parse_duration(const char *s, uint64_t *us);
-/* "100mbit", "1gbit", "10MB" (per second), "1500000" (bytes/s);
- * k/m/g are powers of 1000. Returns 0 or -1. */
-int rt_relay_parse_rate(const char *s, uint64_t *Bps);
-
 #ifdef __cplusplus
 }
 #endif

@@ -6,7 +6,7 @@
  * options of `rtrain --help` are generated from it. */
 #include "cli.h"
 
-#include "rt_relay.h"
+#include "rt_units.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -677,9 +677,9 @@ static int opt_weights(cli_opts *o, const char *name, const char *a, char *err, 
 static int opt_relay(cli_opts *o, const char *name, const char *a, char *err, size_t errlen)
 {
     if (!strcmp(name, "bandwidth")) {
-        if (rt_relay_parse_rate(a, &o->bandwidth_Bps) < 0)
+        if (rt_parse_rate_Bps(a, &o->bandwidth_Bps) < 0)
             return perr(err, errlen, "--%s: expected a rate like 100mbit, got '%s'", name, a);
-    } else if (rt_relay_parse_duration(a, !strcmp(name, "rtt") ? &o->rtt_us : &o->jitter_us) < 0) {
+    } else if (rt_parse_duration_us(a, !strcmp(name, "rtt") ? &o->rtt_us : &o->jitter_us) < 0) {
         return perr(err, errlen, "--%s: expected a duration like 10ms, got '%s'", name, a);
     }
     o->relay = 1;

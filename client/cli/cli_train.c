@@ -1,5 +1,5 @@
-/* cli_train.c - `rtrain fit`, `rtrain eval`, `rtrain predict`, and what the
- * commands share: connecting, error reporting, uploads, SIGINT. */
+/* cli_train.c - `rtrain fit`, `rtrain eval`, `rtrain predict`, and the
+ * uploads they share (connecting, errors and SIGINT are cli_conn.c's). */
 #include "cli.h"
 #include "rtrain/rtrain_tb.h"
 
@@ -14,71 +14,6 @@
 
 #include "rt_progress.h"
 #include "rt_wire.h" /* rt_now_ns */
-
-volatile sig_atomic_t cli_interrupted;
-rt_client *volatile cli_active_client;
-
-static void on_sigint(int sig)
-{
-    (void)sig;
-    cli_interrupted = 1;
-    /* rt_client_cancel only stores an atomic flag: async-signal-safe. */
-    rt_client *c = cli_active_client;
-    if (c)
-        rt_client_cancel(c);
-    /* A second Ctrl-C ends the process the default way. */
-    signal(SIGINT, SIG_DFL);
-}
-
-void cli_install_sigint(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-}
-
-int cli_connect(const cli_opts *o, rt_client **c)
-{
-    rt_client_opts co;
-    rt_client_opts_init(&co);
-    co.target = o->server;
-    co.tls_ca = o->tls_ca;
-    co.tls_cert = o->tls_cert;
-    co.tls_key = o->tls_key;
-    co.token_file = o->token_file;
-    char err[300];
-    int rc = rt_client_connect(&co, c, err, sizeof err);
-    if (rc < 0) {
-        fprintf(stderr, "rtrain: cannot create a client for %s: %s\n",
-                o->server ? o->server : "(default)", err[0] ? err : rt_strerror(rc));
-        return cli_exit_code(rc);
-    }
-    if (o->timeout_s > 0)
-        rt_client_set_timeout_ms(*c, (int64_t)(o->timeout_s * 1000));
-    cli_active_client = *c;
-    return 0;
-}
-
-int cli_fail(rt_client *c, const char *what, int rc)
-{
-    if (rc == RT_ECANCELLED && cli_interrupted) {
-        fprintf(stderr, "rtrain: %s: interrupted\n", what);
-        return CLI_EXIT_INTERRUPTED;
-    }
-    const char *msg = c ? rt_client_errmsg(c) : "";
-    if (!msg || !*msg)
-        msg = rt_strerror(rc);
-    /* The daemon names its request field; the user's knob is the flag. */
-    const char *field = strstr(msg, "set csv_header");
-    if (field)
-        fprintf(stderr, "rtrain: %s failed: %.*sgive --csv-header%s\n", what,
-                (int)(field - msg), msg, field + strlen("set csv_header"));
-    else
-        fprintf(stderr, "rtrain: %s failed: %s\n", what, msg);
-    return cli_exit_code(rc);
-}
 
 /* Input files are checked before connecting, so a typo is exit code 4 with
  * the file's name, not an I/O error halfway through. */

@@ -296,25 +296,19 @@ int rt_auth_reload(rt_auth *a, int *n_tokens, char *err, size_t errlen)
     return 0;
 }
 
-rt_principal *rt_auth_check(rt_auth *a, const grpc_metadata_array *md, const char **why)
+rt_principal *rt_auth_check_bearer(rt_auth *a, int n_vals, const char *s, size_t n,
+                                   const char **why)
 {
     if (!a->path)
         return a->local;
-    const grpc_slice *val = NULL;
-    for (size_t i = 0; i < md->count; i++)
-        if (grpc_slice_str_cmp(md->metadata[i].key, "authorization") == 0) {
-            if (val) {
-                *why = "more than one authorization header";
-                return NULL;
-            }
-            val = &md->metadata[i].value;
-        }
-    if (!val) {
+    if (n_vals > 1) {
+        *why = "more than one authorization header";
+        return NULL;
+    }
+    if (n_vals < 1) {
         *why = "a token is required: send metadata 'authorization: Bearer <token>'";
         return NULL;
     }
-    const char *s = (const char *)GRPC_SLICE_START_PTR(*val);
-    size_t n = GRPC_SLICE_LENGTH(*val);
     if (n < 8 || strncasecmp(s, "Bearer ", 7) != 0) {
         *why = "the authorization metadata must be 'Bearer <token>'";
         return NULL;

@@ -11,7 +11,7 @@
  *
  *     rt_auth *a;  char err[256];
  *     rt_auth_create("tokens.txt", defaults, principals, &a, err, sizeof err);
- *     rt_principal *who = rt_auth_check(a, &call_metadata, &why);  // NULL: UNAUTHENTICATED
+ *     rt_principal *who = rt_auth_check_bearer(a, n, value, len, &why);  // NULL: UNAUTHENTICATED
  *     ...SIGHUP: rt_auth_reload(a, &n, err, sizeof err);  // a bad file keeps the old table
  *     rt_auth_destroy(a);
  *
@@ -20,7 +20,7 @@
  *
  * Tokens are compared by their SHA-256 with CRYPTO_memcmp over every entry,
  * and are never logged or copied beyond the hash computation. Threads:
- * rt_auth_check runs on any gRPC thread concurrently with a reload.
+ * rt_auth_check_bearer runs on any gRPC thread concurrently with a reload.
  */
 #ifndef RTRAIN_AUTH_H
 #define RTRAIN_AUTH_H
@@ -28,9 +28,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <grpc/grpc.h>
-
-#include "rt_log.h" /* rt_log_esc, rt_log_id */
 #include "rt_principal.h"
 
 typedef struct rt_auth rt_auth;
@@ -48,9 +45,12 @@ int rt_auth_required(const rt_auth *a);
  * now accepted; on error the previous table stays in force. */
 int rt_auth_reload(rt_auth *a, int *n_tokens, char *err, size_t errlen);
 
-/* The principal that md's bearer token stands for, or NULL with *why set
- * to a static reason (which never includes the token). */
-rt_principal *rt_auth_check(rt_auth *a, const grpc_metadata_array *md, const char **why);
+/* The principal that a call's bearer token stands for, or NULL with *why
+ * set to a static reason (which never includes the token). n_vals: how
+ * many `authorization` metadata the call carries (the transport reads
+ * them), s and n the first one's value. */
+rt_principal *rt_auth_check_bearer(rt_auth *a, int n_vals, const char *s, size_t n,
+                                   const char **why);
 /* The same for the token itself (the dashboard's header or cookie). */
 rt_principal *rt_auth_check_token(rt_auth *a, const char *tok, size_t n, const char **why);
 

@@ -124,7 +124,7 @@ typedef struct rt_dataset {
     int refs;
 } rt_dataset;
 
-/* A data set's inputs held across MPI replicas (server/dist,
+/* A data set's inputs held across MPI replicas (server/mpi,
  * --shard-data): at upload rank 0 hands every replica its block of rows
  * and keeps only its own. rows copies rows [start, start + nb) in order
  * into x (evaluation and prediction, on rank 0; training batches come
@@ -135,7 +135,7 @@ typedef struct rt_held {
                 size_t errlen);
     void (*release)(struct rt_held *h);
 } rt_held;
-/* The holder, set once at start before any upload (server/dist's
+/* The holder, set once at start before any upload (server/mpi's
  * rt_dist_hold): given the n rows of per floats at x (bytes: the whole
  * set's) it leaves them (0, *out NULL) or hands them to the replicas and
  * returns their handle in *out (0), or fails (negative, with err). */

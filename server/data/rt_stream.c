@@ -687,7 +687,7 @@ static int fill_mapped(const rt_stream_use *u, int64_t epoch, int64_t pos, int64
 }
 
 /* a held set (rt_data.h) in order: evaluation and prediction on rank 0
- * (its training batches come through the replicas, server/dist) */
+ * (its training batches come through the replicas, server/mpi) */
 static int held_fill(const rt_stream_use *u, int64_t epoch, int64_t pos, int64_t nb, float *x,
                      void *y, float *w, char *err, size_t errlen)
 {

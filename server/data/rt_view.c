@@ -90,7 +90,7 @@ int rt_view_make(rt_dataset *ds, const rt_plan *plan, int need_labels, rt_stream
     d->sw = ds->sw;
     if (ds->stream || ds->held) {
         /* batches decoded by the stream's workers, in its order; or a held
-         * set's rows (server/dist sees fill_id and trains it over the
+         * set's rows (server/mpi sees fill_id and trains it over the
          * replicas) */
         *use = (rt_stream_use){.st = ds->stream, .seed = cfg->seed, .batch = cfg->batch_size,
                                .shuffle = cfg->shuffle, .augment = 1, .y = d->y,

@@ -145,7 +145,7 @@ int rt_ckpt_build(const char *sid, const rt_program *p, uint8_t *buf, size_t len
 /* The program record of a checkpoint is untrusted as the rest (a pushed
  * file, or one in the state directory with its XXH3 recomputed): its
  * counters must be what rt_state_checkpoint could have written, so that
- * Fit's resume arithmetic on them (rt_h_train.c fit_resume) cannot
+ * Fit's resume arithmetic on them (rt_train.c fit_resume) cannot
  * overflow or index outside the epoch ring. */
 static int check_meta(const rt_ckpt_meta *m, char *err, size_t errlen)
 {

@@ -1,7 +1,9 @@
-/* rt_state.c - the state directory: atomic files, sessions, datasets, and
- * the restore at start (rt_state.h). Checkpoints are in rt_ckpt.c. */
+/* rt_state.c - the state directory's sessions and datasets, and the
+ * restore at start (rt_state.h). The directory itself and its files are
+ * rt_statedir.c's, checkpoints rt_ckpt.c's. */
 #include "rt_state.h"
 #include "rt_program_impl.h"
+#include "rt_state_impl.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -21,292 +23,12 @@
 #include "rt_obs.h"
 #include "rt_wire.h"
 
-struct rt_state {
-    rt_state_config cfg;
-    char dir[512];
-    /* Everything under the state dir is reached from these, opened at
-     * start, one name at a time with O_NOFOLLOW (rt_state_open_dir,
-     * rt_state_read_at, rt_state_write_at): a symlink, FIFO or device
-     * placed there is never followed, opened for writing or read. */
-    int root, ds, ss; /* the dir, datasets/, sessions/ */
-};
-
 typedef int (*rt__ckpt_use_fn)(void *ud, const rt_ckpt_view *v, char *err, size_t errlen);
 int rt__ckpt_load_newest_at(int dfd, const char *where, uint64_t max, rt__ckpt_use_fn use,
                             void *ud, int *warnings);
 
 /* A session or program record is a few lines; a meta record too. */
 #define RT__RECORD_MAX 4096
-
-static int mkdir_p(const char *path)
-{
-    char tmp[600];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0700) < 0 && errno != EEXIST)
-                return -1;
-            *p = '/';
-        }
-    return mkdir(tmp, 0700) < 0 && errno != EEXIST ? -1 : 0;
-}
-
-/* The folder must be this daemon's alone: another user, or anyone in a
- * group, who may write in it could place links there or replace files. */
-static int check_owner(const char *what, int fd, char *err, size_t errlen)
-{
-    struct stat sb;
-    if (fstat(fd, &sb) < 0) {
-        snprintf(err, errlen, "--state-dir: cannot stat %s: %s", what, strerror(errno));
-        return RT_EIO;
-    }
-    if (sb.st_uid != geteuid()) {
-        snprintf(err, errlen, "--state-dir: %s is owned by uid %u, not by this daemon's uid %u: "
-                 "chown it to the daemon's user", what, (unsigned)sb.st_uid, (unsigned)geteuid());
-        return RT_EINVAL;
-    }
-    if (sb.st_mode & (S_IWGRP | S_IWOTH)) {
-        snprintf(err, errlen, "--state-dir: %s is writable by its group or others (mode %04o): "
-                 "chmod 0700 it", what, (unsigned)(sb.st_mode & 07777));
-        return RT_EINVAL;
-    }
-    return 0;
-}
-
-/* name in dfd as a folder, created if missing (create), never through a
- * symlink: an fd, or -1 with errno (ELOOP or ENOTDIR: not a folder). */
-static int dir_at(int dfd, const char *name, int create)
-{
-    if (create && mkdirat(dfd, name, 0700) < 0 && errno != EEXIST)
-        return -1;
-    return openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-}
-
-int rt_state_open(const rt_state_config *cfg, rt_state **out, char *err, size_t errlen)
-{
-    *out = NULL;
-    if (!cfg->dir || !*cfg->dir || strlen(cfg->dir) > 400) {
-        snprintf(err, errlen, "--state-dir must be a path of 1 to 400 bytes");
-        return RT_EINVAL;
-    }
-    rt_state *st = calloc(1, sizeof *st);
-    if (!st)
-        return RT_ENOMEM;
-    st->cfg = *cfg;
-    st->root = st->ds = st->ss = -1;
-    snprintf(st->dir, sizeof st->dir, "%s", cfg->dir);
-    st->cfg.dir = st->dir;
-    if (st->cfg.keep < 1)
-        st->cfg.keep = 3;
-    int rc = RT_EIO;
-    /* The operator's path is followed (it may be a link to a volume);
-     * what is below it never is. */
-    if (mkdir_p(st->dir) < 0 ||
-        (st->root = open(st->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-        snprintf(err, errlen, "--state-dir: cannot create %s: %s", st->dir, strerror(errno));
-        goto fail;
-    }
-    if ((rc = check_owner(st->dir, st->root, err, errlen)) < 0)
-        goto fail;
-    const char *subs[] = {"datasets", "sessions"};
-    int *fds[] = {&st->ds, &st->ss};
-    for (int i = 0; i < 2; i++) {
-        char what[600];
-        snprintf(what, sizeof what, "%s/%s", st->dir, subs[i]);
-        if ((*fds[i] = dir_at(st->root, subs[i], 1)) < 0) {
-            int e = errno;
-            snprintf(err, errlen, "--state-dir: %s %s", what,
-                     e == ELOOP || e == ENOTDIR ? "is not a folder (a symlink or a file): "
-                                                  "move it away"
-                                                : strerror(e));
-            rc = e == ELOOP || e == ENOTDIR ? RT_EINVAL : RT_EIO;
-            goto fail;
-        }
-        if ((rc = check_owner(what, *fds[i], err, errlen)) < 0)
-            goto fail;
-    }
-    /* Writable? O_EXCL: a link or FIFO named .probe is not opened (one
-     * left by an earlier start is removed: the name is ours). */
-    int fd = -1;
-    for (int k = 0; k < 2 && fd < 0; k++) {
-        fd = openat(st->root, ".probe", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                    0600);
-        if (fd < 0 && errno == EEXIST && k == 0)
-            unlinkat(st->root, ".probe", 0);
-        else if (fd < 0)
-            break;
-    }
-    if (fd < 0) {
-        snprintf(err, errlen, "--state-dir: cannot write in %s: %s", st->dir, strerror(errno));
-        rc = RT_EIO;
-        goto fail;
-    }
-    close(fd);
-    unlinkat(st->root, ".probe", 0);
-    *out = st;
-    return 0;
-fail:
-    rt_state_close(st);
-    return rc;
-}
-
-void rt_state_close(rt_state *st)
-{
-    if (!st)
-        return;
-    int fds[] = {st->root, st->ds, st->ss};
-    for (int i = 0; i < 3; i++)
-        if (fds[i] >= 0)
-            close(fds[i]);
-    free(st);
-}
-
-const rt_state_config *rt_state_cfg(const rt_state *st) { return &st->cfg; }
-
-int rt_state_open_dir(const rt_state *st, const char *sid, const char *pid, int create)
-{
-    /* ids are "s-" / "p-" and a few safe characters: one name each */
-    if (!sid || strncmp(sid, "s-", 2) || strchr(sid, '/') || strlen(sid) >= RT_SESSION_ID_LEN ||
-        (pid && (strncmp(pid, "p-", 2) || strchr(pid, '/') || strlen(pid) >= RT_SESSION_ID_LEN))) {
-        errno = EINVAL;
-        return -1;
-    }
-    int sfd = dir_at(st->ss, sid, create);
-    if (sfd < 0 || !pid)
-        return sfd;
-    int pfd = dir_at(sfd, pid, create);
-    int e = errno;
-    close(sfd);
-    errno = e;
-    return pfd;
-}
-
-DIR *rt_state_list(int dfd)
-{
-    /* a fresh open of the folder: a dup would share (and move) the
-     * position of dfd's own description */
-    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = fd < 0 ? NULL : fdopendir(fd);
-    if (!d && fd >= 0)
-        close(fd);
-    return d;
-}
-
-static int io_err(int e, const char *what, const char *path, char *err, size_t errlen)
-{
-    int full = e == ENOSPC || e == EFBIG || e == EDQUOT;
-    snprintf(err, errlen, "%s%s %s: %s", full ? "disk full: " : "", what, path, strerror(e));
-    return full ? RT_ETOOBIG : RT_EIO;
-}
-
-int rt_state_write_at(const rt_state *st, int dfd, const char *name, const rt_exec_span *sp,
-                      int n, char *err, size_t errlen)
-{
-    char tmp[300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", name);
-    /* O_EXCL | O_NOFOLLOW: a link placed at the temporary name is not
-     * written through; one left by a kill is ours to remove */
-    int fd = -1;
-    for (int k = 0; k < 2 && fd < 0; k++) {
-        fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd < 0 && errno == EEXIST && k == 0)
-            unlinkat(dfd, tmp, 0);
-        else if (fd < 0)
-            break;
-    }
-    if (fd < 0)
-        return io_err(errno, "cannot create", tmp, err, errlen);
-    int rc = 0;
-    for (int i = 0; i < n && rc == 0; i++) {
-        const char *p = sp[i].p;
-        size_t left = sp[i].n;
-        while (left) {
-            /* at most 1 GiB per write: Linux caps one write anyway */
-            ssize_t k = write(fd, p, left > (1u << 30) ? (1u << 30) : left);
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k <= 0) {
-                rc = io_err(k < 0 ? errno : ENOSPC, "cannot write", tmp, err, errlen);
-                break;
-            }
-            p += k;
-            left -= (size_t)k;
-        }
-    }
-    if (rc == 0 && !st->cfg.no_fsync && fsync(fd) < 0)
-        rc = io_err(errno, "cannot fsync", tmp, err, errlen);
-    if (close(fd) < 0 && rc == 0)
-        rc = io_err(errno, "cannot close", tmp, err, errlen);
-    /* renameat replaces a link at name, never what it points to */
-    if (rc == 0 && renameat(dfd, tmp, dfd, name) < 0)
-        rc = io_err(errno, "cannot rename", tmp, err, errlen);
-    if (rc < 0) {
-        unlinkat(dfd, tmp, 0);
-        return rc;
-    }
-    /* the rename itself is durable only once the folder is */
-    if (!st->cfg.no_fsync && fsync(dfd) < 0)
-        rc = io_err(errno, "cannot fsync the folder of", name, err, errlen);
-    return rc;
-}
-
-int rt_state_read_at(int dfd, const char *name, uint64_t max, uint8_t **buf, size_t *len,
-                     char *err, size_t errlen)
-{
-    *buf = NULL;
-    *len = 0;
-    /* O_NONBLOCK: a FIFO there would block the open until a writer came */
-    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        snprintf(err, errlen, "%s", e == ELOOP ? "is a symlink" : strerror(e));
-        return e == ENOENT ? RT_ENOTFOUND : RT_EIO;
-    }
-    struct stat sb;
-    int rc = RT_EIO;
-    if (fstat(fd, &sb) < 0) {
-        snprintf(err, errlen, "cannot stat it: %s", strerror(errno));
-    } else if (!S_ISREG(sb.st_mode)) {
-        snprintf(err, errlen, "is not a regular file");
-        rc = RT_EDATA;
-    } else if ((uint64_t)sb.st_size > max) {
-        snprintf(err, errlen, "is %llu bytes, over the %llu this file can be",
-                 (unsigned long long)sb.st_size, (unsigned long long)max);
-        rc = RT_ETOOBIG;
-    } else if (!(*buf = malloc((size_t)sb.st_size + 1))) {
-        snprintf(err, errlen, "no memory for its %llu bytes", (unsigned long long)sb.st_size);
-        rc = RT_ENOMEM;
-    } else {
-        rc = rt_state_read_full(fd, *buf, (size_t)sb.st_size, err, errlen);
-        if (rc == 0) {
-            (*buf)[sb.st_size] = 0;
-            *len = (size_t)sb.st_size;
-        } else {
-            free(*buf);
-            *buf = NULL;
-        }
-    }
-    close(fd);
-    return rc;
-}
-
-int rt_state_read_full(int fd, void *dst, size_t n, char *err, size_t errlen)
-{
-    uint8_t *p = dst;
-    while (n) {
-        ssize_t k = read(fd, p, n > (1u << 30) ? (1u << 30) : n);
-        if (k < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (k <= 0) {
-            snprintf(err, errlen, "%s", k < 0 ? strerror(errno) : "shorter than its size");
-            return RT_EIO;
-        }
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
 
 /* ------------------------------------------------------------- sessions */
 
@@ -317,7 +39,7 @@ int rt_state_session_save(const rt_state *st, const rt_session *s, char *err, si
     if (dfd < 0) {
         char what[80];
         snprintf(what, sizeof what, "sessions/%s", s->id);
-        return io_err(errno == ELOOP ? ENOTDIR : errno, "cannot create", what, err, errlen);
+        return rt__state_io_err(errno == ELOOP ? ENOTDIR : errno, "cannot create", what, err, errlen);
     }
     /* the name is free text: its newlines would split the record */
     char name[sizeof s->name];
@@ -359,7 +81,7 @@ static void unlink_ours(int dfd, const char *name)
  * folder if nothing else is left in it. A symlink there is left alone. */
 static void remove_program_dir(int sfd, const char *sid, const char *pid)
 {
-    int pfd = dir_at(sfd, pid, 0);
+    int pfd = rt__state_dir_at(sfd, pid, 0);
     if (pfd < 0) {
         if (errno == ELOOP || errno == ENOTDIR)
             RT_LOG(RT_LOG_WARN, "state: sessions/%.40s/%.40s is not a folder; left alone", sid,
@@ -817,7 +539,7 @@ static int restore_session(const rt_state *st, const char *sid, rt_session_table
             continue;
         char where[100];
         snprintf(where, sizeof where, "sessions/%.40s/%.40s", sid, e->d_name);
-        int pfd = dir_at(sfd, e->d_name, 0);
+        int pfd = rt__state_dir_at(sfd, e->d_name, 0);
         if (pfd < 0) {
             RT_LOG(RT_LOG_WARN, "state: %s is not a folder; left alone", where);
             res->warnings++;

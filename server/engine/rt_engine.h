@@ -744,7 +744,7 @@ float rt_exec_lr_override(const rt_exec *e);
  * src was inside one). RT_ESHAPE naming the first parameter that differs. */
 int rt_exec_copy_state(rt_exec *dst, const rt_exec *src);
 
-/* Data-parallel replicas (server/dist). With a replica set, a training step
+/* Data-parallel replicas (server/mpi). With a replica set, a training step
  * splits the global batch (batch_size rows, or the epoch's shorter last
  * batch) into M micro-shards, rows [nb*m/M, nb*(m+1)/M); this replica
  * computes shards [rank*k, (rank+1)*k), k = M/size, each gradient scaled
@@ -787,7 +787,7 @@ typedef struct rt_replica {
      * every replica the whole weights. */
     int64_t shard_lo, shard_hi;
     int (*gather)(void *ctx, float *w, int64_t n, char *err, size_t errlen);
-    /* The serving replica of a sharded state (optional, server/dist's
+    /* The serving replica of a sharded state (optional, server/mpi's
      * rank 0): fills the other replicas' slices into e's slots
      * (rt_exec_opt_slots) when the whole state is read (a checkpoint,
      * rt_exec_save_state, rt_exec_copy_state from e). */
@@ -809,7 +809,7 @@ int rt_exec_slots_held(const rt_exec *e);
  * otherwise. */
 void rt_exec_state_release(rt_exec *e);
 /* The optimizer slots s1, s2 (train_floats each: Adam's m and v, RMSprop's
- * and SGD momentum's s1), for server/dist's gather of the slices:
+ * and SGD momentum's s1), for server/mpi's gather of the slices:
  * host addresses (the backend's host view; NULL where it has none). */
 void rt_exec_opt_slots(rt_exec *e, float **s1, float **s2);
 /* e's optimizer state is incomplete (a slice was lost with its replica):
@@ -817,7 +817,7 @@ void rt_exec_opt_slots(rt_exec *e, float **s1, float **s2);
  * load replaces it. */
 void rt_exec_set_torn(rt_exec *e);
 /* The order of an in-memory set of n rows in epoch `epoch`, as e's
- * training steps take it (perm: n indices), for server/dist's feeding of
+ * training steps take it (perm: n indices), for server/mpi's feeding of
  * replicas from rank 0's copy. */
 void rt_exec_epoch_order(const rt_exec *e, int64_t n, int64_t epoch, int64_t *perm);
 /* Rows idx[0..nb) (nb at most the batch size) of in-memory d as a training
@@ -837,7 +837,7 @@ int rt_plan_bucket_ready(const rt_plan *p, int64_t bucket, int *ready, int n_rea
 /* How many times e's state was changed other than by its training steps:
  * rt_exec_set_param, rt_exec_set_lr, rt_exec_load_state and
  * rt_exec_copy_state into e each add one. Replicas that trained in step
- * hold the same state as long as it does not move (server/dist). */
+ * hold the same state as long as it does not move (server/mpi). */
 uint64_t rt_exec_state_edits(const rt_exec *e);
 
 #ifdef __cplusplus

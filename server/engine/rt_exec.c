@@ -1132,7 +1132,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
         if (p->rep.n_regularized) bl += (double)nb * be->regularize(bc, p, e->w, e->g);
         if (p->train_floats) {
             if (cfg->clip_norm > 0) be->clip(bc, e->g, p->train_floats, cfg->clip_norm);
-            /* ZeRO stage 1 (server/dist): this replica's slice, then the
+            /* ZeRO stage 1 (server/mpi): this replica's slice, then the
              * whole weights from every replica's */
             const int sh = e->rep.gather != NULL;
             /* a sharded state held whole (fetched, loaded): the replicas

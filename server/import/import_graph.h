@@ -2,7 +2,7 @@
  * import_graph.h - the native graph message (rtrain.v1.Graph, a
  * CompileRequest's `graph`) -> rt_graph. The one validated builder: the
  * daemon's Compile (server/rpc) and the MPI worker ranks rebuilding rank
- * 0's program (server/dist) both use it, so a graph means the same thing on
+ * 0's program (server/mpi) both use it, so a graph means the same thing on
  * every rank.
  *
  *     rt_graph *g = rt_graph_create();

@@ -214,8 +214,21 @@ int rt_keras_cfg_ints(rt_keras_ctx *c, const char *key, int64_t *out, int max);
  * them. */
 int rt_keras_cfg_init(rt_keras_ctx *c, const char *key, rt_init def,
                       rt_init *out);
-/* Append the node for a Keras activation name ("linear" adds nothing) after
- * c->out and update c->out. */
+/* The settings object of an initializer, regularizer, loss, ... (a name,
+ * or {"class_name": ..., "config": ...}): its name, and its config in
+ * *ocfg (NULL: none). */
+const char *rt_keras_obj_name(struct json_object *v, struct json_object **ocfg);
+/* A regularizer setting (L1, L2, L1L2) into o's l1 and l2. */
+int rt_keras_cfg_reg(rt_keras_ctx *c, const char *key, struct json_object *v,
+                     rt_param_opts *o);
+/* After a layer function: the initializers, regularizers and constraints
+ * of the parameters it added (graph entries first..). */
+int rt_keras_param_opts(rt_keras_ctx *c, int first);
+/* "<layer>/<suffix>" (suffix NULL: the layer's name) into dst
+ * (RT_KERAS_NAME), or a failure when too long. */
+int rt_keras_name(rt_keras_ctx *c, char *dst, const char *suffix);
+/* import_keras_layers.c: append the node for a Keras activation name
+ * ("linear" adds nothing) after c->out and update c->out. */
 int rt_keras_add_activation(rt_keras_ctx *c, const char *activation);
 
 /* Layer functions of import_keras_rnn.c: Embedding, SimpleRNN, LSTM, GRU,

@@ -34,15 +34,6 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-static int kl_name(rt_keras_ctx *c, char *dst, const char *suffix)
-{
-    int n = snprintf(dst, RT_KERAS_NAME, "%s%s%s", c->layer, suffix ? "/" : "",
-                     suffix ? suffix : "");
-    if (n < 0 || n >= RT_KERAS_NAME)
-        return rt_keras_fail(c, RT_EINVAL, "layer name is too long");
-    return 0;
-}
-
 static int kl_node(rt_keras_ctx *c, const char *name, const char *op, int n_in,
                    const char **in, int n_attr, const rt_attr *at)
 {
@@ -238,7 +229,7 @@ int rt_keras_layers_activation(rt_keras_ctx *c, const char *act, const char *nod
         int rc;
         if (node_name)
             snprintf(name, sizeof name, "%s", node_name);
-        else if ((rc = kl_name(c, name, act)) < 0)
+        else if ((rc = rt_keras_name(c, name, act)) < 0)
             return rc;
         rt_attr at[2];
         int na = 0;
@@ -294,12 +285,12 @@ static int kl_merge_layer(rt_keras_ctx *c, kl_merge kind)
     for (int i = 1; i < c->n_in; i++) {
         const int last = i == c->n_in - 1 && kind != KL_AVG;
         if (last) {
-            if ((rc = kl_name(c, name, NULL)) < 0)
+            if ((rc = rt_keras_name(c, name, NULL)) < 0)
                 return rc;
         } else {
             char sfx[16];
             snprintf(sfx, sizeof sfx, "%s%d", kind == KL_AVG ? "sum" : "acc", i);
-            if ((rc = kl_name(c, name, sfx)) < 0)
+            if ((rc = rt_keras_name(c, name, sfx)) < 0)
                 return rc;
         }
         const char *in[2] = {prev, c->in[i].name};
@@ -309,7 +300,7 @@ static int kl_merge_layer(rt_keras_ctx *c, kl_merge kind)
     }
     if (kind == KL_AVG) {
         rt_attr a = {.name = "alpha", .kind = RT_ATTR_FLOAT, .f = 1.0 / c->n_in};
-        if ((rc = kl_name(c, name, NULL)) < 0)
+        if ((rc = rt_keras_name(c, name, NULL)) < 0)
             return rc;
         const char *in = prev;
         if ((rc = kl_node(c, name, "Scale", 1, &in, 1, &a)) < 0)
@@ -386,7 +377,7 @@ static int kl_up1d(rt_keras_ctx *c, int64_t T, int64_t C, int64_t s)
 {
     char r1[RT_KERAS_NAME], up[RT_KERAS_NAME];
     int rc;
-    if ((rc = kl_name(c, r1, "4d")) < 0 || (rc = kl_name(c, up, "up")) < 0)
+    if ((rc = rt_keras_name(c, r1, "4d")) < 0 || (rc = rt_keras_name(c, up, "up")) < 0)
         return rc;
     const int64_t d4[3] = {T, 1, C}, sc[2] = {s, 1}, od[2] = {T * s, C};
     rt_attr a = {.name = "scales", .kind = RT_ATTR_INTS, .n = 2, .ints = sc};
@@ -525,9 +516,9 @@ static int k_conv1d(rt_keras_ctx *c)
                              (long long)v.groups, (long long)C, (long long)v.filters);
     char kname[RT_KERAS_NAME], k4[RT_KERAS_NAME], bname[RT_KERAS_NAME], x4[RT_KERAS_NAME],
         cv[RT_KERAS_NAME];
-    if ((rc = kl_name(c, kname, "kernel")) < 0 || (rc = kl_name(c, k4, "kernel_4d")) < 0 ||
-        (rc = kl_name(c, bname, "bias")) < 0 || (rc = kl_name(c, x4, "4d")) < 0 ||
-        (rc = kl_name(c, cv, "conv")) < 0)
+    if ((rc = rt_keras_name(c, kname, "kernel")) < 0 || (rc = rt_keras_name(c, k4, "kernel_4d")) < 0 ||
+        (rc = rt_keras_name(c, bname, "bias")) < 0 || (rc = rt_keras_name(c, x4, "4d")) < 0 ||
+        (rc = rt_keras_name(c, cv, "conv")) < 0)
         return rc;
     const int64_t kd[3] = {v.k[0], C / v.groups, v.filters};
     const int64_t kd4[4] = {v.k[0], 1, C / v.groups, v.filters};
@@ -545,7 +536,7 @@ static int k_conv1d(rt_keras_ctx *c)
         const int64_t before = (v.k[0] - 1) * v.d[0];
         int64_t pads[8] = {0, before, 0, 0, 0, 0, 0, 0};
         rt_attr a = {.name = "pads", .kind = RT_ATTR_INTS, .n = 8, .ints = pads};
-        if ((rc = kl_name(c, padn, "causal_pad")) < 0 ||
+        if ((rc = rt_keras_name(c, padn, "causal_pad")) < 0 ||
             (rc = kl_node(c, padn, "Pad", 1, &xin, 1, &a)) < 0)
             return rc;
         xin = padn;
@@ -573,7 +564,7 @@ static int kl_dw_param(rt_keras_ctx *c, const kl_conv *v, char *kname)
     int rc;
     const int64_t C = c->in[0].dims[2];
     const int64_t kd[4] = {v->k[0], v->k[1], C, v->mult};
-    if ((rc = kl_name(c, kname, "depthwise_kernel")) < 0)
+    if ((rc = rt_keras_name(c, kname, "depthwise_kernel")) < 0)
         return rc;
     return kl_param(c, kname, 4, kd, v->kinit, v->trainable);
 }
@@ -586,7 +577,7 @@ static int kl_dw_node(rt_keras_ctx *c, const kl_conv *v, const char *kname, cons
     const int64_t C = x->dims[2];
     char k4[RT_KERAS_NAME];
     const int64_t kd4[4] = {v->k[0], v->k[1], 1, C * v->mult};
-    if ((rc = kl_name(c, k4, "depthwise_kernel_4d")) < 0 ||
+    if ((rc = rt_keras_name(c, k4, "depthwise_kernel_4d")) < 0 ||
         (rc = kl_reshape(c, k4, kname, 4, kd4)) < 0)
         return rc;
     if ((rc = kl_window(c, x->dims[0], v->k[0], v->s[0], v->d[0], v->pad == 1, oh)) < 0 ||
@@ -604,7 +595,7 @@ static int k_depthwise2d(rt_keras_ctx *c)
         return rc;
     const int64_t OC = c->in[0].dims[2] * v.mult;
     char kname[RT_KERAS_NAME], bname[RT_KERAS_NAME];
-    if ((rc = kl_name(c, bname, "bias")) < 0 || (rc = kl_dw_param(c, &v, kname)) < 0 ||
+    if ((rc = rt_keras_name(c, bname, "bias")) < 0 || (rc = kl_dw_param(c, &v, kname)) < 0 ||
         (v.use_bias && (rc = kl_param(c, bname, 1, &OC, v.binit, v.trainable)) < 0))
         return rc;
     int64_t oh, ow;
@@ -638,8 +629,8 @@ static int k_separable2d(rt_keras_ctx *c)
     const int64_t M = c->in[0].dims[2] * v.mult;
     char kname[RT_KERAS_NAME], pname[RT_KERAS_NAME], bname[RT_KERAS_NAME], dw[RT_KERAS_NAME];
     const int64_t pd[4] = {1, 1, M, v.filters};
-    if ((rc = kl_name(c, pname, "pointwise_kernel")) < 0 || (rc = kl_name(c, bname, "bias")) < 0 ||
-        (rc = kl_name(c, dw, "depthwise")) < 0 || (rc = kl_dw_param(c, &v, kname)) < 0 ||
+    if ((rc = rt_keras_name(c, pname, "pointwise_kernel")) < 0 || (rc = rt_keras_name(c, bname, "bias")) < 0 ||
+        (rc = rt_keras_name(c, dw, "depthwise")) < 0 || (rc = kl_dw_param(c, &v, kname)) < 0 ||
         (rc = kl_param(c, pname, 4, pd, pinit, v.trainable)) < 0 ||
         (v.use_bias && (rc = kl_param(c, bname, 1, &v.filters, v.binit, v.trainable)) < 0))
         return rc;
@@ -685,7 +676,7 @@ static int k_conv2dtranspose(rt_keras_ctx *c)
     const rt_keras_tensor *x = &c->in[0];
     char kname[RT_KERAS_NAME], bname[RT_KERAS_NAME];
     const int64_t kd[4] = {v.k[0], v.k[1], v.filters, x->dims[2]};
-    if ((rc = kl_name(c, kname, "kernel")) < 0 || (rc = kl_name(c, bname, "bias")) < 0 ||
+    if ((rc = rt_keras_name(c, kname, "kernel")) < 0 || (rc = rt_keras_name(c, bname, "bias")) < 0 ||
         (rc = kl_param(c, kname, 4, kd, v.kinit, v.trainable)) < 0 ||
         (v.use_bias && (rc = kl_param(c, bname, 1, &v.filters, v.binit, v.trainable)) < 0))
         return rc;
@@ -729,7 +720,7 @@ static int kl_pool1d(rt_keras_ctx *c, const char *op)
     if ((rc = kl_window(c, T, p, s, 1, pad, &OT)) < 0)
         return rc;
     char x4[RT_KERAS_NAME], pl[RT_KERAS_NAME];
-    if ((rc = kl_name(c, x4, "4d")) < 0 || (rc = kl_name(c, pl, "pool")) < 0)
+    if ((rc = rt_keras_name(c, x4, "4d")) < 0 || (rc = rt_keras_name(c, pl, "pool")) < 0)
         return rc;
     const int64_t xd[3] = {T, 1, C}, k[2] = {p, 1}, st[2] = {s, 1}, od[2] = {OT, C};
     rt_attr at[3] = {
@@ -770,8 +761,8 @@ static int kl_global(rt_keras_ctx *c, int rank, int max)
          * (a sample with every step masked gets 0 / 0, as in Keras) */
         char mr[RT_KERAS_NAME], xm[RT_KERAS_NAME], sum[RT_KERAS_NAME], cnt[RT_KERAS_NAME];
         const int64_t md[2] = {c->in[0].dims[0], 1};
-        if ((rc = kl_name(c, mr, "mask")) < 0 || (rc = kl_name(c, xm, "masked")) < 0 ||
-            (rc = kl_name(c, sum, "sum")) < 0 || (rc = kl_name(c, cnt, "count")) < 0 ||
+        if ((rc = rt_keras_name(c, mr, "mask")) < 0 || (rc = rt_keras_name(c, xm, "masked")) < 0 ||
+            (rc = rt_keras_name(c, sum, "sum")) < 0 || (rc = rt_keras_name(c, cnt, "count")) < 0 ||
             (rc = kl_reshape(c, mr, c->in[0].mask, 2, md)) < 0)
             return rc;
         const char *mul[2] = {c->in[0].name, mr}, *div[2] = {sum, cnt};
@@ -826,7 +817,7 @@ static int k_layernorm(rt_keras_ctx *c)
         return rt_keras_fail(c, RT_EINVAL, "epsilon must be > 0");
     const int64_t C = x->dims[x->ndim - 1];
     char gname[RT_KERAS_NAME], bname[RT_KERAS_NAME];
-    if ((rc = kl_name(c, gname, "gamma")) < 0 || (rc = kl_name(c, bname, "beta")) < 0 ||
+    if ((rc = rt_keras_name(c, gname, "gamma")) < 0 || (rc = rt_keras_name(c, bname, "beta")) < 0 ||
         (scale && (rc = kl_param(c, gname, 1, &C, ginit, trainable)) < 0) ||
         (center && (rc = kl_param(c, bname, 1, &C, binit, trainable)) < 0))
         return rc;
@@ -935,7 +926,7 @@ static int k_prelu(rt_keras_ctx *c)
         ad[sh[i] - 1] = 1;
     }
     char aname[RT_KERAS_NAME];
-    if ((rc = kl_name(c, aname, "alpha")) < 0 ||
+    if ((rc = rt_keras_name(c, aname, "alpha")) < 0 ||
         (rc = kl_param(c, aname, x->ndim, ad, ainit, trainable)) < 0)
         return rc;
     const char *in[2] = {x->name, aname};
@@ -972,7 +963,7 @@ static int k_softmax(rt_keras_ctx *c)
     perm[r - 1] = a;
     char t1[RT_KERAS_NAME], sm[RT_KERAS_NAME];
     int rc;
-    if ((rc = kl_name(c, t1, "to_last")) < 0 || (rc = kl_name(c, sm, "softmax")) < 0)
+    if ((rc = rt_keras_name(c, t1, "to_last")) < 0 || (rc = rt_keras_name(c, sm, "softmax")) < 0)
         return rc;
     rt_attr p = {.name = "perm", .kind = RT_ATTR_INTS, .n = r, .ints = perm};
     const char *in = t1;
@@ -1056,10 +1047,10 @@ static int k_normalization(rt_keras_ctx *c)
     char mn[RT_KERAS_NAME], vn[RT_KERAS_NAME], cn[RT_KERAS_NAME], sd[RT_KERAS_NAME],
         se[RT_KERAS_NAME], ct[RT_KERAS_NAME];
     if ((rc = kl_norm_values(c, "mean", C, mean, &gm)) < 0 ||
-        (rc = kl_norm_values(c, "variance", C, var, &gv)) < 0 || (rc = kl_name(c, mn, "mean")) < 0 ||
-        (rc = kl_name(c, vn, "variance")) < 0 || (rc = kl_name(c, cn, "count")) < 0 ||
-        (rc = kl_name(c, sd, "std")) < 0 || (rc = kl_name(c, se, "std_eps")) < 0 ||
-        (rc = kl_name(c, ct, invert ? "scaled" : "centered")) < 0)
+        (rc = kl_norm_values(c, "variance", C, var, &gv)) < 0 || (rc = rt_keras_name(c, mn, "mean")) < 0 ||
+        (rc = rt_keras_name(c, vn, "variance")) < 0 || (rc = rt_keras_name(c, cn, "count")) < 0 ||
+        (rc = rt_keras_name(c, sd, "std")) < 0 || (rc = rt_keras_name(c, se, "std_eps")) < 0 ||
+        (rc = rt_keras_name(c, ct, invert ? "scaled" : "centered")) < 0)
         goto out;
     if ((rc = rt_graph_add_param(c->g, mn, 1, &C, RT_INIT_ZEROS, 0, gm ? mean : NULL)) < 0 ||
         (rc = rt_graph_add_param(c->g, vn, 1, &C, RT_INIT_ONES, 0, gv ? var : NULL)) < 0 ||
@@ -1177,4 +1168,34 @@ int rt_keras_layers_find(const char *class_name, rt_keras_layer_fn *fn, int *n_i
         }
     }
     return 0;
+}
+
+/* The activation names of the core layers; the others are
+ * rt_keras_layers_activation's. */
+int rt_keras_add_activation(rt_keras_ctx *c, const char *act)
+{
+    static const struct { const char *keras, *op; } acts[] = {
+        {"relu", "Relu"}, {"sigmoid", "Sigmoid"}, {"tanh", "Tanh"},
+        {"softmax", "Softmax"}, {"log_softmax", "LogSoftmax"},
+    };
+    if (!act || strcmp(act, "linear") == 0)
+        return 0;
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
+        if (strcmp(act, acts[i].keras) != 0)
+            continue;
+        char name[RT_KERAS_NAME];
+        int rc = rt_keras_name(c, name, act);
+        if (rc < 0)
+            return rc;
+        const char *in[1] = {c->out.name};
+        rc = rt_graph_add_node(c->g, name, acts[i].op, 1, in, 0, NULL);
+        if (rc < 0)
+            return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+        snprintf(c->out.name, sizeof c->out.name, "%s", name);
+        return 0;
+    }
+    int ext = rt_keras_layers_activation(c, act, NULL);
+    if (ext <= 0)
+        return ext;
+    return rt_keras_fail(c, RT_EINVAL, "unsupported activation '%.40s'", act);
 }

@@ -360,7 +360,7 @@ static int build_graph(rt_call *c, compile_st *st)
     return 0;
 }
 
-/* MPI replicas (server/dist): the same program on every rank */
+/* MPI replicas (server/mpi): the same program on every rank */
 static int dist_program(rt_call *c, rt_exec *e, char *err, size_t errlen)
 {
     if (rt_dist_size() == 1 && rt_dist_micro() == 0)

@@ -1,28 +1,21 @@
-/* rt_h_train.c - RunSteps, Fit, Evaluate, Predict and Control. RunSteps'
- * use case is rt_train.h's and the program's state between calls
- * rt_program.h's; these build the answers and stream the events. */
+/* rt_h_train.c - RunSteps, Fit, Evaluate, Predict and Control. The
+ * RunSteps and Fit use cases are rt_train.h's and the program's state
+ * between calls rt_program.h's; these build the answers and stream the
+ * events. */
 #include "rt_handlers.h"
 
-/* The call fails with the use case's message (rt_train.h). */
-static int stopped_fail(rt_call *c, int64_t done, int64_t asked)
+/* What a training call's steps read without calling up (rt_train_flags). */
+static rt_train_flags train_flags(rt_call *c)
 {
-    char e[160];
-    int rc = rt_train_stopped_msg(__atomic_load_n(&c->srv->hard_cancel, __ATOMIC_ACQUIRE), done,
-                                  asked, e, sizeof e);
-    return rt_call_fail(c, rc, "%s", e);
+    return (rt_train_flags){.cancelled = &c->cancelled, .hard_cancel = &c->srv->hard_cancel,
+                            .waiting = &c->srv->dev_waiting,
+                            .pause_at = c->srv->cfg.pause_at_step};
 }
 
 /* --------------------------------------------------------------- RunSteps */
 static Rtrain__V1__StateKind state_kind(const rt_srv *s)
 {
     return s->state ? RTRAIN__V1__STATE_KIND__STATE_DISK : RTRAIN__V1__STATE_KIND__STATE_MEMORY;
-}
-
-static int nan_fail(rt_call *c, int64_t step, float loss)
-{
-    char e[160];
-    int rc = rt_train_nan_msg(step, loss, e, sizeof e);
-    return rt_call_fail(c, rc, "%s", e);
 }
 
 static Rtrain__V1__EpochEnd *epoch_pb(rt_call *c, int64_t epoch, const rt_metrics *train,
@@ -68,15 +61,6 @@ static int run_epoch(void *ud, int64_t epoch, const rt_metrics *train, int64_t s
     return 0;
 }
 
-static float *run_losses(void *ud, uint64_t steps)
-{
-    run_epochs *r = ud;
-    float *l = rt_call_alloc(r->c, sizeof(float) * steps);
-    if (!l)
-        r->failed = OOM(r->c);
-    return l;
-}
-
 static int run_epoch_val(void *ud, const rt_metrics *val)
 {
     run_epochs *r = ud;
@@ -92,13 +76,14 @@ static int run_steps_work(rt_call *c)
     rt_run_steps_in in = {.seq = q->seq, .steps = q->steps, .lr = q->learning_rate,
                           .val_at_end = q->val_at_end, .stop_on_nan = q->stop_on_nan,
                           .checkpoint = q->checkpoint, .every_steps = q->checkpoint_every_steps,
-                          .every_s = q->checkpoint_every_s, .return_losses = q->return_losses};
+                          .every_s = q->checkpoint_every_s};
+    if (q->return_losses && !(in.losses = rt_call_alloc(c, sizeof(float) * q->steps)))
+        return OOM(c);
     if (c->srv->state)
         in.ckpt_continue = rt_h_ckpt_continue(c, q->checkpoint_policy);
     run_epochs ep = {.c = c};
-    const rt_train_host h = {.ud = c, .step = rt_call_step_point,
-                             .hard_cancel = rt_call_hard_cancelled, .answer_ud = &ep,
-                             .losses = run_losses, .epoch = run_epoch,
+    const rt_train_host h = {.ud = c, .flags = train_flags(c),
+                             .step = rt_call_step_point, .answer_ud = &ep, .epoch = run_epoch,
                              .epoch_val = run_epoch_val};
     rt_train_ctx ctx = {.ds = c->ds, .val_ds = c->val_ds, .state = c->srv->state,
                         .sid = c->sess->id, .host = &h};
@@ -123,8 +108,8 @@ static int run_steps_work(rt_call *c)
     r->first_non_finite_step = (uint64_t)out.nan_step;
     r->last = rt_h_metrics_pb(c, &out.last);
     r->mean = rt_h_metrics_pb(c, &out.mean);
-    if (out.losses) {
-        r->losses = out.losses;
+    if (in.losses && !out.replayed) {
+        r->losses = in.losses;
         r->n_losses = (size_t)out.done;
     }
     r->epochs = ep.v;
@@ -177,36 +162,8 @@ int rt_h_run_steps(rt_call *c)
 }
 
 /* -------------------------------------------------------------------- Fit */
-/* A Fit with a fit_id is resumable (rt_fit_rec): its start, steps and the
- * results of its last epochs go with every checkpoint, and a Fit sent again
- * with the same id after a restart continues from the restored state. A
- * fit whose epochs are the engine's ("aligned": steps_per_epoch is the
- * data set's and the exec was at an epoch start) takes its epoch metrics
- * from the exec's epoch accumulators, which a checkpoint holds, so it can
- * stop and resume at any step: the interval checkpoints (per fit or the
- * daemon's) and a stopping daemon's exit checkpoint land between steps.
- * Another fit stops and resumes at its epoch ends only. */
-typedef struct fit_cb {
-    rt_call *c;
-    const Rtrain__V1__FitRequest *q;
-    uint32_t every;
-    int64_t epoch, spe, in_epoch;
-    int64_t n, bs;         /* dataset samples, batch size */
-    double loss_sum, acc_sum;
-    int64_t samples;
-    uint64_t mark;         /* epoch clock (rt_program_epoch_clock_end) */
-    uint64_t gen;          /* this call's run_gen */
-    int stopped;           /* Control's stop */
-    int aligned;           /* rt_fit_rec.aligned */
-    int resumable;         /* the request has a fit_id */
-    int draining;          /* stopped for a stopping daemon's exit checkpoint */
-    int ckpt_rc;           /* an interval checkpoint failed (the call fails) */
-    rt_metrics ep;         /* aligned: the epoch's metrics at its last step */
-    float last_lr;         /* the previous step's rate (0 before the first) */
-    int nan_stop;          /* stopped at a non-finite loss (stop_on_nan) */
-    int64_t nan_step;      /* the first step with one, 0 = none */
-    float nan_loss;
-} fit_cb;
+/* Fit's use case is rt_program_fit_run (rt_train.h); these stream its
+ * events. */
 
 /* What every FitEvent of the call carries: the daemon's boot, whether it
  * is durable, and the first non-finite loss so far. */
@@ -218,98 +175,39 @@ static void fit_stamp(rt_call *c, Rtrain__V1__FitEvent *ev, int64_t nan_step)
     ev->first_non_finite_step = (uint64_t)nan_step;
 }
 
-static int fit_step_cb(void *ud, const rt_step_info *info)
+typedef struct fit_answer {
+    rt_call *c;
+    int failed; /* the call's failure (OOM), already set */
+} fit_answer;
+
+static void fit_progress(void *ud, const rt_fit_progress *pr, int coalesce)
 {
-    fit_cb *f = ud;
-    rt_program *p = f->c->prog;
-    f->in_epoch++;
-    if (f->resumable)
-        rt_program_fit_step(p);
-    if (f->aligned) {
-        f->loss_sum = info->epoch_metrics.loss;
-        f->acc_sum = info->epoch_metrics.acc;
-        f->samples = 1;
-        if (info->epoch_end)
-            f->ep = info->epoch_metrics;
-    } else {
-        /* Weight each step by its batch, as the epoch metrics are: batches
-         * are taken in order and only an engine epoch's last one is smaller
-         * (rt_exec_train), so step k of an engine epoch holds
-         * min(bs, n - (k-1) bs) samples. */
-        int64_t nb = f->n - (info->step_in_epoch - 1) * f->bs;
-        nb = nb < f->bs ? nb : f->bs;
-        nb = nb > 0 ? nb : 1;
-        f->loss_sum += (double)info->loss * (double)nb;
-        f->acc_sum += (double)info->acc * (double)nb;
-        f->samples += nb;
-    }
-    if (info->epoch_end) /* RunSteps' epoch clock follows the engine's epochs */
-        rt_program_epoch_clock_end(p, &f->mark);
-    rt_srv_pause_point(f->c->srv, info->step);
-    rt_call_yield(f->c);
-    if (rt_call_is_cancelled(f->c))
-        return 1;
-    if (rt_train_non_finite(&f->nan_step, f->q->stop_on_nan, &f->nan_stop, info)) {
-        f->nan_loss = info->loss;
-        return 1;
-    }
-    /* A new rate is reported at its first step, uncoalesced (StepProgress.
-     * learning_rate), so a client can replay the run exactly. */
-    int lr_changed = f->last_lr > 0 && info->lr != f->last_lr;
-    f->last_lr = info->lr;
-    if (rt_program_stop_asked(p, f->gen))
-        f->stopped = 1;
-    if ((f->every && f->in_epoch % f->every == 0 && f->in_epoch < f->spe) ||
-        lr_changed) {
-        Rtrain__V1__StepProgress sp = RTRAIN__V1__STEP_PROGRESS__INIT;
-        Rtrain__V1__FitEvent ev = RTRAIN__V1__FIT_EVENT__INIT;
-        sp.step = (uint64_t)info->step;
-        sp.epoch = (uint64_t)f->epoch;
-        sp.step_in_epoch = (uint64_t)f->in_epoch;
-        sp.steps_per_epoch = (uint64_t)f->spe;
-        sp.loss = (float)(f->loss_sum / (double)f->samples);
-        sp.accuracy = (float)(f->acc_sum / (double)f->samples);
-        sp.learning_rate = info->lr;
-        ev.event_case = RTRAIN__V1__FIT_EVENT__EVENT_PROGRESS;
-        ev.progress = &sp;
-        fit_stamp(f->c, &ev, f->nan_step);
-        uint64_t t0 = rt_now_ns();
-        rt_call_stream_send(f->c, &ev.base, !lr_changed, 0);
-        f->c->tm.encode_ns += rt_now_ns() - t0;
-    }
-    /* Between two steps of an epoch the exec's state is exact for an
-     * aligned fit (the epoch's last step is the caller's: the engine moves
-     * its cursor after this callback). */
-    if (f->aligned && !info->epoch_end && !f->stopped && f->c->srv->state) {
-        if (f->resumable && rt_h_daemon_stopping(f->c)) {
-            f->draining = 1;
-            return 1;
-        }
-        if (rt_state_checkpoint_due(f->c->srv->state, p, f->q->checkpoint_every_steps,
-                                    f->q->checkpoint_every_s)) {
-            int rc = rt_h_durable_checkpoint(f->c, p, f->q->checkpoint_policy);
-            if (rc < 0) {
-                f->ckpt_rc = rc;
-                return 1;
-            }
-        }
-    }
-    return f->stopped;
+    rt_call *c = ((fit_answer *)ud)->c;
+    Rtrain__V1__StepProgress sp = RTRAIN__V1__STEP_PROGRESS__INIT;
+    Rtrain__V1__FitEvent ev = RTRAIN__V1__FIT_EVENT__INIT;
+    sp.step = (uint64_t)pr->step;
+    sp.epoch = (uint64_t)pr->epoch;
+    sp.step_in_epoch = (uint64_t)pr->step_in_epoch;
+    sp.steps_per_epoch = (uint64_t)pr->steps_per_epoch;
+    sp.loss = pr->loss;
+    sp.accuracy = pr->acc;
+    sp.learning_rate = pr->lr;
+    ev.event_case = RTRAIN__V1__FIT_EVENT__EVENT_PROGRESS;
+    ev.progress = &sp;
+    fit_stamp(c, &ev, pr->nan_step);
+    uint64_t t0 = rt_now_ns();
+    rt_call_stream_send(c, &ev.base, coalesce, 0);
+    c->tm.encode_ns += rt_now_ns() - t0;
 }
 
-static int fit_run(rt_call *c, uint64_t gen);
-
-static int fit_work(rt_call *c)
+static int fit_epoch_end(void *ud, const rt_fit_epoch *fe, int64_t nan_step, uint64_t val_ns)
 {
-    uint64_t gen = rt_program_run_begin(c->prog);
-    rt_srv_dash_fit_begin(c);
-    int rc = fit_run(c, gen);
-    rt_program_run_end(c->prog);
-    return rc;
-}
-
-static void fit_send_epoch(rt_call *c, Rtrain__V1__EpochEnd *e, int64_t nan_step)
-{
+    fit_answer *a = ud;
+    rt_call *c = a->c;
+    Rtrain__V1__EpochEnd *e = epoch_pb(c, fe->epoch, &fe->train, fe->steps, fe->execute_ns);
+    if (!e || (fe->has_val && !(e->val = rt_h_metrics_pb(c, &fe->val))))
+        return a->failed = OOM(c);
+    c->tm.execute_ns += val_ns; /* the epoch's validation and checkpoint */
     Rtrain__V1__FitEvent ev = RTRAIN__V1__FIT_EVENT__INIT;
     ev.event_case = RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END;
     ev.epoch_end = e;
@@ -318,202 +216,49 @@ static void fit_send_epoch(rt_call *c, Rtrain__V1__EpochEnd *e, int64_t nan_step
     uint64_t t1 = rt_now_ns();
     rt_call_stream_send(c, &ev.base, 0, 0);
     c->tm.encode_ns += rt_now_ns() - t1;
-}
-
-/* A resent Fit: where the fit stands on this daemon (its state may have
- * been restored from disk), after sending again the EpochEnds the client
- * did not get. *pos gets the steps already run of the current epoch. 1
- * when the fit had ended (only its final event is left). */
-static int fit_resume(rt_call *c, int64_t spe, int64_t *pos)
-{
-    Rtrain__V1__FitRequest *q = REQ(c, Rtrain__V1__FitRequest);
-    rt_program *p = c->prog;
-    const rt_fit_rec *r = rt_program_fit(p);
-    unsigned long long id = (unsigned long long)q->fit_id;
-    if (r->epochs != q->epochs || r->spe != spe)
-        return rt_call_fail(c, RT_EINVAL, "fit %016llx was started with %u epochs of %lld "
-                            "steps, not %u of %lld", id, r->epochs, (long long)r->spe,
-                            q->epochs, (long long)spe);
-    int64_t done = rt_program_fit_epochs(p) - r->first_epoch;
-    if ((int64_t)q->epochs_received > done)
-        return rt_call_fail(c, RT_ESTATE, "fit %016llx: the daemon's state is at epoch %lld of "
-                            "it, but the client has %u epochs (a newer checkpoint was lost)",
-                            id, (long long)done, q->epochs_received);
-    for (int64_t k = (int64_t)q->epochs_received + 1; k <= done; k++) {
-        if (done - k >= RT_FIT_RING)
-            return rt_call_fail(c, RT_ESTATE, "fit %016llx: epoch %lld's result is no longer "
-                                "kept (the last %d are)", id, (long long)k, RT_FIT_RING);
-        const rt_fit_epoch *fe = rt_program_fit_epoch(p, k);
-        Rtrain__V1__EpochEnd *e = epoch_pb(c, fe->epoch, &fe->train, fe->steps, fe->execute_ns);
-        if (!e || (fe->has_val && !(e->val = rt_h_metrics_pb(c, &fe->val))))
-            return OOM(c);
-        fit_send_epoch(c, e, 0);
-    }
-    if (r->done)
-        return 1;
-    *pos = r->steps_done - done * spe;
-    if (*pos < 0 || *pos >= spe)
-        return rt_call_fail(c, RT_ESTATE, "fit %016llx: %lld steps run do not fit %lld epochs "
-                            "of %lld", id, (long long)r->steps_done, (long long)done,
-                            (long long)spe);
-    if (*pos && !r->aligned)
-        return rt_call_fail(c, RT_ESTATE, "fit %016llx stopped inside an epoch that is not the "
-                            "data set's (steps_per_epoch): it resumes only at epoch ends", id);
     return 0;
 }
 
-static int fit_run(rt_call *c, uint64_t gen)
+static int call_stopping(void *ud)
+{
+    return rt_h_daemon_stopping(ud);
+}
+
+/* Decode, run the use case (rt_program_fit_run), encode the last event. */
+static int fit_work(rt_call *c)
 {
     Rtrain__V1__FitRequest *q = REQ(c, Rtrain__V1__FitRequest);
-    rt_program *p = c->prog;
-    rt_data d, vd;
-    int rc = rt_h_train_data(c, &d, &vd);
+    rt_fit_in in = {.fit_id = q->fit_id, .epochs = q->epochs,
+                    .epochs_received = q->epochs_received,
+                    .steps_per_epoch = q->steps_per_epoch, .lr = q->learning_rate,
+                    .stop_on_nan = q->stop_on_nan, .progress_every = q->progress_every,
+                    .every_steps = q->checkpoint_every_steps,
+                    .every_s = q->checkpoint_every_s};
+    if (c->srv->state)
+        in.ckpt_continue = rt_h_ckpt_continue(c, q->checkpoint_policy);
+    fit_answer a = {.c = c};
+    const rt_train_host h = {.ud = c, .flags = train_flags(c),
+                             .step = rt_call_step_point, .stopping = call_stopping,
+                             .answer_ud = &a,
+                             .progress = fit_progress, .epoch_end = fit_epoch_end};
+    rt_train_ctx ctx = {.ds = c->ds, .val_ds = c->val_ds, .state = c->srv->state,
+                        .sid = c->sess->id, .host = &h};
+    rt_srv_dash_fit_begin(c);
+    rt_fit_out out;
+    char err[512] = "";
+    int rc = rt_program_fit_run(c->prog, &ctx, &in, &out, err, sizeof err);
+    c->tm.durable_ns += out.durable_ns;
     if (rc < 0)
-        return rc;
-    int64_t bs = rt_plan_config(rt_program_plan(p))->batch_size;
-    int64_t spe = q->steps_per_epoch ? q->steps_per_epoch : (d.n + bs - 1) / bs;
-    const rt_fit_rec *fr = rt_program_fit(p);
-    int resume = q->fit_id && fr->id == q->fit_id;
-    int64_t pos = 0;
-    uint32_t ep0 = 0;
-    int ended = 0;
-    if (resume) {
-        if ((rc = fit_resume(c, spe, &pos)) < 0)
-            return rc;
-        ended = rc;
-        ep0 = (uint32_t)(rt_program_fit_epochs(p) - fr->first_epoch);
-        char pid[16];
-        RT_LOG(RT_LOG_INFO, "fit %016llx on %s resumed at epoch %u step %lld",
-               (unsigned long long)q->fit_id, rt_log_id(rt_program_id(p), pid), ep0 + 1,
-               (long long)rt_exec_global_step(rt_program_exec(p)));
-    } else {
-        if (q->fit_id && q->epochs_received)
-            return rt_call_fail(c, RT_ESTATE, "fit %016llx is unknown here, but the client has "
-                                "%u of its epochs (the daemon's state predates them)",
-                                (unsigned long long)q->fit_id, q->epochs_received);
-        /* a resumed fit keeps the rate it has (a Control call may have
-         * changed the request's) */
-        if ((rc = rt_h_apply_lr(c, q->learning_rate)) < 0)
-            return rc;
-        int64_t cur_ep, cur_pos;
-        rt_exec_cursor(rt_program_exec(p), &cur_ep, &cur_pos);
-        rt_program_fit_begin(p, q->fit_id, spe, q->epochs,
-                             spe == (d.n + bs - 1) / bs && cur_pos == 0);
-        if (q->fit_id) {
-            /* The fit's start on disk, unless the newest checkpoint is the
-             * state already: a restart before the fit's first checkpoint
-             * then restores its start, where it begins again. */
-            if (c->srv->state && !rt_program_ckpt_current(p) &&
-                (rc = rt_h_durable_checkpoint(c, p, q->checkpoint_policy)) < 0)
-                return rc;
-        }
-    }
-    fit_cb f = {.c = c, .q = q, .every = q->progress_every, .spe = spe, .n = d.n, .bs = bs,
-                .gen = gen, .aligned = fr->aligned, .resumable = q->fit_id != 0};
-    int cancelled = 0;
-    uint64_t exec_ns = 0;
-    int64_t steps = 0;
-    for (uint32_t ep = ep0; ep < q->epochs && !cancelled && !ended; ep++) {
-        int64_t from = ep == ep0 ? pos : 0; /* steps of this epoch run before */
-        f.epoch = rt_program_fit_epochs(p) + 1;
-        f.in_epoch = from;
-        f.samples = 0;
-        f.loss_sum = f.acc_sum = 0;
-        if ((rc = rt_h_train_x(c, &d)) < 0)
-            return rc;
-        f.mark = rt_now_ns();
-        rt_train_result res;
-        char derr[256] = "";
-        if ((rc = rt_dist_train(rt_program_exec(p), &d, c->ds->key,
-                                spe - from, &res, fit_step_cb, &f, NULL, derr, sizeof derr)) < 0)
-            return rt_call_fail(c, rc, "%s", derr);
-        rt_program_epoch_clock_pause(p, f.mark);
-        exec_ns += res.execute_ns;
-        steps += res.steps_run;
-        /* an aligned fit is exact between any two steps */
-        int partial = res.steps_run > 0 && !f.aligned;
-        if (f.ckpt_rc < 0) {
-            rt_program_set_partial(p, partial);
-            return f.ckpt_rc;
-        }
-        if (f.nan_stop) {
-            rt_program_set_partial(p, partial);
-            return nan_fail(c, f.nan_step, f.nan_loss);
-        }
-        if (f.draining) {
-            rt_program_set_partial(p, 0);
-            return rt_call_fail(c, RT_EUNAVAILABLE, "the daemon is stopping: the fit stopped "
-                                "at step %lld, on disk at exit; reattach after it restarts",
-                                (long long)rt_exec_global_step(rt_program_exec(p)));
-        }
-        if ((res.stopped && !f.stopped) || rt_call_is_cancelled(c)) {
-            rt_program_set_partial(p, partial);
-            if (__atomic_load_n(&c->srv->hard_cancel, __ATOMIC_ACQUIRE))
-                return stopped_fail(c, steps, (int64_t)q->epochs * spe);
-            cancelled = 1;
-            break;
-        }
-        /* Control's stop inside the epoch ends the fit without its epoch
-         * end; at the epoch's last step the epoch completes first. */
-        if (f.stopped && res.steps_run < spe - from) {
-            rt_program_set_partial(p, 0); /* the call ends here, at a step boundary */
-            if (f.resumable)
-                rt_program_fit_end(p, 1);
-            break;
-        }
-        int64_t fit_epoch = rt_program_fit_epoch_end(p);
-        uint64_t t0 = rt_now_ns();
-        Rtrain__V1__EpochEnd *e = epoch_pb(c, fit_epoch, f.aligned ? &f.ep : &res.mean,
-                                           res.global_step, res.execute_ns);
-        if (!e)
-            return OOM(c);
-        rt_metrics vm = {0};
-        if (c->val_ds) {
-            if ((rc = rt_exec_evaluate(rt_program_exec(p), &vd, &vm)) < 0)
-                return rt_h_engine_fail(c, rc);
-            if (!(e->val = rt_h_metrics_pb(c, &vm)))
-                return OOM(c);
-        }
-        if (f.resumable) {
-            rt_program_fit_keep_epoch(p, &(rt_fit_epoch){
-                .epoch = fit_epoch, .steps = res.global_step, .execute_ns = res.execute_ns,
-                .has_val = c->val_ds != NULL, .train = f.aligned ? f.ep : res.mean,
-                .val = vm});
-            /* ended before its checkpoint, so that a resend finds it so */
-            if (ep + 1 == q->epochs || f.stopped)
-                rt_program_fit_end(p, f.stopped);
-        }
-        /* An epoch reported is on disk: a restart never runs it again. */
-        if (c->srv->state && (rc = rt_h_durable_checkpoint(c, p, q->checkpoint_policy)) < 0)
-            return rc;
-        c->tm.execute_ns += rt_now_ns() - t0; /* the epoch's validation */
-        fit_send_epoch(c, e, f.nan_step);
-        if (f.stopped)
-            break;
-        if (f.resumable && ep + 1 < q->epochs && rt_h_daemon_stopping(c))
-            return rt_call_fail(c, RT_EUNAVAILABLE, "the daemon is stopping: the fit stopped "
-                                "at the end of epoch %lld, on disk; reattach after it restarts",
-                                (long long)fit_epoch);
-    }
-    rt_train_note_steps(p, exec_ns, steps);
+        return a.failed ? a.failed : rt_call_fail(c, rc, "%s", err);
     Rtrain__V1__FitEvent *fin = NEW(c, Rtrain__V1__FitEvent, RTRAIN__V1__FIT_EVENT__INIT);
     if (!fin)
         return OOM(c);
     fin->done = 1;
-    fin->cancelled = cancelled;
-    fin->stopped = ended ? fr->stopped : f.stopped && !cancelled;
-    fin->global_step = (uint64_t)rt_exec_global_step(rt_program_exec(p));
-    fit_stamp(c, fin, f.nan_step);
+    fin->cancelled = out.cancelled;
+    fin->stopped = out.stopped;
+    fin->global_step = (uint64_t)out.global_step;
+    fit_stamp(c, fin, out.nan_step);
     c->resp = &fin->base;
-    char pid[16];
-    if (cancelled)
-        RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld: the client cancelled",
-               rt_log_id(rt_program_id(p), pid),
-               (long long)rt_exec_global_step(rt_program_exec(p)));
-    else if (fin->stopped && !ended)
-        RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld by a Control call",
-               rt_log_id(rt_program_id(p), pid),
-               (long long)rt_exec_global_step(rt_program_exec(p)));
     return 0;
 }
 

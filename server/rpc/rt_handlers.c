@@ -86,15 +86,6 @@ int rt_h_data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels)
     return rc < 0 ? rt_call_fail(c, rc, "dataset %s: %s", ds->id, err) : 0;
 }
 
-/* RunSteps/Fit work: c->ds and c->val_ds (when given) as rt_data. */
-int rt_h_train_data(rt_call *c, rt_data *d, rt_data *vd)
-{
-    int rc = rt_h_data_for(c, c->ds, d, 1);
-    if (rc == 0 && c->val_ds)
-        rc = rt_h_data_for(c, c->val_ds, vd, 1);
-    return rc;
-}
-
 int rt_h_check_train_data(rt_call *c)
 {
     int rc = rt_h_check_fit(c, c->ds, 1);
@@ -119,15 +110,6 @@ int rt_h_apply_lr(rt_call *c, float lr)
 {
     int rc = rt_program_set_lr(c->prog, lr);
     return rc < 0 ? rt_h_engine_fail(c, rc) : 0;
-}
-
-/* A dataset with image augmentation: the epoch's draws (rt_view_epoch). */
-int rt_h_train_x(rt_call *c, rt_data *d)
-{
-    char err[200];
-    int rc = rt_view_epoch(c->ds, rt_program_plan(c->prog),
-                           rt_exec_global_step(rt_program_exec(c->prog)), d, err, sizeof err);
-    return rc < 0 ? rt_call_fail(c, rc, "dataset %s: %s", c->ds->id, err) : 0;
 }
 
 int rt_h_engine_fail(rt_call *c, int rc)

@@ -181,19 +181,14 @@ void rt_srv_pause_point(rt_srv *s, int64_t global_step)
 
 /* A training call's step boundary (rt_train_host.step, ud the call): the
  * --pause-at-step hook, the device's time slice, and 1 when the client
- * went away or the daemon's grace period ended. */
+ * went away or the daemon's grace period ended. The use case calls it only
+ * when the call's flags say so (a waiter, the pause step). */
 int rt_call_step_point(void *ud, int64_t global_step)
 {
     rt_call *c = ud;
     rt_srv_pause_point(c->srv, global_step);
     rt_call_yield(c);
     return rt_call_is_cancelled(c);
-}
-
-int rt_call_hard_cancelled(void *ud)
-{
-    const rt_call *c = ud;
-    return __atomic_load_n(&c->srv->hard_cancel, __ATOMIC_ACQUIRE);
 }
 
 void rt_call_device_lock(rt_call *c)

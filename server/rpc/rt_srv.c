@@ -693,6 +693,17 @@ void rt__on_close(rt__tag *t, int ok)
     rt__call_unref(c);
 }
 
+rt_principal *rt_call_principal(rt_auth *a, const grpc_metadata_array *md, const char **why)
+{
+    const grpc_slice *val = NULL;
+    int n = 0;
+    for (size_t i = 0; i < md->count; i++)
+        if (grpc_slice_str_cmp(md->metadata[i].key, "authorization") == 0 && n++ == 0)
+            val = &md->metadata[i].value;
+    return rt_auth_check_bearer(a, n, val ? (const char *)GRPC_SLICE_START_PTR(*val) : NULL,
+                                val ? GRPC_SLICE_LENGTH(*val) : 0, why);
+}
+
 /* Who is calling: before anything of the request is decoded. Its time is
  * the decode's (Timings.auth_ns): a token's hash with --tokens, nothing
  * without. */
@@ -700,10 +711,10 @@ static int authenticate(rt_call *c)
 {
     const char *why = "unauthenticated";
     if (!c->srv->cfg.tokens_path) {
-        c->who = rt_auth_check(c->srv->auth, &c->md, &why);
+        c->who = rt_call_principal(c->srv->auth, &c->md, &why);
     } else {
         uint64_t t0 = rt_now_ns();
-        c->who = rt_auth_check(c->srv->auth, &c->md, &why);
+        c->who = rt_call_principal(c->srv->auth, &c->md, &why);
         uint64_t d = rt_now_ns() - t0;
         c->tm.auth_ns += d;
         c->tm.decode_ns += d;

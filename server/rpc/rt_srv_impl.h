@@ -20,6 +20,7 @@
 
 #include "rt_auth.h"
 #include "rt_dash.h"
+#include "rt_log.h" /* rt_log_esc, rt_log_id */
 #include "rt_data.h"
 #include "rt_metrics.h"
 #include "rt_obs.h"
@@ -391,11 +392,15 @@ int rt_call_yield(rt_call *c);
  * the whole process stops itself with SIGSTOP so that a test can SIGKILL or
  * SIGTERM it at a step it chose. Nothing happens with the flag off. */
 void rt_srv_pause_point(rt_srv *s, int64_t global_step);
-/* rt_train_host's step and hard_cancel for a training call (ud: the
- * rt_call): rt_srv_pause_point, rt_call_yield and rt_call_is_cancelled in
- * one call per step. */
+/* rt_train_host's step for a training call (ud: the rt_call):
+ * rt_srv_pause_point, rt_call_yield and rt_call_is_cancelled in one call.
+ * The use case calls it when the call's flags (rt_train_flags: the call's
+ * and the daemon's cancel, dev_waiting, --pause-at-step) say so, and reads
+ * them at the other step boundaries instead. */
 int rt_call_step_point(void *ud, int64_t global_step);
-int rt_call_hard_cancelled(void *ud);
+/* The principal of a call's metadata: its `authorization` values, read
+ * here (gRPC is the transport's), checked by rt_auth_check_bearer. */
+rt_principal *rt_call_principal(rt_auth *a, const grpc_metadata_array *md, const char **why);
 /* Take/drop the device from work running on the compile pool. */
 void rt_call_device_lock(rt_call *c);
 void rt_call_device_unlock(rt_call *c);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "rt_clock.h"
+#include "rt_errf.h"
 #include "rt_log.h"
 #include "rt_metrics.h"
 #include "rt_obs.h"
@@ -74,6 +75,25 @@ int rt_train_non_finite(int64_t *first, int stop_on_nan, int *stopped, const rt_
     return 1;
 }
 
+static int flag(const int *f)
+{
+    return f && __atomic_load_n(f, __ATOMIC_ACQUIRE);
+}
+
+static int host_cancelled(const rt_train_host *h)
+{
+    return flag(h->flags.cancelled) || flag(h->flags.hard_cancel);
+}
+
+/* A step boundary: up to the caller only for the device's time slice (a
+ * call waits for it) or a pause; 1 when the call was cancelled. */
+static int step_point(const rt_train_host *h, int64_t step)
+{
+    if (flag(h->flags.waiting) || (h->flags.pause_at > 0 && step >= h->flags.pause_at))
+        return h->step(h->ud, step);
+    return host_cancelled(h);
+}
+
 /* The view of ds for training (need_labels), its message naming ds. */
 static int view(rt_program *p, rt_dataset *ds, rt_stream_use *use, rt_data *d, char *err,
                 size_t errlen)
@@ -82,6 +102,16 @@ static int view(rt_program *p, rt_dataset *ds, rt_stream_use *use, rt_data *d, c
     int rc = rt_view_make(ds, rt_program_plan(p), 1, use, d, e, sizeof e);
     if (rc < 0)
         snprintf(err, errlen, "dataset %s: %s", ds->id, e);
+    return rc;
+}
+
+/* A training call's data: the set and, when given, the validation set. */
+static int views(rt_program *p, rt_train_ctx *ctx, rt_data *d, rt_data *vd, char *err,
+                 size_t errlen)
+{
+    int rc = view(p, ctx->ds, &ctx->use, d, err, errlen);
+    if (rc == 0 && ctx->val_ds)
+        rc = view(p, ctx->val_ds, &ctx->val_use, vd, err, errlen);
     return rc;
 }
 
@@ -135,7 +165,7 @@ typedef struct run_cb {
 static int run_step_cb(void *ud, const rt_step_info *info)
 {
     run_cb *r = ud;
-    if (r->host->step(r->host->ud, info->step)) {
+    if (step_point(r->host, info->step)) {
         r->cancelled = 1;
         return 1;
     }
@@ -176,16 +206,12 @@ int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in
         return 0;
     }
     rt_data d, vd;
-    int rc = view(p, ctx->ds, &ctx->use, &d, err, errlen);
-    if (rc == 0 && ctx->val_ds)
-        rc = view(p, ctx->val_ds, &ctx->val_use, &vd, err, errlen);
+    int rc = views(p, ctx, &d, &vd, err, errlen);
     if (rc < 0)
         return rc;
     if ((rc = rt_program_set_lr(p, in->lr)) < 0)
         return engine_fail(p, rc, err, errlen);
-    float *losses = NULL;
-    if (in->return_losses && !(losses = ctx->host->losses(ctx->host->answer_ud, in->steps)))
-        return oom(err, errlen);
+    float *losses = in->losses;
     /* stop at epoch ends to validate, or to draw the next epoch's
      * augmentation; val_at_end validates once, after the last step */
     int val_in = ctx->val_ds && !in->val_at_end;
@@ -225,7 +251,7 @@ int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in
         if (cb.cancelled) {
             rt_program_run_end(p);
             rt_program_set_partial(p, done + part.steps_run > 0);
-            return rt_train_stopped_msg(ctx->host->hard_cancel(ctx->host->ud),
+            return rt_train_stopped_msg(flag(ctx->host->flags.hard_cancel),
                                        done + part.steps_run, (int64_t)in->steps, err, errlen);
         }
         if (cb.nan_stop) {
@@ -275,11 +301,312 @@ int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in
     out->last = res.last;
     out->mean = mean;
     out->done = done;
-    out->losses = losses;
     if (in->val_at_end && ctx->val_ds) {
         if ((rc = rt_exec_evaluate(e, &vd, &out->val)) < 0)
             return engine_fail(p, rc, err, errlen);
         out->has_val = 1;
     }
     return 0;
+}
+
+/* -------------------------------------------------------------------- Fit */
+/* A Fit with a fit_id is resumable (rt_fit_rec): its start, steps and the
+ * results of its last epochs go with every checkpoint, and a Fit sent again
+ * with the same id after a restart continues from the restored state. A
+ * fit whose epochs are the engine's ("aligned": steps_per_epoch is the
+ * data set's and the exec was at an epoch start) takes its epoch metrics
+ * from the exec's epoch accumulators, which a checkpoint holds, so it can
+ * stop and resume at any step: the interval checkpoints (per fit or the
+ * daemon's) and a stopping daemon's exit checkpoint land between steps.
+ * Another fit stops and resumes at its epoch ends only. */
+typedef struct fit_cb {
+    rt_program *p;
+    const rt_train_ctx *ctx;
+    const rt_fit_in *in;
+    rt_fit_out *out;       /* its durable_ns */
+    char *err;             /* the call's, for an interval checkpoint's failure */
+    size_t errlen;
+    int64_t epoch, spe, in_epoch;
+    int64_t n, bs;         /* dataset samples, batch size */
+    double loss_sum, acc_sum;
+    int64_t samples;
+    uint64_t mark;         /* epoch clock (rt_program_epoch_clock_end) */
+    uint64_t gen;          /* this call's run_gen */
+    int stopped;           /* Control's stop */
+    int aligned;           /* rt_fit_rec.aligned */
+    int resumable;         /* the request has a fit_id */
+    int draining;          /* stopped for a stopping daemon's exit checkpoint */
+    int ckpt_rc;           /* an interval checkpoint failed (the call fails) */
+    rt_metrics ep;         /* aligned: the epoch's metrics at its last step */
+    float last_lr;         /* the previous step's rate (0 before the first) */
+    int nan_stop;          /* stopped at a non-finite loss (stop_on_nan) */
+    int64_t nan_step;      /* the first step with one, 0 = none */
+    float nan_loss;
+} fit_cb;
+
+/* The fit's checkpoint, its time added to out->durable_ns. */
+static int fit_checkpoint(const rt_train_ctx *ctx, rt_program *p, const rt_fit_in *in,
+                          rt_fit_out *out, char *err, size_t errlen)
+{
+    uint64_t t0 = rt_now_ns();
+    int rc = rt_train_checkpoint(ctx->state, ctx->sid, p, in->ckpt_continue, err, errlen);
+    out->durable_ns += rt_now_ns() - t0;
+    return rc;
+}
+
+static int fit_step_cb(void *ud, const rt_step_info *info)
+{
+    fit_cb *f = ud;
+    rt_program *p = f->p;
+    const rt_train_host *h = f->ctx->host;
+    f->in_epoch++;
+    if (f->resumable)
+        rt_program_fit_step(p);
+    if (f->aligned) {
+        f->loss_sum = info->epoch_metrics.loss;
+        f->acc_sum = info->epoch_metrics.acc;
+        f->samples = 1;
+        if (info->epoch_end)
+            f->ep = info->epoch_metrics;
+    } else {
+        /* Weight each step by its batch, as the epoch metrics are: batches
+         * are taken in order and only an engine epoch's last one is smaller
+         * (rt_exec_train), so step k of an engine epoch holds
+         * min(bs, n - (k-1) bs) samples. */
+        int64_t nb = f->n - (info->step_in_epoch - 1) * f->bs;
+        nb = nb < f->bs ? nb : f->bs;
+        nb = nb > 0 ? nb : 1;
+        f->loss_sum += (double)info->loss * (double)nb;
+        f->acc_sum += (double)info->acc * (double)nb;
+        f->samples += nb;
+    }
+    if (info->epoch_end) /* RunSteps' epoch clock follows the engine's epochs */
+        rt_program_epoch_clock_end(p, &f->mark);
+    if (step_point(h, info->step))
+        return 1;
+    if (rt_train_non_finite(&f->nan_step, f->in->stop_on_nan, &f->nan_stop, info)) {
+        f->nan_loss = info->loss;
+        return 1;
+    }
+    /* A new rate is reported at its first step, uncoalesced (StepProgress.
+     * learning_rate), so a client can replay the run exactly. */
+    int lr_changed = f->last_lr > 0 && info->lr != f->last_lr;
+    f->last_lr = info->lr;
+    if (rt_program_stop_asked(p, f->gen))
+        f->stopped = 1;
+    if ((f->in->progress_every && f->in_epoch % f->in->progress_every == 0 &&
+         f->in_epoch < f->spe) ||
+        lr_changed) {
+        rt_fit_progress pr = {.step = info->step, .epoch = f->epoch,
+                              .step_in_epoch = f->in_epoch, .steps_per_epoch = f->spe,
+                              .loss = (float)(f->loss_sum / (double)f->samples),
+                              .acc = (float)(f->acc_sum / (double)f->samples),
+                              .lr = info->lr, .nan_step = f->nan_step};
+        h->progress(h->answer_ud, &pr, !lr_changed);
+    }
+    /* Between two steps of an epoch the exec's state is exact for an
+     * aligned fit (the epoch's last step is the caller's: the engine moves
+     * its cursor after this callback). */
+    if (f->aligned && !info->epoch_end && !f->stopped && f->ctx->state) {
+        if (f->resumable && h->stopping(h->ud)) {
+            f->draining = 1;
+            return 1;
+        }
+        if (rt_state_checkpoint_due(f->ctx->state, p, f->in->every_steps, f->in->every_s)) {
+            int rc = fit_checkpoint(f->ctx, p, f->in, f->out, f->err, f->errlen);
+            if (rc < 0) {
+                f->ckpt_rc = rc;
+                return 1;
+            }
+        }
+    }
+    return f->stopped;
+}
+
+/* A resent Fit: where the fit stands on this daemon (its state may have
+ * been restored from disk), after sending again the EpochEnds the client
+ * did not get. *pos gets the steps already run of the current epoch. 1
+ * when the fit had ended (only its final event is left). */
+static int fit_resume(rt_program *p, const rt_train_host *h, const rt_fit_in *in, int64_t spe,
+                      int64_t *pos, char *err, size_t errlen)
+{
+    const rt_fit_rec *r = rt_program_fit(p);
+    unsigned long long id = (unsigned long long)in->fit_id;
+    if (r->epochs != in->epochs || r->spe != spe)
+        return rt_errf(err, errlen, RT_EINVAL, "fit %016llx was started with %u epochs of %lld "
+                       "steps, not %u of %lld", id, r->epochs, (long long)r->spe, in->epochs,
+                       (long long)spe);
+    int64_t done = rt_program_fit_epochs(p) - r->first_epoch;
+    if ((int64_t)in->epochs_received > done)
+        return rt_errf(err, errlen, RT_ESTATE, "fit %016llx: the daemon's state is at epoch "
+                       "%lld of it, but the client has %u epochs (a newer checkpoint was lost)",
+                       id, (long long)done, in->epochs_received);
+    for (int64_t k = (int64_t)in->epochs_received + 1; k <= done; k++) {
+        if (done - k >= RT_FIT_RING)
+            return rt_errf(err, errlen, RT_ESTATE, "fit %016llx: epoch %lld's result is no "
+                           "longer kept (the last %d are)", id, (long long)k, RT_FIT_RING);
+        int rc = h->epoch_end(h->answer_ud, rt_program_fit_epoch(p, k), 0, 0);
+        if (rc < 0)
+            return rc;
+    }
+    if (r->done)
+        return 1;
+    *pos = r->steps_done - done * spe;
+    if (*pos < 0 || *pos >= spe)
+        return rt_errf(err, errlen, RT_ESTATE, "fit %016llx: %lld steps run do not fit %lld "
+                       "epochs of %lld", id, (long long)r->steps_done, (long long)done,
+                       (long long)spe);
+    if (*pos && !r->aligned)
+        return rt_errf(err, errlen, RT_ESTATE, "fit %016llx stopped inside an epoch that is not "
+                       "the data set's (steps_per_epoch): it resumes only at epoch ends", id);
+    return 0;
+}
+
+static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint64_t gen,
+                    rt_fit_out *out, char *err, size_t errlen)
+{
+    const rt_train_host *h = ctx->host;
+    rt_data d, vd;
+    int rc = views(p, ctx, &d, &vd, err, errlen);
+    if (rc < 0)
+        return rc;
+    int64_t bs = rt_plan_config(rt_program_plan(p))->batch_size;
+    int64_t spe = in->steps_per_epoch ? (int64_t)in->steps_per_epoch : (d.n + bs - 1) / bs;
+    const rt_fit_rec *fr = rt_program_fit(p);
+    int resume = in->fit_id && fr->id == in->fit_id;
+    int64_t pos = 0;
+    uint32_t ep0 = 0;
+    int ended = 0;
+    char pid[16];
+    if (resume) {
+        if ((rc = fit_resume(p, h, in, spe, &pos, err, errlen)) < 0)
+            return rc;
+        ended = rc;
+        ep0 = (uint32_t)(rt_program_fit_epochs(p) - fr->first_epoch);
+        RT_LOG(RT_LOG_INFO, "fit %016llx on %s resumed at epoch %u step %lld",
+               (unsigned long long)in->fit_id, rt_log_id(rt_program_id(p), pid), ep0 + 1,
+               (long long)rt_exec_global_step(rt_program_exec(p)));
+    } else {
+        if (in->fit_id && in->epochs_received)
+            return rt_errf(err, errlen, RT_ESTATE, "fit %016llx is unknown here, but the "
+                           "client has %u of its epochs (the daemon's state predates them)",
+                           (unsigned long long)in->fit_id, in->epochs_received);
+        /* a resumed fit keeps the rate it has (a Control call may have
+         * changed the request's) */
+        if ((rc = rt_program_set_lr(p, in->lr)) < 0)
+            return engine_fail(p, rc, err, errlen);
+        int64_t cur_ep, cur_pos;
+        rt_exec_cursor(rt_program_exec(p), &cur_ep, &cur_pos);
+        rt_program_fit_begin(p, in->fit_id, spe, in->epochs,
+                             spe == (d.n + bs - 1) / bs && cur_pos == 0);
+        /* The fit's start on disk, unless the newest checkpoint is the
+         * state already: a restart before the fit's first checkpoint then
+         * restores its start, where it begins again. */
+        if (in->fit_id && ctx->state && !rt_program_ckpt_current(p) &&
+            (rc = fit_checkpoint(ctx, p, in, out, err, errlen)) < 0)
+            return rc;
+    }
+    fit_cb f = {.p = p, .ctx = ctx, .in = in, .out = out, .err = err, .errlen = errlen, .spe = spe,
+                .n = d.n, .bs = bs, .gen = gen, .aligned = fr->aligned,
+                .resumable = in->fit_id != 0};
+    int cancelled = 0;
+    uint64_t exec_ns = 0;
+    int64_t steps = 0;
+    for (uint32_t ep = ep0; ep < in->epochs && !cancelled && !ended; ep++) {
+        int64_t from = ep == ep0 ? pos : 0; /* steps of this epoch run before */
+        f.epoch = rt_program_fit_epochs(p) + 1;
+        f.in_epoch = from;
+        f.samples = 0;
+        f.loss_sum = f.acc_sum = 0;
+        char verr[200];
+        if ((rc = rt_view_epoch(ctx->ds, rt_program_plan(p),
+                                rt_exec_global_step(rt_program_exec(p)), &d, verr,
+                                sizeof verr)) < 0)
+            return rt_errf(err, errlen, rc, "dataset %s: %s", ctx->ds->id, verr);
+        f.mark = rt_now_ns();
+        rt_train_result res;
+        char derr[256] = "";
+        if ((rc = trainer(rt_program_exec(p), &d, ctx->ds->key, spe - from, &res, fit_step_cb, &f, NULL, derr, sizeof derr)) < 0)
+            return rt_errf(err, errlen, rc, "%s", derr);
+        rt_program_epoch_clock_pause(p, f.mark);
+        exec_ns += res.execute_ns;
+        steps += res.steps_run;
+        /* an aligned fit is exact between any two steps */
+        int partial = res.steps_run > 0 && !f.aligned;
+        if (f.ckpt_rc < 0) {
+            rt_program_set_partial(p, partial);
+            return f.ckpt_rc;
+        }
+        if (f.nan_stop) {
+            rt_program_set_partial(p, partial);
+            return rt_train_nan_msg(f.nan_step, f.nan_loss, err, errlen);
+        }
+        if (f.draining) {
+            rt_program_set_partial(p, 0);
+            return rt_errf(err, errlen, RT_EUNAVAILABLE, "the daemon is stopping: the fit "
+                           "stopped at step %lld, on disk at exit; reattach after it restarts",
+                           (long long)rt_exec_global_step(rt_program_exec(p)));
+        }
+        if ((res.stopped && !f.stopped) || host_cancelled(h)) {
+            rt_program_set_partial(p, partial);
+            if (flag(h->flags.hard_cancel))
+                return rt_train_stopped_msg(1, steps, (int64_t)in->epochs * spe, err, errlen);
+            cancelled = 1;
+            break;
+        }
+        /* Control's stop inside the epoch ends the fit without its epoch
+         * end; at the epoch's last step the epoch completes first. */
+        if (f.stopped && res.steps_run < spe - from) {
+            rt_program_set_partial(p, 0); /* the call ends here, at a step boundary */
+            if (f.resumable)
+                rt_program_fit_end(p, 1);
+            break;
+        }
+        int64_t fit_epoch = rt_program_fit_epoch_end(p);
+        uint64_t t0 = rt_now_ns();
+        rt_fit_epoch fe = {.epoch = fit_epoch, .steps = res.global_step,
+                           .execute_ns = res.execute_ns, .has_val = ctx->val_ds != NULL,
+                           .train = f.aligned ? f.ep : res.mean};
+        if (ctx->val_ds && (rc = rt_exec_evaluate(rt_program_exec(p), &vd, &fe.val)) < 0)
+            return engine_fail(p, rc, err, errlen);
+        if (f.resumable) {
+            rt_program_fit_keep_epoch(p, &fe);
+            /* ended before its checkpoint, so that a resend finds it so */
+            if (ep + 1 == in->epochs || f.stopped)
+                rt_program_fit_end(p, f.stopped);
+        }
+        /* An epoch reported is on disk: a restart never runs it again. */
+        if (ctx->state && (rc = fit_checkpoint(ctx, p, in, out, err, errlen)) < 0)
+            return rc;
+        if ((rc = h->epoch_end(h->answer_ud, &fe, f.nan_step, rt_now_ns() - t0)) < 0)
+            return rc;
+        if (f.stopped)
+            break;
+        if (f.resumable && ep + 1 < in->epochs && h->stopping(h->ud))
+            return rt_errf(err, errlen, RT_EUNAVAILABLE, "the daemon is stopping: the fit "
+                           "stopped at the end of epoch %lld, on disk; reattach after it "
+                           "restarts", (long long)fit_epoch);
+    }
+    rt_train_note_steps(p, exec_ns, steps);
+    out->cancelled = cancelled;
+    out->stopped = ended ? fr->stopped : f.stopped && !cancelled;
+    out->global_step = rt_exec_global_step(rt_program_exec(p));
+    out->nan_step = f.nan_step;
+    if (cancelled)
+        RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld: the client cancelled",
+               rt_log_id(rt_program_id(p), pid), (long long)out->global_step);
+    else if (out->stopped && !ended)
+        RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld by a Control call",
+               rt_log_id(rt_program_id(p), pid), (long long)out->global_step);
+    return 0;
+}
+
+int rt_program_fit_run(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in,
+                       rt_fit_out *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    uint64_t gen = rt_program_run_begin(p);
+    int rc = fit_loop(p, ctx, in, gen, out, err, errlen);
+    rt_program_run_end(p);
+    return rc;
 }

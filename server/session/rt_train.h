@@ -1,7 +1,8 @@
 /*
  * rt_train.h - the training use cases of a program: RunSteps as one call
- * (rt_program_run_steps). The handler decodes the request, calls it once
- * with the device held, and encodes the answer; the use case calls down
+ * (rt_program_run_steps) and Fit's loop (rt_program_fit_run). The handler
+ * decodes the request, calls it once with the device held, and encodes the
+ * answer (Fit's events go out through the caller's hooks); the use case calls down
  * into the data view (rt_view.h), the engine (or the trainer plugged in
  * at startup) and the state directory, never back into server/rpc except
  * through the hooks the caller hands it.
@@ -27,7 +28,7 @@
 extern "C" {
 #endif
 
-/* What trains: rt_exec_train, or a multi-process trainer (server/dist)
+/* What trains: rt_exec_train, or a multi-process trainer (server/mpi)
  * that the daemon plugs in at startup, so the session layer does not
  * depend on MPI. err gets the failure's text. */
 typedef int (*rt_trainer_fn)(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t steps,
@@ -36,21 +37,44 @@ typedef int (*rt_trainer_fn)(rt_exec *e, const rt_data *d, const uint8_t key[16]
 /* Set once, before the first call is served (NULL: rt_exec_train). */
 void rt_train_set_trainer(rt_trainer_fn fn);
 
-/* The caller's side of a training call. step (ud): at each step boundary,
- * the --pause-at-step hook and the device's time slice; 1 when the client
- * went away. hard_cancel (ud): the daemon's grace period ended. With
- * answer_ud: losses gives room for steps losses (NULL: out of memory);
- * epoch: an engine epoch ended; epoch_val: the last epoch's validation
- * (< 0: out of memory, the call stops). */
+/* A Fit's StepProgress (rt_train_host.progress): the mean over the
+ * epoch's steps so far. */
+typedef struct rt_fit_progress {
+    int64_t step, epoch, step_in_epoch, steps_per_epoch;
+    float loss, acc, lr;
+    int64_t nan_step;        /* the first non-finite loss so far, 0 = none */
+} rt_fit_progress;
+
+/* The caller's flags, read at each step boundary without calling up
+ * (atomic ints; NULL: never set): the call was cancelled (the client went
+ * away), the daemon's grace period ended, another call waits for the
+ * device. pause_at: --pause-at-step (0: none). */
+typedef struct rt_train_flags {
+    const int *cancelled, *hard_cancel, *waiting;
+    int64_t pause_at;
+} rt_train_flags;
+
+/* The caller's side of a training call. step (ud): at a step boundary
+ * where *flags.waiting is set or the step is at or past flags.pause_at,
+ * the --pause-at-step hook and the device's time slice; 1 when the call
+ * was cancelled. With answer_ud: epoch: an engine epoch ended; epoch_val:
+ * the last epoch's validation (< 0: out of memory, the call stops).
+ * Fit's (rt_program_fit_run), the others unused there: stopping (ud): a
+ * durable daemon is stopping; progress: send a StepProgress (coalesce 0:
+ * at once, a new rate); epoch_end: send an EpochEnd (nan_step as
+ * progress; val_ns: time spent validating and checkpointing it).
+ * epoch_end < 0: the call failed (its caller set the failure). */
 typedef struct rt_train_host {
     void *ud;
+    rt_train_flags flags;
     int (*step)(void *ud, int64_t global_step);
-    int (*hard_cancel)(void *ud);
+    int (*stopping)(void *ud);
     void *answer_ud;
-    float *(*losses)(void *answer_ud, uint64_t steps);
     int (*epoch)(void *answer_ud, int64_t epoch, const rt_metrics *train, int64_t step,
                  uint64_t exec_ns);
     int (*epoch_val)(void *answer_ud, const rt_metrics *val);
+    void (*progress)(void *answer_ud, const rt_fit_progress *pr, int coalesce);
+    int (*epoch_end)(void *answer_ud, const rt_fit_epoch *e, int64_t nan_step, uint64_t val_ns);
 } rt_train_host;
 
 /* Where a training call trains: the data sets (checked with rt_view_check
@@ -73,7 +97,7 @@ typedef struct rt_run_steps_in {
     int checkpoint;          /* checkpoint at the end (durable mode) */
     uint32_t every_steps, every_s;
     int ckpt_continue;       /* a failed checkpoint is logged, not the call's failure */
-    int return_losses;       /* the step losses into host->losses' room */
+    float *losses;           /* room for steps losses, or NULL: none returned */
 } rt_run_steps_in;
 
 typedef struct rt_run_steps_out {
@@ -83,8 +107,7 @@ typedef struct rt_run_steps_out {
     rt_metrics last, mean;
     int stopped;             /* Control's stop */
     int64_t nan_step;        /* the first non-finite loss's step, 0 = none */
-    int64_t done;            /* steps run (losses written) */
-    float *losses;           /* return_losses: done of them */
+    int64_t done;            /* steps run (in->losses: written) */
     int has_val;
     rt_metrics val;          /* val_at_end */
     uint64_t durable_ns;     /* the checkpoint's time, with a state dir */
@@ -97,6 +120,36 @@ typedef struct rt_run_steps_out {
  * err set (the call's failure message). */
 int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in *in,
                          rt_run_steps_out *out, char *err, size_t errlen);
+
+typedef struct rt_fit_in {
+    uint64_t fit_id;         /* resumable (rt_fit_rec), 0: not */
+    uint32_t epochs;
+    uint32_t epochs_received; /* a resend: the EpochEnds the client has */
+    uint64_t steps_per_epoch; /* 0: one pass over the data set */
+    float lr;                /* > 0: the rate from the first step on */
+    int stop_on_nan;
+    uint32_t progress_every; /* a StepProgress every N steps, 0: none */
+    uint32_t every_steps, every_s; /* the fit's checkpoint intervals */
+    int ckpt_continue;       /* a failed checkpoint is logged, not the call's failure */
+} rt_fit_in;
+
+typedef struct rt_fit_out {
+    int cancelled;           /* the client went away */
+    int stopped;             /* by Control's stop */
+    int64_t global_step;
+    int64_t nan_step;        /* the first non-finite loss's step, 0 = none */
+    uint64_t durable_ns;     /* its checkpoints' time, with a state dir (failed too) */
+} rt_fit_out;
+
+/* A Fit, start to end: a resent fit's resume (its lost EpochEnds sent
+ * again), the rate, the epochs with their StepProgress and EpochEnd
+ * events (host->progress, host->epoch_end), validation, Control's stop,
+ * non-finite losses, the durable checkpoints (the fit's start, its
+ * intervals, each epoch's end) and a stopping daemon's drain. [device],
+ * as RunSteps. 0 (out set), or a negative RT_E* with err set, or a hook's
+ * failure (err untouched). */
+int rt_program_fit_run(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in,
+                       rt_fit_out *out, char *err, size_t errlen);
 
 /* A step's loss that is NaN or infinite: recorded in *first (the first),
  * and with stop_on_nan *stopped is set. 1 = stop after this step. */

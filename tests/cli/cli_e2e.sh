@@ -2,7 +2,8 @@
 # End-to-end tests of the `rtrain` CLI against a real rtraind on a loopback
 # port: fit (both drivers, accuracy, history, weights, timings, trace), eval,
 # predict (.npy and .csv), bench overhead and bench story (one smoke call
-# each: the shape of their CSV, SVG and table, never a time), exit
+# each: the shape of their CSV, SVG and table, never a time; rtrain-bench
+# run by rtrain, and rtrain without it), exit
 # codes (usage 2, daemon down 3, invalid 4, not found 5, other 6) and SIGINT during
 # fit (130, daemon unharmed).
 #   usage: cli_e2e.sh RTRAIND RTRAIN SOURCE_DIR
@@ -192,6 +193,23 @@ expect_rc 4 "bench story without the iris splits" -- env -C "$tmp" "$rtrain" ben
   "${S[@]}" --reps 1
 grep -q "give --data and --val" "$tmp/err" && ok "story: missing data named" \
   || bad "story: missing data message: $(cat "$tmp/err")"
+
+# --- the benchmarks are rtrain-bench's: rtrain links none of their code,
+# runs the rtrain-bench beside it, and says so when there is none
+if nm "$rtrain" >"$tmp/nm" 2>&1 && grep -q ' T main$' "$tmp/nm"; then
+  grep -qE ' [Tt] (cli_cmd_bench_overhead|cli_with_relay|rt_relay_start)$' "$tmp/nm" \
+    && bad "rtrain links benchmark code" || ok "rtrain links no benchmark code"
+else
+  bad "nm cannot read $rtrain: $(head -c 200 "$tmp/nm")"
+fi
+expect_rc 0 "rtrain-bench --help" -- "$(dirname "$rtrain")/rtrain-bench" --help
+grep -q -- "--max-k" "$tmp/out" && ok "rtrain-bench --help: overhead's options" \
+  || bad "rtrain-bench --help: $(head -3 "$tmp/out")"
+mkdir -p "$tmp/alone" && cp "$rtrain" "$tmp/alone/rtrain"
+expect_rc 6 "bench without rtrain-bench" -- env PATH=/usr/bin:/bin "$tmp/alone/rtrain" bench \
+  overhead "${S[@]}" --max-k 1 --reps 1
+grep -q "rtrain-bench, which is neither next to rtrain nor on PATH" "$tmp/err" \
+  && ok "bench: a missing rtrain-bench named" || bad "bench without rtrain-bench: $(cat "$tmp/err")"
 expect_rc 0 "bench/story.py" -- "$py" "$src/bench/story.py" --rtrain "$rtrain" \
   --server "$addr" --reps 1 --epochs 3 --explain --json "$tmp/story.json" --first-calls 3
 for cfg in "one call per step" "one call per epoch" "one call for the run" \

@@ -18,7 +18,7 @@
 
 #include <json-c/json.h>
 
-#include "cli.h"
+#include "bench_cli.h" /* cli.h, and the bench's SVG plot and waterfall */
 #include "rt_client_impl.h"
 #include "rt_progress.h"
 

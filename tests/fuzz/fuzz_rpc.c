@@ -119,7 +119,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     rt_quota_unlimited(g_srv.quota);
     if (rt_auth_create(NULL, g_srv.quota, g_srv.principals, &g_srv.auth, err, sizeof err) < 0)
         die("auth", err);
-    if (!(g_who = rt_auth_check(g_srv.auth, &md, &why)))
+    if (!(g_who = rt_call_principal(g_srv.auth, &md, &why)))
         die("auth", why);
     grpc_metadata_array_destroy(&md);
 

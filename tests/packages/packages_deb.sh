@@ -57,7 +57,7 @@ for f in ./usr/sbin/rtraind ./lib/systemd/system/rtraind.service ./etc/rtrain/rt
          ./usr/share/doc/rtraind/operations.md ./usr/share/doc/rtraind/packages.md; do
   grep -qx -- "$f" "$tmp/d.list" && ok "rtraind has $f" || bad "rtraind lacks $f"
 done
-for f in ./usr/bin/rtrain ./usr/lib/$ma/librtrain.so.$ver ./usr/lib/$ma/librtrain.so.0 \
+for f in ./usr/bin/rtrain ./usr/bin/rtrain-bench ./usr/lib/$ma/librtrain.so.$ver ./usr/lib/$ma/librtrain.so.0 \
          ./usr/lib/$ma/librtrain.so ./usr/lib/$ma/pkgconfig/rtrain.pc \
          ./usr/include/rtrain/rtrain.h ./usr/include/rtrain/rtrain_data.h \
          ./usr/include/rtrain/rtrain_tb.h ./usr/include/rtrain/rt_error.h; do
@@ -153,8 +153,10 @@ C
 # shellcheck disable=SC2086
 cc -Wall -Werror -o "$tmp/ping" "$tmp/ping.c" $flags && ok "cc against rtrain.pc" \
   || bad "cc against rtrain.pc"
-LD_LIBRARY_PATH=$root/usr/lib/$ma ldd "$tmp/ping" | grep -q "librtrain.so.0 => $root/usr/lib/$ma/" \
-  && ok "it loads the installed librtrain" || bad "ldd: $(LD_LIBRARY_PATH=$root/usr/lib/$ma ldd "$tmp/ping")"
+# grep reads all of ldd's output: grep -q would stop at the match, and
+# under pipefail ldd's SIGPIPE then failed the check now and then
+LD_LIBRARY_PATH=$root/usr/lib/$ma ldd "$tmp/ping" | grep "librtrain.so.0 => $root/usr/lib/$ma/" \
+  >/dev/null && ok "it loads the installed librtrain" || bad "ldd: $(LD_LIBRARY_PATH=$root/usr/lib/$ma ldd "$tmp/ping")"
 expect_rc 0 "ping through the installed librtrain" -- env "${san[@]}" \
   LD_LIBRARY_PATH="$root/usr/lib/$ma" "$tmp/ping" "$addr"
 

@@ -6,7 +6,7 @@
  * story prints rtrain's side, and bench/story.py runs it beside the PyTorch
  * eager peer (bench/story_torch.py) and prints the ratios. They assert
  * nothing about time. */
-#include "cli.h"
+#include "bench_cli.h"
 
 #include <errno.h>
 #include <math.h>

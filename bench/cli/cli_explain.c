@@ -13,7 +13,7 @@
  *           and hashing files) and its work inside a stream, plus what the
  *           caller measured itself (extra_client_ns);
  * and the rest of the wall time is unattributed. */
-#include "cli.h"
+#include "bench_cli.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* cli_svg.c - a small log-log line plot in SVG, drawn by hand so the bench
  * has no plotting dependency: axes, decade grid with 2/5 minor ticks, one
  * polyline with markers per series, a legend, title and axis labels. */
-#include "cli.h"
+#include "bench_cli.h"
 
 #include <math.h>
 #include <stdio.h>

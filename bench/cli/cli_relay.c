@@ -2,7 +2,7 @@
  * through bench/relay's latency-injecting relay, started in this process
  * on a free loopback port. The bench itself is unchanged: it only sees a
  * different --server. */
-#include "cli.h"
+#include "bench_cli.h"
 
 #include <stdlib.h>
 
