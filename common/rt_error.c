@@ -9,8 +9,9 @@ const char *rt_strerror(int err)
 {
     switch (err) {
     case RT_OK: return "success";
-#define RT__ERR_STR(name, val, grpc, text) case RT_##name: return text;
-    RT_ERRNO_MAP(RT__ERR_STR)
+#define RT__ERR_STR(name, val, grpc, text) \
+    case RT_##name: return text;
+        RT_ERRNO_MAP(RT__ERR_STR)
 #undef RT__ERR_STR
     }
     return "unknown error";
@@ -20,8 +21,9 @@ const char *rt_err_name(int err)
 {
     switch (err) {
     case RT_OK: return "RT_OK";
-#define RT__ERR_NAME(name, val, grpc, text) case RT_##name: return "RT_" #name;
-    RT_ERRNO_MAP(RT__ERR_NAME)
+#define RT__ERR_NAME(name, val, grpc, text) \
+    case RT_##name: return "RT_" #name;
+        RT_ERRNO_MAP(RT__ERR_NAME)
 #undef RT__ERR_NAME
     }
     return "RT_EUNKNOWN";
@@ -31,8 +33,9 @@ int rt_err_to_grpc(int err)
 {
     switch (err) {
     case RT_OK: return 0;
-#define RT__ERR_GRPC(name, val, grpc, text) case RT_##name: return grpc;
-    RT_ERRNO_MAP(RT__ERR_GRPC)
+#define RT__ERR_GRPC(name, val, grpc, text) \
+    case RT_##name: return grpc;
+        RT_ERRNO_MAP(RT__ERR_GRPC)
 #undef RT__ERR_GRPC
     }
     return RT__GRPC_UNKNOWN;

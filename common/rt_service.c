@@ -12,18 +12,14 @@ _Static_assert(offsetof(Rtrain__V1__Trainer_Service, get_info) == sizeof(Protobu
 _Static_assert(RT_METHOD_INDEX(get_info) == 0 && RT_METHOD_INDEX(ping) == 1,
                "protoc-c service layout: one function pointer per method");
 
-const ProtobufCServiceDescriptor *rt_service(void)
-{
-    return &rtrain__v1__trainer__descriptor;
-}
+const ProtobufCServiceDescriptor *rt_service(void) { return &rtrain__v1__trainer__descriptor; }
 
 const char *rt_service_method_name(int i)
 {
     return rtrain__v1__trainer__descriptor.methods[i].name;
 }
 
-int rt_service_path(const ProtobufCServiceDescriptor *sd, int i, char *buf,
-                    size_t len)
+int rt_service_path(const ProtobufCServiceDescriptor *sd, int i, char *buf, size_t len)
 {
     int n = snprintf(buf, len, "/%s/%s", sd->name, sd->methods[i].name);
     if (n < 0 || (size_t)n >= len) {

@@ -25,13 +25,12 @@ extern "C" {
  * .proto order, after the ProtobufCService base: the count and each
  * method's index are compile-time constants. */
 #define RT__SVC_FN_SIZE sizeof(void (*)(void))
-#define RT_N_METHODS                                                          \
-    ((int)((sizeof(Rtrain__V1__Trainer_Service) - sizeof(ProtobufCService)) / \
-           RT__SVC_FN_SIZE))
+#define RT_N_METHODS \
+    ((int)((sizeof(Rtrain__V1__Trainer_Service) - sizeof(ProtobufCService)) / RT__SVC_FN_SIZE))
 /* member: protoc-c's name for the method (get_info, run_steps, ...). */
-#define RT_METHOD_INDEX(member)                                               \
-    ((int)((offsetof(Rtrain__V1__Trainer_Service, member) -                   \
-            sizeof(ProtobufCService)) / RT__SVC_FN_SIZE))
+#define RT_METHOD_INDEX(member)                                                         \
+    ((int)((offsetof(Rtrain__V1__Trainer_Service, member) - sizeof(ProtobufCService)) / \
+           RT__SVC_FN_SIZE))
 
 /* Longest "/package.Service/Method" path, with its NUL. */
 #define RT_METHOD_PATH_MAX 96
@@ -45,8 +44,7 @@ const char *rt_service_method_name(int i);
 
 /* The method's gRPC path into buf: "/rtrain.v1.Trainer/RunSteps".
  * Returns the length, or -1 if it does not fit (buf then holds ""). */
-int rt_service_path(const ProtobufCServiceDescriptor *sd, int i, char *buf,
-                    size_t len);
+int rt_service_path(const ProtobufCServiceDescriptor *sd, int i, char *buf, size_t len);
 
 /* 1 if snake (protoc-c's member name, "run_steps") is the C spelling of
  * camel (the .proto name, "RunSteps"), else 0. */

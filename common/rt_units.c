@@ -7,7 +7,10 @@
 
 /* A number with an optional suffix from table (case-insensitive); the
  * suffix's multiplier applies. */
-typedef struct unit { const char *name; double mul; } unit;
+typedef struct unit {
+    const char *name;
+    double mul;
+} unit;
 
 static int parse_with_units(const char *s, const unit *u, double *out)
 {
@@ -45,9 +48,8 @@ int rt_parse_duration_us(const char *s, uint64_t *us)
 int rt_parse_rate_Bps(const char *s, uint64_t *Bps)
 {
     static const unit u[] = {
-        {"", 1}, {"B", 1}, {"kB", 1e3}, {"MB", 1e6}, {"GB", 1e9},
-        {"bit", 1.0 / 8}, {"kbit", 1e3 / 8}, {"mbit", 1e6 / 8}, {"gbit", 1e9 / 8},
-        {NULL, 0}};
+        {"", 1},          {"B", 1},          {"kB", 1e3},       {"MB", 1e6},       {"GB", 1e9},
+        {"bit", 1.0 / 8}, {"kbit", 1e3 / 8}, {"mbit", 1e6 / 8}, {"gbit", 1e9 / 8}, {NULL, 0}};
     double v;
     if (parse_with_units(s, u, &v) < 0 || v < 1 || v > 1e12)
         return -1;

@@ -13,14 +13,20 @@
 static size_t varint_size(uint64_t v)
 {
     size_t n = 1;
-    while (v >= 0x80) { v >>= 7; n++; }
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
     return n;
 }
 
 static size_t varint_put(uint8_t *p, uint64_t v)
 {
     size_t n = 0;
-    while (v >= 0x80) { p[n++] = (uint8_t)(v | 0x80); v >>= 7; }
+    while (v >= 0x80) {
+        p[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
     p[n++] = (uint8_t)v;
     return n;
 }
@@ -53,8 +59,7 @@ grpc_byte_buffer *rt_wire_join(grpc_slice body, const grpc_slice *tail)
     return bb;
 }
 
-grpc_byte_buffer *rt_wire_pack(const ProtobufCMessage *msg,
-                               const ProtobufCMessage *tail)
+grpc_byte_buffer *rt_wire_pack(const ProtobufCMessage *msg, const ProtobufCMessage *tail)
 {
     grpc_slice t;
     if (tail)
@@ -62,14 +67,12 @@ grpc_byte_buffer *rt_wire_pack(const ProtobufCMessage *msg,
     return rt_wire_join(rt_wire_body(msg), tail ? &t : NULL);
 }
 
-ProtobufCMessage *rt_wire_unpack(grpc_byte_buffer *bb,
-                                 const ProtobufCMessageDescriptor *desc,
+ProtobufCMessage *rt_wire_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
                                  ProtobufCAllocator *alloc)
 {
     if (!bb)
         return NULL;
-    if (bb->type == GRPC_BB_RAW &&
-        bb->data.raw.compression == GRPC_COMPRESS_NONE &&
+    if (bb->type == GRPC_BB_RAW && bb->data.raw.compression == GRPC_COMPRESS_NONE &&
         bb->data.raw.slice_buffer.count == 1) {
         grpc_slice s = bb->data.raw.slice_buffer.slices[0];
         return protobuf_c_message_unpack(desc, alloc, GRPC_SLICE_LENGTH(s),
@@ -80,8 +83,8 @@ ProtobufCMessage *rt_wire_unpack(grpc_byte_buffer *bb,
         return NULL;
     grpc_slice s = grpc_byte_buffer_reader_readall(&r);
     grpc_byte_buffer_reader_destroy(&r);
-    ProtobufCMessage *m = protobuf_c_message_unpack(
-        desc, alloc, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+    ProtobufCMessage *m =
+        protobuf_c_message_unpack(desc, alloc, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
     grpc_slice_unref(s);
     return m;
 }
@@ -193,9 +196,16 @@ int rt_wire_split(grpc_byte_buffer *bb, uint32_t big, uint8_t **rest, size_t *re
         uint8_t vraw[10];
         size_t nv = 0;
         switch (wt) {
-        case 0: if (rd_varint(&r, &v, vraw, &nv) < 0) return -1; vlen = 0; break;
+        case 0:
+            if (rd_varint(&r, &v, vraw, &nv) < 0)
+                return -1;
+            vlen = 0;
+            break;
         case 1: vlen = 8; break;
-        case 2: if (rd_varint(&r, &vlen, vraw, &nv) < 0) return -1; break;
+        case 2:
+            if (rd_varint(&r, &vlen, vraw, &nv) < 0)
+                return -1;
+            break;
         case 5: vlen = 4; break;
         default: return -1;
         }
@@ -222,10 +232,7 @@ int rt_wire_split(grpc_byte_buffer *bb, uint32_t big, uint8_t **rest, size_t *re
     return 0;
 }
 
-size_t rt_wire_length(grpc_byte_buffer *bb)
-{
-    return bb ? grpc_byte_buffer_length(bb) : 0;
-}
+size_t rt_wire_length(grpc_byte_buffer *bb) { return bb ? grpc_byte_buffer_length(bb) : 0; }
 
 /* ------------------------------------------------------------ nesting */
 static int pb_varint(const uint8_t *b, size_t end, size_t *pos, uint64_t *v)
@@ -242,8 +249,7 @@ static int pb_varint(const uint8_t *b, size_t end, size_t *pos, uint64_t *v)
     return -1;
 }
 
-int rt_wire_depth(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
-                  int max)
+int rt_wire_depth(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len, int max)
 {
     /* one frame per open message: its type and where its bytes end */
     struct {
@@ -303,8 +309,7 @@ int rt_wire_depth(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, si
             st[top].end = pos + (size_t)v;
             break;
         }
-        default: /* groups: protobuf-c does not decode them */
-            return -1;
+        default: /* groups: protobuf-c does not decode them */ return -1;
         }
     }
 }

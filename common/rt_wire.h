@@ -53,8 +53,7 @@ static inline size_t rt_sample_run(uint64_t pos, size_t n, size_t *at)
  * message field, so this is a valid encoding, and it lets the daemon time
  * the packing of everything else. The caller owns the result
  * (grpc_byte_buffer_destroy), NULL on out of memory. */
-grpc_byte_buffer *rt_wire_pack(const ProtobufCMessage *msg,
-                               const ProtobufCMessage *tail);
+grpc_byte_buffer *rt_wire_pack(const ProtobufCMessage *msg, const ProtobufCMessage *tail);
 
 /* The parts of rt_wire_pack, for callers that time the body's packing
  * before they fill the tail (the daemon's Timings):
@@ -70,8 +69,7 @@ grpc_byte_buffer *rt_wire_join(grpc_slice body, const grpc_slice *tail);
 /* Unpack bb as desc. NULL if bb is NULL or the bytes are not a valid
  * message (garbage). The caller frees with protobuf_c_message_free_unpacked
  * using the same allocator (NULL = malloc). */
-ProtobufCMessage *rt_wire_unpack(grpc_byte_buffer *bb,
-                                 const ProtobufCMessageDescriptor *desc,
+ProtobufCMessage *rt_wire_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
                                  ProtobufCAllocator *alloc);
 
 /* One piece of a field's bytes, lying in a slice of the byte buffer. */
@@ -100,8 +98,7 @@ int rt_wire_split(grpc_byte_buffer *bb, uint32_t big, uint8_t **rest, size_t *re
  * then max + 1. -1 when the bytes are not well-formed protobuf (the decode
  * then refuses them). */
 #define RT_WIRE_MAX_DEPTH 256
-int rt_wire_depth(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
-                  int max);
+int rt_wire_depth(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len, int max);
 
 /* Total payload bytes of bb (0 for NULL). */
 size_t rt_wire_length(grpc_byte_buffer *bb);

@@ -36,7 +36,7 @@ typedef struct daemon_state {
     rt_srv *srv;
     uint64_t grace_ms;
     uint64_t drain_ms;
-    int stopping;                /* 1 draining (--drain-ms), 2 stopping */
+    int stopping; /* 1 draining (--drain-ms), 2 stopping */
 } daemon_state;
 
 static void close_cb(uv_handle_t *h) { (void)h; }
@@ -96,10 +96,7 @@ static void begin_stop(daemon_state *d, const char *why)
     uv_timer_start(&d->grace, on_grace, d->grace_ms, 0);
 }
 
-static void on_drain(uv_timer_t *t)
-{
-    begin_stop(t->data, "drain period over");
-}
+static void on_drain(uv_timer_t *t) { begin_stop(t->data, "drain period over"); }
 
 static void on_signal(daemon_state *d, int signum)
 {
@@ -189,8 +186,7 @@ static int loop_init(daemon_state *d)
     uv_timer_init(d->loop, &d->idle);
     uv_timer_init(d->loop, &d->drain);
     uv_async_init(d->loop, &d->drained, on_drained_async);
-    d->sigpoll.data = d->grace.data = d->drained.data =
-        d->idle.data = d->drain.data = d;
+    d->sigpoll.data = d->grace.data = d->drained.data = d->idle.data = d->drain.data = d;
     uv_poll_start(&d->sigpoll, UV_READABLE, on_sigfd);
     return 0;
 }
@@ -216,14 +212,17 @@ static void log_started(const rt_daemon_opts *o, rt_srv *srv)
         RT_LOG(RT_LOG_INFO, "%d MPI replicas%s", rt_dist_size(),
                o->dist.micro ? ", deterministic reduce" : "");
     RT_LOG(RT_LOG_INFO, "rtraind %s listening on %s (%d cq threads, inline below %llu us, %s, %s)",
-           RT_VERSION_STRING, rt_srv_bound(srv), cfg->threads ? cfg->threads : rt_srv_default_threads(),
+           RT_VERSION_STRING, rt_srv_bound(srv),
+           cfg->threads ? cfg->threads : rt_srv_default_threads(),
            (unsigned long long)(cfg->inline_ns / 1000),
            cfg->tls_cert ? (cfg->tls_client_ca ? "mTLS" : "TLS") : "plaintext",
            cfg->tokens_path ? "tokens" : "single-user");
     RT_LOG(RT_LOG_INFO, "backend %s (%s)", rt_backend_name(), rt_backend_describe());
     if (cfg->state_dir)
-        RT_LOG(RT_LOG_INFO, "durable mode: state in %s (checkpoints every %u steps / %u s, "
-               "keep %d)", cfg->state_dir, cfg->ckpt_every_steps, cfg->ckpt_every_s, cfg->ckpt_keep);
+        RT_LOG(RT_LOG_INFO,
+               "durable mode: state in %s (checkpoints every %u steps / %u s, "
+               "keep %d)",
+               cfg->state_dir, cfg->ckpt_every_steps, cfg->ckpt_every_s, cfg->ckpt_keep);
 }
 
 /* Rank 0 serves; under mpirun the other ranks follow it. */

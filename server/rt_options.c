@@ -28,17 +28,24 @@ extern char **environ;
 #define RT__D_AUTO(s) .def = NULL, .def_doc = s
 #define RT__D_NODEF .def = NULL, .def_doc = NULL
 /* The largest value a field holds, from its C type. */
-#define RT__FMAX(e)                                                            \
-    _Generic((e), int: (uint64_t)INT_MAX, unsigned: (uint64_t)UINT_MAX,        \
-             long: (uint64_t)LONG_MAX, unsigned long: (uint64_t)ULONG_MAX,     \
-             long long: (uint64_t)LLONG_MAX, unsigned long long: (uint64_t)ULLONG_MAX, \
-             default: (uint64_t)0)
-#define RT__OPT_ROW(id, nm, grp, ty, field, df, hl)                            \
-    [RT_OPT_##id] = {.name = nm, .group = RT_OPTG_##grp, RT__T_##ty,           \
-                     .off = offsetof(rt_daemon_opts, field),                   \
-                     .size = sizeof(((rt_daemon_opts *)0)->field),             \
-                     .field_max = RT__FMAX(((rt_daemon_opts *)0)->field),      \
-                     RT__D_##df, .help = hl},
+#define RT__FMAX(e)                                    \
+    _Generic((e), int                                  \
+             : (uint64_t)INT_MAX, unsigned             \
+             : (uint64_t)UINT_MAX, long                \
+             : (uint64_t)LONG_MAX, unsigned long       \
+             : (uint64_t)ULONG_MAX, long long          \
+             : (uint64_t)LLONG_MAX, unsigned long long \
+             : (uint64_t)ULLONG_MAX, default           \
+             : (uint64_t)0)
+#define RT__OPT_ROW(id, nm, grp, ty, field, df, hl)                       \
+    [RT_OPT_##id] = {.name = nm,                                          \
+                     .group = RT_OPTG_##grp,                              \
+                     RT__T_##ty,                                          \
+                     .off = offsetof(rt_daemon_opts, field),              \
+                     .size = sizeof(((rt_daemon_opts *)0)->field),        \
+                     .field_max = RT__FMAX(((rt_daemon_opts *)0)->field), \
+                     RT__D_##df,                                          \
+                     .help = hl},
 const rt_opt_desc rt_daemon_options[RT_OPT__COUNT] = {RT_DAEMON_OPTIONS(RT__OPT_ROW)};
 #undef RT__OPT_ROW
 
@@ -125,9 +132,7 @@ int rt_option_set(rt_daemon_opts *o, rt_opt_id id, const char *text, char *err, 
     char range[64];
     uint64_t v = 0;
     switch (d->type) {
-    case RT_OPT_STR:
-        memcpy((char *)o + d->off, &text, sizeof text);
-        break;
+    case RT_OPT_STR: memcpy((char *)o + d->off, &text, sizeof text); break;
     case RT_OPT_FLAG: /* the command line gives no text */
         if (!text || one_of("1|true|yes|on", text) >= 0)
             v = 1;
@@ -141,9 +146,9 @@ int rt_option_set(rt_daemon_opts *o, rt_opt_id id, const char *text, char *err, 
     case RT_OPT_SIZE:
         range_text(d, range, sizeof range);
         if (d->type == RT_OPT_NUM ? parse_u64(text, &v) < 0 : rt_quota_parse(text, &v) < 0) {
-            snprintf(err, errlen, d->type == RT_OPT_NUM
-                                      ? "not a whole number (%s)"
-                                      : "not a size (%s; K, M, G, T or unlimited allowed)",
+            snprintf(err, errlen,
+                     d->type == RT_OPT_NUM ? "not a whole number (%s)"
+                                           : "not a size (%s; K, M, G, T or unlimited allowed)",
                      range);
             return -1;
         }
@@ -166,9 +171,7 @@ int rt_option_set(rt_daemon_opts *o, rt_opt_id id, const char *text, char *err, 
         store(o, d, (uint64_t)i);
         break;
     }
-    case RT_OPT_ACTION:
-        snprintf(err, errlen, "an action, not a setting");
-        return -1;
+    case RT_OPT_ACTION: snprintf(err, errlen, "an action, not a setting"); return -1;
     }
     return 0;
 }
@@ -225,13 +228,17 @@ static int check_listen(const rt_daemon_opts *o)
      * need tokens (who is calling) and, unless --insecure, TLS. */
     if (!is_local_addr(cfg->listen)) {
         if (!cfg->tokens_path) {
-            fprintf(stderr, "rtraind: %s is not a loopback address: without --tokens the daemon "
-                            "is single-user and listens on loopback only\n", cfg->listen);
+            fprintf(stderr,
+                    "rtraind: %s is not a loopback address: without --tokens the daemon "
+                    "is single-user and listens on loopback only\n",
+                    cfg->listen);
             return 2;
         }
         if (!cfg->tls_cert && !o->insecure) {
-            fprintf(stderr, "rtraind: %s is not a loopback address: give --tls-cert and "
-                            "--tls-key (or --insecure behind a trusted TLS proxy)\n", cfg->listen);
+            fprintf(stderr,
+                    "rtraind: %s is not a loopback address: give --tls-cert and "
+                    "--tls-key (or --insecure behind a trusted TLS proxy)\n",
+                    cfg->listen);
             return 2;
         }
     }
@@ -252,8 +259,7 @@ static int new_token(const char *principal)
         fprintf(stderr, "rtraind: no random bytes for a token\n");
         return 1;
     }
-    fprintf(stderr, "token for %s (give it to the client; it is not stored): %s\n", principal,
-            tok);
+    fprintf(stderr, "token for %s (give it to the client; it is not stored): %s\n", principal, tok);
     printf("%s %s\n", hash, principal);
     return 0;
 }
@@ -332,7 +338,8 @@ int rt_options_parse(rt_daemon_opts *o, int argc, char **argv, int *status)
     for (int i = 0; i < RT_OPT__COUNT; i++) {
         const rt_opt_desc *d = &rt_daemon_options[i];
         int arg = d->type == RT_OPT_FLAG || (d->type == RT_OPT_ACTION && !d->meta)
-                      ? no_argument : required_argument;
+                      ? no_argument
+                      : required_argument;
         lo[n++] = (struct option){d->name, arg, NULL, FIRST + i};
     }
     for (int i = 0; i < rt_daemon_option_n_aliases && i < 16; i++)
@@ -468,8 +475,14 @@ static void value_text(const rt_opt_desc *d, char *buf, size_t len)
     switch (d->type) {
     case RT_OPT_STR: snprintf(buf, len, "%s", d->meta); break;
     case RT_OPT_FLAG: snprintf(buf, len, "none (env: 1/0, true/false, yes/no, on/off)"); break;
-    case RT_OPT_NUM: range_text(d, r, sizeof r); snprintf(buf, len, "%s", r); break;
-    case RT_OPT_SIZE: range_text(d, r, sizeof r); snprintf(buf, len, "size %s", r); break;
+    case RT_OPT_NUM:
+        range_text(d, r, sizeof r);
+        snprintf(buf, len, "%s", r);
+        break;
+    case RT_OPT_SIZE:
+        range_text(d, r, sizeof r);
+        snprintf(buf, len, "size %s", r);
+        break;
     case RT_OPT_ONE_OF: {
         size_t n = 0;
         for (const char *p = d->meta; *p && n + 2 < len; p++)
@@ -494,10 +507,13 @@ void rt_options_markdown(FILE *f)
         const rt_opt_desc *d = &rt_daemon_options[i];
         if ((int)d->group != group) {
             const char *t = group_title[d->group];
-            fprintf(f, "%s**%s**\n\n| flag | environment | value | default | |\n"
-                       "| --- | --- | --- | --- | --- |\n",
+            fprintf(f,
+                    "%s**%s**\n\n| flag | environment | value | default | |\n"
+                    "| --- | --- | --- | --- | --- |\n",
                     group < 0 ? "" : "\n",
-                    t ? t : d->group == RT_OPTG_MAIN ? "The daemon" : "Other");
+                    t                          ? t
+                    : d->group == RT_OPTG_MAIN ? "The daemon"
+                                               : "Other");
             group = (int)d->group;
         }
         rt_option_env_name(d, env, sizeof env);

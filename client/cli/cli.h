@@ -34,76 +34,90 @@ enum {
 #define CLI_SPC_AUTO (-1L)
 
 typedef enum cli_cmd {
-    CLI_NONE = 0, CLI_HELP, CLI_VERSION, CLI_INFO, CLI_PING, CLI_FIT, CLI_EVAL,
-    CLI_PREDICT, CLI_BENCH_OVERHEAD, CLI_BENCH_STORY, CLI_EXPORT, CLI_CKPT_PULL, CLI_CKPT_PUSH,
+    CLI_NONE = 0,
+    CLI_HELP,
+    CLI_VERSION,
+    CLI_INFO,
+    CLI_PING,
+    CLI_FIT,
+    CLI_EVAL,
+    CLI_PREDICT,
+    CLI_BENCH_OVERHEAD,
+    CLI_BENCH_STORY,
+    CLI_EXPORT,
+    CLI_CKPT_PULL,
+    CLI_CKPT_PUSH,
 } cli_cmd;
 
 typedef enum cli_data_kind {
-    CLI_DATA_UNKNOWN = 0, CLI_DATA_CSV, CLI_DATA_NPY, CLI_DATA_IDX,
-    CLI_DATA_TFRECORD,   /* *.tfrecord[.gz|.zlib], or a glob of shards */
-    CLI_DATA_IMAGES,     /* a directory of class folders */
+    CLI_DATA_UNKNOWN = 0,
+    CLI_DATA_CSV,
+    CLI_DATA_NPY,
+    CLI_DATA_IDX,
+    CLI_DATA_TFRECORD, /* *.tfrecord[.gz|.zlib], or a glob of shards */
+    CLI_DATA_IMAGES,   /* a directory of class folders */
 } cli_data_kind;
 
 #define CLI_MAX_WEIGHTS 4096 /* --class-weight, --pos-weight values */
 
 typedef struct cli_opts {
     cli_cmd cmd;
-    const char *server;       /* NULL = $RTRAIN_SERVER or the default */
+    const char *server;                                   /* NULL = $RTRAIN_SERVER or the default */
     const char *tls_ca, *tls_cert, *tls_key, *token_file; /* NULL: environment */
-    double timeout_s;         /* < 0: not given */
+    double timeout_s;                                     /* < 0: not given */
     const char *model, *weights, *save_weights;
     const char *data, *labels, *val, *val_labels;
-    const char *out;          /* predict: .csv or .npy */
+    const char *out; /* predict: .csv or .npy */
     long epochs, batch_size, steps_per_epoch;
-    long steps_per_call;      /* CLI_SPC_AUTO (the default): auto; 0: Fit stream */
-    long in_flight;           /* 0: the library's default */
+    long steps_per_call; /* CLI_SPC_AUTO (the default): auto; 0: Fit stream */
+    long in_flight;      /* 0: the library's default */
     const char *loss, *optimizer;
-    const char *metrics;      /* --metrics: comma-separated Keras names, or NULL */
-    double lr;                /* < 0: not given */
-    long label_column;        /* CSV; -1 = last */
+    const char *metrics;          /* --metrics: comma-separated Keras names, or NULL */
+    double lr;                    /* < 0: not given */
+    long label_column;            /* CSV; -1 = last */
     long label_first, label_last; /* --label-columns A:B (inclusive); first -1 = unset */
-    int input_ndim;           /* --input-shape D1xD2...: per-sample dims; 0 = unset */
+    int input_ndim;               /* --input-shape D1xD2...: per-sample dims; 0 = unset */
     int64_t input_shape[8];
-    long csv_features;        /* predict: CSV columns that are all features (set by the command) */
+    long csv_features; /* predict: CSV columns that are all features (set by the command) */
     int csv_header;
     long long seed;
     int no_shuffle;
     int sync_batchnorm;
-    int no_normalize;         /* IDX: keep raw 0..255 */
+    int no_normalize; /* IDX: keep raw 0..255 */
     int timings;
     const char *trace;
-    long size, count;         /* ping */
-    long max_k, reps;         /* bench */
-    int explain;              /* bench story: the cold run as a waterfall */
+    long size, count; /* ping */
+    long max_k, reps; /* bench */
+    int explain;      /* bench story: the cold run as a waterfall */
     const char *csv, *plot;
-    int progress;             /* 1 force bar, 0 force lines, -1 auto (TTY) */
+    int progress; /* 1 force bar, 0 force lines, -1 auto (TTY) */
     /* TFRecord and image folders (cli_data.c) */
     const char *features, *label_key, *image_size, *resize, *mean, *std, *augment;
     const char *on_bad_record;
-    const char *storage;      /* auto|memory|stream */
-    long shuffle_buffer;      /* 0 = the daemon's */
+    const char *storage; /* auto|memory|stream */
+    long shuffle_buffer; /* 0 = the daemon's */
     long channels;
-    cli_cmd help_cmd;         /* CLI_HELP: the command asked about, or CLI_NONE */
-    long early_stopping;      /* fit: patience in epochs; -1 = off */
-    const char *checkpoint;   /* fit: weights after every epoch */
-    const char *csv_log;      /* fit: one CSV row per epoch */
-    const char *tensorboard;  /* fit: TensorBoard event files (rtrain_tb.h) */
-    const char *load_weights; /* fit: initial weights */
+    cli_cmd help_cmd;           /* CLI_HELP: the command asked about, or CLI_NONE */
+    long early_stopping;        /* fit: patience in epochs; -1 = off */
+    const char *checkpoint;     /* fit: weights after every epoch */
+    const char *csv_log;        /* fit: one CSV row per epoch */
+    const char *tensorboard;    /* fit: TensorBoard event files (rtrain_tb.h) */
+    const char *load_weights;   /* fit: initial weights */
     const char *sample_weights; /* fit: .npy of one loss weight per --data sample */
-    const char *onnx_out;     /* fit, export: write the trained ONNX model */
-    const char *tfjs_out;     /* fit, export: the TF.js layers format into this folder */
-    const char *onnx_output;  /* an ONNX model's output to train (NULL: the only one) */
-    int relay;                /* bench through the latency relay (--rtt ...) */
+    const char *onnx_out;       /* fit, export: write the trained ONNX model */
+    const char *tfjs_out;       /* fit, export: the TF.js layers format into this folder */
+    const char *onnx_output;    /* an ONNX model's output to train (NULL: the only one) */
+    int relay;                  /* bench through the latency relay (--rtt ...) */
     uint64_t rtt_us, jitter_us, bandwidth_Bps;
     /* durability (cli_ckpt.c) */
-    double reattach_s;        /* fit: < 0 = the library's default */
-    long ckpt_every_steps;    /* fit: per-fit checkpoint interval, 0 = the daemon's */
+    double reattach_s;     /* fit: < 0 = the library's default */
+    long ckpt_every_steps; /* fit: per-fit checkpoint interval, 0 = the daemon's */
     long ckpt_every_s;
-    const char *save_state, *load_state;  /* fit */
-    const char *program, *session_token;  /* checkpoint pull */
+    const char *save_state, *load_state; /* fit */
+    const char *program, *session_token; /* checkpoint pull */
     /* the model's output and PyTorch's losses */
     int from_logits;
-    const char *data_layout;  /* NULL: the daemon's default (the model's own) */
+    const char *data_layout; /* NULL: the daemon's default (the model's own) */
     int no_loss_check;
     const char *reduction;
     double label_smoothing, loss_beta; /* < 0: not given */
@@ -111,7 +125,7 @@ typedef struct cli_opts {
     long ignore_index;
     const float *class_weight, *pos_weight;
     int n_class_weight, n_pos_weight;
-    const char *pos[2];       /* checkpoint: SESSION PATH / PATH */
+    const char *pos[2]; /* checkpoint: SESSION PATH / PATH */
 } cli_opts;
 
 /* Parse argv (argv[0] is the program). Returns 0, or -1 with a message in
@@ -150,8 +164,8 @@ double cli_percentile(double *v, size_t n, double p);
 void cli_print_timings(FILE *f, const rt_client_timings *calls, size_t n);
 
 /* A .npy (v1.0) writer for f32/i32/i64/u8 (predict's .npy output). */
-int cli_npy_write(const char *path, rt_client_dtype dt, int ndim,
-                  const int64_t *shape, const void *data);
+int cli_npy_write(const char *path, rt_client_dtype dt, int ndim, const int64_t *shape,
+                  const void *data);
 
 /* Keras 2's HDF5 weights layout (cli_h5.c): a path ending in .h5/.hdf5 is
  * one. Save writes w's parameters grouped by layer ("dense/kernel" in layer
@@ -160,8 +174,8 @@ int cli_npy_write(const char *path, rt_client_dtype dt, int ndim,
  * rt_client_weights_free). errbuf receives a message. */
 int cli_is_h5(const char *path);
 int cli_h5_save(const rt_client_weights *w, const char *path, char *err, size_t errlen);
-int cli_h5_load(const char *path, const rt_client_compile_result *prog,
-                rt_client_weights *out, char *err, size_t errlen);
+int cli_h5_load(const char *path, const rt_client_compile_result *prog, rt_client_weights *out,
+                char *err, size_t errlen);
 
 /* CSV of a 2-D f32 (or 1-D) tensor, %.9g; path "-" is stdout. */
 int cli_csv_write_tensor(const char *path, const rt_client_tensor *t);

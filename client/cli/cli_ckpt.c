@@ -80,8 +80,7 @@ int cli_cmd_checkpoint(const cli_opts *o)
         if (rc < 0) {
             ex = cli_fail(c, "CreateSession", rc);
         } else if ((ex = cli_state_push(c, sid, o->pos[0], pid)) == 0) {
-            printf("session %s\ntoken %s\nprogram %s\n", sid, rt_client_session_token(c, sid),
-                   pid);
+            printf("session %s\ntoken %s\nprogram %s\n", sid, rt_client_session_token(c, sid), pid);
         }
     }
     cli_active_client = NULL;

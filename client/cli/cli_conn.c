@@ -64,8 +64,8 @@ int cli_fail(rt_client *c, const char *what, int rc)
     /* The daemon names its request field; the user's knob is the flag. */
     const char *field = strstr(msg, "set csv_header");
     if (field)
-        fprintf(stderr, "rtrain: %s failed: %.*sgive --csv-header%s\n", what,
-                (int)(field - msg), msg, field + strlen("set csv_header"));
+        fprintf(stderr, "rtrain: %s failed: %.*sgive --csv-header%s\n", what, (int)(field - msg),
+                msg, field + strlen("set csv_header"));
     else
         fprintf(stderr, "rtrain: %s failed: %s\n", what, msg);
     return cli_exit_code(rc);

@@ -11,8 +11,7 @@
 
 #include "rtrain/rtrain_data.h"
 
-static int perr(char *err, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static int perr(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int perr(char *err, size_t len, const char *fmt, ...)
 {
     va_list ap;
@@ -22,10 +21,7 @@ static int perr(char *err, size_t len, const char *fmt, ...)
     return -1;
 }
 
-int cli_is_glob(const char *p)
-{
-    return p && strpbrk(p, "*?[") != NULL;
-}
+int cli_is_glob(const char *p) { return p && strpbrk(p, "*?[") != NULL; }
 
 int cli_is_dir(const char *p)
 {
@@ -90,10 +86,14 @@ int cli_image_opts(const cli_opts *o, rt_client_image_opts *im, char *err, size_
     }
     im->channels = o->channels > 0 ? (int)o->channels : cli_model_c ? cli_model_c : 3;
     if (o->resize) {
-        if (!strcmp(o->resize, "auto")) im->resize = 0;
-        else if (!strcmp(o->resize, "bilinear")) im->resize = 1;
-        else if (!strcmp(o->resize, "area")) im->resize = 2;
-        else return perr(err, errlen, "--resize: auto, bilinear or area, not '%s'", o->resize);
+        if (!strcmp(o->resize, "auto"))
+            im->resize = 0;
+        else if (!strcmp(o->resize, "bilinear"))
+            im->resize = 1;
+        else if (!strcmp(o->resize, "area"))
+            im->resize = 2;
+        else
+            return perr(err, errlen, "--resize: auto, bilinear or area, not '%s'", o->resize);
     }
     if (o->mean && (im->n_mean = floats3(o->mean, im->mean)) < 1)
         return perr(err, errlen, "--mean: expected 1 or 3 numbers, got '%s'", o->mean);
@@ -107,13 +107,19 @@ int cli_image_opts(const cli_opts *o, rt_client_image_opts *im, char *err, size_
             double v = eq ? strtod(eq + 1, NULL) : 0;
             if (eq)
                 *eq = 0;
-            if (!strcmp(t, "flip") && !eq) im->flip = 1;
-            else if (!strcmp(t, "crop") && eq && v >= 1 && v <= 1024) im->crop_pad = (int)v;
-            else if (!strcmp(t, "brightness") && eq && v > 0 && v <= 1) im->brightness = (float)v;
-            else if (!strcmp(t, "contrast") && eq && v > 0 && v <= 1) im->contrast = (float)v;
+            if (!strcmp(t, "flip") && !eq)
+                im->flip = 1;
+            else if (!strcmp(t, "crop") && eq && v >= 1 && v <= 1024)
+                im->crop_pad = (int)v;
+            else if (!strcmp(t, "brightness") && eq && v > 0 && v <= 1)
+                im->brightness = (float)v;
+            else if (!strcmp(t, "contrast") && eq && v > 0 && v <= 1)
+                im->contrast = (float)v;
             else
-                return perr(err, errlen, "--augment: expected flip, crop=PIXELS, "
-                            "brightness=X, contrast=X (X in (0, 1]), got '%s'", o->augment);
+                return perr(err, errlen,
+                            "--augment: expected flip, crop=PIXELS, "
+                            "brightness=X, contrast=X (X in (0, 1]), got '%s'",
+                            o->augment);
         }
     }
     return 0;
@@ -128,7 +134,8 @@ int cli_data_check(const cli_opts *o, cli_data_kind k, char *err, size_t errlen)
         return perr(err, errlen, "--on-bad-record: fail or skip, not '%s'", o->on_bad_record);
     if (k == CLI_DATA_TFRECORD) {
         if (!o->features)
-            return perr(err, errlen, "TFRecord data needs --features (e.g. image:jpeg,label:int64)");
+            return perr(err, errlen,
+                        "TFRecord data needs --features (e.g. image:jpeg,label:int64)");
         rt_client_example_spec *s;
         if (rt_client_example_spec_parse(o->features, o->label_key, &s, err, errlen) < 0)
             return -1;
@@ -154,8 +161,8 @@ int cli_upload_tf(rt_client *c, const char *sid, const char *name, const char *d
     }
     int skip = o->on_bad_record && !strcmp(o->on_bad_record, "skip");
     im.storage = !o->storage || !strcmp(o->storage, "auto") ? RT_STORAGE_AUTO
-                 : !strcmp(o->storage, "memory")           ? RT_STORAGE_MEMORY
-                                                           : RT_STORAGE_STREAM;
+                 : !strcmp(o->storage, "memory")            ? RT_STORAGE_MEMORY
+                                                            : RT_STORAGE_STREAM;
     im.shuffle_buffer = (uint64_t)o->shuffle_buffer;
     int rc;
     if (cli_data_kind_of(data) == CLI_DATA_IMAGES) {

@@ -79,8 +79,8 @@ static int put_top_level(hid_t f)
         return RT_EIO;
     hsize_t dim = 0;
     hid_t sp = H5Screate_simple(1, &dim, NULL);
-    hid_t a = sp < 0 ? -1 : H5Acreate2(g, "weight_names", H5T_IEEE_F64LE, sp, H5P_DEFAULT,
-                                       H5P_DEFAULT);
+    hid_t a =
+        sp < 0 ? -1 : H5Acreate2(g, "weight_names", H5T_IEEE_F64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
     int rc = a < 0 ? RT_EIO : 0;
     if (a >= 0)
         H5Aclose(a);
@@ -242,10 +242,9 @@ int cli_h5_save(const rt_client_weights *w, const char *path, char *err, size_t 
             for (int d = 0; d < t->ndim; d++)
                 dims[d] = (hsize_t)t->shape[d];
             hid_t sp = t->ndim ? H5Screate_simple(t->ndim, dims, NULL) : H5Screate(H5S_SCALAR);
-            hid_t ds = H5Dcreate2(g, names[nw], H5T_IEEE_F32LE, sp, lcpl, H5P_DEFAULT,
-                                  H5P_DEFAULT);
-            if (ds < 0 || H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                                   t->data) < 0)
+            hid_t ds = H5Dcreate2(g, names[nw], H5T_IEEE_F32LE, sp, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+            if (ds < 0 ||
+                H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t->data) < 0)
                 rc = RT_EIO;
             if (ds >= 0)
                 H5Dclose(ds);
@@ -282,8 +281,8 @@ typedef struct file_layer {
     size_t n;
 } file_layer;
 
-int cli_h5_load(const char *path, const rt_client_compile_result *prog,
-                rt_client_weights *out, char *err, size_t errlen)
+int cli_h5_load(const char *path, const rt_client_compile_result *prog, rt_client_weights *out,
+                char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
@@ -304,8 +303,8 @@ int cli_h5_load(const char *path, const rt_client_compile_result *prog,
         goto out;
     }
     if (!names) {
-        rc = rt_errf(err, errlen, RT_EDATA, "%s is not a Keras weights file (no layer_names)",
-                    path);
+        rc =
+            rt_errf(err, errlen, RT_EDATA, "%s is not a Keras weights file (no layer_names)", path);
         goto out;
     }
     fl = calloc(nn, sizeof *fl);
@@ -337,8 +336,9 @@ int cli_h5_load(const char *path, const rt_client_compile_result *prog,
             nl++;
     if (nl != nf) {
         rc = rt_errf(err, errlen, RT_ESHAPE,
-                    "%s holds weights for %zu layers but the model has %zu layers with "
-                    "weights", path, nf, nl);
+                     "%s holds weights for %zu layers but the model has %zu layers with "
+                     "weights",
+                     path, nf, nl);
         goto out;
     }
     out->t = calloc(prog->n_params ? prog->n_params : 1, sizeof *out->t);
@@ -353,9 +353,10 @@ int cli_h5_load(const char *path, const rt_client_compile_result *prog,
                !strncmp(prog->params[p].name, prog->params[first].name, k))
             p++;
         if (p - first != fl[l].n) {
-            rc = rt_errf(err, errlen, RT_ESHAPE, "layer '%s' of %s has %zu weights, the "
-                        "model's '%.*s' %zu", fl[l].name, path, fl[l].n, (int)k,
-                        prog->params[first].name, p - first);
+            rc = rt_errf(err, errlen, RT_ESHAPE,
+                         "layer '%s' of %s has %zu weights, the "
+                         "model's '%.*s' %zu",
+                         fl[l].name, path, fl[l].n, (int)k, prog->params[first].name, p - first);
             break;
         }
         hid_t g = H5Gopen2(root, fl[l].name, H5P_DEFAULT);
@@ -365,7 +366,7 @@ int cli_h5_load(const char *path, const rt_client_compile_result *prog,
             hid_t ds = H5Dopen2(g, fl[l].weights[j], H5P_DEFAULT);
             if (ds < 0) {
                 rc = rt_errf(err, errlen, RT_EDATA, "%s: no dataset '%s' in layer '%s'", path,
-                            fl[l].weights[j], fl[l].name);
+                             fl[l].weights[j], fl[l].name);
                 break;
             }
             hid_t sp = H5Dget_space(ds);
@@ -380,8 +381,10 @@ int cli_h5_load(const char *path, const rt_client_compile_result *prog,
                 numel *= (size_t)pi->shape[d];
             }
             if (!same) {
-                rc = rt_errf(err, errlen, RT_ESHAPE, "%s: weight '%s' does not have the "
-                            "shape of the model's %s", path, fl[l].weights[j], pi->name);
+                rc = rt_errf(err, errlen, RT_ESHAPE,
+                             "%s: weight '%s' does not have the "
+                             "shape of the model's %s",
+                             path, fl[l].weights[j], pi->name);
             } else {
                 t->name = strdup(pi->name);
                 t->data = malloc(numel * sizeof(float));
@@ -392,10 +395,9 @@ int cli_h5_load(const char *path, const rt_client_compile_result *prog,
                 out->n++;
                 if (!t->name || !t->data)
                     rc = RT_ENOMEM;
-                else if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                                 t->data) < 0)
+                else if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t->data) < 0)
                     rc = rt_errf(err, errlen, RT_EIO, "%s: cannot read '%s'", path,
-                                fl[l].weights[j]);
+                                 fl[l].weights[j]);
             }
             H5Sclose(sp);
             H5Dclose(ds);
@@ -420,17 +422,21 @@ out:
 int cli_h5_save(const rt_client_weights *w, const char *path, char *err, size_t errlen)
 {
     (void)w;
-    return rt_errf(err, errlen, RT_EUNIMPLEMENTED, "%s: this rtrain was built without "
-                  "libhdf5 (scripts/deps.sh installs libhdf5-dev)", path);
+    return rt_errf(err, errlen, RT_EUNIMPLEMENTED,
+                   "%s: this rtrain was built without "
+                   "libhdf5 (scripts/deps.sh installs libhdf5-dev)",
+                   path);
 }
 
-int cli_h5_load(const char *path, const rt_client_compile_result *prog,
-                rt_client_weights *out, char *err, size_t errlen)
+int cli_h5_load(const char *path, const rt_client_compile_result *prog, rt_client_weights *out,
+                char *err, size_t errlen)
 {
     (void)prog;
     memset(out, 0, sizeof *out);
-    return rt_errf(err, errlen, RT_EUNIMPLEMENTED, "%s: this rtrain was built without "
-                  "libhdf5 (scripts/deps.sh installs libhdf5-dev)", path);
+    return rt_errf(err, errlen, RT_EUNIMPLEMENTED,
+                   "%s: this rtrain was built without "
+                   "libhdf5 (scripts/deps.sh installs libhdf5-dev)",
+                   path);
 }
 
 #endif

@@ -19,9 +19,9 @@
  * the file's name, not an I/O error halfway through. */
 static int named_as_file(const char *path)
 {
-    static const char *const suffixes[] = {".csv", ".npy", ".idx", ".idx1", ".idx3",
-                                           "-ubyte", ".gz", ".zlib", ".tfrecord",
-                                           ".tfrec", ".json", ".bin"};
+    static const char *const suffixes[] = {".csv",      ".npy",   ".idx",  ".idx1",
+                                           ".idx3",     "-ubyte", ".gz",   ".zlib",
+                                           ".tfrecord", ".tfrec", ".json", ".bin"};
     size_t n = strlen(path);
     while (n > 1 && path[n - 1] == '/')
         n--;
@@ -35,28 +35,26 @@ static int named_as_file(const char *path)
 
 static int check_inputs(const cli_opts *o)
 {
-    const char *files[] = {o->model, o->weights, o->data, o->labels, o->val, o->val_labels,
-                           o->load_weights};
-    const char *flags[] = {"--model", "--weights", "--data", "--labels", "--val",
-                           "--val-labels", "--load-weights"};
+    const char *files[] = {o->model, o->weights,    o->data,        o->labels,
+                           o->val,   o->val_labels, o->load_weights};
+    const char *flags[] = {"--model", "--weights",    "--data",        "--labels",
+                           "--val",   "--val-labels", "--load-weights"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        if (!files[i] || cli_is_glob(files[i]) ||
-            (files[i] == o->model && !strcmp(files[i], "-")))
+        if (!files[i] || cli_is_glob(files[i]) || (files[i] == o->model && !strcmp(files[i], "-")))
             continue;
         struct stat st;
         if (access(files[i], R_OK) != 0) {
             fprintf(stderr, "rtrain: %s: cannot read %s: %s\n", flags[i], files[i],
                     strerror(errno));
             return errno == ENOENT && (files[i] == o->weights || files[i] == o->load_weights)
-                       ? CLI_EXIT_NOTFOUND : CLI_EXIT_INVALID;
+                       ? CLI_EXIT_NOTFOUND
+                       : CLI_EXIT_INVALID;
         }
         /* A directory is an image folder as --data or --val, unless its
          * name says it is a file (x.csv/). */
-        int folder_ok = (files[i] == o->data || files[i] == o->val) &&
-                        !named_as_file(files[i]);
+        int folder_ok = (files[i] == o->data || files[i] == o->val) && !named_as_file(files[i]);
         if (!folder_ok && stat(files[i], &st) == 0 && S_ISDIR(st.st_mode)) {
-            fprintf(stderr, "rtrain: %s: %s is a directory, not a file\n", flags[i],
-                    files[i]);
+            fprintf(stderr, "rtrain: %s: %s is a directory, not a file\n", flags[i], files[i]);
             return CLI_EXIT_INVALID;
         }
     }
@@ -119,7 +117,8 @@ static int csv_upload_split(rt_client *c, const char *sid, const char *name, con
                 *cap *= 2;
             }
             (*dst)[(*n)++] = v;
-            while (*end == ' ' || *end == '\t' || *end == '\r') end++;
+            while (*end == ' ' || *end == '\t' || *end == '\r')
+                end++;
             if (*end != ',')
                 break;
             f = end + 1;
@@ -138,8 +137,8 @@ static int csv_upload_split(rt_client *c, const char *sid, const char *name, con
         rc = RT_EINVAL;
     if (rc == 0) {
         const long k = first >= 0 ? last - first + 1 : 0;
-        rt_client_array xa = {.data = x, .dtype = RT_DTYPE_F32, .ndim = 2,
-                              .shape = {rows, cols - k}};
+        rt_client_array xa = {
+            .data = x, .dtype = RT_DTYPE_F32, .ndim = 2, .shape = {rows, cols - k}};
         rt_client_array ya = {.data = y, .dtype = RT_DTYPE_F32, .ndim = 2, .shape = {rows, k}};
         rc = rt_client_upload(c, sid, name, &xa, k ? &ya : NULL, out);
     } else if (rc == RT_EINVAL) {
@@ -159,8 +158,8 @@ int cli_upload(rt_client *c, const char *sid, const char *name, const char *data
                const char *labels, const cli_opts *o, rt_client_dataset *out)
 {
     int storage = !o->storage || !strcmp(o->storage, "auto") ? 0
-                  : !strcmp(o->storage, "memory")           ? 1
-                                                            : 2;
+                  : !strcmp(o->storage, "memory")            ? 1
+                                                             : 2;
     const cli_data_kind kind = cli_data_kind_of(data);
     if (kind == CLI_DATA_TFRECORD || kind == CLI_DATA_IMAGES)
         return cli_upload_tf(c, sid, name, data, o, out);
@@ -182,17 +181,13 @@ static int upload_kind(rt_client *c, const char *sid, const char *name, const ch
                                     o->label_last, out);
         if (o->csv_features)
             return csv_upload_split(c, sid, name, data, o->csv_header, -1, -1, out);
-        return rt_client_upload_csv(c, sid, name, data, (int)o->label_column,
-                                    o->csv_header, out);
-    case CLI_DATA_NPY:
-        return rt_client_upload_npy(c, sid, name, data, labels, out);
+        return rt_client_upload_csv(c, sid, name, data, (int)o->label_column, o->csv_header, out);
+    case CLI_DATA_NPY: return rt_client_upload_npy(c, sid, name, data, labels, out);
     case CLI_DATA_IDX:
         return rt_client_upload_idx(c, sid, name, data, labels, !o->no_normalize, out);
     case CLI_DATA_TFRECORD:
-    case CLI_DATA_IMAGES:
-        return cli_upload_tf(c, sid, name, data, o, out);
-    default:
-        return RT_EINVAL;
+    case CLI_DATA_IMAGES: return cli_upload_tf(c, sid, name, data, o, out);
+    default: return RT_EINVAL;
     }
 }
 
@@ -257,7 +252,8 @@ static const char *npy_header_key(const char *path, char *h, size_t hlen, const 
     fclose(f);
     h[n] = 0;
     for (size_t i = 0; i < n; i++)
-        if (!h[i]) h[i] = ' ';
+        if (!h[i])
+            h[i] = ' ';
     const char *s = n > 10 && !memcmp(h, "\x93NUMPY", 6) ? strstr(h, key) : NULL;
     return s ? s + strlen(key) : NULL;
 }
@@ -277,7 +273,8 @@ static int npy_shape(const char *path, int64_t *dims, int max)
             break;
         dims[nd++] = v;
         s = e;
-        while (*s == ',' || *s == ' ' || *s == 'L') s++;
+        while (*s == ',' || *s == ' ' || *s == 'L')
+            s++;
     }
     return nd;
 }
@@ -299,7 +296,8 @@ static long csv_row_values(const char *path, int header)
         if (strspn(line, " \t\r") == strlen(line))
             continue;
         cols = 1;
-        for (char *q = line; *q; q++) cols += *q == ',';
+        for (char *q = line; *q; q++)
+            cols += *q == ',';
         break;
     }
     free(text);
@@ -310,8 +308,7 @@ static long csv_row_values(const char *path, int header)
  * probabilities) */
 static int is_class_index_loss(const char *loss)
 {
-    static const char *const names[] = {"cross_entropy", "CrossEntropyLoss", "nll_loss",
-                                        "NLLLoss"};
+    static const char *const names[] = {"cross_entropy", "CrossEntropyLoss", "nll_loss", "NLLLoss"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcasecmp(loss, names[i]))
             return 1;
@@ -348,7 +345,8 @@ static int setup(rt_client *c, const cli_opts *o, const char *what, char *sid,
      * (one-hot, multi-label, multi-output regression) */
     int64_t ld[RT_CLIENT_MAX_DIMS + 1];
     int lnd = o->labels && cli_data_kind_of(o->labels) == CLI_DATA_NPY
-                  ? npy_shape(o->labels, ld, RT_CLIENT_MAX_DIMS + 1) : -1;
+                  ? npy_shape(o->labels, ld, RT_CLIENT_MAX_DIMS + 1)
+                  : -1;
     if (lnd >= 2) {
         t.label_ndim = lnd - 1;
         memcpy(t.label_shape, ld + 1, sizeof(int64_t) * (size_t)(lnd - 1));
@@ -372,7 +370,7 @@ static int setup(rt_client *c, const cli_opts *o, const char *what, char *sid,
     long csv_cols = -1;
     if (!o->input_ndim && o->data && cli_data_kind_of(o->data) == CLI_DATA_CSV &&
         (csv_cols = csv_row_values(o->data, o->csv_header)) > 0) {
-        const long nlab = o->labels ? 0
+        const long nlab = o->labels             ? 0
                           : o->label_first >= 0 ? o->label_last - o->label_first + 1
                                                 : 1;
         if (csv_cols > nlab)
@@ -461,16 +459,16 @@ typedef struct fit_view {
     rt_progress bar;
     rt_client_epoch last;
     int have_last;
-    uint32_t epochs;       /* of the whole fit */
-    int one_per_call;      /* a call per epoch (--early-stopping, --checkpoint) */
-    uint32_t done;         /* epochs completed */
-    FILE *csv;             /* --csv-log */
-    rt_tb_log *tb;         /* --tensorboard */
-    int tb_err;            /* its first error, reported once */
-    const char *metric;    /* "accuracy", or NULL when the model has none */
+    uint32_t epochs;    /* of the whole fit */
+    int one_per_call;   /* a call per epoch (--early-stopping, --checkpoint) */
+    uint32_t done;      /* epochs completed */
+    FILE *csv;          /* --csv-log */
+    rt_tb_log *tb;      /* --tensorboard */
+    int tb_err;         /* its first error, reported once */
+    const char *metric; /* "accuracy", or NULL when the model has none */
     /* --early-stopping: Keras' EarlyStopping (mode min, min_delta 0, no
      * baseline) on val_loss, or loss without --val. */
-    long patience;         /* -1: off */
+    long patience; /* -1: off */
     double best;
     long wait;
     int stop;
@@ -536,8 +534,7 @@ static void tb_note(fit_view *v, int rc)
     }
 }
 
-static void tb_metrics(fit_view *v, uint32_t epoch, const char *pre,
-                       const rt_client_metrics *m)
+static void tb_metrics(fit_view *v, uint32_t epoch, const char *pre, const rt_client_metrics *m)
 {
     char name[96];
     snprintf(name, sizeof name, "%sloss", pre);
@@ -633,8 +630,7 @@ static int load_weights(rt_client *c, const char *sid, const rt_client_compile_r
 /* --data with --sample-weights: its parts and an NPY part of one weight
  * per sample (Keras' sample_weight; the daemon checks the count and that
  * each is finite and >= 0). TFRecord data was refused by cli_parse. */
-static int upload_weighted(rt_client *c, const char *sid, const cli_opts *o,
-                           rt_client_dataset *out)
+static int upload_weighted(rt_client *c, const char *sid, const cli_opts *o, rt_client_dataset *out)
 {
     rt_client_upload_part p[3];
     memset(p, 0, sizeof p);
@@ -719,8 +715,8 @@ static int export_tfjs(rt_client *c, const cli_opts *o, const char *sid, const c
 }
 
 /* The weights of the program into path (--checkpoint, --save-weights). */
-static int save_weights(rt_client *c, const char *sid, const char *program,
-                        const char *path, const char *flag, int quiet)
+static int save_weights(rt_client *c, const char *sid, const char *program, const char *path,
+                        const char *flag, int quiet)
 {
     rt_client_weights w;
     int rc = rt_client_get_weights(c, sid, program, &w);
@@ -784,8 +780,8 @@ int cli_cmd_fit(const cli_opts *o)
         }
     }
     uint64_t batch = o->batch_size > 0 ? (uint64_t)o->batch_size : 32;
-    uint64_t spe = o->steps_per_epoch > 0 ? (uint64_t)o->steps_per_epoch
-                                          : (tr.samples + batch - 1) / batch;
+    uint64_t spe =
+        o->steps_per_epoch > 0 ? (uint64_t)o->steps_per_epoch : (tr.samples + batch - 1) / batch;
     if (spe == 0)
         spe = 1;
     int bar = o->progress >= 0 ? o->progress : isatty(STDERR_FILENO);
@@ -793,8 +789,8 @@ int cli_cmd_fit(const cli_opts *o)
     v.patience = o->early_stopping;
     v.best = INFINITY;
     v.one_per_call = o->early_stopping >= 0 || o->checkpoint;
-    rt_progress_init(&v.bar, bar ? RT_PROGRESS_BAR : RT_PROGRESS_LINES,
-                     (uint32_t)o->epochs, spe, "accuracy", out_write, stderr);
+    rt_progress_init(&v.bar, bar ? RT_PROGRESS_BAR : RT_PROGRESS_LINES, (uint32_t)o->epochs, spe,
+                     "accuracy", out_write, stderr);
     if (o->csv_log) {
         v.csv = strcmp(o->csv_log, "-") ? fopen(o->csv_log, "w") : stdout;
         if (!v.csv) {
@@ -817,8 +813,7 @@ int cli_cmd_fit(const cli_opts *o)
     /* --checkpoint-every-steps N wants a checkpoint every N steps, and a
      * RunSteps call is checkpointed at its end: auto K would space them
      * by its calls, so without a K the fit is one Fit stream. */
-    long spc = o->steps_per_call == CLI_SPC_AUTO && o->ckpt_every_steps > 0 ? 0
-                                                                            : o->steps_per_call;
+    long spc = o->steps_per_call == CLI_SPC_AUTO && o->ckpt_every_steps > 0 ? 0 : o->steps_per_call;
     if (spc == 0)
         snprintf(mode, sizeof mode, "one Fit stream%s",
                  o->steps_per_call ? " (--checkpoint-every-steps)" : "");
@@ -853,8 +848,11 @@ int cli_cmd_fit(const cli_opts *o)
             rt_client_next_timeout_ms(c, 0);
         if (spc == 0) {
             rt_client_fit_params fp = {
-                .session = sid, .program = prog.program_id, .dataset = tr.id,
-                .val_dataset = o->val ? va.id : NULL, .epochs = per_run,
+                .session = sid,
+                .program = prog.program_id,
+                .dataset = tr.id,
+                .val_dataset = o->val ? va.id : NULL,
+                .epochs = per_run,
                 .steps_per_epoch = (uint32_t)(o->steps_per_epoch > 0 ? o->steps_per_epoch : 0),
                 .progress_every = bar ? 1 : 0,
                 .checkpoint_every_steps = (uint32_t)o->ckpt_every_steps,
@@ -866,14 +864,16 @@ int cli_cmd_fit(const cli_opts *o)
             if (v.tb && rt_client_last_timings(c, &ft) == 0)
                 tb_note(&v, rt_tb_log_call(v.tb, &ft));
         } else {
-            rt_client_train_params tp = {
-                .session = sid, .program = prog.program_id, .dataset = tr.id,
-                .val_dataset = o->val ? va.id : NULL, .epochs = per_run,
-                .steps_per_epoch = spe,
-                .steps_per_call = spc == CLI_SPC_AUTO ? 0 : (uint64_t)spc,
-                .window = (uint32_t)o->in_flight,
-                .checkpoint_every_steps = (uint32_t)o->ckpt_every_steps,
-                .checkpoint_every_s = (uint32_t)o->ckpt_every_s};
+            rt_client_train_params tp = {.session = sid,
+                                         .program = prog.program_id,
+                                         .dataset = tr.id,
+                                         .val_dataset = o->val ? va.id : NULL,
+                                         .epochs = per_run,
+                                         .steps_per_epoch = spe,
+                                         .steps_per_call = spc == CLI_SPC_AUTO ? 0 : (uint64_t)spc,
+                                         .window = (uint32_t)o->in_flight,
+                                         .checkpoint_every_steps = (uint32_t)o->ckpt_every_steps,
+                                         .checkpoint_every_s = (uint32_t)o->ckpt_every_s};
             rc = rt_client_train_steps(c, &tp, on_fit_event, &v);
         }
         if (rc == 0 && o->checkpoint &&
@@ -891,9 +891,10 @@ int cli_cmd_fit(const cli_opts *o)
         keep = rc == RT_ETOOBIG && strstr(rt_client_errmsg(c), "checkpoint failed") != NULL;
         ex = cli_fail(c, spc ? "fit (RunSteps)" : "Fit", rc);
         if (keep)
-            fprintf(stderr, "rtrain: session %s kept: rtrain checkpoint pull %s STATE "
-                    "--program %s --session-token %s\n", sid, sid, prog.program_id,
-                    rt_client_session_token(c, sid));
+            fprintf(stderr,
+                    "rtrain: session %s kept: rtrain checkpoint pull %s STATE "
+                    "--program %s --session-token %s\n",
+                    sid, sid, prog.program_id, rt_client_session_token(c, sid));
         goto out;
     }
     if (v.stopped_epoch)
@@ -1012,7 +1013,8 @@ int cli_cmd_eval(const cli_opts *o, int predict)
         /* a CSV with exactly the model's input values per row holds no
          * label column: predict reads every column */
         int64_t in = 1;
-        for (int i = 0; i < prog.input_ndim; i++) in *= prog.input_shape[i];
+        for (int i = 0; i < prog.input_ndim; i++)
+            in *= prog.input_shape[i];
         size_t len;
         char *text = cli_read_file(o->data, &len);
         if (text) {
@@ -1020,7 +1022,8 @@ int cli_cmd_eval(const cli_opts *o, int predict)
             if (o->csv_header && strchr(line, '\n'))
                 line = strchr(line, '\n') + 1;
             long commas = 0;
-            for (char *q = line; *q && *q != '\n'; q++) commas += *q == ',';
+            for (char *q = line; *q && *q != '\n'; q++)
+                commas += *q == ',';
             po.csv_features = commas + 1 == in;
             free(text);
         }
@@ -1089,7 +1092,7 @@ int cli_cmd_export(const cli_opts *o)
         return ex;
     if (!o->tfjs_out && !cli_is_onnx(o->model)) {
         fprintf(stderr, "rtrain: export: --onnx needs an ONNX --model (*.onnx); a Keras model "
-                "exports with --tfjs DIR\n");
+                        "exports with --tfjs DIR\n");
         return CLI_EXIT_USAGE;
     }
     int h5 = cli_is_h5(o->weights);

@@ -31,22 +31,24 @@ double cli_percentile(double *v, size_t n, double p)
 
 void cli_print_timings(FILE *f, const rt_client_timings *calls, size_t n)
 {
-    fprintf(f, "%-14s %9s %9s %9s %10s %9s %10s | %9s %10s %9s %10s %10s %9s %6s\n",
-            "call (us)", "queue", "decode", "compile", "execute", "encode",
-            "srv total", "cl encode", "round trip", "cl decode", "wire+fw",
-            "unattrib", "in-stream", "cache");
+    fprintf(f, "%-14s %9s %9s %9s %10s %9s %10s | %9s %10s %9s %10s %10s %9s %6s\n", "call (us)",
+            "queue", "decode", "compile", "execute", "encode", "srv total", "cl encode",
+            "round trip", "cl decode", "wire+fw", "unattrib", "in-stream", "cache");
     rt_client_timings sum;
     memset(&sum, 0, sizeof sum);
     for (size_t i = 0; i < n; i++) {
         const rt_client_timings *t = &calls[i];
-        fprintf(f, "%-14s %9.1f %9.1f %9.1f %10.1f %9.1f %10.1f | %9.1f %10.1f "
+        fprintf(f,
+                "%-14s %9.1f %9.1f %9.1f %10.1f %9.1f %10.1f | %9.1f %10.1f "
                 "%9.1f %10.1f %10.1f %9.1f %6s\n",
                 t->method ? t->method : "?", t->queue_ns / 1e3, t->decode_ns / 1e3,
                 t->compile_ns / 1e3, t->execute_ns / 1e3, t->encode_ns / 1e3,
-                t->server_total_ns / 1e3, t->client_encode_ns / 1e3,
-                t->round_trip_ns / 1e3, t->client_decode_ns / 1e3,
-                t->wire_ns / 1e3, t->unattributed_ns / 1e3, t->client_stream_ns / 1e3,
-                !t->has_server ? "n/a" : t->cache_hit ? "hit" : "-");
+                t->server_total_ns / 1e3, t->client_encode_ns / 1e3, t->round_trip_ns / 1e3,
+                t->client_decode_ns / 1e3, t->wire_ns / 1e3, t->unattributed_ns / 1e3,
+                t->client_stream_ns / 1e3,
+                !t->has_server ? "n/a"
+                : t->cache_hit ? "hit"
+                               : "-");
         sum.queue_ns += t->queue_ns;
         sum.decode_ns += t->decode_ns;
         sum.compile_ns += t->compile_ns;
@@ -62,17 +64,19 @@ void cli_print_timings(FILE *f, const rt_client_timings *calls, size_t n)
         sum.client_stream_ns += t->client_stream_ns;
     }
     if (n > 1)
-        fprintf(f, "%-14s %9.1f %9.1f %9.1f %10.1f %9.1f %10.1f | %9.1f %10.1f "
-                "%9.1f %10.1f %10.1f %9.1f\n", "total", sum.queue_ns / 1e3,
-                sum.decode_ns / 1e3, sum.compile_ns / 1e3, sum.execute_ns / 1e3,
-                sum.encode_ns / 1e3, sum.server_total_ns / 1e3,
-                sum.client_encode_ns / 1e3, sum.round_trip_ns / 1e3,
-                sum.client_decode_ns / 1e3, sum.wire_ns / 1e3,
-                sum.unattributed_ns / 1e3, sum.client_stream_ns / 1e3);
-    fprintf(f, "(%zu calls; wire+fw = round trip - server total; unattributed = "
+        fprintf(f,
+                "%-14s %9.1f %9.1f %9.1f %10.1f %9.1f %10.1f | %9.1f %10.1f "
+                "%9.1f %10.1f %10.1f %9.1f\n",
+                "total", sum.queue_ns / 1e3, sum.decode_ns / 1e3, sum.compile_ns / 1e3,
+                sum.execute_ns / 1e3, sum.encode_ns / 1e3, sum.server_total_ns / 1e3,
+                sum.client_encode_ns / 1e3, sum.round_trip_ns / 1e3, sum.client_decode_ns / 1e3,
+                sum.wire_ns / 1e3, sum.unattributed_ns / 1e3, sum.client_stream_ns / 1e3);
+    fprintf(f,
+            "(%zu calls; wire+fw = round trip - server total; unattributed = "
             "server other + client time outside encode/round trip/decode;\n"
             " in-stream = client work while a stream was open, inside its round "
-            "trip; calls' wall total %.1f us)\n", n, sum.client_total_ns / 1e3);
+            "trip; calls' wall total %.1f us)\n",
+            n, sum.client_total_ns / 1e3);
 }
 
 char *cli_read_file(const char *path, size_t *len)
@@ -129,20 +133,21 @@ static const char *npy_descr(rt_client_dtype dt)
     return NULL;
 }
 
-int cli_npy_write(const char *path, rt_client_dtype dt, int ndim,
-                  const int64_t *shape, const void *data)
+int cli_npy_write(const char *path, rt_client_dtype dt, int ndim, const int64_t *shape,
+                  const void *data)
 {
     const char *descr = npy_descr(dt);
     if (!descr || ndim < 0 || ndim > RT_CLIENT_MAX_DIMS)
         return RT_EINVAL;
     char dict[512];
     size_t at = (size_t)snprintf(dict, sizeof dict,
-                                 "{'descr': '%s', 'fortran_order': False, 'shape': (",
-                                 descr);
+                                 "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
     size_t n = rt_client_dtype_size(dt);
     for (int i = 0; i < ndim; i++) {
-        at += (size_t)snprintf(dict + at, sizeof dict - at, "%lld%s",
-                               (long long)shape[i], ndim == 1 ? "," : i + 1 < ndim ? ", " : "");
+        at += (size_t)snprintf(dict + at, sizeof dict - at, "%lld%s", (long long)shape[i],
+                               ndim == 1      ? ","
+                               : i + 1 < ndim ? ", "
+                                              : "");
         n *= (size_t)shape[i];
     }
     at += (size_t)snprintf(dict + at, sizeof dict - at, "), }");
@@ -153,8 +158,8 @@ int cli_npy_write(const char *path, rt_client_dtype dt, int ndim,
     FILE *f = fopen(path, "wb");
     if (!f)
         return RT_EIO;
-    uint8_t pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
-                       (uint8_t)(hlen & 0xff), (uint8_t)(hlen >> 8)};
+    uint8_t pre[10] = {
+        0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (uint8_t)(hlen & 0xff), (uint8_t)(hlen >> 8)};
     int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(dict, 1, at, f) == at;
     for (size_t i = 0; ok && i < pad; i++)
         ok = fputc(' ', f) != EOF;

@@ -33,15 +33,13 @@ int cli_cmd_info(const cli_opts *o)
     } else {
         printf("server      %s\n", rt_client_target(c));
         printf("version     %s (engine %u)\n", in.version, in.engine_version);
-        printf("device      %s (%s, %s), %u cores, %.1f GiB\n", in.device_name,
-               in.device_kind, in.backend, in.device_cores,
-               (double)in.device_memory_bytes / (1u << 30));
+        printf("device      %s (%s, %s), %u cores, %.1f GiB\n", in.device_name, in.device_kind,
+               in.backend, in.device_cores, (double)in.device_memory_bytes / (1u << 30));
         printf("backend     %s\n", in.backend);
         printf("limits      message %llu B, dataset %llu B, sessions %u, dim %llu, "
                "params %llu, steps/call %llu\n",
-               (unsigned long long)in.max_message_bytes,
-               (unsigned long long)in.max_dataset_bytes, in.max_sessions,
-               (unsigned long long)in.max_dim, (unsigned long long)in.max_params,
+               (unsigned long long)in.max_message_bytes, (unsigned long long)in.max_dataset_bytes,
+               in.max_sessions, (unsigned long long)in.max_dim, (unsigned long long)in.max_params,
                (unsigned long long)in.max_steps_per_call);
         if (in.state[0])
             printf("state       %s%s\n", in.state,
@@ -120,8 +118,8 @@ int cli_cmd_ping(const cli_opts *o)
         double s50 = cli_percentile(srv, (size_t)n, 50);
         printf("ping %s: %ld calls, %ld B each way (first call, with connect: %.1f us)\n",
                rt_client_target(c), n, o->size, first / 1e3);
-        printf("round trip us: min %.1f  p50 %.1f  p99 %.1f  max %.1f  mean %.1f\n",
-               mn, p50, p99, mx, mean);
+        printf("round trip us: min %.1f  p50 %.1f  p99 %.1f  max %.1f  mean %.1f\n", mn, p50, p99,
+               mx, mean);
         printf("server total p50 %.1f us; wire+framework p50 ~%.1f us\n", s50, p50 - s50);
     }
     if (cli_interrupted && !ex)
@@ -153,7 +151,8 @@ static int run_bench(char **argv)
     }
     argv[0] = "rtrain-bench";
     execvp("rtrain-bench", argv);
-    fprintf(stderr, "rtrain: bench runs rtrain-bench, which is neither next to rtrain nor on "
+    fprintf(stderr,
+            "rtrain: bench runs rtrain-bench, which is neither next to rtrain nor on "
             "PATH (%s): build the target rtrain_bench, or install it beside rtrain\n",
             strerror(errno));
     return CLI_EXIT_OTHER;
@@ -166,7 +165,7 @@ int main(int argc, char **argv)
     if (cli_parse(argc, argv, &o, err, sizeof err) < 0) {
         fprintf(stderr, "rtrain: %s\n", err);
         fprintf(stderr, "usage: rtrain {info|ping|fit|eval|predict|export|bench overhead|"
-                "bench story} [options]; rtrain --help for more\n");
+                        "bench story} [options]; rtrain --help for more\n");
         return CLI_EXIT_USAGE;
     }
     if (o.cmd == CLI_BENCH_OVERHEAD || o.cmd == CLI_BENCH_STORY)
@@ -182,9 +181,7 @@ int main(int argc, char **argv)
         else
             cli_usage(stdout);
         return 0;
-    case CLI_VERSION:
-        printf("rtrain %s\n", RT_VERSION_STRING);
-        return 0;
+    case CLI_VERSION: printf("rtrain %s\n", RT_VERSION_STRING); return 0;
     case CLI_INFO: return cli_cmd_info(&o);
     case CLI_PING: return cli_cmd_ping(&o);
     case CLI_FIT: return cli_cmd_fit(&o);

@@ -79,8 +79,7 @@ static const char *opt_or_env(const rt_client_opts *o, const char *v, const char
 }
 
 /* A whole small file (PEM or token), NUL-terminated; NULL with err set. */
-static char *read_small_file(const char *what, const char *path, char *err, size_t errlen,
-                             int *rc)
+static char *read_small_file(const char *what, const char *path, char *err, size_t errlen, int *rc)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -135,8 +134,8 @@ static char *read_pem(const char *what, const char *path, char *err, size_t errl
 
 /* Channel credentials: insecure, or TLS verified against the CA (with a
  * client certificate for mTLS). */
-static int make_creds(const rt_client_opts *o, grpc_channel_credentials **out, int *tls,
-                      char *err, size_t errlen)
+static int make_creds(const rt_client_opts *o, grpc_channel_credentials **out, int *tls, char *err,
+                      size_t errlen)
 {
     *out = NULL;
     *tls = 0;
@@ -148,8 +147,9 @@ static int make_creds(const rt_client_opts *o, grpc_channel_credentials **out, i
         return *out ? 0 : RT_ENOMEM;
     }
     if (!cert != !key) {
-        snprintf(err, errlen, "a client certificate needs both tls_cert and tls_key "
-                              "(--tls-cert/--tls-key, RTRAIN_TLS_CERT/RTRAIN_TLS_KEY)");
+        snprintf(err, errlen,
+                 "a client certificate needs both tls_cert and tls_key "
+                 "(--tls-cert/--tls-key, RTRAIN_TLS_CERT/RTRAIN_TLS_KEY)");
         return RT_EINVAL;
     }
     int rc = 0;
@@ -427,8 +427,8 @@ int rt_client_wait_ready(rt_client *c, int64_t timeout_ms)
     if (!c)
         return RT_EINVAL;
     uint64_t t0 = rt_now_ns();
-    gpr_timespec dl = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                   gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
+    gpr_timespec dl =
+        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
     grpc_connectivity_state st = grpc_channel_check_connectivity_state(c->ch, 1);
     int tag;
     /* TRANSIENT_FAILURE is an answer: the daemon is not there (the channel
@@ -465,9 +465,7 @@ void rt_client_destroy(rt_client *c)
          * after shutdown it returns GRPC_QUEUE_SHUTDOWN. */
         grpc_event ev;
         do {
-            ev = grpc_completion_queue_pluck(c->cq, NULL,
-                                             gpr_inf_future(GPR_CLOCK_REALTIME),
-                                             NULL);
+            ev = grpc_completion_queue_pluck(c->cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         } while (ev.type != GRPC_QUEUE_SHUTDOWN);
         grpc_completion_queue_destroy(c->cq);
     }
@@ -529,11 +527,10 @@ int rt__call_end(rt_client *c, int rc)
     t->client_total_ns = now - t->start_ns;
     if (c->t_response && now >= c->t_response)
         t->client_decode_ns = now - c->t_response;
-    t->wire_ns = t->round_trip_ns > t->server_total_ns
-                     ? t->round_trip_ns - t->server_total_ns : 0;
+    t->wire_ns = t->round_trip_ns > t->server_total_ns ? t->round_trip_ns - t->server_total_ns : 0;
     uint64_t known = t->client_encode_ns + t->round_trip_ns + t->client_decode_ns;
-    t->unattributed_ns = t->server_other_ns +
-                         (t->client_total_ns > known ? t->client_total_ns - known : 0);
+    t->unattributed_ns =
+        t->server_other_ns + (t->client_total_ns > known ? t->client_total_ns - known : 0);
     c->last = *t;
     c->has_last = 1;
     if (c->trace_on) {
@@ -550,8 +547,7 @@ int rt__call_end(rt_client *c, int rc)
             c->trace[c->n_trace++] = *t;
     }
     if (rc < 0 && !c->errmsg[0])
-        snprintf(c->errmsg, sizeof c->errmsg, "%s: %s", c->cur.method,
-                 rt_strerror(rc));
+        snprintf(c->errmsg, sizeof c->errmsg, "%s: %s", c->cur.method, rt_strerror(rc));
     return rc;
 }
 
@@ -623,27 +619,23 @@ int rt__check_id(rt_client *c, const char *what, const char *id)
     if (!id || !*id)
         return rt__err(c, RT_EINVAL, "%s id is empty", what);
     if (strlen(id) >= RT_ID_MAX)
-        return rt__err(c, RT_EINVAL, "%s id is longer than %d bytes", what,
-                       RT_ID_MAX - 1);
+        return rt__err(c, RT_EINVAL, "%s id is longer than %d bytes", what, RT_ID_MAX - 1);
     return 0;
 }
 
 int rt__copy_id(rt_client *c, char dst[RT_ID_MAX], const char *src)
 {
     if (!src || strlen(src) >= RT_ID_MAX)
-        return rt__err(c, RT_EPROTO, "the daemon sent an id longer than %d bytes",
-                       RT_ID_MAX - 1);
+        return rt__err(c, RT_EPROTO, "the daemon sent an id longer than %d bytes", RT_ID_MAX - 1);
     memcpy(dst, src, strlen(src) + 1);
     return 0;
 }
 
-int rt__shape_from_pb(rt_client *c, const char *what, size_t n,
-                      const int64_t *src, int *ndim,
+int rt__shape_from_pb(rt_client *c, const char *what, size_t n, const int64_t *src, int *ndim,
                       int64_t dst[RT_CLIENT_MAX_DIMS])
 {
     if (n > RT_CLIENT_MAX_DIMS)
-        return rt__err(c, RT_EPROTO, "%s has %zu dims (at most %d)", what, n,
-                       RT_CLIENT_MAX_DIMS);
+        return rt__err(c, RT_EPROTO, "%s has %zu dims (at most %d)", what, n, RT_CLIENT_MAX_DIMS);
     *ndim = (int)n;
     for (size_t i = 0; i < n; i++)
         dst[i] = src[i];
@@ -680,8 +672,7 @@ void rt__epoch_from_pb(const Rtrain__V1__EpochEnd *e, rt_client_epoch *out)
     out->execute_ns = e->execute_ns;
 }
 
-int rt__array_nbytes(rt_client *c, const char *what, const rt_client_array *a,
-                     size_t *nbytes)
+int rt__array_nbytes(rt_client *c, const char *what, const rt_client_array *a, size_t *nbytes)
 {
     size_t es = rt_client_dtype_size(a->dtype);
     if (!es)
@@ -703,28 +694,27 @@ int rt__array_nbytes(rt_client *c, const char *what, const rt_client_array *a,
     return 0;
 }
 
-int rt__tensor_from_pb(rt_client *c, const Rtrain__V1__Tensor *t,
-                       rt_client_tensor *out)
+int rt__tensor_from_pb(rt_client *c, const Rtrain__V1__Tensor *t, rt_client_tensor *out)
 {
     memset(out, 0, sizeof *out);
     size_t es = rt_client_dtype_size((rt_client_dtype)t->dtype);
     if (!es)
-        return rt__err(c, RT_EPROTO, "tensor '%s' has unknown dtype %d",
-                       t->name ? t->name : "", (int)t->dtype);
-    int rc = rt__shape_from_pb(c, "tensor", t->n_shape, t->shape, &out->ndim,
-                               out->shape);
+        return rt__err(c, RT_EPROTO, "tensor '%s' has unknown dtype %d", t->name ? t->name : "",
+                       (int)t->dtype);
+    int rc = rt__shape_from_pb(c, "tensor", t->n_shape, t->shape, &out->ndim, out->shape);
     if (rc < 0)
         return rc;
     size_t n = es;
     for (int i = 0; i < out->ndim; i++) {
-        if (out->shape[i] < 0 ||
-            (out->shape[i] && n > SIZE_MAX / (size_t)out->shape[i]))
+        if (out->shape[i] < 0 || (out->shape[i] && n > SIZE_MAX / (size_t)out->shape[i]))
             return rt__err(c, RT_EPROTO, "tensor '%s' has a bad shape", t->name);
         n *= (size_t)out->shape[i];
     }
     if (n != t->data.len)
-        return rt__err(c, RT_EPROTO, "tensor '%s': %zu data bytes for a shape "
-                       "of %zu bytes", t->name, t->data.len, n);
+        return rt__err(c, RT_EPROTO,
+                       "tensor '%s': %zu data bytes for a shape "
+                       "of %zu bytes",
+                       t->name, t->data.len, n);
     out->dtype = (rt_client_dtype)t->dtype;
     out->name = rt__strdup(t->name);
     out->data = malloc(n ? n : 1);

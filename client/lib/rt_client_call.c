@@ -31,8 +31,7 @@ gpr_timespec rt__deadline(rt_client *c)
     }
     if (ms <= 0)
         return gpr_inf_future(GPR_CLOCK_MONOTONIC);
-    return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                        gpr_time_from_millis(ms, GPR_TIMESPAN));
+    return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
 }
 
 int rt__pluck(rt_client *c, grpc_call *call, void *tag)
@@ -57,18 +56,29 @@ int rt__pluck(rt_client *c, grpc_call *call, void *tag)
 
 static const char *status_name(grpc_status_code st)
 {
-    static const char *const names[] = {
-        "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-        "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-        "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
-        "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+    static const char *const names[] = {"OK",
+                                        "CANCELLED",
+                                        "UNKNOWN",
+                                        "INVALID_ARGUMENT",
+                                        "DEADLINE_EXCEEDED",
+                                        "NOT_FOUND",
+                                        "ALREADY_EXISTS",
+                                        "PERMISSION_DENIED",
+                                        "RESOURCE_EXHAUSTED",
+                                        "FAILED_PRECONDITION",
+                                        "ABORTED",
+                                        "OUT_OF_RANGE",
+                                        "UNIMPLEMENTED",
+                                        "INTERNAL",
+                                        "UNAVAILABLE",
+                                        "DATA_LOSS",
+                                        "UNAUTHENTICATED"};
     if ((int)st >= 0 && (size_t)st < sizeof names / sizeof names[0])
         return names[st];
     return "UNKNOWN";
 }
 
-int rt__status(rt_client *c, grpc_status_code st, grpc_slice details,
-               const char *error_string)
+int rt__status(rt_client *c, grpc_status_code st, grpc_slice details, const char *error_string)
 {
     c->grpc_status = (int)st;
     char *d = grpc_slice_to_c_string(details);
@@ -81,20 +91,23 @@ int rt__status(rt_client *c, grpc_status_code st, grpc_slice details,
         const char *name = status_name(st);
         const char *method = c->cur.method ? c->cur.method : "call";
         if (st == GRPC_STATUS_UNAVAILABLE) {
-            rt__err(c, RT_EUNAVAILABLE,
-                    "cannot connect to %s (is rtraind running there?): %s: %s",
+            rt__err(c, RT_EUNAVAILABLE, "cannot connect to %s (is rtraind running there?): %s: %s",
                     c->target, method, d && *d ? d : "unavailable");
         } else if (st == GRPC_STATUS_DEADLINE_EXCEEDED) {
-            rt__err(c, rc, "DEADLINE_EXCEEDED: %s on %s did not finish in time "
-                    "(raise the timeout)", method, c->target);
+            rt__err(c, rc,
+                    "DEADLINE_EXCEEDED: %s on %s did not finish in time "
+                    "(raise the timeout)",
+                    method, c->target);
         } else if (st == GRPC_STATUS_CANCELLED && atomic_load(&c->cancel_flag)) {
             rt__err(c, RT_ECANCELLED, "CANCELLED: %s cancelled by the client", method);
         } else if (st == GRPC_STATUS_RESOURCE_EXHAUSTED && d &&
                    strstr(d, "Received message larger than max")) {
             /* gRPC's own refusal: a model (Inception v3's ONNX: 87 MB) or
              * a part over the daemon's receive limit */
-            rt__err(c, rc, "RESOURCE_EXHAUSTED: %s: %s; the daemon's limit is "
-                    "rtraind --max-message-bytes", method, d);
+            rt__err(c, rc,
+                    "RESOURCE_EXHAUSTED: %s: %s; the daemon's limit is "
+                    "rtraind --max-message-bytes",
+                    method, d);
         } else if (d && strncmp(d, name, strlen(name)) == 0) {
             rt__err(c, rc, "%s", d); /* the daemon already named the status */
         } else {
@@ -121,14 +134,12 @@ static int call_create(rt_client *c, rt__call *k, int method)
     k->details = grpc_empty_slice();
     grpc_metadata_array_init(&k->init_md);
     grpc_metadata_array_init(&k->trail_md);
-    k->call = grpc_channel_create_registered_call(
-        c->ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq, c->reg[method],
-        rt__deadline(c), NULL);
+    k->call = grpc_channel_create_registered_call(c->ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq,
+                                                  c->reg[method], rt__deadline(c), NULL);
     if (!k->call) {
         grpc_metadata_array_destroy(&k->init_md);
         grpc_metadata_array_destroy(&k->trail_md);
-        return rt__err(c, RT_ENOMEM, "%s: cannot create the call",
-                       rt_service_method_name(method));
+        return rt__err(c, RT_ENOMEM, "%s: cannot create the call", rt_service_method_name(method));
     }
     return 0;
 }
@@ -183,8 +194,7 @@ static int call_pack(rt_client *c, rt__call *k, const ProtobufCMessage *req)
 
 /* ------------------------------------------------------------- unary */
 
-int rt__unary_start(rt_client *c, rt__call *k, int method,
-                    const ProtobufCMessage *req)
+int rt__unary_start(rt_client *c, rt__call *k, int method, const ProtobufCMessage *req)
 {
     uint64_t t0 = rt_now_ns();
     grpc_byte_buffer *send = rt_wire_pack(req, NULL);
@@ -230,8 +240,7 @@ int rt__unary_wait(rt_client *c, rt__call *k, gpr_timespec until)
     return k->answered;
 }
 
-int rt__unary_finish(rt_client *c, rt__call *k,
-                     const ProtobufCMessageDescriptor *desc,
+int rt__unary_finish(rt_client *c, rt__call *k, const ProtobufCMessageDescriptor *desc,
                      ProtobufCMessage **resp)
 {
     *resp = NULL;
@@ -247,8 +256,10 @@ int rt__unary_finish(rt_client *c, rt__call *k,
     if (rc == 0) {
         *resp = rt_wire_unpack(k->recv, desc, NULL);
         if (!*resp)
-            rc = rt__err(c, RT_EPROTO, "%s: the daemon's response is not a "
-                         "valid %s message", rt_service_method_name(k->method), desc->name);
+            rc = rt__err(c, RT_EPROTO,
+                         "%s: the daemon's response is not a "
+                         "valid %s message",
+                         rt_service_method_name(k->method), desc->name);
     }
     call_release(k);
     return rc;
@@ -267,8 +278,7 @@ int rt__unary(rt_client *c, int method, const ProtobufCMessage *req,
 
 /* ------------------------------------------------------------- streams */
 
-int rt__stream_open(rt_client *c, rt__call *k, int method,
-                    const ProtobufCMessage *req)
+int rt__stream_open(rt_client *c, rt__call *k, int method, const ProtobufCMessage *req)
 {
     int rc = call_create(c, k, method);
     if (rc < 0)
@@ -364,10 +374,7 @@ void rt__stream_recv(rt__call *k, grpc_byte_buffer **bb)
     k->c->cur.bytes_received += rt_wire_length(*bb);
 }
 
-void rt__stream_cancel(rt__call *k)
-{
-    grpc_call_cancel(k->call, NULL);
-}
+void rt__stream_cancel(rt__call *k) { grpc_call_cancel(k->call, NULL); }
 
 int rt__stream_close(rt__call *k)
 {

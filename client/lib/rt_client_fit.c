@@ -30,8 +30,7 @@ static void event_from_pb(const Rtrain__V1__FitEvent *e, rt_client_fit_event *ev
         ev->loss = e->progress->loss;
         ev->accuracy = e->progress->accuracy;
         ev->learning_rate = e->progress->learning_rate;
-    } else if (e->event_case == RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END &&
-               e->epoch_end) {
+    } else if (e->event_case == RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END && e->epoch_end) {
         ev->kind = RT_FIT_EPOCH_END;
         rt__epoch_from_pb(e->epoch_end, &ev->epoch_end);
         ev->epoch = ev->epoch_end.epoch;
@@ -46,8 +45,8 @@ static void event_from_pb(const Rtrain__V1__FitEvent *e, rt_client_fit_event *ev
 typedef struct fit_run {
     rt_client_fit_cb cb;
     void *user;
-    uint32_t received;   /* epoch ends */
-    uint64_t max_step;   /* the highest step an event reported */
+    uint32_t received; /* epoch ends */
+    uint64_t max_step; /* the highest step an event reported */
     int saw_done, user_stop, server_cancelled;
 } fit_run;
 
@@ -78,8 +77,8 @@ static int fit_stream(rt_client *c, Rtrain__V1__FitRequest *req, fit_run *f)
         if (!recv)
             break; /* end of stream, cancellation or error: the status says */
         uint64_t d0 = rt_now_ns();
-        Rtrain__V1__FitEvent *fe = (Rtrain__V1__FitEvent *)rt_wire_unpack(
-            recv, &rtrain__v1__fit_event__descriptor, NULL);
+        Rtrain__V1__FitEvent *fe =
+            (Rtrain__V1__FitEvent *)rt_wire_unpack(recv, &rtrain__v1__fit_event__descriptor, NULL);
         grpc_byte_buffer_destroy(recv);
         if (!fe) {
             rc = rt__err(c, RT_EPROTO, "Fit: the daemon sent a malformed FitEvent");
@@ -131,8 +130,7 @@ static int fit_stream(rt_client *c, Rtrain__V1__FitRequest *req, fit_run *f)
         rc = src;
     /* The done event goes out only after a fit that ended well: a status
      * lost after it (the daemon killed just then) still ends the fit. */
-    if (rc < 0 && f->saw_done && !f->server_cancelled && !f->user_stop &&
-        rt__daemon_gone(c, rc)) {
+    if (rc < 0 && f->saw_done && !f->server_cancelled && !f->user_stop && rt__daemon_gone(c, rc)) {
         rc = 0;
         c->errmsg[0] = 0;
     }
@@ -142,7 +140,7 @@ static int fit_stream(rt_client *c, Rtrain__V1__FitRequest *req, fit_run *f)
     if (!finished && (f->user_stop || atomic_load(&c->cancel_flag) || f->server_cancelled)) {
         rc = RT_ECANCELLED;
         rt__err(c, RT_ECANCELLED, "Fit: cancelled %s",
-                f->user_stop ? "by the callback"
+                f->user_stop                                           ? "by the callback"
                 : f->server_cancelled && !atomic_load(&c->cancel_flag) ? "by the daemon"
                                                                        : "by rt_client_cancel");
     } else if (rc == 0 && !f->saw_done) {
@@ -153,8 +151,7 @@ static int fit_stream(rt_client *c, Rtrain__V1__FitRequest *req, fit_run *f)
     return rt__call_end(c, rc);
 }
 
-int rt_client_fit(rt_client *c, const rt_client_fit_params *p,
-                  rt_client_fit_cb cb, void *user)
+int rt_client_fit(rt_client *c, const rt_client_fit_params *p, rt_client_fit_cb cb, void *user)
 {
     if (!c || !p)
         return RT_EINVAL;

@@ -50,10 +50,10 @@ struct rt_client {
     int64_t next_timeout_ms; /* INT64_MIN = not set */
     int next_storage;        /* rt_client_next_upload_storage, for one upload */
     uint64_t next_shuffle_buffer;
-    char errmsg[4096];      /* a Keras import lists every problem */
+    char errmsg[4096]; /* a Keras import lists every problem */
     int grpc_status;
-    rt_client_timings cur;   /* the call in progress */
-    uint64_t t_response;     /* when the response was in hand (decode start) */
+    rt_client_timings cur; /* the call in progress */
+    uint64_t t_response;   /* when the response was in hand (decode start) */
     rt_client_timings last;
     int has_last;
     int trace_on;
@@ -61,18 +61,18 @@ struct rt_client {
     size_t n_trace, cap_trace;
     uint64_t seq;
     atomic_int cancel_flag;
-    int64_t reattach_ms;     /* rt_client_set_reattach_ms */
+    int64_t reattach_ms; /* rt_client_set_reattach_ms */
     /* The daemon's last answer: its boot id and where it keeps its state
      * (StateKind: 0 unknown, 1 memory, 2 disk); rt__wait_daemon gives up
      * at once on a memory-only daemon that is gone. */
     uint64_t daemon_boot;
     int daemon_state;
-    int wait_ready;          /* calls wait for the channel (WAIT_FOR_READY) */
-    struct {                 /* rt_client_session_token: a ring */
+    int wait_ready; /* calls wait for the channel (WAIT_FOR_READY) */
+    struct {        /* rt_client_session_token: a ring */
         char sid[RT_ID_MAX], token[RT_ID_MAX];
     } tokens[16];
     unsigned n_tokens;
-    int in_loop;             /* rt_client_train_steps: calls keep the flag */
+    int in_loop; /* rt_client_train_steps: calls keep the flag */
     int tls;
     /* "authorization: Bearer <token>", sent as initial metadata with every
      * call (n_md = 0 without a token). */
@@ -82,8 +82,7 @@ struct rt_client {
 };
 
 /* printf into c->errmsg; returns rc so callers can `return rt__err(...)`. */
-int rt__err(rt_client *c, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+int rt__err(rt_client *c, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 void rt__call_begin(rt_client *c, int method);
 /* Closes the account of the current call; returns rc. */
@@ -103,8 +102,7 @@ int rt__pluck(rt_client *c, grpc_call *call, void *tag);
 
 /* Turn a finished call's status into an rc and message (0 for OK). Takes
  * ownership of details (unrefs it) and error_string (gpr_free). */
-int rt__status(rt_client *c, grpc_status_code st, grpc_slice details,
-               const char *error_string);
+int rt__status(rt_client *c, grpc_status_code st, grpc_slice details, const char *error_string);
 
 /* One gRPC call in flight (rt_client_call.c). The caller owns the struct;
  * the helpers below create and release what it holds. */
@@ -117,12 +115,12 @@ typedef struct rt__call {
     grpc_slice details;
     const char *error_string;
     grpc_byte_buffer *send, *recv;
-    grpc_op ops[6];       /* unary: its one batch; stream: the status batch */
-    grpc_op io[3];        /* stream: the first batch, then one send or receive */
-    uint64_t t_start;     /* the first batch started */
+    grpc_op ops[6];   /* unary: its one batch; stream: the status batch */
+    grpc_op io[3];    /* stream: the first batch, then one send or receive */
+    uint64_t t_start; /* the first batch started */
     uint64_t encode_ns;
     size_t bytes_sent;
-    int answered;         /* unary: its batch completed (rt__unary_wait) */
+    int answered; /* unary: its batch completed (rt__unary_wait) */
 } rt__call;
 
 /* Unary calls. rt__unary_start packs req and starts the call's one 6-op
@@ -131,13 +129,11 @@ typedef struct rt__call {
  * *resp (free with protobuf_c_message_free_unpacked(.., NULL)). finish
  * always releases k; a failed start leaves nothing to finish. Several calls
  * may be started before the first is finished. rt__unary does both. */
-int rt__unary_start(rt_client *c, rt__call *k, int method,
-                    const ProtobufCMessage *req);
+int rt__unary_start(rt_client *c, rt__call *k, int method, const ProtobufCMessage *req);
 /* Wait until `until` for k's answer without cancelling it; 1 once it is
  * in (rt__unary_finish then takes it without waiting), 0 on timeout. */
 int rt__unary_wait(rt_client *c, rt__call *k, gpr_timespec until);
-int rt__unary_finish(rt_client *c, rt__call *k,
-                     const ProtobufCMessageDescriptor *desc,
+int rt__unary_finish(rt_client *c, rt__call *k, const ProtobufCMessageDescriptor *desc,
                      ProtobufCMessage **resp);
 int rt__unary(rt_client *c, int method, const ProtobufCMessage *req,
               const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp);
@@ -151,8 +147,7 @@ int rt__unary(rt_client *c, int method, const ProtobufCMessage *req,
  * error: the status says). close waits for the status, sets the round trip
  * (from open), returns the status as an rc and releases k. Bytes are
  * counted into c->cur as they go. */
-int rt__stream_open(rt_client *c, rt__call *k, int method,
-                    const ProtobufCMessage *req);
+int rt__stream_open(rt_client *c, rt__call *k, int method, const ProtobufCMessage *req);
 int rt__stream_send(rt__call *k, grpc_byte_buffer *bb, int last);
 /* rt__stream_send in two halves, so the next message can be made while
  * this one goes out; at most one in flight. Both return 1 on success. */
@@ -166,8 +161,7 @@ int rt__stream_close(rt__call *k);
  * loop): start builds and starts the call (seq 0 takes the client's next;
  * *seq, if not NULL, gets the one sent); finish waits for it and fills out.
  * Neither begins nor ends the call's time account. */
-int rt__run_steps_start(rt_client *c, rt__call *k, const rt_client_steps_params *p,
-                        uint64_t *seq);
+int rt__run_steps_start(rt_client *c, rt__call *k, const rt_client_steps_params *p, uint64_t *seq);
 int rt__run_steps_finish(rt_client *c, rt__call *k, rt_client_steps_result *out);
 
 /* Reattaching (rt_client_train.c). daemon_gone: whether rc is the daemon
@@ -188,16 +182,13 @@ void rt__take_timings(rt_client *c, const Rtrain__V1__Timings *t, int add);
 char *rt__strdup(const char *s);
 int rt__check_id(rt_client *c, const char *what, const char *id);
 int rt__copy_id(rt_client *c, char dst[RT_ID_MAX], const char *src);
-int rt__shape_from_pb(rt_client *c, const char *what, size_t n,
-                      const int64_t *src, int *ndim,
+int rt__shape_from_pb(rt_client *c, const char *what, size_t n, const int64_t *src, int *ndim,
                       int64_t dst[RT_CLIENT_MAX_DIMS]);
 void rt__metrics_from_pb(const Rtrain__V1__Metrics *m, rt_client_metrics *out);
 void rt__epoch_from_pb(const Rtrain__V1__EpochEnd *e, rt_client_epoch *out);
 /* Tensor <-> proto. to_pb points into the caller's data (no copy). */
-int rt__tensor_from_pb(rt_client *c, const Rtrain__V1__Tensor *t,
-                       rt_client_tensor *out);
-int rt__array_nbytes(rt_client *c, const char *what, const rt_client_array *a,
-                     size_t *nbytes);
+int rt__tensor_from_pb(rt_client *c, const Rtrain__V1__Tensor *t, rt_client_tensor *out);
+int rt__array_nbytes(rt_client *c, const char *what, const rt_client_array *a, size_t *nbytes);
 
 /* rt_model internals used by compile. */
 Rtrain__V1__Graph *rt__model_graph(const rt_model *m);

@@ -63,8 +63,7 @@ int rt_client_info_get(rt_client *c, rt_client_info *out)
     rt__call_begin(c, RT__M_INFO);
     Rtrain__V1__InfoRequest req = RTRAIN__V1__INFO_REQUEST__INIT;
     Rtrain__V1__InfoResponse *r;
-    int rc = rt__unary(c, RT__M_INFO, &req.base,
-                       &rtrain__v1__info_response__descriptor,
+    int rc = rt__unary(c, RT__M_INFO, &req.base, &rtrain__v1__info_response__descriptor,
                        (ProtobufCMessage **)&r);
     if (rc == 0) {
         rt__take_timings(c, r->timings, 0);
@@ -92,11 +91,9 @@ int rt_client_info_get(rt_client *c, rt_client_info *out)
         out->losses = copy_strv(r->losses, r->n_losses, &out->n_losses);
         out->optimizers = copy_strv(r->optimizers, r->n_optimizers, &out->n_optimizers);
         out->deterministic_reduce = r->deterministic_reduce;
-        out->replica_hosts = copy_strv(r->replica_hosts, r->n_replica_hosts,
-                                       &out->n_replica_hosts);
+        out->replica_hosts = copy_strv(r->replica_hosts, r->n_replica_hosts, &out->n_replica_hosts);
         if (!out->replica_hosts || !out->version || !out->device_name || !out->device_kind ||
-            !out->backend || !out->ops || !out->formats || !out->losses ||
-            !out->optimizers) {
+            !out->backend || !out->ops || !out->formats || !out->losses || !out->optimizers) {
             rt_client_info_free(out);
             rc = rt__err(c, RT_ENOMEM, "GetInfo: out of memory");
         }
@@ -124,15 +121,14 @@ int rt_client_ping(rt_client *c, size_t payload_bytes, uint64_t *rtt_ns)
     req.payload.len = payload_bytes;
     req.response_bytes = (uint32_t)payload_bytes;
     Rtrain__V1__PingResponse *r;
-    int rc = rt__unary(c, RT__M_PING, &req.base,
-                       &rtrain__v1__ping_response__descriptor,
+    int rc = rt__unary(c, RT__M_PING, &req.base, &rtrain__v1__ping_response__descriptor,
                        (ProtobufCMessage **)&r);
     free(buf);
     if (rc == 0) {
         rt__take_timings(c, r->timings, 0);
         if (r->payload.len != payload_bytes)
-            rc = rt__err(c, RT_EPROTO, "Ping: asked for %zu bytes back, got %zu",
-                         payload_bytes, r->payload.len);
+            rc = rt__err(c, RT_EPROTO, "Ping: asked for %zu bytes back, got %zu", payload_bytes,
+                         r->payload.len);
         FREE_RESP(r);
     }
     if (rtt_ns)
@@ -150,8 +146,7 @@ int rt_client_session_create(rt_client *c, const char *name, char *id_out)
     req.name = (char *)(name ? name : "");
     Rtrain__V1__CreateSessionResponse *r;
     int rc = rt__unary(c, RT__M_CREATE_SESSION, &req.base,
-                       &rtrain__v1__create_session_response__descriptor,
-                       (ProtobufCMessage **)&r);
+                       &rtrain__v1__create_session_response__descriptor, (ProtobufCMessage **)&r);
     if (rc == 0) {
         rt__take_timings(c, r->timings, 0);
         rc = rt__copy_id(c, id_out, r->session_id);
@@ -176,8 +171,7 @@ int rt_client_session_close(rt_client *c, const char *session)
     req.session_id = (char *)session;
     Rtrain__V1__CloseSessionResponse *r;
     rc = rt__unary(c, RT__M_CLOSE_SESSION, &req.base,
-                   &rtrain__v1__close_session_response__descriptor,
-                   (ProtobufCMessage **)&r);
+                   &rtrain__v1__close_session_response__descriptor, (ProtobufCMessage **)&r);
     if (rc == 0) {
         rt__take_timings(c, r->timings, 0);
         FREE_RESP(r);
@@ -212,9 +206,8 @@ typedef struct onnx_model {
     const char *output;
 } onnx_model;
 
-static int do_compile(rt_client *c, const char *session, const rt_model *m,
-                      const char *keras_json, const onnx_model *onnx,
-                      const rt_train_opts *o, rt_client_compile_result *out)
+static int do_compile(rt_client *c, const char *session, const rt_model *m, const char *keras_json,
+                      const onnx_model *onnx, const rt_train_opts *o, rt_client_compile_result *out)
 {
     if (!c || !out)
         return RT_EINVAL;
@@ -228,15 +221,16 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m,
         rt_train_opts_init(&defaults);
         o = &defaults;
     }
-    if (o->n_metrics < 0 || (o->n_metrics && !o->metrics) ||
-        o->label_ndim < 0 || o->label_ndim > RT_CLIENT_MAX_DIMS ||
-        o->input_ndim < 0 || o->input_ndim > RT_CLIENT_MAX_DIMS)
-        return rt__call_end(c, rt__err(c, RT_EINVAL,
-                            "Compile: bad training options (metrics, label or input shape)"));
+    if (o->n_metrics < 0 || (o->n_metrics && !o->metrics) || o->label_ndim < 0 ||
+        o->label_ndim > RT_CLIENT_MAX_DIMS || o->input_ndim < 0 ||
+        o->input_ndim > RT_CLIENT_MAX_DIMS)
+        return rt__call_end(
+            c,
+            rt__err(c, RT_EINVAL, "Compile: bad training options (metrics, label or input shape)"));
 
     if (o->n_outputs < 0 || o->n_outputs > RT_CLIENT_MAX_OUTPUTS || (o->n_outputs && !o->outputs))
-        return rt__call_end(c, rt__err(c, RT_EINVAL, "Compile: n_outputs must be 0..%d",
-                                       RT_CLIENT_MAX_OUTPUTS));
+        return rt__call_end(
+            c, rt__err(c, RT_EINVAL, "Compile: n_outputs must be 0..%d", RT_CLIENT_MAX_OUTPUTS));
     Rtrain__V1__OutputLoss outs[RT_CLIENT_MAX_OUTPUTS], *outp[RT_CLIENT_MAX_OUTPUTS];
     for (int k = 0; k < o->n_outputs; k++) {
         const rt_output_loss *ol = &o->outputs[k];
@@ -271,8 +265,10 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m,
     cfg.weight_decay = o->weight_decay;
     cfg.rho = o->rho;
     cfg.clip_norm = o->clip_norm;
-    cfg.schedule = (o->schedule && *o->schedule) || o->step_size || o->gamma ||
-                   o->warmup_steps || o->total_steps || o->min_lr ? &sched : NULL;
+    cfg.schedule = (o->schedule && *o->schedule) || o->step_size || o->gamma || o->warmup_steps ||
+                           o->total_steps || o->min_lr
+                       ? &sched
+                       : NULL;
     cfg.n_metrics = (size_t)o->n_metrics;
     cfg.metrics = (char **)o->metrics;
     cfg.batch_size = o->batch_size;
@@ -326,8 +322,7 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m,
         req.input_values = o->input_ndim ? 0 : o->input_values;
     }
     Rtrain__V1__CompileResponse *r;
-    rc = rt__unary(c, RT__M_COMPILE, &req.base,
-                   &rtrain__v1__compile_response__descriptor,
+    rc = rt__unary(c, RT__M_COMPILE, &req.base, &rtrain__v1__compile_response__descriptor,
                    (ProtobufCMessage **)&r);
     if (rc < 0)
         return rt__call_end(c, rc);
@@ -352,12 +347,11 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m,
             out->pass_ns[i] = rep->passes[i]->ns;
             out->n_passes++;
         }
-        rc = rt__shape_from_pb(c, "input shape", rep->n_input_shape,
-                               rep->input_shape, &out->input_ndim, out->input_shape);
+        rc = rt__shape_from_pb(c, "input shape", rep->n_input_shape, rep->input_shape,
+                               &out->input_ndim, out->input_shape);
         if (rc == 0)
-            rc = rt__shape_from_pb(c, "output shape", rep->n_output_shape,
-                                   rep->output_shape, &out->output_ndim,
-                                   out->output_shape);
+            rc = rt__shape_from_pb(c, "output shape", rep->n_output_shape, rep->output_shape,
+                                   &out->output_ndim, out->output_shape);
         if (rc == 0 && rep->n_params) {
             out->params = calloc(rep->n_params, sizeof *out->params);
             if (!out->params)
@@ -383,25 +377,24 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m,
     return rt__call_end(c, rc);
 }
 
-int rt_client_compile(rt_client *c, const char *session, const rt_model *m,
-                      const rt_train_opts *o, rt_client_compile_result *out)
+int rt_client_compile(rt_client *c, const char *session, const rt_model *m, const rt_train_opts *o,
+                      rt_client_compile_result *out)
 {
     if (!m)
         return c ? rt__err(c, RT_EINVAL, "Compile: model is NULL") : RT_EINVAL;
     return do_compile(c, session, m, NULL, NULL, o, out);
 }
 
-int rt_client_compile_keras(rt_client *c, const char *session,
-                            const char *keras_json, const rt_train_opts *o,
-                            rt_client_compile_result *out)
+int rt_client_compile_keras(rt_client *c, const char *session, const char *keras_json,
+                            const rt_train_opts *o, rt_client_compile_result *out)
 {
     if (!keras_json || !*keras_json)
         return c ? rt__err(c, RT_EINVAL, "Compile: Keras JSON is empty") : RT_EINVAL;
     return do_compile(c, session, NULL, keras_json, NULL, o, out);
 }
 
-int rt_client_compile_onnx(rt_client *c, const char *session, const void *onnx,
-                           size_t len, const char *output, const rt_train_opts *o,
+int rt_client_compile_onnx(rt_client *c, const char *session, const void *onnx, size_t len,
+                           const char *output, const rt_train_opts *o,
                            rt_client_compile_result *out)
 {
     if (!onnx || !len)
@@ -410,9 +403,8 @@ int rt_client_compile_onnx(rt_client *c, const char *session, const void *onnx,
     return do_compile(c, session, NULL, NULL, &om, o, out);
 }
 
-int rt_client_export_onnx(rt_client *c, const char *session, const char *program,
-                          const void *onnx, size_t len, const char *output,
-                          uint8_t **out, size_t *outlen)
+int rt_client_export_onnx(rt_client *c, const char *session, const char *program, const void *onnx,
+                          size_t len, const char *output, uint8_t **out, size_t *outlen)
 {
     if (!c || !out || !outlen)
         return RT_EINVAL;
@@ -433,8 +425,8 @@ int rt_client_export_onnx(rt_client *c, const char *session, const char *program
     req.onnx.len = len;
     req.onnx_output = (char *)(output ? output : "");
     Rtrain__V1__ExportOnnxResponse *r;
-    rc = rt__unary(c, RT__M_EXPORT_ONNX, &req.base,
-                   &rtrain__v1__export_onnx_response__descriptor, (ProtobufCMessage **)&r);
+    rc = rt__unary(c, RT__M_EXPORT_ONNX, &req.base, &rtrain__v1__export_onnx_response__descriptor,
+                   (ProtobufCMessage **)&r);
     if (rc < 0)
         return rt__call_end(c, rc);
     rt__take_timings(c, r->timings, 0);
@@ -460,8 +452,7 @@ void rt_client_steps_result_free(rt_client_steps_result *r)
     memset(r, 0, sizeof *r);
 }
 
-int rt__run_steps_start(rt_client *c, rt__call *k, const rt_client_steps_params *p,
-                        uint64_t *seq)
+int rt__run_steps_start(rt_client *c, rt__call *k, const rt_client_steps_params *p, uint64_t *seq)
 {
     Rtrain__V1__RunStepsRequest req = RTRAIN__V1__RUN_STEPS_REQUEST__INIT;
     req.session_id = (char *)p->session;
@@ -533,8 +524,7 @@ int rt__run_steps_finish(rt_client *c, rt__call *k, rt_client_steps_result *out)
     return rc;
 }
 
-int rt_client_run_steps(rt_client *c, const rt_client_steps_params *p,
-                        rt_client_steps_result *out)
+int rt_client_run_steps(rt_client *c, const rt_client_steps_params *p, rt_client_steps_result *out)
 {
     if (!c || !p || !out)
         return RT_EINVAL;
@@ -555,8 +545,8 @@ int rt_client_run_steps(rt_client *c, const rt_client_steps_params *p,
     return rt__call_end(c, rc);
 }
 
-int rt_client_evaluate(rt_client *c, const char *session, const char *program,
-                       const char *dataset, rt_client_metrics *out)
+int rt_client_evaluate(rt_client *c, const char *session, const char *program, const char *dataset,
+                       rt_client_metrics *out)
 {
     if (!c || !out)
         return RT_EINVAL;
@@ -574,8 +564,7 @@ int rt_client_evaluate(rt_client *c, const char *session, const char *program,
     req.program_id = (char *)program;
     req.dataset_id = (char *)dataset;
     Rtrain__V1__EvaluateResponse *r;
-    rc = rt__unary(c, RT__M_EVALUATE, &req.base,
-                   &rtrain__v1__evaluate_response__descriptor,
+    rc = rt__unary(c, RT__M_EVALUATE, &req.base, &rtrain__v1__evaluate_response__descriptor,
                    (ProtobufCMessage **)&r);
     if (rc == 0) {
         rt__take_timings(c, r->timings, 0);
@@ -586,8 +575,7 @@ int rt_client_evaluate(rt_client *c, const char *session, const char *program,
 }
 
 static int do_predict(rt_client *c, const char *session, const char *program,
-                      const rt_client_array *x, const char *dataset,
-                      rt_client_tensor *out)
+                      const rt_client_array *x, const char *dataset, rt_client_tensor *out)
 {
     if (!c || !out)
         return RT_EINVAL;
@@ -621,8 +609,7 @@ static int do_predict(rt_client *c, const char *session, const char *program,
         req.dataset_id = (char *)dataset;
     }
     Rtrain__V1__PredictResponse *r;
-    rc = rt__unary(c, RT__M_PREDICT, &req.base,
-                   &rtrain__v1__predict_response__descriptor,
+    rc = rt__unary(c, RT__M_PREDICT, &req.base, &rtrain__v1__predict_response__descriptor,
                    (ProtobufCMessage **)&r);
     if (rc == 0) {
         rt__take_timings(c, r->timings, 0);
@@ -643,9 +630,8 @@ int rt_client_predict(rt_client *c, const char *session, const char *program,
     return do_predict(c, session, program, x, NULL, out);
 }
 
-int rt_client_predict_dataset(rt_client *c, const char *session,
-                              const char *program, const char *dataset,
-                              rt_client_tensor *out)
+int rt_client_predict_dataset(rt_client *c, const char *session, const char *program,
+                              const char *dataset, rt_client_tensor *out)
 {
     return do_predict(c, session, program, NULL, dataset, out);
 }
@@ -662,8 +648,8 @@ void rt_client_weights_free(rt_client_weights *w)
     memset(w, 0, sizeof *w);
 }
 
-int rt_client_get_weights(rt_client *c, const char *session,
-                          const char *program, rt_client_weights *out)
+int rt_client_get_weights(rt_client *c, const char *session, const char *program,
+                          rt_client_weights *out)
 {
     if (!c || !out)
         return RT_EINVAL;
@@ -678,8 +664,7 @@ int rt_client_get_weights(rt_client *c, const char *session,
     req.session_id = (char *)session;
     req.program_id = (char *)program;
     Rtrain__V1__GetWeightsResponse *r;
-    rc = rt__unary(c, RT__M_GET_WEIGHTS, &req.base,
-                   &rtrain__v1__get_weights_response__descriptor,
+    rc = rt__unary(c, RT__M_GET_WEIGHTS, &req.base, &rtrain__v1__get_weights_response__descriptor,
                    (ProtobufCMessage **)&r);
     if (rc < 0)
         return rt__call_end(c, rc);
@@ -700,9 +685,8 @@ int rt_client_get_weights(rt_client *c, const char *session,
     return rt__call_end(c, rc);
 }
 
-int rt_client_set_weights(rt_client *c, const char *session,
-                          const char *program, const rt_client_tensor *t,
-                          size_t n)
+int rt_client_set_weights(rt_client *c, const char *session, const char *program,
+                          const rt_client_tensor *t, size_t n)
 {
     if (!c || (n && !t))
         return RT_EINVAL;
@@ -724,8 +708,7 @@ int rt_client_set_weights(rt_client *c, const char *session,
         if (!t[i].name || !*t[i].name)
             rc = rt__err(c, RT_EINVAL, "SetWeights: tensor %zu has no name", i);
         else if (t[i].ndim < 0 || t[i].ndim > RT_CLIENT_MAX_DIMS)
-            rc = rt__err(c, RT_EINVAL, "SetWeights: tensor '%s' has ndim %d",
-                         t[i].name, t[i].ndim);
+            rc = rt__err(c, RT_EINVAL, "SetWeights: tensor '%s' has ndim %d", t[i].name, t[i].ndim);
         else if (t[i].nbytes && !t[i].data)
             rc = rt__err(c, RT_EINVAL, "SetWeights: tensor '%s' has no data", t[i].name);
         pt[i].name = t[i].name;
@@ -744,8 +727,7 @@ int rt_client_set_weights(rt_client *c, const char *session,
         req.weights = pp;
         Rtrain__V1__SetWeightsResponse *r;
         rc = rt__unary(c, RT__M_SET_WEIGHTS, &req.base,
-                       &rtrain__v1__set_weights_response__descriptor,
-                       (ProtobufCMessage **)&r);
+                       &rtrain__v1__set_weights_response__descriptor, (ProtobufCMessage **)&r);
         if (rc == 0) {
             rt__take_timings(c, r->timings, 0);
             FREE_RESP(r);
@@ -772,8 +754,10 @@ int rt_client_control(rt_client *c, const rt_client_control_params *p, int *runn
     if (rc == 0)
         rc = rt__check_id(c, "program", p->program);
     if (rc == 0 && (!(p->learning_rate >= 0.0f) || isinf(p->learning_rate)))
-        rc = rt__err(c, RT_EINVAL, "Control: learning_rate %g must be finite and > 0 "
-                     "(0: unchanged)", (double)p->learning_rate);
+        rc = rt__err(c, RT_EINVAL,
+                     "Control: learning_rate %g must be finite and > 0 "
+                     "(0: unchanged)",
+                     (double)p->learning_rate);
     if (rc == 0) {
         Rtrain__V1__ControlRequest req = RTRAIN__V1__CONTROL_REQUEST__INIT;
         req.session_id = (char *)p->session;
@@ -866,8 +850,8 @@ int rt_client_checkpoint(rt_client *c, const char *session, const char *program,
         info->durable = r->durable;
         info->boot_id = r->boot_id;
         c->daemon_boot = r->boot_id;
-        c->daemon_state = r->durable ? RTRAIN__V1__STATE_KIND__STATE_DISK
-                                     : RTRAIN__V1__STATE_KIND__STATE_MEMORY;
+        c->daemon_state =
+            r->durable ? RTRAIN__V1__STATE_KIND__STATE_DISK : RTRAIN__V1__STATE_KIND__STATE_MEMORY;
         if (r->state.len) {
             if ((info->state = malloc(r->state.len))) {
                 memcpy(info->state, r->state.data, r->state.len);
@@ -881,8 +865,8 @@ int rt_client_checkpoint(rt_client *c, const char *session, const char *program,
     return rt__call_end(c, rc);
 }
 
-int rt_client_restore_checkpoint(rt_client *c, const char *session, const void *state,
-                                 size_t len, char *program_out, rt_client_ckpt_info *info)
+int rt_client_restore_checkpoint(rt_client *c, const char *session, const void *state, size_t len,
+                                 char *program_out, rt_client_ckpt_info *info)
 {
     if (!c || !state || !program_out || !info)
         return RT_EINVAL;
@@ -900,8 +884,7 @@ int rt_client_restore_checkpoint(rt_client *c, const char *session, const void *
     req.state.len = len;
     Rtrain__V1__RestoreCheckpointResponse *r;
     rc = rt__unary(c, RT__M_RESTORE_CHECKPOINT, &req.base,
-                   &rtrain__v1__restore_checkpoint_response__descriptor,
-                   (ProtobufCMessage **)&r);
+                   &rtrain__v1__restore_checkpoint_response__descriptor, (ProtobufCMessage **)&r);
     if (rc == 0) {
         rt__take_timings(c, r->timings, 0);
         rc = rt__copy_id(c, program_out, r->program_id);

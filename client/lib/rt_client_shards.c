@@ -136,7 +136,10 @@ int rt_client_example_spec_parse(const char *features, const char *label_key,
                 return perr(err, errlen, "feature '%s': shape is [N] or [NxM]", key);
             }
         }
-        static const struct { const char *n; Rtrain__V1__FeatureKind k; } kinds[] = {
+        static const struct {
+            const char *n;
+            Rtrain__V1__FeatureKind k;
+        } kinds[] = {
             {"int64", RTRAIN__V1__FEATURE_KIND__FEATURE_INT64},
             {"float", RTRAIN__V1__FEATURE_KIND__FEATURE_FLOAT},
             {"jpeg", RTRAIN__V1__FEATURE_KIND__FEATURE_JPEG},
@@ -151,7 +154,8 @@ int rt_client_example_spec_parse(const char *features, const char *label_key,
             rt_client_example_spec_free(s);
             return perr(err, errlen,
                         found < 0 ? "feature '%s': kind is int64, float, jpeg, png or image"
-                                  : "feature '%s': too many features or a bad key", key);
+                                  : "feature '%s': too many features or a bad key",
+                        key);
         }
         spec_add(s, key, kinds[found].k, ndim, dims, seq);
     }
@@ -171,8 +175,10 @@ int rt_client_example_spec_parse(const char *features, const char *label_key,
                 snprintf(a, sizeof a, "%s", s->key[cand]);
                 snprintf(b, sizeof b, "%s", k);
                 rt_client_example_spec_free(s);
-                return perr(err, errlen, "the label is ambiguous: '%s' and '%s' both look like "
-                            "one; name it (--label KEY)", a, b);
+                return perr(err, errlen,
+                            "the label is ambiguous: '%s' and '%s' both look like "
+                            "one; name it (--label KEY)",
+                            a, b);
             }
             cand = (int)i;
         }
@@ -193,10 +199,7 @@ int rt_client_example_spec_parse(const char *features, const char *label_key,
     return 0;
 }
 
-void rt_client_example_spec_free(rt_client_example_spec *s)
-{
-    free(s);
-}
+void rt_client_example_spec_free(rt_client_example_spec *s) { free(s); }
 
 void rt_client_example_spec_set_image(rt_client_example_spec *s, const rt_client_image_opts *o)
 {
@@ -259,8 +262,8 @@ int rt_client_upload_tfrecord(rt_client *c, const char *session, const char *nam
         return RT_EINVAL;
     if (!paths || n_paths == 0 || n_paths > MAX_SHARDS) {
         rt__call_begin(c, RT__M_FIND_DATASET);
-        return rt__call_end(c, rt__err(c, RT_EINVAL, "upload: 1..%d TFRecord files, got %zu",
-                                       MAX_SHARDS, n_paths));
+        return rt__call_end(
+            c, rt__err(c, RT_EINVAL, "upload: 1..%d TFRecord files, got %zu", MAX_SHARDS, n_paths));
     }
     rt_client_upload_part *p = calloc(n_paths, sizeof *p);
     if (!p)
@@ -344,28 +347,28 @@ static size_t varint_len(uint64_t v)
 static int append_record(buf *b, const uint8_t *img, size_t n, int64_t label)
 {
     /* innermost first: sizes of each nested message */
-    size_t bl = 1 + varint_len(n) + n;                       /* BytesList */
-    size_t fimg = 1 + varint_len(bl) + bl;                   /* Feature */
-    size_t eimg = 1 + 1 + 5 + 1 + varint_len(fimg) + fimg;   /* entry "image" */
+    size_t bl = 1 + varint_len(n) + n;                     /* BytesList */
+    size_t fimg = 1 + varint_len(bl) + bl;                 /* Feature */
+    size_t eimg = 1 + 1 + 5 + 1 + varint_len(fimg) + fimg; /* entry "image" */
     size_t lv = varint_len((uint64_t)label);
-    size_t il = 1 + varint_len(lv) + lv;                     /* Int64List (packed) */
+    size_t il = 1 + varint_len(lv) + lv; /* Int64List (packed) */
     size_t flab = 1 + varint_len(il) + il;
-    size_t elab = 1 + 1 + 5 + 1 + varint_len(flab) + flab;   /* entry "label" */
+    size_t elab = 1 + 1 + 5 + 1 + varint_len(flab) + flab; /* entry "label" */
     size_t feats = 1 + varint_len(eimg) + eimg + 1 + varint_len(elab) + elab;
-    size_t ex = 1 + varint_len(feats) + feats;               /* Example */
+    size_t ex = 1 + varint_len(feats) + feats; /* Example */
     if (buf_room(b, ex + 16) < 0)
         return -1;
     uint8_t *o = b->p + b->n + 12, *s = o;
-    *o++ = 0x0a, o += varint(o, feats);                      /* Example.features */
-    *o++ = 0x0a, o += varint(o, eimg);                       /* Features.feature entry */
+    *o++ = 0x0a, o += varint(o, feats); /* Example.features */
+    *o++ = 0x0a, o += varint(o, eimg);  /* Features.feature entry */
     *o++ = 0x0a, *o++ = 5, memcpy(o, "image", 5), o += 5;
     *o++ = 0x12, o += varint(o, fimg);
-    *o++ = 0x0a, o += varint(o, bl);                         /* Feature.bytes_list */
+    *o++ = 0x0a, o += varint(o, bl); /* Feature.bytes_list */
     *o++ = 0x0a, o += varint(o, n), memcpy(o, img, n), o += n;
     *o++ = 0x0a, o += varint(o, elab);
     *o++ = 0x0a, *o++ = 5, memcpy(o, "label", 5), o += 5;
     *o++ = 0x12, o += varint(o, flab);
-    *o++ = 0x1a, o += varint(o, il);                         /* Feature.int64_list */
+    *o++ = 0x1a, o += varint(o, il); /* Feature.int64_list */
     *o++ = 0x0a, o += varint(o, lv), o += varint(o, (uint64_t)label);
     size_t len = (size_t)(o - s);
     uint8_t *h = b->p + b->n;
@@ -470,8 +473,8 @@ static int read_file(rt_client *c, const char *path, buf *tmp)
 }
 
 int rt_client_upload_image_folder(rt_client *c, const char *session, const char *name,
-                                  const char *dir, const rt_client_image_opts *img,
-                                  int skip_bad, rt_client_dataset *out)
+                                  const char *dir, const rt_client_image_opts *img, int skip_bad,
+                                  rt_client_dataset *out)
 {
     if (!c || !dir || !img || !out)
         return RT_EINVAL;
@@ -511,8 +514,7 @@ int rt_client_upload_image_folder(rt_client *c, const char *session, const char 
         rt_client_example_spec_set_image(spec, img);
         rt_client_example_spec_set_skip_bad(spec, skip_bad);
         if (rt_client_example_spec_set_storage(spec, img->storage, img->shuffle_buffer) < 0)
-            rc = rt__err(c, RT_EINVAL, "storage %d is not auto, memory or stream",
-                         img->storage);
+            rc = rt__err(c, RT_EINVAL, "storage %d is not auto, memory or stream", img->storage);
     }
     if (rc == 0) {
         rt_client_upload_part p;

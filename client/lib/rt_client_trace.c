@@ -17,22 +17,22 @@
 #include <stdio.h>
 #include <string.h>
 
-static void ev(FILE *f, int *first, const char *name, const char *cat, int tid,
-               double ts_us, double dur_us, const rt_client_timings *t)
+static void ev(FILE *f, int *first, const char *name, const char *cat, int tid, double ts_us,
+               double dur_us, const rt_client_timings *t)
 {
-    fprintf(f, "%s\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,"
+    fprintf(f,
+            "%s\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,"
             "\"dur\":%.3f,\"pid\":1,\"tid\":%d",
             *first ? "" : ",", name, cat, ts_us, dur_us < 0 ? 0 : dur_us, tid);
     if (t)
-        fprintf(f, ",\"args\":{\"method\":\"%s\",\"round_trip_us\":%.3f,"
+        fprintf(f,
+                ",\"args\":{\"method\":\"%s\",\"round_trip_us\":%.3f,"
                 "\"server_total_us\":%.3f,\"wire_us\":%.3f,\"unattributed_us\":%.3f,"
                 "\"client_in_stream_us\":%.3f,"
                 "\"cache_hit\":%s,\"bytes_sent\":%llu,\"bytes_received\":%llu}",
-                t->method ? t->method : "?", t->round_trip_ns / 1e3,
-                t->server_total_ns / 1e3, t->wire_ns / 1e3,
-                t->unattributed_ns / 1e3, t->client_stream_ns / 1e3,
-                t->cache_hit ? "true" : "false",
-                (unsigned long long)t->bytes_sent,
+                t->method ? t->method : "?", t->round_trip_ns / 1e3, t->server_total_ns / 1e3,
+                t->wire_ns / 1e3, t->unattributed_ns / 1e3, t->client_stream_ns / 1e3,
+                t->cache_hit ? "true" : "false", (unsigned long long)t->bytes_sent,
                 (unsigned long long)t->bytes_received);
     fputc('}', f);
     *first = 0;
@@ -40,8 +40,10 @@ static void ev(FILE *f, int *first, const char *name, const char *cat, int tid,
 
 static void thread_name(FILE *f, int *first, int tid, const char *name)
 {
-    fprintf(f, "%s\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,"
-            "\"args\":{\"name\":\"%s\"}}", *first ? "" : ",", tid, name);
+    fprintf(f,
+            "%s\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,"
+            "\"args\":{\"name\":\"%s\"}}",
+            *first ? "" : ",", tid, name);
     *first = 0;
 }
 
@@ -61,7 +63,8 @@ static void span_ev(FILE *f, const rt_client_trace_span *sp, int tid, uint64_t t
 {
     fputs(",\n{\"name\":\"", f);
     json_str(f, sp->name);
-    fprintf(f, "\",\"cat\":\"phase\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":1,"
+    fprintf(f,
+            "\",\"cat\":\"phase\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":1,"
             "\"tid\":%d,\"args\":{\"client_us\":%.3f,\"wire_us\":%.3f,",
             (double)(sp->start_ns - t0) / 1e3, sp->dur_ns / 1e3, tid, sp->client_ns / 1e3,
             sp->wire_ns / 1e3);
@@ -78,15 +81,13 @@ static void span_ev(FILE *f, const rt_client_trace_span *sp, int tid, uint64_t t
     fputs("}}", f);
 }
 
-int rt_client_trace_write_calls(const rt_client_timings *calls, size_t n,
-                                const char *path)
+int rt_client_trace_write_calls(const rt_client_timings *calls, size_t n, const char *path)
 {
     return rt_client_trace_write_spans(calls, n, NULL, 0, path);
 }
 
 int rt_client_trace_write_spans(const rt_client_timings *calls, size_t n,
-                                const rt_client_trace_span *spans, size_t n_spans,
-                                const char *path)
+                                const rt_client_trace_span *spans, size_t n_spans, const char *path)
 {
     if (!path || (n && !calls) || (n_spans && !spans))
         return RT_EINVAL;
@@ -103,7 +104,7 @@ int rt_client_trace_write_spans(const rt_client_timings *calls, size_t n,
     int first = 1;
     fputs("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[", f);
     fprintf(f, "\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,"
-            "\"args\":{\"name\":\"rtrain client + rtraind\"}}");
+               "\"args\":{\"name\":\"rtrain client + rtraind\"}}");
     first = 0;
     thread_name(f, &first, 0, "calls");
     thread_name(f, &first, 1, "client phases");
@@ -126,10 +127,12 @@ int rt_client_trace_write_spans(const rt_client_timings *calls, size_t n,
             continue;
         double pos = rtt_start + (t->wire_ns / 1e3) / 2;
         ev(f, &first, "server total", "server", 2, pos, t->server_total_ns / 1e3, NULL);
-        const struct { const char *name; uint64_t ns; } ph[] = {
-            {"decode", t->decode_ns}, {"queue", t->queue_ns},
-            {"compile", t->compile_ns}, {"execute", t->execute_ns},
-            {"encode", t->encode_ns}, {"other", t->server_other_ns},
+        const struct {
+            const char *name;
+            uint64_t ns;
+        } ph[] = {
+            {"decode", t->decode_ns},   {"queue", t->queue_ns},   {"compile", t->compile_ns},
+            {"execute", t->execute_ns}, {"encode", t->encode_ns}, {"other", t->server_other_ns},
         };
         /* Phases nest under "server total" as a second row by sharing the
          * tid: complete events that fit inside their parent stack. */
@@ -150,8 +153,10 @@ int rt_client_trace_write_spans(const rt_client_timings *calls, size_t n,
             k++;
         if (k == nt && nt < 8) {
             tracks[nt++] = tr;
-            fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,"
-                    "\"args\":{\"name\":\"", 3 + k);
+            fprintf(f,
+                    ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,"
+                    "\"args\":{\"name\":\"",
+                    3 + k);
             json_str(f, tr);
             fputs("\"}}", f);
         }

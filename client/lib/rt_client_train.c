@@ -32,8 +32,8 @@
 typedef struct slot {
     rt__call k;
     uint64_t steps, seq, start_ns;
-    size_t li;                /* its entry in the run's log */
-    int val;                  /* validates after its last step (val_at_end) */
+    size_t li; /* its entry in the run's log */
+    int val;   /* validates after its last step (val_at_end) */
 } slot;
 
 /* The epoch's calls in send order (their seqs ascend): what each asked,
@@ -43,11 +43,11 @@ typedef struct slot {
  * sums (taken in log order) are those of a run that never stopped. */
 enum { LC_PENDING, LC_FLIGHT, LC_DONE, LC_DEAD };
 typedef struct lcall {
-    uint64_t seq, steps;      /* seq 0: not sent yet */
-    uint32_t epoch;           /* 1-based, of the run */
-    int last;                 /* ends its epoch */
+    uint64_t seq, steps; /* seq 0: not sent yet */
+    uint32_t epoch;      /* 1-based, of the run */
+    int last;            /* ends its epoch */
     int state;
-    double loss, acc;         /* sample-weighted sums */
+    double loss, acc; /* sample-weighted sums */
     uint64_t samples, execute_ns;
 } lcall;
 
@@ -56,17 +56,17 @@ typedef struct loop {
     const rt_client_train_params *p;
     rt_client_fit_cb cb;
     void *user;
-    int64_t timeout;          /* next_timeout_ms at the start, for every call */
+    int64_t timeout; /* next_timeout_ms at the start, for every call */
     uint32_t window;
     slot s[RT_TRAIN_MAX_WINDOW];
-    uint32_t head, n;         /* the ring of calls in flight */
-    uint64_t base, done;      /* global step before the run; steps run since */
-    int any_done;             /* a call of this run succeeded */
-    unsigned replays;         /* replayed answers in a row */
-    uint64_t boot;            /* the daemon's boot id, once answered */
-    uint64_t last_seq;        /* the seq of the call started last */
-    int across;               /* across_epochs */
-    lcall *log;               /* the run's calls */
+    uint32_t head, n;    /* the ring of calls in flight */
+    uint64_t base, done; /* global step before the run; steps run since */
+    int any_done;        /* a call of this run succeeded */
+    unsigned replays;    /* replayed answers in a row */
+    uint64_t boot;       /* the daemon's boot id, once answered */
+    uint64_t last_seq;   /* the seq of the call started last */
+    int across;          /* across_epochs */
+    lcall *log;          /* the run's calls */
     size_t n_log, cap_log;
     /* auto K */
     int autok;
@@ -84,7 +84,7 @@ typedef struct loop {
 typedef struct epoch_acc {
     double loss, acc;
     uint64_t samples, execute_ns, done, sent;
-    int has_val;              /* the epoch's last call validated */
+    int has_val; /* the epoch's last call validated */
     rt_client_metrics val;
 } epoch_acc;
 
@@ -104,17 +104,14 @@ static int check_params(rt_client *c, const rt_client_train_params *p)
     if (rc == 0 && p->steps_per_epoch == 0)
         rc = rt__err(c, RT_EINVAL, "train: steps_per_epoch must be at least 1");
     if (rc == 0 && p->window > RT_TRAIN_MAX_WINDOW)
-        rc = rt__err(c, RT_EINVAL, "train: window %u is over %d calls in flight",
-                     p->window, RT_TRAIN_MAX_WINDOW);
+        rc = rt__err(c, RT_EINVAL, "train: window %u is over %d calls in flight", p->window,
+                     RT_TRAIN_MAX_WINDOW);
     return rc;
 }
 
 /* The cancel flag, seen between calls too: inside the loop rt__call_begin
  * leaves it set (c->in_loop). */
-static int cancelled(rt_client *c)
-{
-    return atomic_load(&c->cancel_flag) != 0;
-}
+static int cancelled(rt_client *c) { return atomic_load(&c->cancel_flag) != 0; }
 
 /* ------------------------------------------------------------- auto K */
 
@@ -129,8 +126,8 @@ static uint64_t auto_choose(const loop *L)
         return spe;
     if (L->fixed_ns <= 0)
         return 1;
-    double n = floor(RT__AUTO_SHARE / (1 - RT__AUTO_SHARE) * (double)spe * L->step_ns /
-                     L->fixed_ns);
+    double n =
+        floor(RT__AUTO_SHARE / (1 - RT__AUTO_SHARE) * (double)spe * L->step_ns / L->fixed_ns);
     uint64_t calls = n < 1 ? 1 : n >= (double)spe ? spe : (uint64_t)n;
     return (spe + calls - 1) / calls;
 }
@@ -166,9 +163,13 @@ static int start_call(loop *L, size_t li, int val)
     /* Each call names the one before it: the daemon runs them in this
      * order, and none after one that failed. The epoch's last one asks a
      * durable daemon for a checkpoint. */
-    rt_client_steps_params sp = {.session = L->p->session, .program = L->p->program,
-                                 .dataset = L->p->dataset, .steps = e->steps, .seq = e->seq,
-                                 .checkpoint = e->last, .boot_id = L->boot,
+    rt_client_steps_params sp = {.session = L->p->session,
+                                 .program = L->p->program,
+                                 .dataset = L->p->dataset,
+                                 .steps = e->steps,
+                                 .seq = e->seq,
+                                 .checkpoint = e->last,
+                                 .boot_id = L->boot,
                                  .learning_rate = L->p->learning_rate,
                                  .after_seq = L->last_seq,
                                  .checkpoint_every_steps = L->p->checkpoint_every_steps,
@@ -301,12 +302,16 @@ static int take_answer(loop *L, epoch_acc *a, uint32_t epoch)
          * got there first. Send the steps again. */
         rt_client_steps_result_free(&r);
         if (!L->any_done)
-            return rt__err(c, RT_ESTATE, "train: RunSteps seq %llu was replayed: the "
+            return rt__err(c, RT_ESTATE,
+                           "train: RunSteps seq %llu was replayed: the "
                            "program's sequence numbers are ahead of this client's "
-                           "(another client trains it?)", (unsigned long long)s->seq);
+                           "(another client trains it?)",
+                           (unsigned long long)s->seq);
         if (++L->replays > RT__MAX_REPLAYS(L->window))
-            return rt__err(c, RT_ESTATE, "train: %u RunSteps calls in a row were "
-                           "replayed", L->replays);
+            return rt__err(c, RT_ESTATE,
+                           "train: %u RunSteps calls in a row were "
+                           "replayed",
+                           L->replays);
         if (L->across) /* later epochs' calls are out: the order is lost */
             return rt__err(c, RT_ESTATE, "train: RunSteps seq %llu was replayed",
                            (unsigned long long)s->seq);
@@ -458,8 +463,8 @@ static int memory_lost(rt_client *c, const char *what, int refused)
 {
     return rt__err(c, RT_EUNAVAILABLE,
                    "%s: the daemon %s and kept its state in memory (no --state-dir): the "
-                   "session and its training are lost; start again", what,
-                   refused ? "is gone (connection refused)" : "restarted (a new boot id)");
+                   "session and its training are lost; start again",
+                   what, refused ? "is gone (connection refused)" : "restarted (a new boot id)");
 }
 
 static int memory_daemon_gone(rt_client *c, const char *what, const char *session,
@@ -493,8 +498,10 @@ int rt__wait_daemon(rt_client *c, const char *what, const char *session, const c
             return rt__err(c, RT_ECANCELLED, "%s: cancelled while the daemon was away", what);
         uint64_t spent = (rt_now_ns() - t0) / 1000000;
         if ((int64_t)spent >= c->reattach_ms)
-            return rt__err(c, RT_EUNAVAILABLE, "%s: the daemon did not come back within "
-                           "%lld ms: %s", what, (long long)c->reattach_ms, first);
+            return rt__err(c, RT_EUNAVAILABLE,
+                           "%s: the daemon did not come back within "
+                           "%lld ms: %s",
+                           what, (long long)c->reattach_ms, first);
         /* waits for the channel to connect (no fail-fast between
          * reconnect attempts), for up to a second per try */
         c->next_timeout_ms = 1000;
@@ -509,8 +516,10 @@ int rt__wait_daemon(rt_client *c, const char *what, const char *session, const c
             if (rc == RT_ENOTFOUND && c->daemon_state == RTRAIN__V1__STATE_KIND__STATE_MEMORY)
                 return memory_lost(c, what, 0);
             if (rc == RT_ENOTFOUND)
-                return rt__err(c, rc, "%s: the daemon came back without this session "
-                               "(no --state-dir?): %s", what, c->errmsg);
+                return rt__err(c, rc,
+                               "%s: the daemon came back without this session "
+                               "(no --state-dir?): %s",
+                               what, c->errmsg);
             return rc;
         }
         nap_ms(wait);
@@ -543,7 +552,8 @@ static int reattach(loop *L, epoch_acc *a, uint32_t epoch)
         if (L->log[i].epoch == epoch)
             first_seq = L->log[i].seq;
     if (first_seq && info.last_seq + 1 < first_seq && L->any_done)
-        return rt__err(c, RT_ESTATE, "train: the daemon restored step %llu, before this "
+        return rt__err(c, RT_ESTATE,
+                       "train: the daemon restored step %llu, before this "
                        "epoch began (its checkpoint at the last epoch end was lost)",
                        (unsigned long long)info.global_step);
     for (size_t i = 0; i < L->n_log; i++) {
@@ -604,8 +614,8 @@ static int evaluate(loop *L, rt_client_metrics *m)
     }
 }
 
-int rt_client_train_steps(rt_client *c, const rt_client_train_params *p,
-                          rt_client_fit_cb cb, void *user)
+int rt_client_train_steps(rt_client *c, const rt_client_train_params *p, rt_client_fit_cb cb,
+                          void *user)
 {
     if (!c || !p)
         return RT_EINVAL;

@@ -58,8 +58,8 @@ static void close_srcs(src *s, size_t n)
             fclose(s[i].f);
 }
 
-static int open_srcs(rt_client *c, const rt_client_upload_part *parts,
-                     size_t n, src *s, uint64_t *total)
+static int open_srcs(rt_client *c, const rt_client_upload_part *parts, size_t n, src *s,
+                     uint64_t *total)
 {
     *total = 0;
     for (size_t i = 0; i < n; i++) {
@@ -88,8 +88,10 @@ static int open_srcs(rt_client *c, const rt_client_upload_part *parts,
             if (!rt_client_dtype_size(p->dtype))
                 return rt__err(c, RT_EDTYPE, "upload part %zu: RAW needs a dtype", i);
             if (p->ndim < 1 || p->ndim > RT_CLIENT_MAX_DIMS)
-                return rt__err(c, RT_ESHAPE, "upload part %zu: RAW needs a shape "
-                               "(1..%d dims)", i, RT_CLIENT_MAX_DIMS);
+                return rt__err(c, RT_ESHAPE,
+                               "upload part %zu: RAW needs a shape "
+                               "(1..%d dims)",
+                               i, RT_CLIENT_MAX_DIMS);
             uint64_t want = rt_client_dtype_size(p->dtype);
             for (int d = 0; d < p->ndim; d++) {
                 if (p->shape[d] < 0)
@@ -97,9 +99,10 @@ static int open_srcs(rt_client *c, const rt_client_upload_part *parts,
                 want *= (uint64_t)p->shape[d];
             }
             if (want != s[i].len)
-                return rt__err(c, RT_ESHAPE, "upload part %zu: shape needs %llu "
-                               "bytes, got %llu", i, (unsigned long long)want,
-                               (unsigned long long)s[i].len);
+                return rt__err(c, RT_ESHAPE,
+                               "upload part %zu: shape needs %llu "
+                               "bytes, got %llu",
+                               i, (unsigned long long)want, (unsigned long long)s[i].len);
         }
         *total += s[i].len;
     }
@@ -107,8 +110,8 @@ static int open_srcs(rt_client *c, const rt_client_upload_part *parts,
 }
 
 /* Copy up to cap bytes of the concatenated parts from position part/off. */
-static int read_at(rt_client *c, src *s, size_t n, size_t *part, uint64_t *off,
-                   uint8_t *buf, size_t cap, size_t *got)
+static int read_at(rt_client *c, src *s, size_t n, size_t *part, uint64_t *off, uint8_t *buf,
+                   size_t cap, size_t *got)
 {
     *got = 0;
     while (*got < cap && *part < n) {
@@ -147,8 +150,7 @@ static int seek_to(rt_client *c, src *s, size_t n, uint64_t pos, size_t *part, u
         (*part)++;
     }
     *off = pos;
-    if (*part < n && s[*part].f && pos &&
-        fseeko(s[*part].f, (off_t)pos, SEEK_SET) != 0)
+    if (*part < n && s[*part].f && pos && fseeko(s[*part].f, (off_t)pos, SEEK_SET) != 0)
         return rt__err(c, RT_EIO, "seeking in %s: %s", s[*part].p->path, strerror(errno));
     return 0;
 }
@@ -258,8 +260,7 @@ static void sample_mem(const src *s, size_t n, uint8_t out[16])
     memcpy(out, canon.digest, 16);
 }
 
-static int dataset_from_pb(rt_client *c, const Rtrain__V1__DatasetInfo *d,
-                           rt_client_dataset *out)
+static int dataset_from_pb(rt_client *c, const Rtrain__V1__DatasetInfo *d, rt_client_dataset *out)
 {
     if (!d)
         return rt__err(c, RT_EPROTO, "the response has no dataset info");
@@ -267,11 +268,9 @@ static int dataset_from_pb(rt_client *c, const Rtrain__V1__DatasetInfo *d,
     if (rc == 0 && !out->id[0])
         rc = rt__err(c, RT_EPROTO, "the daemon sent an empty dataset id");
     if (rc == 0)
-        rc = rt__shape_from_pb(c, "x shape", d->n_x_shape, d->x_shape,
-                               &out->x_ndim, out->x_shape);
+        rc = rt__shape_from_pb(c, "x shape", d->n_x_shape, d->x_shape, &out->x_ndim, out->x_shape);
     if (rc == 0)
-        rc = rt__shape_from_pb(c, "y shape", d->n_y_shape, d->y_shape,
-                               &out->y_ndim, out->y_shape);
+        rc = rt__shape_from_pb(c, "y shape", d->n_y_shape, d->y_shape, &out->y_ndim, out->y_shape);
     out->samples = d->samples;
     out->y_dtype = (rt_client_dtype)d->y_dtype;
     out->bytes = d->bytes;
@@ -353,8 +352,8 @@ static int make_chunk(rt_client *c, const uint8_t *hdr, size_t hdr_len, uint64_t
 {
     *out = NULL;
     int zc = z && in_memory(s, n, *part, *off, want);
-    size_t cap = (hdr ? 1 + 10 + hdr_len : 0) + 11 + (hash ? 2 + 1 + 16 : 0) + 11 +
-                 (zc ? 0 : want) + 2;
+    size_t cap =
+        (hdr ? 1 + 10 + hdr_len : 0) + 11 + (hash ? 2 + 1 + 16 : 0) + 11 + (zc ? 0 : want) + 2;
     grpc_slice sl = grpc_slice_malloc(cap);
     uint8_t *p = GRPC_SLICE_START_PTR(sl), *q = p;
     if (hdr) {
@@ -389,8 +388,8 @@ static int make_chunk(rt_client *c, const uint8_t *hdr, size_t hdr_len, uint64_t
             pthread_mutex_lock(&z->mu);
             z->live++;
             pthread_mutex_unlock(&z->mu);
-            v[nv++] = grpc_slice_new_with_user_data((uint8_t *)x->p->data + *off, take,
-                                                    zc_unref, z);
+            v[nv++] =
+                grpc_slice_new_with_user_data((uint8_t *)x->p->data + *off, take, zc_unref, z);
             *off += take;
             left -= take;
         }
@@ -429,9 +428,8 @@ static int make_chunk(rt_client *c, const uint8_t *hdr, size_t hdr_len, uint64_t
 /* The UploadDataset client stream, from stream byte start (a resume: the
  * daemon kept the bytes before it). With hz, the header says hash_later and
  * the content hash goes in the first chunk made once hz has it. */
-static int stream_upload(rt_client *c, Rtrain__V1__DatasetHeader *hdr, src *s,
-                         size_t n, uint64_t total, uint64_t start, hasher *hz,
-                         rt_client_dataset *out)
+static int stream_upload(rt_client *c, Rtrain__V1__DatasetHeader *hdr, src *s, size_t n,
+                         uint64_t total, uint64_t start, hasher *hz, rt_client_dataset *out)
 {
     hdr->no_checksum = 1; /* the content hash checks the data */
     hdr->resume_offset = start;
@@ -515,9 +513,10 @@ static int stream_upload(rt_client *c, Rtrain__V1__DatasetHeader *hdr, src *s,
             /* a dataset found by the content hash sent later is answered
              * before the stream's end */
             if (rc == 0 && !out->deduplicated && r->bytes_received != total)
-                rc = rt__err(c, RT_ETRUNCATED, "UploadDataset: the daemon received "
-                             "%llu of %llu bytes", (unsigned long long)r->bytes_received,
-                             (unsigned long long)total);
+                rc = rt__err(c, RT_ETRUNCATED,
+                             "UploadDataset: the daemon received "
+                             "%llu of %llu bytes",
+                             (unsigned long long)r->bytes_received, (unsigned long long)total);
             out->bytes_resumed = r->bytes_resumed;
             protobuf_c_message_free_unpacked(&r->base, NULL);
         }
@@ -537,8 +536,7 @@ int rt_client_next_upload_storage(rt_client *c, int storage, uint64_t shuffle_bu
 }
 
 static int upload_parts(rt_client *c, const char *session, const char *name,
-                        const rt_client_upload_part *parts, size_t n_parts,
-                        rt_client_dataset *out);
+                        const rt_client_upload_part *parts, size_t n_parts, rt_client_dataset *out);
 
 int rt_client_upload_parts(rt_client *c, const char *session, const char *name,
                            const rt_client_upload_part *parts, size_t n_parts,
@@ -553,8 +551,7 @@ int rt_client_upload_parts(rt_client *c, const char *session, const char *name,
 }
 
 static int upload_parts(rt_client *c, const char *session, const char *name,
-                        const rt_client_upload_part *parts, size_t n_parts,
-                        rt_client_dataset *out)
+                        const rt_client_upload_part *parts, size_t n_parts, rt_client_dataset *out)
 {
     if (!c || !out)
         return RT_EINVAL;
@@ -576,7 +573,7 @@ static int upload_parts(rt_client *c, const char *session, const char *name,
     /* TFRecord shards are also named by their own hash, so the daemon can
      * say which it holds and only the others are sent */
     int shards = parts && parts[0].format == RT_FORMAT_TFRECORD;
-    uint8_t (*ph)[16] = shards ? calloc(n_parts, 16) : NULL;
+    uint8_t(*ph)[16] = shards ? calloc(n_parts, 16) : NULL;
     src *sent = shards ? calloc(n_parts, sizeof *sent) : NULL;
     if (!s || !dp || !dpp || !buf || (shards && (!ph || !sent))) {
         rc = rt__err(c, RT_ENOMEM, "upload: out of memory");
@@ -616,8 +613,7 @@ static int upload_parts(rt_client *c, const char *session, const char *name,
         if (!shards && (p->role == RT_ROLE_FEATURES || p->role == RT_ROLE_BOTH)) {
             int st = p->storage ? p->storage : c->next_storage;
             dp[i].storage = (Rtrain__V1__Storage)st;
-            dp[i].shuffle_buffer = p->shuffle_buffer ? p->shuffle_buffer
-                                                     : c->next_shuffle_buffer;
+            dp[i].shuffle_buffer = p->shuffle_buffer ? p->shuffle_buffer : c->next_shuffle_buffer;
         }
         if (shards) {
             dp[i].shard_hash.data = ph[i];
@@ -644,8 +640,7 @@ static int upload_parts(rt_client *c, const char *session, const char *name,
         freq.sample_hash = hdr.sample_hash;
         uint64_t sample_ns = rt_now_ns() - t0;
         rc = rt__unary(c, RT__M_FIND_DATASET, &freq.base,
-                       &rtrain__v1__find_dataset_response__descriptor,
-                       (ProtobufCMessage **)&fr);
+                       &rtrain__v1__find_dataset_response__descriptor, (ProtobufCMessage **)&fr);
         c->cur.client_encode_ns += sample_ns;
         if (rc == 0) {
             rt__take_timings(c, fr->timings, 0);
@@ -686,8 +681,7 @@ static int upload_parts(rt_client *c, const char *session, const char *name,
     freq.sample_hash.len = 0;
     uint64_t hash_ns = rt_now_ns() - t0;
     rc = rt__unary(c, RT__M_FIND_DATASET, &freq.base,
-                   &rtrain__v1__find_dataset_response__descriptor,
-                   (ProtobufCMessage **)&fr);
+                   &rtrain__v1__find_dataset_response__descriptor, (ProtobufCMessage **)&fr);
     c->cur.client_encode_ns += hash_ns;
     if (rc == RT_EUNIMPLEMENTED) {
         rc = 0; /* a daemon without FindDataset: just upload */
@@ -723,8 +717,7 @@ static int upload_parts(rt_client *c, const char *session, const char *name,
                 sent[ns++] = s[i];
                 stream_total += s[i].len;
             }
-        rc = stream_upload(c, &hdr, sent, ns, stream_total, ns == n_parts ? resume : 0, NULL,
-                           out);
+        rc = stream_upload(c, &hdr, sent, ns, stream_total, ns == n_parts ? resume : 0, NULL, out);
         if (rc == RT_ENOTFOUND && ns < n_parts) {
             /* a held shard was dropped from the daemon's cache meanwhile */
             for (size_t i = 0; i < n_parts; i++)
@@ -753,9 +746,8 @@ done:
     return rt__call_end(c, rc);
 }
 
-int rt_client_upload(rt_client *c, const char *session, const char *name,
-                     const rt_client_array *x, const rt_client_array *y,
-                     rt_client_dataset *out)
+int rt_client_upload(rt_client *c, const char *session, const char *name, const rt_client_array *x,
+                     const rt_client_array *y, rt_client_dataset *out)
 {
     return rt_client_upload_weighted(c, session, name, x, y, NULL, out);
 }
@@ -813,9 +805,8 @@ int rt_client_upload_weighted(rt_client *c, const char *session, const char *nam
     return rt_client_upload_parts(c, session, name, p, sw ? 3 : y ? 2 : 1, out);
 }
 
-int rt_client_upload_csv(rt_client *c, const char *session, const char *name,
-                         const char *path, int label_column, int header,
-                         rt_client_dataset *out)
+int rt_client_upload_csv(rt_client *c, const char *session, const char *name, const char *path,
+                         int label_column, int header, rt_client_dataset *out)
 {
     if (!c || !path || !out)
         return RT_EINVAL;
@@ -829,9 +820,8 @@ int rt_client_upload_csv(rt_client *c, const char *session, const char *name,
     return rt_client_upload_parts(c, session, name, &p, 1, out);
 }
 
-int rt_client_upload_npy(rt_client *c, const char *session, const char *name,
-                         const char *x_path, const char *y_path,
-                         rt_client_dataset *out)
+int rt_client_upload_npy(rt_client *c, const char *session, const char *name, const char *x_path,
+                         const char *y_path, rt_client_dataset *out)
 {
     if (!c || !x_path || !out)
         return RT_EINVAL;
@@ -847,8 +837,8 @@ int rt_client_upload_npy(rt_client *c, const char *session, const char *name,
 }
 
 int rt_client_upload_idx(rt_client *c, const char *session, const char *name,
-                         const char *images_path, const char *labels_path,
-                         int normalize, rt_client_dataset *out)
+                         const char *images_path, const char *labels_path, int normalize,
+                         rt_client_dataset *out)
 {
     if (!c || !images_path || !out)
         return RT_EINVAL;

@@ -9,7 +9,7 @@
 
 struct rt_model {
     Rtrain__V1__Graph *g;
-    char **names;    /* strings handed out by rt_model_dense */
+    char **names; /* strings handed out by rt_model_dense */
     size_t n_names;
 };
 
@@ -66,11 +66,11 @@ static int64_t *copy_dims(int ndim, const int64_t *shape)
     return d;
 }
 
-int rt_model_add_input(rt_model *m, const char *name, rt_client_dtype dt,
-                       int ndim, const int64_t *shape)
+int rt_model_add_input(rt_model *m, const char *name, rt_client_dtype dt, int ndim,
+                       const int64_t *shape)
 {
-    if (!m || !name || !*name || ndim < 0 || ndim > RT_CLIENT_MAX_DIMS ||
-        (ndim && !shape) || !rt_client_dtype_size(dt))
+    if (!m || !name || !*name || ndim < 0 || ndim > RT_CLIENT_MAX_DIMS || (ndim && !shape) ||
+        !rt_client_dtype_size(dt))
         return RT_EINVAL;
     Rtrain__V1__ValueInfo *v = malloc(sizeof *v);
     if (!v)
@@ -80,20 +80,18 @@ int rt_model_add_input(rt_model *m, const char *name, rt_client_dtype dt,
     v->dtype = (Rtrain__V1__DType)dt;
     v->n_shape = (size_t)ndim;
     v->shape = copy_dims(ndim, shape);
-    if (!v->name || !v->shape ||
-        push((void ***)&m->g->inputs, &m->g->n_inputs, v) < 0) {
+    if (!v->name || !v->shape || push((void ***)&m->g->inputs, &m->g->n_inputs, v) < 0) {
         protobuf_c_message_free_unpacked(&v->base, NULL);
         return RT_ENOMEM;
     }
     return 0;
 }
 
-int rt_model_add_param(rt_model *m, const char *name, int ndim,
-                       const int64_t *shape, rt_model_init init, int trainable,
-                       const float *value)
+int rt_model_add_param(rt_model *m, const char *name, int ndim, const int64_t *shape,
+                       rt_model_init init, int trainable, const float *value)
 {
-    if (!m || !name || !*name || ndim < 0 || ndim > RT_CLIENT_MAX_DIMS ||
-        (ndim && !shape) || (int)init < 0 || init > RT_MODEL_INIT_HE_UNIFORM)
+    if (!m || !name || !*name || ndim < 0 || ndim > RT_CLIENT_MAX_DIMS || (ndim && !shape) ||
+        (int)init < 0 || init > RT_MODEL_INIT_HE_UNIFORM)
         return RT_EINVAL;
     size_t numel = 1;
     for (int i = 0; i < ndim; i++) {
@@ -161,7 +159,10 @@ static int attr_from(const rt_model_attr *a, Rtrain__V1__Attr **out)
         pa->value_case = RTRAIN__V1__ATTR__VALUE_INTS;
         Rtrain__V1__Attr__Ints *v = malloc(sizeof *v);
         pa->ints = v;
-        if (!v) { ok = 0; break; }
+        if (!v) {
+            ok = 0;
+            break;
+        }
         rtrain__v1__attr__ints__init(v);
         v->n_v = (size_t)(a->n > 0 ? a->n : 0);
         v->v = copy_dims(a->n > 0 ? a->n : 0, a->ints);
@@ -172,7 +173,10 @@ static int attr_from(const rt_model_attr *a, Rtrain__V1__Attr **out)
         pa->value_case = RTRAIN__V1__ATTR__VALUE_FLOATS;
         Rtrain__V1__Attr__Floats *v = malloc(sizeof *v);
         pa->floats = v;
-        if (!v) { ok = 0; break; }
+        if (!v) {
+            ok = 0;
+            break;
+        }
         rtrain__v1__attr__floats__init(v);
         v->n_v = (size_t)(a->n > 0 ? a->n : 0);
         v->v = malloc((v->n_v ? v->n_v : 1) * sizeof(float));
@@ -181,8 +185,7 @@ static int attr_from(const rt_model_attr *a, Rtrain__V1__Attr **out)
             memcpy(v->v, a->floats, v->n_v * sizeof(float));
         break;
     }
-    default:
-        ok = 0;
+    default: ok = 0;
     }
     if (!ok) {
         protobuf_c_message_free_unpacked(&pa->base, NULL);
@@ -193,11 +196,10 @@ static int attr_from(const rt_model_attr *a, Rtrain__V1__Attr **out)
 }
 
 int rt_model_add_node(rt_model *m, const char *name, const char *op, int n_in,
-                      const char *const *inputs, int n_attr,
-                      const rt_model_attr *attrs)
+                      const char *const *inputs, int n_attr, const rt_model_attr *attrs)
 {
-    if (!m || !name || !*name || !op || !*op || n_in < 0 || n_attr < 0 ||
-        (n_in && !inputs) || (n_attr && !attrs))
+    if (!m || !name || !*name || !op || !*op || n_in < 0 || n_attr < 0 || (n_in && !inputs) ||
+        (n_attr && !attrs))
         return RT_EINVAL;
     for (int i = 0; i < n_in; i++)
         if (!inputs[i] || !*inputs[i])
@@ -250,8 +252,10 @@ int rt_model_set_output(rt_model *m, const char *name)
 
 static const char *act_op(const char *activation)
 {
-    static const struct { const char *keras, *op; } acts[] = {
-        {"relu", "Relu"}, {"sigmoid", "Sigmoid"}, {"tanh", "Tanh"},
+    static const struct {
+        const char *keras, *op;
+    } acts[] = {
+        {"relu", "Relu"},       {"sigmoid", "Sigmoid"},        {"tanh", "Tanh"},
         {"softmax", "Softmax"}, {"log_softmax", "LogSoftmax"},
     };
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
@@ -260,12 +264,10 @@ static const char *act_op(const char *activation)
     return NULL;
 }
 
-int rt_model_dense(rt_model *m, const char *name, const char *input,
-                   int64_t in_features, int64_t units, const char *activation,
-                   const char **out_name)
+int rt_model_dense(rt_model *m, const char *name, const char *input, int64_t in_features,
+                   int64_t units, const char *activation, const char **out_name)
 {
-    if (!m || !name || !*name || !input || !*input || in_features <= 0 ||
-        units <= 0)
+    if (!m || !name || !*name || !input || !*input || in_features <= 0 || units <= 0)
         return RT_EINVAL;
     int has_act = activation && *activation && strcmp(activation, "linear") != 0;
     const char *op = has_act ? act_op(activation) : NULL;

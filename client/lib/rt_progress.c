@@ -34,16 +34,18 @@ static void fmt_per_step(char *buf, size_t len, double s)
         snprintf(buf, len, "%.1fus/step", s * 1e6);
 }
 
-char *rt_progress_format(char *buf, size_t len, uint64_t done, uint64_t total,
-                         int bar_width, double elapsed_s, double eta_s,
-                         double loss, double acc, const char *metric,
-                         int has_val, double val_loss, double val_acc)
+char *rt_progress_format(char *buf, size_t len, uint64_t done, uint64_t total, int bar_width,
+                         double elapsed_s, double eta_s, double loss, double acc,
+                         const char *metric, int has_val, double val_loss, double val_acc)
 {
     size_t at = 0;
-#define PUT(...) do { \
+#define PUT(...)                                                           \
+    do {                                                                   \
         int w_ = snprintf(buf + at, at < len ? len - at : 0, __VA_ARGS__); \
-        if (w_ > 0) at += (size_t)w_; \
-        if (at >= len) at = len ? len - 1 : 0; \
+        if (w_ > 0)                                                        \
+            at += (size_t)w_;                                              \
+        if (at >= len)                                                     \
+            at = len ? len - 1 : 0;                                        \
     } while (0)
     if (!len)
         return buf;
@@ -87,8 +89,8 @@ char *rt_progress_format(char *buf, size_t len, uint64_t done, uint64_t total,
 }
 
 void rt_progress_init(rt_progress *p, rt_progress_mode mode, uint32_t epochs,
-                      uint64_t steps_per_epoch, const char *metric,
-                      rt_progress_write_fn write, void *user)
+                      uint64_t steps_per_epoch, const char *metric, rt_progress_write_fn write,
+                      void *user)
 {
     memset(p, 0, sizeof *p);
     p->mode = write ? mode : RT_PROGRESS_OFF;
@@ -150,8 +152,8 @@ int rt_progress_step(rt_progress *p, uint64_t done, double loss, double acc)
     double el = (double)(now - p->t_epoch) / 1e9;
     double eta = done && total > done ? el / (double)done * (double)(total - done) : 0;
     char body[512];
-    rt_progress_format(body, sizeof body, done, total, RT_PROGRESS_BAR_WIDTH, el, eta,
-                       loss, acc, p->metric, 0, NAN, NAN);
+    rt_progress_format(body, sizeof body, done, total, RT_PROGRESS_BAR_WIDTH, el, eta, loss, acc,
+                       p->metric, 0, NAN, NAN);
     return draw(p, body, "");
 }
 
@@ -164,9 +166,10 @@ static void epoch_values(char *buf, size_t len, const rt_client_epoch *e)
     for (int v = 0; v < 1 + (e->has_val != 0); v++) {
         const rt_client_metrics *m = v ? &e->val : &e->train;
         for (int i = 0; i < m->n_values && at < len; i++) {
-            int w = snprintf(buf + at, len - at, " - %s%s: %.4f", v ? "val_" : "",
-                             m->value_name[i], m->values[i]);
-            if (w < 0) return;
+            int w = snprintf(buf + at, len - at, " - %s%s: %.4f", v ? "val_" : "", m->value_name[i],
+                             m->values[i]);
+            if (w < 0)
+                return;
             at += (size_t)w;
         }
     }
@@ -179,16 +182,14 @@ int rt_progress_epoch_end(rt_progress *p, const rt_client_epoch *e)
     char body[4096];
     int rc = p->failed ? -1 : 0;
     if (p->mode == RT_PROGRESS_BAR) {
-        rt_progress_format(body, sizeof body, spe, spe, RT_PROGRESS_BAR_WIDTH, el, 0,
-                           e->train.loss, e->train.accuracy, p->metric, e->has_val,
-                           e->val.loss, e->val.accuracy);
+        rt_progress_format(body, sizeof body, spe, spe, RT_PROGRESS_BAR_WIDTH, el, 0, e->train.loss,
+                           e->train.accuracy, p->metric, e->has_val, e->val.loss, e->val.accuracy);
         epoch_values(body, sizeof body, e);
         rc = draw(p, body, "\n");
     } else if (p->mode == RT_PROGRESS_LINES) {
         char line[4200];
-        rt_progress_format(body, sizeof body, spe, spe, 0, el, 0, e->train.loss,
-                           e->train.accuracy, p->metric, e->has_val, e->val.loss,
-                           e->val.accuracy);
+        rt_progress_format(body, sizeof body, spe, spe, 0, el, 0, e->train.loss, e->train.accuracy,
+                           p->metric, e->has_val, e->val.loss, e->val.accuracy);
         epoch_values(body, sizeof body, e);
         snprintf(line, sizeof line, "Epoch %u/%u - %s\n", p->epoch, p->epochs, body);
         rc = put(p, line);
@@ -210,9 +211,10 @@ static int k_note(rt_progress *p, const rt_client_fit_event *ev)
     if (p->bar_len && rt_progress_finish(p) < 0)
         return -1;
     char line[160];
-    snprintf(line, sizeof line, "steps per call: auto K = %llu (fixed cost %.0f us per "
-             "call, %.2f us per step)\n", (unsigned long long)ev->steps_per_call,
-             ev->fixed_ns / 1e3, ev->step_ns / 1e3);
+    snprintf(line, sizeof line,
+             "steps per call: auto K = %llu (fixed cost %.0f us per "
+             "call, %.2f us per step)\n",
+             (unsigned long long)ev->steps_per_call, ev->fixed_ns / 1e3, ev->step_ns / 1e3);
     return put(p, line);
 }
 

@@ -50,22 +50,22 @@ typedef int (*rt_progress_write_fn)(void *user, const char *text);
 typedef struct rt_progress {
     rt_progress_mode mode;
     uint32_t epochs;
-    uint64_t steps_per_epoch;  /* 0: taken from the first progress event */
-    const char *metric;        /* "accuracy" or NULL: printed under this name */
+    uint64_t steps_per_epoch; /* 0: taken from the first progress event */
+    const char *metric;       /* "accuracy" or NULL: printed under this name */
     rt_progress_write_fn write;
     void *user;
     /* state */
-    uint32_t epoch;            /* the epoch in progress, 1-based */
-    uint64_t t_epoch, t_draw;  /* when it began; the last bar drawn */
-    size_t bar_len;            /* length of the bar on screen, 0 = none */
-    uint64_t k_shown;          /* auto steps per call last printed */
+    uint32_t epoch;           /* the epoch in progress, 1-based */
+    uint64_t t_epoch, t_draw; /* when it began; the last bar drawn */
+    size_t bar_len;           /* length of the bar on screen, 0 = none */
+    uint64_t k_shown;         /* auto steps per call last printed */
     int failed;
 } rt_progress;
 
 /* Set up p (no output). metric is not copied: it must outlive p. */
 void rt_progress_init(rt_progress *p, rt_progress_mode mode, uint32_t epochs,
-                      uint64_t steps_per_epoch, const char *metric,
-                      rt_progress_write_fn write, void *user);
+                      uint64_t steps_per_epoch, const char *metric, rt_progress_write_fn write,
+                      void *user);
 /* The run starts: the first epoch's header (BAR). */
 int rt_progress_begin(rt_progress *p);
 /* done of steps_per_epoch steps of the current epoch; loss and acc are the
@@ -87,10 +87,9 @@ int rt_progress_finish(rt_progress *p);
  * "done/total [bar] - 1s 12ms/step - loss: ..." when done == total.
  * bar_width 0 leaves the bar out. NaN loss or acc, or a NULL metric, leave
  * those out; so does has_val 0 for the val_ figures. */
-char *rt_progress_format(char *buf, size_t len, uint64_t done, uint64_t total,
-                         int bar_width, double elapsed_s, double eta_s,
-                         double loss, double acc, const char *metric,
-                         int has_val, double val_loss, double val_acc);
+char *rt_progress_format(char *buf, size_t len, uint64_t done, uint64_t total, int bar_width,
+                         double elapsed_s, double eta_s, double loss, double acc,
+                         const char *metric, int has_val, double val_loss, double val_acc);
 
 #ifdef __cplusplus
 }

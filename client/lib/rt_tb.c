@@ -28,9 +28,12 @@ static const char *const rt_tb_run_names[RT_TB_RUNS] = {"train", "validation"};
 struct rt_tb_log {
     char *dir;
     FILE *f[RT_TB_RUNS];
-    int err;                 /* first write error (0 = none) */
+    int err; /* first write error (0 = none) */
     char msg[256];
-    struct { char method[32]; int64_t n; } calls[RT_TB_METHODS];
+    struct {
+        char method[32];
+        int64_t n;
+    } calls[RT_TB_METHODS];
 };
 
 /* The n in the file name: two logs of one process opened in the same second
@@ -61,13 +64,13 @@ static int mkdirs(const char *path)
     char *p = strdup(path);
     if (!p)
         return RT_ENOMEM;
-    for (char *s = p + 1; ; s++) {
+    for (char *s = p + 1;; s++) {
         if (*s == '/' || *s == '\0') {
             char c = *s;
             *s = '\0';
             struct stat st;
-            if (mkdir(p, 0777) < 0 && !(errno == EEXIST && stat(p, &st) == 0 &&
-                                         S_ISDIR(st.st_mode))) {
+            if (mkdir(p, 0777) < 0 &&
+                !(errno == EEXIST && stat(p, &st) == 0 && S_ISDIR(st.st_mode))) {
                 if (errno == EEXIST)
                     errno = ENOTDIR; /* a file where a directory goes */
                 free(p);
@@ -113,8 +116,8 @@ static int tb_event(rt_tb_log *l, int run, const Rtrain__Tfevents__Event *ev)
     int rc = tb_frame(l->f[run], buf, n);
     free(buf);
     if (rc < 0)
-        return tb_fail(l, rc, "tensorboard: cannot write %s/%s: %s", l->dir,
-                       rt_tb_run_names[run], strerror(errno));
+        return tb_fail(l, rc, "tensorboard: cannot write %s/%s: %s", l->dir, rt_tb_run_names[run],
+                       strerror(errno));
     return 0;
 }
 
@@ -144,9 +147,8 @@ static int tb_file(rt_tb_log *l, int run)
         free(d);
         return tb_fail(l, RT_ENOMEM, "tensorboard: out of memory");
     }
-    snprintf(path, pn, "%s/events.out.tfevents.%lld.%s.%d.%u.v2", d,
-             (long long)now, host, (int)getpid(),
-             atomic_fetch_add(&rt_tb_files, 1));
+    snprintf(path, pn, "%s/events.out.tfevents.%lld.%s.%d.%u.v2", d, (long long)now, host,
+             (int)getpid(), atomic_fetch_add(&rt_tb_files, 1));
     free(d);
     l->f[run] = fopen(path, "wbx");
     if (!l->f[run]) {
@@ -172,8 +174,7 @@ int rt_tb_log_open(const char *dir, rt_tb_log **out, char *err, size_t errlen)
     }
     if (mkdirs(dir) < 0) {
         if (err && errlen)
-            snprintf(err, errlen, "tensorboard: cannot make %s: %s", dir,
-                     strerror(errno));
+            snprintf(err, errlen, "tensorboard: cannot make %s: %s", dir, strerror(errno));
         return RT_EIO;
     }
     rt_tb_log *l = calloc(1, sizeof *l);
@@ -187,8 +188,7 @@ int rt_tb_log_open(const char *dir, rt_tb_log **out, char *err, size_t errlen)
     return 0;
 }
 
-int rt_tb_log_scalar(rt_tb_log *l, const char *run, const char *tag,
-                     int64_t step, double value)
+int rt_tb_log_scalar(rt_tb_log *l, const char *run, const char *tag, int64_t step, double value)
 {
     int r;
     if (!l || !run || !tag || !*tag)
@@ -243,7 +243,11 @@ int rt_tb_log_call(rt_tb_log *l, const rt_client_timings *t)
             snprintf(l->calls[i].method, sizeof l->calls[i].method, "%s", m);
         step = l->calls[i].n++;
     }
-    struct { const char *part; uint64_t ns; int server; } parts[] = {
+    struct {
+        const char *part;
+        uint64_t ns;
+        int server;
+    } parts[] = {
         {"round_trip", t->round_trip_ns, 0},
         {"client_encode", t->client_encode_ns, 0},
         {"wire", t->wire_ns, 0},
@@ -267,10 +271,7 @@ int rt_tb_log_call(rt_tb_log *l, const rt_client_timings *t)
     return 0;
 }
 
-const char *rt_tb_log_error(const rt_tb_log *l)
-{
-    return l ? l->msg : "";
-}
+const char *rt_tb_log_error(const rt_tb_log *l) { return l ? l->msg : ""; }
 
 int rt_tb_log_close(rt_tb_log *l)
 {
@@ -278,8 +279,8 @@ int rt_tb_log_close(rt_tb_log *l)
         return 0;
     for (int r = 0; r < RT_TB_RUNS; r++)
         if (l->f[r] && fclose(l->f[r]) != 0)
-            tb_fail(l, RT_EIO, "tensorboard: cannot close %s/%s: %s", l->dir,
-                    rt_tb_run_names[r], strerror(errno));
+            tb_fail(l, RT_EIO, "tensorboard: cannot close %s/%s: %s", l->dir, rt_tb_run_names[r],
+                    strerror(errno));
     int rc = l->err;
     free(l->dir);
     free(l);

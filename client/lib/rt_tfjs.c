@@ -77,11 +77,13 @@ static int take_weight(json_object *e, const uint8_t *data, size_t len, size_t *
     const char *name = json_object_object_get_ex(e, "name", &v) ? json_object_get_string(v) : NULL;
     if (!name)
         return rt_errf(err, errlen, RT_EINVAL, "a weight of the manifest has no name");
-    const char *dt = json_object_object_get_ex(e, "dtype", &v) ? json_object_get_string(v)
-                                                                : "float32";
+    const char *dt =
+        json_object_object_get_ex(e, "dtype", &v) ? json_object_get_string(v) : "float32";
     if (strcmp(dt, "float32") || json_object_object_get_ex(e, "quantization", &v))
-        return rt_errf(err, errlen, RT_EINVAL, "weight %s: only float32 unquantized TF.js "
-                       "weights are read (%s%s)", name, dt,
+        return rt_errf(err, errlen, RT_EINVAL,
+                       "weight %s: only float32 unquantized TF.js "
+                       "weights are read (%s%s)",
+                       name, dt,
                        json_object_object_get_ex(e, "quantization", &v) ? ", quantized" : "");
     json_object *sh;
     if (!json_object_object_get_ex(e, "shape", &sh) || !json_object_is_type(sh, json_type_array) ||
@@ -97,8 +99,7 @@ static int take_weight(json_object *e, const uint8_t *data, size_t len, size_t *
         t->shape[i] = d;
     }
     if (numel > (len - *at) / 4)
-        return rt_errf(err, errlen, RT_EINVAL, "weight %s runs past the end of its shards",
-                       name);
+        return rt_errf(err, errlen, RT_EINVAL, "weight %s runs past the end of its shards", name);
     t->dtype = RT_DTYPE_F32;
     t->nbytes = 4 * numel;
     t->name = strdup(name);
@@ -111,8 +112,8 @@ static int take_weight(json_object *e, const uint8_t *data, size_t len, size_t *
 }
 
 /* a group's shards, concatenated, into *out; 0 or a code with a message */
-static int group_bytes(const char *dir, json_object *paths, uint8_t **out, size_t *len,
-                       char *err, size_t errlen)
+static int group_bytes(const char *dir, json_object *paths, uint8_t **out, size_t *len, char *err,
+                       size_t errlen)
 {
     uint8_t *all = NULL;
     *len = 0;
@@ -121,8 +122,10 @@ static int group_bytes(const char *dir, json_object *paths, uint8_t **out, size_
         const char *p = json_object_get_string(json_object_array_get_idx(paths, k));
         if (!p || p[0] == '/' || strstr(p, "..")) {
             free(all);
-            return rt_errf(err, errlen, RT_EINVAL, "weight shard path '%s' leaves the model's "
-                           "folder", p ? p : "");
+            return rt_errf(err, errlen, RT_EINVAL,
+                           "weight shard path '%s' leaves the model's "
+                           "folder",
+                           p ? p : "");
         }
         char fp[8448];
         snprintf(fp, sizeof fp, "%s/%s", dir, p);
@@ -130,8 +133,7 @@ static int group_bytes(const char *dir, json_object *paths, uint8_t **out, size_
         char *b = slurp(fp, &n, err, errlen);
         uint8_t *na = b && *len + n <= RT__TFJS_MAX_BYTES ? realloc(all, *len + n + 1) : NULL;
         if (!na) {
-            int rc = b ? rt_errf(err, errlen, RT_ENOMEM, "out of memory for the shards")
-                       : RT_EIO;
+            int rc = b ? rt_errf(err, errlen, RT_ENOMEM, "out of memory for the shards") : RT_EIO;
             free(b);
             free(all);
             return rc;
@@ -162,8 +164,10 @@ int rt_client_tfjs_load(const char *path, char **model_json, rt_client_weights *
     int rc = 0;
     if (!doc || !json_object_object_get_ex(doc, "modelTopology", &topo) ||
         !json_object_is_type(topo, json_type_object))
-        rc = rt_errf(err, errlen, RT_EINVAL, "%s is not a TF.js layers model (no "
-                     "modelTopology)", mj);
+        rc = rt_errf(err, errlen, RT_EINVAL,
+                     "%s is not a TF.js layers model (no "
+                     "modelTopology)",
+                     mj);
     else if (!json_object_object_get_ex(doc, "weightsManifest", &man) ||
              !json_object_is_type(man, json_type_array))
         rc = rt_errf(err, errlen, RT_EINVAL, "%s has no weightsManifest", mj);
@@ -174,8 +178,10 @@ int rt_client_tfjs_load(const char *path, char **model_json, rt_client_weights *
             !json_object_is_type(paths, json_type_array) ||
             !json_object_object_get_ex(grp, "weights", &ws) ||
             !json_object_is_type(ws, json_type_array)) {
-            rc = rt_errf(err, errlen, RT_EINVAL, "%s: weightsManifest group %zu needs paths "
-                         "and weights", mj, g);
+            rc = rt_errf(err, errlen, RT_EINVAL,
+                         "%s: weightsManifest group %zu needs paths "
+                         "and weights",
+                         mj, g);
             break;
         }
         size_t n, at = 0;
@@ -193,8 +199,8 @@ int rt_client_tfjs_load(const char *path, char **model_json, rt_client_weights *
                 w->t = nt;
             }
             memset(&w->t[w->n], 0, sizeof w->t[0]);
-            rc = take_weight(json_object_array_get_idx(ws, i), data, n, &at, &w->t[w->n],
-                             err, errlen);
+            rc = take_weight(json_object_array_get_idx(ws, i), data, n, &at, &w->t[w->n], err,
+                             errlen);
             w->n++;
         }
         free(data);

@@ -52,8 +52,8 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "little-endian host");
 static void put_u32(wbuf *b, uint32_t v) { put(b, &v, 4); }
 static void put_u64(wbuf *b, uint64_t v) { put(b, &v, 8); }
 
-int rt_client_weights_save(const rt_client_weights *w, const char *path,
-                           char *errbuf, size_t errlen)
+int rt_client_weights_save(const rt_client_weights *w, const char *path, char *errbuf,
+                           size_t errlen)
 {
     if (!w || !path || (w->n && !w->t))
         return rt_errf(errbuf, errlen, RT_EINVAL, "weights or path is NULL");
@@ -104,8 +104,7 @@ int rt_client_weights_save(const rt_client_weights *w, const char *path,
     if (!f) {
         rc = rt_errf(errbuf, errlen, RT_EIO, "cannot write %s: %s", tmp, strerror(errno));
     } else {
-        int ok = fwrite(b.p, 1, b.n, f) == b.n && fflush(f) == 0 &&
-                 fsync(fileno(f)) == 0;
+        int ok = fwrite(b.p, 1, b.n, f) == b.n && fflush(f) == 0 && fsync(fileno(f)) == 0;
         ok = (fclose(f) == 0) && ok;
         if (!ok || rename(tmp, path) != 0) {
             rc = rt_errf(errbuf, errlen, RT_EIO, "cannot write %s: %s", path, strerror(errno));
@@ -131,8 +130,7 @@ static int get(rbuf *r, void *dst, size_t n)
     return 0;
 }
 
-int rt_client_weights_load(rt_client_weights *w, const char *path,
-                           char *errbuf, size_t errlen)
+int rt_client_weights_load(rt_client_weights *w, const char *path, char *errbuf, size_t errlen)
 {
     if (!w || !path)
         return rt_errf(errbuf, errlen, RT_EINVAL, "weights or path is NULL");
@@ -140,7 +138,7 @@ int rt_client_weights_load(rt_client_weights *w, const char *path,
     FILE *f = fopen(path, "rb");
     if (!f)
         return rt_errf(errbuf, errlen, errno == ENOENT ? RT_ENOTFOUND : RT_EIO,
-                    "cannot open %s: %s", path, strerror(errno));
+                       "cannot open %s: %s", path, strerror(errno));
     uint8_t *data = NULL;
     size_t n = 0, cap = 0;
     for (;;) {
@@ -165,19 +163,23 @@ int rt_client_weights_load(rt_client_weights *w, const char *path,
     if (ioerr)
         rc = rt_errf(errbuf, errlen, RT_EIO, "reading %s failed", path);
     else if (n < 8 + 4 + 8 + 8 || memcmp(data, RT__WMAGIC, 8) != 0)
-        rc = rt_errf(errbuf, errlen, RT_EDATA, "%s is not an rtrain weights file "
-                  "(magic %s)", path, RT__WMAGIC);
+        rc = rt_errf(errbuf, errlen, RT_EDATA,
+                     "%s is not an rtrain weights file "
+                     "(magic %s)",
+                     path, RT__WMAGIC);
     if (rc == 0) {
         uint64_t sum;
         memcpy(&sum, data + n - 8, 8);
         if (XXH64(data, n - 8, 0) != sum)
-            rc = rt_errf(errbuf, errlen, RT_ECHECKSUM, "%s: checksum mismatch "
-                      "(file damaged or truncated)", path);
+            rc = rt_errf(errbuf, errlen, RT_ECHECKSUM,
+                         "%s: checksum mismatch "
+                         "(file damaged or truncated)",
+                         path);
     }
     rbuf r = {data, n - 8, 8};
     uint32_t count = 0;
-    if (rc == 0 && (get(&r, &count, 4) < 0 || get(&r, &w->global_step, 8) < 0 ||
-                    count > RT__WMAX_TENSORS))
+    if (rc == 0 &&
+        (get(&r, &count, 4) < 0 || get(&r, &w->global_step, 8) < 0 || count > RT__WMAX_TENSORS))
         rc = rt_errf(errbuf, errlen, RT_EDATA, "%s: bad header", path);
     if (rc == 0) {
         w->t = calloc(count ? count : 1, sizeof *w->t);
@@ -202,8 +204,8 @@ int rt_client_weights_load(rt_client_weights *w, const char *path,
         t->name[nl] = 0;
         if (get(&r, &dt, 4) < 0 || get(&r, &nd, 4) < 0 ||
             !rt_client_dtype_size((rt_client_dtype)dt) || nd > RT_CLIENT_MAX_DIMS) {
-            rc = rt_errf(errbuf, errlen, RT_EDATA, "%s: tensor '%s': bad dtype or rank",
-                      path, t->name);
+            rc = rt_errf(errbuf, errlen, RT_EDATA, "%s: tensor '%s': bad dtype or rank", path,
+                         t->name);
             break;
         }
         t->dtype = (rt_client_dtype)dt;
@@ -212,17 +214,17 @@ int rt_client_weights_load(rt_client_weights *w, const char *path,
         for (uint32_t d = 0; d < nd && rc == 0; d++) {
             uint64_t v = 0;
             if (get(&r, &v, 8) < 0 || (int64_t)v < 0 || (v && want > UINT64_MAX / v))
-                rc = rt_errf(errbuf, errlen, RT_EDATA, "%s: tensor '%s': bad shape",
-                          path, t->name);
+                rc = rt_errf(errbuf, errlen, RT_EDATA, "%s: tensor '%s': bad shape", path, t->name);
             t->shape[d] = (int64_t)v;
             want *= v;
         }
         if (rc < 0)
             break;
         if (get(&r, &nbytes, 8) < 0 || nbytes != want || r.n - r.at < nbytes) {
-            rc = rt_errf(errbuf, errlen, RT_EDATA, "%s: tensor '%s': %llu data bytes "
-                      "do not match its shape or the file", path, t->name,
-                      (unsigned long long)nbytes);
+            rc = rt_errf(errbuf, errlen, RT_EDATA,
+                         "%s: tensor '%s': %llu data bytes "
+                         "do not match its shape or the file",
+                         path, t->name, (unsigned long long)nbytes);
             break;
         }
         t->data = malloc(nbytes ? nbytes : 1);

@@ -24,12 +24,12 @@ typedef struct tok_ent {
 } tok_ent;
 
 struct rt_auth {
-    char *path;                       /* NULL: single-user */
+    char *path; /* NULL: single-user */
     uint64_t defaults[RT_Q__COUNT];
     rt_principal_set *ps;
-    rt_principal *local;              /* single-user principal */
+    rt_principal *local; /* single-user principal */
     EVP_MD *sha256;
-    pthread_rwlock_t mu;              /* guards v, n */
+    pthread_rwlock_t mu; /* guards v, n */
     tok_ent *v;
     int n;
 };
@@ -103,11 +103,11 @@ static int valid_name(const char *s)
     return 1;
 }
 
-#define PFAIL(...)                                                             \
-    do {                                                                       \
-        snprintf(err, errlen, __VA_ARGS__);                                    \
-        rc = RT_EINVAL;                                                        \
-        goto out;                                                              \
+#define PFAIL(...)                          \
+    do {                                    \
+        snprintf(err, errlen, __VA_ARGS__); \
+        rc = RT_EINVAL;                     \
+        goto out;                           \
     } while (0)
 
 /* Parse the whole file first and only then touch the principals, so a file
@@ -138,16 +138,15 @@ static int load(rt_auth *a, tok_ent **out_v, int *out_n, char *err, size_t errle
         if (!tok)
             continue;
         if (strlen(tok) != 64)
-            PFAIL("tokens file %s line %d: expected the token's SHA-256 as 64 hex digits",
-                  a->path, lineno);
+            PFAIL("tokens file %s line %d: expected the token's SHA-256 as 64 hex digits", a->path,
+                  lineno);
         line_ent le;
         memset(&le, 0, sizeof le);
         le.line = lineno;
         for (int i = 0; i < 32; i++) {
             int hi = hexval(tok[2 * i]), lo = hexval(tok[2 * i + 1]);
             if (hi < 0 || lo < 0)
-                PFAIL("tokens file %s line %d: the SHA-256 has a non-hex digit", a->path,
-                      lineno);
+                PFAIL("tokens file %s line %d: the SHA-256 has a non-hex digit", a->path, lineno);
             le.hash[i] = (uint8_t)(hi << 4 | lo);
         }
         char *name = strtok_r(NULL, " \t\r\n", &save);
@@ -157,8 +156,8 @@ static int load(rt_auth *a, tok_ent **out_v, int *out_n, char *err, size_t errle
         snprintf(le.name, sizeof le.name, "%s", name);
         for (int i = 0; i < nl; i++)
             if (memcmp(lines[i].hash, le.hash, 32) == 0)
-                PFAIL("tokens file %s line %d: the same token hash is on line %d", a->path,
-                      lineno, lines[i].line);
+                PFAIL("tokens file %s line %d: the same token hash is on line %d", a->path, lineno,
+                      lines[i].line);
         int w = 0;
         while (w < nw && strcmp(whos[w].name, le.name) != 0)
             w++;
@@ -178,8 +177,8 @@ static int load(rt_auth *a, tok_ent **out_v, int *out_n, char *err, size_t errle
         for (char *kv; (kv = strtok_r(NULL, " \t\r\n", &save));) {
             char *eq = strchr(kv, '=');
             if (!eq)
-                PFAIL("tokens file %s line %d: expected quota=value, got '%.40s'", a->path,
-                      lineno, kv);
+                PFAIL("tokens file %s line %d: expected quota=value, got '%.40s'", a->path, lineno,
+                      kv);
             *eq = 0;
             int k = rt_quota_from_name(kv);
             uint64_t val;

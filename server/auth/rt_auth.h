@@ -60,5 +60,4 @@ int rt_auth_new_token(char tok[65], char hash_hex[65]);
 /* SHA-256 of data as 64 lowercase hex digits and a NUL. */
 void rt_sha256_hex(const void *data, size_t n, char out[65]);
 
-
 #endif

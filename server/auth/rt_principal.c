@@ -38,10 +38,7 @@ static const int q_mem[RT_Q__COUNT] = {
 #undef RT__Q_MEM
 };
 
-const char *rt_quota_name(rt_quota_kind k)
-{
-    return (unsigned)k < RT_Q__COUNT ? q_names[k] : "?";
-}
+const char *rt_quota_name(rt_quota_kind k) { return (unsigned)k < RT_Q__COUNT ? q_names[k] : "?"; }
 
 int rt_quota_from_name(const char *name)
 {
@@ -73,10 +70,26 @@ int rt_quota_parse(const char *s, uint64_t *out)
     int shift = 0;
     switch (*end) {
     case 0: break;
-    case 'K': case 'k': shift = 10; end++; break;
-    case 'M': case 'm': shift = 20; end++; break;
-    case 'G': case 'g': shift = 30; end++; break;
-    case 'T': case 't': shift = 40; end++; break;
+    case 'K':
+    case 'k':
+        shift = 10;
+        end++;
+        break;
+    case 'M':
+    case 'm':
+        shift = 20;
+        end++;
+        break;
+    case 'G':
+    case 'g':
+        shift = 30;
+        end++;
+        break;
+    case 'T':
+    case 't':
+        shift = 40;
+        end++;
+        break;
     default: return RT_EINVAL;
     }
     if (*end || (shift && v > (UINT64_MAX >> shift)))
@@ -164,8 +177,7 @@ rt_principal *rt_principal_get(rt_principal_set *ps, const char *name,
 
 const char *rt_principal_name(const rt_principal *p) { return p ? p->name : "-"; }
 
-int rt_principal_reserve(rt_principal *p, rt_quota_kind k, uint64_t n, char *err,
-                         size_t errlen)
+int rt_principal_reserve(rt_principal *p, rt_quota_kind k, uint64_t n, char *err, size_t errlen)
 {
     if (!p || n == 0)
         return 0;

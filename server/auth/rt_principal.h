@@ -36,20 +36,20 @@ extern "C" {
 
 /* X(kind, name in tokens files, flags and messages, charged to the memory
  * budget) */
-#define RT_QUOTA_MAP(X)                                                        \
-    X(SESSIONS, "sessions", 0)                                                 \
-    X(PROGRAMS, "programs", 0)                                                 \
-    X(PROGRAM_BYTES, "program-bytes", 1)                                       \
-    X(STORE_BYTES, "store-bytes", 1)                                           \
-    X(UPLOADS, "uploads", 0)                                                   \
-    X(UPLOAD_BYTES, "upload-bytes", 1)                                         \
+#define RT_QUOTA_MAP(X)                  \
+    X(SESSIONS, "sessions", 0)           \
+    X(PROGRAMS, "programs", 0)           \
+    X(PROGRAM_BYTES, "program-bytes", 1) \
+    X(STORE_BYTES, "store-bytes", 1)     \
+    X(UPLOADS, "uploads", 0)             \
+    X(UPLOAD_BYTES, "upload-bytes", 1)   \
     X(CALL_BYTES, "call-bytes", 1)
 
 typedef enum rt_quota_kind {
 #define RT__Q_ENUM(k, name, mem) RT_Q_##k,
     RT_QUOTA_MAP(RT__Q_ENUM)
 #undef RT__Q_ENUM
-    RT_Q__COUNT
+        RT_Q__COUNT
 } rt_quota_kind;
 
 #define RT_QUOTA_UNLIMITED UINT64_MAX
@@ -86,8 +86,7 @@ const char *rt_principal_name(const rt_principal *p);
 /* Take n of kind. Returns 0, or RT_ETOOBIG with a message naming the quota
  * (or the server memory budget) that would be exceeded; then nothing is
  * taken. NULL p is always granted (tests and tools without owners). */
-int rt_principal_reserve(rt_principal *p, rt_quota_kind k, uint64_t n, char *err,
-                         size_t errlen);
+int rt_principal_reserve(rt_principal *p, rt_quota_kind k, uint64_t n, char *err, size_t errlen);
 /* Give back n of kind (never below 0). NULL p is a no-op. */
 void rt_principal_unreserve(rt_principal *p, rt_quota_kind k, uint64_t n);
 uint64_t rt_principal_used(const rt_principal *p, rt_quota_kind k);

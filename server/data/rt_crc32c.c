@@ -36,8 +36,8 @@ uint32_t rt_crc32c_sw(uint32_t crc, const void *p, size_t n)
         memcpy(&w, b, 8);
         w ^= c; /* little-endian: the low 4 bytes take the running crc */
         c = tab[7][w & 0xff] ^ tab[6][(w >> 8) & 0xff] ^ tab[5][(w >> 16) & 0xff] ^
-            tab[4][(w >> 24) & 0xff] ^ tab[3][(w >> 32) & 0xff] ^
-            tab[2][(w >> 40) & 0xff] ^ tab[1][(w >> 48) & 0xff] ^ tab[0][w >> 56];
+            tab[4][(w >> 24) & 0xff] ^ tab[3][(w >> 32) & 0xff] ^ tab[2][(w >> 40) & 0xff] ^
+            tab[1][(w >> 48) & 0xff] ^ tab[0][w >> 56];
         b += 8;
         n -= 8;
     }
@@ -49,8 +49,7 @@ uint32_t rt_crc32c_sw(uint32_t crc, const void *p, size_t n)
 #if defined(__x86_64__)
 #include <nmmintrin.h>
 
-__attribute__((target("sse4.2")))
-uint32_t rt_crc32c_hw(uint32_t crc, const void *p, size_t n)
+__attribute__((target("sse4.2"))) uint32_t rt_crc32c_hw(uint32_t crc, const void *p, size_t n)
 {
     const uint8_t *b = p;
     uint64_t c = ~crc;
@@ -82,10 +81,7 @@ int rt_crc32c_has_hw(void)
     return h;
 }
 #else
-uint32_t rt_crc32c_hw(uint32_t crc, const void *p, size_t n)
-{
-    return rt_crc32c_sw(crc, p, n);
-}
+uint32_t rt_crc32c_hw(uint32_t crc, const void *p, size_t n) { return rt_crc32c_sw(crc, p, n); }
 
 int rt_crc32c_has_hw(void) { return 0; }
 #endif

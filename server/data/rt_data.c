@@ -33,9 +33,9 @@ typedef struct src_arr {
     int ndim;
     int64_t dims[RT_MAX_DIMS];
     const uint8_t *data;
-    void *owned;              /* decompressed or parsed buffer, freed after */
-    int64_t label_col;        /* CSV both: column index into each row, else -1 */
-    int64_t row_cols;         /* CSV: values per row */
+    void *owned;       /* decompressed or parsed buffer, freed after */
+    int64_t label_col; /* CSV both: column index into each row, else -1 */
+    int64_t row_cols;  /* CSV: values per row */
 } src_arr;
 
 static const size_t src_size[] = {1, 1, 2, 4, 8, 4, 8};
@@ -49,14 +49,12 @@ int64_t rt_data_numel(int ndim, const int64_t *dims)
     return n;
 }
 
-const char *rt_data_shape_str(int ndim, const int64_t *dims, char *buf,
-                              size_t len)
+const char *rt_data_shape_str(int ndim, const int64_t *dims, char *buf, size_t len)
 {
     size_t o = 0;
     o += (size_t)snprintf(buf + o, len - o, "(");
     for (int i = 0; i < ndim && o < len; i++)
-        o += (size_t)snprintf(buf + o, len - o, i ? ", %lld" : "%lld",
-                              (long long)dims[i]);
+        o += (size_t)snprintf(buf + o, len - o, i ? ", %lld" : "%lld", (long long)dims[i]);
     if (o < len)
         snprintf(buf + o, len - o, ndim == 1 ? ",)" : ")");
     return buf;
@@ -86,11 +84,31 @@ static double get_elem(const src_arr *s, int64_t i)
     switch (s->t) {
     case S_U8: return p[0];
     case S_I8: return (int8_t)p[0];
-    case S_I16: { int16_t v; memcpy(&v, p, 2); return v; }
-    case S_I32: { int32_t v; memcpy(&v, p, 4); return v; }
-    case S_I64: { int64_t v; memcpy(&v, p, 8); return (double)v; }
-    case S_F32: { float v; memcpy(&v, p, 4); return v; }
-    case S_F64: { double v; memcpy(&v, p, 8); return v; }
+    case S_I16: {
+        int16_t v;
+        memcpy(&v, p, 2);
+        return v;
+    }
+    case S_I32: {
+        int32_t v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    case S_I64: {
+        int64_t v;
+        memcpy(&v, p, 8);
+        return (double)v;
+    }
+    case S_F32: {
+        float v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    case S_F64: {
+        double v;
+        memcpy(&v, p, 8);
+        return v;
+    }
     }
     return 0;
 }
@@ -98,8 +116,8 @@ static double get_elem(const src_arr *s, int64_t i)
 static int is_float_src(src_type t) { return t == S_F32 || t == S_F64; }
 
 /* -------------------------------------------------------------------- RAW */
-static int parse_raw(const rt_data_part *p, const uint8_t *b, size_t len,
-                     src_arr *s, char *err, size_t errlen)
+static int parse_raw(const rt_data_part *p, const uint8_t *b, size_t len, src_arr *s, char *err,
+                     size_t errlen)
 {
     switch (p->dtype) {
     case RT_F32: s->t = S_F32; break;
@@ -107,21 +125,18 @@ static int parse_raw(const rt_data_part *p, const uint8_t *b, size_t len,
     case RT_I64: s->t = S_I64; break;
     case RT_U8: s->t = S_U8; break;
     default:
-        return rt_errf(err, errlen, RT_EDATA, "RAW part needs a dtype (got %d)",
-                    (int)p->dtype);
+        return rt_errf(err, errlen, RT_EDATA, "RAW part needs a dtype (got %d)", (int)p->dtype);
     }
     if (p->ndim < 1 || p->ndim > RT_MAX_DIMS)
-        return rt_errf(err, errlen, RT_EDATA,
-                    "RAW part needs a shape of 1..%d dims (got %d)", RT_MAX_DIMS,
-                    p->ndim);
+        return rt_errf(err, errlen, RT_EDATA, "RAW part needs a shape of 1..%d dims (got %d)",
+                       RT_MAX_DIMS, p->ndim);
     int64_t n = 1;
     for (int i = 0; i < p->ndim; i++)
         if (mul_cap(n, p->dims[i], INT64_MAX / 8, &n) < 0)
             return rt_errf(err, errlen, RT_EDATA, "RAW shape dim %d is invalid", i);
     if ((uint64_t)n * src_size[s->t] != len)
-        return rt_errf(err, errlen, RT_EDATA,
-                    "RAW part is %zu bytes but its shape needs %llu", len,
-                    (unsigned long long)((uint64_t)n * src_size[s->t]));
+        return rt_errf(err, errlen, RT_EDATA, "RAW part is %zu bytes but its shape needs %llu", len,
+                       (unsigned long long)((uint64_t)n * src_size[s->t]));
     s->ndim = p->ndim;
     memcpy(s->dims, p->dims, sizeof(int64_t) * (size_t)p->ndim);
     s->data = b;
@@ -158,8 +173,7 @@ static int npy_str(npy_rd *r, char *out, size_t n)
     return 0;
 }
 
-static int parse_npy(const uint8_t *b, size_t len, src_arr *s, char *err,
-                     size_t errlen)
+static int parse_npy(const uint8_t *b, size_t len, src_arr *s, char *err, size_t errlen)
 {
     if (len < 10 || memcmp(b, "\x93NUMPY", 6) != 0)
         return rt_errf(err, errlen, RT_EDATA, "NPY part lacks the \\x93NUMPY magic");
@@ -171,8 +185,7 @@ static int parse_npy(const uint8_t *b, size_t len, src_arr *s, char *err,
     } else if (major == 2 || major == 3) {
         if (len < 12)
             return rt_errf(err, errlen, RT_EDATA, "NPY header truncated");
-        hl = (size_t)b[8] | ((size_t)b[9] << 8) | ((size_t)b[10] << 16) |
-             ((size_t)b[11] << 24);
+        hl = (size_t)b[8] | ((size_t)b[9] << 8) | ((size_t)b[10] << 16) | ((size_t)b[11] << 24);
         off = 12;
     } else {
         return rt_errf(err, errlen, RT_EDATA, "NPY version %d is not supported", major);
@@ -184,9 +197,12 @@ static int parse_npy(const uint8_t *b, size_t len, src_arr *s, char *err,
     h[hl] = 0;
     if (strlen(h) != hl)
         return rt_errf(err, errlen, RT_EDATA, "NPY header holds a NUL byte");
-    static const struct { const char *d; src_type t; } descrs[] = {
+    static const struct {
+        const char *d;
+        src_type t;
+    } descrs[] = {
         {"<f4", S_F32}, {"<f8", S_F64}, {"<i4", S_I32}, {"<i8", S_I64},
-        {"|u1", S_U8}, {"<u1", S_U8}, {"|i1", S_I8}, {"<i2", S_I16},
+        {"|u1", S_U8},  {"<u1", S_U8},  {"|i1", S_I8},  {"<i2", S_I16},
     };
     npy_rd r = {h};
     int seen = 0; /* 1 descr, 2 fortran_order, 4 shape */
@@ -215,8 +231,10 @@ static int parse_npy(const uint8_t *b, size_t len, src_arr *s, char *err,
             break;
         }
         npy_ws(&r);
-        int bit = !strcmp(key, "descr") ? 1 : !strcmp(key, "fortran_order") ? 2
-                  : !strcmp(key, "shape") ? 4 : 0;
+        int bit = !strcmp(key, "descr")           ? 1
+                  : !strcmp(key, "fortran_order") ? 2
+                  : !strcmp(key, "shape")         ? 4
+                                                  : 0;
         if (!bit || (seen & bit)) {
             snprintf(err, errlen, "NPY header has %s key '%.20s'",
                      bit ? "a repeated" : "an unknown", key);
@@ -236,12 +254,12 @@ static int parse_npy(const uint8_t *b, size_t len, src_arr *s, char *err,
                 }
             if (!found)
                 return rt_errf(err, errlen, RT_EDATA,
-                            "NPY dtype '%.16s' is not supported (use <f4, <f8, <i4, <i8 or |u1)",
-                            val);
+                               "NPY dtype '%.16s' is not supported (use <f4, <f8, <i4, <i8 or |u1)",
+                               val);
         } else if (bit == 2) {
             if (!strncmp(r.p, "True", 4))
                 return rt_errf(err, errlen, RT_EDATA,
-                            "NPY array is fortran_order; save it C-contiguous");
+                               "NPY array is fortran_order; save it C-contiguous");
             if (strncmp(r.p, "False", 5)) {
                 bad = "fortran_order is not True or False";
                 break;
@@ -271,7 +289,7 @@ static int parse_npy(const uint8_t *b, size_t len, src_arr *s, char *err,
                 }
                 if (s->ndim == RT_MAX_DIMS)
                     return rt_errf(err, errlen, RT_EDATA, "NPY array has more than %d dims",
-                                RT_MAX_DIMS);
+                                   RT_MAX_DIMS);
                 s->dims[s->ndim++] = v;
                 r.p = end;
                 npy_ws(&r);
@@ -306,7 +324,7 @@ static int parse_npy(const uint8_t *b, size_t len, src_arr *s, char *err,
     }
     if (bad)
         return rt_errf(err, errlen, RT_EDATA, "NPY header is malformed at byte %d: %s",
-                    (int)(r.p - h), bad);
+                       (int)(r.p - h), bad);
     if (s->ndim == 0)
         return rt_errf(err, errlen, RT_EDATA, "NPY array is a scalar; need samples first");
     size_t data_off = off + hl;
@@ -315,22 +333,20 @@ static int parse_npy(const uint8_t *b, size_t len, src_arr *s, char *err,
         if (mul_cap(n, s->dims[i], INT64_MAX / 8, &n) < 0)
             return rt_errf(err, errlen, RT_EDATA, "NPY shape overflows");
     if ((uint64_t)n * src_size[s->t] != len - data_off)
-        return rt_errf(err, errlen, RT_EDATA,
-                    "NPY data is %zu bytes but shape and dtype need %llu",
-                    len - data_off, (unsigned long long)((uint64_t)n * src_size[s->t]));
+        return rt_errf(err, errlen, RT_EDATA, "NPY data is %zu bytes but shape and dtype need %llu",
+                       len - data_off, (unsigned long long)((uint64_t)n * src_size[s->t]));
     s->data = b + data_off;
     return 0;
 }
 
 /* -------------------------------------------------------------------- IDX */
-static const size_t idx_elem[16] = {[0x08] = 1, [0x09] = 1, [0x0B] = 2,
-                                    [0x0C] = 4, [0x0D] = 4, [0x0E] = 8};
+static const size_t idx_elem[16] = {
+    [0x08] = 1, [0x09] = 1, [0x0B] = 2, [0x0C] = 4, [0x0D] = 4, [0x0E] = 8};
 
 /* Inflates an IDX header (magic and dims) from the gzip stream z into
  * hdr (room for 4 + 4 * RT_MAX_DIMS bytes): *hl its length, *zr the last
  * inflate's result. */
-static int idx_gz_header(z_stream *z, uint8_t *hdr, size_t *hl, int *zr, char *err,
-                         size_t errlen)
+static int idx_gz_header(z_stream *z, uint8_t *hdr, size_t *hl, int *zr, char *err, size_t errlen)
 {
     size_t want = 4, got = 0;
     while (got < want) {
@@ -386,14 +402,15 @@ static int gunzip_idx(const uint8_t *in, size_t len, uint64_t max_bytes, uint32_
     need = (uint64_t)n * esz + hl;
     if (need > max_bytes) {
         rc = rt_errf(err, errlen, RT_ETOOBIG,
-                  "IDX declares %llu bytes inflated, over the dataset limit of %llu",
-                  (unsigned long long)need, (unsigned long long)max_bytes);
+                     "IDX declares %llu bytes inflated, over the dataset limit of %llu",
+                     (unsigned long long)need, (unsigned long long)max_bytes);
         goto out;
     }
     if (need > rt_inflate_cap(len, ratio)) {
-        rc = rt_errf(err, errlen, RT_ETOOBIG,
-                  "IDX declares %llu bytes inflated from %zu: over the inflate ratio limit of %u",
-                  (unsigned long long)need, len, ratio);
+        rc =
+            rt_errf(err, errlen, RT_ETOOBIG,
+                    "IDX declares %llu bytes inflated from %zu: over the inflate ratio limit of %u",
+                    (unsigned long long)need, len, ratio);
         goto out;
     }
     buf = malloc((size_t)need);
@@ -417,8 +434,8 @@ static int gunzip_idx(const uint8_t *in, size_t len, uint64_t max_bytes, uint32_
                 zr = inflate(&z, Z_NO_FLUSH);
                 if (z.avail_out == 0) {
                     rc = rt_errf(err, errlen, RT_EDATA,
-                              "gzip data inflates past the %llu bytes its IDX header declares",
-                              (unsigned long long)need);
+                                 "gzip data inflates past the %llu bytes its IDX header declares",
+                                 (unsigned long long)need);
                     goto out;
                 }
                 break;
@@ -439,8 +456,8 @@ out:
     return rc;
 }
 
-static int parse_idx(const rt_data_part *p, const uint8_t *b, size_t len,
-                     uint64_t max_bytes, uint32_t ratio, src_arr *s, char *err, size_t errlen)
+static int parse_idx(const rt_data_part *p, const uint8_t *b, size_t len, uint64_t max_bytes,
+                     uint32_t ratio, src_arr *s, char *err, size_t errlen)
 {
     if (len >= 2 && b[0] == 0x1f && b[1] == 0x8b) {
         uint8_t *raw = NULL;
@@ -461,29 +478,26 @@ static int parse_idx(const rt_data_part *p, const uint8_t *b, size_t len,
     case 0x0C: s->t = S_I32; break;
     case 0x0D: s->t = S_F32; break;
     case 0x0E: s->t = S_F64; break;
-    default:
-        return rt_errf(err, errlen, RT_EDATA, "IDX type 0x%02x is unknown", b[2]);
+    default: return rt_errf(err, errlen, RT_EDATA, "IDX type 0x%02x is unknown", b[2]);
     }
     s->big_endian = 1;
     s->ndim = b[3];
     if (s->ndim < 1 || s->ndim > RT_MAX_DIMS)
         return rt_errf(err, errlen, RT_EDATA, "IDX has %d dims (1..%d allowed)", s->ndim,
-                    RT_MAX_DIMS);
+                       RT_MAX_DIMS);
     size_t off = 4 + 4 * (size_t)s->ndim;
     if (len < off)
         return rt_errf(err, errlen, RT_EDATA, "IDX header truncated");
     int64_t n = 1;
     for (int i = 0; i < s->ndim; i++) {
         const uint8_t *q = b + 4 + 4 * i;
-        s->dims[i] = ((int64_t)q[0] << 24) | ((int64_t)q[1] << 16) |
-                     ((int64_t)q[2] << 8) | q[3];
+        s->dims[i] = ((int64_t)q[0] << 24) | ((int64_t)q[1] << 16) | ((int64_t)q[2] << 8) | q[3];
         if (mul_cap(n, s->dims[i], INT64_MAX / 8, &n) < 0)
             return rt_errf(err, errlen, RT_EDATA, "IDX shape overflows");
     }
     if ((uint64_t)n * src_size[s->t] != len - off)
-        return rt_errf(err, errlen, RT_EDATA,
-                    "IDX data is %zu bytes but its header needs %llu", len - off,
-                    (unsigned long long)((uint64_t)n * src_size[s->t]));
+        return rt_errf(err, errlen, RT_EDATA, "IDX data is %zu bytes but its header needs %llu",
+                       len - off, (unsigned long long)((uint64_t)n * src_size[s->t]));
     s->data = b + off;
     (void)p;
     return 0;
@@ -529,12 +543,15 @@ static int csv_walk(const rt_data_part *p, const uint8_t *b, size_t len, csv_row
             if (!fe)
                 fe = le;
             size_t fl = (size_t)(fe - f);
-            while (fl && isspace((unsigned char)*f)) { f++; fl--; }
-            while (fl && isspace((unsigned char)f[fl - 1])) fl--;
+            while (fl && isspace((unsigned char)*f)) {
+                f++;
+                fl--;
+            }
+            while (fl && isspace((unsigned char)f[fl - 1]))
+                fl--;
             if (fl == 0 || fl >= sizeof num) {
-                rc = rt_errf(err, errlen, RT_EDATA,
-                          "CSV line %lld, column %lld is %s", (long long)line,
-                          (long long)k, fl ? "too long" : "empty");
+                rc = rt_errf(err, errlen, RT_EDATA, "CSV line %lld, column %lld is %s",
+                             (long long)line, (long long)k, fl ? "too long" : "empty");
                 goto out;
             }
             memcpy(num, f, fl);
@@ -543,17 +560,17 @@ static int csv_walk(const rt_data_part *p, const uint8_t *b, size_t len, csv_row
             double d = strtod(num, &ne);
             if (*ne) {
                 rc = rt_errf(err, errlen, RT_EDATA,
-                          "CSV line %lld, column %lld is not a number ('%.20s')%s",
-                          (long long)line, (long long)k, num,
-                          line == 1 ? "; set csv_header to skip a header line" : "");
+                             "CSV line %lld, column %lld is not a number ('%.20s')%s",
+                             (long long)line, (long long)k, num,
+                             line == 1 ? "; set csv_header to skip a header line" : "");
                 goto out;
             }
             if ((size_t)k == rcap) {
-                double *nr = (size_t)k < (size_t)1 << 24 ? realloc(row, rcap * 2 * sizeof *row)
-                                                         : NULL;
+                double *nr =
+                    (size_t)k < (size_t)1 << 24 ? realloc(row, rcap * 2 * sizeof *row) : NULL;
                 if (!nr) {
                     rc = rt_errf(err, errlen, RT_ETOOBIG, "CSV line %lld has too many columns",
-                              (long long)line);
+                                 (long long)line);
                     goto out;
                 }
                 row = nr;
@@ -567,9 +584,8 @@ static int csv_walk(const rt_data_part *p, const uint8_t *b, size_t len, csv_row
         if (cols < 0)
             cols = k;
         else if (k != cols) {
-            rc = rt_errf(err, errlen, RT_EDATA,
-                      "CSV line %lld has %lld columns, expected %lld", (long long)line,
-                      (long long)k, (long long)cols);
+            rc = rt_errf(err, errlen, RT_EDATA, "CSV line %lld has %lld columns, expected %lld",
+                         (long long)line, (long long)k, (long long)cols);
             goto out;
         }
         if ((rc = fn(ud, row, k, err, errlen)) < 0)
@@ -610,8 +626,8 @@ static int csv_append(void *ud, const double *v, int64_t k, char *err, size_t er
 }
 
 /* Numeric CSV into an (rows, cols) f64 array. */
-static int parse_csv(const rt_data_part *p, const uint8_t *b, size_t len,
-                     uint64_t max_bytes, src_arr *s, char *err, size_t errlen)
+static int parse_csv(const rt_data_part *p, const uint8_t *b, size_t len, uint64_t max_bytes,
+                     src_arr *s, char *err, size_t errlen)
 {
     csv_all a = {.cap = 1024, .max_bytes = max_bytes};
     if (!(a.v = malloc(a.cap * sizeof *a.v)))
@@ -673,7 +689,7 @@ static int to_features(const src_arr *s, int normalize, int finite_known, rt_dat
         per -= 1;
     if (n <= 0 || per <= 0)
         return rt_errf(err, errlen, RT_EDATA, "features are empty (%lld samples of %lld values)",
-                    (long long)n, (long long)per);
+                       (long long)n, (long long)per);
     int64_t total;
     if (mul_cap(n, per, (int64_t)(max_bytes * 4 + 4096) / 4, &total) < 0)
         return rt_errf(err, errlen, RT_ETOOBIG, "features are too large");
@@ -683,7 +699,7 @@ static int to_features(const src_arr *s, int normalize, int finite_known, rt_dat
         int64_t bad = finite_known ? -1 : first_nonfinite(xs, total);
         if (bad >= 0)
             return rt_errf(err, errlen, RT_ENAN, "features contain %s at sample %lld, column %lld",
-                        nonfinite_name(xs[bad]), (long long)(bad / per), (long long)(bad % per));
+                           nonfinite_name(xs[bad]), (long long)(bad / per), (long long)(bad % per));
         ds->x_owner = *adopt;
         *adopt = NULL;
         ds->x = (float *)s->data;
@@ -707,8 +723,8 @@ static int to_features(const src_arr *s, int normalize, int finite_known, rt_dat
                 double d = x[i];
                 free(x);
                 return rt_errf(err, errlen, RT_ENAN,
-                            "features contain %s at sample %lld, column %lld",
-                            nonfinite_name(d), (long long)(i / per), (long long)(i % per));
+                               "features contain %s at sample %lld, column %lld", nonfinite_name(d),
+                               (long long)(i / per), (long long)(i % per));
             }
         }
         goto done;
@@ -722,14 +738,15 @@ static int to_features(const src_arr *s, int normalize, int finite_known, rt_dat
             if (!isfinite(d)) {
                 free(x);
                 return rt_errf(err, errlen, RT_ENAN,
-                            "features contain %s at sample %lld, column %lld",
-                            nonfinite_name(d), (long long)i, (long long)o);
+                               "features contain %s at sample %lld, column %lld", nonfinite_name(d),
+                               (long long)i, (long long)o);
             }
             if (fabs(d) >= RT__F32_OVERFLOW) {
                 free(x);
-                return rt_errf(err, errlen, RT_ENAN,
-                            "features contain %g at sample %lld, column %lld: outside float32's range",
-                            d, (long long)i, (long long)o);
+                return rt_errf(
+                    err, errlen, RT_ENAN,
+                    "features contain %g at sample %lld, column %lld: outside float32's range", d,
+                    (long long)i, (long long)o);
             }
             x[i * per + o++] = scale ? (float)(d / 255.0) : (float)d;
         }
@@ -760,7 +777,7 @@ static int to_sample_weights(const src_arr *s, rt_dataset *ds, char *err, size_t
         return rt_errf(err, errlen, RT_ESHAPE, "sample weights must have shape (n,) or (n, 1)");
     if (n != ds->n)
         return rt_errf(err, errlen, RT_EDATA, "features have %lld samples but sample weights %lld",
-                    (long long)ds->n, (long long)n);
+                       (long long)ds->n, (long long)n);
     float *w = malloc(sizeof(float) * (size_t)(n ? n : 1));
     if (!w)
         return rt_errf(err, errlen, RT_ENOMEM, "out of memory for sample weights");
@@ -769,8 +786,8 @@ static int to_sample_weights(const src_arr *s, rt_dataset *ds, char *err, size_t
         if (!isfinite(d) || d < 0 || d >= RT__F32_OVERFLOW) {
             free(w);
             return rt_errf(err, errlen, RT_EDATA,
-                        "sample weight %g at sample %lld: weights must be finite and >= 0", d,
-                        (long long)i);
+                           "sample weight %g at sample %lld: weights must be finite and >= 0", d,
+                           (long long)i);
         }
         w[i] = (float)d;
     }
@@ -805,22 +822,23 @@ static int to_labels(const src_arr *s, rt_dataset *ds, char *err, size_t errlen)
                 if (!isfinite(d)) {
                     free(y);
                     return rt_errf(err, errlen, RT_ENAN,
-                                "labels contain %s at sample %lld, column %lld",
-                                nonfinite_name(d), (long long)i, (long long)j);
+                                   "labels contain %s at sample %lld, column %lld",
+                                   nonfinite_name(d), (long long)i, (long long)j);
                 }
                 if (fabs(d) >= RT__F32_OVERFLOW) {
                     free(y);
-                    return rt_errf(err, errlen, RT_ENAN,
-                                "labels contain %g at sample %lld, column %lld: outside float32's range",
-                                d, (long long)i, (long long)j);
+                    return rt_errf(
+                        err, errlen, RT_ENAN,
+                        "labels contain %g at sample %lld, column %lld: outside float32's range", d,
+                        (long long)i, (long long)j);
                 }
                 ((float *)y)[i * per + j] = (float)d;
             } else {
                 if (d < -2147483648.0 || d > 2147483647.0) {
                     free(y);
                     return rt_errf(err, errlen, RT_EDATA,
-                                "label %lld at sample %lld does not fit in int32",
-                                (long long)d, (long long)i);
+                                   "label %lld at sample %lld does not fit in int32", (long long)d,
+                                   (long long)i);
                 }
                 ((int32_t *)y)[i * per + j] = (int32_t)d;
             }
@@ -836,9 +854,8 @@ static int to_labels(const src_arr *s, rt_dataset *ds, char *err, size_t errlen)
     ds->bytes += (uint64_t)(n * per) * 4;
     return n == ds->n || ds->n == 0
                ? 0
-               : rt_errf(err, errlen, RT_EDATA,
-                      "features have %lld samples but labels have %lld",
-                      (long long)ds->n, (long long)n);
+               : rt_errf(err, errlen, RT_EDATA, "features have %lld samples but labels have %lld",
+                         (long long)ds->n, (long long)n);
 }
 
 static const char *const fmt_names[] = {"RAW", "NPY", "CSV", "IDX", "TFRECORD"};
@@ -868,8 +885,8 @@ typedef struct row_sink {
     src_type t;
     int big_endian;
     int64_t per;
-    uint64_t elem;       /* elements taken so far */
-    float *f;            /* staging, SINK_CHUNK floats */
+    uint64_t elem; /* elements taken so far */
+    float *f;      /* staging, SINK_CHUNK floats */
 } row_sink;
 
 #define SINK_CHUNK ((size_t)1 << 16)
@@ -896,9 +913,10 @@ static int sink_elems(row_sink *k, const uint8_t *data, uint64_t count, char *er
             int64_t i = first_nonfinite(k->f, (int64_t)m);
             if (i >= 0) {
                 uint64_t g = k->elem + (uint64_t)i;
-                return rt_errf(err, errlen, RT_ENAN, "features contain %s at sample %lld, column %lld",
-                            nonfinite_name(k->f[i]), (long long)(g / (uint64_t)k->per),
-                            (long long)(g % (uint64_t)k->per));
+                return rt_errf(err, errlen, RT_ENAN,
+                               "features contain %s at sample %lld, column %lld",
+                               nonfinite_name(k->f[i]), (long long)(g / (uint64_t)k->per),
+                               (long long)(g % (uint64_t)k->per));
             }
         } else {
             src_arr a = {.t = k->t, .big_endian = k->big_endian, .data = q};
@@ -907,14 +925,14 @@ static int sink_elems(row_sink *k, const uint8_t *data, uint64_t count, char *er
                 uint64_t g = k->elem + i;
                 if (!isfinite(d))
                     return rt_errf(err, errlen, RT_ENAN,
-                                "features contain %s at sample %lld, column %lld",
-                                nonfinite_name(d), (long long)(g / (uint64_t)k->per),
-                                (long long)(g % (uint64_t)k->per));
+                                   "features contain %s at sample %lld, column %lld",
+                                   nonfinite_name(d), (long long)(g / (uint64_t)k->per),
+                                   (long long)(g % (uint64_t)k->per));
                 if (fabs(d) >= RT__F32_OVERFLOW)
-                    return rt_errf(err, errlen, RT_ENAN,
-                                "features contain %g at sample %lld, column %lld: outside float32's range",
-                                d, (long long)(g / (uint64_t)k->per),
-                                (long long)(g % (uint64_t)k->per));
+                    return rt_errf(
+                        err, errlen, RT_ENAN,
+                        "features contain %g at sample %lld, column %lld: outside float32's range",
+                        d, (long long)(g / (uint64_t)k->per), (long long)(g % (uint64_t)k->per));
                 k->f[i] = (float)d;
             }
         }
@@ -949,12 +967,13 @@ static int sink_open(row_sink *k, const rt_data_part *p, src_type t, int big_end
     int64_t total;
     if (n <= 0 || per <= 0)
         return rt_errf(err, errlen, RT_EDATA, "features are empty (%lld samples of %lld values)",
-                    (long long)n, (long long)per);
+                       (long long)n, (long long)per);
     if (mul_cap(n, per, INT64_MAX / 8, &total) < 0)
         return rt_errf(err, errlen, RT_ETOOBIG, "features are too large");
     if (!u8 && !(k->f = malloc(SINK_CHUNK * sizeof(float))))
         return rt_errf(err, errlen, RT_ENOMEM, "out of memory");
-    rt_stream_rows rows = {.per = per, .u8_len = u8 ? per : 0,
+    rt_stream_rows rows = {.per = per,
+                           .u8_len = u8 ? per : 0,
                            .u8_kind = p->normalize ? RT_ROWS_U8_UNIT : RT_ROWS_U8_VALUE};
     int rc = rt_stream_begin(&rows, n, p->shuffle_buffer, sc, &ds->stream, err, errlen);
     if (rc < 0)
@@ -1011,9 +1030,7 @@ static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len, u
     case 0x0C: t = S_I32; break;
     case 0x0D: t = S_F32; break;
     case 0x0E: t = S_F64; break;
-    default:
-        rc = rt_errf(err, errlen, RT_EDATA, "IDX type 0x%02x is unknown", hdr[2]);
-        goto out;
+    default: rc = rt_errf(err, errlen, RT_EDATA, "IDX type 0x%02x is unknown", hdr[2]); goto out;
     }
     int ndim = hdr[3];
     int64_t dims[RT_MAX_DIMS], cnt = 1;
@@ -1031,9 +1048,10 @@ static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len, u
         goto out; /* in memory: parse_idx reads it again */
     *done = 1;
     if (need > rt_inflate_cap(len, ratio)) {
-        rc = rt_errf(err, errlen, RT_ETOOBIG,
-                  "IDX declares %llu bytes inflated from %zu: over the inflate ratio limit of %u",
-                  (unsigned long long)need, len, ratio);
+        rc =
+            rt_errf(err, errlen, RT_ETOOBIG,
+                    "IDX declares %llu bytes inflated from %zu: over the inflate ratio limit of %u",
+                    (unsigned long long)need, len, ratio);
         goto out;
     }
     if ((rc = sink_open(&k, p, t, 1, dims[0], per, sc, ds, err, errlen)) < 0)
@@ -1054,8 +1072,8 @@ static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len, u
         out_total += have - carry;
         if (out_total > need) {
             rc = rt_errf(err, errlen, RT_EDATA,
-                      "gzip data inflates past the %llu bytes its IDX header declares",
-                      (unsigned long long)(need + hl));
+                         "gzip data inflates past the %llu bytes its IDX header declares",
+                         (unsigned long long)(need + hl));
             goto out;
         }
         size_t whole = have / es * es;
@@ -1074,7 +1092,7 @@ static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len, u
     }
     if (out_total != need) {
         rc = rt_errf(err, errlen, RT_EDATA, "IDX data is %llu bytes but its header needs %llu",
-                  (unsigned long long)out_total, (unsigned long long)need);
+                     (unsigned long long)out_total, (unsigned long long)need);
         goto out;
     }
     set_x_shape(ds, ndim, dims, 0, per);
@@ -1087,9 +1105,9 @@ out:
 
 typedef struct csv_stream {
     row_sink *k;
-    int64_t lc, i;       /* label column or -1, rows taken */
+    int64_t lc, i; /* label column or -1, rows taken */
     double *labels;
-    size_t used;         /* floats staged in k->f */
+    size_t used; /* floats staged in k->f */
 } csv_stream;
 
 static int csv_count(void *ud, const double *v, int64_t k, char *err, size_t errlen)
@@ -1110,11 +1128,12 @@ static int csv_to_sink(void *ud, const double *v, int64_t k, char *err, size_t e
         double d = v[j];
         if (!isfinite(d))
             return rt_errf(err, errlen, RT_ENAN, "features contain %s at sample %lld, column %lld",
-                        nonfinite_name(d), (long long)c->i, (long long)o);
+                           nonfinite_name(d), (long long)c->i, (long long)o);
         if (fabs(d) >= RT__F32_OVERFLOW)
-            return rt_errf(err, errlen, RT_ENAN,
-                        "features contain %g at sample %lld, column %lld: outside float32's range",
-                        d, (long long)c->i, (long long)o);
+            return rt_errf(
+                err, errlen, RT_ENAN,
+                "features contain %g at sample %lld, column %lld: outside float32's range", d,
+                (long long)c->i, (long long)o);
         o++;
         c->k->f[c->used++] = (float)d;
         if (c->used == SINK_CHUNK) {
@@ -1143,7 +1162,7 @@ static int stream_csv(const rt_data_part *p, const uint8_t *b, size_t len,
         lc = p->label_column < 0 ? cols + p->label_column : p->label_column;
         if (lc < 0 || lc >= cols || cols < 2)
             return rt_errf(err, errlen, RT_EDATA, "CSV label_column %d is outside its %lld columns",
-                        p->label_column, (long long)cols);
+                           p->label_column, (long long)cols);
     }
     const int64_t per = cols - (lc >= 0);
     if (!stream_wanted(p, (uint64_t)rows * (uint64_t)per * 4, sc))
@@ -1164,7 +1183,10 @@ static int stream_csv(const rt_data_part *p, const uint8_t *b, size_t len,
         ds->x_dims[0] = per;
     }
     if (rc == 0 && lc >= 0) {
-        src_arr y = {.t = S_F64, .ndim = 1, .dims = {rows}, .data = (const uint8_t *)c.labels,
+        src_arr y = {.t = S_F64,
+                     .ndim = 1,
+                     .dims = {rows},
+                     .data = (const uint8_t *)c.labels,
                      .label_col = -1};
         rc = to_labels(&y, ds, err, errlen);
     }
@@ -1176,9 +1198,9 @@ static int stream_csv(const rt_data_part *p, const uint8_t *b, size_t len,
  * decoded size is over the threshold): *done = 1 and ds has its stream
  * (and, for a CSV with a label column, its labels). Otherwise *done = 0
  * and nothing is kept. */
-static int stream_features(const rt_data_part *p, const uint8_t *b, size_t len,
-                           uint64_t max_bytes, uint32_t ratio, const rt_stream_config *sc,
-                           rt_dataset *ds, int *done, char *err, size_t errlen)
+static int stream_features(const rt_data_part *p, const uint8_t *b, size_t len, uint64_t max_bytes,
+                           uint32_t ratio, const rt_stream_config *sc, rt_dataset *ds, int *done,
+                           char *err, size_t errlen)
 {
     *done = 0;
     if (p->storage == RT_STORAGE_MEMORY)
@@ -1215,42 +1237,44 @@ static int stream_features(const rt_data_part *p, const uint8_t *b, size_t len,
 
 /* TFRecord: every part is one shard of tf.train.Example records, read
  * under one feature spec (rt_example.c). */
-static int parse_tfrecord(const rt_data_part *parts, int n_parts, const uint8_t *buf,
-                          size_t len, uint64_t max_bytes, uint32_t ratio, rt_dataset **out,
-                          char *err, size_t errlen)
+static int parse_tfrecord(const rt_data_part *parts, int n_parts, const uint8_t *buf, size_t len,
+                          uint64_t max_bytes, uint32_t ratio, rt_dataset **out, char *err,
+                          size_t errlen)
 {
     if (n_parts > RT_DATA_MAX_PARTS)
         return rt_errf(err, errlen, RT_EDATA, "a TFRecord dataset has at most %d shards, got %d",
-                    RT_DATA_MAX_PARTS, n_parts);
+                       RT_DATA_MAX_PARTS, n_parts);
     rt_tfr_shard sh[RT_DATA_MAX_PARTS];
     uint64_t off = 0;
     for (int i = 0; i < n_parts; i++) {
         const rt_data_part *p = &parts[i];
         if (p->format != RT_FMT_TFRECORD || p->role != RT_ROLE_BOTH)
             return rt_errf(err, errlen, RT_EDATA,
-                        "part %d: a TFRecord dataset is TFRecord shards of role BOTH only", i);
+                           "part %d: a TFRecord dataset is TFRecord shards of role BOTH only", i);
         if (!p->spec)
             return rt_errf(err, errlen, RT_EDATA, "TFRecord parts need a feature spec");
         if ((int)p->compression < RT_TFR_NONE || p->compression > RT_TFR_ZLIB)
             return rt_errf(err, errlen, RT_EDATA, "part %d has unknown compression %d", i,
-                        (int)p->compression);
+                           (int)p->compression);
         if (p->length > len - off)
-            return rt_errf(err, errlen, RT_EDATA, "parts add up to more than the %zu bytes uploaded",
-                        len);
-        sh[i] = (rt_tfr_shard){.data = buf + off, .len = (size_t)p->length,
-                               .compression = p->compression, .ratio = ratio};
+            return rt_errf(err, errlen, RT_EDATA,
+                           "parts add up to more than the %zu bytes uploaded", len);
+        sh[i] = (rt_tfr_shard){.data = buf + off,
+                               .len = (size_t)p->length,
+                               .compression = p->compression,
+                               .ratio = ratio};
         off += p->length;
     }
     if (off != len)
         return rt_errf(err, errlen, RT_EDATA, "parts add up to %llu bytes but %zu were uploaded",
-                    (unsigned long long)off, len);
+                       (unsigned long long)off, len);
     rt_dataset *ds = calloc(1, sizeof *ds);
     if (!ds)
         return rt_errf(err, errlen, RT_ENOMEM, "out of memory");
     pthread_mutex_init(&ds->mu, NULL);
     ds->refs = 1;
-    int rc = rt_example_build_ex(parts[0].spec, sh, n_parts, max_bytes, &stream_cfg, ds, err,
-                                 errlen);
+    int rc =
+        rt_example_build_ex(parts[0].spec, sh, n_parts, max_bytes, &stream_cfg, ds, err, errlen);
     if (rc < 0) {
         rt_dataset_release(ds);
         return rc;
@@ -1259,10 +1283,9 @@ static int parse_tfrecord(const rt_data_part *parts, int n_parts, const uint8_t 
     return 0;
 }
 
-int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
-                       size_t len, uint64_t max_bytes, uint32_t max_inflate_ratio,
-                       void (*take_free)(void *), rt_dataset **out, char *err,
-                       size_t errlen)
+int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp, size_t len,
+                       uint64_t max_bytes, uint32_t max_inflate_ratio, void (*take_free)(void *),
+                       rt_dataset **out, char *err, size_t errlen)
 {
     const uint8_t *buf = *bufp;
     *out = NULL;
@@ -1271,40 +1294,40 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
                               errlen);
     if (n_parts < 1 || n_parts > 3)
         return rt_errf(err, errlen, RT_EDATA,
-                    "a dataset has 1 to 3 parts (features [+ labels] [+ sample weights]); "
-                    "got %d", n_parts);
+                       "a dataset has 1 to 3 parts (features [+ labels] [+ sample weights]); "
+                       "got %d",
+                       n_parts);
     uint64_t sum = 0;
     for (int i = 0; i < n_parts; i++)
         sum += parts[i].length;
     if (sum != len)
-        return rt_errf(err, errlen, RT_EDATA,
-                    "parts add up to %llu bytes but %zu were uploaded",
-                    (unsigned long long)sum, len);
+        return rt_errf(err, errlen, RT_EDATA, "parts add up to %llu bytes but %zu were uploaded",
+                       (unsigned long long)sum, len);
     int have_x = 0, have_y = 0, have_w = 0;
     for (int i = 0; i < n_parts; i++) {
         if (parts[i].role == RT_ROLE_SAMPLE_WEIGHTS) {
             if (parts[i].format != RT_FMT_RAW && parts[i].format != RT_FMT_NPY)
                 return rt_errf(err, errlen, RT_EDATA,
-                            "part %d: sample weights are a RAW or NPY array", i);
+                               "part %d: sample weights are a RAW or NPY array", i);
             have_w++;
             continue;
         }
         if ((int)parts[i].role < 0 || parts[i].role > RT_ROLE_BOTH)
             return rt_errf(err, errlen, RT_EDATA, "part %d has an unknown role %d", i,
-                        (int)parts[i].role);
+                           (int)parts[i].role);
         if ((int)parts[i].format < 0 || parts[i].format > RT_FMT_TFRECORD)
             return rt_errf(err, errlen, RT_EDATA, "part %d has an unknown format %d", i,
-                        (int)parts[i].format);
+                           (int)parts[i].format);
         if (parts[i].role == RT_ROLE_BOTH && parts[i].format != RT_FMT_CSV)
             return rt_errf(err, errlen, RT_EDATA,
-                        "part %d: only a CSV part can hold features and labels", i);
+                           "part %d: only a CSV part can hold features and labels", i);
         have_x += parts[i].role != RT_ROLE_LABELS;
         have_y += parts[i].role != RT_ROLE_FEATURES;
     }
     if (have_x != 1 || have_y > 1 || have_w > 1)
         return rt_errf(err, errlen, RT_EDATA,
-                    "a dataset needs exactly one features part and at most one labels part "
-                    "and one sample weights part");
+                       "a dataset needs exactly one features part and at most one labels part "
+                       "and one sample weights part");
     if (have_w && !have_y)
         return rt_errf(err, errlen, RT_EDATA, "sample weights need labels");
 
@@ -1334,27 +1357,29 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
             size_t plen = (size_t)p->length;
             int streamed = 0;
             if (is_x)
-                rc = stream_features(p, ptrs[i], plen, max_bytes, max_inflate_ratio,
-                                     &stream_cfg, ds, &streamed, err, errlen);
+                rc = stream_features(p, ptrs[i], plen, max_bytes, max_inflate_ratio, &stream_cfg,
+                                     ds, &streamed, err, errlen);
             if (rc == 0 && !streamed)
-            switch (p->format) {
-            case RT_FMT_RAW: rc = parse_raw(p, ptrs[i], plen, &s, err, errlen); break;
-            case RT_FMT_NPY: rc = parse_npy(ptrs[i], plen, &s, err, errlen); break;
-            case RT_FMT_IDX:
-                rc = parse_idx(p, ptrs[i], plen, max_bytes, max_inflate_ratio, &s, err, errlen);
-                break;
-            case RT_FMT_CSV: rc = parse_csv(p, ptrs[i], plen, max_bytes, &s, err, errlen); break;
-            case RT_FMT_TFRECORD: /* whole-dataset format, dispatched above */
-                rc = rt_errf(err, errlen, RT_EDATA, "TFRecord parts cannot mix with other formats");
-                break;
-            }
+                switch (p->format) {
+                case RT_FMT_RAW: rc = parse_raw(p, ptrs[i], plen, &s, err, errlen); break;
+                case RT_FMT_NPY: rc = parse_npy(ptrs[i], plen, &s, err, errlen); break;
+                case RT_FMT_IDX:
+                    rc = parse_idx(p, ptrs[i], plen, max_bytes, max_inflate_ratio, &s, err, errlen);
+                    break;
+                case RT_FMT_CSV:
+                    rc = parse_csv(p, ptrs[i], plen, max_bytes, &s, err, errlen);
+                    break;
+                case RT_FMT_TFRECORD: /* whole-dataset format, dispatched above */
+                    rc = rt_errf(err, errlen, RT_EDATA,
+                                 "TFRecord parts cannot mix with other formats");
+                    break;
+                }
             if (rc == 0 && !streamed && p->role == RT_ROLE_BOTH) {
-                int64_t lc = p->label_column < 0 ? s.row_cols + p->label_column
-                                                 : p->label_column;
+                int64_t lc = p->label_column < 0 ? s.row_cols + p->label_column : p->label_column;
                 if (lc < 0 || lc >= s.row_cols || s.row_cols < 2) {
                     rc = rt_errf(err, errlen, RT_EDATA,
-                              "CSV label_column %d is outside its %lld columns",
-                              p->label_column, (long long)s.row_cols);
+                                 "CSV label_column %d is outside its %lld columns", p->label_column,
+                                 (long long)s.row_cols);
                 } else {
                     s.label_col = lc;
                 }
@@ -1364,16 +1389,16 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
                     rc = to_sample_weights(&s, ds, err, errlen);
                 if (rc < 0 && err && errlen) {
                     char tmp[256];
-                    snprintf(tmp, sizeof tmp, "%s sample weights part: %s",
-                             fmt_names[p->format], err);
+                    snprintf(tmp, sizeof tmp, "%s sample weights part: %s", fmt_names[p->format],
+                             err);
                     snprintf(err, errlen, "%s", tmp);
                 }
                 free(s.owned);
                 continue;
             }
             if (rc == 0 && is_x && !streamed)
-                rc = to_features(&s, p->normalize, p->format == RT_FMT_RAW && p->finite_checked,
-                                 ds, max_bytes, take_free ? bufp : NULL, err, errlen);
+                rc = to_features(&s, p->normalize, p->format == RT_FMT_RAW && p->finite_checked, ds,
+                                 max_bytes, take_free ? bufp : NULL, err, errlen);
             if (rc == 0 && !streamed && p->role != RT_ROLE_FEATURES) {
                 if (p->role == RT_ROLE_LABELS)
                     s.label_col = -1;
@@ -1397,8 +1422,8 @@ int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
     return 0;
 }
 
-void rt_data_key(const uint8_t content_hash[16], const rt_data_part *parts,
-                 int n_parts, uint8_t key[16])
+void rt_data_key(const uint8_t content_hash[16], const rt_data_part *parts, int n_parts,
+                 uint8_t key[16])
 {
     XXH3_state_t *st = XXH3_createState();
     XXH3_128bits_reset(st);
@@ -1412,7 +1437,8 @@ void rt_data_key(const uint8_t content_hash[16], const rt_data_part *parts,
         f[2] = (int64_t)parts[i].length;
         f[3] = parts[i].format == RT_FMT_RAW ? parts[i].dtype : 0;
         f[4] = parts[i].format == RT_FMT_CSV
-                   ? ((int64_t)parts[i].label_column * 2 + (parts[i].csv_header != 0)) /* * 2: << of -1 is UB */
+                   ? ((int64_t)parts[i].label_column * 2 +
+                      (parts[i].csv_header != 0)) /* * 2: << of -1 is UB */
                    : 0;
         f[5] = parts[i].normalize != 0;
         if (parts[i].format == RT_FMT_RAW)
@@ -1458,10 +1484,7 @@ void rt_dataset_set_owner(rt_dataset *ds, rt_principal *owner, uint64_t charged)
     ds->charged = charged;
 }
 
-void rt_dataset_retain(rt_dataset *ds)
-{
-    __atomic_add_fetch(&ds->refs, 1, __ATOMIC_RELAXED);
-}
+void rt_dataset_retain(rt_dataset *ds) { __atomic_add_fetch(&ds->refs, 1, __ATOMIC_RELAXED); }
 
 static rt_data_holder data_holder;
 
@@ -1473,8 +1496,8 @@ int rt_data_hold(rt_dataset *ds, char *err, size_t errlen)
     if (!data_holder || !ds->x || ds->stream || ds->img)
         return 0;
     rt_held *h = NULL;
-    int rc = data_holder(ds->x, ds->n, rt_data_numel(ds->x_ndim, ds->x_dims),
-                         (int64_t)ds->bytes, &h, err, errlen);
+    int rc = data_holder(ds->x, ds->n, rt_data_numel(ds->x_ndim, ds->x_dims), (int64_t)ds->bytes,
+                         &h, err, errlen);
     if (rc < 0 || !h)
         return rc;
     /* rank 0's block is the holder's copy now */
@@ -1509,8 +1532,7 @@ void rt_dataset_release(rt_dataset *ds)
     free(ds);
 }
 
-int rt_dataset_labels_as(rt_dataset *ds, rt_dtype dtype, const void **out,
-                         char *err, size_t errlen)
+int rt_dataset_labels_as(rt_dataset *ds, rt_dtype dtype, const void **out, char *err, size_t errlen)
 {
     *out = NULL;
     if (!ds->y)
@@ -1521,7 +1543,7 @@ int rt_dataset_labels_as(rt_dataset *ds, rt_dtype dtype, const void **out,
     }
     if (dtype != RT_F32 && dtype != RT_I32)
         return rt_errf(err, errlen, RT_EDTYPE, "labels can be f32 or i32, not dtype %d",
-                    (int)dtype);
+                       (int)dtype);
     int rc = 0;
     pthread_mutex_lock(&ds->mu);
     if (ds->y_conv && ds->y_conv_dtype == dtype) {
@@ -1543,8 +1565,8 @@ int rt_dataset_labels_as(rt_dataset *ds, rt_dtype dtype, const void **out,
             if (f != floorf(f) || f < -2147483648.0f || f >= 2147483648.0f) {
                 free(c);
                 rc = rt_errf(err, errlen, RT_EDTYPE,
-                          "the program needs integer labels but label %lld is %g",
-                          (long long)i, (double)f);
+                             "the program needs integer labels but label %lld is %g", (long long)i,
+                             (double)f);
                 goto done;
             }
             ((int32_t *)c)[i] = (int32_t)f;
@@ -1566,8 +1588,8 @@ done:
 struct rt_data_store {
     pthread_mutex_t mu;
     rt_dataset **v;
-    uint64_t *used;            /* LRU clock per entry */
-    uint64_t *charged;         /* per entry: its bytes as counted in bytes */
+    uint64_t *used;    /* LRU clock per entry */
+    uint64_t *charged; /* per entry: its bytes as counted in bytes */
     size_t n, cap;
     uint64_t clock;
     uint64_t bytes, max_bytes; /* held / cap (0 = no cap) */
@@ -1605,8 +1627,7 @@ void rt_data_store_destroy(rt_data_store *s)
     free(s);
 }
 
-static rt_dataset *find_locked(rt_data_store *s, const rt_principal *who,
-                               const uint8_t key[16])
+static rt_dataset *find_locked(rt_data_store *s, const rt_principal *who, const uint8_t key[16])
 {
     for (size_t i = 0; i < s->n; i++)
         if (s->v[i]->owner == who && memcmp(s->v[i]->key, key, 16) == 0) {
@@ -1664,8 +1685,7 @@ int rt_data_store_evict_one(rt_data_store *s, const rt_principal *who)
     return d != NULL;
 }
 
-int rt_data_store_put(rt_data_store *s, rt_dataset *ds, rt_dataset **kept,
-                      int *dedup)
+int rt_data_store_put(rt_data_store *s, rt_dataset *ds, rt_dataset **kept, int *dedup)
 {
     *kept = NULL;
     *dedup = 0;
@@ -1727,8 +1747,7 @@ int rt_data_store_put(rt_data_store *s, rt_dataset *ds, rt_dataset **kept,
     return 0;
 }
 
-rt_dataset *rt_data_store_find_key(rt_data_store *s, const rt_principal *who,
-                                   const uint8_t key[16])
+rt_dataset *rt_data_store_find_key(rt_data_store *s, const rt_principal *who, const uint8_t key[16])
 {
     pthread_mutex_lock(&s->mu);
     rt_dataset *d = find_locked(s, who, key);
@@ -1738,8 +1757,7 @@ rt_dataset *rt_data_store_find_key(rt_data_store *s, const rt_principal *who,
     return d;
 }
 
-rt_dataset *rt_data_store_find_id(rt_data_store *s, const rt_principal *who,
-                                  const char *id)
+rt_dataset *rt_data_store_find_id(rt_data_store *s, const rt_principal *who, const char *id)
 {
     rt_dataset *d = NULL;
     pthread_mutex_lock(&s->mu);
@@ -1769,10 +1787,7 @@ uint64_t rt_data_store_bytes(rt_data_store *s)
     return b;
 }
 
-rt_shard_cache *rt_data_store_shards(rt_data_store *s)
-{
-    return s->shards;
-}
+rt_shard_cache *rt_data_store_shards(rt_data_store *s) { return s->shards; }
 
 void rt_data_store_each(rt_data_store *s, void (*fn)(void *ud, const rt_dataset *ds), void *ud)
 {
@@ -1795,8 +1810,7 @@ size_t rt_data_store_count(rt_data_store *s)
  * features, the layout an array upload sends. */
 static int place_checks(const rt_data_part *p)
 {
-    return p->role == RT_ROLE_FEATURES && p->format == RT_FMT_RAW && p->dtype == RT_F32 &&
-           !p->held;
+    return p->role == RT_ROLE_FEATURES && p->format == RT_FMT_RAW && p->dtype == RT_F32 && !p->held;
 }
 
 static uint32_t exp_all_ones(const uint8_t *p)
@@ -1907,8 +1921,8 @@ void rt_data_shard_key(const char *owner, const uint8_t hash[16], uint8_t key[16
     memcpy(key, h.digest, 16);
 }
 
-int rt_data_fill_held(rt_shard_cache *sc, const char *owner, const rt_data_part *parts,
-                      int n_parts, uint8_t *buf)
+int rt_data_fill_held(rt_shard_cache *sc, const char *owner, const rt_data_part *parts, int n_parts,
+                      uint8_t *buf)
 {
     uint64_t off = 0;
     for (int i = 0; i < n_parts; i++) {

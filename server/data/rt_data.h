@@ -47,8 +47,11 @@ extern "C" {
 
 /* Values match proto DataFormat / DataRole. */
 typedef enum rt_data_format {
-    RT_FMT_RAW = 0, RT_FMT_NPY = 1, RT_FMT_CSV = 2, RT_FMT_IDX = 3,
-    RT_FMT_TFRECORD = 4        /* role BOTH; every part one shard (rt_example.h) */
+    RT_FMT_RAW = 0,
+    RT_FMT_NPY = 1,
+    RT_FMT_CSV = 2,
+    RT_FMT_IDX = 3,
+    RT_FMT_TFRECORD = 4 /* role BOTH; every part one shard (rt_example.h) */
 } rt_data_format;
 
 /* The largest shuffle buffer an upload may ask for (samples). */
@@ -59,67 +62,69 @@ typedef enum rt_data_format {
 
 struct rt_example_spec;
 typedef enum rt_data_role {
-    RT_ROLE_FEATURES = 0, RT_ROLE_LABELS = 1, RT_ROLE_BOTH = 2,
+    RT_ROLE_FEATURES = 0,
+    RT_ROLE_LABELS = 1,
+    RT_ROLE_BOTH = 2,
     RT_ROLE_SAMPLE_WEIGHTS = 3 /* one finite weight >= 0 per sample (n,) */
 } rt_data_role;
 
 typedef struct rt_data_part {
     rt_data_role role;
     rt_data_format format;
-    uint64_t length;           /* bytes of this part, in stream order */
-    rt_dtype dtype;            /* RAW */
-    int ndim;                  /* RAW: full shape, first dim = samples */
+    uint64_t length; /* bytes of this part, in stream order */
+    rt_dtype dtype;  /* RAW */
+    int ndim;        /* RAW: full shape, first dim = samples */
     int64_t dims[RT_MAX_DIMS];
-    int label_column;          /* CSV with role BOTH: index, -1 = last */
-    int csv_header;            /* CSV: skip the first line */
-    int normalize;             /* u8 features: / 255 */
-    rt_tfr_compression compression;      /* TFRECORD */
-    uint8_t shard_hash[16];    /* TFRECORD: XXH3-128 of the part's bytes */
+    int label_column;               /* CSV with role BOTH: index, -1 = last */
+    int csv_header;                 /* CSV: skip the first line */
+    int normalize;                  /* u8 features: / 255 */
+    rt_tfr_compression compression; /* TFRECORD */
+    uint8_t shard_hash[16];         /* TFRECORD: XXH3-128 of the part's bytes */
     int has_shard_hash;
-    int held;                  /* the bytes are not in the upload stream: the
+    int held;                           /* the bytes are not in the upload stream: the
                                   daemon's shard cache holds them */
-    const struct rt_example_spec *spec;  /* TFRECORD: the same for every part */
-    int storage;               /* features part of RAW/NPY/CSV/IDX: rt_storage
+    const struct rt_example_spec *spec; /* TFRECORD: the same for every part */
+    int storage;                        /* features part of RAW/NPY/CSV/IDX: rt_storage
                                   (rt_example.h); TFRecord: spec->storage */
-    int64_t shuffle_buffer;    /* streamed: samples; 0 = the daemon's default */
-    int finite_checked;        /* RAW f32: rt_data_place saw every value and all
+    int64_t shuffle_buffer;             /* streamed: samples; 0 = the daemon's default */
+    int finite_checked;                 /* RAW f32: rt_data_place saw every value and all
                                   were finite (to_features skips its pass) */
 } rt_data_part;
 
 typedef struct rt_dataset {
-    char id[40];               /* "d-" + 32 random hex digits */
+    char id[40]; /* "d-" + 32 random hex digits */
     uint8_t key[16];
-    int64_t n;                 /* samples */
-    int x_ndim;                /* per-sample shape of x */
+    int64_t n;  /* samples */
+    int x_ndim; /* per-sample shape of x */
     int64_t x_dims[RT_MAX_DIMS];
-    float *x;                  /* n * prod(x_dims) */
-    rt_dtype y_dtype;          /* 0 when the dataset has no labels */
-    int y_ndim;                /* per-sample label shape; 0 = scalar */
+    float *x;         /* n * prod(x_dims) */
+    rt_dtype y_dtype; /* 0 when the dataset has no labels */
+    int y_ndim;       /* per-sample label shape; 0 = scalar */
     int64_t y_dims[RT_MAX_DIMS];
     void *y;
-    float *sw;                 /* per-sample loss weights (n), or NULL */
-    uint64_t bytes;            /* bytes held (x, y, converted labels);
+    float *sw;          /* per-sample loss weights (n), or NULL */
+    uint64_t bytes;     /* bytes held (x, y, converted labels);
                                   grows after publication: read it with
                                   rt_dataset_bytes() */
-    int64_t skipped;           /* TFRecord: bad records left out */
-    char skip_msg[160];        /* the first one's error */
-    uint8_t *img;              /* TFRecord with augmentation: n resized
+    int64_t skipped;    /* TFRecord: bad records left out */
+    char skip_msg[160]; /* the first one's error */
+    uint8_t *img;       /* TFRecord with augmentation: n resized
                                   (h, w, c) images, 8-bit */
     rt_image_spec img_spec;
-    int64_t img_off;           /* the image's first float in a sample of x */
-    struct rt_stream *stream;  /* streamed (rt_stream.h): x is NULL, the
+    int64_t img_off;          /* the image's first float in a sample of x */
+    struct rt_stream *stream; /* streamed (rt_stream.h): x is NULL, the
                                   records are on disk, y is in memory */
-    struct rt_held *held;      /* held by MPI replicas (rt_data_hold): x is
+    struct rt_held *held;     /* held by MPI replicas (rt_data_hold): x is
                                   NULL, its rows are spread over the ranks,
                                   y and sw are in memory */
-    rt_principal *owner;       /* NULL: no owner (tools, tests) */
-    uint64_t charged;          /* RT_Q_STORE_BYTES given back when freed */
+    rt_principal *owner;      /* NULL: no owner (tools, tests) */
+    uint64_t charged;         /* RT_Q_STORE_BYTES given back when freed */
 
     /* private */
-    void *x_owner;             /* an adopted upload buffer that x points into */
-    void (*x_free)(void *);    /* how x_owner goes back; NULL = free() */
+    void *x_owner;          /* an adopted upload buffer that x points into */
+    void (*x_free)(void *); /* how x_owner goes back; NULL = free() */
     pthread_mutex_t mu;
-    void *y_conv;              /* labels converted to y_conv_dtype, cached */
+    void *y_conv; /* labels converted to y_conv_dtype, cached */
     rt_dtype y_conv_dtype;
     int refs;
 } rt_dataset;
@@ -131,16 +136,15 @@ typedef struct rt_dataset {
  * through the replicas' own exchange); release is called once, when the
  * data set is freed. */
 typedef struct rt_held {
-    int (*rows)(struct rt_held *h, int64_t start, int64_t nb, float *x, char *err,
-                size_t errlen);
+    int (*rows)(struct rt_held *h, int64_t start, int64_t nb, float *x, char *err, size_t errlen);
     void (*release)(struct rt_held *h);
 } rt_held;
 /* The holder, set once at start before any upload (server/mpi's
  * rt_dist_hold): given the n rows of per floats at x (bytes: the whole
  * set's) it leaves them (0, *out NULL) or hands them to the replicas and
  * returns their handle in *out (0), or fails (negative, with err). */
-typedef int (*rt_data_holder)(const float *x, int64_t n, int64_t per, int64_t bytes,
-                              rt_held **out, char *err, size_t errlen);
+typedef int (*rt_data_holder)(const float *x, int64_t n, int64_t per, int64_t bytes, rt_held **out,
+                              char *err, size_t errlen);
 void rt_data_set_holder(rt_data_holder h);
 /* The holder on ds, when one is set: 0 (left whole), 1 (held) or a
  * negative code. Called between parsing and publishing (uploads, restores). */
@@ -166,10 +170,9 @@ static inline uint64_t rt_inflate_cap(size_t len, uint32_t ratio)
     uint64_t cap = (uint64_t)len > UINT64_MAX / ratio ? UINT64_MAX : (uint64_t)len * ratio;
     return cap > (1u << 20) ? cap : (1u << 20);
 }
-int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp,
-                       size_t len, uint64_t max_bytes, uint32_t max_inflate_ratio,
-                       void (*take_free)(void *), rt_dataset **out, char *err,
-                       size_t errlen);
+int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp, size_t len,
+                       uint64_t max_bytes, uint32_t max_inflate_ratio, void (*take_free)(void *),
+                       rt_dataset **out, char *err, size_t errlen);
 
 /* With augmentation (ds->img set): all n samples of x into out (n * per
  * floats), each image augmented with values drawn from (seed, epoch,
@@ -187,8 +190,8 @@ const struct rt_stream_config *rt_data_stream_config(void);
 
 /* The store key: XXH3-128 over the content hash and how the parts are parsed,
  * so the same bytes read another way are another dataset. */
-void rt_data_key(const uint8_t content_hash[16], const rt_data_part *parts,
-                 int n_parts, uint8_t key[16]);
+void rt_data_key(const uint8_t content_hash[16], const rt_data_part *parts, int n_parts,
+                 uint8_t key[16]);
 /* Set ds->key and give ds a random id. RT_EIO if the system has no random
  * bytes. */
 int rt_dataset_set_key(rt_dataset *ds, const uint8_t key[16]);
@@ -206,15 +209,14 @@ void rt_dataset_release(rt_dataset *ds); /* NULL is a no-op */
 /* Labels as dtype (RT_F32 or RT_I32). The first call for a dtype other than
  * the stored one converts and caches the copy in ds (f32 -> i32 only when
  * every label is integral). *out is owned by ds. */
-int rt_dataset_labels_as(rt_dataset *ds, rt_dtype dtype, const void **out,
-                         char *err, size_t errlen);
+int rt_dataset_labels_as(rt_dataset *ds, rt_dtype dtype, const void **out, char *err,
+                         size_t errlen);
 
 /* Product of a shape (1 for ndim 0); -1 if a dim is negative or the
  * product overflows int64. */
 int64_t rt_data_numel(int ndim, const int64_t *dims);
 /* "(150, 4)"-style text of a shape into buf. */
-const char *rt_data_shape_str(int ndim, const int64_t *dims, char *buf,
-                              size_t len);
+const char *rt_data_shape_str(int ndim, const int64_t *dims, char *buf, size_t len);
 
 /* ------------------------------------------------------------------ store */
 typedef struct rt_data_store rt_data_store;
@@ -230,13 +232,11 @@ void rt_data_store_destroy(rt_data_store *s); /* NULL is a no-op */
  * is the stored one. *kept is retained for the caller either way. Returns
  * RT_ETOOBIG (ds released, *kept NULL) when the store stays over its cap
  * after dropping what the owner may lose. */
-int rt_data_store_put(rt_data_store *s, rt_dataset *ds, rt_dataset **kept,
-                      int *dedup);
+int rt_data_store_put(rt_data_store *s, rt_dataset *ds, rt_dataset **kept, int *dedup);
 /* who's dataset by key or id, retained, or NULL. */
 rt_dataset *rt_data_store_find_key(rt_data_store *s, const rt_principal *who,
                                    const uint8_t key[16]);
-rt_dataset *rt_data_store_find_id(rt_data_store *s, const rt_principal *who,
-                                  const char *id);
+rt_dataset *rt_data_store_find_id(rt_data_store *s, const rt_principal *who, const char *id);
 /* Drop who's least recently used dataset that no call is using. Returns 1
  * if one was dropped, 0 if none could be. */
 int rt_data_store_evict_one(rt_data_store *s, const rt_principal *who);
@@ -256,8 +256,8 @@ rt_shard_cache *rt_data_store_shards(rt_data_store *s);
  * learn nor use what another uploaded. */
 typedef struct rt_data_cursor {
     int part;
-    uint64_t base, off;   /* the part's start in buf, bytes filled in it */
-    uint32_t nonfinite;   /* nonzero once a RAW f32 features value placed was
+    uint64_t base, off; /* the part's start in buf, bytes filled in it */
+    uint32_t nonfinite; /* nonzero once a RAW f32 features value placed was
                              NaN/Inf (rt_data_place checks each block while it
                              is in cache; rt_data_place_finite reads it) */
 } rt_data_cursor;
@@ -268,8 +268,8 @@ void rt_data_place(const rt_data_part *parts, int n_parts, rt_data_cursor *cur, 
  * does not read the whole buffer once more. */
 void rt_data_place_finite(rt_data_part *parts, int n_parts, const rt_data_cursor *cur);
 void rt_data_shard_key(const char *owner, const uint8_t hash[16], uint8_t key[16]);
-int rt_data_fill_held(rt_shard_cache *sc, const char *owner, const rt_data_part *parts,
-                      int n_parts, uint8_t *buf);
+int rt_data_fill_held(rt_shard_cache *sc, const char *owner, const rt_data_part *parts, int n_parts,
+                      uint8_t *buf);
 void rt_data_keep_shards(rt_shard_cache *sc, const char *owner, const rt_data_part *parts,
                          int n_parts, const uint8_t *buf);
 uint64_t rt_data_store_bytes(rt_data_store *s);

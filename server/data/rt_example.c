@@ -32,7 +32,7 @@ int rt_example_spec_check(const rt_example_spec *s, char *err, size_t errlen)
 {
     if (s->n < 1 || s->n > RT_SPEC_MAX_FEATURES)
         return rt_errf(err, errlen, RT_EINVAL, "a feature spec has 1..%d keys, got %d",
-                    RT_SPEC_MAX_FEATURES, s->n);
+                       RT_SPEC_MAX_FEATURES, s->n);
     int labels = 0, feats = 0, images = 0;
     for (int i = 0; i < s->n; i++) {
         const rt_feat_spec *f = &s->f[i];
@@ -40,24 +40,24 @@ int rt_example_spec_check(const rt_example_spec *s, char *err, size_t errlen)
             return rt_errf(err, errlen, RT_EINVAL, "feature spec entry %d has no key", i);
         if ((int)f->kind < 0 || f->kind > RT_FEAT_IMAGE)
             return rt_errf(err, errlen, RT_EINVAL, "feature '%s' has unknown kind %d", f->key,
-                        (int)f->kind);
+                           (int)f->kind);
         for (int j = 0; j < i; j++)
             if (strcmp(s->f[j].key, f->key) == 0)
                 return rt_errf(err, errlen, RT_EINVAL, "feature '%s' is in the spec twice", f->key);
         if (f->sequence && !s->sequence_example)
             return rt_errf(err, errlen, RT_EINVAL,
-                        "feature '%s' reads a feature list but records are Examples", f->key);
+                           "feature '%s' reads a feature list but records are Examples", f->key);
         if (f->sequence && (is_image(f->kind) || f->ndim != 2))
             return rt_errf(err, errlen, RT_EINVAL,
-                        "feature list '%s' needs a numeric kind and a shape (steps, values)",
-                        f->key);
+                           "feature list '%s' needs a numeric kind and a shape (steps, values)",
+                           f->key);
         if (f->ndim < 0 || f->ndim > 2)
-            return rt_errf(err, errlen, RT_EINVAL, "feature '%s' has %d dims (0..2 allowed)", f->key,
-                        f->ndim);
+            return rt_errf(err, errlen, RT_EINVAL, "feature '%s' has %d dims (0..2 allowed)",
+                           f->key, f->ndim);
         for (int d = 0; d < f->ndim; d++)
             if (f->dims[d] < 1 || f->dims[d] > (1 << 24))
                 return rt_errf(err, errlen, RT_EINVAL, "feature '%s' dim %d is %lld", f->key, d,
-                            (long long)f->dims[d]);
+                               (long long)f->dims[d]);
         if (f->label) {
             if (is_image(f->kind))
                 return rt_errf(err, errlen, RT_EINVAL, "label '%s' cannot be an image", f->key);
@@ -75,17 +75,18 @@ int rt_example_spec_check(const rt_example_spec *s, char *err, size_t errlen)
         const rt_image_spec *m = &s->img;
         if (m->h < 1 || m->w < 1 || m->h > 8192 || m->w > 8192)
             return rt_errf(err, errlen, RT_EINVAL,
-                        "images need an input size (height, width in 1..8192), got %d x %d",
-                        m->h, m->w);
+                           "images need an input size (height, width in 1..8192), got %d x %d",
+                           m->h, m->w);
         if (m->c != 1 && m->c != 3)
             return rt_errf(err, errlen, RT_EINVAL, "images have 1 or 3 channels, not %d", m->c);
         if (images > 1 && rt_image_spec_augments(m))
             return rt_errf(err, errlen, RT_EINVAL, "augmentation needs exactly one image feature");
         if (m->crop_pad < 0 || m->crop_pad > m->h || m->crop_pad > m->w || m->brightness < 0 ||
-            m->brightness > 1 || m->contrast < 0 || m->contrast > 1 ||
-            !isfinite(m->brightness) || !isfinite(m->contrast))
-            return rt_errf(err, errlen, RT_EINVAL,
-                        "augmentation out of range (crop_pad <= size, brightness and contrast in [0, 1])");
+            m->brightness > 1 || m->contrast < 0 || m->contrast > 1 || !isfinite(m->brightness) ||
+            !isfinite(m->contrast))
+            return rt_errf(
+                err, errlen, RT_EINVAL,
+                "augmentation out of range (crop_pad <= size, brightness and contrast in [0, 1])");
         for (int ch = 0; ch < m->c; ch++)
             if (!isfinite(m->mean[ch]) || !isfinite(m->std[ch]) || m->std[ch] < 0)
                 return rt_errf(err, errlen, RT_EINVAL, "image mean/std must be finite, std >= 0");
@@ -106,14 +107,18 @@ void rt_example_spec_hash(const rt_example_spec *s, uint8_t out[16])
     for (int i = 0; i < s->n; i++) {
         const rt_feat_spec *f = &s->f[i];
         XXH3_128bits_update(st, f->key, strnlen(f->key, RT_SPEC_KEY_MAX) + 1);
-        int64_t v[6] = {f->kind, f->label, f->sequence, f->ndim,
-                        f->ndim > 0 ? f->dims[0] : 0, f->ndim > 1 ? f->dims[1] : 0};
+        int64_t v[6] = {f->kind,
+                        f->label,
+                        f->sequence,
+                        f->ndim,
+                        f->ndim > 0 ? f->dims[0] : 0,
+                        f->ndim > 1 ? f->dims[1] : 0};
         XXH3_128bits_update(st, v, sizeof v);
     }
     const rt_image_spec *m = &s->img;
     int64_t iv[6] = {m->h, m->w, m->c, m->resize, m->crop_pad, m->flip};
-    float fv[8] = {m->mean[0], m->mean[1], m->mean[2], m->std[0], m->std[1], m->std[2],
-                   m->brightness, m->contrast};
+    float fv[8] = {m->mean[0], m->mean[1], m->mean[2],    m->std[0],
+                   m->std[1],  m->std[2],  m->brightness, m->contrast};
     XXH3_128bits_update(st, iv, sizeof iv);
     XXH3_128bits_update(st, fv, sizeof fv);
     XXH128_canonical_t c;
@@ -160,23 +165,25 @@ static int read_numeric(const rt_feat_spec *fs, const Tensorflow__Feature *f, in
     size_t n;
     if (fs->kind == RT_FEAT_INT64) {
         if (!f || f->kind_case != TENSORFLOW__FEATURE__KIND_INT64_LIST)
-            return rt_errf(err, errlen, RT_EDTYPE, "is %s, the spec says int64", feature_kind_str(f));
+            return rt_errf(err, errlen, RT_EDTYPE, "is %s, the spec says int64",
+                           feature_kind_str(f));
         n = f->int64_list->n_value;
     } else {
         if (!f || f->kind_case != TENSORFLOW__FEATURE__KIND_FLOAT_LIST)
-            return rt_errf(err, errlen, RT_EDTYPE, "is %s, the spec says float", feature_kind_str(f));
+            return rt_errf(err, errlen, RT_EDTYPE, "is %s, the spec says float",
+                           feature_kind_str(f));
         n = f->float_list->n_value;
     }
     if ((int64_t)n != want)
         return rt_errf(err, errlen, RT_ESHAPE, "has %zu values, the spec says %lld", n,
-                    (long long)want);
+                       (long long)want);
     for (size_t i = 0; i < n; i++) {
         if (fs->kind == RT_FEAT_INT64) {
             int64_t v = f->int64_list->value[i];
             if (out_i) {
                 if (v < INT32_MIN || v > INT32_MAX)
                     return rt_errf(err, errlen, RT_EDATA, "value %lld does not fit in int32",
-                                (long long)v);
+                                   (long long)v);
                 out_i[i] = (int32_t)v;
             } else {
                 out_f[i] = (float)v;
@@ -184,17 +191,16 @@ static int read_numeric(const rt_feat_spec *fs, const Tensorflow__Feature *f, in
         } else {
             float v = f->float_list->value[i];
             if (!isfinite(v))
-                return rt_errf(err, errlen, RT_ENAN, "value %zu is %s", i, isnan(v) ? "NaN" : "Inf");
+                return rt_errf(err, errlen, RT_ENAN, "value %zu is %s", i,
+                               isnan(v) ? "NaN" : "Inf");
             out_f[i] = v;
         }
     }
     return 0;
 }
 
-
-
 int rt_example_decode(const rt_example_layout *b, const uint8_t *rec, size_t len, float *x, void *y,
-                         uint8_t *img, char *err, size_t errlen)
+                      uint8_t *img, char *err, size_t errlen)
 {
     const rt_example_spec *s = b->s;
     Tensorflow__Example *ex = NULL;
@@ -226,15 +232,17 @@ int rt_example_decode(const rt_example_layout *b, const uint8_t *rec, size_t len
                 break;
             }
             if ((int64_t)fl->n_feature != fs->dims[0]) {
-                rc = rt_errf(err, errlen, RT_ESHAPE, "feature list '%s' has %zu steps, the spec says %lld",
-                          fs->key, fl->n_feature, (long long)fs->dims[0]);
+                rc = rt_errf(err, errlen, RT_ESHAPE,
+                             "feature list '%s' has %zu steps, the spec says %lld", fs->key,
+                             fl->n_feature, (long long)fs->dims[0]);
                 break;
             }
             for (size_t t = 0; t < fl->n_feature && rc == 0; t++) {
                 float *of = fs->label ? (b->label_i32 ? NULL : (float *)y + t * fs->dims[1])
                                       : x + off + (int64_t)t * fs->dims[1];
                 int32_t *oi = fs->label && b->label_i32 ? (int32_t *)y + t * fs->dims[1] : NULL;
-                if ((rc = read_numeric(fs, fl->feature[t], fs->dims[1], of, oi, sub, sizeof sub)) < 0)
+                if ((rc = read_numeric(fs, fl->feature[t], fs->dims[1], of, oi, sub, sizeof sub)) <
+                    0)
                     rt_errf(err, errlen, rc, "feature list '%s' step %zu %s", fs->key, t, sub);
             }
         } else {
@@ -246,12 +254,12 @@ int rt_example_decode(const rt_example_layout *b, const uint8_t *rec, size_t len
             if (is_image(fs->kind)) {
                 if (f->kind_case != TENSORFLOW__FEATURE__KIND_BYTES_LIST) {
                     rc = rt_errf(err, errlen, RT_EDTYPE, "feature '%s' is %s, the spec says %s",
-                              fs->key, feature_kind_str(f), kind_names[fs->kind]);
+                                 fs->key, feature_kind_str(f), kind_names[fs->kind]);
                     break;
                 }
                 if (f->bytes_list->n_value != 1) {
                     rc = rt_errf(err, errlen, RT_ESHAPE, "feature '%s' holds %zu images, not 1",
-                              fs->key, f->bytes_list->n_value);
+                                 fs->key, f->bytes_list->n_value);
                     break;
                 }
                 const ProtobufCBinaryData *bd = &f->bytes_list->value[0];
@@ -270,8 +278,9 @@ int rt_example_decode(const rt_example_layout *b, const uint8_t *rec, size_t len
                 }
                 uint8_t small_buf[4096];
                 size_t need = (size_t)m->h * m->w * m->c;
-                uint8_t *small = i == b->img_feat ? img : need <= sizeof small_buf ? small_buf
-                                                                                   : malloc(need);
+                uint8_t *small = i == b->img_feat           ? img
+                                 : need <= sizeof small_buf ? small_buf
+                                                            : malloc(need);
                 if (!small) {
                     free(px);
                     rc = rt_errf(err, errlen, RT_ENOMEM, "out of memory resizing '%s'", fs->key);
@@ -283,8 +292,8 @@ int rt_example_decode(const rt_example_layout *b, const uint8_t *rec, size_t len
                 if (small != img && small != small_buf)
                     free(small);
             } else if (fs->label) {
-                rc = read_numeric(fs, f, numel, b->label_i32 ? NULL : y,
-                                  b->label_i32 ? y : NULL, sub, sizeof sub);
+                rc = read_numeric(fs, f, numel, b->label_i32 ? NULL : y, b->label_i32 ? y : NULL,
+                                  sub, sizeof sub);
                 if (rc < 0)
                     rt_errf(err, errlen, rc, "feature '%s' %s", fs->key, sub);
             } else {
@@ -307,8 +316,8 @@ typedef struct rec_ref {
     const uint8_t *p;
     size_t len;
     int shard;
-    int64_t index;            /* record index in its shard */
-    int bad;                  /* framing error: p is NULL, msg in errs */
+    int64_t index; /* record index in its shard */
+    int bad;       /* framing error: p is NULL, msg in errs */
 } rec_ref;
 
 static void note_skip(rt_dataset *ds, const char *msg)
@@ -405,7 +414,7 @@ static int build_streamed(const rt_example_layout *b, const rec_ref *recs, int64
     ds->y = b->lab >= 0 ? malloc((size_t)n * (size_t)b->lab_per * 4) : NULL;
     uint8_t *rows = malloc((size_t)(ch * (int64_t)rb));
     int *status = malloc(sizeof(int) * (size_t)ch);
-    char (*msgs)[200] = malloc(sizeof *msgs * (size_t)ch);
+    char(*msgs)[200] = malloc(sizeof *msgs * (size_t)ch);
     int rc = 0;
     if ((b->lab >= 0 && !ds->y) || !rows || !status || !msgs) {
         rc = rt_errf(err, errlen, RT_ENOMEM, "out of memory for %lld labels", (long long)n);
@@ -429,10 +438,9 @@ static int build_streamed(const rt_example_layout *b, const rec_ref *recs, int64
                 status[k] = 0;
                 if (recs[i].bad || !x)
                     continue;
-                status[k] = rt_example_decode(
-                    &L, recs[i].p, recs[i].len, x,
-                    ds->y ? (char *)ds->y + i * b->lab_per * 4 : NULL, R.u8_len ? row : NULL,
-                    msgs[k], sizeof msgs[k]);
+                status[k] = rt_example_decode(&L, recs[i].p, recs[i].len, x,
+                                              ds->y ? (char *)ds->y + i * b->lab_per * 4 : NULL,
+                                              R.u8_len ? row : NULL, msgs[k], sizeof msgs[k]);
                 if (status[k] == 0) {
                     uint8_t *f = row + R.u8_len;
                     memcpy(f, x, sizeof(float) * (size_t)R.u8_off);
@@ -472,8 +480,8 @@ static int build_streamed(const rt_example_layout *b, const rec_ref *recs, int64
                 continue;
             }
             if (ds->y && kept != i)
-                memmove((char *)ds->y + kept * b->lab_per * 4,
-                        (char *)ds->y + i * b->lab_per * 4, (size_t)b->lab_per * 4);
+                memmove((char *)ds->y + kept * b->lab_per * 4, (char *)ds->y + i * b->lab_per * 4,
+                        (size_t)b->lab_per * 4);
             kept++;
         }
     }
@@ -502,8 +510,8 @@ int rt_example_build(const rt_example_spec *s, const rt_tfr_shard *shards, int n
 }
 
 int rt_example_build_ex(const rt_example_spec *s, const rt_tfr_shard *shards, int n_shards,
-                        uint64_t max_bytes, const rt_stream_config *sc, rt_dataset *ds,
-                        char *err, size_t errlen)
+                        uint64_t max_bytes, const rt_stream_config *sc, rt_dataset *ds, char *err,
+                        size_t errlen)
 {
     int rc = rt_example_spec_check(s, err, errlen);
     if (rc < 0)
@@ -513,7 +521,7 @@ int rt_example_build_ex(const rt_example_spec *s, const rt_tfr_shard *shards, in
     const int lab = b.lab;
     uint8_t **inflated = calloc((size_t)n_shards, sizeof *inflated);
     rec_ref *recs = NULL;
-    char (*msgs)[200] = NULL;
+    char(*msgs)[200] = NULL;
     int *status = NULL;
     size_t n_recs = 0, cap = 0;
     uint64_t held = 0;
@@ -535,9 +543,10 @@ int rt_example_build_ex(const rt_example_spec *s, const rt_tfr_shard *shards, in
             rc = rt_tfr_inflate(p, len, shards[sh].compression, left < rcap ? left : rcap,
                                 &inflated[sh], &n, sub, sizeof sub);
             if (rc == RT_ETOOBIG && rcap < left) {
-                rt_errf(err, errlen, rc, "shard %d inflates past %llu bytes from %zu: over the "
-                     "inflate ratio limit of %u", sh, (unsigned long long)rcap, len,
-                     shards[sh].ratio);
+                rt_errf(err, errlen, rc,
+                        "shard %d inflates past %llu bytes from %zu: over the "
+                        "inflate ratio limit of %u",
+                        sh, (unsigned long long)rcap, len, shards[sh].ratio);
                 break;
             }
             if (rc < 0) {
@@ -571,8 +580,8 @@ int rt_example_build_ex(const rt_example_spec *s, const rt_tfr_shard *shards, in
                 recs = nr;
                 cap = nc;
             }
-            recs[n_recs++] = (rec_ref){.p = rec, .len = rl, .shard = sh, .index = idx,
-                                       .bad = fr < 0};
+            recs[n_recs++] =
+                (rec_ref){.p = rec, .len = rl, .shard = sh, .index = idx, .bad = fr < 0};
             if (fr < 0) {
                 char m[260];
                 snprintf(m, sizeof m, "shard %d %s", sh, sub);
@@ -591,21 +600,21 @@ int rt_example_build_ex(const rt_example_spec *s, const rt_tfr_shard *shards, in
     const int over = n > 0 && (uint64_t)n > UINT64_MAX / per_rec;
     uint64_t need = over ? UINT64_MAX : (uint64_t)n * per_rec;
     if (n == 0) {
-        rc = rt_errf(err, errlen, RT_EDATA, "no records%s%s", ds->skipped ? "; first skipped: " : "",
-                  ds->skipped ? ds->skip_msg : "");
+        rc = rt_errf(err, errlen, RT_EDATA, "no records%s%s",
+                     ds->skipped ? "; first skipped: " : "", ds->skipped ? ds->skip_msg : "");
         goto out;
     }
-    const int stream = s->storage == RT_STORAGE_STREAM ||
-                       (s->storage == RT_STORAGE_AUTO && sc && sc->stream_above &&
-                        (over || need > sc->stream_above));
+    const int stream =
+        s->storage == RT_STORAGE_STREAM || (s->storage == RT_STORAGE_AUTO && sc &&
+                                            sc->stream_above && (over || need > sc->stream_above));
     if (stream) {
         rc = build_streamed(&b, recs, n, sc, ds, err, errlen);
         goto out;
     }
     if (over || need > max_bytes) {
         rc = rt_errf(err, errlen, RT_ETOOBIG,
-                  "%lld records decode to %llu bytes, over the limit of %llu", (long long)n,
-                  (unsigned long long)need, (unsigned long long)max_bytes);
+                     "%lld records decode to %llu bytes, over the limit of %llu", (long long)n,
+                     (unsigned long long)need, (unsigned long long)max_bytes);
         goto out;
     }
     ds->x = malloc((size_t)n * (size_t)b.per * sizeof(float));
@@ -628,9 +637,9 @@ int rt_example_build_ex(const rt_example_spec *s, const rt_tfr_shard *shards, in
         }
         msgs[i][0] = 0;
         status[i] = rt_example_decode(&b, recs[i].p, recs[i].len, ds->x + i * b.per,
-                                  ds->y ? (char *)ds->y + i * b.lab_per * 4 : NULL,
-                                  ds->img ? ds->img + (uint64_t)i * img_bytes : NULL, msgs[i],
-                                  sizeof msgs[i]);
+                                      ds->y ? (char *)ds->y + i * b.lab_per * 4 : NULL,
+                                      ds->img ? ds->img + (uint64_t)i * img_bytes : NULL, msgs[i],
+                                      sizeof msgs[i]);
     }
     int64_t kept = 0;
     for (int64_t i = 0; i < n; i++) {

@@ -40,32 +40,35 @@ extern "C" {
 
 /* Values match proto FeatureKind. IMAGE is JPEG or PNG by magic bytes. */
 typedef enum rt_feat_kind {
-    RT_FEAT_INT64 = 0, RT_FEAT_FLOAT = 1, RT_FEAT_JPEG = 2, RT_FEAT_PNG = 3,
+    RT_FEAT_INT64 = 0,
+    RT_FEAT_FLOAT = 1,
+    RT_FEAT_JPEG = 2,
+    RT_FEAT_PNG = 3,
     RT_FEAT_IMAGE = 4
 } rt_feat_kind;
 
 typedef struct rt_feat_spec {
     char key[RT_SPEC_KEY_MAX];
     rt_feat_kind kind;
-    int label;          /* this key is the label (at most one) */
-    int sequence;       /* SequenceExample: feature_lists[key], shape (steps, values) */
-    int ndim;           /* numeric: per-record shape; 0 = one value */
+    int label;    /* this key is the label (at most one) */
+    int sequence; /* SequenceExample: feature_lists[key], shape (steps, values) */
+    int ndim;     /* numeric: per-record shape; 0 = one value */
     int64_t dims[2];
 } rt_feat_spec;
 
 /* Values match proto Storage. */
 typedef enum rt_storage {
-    RT_STORAGE_AUTO = 0,    /* streamed when the decoded size is over the daemon's threshold */
-    RT_STORAGE_MEMORY = 1,  /* decoded in memory, under the dataset cap */
-    RT_STORAGE_STREAM = 2   /* records on disk, decoded per batch (rt_stream.h) */
+    RT_STORAGE_AUTO = 0,   /* streamed when the decoded size is over the daemon's threshold */
+    RT_STORAGE_MEMORY = 1, /* decoded in memory, under the dataset cap */
+    RT_STORAGE_STREAM = 2  /* records on disk, decoded per batch (rt_stream.h) */
 } rt_storage;
 
 typedef struct rt_example_spec {
     int n;
     rt_feat_spec f[RT_SPEC_MAX_FEATURES];
-    int sequence_example;   /* records are SequenceExamples */
-    rt_image_spec img;      /* for every image feature */
-    int skip_bad;           /* skip and count bad records instead of failing */
+    int sequence_example; /* records are SequenceExamples */
+    rt_image_spec img;    /* for every image feature */
+    int skip_bad;         /* skip and count bad records instead of failing */
     rt_storage storage;
     int64_t shuffle_buffer; /* streamed: samples in the shuffle buffer; 0 = default */
 } rt_example_spec;
@@ -74,29 +77,29 @@ typedef struct rt_example_spec {
  * (rt_example_layout_init). */
 typedef struct rt_example_layout {
     const rt_example_spec *s;
-    int64_t per, lab_per;      /* floats per sample, labels per sample */
+    int64_t per, lab_per; /* floats per sample, labels per sample */
     int label_i32;
-    int lab;                   /* spec index of the label, -1 */
-    int img_feat;              /* spec index of the augmented image, -1 */
-    int64_t img_off;           /* its first float in a sample */
+    int lab;         /* spec index of the label, -1 */
+    int img_feat;    /* spec index of the augmented image, -1 */
+    int64_t img_off; /* its first float in a sample */
 } rt_example_layout;
 
 void rt_example_layout_init(const rt_example_spec *s, rt_example_layout *L);
 /* One record into sample slot x (L->per floats), y (L->lab_per values, or
  * NULL) and, with augmentation, img (the resized 8-bit image). Returns 0
  * or an error whose message starts with the feature. Thread-safe. */
-int rt_example_decode(const rt_example_layout *L, const uint8_t *rec, size_t len, float *x,
-                      void *y, uint8_t *img, char *err, size_t errlen);
+int rt_example_decode(const rt_example_layout *L, const uint8_t *rec, size_t len, float *x, void *y,
+                      uint8_t *img, char *err, size_t errlen);
 
 /* How the daemon streams (rt_data_set_stream_config). */
 typedef struct rt_stream_config {
-    const char *spool_dir;     /* where streamed records are written; NULL: RT_SPOOL_DIR_DEFAULT */
-    uint64_t stream_above;     /* AUTO streams when the decoded size exceeds this; 0: never */
-    int threads;               /* decode workers per streamed dataset; 0 = the CPUs */
-    int prefetch;              /* batches decoded ahead; 0 = 4 */
-    int64_t shuffle_buffer;    /* default shuffle buffer in samples; 0 = 10000 */
-    uint64_t max_spool_bytes;  /* all spool files together; 0 = only the disk's room */
-    uint64_t map_max;          /* spool files up to this size are mapped and read by the
+    const char *spool_dir;    /* where streamed records are written; NULL: RT_SPOOL_DIR_DEFAULT */
+    uint64_t stream_above;    /* AUTO streams when the decoded size exceeds this; 0: never */
+    int threads;              /* decode workers per streamed dataset; 0 = the CPUs */
+    int prefetch;             /* batches decoded ahead; 0 = 4 */
+    int64_t shuffle_buffer;   /* default shuffle buffer in samples; 0 = 10000 */
+    uint64_t max_spool_bytes; /* all spool files together; 0 = only the disk's room */
+    uint64_t map_max;         /* spool files up to this size are mapped and read by the
                                   step itself; larger ones by the workers; 0 = none */
 } rt_stream_config;
 
@@ -124,14 +127,14 @@ int rt_example_build(const rt_example_spec *s, const rt_tfr_shard *shards, int n
  * file in sc->spool_dir and ds->stream reads them back (ds->x is NULL, the
  * labels stay in memory). max_bytes then caps the file's bytes. */
 int rt_example_build_ex(const rt_example_spec *s, const rt_tfr_shard *shards, int n_shards,
-                        uint64_t max_bytes, const rt_stream_config *sc, rt_dataset *ds,
-                        char *err, size_t errlen);
+                        uint64_t max_bytes, const rt_stream_config *sc, rt_dataset *ds, char *err,
+                        size_t errlen);
 
 /* The wire ExampleSpec (Rtrain__V1__ExampleSpec) into s, checked
  * (rt_example_pb.c). RT_EINVAL with a message. */
 struct Rtrain__V1__ExampleSpec;
-int rt_example_spec_from_pb(const struct Rtrain__V1__ExampleSpec *p, rt_example_spec *s,
-                            char *err, size_t errlen);
+int rt_example_spec_from_pb(const struct Rtrain__V1__ExampleSpec *p, rt_example_spec *s, char *err,
+                            size_t errlen);
 
 /* 16 bytes that identify the spec's meaning, for the store key. */
 void rt_example_spec_hash(const rt_example_spec *s, uint8_t out[16]);

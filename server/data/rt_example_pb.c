@@ -19,8 +19,8 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
     return RT_EINVAL;
 }
 
-static int per_channel(const float *v, size_t n, int c, float dflt, float out[3],
-                       const char *what, char *err, size_t errlen)
+static int per_channel(const float *v, size_t n, int c, float dflt, float out[3], const char *what,
+                       char *err, size_t errlen)
 {
     if (n != 0 && n != 1 && n != (size_t)c)
         return fail(err, errlen, "image %s has %zu values for %d channels", what, n, c);
@@ -69,8 +69,8 @@ int rt_example_spec_from_pb(const Rtrain__V1__ExampleSpec *p, rt_example_spec *s
     if (m) {
         rt_image_spec *g = &s->img;
         if (m->height > 8192 || m->width > 8192 || m->channels > 3 || m->crop_pad > 8192)
-            return fail(err, errlen, "image size %u x %u x %u is out of range", m->height,
-                        m->width, m->channels);
+            return fail(err, errlen, "image size %u x %u x %u is out of range", m->height, m->width,
+                        m->channels);
         g->h = (int)m->height;
         g->w = (int)m->width;
         g->c = m->channels ? (int)m->channels : 3;

@@ -28,8 +28,8 @@ static int size_ok(int w, int h, int c, uint64_t max_pixels, const char *what, c
     uint64_t n = (uint64_t)w * (uint64_t)h * (uint64_t)c;
     if (n > max_pixels)
         return rt_errf(err, errlen, RT_ETOOBIG,
-                    "%s declares %d x %d pixels, over the limit of %llu values", what, w, h,
-                    (unsigned long long)max_pixels);
+                       "%s declares %d x %d pixels, over the limit of %llu values", what, w, h,
+                       (unsigned long long)max_pixels);
     return 0;
 }
 
@@ -61,9 +61,8 @@ static tjhandle tj_handle(void)
     return h;
 }
 
-static int decode_jpeg(const uint8_t *b, size_t n, int channels, uint64_t max_pixels,
-                       int min_w, int min_h, uint8_t **px, int *w, int *h, char *err,
-                       size_t errlen)
+static int decode_jpeg(const uint8_t *b, size_t n, int channels, uint64_t max_pixels, int min_w,
+                       int min_h, uint8_t **px, int *w, int *h, char *err, size_t errlen)
 {
     tjhandle tj = tj_handle();
     if (!tj)
@@ -99,8 +98,7 @@ static int decode_jpeg(const uint8_t *b, size_t n, int channels, uint64_t max_pi
     /* Stop on warnings: libjpeg fills a truncated scan with grey and only
      * warns; progressive scans are capped (a small file can otherwise ask
      * for unbounded work). */
-    if (tjDecompress2(tj, b, (unsigned long)n, p, *w, 0, *h,
-                      channels == 1 ? TJPF_GRAY : TJPF_RGB,
+    if (tjDecompress2(tj, b, (unsigned long)n, p, *w, 0, *h, channels == 1 ? TJPF_GRAY : TJPF_RGB,
                       TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS) < 0) {
         free(p);
         int rc = rt_errf(err, errlen, RT_EDATA, "JPEG: %s", tjGetErrorStr2(tj));
@@ -112,8 +110,8 @@ static int decode_jpeg(const uint8_t *b, size_t n, int channels, uint64_t max_pi
 }
 
 /* -------------------------------------------------------------------- PNG */
-static int decode_png(const uint8_t *b, size_t n, int channels, uint64_t max_pixels,
-                      uint8_t **px, int *w, int *h, char *err, size_t errlen)
+static int decode_png(const uint8_t *b, size_t n, int channels, uint64_t max_pixels, uint8_t **px,
+                      int *w, int *h, char *err, size_t errlen)
 {
     png_image im;
     memset(&im, 0, sizeof im);
@@ -127,8 +125,7 @@ static int decode_png(const uint8_t *b, size_t n, int channels, uint64_t max_pix
     *h = (int)im.height;
     if (im.width > 0x7fffffffu || im.height > 0x7fffffffu) {
         png_image_free(&im);
-        return rt_errf(err, errlen, RT_ETOOBIG, "PNG declares %u x %u pixels", im.width,
-                    im.height);
+        return rt_errf(err, errlen, RT_ETOOBIG, "PNG declares %u x %u pixels", im.width, im.height);
     }
     int rc = size_ok(*w, *h, channels, max_pixels, "PNG", err, errlen);
     if (rc < 0) {
@@ -152,21 +149,21 @@ static int decode_png(const uint8_t *b, size_t n, int channels, uint64_t max_pix
     return 0;
 }
 
-int rt_image_decode(const uint8_t *b, size_t n, rt_image_fmt fmt, int channels,
-                    uint64_t max_pixels, uint8_t **px, int *w, int *h,
-                    char *err, size_t errlen)
+int rt_image_decode(const uint8_t *b, size_t n, rt_image_fmt fmt, int channels, uint64_t max_pixels,
+                    uint8_t **px, int *w, int *h, char *err, size_t errlen)
 {
     return rt_image_decode_for(b, n, fmt, channels, max_pixels, 0, 0, px, w, h, err, errlen);
 }
 
 int rt_image_decode_for(const uint8_t *b, size_t n, rt_image_fmt fmt, int channels,
-                        uint64_t max_pixels, int min_w, int min_h, uint8_t **px, int *w,
-                        int *h, char *err, size_t errlen)
+                        uint64_t max_pixels, int min_w, int min_h, uint8_t **px, int *w, int *h,
+                        char *err, size_t errlen)
 {
     *px = NULL;
     *w = *h = 0;
     if (channels != 1 && channels != 3)
-        return rt_errf(err, errlen, RT_EINVAL, "images decode to 1 or 3 channels, not %d", channels);
+        return rt_errf(err, errlen, RT_EINVAL, "images decode to 1 or 3 channels, not %d",
+                       channels);
     int is_jpeg = n >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF;
     int is_png = n >= 8 && memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0;
     if (fmt == RT_IMG_ANY)
@@ -178,8 +175,10 @@ int rt_image_decode_for(const uint8_t *b, size_t n, rt_image_fmt fmt, int channe
     if (n == 0)
         return rt_errf(err, errlen, RT_EDATA, "image is empty");
     return rt_errf(err, errlen, RT_EDATA, "not a %s image (starts %02x %02x)",
-                fmt == RT_IMG_JPEG ? "JPEG" : fmt == RT_IMG_PNG ? "PNG" : "JPEG or PNG",
-                b[0], n > 1 ? b[1] : 0);
+                   fmt == RT_IMG_JPEG  ? "JPEG"
+                   : fmt == RT_IMG_PNG ? "PNG"
+                                       : "JPEG or PNG",
+                   b[0], n > 1 ? b[1] : 0);
 }
 
 /* ----------------------------------------------------------------- resize */
@@ -275,15 +274,14 @@ static float *scratch_get(size_t n)
     return sc->p;
 }
 
-void rt_image_resize(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, int dw,
-                     int dh, rt_resize method)
+void rt_image_resize(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, int dw, int dh,
+                     rt_resize method)
 {
     if (sw == dw && sh == dh) {
         memcpy(dst, src, (size_t)sw * (size_t)sh * (size_t)c);
         return;
     }
-    int area = method == RT_RESIZE_AREA ||
-               (method == RT_RESIZE_AUTO && dw <= sw && dh <= sh);
+    int area = method == RT_RESIZE_AREA || (method == RT_RESIZE_AUTO && dw <= sw && dh <= sh);
     taps tx = {0}, ty = {0};
     const size_t tmp_n = (size_t)sh * (size_t)dw * (size_t)c;
     float *tmp = scratch_get(tmp_n + (size_t)dw * (size_t)c);
@@ -349,15 +347,21 @@ out:
 /* The spec's augmentation as the engine reads it (rt_aug_draws, rt_aug_apply). */
 static rt_augment rt_image_augment(const rt_image_spec *s, uint64_t epoch)
 {
-    rt_augment a = {.h = s->h, .w = s->w, .c = s->c, .crop_pad = s->crop_pad, .flip = s->flip,
-                    .brightness = s->brightness, .contrast = s->contrast, .epoch = epoch};
+    rt_augment a = {.h = s->h,
+                    .w = s->w,
+                    .c = s->c,
+                    .crop_pad = s->crop_pad,
+                    .flip = s->flip,
+                    .brightness = s->brightness,
+                    .contrast = s->contrast,
+                    .epoch = epoch};
     memcpy(a.mean, s->mean, sizeof a.mean);
     memcpy(a.std, s->std, sizeof a.std);
     return a;
 }
 
-void rt_image_aug_draw(const rt_image_spec *s, uint64_t seed, uint64_t epoch,
-                       uint64_t sample, rt_image_aug *a)
+void rt_image_aug_draw(const rt_image_spec *s, uint64_t seed, uint64_t epoch, uint64_t sample,
+                       rt_image_aug *a)
 {
     const rt_augment g = rt_image_augment(s, epoch);
     rt_aug_draws(&g, seed, sample, a);
@@ -390,8 +394,7 @@ void rt_image_lut_apply(const rt_image_spec *s, const float lut[3][256], const u
             x[i] = lut[0][px[i]];
 }
 
-void rt_image_to_input(const rt_image_spec *s, const uint8_t *px, float *x,
-                       const rt_image_aug *a)
+void rt_image_to_input(const rt_image_spec *s, const uint8_t *px, float *x, const rt_image_aug *a)
 {
     if (!a) {
         float plain[3][256];

@@ -46,9 +46,9 @@ typedef enum rt_resize { RT_RESIZE_AUTO = 0, RT_RESIZE_BILINEAR = 1, RT_RESIZE_A
  * uniform in [-brightness, brightness] and a contrast factor uniform in
  * [1 - contrast, 1 + contrast] around each channel's mean. */
 typedef struct rt_image_spec {
-    int h, w, c;               /* c: 1 (gray) or 3 (RGB) */
+    int h, w, c; /* c: 1 (gray) or 3 (RGB) */
     rt_resize resize;
-    float mean[3], std[3];     /* std 0 is taken as 1 */
+    float mean[3], std[3]; /* std 0 is taken as 1 */
     int crop_pad;
     int flip;
     float brightness, contrast;
@@ -63,9 +63,8 @@ int rt_image_spec_augments(const rt_image_spec *s);
  * caller. Errors: RT_EDATA (not an image of that format, corrupt or
  * truncated), RT_ETOOBIG (declared size over max_pixels values),
  * RT_ENOMEM. */
-int rt_image_decode(const uint8_t *b, size_t n, rt_image_fmt fmt, int channels,
-                    uint64_t max_pixels, uint8_t **px, int *w, int *h,
-                    char *err, size_t errlen);
+int rt_image_decode(const uint8_t *b, size_t n, rt_image_fmt fmt, int channels, uint64_t max_pixels,
+                    uint8_t **px, int *w, int *h, char *err, size_t errlen);
 
 /* Like rt_image_decode, but a JPEG much larger than min_w x min_h is
  * decoded at a reduced DCT scale (1/2 .. 1/8, libjpeg's scaled IDCT) that
@@ -73,20 +72,20 @@ int rt_image_decode(const uint8_t *b, size_t n, rt_image_fmt fmt, int channels,
  * every pixel and then shrinking. The size limit applies to the declared
  * size. PNGs decode whole. */
 int rt_image_decode_for(const uint8_t *b, size_t n, rt_image_fmt fmt, int channels,
-                        uint64_t max_pixels, int min_w, int min_h, uint8_t **px, int *w,
-                        int *h, char *err, size_t errlen);
+                        uint64_t max_pixels, int min_w, int min_h, uint8_t **px, int *w, int *h,
+                        char *err, size_t errlen);
 
 /* Resample src (sh, sw, c) into dst (dh, dw, c) with half-pixel centres
  * (TensorFlow's and PIL's convention), rounding to 8 bits. */
-void rt_image_resize(const uint8_t *src, int sw, int sh, int c, uint8_t *dst,
-                     int dw, int dh, rt_resize method);
+void rt_image_resize(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, int dw, int dh,
+                     rt_resize method);
 
 /* One sample's draws: the engine's (rt_engine.h), which the backends'
  * batch gather applies to an in-memory set's images alike. */
 typedef rt_aug_draw rt_image_aug;
 
-void rt_image_aug_draw(const rt_image_spec *s, uint64_t seed, uint64_t epoch,
-                       uint64_t sample, rt_image_aug *a);
+void rt_image_aug_draw(const rt_image_spec *s, uint64_t seed, uint64_t epoch, uint64_t sample,
+                       rt_image_aug *a);
 
 /* The per-channel table that maps an 8-bit value to its input float
  * without augmentation, and its application to an (h, w, c) image:
@@ -98,8 +97,7 @@ void rt_image_lut_apply(const rt_image_spec *s, const float lut[3][256], const u
 
 /* One stored (h, w, c) image into h * w * c floats of model input, with
  * augmentation a (NULL: none). */
-void rt_image_to_input(const rt_image_spec *s, const uint8_t *px, float *x,
-                       const rt_image_aug *a);
+void rt_image_to_input(const rt_image_spec *s, const uint8_t *px, float *x, const rt_image_aug *a);
 
 #ifdef __cplusplus
 }

@@ -9,7 +9,7 @@ typedef struct shard {
     uint8_t key[16];
     uint8_t *p;
     uint64_t n;
-    uint64_t used;     /* LRU clock */
+    uint64_t used; /* LRU clock */
 } shard;
 
 struct rt_shard_cache {

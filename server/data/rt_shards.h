@@ -25,7 +25,7 @@ extern "C" {
 typedef struct rt_shard_cache rt_shard_cache;
 
 rt_shard_cache *rt_shard_cache_create(uint64_t max_bytes); /* NULL: out of memory */
-void rt_shard_cache_destroy(rt_shard_cache *sc);            /* NULL is a no-op */
+void rt_shard_cache_destroy(rt_shard_cache *sc);           /* NULL is a no-op */
 
 /* Keep a copy of n bytes under key (the XXH3-128 of the bytes); a shard
  * over max_bytes, or one already held, is not copied. */

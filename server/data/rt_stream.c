@@ -28,10 +28,10 @@ static uint64_t spool_total;
 #define RT__STREAM_SHUFFLE_BUFFER (RT_RNG_STREAM_AUGMENT + 1)
 
 typedef struct slot {
-    float *x;            /* batch * per floats */
-    int64_t *idx;        /* the samples of its rows */
+    float *x;     /* batch * per floats */
+    int64_t *idx; /* the samples of its rows */
     int64_t epoch, pos, nb;
-    int64_t next, done;  /* rows handed out, rows decoded */
+    int64_t next, done; /* rows handed out, rows decoded */
     int rc;
     char msg[200];
 } slot;
@@ -52,10 +52,10 @@ struct rt_stream {
     char path[PATH_MAX];
     int64_t n, max_n;
     uint64_t file_bytes;
-    uint64_t written;    /* bytes appended so far */
-    uint64_t charged;    /* counted in spool_total */
+    uint64_t written; /* bytes appended so far */
+    uint64_t charged; /* counted in spool_total */
     uint64_t map_max;
-    const uint8_t *map;  /* the mapped file, or NULL: pread */
+    const uint8_t *map; /* the mapped file, or NULL: pread */
     int threads, prefetch;
     int64_t shuffle_buffer;
 
@@ -72,13 +72,13 @@ struct rt_stream {
     int shuffle, augment, eval;
     int64_t head, sched;
     int64_t h_epoch, h_pos, s_epoch, s_pos;
-    int s_end;           /* evaluation: every batch is scheduled */
-    int64_t busy;        /* rows being decoded outside the lock */
-    int64_t *order;      /* the order of (order_seed, order_epoch) */
+    int s_end;      /* evaluation: every batch is scheduled */
+    int64_t busy;   /* rows being decoded outside the lock */
+    int64_t *order; /* the order of (order_seed, order_epoch) */
     int64_t order_epoch;
     uint64_t order_seed;
     slot *slots;
-    int64_t slot_batch;  /* rows the slot buffers hold */
+    int64_t slot_batch;      /* rows the slot buffers hold */
     pthread_mutex_t fill_mu; /* one rt_stream_fill at a time */
     scratch *team;           /* the filling thread's OpenMP team's, under fill_mu */
     int n_team, team_init;
@@ -100,8 +100,8 @@ int rt_stream_order(int64_t n, int64_t buf, uint64_t seed, int64_t epoch, int64_
     for (int64_t k = 0; k < size; k++)
         b[k] = k;
     for (int64_t k = 0; k < n; k++) {
-        uint64_t r = rt_rng_u64(seed, RT__STREAM_SHUFFLE_BUFFER,
-                                ((uint64_t)epoch << 32) | (uint64_t)k);
+        uint64_t r =
+            rt_rng_u64(seed, RT__STREAM_SHUFFLE_BUFFER, ((uint64_t)epoch << 32) | (uint64_t)k);
         int64_t j = (int64_t)(((unsigned __int128)r * (uint64_t)size) >> 64);
         out[k] = b[j];
         if (next < n)
@@ -123,9 +123,9 @@ static rt_stream *stream_new(const rt_stream_config *cfg, int64_t shuffle_buffer
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     st->threads = cfg && cfg->threads > 0 ? cfg->threads : cpus > 0 ? (int)cpus : 1;
     st->prefetch = cfg && cfg->prefetch > 0 ? cfg->prefetch : RT_STREAM_PREFETCH_DEFAULT;
-    st->shuffle_buffer = shuffle_buffer > 0 ? shuffle_buffer
+    st->shuffle_buffer = shuffle_buffer > 0               ? shuffle_buffer
                          : cfg && cfg->shuffle_buffer > 0 ? cfg->shuffle_buffer
-                                                           : RT_STREAM_SHUFFLE_DEFAULT;
+                                                          : RT_STREAM_SHUFFLE_DEFAULT;
     st->order_epoch = -1;
     pthread_mutex_init(&st->mu, NULL);
     pthread_mutex_init(&st->fill_mu, NULL);
@@ -139,24 +139,26 @@ static rt_stream *stream_new(const rt_stream_config *cfg, int64_t shuffle_buffer
 static int spool_open(rt_stream *st, uint64_t need, const rt_stream_config *cfg, char *err,
                       size_t errlen)
 {
-    const char *dir = cfg && cfg->spool_dir && *cfg->spool_dir ? cfg->spool_dir
-                                                                : RT_SPOOL_DIR_DEFAULT;
+    const char *dir =
+        cfg && cfg->spool_dir && *cfg->spool_dir ? cfg->spool_dir : RT_SPOOL_DIR_DEFAULT;
     /* room: under --max-spool-bytes for all streamed sets, and the disk
      * keeps RT_SPOOL_DISK_RESERVE free; checked before writing anything */
     const uint64_t cap = cfg ? cfg->max_spool_bytes : 0;
     uint64_t held = __atomic_add_fetch(&spool_total, need, __ATOMIC_RELAXED);
     st->charged = need;
     if (cap && held > cap)
-        return rt_errf(err, errlen, RT_ETOOBIG,
-                    "streamed datasets would hold %llu bytes on disk, over --max-spool-bytes %llu",
-                    (unsigned long long)held, (unsigned long long)cap);
+        return rt_errf(
+            err, errlen, RT_ETOOBIG,
+            "streamed datasets would hold %llu bytes on disk, over --max-spool-bytes %llu",
+            (unsigned long long)held, (unsigned long long)cap);
     struct statvfs vfs;
     if (statvfs(dir, &vfs) == 0 &&
         (uint64_t)vfs.f_bavail * vfs.f_frsize < need + RT_SPOOL_DISK_RESERVE)
-        return rt_errf(err, errlen, RT_ETOOBIG,
-                    "spool dir %.120s has %llu bytes free; the dataset needs %llu and %llu stay free",
-                    dir, (unsigned long long)vfs.f_bavail * vfs.f_frsize,
-                    (unsigned long long)need, (unsigned long long)RT_SPOOL_DISK_RESERVE);
+        return rt_errf(
+            err, errlen, RT_ETOOBIG,
+            "spool dir %.120s has %llu bytes free; the dataset needs %llu and %llu stay free", dir,
+            (unsigned long long)vfs.f_bavail * vfs.f_frsize, (unsigned long long)need,
+            (unsigned long long)RT_SPOOL_DISK_RESERVE);
     snprintf(st->path, sizeof st->path, "%s/rtrain-spool-XXXXXX", dir);
     st->fd = mkstemp(st->path);
     if (st->fd < 0)
@@ -174,8 +176,8 @@ static int spool_write(rt_stream *st, const uint8_t *p, size_t len, char *err, s
         if (r <= 0) {
             const char *dir = strrchr(st->path, '/');
             return rt_errf(err, errlen, RT_EIO, "spool dir %.*s: %s",
-                        dir ? (int)(dir - st->path) : 0, st->path,
-                        strerror(r < 0 ? errno : ENOSPC));
+                           dir ? (int)(dir - st->path) : 0, st->path,
+                           strerror(r < 0 ? errno : ENOSPC));
         }
         w += (size_t)r;
     }
@@ -198,7 +200,7 @@ int rt_stream_begin(const rt_stream_rows *rows, int64_t max_n, int64_t shuffle_b
          (int64_t)r->img.h * r->img.w * r->img.c != r->u8_len) ||
         max_n < 1 || (uint64_t)max_n > UINT64_MAX / 8 / rt_stream_row_bytes(r))
         return rt_errf(err, errlen, RT_EINVAL, "bad stream rows (%lld rows of %lld)",
-                    (long long)max_n, (long long)r->per);
+                       (long long)max_n, (long long)r->per);
     rt_stream *st = stream_new(cfg, shuffle_buffer);
     if (!st)
         return rt_errf(err, errlen, RT_ENOMEM, "out of memory");
@@ -231,7 +233,7 @@ int rt_stream_end(rt_stream *st, char *err, size_t errlen)
 {
     if (st->n || st->written == 0 || st->written % st->row_bytes)
         return rt_errf(err, errlen, RT_EINVAL, "the stream got %llu bytes, not whole rows",
-                    (unsigned long long)st->written);
+                       (unsigned long long)st->written);
     st->n = (int64_t)(st->written / st->row_bytes);
     st->file_bytes = st->written;
     /* give back the room of rows never written (records skipped) */
@@ -331,8 +333,7 @@ static int schedule(rt_stream *st)
                 sl->next = sl->done = sl->nb;
                 goto scheduled;
             }
-            if (rt_stream_order(st->n, st->shuffle_buffer, st->seed, st->s_epoch,
-                                st->order) < 0) {
+            if (rt_stream_order(st->n, st->shuffle_buffer, st->seed, st->s_epoch, st->order) < 0) {
                 sl->rc = RT_ENOMEM;
                 snprintf(sl->msg, sizeof sl->msg, "out of memory for the shuffle buffer");
                 sl->next = sl->done = sl->nb;
@@ -382,7 +383,7 @@ static int pread_all(const rt_stream *st, uint8_t *dst, uint64_t len, uint64_t o
             continue;
         if (n <= 0)
             return rt_errf(msg, ml, RT_EIO, "reading the spool: %s",
-                        n < 0 ? strerror(errno) : "short file");
+                           n < 0 ? strerror(errno) : "short file");
         got += (uint64_t)n;
     }
     return 0;
@@ -419,8 +420,7 @@ static void convert_row(const rt_stream *st, const uint8_t *row, int64_t sample,
             rt_image_lut_apply(&R->img, st->plain, row, xb);
         }
         break;
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -462,8 +462,8 @@ static void decode_rows(rt_stream *st, slot *sl, int64_t max, scratch *sc, scrat
     int64_t bad = INT64_MAX; /* the first failing row, as in row order */
     if (!team) {
         for (int64_t r = r0; r < r0 + k && rc == 0; r++) {
-            rc = decode_one(st, sl->idx[r], epoch, augment, seed, sl->x + r * st->R.per, sc,
-                            msg, sizeof msg);
+            rc = decode_one(st, sl->idx[r], epoch, augment, seed, sl->x + r * st->R.per, sc, msg,
+                            sizeof msg);
             if (rc < 0)
                 bad = r;
         }
@@ -523,8 +523,8 @@ static void *worker(void *arg)
 
 /* Under mu: drop the batches in flight and start producing at (epoch, pos)
  * for u. */
-static int restart(rt_stream *st, const rt_stream_use *u, int64_t epoch, int64_t pos,
-                   char *err, size_t errlen)
+static int restart(rt_stream *st, const rt_stream_use *u, int64_t epoch, int64_t pos, char *err,
+                   size_t errlen)
 {
     /* no new rows; wait for the rows being decoded into the buffers */
     st->active = 0;
@@ -545,8 +545,8 @@ static int restart(rt_stream *st, const rt_stream_use *u, int64_t epoch, int64_t
             if (!sl->x || !sl->idx) {
                 st->slot_batch = 0;
                 return rt_errf(err, errlen, RT_ENOMEM,
-                            "out of memory for %d prefetch batches of %lld samples",
-                            st->prefetch, (long long)u->batch);
+                               "out of memory for %d prefetch batches of %lld samples",
+                               st->prefetch, (long long)u->batch);
             }
         }
         st->slot_batch = u->batch;
@@ -581,12 +581,12 @@ static int fill_locked(const rt_stream_use *u, int64_t epoch, int64_t pos, int64
     rt_stream *st = u->st;
     if (u->batch < 1 || pos < 0 || pos * u->batch >= st->n || nb < 1 || nb > u->batch)
         return rt_errf(err, errlen, RT_EINVAL, "batch %lld of %lld rows is outside the dataset",
-                    (long long)pos, (long long)nb);
+                       (long long)pos, (long long)nb);
     pthread_mutex_lock(&st->mu);
     const int eval = epoch == RT_EPOCH_EVAL;
     const int same = st->active && st->seed == u->seed && st->batch == u->batch &&
-                     st->shuffle == u->shuffle && st->augment == u->augment &&
-                     st->eval == eval && st->h_epoch == epoch && st->h_pos == pos;
+                     st->shuffle == u->shuffle && st->augment == u->augment && st->eval == eval &&
+                     st->h_epoch == epoch && st->h_pos == pos;
     int rc = 0;
     if (!same && (rc = restart(st, u, epoch, pos, err, errlen)) < 0) {
         pthread_mutex_unlock(&st->mu);
@@ -617,8 +617,8 @@ static int fill_locked(const rt_stream_use *u, int64_t epoch, int64_t pos, int64
     if (nb > sl->nb) {
         st->active = 0;
         pthread_mutex_unlock(&st->mu);
-        return rt_errf(err, errlen, RT_EINVAL, "batch %lld has %lld rows, not %lld",
-                    (long long)pos, (long long)sl->nb, (long long)nb);
+        return rt_errf(err, errlen, RT_EINVAL, "batch %lld has %lld rows, not %lld", (long long)pos,
+                       (long long)sl->nb, (long long)nb);
     }
     pthread_mutex_unlock(&st->mu);
     /* the slot is ours until head moves past it */
@@ -648,8 +648,8 @@ static int fill_mapped(const rt_stream_use *u, int64_t epoch, int64_t pos, int64
     rt_stream *st = u->st;
     const int64_t start = pos * u->batch;
     if (nb > st->n - start)
-        return rt_errf(err, errlen, RT_EINVAL, "batch %lld has %lld rows, not %lld",
-                    (long long)pos, (long long)(st->n - start), (long long)nb);
+        return rt_errf(err, errlen, RT_EINVAL, "batch %lld has %lld rows, not %lld", (long long)pos,
+                       (long long)(st->n - start), (long long)nb);
     const int eval = epoch == RT_EPOCH_EVAL;
     const int64_t *idx = NULL;
     if (!eval && u->shuffle) {
@@ -692,7 +692,8 @@ static int held_fill(const rt_stream_use *u, int64_t epoch, int64_t pos, int64_t
                      void *y, float *w, char *err, size_t errlen)
 {
     if (epoch != RT_EPOCH_EVAL)
-        return rt_errf(err, errlen, RT_EINTERNAL, "a held data set trains through the MPI "
+        return rt_errf(err, errlen, RT_EINTERNAL,
+                       "a held data set trains through the MPI "
                        "replicas only");
     const int64_t s = pos * u->batch;
     if (u->batch < 1 || pos < 0 || nb < 1 || nb > u->batch || s >= u->n || nb > u->n - s)
@@ -708,8 +709,8 @@ static int held_fill(const rt_stream_use *u, int64_t epoch, int64_t pos, int64_t
     return 0;
 }
 
-int rt_stream_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y,
-                   float *w, char *err, size_t errlen)
+int rt_stream_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y, float *w,
+                   char *err, size_t errlen)
 {
     const rt_stream_use *u = ud;
     if (u->held)
@@ -718,7 +719,7 @@ int rt_stream_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, v
     if (u->batch < 1 || pos < 0 || pos >= (st->n + u->batch - 1) / u->batch || nb < 1 ||
         nb > u->batch)
         return rt_errf(err, errlen, RT_EINVAL, "batch %lld of %lld rows is outside the dataset",
-                    (long long)pos, (long long)nb);
+                       (long long)pos, (long long)nb);
     pthread_mutex_lock(&st->fill_mu);
     if (st->map) {
         int rc = fill_mapped(u, epoch, pos, nb, x, y, w, err, errlen);

@@ -94,10 +94,10 @@ enum {
 };
 
 typedef struct rt_stream_rows {
-    int64_t per;             /* floats per sample */
-    int64_t u8_off, u8_len;  /* x[u8_off, u8_off + u8_len) kept as 8 bits; 0: none */
-    int u8_kind;             /* RT_ROWS_U8_* */
-    rt_image_spec img;       /* RT_ROWS_U8_IMAGE: the image and its augmentation */
+    int64_t per;            /* floats per sample */
+    int64_t u8_off, u8_len; /* x[u8_off, u8_off + u8_len) kept as 8 bits; 0: none */
+    int u8_kind;            /* RT_ROWS_U8_* */
+    rt_image_spec img;      /* RT_ROWS_U8_IMAGE: the image and its augmentation */
 } rt_stream_rows;
 
 /* Bytes of one row in the spool. */
@@ -129,19 +129,19 @@ typedef struct rt_stream_use {
     rt_stream *st;
     uint64_t seed;
     int64_t batch;
-    int shuffle;        /* training epochs through the shuffle buffer */
-    int augment;        /* training batches augment their images */
-    const void *y;      /* the labels: n * lab_per values of 4 bytes */
+    int shuffle;   /* training epochs through the shuffle buffer */
+    int augment;   /* training batches augment their images */
+    const void *y; /* the labels: n * lab_per values of 4 bytes */
     int64_t lab_per;
-    const float *sw;    /* per-sample weights (n), or NULL */
+    const float *sw;      /* per-sample weights (n), or NULL */
     struct rt_held *held; /* st NULL: a held set's rows (rt_data.h), n of them */
     int64_t n;
 } rt_stream_use;
 
 /* rt_batch_fill (rt_engine.h) over an rt_stream_use: x from the rows,
  * y and w gathered from u->y and u->sw in the batch's order. */
-int rt_stream_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y,
-                   float *w, char *err, size_t errlen);
+int rt_stream_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y, float *w,
+                   char *err, size_t errlen);
 
 /* The order of one epoch through a shuffle buffer of buf samples (buf <= 1:
  * file order): out[k] is the k-th sample read. RT_ENOMEM without room for

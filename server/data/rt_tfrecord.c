@@ -22,8 +22,7 @@ static uint64_t le64(const uint8_t *p)
 
 static uint32_t le32(const uint8_t *p)
 {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-           ((uint32_t)p[3] << 24);
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 
 static void put32(uint8_t *p, uint32_t v)
@@ -32,9 +31,8 @@ static void put32(uint8_t *p, uint32_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-int rt_tfr_inflate(const uint8_t *in, size_t len, rt_tfr_compression c,
-                   uint64_t max_bytes, uint8_t **out, size_t *out_len,
-                   char *err, size_t errlen)
+int rt_tfr_inflate(const uint8_t *in, size_t len, rt_tfr_compression c, uint64_t max_bytes,
+                   uint8_t **out, size_t *out_len, char *err, size_t errlen)
 {
     *out = NULL;
     *out_len = 0;
@@ -67,8 +65,8 @@ int rt_tfr_inflate(const uint8_t *in, size_t len, rt_tfr_compression c,
         }
         if (n == cap) {
             if (max_bytes && cap >= max_bytes) {
-                rc = rt_errf(err, errlen, RT_ETOOBIG, "%s data inflates past %llu bytes",
-                          what, (unsigned long long)max_bytes);
+                rc = rt_errf(err, errlen, RT_ETOOBIG, "%s data inflates past %llu bytes", what,
+                             (unsigned long long)max_bytes);
                 goto out;
             }
             size_t nc = cap * 2;
@@ -94,7 +92,7 @@ int rt_tfr_inflate(const uint8_t *in, size_t len, rt_tfr_compression c,
                 break;
             if (c == RT_TFR_ZLIB) {
                 rc = rt_errf(err, errlen, RT_EDATA, "ZLIB stream has %zu bytes after its end",
-                          (size_t)z.avail_in + in_left);
+                             (size_t)z.avail_in + in_left);
                 goto out;
             }
             inflateReset(&z);
@@ -107,7 +105,7 @@ int rt_tfr_inflate(const uint8_t *in, size_t len, rt_tfr_compression c,
             goto out;
         }
         rc = rt_errf(err, errlen, RT_EDATA, "corrupt %s data (%s)", what,
-                  z.msg ? z.msg : "inflate failed");
+                     z.msg ? z.msg : "inflate failed");
         goto out;
     }
 out:
@@ -128,14 +126,13 @@ void rt_tfr_reader_init(rt_tfr_reader *r, const uint8_t *buf, size_t len)
     r->len = len;
 }
 
-int rt_tfr_next(rt_tfr_reader *r, const uint8_t **rec, size_t *len, char *err,
-                size_t errlen)
+int rt_tfr_next(rt_tfr_reader *r, const uint8_t **rec, size_t *len, char *err, size_t errlen)
 {
     *rec = NULL;
     *len = 0;
     if (r->fatal)
         return rt_errf(err, errlen, RT_EDATA, "record %lld: the file is unreadable past byte %zu",
-                    (long long)r->index, r->off);
+                       (long long)r->index, r->off);
     size_t left = r->len - r->off;
     if (left == 0)
         return 0;
@@ -143,22 +140,21 @@ int rt_tfr_next(rt_tfr_reader *r, const uint8_t **rec, size_t *len, char *err,
     if (left < 12) {
         r->fatal = 1;
         return rt_errf(err, errlen, RT_ETRUNCATED,
-                    "record %lld at byte %zu: truncated header (%zu of 12 bytes)",
-                    (long long)r->index, r->off, left);
+                       "record %lld at byte %zu: truncated header (%zu of 12 bytes)",
+                       (long long)r->index, r->off, left);
     }
     if (rt_crc32c_mask(rt_crc32c(0, p, 8)) != le32(p + 8)) {
         r->fatal = 1;
-        return rt_errf(err, errlen, RT_ECHECKSUM,
-                    "record %lld at byte %zu: length CRC mismatch", (long long)r->index,
-                    r->off);
+        return rt_errf(err, errlen, RT_ECHECKSUM, "record %lld at byte %zu: length CRC mismatch",
+                       (long long)r->index, r->off);
     }
     uint64_t n = le64(p);
     if (n > left - 12 || left - 12 - n < 4) {
         r->fatal = 1;
         return rt_errf(err, errlen, RT_ETRUNCATED,
-                    "record %lld at byte %zu: %llu data bytes declared, %zu left",
-                    (long long)r->index, r->off, (unsigned long long)n,
-                    left - 12 >= 4 ? left - 16 : 0);
+                       "record %lld at byte %zu: %llu data bytes declared, %zu left",
+                       (long long)r->index, r->off, (unsigned long long)n,
+                       left - 12 >= 4 ? left - 16 : 0);
     }
     const uint8_t *d = p + 12;
     uint32_t want = le32(d + n);
@@ -167,7 +163,7 @@ int rt_tfr_next(rt_tfr_reader *r, const uint8_t **rec, size_t *len, char *err,
     r->off += 16 + (size_t)n;
     if (rt_crc32c_mask(rt_crc32c(0, d, (size_t)n)) != want)
         return rt_errf(err, errlen, RT_ECHECKSUM, "record %lld at byte %zu: data CRC mismatch",
-                    (long long)idx, at);
+                       (long long)idx, at);
     *rec = d;
     *len = (size_t)n;
     return 1;

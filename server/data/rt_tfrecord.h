@@ -38,22 +38,23 @@ extern "C" {
 
 /* Values match proto Compression. */
 typedef enum rt_tfr_compression {
-    RT_TFR_NONE = 0, RT_TFR_GZIP = 1, RT_TFR_ZLIB = 2
+    RT_TFR_NONE = 0,
+    RT_TFR_GZIP = 1,
+    RT_TFR_ZLIB = 2
 } rt_tfr_compression;
 
 /* Inflate a whole GZIP or ZLIB file (RT_TFR_NONE: RT_EINVAL). *out is
  * malloc'ed and owned by the caller. Inflating past max_bytes fails with
  * RT_ETOOBIG before more is allocated; corrupt or truncated streams fail
  * with RT_EDATA. */
-int rt_tfr_inflate(const uint8_t *in, size_t len, rt_tfr_compression c,
-                   uint64_t max_bytes, uint8_t **out, size_t *out_len,
-                   char *err, size_t errlen);
+int rt_tfr_inflate(const uint8_t *in, size_t len, rt_tfr_compression c, uint64_t max_bytes,
+                   uint8_t **out, size_t *out_len, char *err, size_t errlen);
 
 typedef struct rt_tfr_reader {
     const uint8_t *buf;
-    size_t len, off;     /* off: start of the next record */
-    int64_t index;       /* the next record's index */
-    int fatal;           /* framing is lost; rt_tfr_next returns the error again */
+    size_t len, off; /* off: start of the next record */
+    int64_t index;   /* the next record's index */
+    int fatal;       /* framing is lost; rt_tfr_next returns the error again */
 } rt_tfr_reader;
 
 void rt_tfr_reader_init(rt_tfr_reader *r, const uint8_t *buf, size_t len);
@@ -64,8 +65,7 @@ void rt_tfr_reader_init(rt_tfr_reader *r, const uint8_t *buf, size_t len);
  *       moved past the record, so a caller may skip it and go on;
  *   RT_ECHECKSUM, fatal = 1: the length's CRC does not match;
  *   RT_ETRUNCATED, fatal = 1: the buffer ends inside a record. */
-int rt_tfr_next(rt_tfr_reader *r, const uint8_t **rec, size_t *len,
-                char *err, size_t errlen);
+int rt_tfr_next(rt_tfr_reader *r, const uint8_t **rec, size_t *len, char *err, size_t errlen);
 
 /* Append one framed record to out (which must have rt_tfr_framed_size(n)
  * bytes); returns the bytes written. For writers and tests. */

@@ -59,8 +59,7 @@ rt_upload_kept *rt_upload_store_take(rt_upload_store *st, const rt_principal *wh
     return k;
 }
 
-uint64_t rt_upload_store_offset(rt_upload_store *st, const rt_principal *who,
-                                const uint8_t key[16])
+uint64_t rt_upload_store_offset(rt_upload_store *st, const rt_principal *who, const uint8_t key[16])
 {
     uint64_t off = 0;
     pthread_mutex_lock(&st->mu);
@@ -71,8 +70,7 @@ uint64_t rt_upload_store_offset(rt_upload_store *st, const rt_principal *who,
     return off;
 }
 
-int rt_upload_store_has_probe(rt_upload_store *st, const rt_principal *who,
-                              const uint8_t probe[16])
+int rt_upload_store_has_probe(rt_upload_store *st, const rt_principal *who, const uint8_t probe[16])
 {
     int found = 0;
     pthread_mutex_lock(&st->mu);
@@ -146,8 +144,7 @@ uint64_t rt_upload_store_bytes(rt_upload_store *st)
     return b;
 }
 
-void rt_upload_store_probe_put(rt_upload_store *st, const uint8_t probe[16],
-                               const uint8_t key[16])
+void rt_upload_store_probe_put(rt_upload_store *st, const uint8_t probe[16], const uint8_t key[16])
 {
     pthread_mutex_lock(&st->mu);
     int i;

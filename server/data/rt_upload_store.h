@@ -34,13 +34,13 @@ extern "C" {
 typedef struct rt_upload_kept {
     struct rt_upload_kept *next;
     rt_principal *who;
-    uint8_t key[16];       /* rt_data_key of the content hash and parts */
-    uint64_t offset;       /* stream bytes held */
-    uint64_t bytes;        /* charged */
+    uint8_t key[16]; /* rt_data_key of the content hash and parts */
+    uint64_t offset; /* stream bytes held */
+    uint64_t bytes;  /* charged */
     uint64_t expires_ns;
-    uint8_t probe[16];     /* rt_data_key of the header's sample hash and parts */
+    uint8_t probe[16]; /* rt_data_key of the header's sample hash and parts */
     int has_probe;
-    void *st;              /* the upload's data (its handler's) */
+    void *st; /* the upload's data (its handler's) */
     void (*st_free)(void *st);
 } rt_upload_kept;
 
@@ -86,8 +86,7 @@ uint64_t rt_upload_store_bytes(rt_upload_store *st);
  * (NULL is a no-op). */
 void rt_upload_kept_free(rt_upload_kept *k);
 
-void rt_upload_store_probe_put(rt_upload_store *st, const uint8_t probe[16],
-                               const uint8_t key[16]);
+void rt_upload_store_probe_put(rt_upload_store *st, const uint8_t probe[16], const uint8_t key[16]);
 /* The content keys stored for probe (at most max); returns how many. */
 int rt_upload_store_probe_keys(rt_upload_store *st, const uint8_t probe[16], uint8_t (*keys)[16],
                                int max);

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <string.h>
 
-
 /* IDX images are (28, 28), a channels-last CNN takes (28, 28, 1), a
  * PyTorch one (1, 28, 28): dims of 1 move no byte. (8, 8, 3) data for a
  * (3, 8, 8) program is refused (layout_hint), and a shape that fits both
@@ -92,10 +91,16 @@ int rt_view_make(rt_dataset *ds, const rt_plan *plan, int need_labels, rt_stream
         /* batches decoded by the stream's workers, in its order; or a held
          * set's rows (server/mpi sees fill_id and trains it over the
          * replicas) */
-        *use = (rt_stream_use){.st = ds->stream, .seed = cfg->seed, .batch = cfg->batch_size,
-                               .shuffle = cfg->shuffle, .augment = 1, .y = d->y,
-                               .lab_per = rt_data_numel(ds->y_ndim, ds->y_dims), .sw = ds->sw,
-                               .held = ds->held, .n = ds->n};
+        *use = (rt_stream_use){.st = ds->stream,
+                               .seed = cfg->seed,
+                               .batch = cfg->batch_size,
+                               .shuffle = cfg->shuffle,
+                               .augment = 1,
+                               .y = d->y,
+                               .lab_per = rt_data_numel(ds->y_ndim, ds->y_dims),
+                               .sw = ds->sw,
+                               .held = ds->held,
+                               .n = ds->n};
         d->fill = rt_stream_fill;
         d->fill_ud = use;
         d->fill_id = ds->stream ? (const void *)ds->stream : (const void *)ds->held;
@@ -103,8 +108,8 @@ int rt_view_make(rt_dataset *ds, const rt_plan *plan, int need_labels, rt_stream
     return 0;
 }
 
-int rt_view_epoch(rt_dataset *ds, const rt_plan *plan, int64_t global_step, rt_data *d,
-                  char *err, size_t errlen)
+int rt_view_epoch(rt_dataset *ds, const rt_plan *plan, int64_t global_step, rt_data *d, char *err,
+                  size_t errlen)
 {
     if (!ds->img)
         return 0;
@@ -112,9 +117,16 @@ int rt_view_epoch(rt_dataset *ds, const rt_plan *plan, int64_t global_step, rt_d
     int64_t spe = (d->n + cfg->batch_size - 1) / cfg->batch_size;
     uint64_t epoch = (uint64_t)(global_step / (spe > 0 ? spe : 1));
     const rt_image_spec *m = &ds->img_spec;
-    d->aug = (rt_augment){.img = ds->img, .h = m->h, .w = m->w, .c = m->c, .off = ds->img_off,
-                          .crop_pad = m->crop_pad, .flip = m->flip, .brightness = m->brightness,
-                          .contrast = m->contrast, .epoch = epoch};
+    d->aug = (rt_augment){.img = ds->img,
+                          .h = m->h,
+                          .w = m->w,
+                          .c = m->c,
+                          .off = ds->img_off,
+                          .crop_pad = m->crop_pad,
+                          .flip = m->flip,
+                          .brightness = m->brightness,
+                          .contrast = m->contrast,
+                          .epoch = epoch};
     memcpy(d->aug.mean, m->mean, sizeof d->aug.mean);
     memcpy(d->aug.std, m->std, sizeof d->aug.std);
     return 0;

@@ -32,8 +32,8 @@ extern "C" {
  * plan. Equal element counts are accepted when either side is flat, and
  * shapes that differ only by dims of 1; nothing else is reinterpreted.
  * 0, or RT_ESHAPE/RT_EDATA with a message naming ds and prog_id. */
-int rt_view_check(const rt_dataset *ds, const rt_plan *plan, const char *prog_id,
-                  int need_labels, char *err, size_t errlen);
+int rt_view_check(const rt_dataset *ds, const rt_plan *plan, const char *prog_id, int need_labels,
+                  char *err, size_t errlen);
 
 /* The shape test and the layout hint of rt_view_check, for samples sent
  * in a request (Predict's x). */
@@ -51,8 +51,8 @@ int rt_view_make(rt_dataset *ds, const rt_plan *plan, int need_labels, rt_stream
  * gather for the images of the epoch that global_step is in, drawn from
  * the plan's seed, so a rerun or a resumed run sees the same images.
  * Returns 0 (also without augmentation). */
-int rt_view_epoch(rt_dataset *ds, const rt_plan *plan, int64_t global_step, rt_data *d,
-                  char *err, size_t errlen);
+int rt_view_epoch(rt_dataset *ds, const rt_plan *plan, int64_t global_step, rt_data *d, char *err,
+                  size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -350,10 +350,10 @@ int rt_state_checkpoint_due(const rt_state *st, const rt_program *p, uint32_t ev
  * into) is skipped with a warning naming the reason. RT_ENOTFOUND if none
  * was taken. where names the folder in the messages. */
 typedef int (*rt__ckpt_use_fn)(void *ud, const rt_ckpt_view *v, char *err, size_t errlen);
-int rt__ckpt_load_newest_at(int dfd, const char *where, uint64_t max, rt__ckpt_use_fn use,
-                            void *ud, int *warnings);
-int rt__ckpt_load_newest_at(int dfd, const char *where, uint64_t max, rt__ckpt_use_fn use,
-                            void *ud, int *warnings)
+int rt__ckpt_load_newest_at(int dfd, const char *where, uint64_t max, rt__ckpt_use_fn use, void *ud,
+                            int *warnings);
+int rt__ckpt_load_newest_at(int dfd, const char *where, uint64_t max, rt__ckpt_use_fn use, void *ud,
+                            int *warnings)
 {
     uint64_t *ks;
     int n = list_ckpts(dfd, &ks);

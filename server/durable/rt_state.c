@@ -24,8 +24,8 @@
 #include "rt_wire.h"
 
 typedef int (*rt__ckpt_use_fn)(void *ud, const rt_ckpt_view *v, char *err, size_t errlen);
-int rt__ckpt_load_newest_at(int dfd, const char *where, uint64_t max, rt__ckpt_use_fn use,
-                            void *ud, int *warnings);
+int rt__ckpt_load_newest_at(int dfd, const char *where, uint64_t max, rt__ckpt_use_fn use, void *ud,
+                            int *warnings);
 
 /* A session or program record is a few lines; a meta record too. */
 #define RT__RECORD_MAX 4096
@@ -39,7 +39,8 @@ int rt_state_session_save(const rt_state *st, const rt_session *s, char *err, si
     if (dfd < 0) {
         char what[80];
         snprintf(what, sizeof what, "sessions/%s", s->id);
-        return rt__state_io_err(errno == ELOOP ? ENOTDIR : errno, "cannot create", what, err, errlen);
+        return rt__state_io_err(errno == ELOOP ? ENOTDIR : errno, "cannot create", what, err,
+                                errlen);
     }
     /* the name is free text: its newlines would split the record */
     char name[sizeof s->name];
@@ -137,8 +138,10 @@ void rt_state_session_remove(const rt_state *st, const char *sid)
         closedir(d);
     close(sfd);
     if (unlinkat(st->ss, sid, AT_REMOVEDIR) < 0 && errno != ENOENT)
-        RT_LOG(RT_LOG_WARN, "state: sessions/%.40s not removed: %s (files not the daemon's "
-               "are left)", sid, strerror(errno));
+        RT_LOG(RT_LOG_WARN,
+               "state: sessions/%.40s not removed: %s (files not the daemon's "
+               "are left)",
+               sid, strerror(errno));
 }
 
 /* ------------------------------------------------------------- datasets */
@@ -149,7 +152,7 @@ typedef struct ds_part {
     int32_t role, format, dtype, ndim;
     int64_t dims[RT_MAX_DIMS];
     int32_t label_column, csv_header, normalize;
-    int32_t storage;   /* storage + 4 * shuffle_buffer (under 2^28); 0 in
+    int32_t storage; /* storage + 4 * shuffle_buffer (under 2^28); 0 in
                           files written before streamed arrays */
     uint64_t length;
 } ds_part;
@@ -177,8 +180,8 @@ static void hex16(const uint8_t k[16], char out[33])
 }
 
 int rt_state_dataset_put(const rt_state *st, const uint8_t key[16], const uint8_t hash[16],
-                         const rt_data_part *parts, int n_parts, const uint8_t *buf,
-                         uint64_t len, int *kept, char *err, size_t errlen)
+                         const rt_data_part *parts, int n_parts, const uint8_t *buf, uint64_t len,
+                         int *kept, char *err, size_t errlen)
 {
     *kept = 0;
     /* TFRecord shards come with a spec (the same for every part) */
@@ -227,10 +230,8 @@ int rt_state_dataset_put(const rt_state *st, const uint8_t key[16], const uint8_
             t->compression[i] = (int32_t)parts[i].compression;
         t->spec = *spec;
     }
-    rt_exec_span sp[4] = {{&h, sizeof h},
-                          {dp, sizeof *dp * (size_t)n_parts},
-                          {t, t ? sizeof *t : 0},
-                          {buf, len}};
+    rt_exec_span sp[4] = {
+        {&h, sizeof h}, {dp, sizeof *dp * (size_t)n_parts}, {t, t ? sizeof *t : 0}, {buf, len}};
     int rc = rt_state_write_at(st, st->ds, name, sp, 4, err, errlen);
     free(t);
     free(dp);
@@ -249,8 +250,8 @@ int rt_state_dataset_owner(const rt_state *st, const rt_dataset *ds, const char 
     for (char *p = nm; *p; p++)
         if (*p == '\n' || *p == '\r')
             *p = ' ';
-    int n = snprintf(body, sizeof body, "rtrain-dataset 1\n%s\n%s\n%s\n%s\n", kh, ds->id, owner,
-                     nm);
+    int n =
+        snprintf(body, sizeof body, "rtrain-dataset 1\n%s\n%s\n%s\n%s\n", kh, ds->id, owner, nm);
     rt_exec_span sp = {body, (size_t)n};
     return rt_state_write_at(st, st->ds, file, &sp, 1, err, errlen);
 }
@@ -275,9 +276,9 @@ static int lines(char *b, char **v, int max)
 /* A dataset file, checked before anything is read past its head: a
  * regular file, its size what the head says, the data no larger than one
  * upload may be (max_bytes). Its bytes are read once, into *buf. */
-static int read_dataset_file(const rt_state *st, const char *name, uint64_t max_bytes,
-                             ds_head *h, rt_data_part *parts, ds_tfr *t, uint8_t **buf,
-                             char *err, size_t errlen)
+static int read_dataset_file(const rt_state *st, const char *name, uint64_t max_bytes, ds_head *h,
+                             rt_data_part *parts, ds_tfr *t, uint8_t **buf, char *err,
+                             size_t errlen)
 {
     *buf = NULL;
     int fd = openat(st->ds, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -372,8 +373,7 @@ static int restore_dataset(const rt_state *st, const char *meta, rt_data_store *
 {
     size_t ml;
     char *m, *v[5], err[256];
-    if (rt_state_read_at(st->ds, meta, RT__RECORD_MAX, (uint8_t **)&m, &ml, err,
-                         sizeof err) < 0) {
+    if (rt_state_read_at(st->ds, meta, RT__RECORD_MAX, (uint8_t **)&m, &ml, err, sizeof err) < 0) {
         RT_LOG(RT_LOG_WARN, "state: datasets/%.80s %s; left alone", meta, err);
         return -1;
     }
@@ -395,12 +395,10 @@ static int restore_dataset(const rt_state *st, const char *meta, rt_data_store *
     ds_head h;
     rt_data_part parts[RT_DATA_MAX_PARTS];
     tfr = calloc(1, sizeof *tfr);
-    if (!tfr || read_dataset_file(st, name, max_bytes, &h, parts, tfr, &buf, err,
-                                  sizeof err) < 0) {
+    if (!tfr || read_dataset_file(st, name, max_bytes, &h, parts, tfr, &buf, err, sizeof err) < 0) {
         if (!tfr)
             snprintf(err, sizeof err, "no memory to read it");
-        RT_LOG(RT_LOG_WARN, "state: datasets/%s %s; dataset %.12s not restored", name, err,
-               v[2]);
+        RT_LOG(RT_LOG_WARN, "state: datasets/%s %s; dataset %.12s not restored", name, err, v[2]);
         goto out;
     }
     /* verified against its hash before anything trusts it */
@@ -411,8 +409,7 @@ static int restore_dataset(const rt_state *st, const char *meta, rt_data_store *
     char kh[33];
     hex16(key, kh);
     if (memcmp(c.digest, h.hash, 16) || strcmp(kh, v[1])) {
-        RT_LOG(RT_LOG_WARN, "state: datasets/%s does not match its XXH3-128; not restored",
-               name);
+        RT_LOG(RT_LOG_WARN, "state: datasets/%s does not match its XXH3-128; not restored", name);
         goto out;
     }
     rt_dataset *ds, *kept;
@@ -493,8 +490,8 @@ static int restore_session(const rt_state *st, const char *sid, rt_session_table
     }
     size_t len;
     char *b, *v[5], err[256];
-    int rc = rt_state_read_at(sfd, "session", RT__RECORD_MAX, (uint8_t **)&b, &len, err,
-                              sizeof err);
+    int rc =
+        rt_state_read_at(sfd, "session", RT__RECORD_MAX, (uint8_t **)&b, &len, err, sizeof err);
     if (rc == RT_ENOTFOUND) { /* a close cut short by a kill: finish it */
         close(sfd);
         rt_state_session_remove(st, sid);
@@ -565,8 +562,8 @@ static int restore_session(const rt_state *st, const char *sid, rt_session_table
 }
 
 int rt_state_restore(const rt_state *st, rt_session_table *table, rt_data_store *store,
-                     rt_principal_set *ps, uint64_t max_dataset_bytes,
-                     rt_state_compile_fn compile, void *ud, rt_state_restore_result *res)
+                     rt_principal_set *ps, uint64_t max_dataset_bytes, rt_state_compile_fn compile,
+                     void *ud, rt_state_restore_result *res)
 {
     memset(res, 0, sizeof *res);
     DIR *d = rt_state_list(st->ds);

@@ -54,11 +54,11 @@ extern "C" {
 
 typedef struct rt_state_config {
     const char *dir;
-    uint32_t every_steps;  /* checkpoint after a call once this many steps ran; 0 = off */
-    uint32_t every_s;      /* ... or once this many seconds passed; 0 = off */
-    int keep;              /* checkpoints kept per program; < 1 = 3 */
-    int fail_continue;     /* a failed checkpoint is logged; training goes on */
-    int no_fsync;          /* benchmarks only: skip fsync (not crash-safe) */
+    uint32_t every_steps;    /* checkpoint after a call once this many steps ran; 0 = off */
+    uint32_t every_s;        /* ... or once this many seconds passed; 0 = off */
+    int keep;                /* checkpoints kept per program; < 1 = 3 */
+    int fail_continue;       /* a failed checkpoint is logged; training goes on */
+    int no_fsync;            /* benchmarks only: skip fsync (not crash-safe) */
     uint64_t max_file_bytes; /* a checkpoint read at start: larger ones are
                                 refused before reading; 0 = 64 GiB */
 } rt_state_config;
@@ -85,14 +85,14 @@ DIR *rt_state_list(int dfd);
  * written through. On error (disk full: RT_ETOOBIG; else RT_EIO) the
  * message names the file and the reason, the temporary file is removed
  * and what was at name before is unchanged. */
-int rt_state_write_at(const rt_state *st, int dfd, const char *name, const rt_exec_span *sp,
-                      int n, char *err, size_t errlen);
+int rt_state_write_at(const rt_state *st, int dfd, const char *name, const rt_exec_span *sp, int n,
+                      char *err, size_t errlen);
 /* name in the folder dfd into *buf (malloc'ed, NUL-terminated): a regular
  * file of at most max bytes, checked before anything is read. RT_ENOTFOUND
  * if missing; RT_EDATA (not a regular file: a symlink, FIFO, device),
  * RT_ETOOBIG (over max) or RT_EIO otherwise, err saying which. */
-int rt_state_read_at(int dfd, const char *name, uint64_t max, uint8_t **buf, size_t *len,
-                     char *err, size_t errlen);
+int rt_state_read_at(int dfd, const char *name, uint64_t max, uint8_t **buf, size_t *len, char *err,
+                     size_t errlen);
 /* Read exactly n bytes of fd (EINTR retried); RT_EIO if it ends first. */
 int rt_state_read_full(int fd, void *dst, size_t n, char *err, size_t errlen);
 
@@ -110,8 +110,8 @@ void rt_state_session_remove(const rt_state *st, const char *sid);
  * beside the parts (RTDATA2), so a restarted daemon parses them as they
  * were; one without a spec is not kept: returns 0 and sets *kept = 0. */
 int rt_state_dataset_put(const rt_state *st, const uint8_t key[16], const uint8_t hash[16],
-                         const rt_data_part *parts, int n_parts, const uint8_t *buf,
-                         uint64_t len, int *kept, char *err, size_t errlen);
+                         const rt_data_part *parts, int n_parts, const uint8_t *buf, uint64_t len,
+                         int *kept, char *err, size_t errlen);
 /* Who owns the stored dataset ds and under which id (after the store took
  * it, before the upload is acknowledged). */
 int rt_state_dataset_owner(const rt_state *st, const rt_dataset *ds, const char *owner,
@@ -120,7 +120,7 @@ int rt_state_dataset_owner(const rt_state *st, const rt_dataset *ds, const char 
 /* ------------------------------------------------------------ checkpoints */
 /* The program's counters kept beside its exec state. */
 typedef struct rt_ckpt_meta {
-    char magic[8];               /* "RTMETA2" */
+    char magic[8]; /* "RTMETA2" */
     char session_id[RT_SESSION_ID_LEN];
     char program_id[RT_SESSION_ID_LEN];
     uint64_t last_seq;
@@ -128,17 +128,17 @@ typedef struct rt_ckpt_meta {
     uint64_t epoch_exec_ns;
     rt_metrics last_metrics, last_mean;
     rt_seq_rec ring[RT_SEQ_RING];
-    rt_fit_rec fit;              /* the resumable Fit */
-    uint64_t n_fit_epochs;       /* its epoch results that follow the record */
+    rt_fit_rec fit;        /* the resumable Fit */
+    uint64_t n_fit_epochs; /* its epoch results that follow the record */
 } rt_ckpt_meta;
 
 /* A checkpoint's parts, pointing into the bytes it was parsed from. */
 typedef struct rt_ckpt_view {
-    const uint8_t *req;          /* the CompileRequest, packed */
+    const uint8_t *req; /* the CompileRequest, packed */
     size_t req_len;
     rt_ckpt_meta meta;
-    const uint8_t *fit_epochs;   /* meta.n_fit_epochs rt_fit_epoch, unaligned */
-    const uint8_t *exec;         /* rt_exec_load_state's blob */
+    const uint8_t *fit_epochs; /* meta.n_fit_epochs rt_fit_epoch, unaligned */
+    const uint8_t *exec;       /* rt_exec_load_state's blob */
     size_t exec_len;
 } rt_ckpt_view;
 
@@ -169,8 +169,7 @@ int rt_state_checkpoint_due(const rt_state *st, const rt_program *p, uint32_t ev
  * session s under id pid, into *out (the caller's hook into the compile
  * path). */
 typedef int (*rt_state_compile_fn)(void *ud, rt_session *s, const uint8_t *req, size_t len,
-                                   const char *pid, rt_program **out, char *err,
-                                   size_t errlen);
+                                   const char *pid, rt_program **out, char *err, size_t errlen);
 
 typedef struct rt_state_restore_result {
     int sessions, programs, datasets, warnings;
@@ -181,8 +180,8 @@ typedef struct rt_state_restore_result {
  * restored (a missing owner, a corrupt file, a quota) is logged and left
  * on disk. */
 int rt_state_restore(const rt_state *st, rt_session_table *table, rt_data_store *store,
-                     rt_principal_set *ps, uint64_t max_dataset_bytes,
-                     rt_state_compile_fn compile, void *ud, rt_state_restore_result *res);
+                     rt_principal_set *ps, uint64_t max_dataset_bytes, rt_state_compile_fn compile,
+                     void *ud, rt_state_restore_result *res);
 
 #ifdef __cplusplus
 }

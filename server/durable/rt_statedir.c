@@ -46,13 +46,17 @@ static int check_owner(const char *what, int fd, char *err, size_t errlen)
         return RT_EIO;
     }
     if (sb.st_uid != geteuid()) {
-        snprintf(err, errlen, "--state-dir: %s is owned by uid %u, not by this daemon's uid %u: "
-                 "chown it to the daemon's user", what, (unsigned)sb.st_uid, (unsigned)geteuid());
+        snprintf(err, errlen,
+                 "--state-dir: %s is owned by uid %u, not by this daemon's uid %u: "
+                 "chown it to the daemon's user",
+                 what, (unsigned)sb.st_uid, (unsigned)geteuid());
         return RT_EINVAL;
     }
     if (sb.st_mode & (S_IWGRP | S_IWOTH)) {
-        snprintf(err, errlen, "--state-dir: %s is writable by its group or others (mode %04o): "
-                 "chmod 0700 it", what, (unsigned)(sb.st_mode & 07777));
+        snprintf(err, errlen,
+                 "--state-dir: %s is writable by its group or others (mode %04o): "
+                 "chmod 0700 it",
+                 what, (unsigned)(sb.st_mode & 07777));
         return RT_EINVAL;
     }
     return 0;
@@ -114,8 +118,7 @@ int rt_state_open(const rt_state_config *cfg, rt_state **out, char *err, size_t 
      * left by an earlier start is removed: the name is ours). */
     int fd = -1;
     for (int k = 0; k < 2 && fd < 0; k++) {
-        fd = openat(st->root, ".probe", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                    0600);
+        fd = openat(st->root, ".probe", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0 && errno == EEXIST && k == 0)
             unlinkat(st->root, ".probe", 0);
         else if (fd < 0)
@@ -184,8 +187,8 @@ int rt__state_io_err(int e, const char *what, const char *path, char *err, size_
     return full ? RT_ETOOBIG : RT_EIO;
 }
 
-int rt_state_write_at(const rt_state *st, int dfd, const char *name, const rt_exec_span *sp,
-                      int n, char *err, size_t errlen)
+int rt_state_write_at(const rt_state *st, int dfd, const char *name, const rt_exec_span *sp, int n,
+                      char *err, size_t errlen)
 {
     char tmp[300];
     snprintf(tmp, sizeof tmp, "%s.tmp", name);
@@ -235,8 +238,8 @@ int rt_state_write_at(const rt_state *st, int dfd, const char *name, const rt_ex
     return rc;
 }
 
-int rt_state_read_at(int dfd, const char *name, uint64_t max, uint8_t **buf, size_t *len,
-                     char *err, size_t errlen)
+int rt_state_read_at(int dfd, const char *name, uint64_t max, uint8_t **buf, size_t *len, char *err,
+                     size_t errlen)
 {
     *buf = NULL;
     *len = 0;

@@ -49,8 +49,10 @@ static int rt__unary_infer_kind(rt__cc *cc, rt__node *nd, int kind)
     case RT__U_LEAKY: a = rt__attr_float(cc, nd, "alpha", 0.01, &ok); break;
     case RT__U_GELU: {
         const char *ap = rt__attr_str(cc, nd, "approximate", "none", &ok);
-        if (!ok) return RT_EINVAL;
-        if (!strcmp(ap, "tanh")) p->kind = RT__U_GELU_TANH;
+        if (!ok)
+            return RT_EINVAL;
+        if (!strcmp(ap, "tanh"))
+            p->kind = RT__U_GELU_TANH;
         else if (strcmp(ap, "none") != 0)
             return rt__cerr(cc, nd, RT_EINVAL, "approximate '%.20s' is neither 'none' nor 'tanh'",
                             ap);
@@ -87,7 +89,8 @@ static int rt__unary_infer_kind(rt__cc *cc, rt__node *nd, int kind)
         break;
     default: break;
     }
-    if (!ok) return RT_EINVAL;
+    if (!ok)
+        return RT_EINVAL;
     if (isnan(a) || isnan(b) || isnan(g))
         return rt__cerr(cc, nd, RT_EINVAL, "a constant is NaN");
     p->alpha = (float)a;
@@ -103,15 +106,19 @@ static uint64_t rt__unary_flops(const rt__node *nd, int64_t B, unsigned need_dx)
     return 4 * n + (need_dx ? 6 * n : 0);
 }
 
-#define RT__UNARY_OP(var, nm, kind)                                           \
-    static int rt__infer_##var(rt__cc *cc, rt__node *nd)                      \
-    {                                                                         \
-        return rt__unary_infer_kind(cc, nd, kind);                            \
-    }                                                                         \
-    const rt__op_def rt__op_##var = {                                         \
-        .name = nm, .min_in = 1, .max_in = 1, .bwd_needs_in = 1u,             \
-        .params = RT__P_UNARY, .infer = rt__infer_##var,                      \
-        .flops = rt__unary_flops,                                             \
+#define RT__UNARY_OP(var, nm, kind)                      \
+    static int rt__infer_##var(rt__cc *cc, rt__node *nd) \
+    {                                                    \
+        return rt__unary_infer_kind(cc, nd, kind);       \
+    }                                                    \
+    const rt__op_def rt__op_##var = {                    \
+        .name = nm,                                      \
+        .min_in = 1,                                     \
+        .max_in = 1,                                     \
+        .bwd_needs_in = 1u,                              \
+        .params = RT__P_UNARY,                           \
+        .infer = rt__infer_##var,                        \
+        .flops = rt__unary_flops,                        \
     };
 
 RT__UNARY_OP(elu, "Elu", RT__U_ELU)

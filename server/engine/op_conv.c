@@ -17,13 +17,14 @@
 #include "rt_engine_impl.h"
 
 /* a pair attribute (ints of 1 or 2, or an int) with a default; >= 1 */
-static int rt__pair(rt__cc *cc, rt__node *nd, const char *name, int64_t def0,
-                    int64_t def1, int64_t out[2])
+static int rt__pair(rt__cc *cc, rt__node *nd, const char *name, int64_t def0, int64_t def1,
+                    int64_t out[2])
 {
     int ok = 1;
     int64_t v[2];
     int n = rt__attr_ints(cc, nd, name, v, 2, &ok);
-    if (!ok) return RT_EINVAL;
+    if (!ok)
+        return RT_EINVAL;
     if (n < 0) {
         out[0] = def0;
         out[1] = def1;
@@ -33,12 +34,11 @@ static int rt__pair(rt__cc *cc, rt__node *nd, const char *name, int64_t def0,
         out[0] = v[0];
         out[1] = v[1];
     } else {
-        return rt__cerr(cc, nd, RT_EINVAL, "attribute '%s' needs 1 or 2 values, got %d",
-                        name, n);
+        return rt__cerr(cc, nd, RT_EINVAL, "attribute '%s' needs 1 or 2 values, got %d", name, n);
     }
     if (out[0] < 1 || out[1] < 1 || out[0] > RT__MAX_WINDOW || out[1] > RT__MAX_WINDOW)
-        return rt__cerr(cc, nd, RT_EINVAL, "attribute '%s' (%lld, %lld) must be >= 1",
-                        name, (long long)out[0], (long long)out[1]);
+        return rt__cerr(cc, nd, RT_EINVAL, "attribute '%s' (%lld, %lld) must be >= 1", name,
+                        (long long)out[0], (long long)out[1]);
     return 0;
 }
 
@@ -47,10 +47,14 @@ static int rt__padding(rt__cc *cc, rt__node *nd, int *same)
 {
     int ok = 1;
     const char *s = rt__attr_str(cc, nd, "padding", "valid", &ok);
-    if (!ok) return RT_EINVAL;
-    if (!strcasecmp(s, "valid")) *same = 0;
-    else if (!strcasecmp(s, "same")) *same = 1;
-    else return rt__cerr(cc, nd, RT_EINVAL, "padding '%s' is neither 'valid' nor 'same'", s);
+    if (!ok)
+        return RT_EINVAL;
+    if (!strcasecmp(s, "valid"))
+        *same = 0;
+    else if (!strcasecmp(s, "same"))
+        *same = 1;
+    else
+        return rt__cerr(cc, nd, RT_EINVAL, "padding '%s' is neither 'valid' nor 'same'", s);
     return 0;
 }
 
@@ -59,10 +63,12 @@ int64_t rt__window_out(int64_t in, int64_t k, int64_t s, int64_t d, int same, in
     const int64_t keff = (k - 1) * d + 1;
     if (same) {
         const int64_t out = (in + s - 1) / s, tot = (out - 1) * s + keff - in;
-        if (pad) *pad = tot > 0 ? tot / 2 : 0;
+        if (pad)
+            *pad = tot > 0 ? tot / 2 : 0;
         return out;
     }
-    if (pad) *pad = 0;
+    if (pad)
+        *pad = 0;
     return in < keff ? -1 : (in - keff) / s + 1;
 }
 
@@ -72,8 +78,10 @@ static int rt__pads(rt__cc *cc, rt__node *nd, int64_t pads[4], int *n)
 {
     int ok = 1;
     *n = rt__attr_ints(cc, nd, "pads", pads, 4, &ok);
-    if (!ok) return RT_EINVAL;
-    if (*n < 0) return 0;
+    if (!ok)
+        return RT_EINVAL;
+    if (*n < 0)
+        return 0;
     if (*n != 4 || rt__attr(nd, "padding"))
         return rt__cerr(cc, nd, RT_EINVAL, "'pads' needs 4 values and no 'padding'");
     for (int i = 0; i < 4; i++)
@@ -84,9 +92,9 @@ static int rt__pads(rt__cc *cc, rt__node *nd, int64_t pads[4], int *n)
 }
 
 /* one spatial dim with explicit padding before (lo) and after (hi) */
-static int rt__out_dim_pads(rt__cc *cc, rt__node *nd, const char *what, int64_t in,
-                            int64_t k, int64_t s, int64_t d, int64_t lo, int64_t hi,
-                            int64_t *out, int64_t *pad)
+static int rt__out_dim_pads(rt__cc *cc, rt__node *nd, const char *what, int64_t in, int64_t k,
+                            int64_t s, int64_t d, int64_t lo, int64_t hi, int64_t *out,
+                            int64_t *pad)
 {
     const int64_t keff = (k - 1) * d + 1;
     if (in + lo + hi < keff)
@@ -99,15 +107,14 @@ static int rt__out_dim_pads(rt__cc *cc, rt__node *nd, const char *what, int64_t 
 
 /* one spatial dim: output size and padding before; RT_ESHAPE if the window
  * does not fit a valid convolution */
-static int rt__out_dim(rt__cc *cc, rt__node *nd, const char *what, int64_t in,
-                       int64_t k, int64_t s, int64_t d, int same, int64_t *out,
-                       int64_t *pad)
+static int rt__out_dim(rt__cc *cc, rt__node *nd, const char *what, int64_t in, int64_t k, int64_t s,
+                       int64_t d, int same, int64_t *out, int64_t *pad)
 {
     *out = rt__window_out(in, k, s, d, same, pad);
     if (*out < 0)
         return rt__cerr(cc, nd, RT_ESHAPE,
-                        "%s %lld is smaller than the window %lld with padding 'valid'",
-                        what, (long long)in, (long long)((k - 1) * d + 1));
+                        "%s %lld is smaller than the window %lld with padding 'valid'", what,
+                        (long long)in, (long long)((k - 1) * d + 1));
     return 0;
 }
 
@@ -137,20 +144,24 @@ static int rt__conv2d_infer(rt__cc *cc, rt__node *nd)
 {
     int rc;
     rt__conv_params *p = rt__conv_p(nd);
-    if ((rc = rt__nhwc_input(cc, nd, p)) < 0) return rc;
+    if ((rc = rt__nhwc_input(cc, nd, p)) < 0)
+        return rc;
     const rt__shape *w = nd->in_shape[1];
     if (w->batched || w->ndim != 4)
         return rt__cerr(cc, nd, RT_ESHAPE, "kernel '%s' must be 4-D (kh, kw, in, out)",
                         nd->in_name[1]);
     int ok = 1;
     const int64_t G = rt__attr_int(cc, nd, "group", 1, &ok);
-    if (!ok) return RT_EINVAL;
+    if (!ok)
+        return RT_EINVAL;
     if (G < 1 || p->C % G || w->d[3] % G)
-        return rt__cerr(cc, nd, RT_EINVAL, "group %lld must divide the %lld input and %lld output channels",
+        return rt__cerr(cc, nd, RT_EINVAL,
+                        "group %lld must divide the %lld input and %lld output channels",
                         (long long)G, (long long)p->C, (long long)w->d[3]);
     if (w->d[2] != p->C / G)
-        return rt__cerr(cc, nd, RT_ESHAPE, "kernel '%s' expects %lld input channels, input has %lld",
-                        nd->in_name[1], (long long)(w->d[2] * G), (long long)p->C);
+        return rt__cerr(cc, nd, RT_ESHAPE,
+                        "kernel '%s' expects %lld input channels, input has %lld", nd->in_name[1],
+                        (long long)(w->d[2] * G), (long long)p->C);
     p->G = G;
     const int64_t OC = w->d[3];
     p->bias = nd->n_in > 2;
@@ -176,12 +187,13 @@ static int rt__conv2d_infer(rt__cc *cc, rt__node *nd)
     p->OC = OC;
     int64_t pads[4];
     int np;
-    if ((rc = rt__pads(cc, nd, pads, &np)) < 0) return rc;
+    if ((rc = rt__pads(cc, nd, pads, &np)) < 0)
+        return rc;
     if (np == 4) {
-        if ((rc = rt__out_dim_pads(cc, nd, "height", p->H, w->d[0], s[0], d[0], pads[0],
-                                   pads[2], &p->OH, &p->PT)) < 0 ||
-            (rc = rt__out_dim_pads(cc, nd, "width", p->W, w->d[1], s[1], d[1], pads[1],
-                                   pads[3], &p->OW, &p->PL)) < 0)
+        if ((rc = rt__out_dim_pads(cc, nd, "height", p->H, w->d[0], s[0], d[0], pads[0], pads[2],
+                                   &p->OH, &p->PT)) < 0 ||
+            (rc = rt__out_dim_pads(cc, nd, "width", p->W, w->d[1], s[1], d[1], pads[1], pads[3],
+                                   &p->OW, &p->PL)) < 0)
             return rc;
     } else if ((rc = rt__out_dim(cc, nd, "height", p->H, w->d[0], s[0], d[0], same, &p->OH,
                                  &p->PT)) < 0 ||
@@ -203,9 +215,12 @@ static uint64_t rt__conv2d_flops(const rt__node *nd, int64_t B, unsigned need_dx
     const uint64_t K = (uint64_t)(p->KH * p->KW * p->C / (p->G > 1 ? p->G : 1));
     const uint64_t N = (uint64_t)p->OC;
     uint64_t f = 2 * R * K * N + (p->bias ? R * N : 0) + (p->act ? R * N : 0);
-    if (need_dx & 1u) f += 2 * R * K * N;
-    if (need_dx & 2u) f += 2 * R * K * N;
-    if (need_dx & 4u) f += R * N;
+    if (need_dx & 1u)
+        f += 2 * R * K * N;
+    if (need_dx & 2u)
+        f += 2 * R * K * N;
+    if (need_dx & 4u)
+        f += R * N;
     return f;
 }
 
@@ -232,7 +247,8 @@ static int rt__convt_infer(rt__cc *cc, rt__node *nd)
 {
     int rc, ok = 1;
     rt__conv_params *p = rt__conv_p(nd);
-    if ((rc = rt__nhwc_input(cc, nd, p)) < 0) return rc;
+    if ((rc = rt__nhwc_input(cc, nd, p)) < 0)
+        return rc;
     const rt__shape *w = nd->in_shape[1];
     if (w->batched || w->ndim != 4)
         return rt__cerr(cc, nd, RT_ESHAPE, "kernel '%s' must be 4-D (kh, kw, out, in)",
@@ -241,13 +257,16 @@ static int rt__convt_infer(rt__cc *cc, rt__node *nd)
      * group, [o / (OC/group) * C/group, +C/group); the kernel is then
      * (kh, kw, OC, C/group) */
     const int64_t G = rt__attr_int(cc, nd, "group", 1, &ok);
-    if (!ok) return RT_EINVAL;
+    if (!ok)
+        return RT_EINVAL;
     if (G < 1 || p->C % G || w->d[2] % G)
-        return rt__cerr(cc, nd, RT_EINVAL, "group %lld must divide the %lld input and %lld output channels",
+        return rt__cerr(cc, nd, RT_EINVAL,
+                        "group %lld must divide the %lld input and %lld output channels",
                         (long long)G, (long long)p->C, (long long)w->d[2]);
     if (w->d[3] * G != p->C)
-        return rt__cerr(cc, nd, RT_ESHAPE, "kernel '%s' expects %lld input channels, input has %lld",
-                        nd->in_name[1], (long long)(w->d[3] * G), (long long)p->C);
+        return rt__cerr(cc, nd, RT_ESHAPE,
+                        "kernel '%s' expects %lld input channels, input has %lld", nd->in_name[1],
+                        (long long)(w->d[3] * G), (long long)p->C);
     const int64_t OC = w->d[2];
     p->bias = nd->n_in > 2;
     if (nd->n_in > 2) {
@@ -263,14 +282,19 @@ static int rt__convt_infer(rt__cc *cc, rt__node *nd)
         return rc;
     int nop = rt__attr_ints(cc, nd, "output_padding", op, 2, &ok);
     int np = rt__attr_ints(cc, nd, "pads", pads, 4, &ok);
-    if (!ok) return RT_EINVAL;
-    if (nop == 1) op[1] = op[0];
-    else if (nop > 2) return rt__cerr(cc, nd, RT_EINVAL, "output_padding needs 1 or 2 values");
+    if (!ok)
+        return RT_EINVAL;
+    if (nop == 1)
+        op[1] = op[0];
+    else if (nop > 2)
+        return rt__cerr(cc, nd, RT_EINVAL, "output_padding needs 1 or 2 values");
     if (nop > 0 && (op[0] < 0 || op[1] < 0 || op[0] >= s[0] || op[1] >= s[1]))
         return rt__cerr(cc, nd, RT_EINVAL, "output_padding (%lld, %lld) must be in 0..stride-1",
                         (long long)op[0], (long long)op[1]);
-    if (np >= 0 && np != 4) return rt__cerr(cc, nd, RT_EINVAL, "pads needs 4 values");
-    if (np < 0 && (rc = rt__padding(cc, nd, &same)) < 0) return rc;
+    if (np >= 0 && np != 4)
+        return rt__cerr(cc, nd, RT_EINVAL, "pads needs 4 values");
+    if (np < 0 && (rc = rt__padding(cc, nd, &same)) < 0)
+        return rc;
     p->KH = w->d[0];
     p->KW = w->d[1];
     p->SH = s[0];
@@ -290,8 +314,7 @@ static int rt__convt_infer(rt__cc *cc, rt__node *nd)
             pb[i] = pads[i];
         } else {
             if (nop <= 0)
-                out[i] = same ? in[i] * s[i]
-                              : in[i] * s[i] + (keff > s[i] ? keff - s[i] : 0);
+                out[i] = same ? in[i] * s[i] : in[i] * s[i] + (keff > s[i] ? keff - s[i] : 0);
             else
                 out[i] = (in[i] - 1) * s[i] + keff - 2 * (same ? keff / 2 : 0) + op[i];
             const int64_t tot = (in[i] - 1) * s[i] + keff - out[i];
@@ -319,8 +342,10 @@ static uint64_t rt__convt_flops(const rt__node *nd, int64_t B, unsigned need_dx)
     const uint64_t m = 2 * (uint64_t)B * (uint64_t)(p->H * p->W * p->C) *
                        (uint64_t)(p->KH * p->KW * p->OC) / (uint64_t)(p->G > 0 ? p->G : 1);
     uint64_t f = m;
-    if (need_dx & 1u) f += m;
-    if (need_dx & 2u) f += m;
+    if (need_dx & 1u)
+        f += m;
+    if (need_dx & 2u)
+        f += m;
     return f;
 }
 
@@ -342,7 +367,8 @@ static int rt__pool_infer(rt__cc *cc, rt__node *nd)
 {
     int rc;
     rt__conv_params *p = rt__conv_p(nd);
-    if ((rc = rt__nhwc_input(cc, nd, p)) < 0) return rc;
+    if ((rc = rt__nhwc_input(cc, nd, p)) < 0)
+        return rc;
     int64_t k[2], s[2];
     int same = 0;
     if ((rc = rt__pair(cc, nd, "pool", 2, 2, k)) < 0 ||
@@ -357,20 +383,20 @@ static int rt__pool_infer(rt__cc *cc, rt__node *nd)
     p->OC = p->C;
     int64_t pads[4];
     int np;
-    if ((rc = rt__pads(cc, nd, pads, &np)) < 0) return rc;
+    if ((rc = rt__pads(cc, nd, pads, &np)) < 0)
+        return rc;
     if (np == 4) {
         /* every window must cover an input cell, as with 'same' */
         if (pads[0] >= k[0] || pads[2] >= k[0] || pads[1] >= k[1] || pads[3] >= k[1])
             return rt__cerr(cc, nd, RT_EINVAL, "pads must be smaller than the pool");
-        if ((rc = rt__out_dim_pads(cc, nd, "height", p->H, k[0], s[0], 1, pads[0], pads[2],
-                                   &p->OH, &p->PT)) < 0 ||
-            (rc = rt__out_dim_pads(cc, nd, "width", p->W, k[1], s[1], 1, pads[1], pads[3],
-                                   &p->OW, &p->PL)) < 0)
+        if ((rc = rt__out_dim_pads(cc, nd, "height", p->H, k[0], s[0], 1, pads[0], pads[2], &p->OH,
+                                   &p->PT)) < 0 ||
+            (rc = rt__out_dim_pads(cc, nd, "width", p->W, k[1], s[1], 1, pads[1], pads[3], &p->OW,
+                                   &p->PL)) < 0)
             return rc;
-    } else if ((rc = rt__out_dim(cc, nd, "height", p->H, k[0], s[0], 1, same, &p->OH,
-                                 &p->PT)) < 0 ||
-               (rc = rt__out_dim(cc, nd, "width", p->W, k[1], s[1], 1, same, &p->OW,
-                                 &p->PL)) < 0)
+    } else if ((rc = rt__out_dim(cc, nd, "height", p->H, k[0], s[0], 1, same, &p->OH, &p->PT)) <
+                   0 ||
+               (rc = rt__out_dim(cc, nd, "width", p->W, k[1], s[1], 1, same, &p->OW, &p->PL)) < 0)
         return rc;
     /* with 'same' every window still covers at least one input cell:
      * the padding before is at most (k-1)/2 < k */
@@ -381,8 +407,8 @@ static int rt__pool_infer(rt__cc *cc, rt__node *nd)
 static uint64_t rt__pool_flops(const rt__node *nd, int64_t B, unsigned need_dx)
 {
     const rt__conv_params *p = rt__conv_cp(nd);
-    const uint64_t n = (uint64_t)B * (uint64_t)rt__shape_numel(&nd->out) *
-                       (uint64_t)(p->KH * p->KW);
+    const uint64_t n =
+        (uint64_t)B * (uint64_t)rt__shape_numel(&nd->out) * (uint64_t)(p->KH * p->KW);
     return n + (need_dx ? n : 0);
 }
 
@@ -410,15 +436,19 @@ static int rt__gap_infer(rt__cc *cc, rt__node *nd)
 {
     int rc;
     rt__conv_params x = {0};
-    if ((rc = rt__nhwc_input(cc, nd, &x)) < 0) return rc;
+    if ((rc = rt__nhwc_input(cc, nd, &x)) < 0)
+        return rc;
     int ok = 1;
     int64_t keep = rt__attr_int(cc, nd, "keepdims", 0, &ok);
-    if (!ok) return RT_EINVAL;
+    if (!ok)
+        return RT_EINVAL;
     rt__gap_params *p = rt__gap_p(nd);
     p->HW = x.H * x.W;
     p->C = x.C;
-    if (keep) nd->out = (rt__shape){.ndim = 3, .batched = 1, .d = {1, 1, x.C}};
-    else nd->out = (rt__shape){.ndim = 1, .batched = 1, .d = {x.C}};
+    if (keep)
+        nd->out = (rt__shape){.ndim = 3, .batched = 1, .d = {1, 1, x.C}};
+    else
+        nd->out = (rt__shape){.ndim = 1, .batched = 1, .d = {x.C}};
     return 0;
 }
 

@@ -17,12 +17,18 @@ int rt__attr_act(rt__cc *cc, const rt__node *nd, int *act)
 {
     int ok = 1;
     const char *s = rt__attr_str(cc, nd, "activation", NULL, &ok);
-    if (!ok) return RT_EINVAL;
-    if (!s || !strcmp(s, "linear") || !strcmp(s, "") || !strcmp(s, "none")) *act = RT__ACT_NONE;
-    else if (!strcmp(s, "relu")) *act = RT__ACT_RELU;
-    else if (!strcmp(s, "sigmoid")) *act = RT__ACT_SIGMOID;
-    else if (!strcmp(s, "tanh")) *act = RT__ACT_TANH;
-    else return rt__cerr(cc, nd, RT_EINVAL, "unknown activation '%s'", s);
+    if (!ok)
+        return RT_EINVAL;
+    if (!s || !strcmp(s, "linear") || !strcmp(s, "") || !strcmp(s, "none"))
+        *act = RT__ACT_NONE;
+    else if (!strcmp(s, "relu"))
+        *act = RT__ACT_RELU;
+    else if (!strcmp(s, "sigmoid"))
+        *act = RT__ACT_SIGMOID;
+    else if (!strcmp(s, "tanh"))
+        *act = RT__ACT_TANH;
+    else
+        return rt__cerr(cc, nd, RT_EINVAL, "unknown activation '%s'", s);
     return 0;
 }
 
@@ -32,25 +38,23 @@ static int rt__dense_infer(rt__cc *cc, rt__node *nd)
 {
     const rt__shape *x = nd->in_shape[0], *w = nd->in_shape[1];
     if (x->ndim < 1)
-        return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' is a scalar per sample",
-                        nd->in_name[0]);
+        return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' is a scalar per sample", nd->in_name[0]);
     if (w->batched || w->ndim != 2)
-        return rt__cerr(cc, nd, RT_ESHAPE, "kernel '%s' must be 2-D (in, out)",
-                        nd->in_name[1]);
+        return rt__cerr(cc, nd, RT_ESHAPE, "kernel '%s' must be 2-D (in, out)", nd->in_name[1]);
     const int64_t K = w->d[0], N = w->d[1];
     if (x->d[x->ndim - 1] != K)
-        return rt__cerr(cc, nd, RT_ESHAPE,
-                        "input '%s' has %lld features, W expects %lld",
+        return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' has %lld features, W expects %lld",
                         nd->in_name[0], (long long)x->d[x->ndim - 1], (long long)K);
     if (nd->n_in > 2) {
         const rt__shape *b = nd->in_shape[2];
         if (b->batched || b->ndim != 1 || b->d[0] != N)
-            return rt__cerr(cc, nd, RT_ESHAPE, "bias '%s' must be (%lld)",
-                            nd->in_name[2], (long long)N);
+            return rt__cerr(cc, nd, RT_ESHAPE, "bias '%s' must be (%lld)", nd->in_name[2],
+                            (long long)N);
     }
     rt__dense_params *p = rt__dense_p(nd);
     int rc = rt__attr_act(cc, nd, &p->act);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     nd->bwd_needs_out = p->act != RT__ACT_NONE;
     nd->out = *x;
     nd->out.d[x->ndim - 1] = N;
@@ -67,9 +71,12 @@ static uint64_t rt__dense_flops(const rt__node *nd, int64_t B, unsigned need_dx)
     /* an activation of its own, or one a backend fused into it */
     const int act = p->act != RT__ACT_NONE || nd->fused != NULL;
     uint64_t f = 2 * R * K * N + (nd->n_in > 2 ? R * N : 0) + (act ? R * N : 0);
-    if (need_dx & 1u) f += 2 * R * K * N;
-    if (need_dx & 2u) f += 2 * R * K * N;
-    if (need_dx & 4u) f += R * N;
+    if (need_dx & 1u)
+        f += 2 * R * K * N;
+    if (need_dx & 2u)
+        f += 2 * R * K * N;
+    if (need_dx & 4u)
+        f += R * N;
     return f;
 }
 
@@ -89,17 +96,14 @@ static int rt__matmul_infer(rt__cc *cc, rt__node *nd)
 {
     const rt__shape *x = nd->in_shape[0], *w = nd->in_shape[1];
     if (x->ndim + x->batched != 2)
-        return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' must be 2-D",
-                        nd->in_name[0]);
+        return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' must be 2-D", nd->in_name[0]);
     if (w->batched || w->ndim != 2)
-        return rt__cerr(cc, nd, RT_ESHAPE,
-                        "input '%s' must be 2-D without the batch dim",
+        return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' must be 2-D without the batch dim",
                         nd->in_name[1]);
     const int64_t K = w->d[0], N = w->d[1];
     if (x->d[x->ndim - 1] != K)
         return rt__cerr(cc, nd, RT_ESHAPE, "'%s' has %lld columns, '%s' has %lld rows",
-                        nd->in_name[0], (long long)x->d[x->ndim - 1],
-                        nd->in_name[1], (long long)K);
+                        nd->in_name[0], (long long)x->d[x->ndim - 1], nd->in_name[1], (long long)K);
     nd->out = *x;
     nd->out.d[x->ndim - 1] = N;
     rt__dense_p(nd)->K = K;

@@ -14,9 +14,10 @@ static void rt__fmt_shape(const rt__shape *s, char *buf, size_t len)
 {
     size_t o = (size_t)snprintf(buf, len, "(%s", s->batched ? "B" : "");
     for (int i = 0; i < s->ndim && o < len; i++)
-        o += (size_t)snprintf(buf + o, len - o, "%s%lld",
-                              (i || s->batched) ? "," : "", (long long)s->d[i]);
-    if (o < len) snprintf(buf + o, len - o, ")");
+        o += (size_t)snprintf(buf + o, len - o, "%s%lld", (i || s->batched) ? "," : "",
+                              (long long)s->d[i]);
+    if (o < len)
+        snprintf(buf + o, len - o, ")");
 }
 
 /* full dim i (right-aligned to rank R) of s: -1 is the batch, 1 if absent */
@@ -24,8 +25,10 @@ static int64_t rt__full_dim(const rt__shape *s, int R, int i)
 {
     int r = s->ndim + s->batched;
     int j = i - (R - r);
-    if (j < 0) return 1;
-    if (s->batched) return j == 0 ? -1 : s->d[j - 1];
+    if (j < 0)
+        return 1;
+    if (s->batched)
+        return j == 0 ? -1 : s->d[j - 1];
     return s->d[j];
 }
 
@@ -67,7 +70,8 @@ static void rt__bcast_strides(rt__node *nd)
             } else {
                 st[i] = stride;
             }
-            if (dim != -1) stride *= dim;
+            if (dim != -1)
+                stride *= dim;
         }
         p->full[k] = full;
     }
@@ -91,13 +95,17 @@ static int rt__bcast_infer(rt__cc *cc, rt__node *nd)
     rt__shape out = {.ndim = batched ? R - 1 : R, .batched = batched};
     for (int i = 0; i < R; i++) {
         int64_t da = rt__full_dim(A, R, i), db = rt__full_dim(B, R, i), d;
-        if (da == db) d = da;
-        else if (da == 1) d = db;
-        else if (db == 1) d = da;
+        if (da == db)
+            d = da;
+        else if (da == 1)
+            d = db;
+        else if (db == 1)
+            d = da;
         else
             return rt__cerr(cc, nd, RT_ESHAPE, "cannot broadcast '%s' %s with '%s' %s",
                             nd->in_name[0], sa, nd->in_name[1], sb);
-        if (batched && i == 0) continue;
+        if (batched && i == 0)
+            continue;
         out.d[batched ? i - 1 : i] = d;
     }
     nd->out = out;
@@ -112,16 +120,29 @@ static uint64_t rt__numel_flops(const rt__node *nd, int64_t B, unsigned need_dx)
 }
 
 const rt__op_def rt__op_add = {
-    .name = "Add", .min_in = 2, .max_in = 2, .params = RT__P_BCAST,
-    .infer = rt__bcast_infer, .flops = rt__numel_flops,
+    .name = "Add",
+    .min_in = 2,
+    .max_in = 2,
+    .params = RT__P_BCAST,
+    .infer = rt__bcast_infer,
+    .flops = rt__numel_flops,
 };
 const rt__op_def rt__op_sub = {
-    .name = "Sub", .min_in = 2, .max_in = 2, .params = RT__P_BCAST,
-    .infer = rt__bcast_infer, .flops = rt__numel_flops,
+    .name = "Sub",
+    .min_in = 2,
+    .max_in = 2,
+    .params = RT__P_BCAST,
+    .infer = rt__bcast_infer,
+    .flops = rt__numel_flops,
 };
 const rt__op_def rt__op_mul = {
-    .name = "Mul", .min_in = 2, .max_in = 2, .bwd_needs_in = 3u, .params = RT__P_BCAST,
-    .infer = rt__bcast_infer, .flops = rt__numel_flops,
+    .name = "Mul",
+    .min_in = 2,
+    .max_in = 2,
+    .bwd_needs_in = 3u,
+    .params = RT__P_BCAST,
+    .infer = rt__bcast_infer,
+    .flops = rt__numel_flops,
 };
 
 /* Div: a / b. Max/Min: on a tie the gradient goes to a (input 0), as
@@ -129,22 +150,38 @@ const rt__op_def rt__op_mul = {
  * right). PRelu(x, slope): x > 0 ? x : slope x, slope broadcast (Keras'
  * PReLU alpha with shared_axes as 1-dims). */
 const rt__op_def rt__op_div = {
-    .name = "Div", .min_in = 2, .max_in = 2, .bwd_needs_in = 3u, .params = RT__P_BCAST,
-    .infer = rt__bcast_infer, .flops = rt__numel_flops,
+    .name = "Div",
+    .min_in = 2,
+    .max_in = 2,
+    .bwd_needs_in = 3u,
+    .params = RT__P_BCAST,
+    .infer = rt__bcast_infer,
+    .flops = rt__numel_flops,
 };
 const rt__op_def rt__op_max = {
-    .name = "Max", .min_in = 2, .max_in = 2, .bwd_needs_in = 3u, .params = RT__P_BCAST,
-    .infer = rt__bcast_infer, .flops = rt__numel_flops,
+    .name = "Max",
+    .min_in = 2,
+    .max_in = 2,
+    .bwd_needs_in = 3u,
+    .params = RT__P_BCAST,
+    .infer = rt__bcast_infer,
+    .flops = rt__numel_flops,
 };
 const rt__op_def rt__op_min = {
-    .name = "Min", .min_in = 2, .max_in = 2, .bwd_needs_in = 3u, .params = RT__P_BCAST,
-    .infer = rt__bcast_infer, .flops = rt__numel_flops,
+    .name = "Min",
+    .min_in = 2,
+    .max_in = 2,
+    .bwd_needs_in = 3u,
+    .params = RT__P_BCAST,
+    .infer = rt__bcast_infer,
+    .flops = rt__numel_flops,
 };
 
 static int rt__prelu_infer(rt__cc *cc, rt__node *nd)
 {
     int rc = rt__bcast_infer(cc, nd);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     const rt__shape *x = nd->in_shape[0];
     if (x->ndim != nd->out.ndim || x->batched != nd->out.batched ||
         memcmp(x->d, nd->out.d, sizeof(int64_t) * (size_t)x->ndim) != 0)
@@ -154,8 +191,13 @@ static int rt__prelu_infer(rt__cc *cc, rt__node *nd)
 }
 
 const rt__op_def rt__op_prelu = {
-    .name = "PRelu", .min_in = 2, .max_in = 2, .bwd_needs_in = 3u, .params = RT__P_BCAST,
-    .infer = rt__prelu_infer, .flops = rt__numel_flops,
+    .name = "PRelu",
+    .min_in = 2,
+    .max_in = 2,
+    .bwd_needs_in = 3u,
+    .params = RT__P_BCAST,
+    .infer = rt__prelu_infer,
+    .flops = rt__numel_flops,
 };
 
 /* ---------------------------------------------------------------- unary */
@@ -167,42 +209,64 @@ static int rt__same_infer(rt__cc *cc, rt__node *nd)
 }
 
 const rt__op_def rt__op_relu = {
-    .name = "Relu", .min_in = 1, .max_in = 1, .bwd_needs_out = 1,
-    .infer = rt__same_infer, .flops = rt__numel_flops,
+    .name = "Relu",
+    .min_in = 1,
+    .max_in = 1,
+    .bwd_needs_out = 1,
+    .infer = rt__same_infer,
+    .flops = rt__numel_flops,
 };
 const rt__op_def rt__op_sigmoid = {
-    .name = "Sigmoid", .min_in = 1, .max_in = 1, .bwd_needs_out = 1,
-    .infer = rt__same_infer, .flops = rt__numel_flops,
+    .name = "Sigmoid",
+    .min_in = 1,
+    .max_in = 1,
+    .bwd_needs_out = 1,
+    .infer = rt__same_infer,
+    .flops = rt__numel_flops,
 };
 const rt__op_def rt__op_tanh = {
-    .name = "Tanh", .min_in = 1, .max_in = 1, .bwd_needs_out = 1,
-    .infer = rt__same_infer, .flops = rt__numel_flops,
+    .name = "Tanh",
+    .min_in = 1,
+    .max_in = 1,
+    .bwd_needs_out = 1,
+    .infer = rt__same_infer,
+    .flops = rt__numel_flops,
 };
 const rt__op_def rt__op_identity = {
-    .name = "Identity", .min_in = 1, .max_in = 1,
-    .infer = rt__same_infer, .flops = rt__numel_flops,
+    .name = "Identity",
+    .min_in = 1,
+    .max_in = 1,
+    .infer = rt__same_infer,
+    .flops = rt__numel_flops,
 };
 
 static int rt__softmax_infer(rt__cc *cc, rt__node *nd)
 {
     const rt__shape *x = nd->in_shape[0];
     if (x->ndim < 1)
-        return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' has no axis to normalise",
-                        nd->in_name[0]);
+        return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' has no axis to normalise", nd->in_name[0]);
     nd->out = *x;
     rt__softmax_p(nd)->C = x->d[x->ndim - 1];
     return 0;
 }
 
 const rt__op_def rt__op_softmax = {
-    .name = "Softmax", .min_in = 1, .max_in = 1, .bwd_needs_out = 1,
+    .name = "Softmax",
+    .min_in = 1,
+    .max_in = 1,
+    .bwd_needs_out = 1,
     .params = RT__P_SOFTMAX,
-    .infer = rt__softmax_infer, .flops = rt__numel_flops,
+    .infer = rt__softmax_infer,
+    .flops = rt__numel_flops,
 };
 const rt__op_def rt__op_logsoftmax = {
-    .name = "LogSoftmax", .min_in = 1, .max_in = 1, .bwd_needs_out = 1,
+    .name = "LogSoftmax",
+    .min_in = 1,
+    .max_in = 1,
+    .bwd_needs_out = 1,
     .params = RT__P_SOFTMAX,
-    .infer = rt__softmax_infer, .flops = rt__numel_flops,
+    .infer = rt__softmax_infer,
+    .flops = rt__numel_flops,
 };
 
 /* ---------------------------------------------------------------- shapes */
@@ -215,12 +279,12 @@ static int rt__reshape_infer(rt__cc *cc, rt__node *nd)
     int64_t dims[RT_MAX_DIMS];
     int ok = 1;
     int nd_ = rt__attr_ints(cc, nd, "shape", dims, RT_MAX_DIMS, &ok);
-    if (!ok) return RT_EINVAL;
+    if (!ok)
+        return RT_EINVAL;
     if (nd_ < 0)
         return rt__cerr(cc, nd, RT_EINVAL, "attribute 'shape' (ints) is required");
     if (nd_ > RT_MAX_DIMS)
-        return rt__cerr(cc, nd, RT_ESHAPE, "shape has %d dims, max %d", nd_,
-                        RT_MAX_DIMS);
+        return rt__cerr(cc, nd, RT_ESHAPE, "shape has %d dims, max %d", nd_, RT_MAX_DIMS);
     int64_t want = rt__shape_numel(x), have = 1;
     int neg = -1;
     for (int i = 0; i < nd_; i++) {
@@ -229,28 +293,30 @@ static int rt__reshape_infer(rt__cc *cc, rt__node *nd)
             continue;
         }
         if (dims[i] <= 0 || __builtin_mul_overflow(have, dims[i], &have))
-            return rt__cerr(cc, nd, RT_ESHAPE, "bad target dim %lld",
-                            (long long)dims[i]);
+            return rt__cerr(cc, nd, RT_ESHAPE, "bad target dim %lld", (long long)dims[i]);
     }
     if (neg >= 0) {
         if (have == 0 || want % have)
-            return rt__cerr(cc, nd, RT_ESHAPE, "cannot infer -1: %lld elements",
-                            (long long)want);
+            return rt__cerr(cc, nd, RT_ESHAPE, "cannot infer -1: %lld elements", (long long)want);
         dims[neg] = want / have;
         have = want;
     }
     if (have != want)
-        return rt__cerr(cc, nd, RT_ESHAPE, "reshape of %lld elements into %lld",
-                        (long long)want, (long long)have);
+        return rt__cerr(cc, nd, RT_ESHAPE, "reshape of %lld elements into %lld", (long long)want,
+                        (long long)have);
     nd->out.batched = x->batched;
     nd->out.ndim = nd_;
-    for (int i = 0; i < nd_; i++) nd->out.d[i] = dims[i];
+    for (int i = 0; i < nd_; i++)
+        nd->out.d[i] = dims[i];
     return 0;
 }
 
 const rt__op_def rt__op_reshape = {
-    .name = "Reshape", .min_in = 1, .max_in = 1,
-    .infer = rt__reshape_infer, .flops = rt__numel_flops,
+    .name = "Reshape",
+    .min_in = 1,
+    .max_in = 1,
+    .infer = rt__reshape_infer,
+    .flops = rt__numel_flops,
 };
 
 /* Flatten: (B, ...) -> (B, prod); without a batch, (d0, ...) -> (d0, prod) */
@@ -272,8 +338,11 @@ static int rt__flatten_infer(rt__cc *cc, rt__node *nd)
 }
 
 const rt__op_def rt__op_flatten = {
-    .name = "Flatten", .min_in = 1, .max_in = 1,
-    .infer = rt__flatten_infer, .flops = rt__numel_flops,
+    .name = "Flatten",
+    .min_in = 1,
+    .max_in = 1,
+    .infer = rt__flatten_infer,
+    .flops = rt__numel_flops,
 };
 
 /* Dropout(x) attr rate in [0, 1): inverted dropout, as Keras.
@@ -285,7 +354,8 @@ static int rt__drop_infer_mode(rt__cc *cc, rt__node *nd, int mode)
     const rt__shape *x = nd->in_shape[0];
     double rate = mode == RT__DROP_NOISE ? rt__attr_float(cc, nd, "stddev", 0.0, &ok)
                                          : rt__attr_float(cc, nd, "rate", 0.5, &ok);
-    if (!ok) return RT_EINVAL;
+    if (!ok)
+        return RT_EINVAL;
     if (mode == RT__DROP_NOISE) {
         if (!(rate >= 0.0 && rate < 1e30))
             return rt__cerr(cc, nd, RT_EINVAL, "stddev %g must be >= 0", rate);
@@ -322,21 +392,37 @@ static int rt__gdropout_infer(rt__cc *cc, rt__node *nd)
 }
 
 const rt__op_def rt__op_spatialdropout = {
-    .name = "SpatialDropout", .min_in = 1, .max_in = 1, .params = RT__P_DROPOUT,
-    .infer = rt__sdropout_infer, .flops = rt__numel_flops,
+    .name = "SpatialDropout",
+    .min_in = 1,
+    .max_in = 1,
+    .params = RT__P_DROPOUT,
+    .infer = rt__sdropout_infer,
+    .flops = rt__numel_flops,
 };
 const rt__op_def rt__op_gaussiannoise = {
-    .name = "GaussianNoise", .min_in = 1, .max_in = 1, .params = RT__P_DROPOUT,
-    .infer = rt__gnoise_infer, .flops = rt__numel_flops,
+    .name = "GaussianNoise",
+    .min_in = 1,
+    .max_in = 1,
+    .params = RT__P_DROPOUT,
+    .infer = rt__gnoise_infer,
+    .flops = rt__numel_flops,
 };
 const rt__op_def rt__op_gaussiandropout = {
-    .name = "GaussianDropout", .min_in = 1, .max_in = 1, .params = RT__P_DROPOUT,
-    .infer = rt__gdropout_infer, .flops = rt__numel_flops,
+    .name = "GaussianDropout",
+    .min_in = 1,
+    .max_in = 1,
+    .params = RT__P_DROPOUT,
+    .infer = rt__gdropout_infer,
+    .flops = rt__numel_flops,
 };
 
 const rt__op_def rt__op_dropout = {
-    .name = "Dropout", .min_in = 1, .max_in = 1, .params = RT__P_DROPOUT,
-    .infer = rt__dropout_infer, .flops = rt__numel_flops,
+    .name = "Dropout",
+    .min_in = 1,
+    .max_in = 1,
+    .params = RT__P_DROPOUT,
+    .infer = rt__dropout_infer,
+    .flops = rt__numel_flops,
 };
 
 /* ActivityReg(x) attrs l1, l2 >= 0 (floats), batch_mean (int, default 1):
@@ -348,7 +434,8 @@ static int rt__actreg_infer(rt__cc *cc, rt__node *nd)
     const double l1 = rt__attr_float(cc, nd, "l1", 0.0, &ok);
     const double l2 = rt__attr_float(cc, nd, "l2", 0.0, &ok);
     const int64_t bm = rt__attr_int(cc, nd, "batch_mean", 1, &ok);
-    if (!ok) return RT_EINVAL;
+    if (!ok)
+        return RT_EINVAL;
     if (!(l1 >= 0.0 && l1 < 1e30) || !(l2 >= 0.0 && l2 < 1e30))
         return rt__cerr(cc, nd, RT_EINVAL, "l1 %g and l2 %g must be >= 0", l1, l2);
     if (bm != 0 && bm != 1)
@@ -362,6 +449,11 @@ static int rt__actreg_infer(rt__cc *cc, rt__node *nd)
 }
 
 const rt__op_def rt__op_actreg = {
-    .name = "ActivityReg", .min_in = 1, .max_in = 1, .bwd_needs_out = 1,
-    .params = RT__P_ACTREG, .infer = rt__actreg_infer, .flops = rt__numel_flops,
+    .name = "ActivityReg",
+    .min_in = 1,
+    .max_in = 1,
+    .bwd_needs_out = 1,
+    .params = RT__P_ACTREG,
+    .infer = rt__actreg_infer,
+    .flops = rt__numel_flops,
 };

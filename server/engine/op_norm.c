@@ -27,8 +27,8 @@ static int rt__bn_infer(rt__cc *cc, rt__node *nd)
     for (int i = 1; i < 5; i++) {
         const rt__shape *s = nd->in_shape[i];
         if (s->batched || s->ndim != 1 || s->d[0] != C)
-            return rt__cerr(cc, nd, RT_ESHAPE, "%s '%s' must be (%lld)", what[i],
-                            nd->in_name[i], (long long)C);
+            return rt__cerr(cc, nd, RT_ESHAPE, "%s '%s' must be (%lld)", what[i], nd->in_name[i],
+                            (long long)C);
     }
     int ok = 1;
     const double mom = rt__attr_float(cc, nd, "momentum", 0.99, &ok);
@@ -37,7 +37,8 @@ static int rt__bn_infer(rt__cc *cc, rt__node *nd)
     const int64_t frozen = rt__attr_int(cc, nd, "frozen", 0, &ok);
     const int64_t unbiased = rt__attr_int(cc, nd, "unbiased", 0, &ok);
     const int64_t sync = rt__attr_int(cc, nd, "synchronized", 0, &ok);
-    if (!ok) return RT_EINVAL;
+    if (!ok)
+        return RT_EINVAL;
     if (!(mom >= 0.0 && mom <= 1.0))
         return rt__cerr(cc, nd, RT_EINVAL, "momentum %g outside [0, 1]", mom);
     if (!(eps > 0.0) || eps > 1e10)
@@ -88,22 +89,22 @@ static int rt__ln_infer(rt__cc *cc, rt__node *nd)
     const int64_t axis = rt__attr_int(cc, nd, "axis", -1, &ok);
     const int64_t scale = rt__attr_int(cc, nd, "scale", 1, &ok);
     const int64_t center = rt__attr_int(cc, nd, "center", 1, &ok);
-    if (!ok) return RT_EINVAL;
+    if (!ok)
+        return RT_EINVAL;
     if (!(eps > 0.0) || eps > 1e10)
         return rt__cerr(cc, nd, RT_EINVAL, "epsilon %g must be > 0", eps);
     if (axis != -1 && axis != x->ndim)
-        return rt__cerr(cc, nd, RT_EUNIMPLEMENTED,
-                        "axis %lld: only the last axis is supported", (long long)axis);
+        return rt__cerr(cc, nd, RT_EUNIMPLEMENTED, "axis %lld: only the last axis is supported",
+                        (long long)axis);
     const int want = 1 + (scale != 0) + (center != 0);
     if (nd->n_in != want)
-        return rt__cerr(cc, nd, RT_EINVAL, "takes %d inputs with scale=%d center=%d, got %d",
-                        want, scale != 0, center != 0, nd->n_in);
+        return rt__cerr(cc, nd, RT_EINVAL, "takes %d inputs with scale=%d center=%d, got %d", want,
+                        scale != 0, center != 0, nd->n_in);
     const int64_t C = x->d[x->ndim - 1];
     for (int i = 1; i < nd->n_in; i++) {
         const rt__shape *s = nd->in_shape[i];
         if (s->batched || s->ndim != 1 || s->d[0] != C)
-            return rt__cerr(cc, nd, RT_ESHAPE, "'%s' must be (%lld)", nd->in_name[i],
-                            (long long)C);
+            return rt__cerr(cc, nd, RT_ESHAPE, "'%s' must be (%lld)", nd->in_name[i], (long long)C);
     }
     rt__ln_params *p = rt__ln_p(nd);
     p->C = C;
@@ -131,13 +132,15 @@ static int rt__concat_infer(rt__cc *cc, rt__node *nd)
     const rt__shape *x0 = nd->in_shape[0];
     int ok = 1;
     int64_t axis = rt__attr_int(cc, nd, "axis", -1, &ok);
-    if (!ok) return RT_EINVAL;
+    if (!ok)
+        return RT_EINVAL;
     for (int i = 0; i < nd->n_in; i++)
         if (!nd->in_shape[i]->batched || nd->in_shape[i]->ndim != x0->ndim)
             return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' must have a batch and rank %d",
                             nd->in_name[i], x0->ndim + 1);
     const int64_t rank = x0->ndim + 1;
-    if (axis < 0) axis += rank;
+    if (axis < 0)
+        axis += rank;
     if (axis <= 0 || axis >= rank)
         return rt__cerr(cc, nd, RT_EINVAL, "axis %lld outside 1..%lld (0 is the batch)",
                         (long long)rt__attr_int(cc, nd, "axis", -1, &ok), (long long)rank - 1);
@@ -148,19 +151,22 @@ static int rt__concat_infer(rt__cc *cc, rt__node *nd)
         const rt__shape *s = nd->in_shape[i];
         for (int d = 0; d < s->ndim; d++)
             if (d != ax && s->d[d] != x0->d[d])
-                return rt__cerr(cc, nd, RT_ESHAPE,
-                                "input '%s' has dim %d = %lld, '%s' has %lld", nd->in_name[i],
-                                d + 1, (long long)s->d[d], nd->in_name[0], (long long)x0->d[d]);
+                return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' has dim %d = %lld, '%s' has %lld",
+                                nd->in_name[i], d + 1, (long long)s->d[d], nd->in_name[0],
+                                (long long)x0->d[d]);
         out.d[ax] += s->d[ax];
     }
     int64_t outer = 1, after = 1;
-    for (int d = 0; d < ax; d++) outer *= x0->d[d];
-    for (int d = ax + 1; d < x0->ndim; d++) after *= x0->d[d];
+    for (int d = 0; d < ax; d++)
+        outer *= x0->d[d];
+    for (int d = ax + 1; d < x0->ndim; d++)
+        after *= x0->d[d];
     rt__concat_params *p = rt__concat_p(nd);
     p->k = nd->n_in;
     p->outer = outer;
     p->inner = out.d[ax] * after;
-    for (int i = 0; i < nd->n_in; i++) p->in_inner[i] = nd->in_shape[i]->d[ax] * after;
+    for (int i = 0; i < nd->n_in; i++)
+        p->in_inner[i] = nd->in_shape[i]->d[ax] * after;
     nd->out = out;
     return 0;
 }

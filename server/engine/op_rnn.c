@@ -31,15 +31,20 @@
 
 #include "rt_engine_impl.h"
 
-static int rt__rnn_act(rt__cc *cc, const rt__node *nd, const char *key, const char *def,
-                       int *out)
+static int rt__rnn_act(rt__cc *cc, const rt__node *nd, const char *key, const char *def, int *out)
 {
     int ok = 1;
     const char *s = rt__attr_str(cc, nd, key, def, &ok);
-    if (!ok) return RT_EINVAL;
-    static const struct { const char *n; int a; } acts[] = {
-        {"linear", RT__RA_LINEAR},   {"tanh", RT__RA_TANH},
-        {"sigmoid", RT__RA_SIGMOID}, {"relu", RT__RA_RELU},
+    if (!ok)
+        return RT_EINVAL;
+    static const struct {
+        const char *n;
+        int a;
+    } acts[] = {
+        {"linear", RT__RA_LINEAR},
+        {"tanh", RT__RA_TANH},
+        {"sigmoid", RT__RA_SIGMOID},
+        {"relu", RT__RA_RELU},
         {"hard_sigmoid", RT__RA_HARD_SIGMOID},
         {"hard_sigmoid_v3", RT__RA_HARD_SIGMOID_V3},
     };
@@ -57,7 +62,8 @@ static int rt__rnn_infer_cell(rt__cc *cc, rt__node *nd, int cell, int64_t G)
     const rt__shape *x = nd->in_shape[0], *w = nd->in_shape[1], *u = nd->in_shape[2];
     int okm = 1;
     const int masked = rt__attr_int(cc, nd, "masked", 0, &okm) != 0;
-    if (!okm) return RT_EINVAL;
+    if (!okm)
+        return RT_EINVAL;
     if (masked && nd->n_in < 4)
         return rt__cerr(cc, nd, RT_EGRAPH, "masked needs a mask input after the weights");
     if (!x->batched || x->ndim != 2)
@@ -90,26 +96,33 @@ static int rt__rnn_infer_cell(rt__cc *cc, rt__node *nd, int cell, int64_t G)
     p->U = U;
     p->G = G;
     p->seq = (int)rt__attr_int(cc, nd, "return_sequences", 0, &ok);
-    if (ok) p->backwards = (int)rt__attr_int(cc, nd, "go_backwards", 0, &ok);
-    if (ok) p->rev_out = (int)rt__attr_int(cc, nd, "reverse_output", 0, &ok);
-    if (ok) p->reset_after = cell == RT__RNN_GRU && rt__attr_int(cc, nd, "reset_after", 1, &ok);
+    if (ok)
+        p->backwards = (int)rt__attr_int(cc, nd, "go_backwards", 0, &ok);
+    if (ok)
+        p->rev_out = (int)rt__attr_int(cc, nd, "reverse_output", 0, &ok);
+    if (ok)
+        p->reset_after = cell == RT__RNN_GRU && rt__attr_int(cc, nd, "reset_after", 1, &ok);
     const double drop = ok ? rt__attr_float(cc, nd, "dropout", 0.0, &ok) : 0.0;
     const double rdrop = ok ? rt__attr_float(cc, nd, "recurrent_dropout", 0.0, &ok) : 0.0;
-    if (!ok) return RT_EINVAL;
+    if (!ok)
+        return RT_EINVAL;
     if (!(drop >= 0.0 && drop < 1.0) || !(rdrop >= 0.0 && rdrop < 1.0))
-        return rt__cerr(cc, nd, RT_EINVAL, "dropout %g / recurrent_dropout %g outside [0, 1)",
-                        drop, rdrop);
+        return rt__cerr(cc, nd, RT_EINVAL, "dropout %g / recurrent_dropout %g outside [0, 1)", drop,
+                        rdrop);
     p->drop = (float)drop;
     p->rdrop = (float)rdrop;
-    if ((rc = rt__rnn_act(cc, nd, "activation", "tanh", &p->act)) < 0) return rc;
+    if ((rc = rt__rnn_act(cc, nd, "activation", "tanh", &p->act)) < 0)
+        return rc;
     p->ract = RT__RA_SIGMOID;
     if (cell != RT__RNN_SIMPLE &&
         (rc = rt__rnn_act(cc, nd, "recurrent_activation", "sigmoid", &p->ract)) < 0)
         return rc;
     p->bias = nd->n_in - masked > 3;
     p->mask = masked ? nd->n_in - 1 : 0;
-    if (ok) p->zero_masked = (int)rt__attr_int(cc, nd, "zero_output_for_mask", 0, &ok);
-    if (!ok) return RT_EINVAL;
+    if (ok)
+        p->zero_masked = (int)rt__attr_int(cc, nd, "zero_output_for_mask", 0, &ok);
+    if (!ok)
+        return RT_EINVAL;
     if (masked) {
         const rt__shape *m = nd->in_shape[p->mask];
         if (!m->batched || m->ndim != 1 || m->d[0] != T)
@@ -121,7 +134,8 @@ static int rt__rnn_infer_cell(rt__cc *cc, rt__node *nd, int cell, int64_t G)
         /* SimpleRNN/LSTM: a (2, G*U) bias is two biases added, the input's
          * and the recurrent one, as PyTorch and ONNX keep them (each gets
          * the same gradient: p->bias 2) */
-        if (cell != RT__RNN_GRU && !b->batched && b->ndim == 2) p->bias = 2;
+        if (cell != RT__RNN_GRU && !b->batched && b->ndim == 2)
+            p->bias = 2;
         const int two = p->reset_after || p->bias == 2;
         if (b->batched || b->ndim != 1 + two || b->d[two] != G * U || (two && b->d[0] != 2))
             return rt__cerr(cc, nd, RT_ESHAPE, "bias '%s' must be (%s%lld)", nd->in_name[3],
@@ -154,23 +168,26 @@ static uint64_t rt__rnn_flops(const rt__node *nd, int64_t B, unsigned need_dx)
     /* input projection, recurrence, ~10 element-wise operations per gate */
     uint64_t fwd = 2 * BT * (uint64_t)p->F * GU + 2 * BT * (uint64_t)p->U * GU + 10 * BT * GU;
     uint64_t f = fwd;
-    if (need_dx & 1u) f += 2 * BT * (uint64_t)p->F * GU;
-    if (need_dx & 2u) f += 2 * BT * (uint64_t)p->F * GU;
-    if (need_dx) f += 4 * BT * (uint64_t)p->U * GU + 10 * BT * GU;
+    if (need_dx & 1u)
+        f += 2 * BT * (uint64_t)p->F * GU;
+    if (need_dx & 2u)
+        f += 2 * BT * (uint64_t)p->F * GU;
+    if (need_dx)
+        f += 4 * BT * (uint64_t)p->U * GU + 10 * BT * GU;
     return f;
 }
 
-#define RT__RNN_OP(sym, nm, inf)                                                          \
-    const rt__op_def sym = {                                                              \
-        .name = nm,                                                                       \
-        .min_in = 3,                                                                      \
-        .max_in = 5,                                                                      \
-        /* kernels for dx and the recurrence, the mask (input 3 or 4); states:            \
-         * workspace */                                                                   \
-        .bwd_needs_in = 6u | 8u | 16u,                                                    \
-        .params = RT__P_RNN,                                                              \
-        .infer = inf,                                                                     \
-        .flops = rt__rnn_flops,                                                           \
+#define RT__RNN_OP(sym, nm, inf)                                                                   \
+    const rt__op_def sym = {                                                                       \
+        .name = nm,                                                                                \
+        .min_in = 3,                                                                               \
+        .max_in =                                                                                  \
+            5, /* kernels for dx and the recurrence, the mask (input 3 or 4); states:            \
+         * workspace */ \
+        .bwd_needs_in = 6u | 8u | 16u,                                                             \
+        .params = RT__P_RNN,                                                                       \
+        .infer = inf,                                                                              \
+        .flops = rt__rnn_flops,                                                                    \
     }
 RT__RNN_OP(rt__op_simplernn, "SimpleRNN", rt__simplernn_infer);
 RT__RNN_OP(rt__op_lstm, "LSTM", rt__lstm_infer);
@@ -180,8 +197,8 @@ static int rt__embedding_infer(rt__cc *cc, rt__node *nd)
 {
     const rt__shape *x = nd->in_shape[0], *w = nd->in_shape[1];
     if (!x->batched || x->ndim + 1 >= RT_MAX_DIMS)
-        return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' must be batched, rank < %d",
-                        nd->in_name[0], RT_MAX_DIMS - 1);
+        return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' must be batched, rank < %d", nd->in_name[0],
+                        RT_MAX_DIMS - 1);
     if (w->batched || w->ndim != 2)
         return rt__cerr(cc, nd, RT_ESHAPE, "embeddings '%s' must be (vocabulary, dim)",
                         nd->in_name[1]);
@@ -219,13 +236,13 @@ static int rt__seqmask_infer(rt__cc *cc, rt__node *nd)
 {
     const rt__shape *x = nd->in_shape[0];
     if (!x->batched || x->ndim < 1)
-        return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' must be (batch, time, ...)",
-                        nd->in_name[0]);
+        return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' must be (batch, time, ...)", nd->in_name[0]);
     if (nd->in_dt[0] != RT_F32)
         return rt__cerr(cc, nd, RT_EDTYPE, "input '%s' must be f32 values", nd->in_name[0]);
     int ok = 1;
     const double v = rt__attr_float(cc, nd, "mask_value", 0.0, &ok);
-    if (!ok) return RT_EINVAL;
+    if (!ok)
+        return RT_EINVAL;
     rt__seqmask_params *p = rt__seqmask_p(nd);
     p->T = x->d[0];
     p->R = rt__shape_numel(x) / (p->T ? p->T : 1);
@@ -239,7 +256,8 @@ static int rt__seqmask_infer(rt__cc *cc, rt__node *nd)
 static int rt__masking_infer(rt__cc *cc, rt__node *nd)
 {
     int rc = rt__seqmask_infer(cc, nd);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     nd->out = *nd->in_shape[0];
     return 0;
 }

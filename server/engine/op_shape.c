@@ -52,14 +52,16 @@ static uint64_t rt__map_flops(const rt__node *nd, int64_t B, unsigned need_dx)
 static int rt__pad_infer(rt__cc *cc, rt__node *nd)
 {
     int rc, ok = 1;
-    if ((rc = rt__need_batch(cc, nd)) < 0) return rc;
+    if ((rc = rt__need_batch(cc, nd)) < 0)
+        return rc;
     const rt__shape *x = nd->in_shape[0];
     const int r = x->ndim + 1;
     int64_t pads[2 * (RT_MAX_DIMS + 1)];
     int n = rt__attr_ints(cc, nd, "pads", pads, 2 * (RT_MAX_DIMS + 1), &ok);
     const char *mode = rt__attr_str(cc, nd, "mode", "constant", &ok);
     const double value = rt__attr_float(cc, nd, "value", 0.0, &ok);
-    if (!ok) return RT_EINVAL;
+    if (!ok)
+        return RT_EINVAL;
     if (strcasecmp(mode, "constant") != 0)
         return rt__cerr(cc, nd, RT_EUNIMPLEMENTED, "mode '%.20s': only 'constant' is supported",
                         mode);
@@ -74,12 +76,13 @@ static int rt__pad_infer(rt__cc *cc, rt__node *nd)
     rt__shape out = *x;
     for (int i = 0; i < x->ndim; i++) {
         const int64_t b = pads[i + 1], e = pads[r + i + 1];
-        if (b < -RT__MAX_NUMEL || b > RT__MAX_NUMEL || e < -RT__MAX_NUMEL ||
-            e > RT__MAX_NUMEL || x->d[i] + b + e < 1)
+        if (b < -RT__MAX_NUMEL || b > RT__MAX_NUMEL || e < -RT__MAX_NUMEL || e > RT__MAX_NUMEL ||
+            x->d[i] + b + e < 1)
             return rt__cerr(cc, nd, RT_ESHAPE, "pads %lld, %lld leave dim %d of %lld empty",
                             (long long)b, (long long)e, i + 1, (long long)x->d[i]);
         out.d[i] = x->d[i] + b + e;
-        if (b > 0 || e > 0) p->fill = 1;
+        if (b > 0 || e > 0)
+            p->fill = 1;
     }
     nd->out = out;
     int64_t st[RT_MAX_DIMS];
@@ -96,24 +99,31 @@ static int rt__pad_infer(rt__cc *cc, rt__node *nd)
 }
 
 const rt__op_def rt__op_pad = {
-    .name = "Pad", .min_in = 1, .max_in = 1, .params = RT__P_MAP,
-    .infer = rt__pad_infer, .flops = rt__map_flops,
+    .name = "Pad",
+    .min_in = 1,
+    .max_in = 1,
+    .params = RT__P_MAP,
+    .infer = rt__pad_infer,
+    .flops = rt__map_flops,
 };
 
 /* Transpose(x) attr perm (ints, rank counting the batch; perm[0] = 0) */
 static int rt__transpose_infer(rt__cc *cc, rt__node *nd)
 {
     int rc, ok = 1;
-    if ((rc = rt__need_batch(cc, nd)) < 0) return rc;
+    if ((rc = rt__need_batch(cc, nd)) < 0)
+        return rc;
     const rt__shape *x = nd->in_shape[0];
     const int r = x->ndim + 1;
     int64_t perm[RT_MAX_DIMS + 1];
     int n = rt__attr_ints(cc, nd, "perm", perm, RT_MAX_DIMS + 1, &ok);
-    if (!ok) return RT_EINVAL;
+    if (!ok)
+        return RT_EINVAL;
     if (n < 0) { /* ONNX's default: reverse the (per-sample) dims */
         n = r;
         perm[0] = 0;
-        for (int i = 1; i < r; i++) perm[i] = r - i;
+        for (int i = 1; i < r; i++)
+            perm[i] = r - i;
     }
     if (n != r)
         return rt__cerr(cc, nd, RT_EINVAL, "perm has %d entries, the input rank is %d", n, r);
@@ -127,18 +137,24 @@ static int rt__transpose_infer(rt__cc *cc, rt__node *nd)
     rt__map_params *p = rt__map_p(nd);
     rt__map_init(p, x);
     rt__shape out = *x;
-    for (int j = 0; j + 1 < r; j++) out.d[j] = x->d[perm[j + 1] - 1];
+    for (int j = 0; j + 1 < r; j++)
+        out.d[j] = x->d[perm[j + 1] - 1];
     int64_t st[RT_MAX_DIMS];
     rt__strides(out.d, out.ndim, st);
-    for (int j = 0; j + 1 < r; j++) p->os[perm[j + 1] - 1] = st[j];
+    for (int j = 0; j + 1 < r; j++)
+        p->os[perm[j + 1] - 1] = st[j];
     p->out_numel = p->in_numel;
     nd->out = out;
     return 0;
 }
 
 const rt__op_def rt__op_transpose = {
-    .name = "Transpose", .min_in = 1, .max_in = 1, .params = RT__P_MAP,
-    .infer = rt__transpose_infer, .flops = rt__map_flops,
+    .name = "Transpose",
+    .min_in = 1,
+    .max_in = 1,
+    .params = RT__P_MAP,
+    .infer = rt__transpose_infer,
+    .flops = rt__map_flops,
 };
 
 /* ReduceMean/ReduceSum(x) attrs axes (ints counting the batch, negative
@@ -146,17 +162,21 @@ const rt__op_def rt__op_transpose = {
 static int rt__reduce_infer(rt__cc *cc, rt__node *nd, int mean)
 {
     int rc, ok = 1;
-    if ((rc = rt__need_batch(cc, nd)) < 0) return rc;
+    if ((rc = rt__need_batch(cc, nd)) < 0)
+        return rc;
     const rt__shape *x = nd->in_shape[0];
     const int r = x->ndim + 1;
     int64_t axes[RT_MAX_DIMS + 1];
     int n = rt__attr_ints(cc, nd, "axes", axes, RT_MAX_DIMS + 1, &ok);
     const int64_t keep = rt__attr_int(cc, nd, "keepdims", 1, &ok);
-    if (!ok) return RT_EINVAL;
-    if (n > r) return rt__cerr(cc, nd, RT_EINVAL, "more axes than dims");
+    if (!ok)
+        return RT_EINVAL;
+    if (n > r)
+        return rt__cerr(cc, nd, RT_EINVAL, "more axes than dims");
     int red[RT_MAX_DIMS] = {0};
     if (n < 0) {
-        for (int i = 0; i < x->ndim; i++) red[i] = 1;
+        for (int i = 0; i < x->ndim; i++)
+            red[i] = 1;
     } else {
         for (int i = 0; i < n; i++) {
             int64_t a = axes[i] < 0 ? axes[i] + r : axes[i];
@@ -175,11 +195,14 @@ static int rt__reduce_infer(rt__cc *cc, rt__node *nd, int mean)
     int64_t cnt = 1, full[RT_MAX_DIMS], st[RT_MAX_DIMS];
     for (int i = 0; i < x->ndim; i++) {
         full[i] = red[i] ? 1 : x->d[i];
-        if (red[i]) cnt *= x->d[i];
-        if (!red[i] || keep) out.d[out.ndim++] = full[i];
+        if (red[i])
+            cnt *= x->d[i];
+        if (!red[i] || keep)
+            out.d[out.ndim++] = full[i];
     }
     rt__strides(full, x->ndim, st);
-    for (int i = 0; i < x->ndim; i++) p->os[i] = red[i] ? 0 : st[i];
+    for (int i = 0; i < x->ndim; i++)
+        p->os[i] = red[i] ? 0 : st[i];
     p->scale = mean ? (float)(1.0 / (double)cnt) : 1.0f;
     p->out_numel = rt__shape_numel(&out);
     nd->out = out;
@@ -190,12 +213,20 @@ static int rt__rmean_infer(rt__cc *cc, rt__node *nd) { return rt__reduce_infer(c
 static int rt__rsum_infer(rt__cc *cc, rt__node *nd) { return rt__reduce_infer(cc, nd, 0); }
 
 const rt__op_def rt__op_reducemean = {
-    .name = "ReduceMean", .min_in = 1, .max_in = 1, .params = RT__P_MAP,
-    .infer = rt__rmean_infer, .flops = rt__map_flops,
+    .name = "ReduceMean",
+    .min_in = 1,
+    .max_in = 1,
+    .params = RT__P_MAP,
+    .infer = rt__rmean_infer,
+    .flops = rt__map_flops,
 };
 const rt__op_def rt__op_reducesum = {
-    .name = "ReduceSum", .min_in = 1, .max_in = 1, .params = RT__P_MAP,
-    .infer = rt__rsum_infer, .flops = rt__map_flops,
+    .name = "ReduceSum",
+    .min_in = 1,
+    .max_in = 1,
+    .params = RT__P_MAP,
+    .infer = rt__rsum_infer,
+    .flops = rt__map_flops,
 };
 
 /* Upsample(x (B,H,W,C)) attrs scales (ints, 1 or 2 values >= 1), mode
@@ -209,16 +240,22 @@ static int rt__upsample_infer(rt__cc *cc, rt__node *nd)
     int64_t s[2];
     int n = rt__attr_ints(cc, nd, "scales", s, 2, &ok);
     const char *mode = rt__attr_str(cc, nd, "mode", "nearest", &ok);
-    if (!ok) return RT_EINVAL;
-    if (n == 1) s[1] = s[0];
-    else if (n != 2) return rt__cerr(cc, nd, RT_EINVAL, "scales needs 1 or 2 values");
+    if (!ok)
+        return RT_EINVAL;
+    if (n == 1)
+        s[1] = s[0];
+    else if (n != 2)
+        return rt__cerr(cc, nd, RT_EINVAL, "scales needs 1 or 2 values");
     if (s[0] < 1 || s[1] < 1 || s[0] > RT__MAX_WINDOW || s[1] > RT__MAX_WINDOW)
         return rt__cerr(cc, nd, RT_EINVAL, "scales (%lld, %lld) must be >= 1", (long long)s[0],
                         (long long)s[1]);
     rt__upsample_params *p = rt__upsample_p(nd);
-    if (!strcasecmp(mode, "nearest")) p->bilinear = 0;
-    else if (!strcasecmp(mode, "bilinear") || !strcasecmp(mode, "linear")) p->bilinear = 1;
-    else return rt__cerr(cc, nd, RT_EINVAL, "mode '%.20s' is neither nearest nor bilinear", mode);
+    if (!strcasecmp(mode, "nearest"))
+        p->bilinear = 0;
+    else if (!strcasecmp(mode, "bilinear") || !strcasecmp(mode, "linear"))
+        p->bilinear = 1;
+    else
+        return rt__cerr(cc, nd, RT_EINVAL, "mode '%.20s' is neither nearest nor bilinear", mode);
     p->H = x->d[0];
     p->W = x->d[1];
     p->C = x->d[2];
@@ -240,8 +277,12 @@ static uint64_t rt__upsample_flops(const rt__node *nd, int64_t B, unsigned need_
 }
 
 const rt__op_def rt__op_upsample = {
-    .name = "Upsample", .min_in = 1, .max_in = 1, .params = RT__P_UPSAMPLE,
-    .infer = rt__upsample_infer, .flops = rt__upsample_flops,
+    .name = "Upsample",
+    .min_in = 1,
+    .max_in = 1,
+    .params = RT__P_UPSAMPLE,
+    .infer = rt__upsample_infer,
+    .flops = rt__upsample_flops,
 };
 
 /* GlobalMaxPool(x (B, ..., C)) -> (B, C), attr keepdims (int): every dim
@@ -254,13 +295,15 @@ static int rt__gmp_infer(rt__cc *cc, rt__node *nd)
         return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' must be (B, ..., C) with a spatial axis",
                         nd->in_name[0]);
     const int64_t keep = rt__attr_int(cc, nd, "keepdims", 0, &ok);
-    if (!ok) return RT_EINVAL;
+    if (!ok)
+        return RT_EINVAL;
     rt__gap_params *p = rt__gap_p(nd);
     p->C = x->d[x->ndim - 1];
     p->HW = rt__shape_numel(x) / p->C;
     if (keep) {
         nd->out = *x;
-        for (int i = 0; i + 1 < x->ndim; i++) nd->out.d[i] = 1;
+        for (int i = 0; i + 1 < x->ndim; i++)
+            nd->out.d[i] = 1;
     } else {
         nd->out = (rt__shape){.ndim = 1, .batched = 1, .d = {p->C}};
     }
@@ -275,6 +318,11 @@ static uint64_t rt__gmp_flops(const rt__node *nd, int64_t B, unsigned need_dx)
 }
 
 const rt__op_def rt__op_globalmaxpool = {
-    .name = "GlobalMaxPool", .min_in = 1, .max_in = 1, .bwd_needs_in = 1u,
-    .params = RT__P_GAP, .infer = rt__gmp_infer, .flops = rt__gmp_flops,
+    .name = "GlobalMaxPool",
+    .min_in = 1,
+    .max_in = 1,
+    .bwd_needs_in = 1u,
+    .params = RT__P_GAP,
+    .infer = rt__gmp_infer,
+    .flops = rt__gmp_flops,
 };

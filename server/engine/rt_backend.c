@@ -21,7 +21,8 @@ static const rt__backend *rt__selected;
 void rt__backend_register(const rt__backend *b)
 {
     for (int i = 0; i < rt__n_backends; i++)
-        if (rt__backends[i] == b) return;
+        if (rt__backends[i] == b)
+            return;
     RT_ASSERT(rt__n_backends < RT__MAX_BACKENDS);
     /* kept in rank order, highest first */
     int i = rt__n_backends++;
@@ -35,14 +36,16 @@ void rt__backend_register(const rt__backend *b)
 static const rt__backend *rt__backend_find(const char *name)
 {
     for (int i = 0; i < rt__n_backends; i++)
-        if (strcmp(rt__backends[i]->name, name) == 0) return rt__backends[i];
+        if (strcmp(rt__backends[i]->name, name) == 0)
+            return rt__backends[i];
     return NULL;
 }
 
 int rt_backend_select(const char *name)
 {
     const rt__backend *b = name ? rt__backend_find(name) : NULL;
-    if (!b) return RT_ENOTFOUND;
+    if (!b)
+        return RT_ENOTFOUND;
     rt__selected = b;
     return 0;
 }
@@ -85,7 +88,6 @@ const char *rt_backend_list(void)
     size_t o = 0;
     buf[0] = '\0';
     for (int i = 0; i < rt__n_backends && o < sizeof buf; i++)
-        o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%s", i ? "," : "",
-                              rt__backends[i]->name);
+        o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%s", i ? "," : "", rt__backends[i]->name);
     return buf;
 }

@@ -41,11 +41,11 @@
 
 /* Per-entry compile state */
 typedef struct rt__ent {
-    int node;        /* index into the topological node array, -1 if none */
-    int alias;       /* entry this one reads through after fusion */
+    int node;  /* index into the topological node array, -1 if none */
+    int alias; /* entry this one reads through after fusion */
     int needed;
-    int rg;          /* requires grad */
-    int param;       /* index into p->params, -1 */
+    int rg;                /* requires grad */
+    int param;             /* index into p->params, -1 */
     int val_buf, grad_buf; /* rt__buf index, -1 */
     int grad_written;
     int consumers;
@@ -58,8 +58,8 @@ typedef struct rt__names {
 } rt__names;
 
 typedef struct rt__buf {
-    uint64_t size;   /* bytes, aligned */
-    int t0, t1;      /* live interval, inclusive */
+    uint64_t size; /* bytes, aligned */
+    int t0, t1;    /* live interval, inclusive */
     uint64_t off;
 } rt__buf;
 
@@ -73,21 +73,21 @@ struct rt__cc {
     size_t errlen;
     int64_t B;
     rt__arena *A;
-    int n;                  /* graph entries */
-    rt__ent *E;             /* per entry */
-    rt__shape *shape;       /* per entry: the value's shape */
-    rt__names names;        /* entry name -> index */
-    int input;              /* the data input's entry */
+    int n;            /* graph entries */
+    rt__ent *E;       /* per entry */
+    rt__shape *shape; /* per entry: the value's shape */
+    rt__names names;  /* entry name -> index */
+    int input;        /* the data input's entry */
     int n_graph_nodes;
-    int out;                /* the output entry, as named */
-    int out_e, loss_e;      /* what the output and the loss read after fusion */
-    unsigned *need_dx;      /* per plan node: inputs that get a gradient */
+    int out;           /* the output entry, as named */
+    int out_e, loss_e; /* what the output and the loss read after fusion */
+    unsigned *need_dx; /* per plan node: inputs that get a gradient */
     uint64_t flops;
     /* plan_memory */
     rt__buf *bufs;
     int nb;
-    int *scr_buf;           /* per call: its scratch buffer or -1 */
-    int *ws_buf;            /* per node: its workspace buffer or -1 */
+    int *scr_buf; /* per call: its scratch buffer or -1 */
+    int *ws_buf;  /* per node: its workspace buffer or -1 */
     uint64_t naive;
 };
 
@@ -106,8 +106,10 @@ int rt__cerr(rt__cc *cc, const rt__node *nd, int code, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (cc->errlen) {
-        if (nd) snprintf(cc->err, cc->errlen, "node '%s': %s", nd->name, msg);
-        else snprintf(cc->err, cc->errlen, "%s", msg);
+        if (nd)
+            snprintf(cc->err, cc->errlen, "node '%s': %s", nd->name, msg);
+        else
+            snprintf(cc->err, cc->errlen, "%s", msg);
     }
     return code;
 }
@@ -115,7 +117,8 @@ int rt__cerr(rt__cc *cc, const rt__node *nd, int code, const char *fmt, ...)
 const rt_attr *rt__attr(const rt__node *nd, const char *name)
 {
     for (int i = 0; i < nd->n_attr; i++)
-        if (strcmp(nd->attrs[i].name, name) == 0) return &nd->attrs[i];
+        if (strcmp(nd->attrs[i].name, name) == 0)
+            return &nd->attrs[i];
     return NULL;
 }
 
@@ -125,9 +128,8 @@ static const char *rt__attr_kind_name(rt_attr_kind k)
     return (unsigned)k < 5 ? n[k] : "?";
 }
 
-static const rt_attr *rt__attr_of(rt__cc *cc, const rt__node *nd,
-                                  const char *name, rt_attr_kind want,
-                                  rt_attr_kind alt, int *ok)
+static const rt_attr *rt__attr_of(rt__cc *cc, const rt__node *nd, const char *name,
+                                  rt_attr_kind want, rt_attr_kind alt, int *ok)
 {
     const rt_attr *a = rt__attr(nd, name);
     if (a && a->kind != want && a->kind != alt) {
@@ -139,48 +141,48 @@ static const rt_attr *rt__attr_of(rt__cc *cc, const rt__node *nd,
     return a;
 }
 
-int64_t rt__attr_int(rt__cc *cc, const rt__node *nd, const char *name,
-                     int64_t def, int *ok)
+int64_t rt__attr_int(rt__cc *cc, const rt__node *nd, const char *name, int64_t def, int *ok)
 {
     const rt_attr *a = rt__attr_of(cc, nd, name, RT_ATTR_INT, RT_ATTR_INT, ok);
     return a ? a->i : def;
 }
 
-double rt__attr_float(rt__cc *cc, const rt__node *nd, const char *name,
-                      double def, int *ok)
+double rt__attr_float(rt__cc *cc, const rt__node *nd, const char *name, double def, int *ok)
 {
     const rt_attr *a = rt__attr_of(cc, nd, name, RT_ATTR_FLOAT, RT_ATTR_INT, ok);
-    if (!a) return def;
+    if (!a)
+        return def;
     return a->kind == RT_ATTR_INT ? (double)a->i : a->f;
 }
 
-const char *rt__attr_str(rt__cc *cc, const rt__node *nd, const char *name,
-                         const char *def, int *ok)
+const char *rt__attr_str(rt__cc *cc, const rt__node *nd, const char *name, const char *def, int *ok)
 {
     const rt_attr *a = rt__attr_of(cc, nd, name, RT_ATTR_STR, RT_ATTR_STR, ok);
     return a ? a->s : def;
 }
 
-int rt__attr_ints(rt__cc *cc, const rt__node *nd, const char *name,
-                  int64_t *out, int max, int *ok)
+int rt__attr_ints(rt__cc *cc, const rt__node *nd, const char *name, int64_t *out, int max, int *ok)
 {
     const rt_attr *a = rt__attr_of(cc, nd, name, RT_ATTR_INTS, RT_ATTR_INT, ok);
-    if (!a) return -1;
+    if (!a)
+        return -1;
     if (a->kind == RT_ATTR_INT) {
-        if (max > 0) out[0] = a->i;
+        if (max > 0)
+            out[0] = a->i;
         return 1;
     }
-    for (int i = 0; i < a->n && i < max; i++) out[i] = a->ints[i];
+    for (int i = 0; i < a->n && i < max; i++)
+        out[i] = a->ints[i];
     return a->n;
 }
 
 /* ------------------------------------------------------------ name lookup */
 
-
 static int rt__names_init(rt__names *m, rt__arena *A, int n)
 {
     uint64_t cap = 16;
-    while (cap < (uint64_t)n * 2) cap *= 2;
+    while (cap < (uint64_t)n * 2)
+        cap *= 2;
     m->key = rt__arena_alloc(A, sizeof(char *) * cap);
     m->val = rt__arena_alloc(A, sizeof(int) * cap);
     m->mask = cap - 1;
@@ -192,7 +194,8 @@ static int rt__names_put(rt__names *m, const char *k, int v)
 {
     uint64_t h = XXH3_64bits(k, strlen(k)) & m->mask;
     while (m->key[h]) {
-        if (strcmp(m->key[h], k) == 0) return m->val[h];
+        if (strcmp(m->key[h], k) == 0)
+            return m->val[h];
         h = (h + 1) & m->mask;
     }
     m->key[h] = k;
@@ -204,7 +207,8 @@ static int rt__names_get(const rt__names *m, const char *k)
 {
     uint64_t h = XXH3_64bits(k, strlen(k)) & m->mask;
     while (m->key[h]) {
-        if (strcmp(m->key[h], k) == 0) return m->val[h];
+        if (strcmp(m->key[h], k) == 0)
+            return m->val[h];
         h = (h + 1) & m->mask;
     }
     return -1;
@@ -215,8 +219,8 @@ static int rt__names_get(const rt__names *m, const char *k)
 static int rt__check_config(rt__cc *cc, const rt_train_config *c)
 {
     if (c->batch_size < 1 || c->batch_size > RT__MAX_BATCH)
-        return rt__cerr(cc, NULL, RT_EINVAL, "batch_size %d outside 1..%d",
-                        c->batch_size, RT__MAX_BATCH);
+        return rt__cerr(cc, NULL, RT_EINVAL, "batch_size %d outside 1..%d", c->batch_size,
+                        RT__MAX_BATCH);
     if (c->loss < RT_LOSS_SPARSE_CE || c->loss > RT_LOSS_LAST)
         return rt__cerr(cc, NULL, RT_EINVAL, "unknown loss %d", (int)c->loss);
     if ((unsigned)c->reduction > RT_REDUCE_SUM)
@@ -229,22 +233,23 @@ static int rt__check_config(rt__cc *cc, const rt_train_config *c)
         return rt__cerr(cc, NULL, RT_EINVAL, "%s %g must be finite and > 0",
                         c->loss == RT_LOSS_HUBER ? "huber delta" : "loss beta",
                         (double)c->loss_beta);
-    if (c->n_class_weight < 0 || (c->n_class_weight && !c->class_weight) ||
-        c->n_pos_weight < 0 || (c->n_pos_weight && !c->pos_weight))
+    if (c->n_class_weight < 0 || (c->n_class_weight && !c->class_weight) || c->n_pos_weight < 0 ||
+        (c->n_pos_weight && !c->pos_weight))
         return rt__cerr(cc, NULL, RT_EINVAL, "class_weight or pos_weight without values");
     for (int i = 0; i < c->n_class_weight; i++)
         if (!(c->class_weight[i] >= 0) || isinf(c->class_weight[i]))
-            return rt__cerr(cc, NULL, RT_EINVAL, "class_weight[%d] = %g must be finite and >= 0",
-                            i, (double)c->class_weight[i]);
+            return rt__cerr(cc, NULL, RT_EINVAL, "class_weight[%d] = %g must be finite and >= 0", i,
+                            (double)c->class_weight[i]);
     for (int i = 0; i < c->n_pos_weight; i++)
         if (!(c->pos_weight[i] >= 0) || isinf(c->pos_weight[i]))
-            return rt__cerr(cc, NULL, RT_EINVAL, "pos_weight[%d] = %g must be finite and >= 0",
-                            i, (double)c->pos_weight[i]);
-    if (!RT_LOSS_IS_TORCH(c->loss) &&
-        (c->reduction != RT_REDUCE_MEAN || c->label_smoothing > 0 || c->n_class_weight ||
-         c->n_pos_weight))
-        return rt__cerr(cc, NULL, RT_EINVAL, "reduction, label_smoothing, class_weight and "
-                        "pos_weight go with PyTorch's losses; %s is Keras'", rt_loss_name(c->loss));
+            return rt__cerr(cc, NULL, RT_EINVAL, "pos_weight[%d] = %g must be finite and >= 0", i,
+                            (double)c->pos_weight[i]);
+    if (!RT_LOSS_IS_TORCH(c->loss) && (c->reduction != RT_REDUCE_MEAN || c->label_smoothing > 0 ||
+                                       c->n_class_weight || c->n_pos_weight))
+        return rt__cerr(cc, NULL, RT_EINVAL,
+                        "reduction, label_smoothing, class_weight and "
+                        "pos_weight go with PyTorch's losses; %s is Keras'",
+                        rt_loss_name(c->loss));
     if (c->n_class_weight && c->loss != RT_LOSS_CROSS_ENTROPY && c->loss != RT_LOSS_NLL)
         return rt__cerr(cc, NULL, RT_EINVAL, "class_weight goes with cross_entropy and nll_loss");
     if (c->label_smoothing > 0 && c->loss != RT_LOSS_CROSS_ENTROPY)
@@ -268,9 +273,10 @@ static int rt__check_config(rt__cc *cc, const rt_train_config *c)
     if (c->opt == RT_OPT_FTRL &&
         (!(c->ftrl_power <= 0 && c->ftrl_power > -1e6f) || !(c->ftrl_init >= 0) ||
          !(c->ftrl_l1 >= 0) || !(c->ftrl_l2 >= 0) || !(c->ftrl_shrink >= 0) ||
-         !(c->ftrl_beta >= 0) || isinf(c->ftrl_init) || isinf(c->ftrl_l1) ||
-         isinf(c->ftrl_l2) || isinf(c->ftrl_shrink) || isinf(c->ftrl_beta)))
-        return rt__cerr(cc, NULL, RT_EINVAL, "ftrl: learning_rate_power must be <= 0, "
+         !(c->ftrl_beta >= 0) || isinf(c->ftrl_init) || isinf(c->ftrl_l1) || isinf(c->ftrl_l2) ||
+         isinf(c->ftrl_shrink) || isinf(c->ftrl_beta)))
+        return rt__cerr(cc, NULL, RT_EINVAL,
+                        "ftrl: learning_rate_power must be <= 0, "
                         "initial_accumulator_value, l1, l2, l2_shrinkage and beta finite and "
                         ">= 0");
     if (c->opt == RT_OPT_FTRL && !(c->lr > 0))
@@ -289,8 +295,7 @@ static int rt__check_config(rt__cc *cc, const rt_train_config *c)
         (c->step_size == 0 || !(c->gamma > 0)))
         return rt__cerr(cc, NULL, RT_EINVAL, "%s schedule needs step_size > 0, gamma > 0",
                         c->sched == RT_SCHED_EXP ? "exponential" : "step");
-    if ((c->sched == RT_SCHED_COSINE || c->sched == RT_SCHED_WARMUP_COSINE) &&
-        c->total_steps == 0)
+    if ((c->sched == RT_SCHED_COSINE || c->sched == RT_SCHED_WARMUP_COSINE) && c->total_steps == 0)
         return rt__cerr(cc, NULL, RT_EINVAL, "cosine schedule needs total_steps > 0");
     if ((c->sched == RT_SCHED_LINEAR_WARMUP || c->sched == RT_SCHED_WARMUP_COSINE) &&
         c->warmup_steps == 0)
@@ -300,15 +305,14 @@ static int rt__check_config(rt__cc *cc, const rt_train_config *c)
     if (c->label_dtype != RT_I32 && c->label_dtype != RT_F32)
         return rt__cerr(cc, NULL, RT_EDTYPE, "label dtype must be i32 or f32");
     if (c->label_ndim < 0 || c->label_ndim > RT_MAX_DIMS)
-        return rt__cerr(cc, NULL, RT_EINVAL, "label rank %d outside 0..%d",
-                        c->label_ndim, RT_MAX_DIMS);
+        return rt__cerr(cc, NULL, RT_EINVAL, "label rank %d outside 0..%d", c->label_ndim,
+                        RT_MAX_DIMS);
     for (int i = 0; i < c->label_ndim; i++)
         if (c->label_dims[i] <= 0 || c->label_dims[i] > RT__MAX_NUMEL)
             return rt__cerr(cc, NULL, RT_ESHAPE, "label dim %d is %lld", i,
                             (long long)c->label_dims[i]);
     return 0;
 }
-
 
 /* ----------------------------------------------------------- memory plan */
 
@@ -320,7 +324,8 @@ static int rt__check_config(rt__cc *cc, const rt_train_config *c)
 static int rt__buf_cmp(const void *a, const void *b)
 {
     const rt__buf *x = *(rt__buf *const *)a, *y = *(rt__buf *const *)b;
-    if (x->size != y->size) return x->size < y->size ? 1 : -1;
+    if (x->size != y->size)
+        return x->size < y->size ? 1 : -1;
     return x->t0 - y->t0;
 }
 
@@ -330,16 +335,20 @@ static int rt__buf_cmp(const void *a, const void *b)
 static uint64_t rt__place_greedy(rt__buf *bufs, int n, rt__buf **order, rt__buf **placed)
 {
     uint64_t peak = 0;
-    for (int i = 0; i < n; i++) order[i] = &bufs[i];
+    for (int i = 0; i < n; i++)
+        order[i] = &bufs[i];
     qsort(order, (size_t)n, sizeof *order, rt__buf_cmp);
     for (int i = 0; i < n; i++) {
         rt__buf *b = order[i];
         uint64_t off = 0;
         for (int j = 0; j < i; j++) {
             const rt__buf *o = placed[j];
-            if (o->t0 > b->t1 || b->t0 > o->t1) continue;
-            if (o->off >= off + b->size) break;
-            if (o->off + o->size > off) off = o->off + o->size;
+            if (o->t0 > b->t1 || b->t0 > o->t1)
+                continue;
+            if (o->off >= off + b->size)
+                break;
+            if (o->off + o->size > off)
+                off = o->off + o->size;
         }
         b->off = off;
         int k = i;
@@ -348,7 +357,8 @@ static uint64_t rt__place_greedy(rt__buf *bufs, int n, rt__buf **order, rt__buf 
             k--;
         }
         placed[k] = b;
-        if (off + b->size > peak) peak = off + b->size;
+        if (off + b->size > peak)
+            peak = off + b->size;
     }
     return peak;
 }
@@ -363,7 +373,8 @@ static uint64_t rt__place_sweep(rt__buf *bufs, int n, int T, int *idx)
     int *cnt = calloc((size_t)T + 2, sizeof *cnt);
     /* free blocks: size -> stack of buffers, open addressing */
     uint64_t cap = 16;
-    while (cap < (uint64_t)n * 2) cap *= 2;
+    while (cap < (uint64_t)n * 2)
+        cap *= 2;
     uint64_t *hk = calloc(cap, sizeof *hk);
     int *hv = malloc(cap * sizeof *hv);
     if (!cnt || !hk || !hv) {
@@ -374,9 +385,12 @@ static uint64_t rt__place_sweep(rt__buf *bufs, int n, int T, int *idx)
     for (int pass = 0; pass < 2; pass++) {
         int *out = pass ? by_t1 : by_t0;
         memset(cnt, 0, sizeof *cnt * ((size_t)T + 2));
-        for (int i = 0; i < n; i++) cnt[(pass ? bufs[i].t1 : bufs[i].t0) + 1]++;
-        for (int t = 0; t <= T; t++) cnt[t + 1] += cnt[t];
-        for (int i = 0; i < n; i++) out[cnt[pass ? bufs[i].t1 : bufs[i].t0]++] = i;
+        for (int i = 0; i < n; i++)
+            cnt[(pass ? bufs[i].t1 : bufs[i].t0) + 1]++;
+        for (int t = 0; t <= T; t++)
+            cnt[t + 1] += cnt[t];
+        for (int i = 0; i < n; i++)
+            out[cnt[pass ? bufs[i].t1 : bufs[i].t0]++] = i;
     }
     uint64_t top = 0;
     int f = 0;
@@ -386,7 +400,8 @@ static uint64_t rt__place_sweep(rt__buf *bufs, int n, int T, int *idx)
         for (; f < n && bufs[by_t1[f]].t1 < b->t0; f++) {
             const int i = by_t1[f];
             uint64_t h = (bufs[i].size * 0x9e3779b97f4a7c15ull) & (cap - 1);
-            while (hk[h] && hk[h] != bufs[i].size) h = (h + 1) & (cap - 1);
+            while (hk[h] && hk[h] != bufs[i].size)
+                h = (h + 1) & (cap - 1);
             if (!hk[h]) {
                 hk[h] = bufs[i].size;
                 hv[h] = -1;
@@ -395,7 +410,8 @@ static uint64_t rt__place_sweep(rt__buf *bufs, int n, int T, int *idx)
             hv[h] = i;
         }
         uint64_t h = (b->size * 0x9e3779b97f4a7c15ull) & (cap - 1);
-        while (hk[h] && hk[h] != b->size) h = (h + 1) & (cap - 1);
+        while (hk[h] && hk[h] != b->size)
+            h = (h + 1) & (cap - 1);
         if (hk[h] && hv[h] >= 0) {
             b->off = bufs[hv[h]].off;
             hv[h] = next[hv[h]];
@@ -436,7 +452,8 @@ static int rt__validate_names(rt__cc *cc, int *n_params)
     *n_params = 0;
     for (int i = 0; i < cc->n; i++) {
         const rt__entry *e = &cc->g->e[i];
-        if (!(p->entry_name[i] = rt__arena_strdup(cc->A, e->name))) return RT_ENOMEM;
+        if (!(p->entry_name[i] = rt__arena_strdup(cc->A, e->name)))
+            return RT_ENOMEM;
         if (rt__names_put(&cc->names, p->entry_name[i], i) >= 0)
             return rt__cerr(cc, NULL, RT_EGRAPH, "duplicate name '%s'", e->name);
         rt__ent *E = &cc->E[i];
@@ -498,8 +515,8 @@ static int rt__validate_param_opts(rt__cc *cc, const rt__entry *e)
     for (int i = 0; i < 8; i++)
         if (!isfinite(f[i]))
             return rt__cerr(cc, NULL, RT_EINVAL, "param '%s': a non-finite option", e->name);
-    if (o->init < RT_INIT_DEFAULT || o->init > RT_INIT_IDENTITY ||
-        (unsigned)o->mode > RT_FAN_AVG || (unsigned)o->dist > RT_DIST_UNIFORM)
+    if (o->init < RT_INIT_DEFAULT || o->init > RT_INIT_IDENTITY || (unsigned)o->mode > RT_FAN_AVG ||
+        (unsigned)o->dist > RT_DIST_UNIFORM)
         return rt__cerr(cc, NULL, RT_EINVAL, "param '%s': unknown initializer %d", e->name,
                         (int)o->init);
     if ((o->init == RT_INIT_VARIANCE_SCALING && !(o->scale > 0)) ||
@@ -539,8 +556,8 @@ static int rt__validate_param(rt__cc *cc, int i)
             return rt__cerr(cc, NULL, RT_ESHAPE, "param '%s': dim %d is %lld", e->name, d,
                             (long long)e->shape.d[d]);
         if (__builtin_mul_overflow(numel, e->shape.d[d], &numel) || numel > RT__MAX_NUMEL)
-            return rt__cerr(cc, NULL, RT_EOVERFLOW, "param '%s': more than %lld elements",
-                            e->name, (long long)RT__MAX_NUMEL);
+            return rt__cerr(cc, NULL, RT_EOVERFLOW, "param '%s': more than %lld elements", e->name,
+                            (long long)RT__MAX_NUMEL);
     }
     pr->name = p->entry_name[i];
     pr->shape = e->shape;
@@ -554,9 +571,11 @@ static int rt__validate_param(rt__cc *cc, int i)
                         (int)e->init);
     if (e->has_opts) {
         int rc = rt__validate_param_opts(cc, e);
-        if (rc < 0) return rc;
+        if (rc < 0)
+            return rc;
         pr->opts = e->opts;
-        if (e->opts.init != RT_INIT_DEFAULT) pr->init = e->opts.init;
+        if (e->opts.init != RT_INIT_DEFAULT)
+            pr->init = e->opts.init;
     }
     if (e->view.n) {
         const rt__view *v = &e->view;
@@ -565,22 +584,29 @@ static int rt__validate_param(rt__cc *cc, int i)
         for (int k = 0; k < v->user.ndim; k++) {
             if (v->user.d[k] <= 0 || __builtin_mul_overflow(un, v->user.d[k], &un))
                 un = -1;
-            if (un < 0) break;
+            if (un < 0)
+                break;
         }
         for (int k = 0; k < v->n; k++) {
-            if (v->d[k] <= 0 || __builtin_mul_overflow(vnum, v->d[k], &vnum)) vnum = -1;
-            if (v->perm[k] < 0 || v->perm[k] >= v->n || (seen >> v->perm[k]) & 1) vnum = -1;
-            if (vnum < 0) break;
+            if (v->d[k] <= 0 || __builtin_mul_overflow(vnum, v->d[k], &vnum))
+                vnum = -1;
+            if (v->perm[k] < 0 || v->perm[k] >= v->n || (seen >> v->perm[k]) & 1)
+                vnum = -1;
+            if (vnum < 0)
+                break;
             seen |= 1u << v->perm[k];
         }
         if (un != pr->numel || vnum != pr->numel)
-            return rt__cerr(cc, NULL, RT_EINVAL, "param '%s': its view does not hold its %lld "
-                            "elements in a permutation", e->name, (long long)pr->numel);
+            return rt__cerr(cc, NULL, RT_EINVAL,
+                            "param '%s': its view does not hold its %lld "
+                            "elements in a permutation",
+                            e->name, (long long)pr->numel);
         pr->view = *v;
     }
     if (e->value) {
         pr->value = rt__arena_memdup(cc->A, e->value, sizeof(float) * (size_t)pr->numel);
-        if (!pr->value) return RT_ENOMEM;
+        if (!pr->value)
+            return RT_ENOMEM;
     }
     /* 16-float alignment keeps every parameter on its own lines */
     int64_t sz = (pr->numel + 15) & ~(int64_t)15;
@@ -605,11 +631,13 @@ static int rt__validate_param(rt__cc *cc, int i)
 static int rt__copy_attrs(rt__cc *cc, rt__node *nd, const rt__entry *e)
 {
     rt_attr *at = rt__arena_alloc(cc->A, sizeof(rt_attr) * (size_t)(e->n_attr ? e->n_attr : 1));
-    if (!at) return RT_ENOMEM;
+    if (!at)
+        return RT_ENOMEM;
     for (int j = 0; j < e->n_attr; j++) {
         const rt_attr *s = &e->attrs[j];
         at[j] = *s;
-        if (!(at[j].name = rt__arena_strdup(cc->A, s->name))) return RT_ENOMEM;
+        if (!(at[j].name = rt__arena_strdup(cc->A, s->name)))
+            return RT_ENOMEM;
         if (s->kind == RT_ATTR_STR && !(at[j].s = rt__arena_strdup(cc->A, s->s)))
             return RT_ENOMEM;
         if (s->kind == RT_ATTR_INTS && s->n &&
@@ -626,7 +654,7 @@ static int rt__copy_attrs(rt__cc *cc, rt__node *nd, const rt__entry *e)
 
 /* The nodes' inputs as entry indices, CSR: entry i's at in[off[i]..) */
 typedef struct rt__edges {
-    const rt__op_def **op;  /* per entry: the node's op */
+    const rt__op_def **op; /* per entry: the node's op */
     int *off, *in;
 } rt__edges;
 
@@ -636,16 +664,19 @@ static int rt__validate_node(rt__cc *cc, int i, rt__edges *ed, int *n_edges)
     const rt__entry *e = &cc->g->e[i];
     const rt__node at = {.name = cc->p->entry_name[i]}; /* for messages */
     const rt__op_def *op = rt__op_find(e->op);
-    if (!op) return rt__cerr(cc, &at, RT_EUNKNOWN_OP, "unknown op '%s'", e->op);
+    if (!op)
+        return rt__cerr(cc, &at, RT_EUNKNOWN_OP, "unknown op '%s'", e->op);
     if (e->n_in < op->min_in || e->n_in > op->max_in || e->n_in > RT__MAX_IN)
-        return rt__cerr(cc, &at, RT_EGRAPH, "%s takes %d..%d inputs, got %d", op->name,
-                        op->min_in, op->max_in, e->n_in);
+        return rt__cerr(cc, &at, RT_EGRAPH, "%s takes %d..%d inputs, got %d", op->name, op->min_in,
+                        op->max_in, e->n_in);
     ed->op[i] = op;
     ed->off[i] = *n_edges;
     for (int j = 0; j < e->n_in; j++) {
         int src = rt__names_get(&cc->names, e->in[j]);
-        if (src < 0) return rt__cerr(cc, &at, RT_EGRAPH, "input '%s' is not defined", e->in[j]);
-        if (src == i) return rt__cerr(cc, &at, RT_ECYCLE, "node reads its own output");
+        if (src < 0)
+            return rt__cerr(cc, &at, RT_EGRAPH, "input '%s' is not defined", e->in[j]);
+        if (src == i)
+            return rt__cerr(cc, &at, RT_ECYCLE, "node reads its own output");
         ed->in[(*n_edges)++] = src;
     }
     return 0;
@@ -674,10 +705,12 @@ static int rt__topo_order(rt__cc *cc, const rt__edges *ed)
     const int n = cc->n;
     unsigned char *color = rt__arena_alloc(cc->A, (size_t)n);
     int *stack = rt__arena_alloc(cc->A, sizeof(int) * (size_t)n * 2);
-    if (!color || !stack) return RT_ENOMEM;
+    if (!color || !stack)
+        return RT_ENOMEM;
     int n_topo = 0, rc;
     for (int s = 0; s < n; s++) {
-        if (!ed->op[s] || color[s]) continue;
+        if (!ed->op[s] || color[s])
+            continue;
         int sp = 0;
         stack[sp++] = s;
         stack[sp++] = 0;
@@ -687,7 +720,8 @@ static int rt__topo_order(rt__cc *cc, const rt__edges *ed)
             if (j < cc->g->e[v].n_in) {
                 stack[sp - 1]++;
                 int u = ed->in[ed->off[v] + j];
-                if (!ed->op[u]) continue;
+                if (!ed->op[u])
+                    continue;
                 if (color[u] == 1) {
                     const rt__node at = {.name = p->entry_name[v]};
                     return rt__cerr(cc, &at, RT_ECYCLE, "cycle through '%s'", p->entry_name[u]);
@@ -700,7 +734,8 @@ static int rt__topo_order(rt__cc *cc, const rt__edges *ed)
             } else {
                 color[v] = 2;
                 cc->E[v].node = n_topo;
-                if ((rc = rt__make_node(cc, ed, v, &p->nodes[n_topo++])) < 0) return rc;
+                if ((rc = rt__make_node(cc, ed, v, &p->nodes[n_topo++])) < 0)
+                    return rc;
                 sp -= 2;
             }
         }
@@ -721,8 +756,10 @@ static int rt__pass_validate(rt__cc *cc)
     rt_plan *p = cc->p;
     const int n = cc->g->n;
     int rc, n_params;
-    if ((rc = rt__check_config(cc, cc->cfg)) < 0) return rc;
-    if (n == 0) return rt__cerr(cc, NULL, RT_EGRAPH, "graph is empty");
+    if ((rc = rt__check_config(cc, cc->cfg)) < 0)
+        return rc;
+    if (n == 0)
+        return rt__cerr(cc, NULL, RT_EGRAPH, "graph is empty");
     if (n > (1 << 20))
         return rt__cerr(cc, NULL, RT_ETOOBIG, "graph has %d entries, max %d", n, 1 << 20);
     cc->n = n;
@@ -735,7 +772,8 @@ static int rt__pass_validate(rt__cc *cc)
     if ((rc = rt__validate_names(cc, &n_params)) < 0 || (rc = rt__validate_input(cc)) < 0)
         return rc;
     p->params = rt__arena_alloc(cc->A, sizeof(rt__param) * (size_t)(n_params ? n_params : 1));
-    if (!p->params) return RT_ENOMEM;
+    if (!p->params)
+        return RT_ENOMEM;
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n; i++)
             if (cc->g->e[i].kind == RT__T_PARAM && cc->g->e[i].trainable == (pass == 0) &&
@@ -752,7 +790,8 @@ static int rt__pass_validate(rt__cc *cc)
     };
     p->nodes = rt__arena_alloc(cc->A, sizeof(rt__node) *
                                           (size_t)(cc->n_graph_nodes ? cc->n_graph_nodes : 1));
-    if (!ed.op || !ed.off || !ed.in || !p->nodes) return RT_ENOMEM;
+    if (!ed.op || !ed.off || !ed.in || !p->nodes)
+        return RT_ENOMEM;
     int n_edges = 0;
     for (int i = 0; i < n; i++)
         if (cc->g->e[i].kind == RT__T_NODE && (rc = rt__validate_node(cc, i, &ed, &n_edges)) < 0)
@@ -773,8 +812,10 @@ static int rt__find_output(rt__cc *cc)
             return rt__cerr(cc, NULL, RT_EGRAPH, "output '%s' is not a node", cc->g->output);
     } else {
         for (int i = cc->n - 1; i >= 0 && out < 0; i--)
-            if (E[i].node >= 0) out = i;
-        if (out < 0) return rt__cerr(cc, NULL, RT_EGRAPH, "graph has no nodes");
+            if (E[i].node >= 0)
+                out = i;
+        if (out < 0)
+            return rt__cerr(cc, NULL, RT_EGRAPH, "graph has no nodes");
     }
     if (!cc->shape[out].batched)
         return rt__cerr(cc, &cc->p->nodes[E[out].node], RT_ESHAPE,
@@ -800,12 +841,13 @@ static int rt__pass_infer_shapes(rt__cc *cc)
             const rt__entry *src = &cc->g->e[nd->in[j]];
             nd->in_dt[j] = src->dt;
             if (src->dt != RT_F32)
-                return rt__cerr(cc, nd, RT_EDTYPE, "input '%s' is %s, expects f32",
-                                nd->in_name[j], rt__dtype_name(src->dt));
+                return rt__cerr(cc, nd, RT_EDTYPE, "input '%s' is %s, expects f32", nd->in_name[j],
+                                rt__dtype_name(src->dt));
             nd->in_shape[j] = &cc->shape[nd->in[j]];
         }
         nd->bwd_needs_out = nd->op->bwd_needs_out;
-        if ((rc = nd->op->infer(cc, nd)) < 0) return rc;
+        if ((rc = nd->op->infer(cc, nd)) < 0)
+            return rc;
         if (!be->supports_op(be->context, nd))
             return rt__cerr(cc, nd, RT_EUNIMPLEMENTED, "%s has no %s kernel", nd->op->name,
                             be->name);
@@ -820,11 +862,14 @@ static int rt__pass_infer_shapes(rt__cc *cc)
         }
         cc->shape[nd->id] = nd->out;
     }
-    if ((rc = rt__find_output(cc)) < 0) return rc;
+    if ((rc = rt__find_output(cc)) < 0)
+        return rc;
     for (int i = p->n_nodes - 1; i >= 0; i--) {
         const rt__node *nd = &p->nodes[i];
-        if (nd->id == cc->out) cc->E[nd->id].needed = 1;
-        if (!cc->E[nd->id].needed) continue;
+        if (nd->id == cc->out)
+            cc->E[nd->id].needed = 1;
+        if (!cc->E[nd->id].needed)
+            continue;
         for (int j = 0; j < nd->n_in; j++) {
             cc->E[nd->in[j]].needed = 1;
             cc->E[nd->in[j]].consumers++;
@@ -848,8 +893,10 @@ static int rt__setup_torch_loss(rt__cc *cc)
     const int cls = cfg->loss == RT_LOSS_CROSS_ENTROPY || cfg->loss == RT_LOSS_NLL;
     if (cls) {
         if (p->out_shape.ndim < 1)
-            return rt__cerr(cc, NULL, RT_ESHAPE, "%s needs an output of (N, C) or (N, C, d1, "
-                            "...); this one has one value per sample", nm);
+            return rt__cerr(cc, NULL, RT_ESHAPE,
+                            "%s needs an output of (N, C) or (N, C, d1, "
+                            "...); this one has one value per sample",
+                            nm);
         /* PyTorch's class axis: dim 1, the first per-sample dim */
         L->classes = p->out_shape.d[0];
         L->inner = L->out_numel / L->classes;
@@ -858,34 +905,42 @@ static int rt__setup_torch_loss(rt__cc *cc)
         if (cfg->loss == RT_LOSS_NLL && cfg->label_dtype != RT_I32)
             return rt__cerr(cc, NULL, RT_EDTYPE, "nll_loss takes class indices (integers)");
         if (L->inner > 1 && (cfg->metrics & ~RT_METRIC_ACCURACY))
-            return rt__cerr(cc, NULL, RT_EUNIMPLEMENTED, "%s on (N, C, d1, ...) outputs: "
-                            "only the accuracy metric is computed", nm);
+            return rt__cerr(cc, NULL, RT_EUNIMPLEMENTED,
+                            "%s on (N, C, d1, ...) outputs: "
+                            "only the accuracy metric is computed",
+                            nm);
     }
     /* targets of the output's shape when none was given: every loss but
      * the class-index ones, as PyTorch's target = input.shape */
     if ((!cls || L->prob_target) && cfg->label_ndim == 0 && L->out_numel > 1) {
         cfg->label_ndim = p->out_shape.ndim;
-        for (int i = 0; i < p->out_shape.ndim; i++) cfg->label_dims[i] = p->out_shape.d[i];
+        for (int i = 0; i < p->out_shape.ndim; i++)
+            cfg->label_dims[i] = p->out_shape.d[i];
     }
     if (cfg->n_class_weight) {
         if (cfg->n_class_weight != L->classes)
-            return rt__cerr(cc, NULL, RT_ESHAPE, "class_weight has %d values; the output has "
-                            "%lld classes", cfg->n_class_weight, (long long)L->classes);
-        float *w = rt__arena_memdup(cc->A, cfg->class_weight,
-                                    sizeof(float) * (size_t)cfg->n_class_weight);
-        if (!w) return RT_ENOMEM;
+            return rt__cerr(cc, NULL, RT_ESHAPE,
+                            "class_weight has %d values; the output has "
+                            "%lld classes",
+                            cfg->n_class_weight, (long long)L->classes);
+        float *w =
+            rt__arena_memdup(cc->A, cfg->class_weight, sizeof(float) * (size_t)cfg->n_class_weight);
+        if (!w)
+            return RT_ENOMEM;
         cfg->class_weight = L->cw = w;
     } else {
         cfg->class_weight = NULL;
     }
     if (cfg->n_pos_weight) {
         if (cfg->n_pos_weight != 1 && cfg->n_pos_weight != L->classes)
-            return rt__cerr(cc, NULL, RT_ESHAPE, "pos_weight has %d values; it needs 1 or one "
-                            "per class of the last dim (%lld)", cfg->n_pos_weight,
-                            (long long)L->classes);
-        float *w = rt__arena_memdup(cc->A, cfg->pos_weight,
-                                    sizeof(float) * (size_t)cfg->n_pos_weight);
-        if (!w) return RT_ENOMEM;
+            return rt__cerr(cc, NULL, RT_ESHAPE,
+                            "pos_weight has %d values; it needs 1 or one "
+                            "per class of the last dim (%lld)",
+                            cfg->n_pos_weight, (long long)L->classes);
+        float *w =
+            rt__arena_memdup(cc->A, cfg->pos_weight, sizeof(float) * (size_t)cfg->n_pos_weight);
+        if (!w)
+            return RT_ENOMEM;
         cfg->pos_weight = L->pw = w;
         L->n_pw = cfg->n_pos_weight;
     } else {
@@ -907,13 +962,15 @@ static int rt__setup_heads(rt__cc *cc)
         return rt__cerr(cc, NULL, RT_EINVAL, "%d losses for a model with %d outputs", n,
                         cc->g->n_heads ? cc->g->n_heads : 1);
     if (cfg->label_dtype != RT_F32)
-        return rt__cerr(cc, NULL, RT_EDTYPE, "a model with several outputs takes f32 labels "
+        return rt__cerr(cc, NULL, RT_EDTYPE,
+                        "a model with several outputs takes f32 labels "
                         "(class indices as values)");
     L->head = rt__arena_alloc(cc->A, sizeof *L->head * (size_t)n);
     L->out_off = rt__arena_alloc(cc->A, sizeof(int64_t) * (size_t)n);
     L->lab_off = rt__arena_alloc(cc->A, sizeof(int64_t) * (size_t)n);
     L->weight = rt__arena_alloc(cc->A, sizeof(float) * (size_t)n);
-    if (!L->head || !L->out_off || !L->lab_off || !L->weight) return RT_ENOMEM;
+    if (!L->head || !L->out_off || !L->lab_off || !L->weight)
+        return RT_ENOMEM;
     memset(L->head, 0, sizeof *L->head * (size_t)n);
     int64_t oo = 0, lo = 0;
     int nvals = 0;
@@ -921,13 +978,18 @@ static int rt__setup_heads(rt__cc *cc)
         const char *nm = cc->g->heads[k];
         const struct rt_loss_head *h = &cfg->heads[k];
         const int id = rt__names_get(&cc->names, nm);
-        if (id < 0) return rt__cerr(cc, NULL, RT_EGRAPH, "output '%s' is not defined", nm);
+        if (id < 0)
+            return rt__cerr(cc, NULL, RT_EGRAPH, "output '%s' is not defined", nm);
         if (h->loss < RT_LOSS_SPARSE_CE || h->loss > RT_LOSS_LAST || RT_LOSS_IS_TORCH(h->loss))
-            return rt__cerr(cc, NULL, RT_EINVAL, "output '%s': several outputs take Keras' "
-                            "losses", nm);
+            return rt__cerr(cc, NULL, RT_EINVAL,
+                            "output '%s': several outputs take Keras' "
+                            "losses",
+                            nm);
         if (!(h->weight >= 0.0f && h->weight < 1e30f))
-            return rt__cerr(cc, NULL, RT_EINVAL, "output '%s': loss weight %g (it must be "
-                            ">= 0)", nm, (double)h->weight);
+            return rt__cerr(cc, NULL, RT_EINVAL,
+                            "output '%s': loss weight %g (it must be "
+                            ">= 0)",
+                            nm, (double)h->weight);
         const rt__shape *sh = &cc->shape[id];
         rt__lossinfo *H = &L->head[k];
         p->head_shape[k] = *sh;
@@ -940,17 +1002,21 @@ static int rt__setup_heads(rt__cc *cc)
         H->lab_dt = RT_F32;
         char e2[200];
         int rc = rt__loss_check(H, cfg, e2, sizeof e2);
-        if (rc < 0) return rt__cerr(cc, NULL, rc, "output '%s': %s", nm, e2);
+        if (rc < 0)
+            return rt__cerr(cc, NULL, rc, "output '%s': %s", nm, e2);
         H->acc = (h->metrics & RT_METRIC_ACCURACY) != 0;
         if ((rc = rt__metrics_check(H, h->metrics, e2, sizeof e2)) < 0)
             return rt__cerr(cc, NULL, rc, "output '%s': %s", nm, e2);
         /* its loss, accuracy and metrics among rt_metrics.values */
         nvals += 1 + __builtin_popcount(h->metrics);
         if (nvals > RT_METRIC_VALUES)
-            return rt__cerr(cc, NULL, RT_EINVAL, "more than %d metric values over the "
-                            "outputs; ask for fewer metrics", RT_METRIC_VALUES);
+            return rt__cerr(cc, NULL, RT_EINVAL,
+                            "more than %d metric values over the "
+                            "outputs; ask for fewer metrics",
+                            RT_METRIC_VALUES);
         const char *label = cc->g->head_label[k] ? cc->g->head_label[k] : nm;
-        if (!(p->head_name[k] = rt__arena_strdup(cc->A, label))) return RT_ENOMEM;
+        if (!(p->head_name[k] = rt__arena_strdup(cc->A, label)))
+            return RT_ENOMEM;
         L->out_off[k] = oo;
         L->lab_off[k] = lo;
         L->weight[k] = h->weight;
@@ -958,8 +1024,10 @@ static int rt__setup_heads(rt__cc *cc)
         lo += H->lab_numel;
     }
     if (oo != L->out_numel)
-        return rt__cerr(cc, NULL, RT_EGRAPH, "the outputs have %lld values, the graph's "
-                        "output %lld", (long long)oo, (long long)L->out_numel);
+        return rt__cerr(cc, NULL, RT_EGRAPH,
+                        "the outputs have %lld values, the graph's "
+                        "output %lld",
+                        (long long)oo, (long long)L->out_numel);
     L->n_heads = n;
     L->lab_numel = lo;
     L->lab_dt = RT_F32;
@@ -987,8 +1055,10 @@ static int rt__setup_loss(rt__cc *cc, int softmax_fused)
     L->rows = L->out_numel / L->classes;
     int rc;
     L->beta = cfg->loss_beta; /* huber's delta */
-    if (cfg->n_heads || cc->g->n_heads) return rt__setup_heads(cc);
-    if (RT_LOSS_IS_TORCH(cfg->loss) && (rc = rt__setup_torch_loss(cc)) < 0) return rc;
+    if (cfg->n_heads || cc->g->n_heads)
+        return rt__setup_heads(cc);
+    if (RT_LOSS_IS_TORCH(cfg->loss) && (rc = rt__setup_torch_loss(cc)) < 0)
+        return rc;
     /* categorical (and binary) crossentropy with no label shape given: the
      * labels are one-hot (multi-hot) rows of the output's shape, as Keras
      * takes y_true of y_pred's shape (their dtype stays the caller's: f32,
@@ -997,7 +1067,8 @@ static int rt__setup_loss(rt__cc *cc, int softmax_fused)
     if ((cfg->loss == RT_LOSS_CE || cfg->loss == RT_LOSS_BCE) && cfg->label_ndim == 0 &&
         L->out_numel > 1) {
         p->cfg.label_ndim = p->out_shape.ndim;
-        for (int i = 0; i < p->out_shape.ndim; i++) p->cfg.label_dims[i] = p->out_shape.d[i];
+        for (int i = 0; i < p->out_shape.ndim; i++)
+            p->cfg.label_dims[i] = p->out_shape.d[i];
     }
     L->lab_numel = 1;
     for (int i = 0; i < cfg->label_ndim; i++)
@@ -1008,8 +1079,10 @@ static int rt__setup_loss(rt__cc *cc, int softmax_fused)
     L->lab_dt = cfg->label_dtype;
     L->acc = (cfg->metrics & RT_METRIC_ACCURACY) != 0;
     rc = rt__loss_check(L, cfg, cc->err, cc->errlen);
-    if (rc < 0) return rc;
-    if ((rc = rt__metrics_check(L, cfg->metrics, cc->err, cc->errlen)) < 0) return rc;
+    if (rc < 0)
+        return rc;
+    if ((rc = rt__metrics_check(L, cfg->metrics, cc->err, cc->errlen)) < 0)
+        return rc;
     int64_t lab_total;
     if (__builtin_mul_overflow(L->lab_numel, cc->B, &lab_total) || lab_total > RT__MAX_NUMEL)
         return rt__cerr(cc, NULL, RT_EOVERFLOW, "labels too large");
@@ -1027,11 +1100,15 @@ static int rt__out_kind(const rt__cc *cc, int e, const rt__node **at, const rt__
     for (int hops = 0; hops < 64 && cc->E[e].node >= 0; hops++) {
         const rt__node *nd = &cc->p->nodes[cc->E[e].node];
         const rt__op_def *op = nd->op;
-        if (!*at) *at = nd;
+        if (!*at)
+            *at = nd;
         *end = nd;
-        if (op == &rt__op_softmax) return RT__OUT_PROB;
-        if (op == &rt__op_logsoftmax) return RT__OUT_LOGPROB;
-        if (op == &rt__op_sigmoid || op == &rt__op_hardsigmoid) return RT__OUT_SIGMOID;
+        if (op == &rt__op_softmax)
+            return RT__OUT_PROB;
+        if (op == &rt__op_logsoftmax)
+            return RT__OUT_LOGPROB;
+        if (op == &rt__op_sigmoid || op == &rt__op_hardsigmoid)
+            return RT__OUT_SIGMOID;
         if (op == &rt__op_dense)
             return rt__dense_cp(nd)->act == RT__ACT_SIGMOID ? RT__OUT_SIGMOID : RT__OUT_RAW;
         if (op == &rt__op_conv2d)
@@ -1053,11 +1130,13 @@ static int rt__check_loss_fit_one(rt__cc *cc, int out, rt_loss_kind loss, int fr
 {
     const rt__node *at, *end = NULL;
     const int k = rt__out_kind(cc, out, &at, &end);
-    if (!at) return 0;
+    if (!at)
+        return 0;
     static const char *const ends[] = {"raw scores (no Softmax, LogSoftmax or Sigmoid)",
                                        "a Softmax", "a LogSoftmax", "a Sigmoid"};
     char endn[96] = "";
-    if (end != at && k != RT__OUT_RAW) snprintf(endn, sizeof endn, " '%.64s'", end->name);
+    if (end != at && k != RT__OUT_RAW)
+        snprintf(endn, sizeof endn, " '%.64s'", end->name);
     const char *want = NULL, *fit = NULL;
     const int prob = k == RT__OUT_PROB || k == RT__OUT_SIGMOID;
     switch (loss) {
@@ -1066,31 +1145,35 @@ static int rt__check_loss_fit_one(rt__cc *cc, int out, rt_loss_kind loss, int fr
         if (!from_logits) {
             want = "probabilities";
             fit = k == RT__OUT_LOGPROB ? "nll_loss"
-                  : k == RT__OUT_RAW   ? "cross_entropy (or from_logits)" : NULL;
+                  : k == RT__OUT_RAW   ? "cross_entropy (or from_logits)"
+                                       : NULL;
         } else {
             want = "logits";
             fit = prob ? (loss == RT_LOSS_CE ? "categorical_crossentropy without from_logits"
-                                                : "sparse_categorical_crossentropy without "
-                                                  "from_logits")
+                                             : "sparse_categorical_crossentropy without "
+                                               "from_logits")
                        : NULL;
         }
         break;
     case RT_LOSS_BCE:
         want = from_logits ? "logits" : "probabilities";
-        fit = k == RT__OUT_LOGPROB ? "nll_loss"
+        fit = k == RT__OUT_LOGPROB               ? "nll_loss"
               : !from_logits && k == RT__OUT_RAW ? "bce_with_logits (or from_logits)"
-              : from_logits && prob ? "binary_crossentropy without from_logits" : NULL;
+              : from_logits && prob              ? "binary_crossentropy without from_logits"
+                                                 : NULL;
         break;
     case RT_LOSS_CROSS_ENTROPY:
         want = "logits";
         fit = k == RT__OUT_PROB      ? "sparse_categorical_crossentropy"
-              : k == RT__OUT_SIGMOID ? "binary_cross_entropy" : NULL;
+              : k == RT__OUT_SIGMOID ? "binary_cross_entropy"
+                                     : NULL;
         break;
     case RT_LOSS_NLL:
         want = "log-probabilities";
         fit = k == RT__OUT_RAW       ? "cross_entropy"
               : k == RT__OUT_PROB    ? "sparse_categorical_crossentropy"
-              : k == RT__OUT_SIGMOID ? "binary_cross_entropy" : NULL;
+              : k == RT__OUT_SIGMOID ? "binary_cross_entropy"
+                                     : NULL;
         break;
     case RT_LOSS_BCE_LOGITS:
         want = "logits";
@@ -1100,26 +1183,29 @@ static int rt__check_loss_fit_one(rt__cc *cc, int out, rt_loss_kind loss, int fr
         want = "probabilities";
         fit = k == RT__OUT_RAW ? "bce_with_logits" : k == RT__OUT_LOGPROB ? "nll_loss" : NULL;
         break;
-    default:
-        break;
+    default: break;
     }
-    if (!fit) return 0;
-    return rt__cerr(cc, at, RT_EINVAL, "the output%s%s ends in %s%s; loss %s reads %s. Use %s, "
-                    "or turn the loss check off", head ? " " : "", head ? head : "", ends[k],
-                    endn, rt_loss_name(loss), want, fit);
+    if (!fit)
+        return 0;
+    return rt__cerr(cc, at, RT_EINVAL,
+                    "the output%s%s ends in %s%s; loss %s reads %s. Use %s, "
+                    "or turn the loss check off",
+                    head ? " " : "", head ? head : "", ends[k], endn, rt_loss_name(loss), want,
+                    fit);
 }
 
 static int rt__check_loss_fit(rt__cc *cc)
 {
     const rt_train_config *c = cc->cfg;
-    if (!c->loss_check) return 0;
-    if (!c->n_heads) return rt__check_loss_fit_one(cc, cc->out, c->loss, c->from_logits, NULL);
+    if (!c->loss_check)
+        return 0;
+    if (!c->n_heads)
+        return rt__check_loss_fit_one(cc, cc->out, c->loss, c->from_logits, NULL);
     for (int k = 0; k < c->n_heads && k < cc->g->n_heads; k++) {
         const int e = rt__names_get(&cc->names, cc->g->heads[k]);
         int rc;
-        if (e >= 0 && (rc = rt__check_loss_fit_one(cc, e, c->heads[k].loss,
-                                                    c->heads[k].from_logits,
-                                                    cc->g->heads[k])) < 0)
+        if (e >= 0 && (rc = rt__check_loss_fit_one(cc, e, c->heads[k].loss, c->heads[k].from_logits,
+                                                   cc->g->heads[k])) < 0)
             return rc;
     }
     return 0;
@@ -1142,17 +1228,23 @@ static int rt__pass_fuse(rt__cc *cc)
     const rt__backend *be = p->backend;
     rt__ent *E = cc->E;
     int rc0 = rt__check_loss_fit(cc);
-    if (rc0 < 0) return rc0;
+    if (rc0 < 0)
+        return rc0;
     for (int i = 0; i < p->n_nodes; i++) {
         rt__node *nd = &p->nodes[i];
-        if (!E[nd->id].needed || nd->n_in != 1) continue;
+        if (!E[nd->id].needed || nd->n_in != 1)
+            continue;
         const int src = nd->in[0];
-        if (E[src].node < 0 || E[src].consumers != 1 || src == cc->out) continue;
+        if (E[src].node < 0 || E[src].consumers != 1 || src == cc->out)
+            continue;
         rt__node *pn = &p->nodes[E[src].node];
-        if (pn->fused) continue;
+        if (pn->fused)
+            continue;
         const rt__kernel *k = be->kernel(be->context, pn->op, nd->op);
-        if (!k || (k->can_fuse && !k->can_fuse(pn, nd))) continue;
-        if (!(pn->fused_p = rt__arena_memdup(cc->A, &nd->p, sizeof nd->p))) return RT_ENOMEM;
+        if (!k || (k->can_fuse && !k->can_fuse(pn, nd)))
+            continue;
+        if (!(pn->fused_p = rt__arena_memdup(cc->A, &nd->p, sizeof nd->p)))
+            return RT_ENOMEM;
         pn->fused = nd->op;
         pn->out = nd->out;
         pn->bwd_needs_out |= nd->op->bwd_needs_out;
@@ -1169,9 +1261,11 @@ static int rt__pass_fuse(rt__cc *cc)
             nd->in_shape[j] = &cc->shape[nd->in[j]];
         }
         E[nd->id].node = -1;
-        if (E[nd->id].needed) p->nodes[m++] = *nd;
+        if (E[nd->id].needed)
+            p->nodes[m++] = *nd;
     }
-    for (int i = 0; i < m; i++) E[p->nodes[i].id].node = i;
+    for (int i = 0; i < m; i++)
+        E[p->nodes[i].id].node = i;
     p->n_nodes = m;
     p->out_shape = cc->shape[cc->out_e];
     const rt__node *on = &p->nodes[E[cc->out_e].node];
@@ -1196,35 +1290,44 @@ static int rt__pass_backward(rt__cc *cc)
     rt__ent *E = cc->E;
     const int m = p->n_nodes;
     for (int i = 0; i < cc->n; i++)
-        if (E[i].param >= 0) E[i].rg = p->params[E[i].param].trainable;
+        if (E[i].param >= 0)
+            E[i].rg = p->params[E[i].param].trainable;
     for (int i = 0; i < m; i++) {
         const rt__node *nd = &p->nodes[i];
         for (int j = 0; j < nd->n_in; j++)
-            if (E[nd->in[j]].rg && !((nd->op->no_grad_in >> j) & 1u)) E[nd->id].rg = 1;
+            if (E[nd->in[j]].rg && !((nd->op->no_grad_in >> j) & 1u))
+                E[nd->id].rg = 1;
     }
     p->calls = rt__arena_alloc(cc->A, sizeof(rt__call) * (size_t)(2 * m + 1));
     cc->need_dx = rt__arena_alloc(cc->A, sizeof(unsigned) * (size_t)(2 * m + 1));
-    if (!p->calls || !cc->need_dx) return RT_ENOMEM;
-    for (int i = 0; i < m; i++) p->calls[i].nd = &p->nodes[i];
+    if (!p->calls || !cc->need_dx)
+        return RT_ENOMEM;
+    for (int i = 0; i < m; i++)
+        p->calls[i].nd = &p->nodes[i];
     p->n_fwd = m;
-    if (E[cc->loss_e].rg) E[cc->loss_e].grad_written = 1;
+    if (E[cc->loss_e].rg)
+        E[cc->loss_e].grad_written = 1;
     int nbwd = 0;
     for (int i = m - 1; i >= 0; i--) {
         const rt__node *nd = &p->nodes[i];
         rt__ent *en = &E[nd->id];
         unsigned need_dx = 0;
         for (int j = 0; j < nd->n_in; j++)
-            if (E[nd->in[j]].rg && !((nd->op->no_grad_in >> j) & 1u)) need_dx |= 1u << j;
+            if (E[nd->in[j]].rg && !((nd->op->no_grad_in >> j) & 1u))
+                need_dx |= 1u << j;
         const int has_bwd = en->rg && en->grad_written;
         cc->flops += nd->op->flops(nd, cc->B, has_bwd ? need_dx : 0);
-        if (!has_bwd) continue;
+        if (!has_bwd)
+            continue;
         rt__call *c = &p->calls[m + nbwd];
         c->nd = nd;
         c->bwd = 1;
         cc->need_dx[m + nbwd] = need_dx;
         for (int j = 0; j < nd->n_in; j++) {
-            if (!((need_dx >> j) & 1u)) continue;
-            if (E[nd->in[j]].grad_written) c->accum |= 1u << j;
+            if (!((need_dx >> j) & 1u))
+                continue;
+            if (E[nd->in[j]].grad_written)
+                c->accum |= 1u << j;
             E[nd->in[j]].grad_written = 1;
         }
         nbwd++;
@@ -1247,7 +1350,8 @@ static int rt__pass_choose_kernels(rt__cc *cc)
         nd->kern = be->kernel(be->context, nd->op, nd->fused);
         RT_ASSERT(nd->kern); /* supports_op and the fuse pass asked */
         int rc;
-        if (nd->kern->prepare && (rc = nd->kern->prepare(nd, cc->B, cc->A)) < 0) return rc;
+        if (nd->kern->prepare && (rc = nd->kern->prepare(nd, cc->B, cc->A)) < 0)
+            return rc;
     }
     for (int i = 0; i < p->n_fwd + p->n_bwd; i++) {
         rt__call *c = &p->calls[i];
@@ -1257,7 +1361,8 @@ static int rt__pass_choose_kernels(rt__cc *cc)
     /* the rest of the step: the backend's loss, optimizer, config */
     if (be->check) {
         const int rc = be->check(be->context, p, cc->err, cc->errlen);
-        if (rc < 0) return rc;
+        if (rc < 0)
+            return rc;
     }
     return 0;
 }
@@ -1270,7 +1375,8 @@ static int rt__newbuf(rt__cc *cc, uint64_t bytes, int t)
 
 static void rt__extend(rt__cc *cc, int b, int t)
 {
-    if (b >= 0 && cc->bufs[b].t1 < t) cc->bufs[b].t1 = t;
+    if (b >= 0 && cc->bufs[b].t1 < t)
+        cc->bufs[b].t1 = t;
 }
 
 /* every buffer with its live interval, in the order the calls create them */
@@ -1288,9 +1394,10 @@ static void rt__make_buffers(rt__cc *cc, int *x_buf, int *lab_buf)
         const rt__node *nd = &p->nodes[i];
         const int t = 1 + i;
         E[nd->id].val_buf = rt__newbuf(cc, (uint64_t)rt__numel_n(&nd->out, B) * 4, t);
-        for (int j = 0; j < nd->n_in; j++) rt__extend(cc, E[nd->in[j]].val_buf, t);
-        cc->scr_buf[i] = nd->scratch_floats > 0
-                             ? rt__newbuf(cc, (uint64_t)nd->scratch_floats * 4, t) : -1;
+        for (int j = 0; j < nd->n_in; j++)
+            rt__extend(cc, E[nd->in[j]].val_buf, t);
+        cc->scr_buf[i] =
+            nd->scratch_floats > 0 ? rt__newbuf(cc, (uint64_t)nd->scratch_floats * 4, t) : -1;
         cc->ws_buf[i] = nd->ws_floats > 0 ? rt__newbuf(cc, (uint64_t)nd->ws_floats * 4, t) : -1;
     }
     rt__extend(cc, E[cc->out_e].val_buf, t_loss);
@@ -1302,17 +1409,19 @@ static void rt__make_buffers(rt__cc *cc, int *x_buf, int *lab_buf)
         const rt__ent *en = &E[nd->id];
         const int t = 2 + ci;
         rt__extend(cc, en->grad_buf, t);
-        if (nd->bwd_needs_out) rt__extend(cc, en->val_buf, t);
+        if (nd->bwd_needs_out)
+            rt__extend(cc, en->val_buf, t);
         rt__extend(cc, cc->ws_buf[nd - p->nodes], t);
         for (int j = 0; j < nd->n_in; j++) {
             rt__ent *src = &E[nd->in[j]];
-            if ((nd->op->bwd_needs_in >> j) & 1u) rt__extend(cc, src->val_buf, t);
+            if ((nd->op->bwd_needs_in >> j) & 1u)
+                rt__extend(cc, src->val_buf, t);
             if (((cc->need_dx[ci] >> j) & 1u) && src->param < 0 && src->grad_buf < 0)
-                src->grad_buf = rt__newbuf(cc, (uint64_t)rt__numel_n(&cc->shape[nd->in[j]], B) * 4,
-                                           t);
+                src->grad_buf =
+                    rt__newbuf(cc, (uint64_t)rt__numel_n(&cc->shape[nd->in[j]], B) * 4, t);
         }
-        cc->scr_buf[ci] = nd->scratch_floats > 0
-                              ? rt__newbuf(cc, (uint64_t)nd->scratch_floats * 4, t) : -1;
+        cc->scr_buf[ci] =
+            nd->scratch_floats > 0 ? rt__newbuf(cc, (uint64_t)nd->scratch_floats * 4, t) : -1;
     }
 }
 
@@ -1328,9 +1437,12 @@ static void rt__resolve_refs(rt__cc *cc)
         const rt__node *nd = c->nd;
         const rt__ent *en = &E[nd->id];
         c->y = RT__AREF(cc, en->val_buf);
-        if (c->bwd) c->dy = RT__AREF(cc, en->grad_buf);
-        if (cc->scr_buf[ci] >= 0) c->scratch = RT__AREF(cc, cc->scr_buf[ci]);
-        if (cc->ws_buf[nd - p->nodes] >= 0) c->ws = RT__AREF(cc, cc->ws_buf[nd - p->nodes]);
+        if (c->bwd)
+            c->dy = RT__AREF(cc, en->grad_buf);
+        if (cc->scr_buf[ci] >= 0)
+            c->scratch = RT__AREF(cc, cc->scr_buf[ci]);
+        if (cc->ws_buf[nd - p->nodes] >= 0)
+            c->ws = RT__AREF(cc, cc->ws_buf[nd - p->nodes]);
         for (int j = 0; j < nd->n_in; j++) {
             const rt__ent *src = &E[nd->in[j]];
             const int grad = c->bwd && !((nd->op->no_grad_in >> j) & 1u);
@@ -1341,7 +1453,8 @@ static void rt__resolve_refs(rt__cc *cc)
                     c->dx[j] = (rt__ref){.space = RT__SP_GRAD, .off = (uint64_t)pr->goff};
             } else {
                 c->x[j] = RT__AREF(cc, src->val_buf);
-                if (grad && src->rg) c->dx[j] = RT__AREF(cc, src->grad_buf);
+                if (grad && src->rg)
+                    c->dx[j] = RT__AREF(cc, src->grad_buf);
             }
         }
     }
@@ -1363,18 +1476,22 @@ static int rt__pass_plan_memory(rt__cc *cc)
     cc->scr_buf = rt__arena_alloc(cc->A, sizeof(int) * (size_t)(ncalls + 1));
     cc->ws_buf = rt__arena_alloc(cc->A, sizeof(int) * (size_t)(p->n_nodes + 1));
     void *work = rt__arena_alloc(cc->A, sizeof(rt__buf *) * (size_t)max_bufs * 2);
-    if (!cc->bufs || !cc->scr_buf || !cc->ws_buf || !work) return RT_ENOMEM;
-    for (int i = 0; i <= p->n_nodes; i++) cc->ws_buf[i] = -1;
+    if (!cc->bufs || !cc->scr_buf || !cc->ws_buf || !work)
+        return RT_ENOMEM;
+    for (int i = 0; i <= p->n_nodes; i++)
+        cc->ws_buf[i] = -1;
     int x_buf, lab_buf;
     rt__make_buffers(cc, &x_buf, &lab_buf);
     RT_ASSERT(cc->nb <= max_bufs);
-    for (int i = 0; i < cc->nb; i++) cc->naive += cc->bufs[i].size;
+    for (int i = 0; i < cc->nb; i++)
+        cc->naive += cc->bufs[i].size;
     if (cc->nb <= RT__PLACE_EXACT_MAX) {
         rt__buf **order = work;
         p->arena_bytes = rt__place_greedy(cc->bufs, cc->nb, order, order + cc->nb);
     } else {
         p->arena_bytes = rt__place_sweep(cc->bufs, cc->nb, 2 + ncalls + 1, work);
-        if (p->arena_bytes == UINT64_MAX) return RT_ENOMEM;
+        if (p->arena_bytes == UINT64_MAX)
+            return RT_ENOMEM;
     }
     p->x_buf = RT__AREF(cc, x_buf);
     p->lab_buf = RT__AREF(cc, lab_buf);
@@ -1382,7 +1499,8 @@ static int rt__pass_plan_memory(rt__cc *cc)
     p->out_grad = E[cc->out_e].grad_buf >= 0 ? RT__AREF(cc, E[cc->out_e].grad_buf) : (rt__ref){0};
     p->loss_in = RT__AREF(cc, E[cc->loss_e].val_buf);
     p->loss_grad = E[cc->loss_e].grad_written && E[cc->loss_e].grad_buf >= 0
-                       ? RT__AREF(cc, E[cc->loss_e].grad_buf) : (rt__ref){0};
+                       ? RT__AREF(cc, E[cc->loss_e].grad_buf)
+                       : (rt__ref){0};
     rt__resolve_refs(cc);
     return 0;
 }
@@ -1397,20 +1515,23 @@ static int rt__pass_report(rt__cc *cc)
     rt_compile_report *r = &p->rep;
     for (int i = 0; i < p->n_params; i++) {
         r->param_count += (uint64_t)p->params[i].numel;
-        if (p->params[i].trainable) r->trainable_param_count += (uint64_t)p->params[i].numel;
+        if (p->params[i].trainable)
+            r->trainable_param_count += (uint64_t)p->params[i].numel;
         if (p->params[i].opts.l1 > 0 || p->params[i].opts.l2 > 0)
             r->n_regularized++;
         if (p->params[i].trainable && p->params[i].opts.constraint != RT_CONSTRAINT_NONE)
             r->n_constrained++;
     }
-    uint64_t per_param = cfg->opt == RT_OPT_SGD ? 4
-                         : cfg->opt == RT_OPT_RMSPROP || cfg->opt == RT_OPT_ADAGRAD ? 6 : 12;
+    uint64_t per_param = cfg->opt == RT_OPT_SGD                                     ? 4
+                         : cfg->opt == RT_OPT_RMSPROP || cfg->opt == RT_OPT_ADAGRAD ? 6
+                                                                                    : 12;
     r->flops_per_step = cc->flops + per_param * r->trainable_param_count +
                         8ull * (uint64_t)p->loss.out_numel * (uint64_t)cc->B; /* loss */
     r->arena_bytes = p->arena_bytes;
     r->naive_bytes = cc->naive;
     int nstate = cfg->opt == RT_OPT_SGD ? (cfg->momentum > 0 ? 1 : 0)
-                 : cfg->opt == RT_OPT_RMSPROP || cfg->opt == RT_OPT_ADAGRAD ? 1 : 2;
+                 : cfg->opt == RT_OPT_RMSPROP || cfg->opt == RT_OPT_ADAGRAD ? 1
+                                                                            : 2;
     r->param_bytes = 4ull * ((uint64_t)p->param_floats + (uint64_t)p->train_floats * (1 + nstate));
     r->n_nodes = (uint32_t)cc->n_graph_nodes;
     r->n_kernels = (uint32_t)(p->n_fwd + p->n_bwd + 3); /* + gather, loss, optimizer */
@@ -1437,16 +1558,14 @@ const char *rt_compile_pass_name(int i)
     return i >= 0 && i < RT_COMPILE_PASSES ? rt__passes[i].name : NULL;
 }
 
-int rt_plan_compile(const rt_graph *g, const rt_train_config *cfg,
-                    rt_plan **out, rt_compile_report *rep, char *err,
-                    size_t errlen)
+int rt_plan_compile(const rt_graph *g, const rt_train_config *cfg, rt_plan **out,
+                    rt_compile_report *rep, char *err, size_t errlen)
 {
     return rt_plan_compile_cancellable(g, cfg, NULL, out, rep, err, errlen);
 }
 
-int rt_plan_compile_cancellable(const rt_graph *g, const rt_train_config *cfg,
-                                const int *cancel, rt_plan **out, rt_compile_report *rep,
-                                char *err, size_t errlen)
+int rt_plan_compile_cancellable(const rt_graph *g, const rt_train_config *cfg, const int *cancel,
+                                rt_plan **out, rt_compile_report *rep, char *err, size_t errlen)
 {
     char dummy[RT__ERRLEN];
     if (!err || errlen == 0) {
@@ -1454,7 +1573,8 @@ int rt_plan_compile_cancellable(const rt_graph *g, const rt_train_config *cfg,
         errlen = sizeof dummy;
     }
     err[0] = '\0';
-    if (out) *out = NULL;
+    if (out)
+        *out = NULL;
     if (!g || !cfg || !out) {
         snprintf(err, errlen, "graph, config and out must not be NULL");
         return RT_EINVAL;
@@ -1474,8 +1594,13 @@ int rt_plan_compile_cancellable(const rt_graph *g, const rt_train_config *cfg,
         return RT_EINTERNAL;
     }
     snprintf(p->rep.backend, sizeof p->rep.backend, "%s", p->backend->name);
-    rt__cc cc = {.p = p, .g = g, .cfg = &p->cfg, .err = err, .errlen = errlen,
-                 .B = cfg->batch_size, .A = &p->arena};
+    rt__cc cc = {.p = p,
+                 .g = g,
+                 .cfg = &p->cfg,
+                 .err = err,
+                 .errlen = errlen,
+                 .B = cfg->batch_size,
+                 .A = &p->arena};
     int rc = 0;
     uint64_t t = t0;
     for (int i = 0; i < RT_COMPILE_PASSES && rc >= 0; i++) {
@@ -1490,12 +1615,14 @@ int rt_plan_compile_cancellable(const rt_graph *g, const rt_train_config *cfg,
         }
     }
     if (rc < 0) {
-        if (rc == RT_ENOMEM && !err[0]) snprintf(err, errlen, "out of memory");
+        if (rc == RT_ENOMEM && !err[0])
+            snprintf(err, errlen, "out of memory");
         rt_plan_release(p);
         return rc;
     }
     p->rep.compile_ns = rt__now_ns() - t0;
-    if (rep) *rep = p->rep;
+    if (rep)
+        *rep = p->rep;
     *out = p;
     return 0;
 }

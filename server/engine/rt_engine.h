@@ -71,12 +71,12 @@ typedef enum rt_init {
     /* Keras' parameterised initializers: only through rt_param_opts.init
      * (they are not in the proto's Initializer) */
     RT_INIT_VARIANCE_SCALING = 7,
-    RT_INIT_UNIFORM = 8,          /* [a, b) */
-    RT_INIT_NORMAL = 9,           /* mean a, stddev b */
+    RT_INIT_UNIFORM = 8,           /* [a, b) */
+    RT_INIT_NORMAL = 9,            /* mean a, stddev b */
     RT_INIT_TRUNCATED_NORMAL = 10, /* mean a, stddev b, redrawn outside 2 stddev */
-    RT_INIT_CONSTANT = 11,        /* scale */
-    RT_INIT_ORTHOGONAL = 12,      /* gain scale */
-    RT_INIT_IDENTITY = 13,        /* gain scale, rank-2 parameters */
+    RT_INIT_CONSTANT = 11,         /* scale */
+    RT_INIT_ORTHOGONAL = 12,       /* gain scale */
+    RT_INIT_IDENTITY = 13,         /* gain scale, rank-2 parameters */
 } rt_init;
 
 /* ------------------------------------------------------------------ graph */
@@ -89,21 +89,19 @@ typedef enum rt_init {
  * ndim outside 0..RT_MAX_DIMS, n_in/n_attr < 0; those return RT_EINVAL. */
 typedef struct rt_graph rt_graph;
 
-rt_graph *rt_graph_create(void); /* NULL on out of memory */
+rt_graph *rt_graph_create(void);    /* NULL on out of memory */
 void rt_graph_destroy(rt_graph *g); /* NULL is a no-op */
 /* The last builder error, "" if none. Owned by g. */
 const char *rt_graph_errmsg(const rt_graph *g);
 
 /* The data input. dims[0] may be RT_BATCH. */
-int rt_graph_add_input(rt_graph *g, const char *name, rt_dtype dt, int ndim,
-                       const int64_t *dims);
+int rt_graph_add_input(rt_graph *g, const char *name, rt_dtype dt, int ndim, const int64_t *dims);
 
 /* A parameter. value, if not NULL, holds product(dims) floats copied now and
  * used instead of init. Non-trainable parameters get no gradient and no
  * optimizer update (BatchNorm moving statistics are such parameters). */
-int rt_graph_add_param(rt_graph *g, const char *name, int ndim,
-                       const int64_t *dims, rt_init init, int trainable,
-                       const float *value);
+int rt_graph_add_param(rt_graph *g, const char *name, int ndim, const int64_t *dims, rt_init init,
+                       int trainable, const float *value);
 
 /* VarianceScaling's fan and distribution (Keras' mode and distribution). */
 typedef enum rt_fan_mode { RT_FAN_IN = 0, RT_FAN_OUT, RT_FAN_AVG } rt_fan_mode;
@@ -127,11 +125,11 @@ typedef enum rt_constraint_kind {
  * applied after every optimizer update. Norms of a constraint run over the
  * dims whose bit is set in axes (Keras' axis; bit 0 is the first dim). */
 typedef struct rt_param_opts {
-    rt_init init;          /* RT_INIT_DEFAULT: keep the rt_graph_add_param one */
-    rt_fan_mode mode;      /* VARIANCE_SCALING */
-    rt_init_dist dist;     /* VARIANCE_SCALING */
-    double scale;          /* VARIANCE_SCALING scale, CONSTANT value, gain */
-    double a, b;           /* UNIFORM bounds; (TRUNCATED_)NORMAL mean, stddev */
+    rt_init init;      /* RT_INIT_DEFAULT: keep the rt_graph_add_param one */
+    rt_fan_mode mode;  /* VARIANCE_SCALING */
+    rt_init_dist dist; /* VARIANCE_SCALING */
+    double scale;      /* VARIANCE_SCALING scale, CONSTANT value, gain */
+    double a, b;       /* UNIFORM bounds; (TRUNCATED_)NORMAL mean, stddev */
     double l1, l2;
     rt_constraint_kind constraint;
     double c_min, c_max, c_rate;
@@ -152,12 +150,15 @@ int rt_graph_set_param_opts(rt_graph *g, const char *name, const rt_param_opts *
  * while the weight keeps the layout its framework saves. Explicit values
  * given to rt_graph_add_param are in the engine's order. RT_EINVAL if no
  * parameter has that name; bad views are reported by compile. */
-int rt_graph_set_param_view(rt_graph *g, const char *name, int user_ndim,
-                            const int64_t *user_dims, int vn, const int64_t *vd,
-                            const int *perm);
+int rt_graph_set_param_view(rt_graph *g, const char *name, int user_ndim, const int64_t *user_dims,
+                            int vn, const int64_t *vd, const int *perm);
 
 typedef enum rt_attr_kind {
-    RT_ATTR_INT, RT_ATTR_FLOAT, RT_ATTR_STR, RT_ATTR_INTS, RT_ATTR_FLOATS
+    RT_ATTR_INT,
+    RT_ATTR_FLOAT,
+    RT_ATTR_STR,
+    RT_ATTR_INTS,
+    RT_ATTR_FLOATS
 } rt_attr_kind;
 
 typedef struct rt_attr {
@@ -166,7 +167,7 @@ typedef struct rt_attr {
     int64_t i;
     double f;
     const char *s;
-    int n;                /* INTS, FLOATS */
+    int n; /* INTS, FLOATS */
     const int64_t *ints;
     const float *floats;
 } rt_attr;
@@ -174,8 +175,7 @@ typedef struct rt_attr {
 /* A node computing op over inputs (names of inputs, params or other nodes).
  * Its single output is named name. See the op list below. */
 int rt_graph_add_node(rt_graph *g, const char *name, const char *op, int n_in,
-                      const char *const *inputs, int n_attr,
-                      const rt_attr *attrs);
+                      const char *const *inputs, int n_attr, const rt_attr *attrs);
 
 int rt_graph_set_output(rt_graph *g, const char *name);
 
@@ -241,41 +241,41 @@ const char *const *rt_engine_op_names(void);
  * environment's RT_BACKEND, else the registered one of highest rank.
  * Select before compiling: plans keep the backend they were compiled for. */
 int rt_backend_select(const char *name);
-const char *rt_backend_name(void);      /* the selected one's, "" when none */
-const char *rt_backend_describe(void);  /* e.g. "cpu+onednn-3.0" */
+const char *rt_backend_name(void);     /* the selected one's, "" when none */
+const char *rt_backend_describe(void); /* e.g. "cpu+onednn-3.0" */
 /* the registered backends' names, comma-separated, in rank order */
 const char *rt_backend_list(void);
 
 /* ------------------------------------------------------------ training config */
 
 typedef enum rt_loss_kind {
-    RT_LOSS_SPARSE_CE = 1,   /* sparse_categorical_crossentropy */
-    RT_LOSS_CE,              /* categorical_crossentropy (one-hot f32 labels) */
-    RT_LOSS_BCE,             /* binary_crossentropy */
+    RT_LOSS_SPARSE_CE = 1, /* sparse_categorical_crossentropy */
+    RT_LOSS_CE,            /* categorical_crossentropy (one-hot f32 labels) */
+    RT_LOSS_BCE,           /* binary_crossentropy */
     RT_LOSS_MSE,
     RT_LOSS_MAE,
-    RT_LOSS_LOGCOSH,         /* Keras semantics (W-A: int labels broadcast per row) */
+    RT_LOSS_LOGCOSH, /* Keras semantics (W-A: int labels broadcast per row) */
     /* PyTorch's losses, with PyTorch's semantics (rt_loss_torch.c): the
      * batch loss is the mean (or, RT_REDUCE_SUM, the sum) over every
      * element, or over every position for the class losses, whose class
      * axis is the first per-sample dim (PyTorch's dim 1) */
-    RT_LOSS_CROSS_ENTROPY,   /* F.cross_entropy: logits; class-index (i32) or
+    RT_LOSS_CROSS_ENTROPY, /* F.cross_entropy: logits; class-index (i32) or
                                 probability (f32, the output's shape) targets;
                                 label_smoothing, ignore_index, class_weight */
-    RT_LOSS_NLL,             /* F.nll_loss: log-probabilities, class indices */
-    RT_LOSS_BCE_LOGITS,      /* F.binary_cross_entropy_with_logits, pos_weight */
-    RT_LOSS_BCE_TORCH,       /* F.binary_cross_entropy: probabilities */
-    RT_LOSS_MSE_TORCH,       /* F.mse_loss */
-    RT_LOSS_L1,              /* F.l1_loss */
-    RT_LOSS_SMOOTH_L1,       /* F.smooth_l1_loss, beta (loss_beta) */
-    RT_LOSS_HUBER,           /* F.huber_loss, delta (loss_beta) */
+    RT_LOSS_NLL,           /* F.nll_loss: log-probabilities, class indices */
+    RT_LOSS_BCE_LOGITS,    /* F.binary_cross_entropy_with_logits, pos_weight */
+    RT_LOSS_BCE_TORCH,     /* F.binary_cross_entropy: probabilities */
+    RT_LOSS_MSE_TORCH,     /* F.mse_loss */
+    RT_LOSS_L1,            /* F.l1_loss */
+    RT_LOSS_SMOOTH_L1,     /* F.smooth_l1_loss, beta (loss_beta) */
+    RT_LOSS_HUBER,         /* F.huber_loss, delta (loss_beta) */
     /* Keras 3's (keras/src/losses/losses.py), the mean over the last axis
      * (KLD: the sum) of: */
-    RT_LOSS_HINGE,           /* max(1 - y p, 0), y of {0,1} batches as 2y-1 */
-    RT_LOSS_SQUARED_HINGE,   /* max(1 - y p, 0)^2, the same labels */
-    RT_LOSS_POISSON,         /* p - y log(p + 1e-7) */
-    RT_LOSS_KLD,             /* kl_divergence: y, p clipped to [1e-7, 1], y log(y/p) */
-    RT_LOSS_HUBER_KERAS,     /* huber: e = p - y, e^2/2 within delta (loss_beta,
+    RT_LOSS_HINGE,         /* max(1 - y p, 0), y of {0,1} batches as 2y-1 */
+    RT_LOSS_SQUARED_HINGE, /* max(1 - y p, 0)^2, the same labels */
+    RT_LOSS_POISSON,       /* p - y log(p + 1e-7) */
+    RT_LOSS_KLD,           /* kl_divergence: y, p clipped to [1e-7, 1], y log(y/p) */
+    RT_LOSS_HUBER_KERAS,   /* huber: e = p - y, e^2/2 within delta (loss_beta,
                                 default 1), else delta |e| - delta^2/2 */
 } rt_loss_kind;
 #define RT_LOSS_LAST RT_LOSS_HUBER_KERAS
@@ -285,12 +285,18 @@ typedef enum rt_loss_kind {
 typedef enum rt_reduction { RT_REDUCE_MEAN = 0, RT_REDUCE_SUM = 1 } rt_reduction;
 
 typedef enum rt_opt_kind {
-    RT_OPT_SGD = 1, RT_OPT_ADAM, RT_OPT_ADAMW, RT_OPT_RMSPROP,
+    RT_OPT_SGD = 1,
+    RT_OPT_ADAM,
+    RT_OPT_ADAMW,
+    RT_OPT_RMSPROP,
     /* Keras 3's (keras/src/optimizers/<name>.py): Adagrad's accumulator
      * starts at 0.1 (initial_accumulator_value), eps inside the sqrt;
      * Adadelta's rho (Keras' default 0.95: give it) and eps; Adamax's and
      * Nadam's beta1, beta2, eps */
-    RT_OPT_ADAGRAD, RT_OPT_ADADELTA, RT_OPT_ADAMAX, RT_OPT_NADAM,
+    RT_OPT_ADAGRAD,
+    RT_OPT_ADADELTA,
+    RT_OPT_ADAMAX,
+    RT_OPT_NADAM,
     /* keras/src/optimizers/ftrl.py: accumulator n (from ftrl_init) and
      * linear z; n' = n + g^2, z += g + 2 shrink w - (n'^-p - n^-p)/lr w,
      * w = (clip(z, -l1, l1) - z) / (n'^-p / lr + 2 (l2 + beta/(2 lr))) */
@@ -308,19 +314,19 @@ typedef enum rt_sched_kind {
                                ExponentialDecay (staircase: RT_SCHED_STEP) */
 } rt_sched_kind;
 
-#define RT_METRIC_ACCURACY 1u  /* Keras' "accuracy": the one the loss implies */
+#define RT_METRIC_ACCURACY 1u /* Keras' "accuracy": the one the loss implies */
 /* Keras metrics computed over the epoch (or the evaluated data) exactly as
  * Keras' metric objects accumulate them; values in rt_metrics.values */
 #define RT_METRIC_BINARY_ACCURACY (1u << 1)      /* y_pred > 0.5 equals y_true */
 #define RT_METRIC_CATEGORICAL_ACCURACY (1u << 2) /* argmax y_true == argmax y_pred */
 #define RT_METRIC_SPARSE_CATEGORICAL_ACCURACY (1u << 3)
-#define RT_METRIC_TOP_K (1u << 4)                /* top_k_categorical_accuracy, k 5 */
-#define RT_METRIC_SPARSE_TOP_K (1u << 5)         /* sparse_top_k_categorical_accuracy */
+#define RT_METRIC_TOP_K (1u << 4)        /* top_k_categorical_accuracy, k 5 */
+#define RT_METRIC_SPARSE_TOP_K (1u << 5) /* sparse_top_k_categorical_accuracy */
 #define RT_METRIC_MAE (1u << 6)
 #define RT_METRIC_MSE (1u << 7)
-#define RT_METRIC_RMSE (1u << 8)                 /* sqrt(sum sq err / elements) */
-#define RT_METRIC_AUC (1u << 9)                  /* ROC, 200 thresholds, interpolation */
-#define RT_METRIC_PRECISION (1u << 10)           /* threshold 0.5 */
+#define RT_METRIC_RMSE (1u << 8)       /* sqrt(sum sq err / elements) */
+#define RT_METRIC_AUC (1u << 9)        /* ROC, 200 thresholds, interpolation */
+#define RT_METRIC_PRECISION (1u << 10) /* threshold 0.5 */
 #define RT_METRIC_RECALL (1u << 11)
 #define RT_METRIC_MAX 12
 /* rt_metrics.value_bit of an output's own loss (several outputs: Keras'
@@ -337,46 +343,46 @@ const char *rt_metric_name(uint32_t bit);
 
 typedef struct rt_train_config {
     rt_loss_kind loss;
-    int from_logits;          /* CE/BCE: the output is logits, not probabilities */
+    int from_logits; /* CE/BCE: the output is logits, not probabilities */
     rt_opt_kind opt;
     float lr;
-    float momentum;           /* SGD */
-    int nesterov;             /* SGD */
-    float beta1, beta2, eps;  /* Adam(W): 0.9, 0.999, 1e-7 (Keras) */
-    int adam_eps_vhat;        /* Adam(W): eps added to sqrt(v_hat), as
+    float momentum;          /* SGD */
+    int nesterov;            /* SGD */
+    float beta1, beta2, eps; /* Adam(W): 0.9, 0.999, 1e-7 (Keras) */
+    int adam_eps_vhat;       /* Adam(W): eps added to sqrt(v_hat), as
                                  torch.optim.Adam (ONNX models from PyTorch);
                                  0: to sqrt(v), as Keras */
-    float weight_decay;       /* AdamW decoupled decay (Keras default 0.004) */
-    float rho;                /* RMSprop: 0.9 */
+    float weight_decay;      /* AdamW decoupled decay (Keras default 0.004) */
+    float rho;               /* RMSprop: 0.9 */
     /* Ftrl (Keras' defaults): learning_rate_power -0.5 (<= 0),
      * initial_accumulator_value 0.1, l1/l2/l2_shrinkage regularization
      * strengths 0, beta 0 (all >= 0) */
     float ftrl_power, ftrl_init, ftrl_l1, ftrl_l2, ftrl_shrink, ftrl_beta;
-    float clip_norm;          /* > 0: clip gradients by global norm */
+    float clip_norm; /* > 0: clip gradients by global norm */
     rt_sched_kind sched;
     uint32_t step_size;
     float gamma;
     uint32_t warmup_steps;
     uint32_t total_steps;
     float min_lr;
-    uint32_t metrics;         /* RT_METRIC_* bits */
-    int batch_size;           /* the largest batch; the last one may be smaller */
-    uint64_t seed;            /* initializers, shuffling, dropout */
-    int shuffle;              /* reshuffle every epoch (default 1) */
-    rt_dtype label_dtype;     /* RT_I32 for sparse losses, else RT_F32 */
-    int label_ndim;           /* per-sample label rank */
+    uint32_t metrics;     /* RT_METRIC_* bits */
+    int batch_size;       /* the largest batch; the last one may be smaller */
+    uint64_t seed;        /* initializers, shuffling, dropout */
+    int shuffle;          /* reshuffle every epoch (default 1) */
+    rt_dtype label_dtype; /* RT_I32 for sparse losses, else RT_F32 */
+    int label_ndim;       /* per-sample label rank */
     int64_t label_dims[RT_MAX_DIMS];
-    int sync_bn;              /* replicas: every BatchNorm's statistics global */
+    int sync_bn; /* replicas: every BatchNorm's statistics global */
     /* PyTorch losses (RT_LOSS_IS_TORCH) */
-    rt_reduction reduction;   /* mean (default) or sum over the batch */
-    float label_smoothing;    /* cross_entropy, in [0, 1] */
-    int64_t ignore_index;     /* cross_entropy, nll_loss: targets of this class
+    rt_reduction reduction;    /* mean (default) or sum over the batch */
+    float label_smoothing;     /* cross_entropy, in [0, 1] */
+    int64_t ignore_index;      /* cross_entropy, nll_loss: targets of this class
                                  are left out (default -100, as PyTorch) */
-    float loss_beta;          /* smooth_l1_loss beta, huber_loss delta (default 1) */
+    float loss_beta;           /* smooth_l1_loss beta, huber_loss delta (default 1) */
     const float *class_weight; /* cross_entropy, nll_loss: one weight per class, */
     int n_class_weight;        /* or NULL/0; copied by compile */
-    const float *pos_weight;  /* bce_with_logits: one per class (last dim), or */
-    int n_pos_weight;         /* one for all; NULL/0: none */
+    const float *pos_weight;   /* bce_with_logits: one per class (last dim), or */
+    int n_pos_weight;          /* one for all; NULL/0: none */
     /* torch.optim's weight decay (SGD, Adam, RMSprop): g += l2_decay * w
      * before the update (AdamW's decoupled decay is weight_decay) */
     float l2_decay;
@@ -443,20 +449,20 @@ uint64_t rt_rng_u64(uint64_t seed, uint64_t stream, uint64_t counter);
  * RT_RNG_STREAM_AUGMENT stream, so every backend, replica and resumed run
  * sees one process's images. */
 typedef struct rt_augment {
-    const uint8_t *img;        /* n images (h, w, c), row-major; NULL: none */
-    int h, w, c;               /* c: 1 or 3 */
-    int64_t off;               /* the image's first float in a row of x */
-    float mean[3], std[3];     /* std 0 is taken as 1 */
+    const uint8_t *img;    /* n images (h, w, c), row-major; NULL: none */
+    int h, w, c;           /* c: 1 or 3 */
+    int64_t off;           /* the image's first float in a row of x */
+    float mean[3], std[3]; /* std 0 is taken as 1 */
     int crop_pad, flip;
     float brightness, contrast;
-    uint64_t epoch;            /* the draws' epoch */
+    uint64_t epoch; /* the draws' epoch */
 } rt_augment;
 
 /* One sample's draws. */
 typedef struct rt_aug_draw {
-    int dx, dy;                /* crop offset in [-crop_pad, crop_pad] */
+    int dx, dy; /* crop offset in [-crop_pad, crop_pad] */
     int flip;
-    float bright, contrast;    /* delta, factor */
+    float bright, contrast; /* delta, factor */
 } rt_aug_draw;
 
 void rt_aug_draws(const rt_augment *a, uint64_t seed, uint64_t sample, rt_aug_draw *d);
@@ -479,17 +485,17 @@ const char *rt_compile_pass_name(int i); /* NULL outside 0..RT_COMPILE_PASSES-1 
 typedef struct rt_compile_report {
     uint64_t param_count;
     uint64_t trainable_param_count;
-    uint64_t flops_per_step;  /* forward + backward + update, at full batch */
-    uint64_t arena_bytes;     /* planned peak of activations/gradients/scratch */
-    uint64_t naive_bytes;     /* sum of the same buffers without reuse */
-    uint64_t param_bytes;     /* parameters + gradients + optimizer state */
+    uint64_t flops_per_step; /* forward + backward + update, at full batch */
+    uint64_t arena_bytes;    /* planned peak of activations/gradients/scratch */
+    uint64_t naive_bytes;    /* sum of the same buffers without reuse */
+    uint64_t param_bytes;    /* parameters + gradients + optimizer state */
     uint64_t compile_ns;
     uint32_t n_nodes;
-    uint32_t n_kernels;       /* kernel calls per training step */
+    uint32_t n_kernels;                  /* kernel calls per training step */
     uint64_t pass_ns[RT_COMPILE_PASSES]; /* each pass's time, in order */
-    uint32_t n_regularized;   /* parameters with an L1/L2 regularizer */
-    uint32_t n_constrained;   /* parameters with a constraint */
-    char backend[16];         /* the backend the plan runs on */
+    uint32_t n_regularized;              /* parameters with an L1/L2 regularizer */
+    uint32_t n_constrained;              /* parameters with a constraint */
+    char backend[16];                    /* the backend the plan runs on */
 } rt_compile_report;
 
 /* A 128-bit cache key over (canonical graph, training config, batch size,
@@ -500,16 +506,14 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *cfg, uint8_t key[16]);
 /* Compile. On success *out holds a plan with refcount 1 and rep (if not NULL)
  * is filled. On failure returns a negative code and writes a short message
  * naming the node/field into err (always NUL-terminated, at most errlen). */
-int rt_plan_compile(const rt_graph *g, const rt_train_config *cfg,
-                    rt_plan **out, rt_compile_report *rep, char *err,
-                    size_t errlen);
+int rt_plan_compile(const rt_graph *g, const rt_train_config *cfg, rt_plan **out,
+                    rt_compile_report *rep, char *err, size_t errlen);
 /* The same, stopping between passes once *cancel (read atomically) is
  * non-zero: RT_ECANCELLED naming the last pass run, and nothing is kept.
  * Each pass is linear in the graph's size, so a budget is kept to about one
  * pass. cancel NULL: never cancelled. */
-int rt_plan_compile_cancellable(const rt_graph *g, const rt_train_config *cfg,
-                                const int *cancel, rt_plan **out, rt_compile_report *rep,
-                                char *err, size_t errlen);
+int rt_plan_compile_cancellable(const rt_graph *g, const rt_train_config *cfg, const int *cancel,
+                                rt_plan **out, rt_compile_report *rep, char *err, size_t errlen);
 void rt_plan_retain(rt_plan *p);
 void rt_plan_release(rt_plan *p); /* NULL is a no-op */
 
@@ -527,8 +531,8 @@ int rt_plan_head_shape(const rt_plan *p, int k, int64_t dims[RT_MAX_DIMS], int64
 const char *rt_plan_head_name(const rt_plan *p, int k);
 int rt_plan_n_params(const rt_plan *p);
 /* Parameter i: name (owned by p), shape. Returns ndim, or RT_EINVAL. */
-int rt_plan_param_info(const rt_plan *p, int i, const char **name,
-                       int64_t dims[RT_MAX_DIMS], int *trainable);
+int rt_plan_param_info(const rt_plan *p, int i, const char **name, int64_t dims[RT_MAX_DIMS],
+                       int *trainable);
 
 /* ------------------------------------------------------------------- exec */
 
@@ -543,8 +547,8 @@ typedef struct rt_exec rt_exec;
  * weights from the data set's sw). Returns 0, or a negative RT_E* code
  * with a message in err. */
 #define RT_EPOCH_EVAL (-1)
-typedef int (*rt_batch_fill)(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x,
-                             void *y, float *w, char *err, size_t errlen);
+typedef int (*rt_batch_fill)(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y,
+                             float *w, char *err, size_t errlen);
 
 typedef struct rt_data {
     const float *x;
@@ -579,7 +583,7 @@ typedef struct rt_data {
 
 typedef struct rt_metrics {
     double loss;
-    double acc;        /* NaN when accuracy is not a metric */
+    double acc; /* NaN when accuracy is not a metric */
     int64_t samples;
     /* the config's other metrics, in bit order: value i is metric
      * value_bit[i] (rt_metric_name); 0 of them where not computed.
@@ -600,17 +604,17 @@ int rt_metric_value_name(const rt_plan *p, const rt_metrics *m, int i, char *out
 
 /* Passed to the step callback after every step. */
 typedef struct rt_step_info {
-    int64_t step;            /* global step count after this step */
-    int64_t epoch;           /* 1-based epoch this step belongs to */
-    int64_t step_in_epoch;   /* 1-based */
+    int64_t step;          /* global step count after this step */
+    int64_t epoch;         /* 1-based epoch this step belongs to */
+    int64_t step_in_epoch; /* 1-based */
     int64_t steps_per_epoch;
-    float loss;              /* this step's mean loss */
-    float acc;               /* this step's accuracy (NaN if not a metric) */
-    int epoch_end;           /* this step completed an epoch */
+    float loss;               /* this step's mean loss */
+    float acc;                /* this step's accuracy (NaN if not a metric) */
+    int epoch_end;            /* this step completed an epoch */
     rt_metrics epoch_metrics; /* running (or, at epoch_end, final) epoch metrics;
                                  (was a second member named epoch, which
                                  does not compile) */
-    float lr;                /* the learning rate this step used */
+    float lr;                 /* the learning rate this step used */
 } rt_step_info;
 
 /* Return nonzero to stop after this step (cancellation). */
@@ -619,17 +623,17 @@ typedef int (*rt_step_cb)(void *ud, const rt_step_info *info);
 typedef struct rt_train_result {
     int64_t steps_run;
     int64_t global_step;
-    rt_metrics last;   /* the last step */
-    rt_metrics mean;   /* over the steps of this call, sample-weighted */
-    int stopped;       /* the callback asked to stop */
+    rt_metrics last; /* the last step */
+    rt_metrics mean; /* over the steps of this call, sample-weighted */
+    int stopped;     /* the callback asked to stop */
     uint64_t execute_ns;
 } rt_train_result;
 
 /* A fresh model instance: the arena, parameters initialised from the
  * config's seed, optimizer state zeroed, step 0. */
 int rt_exec_create(rt_plan *p, rt_exec **out); /* retains p */
-void rt_exec_destroy(rt_exec *e); /* NULL is a no-op */
-const char *rt_exec_errmsg(const rt_exec *e); /* last error, "" if none */
+void rt_exec_destroy(rt_exec *e);              /* NULL is a no-op */
+const char *rt_exec_errmsg(const rt_exec *e);  /* last error, "" if none */
 rt_plan *rt_exec_plan(const rt_exec *e);
 int64_t rt_exec_global_step(const rt_exec *e);
 
@@ -663,9 +667,8 @@ int rt_exec_check_rows(rt_exec *e, const float *x, int64_t n);
  * data set (another x pointer or n) starts a new epoch at its first batch.
  * step_losses, if not NULL, receives steps floats.
  */
-int rt_exec_train(rt_exec *e, const rt_data *d, int64_t steps,
-                  rt_train_result *res, rt_step_cb cb, void *ud,
-                  float *step_losses);
+int rt_exec_train(rt_exec *e, const rt_data *d, int64_t steps, rt_train_result *res, rt_step_cb cb,
+                  void *ud, float *step_losses);
 
 /* Forward pass in inference mode over all of d in batches. */
 int rt_exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out);
@@ -685,8 +688,7 @@ int rt_exec_set_param(rt_exec *e, int i, const float *src);
  * *loss gets the mean loss. Parameters (BatchNorm's moving statistics
  * included), optimizer state, the step counter and the data cursor are
  * unchanged. */
-int rt_exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n,
-                          double *loss);
+int rt_exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n, double *loss);
 /* Parameter i's gradient from the last step or rt_exec_compute_grads
  * (product(dims) floats; zeros for a non-trainable parameter). */
 int rt_exec_get_grad(const rt_exec *e, int i, float *dst);
@@ -718,8 +720,7 @@ typedef struct rt_exec_span {
     const void *p;
     size_t n;
 } rt_exec_span;
-int rt_exec_state_spans(const rt_exec *e, unsigned char hdr[RT_EXEC_STATE_HDR],
-                        rt_exec_span sp[3]);
+int rt_exec_state_spans(const rt_exec *e, unsigned char hdr[RT_EXEC_STATE_HDR], rt_exec_span sp[3]);
 /* The cursor as the engine counts it: epoch (0-based) and the next batch. */
 void rt_exec_cursor(const rt_exec *e, int64_t *epoch, int64_t *pos);
 
@@ -758,8 +759,8 @@ int rt_exec_copy_state(rt_exec *dst, const rt_exec *src);
  * own (moving statistics from its first shard). */
 typedef struct rt_replica {
     int rank, size, micro;
-    int (*reduce)(void *ctx, float *g, int64_t n, float *slots, int k, double *st,
-                  char *err, size_t errlen);
+    int (*reduce)(void *ctx, float *g, int64_t n, float *slots, int k, double *st, char *err,
+                  size_t errlen);
     /* v[0..n) summed over the replicas in place (metric accumulators) */
     int (*sum)(void *ctx, double *v, int n, char *err, size_t errlen);
     void (*on_destroy)(void *ctx, rt_exec *e); /* from rt_exec_destroy, or NULL */
@@ -825,8 +826,7 @@ void rt_exec_epoch_order(const rt_exec *e, int64_t n, int64_t epoch, int64_t *pe
  * into host x (nb input rows) and y (nb label rows; NULL: none): rank 0's
  * feed of an augmented set's rows to replicas (server/mpi). 0 or
  * RT_EINVAL. */
-int rt_exec_rows(rt_exec *e, const rt_data *d, const int64_t *idx, int64_t nb, float *x,
-                 void *y);
+int rt_exec_rows(rt_exec *e, const rt_data *d, const int64_t *idx, int64_t nb, float *x, void *y);
 /* r NULL: a single process again. RT_EINVAL if size does not divide micro. */
 int rt_exec_set_replica(rt_exec *e, const rt_replica *r);
 /* For the gradient in buckets of bucket floats: ready[b] (n_ready >= the

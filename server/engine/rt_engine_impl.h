@@ -35,15 +35,16 @@
 #include "rt_engine.h"
 #include "rt_op_params.h"
 
-#define RT__ERRLEN 200    /* error messages stay short (gRPC trailers) */
-#define RT__MAX_NUMEL (INT64_C(1) << 32)  /* elements in one tensor at full batch */
+#define RT__ERRLEN 200                   /* error messages stay short (gRPC trailers) */
+#define RT__MAX_NUMEL (INT64_C(1) << 32) /* elements in one tensor at full batch */
 #define RT__MAX_BATCH (1 << 24)
 #define RT__MAX_WINDOW (1 << 20) /* conv/pool window, stride, dilation */
-#define RT__ALIGN 64      /* arena buffers and parameters: one cache line */
+#define RT__ALIGN 64             /* arena buffers and parameters: one cache line */
 
-#define RT_ASSERT(c)                                                          \
-    do {                                                                      \
-        if (!(c)) rt__assert_fail(#c, __FILE__, __LINE__);                    \
+#define RT_ASSERT(c)                                 \
+    do {                                             \
+        if (!(c))                                    \
+            rt__assert_fail(#c, __FILE__, __LINE__); \
     } while (0)
 void rt__assert_fail(const char *cond, const char *file, int line);
 
@@ -54,7 +55,7 @@ void rt__assert_fail(const char *cond, const char *file, int line);
 typedef struct rt__chunk rt__chunk;
 typedef struct rt__arena {
     rt__chunk *head;
-    size_t next_cap;        /* chunks double from 16 KiB to 1 MiB */
+    size_t next_cap; /* chunks double from 16 KiB to 1 MiB */
 } rt__arena;
 
 void *rt__arena_alloc(rt__arena *a, size_t n);
@@ -76,9 +77,9 @@ static inline float rt__rng_unit(uint64_t seed, uint64_t stream, uint64_t ctr)
 }
 /* RNG streams: keep distinct so initializers, shuffles and dropout never
  * share random numbers. */
-#define RT__STREAM_INIT    0x1000000ull   /* + param index */
+#define RT__STREAM_INIT 0x1000000ull /* + param index */
 #define RT__STREAM_SHUFFLE 0x2000000ull
-#define RT__STREAM_DROPOUT 0x3000000ull   /* + node index */
+#define RT__STREAM_DROPOUT 0x3000000ull /* + node index */
 
 /* ------------------------------------------------------------------ graph */
 
@@ -110,14 +111,14 @@ typedef struct rt__entry {
     rt__tkind kind;
     const char *name;
     rt_dtype dt;
-    rt__shape shape;        /* input/param: as declared */
-    rt_init init;           /* param */
-    int trainable;          /* param */
-    const float *value;     /* param: explicit values or NULL */
-    int has_opts;           /* param: opts set by rt_graph_set_param_opts */
+    rt__shape shape;    /* input/param: as declared */
+    rt_init init;       /* param */
+    int trainable;      /* param */
+    const float *value; /* param: explicit values or NULL */
+    int has_opts;       /* param: opts set by rt_graph_set_param_opts */
     rt_param_opts opts;
-    rt__view view;          /* param: rt_graph_set_param_view */
-    const char *op;         /* node */
+    rt__view view;  /* param: rt_graph_set_param_view */
+    const char *op; /* node */
     int n_in;
     const char **in;
     int n_attr;
@@ -128,8 +129,8 @@ struct rt_graph {
     rt__arena arena;
     rt__entry *e;
     int n, cap;
-    const char *output;     /* NULL: the last node */
-    int n_heads;            /* rt_graph_set_outputs: the heads' nodes */
+    const char *output; /* NULL: the last node */
+    int n_heads;        /* rt_graph_set_outputs: the heads' nodes */
     const char *heads[RT_MAX_HEADS];
     const char *head_label[RT_MAX_HEADS]; /* rt_graph_name_outputs, or NULL */
     char err[RT__ERRLEN];
@@ -142,15 +143,15 @@ typedef struct rt__op_def rt__op_def;
 
 /* Per-step state every kernel may read. Lives in the exec. */
 typedef struct rt__run {
-    int64_t n;          /* samples in this batch, 1..batch_size */
-    int64_t step;       /* global step (dropout masks are keyed by it) */
+    int64_t n;    /* samples in this batch, 1..batch_size */
+    int64_t step; /* global step (dropout masks are keyed by it) */
     uint64_t seed;
     int training;
-    int update_stats;   /* a training forward moves BatchNorm's moving
+    int update_stats;    /* a training forward moves BatchNorm's moving
                          * statistics; not in rt_exec_compute_grads */
-    float *gemm_scratch;   /* small-GEMM transposes */
+    float *gemm_scratch; /* small-GEMM transposes */
     int64_t gemm_scratch_floats;
-    double *act_pen;    /* ActivityReg forwards add their loss term here */
+    double *act_pen; /* ActivityReg forwards add their loss term here */
     /* MPI replicas (rt_replica) in a training step, else NULL: BatchNorm
      * nodes with sync (or every one with sync_all) sum their statistics
      * over the replicas with bn_sum; bn_share is this replica's rows over
@@ -176,7 +177,7 @@ typedef struct rt__kargs {
     float *x[RT__MAX_IN];
     float *dx[RT__MAX_IN];
     float *scratch;
-    float *ws;          /* the node's workspace (rt__node.ws_floats) */
+    float *ws; /* the node's workspace (rt__node.ws_floats) */
     unsigned accum;
 } rt__kargs;
 
@@ -193,16 +194,13 @@ int rt__cerr(rt__cc *cc, const rt__node *nd, int code, const char *fmt, ...)
 const rt_attr *rt__attr(const rt__node *nd, const char *name);
 /* Typed attribute getters: def when absent; RT_EINVAL via rt__cerr when the
  * kind is wrong (then *ok is set to 0). */
-int64_t rt__attr_int(rt__cc *cc, const rt__node *nd, const char *name,
-                     int64_t def, int *ok);
-double rt__attr_float(rt__cc *cc, const rt__node *nd, const char *name,
-                      double def, int *ok);
-const char *rt__attr_str(rt__cc *cc, const rt__node *nd, const char *name,
-                         const char *def, int *ok);
+int64_t rt__attr_int(rt__cc *cc, const rt__node *nd, const char *name, int64_t def, int *ok);
+double rt__attr_float(rt__cc *cc, const rt__node *nd, const char *name, double def, int *ok);
+const char *rt__attr_str(rt__cc *cc, const rt__node *nd, const char *name, const char *def,
+                         int *ok);
 /* ints attribute: returns its count (copies at most max) or -1 when
  * absent; error on kind */
-int rt__attr_ints(rt__cc *cc, const rt__node *nd, const char *name,
-                  int64_t *out, int max, int *ok);
+int rt__attr_ints(rt__cc *cc, const rt__node *nd, const char *name, int64_t *out, int max, int *ok);
 /* the "activation" attribute (absent, "linear", "relu", "sigmoid", "tanh")
  * as RT__ACT_*; RT_EINVAL via rt__cerr for anything else (op_dense.c) */
 int rt__attr_act(rt__cc *cc, const rt__node *nd, int *act);
@@ -222,10 +220,10 @@ extern const rt__op_def rt__op_crossentropy;
 struct rt__op_def {
     const char *name;
     int min_in, max_in;
-    unsigned bwd_needs_in;  /* bit i: backward reads input i's value */
-    int bwd_needs_out;      /* backward reads the output value */
-    unsigned no_grad_in;    /* bit i: input i never gets a gradient */
-    rt__pkind params;       /* which member of rt__op_params infer fills */
+    unsigned bwd_needs_in; /* bit i: backward reads input i's value */
+    int bwd_needs_out;     /* backward reads the output value */
+    unsigned no_grad_in;   /* bit i: input i never gets a gradient */
+    rt__pkind params;      /* which member of rt__op_params infer fills */
     /* Validate inputs (nd->in_shape, nd->in_dt) and attributes, set
      * nd->out and the op's typed parameters (nd->p, rt_op_params.h).
      * Returns 0 or rt__cerr(...). */
@@ -241,66 +239,66 @@ struct rt__op_def {
  * (server/kernels/cpu/rt_backend_cpu.c). Compile, autodiff, memory
  * planning and rt_engine_op_names() take everything from the definition;
  * see op_dense.c and docs/architecture.md. */
-#define RT__OP_LIST(X)                                                        \
-    X(rt__op_dense)                                                           \
-    X(rt__op_matmul)                                                          \
-    X(rt__op_add)                                                             \
-    X(rt__op_sub)                                                             \
-    X(rt__op_mul)                                                             \
-    X(rt__op_relu)                                                            \
-    X(rt__op_sigmoid)                                                         \
-    X(rt__op_tanh)                                                            \
-    X(rt__op_softmax)                                                         \
-    X(rt__op_logsoftmax)                                                      \
-    X(rt__op_reshape)                                                         \
-    X(rt__op_flatten)                                                         \
-    X(rt__op_identity)                                                        \
-    X(rt__op_dropout)                                                         \
-    X(rt__op_conv2d)                                                          \
-    X(rt__op_maxpool2d)                                                       \
-    X(rt__op_avgpool2d)                                                       \
-    X(rt__op_globalavgpool)                                                   \
-    X(rt__op_batchnorm)                                                       \
-    X(rt__op_concat)                                                          \
-    X(rt__op_div)                                                             \
-    X(rt__op_max)                                                             \
-    X(rt__op_min)                                                             \
-    X(rt__op_prelu)                                                           \
-    X(rt__op_elu)                                                             \
-    X(rt__op_selu)                                                            \
-    X(rt__op_leakyrelu)                                                       \
-    X(rt__op_gelu)                                                            \
-    X(rt__op_erf)                                                             \
-    X(rt__op_softplus)                                                        \
-    X(rt__op_softsign)                                                        \
-    X(rt__op_hardsigmoid)                                                     \
-    X(rt__op_swish)                                                           \
-    X(rt__op_clip)                                                            \
-    X(rt__op_thresholdedrelu)                                                 \
-    X(rt__op_kerasrelu)                                                       \
-    X(rt__op_exp)                                                             \
-    X(rt__op_scale)                                                           \
-    X(rt__op_mish)                                                            \
-    X(rt__op_hardswish)                                                       \
-    X(rt__op_logsigmoid)                                                      \
-    X(rt__op_sqrt)                                                            \
-    X(rt__op_pad)                                                             \
-    X(rt__op_transpose)                                                       \
-    X(rt__op_reducemean)                                                      \
-    X(rt__op_reducesum)                                                       \
-    X(rt__op_layernorm)                                                       \
-    X(rt__op_convtranspose)                                                   \
-    X(rt__op_upsample)                                                        \
-    X(rt__op_globalmaxpool)                                                   \
-    X(rt__op_spatialdropout)                                                  \
-    X(rt__op_gaussiannoise)                                                   \
-    X(rt__op_gaussiandropout)                                                 \
-    X(rt__op_simplernn)                                                       \
-    X(rt__op_lstm)                                                            \
-    X(rt__op_gru)                                                             \
-    X(rt__op_embedding)                                                       \
-    X(rt__op_actreg)                                                          \
-    X(rt__op_seqmask)                                                         \
+#define RT__OP_LIST(X)        \
+    X(rt__op_dense)           \
+    X(rt__op_matmul)          \
+    X(rt__op_add)             \
+    X(rt__op_sub)             \
+    X(rt__op_mul)             \
+    X(rt__op_relu)            \
+    X(rt__op_sigmoid)         \
+    X(rt__op_tanh)            \
+    X(rt__op_softmax)         \
+    X(rt__op_logsoftmax)      \
+    X(rt__op_reshape)         \
+    X(rt__op_flatten)         \
+    X(rt__op_identity)        \
+    X(rt__op_dropout)         \
+    X(rt__op_conv2d)          \
+    X(rt__op_maxpool2d)       \
+    X(rt__op_avgpool2d)       \
+    X(rt__op_globalavgpool)   \
+    X(rt__op_batchnorm)       \
+    X(rt__op_concat)          \
+    X(rt__op_div)             \
+    X(rt__op_max)             \
+    X(rt__op_min)             \
+    X(rt__op_prelu)           \
+    X(rt__op_elu)             \
+    X(rt__op_selu)            \
+    X(rt__op_leakyrelu)       \
+    X(rt__op_gelu)            \
+    X(rt__op_erf)             \
+    X(rt__op_softplus)        \
+    X(rt__op_softsign)        \
+    X(rt__op_hardsigmoid)     \
+    X(rt__op_swish)           \
+    X(rt__op_clip)            \
+    X(rt__op_thresholdedrelu) \
+    X(rt__op_kerasrelu)       \
+    X(rt__op_exp)             \
+    X(rt__op_scale)           \
+    X(rt__op_mish)            \
+    X(rt__op_hardswish)       \
+    X(rt__op_logsigmoid)      \
+    X(rt__op_sqrt)            \
+    X(rt__op_pad)             \
+    X(rt__op_transpose)       \
+    X(rt__op_reducemean)      \
+    X(rt__op_reducesum)       \
+    X(rt__op_layernorm)       \
+    X(rt__op_convtranspose)   \
+    X(rt__op_upsample)        \
+    X(rt__op_globalmaxpool)   \
+    X(rt__op_spatialdropout)  \
+    X(rt__op_gaussiannoise)   \
+    X(rt__op_gaussiandropout) \
+    X(rt__op_simplernn)       \
+    X(rt__op_lstm)            \
+    X(rt__op_gru)             \
+    X(rt__op_embedding)       \
+    X(rt__op_actreg)          \
+    X(rt__op_seqmask)         \
     X(rt__op_masking)
 
 #define RT__OP_DECL(def) extern const rt__op_def def;
@@ -315,21 +313,21 @@ typedef struct rt__kernel rt__kernel;
 struct rt__node {
     const char *name;
     const rt__op_def *op;
-    int id;                 /* index of its entry (RNG stream for dropout) */
+    int id; /* index of its entry (RNG stream for dropout) */
     int n_in;
-    int in[RT__MAX_IN];     /* entry indices */
+    int in[RT__MAX_IN]; /* entry indices */
     const char *in_name[RT__MAX_IN];
     const rt__shape *in_shape[RT__MAX_IN];
     rt_dtype in_dt[RT__MAX_IN];
     int n_attr;
     const rt_attr *attrs;
     rt__shape out;
-    rt__op_params p;        /* typed, filled by op->infer */
+    rt__op_params p; /* typed, filled by op->infer */
     /* A backend fusion rule let this node absorb its only reader: that
      * op and its parameters (out is then the reader's output) or NULL. */
     const rt__op_def *fused;
     const rt__op_params *fused_p; /* in the plan's arena */
-    int bwd_needs_out;      /* op's flag, or a fused reader's */
+    int bwd_needs_out;            /* op's flag, or a fused reader's */
     /* chosen by the backend (choose-kernels pass) */
     const rt__kernel *kern;
     void *kdata;            /* the kernel's per-node data (plan arena) */
@@ -342,16 +340,16 @@ struct rt__node {
 
 /* Typed parameter accessors: rt__dense_p(nd) (mutable, for infer) and
  * rt__dense_cp(nd) (const, for kernels); same for the other kinds. */
-#define RT__PARAM_ACCESSORS(kind, field, type)                                \
-    static inline type *rt__##field##_p(rt__node *nd)                         \
-    {                                                                         \
-        RT_ASSERT(nd->op->params == (kind));                                  \
-        return &nd->p.field;                                                  \
-    }                                                                         \
-    static inline const type *rt__##field##_cp(const rt__node *nd)            \
-    {                                                                         \
-        RT_ASSERT(nd->op->params == (kind));                                  \
-        return &nd->p.field;                                                  \
+#define RT__PARAM_ACCESSORS(kind, field, type)                     \
+    static inline type *rt__##field##_p(rt__node *nd)              \
+    {                                                              \
+        RT_ASSERT(nd->op->params == (kind));                       \
+        return &nd->p.field;                                       \
+    }                                                              \
+    static inline const type *rt__##field##_cp(const rt__node *nd) \
+    {                                                              \
+        RT_ASSERT(nd->op->params == (kind));                       \
+        return &nd->p.field;                                       \
     }
 RT__PARAM_ACCESSORS(RT__P_DENSE, dense, rt__dense_params)
 RT__PARAM_ACCESSORS(RT__P_BCAST, bcast, rt__bcast_params)
@@ -376,8 +374,10 @@ RT__PARAM_ACCESSORS(RT__P_SEQMASK, seqmask, rt__seqmask_params)
 static inline int64_t rt__rows(const rt__shape *s, int64_t n)
 {
     int64_t r = s->batched ? n : 1;
-    for (int i = 0; i + 1 < s->ndim; i++) r *= s->d[i];
-    if (!s->batched && s->ndim == 0) return 1;
+    for (int i = 0; i + 1 < s->ndim; i++)
+        r *= s->d[i];
+    if (!s->batched && s->ndim == 0)
+        return 1;
     return r;
 }
 static inline int64_t rt__numel_n(const rt__shape *s, int64_t n)
@@ -411,7 +411,7 @@ static inline int64_t rt__numel_n(const rt__shape *s, int64_t n)
 typedef struct rt__call rt__call;
 struct rt__kernel {
     const rt__op_def *op;
-    const rt__op_def *fused;    /* the absorbed reader's op, or NULL */
+    const rt__op_def *fused; /* the absorbed reader's op, or NULL */
     rt__kfn fwd, bwd;
     /* may prod absorb its only reader cons (NULL: always) */
     int (*can_fuse)(const rt__node *prod, const rt__node *cons);
@@ -456,8 +456,7 @@ typedef struct rt__backend {
     /* ---- kernels */
     /* the entry for op alone (fused NULL) or op absorbing a reader of op
      * fused; NULL when this backend has none */
-    const rt__kernel *(*kernel)(void *ctx, const rt__op_def *op,
-                                const rt__op_def *fused);
+    const rt__kernel *(*kernel)(void *ctx, const rt__op_def *op, const rt__op_def *fused);
     /* whether this backend runs nd (after infer: its parameters are set) */
     int (*supports_op)(void *ctx, const rt__node *nd);
     /* whether it runs the whole plan (its loss, its config), after the
@@ -484,9 +483,8 @@ typedef struct rt__backend {
      * *acc_sum; when dy is not NULL writes d(mean loss)/dy (overwriting).
      * sw (host, n floats) or NULL: Keras' sample weights, sum(w_i l_i)/n
      * (accuracy unweighted). scratch: 2 * n * out_numel floats. */
-    void (*loss)(void *ctx, const rt__lossinfo *L, const float *y, const void *lab,
-                 int64_t n, const float *sw, float *dy, double *loss_sum,
-                 double *acc_sum, float *scratch);
+    void (*loss)(void *ctx, const rt__lossinfo *L, const float *y, const void *lab, int64_t n,
+                 const float *sw, float *dy, double *loss_sum, double *acc_sum, float *scratch);
     /* add a batch to the metric accumulators (y as the loss reads it:
      * logits when the Softmax was fused into the loss) */
     void (*metrics)(void *ctx, const rt__lossinfo *L, uint32_t metrics, const float *y,
@@ -507,8 +505,8 @@ typedef struct rt__backend {
     double (*clip)(void *ctx, float *g, int64_t count, float clip);
     /* one update of count floats at 1-based step t with rate lr (the
      * schedule's or the live override, rt_exec.c) */
-    void (*update)(void *ctx, const rt_train_config *c, float lr, int64_t t, float *w,
-                   float *g, float *s1, float *s2, int64_t count);
+    void (*update)(void *ctx, const rt_train_config *c, float lr, int64_t t, float *w, float *g,
+                   float *s1, float *s2, int64_t count);
     /* dst[i] = src[i] * s (dst may be src): a replica's share of the batch */
     void (*scale)(void *ctx, float *dst, const float *src, int64_t count, float s);
 
@@ -531,8 +529,8 @@ const rt__backend *rt__backend_current(void);
 enum { RT__SP_NONE = 0, RT__SP_ARENA, RT__SP_PARAM, RT__SP_GRAD };
 /* 8 bytes: a call holds 2 * RT__MAX_IN of them */
 typedef struct rt__ref {
-    uint64_t space : 2;     /* RT__SP_* */
-    uint64_t off : 62;      /* bytes in arena; floats in param/grad blocks */
+    uint64_t space : 2; /* RT__SP_* */
+    uint64_t off : 62;  /* bytes in arena; floats in param/grad blocks */
 } rt__ref;
 
 struct rt__call {
@@ -550,11 +548,11 @@ typedef struct rt__param {
     int64_t numel;
     int trainable;
     rt_init init;
-    const float *value;     /* explicit initial values (plan arena) or NULL */
-    rt_param_opts opts;     /* zeroed when the graph set none */
-    rt__view view;          /* the order callers see it in (n 0: the engine's) */
-    int64_t off;            /* floats into the parameter block */
-    int64_t goff;           /* floats into grad/opt blocks (trainable) */
+    const float *value; /* explicit initial values (plan arena) or NULL */
+    rt_param_opts opts; /* zeroed when the graph set none */
+    rt__view view;      /* the order callers see it in (n 0: the engine's) */
+    int64_t off;        /* floats into the parameter block */
+    int64_t goff;       /* floats into grad/opt blocks (trainable) */
     int entry;
 } rt__param;
 
@@ -562,25 +560,25 @@ typedef struct rt__param {
 struct rt__lossinfo {
     rt_loss_kind kind;
     int from_logits;
-    int64_t classes;        /* last dim of the output per row */
-    int64_t rows;           /* rows per sample: out numel / classes */
-    int64_t out_numel;      /* per sample */
-    int64_t lab_numel;      /* per sample */
-    int lab_bcast;          /* one label per row, broadcast over classes */
+    int64_t classes;   /* last dim of the output per row */
+    int64_t rows;      /* rows per sample: out numel / classes */
+    int64_t out_numel; /* per sample */
+    int64_t lab_numel; /* per sample */
+    int lab_bcast;     /* one label per row, broadcast over classes */
     rt_dtype lab_dt;
-    int acc;                /* accuracy requested */
-    int softmax_fused;      /* (sparse) CE on a Softmax output, computed from
+    int acc;           /* accuracy requested */
+    int softmax_fused; /* (sparse) CE on a Softmax output, computed from
                                the Softmax's input (logits), as Keras does */
     /* PyTorch losses (rt_loss_torch.c). cross_entropy and nll_loss read
      * the class axis as PyTorch does, the first per-sample dim: classes is
      * out dim 0, rows (= inner) the positions per class, stride inner. */
     int64_t inner;
-    int prob_target;        /* cross_entropy: f32 probability targets */
+    int prob_target; /* cross_entropy: f32 probability targets */
     rt_reduction reduction;
     float smoothing, beta;
     int64_t ignore_index;
-    const float *cw;        /* class weights (classes floats) or NULL */
-    const float *pw;        /* pos_weight (n_pw floats: 1 or the last dim) or NULL */
+    const float *cw; /* class weights (classes floats) or NULL */
+    const float *pw; /* pos_weight (n_pw floats: 1 or the last dim) or NULL */
     int64_t n_pw;
     /* several outputs: n_heads sub-losses over the packed output; head k
      * reads out_off[k] + its out_numel values of each sample's output and
@@ -593,28 +591,28 @@ struct rt__lossinfo {
 
 struct rt_plan {
     atomic_int refs;
-    rt__arena arena;        /* everything below points into it */
+    rt__arena arena; /* everything below points into it */
     rt_train_config cfg;
     rt_compile_report rep;
     const rt__backend *backend;
     int n_entries;
     const char **entry_name;
-    rt__shape in_shape;     /* per sample */
-    int input_entry;        /* the data input's entry index */
+    rt__shape in_shape; /* per sample */
+    int input_entry;    /* the data input's entry index */
     int64_t in_numel;
-    rt__node *nodes;        /* topological order, only what the output needs */
+    rt__node *nodes; /* topological order, only what the output needs */
     int n_nodes;
     rt__shape out_shape;
-    rt__shape head_shape[RT_MAX_HEADS]; /* several outputs: each head's */
+    rt__shape head_shape[RT_MAX_HEADS];  /* several outputs: each head's */
     const char *head_name[RT_MAX_HEADS]; /* and its name (plan arena) */
-    rt__param *params;      /* trainable first, in graph order */
+    rt__param *params;                   /* trainable first, in graph order */
     int n_params;
-    int64_t param_floats;   /* parameter block */
-    int64_t train_floats;   /* gradient and each optimizer-state block */
-    rt__call *calls;        /* n_fwd forward calls, then n_bwd backward */
+    int64_t param_floats; /* parameter block */
+    int64_t train_floats; /* gradient and each optimizer-state block */
+    rt__call *calls;      /* n_fwd forward calls, then n_bwd backward */
     int n_fwd, n_bwd;
     rt__ref x_buf, lab_buf, out_val, out_grad;
-    rt__ref loss_in, loss_grad;  /* what the loss reads and writes: the
+    rt__ref loss_in, loss_grad; /* what the loss reads and writes: the
                                     output, or the logits under a fused Softmax */
     uint64_t arena_bytes;
     int64_t gemm_scratch_floats;
@@ -625,8 +623,7 @@ struct rt_plan {
 
 /* rt_loss.c: whether the labels serve the loss (RT_ESHAPE, RT_EDTYPE with a
  * message); the backends compute it (rt__backend.loss) */
-int rt__loss_check(const rt__lossinfo *L, const rt_train_config *cfg,
-                   char *err, size_t errlen);
+int rt__loss_check(const rt__lossinfo *L, const rt_train_config *cfg, char *err, size_t errlen);
 /* rt_loss_torch.c: the same for PyTorch's losses */
 int rt__loss_torch_check(const rt__lossinfo *L, char *err, size_t errlen);
 
@@ -636,9 +633,9 @@ float rt__sched_lr(const rt_train_config *c, int64_t step);
 /* rt_metrics.c: Keras' metric accumulators over an epoch or an evaluation */
 #define RT__AUC_T 200
 struct rt__macc {
-    double sum[RT_METRIC_MAX];      /* summed per-sample values */
-    double sq, elems;               /* RMSE */
-    double tp, fp, fn;              /* precision, recall at 0.5 */
+    double sum[RT_METRIC_MAX]; /* summed per-sample values */
+    double sq, elems;          /* RMSE */
+    double tp, fp, fn;         /* precision, recall at 0.5 */
     double auc_tp[RT__AUC_T], auc_fp[RT__AUC_T], pos, neg;
     int64_t n;
 };
@@ -652,7 +649,6 @@ struct rt__hacc {
 void rt__metrics_heads(const rt_plan *p, const rt__hacc *h, int64_t n, rt_metrics *out);
 /* a metric the labels cannot serve: RT_ESHAPE with a message */
 int rt__metrics_check(const rt__lossinfo *L, uint32_t metrics, char *err, size_t errlen);
-
 
 /* Keras-style initializers (rt_exec.c) */
 void rt__init_param(const rt__param *pr, int index, uint64_t seed, float *w);

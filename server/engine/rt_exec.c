@@ -32,34 +32,34 @@
 
 struct rt_exec {
     rt_plan *p;
-    const rt__backend *be;     /* the plan's */
+    const rt__backend *be; /* the plan's */
     char err[RT__ERRLEN];
     /* backend memory (rt__backend.alloc) */
-    float *block;              /* w | g | s1 | s2 */
+    float *block; /* w | g | s1 | s2 */
     float *w, *g, *s1, *s2;
     unsigned char *arena;
     float *gemm_scratch;
-    float *loss_scratch;       /* 2 * batch * output floats */
-    rt__kargs *k;              /* n_fwd + n_bwd resolved calls */
+    float *loss_scratch; /* 2 * batch * output floats */
+    rt__kargs *k;        /* n_fwd + n_bwd resolved calls */
     rt__run run;
-    double act_pen;            /* the last forward's activity loss (ActivityReg) */
+    double act_pen; /* the last forward's activity loss (ActivityReg) */
     float *xb, *out;
-    float *lin, *lgrad;        /* the loss's input and its gradient */
+    float *lin, *lgrad; /* the loss's input and its gradient */
     void *lb;
     /* a batch that fill() writes on the host: xb/lb's host view, or (a
      * backend without one) staging uploaded after the fill */
     float *xb_h;
     void *lb_h;
-    float *stage;              /* that staging, or NULL */
-    int64_t step;              /* global step */
-    int64_t epoch, pos;        /* 0-based epoch, next batch in it */
-    const void *dx;            /* the data set the cursor refers to */
+    float *stage;       /* that staging, or NULL */
+    int64_t step;       /* global step */
+    int64_t epoch, pos; /* 0-based epoch, next batch in it */
+    const void *dx;     /* the data set the cursor refers to */
     int64_t dn;
-    int restored;              /* cursor loaded from a checkpoint */
-    const void *checked_y;     /* labels already range-checked (daemon data */
-    int64_t checked_n;         /* sets are immutable); saves O(n) per call */
-    int y_ignored;             /* those labels hold PyTorch's ignore_index */
-    const float *checked_x;    /* inputs already checked as Embedding indices */
+    int restored;           /* cursor loaded from a checkpoint */
+    const void *checked_y;  /* labels already range-checked (daemon data */
+    int64_t checked_n;      /* sets are immutable); saves O(n) per call */
+    int y_ignored;          /* those labels hold PyTorch's ignore_index */
+    const float *checked_x; /* inputs already checked as Embedding indices */
     int64_t checked_xn;
     int64_t *perm;
     int64_t perm_cap, perm_epoch;
@@ -70,32 +70,32 @@ struct rt_exec {
      * from another thread while a training runs, and each step reads it
      * once at its start, so a change applies at the next step boundary. */
     float lr_set;
-    float *swb;                /* the batch's sample weights (batch_size floats) */
-    rt_aug_draw *augd;         /* the batch's augmentation draws (batch_size) */
-    const float *checked_sw;   /* sample weights already checked, as checked_y */
+    float *swb;              /* the batch's sample weights (batch_size floats) */
+    rt_aug_draw *augd;       /* the batch's augmentation draws (batch_size) */
+    const float *checked_sw; /* sample weights already checked, as checked_y */
     int64_t checked_sw_n;
-    rt__macc ep_macc;          /* the epoch's metrics beyond loss and accuracy */
+    rt__macc ep_macc; /* the epoch's metrics beyond loss and accuracy */
     /* several outputs: each output's sums for this step, the epoch, this
      * call and an evaluation (one block; NULL for one output) */
     rt__hacc *step_h, *ep_h, *call_h, *eval_h;
-    rt_replica rep;            /* size 0: a single process */
-    float *gh;                 /* the gradient block's host view (replicas) */
-    float *rep_slots;          /* deterministic mode: k shard gradients */
-    double *rep_st;            /* 2 per local shard */
-    float *rep_x;              /* a streamed step's batch, rows at their places: */
-    void *rep_y;               /* inputs, labels and sample weights (one block */
-    float *rep_w;              /* from rep_x, allocated by the first such step) */
-    int *rep_ready;            /* overlap: each bucket's last backward call */
-    int *rep_order;            /* the buckets by that call, last bucket first */
+    rt_replica rep;   /* size 0: a single process */
+    float *gh;        /* the gradient block's host view (replicas) */
+    float *rep_slots; /* deterministic mode: k shard gradients */
+    double *rep_st;   /* 2 per local shard */
+    float *rep_x;     /* a streamed step's batch, rows at their places: */
+    void *rep_y;      /* inputs, labels and sample weights (one block */
+    float *rep_w;     /* from rep_x, allocated by the first such step) */
+    int *rep_ready;   /* overlap: each bucket's last backward call */
+    int *rep_order;   /* the buckets by that call, last bucket first */
     int rep_nb;
-    uint64_t edits;            /* rt_exec_state_edits (atomic: see lr_set) */
-    int64_t sh_lo, sh_hi;      /* rt_exec_shard_slots: the slots kept, hi 0 all */
-    int sh_whole;              /* sharded, the whole slots held for now: 1
+    uint64_t edits;          /* rt_exec_state_edits (atomic: see lr_set) */
+    int64_t sh_lo, sh_hi;    /* rt_exec_shard_slots: the slots kept, hi 0 all */
+    int sh_whole;            /* sharded, the whole slots held for now: 1
                                 * fetched for a read, 2 loaded or copied (the
                                 * replicas get it at the next training call) */
-    int torn;                  /* rt_exec_set_torn: the state cannot be saved */
-    char bn_err[RT__ERRLEN];   /* a synchronised BatchNorm's failed sum */
-    void (*pause)(void *ud);   /* rt_exec_set_pause */
+    int torn;                /* rt_exec_set_torn: the state cannot be saved */
+    char bn_err[RT__ERRLEN]; /* a synchronised BatchNorm's failed sum */
+    void (*pause)(void *ud); /* rt_exec_set_pause */
     void *pause_ud;
 };
 
@@ -107,12 +107,14 @@ struct rt_exec {
 #define RT__PAUSE_EVERY 16384
 static inline void rt__pause_at(const rt_exec *e, int64_t i)
 {
-    if ((i & (RT__PAUSE_EVERY - 1)) == 0 && i && e->pause) e->pause(e->pause_ud);
+    if ((i & (RT__PAUSE_EVERY - 1)) == 0 && i && e->pause)
+        e->pause(e->pause_ud);
 }
 
 void rt_exec_set_pause(rt_exec *e, void (*fn)(void *ud), void *ud)
 {
-    if (!e) return;
+    if (!e)
+        return;
     e->pause = fn;
     e->pause_ud = ud;
 }
@@ -151,7 +153,8 @@ static uint64_t rt__enter(const rt_exec *e)
 }
 static void rt__leave(const rt_exec *e, uint64_t saved)
 {
-    if (e && e->be->leave) e->be->leave(e->be->context, saved);
+    if (e && e->be->leave)
+        e->be->leave(e->be->context, saved);
 }
 
 static uint64_t rt__now(void)
@@ -187,7 +190,8 @@ static float rt__trunc_normal(uint64_t seed, uint64_t stream, uint64_t i)
 {
     for (uint64_t a = 0; a < 64; a++) {
         float z = rt__normal(seed, stream, i * 64 + a);
-        if (z >= -2.0f && z <= 2.0f) return z;
+        if (z >= -2.0f && z <= 2.0f)
+            return z;
     }
     return 0.0f; /* 64 misses in a row: p < 1e-80 */
 }
@@ -206,20 +210,25 @@ static void rt__init_orthogonal(const rt__param *pr, uint64_t seed, uint64_t st,
         memset(w, 0, sizeof(float) * (size_t)pr->numel);
         return;
     }
-    for (int64_t i = 0; i < R * C; i++) a[i] = rt__normal(seed, st, (uint64_t)i);
+    for (int64_t i = 0; i < R * C; i++)
+        a[i] = rt__normal(seed, st, (uint64_t)i);
     for (int64_t j = 0; j < C; j++) {
         double *q = a + j * R;
         for (int pass = 0; pass < 2; pass++) /* twice: stays orthogonal in float */
             for (int64_t k = 0; k < j; k++) {
                 const double *p = a + k * R;
                 double d = 0;
-                for (int64_t i = 0; i < R; i++) d += p[i] * q[i];
-                for (int64_t i = 0; i < R; i++) q[i] -= d * p[i];
+                for (int64_t i = 0; i < R; i++)
+                    d += p[i] * q[i];
+                for (int64_t i = 0; i < R; i++)
+                    q[i] -= d * p[i];
             }
         double nrm = 0;
-        for (int64_t i = 0; i < R; i++) nrm += q[i] * q[i];
+        for (int64_t i = 0; i < R; i++)
+            nrm += q[i] * q[i];
         nrm = sqrt(nrm);
-        for (int64_t i = 0; i < R; i++) q[i] = nrm > 0 ? q[i] / nrm : 0;
+        for (int64_t i = 0; i < R; i++)
+            q[i] = nrm > 0 ? q[i] / nrm : 0;
     }
     const double gain = pr->opts.scale;
     for (int64_t r = 0; r < rows; r++)
@@ -243,34 +252,36 @@ void rt__init_param(const rt__param *pr, int index, uint64_t seed, float *w)
     } else if (s->ndim >= 2) {
         /* Keras: the receptive field multiplies both fans (conv kernels) */
         double rf = 1;
-        for (int i = 0; i + 2 < s->ndim; i++) rf *= (double)s->d[i];
+        for (int i = 0; i + 2 < s->ndim; i++)
+            rf *= (double)s->d[i];
         fan_in = (double)s->d[s->ndim - 2] * rf;
         fan_out = (double)s->d[s->ndim - 1] * rf;
     }
     rt_init init = pr->init;
-    if (init == RT_INIT_DEFAULT) init = s->ndim >= 2 ? RT_INIT_GLOROT_UNIFORM : RT_INIT_ZEROS;
+    if (init == RT_INIT_DEFAULT)
+        init = s->ndim >= 2 ? RT_INIT_GLOROT_UNIFORM : RT_INIT_ZEROS;
     /* one stream per parameter, keyed by its position in the graph */
     const uint64_t st = RT__STREAM_INIT + (uint64_t)pr->entry;
     switch (init) {
     case RT_INIT_ZEROS:
-    case RT_INIT_DEFAULT:
-        memset(w, 0, sizeof(float) * (size_t)n);
-        break;
+    case RT_INIT_DEFAULT: memset(w, 0, sizeof(float) * (size_t)n); break;
     case RT_INIT_ONES:
-        for (int64_t i = 0; i < n; i++) w[i] = 1.0f;
+        for (int64_t i = 0; i < n; i++)
+            w[i] = 1.0f;
         break;
     case RT_INIT_GLOROT_UNIFORM:
     case RT_INIT_HE_UNIFORM: {
-        double lim = init == RT_INIT_GLOROT_UNIFORM ? sqrt(6.0 / (fan_in + fan_out))
-                                                    : sqrt(6.0 / fan_in);
+        double lim =
+            init == RT_INIT_GLOROT_UNIFORM ? sqrt(6.0 / (fan_in + fan_out)) : sqrt(6.0 / fan_in);
         for (int64_t i = 0; i < n; i++)
             w[i] = (float)((2.0 * rt__rng_unit(seed, st, (uint64_t)i) - 1.0) * lim);
         break;
     }
     case RT_INIT_VARIANCE_SCALING: {
         const rt_param_opts *o = &pr->opts;
-        double fan = o->mode == RT_FAN_IN ? fan_in : o->mode == RT_FAN_OUT ? fan_out
-                                                     : (fan_in + fan_out) / 2;
+        double fan = o->mode == RT_FAN_IN    ? fan_in
+                     : o->mode == RT_FAN_OUT ? fan_out
+                                             : (fan_in + fan_out) / 2;
         double var = o->scale / (fan > 1 ? fan : 1);
         if (o->dist == RT_DIST_UNIFORM) {
             double lim = sqrt(3.0 * var);
@@ -288,8 +299,8 @@ void rt__init_param(const rt__param *pr, int index, uint64_t seed, float *w)
     }
     case RT_INIT_UNIFORM:
         for (int64_t i = 0; i < n; i++)
-            w[i] = (float)(pr->opts.a + (pr->opts.b - pr->opts.a) *
-                                            rt__rng_unit(seed, st, (uint64_t)i));
+            w[i] = (float)(pr->opts.a +
+                           (pr->opts.b - pr->opts.a) * rt__rng_unit(seed, st, (uint64_t)i));
         break;
     case RT_INIT_NORMAL:
     case RT_INIT_TRUNCATED_NORMAL:
@@ -300,16 +311,15 @@ void rt__init_param(const rt__param *pr, int index, uint64_t seed, float *w)
         }
         break;
     case RT_INIT_CONSTANT:
-        for (int64_t i = 0; i < n; i++) w[i] = (float)pr->opts.scale;
+        for (int64_t i = 0; i < n; i++)
+            w[i] = (float)pr->opts.scale;
         break;
     case RT_INIT_IDENTITY:
         memset(w, 0, sizeof(float) * (size_t)n);
         for (int64_t i = 0; i < s->d[0] && i < s->d[1]; i++)
             w[i * s->d[1] + i] = (float)pr->opts.scale;
         break;
-    case RT_INIT_ORTHOGONAL:
-        rt__init_orthogonal(pr, seed, st, w);
-        break;
+    case RT_INIT_ORTHOGONAL: rt__init_orthogonal(pr, seed, st, w); break;
     case RT_INIT_GLOROT_NORMAL:
     case RT_INIT_HE_NORMAL: {
         /* Keras: truncated normal, stddev = sqrt(scale / fan) / .8796...,
@@ -338,11 +348,14 @@ static float *rt__resolve(rt_exec *e, rt__ref r)
 
 int rt_exec_create(rt_plan *p, rt_exec **out)
 {
-    if (!out) return RT_EINVAL;
+    if (!out)
+        return RT_EINVAL;
     *out = NULL;
-    if (!p) return RT_EINVAL;
+    if (!p)
+        return RT_EINVAL;
     rt_exec *e = calloc(1, sizeof *e);
-    if (!e) return RT_ENOMEM;
+    if (!e)
+        return RT_ENOMEM;
     e->p = p;
     e->be = p->backend;
     rt_plan_retain(p);
@@ -353,8 +366,8 @@ int rt_exec_create(rt_plan *p, rt_exec **out)
     e->arena = be->alloc(bc, (size_t)p->arena_bytes);
     e->gemm_scratch = be->alloc(bc, sizeof(float) * (size_t)p->gemm_scratch_floats);
     /* several outputs gather each head: 4 outputs' and the labels' floats */
-    const int64_t lsn = p->loss.n_heads ? 4 * p->loss.out_numel + p->loss.lab_numel
-                                        : 2 * p->loss.out_numel;
+    const int64_t lsn =
+        p->loss.n_heads ? 4 * p->loss.out_numel + p->loss.lab_numel : 2 * p->loss.out_numel;
     e->loss_scratch = be->alloc(bc, sizeof(float) * (size_t)p->cfg.batch_size * (size_t)lsn);
     if (p->loss.n_heads && (e->step_h = calloc(4, sizeof *e->step_h))) {
         e->ep_h = e->step_h + 1;
@@ -429,8 +442,10 @@ int rt_exec_create(rt_plan *p, rt_exec **out)
 
 void rt_exec_destroy(rt_exec *e)
 {
-    if (!e) return;
-    if (e->rep.on_destroy) e->rep.on_destroy(e->rep.ctx, e);
+    if (!e)
+        return;
+    if (e->rep.on_destroy)
+        e->rep.on_destroy(e->rep.ctx, e);
     free(e->rep_slots);
     free(e->rep_st);
     free(e->rep_x);
@@ -466,7 +481,8 @@ static int rt__scan_indices(rt_exec *e, const float *x, int64_t n, int batch)
     const rt_plan *p = e->p;
     for (int k = 0; k < p->n_nodes; k++) {
         const rt__node *nd = &p->nodes[k];
-        if (nd->op != &rt__op_embedding || nd->in[0] != p->input_entry) continue;
+        if (nd->op != &rt__op_embedding || nd->in[0] != p->input_entry)
+            continue;
         const int64_t V = rt__embed_cp(nd)->V, m = p->in_numel;
         for (int64_t i = 0; i < n * m; i++) {
             rt__pause_at(e, i);
@@ -475,9 +491,8 @@ static int rt__scan_indices(rt_exec *e, const float *x, int64_t n, int batch)
                 return rt__eerr(e, RT_EDATA,
                                 "%s %lld: value %g at position %lld is not an index in "
                                 "[0, %lld) for Embedding '%.64s'",
-                                batch ? "a streamed batch's row" : "sample",
-                                (long long)(i / m), (double)v, (long long)(i % m),
-                                (long long)V, nd->name);
+                                batch ? "a streamed batch's row" : "sample", (long long)(i / m),
+                                (double)v, (long long)(i % m), (long long)V, nd->name);
         }
     }
     return 0;
@@ -486,9 +501,11 @@ static int rt__scan_indices(rt_exec *e, const float *x, int64_t n, int batch)
 /* the same, once per data set */
 static int rt__check_indices(rt_exec *e, const float *x, int64_t n)
 {
-    if (x == e->checked_x && n == e->checked_xn) return 0;
+    if (x == e->checked_x && n == e->checked_xn)
+        return 0;
     int rc = rt__scan_indices(e, x, n, 0);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     e->checked_x = x;
     e->checked_xn = n;
     return 0;
@@ -496,7 +513,8 @@ static int rt__check_indices(rt_exec *e, const float *x, int64_t n)
 
 int rt_exec_check_rows(rt_exec *e, const float *x, int64_t n)
 {
-    if (!e || (!x && n > 0)) return RT_EINVAL;
+    if (!e || (!x && n > 0))
+        return RT_EINVAL;
     e->err[0] = '\0';
     return rt__scan_indices(e, x, n, 1);
 }
@@ -505,18 +523,17 @@ int rt_exec_check_rows(rt_exec *e, const float *x, int64_t n)
  * decoded batch by batch) */
 static int rt__check_x(rt_exec *e, const float *x, int64_t n, int streamed)
 {
-    if (!x) return rt__eerr(e, RT_EDATA, "no input data");
-    if (n <= 0) return rt__eerr(e, RT_EDATA, "data set has %lld samples", (long long)n);
+    if (!x)
+        return rt__eerr(e, RT_EDATA, "no input data");
+    if (n <= 0)
+        return rt__eerr(e, RT_EDATA, "data set has %lld samples", (long long)n);
     if (n > (INT64_C(1) << 31))
         return rt__eerr(e, RT_ETOOBIG, "data set has %lld samples, max 2^31", (long long)n);
     return streamed ? 0 : rt__check_indices(e, x, n);
 }
 
 /* sample weights reach the batches (a streamed replica's through fill) */
-static int rt__has_sw(const rt_data *d)
-{
-    return d->sw != NULL || (d->fill && d->fill_sw);
-}
+static int rt__has_sw(const rt_data *d) { return d->sw != NULL || (d->fill && d->fill_sw); }
 
 /* d's augmented images lie inside each row */
 static int rt__check_aug(rt_exec *e, const rt_data *d)
@@ -525,34 +542,48 @@ static int rt__check_aug(rt_exec *e, const rt_data *d)
     if (a && (a->h < 1 || a->w < 1 || (a->c != 1 && a->c != 3) || a->crop_pad < 0 ||
               a->crop_pad > a->h || a->crop_pad > a->w || a->off < 0 ||
               a->off > e->p->in_numel - (int64_t)a->h * a->w * a->c))
-        return rt__eerr(e, RT_EINVAL, "augmented %dx%dx%d images (crop %d) at float %lld do "
-                        "not fit the input's %lld floats", a->h, a->w, a->c, a->crop_pad,
-                        (long long)a->off, (long long)e->p->in_numel);
+        return rt__eerr(e, RT_EINVAL,
+                        "augmented %dx%dx%d images (crop %d) at float %lld do "
+                        "not fit the input's %lld floats",
+                        a->h, a->w, a->c, a->crop_pad, (long long)a->off,
+                        (long long)e->p->in_numel);
     return 0;
 }
 
 int rt_exec_check_data(rt_exec *e, const rt_data *d)
 {
-    if (!e) return RT_EINVAL;
+    if (!e)
+        return RT_EINVAL;
     e->err[0] = '\0';
-    if (!d) return rt__eerr(e, RT_EINVAL, "data is NULL");
+    if (!d)
+        return rt__eerr(e, RT_EINVAL, "data is NULL");
     int rc = rt__check_x(e, d->fill ? (const float *)d->fill_id : d->x, d->n, d->fill != NULL);
-    if (rc < 0) return rc;
-    if (!d->y && !d->fill) return rt__eerr(e, RT_EDATA, "no labels");
-    if ((rc = rt__check_sw(e, d)) < 0) return rc;
-    if ((rc = rt__check_aug(e, d)) < 0) return rc;
+    if (rc < 0)
+        return rc;
+    if (!d->y && !d->fill)
+        return rt__eerr(e, RT_EDATA, "no labels");
+    if ((rc = rt__check_sw(e, d)) < 0)
+        return rc;
+    if ((rc = rt__check_aug(e, d)) < 0)
+        return rc;
     const rt__lossinfo *L = &e->p->loss;
     if (d->y_dtype != L->lab_dt)
         return rt__eerr(e, RT_EDTYPE, "labels are %s, the program expects %s",
-                        d->y_dtype == RT_I32 ? "i32" : d->y_dtype == RT_F32 ? "f32" : "?",
+                        d->y_dtype == RT_I32   ? "i32"
+                        : d->y_dtype == RT_F32 ? "f32"
+                                               : "?",
                         L->lab_dt == RT_I32 ? "i32" : "f32");
     if (RT_LOSS_IS_TORCH(L->kind) && rt__has_sw(d))
-        return rt__eerr(e, RT_EINVAL, "PyTorch's losses take no sample weights (%s: use its "
-                        "class weight)", rt_loss_name(L->kind));
+        return rt__eerr(e, RT_EINVAL,
+                        "PyTorch's losses take no sample weights (%s: use its "
+                        "class weight)",
+                        rt_loss_name(L->kind));
     /* class indices: in range, or (PyTorch's) ignore_index */
-    const int idx = L->n_heads ? 0 : L->kind == RT_LOSS_SPARSE_CE ||
-                    ((L->kind == RT_LOSS_CROSS_ENTROPY || L->kind == RT_LOSS_NLL) &&
-                     !L->prob_target);
+    const int idx =
+        L->n_heads
+            ? 0
+            : L->kind == RT_LOSS_SPARSE_CE ||
+                  ((L->kind == RT_LOSS_CROSS_ENTROPY || L->kind == RT_LOSS_NLL) && !L->prob_target);
     const int torch = RT_LOSS_IS_TORCH(L->kind);
     if (idx && d->y && (d->y != e->checked_y || d->n != e->checked_n)) {
         const int64_t cnt = d->n * L->lab_numel, C = L->classes;
@@ -566,8 +597,8 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
                 continue;
             }
             if (!(v >= 0 && v < (double)C) || v != floor(v))
-                return rt__eerr(e, RT_EDATA, "label %g at sample %lld outside [0, %lld)%s",
-                                v, (long long)(i / L->lab_numel), (long long)C,
+                return rt__eerr(e, RT_EDATA, "label %g at sample %lld outside [0, %lld)%s", v,
+                                (long long)(i / L->lab_numel), (long long)C,
                                 torch ? " and not the ignore_index" : "");
         }
         e->checked_y = d->y;
@@ -579,15 +610,17 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
         const float *y = d->y;
         for (int k = 0; k < L->n_heads; k++) {
             const rt__lossinfo *H = &L->head[k];
-            if (H->kind != RT_LOSS_SPARSE_CE) continue;
+            if (H->kind != RT_LOSS_SPARSE_CE)
+                continue;
             for (int64_t i = 0; i < d->n; i++) {
                 rt__pause_at(e, i);
                 for (int64_t r = 0; r < H->lab_numel; r++) {
                     const double v = y[i * L->lab_numel + L->lab_off[k] + r];
                     if (!(v >= 0 && v < (double)H->classes) || v != floor(v))
-                        return rt__eerr(e, RT_EDATA, "output %d: label %g at sample %lld "
-                                        "outside [0, %lld)", k + 1, v, (long long)i,
-                                        (long long)H->classes);
+                        return rt__eerr(e, RT_EDATA,
+                                        "output %d: label %g at sample %lld "
+                                        "outside [0, %lld)",
+                                        k + 1, v, (long long)i, (long long)H->classes);
                 }
             }
         }
@@ -604,7 +637,8 @@ void rt_exec_epoch_order(const rt_exec *e, int64_t n, int64_t epoch, int64_t *pe
     for (int64_t i0 = 0; i0 < n; i0 += RT__PAUSE_EVERY) {
         rt__pause_at(e, i0);
         const int64_t i1 = n - i0 < RT__PAUSE_EVERY ? n : i0 + RT__PAUSE_EVERY;
-        for (int64_t i = i0; i < i1; i++) perm[i] = i;
+        for (int64_t i = i0; i < i1; i++)
+            perm[i] = i;
     }
     if (e->p->cfg.shuffle) {
         /* Fisher-Yates; j from a 64-bit draw by multiply-shift (Lemire) */
@@ -636,34 +670,43 @@ static void rt__gather(rt_exec *e, const float *x, const void *y, const rt_augme
     if (aug)
         for (int64_t i = 0; i < nb; i++)
             rt_aug_draws(aug, e->p->cfg.seed, (uint64_t)(idx ? idx[i] : start + i), &e->augd[i]);
-    const rt__gather_args g = {.xb = e->xb, .yb = e->lb, .x = x, .y = y, .idx = idx,
-                               .start = start, .nb = nb, .in = e->p->in_numel,
-                               .ln = e->p->loss.lab_numel, .aug = aug,
+    const rt__gather_args g = {.xb = e->xb,
+                               .yb = e->lb,
+                               .x = x,
+                               .y = y,
+                               .idx = idx,
+                               .start = start,
+                               .nb = nb,
+                               .in = e->p->in_numel,
+                               .ln = e->p->loss.lab_numel,
+                               .aug = aug,
                                .draw = aug ? e->augd : NULL};
     e->be->gather(e->be->context, &g);
 }
 
-int rt_exec_rows(rt_exec *e, const rt_data *d, const int64_t *idx, int64_t nb, float *x,
-                 void *y)
+int rt_exec_rows(rt_exec *e, const rt_data *d, const int64_t *idx, int64_t nb, float *x, void *y)
 {
     if (!e || !d || !d->x || !idx || !x || nb < 0 || nb > e->p->cfg.batch_size)
         return RT_EINVAL;
     int rc = rt__check_aug(e, d);
-    if (rc < 0) return rc;
-    if (!d->y) y = NULL;
+    if (rc < 0)
+        return rc;
+    if (!d->y)
+        y = NULL;
     rt__gather(e, d->x, y ? d->y : NULL, rt__aug(d), idx, 0, nb);
     rt__down(e, x, e->xb, sizeof(float) * (size_t)(nb * e->p->in_numel));
-    if (y) rt__down(e, y, e->lb, 4 * (size_t)(nb * e->p->loss.lab_numel));
+    if (y)
+        rt__down(e, y, e->lb, 4 * (size_t)(nb * e->p->loss.lab_numel));
     return 0;
 }
 
 /* d->fill's batch of nb rows: written on the host (xb_h, lb_h), uploaded
  * where that is staging, its indices checked */
-static int rt__fill(rt_exec *e, const rt_data *d, int64_t epoch, int64_t pos, int64_t nb,
-                    float *sw)
+static int rt__fill(rt_exec *e, const rt_data *d, int64_t epoch, int64_t pos, int64_t nb, float *sw)
 {
     int rc = d->fill(d->fill_ud, epoch, pos, nb, e->xb_h, e->lb_h, sw, e->err, sizeof e->err);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     if (e->stage) {
         rt__up(e, e->xb, e->xb_h, sizeof(float) * (size_t)(nb * e->p->in_numel));
         rt__up(e, e->lb, e->lb_h, 4 * (size_t)(nb * e->p->loss.lab_numel));
@@ -684,9 +727,10 @@ static void rt__heads(rt_exec *e, int64_t nb, int weighted, rt__hacc *h)
 {
     const rt_plan *p = e->p;
     uint32_t mets[RT_MAX_HEADS];
-    for (int k = 0; k < p->loss.n_heads; k++) mets[k] = p->cfg.heads[k].metrics;
-    e->be->heads(e->be->context, &p->loss, mets, e->lin, e->lb, nb, weighted ? e->swb : NULL,
-                 h, e->loss_scratch);
+    for (int k = 0; k < p->loss.n_heads; k++)
+        mets[k] = p->cfg.heads[k].metrics;
+    e->be->heads(e->be->context, &p->loss, mets, e->lin, e->lb, nb, weighted ? e->swb : NULL, h,
+                 e->loss_scratch);
 }
 
 /* the doubles of an rt__hacc before each accumulator's count */
@@ -697,14 +741,16 @@ static void rt__hacc_add(rt__hacc *d, const rt__hacc *a, int n_heads)
         d->acc[k] += a->acc[k];
         double *x = (double *)&d->m[k];
         const double *y = (const double *)&a->m[k];
-        for (size_t i = 0; i < offsetof(rt__macc, n) / sizeof(double); i++) x[i] += y[i];
+        for (size_t i = 0; i < offsetof(rt__macc, n) / sizeof(double); i++)
+            x[i] += y[i];
         d->m[k].n += a->m[k].n;
     }
 }
 
 static void rt__hacc_zero(rt__hacc *h)
 {
-    if (h) memset(h, 0, sizeof *h);
+    if (h)
+        memset(h, 0, sizeof *h);
 }
 
 /* update_stats: training mode also moves BatchNorm's moving statistics
@@ -742,7 +788,8 @@ static float rt__lr_now(const rt_exec *e)
 static int rt__has_sync_bn(const rt_plan *p)
 {
     for (int i = 0; i < p->n_nodes; i++)
-        if (p->nodes[i].op == &rt__op_batchnorm && rt__bn_cp(&p->nodes[i])->sync) return 1;
+        if (p->nodes[i].op == &rt__op_batchnorm && rt__bn_cp(&p->nodes[i])->sync)
+            return 1;
     return 0;
 }
 
@@ -751,7 +798,8 @@ static int rt__has_sync_bn(const rt_plan *p)
  * them, not by a step). */
 static int rt__replica_rows(rt_exec *e)
 {
-    if (e->rep_x) return 0;
+    if (e->rep_x)
+        return 0;
     const rt_plan *p = e->p;
     const int64_t B = p->cfg.batch_size, in = p->in_numel, ln = p->loss.lab_numel;
     /* x | y | w, each 64-byte aligned */
@@ -787,9 +835,11 @@ static int rt__backward_overlap(rt_exec *e, float s, int run, char *err, size_t 
             from = to;
         }
         const int64_t off = (int64_t)b * B, n = T - off < B ? T - off : B;
-        if (run) p->backend->scale(p->backend->context, e->g + off, e->g + off, n, s);
+        if (run)
+            p->backend->scale(p->backend->context, e->g + off, e->g + off, n, s);
         /* the bucket: a range of the gradient block, read through its host view */
-        if (rc == 0) rc = R->start(R->ctx, e->gh + off, n, err, errlen);
+        if (rc == 0)
+            rc = R->start(R->ctx, e->gh + off, n, err, errlen);
     }
     if (run && from < p->n_bwd)
         p->backend->run(p->backend->context, calls + from, args + from, p->n_bwd - from);
@@ -798,15 +848,19 @@ static int rt__backward_overlap(rt_exec *e, float s, int run, char *err, size_t 
 
 int rt_plan_bucket_ready(const rt_plan *p, int64_t bucket, int *ready, int n_ready)
 {
-    if (!p || bucket <= 0 || n_ready < 0 || (n_ready && !ready)) return RT_EINVAL;
+    if (!p || bucket <= 0 || n_ready < 0 || (n_ready && !ready))
+        return RT_EINVAL;
     const int64_t T = p->train_floats, nb = (T + bucket - 1) / bucket;
-    if (nb > n_ready) return RT_EINVAL;
-    for (int64_t b = 0; b < nb; b++) ready[b] = -1;
+    if (nb > n_ready)
+        return RT_EINVAL;
+    for (int64_t b = 0; b < nb; b++)
+        ready[b] = -1;
     /* calls run in index order: the last that writes a float finishes it */
     for (int c = 0; c < p->n_bwd; c++) {
         const rt__call *call = &p->calls[p->n_fwd + c];
         for (int j = 0; j < RT__MAX_IN; j++) {
-            if (call->dx[j].space != RT__SP_GRAD) continue;
+            if (call->dx[j].space != RT__SP_GRAD)
+                continue;
             const int64_t lo = (int64_t)call->dx[j].off;
             /* the parameter the gradient belongs to, to its end (an offset
              * no parameter holds: the rest of the gradient) */
@@ -818,7 +872,8 @@ int rt_plan_bucket_ready(const rt_plan *p, int64_t bucket, int *ready, int n_rea
                     break;
                 }
             }
-            for (int64_t b = lo / bucket; b < nb && b * bucket < hi; b++) ready[b] = c;
+            for (int64_t b = lo / bucket; b < nb && b * bucket < hi; b++)
+                ready[b] = c;
         }
     }
     return (int)nb;
@@ -827,8 +882,8 @@ int rt_plan_bucket_ready(const rt_plan *p, int64_t bucket, int *ready, int n_rea
 /* One step's gradient as a replica (rt_replica): this replica's shards of
  * the global batch of nb rows at perm[start] (a streamed set: as fill
  * gives them), then reduce. */
-static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t nb,
-                            double *bl, double *ba, rt__macc *call_macc)
+static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t nb, double *bl,
+                            double *ba, rt__macc *call_macc)
 {
     const rt_plan *p = e->p;
     const rt_replica *R = &e->rep;
@@ -843,7 +898,8 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
      * forward and backward passes, so each needs rows */
     const int sync_bn = R->micro == 0 && R->size > 1;
     if (sync_bn && nb < M && (p->cfg.sync_bn || rt__has_sync_bn(p)))
-        return rt__eerr(e, RT_EINVAL, "synchronised BatchNorm: a batch of %lld rows over %d "
+        return rt__eerr(e, RT_EINVAL,
+                        "synchronised BatchNorm: a batch of %lld rows over %d "
                         "replicas leaves one without rows; choose a batch size (and data "
                         "size) that gives every replica at least one row",
                         (long long)nb, R->size);
@@ -851,7 +907,8 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
         /* the whole batch (only this replica's rows need arrive: rt_data.fill) */
         int frc = d->fill(d->fill_ud, e->epoch, e->pos, nb, e->rep_x, e->rep_y,
                           sw ? e->rep_w : NULL, e->err, sizeof e->err);
-        if (frc < 0) return frc;
+        if (frc < 0)
+            return frc;
     }
     /* every replica asks, also one without rows: all take the same path */
     const int ov = e->rep_order && R->overlap(R->ctx);
@@ -867,13 +924,16 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
         if (nl > 0) {
             if (d->fill) {
                 rt__gather(e, e->rep_x, e->rep_y, NULL, NULL, lo, nl);
-                if (sw) rt__gather_sw(e, e->rep_w, NULL, lo, nl);
+                if (sw)
+                    rt__gather_sw(e, e->rep_w, NULL, lo, nl);
                 /* rank 0 checked the whole batch before scattering it */
                 int irc = rt__scan_indices(e, e->rep_x + lo * p->in_numel, nl, 1);
-                if (irc < 0) return irc;
+                if (irc < 0)
+                    return irc;
             } else {
                 rt__gather(e, d->x, d->y, rt__aug(d), e->perm + start + lo, 0, nl);
-                if (sw) rt__gather_sw(e, d->sw, e->perm + start + lo, 0, nl);
+                if (sw)
+                    rt__gather_sw(e, d->sw, e->perm + start + lo, 0, nl);
             }
             if (sync_bn) {
                 e->bn_err[0] = 0;
@@ -887,9 +947,10 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
             rt__forward(e, nl, 1, j == 0);
             rt__loss(e, nl, sw, &l, &a, 1);
             if (mets)
-                p->backend->metrics(p->backend->context, &p->loss, p->cfg.metrics, e->lin,
-                                    e->lb, nl, &sm);
-            if (e->step_h) rt__heads(e, nl, sw, e->step_h);
+                p->backend->metrics(p->backend->context, &p->loss, p->cfg.metrics, e->lin, e->lb,
+                                    nl, &sm);
+            if (e->step_h)
+                rt__heads(e, nl, sw, e->step_h);
             /* the shard's mean gradient, as its share of the batch mean */
             const float s = (float)nl / (float)nb;
             if (ov) {
@@ -902,7 +963,8 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
             l += (double)nl * e->act_pen;
         } else {
             memset(gj, 0, sizeof(float) * (size_t)T);
-            if (ov) orc = rt__backward_overlap(e, 0.0f, 0, err, sizeof err);
+            if (ov)
+                orc = rt__backward_overlap(e, 0.0f, 0, err, sizeof err);
         }
         e->rep_st[2 * j] = l;
         e->rep_st[2 * j + 1] = a;
@@ -912,13 +974,16 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
         /* the started buckets end before anything else reads g */
         char ferr[RT__ERRLEN] = "";
         rc = R->finish(R->ctx, e->rep_st, ferr, sizeof ferr);
-        if (orc < 0) rc = orc;
-        else if (rc < 0) snprintf(err, sizeof err, "%s", ferr);
+        if (orc < 0)
+            rc = orc;
+        else if (rc < 0)
+            snprintf(err, sizeof err, "%s", ferr);
     } else {
-        rc = R->reduce(R->ctx, e->gh, T, R->micro > 0 ? e->rep_slots : NULL, k, e->rep_st,
-                       err, sizeof err);
+        rc = R->reduce(R->ctx, e->gh, T, R->micro > 0 ? e->rep_slots : NULL, k, e->rep_st, err,
+                       sizeof err);
     }
-    if (e->bn_err[0] && rc == 0) return rt__eerr(e, RT_EUNAVAILABLE, "%s", e->bn_err);
+    if (e->bn_err[0] && rc == 0)
+        return rt__eerr(e, RT_EUNAVAILABLE, "%s", e->bn_err);
     if (rc == 0 && mets) {
         /* every field but n is a sum of doubles */
         rc = R->sum(R->ctx, (double *)&sm, (int)(offsetof(rt__macc, n) / sizeof(double)), err,
@@ -940,7 +1005,8 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
         const int nh = p->loss.n_heads;
         rc = R->sum(R->ctx, (double *)h, 2 * RT_MAX_HEADS, err, sizeof err); /* loss, acc */
         for (int q = 0; q < nh && rc == 0; q++) {
-            if (!(p->cfg.heads[q].metrics & ~RT_METRIC_ACCURACY)) continue;
+            if (!(p->cfg.heads[q].metrics & ~RT_METRIC_ACCURACY))
+                continue;
             rc = R->sum(R->ctx, (double *)&h->m[q], (int)(offsetof(rt__macc, n) / sizeof(double)),
                         err, sizeof err);
             h->m[q].n = nb;
@@ -950,7 +1016,8 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
             rt__hacc_add(e->call_h, h, nh);
         }
     }
-    if (rc < 0) return rt__eerr(e, rc, "%s", err[0] ? err : "replica reduce failed");
+    if (rc < 0)
+        return rt__eerr(e, rc, "%s", err[0] ? err : "replica reduce failed");
     *bl = e->rep_st[0];
     *ba = e->rep_st[1];
     return 0;
@@ -958,7 +1025,8 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
 
 int rt_exec_set_replica(rt_exec *e, const rt_replica *r)
 {
-    if (!e) return RT_EINVAL;
+    if (!e)
+        return RT_EINVAL;
     free(e->rep_slots);
     free(e->rep_st);
     free(e->rep_x);
@@ -970,17 +1038,21 @@ int rt_exec_set_replica(rt_exec *e, const rt_replica *r)
     e->rep_ready = e->rep_order = NULL;
     e->rep_nb = 0;
     memset(&e->rep, 0, sizeof e->rep);
-    if (!r) return 0;
+    if (!r)
+        return 0;
     /* the all-reduce reads the gradient block's buckets on the host */
     e->gh = rt__hv(e, e->g);
     if (!e->gh)
-        return rt__eerr(e, RT_EUNIMPLEMENTED, "backend %s has no host view of its memory; "
-                        "MPI replicas need one", e->be->name);
-    if (r->size < 1 || r->rank < 0 || r->rank >= r->size || r->micro < 0 || !r->reduce ||
-        !r->sum ||
+        return rt__eerr(e, RT_EUNIMPLEMENTED,
+                        "backend %s has no host view of its memory; "
+                        "MPI replicas need one",
+                        e->be->name);
+    if (r->size < 1 || r->rank < 0 || r->rank >= r->size || r->micro < 0 || !r->reduce || !r->sum ||
         (r->micro > 0 && r->micro % r->size))
-        return rt__eerr(e, RT_EINVAL, "replica %d of %d with %d micro-shards: the replica "
-                        "count must divide the micro-shard count", r->rank, r->size, r->micro);
+        return rt__eerr(e, RT_EINVAL,
+                        "replica %d of %d with %d micro-shards: the replica "
+                        "count must divide the micro-shard count",
+                        r->rank, r->size, r->micro);
     /* a shard's gradient is its mean scaled by its rows: exact for a loss
      * whose batch loss is the mean over rows, not for a sum or a mean
      * over class weights (nor one over labels not ignored, rt__exec_train) */
@@ -989,13 +1061,15 @@ int rt_exec_set_replica(rt_exec *e, const rt_replica *r)
         return rt__eerr(e, RT_EINVAL, "%s with %s is not supported on MPI replicas",
                         rt_loss_name(L->kind), L->cw ? "class weights" : "reduction sum");
     if (r->micro > 0 && e->p->cfg.sync_bn)
-        return rt__eerr(e, RT_EINVAL, "sync_batchnorm and --deterministic-reduce do not go "
+        return rt__eerr(e, RT_EINVAL,
+                        "sync_batchnorm and --deterministic-reduce do not go "
                         "together: BatchNorm statistics are each micro-shard's there");
     const int k = r->micro > 0 ? r->micro / r->size : 1;
     if (r->micro == 0 && r->bucket > 0 && r->overlap && r->start && r->finish &&
         e->p->train_floats > 0) {
         const int64_t nb = (e->p->train_floats + r->bucket - 1) / r->bucket;
-        if (nb > INT_MAX / 2) return rt__eerr(e, RT_EINVAL, "%lld buckets", (long long)nb);
+        if (nb > INT_MAX / 2)
+            return rt__eerr(e, RT_EINVAL, "%lld buckets", (long long)nb);
         e->rep_ready = malloc(sizeof(int) * (size_t)nb);
         e->rep_order = malloc(sizeof(int) * (size_t)nb);
         if (!e->rep_ready || !e->rep_order) {
@@ -1038,14 +1112,16 @@ int rt_exec_set_replica(rt_exec *e, const rt_replica *r)
     return 0;
 }
 
-static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
-                  rt_train_result *res, rt_step_cb cb, void *ud,
-                  float *step_losses)
+static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps, rt_train_result *res,
+                          rt_step_cb cb, void *ud, float *step_losses)
 {
-    if (!e) return RT_EINVAL;
-    if (steps < 0) return rt__eerr(e, RT_EINVAL, "steps %lld < 0", (long long)steps);
+    if (!e)
+        return RT_EINVAL;
+    if (steps < 0)
+        return rt__eerr(e, RT_EINVAL, "steps %lld < 0", (long long)steps);
     int rc = rt_exec_check_data(e, d);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     const uint64_t t0 = rt__now();
     rt_plan *p = e->p;
     const rt__backend *be = e->be;
@@ -1057,8 +1133,8 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
     if (id != e->dx || d->n != e->dn) {
         if (!d->fill && d->n > e->perm_cap) {
             int64_t *np = realloc(e->perm, sizeof(int64_t) * (size_t)d->n);
-            if (!np) return rt__eerr(e, RT_ENOMEM, "out of memory for %lld samples",
-                                     (long long)d->n);
+            if (!np)
+                return rt__eerr(e, RT_ENOMEM, "out of memory for %lld samples", (long long)d->n);
             e->perm = np;
             e->perm_cap = d->n;
         }
@@ -1073,15 +1149,18 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
         }
         /* a restored cursor past this data set's epoch (n >= 1; a product
          * with a loaded pos could overflow) starts at its first batch */
-        if (e->restored && e->pos > (d->n - 1) / B) e->pos = 0;
+        if (e->restored && e->pos > (d->n - 1) / B)
+            e->pos = 0;
         e->restored = 0;
         e->dx = id;
         e->dn = d->n;
         e->perm_epoch = -1;
     }
-    if (e->rep.size > 0 && d->fill && (rc = rt__replica_rows(e)) < 0) return rc;
+    if (e->rep.size > 0 && d->fill && (rc = rt__replica_rows(e)) < 0)
+        return rc;
     if (e->rep.size > 0 && e->y_ignored && d->y == e->checked_y)
-        return rt__eerr(e, RT_EINVAL, "labels equal to ignore_index are not supported on MPI "
+        return rt__eerr(e, RT_EINVAL,
+                        "labels equal to ignore_index are not supported on MPI "
                         "replicas");
     const int64_t n = d->n, spe = (n + B - 1) / B;
     double sum_loss = 0, sum_acc = 0;
@@ -1101,18 +1180,21 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
         const float lr = rt__lr_now(e);
         double bl = 0, ba = 0;
         if (e->rep.size > 0) {
-            if (!d->fill && e->perm_epoch != e->epoch) rt__gen_perm(e);
-            if ((rc = rt__replica_step(e, d, start, nb, &bl, &ba, &call_macc)) < 0) return rc;
+            if (!d->fill && e->perm_epoch != e->epoch)
+                rt__gen_perm(e);
+            if ((rc = rt__replica_step(e, d, start, nb, &bl, &ba, &call_macc)) < 0)
+                return rc;
         } else {
             if (d->fill) {
                 /* the source orders a streamed set (its shuffle buffer) */
-                if ((rc = rt__fill(e, d, e->epoch, e->pos, nb,
-                                   rt__has_sw(d) ? e->swb : NULL)) < 0)
+                if ((rc = rt__fill(e, d, e->epoch, e->pos, nb, rt__has_sw(d) ? e->swb : NULL)) < 0)
                     return rc;
             } else {
-                if (e->perm_epoch != e->epoch) rt__gen_perm(e);
+                if (e->perm_epoch != e->epoch)
+                    rt__gen_perm(e);
                 rt__gather(e, d->x, d->y, rt__aug(d), e->perm + start, 0, nb);
-                if (d->sw) rt__gather_sw(e, d->sw, e->perm + start, 0, nb);
+                if (d->sw)
+                    rt__gather_sw(e, d->sw, e->perm + start, 0, nb);
             }
             rt__forward(e, nb, 1, 1);
             rt__loss(e, nb, rt__has_sw(d), &bl, &ba, 1);
@@ -1129,16 +1211,20 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
             rt__backward(e);
             bl += (double)nb * e->act_pen;
         }
-        if (p->rep.n_regularized) bl += (double)nb * be->regularize(bc, p, e->w, e->g);
+        if (p->rep.n_regularized)
+            bl += (double)nb * be->regularize(bc, p, e->w, e->g);
         if (p->train_floats) {
-            if (cfg->clip_norm > 0) be->clip(bc, e->g, p->train_floats, cfg->clip_norm);
+            if (cfg->clip_norm > 0)
+                be->clip(bc, e->g, p->train_floats, cfg->clip_norm);
             /* ZeRO stage 1 (server/mpi): this replica's slice, then the
              * whole weights from every replica's */
             const int sh = e->rep.gather != NULL;
             /* a sharded state held whole (fetched, loaded): the replicas
              * have it, and from here only the slice stays current */
-            if (sh && e->sh_whole && e->rep.fetch) rt__release_slots(e);
-            const int64_t lo = sh ? e->rep.shard_lo : 0, hi = sh ? e->rep.shard_hi : p->train_floats;
+            if (sh && e->sh_whole && e->rep.fetch)
+                rt__release_slots(e);
+            const int64_t lo = sh ? e->rep.shard_lo : 0,
+                          hi = sh ? e->rep.shard_hi : p->train_floats;
             be->update(bc, cfg, lr, e->step + 1, e->w + lo, e->g + lo, e->s1 + lo, e->s2 + lo,
                        hi - lo);
             char gerr[RT__ERRLEN] = "";
@@ -1146,7 +1232,8 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
             if (sh && (rc = e->rep.gather(e->rep.ctx, rt__hv(e, e->w), p->train_floats, gerr,
                                           sizeof gerr)) < 0)
                 return rt__eerr(e, rc, "%s", gerr[0] ? gerr : "weight gather failed");
-            if (p->rep.n_constrained) be->constrain(bc, p, e->w);
+            if (p->rep.n_constrained)
+                be->constrain(bc, p, e->w);
         }
         e->step++;
         e->pos++;
@@ -1157,7 +1244,8 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
         sum_acc += ba;
         sum_n += nb;
         const float step_loss = (float)(bl / (double)nb);
-        if (step_losses) step_losses[s] = step_loss;
+        if (step_losses)
+            step_losses[s] = step_loss;
         r.steps_run++;
         r.last.loss = bl / (double)nb;
         r.last.acc = acc ? ba / (double)nb : nan;
@@ -1176,11 +1264,12 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
                 .epoch_end = epoch_end,
                 .lr = lr,
                 .epoch_metrics = {.loss = e->ep_loss / (double)e->ep_samples,
-                          .acc = acc ? e->ep_acc / (double)e->ep_samples : nan,
-                          .samples = e->ep_samples},
+                                  .acc = acc ? e->ep_acc / (double)e->ep_samples : nan,
+                                  .samples = e->ep_samples},
             };
             rt__metrics_values(cfg->metrics, &e->ep_macc, &info.epoch_metrics);
-            if (nh) rt__metrics_heads(p, e->ep_h, e->ep_samples, &info.epoch_metrics);
+            if (nh)
+                rt__metrics_heads(p, e->ep_h, e->ep_samples, &info.epoch_metrics);
             stop = cb(ud, &info);
         }
         if (epoch_end) {
@@ -1210,15 +1299,18 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps,
         r.mean.acc = r.last.acc = nan;
     }
     r.execute_ns = rt__now() - t0;
-    if (res) *res = r;
+    if (res)
+        *res = r;
     return 0;
 }
 
 static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
 {
-    if (!e) return RT_EINVAL;
+    if (!e)
+        return RT_EINVAL;
     int rc = rt_exec_check_data(e, d);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     const int64_t B = e->p->cfg.batch_size;
     const uint32_t mets = e->p->cfg.metrics;
     double ls = 0, as = 0;
@@ -1232,13 +1324,15 @@ static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
                 return rc;
         } else {
             rt__gather(e, d->x, d->y, NULL, NULL, start, nb);
-            if (d->sw) rt__gather_sw(e, d->sw, NULL, start, nb);
+            if (d->sw)
+                rt__gather_sw(e, d->sw, NULL, start, nb);
         }
         rt__forward(e, nb, 0, 0);
         rt__loss(e, nb, d->sw != NULL, &ls, &as, 0);
         if (mets & ~RT_METRIC_ACCURACY)
             e->be->metrics(e->be->context, &e->p->loss, mets, e->lin, e->lb, nb, &macc);
-        if (e->eval_h) rt__heads(e, nb, d->sw != NULL, e->eval_h);
+        if (e->eval_h)
+            rt__heads(e, nb, d->sw != NULL, e->eval_h);
         ls += (double)nb * e->act_pen;
     }
     /* Keras' evaluate reports the loss with the regularization terms */
@@ -1247,7 +1341,8 @@ static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
     if (out) {
         memset(out, 0, sizeof *out);
         rt__metrics_values(mets, &macc, out);
-        if (e->eval_h) rt__metrics_heads(e->p, e->eval_h, d->n, out);
+        if (e->eval_h)
+            rt__metrics_heads(e->p, e->eval_h, d->n, out);
         out->loss = ls / (double)d->n;
         out->acc = e->p->loss.acc ? as / (double)d->n : NAN;
         out->samples = d->n;
@@ -1257,11 +1352,14 @@ static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
 
 static int rt__exec_predict(rt_exec *e, const float *x, int64_t n, float *out)
 {
-    if (!e) return RT_EINVAL;
+    if (!e)
+        return RT_EINVAL;
     e->err[0] = '\0';
     int rc = rt__check_x(e, x, n, 0);
-    if (rc < 0) return rc;
-    if (!out) return rt__eerr(e, RT_EINVAL, "no output buffer");
+    if (rc < 0)
+        return rc;
+    if (!out)
+        return rt__eerr(e, RT_EINVAL, "no output buffer");
     const int64_t B = e->p->cfg.batch_size, on = e->p->loss.out_numel;
     for (int64_t start = 0; start < n; start += B) {
         const int64_t nb = n - start < B ? n - start : B;
@@ -1274,17 +1372,21 @@ static int rt__exec_predict(rt_exec *e, const float *x, int64_t n, float *out)
 
 static int rt__exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n, double *loss)
 {
-    if (!e) return RT_EINVAL;
+    if (!e)
+        return RT_EINVAL;
     int rc = rt_exec_check_data(e, d);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     if (n < 1 || n > d->n || n > e->p->cfg.batch_size)
-        return rt__eerr(e, RT_EINVAL, "n %lld outside 1..min(%lld, batch_size)",
-                        (long long)n, (long long)d->n);
+        return rt__eerr(e, RT_EINVAL, "n %lld outside 1..min(%lld, batch_size)", (long long)n,
+                        (long long)d->n);
     if (d->fill) {
-        if ((rc = rt__fill(e, d, RT_EPOCH_EVAL, 0, n, d->sw ? e->swb : NULL)) < 0) return rc;
+        if ((rc = rt__fill(e, d, RT_EPOCH_EVAL, 0, n, d->sw ? e->swb : NULL)) < 0)
+            return rc;
     } else {
         rt__gather(e, d->x, d->y, NULL, NULL, 0, n);
-        if (d->sw) rt__gather_sw(e, d->sw, NULL, 0, n);
+        if (d->sw)
+            rt__gather_sw(e, d->sw, NULL, 0, n);
     }
     rt__forward(e, n, 1, 0);
     double ls = 0, as = 0;
@@ -1293,13 +1395,13 @@ static int rt__exec_compute_grads(rt_exec *e, const rt_data *d, int64_t n, doubl
     ls += (double)n * e->act_pen;
     if (e->p->rep.n_regularized)
         ls += (double)n * e->be->regularize(e->be->context, e->p, e->w, e->g);
-    if (loss) *loss = ls / (double)n;
+    if (loss)
+        *loss = ls / (double)n;
     return 0;
 }
 
-int rt_exec_train(rt_exec *e, const rt_data *d, int64_t steps,
-                  rt_train_result *res, rt_step_cb cb, void *ud,
-                  float *step_losses)
+int rt_exec_train(rt_exec *e, const rt_data *d, int64_t steps, rt_train_result *res, rt_step_cb cb,
+                  void *ud, float *step_losses)
 {
     const uint64_t st = rt__enter(e);
     int rc = rt__exec_train(e, d, steps, res, cb, ud, step_losses);
@@ -1351,11 +1453,14 @@ static void rt__view_perm(const rt__param *pr, float *usr, float *eng, int to_us
     }
     int64_t u = 0;
     for (int64_t j = 0; j < pr->numel; j++) {
-        if (to_user) usr[u] = eng[j];
-        else eng[j] = usr[u];
+        if (to_user)
+            usr[u] = eng[j];
+        else
+            eng[j] = usr[u];
         for (int k = v->n - 1; k >= 0; k--) {
             u += es[k];
-            if (++idx[k] < ed[k]) break;
+            if (++idx[k] < ed[k])
+                break;
             u -= es[k] * ed[k];
             idx[k] = 0;
         }
@@ -1364,13 +1469,14 @@ static void rt__view_perm(const rt__param *pr, float *usr, float *eng, int to_us
 
 /* the same with eng in backend memory: in place where the backend has a
  * host view, else staged through a host copy */
-static int rt__view_copy(const rt_exec *e, const rt__param *pr, float *usr, float *eng,
-                         int to_user)
+static int rt__view_copy(const rt_exec *e, const rt__param *pr, float *usr, float *eng, int to_user)
 {
     const size_t b = sizeof(float) * (size_t)pr->numel;
     if (!pr->view.n) {
-        if (to_user) rt__down(e, usr, eng, b);
-        else rt__up(e, eng, usr, b);
+        if (to_user)
+            rt__down(e, usr, eng, b);
+        else
+            rt__up(e, eng, usr, b);
         return 0;
     }
     float *h = rt__hv(e, eng);
@@ -1378,36 +1484,44 @@ static int rt__view_copy(const rt_exec *e, const rt__param *pr, float *usr, floa
         rt__view_perm(pr, usr, h, to_user);
         return 0;
     }
-    if (!(h = malloc(b))) return RT_ENOMEM;
-    if (to_user) rt__down(e, h, eng, b);
+    if (!(h = malloc(b)))
+        return RT_ENOMEM;
+    if (to_user)
+        rt__down(e, h, eng, b);
     rt__view_perm(pr, usr, h, to_user);
-    if (!to_user) rt__up(e, eng, h, b);
+    if (!to_user)
+        rt__up(e, eng, h, b);
     free(h);
     return 0;
 }
 
 int rt_exec_get_param(const rt_exec *e, int i, float *dst)
 {
-    if (!e || !dst || i < 0 || i >= e->p->n_params) return RT_EINVAL;
+    if (!e || !dst || i < 0 || i >= e->p->n_params)
+        return RT_EINVAL;
     const rt__param *pr = &e->p->params[i];
     return rt__view_copy(e, pr, dst, e->w + pr->off, 1);
 }
 
 int rt_exec_set_param(rt_exec *e, int i, const float *src)
 {
-    if (!e || !src || i < 0 || i >= e->p->n_params) return RT_EINVAL;
+    if (!e || !src || i < 0 || i >= e->p->n_params)
+        return RT_EINVAL;
     const rt__param *pr = &e->p->params[i];
     const int rc = rt__view_copy(e, pr, (float *)src, e->w + pr->off, 0);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     __atomic_add_fetch(&e->edits, 1, __ATOMIC_RELEASE);
     return 0;
 }
 
 int rt_exec_get_grad(const rt_exec *e, int i, float *dst)
 {
-    if (!e || !dst || i < 0 || i >= e->p->n_params) return RT_EINVAL;
+    if (!e || !dst || i < 0 || i >= e->p->n_params)
+        return RT_EINVAL;
     const rt__param *pr = &e->p->params[i];
-    if (pr->trainable) return rt__view_copy(e, pr, dst, e->g + pr->goff, 1);
+    if (pr->trainable)
+        return rt__view_copy(e, pr, dst, e->g + pr->goff, 1);
     memset(dst, 0, sizeof(float) * (size_t)pr->numel);
     return 0;
 }
@@ -1415,13 +1529,13 @@ int rt_exec_get_grad(const rt_exec *e, int i, float *dst)
 /* ------------------------------------------------------------ checkpoints */
 
 typedef struct rt__state_hdr {
-    char magic[8];            /* "RTEXEC\0\0" */
+    char magic[8]; /* "RTEXEC\0\0" */
     uint32_t version, n_params;
     int64_t param_floats, train_floats;
     int64_t step, epoch, pos, ep_samples;
     double ep_loss, ep_acc;
     uint64_t seed;
-    float lr_set;             /* rt_exec_set_lr's rate, 0 if none (version 2) */
+    float lr_set; /* rt_exec_set_lr's rate, 0 if none (version 2) */
     uint32_t reserved;
     /* the unfinished epoch's metric accumulators (AUC, top-k, ...), so a
      * resume in mid-epoch reports the same epoch metrics (version 3) */
@@ -1436,7 +1550,8 @@ static size_t rt__state_ext(const rt_exec *e) { return e->ep_h ? sizeof(rt__hacc
 
 size_t rt_exec_state_size(const rt_exec *e)
 {
-    if (!e) return 0;
+    if (!e)
+        return 0;
     return sizeof(rt__state_hdr) + rt__state_ext(e) +
            sizeof(float) * (size_t)(e->p->param_floats + 2 * e->p->train_floats);
 }
@@ -1446,24 +1561,28 @@ _Static_assert(sizeof(rt__state_hdr) + sizeof(rt__hacc) <= RT_EXEC_STATE_HDR,
 
 static void rt__state_header(const rt_exec *e, rt__state_hdr *hp);
 
-int rt_exec_state_spans(const rt_exec *e, unsigned char hdr[RT_EXEC_STATE_HDR],
-                        rt_exec_span sp[3])
+int rt_exec_state_spans(const rt_exec *e, unsigned char hdr[RT_EXEC_STATE_HDR], rt_exec_span sp[3])
 {
-    if (!e || !hdr || !sp) return RT_EINVAL;
-    if (e->torn) return RT_EUNAVAILABLE;
+    if (!e || !hdr || !sp)
+        return RT_EINVAL;
+    if (e->torn)
+        return RT_EUNAVAILABLE;
     int rc = rt__slots_whole(e);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     rt__state_hdr h;
     rt__state_header(e, &h);
     memcpy(hdr, &h, sizeof h);
-    if (e->ep_h) memcpy(hdr + sizeof h, e->ep_h, sizeof *e->ep_h);
+    if (e->ep_h)
+        memcpy(hdr + sizeof h, e->ep_h, sizeof *e->ep_h);
     sp[0].p = hdr;
     sp[0].n = sizeof h + rt__state_ext(e);
     /* the parameter block's host view: the checkpoint writes it in place */
     sp[1].p = rt__hv(e, e->w);
     sp[1].n = sizeof(float) * (size_t)h.param_floats;
     sp[2].p = rt__hv(e, e->s1); /* s1 and s2 are adjacent in the block */
-    if (!sp[1].p || !sp[2].p) return RT_EUNIMPLEMENTED;
+    if (!sp[1].p || !sp[2].p)
+        return RT_EUNIMPLEMENTED;
     sp[2].n = sizeof(float) * (size_t)(2 * h.train_floats);
     return 0;
 }
@@ -1476,10 +1595,13 @@ void rt_exec_cursor(const rt_exec *e, int64_t *epoch, int64_t *pos)
 
 int rt_exec_save_state(const rt_exec *e, void *buf, size_t len)
 {
-    if (!e || !buf || len < rt_exec_state_size(e)) return RT_EINVAL;
-    if (e->torn) return RT_EUNAVAILABLE;
+    if (!e || !buf || len < rt_exec_state_size(e))
+        return RT_EINVAL;
+    if (e->torn)
+        return RT_EUNAVAILABLE;
     int rc = rt__slots_whole(e);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     rt__state_hdr h;
     rt__state_header(e, &h);
     char *o = buf;
@@ -1528,7 +1650,8 @@ static float rt__blob_f(const unsigned char *b, int64_t i)
 static int64_t rt__nonfinite(const unsigned char *v, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
-        if (!isfinite(rt__blob_f(v, i))) return i;
+        if (!isfinite(rt__blob_f(v, i)))
+            return i;
     return -1;
 }
 
@@ -1537,12 +1660,14 @@ static int rt__macc_ok(const rt__macc *m)
 {
     const double *md = (const double *)m;
     for (size_t i = 0; i < offsetof(rt__macc, n) / sizeof(double); i++)
-        if (!isfinite(md[i])) return 0;
+        if (!isfinite(md[i]))
+            return 0;
     if (m->sq < 0 || m->elems < 0 || m->tp < 0 || m->fp < 0 || m->fn < 0 || m->pos < 0 ||
         m->neg < 0 || m->n < 0 || m->n > RT_EXEC_MAX_STEP)
         return 0;
     for (int i = 0; i < RT__AUC_T; i++)
-        if (m->auc_tp[i] < 0 || m->auc_fp[i] < 0) return 0;
+        if (m->auc_tp[i] < 0 || m->auc_fp[i] < 0)
+            return 0;
     return 1;
 }
 
@@ -1567,20 +1692,25 @@ static int rt__check_state(rt_exec *e, const rt__state_hdr *h, const unsigned ch
      * pos <= step (rt__exec_train, rt_exec_copy_state keep it) */
     int64_t used, rows;
     if (__builtin_add_overflow(h->epoch, h->pos, &used) || used > h->step)
-        return rt__eerr(e, RT_EDATA, "state blob's cursor (epoch %lld, batch %lld) is past its "
-                        "step %lld", (long long)h->epoch, (long long)h->pos, (long long)h->step);
+        return rt__eerr(e, RT_EDATA,
+                        "state blob's cursor (epoch %lld, batch %lld) is past its "
+                        "step %lld",
+                        (long long)h->epoch, (long long)h->pos, (long long)h->step);
     if (__builtin_mul_overflow(h->pos, B, &rows))
         return rt__eerr(e, RT_EDATA, "state blob's batch position %lld overflows",
                         (long long)h->pos);
     if (h->seed != p->cfg.seed)
-        return rt__eerr(e, RT_EDATA, "state blob belongs to another program (seed %llu, not "
-                        "%llu)", (unsigned long long)h->seed, (unsigned long long)p->cfg.seed);
+        return rt__eerr(e, RT_EDATA,
+                        "state blob belongs to another program (seed %llu, not "
+                        "%llu)",
+                        (unsigned long long)h->seed, (unsigned long long)p->cfg.seed);
     if (!(h->lr_set >= 0.0f) || isinf(h->lr_set))
         return rt__eerr(e, RT_EDATA, "state blob has a bad learning rate");
     if (!isfinite(h->ep_loss) || !isfinite(h->ep_acc) || h->ep_acc < 0)
         return rt__eerr(e, RT_EDATA, "state blob's epoch loss or accuracy is not finite");
     if (!rt__macc_ok(&h->ep_macc))
-        return rt__eerr(e, RT_EDATA, "state blob's epoch metric sums are not finite or "
+        return rt__eerr(e, RT_EDATA,
+                        "state blob's epoch metric sums are not finite or "
                         "their counts negative");
     /* Trainable weights and the optimizer's slots must be finite and the
      * second moments (Adam's v, RMSprop's mean square) not negative, or
@@ -1588,11 +1718,12 @@ static int rt__check_state(rt_exec *e, const rt__state_hdr *h, const unsigned ch
      * whatever the model gave them: an ONNX mask may be -inf. */
     for (int i = 0; i < p->n_params; i++) {
         const rt__param *pr = &p->params[i];
-        if (!pr->trainable) continue;
+        if (!pr->trainable)
+            continue;
         int64_t k = rt__nonfinite(w + 4 * pr->off, pr->numel);
         if (k >= 0)
-            return rt__eerr(e, RT_ENAN, "state blob: parameter '%.64s' holds %g at %lld",
-                            pr->name, (double)rt__blob_f(w, pr->off + k), (long long)k);
+            return rt__eerr(e, RT_ENAN, "state blob: parameter '%.64s' holds %g at %lld", pr->name,
+                            (double)rt__blob_f(w, pr->off + k), (long long)k);
     }
     const int64_t tf = p->train_floats;
     int64_t k1 = rt__nonfinite(s1, tf), k2 = rt__nonfinite(s2, tf);
@@ -1602,17 +1733,18 @@ static int rt__check_state(rt_exec *e, const rt__state_hdr *h, const unsigned ch
                         (double)(k1 >= 0 ? rt__blob_f(s1, k1) : rt__blob_f(s2, k2)),
                         (long long)(k1 >= 0 ? k1 : k2));
     const rt_opt_kind ok = p->cfg.opt;
-    const unsigned char *sq = ok == RT_OPT_RMSPROP || ok == RT_OPT_ADAGRAD || ok == RT_OPT_ADADELTA ||
-                                      ok == RT_OPT_FTRL
-                                  ? s1
-                              : ok == RT_OPT_ADAM || ok == RT_OPT_ADAMW || ok == RT_OPT_ADAMAX ||
-                                      ok == RT_OPT_NADAM
-                                  ? s2
-                                  : NULL;
+    const unsigned char *sq =
+        ok == RT_OPT_RMSPROP || ok == RT_OPT_ADAGRAD || ok == RT_OPT_ADADELTA || ok == RT_OPT_FTRL
+            ? s1
+        : ok == RT_OPT_ADAM || ok == RT_OPT_ADAMW || ok == RT_OPT_ADAMAX || ok == RT_OPT_NADAM
+            ? s2
+            : NULL;
     for (int64_t i = 0; sq && i < tf; i++)
         if (rt__blob_f(sq, i) < 0)
-            return rt__eerr(e, RT_EDATA, "state blob: the optimizer's mean square is %g at %lld "
-                            "(never negative)", (double)rt__blob_f(sq, i), (long long)i);
+            return rt__eerr(e, RT_EDATA,
+                            "state blob: the optimizer's mean square is %g at %lld "
+                            "(never negative)",
+                            (double)rt__blob_f(sq, i), (long long)i);
     return 0;
 }
 
@@ -1621,7 +1753,8 @@ static void rt__release(float *a, int64_t n)
 {
     const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t lo = ((uintptr_t)a + pg - 1) & ~(pg - 1), hi = (uintptr_t)(a + n) & ~(pg - 1);
-    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
 /* a sharded exec's slots outside [sh_lo, sh_hi) back to the system */
@@ -1638,18 +1771,23 @@ static void rt__release_slots(rt_exec *e)
 int rt_exec_shard_slots(rt_exec *e, int64_t lo, int64_t hi)
 {
     const int64_t T = e ? e->p->train_floats : 0;
-    if (!e || lo < 0 || hi <= lo || hi > T) return RT_EINVAL;
+    if (!e || lo < 0 || hi <= lo || hi > T)
+        return RT_EINVAL;
     /* the pages go back through the host view (replicas need one) */
     float *s1 = rt__hv(e, e->s1), *s2 = rt__hv(e, e->s2);
     if (!s1 || !s2)
-        return rt__eerr(e, RT_EUNIMPLEMENTED, "backend %s has no host view of its memory; "
-                        "sharded optimizer slots need one", e->be->name);
+        return rt__eerr(e, RT_EUNIMPLEMENTED,
+                        "backend %s has no host view of its memory; "
+                        "sharded optimizer slots need one",
+                        e->be->name);
     e->sh_lo = lo;
     e->sh_hi = hi;
     /* with a fetch (the serving rank) the state it holds now may be one
      * the others have not received yet: kept until its next training call */
-    if (e->rep.fetch) e->sh_whole = 2;
-    else rt__release_slots(e);
+    if (e->rep.fetch)
+        e->sh_whole = 2;
+    else
+        rt__release_slots(e);
     return 0;
 }
 
@@ -1658,13 +1796,16 @@ int rt_exec_shard_slots(rt_exec *e, int64_t lo, int64_t hi)
 static int rt__slots_whole(const rt_exec *ce)
 {
     rt_exec *e = (rt_exec *)ce;
-    if (!e->sh_hi || e->sh_whole) return 0;
+    if (!e->sh_hi || e->sh_whole)
+        return 0;
     if (!e->rep.fetch)
-        return rt__eerr(e, RT_EUNAVAILABLE, "this replica holds only its slice of the "
+        return rt__eerr(e, RT_EUNAVAILABLE,
+                        "this replica holds only its slice of the "
                         "optimizer state");
     char err[200] = "";
     int rc = e->rep.fetch(e->rep.ctx, e, err, sizeof err);
-    if (rc < 0) return rt__eerr(e, rc, "%s", err);
+    if (rc < 0)
+        return rt__eerr(e, rc, "%s", err);
     e->sh_whole = 1;
     return 0;
 }
@@ -1674,7 +1815,8 @@ int rt_exec_slots_held(const rt_exec *e) { return !e || !e->sh_hi || e->sh_whole
 void rt_exec_state_release(rt_exec *e)
 {
     /* a loaded state stays whole until the replicas have it */
-    if (e && e->sh_hi && e->sh_whole == 1 && e->rep.fetch) rt__release_slots(e);
+    if (e && e->sh_hi && e->sh_whole == 1 && e->rep.fetch)
+        rt__release_slots(e);
 }
 
 void rt_exec_opt_slots(rt_exec *e, float **s1, float **s2)
@@ -1687,13 +1829,14 @@ void rt_exec_set_torn(rt_exec *e) { e->torn = 1; }
 
 int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
 {
-    if (!e || !buf) return RT_EINVAL;
+    if (!e || !buf)
+        return RT_EINVAL;
     rt__state_hdr h;
-    if (len < sizeof h) return rt__eerr(e, RT_EDATA, "state blob too short");
+    if (len < sizeof h)
+        return rt__eerr(e, RT_EDATA, "state blob too short");
     memcpy(&h, buf, sizeof h);
     if (memcmp(h.magic, "RTEXEC", 6) || h.version != RT__STATE_VERSION)
-        return rt__eerr(e, RT_EDATA, "not an exec state blob of version %u",
-                        RT__STATE_VERSION);
+        return rt__eerr(e, RT_EDATA, "not an exec state blob of version %u", RT__STATE_VERSION);
     if (h.param_floats != e->p->param_floats || h.train_floats != e->p->train_floats ||
         h.n_params != (uint32_t)e->p->n_params || len != rt_exec_state_size(e))
         return rt__eerr(e, RT_EDATA, "state blob belongs to another program");
@@ -1701,13 +1844,15 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
                  tb = sizeof(float) * (size_t)h.train_floats;
     const unsigned char *s = (const unsigned char *)buf + sizeof h + rt__state_ext(e);
     rt__hacc hx = {0};
-    if (e->ep_h) memcpy(&hx, (const unsigned char *)buf + sizeof h, sizeof hx);
+    if (e->ep_h)
+        memcpy(&hx, (const unsigned char *)buf + sizeof h, sizeof hx);
     int rc = rt__check_state(e, &h, s, s + wb, s + wb + tb);
     for (int k = 0; rc == 0 && e->ep_h && k < e->p->loss.n_heads; k++)
         if (!isfinite(hx.loss[k]) || !(hx.acc[k] >= 0) || isinf(hx.acc[k]) ||
             !rt__macc_ok(&hx.m[k]))
             rc = rt__eerr(e, RT_EDATA, "state blob's output %d metric sums are bad", k);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     rt__up(e, e->w, s, wb);
     if (e->sh_hi && !e->rep.fetch) { /* only the slots' kept slice (rt_exec_shard_slots) */
         const size_t o = sizeof(float) * (size_t)e->sh_lo,
@@ -1718,7 +1863,8 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
         rt__up(e, e->s1, s + wb, 2 * tb); /* s1 and s2 are adjacent in the block */
         /* the serving rank: whole until the replicas have it (its next
          * training call sends it them) */
-        if (e->sh_hi) e->sh_whole = 2;
+        if (e->sh_hi)
+            e->sh_whole = 2;
     }
     e->torn = 0;
     e->step = h.step;
@@ -1728,7 +1874,8 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
     e->ep_loss = h.ep_loss;
     e->ep_acc = h.ep_acc;
     e->ep_macc = h.ep_macc;
-    if (e->ep_h) *e->ep_h = hx;
+    if (e->ep_h)
+        *e->ep_h = hx;
     __atomic_store(&e->lr_set, &h.lr_set, __ATOMIC_RELEASE);
     e->restored = 1;
     e->perm_epoch = -1;
@@ -1744,17 +1891,21 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
 static void rt__gather_sw(rt_exec *e, const float *sw, const int64_t *idx, int64_t start,
                           int64_t nb)
 {
-    for (int64_t i = 0; i < nb; i++) e->swb[i] = sw[idx ? idx[i] : start + i];
+    for (int64_t i = 0; i < nb; i++)
+        e->swb[i] = sw[idx ? idx[i] : start + i];
 }
 
 static int rt__check_sw(rt_exec *e, const rt_data *d)
 {
-    if (!d->sw || (d->sw == e->checked_sw && d->n == e->checked_sw_n)) return 0;
+    if (!d->sw || (d->sw == e->checked_sw && d->n == e->checked_sw_n))
+        return 0;
     for (int64_t i = 0; i < d->n; i++) {
         rt__pause_at(e, i);
         if (!(d->sw[i] >= 0.0f) || isinf(d->sw[i]))
-            return rt__eerr(e, RT_EDATA, "sample weight %g at sample %lld: weights must be "
-                            "finite and >= 0", (double)d->sw[i], (long long)i);
+            return rt__eerr(e, RT_EDATA,
+                            "sample weight %g at sample %lld: weights must be "
+                            "finite and >= 0",
+                            (double)d->sw[i], (long long)i);
     }
     e->checked_sw = d->sw;
     e->checked_sw_n = d->n;
@@ -1763,7 +1914,8 @@ static int rt__check_sw(rt_exec *e, const rt_data *d)
 
 int rt_exec_set_lr(rt_exec *e, float lr)
 {
-    if (!e) return RT_EINVAL;
+    if (!e)
+        return RT_EINVAL;
     if (!(lr >= 0.0f) || isinf(lr))
         return rt__eerr(e, RT_EINVAL, "learning rate %g: must be finite and > 0", (double)lr);
     __atomic_store(&e->lr_set, &lr, __ATOMIC_RELEASE);
@@ -1773,13 +1925,15 @@ int rt_exec_set_lr(rt_exec *e, float lr)
 
 float rt_exec_lr(const rt_exec *e)
 {
-    if (!e) return NAN;
+    if (!e)
+        return NAN;
     return rt__lr_now(e);
 }
 
 float rt_exec_lr_override(const rt_exec *e)
 {
-    if (!e) return 0.0f;
+    if (!e)
+        return 0.0f;
     float lr;
     __atomic_load(&e->lr_set, &lr, __ATOMIC_ACQUIRE);
     return lr;
@@ -1799,7 +1953,8 @@ static int rt__copy_b(rt_exec *de, float *dst, const rt_exec *se, const float *s
         rt__up(de, dst, h, b);
         return 0;
     }
-    if (!(h = malloc(b ? b : 1))) return rt__eerr(de, RT_ENOMEM, "out of memory");
+    if (!(h = malloc(b ? b : 1)))
+        return rt__eerr(de, RT_ENOMEM, "out of memory");
     rt__down(se, h, src, b);
     rt__up(de, dst, h, b);
     free(h);
@@ -1808,7 +1963,8 @@ static int rt__copy_b(rt_exec *de, float *dst, const rt_exec *se, const float *s
 
 int rt_exec_copy_state(rt_exec *dst, const rt_exec *src)
 {
-    if (!dst || !src) return RT_EINVAL;
+    if (!dst || !src)
+        return RT_EINVAL;
     const rt_plan *a = dst->p, *b = src->p;
     if (a->n_params != b->n_params)
         return rt__eerr(dst, RT_ESHAPE, "the programs have %d and %d parameters", a->n_params,
@@ -1826,7 +1982,8 @@ int rt_exec_copy_state(rt_exec *dst, const rt_exec *src)
         a->cfg.opt != b->cfg.opt)
         return rt__eerr(dst, RT_ESHAPE, "the programs' parameter layouts or optimizers differ");
     int rc = rt__slots_whole(src);
-    if (rc < 0) return rt__eerr(dst, rc, "%s", rt_exec_errmsg(src));
+    if (rc < 0)
+        return rt__eerr(dst, rc, "%s", rt_exec_errmsg(src));
     for (int i = 0; i < a->n_params; i++) {
         const rt__param *x = &a->params[i], *y = &b->params[i];
         if ((rc = rt__copy_b(dst, dst->w + x->off, src, src->w + y->off, x->numel)) < 0)
@@ -1851,7 +2008,8 @@ int rt_exec_copy_state(rt_exec *dst, const rt_exec *src)
     dst->dx = NULL;
     dst->dn = 0;
     dst->restored = 0;
-    if (dst->sh_hi) dst->sh_whole = 2; /* as after a load */
+    if (dst->sh_hi)
+        dst->sh_whole = 2; /* as after a load */
     __atomic_add_fetch(&dst->edits, 1, __ATOMIC_RELEASE);
     return 0;
 }

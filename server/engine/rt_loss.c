@@ -33,17 +33,19 @@
 /* The loss as a fusion target (rt_engine_impl.h): no graph op, no kernel */
 const rt__op_def rt__op_crossentropy = {.name = "CrossEntropy"};
 
-int rt__loss_check(const rt__lossinfo *L, const rt_train_config *cfg,
-                   char *err, size_t errlen)
+int rt__loss_check(const rt__lossinfo *L, const rt_train_config *cfg, char *err, size_t errlen)
 {
     (void)cfg;
-    if (RT_LOSS_IS_TORCH(L->kind)) return rt__loss_torch_check(L, err, errlen);
+    if (RT_LOSS_IS_TORCH(L->kind))
+        return rt__loss_torch_check(L, err, errlen);
     const long long C = (long long)L->classes, R = (long long)L->rows;
     switch (L->kind) {
     case RT_LOSS_SPARSE_CE:
         if (L->lab_numel != L->rows) {
-            snprintf(err, errlen, "sparse labels have %lld values per sample; the output "
-                     "has %lld rows of %lld classes", (long long)L->lab_numel, R, C);
+            snprintf(err, errlen,
+                     "sparse labels have %lld values per sample; the output "
+                     "has %lld rows of %lld classes",
+                     (long long)L->lab_numel, R, C);
             return RT_ESHAPE;
         }
         if (C < 2 && !L->from_logits) {
@@ -64,12 +66,12 @@ int rt__loss_check(const rt__lossinfo *L, const rt_train_config *cfg,
         return 0;
     default:
         if (L->lab_numel != L->out_numel && L->lab_numel != L->rows) {
-            snprintf(err, errlen, "labels have %lld values per sample; output has %lld "
-                     "(or %lld rows to broadcast over)", (long long)L->lab_numel,
-                     (long long)L->out_numel, R);
+            snprintf(err, errlen,
+                     "labels have %lld values per sample; output has %lld "
+                     "(or %lld rows to broadcast over)",
+                     (long long)L->lab_numel, (long long)L->out_numel, R);
             return RT_ESHAPE;
         }
         return 0;
     }
 }
-

@@ -12,9 +12,10 @@ int rt__loss_torch_check(const rt__lossinfo *L, char *err, size_t errlen)
     if (L->kind == RT_LOSS_CROSS_ENTROPY || L->kind == RT_LOSS_NLL) {
         if (L->prob_target) {
             if (L->lab_numel != L->out_numel) {
-                snprintf(err, errlen, "%s: probability targets need the output's shape "
-                         "(%lld values per sample), not %lld", nm, (long long)L->out_numel,
-                         (long long)L->lab_numel);
+                snprintf(err, errlen,
+                         "%s: probability targets need the output's shape "
+                         "(%lld values per sample), not %lld",
+                         nm, (long long)L->out_numel, (long long)L->lab_numel);
                 return RT_ESHAPE;
             }
             return 0;
@@ -24,16 +25,19 @@ int rt__loss_torch_check(const rt__lossinfo *L, char *err, size_t errlen)
             return RT_EDTYPE;
         }
         if (L->lab_numel != L->inner) {
-            snprintf(err, errlen, "%s: class-index targets have %lld values per sample; the "
-                     "output has %lld classes (dim 1) at %lld positions", nm,
-                     (long long)L->lab_numel, (long long)L->classes, (long long)L->inner);
+            snprintf(err, errlen,
+                     "%s: class-index targets have %lld values per sample; the "
+                     "output has %lld classes (dim 1) at %lld positions",
+                     nm, (long long)L->lab_numel, (long long)L->classes, (long long)L->inner);
             return RT_ESHAPE;
         }
         return 0;
     }
     if (L->lab_numel != L->out_numel) {
-        snprintf(err, errlen, "%s needs targets of the output's shape (%lld values per "
-                 "sample), not %lld", nm, (long long)L->out_numel, (long long)L->lab_numel);
+        snprintf(err, errlen,
+                 "%s needs targets of the output's shape (%lld values per "
+                 "sample), not %lld",
+                 nm, (long long)L->out_numel, (long long)L->lab_numel);
         return RT_ESHAPE;
     }
     return 0;

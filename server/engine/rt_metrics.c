@@ -18,24 +18,33 @@
 
 #include "rt_engine_impl.h"
 
-static const struct { const char *name; uint32_t bit; } rt__metric_tab[] = {
-    {"accuracy", RT_METRIC_ACCURACY}, {"acc", RT_METRIC_ACCURACY},
+static const struct {
+    const char *name;
+    uint32_t bit;
+} rt__metric_tab[] = {
+    {"accuracy", RT_METRIC_ACCURACY},
+    {"acc", RT_METRIC_ACCURACY},
     {"binary_accuracy", RT_METRIC_BINARY_ACCURACY},
     {"categorical_accuracy", RT_METRIC_CATEGORICAL_ACCURACY},
     {"sparse_categorical_accuracy", RT_METRIC_SPARSE_CATEGORICAL_ACCURACY},
     {"top_k_categorical_accuracy", RT_METRIC_TOP_K},
     {"sparse_top_k_categorical_accuracy", RT_METRIC_SPARSE_TOP_K},
-    {"mae", RT_METRIC_MAE}, {"mean_absolute_error", RT_METRIC_MAE},
-    {"mse", RT_METRIC_MSE}, {"mean_squared_error", RT_METRIC_MSE},
-    {"rmse", RT_METRIC_RMSE}, {"root_mean_squared_error", RT_METRIC_RMSE},
-    {"auc", RT_METRIC_AUC}, {"precision", RT_METRIC_PRECISION},
+    {"mae", RT_METRIC_MAE},
+    {"mean_absolute_error", RT_METRIC_MAE},
+    {"mse", RT_METRIC_MSE},
+    {"mean_squared_error", RT_METRIC_MSE},
+    {"rmse", RT_METRIC_RMSE},
+    {"root_mean_squared_error", RT_METRIC_RMSE},
+    {"auc", RT_METRIC_AUC},
+    {"precision", RT_METRIC_PRECISION},
     {"recall", RT_METRIC_RECALL},
 };
 #define RT__N_METRIC_TAB (sizeof rt__metric_tab / sizeof rt__metric_tab[0])
 
 int rt_metric_from_name(const char *name, uint32_t *bit)
 {
-    if (!name) return RT_EINVAL;
+    if (!name)
+        return RT_EINVAL;
     for (size_t i = 0; i < RT__N_METRIC_TAB; i++)
         if (strcasecmp(name, rt__metric_tab[i].name) == 0) {
             *bit = rt__metric_tab[i].bit;
@@ -47,14 +56,16 @@ int rt_metric_from_name(const char *name, uint32_t *bit)
 const char *rt_metric_name(uint32_t bit)
 {
     for (size_t i = 0; i < RT__N_METRIC_TAB; i++)
-        if (rt__metric_tab[i].bit == bit) return rt__metric_tab[i].name;
+        if (rt__metric_tab[i].bit == bit)
+            return rt__metric_tab[i].name;
     return NULL;
 }
 
 /* which metrics need labels of the output's shape, which one class per row */
-#define RT__DENSE_LAB (RT_METRIC_BINARY_ACCURACY | RT_METRIC_CATEGORICAL_ACCURACY | \
-                       RT_METRIC_TOP_K | RT_METRIC_MAE | RT_METRIC_MSE | RT_METRIC_RMSE | \
-                       RT_METRIC_AUC | RT_METRIC_PRECISION | RT_METRIC_RECALL)
+#define RT__DENSE_LAB                                                                       \
+    (RT_METRIC_BINARY_ACCURACY | RT_METRIC_CATEGORICAL_ACCURACY | RT_METRIC_TOP_K |         \
+     RT_METRIC_MAE | RT_METRIC_MSE | RT_METRIC_RMSE | RT_METRIC_AUC | RT_METRIC_PRECISION | \
+     RT_METRIC_RECALL)
 #define RT__SPARSE_LAB (RT_METRIC_SPARSE_CATEGORICAL_ACCURACY | RT_METRIC_SPARSE_TOP_K)
 
 int rt__metrics_check(const rt__lossinfo *L, uint32_t metrics, char *err, size_t errlen)
@@ -65,11 +76,13 @@ int rt__metrics_check(const rt__lossinfo *L, uint32_t metrics, char *err, size_t
     }
     for (int b = 1; b < RT_METRIC_MAX; b++) {
         const uint32_t bit = 1u << b;
-        if (!(metrics & bit)) continue;
+        if (!(metrics & bit))
+            continue;
         if ((bit & RT__DENSE_LAB) && L->lab_numel != L->out_numel) {
-            snprintf(err, errlen, "metric %s needs labels of the output's shape (%lld values "
-                     "per sample), not %lld", rt_metric_name(bit), (long long)L->out_numel,
-                     (long long)L->lab_numel);
+            snprintf(err, errlen,
+                     "metric %s needs labels of the output's shape (%lld values "
+                     "per sample), not %lld",
+                     rt_metric_name(bit), (long long)L->out_numel, (long long)L->lab_numel);
             return RT_ESHAPE;
         }
         if ((bit & RT__SPARSE_LAB) && L->lab_numel != L->rows) {
@@ -86,7 +99,8 @@ static void rt__metrics_append(uint32_t metrics, const rt__macc *a, int head, rt
 {
     for (int b = 1; b < RT_METRIC_MAX; b++) {
         const uint32_t bit = 1u << b;
-        if (!(metrics & bit)) continue;
+        if (!(metrics & bit))
+            continue;
         double v = NAN;
         if (b <= 7) {
             v = a->n ? a->sum[b] / (double)a->n : 0;
@@ -109,7 +123,8 @@ static void rt__metrics_append(uint32_t metrics, const rt__macc *a, int head, rt
             }
             v = auc;
         }
-        if (out->n_values >= RT_METRIC_VALUES) return; /* compile keeps within */
+        if (out->n_values >= RT_METRIC_VALUES)
+            return; /* compile keeps within */
         out->value_bit[out->n_values] = bit;
         out->value_head[out->n_values] = (int8_t)head;
         out->values[out->n_values++] = v;
@@ -130,7 +145,8 @@ void rt__metrics_heads(const rt_plan *p, const rt__hacc *h, int64_t n, rt_metric
     const rt__lossinfo *L = &p->loss;
     const double inv = n > 0 ? 1.0 / (double)n : 0;
     for (int k = 0; k < L->n_heads; k++) {
-        if (out->n_values >= RT_METRIC_VALUES) return;
+        if (out->n_values >= RT_METRIC_VALUES)
+            return;
         out->value_bit[out->n_values] = RT_METRIC_HEAD_LOSS;
         out->value_head[out->n_values] = (int8_t)k;
         out->values[out->n_values++] = h->loss[k] * inv;
@@ -145,12 +161,16 @@ void rt__metrics_heads(const rt_plan *p, const rt__hacc *h, int64_t n, rt_metric
 
 int rt_metric_value_name(const rt_plan *p, const rt_metrics *m, int i, char *out, size_t n)
 {
-    if (!m || i < 0 || i >= m->n_values || !out) return RT_EINVAL;
+    if (!m || i < 0 || i >= m->n_values || !out)
+        return RT_EINVAL;
     const uint32_t bit = m->value_bit[i];
     const char *mn = bit == RT_METRIC_HEAD_LOSS ? "loss" : rt_metric_name(bit);
-    if (!mn) return RT_EINVAL;
-    if (m->value_head[i] < 0) return snprintf(out, n, "%s", mn);
+    if (!mn)
+        return RT_EINVAL;
+    if (m->value_head[i] < 0)
+        return snprintf(out, n, "%s", mn);
     const char *hn = rt_plan_head_name(p, m->value_head[i]);
-    if (!hn) return RT_EINVAL;
+    if (!hn)
+        return RT_EINVAL;
     return snprintf(out, n, "%s_%s", hn, mn);
 }

@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#define RT__MAX_IN 16     /* inputs per node (Concat is the widest) */
+#define RT__MAX_IN 16 /* inputs per node (Concat is the widest) */
 
 /* Activations an op applies to its output (Dense's and Conv2D's
  * "activation" attribute) */
@@ -32,7 +32,7 @@ typedef enum rt__pkind {
     RT__P_BCAST,    /* Add, Sub, Mul, Div, Max, Min, PRelu */
     RT__P_SOFTMAX,  /* Softmax, LogSoftmax */
     RT__P_DROPOUT,
-    RT__P_CONV,     /* Conv2D and the 2-D pools */
+    RT__P_CONV, /* Conv2D and the 2-D pools */
     RT__P_GAP,
     RT__P_BN,
     RT__P_CONCAT,
@@ -58,11 +58,11 @@ typedef struct rt__dense_params {
 typedef struct rt__bcast_params {
     int R;
     int batched;
-    int64_t d[RT__BC_MAXR];      /* output dims */
-    int64_t sa[RT__BC_MAXR];     /* element strides of input 0 (0 = broadcast) */
-    int64_t sb[RT__BC_MAXR];     /* ... of input 1 */
-    int full[2];                 /* input k has the output's shape */
-    int flat;                    /* both do: one flat loop */
+    int64_t d[RT__BC_MAXR];  /* output dims */
+    int64_t sa[RT__BC_MAXR]; /* element strides of input 0 (0 = broadcast) */
+    int64_t sb[RT__BC_MAXR]; /* ... of input 1 */
+    int full[2];             /* input k has the output's shape */
+    int flat;                /* both do: one flat loop */
 } rt__bcast_params;
 
 /* Softmax/LogSoftmax over the last axis of C */
@@ -73,31 +73,31 @@ typedef struct rt__softmax_params {
 /* Dropout and its relatives, all train-time only and keyed by the counter
  * RNG (seed, node, step, element): */
 enum {
-    RT__DROP_PLAIN = 0,   /* Dropout: inverted, as Keras */
-    RT__DROP_SPATIAL,     /* SpatialDropout: one mask per (sample, channel) */
-    RT__DROP_NOISE,       /* GaussianNoise: x + rate * N(0, 1) */
-    RT__DROP_GAUSS,       /* GaussianDropout: x * N(1, rate / (1 - rate)) */
+    RT__DROP_PLAIN = 0, /* Dropout: inverted, as Keras */
+    RT__DROP_SPATIAL,   /* SpatialDropout: one mask per (sample, channel) */
+    RT__DROP_NOISE,     /* GaussianNoise: x + rate * N(0, 1) */
+    RT__DROP_GAUSS,     /* GaussianDropout: x * N(1, rate / (1 - rate)) */
 };
 typedef struct rt__dropout_params {
-    double rate;          /* GaussianNoise: the stddev */
-    int mode;             /* RT__DROP_* */
-    int64_t C;            /* channels (last dim): the spatial mask's width */
-    int64_t per;          /* values per sample */
+    double rate; /* GaussianNoise: the stddev */
+    int mode;    /* RT__DROP_* */
+    int64_t C;   /* channels (last dim): the spatial mask's width */
+    int64_t per; /* values per sample */
 } rt__dropout_params;
 
 /* Conv2D (NHWC, kernel (KH,KW,C/G,OC)), ConvTranspose (kernel (KH,KW,OC,C),
  * as Keras' Conv2DTranspose; OH/OW/PT/PL from its padding and
  * output_padding) and MaxPool2D/AvgPool2D (OC = C, dilation 1). Padding as TensorFlow: PT/PL cells before, the rest after. */
 typedef struct rt__conv_params {
-    int64_t H, W, C;       /* input per sample */
-    int64_t OH, OW, OC;    /* output per sample */
-    int64_t KH, KW;        /* kernel / pool window */
-    int64_t SH, SW;        /* strides */
-    int64_t DH, DW;        /* dilations */
-    int64_t PT, PL;        /* padding before, top and left */
-    int bias;              /* Conv2D: has a bias input */
-    int act;               /* Conv2D: its activation attribute */
-    int64_t G;             /* groups (Conv2D: 0 or 1 dense) */
+    int64_t H, W, C;    /* input per sample */
+    int64_t OH, OW, OC; /* output per sample */
+    int64_t KH, KW;     /* kernel / pool window */
+    int64_t SH, SW;     /* strides */
+    int64_t DH, DW;     /* dilations */
+    int64_t PT, PL;     /* padding before, top and left */
+    int bias;           /* Conv2D: has a bias input */
+    int act;            /* Conv2D: its activation attribute */
+    int64_t G;          /* groups (Conv2D: 0 or 1 dense) */
 } rt__conv_params;
 
 /* GlobalAvgPool: (B,H,W,C) -> (B,C) */
@@ -108,9 +108,9 @@ typedef struct rt__gap_params {
 /* BatchNorm over the last axis of C */
 typedef struct rt__bn_params {
     int64_t C;
-    int frozen;            /* inference mode also while training */
-    int unbiased;          /* moving_var takes var * R / (R - 1) (PyTorch) */
-    int sync;              /* MPI replicas: the global batch's statistics */
+    int frozen;   /* inference mode also while training */
+    int unbiased; /* moving_var takes var * R / (R - 1) (PyTorch) */
+    int sync;     /* MPI replicas: the global batch's statistics */
     double momentum, eps;
 } rt__bn_params;
 
@@ -126,13 +126,28 @@ typedef struct rt__concat_params {
 /* Elementwise unary functions with up to three constants (op_act.c has
  * each kind's formula) */
 enum {
-    RT__U_ELU = 0, RT__U_SELU, RT__U_LEAKY, RT__U_GELU, RT__U_GELU_TANH,
-    RT__U_ERF, RT__U_SOFTPLUS, RT__U_SOFTSIGN, RT__U_HARDSIGMOID, RT__U_SWISH,
-    RT__U_CLIP, RT__U_THRESH, RT__U_KRELU, RT__U_EXP, RT__U_SCALE,
-    RT__U_MISH, RT__U_HARDSWISH, RT__U_LOGSIGMOID, RT__U_SQRT,
+    RT__U_ELU = 0,
+    RT__U_SELU,
+    RT__U_LEAKY,
+    RT__U_GELU,
+    RT__U_GELU_TANH,
+    RT__U_ERF,
+    RT__U_SOFTPLUS,
+    RT__U_SOFTSIGN,
+    RT__U_HARDSIGMOID,
+    RT__U_SWISH,
+    RT__U_CLIP,
+    RT__U_THRESH,
+    RT__U_KRELU,
+    RT__U_EXP,
+    RT__U_SCALE,
+    RT__U_MISH,
+    RT__U_HARDSWISH,
+    RT__U_LOGSIGMOID,
+    RT__U_SQRT,
 };
 typedef struct rt__unary_params {
-    int kind;              /* RT__U_* */
+    int kind; /* RT__U_* */
     float alpha, beta, gamma;
 } rt__unary_params;
 
@@ -145,13 +160,13 @@ typedef struct rt__unary_params {
  * rest of the output with value. */
 typedef struct rt__map_params {
     int R;
-    int64_t d[8];          /* input per-sample dims (RT_MAX_DIMS) */
-    int64_t os[8];         /* output stride per input dim */
-    int64_t lo[8], hi[8];  /* landing range per input dim */
+    int64_t d[8];         /* input per-sample dims (RT_MAX_DIMS) */
+    int64_t os[8];        /* output stride per input dim */
+    int64_t lo[8], hi[8]; /* landing range per input dim */
     int64_t base;
-    int64_t in_numel, out_numel;   /* per sample */
-    int reduce;            /* outputs accumulate */
-    int fill;              /* Pad: some outputs get value */
+    int64_t in_numel, out_numel; /* per sample */
+    int reduce;                  /* outputs accumulate */
+    int fill;                    /* Pad: some outputs get value */
     float scale, value;
 } rt__map_params;
 
@@ -160,7 +175,7 @@ typedef struct rt__map_params {
 typedef struct rt__ln_params {
     int64_t C;
     double eps;
-    int scale, center;     /* which of gamma (input 1), beta (next) exist */
+    int scale, center; /* which of gamma (input 1), beta (next) exist */
 } rt__ln_params;
 
 /* Upsample (NHWC): nearest repeats each cell SH x SW times; bilinear
@@ -174,8 +189,12 @@ typedef struct rt__upsample_params {
  * the activation's output (rt_kern_rnn.c). HARD_SIGMOID is Keras 1/2's
  * clip(0.2 x + 0.5, 0, 1); HARD_SIGMOID_V3 is Keras 3's relu6(x + 3) / 6. */
 enum {
-    RT__RA_LINEAR = 0, RT__RA_TANH, RT__RA_SIGMOID, RT__RA_RELU,
-    RT__RA_HARD_SIGMOID, RT__RA_HARD_SIGMOID_V3,
+    RT__RA_LINEAR = 0,
+    RT__RA_TANH,
+    RT__RA_SIGMOID,
+    RT__RA_RELU,
+    RT__RA_HARD_SIGMOID,
+    RT__RA_HARD_SIGMOID_V3,
 };
 enum { RT__RNN_SIMPLE = 1, RT__RNN_LSTM, RT__RNN_GRU };
 
@@ -188,13 +207,13 @@ enum { RT__RNN_SIMPLE = 1, RT__RNN_LSTM, RT__RNN_GRU };
  * (Bidirectional reverses its backward half's sequence so that position t
  * is the state after reading input t). */
 typedef struct rt__rnn_params {
-    int cell;              /* RT__RNN_* */
+    int cell; /* RT__RNN_* */
     int64_t T, F, U, G;
-    int act, ract;         /* RT__RA_* */
+    int act, ract; /* RT__RA_* */
     int seq, backwards, rev_out, reset_after, bias;
-    float drop, rdrop;     /* Keras' dropout / recurrent_dropout, [0, 1) */
-    int mask;              /* input index of the (B,T) step mask, 0: none */
-    int zero_masked;       /* sequence output 0 at masked steps (else the
+    float drop, rdrop; /* Keras' dropout / recurrent_dropout, [0, 1) */
+    int mask;          /* input index of the (B,T) step mask, 0: none */
+    int zero_masked;   /* sequence output 0 at masked steps (else the
                             * carried output) */
 } rt__rnn_params;
 

@@ -16,8 +16,7 @@ float rt__sched_lr(const rt_train_config *c, int64_t step)
         double t = (double)(step < (int64_t)c->total_steps ? step : (int64_t)c->total_steps);
         return (float)(lo + (lr - lo) * (1 + cos(M_PI * t / c->total_steps)) / 2);
     }
-    case RT_SCHED_EXP:
-        return (float)(lr * pow(c->gamma, (double)step / (double)c->step_size));
+    case RT_SCHED_EXP: return (float)(lr * pow(c->gamma, (double)step / (double)c->step_size));
     case RT_SCHED_LINEAR_WARMUP: {
         double f = (double)(step + 1) / (double)c->warmup_steps;
         return (float)(lr * (f < 1 ? f : 1));
@@ -27,10 +26,10 @@ float rt__sched_lr(const rt_train_config *c, int64_t step)
             return (float)(lr * (double)(step + 1) / (double)c->warmup_steps);
         double span = (double)(c->total_steps - c->warmup_steps);
         double t = (double)(step - (int64_t)c->warmup_steps);
-        if (t > span) t = span;
+        if (t > span)
+            t = span;
         return (float)(lo + (lr - lo) * (1 + cos(M_PI * t / span)) / 2);
     }
-    default:
-        return c->lr;
+    default: return c->lr;
     }
 }

@@ -12,13 +12,16 @@
 
 void rt_plan_retain(rt_plan *p)
 {
-    if (p) atomic_fetch_add(&p->refs, 1);
+    if (p)
+        atomic_fetch_add(&p->refs, 1);
 }
 
 void rt_plan_release(rt_plan *p)
 {
-    if (!p) return;
-    if (atomic_fetch_sub(&p->refs, 1) != 1) return;
+    if (!p)
+        return;
+    if (atomic_fetch_sub(&p->refs, 1) != 1)
+        return;
     rt__arena_free(&p->arena);
     free(p);
 }
@@ -28,7 +31,8 @@ const rt_train_config *rt_plan_config(const rt_plan *p) { return p ? &p->cfg : N
 
 static int rt__copy_shape(const rt__shape *s, int64_t dims[RT_MAX_DIMS])
 {
-    for (int i = 0; i < s->ndim; i++) dims[i] = s->d[i];
+    for (int i = 0; i < s->ndim; i++)
+        dims[i] = s->d[i];
     return s->ndim;
 }
 
@@ -44,8 +48,10 @@ int rt_plan_output_shape(const rt_plan *p, int64_t dims[RT_MAX_DIMS])
 
 int rt_plan_label_shape(const rt_plan *p, int64_t dims[RT_MAX_DIMS])
 {
-    if (!p) return RT_EINVAL;
-    for (int i = 0; i < p->cfg.label_ndim; i++) dims[i] = p->cfg.label_dims[i];
+    if (!p)
+        return RT_EINVAL;
+    for (int i = 0; i < p->cfg.label_ndim; i++)
+        dims[i] = p->cfg.label_dims[i];
     return p->cfg.label_ndim;
 }
 
@@ -53,10 +59,13 @@ int rt_plan_n_heads(const rt_plan *p) { return p ? p->loss.n_heads : RT_EINVAL; 
 
 int rt_plan_head_shape(const rt_plan *p, int k, int64_t dims[RT_MAX_DIMS], int64_t *lab_numel)
 {
-    if (!p || k < 0 || k >= p->loss.n_heads) return RT_EINVAL;
+    if (!p || k < 0 || k >= p->loss.n_heads)
+        return RT_EINVAL;
     const rt__shape *s = &p->head_shape[k];
-    for (int i = 0; i < s->ndim; i++) dims[i] = s->d[i];
-    if (lab_numel) *lab_numel = p->loss.head[k].lab_numel;
+    for (int i = 0; i < s->ndim; i++)
+        dims[i] = s->d[i];
+    if (lab_numel)
+        *lab_numel = p->loss.head[k].lab_numel;
     return s->ndim;
 }
 
@@ -67,15 +76,19 @@ const char *rt_plan_head_name(const rt_plan *p, int k)
 
 int rt_plan_n_params(const rt_plan *p) { return p ? p->n_params : RT_EINVAL; }
 
-int rt_plan_param_info(const rt_plan *p, int i, const char **name,
-                       int64_t dims[RT_MAX_DIMS], int *trainable)
+int rt_plan_param_info(const rt_plan *p, int i, const char **name, int64_t dims[RT_MAX_DIMS],
+                       int *trainable)
 {
-    if (!p || i < 0 || i >= p->n_params) return RT_EINVAL;
+    if (!p || i < 0 || i >= p->n_params)
+        return RT_EINVAL;
     const rt__param *pr = &p->params[i];
-    if (name) *name = pr->name;
-    if (trainable) *trainable = pr->trainable;
+    if (name)
+        *name = pr->name;
+    if (trainable)
+        *trainable = pr->trainable;
     const rt__shape *sh = pr->view.n ? &pr->view.user : &pr->shape;
-    if (dims) rt__copy_shape(sh, dims);
+    if (dims)
+        rt__copy_shape(sh, dims);
     return sh->ndim;
 }
 
@@ -88,15 +101,18 @@ static void rt__hs(XXH3_state_t *s, const char *str)
     /* length-prefixed so ("ab","c") and ("a","bc") differ */
     size_t n = str ? strlen(str) : 0;
     rt__hi(s, (int64_t)n);
-    if (n) rt__h(s, str, n);
+    if (n)
+        rt__h(s, str, n);
 }
 static void rt__hf(XXH3_state_t *s, double v) { rt__h(s, &v, sizeof v); }
 
 int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
 {
-    if (!g || !c || !key) return RT_EINVAL;
+    if (!g || !c || !key)
+        return RT_EINVAL;
     XXH3_state_t *s = XXH3_createState();
-    if (!s) return RT_ENOMEM;
+    if (!s)
+        return RT_ENOMEM;
     XXH3_128bits_reset(s);
     rt__hs(s, "rtrain-plan");
     rt__hi(s, RT_ENGINE_VERSION);
@@ -108,7 +124,8 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
         rt__hs(s, e->name);
         rt__hi(s, e->dt);
         rt__hi(s, e->shape.ndim);
-        for (int d = 0; d < e->shape.ndim; d++) rt__hi(s, e->shape.d[d]);
+        for (int d = 0; d < e->shape.ndim; d++)
+            rt__hi(s, e->shape.d[d]);
         if (e->kind == RT__T_PARAM) {
             rt__hi(s, e->init);
             rt__hi(s, e->trainable);
@@ -116,7 +133,7 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
             rt__hi(s, e->has_opts);
             if (e->has_opts) {
                 const rt_param_opts *o = &e->opts;
-                const double f[9] = {o->scale, o->a, o->b, o->l1, o->l2,
+                const double f[9] = {o->scale, o->a,     o->b,      o->l1, o->l2,
                                      o->c_min, o->c_max, o->c_rate, 0};
                 rt__hi(s, o->init);
                 rt__hi(s, o->mode);
@@ -138,7 +155,8 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
         if (e->kind == RT__T_NODE) {
             rt__hs(s, e->op);
             rt__hi(s, e->n_in);
-            for (int j = 0; j < e->n_in; j++) rt__hs(s, e->in[j]);
+            for (int j = 0; j < e->n_in; j++)
+                rt__hs(s, e->in[j]);
             rt__hi(s, e->n_attr);
             for (int j = 0; j < e->n_attr; j++) {
                 const rt_attr *a = &e->attrs[j];
@@ -150,11 +168,13 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
                 case RT_ATTR_STR: rt__hs(s, a->s); break;
                 case RT_ATTR_INTS:
                     rt__hi(s, a->n);
-                    if (a->n) rt__h(s, a->ints, sizeof(int64_t) * (size_t)a->n);
+                    if (a->n)
+                        rt__h(s, a->ints, sizeof(int64_t) * (size_t)a->n);
                     break;
                 case RT_ATTR_FLOATS:
                     rt__hi(s, a->n);
-                    if (a->n) rt__h(s, a->floats, sizeof(float) * (size_t)a->n);
+                    if (a->n)
+                        rt__h(s, a->floats, sizeof(float) * (size_t)a->n);
                     break;
                 }
             }
@@ -162,22 +182,46 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
     }
     rt__hs(s, g->output);
     rt__hi(s, g->n_heads);
-    for (int k = 0; k < g->n_heads; k++) rt__hs(s, g->heads[k]);
-    for (int k = 0; k < g->n_heads; k++) rt__hs(s, g->head_label[k] ? g->head_label[k] : "");
+    for (int k = 0; k < g->n_heads; k++)
+        rt__hs(s, g->heads[k]);
+    for (int k = 0; k < g->n_heads; k++)
+        rt__hs(s, g->head_label[k] ? g->head_label[k] : "");
     /* config, field by field (struct padding is not hashed) */
-    rt__hi(s, c->loss); rt__hi(s, c->from_logits); rt__hi(s, c->opt);
-    rt__hf(s, c->lr); rt__hf(s, c->momentum); rt__hi(s, c->nesterov);
-    rt__hf(s, c->beta1); rt__hf(s, c->beta2); rt__hf(s, c->eps); rt__hi(s, c->adam_eps_vhat);
-    rt__hf(s, c->weight_decay); rt__hf(s, c->rho); rt__hf(s, c->clip_norm);
-    rt__hi(s, c->sched); rt__hi(s, c->step_size); rt__hf(s, c->gamma);
-    rt__hi(s, c->warmup_steps); rt__hi(s, c->total_steps); rt__hf(s, c->min_lr);
-    rt__hi(s, c->metrics); rt__hi(s, c->batch_size); rt__hi(s, (int64_t)c->seed);
-    rt__hi(s, c->shuffle); rt__hi(s, c->label_dtype); rt__hi(s, c->label_ndim);
-    for (int i = 0; i < c->label_ndim && i < RT_MAX_DIMS; i++) rt__hi(s, c->label_dims[i]);
+    rt__hi(s, c->loss);
+    rt__hi(s, c->from_logits);
+    rt__hi(s, c->opt);
+    rt__hf(s, c->lr);
+    rt__hf(s, c->momentum);
+    rt__hi(s, c->nesterov);
+    rt__hf(s, c->beta1);
+    rt__hf(s, c->beta2);
+    rt__hf(s, c->eps);
+    rt__hi(s, c->adam_eps_vhat);
+    rt__hf(s, c->weight_decay);
+    rt__hf(s, c->rho);
+    rt__hf(s, c->clip_norm);
+    rt__hi(s, c->sched);
+    rt__hi(s, c->step_size);
+    rt__hf(s, c->gamma);
+    rt__hi(s, c->warmup_steps);
+    rt__hi(s, c->total_steps);
+    rt__hf(s, c->min_lr);
+    rt__hi(s, c->metrics);
+    rt__hi(s, c->batch_size);
+    rt__hi(s, (int64_t)c->seed);
+    rt__hi(s, c->shuffle);
+    rt__hi(s, c->label_dtype);
+    rt__hi(s, c->label_ndim);
+    for (int i = 0; i < c->label_ndim && i < RT_MAX_DIMS; i++)
+        rt__hi(s, c->label_dims[i]);
     rt__hi(s, c->sync_bn);
-    rt__hi(s, c->reduction); rt__hf(s, c->label_smoothing); rt__hi(s, c->ignore_index);
-    rt__hf(s, c->loss_beta); rt__hi(s, c->loss_check);
-    rt__hf(s, c->l2_decay); rt__hf(s, c->dampening);
+    rt__hi(s, c->reduction);
+    rt__hf(s, c->label_smoothing);
+    rt__hi(s, c->ignore_index);
+    rt__hf(s, c->loss_beta);
+    rt__hi(s, c->loss_check);
+    rt__hf(s, c->l2_decay);
+    rt__hf(s, c->dampening);
     rt__hi(s, c->n_class_weight);
     if (c->n_class_weight > 0 && c->class_weight)
         rt__h(s, c->class_weight, sizeof(float) * (size_t)c->n_class_weight);

@@ -70,9 +70,10 @@ static int add_param(const Rtrain__V1__Param *p, ProtobufCAllocator *al, rt_grap
         /* a NaN or Inf start trains to NaN from the first step */
         for (int64_t i = 0; i < n; i++)
             if (!isfinite(val[i])) {
-                int rc = fail(err, errlen, RT_ENAN, "param '%.64s' value %lld is %s: initial "
-                              "values must be finite", p->name, (long long)i,
-                              isnan(val[i]) ? "NaN" : "infinite");
+                int rc = fail(err, errlen, RT_ENAN,
+                              "param '%.64s' value %lld is %s: initial "
+                              "values must be finite",
+                              p->name, (long long)i, isnan(val[i]) ? "NaN" : "infinite");
                 al->free(al->allocator_data, val);
                 return rc;
             }
@@ -93,9 +94,18 @@ static int attrs_from_pb(const Rtrain__V1__Node *nd, rt_attr *a, char *err, size
         const Rtrain__V1__Attr *pa = nd->attrs[k];
         a[k].name = pa->name;
         switch (pa->value_case) {
-        case RTRAIN__V1__ATTR__VALUE_I: a[k].kind = RT_ATTR_INT; a[k].i = pa->i; break;
-        case RTRAIN__V1__ATTR__VALUE_F: a[k].kind = RT_ATTR_FLOAT; a[k].f = pa->f; break;
-        case RTRAIN__V1__ATTR__VALUE_S: a[k].kind = RT_ATTR_STR; a[k].s = pa->s; break;
+        case RTRAIN__V1__ATTR__VALUE_I:
+            a[k].kind = RT_ATTR_INT;
+            a[k].i = pa->i;
+            break;
+        case RTRAIN__V1__ATTR__VALUE_F:
+            a[k].kind = RT_ATTR_FLOAT;
+            a[k].f = pa->f;
+            break;
+        case RTRAIN__V1__ATTR__VALUE_S:
+            a[k].kind = RT_ATTR_STR;
+            a[k].s = pa->s;
+            break;
         case RTRAIN__V1__ATTR__VALUE_INTS:
             a[k].kind = RT_ATTR_INTS;
             a[k].n = (int)pa->ints->n_v;
@@ -107,8 +117,8 @@ static int attrs_from_pb(const Rtrain__V1__Node *nd, rt_attr *a, char *err, size
             a[k].floats = pa->floats->v;
             break;
         default:
-            return fail(err, errlen, RT_EINVAL, "node '%.64s' attr '%.32s' has no value",
-                        nd->name, pa->name);
+            return fail(err, errlen, RT_EINVAL, "node '%.64s' attr '%.32s' has no value", nd->name,
+                        pa->name);
         }
     }
     return 0;
@@ -123,9 +133,9 @@ static int add_node(const Rtrain__V1__Node *nd, ProtobufCAllocator *al, rt_graph
         return no_mem(err, errlen);
     memset(a, 0, sz);
     int rc = attrs_from_pb(nd, a, err, errlen);
-    if (rc == 0 && (rc = rt_graph_add_node(g, nd->name, nd->op, (int)nd->n_inputs,
-                                           (const char *const *)nd->inputs, (int)nd->n_attrs,
-                                           a)) < 0)
+    if (rc == 0 &&
+        (rc = rt_graph_add_node(g, nd->name, nd->op, (int)nd->n_inputs,
+                                (const char *const *)nd->inputs, (int)nd->n_attrs, a)) < 0)
         fail(err, errlen, rc, "node '%.64s': %s", nd->name, rt_graph_errmsg(g));
     al->free(al->allocator_data, a);
     return rc;

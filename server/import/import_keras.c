@@ -13,8 +13,7 @@
 #include "rt_engine_impl.h"
 
 /* The layer's own node becomes its output; helpers for single-op layers. */
-static int add_simple(rt_keras_ctx *c, const char *op, int n_attr,
-                      const rt_attr *attrs)
+static int add_simple(rt_keras_ctx *c, const char *op, int n_attr, const rt_attr *attrs)
 {
     const char *in[1] = {c->in[0].name};
     int rc = rt_graph_add_node(c->g, c->layer, op, 1, in, n_attr, attrs);
@@ -105,8 +104,7 @@ static int k_dense(rt_keras_ctx *c)
     /* trainable=false (transfer learning): frozen, no gradient or update */
     if ((rc = rt_graph_add_param(c->g, kname, 2, kd, kinit, trainable, NULL)) < 0)
         return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
-    if (use_bias &&
-        (rc = rt_graph_add_param(c->g, bname, 1, &units, binit, trainable, NULL)) < 0)
+    if (use_bias && (rc = rt_graph_add_param(c->g, bname, 1, &units, binit, trainable, NULL)) < 0)
         return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
     const char *in[3] = {c->in[0].name, kname, bname};
     if ((rc = rt_graph_add_node(c->g, c->layer, "Dense", use_bias ? 3 : 2, in, 0, NULL)) < 0)
@@ -131,8 +129,10 @@ static int k_activation(rt_keras_ctx *c)
         return add_simple(c, "Identity", 0, NULL);
     /* The layer's node carries the layer's name so Functional references
      * to it resolve. */
-    static const struct { const char *keras, *op; } acts[] = {
-        {"relu", "Relu"}, {"sigmoid", "Sigmoid"}, {"tanh", "Tanh"},
+    static const struct {
+        const char *keras, *op;
+    } acts[] = {
+        {"relu", "Relu"},       {"sigmoid", "Sigmoid"},        {"tanh", "Tanh"},
         {"softmax", "Softmax"}, {"log_softmax", "LogSoftmax"},
     };
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
@@ -178,7 +178,8 @@ static int k_flatten(rt_keras_ctx *c)
     /* channels_first flattens in another order than the engine's NHWC */
     if (strcmp(fmt, "channels_last") != 0)
         return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                             "data_format '%.20s' is not supported (channels_last, channels_first)", fmt);
+                             "data_format '%.20s' is not supported (channels_last, channels_first)",
+                             fmt);
     c->out.ndim = 1;
     c->out.dims[0] = n;
     return add_simple(c, "Flatten", 0, NULL);
@@ -230,17 +231,17 @@ static int k_channels_last(rt_keras_ctx *c)
         return rc;
     if (strcmp(fmt, "channels_last") != 0)
         return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                             "data_format '%.20s' is not supported (channels_last, channels_first)", fmt);
+                             "data_format '%.20s' is not supported (channels_last, channels_first)",
+                             fmt);
     if (c->in[0].ndim != 3)
-        return rt_keras_fail(c, RT_ESHAPE, "%s needs (H, W, C) inputs, got rank %d",
-                             c->class_name, c->in[0].ndim);
+        return rt_keras_fail(c, RT_ESHAPE, "%s needs (H, W, C) inputs, got rank %d", c->class_name,
+                             c->in[0].ndim);
     return 0;
 }
 
 /* A pair setting ("kernel_size": [3, 3] or 3) into out[2]; def when absent
  * (or null, as Keras writes "strides": null for pools). */
-static int k_pair(rt_keras_ctx *c, const char *key, int64_t def0, int64_t def1,
-                  int64_t out[2])
+static int k_pair(rt_keras_ctx *c, const char *key, int64_t def0, int64_t def1, int64_t out[2])
 {
     int n = rt_keras_cfg_ints(c, key, out, 2);
     if (n < 0)
@@ -257,8 +258,8 @@ static int k_pair(rt_keras_ctx *c, const char *key, int64_t def0, int64_t def1,
 }
 
 /* Output size of one spatial dim: the engine's rule (rt__window_out). */
-static int k_out_dim(rt_keras_ctx *c, int64_t in, int64_t k, int64_t s, int64_t d,
-                     int same, int64_t *out)
+static int k_out_dim(rt_keras_ctx *c, int64_t in, int64_t k, int64_t s, int64_t d, int same,
+                     int64_t *out)
 {
     *out = rt__window_out(in, k, s, d, same, NULL);
     if (*out < 0)
@@ -287,13 +288,10 @@ static int k_conv2d(rt_keras_ctx *c)
     int use_bias, trainable, same = 0, rc;
     const char *act, *pad;
     rt_init kinit, binit;
-    if ((rc = k_channels_last(c)) < 0 ||
-        (rc = rt_keras_cfg_int(c, "filters", 0, &filters)) < 0 ||
+    if ((rc = k_channels_last(c)) < 0 || (rc = rt_keras_cfg_int(c, "filters", 0, &filters)) < 0 ||
         (rc = rt_keras_cfg_int(c, "groups", 1, &groups)) < 0 ||
-        (rc = k_pair(c, "kernel_size", 0, 0, k)) < 0 ||
-        (rc = k_pair(c, "strides", 1, 1, s)) < 0 ||
-        (rc = k_pair(c, "dilation_rate", 1, 1, d)) < 0 ||
-        (rc = k_padding(c, &pad, &same)) < 0 ||
+        (rc = k_pair(c, "kernel_size", 0, 0, k)) < 0 || (rc = k_pair(c, "strides", 1, 1, s)) < 0 ||
+        (rc = k_pair(c, "dilation_rate", 1, 1, d)) < 0 || (rc = k_padding(c, &pad, &same)) < 0 ||
         (rc = rt_keras_cfg_bool(c, "use_bias", 1, &use_bias)) < 0 ||
         (rc = rt_keras_cfg_bool(c, "trainable", 1, &trainable)) < 0 ||
         (rc = rt_keras_cfg_str(c, "activation", "linear", &act)) < 0 ||
@@ -321,8 +319,7 @@ static int k_conv2d(rt_keras_ctx *c)
          (rc = rt_graph_add_param(c->g, bname, 1, &filters, binit, trainable, NULL)) < 0))
         return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
     /* relu/sigmoid/tanh run inside the convolution's output loop */
-    int fuse = strcmp(act, "relu") == 0 || strcmp(act, "sigmoid") == 0 ||
-               strcmp(act, "tanh") == 0;
+    int fuse = strcmp(act, "relu") == 0 || strcmp(act, "sigmoid") == 0 || strcmp(act, "tanh") == 0;
     rt_attr at[5] = {
         {.name = "strides", .kind = RT_ATTR_INTS, .n = 2, .ints = s},
         {.name = "dilations", .kind = RT_ATTR_INTS, .n = 2, .ints = d},
@@ -391,7 +388,8 @@ static int k_timedistributed(rt_keras_ctx *c)
     if (c->in[0].ndim < 2)
         return rt_keras_fail(c, RT_ESHAPE, "TimeDistributed needs an input (B, T, ...)");
     /* the wrapper's own fields: only inert ones */
-    json_object_object_foreach(c->cfg, k, v) {
+    json_object_object_foreach(c->cfg, k, v)
+    {
         if (strcmp(k, "layer") == 0 || strcmp(k, "name") == 0 || strcmp(k, "trainable") == 0 ||
             strcmp(k, "dtype") == 0 || !v)
             continue;
@@ -411,8 +409,8 @@ static int k_timedistributed(rt_keras_ctx *c)
     int rc = k_dense(c);
     if (rc == 0 && frozen)
         for (int k = 0; k < c->g->n; k++)
-            if (c->g->e[k].kind == RT__T_PARAM && strncmp(c->g->e[k].name, c->layer,
-                                                            strlen(c->layer)) == 0 &&
+            if (c->g->e[k].kind == RT__T_PARAM &&
+                strncmp(c->g->e[k].name, c->layer, strlen(c->layer)) == 0 &&
                 c->g->e[k].name[strlen(c->layer)] == '/')
                 c->g->e[k].trainable = 0;
     return rc;
@@ -473,8 +471,8 @@ static int k_batchnorm(rt_keras_ctx *c)
     const int64_t C = x->dims[x->ndim - 1];
     static const char *sfx[4] = {"gamma", "beta", "moving_mean", "moving_variance"};
     char names[4][RT_KERAS_NAME];
-    const rt_init inits[4] = {scale ? ginit : RT_INIT_ONES, center ? binit : RT_INIT_ZEROS,
-                              minit, vinit};
+    const rt_init inits[4] = {scale ? ginit : RT_INIT_ONES, center ? binit : RT_INIT_ZEROS, minit,
+                              vinit};
     const int train[4] = {trainable && scale, trainable && center, 0, 0};
     for (int i = 0; i < 4; i++) {
         int n = snprintf(names[i], RT_KERAS_NAME, "%s/%s", c->layer, sfx[i]);
@@ -521,10 +519,9 @@ static int k_concatenate(rt_keras_ctx *c)
             return rt_keras_fail(c, RT_ESHAPE, "Concatenate inputs have different ranks");
         for (int j = 0; j < nd; j++)
             if (j != ax - 1 && c->in[i].dims[j] != c->in[0].dims[j])
-                return rt_keras_fail(c, RT_ESHAPE,
-                                     "Concatenate input %d has dim %d = %lld, expected %lld",
-                                     i, j + 1, (long long)c->in[i].dims[j],
-                                     (long long)c->in[0].dims[j]);
+                return rt_keras_fail(
+                    c, RT_ESHAPE, "Concatenate input %d has dim %d = %lld, expected %lld", i, j + 1,
+                    (long long)c->in[i].dims[j], (long long)c->in[0].dims[j]);
         c->out.dims[ax - 1] += c->in[i].dims[ax - 1];
         in[i] = c->in[i].name;
     }
@@ -549,7 +546,8 @@ static int k_rescaling(rt_keras_ctx *c)
         json_object *v = rt_keras_cfg_get(c, keys[k]);
         if (!v) {
             vals[k][0] = (float)defs[k];
-        } else if (json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)) {
+        } else if (json_object_is_type(v, json_type_double) ||
+                   json_object_is_type(v, json_type_int)) {
             vals[k][0] = (float)json_object_get_double(v);
         } else if (json_object_is_type(v, json_type_array) && json_object_array_length(v) >= 1 &&
                    json_object_array_length(v) <= 4096) {
@@ -572,7 +570,8 @@ static int k_rescaling(rt_keras_ctx *c)
     char pn[RT_KERAS_NAME], mn[RT_KERAS_NAME];
     int rc;
     const int add = !(no == 1 && ov[0] == 0.0f);
-    if ((rc = rt_keras_name(c, pn, "scale")) < 0 || (rc = rt_keras_name(c, mn, add ? "mul" : NULL)) < 0)
+    if ((rc = rt_keras_name(c, pn, "scale")) < 0 ||
+        (rc = rt_keras_name(c, mn, add ? "mul" : NULL)) < 0)
         return rc;
     if ((rc = rt_graph_add_param(c->g, pn, 1, &ns, RT_INIT_DEFAULT, 0, sv)) < 0)
         return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
@@ -637,16 +636,16 @@ typedef struct imp {
     rt_graph *g;
     char *err;
     size_t errlen;
-    int n_prob, n_shown, code;      /* layer problems so far; the first one's code */
+    int n_prob, n_shown, code; /* layer problems so far; the first one's code */
     size_t prob_len;
     char prob[RT_KERAS_PROBLEMS];
-    json_object *owned;             /* translated Keras 1 configs, freed at the end */
+    json_object *owned; /* translated Keras 1 configs, freed at the end */
     rt_keras_field_cb cb;
     void *ud;
-    int depth;                      /* nested models */
-    const int64_t *bind;            /* input dims from the compile request, 0 = the model's */
+    int depth;           /* nested models */
+    const int64_t *bind; /* input dims from the compile request, 0 = the model's */
     int n_bind;
-    int64_t bind_values;            /* the data's values per sample, 0 = not given */
+    int64_t bind_values; /* the data's values per sample, 0 = not given */
     /* a top-level Functional model with several inputs reads them from one
      * packed graph input: input k is values [in_off[k], + its size) */
     int n_packed;
@@ -657,8 +656,7 @@ typedef struct imp {
     char out_layer[RT_MAX_HEADS][RT_KERAS_NAME]; /* the output layers' names */
 } imp;
 
-static int ifail(imp *m, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static int ifail(imp *m, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int ifail(imp *m, int code, const char *fmt, ...)
 {
     if (m->err && m->errlen) {
@@ -699,8 +697,7 @@ static int report_problems(imp *m)
 static const char *jstr(json_object *o, const char *key)
 {
     json_object *v;
-    if (!o || !json_object_object_get_ex(o, key, &v) ||
-        !json_object_is_type(v, json_type_string))
+    if (!o || !json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_string))
         return NULL;
     return json_object_get_string(v);
 }
@@ -719,7 +716,9 @@ static json_object *jget(json_object *o, const char *key, json_type t)
  * list in docs/keras-fields.md is this table. when: NULL = any value,
  * "false" / "true" = only that value. A null value always means Keras'
  * default and needs no entry. */
-static const struct { const char *key, *when, *why; } inert_fields[] = {
+static const struct {
+    const char *key, *when, *why;
+} inert_fields[] = {
     {"name", NULL, "the layer's name"},
     {"dtype", NULL, "rtrain computes in float32"},
     {"dtype_policy", NULL, "rtrain computes in float32"},
@@ -780,20 +779,21 @@ static void check_fields(imp *m, rt_keras_ctx *c, int has_params)
         return;
     if (c->fields_checked) {
         if (m->cb) {
-            json_object_object_foreach(c->cfg, k, v) {
+            json_object_object_foreach(c->cfg, k, v)
+            {
                 (void)v;
                 m->cb(m->ud, c->class_name, k, RT_KERAS_FIELD_USED);
             }
         }
         return;
     }
-    json_object_object_foreach(c->cfg, k, v) {
+    json_object_object_foreach(c->cfg, k, v)
+    {
         int used = 0;
         for (int i = 0; i < c->n_used && !used; i++)
             used = strcmp(c->used[i], k) == 0;
         rt_keras_field_kind kind = used ? RT_KERAS_FIELD_USED : RT_KERAS_FIELD_INERT;
-        if (!used && v && !field_inert(k, v) &&
-            !(strcmp(k, "trainable") == 0 && !has_params))
+        if (!used && v && !field_inert(k, v) && !(strcmp(k, "trainable") == 0 && !has_params))
             kind = RT_KERAS_FIELD_UNSUPPORTED;
         if (m->cb)
             m->cb(m->ud, c->class_name, k, kind);
@@ -806,8 +806,8 @@ static void check_fields(imp *m, rt_keras_ctx *c, int has_params)
     }
     if (nbad) {
         char msg[520];
-        snprintf(msg, sizeof msg, "%s: unsupported setting%s %s (layer '%.64s')",
-                 c->class_name, nbad > 1 ? "s" : "", bad, c->layer);
+        snprintf(msg, sizeof msg, "%s: unsupported setting%s %s (layer '%.64s')", c->class_name,
+                 nbad > 1 ? "s" : "", bad, c->layer);
         add_problem(m, RT_EUNIMPLEMENTED, msg);
     }
 }
@@ -816,30 +816,49 @@ static void check_fields(imp *m, rt_keras_ctx *c, int has_params)
 
 /* Keras 1 spellings of Keras 2 settings; a layer that has any of the
  * Keras-1-only keys is translated before its function runs. */
-static const struct { const char *from, *to; } k1_keys[] = {
-    {"nb_filter", "filters"}, {"border_mode", "padding"}, {"subsample", "strides"},
-    {"init", "kernel_initializer"}, {"W_regularizer", "kernel_regularizer"},
-    {"b_regularizer", "bias_regularizer"}, {"W_constraint", "kernel_constraint"},
-    {"b_constraint", "bias_constraint"}, {"bias", "use_bias"}, {"p", "rate"},
-    {"atrous_rate", "dilation_rate"}, {"subsample_length", "strides"},
-    {"filter_length", "kernel_size"}, {"pool_length", "pool_size"}, {"stride", "strides"},
-    {"inner_init", "recurrent_initializer"}, {"U_regularizer", "recurrent_regularizer"},
-    {"U_constraint", "recurrent_constraint"}, {"inner_activation", "recurrent_activation"},
-    {"dropout_W", "dropout"}, {"dropout_U", "recurrent_dropout"},
-    {"gamma_init", "gamma_initializer"}, {"beta_init", "beta_initializer"},
+static const struct {
+    const char *from, *to;
+} k1_keys[] = {
+    {"nb_filter", "filters"},
+    {"border_mode", "padding"},
+    {"subsample", "strides"},
+    {"init", "kernel_initializer"},
+    {"W_regularizer", "kernel_regularizer"},
+    {"b_regularizer", "bias_regularizer"},
+    {"W_constraint", "kernel_constraint"},
+    {"b_constraint", "bias_constraint"},
+    {"bias", "use_bias"},
+    {"p", "rate"},
+    {"atrous_rate", "dilation_rate"},
+    {"subsample_length", "strides"},
+    {"filter_length", "kernel_size"},
+    {"pool_length", "pool_size"},
+    {"stride", "strides"},
+    {"inner_init", "recurrent_initializer"},
+    {"U_regularizer", "recurrent_regularizer"},
+    {"U_constraint", "recurrent_constraint"},
+    {"inner_activation", "recurrent_activation"},
+    {"dropout_W", "dropout"},
+    {"dropout_U", "recurrent_dropout"},
+    {"gamma_init", "gamma_initializer"},
+    {"beta_init", "beta_initializer"},
 };
 
-static const struct { const char *from, *to; } k1_classes[] = {
-    {"Convolution2D", "Conv2D"}, {"Convolution1D", "Conv1D"},
-    {"AtrousConvolution2D", "Conv2D"}, {"Deconvolution2D", "Conv2DTranspose"},
+static const struct {
+    const char *from, *to;
+} k1_classes[] = {
+    {"Convolution2D", "Conv2D"},
+    {"Convolution1D", "Conv1D"},
+    {"AtrousConvolution2D", "Conv2D"},
+    {"Deconvolution2D", "Conv2DTranspose"},
     {"SeparableConvolution2D", "SeparableConv2D"},
 };
 
 static int k1_layer(const char *cls, json_object *cfg)
 {
-    static const char *const only1[] = {"nb_filter", "border_mode", "subsample", "init",
-                                        "W_regularizer", "dim_ordering", "nb_row", "p",
-                                        "output_dim", "filter_length", "pool_length", "mode"};
+    static const char *const only1[] = {"nb_filter",     "border_mode",   "subsample",   "init",
+                                        "W_regularizer", "dim_ordering",  "nb_row",      "p",
+                                        "output_dim",    "filter_length", "pool_length", "mode"};
     /* the recurrent layers (import_keras_rnn.c) translate their own */
     static const char *const own[] = {"Embedding", "SimpleRNN", "GRU", "LSTM", "Bidirectional"};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
@@ -868,8 +887,8 @@ static int k1_layer(const char *cls, json_object *cfg)
 /* A Keras 2 config (a new object, kept in m->owned) for a Keras 1 layer,
  * and its Keras 2 class. A problem (returned as RT_EUNIMPLEMENTED with msg)
  * for Keras 1 settings with no Keras 2 meaning. */
-static int k1_translate(imp *m, const char **cls, json_object *cfg, json_object **out,
-                        char *msg, size_t msglen)
+static int k1_translate(imp *m, const char **cls, json_object *cfg, json_object **out, char *msg,
+                        size_t msglen)
 {
     json_object *n = json_object_new_object();
     if (!n)
@@ -882,7 +901,8 @@ static int k1_translate(imp *m, const char **cls, json_object *cfg, json_object 
     int dense_like = strcmp(*cls, "Dense") == 0 || strcmp(*cls, "SimpleRNN") == 0 ||
                      strcmp(*cls, "GRU") == 0 || strcmp(*cls, "LSTM") == 0;
     json_object *row = NULL, *col = NULL;
-    json_object_object_foreach(cfg, k, v) {
+    json_object_object_foreach(cfg, k, v)
+    {
         const char *to = k;
         for (size_t i = 0; i < sizeof k1_keys / sizeof k1_keys[0]; i++)
             if (strcmp(k, k1_keys[i].from) == 0)
@@ -924,8 +944,10 @@ static int k1_translate(imp *m, const char **cls, json_object *cfg, json_object 
     }
     if (strcmp(*cls, "Merge") == 0) {
         /* Keras 1 Merge(mode=...): the Keras 2 merge layer of that mode */
-        static const struct { const char *mode, *cls; } modes[] = {
-            {"sum", "Add"}, {"mul", "Multiply"}, {"ave", "Average"},
+        static const struct {
+            const char *mode, *cls;
+        } modes[] = {
+            {"sum", "Add"},     {"mul", "Multiply"},       {"ave", "Average"},
             {"max", "Maximum"}, {"concat", "Concatenate"},
         };
         const char *mode = jstr(cfg, "mode");
@@ -954,15 +976,14 @@ static int k1_translate(imp *m, const char **cls, json_object *cfg, json_object 
 
 static int walk_sequential(imp *m, json_object *layers, json_object *model_cfg,
                            const rt_keras_tensor *given, rt_keras_tensor *out);
-static int walk_functional(imp *m, json_object *cfg, const rt_keras_tensor *given,
-                           int n_given, rt_keras_tensor *out);
+static int walk_functional(imp *m, json_object *cfg, const rt_keras_tensor *given, int n_given,
+                           rt_keras_tensor *out);
 
 /* The per-sample shape from batch_input_shape / batch_shape / input_shape. */
-static int shape_from_list(imp *m, const char *lname, json_object *s, int skip,
-                           rt_keras_tensor *t);
+static int shape_from_list(imp *m, const char *lname, json_object *s, int skip, rt_keras_tensor *t);
 
-static int layer_input_shape(imp *m, const char *lname, json_object *cfg,
-                             rt_keras_tensor *t, int *found)
+static int layer_input_shape(imp *m, const char *lname, json_object *cfg, rt_keras_tensor *t,
+                             int *found)
 {
     json_object *s = jget(cfg, "batch_input_shape", json_type_array);
     int skip = 1;
@@ -979,8 +1000,7 @@ static int layer_input_shape(imp *m, const char *lname, json_object *cfg,
 }
 
 /* A shape list ([null, 4] with skip = 1 for the batch entry) -> t. */
-static int shape_from_list(imp *m, const char *lname, json_object *s, int skip,
-                           rt_keras_tensor *t)
+static int shape_from_list(imp *m, const char *lname, json_object *s, int skip, rt_keras_tensor *t)
 {
     int n = (int)json_object_array_length(s) - skip;
     if (n < 0 || n > RT_MAX_DIMS - 1)
@@ -995,13 +1015,12 @@ static int shape_from_list(imp *m, const char *lname, json_object *s, int skip,
             continue;
         }
         if (!json_object_is_type(e, json_type_int) || json_object_get_int64(e) <= 0)
-            return ifail(m, RT_ESHAPE,
-                         "input shape of layer '%.64s' has an unknown or bad dim %d",
+            return ifail(m, RT_ESHAPE, "input shape of layer '%.64s' has an unknown or bad dim %d",
                          lname, i + 1);
         t->dims[i] = json_object_get_int64(e);
         if (__builtin_mul_overflow(numel, t->dims[i], &numel) || numel > RT__MAX_NUMEL)
-            return ifail(m, RT_EOVERFLOW,
-                         "input shape of layer '%.64s' has more than 2^32 values", lname);
+            return ifail(m, RT_EOVERFLOW, "input shape of layer '%.64s' has more than 2^32 values",
+                         lname);
     }
     return 0;
 }
@@ -1011,7 +1030,8 @@ static int shape_from_list(imp *m, const char *lname, json_object *s, int skip,
 static int add_packed_input(imp *m, int k, const char *name, rt_keras_tensor *t)
 {
     int64_t numel = 1;
-    for (int i = 0; i < t->ndim; i++) numel *= t->dims[i];
+    for (int i = 0; i < t->ndim; i++)
+        numel *= t->dims[i];
     const int64_t pads[4] = {0, -m->in_off[k], 0, -(m->in_total - m->in_off[k] - numel)};
     char slice[RT_KERAS_NAME + 8];
     snprintf(slice, sizeof slice, "%.100s:slice", name);
@@ -1040,7 +1060,8 @@ static int add_packed_inputs(imp *m, json_object *layers, const char *const *nam
             json_object *l = json_object_array_get_idx(layers, i);
             json_object *c = jget(l, "config", json_type_object);
             const char *ln = jstr(l, "name") ? jstr(l, "name") : jstr(c, "name");
-            if (ln && !strcmp(ln, names[k])) cfg = c;
+            if (ln && !strcmp(ln, names[k]))
+                cfg = c;
         }
         rt_keras_tensor t;
         int found = 0, rc;
@@ -1054,13 +1075,14 @@ static int add_packed_inputs(imp *m, json_object *layers, const char *const *nam
         int64_t numel = 1;
         for (int i = 0; i < t.ndim; i++) {
             if (t.dims[i] < 0)
-                return ifail(m, RT_EINVAL, "input '%.64s' has a variable dimension; a model "
-                             "with several inputs needs every input's dims", names[k]);
+                return ifail(m, RT_EINVAL,
+                             "input '%.64s' has a variable dimension; a model "
+                             "with several inputs needs every input's dims",
+                             names[k]);
             numel *= t.dims[i];
         }
         m->in_off[k] = m->in_total;
-        if (__builtin_add_overflow(m->in_total, numel, &m->in_total) ||
-            m->in_total > RT__MAX_NUMEL)
+        if (__builtin_add_overflow(m->in_total, numel, &m->in_total) || m->in_total > RT__MAX_NUMEL)
             return ifail(m, RT_EOVERFLOW, "the inputs have more than 2^32 values");
     }
     const int64_t d[2] = {RT_BATCH, m->in_total};
@@ -1074,17 +1096,20 @@ static int add_packed_inputs(imp *m, json_object *layers, const char *const *nam
 static int add_input(imp *m, const char *name, rt_keras_tensor *t)
 {
     if (m->n_bind && m->n_bind != t->ndim)
-        return ifail(m, RT_EINVAL, "input '%.64s' has %d dims per sample; the input dims "
-                     "given have %d", name, t->ndim, m->n_bind);
+        return ifail(m, RT_EINVAL,
+                     "input '%.64s' has %d dims per sample; the input dims "
+                     "given have %d",
+                     name, t->ndim, m->n_bind);
     for (int i = 0; i < m->n_bind; i++) {
         if (m->bind[i] < 0)
             return ifail(m, RT_EINVAL, "input '%.64s': input dim %d is negative", name, i + 1);
         if (m->bind[i] == 0)
             continue;
         if (t->dims[i] >= 0 && t->dims[i] != m->bind[i])
-            return ifail(m, RT_EINVAL, "input '%.64s' has dim %d = %lld; the input dims "
-                         "given say %lld", name, i + 1, (long long)t->dims[i],
-                         (long long)m->bind[i]);
+            return ifail(m, RT_EINVAL,
+                         "input '%.64s' has dim %d = %lld; the input dims "
+                         "given say %lld",
+                         name, i + 1, (long long)t->dims[i], (long long)m->bind[i]);
         t->dims[i] = m->bind[i];
     }
     if (m->bind_values > 0) {
@@ -1099,18 +1124,21 @@ static int add_input(imp *m, const char *name, rt_keras_tensor *t)
         }
         if (nulls == 1) {
             if (m->bind_values % fixed)
-                return ifail(m, RT_EINVAL, "input '%.64s': the data's %lld values per sample "
-                             "are not a multiple of its fixed dims' %lld", name,
-                             (long long)m->bind_values, (long long)fixed);
+                return ifail(m, RT_EINVAL,
+                             "input '%.64s': the data's %lld values per sample "
+                             "are not a multiple of its fixed dims' %lld",
+                             name, (long long)m->bind_values, (long long)fixed);
             t->dims[at] = m->bind_values / fixed;
         }
     }
     int64_t numel = 1;
     for (int i = 0; i < t->ndim; i++) {
         if (t->dims[i] < 0)
-            return ifail(m, RT_EINVAL, "input '%.64s' has a variable dimension; give input "
+            return ifail(m, RT_EINVAL,
+                         "input '%.64s' has a variable dimension; give input "
                          "dims (CLI --input-shape, Python compile(input_shape=...)) or "
-                         "compile with data", name);
+                         "compile with data",
+                         name);
         if (__builtin_mul_overflow(numel, t->dims[i], &numel) || numel > RT__MAX_NUMEL)
             return ifail(m, RT_EOVERFLOW, "input '%.64s' has more than 2^32 values", name);
     }
@@ -1132,16 +1160,17 @@ static void why_unknown(imp *m, json_object *layer, const char *cls, const char 
     const char *mod = jstr(layer, "module"), *reg = jstr(layer, "registered_name");
     if (strcmp(cls, "Lambda") == 0)
         snprintf(msg, sizeof msg,
-                 "Lambda layer '%.64s' holds Python code, which a JSON model cannot carry",
-                 lname);
+                 "Lambda layer '%.64s' holds Python code, which a JSON model cannot carry", lname);
     else if (strcmp(cls, "TFOpLambda") == 0 || strcmp(cls, "SlicingOpLambda") == 0)
         snprintf(msg, sizeof msg,
                  "layer '%.64s' is the TensorFlow operation '%.40s' recorded by Keras, "
-                 "not a Keras layer", lname, jstr(cfg, "function") ? jstr(cfg, "function") : "?");
+                 "not a Keras layer",
+                 lname, jstr(cfg, "function") ? jstr(cfg, "function") : "?");
     else if ((reg && strchr(reg, '>')) || (mod && strncmp(mod, "keras", 5) != 0))
         snprintf(msg, sizeof msg,
                  "layer '%.64s' is the custom class '%.48s' (%.48s): its Python code is "
-                 "not in the JSON", lname, cls, reg ? reg : mod);
+                 "not in the JSON",
+                 lname, cls, reg ? reg : mod);
     else
         snprintf(msg, sizeof msg, "unknown Keras layer '%.48s' (layer '%.64s')", cls, lname);
     add_problem(m, RT_EUNKNOWN_LAYER, msg);
@@ -1155,15 +1184,27 @@ static void why_unknown(imp *m, json_object *layer, const char *cls, const char 
  * Returns -1 after adding the problem. */
 static int pass_mask(imp *m, rt_keras_ctx *c)
 {
-    static const char *const through[] = {
-        "Dropout", "SpatialDropout1D", "GaussianNoise", "GaussianDropout", "AlphaDropout",
-        "ActivityRegularization", "Activation", "Dense", "LeakyReLU", "ReLU", "ELU", "PReLU",
-        "ThresholdedReLU", "LayerNormalization"};
+    static const char *const through[] = {"Dropout",
+                                          "SpatialDropout1D",
+                                          "GaussianNoise",
+                                          "GaussianDropout",
+                                          "AlphaDropout",
+                                          "ActivityRegularization",
+                                          "Activation",
+                                          "Dense",
+                                          "LeakyReLU",
+                                          "ReLU",
+                                          "ELU",
+                                          "PReLU",
+                                          "ThresholdedReLU",
+                                          "LayerNormalization"};
     const char *mask = NULL;
     for (int i = 0; i < c->n_in && !mask; i++)
-        if (c->in[i].mask[0]) mask = c->in[i].mask;
+        if (c->in[i].mask[0])
+            mask = c->in[i].mask;
     c->out.mask[0] = 0;
-    if (!mask) return 0;
+    if (!mask)
+        return 0;
     for (size_t i = 0; i < sizeof through / sizeof through[0]; i++)
         if (strcmp(c->class_name, through[i]) == 0 && c->n_in == 1) {
             snprintf(c->out.mask, sizeof c->out.mask, "%s", mask);
@@ -1193,8 +1234,8 @@ static int pass_mask(imp *m, rt_keras_ctx *c)
  * other layer, or the model's output, is put back in Keras' order. */
 
 /* the engine dims of Keras' (C, S1..Sk): (S1..Sk, C) */
-static int lay_transpose(imp *m, const char *lname, const char *what, int i,
-                         rt_keras_tensor *t, int to_cf)
+static int lay_transpose(imp *m, const char *lname, const char *what, int i, rt_keras_tensor *t,
+                         int to_cf)
 {
     char name[RT_KERAS_NAME];
     int n = snprintf(name, sizeof name, "%s/%s%d", lname, what, i);
@@ -1243,7 +1284,8 @@ static int lay_to_plain(imp *m, const char *lname, int i, rt_keras_tensor *t)
     char name[RT_KERAS_NAME];
     int64_t d[RT_MAX_DIMS], n = t->dims[0];
     const int k = t->ncf;
-    for (int j = 1; j < k; j++) d[j - 1] = t->cf[j];
+    for (int j = 1; j < k; j++)
+        d[j - 1] = t->cf[j];
     d[k - 1] = t->cf[0];
     int rc, w = snprintf(name, sizeof name, "%s/unflatten%d", lname, i);
     if (w < 0 || w >= (int)sizeof name)
@@ -1257,8 +1299,15 @@ static int lay_to_plain(imp *m, const char *lname, int i, rt_keras_tensor *t)
     return lay_reshape(m, name, t, 1, &n);
 }
 
-enum { LAY_PLAIN = 0, LAY_PASS, LAY_CF_OUT, LAY_FLATTEN_CF, LAY_DENSE_FLAT, LAY_PARAMS_FLAT,
-       LAY_PRELU_CF };
+enum {
+    LAY_PLAIN = 0,
+    LAY_PASS,
+    LAY_CF_OUT,
+    LAY_FLATTEN_CF,
+    LAY_DENSE_FLAT,
+    LAY_PARAMS_FLAT,
+    LAY_PRELU_CF
+};
 
 /* c->cfg as a copy the importer may change (the document's object can be
  * read again by a shared layer) */
@@ -1298,12 +1347,12 @@ static int bn_axis(json_object *cfg, int64_t *a)
  * they are held; *mode says what layer_finish does after it. */
 static int layout_prepare(imp *m, rt_keras_ctx *c, int *mode)
 {
-    static const char *const pass[] = {"Dropout", "AlphaDropout", "GaussianNoise",
-                                       "GaussianDropout", "ActivityRegularization", "ReLU",
-                                       "LeakyReLU", "ELU", "ThresholdedReLU", "Identity",
-                                       "Activation"};
-    static const char *const merge[] = {"Add", "Subtract", "Multiply", "Average", "Maximum",
-                                        "Minimum"};
+    static const char *const pass[] = {
+        "Dropout",   "AlphaDropout", "GaussianNoise", "GaussianDropout", "ActivityRegularization",
+        "ReLU",      "LeakyReLU",    "ELU",           "ThresholdedReLU", "Identity",
+        "Activation"};
+    static const char *const merge[] = {"Add",     "Subtract", "Multiply",
+                                        "Average", "Maximum",  "Minimum"};
     const char *cls = c->class_name;
     int any = 0, rc;
     *mode = LAY_PLAIN;
@@ -1329,8 +1378,8 @@ static int layout_prepare(imp *m, rt_keras_ctx *c, int *mode)
         goto unformat;
     }
     int64_t ax;
-    const int bn = strcmp(cls, "BatchNormalization") == 0 ||
-                   strcmp(cls, "SyncBatchNormalization") == 0;
+    const int bn =
+        strcmp(cls, "BatchNormalization") == 0 || strcmp(cls, "SyncBatchNormalization") == 0;
     const int bn_first = bn && bn_axis(c->cfg, &ax) && ax == 1 && x->ndim >= 2;
     if (is_channels_first(c->cfg) || bn_first) {
         for (int i = 0; i < c->n_in; i++) {
@@ -1410,8 +1459,8 @@ static int layout_prepare(imp *m, rt_keras_ctx *c, int *mode)
             if (ns > 0) {
                 json_object *l = json_object_new_array();
                 for (int i = 0; i < ns; i++)
-                    json_object_array_add(l, json_object_new_int64(sh[i] == 1 ? x->ndim
-                                                                   : sh[i] - 1));
+                    json_object_array_add(l,
+                                          json_object_new_int64(sh[i] == 1 ? x->ndim : sh[i] - 1));
                 json_object_object_add(c->cfg, "shared_axes", l);
             }
             *mode = LAY_PRELU_CF;
@@ -1442,8 +1491,8 @@ static rt__entry *lay_param(imp *m, int first, const char *name)
     return NULL;
 }
 
-static int lay_view(imp *m, rt_keras_ctx *c, const rt__entry *e, int un, const int64_t *ud,
-                    int vn, const int64_t *vd, const int *perm)
+static int lay_view(imp *m, rt_keras_ctx *c, const rt__entry *e, int un, const int64_t *ud, int vn,
+                    const int64_t *vd, const int *perm)
 {
     int rc = rt_graph_set_param_view(m->g, e->name, un, ud, vn, vd, perm);
     if (rc < 0)
@@ -1466,14 +1515,13 @@ static int layout_finish(imp *m, rt_keras_ctx *c, int mode, int first)
         o->ncf = x->ncf;
         memcpy(o->cf, x->cf, sizeof o->cf);
         return 0;
-    case LAY_CF_OUT:
-        o->layout = o->ndim >= 2 ? RT_KERAS_CF : RT_KERAS_PLAIN;
-        return 0;
+    case LAY_CF_OUT: o->layout = o->ndim >= 2 ? RT_KERAS_CF : RT_KERAS_PLAIN; return 0;
     case LAY_FLATTEN_CF:
         o->layout = RT_KERAS_FLAT;
         o->ncf = x->ndim;
         o->cf[0] = x->dims[x->ndim - 1];
-        for (int k = 1; k < x->ndim; k++) o->cf[k] = x->dims[k - 1];
+        for (int k = 1; k < x->ndim; k++)
+            o->cf[k] = x->dims[k - 1];
         return 0;
     case LAY_DENSE_FLAT: {
         /* kernel rows: Keras' (C, S..) order for the caller, the flatten's
@@ -1486,14 +1534,16 @@ static int layout_finish(imp *m, rt_keras_ctx *c, int mode, int first)
         const int k = x->ncf;
         memcpy(vd, x->cf, sizeof(int64_t) * (size_t)k);
         vd[k] = e->shape.d[1];
-        for (int j = 0; j < k - 1; j++) perm[j] = j + 1;
+        for (int j = 0; j < k - 1; j++)
+            perm[j] = j + 1;
         perm[k - 1] = 0;
         perm[k] = k;
         return lay_view(m, c, e, 2, e->shape.d, k + 1, vd, perm);
     }
     case LAY_PARAMS_FLAT: {
         const int k = x->ncf;
-        for (int j = 0; j < k - 1; j++) perm[j] = j + 1;
+        for (int j = 0; j < k - 1; j++)
+            perm[j] = j + 1;
         perm[k - 1] = 0;
         for (int i = first; i < m->g->n; i++) {
             rt__entry *e = &m->g->e[i];
@@ -1518,8 +1568,10 @@ static int layout_finish(imp *m, rt_keras_ctx *c, int mode, int first)
         /* alpha is held (S.., C) like its input; Keras' (C, S..) */
         const int r = e->shape.ndim;
         vd[0] = e->shape.d[r - 1];
-        for (int j = 1; j < r; j++) vd[j] = e->shape.d[j - 1];
-        for (int j = 0; j < r - 1; j++) perm[j] = j + 1;
+        for (int j = 1; j < r; j++)
+            vd[j] = e->shape.d[j - 1];
+        for (int j = 0; j < r - 1; j++)
+            perm[j] = j + 1;
         perm[r - 1] = 0;
         return lay_view(m, c, e, r, vd, r, vd, perm);
     }
@@ -1560,8 +1612,10 @@ static int activation_objects(imp *m, rt_keras_ctx *c, char *msg, size_t ml)
         if (!cls) {
             name = NULL;
         } else if (reg && strchr(reg, '>')) {
-            snprintf(msg, ml, "'%s' is the custom function '%.48s': its Python code is not in "
-                     "the JSON (layer '%.64s')", keys[i], reg, c->layer);
+            snprintf(msg, ml,
+                     "'%s' is the custom function '%.48s': its Python code is not in "
+                     "the JSON (layer '%.64s')",
+                     keys[i], reg, c->layer);
             return -1;
         } else if (strcmp(cls, "function") == 0 && json_object_is_type(oc, json_type_string) &&
                    (!mod || strncmp(mod, "keras", 5) == 0)) {
@@ -1570,7 +1624,8 @@ static int activation_objects(imp *m, rt_keras_ctx *c, char *msg, size_t ml)
             name = jstr(oc, "activation");
         } else if (strcmp(cls, "ReLU") == 0) {
             json_object *mx = NULL;
-            if (oc) json_object_object_get_ex(oc, "max_value", &mx);
+            if (oc)
+                json_object_object_get_ex(oc, "max_value", &mx);
             if (!mx && obj_cfg_num(oc, "negative_slope", 0) == 0 &&
                 obj_cfg_num(oc, "threshold", 0) == 0)
                 name = "relu";
@@ -1583,14 +1638,17 @@ static int activation_objects(imp *m, rt_keras_ctx *c, char *msg, size_t ml)
             else
                 snprintf(slope, sizeof slope, " with negative_slope %g", a);
         } else if (strcmp(cls, "ELU") == 0) {
-            if (obj_cfg_num(oc, "alpha", 1.0) == 1.0) name = "elu";
+            if (obj_cfg_num(oc, "alpha", 1.0) == 1.0)
+                name = "elu";
         } else if (strcmp(cls, "Softmax") == 0) {
-            if (obj_cfg_num(oc, "axis", -1) == -1) name = "softmax";
+            if (obj_cfg_num(oc, "axis", -1) == -1)
+                name = "softmax";
         }
         if (!name) {
-            snprintf(msg, ml, "'%s' is a %.40s object%s, which has no activation name: use a "
-                     "%.40s layer after it (layer '%.64s')", keys[i], cls ? cls : "?", slope,
-                     cls ? cls : "activation", c->layer);
+            snprintf(msg, ml,
+                     "'%s' is a %.40s object%s, which has no activation name: use a "
+                     "%.40s layer after it (layer '%.64s')",
+                     keys[i], cls ? cls : "?", slope, cls ? cls : "activation", c->layer);
             return -1;
         }
         if (!lay_cfg_copy(m, c))
@@ -1625,9 +1683,10 @@ static int dtype_policy(rt_keras_ctx *c, char *msg, size_t ml)
         }
         if (name && (strncmp(name, "mixed_", 6) == 0 || strcmp(name, "float16") == 0 ||
                      strcmp(name, "bfloat16") == 0 || strcmp(name, "half") == 0)) {
-            snprintf(msg, ml, "dtype policy '%.32s' is not supported: rtrain computes in "
-                     "float32; save the model with the float32 policy (layer '%.64s')", name,
-                     c->layer);
+            snprintf(msg, ml,
+                     "dtype policy '%.32s' is not supported: rtrain computes in "
+                     "float32; save the model with the float32 policy (layer '%.64s')",
+                     name, c->layer);
             return -1;
         }
     }
@@ -1645,8 +1704,8 @@ static int is_model_class(const char *cls)
  * its first input so the walk goes on and finds the others; a layer reading
  * a poisoned value reports no shape problems (they follow from the first).
  * Only malformed JSON stops the walk (negative return). */
-static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
-                     int n_in, rt_keras_tensor *out)
+static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins, int n_in,
+                     rt_keras_tensor *out)
 {
     const char *cls = jstr(layer, "class_name");
     json_object *cfg = jget(layer, "config", json_type_object);
@@ -1718,7 +1777,8 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
                 if (m->g->e[k].kind == RT__T_PARAM)
                     m->g->e[k].trainable = 0;
         if (rc == 0 && m->cb) {
-            json_object_object_foreach(cfg, k, v) {
+            json_object_object_foreach(cfg, k, v)
+            {
                 (void)v;
                 m->cb(m->ud, cls, k, RT_KERAS_FIELD_USED);
             }
@@ -1787,7 +1847,8 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins,
         for (int k = first; k < m->g->n; k++)
             has_params |= m->g->e[k].kind == RT__T_PARAM;
         check_fields(m, &c, has_params);
-        if (!c.mask_set && pass_mask(m, &c) < 0) return 0;
+        if (!c.mask_set && pass_mask(m, &c) < 0)
+            return 0;
         *out = c.out;
         out->poisoned = poisoned;
         return 0;
@@ -1814,7 +1875,8 @@ static int nested_input_shape(imp *m, json_object *model, rt_keras_tensor *t, in
         const char *in_name = NULL;
         const char *names[1];
         json_object *il = NULL;
-        if (cfg && json_object_object_get_ex(cfg, "input_layers", &il) && io_names(il, names, 1) == 1)
+        if (cfg && json_object_object_get_ex(cfg, "input_layers", &il) &&
+            io_names(il, names, 1) == 1)
             in_name = names[0];
         for (size_t i = 0; i < json_object_array_length(layers); i++) {
             json_object *l = json_object_array_get_idx(layers, i);
@@ -1879,10 +1941,13 @@ static int walk_sequential(imp *m, json_object *layers, json_object *model_cfg,
             if (!found)
                 return ifail(m, RT_ESHAPE, "InputLayer '%.64s' has no shape", lname);
             if (given) {
-                if (!given->poisoned && (t.ndim != given->ndim ||
-                                         memcmp(t.dims, given->dims, sizeof(int64_t) * (size_t)t.ndim)))
-                    return ifail(m, RT_ESHAPE, "nested model input '%.64s' has another shape "
-                                 "than the value it reads", lname);
+                if (!given->poisoned &&
+                    (t.ndim != given->ndim ||
+                     memcmp(t.dims, given->dims, sizeof(int64_t) * (size_t)t.ndim)))
+                    return ifail(m, RT_ESHAPE,
+                                 "nested model input '%.64s' has another shape "
+                                 "than the value it reads",
+                                 lname);
                 continue;
             }
             cur = t;
@@ -1900,8 +1965,8 @@ static int walk_sequential(imp *m, json_object *layers, json_object *model_cfg,
                 return rc;
             if (!found) {
                 json_object *bc = jget(layer, "build_config", json_type_object);
-                json_object *l = model_cfg ? jget(model_cfg, "build_input_shape", json_type_array)
-                                           : NULL;
+                json_object *l =
+                    model_cfg ? jget(model_cfg, "build_input_shape", json_type_array) : NULL;
                 if (!l)
                     l = jget(bc, "input_shape", json_type_array);
                 if (l) {
@@ -1910,12 +1975,14 @@ static int walk_sequential(imp *m, json_object *layers, json_object *model_cfg,
                     found = 1;
                 }
             }
-            if (!found && is_model_class(cls) && (rc = nested_input_shape(m, layer, &cur, &found)) < 0)
+            if (!found && is_model_class(cls) &&
+                (rc = nested_input_shape(m, layer, &cur, &found)) < 0)
                 return rc;
             if (!found)
                 return ifail(m, RT_ESHAPE,
                              "the model's input shape is unknown: first layer '%.64s' "
-                             "has no batch_input_shape and there is no InputLayer", lname);
+                             "has no batch_input_shape and there is no InputLayer",
+                             lname);
             if ((rc = add_input(m, "input", &cur)) < 0)
                 return rc;
             have = 1;
@@ -1947,8 +2014,10 @@ static int inbound_index(imp *m, const char *lname, const char *src, json_object
         if (k == 0)
             *node = i;
         else if (i != 0)
-            return ifail(m, RT_EINVAL, "layer '%.64s' reads output %lld of layer '%.64s', which "
-                         "has one output", lname, (long long)i, src);
+            return ifail(m, RT_EINVAL,
+                         "layer '%.64s' reads output %lld of layer '%.64s', which "
+                         "has one output",
+                         lname, (long long)i, src);
     }
     return 0;
 }
@@ -1956,8 +2025,8 @@ static int inbound_index(imp *m, const char *lname, const char *src, json_object
 /* The source layer names of a Functional layer's single inbound node, for
  * both the Keras 2 ([[["name", 0, 0, {}], ...]]) and the Keras 3
  * ([{"args": [tensor or [tensors]], "kwargs": {}}]) encodings. */
-static int inbound_names(imp *m, const char *lname, json_object *layer,
-                         const char **names, int64_t *node_of, int max)
+static int inbound_names(imp *m, const char *lname, json_object *layer, const char **names,
+                         int64_t *node_of, int max)
 {
     json_object *nodes = jget(layer, "inbound_nodes", json_type_array);
     if (!nodes || json_object_array_length(nodes) == 0)
@@ -1973,7 +2042,8 @@ static int inbound_names(imp *m, const char *lname, json_object *layer,
         for (int i = 0; i < k && n < max; i++) {
             json_object *ref = json_object_array_get_idx(node, (size_t)i);
             json_object *nm = json_object_is_type(ref, json_type_array)
-                                  ? json_object_array_get_idx(ref, 0) : NULL;
+                                  ? json_object_array_get_idx(ref, 0)
+                                  : NULL;
             if (!nm || !json_object_is_type(nm, json_type_string))
                 return ifail(m, RT_EJSON, "layer '%.64s' has a malformed inbound node", lname);
             int rc = inbound_index(m, lname, json_object_get_string(nm), ref, &node_of[n]);
@@ -2020,8 +2090,8 @@ static int io_names(json_object *v, const char **names, int max)
     int n = 0;
     for (size_t i = 0; i < json_object_array_length(v) && n < max; i++) {
         json_object *e = json_object_array_get_idx(v, i);
-        json_object *nm = json_object_is_type(e, json_type_array)
-                              ? json_object_array_get_idx(e, 0) : NULL;
+        json_object *nm =
+            json_object_is_type(e, json_type_array) ? json_object_array_get_idx(e, 0) : NULL;
         if (!nm || !json_object_is_type(nm, json_type_string))
             return -1;
         names[n++] = json_object_get_string(nm);
@@ -2036,22 +2106,23 @@ typedef struct flayer {
     const char *src[RT_KERAS_MAX_IN];
     int64_t src_node[RT_KERAS_MAX_IN]; /* the node of src each reads */
     int n_src;
-    int next;               /* DFS: the next input to visit */
-    unsigned char state;    /* 0 unseen, 1 on the DFS stack, 2 placed */
+    int next;            /* DFS: the next input to visit */
+    unsigned char state; /* 0 unseen, 1 on the DFS stack, 2 placed */
     rt_keras_tensor out;
 } flayer;
 
 /* Layer names -> index, open addressing (FNV-1a); a linear scan per lookup
  * made a 20,000-layer import take seconds. */
 typedef struct lmap {
-    int *slot;              /* layer index + 1, 0 = empty */
+    int *slot; /* layer index + 1, 0 = empty */
     size_t mask;
 } lmap;
 
 static size_t lmap_hash(const char *s)
 {
     uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
     return (size_t)h;
 }
 
@@ -2059,7 +2130,8 @@ static size_t lmap_hash(const char *s)
 static int *lmap_slot(const lmap *lm, const flayer *L, const char *name)
 {
     size_t h = lmap_hash(name) & lm->mask;
-    while (lm->slot[h] && strcmp(L[lm->slot[h] - 1].name, name) != 0) h = (h + 1) & lm->mask;
+    while (lm->slot[h] && strcmp(L[lm->slot[h] - 1].name, name) != 0)
+        h = (h + 1) & lm->mask;
     return &lm->slot[h];
 }
 
@@ -2100,8 +2172,10 @@ static int read_flayers(imp *m, json_object *layers, flayer *L, int n, lmap *lm)
             int k = lmap_get(lm, L, L[i].src[j]);
             int64_t last = k >= 0 && is_model_class(L[k].cls) ? 1 : 0;
             if (k >= 0 && (L[i].src_node[j] < 0 || L[i].src_node[j] > last))
-                return ifail(m, RT_EINVAL, "layer '%.64s' reads node %lld of layer '%.64s', "
-                             "which has %s", L[i].name, (long long)L[i].src_node[j], L[k].name,
+                return ifail(m, RT_EINVAL,
+                             "layer '%.64s' reads node %lld of layer '%.64s', "
+                             "which has %s",
+                             L[i].name, (long long)L[i].src_node[j], L[k].name,
                              last ? "nodes 0 and 1 only" : "node 0 only");
         }
     return 0;
@@ -2136,8 +2210,10 @@ static int place_flayer(imp *m, flayer *L, const lmap *lm, flayer *f, const fio 
         const rt_keras_tensor *g = &io->given[k];
         if (!g->poisoned && (g->ndim != f->out.ndim ||
                              memcmp(g->dims, f->out.dims, sizeof(int64_t) * (size_t)g->ndim)))
-            return ifail(m, RT_ESHAPE, "nested model input '%.64s' has another shape than "
-                         "the value it reads", f->name);
+            return ifail(m, RT_ESHAPE,
+                         "nested model input '%.64s' has another shape than "
+                         "the value it reads",
+                         f->name);
         f->out = *g;
         return 0;
     }
@@ -2180,8 +2256,8 @@ static int place_from(imp *m, flayer *L, const lmap *lm, int i, int *stack, cons
 }
 
 /* A Functional model; nested (given != NULL) it reads given[0..n_given). */
-static int walk_functional(imp *m, json_object *cfg, const rt_keras_tensor *given,
-                           int n_given, rt_keras_tensor *out)
+static int walk_functional(imp *m, json_object *cfg, const rt_keras_tensor *given, int n_given,
+                           rt_keras_tensor *out)
 {
     json_object *layers = jget(cfg, "layers", json_type_array);
     if (!layers)
@@ -2200,8 +2276,10 @@ static int walk_functional(imp *m, json_object *cfg, const rt_keras_tensor *give
         return ifail(m, RT_EINVAL, "nested model '%.64s' has %d inputs but reads %d values",
                      jstr(cfg, "name") ? jstr(cfg, "name") : "?", io.n, n_given);
     if (given ? n_out != 1 : (n_out < 1 || n_out > RT_MAX_HEADS))
-        return ifail(m, RT_EINVAL, given ? "nested model '%.64s' needs exactly one output "
-                     "(got %d)" : "Functional model '%.64s' needs 1 to 8 outputs (got %d)",
+        return ifail(m, RT_EINVAL,
+                     given ? "nested model '%.64s' needs exactly one output "
+                             "(got %d)"
+                           : "Functional model '%.64s' needs 1 to 8 outputs (got %d)",
                      jstr(cfg, "name") ? jstr(cfg, "name") : "?", n_out);
     int rc0;
     if (!given && io.n > 1 && (rc0 = add_packed_inputs(m, layers, io.names, io.n)) < 0)
@@ -2258,21 +2336,19 @@ static json_object *model_root(json_object *root)
     return root;
 }
 
-int rt_keras_import(const char *json, size_t len, rt_graph **out, char *err,
-                    size_t errlen)
+int rt_keras_import(const char *json, size_t len, rt_graph **out, char *err, size_t errlen)
 {
     return rt_keras_import_ex(json, len, out, err, errlen, NULL, NULL);
 }
 
-int rt_keras_import_ex(const char *json, size_t len, rt_graph **out, char *err,
-                       size_t errlen, rt_keras_field_cb cb, void *ud)
+int rt_keras_import_ex(const char *json, size_t len, rt_graph **out, char *err, size_t errlen,
+                       rt_keras_field_cb cb, void *ud)
 {
     return rt_keras_import_dims(json, len, NULL, 0, out, err, errlen, cb, ud);
 }
 
 int rt_keras_import_dims(const char *json, size_t len, const int64_t *dims, int n_dims,
-                         rt_graph **out, char *err, size_t errlen, rt_keras_field_cb cb,
-                         void *ud)
+                         rt_graph **out, char *err, size_t errlen, rt_keras_field_cb cb, void *ud)
 {
     return rt_keras_import_bind(json, len, dims, n_dims, 0, out, err, errlen, cb, ud);
 }
@@ -2301,8 +2377,10 @@ static int json_prescan(const char *s, size_t len, char *err, size_t errlen)
         case '[':
             arrs += ch == '[';
             if (++depth > RT_KERAS_MAX_DEPTH) {
-                snprintf(err, errlen, "Keras JSON is nested more than %d levels deep (the "
-                         "limit) at byte %zu", RT_KERAS_MAX_DEPTH, i);
+                snprintf(err, errlen,
+                         "Keras JSON is nested more than %d levels deep (the "
+                         "limit) at byte %zu",
+                         RT_KERAS_MAX_DEPTH, i);
                 return RT_EJSON;
             }
             break;
@@ -2315,11 +2393,13 @@ static int json_prescan(const char *s, size_t len, char *err, size_t errlen)
     }
     const uint64_t est = 800 * objs + 160 * arrs + 96 * seps + len;
     const uint64_t cap = RT_KERAS_PARSE_BUDGET(len) < RT_KERAS_PARSE_MAX
-                             ? RT_KERAS_PARSE_BUDGET(len) : RT_KERAS_PARSE_MAX;
+                             ? RT_KERAS_PARSE_BUDGET(len)
+                             : RT_KERAS_PARSE_MAX;
     if (est > cap) {
-        snprintf(err, errlen, "Keras JSON of %zu bytes would take ~%llu MiB to parse (%llu "
-                 "objects, %llu arrays); the limit is %llu MiB", len,
-                 (unsigned long long)(est >> 20), (unsigned long long)objs,
+        snprintf(err, errlen,
+                 "Keras JSON of %zu bytes would take ~%llu MiB to parse (%llu "
+                 "objects, %llu arrays); the limit is %llu MiB",
+                 len, (unsigned long long)(est >> 20), (unsigned long long)objs,
                  (unsigned long long)arrs, (unsigned long long)(cap >> 20));
         return RT_ETOOBIG;
     }
@@ -2402,11 +2482,11 @@ int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int 
     memset(&res, 0, sizeof res);
     if (strcmp(cls, "Sequential") == 0) {
         /* Keras 1 and 2.0-2.1 wrote the layer list as the config itself. */
-        json_object *layers = json_object_is_type(cfg, json_type_array)
-                                  ? cfg : jget(cfg, "layers", json_type_array);
+        json_object *layers =
+            json_object_is_type(cfg, json_type_array) ? cfg : jget(cfg, "layers", json_type_array);
         rc = layers ? walk_sequential(m, layers,
-                                      json_object_is_type(cfg, json_type_object) ? cfg : NULL,
-                                      NULL, &res)
+                                      json_object_is_type(cfg, json_type_object) ? cfg : NULL, NULL,
+                                      &res)
                     : ifail(m, RT_EJSON, "Sequential model has no layers list");
     } else if (strcmp(cls, "Functional") == 0 || strcmp(cls, "Model") == 0) {
         rc = json_object_is_type(cfg, json_type_object)
@@ -2424,8 +2504,8 @@ int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int 
             char msg[240];
             snprintf(msg, sizeof msg,
                      "the model output '%.64s' carries the step mask '%.64s': Keras would "
-                     "mask the loss with it, which is not supported", m->outs[k].name,
-                     m->outs[k].mask);
+                     "mask the loss with it, which is not supported",
+                     m->outs[k].name, m->outs[k].mask);
             add_problem(m, RT_EUNIMPLEMENTED, msg);
         }
     }
@@ -2438,7 +2518,8 @@ int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int 
         heads[k] = m->outs[k].name;
     }
     const char *labels[RT_MAX_HEADS];
-    for (int k = 0; k < n_outs; k++) labels[k] = m->out_layer[k];
+    for (int k = 0; k < n_outs; k++)
+        labels[k] = m->out_layer[k];
     if (rc == 0 && (n_outs > 1 ? rt_graph_set_outputs(m->g, heads, n_outs) < 0 ||
                                      rt_graph_name_outputs(m->g, labels, n_outs) < 0
                                : rt_graph_set_output(m->g, m->outs[0].name) < 0))
@@ -2468,10 +2549,7 @@ static double jnum(json_object *o, const char *key)
     return isfinite(d) && d > 0 ? d : 0;
 }
 
-static void jcopy(char *dst, size_t n, const char *src)
-{
-    snprintf(dst, n, "%s", src ? src : "");
-}
+static void jcopy(char *dst, size_t n, const char *src) { snprintf(dst, n, "%s", src ? src : ""); }
 
 static void add_metric(rt_keras_compile *o, json_object *m)
 {
@@ -2505,8 +2583,9 @@ static void loss_spelling(json_object *loss, char *out, size_t outn, int *from_l
     const char *q0 = ln ? ln : "";
     for (const char *q = q0; *q && k + 2 < outn; q++) {
         const int up = isupper((unsigned char)*q);
-        if (up && q > q0 && (islower((unsigned char)q[-1]) || isdigit((unsigned char)q[-1]) ||
-                             (isupper((unsigned char)q[-1]) && islower((unsigned char)q[1]))))
+        if (up && q > q0 &&
+            (islower((unsigned char)q[-1]) || isdigit((unsigned char)q[-1]) ||
+             (isupper((unsigned char)q[-1]) && islower((unsigned char)q[1]))))
             out[k++] = '_';
         out[k++] = (char)tolower((unsigned char)*q);
     }
@@ -2572,7 +2651,8 @@ int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *o)
     if (loss && json_object_is_type(loss, json_type_object) &&
         !json_object_object_get_ex(loss, "class_name", &lc)) {
         /* {"output_name": loss}: one output, one loss */
-        json_object_object_foreach(loss, k, v) {
+        json_object_object_foreach(loss, k, v)
+        {
             (void)k;
             loss = v;
             break;
@@ -2601,9 +2681,12 @@ int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *o)
         o->rho = jnum(oc, "rho");
         o->weight_decay = jnum(oc, "weight_decay");
         /* Ftrl's (keras/src/optimizers/ftrl.py get_config): 0 is a value */
-        static const char *const fk[6] = {
-            "learning_rate_power", "initial_accumulator_value", "l1_regularization_strength",
-            "l2_regularization_strength", "l2_shrinkage_regularization_strength", "beta"};
+        static const char *const fk[6] = {"learning_rate_power",
+                                          "initial_accumulator_value",
+                                          "l1_regularization_strength",
+                                          "l2_regularization_strength",
+                                          "l2_shrinkage_regularization_strength",
+                                          "beta"};
         for (int i = 0; i < 6; i++) {
             json_object *fv;
             if (oc && json_object_object_get_ex(oc, fk[i], &fv) &&
@@ -2666,7 +2749,8 @@ static int metrics_per_output(json_object *m)
     json_object *e;
     if (json_object_is_type(m, json_type_object))
         return !json_object_object_get_ex(m, "class_name", &e);
-    if (!json_object_is_type(m, json_type_array) || !json_object_array_length(m)) return 0;
+    if (!json_object_is_type(m, json_type_array) || !json_object_array_length(m))
+        return 0;
     for (size_t i = 0; i < json_object_array_length(m); i++) {
         json_object *x = json_object_array_get_idx(m, i);
         if (!json_object_is_type(x, json_type_array) && !json_object_is_type(x, json_type_null))
@@ -2675,8 +2759,7 @@ static int metrics_per_output(json_object *m)
     return 1;
 }
 
-int rt_keras_heads(const char *json, size_t len, rt_train_config *cfg, char *err,
-                   size_t errlen)
+int rt_keras_heads(const char *json, size_t len, rt_train_config *cfg, char *err, size_t errlen)
 {
     json_object *doc;
     int rc = settings_doc(json, len, &doc);
@@ -2685,7 +2768,8 @@ int rt_keras_heads(const char *json, size_t len, rt_train_config *cfg, char *err
     json_object *ol = NULL, *mc = jget(model_root(doc), "config", json_type_object);
     const char *names[RT_MAX_HEADS + 1];
     int n = mc && json_object_object_get_ex(mc, "output_layers", &ol)
-                ? io_names(ol, names, RT_MAX_HEADS + 1) : 0;
+                ? io_names(ol, names, RT_MAX_HEADS + 1)
+                : 0;
     if (n <= 1 || n > RT_MAX_HEADS) {
         json_object_put(doc);
         return 0;
@@ -2700,7 +2784,8 @@ int rt_keras_heads(const char *json, size_t len, rt_train_config *cfg, char *err
      * of lists gives each its own */
     const int per_out = mets && metrics_per_output(mets);
     uint32_t every = 0;
-    if (mets && !per_out) head_metric(mets, &every);
+    if (mets && !per_out)
+        head_metric(mets, &every);
     for (int k = 0; k < n && rc == 0; k++) {
         struct rt_loss_head *h = &cfg->heads[k];
         /* one loss (the request's or the saved one) applies to every output,
@@ -2715,20 +2800,22 @@ int rt_keras_heads(const char *json, size_t len, rt_train_config *cfg, char *err
             loss_spelling(l, nm, sizeof nm, &fl);
             if (rt_loss_from_name(nm, &h->loss) < 0 || RT_LOSS_IS_TORCH(h->loss))
                 rc = ifail(&(imp){.err = err, .errlen = errlen}, RT_EINVAL,
-                           "output '%.64s': the saved loss '%.48s' is not supported", names[k],
-                           nm);
+                           "output '%.64s': the saved loss '%.48s' is not supported", names[k], nm);
             h->from_logits = fl;
         } else if (json_object_is_type(loss, json_type_array) ||
                    (json_object_is_type(loss, json_type_object) && !jstr(loss, "class_name"))) {
             rc = ifail(&(imp){.err = err, .errlen = errlen}, RT_EINVAL,
                        "output '%.64s' has no loss (Keras leaves such an output untrained, "
-                       "which is not supported)", names[k]);
+                       "which is not supported)",
+                       names[k]);
         }
         h->metrics = every;
         json_object *hm = per_out ? per_output(mets, k, names[k]) : NULL;
-        if (hm) head_metric(hm, &h->metrics);
+        if (hm)
+            head_metric(hm, &h->metrics);
         json_object *w = per_output(lw, k, names[k]);
-        if (w && (json_object_is_type(w, json_type_double) || json_object_is_type(w, json_type_int)))
+        if (w &&
+            (json_object_is_type(w, json_type_double) || json_object_is_type(w, json_type_int)))
             h->weight = (float)json_object_get_double(w);
     }
     json_object_put(doc);

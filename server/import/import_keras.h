@@ -40,7 +40,7 @@ extern "C" {
  * spends ~790 bytes on an object, ~150 on an array, 30-70 on a scalar:
  * real models take 14-18 x their size, "{}," repeated 264 x. */
 #define RT_KERAS_MAX_DEPTH 64
-#define RT_KERAS_PARSE_BUDGET(len) ((uint64_t)(len) * 32 + ((uint64_t)16 << 20))
+#define RT_KERAS_PARSE_BUDGET(len) ((uint64_t)(len)*32 + ((uint64_t)16 << 20))
 #define RT_KERAS_PARSE_MAX ((uint64_t)512 << 20)
 
 /* Parse json (len bytes, need not be NUL-terminated) into a new graph owned
@@ -48,8 +48,7 @@ extern "C" {
  * not a model), RT_EUNKNOWN_LAYER ("unknown Keras layer 'Foo' (layer
  * 'foo_1')"), RT_EINVAL/RT_ESHAPE (an unsupported setting or shape), with a
  * message (< errlen) in err. */
-int rt_keras_import(const char *json, size_t len, rt_graph **out, char *err,
-                    size_t errlen);
+int rt_keras_import(const char *json, size_t len, rt_graph **out, char *err, size_t errlen);
 
 /* How an import treated one config field of one layer: read by the layer
  * (USED), known not to change training (INERT, docs/keras-fields.md), or
@@ -64,16 +63,15 @@ typedef void (*rt_keras_field_cb)(void *ud, const char *class_name, const char *
 
 /* rt_keras_import, telling cb (if not NULL) about every config field of
  * every layer placed. */
-int rt_keras_import_ex(const char *json, size_t len, rt_graph **out, char *err,
-                       size_t errlen, rt_keras_field_cb cb, void *ud);
+int rt_keras_import_ex(const char *json, size_t len, rt_graph **out, char *err, size_t errlen,
+                       rt_keras_field_cb cb, void *ud);
 
 /* rt_keras_import_ex with the per-sample dims of every model input bound:
  * dims[i] fills a null (variable) dim i and must equal a fixed one (0 =
  * keep the model's). A null dim left unbound is RT_EINVAL naming the
  * input. dims may be NULL (n_dims 0). */
 int rt_keras_import_dims(const char *json, size_t len, const int64_t *dims, int n_dims,
-                         rt_graph **out, char *err, size_t errlen, rt_keras_field_cb cb,
-                         void *ud);
+                         rt_graph **out, char *err, size_t errlen, rt_keras_field_cb cb, void *ud);
 
 /* rt_keras_import_dims; with no dims (n_dims 0) and values > 0, an input
  * with exactly one null dim binds it to values / (the product of its
@@ -118,8 +116,7 @@ int rt_keras_compile_config(const char *json, size_t len, rt_keras_compile *out)
  * saved "metrics" (one list for every output, or a dict by output name /
  * a list of lists; none: none). Returns the number of outputs, 0
  * for a model with one (cfg untouched), or a negative error. */
-int rt_keras_heads(const char *json, size_t len, rt_train_config *cfg, char *err,
-                   size_t errlen);
+int rt_keras_heads(const char *json, size_t len, rt_train_config *cfg, char *err, size_t errlen);
 
 /* ------------------------------------------------- for layer functions */
 struct json_object;
@@ -129,11 +126,11 @@ struct json_object;
 #define RT_KERAS_MAX_USED 64
 
 typedef struct rt_keras_tensor {
-    char name[RT_KERAS_NAME];   /* graph value name */
-    int ndim;                   /* per-sample shape (batch dropped) */
+    char name[RT_KERAS_NAME]; /* graph value name */
+    int ndim;                 /* per-sample shape (batch dropped) */
     int64_t dims[RT_MAX_DIMS];
-    int poisoned;               /* made by a layer that failed: shape unknown */
-    char mask[RT_KERAS_NAME];   /* its Keras step mask (B,T) as a graph value
+    int poisoned;             /* made by a layer that failed: shape unknown */
+    char mask[RT_KERAS_NAME]; /* its Keras step mask (B,T) as a graph value
                                  * (Masking, Embedding mask_zero), or "" */
     /* How the engine holds it; dims are always the engine's.
      * RT_KERAS_PLAIN  in Keras' order;
@@ -153,12 +150,12 @@ enum { RT_KERAS_PLAIN = 0, RT_KERAS_CF, RT_KERAS_FLAT };
 
 typedef struct rt_keras_ctx {
     rt_graph *g;
-    struct json_object *cfg;    /* the layer's "config" object */
-    const char *layer;          /* layer name */
+    struct json_object *cfg; /* the layer's "config" object */
+    const char *layer;       /* layer name */
     const char *class_name;
     int n_in;
     rt_keras_tensor in[RT_KERAS_MAX_IN];
-    rt_keras_tensor out;        /* set by the layer function */
+    rt_keras_tensor out; /* set by the layer function */
     char *err;
     size_t errlen;
     /* config keys the layer read through rt_keras_cfg_*: after the layer
@@ -166,8 +163,8 @@ typedef struct rt_keras_ctx {
      * change training (docs/keras-fields.md), or the import fails */
     const char *used[RT_KERAS_MAX_USED];
     int n_used;
-    int keras1;                 /* the config was translated from Keras 1 */
-    int keras3;                 /* a Keras 3 layer (its JSON names a module) */
+    int keras1; /* the config was translated from Keras 1 */
+    int keras3; /* a Keras 3 layer (its JSON names a module) */
     /* set by a layer function that classified every config field itself
      * (and failed on the unsupported ones): the generic check is skipped */
     int fields_checked;
@@ -201,8 +198,7 @@ int rt_keras_cfg_float(rt_keras_ctx *c, const char *key, double def, double *out
 void rt_keras_cfg_unused(rt_keras_ctx *c, const char *key);
 int rt_keras_cfg_bool(rt_keras_ctx *c, const char *key, int def, int *out);
 /* String value, or def; the pointer is owned by the JSON document. */
-int rt_keras_cfg_str(rt_keras_ctx *c, const char *key, const char *def,
-                     const char **out);
+int rt_keras_cfg_str(rt_keras_ctx *c, const char *key, const char *def, const char **out);
 /* Integer list (e.g. "kernel_size": [3, 3]); returns the count or an error. */
 int rt_keras_cfg_ints(rt_keras_ctx *c, const char *key, int64_t *out, int max);
 /* An initializer setting (string or {"class_name": ...}) as rt_init; the
@@ -212,15 +208,13 @@ int rt_keras_cfg_ints(rt_keras_ctx *c, const char *key, int64_t *out, int max);
  * "<w>_regularizer" and "<w>_constraint" ("depthwise_kernel" also
  * "depthwise_initializer", and so on), so layer functions need not read
  * them. */
-int rt_keras_cfg_init(rt_keras_ctx *c, const char *key, rt_init def,
-                      rt_init *out);
+int rt_keras_cfg_init(rt_keras_ctx *c, const char *key, rt_init def, rt_init *out);
 /* The settings object of an initializer, regularizer, loss, ... (a name,
  * or {"class_name": ..., "config": ...}): its name, and its config in
  * *ocfg (NULL: none). */
 const char *rt_keras_obj_name(struct json_object *v, struct json_object **ocfg);
 /* A regularizer setting (L1, L2, L1L2) into o's l1 and l2. */
-int rt_keras_cfg_reg(rt_keras_ctx *c, const char *key, struct json_object *v,
-                     rt_param_opts *o);
+int rt_keras_cfg_reg(rt_keras_ctx *c, const char *key, struct json_object *v, rt_param_opts *o);
 /* After a layer function: the initializers, regularizers and constraints
  * of the parameters it added (graph entries first..). */
 int rt_keras_param_opts(rt_keras_ctx *c, int first);

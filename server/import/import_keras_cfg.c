@@ -23,8 +23,7 @@ int rt_keras_fail(rt_keras_ctx *c, int code, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (c->err && c->errlen)
-        snprintf(c->err, c->errlen, "%s (layer '%.64s')", msg,
-                 c->layer ? c->layer : "?");
+        snprintf(c->err, c->errlen, "%s (layer '%.64s')", msg, c->layer ? c->layer : "?");
     return code;
 }
 
@@ -37,10 +36,7 @@ static void cfg_mark(rt_keras_ctx *c, const char *key)
         c->used[c->n_used++] = key;
 }
 
-void rt_keras_cfg_unused(rt_keras_ctx *c, const char *key)
-{
-    cfg_mark(c, key);
-}
+void rt_keras_cfg_unused(rt_keras_ctx *c, const char *key) { cfg_mark(c, key); }
 
 static json_object *cfg_get(rt_keras_ctx *c, const char *key)
 {
@@ -51,10 +47,7 @@ static json_object *cfg_get(rt_keras_ctx *c, const char *key)
     return v; /* JSON null comes back as NULL too: treated as missing */
 }
 
-json_object *rt_keras_cfg_get(rt_keras_ctx *c, const char *key)
-{
-    return cfg_get(c, key);
-}
+json_object *rt_keras_cfg_get(rt_keras_ctx *c, const char *key) { return cfg_get(c, key); }
 
 int rt_keras_cfg_int(rt_keras_ctx *c, const char *key, int64_t def, int64_t *out)
 {
@@ -76,8 +69,7 @@ int rt_keras_cfg_float(rt_keras_ctx *c, const char *key, double def, double *out
         *out = def;
         return 0;
     }
-    if (!json_object_is_type(v, json_type_double) &&
-        !json_object_is_type(v, json_type_int))
+    if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
         return rt_keras_fail(c, RT_EINVAL, "'%s' must be a number", key);
     *out = json_object_get_double(v);
     /* json-c reads NaN, Infinity and 1e999; no Keras setting means them */
@@ -99,8 +91,7 @@ int rt_keras_cfg_bool(rt_keras_ctx *c, const char *key, int def, int *out)
     return 0;
 }
 
-int rt_keras_cfg_str(rt_keras_ctx *c, const char *key, const char *def,
-                     const char **out)
+int rt_keras_cfg_str(rt_keras_ctx *c, const char *key, const char *def, const char **out)
 {
     json_object *v = cfg_get(c, key);
     if (!v) {
@@ -140,8 +131,10 @@ int rt_keras_cfg_ints(rt_keras_ctx *c, const char *key, int64_t *out, int max)
 static int name_eq(const char *a, const char *b)
 {
     for (;;) {
-        while (*a == '_') a++;
-        while (*b == '_') b++;
+        while (*a == '_')
+            a++;
+        while (*b == '_')
+            b++;
         if (tolower((unsigned char)*a) != tolower((unsigned char)*b))
             return 0;
         if (!*a)
@@ -167,7 +160,8 @@ const char *rt_keras_obj_name(json_object *v, json_object **ocfg)
     if (json_object_object_get_ex(v, "class_name", &cn) &&
         json_object_is_type(cn, json_type_string)) {
         json_object *cf;
-        if (json_object_object_get_ex(v, "config", &cf) && json_object_is_type(cf, json_type_object))
+        if (json_object_object_get_ex(v, "config", &cf) &&
+            json_object_is_type(cf, json_type_object))
             *ocfg = cf;
         return json_object_get_string(cn);
     }
@@ -185,7 +179,8 @@ static int obj_fields_ok(rt_keras_ctx *c, const char *key, json_object *ocfg,
 {
     if (!ocfg)
         return 0;
-    json_object_object_foreach(ocfg, k, v) {
+    json_object_object_foreach(ocfg, k, v)
+    {
         (void)v;
         int ok = strcmp(k, "seed") == 0 || strcmp(k, "dtype") == 0 || strcmp(k, "name") == 0;
         for (int i = 0; !ok && known[i]; i++)
@@ -196,8 +191,8 @@ static int obj_fields_ok(rt_keras_ctx *c, const char *key, json_object *ocfg,
     return 0;
 }
 
-static int obj_num(rt_keras_ctx *c, const char *key, json_object *ocfg, const char *f,
-                   double def, double *out)
+static int obj_num(rt_keras_ctx *c, const char *key, json_object *ocfg, const char *f, double def,
+                   double *out)
 {
     json_object *v;
     *out = def;
@@ -277,16 +272,23 @@ static int parse_init(rt_keras_ctx *c, const char *key, json_object *v, rt_param
             (rc = obj_str(c, key, oc, "distribution", "truncated_normal", &dist)) < 0)
             return rc;
         o->init = RT_INIT_VARIANCE_SCALING;
-        if (strcmp(mode, "fan_in") == 0) o->mode = RT_FAN_IN;
-        else if (strcmp(mode, "fan_out") == 0) o->mode = RT_FAN_OUT;
-        else if (strcmp(mode, "fan_avg") == 0) o->mode = RT_FAN_AVG;
-        else return rt_keras_fail(c, RT_EINVAL, "'%s': unknown mode '%.20s'", key, mode);
+        if (strcmp(mode, "fan_in") == 0)
+            o->mode = RT_FAN_IN;
+        else if (strcmp(mode, "fan_out") == 0)
+            o->mode = RT_FAN_OUT;
+        else if (strcmp(mode, "fan_avg") == 0)
+            o->mode = RT_FAN_AVG;
+        else
+            return rt_keras_fail(c, RT_EINVAL, "'%s': unknown mode '%.20s'", key, mode);
         /* "normal" is Keras 2.0-2.2's name of the truncated normal */
         if (strcmp(dist, "truncated_normal") == 0 || strcmp(dist, "normal") == 0)
             o->dist = RT_DIST_TRUNCATED_NORMAL;
-        else if (strcmp(dist, "untruncated_normal") == 0) o->dist = RT_DIST_UNTRUNCATED_NORMAL;
-        else if (strcmp(dist, "uniform") == 0) o->dist = RT_DIST_UNIFORM;
-        else return rt_keras_fail(c, RT_EINVAL, "'%s': unknown distribution '%.20s'", key, dist);
+        else if (strcmp(dist, "untruncated_normal") == 0)
+            o->dist = RT_DIST_UNTRUNCATED_NORMAL;
+        else if (strcmp(dist, "uniform") == 0)
+            o->dist = RT_DIST_UNIFORM;
+        else
+            return rt_keras_fail(c, RT_EINVAL, "'%s': unknown distribution '%.20s'", key, dist);
         if (!(o->scale > 0))
             return rt_keras_fail(c, RT_EINVAL, "'%s': scale must be > 0", key);
         return obj_fields_ok(c, key, oc, k);
@@ -318,7 +320,8 @@ static int parse_init(rt_keras_ctx *c, const char *key, json_object *v, rt_param
         name_eq(name, "OrthogonalInitializer") || name_eq(name, "IdentityInitializer")) {
         static const char *const k[] = {"gain", NULL};
         o->init = name_eq(name, "Orthogonal") || name_eq(name, "OrthogonalInitializer")
-                      ? RT_INIT_ORTHOGONAL : RT_INIT_IDENTITY;
+                      ? RT_INIT_ORTHOGONAL
+                      : RT_INIT_IDENTITY;
         /* Keras 1's orthogonal scaled by 1.1 */
         double def = c->keras1 && o->init == RT_INIT_ORTHOGONAL ? 1.1 : 1.0;
         if ((rc = obj_num(c, key, oc, "gain", def, &o->scale)) < 0)
@@ -371,8 +374,10 @@ int rt_keras_cfg_reg(rt_keras_ctx *c, const char *key, json_object *v, rt_param_
     if ((rc = obj_num(c, key, oc, "l1", is1 && oc ? 0.01 : d1, &o->l1)) < 0 ||
         (rc = obj_num(c, key, oc, "l2", is2 && oc ? 0.01 : d2, &o->l2)) < 0)
         return rc;
-    if (is1) o->l2 = 0;
-    if (is2) o->l1 = 0;
+    if (is1)
+        o->l2 = 0;
+    if (is2)
+        o->l1 = 0;
     if (!(o->l1 >= 0) || !(o->l2 >= 0))
         return rt_keras_fail(c, RT_EINVAL, "'%s': negative coefficient", key);
     return obj_fields_ok(c, key, oc, k);
@@ -393,10 +398,14 @@ static int parse_constraint(rt_keras_ctx *c, const char *key, json_object *v, in
         o->constraint = RT_CONSTRAINT_NON_NEG;
         return obj_fields_ok(c, key, oc, k);
     }
-    if (name_eq(name, "MaxNorm") || name_eq(name, "max_norm")) o->constraint = RT_CONSTRAINT_MAX_NORM;
-    else if (name_eq(name, "UnitNorm")) o->constraint = RT_CONSTRAINT_UNIT_NORM;
-    else if (name_eq(name, "MinMaxNorm")) o->constraint = RT_CONSTRAINT_MIN_MAX_NORM;
-    else return rt_keras_fail(c, RT_EINVAL, "unsupported constraint '%.40s' in '%s'", name, key);
+    if (name_eq(name, "MaxNorm") || name_eq(name, "max_norm"))
+        o->constraint = RT_CONSTRAINT_MAX_NORM;
+    else if (name_eq(name, "UnitNorm"))
+        o->constraint = RT_CONSTRAINT_UNIT_NORM;
+    else if (name_eq(name, "MinMaxNorm"))
+        o->constraint = RT_CONSTRAINT_MIN_MAX_NORM;
+    else
+        return rt_keras_fail(c, RT_EINVAL, "unsupported constraint '%.40s' in '%s'", name, key);
     double m;
     if ((rc = obj_num(c, key, oc, "m", 2, &m)) < 0 ||
         (rc = obj_num(c, key, oc, "max_value", o->constraint == RT_CONSTRAINT_MAX_NORM ? m : 1,
@@ -428,8 +437,8 @@ static int parse_constraint(rt_keras_ctx *c, const char *key, json_object *v, in
     for (int i = 0; i < na; i++) {
         int64_t a = axes[i] < 0 ? axes[i] + ndim : axes[i];
         if (a < 0 || a >= ndim)
-            return rt_keras_fail(c, RT_EINVAL, "'%s': axis %lld outside the weight's %d dims",
-                                 key, (long long)axes[i], ndim);
+            return rt_keras_fail(c, RT_EINVAL, "'%s': axis %lld outside the weight's %d dims", key,
+                                 (long long)axes[i], ndim);
         o->c_axes |= 1u << a;
     }
     if (!(o->c_max >= 0) || !(o->c_min >= 0 && o->c_min <= o->c_max) ||
@@ -479,7 +488,8 @@ int rt_keras_param_opts(rt_keras_ctx *c, int first)
                     continue;
                 }
                 /* the key string must outlive this call: use the object's */
-                json_object_object_foreach(c->cfg, ck, cv) {
+                json_object_object_foreach(c->cfg, ck, cv)
+                {
                     (void)cv;
                     if (strcmp(ck, key) == 0) {
                         cfg_mark(c, ck);
@@ -489,9 +499,12 @@ int rt_keras_param_opts(rt_keras_ctx *c, int first)
                 if (!v)
                     continue;
                 rt_param_opts t = o;
-                if (k == 0) rc = parse_init(c, key, v, &t);
-                else if (k == 1) rc = rt_keras_cfg_reg(c, key, v, &t);
-                else rc = parse_constraint(c, key, v, e->shape.ndim, &t);
+                if (k == 0)
+                    rc = parse_init(c, key, v, &t);
+                else if (k == 1)
+                    rc = rt_keras_cfg_reg(c, key, v, &t);
+                else
+                    rc = parse_constraint(c, key, v, e->shape.ndim, &t);
                 if (rc < 0)
                     return rc;
                 if (k == 0) {
@@ -521,8 +534,8 @@ int rt_keras_param_opts(rt_keras_ctx *c, int first)
 /* Names made of the layer name and a suffix, checked for length. */
 int rt_keras_name(rt_keras_ctx *c, char *dst, const char *suffix)
 {
-    int n = snprintf(dst, RT_KERAS_NAME, "%s%s%s", c->layer, suffix ? "/" : "",
-                     suffix ? suffix : "");
+    int n =
+        snprintf(dst, RT_KERAS_NAME, "%s%s%s", c->layer, suffix ? "/" : "", suffix ? suffix : "");
     if (n < 0 || n >= RT_KERAS_NAME)
         return rt_keras_fail(c, RT_EINVAL, "layer name is too long");
     return 0;

@@ -34,8 +34,8 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-static int kl_node(rt_keras_ctx *c, const char *name, const char *op, int n_in,
-                   const char **in, int n_attr, const rt_attr *at)
+static int kl_node(rt_keras_ctx *c, const char *name, const char *op, int n_in, const char **in,
+                   int n_attr, const rt_attr *at)
 {
     int rc = rt_graph_add_node(c->g, name, op, n_in, in, n_attr, at);
     if (rc < 0)
@@ -43,8 +43,8 @@ static int kl_node(rt_keras_ctx *c, const char *name, const char *op, int n_in,
     return 0;
 }
 
-static int kl_param(rt_keras_ctx *c, const char *name, int nd, const int64_t *d,
-                    rt_init init, int trainable)
+static int kl_param(rt_keras_ctx *c, const char *name, int nd, const int64_t *d, rt_init init,
+                    int trainable)
 {
     int rc = rt_graph_add_param(c->g, name, nd, d, init, trainable, NULL);
     if (rc < 0)
@@ -62,8 +62,8 @@ static void kl_out(rt_keras_ctx *c, const char *name, int nd, const int64_t *d)
 }
 
 /* a one-input node named name on input in, output dims d */
-static int kl_unary(rt_keras_ctx *c, const char *name, const char *op, const char *in,
-                    int n_attr, const rt_attr *at, int nd, const int64_t *d)
+static int kl_unary(rt_keras_ctx *c, const char *name, const char *op, const char *in, int n_attr,
+                    const rt_attr *at, int nd, const int64_t *d)
 {
     int rc = kl_node(c, name, op, 1, &in, n_attr, at);
     if (rc < 0)
@@ -72,8 +72,7 @@ static int kl_unary(rt_keras_ctx *c, const char *name, const char *op, const cha
     return 0;
 }
 
-static int kl_reshape(rt_keras_ctx *c, const char *name, const char *in, int nd,
-                      const int64_t *d)
+static int kl_reshape(rt_keras_ctx *c, const char *name, const char *in, int nd, const int64_t *d)
 {
     rt_attr a = {.name = "shape", .kind = RT_ATTR_INTS, .n = nd, .ints = d};
     return kl_node(c, name, "Reshape", 1, &in, 1, &a);
@@ -87,7 +86,8 @@ static int kl_channels_last(rt_keras_ctx *c, int rank)
         return rc;
     if (strcmp(fmt, "channels_last") != 0)
         return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                             "data_format '%.20s' is not supported (channels_last, channels_first)", fmt);
+                             "data_format '%.20s' is not supported (channels_last, channels_first)",
+                             fmt);
     if (rank && c->in[0].ndim != rank)
         return rt_keras_fail(c, RT_ESHAPE, "%s needs inputs of rank %d (batch excluded), got %d",
                              c->class_name, rank, c->in[0].ndim);
@@ -145,8 +145,7 @@ static int kl_window(rt_keras_ctx *c, int64_t in, int64_t k, int64_t s, int64_t 
 /* Keras' padding/cropping amounts: for dims == 1 an int n or [a, b]; for
  * dims == 2 an int, [a, b] (symmetric per dim) or [[t, b], [l, r]].
  * out[i][0] before, out[i][1] after, each >= 0. */
-static int kl_amounts(rt_keras_ctx *c, const char *key, int dims, int64_t def,
-                      int64_t out[2][2])
+static int kl_amounts(rt_keras_ctx *c, const char *key, int dims, int64_t def, int64_t out[2][2])
 {
     for (int i = 0; i < dims; i++)
         out[i][0] = out[i][1] = def;
@@ -156,8 +155,7 @@ static int kl_amounts(rt_keras_ctx *c, const char *key, int dims, int64_t def,
     if (json_object_is_type(v, json_type_int)) {
         for (int i = 0; i < dims; i++)
             out[i][0] = out[i][1] = json_object_get_int64(v);
-    } else if (json_object_is_type(v, json_type_array) &&
-               json_object_array_length(v) == 2) {
+    } else if (json_object_is_type(v, json_type_array) && json_object_array_length(v) == 2) {
         for (int i = 0; i < 2; i++) {
             json_object *e = json_object_array_get_idx(v, (size_t)i);
             if (e && json_object_is_type(e, json_type_int)) {
@@ -479,8 +477,7 @@ static int kl_conv_cfg(rt_keras_ctx *c, int dims, kl_conv *v, int causal_ok)
 
 /* Conv2D node: x, kernel value (engine layout), bias name or NULL */
 static int kl_conv2d_node(rt_keras_ctx *c, const char *name, const char *x, const char *w,
-                          const char *b, const kl_conv *v, int group, int same,
-                          const char *act)
+                          const char *b, const kl_conv *v, int group, int same, const char *act)
 {
     rt_attr at[5] = {
         {.name = "strides", .kind = RT_ATTR_INTS, .n = 2, .ints = v->s},
@@ -516,7 +513,8 @@ static int k_conv1d(rt_keras_ctx *c)
                              (long long)v.groups, (long long)C, (long long)v.filters);
     char kname[RT_KERAS_NAME], k4[RT_KERAS_NAME], bname[RT_KERAS_NAME], x4[RT_KERAS_NAME],
         cv[RT_KERAS_NAME];
-    if ((rc = rt_keras_name(c, kname, "kernel")) < 0 || (rc = rt_keras_name(c, k4, "kernel_4d")) < 0 ||
+    if ((rc = rt_keras_name(c, kname, "kernel")) < 0 ||
+        (rc = rt_keras_name(c, k4, "kernel_4d")) < 0 ||
         (rc = rt_keras_name(c, bname, "bias")) < 0 || (rc = rt_keras_name(c, x4, "4d")) < 0 ||
         (rc = rt_keras_name(c, cv, "conv")) < 0)
         return rc;
@@ -600,8 +598,8 @@ static int k_depthwise2d(rt_keras_ctx *c)
         return rc;
     int64_t oh, ow;
     const int fuse = kl_fusable(v.act);
-    if ((rc = kl_dw_node(c, &v, kname, c->layer, v.use_bias ? bname : NULL,
-                         fuse ? v.act : "linear", &oh, &ow)) < 0)
+    if ((rc = kl_dw_node(c, &v, kname, c->layer, v.use_bias ? bname : NULL, fuse ? v.act : "linear",
+                         &oh, &ow)) < 0)
         return rc;
     const int64_t od[3] = {oh, ow, OC};
     kl_out(c, c->layer, 3, od);
@@ -616,7 +614,8 @@ static int k_separable2d(rt_keras_ctx *c)
     int rc;
     rt_init pinit;
     if ((rc = kl_conv_cfg(c, 2, &v, 0)) < 0 ||
-        (rc = rt_keras_cfg_init(c, "depthwise_initializer", RT_INIT_GLOROT_UNIFORM, &v.kinit)) < 0 ||
+        (rc = rt_keras_cfg_init(c, "depthwise_initializer", RT_INIT_GLOROT_UNIFORM, &v.kinit)) <
+            0 ||
         (rc = rt_keras_cfg_init(c, "pointwise_initializer", RT_INIT_GLOROT_UNIFORM, &pinit)) < 0)
         return rc;
     if (v.filters <= 0)
@@ -629,7 +628,8 @@ static int k_separable2d(rt_keras_ctx *c)
     const int64_t M = c->in[0].dims[2] * v.mult;
     char kname[RT_KERAS_NAME], pname[RT_KERAS_NAME], bname[RT_KERAS_NAME], dw[RT_KERAS_NAME];
     const int64_t pd[4] = {1, 1, M, v.filters};
-    if ((rc = rt_keras_name(c, pname, "pointwise_kernel")) < 0 || (rc = rt_keras_name(c, bname, "bias")) < 0 ||
+    if ((rc = rt_keras_name(c, pname, "pointwise_kernel")) < 0 ||
+        (rc = rt_keras_name(c, bname, "bias")) < 0 ||
         (rc = rt_keras_name(c, dw, "depthwise")) < 0 || (rc = kl_dw_param(c, &v, kname)) < 0 ||
         (rc = kl_param(c, pname, 4, pd, pinit, v.trainable)) < 0 ||
         (v.use_bias && (rc = kl_param(c, bname, 1, &v.filters, v.binit, v.trainable)) < 0))
@@ -676,7 +676,8 @@ static int k_conv2dtranspose(rt_keras_ctx *c)
     const rt_keras_tensor *x = &c->in[0];
     char kname[RT_KERAS_NAME], bname[RT_KERAS_NAME];
     const int64_t kd[4] = {v.k[0], v.k[1], v.filters, x->dims[2]};
-    if ((rc = rt_keras_name(c, kname, "kernel")) < 0 || (rc = rt_keras_name(c, bname, "bias")) < 0 ||
+    if ((rc = rt_keras_name(c, kname, "kernel")) < 0 ||
+        (rc = rt_keras_name(c, bname, "bias")) < 0 ||
         (rc = kl_param(c, kname, 4, kd, v.kinit, v.trainable)) < 0 ||
         (v.use_bias && (rc = kl_param(c, bname, 1, &v.filters, v.binit, v.trainable)) < 0))
         return rc;
@@ -730,7 +731,8 @@ static int kl_pool1d(rt_keras_ctx *c, const char *op)
     };
     const char *in = x4;
     if ((rc = kl_reshape(c, x4, c->in[0].name, 3, xd)) < 0 ||
-        (rc = kl_node(c, pl, op, 1, &in, 3, at)) < 0 || (rc = kl_reshape(c, c->layer, pl, 2, od)) < 0)
+        (rc = kl_node(c, pl, op, 1, &in, 3, at)) < 0 ||
+        (rc = kl_reshape(c, c->layer, pl, 2, od)) < 0)
         return rc;
     kl_out(c, c->layer, 2, od);
     return 0;
@@ -743,7 +745,8 @@ static int k_avgpool1d(rt_keras_ctx *c) { return kl_pool1d(c, "AvgPool2D"); }
 static int kl_global(rt_keras_ctx *c, int rank, int max)
 {
     int rc, keep;
-    if ((rc = kl_channels_last(c, rank)) < 0 || (rc = rt_keras_cfg_bool(c, "keepdims", 0, &keep)) < 0)
+    if ((rc = kl_channels_last(c, rank)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "keepdims", 0, &keep)) < 0)
         return rc;
     const int64_t C = c->in[0].dims[rank - 1];
     int64_t od[3] = {1, 1, 1};
@@ -899,8 +902,7 @@ static int k_relu(rt_keras_ctx *c)
         {.name = "threshold", .kind = RT_ATTR_FLOAT, .f = th},
         {.name = "max_value", .kind = RT_ATTR_FLOAT, .f = maxv},
     };
-    return kl_unary(c, c->layer, "KerasRelu", c->in[0].name, 3, at, c->in[0].ndim,
-                    c->in[0].dims);
+    return kl_unary(c, c->layer, "KerasRelu", c->in[0].name, 3, at, c->in[0].ndim, c->in[0].dims);
 }
 
 /* PReLU: alpha has the input's per-sample shape, 1 along shared_axes
@@ -952,8 +954,8 @@ static int k_softmax(rt_keras_ctx *c)
     const int r = x->ndim + 1;
     int64_t a = axis[0] < 0 ? axis[0] + r : axis[0];
     if (a < 1 || a >= r)
-        return rt_keras_fail(c, RT_EINVAL, "Softmax axis %lld is outside 1..%d",
-                             (long long)axis[0], r - 1);
+        return rt_keras_fail(c, RT_EINVAL, "Softmax axis %lld is outside 1..%d", (long long)axis[0],
+                             r - 1);
     if (a == r - 1)
         return kl_act1(c, "Softmax", NULL, 0);
     int64_t perm[RT_MAX_DIMS + 1];
@@ -976,8 +978,7 @@ static int k_softmax(rt_keras_ctx *c)
 /* Identity */
 static int k_identity(rt_keras_ctx *c)
 {
-    return kl_unary(c, c->layer, "Identity", c->in[0].name, 0, NULL, c->in[0].ndim,
-                    c->in[0].dims);
+    return kl_unary(c, c->layer, "Identity", c->in[0].name, 0, NULL, c->in[0].ndim, c->in[0].dims);
 }
 
 /* Normalization (Keras' preprocessing layer) over the last axis: weights
@@ -999,12 +1000,14 @@ static int kl_norm_values(rt_keras_ctx *c, const char *key, int64_t C, float *v,
                (int64_t)json_object_array_length(o) == C) {
         for (int64_t i = 0; i < C; i++) {
             json_object *e = json_object_array_get_idx(o, (size_t)i);
-            if (!e || !(json_object_is_type(e, json_type_double) || json_object_is_type(e, json_type_int)))
+            if (!e || !(json_object_is_type(e, json_type_double) ||
+                        json_object_is_type(e, json_type_int)))
                 return rt_keras_fail(c, RT_EINVAL, "'%s' must hold numbers", key);
             v[i] = (float)json_object_get_double(e);
         }
     } else {
-        return rt_keras_fail(c, RT_EINVAL, "'%s' must be a number or %lld numbers", key, (long long)C);
+        return rt_keras_fail(c, RT_EINVAL, "'%s' must be a number or %lld numbers", key,
+                             (long long)C);
     }
     for (int64_t i = 0; i < C; i++)
         if (!isfinite(v[i]) || (key[0] == 'v' && v[i] < 0))
@@ -1047,9 +1050,10 @@ static int k_normalization(rt_keras_ctx *c)
     char mn[RT_KERAS_NAME], vn[RT_KERAS_NAME], cn[RT_KERAS_NAME], sd[RT_KERAS_NAME],
         se[RT_KERAS_NAME], ct[RT_KERAS_NAME];
     if ((rc = kl_norm_values(c, "mean", C, mean, &gm)) < 0 ||
-        (rc = kl_norm_values(c, "variance", C, var, &gv)) < 0 || (rc = rt_keras_name(c, mn, "mean")) < 0 ||
-        (rc = rt_keras_name(c, vn, "variance")) < 0 || (rc = rt_keras_name(c, cn, "count")) < 0 ||
-        (rc = rt_keras_name(c, sd, "std")) < 0 || (rc = rt_keras_name(c, se, "std_eps")) < 0 ||
+        (rc = kl_norm_values(c, "variance", C, var, &gv)) < 0 ||
+        (rc = rt_keras_name(c, mn, "mean")) < 0 || (rc = rt_keras_name(c, vn, "variance")) < 0 ||
+        (rc = rt_keras_name(c, cn, "count")) < 0 || (rc = rt_keras_name(c, sd, "std")) < 0 ||
+        (rc = rt_keras_name(c, se, "std_eps")) < 0 ||
         (rc = rt_keras_name(c, ct, invert ? "scaled" : "centered")) < 0)
         goto out;
     if ((rc = rt_graph_add_param(c->g, mn, 1, &C, RT_INIT_ZEROS, 0, gm ? mean : NULL)) < 0 ||
@@ -1174,8 +1178,10 @@ int rt_keras_layers_find(const char *class_name, rt_keras_layer_fn *fn, int *n_i
  * rt_keras_layers_activation's. */
 int rt_keras_add_activation(rt_keras_ctx *c, const char *act)
 {
-    static const struct { const char *keras, *op; } acts[] = {
-        {"relu", "Relu"}, {"sigmoid", "Sigmoid"}, {"tanh", "Tanh"},
+    static const struct {
+        const char *keras, *op;
+    } acts[] = {
+        {"relu", "Relu"},       {"sigmoid", "Sigmoid"},        {"tanh", "Tanh"},
         {"softmax", "Softmax"}, {"log_softmax", "LogSoftmax"},
     };
     if (!act || strcmp(act, "linear") == 0)

@@ -42,8 +42,10 @@
 static int k_reject_set(rt_keras_ctx *c, const char *key, const char *why)
 {
     json_object *v = NULL;
-    if (!c->cfg || !json_object_object_get_ex(c->cfg, key, &v) || !v) return 0;
-    if (json_object_is_type(v, json_type_boolean) && !json_object_get_boolean(v)) return 0;
+    if (!c->cfg || !json_object_object_get_ex(c->cfg, key, &v) || !v)
+        return 0;
+    if (json_object_is_type(v, json_type_boolean) && !json_object_get_boolean(v))
+        return 0;
     if ((json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)) &&
         json_object_get_double(v) == 0.0)
         return 0;
@@ -55,7 +57,8 @@ static int k_reject_all(rt_keras_ctx *c, const char *const *keys, int n)
 {
     for (int i = 0; i < n; i++) {
         int rc = k_reject_set(c, keys[i], NULL);
-        if (rc < 0) return rc;
+        if (rc < 0)
+            return rc;
     }
     return 0;
 }
@@ -65,13 +68,23 @@ static int k_reject_all(rt_keras_ctx *c, const char *const *keys, int n)
  * computes the same values), seed (Keras' dropout seed: the masks here
  * are drawn from the training seed). */
 static const char *const k_inert[] = {
-    "name", "trainable", "dtype", "batch_input_shape", "batch_shape", "input_shape",
-    "input_length", "unroll", "implementation", "seed",
+    "name",
+    "trainable",
+    "dtype",
+    "batch_input_shape",
+    "batch_shape",
+    "input_shape",
+    "input_length",
+    "unroll",
+    "implementation",
+    "seed",
     /* Keras 3: whether to use cuDNN's kernel (the same values) */
     "use_cudnn",
     /* Keras 1: the input dtype, an RNN's input_dim shape hint, and how it
      * computes (consume_less) */
-    "input_dtype", "input_dim", "consume_less",
+    "input_dtype",
+    "input_dim",
+    "consume_less",
 };
 
 /* Keras 1 configs use other names for the same settings (LSTM(output_dim,
@@ -84,13 +97,17 @@ static json_object *k_keras1(rt_keras_ctx *c, int embedding, int gru, int *rc)
 {
     json_object *v;
     *rc = 0;
-    if (!c->cfg || !json_object_is_type(c->cfg, json_type_object)) return NULL;
+    if (!c->cfg || !json_object_is_type(c->cfg, json_type_object))
+        return NULL;
     const int k1 = embedding ? json_object_object_get_ex(c->cfg, "init", &v) ||
                                    json_object_object_get_ex(c->cfg, "W_regularizer", &v)
                              : json_object_object_get_ex(c->cfg, "output_dim", &v) &&
                                    !json_object_object_get_ex(c->cfg, "units", &v);
-    if (!k1) return NULL;
-    static const struct { const char *k1, *k2, *emb; } map[] = {
+    if (!k1)
+        return NULL;
+    static const struct {
+        const char *k1, *k2, *emb;
+    } map[] = {
         {"output_dim", "units", "output_dim"},
         {"init", "kernel_initializer", "embeddings_initializer"},
         {"inner_init", "recurrent_initializer", NULL},
@@ -109,18 +126,20 @@ static json_object *k_keras1(rt_keras_ctx *c, int embedding, int gru, int *rc)
         *rc = RT_ENOMEM;
         return NULL;
     }
-    json_object_object_foreach(c->cfg, key, val) {
+    json_object_object_foreach(c->cfg, key, val)
+    {
         const char *to = key;
         for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-            if (!strcmp(key, map[i].k1)) to = embedding && map[i].emb ? map[i].emb : map[i].k2;
+            if (!strcmp(key, map[i].k1))
+                to = embedding && map[i].emb ? map[i].emb : map[i].k2;
         if (!strcmp(key, "forget_bias_init") && !embedding) {
-            const char *fb = json_object_is_type(val, json_type_string) ? json_object_get_string(val)
-                                                                        : "";
+            const char *fb =
+                json_object_is_type(val, json_type_string) ? json_object_get_string(val) : "";
             if (strcmp(fb, "one") != 0 && strcmp(fb, "zero") != 0) {
                 json_object_put(t);
                 *rc = rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                                    "%s forget_bias_init '%.20s' (one or zero only)",
-                                    c->class_name, fb);
+                                    "%s forget_bias_init '%.20s' (one or zero only)", c->class_name,
+                                    fb);
                 return NULL;
             }
             json_object_object_add(t, "unit_forget_bias",
@@ -140,12 +159,16 @@ static int k_known_fields2(rt_keras_ctx *c, const char *const *known, int n,
                            const char *const *more, int n_more)
 {
     c->fields_checked = 1; /* the importer's generic field check defers to this one */
-    if (!c->cfg || !json_object_is_type(c->cfg, json_type_object)) return 0;
-    json_object_object_foreach(c->cfg, key, val) {
+    if (!c->cfg || !json_object_is_type(c->cfg, json_type_object))
+        return 0;
+    json_object_object_foreach(c->cfg, key, val)
+    {
         (void)val;
         int ok = 0;
-        for (int i = 0; i < n && !ok; i++) ok = !strcmp(key, known[i]);
-        for (int i = 0; i < n_more && !ok; i++) ok = !strcmp(key, more[i]);
+        for (int i = 0; i < n && !ok; i++)
+            ok = !strcmp(key, known[i]);
+        for (int i = 0; i < n_more && !ok; i++)
+            ok = !strcmp(key, more[i]);
         for (size_t i = 0; i < sizeof k_inert / sizeof k_inert[0] && !ok; i++)
             ok = !strcmp(key, k_inert[i]);
         if (!ok)
@@ -173,22 +196,25 @@ static int k_rnn_act(rt_keras_ctx *c, const char *key, const char *def, const ch
 {
     const char *s;
     int rc = rt_keras_cfg_str(c, key, def, &s);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     static const char *ok[] = {"tanh", "sigmoid", "relu", "linear", "hard_sigmoid"};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
         if (!strcmp(s, ok[i])) {
             *out = !strcmp(s, "hard_sigmoid") && k_is_keras3(c) ? "hard_sigmoid_v3" : s;
             return 0;
         }
-    return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                         "%s %s '%.40s' is not supported (tanh, sigmoid, relu, linear, hard_sigmoid)",
-                         c->class_name, key, s);
+    return rt_keras_fail(
+        c, RT_EUNIMPLEMENTED,
+        "%s %s '%.40s' is not supported (tanh, sigmoid, relu, linear, hard_sigmoid)", c->class_name,
+        key, s);
 }
 
 static int k_name(rt_keras_ctx *c, char *dst, const char *base, const char *sfx)
 {
     int n = snprintf(dst, RT_KERAS_NAME, "%s/%s", base, sfx);
-    if (n < 0 || n >= RT_KERAS_NAME) return rt_keras_fail(c, RT_EINVAL, "layer name is too long");
+    if (n < 0 || n >= RT_KERAS_NAME)
+        return rt_keras_fail(c, RT_EINVAL, "layer name is too long");
     return 0;
 }
 
@@ -199,10 +225,17 @@ static int k_embedding(rt_keras_ctx *c)
     /* activity_regularizer: after the layer too (import_keras.c) */
     static const char *const unsupported[] = {"sparse", "lora_rank", "dropout"};
     int mask_zero;
-    static const char *const known[] = {
-        "input_dim", "output_dim", "embeddings_initializer", "embeddings_regularizer",
-        "activity_regularizer", "embeddings_constraint", "mask_zero", "sparse", "lora_rank",
-        "dropout" /* Keras 1 */, "lora_alpha" /* used only with lora_rank */};
+    static const char *const known[] = {"input_dim",
+                                        "output_dim",
+                                        "embeddings_initializer",
+                                        "embeddings_regularizer",
+                                        "activity_regularizer",
+                                        "embeddings_constraint",
+                                        "mask_zero",
+                                        "sparse",
+                                        "lora_rank",
+                                        "dropout" /* Keras 1 */,
+                                        "lora_alpha" /* used only with lora_rank */};
     int64_t V, D;
     int trainable, rc;
     rt_init init;
@@ -220,7 +253,8 @@ static int k_embedding(rt_keras_ctx *c)
     if (x->ndim + 1 >= RT_MAX_DIMS)
         return rt_keras_fail(c, RT_ESHAPE, "Embedding input has rank %d", x->ndim);
     char w[RT_KERAS_NAME];
-    if ((rc = k_name(c, w, c->layer, "embeddings")) < 0) return rc;
+    if ((rc = k_name(c, w, c->layer, "embeddings")) < 0)
+        return rc;
     int64_t wd[2] = {V, D};
     if ((rc = rt_graph_add_param(c->g, w, 2, wd, init, trainable, NULL)) < 0)
         return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
@@ -238,7 +272,8 @@ static int k_embedding(rt_keras_ctx *c)
         if (x->ndim != 1)
             return rt_keras_fail(c, RT_EUNIMPLEMENTED,
                                  "Embedding mask_zero needs (time,) indices, got rank %d", x->ndim);
-        if ((rc = k_name(c, c->out.mask, c->layer, "mask")) < 0) return rc;
+        if ((rc = k_name(c, c->out.mask, c->layer, "mask")) < 0)
+            return rc;
         const rt_attr mv = {.name = "mask_value", .kind = RT_ATTR_FLOAT, .f = 0.0};
         const char *min = x->name;
         if ((rc = rt_graph_add_node(c->g, c->out.mask, "SequenceMask", 1, &min, 1, &mv)) < 0)
@@ -263,7 +298,8 @@ int rt_keras_masking(rt_keras_ctx *c)
                              "Masking needs (time, features) inputs, got rank %d", x->ndim);
     c->out = *x;
     c->mask_set = 1;
-    if ((rc = k_name(c, c->out.mask, c->layer, "mask")) < 0) return rc;
+    if ((rc = k_name(c, c->out.mask, c->layer, "mask")) < 0)
+        return rc;
     const rt_attr mv = {.name = "mask_value", .kind = RT_ATTR_FLOAT, .f = v};
     const char *in = x->name;
     if ((rc = rt_graph_add_node(c->g, c->out.mask, "SequenceMask", 1, &in, 1, &mv)) < 0 ||
@@ -277,7 +313,8 @@ int rt_keras_embedding(rt_keras_ctx *c)
 {
     int rc;
     json_object *k1 = k_keras1(c, 1, 0, &rc);
-    if (rc < 0 || !k1) return rc < 0 ? rc : k_embedding(c);
+    if (rc < 0 || !k1)
+        return rc < 0 ? rc : k_embedding(c);
     json_object *orig = c->cfg;
     c->cfg = k1;
     rc = k_embedding(c);
@@ -300,15 +337,30 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
     static const char *const unsupported[] = {
         "return_state", "stateful", "time_major",
         /* inside Bidirectional the importer does not see these settings */
-        "activity_regularizer", "kernel_regularizer", "recurrent_regularizer",
-        "bias_regularizer", "kernel_constraint", "recurrent_constraint", "bias_constraint"};
+        "activity_regularizer", "kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
+        "kernel_constraint", "recurrent_constraint", "bias_constraint"};
     const int n_unsupported = strcmp(name, c->layer) == 0 ? 3 : 10;
-    static const char *const known[] = {
-        "units", "activation", "use_bias", "kernel_initializer", "recurrent_initializer",
-        "bias_initializer", "dropout", "recurrent_dropout", "return_sequences", "go_backwards",
-        "kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
-        "activity_regularizer", "kernel_constraint", "recurrent_constraint",
-        "bias_constraint", "return_state", "stateful", "time_major", "zero_output_for_mask"};
+    static const char *const known[] = {"units",
+                                        "activation",
+                                        "use_bias",
+                                        "kernel_initializer",
+                                        "recurrent_initializer",
+                                        "bias_initializer",
+                                        "dropout",
+                                        "recurrent_dropout",
+                                        "return_sequences",
+                                        "go_backwards",
+                                        "kernel_regularizer",
+                                        "recurrent_regularizer",
+                                        "bias_regularizer",
+                                        "activity_regularizer",
+                                        "kernel_constraint",
+                                        "recurrent_constraint",
+                                        "bias_constraint",
+                                        "return_state",
+                                        "stateful",
+                                        "time_major",
+                                        "zero_output_for_mask"};
     static const char *const lstm_known[] = {"recurrent_activation", "unit_forget_bias"};
     static const char *const gru_known[] = {"recurrent_activation", "reset_after"};
     static const char *const ops[] = {"SimpleRNN", "LSTM", "GRU"};
@@ -319,8 +371,8 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
     const char *act, *ract = "sigmoid";
     rt_init kinit, rinit, binit;
     if ((rc = k_known_fields2(c, known, sizeof known / sizeof known[0],
-                              cell == K_LSTM ? lstm_known : gru_known,
-                              cell == K_SIMPLE ? 0 : 2)) < 0 ||
+                              cell == K_LSTM ? lstm_known : gru_known, cell == K_SIMPLE ? 0 : 2)) <
+            0 ||
         (rc = k_reject_all(c, unsupported, n_unsupported)) < 0 ||
         (rc = rt_keras_cfg_int(c, "units", 0, &units)) < 0 ||
         (rc = rt_keras_cfg_float(c, "dropout", 0, &drop)) < 0 ||
@@ -349,7 +401,8 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
                              c->class_name, x->ndim);
     const int64_t GU = gates[cell] * units;
     char kn[RT_KERAS_NAME], rn[RT_KERAS_NAME], bn[RT_KERAS_NAME];
-    if ((rc = k_name(c, kn, name, "kernel")) < 0 || (rc = k_name(c, rn, name, "recurrent_kernel")) < 0 ||
+    if ((rc = k_name(c, kn, name, "kernel")) < 0 ||
+        (rc = k_name(c, rn, name, "recurrent_kernel")) < 0 ||
         (rc = k_name(c, bn, name, "bias")) < 0)
         return rc;
     int64_t kd[2] = {x->dims[1], GU}, rd[2] = {units, GU}, bd[2] = {2, GU};
@@ -364,16 +417,20 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
                 return rt_keras_fail(c, RT_EUNIMPLEMENTED,
                                      "unit_forget_bias with a bias_initializer other than zeros");
             ones = calloc((size_t)GU, sizeof(float));
-            if (!ones) return RT_ENOMEM;
-            for (int64_t j = units; j < 2 * units; j++) ones[j] = 1.0f;
+            if (!ones)
+                return RT_ENOMEM;
+            for (int64_t j = units; j < 2 * units; j++)
+                ones[j] = 1.0f;
         }
         rc = reset_after ? rt_graph_add_param(c->g, bn, 2, bd, binit, trainable, NULL)
                          : rt_graph_add_param(c->g, bn, 1, &GU, binit, trainable, ones);
         free(ones);
-        if (rc < 0) return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+        if (rc < 0)
+            return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
     }
     /* Bidirectional forces zero_output_for_mask to return_sequences */
-    if (strcmp(name, c->layer) != 0) zero_out = seq;
+    if (strcmp(name, c->layer) != 0)
+        zero_out = seq;
     const int masked = x->mask[0] != 0;
     rt_attr at[10] = {
         {.name = "masked", .kind = RT_ATTR_INT, .i = masked},
@@ -410,7 +467,8 @@ static int k_rnn_build(rt_keras_ctx *c, int cell, const char *name, int flip, in
 {
     int rc;
     json_object *k1 = k_keras1(c, 0, cell == K_GRU, &rc);
-    if (rc < 0 || !k1) return rc < 0 ? rc : k_rnn_build_cfg(c, cell, name, flip, rev_out, out);
+    if (rc < 0 || !k1)
+        return rc < 0 ? rc : k_rnn_build_cfg(c, cell, name, flip, rev_out, out);
     json_object *orig = c->cfg;
     c->cfg = k1;
     rc = k_rnn_build_cfg(c, cell, name, flip, rev_out, out);
@@ -443,12 +501,14 @@ static int k_inner(rt_keras_ctx *c, json_object *o, const char *what, json_objec
     json_object *icls = NULL, *iname = NULL;
     if (!o || !json_object_object_get_ex(o, "class_name", &icls) ||
         !json_object_is_type(icls, json_type_string) ||
-        !json_object_object_get_ex(o, "config", cfg) || !json_object_is_type(*cfg, json_type_object))
+        !json_object_object_get_ex(o, "config", cfg) ||
+        !json_object_is_type(*cfg, json_type_object))
         return rt_keras_fail(c, RT_EINVAL, "Bidirectional '%s' needs class_name and config", what);
     *cls = json_object_get_string(icls);
     *name = json_object_object_get_ex(*cfg, "name", &iname) &&
                     json_object_is_type(iname, json_type_string)
-                ? json_object_get_string(iname) : *cls;
+                ? json_object_get_string(iname)
+                : *cls;
     int cell = !strcmp(*cls, "SimpleRNN") ? K_SIMPLE
                : !strcmp(*cls, "LSTM")    ? K_LSTM
                : !strcmp(*cls, "GRU")     ? K_GRU
@@ -471,24 +531,29 @@ int rt_keras_bidirectional(rt_keras_ctx *c)
     static const char *const known[] = {"layer", "merge_mode", "backward_layer"};
     const char *cls, *name, *bcls, *bname;
     int rc;
-    if ((rc = k_known_fields(c, known, 3)) < 0) return rc;
+    if ((rc = k_known_fields(c, known, 3)) < 0)
+        return rc;
     c->mask_set = 1;
     json_object_object_get_ex(c->cfg, "layer", &inner);
     const int cell = k_inner(c, inner, "layer", &icfg, &cls, &name);
-    if (cell < 0) return cell;
+    if (cell < 0)
+        return cell;
     int bcell = cell;
     if (json_object_object_get_ex(c->cfg, "backward_layer", &back) && back) {
-        if ((bcell = k_inner(c, back, "backward_layer", &bcfg, &bcls, &bname)) < 0) return bcell;
+        if ((bcell = k_inner(c, back, "backward_layer", &bcfg, &bcls, &bname)) < 0)
+            return bcell;
         if (bcell != cell)
             return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                                 "Bidirectional halves of different kinds (%.20s, %.20s)", cls, bcls);
+                                 "Bidirectional halves of different kinds (%.20s, %.20s)", cls,
+                                 bcls);
     }
     json_object *mm = NULL;
     if (json_object_object_get_ex(c->cfg, "merge_mode", &mm) && !mm)
         return rt_keras_fail(c, RT_EUNIMPLEMENTED,
                              "Bidirectional merge_mode null (two outputs) is not supported");
     const char *mode;
-    if ((rc = rt_keras_cfg_str(c, "merge_mode", "concat", &mode)) < 0) return rc;
+    if ((rc = rt_keras_cfg_str(c, "merge_mode", "concat", &mode)) < 0)
+        return rc;
     const char *op = !strcmp(mode, "concat") ? "Concat"
                      : !strcmp(mode, "sum")  ? "Add"
                      : !strcmp(mode, "mul")  ? "Mul"
@@ -511,7 +576,8 @@ int rt_keras_bidirectional(rt_keras_ctx *c)
     ic.cfg = icfg;
     ic.class_name = cls;
     rt_keras_tensor fo, bo;
-    if ((rc = k_rnn_build(&ic, cell, fw, 0, 0, &fo)) < 0) return rc;
+    if ((rc = k_rnn_build(&ic, cell, fw, 0, 0, &fo)) < 0)
+        return rc;
     if (bcfg) {
         /* Keras runs the given backward layer as configured */
         ic.cfg = bcfg;
@@ -519,7 +585,8 @@ int rt_keras_bidirectional(rt_keras_ctx *c)
     } else {
         rc = k_rnn_build(&ic, cell, bw, 1, 1, &bo);
     }
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     if (fo.ndim != bo.ndim || memcmp(fo.dims, bo.dims, sizeof(int64_t) * (size_t)fo.ndim))
         return rt_keras_fail(c, RT_ESHAPE, "Bidirectional halves have different output shapes");
     c->out = fo;
@@ -527,14 +594,16 @@ int rt_keras_bidirectional(rt_keras_ctx *c)
     const char *merged = c->layer;
     char sum[RT_KERAS_NAME];
     const int ave = !strcmp(mode, "ave");
-    if (ave && (rc = k_name(c, sum, c->layer, "sum")) < 0) return rc;
+    if (ave && (rc = k_name(c, sum, c->layer, "sum")) < 0)
+        return rc;
     rt_attr axis = {.name = "axis", .kind = RT_ATTR_INT, .i = fo.ndim};
     const int concat = !strcmp(op, "Concat");
     if ((rc = rt_graph_add_node(c->g, ave ? sum : merged, op, 2, in, concat, &axis)) < 0)
         return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
     if (ave) {
         char half[RT_KERAS_NAME];
-        if ((rc = k_name(c, half, c->layer, "half")) < 0) return rc;
+        if ((rc = k_name(c, half, c->layer, "half")) < 0)
+            return rc;
         const int64_t one = 1;
         const float h = 0.5f;
         if ((rc = rt_graph_add_param(c->g, half, 1, &one, RT_INIT_ZEROS, 0, &h)) < 0)
@@ -544,6 +613,7 @@ int rt_keras_bidirectional(rt_keras_ctx *c)
             return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
     }
     snprintf(c->out.name, sizeof c->out.name, "%s", merged);
-    if (concat) c->out.dims[c->out.ndim - 1] *= 2;
+    if (concat)
+        c->out.dims[c->out.ndim - 1] *= 2;
     return 0;
 }

@@ -58,7 +58,7 @@ extern "C" {
  * else RT_EINVAL; and at most RT_ONNX_DECODE_BUDGET(len) bytes of decoded
  * messages, else RT_ETOOBIG. */
 #define RT_ONNX_MAX_DEPTH 100
-#define RT_ONNX_DECODE_BUDGET(len) ((size_t)(len) * 8 + ((size_t)16 << 20))
+#define RT_ONNX_DECODE_BUDGET(len) ((size_t)(len)*8 + ((size_t)16 << 20))
 
 /* Parse len bytes of a serialized ModelProto into a new graph (*out, owned
  * by the caller). output: the graph output to train, NULL or "" for the
@@ -68,8 +68,8 @@ extern "C" {
  * (float inputs with fixed dims; a rank-4 one NCHW, or NHWC with
  * data_nhwc), sliced and reshaped per input. Returns 0 or a negative code with a message
  * (< errlen) in err; *out is NULL on failure. */
-int rt_onnx_import(const void *buf, size_t len, const char *output,
-                   rt_graph **out, char *err, size_t errlen);
+int rt_onnx_import(const void *buf, size_t len, const char *output, rt_graph **out, char *err,
+                   size_t errlen);
 
 /* Import options: the output as rt_onnx_import's; data_nhwc: a rank-4
  * data input is fed NHWC (the engine's layout) instead of the model's
@@ -84,24 +84,22 @@ typedef struct rt_onnx_opts {
      * train with a loss each (rt_train_config.heads); 0 for one */
     int n_outputs;
 } rt_onnx_opts;
-int rt_onnx_import_opts(const void *buf, size_t len, rt_onnx_opts *o, rt_graph **out,
-                        char *err, size_t errlen);
+int rt_onnx_import_opts(const void *buf, size_t len, rt_onnx_opts *o, rt_graph **out, char *err,
+                        size_t errlen);
 /* A data layout's name: NULL, "" or "NCHW" (the model's own) set *nhwc 0,
  * "NHWC" 1 (any case); RT_EINVAL for anything else. */
 int rt_onnx_layout_from_name(const char *name, int *nhwc);
 
 /* The value of one engine parameter (as rt_exec_get_param writes it):
  * fill numel floats into dst, return 0 or a negative code. */
-typedef int (*rt_onnx_param_fn)(void *ud, const char *name, float *dst,
-                                int64_t numel);
+typedef int (*rt_onnx_param_fn)(void *ud, const char *name, float *dst, int64_t numel);
 
 /* Export: the model of buf (as imported with the same output) with every
  * initializer that became a parameter replaced by get()'s values, laid out
  * back in ONNX's order (raw little-endian floats). *out is malloc'd (free),
  * *outlen its size. Returns 0 or a negative code with a message. */
-int rt_onnx_export(const void *buf, size_t len, const char *output,
-                   rt_onnx_param_fn get, void *ud, uint8_t **out,
-                   size_t *outlen, char *err, size_t errlen);
+int rt_onnx_export(const void *buf, size_t len, const char *output, rt_onnx_param_fn get, void *ud,
+                   uint8_t **out, size_t *outlen, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -32,8 +32,7 @@
 #include "rtrain/rt_error.h"
 #include "rtrain.pb-c.h"
 
-enum { CMD_EXIT = 1, CMD_COMPILE, CMD_TRAIN, CMD_FREE, CMD_SLOTS, CMD_HOLD, CMD_UNHOLD,
-       CMD_ROWS };
+enum { CMD_EXIT = 1, CMD_COMPILE, CMD_TRAIN, CMD_FREE, CMD_SLOTS, CMD_HOLD, CMD_UNHOLD, CMD_ROWS };
 
 /* What rank 0 broadcasts before each command; the payloads follow. */
 typedef struct cmd_hdr {
@@ -41,22 +40,22 @@ typedef struct cmd_hdr {
     int32_t y_dtype;
     uint64_t prog;
     int64_t steps;
-    uint64_t len;          /* COMPILE: payload bytes */
-    uint8_t dkey[16];      /* TRAIN: content hash of x | y | sw */
-    int64_t gstep;         /* TRAIN: rank 0's global step */
+    uint64_t len;     /* COMPILE: payload bytes */
+    uint8_t dkey[16]; /* TRAIN: content hash of x | y | sw */
+    int64_t gstep;    /* TRAIN: rank 0's global step */
     int64_t n, x_floats, y_bytes;
     int32_t has_sw;
-    int32_t streamed;      /* TRAIN: rank 0 scatters each batch's rows (feed) */
-    uint64_t fill_id;      /* TRAIN, streamed: rank 0's rt_data.fill_id, as a token */
-    int32_t send_state;    /* TRAIN: rank 0's state was edited since the
+    int32_t streamed;   /* TRAIN: rank 0 scatters each batch's rows (feed) */
+    uint64_t fill_id;   /* TRAIN, streamed: rank 0's rt_data.fill_id, as a token */
+    int32_t send_state; /* TRAIN: rank 0's state was edited since the
                             * replicas last agreed: it follows */
-    int32_t overlap;       /* TRAIN: rank 0's --overlap-reduce (every rank
+    int32_t overlap;    /* TRAIN: rank 0's --overlap-reduce (every rank
                             * follows it: rt_dist_set_overlap) */
-    int32_t shard;         /* COMPILE: rank 0 shards the program's optimizer
+    int32_t shard;      /* COMPILE: rank 0 shards the program's optimizer
                             * state (--shard-optimizer) */
-    int32_t gather;        /* TRAIN: rank 0 holds only its slice of a sharded
+    int32_t gather;     /* TRAIN: rank 0 holds only its slice of a sharded
                             * state it sends: the slices come first */
-    uint64_t held;         /* TRAIN: the held set trained on (rt_dist_hold), 0 none */
+    uint64_t held;      /* TRAIN: the held set trained on (rt_dist_hold), 0 none */
 } cmd_hdr;
 
 #define MAX_DATA 4 /* data sets a worker keeps, least recently used goes */
@@ -75,16 +74,16 @@ typedef struct wdata {
 
 /* A program's overlap choice (its rt_replica ctx). */
 typedef struct ov_state {
-    int mode;              /* 1 overlap, 0 not, -1 auto still timing */
-    int cur;               /* this step's */
-    int64_t asked;         /* steps so far */
-    uint64_t t0;           /* this step's backward start */
+    int mode;      /* 1 overlap, 0 not, -1 auto still timing */
+    int cur;       /* this step's */
+    int64_t asked; /* steps so far */
+    uint64_t t0;   /* this step's backward start */
     int n[2];
     double t[2][OV_TRIAL]; /* rank 0: backward + reduce, ns, by cur */
     /* ZeRO stage 1 (--shard-optimizer): rank r updates the trainable
      * floats [dsp[r], dsp[r] + cnt[r]) */
-    int sh, clip;          /* sharded; clip_norm set (the reduce is whole) */
-    int64_t T;             /* the program's trainable floats */
+    int sh, clip; /* sharded; clip_norm set (the reduce is whole) */
+    int64_t T;    /* the program's trainable floats */
     int cnt[64 + 1], dsp[64 + 1];
 } ov_state;
 
@@ -107,24 +106,24 @@ typedef struct key_ent { /* rank 0: a data set's content hash, by identity */
 static struct {
     int on, rank, size;
     rt_dist_opts o;
-    float *sbuf;                 /* sharded deterministic reduce: what goes out */
+    float *sbuf; /* sharded deterministic reduce: what goes out */
     size_t sbuf_cap;
     MPI_Comm comm;
     char (*hosts)[MPI_MAX_PROCESSOR_NAME];
-    pthread_mutex_t mu;          /* orders the collectives (rank 0) */
-    int broken;                  /* a wait timed out: no more collectives */
+    pthread_mutex_t mu; /* orders the collectives (rank 0) */
+    int broken;         /* a wait timed out: no more collectives */
     char broken_msg[200];
     prog_ent *progs;
     int n_progs, cap_progs;
     uint64_t next_id;
-    pthread_mutex_t tab_mu;      /* progs and frees; never held across MPI */
+    pthread_mutex_t tab_mu; /* progs and frees; never held across MPI */
     uint64_t *frees;
     int n_frees, cap_frees;
     key_ent keys[8];
     int n_keys;
     wdata data[MAX_DATA];
     uint64_t clock;
-    float *gather;               /* deterministic mode: all shard gradients */
+    float *gather; /* deterministic mode: all shard gradients */
     size_t gather_cap;
     double *gst;
     size_t gst_cap;
@@ -133,22 +132,22 @@ static struct {
 /* Held sets (--shard-data, rt_dist_hold): an in-memory data set's rows
  * spread over the ranks at upload, rank r keeping rows [n r/N, n (r+1)/N). */
 typedef struct held_ent {
-    rt_held pub;             /* rank 0: the data layer's handle (first) */
+    rt_held pub; /* rank 0: the data layer's handle (first) */
     uint64_t id;
-    int64_t n, per;          /* rows; floats a row */
-    int64_t lo, hi;          /* this rank's block */
-    float *x;                /* its rows */
-    void *y;                 /* workers: the labels of the last training */
-    int64_t y_bytes;         /* call (whole: 4 bytes a value), their dtype, */
-    int32_t y_dtype;         /* and its sample weights */
+    int64_t n, per;  /* rows; floats a row */
+    int64_t lo, hi;  /* this rank's block */
+    float *x;        /* its rows */
+    void *y;         /* workers: the labels of the last training */
+    int64_t y_bytes; /* call (whole: 4 bytes a value), their dtype, */
+    int32_t y_dtype; /* and its sample weights */
     float *sw;
     struct held_ent *next;
 } held_ent;
 
 static struct {
-    held_ent *list;          /* under G.tab_mu on rank 0 */
+    held_ent *list; /* under G.tab_mu on rank 0 */
     uint64_t next_id;
-    uint64_t *drop;          /* rank 0: released, for the workers (CMD_UNHOLD) */
+    uint64_t *drop; /* rank 0: released, for the workers (CMD_UNHOLD) */
     int n_drop, cap_drop;
 } H;
 
@@ -161,7 +160,8 @@ static int mpi_fail(int mrc, const char *what, char *err, size_t errlen)
 {
     /* a peer's death is what usually fails an MPI call: its link says
      * which rank it was (its close may trail MPI's error a little) */
-    if (link_scan(200) >= 0) return guard_broken(err, errlen);
+    if (link_scan(200) >= 0)
+        return guard_broken(err, errlen);
     char m[MPI_MAX_ERROR_STRING];
     int ml = 0;
     MPI_Error_string(mrc, m, &ml);
@@ -177,26 +177,30 @@ static int mpi_fail(int mrc, const char *what, char *err, size_t errlen)
  * the first 100 ms, a client's calls come in bursts, then 1 ms: a worker
  * idle for long takes ~1.5 % of a core, bench/mpi --part idle); else a
  * replica that has not answered within lim_ns is taken as dead. */
-static int wait_req(MPI_Request *r, uint64_t lim_ns, const char *what, char *err,
-                    size_t errlen)
+static int wait_req(MPI_Request *r, uint64_t lim_ns, const char *what, char *err, size_t errlen)
 {
     const uint64_t t0 = rt_now_ns();
     for (unsigned it = 0;; it++) {
         int done = 0;
         int mrc = MPI_Test(r, &done, MPI_STATUS_IGNORE);
-        if (mrc != MPI_SUCCESS) return mpi_fail(mrc, what, err, errlen);
-        if (done) return 0;
-        if (lim_ns && job_broken()) return guard_broken(err, errlen);
+        if (mrc != MPI_SUCCESS)
+            return mpi_fail(mrc, what, err, errlen);
+        if (done)
+            return 0;
+        if (lim_ns && job_broken())
+            return guard_broken(err, errlen);
         if (lim_ns && rt_now_ns() - t0 > lim_ns) {
             G.broken = 1;
             snprintf(G.broken_msg, sizeof G.broken_msg,
                      "a replica did not answer (%s) within %d ms: a rank died or hangs; "
-                     "relaunch the MPI job", what, G.o.timeout_ms);
+                     "relaunch the MPI job",
+                     what, G.o.timeout_ms);
             snprintf(err, errlen, "%s", G.broken_msg);
             job_stop();
             return RT_EUNAVAILABLE;
         }
-        if (it < 256) continue;
+        if (it < 256)
+            continue;
         struct timespec ts = {0, lim_ns || rt_now_ns() - t0 < 100000000ull ? 50000 : 1000000};
         nanosleep(&ts, NULL);
     }
@@ -215,10 +219,10 @@ static int wait_req(MPI_Request *r, uint64_t lim_ns, const char *what, char *err
 #define GUARD_FIRED UINT64_MAX
 
 static struct {
-    uint64_t seq;                /* odd: a collective in flight; GUARD_FIRED */
-    pthread_t thread;            /* the thread in it */
+    uint64_t seq;     /* odd: a collective in flight; GUARD_FIRED */
+    pthread_t thread; /* the thread in it */
     const char *what;
-    char msg[200];               /* the watchdog's verdict, before it fires */
+    char msg[200]; /* the watchdog's verdict, before it fires */
     pthread_t dog;
     int dog_on, stop;
     pthread_mutex_t mu;
@@ -234,7 +238,7 @@ static int comm_start(void);
  * pass's statistic sums. While one is queued the step's thread makes no
  * MPI call (MPI_THREAD_SERIALIZED); it waits for the queue in finish. */
 typedef struct cjob {
-    int sum;               /* 0: float bucket, 1: double sum */
+    int sum; /* 0: float bucket, 1: double sum */
     void *v;
     int n;
 } cjob;
@@ -248,8 +252,9 @@ static struct {
     int n, cap, next, done; /* queued, taken, ended */
     int rc;                 /* the first failure, its message in err */
     char err[200];
-    int active;             /* the step's thread: an overlapped step runs */
-} C = {.mu = PTHREAD_MUTEX_INITIALIZER, .go = PTHREAD_COND_INITIALIZER,
+    int active; /* the step's thread: an overlapped step runs */
+} C = {.mu = PTHREAD_MUTEX_INITIALIZER,
+       .go = PTHREAD_COND_INITIALIZER,
        .done_cv = PTHREAD_COND_INITIALIZER};
 
 static void guard_signal(int sig)
@@ -276,8 +281,10 @@ static void *guard_dog(void *arg)
     (void)arg;
     const uint64_t lim = (uint64_t)G.o.timeout_ms * 1000000ull;
     uint64_t per = lim / 8;
-    if (per < 5000000ull) per = 5000000ull;
-    if (per > 250000000ull) per = 250000000ull;
+    if (per < 5000000ull)
+        per = 5000000ull;
+    if (per > 250000000ull)
+        per = 250000000ull;
     uint64_t seen = 0, since = 0;
     pthread_mutex_lock(&W.mu);
     while (!W.stop) {
@@ -287,26 +294,31 @@ static void *guard_dog(void *arg)
         ts.tv_sec += (time_t)(t / 1000000000ull);
         ts.tv_nsec = (long)(t % 1000000000ull);
         pthread_cond_timedwait(&W.cv, &W.mu, &ts);
-        if (W.stop) break;
+        if (W.stop)
+            break;
         uint64_t s = __atomic_load_n(&W.seq, __ATOMIC_ACQUIRE);
-        if (s == GUARD_FIRED) break;
+        if (s == GUARD_FIRED)
+            break;
         if (!(s & 1) || s != seen) {
             seen = s;
             since = rt_now_ns();
             continue;
         }
-        if (rt_now_ns() - since < lim) continue;
+        if (rt_now_ns() - since < lim)
+            continue;
         /* the same collective, in flight for the whole timeout: a rank
          * whose link closed is named (link_lost fires the guard) */
         pthread_mutex_unlock(&W.mu);
         const int lost = link_scan(200);
         pthread_mutex_lock(&W.mu);
-        if (lost >= 0 || __atomic_load_n(&W.seq, __ATOMIC_ACQUIRE) != s) continue;
+        if (lost >= 0 || __atomic_load_n(&W.seq, __ATOMIC_ACQUIRE) != s)
+            continue;
         const char *what = __atomic_load_n(&W.what, __ATOMIC_ACQUIRE);
         pthread_t th = __atomic_load_n(&W.thread, __ATOMIC_ACQUIRE);
         snprintf(W.msg, sizeof W.msg,
                  "a replica did not answer (%s) within %d ms: a rank died or hangs; "
-                 "relaunch the MPI job", what, G.o.timeout_ms);
+                 "relaunch the MPI job",
+                 what, G.o.timeout_ms);
         if (__atomic_compare_exchange_n(&W.seq, &s, GUARD_FIRED, 0, __ATOMIC_ACQ_REL,
                                         __ATOMIC_ACQUIRE)) {
             RT_LOG(RT_LOG_ERROR, "replica %d: %s", G.rank, W.msg);
@@ -331,7 +343,8 @@ static int guard_start(void)
     sa.sa_handler = guard_signal;
     sa.sa_flags = SA_NODEFER | SA_RESTART; /* not blocked: the jump keeps no mask */
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGRTMIN + 3, &sa, NULL) < 0) return -1;
+    if (sigaction(SIGRTMIN + 3, &sa, NULL) < 0)
+        return -1;
     pthread_mutex_lock(&W.mu);
     W.dog_on = pthread_create(&W.dog, NULL, guard_dog, NULL) == 0;
     const int on = W.dog_on;
@@ -347,7 +360,8 @@ static void guard_stop(void)
     W.stop = 1;
     pthread_cond_signal(&W.cv);
     pthread_mutex_unlock(&W.mu);
-    if (on) pthread_join(W.dog, NULL);
+    if (on)
+        pthread_join(W.dog, NULL);
 }
 
 /* MPI_Abort's own deadline: a thread that ends the process if it has not
@@ -362,7 +376,8 @@ static void *abort_deadline(void *arg)
 {
     (void)arg;
     struct timespec ts = {ABORT_DEADLINE_S, 0};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) continue;
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        continue;
     RT_LOG(RT_LOG_ERROR, "MPI_Abort did not end the job within %d s: exiting", ABORT_DEADLINE_S);
     _exit(3);
     return NULL;
@@ -373,7 +388,8 @@ static void *abort_deadline(void *arg)
 static void job_abort(void)
 {
     pthread_t th;
-    if (pthread_create(&th, NULL, abort_deadline, NULL) == 0) pthread_detach(th);
+    if (pthread_create(&th, NULL, abort_deadline, NULL) == 0)
+        pthread_detach(th);
     guard_stop();
     MPI_Abort(MPI_COMM_WORLD, 3);
 }
@@ -389,7 +405,8 @@ static void guard_fire(const char *msg)
         const pthread_t th = __atomic_load_n(&W.thread, __ATOMIC_ACQUIRE);
         if (__atomic_compare_exchange_n(&W.seq, &s, GUARD_FIRED, 0, __ATOMIC_ACQ_REL,
                                         __ATOMIC_ACQUIRE)) {
-            if (s & 1) pthread_kill(th, SIGRTMIN + 3);
+            if (s & 1)
+                pthread_kill(th, SIGRTMIN + 3);
             break;
         }
     }
@@ -421,7 +438,7 @@ static int job_broken(void)
 
 typedef struct link_info {
     uint8_t cookie[16];
-    uint16_t port;          /* 0: rank 0 has no listener */
+    uint16_t port; /* 0: rank 0 has no listener */
     uint16_t n;
     uint32_t addr[LINK_ADDRS]; /* rank 0's IPv4 addresses, network order */
 } link_info;
@@ -432,13 +449,13 @@ typedef struct link_hello {
 } link_hello;
 
 static struct {
-    int lfd;      /* rank 0: the listener, until every rank has linked */
-    int *fd;      /* rank 0: each rank's link (-1 none); a worker: fd[0] */
-    int wake[2];  /* wakes rank 0's link thread: 'c' close the listener */
+    int lfd;     /* rank 0: the listener, until every rank has linked */
+    int *fd;     /* rank 0: each rank's link (-1 none); a worker: fd[0] */
+    int wake[2]; /* wakes rank 0's link thread: 'c' close the listener */
     pthread_t th;
     int on;
-    int ending;   /* CMD_EXIT sent or received: a close is no loss */
-    int lost;     /* the first rank found gone, -1 none */
+    int ending; /* CMD_EXIT sent or received: a close is no loss */
+    int lost;   /* the first rank found gone, -1 none */
     int stop_asked;
     link_info info;
 } L = {.lfd = -1, .wake = {-1, -1}, .lost = -1};
@@ -456,13 +473,16 @@ static void job_stop(void)
 
 static void link_lost(int r)
 {
-    if (__atomic_load_n(&L.ending, __ATOMIC_ACQUIRE)) return;
+    if (__atomic_load_n(&L.ending, __ATOMIC_ACQUIRE))
+        return;
     int none = -1;
     if (!__atomic_compare_exchange_n(&L.lost, &none, r, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return;
     char m[200];
-    snprintf(m, sizeof m, "replica %d (host %.40s) was lost: the job stops; restart it on the "
-             "hosts that remain", r, rt_dist_host(r));
+    snprintf(m, sizeof m,
+             "replica %d (host %.40s) was lost: the job stops; restart it on the "
+             "hosts that remain",
+             r, rt_dist_host(r));
     RT_LOG(RT_LOG_ERROR, "%s", m);
     guard_fire(m);
     job_stop();
@@ -482,7 +502,8 @@ static void link_keepalive(int fd)
  * wait_ms: how long to wait for one (an MPI error's peer). */
 static int link_scan(int wait_ms)
 {
-    if (G.rank != 0 || !L.fd) return __atomic_load_n(&L.lost, __ATOMIC_ACQUIRE);
+    if (G.rank != 0 || !L.fd)
+        return __atomic_load_n(&L.lost, __ATOMIC_ACQUIRE);
     struct pollfd p[64];
     int who[64], k = 0;
     for (int r = 1; r < G.size && k < 64; r++) {
@@ -494,7 +515,8 @@ static int link_scan(int wait_ms)
     }
     if (k && __atomic_load_n(&L.lost, __ATOMIC_ACQUIRE) < 0 && poll(p, (nfds_t)k, wait_ms) > 0)
         for (int i = 0; i < k; i++)
-            if (p[i].revents) link_lost(who[i]);
+            if (p[i].revents)
+                link_lost(who[i]);
     return __atomic_load_n(&L.lost, __ATOMIC_ACQUIRE);
 }
 
@@ -503,7 +525,8 @@ static int link_scan(int wait_ms)
 static void link_accept(void)
 {
     int fd = accept4(L.lfd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0)
+        return;
     struct timeval tv = {3, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     link_hello h;
@@ -513,7 +536,8 @@ static void link_accept(void)
         __atomic_load_n(&L.fd[h.rank], __ATOMIC_ACQUIRE) < 0) {
         link_keepalive(fd);
         __atomic_store_n(&L.fd[h.rank], fd, __ATOMIC_RELEASE);
-        if (send(fd, &ack, 1, MSG_NOSIGNAL) == 1) return;
+        if (send(fd, &ack, 1, MSG_NOSIGNAL) == 1)
+            return;
         __atomic_store_n(&L.fd[h.rank], -1, __ATOMIC_RELEASE);
     }
     close(fd);
@@ -543,20 +567,24 @@ static void *link_main(void *arg)
             who[k++] = 0;
         }
         if (poll(p, (nfds_t)k, -1) < 0) {
-            if (errno == EINTR) continue;
+            if (errno == EINTR)
+                continue;
             return NULL;
         }
-        if (G.rank == 0 && __atomic_load_n(&L.ending, __ATOMIC_ACQUIRE)) return NULL;
+        if (G.rank == 0 && __atomic_load_n(&L.ending, __ATOMIC_ACQUIRE))
+            return NULL;
         if (p[0].revents) {
             char c = 0;
-            if (read(L.wake[0], &c, 1) <= 0 || c == 'q') return NULL;
+            if (read(L.wake[0], &c, 1) <= 0 || c == 'q')
+                return NULL;
             if (c == 'c' && L.lfd >= 0) {
                 close(L.lfd);
                 L.lfd = -1;
             }
         }
         for (int i = 1; i < k; i++) {
-            if (!p[i].revents) continue;
+            if (!p[i].revents)
+                continue;
             if (who[i] < 0) {
                 link_accept();
             } else if (G.rank == 0) {
@@ -594,7 +622,8 @@ static int link_listen(void)
     }
     return 0;
 fail:
-    if (L.lfd >= 0) close(L.lfd);
+    if (L.lfd >= 0)
+        close(L.lfd);
     L.lfd = -1;
     L.info.port = 0;
     return -1;
@@ -612,20 +641,25 @@ static int link_connect(void)
 {
     uint32_t cand[LINK_ADDRS + 1];
     int nc = 0;
-    if (!strcmp(rt_dist_host(0), rt_dist_host(G.rank))) cand[nc++] = htonl(INADDR_LOOPBACK);
-    for (int i = 0; i < L.info.n && i < LINK_ADDRS; i++) cand[nc++] = L.info.addr[i];
+    if (!strcmp(rt_dist_host(0), rt_dist_host(G.rank)))
+        cand[nc++] = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < L.info.n && i < LINK_ADDRS; i++)
+        cand[nc++] = L.info.addr[i];
     const link_hello h = {.rank = G.rank};
     for (int i = 0; i < nc && L.info.port; i++) {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0) return -1;
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(L.info.port),
-                                .sin_addr.s_addr = cand[i]};
+        if (fd < 0)
+            return -1;
+        struct sockaddr_in a = {
+            .sin_family = AF_INET, .sin_port = htons(L.info.port), .sin_addr.s_addr = cand[i]};
         int rc = connect(fd, (struct sockaddr *)&a, sizeof a), e = 0;
         socklen_t el = sizeof e;
         if (rc < 0 && errno == EINPROGRESS) {
             struct pollfd p = {.fd = fd, .events = POLLOUT};
             rc = poll(&p, 1, 3000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) == 0 &&
-                         e == 0 ? 0 : -1;
+                         e == 0
+                     ? 0
+                     : -1;
         }
         link_hello hh = h;
         memcpy(hh.cookie, L.info.cookie, 16);
@@ -651,25 +685,33 @@ static void link_start(void)
 {
     const int n = G.rank == 0 ? G.size : 1;
     L.fd = malloc(sizeof(int) * (size_t)n);
-    if (!L.fd) return;
-    for (int i = 0; i < n; i++) L.fd[i] = -1;
+    if (!L.fd)
+        return;
+    for (int i = 0; i < n; i++)
+        L.fd[i] = -1;
     if (G.rank == 0 && (pipe2(L.wake, O_CLOEXEC) < 0 || link_listen() < 0))
-        RT_LOG(RT_LOG_WARN, "no links to the replicas (a lost one is noticed by "
-               "--dist-timeout-ms only): %s", strerror(errno));
+        RT_LOG(RT_LOG_WARN,
+               "no links to the replicas (a lost one is noticed by "
+               "--dist-timeout-ms only): %s",
+               strerror(errno));
     if (G.rank == 0 && L.lfd >= 0)
         L.on = pthread_create(&L.th, NULL, link_main, NULL) == 0;
     MPI_Bcast(&L.info, (int)sizeof L.info, MPI_BYTE, 0, G.comm);
-    if (G.rank > 0) L.fd[0] = link_connect();
-    int ok = G.rank == 0 || L.fd[0] >= 0, *all = G.rank == 0 ? malloc(sizeof(int) * (size_t)G.size)
-                                                             : NULL;
+    if (G.rank > 0)
+        L.fd[0] = link_connect();
+    int ok = G.rank == 0 || L.fd[0] >= 0,
+        *all = G.rank == 0 ? malloc(sizeof(int) * (size_t)G.size) : NULL;
     MPI_Gather(&ok, 1, MPI_INT, all, 1, MPI_INT, 0, G.comm);
     if (G.rank == 0) {
         for (int r = 1; all && r < G.size; r++)
             if (!all[r])
-                RT_LOG(RT_LOG_WARN, "replica %d (host %s) has no link to rank 0: its loss is "
-                       "noticed by --dist-timeout-ms only", r, rt_dist_host(r));
+                RT_LOG(RT_LOG_WARN,
+                       "replica %d (host %s) has no link to rank 0: its loss is "
+                       "noticed by --dist-timeout-ms only",
+                       r, rt_dist_host(r));
         free(all);
-        if (L.on && write(L.wake[1], "c", 1) != 1) RT_LOG(RT_LOG_WARN, "link thread: no wake");
+        if (L.on && write(L.wake[1], "c", 1) != 1)
+            RT_LOG(RT_LOG_WARN, "link thread: no wake");
     } else if (L.fd[0] >= 0) {
         L.on = pthread_create(&L.th, NULL, link_main, NULL) == 0;
     }
@@ -681,8 +723,10 @@ static void link_ending(void) { __atomic_store_n(&L.ending, 1, __ATOMIC_RELEASE)
 static void link_stop(void)
 {
     link_ending();
-    if (L.on && G.rank == 0 && write(L.wake[1], "q", 1) == 1) pthread_join(L.th, NULL);
-    else if (L.on) pthread_detach(L.th); /* a worker's ends at rank 0's close */
+    if (L.on && G.rank == 0 && write(L.wake[1], "q", 1) == 1)
+        pthread_join(L.th, NULL);
+    else if (L.on)
+        pthread_detach(L.th); /* a worker's ends at rank 0's close */
     L.on = 0;
 }
 
@@ -694,7 +738,8 @@ static void link_stop(void)
 static int guard_enter(sigjmp_buf *jb, const char *what)
 {
     uint64_t s = __atomic_load_n(&W.seq, __ATOMIC_ACQUIRE);
-    if (s == GUARD_FIRED || G.broken) return -1;
+    if (s == GUARD_FIRED || G.broken)
+        return -1;
     __atomic_store_n(&W.what, what, __ATOMIC_RELAXED);
     __atomic_store_n(&W.thread, pthread_self(), __ATOMIC_RELAXED);
     tl_jb = jb;
@@ -709,11 +754,12 @@ static int guard_leave(int mrc, const char *what, char *err, size_t errlen)
 {
     uint64_t s = __atomic_load_n(&W.seq, __ATOMIC_ACQUIRE);
     int ok = s != GUARD_FIRED &&
-             __atomic_compare_exchange_n(&W.seq, &s, s + 1, 0, __ATOMIC_ACQ_REL,
-                                         __ATOMIC_ACQUIRE);
+             __atomic_compare_exchange_n(&W.seq, &s, s + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
     tl_jb = NULL;
-    if (!ok) return guard_broken(err, errlen);
-    if (mrc != MPI_SUCCESS) return mpi_fail(mrc, what, err, errlen);
+    if (!ok)
+        return guard_broken(err, errlen);
+    if (mrc != MPI_SUCCESS)
+        return mpi_fail(mrc, what, err, errlen);
     return 0;
 }
 
@@ -730,7 +776,8 @@ guarded(int kind, const void *sbuf, void *buf, int cnt, MPI_Datatype dt, MPI_Op 
         tl_jb = NULL;
         return guard_broken(err, errlen);
     }
-    if (guard_enter(&jb, what) < 0) return guard_broken(err, errlen);
+    if (guard_enter(&jb, what) < 0)
+        return guard_broken(err, errlen);
     int mrc;
     switch (kind) {
     case G_BCAST: mrc = MPI_Bcast(buf, cnt, dt, 0, G.comm); break;
@@ -746,8 +793,10 @@ static int bcast(void *buf, int64_t len, const char *what, char *err, size_t err
         int cnt = (int)(len - off < CHUNK ? len - off : CHUNK);
         int rc = guarded(G_BCAST, NULL, (char *)buf + off, cnt, MPI_BYTE, MPI_OP_NULL, what, err,
                          errlen);
-        if (rc < 0) return rc;
-        if (len == 0) break;
+        if (rc < 0)
+            return rc;
+        if (len == 0)
+            break;
     }
     return 0;
 }
@@ -764,7 +813,8 @@ guarded_scatterv(void *buf, const int *cnt, const int *dsp, int rcnt, MPI_Dataty
         tl_jb = NULL;
         return guard_broken(err, errlen);
     }
-    if (guard_enter(&jb, what) < 0) return guard_broken(err, errlen);
+    if (guard_enter(&jb, what) < 0)
+        return guard_broken(err, errlen);
     int mrc = G.rank == 0 ? MPI_Scatterv(buf, cnt, dsp, dt, MPI_IN_PLACE, 0, dt, 0, G.comm)
                           : MPI_Scatterv(NULL, NULL, NULL, dt, buf, rcnt, dt, 0, G.comm);
     return guard_leave(mrc, what, err, errlen);
@@ -776,7 +826,7 @@ typedef struct vargs {
     float *rb;
     const int *sc, *sd, *rc, *rd;
     int n;
-    int typed;             /* counts in items of dt (a held set's rows), not floats */
+    int typed; /* counts in items of dt (a held set's rows), not floats */
     MPI_Datatype dt;
 } vargs;
 enum { V_ALLTOALLV, V_REDSCAT, V_ALLGATHERV, V_GATHERV };
@@ -789,7 +839,8 @@ guarded_v(int kind, const vargs *a, const char *what, char *err, size_t errlen)
         tl_jb = NULL;
         return guard_broken(err, errlen);
     }
-    if (guard_enter(&jb, what) < 0) return guard_broken(err, errlen);
+    if (guard_enter(&jb, what) < 0)
+        return guard_broken(err, errlen);
     int mrc;
     const MPI_Datatype t = a->typed ? a->dt : MPI_FLOAT;
     switch (kind) {
@@ -815,10 +866,12 @@ guarded_v(int kind, const vargs *a, const char *what, char *err, size_t errlen)
  * ones. Rank 0 polls it with the timeout. */
 static int send_cmd(cmd_hdr *h, const char *what, char *err, size_t errlen)
 {
-    if (job_broken()) return guard_broken(err, errlen);
+    if (job_broken())
+        return guard_broken(err, errlen);
     MPI_Request r;
     int mrc = MPI_Ibcast(h, (int)sizeof *h, MPI_BYTE, 0, G.comm, &r);
-    if (mrc != MPI_SUCCESS) return mpi_fail(mrc, what, err, errlen);
+    if (mrc != MPI_SUCCESS)
+        return mpi_fail(mrc, what, err, errlen);
     return wait_req(&r, (uint64_t)G.o.timeout_ms * 1000000ull, what, err, errlen);
 }
 
@@ -826,7 +879,8 @@ static int recv_cmd(cmd_hdr *h, char *err, size_t errlen)
 {
     MPI_Request r;
     int mrc = MPI_Ibcast(h, (int)sizeof *h, MPI_BYTE, 0, G.comm, &r);
-    if (mrc != MPI_SUCCESS) return mpi_fail(mrc, "command", err, errlen);
+    if (mrc != MPI_SUCCESS)
+        return mpi_fail(mrc, "command", err, errlen);
     return wait_req(&r, 0, "command", err, errlen);
 }
 
@@ -841,7 +895,8 @@ int rt_dist_size(void) { return G.size; }
 int rt_dist_micro(void) { return G.o.micro; }
 const char *rt_dist_host(int i)
 {
-    if (!G.hosts || i < 0 || i >= G.size) return "";
+    if (!G.hosts || i < 0 || i >= G.size)
+        return "";
     return G.hosts[i];
 }
 
@@ -849,19 +904,24 @@ int rt_dist_init(const rt_dist_opts *o, char *err, size_t errlen)
 {
     G.o = *o;
     /* 4 MiB buckets: on this machine 4 of them reduce 16 MiB faster than one call */
-    if (G.o.bucket_floats <= 0) G.o.bucket_floats = (int64_t)1 << 20;
-    if (G.o.timeout_ms <= 0) G.o.timeout_ms = 30000;
-    const int launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") ||
-                         getenv("PMI_SIZE");
-    if (!launched) return 0;
+    if (G.o.bucket_floats <= 0)
+        G.o.bucket_floats = (int64_t)1 << 20;
+    if (G.o.timeout_ms <= 0)
+        G.o.timeout_ms = 30000;
+    const int launched =
+        getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_SIZE");
+    if (!launched)
+        return 0;
     int prov = 0;
     if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &prov) != MPI_SUCCESS) {
         snprintf(err, errlen, "MPI_Init_thread failed");
         return RT_EUNAVAILABLE;
     }
     if (prov < MPI_THREAD_SERIALIZED) {
-        snprintf(err, errlen, "the MPI library gives thread level %d, rtraind needs "
-                 "MPI_THREAD_SERIALIZED", prov);
+        snprintf(err, errlen,
+                 "the MPI library gives thread level %d, rtraind needs "
+                 "MPI_THREAD_SERIALIZED",
+                 prov);
         MPI_Finalize();
         return RT_EUNAVAILABLE;
     }
@@ -883,15 +943,15 @@ int rt_dist_init(const rt_dist_opts *o, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return RT_ENOMEM;
     }
-    MPI_Allgather(me, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, G.hosts, MPI_MAX_PROCESSOR_NAME,
-                  MPI_CHAR, G.comm);
+    MPI_Allgather(me, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, G.hosts, MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                  G.comm);
     if (G.size > 1 && guard_start() < 0) {
         snprintf(err, errlen, "cannot start the collectives' watchdog");
         return RT_EINTERNAL;
     }
-    if (G.size > 1) link_start();
-    if (G.size > 1 && G.o.micro == 0 && G.o.overlap != RT_DIST_OVERLAP_OFF &&
-        comm_start() < 0) {
+    if (G.size > 1)
+        link_start();
+    if (G.size > 1 && G.o.micro == 0 && G.o.overlap != RT_DIST_OVERLAP_OFF && comm_start() < 0) {
         snprintf(err, errlen, "cannot start the reduce thread");
         return RT_EINTERNAL;
     }
@@ -902,13 +962,15 @@ int rt_dist_init(const rt_dist_opts *o, char *err, size_t errlen)
 
 int rt_dist_allreduce(float *buf, int64_t n, char *err, size_t errlen)
 {
-    if (G.size == 1) return 0;
+    if (G.size == 1)
+        return 0;
     const int64_t B = G.o.bucket_floats;
     for (int64_t off = 0; off < n; off += B) {
         const int cnt = (int)(n - off < B ? n - off : B);
         int rc = guarded(G_ALLREDUCE, MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM,
                          "gradient all-reduce", err, errlen);
-        if (rc < 0) return rc;
+        if (rc < 0)
+            return rc;
     }
     return 0;
 }
@@ -926,8 +988,10 @@ static void *comm_main(void *arg)
     char err[200];
     pthread_mutex_lock(&C.mu);
     for (;;) {
-        while (!C.stop && C.next == C.n) pthread_cond_wait(&C.go, &C.mu);
-        if (C.next == C.n) break;
+        while (!C.stop && C.next == C.n)
+            pthread_cond_wait(&C.go, &C.mu);
+        if (C.next == C.n)
+            break;
         const cjob j = C.q[C.next++];
         const int failed = C.rc < 0;
         pthread_mutex_unlock(&C.mu);
@@ -959,7 +1023,8 @@ static int comm_start(void)
 
 static void comm_stop(void)
 {
-    if (!C.on) return;
+    if (!C.on)
+        return;
     pthread_mutex_lock(&C.mu);
     C.stop = 1;
     pthread_cond_signal(&C.go);
@@ -995,9 +1060,11 @@ static int comm_put(int sum, void *v, int n)
 static int comm_wait(int upto, char *err, size_t errlen)
 {
     pthread_mutex_lock(&C.mu);
-    while (C.done < upto) pthread_cond_wait(&C.done_cv, &C.mu);
+    while (C.done < upto)
+        pthread_cond_wait(&C.done_cv, &C.mu);
     const int rc = C.rc;
-    if (rc < 0) snprintf(err, errlen, "%s", C.err);
+    if (rc < 0)
+        snprintf(err, errlen, "%s", C.err);
     pthread_mutex_unlock(&C.mu);
     return rc;
 }
@@ -1024,10 +1091,14 @@ static int dist_overlap(void *ctx)
     ov_state *o = ctx;
     int m = 0;
     if (G.size > 1 && C.on) {
-        if (G.o.overlap == RT_DIST_OVERLAP_ON) m = 1;
-        else if (G.o.overlap == RT_DIST_OVERLAP_OFF) m = 0;
-        else if (o->mode >= 0) m = o->mode;
-        else m = o->asked > 0 && (o->asked & 1);
+        if (G.o.overlap == RT_DIST_OVERLAP_ON)
+            m = 1;
+        else if (G.o.overlap == RT_DIST_OVERLAP_OFF)
+            m = 0;
+        else if (o->mode >= 0)
+            m = o->mode;
+        else
+            m = o->asked > 0 && (o->asked & 1);
     }
     o->asked++;
     o->cur = m;
@@ -1039,8 +1110,10 @@ static int dist_overlap(void *ctx)
 /* after the gradient's reduce: the step's time, while auto times */
 static void ov_timed(ov_state *o)
 {
-    if (!o || o->mode >= 0 || G.o.overlap != RT_DIST_OVERLAP_AUTO || o->asked < 2) return;
-    if (o->n[o->cur] < OV_TRIAL) o->t[o->cur][o->n[o->cur]++] = (double)(rt_now_ns() - o->t0);
+    if (!o || o->mode >= 0 || G.o.overlap != RT_DIST_OVERLAP_AUTO || o->asked < 2)
+        return;
+    if (o->n[o->cur] < OV_TRIAL)
+        o->t[o->cur][o->n[o->cur]++] = (double)(rt_now_ns() - o->t0);
 }
 
 /* the loss sums over the ranks, with rank 0's overlap choice once it has
@@ -1056,16 +1129,19 @@ static int ov_stats(ov_state *o, double *st, char *err, size_t errlen)
         /* a near tie keeps the simpler path: overlap must save 5 % */
         const int pick = mon < 0.95 * moff;
         v[2] = pick ? 2 : 1;
-        RT_LOG(RT_LOG_INFO, "overlap-reduce auto: backward + reduce %.3f ms overlapped, "
-               "%.3f ms not (medians of %d steps): %s", mon * 1e-6, moff * 1e-6, OV_TRIAL,
-               pick ? "overlapping" : "not overlapping");
+        RT_LOG(RT_LOG_INFO,
+               "overlap-reduce auto: backward + reduce %.3f ms overlapped, "
+               "%.3f ms not (medians of %d steps): %s",
+               mon * 1e-6, moff * 1e-6, OV_TRIAL, pick ? "overlapping" : "not overlapping");
     }
-    int rc = guarded(G_ALLREDUCE, MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, "metric all-reduce",
-                     err, errlen);
-    if (rc < 0) return rc;
+    int rc = guarded(G_ALLREDUCE, MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, "metric all-reduce", err,
+                     errlen);
+    if (rc < 0)
+        return rc;
     st[0] = v[0];
     st[1] = v[1];
-    if (o && o->mode < 0 && v[2] > 0.5) o->mode = v[2] > 1.5;
+    if (o && o->mode < 0 && v[2] > 0.5)
+        o->mode = v[2] > 1.5;
     return 0;
 }
 
@@ -1093,7 +1169,8 @@ static int dist_finish(void *ctx, double *st, char *err, size_t errlen)
     C.rc = 0;
     pthread_mutex_unlock(&C.mu);
     C.active = 0;
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     ov_timed(o);
     return ov_stats(o, st, err, errlen);
 }
@@ -1110,7 +1187,8 @@ void rt_dist_set_overlap(int mode)
 
 int rt_dist_overlap_mode(const rt_exec *e)
 {
-    if (G.size == 1 || !C.on || G.o.micro > 0) return 0;
+    if (G.size == 1 || !C.on || G.o.micro > 0)
+        return 0;
     pthread_mutex_lock(&G.mu);
     pthread_mutex_lock(&G.tab_mu);
     prog_ent *p = find_exec(e);
@@ -1124,9 +1202,11 @@ int rt_dist_overlap_mode(const rt_exec *e)
 
 static int grow(void **p, size_t *cap, size_t need)
 {
-    if (*cap >= need) return 0;
+    if (*cap >= need)
+        return 0;
     void *q = realloc(*p, need);
-    if (!q) return RT_ENOMEM;
+    if (!q)
+        return RT_ENOMEM;
     *p = q;
     *cap = need;
     return 0;
@@ -1144,8 +1224,10 @@ static int shard_reduce(ov_state *o, float *g, int64_t n, float *slots, int k, d
     const int r = G.rank, N = G.size, M = k * N;
     const int64_t lo = o->dsp[r], S = o->cnt[r];
     if ((int64_t)k * n > INT_MAX) {
-        snprintf(err, errlen, "sharded reduce: %d shards of %lld floats exceed one MPI "
-                 "message", k, (long long)n);
+        snprintf(err, errlen,
+                 "sharded reduce: %d shards of %lld floats exceed one MPI "
+                 "message",
+                 k, (long long)n);
         return RT_ETOOBIG;
     }
     if (grow((void **)&G.gather, &G.gather_cap, sizeof(float) * (size_t)(M * S + 1)) ||
@@ -1158,7 +1240,8 @@ static int shard_reduce(ov_state *o, float *g, int64_t n, float *slots, int k, d
     if (!slots) {
         vargs a = {.sb = g, .rb = G.gather, .rc = o->cnt};
         int rc0 = guarded_v(V_REDSCAT, &a, "gradient reduce-scatter", err, errlen);
-        if (rc0 < 0) return rc0;
+        if (rc0 < 0)
+            return rc0;
         memcpy(g + lo, G.gather, sizeof(float) * (size_t)S);
         return ov_stats(o, st, err, errlen);
     }
@@ -1175,15 +1258,17 @@ static int shard_reduce(ov_state *o, float *g, int64_t n, float *slots, int k, d
     vargs a = {.sb = G.sbuf, .sc = sc, .sd = sd, .rb = G.gather, .rc = rc, .rd = rd};
     int rc0 = guarded_v(V_ALLTOALLV, &a, "shard reduce", err, errlen);
     if (rc0 == 0)
-        rc0 = guarded(G_ALLGATHER, st, G.gst, 2 * k, MPI_DOUBLE, MPI_OP_NULL, "shard gather",
-                      err, errlen);
-    if (rc0 < 0) return rc0;
+        rc0 = guarded(G_ALLGATHER, st, G.gst, 2 * k, MPI_DOUBLE, MPI_OP_NULL, "shard gather", err,
+                      errlen);
+    if (rc0 < 0)
+        return rc0;
     /* shard m = q*k + j of rank q: in shard order */
     float *gs = g + lo;
     memcpy(gs, G.gather, sizeof(float) * (size_t)S);
     for (int m = 1; m < M; m++) {
         const float *x = G.gather + (int64_t)m * S;
-        for (int64_t i = 0; i < S; i++) gs[i] += x[i];
+        for (int64_t i = 0; i < S; i++)
+            gs[i] += x[i];
     }
     double l = G.gst[0], acc = G.gst[1];
     for (int m = 1; m < M; m++) {
@@ -1212,10 +1297,14 @@ static int slots_gather(rt_exec *e, ov_state *o, char *err, size_t errlen)
     float *s[2];
     rt_exec_opt_slots(e, &s[0], &s[1]);
     for (int i = 0; i < 2; i++) {
-        vargs a = {.sb = s[i] + o->dsp[G.rank], .n = o->cnt[G.rank], .rb = s[i], .rc = o->cnt,
+        vargs a = {.sb = s[i] + o->dsp[G.rank],
+                   .n = o->cnt[G.rank],
+                   .rb = s[i],
+                   .rc = o->cnt,
                    .rd = o->dsp};
         int rc = guarded_v(V_GATHERV, &a, "optimizer state gather", err, errlen);
-        if (rc < 0) return rc;
+        if (rc < 0)
+            return rc;
     }
     return 0;
 }
@@ -1249,7 +1338,8 @@ static int dist_fetch(void *ctx, rt_exec *e, char *err, size_t errlen)
         return RT_EINTERNAL;
     }
     const int how = tl_fetch;
-    if (how == FETCH_TRAIN) return slots_gather(e, o, err, errlen);
+    if (how == FETCH_TRAIN)
+        return slots_gather(e, o, err, errlen);
     if (how == FETCH_NONE) {
         snprintf(err, errlen, "the optimizer state's slices cannot be fetched here");
         return RT_EINTERNAL;
@@ -1262,21 +1352,26 @@ static int dist_fetch(void *ctx, rt_exec *e, char *err, size_t errlen)
     pthread_mutex_lock(&G.mu);
     int rc = job_broken() ? guard_broken(err, errlen) : send_frees(err, errlen);
     cmd_hdr h = {.cmd = CMD_SLOTS, .prog = id};
-    if (rc == 0) rc = send_cmd(&h, "fetch", err, errlen);
-    if (rc == 0) rc = slots_gather(e, o, err, errlen);
+    if (rc == 0)
+        rc = send_cmd(&h, "fetch", err, errlen);
+    if (rc == 0)
+        rc = slots_gather(e, o, err, errlen);
     pthread_mutex_unlock(&G.mu);
     return rc;
 }
 
-static int dist_reduce(void *ctx, float *g, int64_t n, float *slots, int k, double *st,
-                       char *err, size_t errlen)
+static int dist_reduce(void *ctx, float *g, int64_t n, float *slots, int k, double *st, char *err,
+                       size_t errlen)
 {
-    if (job_broken()) return guard_broken(err, errlen);
+    if (job_broken())
+        return guard_broken(err, errlen);
     ov_state *o = ctx;
-    if (o && o->sh && !o->clip) return shard_reduce(o, g, n, slots, k, st, err, errlen);
+    if (o && o->sh && !o->clip)
+        return shard_reduce(o, g, n, slots, k, st, err, errlen);
     if (!slots) {
         int rc = rt_dist_allreduce(g, n, err, errlen);
-        if (rc < 0 || G.size == 1) return rc;
+        if (rc < 0 || G.size == 1)
+            return rc;
         ov_timed(ctx);
         return ov_stats(ctx, st, err, errlen);
     }
@@ -1287,8 +1382,10 @@ static int dist_reduce(void *ctx, float *g, int64_t n, float *slots, int k, doub
     const double *ast = st;
     if (G.size > 1) {
         if ((int64_t)k * n > INT_MAX) {
-            snprintf(err, errlen, "deterministic reduce: %d shards of %lld floats exceed "
-                     "one MPI message", k, (long long)n);
+            snprintf(err, errlen,
+                     "deterministic reduce: %d shards of %lld floats exceed "
+                     "one MPI message",
+                     k, (long long)n);
             return RT_ETOOBIG;
         }
         if (grow((void **)&G.gather, &G.gather_cap, sizeof(float) * (size_t)M * (size_t)n) ||
@@ -1299,16 +1396,18 @@ static int dist_reduce(void *ctx, float *g, int64_t n, float *slots, int k, doub
         int rc = guarded(G_ALLGATHER, slots, G.gather, (int)((int64_t)k * n), MPI_FLOAT,
                          MPI_OP_NULL, "shard gather", err, errlen);
         if (rc == 0)
-            rc = guarded(G_ALLGATHER, st, G.gst, 2 * k, MPI_DOUBLE, MPI_OP_NULL,
-                         "shard gather", err, errlen);
-        if (rc < 0) return rc;
+            rc = guarded(G_ALLGATHER, st, G.gst, 2 * k, MPI_DOUBLE, MPI_OP_NULL, "shard gather",
+                         err, errlen);
+        if (rc < 0)
+            return rc;
         all = G.gather;
         ast = G.gst;
     }
     memcpy(g, all, sizeof(float) * (size_t)n);
     for (int m = 1; m < M; m++) {
         const float *s = all + (int64_t)m * n;
-        for (int64_t i = 0; i < n; i++) g[i] += s[i];
+        for (int64_t i = 0; i < n; i++)
+            g[i] += s[i];
     }
     double l = ast[0], a = ast[1];
     for (int m = 1; m < M; m++) {
@@ -1323,7 +1422,8 @@ static int dist_reduce(void *ctx, float *g, int64_t n, float *slots, int k, doub
 static int dist_sum(void *ctx, double *v, int n, char *err, size_t errlen)
 {
     (void)ctx;
-    if (G.size == 1) return 0;
+    if (G.size == 1)
+        return 0;
     if (C.active) {
         /* a synchronised BatchNorm in an overlapped backward pass: in the
          * queue, between the buckets queued before it and after it */
@@ -1334,8 +1434,8 @@ static int dist_sum(void *ctx, double *v, int n, char *err, size_t errlen)
         }
         return comm_wait(i + 1, err, errlen);
     }
-    return guarded(G_ALLREDUCE, MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, "metric all-reduce",
-                   err, errlen);
+    return guarded(G_ALLREDUCE, MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, "metric all-reduce", err,
+                   errlen);
 }
 
 /* ---------------------------------------------------------- program table */
@@ -1343,14 +1443,16 @@ static int dist_sum(void *ctx, double *v, int n, char *err, size_t errlen)
 static prog_ent *find_prog(uint64_t id)
 {
     for (int i = 0; i < G.n_progs; i++)
-        if (G.progs[i].id == id) return &G.progs[i];
+        if (G.progs[i].id == id)
+            return &G.progs[i];
     return NULL;
 }
 
 static prog_ent *find_exec(const rt_exec *e)
 {
     for (int i = 0; i < G.n_progs; i++)
-        if (G.progs[i].e == e) return &G.progs[i];
+        if (G.progs[i].e == e)
+            return &G.progs[i];
     return NULL;
 }
 
@@ -1359,7 +1461,8 @@ static int add_prog(uint64_t id, rt_exec *e, rt_plan *plan, ov_state *ov)
     if (G.n_progs == G.cap_progs) {
         int cap = G.cap_progs ? 2 * G.cap_progs : 16;
         prog_ent *p = realloc(G.progs, sizeof *p * (size_t)cap);
-        if (!p) return RT_ENOMEM;
+        if (!p)
+            return RT_ENOMEM;
         G.progs = p;
         G.cap_progs = cap;
     }
@@ -1381,7 +1484,8 @@ static void id_push(uint64_t **v, int *n, int *cap, uint64_t id)
     if (*n == *cap) {
         int c = *cap ? 2 * *cap : 16;
         uint64_t *p = realloc(*v, sizeof *p * (size_t)c);
-        if (!p) return;
+        if (!p)
+            return;
         *v = p;
         *cap = c;
     }
@@ -1395,7 +1499,8 @@ static void on_destroy(void *ctx, rt_exec *e)
     pthread_mutex_lock(&G.tab_mu);
     prog_ent *p = find_exec(e);
     uint64_t id = p ? p->id : 0;
-    if (p) drop_prog(p);
+    if (p)
+        drop_prog(p);
     if (!id || G.size == 1) {
         pthread_mutex_unlock(&G.tab_mu);
         return;
@@ -1413,10 +1518,12 @@ static int send_frees(char *err, size_t errlen)
         /* and the held sets released since */
         uint64_t hid = !id && H.n_drop ? H.drop[--H.n_drop] : 0;
         pthread_mutex_unlock(&G.tab_mu);
-        if (!id && !hid) return 0;
+        if (!id && !hid)
+            return 0;
         cmd_hdr h = {.cmd = id ? CMD_FREE : CMD_UNHOLD, .prog = id ? id : hid};
         int rc = send_cmd(&h, "free", err, errlen);
-        if (rc < 0) return rc;
+        if (rc < 0)
+            return rc;
     }
 }
 
@@ -1432,12 +1539,18 @@ static int make_replica(rt_exec *e, ov_state **ov, int shard, char *err, size_t 
         return RT_ENOMEM;
     }
     (*ov)->mode = -1; /* auto's; on and off (rank 0's, sent with each call) come first */
-    rt_replica r = {.rank = G.rank, .size = G.size, .micro = G.o.micro,
-                    .reduce = dist_reduce, .sum = dist_sum,
-                    .on_destroy = G.rank == 0 ? on_destroy : NULL, .ctx = *ov,
+    rt_replica r = {.rank = G.rank,
+                    .size = G.size,
+                    .micro = G.o.micro,
+                    .reduce = dist_reduce,
+                    .sum = dist_sum,
+                    .on_destroy = G.rank == 0 ? on_destroy : NULL,
+                    .ctx = *ov,
                     /* overlap: replicas, no micro-shards, no sharding */
                     .bucket = G.size > 1 && G.o.micro == 0 && !shard ? G.o.bucket_floats : 0,
-                    .overlap = dist_overlap, .start = dist_start, .finish = dist_finish};
+                    .overlap = dist_overlap,
+                    .start = dist_start,
+                    .finish = dist_finish};
     if (shard) {
         ov_state *o = *ov;
         const rt_plan *p = rt_exec_plan(e);
@@ -1453,7 +1566,8 @@ static int make_replica(rt_exec *e, ov_state **ov, int shard, char *err, size_t 
         r.shard_lo = o->dsp[G.rank];
         r.shard_hi = o->dsp[G.rank] + o->cnt[G.rank];
         r.gather = dist_gather_w;
-        if (G.rank == 0) r.fetch = dist_fetch;
+        if (G.rank == 0)
+            r.fetch = dist_fetch;
     }
     int rc = rt_exec_set_replica(e, &r);
     if (rc < 0) {
@@ -1496,20 +1610,25 @@ static void shard_bounds(int64_t T, int q, int64_t *lo, int64_t *hi)
 
 static int opt_slots(const rt_train_config *c)
 {
-    if (c->opt == RT_OPT_ADAM || c->opt == RT_OPT_ADAMW) return 2;
-    if (c->opt == RT_OPT_RMSPROP) return 1;
+    if (c->opt == RT_OPT_ADAM || c->opt == RT_OPT_ADAMW)
+        return 2;
+    if (c->opt == RT_OPT_RMSPROP)
+        return 1;
     return c->momentum != 0.0f ? 1 : 0;
 }
 
 /* rank 0: whether program e's optimizer state is sharded */
 static int shard_choice(rt_exec *e)
 {
-    if (G.size < 2 || G.size > 64 || G.o.shard == RT_DIST_SHARD_OFF) return 0;
+    if (G.size < 2 || G.size > 64 || G.o.shard == RT_DIST_SHARD_OFF)
+        return 0;
     const rt_plan *p = rt_exec_plan(e);
     const int64_t T = (int64_t)rt_plan_report(p)->trainable_param_count;
     /* every slice holds floats (at least 64 a rank: cut at multiples of 64) */
-    if (T > INT_MAX || T < 64 * G.size) return 0;
-    if (G.o.shard == RT_DIST_SHARD_ON) return 1;
+    if (T > INT_MAX || T < 64 * G.size)
+        return 0;
+    if (G.o.shard == RT_DIST_SHARD_ON)
+        return 1;
     const int s = opt_slots(rt_plan_config(p));
     return s > 0 && (int64_t)s * 4 * T * (G.size - 1) / G.size >= SHARD_AUTO_BYTES;
 }
@@ -1521,7 +1640,8 @@ static int worker_compile(uint64_t id, int shard, const uint8_t *buf, size_t len
                           size_t errlen)
 {
     rt_train_config cfg;
-    if (len < sizeof cfg) return RT_EINVAL;
+    if (len < sizeof cfg)
+        return RT_EINVAL;
     memcpy(&cfg, buf, sizeof cfg);
     Rtrain__V1__CompileRequest *q =
         rtrain__v1__compile_request__unpack(NULL, len - sizeof cfg, buf + sizeof cfg);
@@ -1533,18 +1653,21 @@ static int worker_compile(uint64_t id, int shard, const uint8_t *buf, size_t len
     int rc;
     if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON) {
         rc = rt_keras_import_bind(q->keras_json, strlen(q->keras_json), q->input_dims,
-                                  (int)q->n_input_dims, q->input_values, &g, err, errlen,
-                                  NULL, NULL);
+                                  (int)q->n_input_dims, q->input_values, &g, err, errlen, NULL,
+                                  NULL);
     } else if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX) {
         rt_onnx_opts io = {.output = q->onnx_output};
         rc = rt_onnx_layout_from_name(q->data_layout, &io.data_nhwc);
-        if (rc < 0) snprintf(err, errlen, "unknown data_layout");
-        else rc = rt_onnx_import_opts(q->onnx.data, q->onnx.len, &io, &g, err, errlen);
+        if (rc < 0)
+            snprintf(err, errlen, "unknown data_layout");
+        else
+            rc = rt_onnx_import_opts(q->onnx.data, q->onnx.len, &io, &g, err, errlen);
     } else {
         /* rank 0 built and validated this graph with the same builder */
         g = rt_graph_create();
         rc = g ? rt_graph_import_pb(q->graph, NULL, g, err, errlen) : RT_ENOMEM;
-        if (rc == RT_ENOMEM && (!g || !err[0])) snprintf(err, errlen, "out of memory");
+        if (rc == RT_ENOMEM && (!g || !err[0]))
+            snprintf(err, errlen, "out of memory");
     }
     /* the config's weight arrays pointed into rank 0's plan: here they are
      * the request's (rank 0 compiled from the same values) */
@@ -1558,16 +1681,20 @@ static int worker_compile(uint64_t id, int shard, const uint8_t *buf, size_t len
     cfg.pos_weight = cfg.n_pos_weight ? tc->pos_weight : NULL;
     rt_plan *p = NULL;
     rt_exec *e = NULL;
-    if (rc == 0) rc = rt_plan_compile(g, &cfg, &p, NULL, err, errlen);
+    if (rc == 0)
+        rc = rt_plan_compile(g, &cfg, &p, NULL, err, errlen);
     rtrain__v1__compile_request__free_unpacked(q, NULL);
     rt_graph_destroy(g);
     ov_state *ov = NULL;
-    if (rc == 0 && (rc = rt_exec_create(p, &e)) < 0) snprintf(err, errlen, "out of memory");
-    if (rc == 0) rc = make_replica(e, &ov, shard, err, errlen);
+    if (rc == 0 && (rc = rt_exec_create(p, &e)) < 0)
+        snprintf(err, errlen, "out of memory");
+    if (rc == 0)
+        rc = make_replica(e, &ov, shard, err, errlen);
     /* this rank's slice of the optimizer slots is all it keeps */
     if (rc == 0 && ov->sh && ov->cnt[G.rank] > 0)
         rc = rt_exec_shard_slots(e, ov->dsp[G.rank], ov->dsp[G.rank] + ov->cnt[G.rank]);
-    if (rc == 0 && (rc = add_prog(id, e, p, ov)) < 0) snprintf(err, errlen, "out of memory");
+    if (rc == 0 && (rc = add_prog(id, e, p, ov)) < 0)
+        snprintf(err, errlen, "out of memory");
     if (rc < 0) {
         free(ov);
         rt_exec_destroy(e);
@@ -1578,7 +1705,8 @@ static int worker_compile(uint64_t id, int shard, const uint8_t *buf, size_t len
 
 int rt_dist_program(rt_exec *e, const uint8_t *req, size_t len, char *err, size_t errlen)
 {
-    if (!G.on && G.o.micro <= 0) return 0;
+    if (!G.on && G.o.micro <= 0)
+        return 0;
     pthread_mutex_lock(&G.mu);
     int rc = 0;
     if (job_broken()) {
@@ -1587,10 +1715,12 @@ int rt_dist_program(rt_exec *e, const uint8_t *req, size_t len, char *err, size_
     }
     ov_state *ov;
     const int shard = shard_choice(e);
-    if ((rc = make_replica(e, &ov, shard, err, errlen)) < 0) goto out;
+    if ((rc = make_replica(e, &ov, shard, err, errlen)) < 0)
+        goto out;
     if (shard) {
         const int64_t T = ov->T, s = opt_slots(rt_plan_config(rt_exec_plan(e)));
-        RT_LOG(RT_LOG_INFO, "optimizer state sharded over %d replicas: %d of %lld floats a "
+        RT_LOG(RT_LOG_INFO,
+               "optimizer state sharded over %d replicas: %d of %lld floats a "
                "slot on rank 0, %lld bytes of state on rank 0, %lld on rank 1 (%lld unsharded)",
                G.size, ov->cnt[0], (long long)T, (long long)(s * 4 * ov->cnt[0]),
                (long long)(s * 4 * ov->cnt[1]), (long long)(s * 4 * T));
@@ -1604,8 +1734,10 @@ int rt_dist_program(rt_exec *e, const uint8_t *req, size_t len, char *err, size_
         snprintf(err, errlen, "out of memory");
         goto out;
     }
-    if (G.size == 1) goto out;
-    if ((rc = send_frees(err, errlen)) < 0) goto out;
+    if (G.size == 1)
+        goto out;
+    if ((rc = send_frees(err, errlen)) < 0)
+        goto out;
     const rt_train_config *cfg = rt_plan_config(rt_exec_plan(e));
     uint8_t *pl = malloc(sizeof *cfg + len);
     if (!pl) {
@@ -1617,10 +1749,12 @@ int rt_dist_program(rt_exec *e, const uint8_t *req, size_t len, char *err, size_
     memcpy(pl + sizeof *cfg, req, len);
     cmd_hdr h = {.cmd = CMD_COMPILE, .prog = id, .len = sizeof *cfg + len, .shard = shard};
     rc = send_cmd(&h, "compile", err, errlen);
-    if (rc == 0) rc = bcast(pl, (int64_t)h.len, "compile", err, errlen);
+    if (rc == 0)
+        rc = bcast(pl, (int64_t)h.len, "compile", err, errlen);
     free(pl);
     int fl[1] = {0};
-    if (rc == 0) rc = flags_max(fl, 1, "compile", err, errlen);
+    if (rc == 0)
+        rc = flags_max(fl, 1, "compile", err, errlen);
     if (rc == 0 && fl[0]) {
         snprintf(err, errlen, "a replica could not compile the program (see its log)");
         rc = RT_EINTERNAL;
@@ -1634,7 +1768,8 @@ out:
         rt_exec_set_replica(e, NULL);
         pthread_mutex_lock(&G.tab_mu);
         prog_ent *p = find_exec(e);
-        if (p) drop_prog(p);
+        if (p)
+            drop_prog(p);
         pthread_mutex_unlock(&G.tab_mu);
     }
     pthread_mutex_unlock(&G.mu);
@@ -1654,10 +1789,13 @@ typedef struct stop_ctx {
 static int stop_cb(void *ud, const rt_step_info *info)
 {
     stop_ctx *s = ud;
-    if (G.rank == 0) tl_fetch = FETCH_STEP; /* a checkpoint in the callback */
+    if (G.rank == 0)
+        tl_fetch = FETCH_STEP; /* a checkpoint in the callback */
     int stop = s->cb ? s->cb(s->ud, info) : 0;
-    if (G.rank == 0) tl_fetch = FETCH_NONE;
-    if (G.size == 1) return stop;
+    if (G.rank == 0)
+        tl_fetch = FETCH_NONE;
+    if (G.size == 1)
+        return stop;
     char err[200];
     step_msg m = {.stop = stop, .op = STEP_END};
     for (;;) {
@@ -1665,7 +1803,8 @@ static int stop_cb(void *ud, const rt_step_info *info)
             s->failed = 1;
             return 1;
         }
-        if (G.rank == 0 || m.op != STEP_FETCH) break;
+        if (G.rank == 0 || m.op != STEP_FETCH)
+            break;
         /* a worker: rank 0 writes a checkpoint and wants the slices */
         pthread_mutex_lock(&G.tab_mu);
         prog_ent *p = find_prog(m.prog);
@@ -1686,8 +1825,10 @@ static void data_key(const rt_data *d, int64_t xf, int64_t yb, uint8_t out[16])
     XXH3_128bits_reset(s);
     XXH3_128bits_update(s, &d->n, sizeof d->n);
     XXH3_128bits_update(s, d->x, sizeof(float) * (size_t)xf);
-    if (d->y) XXH3_128bits_update(s, d->y, (size_t)yb);
-    if (d->sw) XXH3_128bits_update(s, d->sw, sizeof(float) * (size_t)d->n);
+    if (d->y)
+        XXH3_128bits_update(s, d->y, (size_t)yb);
+    if (d->sw)
+        XXH3_128bits_update(s, d->sw, sizeof(float) * (size_t)d->n);
     XXH128_canonical_t c;
     XXH128_canonicalFromHash(&c, XXH3_128bits_digest(s));
     XXH3_freeState(s);
@@ -1703,19 +1844,24 @@ static int sync_frozen(rt_exec *e, char *err, size_t errlen)
         const char *name;
         int64_t dims[RT_MAX_DIMS];
         int tr, nd = rt_plan_param_info(p, i, &name, dims, &tr);
-        if (nd < 0 || tr) continue;
+        if (nd < 0 || tr)
+            continue;
         int64_t n = 1;
-        for (int k = 0; k < nd; k++) n *= dims[k];
+        for (int k = 0; k < nd; k++)
+            n *= dims[k];
         float *v = malloc(sizeof(float) * (size_t)(n ? n : 1));
-        if (!v) return RT_ENOMEM;
+        if (!v)
+            return RT_ENOMEM;
         rt_exec_get_param(e, i, v);
         int rc = rt_dist_allreduce(v, n, err, errlen);
         if (rc == 0) {
-            for (int64_t k = 0; k < n; k++) v[k] /= (float)G.size;
+            for (int64_t k = 0; k < n; k++)
+                v[k] /= (float)G.size;
             rt_exec_set_param(e, i, v);
         }
         free(v);
-        if (rc < 0) return rc;
+        if (rc < 0)
+            return rc;
     }
     return 0;
 }
@@ -1729,12 +1875,12 @@ static int sync_frozen(rt_exec *e, char *err, size_t errlen)
  * read error, an input that is no Embedding index) is broadcast first, so
  * every replica fails that step alike and the job goes on. */
 typedef struct feed {
-    rt_batch_fill fill;    /* rank 0: the data set's */
+    rt_batch_fill fill; /* rank 0: the data set's */
     void *ud;
     rt_exec *e;
-    int64_t xr, yr;        /* bytes of a row's inputs and labels */
-    MPI_Datatype xt, yt;   /* one row of each */
-    int *cnt, *dsp;        /* rows per replica, and where they start */
+    int64_t xr, yr;      /* bytes of a row's inputs and labels */
+    MPI_Datatype xt, yt; /* one row of each */
+    int *cnt, *dsp;      /* rows per replica, and where they start */
 } feed;
 
 /* every rank, before the training command's collectives; 0 or RT_ENOMEM */
@@ -1747,9 +1893,11 @@ static int feed_init(feed *f, rt_exec *e, rt_batch_fill fill, void *ud)
     int64_t dims[RT_MAX_DIMS], in = 1, ln = 1;
     rt_plan *p = rt_exec_plan(e);
     int nd = rt_plan_input_shape(p, dims);
-    for (int k = 0; k < nd; k++) in *= dims[k];
+    for (int k = 0; k < nd; k++)
+        in *= dims[k];
     nd = rt_plan_label_shape(p, dims);
-    for (int k = 0; k < nd; k++) ln *= dims[k];
+    for (int k = 0; k < nd; k++)
+        ln *= dims[k];
     f->xr = 4 * in;
     f->yr = 4 * ln;
     f->cnt = malloc(2 * sizeof(int) * (size_t)G.size);
@@ -1773,7 +1921,8 @@ static int feed_init(feed *f, rt_exec *e, rt_batch_fill fill, void *ud)
 
 static void feed_free(feed *f)
 {
-    if (!f->cnt) return;
+    if (!f->cnt)
+        return;
     if (!job_broken()) { /* a broken job makes no MPI call but MPI_Abort */
         MPI_Type_free(&f->xt);
         MPI_Type_free(&f->yt);
@@ -1783,8 +1932,7 @@ static void feed_free(feed *f)
 }
 
 /* the batch's rows from rank 0 to their replicas: inputs, labels, weights */
-static int feed_scatter(feed *f, float *x, void *y, float *w, int64_t nb, char *err,
-                        size_t errlen)
+static int feed_scatter(feed *f, float *x, void *y, float *w, int64_t nb, char *err, size_t errlen)
 {
     const int M = G.o.micro > 0 ? G.o.micro : G.size, k = M / G.size;
     for (int r = 0; r < G.size; r++) {
@@ -1794,11 +1942,11 @@ static int feed_scatter(feed *f, float *x, void *y, float *w, int64_t nb, char *
     }
     const int64_t lo = f->dsp[G.rank];
     const int n = f->cnt[G.rank];
-    int rc = guarded_scatterv((char *)x + lo * f->xr, f->cnt, f->dsp, n, f->xt, "batch rows",
-                              err, errlen);
+    int rc = guarded_scatterv((char *)x + lo * f->xr, f->cnt, f->dsp, n, f->xt, "batch rows", err,
+                              errlen);
     if (rc == 0)
-        rc = guarded_scatterv((char *)y + lo * f->yr, f->cnt, f->dsp, n, f->yt, "batch rows",
-                              err, errlen);
+        rc = guarded_scatterv((char *)y + lo * f->yr, f->cnt, f->dsp, n, f->yt, "batch rows", err,
+                              errlen);
     if (rc == 0 && w)
         rc = guarded_scatterv(w + lo, f->cnt, f->dsp, n, MPI_FLOAT, "batch rows", err, errlen);
     return rc;
@@ -1806,8 +1954,8 @@ static int feed_scatter(feed *f, float *x, void *y, float *w, int64_t nb, char *
 
 /* rank 0's rt_batch_fill: the whole batch, checked, then every replica's
  * rows */
-static int feed_root(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y,
-                     float *w, char *err, size_t errlen)
+static int feed_root(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y, float *w,
+                     char *err, size_t errlen)
 {
     feed *f = ud;
     int rc = f->fill(f->ud, epoch, pos, nb, x, y, w, err, errlen);
@@ -1834,7 +1982,8 @@ static int feed_worker(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *
     (void)pos;
     int32_t st = 0;
     int rc = bcast(&st, sizeof st, "batch", err, errlen);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     if (st < 0) {
         snprintf(err, errlen, "rank 0 could not fill the batch (see its error)");
         return st;
@@ -1853,9 +2002,9 @@ static int feed_worker(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *
 typedef struct memfill {
     const rt_data *d;
     rt_exec *e;
-    int64_t in, ln, B;  /* floats of a row's inputs; labels; the batch */
-    int64_t *perm;      /* the epoch's order */
-    int64_t epoch;      /* perm's, -1 none */
+    int64_t in, ln, B; /* floats of a row's inputs; labels; the batch */
+    int64_t *perm;     /* the epoch's order */
+    int64_t epoch;     /* perm's, -1 none */
 } memfill;
 
 static int memfill_rows(void *ud, int64_t epoch, int64_t pos, int64_t nb, float *x, void *y,
@@ -1868,8 +2017,8 @@ static int memfill_rows(void *ud, int64_t epoch, int64_t pos, int64_t nb, float 
     }
     const int64_t *idx = m->perm + pos * m->B;
     if (pos * m->B + nb > m->d->n) {
-        snprintf(err, errlen, "batch %lld of %lld rows past the data set's %lld",
-                 (long long)pos, (long long)nb, (long long)m->d->n);
+        snprintf(err, errlen, "batch %lld of %lld rows past the data set's %lld", (long long)pos,
+                 (long long)nb, (long long)m->d->n);
         return RT_EINTERNAL;
     }
     if (m->d->aug.img) {
@@ -1879,7 +2028,8 @@ static int memfill_rows(void *ud, int64_t epoch, int64_t pos, int64_t nb, float 
             snprintf(err, errlen, "%s", rt_exec_errmsg(m->e));
             return rc;
         }
-        for (int64_t i = 0; w && m->d->sw && i < nb; i++) w[i] = m->d->sw[idx[i]];
+        for (int64_t i = 0; w && m->d->sw && i < nb; i++)
+            w[i] = m->d->sw[idx[i]];
         return 0;
     }
     for (int64_t i = 0; i < nb; i++) {
@@ -1888,7 +2038,8 @@ static int memfill_rows(void *ud, int64_t epoch, int64_t pos, int64_t nb, float 
         if (y && m->d->y)
             memcpy((char *)y + i * m->ln * 4, (const char *)m->d->y + r * m->ln * 4,
                    (size_t)(m->ln * 4));
-        if (w && m->d->sw) w[i] = m->d->sw[r];
+        if (w && m->d->sw)
+            w[i] = m->d->sw[r];
     }
     return 0;
 }
@@ -1920,8 +2071,10 @@ static int64_t blk(int64_t n, int q) { return n * q / G.size; }
 static int owner(int64_t n, int64_t r)
 {
     int q = (int)(r * G.size / n);
-    while (q + 1 < G.size && blk(n, q + 1) <= r) q++;
-    while (q > 0 && blk(n, q) > r) q--;
+    while (q + 1 < G.size && blk(n, q + 1) <= r)
+        q++;
+    while (q > 0 && blk(n, q) > r)
+        q--;
     return q;
 }
 
@@ -1929,7 +2082,8 @@ static int owner(int64_t n, int64_t r)
 static held_ent *held_find(const void *pub, uint64_t id)
 {
     for (held_ent *h = H.list; h; h = h->next)
-        if ((pub && (const void *)&h->pub == pub) || (!pub && h->id == id)) return h;
+        if ((pub && (const void *)&h->pub == pub) || (!pub && h->id == id))
+            return h;
     return NULL;
 }
 
@@ -1976,8 +2130,10 @@ static void rows_split(const held_ent *h, int64_t s, int64_t nb, int *cnt, int *
 {
     for (int q = 0; q < G.size; q++) {
         int64_t a = blk(h->n, q), b = blk(h->n, q + 1);
-        if (a < s) a = s;
-        if (b > s + nb) b = s + nb;
+        if (a < s)
+            a = s;
+        if (b > s + nb)
+            b = s + nb;
         cnt[q] = b > a ? (int)(b - a) : 0;
         dsp[q] = b > a ? (int)(a - s) : 0;
     }
@@ -2004,11 +2160,13 @@ static int held_rows(rt_held *pub, int64_t s, int64_t nb, float *x, char *err, s
     pthread_mutex_lock(&G.mu);
     int rc = job_broken() ? guard_broken(err, errlen) : send_frees(err, errlen);
     cmd_hdr c = {.cmd = CMD_ROWS, .prog = h->id, .gstep = s, .steps = nb};
-    if (rc == 0) rc = send_cmd(&c, "rows", err, errlen);
+    if (rc == 0)
+        rc = send_cmd(&c, "rows", err, errlen);
     if (rc == 0 && (rc = row_type(h->per, &t)) == 0) {
         vargs a = {.rb = x, .rc = cnt, .rd = dsp, .typed = 1, .dt = t};
         rc = guarded_v(V_GATHERV, &a, "data rows", err, errlen);
-        if (!job_broken()) MPI_Type_free(&t);
+        if (!job_broken())
+            MPI_Type_free(&t);
     }
     pthread_mutex_unlock(&G.mu);
     return rc;
@@ -2027,11 +2185,15 @@ static int worker_rows(const cmd_hdr *c, char *err, size_t errlen)
     rows_split(h, c->gstep, c->steps, cnt, dsp);
     MPI_Datatype t;
     int rc = row_type(h->per, &t);
-    if (rc < 0) job_abort();
-    vargs a = {.sb = h->x + (c->gstep + dsp[G.rank] - h->lo) * h->per, .n = cnt[G.rank],
-               .typed = 1, .dt = t};
+    if (rc < 0)
+        job_abort();
+    vargs a = {.sb = h->x + (c->gstep + dsp[G.rank] - h->lo) * h->per,
+               .n = cnt[G.rank],
+               .typed = 1,
+               .dt = t};
     rc = guarded_v(V_GATHERV, &a, "data rows", err, errlen);
-    if (!job_broken()) MPI_Type_free(&t);
+    if (!job_broken())
+        MPI_Type_free(&t);
     return rc;
 }
 
@@ -2049,9 +2211,10 @@ static int hold_scatter(held_ent *h, const float *x, char *err, size_t errlen)
         snprintf(err, errlen, "a row of %lld floats is too long", (long long)h->per);
         return rc;
     }
-    rc = guarded_scatterv(G.rank == 0 ? (void *)x : h->x, cnt, dsp, cnt[G.rank], t,
-                          "data rows", err, errlen);
-    if (!job_broken()) MPI_Type_free(&t);
+    rc = guarded_scatterv(G.rank == 0 ? (void *)x : h->x, cnt, dsp, cnt[G.rank], t, "data rows",
+                          err, errlen);
+    if (!job_broken())
+        MPI_Type_free(&t);
     return rc;
 }
 
@@ -2060,8 +2223,8 @@ int rt_dist_hold(const float *x, int64_t n, int64_t per, int64_t bytes, struct r
 {
     *out = NULL;
     /* rows counted in ints, a row one MPI type */
-    if (!G.on || G.size < 2 || G.size > 64 || G.rank != 0 || !data_stays(bytes) ||
-        n < G.size || n > INT_MAX || per < 1 || per > INT_MAX)
+    if (!G.on || G.size < 2 || G.size > 64 || G.rank != 0 || !data_stays(bytes) || n < G.size ||
+        n > INT_MAX || per < 1 || per > INT_MAX)
         return 0;
     if (tl_fetch != FETCH_CMD) {
         snprintf(err, errlen, "a data set cannot be spread over the replicas inside a call");
@@ -2087,8 +2250,10 @@ int rt_dist_hold(const float *x, int64_t n, int64_t per, int64_t bytes, struct r
     int rc = job_broken() ? guard_broken(err, errlen) : send_frees(err, errlen);
     h->id = ++H.next_id;
     cmd_hdr c = {.cmd = CMD_HOLD, .prog = h->id, .n = n, .x_floats = per};
-    if (rc == 0) rc = send_cmd(&c, "hold", err, errlen);
-    if (rc == 0) rc = hold_scatter(h, x, err, errlen);
+    if (rc == 0)
+        rc = send_cmd(&c, "hold", err, errlen);
+    if (rc == 0)
+        rc = hold_scatter(h, x, err, errlen);
     pthread_mutex_unlock(&G.mu);
     if (rc < 0) {
         held_free(h);
@@ -2106,7 +2271,8 @@ int rt_dist_hold(const float *x, int64_t n, int64_t per, int64_t bytes, struct r
 static int worker_hold(const cmd_hdr *c, char *err, size_t errlen)
 {
     held_ent *h = calloc(1, sizeof *h);
-    if (!h) abort(); /* the job cannot go on without it: rank 0 sees a dead replica */
+    if (!h)
+        abort(); /* the job cannot go on without it: rank 0 sees a dead replica */
     h->id = c->prog;
     h->n = c->n;
     h->per = c->x_floats;
@@ -2130,7 +2296,8 @@ static int worker_hold(const cmd_hdr *c, char *err, size_t errlen)
 static void worker_unhold(uint64_t id)
 {
     held_ent *h = held_find(NULL, id);
-    if (!h) return;
+    if (!h)
+        return;
     held_unlink(h);
     held_free(h);
 }
@@ -2140,14 +2307,14 @@ static void worker_unhold(uint64_t id)
 typedef struct hfill {
     held_ent *h;
     rt_exec *e;
-    const void *y;           /* the labels, whole; ln values of 4 bytes a row */
-    const float *sw;         /* sample weights, whole, or NULL */
+    const void *y;   /* the labels, whole; ln values of 4 bytes a row */
+    const float *sw; /* sample weights, whole, or NULL */
     int64_t ln, B;
-    int64_t *perm;           /* the epoch's order */
-    int64_t epoch;           /* perm's, -1 none */
+    int64_t *perm; /* the epoch's order */
+    int64_t epoch; /* perm's, -1 none */
     MPI_Datatype t;
     int t_on;
-    float *sbuf, *rbuf;      /* rows out and in, B rows each */
+    float *sbuf, *rbuf; /* rows out and in, B rows each */
 } hfill;
 
 static int hfill_init(hfill *f, held_ent *h, rt_exec *e, const void *y, const float *sw)
@@ -2160,20 +2327,23 @@ static int hfill_init(hfill *f, held_ent *h, rt_exec *e, const void *y, const fl
     f->epoch = -1;
     int64_t dims[RT_MAX_DIMS], ln = 1;
     int nd = rt_plan_label_shape(rt_exec_plan(e), dims);
-    for (int k = 0; k < nd; k++) ln *= dims[k];
+    for (int k = 0; k < nd; k++)
+        ln *= dims[k];
     f->ln = ln;
     f->B = rt_plan_config(rt_exec_plan(e))->batch_size;
     f->perm = malloc(sizeof(int64_t) * (size_t)h->n);
     f->sbuf = malloc(sizeof(float) * (size_t)(f->B * h->per));
     f->rbuf = malloc(sizeof(float) * (size_t)(f->B * h->per));
-    if (!f->perm || !f->sbuf || !f->rbuf || row_type(h->per, &f->t) < 0) return RT_ENOMEM;
+    if (!f->perm || !f->sbuf || !f->rbuf || row_type(h->per, &f->t) < 0)
+        return RT_ENOMEM;
     f->t_on = 1;
     return 0;
 }
 
 static void hfill_free(hfill *f)
 {
-    if (f->t_on && !job_broken()) MPI_Type_free(&f->t);
+    if (f->t_on && !job_broken())
+        MPI_Type_free(&f->t);
     free(f->perm);
     free(f->sbuf);
     free(f->rbuf);
@@ -2202,8 +2372,10 @@ static int held_train_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, flo
     for (int q = 0; q < N; q++)
         for (int64_t i = nb * q * k / M; i < nb * (q + 1) * k / M; i++) {
             const int o = owner(n, idx[i]);
-            if (o == me) sc[q]++;
-            if (q == me) rc[o]++;
+            if (o == me)
+                sc[q]++;
+            if (q == me)
+                rc[o]++;
         }
     sd[0] = rd[0] = 0;
     for (int q = 1; q < N; q++) {
@@ -2217,10 +2389,17 @@ static int held_train_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, flo
                 memcpy(f->sbuf + (int64_t)c++ * per, h->x + (idx[i] - h->lo) * per,
                        sizeof(float) * (size_t)per);
     }
-    vargs a = {.sb = f->sbuf, .sc = sc, .sd = sd, .rb = f->rbuf, .rc = rc, .rd = rd,
-               .typed = 1, .dt = f->t};
+    vargs a = {.sb = f->sbuf,
+               .sc = sc,
+               .sd = sd,
+               .rb = f->rbuf,
+               .rc = rc,
+               .rd = rd,
+               .typed = 1,
+               .dt = f->t};
     int r = guarded_v(V_ALLTOALLV, &a, "batch rows", err, errlen);
-    if (r < 0) return r;
+    if (r < 0)
+        return r;
     const int64_t lo = nb * me * k / M, hi = nb * (me + 1) * k / M;
     memcpy(cur, rd, sizeof cur);
     for (int64_t i = lo; i < hi; i++) {
@@ -2229,7 +2408,8 @@ static int held_train_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, flo
         if (y && f->y)
             memcpy((char *)y + i * f->ln * 4, (const char *)f->y + idx[i] * f->ln * 4,
                    (size_t)(f->ln * 4));
-        if (w && f->sw) w[i] = f->sw[idx[i]];
+        if (w && f->sw)
+            w[i] = f->sw[idx[i]];
     }
     /* the rows' check (an Embedding's indices), agreed: every replica
      * fails the step alike */
@@ -2239,38 +2419,44 @@ static int held_train_fill(void *ud, int64_t epoch, int64_t pos, int64_t nb, flo
         bad[0] = 1;
         snprintf(m, sizeof m, "%s", rt_exec_errmsg(f->e));
     }
-    if ((r = flags_max(bad, 1, "batch rows", err, errlen)) < 0) return r;
+    if ((r = flags_max(bad, 1, "batch rows", err, errlen)) < 0)
+        return r;
     if (bad[0]) {
-        snprintf(err, errlen, "%s", m[0] ? m : "a replica's rows of the batch failed the "
-                 "input check (see rank 0's error on the same data)");
+        snprintf(err, errlen, "%s",
+                 m[0] ? m
+                      : "a replica's rows of the batch failed the "
+                        "input check (see rank 0's error on the same data)");
         return RT_EDATA;
     }
     return 0;
 }
 
 /* every rank: the common part of a training call once data and state agree */
-static int train_all(rt_exec *e, const rt_data *d, int64_t steps,
-                     rt_train_result *res, rt_step_cb cb, void *ud, float *losses, char *err,
-                     size_t errlen)
+static int train_all(rt_exec *e, const rt_data *d, int64_t steps, rt_train_result *res,
+                     rt_step_cb cb, void *ud, float *losses, char *err, size_t errlen)
 {
     stop_ctx s = {.cb = cb, .ud = ud};
     C.active = 0; /* a step that failed before its finish left it set */
     int rc = rt_exec_train(e, d, steps, res, stop_cb, &s, losses);
-    if (s.failed || job_broken()) return guard_broken(err, errlen);
+    if (s.failed || job_broken())
+        return guard_broken(err, errlen);
     if (rc < 0) {
         snprintf(err, errlen, "%s", rt_exec_errmsg(e));
         return rc;
     }
-    if (G.size > 1 && (rc = sync_frozen(e, err, errlen)) < 0) return rc;
+    if (G.size > 1 && (rc = sync_frozen(e, err, errlen)) < 0)
+        return rc;
     return 0;
 }
 
 static int64_t y_bytes(const rt_data *d, rt_exec *e)
 {
-    if (!d->y) return 0;
+    if (!d->y)
+        return 0;
     int64_t dims[RT_MAX_DIMS], ln = 1;
     int nd = rt_plan_label_shape(rt_exec_plan(e), dims);
-    for (int k = 0; k < nd; k++) ln *= dims[k];
+    for (int k = 0; k < nd; k++)
+        ln *= dims[k];
     return d->n * ln * 4;
 }
 
@@ -2284,7 +2470,8 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
     pthread_mutex_unlock(&G.tab_mu);
     if (!id || G.size == 1) {
         int rc = rt_exec_train(e, d, steps, res, cb, ud, losses);
-        if (rc < 0) snprintf(err, errlen, "%s", rt_exec_errmsg(e));
+        if (rc < 0)
+            snprintf(err, errlen, "%s", rt_exec_errmsg(e));
         return rc;
     }
     pthread_mutex_lock(&G.mu);
@@ -2304,10 +2491,12 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
         snprintf(err, errlen, "%s", rt_exec_errmsg(e));
         goto out;
     }
-    if ((rc = send_frees(err, errlen)) < 0) goto out;
+    if ((rc = send_frees(err, errlen)) < 0)
+        goto out;
     int64_t in_dims[RT_MAX_DIMS], in = 1;
     int ind = rt_plan_input_shape(rt_exec_plan(e), in_dims);
-    for (int k = 0; k < ind; k++) in *= in_dims[k];
+    for (int k = 0; k < ind; k++)
+        in *= in_dims[k];
     const int64_t yb = y_bytes(d, e);
     /* a set held by the replicas (rt_dist_hold) trains from their blocks */
     pthread_mutex_lock(&G.tab_mu);
@@ -2316,8 +2505,8 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
     /* an in-memory set that stays on rank 0 goes as a streamed one; so
      * does an augmented one (its images stay on rank 0, whose gather
      * augments each batch's rows) */
-    const int kept = !d->fill && (d->aug.img != NULL ||
-                                  data_stays(4 * d->n * in + yb + (d->sw ? 4 * d->n : 0)));
+    const int kept =
+        !d->fill && (d->aug.img != NULL || data_stays(4 * d->n * in + yb + (d->sw ? 4 * d->n : 0)));
     const int streamed = (d->fill != NULL && !he) || kept;
     rt_data fd = *d; /* a streamed set's batches go through feed_root */
     if (he) {
@@ -2331,8 +2520,13 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
     if (kept) {
         int64_t ld[RT_MAX_DIMS], ln = 1;
         int lnd = rt_plan_label_shape(rt_exec_plan(e), ld);
-        for (int k = 0; k < lnd; k++) ln *= ld[k];
-        mf = (memfill){.d = d, .e = e, .in = in, .ln = ln, .epoch = -1,
+        for (int k = 0; k < lnd; k++)
+            ln *= ld[k];
+        mf = (memfill){.d = d,
+                       .e = e,
+                       .in = in,
+                       .ln = ln,
+                       .epoch = -1,
                        .B = rt_plan_config(rt_exec_plan(e))->batch_size,
                        .perm = malloc(sizeof(int64_t) * (size_t)(d->n ? d->n : 1))};
         if (!mf.perm) {
@@ -2352,9 +2546,14 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
         fd.fill = feed_root;
         fd.fill_ud = &f;
     }
-    cmd_hdr h = {.cmd = CMD_TRAIN, .prog = id, .steps = steps, .n = d->n,
-                 .y_dtype = (int32_t)d->y_dtype, .has_sw = d->sw != NULL,
-                 .streamed = streamed, .fill_id = (uint64_t)(uintptr_t)fd.fill_id};
+    cmd_hdr h = {.cmd = CMD_TRAIN,
+                 .prog = id,
+                 .steps = steps,
+                 .n = d->n,
+                 .y_dtype = (int32_t)d->y_dtype,
+                 .has_sw = d->sw != NULL,
+                 .streamed = streamed,
+                 .fill_id = (uint64_t)(uintptr_t)fd.fill_id};
     h.x_floats = d->n * in;
     h.y_bytes = yb;
     h.held = he ? he->id : 0;
@@ -2368,10 +2567,12 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
     if (!ke && !streamed && !he) {
         ke = key ? &G.keys[G.n_keys < 8 ? G.n_keys++ : (int)(G.clock++ % 8)] : &fresh;
         *ke = (key_ent){.x = d->x, .y = d->y, .sw = d->sw, .n = d->n};
-        if (key) memcpy(ke->key, key, 16);
+        if (key)
+            memcpy(ke->key, key, 16);
         data_key(d, h.x_floats, h.y_bytes, ke->dkey);
     }
-    if (ke) memcpy(h.dkey, ke->dkey, 16);
+    if (ke)
+        memcpy(h.dkey, ke->dkey, 16);
     /* The replicas agree on the state after a call that succeeded on all
      * (they ran the same steps); an edit on rank 0 since (SetWeights, a
      * checkpoint, a learning rate, also one made while that call ran) or
@@ -2385,11 +2586,13 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
     h.overlap = G.o.overlap;
     h.gather = !rt_exec_slots_held(e);
     sent = 1;
-    if ((rc = send_cmd(&h, "train", err, errlen)) < 0) goto out;
+    if ((rc = send_cmd(&h, "train", err, errlen)) < 0)
+        goto out;
     /* data missing (a held set's: its labels), state differs, program
      * unknown, held set unknown */
     int need[4] = {0, 0, 0, 0};
-    if ((rc = flags_max(need, 4, "train", err, errlen)) < 0) goto out;
+    if ((rc = flags_max(need, 4, "train", err, errlen)) < 0)
+        goto out;
     if (need[2] || need[3]) {
         snprintf(err, errlen, "a replica does not hold %s %llu", need[2] ? "program" : "data set",
                  need[2] ? (unsigned long long)id : (unsigned long long)h.held);
@@ -2406,7 +2609,8 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
             (d->sw && (rc = bcast((void *)d->sw, 4 * d->n, "data", err, errlen)) < 0))
             goto out;
         int bad[1] = {0};
-        if ((rc = flags_max(bad, 1, "data", err, errlen)) < 0) goto out;
+        if ((rc = flags_max(bad, 1, "data", err, errlen)) < 0)
+            goto out;
         if (bad[0]) {
             snprintf(err, errlen, "a replica received the data set with another content hash");
             rc = RT_EINTERNAL;
@@ -2433,7 +2637,8 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
             snprintf(err, errlen, "%s", rt_exec_errmsg(e));
             goto out;
         }
-        if ((rc = bcast(st, (int64_t)sn, "state", err, errlen)) < 0) goto out;
+        if ((rc = bcast(st, (int64_t)sn, "state", err, errlen)) < 0)
+            goto out;
     }
     pthread_mutex_lock(&G.tab_mu);
     pe = find_exec(e);
@@ -2445,8 +2650,10 @@ int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t s
      * last one) */
     if (rc < 0 && pov && pov->sh && job_broken()) {
         rt_exec_set_torn(e);
-        RT_LOG(RT_LOG_ERROR, "sharded optimizer state lost with the job: no checkpoint of "
-               "this program after step %lld", (long long)h.gstep);
+        RT_LOG(RT_LOG_ERROR,
+               "sharded optimizer state lost with the job: no checkpoint of "
+               "this program after step %lld",
+               (long long)h.gstep);
     }
 out:
     feed_free(&f);
@@ -2454,7 +2661,8 @@ out:
     free(mf.perm);
     free(st);
     pthread_mutex_lock(&G.tab_mu);
-    if (sent && (pe = find_exec(e))) pe->synced = rc == 0 ? edits : UINT64_MAX;
+    if (sent && (pe = find_exec(e)))
+        pe->synced = rc == 0 ? edits : UINT64_MAX;
     pthread_mutex_unlock(&G.tab_mu);
     tl_fetch = FETCH_CMD;
     pthread_mutex_unlock(&G.mu);
@@ -2466,7 +2674,8 @@ out:
 static wdata *find_data(const uint8_t key[16])
 {
     for (int i = 0; i < MAX_DATA; i++)
-        if (G.data[i].x && !memcmp(G.data[i].key, key, 16)) return &G.data[i];
+        if (G.data[i].x && !memcmp(G.data[i].key, key, 16))
+            return &G.data[i];
     return NULL;
 }
 
@@ -2492,19 +2701,21 @@ static int worker_train(const cmd_hdr *h, char *err, size_t errlen)
     G.o.overlap = h->overlap;
     feed f = {0};
     hfill hf = {0};
-    const int labels = he && (!he->y || he->y_bytes != h->y_bytes ||
-                              he->y_dtype != h->y_dtype || (h->has_sw && !he->sw));
+    const int labels = he && (!he->y || he->y_bytes != h->y_bytes || he->y_dtype != h->y_dtype ||
+                              (h->has_sw && !he->sw));
     int need[4] = {h->held ? labels : !w && !h->streamed,
                    h->send_state || (pex && rt_exec_global_step(pex) != h->gstep), !pe,
                    h->held && !he};
     int rc = flags_max(need, 4, "train", err, errlen);
-    if (rc < 0 || need[2] || need[3]) goto out;
+    if (rc < 0 || need[2] || need[3])
+        goto out;
     if (need[0] && he) {
         free(he->y);
         free(he->sw);
         he->sw = NULL;
         he->y = malloc((size_t)(h->y_bytes ? h->y_bytes : 1));
-        if (h->has_sw) he->sw = malloc(4 * (size_t)(h->n ? h->n : 1));
+        if (h->has_sw)
+            he->sw = malloc(4 * (size_t)(h->n ? h->n : 1));
         if (!he->y || (h->has_sw && !he->sw)) {
             RT_LOG(RT_LOG_ERROR, "replica %d: out of memory for a data set's labels", G.rank);
             abort(); /* as for a data set: rank 0 sees a dead replica */
@@ -2534,13 +2745,14 @@ static int worker_train(const cmd_hdr *h, char *err, size_t errlen)
             free_data(&nw);
             goto out;
         }
-        rt_data dd = {.x = nw.x, .y = nw.y, .y_dtype = (rt_dtype)nw.y_dtype, .n = nw.n,
-                      .sw = nw.sw};
+        rt_data dd = {
+            .x = nw.x, .y = nw.y, .y_dtype = (rt_dtype)nw.y_dtype, .n = nw.n, .sw = nw.sw};
         uint8_t got[16];
         data_key(&dd, h->x_floats, h->y_bytes, got);
         int bad[1] = {memcmp(got, h->dkey, 16) != 0};
         if ((rc = flags_max(bad, 1, "data", err, errlen)) < 0 || bad[0]) {
-            if (bad[0]) RT_LOG(RT_LOG_ERROR, "replica %d: data set hash mismatch", G.rank);
+            if (bad[0])
+                RT_LOG(RT_LOG_ERROR, "replica %d: data set hash mismatch", G.rank);
             free_data(&nw);
             goto out;
         }
@@ -2551,22 +2763,26 @@ static int worker_train(const cmd_hdr *h, char *err, size_t errlen)
                     slot = &G.data[i];
                     break;
                 }
-                if (G.data[i].used < slot->used) slot = &G.data[i];
+                if (G.data[i].used < slot->used)
+                    slot = &G.data[i];
             }
             free_data(slot);
         }
         *slot = nw;
         w = slot;
     }
-    if (w) w->used = ++G.clock;
-    if (need[1] && h->gather && (rc = slots_gather(pex, pe->ov, err, errlen)) < 0) goto out;
+    if (w)
+        w->used = ++G.clock;
+    if (need[1] && h->gather && (rc = slots_gather(pex, pe->ov, err, errlen)) < 0)
+        goto out;
     if (need[1]) {
         size_t n = rt_exec_state_size(pex);
         if (!(st = malloc(n))) {
             RT_LOG(RT_LOG_ERROR, "replica %d: out of memory for a program's state", G.rank);
             abort();
         }
-        if ((rc = bcast(st, (int64_t)n, "state", err, errlen)) < 0) goto out;
+        if ((rc = bcast(st, (int64_t)n, "state", err, errlen)) < 0)
+            goto out;
         if ((rc = rt_exec_load_state(pex, st, n)) < 0) {
             RT_LOG(RT_LOG_ERROR, "replica %d: state: %s", G.rank, rt_exec_errmsg(pex));
             abort();
@@ -2578,19 +2794,26 @@ static int worker_train(const cmd_hdr *h, char *err, size_t errlen)
             RT_LOG(RT_LOG_ERROR, "replica %d: out of memory for a held data set", G.rank);
             abort();
         }
-        dd = (rt_data){.y_dtype = (rt_dtype)h->y_dtype, .n = h->n, .fill = held_train_fill,
-                       .fill_ud = &hf, .fill_id = he, .fill_sw = h->has_sw};
+        dd = (rt_data){.y_dtype = (rt_dtype)h->y_dtype,
+                       .n = h->n,
+                       .fill = held_train_fill,
+                       .fill_ud = &hf,
+                       .fill_id = he,
+                       .fill_sw = h->has_sw};
     } else if (h->streamed) {
         if (feed_init(&f, pex, NULL, NULL) < 0) {
             RT_LOG(RT_LOG_ERROR, "replica %d: out of memory for a streamed data set", G.rank);
             abort(); /* as for a data set: rank 0 sees a dead replica */
         }
-        dd = (rt_data){.y_dtype = (rt_dtype)h->y_dtype, .n = h->n, .fill = feed_worker,
-                       .fill_ud = &f, .fill_id = (const void *)(uintptr_t)h->fill_id,
+        dd = (rt_data){.y_dtype = (rt_dtype)h->y_dtype,
+                       .n = h->n,
+                       .fill = feed_worker,
+                       .fill_ud = &f,
+                       .fill_id = (const void *)(uintptr_t)h->fill_id,
                        .fill_sw = h->has_sw};
     } else {
-        dd = (rt_data){.x = w->x, .y = w->y, .y_dtype = (rt_dtype)w->y_dtype, .n = w->n,
-                       .sw = w->sw};
+        dd = (rt_data){
+            .x = w->x, .y = w->y, .y_dtype = (rt_dtype)w->y_dtype, .n = w->n, .sw = w->sw};
     }
     rt_train_result res;
     rc = train_all(pex, &dd, h->steps, &res, NULL, NULL, NULL, err, errlen);
@@ -2606,9 +2829,11 @@ out:
 static void worker_broken(const char *err)
 {
     RT_LOG(RT_LOG_ERROR, "replica %d: %s", G.rank, err);
-    if (!L.on) job_abort();
+    if (!L.on)
+        job_abort();
     RT_LOG(RT_LOG_INFO, "replica %d: waiting for rank 0 to end the job", G.rank);
-    for (;;) pause();
+    for (;;)
+        pause();
 }
 
 int rt_dist_worker(void)
@@ -2622,7 +2847,8 @@ int rt_dist_worker(void)
     char err[256];
     for (;;) {
         cmd_hdr h;
-        if (recv_cmd(&h, err, sizeof err) < 0) worker_broken(err);
+        if (recv_cmd(&h, err, sizeof err) < 0)
+            worker_broken(err);
         int rc = 0;
         err[0] = 0;
         switch (h.cmd) {
@@ -2632,9 +2858,12 @@ int rt_dist_worker(void)
                 rt_exec_destroy(G.progs[i].e);
                 rt_plan_release(G.progs[i].plan);
             }
-            for (int i = 0; i < MAX_DATA; i++) free_data(&G.data[i]);
-            while (H.list) worker_unhold(H.list->id);
-            while (G.n_progs) drop_prog(&G.progs[0]);
+            for (int i = 0; i < MAX_DATA; i++)
+                free_data(&G.data[i]);
+            while (H.list)
+                worker_unhold(H.list->id);
+            while (G.n_progs)
+                drop_prog(&G.progs[0]);
             free(G.progs);
             comm_stop();
             guard_stop();
@@ -2652,7 +2881,8 @@ int rt_dist_worker(void)
         }
         case CMD_COMPILE: {
             uint8_t *pl = malloc(h.len ? h.len : 1);
-            if (!pl) abort();
+            if (!pl)
+                abort();
             rc = bcast(pl, (int64_t)h.len, "compile", err, sizeof err);
             int fl[1] = {0};
             if (rc == 0) {
@@ -2666,18 +2896,10 @@ int rt_dist_worker(void)
             free(pl);
             break;
         }
-        case CMD_TRAIN:
-            rc = worker_train(&h, err, sizeof err);
-            break;
-        case CMD_HOLD:
-            rc = worker_hold(&h, err, sizeof err);
-            break;
-        case CMD_UNHOLD:
-            worker_unhold(h.prog);
-            break;
-        case CMD_ROWS:
-            rc = worker_rows(&h, err, sizeof err);
-            break;
+        case CMD_TRAIN: rc = worker_train(&h, err, sizeof err); break;
+        case CMD_HOLD: rc = worker_hold(&h, err, sizeof err); break;
+        case CMD_UNHOLD: worker_unhold(h.prog); break;
+        case CMD_ROWS: rc = worker_rows(&h, err, sizeof err); break;
         case CMD_SLOTS: { /* rank 0 writes a checkpoint of a sharded state */
             prog_ent *p = find_prog(h.prog);
             if (!p || !p->ov || !p->ov->sh) {
@@ -2688,17 +2910,17 @@ int rt_dist_worker(void)
             rc = slots_gather(p->e, p->ov, err, sizeof err);
             break;
         }
-        default:
-            RT_LOG(RT_LOG_ERROR, "replica %d: unknown command %d", G.rank, h.cmd);
-            job_abort();
+        default: RT_LOG(RT_LOG_ERROR, "replica %d: unknown command %d", G.rank, h.cmd); job_abort();
         }
-        if (rc < 0 && job_broken()) worker_broken(err);
+        if (rc < 0 && job_broken())
+            worker_broken(err);
     }
 }
 
 void rt_dist_finalize(void)
 {
-    if (!G.on) return;
+    if (!G.on)
+        return;
     pthread_mutex_lock(&G.mu);
     char err[200];
     if (job_broken()) {

@@ -54,12 +54,12 @@ enum { RT_DIST_OVERLAP_AUTO = 0, RT_DIST_OVERLAP_ON, RT_DIST_OVERLAP_OFF };
 enum { RT_DIST_SHARD_AUTO = 0, RT_DIST_SHARD_ON, RT_DIST_SHARD_OFF };
 
 typedef struct rt_dist_opts {
-    int micro;           /* --deterministic-reduce M, 0 = off */
-    int timeout_ms;      /* --dist-timeout-ms, a replica's answer */
+    int micro;             /* --deterministic-reduce M, 0 = off */
+    int timeout_ms;        /* --dist-timeout-ms, a replica's answer */
     int64_t bucket_floats; /* --reduce-bucket-floats, the all-reduce bucket */
-    int overlap;         /* --overlap-reduce, RT_DIST_OVERLAP_* */
-    int shard;           /* --shard-optimizer, RT_DIST_SHARD_* */
-    int data;            /* --shard-data, RT_DIST_SHARD_* */
+    int overlap;           /* --overlap-reduce, RT_DIST_OVERLAP_* */
+    int shard;             /* --shard-optimizer, RT_DIST_SHARD_* */
+    int data;              /* --shard-data, RT_DIST_SHARD_* */
 } rt_dist_opts;
 
 /* Starts MPI when the process was launched by mpirun/srun (OMPI_/PMI_/PMIX_
@@ -81,15 +81,14 @@ void rt_dist_finalize(void);
  * every replica and make e a replica. compile_req/len: the packed
  * CompileRequest (its graph or Keras JSON); cfg: the compiled config.
  * No-op in a single process without --deterministic-reduce. */
-int rt_dist_program(rt_exec *e, const uint8_t *compile_req, size_t len, char *err,
-                    size_t errlen);
+int rt_dist_program(rt_exec *e, const uint8_t *compile_req, size_t len, char *err, size_t errlen);
 /* rt_exec_train on every replica. key: the data set's content key (rank 0
  * sends the data once per key and conversion). A streamed set, a large
  * one and an augmented one (d->aug) stay on rank 0, which fills each
  * batch (augmented by its backend's gather) and scatters the rows. */
 int rt_dist_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t steps,
-                  rt_train_result *res, rt_step_cb cb, void *ud, float *step_losses,
-                  char *err, size_t errlen);
+                  rt_train_result *res, rt_step_cb cb, void *ud, float *step_losses, char *err,
+                  size_t errlen);
 
 /* The data layer's holder (rt_data_set_holder, rt_data.h): with
  * --shard-data on (or auto above its size) and N > 1, rank 0 spreads an

@@ -25,8 +25,8 @@
 #define FITS 16         /* recent fits kept */
 #define FIT_POINTS 1024 /* epochs kept per fit (the latest) */
 #define NAME 64
-#define COPY_CHUNK 32   /* records copied per hold of the lock */
-#define SID 11          /* "s-" and 8 hex digits: ids are capabilities */
+#define COPY_CHUNK 32              /* records copied per hold of the lock */
+#define SID 11                     /* "s-" and 8 hex digits: ids are capabilities */
 #define HEARTBEAT_NS 5000000000ull /* under MHD's idle timeout (10 s) */
 #define WAKE_NS 250000000ull       /* calls alone refresh the page this often */
 
@@ -42,21 +42,21 @@ typedef struct dash_call {
 } dash_call;
 
 typedef struct dash_fit {
-    int id;             /* 0: free */
+    int id; /* 0: free */
     int running, code;
     char principal[NAME];
     char session[SID], program[SID];
     uint32_t epochs;
     uint64_t start_ms, end_ms;
-    int64_t n;          /* points recorded (the ring keeps the last FIT_POINTS) */
+    int64_t n; /* points recorded (the ring keeps the last FIT_POINTS) */
     rt_dash_point pt[FIT_POINTS];
     uint64_t pt_ms[FIT_POINTS]; /* when each epoch was recorded */
 } dash_fit;
 
 static struct {
     pthread_mutex_t mu;
-    pthread_cond_t cv;   /* a fit changed: the event thread wakes at once */
-    uint64_t seq;        /* bumped by every record */
+    pthread_cond_t cv; /* a fit changed: the event thread wakes at once */
+    uint64_t seq;      /* bumped by every record */
     uint64_t n_calls;
     dash_call calls[CALL_RING];
     dash_fit fits[FITS];
@@ -457,7 +457,7 @@ void rt_dash_registry_json(const char *principal, rt_dash_buf *b)
 typedef struct sse sse;
 
 struct rt_dash_http {
-    pthread_mutex_t mu;   /* the suspended streams; taken before MHD's own */
+    pthread_mutex_t mu; /* the suspended streams; taken before MHD's own */
     sse *suspended;
     int stopping;
     pthread_t thread;
@@ -631,9 +631,8 @@ static void headers(struct MHD_Response *r, const char *type)
                             "frame-ancestors 'none'; base-uri 'none'");
 }
 
-static int send_buf(struct MHD_Connection *conn, unsigned code, const char *type,
-                    const void *data, size_t len, int copy_it, const char *cookie,
-                    const char *location)
+static int send_buf(struct MHD_Connection *conn, unsigned code, const char *type, const void *data,
+                    size_t len, int copy_it, const char *cookie, const char *location)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(
         len, (void *)data, copy_it ? MHD_RESPMEM_MUST_COPY : MHD_RESPMEM_PERSISTENT);
@@ -708,8 +707,8 @@ static int is_loopback_host(struct MHD_Connection *conn)
 
 /* The principal of the request's token (header, else cookie) into out;
  * 0, or -1 when there is none or it is not accepted. */
-static int request_principal(struct MHD_Connection *conn, const rt_dash_provider *p,
-                             char *out, size_t n)
+static int request_principal(struct MHD_Connection *conn, const rt_dash_provider *p, char *out,
+                             size_t n)
 {
     const char *tok = NULL;
     size_t len = 0;
@@ -781,8 +780,10 @@ typedef struct post_body {
 
 static int hexval(int c)
 {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                          : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 /* The value of "token=" in a form body, URL-decoded, into out. */
@@ -841,8 +842,7 @@ static int cookie_safe(const char *t)
     return 1;
 }
 
-static int serve_login_post(struct MHD_Connection *conn, const rt_dash_provider *p,
-                            post_body *pb)
+static int serve_login_post(struct MHD_Connection *conn, const rt_dash_provider *p, post_body *pb)
 {
     char tok[256], who[NAME];
     if (pb->too_big || form_token(pb->b, tok, sizeof tok) < 0 || !cookie_safe(tok) || !p->who ||

@@ -7,11 +7,11 @@
 #include <stddef.h>
 
 typedef struct rt_dash_asset {
-    const char *path;  /* "/app.js"; the page is "/" */
-    const char *type;  /* Content-Type */
+    const char *path; /* "/app.js"; the page is "/" */
+    const char *type; /* Content-Type */
     const unsigned char *data;
     size_t len;
-    int page;          /* 1: shows data, served after the access check */
+    int page; /* 1: shows data, served after the access check */
 } rt_dash_asset;
 
 /* The asset at path, or NULL. */

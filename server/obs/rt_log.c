@@ -25,10 +25,7 @@ int rt_obs_level_from_name(const char *name, rt_log_level *out)
     return RT_EINVAL;
 }
 
-void rt_obs_set_level(rt_log_level lvl)
-{
-    __atomic_store_n(&g_level, (int)lvl, __ATOMIC_RELAXED);
-}
+void rt_obs_set_level(rt_log_level lvl) { __atomic_store_n(&g_level, (int)lvl, __ATOMIC_RELAXED); }
 
 rt_log_level rt_obs_level(void)
 {
@@ -44,12 +41,23 @@ static size_t escape(const char *in, char *out, size_t outlen, int backslash)
     for (const unsigned char *p = (const unsigned char *)in; *p; p++) {
         char e[5];
         size_t k = 0;
-        if (*p == '\n') { e[k++] = '\\'; e[k++] = 'n'; }
-        else if (*p == '\r') { e[k++] = '\\'; e[k++] = 'r'; }
-        else if (*p == '\t') { e[k++] = '\\'; e[k++] = 't'; }
-        else if (*p == '\\' && backslash) { e[k++] = '\\'; e[k++] = '\\'; }
-        else if (*p < 0x20 || *p == 0x7f) {
-            e[k++] = '\\'; e[k++] = 'x'; e[k++] = hex[*p >> 4]; e[k++] = hex[*p & 15];
+        if (*p == '\n') {
+            e[k++] = '\\';
+            e[k++] = 'n';
+        } else if (*p == '\r') {
+            e[k++] = '\\';
+            e[k++] = 'r';
+        } else if (*p == '\t') {
+            e[k++] = '\\';
+            e[k++] = 't';
+        } else if (*p == '\\' && backslash) {
+            e[k++] = '\\';
+            e[k++] = '\\';
+        } else if (*p < 0x20 || *p == 0x7f) {
+            e[k++] = '\\';
+            e[k++] = 'x';
+            e[k++] = hex[*p >> 4];
+            e[k++] = hex[*p & 15];
         } else {
             e[k++] = (char)*p;
         }
@@ -82,9 +90,8 @@ void rt_obs_log(rt_log_level lvl, const char *fmt, ...)
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
     int n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ %-5s ",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                     tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000,
-                     level_names[(int)lvl & 3]);
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     ts.tv_nsec / 1000, level_names[(int)lvl & 3]);
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -97,10 +104,10 @@ void rt_obs_log(rt_log_level lvl, const char *fmt, ...)
 }
 
 static const char *const code_names[17] = {
-    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-    "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-    "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-    "UNAUTHENTICATED"};
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
 
 int rt_log_format_from_name(const char *name, rt_log_format *out)
 {
@@ -128,10 +135,20 @@ static int utf8_len(const unsigned char *s)
     unsigned min;
     if (c < 0x80)
         return 1;
-    if ((c & 0xe0) == 0xc0) { n = 2; min = 0x80; c &= 0x1f; }
-    else if ((c & 0xf0) == 0xe0) { n = 3; min = 0x800; c &= 0x0f; }
-    else if ((c & 0xf8) == 0xf0) { n = 4; min = 0x10000; c &= 0x07; }
-    else return 0;
+    if ((c & 0xe0) == 0xc0) {
+        n = 2;
+        min = 0x80;
+        c &= 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+        n = 3;
+        min = 0x800;
+        c &= 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+        n = 4;
+        min = 0x10000;
+        c &= 0x07;
+    } else
+        return 0;
     for (int i = 1; i < n; i++) {
         if ((s[i] & 0xc0) != 0x80)
             return 0;
@@ -194,10 +211,9 @@ static size_t open_line(char *line, size_t cap, rt_log_level lvl)
     struct tm tm;
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
-    int n = snprintf(line, cap,
-                     "{\"ts\":\"%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ\",\"level\":\"%s\"",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, ts.tv_nsec / 1000, level_names[(int)lvl & 3]);
+    int n = snprintf(line, cap, "{\"ts\":\"%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ\",\"level\":\"%s\"",
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     ts.tv_nsec / 1000, level_names[(int)lvl & 3]);
     return n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }
 
@@ -239,10 +255,10 @@ void rt_log_call(const rt_log_call_info *ci)
     const char *status = ci->code >= 0 && ci->code < 17 ? code_names[ci->code] : "UNKNOWN";
     double ms = (double)ci->duration_ns / 1e6;
     if (!json) {
-        rt_obs_log(lvl, "call %s %s %.3f ms principal=%s session=%s%s%s", ci->method, status,
-                   ms, ci->principal ? ci->principal : "anonymous",
-                   ci->session && *ci->session ? ci->session : "-",
-                   ci->error ? ": " : "", ci->error ? ci->error : "");
+        rt_obs_log(lvl, "call %s %s %.3f ms principal=%s session=%s%s%s", ci->method, status, ms,
+                   ci->principal ? ci->principal : "anonymous",
+                   ci->session && *ci->session ? ci->session : "-", ci->error ? ": " : "",
+                   ci->error ? ci->error : "");
         return;
     }
     char line[2048];

@@ -42,13 +42,13 @@ rt_log_format rt_log_get_format(void);
 void rt_log_vjson(rt_log_level lvl, const char *fmt, va_list ap);
 
 typedef struct rt_log_call_info {
-    const char *principal;   /* who called; NULL = "anonymous" (refused
+    const char *principal; /* who called; NULL = "anonymous" (refused
                                 before its token was checked) */
-    const char *session;     /* session id prefix, NULL or "" = none */
-    const char *method;      /* "/rtrain.v1.Trainer/Ping" */
-    int code;                /* gRPC status code */
-    uint64_t duration_ns;    /* arrival to status */
-    const char *error;       /* the status message, NULL if none */
+    const char *session;   /* session id prefix, NULL or "" = none */
+    const char *method;    /* "/rtrain.v1.Trainer/Ping" */
+    int code;              /* gRPC status code */
+    uint64_t duration_ns;  /* arrival to status */
+    const char *error;     /* the status message, NULL if none */
 } rt_log_call_info;
 
 void rt_log_call(const rt_log_call_info *ci);

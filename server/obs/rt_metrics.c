@@ -31,10 +31,10 @@
 
 /* Upper bounds in ns: 1 us .. 60 s, then +Inf. */
 static const uint64_t bucket_ns[N_BUCKETS] = {
-    1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
-    1000000, 2500000, 5000000, 10000000, 25000000, 50000000, 100000000,
-    250000000, 500000000, 1000000000, 2500000000ull, 5000000000ull,
-    10000000000ull, 30000000000ull, 60000000000ull};
+    1000,       2500,          5000,          10000,          25000,          50000,
+    100000,     250000,        500000,        1000000,        2500000,        5000000,
+    10000000,   25000000,      50000000,      100000000,      250000000,      500000000,
+    1000000000, 2500000000ull, 5000000000ull, 10000000000ull, 30000000000ull, 60000000000ull};
 
 typedef struct hist {
     uint64_t b[N_BUCKETS + 1]; /* not cumulative; the last is +Inf */
@@ -42,14 +42,13 @@ typedef struct hist {
 } hist;
 
 enum { PH_QUEUE, PH_DECODE, PH_COMPILE, PH_EXECUTE, PH_ENCODE, PH_N };
-static const char *const phase_names[PH_N] = {"queue", "decode", "compile", "execute",
-                                              "encode"};
+static const char *const phase_names[PH_N] = {"queue", "decode", "compile", "execute", "encode"};
 
 static const char *const code_names[N_CODES] = {
-    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-    "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-    "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-    "UNAUTHENTICATED"};
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
 
 typedef struct step_slot {
     uint64_t sec, steps, samples;
@@ -63,7 +62,7 @@ static struct {
     hist dur[RT_METRICS_MAX_METHODS];
     hist phase[PH_N];
     uint64_t steps, samples;
-    uint64_t ckpt[2];              /* failed, ok */
+    uint64_t ckpt[2]; /* failed, ok */
     uint64_t ckpt_bytes, ckpt_last_unix_ms;
     hist ckpt_dur;
     uint64_t up_bytes, up_resumed;
@@ -243,8 +242,7 @@ static void put_hist(sbuf *b, const char *name, const char *lk, const char *lv, 
             put(b, "rtrain_%s_bucket{%sle=\"%s\"} %llu\n", name, lab, le_text[i],
                 (unsigned long long)cum);
         else
-            put(b, "rtrain_%s_bucket{%sle=\"+Inf\"} %llu\n", name, lab,
-                (unsigned long long)cum);
+            put(b, "rtrain_%s_bucket{%sle=\"+Inf\"} %llu\n", name, lab, (unsigned long long)cum);
     }
     size_t n = strlen(lab);
     if (n)
@@ -311,8 +309,7 @@ int rt_metrics_render(rt_metrics_collect_fn collect, void *ud, char **out, size_
     put(&b, "rtrain_samples_total %llu\n", (unsigned long long)LOAD(&M.samples));
     head(&b, "steps_per_second", "gauge", "Training steps per second, last 10 whole seconds.");
     put(&b, "rtrain_steps_per_second %.3f\n", sps);
-    head(&b, "samples_per_second", "gauge",
-         "Training samples per second, last 10 whole seconds.");
+    head(&b, "samples_per_second", "gauge", "Training samples per second, last 10 whole seconds.");
     put(&b, "rtrain_samples_per_second %.3f\n", smps);
 
     head(&b, "checkpoints_total", "counter", "Checkpoints written (ok) or failed.");
@@ -337,7 +334,10 @@ int rt_metrics_render(rt_metrics_collect_fn collect, void *ud, char **out, size_
     memset(&g, 0, sizeof g);
     if (collect)
         collect(ud, &g);
-    static const struct { const char *name, *help; size_t off; } gauges[] = {
+    static const struct {
+        const char *name, *help;
+        size_t off;
+    } gauges[] = {
         {"sessions", "Open sessions.", offsetof(rt_metrics_gauges, sessions)},
         {"programs", "Compiled programs held by sessions.", offsetof(rt_metrics_gauges, programs)},
         {"plans_cached", "Plans in the compile cache.", offsetof(rt_metrics_gauges, plans_cached)},
@@ -356,7 +356,8 @@ int rt_metrics_render(rt_metrics_collect_fn collect, void *ud, char **out, size_
          offsetof(rt_metrics_gauges, upload_kept_bytes)},
         {"upload_pool_bytes", "Idle upload buffer bytes kept for reuse (--upload-pool-bytes).",
          offsetof(rt_metrics_gauges, upload_pool_bytes)},
-        {"memory_charged_bytes", "Bytes charged to the memory budget (--max-memory-bytes) "
+        {"memory_charged_bytes",
+         "Bytes charged to the memory budget (--max-memory-bytes) "
          "by all principals: programs, stored datasets, uploads and calls in flight.",
          offsetof(rt_metrics_gauges, charged_bytes)},
     };
@@ -415,9 +416,9 @@ int rt_metrics_render(rt_metrics_collect_fn collect, void *ud, char **out, size_
 typedef struct http_conn {
     struct http_conn *next, **prev;
     int fd;
-    int head_done;  /* the request head arrived: the deadline is off */
-    int cut;        /* shut down for its deadline */
-    uint64_t t0;    /* connected, or answered its previous request */
+    int head_done; /* the request head arrived: the deadline is off */
+    int cut;       /* shut down for its deadline */
+    uint64_t t0;   /* connected, or answered its previous request */
 } http_conn;
 
 struct rt_metrics_server {
@@ -429,7 +430,7 @@ struct rt_metrics_server {
     pthread_cond_t cv;
     pthread_t reaper;
     int reaper_on, stopping;
-    http_conn *conns; /* under mu */
+    http_conn *conns;   /* under mu */
     rt_dash_http *dash; /* the dashboard's event streams (rt_dash.h) */
 };
 
@@ -519,8 +520,8 @@ static void *reaper_main(void *arg)
 
 static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, const char *text)
 {
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)text,
-                                                             MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
     if (!r)
         return MHD_NO;
     MHD_add_response_header(r, "Content-Type", "text/plain; charset=utf-8");
@@ -530,9 +531,8 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, const c
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
 {
     rt_metrics_server *ms = cls;
     http_conn *h = conn_of(conn);
@@ -606,18 +606,16 @@ int rt_metrics_serve(const char *addr, rt_metrics_collect_fn collect, void *ud,
         return RT_ENOMEM;
     }
     /* suspend/resume: the dashboard's event streams wait off the poll set */
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
-                     MHD_ALLOW_SUSPEND_RESUME;
+    unsigned flags =
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    ms->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, ms,
-                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_S,
-                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_CONNECTIONS,
-                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HTTP_PER_IP,
-                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_MEMORY,
-                             MHD_OPTION_NOTIFY_CONNECTION, on_conn, ms,
-                             MHD_OPTION_NOTIFY_COMPLETED, on_done, ms, MHD_OPTION_END);
+    ms->d = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, ms, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_S, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)HTTP_CONNECTIONS, MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HTTP_PER_IP,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_MEMORY, MHD_OPTION_NOTIFY_CONNECTION,
+        on_conn, ms, MHD_OPTION_NOTIFY_COMPLETED, on_done, ms, MHD_OPTION_END);
     int e = errno;
     freeaddrinfo(ai);
     if (!ms->d) {

@@ -65,12 +65,12 @@ typedef struct rt_metrics_gauges {
     uint64_t sessions, programs, plans_cached, datasets, stored_bytes;
     uint64_t mem_params, mem_activations, mem_datasets;
     uint64_t live_calls;
-    uint64_t calls_held;          /* RunSteps waiting for their predecessor */
-    uint64_t uploads;             /* uploads in flight */
+    uint64_t calls_held;            /* RunSteps waiting for their predecessor */
+    uint64_t uploads;               /* uploads in flight */
     uint64_t upload_reserved_bytes; /* what they reserve (--max-upload-bytes) */
-    uint64_t upload_kept_bytes;   /* broken uploads kept for a resume */
-    uint64_t upload_pool_bytes;   /* idle upload buffers kept for reuse */
-    uint64_t charged_bytes;       /* charged to the memory budget, all principals */
+    uint64_t upload_kept_bytes;     /* broken uploads kept for a resume */
+    uint64_t upload_pool_bytes;     /* idle upload buffers kept for reuse */
+    uint64_t charged_bytes;         /* charged to the memory budget, all principals */
     int serving;
 } rt_metrics_gauges;
 

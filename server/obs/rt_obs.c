@@ -16,12 +16,10 @@ void rt_obs_timing_begin(rt_obs_timing *t, uint64_t arrival_ns)
     t->arrival_ns = arrival_ns;
 }
 
-void rt_obs_timing_fill(const rt_obs_timing *t, uint64_t end_ns,
-                        Rtrain__V1__Timings *pb)
+void rt_obs_timing_fill(const rt_obs_timing *t, uint64_t end_ns, Rtrain__V1__Timings *pb)
 {
     uint64_t total = end_ns > t->arrival_ns ? end_ns - t->arrival_ns : 0;
-    uint64_t parts = t->queue_ns + t->decode_ns + t->compile_ns +
-                     t->execute_ns + t->encode_ns;
+    uint64_t parts = t->queue_ns + t->decode_ns + t->compile_ns + t->execute_ns + t->encode_ns;
     if (parts > total)
         total = parts;
     pb->queue_ns = t->queue_ns;

@@ -23,15 +23,17 @@ extern "C" {
 #endif
 
 typedef enum rt_log_level {
-    RT_LOG_ERROR = 0, RT_LOG_WARN = 1, RT_LOG_INFO = 2, RT_LOG_DEBUG = 3
+    RT_LOG_ERROR = 0,
+    RT_LOG_WARN = 1,
+    RT_LOG_INFO = 2,
+    RT_LOG_DEBUG = 3
 } rt_log_level;
 
 /* Parse "error"|"warn"|"info"|"debug". Returns 0 or RT_EINVAL. */
 int rt_obs_level_from_name(const char *name, rt_log_level *out);
 void rt_obs_set_level(rt_log_level lvl);
 rt_log_level rt_obs_level(void);
-void rt_obs_log(rt_log_level lvl, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+void rt_obs_log(rt_log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Copy in to out (always NUL-terminated, cut at outlen) with control
  * bytes and backslashes escaped (\n, \r, \t, \\, \xNN), so a name sent by a
@@ -42,10 +44,10 @@ void rt_obs_log(rt_log_level lvl, const char *fmt, ...)
 size_t rt_obs_escape(const char *in, char *out, size_t outlen);
 
 /* Cheap level check first, so debug lines cost nothing when off. */
-#define RT_LOG(lvl, ...)                                                       \
-    do {                                                                       \
-        if ((int)(lvl) <= (int)rt_obs_level())                                 \
-            rt_obs_log((lvl), __VA_ARGS__);                                    \
+#define RT_LOG(lvl, ...)                       \
+    do {                                       \
+        if ((int)(lvl) <= (int)rt_obs_level()) \
+            rt_obs_log((lvl), __VA_ARGS__);    \
     } while (0)
 
 /* Phase times of one call, in nanoseconds. arrival_ns is rt_now_ns() when
@@ -71,8 +73,7 @@ void rt_obs_timing_begin(rt_obs_timing *t, uint64_t arrival_ns);
  * queue+decode+compile+execute+encode+other == total always holds. The
  * stream wait is a part of other (at most all of it), not a sixth part;
  * auth a part of decode and durable of execute, likewise. */
-void rt_obs_timing_fill(const rt_obs_timing *t, uint64_t end_ns,
-                        Rtrain__V1__Timings *pb);
+void rt_obs_timing_fill(const rt_obs_timing *t, uint64_t end_ns, Rtrain__V1__Timings *pb);
 
 #ifdef __cplusplus
 }

@@ -32,7 +32,7 @@ typedef struct bp_hdr {
 
 static struct {
     pthread_mutex_t mu;
-    pthread_cond_t cv;      /* the arena thread waits here for a shortfall */
+    pthread_cond_t cv; /* the arena thread waits here for a shortfall */
     uint64_t cap, idle;
     uint64_t arena;         /* idle bytes the arena thread keeps faulted in */
     uint64_t prefaulted;    /* bytes it faulted in, ever */

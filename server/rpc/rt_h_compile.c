@@ -12,7 +12,7 @@ typedef struct compile_st {
     rt_graph *g;
     rt_train_config cfg;
     uint8_t key[16];
-    rt_plan *plan; /* from the cache, or compiled by the work */
+    rt_plan *plan;     /* from the cache, or compiled by the work */
     rt_principal *who; /* holds one RT_Q_PROGRAMS until the program takes it */
     rt_program *from;  /* state_from_program (valid while c->sess is held) */
     int nchw;          /* the ONNX model's data input takes NCHW data */
@@ -73,10 +73,18 @@ static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train
      * number, and the optimizer's magnitudes must not be negative: a NaN
      * learning rate silently replaced by the default trains something the
      * client did not ask for. */
-    const struct { const char *name; float v; int signed_ok; } nums[] = {
-        {"learning_rate", p->learning_rate, 0}, {"momentum", p->momentum, 0},
-        {"beta1", p->beta1, 0}, {"beta2", p->beta2, 0}, {"epsilon", p->epsilon, 0},
-        {"weight_decay", p->weight_decay, 0}, {"rho", p->rho, 0},
+    const struct {
+        const char *name;
+        float v;
+        int signed_ok;
+    } nums[] = {
+        {"learning_rate", p->learning_rate, 0},
+        {"momentum", p->momentum, 0},
+        {"beta1", p->beta1, 0},
+        {"beta2", p->beta2, 0},
+        {"epsilon", p->epsilon, 0},
+        {"weight_decay", p->weight_decay, 0},
+        {"rho", p->rho, 0},
         {"clip_norm", p->clip_norm, 0},
         {"schedule.gamma", p->schedule ? p->schedule->gamma : 0.0f, 1},
         {"schedule.min_lr", p->schedule ? p->schedule->min_lr : 0.0f, 0},
@@ -95,11 +103,14 @@ static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train
     if (p->reduction && *p->reduction && rt_reduction_from_name(p->reduction, &cfg->reduction) < 0)
         return rt_call_fail(c, RT_EINVAL, "unknown reduction '%.32s' (mean or sum)", p->reduction);
     if (!isfinite(p->label_smoothing) || !isfinite(p->loss_beta))
-        return rt_call_fail(c, RT_EINVAL, "TrainConfig.label_smoothing and loss_beta must be "
+        return rt_call_fail(c, RT_EINVAL,
+                            "TrainConfig.label_smoothing and loss_beta must be "
                             "finite");
     cfg->label_smoothing = p->label_smoothing;
-    if (p->has_ignore_index) cfg->ignore_index = p->ignore_index;
-    if (p->has_loss_beta) cfg->loss_beta = p->loss_beta;
+    if (p->has_ignore_index)
+        cfg->ignore_index = p->ignore_index;
+    if (p->has_loss_beta)
+        cfg->loss_beta = p->loss_beta;
     if (p->n_class_weight > 1 << 20 || p->n_pos_weight > 1 << 20)
         return rt_call_fail(c, RT_EINVAL, "class_weight or pos_weight has too many values");
     cfg->class_weight = p->n_class_weight ? p->class_weight : NULL;
@@ -109,20 +120,30 @@ static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train
     cfg->loss_check = !p->no_loss_check;
     if (!(p->l2_weight_decay >= 0) || !isfinite(p->l2_weight_decay) || !(p->dampening >= 0) ||
         !isfinite(p->dampening))
-        return rt_call_fail(c, RT_EINVAL, "TrainConfig.l2_weight_decay and dampening must be "
+        return rt_call_fail(c, RT_EINVAL,
+                            "TrainConfig.l2_weight_decay and dampening must be "
                             "finite and >= 0");
     cfg->l2_decay = p->l2_weight_decay;
     cfg->dampening = p->dampening;
-    if (p->learning_rate > 0) cfg->lr = p->learning_rate;
-    if (p->momentum > 0) cfg->momentum = p->momentum;
+    if (p->learning_rate > 0)
+        cfg->lr = p->learning_rate;
+    if (p->momentum > 0)
+        cfg->momentum = p->momentum;
     cfg->nesterov = p->nesterov;
-    if (p->beta1 > 0) cfg->beta1 = p->beta1;
-    if (p->beta2 > 0) cfg->beta2 = p->beta2;
-    if (p->epsilon > 0) cfg->eps = p->epsilon;
-    if (p->weight_decay > 0) cfg->weight_decay = p->weight_decay;
-    if (p->rho > 0) cfg->rho = p->rho;
-    else if (cfg->opt == RT_OPT_ADADELTA) cfg->rho = 0.95f; /* Keras' Adadelta default */
-    if (p->clip_norm > 0) cfg->clip_norm = p->clip_norm;
+    if (p->beta1 > 0)
+        cfg->beta1 = p->beta1;
+    if (p->beta2 > 0)
+        cfg->beta2 = p->beta2;
+    if (p->epsilon > 0)
+        cfg->eps = p->epsilon;
+    if (p->weight_decay > 0)
+        cfg->weight_decay = p->weight_decay;
+    if (p->rho > 0)
+        cfg->rho = p->rho;
+    else if (cfg->opt == RT_OPT_ADADELTA)
+        cfg->rho = 0.95f; /* Keras' Adadelta default */
+    if (p->clip_norm > 0)
+        cfg->clip_norm = p->clip_norm;
     if (p->has_ftrl) {
         cfg->ftrl_power = p->ftrl_learning_rate_power;
         cfg->ftrl_init = p->ftrl_initial_accumulator_value;
@@ -151,7 +172,8 @@ static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train
             cfg->metrics |= bit;
         }
     }
-    if (p->batch_size) cfg->batch_size = (int)p->batch_size;
+    if (p->batch_size)
+        cfg->batch_size = (int)p->batch_size;
     cfg->seed = p->seed;
     cfg->shuffle = !p->no_shuffle;
     if (p->label_dtype == RTRAIN__V1__DTYPE__F32 || p->label_dtype == RTRAIN__V1__DTYPE__I32)
@@ -180,17 +202,25 @@ static int keras_compile_defaults(rt_call *c, rt_train_config *cfg, const char *
         return 0;
     if (!(p && p->loss && *p->loss) && k.loss[0]) {
         if (rt_loss_from_name(k.loss, &cfg->loss) < 0)
-            return rt_call_fail(c, RT_EINVAL, "the model's saved loss '%.48s' is not supported; "
-                                "give a loss in TrainConfig", k.loss);
+            return rt_call_fail(c, RT_EINVAL,
+                                "the model's saved loss '%.48s' is not supported; "
+                                "give a loss in TrainConfig",
+                                k.loss);
         cfg->from_logits = k.from_logits || (p && p->from_logits);
         if (!p || p->label_dtype == RTRAIN__V1__DTYPE__DTYPE_UNSPECIFIED)
             cfg->label_dtype = default_label_dtype(cfg->loss, p ? p->n_label_shape : 0);
     }
     if (!(p && p->optimizer && *p->optimizer) && k.optimizer[0]) {
         if (rt_opt_from_name(k.optimizer, &cfg->opt) < 0)
-            return rt_call_fail(c, RT_EINVAL, "the model's saved optimizer '%.32s' is not "
-                                "supported; give an optimizer in TrainConfig", k.optimizer);
-        const struct { float given; double saved; float *dst; } nums[] = {
+            return rt_call_fail(c, RT_EINVAL,
+                                "the model's saved optimizer '%.32s' is not "
+                                "supported; give an optimizer in TrainConfig",
+                                k.optimizer);
+        const struct {
+            float given;
+            double saved;
+            float *dst;
+        } nums[] = {
             {p ? p->learning_rate : 0, k.lr, &cfg->lr},
             {p ? p->beta1 : 0, k.beta1, &cfg->beta1},
             {p ? p->beta2 : 0, k.beta2, &cfg->beta2},
@@ -225,17 +255,19 @@ static int keras_compile_defaults(rt_call *c, rt_train_config *cfg, const char *
 
 /* TrainConfig.outputs: each output's loss, weight and metrics in the
  * model's output order (n outputs) */
-static int output_losses(rt_call *c, rt_train_config *cfg, int n,
-                         const Rtrain__V1__TrainConfig *p)
+static int output_losses(rt_call *c, rt_train_config *cfg, int n, const Rtrain__V1__TrainConfig *p)
 {
     if (!p || !p->n_outputs)
         return 0;
     if (n < 2)
-        return rt_call_fail(c, RT_EINVAL, "TrainConfig.outputs is for a model with several "
+        return rt_call_fail(c, RT_EINVAL,
+                            "TrainConfig.outputs is for a model with several "
                             "outputs; this one has one (give TrainConfig.loss)");
     if ((int)p->n_outputs != n)
-        return rt_call_fail(c, RT_EINVAL, "TrainConfig.outputs has %zu entries; the model has "
-                            "%d outputs", p->n_outputs, n);
+        return rt_call_fail(c, RT_EINVAL,
+                            "TrainConfig.outputs has %zu entries; the model has "
+                            "%d outputs",
+                            p->n_outputs, n);
     for (int k = 0; k < n; k++) {
         const Rtrain__V1__OutputLoss *o = p->outputs[k];
         struct rt_loss_head *h = &cfg->heads[k];
@@ -276,20 +308,22 @@ static int build_graph(rt_call *c, compile_st *st)
     /* Keras models and graphs are channels last already */
     if (q->model_case != RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX && q->data_layout &&
         *q->data_layout && strcasecmp(q->data_layout, "NHWC"))
-        return rt_call_fail(c, RT_EINVAL, "data_layout '%.16s' applies to ONNX models; this "
-                            "model takes its input as it declares it (NHWC)", q->data_layout);
+        return rt_call_fail(c, RT_EINVAL,
+                            "data_layout '%.16s' applies to ONNX models; this "
+                            "model takes its input as it declares it (NHWC)",
+                            q->data_layout);
     if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON) {
         char err[4096];
         rc = rt_keras_import_bind(q->keras_json, strlen(q->keras_json), q->input_dims,
-                                  (int)q->n_input_dims, q->input_values, &st->g, err,
-                                  sizeof err, NULL, NULL);
+                                  (int)q->n_input_dims, q->input_values, &st->g, err, sizeof err,
+                                  NULL, NULL);
         if (rc < 0)
             return rt_call_fail(c, rc, "%s", err);
         if ((rc = keras_compile_defaults(c, &st->cfg, q->keras_json, q->config)) < 0)
             return rc;
         /* several outputs: a loss and weight each (import_keras.h) */
-        if ((rc = rt_keras_heads(q->keras_json, strlen(q->keras_json), &st->cfg, err,
-                                 sizeof err)) < 0)
+        if ((rc = rt_keras_heads(q->keras_json, strlen(q->keras_json), &st->cfg, err, sizeof err)) <
+            0)
             return rt_call_fail(c, rc, "%s", err);
         /* the request's metrics apply to every output, as Keras' compile(
          * metrics=[...]) on a model with several */
@@ -301,8 +335,10 @@ static int build_graph(rt_call *c, compile_st *st)
         char err[768];
         rt_onnx_opts io = {.output = q->onnx_output};
         if (rt_onnx_layout_from_name(q->data_layout, &io.data_nhwc) < 0)
-            return rt_call_fail(c, RT_EINVAL, "unknown data_layout '%.16s' (NCHW, the model's, "
-                                "or NHWC)", q->data_layout);
+            return rt_call_fail(c, RT_EINVAL,
+                                "unknown data_layout '%.16s' (NCHW, the model's, "
+                                "or NHWC)",
+                                q->data_layout);
         rc = rt_onnx_import_opts(q->onnx.data, q->onnx.len, &io, &st->g, err, sizeof err);
         if (rc < 0)
             return rt_call_fail(c, rc, "%s", err);
@@ -313,7 +349,8 @@ static int build_graph(rt_call *c, compile_st *st)
             st->cfg.n_heads = io.n_outputs;
             for (int k = 0; k < io.n_outputs; k++)
                 st->cfg.heads[k] = (struct rt_loss_head){
-                    .loss = st->cfg.loss, .from_logits = st->cfg.from_logits,
+                    .loss = st->cfg.loss,
+                    .from_logits = st->cfg.from_logits,
                     .weight = 1.0f,
                     .metrics = q->config && q->config->n_metrics ? st->cfg.metrics : 0};
             st->cfg.label_dtype = RT_F32;
@@ -355,8 +392,8 @@ static int build_graph(rt_call *c, compile_st *st)
     }
     c->tm.compile_ns += rt_now_ns() - t0;
     if (rc < 0)
-        return rt_call_fail(c, rc, "%s", rt_graph_errmsg(st->g)[0] ? rt_graph_errmsg(st->g)
-                                                                    : rt_strerror(rc));
+        return rt_call_fail(c, rc, "%s",
+                            rt_graph_errmsg(st->g)[0] ? rt_graph_errmsg(st->g) : rt_strerror(rc));
     return 0;
 }
 
@@ -406,8 +443,8 @@ static int compile_work(rt_call *c)
         rt_plan *p;
         /* Past its budget (or when the client goes) the compile stops at
          * the next pass boundary: the worker is free again within a pass. */
-        int rc = rt_plan_compile_cancellable(st->g, &st->cfg, &c->cancelled, &p, NULL, err,
-                                             sizeof err);
+        int rc =
+            rt_plan_compile_cancellable(st->g, &st->cfg, &c->cancelled, &p, NULL, err, sizeof err);
         c->tm.compile_ns += rt_now_ns() - t0;
         if (rc < 0)
             return rt_call_fail(c, rc, "%.250s", err);
@@ -474,8 +511,10 @@ static int compile_work(rt_call *c)
 static int compile_answer(rt_call *c, compile_st *st, rt_program *prog, int hit)
 {
     const rt_compile_report *rep = rt_plan_report(st->plan);
-    Rtrain__V1__CompileResponse *r = NEW(c, Rtrain__V1__CompileResponse, RTRAIN__V1__COMPILE_RESPONSE__INIT);
-    Rtrain__V1__CompileReport *cr = NEW(c, Rtrain__V1__CompileReport, RTRAIN__V1__COMPILE_REPORT__INIT);
+    Rtrain__V1__CompileResponse *r =
+        NEW(c, Rtrain__V1__CompileResponse, RTRAIN__V1__COMPILE_RESPONSE__INIT);
+    Rtrain__V1__CompileReport *cr =
+        NEW(c, Rtrain__V1__CompileReport, RTRAIN__V1__COMPILE_REPORT__INIT);
     if (!r || !cr)
         return OOM(c);
     r->program_id = rt_call_strdup(c, rt_program_id(prog));
@@ -503,7 +542,8 @@ static int compile_answer(rt_call *c, compile_st *st, rt_program *prog, int hit)
     if (!cr->passes)
         return OOM(c);
     for (int i = 0; i < RT_COMPILE_PASSES; i++) {
-        Rtrain__V1__CompilePass *ps = NEW(c, Rtrain__V1__CompilePass, RTRAIN__V1__COMPILE_PASS__INIT);
+        Rtrain__V1__CompilePass *ps =
+            NEW(c, Rtrain__V1__CompilePass, RTRAIN__V1__COMPILE_PASS__INIT);
         if (!ps)
             return OOM(c);
         ps->name = (char *)rt_compile_pass_name(i);
@@ -563,8 +603,10 @@ int rt_h_compile(rt_call *c)
         return rc;
     if (q->state_from_program && *q->state_from_program &&
         !(st->from = rt_session_find_program(c->sess, q->state_from_program)))
-        return rt_call_fail(c, RT_ENOTFOUND, "state_from_program: unknown program '%.64s' in "
-                            "session %s", q->state_from_program, c->sess->id);
+        return rt_call_fail(c, RT_ENOTFOUND,
+                            "state_from_program: unknown program '%.64s' in "
+                            "session %s",
+                            q->state_from_program, c->sess->id);
     if (q->model_case != RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON &&
         q->model_case != RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH &&
         q->model_case != RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX)
@@ -597,7 +639,7 @@ int rt_h_compile(rt_call *c)
  * pid (NULL: a new id), outside any call: at start, and for
  * RestoreCheckpoint (whose work holds the device). */
 int rt_h_restore_program(rt_srv *srv, rt_session *sess, const uint8_t *req, size_t len,
-                           const char *pid, rt_program **out, char *err, size_t errlen)
+                         const char *pid, rt_program **out, char *err, size_t errlen)
 {
     *out = NULL;
     rt_call *c = calloc(1, sizeof *c);

@@ -2,8 +2,8 @@
 #include "rt_handlers.h"
 
 /* ---------------------------------------------------------------- GetInfo */
-static const char *const formats[] = {"raw", "npy", "csv", "idx", "idx.gz", "tfrecord",
-                                      "tfrecord.gz", "tfrecord.zlib", NULL};
+static const char *const formats[] = {"raw",      "npy",         "csv",           "idx", "idx.gz",
+                                      "tfrecord", "tfrecord.gz", "tfrecord.zlib", NULL};
 
 static char **strv(rt_call *c, const char *const *v, size_t *n)
 {
@@ -74,8 +74,7 @@ int rt_h_ping(rt_call *c)
         return OOM(c);
     size_t n = q->response_bytes;
     if (n > c->srv->cfg.max_message_bytes)
-        return rt_call_fail(c, RT_ETOOBIG,
-                            "response_bytes %zu is over the message limit %llu", n,
+        return rt_call_fail(c, RT_ETOOBIG, "response_bytes %zu is over the message limit %llu", n,
                             (unsigned long long)c->srv->cfg.max_message_bytes);
     if (n) {
         uint8_t *p = rt_call_alloc(c, n);
@@ -84,8 +83,7 @@ int rt_h_ping(rt_call *c)
         /* Echo the request's bytes, repeated to the asked size. */
         if (q->payload.len)
             for (size_t i = 0; i < n; i += q->payload.len)
-                memcpy(p + i, q->payload.data,
-                       n - i < q->payload.len ? n - i : q->payload.len);
+                memcpy(p + i, q->payload.data, n - i < q->payload.len ? n - i : q->payload.len);
         r->payload.data = p;
         r->payload.len = n;
     }

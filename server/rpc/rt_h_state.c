@@ -77,13 +77,13 @@ static int export_onnx_work(rt_call *c)
     char err[768];
     uint8_t *out;
     size_t len;
-    int rc = rt_onnx_export(q->onnx.data, q->onnx.len, q->onnx_output, export_param, c, &out,
-                            &len, err, sizeof err);
+    int rc = rt_onnx_export(q->onnx.data, q->onnx.len, q->onnx_output, export_param, c, &out, &len,
+                            err, sizeof err);
     if (rc < 0)
-        return rt_call_fail(c, rc == RT_ENOTFOUND || rc == RT_ESHAPE ? RT_EINVAL : rc,
-                            "%s%s", err,
+        return rt_call_fail(c, rc == RT_ENOTFOUND || rc == RT_ESHAPE ? RT_EINVAL : rc, "%s%s", err,
                             rc == RT_ENOTFOUND || rc == RT_ESHAPE
-                                ? " (not the model this program was compiled from)" : "");
+                                ? " (not the model this program was compiled from)"
+                                : "");
     Rtrain__V1__ExportOnnxResponse *r =
         NEW(c, Rtrain__V1__ExportOnnxResponse, RTRAIN__V1__EXPORT_ONNX_RESPONSE__INIT);
     uint8_t *b = r ? rt_call_alloc(c, len ? len : 1) : NULL;
@@ -176,7 +176,8 @@ int rt_h_set_weights(rt_call *c)
                 return rt_call_fail(c, RT_EDTYPE, "weight '%.64s' must be F32", t->name);
             if ((int)t->n_shape != nd || memcmp(t->shape, dims, sizeof(int64_t) * (size_t)nd))
                 return rt_call_fail(c, RT_ESHAPE, "weight '%.64s' has shape %s, expected %s",
-                                    t->name, rt_data_shape_str((int)t->n_shape, t->shape, a, sizeof a),
+                                    t->name,
+                                    rt_data_shape_str((int)t->n_shape, t->shape, a, sizeof a),
                                     rt_data_shape_str(nd, dims, b, sizeof b));
             int64_t n = rt_data_numel(nd, dims);
             if (t->data.len != (size_t)n * 4)
@@ -204,7 +205,8 @@ int rt_h_set_weights(rt_call *c)
             int64_t dims[RT_MAX_DIMS];
             int tr;
             rt_plan_param_info(p, i, &name, dims, &tr);
-            return rt_call_fail(c, RT_EINVAL, "weight '%.64s' is missing (all must be given)", name);
+            return rt_call_fail(c, RT_EINVAL, "weight '%.64s' is missing (all must be given)",
+                                name);
         }
     c->work = set_weights_work;
     c->needs_device = 1;
@@ -316,8 +318,8 @@ static int restore_work(rt_call *c)
     if (rc < 0)
         return rt_call_fail(c, rc, "%s", err);
     rt_program *p;
-    if ((rc = rt_h_restore_program(c->srv, c->sess, v.req, v.req_len, NULL, &p, err,
-                                   sizeof err)) < 0)
+    if ((rc = rt_h_restore_program(c->srv, c->sess, v.req, v.req_len, NULL, &p, err, sizeof err)) <
+        0)
         return rt_call_fail(c, rc, "cannot compile the state's model: %s", err);
     if ((rc = rt_exec_load_state(rt_program_exec(p), v.exec, v.exec_len)) < 0) {
         rt_call_fail(c, rc, "%s", rt_exec_errmsg(rt_program_exec(p)));
@@ -330,8 +332,8 @@ static int restore_work(rt_call *c)
     if (c->srv->state &&
         (rc = rt_h_durable_checkpoint(c, p, RTRAIN__V1__CHECKPOINT_POLICY__CHECKPOINT_STOP)) < 0)
         return rt_h_drop_program(c, p, rc);
-    Rtrain__V1__RestoreCheckpointResponse *r = NEW(
-        c, Rtrain__V1__RestoreCheckpointResponse, RTRAIN__V1__RESTORE_CHECKPOINT_RESPONSE__INIT);
+    Rtrain__V1__RestoreCheckpointResponse *r = NEW(c, Rtrain__V1__RestoreCheckpointResponse,
+                                                   RTRAIN__V1__RESTORE_CHECKPOINT_RESPONSE__INIT);
     if (!r || !(r->program_id = rt_call_strdup(c, rt_program_id(p))))
         return rt_h_drop_program(c, p, OOM(c));
     if (rt_call_is_cancelled(c))
@@ -389,8 +391,10 @@ int rt_methods_state_open(rt_srv *s, char *err, size_t errlen)
     rt_state_restore_result res;
     rt_state_restore(s->state, s->sessions, s->data, s->principals, s->cfg.max_dataset_bytes,
                      restore_at_start, s, &res);
-    RT_LOG(RT_LOG_INFO, "state %s: restored %d session(s), %d program(s), %d dataset(s) in "
-           "%.1f ms%s", s->cfg.state_dir, res.sessions, res.programs, res.datasets,
+    RT_LOG(RT_LOG_INFO,
+           "state %s: restored %d session(s), %d program(s), %d dataset(s) in "
+           "%.1f ms%s",
+           s->cfg.state_dir, res.sessions, res.programs, res.datasets,
            (double)(rt_now_ns() - t0) / 1e6, res.warnings ? " (with warnings)" : "");
     return 0;
 }

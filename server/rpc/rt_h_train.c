@@ -7,7 +7,8 @@
 /* What a training call's steps read without calling up (rt_train_flags). */
 static rt_train_flags train_flags(rt_call *c)
 {
-    return (rt_train_flags){.cancelled = &c->cancelled, .hard_cancel = &c->srv->hard_cancel,
+    return (rt_train_flags){.cancelled = &c->cancelled,
+                            .hard_cancel = &c->srv->hard_cancel,
                             .waiting = &c->srv->dev_waiting,
                             .pause_at = c->srv->cfg.pause_at_step};
 }
@@ -73,27 +74,35 @@ static int run_epoch_val(void *ud, const rt_metrics *val)
 static int run_steps_work(rt_call *c)
 {
     Rtrain__V1__RunStepsRequest *q = REQ(c, Rtrain__V1__RunStepsRequest);
-    rt_run_steps_in in = {.seq = q->seq, .steps = q->steps, .lr = q->learning_rate,
-                          .val_at_end = q->val_at_end, .stop_on_nan = q->stop_on_nan,
-                          .checkpoint = q->checkpoint, .every_steps = q->checkpoint_every_steps,
+    rt_run_steps_in in = {.seq = q->seq,
+                          .steps = q->steps,
+                          .lr = q->learning_rate,
+                          .val_at_end = q->val_at_end,
+                          .stop_on_nan = q->stop_on_nan,
+                          .checkpoint = q->checkpoint,
+                          .every_steps = q->checkpoint_every_steps,
                           .every_s = q->checkpoint_every_s};
     if (q->return_losses && !(in.losses = rt_call_alloc(c, sizeof(float) * q->steps)))
         return OOM(c);
     if (c->srv->state)
         in.ckpt_continue = rt_h_ckpt_continue(c, q->checkpoint_policy);
     run_epochs ep = {.c = c};
-    const rt_train_host h = {.ud = c, .flags = train_flags(c),
-                             .step = rt_call_step_point, .answer_ud = &ep, .epoch = run_epoch,
+    const rt_train_host h = {.ud = c,
+                             .flags = train_flags(c),
+                             .step = rt_call_step_point,
+                             .answer_ud = &ep,
+                             .epoch = run_epoch,
                              .epoch_val = run_epoch_val};
-    rt_train_ctx ctx = {.ds = c->ds, .val_ds = c->val_ds, .state = c->srv->state,
-                        .sid = c->sess->id, .host = &h};
+    rt_train_ctx ctx = {
+        .ds = c->ds, .val_ds = c->val_ds, .state = c->srv->state, .sid = c->sess->id, .host = &h};
     rt_run_steps_out out;
     char err[400] = "";
     int rc = rt_program_run_steps(c->prog, &ctx, &in, &out, err, sizeof err);
     c->tm.durable_ns += out.durable_ns;
     if (rc < 0)
         return ep.failed ? ep.failed : rt_call_fail(c, rc, "%s", err);
-    Rtrain__V1__RunStepsResponse *r = NEW(c, Rtrain__V1__RunStepsResponse, RTRAIN__V1__RUN_STEPS_RESPONSE__INIT);
+    Rtrain__V1__RunStepsResponse *r =
+        NEW(c, Rtrain__V1__RunStepsResponse, RTRAIN__V1__RUN_STEPS_RESPONSE__INIT);
     if (!r)
         return OOM(c);
     c->resp = &r->base;
@@ -132,7 +141,8 @@ int rt_h_run_steps(rt_call *c)
         (rc = rt_h_refuse_if_stopping(c)) < 0)
         return rc;
     if (q->boot_id && q->boot_id != c->srv->boot_id)
-        return rt_call_fail(c, RT_ERESTARTED, "the daemon restarted since this client's last "
+        return rt_call_fail(c, RT_ERESTARTED,
+                            "the daemon restarted since this client's last "
                             "call: nothing was applied; reattach (Checkpoint) and resend");
     if (q->steps == 0)
         return rt_call_fail(c, RT_EINVAL, "steps must be at least 1");
@@ -219,30 +229,33 @@ static int fit_epoch_end(void *ud, const rt_fit_epoch *fe, int64_t nan_step, uin
     return 0;
 }
 
-static int call_stopping(void *ud)
-{
-    return rt_h_daemon_stopping(ud);
-}
+static int call_stopping(void *ud) { return rt_h_daemon_stopping(ud); }
 
 /* Decode, run the use case (rt_program_fit_run), encode the last event. */
 static int fit_work(rt_call *c)
 {
     Rtrain__V1__FitRequest *q = REQ(c, Rtrain__V1__FitRequest);
-    rt_fit_in in = {.fit_id = q->fit_id, .epochs = q->epochs,
+    rt_fit_in in = {.fit_id = q->fit_id,
+                    .epochs = q->epochs,
                     .epochs_received = q->epochs_received,
-                    .steps_per_epoch = q->steps_per_epoch, .lr = q->learning_rate,
-                    .stop_on_nan = q->stop_on_nan, .progress_every = q->progress_every,
+                    .steps_per_epoch = q->steps_per_epoch,
+                    .lr = q->learning_rate,
+                    .stop_on_nan = q->stop_on_nan,
+                    .progress_every = q->progress_every,
                     .every_steps = q->checkpoint_every_steps,
                     .every_s = q->checkpoint_every_s};
     if (c->srv->state)
         in.ckpt_continue = rt_h_ckpt_continue(c, q->checkpoint_policy);
     fit_answer a = {.c = c};
-    const rt_train_host h = {.ud = c, .flags = train_flags(c),
-                             .step = rt_call_step_point, .stopping = call_stopping,
+    const rt_train_host h = {.ud = c,
+                             .flags = train_flags(c),
+                             .step = rt_call_step_point,
+                             .stopping = call_stopping,
                              .answer_ud = &a,
-                             .progress = fit_progress, .epoch_end = fit_epoch_end};
-    rt_train_ctx ctx = {.ds = c->ds, .val_ds = c->val_ds, .state = c->srv->state,
-                        .sid = c->sess->id, .host = &h};
+                             .progress = fit_progress,
+                             .epoch_end = fit_epoch_end};
+    rt_train_ctx ctx = {
+        .ds = c->ds, .val_ds = c->val_ds, .state = c->srv->state, .sid = c->sess->id, .host = &h};
     rt_srv_dash_fit_begin(c);
     rt_fit_out out;
     char err[512] = "";
@@ -284,9 +297,9 @@ int rt_h_fit(rt_call *c)
                        ? q->steps_per_epoch
                        : (uint64_t)((c->ds->n + (bs > 0 ? bs : 1) - 1) / (bs > 0 ? bs : 1));
     if (spe && (uint64_t)q->epochs > RT_MAX_STEPS_PER_CALL / spe)
-        return rt_call_fail(c, RT_ETOOBIG,
-                            "Fit of %u epochs x %llu steps is over the limit of %llu steps per call",
-                            q->epochs, (unsigned long long)spe, RT_MAX_STEPS_PER_CALL);
+        return rt_call_fail(
+            c, RT_ETOOBIG, "Fit of %u epochs x %llu steps is over the limit of %llu steps per call",
+            q->epochs, (unsigned long long)spe, RT_MAX_STEPS_PER_CALL);
     if ((rc = rt_h_check_train_data(c)) < 0)
         return rc;
     c->work = fit_work;
@@ -305,7 +318,8 @@ static int evaluate_work(rt_call *c)
     rt_metrics m;
     if ((rc = rt_exec_evaluate(rt_program_exec(c->prog), &d, &m)) < 0)
         return rt_h_engine_fail(c, rc);
-    Rtrain__V1__EvaluateResponse *r = NEW(c, Rtrain__V1__EvaluateResponse, RTRAIN__V1__EVALUATE_RESPONSE__INIT);
+    Rtrain__V1__EvaluateResponse *r =
+        NEW(c, Rtrain__V1__EvaluateResponse, RTRAIN__V1__EVALUATE_RESPONSE__INIT);
     if (!r || !(r->metrics = rt_h_metrics_pb(c, &m)))
         return OOM(c);
     c->resp = &r->base;
@@ -338,7 +352,7 @@ int rt_h_evaluate(rt_call *c)
 typedef struct predict_st {
     const float *x;
     int64_t n;
-    rt_stream_use su;   /* a streamed dataset: su.st set, x NULL */
+    rt_stream_use su; /* a streamed dataset: su.st set, x NULL */
 } predict_st;
 
 static int predict_work(rt_call *c)
@@ -351,7 +365,8 @@ static int predict_work(rt_call *c)
     int64_t per = rt_data_numel(on, od);
     float *y = rt_call_alloc(c, sizeof(float) * (size_t)(ps->n * per));
     int64_t *shape = rt_call_alloc(c, sizeof(int64_t) * (size_t)(on + 1));
-    Rtrain__V1__PredictResponse *r = NEW(c, Rtrain__V1__PredictResponse, RTRAIN__V1__PREDICT_RESPONSE__INIT);
+    Rtrain__V1__PredictResponse *r =
+        NEW(c, Rtrain__V1__PredictResponse, RTRAIN__V1__PREDICT_RESPONSE__INIT);
     Rtrain__V1__Tensor *t = NEW(c, Rtrain__V1__Tensor, RTRAIN__V1__TENSOR__INIT);
     if (!y || !shape || !r || !t)
         return OOM(c);
@@ -377,8 +392,8 @@ static int predict_work(rt_call *c)
         for (int64_t pos = 0; pos * bs < ps->n; pos++) {
             int64_t off = pos * bs, cnt = ps->n - off < bs ? ps->n - off : bs;
             char err[240];
-            int rc = rt_stream_fill(&ps->su, RT_EPOCH_EVAL, pos, cnt, xb, NULL, NULL, err,
-                                    sizeof err);
+            int rc =
+                rt_stream_fill(&ps->su, RT_EPOCH_EVAL, pos, cnt, xb, NULL, NULL, err, sizeof err);
             if (rc < 0)
                 return rt_call_fail(c, rc, "dataset %s: %s", c->ds->id, err);
             /* every batch lands in the same buffer, which rt_exec_predict's
@@ -396,8 +411,8 @@ static int predict_work(rt_call *c)
     int64_t chunk = bs * 16;
     for (int64_t off = 0; !ps->su.st && !ps->su.held && off < ps->n; off += chunk) {
         int64_t cnt = ps->n - off < chunk ? ps->n - off : chunk;
-        int rc = rt_exec_predict(rt_program_exec(c->prog), ps->x + off * in_per, cnt,
-                                 y + off * per);
+        int rc =
+            rt_exec_predict(rt_program_exec(c->prog), ps->x + off * in_per, cnt, y + off * per);
         if (rc < 0)
             return rt_h_engine_fail(c, rc);
         if (off + cnt < ps->n) {
@@ -437,7 +452,8 @@ int rt_h_predict(rt_call *c)
         if (c->ds->stream || c->ds->held)
             ps->su = (rt_stream_use){.st = c->ds->stream,
                                      .seed = rt_plan_config(rt_program_plan(c->prog))->seed,
-                                     .held = c->ds->held, .n = c->ds->n};
+                                     .held = c->ds->held,
+                                     .n = c->ds->n};
         ps->x = c->ds->x;
         ps->n = c->ds->n;
     } else if (q->input_case == RTRAIN__V1__PREDICT_REQUEST__INPUT_X) {
@@ -454,7 +470,8 @@ int rt_h_predict(rt_call *c)
                 return rt_call_fail(c, RT_ESHAPE, "Predict x dim %zu is %lld", i,
                                     (long long)x->shape[i]);
         if (in_n >= 0 && !rt_view_shapes_fit((int)x->n_shape - 1, x->shape + 1, in_n, in))
-            return rt_call_fail(c, RT_ESHAPE, "x has samples of shape %s but program %s expects %s%s",
+            return rt_call_fail(c, RT_ESHAPE,
+                                "x has samples of shape %s but program %s expects %s%s",
                                 rt_data_shape_str((int)x->n_shape - 1, x->shape + 1, a, sizeof a),
                                 rt_program_id(c->prog), rt_data_shape_str(in_n, in, b, sizeof b),
                                 rt_view_layout_hint((int)x->n_shape - 1, x->shape + 1, in_n, in));
@@ -474,7 +491,8 @@ int rt_h_predict(rt_call *c)
         for (int64_t i = 0; i < numel; i++)
             if (!isfinite(f[i]))
                 return rt_call_fail(c, RT_ENAN, "x contains %s at sample %lld, column %lld",
-                                    isnan(f[i]) ? "NaN" : "Inf", (long long)(i / (numel / (n ? n : 1))),
+                                    isnan(f[i]) ? "NaN" : "Inf",
+                                    (long long)(i / (numel / (n ? n : 1))),
                                     (long long)(i % (numel / (n ? n : 1))));
         ps->x = f;
         ps->n = n;

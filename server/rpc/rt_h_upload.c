@@ -9,12 +9,12 @@
  * leaves behind when it is kept for a resume (rt_upload_kept). */
 typedef struct up_data {
     uint8_t *buf;
-    rt_data_cursor cur;    /* where the next stream bytes go */
-    uint64_t received;     /* stream bytes placed */
-    uint64_t hashed;       /* stream bytes hashed (the lane's position) */
-    XXH64_state_t *x64;    /* NULL under no_checksum */
+    rt_data_cursor cur; /* where the next stream bytes go */
+    uint64_t received;  /* stream bytes placed */
+    uint64_t hashed;    /* stream bytes hashed (the lane's position) */
+    XXH64_state_t *x64; /* NULL under no_checksum */
     XXH3_state_t *x3;
-    XXH3_state_t *xs;      /* the sample (rt_sample_run) */
+    XXH3_state_t *xs; /* the sample (rt_sample_run) */
 } up_data;
 
 static void up_data_free(void *p)
@@ -34,8 +34,8 @@ static void up_data_free(void *p)
 
 typedef struct upload_st {
     int have_header;
-    int done;              /* the last chunk arrived and checked */
-    int bad;               /* a chunk was refused: nothing is kept */
+    int done; /* the last chunk arrived and checked */
+    int bad;  /* a chunk was refused: nothing is kept */
     char name[64];
     rt_data_part parts[RT_DATA_MAX_PARTS];
     int n_parts;
@@ -44,22 +44,22 @@ typedef struct upload_st {
     int any_held;
     uint8_t content_hash_given[16];
     int has_content_hash;
-    int hash_later;        /* the content hash comes in a chunk */
+    int hash_later; /* the content hash comes in a chunk */
     uint8_t sample_given[16];
     int has_sample;
     int no_checksum;
-    uint8_t key[16];       /* rt_data_key: what a kept stream is found by */
+    uint8_t key[16]; /* rt_data_key: what a kept stream is found by */
     uint64_t total;
-    uint64_t resumed;      /* stream bytes taken from a kept broken upload */
+    uint64_t resumed; /* stream bytes taken from a kept broken upload */
     up_data *d;
     rt_srv *srv;
-    rt_principal *who;     /* holds one RT_Q_UPLOADS and reserved bytes */
-    uint64_t reserved;     /* RT_Q_UPLOAD_BYTES (up_reserve) */
-    int cut_short;         /* its reservation could not grow */
-    int busy;              /* counted in rt_bufpool_busy */
-    struct up_lane *lane;  /* large uploads: hashing and placing off the cq thread */
-    int sum_later;         /* the lane's XXH64 is checked by upload_work */
-    uint64_t sum_given;    /* the last chunk's checksum, then */
+    rt_principal *who;    /* holds one RT_Q_UPLOADS and reserved bytes */
+    uint64_t reserved;    /* RT_Q_UPLOAD_BYTES (up_reserve) */
+    int cut_short;        /* its reservation could not grow */
+    int busy;             /* counted in rt_bufpool_busy */
+    struct up_lane *lane; /* large uploads: hashing and placing off the cq thread */
+    int sum_later;        /* the lane's XXH64 is checked by upload_work */
+    uint64_t sum_given;   /* the last chunk's checksum, then */
 } upload_st;
 
 /* A large upload's lane: the cq thread hands each chunk's received
@@ -86,7 +86,7 @@ typedef struct up_lane {
     pthread_cond_t cv;
     up_item q[RT__LANE_DEPTH];
     int head, count, working, stop;
-    rt_call *held;         /* a call whose receive the lane resumes */
+    rt_call *held; /* a call whose receive the lane resumes */
     upload_st *u;
 } up_lane;
 
@@ -102,8 +102,8 @@ static void upload_st_done(void *p)
 {
     upload_st *u = p;
     up_drain(u); /* a kept upload's bytes and hashes are all placed */
-    if (u->who && u->have_header && !u->done && !u->bad && u->has_content_hash &&
-        !u->any_held && u->d && u->d->received > 0 && u->srv->cfg.upload_keep_ms) {
+    if (u->who && u->have_header && !u->done && !u->bad && u->has_content_hash && !u->any_held &&
+        u->d && u->d->received > 0 && u->srv->cfg.upload_keep_ms) {
         rt_upload_kept *k = calloc(1, sizeof *k);
         if (k) {
             k->who = u->who;
@@ -118,9 +118,10 @@ static void upload_st_done(void *p)
             k->st_free = up_data_free;
             u->d = NULL;
             u->reserved = 0;
-            RT_LOG(RT_LOG_INFO, "upload %02x%02x%02x%02x.. broke at %llu of %llu bytes: kept "
-                   "for %llu s", u->key[0], u->key[1], u->key[2], u->key[3],
-                   (unsigned long long)k->offset,
+            RT_LOG(RT_LOG_INFO,
+                   "upload %02x%02x%02x%02x.. broke at %llu of %llu bytes: kept "
+                   "for %llu s",
+                   u->key[0], u->key[1], u->key[2], u->key[3], (unsigned long long)k->offset,
                    (unsigned long long)u->stream_total,
                    (unsigned long long)(u->srv->cfg.upload_keep_ms / 1000));
             rt_upload_store_put(&u->srv->upstore, k);
@@ -145,9 +146,8 @@ static void upload_st_free(void *p)
     free(u);
 }
 
-static int parts_from_header(rt_call *c, const Rtrain__V1__DatasetHeader *h,
-                             rt_data_part *parts, int *n_parts, uint64_t *total,
-                             rt_example_spec *spec)
+static int parts_from_header(rt_call *c, const Rtrain__V1__DatasetHeader *h, rt_data_part *parts,
+                             int *n_parts, uint64_t *total, rt_example_spec *spec)
 {
     int tfr = h->n_parts >= 1 && h->parts[0]->format == RTRAIN__V1__DATA_FORMAT__FORMAT_TFRECORD;
     if (tfr) {
@@ -160,7 +160,8 @@ static int parts_from_header(rt_call *c, const Rtrain__V1__DatasetHeader *h,
     } else if (h->n_parts < 1 || h->n_parts > 3)
         return rt_call_fail(c, RT_EDATA,
                             "a dataset has 1 to 3 parts (features [+ labels] [+ sample weights]); "
-                            "got %zu", h->n_parts);
+                            "got %zu",
+                            h->n_parts);
     uint64_t sum = 0;
     for (size_t i = 0; i < h->n_parts; i++) {
         const Rtrain__V1__DataPart *p = h->parts[i];
@@ -171,7 +172,8 @@ static int parts_from_header(rt_call *c, const Rtrain__V1__DatasetHeader *h,
         d->length = p->length;
         d->dtype = (rt_dtype)p->dtype;
         if (p->n_shape > RT_MAX_DIMS)
-            return rt_call_fail(c, RT_EDATA, "part %zu shape has more than %d dims", i, RT_MAX_DIMS);
+            return rt_call_fail(c, RT_EDATA, "part %zu shape has more than %d dims", i,
+                                RT_MAX_DIMS);
         d->ndim = (int)p->n_shape;
         if (p->n_shape) /* shape is NULL when empty (CSV/NPY/IDX parts): memcpy(NULL) is UB */
             memcpy(d->dims, p->shape, sizeof(int64_t) * p->n_shape);
@@ -188,8 +190,8 @@ static int parts_from_header(rt_call *c, const Rtrain__V1__DatasetHeader *h,
                                 "part %zu: a TFRecord set takes storage from example_spec", i);
         if ((p->storage || p->shuffle_buffer) && p->role != RTRAIN__V1__DATA_ROLE__ROLE_FEATURES &&
             p->role != RTRAIN__V1__DATA_ROLE__ROLE_BOTH)
-            return rt_call_fail(c, RT_EINVAL,
-                                "part %zu: storage and shuffle_buffer are for the features part", i);
+            return rt_call_fail(
+                c, RT_EINVAL, "part %zu: storage and shuffle_buffer are for the features part", i);
         if (p->shuffle_buffer > RT_DATA_MAX_SHUFFLE)
             return rt_call_fail(c, RT_EINVAL, "part %zu: shuffle_buffer %llu is too large", i,
                                 (unsigned long long)p->shuffle_buffer);
@@ -197,9 +199,9 @@ static int parts_from_header(rt_call *c, const Rtrain__V1__DatasetHeader *h,
         d->shuffle_buffer = (int64_t)p->shuffle_buffer;
         if (p->shard_hash.len || p->held) {
             if (!tfr || p->shard_hash.len != 16)
-                return rt_call_fail(c, RT_EINVAL,
-                                    "part %zu: shard_hash (16 bytes, XXH3-128) is for TFRecord parts",
-                                    i);
+                return rt_call_fail(
+                    c, RT_EINVAL, "part %zu: shard_hash (16 bytes, XXH3-128) is for TFRecord parts",
+                    i);
             memcpy(d->shard_hash, p->shard_hash.data, 16);
             d->has_shard_hash = 1;
             d->held = p->held;
@@ -343,8 +345,7 @@ static void up_lane_stop(upload_st *u)
  * content_hash its bytes are kept for a resume. */
 static uint64_t up_window(const rt_srv *s)
 {
-    uint64_t cap = s->cfg.max_upload_bytes ? s->cfg.max_upload_bytes
-                                           : 2 * s->cfg.max_dataset_bytes;
+    uint64_t cap = s->cfg.max_upload_bytes ? s->cfg.max_upload_bytes : 2 * s->cfg.max_dataset_bytes;
     uint64_t w = cap / (2 * (uint64_t)(s->cfg.max_uploads > 0 ? s->cfg.max_uploads : 1));
     return w < (1u << 20) ? (1u << 20) : w;
 }
@@ -493,7 +494,8 @@ static int check_sum(rt_call *c, up_data *d, uint64_t given)
     if (sum != given)
         return rt_call_fail(c, RT_ECHECKSUM,
                             "checksum mismatch: XXH64 of the data is %016llx, the client sent "
-                            "%016llx", (unsigned long long)sum, (unsigned long long)given);
+                            "%016llx",
+                            (unsigned long long)sum, (unsigned long long)given);
     return 0;
 }
 
@@ -557,8 +559,7 @@ static int upload_chunk(rt_call *c, upload_st *u)
                                 (unsigned long long)q->offset, (unsigned long long)d->received);
         if (len > u->stream_total - d->received)
             return rt_call_fail(c, RT_EDATA, "chunk at %llu overruns the %llu bytes declared",
-                                (unsigned long long)q->offset,
-                                (unsigned long long)u->stream_total);
+                                (unsigned long long)q->offset, (unsigned long long)u->stream_total);
         int rc = up_reserve(c, u, d->received + len, 0);
         if (rc < 0)
             return rc;
@@ -656,9 +657,17 @@ static int upload_work(rt_call *c)
         if (rc < 0)
             return rc;
     }
-    rt_ingest in = {.data = c->srv->data, .state = c->srv->state, .uploads = &c->srv->upstore,
-                    .who = c->who, .name = u->name, .parts = u->parts, .n_parts = u->n_parts,
-                    .any_held = u->any_held, .buf = &d->buf, .total = u->total, .cur = &d->cur,
+    rt_ingest in = {.data = c->srv->data,
+                    .state = c->srv->state,
+                    .uploads = &c->srv->upstore,
+                    .who = c->who,
+                    .name = u->name,
+                    .parts = u->parts,
+                    .n_parts = u->n_parts,
+                    .any_held = u->any_held,
+                    .buf = &d->buf,
+                    .total = u->total,
+                    .cur = &d->cur,
                     .buf_free = rt_bufpool_put,
                     .content_given = u->has_content_hash ? u->content_hash_given : NULL,
                     .sample_given = u->has_sample ? u->sample_given : NULL,
@@ -683,7 +692,8 @@ static int upload_work(rt_call *c)
     rt_bufpool_put(d->buf); /* parsed (or adopted: then NULL); the raw bytes are not kept */
     d->buf = NULL;
     rt_srv_upload_release(c);
-    Rtrain__V1__UploadResponse *r = NEW(c, Rtrain__V1__UploadResponse, RTRAIN__V1__UPLOAD_RESPONSE__INIT);
+    Rtrain__V1__UploadResponse *r =
+        NEW(c, Rtrain__V1__UploadResponse, RTRAIN__V1__UPLOAD_RESPONSE__INIT);
     if (!r || !(r->dataset = dataset_info(c, kept, dedup)))
         return OOM(c);
     r->bytes_received = d->received;
@@ -726,8 +736,8 @@ int rt_h_find_dataset(rt_call *c)
         return rt_call_fail(c, RT_EINVAL, "FindDatasetRequest needs the upload's header");
     /* parts_from_header refuses more than RT_DATA_MAX_PARTS; room for what
      * the header has (the arena zeroes what it gives). */
-    size_t np = q->header->n_parts >= 1 && q->header->n_parts <= RT_DATA_MAX_PARTS
-                    ? q->header->n_parts : 1;
+    size_t np =
+        q->header->n_parts >= 1 && q->header->n_parts <= RT_DATA_MAX_PARTS ? q->header->n_parts : 1;
     rt_data_part *parts = rt_call_alloc(c, sizeof(rt_data_part) * np);
     rt_example_spec *spec = rt_call_alloc(c, sizeof *spec);
     int n;
@@ -769,9 +779,9 @@ int rt_h_find_dataset(rt_call *c)
         for (int i = 0; i < n; i++) {
             uint8_t skey[16];
             rt_data_shard_key(rt_principal_name(c->who), parts[i].shard_hash, skey);
-            r->shard_held[i] = parts[i].has_shard_hash &&
-                               rt_shard_cache_has(rt_data_store_shards(c->srv->data), skey,
-                                                  parts[i].length);
+            r->shard_held[i] =
+                parts[i].has_shard_hash &&
+                rt_shard_cache_has(rt_data_store_shards(c->srv->data), skey, parts[i].length);
         }
     }
     if (c->ds) {

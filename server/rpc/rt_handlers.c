@@ -25,13 +25,12 @@ int rt_h_need_program(rt_call *c, const char *sid, const char *pid)
         return rt_call_fail(c, RT_EINVAL, "program_id is empty");
     c->prog = rt_session_find_program(c->sess, pid);
     if (!c->prog)
-        return rt_call_fail(c, RT_ENOTFOUND, "unknown program '%.64s' in session %s",
-                            pid, c->sess->id);
+        return rt_call_fail(c, RT_ENOTFOUND, "unknown program '%.64s' in session %s", pid,
+                            c->sess->id);
     return 0;
 }
 
-int rt_h_need_dataset(rt_call *c, const char *id, rt_dataset **out,
-                        const char *what)
+int rt_h_need_dataset(rt_call *c, const char *id, rt_dataset **out, const char *what)
 {
     if (!id || !*id)
         return rt_call_fail(c, RT_EINVAL, "%s is empty", what);
@@ -61,7 +60,8 @@ int rt_h_daemon_stopping(const rt_call *c)
 int rt_h_refuse_if_stopping(rt_call *c)
 {
     if (rt_h_daemon_stopping(c))
-        return rt_call_fail(c, RT_EUNAVAILABLE, "the daemon is stopping; retry after it "
+        return rt_call_fail(c, RT_EUNAVAILABLE,
+                            "the daemon is stopping; retry after it "
                             "restarts");
     return 0;
 }
@@ -139,10 +139,10 @@ Rtrain__V1__Metrics *rt_h_metrics_pb(rt_call *c, const rt_metrics *m)
                     char nm[160];
                     if (rt_metric_value_name(pl, m, i, nm, sizeof nm) < 0)
                         snprintf(nm, sizeof nm, "output_%d_%s", m->value_head[i] + 1,
-                                 m->value_bit[i] == RT_METRIC_HEAD_LOSS ? "loss"
-                                                                        : v[i].name);
+                                 m->value_bit[i] == RT_METRIC_HEAD_LOSS ? "loss" : v[i].name);
                     v[i].name = rt_call_strdup(c, nm);
-                    if (!v[i].name) return NULL;
+                    if (!v[i].name)
+                        return NULL;
                 }
                 v[i].value = m->values[i];
                 p->values[i] = &v[i];
@@ -178,8 +178,8 @@ int rt_h_durable_checkpoint(rt_call *c, rt_program *p, int policy)
 {
     char err[400];
     uint64_t t0 = rt_now_ns();
-    int rc = rt_train_checkpoint(c->srv->state, c->sess->id, p, rt_h_ckpt_continue(c, policy),
-                                 err, sizeof err);
+    int rc = rt_train_checkpoint(c->srv->state, c->sess->id, p, rt_h_ckpt_continue(c, policy), err,
+                                 sizeof err);
     c->tm.durable_ns += rt_now_ns() - t0;
     return rc < 0 ? rt_call_fail(c, rc, "%s", err) : 0;
 }

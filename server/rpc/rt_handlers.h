@@ -49,22 +49,25 @@
 #define RT_MAX_RETURN_LOSSES 1000000ull
 
 #define REQ(c, T) ((T *)(c)->req)
-#define NEW(c, T, INIT)                                                        \
-    ({                                                                         \
-        T *p_ = rt_call_alloc((c), sizeof(T));                                 \
-        if (p_) {                                                              \
-            T init_ = INIT;                                                    \
-            *p_ = init_;                                                       \
-        }                                                                      \
-        p_;                                                                    \
+#define NEW(c, T, INIT)                        \
+    ({                                         \
+        T *p_ = rt_call_alloc((c), sizeof(T)); \
+        if (p_) {                              \
+            T init_ = INIT;                    \
+            *p_ = init_;                       \
+        }                                      \
+        p_;                                    \
     })
 /* Out of memory, or a quota the arena checked (rt_call_alloc). */
-#define OOM(c)                                                                 \
-    ((c)->alloc_err[0] ? rt_call_fail((c), RT_ETOOBIG, "%s", (c)->alloc_err)  \
+#define OOM(c)                                                               \
+    ((c)->alloc_err[0] ? rt_call_fail((c), RT_ETOOBIG, "%s", (c)->alloc_err) \
                        : rt_call_fail((c), RT_ENOMEM, "out of memory"))
 
 /* An estimate in ns for c->est_ns, capped. */
-static inline uint64_t rt_h_clamp_est(double ns) { return ns > 1e18 ? (uint64_t)1e18 : (uint64_t)ns; }
+static inline uint64_t rt_h_clamp_est(double ns)
+{
+    return ns > 1e18 ? (uint64_t)1e18 : (uint64_t)ns;
+}
 
 /* rt_handlers.c: shared handler helpers */
 int rt_h_need_session(rt_call *c, const char *id);
@@ -96,7 +99,8 @@ int rt_h_close_session(rt_call *c);
 /* rt_h_compile.c: compile */
 int rt_h_drop_program(rt_call *c, rt_program *p, int rc);
 int rt_h_compile(rt_call *c);
-int rt_h_restore_program(rt_srv *srv, rt_session *sess, const uint8_t *req, size_t len, const char *pid, rt_program **out, char *err, size_t errlen);
+int rt_h_restore_program(rt_srv *srv, rt_session *sess, const uint8_t *req, size_t len,
+                         const char *pid, rt_program **out, char *err, size_t errlen);
 
 /* rt_h_upload.c: upload */
 int rt_h_upload_chunk(rt_call *c);

@@ -20,20 +20,18 @@
 typedef Grpc__Health__V1__HealthCheckResponse__ServingStatus hstatus;
 #define H_SERVING GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
 #define H_NOT_SERVING GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
-#define H_SERVICE_UNKNOWN \
-    GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN
+#define H_SERVICE_UNKNOWN GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN
 
 /* Same layout as the server's rt__tag: the cq threads call fn(tag, ok). */
 typedef struct htag {
     void (*fn)(struct htag *t, int ok);
 } htag;
 
-#define H_CONTAINER(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#define H_CONTAINER(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 enum { M_CHECK, M_WATCH, M_LIST, M_N };
-static const char *const paths[M_N] = {"/grpc.health.v1.Health/Check",
-                                       "/grpc.health.v1.Health/Watch",
-                                       "/grpc.health.v1.Health/List"};
+static const char *const paths[M_N] = {
+    "/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch", "/grpc.health.v1.Health/List"};
 /* The services this daemon reports, all with the daemon's status. */
 static const char *const services[] = {"", "rtrain.v1.Trainer"};
 #define N_SERVICES 2
@@ -59,15 +57,15 @@ struct hcall {
     gpr_timespec deadline;
     grpc_metadata_array md;
     grpc_byte_buffer *payload;
-    int refs;                   /* under h->mu: batches in flight + 1 */
+    int refs; /* under h->mu: batches in flight + 1 */
     int recv_cancelled;
-    grpc_byte_buffer *out;      /* the message in flight */
+    grpc_byte_buffer *out; /* the message in flight */
     grpc_slice details;
     int has_details;
     /* Watch */
     hcall *next, *prev;
-    int known;                  /* a service this daemon reports */
-    int want, sent;             /* status to report, last one sent (-1 none) */
+    int known;      /* a service this daemon reports */
+    int want, sent; /* status to report, last one sent (-1 none) */
     int sending, ending, final_started, sent_md;
 };
 
@@ -124,9 +122,9 @@ static void request(rt_health *h, int method)
     c->sent = -1;
     grpc_metadata_array_init(&c->md);
     RT_TAG_POST(&c->arrive);
-    if (grpc_server_request_registered_call(h->server, h->reg[method], &c->call,
-                                            &c->deadline, &c->md, &c->payload, h->cq,
-                                            h->cq, &c->arrive) != GRPC_CALL_OK) {
+    if (grpc_server_request_registered_call(h->server, h->reg[method], &c->call, &c->deadline,
+                                            &c->md, &c->payload, h->cq, h->cq,
+                                            &c->arrive) != GRPC_CALL_OK) {
         grpc_metadata_array_destroy(&c->md);
         free(c);
     }
@@ -280,11 +278,11 @@ static void on_arrive(htag *t, int ok)
     if (!stopping)
         request(h, c->method);
     /* Check and Watch take a HealthCheckRequest; List an empty message. */
-    ProtobufCMessage *q = rt_wire_unpack(
-        c->payload,
-        c->method == M_LIST ? &grpc__health__v1__health_list_request__descriptor
-                            : &grpc__health__v1__health_check_request__descriptor,
-        NULL);
+    ProtobufCMessage *q =
+        rt_wire_unpack(c->payload,
+                       c->method == M_LIST ? &grpc__health__v1__health_list_request__descriptor
+                                           : &grpc__health__v1__health_check_request__descriptor,
+                       NULL);
     if (c->payload) {
         grpc_byte_buffer_destroy(c->payload);
         c->payload = NULL;
@@ -296,9 +294,8 @@ static void on_arrive(htag *t, int ok)
                                    : "malformed HealthCheckRequest");
         return;
     }
-    const char *service = c->method == M_LIST
-                              ? ""
-                              : ((Grpc__Health__V1__HealthCheckRequest *)q)->service;
+    const char *service =
+        c->method == M_LIST ? "" : ((Grpc__Health__V1__HealthCheckRequest *)q)->service;
     if (c->method == M_WATCH) {
         watch_begin(c, service);
     } else if (c->method == M_LIST) {
@@ -341,8 +338,8 @@ static void on_close(htag *t, int ok)
     if (c->next)
         c->next->prev = c->prev;
     c->next = c->prev = NULL;
-    int last = unref_locked(c);      /* the batch */
-    last = unref_locked(c) || last;  /* the list's */
+    int last = unref_locked(c);     /* the batch */
+    last = unref_locked(c) || last; /* the list's */
     pthread_mutex_unlock(&h->mu);
     if (last)
         hcall_free(c, 1);

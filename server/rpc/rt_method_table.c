@@ -9,13 +9,12 @@
 _Static_assert(RT_N_METHODS > 0 && RT_N_METHODS <= 32,
                "rt_srv registers at most 32 methods (rt_srv.reg)");
 
-int rt_methods_bind(const ProtobufCServiceDescriptor *sd,
-                    const rt_method_handler *h, int nh, rt_method *out,
-                    int max, char *err, size_t errlen)
+int rt_methods_bind(const ProtobufCServiceDescriptor *sd, const rt_method_handler *h, int nh,
+                    rt_method *out, int max, char *err, size_t errlen)
 {
     if ((int)sd->n_methods > max) {
-        snprintf(err, errlen, "%s has %u methods, the table holds %d", sd->name,
-                 sd->n_methods, max);
+        snprintf(err, errlen, "%s has %u methods, the table holds %d", sd->name, sd->n_methods,
+                 max);
         return -1;
     }
     for (int i = 0; i < (int)sd->n_methods; i++) {
@@ -59,10 +58,9 @@ const int rt_n_methods = RT_N_METHODS;
 static void bind_or_abort(void)
 {
     char err[256];
-    if (rt_methods_bind(rt_service(), rt_handlers, RT_N_METHODS, bound,
-                        RT_N_METHODS, err, sizeof err) < 0) {
-        fprintf(stderr, "rtraind: the method table does not match proto/rtrain.proto: %s\n",
-                err);
+    if (rt_methods_bind(rt_service(), rt_handlers, RT_N_METHODS, bound, RT_N_METHODS, err,
+                        sizeof err) < 0) {
+        fprintf(stderr, "rtraind: the method table does not match proto/rtrain.proto: %s\n", err);
         abort();
     }
 }

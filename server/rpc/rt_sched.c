@@ -171,11 +171,10 @@ int rt_call_yield(rt_call *c)
 void rt_srv_pause_point(rt_srv *s, int64_t global_step)
 {
     int64_t at = s->cfg.pause_at_step;
-    if (at <= 0 || global_step < at ||
-        __atomic_exchange_n(&s->paused_once, 1, __ATOMIC_ACQ_REL))
+    if (at <= 0 || global_step < at || __atomic_exchange_n(&s->paused_once, 1, __ATOMIC_ACQ_REL))
         return;
-    RT_LOG(RT_LOG_INFO, "pausing at step %lld (--pause-at-step %lld)",
-           (long long)global_step, (long long)at);
+    RT_LOG(RT_LOG_INFO, "pausing at step %lld (--pause-at-step %lld)", (long long)global_step,
+           (long long)at);
     raise(SIGSTOP);
 }
 
@@ -233,10 +232,7 @@ const char *rt_call_sched_key(rt_call *c)
 }
 
 /* ------------------------------------------------------------- executor */
-static void pause_point(void *ud)
-{
-    rt_call_yield(ud);
-}
+static void pause_point(void *ud) { rt_call_yield(ud); }
 
 /* The program's exec, its long host passes (a data set's checks, an
  * epoch's order: up to a second before a first step) made to pause at
@@ -255,14 +251,12 @@ static rt_exec *pause_on(rt_call *c)
 static void run_work(rt_call *c)
 {
     rt__call_to(c, RT_CS_RUNNING);
-    uint64_t t0 = rt_now_ns(), cb = c->tm.compile_ns, eb = c->tm.encode_ns,
-             xb = c->tm.execute_ns;
+    uint64_t t0 = rt_now_ns(), cb = c->tm.compile_ns, eb = c->tm.encode_ns, xb = c->tm.execute_ns;
     int rc = c->work(c);
     if (rc < 0 && !c->err)
         rt_call_fail(c, rc, "%s", rt_strerror(rc));
     uint64_t dur = rt_now_ns() - t0;
-    uint64_t named = (c->tm.compile_ns - cb) + (c->tm.encode_ns - eb) +
-                     (c->tm.execute_ns - xb);
+    uint64_t named = (c->tm.compile_ns - cb) + (c->tm.encode_ns - eb) + (c->tm.execute_ns - xb);
     c->tm.execute_ns += dur > named ? dur - named : 0;
 }
 
@@ -458,8 +452,7 @@ static int pipe_verdict_locked(rt_call *c)
         return rt_call_fail(c, RT_ESTATE, "RunSteps seq %llu not run: seq %llu before it failed",
                             (unsigned long long)c->seq, (unsigned long long)p->failed);
     /* Its client gave up while it waited (rt__on_close may not have run yet). */
-    if (rt_call_is_cancelled(c) ||
-        gpr_time_cmp(gpr_now(c->deadline.clock_type), c->deadline) >= 0)
+    if (rt_call_is_cancelled(c) || gpr_time_cmp(gpr_now(c->deadline.clock_type), c->deadline) >= 0)
         return rt_call_fail(c, RT_ECANCELLED, "cancelled while waiting for seq %llu",
                             (unsigned long long)c->after_seq);
     return 0;
@@ -513,7 +506,8 @@ rt_call *rt__pipe_complete(rt_call *c)
     pthread_mutex_lock(&s->pipe_mu);
     if (c->seq > p->done)
         p->done = c->seq;
-    if (c->err && c->err != RT_ERESTARTED && c->seq > p->failed) /* refused unrun: it is sent again */
+    if (c->err && c->err != RT_ERESTARTED &&
+        c->seq > p->failed) /* refused unrun: it is sent again */
         p->failed = c->seq;
     for (rt_call **pp = &s->held; *pp;) {
         rt_call *h = *pp;
@@ -694,14 +688,12 @@ static void dispatch_now(rt_call *c)
 int rt_srv_upload_reserve(rt_call *c, uint64_t bytes)
 {
     rt_srv *s = c->srv;
-    uint64_t cap = s->cfg.max_upload_bytes ? s->cfg.max_upload_bytes
-                                           : 2 * s->cfg.max_dataset_bytes;
+    uint64_t cap = s->cfg.max_upload_bytes ? s->cfg.max_upload_bytes : 2 * s->cfg.max_dataset_bytes;
     int rc = 0;
     pthread_mutex_lock(&s->up_mu);
     if (!c->up_registered) {
         if (s->n_uploads >= s->cfg.max_uploads) {
-            rc = rt_call_fail(c, RT_ETOOBIG,
-                              "%d uploads are in flight (the limit, --max-uploads)",
+            rc = rt_call_fail(c, RT_ETOOBIG, "%d uploads are in flight (the limit, --max-uploads)",
                               s->n_uploads);
         } else {
             c->up_registered = 1;
@@ -803,7 +795,8 @@ int rt_srv_tick(rt_srv *s)
                  * grpc_call_cancel_with_status would not tell the client
                  * why. */
                 char msg[128];
-                snprintf(msg, sizeof msg, "compile ran past its budget of %llu s (--compile-timeout)",
+                snprintf(msg, sizeof msg,
+                         "compile ran past its budget of %llu s (--compile-timeout)",
                          (unsigned long long)(s->cfg.compile_timeout_ms / 1000));
                 __atomic_store_n(&c->cancelled, 1, __ATOMIC_RELEASE);
                 c->budget_details = grpc_slice_from_copied_string(msg);

@@ -32,11 +32,12 @@
 #include "rt_transport.h"
 
 /* ------------------------------------------------------------------ arena */
-static void *arena_alloc(void *ud, size_t n)
+static void *arena_alloc(void *ud, size_t n) { return rt_call_alloc((rt_call *)ud, n); }
+static void arena_free(void *ud, void *p)
 {
-    return rt_call_alloc((rt_call *)ud, n);
+    (void)ud;
+    (void)p;
 }
-static void arena_free(void *ud, void *p) { (void)ud; (void)p; }
 
 void *rt_call_alloc(rt_call *c, size_t n)
 {
@@ -47,8 +48,8 @@ void *rt_call_alloc(rt_call *c, size_t n)
         /* Small blocks are not worth a lock; a large one is charged before
          * it exists. */
         if (cap >= RT__CALL_CHARGE_MIN &&
-            rt_principal_reserve(c->who, RT_Q_CALL_BYTES, cap, c->alloc_err,
-                                 sizeof c->alloc_err) < 0)
+            rt_principal_reserve(c->who, RT_Q_CALL_BYTES, cap, c->alloc_err, sizeof c->alloc_err) <
+                0)
             return NULL;
         rt__arena_blk *nb = malloc(sizeof *nb + cap);
         if (!nb) {
@@ -102,8 +103,7 @@ int rt_call_fail(rt_call *c, int code, const char *fmt, ...)
  * total_ns ends at the hand-off. Same layout as rt_wire_pack: the tail is
  * its own slice of its real length, so Timings may grow any number of
  * fields. */
-static grpc_byte_buffer *pack_msg(rt_call *c, const ProtobufCMessage *msg,
-                                  int with_timings)
+static grpc_byte_buffer *pack_msg(rt_call *c, const ProtobufCMessage *msg, int with_timings)
 {
     uint64_t t0 = rt_now_ns();
     grpc_slice body = rt_wire_body(msg);
@@ -141,10 +141,10 @@ void rt__call_to(rt_call *c, rt_call_state to)
 {
     rt_call_state from = __atomic_load_n(&c->state, __ATOMIC_RELAXED);
     if (!(call_moves[from] & (1u << to))) {
-        static const char *const names[RT_CS__COUNT] = {
-            "POSTED", "HANDLING", "RECEIVING", "HELD", "QUEUED", "RUNNING", "FINISHED"};
-        RT_LOG(RT_LOG_ERROR, "%s: call state %s -> %s is not in the table", c->m->path,
-               names[from], names[to]);
+        static const char *const names[RT_CS__COUNT] = {"POSTED", "HANDLING", "RECEIVING", "HELD",
+                                                        "QUEUED", "RUNNING",  "FINISHED"};
+        RT_LOG(RT_LOG_ERROR, "%s: call state %s -> %s is not in the table", c->m->path, names[from],
+               names[to]);
         assert(!"rt_call: a state move outside the table");
     }
     __atomic_store_n(&c->state, to, __ATOMIC_RELAXED);
@@ -154,8 +154,7 @@ static void check_drained(rt_srv *s)
 {
     if (__atomic_load_n(&s->shutdown_acked, __ATOMIC_ACQUIRE) &&
         __atomic_load_n(&s->live, __ATOMIC_ACQUIRE) == 0 &&
-        !__atomic_exchange_n(&s->drained_fired, 1, __ATOMIC_ACQ_REL) &&
-        s->on_drained)
+        !__atomic_exchange_n(&s->drained_fired, 1, __ATOMIC_ACQ_REL) && s->on_drained)
         s->on_drained(s->drained_ud);
 }
 
@@ -379,14 +378,13 @@ int rt_call_is_cancelled(rt_call *c)
            __atomic_load_n(&c->srv->hard_cancel, __ATOMIC_ACQUIRE);
 }
 
-
 /* The outgoing queue is bounded (cfg.stream_queue_max). Progress events
  * coalesce: a newer one replaces the one still queued, so a slow reader
  * gets the latest. Messages that must arrive (epoch ends) wait for room:
  * the work hands the device to others while its reader catches up, and a
  * reader that never reads holds one call's queue, nothing more. */
-static int stream_send(rt_call *c, const ProtobufCMessage *msg, int coalesce,
-                       int with_timings, int may_wait)
+static int stream_send(rt_call *c, const ProtobufCMessage *msg, int coalesce, int with_timings,
+                       int may_wait)
 {
     if (rt_call_is_cancelled(c))
         return RT_ECANCELLED;
@@ -459,8 +457,7 @@ static int stream_send(rt_call *c, const ProtobufCMessage *msg, int coalesce,
     return 0;
 }
 
-int rt_call_stream_send(rt_call *c, const ProtobufCMessage *msg, int coalesce,
-                        int with_timings)
+int rt_call_stream_send(rt_call *c, const ProtobufCMessage *msg, int coalesce, int with_timings)
 {
     return stream_send(c, msg, coalesce, with_timings, 1);
 }
@@ -533,8 +530,7 @@ static void run_handler(rt_call *c, rt_handler_fn fn)
  * gRPC hands it over as it came. Inflate it here, with the receive limit
  * as the cap on what it may become. Returns a malloc'ed buffer, or NULL
  * after rt_call_fail. */
-static uint8_t *inflate_payload(rt_call *c, grpc_byte_buffer *bb, size_t *len,
-                                size_t *charged)
+static uint8_t *inflate_payload(rt_call *c, grpc_byte_buffer *bb, size_t *len, size_t *charged)
 {
     /* The buffer is charged to the caller's call-bytes quota (and so the
      * server's memory budget) before it grows; *charged is what the caller
@@ -542,8 +538,7 @@ static uint8_t *inflate_payload(rt_call *c, grpc_byte_buffer *bb, size_t *len,
     *charged = 0;
     grpc_compression_algorithm alg = bb->data.raw.compression;
     if (alg != GRPC_COMPRESS_GZIP && alg != GRPC_COMPRESS_DEFLATE) {
-        rt_call_fail(c, RT_EPROTO, "message compression %d is not supported (use gzip)",
-                     (int)alg);
+        rt_call_fail(c, RT_EPROTO, "message compression %d is not supported (use gzip)", (int)alg);
         return NULL;
     }
     z_stream z;
@@ -572,8 +567,8 @@ static uint8_t *inflate_payload(rt_call *c, grpc_byte_buffer *bb, size_t *len,
                 nc = nc > max ? (size_t)max : nc;
                 if (rt_principal_reserve(c->who, RT_Q_CALL_BYTES, nc - cap, c->alloc_err,
                                          sizeof c->alloc_err) < 0) {
-                    rt_call_fail(c, RT_ETOOBIG, "inflating a compressed %s: %s",
-                                 c->m->req_name, c->alloc_err);
+                    rt_call_fail(c, RT_ETOOBIG, "inflating a compressed %s: %s", c->m->req_name,
+                                 c->alloc_err);
                     goto fail;
                 }
                 *charged += nc - cap;
@@ -841,7 +836,7 @@ void rt__on_stream_recv(rt__tag *t, int ok)
     int held = c->recv_held;
     c->recv_held = 0;
     if (c->err || c->resp) { /* a response before the end: answered early */
-        if (held) /* past 2 for good: the resumer posts nothing */
+        if (held)            /* past 2 for good: the resumer posts nothing */
             __atomic_add_fetch(&c->recv_gate, 100, __ATOMIC_ACQ_REL);
         rt__finish(c);
     } else if (held) {
@@ -876,8 +871,8 @@ void rt__request_generic(rt_srv *s)
     grpc_call_details_init(&g->details);
     grpc_metadata_array_init(&g->md);
     RT_TAG_POST(&g->tag);
-    if (grpc_server_request_call(s->server, &g->call, &g->details, &g->md, s->cq,
-                                 s->cq, &g->tag) != GRPC_CALL_OK) {
+    if (grpc_server_request_call(s->server, &g->call, &g->details, &g->md, s->cq, s->cq, &g->tag) !=
+        GRPC_CALL_OK) {
         grpc_call_details_destroy(&g->details);
         grpc_metadata_array_destroy(&g->md);
         free(g);
@@ -896,7 +891,8 @@ static void on_generic(rt__tag *t, int ok)
         char msg[200];
         snprintf(msg, sizeof msg, "unknown method %.*s",
                  (int)(GRPC_SLICE_LENGTH(g->details.method) > 150
-                           ? 150 : GRPC_SLICE_LENGTH(g->details.method)),
+                           ? 150
+                           : GRPC_SLICE_LENGTH(g->details.method)),
                  (const char *)GRPC_SLICE_START_PTR(g->details.method));
         char esc[300];
         RT_LOG(RT_LOG_DEBUG, "%s", rt_log_esc(msg, esc, sizeof esc));
@@ -959,14 +955,13 @@ static uint64_t tick_every_ns(const rt_srv *s)
 void *rt__cq_main(void *arg)
 {
     rt_srv *s = arg;
-    int ticks = s->cfg.upload_stall_ms || s->cfg.compile_timeout_ms ||
-                s->cfg.pipeline_hold_ms || s->cfg.upload_keep_ms;
+    int ticks = s->cfg.upload_stall_ms || s->cfg.compile_timeout_ms || s->cfg.pipeline_hold_ms ||
+                s->cfg.upload_keep_ms;
     uint64_t every = tick_every_ns(s);
     for (;;) {
-        gpr_timespec until =
-            ticks ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                 gpr_time_from_nanos((int64_t)every, GPR_TIMESPAN))
-                  : gpr_inf_future(GPR_CLOCK_MONOTONIC);
+        gpr_timespec until = ticks ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                                  gpr_time_from_nanos((int64_t)every, GPR_TIMESPAN))
+                                   : gpr_inf_future(GPR_CLOCK_MONOTONIC);
         grpc_event ev = grpc_completion_queue_next(s->cq, until, NULL);
         if (ticks) {
             uint64_t now = rt_now_ns(), last = __atomic_load_n(&s->last_tick_ns, __ATOMIC_RELAXED);

@@ -30,13 +30,13 @@ extern "C" {
 #include "rt_version.h" /* RT_VERSION_STRING, from CMake */
 
 typedef struct rt_srv_config {
-    const char *listen;          /* host:port, port 0 = ephemeral */
-    int threads;                 /* completion-queue threads, 0 = rt_srv_default_threads() */
-    uint64_t max_message_bytes;  /* gRPC receive limit */
+    const char *listen;         /* host:port, port 0 = ephemeral */
+    int threads;                /* completion-queue threads, 0 = rt_srv_default_threads() */
+    uint64_t max_message_bytes; /* gRPC receive limit */
     int max_sessions;
-    uint64_t max_dataset_bytes;  /* one upload */
-    uint64_t max_store_bytes;    /* all stored datasets; 0 = half the RAM */
-    uint64_t inline_ns;          /* run device jobs estimated below this on
+    uint64_t max_dataset_bytes; /* one upload */
+    uint64_t max_store_bytes;   /* all stored datasets; 0 = half the RAM */
+    uint64_t inline_ns;         /* run device jobs estimated below this on
                                     the cq thread; 0 = always the executor */
     /* TLS (PEM file paths). cert + key turn TLS on; client_ca also makes
      * the daemon require and verify client certificates (mTLS). */
@@ -70,12 +70,12 @@ typedef struct rt_srv_config {
                                     its predecessor */
     uint32_t max_inflate_ratio;  /* gzip data: inflated / compressed bytes */
     /* Connections: keepalive pings, the TLS/HTTP2 handshake, idle ones. */
-    uint64_t keepalive_ms;       /* 0 = no keepalive pings */
+    uint64_t keepalive_ms; /* 0 = no keepalive pings */
     uint64_t keepalive_timeout_ms;
     uint64_t handshake_timeout_ms;
-    uint64_t conn_idle_ms;       /* 0 = never closed for idleness */
+    uint64_t conn_idle_ms;           /* 0 = never closed for idleness */
     uint32_t max_concurrent_streams; /* per connection, in SETTINGS; 0 = 100 */
-    int stream_queue_max;        /* server stream: messages queued per call */
+    int stream_queue_max;            /* server stream: messages queued per call */
     /* Streamed datasets (server/data/rt_stream.h): where their records
      * are spooled (NULL: state_dir if set, else RT_SPOOL_DIR_DEFAULT), the decoded size above
      * which a TFRecord dataset is streamed (0: a quarter of the memory
@@ -87,9 +87,9 @@ typedef struct rt_srv_config {
     int decode_threads;
     int prefetch;
     int64_t shuffle_buffer;
-    uint64_t max_spool_bytes;    /* all spool files; 0 = the disk's room */
-    uint64_t map_spool_below;    /* spool files mapped up to this size, when */
-    int map_spool_set;           /* set; else an eighth of the memory budget */
+    uint64_t max_spool_bytes; /* all spool files; 0 = the disk's room */
+    uint64_t map_spool_below; /* spool files mapped up to this size, when */
+    int map_spool_set;        /* set; else an eighth of the memory budget */
     /* Durable mode: sessions, datasets and checkpoints under state_dir
      * (NULL = state in memory only); rt_state.h has the rest. */
     const char *state_dir;
@@ -112,8 +112,7 @@ typedef struct rt_srv rt_srv;
 
 /* Create the server and bind. On failure returns a negative code with a
  * message in err, e.g. "address 127.0.0.1:7070 already in use". */
-int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
-                  size_t errlen);
+int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err, size_t errlen);
 /* "127.0.0.1:PORT" with the port actually bound. Owned by s. */
 const char *rt_srv_bound(const rt_srv *s);
 int rt_srv_start(rt_srv *s, void (*on_drained)(void *ud), void *ud);

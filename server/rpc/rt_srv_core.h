@@ -17,7 +17,7 @@ typedef struct rt__dev_wait {
     struct rt__dev_wait *next;
     pthread_cond_t cv;
     int granted;
-    int is_short;        /* estimated under one quantum */
+    int is_short; /* estimated under one quantum */
 } rt__dev_wait;
 
 typedef struct rt__lane {

@@ -14,8 +14,8 @@
 #include "rt_dist.h"
 #include "rt_stream.h"
 
-#define SID 11          /* ids shown: "s-" and 8 hex digits (ids are capabilities) */
-#define MAX_SESS 256    /* shown; the rest are counted */
+#define SID 11       /* ids shown: "s-" and 8 hex digits (ids are capabilities) */
+#define MAX_SESS 256 /* shown; the rest are counted */
 #define MAX_PROGS 512
 #define MAX_DS 512
 #define MAX_PRINCIPALS 256
@@ -50,8 +50,8 @@ void rt_srv_dash_fit_begin(rt_call *c)
     short_id(sess, c->sess ? c->sess->id : NULL);
     short_id(prog, c->prog ? rt_program_id(c->prog) : NULL);
     const Rtrain__V1__FitRequest *q = (const Rtrain__V1__FitRequest *)c->req;
-    c->dash_fit = rt_dash_fit_begin(c->who ? rt_principal_name(c->who) : NULL, sess, prog,
-                                    q ? q->epochs : 0);
+    c->dash_fit =
+        rt_dash_fit_begin(c->who ? rt_principal_name(c->who) : NULL, sess, prog, q ? q->epochs : 0);
 }
 
 void rt_srv_dash_epoch(rt_call *c, const Rtrain__V1__EpochEnd *e)
@@ -179,8 +179,8 @@ static void render_sessions(rt_srv *s, const char *principal, rt_dash_buf *b)
         rt_dash_str(b, v.sv[i].name);
         rt_dash_printf(b, ",\"principal\":");
         rt_dash_str(b, v.sv[i].owner);
-        rt_dash_printf(b, ",\"idle_ms\":%llu,\"programs\":%d}",
-                       (unsigned long long)v.sv[i].idle_ms, v.sv[i].n_progs);
+        rt_dash_printf(b, ",\"idle_ms\":%llu,\"programs\":%d}", (unsigned long long)v.sv[i].idle_ms,
+                       v.sv[i].n_progs);
     }
     rt_dash_printf(b, "],\"programs\":[");
     for (int i = 0; i < v.np; i++) {
@@ -191,17 +191,16 @@ static void render_sessions(rt_srv *s, const char *principal, rt_dash_buf *b)
         rt_dash_str(b, v.sv[p->sess].id);
         if (p->has_rep) {
             const rt_compile_report *r = &p->rep;
-            rt_dash_printf(b,
-                           ",\"report\":{\"param_count\":%llu,\"trainable_param_count\":%llu,"
-                           "\"flops_per_step\":%llu,\"arena_bytes\":%llu,\"naive_bytes\":%llu,"
-                           "\"param_bytes\":%llu,\"compile_ns\":%llu,\"nodes\":%u,"
-                           "\"kernels\":%u,\"passes\":[",
-                           (unsigned long long)r->param_count,
-                           (unsigned long long)r->trainable_param_count,
-                           (unsigned long long)r->flops_per_step,
-                           (unsigned long long)r->arena_bytes, (unsigned long long)r->naive_bytes,
-                           (unsigned long long)r->param_bytes, (unsigned long long)r->compile_ns,
-                           r->n_nodes, r->n_kernels);
+            rt_dash_printf(
+                b,
+                ",\"report\":{\"param_count\":%llu,\"trainable_param_count\":%llu,"
+                "\"flops_per_step\":%llu,\"arena_bytes\":%llu,\"naive_bytes\":%llu,"
+                "\"param_bytes\":%llu,\"compile_ns\":%llu,\"nodes\":%u,"
+                "\"kernels\":%u,\"passes\":[",
+                (unsigned long long)r->param_count, (unsigned long long)r->trainable_param_count,
+                (unsigned long long)r->flops_per_step, (unsigned long long)r->arena_bytes,
+                (unsigned long long)r->naive_bytes, (unsigned long long)r->param_bytes,
+                (unsigned long long)r->compile_ns, r->n_nodes, r->n_kernels);
             for (int k = 0; k < RT_COMPILE_PASSES; k++) {
                 rt_dash_printf(b, "%s{\"name\":", k ? "," : "");
                 rt_dash_str(b, rt_compile_pass_name(k));
@@ -313,9 +312,9 @@ static void render_server(rt_srv *s, rt_dash_buf *b)
     rt_dash_printf(b,
                    "\"checkpoints\":{\"durable\":%s,\"written\":%llu,\"failed\":%llu,"
                    "\"bytes\":%llu,\"last_ms\":%llu,\"every_steps\":%u,\"every_s\":%u},",
-                   s->state ? "true" : "false", (unsigned long long)ok,
-                   (unsigned long long)failed, (unsigned long long)bytes,
-                   (unsigned long long)last, s->cfg.ckpt_every_steps, s->cfg.ckpt_every_s);
+                   s->state ? "true" : "false", (unsigned long long)ok, (unsigned long long)failed,
+                   (unsigned long long)bytes, (unsigned long long)last, s->cfg.ckpt_every_steps,
+                   s->cfg.ckpt_every_s);
     int n = rt_dist_size();
     rt_dash_printf(b, "\"replicas\":[");
     for (int i = 0; i < n; i++) {
@@ -351,9 +350,7 @@ static int dash_who(void *ud, const char *tok, size_t len, char *out, size_t out
 
 void rt_srv_dash_attach(rt_srv *s)
 {
-    rt_dash_provider p = {.ud = s,
-                          .auth_required = rt_auth_required(s->auth),
-                          .who = dash_who,
-                          .state = dash_state};
+    rt_dash_provider p = {
+        .ud = s, .auth_required = rt_auth_required(s->auth), .who = dash_who, .state = dash_state};
     rt_dash_attach(&p);
 }

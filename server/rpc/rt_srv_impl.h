@@ -51,12 +51,9 @@ void __tsan_release(void *addr);
 #define RT_TAG_DONE(tag) ((void)(tag))
 #endif
 
-#define RT_CONTAINER(ptr, type, member) \
-    ((type *)((char *)(ptr) - offsetof(type, member)))
+#define RT_CONTAINER(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
-typedef enum rt_call_kind {
-    RT_UNARY, RT_CLIENT_STREAM, RT_SERVER_STREAM
-} rt_call_kind;
+typedef enum rt_call_kind { RT_UNARY, RT_CLIENT_STREAM, RT_SERVER_STREAM } rt_call_kind;
 
 typedef struct rt_call rt_call;
 
@@ -84,7 +81,7 @@ extern const rt_method_handler rt_handlers[RT_N_METHODS];
  * the service descriptor says (path, request type). */
 typedef struct rt_method {
     char path[RT_METHOD_PATH_MAX]; /* "/rtrain.v1.Trainer/Ping" */
-    const char *req_name;     /* "PingRequest", for "malformed PingRequest" */
+    const char *req_name;          /* "PingRequest", for "malformed PingRequest" */
     const ProtobufCMessageDescriptor *req_desc;
     rt_call_kind kind;
     rt_handler_fn handle;
@@ -95,9 +92,8 @@ typedef struct rt_method {
  * out[sd->n_methods] (.proto order). Every method of sd must have exactly
  * one handler entry with its name, and every entry a method: otherwise -1
  * with err naming the first method or entry that has no partner. */
-int rt_methods_bind(const ProtobufCServiceDescriptor *sd,
-                    const rt_method_handler *h, int nh, rt_method *out,
-                    int max, char *err, size_t errlen);
+int rt_methods_bind(const ProtobufCServiceDescriptor *sd, const rt_method_handler *h, int nh,
+                    rt_method *out, int max, char *err, size_t errlen);
 
 /* The server's method table, bound once by rt_methods_init() from
  * rt_handlers and the Trainer service descriptor; rt_methods_init aborts
@@ -158,68 +154,68 @@ typedef enum rt_call_state {
 } rt_call_state;
 
 struct rt_call {
-    rt__tag tag;        /* arrival, then the stream's RECV_MESSAGE */
-    rt__tag close_tag;  /* streams: RECV_CLOSE_ON_SERVER */
-    rt__tag send_tag;   /* server stream: one SEND_MESSAGE */
-    rt__tag final_tag;  /* the status batch */
+    rt__tag tag;         /* arrival, then the stream's RECV_MESSAGE */
+    rt__tag close_tag;   /* streams: RECV_CLOSE_ON_SERVER */
+    rt__tag send_tag;    /* server stream: one SEND_MESSAGE */
+    rt__tag final_tag;   /* the status batch */
     rt_call_state state; /* atomic (relaxed): rt__call_to */
     rt_srv *srv;
     const rt_method *m;
-    rt_principal *who;            /* the caller, set before the handler runs */
+    rt_principal *who; /* the caller, set before the handler runs */
     grpc_call *call;
     gpr_timespec deadline;
     grpc_metadata_array md;
     grpc_byte_buffer *payload;
-    size_t req_bytes;             /* the unary request's size on the wire */
-    int recv_cancelled;           /* written by RECV_CLOSE_ON_SERVER */
-    int cancelled;                /* atomic: the client cancelled/went away */
-    int close_done;               /* atomic */
-    int refs;                     /* atomic: batches in flight + owner */
+    size_t req_bytes;   /* the unary request's size on the wire */
+    int recv_cancelled; /* written by RECV_CLOSE_ON_SERVER */
+    int cancelled;      /* atomic: the client cancelled/went away */
+    int close_done;     /* atomic */
+    int refs;           /* atomic: batches in flight + owner */
     int sent_initial_md;
-    int close_posted;             /* RECV_CLOSE_ON_SERVER already in flight */
+    int close_posted; /* RECV_CLOSE_ON_SERVER already in flight */
 
     rt__arena_blk *arena;
-    ProtobufCAllocator alloc;     /* over arena */
-    uint64_t charged;             /* large arena blocks, as RT_Q_CALL_BYTES */
-    char alloc_err[200];          /* why the arena refused (a quota), or "" */
+    ProtobufCAllocator alloc; /* over arena */
+    uint64_t charged;         /* large arena blocks, as RT_Q_CALL_BYTES */
+    char alloc_err[200];      /* why the arena refused (a quota), or "" */
 
     rt_obs_timing tm;
-    Rtrain__V1__Timings sent_tm;  /* the last Timings packed for the client */
+    Rtrain__V1__Timings sent_tm; /* the last Timings packed for the client */
     int has_sent_tm;
-    int dash_fit;                 /* the dashboard's handle of a Fit (rt_dash.h) */
+    int dash_fit; /* the dashboard's handle of a Fit (rt_dash.h) */
     ProtobufCMessage *req;
-    ProtobufCMessage *resp;       /* in the arena, or NULL */
+    ProtobufCMessage *resp; /* in the arena, or NULL */
     int err;
-    char errmsg[4096];            /* a Keras or ONNX import lists every problem */
+    char errmsg[4096]; /* a Keras or ONNX import lists every problem */
 
     /* Routing: set by the handler when the call needs the executor. */
     int (*work)(rt_call *c);
     int needs_device;
-    int compile_pool;             /* work runs on the compile pool */
+    int compile_pool; /* work runs on the compile pool */
     uint64_t est_ns;
     uint64_t enq_ns;
     rt_call *next_job;
-    rt_call *next_run;            /* the executor's running list */
-    char key[64];                 /* device lane (rt_call_sched_key) */
-    char xkey[64];                /* executor order: the session (exec_key) */
-    int holds_device;             /* the work holds the device on a pool thread */
-    uint64_t started_ns;          /* atomic: compile work began (0 = queued) */
-    int compile_running;          /* in the compile pool's running list */
-    int final_claimed;            /* atomic: a status is going out (finish or
+    rt_call *next_run;   /* the executor's running list */
+    char key[64];        /* device lane (rt_call_sched_key) */
+    char xkey[64];       /* executor order: the session (exec_key) */
+    int holds_device;    /* the work holds the device on a pool thread */
+    uint64_t started_ns; /* atomic: compile work began (0 = queued) */
+    int compile_running; /* in the compile pool's running list */
+    int final_claimed;   /* atomic: a status is going out (finish or
                                      rt_srv_tick's compile budget) */
-    rt__tag budget_tag;           /* rt_srv_tick's DEADLINE_EXCEEDED batch */
+    rt__tag budget_tag;  /* rt_srv_tick's DEADLINE_EXCEEDED batch */
     grpc_slice budget_details;
 
     /* Upload in flight: the server-wide reservation (rt_srv_upload_*). */
     rt_call *up_next;
     uint64_t up_bytes;
-    uint64_t up_last_ns;          /* atomic: the last chunk arrived */
+    uint64_t up_last_ns; /* atomic: the last chunk arrived */
     int up_registered;
-    int up_waiting;               /* under out_mu: a RECV_MESSAGE is pending */
-    uint64_t recv_posted_ns;      /* when that RECV_MESSAGE was posted */
-    int up_stalled;               /* under out_mu: rt_srv_tick answered it */
-    int recv_held;                /* the handler holds the next receive */
-    int recv_gate;                /* atomic: a held receive is posted by the
+    int up_waiting;          /* under out_mu: a RECV_MESSAGE is pending */
+    uint64_t recv_posted_ns; /* when that RECV_MESSAGE was posted */
+    int up_stalled;          /* under out_mu: rt_srv_tick answered it */
+    int recv_held;           /* the handler holds the next receive */
+    int recv_gate;           /* atomic: a held receive is posted by the
                                      second of the cq thread and the resumer */
 
     /* Pipelined RunSteps: its seq and its predecessor's (0 = none). A
@@ -228,7 +224,7 @@ struct rt_call {
     uint64_t seq, after_seq;
     rt_call *held_next;
     uint64_t held_ns;
-    int held;                     /* under pipe_mu: on the held list */
+    int held; /* under pipe_mu: on the held list */
 
     /* Client stream: the request's bulk bytes field ("data"), in place in
      * the received slices (rt_wire_split) while the handler runs; NULL
@@ -241,15 +237,15 @@ struct rt_call {
     rt_program *prog;
     rt_dataset *ds;
     rt_dataset *val_ds;
-    void *st;                     /* method state (upload, fit) */
+    void *st; /* method state (upload, fit) */
     void (*st_free)(void *st);
-    void (*st_done)(void *st);    /* before the status: give back quotas */
+    void (*st_done)(void *st); /* before the status: give back quotas */
 
     /* Server stream: outbound queue, one SEND_MESSAGE in flight. */
     pthread_mutex_t out_mu;
     rt__out *out_head, *out_tail;
-    pthread_cond_t out_cv;        /* the queue shrank, or the call ended */
-    int n_out;                    /* messages queued (not counting the one sending) */
+    pthread_cond_t out_cv; /* the queue shrank, or the call ended */
+    int n_out;             /* messages queued (not counting the one sending) */
     int send_in_flight;
     int final_pending;
     int final_started;
@@ -263,7 +259,7 @@ struct rt_call {
 
 struct rt_srv {
     rt_srv_config cfg;
-    int paused_once;              /* rt_srv_pause_point fired (atomic) */
+    int paused_once; /* rt_srv_pause_point fired (atomic) */
     char bound[128];
     grpc_server *server;
     grpc_completion_queue *cq;
@@ -276,15 +272,15 @@ struct rt_srv {
     rt_data_store *data;
     rt_principal_set *principals;
     rt_auth *auth;
-    uint64_t quota[RT_Q__COUNT];  /* defaults in force */
+    uint64_t quota[RT_Q__COUNT]; /* defaults in force */
 
     /* The device: one job at a time, handed round-robin between keys
      * (lanes, in the order they were last served) at step boundaries. */
     pthread_mutex_t dev_mu;
     int dev_held;
-    uint64_t dev_since;           /* atomic: the holder's slice began */
-    int dev_waiting;              /* atomic: waiters in all lanes */
-    int dev_short_waiting;        /* atomic: of those, jobs under a quantum */
+    uint64_t dev_since;    /* atomic: the holder's slice began */
+    int dev_waiting;       /* atomic: waiters in all lanes */
+    int dev_short_waiting; /* atomic: of those, jobs under a quantum */
     struct rt__lane *lanes;
     int n_lanes, cap_lanes;
 
@@ -296,12 +292,12 @@ struct rt_srv {
     int q_len;
     rt_call *running;
     int q_stop;
-    int q_pending;                /* atomic: queued or running on the executor */
+    int q_pending; /* atomic: queued or running on the executor */
     pthread_t *exec_threads;
     int n_exec, cap_exec, idle_exec;
 
     /* The compile pool: its own threads and queue. */
-    pthread_cond_t cq_cv;         /* under q_mu */
+    pthread_cond_t cq_cv; /* under q_mu */
     rt_call *c_head, *c_tail, *c_running;
     pthread_t *compile_threads;
     int n_compile;
@@ -311,7 +307,7 @@ struct rt_srv {
     rt_call *uploads;
     int n_uploads;
     uint64_t upload_bytes;
-    uint64_t last_tick_ns;        /* atomic: rt_srv_tick last ran */
+    uint64_t last_tick_ns; /* atomic: rt_srv_tick last ran */
 
     /* Broken uploads kept for a resume, and the probe table (data layer,
      * its own lock; taken after up_mu, never before). */
@@ -321,18 +317,18 @@ struct rt_srv {
     pthread_mutex_t pipe_mu;
     rt_call *held;
 
-    int live;                     /* atomic: matched calls not yet freed */
-    int stopping;                 /* atomic */
-    int hard_cancel;              /* atomic: the grace period is over */
-    int shutdown_acked;           /* atomic */
-    int drained_fired;            /* atomic */
+    int live;           /* atomic: matched calls not yet freed */
+    int stopping;       /* atomic */
+    int hard_cancel;    /* atomic: the grace period is over */
+    int shutdown_acked; /* atomic */
+    int drained_fired;  /* atomic */
     rt__tag shutdown_tag;
     void (*on_drained)(void *ud);
     void *drained_ud;
     uint64_t start_ns;
-    struct rt_health *health;     /* grpc.health.v1 (rt_health.c) */
-    struct rt_state *state;       /* --state-dir, or NULL (rt_state.h) */
-    uint64_t boot_id;             /* random per start: RunSteps' restart check */
+    struct rt_health *health; /* grpc.health.v1 (rt_health.c) */
+    struct rt_state *state;   /* --state-dir, or NULL (rt_state.h) */
+    uint64_t boot_id;         /* random per start: RunSteps' restart check */
 };
 
 /* Durable mode (rt_h_state.c): open --state-dir and restore what it holds
@@ -371,14 +367,12 @@ char *rt_call_strdup(rt_call *c, const char *s);
 void rt_call_recv_hold(rt_call *c);
 void rt_call_recv_resume(rt_call *c);
 
-int rt_call_fail(rt_call *c, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+int rt_call_fail(rt_call *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Server stream: queue one message (packed now, with timings if tm is not
  * NULL). coalesce = 1 lets a later coalescable message replace this one if
  * it has not been sent yet. Returns 0 or RT_ECANCELLED/RT_ENOMEM. */
-int rt_call_stream_send(rt_call *c, const ProtobufCMessage *msg,
-                        int coalesce, int with_timings);
+int rt_call_stream_send(rt_call *c, const ProtobufCMessage *msg, int coalesce, int with_timings);
 /* The scheduling key of a call: who the device is shared between. Its
  * principal when a tokens file names several; single-user, its session
  * (or the peer address for a call without one). */

@@ -113,7 +113,8 @@ static void explain_bind(const char *addr, char *err, size_t errlen)
     if (e == EADDRINUSE)
         snprintf(err, errlen, "address %s already in use", addr);
     else
-        snprintf(err, errlen, "cannot listen on %s (%s)", addr, e ? strerror(e) : "gRPC refused it");
+        snprintf(err, errlen, "cannot listen on %s (%s)", addr,
+                 e ? strerror(e) : "gRPC refused it");
 }
 
 /* A whole PEM file, NUL-terminated; NULL with err set on failure. */
@@ -173,8 +174,8 @@ static int server_creds(const rt_srv_config *cfg, grpc_server_credentials **out,
     }
     char *cert = read_pem("certificate", cfg->tls_cert, err, errlen);
     char *key = cert ? read_pem("private key", cfg->tls_key, err, errlen) : NULL;
-    char *ca = key && cfg->tls_client_ca
-                   ? read_pem("client CA", cfg->tls_client_ca, err, errlen) : NULL;
+    char *ca =
+        key && cfg->tls_client_ca ? read_pem("client CA", cfg->tls_client_ca, err, errlen) : NULL;
     int rc = RT_EINVAL;
     if (key && (ca || !cfg->tls_client_ca)) {
         grpc_ssl_pem_key_cert_pair pair = {key, cert};
@@ -196,8 +197,7 @@ static int server_creds(const rt_srv_config *cfg, grpc_server_credentials **out,
     return rc;
 }
 
-int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
-                  size_t errlen)
+int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err, size_t errlen)
 {
     *out = NULL;
     rt_srv *s = calloc(1, sizeof *s);
@@ -220,8 +220,7 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
          * prlimit --as): there the arena's mapping would count against
          * the limit that training needs. */
         struct rlimit as;
-        arena = getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY ? 0
-                                                                                : 256ull << 20;
+        arena = getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY ? 0 : 256ull << 20;
         s->cfg.upload_arena_bytes = arena;
     }
     if (rt_bufpool_set_arena(arena) < 0)
@@ -258,20 +257,23 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
     uint64_t store_cap = cfg->max_store_bytes ? cfg->max_store_bytes : ram / 2;
     s->data = rt_data_store_create(store_cap);
     uint64_t budget = cfg->max_memory_bytes ? cfg->max_memory_bytes
-                                            : ram ? ram / 4 * 3 : RT_QUOTA_UNLIMITED;
+                      : ram                 ? ram / 4 * 3
+                                            : RT_QUOTA_UNLIMITED;
     rt_stream_config sc = {
         /* durable mode spools under the state dir unless told otherwise */
         .spool_dir = cfg->spool_dir ? cfg->spool_dir : cfg->state_dir,
-        .stream_above = cfg->stream_above ? cfg->stream_above
-                        : budget != RT_QUOTA_UNLIMITED ? budget / 4 : 0,
+        .stream_above = cfg->stream_above              ? cfg->stream_above
+                        : budget != RT_QUOTA_UNLIMITED ? budget / 4
+                                                       : 0,
         .threads = cfg->decode_threads,
         .prefetch = cfg->prefetch,
         .shuffle_buffer = cfg->shuffle_buffer,
         .max_spool_bytes = cfg->max_spool_bytes,
         /* a mapped spool file's pages count in the RSS: an eighth of the
          * budget at most */
-        .map_max = cfg->map_spool_set ? cfg->map_spool_below
-                   : budget != RT_QUOTA_UNLIMITED ? budget / 8 : 0,
+        .map_max = cfg->map_spool_set             ? cfg->map_spool_below
+                   : budget != RT_QUOTA_UNLIMITED ? budget / 8
+                                                  : 0,
     };
     rt_data_set_stream_config(&sc);
     s->principals = rt_principal_set_create(budget);
@@ -311,12 +313,12 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
     grpc_arg args[12 + RT_TRANSPORT_NARGS];
     memset(args, 0, sizeof args);
     size_t na = rt_transport_args(args); /* bulk streams: rt_transport.h */
-#define INT_ARG(k, v)                                                          \
-    do {                                                                       \
-        args[na].type = GRPC_ARG_INTEGER;                                      \
-        args[na].key = (char *)(k);                                            \
-        args[na].value.integer = (v);                                          \
-        na++;                                                                  \
+#define INT_ARG(k, v)                     \
+    do {                                  \
+        args[na].type = GRPC_ARG_INTEGER; \
+        args[na].key = (char *)(k);       \
+        args[na].value.integer = (v);     \
+        na++;                             \
     } while (0)
 #define MS(v) ((v) > INT32_MAX ? INT32_MAX : (int)(v))
     INT_ARG(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, MS(cfg->max_message_bytes));
@@ -346,11 +348,11 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err,
     s->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(s->server, s->cq, NULL);
     for (int i = 0; i < rt_n_methods; i++)
-        s->reg[i] = grpc_server_register_method(
-            s->server, rt_methods[i].path, NULL,
-            rt_methods[i].kind == RT_UNARY ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER
-                                           : GRPC_SRM_PAYLOAD_NONE,
-            0);
+        s->reg[i] = grpc_server_register_method(s->server, rt_methods[i].path, NULL,
+                                                rt_methods[i].kind == RT_UNARY
+                                                    ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER
+                                                    : GRPC_SRM_PAYLOAD_NONE,
+                                                0);
     rt_health_hooks hk = {rt__health_call_begin, rt__health_call_end, s};
     if (!(s->health = rt_health_create(s->server, s->cq, &hk))) {
         rt_srv_destroy(s);
@@ -411,10 +413,7 @@ int rt_srv_start(rt_srv *s, void (*on_drained)(void *ud), void *ud)
     return 0;
 }
 
-void rt_srv_set_serving(rt_srv *s, int serving)
-{
-    rt_health_set_serving(s->health, serving);
-}
+void rt_srv_set_serving(rt_srv *s, int serving) { rt_health_set_serving(s->health, serving); }
 
 void rt_srv_stop(rt_srv *s)
 {
@@ -442,8 +441,8 @@ int rt_srv_expire_sessions(rt_srv *s, uint64_t idle_ms)
     for (int i = 0; i < n && i < 8; i++) {
         if (s->state)
             rt_state_session_remove(s->state, ids[i]);
-        RT_LOG(RT_LOG_INFO, "session %s closed: idle for more than %llu s",
-               rt_log_id(ids[i], sid), (unsigned long long)(idle_ms / 1000));
+        RT_LOG(RT_LOG_INFO, "session %s closed: idle for more than %llu s", rt_log_id(ids[i], sid),
+               (unsigned long long)(idle_ms / 1000));
     }
     if (n > 8)
         RT_LOG(RT_LOG_INFO, "%d more idle sessions closed", n - 8);
@@ -456,10 +455,7 @@ void rt_srv_cancel_all(rt_srv *s)
     grpc_server_cancel_all_calls(s->server);
 }
 
-int rt_srv_live_calls(rt_srv *s)
-{
-    return __atomic_load_n(&s->live, __ATOMIC_ACQUIRE);
-}
+int rt_srv_live_calls(rt_srv *s) { return __atomic_load_n(&s->live, __ATOMIC_ACQUIRE); }
 
 void rt_srv_destroy(rt_srv *s)
 {
@@ -484,8 +480,8 @@ void rt_srv_destroy(rt_srv *s)
         grpc_server_destroy(s->server);
         grpc_completion_queue_shutdown(s->cq);
         for (;;) {
-            grpc_event ev = grpc_completion_queue_next(
-                s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+            grpc_event ev =
+                grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
             if (ev.type == GRPC_QUEUE_SHUTDOWN)
                 break;
             if (ev.type == GRPC_OP_COMPLETE) {

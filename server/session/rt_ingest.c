@@ -31,8 +31,7 @@ static int charge_store(const rt_ingest *in, rt_dataset *ds, char *err, size_t e
     }
 }
 
-int rt_ingest_upload(const rt_ingest *in, rt_dataset **out, int *dedup, char *err,
-                     size_t errlen)
+int rt_ingest_upload(const rt_ingest *in, rt_dataset **out, int *dedup, char *err, size_t errlen)
 {
     uint8_t hash[16];
     if (in->any_held) {
@@ -101,11 +100,13 @@ int rt_ingest_upload(const rt_ingest *in, rt_dataset **out, int *dedup, char *er
             return rt_errf(err, errlen, rc, "%s", e);
         }
         if ((rc = rt_data_store_put(in->data, ds, &kept, dedup)) < 0)
-            return rt_errf(err, errlen, rc, "dataset store full (--max-store-bytes %llu) with "
-                           "datasets still in use", (unsigned long long)in->max_store_bytes);
+            return rt_errf(err, errlen, rc,
+                           "dataset store full (--max-store-bytes %llu) with "
+                           "datasets still in use",
+                           (unsigned long long)in->max_store_bytes);
         uint64_t t1 = on_disk ? rt_now_ns() : 0;
-        rc = on_disk ? rt_state_dataset_owner(in->state, kept, rt_principal_name(in->who),
-                                              in->name, e, sizeof e)
+        rc = on_disk ? rt_state_dataset_owner(in->state, kept, rt_principal_name(in->who), in->name,
+                                              e, sizeof e)
                      : 0;
         if (on_disk && in->durable_ns)
             *in->durable_ns += rt_now_ns() - t1;

@@ -35,17 +35,17 @@ extern "C" {
 
 typedef struct rt_ingest {
     rt_data_store *data;
-    rt_state *state;           /* NULL: not durable */
-    rt_upload_store *uploads;  /* the probe table */
+    rt_state *state;          /* NULL: not durable */
+    rt_upload_store *uploads; /* the probe table */
     rt_principal *who;
-    const char *name;          /* the header's, for the state dir and the log */
+    const char *name; /* the header's, for the state dir and the log */
     rt_data_part *parts;
     int n_parts;
-    int any_held;              /* parts the stream did not carry */
-    uint8_t **buf;             /* the bytes (taken by the parse, or left) */
+    int any_held;  /* parts the stream did not carry */
+    uint8_t **buf; /* the bytes (taken by the parse, or left) */
     uint64_t total;
     rt_data_cursor *cur;
-    void (*buf_free)(void *);  /* how *buf is freed */
+    void (*buf_free)(void *); /* how *buf is freed */
     /* XXH3-128 of the stream and of its sample (rt_sample_run), canonical;
      * ignored with any_held (the whole buffer is hashed) */
     uint8_t stream_hash[16], sample_hash[16];
@@ -53,14 +53,13 @@ typedef struct rt_ingest {
     const uint8_t *sample_given;  /* the client's sample hash, or NULL */
     uint64_t max_dataset_bytes;
     uint32_t max_inflate_ratio;
-    uint64_t max_store_bytes;  /* for the message when the store is full */
-    uint64_t *durable_ns;      /* with state: += the time writing it (or NULL) */
+    uint64_t max_store_bytes; /* for the message when the store is full */
+    uint64_t *durable_ns;     /* with state: += the time writing it (or NULL) */
 } rt_ingest;
 
 /* The stored dataset (retained) in *out; *dedup when it was there
  * already. An RT_ code with a message in err otherwise. */
-int rt_ingest_upload(const rt_ingest *in, rt_dataset **out, int *dedup, char *err,
-                     size_t errlen);
+int rt_ingest_upload(const rt_ingest *in, rt_dataset **out, int *dedup, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -103,9 +103,8 @@ void rt_program_run_done(rt_program *p, uint64_t seq, const rt_metrics *last,
     p->last_mean = *mean;
     if (seq) {
         p->last_seq = seq;
-        p->ring[seq % RT_SEQ_RING] = (rt_seq_rec){.seq = seq,
-                                                  .global_step = rt_exec_global_step(p->exec),
-                                                  .last = *last, .mean = *mean};
+        p->ring[seq % RT_SEQ_RING] = (rt_seq_rec){
+            .seq = seq, .global_step = rt_exec_global_step(p->exec), .last = *last, .mean = *mean};
     }
 }
 

@@ -51,19 +51,19 @@ typedef struct rt_seq_rec {
  * the client lost in the crash are sent again as they were. */
 #define RT_FIT_RING 128 /* > the epochs a stream can hold unsent (stream_queue_max) */
 typedef struct rt_fit_epoch {
-    int64_t epoch;        /* EpochEnd.epoch (the program's Fit count) */
-    int64_t steps;        /* global step at its end */
+    int64_t epoch; /* EpochEnd.epoch (the program's Fit count) */
+    int64_t steps; /* global step at its end */
     uint64_t execute_ns;
     int32_t has_val, pad;
     rt_metrics train, val;
 } rt_fit_epoch;
 
 typedef struct rt_fit_rec {
-    uint64_t id;          /* 0: no resumable fit */
-    int64_t first_epoch;  /* the program's fit_epochs before it */
-    int64_t steps_done;   /* steps it ran (its epochs' and the current one's) */
-    int64_t spe;          /* steps per epoch */
-    uint32_t epochs;      /* asked */
+    uint64_t id;         /* 0: no resumable fit */
+    int64_t first_epoch; /* the program's fit_epochs before it */
+    int64_t steps_done;  /* steps it ran (its epochs' and the current one's) */
+    int64_t spe;         /* steps per epoch */
+    uint32_t epochs;     /* asked */
     /* Its epochs are the engine's (steps_per_epoch is the data set's and it
      * started at an engine epoch's start): the exec's epoch accumulators
      * then hold the current epoch's metrics, so the fit can stop and resume
@@ -90,7 +90,7 @@ typedef struct rt_program_pipe {
  * rt_program (rt_program.c checks the offsets): read inline, so the
  * handlers' accessors cost what a field read did. */
 typedef struct rt_program_head {
-    char id[40];             /* RT_SESSION_ID_LEN */
+    char id[40]; /* RT_SESSION_ID_LEN */
     uint64_t charged_bytes;
     rt_plan *plan;
     rt_exec *exec;

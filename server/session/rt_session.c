@@ -61,8 +61,7 @@ void rt_session_table_destroy(rt_session_table *t)
     free(t);
 }
 
-int rt_session_open(rt_session_table *t, const char *name, rt_principal *owner,
-                    rt_session **out)
+int rt_session_open(rt_session_table *t, const char *name, rt_principal *owner, rt_session **out)
 {
     *out = NULL;
     rt_session *s = calloc(1, sizeof *s);
@@ -201,10 +200,7 @@ void rt_session_table_usage(rt_session_table *t, rt_session_usage *u)
     pthread_mutex_unlock(&t->mu);
 }
 
-void rt_session_retain(rt_session *s)
-{
-    __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
-}
+void rt_session_retain(rt_session *s) { __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED); }
 
 /* p's memory and what it was charged as */
 static void program_free(rt_session *s, rt_program *p)
@@ -229,8 +225,8 @@ void rt_session_release(rt_session *s)
     free(s);
 }
 
-int rt_session_add_program(rt_session *s, rt_plan *plan, rt_exec *exec,
-                           uint64_t bytes, rt_program **out)
+int rt_session_add_program(rt_session *s, rt_plan *plan, rt_exec *exec, uint64_t bytes,
+                           rt_program **out)
 {
     *out = NULL;
     int rc = RT_ENOMEM;
@@ -356,8 +352,7 @@ rt_plan *rt_plan_cache_get(rt_plan_cache *c, const uint8_t key[16])
     return p;
 }
 
-void rt_plan_cache_put(rt_plan_cache *c, const uint8_t key[16], rt_plan *plan,
-                       rt_plan **winner)
+void rt_plan_cache_put(rt_plan_cache *c, const uint8_t key[16], rt_plan *plan, rt_plan **winner)
 {
     pthread_mutex_lock(&c->mu);
     for (int i = 0; i < c->n; i++)
@@ -409,8 +404,8 @@ int rt_session_each(rt_session_table *t, void (*fn)(void *ud, rt_session *s), vo
     return n;
 }
 
-int rt_session_each_program(rt_session_table *t,
-                            int (*fn)(void *ud, rt_session *s, rt_program *p), void *ud)
+int rt_session_each_program(rt_session_table *t, int (*fn)(void *ud, rt_session *s, rt_program *p),
+                            void *ud)
 {
     int sum = 0;
     pthread_mutex_lock(&t->mu);

@@ -45,8 +45,8 @@ typedef struct rt_session {
     char id[RT_SESSION_ID_LEN];
     char name[64];
     char token[RT_SESSION_ID_LEN]; /* "t-" + 32 random hex digits */
-    rt_principal *owner;          /* NULL only for tools and tests */
-    uint64_t last_used_ns;        /* atomic: rt_now_ns() of the last lookup */
+    rt_principal *owner;           /* NULL only for tools and tests */
+    uint64_t last_used_ns;         /* atomic: rt_now_ns() of the last lookup */
     /* private */
     pthread_mutex_t mu;
     rt_program **progs;
@@ -64,8 +64,7 @@ void rt_session_table_destroy(rt_session_table *t);
  * one RT_Q_SESSIONS: the session gives it back when it is freed, or at once
  * if opening fails. RT_ETOOBIG at max_sessions, RT_EIO if the system has
  * no random bytes. *out is retained for the caller. */
-int rt_session_open(rt_session_table *t, const char *name, rt_principal *owner,
-                    rt_session **out);
+int rt_session_open(rt_session_table *t, const char *name, rt_principal *owner, rt_session **out);
 /* The session with this id owned by who, retained, or NULL (also when
  * another principal owns it). */
 rt_session *rt_session_find(rt_session_table *t, const char *id, const rt_principal *who);
@@ -93,8 +92,8 @@ void rt_session_release(rt_session *s); /* NULL is a no-op */
  * RT_Q_PROGRAMS and bytes of RT_Q_PROGRAM_BYTES for s->owner; they are
  * given back when the program is freed. On error everything is released
  * and given back. */
-int rt_session_add_program(rt_session *s, rt_plan *plan, rt_exec *exec,
-                           uint64_t bytes, rt_program **out);
+int rt_session_add_program(rt_session *s, rt_plan *plan, rt_exec *exec, uint64_t bytes,
+                           rt_program **out);
 /* Take back a program that a failed call added and never answered with:
  * removed from s, freed, its quota given back. No other holder may use p
  * (its id went to nobody). RT_ENOTFOUND if p is not s's. */
@@ -106,8 +105,8 @@ rt_program *rt_session_find_program(rt_session *s, const char *id);
 /* fn(ud, session, program) for every program of every session, under the
  * table's lock (for the exit checkpoint, when no call runs); returns the
  * sum of what fn returned. */
-int rt_session_each_program(rt_session_table *t,
-                            int (*fn)(void *ud, rt_session *s, rt_program *p), void *ud);
+int rt_session_each_program(rt_session_table *t, int (*fn)(void *ud, rt_session *s, rt_program *p),
+                            void *ud);
 
 /* fn(ud, session) for every session, under the table's and the session's
  * locks (the dashboard copies what it shows: ids, names, owner, programs
@@ -124,8 +123,7 @@ rt_plan *rt_plan_cache_get(rt_plan_cache *c, const uint8_t key[16]);
 /* Insert (retains plan). If the key is already there (two compiles raced),
  * the cached plan is returned retained in *winner; else *winner = plan
  * retained again. The caller releases its own reference either way. */
-void rt_plan_cache_put(rt_plan_cache *c, const uint8_t key[16], rt_plan *plan,
-                       rt_plan **winner);
+void rt_plan_cache_put(rt_plan_cache *c, const uint8_t key[16], rt_plan *plan, rt_plan **winner);
 int rt_plan_cache_count(rt_plan_cache *c);
 
 #ifdef __cplusplus

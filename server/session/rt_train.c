@@ -12,8 +12,8 @@
 #include "rt_obs.h"
 
 static int exec_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64_t steps,
-                      rt_train_result *res, rt_step_cb cb, void *ud, float *step_losses,
-                      char *err, size_t errlen)
+                      rt_train_result *res, rt_step_cb cb, void *ud, float *step_losses, char *err,
+                      size_t errlen)
 {
     (void)key;
     int rc = rt_exec_train(e, d, steps, res, cb, ud, step_losses);
@@ -25,10 +25,7 @@ static int exec_train(rt_exec *e, const rt_data *d, const uint8_t key[16], int64
 /* Set before the first call is served and only read after: no lock. */
 static rt_trainer_fn trainer = exec_train;
 
-void rt_train_set_trainer(rt_trainer_fn fn)
-{
-    trainer = fn ? fn : exec_train;
-}
+void rt_train_set_trainer(rt_trainer_fn fn) { trainer = fn ? fn : exec_train; }
 
 static int engine_fail(rt_program *p, int rc, char *err, size_t errlen)
 {
@@ -50,16 +47,16 @@ int rt_train_stopped_msg(int hard, int64_t done, int64_t asked, char *err, size_
                  (long long)done, (long long)asked);
         return RT_EUNAVAILABLE;
     }
-    snprintf(err, errlen, "cancelled after %lld of %lld steps", (long long)done,
-             (long long)asked);
+    snprintf(err, errlen, "cancelled after %lld of %lld steps", (long long)done, (long long)asked);
     return RT_ECANCELLED;
 }
 
 int rt_train_nan_msg(int64_t step, float loss, char *err, size_t errlen)
 {
-    snprintf(err, errlen, "loss is %s at step %lld (stop_on_nan): training stopped after that "
-             "step; the weights are that step's", isnan(loss) ? "NaN" : "infinite",
-             (long long)step);
+    snprintf(err, errlen,
+             "loss is %s at step %lld (stop_on_nan): training stopped after that "
+             "step; the weights are that step's",
+             isnan(loss) ? "NaN" : "infinite", (long long)step);
     return RT_ESTATE;
 }
 
@@ -75,10 +72,7 @@ int rt_train_non_finite(int64_t *first, int stop_on_nan, int *stopped, const rt_
     return 1;
 }
 
-static int flag(const int *f)
-{
-    return f && __atomic_load_n(f, __ATOMIC_ACQUIRE);
-}
+static int flag(const int *f) { return f && __atomic_load_n(f, __ATOMIC_ACQUIRE); }
 
 static int host_cancelled(const rt_train_host *h)
 {
@@ -132,15 +126,18 @@ int rt_train_checkpoint(rt_state *st, const char *sid, rt_program *p, int cont, 
     if (rc == 0)
         return 0;
     char pid[16];
-    RT_LOG(RT_LOG_WARN, "checkpoint of %s at step %lld failed (%s): %s; the one at step %lld "
-           "is kept", rt_log_id(rt_program_id(p), pid),
-           (long long)rt_exec_global_step(rt_program_exec(p)),
+    RT_LOG(RT_LOG_WARN,
+           "checkpoint of %s at step %lld failed (%s): %s; the one at step %lld "
+           "is kept",
+           rt_log_id(rt_program_id(p), pid), (long long)rt_exec_global_step(rt_program_exec(p)),
            cont ? "training goes on" : "the call stops", e, (long long)rt_program_ckpt_step(p));
     if (cont)
         return 0;
-    snprintf(err, errlen, "checkpoint failed, training stopped at step %lld: %.200s; the "
-             "checkpoint at step %lld is kept", (long long)rt_exec_global_step(rt_program_exec(p)),
-             e, (long long)rt_program_ckpt_step(p));
+    snprintf(err, errlen,
+             "checkpoint failed, training stopped at step %lld: %.200s; the "
+             "checkpoint at step %lld is kept",
+             (long long)rt_exec_global_step(rt_program_exec(p)), e,
+             (long long)rt_program_ckpt_step(p));
     return rc;
 }
 
@@ -153,12 +150,12 @@ typedef struct run_cb {
     int n_epochs;
     int cancelled;
     int oom;
-    int stopped;           /* Control's stop */
-    uint64_t gen;          /* this call's run_gen */
-    uint64_t mark;         /* epoch clock (rt_program_epoch_clock_end) */
-    int stop_on_nan;       /* the request's */
-    int nan_stop;          /* stopped at a non-finite loss */
-    int64_t nan_step;      /* the first step with one, 0 = none */
+    int stopped;      /* Control's stop */
+    uint64_t gen;     /* this call's run_gen */
+    uint64_t mark;    /* epoch clock (rt_program_epoch_clock_end) */
+    int stop_on_nan;  /* the request's */
+    int nan_stop;     /* stopped at a non-finite loss */
+    int64_t nan_step; /* the first step with one, 0 = none */
     float nan_loss;
 } run_cb;
 
@@ -215,8 +212,11 @@ int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in
     /* stop at epoch ends to validate, or to draw the next epoch's
      * augmentation; val_at_end validates once, after the last step */
     int val_in = ctx->val_ds && !in->val_at_end;
-    run_cb cb = {.p = p, .host = ctx->host, .stop_for_val = val_in || ctx->ds->img != NULL,
-                 .gen = rt_program_run_begin(p), .stop_on_nan = in->stop_on_nan};
+    run_cb cb = {.p = p,
+                 .host = ctx->host,
+                 .stop_for_val = val_in || ctx->ds->img != NULL,
+                 .gen = rt_program_run_begin(p),
+                 .stop_on_nan = in->stop_on_nan};
     int64_t left = (int64_t)in->steps, done = 0;
     double loss_sum = 0, acc_sum = 0;
     int64_t samples = 0;
@@ -235,8 +235,8 @@ int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in
         }
         cb.mark = rt_now_ns();
         char derr[256] = "";
-        rc = trainer(e, &d, ctx->ds->key, left, &part, run_step_cb,
-                     &cb, losses ? losses + done : NULL, derr, sizeof derr);
+        rc = trainer(e, &d, ctx->ds->key, left, &part, run_step_cb, &cb,
+                     losses ? losses + done : NULL, derr, sizeof derr);
         if (rc < 0) {
             rt_program_run_end(p);
             snprintf(err, errlen, "%s", derr);
@@ -251,8 +251,8 @@ int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in
         if (cb.cancelled) {
             rt_program_run_end(p);
             rt_program_set_partial(p, done + part.steps_run > 0);
-            return rt_train_stopped_msg(flag(ctx->host->flags.hard_cancel),
-                                       done + part.steps_run, (int64_t)in->steps, err, errlen);
+            return rt_train_stopped_msg(flag(ctx->host->flags.hard_cancel), done + part.steps_run,
+                                        (int64_t)in->steps, err, errlen);
         }
         if (cb.nan_stop) {
             rt_program_run_end(p);
@@ -288,8 +288,8 @@ int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in
                        .acc = samples ? acc_sum / (double)samples : NAN,
                        .samples = samples};
     rt_program_run_done(p, in->seq, &res.last, &mean);
-    if (ctx->state && (in->checkpoint || rt_state_checkpoint_due(ctx->state, p, in->every_steps,
-                                                                 in->every_s))) {
+    if (ctx->state &&
+        (in->checkpoint || rt_state_checkpoint_due(ctx->state, p, in->every_steps, in->every_s))) {
         uint64_t t0 = rt_now_ns();
         rc = rt_train_checkpoint(ctx->state, ctx->sid, p, in->ckpt_continue, err, errlen);
         out->durable_ns = rt_now_ns() - t0;
@@ -323,24 +323,24 @@ typedef struct fit_cb {
     rt_program *p;
     const rt_train_ctx *ctx;
     const rt_fit_in *in;
-    rt_fit_out *out;       /* its durable_ns */
-    char *err;             /* the call's, for an interval checkpoint's failure */
+    rt_fit_out *out; /* its durable_ns */
+    char *err;       /* the call's, for an interval checkpoint's failure */
     size_t errlen;
     int64_t epoch, spe, in_epoch;
-    int64_t n, bs;         /* dataset samples, batch size */
+    int64_t n, bs; /* dataset samples, batch size */
     double loss_sum, acc_sum;
     int64_t samples;
-    uint64_t mark;         /* epoch clock (rt_program_epoch_clock_end) */
-    uint64_t gen;          /* this call's run_gen */
-    int stopped;           /* Control's stop */
-    int aligned;           /* rt_fit_rec.aligned */
-    int resumable;         /* the request has a fit_id */
-    int draining;          /* stopped for a stopping daemon's exit checkpoint */
-    int ckpt_rc;           /* an interval checkpoint failed (the call fails) */
-    rt_metrics ep;         /* aligned: the epoch's metrics at its last step */
-    float last_lr;         /* the previous step's rate (0 before the first) */
-    int nan_stop;          /* stopped at a non-finite loss (stop_on_nan) */
-    int64_t nan_step;      /* the first step with one, 0 = none */
+    uint64_t mark;    /* epoch clock (rt_program_epoch_clock_end) */
+    uint64_t gen;     /* this call's run_gen */
+    int stopped;      /* Control's stop */
+    int aligned;      /* rt_fit_rec.aligned */
+    int resumable;    /* the request has a fit_id */
+    int draining;     /* stopped for a stopping daemon's exit checkpoint */
+    int ckpt_rc;      /* an interval checkpoint failed (the call fails) */
+    rt_metrics ep;    /* aligned: the epoch's metrics at its last step */
+    float last_lr;    /* the previous step's rate (0 before the first) */
+    int nan_stop;     /* stopped at a non-finite loss (stop_on_nan) */
+    int64_t nan_step; /* the first step with one, 0 = none */
     float nan_loss;
 } fit_cb;
 
@@ -397,11 +397,14 @@ static int fit_step_cb(void *ud, const rt_step_info *info)
     if ((f->in->progress_every && f->in_epoch % f->in->progress_every == 0 &&
          f->in_epoch < f->spe) ||
         lr_changed) {
-        rt_fit_progress pr = {.step = info->step, .epoch = f->epoch,
-                              .step_in_epoch = f->in_epoch, .steps_per_epoch = f->spe,
+        rt_fit_progress pr = {.step = info->step,
+                              .epoch = f->epoch,
+                              .step_in_epoch = f->in_epoch,
+                              .steps_per_epoch = f->spe,
                               .loss = (float)(f->loss_sum / (double)f->samples),
                               .acc = (float)(f->acc_sum / (double)f->samples),
-                              .lr = info->lr, .nan_step = f->nan_step};
+                              .lr = info->lr,
+                              .nan_step = f->nan_step};
         h->progress(h->answer_ud, &pr, !lr_changed);
     }
     /* Between two steps of an epoch the exec's state is exact for an
@@ -433,18 +436,22 @@ static int fit_resume(rt_program *p, const rt_train_host *h, const rt_fit_in *in
     const rt_fit_rec *r = rt_program_fit(p);
     unsigned long long id = (unsigned long long)in->fit_id;
     if (r->epochs != in->epochs || r->spe != spe)
-        return rt_errf(err, errlen, RT_EINVAL, "fit %016llx was started with %u epochs of %lld "
-                       "steps, not %u of %lld", id, r->epochs, (long long)r->spe, in->epochs,
-                       (long long)spe);
+        return rt_errf(err, errlen, RT_EINVAL,
+                       "fit %016llx was started with %u epochs of %lld "
+                       "steps, not %u of %lld",
+                       id, r->epochs, (long long)r->spe, in->epochs, (long long)spe);
     int64_t done = rt_program_fit_epochs(p) - r->first_epoch;
     if ((int64_t)in->epochs_received > done)
-        return rt_errf(err, errlen, RT_ESTATE, "fit %016llx: the daemon's state is at epoch "
+        return rt_errf(err, errlen, RT_ESTATE,
+                       "fit %016llx: the daemon's state is at epoch "
                        "%lld of it, but the client has %u epochs (a newer checkpoint was lost)",
                        id, (long long)done, in->epochs_received);
     for (int64_t k = (int64_t)in->epochs_received + 1; k <= done; k++) {
         if (done - k >= RT_FIT_RING)
-            return rt_errf(err, errlen, RT_ESTATE, "fit %016llx: epoch %lld's result is no "
-                           "longer kept (the last %d are)", id, (long long)k, RT_FIT_RING);
+            return rt_errf(err, errlen, RT_ESTATE,
+                           "fit %016llx: epoch %lld's result is no "
+                           "longer kept (the last %d are)",
+                           id, (long long)k, RT_FIT_RING);
         int rc = h->epoch_end(h->answer_ud, rt_program_fit_epoch(p, k), 0, 0);
         if (rc < 0)
             return rc;
@@ -453,12 +460,15 @@ static int fit_resume(rt_program *p, const rt_train_host *h, const rt_fit_in *in
         return 1;
     *pos = r->steps_done - done * spe;
     if (*pos < 0 || *pos >= spe)
-        return rt_errf(err, errlen, RT_ESTATE, "fit %016llx: %lld steps run do not fit %lld "
-                       "epochs of %lld", id, (long long)r->steps_done, (long long)done,
-                       (long long)spe);
+        return rt_errf(err, errlen, RT_ESTATE,
+                       "fit %016llx: %lld steps run do not fit %lld "
+                       "epochs of %lld",
+                       id, (long long)r->steps_done, (long long)done, (long long)spe);
     if (*pos && !r->aligned)
-        return rt_errf(err, errlen, RT_ESTATE, "fit %016llx stopped inside an epoch that is not "
-                       "the data set's (steps_per_epoch): it resumes only at epoch ends", id);
+        return rt_errf(err, errlen, RT_ESTATE,
+                       "fit %016llx stopped inside an epoch that is not "
+                       "the data set's (steps_per_epoch): it resumes only at epoch ends",
+                       id);
     return 0;
 }
 
@@ -488,7 +498,8 @@ static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint6
                (long long)rt_exec_global_step(rt_program_exec(p)));
     } else {
         if (in->fit_id && in->epochs_received)
-            return rt_errf(err, errlen, RT_ESTATE, "fit %016llx is unknown here, but the "
+            return rt_errf(err, errlen, RT_ESTATE,
+                           "fit %016llx is unknown here, but the "
                            "client has %u of its epochs (the daemon's state predates them)",
                            (unsigned long long)in->fit_id, in->epochs_received);
         /* a resumed fit keeps the rate it has (a Control call may have
@@ -506,8 +517,17 @@ static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint6
             (rc = fit_checkpoint(ctx, p, in, out, err, errlen)) < 0)
             return rc;
     }
-    fit_cb f = {.p = p, .ctx = ctx, .in = in, .out = out, .err = err, .errlen = errlen, .spe = spe,
-                .n = d.n, .bs = bs, .gen = gen, .aligned = fr->aligned,
+    fit_cb f = {.p = p,
+                .ctx = ctx,
+                .in = in,
+                .out = out,
+                .err = err,
+                .errlen = errlen,
+                .spe = spe,
+                .n = d.n,
+                .bs = bs,
+                .gen = gen,
+                .aligned = fr->aligned,
                 .resumable = in->fit_id != 0};
     int cancelled = 0;
     uint64_t exec_ns = 0;
@@ -520,13 +540,14 @@ static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint6
         f.loss_sum = f.acc_sum = 0;
         char verr[200];
         if ((rc = rt_view_epoch(ctx->ds, rt_program_plan(p),
-                                rt_exec_global_step(rt_program_exec(p)), &d, verr,
-                                sizeof verr)) < 0)
+                                rt_exec_global_step(rt_program_exec(p)), &d, verr, sizeof verr)) <
+            0)
             return rt_errf(err, errlen, rc, "dataset %s: %s", ctx->ds->id, verr);
         f.mark = rt_now_ns();
         rt_train_result res;
         char derr[256] = "";
-        if ((rc = trainer(rt_program_exec(p), &d, ctx->ds->key, spe - from, &res, fit_step_cb, &f, NULL, derr, sizeof derr)) < 0)
+        if ((rc = trainer(rt_program_exec(p), &d, ctx->ds->key, spe - from, &res, fit_step_cb, &f,
+                          NULL, derr, sizeof derr)) < 0)
             return rt_errf(err, errlen, rc, "%s", derr);
         rt_program_epoch_clock_pause(p, f.mark);
         exec_ns += res.execute_ns;
@@ -543,7 +564,8 @@ static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint6
         }
         if (f.draining) {
             rt_program_set_partial(p, 0);
-            return rt_errf(err, errlen, RT_EUNAVAILABLE, "the daemon is stopping: the fit "
+            return rt_errf(err, errlen, RT_EUNAVAILABLE,
+                           "the daemon is stopping: the fit "
                            "stopped at step %lld, on disk at exit; reattach after it restarts",
                            (long long)rt_exec_global_step(rt_program_exec(p)));
         }
@@ -564,8 +586,10 @@ static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint6
         }
         int64_t fit_epoch = rt_program_fit_epoch_end(p);
         uint64_t t0 = rt_now_ns();
-        rt_fit_epoch fe = {.epoch = fit_epoch, .steps = res.global_step,
-                           .execute_ns = res.execute_ns, .has_val = ctx->val_ds != NULL,
+        rt_fit_epoch fe = {.epoch = fit_epoch,
+                           .steps = res.global_step,
+                           .execute_ns = res.execute_ns,
+                           .has_val = ctx->val_ds != NULL,
                            .train = f.aligned ? f.ep : res.mean};
         if (ctx->val_ds && (rc = rt_exec_evaluate(rt_program_exec(p), &vd, &fe.val)) < 0)
             return engine_fail(p, rc, err, errlen);
@@ -583,9 +607,11 @@ static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint6
         if (f.stopped)
             break;
         if (f.resumable && ep + 1 < in->epochs && h->stopping(h->ud))
-            return rt_errf(err, errlen, RT_EUNAVAILABLE, "the daemon is stopping: the fit "
+            return rt_errf(err, errlen, RT_EUNAVAILABLE,
+                           "the daemon is stopping: the fit "
                            "stopped at the end of epoch %lld, on disk; reattach after it "
-                           "restarts", (long long)fit_epoch);
+                           "restarts",
+                           (long long)fit_epoch);
     }
     rt_train_note_steps(p, exec_ns, steps);
     out->cancelled = cancelled;
@@ -601,8 +627,8 @@ static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint6
     return 0;
 }
 
-int rt_program_fit_run(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in,
-                       rt_fit_out *out, char *err, size_t errlen)
+int rt_program_fit_run(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, rt_fit_out *out,
+                       char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     uint64_t gen = rt_program_run_begin(p);

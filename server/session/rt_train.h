@@ -42,7 +42,7 @@ void rt_train_set_trainer(rt_trainer_fn fn);
 typedef struct rt_fit_progress {
     int64_t step, epoch, step_in_epoch, steps_per_epoch;
     float loss, acc, lr;
-    int64_t nan_step;        /* the first non-finite loss so far, 0 = none */
+    int64_t nan_step; /* the first non-finite loss so far, 0 = none */
 } rt_fit_progress;
 
 /* The caller's flags, read at each step boundary without calling up
@@ -89,28 +89,28 @@ typedef struct rt_train_ctx {
 } rt_train_ctx;
 
 typedef struct rt_run_steps_in {
-    uint64_t seq;            /* replay protection (0: none) */
+    uint64_t seq; /* replay protection (0: none) */
     uint64_t steps;
-    float lr;                /* > 0: the rate from the first step on */
-    int val_at_end;          /* validate once after the last step, else at epoch ends */
+    float lr;       /* > 0: the rate from the first step on */
+    int val_at_end; /* validate once after the last step, else at epoch ends */
     int stop_on_nan;
-    int checkpoint;          /* checkpoint at the end (durable mode) */
+    int checkpoint; /* checkpoint at the end (durable mode) */
     uint32_t every_steps, every_s;
-    int ckpt_continue;       /* a failed checkpoint is logged, not the call's failure */
-    float *losses;           /* room for steps losses, or NULL: none returned */
+    int ckpt_continue; /* a failed checkpoint is logged, not the call's failure */
+    float *losses;     /* room for steps losses, or NULL: none returned */
 } rt_run_steps_in;
 
 typedef struct rt_run_steps_out {
-    int replayed, recorded;  /* a seq applied already; its answer was kept */
+    int replayed, recorded; /* a seq applied already; its answer was kept */
     int64_t recorded_step;
     int64_t global_step;
     rt_metrics last, mean;
-    int stopped;             /* Control's stop */
-    int64_t nan_step;        /* the first non-finite loss's step, 0 = none */
-    int64_t done;            /* steps run (in->losses: written) */
+    int stopped;      /* Control's stop */
+    int64_t nan_step; /* the first non-finite loss's step, 0 = none */
+    int64_t done;     /* steps run (in->losses: written) */
     int has_val;
-    rt_metrics val;          /* val_at_end */
-    uint64_t durable_ns;     /* the checkpoint's time, with a state dir */
+    rt_metrics val;      /* val_at_end */
+    uint64_t durable_ns; /* the checkpoint's time, with a state dir */
 } rt_run_steps_out;
 
 /* A RunSteps call, start to end: replay, the view, the rate, the steps
@@ -122,23 +122,23 @@ int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in
                          rt_run_steps_out *out, char *err, size_t errlen);
 
 typedef struct rt_fit_in {
-    uint64_t fit_id;         /* resumable (rt_fit_rec), 0: not */
+    uint64_t fit_id; /* resumable (rt_fit_rec), 0: not */
     uint32_t epochs;
     uint32_t epochs_received; /* a resend: the EpochEnds the client has */
     uint64_t steps_per_epoch; /* 0: one pass over the data set */
-    float lr;                /* > 0: the rate from the first step on */
+    float lr;                 /* > 0: the rate from the first step on */
     int stop_on_nan;
-    uint32_t progress_every; /* a StepProgress every N steps, 0: none */
+    uint32_t progress_every;       /* a StepProgress every N steps, 0: none */
     uint32_t every_steps, every_s; /* the fit's checkpoint intervals */
-    int ckpt_continue;       /* a failed checkpoint is logged, not the call's failure */
+    int ckpt_continue;             /* a failed checkpoint is logged, not the call's failure */
 } rt_fit_in;
 
 typedef struct rt_fit_out {
-    int cancelled;           /* the client went away */
-    int stopped;             /* by Control's stop */
+    int cancelled; /* the client went away */
+    int stopped;   /* by Control's stop */
     int64_t global_step;
-    int64_t nan_step;        /* the first non-finite loss's step, 0 = none */
-    uint64_t durable_ns;     /* its checkpoints' time, with a state dir (failed too) */
+    int64_t nan_step;    /* the first non-finite loss's step, 0 = none */
+    uint64_t durable_ns; /* its checkpoints' time, with a state dir (failed too) */
 } rt_fit_out;
 
 /* A Fit, start to end: a resent fit's resume (its lost EpochEnds sent
@@ -148,8 +148,8 @@ typedef struct rt_fit_out {
  * intervals, each epoch's end) and a stopping daemon's drain. [device],
  * as RunSteps. 0 (out set), or a negative RT_E* with err set, or a hook's
  * failure (err untouched). */
-int rt_program_fit_run(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in,
-                       rt_fit_out *out, char *err, size_t errlen);
+int rt_program_fit_run(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, rt_fit_out *out,
+                       char *err, size_t errlen);
 
 /* A step's loss that is NaN or infinite: recorded in *first (the first),
  * and with stop_on_nan *stopped is set. 1 = stop after this step. */

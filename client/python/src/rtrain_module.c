@@ -52,17 +52,17 @@ static int rt_py__sig_raised(int installed);
 
 /* ------------------------------------------------------------ exceptions */
 
-static PyObject *RtError;           /* rtrain.Error */
-static PyObject *RtConnectionError; /* UNAVAILABLE; also builtins.ConnectionError */
-static PyObject *RtInvalidArgument; /* also ValueError */
-static PyObject *RtNotFound;        /* also LookupError */
-static PyObject *RtDeadlineExceeded;/* also TimeoutError */
+static PyObject *RtError;            /* rtrain.Error */
+static PyObject *RtConnectionError;  /* UNAVAILABLE; also builtins.ConnectionError */
+static PyObject *RtInvalidArgument;  /* also ValueError */
+static PyObject *RtNotFound;         /* also LookupError */
+static PyObject *RtDeadlineExceeded; /* also TimeoutError */
 static PyObject *RtCancelled;
 static PyObject *RtResourceExhausted;
 static PyObject *RtFailedPrecondition;
 static PyObject *RtAlreadyExists;
 static PyObject *RtUnauthenticated;
-static PyObject *RtUnimplemented;   /* also NotImplementedError */
+static PyObject *RtUnimplemented; /* also NotImplementedError */
 static PyObject *RtDataLoss;
 static PyObject *RtInternalError;
 
@@ -170,8 +170,7 @@ static PyObject *rt_py__timings_dict(const rt_client_timings *t)
 /* ------------------------------------------------------------ Client */
 
 typedef struct {
-    PyObject_HEAD
-    rt_client *c;
+    PyObject_HEAD rt_client *c;
     PyThread_type_lock lock;
     char sid[RT_ID_MAX];
     int has_session;
@@ -179,7 +178,7 @@ typedef struct {
      * because a busy stream may never give librtrain's own flag a look. */
     volatile sig_atomic_t cancel_req;
     volatile unsigned long owner; /* thread holding lock, 0 = none */
-    PyObject *last_timings; /* dict or None */
+    PyObject *last_timings;       /* dict or None */
 } ClientObject;
 
 static PyTypeObject ClientType;
@@ -191,14 +190,12 @@ static int rt_py__lock(ClientObject *self, int need_open)
 {
     unsigned long me = PyThread_get_thread_ident();
     if (self->owner == me) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "this rtrain client is already in a call on this "
-                        "thread (e.g. from a fit's progress output)");
+        PyErr_SetString(PyExc_RuntimeError, "this rtrain client is already in a call on this "
+                                            "thread (e.g. from a fit's progress output)");
         return -1;
     }
     if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
-        Py_BEGIN_ALLOW_THREADS
-        PyThread_acquire_lock(self->lock, WAIT_LOCK);
+        Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(self->lock, WAIT_LOCK);
         Py_END_ALLOW_THREADS
     }
     self->owner = me;
@@ -242,8 +239,7 @@ static int rt_py__check_open(ClientObject *self)
 
 static PyObject *rt_py__fail(ClientObject *self, int rc)
 {
-    return rt_py__raise(rc, rt_client_grpc_status(self->c),
-                        rt_client_errmsg(self->c));
+    return rt_py__raise(rc, rt_client_grpc_status(self->c), rt_client_errmsg(self->c));
 }
 
 static PyObject *Client_new(PyTypeObject *type, PyObject *args, PyObject *kw)
@@ -269,8 +265,7 @@ static void rt_py__close(ClientObject *self)
     self->c = NULL;
     if (self->has_session) {
         self->has_session = 0;
-        Py_BEGIN_ALLOW_THREADS
-        rt_client_next_timeout_ms(c, 2000);
+        Py_BEGIN_ALLOW_THREADS rt_client_next_timeout_ms(c, 2000);
         rt_client_session_close(c, self->sid);
         Py_END_ALLOW_THREADS
     }
@@ -304,15 +299,15 @@ static int Client_clear(ClientObject *self)
 
 static int Client_init(ClientObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"target", "timeout", "name", "tls_ca", "tls_cert",
-                             "tls_key", "token", "token_file", NULL};
+    static char *kwlist[] = {"target",  "timeout", "name",       "tls_ca", "tls_cert",
+                             "tls_key", "token",   "token_file", NULL};
     const char *target = NULL, *name = "python";
     rt_client_opts co;
     rt_client_opts_init(&co);
     double timeout = RT_CLIENT_DEFAULT_TIMEOUT_MS / 1000.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zds$zzzzz:Client", kwlist, &target,
-                                     &timeout, &name, &co.tls_ca, &co.tls_cert,
-                                     &co.tls_key, &co.token, &co.token_file))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zds$zzzzz:Client", kwlist, &target, &timeout,
+                                     &name, &co.tls_ca, &co.tls_cert, &co.tls_key, &co.token,
+                                     &co.token_file))
         return -1;
     co.target = target;
     if (self->c) {
@@ -321,8 +316,7 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw)
     }
     if (!(timeout >= 0.0) || timeout > 1e9) {
         char msg[96];
-        snprintf(msg, sizeof msg,
-                 "timeout must be seconds >= 0 (0 = none), got %g", timeout);
+        snprintf(msg, sizeof msg, "timeout must be seconds >= 0 (0 = none), got %g", timeout);
         PyErr_SetString(PyExc_ValueError, msg);
         return -1;
     }
@@ -331,18 +325,16 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw)
     int rc = rt_client_connect(&co, &c, err, sizeof err);
     if (rc < 0) {
         char msg[600];
-        snprintf(msg, sizeof msg, "cannot connect to '%.200s': %s",
-                 target ? target : "(default)", err[0] ? err : rt_strerror(rc));
+        snprintf(msg, sizeof msg, "cannot connect to '%.200s': %s", target ? target : "(default)",
+                 err[0] ? err : rt_strerror(rc));
         rt_py__raise(rc, -1, msg);
         return -1;
     }
     rt_client_set_timeout_ms(c, timeout > 0 ? (int64_t)(timeout * 1000.0 + 0.5) : 0);
     /* The session is created now, so a daemon that is down is reported by
      * connect() itself rather than by the first compile. */
-    Py_BEGIN_ALLOW_THREADS
-    rc = rt_client_session_create(c, name, self->sid);
-    Py_END_ALLOW_THREADS
-    self->c = c;
+    Py_BEGIN_ALLOW_THREADS rc = rt_client_session_create(c, name, self->sid);
+    Py_END_ALLOW_THREADS self->c = c;
     rt_py__record(self);
     if (rc < 0) {
         rt_py__fail(self, rc);
@@ -398,10 +390,8 @@ static PyObject *Client_info(ClientObject *self, PyObject *unused)
     int rc;
     if (rt_py__lock(self, 1) < 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = rt_client_info_get(self->c, &info);
-    Py_END_ALLOW_THREADS
-    PyObject *res = NULL;
+    Py_BEGIN_ALLOW_THREADS rc = rt_client_info_get(self->c, &info);
+    Py_END_ALLOW_THREADS PyObject *res = NULL;
     if (!rt_py__record(self))
         goto out;
     if (rc < 0) {
@@ -412,23 +402,18 @@ static PyObject *Client_info(ClientObject *self, PyObject *unused)
         "{s:s,s:I,s:{s:s,s:s,s:s,s:K,s:I},s:{s:K,s:K,s:I,s:K,s:K,s:K},"
         "s:N,s:N,s:N,s:N,s:s}",
         "version", info.version ? info.version : "", "engine_version",
-        (unsigned)info.engine_version, "device", "name",
-        info.device_name ? info.device_name : "", "kind",
-        info.device_kind ? info.device_kind : "", "backend",
+        (unsigned)info.engine_version, "device", "name", info.device_name ? info.device_name : "",
+        "kind", info.device_kind ? info.device_kind : "", "backend",
         info.backend ? info.backend : "", "memory_bytes",
-        (unsigned long long)info.device_memory_bytes, "cores",
-        (unsigned)info.device_cores, "limits", "max_message_bytes",
-        (unsigned long long)info.max_message_bytes, "max_dataset_bytes",
-        (unsigned long long)info.max_dataset_bytes, "max_sessions",
-        (unsigned)info.max_sessions, "max_dim",
-        (unsigned long long)info.max_dim, "max_params",
+        (unsigned long long)info.device_memory_bytes, "cores", (unsigned)info.device_cores,
+        "limits", "max_message_bytes", (unsigned long long)info.max_message_bytes,
+        "max_dataset_bytes", (unsigned long long)info.max_dataset_bytes, "max_sessions",
+        (unsigned)info.max_sessions, "max_dim", (unsigned long long)info.max_dim, "max_params",
         (unsigned long long)info.max_params, "max_steps_per_call",
-        (unsigned long long)info.max_steps_per_call, "ops",
-        rt_py__strlist(info.ops, info.n_ops), "formats",
-        rt_py__strlist(info.formats, info.n_formats), "losses",
+        (unsigned long long)info.max_steps_per_call, "ops", rt_py__strlist(info.ops, info.n_ops),
+        "formats", rt_py__strlist(info.formats, info.n_formats), "losses",
         rt_py__strlist(info.losses, info.n_losses), "optimizers",
-        rt_py__strlist(info.optimizers, info.n_optimizers), "target",
-        rt_client_target(self->c));
+        rt_py__strlist(info.optimizers, info.n_optimizers), "target", rt_client_target(self->c));
 out:
     rt_py__unlock(self);
     rt_client_info_free(&info);
@@ -451,10 +436,8 @@ static PyObject *Client_ping(ClientObject *self, PyObject *args, PyObject *kw)
     int rc;
     if (rt_py__lock(self, 1) < 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = rt_client_ping(self->c, (size_t)payload, &rtt);
-    Py_END_ALLOW_THREADS
-    PyObject *res = NULL;
+    Py_BEGIN_ALLOW_THREADS rc = rt_client_ping(self->c, (size_t)payload, &rtt);
+    Py_END_ALLOW_THREADS PyObject *res = NULL;
     if (!rt_py__record(self))
         goto out;
     if (rc < 0)
@@ -548,8 +531,7 @@ static PyObject *Client_trace_calls(ClientObject *self, PyObject *unused)
 static PyObject *Client_trace_write(ClientObject *self, PyObject *args)
 {
     PyObject *path_obj;
-    if (!PyArg_ParseTuple(args, "O&:trace_write", PyUnicode_FSConverter,
-                          &path_obj))
+    if (!PyArg_ParseTuple(args, "O&:trace_write", PyUnicode_FSConverter, &path_obj))
         return NULL;
     if (rt_py__check_open(self) < 0) {
         Py_DECREF(path_obj);
@@ -560,10 +542,8 @@ static PyObject *Client_trace_write(ClientObject *self, PyObject *args)
         Py_DECREF(path_obj);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    rc = rt_client_trace_write(self->c, PyBytes_AS_STRING(path_obj));
-    Py_END_ALLOW_THREADS
-    PyObject *res = rc < 0 ? rt_py__fail(self, rc) : Py_NewRef(Py_None);
+    Py_BEGIN_ALLOW_THREADS rc = rt_client_trace_write(self->c, PyBytes_AS_STRING(path_obj));
+    Py_END_ALLOW_THREADS PyObject *res = rc < 0 ? rt_py__fail(self, rc) : Py_NewRef(Py_None);
     rt_py__unlock(self);
     Py_DECREF(path_obj);
     return res;
@@ -576,17 +556,15 @@ static PyObject *Client_trace_write(ClientObject *self, PyObject *args)
  * what makes uploads zero-copy. Conversions (float64 -> float32, strided ->
  * contiguous) belong to the Python layer, which documents them; here a
  * wrong buffer is an error. */
-static int rt_py__array(PyObject *obj, const char *what, int allow_int,
-                        Py_buffer *view, rt_client_array *a)
+static int rt_py__array(PyObject *obj, const char *what, int allow_int, Py_buffer *view,
+                        rt_client_array *a)
 {
     if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        if (PyErr_ExceptionMatches(PyExc_BufferError) ||
-            PyErr_ExceptionMatches(PyExc_TypeError)) {
+        if (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_TypeError)) {
             PyErr_Clear();
             if (PyObject_CheckBuffer(obj))
                 PyErr_Format(PyExc_ValueError,
-                             "%s must be C-contiguous (use numpy.ascontiguousarray)",
-                             what);
+                             "%s must be C-contiguous (use numpy.ascontiguousarray)", what);
             else
                 PyErr_Format(PyExc_TypeError,
                              "%s must support the buffer protocol (a numpy array), not %.100s",
@@ -612,8 +590,7 @@ static int rt_py__array(PyObject *obj, const char *what, int allow_int,
         return -1;
     }
     if (view->ndim < 1 || view->ndim > RT_CLIENT_MAX_DIMS) {
-        PyErr_Format(PyExc_ValueError,
-                     "%s must have 1 to %d dimensions (samples first), got %d",
+        PyErr_Format(PyExc_ValueError, "%s must have 1 to %d dimensions (samples first), got %d",
                      what, RT_CLIENT_MAX_DIMS, view->ndim);
         PyBuffer_Release(view);
         return -1;
@@ -652,8 +629,7 @@ static PyObject *rt_py__tensor_to_numpy(const rt_client_tensor *t)
     case RT_DTYPE_I64: typenum = NPY_INT64; break;
     case RT_DTYPE_U8: typenum = NPY_UINT8; break;
     default:
-        PyErr_Format(RtError, "the daemon sent a tensor of unknown dtype %d",
-                     (int)t->dtype);
+        PyErr_Format(RtError, "the daemon sent a tensor of unknown dtype %d", (int)t->dtype);
         return NULL;
     }
     npy_intp dims[RT_CLIENT_MAX_DIMS];
@@ -665,8 +641,7 @@ static PyObject *rt_py__tensor_to_numpy(const rt_client_tensor *t)
     size_t want = (size_t)PyArray_NBYTES((PyArrayObject *)arr);
     if (want != t->nbytes) {
         Py_DECREF(arr);
-        PyErr_Format(RtError, "the daemon sent %zu bytes for a tensor of %zu",
-                     t->nbytes, want);
+        PyErr_Format(RtError, "the daemon sent %zu bytes for a tensor of %zu", t->nbytes, want);
         return NULL;
     }
     if (want)
@@ -680,14 +655,13 @@ static PyObject *dataset_dict(const rt_client_dataset *ds);
  * shuffle_buffer=0) -> dict(id, samples, ...) */
 static PyObject *Client_upload(ClientObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"x", "y", "name", "sample_weight", "storage", "shuffle_buffer",
-                             NULL};
+    static char *kwlist[] = {"x", "y", "name", "sample_weight", "storage", "shuffle_buffer", NULL};
     PyObject *xo, *yo = Py_None, *wo = Py_None;
     const char *name = "data";
     int storage = 0;
     unsigned long long shuf = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OsOiK:_upload", kwlist, &xo,
-                                     &yo, &name, &wo, &storage, &shuf))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OsOiK:_upload", kwlist, &xo, &yo, &name, &wo,
+                                     &storage, &shuf))
         return NULL;
     if (storage < 0 || storage > 2) {
         PyErr_SetString(PyExc_ValueError, "storage is 'auto', 'memory' or 'stream'");
@@ -709,9 +683,8 @@ static PyObject *Client_upload(ClientObject *self, PyObject *args, PyObject *kw)
         return NULL;
     }
     if (has_y && ya.shape[0] != xa.shape[0]) {
-        PyErr_Format(PyExc_ValueError,
-                     "x has %lld samples but y has %lld",
-                     (long long)xa.shape[0], (long long)ya.shape[0]);
+        PyErr_Format(PyExc_ValueError, "x has %lld samples but y has %lld", (long long)xa.shape[0],
+                     (long long)ya.shape[0]);
         PyBuffer_Release(&xv);
         PyBuffer_Release(&yv);
         return NULL;
@@ -744,13 +717,11 @@ static PyObject *Client_upload(ClientObject *self, PyObject *args, PyObject *kw)
         return NULL;
     }
     int inst = rt_py__sig_install(self->c);
-    Py_BEGIN_ALLOW_THREADS
-    rt_client_next_timeout_ms(self->c, 0); /* big uploads take their time */
+    Py_BEGIN_ALLOW_THREADS rt_client_next_timeout_ms(self->c, 0); /* big uploads take their time */
     rt_client_next_upload_storage(self->c, storage, shuf);
     rc = rt_client_upload_weighted(self->c, self->sid, name, &xa, has_y ? &ya : NULL,
                                    has_w ? &wa : NULL, &ds);
-    Py_END_ALLOW_THREADS
-    rt_py__sig_remove(inst);
+    Py_END_ALLOW_THREADS rt_py__sig_remove(inst);
     PyObject *res = NULL;
     if (!rt_py__record(self) || rt_py__sig_raised(inst))
         goto out;
@@ -778,16 +749,15 @@ out:
 /* An uploaded dataset as the dict rtrain.Dataset takes. */
 static PyObject *dataset_dict(const rt_client_dataset *ds)
 {
-    return Py_BuildValue("{s:s,s:K,s:N,s:i,s:N,s:K,s:O,s:K,s:K,s:s,s:O,s:K}", "id", ds->id,
-                         "samples", (unsigned long long)ds->samples, "x_shape",
-                         rt_py__shape_tuple(ds->x_ndim, ds->x_shape), "y_dtype",
-                         (int)ds->y_dtype, "y_shape", rt_py__shape_tuple(ds->y_ndim, ds->y_shape),
-                         "bytes", (unsigned long long)ds->bytes, "deduplicated",
-                         ds->deduplicated ? Py_True : Py_False, "bytes_sent",
-                         (unsigned long long)ds->bytes_sent, "records_skipped",
-                         (unsigned long long)ds->records_skipped, "first_skipped",
-                         ds->first_skipped, "streamed", ds->streamed ? Py_True : Py_False,
-                         "spool_bytes", (unsigned long long)ds->spool_bytes);
+    return Py_BuildValue(
+        "{s:s,s:K,s:N,s:i,s:N,s:K,s:O,s:K,s:K,s:s,s:O,s:K}", "id", ds->id, "samples",
+        (unsigned long long)ds->samples, "x_shape", rt_py__shape_tuple(ds->x_ndim, ds->x_shape),
+        "y_dtype", (int)ds->y_dtype, "y_shape", rt_py__shape_tuple(ds->y_ndim, ds->y_shape),
+        "bytes", (unsigned long long)ds->bytes, "deduplicated",
+        ds->deduplicated ? Py_True : Py_False, "bytes_sent", (unsigned long long)ds->bytes_sent,
+        "records_skipped", (unsigned long long)ds->records_skipped, "first_skipped",
+        ds->first_skipped, "streamed", ds->streamed ? Py_True : Py_False, "spool_bytes",
+        (unsigned long long)ds->spool_bytes);
 }
 
 /* _upload_idx(images, labels, normalize=True, name="data", storage=0,
@@ -795,15 +765,15 @@ static PyObject *dataset_dict(const rt_client_dataset *ds)
  * as they are. storage: 0 auto, 1 memory, 2 stream. */
 static PyObject *Client_upload_idx(ClientObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"images", "labels", "normalize", "name", "storage",
-                             "shuffle_buffer", NULL};
+    static char *kwlist[] = {"images",  "labels",         "normalize", "name",
+                             "storage", "shuffle_buffer", NULL};
     PyObject *io, *lo;
     int norm = 1, storage = 0;
     unsigned long long shuf = 0;
     const char *name = "data";
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|psiK:_upload_idx", kwlist,
-                                     PyUnicode_FSConverter, &io, PyUnicode_FSConverter, &lo,
-                                     &norm, &name, &storage, &shuf))
+                                     PyUnicode_FSConverter, &io, PyUnicode_FSConverter, &lo, &norm,
+                                     &name, &storage, &shuf))
         return NULL;
     if (storage < 0 || storage > 2) {
         Py_DECREF(io);
@@ -825,12 +795,10 @@ static PyObject *Client_upload_idx(ClientObject *self, PyObject *args, PyObject 
     memset(&ds, 0, sizeof ds);
     int rc;
     int inst = rt_py__sig_install(self->c);
-    Py_BEGIN_ALLOW_THREADS
-    rt_client_next_timeout_ms(self->c, 0);
+    Py_BEGIN_ALLOW_THREADS rt_client_next_timeout_ms(self->c, 0);
     rt_client_next_upload_storage(self->c, storage, shuf);
     rc = rt_client_upload_idx(self->c, self->sid, name, ip, lp, norm, &ds);
-    Py_END_ALLOW_THREADS
-    rt_py__sig_remove(inst);
+    Py_END_ALLOW_THREADS rt_py__sig_remove(inst);
     if (rt_py__record(self) && !rt_py__sig_raised(inst)) {
         if (rc < 0)
             rt_py__fail(self, rc);
@@ -852,10 +820,10 @@ out:
  * paths, or an image-folder directory (features None). */
 static PyObject *Client_upload_data(ClientObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"source", "features", "label", "name", "skip_bad", "height",
-                             "width", "channels", "resize", "mean", "std", "crop_pad",
-                             "flip", "brightness", "contrast", "storage", "shuffle_buffer",
-                             NULL};
+    static char *kwlist[] = {"source",  "features",       "label",    "name",       "skip_bad",
+                             "height",  "width",          "channels", "resize",     "mean",
+                             "std",     "crop_pad",       "flip",     "brightness", "contrast",
+                             "storage", "shuffle_buffer", NULL};
     PyObject *src, *meano = NULL, *stdo = NULL;
     const char *features = NULL, *label = NULL, *name = "data";
     int skip = 0, flip = 0;
@@ -864,8 +832,8 @@ static PyObject *Client_upload_data(ClientObject *self, PyObject *args, PyObject
     unsigned long long shuf = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|zzspiiiiOOipffiK:_upload_data", kwlist, &src,
                                      &features, &label, &name, &skip, &im.height, &im.width,
-                                     &im.channels, &im.resize, &meano, &stdo, &im.crop_pad,
-                                     &flip, &im.brightness, &im.contrast, &im.storage, &shuf))
+                                     &im.channels, &im.resize, &meano, &stdo, &im.crop_pad, &flip,
+                                     &im.brightness, &im.contrast, &im.storage, &shuf))
         return NULL;
     if (im.storage < RT_STORAGE_AUTO || im.storage > RT_STORAGE_STREAM) {
         PyErr_SetString(PyExc_ValueError, "storage is 'auto', 'memory' or 'stream'");
@@ -943,8 +911,7 @@ static PyObject *Client_upload_data(ClientObject *self, PyObject *args, PyObject
     memset(&ds, 0, sizeof ds);
     int rc;
     int inst = rt_py__sig_install(self->c);
-    Py_BEGIN_ALLOW_THREADS
-    rt_client_next_timeout_ms(self->c, 0);
+    Py_BEGIN_ALLOW_THREADS rt_client_next_timeout_ms(self->c, 0);
     if (!spec)
         rc = rt_client_upload_image_folder(self->c, self->sid, name, paths[0], &im, skip, &ds);
     else if (is_list)
@@ -952,8 +919,7 @@ static PyObject *Client_upload_data(ClientObject *self, PyObject *args, PyObject
                                        spec, &ds);
     else
         rc = rt_client_upload_tfrecord_glob(self->c, self->sid, name, paths[0], spec, &ds);
-    Py_END_ALLOW_THREADS
-    rt_py__sig_remove(inst);
+    Py_END_ALLOW_THREADS rt_py__sig_remove(inst);
     if (rt_py__record(self) && !rt_py__sig_raised(inst)) {
         if (rc < 0)
             rt_py__fail(self, rc);
@@ -972,8 +938,7 @@ out:
 /* ------------------------------------------------------------ Program */
 
 typedef struct {
-    PyObject_HEAD
-    ClientObject *client;
+    PyObject_HEAD ClientObject *client;
     char id[RT_ID_MAX];
     PyObject *report; /* dict */
     PyObject *last_timings;
@@ -1030,8 +995,7 @@ static int rt_py__opt_float(PyObject *d, const char *k, float *dst)
     return 0;
 }
 
-static int rt_py__opt_uint(PyObject *d, const char *k, uint64_t max,
-                           uint64_t *dst)
+static int rt_py__opt_uint(PyObject *d, const char *k, uint64_t max, uint64_t *dst)
 {
     PyObject *v;
     if (!rt_py__opt_get(d, k, &v))
@@ -1040,8 +1004,8 @@ static int rt_py__opt_uint(PyObject *d, const char *k, uint64_t max,
     if (x == -1 && PyErr_Occurred())
         return -1;
     if (x < 0 || (uint64_t)x > max) {
-        PyErr_Format(PyExc_ValueError, "%s must be in 0..%llu, got %R", k,
-                     (unsigned long long)max, v);
+        PyErr_Format(PyExc_ValueError, "%s must be in 0..%llu, got %R", k, (unsigned long long)max,
+                     v);
         return -1;
     }
     *dst = (uint64_t)x;
@@ -1127,7 +1091,8 @@ static int rt_py__outputs(PyObject *d, rt_train_opts *o, rt_output_loss *outs,
             }
             for (Py_ssize_t i = 0; i < PyList_GET_SIZE(m); i++)
                 if (!(om[k][i] = PyUnicode_Check(PyList_GET_ITEM(m, i))
-                                     ? PyUnicode_AsUTF8(PyList_GET_ITEM(m, i)) : NULL)) {
+                                     ? PyUnicode_AsUTF8(PyList_GET_ITEM(m, i))
+                                     : NULL)) {
                     if (!PyErr_Occurred())
                         PyErr_SetString(PyExc_TypeError, "outputs: metric names are strings");
                     return -1;
@@ -1141,8 +1106,7 @@ static int rt_py__outputs(PyObject *d, rt_train_opts *o, rt_output_loss *outs,
     return 0;
 }
 
-static int rt_py__train_opts(PyObject *d, rt_train_opts *o,
-                             const char **metrics)
+static int rt_py__train_opts(PyObject *d, rt_train_opts *o, const char **metrics)
 {
     rt_train_opts_init(o);
     if (!PyDict_Check(d)) {
@@ -1191,9 +1155,12 @@ static int rt_py__train_opts(PyObject *d, rt_train_opts *o,
     o->no_shuffle = !shuffle;
     /* Ftrl's numbers in Keras' names (keras.optimizers.Ftrl.get_config):
      * any given sends all six, Keras' defaults for the rest */
-    static const char *const fk[6] = {
-        "learning_rate_power", "initial_accumulator_value", "l1_regularization_strength",
-        "l2_regularization_strength", "l2_shrinkage_regularization_strength", "beta"};
+    static const char *const fk[6] = {"learning_rate_power",
+                                      "initial_accumulator_value",
+                                      "l1_regularization_strength",
+                                      "l2_regularization_strength",
+                                      "l2_shrinkage_regularization_strength",
+                                      "beta"};
     float *fd[6] = {&o->ftrl_power, &o->ftrl_init,   &o->ftrl_l1,
                     &o->ftrl_l2,    &o->ftrl_shrink, &o->ftrl_beta};
     o->ftrl_power = -0.5f;
@@ -1336,17 +1303,15 @@ static PyObject *rt_py__report(const rt_client_compile_result *r)
     }
     return Py_BuildValue(
         "{s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:I,s:N,s:N,s:N,s:N,s:s,s:s}", "program_id",
-        r->program_id, "param_count", (unsigned long long)r->param_count,
-        "trainable_param_count", (unsigned long long)r->trainable_param_count,
-        "flops_per_step", (unsigned long long)r->flops_per_step, "arena_bytes",
-        (unsigned long long)r->arena_bytes, "naive_bytes",
-        (unsigned long long)r->naive_bytes, "compile_ns",
-        (unsigned long long)r->compile_ns, "cache_hit",
-        r->cache_hit ? Py_True : Py_False, "kernels", (unsigned)r->kernels,
-        "input_shape", rt_py__shape_tuple(r->input_ndim, r->input_shape),
-        "output_shape", rt_py__shape_tuple(r->output_ndim, r->output_shape),
-        "params", params, "passes", passes, "data_layout", r->data_layout, "backend",
-        r->backend);
+        r->program_id, "param_count", (unsigned long long)r->param_count, "trainable_param_count",
+        (unsigned long long)r->trainable_param_count, "flops_per_step",
+        (unsigned long long)r->flops_per_step, "arena_bytes", (unsigned long long)r->arena_bytes,
+        "naive_bytes", (unsigned long long)r->naive_bytes, "compile_ns",
+        (unsigned long long)r->compile_ns, "cache_hit", r->cache_hit ? Py_True : Py_False,
+        "kernels", (unsigned)r->kernels, "input_shape",
+        rt_py__shape_tuple(r->input_ndim, r->input_shape), "output_shape",
+        rt_py__shape_tuple(r->output_ndim, r->output_shape), "params", params, "passes", passes,
+        "data_layout", r->data_layout, "backend", r->backend);
 }
 
 /* _compile(model, options, onnx_output=None) -> Program; model: Keras
@@ -1388,14 +1353,10 @@ static PyObject *Client_compile(ClientObject *self, PyObject *args)
         return NULL;
     Py_INCREF(opts); /* keeps the option strings alive without the GIL */
     Py_INCREF(model);
-    Py_BEGIN_ALLOW_THREADS
-    if (onnx)
-        rc = rt_client_compile_onnx(self->c, self->sid, json, (size_t)json_len, onnx_output,
-                                    &o, &r);
-    else
-        rc = rt_client_compile_keras(self->c, self->sid, json, &o, &r);
-    Py_END_ALLOW_THREADS
-    Py_DECREF(model);
+    Py_BEGIN_ALLOW_THREADS if (onnx) rc =
+        rt_client_compile_onnx(self->c, self->sid, json, (size_t)json_len, onnx_output, &o, &r);
+    else rc = rt_client_compile_keras(self->c, self->sid, json, &o, &r);
+    Py_END_ALLOW_THREADS Py_DECREF(model);
     PyObject *res = NULL, *timings = rt_py__record(self);
     if (!timings)
         goto out;
@@ -1422,10 +1383,7 @@ out:
 }
 
 /* Every Program call: the client is open, its lock is taken. */
-static int rt_py__prog_begin(ProgramObject *self)
-{
-    return rt_py__lock(self->client, 1);
-}
+static int rt_py__prog_begin(ProgramObject *self) { return rt_py__lock(self->client, 1); }
 
 /* After a call: record timings; on rc < 0 raise. Returns 0 or -1. */
 static int rt_py__prog_after(ProgramObject *self, int rc, int sig_installed)
@@ -1455,13 +1413,10 @@ static PyObject *Program_evaluate(ProgramObject *self, PyObject *args)
     rt_client *c = self->client->c;
     const char *sid = self->client->sid;
     int inst = rt_py__sig_install(c);
-    Py_BEGIN_ALLOW_THREADS
-    rc = rt_client_evaluate(c, sid, self->id, ds, &m);
-    Py_END_ALLOW_THREADS
-    rt_py__sig_remove(inst);
+    Py_BEGIN_ALLOW_THREADS rc = rt_client_evaluate(c, sid, self->id, ds, &m);
+    Py_END_ALLOW_THREADS rt_py__sig_remove(inst);
     PyObject *res = NULL;
-    if (rt_py__prog_after(self, rc, inst) == 0)
-    {
+    if (rt_py__prog_after(self, rc, inst) == 0) {
         /* (loss, accuracy, samples, {metric: value}) */
         PyObject *vals = PyDict_New();
         for (int i = 0; vals && i < m.n_values; i++) {
@@ -1474,8 +1429,7 @@ static PyObject *Program_evaluate(ProgramObject *self, PyObject *args)
             Py_DECREF(v);
         }
         if (vals)
-            res = Py_BuildValue("(ddKN)", m.loss, m.accuracy, (unsigned long long)m.samples,
-                                vals);
+            res = Py_BuildValue("(ddKN)", m.loss, m.accuracy, (unsigned long long)m.samples, vals);
     }
     rt_py__unlock(self->client);
     return res;
@@ -1503,11 +1457,9 @@ static PyObject *Program_predict(ProgramObject *self, PyObject *args)
             return PyErr_NoMemory();
         }
         int inst = rt_py__sig_install(c);
-        Py_BEGIN_ALLOW_THREADS
-        rt_client_next_timeout_ms(c, 0);
+        Py_BEGIN_ALLOW_THREADS rt_client_next_timeout_ms(c, 0);
         rc = rt_client_predict_dataset(c, sid, self->id, id, &out);
-        Py_END_ALLOW_THREADS
-        rt_py__sig_remove(inst);
+        Py_END_ALLOW_THREADS rt_py__sig_remove(inst);
         free(id);
         PyObject *res = NULL;
         if (rt_py__prog_after(self, rc, inst) == 0)
@@ -1530,10 +1482,8 @@ static PyObject *Program_predict(ProgramObject *self, PyObject *args)
     rt_client *c = self->client->c;
     const char *sid = self->client->sid;
     int inst = rt_py__sig_install(c);
-    Py_BEGIN_ALLOW_THREADS
-    rc = rt_client_predict(c, sid, self->id, &xa, &out);
-    Py_END_ALLOW_THREADS
-    rt_py__sig_remove(inst);
+    Py_BEGIN_ALLOW_THREADS rc = rt_client_predict(c, sid, self->id, &xa, &out);
+    Py_END_ALLOW_THREADS rt_py__sig_remove(inst);
     PyObject *res = NULL;
     if (rt_py__prog_after(self, rc, inst) == 0)
         res = rt_py__tensor_to_numpy(&out);
@@ -1553,10 +1503,8 @@ static PyObject *Program_get_weights(ProgramObject *self, PyObject *unused)
     int rc;
     rt_client *c = self->client->c;
     const char *sid = self->client->sid;
-    Py_BEGIN_ALLOW_THREADS
-    rc = rt_client_get_weights(c, sid, self->id, &w);
-    Py_END_ALLOW_THREADS
-    PyObject *res = NULL, *l = NULL;
+    Py_BEGIN_ALLOW_THREADS rc = rt_client_get_weights(c, sid, self->id, &w);
+    Py_END_ALLOW_THREADS PyObject *res = NULL, *l = NULL;
     if (rt_py__prog_after(self, rc, 0) < 0)
         goto out;
     if (!(l = PyList_New((Py_ssize_t)w.n)))
@@ -1570,8 +1518,7 @@ static PyObject *Program_get_weights(ProgramObject *self, PyObject *unused)
         }
         PyList_SET_ITEM(l, (Py_ssize_t)i, item);
     }
-    res = Py_BuildValue("(KNd)", (unsigned long long)w.global_step, l,
-                        (double)w.learning_rate);
+    res = Py_BuildValue("(KNd)", (unsigned long long)w.global_step, l, (double)w.learning_rate);
 out:
     rt_py__unlock(self->client);
     rt_client_weights_free(&w);
@@ -1595,13 +1542,13 @@ static PyObject *Program_control(ProgramObject *self, PyObject *args, PyObject *
     if (rt_py__prog_begin(self) < 0)
         return NULL;
     rt_client *c = self->client->c;
-    rt_client_control_params p = {.session = self->client->sid, .program = self->id,
-                                  .learning_rate = (float)lr, .stop = stop};
+    rt_client_control_params p = {.session = self->client->sid,
+                                  .program = self->id,
+                                  .learning_rate = (float)lr,
+                                  .stop = stop};
     int rc, running = 0;
-    Py_BEGIN_ALLOW_THREADS
-    rc = rt_client_control(c, &p, &running);
-    Py_END_ALLOW_THREADS
-    PyObject *res = NULL;
+    Py_BEGIN_ALLOW_THREADS rc = rt_client_control(c, &p, &running);
+    Py_END_ALLOW_THREADS PyObject *res = NULL;
     if (rt_py__prog_after(self, rc, 0) == 0)
         res = PyBool_FromLong(running);
     rt_py__unlock(self->client);
@@ -1626,10 +1573,9 @@ static PyObject *Program_export_onnx(ProgramObject *self, PyObject *args)
     const char *data = PyBytes_AS_STRING(model);
     const size_t n = (size_t)PyBytes_GET_SIZE(model);
     Py_INCREF(model);
-    Py_BEGIN_ALLOW_THREADS
-    rc = rt_client_export_onnx(c, sid, self->id, data, n, output, &out, &len);
-    Py_END_ALLOW_THREADS
-    Py_DECREF(model);
+    Py_BEGIN_ALLOW_THREADS rc =
+        rt_client_export_onnx(c, sid, self->id, data, n, output, &out, &len);
+    Py_END_ALLOW_THREADS Py_DECREF(model);
     PyObject *res = NULL;
     if (rt_py__prog_after(self, rc, 0) == 0)
         res = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)len);
@@ -1645,10 +1591,9 @@ static PyObject *Program_pull_state(ProgramObject *self, PyObject *unused)
         return NULL;
     rt_client_ckpt_info in;
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = rt_client_checkpoint(self->client->c, self->client->sid, self->id, RT_CKPT_PULL, &in);
-    Py_END_ALLOW_THREADS
-    PyObject *res = NULL;
+    Py_BEGIN_ALLOW_THREADS rc =
+        rt_client_checkpoint(self->client->c, self->client->sid, self->id, RT_CKPT_PULL, &in);
+    Py_END_ALLOW_THREADS PyObject *res = NULL;
     if (rt_py__prog_after(self, rc, 0) == 0)
         res = PyBytes_FromStringAndSize((const char *)in.state, (Py_ssize_t)in.state_len);
     free(in.state);
@@ -1670,11 +1615,9 @@ static PyObject *Program_push_state(ProgramObject *self, PyObject *args)
     rt_client_ckpt_info in;
     char id[RT_ID_MAX];
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = rt_client_restore_checkpoint(self->client->c, self->client->sid, b.buf, (size_t)b.len,
-                                      id, &in);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&b);
+    Py_BEGIN_ALLOW_THREADS rc = rt_client_restore_checkpoint(self->client->c, self->client->sid,
+                                                             b.buf, (size_t)b.len, id, &in);
+    Py_END_ALLOW_THREADS PyBuffer_Release(&b);
     PyObject *res = NULL;
     if (rt_py__prog_after(self, rc, 0) == 0) {
         snprintf(self->id, sizeof self->id, "%s", id);
@@ -1715,8 +1658,7 @@ static PyObject *Program_set_weights(ProgramObject *self, PyObject *args)
         const char *f = views[got].format ? views[got].format : "B";
         if (*f == '<' || *f == '=' || *f == '@')
             f++;
-        if (strcmp(f, "f") || views[got].itemsize != 4 ||
-            views[got].ndim > RT_CLIENT_MAX_DIMS) {
+        if (strcmp(f, "f") || views[got].itemsize != 4 || views[got].ndim > RT_CLIENT_MAX_DIMS) {
             PyErr_Format(PyExc_TypeError, "weight %s must be a float32 array", name);
             PyBuffer_Release(&views[got]);
             goto out;
@@ -1735,10 +1677,8 @@ static PyObject *Program_set_weights(ProgramObject *self, PyObject *args)
     rt_client *c = self->client->c;
     const char *sid = self->client->sid;
     Py_INCREF(lst);
-    Py_BEGIN_ALLOW_THREADS
-    rc = rt_client_set_weights(c, sid, self->id, ts, (size_t)n);
-    Py_END_ALLOW_THREADS
-    Py_DECREF(lst);
+    Py_BEGIN_ALLOW_THREADS rc = rt_client_set_weights(c, sid, self->id, ts, (size_t)n);
+    Py_END_ALLOW_THREADS Py_DECREF(lst);
     if (rt_py__prog_after(self, rc, 0) == 0)
         res = Py_NewRef(Py_None);
     rt_py__unlock(self->client);
@@ -1769,8 +1709,7 @@ static void rt_py__on_sigint(int sig, siginfo_t *si, void *uc)
     if (rt_py__sig_old.sa_flags & SA_SIGINFO) {
         if (rt_py__sig_old.sa_sigaction)
             rt_py__sig_old.sa_sigaction(sig, si, uc);
-    } else if (rt_py__sig_old.sa_handler != SIG_DFL &&
-               rt_py__sig_old.sa_handler != SIG_IGN &&
+    } else if (rt_py__sig_old.sa_handler != SIG_DFL && rt_py__sig_old.sa_handler != SIG_IGN &&
                rt_py__sig_old.sa_handler) {
         rt_py__sig_old.sa_handler(sig);
     }
@@ -1830,23 +1769,23 @@ static int rt_py__sig_raised(int installed)
  * and per-call timings. Touched only with the GIL held. */
 typedef struct fitctx {
     ProgramObject *prog;
-    float lr;                /* > 0: the learning rate from the first step on */
-    PyThreadState *ts;       /* saved thread state while the GIL is released */
-    PyObject *history;       /* dict: loss, accuracy, val_loss, val_accuracy */
-    PyObject *timings;       /* list of per-call dicts */
-    const char *metric;      /* "accuracy" or NULL */
+    float lr;           /* > 0: the learning rate from the first step on */
+    PyThreadState *ts;  /* saved thread state while the GIL is released */
+    PyObject *history;  /* dict: loss, accuracy, val_loss, val_accuracy */
+    PyObject *timings;  /* list of per-call dicts */
+    const char *metric; /* "accuracy" or NULL */
     rt_progress bar;
-    uint64_t last_call_ns;   /* start_ns of the last call put in timings */
-    int stop;                /* an exception is pending (fetched) */
-    int stopped;             /* a Control stop ended the fit (RT_FIT_DONE) */
-    uint64_t end_step;       /* RT_FIT_DONE's global step */
-    int sig;                 /* this fit owns the SIGINT chain */
-    uint32_t run_last;       /* the run's last epoch (1-based) when the fit
+    uint64_t last_call_ns;       /* start_ns of the last call put in timings */
+    int stop;                    /* an exception is pending (fetched) */
+    int stopped;                 /* a Control stop ended the fit (RT_FIT_DONE) */
+    uint64_t end_step;           /* RT_FIT_DONE's global step */
+    int sig;                     /* this fit owns the SIGINT chain */
+    uint32_t run_last;           /* the run's last epoch (1-based) when the fit
                                 goes on after it, else 0 */
-    uint64_t epoch_base;     /* epochs of the fit before this run */
-    uint64_t run_ends;       /* epoch ends this run delivered */
+    uint64_t epoch_base;         /* epochs of the fit before this run */
+    uint64_t run_ends;           /* epoch ends this run delivered */
     uint32_t ckpt_steps, ckpt_s; /* per-fit checkpoint interval, 0 = the daemon's */
-    PyObject *on_event;      /* callable(kind, dict) -> stop, or NULL */
+    PyObject *on_event;          /* callable(kind, dict) -> stop, or NULL */
     PyObject *et, *ev, *etb;
 } fitctx;
 
@@ -1945,8 +1884,7 @@ static int rt_py__add_timings(fitctx *f, const rt_client_timings *t)
 static void rt_py__add_last_timings(fitctx *f)
 {
     rt_client_timings t;
-    if (rt_client_last_timings(f->prog->client->c, &t) < 0 ||
-        t.start_ns == f->last_call_ns)
+    if (rt_client_last_timings(f->prog->client->c, &t) < 0 || t.start_ns == f->last_call_ns)
         return;
     if (rt_py__add_timings(f, &t) < 0 && !f->stop) {
         f->stop = 1;
@@ -1973,13 +1911,14 @@ static int rt_py__control_from(fitctx *f, PyObject *t)
     if (lr == 0 && !stop)
         return 0;
     rt_client *c = f->prog->client->c;
-    rt_client_control_params p = {.session = f->prog->client->sid, .program = f->prog->id,
-                                  .learning_rate = (float)lr, .stop = stop};
+    rt_client_control_params p = {.session = f->prog->client->sid,
+                                  .program = f->prog->id,
+                                  .learning_rate = (float)lr,
+                                  .stop = stop};
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = rt_client_control(c, &p, NULL);
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
+    Py_BEGIN_ALLOW_THREADS rc = rt_client_control(c, &p, NULL);
+    Py_END_ALLOW_THREADS if (rc < 0)
+    {
         rt_py__raise(rc, rt_client_grpc_status(c), rt_client_errmsg(c));
         return -1;
     }
@@ -2002,10 +1941,9 @@ static int rt_py__on_event(fitctx *f, const rt_client_fit_event *ev)
         kind = "batch";
         d = Py_BuildValue("{s:K,s:K,s:K,s:K,s:d,s:d,s:d}", "epoch", epoch, "batch",
                           (unsigned long long)(ev->step_in_epoch ? ev->step_in_epoch - 1 : 0),
-                          "steps_per_epoch", (unsigned long long)ev->steps_per_epoch,
-                          "step", (unsigned long long)ev->step, "loss", (double)ev->loss,
-                          "accuracy", (double)ev->accuracy, "learning_rate",
-                          (double)ev->learning_rate);
+                          "steps_per_epoch", (unsigned long long)ev->steps_per_epoch, "step",
+                          (unsigned long long)ev->step, "loss", (double)ev->loss, "accuracy",
+                          (double)ev->accuracy, "learning_rate", (double)ev->learning_rate);
     } else if (ev->kind == RT_FIT_EPOCH_END) {
         const rt_client_epoch *e = &ev->epoch_end;
         kind = "epoch";
@@ -2063,23 +2001,27 @@ static int rt_py__fit_cb(const rt_client_fit_event *ev, void *user)
         if (r < 0)
             f->stop = 1;
     }
-    int stop = rt_py__poll(f) || want_stop || (f->sig && rt_py__sig_fired) ||
-               f->prog->client->cancel_req;
+    int stop =
+        rt_py__poll(f) || want_stop || (f->sig && rt_py__sig_fired) || f->prog->client->cancel_req;
     f->ts = PyEval_SaveThread();
     return stop;
 }
 
 /* One Fit call: the daemon runs every epoch and streams events. */
-static int rt_py__fit_stream(fitctx *f, const char *ds, const char *val,
-                             uint32_t epochs, uint64_t spe, uint32_t progress_every)
+static int rt_py__fit_stream(fitctx *f, const char *ds, const char *val, uint32_t epochs,
+                             uint64_t spe, uint32_t progress_every)
 {
     rt_client *c = f->prog->client->c;
-    rt_client_fit_params p = {
-        .session = f->prog->client->sid, .program = f->prog->id,
-        .dataset = ds, .val_dataset = val, .epochs = epochs,
-        .steps_per_epoch = (uint32_t)spe, .progress_every = progress_every,
-        .learning_rate = f->lr, .checkpoint_every_steps = f->ckpt_steps,
-        .checkpoint_every_s = f->ckpt_s};
+    rt_client_fit_params p = {.session = f->prog->client->sid,
+                              .program = f->prog->id,
+                              .dataset = ds,
+                              .val_dataset = val,
+                              .epochs = epochs,
+                              .steps_per_epoch = (uint32_t)spe,
+                              .progress_every = progress_every,
+                              .learning_rate = f->lr,
+                              .checkpoint_every_steps = f->ckpt_steps,
+                              .checkpoint_every_s = f->ckpt_s};
     f->ts = PyEval_SaveThread();
     rt_client_next_timeout_ms(c, 0); /* a fit lasts as long as it lasts */
     int rc = rt_client_fit(c, &p, rt_py__fit_cb, f);
@@ -2089,19 +2031,24 @@ static int rt_py__fit_stream(fitctx *f, const char *ds, const char *val,
 
 /* K steps per RunSteps call (0 = auto), calls pipelined: librtrain's loop,
  * the CLI's --steps-per-call. */
-static int rt_py__fit_steps(fitctx *f, const char *ds, const char *val,
-                            uint32_t epochs, uint64_t spe, uint64_t k)
+static int rt_py__fit_steps(fitctx *f, const char *ds, const char *val, uint32_t epochs,
+                            uint64_t spe, uint64_t k)
 {
     rt_client *c = f->prog->client->c;
-    rt_client_train_params p = {
-        .session = f->prog->client->sid, .program = f->prog->id, .dataset = ds,
-        .val_dataset = val, .epochs = epochs, .steps_per_epoch = spe,
-        .steps_per_call = k, .learning_rate = f->lr,
-        /* fit() comes here for a whole run only without callbacks (they
+    rt_client_train_params p = {.session = f->prog->client->sid,
+                                .program = f->prog->id,
+                                .dataset = ds,
+                                .val_dataset = val,
+                                .epochs = epochs,
+                                .steps_per_epoch = spe,
+                                .steps_per_call = k,
+                                .learning_rate = f->lr,
+                                /* fit() comes here for a whole run only without callbacks (they
          * get one call per epoch): nothing stops at an epoch end, so the
          * window stays full across them */
-        .across_epochs = 1, .checkpoint_every_steps = f->ckpt_steps,
-        .checkpoint_every_s = f->ckpt_s};
+                                .across_epochs = 1,
+                                .checkpoint_every_steps = f->ckpt_steps,
+                                .checkpoint_every_s = f->ckpt_s};
     f->ts = PyEval_SaveThread();
     rt_client_next_timeout_ms(c, 0); /* for every call of the run */
     int rc = rt_client_train_steps(c, &p, rt_py__fit_cb, f);
@@ -2120,12 +2067,23 @@ static int rt_py__fit_steps(fitctx *f, const char *ds, const char *val,
  * the epochs completed before an interrupt. */
 static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"dataset", "val_dataset", "epochs",
-                             "steps_per_epoch", "steps_per_execution",
-                             "verbose", "history", "timings", "metric_name",
-                             "progress_every", "on_event", "first_epoch",
-                             "total_epochs", "learning_rate", "checkpoint_every_steps",
-                             "checkpoint_every_s", NULL};
+    static char *kwlist[] = {"dataset",
+                             "val_dataset",
+                             "epochs",
+                             "steps_per_epoch",
+                             "steps_per_execution",
+                             "verbose",
+                             "history",
+                             "timings",
+                             "metric_name",
+                             "progress_every",
+                             "on_event",
+                             "first_epoch",
+                             "total_epochs",
+                             "learning_rate",
+                             "checkpoint_every_steps",
+                             "checkpoint_every_s",
+                             NULL};
     const char *ds, *val = NULL;
     unsigned int epochs;
     unsigned long long spe, spx = 0;
@@ -2135,11 +2093,10 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
     PyObject *on_event = Py_None;
     double lr = 0;
     unsigned int ckpt_steps = 0, ckpt_s = 0;
-    if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "szIKOiO!O!|OIOIIdII:fit", kwlist, &ds, &val, &epochs, &spe,
-            &spx_o, &verbose, &PyDict_Type, &history, &PyList_Type, &timings,
-            &metric, &progress_every, &on_event, &first_epoch, &total_epochs, &lr,
-            &ckpt_steps, &ckpt_s))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "szIKOiO!O!|OIOIIdII:fit", kwlist, &ds, &val,
+                                     &epochs, &spe, &spx_o, &verbose, &PyDict_Type, &history,
+                                     &PyList_Type, &timings, &metric, &progress_every, &on_event,
+                                     &first_epoch, &total_epochs, &lr, &ckpt_steps, &ckpt_s))
         return NULL;
     if (!(lr >= 0) || lr > 3.4e38) {
         PyErr_SetString(PyExc_ValueError, "learning_rate must be a finite number > 0");
@@ -2157,8 +2114,7 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
      * rt_client_train_steps). */
     if (PyUnicode_Check(spx_o)) {
         if (PyUnicode_CompareWithASCIIString(spx_o, "auto") != 0) {
-            PyErr_SetString(PyExc_ValueError,
-                            "steps_per_execution must be an int or 'auto'");
+            PyErr_SetString(PyExc_ValueError, "steps_per_execution must be an int or 'auto'");
             return NULL;
         }
         steps_loop = 1;
@@ -2171,8 +2127,7 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
     if (epochs == 0)
         return PyUnicode_FromString("done");
     if (steps_loop && !spe) {
-        PyErr_SetString(PyExc_ValueError,
-                        "steps_per_execution needs steps_per_epoch");
+        PyErr_SetString(PyExc_ValueError, "steps_per_execution needs steps_per_epoch");
         return NULL;
     }
     if (spe > UINT32_MAX) {
@@ -2201,8 +2156,10 @@ static PyObject *Program_fit(ProgramObject *self, PyObject *args, PyObject *kw)
     /* first_epoch (0-based) and total_epochs place this run inside a
      * longer fit (Keras' initial_epoch; one run per epoch with callbacks). */
     uint32_t shown = total_epochs ? total_epochs : first_epoch + epochs;
-    rt_progress_init(&f.bar, verbose == 1 ? RT_PROGRESS_BAR
-                             : verbose == 2 ? RT_PROGRESS_LINES : RT_PROGRESS_OFF,
+    rt_progress_init(&f.bar,
+                     verbose == 1   ? RT_PROGRESS_BAR
+                     : verbose == 2 ? RT_PROGRESS_LINES
+                                    : RT_PROGRESS_OFF,
                      shown, spe, f.metric, rt_py__write, NULL);
     f.bar.epoch = first_epoch + 1;
     f.epoch_base = first_epoch;
@@ -2303,12 +2260,10 @@ static PyMethodDef Client_methods[] = {
      "trace_calls() -> list of timing dicts kept since trace()."},
     {"trace_write", (PyCFunction)Client_trace_write, METH_VARARGS,
      "trace_write(path): write the traced calls as Chrome trace-event JSON."},
-    {"_upload_idx", (PyCFunction)(void (*)(void))Client_upload_idx,
-     METH_VARARGS | METH_KEYWORDS,
+    {"_upload_idx", (PyCFunction)(void (*)(void))Client_upload_idx, METH_VARARGS | METH_KEYWORDS,
      "_upload_idx(images, labels, normalize=True, name='data', storage=0, shuffle_buffer=0) -> dataset dict. IDX files "
      "(MNIST, Fashion-MNIST; .gz or not) uploaded as they are."},
-    {"_upload_data", (PyCFunction)(void (*)(void))Client_upload_data,
-     METH_VARARGS | METH_KEYWORDS,
+    {"_upload_data", (PyCFunction)(void (*)(void))Client_upload_data, METH_VARARGS | METH_KEYWORDS,
      "_upload_data(source, features=None, label=None, name='data', skip_bad=False, "
      "height=0, width=0, channels=0, resize=0, mean=(), std=(), crop_pad=0, flip=False, "
      "brightness=0, contrast=0) -> dataset dict. TFRecord files (a path, a glob or a "
@@ -2329,8 +2284,7 @@ static PyGetSetDef Client_getset[] = {
     {NULL}};
 
 static PyTypeObject ClientType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "rtrain._rtrain.Client",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rtrain._rtrain.Client",
     .tp_basicsize = sizeof(ClientObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "Client(target=None, timeout=60.0, name='python'): a session "
@@ -2374,8 +2328,7 @@ static PyGetSetDef Program_getset[] = {
     {NULL}};
 
 static PyTypeObject ProgramType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "rtrain._rtrain.Program",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rtrain._rtrain.Program",
     .tp_basicsize = sizeof(ProgramObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "A compiled program on the daemon (made by Client._compile).",
@@ -2402,7 +2355,9 @@ static PyObject *mod_strerror(PyObject *m, PyObject *args)
 
 /* The capsule's pointer: a capsule's own pointer can never be NULL, and a
  * closed log must stay a valid object. */
-typedef struct { rt_tb_log *l; } rt_py_tb;
+typedef struct {
+    rt_tb_log *l;
+} rt_py_tb;
 
 static void tb_capsule_free(PyObject *cap)
 {
@@ -2489,11 +2444,14 @@ static PyObject *mod_tb_call(PyObject *m, PyObject *args)
         return NULL;
     PyObject *hs = PyDict_GetItemString(d, "has_server");
     t.has_server = hs && PyObject_IsTrue(hs) == 1;
-    static const struct { const char *k; size_t off; } f[] = {
+    static const struct {
+        const char *k;
+        size_t off;
+    } f[] = {
 #define RT_PY_TBF(x) {#x, offsetof(rt_client_timings, x)}
-        RT_PY_TBF(queue_ns), RT_PY_TBF(decode_ns), RT_PY_TBF(compile_ns),
-        RT_PY_TBF(execute_ns), RT_PY_TBF(encode_ns), RT_PY_TBF(client_encode_ns),
-        RT_PY_TBF(round_trip_ns), RT_PY_TBF(client_decode_ns), RT_PY_TBF(wire_ns),
+        RT_PY_TBF(queue_ns),        RT_PY_TBF(decode_ns),        RT_PY_TBF(compile_ns),
+        RT_PY_TBF(execute_ns),      RT_PY_TBF(encode_ns),        RT_PY_TBF(client_encode_ns),
+        RT_PY_TBF(round_trip_ns),   RT_PY_TBF(client_decode_ns), RT_PY_TBF(wire_ns),
         RT_PY_TBF(unattributed_ns),
 #undef RT_PY_TBF
     };
@@ -2526,18 +2484,15 @@ static PyObject *mod_tb_close(PyObject *m, PyObject *args)
     int rc = rt_tb_log_close(h->l);
     h->l = NULL;
     if (rc < 0) {
-        PyErr_SetString(PyExc_OSError,
-                        *msg ? msg : "tensorboard: cannot close the event files");
+        PyErr_SetString(PyExc_OSError, *msg ? msg : "tensorboard: cannot close the event files");
         return NULL;
     }
     Py_RETURN_NONE;
 }
 
 static PyMethodDef module_methods[] = {
-    {"strerror", mod_strerror, METH_VARARGS,
-     "strerror(code) -> (name, text) for an RT_E* code."},
-    {"tb_open", mod_tb_open, METH_VARARGS,
-     "tb_open(log_dir) -> a TensorBoard log (rtrain_tb.h)."},
+    {"strerror", mod_strerror, METH_VARARGS, "strerror(code) -> (name, text) for an RT_E* code."},
+    {"tb_open", mod_tb_open, METH_VARARGS, "tb_open(log_dir) -> a TensorBoard log (rtrain_tb.h)."},
     {"tb_epoch", mod_tb_epoch, METH_VARARGS,
      "tb_epoch(log, epoch, name, value): Keras' epoch_<name> scalar."},
     {"tb_call", mod_tb_call, METH_VARARGS,
@@ -2547,11 +2502,9 @@ static PyMethodDef module_methods[] = {
 
 static struct PyModuleDef rtrain_module = {
     PyModuleDef_HEAD_INIT, "rtrain._rtrain",
-    "C core of the rtrain notebook client (see the rtrain package).", -1,
-    module_methods};
+    "C core of the rtrain notebook client (see the rtrain package).", -1, module_methods};
 
-static PyObject *rt_py__new_exc(PyObject *m, const char *name, PyObject *bases,
-                                const char *doc)
+static PyObject *rt_py__new_exc(PyObject *m, const char *name, PyObject *bases, const char *doc)
 {
     char full[96];
     snprintf(full, sizeof full, "rtrain.%s", name);
@@ -2587,18 +2540,17 @@ PyMODINIT_FUNC PyInit__rtrain(void)
     if (!(RtError = rt_py__new_exc(m, "Error", Py_BuildValue("(O)", PyExc_Exception),
                                    "Base of every error rtrain raises for the daemon.")))
         goto fail;
-#define RT_PY_EXC(var, name, extra, doc)                                        \
+#define RT_PY_EXC(var, name, extra, doc)                                              \
     if (!(var = rt_py__new_exc(m, name, Py_BuildValue("(OO)", RtError, extra), doc))) \
         goto fail;
-#define RT_PY_EXC1(var, name, doc)                                              \
-    if (!(var = rt_py__new_exc(m, name, Py_BuildValue("(O)", RtError), doc)))   \
+#define RT_PY_EXC1(var, name, doc)                                            \
+    if (!(var = rt_py__new_exc(m, name, Py_BuildValue("(O)", RtError), doc))) \
         goto fail;
     RT_PY_EXC(RtConnectionError, "ConnectionError", PyExc_ConnectionError,
               "The daemon cannot be reached (not running, wrong address).");
     RT_PY_EXC(RtInvalidArgument, "InvalidArgument", PyExc_ValueError,
               "The daemon rejected a model, option or data set.");
-    RT_PY_EXC(RtNotFound, "NotFound", PyExc_LookupError,
-              "Unknown session, program or data set.");
+    RT_PY_EXC(RtNotFound, "NotFound", PyExc_LookupError, "Unknown session, program or data set.");
     RT_PY_EXC(RtDeadlineExceeded, "DeadlineExceeded", PyExc_TimeoutError,
               "The call ran past its timeout.");
     RT_PY_EXC(RtUnimplemented, "Unimplemented", PyExc_NotImplementedError,

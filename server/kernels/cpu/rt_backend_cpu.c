@@ -26,12 +26,12 @@
 static const rt__kernel rt__cpu_table[] = {
     /* {op, fused reader or NULL, forward, backward, can_fuse, prepare} */
     {&rt__op_dense, NULL, rt_kern_dense_fwd, rt_kern_dense_bwd, NULL, rt_kern_dense_prepare},
-    {&rt__op_dense, &rt__op_relu, rt_kern_dense_fwd, rt_kern_dense_bwd,
-     rt_kern_dense_can_fuse_act, rt_kern_dense_prepare},
+    {&rt__op_dense, &rt__op_relu, rt_kern_dense_fwd, rt_kern_dense_bwd, rt_kern_dense_can_fuse_act,
+     rt_kern_dense_prepare},
     {&rt__op_dense, &rt__op_sigmoid, rt_kern_dense_fwd, rt_kern_dense_bwd,
      rt_kern_dense_can_fuse_act, rt_kern_dense_prepare},
-    {&rt__op_dense, &rt__op_tanh, rt_kern_dense_fwd, rt_kern_dense_bwd,
-     rt_kern_dense_can_fuse_act, rt_kern_dense_prepare},
+    {&rt__op_dense, &rt__op_tanh, rt_kern_dense_fwd, rt_kern_dense_bwd, rt_kern_dense_can_fuse_act,
+     rt_kern_dense_prepare},
     {&rt__op_matmul, NULL, rt_kern_dense_fwd, rt_kern_dense_bwd, NULL, NULL},
     {&rt__op_add, NULL, rt_kern_add_fwd, rt_kern_add_bwd, NULL, NULL},
     {&rt__op_sub, NULL, rt_kern_sub_fwd, rt_kern_sub_bwd, NULL, NULL},
@@ -42,8 +42,7 @@ static const rt__kernel rt__cpu_table[] = {
     {&rt__op_softmax, NULL, rt_kern_softmax_fwd, rt_kern_softmax_bwd, NULL, NULL},
     /* Softmax + (sparse) crossentropy: the loss's backward writes the
      * logits' gradient, so this Softmax's backward never runs */
-    {&rt__op_softmax, &rt__op_crossentropy, rt_kern_softmax_fwd, rt_kern_softmax_bwd, NULL,
-     NULL},
+    {&rt__op_softmax, &rt__op_crossentropy, rt_kern_softmax_fwd, rt_kern_softmax_bwd, NULL, NULL},
     {&rt__op_logsoftmax, NULL, rt_kern_logsoftmax_fwd, rt_kern_logsoftmax_bwd, NULL, NULL},
     {&rt__op_reshape, NULL, rt_kern_copy_fwd, rt_kern_copy_bwd, NULL, NULL},
     {&rt__op_flatten, NULL, rt_kern_copy_fwd, rt_kern_copy_bwd, NULL, NULL},
@@ -103,8 +102,7 @@ static const rt__kernel rt__cpu_table[] = {
     {&rt__op_actreg, NULL, rt_kern_actreg_fwd, rt_kern_actreg_bwd, NULL, NULL},
 };
 
-static const rt__kernel *rt__cpu_kernel(void *ctx, const rt__op_def *op,
-                                        const rt__op_def *fused)
+static const rt__kernel *rt__cpu_kernel(void *ctx, const rt__op_def *op, const rt__op_def *fused)
 {
     (void)ctx;
     for (size_t i = 0; i < sizeof rt__cpu_table / sizeof rt__cpu_table[0]; i++)
@@ -123,7 +121,8 @@ static int rt__cpu_supports(void *ctx, const rt__node *nd)
 static void rt__cpu_run(void *ctx, const rt__call *calls, const rt__kargs *args, int n)
 {
     (void)ctx;
-    for (int i = 0; i < n; i++) calls[i].fn(&args[i]);
+    for (int i = 0; i < n; i++)
+        calls[i].fn(&args[i]);
 }
 
 /* ------------------------------------------------------------- memory */
@@ -141,7 +140,8 @@ static void rt__cpu_release(void *ctx, void *p)
 static void rt__cpu_copy(void *ctx, void *dst, const void *src, size_t n)
 {
     (void)ctx;
-    if (dst != src && n) memcpy(dst, src, n);
+    if (dst != src && n)
+        memcpy(dst, src, n);
 }
 static void *rt__cpu_host(void *ctx, void *p)
 {
@@ -158,7 +158,8 @@ static void *rt__cpu_host(void *ctx, void *p)
 static void rt__cpu_augment(const rt__gather_args *g)
 {
     const rt_augment *a = g->aug;
-    if (!a) return;
+    if (!a)
+        return;
     const int64_t ib = (int64_t)a->h * a->w * a->c, nb = g->nb;
 #pragma omp parallel for schedule(static) if (nb * ib >= 65536)
     for (int64_t i = 0; i < nb; i++) {
@@ -178,20 +179,21 @@ static void rt__cpu_gather(void *ctx, const rt__gather_args *g)
         rt__cpu_augment(g);
         return;
     }
-#define RT__GATHER_ROW(i)                                                     \
-    do {                                                                      \
-        const int64_t r = g->idx[(i)];                                        \
-        memcpy(g->xb + (i) * in, g->x + r * in, sizeof(float) * (size_t)in);  \
-        if (g->y)                                                             \
-            memcpy((char *)g->yb + (i) * ln * 4, (const char *)g->y + r * ln * 4, \
-                   (size_t)(ln * 4));                                         \
+#define RT__GATHER_ROW(i)                                                                          \
+    do {                                                                                           \
+        const int64_t r = g->idx[(i)];                                                             \
+        memcpy(g->xb + (i)*in, g->x + r * in, sizeof(float) * (size_t)in);                         \
+        if (g->y)                                                                                  \
+            memcpy((char *)g->yb + (i)*ln * 4, (const char *)g->y + r * ln * 4, (size_t)(ln * 4)); \
     } while (0)
     if (nb * in >= 65536) {
         /* big batches (W-C: 128 rows of 784) copy on oneDNN's threads */
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < nb; i++) RT__GATHER_ROW(i);
+        for (int64_t i = 0; i < nb; i++)
+            RT__GATHER_ROW(i);
     } else {
-        for (int64_t i = 0; i < nb; i++) RT__GATHER_ROW(i);
+        for (int64_t i = 0; i < nb; i++)
+            RT__GATHER_ROW(i);
     }
 #undef RT__GATHER_ROW
     rt__cpu_augment(g);
@@ -203,8 +205,8 @@ static void rt__cpu_gather(void *ctx, const rt__gather_args *g)
  * loss and gradient depend on no other sample, so this is the batch loss
  * weighted per sample, for every loss kind. Accuracy is unweighted. */
 static void rt__cpu_loss(void *ctx, const rt__lossinfo *L, const float *y, const void *lab,
-                         int64_t nb, const float *sw, float *dy, double *loss_sum,
-                         double *acc_sum, float *scratch)
+                         int64_t nb, const float *sw, float *dy, double *loss_sum, double *acc_sum,
+                         float *scratch)
 {
     (void)ctx;
     if (!sw) {
@@ -220,22 +222,22 @@ static void rt__cpu_loss(void *ctx, const rt__lossinfo *L, const float *y, const
         *loss_sum += (double)w * l;
         if (d) {
             const float s = w / (float)nb;
-            for (int64_t j = 0; j < on; j++) d[j] *= s;
+            for (int64_t j = 0; j < on; j++)
+                d[j] *= s;
         }
     }
 }
 
-static void rt__cpu_metrics(void *ctx, const rt__lossinfo *L, uint32_t metrics,
-                            const float *y, const void *lab, int64_t n, rt__macc *a)
+static void rt__cpu_metrics(void *ctx, const rt__lossinfo *L, uint32_t metrics, const float *y,
+                            const void *lab, int64_t n, rt__macc *a)
 {
     (void)ctx;
     rt__metrics_update(L, metrics, y, lab, n, a);
 }
 /* each output's part gathered (as the loss does), then its loss without
  * gradient, accuracy and metrics as for one output */
-static void rt__cpu_heads(void *ctx, const rt__lossinfo *L, const uint32_t *mets,
-                          const float *y, const void *lab, int64_t n, const float *sw,
-                          rt__hacc *h, float *scratch)
+static void rt__cpu_heads(void *ctx, const rt__lossinfo *L, const uint32_t *mets, const float *y,
+                          const void *lab, int64_t n, const float *sw, rt__hacc *h, float *scratch)
 {
     (void)ctx;
     const int64_t O = L->out_numel, LN = L->lab_numel;
@@ -257,7 +259,8 @@ static void rt__cpu_heads(void *ctx, const rt__lossinfo *L, const uint32_t *mets
                 h->loss[k] += (double)sw[i] * l;
             }
         }
-        if (mets[k] & ~RT_METRIC_ACCURACY) rt__metrics_update(H, mets[k], yk, lk, n, &h->m[k]);
+        if (mets[k] & ~RT_METRIC_ACCURACY)
+            rt__metrics_update(H, mets[k], yk, lk, n, &h->m[k]);
     }
 }
 static double rt__cpu_regularize(void *ctx, const rt_plan *p, const float *w, float *g)
@@ -275,8 +278,8 @@ static double rt__cpu_clip(void *ctx, float *g, int64_t count, float clip)
     (void)ctx;
     return rt__clip_by_norm(g, count, clip);
 }
-static void rt__cpu_update(void *ctx, const rt_train_config *c, float lr, int64_t t,
-                           float *w, float *g, float *s1, float *s2, int64_t count)
+static void rt__cpu_update(void *ctx, const rt_train_config *c, float lr, int64_t t, float *w,
+                           float *g, float *s1, float *s2, int64_t count)
 {
     (void)ctx;
     rt__opt_update(c, lr, t, w, g, s1, s2, count);
@@ -284,7 +287,8 @@ static void rt__cpu_update(void *ctx, const rt_train_config *c, float lr, int64_
 static void rt__cpu_scale(void *ctx, float *dst, const float *src, int64_t n, float s)
 {
     (void)ctx;
-    for (int64_t i = 0; i < n; i++) dst[i] = src[i] * s;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = src[i] * s;
 }
 
 /* Written once: GetInfo handlers on several threads read it while the

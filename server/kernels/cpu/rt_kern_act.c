@@ -7,7 +7,8 @@
 
 static inline float rt__sig(float x)
 {
-    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    if (x >= 0.0f)
+        return 1.0f / (1.0f + expf(-x));
     const float e = expf(x);
     return e / (1.0f + e);
 }
@@ -39,7 +40,8 @@ static inline float rt__f(const rt__unary_params *p, float x)
     case RT__U_THRESH: return x > a ? x : 0.0f;
     case RT__U_KRELU: /* as Keras' backend relu: x * (x > threshold), clipped
                        * to [0, max_value], minus slope * relu(threshold - x) */
-        if (x > b) return x <= 0.0f ? 0.0f : x >= g ? g : x;
+        if (x > b)
+            return x <= 0.0f ? 0.0f : x >= g ? g : x;
         return a * (x - b);
     case RT__U_EXP: return expf(x);
     case RT__U_SCALE: return a * x + b;
@@ -63,8 +65,7 @@ static inline float rt__df(const rt__unary_params *p, float x)
     case RT__U_SELU: return g * (x > 0.0f ? 1.0f : a * expf(x));
     case RT__U_LEAKY: return x > 0.0f ? 1.0f : a;
     case RT__U_GELU:
-        return 0.5f * (1.0f + erff(x * RT__SQRT1_2)) +
-               x * RT__INV_SQRT_2PI * expf(-0.5f * x * x);
+        return 0.5f * (1.0f + erff(x * RT__SQRT1_2)) + x * RT__INV_SQRT_2PI * expf(-0.5f * x * x);
     case RT__U_GELU_TANH: {
         const float t = tanhf(RT__SQRT_2_PI * (x + RT__GELU_C * x * x * x));
         return 0.5f * (1.0f + t) +
@@ -87,7 +88,8 @@ static inline float rt__df(const rt__unary_params *p, float x)
     case RT__U_CLIP: return x > a && x < b ? 1.0f : 0.0f;
     case RT__U_THRESH: return x > a ? 1.0f : 0.0f;
     case RT__U_KRELU:
-        if (x > b) return x > 0.0f && x < g ? 1.0f : 0.0f;
+        if (x > b)
+            return x > 0.0f && x < g ? 1.0f : 0.0f;
         return a;
     case RT__U_EXP: return expf(x);
     case RT__U_SCALE: return a;
@@ -110,27 +112,27 @@ static inline float rt__df(const rt__unary_params *p, float x)
  * shared out among threads in fixed chunks. */
 #define RT__UNARY_PAR (INT64_C(1) << 16)
 
-#define RT__UNARY_CASES(LOOP)                                                 \
-    switch (p->kind) {                                                        \
-    case RT__U_ELU: LOOP(RT__U_ELU); break;                                   \
-    case RT__U_SELU: LOOP(RT__U_SELU); break;                                 \
-    case RT__U_LEAKY: LOOP(RT__U_LEAKY); break;                               \
-    case RT__U_GELU: LOOP(RT__U_GELU); break;                                 \
-    case RT__U_GELU_TANH: LOOP(RT__U_GELU_TANH); break;                       \
-    case RT__U_ERF: LOOP(RT__U_ERF); break;                                   \
-    case RT__U_SOFTPLUS: LOOP(RT__U_SOFTPLUS); break;                         \
-    case RT__U_SOFTSIGN: LOOP(RT__U_SOFTSIGN); break;                         \
-    case RT__U_HARDSIGMOID: LOOP(RT__U_HARDSIGMOID); break;                   \
-    case RT__U_SWISH: LOOP(RT__U_SWISH); break;                               \
-    case RT__U_CLIP: LOOP(RT__U_CLIP); break;                                 \
-    case RT__U_THRESH: LOOP(RT__U_THRESH); break;                             \
-    case RT__U_KRELU: LOOP(RT__U_KRELU); break;                               \
-    case RT__U_EXP: LOOP(RT__U_EXP); break;                                   \
-    case RT__U_MISH: LOOP(RT__U_MISH); break;                                 \
-    case RT__U_HARDSWISH: LOOP(RT__U_HARDSWISH); break;                       \
-    case RT__U_LOGSIGMOID: LOOP(RT__U_LOGSIGMOID); break;                     \
-    case RT__U_SQRT: LOOP(RT__U_SQRT); break;                                 \
-    default: LOOP(RT__U_SCALE); break;                                        \
+#define RT__UNARY_CASES(LOOP)                               \
+    switch (p->kind) {                                      \
+    case RT__U_ELU: LOOP(RT__U_ELU); break;                 \
+    case RT__U_SELU: LOOP(RT__U_SELU); break;               \
+    case RT__U_LEAKY: LOOP(RT__U_LEAKY); break;             \
+    case RT__U_GELU: LOOP(RT__U_GELU); break;               \
+    case RT__U_GELU_TANH: LOOP(RT__U_GELU_TANH); break;     \
+    case RT__U_ERF: LOOP(RT__U_ERF); break;                 \
+    case RT__U_SOFTPLUS: LOOP(RT__U_SOFTPLUS); break;       \
+    case RT__U_SOFTSIGN: LOOP(RT__U_SOFTSIGN); break;       \
+    case RT__U_HARDSIGMOID: LOOP(RT__U_HARDSIGMOID); break; \
+    case RT__U_SWISH: LOOP(RT__U_SWISH); break;             \
+    case RT__U_CLIP: LOOP(RT__U_CLIP); break;               \
+    case RT__U_THRESH: LOOP(RT__U_THRESH); break;           \
+    case RT__U_KRELU: LOOP(RT__U_KRELU); break;             \
+    case RT__U_EXP: LOOP(RT__U_EXP); break;                 \
+    case RT__U_MISH: LOOP(RT__U_MISH); break;               \
+    case RT__U_HARDSWISH: LOOP(RT__U_HARDSWISH); break;     \
+    case RT__U_LOGSIGMOID: LOOP(RT__U_LOGSIGMOID); break;   \
+    case RT__U_SQRT: LOOP(RT__U_SQRT); break;               \
+    default: LOOP(RT__U_SCALE); break;                      \
     }
 
 static inline float rt__fk(int kind, const rt__unary_params *p, float x)
@@ -152,30 +154,34 @@ void rt_kern_unary_fwd(const rt__kargs *a)
     const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
     const float *restrict x = a->x[0];
     float *restrict y = a->y;
-#define RT__FWD(K)                                                            \
-    _Pragma("omp parallel for if (n > RT__UNARY_PAR) schedule(static)")       \
-    for (int64_t i = 0; i < n; i++) y[i] = rt__fk(K, p, x[i])
+#define RT__FWD(K)                                                                                 \
+    _Pragma("omp parallel for if (n > RT__UNARY_PAR) schedule(static)") for (int64_t i = 0; i < n; \
+                                                                             i++) y[i] =           \
+        rt__fk(K, p, x[i])
     RT__UNARY_CASES(RT__FWD)
 #undef RT__FWD
 }
 
 void rt_kern_unary_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     const rt__unary_params *p = rt__unary_cp(a->nd);
     const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
     const float *restrict x = a->x[0], *restrict dy = a->dy;
     float *restrict dx = a->dx[0];
     if (a->accum & 1u) {
-#define RT__BWDA(K)                                                           \
-    _Pragma("omp parallel for if (n > RT__UNARY_PAR) schedule(static)")       \
-    for (int64_t i = 0; i < n; i++) dx[i] += dy[i] * rt__dfk(K, p, x[i])
+#define RT__BWDA(K)                                                                                \
+    _Pragma("omp parallel for if (n > RT__UNARY_PAR) schedule(static)") for (int64_t i = 0; i < n; \
+                                                                             i++) dx[i] +=         \
+        dy[i] * rt__dfk(K, p, x[i])
         RT__UNARY_CASES(RT__BWDA)
 #undef RT__BWDA
     } else {
-#define RT__BWD(K)                                                            \
-    _Pragma("omp parallel for if (n > RT__UNARY_PAR) schedule(static)")       \
-    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * rt__dfk(K, p, x[i])
+#define RT__BWD(K)                                                                                 \
+    _Pragma("omp parallel for if (n > RT__UNARY_PAR) schedule(static)") for (int64_t i = 0; i < n; \
+                                                                             i++) dx[i] =          \
+        dy[i] * rt__dfk(K, p, x[i])
         RT__UNARY_CASES(RT__BWD)
 #undef RT__BWD
     }

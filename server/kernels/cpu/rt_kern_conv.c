@@ -18,8 +18,8 @@
 
 /* x (B,H,W,C) -> col (rows, KH*KW*C) for samples [s0, s0+nb), output
  * lines [oh0, oh1) of each */
-static void rt__im2col(const rt__conv_params *cv, const float *restrict x, int64_t s0,
-                       int64_t nb, int64_t oh0, int64_t oh1, float *restrict col)
+static void rt__im2col(const rt__conv_params *cv, const float *restrict x, int64_t s0, int64_t nb,
+                       int64_t oh0, int64_t oh1, float *restrict col)
 {
     const int64_t H = cv->H, W = cv->W, C = cv->C;
     const int64_t OH = cv->OH, OW = cv->OW;
@@ -40,23 +40,27 @@ static void rt__im2col(const rt__conv_params *cv, const float *restrict x, int64
                 for (int64_t i = 0; i < KH; i++) {
                     const int64_t ih = oh * SH - PT + i * DH;
                     if (ih < 0 || ih >= H) {
-                        for (int64_t c = 0; c < KW * C; c++) o[c] = 0.0f;
+                        for (int64_t c = 0; c < KW * C; c++)
+                            o[c] = 0.0f;
                         o += KW * C;
                         continue;
                     }
                     if (row_in) {
                         const float *restrict src = xb + (ih * W + iw0) * C;
-                        for (int64_t c = 0; c < KW * C; c++) o[c] = src[c];
+                        for (int64_t c = 0; c < KW * C; c++)
+                            o[c] = src[c];
                         o += KW * C;
                         continue;
                     }
                     for (int64_t j = 0; j < KW; j++) {
                         const int64_t iw = iw0 + j * DW;
                         if (iw < 0 || iw >= W) {
-                            for (int64_t c = 0; c < C; c++) o[c] = 0.0f;
+                            for (int64_t c = 0; c < C; c++)
+                                o[c] = 0.0f;
                         } else {
                             const float *restrict src = xb + (ih * W + iw) * C;
-                            for (int64_t c = 0; c < C; c++) o[c] = src[c];
+                            for (int64_t c = 0; c < C; c++)
+                                o[c] = src[c];
                         }
                         o += C;
                     }
@@ -68,9 +72,8 @@ static void rt__im2col(const rt__conv_params *cv, const float *restrict x, int64
 
 /* dx (B,H,W,C) += col (rows, KH*KW*C) for samples [s0, s0+nb), output
  * lines [oh0, oh1) of each */
-static void rt__col2im_add(const rt__conv_params *cv, const float *restrict col,
-                           int64_t s0, int64_t nb, int64_t oh0, int64_t oh1,
-                           float *restrict dx)
+static void rt__col2im_add(const rt__conv_params *cv, const float *restrict col, int64_t s0,
+                           int64_t nb, int64_t oh0, int64_t oh1, float *restrict dx)
 {
     const int64_t H = cv->H, W = cv->W, C = cv->C;
     const int64_t OH = cv->OH, OW = cv->OW;
@@ -90,7 +93,8 @@ static void rt__col2im_add(const rt__conv_params *cv, const float *restrict col,
                         const int64_t iw = ow * SW - PL + j * DW;
                         if (ih >= 0 && ih < H && iw >= 0 && iw < W) {
                             float *restrict d = xb + (ih * W + iw) * C;
-                            for (int64_t c = 0; c < C; c++) d[c] += o[c];
+                            for (int64_t c = 0; c < C; c++)
+                                d[c] += o[c];
                         }
                         o += C;
                     }
@@ -114,19 +118,20 @@ int rt_kern_conv_threads(void)
 /* Row-major SGEMM, single-threaded when called from a parallel region
  * (oneDNN does not nest), and reentrant, unlike rt_kern_gemm's small-
  * matrix path that transposes into the exec's one shared buffer. */
-static void rt__gemm(int ta, int tb, int64_t M, int64_t N, int64_t K,
-                     const float *A, int64_t lda, const float *B, int64_t ldb,
-                     float beta, float *C, int64_t ldc)
+static void rt__gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                     const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
 {
     /* outside a parallel region oneDNN would start its own team for every
      * call; the kernels below decided how many threads the work is worth,
      * so a serial caller gets a serial GEMM (omp_set_num_threads only sets
      * this thread's default for regions it starts) */
     const int outer = !omp_in_parallel() ? omp_get_max_threads() : 0;
-    if (outer > 1) omp_set_num_threads(1);
-    dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f,
-                                  A, lda, B, ldb, beta, C, ldc);
-    if (outer > 1) omp_set_num_threads(outer);
+    if (outer > 1)
+        omp_set_num_threads(1);
+    dnnl_status_t st =
+        dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+    if (outer > 1)
+        omp_set_num_threads(outer);
     RT_ASSERT(st == dnnl_success); /* shapes were validated at compile */
 }
 
@@ -152,8 +157,7 @@ static inline rt__v16 rt__ld16(const float *p)
 
 static inline __attribute__((always_inline)) void
 rt__mk_rows(int NB, int64_t rb, int64_t K, int64_t OC, const float *restrict A,
-            const float *restrict w, const float *restrict bias, int relu,
-            float *restrict y)
+            const float *restrict w, const float *restrict bias, int relu, float *restrict y)
 {
     rt__v16 acc[RT__MK_RB][4];
     for (int i = 0; i < RT__MK_RB; i++)
@@ -161,25 +165,29 @@ rt__mk_rows(int NB, int64_t rb, int64_t K, int64_t OC, const float *restrict A,
             acc[i][j] = bias ? rt__ld16(bias + 16 * j) : (rt__v16){0};
     for (int64_t k = 0; k < K; k++) {
         rt__v16 wv[4];
-        for (int j = 0; j < NB; j++) wv[j] = rt__ld16(w + k * OC + 16 * j);
+        for (int j = 0; j < NB; j++)
+            wv[j] = rt__ld16(w + k * OC + 16 * j);
         for (int i = 0; i < RT__MK_RB; i++) {
-            if (i >= rb) break;
+            if (i >= rb)
+                break;
             const float av = A[i * K + k];
-            for (int j = 0; j < NB; j++) acc[i][j] += av * wv[j];
+            for (int j = 0; j < NB; j++)
+                acc[i][j] += av * wv[j];
         }
     }
     for (int i = 0; i < RT__MK_RB && i < rb; i++)
         for (int j = 0; j < NB; j++) {
             rt__v16 v = acc[i][j];
             /* max(v, 0) as a mask: the comparison yields all-ones lanes */
-            if (relu) v = (rt__v16)((rt__i16)v & (v > (rt__v16){0}));
+            if (relu)
+                v = (rt__v16)((rt__i16)v & (v > (rt__v16){0}));
             memcpy(y + i * OC + 16 * j, &v, sizeof v);
         }
 }
 
 /* y (rows, OC) = act(A (rows, K) w (K, OC) + bias); OC = 16 * NB, NB <= 4 */
-static void rt__mk_gemm(int64_t rows, int64_t K, int64_t OC, const float *A,
-                        const float *w, const float *bias, int relu, float *y)
+static void rt__mk_gemm(int64_t rows, int64_t K, int64_t OC, const float *A, const float *w,
+                        const float *bias, int relu, float *y)
 {
     const int NB = (int)(OC / 16);
     for (int64_t r = 0; r < rows; r += RT__MK_RB) {
@@ -196,10 +204,7 @@ static void rt__mk_gemm(int64_t rows, int64_t K, int64_t OC, const float *A,
 }
 
 /* the microkernel pays when K is short and OC fills whole vectors */
-static inline int rt__mk_fits(int64_t K, int64_t OC)
-{
-    return K <= 64 && OC % 16 == 0 && OC <= 64;
-}
+static inline int rt__mk_fits(int64_t K, int64_t OC) { return K <= 64 && OC % 16 == 0 && OC <= 64; }
 
 /* dW (K, OC) += A^T (K x rows) dz (rows, OC), db (OC) += sum_rows dz, for
  * the same shapes: RB columns of A at a time against all of OC held in
@@ -210,15 +215,19 @@ rt__mk_dw_cols(int NB, int64_t k0, int64_t kb, int64_t rows, int64_t K, int64_t 
 {
     rt__v16 acc[RT__MK_RB][4];
     for (int i = 0; i < RT__MK_RB; i++)
-        for (int j = 0; j < NB; j++) acc[i][j] = (rt__v16){0};
+        for (int j = 0; j < NB; j++)
+            acc[i][j] = (rt__v16){0};
     for (int64_t r = 0; r < rows; r++) {
         rt__v16 d[4];
-        for (int j = 0; j < NB; j++) d[j] = rt__ld16(dz + r * OC + 16 * j);
+        for (int j = 0; j < NB; j++)
+            d[j] = rt__ld16(dz + r * OC + 16 * j);
         const float *a = A + r * K + k0;
         for (int i = 0; i < RT__MK_RB; i++) {
-            if (i >= kb) break;
+            if (i >= kb)
+                break;
             const float av = a[i];
-            for (int j = 0; j < NB; j++) acc[i][j] += av * d[j];
+            for (int j = 0; j < NB; j++)
+                acc[i][j] += av * d[j];
         }
     }
     for (int i = 0; i < RT__MK_RB && i < kb; i++)
@@ -232,14 +241,16 @@ rt__mk_dw_cols(int NB, int64_t k0, int64_t kb, int64_t rows, int64_t K, int64_t 
  * dz = dy * relu'(y) (or dy) is formed here, stored for the other column
  * blocks and the dx GEMM, and summed into db, so dy and y are read once. */
 static inline __attribute__((always_inline)) void
-rt__mk_dw_first(int NB, int64_t kb, int64_t rows, int64_t K, int64_t OC,
-                const float *restrict A, const float *restrict dy, const float *restrict y,
-                int relu, float *restrict dz, float *restrict dw, float *restrict db)
+rt__mk_dw_first(int NB, int64_t kb, int64_t rows, int64_t K, int64_t OC, const float *restrict A,
+                const float *restrict dy, const float *restrict y, int relu, float *restrict dz,
+                float *restrict dw, float *restrict db)
 {
     rt__v16 acc[RT__MK_RB][4], bacc[4];
     for (int i = 0; i < RT__MK_RB; i++)
-        for (int j = 0; j < NB; j++) acc[i][j] = (rt__v16){0};
-    for (int j = 0; j < NB; j++) bacc[j] = (rt__v16){0};
+        for (int j = 0; j < NB; j++)
+            acc[i][j] = (rt__v16){0};
+    for (int j = 0; j < NB; j++)
+        bacc[j] = (rt__v16){0};
     for (int64_t r = 0; r < rows; r++) {
         rt__v16 d[4];
         for (int j = 0; j < NB; j++) {
@@ -251,9 +262,11 @@ rt__mk_dw_first(int NB, int64_t kb, int64_t rows, int64_t K, int64_t OC,
         }
         const float *a = A + r * K;
         for (int i = 0; i < RT__MK_RB; i++) {
-            if (i >= kb) break;
+            if (i >= kb)
+                break;
             const float av = a[i];
-            for (int j = 0; j < NB; j++) acc[i][j] += av * d[j];
+            for (int j = 0; j < NB; j++)
+                acc[i][j] += av * d[j];
         }
     }
     for (int i = 0; i < RT__MK_RB && i < kb; i++)
@@ -270,9 +283,8 @@ rt__mk_dw_first(int NB, int64_t kb, int64_t rows, int64_t K, int64_t OC,
 
 /* dW, db and dz of one chunk: the fused first block, then rt__mk_dw's
  * remaining column blocks over the stored dz */
-static void rt__mk_dw_fused(int64_t rows, int64_t K, int64_t OC, const float *A,
-                            const float *dy, const float *y, int relu, float *dz,
-                            float *dw, float *db)
+static void rt__mk_dw_fused(int64_t rows, int64_t K, int64_t OC, const float *A, const float *dy,
+                            const float *y, int relu, float *dz, float *dw, float *db)
 {
     const int NB = (int)(OC / 16);
     const int64_t kb = K < RT__MK_RB ? K : RT__MK_RB;
@@ -293,8 +305,8 @@ static void rt__mk_dw_fused(int64_t rows, int64_t K, int64_t OC, const float *A,
     }
 }
 
-static void rt__mk_dw(int64_t rows, int64_t K, int64_t OC, const float *A,
-                      const float *dz, float *dw)
+static void rt__mk_dw(int64_t rows, int64_t K, int64_t OC, const float *A, const float *dz,
+                      float *dw)
 {
     const int NB = (int)(OC / 16);
     for (int64_t k0 = 0; k0 < K; k0 += RT__MK_RB) {
@@ -309,8 +321,8 @@ static void rt__mk_dw(int64_t rows, int64_t K, int64_t OC, const float *A,
 }
 
 /* z (rows, OC) = act(A (rows, K) w (K, OC) + bias) */
-static void rt__conv_rows(const rt__node *nd, int64_t rows, int64_t K, int64_t OC,
-                          const float *A, const float *w, const float *bias, float *z)
+static void rt__conv_rows(const rt__node *nd, int64_t rows, int64_t K, int64_t OC, const float *A,
+                          const float *w, const float *bias, float *z)
 {
     const int act = rt__conv_cp(nd)->act;
     if (rt__mk_fits(K, OC) && (act == RT__ACT_NONE || act == RT__ACT_RELU)) {
@@ -322,16 +334,18 @@ static void rt__conv_rows(const rt__node *nd, int64_t rows, int64_t K, int64_t O
         for (int64_t r = 0; r < rows; r++) {
             float *restrict zr = z + r * OC;
             const float *restrict bb = bias;
-            for (int64_t c = 0; c < OC; c++) zr[c] += bb[c];
+            for (int64_t c = 0; c < OC; c++)
+                zr[c] += bb[c];
         }
     }
-    if (act) rt_kern_act_fwd(act, z, rows * OC);
+    if (act)
+        rt_kern_act_fwd(act, z, rows * OC);
 }
 
 /* fused max pool, forward: z (nb, OH, OW, OC) -> y (nb, PH, PW, OC) over
  * non-overlapping KH x KW windows */
-static void rt__pool_rows(const rt__conv_params *cv, const rt_kern_conv_plan *kp,
-                          int64_t nb, const float *z, float *y)
+static void rt__pool_rows(const rt__conv_params *cv, const rt_kern_conv_plan *kp, int64_t nb,
+                          const float *z, float *y)
 {
     const int64_t OW = cv->OW, OC = cv->OC, OH = cv->OH;
     const int64_t KH = kp->pool, KW = kp->poolw;
@@ -346,7 +360,8 @@ static void rt__pool_rows(const rt__conv_params *cv, const rt_kern_conv_plan *kp
                 for (int64_t i = 0; i < KH; i++)
                     for (int64_t j = 0; j < KW; j++) {
                         const float *restrict v = zb + ((ph * KH + i) * OW + pw * KW + j) * OC;
-                        for (int64_t c = 0; c < OC; c++) m[c] = v[c] > m[c] ? v[c] : m[c];
+                        for (int64_t c = 0; c < OC; c++)
+                            m[c] = v[c] > m[c] ? v[c] : m[c];
                     }
             }
     }
@@ -355,8 +370,8 @@ static void rt__pool_rows(const rt__conv_params *cv, const rt_kern_conv_plan *kp
 /* fused max pool, backward: z (nb, OH, OW, OC) holds act(conv) and becomes
  * dz in place: each window's first maximum (scan order, as MaxPool2D) gets
  * dy * act'(z), every other cell 0. tmp: 2*OC floats. */
-static void rt__pool_rows_bwd(const rt__node *nd, int64_t nb, const float *dy, float *z,
-                              float *tmp, float *restrict db)
+static void rt__pool_rows_bwd(const rt__node *nd, int64_t nb, const float *dy, float *z, float *tmp,
+                              float *restrict db)
 {
     const rt__conv_params *cv = rt__conv_cp(nd);
     const rt_kern_conv_plan *kp = nd->kdata;
@@ -371,7 +386,8 @@ static void rt__pool_rows_bwd(const rt__node *nd, int64_t nb, const float *dy, f
             for (int64_t pw = 0; pw < PW; pw++) {
                 const int32_t first = (int32_t)((ph * KH * OW + pw * KW) * OC);
                 memcpy(m, zb + first, sizeof(float) * (size_t)OC);
-                for (int64_t c = 0; c < OC; c++) id[c] = first;
+                for (int64_t c = 0; c < OC; c++)
+                    id[c] = first;
                 for (int64_t i = 0; i < KH; i++)
                     for (int64_t j = 0; j < KW; j++) {
                         const int32_t off = (int32_t)(((ph * KH + i) * OW + pw * KW + j) * OC);
@@ -396,12 +412,14 @@ static void rt__pool_rows_bwd(const rt__node *nd, int64_t nb, const float *dy, f
                 }
                 /* the only nonzero of each window and channel: db's sum */
                 if (db)
-                    for (int64_t c = 0; c < OC; c++) db[c] += m[c];
+                    for (int64_t c = 0; c < OC; c++)
+                        db[c] += m[c];
                 for (int64_t i = 0; i < KH; i++)
                     for (int64_t j = 0; j < KW; j++) {
                         const int32_t off = (int32_t)(((ph * KH + i) * OW + pw * KW + j) * OC);
                         float *restrict o = zb + off;
-                        for (int64_t c = 0; c < OC; c++) o[c] = id[c] == off ? m[c] : 0.0f;
+                        for (int64_t c = 0; c < OC; c++)
+                            o[c] = id[c] == off ? m[c] : 0.0f;
                     }
             }
         /* cells right of and below the last windows feed nothing */
@@ -435,25 +453,31 @@ int rt_kern_conv_chunk_floats = 128 * 1024;
  *     where im2col forms it per chunk in cache); strided: im2col.
  * Never with a fused pool (the primitive would write the whole pre-pool
  * tensor that the fusion avoids), nor K <= 64 (the microkernel's shapes). */
-static int rt__conv_dnnl_dirs(const rt__conv_params *cv, const rt_kern_conv_plan *kp,
-                              int64_t B)
+static int rt__conv_dnnl_dirs(const rt__conv_params *cv, const rt_kern_conv_plan *kp, int64_t B)
 {
-    if (kp->pool || cv->G > 1 || rt_kern_conv_impl == RT_KERN_CONV_IM2COL) return 0;
-    if (rt_kern_conv_impl == RT_KERN_CONV_DNNL) return RT_KERN_DN_F | RT_KERN_DN_D | RT_KERN_DN_W;
-    if (rt_kern_conv_impl & RT_KERN_CONV_DIRS) return rt_kern_conv_impl & 7;
+    if (kp->pool || cv->G > 1 || rt_kern_conv_impl == RT_KERN_CONV_IM2COL)
+        return 0;
+    if (rt_kern_conv_impl == RT_KERN_CONV_DNNL)
+        return RT_KERN_DN_F | RT_KERN_DN_D | RT_KERN_DN_W;
+    if (rt_kern_conv_impl & RT_KERN_CONV_DIRS)
+        return rt_kern_conv_impl & 7;
     /* Off by default until an open fault is found: with this rule on,
      * torchvision's resnet18 (onnx_torchvision) gets gradients 0.5-5% off
      * im2col's from its first step, even when only its 8x8 layers'
      * forward passes take the primitives, while every forced mode (all
      * directions, or any one, on every layer) matches im2col to 1e-6.
      * rt_kern_conv_impl = RT_KERN_CONV_AUTO_DNNL applies the rule below. */
-    if (rt_kern_conv_impl != RT_KERN_CONV_AUTO_DNNL) return 0;
+    if (rt_kern_conv_impl != RT_KERN_CONV_AUTO_DNNL)
+        return 0;
     const int64_t K = cv->KH * cv->KW * cv->C, P = cv->OH * cv->OW;
-    if (K <= 64 || cv->KH * cv->KW == 1 || B * P * K * cv->OC < RT__PAR_MACS) return 0;
+    if (K <= 64 || cv->KH * cv->KW == 1 || B * P * K * cv->OC < RT__PAR_MACS)
+        return 0;
     const int s1 = cv->SH == 1 && cv->SW == 1;
     int d = !cv->act || P <= 64 ? RT_KERN_DN_D : 0;
-    if (s1 && P >= 64) d |= RT_KERN_DN_F;
-    if (s1 && P <= 64) d |= RT_KERN_DN_W;
+    if (s1 && P >= 64)
+        d |= RT_KERN_DN_F;
+    if (s1 && P <= 64)
+        d |= RT_KERN_DN_W;
     return d;
 }
 
@@ -462,7 +486,8 @@ static int rt__conv_dnnl_dirs(const rt__conv_params *cv, const rt_kern_conv_plan
 int rt_kern_conv2d_can_fuse_maxpool(const rt__node *conv, const rt__node *pool)
 {
     const rt__conv_params *cv = rt__conv_cp(conv), *pp = rt__conv_cp(pool);
-    if (cv->G > 1) return 0;
+    if (cv->G > 1)
+        return 0;
     return pp->SH == pp->KH && pp->SW == pp->KW && !pp->PT && !pp->PL &&
            pp->OH * pp->KH <= cv->OH && pp->OW * pp->KW <= cv->OW;
 }
@@ -481,11 +506,14 @@ int rt_kern_conv2d_prepare(rt__node *nd, int64_t B, rt__arena *A)
         return 0;
     }
     rt_kern_conv_plan *kp = rt__arena_alloc(A, sizeof *kp);
-    if (!kp) return RT_ENOMEM;
+    if (!kp)
+        return RT_ENOMEM;
     const int64_t P = cv->OH * cv->OW, OC = cv->OC, K = cv->KH * cv->KW * cv->C;
     int64_t cs = RT__CONV_CHUNK_FLOATS / (P * (K + OC));
-    if (cs < 1) cs = 1;
-    if (cs > B) cs = B;
+    if (cs < 1)
+        cs = 1;
+    if (cs > B)
+        cs = B;
     kp->chunk = cs;
     /* a sample too large for the budget is cut into bands of output lines
      * (not with a fused pool, whose windows span lines): ResNet's and the
@@ -494,8 +522,10 @@ int rt_kern_conv2d_prepare(rt__node *nd, int64_t B, rt__arena *A)
     kp->lines = cv->OH;
     if (P * (K + OC) > RT__CONV_CHUNK_FLOATS && !nd->fused) {
         kp->lines = RT__CONV_CHUNK_FLOATS / (cv->OW * (K + OC));
-        if (kp->lines < 1) kp->lines = 1;
-        if (kp->lines > cv->OH) kp->lines = cv->OH;
+        if (kp->lines < 1)
+            kp->lines = 1;
+        if (kp->lines > cv->OH)
+            kp->lines = cv->OH;
     }
     kp->crows = kp->lines < cv->OH ? kp->lines * cv->OW : cs * P;
     kp->direct = cv->KH == 1 && cv->KW == 1 && cv->SH == 1 && cv->SW == 1;
@@ -522,7 +552,8 @@ int rt_kern_conv2d_prepare(rt__node *nd, int64_t B, rt__arena *A)
          * primitives would not fit */
         if (kp->dn) {
             const int64_t f = rt_kern_dconv_scratch(kp->dn, cv, B);
-            if (f > nd->scratch_floats) nd->scratch_floats = f;
+            if (f > nd->scratch_floats)
+                nd->scratch_floats = f;
         }
     }
     return 0;
@@ -540,14 +571,13 @@ static inline int64_t rt__cps(const rt_kern_conv_plan *kp, const rt__conv_params
     return kp->lines < cv->OH ? (cv->OH + kp->lines - 1) / kp->lines : 1;
 }
 
-static inline int64_t rt__nchunks(const rt_kern_conv_plan *kp, const rt__conv_params *cv,
-                                  int64_t n)
+static inline int64_t rt__nchunks(const rt_kern_conv_plan *kp, const rt__conv_params *cv, int64_t n)
 {
     return kp->lines < cv->OH ? n * rt__cps(kp, cv) : (n + kp->chunk - 1) / kp->chunk;
 }
 
 static inline rt__cchunk rt__chunk_of(const rt_kern_conv_plan *kp, const rt__conv_params *cv,
-                                     int64_t n, int64_t ch)
+                                      int64_t n, int64_t ch)
 {
     rt__cchunk c;
     if (kp->lines < cv->OH) {
@@ -587,8 +617,10 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
     const float *w = a->x[1];
     const float *bias = cv->bias ? a->x[2] : NULL;
     int nt = (int)kp->nt;
-    if (n * P * K * OC < RT__PAR_MACS) nt = 1;
-    else if (nt > nch) nt = (int)nch;
+    if (n * P * K * OC < RT__PAR_MACS)
+        nt = 1;
+    else if (nt > nch)
+        nt = (int)nch;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t ch = 0; ch < nch; ch++) {
         float *col = a->scratch + (int64_t)omp_get_thread_num() * kp->tstride;
@@ -603,7 +635,8 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
         /* with a fused pool the convolution's rows go to scratch first */
         float *y = kp->pool ? col + kp->crows * K : a->y + c.r0 * OC;
         rt__conv_rows(nd, c.rows, K, OC, A, w, bias, y);
-        if (kp->pool) rt__pool_rows(cv, kp, c.nb, y, a->y + c.s0 * kp->ph * kp->pw * OC);
+        if (kp->pool)
+            rt__pool_rows(cv, kp, c.nb, y, a->y + c.s0 * kp->ph * kp->pw * OC);
     }
 }
 
@@ -625,12 +658,17 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
         /* the primitives take their directions, im2col below the rest */
         rt__kargs k = *a;
         rest = *a;
-        if (kp->dn_dirs & RT_KERN_DN_D) rest.dx[0] = NULL;
-        else k.dx[0] = NULL;
-        if (kp->dn_dirs & RT_KERN_DN_W) rest.dx[1] = rest.dx[2] = NULL;
-        else k.dx[1] = k.dx[2] = NULL;
+        if (kp->dn_dirs & RT_KERN_DN_D)
+            rest.dx[0] = NULL;
+        else
+            k.dx[0] = NULL;
+        if (kp->dn_dirs & RT_KERN_DN_W)
+            rest.dx[1] = rest.dx[2] = NULL;
+        else
+            k.dx[1] = k.dx[2] = NULL;
         if ((k.dx[0] || k.dx[1] || k.dx[2]) && rt_kern_dconv_bwd(&k, kp->dn, kp->B) == 0) {
-            if (!rest.dx[0] && !rest.dx[1] && !rest.dx[2]) return;
+            if (!rest.dx[0] && !rest.dx[1] && !rest.dx[2])
+                return;
             a = &rest;
         }
     }
@@ -647,21 +685,27 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
     int nt = (int)kp->nt;
     /* threads take whole samples when chunks are bands of lines: the
      * bands of one sample add into overlapping lines of its dx */
-    if (n * P * K * OC < RT__PAR_MACS) nt = 1;
-    else if (nt > nch / cps) nt = (int)(nch / cps);
-    if (nt < 1) nt = 1;
+    if (n * P * K * OC < RT__PAR_MACS)
+        nt = 1;
+    else if (nt > nch / cps)
+        nt = (int)(nch / cps);
+    if (nt < 1)
+        nt = 1;
     int team = 1;
 #pragma omp parallel num_threads(nt)
     {
         const int T = omp_get_num_threads(), t = omp_get_thread_num();
-        if (t == 0) team = T;
+        if (t == 0)
+            team = T;
         float *col = a->scratch + (int64_t)t * TS;
         float *dzbuf = col + CR * K;
         float *pdw = dzbuf + CR * OC, *pdb = pdw + K * OC;
         const int64_t c0 = cps > 1 ? n * t / T * cps : nch * t / T;
         const int64_t c1 = cps > 1 ? n * (t + 1) / T * cps : nch * (t + 1) / T;
-        if (dw) memset(pdw, 0, sizeof(float) * (size_t)(K * OC));
-        if (db) memset(pdb, 0, sizeof(float) * (size_t)OC);
+        if (dw)
+            memset(pdw, 0, sizeof(float) * (size_t)(K * OC));
+        if (db)
+            memset(pdb, 0, sizeof(float) * (size_t)OC);
         for (int64_t ch = c0; ch < c1; ch++) {
             const rt__cchunk c = rt__chunk_of(kp, cv, n, ch);
             const int64_t s0 = c.s0, nb = c.nb, rows = c.rows;
@@ -675,27 +719,27 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
                     rt__im2col(cv, a->x[0], s0, nb, c.oh0, c.oh1, col);
                     A = col;
                 }
-                rt__conv_rows(nd, rows, K, OC, A, a->x[1], cv->bias ? a->x[2] : NULL,
-                              dzbuf);
-                rt__pool_rows_bwd(nd, nb, a->dy + s0 * kp->ph * kp->pw * OC,
-                                  dzbuf, pdb + OC, db ? pdb : NULL);
+                rt__conv_rows(nd, rows, K, OC, A, a->x[1], cv->bias ? a->x[2] : NULL, dzbuf);
+                rt__pool_rows_bwd(nd, nb, a->dy + s0 * kp->ph * kp->pw * OC, dzbuf, pdb + OC,
+                                  db ? pdb : NULL);
                 dz = dzbuf;
                 if (dw) {
-                    if (rt__mk_fits(K, OC)) rt__mk_dw(rows, K, OC, A, dz, pdw);
-                    else rt__gemm(1, 0, K, OC, rows, A, K, dz, OC, 1.0f, pdw, OC);
+                    if (rt__mk_fits(K, OC))
+                        rt__mk_dw(rows, K, OC, A, dz, pdw);
+                    else
+                        rt__gemm(1, 0, K, OC, rows, A, K, dz, OC, 1.0f, pdw, OC);
                 }
                 goto dx_part;
             }
-            if (dw && rt__mk_fits(K, OC) &&
-                (cv->act == RT__ACT_NONE || cv->act == RT__ACT_RELU)) {
+            if (dw && rt__mk_fits(K, OC) && (cv->act == RT__ACT_NONE || cv->act == RT__ACT_RELU)) {
                 /* one pass over dy and y for dz, db and dW's first columns */
                 const float *A = x;
                 if (!direct) {
                     rt__im2col(cv, a->x[0], s0, nb, c.oh0, c.oh1, col);
                     A = col;
                 }
-                rt__mk_dw_fused(rows, K, OC, A, dz, a->y + c.r0 * OC,
-                                cv->act == RT__ACT_RELU, dzbuf, pdw, db ? pdb : NULL);
+                rt__mk_dw_fused(rows, K, OC, A, dz, a->y + c.r0 * OC, cv->act == RT__ACT_RELU,
+                                dzbuf, pdw, db ? pdb : NULL);
                 dz = dzbuf;
                 goto dx_part;
             }
@@ -709,22 +753,25 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
                     rt__im2col(cv, a->x[0], s0, nb, c.oh0, c.oh1, col);
                     A = col;
                 }
-                if (rt__mk_fits(K, OC)) rt__mk_dw(rows, K, OC, A, dz, pdw);
-                else rt__gemm(1, 0, K, OC, rows, A, K, dz, OC, 1.0f, pdw, OC);
+                if (rt__mk_fits(K, OC))
+                    rt__mk_dw(rows, K, OC, A, dz, pdw);
+                else
+                    rt__gemm(1, 0, K, OC, rows, A, K, dz, OC, 1.0f, pdw, OC);
             }
             if (db) {
                 for (int64_t r = 0; r < rows; r++) {
                     const float *restrict d = dz + r * OC;
                     float *restrict bb = pdb;
-                    for (int64_t c = 0; c < OC; c++) bb[c] += d[c];
+                    for (int64_t c = 0; c < OC; c++)
+                        bb[c] += d[c];
                 }
             }
         dx_part:
             if (dx) {
                 if (direct) {
                     float *dxc = dx + c.r0 * K;
-                    rt__gemm(0, 1, rows, K, OC, dz, OC, a->x[1], OC,
-                             (a->accum & 1u) ? 1.0f : 0.0f, dxc, K);
+                    rt__gemm(0, 1, rows, K, OC, dz, OC, a->x[1], OC, (a->accum & 1u) ? 1.0f : 0.0f,
+                             dxc, K);
                 } else {
                     rt__gemm(0, 1, rows, K, OC, dz, OC, a->x[1], OC, 0.0f, col, K);
                     if (!(a->accum & 1u) && c.oh0 == 0) /* a sample's first band */
@@ -737,21 +784,26 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
     /* sum the per-thread partials in thread order */
     if (dw) {
         const int64_t m = K * OC;
-        if (!(a->accum & 2u)) memcpy(dw, a->scratch + CR * (K + OC), sizeof(float) * (size_t)m);
+        if (!(a->accum & 2u))
+            memcpy(dw, a->scratch + CR * (K + OC), sizeof(float) * (size_t)m);
         else
-            for (int64_t i = 0; i < m; i++) dw[i] += a->scratch[CR * (K + OC) + i];
+            for (int64_t i = 0; i < m; i++)
+                dw[i] += a->scratch[CR * (K + OC) + i];
         for (int t = 1; t < team; t++) {
             const float *restrict p = a->scratch + (int64_t)t * TS + CR * (K + OC);
-            for (int64_t i = 0; i < m; i++) dw[i] += p[i];
+            for (int64_t i = 0; i < m; i++)
+                dw[i] += p[i];
         }
     }
     if (db) {
         const int64_t off = CR * (K + OC) + K * OC;
         for (int t = 0; t < team; t++) {
             const float *restrict p = a->scratch + (int64_t)t * TS + off;
-            if (t == 0 && !(a->accum & 4u)) memcpy(db, p, sizeof(float) * (size_t)OC);
+            if (t == 0 && !(a->accum & 4u))
+                memcpy(db, p, sizeof(float) * (size_t)OC);
             else
-                for (int64_t c = 0; c < OC; c++) db[c] += p[c];
+                for (int64_t c = 0; c < OC; c++)
+                    db[c] += p[c];
         }
     }
 }

@@ -26,14 +26,14 @@ typedef struct rt_kern_conv_plan {
     const rt_kern_dconv *dn; /* oneDNN's primitives, for the directions in dn_dirs */
     int dn_dirs;             /* RT_KERN_DN_*: which directions run on them */
     int64_t B;               /* the batch the scratch is sized for */
-    int64_t chunk;       /* samples per im2col chunk */
-    int64_t lines;       /* output lines per chunk (< OH: chunks are bands of one sample) */
-    int64_t crows;       /* column-matrix rows a chunk holds at most */
-    int direct;          /* 1x1, stride 1, no pad: x is the column matrix */
-    int nt;              /* threads the scratch is sized for */
-    int64_t tstride;     /* scratch floats per thread */
-    int64_t pool, poolw; /* fused max pool window (0: none) */
-    int64_t ph, pw;      /* pooled output per sample */
+    int64_t chunk;           /* samples per im2col chunk */
+    int64_t lines;           /* output lines per chunk (< OH: chunks are bands of one sample) */
+    int64_t crows;           /* column-matrix rows a chunk holds at most */
+    int direct;              /* 1x1, stride 1, no pad: x is the column matrix */
+    int nt;                  /* threads the scratch is sized for */
+    int64_t tstride;         /* scratch floats per thread */
+    int64_t pool, poolw;     /* fused max pool window (0: none) */
+    int64_t ph, pw;          /* pooled output per sample */
 } rt_kern_conv_plan;
 
 /* Conv2D + MaxPool2D (the compiler's fuse pass asks when the convolution's

@@ -19,17 +19,18 @@
  * one window cell; the depthwise case (one input channel per group) is a
  * contiguous multiply-add per multiplier */
 static inline void rt__gconv_cell(const float *restrict xr, const float *restrict wr,
-                                  float *restrict y, int64_t C, int64_t Cg, int64_t OC,
-                                  int64_t OCg)
+                                  float *restrict y, int64_t C, int64_t Cg, int64_t OC, int64_t OCg)
 {
     if (Cg == 1 && OCg == 1) {
-        for (int64_t o = 0; o < OC; o++) y[o] += xr[o] * wr[o];
+        for (int64_t o = 0; o < OC; o++)
+            y[o] += xr[o] * wr[o];
     } else if (Cg == 1) {
         for (int64_t c = 0; c < C; c++) {
             const float xv = xr[c];
             float *restrict yc = y + c * OCg;
             const float *restrict wc = wr + c * OCg;
-            for (int64_t m = 0; m < OCg; m++) yc[m] += xv * wc[m];
+            for (int64_t m = 0; m < OCg; m++)
+                yc[m] += xv * wc[m];
         }
     } else {
         for (int64_t g = 0; g < C / Cg; g++)
@@ -37,7 +38,8 @@ static inline void rt__gconv_cell(const float *restrict xr, const float *restric
                 const float xv = xr[g * Cg + ci];
                 float *restrict yg = y + g * OCg;
                 const float *restrict wg = wr + ci * OC + g * OCg;
-                for (int64_t m = 0; m < OCg; m++) yg[m] += xv * wg[m];
+                for (int64_t m = 0; m < OCg; m++)
+                    yg[m] += xv * wg[m];
             }
     }
 }
@@ -49,8 +51,12 @@ static inline void rt__gconv_cell_bwd(const float *restrict xr, const float *res
                                       int64_t OCg)
 {
     if (Cg == 1 && OCg == 1) {
-        if (dwr) for (int64_t o = 0; o < OC; o++) dwr[o] += xr[o] * dz[o];
-        if (dxr) for (int64_t o = 0; o < OC; o++) dxr[o] += wr[o] * dz[o];
+        if (dwr)
+            for (int64_t o = 0; o < OC; o++)
+                dwr[o] += xr[o] * dz[o];
+        if (dxr)
+            for (int64_t o = 0; o < OC; o++)
+                dxr[o] += wr[o] * dz[o];
         return;
     }
     for (int64_t g = 0; g < C / Cg; g++)
@@ -59,11 +65,13 @@ static inline void rt__gconv_cell_bwd(const float *restrict xr, const float *res
             const float *restrict d = dz + g * OCg;
             if (dwr) {
                 const float xv = xr[xc];
-                for (int64_t m = 0; m < OCg; m++) dwr[wo + m] += xv * d[m];
+                for (int64_t m = 0; m < OCg; m++)
+                    dwr[wo + m] += xv * d[m];
             }
             if (dxr) {
                 float acc = 0.0f;
-                for (int64_t m = 0; m < OCg; m++) acc += wr[wo + m] * d[m];
+                for (int64_t m = 0; m < OCg; m++)
+                    acc += wr[wo + m] * d[m];
                 dxr[xc] += acc;
             }
         }
@@ -89,16 +97,20 @@ void rt_kern_gconv_fwd(const rt__kargs *a)
         for (int64_t oh = 0; oh < OH; oh++) {
             for (int64_t ow = 0; ow < OW; ow++) {
                 float *restrict y = a->y + ((s * OH + oh) * OW + ow) * OC;
-                if (bias) memcpy(y, bias, sizeof(float) * (size_t)OC);
-                else memset(y, 0, sizeof(float) * (size_t)OC);
+                if (bias)
+                    memcpy(y, bias, sizeof(float) * (size_t)OC);
+                else
+                    memset(y, 0, sizeof(float) * (size_t)OC);
                 for (int64_t kh = 0; kh < cv->KH; kh++) {
                     const int64_t ih = oh * cv->SH - cv->PT + kh * cv->DH;
-                    if (ih < 0 || ih >= H) continue;
+                    if (ih < 0 || ih >= H)
+                        continue;
                     for (int64_t kw = 0; kw < cv->KW; kw++) {
                         const int64_t iw = ow * cv->SW - cv->PL + kw * cv->DW;
-                        if (iw < 0 || iw >= W) continue;
-                        rt__gconv_cell(x + (ih * W + iw) * C, w + (kh * cv->KW + kw) * Cg * OC,
-                                       y, C, Cg, OC, OCg);
+                        if (iw < 0 || iw >= W)
+                            continue;
+                        rt__gconv_cell(x + (ih * W + iw) * C, w + (kh * cv->KW + kw) * Cg * OC, y,
+                                       C, Cg, OC, OCg);
                     }
                 }
                 rt_kern_act_fwd(cv->act, y, OC);
@@ -125,26 +137,33 @@ void rt_kern_gconv_bwd(const rt__kargs *a)
 #pragma omp parallel num_threads(nt)
     {
         const int T = omp_get_num_threads(), t = omp_get_thread_num();
-        if (t == 0) team = T;
+        if (t == 0)
+            team = T;
         float *pdw = a->scratch + (int64_t)t * TS, *pdb = pdw + KW_, *dz = pdb + OC;
         memset(pdw, 0, sizeof(float) * (size_t)(KW_ + OC));
         const int64_t s0 = n * t / T, s1 = n * (t + 1) / T;
         for (int64_t s = s0; s < s1; s++) {
             const float *x = a->x[0] + s * H * W * C;
             float *dxs = dx ? dx + s * H * W * C : NULL;
-            if (dxs && !(a->accum & 1u)) memset(dxs, 0, sizeof(float) * (size_t)(H * W * C));
+            if (dxs && !(a->accum & 1u))
+                memset(dxs, 0, sizeof(float) * (size_t)(H * W * C));
             for (int64_t oh = 0; oh < OH; oh++) {
                 for (int64_t ow = 0; ow < OW; ow++) {
                     const int64_t yo = ((s * OH + oh) * OW + ow) * OC;
-                    if (cv->act) rt_kern_act_bwd(cv->act, dz, a->dy + yo, a->y + yo, OC);
-                    else memcpy(dz, a->dy + yo, sizeof(float) * (size_t)OC);
-                    for (int64_t o = 0; o < OC; o++) pdb[o] += dz[o];
+                    if (cv->act)
+                        rt_kern_act_bwd(cv->act, dz, a->dy + yo, a->y + yo, OC);
+                    else
+                        memcpy(dz, a->dy + yo, sizeof(float) * (size_t)OC);
+                    for (int64_t o = 0; o < OC; o++)
+                        pdb[o] += dz[o];
                     for (int64_t kh = 0; kh < cv->KH; kh++) {
                         const int64_t ih = oh * cv->SH - cv->PT + kh * cv->DH;
-                        if (ih < 0 || ih >= H) continue;
+                        if (ih < 0 || ih >= H)
+                            continue;
                         for (int64_t kw = 0; kw < cv->KW; kw++) {
                             const int64_t iw = ow * cv->SW - cv->PL + kw * cv->DW;
-                            if (iw < 0 || iw >= W) continue;
+                            if (iw < 0 || iw >= W)
+                                continue;
                             const int64_t xo = (ih * W + iw) * C, wo = (kh * cv->KW + kw) * Cg * OC;
                             rt__gconv_cell_bwd(x + xo, w + wo, dz, dxs ? dxs + xo : NULL,
                                                dw ? pdw + wo : NULL, C, Cg, OC, OCg);
@@ -157,12 +176,18 @@ void rt_kern_gconv_bwd(const rt__kargs *a)
     for (int t = 0; t < team; t++) {
         const float *p = a->scratch + (int64_t)t * TS;
         if (dw) {
-            if (t == 0 && !(a->accum & 2u)) memcpy(dw, p, sizeof(float) * (size_t)KW_);
-            else for (int64_t i = 0; i < KW_; i++) dw[i] += p[i];
+            if (t == 0 && !(a->accum & 2u))
+                memcpy(dw, p, sizeof(float) * (size_t)KW_);
+            else
+                for (int64_t i = 0; i < KW_; i++)
+                    dw[i] += p[i];
         }
         if (db) {
-            if (t == 0 && !(a->accum & 4u)) memcpy(db, p + KW_, sizeof(float) * (size_t)OC);
-            else for (int64_t o = 0; o < OC; o++) db[o] += p[KW_ + o];
+            if (t == 0 && !(a->accum & 4u))
+                memcpy(db, p + KW_, sizeof(float) * (size_t)OC);
+            else
+                for (int64_t o = 0; o < OC; o++)
+                    db[o] += p[KW_ + o];
         }
     }
 }
@@ -177,31 +202,36 @@ void rt_kern_convt_fwd(const rt__kargs *a)
     /* groups: output channel o reads the Cg input channels of its group */
     const int64_t G = cv->G > 0 ? cv->G : 1, Cg = C / G, OCg = OC / G;
     const float *w = a->x[1], *bias = cv->bias ? a->x[2] : NULL;
-    const int nt = n * H * W * Cg * cv->KH * cv->KW * OC < (INT64_C(1) << 20)
-                       ? 1 : rt_kern_conv_threads();
+    const int nt =
+        n * H * W * Cg * cv->KH * cv->KW * OC < (INT64_C(1) << 20) ? 1 : rt_kern_conv_threads();
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t s = 0; s < n; s++) {
         const float *x = a->x[0] + s * H * W * C;
         float *y = a->y + s * OH * OW * OC;
         for (int64_t p = 0; p < OH * OW; p++) {
-            if (bias) memcpy(y + p * OC, bias, sizeof(float) * (size_t)OC);
-            else memset(y + p * OC, 0, sizeof(float) * (size_t)OC);
+            if (bias)
+                memcpy(y + p * OC, bias, sizeof(float) * (size_t)OC);
+            else
+                memset(y + p * OC, 0, sizeof(float) * (size_t)OC);
         }
         for (int64_t h = 0; h < H; h++) {
             for (int64_t wi = 0; wi < W; wi++) {
                 const float *restrict xr = x + (h * W + wi) * C;
                 for (int64_t kh = 0; kh < cv->KH; kh++) {
                     const int64_t oh = h * cv->SH - cv->PT + kh * cv->DH;
-                    if (oh < 0 || oh >= OH) continue;
+                    if (oh < 0 || oh >= OH)
+                        continue;
                     for (int64_t kw = 0; kw < cv->KW; kw++) {
                         const int64_t ow = wi * cv->SW - cv->PL + kw * cv->DW;
-                        if (ow < 0 || ow >= OW) continue;
+                        if (ow < 0 || ow >= OW)
+                            continue;
                         float *restrict yr = y + (oh * OW + ow) * OC;
                         const float *restrict wr = w + (kh * cv->KW + kw) * OC * Cg;
                         for (int64_t o = 0; o < OC; o++) {
                             const float *restrict xg = xr + o / OCg * Cg;
                             float acc = 0.0f;
-                            for (int64_t i = 0; i < Cg; i++) acc += wr[o * Cg + i] * xg[i];
+                            for (int64_t i = 0; i < Cg; i++)
+                                acc += wr[o * Cg + i] * xg[i];
                             yr[o] += acc;
                         }
                     }
@@ -233,13 +263,16 @@ void rt_kern_convt_bwd(const rt__kargs *a)
     const int64_t KW_ = cv->KH * cv->KW * OC * Cg, TS = (KW_ + OC + 15) & ~(int64_t)15;
     const float *w = a->x[1];
     float *dx = a->dx[0], *dw = a->dx[1], *db = cv->bias ? a->dx[2] : NULL;
-    int nt = n * H * W * Cg * cv->KH * cv->KW * OC < (INT64_C(1) << 20) ? 1 : rt_kern_conv_threads();
-    if (nt > n) nt = (int)n;
+    int nt =
+        n * H * W * Cg * cv->KH * cv->KW * OC < (INT64_C(1) << 20) ? 1 : rt_kern_conv_threads();
+    if (nt > n)
+        nt = (int)n;
     int team = 1;
 #pragma omp parallel num_threads(nt)
     {
         const int T = omp_get_num_threads(), t = omp_get_thread_num();
-        if (t == 0) team = T;
+        if (t == 0)
+            team = T;
         float *pdw = a->scratch + (int64_t)t * TS, *pdb = pdw + KW_;
         memset(pdw, 0, sizeof(float) * (size_t)(KW_ + OC));
         const int64_t s0 = n * t / T, s1 = n * (t + 1) / T;
@@ -248,18 +281,22 @@ void rt_kern_convt_bwd(const rt__kargs *a)
             const float *dy = a->dy + s * OH * OW * OC;
             if (db)
                 for (int64_t p = 0; p < OH * OW; p++)
-                    for (int64_t o = 0; o < OC; o++) pdb[o] += dy[p * OC + o];
+                    for (int64_t o = 0; o < OC; o++)
+                        pdb[o] += dy[p * OC + o];
             for (int64_t h = 0; h < H; h++) {
                 for (int64_t wi = 0; wi < W; wi++) {
                     const float *restrict xr = x + (h * W + wi) * C;
                     float *restrict dxr = dx ? dx + ((s * H + h) * W + wi) * C : NULL;
-                    if (dxr && !(a->accum & 1u)) memset(dxr, 0, sizeof(float) * (size_t)C);
+                    if (dxr && !(a->accum & 1u))
+                        memset(dxr, 0, sizeof(float) * (size_t)C);
                     for (int64_t kh = 0; kh < cv->KH; kh++) {
                         const int64_t oh = h * cv->SH - cv->PT + kh * cv->DH;
-                        if (oh < 0 || oh >= OH) continue;
+                        if (oh < 0 || oh >= OH)
+                            continue;
                         for (int64_t kw = 0; kw < cv->KW; kw++) {
                             const int64_t ow = wi * cv->SW - cv->PL + kw * cv->DW;
-                            if (ow < 0 || ow >= OW) continue;
+                            if (ow < 0 || ow >= OW)
+                                continue;
                             const float *restrict g = dy + (oh * OW + ow) * OC;
                             const int64_t wo = (kh * cv->KW + kw) * OC * Cg;
                             for (int64_t o = 0; o < OC; o++) {
@@ -281,12 +318,18 @@ void rt_kern_convt_bwd(const rt__kargs *a)
     for (int t = 0; t < team; t++) {
         const float *p = a->scratch + (int64_t)t * TS;
         if (dw) {
-            if (t == 0 && !(a->accum & 2u)) memcpy(dw, p, sizeof(float) * (size_t)KW_);
-            else for (int64_t i = 0; i < KW_; i++) dw[i] += p[i];
+            if (t == 0 && !(a->accum & 2u))
+                memcpy(dw, p, sizeof(float) * (size_t)KW_);
+            else
+                for (int64_t i = 0; i < KW_; i++)
+                    dw[i] += p[i];
         }
         if (db) {
-            if (t == 0 && !(a->accum & 4u)) memcpy(db, p + KW_, sizeof(float) * (size_t)OC);
-            else for (int64_t o = 0; o < OC; o++) db[o] += p[KW_ + o];
+            if (t == 0 && !(a->accum & 4u))
+                memcpy(db, p + KW_, sizeof(float) * (size_t)OC);
+            else
+                for (int64_t o = 0; o < OC; o++)
+                    db[o] += p[KW_ + o];
         }
     }
 }

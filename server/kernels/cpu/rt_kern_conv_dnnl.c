@@ -37,8 +37,8 @@ struct rt_kern_dconv {
     rt__dconv_key key;
     int ok; /* 0: oneDNN refused a descriptor; the caller uses im2col */
     dnnl_primitive_t fwd, bwd_d, bwd_w;
-    dnnl_primitive_t w_fwd, w_bwd_d;  /* hwio -> the primitive's layout, or NULL */
-    dnnl_primitive_t dw_set, dw_add;  /* diff weights -> hwio, = and += */
+    dnnl_primitive_t w_fwd, w_bwd_d; /* hwio -> the primitive's layout, or NULL */
+    dnnl_primitive_t dw_set, dw_add; /* diff weights -> hwio, = and += */
     dnnl_memory_desc_t src, dst, bias, hwio, wf, wd, dwd; /* wf/wd/dwd: preferred */
     dnnl_memory_desc_t sp_fwd, sp_bwd_d, sp_bwd_w, sp_rf, sp_rd, sp_ws, sp_wa;
     int64_t wbuf_floats; /* largest preferred weight tensor */
@@ -65,7 +65,8 @@ int rt_kern_conv_impl = RT_KERN_CONV_AUTO;
 
 static void rt__deng_init(void)
 {
-    if (dnnl_engine_create(&rt__deng, dnnl_cpu, 0) != dnnl_success) rt__deng = NULL;
+    if (dnnl_engine_create(&rt__deng, dnnl_cpu, 0) != dnnl_success)
+        rt__deng = NULL;
 }
 
 static rt__dconv_key rt__key(const rt__conv_params *cv, int64_t n)
@@ -90,9 +91,11 @@ static int rt__pd(const void *desc, const_dnnl_post_ops_t po, const_dnnl_primiti
                   dnnl_primitive_desc_t *pd)
 {
     dnnl_primitive_attr_t at;
-    if (dnnl_primitive_attr_create(&at) != dnnl_success) return -1;
+    if (dnnl_primitive_attr_create(&at) != dnnl_success)
+        return -1;
     dnnl_primitive_attr_set_scratchpad_mode(at, dnnl_scratchpad_mode_user);
-    if (po) dnnl_primitive_attr_set_post_ops(at, po);
+    if (po)
+        dnnl_primitive_attr_set_post_ops(at, po);
     const dnnl_status_t st = dnnl_primitive_desc_create(pd, desc, at, rt__deng, hint);
     dnnl_primitive_attr_destroy(at);
     return st == dnnl_success ? 0 : -1;
@@ -105,9 +108,11 @@ static int rt__reorder(const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *
 {
     *p = NULL;
     memset(sp, 0, sizeof *sp);
-    if (!sum && dnnl_memory_desc_equal(src, dst)) return 0;
+    if (!sum && dnnl_memory_desc_equal(src, dst))
+        return 0;
     dnnl_primitive_attr_t at;
-    if (dnnl_primitive_attr_create(&at) != dnnl_success) return -1;
+    if (dnnl_primitive_attr_create(&at) != dnnl_success)
+        return -1;
     dnnl_primitive_attr_set_scratchpad_mode(at, dnnl_scratchpad_mode_user);
     dnnl_post_ops_t po = NULL;
     if (sum) {
@@ -118,8 +123,10 @@ static int rt__reorder(const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *
     dnnl_primitive_desc_t pd;
     dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, src, rt__deng, dst, rt__deng, at);
     dnnl_primitive_attr_destroy(at);
-    if (po) dnnl_post_ops_destroy(po);
-    if (st != dnnl_success) return -1;
+    if (po)
+        dnnl_post_ops_destroy(po);
+    if (st != dnnl_success)
+        return -1;
     *sp = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     st = dnnl_primitive_create(p, pd);
     dnnl_primitive_desc_destroy(pd);
@@ -128,10 +135,11 @@ static int rt__reorder(const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *
 
 static void rt__dconv_free(rt_kern_dconv *d)
 {
-    dnnl_primitive_t *ps[] = {&d->fwd, &d->bwd_d, &d->bwd_w, &d->w_fwd,
+    dnnl_primitive_t *ps[] = {&d->fwd,     &d->bwd_d,  &d->bwd_w, &d->w_fwd,
                               &d->w_bwd_d, &d->dw_set, &d->dw_add};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
-        if (*ps[i]) dnnl_primitive_destroy(*ps[i]);
+        if (*ps[i])
+            dnnl_primitive_destroy(*ps[i]);
     free(d);
 }
 
@@ -139,16 +147,19 @@ static void rt__dconv_free(rt_kern_dconv *d)
 static rt_kern_dconv *rt__dconv_build(const rt__dconv_key *k)
 {
     pthread_once(&rt__deng_once, rt__deng_init);
-    if (!rt__deng) return NULL;
+    if (!rt__deng)
+        return NULL;
     if (k->act != RT__ACT_NONE && k->act != RT__ACT_RELU && k->act != RT__ACT_SIGMOID &&
         k->act != RT__ACT_TANH)
         return NULL;
     rt_kern_dconv *d = calloc(1, sizeof *d);
-    if (!d) return NULL;
+    if (!d)
+        return NULL;
     d->key = *k;
     const int serial = k->n * k->OH * k->OW * k->OC * k->KH * k->KW * k->C < RT__DCONV_PAR_MACS;
     const int outer = serial && !omp_in_parallel() ? omp_get_max_threads() : 0;
-    if (outer > 1) omp_set_num_threads(1);
+    if (outer > 1)
+        omp_set_num_threads(1);
     /* oneDNN's right padding makes its output size formula land on ours;
      * a 'valid' window that leaves input columns unread needs none */
     const int64_t rb = (k->OH - 1) * k->SH + (k->KH - 1) * k->DH + 1 - k->H - k->PT;
@@ -182,14 +193,14 @@ static rt_kern_dconv *rt__dconv_build(const rt__dconv_key *k)
                                                    &d->dst, str, dil, pl, pr) != dnnl_success ||
         rt__pd(&fdesc, po, NULL, &fpd) < 0)
         goto out;
-    if (dnnl_dilated_convolution_backward_data_desc_init(&ddesc, dnnl_convolution_direct,
-                                                         &d->src, &wany, &d->dst, str, dil, pl,
+    if (dnnl_dilated_convolution_backward_data_desc_init(&ddesc, dnnl_convolution_direct, &d->src,
+                                                         &wany, &d->dst, str, dil, pl,
                                                          pr) != dnnl_success ||
         rt__pd(&ddesc, NULL, fpd, &dpd) < 0)
         goto out;
     if (dnnl_dilated_convolution_backward_weights_desc_init(&wdesc, dnnl_convolution_direct,
-                                                            &d->src, &wany, bp, &d->dst, str,
-                                                            dil, pl, pr) != dnnl_success ||
+                                                            &d->src, &wany, bp, &d->dst, str, dil,
+                                                            pl, pr) != dnnl_success ||
         rt__pd(&wdesc, NULL, fpd, &wpd) < 0)
         goto out;
     /* NHWC in and out as asked: a primitive that wanted its own activation
@@ -200,10 +211,14 @@ static rt_kern_dconv *rt__dconv_build(const rt__dconv_key *k)
     d->sp_fwd = *dnnl_primitive_desc_query_md(fpd, dnnl_query_scratchpad_md, 0);
     d->sp_bwd_d = *dnnl_primitive_desc_query_md(dpd, dnnl_query_scratchpad_md, 0);
     d->sp_bwd_w = *dnnl_primitive_desc_query_md(wpd, dnnl_query_scratchpad_md, 0);
-    if (dnnl_primitive_create(&d->fwd, fpd) != dnnl_success) d->fwd = NULL;
-    if (dnnl_primitive_create(&d->bwd_d, dpd) != dnnl_success) d->bwd_d = NULL;
-    if (dnnl_primitive_create(&d->bwd_w, wpd) != dnnl_success) d->bwd_w = NULL;
-    if (!d->fwd || !d->bwd_d || !d->bwd_w) goto out;
+    if (dnnl_primitive_create(&d->fwd, fpd) != dnnl_success)
+        d->fwd = NULL;
+    if (dnnl_primitive_create(&d->bwd_d, dpd) != dnnl_success)
+        d->bwd_d = NULL;
+    if (dnnl_primitive_create(&d->bwd_w, wpd) != dnnl_success)
+        d->bwd_w = NULL;
+    if (!d->fwd || !d->bwd_d || !d->bwd_w)
+        goto out;
     if (rt__reorder(&d->hwio, &d->wf, 0, &d->w_fwd, &d->sp_rf) < 0 ||
         rt__reorder(&d->hwio, &d->wd, 0, &d->w_bwd_d, &d->sp_rd) < 0 ||
         rt__reorder(&d->dwd, &d->hwio, 0, &d->dw_set, &d->sp_ws) < 0 ||
@@ -211,19 +226,26 @@ static rt_kern_dconv *rt__dconv_build(const rt__dconv_key *k)
         goto out;
     const dnnl_memory_desc_t *ws[3] = {&d->wf, &d->wd, &d->dwd};
     const dnnl_memory_desc_t *sps[7] = {&d->sp_fwd, &d->sp_bwd_d, &d->sp_bwd_w, &d->sp_rf,
-                                        &d->sp_rd, &d->sp_ws, &d->sp_wa};
+                                        &d->sp_rd,  &d->sp_ws,    &d->sp_wa};
     for (int i = 0; i < 3; i++)
-        if (rt__floats(ws[i]) > d->wbuf_floats) d->wbuf_floats = rt__floats(ws[i]);
+        if (rt__floats(ws[i]) > d->wbuf_floats)
+            d->wbuf_floats = rt__floats(ws[i]);
     for (int i = 0; i < 7; i++)
-        if (rt__floats(sps[i]) > d->sp_floats) d->sp_floats = rt__floats(sps[i]);
+        if (rt__floats(sps[i]) > d->sp_floats)
+            d->sp_floats = rt__floats(sps[i]);
     d->ok = 1;
     rc = 0;
 out:
-    if (outer > 1) omp_set_num_threads(outer);
-    if (po) dnnl_post_ops_destroy(po);
-    if (fpd) dnnl_primitive_desc_destroy(fpd);
-    if (dpd) dnnl_primitive_desc_destroy(dpd);
-    if (wpd) dnnl_primitive_desc_destroy(wpd);
+    if (outer > 1)
+        omp_set_num_threads(outer);
+    if (po)
+        dnnl_post_ops_destroy(po);
+    if (fpd)
+        dnnl_primitive_desc_destroy(fpd);
+    if (dpd)
+        dnnl_primitive_desc_destroy(dpd);
+    if (wpd)
+        dnnl_primitive_desc_destroy(wpd);
     if (rc < 0) {
         rt__dconv_free(d);
         return NULL;
@@ -246,7 +268,8 @@ static rt_kern_dconv *rt__dconv_get(const rt__conv_params *cv, int64_t n)
         }
     if (!d && rt__dtab_n < RT__DCONV_MAX) {
         d = rt__dconv_build(&k);
-        if (!d) d = calloc(1, sizeof *d); /* refused: ok = 0 */
+        if (!d)
+            d = calloc(1, sizeof *d); /* refused: ok = 0 */
         if (d) {
             d->key = k;
             rt__dtab[rt__dtab_n++] = d;
@@ -277,8 +300,7 @@ typedef struct {
     float *wbuf, *sp, *dz, *tmp;
 } rt__dparts;
 
-static rt__dparts rt__parts(const rt_kern_dconv *d, const rt__conv_params *cv, int64_t B,
-                            float *s)
+static rt__dparts rt__parts(const rt_kern_dconv *d, const rt__conv_params *cv, int64_t B, float *s)
 {
     rt__dparts p;
     p.wbuf = s;
@@ -315,17 +337,21 @@ static void rt__exec(dnnl_primitive_t p, rt__dargs *g, const dnnl_memory_desc_t 
     /* omp_set_num_threads sets this thread's default only: oneDNN reads it
      * for the team of this execution */
     const int outer = rt__dserial && !omp_in_parallel() ? omp_get_max_threads() : 0;
-    if (outer > 1) omp_set_num_threads(1);
-    if (dnnl_memory_desc_get_size(sp) > 0) rt__arg(g, DNNL_ARG_SCRATCHPAD, sp, spb);
+    if (outer > 1)
+        omp_set_num_threads(1);
+    if (dnnl_memory_desc_get_size(sp) > 0)
+        rt__arg(g, DNNL_ARG_SCRATCHPAD, sp, spb);
     dnnl_status_t s = dnnl_stream_create(&st, rt__deng, dnnl_stream_default_flags);
     RT_ASSERT(s == dnnl_success);
     s = dnnl_primitive_execute(p, st, g->n, g->a);
     RT_ASSERT(s == dnnl_success); /* the shapes were checked when it was built */
     dnnl_stream_wait(st);
     dnnl_stream_destroy(st);
-    for (int i = 0; i < g->n; i++) dnnl_memory_destroy(g->m[i]);
+    for (int i = 0; i < g->n; i++)
+        dnnl_memory_destroy(g->m[i]);
     g->n = 0;
-    if (outer > 1) omp_set_num_threads(outer);
+    if (outer > 1)
+        omp_set_num_threads(outer);
 }
 
 /* dst (layout of dmd) = src (layout of smd), through reorder r (or a copy
@@ -349,7 +375,8 @@ static void rt__add(float *restrict a, const float *restrict b, int64_t n)
 {
     const int nt = n < (INT64_C(1) << 18) ? 1 : rt_kern_conv_threads();
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t i = 0; i < n; i++) a[i] += b[i];
+    for (int64_t i = 0; i < n; i++)
+        a[i] += b[i];
 }
 
 /* the plan's batch and the primitives for the call's: NULL when this batch's
@@ -358,17 +385,21 @@ static const rt_kern_dconv *rt__for_call(const rt__kargs *a, const rt_kern_dconv
 {
     const rt__conv_params *cv = rt__conv_cp(a->nd);
     const int64_t n = a->r->n;
-    if (n == B) return d0;
+    if (n == B)
+        return d0;
     const rt_kern_dconv *d = rt__dconv_get(cv, n);
-    if (!d || !d->ok) return NULL;
-    if (d->wbuf_floats > d0->wbuf_floats || d->sp_floats > d0->sp_floats) return NULL;
+    if (!d || !d->ok)
+        return NULL;
+    if (d->wbuf_floats > d0->wbuf_floats || d->sp_floats > d0->sp_floats)
+        return NULL;
     return d;
 }
 
 int rt_kern_dconv_fwd(const rt__kargs *a, const rt_kern_dconv *d0, int64_t B)
 {
     const rt_kern_dconv *d = rt__for_call(a, d0, B);
-    if (!d) return -1;
+    if (!d)
+        return -1;
     const rt__conv_params *cv = rt__conv_cp(a->nd);
     const rt__dparts p = rt__parts(d0, cv, B, a->scratch);
     rt__dserial = a->r->n * cv->OH * cv->OW * cv->OC * cv->KH * cv->KW * cv->C < RT__DCONV_PAR_MACS;
@@ -380,7 +411,8 @@ int rt_kern_dconv_fwd(const rt__kargs *a, const rt_kern_dconv *d0, int64_t B)
     rt__dargs g = {0};
     rt__arg(&g, DNNL_ARG_SRC, &d->src, a->x[0]);
     rt__arg(&g, DNNL_ARG_WEIGHTS, &d->wf, w);
-    if (cv->bias) rt__arg(&g, DNNL_ARG_BIAS, &d->bias, a->x[2]);
+    if (cv->bias)
+        rt__arg(&g, DNNL_ARG_BIAS, &d->bias, a->x[2]);
     rt__arg(&g, DNNL_ARG_DST, &d->dst, a->y);
     rt__exec(d->fwd, &g, &d->sp_fwd, p.sp);
     return 0;
@@ -389,7 +421,8 @@ int rt_kern_dconv_fwd(const rt__kargs *a, const rt_kern_dconv *d0, int64_t B)
 int rt_kern_dconv_bwd(const rt__kargs *a, const rt_kern_dconv *d0, int64_t B)
 {
     const rt_kern_dconv *d = rt__for_call(a, d0, B);
-    if (!d) return -1;
+    if (!d)
+        return -1;
     const rt__conv_params *cv = rt__conv_cp(a->nd);
     const rt__dparts p = rt__parts(d0, cv, B, a->scratch);
     const int64_t n = a->r->n, out = n * cv->OH * cv->OW * cv->OC;
@@ -402,7 +435,8 @@ int rt_kern_dconv_bwd(const rt__kargs *a, const rt_kern_dconv *d0, int64_t B)
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int t = 0; t < nt; t++) {
             const int64_t i0 = cs * t, m = out - i0 < cs ? out - i0 : cs;
-            if (m > 0) rt_kern_act_bwd(cv->act, p.dz + i0, a->dy + i0, a->y + i0, m);
+            if (m > 0)
+                rt_kern_act_bwd(cv->act, p.dz + i0, a->dy + i0, a->y + i0, m);
         }
         dz = p.dz;
     }
@@ -416,13 +450,15 @@ int rt_kern_dconv_bwd(const rt__kargs *a, const rt_kern_dconv *d0, int64_t B)
         rt__arg(&g, DNNL_ARG_SRC, &d->src, a->x[0]);
         rt__arg(&g, DNNL_ARG_DIFF_DST, &d->dst, dz);
         rt__arg(&g, DNNL_ARG_DIFF_WEIGHTS, &d->dwd, dwb);
-        if (cv->bias) rt__arg(&g, DNNL_ARG_DIFF_BIAS, &d->bias, db && !dbadd ? db : p.tmp);
+        if (cv->bias)
+            rt__arg(&g, DNNL_ARG_DIFF_BIAS, &d->bias, db && !dbadd ? db : p.tmp);
         rt__exec(d->bwd_w, &g, &d->sp_bwd_w, p.sp);
         if (dw && (a->accum & 2u))
             rt__reord(d->dw_add, &d->dwd, dwb, &d->hwio, dw, &d->sp_wa, p.sp);
         else if (dw && d->dw_set)
             rt__reord(d->dw_set, &d->dwd, dwb, &d->hwio, dw, &d->sp_ws, p.sp);
-        if (dbadd) rt__add(db, p.tmp, cv->OC);
+        if (dbadd)
+            rt__add(db, p.tmp, cv->OC);
     }
     if (dx) {
         const float *w = a->x[1];
@@ -436,7 +472,8 @@ int rt_kern_dconv_bwd(const rt__kargs *a, const rt_kern_dconv *d0, int64_t B)
         rt__arg(&g, DNNL_ARG_WEIGHTS, &d->wd, w);
         rt__arg(&g, DNNL_ARG_DIFF_SRC, &d->src, add ? p.tmp : dx);
         rt__exec(d->bwd_d, &g, &d->sp_bwd_d, p.sp);
-        if (add) rt__add(dx, p.tmp, n * cv->H * cv->W * cv->C);
+        if (add)
+            rt__add(dx, p.tmp, n * cv->H * cv->W * cv->C);
     }
     return 0;
 }

@@ -73,8 +73,7 @@ void rt_kern_tanh_bwd(const rt__kargs *a);
 
 /* in-place activation on n floats, and dz = dy * act'(y) */
 void rt_kern_act_fwd(int act, float *y, int64_t n);
-void rt_kern_act_bwd(int act, float *dz, const float *dy, const float *y,
-                     int64_t n);
+void rt_kern_act_bwd(int act, float *dz, const float *dy, const float *y, int64_t n);
 
 void rt_kern_softmax_fwd(const rt__kargs *a);
 void rt_kern_softmax_bwd(const rt__kargs *a);
@@ -109,9 +108,8 @@ void rt_kern_masking_bwd(const rt__kargs *a);
 /* C (M,N) = op(A) op(B) + beta C, row-major, alpha 1. Tiny products use a
  * hand-written kernel (oneDNN's call overhead dominates there); the rest
  * go to dnnl_sgemm. (rt_kern_gemm.c) */
-void rt_kern_gemm(const rt__run *r, int ta, int tb, int64_t M, int64_t N,
-                  int64_t K, const float *A, int64_t lda, const float *B,
-                  int64_t ldb, float beta, float *C, int64_t ldc);
+void rt_kern_gemm(const rt__run *r, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                  int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 /* Below this M*N*K the hand-written kernel runs; the bench measured it. */
 #define RT_KERN_SMALL_GEMM 32768
 /* floats of scratch the small kernel needs for a transposed B of K x N
@@ -121,9 +119,8 @@ void rt_kern_gemm(const rt__run *r, int ta, int tb, int64_t M, int64_t N,
 /* The rest of a step (rt__backend's step functions) */
 /* rt_kern_loss.c: loss and accuracy of one batch (rt__backend.loss without
  * sample weights); scratch: 2 * n * out_numel floats */
-void rt__loss_run(const rt__lossinfo *L, const float *y, const void *lab,
-                  int64_t n, float *dy, double *loss_sum, double *acc_sum,
-                  float *scratch);
+void rt__loss_run(const rt__lossinfo *L, const float *y, const void *lab, int64_t n, float *dy,
+                  double *loss_sum, double *acc_sum, float *scratch);
 /* accuracy of one row of C values: 0 or 1 */
 int rt__loss_row_acc(const rt__lossinfo *L, const float *z, const void *lab, int64_t lab_i);
 /* rt_kern_loss_torch.c: PyTorch's losses, as rt__loss_run (which calls it);
@@ -131,11 +128,11 @@ int rt__loss_row_acc(const rt__lossinfo *L, const float *z, const void *lab, int
 void rt__loss_torch_run(const rt__lossinfo *L, const float *y, const void *lab, int64_t n,
                         float *dy, double *loss_sum, double *acc_sum);
 /* rt_kern_metrics.c */
-void rt__metrics_update(const rt__lossinfo *L, uint32_t metrics, const float *y,
-                        const void *lab, int64_t n, rt__macc *a);
+void rt__metrics_update(const rt__lossinfo *L, uint32_t metrics, const float *y, const void *lab,
+                        int64_t n, rt__macc *a);
 /* rt_kern_optim.c */
-void rt__opt_update(const rt_train_config *c, float lr, int64_t t, float *w,
-                    float *g, float *s1, float *s2, int64_t count);
+void rt__opt_update(const rt_train_config *c, float lr, int64_t t, float *w, float *g, float *s1,
+                    float *s2, int64_t count);
 double rt__clip_by_norm(float *g, int64_t count, float clip);
 /* rt_kern_regular.c */
 double rt__reg_apply(const rt_plan *p, const float *w, float *g);

@@ -15,7 +15,8 @@
 static inline int rt__dense_act(const rt__node *nd)
 {
     const int own = rt__dense_cp(nd)->act;
-    if (own || !nd->fused) return own;
+    if (own || !nd->fused)
+        return own;
     return nd->fused == &rt__op_relu      ? RT__ACT_RELU
            : nd->fused == &rt__op_sigmoid ? RT__ACT_SIGMOID
                                           : RT__ACT_TANH;
@@ -44,20 +45,25 @@ void rt_kern_dense_fwd(const rt__kargs *a)
     float *y = a->y;
     rt_kern_gemm(a->r, 0, 0, R, N, K, a->x[0], K, a->x[1], N, 0.0f, y, N);
     const float *b = nd->n_in > 2 ? a->x[2] : NULL;
-    if (!b && !act) return;
-    /* bias and activation in one pass over y */
-#define RT__BIAS_ACT_ROW(i)                                                   \
-    do {                                                                      \
-        float *restrict yr = y + (i) * N;                                     \
-        if (b)                                                                \
-            for (int64_t j = 0; j < N; j++) yr[j] += b[j];                    \
-        if (act) rt_kern_act_fwd(act, yr, N);                                 \
+    if (!b && !act)
+        return;
+        /* bias and activation in one pass over y */
+#define RT__BIAS_ACT_ROW(i)                 \
+    do {                                    \
+        float *restrict yr = y + (i)*N;     \
+        if (b)                              \
+            for (int64_t j = 0; j < N; j++) \
+                yr[j] += b[j];              \
+        if (act)                            \
+            rt_kern_act_fwd(act, yr, N);    \
     } while (0)
     if (R * N >= RT__PAR_MIN) {
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < R; i++) RT__BIAS_ACT_ROW(i);
+        for (int64_t i = 0; i < R; i++)
+            RT__BIAS_ACT_ROW(i);
     } else {
-        for (int64_t i = 0; i < R; i++) RT__BIAS_ACT_ROW(i);
+        for (int64_t i = 0; i < R; i++)
+            RT__BIAS_ACT_ROW(i);
     }
 #undef RT__BIAS_ACT_ROW
 }
@@ -88,15 +94,17 @@ void rt_kern_dense_bwd(const rt__kargs *a)
         float *db = a->dx[2];
         const int accum = (a->accum & 4u) != 0;
         /* column blocks: each sum runs over the rows in order */
-#define RT__COLSUM(j0_, j1_)                                                  \
-    do {                                                                      \
-        float *restrict d = db + (j0_);                                       \
-        const int64_t w = (j1_) - (j0_);                                      \
-        if (!accum) memset(d, 0, sizeof(float) * (size_t)w);                  \
-        for (int64_t i = 0; i < R; i++) {                                     \
-            const float *restrict zr = dz + i * N + (j0_);                    \
-            for (int64_t j = 0; j < w; j++) d[j] += zr[j];                    \
-        }                                                                     \
+#define RT__COLSUM(j0_, j1_)                               \
+    do {                                                   \
+        float *restrict d = db + (j0_);                    \
+        const int64_t w = (j1_) - (j0_);                   \
+        if (!accum)                                        \
+            memset(d, 0, sizeof(float) * (size_t)w);       \
+        for (int64_t i = 0; i < R; i++) {                  \
+            const float *restrict zr = dz + i * N + (j0_); \
+            for (int64_t j = 0; j < w; j++)                \
+                d[j] += zr[j];                             \
+        }                                                  \
     } while (0)
         const int64_t nblk = (N + 63) / 64;
         if (par && nblk > 1) {
@@ -109,9 +117,9 @@ void rt_kern_dense_bwd(const rt__kargs *a)
 #undef RT__COLSUM
     }
     if (a->dx[1])
-        rt_kern_gemm(a->r, 1, 0, K, N, R, a->x[0], K, dz, N,
-                     (a->accum & 2u) ? 1.0f : 0.0f, a->dx[1], N);
+        rt_kern_gemm(a->r, 1, 0, K, N, R, a->x[0], K, dz, N, (a->accum & 2u) ? 1.0f : 0.0f,
+                     a->dx[1], N);
     if (a->dx[0])
-        rt_kern_gemm(a->r, 0, 1, R, K, N, dz, N, a->x[1], N,
-                     (a->accum & 1u) ? 1.0f : 0.0f, a->dx[0], K);
+        rt_kern_gemm(a->r, 0, 1, R, K, N, dz, N, a->x[1], N, (a->accum & 1u) ? 1.0f : 0.0f,
+                     a->dx[0], K);
 }

@@ -9,7 +9,8 @@
 static inline float rt__sigmoidf(float x)
 {
     /* the two branches keep exp's argument <= 0, so nothing overflows */
-    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    if (x >= 0.0f)
+        return 1.0f / (1.0f + expf(-x));
     float e = expf(x);
     return e / (1.0f + e);
 }
@@ -18,35 +19,38 @@ void rt_kern_act_fwd(int act, float *restrict y, int64_t n)
 {
     switch (act) {
     case RT__ACT_RELU:
-        for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+        for (int64_t i = 0; i < n; i++)
+            y[i] = y[i] > 0.0f ? y[i] : 0.0f;
         break;
     case RT__ACT_SIGMOID:
-        for (int64_t i = 0; i < n; i++) y[i] = rt__sigmoidf(y[i]);
+        for (int64_t i = 0; i < n; i++)
+            y[i] = rt__sigmoidf(y[i]);
         break;
     case RT__ACT_TANH:
-        for (int64_t i = 0; i < n; i++) y[i] = tanhf(y[i]);
+        for (int64_t i = 0; i < n; i++)
+            y[i] = tanhf(y[i]);
         break;
-    default:
-        break;
+    default: break;
     }
 }
 
-void rt_kern_act_bwd(int act, float *restrict dz, const float *restrict dy,
-                     const float *restrict y, int64_t n)
+void rt_kern_act_bwd(int act, float *restrict dz, const float *restrict dy, const float *restrict y,
+                     int64_t n)
 {
     switch (act) {
     case RT__ACT_RELU:
-        for (int64_t i = 0; i < n; i++) dz[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+        for (int64_t i = 0; i < n; i++)
+            dz[i] = y[i] > 0.0f ? dy[i] : 0.0f;
         break;
     case RT__ACT_SIGMOID:
-        for (int64_t i = 0; i < n; i++) dz[i] = dy[i] * y[i] * (1.0f - y[i]);
+        for (int64_t i = 0; i < n; i++)
+            dz[i] = dy[i] * y[i] * (1.0f - y[i]);
         break;
     case RT__ACT_TANH:
-        for (int64_t i = 0; i < n; i++) dz[i] = dy[i] * (1.0f - y[i] * y[i]);
+        for (int64_t i = 0; i < n; i++)
+            dz[i] = dy[i] * (1.0f - y[i] * y[i]);
         break;
-    default:
-        memcpy(dz, dy, sizeof(float) * (size_t)n);
-        break;
+    default: memcpy(dz, dy, sizeof(float) * (size_t)n); break;
     }
 }
 
@@ -61,7 +65,8 @@ static void rt__unary_fwd(const rt__kargs *a, int act)
 static void rt__unary_bwd(const rt__kargs *a, int act)
 {
     int64_t n = rt__numel_n(&a->nd->out, a->r->n);
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     if (!(a->accum & 1u)) {
         rt_kern_act_bwd(act, a->dx[0], a->dy, a->y, n);
         return;
@@ -70,13 +75,16 @@ static void rt__unary_bwd(const rt__kargs *a, int act)
     const float *restrict dy = a->dy, *restrict y = a->y;
     switch (act) {
     case RT__ACT_RELU:
-        for (int64_t i = 0; i < n; i++) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
+        for (int64_t i = 0; i < n; i++)
+            dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
         break;
     case RT__ACT_SIGMOID:
-        for (int64_t i = 0; i < n; i++) dx[i] += dy[i] * y[i] * (1.0f - y[i]);
+        for (int64_t i = 0; i < n; i++)
+            dx[i] += dy[i] * y[i] * (1.0f - y[i]);
         break;
     case RT__ACT_TANH:
-        for (int64_t i = 0; i < n; i++) dx[i] += dy[i] * (1.0f - y[i] * y[i]);
+        for (int64_t i = 0; i < n; i++)
+            dx[i] += dy[i] * (1.0f - y[i] * y[i]);
         break;
     }
 }
@@ -92,7 +100,15 @@ void rt_kern_tanh_bwd(const rt__kargs *a) { rt__unary_bwd(a, RT__ACT_TANH); }
 
 /* Add/Sub/Mul walk the output with the strides op_eltwise.c derived
  * (rt__bcast_params); the op is a compile-time constant of each wrapper */
-enum { RT_KERN_ADD = 0, RT_KERN_SUB, RT_KERN_MUL, RT_KERN_DIV, RT_KERN_MAX, RT_KERN_MIN, RT_KERN_PRELU };
+enum {
+    RT_KERN_ADD = 0,
+    RT_KERN_SUB,
+    RT_KERN_MUL,
+    RT_KERN_DIV,
+    RT_KERN_MAX,
+    RT_KERN_MIN,
+    RT_KERN_PRELU
+};
 
 static inline float rt__bin(int op, float x, float y)
 {
@@ -128,7 +144,8 @@ static void rt__bc_dims(const rt__kargs *a, int64_t *dims, int64_t *total)
     int64_t t = 1;
     for (int i = 0; i < R; i++) {
         dims[i] = p->d[i];
-        if (i == 0 && p->batched) dims[i] = a->r->n;
+        if (i == 0 && p->batched)
+            dims[i] = a->r->n;
         t *= dims[i];
     }
     *total = t;
@@ -136,28 +153,29 @@ static void rt__bc_dims(const rt__kargs *a, int64_t *dims, int64_t *total)
 
 /* Visits every output element in order with its offsets into a and b. The
  * innermost dim runs as a plain loop so the common cases vectorise. */
-#define RT__BC_LOOP(a_, ...)                                                  \
-    do {                                                                      \
-        const rt__bcast_params *bp_ = rt__bcast_cp((a_)->nd);                 \
-        const int R_ = bp_->R;                                                \
-        int64_t dims_[RT__BC_MAXR] = {0}, tot_;                               \
-        rt__bc_dims((a_), dims_, &tot_);                                      \
-        const int64_t *sa_ = bp_->sa, *sb_ = bp_->sb;                         \
-        const int64_t inner = dims_[R_ - 1];                                  \
-        const int64_t ia1 = sa_[R_ - 1], ib1 = sb_[R_ - 1];                   \
-        int64_t idx_[RT__BC_MAXR] = {0}, oa = 0, ob = 0;                      \
-        for (int64_t o = 0; o < tot_; o += inner) {                           \
-            __VA_ARGS__;                                                           \
-            for (int d_ = R_ - 2; d_ >= 0; d_--) {                            \
-                idx_[d_]++;                                                   \
-                oa += sa_[d_];                                                \
-                ob += sb_[d_];                                                \
-                if (idx_[d_] < dims_[d_]) break;                              \
-                oa -= sa_[d_] * dims_[d_];                                    \
-                ob -= sb_[d_] * dims_[d_];                                    \
-                idx_[d_] = 0;                                                 \
-            }                                                                 \
-        }                                                                     \
+#define RT__BC_LOOP(a_, ...)                                  \
+    do {                                                      \
+        const rt__bcast_params *bp_ = rt__bcast_cp((a_)->nd); \
+        const int R_ = bp_->R;                                \
+        int64_t dims_[RT__BC_MAXR] = {0}, tot_;               \
+        rt__bc_dims((a_), dims_, &tot_);                      \
+        const int64_t *sa_ = bp_->sa, *sb_ = bp_->sb;         \
+        const int64_t inner = dims_[R_ - 1];                  \
+        const int64_t ia1 = sa_[R_ - 1], ib1 = sb_[R_ - 1];   \
+        int64_t idx_[RT__BC_MAXR] = {0}, oa = 0, ob = 0;      \
+        for (int64_t o = 0; o < tot_; o += inner) {           \
+            __VA_ARGS__;                                      \
+            for (int d_ = R_ - 2; d_ >= 0; d_--) {            \
+                idx_[d_]++;                                   \
+                oa += sa_[d_];                                \
+                ob += sb_[d_];                                \
+                if (idx_[d_] < dims_[d_])                     \
+                    break;                                    \
+                oa -= sa_[d_] * dims_[d_];                    \
+                ob -= sb_[d_] * dims_[d_];                    \
+                idx_[d_] = 0;                                 \
+            }                                                 \
+        }                                                     \
     } while (0)
 
 static void rt__bin_fwd(const rt__kargs *a, int op)
@@ -167,10 +185,22 @@ static void rt__bin_fwd(const rt__kargs *a, int op)
     if (rt__bcast_cp(a->nd)->flat) {
         int64_t n = rt__numel_n(&a->nd->out, a->r->n);
         switch (op) {
-        case RT_KERN_ADD: for (int64_t i = 0; i < n; i++) Y[i] = A[i] + B[i]; break;
-        case RT_KERN_SUB: for (int64_t i = 0; i < n; i++) Y[i] = A[i] - B[i]; break;
-        case RT_KERN_MUL: for (int64_t i = 0; i < n; i++) Y[i] = A[i] * B[i]; break;
-        default:          for (int64_t i = 0; i < n; i++) Y[i] = rt__bin(op, A[i], B[i]); break;
+        case RT_KERN_ADD:
+            for (int64_t i = 0; i < n; i++)
+                Y[i] = A[i] + B[i];
+            break;
+        case RT_KERN_SUB:
+            for (int64_t i = 0; i < n; i++)
+                Y[i] = A[i] - B[i];
+            break;
+        case RT_KERN_MUL:
+            for (int64_t i = 0; i < n; i++)
+                Y[i] = A[i] * B[i];
+            break;
+        default:
+            for (int64_t i = 0; i < n; i++)
+                Y[i] = rt__bin(op, A[i], B[i]);
+            break;
         }
         return;
     }
@@ -178,7 +208,8 @@ static void rt__bin_fwd(const rt__kargs *a, int op)
         RT__BC_LOOP(a, {
             const float *restrict pa = A + oa, *restrict pb = B + ob;
             float *restrict py = Y + o;
-            for (int64_t j = 0; j < inner; j++) py[j] = rt__bin(op, pa[j * ia1], pb[j * ib1]);
+            for (int64_t j = 0; j < inner; j++)
+                py[j] = rt__bin(op, pa[j * ia1], pb[j * ib1]);
         });
         return;
     }
@@ -187,13 +218,16 @@ static void rt__bin_fwd(const rt__kargs *a, int op)
         float *restrict py = Y + o;
         switch (op) {
         case RT_KERN_ADD:
-            for (int64_t j = 0; j < inner; j++) py[j] = pa[j * ia1] + pb[j * ib1];
+            for (int64_t j = 0; j < inner; j++)
+                py[j] = pa[j * ia1] + pb[j * ib1];
             break;
         case RT_KERN_SUB:
-            for (int64_t j = 0; j < inner; j++) py[j] = pa[j * ia1] - pb[j * ib1];
+            for (int64_t j = 0; j < inner; j++)
+                py[j] = pa[j * ia1] - pb[j * ib1];
             break;
         default:
-            for (int64_t j = 0; j < inner; j++) py[j] = pa[j * ia1] * pb[j * ib1];
+            for (int64_t j = 0; j < inner; j++)
+                py[j] = pa[j * ia1] * pb[j * ib1];
             break;
         }
     });
@@ -204,7 +238,8 @@ static void rt__bin_fwd(const rt__kargs *a, int op)
 static void rt__bin_bwd_one(const rt__kargs *a, int k, int op)
 {
     float *restrict dX = a->dx[k];
-    if (!dX) return;
+    if (!dX)
+        return;
     const float *restrict dY = a->dy;
     const float *restrict other = a->x[1 - k];
     const float sign = (op == RT_KERN_SUB && k == 1) ? -1.0f : 1.0f;
@@ -215,8 +250,12 @@ static void rt__bin_bwd_one(const rt__kargs *a, int k, int op)
         const float *restrict A = a->x[0], *restrict Bv = a->x[1];
         if (bp->flat) {
             int64_t n = rt__numel_n(&nd->out, a->r->n);
-            if (accum) for (int64_t i = 0; i < n; i++) dX[i] += rt__bin_d(op, k, A[i], Bv[i], dY[i]);
-            else       for (int64_t i = 0; i < n; i++) dX[i] = rt__bin_d(op, k, A[i], Bv[i], dY[i]);
+            if (accum)
+                for (int64_t i = 0; i < n; i++)
+                    dX[i] += rt__bin_d(op, k, A[i], Bv[i], dY[i]);
+            else
+                for (int64_t i = 0; i < n; i++)
+                    dX[i] = rt__bin_d(op, k, A[i], Bv[i], dY[i]);
             return;
         }
         if (!accum)
@@ -234,11 +273,19 @@ static void rt__bin_bwd_one(const rt__kargs *a, int k, int op)
     if (bp->full[k] && (op != RT_KERN_MUL || bp->flat)) {
         int64_t n = rt__numel_n(&nd->out, a->r->n);
         if (op == RT_KERN_MUL) {
-            if (accum) for (int64_t i = 0; i < n; i++) dX[i] += dY[i] * other[i];
-            else       for (int64_t i = 0; i < n; i++) dX[i] = dY[i] * other[i];
+            if (accum)
+                for (int64_t i = 0; i < n; i++)
+                    dX[i] += dY[i] * other[i];
+            else
+                for (int64_t i = 0; i < n; i++)
+                    dX[i] = dY[i] * other[i];
         } else {
-            if (accum) for (int64_t i = 0; i < n; i++) dX[i] += sign * dY[i];
-            else       for (int64_t i = 0; i < n; i++) dX[i] = sign * dY[i];
+            if (accum)
+                for (int64_t i = 0; i < n; i++)
+                    dX[i] += sign * dY[i];
+            else
+                for (int64_t i = 0; i < n; i++)
+                    dX[i] = sign * dY[i];
         }
         return;
     }
@@ -251,9 +298,11 @@ static void rt__bin_bwd_one(const rt__kargs *a, int k, int op)
         float *restrict dx = dX + offk;
         if (op == RT_KERN_MUL) {
             const float *restrict ot = other + offo;
-            for (int64_t j = 0; j < inner; j++) dx[j * sk] += dy[j] * ot[j * so];
+            for (int64_t j = 0; j < inner; j++)
+                dx[j * sk] += dy[j] * ot[j * so];
         } else {
-            for (int64_t j = 0; j < inner; j++) dx[j * sk] += sign * dy[j];
+            for (int64_t j = 0; j < inner; j++)
+                dx[j * sk] += sign * dy[j];
         }
     });
 }
@@ -277,12 +326,12 @@ void rt_kern_mul_bwd(const rt__kargs *a)
     rt__bin_bwd_one(a, 1, RT_KERN_MUL);
 }
 
-#define RT__BIN_KERNELS(nm, OP)                                               \
-    void rt_kern_##nm##_fwd(const rt__kargs *a) { rt__bin_fwd(a, OP); }       \
-    void rt_kern_##nm##_bwd(const rt__kargs *a)                               \
-    {                                                                         \
-        rt__bin_bwd_one(a, 0, OP);                                            \
-        rt__bin_bwd_one(a, 1, OP);                                            \
+#define RT__BIN_KERNELS(nm, OP)                                         \
+    void rt_kern_##nm##_fwd(const rt__kargs *a) { rt__bin_fwd(a, OP); } \
+    void rt_kern_##nm##_bwd(const rt__kargs *a)                         \
+    {                                                                   \
+        rt__bin_bwd_one(a, 0, OP);                                      \
+        rt__bin_bwd_one(a, 1, OP);                                      \
     }
 RT__BIN_KERNELS(div, RT_KERN_DIV)
 RT__BIN_KERNELS(max, RT_KERN_MAX)
@@ -299,12 +348,14 @@ void rt_kern_copy_fwd(const rt__kargs *a)
 
 void rt_kern_copy_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     int64_t n = rt__numel_n(&a->nd->out, a->r->n);
     float *restrict dx = a->dx[0];
     const float *restrict dy = a->dy;
     if (a->accum & 1u)
-        for (int64_t i = 0; i < n; i++) dx[i] += dy[i];
+        for (int64_t i = 0; i < n; i++)
+            dx[i] += dy[i];
     else
         memcpy(dx, dy, sizeof(float) * (size_t)n);
 }
@@ -357,14 +408,17 @@ void rt_kern_dropout_fwd(const rt__kargs *a)
     const float *restrict x = a->x[0];
     float *restrict y = a->y;
     if (p->mode == RT__DROP_NOISE)
-        for (int64_t i = 0; i < n; i++) y[i] = x[i] + rt__drop_factor(a, p, i);
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] + rt__drop_factor(a, p, i);
     else
-        for (int64_t i = 0; i < n; i++) y[i] = x[i] * rt__drop_factor(a, p, i);
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] * rt__drop_factor(a, p, i);
 }
 
 void rt_kern_dropout_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     int64_t n = rt__numel_n(&a->nd->out, a->r->n);
     const rt__dropout_params *p = rt__dropout_cp(a->nd);
     const int ident = p->rate == 0.0 || p->mode == RT__DROP_NOISE || !a->r->training;
@@ -384,8 +438,10 @@ void rt_kern_actreg_fwd(const rt__kargs *a)
     const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
     const rt__actreg_params *p = rt__actreg_cp(a->nd);
     const float *restrict x = a->x[0];
-    if (a->y != x) memcpy(a->y, x, sizeof(float) * (size_t)n);
-    if (!a->r->act_pen) return;
+    if (a->y != x)
+        memcpy(a->y, x, sizeof(float) * (size_t)n);
+    if (!a->r->act_pen)
+        return;
     double s1 = 0, s2 = 0;
     for (int64_t i = 0; i < n; i++) {
         s1 += fabs((double)x[i]);
@@ -397,7 +453,8 @@ void rt_kern_actreg_fwd(const rt__kargs *a)
 
 void rt_kern_actreg_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
     const rt__actreg_params *p = rt__actreg_cp(a->nd);
     const double k = p->batch_mean ? 1.0 / (double)a->r->n : 1.0;

@@ -40,39 +40,41 @@
 
 #ifndef __AVX512F__
 /* C (M,N) (+)= A (M,K) B (K,N) */
-static void rt__sgemm_nn(int64_t M, int64_t N, int64_t K,
-                         const float *restrict A, int64_t lda,
-                         const float *restrict B, int64_t ldb, float beta,
-                         float *restrict C, int64_t ldc)
+static void rt__sgemm_nn(int64_t M, int64_t N, int64_t K, const float *restrict A, int64_t lda,
+                         const float *restrict B, int64_t ldb, float beta, float *restrict C,
+                         int64_t ldc)
 {
     for (int64_t i = 0; i < M; i++) {
         float *restrict c = C + i * ldc;
         if (beta == 0.0f)
-            for (int64_t j = 0; j < N; j++) c[j] = 0.0f;
+            for (int64_t j = 0; j < N; j++)
+                c[j] = 0.0f;
         const float *restrict a = A + i * lda;
         for (int64_t k = 0; k < K; k++) {
             const float ak = a[k];
             const float *restrict b = B + k * ldb;
-            for (int64_t j = 0; j < N; j++) c[j] += ak * b[j];
+            for (int64_t j = 0; j < N; j++)
+                c[j] += ak * b[j];
         }
     }
 }
 
 /* C (M,N) (+)= A^T B with A stored (K,M) */
-static void rt__sgemm_tn(int64_t M, int64_t N, int64_t K,
-                         const float *restrict A, int64_t lda,
-                         const float *restrict B, int64_t ldb, float beta,
-                         float *restrict C, int64_t ldc)
+static void rt__sgemm_tn(int64_t M, int64_t N, int64_t K, const float *restrict A, int64_t lda,
+                         const float *restrict B, int64_t ldb, float beta, float *restrict C,
+                         int64_t ldc)
 {
     if (beta == 0.0f)
-        for (int64_t i = 0; i < M; i++) memset(C + i * ldc, 0, sizeof(float) * (size_t)N);
+        for (int64_t i = 0; i < M; i++)
+            memset(C + i * ldc, 0, sizeof(float) * (size_t)N);
     for (int64_t k = 0; k < K; k++) {
         const float *restrict a = A + k * lda;
         const float *restrict b = B + k * ldb;
         for (int64_t i = 0; i < M; i++) {
             const float ai = a[i];
             float *restrict c = C + i * ldc;
-            for (int64_t j = 0; j < N; j++) c[j] += ai * b[j];
+            for (int64_t j = 0; j < N; j++)
+                c[j] += ai * b[j];
         }
     }
 }
@@ -100,9 +102,8 @@ static inline __mmask16 rt__tail(int64_t r)
  * chains over k interleave instead of waiting on each other's latency. */
 /* rows r0.. of C, RB at a time, one or two 16-lane column blocks */
 static inline __attribute__((always_inline)) int64_t
-rt__gemm_vj_rows(const int RB, int64_t M, int64_t N, int64_t K, const float *A,
-                 int64_t sai, int64_t sak, const float *Bk, int64_t ldb,
-                 float beta, float *C, int64_t ldc)
+rt__gemm_vj_rows(const int RB, int64_t M, int64_t N, int64_t K, const float *A, int64_t sai,
+                 int64_t sak, const float *Bk, int64_t ldb, float beta, float *C, int64_t ldc)
 {
     const __mmask16 m0 = rt__tail(N), m1 = N > 16 ? rt__tail(N - 16) : 0;
     const int two = N > 16;
@@ -111,10 +112,12 @@ rt__gemm_vj_rows(const int RB, int64_t M, int64_t N, int64_t K, const float *A,
         __m512 a0[8], a1[8];
         for (int r = 0; r < RB; r++) {
             float *c = C + (i + r) * ldc;
-            a0[r] = beta == 0.0f ? _mm512_setzero_ps()
-                                 : _mm512_mul_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(m0, c));
-            a1[r] = beta == 0.0f || !two ? _mm512_setzero_ps()
-                    : _mm512_mul_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(m1, c + 16));
+            a0[r] = beta == 0.0f
+                        ? _mm512_setzero_ps()
+                        : _mm512_mul_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(m0, c));
+            a1[r] = beta == 0.0f || !two
+                        ? _mm512_setzero_ps()
+                        : _mm512_mul_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(m1, c + 16));
         }
         const float *a = A + i * sai;
         for (int64_t k = 0; k < K; k++) {
@@ -124,13 +127,15 @@ rt__gemm_vj_rows(const int RB, int64_t M, int64_t N, int64_t K, const float *A,
             for (int r = 0; r < RB; r++) {
                 const __m512 av = _mm512_set1_ps(a[r * sai + k * sak]);
                 a0[r] = _mm512_fmadd_ps(av, b0, a0[r]);
-                if (two) a1[r] = _mm512_fmadd_ps(av, b1, a1[r]);
+                if (two)
+                    a1[r] = _mm512_fmadd_ps(av, b1, a1[r]);
             }
         }
         for (int r = 0; r < RB; r++) {
             float *c = C + (i + r) * ldc;
             _mm512_mask_storeu_ps(c, m0, a0[r]);
-            if (two) _mm512_mask_storeu_ps(c + 16, m1, a1[r]);
+            if (two)
+                _mm512_mask_storeu_ps(c + 16, m1, a1[r]);
         }
     }
     return i;
@@ -139,23 +144,23 @@ rt__gemm_vj_rows(const int RB, int64_t M, int64_t N, int64_t K, const float *A,
 /* a(i,k) = A[i*sai + k*sak]; b(k, j..) contiguous: Bk[k*ldb + j].
  * Up to 32 columns, 8 or 4 rows run together, so the FMA chains over k
  * interleave instead of waiting on each other's latency. */
-static void rt__gemm_vj(int64_t M, int64_t N, int64_t K, const float *A,
-                        int64_t sai, int64_t sak, const float *Bk, int64_t ldb,
-                        float beta, float *C, int64_t ldc)
+static void rt__gemm_vj(int64_t M, int64_t N, int64_t K, const float *A, int64_t sai, int64_t sak,
+                        const float *Bk, int64_t ldb, float beta, float *C, int64_t ldc)
 {
     if (N <= 32) {
         int64_t i = N <= 16 ? rt__gemm_vj_rows(8, M, N, K, A, sai, sak, Bk, ldb, beta, C, ldc) : 0;
-        i += rt__gemm_vj_rows(4, M - i, N, K, A + i * sai, sai, sak, Bk, ldb, beta,
-                              C + i * ldc, ldc);
+        i += rt__gemm_vj_rows(4, M - i, N, K, A + i * sai, sai, sak, Bk, ldb, beta, C + i * ldc,
+                              ldc);
         if (i < M)
-            rt__gemm_vj_rows(1, M - i, N, K, A + i * sai, sai, sak, Bk, ldb, beta,
-                             C + i * ldc, ldc);
+            rt__gemm_vj_rows(1, M - i, N, K, A + i * sai, sai, sak, Bk, ldb, beta, C + i * ldc,
+                             ldc);
         return;
     }
     for (int64_t j0 = 0; j0 < N; j0 += 64) {
         const int64_t nb_ = (N - j0 + 15) / 16, nb = nb_ > 4 ? 4 : nb_;
         __mmask16 m[4];
-        for (int b = 0; b < 4; b++) m[b] = b < nb ? rt__tail(N - j0 - 16 * b) : 0;
+        for (int b = 0; b < 4; b++)
+            m[b] = b < nb ? rt__tail(N - j0 - 16 * b) : 0;
         for (int64_t i = 0; i < M; i++) {
             float *c = C + i * ldc + j0;
             __m512 acc[4];
@@ -169,58 +174,66 @@ static void rt__gemm_vj(int64_t M, int64_t N, int64_t K, const float *A,
                 const float *bk = Bk + k * ldb + j0;
                 for (int b = 0; b < 4; b++)
                     if (b < nb)
-                        acc[b] = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m[b], bk + 16 * b), acc[b]);
+                        acc[b] =
+                            _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m[b], bk + 16 * b), acc[b]);
             }
             for (int b = 0; b < 4; b++)
-                if (b < nb) _mm512_mask_storeu_ps(c + 16 * b, m[b], acc[b]);
+                if (b < nb)
+                    _mm512_mask_storeu_ps(c + 16 * b, m[b], acc[b]);
         }
     }
 }
 
 /* a(i.., k) contiguous: Ak[k*lda + i]; b(k,j) = B[k*sbk + j*sbj] */
-static void rt__gemm_vi(int64_t M, int64_t N, int64_t K, const float *Ak,
-                        int64_t lda, const float *B, int64_t sbk, int64_t sbj,
-                        float beta, float *C, int64_t ldc)
+static void rt__gemm_vi(int64_t M, int64_t N, int64_t K, const float *Ak, int64_t lda,
+                        const float *B, int64_t sbk, int64_t sbj, float beta, float *C, int64_t ldc)
 {
     for (int64_t i0 = 0; i0 < M; i0 += 64) {
         const int64_t nb_ = (M - i0 + 15) / 16, nb = nb_ > 4 ? 4 : nb_;
         const int64_t rows = M - i0 < 64 ? M - i0 : 64;
         __mmask16 m[4];
-        for (int b = 0; b < 4; b++) m[b] = b < nb ? rt__tail(M - i0 - 16 * b) : 0;
+        for (int b = 0; b < 4; b++)
+            m[b] = b < nb ? rt__tail(M - i0 - 16 * b) : 0;
         for (int64_t j = 0; j < N; j++) {
             __m512 acc[4];
-            for (int b = 0; b < 4; b++) acc[b] = _mm512_setzero_ps();
+            for (int b = 0; b < 4; b++)
+                acc[b] = _mm512_setzero_ps();
             for (int64_t k = 0; k < K; k++) {
                 const __m512 bv = _mm512_set1_ps(B[k * sbk + j * sbj]);
                 const float *ak = Ak + k * lda + i0;
                 for (int b = 0; b < 4; b++)
                     if (b < nb)
-                        acc[b] = _mm512_fmadd_ps(bv, _mm512_maskz_loadu_ps(m[b], ak + 16 * b), acc[b]);
+                        acc[b] =
+                            _mm512_fmadd_ps(bv, _mm512_maskz_loadu_ps(m[b], ak + 16 * b), acc[b]);
             }
             float t[64];
             for (int b = 0; b < 4; b++)
-                if (b < nb) _mm512_storeu_ps(t + 16 * b, acc[b]);
+                if (b < nb)
+                    _mm512_storeu_ps(t + 16 * b, acc[b]);
             float *c = C + i0 * ldc + j;
             if (beta == 0.0f)
-                for (int64_t i = 0; i < rows; i++) c[i * ldc] = t[i];
+                for (int64_t i = 0; i < rows; i++)
+                    c[i * ldc] = t[i];
             else
-                for (int64_t i = 0; i < rows; i++) c[i * ldc] = beta * c[i * ldc] + t[i];
+                for (int64_t i = 0; i < rows; i++)
+                    c[i * ldc] = beta * c[i * ldc] + t[i];
         }
     }
 }
 
-static void rt__transpose(const float *restrict B, int64_t rows, int64_t cols,
-                          int64_t ld, float *restrict T)
+static void rt__transpose(const float *restrict B, int64_t rows, int64_t cols, int64_t ld,
+                          float *restrict T)
 {
     /* T (cols x rows) = B (rows x cols, leading dim ld)^T */
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) T[c * rows + r] = B[r * ld + c];
+        for (int64_t c = 0; c < cols; c++)
+            T[c * rows + r] = B[r * ld + c];
 }
 
 /* Returns 0 if it handled the product. */
-static int rt__gemm_small(const rt__run *r, int ta, int tb, int64_t M, int64_t N,
-                          int64_t K, const float *A, int64_t lda, const float *B,
-                          int64_t ldb, float beta, float *C, int64_t ldc)
+static int rt__gemm_small(const rt__run *r, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                          const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                          float *C, int64_t ldc)
 {
     const int64_t sai = ta ? 1 : lda, sak = ta ? lda : 1;
     if (N >= 16 || !ta) {
@@ -228,7 +241,8 @@ static int rt__gemm_small(const rt__run *r, int ta, int tb, int64_t M, int64_t N
             rt__gemm_vj(M, N, K, A, sai, sak, B, ldb, beta, C, ldc);
             return 0;
         }
-        if (K * N > r->gemm_scratch_floats) return -1;
+        if (K * N > r->gemm_scratch_floats)
+            return -1;
         rt__transpose(B, N, K, ldb, r->gemm_scratch); /* B is N x K */
         rt__gemm_vj(M, N, K, A, sai, sak, r->gemm_scratch, N, beta, C, ldc);
         return 0;
@@ -238,14 +252,15 @@ static int rt__gemm_small(const rt__run *r, int ta, int tb, int64_t M, int64_t N
 }
 #endif
 
-void rt_kern_gemm(const rt__run *r, int ta, int tb, int64_t M, int64_t N,
-                  int64_t K, const float *A, int64_t lda, const float *B,
-                  int64_t ldb, float beta, float *C, int64_t ldc)
+void rt_kern_gemm(const rt__run *r, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                  int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
 {
-    if (M == 0 || N == 0) return;
+    if (M == 0 || N == 0)
+        return;
     if (K == 0) {
         if (beta == 0.0f)
-            for (int64_t i = 0; i < M; i++) memset(C + i * ldc, 0, sizeof(float) * (size_t)N);
+            for (int64_t i = 0; i < M; i++)
+                memset(C + i * ldc, 0, sizeof(float) * (size_t)N);
         return;
     }
 #ifdef __AVX512F__
@@ -267,7 +282,8 @@ void rt_kern_gemm(const rt__run *r, int ta, int tb, int64_t M, int64_t N,
              * contiguously over N */
             float *restrict bt = r->gemm_scratch;
             for (int64_t j = 0; j < N; j++)
-                for (int64_t k = 0; k < K; k++) bt[k * N + j] = B[j * ldb + k];
+                for (int64_t k = 0; k < K; k++)
+                    bt[k * N + j] = B[j * ldb + k];
             rt__sgemm_nn(M, N, K, A, lda, bt, N, beta, C, ldc);
             return;
         }
@@ -280,12 +296,13 @@ void rt_kern_gemm(const rt__run *r, int ta, int tb, int64_t M, int64_t N,
      * product always takes the same path (and rounds the same way).
      * omp_set_num_threads sets this thread's default only, as in
      * rt_kern_conv.c; inside a parallel region oneDNN is serial anyway. */
-    const int serial = M * N * K < RT__GEMM_PAR_MACS &&
-                       M * K + K * N + M * N < RT__GEMM_PAR_FLOATS;
+    const int serial = M * N * K < RT__GEMM_PAR_MACS && M * K + K * N + M * N < RT__GEMM_PAR_FLOATS;
     const int outer = serial && !omp_in_parallel() ? omp_get_max_threads() : 0;
-    if (outer > 1) omp_set_num_threads(1);
-    dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K,
-                                  1.0f, A, lda, B, ldb, beta, C, ldc);
-    if (outer > 1) omp_set_num_threads(outer);
+    if (outer > 1)
+        omp_set_num_threads(1);
+    dnnl_status_t st =
+        dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+    if (outer > 1)
+        omp_set_num_threads(outer);
     RT_ASSERT(st == dnnl_success); /* shapes were validated at compile */
 }

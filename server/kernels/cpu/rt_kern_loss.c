@@ -31,18 +31,17 @@
 
 static inline float rt__lab(const rt__lossinfo *L, const void *lab, int64_t i)
 {
-    return L->lab_dt == RT_I32 ? (float)((const int32_t *)lab)[i]
-                               : ((const float *)lab)[i];
+    return L->lab_dt == RT_I32 ? (float)((const int32_t *)lab)[i] : ((const float *)lab)[i];
 }
 
-static inline int64_t rt__lab_class(const rt__lossinfo *L, const void *lab,
-                                    int64_t i)
+static inline int64_t rt__lab_class(const rt__lossinfo *L, const void *lab, int64_t i)
 {
-    int64_t c = L->lab_dt == RT_I32 ? ((const int32_t *)lab)[i]
-                                    : (int64_t)((const float *)lab)[i];
+    int64_t c = L->lab_dt == RT_I32 ? ((const int32_t *)lab)[i] : (int64_t)((const float *)lab)[i];
     /* rt_exec_check_data rejected out-of-range labels; never index out */
-    if (c < 0) c = 0;
-    if (c >= L->classes) c = L->classes - 1;
+    if (c < 0)
+        c = 0;
+    if (c >= L->classes)
+        c = L->classes - 1;
     return c;
 }
 
@@ -50,7 +49,8 @@ static inline int64_t rt__argmax(const float *x, int64_t C)
 {
     int64_t b = 0;
     for (int64_t j = 1; j < C; j++)
-        if (x[j] > x[b]) b = j;
+        if (x[j] > x[b])
+            b = j;
     return b;
 }
 
@@ -60,22 +60,24 @@ static inline int64_t rt__argmax(const float *x, int64_t C)
 static int64_t rt__argmax_softmax(const float *z, int64_t C)
 {
     float m = z[0], s = 0.0f;
-    for (int64_t j = 1; j < C; j++) m = z[j] > m ? z[j] : m;
-    for (int64_t j = 0; j < C; j++) s += rt_kern_exp(z[j] - m);
+    for (int64_t j = 1; j < C; j++)
+        m = z[j] > m ? z[j] : m;
+    for (int64_t j = 0; j < C; j++)
+        s += rt_kern_exp(z[j] - m);
     const float inv = 1.0f / s;
     int64_t b = 0;
     float pb = rt_kern_exp(z[0] - m) * inv;
     for (int64_t j = 1; j < C; j++) {
         const float p = rt_kern_exp(z[j] - m) * inv;
-        if (p > pb) b = j, pb = p;
+        if (p > pb)
+            b = j, pb = p;
     }
     return b;
 }
 
 /* one row: returns its loss, writes dz (scaled by s) when dz != NULL */
-static double rt__row(const rt__lossinfo *L, const float *restrict z,
-                      const void *lab, int64_t lab_i, float *restrict dz,
-                      float s)
+static double rt__row(const rt__lossinfo *L, const float *restrict z, const void *lab,
+                      int64_t lab_i, float *restrict dz, float s)
 {
     const int64_t C = L->classes;
     double loss = 0;
@@ -84,18 +86,22 @@ static double rt__row(const rt__lossinfo *L, const float *restrict z,
         int64_t l = rt__lab_class(L, lab, lab_i);
         if (L->from_logits) {
             float m = z[0];
-            for (int64_t j = 1; j < C; j++) m = z[j] > m ? z[j] : m;
+            for (int64_t j = 1; j < C; j++)
+                m = z[j] > m ? z[j] : m;
             float se = 0;
-            for (int64_t j = 0; j < C; j++) se += rt_kern_exp(z[j] - m);
+            for (int64_t j = 0; j < C; j++)
+                se += rt_kern_exp(z[j] - m);
             float lse = m + logf(se);
             loss = lse - z[l];
             if (dz) {
-                for (int64_t j = 0; j < C; j++) dz[j] = s * rt_kern_exp(z[j] - lse);
+                for (int64_t j = 0; j < C; j++)
+                    dz[j] = s * rt_kern_exp(z[j] - lse);
                 dz[l] -= s;
             }
         } else {
             float sum = 0;
-            for (int64_t j = 0; j < C; j++) sum += fminf(fmaxf(z[j], RT__EPS), 1 - RT__EPS);
+            for (int64_t j = 0; j < C; j++)
+                sum += fminf(fmaxf(z[j], RT__EPS), 1 - RT__EPS);
             float ql = fminf(fmaxf(z[l], RT__EPS), 1 - RT__EPS);
             loss = -log(ql) + log(sum);
             if (dz) {
@@ -111,34 +117,39 @@ static double rt__row(const rt__lossinfo *L, const float *restrict z,
         const float *restrict y = (const float *)lab + lab_i;
         if (L->from_logits) {
             float m = z[0];
-            for (int64_t j = 1; j < C; j++) m = z[j] > m ? z[j] : m;
+            for (int64_t j = 1; j < C; j++)
+                m = z[j] > m ? z[j] : m;
             float se = 0, ys = 0;
             for (int64_t j = 0; j < C; j++) {
                 se += expf(z[j] - m);
                 ys += y[j];
             }
             float lse = m + logf(se);
-            for (int64_t j = 0; j < C; j++) loss += (double)y[j] * (lse - z[j]);
+            for (int64_t j = 0; j < C; j++)
+                loss += (double)y[j] * (lse - z[j]);
             if (dz)
-                for (int64_t j = 0; j < C; j++) dz[j] = s * (expf(z[j] - lse) * ys - y[j]);
+                for (int64_t j = 0; j < C; j++)
+                    dz[j] = s * (expf(z[j] - lse) * ys - y[j]);
         } else {
             float S = 0;
-            for (int64_t j = 0; j < C; j++) S += z[j];
+            for (int64_t j = 0; j < C; j++)
+                S += z[j];
             float gu = 0; /* sum_k g_k u_k */
             for (int64_t j = 0; j < C; j++) {
                 float u = z[j] / S, q = fminf(fmaxf(u, RT__EPS), 1 - RT__EPS);
                 loss -= (double)y[j] * log(q);
                 float g = (u >= RT__EPS && u <= 1 - RT__EPS) ? -y[j] / q : 0.0f;
-                if (dz) dz[j] = g;
+                if (dz)
+                    dz[j] = g;
                 gu += g * u;
             }
             if (dz)
-                for (int64_t j = 0; j < C; j++) dz[j] = s * (dz[j] - gu) / S;
+                for (int64_t j = 0; j < C; j++)
+                    dz[j] = s * (dz[j] - gu) / S;
         }
         break;
     }
-    default:
-        break; /* element-wise losses run in rt__loss_elem */
+    default: break; /* element-wise losses run in rt__loss_elem */
     }
     return loss;
 }
@@ -156,13 +167,15 @@ int rt__loss_row_acc(const rt__lossinfo *L, const float *z, const void *lab, int
         return (z[0] > thr) == (rt__lab(L, lab, lab_i) > 0.5f);
     }
     int64_t a = L->softmax_fused ? rt__argmax_softmax(z, C) : rt__argmax(z, C);
-    if (L->kind == RT_LOSS_SPARSE_CE || bc) return a == rt__lab_class(L, lab, lab_i);
+    if (L->kind == RT_LOSS_SPARSE_CE || bc)
+        return a == rt__lab_class(L, lab, lab_i);
     const float *y = (const float *)lab + lab_i;
     if (L->lab_dt == RT_I32) {
         const int32_t *yi = (const int32_t *)lab + lab_i;
         int64_t b = 0;
         for (int64_t j = 1; j < C; j++)
-            if (yi[j] > yi[b]) b = j;
+            if (yi[j] > yi[b])
+                b = j;
         return a == b;
     }
     return a == rt__argmax(y, C);
@@ -172,9 +185,8 @@ int rt__loss_row_acc(const rt__lossinfo *L, const float *z, const void *lab, int
  * arrays, so the loops vectorise: labels are first expanded to the output's
  * shape (yb), per-element losses go to fb, then summed per sample in
  * double in a fixed order. */
-static void rt__loss_elem(const rt__lossinfo *L, const float *restrict p,
-                          const void *lab, int64_t n, float *restrict dy,
-                          double *loss_sum, float *restrict yb,
+static void rt__loss_elem(const rt__lossinfo *L, const float *restrict p, const void *lab,
+                          int64_t n, float *restrict dy, double *loss_sum, float *restrict yb,
                           float *restrict fb)
 {
     const int64_t C = L->classes, per = L->out_numel, E = n * per;
@@ -182,13 +194,15 @@ static void rt__loss_elem(const rt__lossinfo *L, const float *restrict p,
     if (L->lab_numel != L->out_numel) {
         for (int64_t r = 0; r < rows; r++) {
             const float v = rt__lab(L, lab, r);
-            for (int64_t j = 0; j < C; j++) yb[r * C + j] = v;
+            for (int64_t j = 0; j < C; j++)
+                yb[r * C + j] = v;
         }
     } else if (L->lab_dt == RT_F32) {
         memcpy(yb, lab, sizeof(float) * (size_t)E);
     } else {
         const int32_t *restrict li = lab;
-        for (int64_t e = 0; e < E; e++) yb[e] = (float)li[e];
+        for (int64_t e = 0; e < E; e++)
+            yb[e] = (float)li[e];
     }
     const float sc = (float)(1.0 / ((double)n * (double)per));
     const float ln2 = 0.69314718055994531f;
@@ -196,91 +210,93 @@ static void rt__loss_elem(const rt__lossinfo *L, const float *restrict p,
      * holds only 0 and 1 (convert_binary_labels_to_hinge) */
     if (L->kind == RT_LOSS_HINGE || L->kind == RT_LOSS_SQUARED_HINGE) {
         int bin = 1;
-        for (int64_t e = 0; e < E && bin; e++) bin = yb[e] == 0.0f || yb[e] == 1.0f;
-        for (int64_t e = 0; bin && e < E; e++) yb[e] = 2.0f * yb[e] - 1.0f;
+        for (int64_t e = 0; e < E && bin; e++)
+            bin = yb[e] == 0.0f || yb[e] == 1.0f;
+        for (int64_t e = 0; bin && e < E; e++)
+            yb[e] = 2.0f * yb[e] - 1.0f;
     }
     const float delta = L->beta > 0 ? L->beta : 1.0f, fc = (float)C;
     /* the same body with and without a gradient to write */
-#define RT__ELEM_LOOP(G)                                                      \
-    switch (L->kind) {                                                        \
-    case RT_LOSS_MSE:                                                         \
-        for (int64_t e = 0; e < E; e++) {                                     \
-            const float d = p[e] - yb[e];                                     \
-            fb[e] = d * d;                                                    \
-            G(2.0f * d);                                                      \
-        }                                                                     \
-        break;                                                                \
-    case RT_LOSS_MAE:                                                         \
-        for (int64_t e = 0; e < E; e++) {                                     \
-            const float d = p[e] - yb[e];                                     \
-            fb[e] = fabsf(d);                                                 \
-            G(d > 0.0f ? 1.0f : d < 0.0f ? -1.0f : 0.0f);                     \
-        }                                                                     \
-        break;                                                                \
-    case RT_LOSS_BCE:                                                         \
-        if (L->from_logits) {                                                 \
-            for (int64_t e = 0; e < E; e++) {                                 \
-                const float z = p[e], y = yb[e];                              \
-                const float t = rt_kern_exp(-fabsf(z));                       \
-                fb[e] = (z > 0.0f ? z : 0.0f) - z * y + rt_kern_log1p(t);     \
-                const float sg = z >= 0.0f ? 1.0f / (1.0f + t) : t / (1.0f + t); \
-                G(sg - y);                                                    \
-            }                                                                 \
-        } else {                                                              \
-            for (int64_t e = 0; e < E; e++) {                                 \
-                const float pe = p[e], y = yb[e];                             \
-                float q = pe < RT__EPS ? RT__EPS : pe;                        \
-                q = q > 1.0f - RT__EPS ? 1.0f - RT__EPS : q;                  \
+#define RT__ELEM_LOOP(G)                                                            \
+    switch (L->kind) {                                                              \
+    case RT_LOSS_MSE:                                                               \
+        for (int64_t e = 0; e < E; e++) {                                           \
+            const float d = p[e] - yb[e];                                           \
+            fb[e] = d * d;                                                          \
+            G(2.0f * d);                                                            \
+        }                                                                           \
+        break;                                                                      \
+    case RT_LOSS_MAE:                                                               \
+        for (int64_t e = 0; e < E; e++) {                                           \
+            const float d = p[e] - yb[e];                                           \
+            fb[e] = fabsf(d);                                                       \
+            G(d > 0.0f ? 1.0f : d < 0.0f ? -1.0f : 0.0f);                           \
+        }                                                                           \
+        break;                                                                      \
+    case RT_LOSS_BCE:                                                               \
+        if (L->from_logits) {                                                       \
+            for (int64_t e = 0; e < E; e++) {                                       \
+                const float z = p[e], y = yb[e];                                    \
+                const float t = rt_kern_exp(-fabsf(z));                             \
+                fb[e] = (z > 0.0f ? z : 0.0f) - z * y + rt_kern_log1p(t);           \
+                const float sg = z >= 0.0f ? 1.0f / (1.0f + t) : t / (1.0f + t);    \
+                G(sg - y);                                                          \
+            }                                                                       \
+        } else {                                                                    \
+            for (int64_t e = 0; e < E; e++) {                                       \
+                const float pe = p[e], y = yb[e];                                   \
+                float q = pe < RT__EPS ? RT__EPS : pe;                              \
+                q = q > 1.0f - RT__EPS ? 1.0f - RT__EPS : q;                        \
                 fb[e] = -(y * rt_kern_log(q) + (1.0f - y) * rt_kern_log(1.0f - q)); \
-                const int in = pe >= RT__EPS && pe <= 1.0f - RT__EPS;         \
-                G(in ? -(y / q - (1.0f - y) / (1.0f - q)) : 0.0f);            \
-            }                                                                 \
-        }                                                                     \
-        break;                                                                \
-    case RT_LOSS_HINGE:                                                       \
-        for (int64_t e = 0; e < E; e++) {                                     \
-            const float m = 1.0f - yb[e] * p[e];                              \
-            fb[e] = m > 0.0f ? m : 0.0f;                                      \
-            G(m > 0.0f ? -yb[e] : 0.0f);                                      \
-        }                                                                     \
-        break;                                                                \
-    case RT_LOSS_SQUARED_HINGE:                                               \
-        for (int64_t e = 0; e < E; e++) {                                     \
-            const float m = 1.0f - yb[e] * p[e], h = m > 0.0f ? m : 0.0f;     \
-            fb[e] = h * h;                                                    \
-            G(-2.0f * h * yb[e]);                                             \
-        }                                                                     \
-        break;                                                                \
-    case RT_LOSS_POISSON:                                                     \
-        for (int64_t e = 0; e < E; e++) {                                     \
-            fb[e] = p[e] - yb[e] * rt_kern_log(p[e] + RT__EPS);               \
-            G(1.0f - yb[e] / (p[e] + RT__EPS));                               \
-        }                                                                     \
-        break;                                                                \
-    case RT_LOSS_KLD: /* a sum over the last axis: C times the mean */        \
-        for (int64_t e = 0; e < E; e++) {                                     \
-            const float y = fminf(fmaxf(yb[e], RT__EPS), 1.0f);               \
-            const float q = fminf(fmaxf(p[e], RT__EPS), 1.0f);                \
-            fb[e] = fc * y * rt_kern_log(y / q);                              \
-            G(p[e] >= RT__EPS && p[e] <= 1.0f ? -fc * y / q : 0.0f);          \
-        }                                                                     \
-        break;                                                                \
-    case RT_LOSS_HUBER_KERAS:                                                 \
-        for (int64_t e = 0; e < E; e++) {                                     \
-            const float d = p[e] - yb[e], a = fabsf(d);                       \
-            fb[e] = a <= delta ? 0.5f * d * d : delta * a - 0.5f * delta * delta; \
-            G(a <= delta ? d : d > 0.0f ? delta : -delta);                    \
-        }                                                                     \
-        break;                                                                \
-    default: /* logcosh: |x| + log1p(e^-2|x|) - log 2; d/dx = tanh x */       \
-        for (int64_t e = 0; e < E; e++) {                                     \
-            const float x = p[e] - yb[e], a = fabsf(x);                       \
-            const float t = rt_kern_exp(-2.0f * a);                           \
-            fb[e] = a + rt_kern_log1p(t) - ln2;                               \
-            const float th = (1.0f - t) / (1.0f + t);                         \
-            G(x < 0.0f ? -th : th);                                           \
-        }                                                                     \
-        break;                                                                \
+                const int in = pe >= RT__EPS && pe <= 1.0f - RT__EPS;               \
+                G(in ? -(y / q - (1.0f - y) / (1.0f - q)) : 0.0f);                  \
+            }                                                                       \
+        }                                                                           \
+        break;                                                                      \
+    case RT_LOSS_HINGE:                                                             \
+        for (int64_t e = 0; e < E; e++) {                                           \
+            const float m = 1.0f - yb[e] * p[e];                                    \
+            fb[e] = m > 0.0f ? m : 0.0f;                                            \
+            G(m > 0.0f ? -yb[e] : 0.0f);                                            \
+        }                                                                           \
+        break;                                                                      \
+    case RT_LOSS_SQUARED_HINGE:                                                     \
+        for (int64_t e = 0; e < E; e++) {                                           \
+            const float m = 1.0f - yb[e] * p[e], h = m > 0.0f ? m : 0.0f;           \
+            fb[e] = h * h;                                                          \
+            G(-2.0f * h * yb[e]);                                                   \
+        }                                                                           \
+        break;                                                                      \
+    case RT_LOSS_POISSON:                                                           \
+        for (int64_t e = 0; e < E; e++) {                                           \
+            fb[e] = p[e] - yb[e] * rt_kern_log(p[e] + RT__EPS);                     \
+            G(1.0f - yb[e] / (p[e] + RT__EPS));                                     \
+        }                                                                           \
+        break;                                                                      \
+    case RT_LOSS_KLD: /* a sum over the last axis: C times the mean */              \
+        for (int64_t e = 0; e < E; e++) {                                           \
+            const float y = fminf(fmaxf(yb[e], RT__EPS), 1.0f);                     \
+            const float q = fminf(fmaxf(p[e], RT__EPS), 1.0f);                      \
+            fb[e] = fc * y * rt_kern_log(y / q);                                    \
+            G(p[e] >= RT__EPS && p[e] <= 1.0f ? -fc * y / q : 0.0f);                \
+        }                                                                           \
+        break;                                                                      \
+    case RT_LOSS_HUBER_KERAS:                                                       \
+        for (int64_t e = 0; e < E; e++) {                                           \
+            const float d = p[e] - yb[e], a = fabsf(d);                             \
+            fb[e] = a <= delta ? 0.5f * d * d : delta * a - 0.5f * delta * delta;   \
+            G(a <= delta ? d : d > 0.0f ? delta : -delta);                          \
+        }                                                                           \
+        break;                                                                      \
+    default: /* logcosh: |x| + log1p(e^-2|x|) - log 2; d/dx = tanh x */             \
+        for (int64_t e = 0; e < E; e++) {                                           \
+            const float x = p[e] - yb[e], a = fabsf(x);                             \
+            const float t = rt_kern_exp(-2.0f * a);                                 \
+            fb[e] = a + rt_kern_log1p(t) - ln2;                                     \
+            const float th = (1.0f - t) / (1.0f + t);                               \
+            G(x < 0.0f ? -th : th);                                                 \
+        }                                                                           \
+        break;                                                                      \
     }
 #define RT__G_STORE(v) dy[e] = sc * (v)
 #define RT__G_NONE(v) (void)(v)
@@ -297,7 +313,8 @@ static void rt__loss_elem(const rt__lossinfo *L, const float *restrict p,
     for (int64_t i = 0; i < n; i++) {
         double acc = 0;
         const float *f = fb + i * per;
-        for (int64_t e = 0; e < per; e++) acc += f[e];
+        for (int64_t e = 0; e < per; e++)
+            acc += f[e];
         total += acc * inv;
     }
     *loss_sum += total;
@@ -328,9 +345,8 @@ static void rt__loss_heads(const rt__lossinfo *L, const float *y, const float *l
     }
 }
 
-void rt__loss_run(const rt__lossinfo *L, const float *y, const void *lab,
-                  int64_t n, float *dy, double *loss_sum, double *acc_sum,
-                  float *scratch)
+void rt__loss_run(const rt__lossinfo *L, const float *y, const void *lab, int64_t n, float *dy,
+                  double *loss_sum, double *acc_sum, float *scratch)
 {
     const int64_t C = L->classes, R = L->rows;
     const int bc = L->lab_numel != L->out_numel;
@@ -344,7 +360,8 @@ void rt__loss_run(const rt__lossinfo *L, const float *y, const void *lab,
     }
     if (L->kind != RT_LOSS_SPARSE_CE && L->kind != RT_LOSS_CE) {
         rt__loss_elem(L, y, lab, n, dy, loss_sum, scratch, scratch + n * L->out_numel);
-        if (!L->acc) return;
+        if (!L->acc)
+            return;
         double as = 0;
         for (int64_t i = 0; i < n; i++) {
             int64_t correct = 0;
@@ -366,7 +383,8 @@ void rt__loss_run(const rt__lossinfo *L, const float *y, const void *lab,
             const float *z = y + (i * R + r) * C;
             int64_t li = bc ? i * R + r : (i * R + r) * C;
             sl += rt__row(L, z, lab, li, dy ? dy + (i * R + r) * C : NULL, s);
-            if (L->acc) correct += rt__loss_row_acc(L, z, lab, li);
+            if (L->acc)
+                correct += rt__loss_row_acc(L, z, lab, li);
         }
         ls += sl / (double)R;
         as += (double)correct / (double)R;

@@ -42,7 +42,8 @@ static void rt__class_loss(const rt__lossinfo *L, const float *y, const void *la
     double wall = (double)C; /* sum of the class weights */
     if (w) {
         wall = 0;
-        for (int64_t c = 0; c < C; c++) wall += w[c];
+        for (int64_t c = 0; c < C; c++)
+            wall += w[c];
     }
     double total = 0, norm = 0, acc = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -52,12 +53,14 @@ static void rt__class_loss(const rt__lossinfo *L, const float *y, const void *la
             float *g = dy ? dy + i * per + s : NULL;
             int64_t am = 0;
             for (int64_t c = 1; c < C; c++)
-                if (z[c * S] > z[am * S]) am = c;
+                if (z[c * S] > z[am * S])
+                    am = c;
             double lse = 0;
             if (ce) {
                 const double m = z[am * S];
                 double se = 0;
-                for (int64_t c = 0; c < C; c++) se += exp((double)z[c * S] - m);
+                for (int64_t c = 0; c < C; c++)
+                    se += exp((double)z[c * S] - m);
                 lse = m + log(se);
             }
             if (L->prob_target) {
@@ -69,13 +72,14 @@ static void rt__class_loss(const rt__lossinfo *L, const float *y, const void *la
                     const double wc = w ? w[c] : 1.0;
                     l -= wc * tc * ((double)z[c * S] - lse);
                     tw += wc * tc;
-                    if (t[c * S] > t[at * S]) at = c;
+                    if (t[c * S] > t[at * S])
+                        at = c;
                 }
                 if (g)
                     for (int64_t c = 0; c < C; c++) {
                         const double tc = (1.0 - e) * t[c * S] + e / (double)C;
-                        g[c * S] = (float)(exp((double)z[c * S] - lse) * tw -
-                                           (w ? w[c] : 1.0) * tc);
+                        g[c * S] =
+                            (float)(exp((double)z[c * S] - lse) * tw - (w ? w[c] : 1.0) * tc);
                     }
                 total += l;
                 norm += 1;
@@ -87,7 +91,8 @@ static void rt__class_loss(const rt__lossinfo *L, const float *y, const void *la
             if (t == L->ignore_index || t < 0 || t >= C) {
                 /* out of range: rt_exec_check_data refused it; never index out */
                 if (g)
-                    for (int64_t c = 0; c < C; c++) g[c * S] = 0.0f;
+                    for (int64_t c = 0; c < C; c++)
+                        g[c * S] = 0.0f;
                 continue;
             }
             const double wt = w ? w[t] : 1.0;
@@ -96,7 +101,8 @@ static void rt__class_loss(const rt__lossinfo *L, const float *y, const void *la
                 l = (1.0 - e) * wt * (lse - z[t * S]);
                 if (e > 0) {
                     double sm = 0;
-                    for (int64_t c = 0; c < C; c++) sm += (w ? w[c] : 1.0) * (lse - z[c * S]);
+                    for (int64_t c = 0; c < C; c++)
+                        sm += (w ? w[c] : 1.0) * (lse - z[c * S]);
                     l += e / (double)C * sm;
                 }
                 if (g)
@@ -108,7 +114,8 @@ static void rt__class_loss(const rt__lossinfo *L, const float *y, const void *la
             } else {
                 l = -wt * z[t * S];
                 if (g) {
-                    for (int64_t c = 0; c < C; c++) g[c * S] = 0.0f;
+                    for (int64_t c = 0; c < C; c++)
+                        g[c * S] = 0.0f;
                     g[t * S] = (float)-wt;
                 }
             }
@@ -117,12 +124,14 @@ static void rt__class_loss(const rt__lossinfo *L, const float *y, const void *la
             counted++;
             right += am == t;
         }
-        if (counted) acc += (double)right / (double)counted;
+        if (counted)
+            acc += (double)right / (double)counted;
     }
     /* mean over nothing kept: NaN, gradient 0, as PyTorch */
     const double sc = L->reduction == RT_REDUCE_SUM ? 1.0 : norm > 0 ? 1.0 / norm : 0.0;
     if (dy && sc != 1.0)
-        for (int64_t k = 0; k < n * per; k++) dy[k] = (float)(dy[k] * sc);
+        for (int64_t k = 0; k < n * per; k++)
+            dy[k] = (float)(dy[k] * sc);
     *loss = L->reduction == RT_REDUCE_SUM ? total : total / norm;
     *acc_sum += acc;
 }
@@ -192,10 +201,12 @@ static void rt__elem_loss(const rt__lossinfo *L, const float *p, const void *lab
         }
         }
         total += l;
-        if (dy) dy[k] = (float)(g * sc);
+        if (dy)
+            dy[k] = (float)(g * sc);
     }
     *loss = total * sc;
-    if (!L->acc) return;
+    if (!L->acc)
+        return;
     const int64_t per = L->out_numel;
     if (L->kind == RT_LOSS_BCE_LOGITS || L->kind == RT_LOSS_BCE_TORCH) {
         const float thr = L->kind == RT_LOSS_BCE_LOGITS ? 0.0f : 0.5f;

@@ -11,7 +11,8 @@ static int64_t rt__argmax_row(const float *x, int64_t C)
 {
     int64_t b = 0;
     for (int64_t j = 1; j < C; j++)
-        if (x[j] > x[b]) b = j;
+        if (x[j] > x[b])
+            b = j;
     return b;
 }
 
@@ -19,12 +20,13 @@ static int64_t rt__argmax_row(const float *x, int64_t C)
 static int rt__in_top_k(const float *p, int64_t C, int64_t t, int k)
 {
     int above = 0;
-    for (int64_t j = 0; j < C; j++) above += p[j] > p[t];
+    for (int64_t j = 0; j < C; j++)
+        above += p[j] > p[t];
     return above < k;
 }
 
-void rt__metrics_update(const rt__lossinfo *L, uint32_t metrics, const float *y,
-                        const void *lab, int64_t n, rt__macc *a)
+void rt__metrics_update(const rt__lossinfo *L, uint32_t metrics, const float *y, const void *lab,
+                        int64_t n, rt__macc *a)
 {
     const int64_t C = L->classes, R = L->rows, E = L->out_numel;
     float row[4096];
@@ -36,15 +38,19 @@ void rt__metrics_update(const rt__lossinfo *L, uint32_t metrics, const float *y,
             if (soft) {
                 /* the model's Softmax, which the loss folded into itself */
                 float m = p[0], s = 0;
-                for (int64_t j = 1; j < C; j++) m = p[j] > m ? p[j] : m;
-                for (int64_t j = 0; j < C; j++) s += row[j] = expf(p[j] - m);
-                for (int64_t j = 0; j < C; j++) row[j] /= s;
+                for (int64_t j = 1; j < C; j++)
+                    m = p[j] > m ? p[j] : m;
+                for (int64_t j = 0; j < C; j++)
+                    s += row[j] = expf(p[j] - m);
+                for (int64_t j = 0; j < C; j++)
+                    row[j] /= s;
                 p = row;
             }
             if (L->lab_numel == L->rows) {
                 int64_t t = L->lab_dt == RT_I32 ? ((const int32_t *)lab)[i * R + r]
                                                 : (int64_t)((const float *)lab)[i * R + r];
-                if (t < 0 || t >= C) t = 0;
+                if (t < 0 || t >= C)
+                    t = 0;
                 scat += rt__argmax_row(p, C) == t;
                 stopk += rt__in_top_k(p, C, t, 5);
                 /* one value per row (a single sigmoid or regression
@@ -73,15 +79,21 @@ void rt__metrics_update(const rt__lossinfo *L, uint32_t metrics, const float *y,
                 }
                 if (metrics & RT_METRIC_AUC) {
                     const int tt = tv[j] != 0.0f;
-                    if (tt) a->pos += 1; else a->neg += 1;
+                    if (tt)
+                        a->pos += 1;
+                    else
+                        a->neg += 1;
                     /* thresholds t_k = k / 199 for k = 1..198, and -eps /
                      * 1+eps at the ends: p > t_k for k below a bound */
                     for (int k = 0; k < RT__AUC_T; k++) {
-                        const double th = k == 0 ? -1e-7
+                        const double th = k == 0               ? -1e-7
                                           : k == RT__AUC_T - 1 ? 1.0 + 1e-7
-                                          : (double)k / (RT__AUC_T - 1);
+                                                               : (double)k / (RT__AUC_T - 1);
                         if ((double)p[j] > th) {
-                            if (tt) a->auc_tp[k] += 1; else a->auc_fp[k] += 1;
+                            if (tt)
+                                a->auc_tp[k] += 1;
+                            else
+                                a->auc_fp[k] += 1;
                         } else {
                             break; /* thresholds rise: none above */
                         }

@@ -33,14 +33,14 @@
 #define RT__PAR_ELEMS (INT64_C(1) << 18)
 
 /* Row range of thread t of T over R rows */
-#define RT__RANGE(R, t, T, r0, r1)                                            \
-    const int64_t r0 = (R) * (t) / (T), r1 = (R) * ((t) + 1) / (T)
+#define RT__RANGE(R, t, T, r0, r1) const int64_t r0 = (R) * (t) / (T), r1 = (R) * ((t) + 1) / (T)
 
 /* v[0..n) summed over the replicas; after a failure the step's later sums
  * are skipped (the step fails) */
 static void rt__bn_allsum(const rt__run *r, double *v, int n)
 {
-    if (r->bn_err[0]) return;
+    if (r->bn_err[0])
+        return;
     if (r->bn_sum(r->bn_ctx, v, n, r->bn_err, r->bn_errlen) < 0 && !r->bn_err[0])
         snprintf(r->bn_err, r->bn_errlen, "synchronised BatchNorm: the replicas' sum failed");
 }
@@ -55,26 +55,30 @@ static inline int rt__bn_synced(const rt__kargs *a)
  * blocks are added in thread order (same thread count, same bits).
  * sync: over every replica's rows (var must follow mean: mean[C] holds
  * the row count while it is summed). Returns the row count. */
-static double rt__bn_stats(const float *x, int64_t R, int64_t C, int nt,
-                           double *part, double *mean, double *var, const rt__run *sync)
+static double rt__bn_stats(const float *x, int64_t R, int64_t C, int nt, double *part, double *mean,
+                           double *var, const rt__run *sync)
 {
     int team = 1;
 #pragma omp parallel num_threads(nt) if (R * C >= RT__PAR_ELEMS)
     {
         const int T = omp_get_num_threads(), t = omp_get_thread_num();
-        if (t == 0) team = T;
+        if (t == 0)
+            team = T;
         double *restrict s = part + (int64_t)t * C;
         RT__RANGE(R, t, T, r0, r1);
-        for (int64_t c = 0; c < C; c++) s[c] = 0.0;
+        for (int64_t c = 0; c < C; c++)
+            s[c] = 0.0;
         for (int64_t r = r0; r < r1; r++) {
             const float *restrict v = x + r * C;
-            for (int64_t c = 0; c < C; c++) s[c] += v[c];
+            for (int64_t c = 0; c < C; c++)
+                s[c] += v[c];
         }
     }
     double Rg = (double)R;
     for (int64_t c = 0; c < C; c++) {
         double m = 0.0;
-        for (int t = 0; t < team; t++) m += part[(int64_t)t * C + c];
+        for (int t = 0; t < team; t++)
+            m += part[(int64_t)t * C + c];
         mean[c] = m;
     }
     if (sync) {
@@ -82,13 +86,15 @@ static double rt__bn_stats(const float *x, int64_t R, int64_t C, int nt,
         rt__bn_allsum(sync, mean, (int)C + 1);
         Rg = mean[C];
     }
-    for (int64_t c = 0; c < C; c++) mean[c] /= Rg;
+    for (int64_t c = 0; c < C; c++)
+        mean[c] /= Rg;
 #pragma omp parallel num_threads(nt) if (R * C >= RT__PAR_ELEMS)
     {
         const int T = omp_get_num_threads(), t = omp_get_thread_num();
         double *restrict s = part + (int64_t)t * C;
         RT__RANGE(R, t, T, r0, r1);
-        for (int64_t c = 0; c < C; c++) s[c] = 0.0;
+        for (int64_t c = 0; c < C; c++)
+            s[c] = 0.0;
         for (int64_t r = r0; r < r1; r++) {
             const float *restrict v = x + r * C;
             for (int64_t c = 0; c < C; c++) {
@@ -99,11 +105,14 @@ static double rt__bn_stats(const float *x, int64_t R, int64_t C, int nt,
     }
     for (int64_t c = 0; c < C; c++) {
         double v = 0.0;
-        for (int t = 0; t < team; t++) v += part[(int64_t)t * C + c];
+        for (int t = 0; t < team; t++)
+            v += part[(int64_t)t * C + c];
         var[c] = v;
     }
-    if (sync) rt__bn_allsum(sync, var, (int)C);
-    for (int64_t c = 0; c < C; c++) var[c] /= Rg;
+    if (sync)
+        rt__bn_allsum(sync, var, (int)C);
+    for (int64_t c = 0; c < C; c++)
+        var[c] /= Rg;
     return Rg;
 }
 
@@ -117,7 +126,8 @@ static inline int rt__bn_batch_mode(const rt__kargs *a)
 int rt_kern_batchnorm_prepare(rt__node *nd, int64_t B, rt__arena *A)
 {
     int *nt = rt__arena_alloc(A, sizeof *nt);
-    if (!nt) return RT_ENOMEM;
+    if (!nt)
+        return RT_ENOMEM;
     *nt = rt_kern_conv_threads();
     const int64_t C = rt__bn_cp(nd)->C;
     nd->kdata = nt;
@@ -127,9 +137,9 @@ int rt_kern_batchnorm_prepare(rt__node *nd, int64_t B, rt__arena *A)
 
 /* scratch: part (2 nt C doubles), mean, var, sdy, sdyx (C doubles each),
  * then 3 C floats */
-#define RT__BN_SCRATCH(a, C, nt, part, mean, var, sdy, sdyx, f)                \
-    double *part = (double *)(a)->scratch, *mean = part + 2 * (nt) * (C),     \
-           *var = mean + (C), *sdy = var + (C), *sdyx = sdy + (C);            \
+#define RT__BN_SCRATCH(a, C, nt, part, mean, var, sdy, sdyx, f)                              \
+    double *part = (double *)(a)->scratch, *mean = part + 2 * (nt) * (C), *var = mean + (C), \
+           *sdy = var + (C), *sdyx = sdy + (C);                                              \
     float *f = (float *)(sdyx + (C))
 
 /* y = gamma (x - mean) / sqrt(var + eps) + beta, x and y (R, C) */
@@ -147,8 +157,8 @@ void rt_kern_batchnorm_fwd(const rt__kargs *a)
     (void)sdyx;
     float *scale = f, *shift = f + C;
     if (rt__bn_batch_mode(a)) {
-        const double Rg = rt__bn_stats(a->x[0], R, C, nt, part, mean, var,
-                                       rt__bn_synced(a) ? a->r : NULL);
+        const double Rg =
+            rt__bn_stats(a->x[0], R, C, nt, part, mean, var, rt__bn_synced(a) ? a->r : NULL);
         /* PyTorch moves the variance towards the unbiased estimate */
         const double vs = rt__bn_cp(nd)->unbiased && Rg > 1 ? Rg / (Rg - 1) : 1.0;
         for (int64_t c = 0; c < C && a->r->update_stats; c++) {
@@ -172,7 +182,8 @@ void rt_kern_batchnorm_fwd(const rt__kargs *a)
     for (int64_t r = 0; r < R; r++) {
         const float *restrict v = x + r * C;
         float *restrict o = y + r * C;
-        for (int64_t c = 0; c < C; c++) o[c] = v[c] * scale[c] + shift[c];
+        for (int64_t c = 0; c < C; c++)
+            o[c] = v[c] * scale[c] + shift[c];
     }
 }
 
@@ -201,16 +212,19 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
         }
     }
     /* var becomes inv from here on */
-    for (int64_t c = 0; c < C; c++) var[c] = 1.0 / sqrt(var[c] + eps);
+    for (int64_t c = 0; c < C; c++)
+        var[c] = 1.0 / sqrt(var[c] + eps);
     const double *inv = var;
     int team = 1;
 #pragma omp parallel num_threads(nt) if (R * C >= RT__PAR_ELEMS)
     {
         const int T = omp_get_num_threads(), t = omp_get_thread_num();
-        if (t == 0) team = T;
+        if (t == 0)
+            team = T;
         double *restrict s1 = part + (int64_t)t * 2 * C, *restrict s2 = s1 + C;
         RT__RANGE(R, t, T, r0, r1);
-        for (int64_t c = 0; c < C; c++) s1[c] = s2[c] = 0.0;
+        for (int64_t c = 0; c < C; c++)
+            s1[c] = s2[c] = 0.0;
         for (int64_t r = r0; r < r1; r++) {
             const float *restrict v = x + r * C, *restrict d = dy + r * C;
             for (int64_t c = 0; c < C; c++) {
@@ -239,7 +253,8 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
     if (a->dx[2]) {
         float *dbt = a->dx[2];
         const int add = (a->accum & 4u) != 0;
-        for (int64_t c = 0; c < C; c++) dbt[c] = add ? dbt[c] + (float)sdy[c] : (float)sdy[c];
+        for (int64_t c = 0; c < C; c++)
+            dbt[c] = add ? dbt[c] + (float)sdy[c] : (float)sdy[c];
     }
     /* sync: every replica sums, whether or not it needs dx */
     double den = Rg;
@@ -252,7 +267,8 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
         rt__bn_allsum(a->r, sdy, 2 * (int)C); /* sdy, sdyx */
         den = s * Rg;
     }
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     /* dx = k1 dy + k2 x + k0 per channel, in float for the row loop */
     float *k1 = k, *k2 = k + C, *k0 = k + 2 * C;
     for (int64_t c = 0; c < C; c++) {
@@ -277,9 +293,11 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
         const float *restrict v = x + r * C, *restrict d = dy + r * C;
         float *restrict o = dx + r * C;
         if (add)
-            for (int64_t c = 0; c < C; c++) o[c] += k1[c] * d[c] + k2[c] * v[c] + k0[c];
+            for (int64_t c = 0; c < C; c++)
+                o[c] += k1[c] * d[c] + k2[c] * v[c] + k0[c];
         else
-            for (int64_t c = 0; c < C; c++) o[c] = k1[c] * d[c] + k2[c] * v[c] + k0[c];
+            for (int64_t c = 0; c < C; c++)
+                o[c] = k1[c] * d[c] + k2[c] * v[c] + k0[c];
     }
 }
 
@@ -316,7 +334,8 @@ void rt_kern_concat_bwd(const rt__kargs *a)
                 const float *restrict d = a->dy + r * inner + off;
                 float *restrict o = dx + r * w;
                 if (add)
-                    for (int64_t j = 0; j < w; j++) o[j] += d[j];
+                    for (int64_t j = 0; j < w; j++)
+                        o[j] += d[j];
                 else
                     memcpy(o, d, sizeof(float) * (size_t)w);
             }

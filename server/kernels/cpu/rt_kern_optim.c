@@ -37,26 +37,29 @@ double rt__clip_by_norm(float *restrict g, int64_t count, float clip)
     float acc[16] = {0};
     int64_t i = 0;
     for (; i + 16 <= count; i += 16)
-        for (int j = 0; j < 16; j++) acc[j] += g[i + j] * g[i + j];
+        for (int j = 0; j < 16; j++)
+            acc[j] += g[i + j] * g[i + j];
     double s = 0;
-    for (; i < count; i++) s += (double)g[i] * g[i];
-    for (int j = 0; j < 16; j++) s += acc[j];
+    for (; i < count; i++)
+        s += (double)g[i] * g[i];
+    for (int j = 0; j < 16; j++)
+        s += acc[j];
     double norm = sqrt(s);
     if (clip > 0 && norm > clip) {
         const float f = (float)(clip / norm);
-        for (i = 0; i < count; i++) g[i] *= f;
+        for (i = 0; i < count; i++)
+            g[i] *= f;
     }
     return norm;
 }
 
-static void rt__opt_chunk(const rt_train_config *c, float lr, int64_t t,
-                          float *restrict w, float *restrict g,
-                          float *restrict s1, float *restrict s2,
-                          int64_t count)
+static void rt__opt_chunk(const rt_train_config *c, float lr, int64_t t, float *restrict w,
+                          float *restrict g, float *restrict s1, float *restrict s2, int64_t count)
 {
     if (c->l2_decay > 0) {
         const float wd = c->l2_decay;
-        for (int64_t i = 0; i < count; i++) g[i] += wd * w[i];
+        for (int64_t i = 0; i < count; i++)
+            g[i] += wd * w[i];
     }
     switch (c->opt) {
     case RT_OPT_SGD: {
@@ -69,7 +72,8 @@ static void rt__opt_chunk(const rt_train_config *c, float lr, int64_t t,
                 w[i] -= lr * (c->nesterov ? g[i] + mu * b : b);
             }
         } else if (mu == 0.0f) {
-            for (int64_t i = 0; i < count; i++) w[i] -= lr * g[i];
+            for (int64_t i = 0; i < count; i++)
+                w[i] -= lr * g[i];
         } else if (c->nesterov) {
             for (int64_t i = 0; i < count; i++) {
                 s1[i] = mu * s1[i] - lr * g[i];
@@ -94,7 +98,8 @@ static void rt__opt_chunk(const rt_train_config *c, float lr, int64_t t,
         const float eps_t = c->adam_eps_vhat ? (float)((double)eps * sqrt(bc2)) : eps;
         if (c->opt == RT_OPT_ADAMW && c->weight_decay > 0) {
             const float decay = (float)(1.0 - (double)lr * (double)c->weight_decay);
-            for (int64_t i = 0; i < count; i++) w[i] *= decay;
+            for (int64_t i = 0; i < count; i++)
+                w[i] *= decay;
         }
         for (int64_t i = 0; i < count; i++) {
             const float gi = g[i];
@@ -161,7 +166,8 @@ static void rt__opt_chunk(const rt_train_config *c, float lr, int64_t t,
         /* past k = 1000, 0.96^k < 1e-17: the factors are b1 */
         const int64_t kk = t < 1000 ? t : 1000;
         double prod = pow((double)b1, (double)(t - kk));
-        for (int64_t k = 1; k <= kk; k++) prod *= (double)b1 * (1.0 - 0.5 * pow(0.96, (double)k));
+        for (int64_t k = 1; k <= kk; k++)
+            prod *= (double)b1 * (1.0 - 0.5 * pow(0.96, (double)k));
         const double ut = (double)b1 * (1.0 - 0.5 * pow(0.96, (double)t));
         const double ut1 = (double)b1 * (1.0 - 0.5 * pow(0.96, (double)(t + 1)));
         const float cm = (float)(ut1 / (1.0 - prod * ut1)), cg = (float)((1.0 - ut) / (1.0 - prod));
@@ -194,8 +200,7 @@ static void rt__opt_chunk(const rt_train_config *c, float lr, int64_t t,
         }
         break;
     }
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -204,8 +209,8 @@ static void rt__opt_chunk(const rt_train_config *c, float lr, int64_t t,
  * third of the non-GEMM time). Each element is updated by exactly one
  * thread with the same formula, so results do not depend on the split. */
 #define RT__OPT_CHUNK 16384
-void rt__opt_update(const rt_train_config *c, float lr, int64_t t, float *w,
-                    float *g, float *s1, float *s2, int64_t count)
+void rt__opt_update(const rt_train_config *c, float lr, int64_t t, float *w, float *g, float *s1,
+                    float *s2, int64_t count)
 {
     if (count < 4 * RT__OPT_CHUNK) {
         rt__opt_chunk(c, lr, t, w, g, s1, s2, count);

@@ -23,7 +23,8 @@ typedef rt__conv_params rt__pool;
 int rt_kern_pool_prepare(rt__node *nd, int64_t B, rt__arena *A)
 {
     int *nt = rt__arena_alloc(A, sizeof *nt);
-    if (!nt) return RT_ENOMEM;
+    if (!nt)
+        return RT_ENOMEM;
     *nt = rt_kern_conv_threads();
     nd->kdata = nt;
     nd->scratch_floats = 2 * rt__conv_cp(nd)->C * *nt;
@@ -31,8 +32,8 @@ int rt_kern_pool_prepare(rt__node *nd, int64_t B, rt__arena *A)
 }
 
 /* the window of output (oh, ow) clipped to the input: [h0,h1) x [w0,w1) */
-static inline void rt__window(const rt__pool *p, int64_t oh, int64_t ow,
-                              int64_t *h0, int64_t *h1, int64_t *w0, int64_t *w1)
+static inline void rt__window(const rt__pool *p, int64_t oh, int64_t ow, int64_t *h0, int64_t *h1,
+                              int64_t *w0, int64_t *w1)
 {
     int64_t a = oh * p->SH - p->PT, b = ow * p->SW - p->PL;
     *h0 = a < 0 ? 0 : a;
@@ -61,7 +62,8 @@ void rt_kern_maxpool2d_fwd(const rt__kargs *a)
                 for (int64_t h = h0; h < h1; h++)
                     for (int64_t w = w0; w < w1; w++) {
                         const float *restrict v = xb + (h * p.W + w) * C;
-                        for (int64_t c = 0; c < C; c++) m[c] = v[c] > m[c] ? v[c] : m[c];
+                        for (int64_t c = 0; c < C; c++)
+                            m[c] = v[c] > m[c] ? v[c] : m[c];
                     }
             }
         }
@@ -75,10 +77,12 @@ void rt_kern_maxpool2d_bwd(const rt__kargs *a)
     const rt__pool p = *rt__conv_cp(a->nd);
     const int64_t C = p.C;
     float *dx = a->dx[0];
-    if (!dx) return;
+    if (!dx)
+        return;
     const int add = (a->accum & 1u) != 0;
     int nt = *(const int *)a->nd->kdata;
-#pragma omp parallel for num_threads(nt) schedule(static) if (a->r->n * p.H * p.W * C >= RT__PAR_ELEMS)
+#pragma omp parallel for num_threads(nt) \
+    schedule(static) if (a->r->n * p.H * p.W * C >= RT__PAR_ELEMS)
     for (int64_t b = 0; b < a->r->n; b++) {
         float *restrict m = a->scratch + 2 * C * omp_get_thread_num();
         int32_t *restrict id = (int32_t *)(m + C);
@@ -87,15 +91,16 @@ void rt_kern_maxpool2d_bwd(const rt__kargs *a)
         /* windows that tile the input without overlap (the usual 2x2/2):
          * every covered cell is written once, the argmax gets dy and the
          * rest 0, so dx needs no zeroing pass except the uncovered edge */
-        if (!add && p.SH == p.KH && p.SW == p.KW && p.PT == 0 && p.PL == 0 &&
-            p.OH * p.KH <= p.H && p.OW * p.KW <= p.W) {
+        if (!add && p.SH == p.KH && p.SW == p.KW && p.PT == 0 && p.PL == 0 && p.OH * p.KH <= p.H &&
+            p.OW * p.KW <= p.W) {
             const float *dyb = a->dy + b * p.OH * p.OW * C;
             for (int64_t oh = 0; oh < p.OH; oh++) {
                 for (int64_t ow = 0; ow < p.OW; ow++) {
                     const int64_t h0 = oh * p.KH, w0 = ow * p.KW;
                     const int32_t first = (int32_t)((h0 * p.W + w0) * C);
                     memcpy(m, xb + first, sizeof(float) * (size_t)C);
-                    for (int64_t c = 0; c < C; c++) id[c] = first;
+                    for (int64_t c = 0; c < C; c++)
+                        id[c] = first;
                     for (int64_t h = h0; h < h0 + p.KH; h++)
                         for (int64_t w = w0; w < w0 + p.KW; w++) {
                             const int32_t off = (int32_t)((h * p.W + w) * C);
@@ -111,7 +116,8 @@ void rt_kern_maxpool2d_bwd(const rt__kargs *a)
                         for (int64_t w = w0; w < w0 + p.KW; w++) {
                             const int32_t off = (int32_t)((h * p.W + w) * C);
                             float *restrict o = dxb + off;
-                            for (int64_t c = 0; c < C; c++) o[c] = id[c] == off ? d[c] : 0.0f;
+                            for (int64_t c = 0; c < C; c++)
+                                o[c] = id[c] == off ? d[c] : 0.0f;
                         }
                 }
                 /* columns right of the last window */
@@ -127,7 +133,8 @@ void rt_kern_maxpool2d_bwd(const rt__kargs *a)
             continue;
         }
         /* zeroed per sample, just before the scatter, while it is in cache */
-        if (!add) memset(dxb, 0, sizeof(float) * (size_t)(p.H * p.W * C));
+        if (!add)
+            memset(dxb, 0, sizeof(float) * (size_t)(p.H * p.W * C));
         const float *dyb = a->dy + b * p.OH * p.OW * C;
         for (int64_t oh = 0; oh < p.OH; oh++) {
             for (int64_t ow = 0; ow < p.OW; ow++) {
@@ -135,7 +142,8 @@ void rt_kern_maxpool2d_bwd(const rt__kargs *a)
                 rt__window(&p, oh, ow, &h0, &h1, &w0, &w1);
                 const int32_t first = (int32_t)((h0 * p.W + w0) * C);
                 memcpy(m, xb + first, sizeof(float) * (size_t)C);
-                for (int64_t c = 0; c < C; c++) id[c] = first;
+                for (int64_t c = 0; c < C; c++)
+                    id[c] = first;
                 for (int64_t h = h0; h < h1; h++)
                     for (int64_t w = w0; w < w1; w++) {
                         const int32_t off = (int32_t)((h * p.W + w) * C);
@@ -147,7 +155,8 @@ void rt_kern_maxpool2d_bwd(const rt__kargs *a)
                         }
                     }
                 const float *restrict d = dyb + (oh * p.OW + ow) * C;
-                for (int64_t c = 0; c < C; c++) dxb[id[c] + c] += d[c];
+                for (int64_t c = 0; c < C; c++)
+                    dxb[id[c] + c] += d[c];
             }
         }
     }
@@ -172,10 +181,12 @@ void rt_kern_avgpool2d_fwd(const rt__kargs *a)
                 for (int64_t h = h0; h < h1; h++)
                     for (int64_t w = w0; w < w1; w++) {
                         const float *restrict v = xb + (h * p.W + w) * C;
-                        for (int64_t c = 0; c < C; c++) s[c] += v[c];
+                        for (int64_t c = 0; c < C; c++)
+                            s[c] += v[c];
                     }
                 const float inv = 1.0f / (float)((h1 - h0) * (w1 - w0));
-                for (int64_t c = 0; c < C; c++) s[c] *= inv;
+                for (int64_t c = 0; c < C; c++)
+                    s[c] *= inv;
             }
         }
     }
@@ -186,12 +197,14 @@ void rt_kern_avgpool2d_bwd(const rt__kargs *a)
     const rt__pool p = *rt__conv_cp(a->nd);
     const int64_t C = p.C;
     float *dx = a->dx[0];
-    if (!dx) return;
+    if (!dx)
+        return;
     const int add = (a->accum & 1u) != 0;
 #pragma omp parallel for schedule(static) if (a->r->n * p.H * p.W * C >= RT__PAR_ELEMS)
     for (int64_t b = 0; b < a->r->n; b++) {
         float *dxb = dx + b * p.H * p.W * C;
-        if (!add) memset(dxb, 0, sizeof(float) * (size_t)(p.H * p.W * C));
+        if (!add)
+            memset(dxb, 0, sizeof(float) * (size_t)(p.H * p.W * C));
         const float *dyb = a->dy + b * p.OH * p.OW * C;
         for (int64_t oh = 0; oh < p.OH; oh++) {
             for (int64_t ow = 0; ow < p.OW; ow++) {
@@ -202,7 +215,8 @@ void rt_kern_avgpool2d_bwd(const rt__kargs *a)
                 for (int64_t h = h0; h < h1; h++)
                     for (int64_t w = w0; w < w1; w++) {
                         float *restrict v = dxb + (h * p.W + w) * C;
-                        for (int64_t c = 0; c < C; c++) v[c] += d[c] * inv;
+                        for (int64_t c = 0; c < C; c++)
+                            v[c] += d[c] * inv;
                     }
             }
         }
@@ -223,9 +237,11 @@ void rt_kern_gap_fwd(const rt__kargs *a)
         memset(s, 0, sizeof(float) * (size_t)C);
         for (int64_t i = 0; i < HW; i++) {
             const float *restrict v = xb + i * C;
-            for (int64_t c = 0; c < C; c++) s[c] += v[c];
+            for (int64_t c = 0; c < C; c++)
+                s[c] += v[c];
         }
-        for (int64_t c = 0; c < C; c++) s[c] *= inv;
+        for (int64_t c = 0; c < C; c++)
+            s[c] *= inv;
     }
 }
 
@@ -234,7 +250,8 @@ void rt_kern_gap_bwd(const rt__kargs *a)
     const int64_t HW = rt__gap_cp(a->nd)->HW, C = rt__gap_cp(a->nd)->C;
     const float inv = 1.0f / (float)HW;
     float *dx = a->dx[0];
-    if (!dx) return;
+    if (!dx)
+        return;
     const int add = (a->accum & 1u) != 0;
 #pragma omp parallel for schedule(static) if (a->r->n * HW * C >= RT__PAR_ELEMS)
     for (int64_t b = 0; b < a->r->n; b++) {
@@ -243,9 +260,11 @@ void rt_kern_gap_bwd(const rt__kargs *a)
         for (int64_t i = 0; i < HW; i++) {
             float *restrict v = dxb + i * C;
             if (add)
-                for (int64_t c = 0; c < C; c++) v[c] += d[c] * inv;
+                for (int64_t c = 0; c < C; c++)
+                    v[c] += d[c] * inv;
             else
-                for (int64_t c = 0; c < C; c++) v[c] = d[c] * inv;
+                for (int64_t c = 0; c < C; c++)
+                    v[c] = d[c] * inv;
         }
     }
 }

@@ -17,7 +17,8 @@ double rt__reg_apply(const rt_plan *p, const float *w, float *g)
     for (int i = 0; i < p->n_params; i++) {
         const rt__param *pr = &p->params[i];
         const double l1 = pr->opts.l1, l2 = pr->opts.l2;
-        if (!(l1 > 0) && !(l2 > 0)) continue;
+        if (!(l1 > 0) && !(l2 > 0))
+            continue;
         const float *x = w + pr->off;
         double s1 = 0, s2 = 0;
         for (int64_t j = 0; j < pr->numel; j++) {
@@ -25,7 +26,8 @@ double rt__reg_apply(const rt_plan *p, const float *w, float *g)
             s2 += (double)x[j] * x[j];
         }
         pen += l1 * s1 + l2 * s2;
-        if (!g || !pr->trainable) continue;
+        if (!g || !pr->trainable)
+            continue;
         float *dx = g + pr->goff;
         const float a = (float)l1, b = (float)(2.0 * l2);
         for (int64_t j = 0; j < pr->numel; j++)
@@ -48,8 +50,10 @@ static void rt__constrain_norms(const rt__param *pr, float *w)
     }
     int64_t kept = 1, red = 1;
     for (int d = 0; d < s->ndim; d++) {
-        if (o->c_axes >> d & 1) red *= s->d[d];
-        else kept *= s->d[d];
+        if (o->c_axes >> d & 1)
+            red *= s->d[d];
+        else
+            kept *= s->d[d];
     }
     for (int64_t k = 0; k < kept; k++) {
         /* base offset of slice k: its kept coordinates, last dim fastest */
@@ -86,8 +90,10 @@ static void rt__constrain_norms(const rt__param *pr, float *w)
                         off += (q % s->d[d]) * stride[d];
                         q /= s->d[d];
                     }
-                if (pass == 0) ss += (double)w[off] * w[off];
-                else w[off] = (float)(w[off] * scale);
+                if (pass == 0)
+                    ss += (double)w[off] * w[off];
+                else
+                    w[off] = (float)(w[off] * scale);
             }
         }
     }
@@ -97,10 +103,12 @@ void rt__constrain(const rt_plan *p, float *w)
 {
     for (int i = 0; i < p->n_params; i++) {
         const rt__param *pr = &p->params[i];
-        if (!pr->trainable || pr->opts.constraint == RT_CONSTRAINT_NONE) continue;
+        if (!pr->trainable || pr->opts.constraint == RT_CONSTRAINT_NONE)
+            continue;
         float *x = w + pr->off;
         if (pr->opts.constraint == RT_CONSTRAINT_NON_NEG) {
-            for (int64_t j = 0; j < pr->numel; j++) x[j] = x[j] < 0 ? 0.0f : x[j];
+            for (int64_t j = 0; j < pr->numel; j++)
+                x[j] = x[j] < 0 ? 0.0f : x[j];
             continue;
         }
         rt__constrain_norms(pr, x);

@@ -56,13 +56,16 @@ static void rt__ra_fwd(int a, float *restrict v, int64_t n)
 {
     switch (a) {
     case RT__RA_TANH:
-        for (int64_t i = 0; i < n; i++) v[i] = rt__ra_tanh(v[i]);
+        for (int64_t i = 0; i < n; i++)
+            v[i] = rt__ra_tanh(v[i]);
         break;
     case RT__RA_SIGMOID:
-        for (int64_t i = 0; i < n; i++) v[i] = rt__ra_sigmoid(v[i]);
+        for (int64_t i = 0; i < n; i++)
+            v[i] = rt__ra_sigmoid(v[i]);
         break;
     case RT__RA_RELU:
-        for (int64_t i = 0; i < n; i++) v[i] = v[i] > 0.0f ? v[i] : 0.0f;
+        for (int64_t i = 0; i < n; i++)
+            v[i] = v[i] > 0.0f ? v[i] : 0.0f;
         break;
     case RT__RA_HARD_SIGMOID:
         for (int64_t i = 0; i < n; i++) {
@@ -76,8 +79,7 @@ static void rt__ra_fwd(int a, float *restrict v, int64_t n)
             v[i] = y < 0.0f ? 0.0f : y > 1.0f ? 1.0f : y;
         }
         break;
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -105,20 +107,23 @@ static int64_t rt__rws_floats(const rt__rnn_params *p, int64_t n, rt__rws *w, fl
 {
     const int64_t T = p->T, GU = p->G * p->U, U = p->U;
     int64_t o = 0;
-#define RT__RWS_TAKE(field, cnt)                                              \
-    do {                                                                      \
-        if (w) w->field = base + o;                                           \
-        o += ((cnt) + 15) & ~(int64_t)15;                                     \
+#define RT__RWS_TAKE(field, cnt)          \
+    do {                                  \
+        if (w)                            \
+            w->field = base + o;          \
+        o += ((cnt) + 15) & ~(int64_t)15; \
     } while (0)
     RT__RWS_TAKE(xt, T * n * p->F);
     RT__RWS_TAKE(z, T * n * GU);
     RT__RWS_TAKE(h, (T + 1) * n * U);
-    if (p->cell == RT__RNN_LSTM) RT__RWS_TAKE(c, (T + 1) * n * U);
+    if (p->cell == RT__RNN_LSTM)
+        RT__RWS_TAKE(c, (T + 1) * n * U);
     if (p->cell == RT__RNN_GRU) {
         RT__RWS_TAKE(e, T * n * U);
         RT__RWS_TAKE(r, n * GU);
     }
-    if (p->drop > 0.0f) RT__RWS_TAKE(mx, n * p->F);
+    if (p->drop > 0.0f)
+        RT__RWS_TAKE(mx, n * p->F);
     if (p->rdrop > 0.0f) {
         RT__RWS_TAKE(mh, n * U);
         RT__RWS_TAKE(hm, T * n * U);
@@ -166,12 +171,14 @@ static void rt__rnn_masks(const rt__kargs *a, const rt__rnn_params *p, int64_t n
         if (mx)
             for (int64_t j = 0; j < F; j++)
                 mx[i * F + j] = rt__rng_unit(a->r->seed, stream, hi | (k0 + (uint64_t)j)) >= p->drop
-                                    ? 1.0f / (1.0f - p->drop) : 0.0f;
+                                    ? 1.0f / (1.0f - p->drop)
+                                    : 0.0f;
         if (mh)
             for (int64_t j = 0; j < U; j++)
                 mh[i * U + j] =
                     rt__rng_unit(a->r->seed, stream, hi | (k0 + (uint64_t)(F + j))) >= p->rdrop
-                        ? 1.0f / (1.0f - p->rdrop) : 0.0f;
+                        ? 1.0f / (1.0f - p->rdrop)
+                        : 0.0f;
     }
 }
 
@@ -188,7 +195,8 @@ void rt_kern_rnn_fwd(const rt__kargs *a)
     const float *b = p->bias ? a->x[3] : NULL;
     /* the masks in use: training with a rate above 0 */
     float *mx = a->r->training ? w.mx : NULL, *mh = a->r->training ? w.mh : NULL;
-    if (mx || mh) rt__rnn_masks(a, p, n, mx, mh);
+    if (mx || mh)
+        rt__rnn_masks(a, p, n, mx, mh);
     const float *mk = p->mask ? a->x[p->mask] : NULL; /* the step mask (B,T) */
     for (int64_t s = 0; s < T; s++) {
         const int64_t t = rt__rnn_tau(p, s);
@@ -197,7 +205,8 @@ void rt_kern_rnn_fwd(const rt__kargs *a)
             const float *restrict src = x + (i * T + t) * F;
             if (mx) {
                 const float *restrict m = mx + i * F;
-                for (int64_t j = 0; j < F; j++) d[j] = src[j] * m[j];
+                for (int64_t j = 0; j < F; j++)
+                    d[j] = src[j] * m[j];
             } else {
                 memcpy(d, src, sizeof(float) * (size_t)F);
             }
@@ -207,12 +216,15 @@ void rt_kern_rnn_fwd(const rt__kargs *a)
     if (b)
         for (int64_t i = 0; i < T * n; i++) {
             float *restrict zr = w.z + i * GU;
-            for (int64_t j = 0; j < GU; j++) zr[j] += b[j];
+            for (int64_t j = 0; j < GU; j++)
+                zr[j] += b[j];
             if (p->bias == 2) /* the recurrent bias, PyTorch's second */
-                for (int64_t j = 0; j < GU; j++) zr[j] += b[GU + j];
+                for (int64_t j = 0; j < GU; j++)
+                    zr[j] += b[GU + j];
         }
     memset(w.h, 0, sizeof(float) * (size_t)(n * U));
-    if (w.c) memset(w.c, 0, sizeof(float) * (size_t)(n * U));
+    if (w.c)
+        memset(w.c, 0, sizeof(float) * (size_t)(n * U));
     const int act = p->act, ract = p->ract;
     for (int64_t s = 0; s < T; s++) {
         float *zs = w.z + s * n * GU;
@@ -222,7 +234,8 @@ void rt_kern_rnn_fwd(const rt__kargs *a)
         const float *hr = hp;
         if (mh) {
             float *restrict hm = w.hm + s * n * U;
-            for (int64_t i = 0; i < n * U; i++) hm[i] = hp[i] * mh[i];
+            for (int64_t i = 0; i < n * U; i++)
+                hm[i] = hp[i] * mh[i];
             hr = hm;
         }
         if (p->cell == RT__RNN_SIMPLE) {
@@ -240,20 +253,22 @@ void rt_kern_rnn_fwd(const rt__kargs *a)
                 rt__ra_fwd(ract, z + 3 * U, U);
                 float *restrict ci = c + i * U, *restrict hi = h + i * U;
                 const float *restrict cpi = cp + i * U;
-                for (int64_t j = 0; j < U; j++) ci[j] = z[U + j] * cpi[j] + z[j] * z[2 * U + j];
+                for (int64_t j = 0; j < U; j++)
+                    ci[j] = z[U + j] * cpi[j] + z[j] * z[2 * U + j];
                 memcpy(hi, ci, sizeof(float) * (size_t)U);
                 rt__ra_fwd(act, hi, U);
-                for (int64_t j = 0; j < U; j++) hi[j] *= z[3 * U + j];
+                for (int64_t j = 0; j < U; j++)
+                    hi[j] *= z[3 * U + j];
             }
         } else { /* GRU */
             float *R = w.r, *E = w.e + s * n * U;
             const float *bh = b && p->reset_after ? b + GU : NULL;
-            rt_kern_gemm(a->r, 0, 0, n, p->reset_after ? GU : 2 * U, U, hr, U, Ur, GU, 0.0f,
-                         R, GU);
+            rt_kern_gemm(a->r, 0, 0, n, p->reset_after ? GU : 2 * U, U, hr, U, Ur, GU, 0.0f, R, GU);
             for (int64_t i = 0; i < n; i++) {
                 float *restrict z = zs + i * GU;
                 const float *restrict ri = R + i * GU;
-                for (int64_t j = 0; j < 2 * U; j++) z[j] += ri[j] + (bh ? bh[j] : 0.0f);
+                for (int64_t j = 0; j < 2 * U; j++)
+                    z[j] += ri[j] + (bh ? bh[j] : 0.0f);
                 rt__ra_fwd(ract, z, 2 * U);
                 float *restrict ei = E + i * U;
                 const float *restrict hri = hr + i * U;
@@ -263,7 +278,8 @@ void rt_kern_rnn_fwd(const rt__kargs *a)
                         z[2 * U + j] += z[U + j] * ei[j];
                     }
                 } else {
-                    for (int64_t j = 0; j < U; j++) ei[j] = z[U + j] * hri[j];
+                    for (int64_t j = 0; j < U; j++)
+                        ei[j] = z[U + j] * hri[j];
                 }
             }
             if (!p->reset_after) /* (r * h) U_h for the candidate */
@@ -280,7 +296,8 @@ void rt_kern_rnn_fwd(const rt__kargs *a)
         const int64_t tau = rt__rnn_tau(p, s);
         if (mk)
             for (int64_t i = 0; i < n; i++) {
-                if (mk[i * T + tau] != 0.0f) continue;
+                if (mk[i * T + tau] != 0.0f)
+                    continue;
                 memcpy(h + i * U, hp + i * U, sizeof(float) * (size_t)U);
                 if (w.c)
                     memcpy(w.c + ((s + 1) * n + i) * U, w.c + (s * n + i) * U,
@@ -297,19 +314,22 @@ void rt_kern_rnn_fwd(const rt__kargs *a)
             }
         }
     }
-    if (!p->seq) memcpy(a->y, w.h + T * n * U, sizeof(float) * (size_t)(n * U));
+    if (!p->seq)
+        memcpy(a->y, w.h + T * n * U, sizeof(float) * (size_t)(n * U));
 }
 
 /* ------------------------------------------------------------ backward */
 
 /* d[j] (+)= column sums of rows of m (rows x cols, leading dim ld) */
-static void rt__colsum(float *restrict d, const float *m, int64_t rows, int64_t cols,
-                       int64_t ld, int accum)
+static void rt__colsum(float *restrict d, const float *m, int64_t rows, int64_t cols, int64_t ld,
+                       int accum)
 {
-    if (!accum) memset(d, 0, sizeof(float) * (size_t)cols);
+    if (!accum)
+        memset(d, 0, sizeof(float) * (size_t)cols);
     for (int64_t i = 0; i < rows; i++) {
         const float *restrict r = m + i * ld;
-        for (int64_t j = 0; j < cols; j++) d[j] += r[j];
+        for (int64_t j = 0; j < cols; j++)
+            d[j] += r[j];
     }
 }
 
@@ -338,13 +358,16 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
         if (p->seq) {
             const int64_t pos = rt__rnn_pos(p, s);
             for (int64_t i = 0; i < n; i++) {
-                if (mk && p->zero_masked && mk[i * T + tau] == 0.0f) continue;
+                if (mk && p->zero_masked && mk[i * T + tau] == 0.0f)
+                    continue;
                 float *restrict di = dh + i * U;
                 const float *restrict g = a->dy + (i * T + pos) * U;
-                for (int64_t j = 0; j < U; j++) di[j] += g[j];
+                for (int64_t j = 0; j < U; j++)
+                    di[j] += g[j];
             }
         } else if (s == T - 1) {
-            for (int64_t i = 0; i < n * U; i++) dh[i] += a->dy[i];
+            for (int64_t i = 0; i < n * U; i++)
+                dh[i] += a->dy[i];
         }
         if (mk) /* a masked step passes these through */
             for (int64_t i = 0; i < n; i++)
@@ -353,10 +376,12 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
                     memcpy(sdc + i * U, dc + i * U, sizeof(float) * (size_t)U);
                 }
         if (p->cell == RT__RNN_SIMPLE) {
-            for (int64_t i = 0; i < n * U; i++) zs[i] = dh[i] * rt__ra_d(act, h[i]);
+            for (int64_t i = 0; i < n * U; i++)
+                zs[i] = dh[i] * rt__ra_d(act, h[i]);
             rt_kern_gemm(a->r, 0, 1, n, U, U, zs, U, Ur, U, 0.0f, dh, U);
             if (mh)
-                for (int64_t i = 0; i < n * U; i++) dh[i] *= mh[i];
+                for (int64_t i = 0; i < n * U; i++)
+                    dh[i] *= mh[i];
         } else if (p->cell == RT__RNN_LSTM) {
             const float *c = w.c + (s + 1) * n * U, *cp = w.c + s * n * U;
             for (int64_t i = 0; i < n; i++) {
@@ -378,7 +403,8 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
             }
             rt_kern_gemm(a->r, 0, 1, n, U, GU, zs, GU, Ur, GU, 0.0f, dh, U);
             if (mh)
-                for (int64_t i = 0; i < n * U; i++) dh[i] *= mh[i];
+                for (int64_t i = 0; i < n * U; i++)
+                    dh[i] *= mh[i];
         } else { /* GRU */
             float *E = w.e + s * n * U;
             for (int64_t i = 0; i < n; i++) {
@@ -421,13 +447,16 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
             }
             rt_kern_gemm(a->r, 0, 1, n, U, 2 * U, zs, GU, Ur, GU, 1.0f, gr, U);
             if (mh)
-                for (int64_t i = 0; i < n * U; i++) dh[i] += gr[i] * mh[i];
+                for (int64_t i = 0; i < n * U; i++)
+                    dh[i] += gr[i] * mh[i];
         }
         if (mk)
             for (int64_t i = 0; i < n; i++) {
-                if (mk[i * T + tau] != 0.0f) continue;
+                if (mk[i * T + tau] != 0.0f)
+                    continue;
                 memset(zs + i * GU, 0, sizeof(float) * (size_t)GU);
-                if (w.e) memset(w.e + (s * n + i) * U, 0, sizeof(float) * (size_t)U);
+                if (w.e)
+                    memset(w.e + (s * n + i) * U, 0, sizeof(float) * (size_t)U);
                 memcpy(dh + i * U, sdh + i * U, sizeof(float) * (size_t)U);
                 memcpy(dc + i * U, sdc + i * U, sizeof(float) * (size_t)U);
             }
@@ -445,8 +474,8 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
             if (p->reset_after)
                 rt_kern_gemm(a->r, 1, 0, U, U, TN, Hr, U, w.e, U, beta, a->dx[2] + 2 * U, GU);
             else
-                rt_kern_gemm(a->r, 1, 0, U, U, TN, w.e, U, dZ + 2 * U, GU, beta,
-                             a->dx[2] + 2 * U, GU);
+                rt_kern_gemm(a->r, 1, 0, U, U, TN, w.e, U, dZ + 2 * U, GU, beta, a->dx[2] + 2 * U,
+                             GU);
         }
     }
     if (a->dx[1])
@@ -455,7 +484,8 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
     if (p->bias && a->dx[3]) {
         const int acc = (a->accum & 8u) != 0;
         rt__colsum(a->dx[3], dZ, TN, GU, GU, acc);
-        if (p->bias == 2) rt__colsum(a->dx[3] + GU, dZ, TN, GU, GU, acc);
+        if (p->bias == 2)
+            rt__colsum(a->dx[3] + GU, dZ, TN, GU, GU, acc);
         if (p->reset_after) { /* recurrent bias row: z and r as the input's, h from E */
             rt__colsum(a->dx[3] + GU, dZ, TN, 2 * U, GU, acc);
             rt__colsum(a->dx[3] + GU + 2 * U, w.e, TN, U, U, acc);
@@ -472,9 +502,11 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
                 const float *restrict g = w.xt + (s * n + i) * F;
                 if (mx) {
                     const float *restrict m = mx + i * F;
-                    for (int64_t j = 0; j < F; j++) d[j] = (acc ? d[j] : 0.0f) + g[j] * m[j];
+                    for (int64_t j = 0; j < F; j++)
+                        d[j] = (acc ? d[j] : 0.0f) + g[j] * m[j];
                 } else if (acc) {
-                    for (int64_t j = 0; j < F; j++) d[j] += g[j];
+                    for (int64_t j = 0; j < F; j++)
+                        d[j] += g[j];
                 } else {
                     memcpy(d, g, sizeof(float) * (size_t)F);
                 }
@@ -489,8 +521,10 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
  * before a step) clamp instead of reading outside W */
 static inline int64_t rt__emb_row(float v, int64_t V)
 {
-    if (!(v >= 0.0f)) return 0;
-    if (v >= (float)V) return V - 1;
+    if (!(v >= 0.0f))
+        return 0;
+    if (v >= (float)V)
+        return V - 1;
     return (int64_t)v;
 }
 
@@ -506,15 +540,18 @@ void rt_kern_embedding_fwd(const rt__kargs *a)
 void rt_kern_embedding_bwd(const rt__kargs *a)
 {
     const rt__embed_params *p = rt__embed_cp(a->nd);
-    if (!a->dx[1]) return;
+    if (!a->dx[1])
+        return;
     const int64_t m = a->r->n * p->R, D = p->D;
     float *dW = a->dx[1];
-    if (!(a->accum & 2u)) memset(dW, 0, sizeof(float) * (size_t)(p->V * D));
+    if (!(a->accum & 2u))
+        memset(dW, 0, sizeof(float) * (size_t)(p->V * D));
     const float *x = a->x[0];
     for (int64_t i = 0; i < m; i++) {
         float *restrict d = dW + rt__emb_row(x[i], p->V) * D;
         const float *restrict g = a->dy + i * D;
-        for (int64_t j = 0; j < D; j++) d[j] += g[j];
+        for (int64_t j = 0; j < D; j++)
+            d[j] += g[j];
     }
 }
 
@@ -524,7 +561,8 @@ void rt_kern_embedding_bwd(const rt__kargs *a)
 static inline float rt__step_kept(const float *restrict x, int64_t R, float v)
 {
     for (int64_t j = 0; j < R; j++)
-        if (x[j] != v) return 1.0f;
+        if (x[j] != v)
+            return 1.0f;
     return 0.0f;
 }
 
@@ -532,7 +570,8 @@ void rt_kern_seqmask_fwd(const rt__kargs *a)
 {
     const rt__seqmask_params *p = rt__seqmask_cp(a->nd);
     const int64_t steps = a->r->n * p->T;
-    for (int64_t k = 0; k < steps; k++) a->y[k] = rt__step_kept(a->x[0] + k * p->R, p->R, p->value);
+    for (int64_t k = 0; k < steps; k++)
+        a->y[k] = rt__step_kept(a->x[0] + k * p->R, p->R, p->value);
 }
 
 void rt_kern_masking_fwd(const rt__kargs *a)
@@ -551,7 +590,8 @@ void rt_kern_masking_fwd(const rt__kargs *a)
 
 void rt_kern_masking_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     const rt__seqmask_params *p = rt__seqmask_cp(a->nd);
     const int64_t steps = a->r->n * p->T, R = p->R;
     const int acc = (a->accum & 1u) != 0;
@@ -559,6 +599,7 @@ void rt_kern_masking_bwd(const rt__kargs *a)
         const float keep = rt__step_kept(a->x[0] + k * R, R, p->value);
         float *restrict d = a->dx[0] + k * R;
         const float *restrict g = a->dy + k * R;
-        for (int64_t j = 0; j < R; j++) d[j] = (acc ? d[j] : 0.0f) + keep * g[j];
+        for (int64_t j = 0; j < R; j++)
+            d[j] = (acc ? d[j] : 0.0f) + keep * g[j];
     }
 }

@@ -10,46 +10,49 @@
 /* Calls body(xo, yo, len, ys) for each run of landing input elements along
  * the last dim of one sample: input offset xo, output offset yo, len
  * elements, output stride ys between them. */
-#define RT__MAP_RUNS(p, body)                                                 \
-    do {                                                                      \
-        const int R_ = (p)->R > 0 ? (p)->R : 1;                               \
-        int64_t d_[8], lo_[8], hi_[8], os_[8], is_[8], idx_[8];              \
-        if ((p)->R > 0) {                                                     \
-            for (int i_ = 0; i_ < R_; i_++) {                                 \
-                d_[i_] = (p)->d[i_];                                          \
-                lo_[i_] = (p)->lo[i_];                                        \
-                hi_[i_] = (p)->hi[i_];                                        \
-                os_[i_] = (p)->os[i_];                                        \
-            }                                                                 \
-        } else {                                                              \
-            d_[0] = hi_[0] = 1;                                               \
-            lo_[0] = os_[0] = 0;                                              \
-        }                                                                     \
-        int64_t st_ = 1;                                                      \
-        for (int i_ = R_ - 1; i_ >= 0; i_--) {                                \
-            is_[i_] = st_;                                                    \
-            st_ *= d_[i_];                                                    \
-        }                                                                     \
-        int empty_ = 0;                                                       \
-        for (int i_ = 0; i_ < R_; i_++) {                                     \
-            idx_[i_] = lo_[i_];                                               \
-            if (lo_[i_] >= hi_[i_]) empty_ = 1;                               \
-        }                                                                     \
-        const int64_t len = hi_[R_ - 1] - lo_[R_ - 1], ys = os_[R_ - 1];      \
-        while (!empty_) {                                                     \
-            int64_t xo = 0, yo = (p)->base;                                   \
-            for (int i_ = 0; i_ < R_; i_++) {                                 \
-                xo += idx_[i_] * is_[i_];                                     \
-                yo += idx_[i_] * os_[i_];                                     \
-            }                                                                 \
-            body;                                                             \
-            int k_ = R_ - 2;                                                  \
-            for (; k_ >= 0; k_--) {                                           \
-                if (++idx_[k_] < hi_[k_]) break;                              \
-                idx_[k_] = lo_[k_];                                           \
-            }                                                                 \
-            if (k_ < 0) break;                                                \
-        }                                                                     \
+#define RT__MAP_RUNS(p, body)                                            \
+    do {                                                                 \
+        const int R_ = (p)->R > 0 ? (p)->R : 1;                          \
+        int64_t d_[8], lo_[8], hi_[8], os_[8], is_[8], idx_[8];          \
+        if ((p)->R > 0) {                                                \
+            for (int i_ = 0; i_ < R_; i_++) {                            \
+                d_[i_] = (p)->d[i_];                                     \
+                lo_[i_] = (p)->lo[i_];                                   \
+                hi_[i_] = (p)->hi[i_];                                   \
+                os_[i_] = (p)->os[i_];                                   \
+            }                                                            \
+        } else {                                                         \
+            d_[0] = hi_[0] = 1;                                          \
+            lo_[0] = os_[0] = 0;                                         \
+        }                                                                \
+        int64_t st_ = 1;                                                 \
+        for (int i_ = R_ - 1; i_ >= 0; i_--) {                           \
+            is_[i_] = st_;                                               \
+            st_ *= d_[i_];                                               \
+        }                                                                \
+        int empty_ = 0;                                                  \
+        for (int i_ = 0; i_ < R_; i_++) {                                \
+            idx_[i_] = lo_[i_];                                          \
+            if (lo_[i_] >= hi_[i_])                                      \
+                empty_ = 1;                                              \
+        }                                                                \
+        const int64_t len = hi_[R_ - 1] - lo_[R_ - 1], ys = os_[R_ - 1]; \
+        while (!empty_) {                                                \
+            int64_t xo = 0, yo = (p)->base;                              \
+            for (int i_ = 0; i_ < R_; i_++) {                            \
+                xo += idx_[i_] * is_[i_];                                \
+                yo += idx_[i_] * os_[i_];                                \
+            }                                                            \
+            body;                                                        \
+            int k_ = R_ - 2;                                             \
+            for (; k_ >= 0; k_--) {                                      \
+                if (++idx_[k_] < hi_[k_])                                \
+                    break;                                               \
+                idx_[k_] = lo_[k_];                                      \
+            }                                                            \
+            if (k_ < 0)                                                  \
+                break;                                                   \
+        }                                                                \
     } while (0)
 
 void rt_kern_map_fwd(const rt__kargs *a)
@@ -60,18 +63,23 @@ void rt_kern_map_fwd(const rt__kargs *a)
     for (int64_t s = 0; s < n; s++) {
         const float *restrict x = a->x[0] + s * p->in_numel;
         float *restrict y = a->y + s * p->out_numel;
-        if (p->reduce) memset(y, 0, sizeof(float) * (size_t)p->out_numel);
+        if (p->reduce)
+            memset(y, 0, sizeof(float) * (size_t)p->out_numel);
         else if (p->fill)
-            for (int64_t i = 0; i < p->out_numel; i++) y[i] = p->value;
+            for (int64_t i = 0; i < p->out_numel; i++)
+                y[i] = p->value;
         if (p->reduce) {
             RT__MAP_RUNS(p, {
-                for (int64_t j = 0; j < len; j++) y[yo + j * ys] += x[xo + j];
+                for (int64_t j = 0; j < len; j++)
+                    y[yo + j * ys] += x[xo + j];
             });
             if (sc != 1.0f)
-                for (int64_t i = 0; i < p->out_numel; i++) y[i] *= sc;
+                for (int64_t i = 0; i < p->out_numel; i++)
+                    y[i] *= sc;
         } else {
             RT__MAP_RUNS(p, {
-                for (int64_t j = 0; j < len; j++) y[yo + j * ys] = x[xo + j];
+                for (int64_t j = 0; j < len; j++)
+                    y[yo + j * ys] = x[xo + j];
             });
         }
     }
@@ -80,25 +88,30 @@ void rt_kern_map_fwd(const rt__kargs *a)
 void rt_kern_map_bwd(const rt__kargs *a)
 {
     float *dxa = a->dx[0];
-    if (!dxa) return;
+    if (!dxa)
+        return;
     const rt__map_params *p = rt__map_cp(a->nd);
     const int64_t n = a->r->n;
     const int accum = a->accum & 1u;
     const float sc = p->reduce ? p->scale : 1.0f;
     /* Pad's cropped inputs get no gradient */
     int cropped = 0;
-    for (int i = 0; i < p->R; i++) cropped |= p->lo[i] > 0 || p->hi[i] < p->d[i];
+    for (int i = 0; i < p->R; i++)
+        cropped |= p->lo[i] > 0 || p->hi[i] < p->d[i];
     for (int64_t s = 0; s < n; s++) {
         float *restrict dx = dxa + s * p->in_numel;
         const float *restrict dy = a->dy + s * p->out_numel;
-        if (cropped && !accum) memset(dx, 0, sizeof(float) * (size_t)p->in_numel);
+        if (cropped && !accum)
+            memset(dx, 0, sizeof(float) * (size_t)p->in_numel);
         if (accum)
             RT__MAP_RUNS(p, {
-                for (int64_t j = 0; j < len; j++) dx[xo + j] += sc * dy[yo + j * ys];
+                for (int64_t j = 0; j < len; j++)
+                    dx[xo + j] += sc * dy[yo + j * ys];
             });
         else
             RT__MAP_RUNS(p, {
-                for (int64_t j = 0; j < len; j++) dx[xo + j] = sc * dy[yo + j * ys];
+                for (int64_t j = 0; j < len; j++)
+                    dx[xo + j] = sc * dy[yo + j * ys];
             });
     }
 }
@@ -107,13 +120,14 @@ void rt_kern_map_bwd(const rt__kargs *a)
 
 /* bilinear source of output cell o: lower cell, upper cell, weight of the
  * upper; half-pixel centres clamped at 0, as torch and tf.image.resize */
-static inline void rt__lin_src(int64_t o, int64_t s, int64_t in, int64_t *lo, int64_t *hi,
-                               float *w)
+static inline void rt__lin_src(int64_t o, int64_t s, int64_t in, int64_t *lo, int64_t *hi, float *w)
 {
     float src = ((float)o + 0.5f) / (float)s - 0.5f;
-    if (src < 0.0f) src = 0.0f;
+    if (src < 0.0f)
+        src = 0.0f;
     int64_t l = (int64_t)src;
-    if (l > in - 1) l = in - 1;
+    if (l > in - 1)
+        l = in - 1;
     *lo = l;
     *hi = l + 1 < in ? l + 1 : in - 1;
     *w = src - (float)l;
@@ -138,8 +152,10 @@ void rt_kern_upsample_fwd(const rt__kargs *a)
                 float fh, fw;
                 rt__lin_src(oh, p->SH, H, &h0, &h1, &fh);
                 rt__lin_src(ow, p->SW, W, &w0, &w1, &fw);
-                const float *restrict a00 = x + (h0 * W + w0) * C, *restrict a01 = x + (h0 * W + w1) * C;
-                const float *restrict a10 = x + (h1 * W + w0) * C, *restrict a11 = x + (h1 * W + w1) * C;
+                const float *restrict a00 = x + (h0 * W + w0) * C, *restrict a01 =
+                                                                       x + (h0 * W + w1) * C;
+                const float *restrict a10 = x + (h1 * W + w0) * C, *restrict a11 =
+                                                                       x + (h1 * W + w1) * C;
                 for (int64_t c = 0; c < C; c++)
                     yc[c] = (1.0f - fh) * ((1.0f - fw) * a00[c] + fw * a01[c]) +
                             fh * ((1.0f - fw) * a10[c] + fw * a11[c]);
@@ -150,11 +166,13 @@ void rt_kern_upsample_fwd(const rt__kargs *a)
 
 void rt_kern_upsample_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     const rt__upsample_params *p = rt__upsample_cp(a->nd);
     const int64_t n = a->r->n, H = p->H, W = p->W, C = p->C;
     const int64_t OH = H * p->SH, OW = W * p->SW;
-    if (!(a->accum & 1u)) memset(a->dx[0], 0, sizeof(float) * (size_t)(n * H * W * C));
+    if (!(a->accum & 1u))
+        memset(a->dx[0], 0, sizeof(float) * (size_t)(n * H * W * C));
     for (int64_t s = 0; s < n; s++) {
         float *dx = a->dx[0] + s * H * W * C;
         const float *dy = a->dy + s * OH * OW * C;
@@ -163,7 +181,8 @@ void rt_kern_upsample_bwd(const rt__kargs *a)
                 const float *restrict g = dy + (oh * OW + ow) * C;
                 if (!p->bilinear) {
                     float *restrict d = dx + ((oh / p->SH) * W + ow / p->SW) * C;
-                    for (int64_t c = 0; c < C; c++) d[c] += g[c];
+                    for (int64_t c = 0; c < C; c++)
+                        d[c] += g[c];
                     continue;
                 }
                 int64_t h0, h1, w0, w1;
@@ -197,24 +216,28 @@ void rt_kern_gmp_fwd(const rt__kargs *a)
         memcpy(y, x, sizeof(float) * (size_t)C);
         for (int64_t i = 1; i < HW; i++) {
             const float *restrict r = x + i * C;
-            for (int64_t c = 0; c < C; c++) y[c] = r[c] > y[c] ? r[c] : y[c];
+            for (int64_t c = 0; c < C; c++)
+                y[c] = r[c] > y[c] ? r[c] : y[c];
         }
     }
 }
 
 void rt_kern_gmp_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     const rt__gap_params *p = rt__gap_cp(a->nd);
     const int64_t n = a->r->n, HW = p->HW, C = p->C;
-    if (!(a->accum & 1u)) memset(a->dx[0], 0, sizeof(float) * (size_t)(n * HW * C));
+    if (!(a->accum & 1u))
+        memset(a->dx[0], 0, sizeof(float) * (size_t)(n * HW * C));
     for (int64_t s = 0; s < n; s++) {
         const float *x = a->x[0] + s * HW * C;
         float *dx = a->dx[0] + s * HW * C;
         for (int64_t c = 0; c < C; c++) {
             int64_t best = 0;
             for (int64_t i = 1; i < HW; i++)
-                if (x[i * C + c] > x[best * C + c]) best = i;
+                if (x[i * C + c] > x[best * C + c])
+                    best = i;
             dx[best * C + c] += a->dy[s * C + c];
         }
     }
@@ -226,9 +249,11 @@ void rt_kern_gmp_bwd(const rt__kargs *a)
 static inline void rt__ln_stats(const float *x, int64_t C, double eps, double *mu, double *rs)
 {
     double m = 0, v = 0;
-    for (int64_t c = 0; c < C; c++) m += x[c];
+    for (int64_t c = 0; c < C; c++)
+        m += x[c];
     m /= (double)C;
-    for (int64_t c = 0; c < C; c++) v += ((double)x[c] - m) * ((double)x[c] - m);
+    for (int64_t c = 0; c < C; c++)
+        v += ((double)x[c] - m) * ((double)x[c] - m);
     v /= (double)C;
     *mu = m;
     *rs = 1.0 / sqrt(v + eps);
@@ -247,8 +272,10 @@ void rt_kern_layernorm_fwd(const rt__kargs *a)
         rt__ln_stats(x, C, p->eps, &mu, &rs);
         for (int64_t c = 0; c < C; c++) {
             float v = (float)(((double)x[c] - mu) * rs);
-            if (gamma) v *= gamma[c];
-            if (beta) v += beta[c];
+            if (gamma)
+                v *= gamma[c];
+            if (beta)
+                v += beta[c];
             y[c] = v;
         }
     }
@@ -263,8 +290,10 @@ void rt_kern_layernorm_bwd(const rt__kargs *a)
     float *dg = p->scale ? a->dx[1] : NULL;
     float *db = p->center ? a->dx[1 + p->scale] : NULL;
     const int bg = 1, bb = 1 + p->scale;
-    if (dg && !((a->accum >> bg) & 1u)) memset(dg, 0, sizeof(float) * (size_t)C);
-    if (db && !((a->accum >> bb) & 1u)) memset(db, 0, sizeof(float) * (size_t)C);
+    if (dg && !((a->accum >> bg) & 1u))
+        memset(dg, 0, sizeof(float) * (size_t)C);
+    if (db && !((a->accum >> bb) & 1u))
+        memset(db, 0, sizeof(float) * (size_t)C);
     for (int64_t r = 0; r < rows; r++) {
         const float *restrict x = a->x[0] + r * C;
         const float *restrict dy = a->dy + r * C;
@@ -275,10 +304,13 @@ void rt_kern_layernorm_bwd(const rt__kargs *a)
             const double g = (double)dy[c] * (gamma ? gamma[c] : 1.0f);
             s1 += g;
             s2 += g * xh;
-            if (dg) dg[c] += (float)((double)dy[c] * xh);
-            if (db) db[c] += dy[c];
+            if (dg)
+                dg[c] += (float)((double)dy[c] * xh);
+            if (db)
+                db[c] += dy[c];
         }
-        if (!dx) continue;
+        if (!dx)
+            continue;
         s1 /= (double)C;
         s2 /= (double)C;
         float *restrict d = dx + r * C;

@@ -30,21 +30,24 @@ void rt_kern_softmax_fwd(const rt__kargs *a)
         const float *restrict x = a->x[0] + r * C;
         float *restrict y = a->y + r * C;
         float m = x[0];
-        for (int64_t j = 1; j < C; j++) m = x[j] > m ? x[j] : m;
+        for (int64_t j = 1; j < C; j++)
+            m = x[j] > m ? x[j] : m;
         float s = 0.0f;
         for (int64_t j = 0; j < C; j++) {
             y[j] = rt_kern_exp(x[j] - m);
             s += y[j];
         }
         const float inv = 1.0f / s;
-        for (int64_t j = 0; j < C; j++) y[j] *= inv;
+        for (int64_t j = 0; j < C; j++)
+            y[j] *= inv;
     }
 }
 
 /* dx = y * (dy - sum(dy * y)) */
 void rt_kern_softmax_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     const int64_t C = rt__softmax_cp(a->nd)->C;
     const int64_t R = rt__rows(&a->nd->out, a->r->n);
     const int accum = a->accum & 1u;
@@ -52,11 +55,14 @@ void rt_kern_softmax_bwd(const rt__kargs *a)
         const float *restrict y = a->y + r * C, *restrict dy = a->dy + r * C;
         float *restrict dx = a->dx[0] + r * C;
         float s = 0.0f;
-        for (int64_t j = 0; j < C; j++) s += dy[j] * y[j];
+        for (int64_t j = 0; j < C; j++)
+            s += dy[j] * y[j];
         if (accum)
-            for (int64_t j = 0; j < C; j++) dx[j] += y[j] * (dy[j] - s);
+            for (int64_t j = 0; j < C; j++)
+                dx[j] += y[j] * (dy[j] - s);
         else
-            for (int64_t j = 0; j < C; j++) dx[j] = y[j] * (dy[j] - s);
+            for (int64_t j = 0; j < C; j++)
+                dx[j] = y[j] * (dy[j] - s);
     }
 }
 
@@ -69,18 +75,22 @@ void rt_kern_logsoftmax_fwd(const rt__kargs *a)
         const float *restrict x = a->x[0] + r * C;
         float *restrict y = a->y + r * C;
         float m = x[0];
-        for (int64_t j = 1; j < C; j++) m = x[j] > m ? x[j] : m;
+        for (int64_t j = 1; j < C; j++)
+            m = x[j] > m ? x[j] : m;
         float s = 0.0f;
-        for (int64_t j = 0; j < C; j++) s += rt_kern_exp(x[j] - m);
+        for (int64_t j = 0; j < C; j++)
+            s += rt_kern_exp(x[j] - m);
         const float lse = m + logf(s);
-        for (int64_t j = 0; j < C; j++) y[j] = x[j] - lse;
+        for (int64_t j = 0; j < C; j++)
+            y[j] = x[j] - lse;
     }
 }
 
 /* dx = dy - exp(y) * sum(dy) */
 void rt_kern_logsoftmax_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     const int64_t C = rt__softmax_cp(a->nd)->C;
     const int64_t R = rt__rows(&a->nd->out, a->r->n);
     const int accum = a->accum & 1u;
@@ -88,10 +98,13 @@ void rt_kern_logsoftmax_bwd(const rt__kargs *a)
         const float *restrict y = a->y + r * C, *restrict dy = a->dy + r * C;
         float *restrict dx = a->dx[0] + r * C;
         float s = 0.0f;
-        for (int64_t j = 0; j < C; j++) s += dy[j];
+        for (int64_t j = 0; j < C; j++)
+            s += dy[j];
         if (accum)
-            for (int64_t j = 0; j < C; j++) dx[j] += dy[j] - rt_kern_exp(y[j]) * s;
+            for (int64_t j = 0; j < C; j++)
+                dx[j] += dy[j] - rt_kern_exp(y[j]) * s;
         else
-            for (int64_t j = 0; j < C; j++) dx[j] = dy[j] - rt_kern_exp(y[j]) * s;
+            for (int64_t j = 0; j < C; j++)
+                dx[j] = dy[j] - rt_kern_exp(y[j]) * s;
     }
 }

@@ -63,12 +63,13 @@ static const rt__kernel rt_ref_table[] = {
     {&rt__op_masking, NULL, rt_ref_masking_fwd, rt_ref_masking_bwd, NULL, NULL},
 #define RT_REF_UNARY(op) {&op, NULL, rt_ref_unary_fwd, rt_ref_unary_bwd, NULL, NULL},
     RT_REF_UNARY(rt__op_elu) RT_REF_UNARY(rt__op_selu) RT_REF_UNARY(rt__op_leakyrelu)
-    RT_REF_UNARY(rt__op_gelu) RT_REF_UNARY(rt__op_erf) RT_REF_UNARY(rt__op_softplus)
-    RT_REF_UNARY(rt__op_softsign) RT_REF_UNARY(rt__op_hardsigmoid) RT_REF_UNARY(rt__op_swish)
-    RT_REF_UNARY(rt__op_clip) RT_REF_UNARY(rt__op_thresholdedrelu)
-    RT_REF_UNARY(rt__op_kerasrelu) RT_REF_UNARY(rt__op_exp) RT_REF_UNARY(rt__op_scale)
-    RT_REF_UNARY(rt__op_mish) RT_REF_UNARY(rt__op_hardswish) RT_REF_UNARY(rt__op_logsigmoid)
-    RT_REF_UNARY(rt__op_sqrt)
+        RT_REF_UNARY(rt__op_gelu) RT_REF_UNARY(rt__op_erf) RT_REF_UNARY(rt__op_softplus)
+            RT_REF_UNARY(rt__op_softsign) RT_REF_UNARY(rt__op_hardsigmoid)
+                RT_REF_UNARY(rt__op_swish) RT_REF_UNARY(rt__op_clip)
+                    RT_REF_UNARY(rt__op_thresholdedrelu) RT_REF_UNARY(rt__op_kerasrelu)
+                        RT_REF_UNARY(rt__op_exp) RT_REF_UNARY(rt__op_scale)
+                            RT_REF_UNARY(rt__op_mish) RT_REF_UNARY(rt__op_hardswish)
+                                RT_REF_UNARY(rt__op_logsigmoid) RT_REF_UNARY(rt__op_sqrt)
 #undef RT_REF_UNARY
 };
 
@@ -76,7 +77,8 @@ static const rt__kernel *rt_ref_kernel(void *ctx, const rt__op_def *op, const rt
 {
     (void)ctx;
     for (size_t i = 0; i < sizeof rt_ref_table / sizeof rt_ref_table[0]; i++)
-        if (rt_ref_table[i].op == op && rt_ref_table[i].fused == fused) return &rt_ref_table[i];
+        if (rt_ref_table[i].op == op && rt_ref_table[i].fused == fused)
+            return &rt_ref_table[i];
     return NULL;
 }
 
@@ -85,11 +87,11 @@ static int rt_ref_supports(void *ctx, const rt__node *nd)
     return rt_ref_kernel(ctx, nd->op, NULL) != NULL;
 }
 
-
 static void rt_ref_run(void *ctx, const rt__call *calls, const rt__kargs *args, int n)
 {
     (void)ctx;
-    for (int i = 0; i < n; i++) calls[i].fn(&args[i]);
+    for (int i = 0; i < n; i++)
+        calls[i].fn(&args[i]);
 }
 
 static void *rt_ref_alloc(void *ctx, size_t n)
@@ -105,7 +107,8 @@ static void rt_ref_release(void *ctx, void *p)
 static void rt_ref_copy(void *ctx, void *dst, const void *src, size_t n)
 {
     (void)ctx;
-    if (dst != src && n) memmove(dst, src, n);
+    if (dst != src && n)
+        memmove(dst, src, n);
 }
 static void *rt_ref_host(void *ctx, void *p)
 {

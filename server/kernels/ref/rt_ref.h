@@ -111,8 +111,8 @@ void rt_ref_heads(void *ctx, const rt__lossinfo *L, const uint32_t *mets, const 
 double rt_ref_regularize(void *ctx, const rt_plan *p, const float *w, float *g);
 void rt_ref_constrain(void *ctx, const rt_plan *p, float *w);
 double rt_ref_clip(void *ctx, float *g, int64_t count, float clip);
-void rt_ref_update(void *ctx, const rt_train_config *c, float lr, int64_t t, float *w,
-                   float *g, float *s1, float *s2, int64_t count);
+void rt_ref_update(void *ctx, const rt_train_config *c, float lr, int64_t t, float *w, float *g,
+                   float *s1, float *s2, int64_t count);
 void rt_ref_scale(void *ctx, float *dst, const float *src, int64_t count, float s);
 
 #endif

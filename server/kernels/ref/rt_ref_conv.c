@@ -10,17 +10,23 @@
 
 static double rt_ref_cact(int act, double z)
 {
-    if (act == RT__ACT_RELU) return z > 0 ? z : 0;
-    if (act == RT__ACT_SIGMOID) return 1 / (1 + exp(-z));
-    if (act == RT__ACT_TANH) return tanh(z);
+    if (act == RT__ACT_RELU)
+        return z > 0 ? z : 0;
+    if (act == RT__ACT_SIGMOID)
+        return 1 / (1 + exp(-z));
+    if (act == RT__ACT_TANH)
+        return tanh(z);
     return z;
 }
 
 static double rt_ref_cact_dy(int act, double y)
 {
-    if (act == RT__ACT_RELU) return y > 0;
-    if (act == RT__ACT_SIGMOID) return y * (1 - y);
-    if (act == RT__ACT_TANH) return 1 - y * y;
+    if (act == RT__ACT_RELU)
+        return y > 0;
+    if (act == RT__ACT_SIGMOID)
+        return y * (1 - y);
+    if (act == RT__ACT_TANH)
+        return 1 - y * y;
     return 1;
 }
 
@@ -43,7 +49,8 @@ static int rt_ref_convt_src(const rt__conv_params *p, int64_t oh, int64_t ow, in
                             int64_t kw, int64_t *h, int64_t *w)
 {
     const int64_t th = oh + p->PT - kh * p->DH, tw = ow + p->PL - kw * p->DW;
-    if (th < 0 || tw < 0 || th % p->SH || tw % p->SW) return 0;
+    if (th < 0 || tw < 0 || th % p->SH || tw % p->SW)
+        return 0;
     *h = th / p->SH;
     *w = tw / p->SW;
     return *h < p->H && *w < p->W;
@@ -80,12 +87,14 @@ static void rt_ref_convs_fwd(const rt__kargs *a, int tr)
                     for (int64_t kh = 0; kh < p->KH; kh++)
                         for (int64_t kw = 0; kw < p->KW; kw++) {
                             int64_t h, w;
-                            if (!rt_ref_src(p, tr, oh, ow, kh, kw, &h, &w)) continue;
+                            if (!rt_ref_src(p, tr, oh, ow, kh, kw, &h, &w))
+                                continue;
                             for (int64_t c = 0; c < Cg; c++)
                                 acc += (double)x[((s * p->H + h) * p->W + w) * p->C + g * Cg + c] *
                                        k[rt_ref_kidx(p, tr, kh, kw, c, o, Cg)];
                         }
-                    a->y[((s * p->OH + oh) * p->OW + ow) * p->OC + o] = (float)rt_ref_cact(act, acc);
+                    a->y[((s * p->OH + oh) * p->OW + ow) * p->OC + o] =
+                        (float)rt_ref_cact(act, acc);
                 }
 }
 
@@ -97,26 +106,34 @@ static void rt_ref_convs_bwd(const rt__kargs *a, int tr)
     const int64_t G = p->G > 1 ? p->G : 1, Cg = p->C / G, OCg = p->OC / G;
     const float *x = a->x[0], *k = a->x[1];
     const int act = tr ? RT__ACT_NONE : p->act;
-    if (a->dx[0]) rt_ref_clear(a, 0, a->r->n * p->H * p->W * p->C);
-    if (a->dx[1]) rt_ref_clear(a, 1, p->KH * p->KW * Cg * p->OC);
-    if (p->bias && a->dx[2]) rt_ref_clear(a, 2, p->OC);
+    if (a->dx[0])
+        rt_ref_clear(a, 0, a->r->n * p->H * p->W * p->C);
+    if (a->dx[1])
+        rt_ref_clear(a, 1, p->KH * p->KW * Cg * p->OC);
+    if (p->bias && a->dx[2])
+        rt_ref_clear(a, 2, p->OC);
     for (int64_t s = 0; s < a->r->n; s++)
         for (int64_t oh = 0; oh < p->OH; oh++)
             for (int64_t ow = 0; ow < p->OW; ow++)
                 for (int64_t o = 0; o < p->OC; o++) {
                     const int64_t yi = ((s * p->OH + oh) * p->OW + ow) * p->OC + o;
-                    const double dz = (double)a->dy[yi] * (act ? rt_ref_cact_dy(act, a->y[yi]) : 1.0);
+                    const double dz =
+                        (double)a->dy[yi] * (act ? rt_ref_cact_dy(act, a->y[yi]) : 1.0);
                     const int64_t g = o / OCg;
-                    if (p->bias && a->dx[2]) a->dx[2][o] = (float)(a->dx[2][o] + dz);
+                    if (p->bias && a->dx[2])
+                        a->dx[2][o] = (float)(a->dx[2][o] + dz);
                     for (int64_t kh = 0; kh < p->KH; kh++)
                         for (int64_t kw = 0; kw < p->KW; kw++) {
                             int64_t h, w;
-                            if (!rt_ref_src(p, tr, oh, ow, kh, kw, &h, &w)) continue;
+                            if (!rt_ref_src(p, tr, oh, ow, kh, kw, &h, &w))
+                                continue;
                             for (int64_t c = 0; c < Cg; c++) {
                                 const int64_t xi = ((s * p->H + h) * p->W + w) * p->C + g * Cg + c;
                                 const int64_t ki = rt_ref_kidx(p, tr, kh, kw, c, o, Cg);
-                                if (a->dx[0]) a->dx[0][xi] = (float)(a->dx[0][xi] + dz * k[ki]);
-                                if (a->dx[1]) a->dx[1][ki] = (float)(a->dx[1][ki] + dz * x[xi]);
+                                if (a->dx[0])
+                                    a->dx[0][xi] = (float)(a->dx[0][xi] + dz * k[ki]);
+                                if (a->dx[1])
+                                    a->dx[1][ki] = (float)(a->dx[1][ki] + dz * x[xi]);
                             }
                         }
                 }
@@ -137,8 +154,10 @@ static void rt_ref_window(const rt__conv_params *p, int64_t oh, int64_t ow, int6
     *w0 = ow * p->SW - p->PL;
     *h1 = *h0 + p->KH < p->H ? *h0 + p->KH : p->H;
     *w1 = *w0 + p->KW < p->W ? *w0 + p->KW : p->W;
-    if (*h0 < 0) *h0 = 0;
-    if (*w0 < 0) *w0 = 0;
+    if (*h0 < 0)
+        *h0 = 0;
+    if (*w0 < 0)
+        *w0 = 0;
 }
 
 /* the first largest input cell of the window (a strict > scan) */
@@ -150,7 +169,8 @@ static int64_t rt_ref_pool_arg(const rt__kargs *a, int64_t s, int64_t oh, int64_
     for (int64_t h = h0; h < h1; h++)
         for (int64_t w = w0; w < w1; w++) {
             const int64_t i = ((s * p->H + h) * p->W + w) * p->C + c;
-            if (best < 0 || a->x[0][i] > a->x[0][best]) best = i;
+            if (best < 0 || a->x[0][i] > a->x[0][best])
+                best = i;
         }
     return best;
 }
@@ -168,7 +188,8 @@ void rt_ref_maxpool2d_fwd(const rt__kargs *a)
 
 void rt_ref_maxpool2d_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     const rt__conv_params *p = rt__conv_cp(a->nd);
     rt_ref_clear(a, 0, a->r->n * p->H * p->W * p->C);
     for (int64_t s = 0; s < a->r->n; s++)
@@ -201,7 +222,8 @@ void rt_ref_avgpool2d_fwd(const rt__kargs *a)
 
 void rt_ref_avgpool2d_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     const rt__conv_params *p = rt__conv_cp(a->nd);
     rt_ref_clear(a, 0, a->r->n * p->H * p->W * p->C);
     for (int64_t s = 0; s < a->r->n; s++)
@@ -227,14 +249,16 @@ void rt_ref_gap_fwd(const rt__kargs *a)
     for (int64_t s = 0; s < a->r->n; s++)
         for (int64_t c = 0; c < C; c++) {
             double acc = 0;
-            for (int64_t i = 0; i < HW; i++) acc += a->x[0][(s * HW + i) * C + c];
+            for (int64_t i = 0; i < HW; i++)
+                acc += a->x[0][(s * HW + i) * C + c];
             a->y[s * C + c] = (float)(acc / (double)HW);
         }
 }
 
 void rt_ref_gap_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     const int64_t HW = rt__gap_cp(a->nd)->HW, C = rt__gap_cp(a->nd)->C;
     for (int64_t s = 0; s < a->r->n; s++)
         for (int64_t i = 0; i < HW; i++)
@@ -247,7 +271,8 @@ static int64_t rt_ref_gmp_arg(const rt__kargs *a, int64_t s, int64_t c)
     const int64_t HW = rt__gap_cp(a->nd)->HW, C = rt__gap_cp(a->nd)->C;
     int64_t best = s * HW * C + c;
     for (int64_t i = 1; i < HW; i++)
-        if (a->x[0][(s * HW + i) * C + c] > a->x[0][best]) best = (s * HW + i) * C + c;
+        if (a->x[0][(s * HW + i) * C + c] > a->x[0][best])
+            best = (s * HW + i) * C + c;
     return best;
 }
 
@@ -255,16 +280,19 @@ void rt_ref_gmp_fwd(const rt__kargs *a)
 {
     const int64_t C = rt__gap_cp(a->nd)->C;
     for (int64_t s = 0; s < a->r->n; s++)
-        for (int64_t c = 0; c < C; c++) a->y[s * C + c] = a->x[0][rt_ref_gmp_arg(a, s, c)];
+        for (int64_t c = 0; c < C; c++)
+            a->y[s * C + c] = a->x[0][rt_ref_gmp_arg(a, s, c)];
 }
 
 void rt_ref_gmp_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     const int64_t HW = rt__gap_cp(a->nd)->HW, C = rt__gap_cp(a->nd)->C;
     rt_ref_clear(a, 0, a->r->n * HW * C);
     for (int64_t s = 0; s < a->r->n; s++)
-        for (int64_t c = 0; c < C; c++) a->dx[0][rt_ref_gmp_arg(a, s, c)] += a->dy[s * C + c];
+        for (int64_t c = 0; c < C; c++)
+            a->dx[0][rt_ref_gmp_arg(a, s, c)] += a->dy[s * C + c];
 }
 
 /* -------------------------------------------------------------- BatchNorm */
@@ -279,8 +307,7 @@ static int rt_ref_bn_batch(const rt__kargs *a)
     return a->r->training && !rt__bn_cp(a->nd)->frozen;
 }
 
-static void rt_ref_bn_stats(const rt__kargs *a, int64_t R, int64_t c, double *mean,
-                            double *var)
+static void rt_ref_bn_stats(const rt__kargs *a, int64_t R, int64_t c, double *mean, double *var)
 {
     const int64_t C = rt__bn_cp(a->nd)->C;
     if (!rt_ref_bn_batch(a)) {
@@ -289,7 +316,8 @@ static void rt_ref_bn_stats(const rt__kargs *a, int64_t R, int64_t c, double *me
         return;
     }
     double s = 0, q = 0;
-    for (int64_t r = 0; r < R; r++) s += a->x[0][r * C + c];
+    for (int64_t r = 0; r < R; r++)
+        s += a->x[0][r * C + c];
     *mean = s / (double)R;
     for (int64_t r = 0; r < R; r++) {
         const double d = a->x[0][r * C + c] - *mean;
@@ -320,8 +348,7 @@ void rt_ref_batchnorm_fwd(const rt__kargs *a)
         }
         const double inv = 1 / sqrt(var + p->eps);
         for (int64_t r = 0; r < R; r++)
-            a->y[r * C + c] =
-                (float)((a->x[0][r * C + c] - mean) * inv * a->x[1][c] + a->x[2][c]);
+            a->y[r * C + c] = (float)((a->x[0][r * C + c] - mean) * inv * a->x[1][c] + a->x[2][c]);
     }
 }
 
@@ -338,9 +365,12 @@ void rt_ref_batchnorm_bwd(const rt__kargs *a)
             sdy += a->dy[r * C + c];
             sdyxh += a->dy[r * C + c] * (a->x[0][r * C + c] - mean) * inv;
         }
-        if (a->dx[1]) rt_ref_put(a, 1, c, sdyxh);
-        if (a->dx[2]) rt_ref_put(a, 2, c, sdy);
-        if (!a->dx[0]) continue;
+        if (a->dx[1])
+            rt_ref_put(a, 1, c, sdyxh);
+        if (a->dx[2])
+            rt_ref_put(a, 2, c, sdy);
+        if (!a->dx[0])
+            continue;
         for (int64_t r = 0; r < R; r++) {
             const double xh = (a->x[0][r * C + c] - mean) * inv, dy = a->dy[r * C + c];
             const double g = batch ? dy - sdy / (double)R - xh * sdyxh / (double)R : dy;
@@ -360,9 +390,11 @@ void rt_ref_layernorm_fwd(const rt__kargs *a)
     for (int64_t r = 0; r < R; r++) {
         const float *x = a->x[0] + r * C;
         double m = 0, v = 0;
-        for (int64_t j = 0; j < C; j++) m += x[j];
+        for (int64_t j = 0; j < C; j++)
+            m += x[j];
         m /= (double)C;
-        for (int64_t j = 0; j < C; j++) v += (x[j] - m) * (x[j] - m);
+        for (int64_t j = 0; j < C; j++)
+            v += (x[j] - m) * (x[j] - m);
         const double inv = 1 / sqrt(v / (double)C + p->eps);
         for (int64_t j = 0; j < C; j++)
             a->y[r * C + j] =
@@ -376,24 +408,31 @@ void rt_ref_layernorm_bwd(const rt__kargs *a)
     const int64_t C = p->C, R = rt__rows(&a->nd->out, a->r->n);
     const float *gamma = p->scale ? a->x[1] : NULL;
     const int ig = 1, ib = p->scale ? 2 : 1;
-    if (p->scale && a->dx[ig]) rt_ref_clear(a, ig, C);
-    if (p->center && a->dx[ib]) rt_ref_clear(a, ib, C);
+    if (p->scale && a->dx[ig])
+        rt_ref_clear(a, ig, C);
+    if (p->center && a->dx[ib])
+        rt_ref_clear(a, ib, C);
     for (int64_t r = 0; r < R; r++) {
         const float *x = a->x[0] + r * C, *dy = a->dy + r * C;
         double m = 0, v = 0, sg = 0, sgx = 0;
-        for (int64_t j = 0; j < C; j++) m += x[j];
+        for (int64_t j = 0; j < C; j++)
+            m += x[j];
         m /= (double)C;
-        for (int64_t j = 0; j < C; j++) v += (x[j] - m) * (x[j] - m);
+        for (int64_t j = 0; j < C; j++)
+            v += (x[j] - m) * (x[j] - m);
         const double inv = 1 / sqrt(v / (double)C + p->eps);
         /* g = dy * gamma: the gradient of the normalised row */
         for (int64_t j = 0; j < C; j++) {
             const double xh = (x[j] - m) * inv, g = dy[j] * (gamma ? gamma[j] : 1.0);
             sg += g;
             sgx += g * xh;
-            if (p->scale && a->dx[ig]) a->dx[ig][j] = (float)(a->dx[ig][j] + dy[j] * xh);
-            if (p->center && a->dx[ib]) a->dx[ib][j] = (float)(a->dx[ib][j] + dy[j]);
+            if (p->scale && a->dx[ig])
+                a->dx[ig][j] = (float)(a->dx[ig][j] + dy[j] * xh);
+            if (p->center && a->dx[ib])
+                a->dx[ib][j] = (float)(a->dx[ib][j] + dy[j]);
         }
-        if (!a->dx[0]) continue;
+        if (!a->dx[0])
+            continue;
         for (int64_t j = 0; j < C; j++) {
             const double xh = (x[j] - m) * inv, g = dy[j] * (gamma ? gamma[j] : 1.0);
             rt_ref_put(a, 0, r * C + j, inv * (g - sg / (double)C - xh * sgx / (double)C));
@@ -415,7 +454,8 @@ static void rt_ref_up_src(const rt__upsample_params *p, int64_t o, int64_t s, in
         return;
     }
     float src = ((float)o + 0.5f) / (float)s - 0.5f; /* the coordinate, as TF, in float */
-    if (src < 0) src = 0;
+    if (src < 0)
+        src = 0;
     *lo = (int64_t)src < in - 1 ? (int64_t)src : in - 1;
     *hi = *lo + 1 < in ? *lo + 1 : in - 1;
     *w = src - (float)*lo;
@@ -434,8 +474,9 @@ void rt_ref_upsample_fwd(const rt__kargs *a)
                 rt_ref_up_src(p, ow, p->SW, p->W, &w0, &w1, &ww);
                 for (int64_t c = 0; c < C; c++) {
 #define RT_REF_X(h, w) ((double)a->x[0][((s * p->H + (h)) * p->W + (w)) * C + c])
-                    const double v = (1 - wh) * ((1 - ww) * RT_REF_X(h0, w0) + ww * RT_REF_X(h0, w1)) +
-                                     wh * ((1 - ww) * RT_REF_X(h1, w0) + ww * RT_REF_X(h1, w1));
+                    const double v =
+                        (1 - wh) * ((1 - ww) * RT_REF_X(h0, w0) + ww * RT_REF_X(h0, w1)) +
+                        wh * ((1 - ww) * RT_REF_X(h1, w0) + ww * RT_REF_X(h1, w1));
 #undef RT_REF_X
                     a->y[((s * OH + oh) * OW + ow) * C + c] = (float)v;
                 }
@@ -444,7 +485,8 @@ void rt_ref_upsample_fwd(const rt__kargs *a)
 
 void rt_ref_upsample_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     const rt__upsample_params *p = rt__upsample_cp(a->nd);
     const int64_t OH = p->H * p->SH, OW = p->W * p->SW, C = p->C;
     rt_ref_clear(a, 0, a->r->n * p->H * p->W * C);
@@ -457,10 +499,10 @@ void rt_ref_upsample_bwd(const rt__kargs *a)
                 rt_ref_up_src(p, ow, p->SW, p->W, &w0, &w1, &ww);
                 for (int64_t c = 0; c < C; c++) {
                     const double g = a->dy[((s * OH + oh) * OW + ow) * C + c];
-#define RT_REF_DX(h, w, f)                                                    \
-    do {                                                                      \
-        float *d_ = &a->dx[0][((s * p->H + (h)) * p->W + (w)) * C + c];       \
-        *d_ = (float)(*d_ + g * (f));                                         \
+#define RT_REF_DX(h, w, f)                                              \
+    do {                                                                \
+        float *d_ = &a->dx[0][((s * p->H + (h)) * p->W + (w)) * C + c]; \
+        *d_ = (float)(*d_ + g * (f));                                   \
     } while (0)
                     RT_REF_DX(h0, w0, (1 - wh) * (1 - ww));
                     RT_REF_DX(h0, w1, (1 - wh) * ww);

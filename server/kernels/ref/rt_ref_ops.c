@@ -8,7 +8,8 @@
 void rt_ref_clear(const rt__kargs *a, int k, int64_t n)
 {
     if (!(a->accum >> k & 1u))
-        for (int64_t i = 0; i < n; i++) a->dx[k][i] = 0.0f;
+        for (int64_t i = 0; i < n; i++)
+            a->dx[k][i] = 0.0f;
 }
 
 static double rt_ref_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
@@ -21,26 +22,35 @@ static double rt_ref_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 static int rt_ref_dense_act(const rt__node *nd)
 {
     int act = rt__dense_cp(nd)->act;
-    if (act || !nd->fused) return act;
-    if (nd->fused == &rt__op_relu) return RT__ACT_RELU;
-    if (nd->fused == &rt__op_sigmoid) return RT__ACT_SIGMOID;
+    if (act || !nd->fused)
+        return act;
+    if (nd->fused == &rt__op_relu)
+        return RT__ACT_RELU;
+    if (nd->fused == &rt__op_sigmoid)
+        return RT__ACT_SIGMOID;
     return RT__ACT_TANH;
 }
 
 static double rt_ref_act(int act, double z)
 {
-    if (act == RT__ACT_RELU) return z > 0 ? z : 0;
-    if (act == RT__ACT_SIGMOID) return rt_ref_sigmoid(z);
-    if (act == RT__ACT_TANH) return tanh(z);
+    if (act == RT__ACT_RELU)
+        return z > 0 ? z : 0;
+    if (act == RT__ACT_SIGMOID)
+        return rt_ref_sigmoid(z);
+    if (act == RT__ACT_TANH)
+        return tanh(z);
     return z;
 }
 
 /* the activation's derivative from its output y */
 static double rt_ref_act_dy(int act, double y)
 {
-    if (act == RT__ACT_RELU) return y > 0 ? 1 : 0;
-    if (act == RT__ACT_SIGMOID) return y * (1 - y);
-    if (act == RT__ACT_TANH) return 1 - y * y;
+    if (act == RT__ACT_RELU)
+        return y > 0 ? 1 : 0;
+    if (act == RT__ACT_SIGMOID)
+        return y * (1 - y);
+    if (act == RT__ACT_TANH)
+        return 1 - y * y;
     return 1;
 }
 
@@ -55,7 +65,8 @@ void rt_ref_dense_fwd(const rt__kargs *a)
     for (int64_t i = 0; i < R; i++)
         for (int64_t j = 0; j < N; j++) {
             double s = b ? b[j] : 0.0;
-            for (int64_t k = 0; k < K; k++) s += (double)x[i * K + k] * w[k * N + j];
+            for (int64_t k = 0; k < K; k++)
+                s += (double)x[i * K + k] * w[k * N + j];
             a->y[i * N + j] = (float)rt_ref_act(act, s);
         }
 }
@@ -68,25 +79,28 @@ void rt_ref_dense_bwd(const rt__kargs *a)
     const int act = rt_ref_dense_act(nd);
     const float *x = a->x[0], *w = a->x[1], *dy = a->dy, *y = a->y;
     /* dz = dy * act'(y), recomputed where it is read */
-#define RT_REF_DZ(i, j) ((double)dy[(i) * N + (j)] * (act ? rt_ref_act_dy(act, y[(i) * N + (j)]) : 1.0))
+#define RT_REF_DZ(i, j) ((double)dy[(i)*N + (j)] * (act ? rt_ref_act_dy(act, y[(i)*N + (j)]) : 1.0))
     if (a->dx[0])
         for (int64_t i = 0; i < R; i++)
             for (int64_t k = 0; k < K; k++) {
                 double s = 0;
-                for (int64_t j = 0; j < N; j++) s += RT_REF_DZ(i, j) * w[k * N + j];
+                for (int64_t j = 0; j < N; j++)
+                    s += RT_REF_DZ(i, j) * w[k * N + j];
                 rt_ref_put(a, 0, i * K + k, s);
             }
     if (a->dx[1])
         for (int64_t k = 0; k < K; k++)
             for (int64_t j = 0; j < N; j++) {
                 double s = 0;
-                for (int64_t i = 0; i < R; i++) s += (double)x[i * K + k] * RT_REF_DZ(i, j);
+                for (int64_t i = 0; i < R; i++)
+                    s += (double)x[i * K + k] * RT_REF_DZ(i, j);
                 rt_ref_put(a, 1, k * N + j, s);
             }
     if (nd->n_in > 2 && a->dx[2])
         for (int64_t j = 0; j < N; j++) {
             double s = 0;
-            for (int64_t i = 0; i < R; i++) s += RT_REF_DZ(i, j);
+            for (int64_t i = 0; i < R; i++)
+                s += RT_REF_DZ(i, j);
             rt_ref_put(a, 2, j, s);
         }
 #undef RT_REF_DZ
@@ -165,7 +179,8 @@ static void rt_ref_bin_bwd(const rt__kargs *a, int op)
     int64_t dims[RT__BC_MAXR], oa, ob;
     const int64_t t = rt_ref_bc_dims(a, dims);
     for (int k = 0; k < 2; k++) {
-        if (!a->dx[k]) continue;
+        if (!a->dx[k])
+            continue;
         /* sums over the broadcast dims, in double, then one store each */
         const int64_t nk = rt__numel_n(a->nd->in_shape[k], a->r->n);
         rt_ref_clear(a, k, nk);
@@ -178,8 +193,8 @@ static void rt_ref_bin_bwd(const rt__kargs *a, int op)
     }
 }
 
-#define RT_REF_BIN(nm, OP)                                                    \
-    void rt_ref_##nm##_fwd(const rt__kargs *a) { rt_ref_bin_fwd(a, OP); }     \
+#define RT_REF_BIN(nm, OP)                                                \
+    void rt_ref_##nm##_fwd(const rt__kargs *a) { rt_ref_bin_fwd(a, OP); } \
     void rt_ref_##nm##_bwd(const rt__kargs *a) { rt_ref_bin_bwd(a, OP); }
 RT_REF_BIN(add, RT_REF_ADD)
 RT_REF_BIN(sub, RT_REF_SUB)
@@ -195,12 +210,14 @@ RT_REF_BIN(prelu, RT_REF_PRELU)
 static void rt_ref_act_fwd(const rt__kargs *a, int act)
 {
     const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
-    for (int64_t i = 0; i < n; i++) a->y[i] = (float)rt_ref_act(act, a->x[0][i]);
+    for (int64_t i = 0; i < n; i++)
+        a->y[i] = (float)rt_ref_act(act, a->x[0][i]);
 }
 
 static void rt_ref_act_bwd(const rt__kargs *a, int act)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
     for (int64_t i = 0; i < n; i++)
         rt_ref_put(a, 0, i, (double)a->dy[i] * rt_ref_act_dy(act, a->y[i]));
@@ -224,8 +241,7 @@ static double rt_ref_u(const rt__unary_params *p, double x)
     case RT__U_SELU: return ga * (x > 0 ? x : al * expm1(x));
     case RT__U_LEAKY: return x > 0 ? x : al * x;
     case RT__U_GELU: return 0.5 * x * (1 + erf(x / sqrt(2.0)));
-    case RT__U_GELU_TANH:
-        return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    case RT__U_GELU_TANH: return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
     case RT__U_ERF: return erf(x);
     case RT__U_SOFTPLUS: return rt_ref_softplus(x);
     case RT__U_SOFTSIGN: return x / (1 + fabs(x));
@@ -252,8 +268,7 @@ static double rt_ref_du(const rt__unary_params *p, double x)
     case RT__U_ELU: return x > 0 ? 1 : al * exp(x);
     case RT__U_SELU: return ga * (x > 0 ? 1 : al * exp(x));
     case RT__U_LEAKY: return x > 0 ? 1 : al;
-    case RT__U_GELU:
-        return 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
+    case RT__U_GELU: return 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
     case RT__U_GELU_TANH: {
         const double c = sqrt(2 / M_PI), t = tanh(c * (x + 0.044715 * x * x * x));
         return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x);
@@ -292,12 +307,14 @@ void rt_ref_unary_fwd(const rt__kargs *a)
 {
     const rt__unary_params *p = rt__unary_cp(a->nd);
     const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
-    for (int64_t i = 0; i < n; i++) a->y[i] = (float)rt_ref_u(p, a->x[0][i]);
+    for (int64_t i = 0; i < n; i++)
+        a->y[i] = (float)rt_ref_u(p, a->x[0][i]);
 }
 
 void rt_ref_unary_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     const rt__unary_params *p = rt__unary_cp(a->nd);
     const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
     for (int64_t i = 0; i < n; i++)
@@ -312,21 +329,27 @@ void rt_ref_softmax_fwd(const rt__kargs *a)
     for (int64_t r = 0; r < R; r++) {
         const float *x = a->x[0] + r * C;
         double m = x[0], s = 0;
-        for (int64_t j = 1; j < C; j++) m = x[j] > m ? x[j] : m;
-        for (int64_t j = 0; j < C; j++) s += exp(x[j] - m);
-        for (int64_t j = 0; j < C; j++) a->y[r * C + j] = (float)(exp(x[j] - m) / s);
+        for (int64_t j = 1; j < C; j++)
+            m = x[j] > m ? x[j] : m;
+        for (int64_t j = 0; j < C; j++)
+            s += exp(x[j] - m);
+        for (int64_t j = 0; j < C; j++)
+            a->y[r * C + j] = (float)(exp(x[j] - m) / s);
     }
 }
 
 void rt_ref_softmax_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     const int64_t C = rt__softmax_cp(a->nd)->C, R = rt__rows(&a->nd->out, a->r->n);
     for (int64_t r = 0; r < R; r++) {
         const float *y = a->y + r * C, *dy = a->dy + r * C;
         double s = 0;
-        for (int64_t j = 0; j < C; j++) s += (double)dy[j] * y[j];
-        for (int64_t j = 0; j < C; j++) rt_ref_put(a, 0, r * C + j, y[j] * (dy[j] - s));
+        for (int64_t j = 0; j < C; j++)
+            s += (double)dy[j] * y[j];
+        for (int64_t j = 0; j < C; j++)
+            rt_ref_put(a, 0, r * C + j, y[j] * (dy[j] - s));
     }
 }
 
@@ -336,21 +359,27 @@ void rt_ref_logsoftmax_fwd(const rt__kargs *a)
     for (int64_t r = 0; r < R; r++) {
         const float *x = a->x[0] + r * C;
         double m = x[0], s = 0;
-        for (int64_t j = 1; j < C; j++) m = x[j] > m ? x[j] : m;
-        for (int64_t j = 0; j < C; j++) s += exp(x[j] - m);
-        for (int64_t j = 0; j < C; j++) a->y[r * C + j] = (float)(x[j] - m - log(s));
+        for (int64_t j = 1; j < C; j++)
+            m = x[j] > m ? x[j] : m;
+        for (int64_t j = 0; j < C; j++)
+            s += exp(x[j] - m);
+        for (int64_t j = 0; j < C; j++)
+            a->y[r * C + j] = (float)(x[j] - m - log(s));
     }
 }
 
 void rt_ref_logsoftmax_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     const int64_t C = rt__softmax_cp(a->nd)->C, R = rt__rows(&a->nd->out, a->r->n);
     for (int64_t r = 0; r < R; r++) {
         const float *y = a->y + r * C, *dy = a->dy + r * C;
         double s = 0;
-        for (int64_t j = 0; j < C; j++) s += dy[j];
-        for (int64_t j = 0; j < C; j++) rt_ref_put(a, 0, r * C + j, dy[j] - exp(y[j]) * s);
+        for (int64_t j = 0; j < C; j++)
+            s += dy[j];
+        for (int64_t j = 0; j < C; j++)
+            rt_ref_put(a, 0, r * C + j, dy[j] - exp(y[j]) * s);
     }
 }
 
@@ -359,14 +388,17 @@ void rt_ref_logsoftmax_bwd(const rt__kargs *a)
 void rt_ref_copy_fwd(const rt__kargs *a)
 {
     const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
-    for (int64_t i = 0; i < n; i++) a->y[i] = a->x[0][i];
+    for (int64_t i = 0; i < n; i++)
+        a->y[i] = a->x[0][i];
 }
 
 void rt_ref_copy_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
-    for (int64_t i = 0; i < n; i++) rt_ref_put(a, 0, i, a->dy[i]);
+    for (int64_t i = 0; i < n; i++)
+        rt_ref_put(a, 0, i, a->dy[i]);
 }
 
 /* The masks are the engine's: a pure function of (seed, node, step,
@@ -408,15 +440,19 @@ void rt_ref_dropout_fwd(const rt__kargs *a)
     const int on = a->r->training && p->rate != 0.0;
     for (int64_t i = 0; i < n; i++) {
         const double x = a->x[0][i];
-        if (!on) a->y[i] = (float)x;
-        else if (p->mode == RT__DROP_NOISE) a->y[i] = (float)(x + rt_ref_drop(a, p, i));
-        else a->y[i] = (float)(x * rt_ref_drop(a, p, i));
+        if (!on)
+            a->y[i] = (float)x;
+        else if (p->mode == RT__DROP_NOISE)
+            a->y[i] = (float)(x + rt_ref_drop(a, p, i));
+        else
+            a->y[i] = (float)(x * rt_ref_drop(a, p, i));
     }
 }
 
 void rt_ref_dropout_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     const rt__dropout_params *p = rt__dropout_cp(a->nd);
     const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
     const int scaled = a->r->training && p->rate != 0.0 && p->mode != RT__DROP_NOISE;
@@ -443,7 +479,8 @@ void rt_ref_actreg_fwd(const rt__kargs *a)
 
 void rt_ref_actreg_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     const rt__actreg_params *p = rt__actreg_cp(a->nd);
     const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
     const double k = p->batch_mean ? 1.0 / (double)a->r->n : 1.0;
@@ -476,7 +513,8 @@ void rt_ref_concat_bwd(const rt__kargs *a)
         int64_t o = r * p->inner;
         for (int k = 0; k < p->k; k++) {
             for (int64_t j = 0; j < p->in_inner[k]; j++, o++)
-                if (a->dx[k]) rt_ref_put(a, k, r * p->in_inner[k] + j, a->dy[o]);
+                if (a->dx[k])
+                    rt_ref_put(a, k, r * p->in_inner[k] + j, a->dy[o]);
         }
     }
 }
@@ -490,7 +528,8 @@ static int64_t rt_ref_map_at(const rt__map_params *p, int64_t i)
     for (int d = p->R - 1; d >= 0; d--) {
         const int64_t c = i % p->d[d];
         i /= p->d[d];
-        if (c < p->lo[d] || c >= p->hi[d]) return -1;
+        if (c < p->lo[d] || c >= p->hi[d])
+            return -1;
         o += c * p->os[d];
     }
     return o;
@@ -502,27 +541,31 @@ void rt_ref_map_fwd(const rt__kargs *a)
     for (int64_t s = 0; s < a->r->n; s++) {
         float *y = a->y + s * p->out_numel;
         const float *x = a->x[0] + s * p->in_numel;
-        for (int64_t o = 0; o < p->out_numel; o++) y[o] = p->fill ? p->value : 0.0f;
+        for (int64_t o = 0; o < p->out_numel; o++)
+            y[o] = p->fill ? p->value : 0.0f;
         if (p->reduce) {
             /* each output's sum in double, in input order */
             for (int64_t o = 0; o < p->out_numel; o++) {
                 double acc = 0;
                 for (int64_t i = 0; i < p->in_numel; i++)
-                    if (rt_ref_map_at(p, i) == o) acc += x[i];
+                    if (rt_ref_map_at(p, i) == o)
+                        acc += x[i];
                 y[o] = (float)(acc * p->scale);
             }
             continue;
         }
         for (int64_t i = 0; i < p->in_numel; i++) {
             const int64_t o = rt_ref_map_at(p, i);
-            if (o >= 0) y[o] = x[i];
+            if (o >= 0)
+                y[o] = x[i];
         }
     }
 }
 
 void rt_ref_map_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     const rt__map_params *p = rt__map_cp(a->nd);
     for (int64_t s = 0; s < a->r->n; s++)
         for (int64_t i = 0; i < p->in_numel; i++) {
@@ -540,18 +583,21 @@ void rt_ref_embedding_fwd(const rt__kargs *a)
     const int64_t rows = a->r->n * p->R;
     for (int64_t r = 0; r < rows; r++) {
         const int64_t v = (int64_t)a->x[0][r];
-        for (int64_t j = 0; j < p->D; j++) a->y[r * p->D + j] = a->x[1][v * p->D + j];
+        for (int64_t j = 0; j < p->D; j++)
+            a->y[r * p->D + j] = a->x[1][v * p->D + j];
     }
 }
 
 void rt_ref_embedding_bwd(const rt__kargs *a)
 {
-    if (!a->dx[1]) return;
+    if (!a->dx[1])
+        return;
     const rt__embed_params *p = rt__embed_cp(a->nd);
     const int64_t rows = a->r->n * p->R;
     rt_ref_clear(a, 1, p->V * p->D);
     for (int64_t r = 0; r < rows; r++) {
         const int64_t v = (int64_t)a->x[0][r];
-        for (int64_t j = 0; j < p->D; j++) a->dx[1][v * p->D + j] += a->dy[r * p->D + j];
+        for (int64_t j = 0; j < p->D; j++)
+            a->dx[1][v * p->D + j] += a->dy[r * p->D + j];
     }
 }

@@ -100,11 +100,13 @@ static double rt_ref_rnn_mask(const rt__kargs *a, const rt_ref_rnn *q, int64_t i
                               int state)
 {
     const double rate = state ? q->p->rdrop : q->p->drop;
-    if (!q->drop_on || rate <= 0) return 1;
-    const uint64_t ctr = ((uint64_t)a->r->step << 36) |
-                         (uint64_t)(i * (q->F + q->U) + (state ? q->F : 0) + j);
+    if (!q->drop_on || rate <= 0)
+        return 1;
+    const uint64_t ctr =
+        ((uint64_t)a->r->step << 36) | (uint64_t)(i * (q->F + q->U) + (state ? q->F : 0) + j);
     return rt__rng_unit(a->r->seed, RT__STREAM_DROPOUT + (uint64_t)a->nd->id, ctr) >= (float)rate
-               ? (double)(1.0f / (1.0f - (float)rate)) : 0.0;
+               ? (double)(1.0f / (1.0f - (float)rate))
+               : 0.0;
 }
 
 static int64_t rt_ref_tau(const rt__rnn_params *p, int64_t s)
@@ -141,7 +143,8 @@ void rt_ref_rnn_fwd(const rt__kargs *a)
                 q.X[(i * q.T + t) * q.F + f] =
                     (float)(q.x[(i * q.T + t) * q.F + f] * rt_ref_rnn_mask(a, &q, i, f, 0));
     for (int64_t i = 0; i < q.n; i++) {
-        for (int64_t u = 0; u < U; u++) RT_REF_HS(&q, 0, i)[u] = RT_REF_CS(&q, 0, i)[u] = 0;
+        for (int64_t u = 0; u < U; u++)
+            RT_REF_HS(&q, 0, i)[u] = RT_REF_CS(&q, 0, i)[u] = 0;
         for (int64_t s = 0; s < q.T; s++) {
             float *z = RT_REF_ZS(&q, s, i), *h = RT_REF_HS(&q, s + 1, i);
             const float *hp = RT_REF_HS(&q, s, i);
@@ -149,16 +152,20 @@ void rt_ref_rnn_fwd(const rt__kargs *a)
              * candidate */
             for (int64_t k = 0; k < GU; k++) {
                 double v = (q.b ? q.b[k] : 0) + (q.b2 ? q.b2[k] : 0);
-                for (int64_t f = 0; f < q.F; f++) v += rt_ref_xin(a, &q, s, i, f) * q.W[f * GU + k];
+                for (int64_t f = 0; f < q.F; f++)
+                    v += rt_ref_xin(a, &q, s, i, f) * q.W[f * GU + k];
                 const int cand = p->cell == RT__RNN_GRU && k >= 2 * U;
                 if (!cand) {
-                    for (int64_t u = 0; u < U; u++) v += rt_ref_hr(a, &q, s, i, u) * q.Ur[u * GU + k];
-                    if (q.bh) v += q.bh[k];
+                    for (int64_t u = 0; u < U; u++)
+                        v += rt_ref_hr(a, &q, s, i, u) * q.Ur[u * GU + k];
+                    if (q.bh)
+                        v += q.bh[k];
                 }
                 z[k] = (float)v;
             }
             if (p->cell == RT__RNN_SIMPLE) {
-                for (int64_t u = 0; u < U; u++) h[u] = z[u] = (float)rt_ref_ra(p->act, z[u]);
+                for (int64_t u = 0; u < U; u++)
+                    h[u] = z[u] = (float)rt_ref_ra(p->act, z[u]);
             } else if (p->cell == RT__RNN_LSTM) {
                 const float *cp = RT_REF_CS(&q, s, i);
                 float *c = RT_REF_CS(&q, s + 1, i);
@@ -172,7 +179,8 @@ void rt_ref_rnn_fwd(const rt__kargs *a)
                 }
             } else {
                 float *e = RT_REF_ES(&q, s, i);
-                for (int64_t k = 0; k < 2 * U; k++) z[k] = (float)rt_ref_ra(p->ract, z[k]);
+                for (int64_t k = 0; k < 2 * U; k++)
+                    z[k] = (float)rt_ref_ra(p->ract, z[k]);
                 for (int64_t u = 0; u < U; u++) {
                     double r;
                     if (p->reset_after) {
@@ -184,7 +192,8 @@ void rt_ref_rnn_fwd(const rt__kargs *a)
                     } else {
                         r = 0;
                         for (int64_t v = 0; v < U; v++)
-                            r += (double)z[U + v] * rt_ref_hr(a, &q, s, i, v) * q.Ur[v * GU + 2 * U + u];
+                            r += (double)z[U + v] * rt_ref_hr(a, &q, s, i, v) *
+                                 q.Ur[v * GU + 2 * U + u];
                         z[2 * U + u] = (float)(z[2 * U + u] + r);
                     }
                 }
@@ -205,7 +214,8 @@ void rt_ref_rnn_fwd(const rt__kargs *a)
             }
         }
         if (!p->seq)
-            for (int64_t u = 0; u < U; u++) a->y[i * U + u] = RT_REF_HS(&q, q.T, i)[u];
+            for (int64_t u = 0; u < U; u++)
+                a->y[i * U + u] = RT_REF_HS(&q, q.T, i)[u];
     }
 }
 
@@ -219,10 +229,14 @@ void rt_ref_rnn_bwd(const rt__kargs *a)
     const int64_t U = q.U, GU = q.GU, F = q.F, T = q.T;
     float *dz = a->scratch, *dh = dz + GU, *dc = dh + U, *dhr = dc + U, *tmp = dhr + U;
     float *dX = a->dx[0], *dW = a->dx[1], *dU = a->dx[2], *db = q.b ? a->dx[3] : NULL;
-    if (dX) rt_ref_clear(a, 0, q.n * T * F);
-    if (dW) rt_ref_clear(a, 1, F * GU);
-    if (dU) rt_ref_clear(a, 2, U * GU);
-    if (db) rt_ref_clear(a, 3, q.bh || q.b2 ? 2 * GU : GU);
+    if (dX)
+        rt_ref_clear(a, 0, q.n * T * F);
+    if (dW)
+        rt_ref_clear(a, 1, F * GU);
+    if (dU)
+        rt_ref_clear(a, 2, U * GU);
+    if (db)
+        rt_ref_clear(a, 3, q.bh || q.b2 ? 2 * GU : GU);
     for (int64_t i = 0; i < q.n; i++) {
         for (int64_t u = 0; u < U; u++) {
             dh[u] = p->seq ? 0.0f : a->dy[i * U + u];
@@ -232,12 +246,15 @@ void rt_ref_rnn_bwd(const rt__kargs *a)
             const int kept = !q.mk || q.mk[i * T + rt_ref_tau(p, s)] != 0.0f;
             if (p->seq && (kept || !p->zero_masked)) {
                 const int64_t pos = p->rev_out ? T - 1 - s : s;
-                for (int64_t u = 0; u < U; u++) dh[u] += a->dy[(i * T + pos) * U + u];
+                for (int64_t u = 0; u < U; u++)
+                    dh[u] += a->dy[(i * T + pos) * U + u];
             }
-            if (!kept) continue; /* the state passed through: dh, dc unchanged */
+            if (!kept)
+                continue; /* the state passed through: dh, dc unchanged */
             const float *z = RT_REF_ZS(&q, s, i), *h = RT_REF_HS(&q, s + 1, i);
             const float *hp = RT_REF_HS(&q, s, i);
-            for (int64_t u = 0; u < U; u++) dhr[u] = 0.0f;
+            for (int64_t u = 0; u < U; u++)
+                dhr[u] = 0.0f;
             /* dz: the pre-activation gradients; tmp: dh_prev's direct part */
             if (p->cell == RT__RNN_SIMPLE) {
                 for (int64_t u = 0; u < U; u++) {
@@ -270,21 +287,25 @@ void rt_ref_rnn_bwd(const rt__kargs *a)
                         dr = (double)dz[2 * U + u] * e[u];
                         /* e = hr U_h + b'_h: its gradient dz_h r */
                         const double de = (double)dz[2 * U + u] * z[U + u];
-                        if (db) rt_ref_add(db, GU + 2 * U + u, de);
+                        if (db)
+                            rt_ref_add(db, GU + 2 * U + u, de);
                         for (int64_t v = 0; v < U; v++) {
-                            if (dU) rt_ref_add(dU, v * GU + 2 * U + u, rt_ref_hr(a, &q, s, i, v) * de);
+                            if (dU)
+                                rt_ref_add(dU, v * GU + 2 * U + u, rt_ref_hr(a, &q, s, i, v) * de);
                             dhr[v] = (float)(dhr[v] + de * q.Ur[v * GU + 2 * U + u]);
                         }
                     } else {
                         /* (r hr) U_h: d(r hr)_u = sum_k dz_h,k U_h[u, k] */
                         double drh = 0;
-                        for (int64_t k = 0; k < U; k++) drh += (double)dz[2 * U + k] * q.Ur[u * GU + 2 * U + k];
+                        for (int64_t k = 0; k < U; k++)
+                            drh += (double)dz[2 * U + k] * q.Ur[u * GU + 2 * U + k];
                         const double hru = rt_ref_hr(a, &q, s, i, u);
                         dr = drh * hru;
                         dhr[u] = (float)(dhr[u] + drh * z[U + u]);
                         if (dU)
                             for (int64_t k = 0; k < U; k++)
-                                rt_ref_add(dU, u * GU + 2 * U + k, (double)z[U + u] * hru * dz[2 * U + k]);
+                                rt_ref_add(dU, u * GU + 2 * U + k,
+                                           (double)z[U + u] * hru * dz[2 * U + k]);
                     }
                     dz[U + u] = (float)(dr * rt_ref_ra_d(p->ract, z[U + u]));
                 }
@@ -292,19 +313,27 @@ void rt_ref_rnn_bwd(const rt__kargs *a)
             /* the gates read hr U (all but GRU's candidate) and x W + b */
             const int64_t rec = p->cell == RT__RNN_GRU ? 2 * U : GU;
             for (int64_t k = 0; k < GU; k++) {
-                if (db) rt_ref_add(db, k, dz[k]);
-                if (q.b2 && db) rt_ref_add(db, GU + k, dz[k]);
-                if (k < rec && q.bh && db) rt_ref_add(db, GU + k, dz[k]);
+                if (db)
+                    rt_ref_add(db, k, dz[k]);
+                if (q.b2 && db)
+                    rt_ref_add(db, GU + k, dz[k]);
+                if (k < rec && q.bh && db)
+                    rt_ref_add(db, GU + k, dz[k]);
                 for (int64_t f = 0; f < F; f++) {
-                    if (dW) rt_ref_add(dW, f * GU + k, rt_ref_xin(a, &q, s, i, f) * dz[k]);
+                    if (dW)
+                        rt_ref_add(dW, f * GU + k, rt_ref_xin(a, &q, s, i, f) * dz[k]);
                     if (dX) {
                         const int64_t xi = (i * T + rt_ref_tau(p, s)) * F + f;
-                        rt_ref_add(dX, xi, (double)dz[k] * q.W[f * GU + k] * rt_ref_rnn_mask(a, &q, i, f, 0));
+                        rt_ref_add(dX, xi,
+                                   (double)dz[k] * q.W[f * GU + k] *
+                                       rt_ref_rnn_mask(a, &q, i, f, 0));
                     }
                 }
-                if (k >= rec) continue;
+                if (k >= rec)
+                    continue;
                 for (int64_t u = 0; u < U; u++) {
-                    if (dU) rt_ref_add(dU, u * GU + k, rt_ref_hr(a, &q, s, i, u) * dz[k]);
+                    if (dU)
+                        rt_ref_add(dU, u * GU + k, rt_ref_hr(a, &q, s, i, u) * dz[k]);
                     dhr[u] = (float)(dhr[u] + (double)dz[k] * q.Ur[u * GU + k]);
                 }
             }
@@ -320,7 +349,8 @@ void rt_ref_rnn_bwd(const rt__kargs *a)
 static int rt_ref_kept(const float *x, int64_t R, float v)
 {
     for (int64_t j = 0; j < R; j++)
-        if (x[j] != v) return 1;
+        if (x[j] != v)
+            return 1;
     return 0;
 }
 
@@ -336,13 +366,15 @@ void rt_ref_masking_fwd(const rt__kargs *a)
     const rt__seqmask_params *p = rt__seqmask_cp(a->nd);
     for (int64_t k = 0; k < a->r->n * p->T; k++) {
         const int keep = rt_ref_kept(a->x[0] + k * p->R, p->R, p->value);
-        for (int64_t j = 0; j < p->R; j++) a->y[k * p->R + j] = keep ? a->x[0][k * p->R + j] : 0.0f;
+        for (int64_t j = 0; j < p->R; j++)
+            a->y[k * p->R + j] = keep ? a->x[0][k * p->R + j] : 0.0f;
     }
 }
 
 void rt_ref_masking_bwd(const rt__kargs *a)
 {
-    if (!a->dx[0]) return;
+    if (!a->dx[0])
+        return;
     const rt__seqmask_params *p = rt__seqmask_cp(a->nd);
     for (int64_t k = 0; k < a->r->n * p->T; k++) {
         const int keep = rt_ref_kept(a->x[0] + k * p->R, p->R, p->value);

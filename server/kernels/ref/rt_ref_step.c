@@ -17,8 +17,7 @@
  * channel's contrast pivots on its mean over that cropped image, pads
  * included. The float operations are rt_aug_apply's, in its order, so the
  * two agree bit for bit. */
-static void rt_ref_augment(const rt_augment *a, const rt_aug_draw *d, const uint8_t *px,
-                           float *x)
+static void rt_ref_augment(const rt_augment *a, const rt_aug_draw *d, const uint8_t *px, float *x)
 {
     const int H = a->h, W = a->w, C = a->c;
     const float k = 1.0f / 255.0f;
@@ -39,7 +38,8 @@ static void rt_ref_augment(const rt_augment *a, const rt_aug_draw *d, const uint
                                   ? px[((size_t)sy * W + (size_t)sx) * C + (size_t)ch]
                                   : 0;
                 float f = (float)v * k;
-                if (d->contrast != 1.0f) f = (f - m) * d->contrast + m;
+                if (d->contrast != 1.0f)
+                    f = (f - m) * d->contrast + m;
                 f += d->bright;
                 f = f < 0 ? 0 : f > 1 ? 1 : f;
                 x[((size_t)y * W + (size_t)xx) * C + (size_t)ch] = (f - a->mean[ch]) * inv;
@@ -52,7 +52,8 @@ void rt_ref_gather(void *ctx, const rt__gather_args *g)
     (void)ctx;
     for (int64_t i = 0; i < g->nb; i++) {
         const int64_t r = g->idx ? g->idx[i] : g->start + i;
-        for (int64_t j = 0; j < g->in; j++) g->xb[i * g->in + j] = g->x[r * g->in + j];
+        for (int64_t j = 0; j < g->in; j++)
+            g->xb[i * g->in + j] = g->x[r * g->in + j];
         if (g->y)
             memcpy((char *)g->yb + i * g->ln * 4, (const char *)g->y + r * g->ln * 4,
                    (size_t)(g->ln * 4));
@@ -75,7 +76,8 @@ static int64_t rt_ref_argmax(const float *x, int64_t C)
 {
     int64_t b = 0;
     for (int64_t j = 1; j < C; j++)
-        if (x[j] > x[b]) b = j;
+        if (x[j] > x[b])
+            b = j;
     return b;
 }
 
@@ -92,13 +94,16 @@ static double rt_ref_clip01(double p)
 static int64_t rt_ref_argmax_softmax(const float *z, int64_t C)
 {
     double m = z[0], s = 0;
-    for (int64_t j = 1; j < C; j++) m = z[j] > m ? z[j] : m;
-    for (int64_t j = 0; j < C; j++) s += exp(z[j] - m);
+    for (int64_t j = 1; j < C; j++)
+        m = z[j] > m ? z[j] : m;
+    for (int64_t j = 0; j < C; j++)
+        s += exp(z[j] - m);
     int64_t b = 0;
     float pb = (float)(exp(z[0] - m) / s);
     for (int64_t j = 1; j < C; j++) {
         const float p = (float)(exp(z[j] - m) / s);
-        if (p > pb) b = j, pb = p;
+        if (p > pb)
+            b = j, pb = p;
     }
     return b;
 }
@@ -108,8 +113,7 @@ static int64_t rt_ref_argmax_softmax(const float *z, int64_t C)
  * categorical whatever the loss: the argmax (of the probabilities when the
  * Softmax was fused) against the class (sparse, or one label per row) or
  * against the labels' argmax */
-static int rt_ref_row_acc(const rt__lossinfo *L, const float *z, const void *lab,
-                          int64_t lab_i)
+static int rt_ref_row_acc(const rt__lossinfo *L, const float *z, const void *lab, int64_t lab_i)
 {
     const int64_t C = L->classes;
     const int bc = L->lab_numel != L->out_numel;
@@ -125,13 +129,14 @@ static int rt_ref_row_acc(const rt__lossinfo *L, const float *z, const void *lab
     }
     int64_t b = 0;
     for (int64_t j = 1; j < C; j++)
-        if (rt_ref_lab(L, lab, lab_i + j) > rt_ref_lab(L, lab, lab_i + b)) b = j;
+        if (rt_ref_lab(L, lab, lab_i + j) > rt_ref_lab(L, lab, lab_i + b))
+            b = j;
     return a == b;
 }
 
 /* One row's loss; its gradient times s into dz when dz is not NULL. */
-static double rt_ref_row_loss(const rt__lossinfo *L, const float *z, const void *lab,
-                              int64_t li, float *dz, double s, int hinge01)
+static double rt_ref_row_loss(const rt__lossinfo *L, const float *z, const void *lab, int64_t li,
+                              float *dz, double s, int hinge01)
 {
     const int64_t C = L->classes;
     const int bc = L->lab_numel != L->out_numel;
@@ -148,15 +153,18 @@ static double rt_ref_row_loss(const rt__lossinfo *L, const float *z, const void 
 #define RT_REF_T(j) (cls >= 0 ? (double)((j) == cls) : rt_ref_lab(L, lab, li + (j)))
         if (L->from_logits) {
             double m = z[0], se = 0, ts = 0;
-            for (int64_t j = 1; j < C; j++) m = z[j] > m ? z[j] : m;
-            for (int64_t j = 0; j < C; j++) se += exp(z[j] - m);
+            for (int64_t j = 1; j < C; j++)
+                m = z[j] > m ? z[j] : m;
+            for (int64_t j = 0; j < C; j++)
+                se += exp(z[j] - m);
             const double lse = m + log(se);
             for (int64_t j = 0; j < C; j++) {
                 loss += RT_REF_T(j) * (lse - z[j]);
                 ts += RT_REF_T(j);
             }
             if (dz)
-                for (int64_t j = 0; j < C; j++) dz[j] = (float)(s * (exp(z[j] - lse) * ts - RT_REF_T(j)));
+                for (int64_t j = 0; j < C; j++)
+                    dz[j] = (float)(s * (exp(z[j] - lse) * ts - RT_REF_T(j)));
         } else {
             /* probabilities: sparse clips each then normalises by their
              * sum; dense normalises first, then clips (Keras' TF backend) */
@@ -176,13 +184,15 @@ static double rt_ref_row_loss(const rt__lossinfo *L, const float *z, const void 
                 for (int64_t j = 0; j < C; j++) {
                     const double u = z[j] / S, q = rt_ref_clip01(u);
                     loss -= RT_REF_T(j) * log(q);
-                    const int in = (float)u >= (float)RT_REF_EPS && (float)u <= (float)(1 - RT_REF_EPS);
+                    const int in =
+                        (float)u >= (float)RT_REF_EPS && (float)u <= (float)(1 - RT_REF_EPS);
                     gu += in ? -RT_REF_T(j) / q * u : 0;
                 }
                 if (dz)
                     for (int64_t j = 0; j < C; j++) {
                         const double u = z[j] / S, q = rt_ref_clip01(u);
-                        const int in = (float)u >= (float)RT_REF_EPS && (float)u <= (float)(1 - RT_REF_EPS);
+                        const int in =
+                            (float)u >= (float)RT_REF_EPS && (float)u <= (float)(1 - RT_REF_EPS);
                         dz[j] = (float)(s * ((in ? -RT_REF_T(j) / q : 0) - gu) / S);
                     }
             }
@@ -215,7 +225,8 @@ static double rt_ref_row_loss(const rt__lossinfo *L, const float *z, const void 
                     /* Keras 3: clipped to [eps, 1-eps], no eps in the logs */
                     const double q = rt_ref_clip01(p);
                     f = -(y * log(q) + (1 - y) * log(1 - q));
-                    const int in = (float)p >= (float)RT_REF_EPS && (float)p <= (float)(1 - RT_REF_EPS);
+                    const int in =
+                        (float)p >= (float)RT_REF_EPS && (float)p <= (float)(1 - RT_REF_EPS);
                     d = in ? -(y / q - (1 - y) / (1 - q)) : 0;
                 }
                 break;
@@ -248,12 +259,14 @@ static double rt_ref_row_loss(const rt__lossinfo *L, const float *z, const void 
             }
             default: /* logcosh */
                 f = log(cosh(p - y));
-                if (!isfinite(f)) f = fabs(p - y) - log(2.0);
+                if (!isfinite(f))
+                    f = fabs(p - y) - log(2.0);
                 d = tanh(p - y);
                 break;
             }
             loss += f / (double)C;
-            if (dz) dz[j] = (float)(s * d);
+            if (dz)
+                dz[j] = (float)(s * d);
         }
         break;
     }
@@ -280,9 +293,9 @@ static void rt_ref_loss_batch(const rt__lossinfo *L, const float *y, const void 
         double sl = 0, sa = 0;
         for (int64_t r = 0; r < R; r++) {
             const int64_t row = i * R + r, li = bc ? row : row * C;
-            sl += rt_ref_row_loss(L, y + row * C, lab, li, dy ? dy + row * C : NULL, s,
-                                  hinge01);
-            if (L->acc) sa += rt_ref_row_acc(L, y + row * C, lab, li);
+            sl += rt_ref_row_loss(L, y + row * C, lab, li, dy ? dy + row * C : NULL, s, hinge01);
+            if (L->acc)
+                sa += rt_ref_row_acc(L, y + row * C, lab, li);
         }
         *loss_sum += sl / (double)R;
         *acc_sum += sa / (double)R;
@@ -305,14 +318,16 @@ static int rt_ref_torch_pos(const rt__lossinfo *L, const float *z, int64_t S, co
     double m = z[0], se = 0, W = 0;
     int64_t am = 0;
     for (int64_t c = 0; c < C; c++) {
-        if (z[c * S] > z[am * S]) am = c;
+        if (z[c * S] > z[am * S])
+            am = c;
         m = z[c * S] > m ? z[c * S] : m;
         W += L->cw ? L->cw[c] : 1.0;
     }
-    for (int64_t c = 0; c < C; c++) se += exp(z[c * S] - m);
+    for (int64_t c = 0; c < C; c++)
+        se += exp(z[c * S] - m);
     const double lse = ce ? m + log(se) : 0.0; /* nll_loss reads log q as given */
 #define RT_REF_W(c) (L->cw ? (double)L->cw[c] : 1.0)
-#define RT_REF_Q(c) exp(z[(c) * S] - lse)
+#define RT_REF_Q(c) exp(z[(c)*S] - lse)
     *l = 0;
     if (L->prob_target) {
         /* targets t' = (1 - e) t + e / C; l = -sum_c w_c t'_c log q_c */
@@ -323,11 +338,13 @@ static int rt_ref_torch_pos(const rt__lossinfo *L, const float *z, int64_t S, co
             const double tc = (1 - e) * t[c * S] + e / (double)C;
             *l -= RT_REF_W(c) * tc * (z[c * S] - lse);
             tw += RT_REF_W(c) * tc;
-            if (t[c * S] > t[at * S]) at = c;
+            if (t[c * S] > t[at * S])
+                at = c;
         }
         if (g)
             for (int64_t c = 0; c < C; c++)
-                g[c * S] = (float)(RT_REF_Q(c) * tw - RT_REF_W(c) * ((1 - e) * t[c * S] + e / (double)C));
+                g[c * S] =
+                    (float)(RT_REF_Q(c) * tw - RT_REF_W(c) * ((1 - e) * t[c * S] + e / (double)C));
         *w = 1;
         *hit = am == at;
         return 1;
@@ -335,7 +352,8 @@ static int rt_ref_torch_pos(const rt__lossinfo *L, const float *z, int64_t S, co
     const int64_t t = ((const int32_t *)lab)[li];
     if (t == L->ignore_index || t < 0 || t >= C) {
         if (g)
-            for (int64_t c = 0; c < C; c++) g[c * S] = 0.0f;
+            for (int64_t c = 0; c < C; c++)
+                g[c * S] = 0.0f;
         *w = 0;
         return 0;
     }
@@ -344,7 +362,8 @@ static int rt_ref_torch_pos(const rt__lossinfo *L, const float *z, int64_t S, co
     if (!ce) {
         *l = -*w * z[t * S];
         if (g)
-            for (int64_t c = 0; c < C; c++) g[c * S] = c == t ? (float)-*w : 0.0f;
+            for (int64_t c = 0; c < C; c++)
+                g[c * S] = c == t ? (float)-*w : 0.0f;
         return 1;
     }
     /* (1 - e) w_t (-log q_t) + e / C sum_c w_c (-log q_c) */
@@ -417,12 +436,14 @@ static void rt_ref_torch_loss(const rt__lossinfo *L, const float *y, const void 
                     right += hit;
                 }
             }
-            if (counted) *acc_sum += (double)right / (double)counted;
+            if (counted)
+                *acc_sum += (double)right / (double)counted;
         }
         /* the mean over nothing kept is NaN, its gradient 0, as PyTorch */
         const double sc = sum ? 1.0 : norm > 0 ? 1.0 / norm : 0.0;
         if (dy)
-            for (int64_t k = 0; k < n * per; k++) dy[k] = (float)(dy[k] * sc);
+            for (int64_t k = 0; k < n * per; k++)
+                dy[k] = (float)(dy[k] * sc);
         *loss_sum += (sum ? total : total / norm) * (double)n;
         return;
     }
@@ -432,10 +453,12 @@ static void rt_ref_torch_loss(const rt__lossinfo *L, const float *y, const void 
         double l;
         const double g = rt_ref_torch_elem(L, y[k], rt_ref_lab(L, lab, k), k, &l);
         total += l;
-        if (dy) dy[k] = (float)(g * sc);
+        if (dy)
+            dy[k] = (float)(g * sc);
     }
     *loss_sum += total * sc * (double)n;
-    if (!L->acc) return;
+    if (!L->acc)
+        return;
     const int bin = L->kind == RT_LOSS_BCE_LOGITS || L->kind == RT_LOSS_BCE_TORCH;
     const int64_t per = L->out_numel, R = L->rows, C = L->classes;
     for (int64_t i = 0; i < n; i++) {
@@ -466,8 +489,10 @@ static void rt_ref_loss_heads(const rt__lossinfo *L, const float *y, const float
         const int64_t on = H->out_numel, ln = H->lab_numel;
         float *yk = scratch, *dk = yk + n * on, *lk = dk + n * on;
         for (int64_t i = 0; i < n; i++) {
-            for (int64_t j = 0; j < on; j++) yk[i * on + j] = y[i * O + L->out_off[k] + j];
-            for (int64_t j = 0; j < ln; j++) lk[i * ln + j] = lab[i * LN + L->lab_off[k] + j];
+            for (int64_t j = 0; j < on; j++)
+                yk[i * on + j] = y[i * O + L->out_off[k] + j];
+            for (int64_t j = 0; j < ln; j++)
+                lk[i * ln + j] = lab[i * LN + L->lab_off[k] + j];
         }
         double ls = 0, as = 0;
         rt_ref_loss_batch(H, yk, lk, n, dy ? dk : NULL, &ls, &as);
@@ -482,8 +507,10 @@ static void rt_ref_loss_heads(const rt__lossinfo *L, const float *y, const float
 static void rt_ref_loss_one(const rt__lossinfo *L, const float *y, const void *lab, int64_t n,
                             float *dy, double *loss_sum, double *acc_sum, float *scratch)
 {
-    if (L->n_heads) rt_ref_loss_heads(L, y, lab, n, dy, loss_sum, scratch);
-    else rt_ref_loss_batch(L, y, lab, n, dy, loss_sum, acc_sum);
+    if (L->n_heads)
+        rt_ref_loss_heads(L, y, lab, n, dy, loss_sum, scratch);
+    else
+        rt_ref_loss_batch(L, y, lab, n, dy, loss_sum, acc_sum);
 }
 
 void rt_ref_loss(void *ctx, const rt__lossinfo *L, const float *y, const void *lab, int64_t n,
@@ -507,7 +534,8 @@ void rt_ref_loss(void *ctx, const rt__lossinfo *L, const float *y, const void *l
         rt_ref_loss_one(L, y + i * on, (const char *)lab + i * ln * 4, 1, d, &l, acc_sum, scratch);
         *loss_sum += (double)sw[i] * l;
         if (d)
-            for (int64_t j = 0; j < on; j++) d[j] = (float)((double)d[j] * sw[i] / (double)n);
+            for (int64_t j = 0; j < on; j++)
+                d[j] = (float)((double)d[j] * sw[i] / (double)n);
     }
 }
 
@@ -517,7 +545,8 @@ void rt_ref_loss(void *ctx, const rt__lossinfo *L, const float *y, const void *l
 static int rt_ref_top_k(const double *p, int64_t C, int64_t t, int k)
 {
     int above = 0;
-    for (int64_t j = 0; j < C; j++) above += p[j] > p[t];
+    for (int64_t j = 0; j < C; j++)
+        above += p[j] > p[t];
     return above < k;
 }
 
@@ -533,29 +562,35 @@ void rt_ref_metrics(void *ctx, const rt__lossinfo *L, uint32_t metrics, const fl
             const float *z = y + i * E + r * C;
             /* the Softmax the loss folded into itself (logits arrive) */
             double m = z[0], s = 0;
-            for (int64_t j = 1; j < C; j++) m = z[j] > m ? z[j] : m;
+            for (int64_t j = 1; j < C; j++)
+                m = z[j] > m ? z[j] : m;
             for (int64_t j = 0; j < C && j < 4096; j++) {
                 p[j] = L->softmax_fused ? exp(z[j] - m) : z[j];
                 s += p[j];
             }
             if (L->softmax_fused)
-                for (int64_t j = 0; j < C && j < 4096; j++) p[j] = (float)(p[j] / s);
+                for (int64_t j = 0; j < C && j < 4096; j++)
+                    p[j] = (float)(p[j] / s);
             int64_t pa = 0;
             for (int64_t j = 1; j < C; j++)
-                if (p[j] > p[pa]) pa = j;
+                if (p[j] > p[pa])
+                    pa = j;
             if (L->lab_numel == L->rows) {
                 int64_t c = (int64_t)rt_ref_lab(L, lab, i * R + r);
-                if (c < 0 || c >= C) c = 0;
+                if (c < 0 || c >= C)
+                    c = 0;
                 scat += pa == c;
                 stopk += rt_ref_top_k(p, C, c, 5);
                 /* one value per row (a single sigmoid or regression
                  * output) is also a label of the output's shape */
-                if (L->lab_numel != L->out_numel) continue;
+                if (L->lab_numel != L->out_numel)
+                    continue;
             }
             int64_t ta = 0;
             for (int64_t j = 0; j < C && j < 4096; j++) {
                 t[j] = (float)rt_ref_lab(L, lab, i * E + r * C + j);
-                if (t[j] > t[ta]) ta = j;
+                if (t[j] > t[ta])
+                    ta = j;
             }
             cat += pa == ta;
             topk += rt_ref_top_k(p, C, ta, 5);
@@ -571,14 +606,19 @@ void rt_ref_metrics(void *ctx, const rt__lossinfo *L, uint32_t metrics, const fl
                     a->fn += !pp && tt;
                 }
                 if (metrics & RT_METRIC_AUC) {
-                    if (tt) a->pos += 1;
-                    else a->neg += 1;
+                    if (tt)
+                        a->pos += 1;
+                    else
+                        a->neg += 1;
                     for (int k = 0; k < RT__AUC_T; k++) {
-                        const double th = k == 0 ? -1e-7 : k == RT__AUC_T - 1 ? 1 + 1e-7
-                                                         : (double)k / (RT__AUC_T - 1);
+                        const double th = k == 0               ? -1e-7
+                                          : k == RT__AUC_T - 1 ? 1 + 1e-7
+                                                               : (double)k / (RT__AUC_T - 1);
                         if (p[j] > th) {
-                            if (tt) a->auc_tp[k] += 1;
-                            else a->auc_fp[k] += 1;
+                            if (tt)
+                                a->auc_tp[k] += 1;
+                            else
+                                a->auc_fp[k] += 1;
                         }
                     }
                 }
@@ -609,17 +649,21 @@ void rt_ref_heads(void *ctx, const rt__lossinfo *L, const uint32_t *mets, const 
         const int64_t on = H->out_numel, ln = H->lab_numel;
         float *yk = scratch, *lk = yk + n * on;
         for (int64_t i = 0; i < n; i++) {
-            for (int64_t j = 0; j < on; j++) yk[i * on + j] = y[i * O + L->out_off[k] + j];
-            for (int64_t j = 0; j < ln; j++) lk[i * ln + j] = lf[i * LN + L->lab_off[k] + j];
+            for (int64_t j = 0; j < on; j++)
+                yk[i * on + j] = y[i * O + L->out_off[k] + j];
+            for (int64_t j = 0; j < ln; j++)
+                lk[i * ln + j] = lf[i * LN + L->lab_off[k] + j];
         }
         /* as the loss: the batch at once, or sample by sample under weights */
-        if (!sw) rt_ref_loss_batch(H, yk, lk, n, NULL, &h->loss[k], &h->acc[k]);
+        if (!sw)
+            rt_ref_loss_batch(H, yk, lk, n, NULL, &h->loss[k], &h->acc[k]);
         for (int64_t i = 0; sw && i < n; i++) {
             double l = 0;
             rt_ref_loss_batch(H, yk + i * on, lk + i * ln, 1, NULL, &l, &h->acc[k]);
             h->loss[k] += (double)sw[i] * l;
         }
-        if (mets[k] & ~RT_METRIC_ACCURACY) rt_ref_metrics(ctx, H, mets[k], yk, lk, n, &h->m[k]);
+        if (mets[k] & ~RT_METRIC_ACCURACY)
+            rt_ref_metrics(ctx, H, mets[k], yk, lk, n, &h->m[k]);
     }
 }
 
@@ -632,7 +676,8 @@ double rt_ref_regularize(void *ctx, const rt_plan *p, const float *w, float *g)
     for (int i = 0; i < p->n_params; i++) {
         const rt__param *pr = &p->params[i];
         const double l1 = pr->opts.l1 > 0 ? pr->opts.l1 : 0, l2 = pr->opts.l2 > 0 ? pr->opts.l2 : 0;
-        if (l1 == 0 && l2 == 0) continue;
+        if (l1 == 0 && l2 == 0)
+            continue;
         for (int64_t j = 0; j < pr->numel; j++) {
             const double x = w[pr->off + j];
             pen += l1 * fabs(x) + l2 * x * x;
@@ -671,16 +716,19 @@ void rt_ref_constrain(void *ctx, const rt_plan *p, float *w)
     for (int i = 0; i < p->n_params; i++) {
         const rt__param *pr = &p->params[i];
         const rt_param_opts *o = &pr->opts;
-        if (!pr->trainable || o->constraint == RT_CONSTRAINT_NONE) continue;
+        if (!pr->trainable || o->constraint == RT_CONSTRAINT_NONE)
+            continue;
         float *x = w + pr->off;
         if (o->constraint == RT_CONSTRAINT_NON_NEG) {
             for (int64_t j = 0; j < pr->numel; j++)
-                if (x[j] < 0) x[j] = 0;
+                if (x[j] < 0)
+                    x[j] = 0;
             continue;
         }
         int64_t per = 1;
         for (int d = 0; d < pr->shape.ndim; d++)
-            if (o->c_axes >> d & 1) per *= pr->shape.d[d];
+            if (o->c_axes >> d & 1)
+                per *= pr->shape.d[d];
         for (int64_t k = 0; k < pr->numel / per; k++) {
             double ss = 0;
             for (int64_t j = 0; j < per; j++) {
@@ -689,8 +737,10 @@ void rt_ref_constrain(void *ctx, const rt_plan *p, float *w)
             }
             const double nrm = sqrt(ss);
             double want = nrm;
-            if (o->constraint == RT_CONSTRAINT_MAX_NORM) want = fmin(nrm, o->c_max);
-            else if (o->constraint == RT_CONSTRAINT_UNIT_NORM) want = 1;
+            if (o->constraint == RT_CONSTRAINT_MAX_NORM)
+                want = fmin(nrm, o->c_max);
+            else if (o->constraint == RT_CONSTRAINT_UNIT_NORM)
+                want = 1;
             else if (o->constraint == RT_CONSTRAINT_MIN_MAX_NORM)
                 want = o->c_rate * fmin(fmax(nrm, o->c_min), o->c_max) + (1 - o->c_rate) * nrm;
             for (int64_t j = 0; j < per; j++) {
@@ -707,15 +757,17 @@ double rt_ref_clip(void *ctx, float *g, int64_t count, float clip)
 {
     (void)ctx;
     double s = 0;
-    for (int64_t i = 0; i < count; i++) s += (double)g[i] * g[i];
+    for (int64_t i = 0; i < count; i++)
+        s += (double)g[i] * g[i];
     const double norm = sqrt(s);
     if (clip > 0 && norm > clip)
-        for (int64_t i = 0; i < count; i++) g[i] = (float)(g[i] * (clip / norm));
+        for (int64_t i = 0; i < count; i++)
+            g[i] = (float)(g[i] * (clip / norm));
     return norm;
 }
 
-void rt_ref_update(void *ctx, const rt_train_config *c, float lr, int64_t t, float *w,
-                   float *g, float *s1, float *s2, int64_t count)
+void rt_ref_update(void *ctx, const rt_train_config *c, float lr, int64_t t, float *w, float *g,
+                   float *s1, float *s2, int64_t count)
 {
     (void)ctx;
     const double b1 = c->beta1, b2 = c->beta2, eps = c->eps, mu = c->momentum, rho = c->rho;
@@ -726,13 +778,15 @@ void rt_ref_update(void *ctx, const rt_train_config *c, float lr, int64_t t, flo
     if (c->opt == RT_OPT_NADAM) {
         const int64_t kk = t < 1000 ? t : 1000;
         nd_prod = pow(b1, (double)(t - kk));
-        for (int64_t k = 1; k <= kk; k++) nd_prod *= b1 * (1 - 0.5 * pow(0.96, (double)k));
+        for (int64_t k = 1; k <= kk; k++)
+            nd_prod *= b1 * (1 - 0.5 * pow(0.96, (double)k));
         nd_ut = b1 * (1 - 0.5 * pow(0.96, (double)t));
         nd_ut1 = b1 * (1 - 0.5 * pow(0.96, (double)(t + 1)));
     }
     for (int64_t i = 0; i < count; i++) {
         double wi = w[i], gi = g[i];
-        if (c->l2_decay > 0) gi += (double)c->l2_decay * wi; /* torch's weight_decay */
+        if (c->l2_decay > 0)
+            gi += (double)c->l2_decay * wi; /* torch's weight_decay */
         switch (c->opt) {
         case RT_OPT_SGD:
             if (mu != 0 && c->dampening > 0) {
@@ -758,8 +812,10 @@ void rt_ref_update(void *ctx, const rt_train_config *c, float lr, int64_t t, flo
             s2[i] = (float)v;
             /* Keras: eps added to sqrt(v), w -= lr sqrt(bc2)/bc1 m / (sqrt(v) + eps);
              * adam_eps_vhat: torch's, to sqrt(v / bc2) */
-            if (c->adam_eps_vhat) wi -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps);
-            else wi -= lr * sqrt(bc2) / bc1 * m / (sqrt(v) + eps);
+            if (c->adam_eps_vhat)
+                wi -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps);
+            else
+                wi -= lr * sqrt(bc2) / bc1 * m / (sqrt(v) + eps);
             break;
         }
         case RT_OPT_ADAGRAD: {
@@ -788,7 +844,8 @@ void rt_ref_update(void *ctx, const rt_train_config *c, float lr, int64_t t, flo
             const double m = b1 * s1[i] + (1 - b1) * gi, v = b2 * s2[i] + (1 - b2) * gi * gi;
             s1[i] = (float)m;
             s2[i] = (float)v;
-            const double mh = nd_ut1 * m / (1 - nd_prod * nd_ut1) + (1 - nd_ut) * gi / (1 - nd_prod);
+            const double mh =
+                nd_ut1 * m / (1 - nd_prod * nd_ut1) + (1 - nd_ut) * gi / (1 - nd_prod);
             wi -= lr * mh / (sqrt(v / bc2) + eps);
             break;
         }
@@ -812,12 +869,14 @@ void rt_ref_update(void *ctx, const rt_train_config *c, float lr, int64_t t, flo
         }
         }
         w[i] = (float)wi;
-        if (c->l2_decay > 0) g[i] = (float)gi;
+        if (c->l2_decay > 0)
+            g[i] = (float)gi;
     }
 }
 
 void rt_ref_scale(void *ctx, float *dst, const float *src, int64_t count, float s)
 {
     (void)ctx;
-    for (int64_t i = 0; i < count; i++) dst[i] = src[i] * s;
+    for (int64_t i = 0; i < count; i++)
+        dst[i] = src[i] * s;
 }
