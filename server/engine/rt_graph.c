@@ -546,29 +546,33 @@ int rt_loss_from_name(const char *name, rt_loss_kind *out)
     return rc;
 }
 
+/* The losses' names, indexed by rt_loss_kind (0 is none), NULL-terminated
+ * for rt_engine_loss_names. */
+static const char *const loss_names[] = {"",
+                                         "sparse_categorical_crossentropy",
+                                         "categorical_crossentropy",
+                                         "binary_crossentropy",
+                                         "mean_squared_error",
+                                         "mean_absolute_error",
+                                         "logcosh",
+                                         "cross_entropy",
+                                         "nll_loss",
+                                         "bce_with_logits",
+                                         "binary_cross_entropy",
+                                         "mse_loss",
+                                         "l1_loss",
+                                         "smooth_l1_loss",
+                                         "huber_loss",
+                                         "hinge",
+                                         "squared_hinge",
+                                         "poisson",
+                                         "kl_divergence",
+                                         "huber",
+                                         NULL};
+
 const char *rt_loss_name(rt_loss_kind k)
 {
-    static const char *const names[] = {"",
-                                        "sparse_categorical_crossentropy",
-                                        "categorical_crossentropy",
-                                        "binary_crossentropy",
-                                        "mean_squared_error",
-                                        "mean_absolute_error",
-                                        "logcosh",
-                                        "cross_entropy",
-                                        "nll_loss",
-                                        "bce_with_logits",
-                                        "binary_cross_entropy",
-                                        "mse_loss",
-                                        "l1_loss",
-                                        "smooth_l1_loss",
-                                        "huber_loss",
-                                        "hinge",
-                                        "squared_hinge",
-                                        "poisson",
-                                        "kl_divergence",
-                                        "huber"};
-    return k >= RT_LOSS_SPARSE_CE && k <= RT_LOSS_LAST ? names[k] : NULL;
+    return k >= RT_LOSS_SPARSE_CE && k <= RT_LOSS_LAST ? loss_names[k] : NULL;
 }
 
 int rt_reduction_from_name(const char *name, rt_reduction *out)
@@ -600,30 +604,7 @@ int rt_sched_from_name(const char *name, rt_sched_kind *out)
     return rc;
 }
 
-const char *const *rt_engine_loss_names(void)
-{
-    static const char *const names[] = {"sparse_categorical_crossentropy",
-                                        "categorical_crossentropy",
-                                        "binary_crossentropy",
-                                        "mean_squared_error",
-                                        "mean_absolute_error",
-                                        "logcosh",
-                                        "cross_entropy",
-                                        "nll_loss",
-                                        "bce_with_logits",
-                                        "binary_cross_entropy",
-                                        "mse_loss",
-                                        "l1_loss",
-                                        "smooth_l1_loss",
-                                        "huber_loss",
-                                        "hinge",
-                                        "squared_hinge",
-                                        "poisson",
-                                        "kl_divergence",
-                                        "huber",
-                                        NULL};
-    return names;
-}
+const char *const *rt_engine_loss_names(void) { return loss_names + 1; }
 
 const char *const *rt_engine_optimizer_names(void)
 {
