@@ -247,7 +247,9 @@ int rt_daemon_run(const rt_daemon_opts *o)
         return 2;
     }
     rt_metrics_backend(rt_backend_name(), rt_backend_describe());
-    int rc = rt_dist_init(&o->dist, err, sizeof err);
+    rt_dist_opts dist = o->dist;
+    dist.stop_ms = o->grace_ms + 15000; /* the calls' grace, then MPI_Abort's */
+    int rc = rt_dist_init(&dist, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, "rtraind: %s\n", err);
         return 1;

@@ -60,6 +60,8 @@ typedef struct rt_dist_opts {
     int overlap;           /* --overlap-reduce, RT_DIST_OVERLAP_* */
     int shard;             /* --shard-optimizer, RT_DIST_SHARD_* */
     int data;              /* --shard-data, RT_DIST_SHARD_* */
+    uint64_t stop_ms;      /* rank 0: how long a broken job's stop may take
+                            * (the daemon's --grace-ms plus a margin) */
 } rt_dist_opts;
 
 /* Starts MPI when the process was launched by mpirun/srun (OMPI_/PMI_/PMIX_
