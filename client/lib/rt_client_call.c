@@ -13,6 +13,7 @@
 #include "rt_client_impl.h"
 
 #include <string.h>
+#include <strings.h>
 
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
@@ -93,7 +94,12 @@ int rt__status(rt_client *c, grpc_status_code st, grpc_slice details, const char
         if (st == GRPC_STATUS_UNAVAILABLE) {
             rt__err(c, RT_EUNAVAILABLE, "cannot connect to %s (is rtraind running there?): %s: %s",
                     c->target, method, d && *d ? d : "unavailable");
-        } else if (st == GRPC_STATUS_DEADLINE_EXCEEDED) {
+        } else if (st == GRPC_STATUS_DEADLINE_EXCEEDED &&
+                   (!d || !*d || strcasecmp(d, "Deadline Exceeded") == 0)) {
+            /* gRPC's own text: the client's deadline passed. A daemon's
+             * (a compile past its budget, a stalled upload, a pipelined
+             * call held too long) names the cause and its flag, and is
+             * kept below: the client's timeout is not what ran out. */
             rt__err(c, rc,
                     "DEADLINE_EXCEEDED: %s on %s did not finish in time "
                     "(raise the timeout)",

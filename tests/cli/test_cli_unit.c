@@ -787,6 +787,19 @@ static void test_client_offline(void)
     const rt_client_timings *calls = rt_client_trace_calls(c, &n);
     CHECK(n == 1 && calls && !strcmp(calls[0].method, "CreateSession"));
     rt_client_cancel(c); /* no call in flight: harmless */
+
+    /* DEADLINE_EXCEEDED: gRPC's own text is the client's deadline (the
+     * generic hint); a daemon's message names its cause and is kept. */
+    rt__call_begin(c, RT__M_COMPILE);
+    CHECK(rt__status(c, GRPC_STATUS_DEADLINE_EXCEEDED,
+                     grpc_slice_from_static_string("Deadline Exceeded"), NULL) == RT_ETIMEDOUT);
+    CHECK(strstr(rt_client_errmsg(c), "did not finish in time") &&
+          strstr(rt_client_errmsg(c), "Compile"));
+    const char *why = "compile ran past its budget of 2 s (--compile-timeout)";
+    CHECK(rt__status(c, GRPC_STATUS_DEADLINE_EXCEEDED, grpc_slice_from_copied_string(why),
+                     NULL) == RT_ETIMEDOUT);
+    CHECK(strstr(rt_client_errmsg(c), why) && strstr(rt_client_errmsg(c), "DEADLINE_EXCEEDED") &&
+          !strstr(rt_client_errmsg(c), "did not finish in time"));
     rt_client_destroy(c);
     rt_client_destroy(NULL);
 

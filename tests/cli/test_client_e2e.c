@@ -44,7 +44,8 @@ static void step(const char *name)
 static pid_t daemon_pid;
 static char addr[128];
 
-static int start_daemon(const char *bin)
+/* hold_ms: --pipeline-hold-ms, or NULL for the default */
+static int start_daemon(const char *bin, const char *hold_ms)
 {
     int fd[2];
     if (pipe(fd) < 0)
@@ -54,7 +55,11 @@ static int start_daemon(const char *bin)
         dup2(fd[1], 1);
         close(fd[0]);
         close(fd[1]);
-        execl(bin, bin, "--listen", "127.0.0.1:0", "--log-level", "warn", (char *)NULL);
+        if (hold_ms)
+            execl(bin, bin, "--listen", "127.0.0.1:0", "--log-level", "warn",
+                  "--pipeline-hold-ms", hold_ms, (char *)NULL);
+        else
+            execl(bin, bin, "--listen", "127.0.0.1:0", "--log-level", "warn", (char *)NULL);
         _exit(127);
     }
     close(fd[1]);
@@ -314,7 +319,7 @@ int main(int argc, char **argv)
     snprintf(p_trace, sizeof p_trace, "%s/trace.json", tmp);
     snprintf(p_w, sizeof p_w, "%s/w.bin", tmp);
     clock_gettime(CLOCK_MONOTONIC, &t_start);
-    if (start_daemon(argv[1]) < 0) {
+    if (start_daemon(argv[1], NULL) < 0) {
         fprintf(stderr, "cannot start %s\n", argv[1]);
         stop_daemon();
         return 1;
@@ -920,7 +925,9 @@ int main(int argc, char **argv)
     rt_client_next_timeout_ms(c, 50);
     rc = rt_client_fit(c, &lf, NULL, NULL);
     CHECK(rc == RT_ETIMEDOUT);
-    CHECK(strstr(rt_client_errmsg(c), "DEADLINE") != NULL);
+    /* the client's own deadline (gRPC's text): the generic hint */
+    CHECK(strstr(rt_client_errmsg(c), "DEADLINE") != NULL &&
+          strstr(rt_client_errmsg(c), "did not finish in time") != NULL);
 
     step("errors");
     /* errors the daemon reports */
@@ -1038,6 +1045,27 @@ int main(int argc, char **argv)
     rt_client_compile_result_free(&prog);
     rt_client_destroy(c);
     step("stop");
+    stop_daemon();
+
+    step("the daemon's deadline");
+    /* A pipelined RunSteps whose predecessor never comes is held for
+     * --pipeline-hold-ms, then answered DEADLINE_EXCEEDED with the cause:
+     * the client keeps the daemon's message (its own deadline did not
+     * pass, so "raise the timeout" would mislead). */
+    CHECK(start_daemon(argv[1], "100") == 0);
+    CHECK(rt_client_create(addr, &c) == 0);
+    CHECK_RC(rt_client_session_create(c, "hold", sid));
+    CHECK_RC(rt_client_compile_keras(c, sid, json, &o, &prog));
+    CHECK_RC(rt_client_upload_csv(c, sid, "train", p_train, -1, 0, &tr));
+    rt_client_steps_params hp = {.session = sid, .program = prog.program_id, .dataset = tr.id,
+                                 .steps = 1, .seq = 5, .after_seq = 4};
+    CHECK(rt_client_run_steps(c, &hp, &sr) == RT_ETIMEDOUT);
+    CHECK(strstr(rt_client_errmsg(c), "DEADLINE_EXCEEDED") &&
+          strstr(rt_client_errmsg(c), "waited") &&
+          strstr(rt_client_errmsg(c), "--pipeline-hold-ms") &&
+          !strstr(rt_client_errmsg(c), "did not finish in time"));
+    rt_client_compile_result_free(&prog);
+    rt_client_destroy(c);
     stop_daemon();
     printf("%d checks, %d failed\n", checks, fails);
     return fails ? 1 : 0;
