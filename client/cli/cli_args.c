@@ -97,7 +97,8 @@
       "bce_with_logits, binary_cross_entropy, mse_loss, l1_loss, smooth_l1_loss, "                 \
       "huber_loss")                                                                                \
     X(METRICS, "metrics", TRAIN, STR(metrics), "M,M",                                              \
-      "Keras metrics besides accuracy, e.g. auc,precision,recall,mae")                             \
+      "Keras metrics besides accuracy, e.g. auc,precision,recall,mae (accuracy: "                  \
+      "listed, for every output; else where the loss classifies)")                                 \
     X(OPTIMIZER, "optimizer", TRAIN, STR(optimizer), "O",                                          \
       "sgd, adam, adamw, rmsprop, adagrad, adadelta, adamax, nadam or ftrl (default adam)")        \
     X(LR, "lr", TRAIN, DOUBLE(lr, 1e-12, 1e6), "X",                                                \

@@ -192,7 +192,9 @@ static int upload_kind(rt_client *c, const char *sid, const char *name, const ch
 }
 
 /* "accuracy" plus --metrics split at commas (static storage: one set of
- * options per process) */
+ * options per process). Unlisted, the accuracy is librtrain's default
+ * (its own string: only outputs whose loss classifies get it); listed, it
+ * is asked for, for every output. */
 static const char *cli_metric_list[RT_CLIENT_MAX_METRICS + 1];
 static char cli_metric_buf[512];
 
@@ -201,11 +203,13 @@ void cli_train_opts(const cli_opts *o, rt_train_opts *t)
     rt_train_opts_init(t);
     if (o->metrics) {
         int n = 0;
-        cli_metric_list[n++] = "accuracy";
+        cli_metric_list[n++] = t->metrics[0];
         snprintf(cli_metric_buf, sizeof cli_metric_buf, "%s", o->metrics);
         for (char *tok = strtok(cli_metric_buf, ","); tok && n <= RT_CLIENT_MAX_METRICS;
              tok = strtok(NULL, ","))
-            if (*tok && strcmp(tok, "accuracy") != 0)
+            if (!strcmp(tok, "accuracy"))
+                cli_metric_list[0] = "accuracy";
+            else if (*tok)
                 cli_metric_list[n++] = tok;
         t->metrics = cli_metric_list;
         t->n_metrics = n;

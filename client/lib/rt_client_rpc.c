@@ -181,9 +181,13 @@ int rt_client_session_close(rt_client *c, const char *session)
 
 /* ------------------------------------------------------------- compile */
 
+/* The default metric: this very string (rt_train_opts_init's list, or a
+ * caller's list holding its pointer) is the default, not asked for. */
+static const char rt__accuracy_default[] = "accuracy";
+
 void rt_train_opts_init(rt_train_opts *o)
 {
-    static const char *const accuracy[] = {"accuracy"};
+    static const char *const accuracy[] = {rt__accuracy_default};
     memset(o, 0, sizeof *o);
     o->metrics = accuracy;
     o->n_metrics = 1;
@@ -271,6 +275,8 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m, cons
                        : NULL;
     cfg.n_metrics = (size_t)o->n_metrics;
     cfg.metrics = (char **)o->metrics;
+    for (int i = 0; i < o->n_metrics; i++)
+        cfg.default_accuracy |= o->metrics[i] == rt__accuracy_default;
     cfg.batch_size = o->batch_size;
     cfg.seed = o->seed;
     cfg.no_shuffle = o->no_shuffle != 0;

@@ -461,7 +461,11 @@ typedef struct rt_train_opts {
 } rt_train_opts;
 
 /* Zero everything, then: metrics {"accuracy"}, batch_size 32. Names left
- * NULL let the daemon choose (its defaults are Keras's). */
+ * NULL let the daemon choose (its defaults are Keras's). That "accuracy" is
+ * a default, not asked for (also as an entry of a caller's own list, the
+ * same pointer): a model with several outputs gets it only on the outputs
+ * whose loss is a classification loss. A list of the caller's own strings
+ * applies to every output, as Keras' compile(metrics=[...]). */
 void rt_train_opts_init(rt_train_opts *o);
 
 typedef struct rt_client_param_info {

@@ -293,6 +293,25 @@ static int output_losses(rt_call *c, rt_train_config *cfg, int n, const Rtrain__
     return 0;
 }
 
+/* TrainConfig.default_accuracy: the client's default "accuracy" goes to
+ * the outputs whose loss classifies, not to a regression output (Keras
+ * adds no metric unasked); an output given its own metrics keeps them. */
+static void unasked_accuracy(rt_train_config *cfg, int n, const Rtrain__V1__TrainConfig *p)
+{
+    if (!p || !p->default_accuracy)
+        return;
+    for (int k = 0; k < n && k < RT_MAX_HEADS; k++) {
+        rt_loss_kind l = cfg->heads[k].loss;
+        int own = k < (int)p->n_outputs && p->outputs[k]->n_metrics;
+        int classifies = l == RT_LOSS_SPARSE_CE || l == RT_LOSS_CE || l == RT_LOSS_BCE ||
+                         l == RT_LOSS_CROSS_ENTROPY || l == RT_LOSS_NLL ||
+                         l == RT_LOSS_BCE_LOGITS || l == RT_LOSS_BCE_TORCH || l == RT_LOSS_HINGE ||
+                         l == RT_LOSS_SQUARED_HINGE;
+        if (!own && !classifies)
+            cfg->heads[k].metrics &= ~RT_METRIC_ACCURACY;
+    }
+}
+
 static void *graph_tmp_alloc(void *c, size_t n) { return rt_call_alloc(c, n); }
 static void graph_tmp_free(void *c, void *p) {} /* the arena goes with the call */
 
@@ -329,8 +348,10 @@ static int build_graph(rt_call *c, compile_st *st)
          * metrics=[...]) on a model with several */
         for (int k = 0; rc > 0 && k < rc && q->config && q->config->n_metrics; k++)
             st->cfg.heads[k].metrics = st->cfg.metrics;
-        if ((rc = output_losses(c, &st->cfg, rc, q->config)) < 0)
+        int heads = rc;
+        if ((rc = output_losses(c, &st->cfg, heads, q->config)) < 0)
             return rc;
+        unasked_accuracy(&st->cfg, heads, q->config);
     } else if (q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX) {
         char err[768];
         rt_onnx_opts io = {.output = q->onnx_output};
@@ -358,6 +379,8 @@ static int build_graph(rt_call *c, compile_st *st)
         }
         if ((rc = output_losses(c, &st->cfg, io.n_outputs, q->config)) < 0)
             return rc;
+        if (io.n_outputs > 1)
+            unasked_accuracy(&st->cfg, io.n_outputs, q->config);
         /* a PyTorch model trains with torch.optim.Adam's epsilon */
         st->cfg.adam_eps_vhat = 1;
     } else {
