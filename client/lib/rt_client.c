@@ -522,6 +522,16 @@ void rt__call_begin(rt_client *c, int method)
 
 int rt__call_end(rt_client *c, int rc)
 {
+    /* The trace's room first, so that growing it is inside the call's own
+     * time (its decode), not an unexplained gap after it. */
+    if (c->trace_on && c->n_trace == c->cap_trace) {
+        size_t cap = c->cap_trace ? c->cap_trace * 2 : 256;
+        rt_client_timings *n = realloc(c->trace, cap * sizeof *n);
+        if (n) {
+            c->trace = n;
+            c->cap_trace = cap;
+        }
+    }
     uint64_t now = rt_now_ns();
     rt_client_timings *t = &c->cur;
     t->client_total_ns = now - t->start_ns;
@@ -533,19 +543,9 @@ int rt__call_end(rt_client *c, int rc)
         t->server_other_ns + (t->client_total_ns > known ? t->client_total_ns - known : 0);
     c->last = *t;
     c->has_last = 1;
-    if (c->trace_on) {
-        if (c->n_trace == c->cap_trace) {
-            size_t cap = c->cap_trace ? c->cap_trace * 2 : 256;
-            rt_client_timings *n = realloc(c->trace, cap * sizeof *n);
-            if (n) {
-                c->trace = n;
-                c->cap_trace = cap;
-            }
-        }
-        /* Out of memory only loses trace entries, never the call. */
-        if (c->n_trace < c->cap_trace)
-            c->trace[c->n_trace++] = *t;
-    }
+    /* Out of memory only loses trace entries, never the call. */
+    if (c->trace_on && c->n_trace < c->cap_trace)
+        c->trace[c->n_trace++] = *t;
     if (rc < 0 && !c->errmsg[0])
         snprintf(c->errmsg, sizeof c->errmsg, "%s: %s", c->cur.method, rt_strerror(rc));
     return rc;

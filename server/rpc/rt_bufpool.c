@@ -2,6 +2,7 @@
 #include "rt_bufpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -154,6 +155,11 @@ static void unmap_gone_locked(void)
 static void *arena_main(void *arg)
 {
     (void)arg;
+    /* Background work: woken when an upload ends, it must not preempt
+     * the thread that answers that upload (SCHED_BATCH: no wake-up
+     * preemption; it runs at its nice level, on the next free slice). */
+    struct sched_param sp = {0};
+    pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
     pthread_mutex_lock(&P.mu);
     for (;;) {
         while (!P.gone && (P.idle >= P.arena || P.busy))
@@ -229,9 +235,12 @@ void rt_bufpool_busy(int delta)
 {
     pthread_mutex_lock(&P.mu);
     P.busy += delta;
-    if (!P.busy)
-        pthread_cond_broadcast(&P.cv);
+    int wake = !P.busy;
     pthread_mutex_unlock(&P.mu);
+    /* after the unlock: the arena thread woken does not block on P.mu
+     * while the caller (an upload's last step) still holds it */
+    if (wake)
+        pthread_cond_broadcast(&P.cv);
 }
 
 uint64_t rt_bufpool_unmapped_bytes(void)

@@ -691,6 +691,10 @@ static int upload_work(rt_call *c)
     c->ds = kept;
     rt_bufpool_put(d->buf); /* parsed (or adopted: then NULL); the raw bytes are not kept */
     d->buf = NULL;
+    if (u->busy) { /* the buffers' work is done: here it is timed (execute), not after */
+        u->busy = 0;
+        rt_bufpool_busy(-1);
+    }
     rt_srv_upload_release(c);
     Rtrain__V1__UploadResponse *r =
         NEW(c, Rtrain__V1__UploadResponse, RTRAIN__V1__UPLOAD_RESPONSE__INIT);
