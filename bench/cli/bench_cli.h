@@ -27,6 +27,7 @@ typedef struct cli_waterfall {
     uint64_t t0;              /* the run's start */
     cli_phase ph[CLI_PHASES_MAX];
     int n;
+    long preempted;           /* the caller's thread, in the run (-1: unknown) */
 } cli_waterfall;
 /* A phase (or with sub, a part of the last phase) of wall time wall from
  * start, zeroed; NULL when full. */

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "rt_wire.h"
@@ -532,6 +533,8 @@ static int story_once(const cli_opts *o, int cfg, const char *train, const char 
     out->wf = wf;
     out->val_loss = out->val_acc = NAN;
     uint64_t mk[M_N] = {0};
+    struct rusage ru0, ru1;
+    int ru = wf && getrusage(RUSAGE_THREAD, &ru0) == 0; /* before the run's clock starts */
     uint64_t t0 = mk[M_START] = rt_now_ns();
     rt_client *c;
     int ex = cli_connect(o, &c);
@@ -610,11 +613,14 @@ static int story_once(const cli_opts *o, int cfg, const char *train, const char 
     else {
         rt_client_session_close(c, sid);
         mk[M_CLOSED] = rt_now_ns();
+        ru = ru && getrusage(RUSAGE_THREAD, &ru1) == 0;
         out->wall_s = (double)(mk[M_CLOSED] - t0) / 1e9;
         out->cache_hit = prog.cache_hit;
         out->dedup = tr.deduplicated;
-        if (wf)
+        if (wf) {
             story_phases(out, c, mk, &prog);
+            wf->preempted = ru ? ru1.ru_nivcsw - ru0.ru_nivcsw : -1;
+        }
     }
     size_t n;
     rt_client_trace_calls(c, &n);

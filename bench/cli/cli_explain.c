@@ -141,6 +141,12 @@ void cli_wf_print(FILE *f, const cli_waterfall *w, const char *title)
             twall ? 100.0 * (double)tu / (double)twall : 0.0);
     fprintf(f, "run wall time %.1f us (from the first phase's start to the last one's "
             "end)\n", span / 1e3);
+    /* What no clock in the run can attribute: the OS taking the CPU from
+     * the caller between its marks and the library's calls (a busy
+     * machine). Counted, not timed: the count is read outside the run. */
+    if (w->preempted > 0)
+        fprintf(f, "the client's thread was preempted %ld times in the run (a busy machine): "
+                "its waits are in unattributed or wire\n", w->preempted);
 }
 
 size_t cli_wf_spans(const cli_waterfall *w, const char *track, const char *sub_track,

@@ -620,7 +620,15 @@ static void test_waterfall(void)
     cli_wf_print(f, &w, "title");
     fclose(f);
     CHECK(buf && strstr(buf, "upload") && strstr(buf, "  part") && strstr(buf, "total"));
+    CHECK(buf && !strstr(buf, "preempted")); /* none counted: no line */
     free(buf);
+    w.preempted = 3;
+    f = open_memstream(&buf, &len);
+    cli_wf_print(f, &w, "title");
+    fclose(f);
+    CHECK(buf && strstr(buf, "preempted 3 times"));
+    free(buf);
+    w.preempted = 0;
     rt_client_trace_span sp[4];
     size_t ns = cli_wf_spans(&w, "phases", "parts", sp, 4);
     CHECK(ns == 3 && !strcmp(sp[2].track, "parts") && sp[0].server_ns == 8000);
