@@ -10,27 +10,6 @@
 /* Tag of field 15, wire type 2 (length-delimited): (15 << 3) | 2. */
 #define RT__TAIL_TAG 0x7a
 
-static size_t varint_size(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static size_t varint_put(uint8_t *p, uint64_t v)
-{
-    size_t n = 0;
-    while (v >= 0x80) {
-        p[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    p[n++] = (uint8_t)v;
-    return n;
-}
-
 grpc_slice rt_wire_body(const ProtobufCMessage *msg)
 {
     grpc_slice s = grpc_slice_malloc(protobuf_c_message_get_packed_size(msg));
@@ -41,10 +20,10 @@ grpc_slice rt_wire_body(const ProtobufCMessage *msg)
 grpc_slice rt_wire_tail(const ProtobufCMessage *tail)
 {
     size_t tlen = protobuf_c_message_get_packed_size(tail);
-    grpc_slice s = grpc_slice_malloc(1 + varint_size(tlen) + tlen);
+    grpc_slice s = grpc_slice_malloc(1 + rt_varint_size(tlen) + tlen);
     uint8_t *q = GRPC_SLICE_START_PTR(s);
     *q++ = RT__TAIL_TAG;
-    q += varint_put(q, tlen);
+    q += rt_varint_put(q, tlen);
     protobuf_c_message_pack(tail, q);
     return s;
 }

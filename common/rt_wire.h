@@ -47,6 +47,30 @@ static inline size_t rt_sample_run(uint64_t pos, size_t n, size_t *at)
     return run < n - start ? (size_t)run : n - (size_t)start;
 }
 
+/* Protobuf's base-128 varint: its length in bytes, and writing it at p
+ * (returns the bytes written, at most 10). The one copy for both ends:
+ * the tail below, the client's upload headers and its TFRecord writer. */
+static inline size_t rt_varint_size(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline size_t rt_varint_put(uint8_t *p, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        p[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    p[n++] = (uint8_t)v;
+    return n;
+}
+
 /* Pack msg into a new one-slice raw byte buffer. If tail is not NULL, its
  * packed bytes are appended as field 15 (the Timings field every response
  * has), after msg's own bytes: protobuf merges repeated occurrences of a

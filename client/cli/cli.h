@@ -18,7 +18,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "rt_errf.h"
 #include "rtrain/rtrain.h"
+
+/* An option's parse error: the message in err, returns -1 (rt_errf, the
+ * one formatter; cli_args.c and cli_data.c). */
+#define perr(err, len, ...) rt_errf((err), (len), -1, __VA_ARGS__)
 
 /* Exit codes; documented in `rtrain --help`. */
 enum {

@@ -12,7 +12,6 @@
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -426,15 +425,6 @@ void cli_usage_cmd(FILE *f, cli_cmd c)
           "5 not found, 6 other, 130 interrupted. Progress goes to stderr, results\n"
           "to stdout.\n",
           f);
-}
-
-static int perr(char *err, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-    return -1;
 }
 
 static int parse_long(const char *s, long lo, long hi, long *out)

@@ -3,23 +3,12 @@
  * the image options that go with them. */
 #include "cli.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "rtrain/rtrain_data.h"
-
-static int perr(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int perr(char *err, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 int cli_is_glob(const char *p) { return p && strpbrk(p, "*?[") != NULL; }
 

@@ -41,6 +41,19 @@ static size_t layer_len(const char *name)
 #ifdef RT_HAVE_HDF5
 #include <hdf5.h>
 
+/* Attribute attr of obj with type t and space sp holding buf; closes t and
+ * sp. */
+static int put_attr(hid_t obj, const char *attr, hid_t t, hid_t sp, const void *buf)
+{
+    hid_t a = H5Acreate2(obj, attr, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t r = a < 0 ? -1 : H5Awrite(a, t, buf);
+    if (a >= 0)
+        H5Aclose(a);
+    H5Sclose(sp);
+    H5Tclose(t);
+    return r < 0 ? RT_EIO : 0;
+}
+
 /* An attribute of n fixed-length strings (n == 0: h5py's empty array). */
 static int put_strings(hid_t obj, const char *attr, const char *const *v, size_t n)
 {
@@ -57,15 +70,9 @@ static int put_strings(hid_t obj, const char *attr, const char *const *v, size_t
     hid_t t = H5Tcopy(H5T_C_S1);
     H5Tset_size(t, w);
     H5Tset_strpad(t, H5T_STR_NULLPAD);
-    hid_t sp = H5Screate_simple(1, &dim, NULL);
-    hid_t a = H5Acreate2(obj, attr, t, sp, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t r = a < 0 ? -1 : H5Awrite(a, t, buf);
-    if (a >= 0)
-        H5Aclose(a);
-    H5Sclose(sp);
-    H5Tclose(t);
+    int rc = put_attr(obj, attr, t, H5Screate_simple(1, &dim, NULL), buf);
     free(buf);
-    return r < 0 ? RT_EIO : 0;
+    return rc;
 }
 
 /* Keras 2.11's save_weights_to_hdf5_group ends with the model's own
@@ -95,14 +102,7 @@ static int put_string(hid_t obj, const char *attr, const char *v)
     hid_t t = H5Tcopy(H5T_C_S1);
     H5Tset_size(t, strlen(v));
     H5Tset_strpad(t, H5T_STR_NULLPAD);
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(obj, attr, t, sp, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t r = a < 0 ? -1 : H5Awrite(a, t, v);
-    if (a >= 0)
-        H5Aclose(a);
-    H5Sclose(sp);
-    H5Tclose(t);
-    return r < 0 ? RT_EIO : 0;
+    return put_attr(obj, attr, t, H5Screate(H5S_SCALAR), v);
 }
 
 /* A string-array attribute as malloc'd NUL-terminated strings; *n = 0 for

@@ -330,6 +330,15 @@ static int npy_kind(const char *path)
     return k == 'f' || k == 'i' || k == 'u' || k == 'b' ? k : 0;
 }
 
+/* --model's bytes (the caller frees them), or NULL after saying why. */
+static char *read_model(const cli_opts *o, size_t *len)
+{
+    char *model = cli_read_file(o->model, len);
+    if (!model)
+        fprintf(stderr, "rtrain: --model: cannot read %s: %s\n", o->model, strerror(errno));
+    return model;
+}
+
 /* Session + compile of --model; on failure prints and returns an exit code. */
 static int setup(rt_client *c, const cli_opts *o, const char *what, char *sid,
                  rt_client_compile_result *prog)
@@ -338,11 +347,9 @@ static int setup(rt_client *c, const cli_opts *o, const char *what, char *sid,
     if (rc < 0)
         return cli_fail(c, "CreateSession", rc);
     size_t len;
-    char *model = cli_read_file(o->model, &len);
-    if (!model) {
-        fprintf(stderr, "rtrain: --model: cannot read %s: %s\n", o->model, strerror(errno));
+    char *model = read_model(o, &len);
+    if (!model)
         return CLI_EXIT_INVALID;
-    }
     rt_train_opts t;
     cli_train_opts(o, &t);
     /* (n, k, ...) labels in a .npy: the per-sample label shape is (k, ...)
@@ -666,11 +673,9 @@ static int upload_weighted(rt_client *c, const char *sid, const cli_opts *o, rt_
 static int export_onnx(rt_client *c, const cli_opts *o, const char *sid, const char *program)
 {
     size_t len, outlen;
-    char *model = cli_read_file(o->model, &len);
-    if (!model) {
-        fprintf(stderr, "rtrain: --model: cannot read %s: %s\n", o->model, strerror(errno));
+    char *model = read_model(o, &len);
+    if (!model)
         return CLI_EXIT_INVALID;
-    }
     uint8_t *out;
     int rc = rt_client_export_onnx(c, sid, program, model, len, o->onnx_output, &out, &outlen);
     free(model);
@@ -694,11 +699,9 @@ static int export_onnx(rt_client *c, const cli_opts *o, const char *sid, const c
 static int export_tfjs(rt_client *c, const cli_opts *o, const char *sid, const char *program)
 {
     size_t len;
-    char *model = cli_read_file(o->model, &len);
-    if (!model) {
-        fprintf(stderr, "rtrain: --model: cannot read %s: %s\n", o->model, strerror(errno));
+    char *model = read_model(o, &len);
+    if (!model)
         return CLI_EXIT_INVALID;
-    }
     rt_client_weights w;
     int rc = rt_client_get_weights(c, sid, program, &w);
     if (rc < 0) {

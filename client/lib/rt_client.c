@@ -623,6 +623,12 @@ int rt__check_id(rt_client *c, const char *what, const char *id)
     return 0;
 }
 
+int rt__check_ids(rt_client *c, const char *session, const char *program)
+{
+    int rc = rt__check_id(c, "session", session);
+    return rc < 0 ? rc : rt__check_id(c, "program", program);
+}
+
 int rt__copy_id(rt_client *c, char dst[RT_ID_MAX], const char *src)
 {
     if (!src || strlen(src) >= RT_ID_MAX)

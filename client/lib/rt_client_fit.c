@@ -9,10 +9,10 @@
  * rt_client_fit): the same fit_id and how many epoch ends came, so the
  * daemon continues the fit and sends only what the client lacks. */
 #include "rt_client_impl.h"
+#include "rt_random.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 static void event_from_pb(const Rtrain__V1__FitEvent *e, rt_client_fit_event *ev)
@@ -54,7 +54,7 @@ typedef struct fit_run {
 static uint64_t fit_id(void)
 {
     uint64_t id = 0;
-    if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id)
+    if (rt_random_bytes(&id, sizeof id) < 0)
         id = rt_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&id;
     return id ? id : 1;
 }
@@ -156,9 +156,7 @@ int rt_client_fit(rt_client *c, const rt_client_fit_params *p, rt_client_fit_cb 
     if (!c || !p)
         return RT_EINVAL;
     rt__call_begin(c, RT__M_FIT);
-    int rc = rt__check_id(c, "session", p->session);
-    if (rc == 0)
-        rc = rt__check_id(c, "program", p->program);
+    int rc = rt__check_ids(c, p->session, p->program);
     if (rc == 0)
         rc = rt__check_id(c, "dataset", p->dataset);
     if (rc == 0 && p->epochs == 0)

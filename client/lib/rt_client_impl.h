@@ -181,6 +181,8 @@ void rt__take_timings(rt_client *c, const Rtrain__V1__Timings *t, int add);
 /* Helpers */
 char *rt__strdup(const char *s);
 int rt__check_id(rt_client *c, const char *what, const char *id);
+/* rt__check_id of a session's and then a program's id. */
+int rt__check_ids(rt_client *c, const char *session, const char *program);
 int rt__copy_id(rt_client *c, char dst[RT_ID_MAX], const char *src);
 int rt__shape_from_pb(rt_client *c, const char *what, size_t n, const int64_t *src, int *ndim,
                       int64_t dst[RT_CLIENT_MAX_DIMS]);

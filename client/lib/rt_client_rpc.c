@@ -417,9 +417,7 @@ int rt_client_export_onnx(rt_client *c, const char *session, const char *program
     *out = NULL;
     *outlen = 0;
     rt__call_begin(c, RT__M_EXPORT_ONNX);
-    int rc = rt__check_id(c, "session", session);
-    if (rc == 0)
-        rc = rt__check_id(c, "program", program);
+    int rc = rt__check_ids(c, session, program);
     if (rc == 0 && (!onnx || !len))
         rc = rt__err(c, RT_EINVAL, "ExportOnnx: the ONNX model is empty");
     if (rc < 0)
@@ -536,9 +534,7 @@ int rt_client_run_steps(rt_client *c, const rt_client_steps_params *p, rt_client
         return RT_EINVAL;
     memset(out, 0, sizeof *out);
     rt__call_begin(c, RT__M_RUN_STEPS);
-    int rc = rt__check_id(c, "session", p->session);
-    if (rc == 0)
-        rc = rt__check_id(c, "program", p->program);
+    int rc = rt__check_ids(c, p->session, p->program);
     if (rc == 0)
         rc = rt__check_id(c, "dataset", p->dataset);
     if (rc == 0 && p->steps == 0)
@@ -558,9 +554,7 @@ int rt_client_evaluate(rt_client *c, const char *session, const char *program, c
         return RT_EINVAL;
     memset(out, 0, sizeof *out);
     rt__call_begin(c, RT__M_EVALUATE);
-    int rc = rt__check_id(c, "session", session);
-    if (rc == 0)
-        rc = rt__check_id(c, "program", program);
+    int rc = rt__check_ids(c, session, program);
     if (rc == 0)
         rc = rt__check_id(c, "dataset", dataset);
     if (rc < 0)
@@ -587,9 +581,7 @@ static int do_predict(rt_client *c, const char *session, const char *program,
         return RT_EINVAL;
     memset(out, 0, sizeof *out);
     rt__call_begin(c, RT__M_PREDICT);
-    int rc = rt__check_id(c, "session", session);
-    if (rc == 0)
-        rc = rt__check_id(c, "program", program);
+    int rc = rt__check_ids(c, session, program);
     if (rc == 0 && !x)
         rc = rt__check_id(c, "dataset", dataset);
     size_t nbytes = 0;
@@ -661,9 +653,7 @@ int rt_client_get_weights(rt_client *c, const char *session, const char *program
         return RT_EINVAL;
     memset(out, 0, sizeof *out);
     rt__call_begin(c, RT__M_GET_WEIGHTS);
-    int rc = rt__check_id(c, "session", session);
-    if (rc == 0)
-        rc = rt__check_id(c, "program", program);
+    int rc = rt__check_ids(c, session, program);
     if (rc < 0)
         return rt__call_end(c, rc);
     Rtrain__V1__GetWeightsRequest req = RTRAIN__V1__GET_WEIGHTS_REQUEST__INIT;
@@ -697,9 +687,7 @@ int rt_client_set_weights(rt_client *c, const char *session, const char *program
     if (!c || (n && !t))
         return RT_EINVAL;
     rt__call_begin(c, RT__M_SET_WEIGHTS);
-    int rc = rt__check_id(c, "session", session);
-    if (rc == 0)
-        rc = rt__check_id(c, "program", program);
+    int rc = rt__check_ids(c, session, program);
     if (rc < 0)
         return rt__call_end(c, rc);
     Rtrain__V1__Tensor *pt = calloc(n ? n : 1, sizeof *pt);
@@ -756,9 +744,7 @@ int rt_client_control(rt_client *c, const rt_client_control_params *p, int *runn
     uint64_t outer_resp = c->t_response;
     int outer_cancel = atomic_load(&c->cancel_flag);
     rt__call_begin(c, RT__M_CONTROL);
-    int rc = rt__check_id(c, "session", p->session);
-    if (rc == 0)
-        rc = rt__check_id(c, "program", p->program);
+    int rc = rt__check_ids(c, p->session, p->program);
     if (rc == 0 && (!(p->learning_rate >= 0.0f) || isinf(p->learning_rate)))
         rc = rt__err(c, RT_EINVAL,
                      "Control: learning_rate %g must be finite and > 0 "
@@ -828,9 +814,7 @@ int rt_client_checkpoint(rt_client *c, const char *session, const char *program,
         return RT_EINVAL;
     memset(info, 0, sizeof *info);
     rt__call_begin(c, RT__M_CHECKPOINT);
-    int rc = rt__check_id(c, "session", session);
-    if (rc == 0)
-        rc = rt__check_id(c, "program", program);
+    int rc = rt__check_ids(c, session, program);
     if (rc < 0)
         return rt__call_end(c, rc);
     const char *tok = rt_client_session_token(c, session);

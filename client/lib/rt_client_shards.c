@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "rt_crc32c.h"
+#include "rt_errf.h"
 #include "rtrain/rtrain_data.h"
 
 #define MAX_FEATURES 16
@@ -35,18 +36,8 @@ Rtrain__V1__ExampleSpec *rt__example_spec_pb(const struct rt_client_example_spec
     return s ? (Rtrain__V1__ExampleSpec *)&s->pb : NULL;
 }
 
-static int perr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int perr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return RT_EINVAL;
-}
+/* a bad spec: the message in err, RT_EINVAL (rt_errf, the one formatter) */
+#define perr(err, errlen, ...) rt_errf((err), (errlen), RT_EINVAL, __VA_ARGS__)
 
 static rt_client_example_spec *spec_new(void)
 {
@@ -321,55 +312,35 @@ static int buf_room(buf *b, size_t more)
     return 0;
 }
 
-static size_t varint(uint8_t *o, uint64_t v)
-{
-    size_t n = 0;
-    do {
-        o[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
-        v >>= 7;
-    } while (v);
-    return n;
-}
-
-static size_t varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v > 0x7f) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
 /* tf.train.Example {features {feature {key: "image" value {bytes_list
  * {value: img}}} feature {key: "label" value {int64_list {value:
  * label}}}}}, framed as a TFRecord record, appended to b. */
 static int append_record(buf *b, const uint8_t *img, size_t n, int64_t label)
 {
     /* innermost first: sizes of each nested message */
-    size_t bl = 1 + varint_len(n) + n;                     /* BytesList */
-    size_t fimg = 1 + varint_len(bl) + bl;                 /* Feature */
-    size_t eimg = 1 + 1 + 5 + 1 + varint_len(fimg) + fimg; /* entry "image" */
-    size_t lv = varint_len((uint64_t)label);
-    size_t il = 1 + varint_len(lv) + lv; /* Int64List (packed) */
-    size_t flab = 1 + varint_len(il) + il;
-    size_t elab = 1 + 1 + 5 + 1 + varint_len(flab) + flab; /* entry "label" */
-    size_t feats = 1 + varint_len(eimg) + eimg + 1 + varint_len(elab) + elab;
-    size_t ex = 1 + varint_len(feats) + feats; /* Example */
+    size_t bl = 1 + rt_varint_size(n) + n;                     /* BytesList */
+    size_t fimg = 1 + rt_varint_size(bl) + bl;                 /* Feature */
+    size_t eimg = 1 + 1 + 5 + 1 + rt_varint_size(fimg) + fimg; /* entry "image" */
+    size_t lv = rt_varint_size((uint64_t)label);
+    size_t il = 1 + rt_varint_size(lv) + lv; /* Int64List (packed) */
+    size_t flab = 1 + rt_varint_size(il) + il;
+    size_t elab = 1 + 1 + 5 + 1 + rt_varint_size(flab) + flab; /* entry "label" */
+    size_t feats = 1 + rt_varint_size(eimg) + eimg + 1 + rt_varint_size(elab) + elab;
+    size_t ex = 1 + rt_varint_size(feats) + feats; /* Example */
     if (buf_room(b, ex + 16) < 0)
         return -1;
     uint8_t *o = b->p + b->n + 12, *s = o;
-    *o++ = 0x0a, o += varint(o, feats); /* Example.features */
-    *o++ = 0x0a, o += varint(o, eimg);  /* Features.feature entry */
+    *o++ = 0x0a, o += rt_varint_put(o, feats); /* Example.features */
+    *o++ = 0x0a, o += rt_varint_put(o, eimg);  /* Features.feature entry */
     *o++ = 0x0a, *o++ = 5, memcpy(o, "image", 5), o += 5;
-    *o++ = 0x12, o += varint(o, fimg);
-    *o++ = 0x0a, o += varint(o, bl); /* Feature.bytes_list */
-    *o++ = 0x0a, o += varint(o, n), memcpy(o, img, n), o += n;
-    *o++ = 0x0a, o += varint(o, elab);
+    *o++ = 0x12, o += rt_varint_put(o, fimg);
+    *o++ = 0x0a, o += rt_varint_put(o, bl); /* Feature.bytes_list */
+    *o++ = 0x0a, o += rt_varint_put(o, n), memcpy(o, img, n), o += n;
+    *o++ = 0x0a, o += rt_varint_put(o, elab);
     *o++ = 0x0a, *o++ = 5, memcpy(o, "label", 5), o += 5;
-    *o++ = 0x12, o += varint(o, flab);
-    *o++ = 0x1a, o += varint(o, il); /* Feature.int64_list */
-    *o++ = 0x0a, o += varint(o, lv), o += varint(o, (uint64_t)label);
+    *o++ = 0x12, o += rt_varint_put(o, flab);
+    *o++ = 0x1a, o += rt_varint_put(o, il); /* Feature.int64_list */
+    *o++ = 0x0a, o += rt_varint_put(o, lv), o += rt_varint_put(o, (uint64_t)label);
     size_t len = (size_t)(o - s);
     uint8_t *h = b->p + b->n;
     for (int i = 0; i < 8; i++)

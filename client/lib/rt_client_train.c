@@ -92,9 +92,7 @@ static double wmean(double sum, uint64_t n) { return n ? sum / (double)n : NAN; 
 
 static int check_params(rt_client *c, const rt_client_train_params *p)
 {
-    int rc = rt__check_id(c, "session", p->session);
-    if (rc == 0)
-        rc = rt__check_id(c, "program", p->program);
+    int rc = rt__check_ids(c, p->session, p->program);
     if (rc == 0)
         rc = rt__check_id(c, "dataset", p->dataset);
     if (rc == 0 && p->val_dataset && *p->val_dataset)

@@ -283,17 +283,6 @@ static int dataset_from_pb(rt_client *c, const Rtrain__V1__DatasetInfo *d, rt_cl
     return rc;
 }
 
-static size_t put_varint(uint8_t *p, uint64_t v)
-{
-    size_t n = 0;
-    while (v >= 0x80) {
-        p[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    p[n++] = (uint8_t)v;
-    return n;
-}
-
 /* Slices that point into the caller's arrays (zero copy): each one's
  * destroy callback counts down, and the upload returns only once gRPC has
  * let go of every one, since the caller may free its memory after that. */
@@ -358,20 +347,20 @@ static int make_chunk(rt_client *c, const uint8_t *hdr, size_t hdr_len, uint64_t
     uint8_t *p = GRPC_SLICE_START_PTR(sl), *q = p;
     if (hdr) {
         *q++ = (1 << 3) | 2;
-        q += put_varint(q, hdr_len);
+        q += rt_varint_put(q, hdr_len);
         memcpy(q, hdr, hdr_len);
         q += hdr_len;
     }
     *q++ = (2 << 3) | 0;
-    q += put_varint(q, offset);
+    q += rt_varint_put(q, offset);
     if (hash) { /* 410: content_hash, after hash_later */
-        q += put_varint(q, (410 << 3) | 2);
+        q += rt_varint_put(q, (410 << 3) | 2);
         *q++ = 16;
         memcpy(q, hash, 16);
         q += 16;
     }
     *q++ = (3 << 3) | 2;
-    q += put_varint(q, want);
+    q += rt_varint_put(q, want);
     if (zc) {
         grpc_slice v[RT__ZC_SLICES];
         size_t nv = 0;
@@ -752,6 +741,28 @@ int rt_client_upload(rt_client *c, const char *session, const char *name, const 
     return rt_client_upload_weighted(c, session, name, x, y, NULL, out);
 }
 
+/* Array a as one raw part of an upload (what names it in errors); a
+ * labels or weights part (x not NULL) needs x's row count. */
+static int raw_part(rt_client *c, const char *what, rt_client_role role, const rt_client_array *a,
+                    const rt_client_array *x, rt_client_upload_part *p)
+{
+    size_t nb;
+    int rc = rt__array_nbytes(c, what, a, &nb);
+    if (rc == 0 && x && a->shape[0] != x->shape[0])
+        rc = rt__err(c, RT_ESHAPE, "upload: %lld feature rows but %lld %s", (long long)x->shape[0],
+                     (long long)a->shape[0], what);
+    if (rc < 0)
+        return rc;
+    p->role = role;
+    p->format = RT_FORMAT_RAW;
+    p->data = a->data;
+    p->nbytes = nb;
+    p->dtype = a->dtype;
+    p->ndim = a->ndim;
+    memcpy(p->shape, a->shape, sizeof p->shape);
+    return 0;
+}
+
 int rt_client_upload_weighted(rt_client *c, const char *session, const char *name,
                               const rt_client_array *x, const rt_client_array *y,
                               const rt_client_array *sw, rt_client_dataset *out)
@@ -760,48 +771,14 @@ int rt_client_upload_weighted(rt_client *c, const char *session, const char *nam
         return RT_EINVAL;
     rt_client_upload_part p[3];
     memset(p, 0, sizeof p);
-    size_t nb;
     rt__call_begin(c, RT__M_FIND_DATASET);
-    int rc = rt__array_nbytes(c, "features", x, &nb);
+    int rc = raw_part(c, "features", RT_ROLE_FEATURES, x, NULL, &p[0]);
+    if (rc == 0 && y)
+        rc = raw_part(c, "labels", RT_ROLE_LABELS, y, x, &p[1]);
+    if (rc == 0 && sw)
+        rc = raw_part(c, "sample weights", RT_ROLE_SAMPLE_WEIGHTS, sw, x, &p[2]);
     if (rc < 0)
         return rt__call_end(c, rc);
-    p[0].role = RT_ROLE_FEATURES;
-    p[0].format = RT_FORMAT_RAW;
-    p[0].data = x->data;
-    p[0].nbytes = nb;
-    p[0].dtype = x->dtype;
-    p[0].ndim = x->ndim;
-    memcpy(p[0].shape, x->shape, sizeof p[0].shape);
-    if (y) {
-        rc = rt__array_nbytes(c, "labels", y, &nb);
-        if (rc == 0 && y->shape[0] != x->shape[0])
-            rc = rt__err(c, RT_ESHAPE, "upload: %lld feature rows but %lld labels",
-                         (long long)x->shape[0], (long long)y->shape[0]);
-        if (rc < 0)
-            return rt__call_end(c, rc);
-        p[1].role = RT_ROLE_LABELS;
-        p[1].format = RT_FORMAT_RAW;
-        p[1].data = y->data;
-        p[1].nbytes = nb;
-        p[1].dtype = y->dtype;
-        p[1].ndim = y->ndim;
-        memcpy(p[1].shape, y->shape, sizeof p[1].shape);
-    }
-    if (sw) {
-        rc = rt__array_nbytes(c, "sample weights", sw, &nb);
-        if (rc == 0 && sw->shape[0] != x->shape[0])
-            rc = rt__err(c, RT_ESHAPE, "upload: %lld feature rows but %lld sample weights",
-                         (long long)x->shape[0], (long long)sw->shape[0]);
-        if (rc < 0)
-            return rt__call_end(c, rc);
-        p[2].role = RT_ROLE_SAMPLE_WEIGHTS;
-        p[2].format = RT_FORMAT_RAW;
-        p[2].data = sw->data;
-        p[2].nbytes = nb;
-        p[2].dtype = sw->dtype;
-        p[2].ndim = sw->ndim;
-        memcpy(p[2].shape, sw->shape, sizeof p[2].shape);
-    }
     return rt_client_upload_parts(c, session, name, p, sw ? 3 : y ? 2 : 1, out);
 }
 
@@ -820,36 +797,34 @@ int rt_client_upload_csv(rt_client *c, const char *session, const char *name, co
     return rt_client_upload_parts(c, session, name, &p, 1, out);
 }
 
-int rt_client_upload_npy(rt_client *c, const char *session, const char *name, const char *x_path,
-                         const char *y_path, rt_client_dataset *out)
+/* Features (and labels, when y_path is set) from two files of one format. */
+static int upload_files(rt_client *c, const char *session, const char *name,
+                        rt_client_format format, const char *x_path, const char *y_path,
+                        int normalize, rt_client_dataset *out)
 {
     if (!c || !x_path || !out)
         return RT_EINVAL;
     rt_client_upload_part p[2];
     memset(p, 0, sizeof p);
     p[0].role = RT_ROLE_FEATURES;
-    p[0].format = RT_FORMAT_NPY;
+    p[0].format = format;
     p[0].path = x_path;
+    p[0].normalize = normalize;
     p[1].role = RT_ROLE_LABELS;
-    p[1].format = RT_FORMAT_NPY;
+    p[1].format = format;
     p[1].path = y_path;
     return rt_client_upload_parts(c, session, name, p, y_path ? 2 : 1, out);
+}
+
+int rt_client_upload_npy(rt_client *c, const char *session, const char *name, const char *x_path,
+                         const char *y_path, rt_client_dataset *out)
+{
+    return upload_files(c, session, name, RT_FORMAT_NPY, x_path, y_path, 0, out);
 }
 
 int rt_client_upload_idx(rt_client *c, const char *session, const char *name,
                          const char *images_path, const char *labels_path, int normalize,
                          rt_client_dataset *out)
 {
-    if (!c || !images_path || !out)
-        return RT_EINVAL;
-    rt_client_upload_part p[2];
-    memset(p, 0, sizeof p);
-    p[0].role = RT_ROLE_FEATURES;
-    p[0].format = RT_FORMAT_IDX;
-    p[0].path = images_path;
-    p[0].normalize = normalize;
-    p[1].role = RT_ROLE_LABELS;
-    p[1].format = RT_FORMAT_IDX;
-    p[1].path = labels_path;
-    return rt_client_upload_parts(c, session, name, p, labels_path ? 2 : 1, out);
+    return upload_files(c, session, name, RT_FORMAT_IDX, images_path, labels_path, normalize, out);
 }

@@ -2,6 +2,7 @@
  * heap-allocated proto Graph (every member from malloc), so compile sends it
  * as is and destroy is one protobuf_c_message_free_unpacked. */
 #include "rt_client_impl.h"
+#include "rt_act.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -250,27 +251,13 @@ int rt_model_set_output(rt_model *m, const char *name)
     return 0;
 }
 
-static const char *act_op(const char *activation)
-{
-    static const struct {
-        const char *keras, *op;
-    } acts[] = {
-        {"relu", "Relu"},       {"sigmoid", "Sigmoid"},        {"tanh", "Tanh"},
-        {"softmax", "Softmax"}, {"log_softmax", "LogSoftmax"},
-    };
-    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
-        if (strcmp(activation, acts[i].keras) == 0)
-            return acts[i].op;
-    return NULL;
-}
-
 int rt_model_dense(rt_model *m, const char *name, const char *input, int64_t in_features,
                    int64_t units, const char *activation, const char **out_name)
 {
     if (!m || !name || !*name || !input || !*input || in_features <= 0 || units <= 0)
         return RT_EINVAL;
     int has_act = activation && *activation && strcmp(activation, "linear") != 0;
-    const char *op = has_act ? act_op(activation) : NULL;
+    const char *op = has_act ? rt_act_op(activation) : NULL;
     if (has_act && !op)
         return RT_EINVAL;
     size_t ln = strlen(name) + 16;

@@ -1,23 +1,15 @@
 /* rt_example_pb.c - the wire ExampleSpec (proto/rtrain.proto) into an
  * rt_example_spec. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "rt_errf.h"
 #include "rt_example.h"
 #include "rtrain.pb-c.h"
 #include "rtrain/rt_error.h"
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return RT_EINVAL;
-}
+/* a bad spec: the message in err, RT_EINVAL (rt_errf, the one formatter) */
+#define fail(err, errlen, ...) rt_errf((err), (errlen), RT_EINVAL, __VA_ARGS__)
 
 static int per_channel(const float *v, size_t n, int c, float dflt, float out[3], const char *what,
                        char *err, size_t errlen)

@@ -48,32 +48,32 @@ static uint64_t fit_epochs_kept(const rt_program *p)
     return d <= 0 ? 0 : d < RT_FIT_RING ? (uint64_t)d : RT_FIT_RING;
 }
 
+/* The program's fields a checkpoint's meta carries, the same name on both
+ * sides: one list for the save (fill_meta) and the restore
+ * (rt_ckpt_apply_meta). */
+#define RT__CKPT_FIELDS(X) \
+    X(last_seq) X(fit_epochs) X(epoch_exec_ns) X(last_metrics) X(last_mean) X(fit)
+
 static void fill_meta(const char *sid, const rt_program *p, rt_ckpt_meta *m)
 {
     memset(m, 0, sizeof *m);
     memcpy(m->magic, "RTMETA2", 8);
     snprintf(m->session_id, sizeof m->session_id, "%s", sid);
     snprintf(m->program_id, sizeof m->program_id, "%s", p->id);
-    m->last_seq = p->last_seq;
-    m->fit_epochs = p->fit_epochs;
-    m->epoch_exec_ns = p->epoch_exec_ns;
-    m->last_metrics = p->last_metrics;
-    m->last_mean = p->last_mean;
+#define RT__TO_META(f) m->f = p->f;
+    RT__CKPT_FIELDS(RT__TO_META)
+#undef RT__TO_META
     memcpy(m->ring, p->ring, sizeof m->ring);
-    m->fit = p->fit;
     m->n_fit_epochs = fit_epochs_kept(p);
 }
 
 void rt_ckpt_apply_meta(rt_program *p, const rt_ckpt_view *v)
 {
     const rt_ckpt_meta *m = &v->meta;
-    p->last_seq = m->last_seq;
-    p->fit_epochs = m->fit_epochs;
-    p->epoch_exec_ns = m->epoch_exec_ns;
-    p->last_metrics = m->last_metrics;
-    p->last_mean = m->last_mean;
+#define RT__FROM_META(f) p->f = m->f;
+    RT__CKPT_FIELDS(RT__FROM_META)
+#undef RT__FROM_META
     memcpy(p->ring, m->ring, sizeof p->ring);
-    p->fit = m->fit;
     memset(p->fit_ring, 0, sizeof p->fit_ring);
     if (m->n_fit_epochs)
         memcpy(p->fit_ring, v->fit_epochs, sizeof *p->fit_ring * m->n_fit_epochs);

@@ -214,14 +214,7 @@ static uint64_t rt__conv2d_flops(const rt__node *nd, int64_t B, unsigned need_dx
     const uint64_t R = (uint64_t)B * (uint64_t)(p->OH * p->OW);
     const uint64_t K = (uint64_t)(p->KH * p->KW * p->C / (p->G > 1 ? p->G : 1));
     const uint64_t N = (uint64_t)p->OC;
-    uint64_t f = 2 * R * K * N + (p->bias ? R * N : 0) + (p->act ? R * N : 0);
-    if (need_dx & 1u)
-        f += 2 * R * K * N;
-    if (need_dx & 2u)
-        f += 2 * R * K * N;
-    if (need_dx & 4u)
-        f += R * N;
-    return f;
+    return rt__gemm_flops(R, K, N, p->bias, p->act, need_dx);
 }
 
 const rt__op_def rt__op_conv2d = {

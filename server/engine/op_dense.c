@@ -63,14 +63,9 @@ static int rt__dense_infer(rt__cc *cc, rt__node *nd)
     return 0;
 }
 
-static uint64_t rt__dense_flops(const rt__node *nd, int64_t B, unsigned need_dx)
+uint64_t rt__gemm_flops(uint64_t R, uint64_t K, uint64_t N, int bias, int act, unsigned need_dx)
 {
-    uint64_t R = (uint64_t)rt__rows(nd->in_shape[0], B);
-    const rt__dense_params *p = rt__dense_cp(nd);
-    uint64_t K = (uint64_t)p->K, N = (uint64_t)p->N;
-    /* an activation of its own, or one a backend fused into it */
-    const int act = p->act != RT__ACT_NONE || nd->fused != NULL;
-    uint64_t f = 2 * R * K * N + (nd->n_in > 2 ? R * N : 0) + (act ? R * N : 0);
+    uint64_t f = 2 * R * K * N + (bias ? R * N : 0) + (act ? R * N : 0);
     if (need_dx & 1u)
         f += 2 * R * K * N;
     if (need_dx & 2u)
@@ -78,6 +73,16 @@ static uint64_t rt__dense_flops(const rt__node *nd, int64_t B, unsigned need_dx)
     if (need_dx & 4u)
         f += R * N;
     return f;
+}
+
+static uint64_t rt__dense_flops(const rt__node *nd, int64_t B, unsigned need_dx)
+{
+    uint64_t R = (uint64_t)rt__rows(nd->in_shape[0], B);
+    const rt__dense_params *p = rt__dense_cp(nd);
+    uint64_t K = (uint64_t)p->K, N = (uint64_t)p->N;
+    /* an activation of its own, or one a backend fused into it */
+    const int act = p->act != RT__ACT_NONE || nd->fused != NULL;
+    return rt__gemm_flops(R, K, N, nd->n_in > 2, act, need_dx);
 }
 
 const rt__op_def rt__op_dense = {

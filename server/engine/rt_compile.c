@@ -37,6 +37,7 @@
 
 #include <xxhash.h>
 
+#include "rt_clock.h"
 #include "rt_engine_impl.h"
 
 /* Per-entry compile state */
@@ -90,13 +91,6 @@ struct rt__cc {
     int *ws_buf;  /* per node: its workspace buffer or -1 */
     uint64_t naive;
 };
-
-static uint64_t rt__now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 int rt__cerr(rt__cc *cc, const rt__node *nd, int code, const char *fmt, ...)
 {
@@ -1579,7 +1573,7 @@ int rt_plan_compile_cancellable(const rt_graph *g, const rt_train_config *cfg, c
         snprintf(err, errlen, "graph, config and out must not be NULL");
         return RT_EINVAL;
     }
-    const uint64_t t0 = rt__now_ns();
+    const uint64_t t0 = rt_now_ns();
     rt_plan *p = calloc(1, sizeof *p);
     if (!p) {
         snprintf(err, errlen, "out of memory");
@@ -1605,7 +1599,7 @@ int rt_plan_compile_cancellable(const rt_graph *g, const rt_train_config *cfg, c
     uint64_t t = t0;
     for (int i = 0; i < RT_COMPILE_PASSES && rc >= 0; i++) {
         rc = rt__passes[i].run(&cc);
-        const uint64_t now = rt__now_ns();
+        const uint64_t now = rt_now_ns();
         p->rep.pass_ns[i] = now - t;
         t = now;
         if (rc >= 0 && cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE) &&
@@ -1620,7 +1614,7 @@ int rt_plan_compile_cancellable(const rt_graph *g, const rt_train_config *cfg, c
         rt_plan_release(p);
         return rc;
     }
-    p->rep.compile_ns = rt__now_ns() - t0;
+    p->rep.compile_ns = rt_now_ns() - t0;
     if (rep)
         *rep = p->rep;
     *out = p;

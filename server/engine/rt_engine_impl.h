@@ -204,6 +204,11 @@ int rt__attr_ints(rt__cc *cc, const rt__node *nd, const char *name, int64_t *out
 /* the "activation" attribute (absent, "linear", "relu", "sigmoid", "tanh")
  * as RT__ACT_*; RT_EINVAL via rt__cerr for anything else (op_dense.c) */
 int rt__attr_act(rt__cc *cc, const rt__node *nd, int *act);
+/* Flops of a layer that is one GEMM of R rows, K inputs, N outputs (Dense,
+ * Conv2D as im2col), with a bias and an activation when set, and the
+ * backward's products for the inputs need_dx names (bit 0 x, 1 W, 2 b)
+ * (op_dense.c) */
+uint64_t rt__gemm_flops(uint64_t R, uint64_t K, uint64_t N, int bias, int act, unsigned need_dx);
 /* One spatial dim of a convolution or pool (op_conv.c, also the Keras
  * importer's): in cells, window k, stride s, dilation d (k, s, d in
  * 1..RT__MAX_WINDOW, in <= 2^32), TensorFlow padding: "same" gives ceil(in / s)

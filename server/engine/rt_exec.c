@@ -28,7 +28,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "rt_clock.h"
 #include "rt_engine_impl.h"
+#include "rt_errf.h"
 
 struct rt_exec {
     rt_plan *p;
@@ -157,23 +159,8 @@ static void rt__leave(const rt_exec *e, uint64_t saved)
         e->be->leave(e->be->context, saved);
 }
 
-static uint64_t rt__now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int rt__eerr(rt_exec *e, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int rt__eerr(rt_exec *e, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->err, sizeof e->err, fmt, ap);
-    va_end(ap);
-    return code;
-}
+/* the message in e->err, returns code (rt_errf, the one formatter) */
+#define rt__eerr(e, code, ...) rt_errf((e)->err, sizeof(e)->err, (code), __VA_ARGS__)
 
 /* ------------------------------------------------------------ initializers */
 
@@ -753,6 +740,17 @@ static void rt__hacc_zero(rt__hacc *h)
         memset(h, 0, sizeof *h);
 }
 
+/* The cursor to the next epoch's first batch, its sums from zero. */
+static void rt__next_epoch(rt_exec *e)
+{
+    e->epoch++;
+    e->pos = 0;
+    e->ep_loss = e->ep_acc = 0;
+    e->ep_samples = 0;
+    memset(&e->ep_macc, 0, sizeof e->ep_macc);
+    rt__hacc_zero(e->ep_h);
+}
+
 /* update_stats: training mode also moves BatchNorm's moving statistics
  * (a training step does, rt_exec_compute_grads must not) */
 static void rt__forward(rt_exec *e, int64_t nb, int training, int update_stats)
@@ -1122,7 +1120,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps, rt_train_
     int rc = rt_exec_check_data(e, d);
     if (rc < 0)
         return rc;
-    const uint64_t t0 = rt__now();
+    const uint64_t t0 = rt_now_ns();
     rt_plan *p = e->p;
     const rt__backend *be = e->be;
     void *bc = be->context;
@@ -1140,12 +1138,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps, rt_train_
         }
         if (e->dx && !e->restored && e->pos > 0) {
             /* another data set: start a new epoch at its first batch */
-            e->epoch++;
-            e->pos = 0;
-            e->ep_loss = e->ep_acc = 0;
-            e->ep_samples = 0;
-            memset(&e->ep_macc, 0, sizeof e->ep_macc);
-            rt__hacc_zero(e->ep_h);
+            rt__next_epoch(e);
         }
         /* a restored cursor past this data set's epoch (n >= 1; a product
          * with a loaded pos could overflow) starts at its first batch */
@@ -1273,12 +1266,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps, rt_train_
             stop = cb(ud, &info);
         }
         if (epoch_end) {
-            e->epoch++;
-            e->pos = 0;
-            e->ep_loss = e->ep_acc = 0;
-            e->ep_samples = 0;
-            memset(&e->ep_macc, 0, sizeof e->ep_macc);
-            rt__hacc_zero(e->ep_h);
+            rt__next_epoch(e);
         }
         if (stop) {
             r.stopped = 1;
@@ -1298,7 +1286,7 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps, rt_train_
     } else {
         r.mean.acc = r.last.acc = nan;
     }
-    r.execute_ns = rt__now() - t0;
+    r.execute_ns = rt_now_ns() - t0;
     if (res)
         *res = r;
     return 0;
@@ -1559,19 +1547,18 @@ size_t rt_exec_state_size(const rt_exec *e)
 _Static_assert(sizeof(rt__state_hdr) + sizeof(rt__hacc) <= RT_EXEC_STATE_HDR,
                "RT_EXEC_STATE_HDR too small");
 
-static void rt__state_header(const rt_exec *e, rt__state_hdr *hp);
+/* The state's header of a whole, untorn exec: RT_EUNAVAILABLE when a
+ * failed step tore it, an error when its slots are not whole. */
+static int rt__state_header(const rt_exec *e, rt__state_hdr *hp);
 
 int rt_exec_state_spans(const rt_exec *e, unsigned char hdr[RT_EXEC_STATE_HDR], rt_exec_span sp[3])
 {
     if (!e || !hdr || !sp)
         return RT_EINVAL;
-    if (e->torn)
-        return RT_EUNAVAILABLE;
-    int rc = rt__slots_whole(e);
+    rt__state_hdr h;
+    int rc = rt__state_header(e, &h);
     if (rc < 0)
         return rc;
-    rt__state_hdr h;
-    rt__state_header(e, &h);
     memcpy(hdr, &h, sizeof h);
     if (e->ep_h)
         memcpy(hdr + sizeof h, e->ep_h, sizeof *e->ep_h);
@@ -1597,13 +1584,10 @@ int rt_exec_save_state(const rt_exec *e, void *buf, size_t len)
 {
     if (!e || !buf || len < rt_exec_state_size(e))
         return RT_EINVAL;
-    if (e->torn)
-        return RT_EUNAVAILABLE;
-    int rc = rt__slots_whole(e);
+    rt__state_hdr h;
+    int rc = rt__state_header(e, &h);
     if (rc < 0)
         return rc;
-    rt__state_hdr h;
-    rt__state_header(e, &h);
     char *o = buf;
     memcpy(o, &h, sizeof h);
     o += sizeof h;
@@ -1617,8 +1601,13 @@ int rt_exec_save_state(const rt_exec *e, void *buf, size_t len)
     return 0;
 }
 
-static void rt__state_header(const rt_exec *e, rt__state_hdr *hp)
+static int rt__state_header(const rt_exec *e, rt__state_hdr *hp)
 {
+    if (e->torn)
+        return RT_EUNAVAILABLE;
+    int rc = rt__slots_whole(e);
+    if (rc < 0)
+        return rc;
     rt__state_hdr h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, "RTEXEC", 6);
@@ -1636,6 +1625,7 @@ static void rt__state_header(const rt_exec *e, rt__state_hdr *hp)
     __atomic_load(&e->lr_set, &h.lr_set, __ATOMIC_ACQUIRE);
     h.ep_macc = e->ep_macc;
     *hp = h;
+    return 0;
 }
 
 /* Float i of a blob's bytes (a byte string from outside: maybe unaligned). */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "rt_engine_impl.h"
+#include "rt_errf.h"
 
 void rt__assert_fail(const char *cond, const char *file, int line)
 {
@@ -177,16 +178,8 @@ void rt_graph_destroy(rt_graph *g)
 
 const char *rt_graph_errmsg(const rt_graph *g) { return g ? g->err : "graph is NULL"; }
 
-static int rt__gerr(rt_graph *g, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int rt__gerr(rt_graph *g, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g->err, sizeof g->err, fmt, ap);
-    va_end(ap);
-    return code;
-}
+/* the message in g->err, returns code (rt_errf, the one formatter) */
+#define rt__gerr(g, code, ...) rt_errf((g)->err, sizeof(g)->err, (code), __VA_ARGS__)
 
 static rt__entry *rt__graph_new_entry(rt_graph *g, rt__tkind kind, const char *name)
 {

@@ -1,24 +1,16 @@
 /* import_graph.c - rtrain.v1.Graph -> rt_graph (import_graph.h). */
 #include "import_graph.h"
 
-#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "rt_errf.h"
+
 static void *heap_alloc(void *ud, size_t n) { return malloc(n); }
 static void heap_free(void *ud, void *p) { free(p); }
 static ProtobufCAllocator heap = {heap_alloc, heap_free, NULL};
-
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return rc;
-}
 
 /* The allocator said no: RT_ENOMEM with err empty (the caller knows why). */
 static int no_mem(char *err, size_t errlen)
@@ -33,12 +25,12 @@ static int add_inputs(const Rtrain__V1__Graph *pg, rt_graph *g, char *err, size_
     for (size_t i = 0; i < pg->n_inputs; i++) {
         const Rtrain__V1__ValueInfo *v = pg->inputs[i];
         if (v->n_shape > RT_MAX_DIMS)
-            return fail(err, errlen, RT_EINVAL, "input '%.64s' has %zu dims (max %d)", v->name,
-                        v->n_shape, RT_MAX_DIMS);
+            return rt_errf(err, errlen, RT_EINVAL, "input '%.64s' has %zu dims (max %d)", v->name,
+                           v->n_shape, RT_MAX_DIMS);
         rt_dtype dt = v->dtype == 0 ? RT_F32 : (rt_dtype)v->dtype;
         int rc = rt_graph_add_input(g, v->name, dt, (int)v->n_shape, v->shape);
         if (rc < 0)
-            return fail(err, errlen, rc, "input '%.64s': %s", v->name, rt_graph_errmsg(g));
+            return rt_errf(err, errlen, rc, "input '%.64s': %s", v->name, rt_graph_errmsg(g));
     }
     return 0;
 }
@@ -47,33 +39,34 @@ static int add_param(const Rtrain__V1__Param *p, ProtobufCAllocator *al, rt_grap
                      size_t errlen)
 {
     if (p->n_shape > RT_MAX_DIMS)
-        return fail(err, errlen, RT_EINVAL, "param '%.64s' has %zu dims (max %d)", p->name,
-                    p->n_shape, RT_MAX_DIMS);
+        return rt_errf(err, errlen, RT_EINVAL, "param '%.64s' has %zu dims (max %d)", p->name,
+                       p->n_shape, RT_MAX_DIMS);
     int64_t n = 1;
     for (size_t k = 0; k < p->n_shape; k++) {
         if (p->shape[k] <= 0 || p->shape[k] > RT_MAX_DIM_LIMIT)
-            return fail(err, errlen, RT_EINVAL, "param '%.64s' dim %zu is %lld", p->name, k,
-                        (long long)p->shape[k]);
+            return rt_errf(err, errlen, RT_EINVAL, "param '%.64s' dim %zu is %lld", p->name, k,
+                           (long long)p->shape[k]);
         n *= p->shape[k];
         if ((uint64_t)n > RT_MAX_PARAMS_LIMIT)
-            return fail(err, errlen, RT_ETOOBIG, "param '%.64s' is over the size limit", p->name);
+            return rt_errf(err, errlen, RT_ETOOBIG, "param '%.64s' is over the size limit",
+                           p->name);
     }
     float *val = NULL;
     if (p->value && p->value->data.len) {
         if (p->value->dtype != RTRAIN__V1__DTYPE__F32 || p->value->data.len != (size_t)n * 4)
-            return fail(err, errlen, RT_EINVAL,
-                        "param '%.64s' value must be %lld f32 values (%zu bytes given)", p->name,
-                        (long long)n, p->value->data.len);
+            return rt_errf(err, errlen, RT_EINVAL,
+                           "param '%.64s' value must be %lld f32 values (%zu bytes given)", p->name,
+                           (long long)n, p->value->data.len);
         if (!(val = al->alloc(al->allocator_data, (size_t)n * 4)))
             return no_mem(err, errlen);
         memcpy(val, p->value->data.data, (size_t)n * 4); /* alignment */
         /* a NaN or Inf start trains to NaN from the first step */
         for (int64_t i = 0; i < n; i++)
             if (!isfinite(val[i])) {
-                int rc = fail(err, errlen, RT_ENAN,
-                              "param '%.64s' value %lld is %s: initial "
-                              "values must be finite",
-                              p->name, (long long)i, isnan(val[i]) ? "NaN" : "infinite");
+                int rc = rt_errf(err, errlen, RT_ENAN,
+                                 "param '%.64s' value %lld is %s: initial "
+                                 "values must be finite",
+                                 p->name, (long long)i, isnan(val[i]) ? "NaN" : "infinite");
                 al->free(al->allocator_data, val);
                 return rc;
             }
@@ -83,7 +76,7 @@ static int add_param(const Rtrain__V1__Param *p, ProtobufCAllocator *al, rt_grap
     if (val)
         al->free(al->allocator_data, val);
     if (rc < 0)
-        return fail(err, errlen, rc, "param '%.64s': %s", p->name, rt_graph_errmsg(g));
+        return rt_errf(err, errlen, rc, "param '%.64s': %s", p->name, rt_graph_errmsg(g));
     return 0;
 }
 
@@ -117,8 +110,8 @@ static int attrs_from_pb(const Rtrain__V1__Node *nd, rt_attr *a, char *err, size
             a[k].floats = pa->floats->v;
             break;
         default:
-            return fail(err, errlen, RT_EINVAL, "node '%.64s' attr '%.32s' has no value", nd->name,
-                        pa->name);
+            return rt_errf(err, errlen, RT_EINVAL, "node '%.64s' attr '%.32s' has no value",
+                           nd->name, pa->name);
         }
     }
     return 0;
@@ -136,7 +129,7 @@ static int add_node(const Rtrain__V1__Node *nd, ProtobufCAllocator *al, rt_graph
     if (rc == 0 &&
         (rc = rt_graph_add_node(g, nd->name, nd->op, (int)nd->n_inputs,
                                 (const char *const *)nd->inputs, (int)nd->n_attrs, a)) < 0)
-        fail(err, errlen, rc, "node '%.64s': %s", nd->name, rt_graph_errmsg(g));
+        rt_errf(err, errlen, rc, "node '%.64s': %s", nd->name, rt_graph_errmsg(g));
     al->free(al->allocator_data, a);
     return rc;
 }
@@ -151,6 +144,6 @@ int rt_graph_import_pb(const Rtrain__V1__Graph *pg, ProtobufCAllocator *alloc, r
     for (size_t i = 0; rc == 0 && i < pg->n_nodes; i++)
         rc = add_node(pg->nodes[i], al, g, err, errlen);
     if (rc == 0 && pg->output && *pg->output && (rc = rt_graph_set_output(g, pg->output)) < 0)
-        fail(err, errlen, rc, "output: %s", rt_graph_errmsg(g));
+        rt_errf(err, errlen, rc, "output: %s", rt_graph_errmsg(g));
     return rc;
 }

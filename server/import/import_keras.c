@@ -10,7 +10,9 @@
 
 #include <json-c/json.h>
 
+#include "rt_act.h"
 #include "rt_engine_impl.h"
+#include "rt_errf.h"
 
 /* The layer's own node becomes its output; helpers for single-op layers. */
 static int add_simple(rt_keras_ctx *c, const char *op, int n_attr, const rt_attr *attrs)
@@ -129,15 +131,9 @@ static int k_activation(rt_keras_ctx *c)
         return add_simple(c, "Identity", 0, NULL);
     /* The layer's node carries the layer's name so Functional references
      * to it resolve. */
-    static const struct {
-        const char *keras, *op;
-    } acts[] = {
-        {"relu", "Relu"},       {"sigmoid", "Sigmoid"},        {"tanh", "Tanh"},
-        {"softmax", "Softmax"}, {"log_softmax", "LogSoftmax"},
-    };
-    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
-        if (strcmp(act, acts[i].keras) == 0)
-            return add_simple(c, acts[i].op, 0, NULL);
+    const char *op = rt_act_op(act);
+    if (op)
+        return add_simple(c, op, 0, NULL);
     int ext = rt_keras_layers_activation(c, act, c->layer);
     if (ext <= 0)
         return ext;
@@ -171,15 +167,10 @@ static int k_numel(rt_keras_ctx *c, const rt_keras_tensor *t, int64_t *n)
 static int k_flatten(rt_keras_ctx *c)
 {
     int64_t n;
-    const char *fmt;
     int rc = k_numel(c, &c->in[0], &n);
-    if (rc < 0 || (rc = rt_keras_cfg_str(c, "data_format", "channels_last", &fmt)) < 0)
-        return rc;
     /* channels_first flattens in another order than the engine's NHWC */
-    if (strcmp(fmt, "channels_last") != 0)
-        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                             "data_format '%.20s' is not supported (channels_last, channels_first)",
-                             fmt);
+    if (rc < 0 || (rc = rt_keras_channels_last(c)) < 0)
+        return rc;
     c->out.ndim = 1;
     c->out.dims[0] = n;
     return add_simple(c, "Flatten", 0, NULL);
@@ -225,14 +216,9 @@ static int k_reshape(rt_keras_ctx *c)
 /* Keras' "data_format": only channels_last (NHWC), the engine's layout. */
 static int k_channels_last(rt_keras_ctx *c)
 {
-    const char *fmt;
-    int rc = rt_keras_cfg_str(c, "data_format", "channels_last", &fmt);
+    int rc = rt_keras_channels_last(c);
     if (rc < 0)
         return rc;
-    if (strcmp(fmt, "channels_last") != 0)
-        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                             "data_format '%.20s' is not supported (channels_last, channels_first)",
-                             fmt);
     if (c->in[0].ndim != 3)
         return rt_keras_fail(c, RT_ESHAPE, "%s needs (H, W, C) inputs, got rank %d", c->class_name,
                              c->in[0].ndim);
@@ -254,17 +240,6 @@ static int k_pair(rt_keras_ctx *c, const char *key, int64_t def0, int64_t def1, 
     }
     if (out[0] < 1 || out[1] < 1 || out[0] > RT__MAX_WINDOW || out[1] > RT__MAX_WINDOW)
         return rt_keras_fail(c, RT_EINVAL, "'%s' must be in 1..1048576", key);
-    return 0;
-}
-
-/* Output size of one spatial dim: the engine's rule (rt__window_out). */
-static int k_out_dim(rt_keras_ctx *c, int64_t in, int64_t k, int64_t s, int64_t d, int same,
-                     int64_t *out)
-{
-    *out = rt__window_out(in, k, s, d, same, NULL);
-    if (*out < 0)
-        return rt_keras_fail(c, RT_ESHAPE, "input %lld is smaller than the window %lld",
-                             (long long)in, (long long)((k - 1) * d + 1));
     return 0;
 }
 
@@ -305,8 +280,8 @@ static int k_conv2d(rt_keras_ctx *c)
         return rt_keras_fail(c, RT_EINVAL, "groups %lld must divide %lld channels and %lld filters",
                              (long long)groups, (long long)x->dims[2], (long long)filters);
     int64_t oh = 0, ow = 0;
-    if ((rc = k_out_dim(c, x->dims[0], k[0], s[0], d[0], same, &oh)) < 0 ||
-        (rc = k_out_dim(c, x->dims[1], k[1], s[1], d[1], same, &ow)) < 0)
+    if ((rc = rt_keras_window_out(c, x->dims[0], k[0], s[0], d[0], same, &oh)) < 0 ||
+        (rc = rt_keras_window_out(c, x->dims[1], k[1], s[1], d[1], same, &ow)) < 0)
         return rc;
     char kname[RT_KERAS_NAME], bname[RT_KERAS_NAME];
     int n1 = snprintf(kname, sizeof kname, "%s/kernel", c->layer);
@@ -349,8 +324,8 @@ static int k_pool2d(rt_keras_ctx *c, const char *op)
         return rc;
     const rt_keras_tensor *x = &c->in[0];
     int64_t oh = 0, ow = 0;
-    if ((rc = k_out_dim(c, x->dims[0], k[0], s[0], 1, same, &oh)) < 0 ||
-        (rc = k_out_dim(c, x->dims[1], k[1], s[1], 1, same, &ow)) < 0)
+    if ((rc = rt_keras_window_out(c, x->dims[0], k[0], s[0], 1, same, &oh)) < 0 ||
+        (rc = rt_keras_window_out(c, x->dims[1], k[1], s[1], 1, same, &ow)) < 0)
         return rc;
     rt_attr at[3] = {
         {.name = "pool", .kind = RT_ATTR_INTS, .n = 2, .ints = k},
@@ -441,7 +416,6 @@ static int k_batchnorm(rt_keras_ctx *c)
 {
     double mom, eps;
     int center, scale, trainable, sync, rc;
-    int64_t axis[2];
     rt_init ginit, binit, minit, vinit;
     if ((rc = rt_keras_cfg_float(c, "momentum", 0.99, &mom)) < 0 ||
         (rc = rt_keras_cfg_float(c, "epsilon", 1e-3, &eps)) < 0 ||
@@ -457,15 +431,8 @@ static int k_batchnorm(rt_keras_ctx *c)
     const rt_keras_tensor *x = &c->in[0];
     if (x->ndim < 1)
         return rt_keras_fail(c, RT_ESHAPE, "BatchNormalization needs a channel axis");
-    int na = rt_keras_cfg_ints(c, "axis", axis, 2);
-    if (na < 0)
-        return na;
-    if (na == 0)
-        axis[0] = -1, na = 1;
-    if (na != 1 || (axis[0] != -1 && axis[0] != x->ndim))
-        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                             "BatchNormalization over axis %lld: only the last axis is supported",
-                             (long long)axis[0]);
+    if ((rc = rt_keras_last_axis(c, "BatchNormalization", 2)) < 0)
+        return rc;
     if (!(mom >= 0 && mom <= 1) || !(eps > 0))
         return rt_keras_fail(c, RT_EINVAL, "momentum must be in [0, 1] and epsilon > 0");
     const int64_t C = x->dims[x->ndim - 1];
@@ -656,17 +623,8 @@ typedef struct imp {
     char out_layer[RT_MAX_HEADS][RT_KERAS_NAME]; /* the output layers' names */
 } imp;
 
-static int ifail(imp *m, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int ifail(imp *m, int code, const char *fmt, ...)
-{
-    if (m->err && m->errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(m->err, m->errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
+/* the message in m->err, returns code (rt_errf, the one formatter) */
+#define ifail(m, code, ...) rt_errf((m)->err, (m)->errlen, (code), __VA_ARGS__)
 
 static void add_problem(imp *m, int code, const char *msg)
 {
@@ -2799,15 +2757,16 @@ int rt_keras_heads(const char *json, size_t len, rt_train_config *cfg, char *err
             int fl = 0;
             loss_spelling(l, nm, sizeof nm, &fl);
             if (rt_loss_from_name(nm, &h->loss) < 0 || RT_LOSS_IS_TORCH(h->loss))
-                rc = ifail(&(imp){.err = err, .errlen = errlen}, RT_EINVAL,
-                           "output '%.64s': the saved loss '%.48s' is not supported", names[k], nm);
+                rc = rt_errf(err, errlen, RT_EINVAL,
+                             "output '%.64s': the saved loss '%.48s' is not supported", names[k],
+                             nm);
             h->from_logits = fl;
         } else if (json_object_is_type(loss, json_type_array) ||
                    (json_object_is_type(loss, json_type_object) && !jstr(loss, "class_name"))) {
-            rc = ifail(&(imp){.err = err, .errlen = errlen}, RT_EINVAL,
-                       "output '%.64s' has no loss (Keras leaves such an output untrained, "
-                       "which is not supported)",
-                       names[k]);
+            rc = rt_errf(err, errlen, RT_EINVAL,
+                         "output '%.64s' has no loss (Keras leaves such an output untrained, "
+                         "which is not supported)",
+                         names[k]);
         }
         h->metrics = every;
         json_object *hm = per_out ? per_output(mets, k, names[k]) : NULL;

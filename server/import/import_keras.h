@@ -218,6 +218,17 @@ int rt_keras_cfg_reg(rt_keras_ctx *c, const char *key, struct json_object *v, rt
 /* After a layer function: the initializers, regularizers and constraints
  * of the parameters it added (graph entries first..). */
 int rt_keras_param_opts(rt_keras_ctx *c, int first);
+/* Keras' "data_format": only channels_last (NHWC, the engine's layout);
+ * RT_EUNIMPLEMENTED naming it otherwise. */
+int rt_keras_channels_last(rt_keras_ctx *c);
+/* The "axis" of a layer that works over the last axis only (absent: -1),
+ * at most max values: RT_EUNIMPLEMENTED naming the layer (what) for any
+ * other axis. */
+int rt_keras_last_axis(rt_keras_ctx *c, const char *what, int max);
+/* Output size of one spatial dim in *out: the engine's rule
+ * (rt__window_out); RT_ESHAPE when the dilated window does not fit. */
+int rt_keras_window_out(rt_keras_ctx *c, int64_t in, int64_t k, int64_t s, int64_t d, int same,
+                        int64_t *out);
 /* "<layer>/<suffix>" (suffix NULL: the layer's name) into dst
  * (RT_KERAS_NAME), or a failure when too long. */
 int rt_keras_name(rt_keras_ctx *c, char *dst, const char *suffix);

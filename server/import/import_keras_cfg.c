@@ -27,6 +27,44 @@ int rt_keras_fail(rt_keras_ctx *c, int code, const char *fmt, ...)
     return code;
 }
 
+int rt_keras_channels_last(rt_keras_ctx *c)
+{
+    const char *fmt;
+    int rc = rt_keras_cfg_str(c, "data_format", "channels_last", &fmt);
+    if (rc < 0)
+        return rc;
+    if (strcmp(fmt, "channels_last") != 0)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "data_format '%.20s' is not supported (channels_last, channels_first)",
+                             fmt);
+    return 0;
+}
+
+int rt_keras_last_axis(rt_keras_ctx *c, const char *what, int max)
+{
+    int64_t axis[RT_MAX_DIMS];
+    int na = rt_keras_cfg_ints(c, "axis", axis, max < RT_MAX_DIMS ? max : RT_MAX_DIMS);
+    if (na < 0)
+        return na;
+    if (na == 0)
+        axis[0] = -1, na = 1;
+    if (na != 1 || (axis[0] != -1 && axis[0] != c->in[0].ndim))
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "%s over axis %lld: only the last axis is supported", what,
+                             (long long)axis[0]);
+    return 0;
+}
+
+int rt_keras_window_out(rt_keras_ctx *c, int64_t in, int64_t k, int64_t s, int64_t d, int same,
+                        int64_t *out)
+{
+    *out = rt__window_out(in, k, s, d, same, NULL);
+    if (*out < 0)
+        return rt_keras_fail(c, RT_ESHAPE, "input %lld is smaller than the window %lld",
+                             (long long)in, (long long)((k - 1) * d + 1));
+    return 0;
+}
+
 static void cfg_mark(rt_keras_ctx *c, const char *key)
 {
     for (int i = 0; i < c->n_used; i++)

@@ -30,6 +30,7 @@
 #include <json-c/json.h>
 
 #include "import_keras.h"
+#include "rt_act.h"
 #include "rt_engine_impl.h"
 
 /* ---------------------------------------------------------------- helpers */
@@ -80,14 +81,9 @@ static int kl_reshape(rt_keras_ctx *c, const char *name, const char *in, int nd,
 
 static int kl_channels_last(rt_keras_ctx *c, int rank)
 {
-    const char *fmt;
-    int rc = rt_keras_cfg_str(c, "data_format", "channels_last", &fmt);
+    int rc = rt_keras_channels_last(c);
     if (rc < 0)
         return rc;
-    if (strcmp(fmt, "channels_last") != 0)
-        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                             "data_format '%.20s' is not supported (channels_last, channels_first)",
-                             fmt);
     if (rank && c->in[0].ndim != rank)
         return rt_keras_fail(c, RT_ESHAPE, "%s needs inputs of rank %d (batch excluded), got %d",
                              c->class_name, rank, c->in[0].ndim);
@@ -129,16 +125,6 @@ static int kl_padding(rt_keras_ctx *c, int causal_ok, int *mode)
         *mode = 2;
     else
         return rt_keras_fail(c, RT_EINVAL, "padding '%.20s' is not supported", p);
-    return 0;
-}
-
-static int kl_window(rt_keras_ctx *c, int64_t in, int64_t k, int64_t s, int64_t d, int same,
-                     int64_t *out)
-{
-    *out = rt__window_out(in, k, s, d, same, NULL);
-    if (*out < 0)
-        return rt_keras_fail(c, RT_ESHAPE, "input %lld is smaller than the window %lld",
-                             (long long)in, (long long)((k - 1) * d + 1));
     return 0;
 }
 
@@ -541,7 +527,7 @@ static int k_conv1d(rt_keras_ctx *c)
         Tin += before;
     }
     int64_t OT;
-    if ((rc = kl_window(c, Tin, v.k[0], v.s[0], v.d[0], v.pad == 1, &OT)) < 0)
+    if ((rc = rt_keras_window_out(c, Tin, v.k[0], v.s[0], v.d[0], v.pad == 1, &OT)) < 0)
         return rc;
     const int fuse = kl_fusable(v.act);
     if ((rc = kl_conv2d_node(c, cv, xin, k4, v.use_bias ? bname : NULL, &v, (int)v.groups,
@@ -578,8 +564,8 @@ static int kl_dw_node(rt_keras_ctx *c, const kl_conv *v, const char *kname, cons
     if ((rc = rt_keras_name(c, k4, "depthwise_kernel_4d")) < 0 ||
         (rc = kl_reshape(c, k4, kname, 4, kd4)) < 0)
         return rc;
-    if ((rc = kl_window(c, x->dims[0], v->k[0], v->s[0], v->d[0], v->pad == 1, oh)) < 0 ||
-        (rc = kl_window(c, x->dims[1], v->k[1], v->s[1], v->d[1], v->pad == 1, ow)) < 0)
+    if ((rc = rt_keras_window_out(c, x->dims[0], v->k[0], v->s[0], v->d[0], v->pad == 1, oh)) < 0 ||
+        (rc = rt_keras_window_out(c, x->dims[1], v->k[1], v->s[1], v->d[1], v->pad == 1, ow)) < 0)
         return rc;
     return kl_conv2d_node(c, node, x->name, k4, bias, v, (int)C, v->pad == 1, act);
 }
@@ -718,7 +704,7 @@ static int kl_pool1d(rt_keras_ctx *c, const char *op)
         return rc;
     const int64_t T = c->in[0].dims[0], C = c->in[0].dims[1];
     int64_t OT;
-    if ((rc = kl_window(c, T, p, s, 1, pad, &OT)) < 0)
+    if ((rc = rt_keras_window_out(c, T, p, s, 1, pad, &OT)) < 0)
         return rc;
     char x4[RT_KERAS_NAME], pl[RT_KERAS_NAME];
     if ((rc = rt_keras_name(c, x4, "4d")) < 0 || (rc = rt_keras_name(c, pl, "pool")) < 0)
@@ -806,16 +792,8 @@ static int k_layernorm(rt_keras_ctx *c)
         return rt_keras_fail(c, RT_ESHAPE, "LayerNormalization needs a feature axis");
     if (rms)
         return rt_keras_fail(c, RT_EUNIMPLEMENTED, "rms_scaling is not supported");
-    int64_t axis[RT_MAX_DIMS];
-    int na = rt_keras_cfg_ints(c, "axis", axis, RT_MAX_DIMS);
-    if (na < 0)
-        return na;
-    if (na == 0)
-        axis[0] = -1, na = 1;
-    if (na != 1 || (axis[0] != -1 && axis[0] != x->ndim))
-        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                             "LayerNormalization over axis %lld: only the last axis is supported",
-                             (long long)axis[0]);
+    if ((rc = rt_keras_last_axis(c, "LayerNormalization", RT_MAX_DIMS)) < 0)
+        return rc;
     if (!(eps > 0) || eps > 1e10)
         return rt_keras_fail(c, RT_EINVAL, "epsilon must be > 0");
     const int64_t C = x->dims[x->ndim - 1];
@@ -1024,6 +1002,7 @@ static int k_normalization(rt_keras_ctx *c)
         return rc;
     if (x->ndim < 1)
         return rt_keras_fail(c, RT_ESHAPE, "Normalization needs a feature axis");
+    /* read first: a bad "axis" is reported before a null one */
     int64_t axis[RT_MAX_DIMS];
     int na = rt_keras_cfg_ints(c, "axis", axis, RT_MAX_DIMS);
     if (na < 0)
@@ -1031,12 +1010,8 @@ static int k_normalization(rt_keras_ctx *c)
     json_object *ax = NULL;
     if (c->cfg && json_object_object_get_ex(c->cfg, "axis", &ax) && !ax)
         return rt_keras_fail(c, RT_EUNIMPLEMENTED, "Normalization with axis null is not supported");
-    if (na == 0)
-        axis[0] = -1, na = 1;
-    if (na != 1 || (axis[0] != -1 && axis[0] != x->ndim))
-        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                             "Normalization over axis %lld: only the last axis is supported",
-                             (long long)axis[0]);
+    if ((rc = rt_keras_last_axis(c, "Normalization", RT_MAX_DIMS)) < 0)
+        return rc;
     const int64_t C = x->dims[x->ndim - 1];
     if (C > (1 << 24))
         return rt_keras_fail(c, RT_EINVAL, "Normalization over %lld features", (long long)C);
@@ -1178,23 +1153,16 @@ int rt_keras_layers_find(const char *class_name, rt_keras_layer_fn *fn, int *n_i
  * rt_keras_layers_activation's. */
 int rt_keras_add_activation(rt_keras_ctx *c, const char *act)
 {
-    static const struct {
-        const char *keras, *op;
-    } acts[] = {
-        {"relu", "Relu"},       {"sigmoid", "Sigmoid"},        {"tanh", "Tanh"},
-        {"softmax", "Softmax"}, {"log_softmax", "LogSoftmax"},
-    };
     if (!act || strcmp(act, "linear") == 0)
         return 0;
-    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
-        if (strcmp(act, acts[i].keras) != 0)
-            continue;
+    const char *op = rt_act_op(act);
+    if (op) {
         char name[RT_KERAS_NAME];
         int rc = rt_keras_name(c, name, act);
         if (rc < 0)
             return rc;
         const char *in[1] = {c->out.name};
-        rc = rt_graph_add_node(c->g, name, acts[i].op, 1, in, 0, NULL);
+        rc = rt_graph_add_node(c->g, name, op, 1, in, 0, NULL);
         if (rc < 0)
             return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
         snprintf(c->out.name, sizeof c->out.name, "%s", name);

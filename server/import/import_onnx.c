@@ -1690,7 +1690,8 @@ static int pool(ictx *c, const char *op, int avg)
 static int op_maxpool(ictx *c) { return pool(c, "MaxPool2D", 0); }
 static int op_avgpool(ictx *c) { return pool(c, "AvgPool2D", 1); }
 
-static int op_gap(ictx *c)
+/* GlobalAveragePool / GlobalMaxPool of an NCHW value: (N, C, 1, 1) */
+static int global_pool(ictx *c, const char *op)
 {
     int rc;
     oval *x = NULL, *y = NULL;
@@ -1701,8 +1702,11 @@ static int op_gap(ictx *c)
         return rc;
     const char *in[1] = {x->en};
     rt_attr a = {.name = "keepdims", .kind = RT_ATTR_INT, .i = 1};
-    return add_node(c, y->en, "GlobalAvgPool", 1, in, 1, &a);
+    return add_node(c, y->en, op, 1, in, 1, &a);
 }
+
+static int op_gap(ictx *c) { return global_pool(c, "GlobalAvgPool"); }
+static int op_gmp(ictx *c) { return global_pool(c, "GlobalMaxPool"); }
 
 static int op_batchnorm(ictx *c)
 {
@@ -2882,20 +2886,6 @@ static int op_reducemean(ictx *c)
     return op_reduce(c, "ReduceMean");
 }
 static int op_reducesum(ictx *c) { return op_reduce(c, "ReduceSum"); }
-
-static int op_gmp(ictx *c)
-{
-    int rc;
-    oval *x = NULL, *y = NULL;
-    if ((rc = in_act(c, 0, &x)) < 0 || (rc = need_nhwc(c, x)) < 0)
-        return rc;
-    const int64_t d[4] = {-1, x->d[1], 1, 1};
-    if ((rc = def_act(c, &y, L_NHWC, 4, d)) < 0)
-        return rc;
-    const char *in[1] = {x->en};
-    rt_attr a = {.name = "keepdims", .kind = RT_ATTR_INT, .i = 1};
-    return add_node(c, y->en, "GlobalMaxPool", 1, in, 1, &a);
-}
 
 /* Resize of an NCHW value by integer factors over H and W: the engine's
  * Upsample. What torch exports for nn.Upsample / F.interpolate: nearest

@@ -1,6 +1,7 @@
 /* rt_dist: data-parallel replicas over MPI (see rt_dist.h). */
 #include "rt_dist.h"
 #include "rt_clock.h"
+#include "rt_errf.h"
 #include "rt_random.h"
 
 #include <arpa/inet.h>
@@ -288,11 +289,7 @@ static void *guard_dog(void *arg)
     uint64_t seen = 0, since = 0;
     pthread_mutex_lock(&W.mu);
     while (!W.stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t t = (uint64_t)ts.tv_nsec + per;
-        ts.tv_sec += (time_t)(t / 1000000000ull);
-        ts.tv_nsec = (long)(t % 1000000000ull);
+        struct timespec ts = rt_deadline(CLOCK_REALTIME, per);
         pthread_cond_timedwait(&W.cv, &W.mu, &ts);
         if (W.stop)
             break;
@@ -783,6 +780,19 @@ static int guard_leave(int mrc, const char *what, char *err, size_t errlen)
     return 0;
 }
 
+/* The start of a guarded collective's function: the watchdog's jump lands
+ * here and returns the broken-world error. A macro, not a function:
+ * sigsetjmp must run in the frame the jump returns into, the caller's. */
+#define RT__GUARDED_FRAME(what, err, errlen) \
+    sigjmp_buf jb;                           \
+    if (sigsetjmp(jb, 0)) {                  \
+        tl_jb = NULL;                        \
+        return guard_broken(err, errlen);    \
+    }                                        \
+    if (guard_enter(&jb, what) < 0) {        \
+        return guard_broken(err, errlen);    \
+    }
+
 /* The three blocking collectives under the guard (each its own frame:
  * nothing but err and errlen, never modified, is used after the jump). */
 enum { G_BCAST, G_ALLREDUCE, G_ALLGATHER };
@@ -791,13 +801,7 @@ static int __attribute__((noinline))
 guarded(int kind, const void *sbuf, void *buf, int cnt, MPI_Datatype dt, MPI_Op op,
         const char *what, char *err, size_t errlen)
 {
-    sigjmp_buf jb;
-    if (sigsetjmp(jb, 0)) {
-        tl_jb = NULL;
-        return guard_broken(err, errlen);
-    }
-    if (guard_enter(&jb, what) < 0)
-        return guard_broken(err, errlen);
+    RT__GUARDED_FRAME(what, err, errlen)
     int mrc;
     switch (kind) {
     case G_BCAST: mrc = MPI_Bcast(buf, cnt, dt, 0, G.comm); break;
@@ -828,13 +832,7 @@ static int __attribute__((noinline))
 guarded_scatterv(void *buf, const int *cnt, const int *dsp, int rcnt, MPI_Datatype dt,
                  const char *what, char *err, size_t errlen)
 {
-    sigjmp_buf jb;
-    if (sigsetjmp(jb, 0)) {
-        tl_jb = NULL;
-        return guard_broken(err, errlen);
-    }
-    if (guard_enter(&jb, what) < 0)
-        return guard_broken(err, errlen);
+    RT__GUARDED_FRAME(what, err, errlen)
     int mrc = G.rank == 0 ? MPI_Scatterv(buf, cnt, dsp, dt, MPI_IN_PLACE, 0, dt, 0, G.comm)
                           : MPI_Scatterv(NULL, NULL, NULL, dt, buf, rcnt, dt, 0, G.comm);
     return guard_leave(mrc, what, err, errlen);
@@ -854,13 +852,7 @@ enum { V_ALLTOALLV, V_REDSCAT, V_ALLGATHERV, V_GATHERV };
 static int __attribute__((noinline))
 guarded_v(int kind, const vargs *a, const char *what, char *err, size_t errlen)
 {
-    sigjmp_buf jb;
-    if (sigsetjmp(jb, 0)) {
-        tl_jb = NULL;
-        return guard_broken(err, errlen);
-    }
-    if (guard_enter(&jb, what) < 0)
-        return guard_broken(err, errlen);
+    RT__GUARDED_FRAME(what, err, errlen)
     int mrc;
     const MPI_Datatype t = a->typed ? a->dt : MPI_FLOAT;
     switch (kind) {
@@ -1232,6 +1224,17 @@ static int grow(void **p, size_t *cap, size_t need)
     return 0;
 }
 
+/* k shards of n floats in one MPI message (counts are ints), or
+ * RT_ETOOBIG naming the reduce (what). */
+static int shards_fit(int k, int64_t n, const char *what, char *err, size_t errlen)
+{
+    if ((int64_t)k * n <= INT_MAX)
+        return 0;
+    return rt_errf(err, errlen, RT_ETOOBIG,
+                   "%s reduce: %d shards of %lld floats exceed one MPI message", what, k,
+                   (long long)n);
+}
+
 /* ZeRO stage 1: this rank's slice of the summed gradient, g[lo, lo + S).
  * Without micro-shards one MPI_Reduce_scatter; with them each rank sends
  * every other its slice of each of its k shard gradients (MPI_Alltoallv)
@@ -1243,13 +1246,8 @@ static int shard_reduce(ov_state *o, float *g, int64_t n, float *slots, int k, d
 {
     const int r = G.rank, N = G.size, M = k * N;
     const int64_t lo = o->dsp[r], S = o->cnt[r];
-    if ((int64_t)k * n > INT_MAX) {
-        snprintf(err, errlen,
-                 "sharded reduce: %d shards of %lld floats exceed one MPI "
-                 "message",
-                 k, (long long)n);
+    if (shards_fit(k, n, "sharded", err, errlen) < 0)
         return RT_ETOOBIG;
-    }
     if (grow((void **)&G.gather, &G.gather_cap, sizeof(float) * (size_t)(M * S + 1)) ||
         grow((void **)&G.gst, &G.gst_cap, sizeof(double) * 2 * (size_t)M) ||
         (slots && grow((void **)&G.sbuf, &G.sbuf_cap, sizeof(float) * (size_t)(k * n + 1)))) {
@@ -1401,13 +1399,8 @@ static int dist_reduce(void *ctx, float *g, int64_t n, float *slots, int k, doub
     const float *all = slots;
     const double *ast = st;
     if (G.size > 1) {
-        if ((int64_t)k * n > INT_MAX) {
-            snprintf(err, errlen,
-                     "deterministic reduce: %d shards of %lld floats exceed "
-                     "one MPI message",
-                     k, (long long)n);
+        if (shards_fit(k, n, "deterministic", err, errlen) < 0)
             return RT_ETOOBIG;
-        }
         if (grow((void **)&G.gather, &G.gather_cap, sizeof(float) * (size_t)M * (size_t)n) ||
             grow((void **)&G.gst, &G.gst_cap, sizeof(double) * 2 * (size_t)M)) {
             snprintf(err, errlen, "out of memory for %d shard gradients", M);

@@ -65,13 +65,6 @@ static struct {
     rt_dash_provider prov;
 } D = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
-static uint64_t unix_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
 static void copy(char *dst, size_t n, const char *src)
 {
     size_t l = src ? strnlen(src, n - 1) : 0;
@@ -161,7 +154,7 @@ void rt_dash_call(const char *method, const char *principal, const char *session
                   uint64_t steps, const Rtrain__V1__Timings *t)
 {
     dash_call r;
-    r.unix_ms = unix_ms();
+    r.unix_ms = rt_unix_ms();
     const char *m = method ? strrchr(method, '/') : NULL;
     copy(r.method, sizeof r.method, m ? m + 1 : method);
     copy(r.principal, sizeof r.principal, principal);
@@ -211,7 +204,7 @@ int rt_dash_fit_begin(const char *principal, const char *session, const char *pr
         copy(f->session, sizeof f->session, session);
         copy(f->program, sizeof f->program, program);
         f->epochs = epochs;
-        f->start_ms = unix_ms();
+        f->start_ms = rt_unix_ms();
         f->end_ms = 0;
         f->n = 0;
         D.seq++;
@@ -233,7 +226,7 @@ void rt_dash_fit_epoch(int id, const rt_dash_point *pt)
 {
     if (id <= 0)
         return;
-    uint64_t ms = unix_ms();
+    uint64_t ms = rt_unix_ms();
     pthread_mutex_lock(&D.mu);
     dash_fit *f = fit_of(id);
     if (f) {
@@ -255,7 +248,7 @@ void rt_dash_fit_end(int id, int code)
     if (f) {
         f->running = 0;
         f->code = code;
-        f->end_ms = unix_ms();
+        f->end_ms = rt_unix_ms();
         D.seq++;
         pthread_cond_broadcast(&D.cv);
     }
@@ -374,7 +367,7 @@ void rt_dash_registry_json(const char *principal, rt_dash_buf *b)
         if (visible(calls[i].principal, principal))
             calls[m++] = calls[i];
     rt_dash_printf(b, "\"seq\":%llu,\"now_ms\":%llu,\"calls\":[", (unsigned long long)seq,
-                   (unsigned long long)unix_ms());
+                   (unsigned long long)rt_unix_ms());
     size_t first = m > CALLS_SHOWN ? m - CALLS_SHOWN : 0;
     for (size_t i = first; i < m; i++) {
         if (i > first)
@@ -493,13 +486,7 @@ static void *events_main(void *arg)
     rt_dash_http *h = arg;
     uint64_t seen = 0;
     for (;;) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)WAKE_NS;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        struct timespec ts = rt_deadline(CLOCK_REALTIME, WAKE_NS);
         pthread_mutex_lock(&D.mu);
         if (D.seq == seen)
             pthread_cond_timedwait(&D.cv, &D.mu, &ts);

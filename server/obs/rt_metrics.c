@@ -10,7 +10,6 @@
 #include <netdb.h>
 #include <pthread.h>
 #include <stddef.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,11 +148,7 @@ void rt_metrics_checkpoint(uint64_t ns, uint64_t bytes, int ok)
     observe(&M.ckpt_dur, ns);
     if (ok) {
         ADD(&M.ckpt_bytes, bytes);
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        __atomic_store_n(&M.ckpt_last_unix_ms,
-                         (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000,
-                         __ATOMIC_RELAXED);
+        __atomic_store_n(&M.ckpt_last_unix_ms, rt_unix_ms(), __ATOMIC_RELAXED);
     }
 }
 
@@ -179,43 +174,11 @@ static void rates(double *steps, double *samples)
 }
 
 /* ---------------------------------------------------------------- render */
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-} sbuf;
-
-__attribute__((format(printf, 2, 3))) static void put(sbuf *b, const char *fmt, ...)
+/* The text goes into the dashboard's growing buffer (rt_dash.h): one
+ * appender for both of obs' text answers. */
+static void head(rt_dash_buf *b, const char *name, const char *type, const char *help)
 {
-    if (b->oom)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = 1;
-            return;
-        }
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap * 2 + (size_t)n;
-        char *np = realloc(b->p, cap);
-        if (!np) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = cap;
-    }
-}
-
-static void head(sbuf *b, const char *name, const char *type, const char *help)
-{
-    put(b, "# HELP rtrain_%s %s\n# TYPE rtrain_%s %s\n", name, help, name, type);
+    rt_dash_printf(b, "# HELP rtrain_%s %s\n# TYPE rtrain_%s %s\n", name, help, name, type);
 }
 
 /* The buckets' le values as text, formatted once: "%g" of a double was the
@@ -230,7 +193,8 @@ static void le_init(void)
 }
 
 /* One histogram; lk = NULL for one without a label. */
-static void put_hist(sbuf *b, const char *name, const char *lk, const char *lv, const hist *h)
+static void put_hist(rt_dash_buf *b, const char *name, const char *lk, const char *lv,
+                     const hist *h)
 {
     char lab[160] = "";
     if (lk)
@@ -239,19 +203,20 @@ static void put_hist(sbuf *b, const char *name, const char *lk, const char *lv, 
     for (int i = 0; i <= N_BUCKETS; i++) {
         cum += LOAD(&h->b[i]);
         if (i < N_BUCKETS)
-            put(b, "rtrain_%s_bucket{%sle=\"%s\"} %llu\n", name, lab, le_text[i],
-                (unsigned long long)cum);
+            rt_dash_printf(b, "rtrain_%s_bucket{%sle=\"%s\"} %llu\n", name, lab, le_text[i],
+                           (unsigned long long)cum);
         else
-            put(b, "rtrain_%s_bucket{%sle=\"+Inf\"} %llu\n", name, lab, (unsigned long long)cum);
+            rt_dash_printf(b, "rtrain_%s_bucket{%sle=\"+Inf\"} %llu\n", name, lab,
+                           (unsigned long long)cum);
     }
     size_t n = strlen(lab);
     if (n)
         lab[n - 1] = 0; /* the trailing comma */
-    put(b, "rtrain_%s_sum%s%s%s %.9f\n", name, n ? "{" : "", lab, n ? "}" : "",
-        LOAD(&h->sum_ns) / 1e9);
+    rt_dash_printf(b, "rtrain_%s_sum%s%s%s %.9f\n", name, n ? "{" : "", lab, n ? "}" : "",
+                   LOAD(&h->sum_ns) / 1e9);
     /* count = the +Inf bucket, read once, so the two always agree. */
-    put(b, "rtrain_%s_count%s%s%s %llu\n", name, n ? "{" : "", lab, n ? "}" : "",
-        (unsigned long long)cum);
+    rt_dash_printf(b, "rtrain_%s_count%s%s%s %llu\n", name, n ? "{" : "", lab, n ? "}" : "",
+                   (unsigned long long)cum);
 }
 
 static uint64_t rss_bytes(void)
@@ -270,7 +235,7 @@ int rt_metrics_render(rt_metrics_collect_fn collect, void *ud, char **out, size_
 {
     uint64_t t0 = rt_now_ns();
     pthread_once(&le_once, le_init);
-    sbuf b = {malloc(65536), 0, 65536, 0};
+    rt_dash_buf b = {malloc(65536), 0, 65536, 0};
     if (!b.p)
         return RT_ENOMEM;
     ADD(&M.scrapes, 1);
@@ -282,8 +247,8 @@ int rt_metrics_render(rt_metrics_collect_fn collect, void *ud, char **out, size_
             /* Every method's OK line is always there so rate() has a series
              * from the start; other codes appear once they happen. */
             if (v || c == 0)
-                put(&b, "rtrain_calls_total{method=\"%s\",code=\"%s\"} %llu\n", M.names[m],
-                    code_names[c], (unsigned long long)v);
+                rt_dash_printf(&b, "rtrain_calls_total{method=\"%s\",code=\"%s\"} %llu\n",
+                               M.names[m], code_names[c], (unsigned long long)v);
         }
     head(&b, "call_duration_seconds", "histogram",
          "Time from a call's arrival to its status, by method.");
@@ -297,38 +262,41 @@ int rt_metrics_render(rt_metrics_collect_fn collect, void *ud, char **out, size_
 
     if (M.backend) {
         head(&b, "backend_info", "gauge", "The kernel backend every program runs on.");
-        put(&b, "rtrain_backend_info{backend=\"%s\",describe=\"%s\"} 1\n", M.backend,
-            M.backend_desc);
+        rt_dash_printf(&b, "rtrain_backend_info{backend=\"%s\",describe=\"%s\"} 1\n", M.backend,
+                       M.backend_desc);
     }
 
     double sps, smps;
     rates(&sps, &smps);
     head(&b, "steps_total", "counter", "Training steps run.");
-    put(&b, "rtrain_steps_total %llu\n", (unsigned long long)LOAD(&M.steps));
+    rt_dash_printf(&b, "rtrain_steps_total %llu\n", (unsigned long long)LOAD(&M.steps));
     head(&b, "samples_total", "counter", "Training samples run (steps x batch size).");
-    put(&b, "rtrain_samples_total %llu\n", (unsigned long long)LOAD(&M.samples));
+    rt_dash_printf(&b, "rtrain_samples_total %llu\n", (unsigned long long)LOAD(&M.samples));
     head(&b, "steps_per_second", "gauge", "Training steps per second, last 10 whole seconds.");
-    put(&b, "rtrain_steps_per_second %.3f\n", sps);
+    rt_dash_printf(&b, "rtrain_steps_per_second %.3f\n", sps);
     head(&b, "samples_per_second", "gauge", "Training samples per second, last 10 whole seconds.");
-    put(&b, "rtrain_samples_per_second %.3f\n", smps);
+    rt_dash_printf(&b, "rtrain_samples_per_second %.3f\n", smps);
 
     head(&b, "checkpoints_total", "counter", "Checkpoints written (ok) or failed.");
-    put(&b, "rtrain_checkpoints_total{result=\"ok\"} %llu\n", (unsigned long long)LOAD(&M.ckpt[1]));
-    put(&b, "rtrain_checkpoints_total{result=\"failed\"} %llu\n",
-        (unsigned long long)LOAD(&M.ckpt[0]));
+    rt_dash_printf(&b, "rtrain_checkpoints_total{result=\"ok\"} %llu\n",
+                   (unsigned long long)LOAD(&M.ckpt[1]));
+    rt_dash_printf(&b, "rtrain_checkpoints_total{result=\"failed\"} %llu\n",
+                   (unsigned long long)LOAD(&M.ckpt[0]));
     head(&b, "checkpoint_bytes_total", "counter", "Bytes of the checkpoints written.");
-    put(&b, "rtrain_checkpoint_bytes_total %llu\n", (unsigned long long)LOAD(&M.ckpt_bytes));
+    rt_dash_printf(&b, "rtrain_checkpoint_bytes_total %llu\n",
+                   (unsigned long long)LOAD(&M.ckpt_bytes));
     head(&b, "checkpoint_duration_seconds", "histogram", "Time each checkpoint took.");
     put_hist(&b, "checkpoint_duration_seconds", NULL, NULL, &M.ckpt_dur);
     head(&b, "checkpoint_last_success_timestamp_seconds", "gauge",
          "When the last checkpoint was written, seconds since the epoch; 0 = never.");
-    put(&b, "rtrain_checkpoint_last_success_timestamp_seconds %.3f\n",
-        LOAD(&M.ckpt_last_unix_ms) / 1e3);
+    rt_dash_printf(&b, "rtrain_checkpoint_last_success_timestamp_seconds %.3f\n",
+                   LOAD(&M.ckpt_last_unix_ms) / 1e3);
     head(&b, "upload_bytes_total", "counter", "Dataset bytes received on upload streams.");
-    put(&b, "rtrain_upload_bytes_total %llu\n", (unsigned long long)LOAD(&M.up_bytes));
+    rt_dash_printf(&b, "rtrain_upload_bytes_total %llu\n", (unsigned long long)LOAD(&M.up_bytes));
     head(&b, "upload_resumed_bytes_total", "counter",
          "Bytes resumed uploads took from a broken stream instead of receiving them again.");
-    put(&b, "rtrain_upload_resumed_bytes_total %llu\n", (unsigned long long)LOAD(&M.up_resumed));
+    rt_dash_printf(&b, "rtrain_upload_resumed_bytes_total %llu\n",
+                   (unsigned long long)LOAD(&M.up_resumed));
 
     rt_metrics_gauges g;
     memset(&g, 0, sizeof g);
@@ -363,35 +331,37 @@ int rt_metrics_render(rt_metrics_collect_fn collect, void *ud, char **out, size_
     };
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) {
         head(&b, gauges[i].name, "gauge", gauges[i].help);
-        put(&b, "rtrain_%s %llu\n", gauges[i].name,
-            (unsigned long long)*(const uint64_t *)((const char *)&g + gauges[i].off));
+        rt_dash_printf(&b, "rtrain_%s %llu\n", gauges[i].name,
+                       (unsigned long long)*(const uint64_t *)((const char *)&g + gauges[i].off));
     }
     head(&b, "serving", "gauge", "1 while grpc.health.v1 reports SERVING.");
-    put(&b, "rtrain_serving %d\n", g.serving);
+    rt_dash_printf(&b, "rtrain_serving %d\n", g.serving);
     head(&b, "memory_bytes", "gauge",
          "Memory by kind: params (weights, gradients, optimizer state), activations "
          "(planned arenas), datasets (the store), rss (the process).");
-    put(&b, "rtrain_memory_bytes{kind=\"params\"} %llu\n", (unsigned long long)g.mem_params);
-    put(&b, "rtrain_memory_bytes{kind=\"activations\"} %llu\n",
-        (unsigned long long)g.mem_activations);
-    put(&b, "rtrain_memory_bytes{kind=\"datasets\"} %llu\n", (unsigned long long)g.mem_datasets);
-    put(&b, "rtrain_memory_bytes{kind=\"rss\"} %llu\n", (unsigned long long)rss_bytes());
+    rt_dash_printf(&b, "rtrain_memory_bytes{kind=\"params\"} %llu\n",
+                   (unsigned long long)g.mem_params);
+    rt_dash_printf(&b, "rtrain_memory_bytes{kind=\"activations\"} %llu\n",
+                   (unsigned long long)g.mem_activations);
+    rt_dash_printf(&b, "rtrain_memory_bytes{kind=\"datasets\"} %llu\n",
+                   (unsigned long long)g.mem_datasets);
+    rt_dash_printf(&b, "rtrain_memory_bytes{kind=\"rss\"} %llu\n", (unsigned long long)rss_bytes());
 
     head(&b, "process_start_time_seconds", "gauge", "Start time, seconds since the epoch.");
-    put(&b, "rtrain_process_start_time_seconds %.3f\n", M.start_unix);
+    rt_dash_printf(&b, "rtrain_process_start_time_seconds %.3f\n", M.start_unix);
     head(&b, "uptime_seconds", "gauge", "Seconds since the daemon started.");
-    put(&b, "rtrain_uptime_seconds %.3f\n", (rt_now_ns() - M.start_ns) / 1e9);
+    rt_dash_printf(&b, "rtrain_uptime_seconds %.3f\n", (rt_now_ns() - M.start_ns) / 1e9);
     head(&b, "scrapes_total", "counter", "Renders of this page.");
-    put(&b, "rtrain_scrapes_total %llu\n", (unsigned long long)LOAD(&M.scrapes));
+    rt_dash_printf(&b, "rtrain_scrapes_total %llu\n", (unsigned long long)LOAD(&M.scrapes));
     head(&b, "scrape_render_seconds", "gauge", "Time the previous render of this page took.");
-    put(&b, "rtrain_scrape_render_seconds %.9f\n", LOAD(&M.last_render_ns) / 1e9);
+    rt_dash_printf(&b, "rtrain_scrape_render_seconds %.9f\n", LOAD(&M.last_render_ns) / 1e9);
     if (b.oom) {
         free(b.p);
         return RT_ENOMEM;
     }
     __atomic_store_n(&M.last_render_ns, rt_now_ns() - t0, __ATOMIC_RELAXED);
     *out = b.p;
-    *len = b.len;
+    *len = b.n;
     return 0;
 }
 
@@ -499,13 +469,7 @@ static void *reaper_main(void *arg)
     rt_metrics_server *ms = arg;
     pthread_mutex_lock(&ms->mu);
     while (!ms->stopping) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += 500000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        struct timespec ts = rt_deadline(CLOCK_MONOTONIC, 500000000ull);
         pthread_cond_timedwait(&ms->cv, &ms->mu, &ts);
         uint64_t now = rt_now_ns();
         for (http_conn *h = ms->conns; h; h = h->next)

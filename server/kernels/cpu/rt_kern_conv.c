@@ -123,16 +123,8 @@ static void rt__gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const floa
 {
     /* outside a parallel region oneDNN would start its own team for every
      * call; the kernels below decided how many threads the work is worth,
-     * so a serial caller gets a serial GEMM (omp_set_num_threads only sets
-     * this thread's default for regions it starts) */
-    const int outer = !omp_in_parallel() ? omp_get_max_threads() : 0;
-    if (outer > 1)
-        omp_set_num_threads(1);
-    dnnl_status_t st =
-        dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
-    if (outer > 1)
-        omp_set_num_threads(outer);
-    RT_ASSERT(st == dnnl_success); /* shapes were validated at compile */
+     * so a serial caller gets a serial GEMM */
+    rt_kern_dnnl_sgemm(1, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* ---------------------------------------------------- small-K microkernel

@@ -84,6 +84,32 @@ static inline int rt__gconv_threads(const rt__conv_params *cv, int64_t n)
     return nt > n ? (int)n : nt;
 }
 
+/* The team's per-thread dW (kw floats) and db (oc floats after it) at
+ * stride ts in a->scratch, summed into dw and db in thread order; the
+ * first thread's copy overwrites unless the backward accumulates
+ * (a->accum bits 2 and 4). */
+static void rt__team_sum(const rt__kargs *a, int team, int64_t ts, float *dw, int64_t kw, float *db,
+                         int64_t oc)
+{
+    for (int t = 0; t < team; t++) {
+        const float *p = a->scratch + (int64_t)t * ts;
+        if (dw) {
+            if (t == 0 && !(a->accum & 2u))
+                memcpy(dw, p, sizeof(float) * (size_t)kw);
+            else
+                for (int64_t i = 0; i < kw; i++)
+                    dw[i] += p[i];
+        }
+        if (db) {
+            if (t == 0 && !(a->accum & 4u))
+                memcpy(db, p + kw, sizeof(float) * (size_t)oc);
+            else
+                for (int64_t o = 0; o < oc; o++)
+                    db[o] += p[kw + o];
+        }
+    }
+}
+
 void rt_kern_gconv_fwd(const rt__kargs *a)
 {
     const rt__conv_params *cv = rt__conv_cp(a->nd);
@@ -173,23 +199,7 @@ void rt_kern_gconv_bwd(const rt__kargs *a)
             }
         }
     }
-    for (int t = 0; t < team; t++) {
-        const float *p = a->scratch + (int64_t)t * TS;
-        if (dw) {
-            if (t == 0 && !(a->accum & 2u))
-                memcpy(dw, p, sizeof(float) * (size_t)KW_);
-            else
-                for (int64_t i = 0; i < KW_; i++)
-                    dw[i] += p[i];
-        }
-        if (db) {
-            if (t == 0 && !(a->accum & 4u))
-                memcpy(db, p + KW_, sizeof(float) * (size_t)OC);
-            else
-                for (int64_t o = 0; o < OC; o++)
-                    db[o] += p[KW_ + o];
-        }
-    }
+    rt__team_sum(a, team, TS, dw, KW_, db, OC);
 }
 
 /* ------------------------------------------------------------ ConvTranspose */
@@ -315,21 +325,5 @@ void rt_kern_convt_bwd(const rt__kargs *a)
             }
         }
     }
-    for (int t = 0; t < team; t++) {
-        const float *p = a->scratch + (int64_t)t * TS;
-        if (dw) {
-            if (t == 0 && !(a->accum & 2u))
-                memcpy(dw, p, sizeof(float) * (size_t)KW_);
-            else
-                for (int64_t i = 0; i < KW_; i++)
-                    dw[i] += p[i];
-        }
-        if (db) {
-            if (t == 0 && !(a->accum & 4u))
-                memcpy(db, p + KW_, sizeof(float) * (size_t)OC);
-            else
-                for (int64_t o = 0; o < OC; o++)
-                    db[o] += p[KW_ + o];
-        }
-    }
+    rt__team_sum(a, team, TS, dw, KW_, db, OC);
 }

@@ -110,6 +110,13 @@ void rt_kern_masking_bwd(const rt__kargs *a);
  * go to dnnl_sgemm. (rt_kern_gemm.c) */
 void rt_kern_gemm(const rt__run *r, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
                   int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+/* oneDNN's sgemm as rt_kern_gemm takes it; serial: on this thread alone
+ * when called outside a parallel region (omp_set_num_threads sets only
+ * this thread's default; inside a region oneDNN is serial anyway).
+ * (rt_kern_gemm.c; rt_kern_conv.c's GEMMs too) */
+void rt_kern_dnnl_sgemm(int serial, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                        int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                        int64_t ldc);
 /* Below this M*N*K the hand-written kernel runs; the bench measured it. */
 #define RT_KERN_SMALL_GEMM 32768
 /* floats of scratch the small kernel needs for a transposed B of K x N

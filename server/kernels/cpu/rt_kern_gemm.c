@@ -297,6 +297,12 @@ void rt_kern_gemm(const rt__run *r, int ta, int tb, int64_t M, int64_t N, int64_
      * omp_set_num_threads sets this thread's default only, as in
      * rt_kern_conv.c; inside a parallel region oneDNN is serial anyway. */
     const int serial = M * N * K < RT__GEMM_PAR_MACS && M * K + K * N + M * N < RT__GEMM_PAR_FLOATS;
+    rt_kern_dnnl_sgemm(serial, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+
+void rt_kern_dnnl_sgemm(int serial, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                        int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
     const int outer = serial && !omp_in_parallel() ? omp_get_max_threads() : 0;
     if (outer > 1)
         omp_set_num_threads(1);
