@@ -22,9 +22,7 @@
 #include "rt_client_impl.h"
 #include "rt_progress.h"
 
-static int fails, checks;
-#define CHECK(cond) do { checks++; if (!(cond)) { fails++; \
-    fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); } } while (0)
+#include "../lib/rt_check.h"
 
 static const char *tmpdir;
 static char *tpath(const char *name)
@@ -900,6 +898,6 @@ int main(int argc, char **argv)
     test_svg();
     test_model_encoding();
     test_client_offline();
-    printf("%d checks, %d failed\n", checks, fails);
-    return fails ? 1 : 0;
+    printf("%d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
 }

@@ -23,12 +23,13 @@
 
 #include "rtrain/rtrain.h"
 
-static int fails, checks;
-#define CHECK(cond) do { checks++; if (!(cond)) { fails++; \
-    fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); } } while (0)
-#define CHECK_RC(call) do { int rc_ = (call); checks++; if (rc_ < 0) { fails++; \
-    fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, \
-            rt_err_name(rc_), rt_client_errmsg(c)); } } while (0)
+#include "../lib/rt_check.h"
+/* a call on client c that must succeed: a failure names its error */
+#define CHECK_RC(call)                                                                       \
+    do {                                                                                     \
+        int rc_ = (call);                                                                    \
+        CHECKF(rc_ >= 0, "%s -> %s: %s", #call, rt_err_name(rc_), rt_client_errmsg(c));      \
+    } while (0)
 
 /* Progress with elapsed time, so a slow step shows in the test log. */
 static struct timespec t_start;
@@ -94,7 +95,7 @@ static void check_timings(rt_client *c, const char *method)
     CHECK(rt_client_last_timings(c, &t) == 0);
     if (strcmp(t.method, method) != 0) {
         fprintf(stderr, "last call was %s, expected %s\n", t.method, method);
-        fails++;
+        failures++;
         return;
     }
     CHECK(t.has_server);
@@ -104,7 +105,7 @@ static void check_timings(rt_client *c, const char *method)
         fprintf(stderr, "%s: parts %llu total %llu rtt %llu\n", method,
                 (unsigned long long)parts, (unsigned long long)t.server_total_ns,
                 (unsigned long long)t.round_trip_ns);
-        fails++;
+        failures++;
     }
     checks++;
     CHECK(t.server_total_ns > 0 && t.round_trip_ns > 0);
@@ -1067,6 +1068,6 @@ int main(int argc, char **argv)
     rt_client_compile_result_free(&prog);
     rt_client_destroy(c);
     stop_daemon();
-    printf("%d checks, %d failed\n", checks, fails);
-    return fails ? 1 : 0;
+    printf("%d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
 }

@@ -11,9 +11,7 @@
 
 #include "rtrain/rtrain.h"
 
-static int fails, checks;
-#define CHECK(cond) do { checks++; if (!(cond)) { fails++; \
-    fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); } } while (0)
+#include "../lib/rt_check.h"
 
 static const char *addr, *pki, *token;
 
@@ -104,6 +102,6 @@ int main(int argc, char **argv)
     CHECK(rt_client_session_close(c, sid) == 0);
     rt_client_compile_result_free(&prog);
     rt_client_destroy(c);
-    printf("%d/%d checks passed\n", checks - fails, checks);
-    return fails ? 1 : 0;
+    printf("%d/%d checks passed\n", checks - failures, checks);
+    return failures ? 1 : 0;
 }

@@ -27,14 +27,7 @@ void rt_client_example_spec_set_image(rt_client_example_spec *s, const rt_client
 void rt_client_example_spec_set_skip_bad(rt_client_example_spec *s, int skip);
 Rtrain__V1__ExampleSpec *rt__example_spec_pb(const rt_client_example_spec *s);
 
-static int failures;
-#define CHECK(c)                                                                  \
-    do {                                                                          \
-        if (!(c)) {                                                               \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); \
-            failures++;                                                           \
-        }                                                                         \
-    } while (0)
+#include "../lib/rt_check.h"
 
 int main(void)
 {

@@ -1,6 +1,6 @@
 /*
- * rt_test.h - helpers shared by the engine tests: checks that count
- * failures instead of aborting, the iris data, and graph builders for the
+ * rt_test.h - helpers shared by the engine tests: the checks of
+ * tests/lib/rt_check.h and CHECK_RC, the iris data, and graph builders for the
  * reference workloads.
  */
 #ifndef RTRAIN_TEST_H
@@ -13,35 +13,16 @@
 
 #include "rt_engine.h"
 
-static int rt_test_failures;
+/* CHECK, CHECKF and REQUIRE are the tests' one harness (tests/lib); the
+ * engine tests call its failure count rt_test_failures. */
+#include "../lib/rt_check.h"
+#define rt_test_failures failures
 
-#define CHECK(c)                                                              \
-    do {                                                                      \
-        if (!(c)) {                                                           \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__,  \
-                    #c);                                                      \
-            rt_test_failures++;                                               \
-        }                                                                     \
-    } while (0)
-
-#define CHECK_RC(expr)                                                        \
-    do {                                                                      \
-        int rc_ = (expr);                                                     \
-        if (rc_ < 0) {                                                        \
-            fprintf(stderr, "%s:%d: %s returned %s\n", __FILE__, __LINE__,    \
-                    #expr, rt_err_name(rc_));                                 \
-            rt_test_failures++;                                               \
-        }                                                                     \
-    } while (0)
-
-/* Fatal: the rest of the test cannot run */
-#define REQUIRE(c)                                                            \
-    do {                                                                      \
-        if (!(c)) {                                                           \
-            fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__,          \
-                    __LINE__, #c);                                            \
-            exit(1);                                                          \
-        }                                                                     \
+/* An engine call that must succeed: a failure names its error. */
+#define CHECK_RC(expr)                                                                   \
+    do {                                                                                 \
+        int rc_ = (expr);                                                                \
+        CHECKF(rc_ >= 0, "%s returned %s", #expr, rt_err_name(rc_));                     \
     } while (0)
 
 /* A whole file, NUL-terminated (len may be NULL); NULL if unreadable.

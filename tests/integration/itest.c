@@ -25,13 +25,6 @@
 
 int itest_failures, itest_checks, itest_tests, itest_failed_tests;
 
-int itest_summary(void)
-{
-    printf("%d checks\n", itest_checks);
-    printf("%d passed, %d failed\n", itest_tests - itest_failed_tests, itest_failed_tests);
-    return itest_failures ? 1 : 0;
-}
-
 uint64_t itest_now_ns(void)
 {
     struct timespec ts;

@@ -26,31 +26,8 @@
 #include "rtrain.pb-c.h"
 
 /* ----------------------------------------------------------------- checks */
-extern int itest_failures, itest_checks;
-#define CHECK(cond, ...)                                                        \
-    do {                                                                        \
-        itest_checks++;                                                         \
-        if (!(cond)) {                                                          \
-            itest_failures++;                                                   \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);    \
-            fprintf(stderr, __VA_ARGS__);                                       \
-            fprintf(stderr, "\n");                                              \
-        }                                                                       \
-    } while (0)
-/* Run one test function and report it; tests never abort the process. */
-#define RUN(fn, ...)                                                            \
-    do {                                                                        \
-        int f0_ = itest_failures;                                               \
-        fn(__VA_ARGS__);                                                        \
-        printf("%s %s\n", itest_failures == f0_ ? "ok  " : "FAIL", #fn);       \
-        fflush(stdout);                                                         \
-        itest_tests++;                                                          \
-        if (itest_failures != f0_)                                              \
-            itest_failed_tests++;                                               \
-    } while (0)
-extern int itest_tests, itest_failed_tests;
-/* Print "N passed, N failed" and return the exit code. */
-int itest_summary(void);
+extern int itest_failures, itest_checks, itest_tests, itest_failed_tests;
+#include "itest_check.h"
 
 /* ----------------------------------------------------------------- daemon */
 typedef struct itest_daemon {

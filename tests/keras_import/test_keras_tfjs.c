@@ -48,7 +48,7 @@
 #define SEED 1
 #define SAMPLES 64
 
-static int checks;
+static int values_checked;
 #define FAIL(...)                                                                  \
     do {                                                                           \
         fprintf(stderr, "FAIL " __VA_ARGS__);                                      \
@@ -485,7 +485,7 @@ static void check_weights(const char *m, const char *what, rt_exec *e, json_obje
         for (int64_t k = 0; k < s; k++) {
             int64_t idx = cnt <= SAMPLES ? k : k * cnt / SAMPLES + (k * 131) % stride;
             double want = json_object_get_double(json_object_array_get_idx(vals, (size_t)k));
-            checks++;
+            values_checked++;
             track(&worst_w, v[idx], want, rms);
             if (!close_to(v[idx], want, 1e-4, rms) && shown++ < 3)
                 FAIL("%s %s: %s[%lld] = %.9g, tfjs %.9g", m, what, name, (long long)idx, v[idx],
@@ -499,7 +499,7 @@ static void check_losses(const char *m, const char *what, const float *got, json
 {
     for (size_t k = 0; k < json_object_array_length(want); k++) {
         double w = json_object_get_double(json_object_array_get_idx(want, k));
-        checks++;
+        values_checked++;
         track(&worst_loss, got[k], w, 0);
         if (!close_to(got[k], w, 1e-5, 0))
             FAIL("%s %s: step %zu loss %.9g, tfjs %.9g", m, what, k + 1, got[k], w);
@@ -626,7 +626,7 @@ static void check_head_values(const char *m, const rt_plan *p, const rt_metrics 
         double want = !strcmp(mn, "loss")
                           ? json_object_get_double(json_object_array_get_idx(hl, (size_t)k))
                           : num(json_object_array_get_idx(hmets, (size_t)k), mn, NAN);
-        checks++;
+        values_checked++;
         seen[k]++;
         track(&worst_metric, mt->values[i], want, 1e-6);
         if (!close_to(mt->values[i], want, 1e-5, 1e-6))
@@ -675,7 +675,7 @@ static void check_head_resume(const char *m, rt_exec *e, const rt_data *d, int n
         FAIL("%s: resume: %s / %s", m, rt_exec_errmsg(a), rt_exec_errmsg(b));
         goto out;
     }
-    checks++;
+    values_checked++;
     if (ha.n != 1 || hb.n != 1 || ha.at.n_values < nh || ha.at.n_values != hb.at.n_values) {
         FAIL("%s: resume: %d/%d epoch ends, %d/%d values", m, ha.n, hb.n, ha.at.n_values,
              hb.at.n_values);
@@ -815,7 +815,7 @@ static int check_multi(json_object *fx, const char *m, const char *mpath, int *a
             for (int64_t i = 0; i < rows * on[k]; i++) {
                 double w = json_object_get_double(json_object_array_get_idx(hv, (size_t)i));
                 float got = pred[(i / on[k]) * out_tot + off + i % on[k]];
-                checks++;
+                values_checked++;
                 track(&worst_pred, got, w, 0);
                 if (!close_to(got, w, 1e-5, 0) && shown++ < 3)
                     FAIL("%s: output %d prediction %lld: %.9g, tfjs %.9g", m, k, (long long)i,
@@ -828,7 +828,7 @@ static int check_multi(json_object *fx, const char *m, const char *mpath, int *a
         FAIL("%s: evaluate: %s", m, rt_exec_errmsg(e));
     } else {
         double wl = num(get(fx, "evaluate"), "loss", NAN);
-        checks++;
+        values_checked++;
         track(&worst_loss, mt.loss, wl, 0);
         if (!close_to(mt.loss, wl, 1e-5, 0))
             FAIL("%s: evaluate loss %.9g, tfjs %.9g", m, mt.loss, wl);
@@ -983,7 +983,7 @@ static int check_one(const char *path, const char *root, int *agreed)
         int shown = 0;
         for (int64_t i = 0; i < per_y * s.rows; i++) {
             double w = json_object_get_double(json_object_array_get_idx(pv, (size_t)i));
-            checks++;
+            values_checked++;
             track(&worst_pred, pred[i], w, 0);
             if (!close_to(pred[i], w, 1e-5, 0) && shown++ < 3)
                 FAIL("%s: prediction %lld: %.9g, tfjs %.9g", m, (long long)i, pred[i], w);
@@ -996,13 +996,13 @@ static int check_one(const char *path, const char *root, int *agreed)
         FAIL("%s: evaluate: %s", m, rt_exec_errmsg(e));
     } else {
         double wl = num(get(fx, "evaluate"), "loss", NAN);
-        checks++;
+        values_checked++;
         track(&worst_loss, mt.loss, wl, 0);
         if (!close_to(mt.loss, wl, 1e-5, 0))
             FAIL("%s: evaluate loss %.9g, tfjs %.9g", m, mt.loss, wl);
         json_object_object_foreach(mets, k, v) {
             double got = metric_value(&mt, k), want = json_object_get_double(v);
-            checks++;
+            values_checked++;
             /* a metric is a ratio of counts or a mean: a floor of 1e-6
              * for the zeros */
             track(&worst_metric, got, want, 1e-6);
@@ -1079,7 +1079,7 @@ static int check_one(const char *path, const char *root, int *agreed)
             FAIL("%s: evaluate (%s): %s", m, s2.loss, rt_exec_errmsg(e));
         } else {
             double wl = num(o, "evaluate", NAN);
-            checks++;
+            values_checked++;
             track(&worst_loss, mt2.loss, wl, 0);
             if (!close_to(mt2.loss, wl, 1e-5, 0))
                 FAIL("%s: %s evaluate loss %.9g, tfjs %.9g", m, s2.loss, mt2.loss, wl);
@@ -1152,7 +1152,7 @@ int main(int argc, char **argv)
            "Adamax runs; %d hinge, squared_hinge, poisson, kl_divergence or huber runs\n"
            "largest relative differences: predictions %.3g, losses %.3g, metrics %.3g, "
            "weights %.3g\n",
-           compared, agreed, checks, n_ill, n_opt_runs, n_loss_runs, worst_pred, worst_loss, worst_metric, worst_w);
+           compared, agreed, values_checked, n_ill, n_opt_runs, n_loss_runs, worst_pred, worst_loss, worst_metric, worst_w);
     if (compared == 0)
         FAIL("no fixtures in %s", argv[2]);
     return rt_test_failures ? 1 : 0;
