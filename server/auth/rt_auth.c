@@ -103,6 +103,19 @@ static int valid_name(const char *s)
     return 1;
 }
 
+/* The array *v of *cap elements of size elem, doubled (first when empty);
+ * -1 when out of memory (*v and *cap unchanged). */
+static int grow(void **v, int *cap, size_t elem, int first)
+{
+    int nc = *cap ? *cap * 2 : first;
+    void *nv = realloc(*v, elem * (size_t)nc);
+    if (!nv)
+        return -1;
+    *v = nv;
+    *cap = nc;
+    return 0;
+}
+
 #define PFAIL(...)                          \
     do {                                    \
         snprintf(err, errlen, __VA_ARGS__); \
@@ -162,13 +175,8 @@ static int load(rt_auth *a, tok_ent **out_v, int *out_n, char *err, size_t errle
         while (w < nw && strcmp(whos[w].name, le.name) != 0)
             w++;
         if (w == nw) {
-            if (nw == capw) {
-                capw = capw ? capw * 2 : 8;
-                who_ent *nv = realloc(whos, sizeof *nv * (size_t)capw);
-                if (!nv)
-                    PFAIL("out of memory reading %s", a->path);
-                whos = nv;
-            }
+            if (nw == capw && grow((void **)&whos, &capw, sizeof *whos, 8) < 0)
+                PFAIL("out of memory reading %s", a->path);
             memset(&whos[nw], 0, sizeof whos[nw]);
             snprintf(whos[nw].name, sizeof whos[nw].name, "%s", le.name);
             memcpy(whos[nw].lim, a->defaults, sizeof whos[nw].lim);
@@ -192,13 +200,8 @@ static int load(rt_auth *a, tok_ent **out_v, int *out_n, char *err, size_t errle
                       a->path, lineno, kv, eq + 1);
             whos[w].lim[k] = val;
         }
-        if (nl == capl) {
-            capl = capl ? capl * 2 : 16;
-            line_ent *nv = realloc(lines, sizeof *nv * (size_t)capl);
-            if (!nv)
-                PFAIL("out of memory reading %s", a->path);
-            lines = nv;
-        }
+        if (nl == capl && grow((void **)&lines, &capl, sizeof *lines, 16) < 0)
+            PFAIL("out of memory reading %s", a->path);
         lines[nl++] = le;
     }
     if (ferror(f))

@@ -228,13 +228,20 @@ static int rt__copy_dims(rt_graph *g, rt__shape *s, int ndim, const int64_t *dim
     return 0;
 }
 
+/* A new input's or param's name (what it is, for the message) and its dims
+ * into *s. */
+static int rt__name_dims(rt_graph *g, const char *name, const char *what, int ndim,
+                         const int64_t *dims, rt__shape *s)
+{
+    int rc = rt__check_name(g, name, what);
+    return rc < 0 ? rc : rt__copy_dims(g, s, ndim, dims, name);
+}
+
 int rt_graph_add_input(rt_graph *g, const char *name, rt_dtype dt, int ndim, const int64_t *dims)
 {
-    int rc = rt__check_name(g, name, "input");
-    if (rc < 0)
-        return rc;
     rt__shape s = {0};
-    if ((rc = rt__copy_dims(g, &s, ndim, dims, name)) < 0)
+    int rc = rt__name_dims(g, name, "input", ndim, dims, &s);
+    if (rc < 0)
         return rc;
     rt__entry *e = rt__graph_new_entry(g, RT__T_INPUT, name);
     if (!e)
@@ -247,11 +254,9 @@ int rt_graph_add_input(rt_graph *g, const char *name, rt_dtype dt, int ndim, con
 int rt_graph_add_param(rt_graph *g, const char *name, int ndim, const int64_t *dims, rt_init init,
                        int trainable, const float *value)
 {
-    int rc = rt__check_name(g, name, "param");
-    if (rc < 0)
-        return rc;
     rt__shape s = {0};
-    if ((rc = rt__copy_dims(g, &s, ndim, dims, name)) < 0)
+    int rc = rt__name_dims(g, name, "param", ndim, dims, &s);
+    if (rc < 0)
         return rc;
     /* Bad dims are recorded and reported by rt_plan_compile, except when
      * values come with them: their size is needed to copy them now. */
