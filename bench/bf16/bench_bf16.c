@@ -6,7 +6,10 @@
  * machine's noise hits both), medians; the arena bytes of both plans and
  * how many ops computed in bf16. Prints numbers, asserts nothing.
  *
- *     flock /work/wt/bench.lock build/bench/bf16/bench_bf16 [--reps N]
+ *     flock /work/wt/bench.lock build/bench/bf16/bench_bf16 [--reps N] [--conv-min-c C]
+ *
+ * --conv-min-c C: Conv2D layers with fewer than C input channels run
+ * float32 (rt_kern_bf16_conv_min_c), to measure the first layer's share.
  *
  * W-B and ResNet-18 are bench/onnx/models.py's ONNX exports (python3-torch
  * writes them to a temporary folder), read with NHWC data as the Keras
@@ -20,6 +23,8 @@
 #include "bench_util.h"
 #include "import_onnx.h"
 #include "rt_engine.h"
+
+extern int rt_kern_bf16_conv_min_c; /* rt_kern_bf16.c */
 
 static uint8_t *read_all(const char *path, size_t *len)
 {
@@ -146,8 +151,10 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--conv-min-c") && i + 1 < argc)
+            rt_kern_bf16_conv_min_c = atoi(argv[++i]);
         else
-            die("usage", "bench_bf16 [--reps N]");
+            die("usage", "bench_bf16 [--reps N] [--conv-min-c C]");
     }
     if (reps < 1)
         reps = 1;

@@ -882,9 +882,9 @@ static const rt__kernel *rt__kern_for(const rt__backend *be, const rt__node *nd,
                                       const rt__op_def *fused, int *bf16)
 {
     *bf16 = 0;
-    if (nd->prec == RT_PREC_BF16 && be->kernel_bf16 && be->kernel_bf16(be->context, nd->op, NULL)) {
+    if (nd->prec == RT_PREC_BF16 && be->kernel_bf16 && be->kernel_bf16(be->context, nd, NULL)) {
         *bf16 = 1;
-        return be->kernel_bf16(be->context, nd->op, fused);
+        return be->kernel_bf16(be->context, nd, fused);
     }
     return be->kernel(be->context, nd->op, fused);
 }

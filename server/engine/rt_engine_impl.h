@@ -469,10 +469,12 @@ typedef struct rt__backend {
     /* Mixed bfloat16 (RT_PREC_BF16 nodes). precision: 0 when this backend
      * computes in prec here (the CPU backend asks oneDNN whether the CPU
      * has bf16 instructions), else an error code with a message; NULL:
-     * float32 only. kernel_bf16: as kernel, for a bf16 node; NULL for an
-     * op it has no bf16 kernel for (that node runs float32). */
+     * float32 only. kernel_bf16: as kernel, for the bf16 node nd (its
+     * parameters are set: the backend may decide by shape); NULL where it
+     * has no bf16 kernel for it (the node runs float32, fused by the
+     * float32 rules). */
     int (*precision)(void *ctx, int prec, char *err, size_t errlen);
-    const rt__kernel *(*kernel_bf16)(void *ctx, const rt__op_def *op, const rt__op_def *fused);
+    const rt__kernel *(*kernel_bf16)(void *ctx, const rt__node *nd, const rt__op_def *fused);
     /* run calls[0..n) with their resolved arguments args[0..n) */
     void (*run)(void *ctx, const rt__call *calls, const rt__kargs *args, int n);
 

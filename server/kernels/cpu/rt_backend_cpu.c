@@ -124,11 +124,10 @@ static int rt__cpu_precision(void *ctx, int prec, char *err, size_t errlen)
     (void)ctx;
     return prec == RT_PREC_BF16 ? rt_kern_bf16_supported(err, errlen) : 0;
 }
-static const rt__kernel *rt__cpu_kernel_bf16(void *ctx, const rt__op_def *op,
-                                             const rt__op_def *fused)
+static const rt__kernel *rt__cpu_kernel_bf16(void *ctx, const rt__node *nd, const rt__op_def *fused)
 {
     (void)ctx;
-    return rt_kern_bf16_kernel(op, fused);
+    return rt_kern_bf16_kernel(nd, fused);
 }
 
 static int rt__cpu_supports(void *ctx, const rt__node *nd)

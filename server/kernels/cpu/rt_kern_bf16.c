@@ -39,6 +39,8 @@
 #define RT__BF_PAR 65536 /* conversions over fewer values run serial */
 #define RT__BF_MAX 256   /* built primitive sets kept */
 
+int rt_kern_bf16_conv_min_c = 1;
+
 static dnnl_engine_t rt__beng;
 static pthread_once_t rt__beng_once = PTHREAD_ONCE_INIT;
 static void rt__beng_init(void)
@@ -605,7 +607,7 @@ static rt__bcv_parts rt__bcv_split(const rt__bcv *d, float *s)
 static int rt__bconv_prepare(rt__node *nd, int64_t B, rt__arena *A)
 {
     const rt__conv_params *cv = rt__conv_cp(nd);
-    if (cv->G > 1 || nd->fused)
+    if (nd->fused)
         return rt__bf32(nd, B, A);
     rt__bcv_key k;
     memset(&k, 0, sizeof k);
@@ -712,8 +714,12 @@ static const rt__kernel rt__bf16_table[] = {
     {&rt__op_conv2d, NULL, rt__bconv_fwd, rt__bconv_bwd, NULL, rt__bconv_prepare},
 };
 
-const rt__kernel *rt_kern_bf16_kernel(const rt__op_def *op, const rt__op_def *fused)
+const rt__kernel *rt_kern_bf16_kernel(const rt__node *nd, const rt__op_def *fused)
 {
+    const rt__op_def *op = nd->op;
+    if (op == &rt__op_conv2d &&
+        (rt__conv_cp(nd)->G > 1 || rt__conv_cp(nd)->C < rt_kern_bf16_conv_min_c))
+        return NULL;
     for (size_t i = 0; i < sizeof rt__bf16_table / sizeof rt__bf16_table[0]; i++)
         if (rt__bf16_table[i].op == op && rt__bf16_table[i].fused == fused)
             return &rt__bf16_table[i];

@@ -82,19 +82,16 @@ static const rt__kernel *rt_ref_kernel(void *ctx, const rt__op_def *op, const rt
     return NULL;
 }
 
-const rt__kernel *rt_ref_f32_kernel(const rt__op_def *op) { return rt_ref_kernel(NULL, op, NULL); }
-
 /* mixed bfloat16 emulated by rounding (rt_ref_bf16.c): any CPU */
 static int rt_ref_precision(void *ctx, int prec, char *err, size_t errlen)
 {
     (void)ctx, (void)prec, (void)err, (void)errlen;
     return 0;
 }
-static const rt__kernel *rt_ref_kernel_bf16(void *ctx, const rt__op_def *op,
-                                            const rt__op_def *fused)
+static const rt__kernel *rt_ref_kernel_bf16(void *ctx, const rt__node *nd, const rt__op_def *fused)
 {
     (void)ctx;
-    return rt_ref_bf16_kernel(op, fused);
+    return rt_ref_bf16_kernel(nd, fused);
 }
 
 static int rt_ref_supports(void *ctx, const rt__node *nd)

@@ -30,10 +30,9 @@ static inline void rt_ref_put(const rt__kargs *a, int k, int64_t i, double v)
  * that scatter with +=) */
 void rt_ref_clear(const rt__kargs *a, int k, int64_t n);
 
-/* rt_ref_bf16.c: mixed bfloat16 (Dense, MatMul, Conv2D) as the definition */
-const rt__kernel *rt_ref_bf16_kernel(const rt__op_def *op, const rt__op_def *fused);
-/* rt_backend_ref.c: the float32 entry of op alone */
-const rt__kernel *rt_ref_f32_kernel(const rt__op_def *op);
+/* rt_ref_bf16.c: mixed bfloat16 (Dense, MatMul, Conv2D but grouped ones)
+ * as the definition; NULL for the other nodes */
+const rt__kernel *rt_ref_bf16_kernel(const rt__node *nd, const rt__op_def *fused);
 
 /* rt_ref_ops.c */
 void rt_ref_dense_fwd(const rt__kargs *a);

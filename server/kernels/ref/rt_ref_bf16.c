@@ -124,25 +124,17 @@ static void rt_ref_bf_dense_bwd(const rt__kargs *a) { rt_ref_bf_bwd(a, rt_ref_de
 static void rt_ref_bf_conv_fwd(const rt__kargs *a) { rt_ref_bf_fwd(a, rt_ref_conv2d_fwd); }
 static void rt_ref_bf_conv_bwd(const rt__kargs *a) { rt_ref_bf_bwd(a, rt_ref_conv2d_bwd); }
 
-/* grouped convolutions run float32 (as on the CPU backend): the node goes
- * back to the float32 entry and says so */
-static int rt_ref_bf_conv_prepare(rt__node *nd, int64_t B, rt__arena *A)
-{
-    if (rt__conv_cp(nd)->G <= 1)
-        return 0;
-    nd->kern = rt_ref_f32_kernel(nd->op);
-    nd->prec = RT_PREC_F32;
-    return nd->kern->prepare ? nd->kern->prepare(nd, B, A) : 0;
-}
-
 static const rt__kernel rt_ref_bf16_table[] = {
     {&rt__op_dense, NULL, rt_ref_bf_dense_fwd, rt_ref_bf_dense_bwd, NULL, NULL},
     {&rt__op_matmul, NULL, rt_ref_bf_dense_fwd, rt_ref_bf_dense_bwd, NULL, NULL},
-    {&rt__op_conv2d, NULL, rt_ref_bf_conv_fwd, rt_ref_bf_conv_bwd, NULL, rt_ref_bf_conv_prepare},
+    {&rt__op_conv2d, NULL, rt_ref_bf_conv_fwd, rt_ref_bf_conv_bwd, NULL, NULL},
 };
 
-const rt__kernel *rt_ref_bf16_kernel(const rt__op_def *op, const rt__op_def *fused)
+const rt__kernel *rt_ref_bf16_kernel(const rt__node *nd, const rt__op_def *fused)
 {
+    const rt__op_def *op = nd->op;
+    if (op == &rt__op_conv2d && rt__conv_cp(nd)->G > 1)
+        return NULL; /* float32, as on the CPU backend */
     for (size_t i = 0; i < sizeof rt_ref_bf16_table / sizeof rt_ref_bf16_table[0]; i++)
         if (rt_ref_bf16_table[i].op == op && rt_ref_bf16_table[i].fused == fused)
             return &rt_ref_bf16_table[i];
