@@ -362,19 +362,41 @@ static void make_set(float *x, int32_t *y, int n)
     }
 }
 
+/* the CNN's config: sparse CE on its Softmax, batch 32 */
+static void cnn_config(rt_train_config *cfg, rt_opt_kind opt, float lr, uint64_t seed, int prec)
+{
+    rt_train_config_init(cfg);
+    cfg->loss = RT_LOSS_SPARSE_CE;
+    cfg->opt = opt;
+    cfg->lr = lr;
+    cfg->batch_size = 32;
+    cfg->seed = seed;
+    cfg->metrics = 0;
+    cfg->precision = prec;
+}
+
+/* every parameter of p into w, in order; their count */
+static int64_t read_params(const rt_plan *p, const rt_exec *e, float *w, int64_t cap)
+{
+    int64_t off = 0;
+    for (int i = 0; i < rt_plan_n_params(p); i++) {
+        int64_t dims[RT_MAX_DIMS], n = 1;
+        const int nd = rt_plan_param_info(p, i, NULL, dims, NULL);
+        for (int k = 0; k < nd; k++)
+            n *= dims[k];
+        REQUIRE(off + n <= cap && rt_exec_get_param(e, i, w + off) == 0);
+        off += n;
+    }
+    return off;
+}
+
 static double train_acc(int prec, const float *x, const int32_t *y, const float *vx,
                         const int32_t *vy, double *loss0)
 {
     rt_graph *g = cnn();
     rt_train_config cfg;
-    rt_train_config_init(&cfg);
-    cfg.loss = RT_LOSS_SPARSE_CE;
-    cfg.opt = RT_OPT_ADAM;
-    cfg.lr = 0.003f;
-    cfg.batch_size = 32;
-    cfg.seed = 3;
+    cnn_config(&cfg, RT_OPT_ADAM, 0.003f, 3, prec);
     cfg.metrics = RT_METRIC_ACCURACY;
-    cfg.precision = prec;
     rt_plan *p = compile(g, &cfg, 0, NULL);
     REQUIRE(p);
     if (prec == RT_PREC_BF16) {
@@ -617,15 +639,8 @@ static void ref_run(const char *be, int prec, const float *x, const int32_t *y, 
     REQUIRE(rt_backend_select(be) == 0);
     rt_graph *g = cnn();
     rt_train_config cfg;
-    rt_train_config_init(&cfg);
-    cfg.loss = RT_LOSS_SPARSE_CE;
-    cfg.opt = RT_OPT_SGD;
-    cfg.lr = 0.05f;
-    cfg.batch_size = 32;
-    cfg.seed = 5;
+    cnn_config(&cfg, RT_OPT_SGD, 0.05f, 5, prec);
     cfg.shuffle = 0;
-    cfg.metrics = 0;
-    cfg.precision = prec;
     rt_plan *p = compile(g, &cfg, 0, NULL);
     REQUIRE(p);
     CHECK(rt_plan_report(p)->n_bf16 == (prec == RT_PREC_BF16 ? 3u : 0u));
@@ -637,15 +652,7 @@ static void ref_run(const char *be, int prec, const float *x, const int32_t *y, 
         REQUIRE(rt_exec_train(e, &d, 1, &r, NULL, NULL, NULL) == 0);
         loss[st] = r.last.loss;
     }
-    *nw = 0;
-    for (int i = 0; i < rt_plan_n_params(p); i++) {
-        int64_t dims[RT_MAX_DIMS], n = 1;
-        const int nd = rt_plan_param_info(p, i, NULL, dims, NULL);
-        for (int k = 0; k < nd; k++)
-            n *= dims[k];
-        REQUIRE(rt_exec_get_param(e, i, w + *nw) == 0);
-        *nw += n;
-    }
+    *nw = read_params(p, e, w, 16000);
     rt_exec_destroy(e);
     rt_plan_release(p);
     rt_graph_destroy(g);
@@ -659,27 +666,16 @@ static void test_ref(void)
     make_set(x, y, 64);
     double l[3][6];
     int64_t nw, n0;
-    /* the initial weights: a run of no steps is not offered, so one from
-     * the same seed with lr 0 would do; the engine's initializers are
-     * backend-independent functions of the seed, read from a fresh plan */
+    /* the initial weights: the engine's initializers are backend-
+     * independent functions of the seed, read from a fresh exec */
     {
         rt_graph *g = cnn();
         rt_train_config cfg;
-        rt_train_config_init(&cfg);
-        cfg.batch_size = 32;
-        cfg.seed = 5;
+        cnn_config(&cfg, RT_OPT_SGD, 0.05f, 5, RT_PREC_F32);
         rt_plan *p = compile(g, &cfg, 0, NULL);
         rt_exec *e;
         REQUIRE(p && rt_exec_create(p, &e) == 0);
-        n0 = 0;
-        for (int i = 0; i < rt_plan_n_params(p); i++) {
-            int64_t dims[RT_MAX_DIMS], n = 1;
-            const int nd = rt_plan_param_info(p, i, NULL, dims, NULL);
-            for (int k = 0; k < nd; k++)
-                n *= dims[k];
-            REQUIRE(n0 + n <= 16000 && rt_exec_get_param(e, i, w0 + n0) == 0);
-            n0 += n;
-        }
+        n0 = read_params(p, e, w0, 16000);
         rt_exec_destroy(e);
         rt_plan_release(p);
         rt_graph_destroy(g);

@@ -378,24 +378,13 @@ static void *rt__bmm_build(const void *kp)
 
 static rt__btab rt__bmm_tab = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-/* the activation on the output: Dense's own or the fused reader's */
-static int rt__bdense_act(const rt__node *nd)
-{
-    const int own = rt__dense_cp(nd)->act;
-    if (own || !nd->fused)
-        return own;
-    return nd->fused == &rt__op_relu      ? RT__ACT_RELU
-           : nd->fused == &rt__op_sigmoid ? RT__ACT_SIGMOID
-                                          : RT__ACT_TANH;
-}
-
 static int rt__bdense_prepare(rt__node *nd, int64_t B, rt__arena *A)
 {
     const rt__dense_params *dp = rt__dense_cp(nd);
     rt__bmm_key k;
     memset(&k, 0, sizeof k);
     k.M = rt__rows(nd->in_shape[0], B), k.K = dp->K, k.N = dp->N;
-    k.bias = nd->n_in > 2, k.act = rt__bdense_act(nd);
+    k.bias = nd->n_in > 2, k.act = rt_kern_dense_act(nd);
     const rt__bmm *d = rt__bget(&rt__bmm_tab, &k, sizeof k, rt__bmm_build);
     if (!d || !d->ok)
         return rt__bf32(nd, B, A);
