@@ -88,7 +88,8 @@ typedef struct cli_opts {
     long long seed;
     int no_shuffle;
     int sync_batchnorm;
-    int no_normalize; /* IDX: keep raw 0..255 */
+    const char *precision; /* --precision: float32, bf16 or mixed_bfloat16 */
+    int no_normalize;      /* IDX: keep raw 0..255 */
     int timings;
     const char *trace;
     long size, count; /* ping */

@@ -116,6 +116,10 @@
       "keep the data order (default: shuffle every epoch)")                                        \
     X(SYNC_BATCHNORM, "sync-batchnorm", TRAIN, SET(sync_batchnorm, 1), NULL,                       \
       "MPI replicas: BatchNorm uses the global batch's statistics")                                \
+    X(PRECISION, "precision", TRAIN, WORD(precision, "float32|bf16|mixed_bfloat16"),               \
+      "float32|bf16",                                                                              \
+      "bf16 (Keras' mixed_bfloat16): Dense and Conv2D multiply in bf16, "                          \
+      "float32 elsewhere; refused where the CPU has no bf16 (default: the model's policies)")      \
     X(NO_NORMALIZE, "no-normalize", TRAIN, SET(no_normalize, 1), NULL,                             \
       "IDX: keep 0..255 (default: divide by 255)")                                                 \
     X(TIMINGS, "timings", NET, SET(timings, 1), NULL,                                              \

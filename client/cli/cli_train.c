@@ -226,6 +226,7 @@ void cli_train_opts(const cli_opts *o, rt_train_opts *t)
         t->seed = (uint64_t)o->seed;
     t->no_shuffle = o->no_shuffle;
     t->sync_batchnorm = o->sync_batchnorm;
+    t->precision = o->precision;
     t->from_logits = o->from_logits;
     t->data_layout = o->data_layout;
     /* predict and export train nothing: what the loss reads does not matter */
@@ -837,6 +838,17 @@ int cli_cmd_fit(const cli_opts *o)
     fprintf(stderr, "program: %s, %llu params, backend %s%s\n", prog.program_id,
             (unsigned long long)prog.param_count, prog.backend[0] ? prog.backend : "?",
             prog.cache_hit ? " (compile cache hit)" : "");
+    if (prog.bf16_ops || (o->precision && strcmp(o->precision, "float32"))) {
+        /* which ops multiply in bf16: a model that has none says so */
+        fprintf(stderr, "precision: %u of %zu ops mixed_bfloat16", prog.bf16_ops, prog.n_ops);
+        const char *sep = ":";
+        for (size_t i = 0; i < prog.n_ops; i++)
+            if (!strcmp(prog.ops[i].precision, "mixed_bfloat16")) {
+                fprintf(stderr, "%s %s (%s)", sep, prog.ops[i].name, prog.ops[i].op);
+                sep = ",";
+            }
+        fputc('\n', stderr);
+    }
     if (cli_interrupted) {
         ex = CLI_EXIT_INTERRUPTED;
         goto out;

@@ -201,6 +201,9 @@ void rt_client_compile_result_free(rt_client_compile_result *r)
     for (size_t i = 0; i < r->n_params; i++)
         free(r->params[i].name);
     free(r->params);
+    for (size_t i = 0; i < r->n_ops; i++)
+        free(r->ops[i].name);
+    free(r->ops);
     memset(r, 0, sizeof *r);
 }
 
@@ -281,6 +284,7 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m, cons
     cfg.seed = o->seed;
     cfg.no_shuffle = o->no_shuffle != 0;
     cfg.sync_batchnorm = o->sync_batchnorm != 0;
+    cfg.precision = (char *)(o->precision ? o->precision : "");
     cfg.label_dtype = (Rtrain__V1__DType)o->label_dtype;
     cfg.n_label_shape = (size_t)o->label_ndim;
     cfg.label_shape = (int64_t *)o->label_shape;
@@ -372,6 +376,23 @@ static int do_compile(rt_client *c, const char *session, const rt_model *m, cons
                     rc = rt__shape_from_pb(c, "param shape", rep->params[i]->n_shape,
                                            rep->params[i]->shape, &pi->ndim, pi->shape);
                 pi->trainable = rep->params[i]->trainable;
+            }
+        }
+        out->bf16_ops = rep->bf16_ops;
+        if (rc == 0 && rep->n_ops) {
+            out->ops = calloc(rep->n_ops, sizeof *out->ops);
+            if (!out->ops)
+                rc = rt__err(c, RT_ENOMEM, "Compile: out of memory");
+            for (size_t i = 0; rc == 0 && i < rep->n_ops; i++) {
+                rt_client_op_info *oi = &out->ops[i];
+                const Rtrain__V1__OpInfo *po = rep->ops[i];
+                oi->name = rt__strdup(po->name ? po->name : "");
+                out->n_ops++;
+                if (!oi->name)
+                    rc = rt__err(c, RT_ENOMEM, "Compile: out of memory");
+                snprintf(oi->op, sizeof oi->op, "%s", po->op ? po->op : "");
+                snprintf(oi->precision, sizeof oi->precision, "%s",
+                         po->precision ? po->precision : "");
             }
         }
     }

@@ -423,6 +423,12 @@ typedef struct rt_train_opts {
     /* MPI replicas: every BatchNorm uses the global batch's statistics
      * (Keras' SyncBatchNormalization); one process: no effect */
     int sync_batchnorm;
+    /* Keras' mixed precision: NULL/"" the model's own layer policies,
+     * "mixed_bfloat16" (or "bf16": Dense, MatMul and Conv2D multiply in
+     * bf16 with float32 accumulation; layers set to float32 stay so),
+     * "float32" (every layer). The daemon refuses bf16 on a CPU without
+     * bf16 instructions (RT_ESTATE, FAILED_PRECONDITION). */
+    const char *precision;
     /* ONNX models: the layout of a 4-D input's data. NULL/"" or "NCHW": the
      * model's own (PyTorch's); "NHWC": channels last. Never guessed. */
     const char *data_layout;
@@ -477,6 +483,14 @@ typedef struct rt_client_param_info {
 
 #define RT_CLIENT_MAX_PASSES 16
 
+/* one compiled node: its name, op ("Dense+Relu" with a fused reader) and
+ * the precision its kernels compute in ("float32", "mixed_bfloat16") */
+typedef struct rt_client_op_info {
+    char *name;
+    char op[48];
+    char precision[16];
+} rt_client_op_info;
+
 typedef struct rt_client_compile_result {
     char program_id[RT_ID_MAX];
     uint64_t param_count, trainable_param_count, flops_per_step;
@@ -497,6 +511,10 @@ typedef struct rt_client_compile_result {
     char data_layout[8];
     /* the daemon's backend the program runs on ("cpu", "ref") */
     char backend[32];
+    /* the compiled nodes in order with their precision; how many are bf16 */
+    rt_client_op_info *ops;
+    size_t n_ops;
+    uint32_t bf16_ops;
 } rt_client_compile_result;
 
 int rt_client_compile(rt_client *c, const char *session, const rt_model *m,

@@ -217,6 +217,8 @@ static int rt__check_config(rt__cc *cc, const rt_train_config *c)
                         RT__MAX_BATCH);
     if (c->loss < RT_LOSS_SPARSE_CE || c->loss > RT_LOSS_LAST)
         return rt__cerr(cc, NULL, RT_EINVAL, "unknown loss %d", (int)c->loss);
+    if ((unsigned)c->precision > RT_PREC_BF16)
+        return rt__cerr(cc, NULL, RT_EINVAL, "unknown precision %d", c->precision);
     if ((unsigned)c->reduction > RT_REDUCE_SUM)
         return rt__cerr(cc, NULL, RT_EINVAL, "unknown reduction %d", (int)c->reduction);
     if (!(c->label_smoothing >= 0 && c->label_smoothing <= 1))
@@ -824,6 +826,63 @@ static int rt__find_output(rt__cc *cc)
  * > 0 whose product at full batch neither overflows nor passes
  * RT__MAX_NUMEL. Then the output is resolved and the nodes it needs are
  * marked, with each value's reader count (E.needed, E.consumers). */
+/* the precision node nd asks for: float32 when the config says so, else
+ * its "precision" attribute (a Keras layer's dtype policy), else the
+ * config's (the global policy) */
+static int rt__node_prec(rt__cc *cc, rt__node *nd)
+{
+    nd->prec = RT_PREC_F32;
+    if (cc->cfg->precision == RT_PREC_F32)
+        return 0;
+    int ok = 1;
+    const char *s = rt__attr_str(cc, nd, "precision", NULL, &ok);
+    if (!ok)
+        return RT_EINVAL;
+    if (s && rt_precision_from_name(s, &nd->prec) < 0)
+        return rt__cerr(cc, nd, RT_EINVAL, "precision '%s' is not float32 or mixed_bfloat16", s);
+    if (!s && cc->cfg->precision == RT_PREC_BF16)
+        nd->prec = RT_PREC_BF16;
+    return 0;
+}
+
+/* bf16 asked anywhere: the backend must compute it (never float32 while
+ * the report says bf16) */
+static int rt__check_prec(rt__cc *cc)
+{
+    const rt_plan *p = cc->p;
+    const rt__backend *be = p->backend;
+    const rt__node *at = NULL;
+    for (int i = 0; i < p->n_nodes && !at; i++)
+        if (p->nodes[i].prec == RT_PREC_BF16)
+            at = &p->nodes[i];
+    if (!at)
+        return 0;
+    if (!be->precision || !be->kernel_bf16)
+        return rt__cerr(cc, at, RT_ESTATE,
+                        "mixed_bfloat16: backend '%s' computes float32 only; "
+                        "use precision float32",
+                        be->name);
+    char msg[RT__ERRLEN];
+    const int rc = be->precision(be->context, RT_PREC_BF16, msg, sizeof msg);
+    if (rc < 0)
+        return rt__cerr(cc, at, rc, "%s", msg);
+    return 0;
+}
+
+/* the kernel entry of nd (absorbing a reader of op fused, or NULL): the
+ * backend's bf16 one for a bf16 node whose op has bf16 kernels, else the
+ * float32 one */
+static const rt__kernel *rt__kern_for(const rt__backend *be, const rt__node *nd,
+                                      const rt__op_def *fused, int *bf16)
+{
+    *bf16 = 0;
+    if (nd->prec == RT_PREC_BF16 && be->kernel_bf16 && be->kernel_bf16(be->context, nd, NULL)) {
+        *bf16 = 1;
+        return be->kernel_bf16(be->context, nd, fused);
+    }
+    return be->kernel(be->context, nd->op, fused);
+}
+
 static int rt__pass_infer_shapes(rt__cc *cc)
 {
     rt_plan *p = cc->p;
@@ -840,7 +899,7 @@ static int rt__pass_infer_shapes(rt__cc *cc)
             nd->in_shape[j] = &cc->shape[nd->in[j]];
         }
         nd->bwd_needs_out = nd->op->bwd_needs_out;
-        if ((rc = nd->op->infer(cc, nd)) < 0)
+        if ((rc = nd->op->infer(cc, nd)) < 0 || (rc = rt__node_prec(cc, nd)) < 0)
             return rc;
         if (!be->supports_op(be->context, nd))
             return rt__cerr(cc, nd, RT_EUNIMPLEMENTED, "%s has no %s kernel", nd->op->name,
@@ -856,7 +915,7 @@ static int rt__pass_infer_shapes(rt__cc *cc)
         }
         cc->shape[nd->id] = nd->out;
     }
-    if ((rc = rt__find_output(cc)) < 0)
+    if ((rc = rt__check_prec(cc)) < 0 || (rc = rt__find_output(cc)) < 0)
         return rc;
     for (int i = p->n_nodes - 1; i >= 0; i--) {
         const rt__node *nd = &p->nodes[i];
@@ -1234,7 +1293,8 @@ static int rt__pass_fuse(rt__cc *cc)
         rt__node *pn = &p->nodes[E[src].node];
         if (pn->fused)
             continue;
-        const rt__kernel *k = be->kernel(be->context, pn->op, nd->op);
+        int bf16;
+        const rt__kernel *k = rt__kern_for(be, pn, nd->op, &bf16);
         if (!k || (k->can_fuse && !k->can_fuse(pn, nd)))
             continue;
         if (!(pn->fused_p = rt__arena_memdup(cc->A, &nd->p, sizeof nd->p)))
@@ -1341,11 +1401,16 @@ static int rt__pass_choose_kernels(rt__cc *cc)
     const rt__backend *be = p->backend;
     for (int i = 0; i < p->n_nodes; i++) {
         rt__node *nd = &p->nodes[i];
-        nd->kern = be->kernel(be->context, nd->op, nd->fused);
+        int bf16;
+        nd->kern = rt__kern_for(be, nd, nd->fused, &bf16);
         RT_ASSERT(nd->kern); /* supports_op and the fuse pass asked */
+        nd->prec = bf16 ? RT_PREC_BF16 : RT_PREC_F32;
         int rc;
+        /* a bf16 prepare may hand the node back to the float32 entry (a
+         * shape the backend has no bf16 primitive for): kern and prec */
         if (nd->kern->prepare && (rc = nd->kern->prepare(nd, cc->B, cc->A)) < 0)
             return rc;
+        p->rep.n_bf16 += nd->prec == RT_PREC_BF16;
     }
     for (int i = 0; i < p->n_fwd + p->n_bwd; i++) {
         rt__call *c = &p->calls[i];

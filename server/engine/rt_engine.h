@@ -341,6 +341,19 @@ typedef enum rt_sched_kind {
 int rt_metric_from_name(const char *name, uint32_t *bit);
 const char *rt_metric_name(uint32_t bit);
 
+/* Compute precision. RT_PREC_BF16 is Keras' mixed_bfloat16: a node's
+ * matmul/convolution inputs are rounded to bfloat16 and multiplied with
+ * float32 accumulation; its output, the weights, the loss, the optimizer
+ * and every op without a bf16 kernel stay float32. A graph node's string
+ * attribute "precision" ("bf16"/"mixed_bfloat16" or "f32"/"float32")
+ * sets it per node. Compile refuses bf16 where the backend (or the CPU)
+ * has none. */
+typedef enum rt_precision { RT_PREC_DEFAULT = 0, RT_PREC_F32 = 1, RT_PREC_BF16 = 2 } rt_precision;
+/* "float32" / "mixed_bfloat16" (NULL outside the enum); and back from
+ * Keras' names and the short ones ("f32", "bf16"); RT_EINVAL otherwise */
+const char *rt_precision_name(int prec);
+int rt_precision_from_name(const char *name, int *prec);
+
 typedef struct rt_train_config {
     rt_loss_kind loss;
     int from_logits; /* CE/BCE: the output is logits, not probabilities */
@@ -373,6 +386,10 @@ typedef struct rt_train_config {
     int label_ndim;       /* per-sample label rank */
     int64_t label_dims[RT_MAX_DIMS];
     int sync_bn; /* replicas: every BatchNorm's statistics global */
+    /* RT_PREC_*: the precision of the nodes whose graph entry has no
+     * "precision" attribute (Keras' global policy); RT_PREC_F32 also
+     * overrides the attribute (every node float32) */
+    int precision;
     /* PyTorch losses (RT_LOSS_IS_TORCH) */
     rt_reduction reduction;    /* mean (default) or sum over the batch */
     float label_smoothing;     /* cross_entropy, in [0, 1] */
@@ -496,6 +513,7 @@ typedef struct rt_compile_report {
     uint32_t n_regularized;              /* parameters with an L1/L2 regularizer */
     uint32_t n_constrained;              /* parameters with a constraint */
     char backend[16];                    /* the backend the plan runs on */
+    uint32_t n_bf16;                     /* nodes whose kernels compute in bf16 */
 } rt_compile_report;
 
 /* A 128-bit cache key over (canonical graph, training config, batch size,
@@ -530,6 +548,12 @@ int rt_plan_head_shape(const rt_plan *p, int k, int64_t dims[RT_MAX_DIMS], int64
 /* output k's name (the graph's node: Keras' output layer), or NULL */
 const char *rt_plan_head_name(const rt_plan *p, int k);
 int rt_plan_n_params(const rt_plan *p);
+/* The plan's nodes (after fusion, topological order): node i's name, op
+ * (a fused reader's as "Conv2D+MaxPool2D" into buf) and the precision its
+ * kernel computes in (RT_PREC_F32 or RT_PREC_BF16). Returns 0 or RT_EINVAL. */
+int rt_plan_n_nodes(const rt_plan *p);
+int rt_plan_node_info(const rt_plan *p, int i, const char **name, char *op, size_t oplen,
+                      int *prec);
 /* Parameter i: name (owned by p), shape. Returns ndim, or RT_EINVAL. */
 int rt_plan_param_info(const rt_plan *p, int i, const char **name, int64_t dims[RT_MAX_DIMS],
                        int *trainable);

@@ -341,6 +341,10 @@ struct rt__node {
      * recurrent op's states over all steps), at the plan's batch; lives
      * from the node's forward call to its backward call */
     int64_t ws_floats;
+    /* RT_PREC_*: asked (the attribute or the config) until choose_kernels,
+     * then what the chosen kernel computes in: RT_PREC_BF16 only where the
+     * backend's kernel_bf16 gave one */
+    int prec;
 };
 
 /* Typed parameter accessors: rt__dense_p(nd) (mutable, for infer) and
@@ -467,6 +471,15 @@ typedef struct rt__backend {
     /* whether it runs the whole plan (its loss, its config), after the
      * kernels are chosen: 0, or an error code with a message. NULL: yes */
     int (*check)(void *ctx, const rt_plan *p, char *err, size_t errlen);
+    /* Mixed bfloat16 (RT_PREC_BF16 nodes). precision: 0 when this backend
+     * computes in prec here (the CPU backend asks oneDNN whether the CPU
+     * has bf16 instructions), else an error code with a message; NULL:
+     * float32 only. kernel_bf16: as kernel, for the bf16 node nd (its
+     * parameters are set: the backend may decide by shape); NULL where it
+     * has no bf16 kernel for it (the node runs float32, fused by the
+     * float32 rules). */
+    int (*precision)(void *ctx, int prec, char *err, size_t errlen);
+    const rt__kernel *(*kernel_bf16)(void *ctx, const rt__node *nd, const rt__op_def *fused);
     /* run calls[0..n) with their resolved arguments args[0..n) */
     void (*run)(void *ctx, const rt__call *calls, const rt__kargs *args, int n);
 

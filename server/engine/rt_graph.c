@@ -573,6 +573,24 @@ const char *rt_loss_name(rt_loss_kind k)
     return k >= RT_LOSS_SPARSE_CE && k <= RT_LOSS_LAST ? loss_names[k] : NULL;
 }
 
+const char *rt_precision_name(int prec)
+{
+    return prec == RT_PREC_F32 ? "float32" : prec == RT_PREC_BF16 ? "mixed_bfloat16" : NULL;
+}
+
+int rt_precision_from_name(const char *name, int *prec)
+{
+    if (!name)
+        return RT_EINVAL;
+    if (!strcmp(name, "float32") || !strcmp(name, "f32") || !strcmp(name, "fp32"))
+        *prec = RT_PREC_F32;
+    else if (!strcmp(name, "mixed_bfloat16") || !strcmp(name, "bf16"))
+        *prec = RT_PREC_BF16;
+    else
+        return RT_EINVAL;
+    return 0;
+}
+
 int rt_reduction_from_name(const char *name, rt_reduction *out)
 {
     if (!name)

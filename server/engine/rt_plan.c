@@ -3,6 +3,7 @@
  * parameter info, and the cache key (rt_plan_key). Compile itself is in
  * rt_compile.c.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,6 +76,23 @@ const char *rt_plan_head_name(const rt_plan *p, int k)
 }
 
 int rt_plan_n_params(const rt_plan *p) { return p ? p->n_params : RT_EINVAL; }
+
+int rt_plan_n_nodes(const rt_plan *p) { return p ? p->n_nodes : RT_EINVAL; }
+
+int rt_plan_node_info(const rt_plan *p, int i, const char **name, char *op, size_t oplen, int *prec)
+{
+    if (!p || i < 0 || i >= p->n_nodes)
+        return RT_EINVAL;
+    const rt__node *nd = &p->nodes[i];
+    if (name)
+        *name = nd->name;
+    if (op && oplen)
+        snprintf(op, oplen, "%s%s%s", nd->op->name, nd->fused ? "+" : "",
+                 nd->fused ? nd->fused->name : "");
+    if (prec)
+        *prec = nd->prec == RT_PREC_BF16 ? RT_PREC_BF16 : RT_PREC_F32;
+    return 0;
+}
 
 int rt_plan_param_info(const rt_plan *p, int i, const char **name, int64_t dims[RT_MAX_DIMS],
                        int *trainable)
@@ -215,6 +233,8 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
     for (int i = 0; i < c->label_ndim && i < RT_MAX_DIMS; i++)
         rt__hi(s, c->label_dims[i]);
     rt__hi(s, c->sync_bn);
+    if (c->precision) /* hashed only when set: float32 plans keep their keys */
+        rt__hi(s, c->precision);
     rt__hi(s, c->reduction);
     rt__hf(s, c->label_smoothing);
     rt__hi(s, c->ignore_index);

@@ -621,6 +621,7 @@ typedef struct imp {
     int n_outs;
     rt_keras_tensor outs[RT_MAX_HEADS];
     char out_layer[RT_MAX_HEADS][RT_KERAS_NAME]; /* the output layers' names */
+    int any_mixed;                               /* a layer's dtype policy is mixed_bfloat16 */
 } imp;
 
 /* the message in m->err, returns code (rt_errf, the one formatter) */
@@ -678,8 +679,8 @@ static const struct {
     const char *key, *when, *why;
 } inert_fields[] = {
     {"name", NULL, "the layer's name"},
-    {"dtype", NULL, "rtrain computes in float32"},
-    {"dtype_policy", NULL, "rtrain computes in float32"},
+    {"dtype", NULL, "float32 or mixed_bfloat16: the layer's precision"},
+    {"dtype_policy", NULL, "float32 or mixed_bfloat16: the layer's precision"},
     {"autocast", NULL, "rtrain computes in float32"},
     {"batch_input_shape", NULL, "the input shape, read by the model walker"},
     {"batch_shape", NULL, "the input shape, read by the model walker"},
@@ -1616,12 +1617,14 @@ static int activation_objects(imp *m, rt_keras_ctx *c, char *msg, size_t ml)
     return 0;
 }
 
-/* The layer's dtype policy: float32 (Keras 3's DTypePolicy object, Keras
- * 2's "Policy", or the name) as rtrain computes; a mixed or 16-bit policy
- * would compute another way and is refused. */
-static int dtype_policy(rt_keras_ctx *c, char *msg, size_t ml)
+/* The layer's dtype policy (Keras 3's DTypePolicy object, Keras 2's
+ * "Policy", or the name) into *prec: RT_PREC_F32, RT_PREC_BF16 for
+ * mixed_bfloat16, 0 when the layer names none. Other 16-bit policies
+ * compute another way and are refused. */
+static int dtype_policy(rt_keras_ctx *c, int *prec, char *msg, size_t ml)
 {
     static const char *const keys[] = {"dtype", "dtype_policy"};
+    *prec = 0;
     for (size_t i = 0; i < 2 && c->cfg; i++) {
         json_object *v = NULL;
         if (!json_object_object_get_ex(c->cfg, keys[i], &v) || !v)
@@ -1639,16 +1642,58 @@ static int dtype_policy(rt_keras_ctx *c, char *msg, size_t ml)
                 return -1;
             }
         }
-        if (name && (strncmp(name, "mixed_", 6) == 0 || strcmp(name, "float16") == 0 ||
-                     strcmp(name, "bfloat16") == 0 || strcmp(name, "half") == 0)) {
+        if (!name)
+            continue;
+        if (strcmp(name, "mixed_bfloat16") == 0) {
+            *prec = RT_PREC_BF16;
+        } else if (strcmp(name, "float32") == 0) {
+            if (!*prec)
+                *prec = RT_PREC_F32;
+        } else if (strncmp(name, "mixed_", 6) == 0 || strcmp(name, "float16") == 0 ||
+                   strcmp(name, "bfloat16") == 0 || strcmp(name, "half") == 0) {
             snprintf(msg, ml,
-                     "dtype policy '%.32s' is not supported: rtrain computes in "
-                     "float32; save the model with the float32 policy (layer '%.64s')",
+                     "dtype policy '%.32s' is not supported: rtrain computes float32 or "
+                     "mixed_bfloat16 (layer '%.64s')",
                      name, c->layer);
             return -1;
         }
     }
     return 0;
+}
+
+/* The layer's policy on every node it added (entries first..): the
+ * engine's "precision" attribute, appended last */
+static int mark_precision(imp *m, int first, int prec)
+{
+    for (int k = first; k < m->g->n; k++) {
+        rt__entry *e = &m->g->e[k];
+        if (e->kind != RT__T_NODE)
+            continue;
+        rt_attr *at = rt__arena_alloc(&m->g->arena, sizeof(rt_attr) * (size_t)(e->n_attr + 1));
+        if (!at)
+            return ifail(m, RT_ENOMEM, "out of memory");
+        if (e->n_attr)
+            memcpy(at, e->attrs, sizeof(rt_attr) * (size_t)e->n_attr);
+        at[e->n_attr] =
+            (rt_attr){.name = "precision", .kind = RT_ATTR_STR, .s = rt_precision_name(prec)};
+        e->attrs = at;
+        e->n_attr++;
+    }
+    m->any_mixed |= prec == RT_PREC_BF16;
+    return 0;
+}
+
+/* A model without a mixed_bfloat16 layer: its float32 policies are
+ * Keras' default, which the request's precision (the global policy)
+ * replaces; their attributes go. */
+static void unmark_precision(imp *m)
+{
+    for (int k = 0; k < m->g->n && !m->any_mixed; k++) {
+        rt__entry *e = &m->g->e[k];
+        if (e->kind == RT__T_NODE && e->n_attr &&
+            strcmp(e->attrs[e->n_attr - 1].name, "precision") == 0)
+            e->n_attr--;
+    }
 }
 
 static int is_model_class(const char *cls)
@@ -1772,8 +1817,8 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins, int
         if (lwant && n_in != lwant)
             rc = rt_keras_fail(&c, RT_EINVAL, "%s takes %d input(s), got %d", cls, lwant, n_in);
         const int first = m->g->n;
-        int lmode = LAY_PLAIN;
-        if (rc == 0 && (dtype_policy(&c, lerr, sizeof lerr) < 0 ||
+        int lmode = LAY_PLAIN, lprec = 0;
+        if (rc == 0 && (dtype_policy(&c, &lprec, lerr, sizeof lerr) < 0 ||
                         activation_objects(m, &c, lerr, sizeof lerr) < 0)) {
             add_problem(m, RT_EUNIMPLEMENTED, lerr);
             return 0;
@@ -1795,6 +1840,8 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins, int
             rc = layout_finish(m, &c, lmode, first);
         if (rc == 0 && strcmp(cls, "ActivityRegularization") != 0)
             rc = activity_reg(&c);
+        if (rc == 0 && lprec)
+            rc = mark_precision(m, first, lprec);
         if (rc < 0) {
             int cascade = poisoned && (rc == RT_ESHAPE || rc == RT_EOVERFLOW || rc == RT_EGRAPH);
             if (!cascade)
@@ -2469,6 +2516,8 @@ int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int 
     }
     if (rc == 0 && m->n_prob)
         rc = report_problems(m);
+    if (rc == 0)
+        unmark_precision(m);
     /* predictions and labels in Keras' order */
     const char *heads[RT_MAX_HEADS];
     for (int k = 0; k < n_outs && rc == 0; k++) {

@@ -99,6 +99,9 @@ static int config_from_pb(rt_call *c, const Rtrain__V1__TrainConfig *p, rt_train
     }
     cfg->from_logits = p->from_logits;
     cfg->sync_bn = p->sync_batchnorm;
+    if (p->precision && *p->precision && rt_precision_from_name(p->precision, &cfg->precision) < 0)
+        return rt_call_fail(c, RT_EINVAL, "unknown precision '%.32s' (float32 or mixed_bfloat16)",
+                            p->precision);
     /* PyTorch's losses: the compile checks ranges and which loss takes what */
     if (p->reduction && *p->reduction && rt_reduction_from_name(p->reduction, &cfg->reduction) < 0)
         return rt_call_fail(c, RT_EINVAL, "unknown reduction '%.32s' (mean or sum)", p->reduction);
@@ -590,6 +593,23 @@ static int compile_answer(rt_call *c, compile_st *st, rt_program *prog, int hit)
         pi->trainable = tr;
         cr->params[cr->n_params++] = pi;
     }
+    const int nn = rt_plan_n_nodes(st->plan);
+    cr->ops = rt_call_alloc(c, sizeof *cr->ops * (size_t)(nn > 0 ? nn : 1));
+    if (!cr->ops)
+        return OOM(c);
+    for (int i = 0; i < nn; i++) {
+        Rtrain__V1__OpInfo *oi = NEW(c, Rtrain__V1__OpInfo, RTRAIN__V1__OP_INFO__INIT);
+        char op[48];
+        const char *name;
+        int prec;
+        if (!oi || rt_plan_node_info(st->plan, i, &name, op, sizeof op, &prec) < 0 ||
+            !(oi->op = rt_call_strdup(c, op)))
+            return OOM(c);
+        oi->name = (char *)name;
+        oi->precision = (char *)rt_precision_name(prec);
+        cr->ops[cr->n_ops++] = oi;
+    }
+    cr->bf16_ops = rep->n_bf16;
     int64_t d[RT_MAX_DIMS];
     int n = rt_plan_input_shape(st->plan, d);
     if (n >= 0) {

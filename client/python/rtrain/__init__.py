@@ -56,6 +56,7 @@ from . import utils
 from . import callbacks
 from . import callbacks as callbacks_mod
 from . import models
+from . import mixed_precision
 from .layers import Input
 from .models import Model, Sequential
 from ._rtrain import (Error, ConnectionError, InvalidArgument, NotFound,
@@ -66,7 +67,7 @@ from ._rtrain import (Error, ConnectionError, InvalidArgument, NotFound,
 __all__ = [
     "connect", "get_default_client", "Client", "Model", "Sequential", "Input",
     "CompiledModel", "History", "Dataset", "layers", "optimizers", "callbacks",
-    "models",
+    "models", "mixed_precision",
     "summarize_timings", "Error", "ConnectionError",
     "InvalidArgument", "NotFound", "DeadlineExceeded", "Cancelled",
     "ResourceExhausted", "FailedPrecondition", "AlreadyExists",
@@ -1467,7 +1468,7 @@ class Client(_rtrain.Client):
                 input_shape=None, data_layout=None, loss_check=True,
                 reduction="mean", label_smoothing=0.0, ignore_index=-100,
                 class_weight=None, pos_weight=None, beta=None, delta=None,
-                loss_weights=None):
+                loss_weights=None, precision=None):
         """Compile spec (rtrain.Sequential, Keras model JSON, or an ONNX
         model: its bytes or a path ending in .onnx) on the daemon.
         optimizer: a name or an rtrain.optimizers object; loss: a Keras
@@ -1493,6 +1494,11 @@ class Client(_rtrain.Client):
         batch_size, shuffle and the label layout are part of a program;
         fit() recompiles (keeping the weights) when they change, so giving
         them here saves that first recompile.
+
+        precision: None (the layers' dtype policies, see
+        rtrain.mixed_precision), "mixed_bfloat16" (or "bf16") or "float32"
+        for the whole model; report["ops"] lists each compiled op as
+        (name, op, precision).
 
         input_shape: a Keras model's per-sample input dims (None or 0 keeps
         the model's); it binds null dims, e.g. a sequence length saved as
@@ -1567,6 +1573,9 @@ class Client(_rtrain.Client):
             opts["outputs"] = outputs
         if input_shape is not None:
             opts["input_shape"] = tuple(int(d or 0) for d in input_shape)
+        if precision is not None:  # the whole model; None: its layers' policies
+            opts["precision"] = mixed_precision.Policy(
+                "mixed_bfloat16" if precision == "bf16" else precision).name
         onnx = _onnx_bytes(spec)
         spec_json = _spec_json(spec) if onnx is None else None
         if onnx is None and onnx_output is not None:

@@ -167,12 +167,15 @@ class Layer:
                  input_dim=None, batch_input_shape=None, dtype=None):
         if name is not None and (not isinstance(name, str) or not name):
             raise ValueError("layer name must be a non-empty string")
+        # the layer's dtype policy: its own, else the global one now (as
+        # Keras); float32 or mixed_bfloat16 (mixed_precision.Policy refuses
+        # the rest)
+        from . import mixed_precision as _mp
         dtype = _dtype_name(dtype)
-        if dtype not in (None, "float32"):
-            raise ValueError("only float32 layers are supported, got dtype %r"
-                             "%s" % (dtype, " (a mixed precision policy: save the "
-                                     "model with the float32 policy)"
-                                     if dtype.startswith("mixed_") else ""))
+        if isinstance(dtype, _mp.Policy):
+            dtype = dtype.name
+        self.dtype_policy = _mp.Policy(dtype if dtype is not None
+                                       else _mp.global_policy())
         given = [v for v in (input_shape, input_dim, batch_input_shape)
                  if v is not None]
         if len(given) > 1:
@@ -220,7 +223,11 @@ class Layer:
         return self.compute_output_shape(shapes[0])
 
     def get_config(self, name):
-        cfg = {"name": name, "trainable": self.trainable, "dtype": "float32"}
+        pol = getattr(self, "dtype_policy", None)
+        # Keras 2's Policy object for a mixed one, the plain name otherwise
+        dtype = ({"class_name": "Policy", "config": {"name": pol.name}}
+                 if pol is not None and pol.name != "float32" else "float32")
+        cfg = {"name": name, "trainable": self.trainable, "dtype": dtype}
         if self.input_shape is not None:
             cfg["batch_input_shape"] = [None] + list(self.input_shape)
         cfg.update(self._config())

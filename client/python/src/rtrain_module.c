@@ -1134,6 +1134,7 @@ static int rt_py__train_opts(PyObject *d, rt_train_opts *o, const char **metrics
         rt_py__opt_bool(d, "shuffle", &shuffle) < 0 ||
         rt_py__opt_bool(d, "sync_batchnorm", &o->sync_batchnorm) < 0 ||
         rt_py__opt_str(d, "data_layout", &o->data_layout) < 0 ||
+        rt_py__opt_str(d, "precision", &o->precision) < 0 ||
         rt_py__opt_str(d, "reduction", &o->reduction) < 0 ||
         rt_py__opt_float(d, "label_smoothing", &o->label_smoothing) < 0 ||
         rt_py__opt_float(d, "loss_beta", &o->loss_beta) < 0 ||
@@ -1301,8 +1302,26 @@ static PyObject *rt_py__report(const rt_client_compile_result *r)
         }
         PyList_SET_ITEM(passes, (Py_ssize_t)i, p);
     }
+    /* each compiled op: (name, op, precision) */
+    PyObject *ops = PyList_New((Py_ssize_t)r->n_ops);
+    if (!ops) {
+        Py_DECREF(params);
+        Py_DECREF(passes);
+        return NULL;
+    }
+    for (size_t i = 0; i < r->n_ops; i++) {
+        PyObject *p = Py_BuildValue("(sss)", r->ops[i].name ? r->ops[i].name : "", r->ops[i].op,
+                                    r->ops[i].precision);
+        if (!p) {
+            Py_DECREF(params);
+            Py_DECREF(passes);
+            Py_DECREF(ops);
+            return NULL;
+        }
+        PyList_SET_ITEM(ops, (Py_ssize_t)i, p);
+    }
     return Py_BuildValue(
-        "{s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:I,s:N,s:N,s:N,s:N,s:s,s:s}", "program_id",
+        "{s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:I,s:N,s:N,s:N,s:N,s:s,s:s,s:N,s:I}", "program_id",
         r->program_id, "param_count", (unsigned long long)r->param_count, "trainable_param_count",
         (unsigned long long)r->trainable_param_count, "flops_per_step",
         (unsigned long long)r->flops_per_step, "arena_bytes", (unsigned long long)r->arena_bytes,
@@ -1311,7 +1330,8 @@ static PyObject *rt_py__report(const rt_client_compile_result *r)
         "kernels", (unsigned)r->kernels, "input_shape",
         rt_py__shape_tuple(r->input_ndim, r->input_shape), "output_shape",
         rt_py__shape_tuple(r->output_ndim, r->output_shape), "params", params, "passes", passes,
-        "data_layout", r->data_layout, "backend", r->backend);
+        "data_layout", r->data_layout, "backend", r->backend, "ops", ops, "bf16_ops",
+        (unsigned)r->bf16_ops);
 }
 
 /* _compile(model, options, onnx_output=None) -> Program; model: Keras

@@ -20,6 +20,7 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
+#include "cpu/rt_kern_bf16.h"
 #include "cpu/rt_kern_conv.h"
 #include "cpu/rt_kern_cpu.h"
 
@@ -109,6 +110,24 @@ static const rt__kernel *rt__cpu_kernel(void *ctx, const rt__op_def *op, const r
         if (rt__cpu_table[i].op == op && rt__cpu_table[i].fused == fused)
             return &rt__cpu_table[i];
     return NULL;
+}
+
+const rt__kernel *rt_kern_cpu_f32_kernel(const rt__op_def *op, const rt__op_def *fused)
+{
+    return rt__cpu_kernel(NULL, op, fused);
+}
+
+/* mixed bfloat16: Dense, MatMul, Conv2D (rt_kern_bf16.c) where the CPU
+ * has bf16 instructions */
+static int rt__cpu_precision(void *ctx, int prec, char *err, size_t errlen)
+{
+    (void)ctx;
+    return prec == RT_PREC_BF16 ? rt_kern_bf16_supported(err, errlen) : 0;
+}
+static const rt__kernel *rt__cpu_kernel_bf16(void *ctx, const rt__node *nd, const rt__op_def *fused)
+{
+    (void)ctx;
+    return rt_kern_bf16_kernel(nd, fused);
 }
 
 static int rt__cpu_supports(void *ctx, const rt__node *nd)
@@ -338,6 +357,8 @@ const rt__backend rt__backend_cpu = {
     .shared_scratch_floats = RT_KERN_GEMM_SCRATCH,
     .kernel = rt__cpu_kernel,
     .supports_op = rt__cpu_supports,
+    .precision = rt__cpu_precision,
+    .kernel_bf16 = rt__cpu_kernel_bf16,
     .run = rt__cpu_run,
     .alloc = rt__cpu_alloc,
     .release = rt__cpu_release,

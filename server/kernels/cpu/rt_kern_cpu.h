@@ -16,6 +16,8 @@
  * or the Relu/Sigmoid/Tanh fused into it (Dense + activation rule). */
 void rt_kern_dense_fwd(const rt__kargs *a);
 void rt_kern_dense_bwd(const rt__kargs *a);
+/* the activation on a Dense's output: its own or the fused reader's */
+int rt_kern_dense_act(const rt__node *nd);
 /* may Dense absorb this activation (it has none of its own) */
 int rt_kern_dense_can_fuse_act(const rt__node *dense, const rt__node *act);
 /* scratch for dz when an activation is applied */

@@ -12,7 +12,7 @@
 #define RT__PAR_MIN 65536
 
 /* the activation applied to the output: Dense's own or a fused one */
-static inline int rt__dense_act(const rt__node *nd)
+int rt_kern_dense_act(const rt__node *nd)
 {
     const int own = rt__dense_cp(nd)->act;
     if (own || !nd->fused)
@@ -31,7 +31,7 @@ int rt_kern_dense_can_fuse_act(const rt__node *dense, const rt__node *act)
 int rt_kern_dense_prepare(rt__node *nd, int64_t B, rt__arena *A)
 {
     (void)A;
-    nd->scratch_floats = rt__dense_act(nd) ? rt__numel_n(&nd->out, B) : 0;
+    nd->scratch_floats = rt_kern_dense_act(nd) ? rt__numel_n(&nd->out, B) : 0;
     return 0;
 }
 
@@ -40,7 +40,7 @@ void rt_kern_dense_fwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
     const int64_t K = rt__dense_cp(nd)->K, N = rt__dense_cp(nd)->N;
-    const int act = rt__dense_act(nd);
+    const int act = rt_kern_dense_act(nd);
     const int64_t R = rt__rows(nd->in_shape[0], a->r->n);
     float *y = a->y;
     rt_kern_gemm(a->r, 0, 0, R, N, K, a->x[0], K, a->x[1], N, 0.0f, y, N);
@@ -74,7 +74,7 @@ void rt_kern_dense_bwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
     const int64_t K = rt__dense_cp(nd)->K, N = rt__dense_cp(nd)->N;
-    const int act = rt__dense_act(nd);
+    const int act = rt_kern_dense_act(nd);
     const int64_t R = rt__rows(nd->in_shape[0], a->r->n);
     const int par = R * N >= RT__PAR_MIN;
     const float *dz = a->dy;

@@ -82,6 +82,18 @@ static const rt__kernel *rt_ref_kernel(void *ctx, const rt__op_def *op, const rt
     return NULL;
 }
 
+/* mixed bfloat16 emulated by rounding (rt_ref_bf16.c): any CPU */
+static int rt_ref_precision(void *ctx, int prec, char *err, size_t errlen)
+{
+    (void)ctx, (void)prec, (void)err, (void)errlen;
+    return 0;
+}
+static const rt__kernel *rt_ref_kernel_bf16(void *ctx, const rt__node *nd, const rt__op_def *fused)
+{
+    (void)ctx;
+    return rt_ref_bf16_kernel(nd, fused);
+}
+
 static int rt_ref_supports(void *ctx, const rt__node *nd)
 {
     return rt_ref_kernel(ctx, nd->op, NULL) != NULL;
@@ -125,6 +137,8 @@ const rt__backend rt__backend_ref = {
     .kernel = rt_ref_kernel,
     .supports_op = rt_ref_supports,
     .check = NULL,
+    .precision = rt_ref_precision,
+    .kernel_bf16 = rt_ref_kernel_bf16,
     .run = rt_ref_run,
     .alloc = rt_ref_alloc,
     .release = rt_ref_release,

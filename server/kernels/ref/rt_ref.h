@@ -30,6 +30,10 @@ static inline void rt_ref_put(const rt__kargs *a, int k, int64_t i, double v)
  * that scatter with +=) */
 void rt_ref_clear(const rt__kargs *a, int k, int64_t n);
 
+/* rt_ref_bf16.c: mixed bfloat16 (Dense, MatMul, Conv2D but grouped ones)
+ * as the definition; NULL for the other nodes */
+const rt__kernel *rt_ref_bf16_kernel(const rt__node *nd, const rt__op_def *fused);
+
 /* rt_ref_ops.c */
 void rt_ref_dense_fwd(const rt__kargs *a);
 void rt_ref_dense_bwd(const rt__kargs *a);

@@ -1,0 +1,198 @@
+/*
+ * bench_bf16.c - mixed bfloat16 against float32 on the CPU backend: the
+ * bf16 / float32 step-time ratio of W-B (32x32x3, batch 256), W-C (the
+ * 784-512-512-10 MLP, batch 128) and ResNet-18 for CIFAR (batch 64), each
+ * the same graph compiled both ways, timed in interleaved rounds (the
+ * machine's noise hits both), medians; the arena bytes of both plans and
+ * how many ops computed in bf16. Prints numbers, asserts nothing.
+ *
+ *     flock /work/wt/bench.lock build/bench/bf16/bench_bf16 [--reps N] [--conv-min-c C]
+ *
+ * --conv-min-c C: Conv2D layers with fewer than C input channels run
+ * float32 (rt_kern_bf16_conv_min_c), to measure the first layer's share.
+ *
+ * W-B and ResNet-18 are bench/onnx/models.py's ONNX exports (python3-torch
+ * writes them to a temporary folder), read with NHWC data as the Keras
+ * models take it. Numbers taken beside other work are loaded ones.
+ */
+#define RT_BENCH_NAME "bench_bf16"
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_util.h"
+#include "import_onnx.h"
+#include "rt_engine.h"
+
+extern int rt_kern_bf16_conv_min_c; /* rt_kern_bf16.c */
+
+static uint8_t *read_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        die("open", path);
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc((size_t)n + 1);
+    if (!b || fread(b, 1, (size_t)n, f) != (size_t)n)
+        die("read", path);
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+static rt_plan *compile(const rt_graph *g, rt_train_config *cfg, int prec)
+{
+    rt_plan *p;
+    rt_compile_report rep;
+    char err[256];
+    cfg->precision = prec;
+    if (rt_plan_compile(g, cfg, &p, &rep, err, sizeof err) < 0)
+        die("compile", err);
+    return p;
+}
+
+static double step_ms(rt_exec *e, const rt_data *d, int steps)
+{
+    rt_train_result r;
+    const double t0 = now_s();
+    if (rt_exec_train(e, d, steps, &r, NULL, NULL, NULL) < 0)
+        die("train", rt_exec_errmsg(e));
+    return (now_s() - t0) * 1e3 / steps;
+}
+
+static void row(const char *name, const rt_graph *g, rt_train_config *cfg, int reps, int steps)
+{
+    rt_plan *p[2] = {compile(g, cfg, RT_PREC_F32), compile(g, cfg, RT_PREC_BF16)};
+    int64_t dims[RT_MAX_DIMS], per = 1;
+    const int nd = rt_plan_input_shape(p[0], dims);
+    for (int k = 0; k < nd; k++)
+        per *= dims[k];
+    const int64_t n = (int64_t)cfg->batch_size * 2;
+    float *x = malloc(sizeof(float) * (size_t)(n * per));
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)n);
+    if (!x || !y)
+        die("malloc", name);
+    for (int64_t i = 0; i < n * per; i++)
+        x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (int32_t)(i % 10);
+    const rt_data d = {.x = x, .y = y, .y_dtype = RT_I32, .n = n};
+    rt_exec *e[2];
+    for (int k = 0; k < 2; k++) {
+        if (rt_exec_create(p[k], &e[k]) < 0)
+            die("exec", name);
+        step_ms(e[k], &d, 2); /* warm: first-touch of the arena, primitives */
+    }
+    double t[2][64];
+    if (reps > 64)
+        reps = 64;
+    for (int r = 0; r < reps; r++)
+        for (int k = 0; k < 2; k++)
+            t[k][r] = step_ms(e[k], &d, steps);
+    const double m32 = median(t[0], reps), m16 = median(t[1], reps);
+    const rt_compile_report *r32 = rt_plan_report(p[0]), *r16 = rt_plan_report(p[1]);
+    printf("| %s | %d | %.2f | %.2f | **%.3f** | %u of %d | %.1f | %.1f |\n", name,
+           cfg->batch_size, m32, m16, m16 / m32, r16->n_bf16, rt_plan_n_nodes(p[1]),
+           r32->arena_bytes / 1048576.0, r16->arena_bytes / 1048576.0);
+    fflush(stdout);
+    for (int k = 0; k < 2; k++) {
+        rt_exec_destroy(e[k]);
+        rt_plan_release(p[k]);
+    }
+    free(x);
+    free(y);
+}
+
+static rt_graph *onnx_graph(const char *dir, const char *file)
+{
+    char path[600], err[512];
+    size_t len;
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    uint8_t *onnx = read_all(path, &len);
+    rt_onnx_opts io = {.data_nhwc = 1};
+    rt_graph *g;
+    if (rt_onnx_import_opts(onnx, len, &io, &g, err, sizeof err) < 0)
+        die("import", err);
+    free(onnx);
+    return g;
+}
+
+/* W-C: 784-512-512-10, relu, logits */
+static rt_graph *wc_graph(void)
+{
+    rt_graph *g = rt_graph_create();
+    const int64_t in[2] = {RT_BATCH, 784};
+    if (!g || rt_graph_add_input(g, "x", RT_F32, 2, in) < 0)
+        die("graph", "W-C");
+    const int64_t w[3][2] = {{784, 512}, {512, 512}, {512, 10}};
+    const char *prev = "x";
+    static char names[3][3][16];
+    for (int l = 0; l < 3; l++) {
+        snprintf(names[l][0], 16, "d%d", l);
+        snprintf(names[l][1], 16, "d%d/w", l);
+        snprintf(names[l][2], 16, "d%d/b", l);
+        const int64_t b = w[l][1];
+        const rt_attr relu = {.name = "activation", .kind = RT_ATTR_STR, .s = "relu"};
+        const char *ins[3] = {prev, names[l][1], names[l][2]};
+        if (rt_graph_add_param(g, names[l][1], 2, w[l], RT_INIT_GLOROT_UNIFORM, 1, NULL) < 0 ||
+            rt_graph_add_param(g, names[l][2], 1, &b, RT_INIT_ZEROS, 1, NULL) < 0 ||
+            rt_graph_add_node(g, names[l][0], "Dense", 3, ins, l < 2, &relu) < 0)
+            die("graph", rt_graph_errmsg(g));
+        prev = names[l][0];
+    }
+    return g;
+}
+
+int main(int argc, char **argv)
+{
+    int reps = 7;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--conv-min-c") && i + 1 < argc)
+            rt_kern_bf16_conv_min_c = atoi(argv[++i]);
+        else
+            die("usage", "bench_bf16 [--reps N] [--conv-min-c C]");
+    }
+    if (reps < 1)
+        reps = 1;
+    if (rt_backend_select("cpu") < 0)
+        die("backend", "this build has no cpu backend");
+    char dir[] = "/tmp/bench_bf16.XXXXXX", cmd[1024];
+    if (!mkdtemp(dir))
+        die("mkdtemp", dir);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/bench/onnx/models.py %s 2>/dev/null",
+             RT_SOURCE_DIR, dir);
+    if (system(cmd) != 0)
+        die("models.py (needs python3-torch)", cmd);
+    printf("bf16 (mixed_bfloat16) against float32, same graph, interleaved rounds, medians "
+           "of %d\n\n",
+           reps);
+    printf("| workload | batch | float32 ms/step | bf16 ms/step | bf16/f32 | bf16 ops | arena "
+           "MiB f32 | arena MiB bf16 |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.from_logits = 1;
+    cfg.metrics = 0;
+    cfg.batch_size = 256;
+    rt_graph *g = onnx_graph(dir, "wb.onnx");
+    row("W-B (Adam)", g, &cfg, reps, 4);
+    rt_graph_destroy(g);
+    cfg.batch_size = 128;
+    g = wc_graph();
+    row("W-C (Adam)", g, &cfg, reps, 20);
+    rt_graph_destroy(g);
+    cfg.batch_size = 64;
+    cfg.opt = RT_OPT_SGD;
+    cfg.lr = 0.01f;
+    cfg.momentum = 0.9f;
+    g = onnx_graph(dir, "resnet18.onnx");
+    row("ResNet-18 CIFAR (SGD)", g, &cfg, reps, 1);
+    rt_graph_destroy(g);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench_bf16: could not remove %s\n", dir);
+    return 0;
+}

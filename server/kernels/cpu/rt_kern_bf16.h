@@ -1,0 +1,36 @@
+/*
+ * rt_kern_bf16.h - the CPU backend's mixed-bfloat16 kernels (Keras'
+ * mixed_bfloat16): Dense, MatMul and Conv2D through oneDNN's bf16 matmul
+ * and convolution primitives with float32 accumulation (rt_kern_bf16.c).
+ * Activations and weights stay float32 in the arena and the parameter
+ * block; each call rounds its inputs to bf16 (round to nearest even) into
+ * the node's workspace, the weights once per step in the forward call,
+ * which the backward call reuses.
+ */
+#ifndef RTRAIN_KERN_BF16_H
+#define RTRAIN_KERN_BF16_H
+
+#include <stdint.h>
+
+#include "rt_engine_impl.h"
+
+/* 0 when oneDNN may run bf16 instructions on this CPU (its effective ISA,
+ * which ONEDNN_MAX_CPU_ISA caps, includes AVX512_CORE_BF16), else
+ * RT_ESTATE with a message saying so */
+int rt_kern_bf16_supported(char *err, size_t errlen);
+/* the bf16 entry for node nd (absorbing a reader of op fused), or NULL:
+ * its op has none, or a Conv2D is grouped or has fewer input channels
+ * than rt_kern_bf16_conv_min_c */
+const rt__kernel *rt_kern_bf16_kernel(const rt__node *nd, const rt__op_def *fused);
+/* the float32 entry of the CPU table (rt_backend_cpu.c): a bf16 prepare
+ * hands a node it has no primitive for back to it */
+const rt__kernel *rt_kern_cpu_f32_kernel(const rt__op_def *op, const rt__op_def *fused);
+
+/* Conv2D with fewer input channels than this runs float32 (read at
+ * compile; bench/bf16 --conv-min-c varies it). 1: every Conv2D in bf16. */
+extern int rt_kern_bf16_conv_min_c;
+
+/* dst[i] = bf16(src[i]), round to nearest even (NaN stays NaN) */
+void rt_kern_to_bf16(uint16_t *dst, const float *src, int64_t n);
+
+#endif

@@ -1,0 +1,142 @@
+/*
+ * rt_ref_bf16.c - the reference backend's mixed bfloat16: Dense, MatMul and
+ * Conv2D as the CPU backend computes them under Keras' mixed_bfloat16,
+ * written as the definition. The inputs of the products (x, the weights,
+ * and in the backward pass dz = dy * act'(y) as a float) are rounded to
+ * bf16 (nearest even) and the float32 kernels of this backend run on the
+ * rounded copies, summing in double; the bias gradient sums the float dz
+ * unrounded, as the CPU backend's does. Grouped convolutions stay float32,
+ * as on the CPU backend. Copies are allocated per call: this backend is an
+ * oracle, not a fast path.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ref/rt_ref.h"
+
+/* round to nearest even at 8 significant bits; NaN and infinities kept */
+static float rt_ref_bf(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7f800000u) == 0x7f800000u)
+        return f;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static float *rt_ref_bf_copy(const float *src, int64_t n)
+{
+    float *d = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    RT_ASSERT(d);
+    for (int64_t i = 0; i < n; i++)
+        d[i] = rt_ref_bf(src[i]);
+    return d;
+}
+
+/* the activation's derivative from its output y (Dense's and Conv2D's) */
+static double rt_ref_bf_act_dy(int act, double y)
+{
+    switch (act) {
+    case RT__ACT_RELU: return y > 0 ? 1 : 0;
+    case RT__ACT_SIGMOID: return y * (1 - y);
+    case RT__ACT_TANH: return 1 - y * y;
+    default: return 1;
+    }
+}
+
+typedef struct {
+    int64_t in_n, w_n, out_n, cols; /* x, W, y values; bias columns */
+    int act, bias;
+} rt_ref_bf_shape;
+
+static rt_ref_bf_shape rt_ref_bf_dims(const rt__kargs *a)
+{
+    const rt__node *nd = a->nd;
+    rt_ref_bf_shape s;
+    s.in_n = rt__numel_n(nd->in_shape[0], a->r->n);
+    s.w_n = rt__numel_n(nd->in_shape[1], a->r->n);
+    s.out_n = rt__numel_n(&nd->out, a->r->n);
+    if (nd->op == &rt__op_conv2d) {
+        s.cols = rt__conv_cp(nd)->OC;
+        s.act = rt__conv_cp(nd)->act;
+        s.bias = rt__conv_cp(nd)->bias;
+    } else {
+        s.cols = rt__dense_cp(nd)->N;
+        s.act = rt__dense_cp(nd)->act;
+        s.bias = nd->n_in > 2;
+    }
+    return s;
+}
+
+static void rt_ref_bf_fwd(const rt__kargs *a, void (*f32)(const rt__kargs *))
+{
+    const rt_ref_bf_shape s = rt_ref_bf_dims(a);
+    rt__kargs b = *a;
+    b.x[0] = rt_ref_bf_copy(a->x[0], s.in_n);
+    b.x[1] = rt_ref_bf_copy(a->x[1], s.w_n);
+    f32(&b);
+    free(b.x[0]);
+    free(b.x[1]);
+}
+
+static void rt_ref_bf_bwd(const rt__kargs *a, void (*f32)(const rt__kargs *))
+{
+    const rt_ref_bf_shape s = rt_ref_bf_dims(a);
+    float *dz = malloc(sizeof(float) * (size_t)(s.out_n > 0 ? s.out_n : 1));
+    RT_ASSERT(dz);
+    for (int64_t i = 0; i < s.out_n; i++)
+        dz[i] = (float)((double)a->dy[i] * (s.act ? rt_ref_bf_act_dy(s.act, a->y[i]) : 1.0));
+    if (s.bias && a->dx[2]) /* db: the float dz, summed in index order */
+        for (int64_t j = 0; j < s.cols; j++) {
+            double v = 0;
+            for (int64_t i = j; i < s.out_n; i += s.cols)
+                v += dz[i];
+            rt_ref_put(a, 2, j, v);
+        }
+    for (int64_t i = 0; i < s.out_n; i++)
+        dz[i] = rt_ref_bf(dz[i]);
+    /* the float32 kernel on the rounded values, its activation and bias
+     * done above: a copy of the node without them */
+    rt__node nd = *a->nd;
+    if (nd.op == &rt__op_conv2d)
+        nd.p.conv.act = RT__ACT_NONE;
+    else
+        nd.p.dense.act = RT__ACT_NONE;
+    nd.fused = NULL;
+    rt__kargs b = *a;
+    b.nd = &nd;
+    b.dy = dz;
+    b.dx[2] = NULL;
+    b.x[0] = rt_ref_bf_copy(a->x[0], s.in_n);
+    b.x[1] = rt_ref_bf_copy(a->x[1], s.w_n);
+    f32(&b);
+    free(b.x[0]);
+    free(b.x[1]);
+    free(dz);
+}
+
+static void rt_ref_bf_dense_fwd(const rt__kargs *a) { rt_ref_bf_fwd(a, rt_ref_dense_fwd); }
+static void rt_ref_bf_dense_bwd(const rt__kargs *a) { rt_ref_bf_bwd(a, rt_ref_dense_bwd); }
+static void rt_ref_bf_conv_fwd(const rt__kargs *a) { rt_ref_bf_fwd(a, rt_ref_conv2d_fwd); }
+static void rt_ref_bf_conv_bwd(const rt__kargs *a) { rt_ref_bf_bwd(a, rt_ref_conv2d_bwd); }
+
+static const rt__kernel rt_ref_bf16_table[] = {
+    {&rt__op_dense, NULL, rt_ref_bf_dense_fwd, rt_ref_bf_dense_bwd, NULL, NULL},
+    {&rt__op_matmul, NULL, rt_ref_bf_dense_fwd, rt_ref_bf_dense_bwd, NULL, NULL},
+    {&rt__op_conv2d, NULL, rt_ref_bf_conv_fwd, rt_ref_bf_conv_bwd, NULL, NULL},
+};
+
+const rt__kernel *rt_ref_bf16_kernel(const rt__node *nd, const rt__op_def *fused)
+{
+    const rt__op_def *op = nd->op;
+    if (op == &rt__op_conv2d && rt__conv_cp(nd)->G > 1)
+        return NULL; /* float32, as on the CPU backend */
+    for (size_t i = 0; i < sizeof rt_ref_bf16_table / sizeof rt_ref_bf16_table[0]; i++)
+        if (rt_ref_bf16_table[i].op == op && rt_ref_bf16_table[i].fused == fused)
+            return &rt_ref_bf16_table[i];
+    return NULL;
+}

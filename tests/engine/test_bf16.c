@@ -1,0 +1,756 @@
+/*
+ * test_bf16.c - mixed bfloat16 (Keras' mixed_bfloat16) on the CPU backend.
+ *
+ * The reference is the arithmetic the policy defines, computed here in
+ * double: a Dense or Conv2D output is sum_k bf16(x_k) bf16(w_k) + b with
+ * bf16() round-to-nearest-even of the float32 value, and the weight
+ * gradient is sum_r bf16(x_r) bf16(dz_r). The kernels accumulate in
+ * float32; a float32 sum of m terms differs from the exact one by at most
+ * m u sum|terms| (u = 2^-24, Higham 3.1; the bf16 products are exact in
+ * float32), so each output must lie within (m + 2) u (sum|terms| + |b|)
+ * of the reference. The same outputs must lie far outside that bound from
+ * the float32 product sum_k x_k w_k (bf16 keeps 8 significant bits: each
+ * product moves by up to 2^-8 of itself), or the kernel did not multiply
+ * in bf16.
+ *
+ * Also: the compile report's per-op precision (a Softmax, and a layer set
+ * to float32, stay float32), the Keras policies (Keras 2's Policy object,
+ * Keras 3's DTypePolicy, a plain name; a float32-only model takes the
+ * config's precision), the refusal (with argument "refuse", run under
+ * ONEDNN_MAX_CPU_ISA=AVX512_CORE, a CPU oneDNN may not run bf16 on), a
+ * PyTorch autocast fixture, a small CNN trained in bf16 next to float32,
+ * and the cpu backend against ref's bf16 (the definition, rt_ref_bf16.c).
+ *
+ * Where the CPU has no bf16 instructions the bf16 checks cannot run: the
+ * test says so and exits 77 (skipped); the refusal test runs anywhere.
+ */
+#include "import_keras.h"
+#include "rt_test.h"
+
+static const double U = 1.0 / 16777216.0; /* float32's unit roundoff */
+
+static uint64_t s = 0x2545f4914f6cdd1dull;
+static double unif(void)
+{
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return (double)(s >> 11) / 9007199254740992.0;
+}
+static float normal(void)
+{
+    const double u1 = 1.0 - unif(), u2 = unif();
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* round to nearest even at 8 significant bits, written from the format's
+ * definition (not the kernel's code): the float32 value rounded to a
+ * multiple of 2^(e-7) for its exponent e */
+static double bf(float f)
+{
+    if (f == 0.0f || !isfinite(f))
+        return f;
+    int e;
+    frexp((double)f, &e); /* f = m 2^e, 0.5 <= |m| < 1 */
+    const double q = ldexp(1.0, e - 8);
+    return nearbyint((double)f / q) * q; /* the default mode: ties to even */
+}
+
+static void param(rt_graph *g, const char *name, int nd, const int64_t *d)
+{
+    REQUIRE(rt_graph_add_param(g, name, nd, d, RT_INIT_GLOROT_UNIFORM, 1, NULL) == 0);
+}
+
+static rt_plan *compile(rt_graph *g, rt_train_config *cfg, int want_rc, const char *needle)
+{
+    rt_plan *p = NULL;
+    rt_compile_report rep;
+    char err[256] = "";
+    const int rc = rt_plan_compile(g, cfg, &p, &rep, err, sizeof err);
+    if (rc != want_rc || (needle && !strstr(err, needle))) {
+        fprintf(stderr, "compile: %s \"%s\", want %s with '%s'\n", rt_err_name(rc), err,
+                rt_err_name(want_rc), needle ? needle : "");
+        rt_test_failures++;
+    }
+    if (rc < 0 && needle)
+        printf("refused as expected: %s\n", err);
+    return rc < 0 ? NULL : p;
+}
+
+/* node name's precision in the plan (-1: not there) */
+static int prec_of(const rt_plan *p, const char *name, char *op, size_t oplen)
+{
+    for (int i = 0; i < rt_plan_n_nodes(p); i++) {
+        const char *nm;
+        int prec;
+        REQUIRE(rt_plan_node_info(p, i, &nm, op, oplen, &prec) == 0);
+        if (!strcmp(nm, name))
+            return prec;
+    }
+    return -1;
+}
+
+/* ---------------------------------------------------------------- Dense */
+
+enum { DB = 16, DK = 96, DN = 8 };
+
+static rt_graph *dense_graph(const char *prec_attr)
+{
+    rt_graph *g = rt_graph_create();
+    const int64_t in[2] = {RT_BATCH, DK}, w[2] = {DK, DN}, b[1] = {DN};
+    REQUIRE(rt_graph_add_input(g, "x", RT_F32, 2, in) == 0);
+    param(g, "d/w", 2, w);
+    REQUIRE(rt_graph_add_param(g, "d/b", 1, b, RT_INIT_ZEROS, 1, NULL) == 0);
+    const char *din[3] = {"x", "d/w", "d/b"};
+    const rt_attr at = {.name = "precision", .kind = RT_ATTR_STR, .s = prec_attr};
+    REQUIRE(rt_graph_add_node(g, "d", "Dense", 3, din, prec_attr ? 1 : 0, &at) == 0);
+    return g;
+}
+
+static void mse_config(rt_train_config *cfg, int B, int64_t lab)
+{
+    rt_train_config_init(cfg);
+    cfg->loss = RT_LOSS_MSE;
+    cfg->opt = RT_OPT_SGD;
+    cfg->lr = 0.01f;
+    cfg->metrics = 0;
+    cfg->batch_size = B;
+    cfg->seed = 7;
+    cfg->label_dtype = RT_F32;
+    cfg->label_ndim = 1;
+    cfg->label_dims[0] = lab;
+}
+
+static void test_dense(void)
+{
+    rt_graph *g = dense_graph(NULL);
+    rt_train_config cfg;
+    mse_config(&cfg, DB, DN);
+    cfg.precision = RT_PREC_BF16;
+    rt_plan *p = compile(g, &cfg, 0, NULL);
+    REQUIRE(p);
+    char op[48];
+    CHECK(rt_plan_report(p)->n_bf16 == 1);
+    CHECK(prec_of(p, "d", op, sizeof op) == RT_PREC_BF16);
+    rt_exec *e;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    static float x[DB * DK], w[DK * DN], b[DN], y[DB * DN], t[DB * DN];
+    for (int i = 0; i < DB * DK; i++)
+        x[i] = normal();
+    for (int i = 0; i < DK * DN; i++)
+        w[i] = 0.1f * normal();
+    for (int i = 0; i < DN; i++)
+        b[i] = 0.1f * normal();
+    for (int i = 0; i < DB * DN; i++)
+        t[i] = normal();
+    REQUIRE(rt_exec_set_param(e, 0, w) == 0 && rt_exec_set_param(e, 1, b) == 0);
+    /* the full batch, and a smaller one (the padded rows of rt_kern_bf16.c) */
+    for (int pass = 0; pass < 2; pass++) {
+        const int n = pass ? 5 : DB;
+        memset(y, 0, sizeof y);
+        REQUIRE(rt_exec_predict(e, x, n, y) == 0);
+        double worst = 0, far = INFINITY;
+        for (int r = 0; r < n; r++)
+            for (int j = 0; j < DN; j++) {
+                double ref = b[j], f32 = b[j], mag = fabs(b[j]);
+                for (int k = 0; k < DK; k++) {
+                    ref += bf(x[r * DK + k]) * bf(w[k * DN + j]);
+                    f32 += (double)x[r * DK + k] * w[k * DN + j];
+                    mag += fabs(bf(x[r * DK + k]) * bf(w[k * DN + j]));
+                }
+                const double tol = (DK + 2) * U * mag;
+                const double got = y[r * DN + j];
+                if (fabs(got - ref) / tol > worst)
+                    worst = fabs(got - ref) / tol;
+                (void)f32;
+            }
+        /* away from float32: the largest distance over the batch */
+        double away = 0, tolmax = 0;
+        for (int r = 0; r < n; r++)
+            for (int j = 0; j < DN; j++) {
+                double f32 = b[j], mag = fabs(b[j]);
+                for (int k = 0; k < DK; k++) {
+                    f32 += (double)x[r * DK + k] * w[k * DN + j];
+                    mag += fabs(bf(x[r * DK + k]) * bf(w[k * DN + j]));
+                }
+                if (fabs(y[r * DN + j] - f32) > away)
+                    away = fabs(y[r * DN + j] - f32);
+                if ((DK + 2) * U * mag > tolmax)
+                    tolmax = (DK + 2) * U * mag;
+            }
+        (void)far;
+        printf("dense n=%d: worst |y - bf16 ref| / bound %.3f; max |y - f32| %.3g = %.0f bounds\n",
+               n, worst, away, away / tolmax);
+        CHECK(worst <= 1.0);
+        CHECK(away > 10 * tolmax);
+    }
+    /* the weight gradient: sum over rows of bf16(x) bf16(dz). dz is the
+     * MSE's 2 (y - t) / (N n) from the kernel's own y: N n = 128, so dz is
+     * fl(y - t) 2^-6 exactly whichever order the loss scales in */
+    double loss;
+    REQUIRE(rt_exec_compute_grads(e, &(rt_data){.x = x, .y = t, .y_dtype = RT_F32, .n = DB}, DB,
+                                  &loss) == 0);
+    REQUIRE(rt_exec_predict(e, x, DB, y) == 0);
+    static float gw[DK * DN], gb[DN];
+    REQUIRE(rt_exec_get_grad(e, 0, gw) == 0 && rt_exec_get_grad(e, 1, gb) == 0);
+    double worst = 0, worst_b = 0;
+    for (int k = 0; k < DK; k++)
+        for (int j = 0; j < DN; j++) {
+            double ref = 0, mag = 0;
+            for (int r = 0; r < DB; r++) {
+                const float dz = (y[r * DN + j] - t[r * DN + j]) * (2.0f / (DN * DB));
+                ref += bf(x[r * DK + k]) * bf(dz);
+                mag += fabs(bf(x[r * DK + k]) * bf(dz));
+            }
+            const double tol = (DB + 2) * U * mag;
+            if (fabs(gw[k * DN + j] - ref) / tol > worst)
+                worst = fabs(gw[k * DN + j] - ref) / tol;
+        }
+    for (int j = 0; j < DN; j++) { /* the bias gradient stays float32 */
+        double ref = 0, mag = 0;
+        for (int r = 0; r < DB; r++) {
+            const float dz = (y[r * DN + j] - t[r * DN + j]) * (2.0f / (DN * DB));
+            ref += dz;
+            mag += fabs(dz);
+        }
+        if (fabs(gb[j] - ref) / ((DB + 2) * U * mag) > worst_b)
+            worst_b = fabs(gb[j] - ref) / ((DB + 2) * U * mag);
+    }
+    printf("dense dW: worst |dW - bf16 ref| / bound %.3f; db (float32) %.3f\n", worst, worst_b);
+    CHECK(worst <= 1.0);
+    CHECK(worst_b <= 1.0);
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+
+    /* the node's own attribute wins over the config, and config float32
+     * over the attribute */
+    mse_config(&cfg, DB, DN);
+    p = compile(g, &cfg, 0, NULL);
+    CHECK(p && rt_plan_report(p)->n_bf16 == 0);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+    g = dense_graph("mixed_bfloat16");
+    p = compile(g, &cfg, 0, NULL);
+    CHECK(p && rt_plan_report(p)->n_bf16 == 1);
+    rt_plan_release(p);
+    cfg.precision = RT_PREC_F32;
+    p = compile(g, &cfg, 0, NULL);
+    CHECK(p && rt_plan_report(p)->n_bf16 == 0);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+    g = dense_graph("float16");
+    cfg.precision = 0;
+    compile(g, &cfg, RT_EINVAL, "not float32 or mixed_bfloat16");
+    rt_graph_destroy(g);
+}
+
+/* --------------------------------------------------------------- Conv2D */
+
+enum { CB = 4, CH = 8, CW = 8, CC = 16, CO = 8 };
+
+static void test_conv(void)
+{
+    rt_graph *g = rt_graph_create();
+    const int64_t in[4] = {RT_BATCH, CH, CW, CC}, k[4] = {3, 3, CC, CO}, bd[1] = {CO};
+    REQUIRE(rt_graph_add_input(g, "x", RT_F32, 4, in) == 0);
+    param(g, "c/k", 4, k);
+    REQUIRE(rt_graph_add_param(g, "c/b", 1, bd, RT_INIT_ZEROS, 1, NULL) == 0);
+    const char *cin[3] = {"x", "c/k", "c/b"};
+    const rt_attr same = {.name = "padding", .kind = RT_ATTR_STR, .s = "same"};
+    REQUIRE(rt_graph_add_node(g, "c", "Conv2D", 3, cin, 1, &same) == 0);
+    rt_train_config cfg;
+    mse_config(&cfg, CB, CH * CW * CO);
+    cfg.label_ndim = 3;
+    cfg.label_dims[0] = CH, cfg.label_dims[1] = CW, cfg.label_dims[2] = CO;
+    cfg.precision = RT_PREC_BF16;
+    rt_plan *p = compile(g, &cfg, 0, NULL);
+    REQUIRE(p);
+    char op[48];
+    CHECK(prec_of(p, "c", op, sizeof op) == RT_PREC_BF16);
+    rt_exec *e;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    static float x[CB * CH * CW * CC], w[9 * CC * CO], b[CO], y[CB * CH * CW * CO];
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
+        x[i] = normal();
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+        w[i] = 0.1f * normal();
+    for (int i = 0; i < CO; i++)
+        b[i] = 0.1f * normal();
+    REQUIRE(rt_exec_set_param(e, 0, w) == 0 && rt_exec_set_param(e, 1, b) == 0);
+    for (int pass = 0; pass < 2; pass++) {
+        const int n = pass ? 3 : CB;
+        REQUIRE(rt_exec_predict(e, x, n, y) == 0);
+        double worst = 0, away = 0, tolmax = 0;
+        for (int s_ = 0; s_ < n; s_++)
+            for (int oh = 0; oh < CH; oh++)
+                for (int ow = 0; ow < CW; ow++)
+                    for (int o = 0; o < CO; o++) {
+                        double ref = b[o], f32 = b[o], mag = fabs(b[o]);
+                        for (int kh = 0; kh < 3; kh++)
+                            for (int kw = 0; kw < 3; kw++) {
+                                const int ih = oh + kh - 1, iw = ow + kw - 1;
+                                if (ih < 0 || ih >= CH || iw < 0 || iw >= CW)
+                                    continue;
+                                for (int c = 0; c < CC; c++) {
+                                    const float xv = x[((s_ * CH + ih) * CW + iw) * CC + c];
+                                    const float wv = w[((kh * 3 + kw) * CC + c) * CO + o];
+                                    ref += bf(xv) * bf(wv);
+                                    f32 += (double)xv * wv;
+                                    mag += fabs(bf(xv) * bf(wv));
+                                }
+                            }
+                        const double tol = (9 * CC + 2) * U * mag;
+                        const double got = y[((s_ * CH + oh) * CW + ow) * CO + o];
+                        if (fabs(got - ref) / tol > worst)
+                            worst = fabs(got - ref) / tol;
+                        if (fabs(got - f32) > away)
+                            away = fabs(got - f32);
+                        if (tol > tolmax)
+                            tolmax = tol;
+                    }
+        printf("conv n=%d: worst |y - bf16 ref| / bound %.3f; max |y - f32| %.3g = %.0f bounds\n",
+               n, worst, away, away / tolmax);
+        CHECK(worst <= 1.0);
+        CHECK(away > 10 * tolmax);
+    }
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+}
+
+/* ------------------------------------------------------- a CNN trained */
+
+static rt_graph *cnn(void)
+{
+    rt_graph *g = rt_graph_create();
+    const int64_t in[4] = {RT_BATCH, 8, 8, 2}, k1[4] = {3, 3, 2, 16}, b1[1] = {16};
+    const int64_t k2[4] = {3, 3, 16, 16}, w3[2] = {16 * 4 * 4, 4}, b3[1] = {4};
+    REQUIRE(rt_graph_add_input(g, "x", RT_F32, 4, in) == 0);
+    param(g, "c1/k", 4, k1);
+    REQUIRE(rt_graph_add_param(g, "c1/b", 1, b1, RT_INIT_ZEROS, 1, NULL) == 0);
+    param(g, "c2/k", 4, k2);
+    param(g, "fc/w", 2, w3);
+    REQUIRE(rt_graph_add_param(g, "fc/b", 1, b3, RT_INIT_ZEROS, 1, NULL) == 0);
+    const rt_attr relu[2] = {{.name = "padding", .kind = RT_ATTR_STR, .s = "same"},
+                             {.name = "activation", .kind = RT_ATTR_STR, .s = "relu"}};
+    const char *c1[3] = {"x", "c1/k", "c1/b"}, *c2[2] = {"c1", "c2/k"}, *mp[1] = {"c2"};
+    const char *fl[1] = {"mp"}, *fc[3] = {"fl", "fc/w", "fc/b"}, *sm[1] = {"fc"};
+    REQUIRE(rt_graph_add_node(g, "c1", "Conv2D", 3, c1, 2, relu) == 0);
+    REQUIRE(rt_graph_add_node(g, "c2", "Conv2D", 2, c2, 2, relu) == 0);
+    REQUIRE(rt_graph_add_node(g, "mp", "MaxPool2D", 1, mp, 0, NULL) == 0); /* 2x2 */
+    REQUIRE(rt_graph_add_node(g, "fl", "Flatten", 1, fl, 0, NULL) == 0);
+    REQUIRE(rt_graph_add_node(g, "fc", "Dense", 3, fc, 0, NULL) == 0);
+    REQUIRE(rt_graph_add_node(g, "sm", "Softmax", 1, sm, 0, NULL) == 0);
+    return g;
+}
+
+/* 4 classes, each a bright 3x3 patch in one quadrant of channel 0 over
+ * noise: a task the CNN learns to near 100% in a few epochs */
+enum { TN = 512, VN = 256 };
+static void make_set(float *x, int32_t *y, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const int c = (int)(unif() * 4) & 3;
+        y[i] = c;
+        float *im = x + i * 128;
+        for (int j = 0; j < 128; j++)
+            im[j] = 0.5f * normal();
+        const int r0 = (c >> 1) * 4 + (int)(unif() * 2), c0 = (c & 1) * 4 + (int)(unif() * 2);
+        for (int dr = 0; dr < 3 && r0 + dr < 8; dr++)
+            for (int dc = 0; dc < 3 && c0 + dc < 8; dc++)
+                im[((r0 + dr) * 8 + c0 + dc) * 2] += 2.0f;
+    }
+}
+
+/* the CNN's config: sparse CE on its Softmax, batch 32 */
+static void cnn_config(rt_train_config *cfg, rt_opt_kind opt, float lr, uint64_t seed, int prec)
+{
+    rt_train_config_init(cfg);
+    cfg->loss = RT_LOSS_SPARSE_CE;
+    cfg->opt = opt;
+    cfg->lr = lr;
+    cfg->batch_size = 32;
+    cfg->seed = seed;
+    cfg->metrics = 0;
+    cfg->precision = prec;
+}
+
+/* every parameter of p into w, in order; their count */
+static int64_t read_params(const rt_plan *p, const rt_exec *e, float *w, int64_t cap)
+{
+    int64_t off = 0;
+    for (int i = 0; i < rt_plan_n_params(p); i++) {
+        int64_t dims[RT_MAX_DIMS], n = 1;
+        const int nd = rt_plan_param_info(p, i, NULL, dims, NULL);
+        for (int k = 0; k < nd; k++)
+            n *= dims[k];
+        REQUIRE(off + n <= cap && rt_exec_get_param(e, i, w + off) == 0);
+        off += n;
+    }
+    return off;
+}
+
+static double train_acc(int prec, const float *x, const int32_t *y, const float *vx,
+                        const int32_t *vy, double *loss0)
+{
+    rt_graph *g = cnn();
+    rt_train_config cfg;
+    cnn_config(&cfg, RT_OPT_ADAM, 0.003f, 3, prec);
+    cfg.metrics = RT_METRIC_ACCURACY;
+    rt_plan *p = compile(g, &cfg, 0, NULL);
+    REQUIRE(p);
+    if (prec == RT_PREC_BF16) {
+        char op[48];
+        /* the convolutions and the Dense in bf16; MaxPool2D and the
+         * Softmax in float32 (no Conv2D + MaxPool2D fusion in bf16) */
+        CHECK(prec_of(p, "c1", op, sizeof op) == RT_PREC_BF16);
+        CHECK(prec_of(p, "c2", op, sizeof op) == RT_PREC_BF16);
+        CHECK(prec_of(p, "fc", op, sizeof op) == RT_PREC_BF16);
+        CHECK(prec_of(p, "mp", op, sizeof op) == RT_PREC_F32);
+        CHECK(prec_of(p, "sm", op, sizeof op) == RT_PREC_F32);
+    }
+    rt_exec *e;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    rt_data d = {.x = x, .y = y, .y_dtype = RT_I32, .n = TN};
+    rt_train_result r;
+    REQUIRE(rt_exec_train(e, &d, 16, &r, NULL, NULL, NULL) == 0);
+    *loss0 = r.mean.loss;
+    REQUIRE(rt_exec_train(e, &d, 10 * TN / 32 - 16, &r, NULL, NULL, NULL) == 0);
+    rt_metrics m;
+    REQUIRE(rt_exec_evaluate(e, &(rt_data){.x = vx, .y = vy, .y_dtype = RT_I32, .n = VN}, &m) == 0);
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+    return m.acc;
+}
+
+static void test_train(void)
+{
+    static float x[TN * 128], vx[VN * 128];
+    static int32_t y[TN], vy[VN];
+    make_set(x, y, TN);
+    make_set(vx, vy, VN);
+    double l32, l16;
+    const double a32 = train_acc(RT_PREC_F32, x, y, vx, vy, &l32);
+    const double a16 = train_acc(RT_PREC_BF16, x, y, vx, vy, &l16);
+    printf("cnn, 10 epochs: val accuracy float32 %.4f, bf16 %.4f; first 16 steps' loss %.4f, "
+           "%.4f\n",
+           a32, a16, l32, l16);
+    /* 256 validation images: one image is 0.39 points, so "within 0.5
+     * points" is "at most one image apart" */
+    CHECK(a32 > 0.9);
+    CHECK(fabs(a16 - a32) <= 0.005);
+}
+
+/* ------------------------------------------------------- Keras policies */
+
+#define K2POL(n) "{\"class_name\": \"Policy\", \"config\": {\"name\": \"" n "\"}}"
+#define K3POL(n)                                                                           \
+    "{\"module\": \"keras\", \"class_name\": \"DTypePolicy\", \"config\": {\"name\": \"" n \
+    "\"}, \"registered_name\": null}"
+#define KSEQ(d1, d2, act)                                                                      \
+    "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["              \
+    "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 12], "        \
+    "\"dtype\": \"float32\", \"name\": \"in\"}},"                                              \
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d1\", \"units\": 16, "               \
+    "\"activation\": \"relu\", \"dtype\": " d1 "}},"                                           \
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d2\", \"units\": 3, \"dtype\": " d2 \
+    "}},"                                                                                      \
+    "{\"class_name\": \"Activation\", \"config\": {\"name\": \"sm\", \"activation\": "         \
+    "\"softmax\", \"dtype\": " act "}}]}}"
+
+static void keras_case(const char *what, const char *js, int cfg_prec, int want_d1, int want_d2)
+{
+    rt_graph *g = NULL;
+    char err[256] = "";
+    const int rc = rt_keras_import(js, strlen(js), &g, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "%s: import %s %s\n", what, rt_err_name(rc), err);
+        rt_test_failures++;
+        return;
+    }
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.batch_size = 8;
+    cfg.precision = cfg_prec;
+    rt_plan *p = compile(g, &cfg, 0, NULL);
+    if (p) {
+        char op1[48], op2[48], op3[48];
+        const int d1 = prec_of(p, "d1", op1, sizeof op1), d2 = prec_of(p, "d2", op2, sizeof op2);
+        const int sm = prec_of(p, "sm", op3, sizeof op3);
+        printf("%-34s d1 (%s) %s, d2 (%s) %s, sm %s\n", what, op1, rt_precision_name(d1), op2,
+               rt_precision_name(d2), rt_precision_name(sm));
+        CHECK(d1 == want_d1);
+        CHECK(d2 == want_d2);
+        CHECK(sm == RT_PREC_F32);
+        rt_plan_release(p);
+    }
+    rt_graph_destroy(g);
+}
+
+static void test_keras(void)
+{
+    const int F = RT_PREC_F32, H = RT_PREC_BF16;
+    keras_case("keras 2 Policy", KSEQ(K2POL("mixed_bfloat16"), K2POL("mixed_bfloat16"),
+                                      K2POL("float32")), 0, H, H);
+    keras_case("keras 3 DTypePolicy, d2 float32",
+               KSEQ(K3POL("mixed_bfloat16"), K3POL("float32"), K3POL("float32")), 0, H, F);
+    keras_case("names", KSEQ("\"mixed_bfloat16\"", "\"float32\"", "\"float32\""), 0, H, F);
+    /* a mixed model's float32 layer stays float32 under the config too */
+    keras_case("names, config bf16", KSEQ("\"mixed_bfloat16\"", "\"float32\"", "\"float32\""),
+               H, H, F);
+    keras_case("mixed model, config float32",
+               KSEQ("\"mixed_bfloat16\"", "\"mixed_bfloat16\"", "\"float32\""), F, F, F);
+    /* float32 everywhere is Keras' default, which the config replaces */
+    keras_case("float32 model", KSEQ("\"float32\"", "\"float32\"", "\"float32\""), 0, F, F);
+    keras_case("float32 model, config bf16", KSEQ("\"float32\"", "\"float32\"", "\"float32\""),
+               H, H, H);
+    const char *js = KSEQ(K2POL("mixed_float16"), "\"float32\"", "\"float32\"");
+    rt_graph *g = (rt_graph *)1;
+    char err[256] = "";
+    const int rc = rt_keras_import(js, strlen(js), &g, err, sizeof err);
+    printf("mixed_float16: %s \"%s\"\n", rt_err_name(rc), err);
+    CHECK(rc < 0 && strstr(err, "mixed_float16") && strstr(err, "mixed_bfloat16"));
+}
+
+/* ------------------------------------------- PyTorch autocast fixture */
+
+/* tests/fixtures/bf16_ref.bin (gen_bf16_fixtures.py): 3 SGD steps of a
+ * Conv2D + Dense classifier in PyTorch under autocast bf16 and in float32.
+ *
+ * Float32 against float32 checks the harness (layouts, flatten order,
+ * loss) to float32's precision. bf16 against autocast: PyTorch rounds
+ * more than Keras' policy does (a conv's and linear's outputs and the
+ * Dense bias to bf16, and the weight gradients come back bf16 before the
+ * float32 cast), each a relative 2^-9 of the value it rounds; rtrain keeps
+ * those float32. The inputs of every product are rounded alike, so the
+ * two differ per step by a few such roundings of the logits and of the
+ * gradients: the loss by at most 2 max|dz| <= 2^-6 of it over the three
+ * steps (CE's gradient in z has l1 norm <= 2), each weight's change by a
+ * few 2^-9 of the largest change of its tensor; 2^-5 of it is allowed. */
+static void test_torch(const char *path)
+{
+    size_t len = 0;
+    char *buf = rt_test_slurp(path, &len);
+    REQUIRE(buf && len > 8 && !memcmp(buf, "RTBF", 4));
+    const float *f = (const float *)(buf + 8);
+    enum { N = 16, NX = 16 * 8 * 8 * 4, NK = 3 * 3 * 4 * 8, NC = 8, ND = 512 * 5, NB = 5 };
+    const float *x = f, *yf = x + NX, *k0 = yf + N, *c0 = k0 + NK, *d0 = c0 + NC, *b0 = d0 + ND;
+    const float *res[2] = {b0 + NB, b0 + NB + 3 + NK + NC + ND + NB};
+    REQUIRE((size_t)((const char *)(res[1] + 3 + NK + NC + ND + NB) - buf) == len);
+    int32_t y[N];
+    for (int i = 0; i < N; i++)
+        y[i] = (int32_t)yf[i];
+    const int64_t sz[4] = {NK, NC, ND, NB};
+    const float *init[4] = {k0, c0, d0, b0};
+    for (int mode = 0; mode < 2; mode++) { /* 0: bf16, 1: float32 */
+        rt_graph *g = rt_graph_create();
+        const int64_t in[4] = {RT_BATCH, 8, 8, 4}, k[4] = {3, 3, 4, 8}, c[1] = {8}, d[2] = {512, 5},
+                      b[1] = {5};
+        REQUIRE(rt_graph_add_input(g, "x", RT_F32, 4, in) == 0);
+        param(g, "c/k", 4, k);
+        REQUIRE(rt_graph_add_param(g, "c/b", 1, c, RT_INIT_ZEROS, 1, NULL) == 0);
+        param(g, "d/w", 2, d);
+        REQUIRE(rt_graph_add_param(g, "d/b", 1, b, RT_INIT_ZEROS, 1, NULL) == 0);
+        const rt_attr relu[2] = {{.name = "padding", .kind = RT_ATTR_STR, .s = "same"},
+                                 {.name = "activation", .kind = RT_ATTR_STR, .s = "relu"}};
+        const char *ci[3] = {"x", "c/k", "c/b"}, *fi[1] = {"c"}, *di[3] = {"fl", "d/w", "d/b"};
+        const char *si[1] = {"d"};
+        REQUIRE(rt_graph_add_node(g, "c", "Conv2D", 3, ci, 2, relu) == 0);
+        REQUIRE(rt_graph_add_node(g, "fl", "Flatten", 1, fi, 0, NULL) == 0);
+        REQUIRE(rt_graph_add_node(g, "d", "Dense", 3, di, 0, NULL) == 0);
+        REQUIRE(rt_graph_add_node(g, "sm", "Softmax", 1, si, 0, NULL) == 0);
+        rt_train_config cfg;
+        rt_train_config_init(&cfg);
+        cfg.loss = RT_LOSS_SPARSE_CE;
+        cfg.opt = RT_OPT_SGD;
+        cfg.lr = 0.1f;
+        cfg.batch_size = N;
+        cfg.shuffle = 0;
+        cfg.metrics = 0;
+        cfg.precision = mode ? RT_PREC_F32 : RT_PREC_BF16;
+        rt_plan *p = compile(g, &cfg, 0, NULL);
+        REQUIRE(p);
+        CHECK(rt_plan_report(p)->n_bf16 == (mode ? 0u : 2u));
+        rt_exec *e;
+        REQUIRE(rt_exec_create(p, &e) == 0);
+        for (int i = 0; i < 4; i++)
+            REQUIRE(rt_exec_set_param(e, i, init[i]) == 0);
+        rt_data dd = {.x = x, .y = y, .y_dtype = RT_I32, .n = N};
+        const float *want = res[mode];
+        double lw = 0;
+        for (int st = 0; st < 3; st++) {
+            rt_train_result r;
+            REQUIRE(rt_exec_train(e, &dd, 1, &r, NULL, NULL, NULL) == 0);
+            const double rel = fabs(r.last.loss - want[st]) / fabs(want[st]);
+            if (rel > lw)
+                lw = rel;
+        }
+        const float *after = want + 3;
+        double ww = 0;
+        for (int i = 0; i < 4; i++) {
+            float *w = malloc(sizeof(float) * (size_t)sz[i]);
+            REQUIRE(w && rt_exec_get_param(e, i, w) == 0);
+            double big = 0, err = 0;
+            for (int64_t j = 0; j < sz[i]; j++) {
+                const double dt = (double)after[j] - init[i][j], dr = (double)w[j] - init[i][j];
+                if (fabs(dt) > big)
+                    big = fabs(dt);
+                if (fabs(dr - dt) > err)
+                    err = fabs(dr - dt);
+            }
+            if (err / big > ww)
+                ww = err / big;
+            after += sz[i];
+            free(w);
+        }
+        printf("vs PyTorch %s: worst loss rel %.3g, worst weight change err / max change %.3g\n",
+               mode ? "float32" : "autocast bf16", lw, ww);
+        if (mode) {
+            CHECK(lw <= 1e-5);
+            CHECK(ww <= 1e-4);
+        } else {
+            CHECK(lw <= 1.0 / 64);
+            CHECK(ww <= 1.0 / 32);
+        }
+        rt_exec_destroy(e);
+        rt_plan_release(p);
+        rt_graph_destroy(g);
+    }
+    free(buf);
+}
+
+/* ------------------------------------------------- cpu against ref */
+
+/* 6 SGD steps of the CNN in bf16 on the cpu backend (oneDNN) and on ref
+ * (rt_ref_bf16.c: the definition, summed in double). Both round the same
+ * float32 values, but those carry float32 summation differences (about
+ * 1e-5 relative, test_backend_diff.c) into each layer; a value within that
+ * of a bf16 rounding boundary (2^-8 relative apart) rounds the other way
+ * on one backend, so about 1e-5 / 2^-8 = 0.3% of the rounded values move
+ * by 2^-8 of themselves, averaging out in every sum: the losses agree to
+ * 1e-3 relative and each weight's change to 2^-6 of the largest change
+ * (SGD: a change is linear in the gradients; Adam's m / sqrt(v) would
+ * turn a tiny gradient's rounding into a full step). cpu bf16 against cpu
+ * float32 is printed beside it; its losses must be further apart. */
+static void ref_run(const char *be, int prec, const float *x, const int32_t *y, double loss[6],
+                    float *w, int64_t *nw)
+{
+    REQUIRE(rt_backend_select(be) == 0);
+    rt_graph *g = cnn();
+    rt_train_config cfg;
+    cnn_config(&cfg, RT_OPT_SGD, 0.05f, 5, prec);
+    cfg.shuffle = 0;
+    rt_plan *p = compile(g, &cfg, 0, NULL);
+    REQUIRE(p);
+    CHECK(rt_plan_report(p)->n_bf16 == (prec == RT_PREC_BF16 ? 3u : 0u));
+    rt_exec *e;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    rt_data d = {.x = x, .y = y, .y_dtype = RT_I32, .n = 64};
+    for (int st = 0; st < 6; st++) {
+        rt_train_result r;
+        REQUIRE(rt_exec_train(e, &d, 1, &r, NULL, NULL, NULL) == 0);
+        loss[st] = r.last.loss;
+    }
+    *nw = read_params(p, e, w, 16000);
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+    REQUIRE(rt_backend_select("cpu") == 0);
+}
+
+static void test_ref(void)
+{
+    static float x[64 * 128], w0[16000], w[3][16000];
+    static int32_t y[64];
+    make_set(x, y, 64);
+    double l[3][6];
+    int64_t nw, n0;
+    /* the initial weights: the engine's initializers are backend-
+     * independent functions of the seed, read from a fresh exec */
+    {
+        rt_graph *g = cnn();
+        rt_train_config cfg;
+        cnn_config(&cfg, RT_OPT_SGD, 0.05f, 5, RT_PREC_F32);
+        rt_plan *p = compile(g, &cfg, 0, NULL);
+        rt_exec *e;
+        REQUIRE(p && rt_exec_create(p, &e) == 0);
+        n0 = read_params(p, e, w0, 16000);
+        rt_exec_destroy(e);
+        rt_plan_release(p);
+        rt_graph_destroy(g);
+    }
+    ref_run("cpu", RT_PREC_BF16, x, y, l[0], w[0], &nw);
+    REQUIRE(nw == n0);
+    ref_run("ref", RT_PREC_BF16, x, y, l[1], w[1], &nw);
+    ref_run("cpu", RT_PREC_F32, x, y, l[2], w[2], &nw);
+    double lr = 0, lf = 0, big = 0, er = 0, ef = 0;
+    for (int st = 0; st < 6; st++) {
+        lr = fmax(lr, fabs(l[0][st] - l[1][st]) / fabs(l[1][st]));
+        lf = fmax(lf, fabs(l[0][st] - l[2][st]) / fabs(l[2][st]));
+    }
+    for (int64_t i = 0; i < nw; i++) {
+        big = fmax(big, fabs((double)w[1][i] - w0[i]));
+        er = fmax(er, fabs((double)w[0][i] - w[1][i]));
+        ef = fmax(ef, fabs((double)w[0][i] - w[2][i]));
+    }
+    printf("bf16 cpu vs ref: loss rel %.3g, weights %.3g of the largest change; "
+           "(cpu bf16 vs cpu float32: %.3g, %.3g)\n",
+           lr, er / big, lf, ef / big);
+    CHECK(lr <= 1e-3);
+    CHECK(er <= big / 64);
+    CHECK(lr < lf / 4); /* the oracle is nearer than float32 is */
+}
+
+/* ------------------------------------------------------------ refusals */
+
+static int refused_isa(void)
+{
+    rt_graph *g = dense_graph(NULL);
+    rt_train_config cfg;
+    mse_config(&cfg, DB, DN);
+    cfg.precision = RT_PREC_BF16;
+    rt_plan *p = NULL;
+    rt_compile_report rep;
+    char err[256] = "";
+    const int rc = rt_plan_compile(g, &cfg, &p, &rep, err, sizeof err);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+    if (rc == RT_ESTATE && strstr(err, "no bf16 instructions")) {
+        printf("%s\n", err);
+        return 1;
+    }
+    CHECK(rc == 0);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    REQUIRE(rt_backend_select("cpu") == 0);
+    if (argc > 1 && !strcmp(argv[1], "refuse")) {
+        /* ONEDNN_MAX_CPU_ISA=AVX512_CORE: oneDNN may not use bf16 */
+        CHECK(refused_isa());
+        rt_graph *g = dense_graph(NULL);
+        rt_train_config cfg;
+        mse_config(&cfg, DB, DN);
+        rt_plan *p = compile(g, &cfg, 0, NULL); /* float32 still compiles */
+        CHECK(p != NULL);
+        rt_plan_release(p);
+        rt_graph_destroy(g);
+        return rt_test_failures ? 1 : 0;
+    }
+    if (refused_isa()) {
+        printf("SKIP: this CPU has no bf16 instructions\n");
+        return 77;
+    }
+    test_dense();
+    test_conv();
+    if (argc > 1)
+        test_torch(argv[1]);
+    test_keras();
+    test_train();
+    test_ref();
+    if (rt_test_failures)
+        fprintf(stderr, "%d check(s) failed\n", rt_test_failures);
+    return rt_test_failures ? 1 : 0;
+}
