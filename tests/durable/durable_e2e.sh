@@ -351,8 +351,9 @@ expect_rc 0 "push: --load-state and 90 more epochs on an empty daemon" -- "$rtra
 cmp -s "$tmp/w-ref.bin" "$tmp/w-moved.bin" &&
   ok "push: the continuation is bit-identical to the uninterrupted run" ||
   bad "push: the continuation differs"
-diff <(metrics "$tmp/ref.csv" 61) <(metrics "$tmp/moved.csv") >/dev/null &&
-  ok "push: epochs 61..150 have the reference's metrics" || bad "push: metrics differ"
+diff <(metrics "$tmp/ref.csv" 61) <(metrics "$tmp/moved.csv") >"$tmp/mdiff" &&
+  ok "push: epochs 61..150 have the reference's metrics" ||
+  { bad "push: metrics differ"; head -8 "$tmp/mdiff"; }
 expect_rc 0 "checkpoint push" -- "$rtrain" checkpoint push "$tmp/s60.rtck" --server "$addr"
 sid=$(sed -n 's/^session //p' "$tmp/out") tok=$(sed -n 's/^token //p' "$tmp/out")
 pid=$(sed -n 's/^program //p' "$tmp/out")
