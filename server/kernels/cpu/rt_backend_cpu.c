@@ -228,16 +228,13 @@ static void rt__cpu_gather(void *ctx, const rt__gather_args *g)
  * sample's loss and gradient come from the loss alone over that sample (a
  * batch of one: gradient scaled 1/rows), scaled by w_i / nb; a sample's
  * loss and gradient depend on no other sample, so this is the batch loss
- * weighted per sample, for every loss kind. Accuracy is unweighted. */
-static void rt__cpu_loss(void *ctx, const rt__lossinfo *L, const float *y, const void *lab,
-                         int64_t nb, const float *sw, float *dy, double *loss_sum, double *acc_sum,
-                         float *scratch)
+ * weighted per sample, for every loss kind. Accuracy is unweighted.
+ * Kept out of line: inlined, its vector loop gave every unweighted call
+ * its frame (a 64-byte aligned stack, six saved registers). */
+__attribute__((noinline)) static void
+rt__cpu_loss_weighted(const rt__lossinfo *L, const float *y, const void *lab, int64_t nb,
+                      const float *sw, float *dy, double *loss_sum, double *acc_sum, float *scratch)
 {
-    (void)ctx;
-    if (!sw) {
-        rt__loss_run(L, y, lab, nb, dy, loss_sum, acc_sum, scratch);
-        return;
-    }
     const int64_t on = L->out_numel, ln = L->lab_numel;
     for (int64_t i = 0; i < nb; i++) {
         double l = 0;
@@ -251,6 +248,17 @@ static void rt__cpu_loss(void *ctx, const rt__lossinfo *L, const float *y, const
                 d[j] *= s;
         }
     }
+}
+
+static void rt__cpu_loss(void *ctx, const rt__lossinfo *L, const float *y, const void *lab,
+                         int64_t nb, const float *sw, float *dy, double *loss_sum, double *acc_sum,
+                         float *scratch)
+{
+    (void)ctx;
+    if (sw)
+        rt__cpu_loss_weighted(L, y, lab, nb, sw, dy, loss_sum, acc_sum, scratch);
+    else
+        rt__loss_run(L, y, lab, nb, dy, loss_sum, acc_sum, scratch);
 }
 
 static void rt__cpu_metrics(void *ctx, const rt__lossinfo *L, uint32_t metrics, const float *y,
