@@ -187,51 +187,73 @@ static void rt__cpu_augment(const rt__gather_args *g)
     }
 }
 
+/* A row of n 4-byte values. Rows of up to 8 (W-A's 4 features and its
+ * label) are copied with a move of their constant size: a libc memcpy
+ * call per row cost W-A about as much as its whole optimizer update. */
+static inline void rt__cpu_row(void *restrict d, const void *restrict s, int64_t n)
+{
+#define RT__ROW(k) \
+    case k: memcpy(d, s, 4 * k); return
+    switch (n) {
+        RT__ROW(1);
+        RT__ROW(2);
+        RT__ROW(3);
+        RT__ROW(4);
+        RT__ROW(5);
+        RT__ROW(6);
+        RT__ROW(7);
+        RT__ROW(8);
+    default: memcpy(d, s, 4 * (size_t)n);
+    }
+#undef RT__ROW
+}
+
 static void rt__cpu_gather(void *ctx, const rt__gather_args *g)
 {
     (void)ctx;
     const int64_t in = g->in, ln = g->ln, nb = g->nb;
-    if (!g->idx) {
-        memcpy(g->xb, g->x + g->start * in, sizeof(float) * (size_t)(nb * in));
-        if (g->y)
-            memcpy(g->yb, (const char *)g->y + g->start * ln * 4, (size_t)(nb * ln * 4));
-        rt__cpu_augment(g);
-        return;
-    }
-#define RT__GATHER_ROW(i)                                                                          \
-    do {                                                                                           \
-        const int64_t r = g->idx[(i)];                                                             \
-        memcpy(g->xb + (i)*in, g->x + r * in, sizeof(float) * (size_t)in);                         \
-        if (g->y)                                                                                  \
-            memcpy((char *)g->yb + (i)*ln * 4, (const char *)g->y + r * ln * 4, (size_t)(ln * 4)); \
-    } while (0)
-    if (nb * in >= 65536) {
+    float *restrict xb = g->xb;
+    char *restrict yb = g->yb;
+    const float *x = g->x;
+    const char *y = g->y;
+    const int64_t *idx = g->idx;
+    if (!idx) {
+        memcpy(xb, x + g->start * in, sizeof(float) * (size_t)(nb * in));
+        if (y)
+            memcpy(yb, y + g->start * ln * 4, (size_t)(nb * ln * 4));
+    } else if (nb * in >= 65536) {
         /* big batches (W-C: 128 rows of 784) copy on oneDNN's threads */
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < nb; i++)
-            RT__GATHER_ROW(i);
+        for (int64_t i = 0; i < nb; i++) {
+            memcpy(xb + i * in, x + idx[i] * in, sizeof(float) * (size_t)in);
+            if (y)
+                memcpy(yb + i * ln * 4, y + idx[i] * ln * 4, (size_t)(ln * 4));
+        }
+    } else if (y) {
+        for (int64_t i = 0; i < nb; i++) {
+            const int64_t r = idx[i];
+            rt__cpu_row(xb + i * in, x + r * in, in);
+            rt__cpu_row(yb + i * ln * 4, y + r * ln * 4, ln);
+        }
     } else {
         for (int64_t i = 0; i < nb; i++)
-            RT__GATHER_ROW(i);
+            rt__cpu_row(xb + i * in, x + idx[i] * in, in);
     }
-#undef RT__GATHER_ROW
-    rt__cpu_augment(g);
+    if (g->aug)
+        rt__cpu_augment(g);
 }
 
 /* Keras' weighted loss (SUM_OVER_BATCH_SIZE): sum(w_i * l_i) / nb. Each
  * sample's loss and gradient come from the loss alone over that sample (a
  * batch of one: gradient scaled 1/rows), scaled by w_i / nb; a sample's
  * loss and gradient depend on no other sample, so this is the batch loss
- * weighted per sample, for every loss kind. Accuracy is unweighted. */
-static void rt__cpu_loss(void *ctx, const rt__lossinfo *L, const float *y, const void *lab,
-                         int64_t nb, const float *sw, float *dy, double *loss_sum, double *acc_sum,
-                         float *scratch)
+ * weighted per sample, for every loss kind. Accuracy is unweighted.
+ * Kept out of line: inlined, its vector loop gave every unweighted call
+ * its frame (a 64-byte aligned stack, six saved registers). */
+__attribute__((noinline)) static void
+rt__cpu_loss_weighted(const rt__lossinfo *L, const float *y, const void *lab, int64_t nb,
+                      const float *sw, float *dy, double *loss_sum, double *acc_sum, float *scratch)
 {
-    (void)ctx;
-    if (!sw) {
-        rt__loss_run(L, y, lab, nb, dy, loss_sum, acc_sum, scratch);
-        return;
-    }
     const int64_t on = L->out_numel, ln = L->lab_numel;
     for (int64_t i = 0; i < nb; i++) {
         double l = 0;
@@ -245,6 +267,17 @@ static void rt__cpu_loss(void *ctx, const rt__lossinfo *L, const float *y, const
                 d[j] *= s;
         }
     }
+}
+
+static void rt__cpu_loss(void *ctx, const rt__lossinfo *L, const float *y, const void *lab,
+                         int64_t nb, const float *sw, float *dy, double *loss_sum, double *acc_sum,
+                         float *scratch)
+{
+    (void)ctx;
+    if (sw)
+        rt__cpu_loss_weighted(L, y, lab, nb, sw, dy, loss_sum, acc_sum, scratch);
+    else
+        rt__loss_run(L, y, lab, nb, dy, loss_sum, acc_sum, scratch);
 }
 
 static void rt__cpu_metrics(void *ctx, const rt__lossinfo *L, uint32_t metrics, const float *y,
