@@ -147,30 +147,37 @@ static inline rt__v16 rt__ld16(const float *p)
     return v;
 }
 
+/* rb <= RB rows of act(A w + bias) in registers: row i's k-th value is
+ * x[kh*ls + i*rs + k'] for k = kh*KWC + k' (a column matrix: KH = 1, KWC =
+ * rs = K; x read in place: rt__mk_conv_x) */
 static inline __attribute__((always_inline)) void
-rt__mk_rows(int NB, int64_t rb, int64_t K, int64_t OC, const float *restrict A,
-            const float *restrict w, const float *restrict bias, int relu, float *restrict y)
+rt__mk_rows_x(int NB, int64_t rb, int64_t KH, int64_t KWC, int64_t rs, int64_t ls, int64_t OC,
+              const float *restrict x, const float *restrict w, const float *restrict bias,
+              int relu, float *restrict y)
 {
     rt__v16 acc[RT__MK_RB][4];
     for (int i = 0; i < RT__MK_RB; i++)
         for (int j = 0; j < NB; j++)
             acc[i][j] = bias ? rt__ld16(bias + 16 * j) : (rt__v16){0};
-    for (int64_t k = 0; k < K; k++) {
-        rt__v16 wv[4];
-        for (int j = 0; j < NB; j++)
-            wv[j] = rt__ld16(w + k * OC + 16 * j);
-        for (int i = 0; i < RT__MK_RB; i++) {
-            if (i >= rb)
-                break;
-            const float av = A[i * K + k];
+    for (int64_t kh = 0; kh < KH; kh++) {
+        const float *restrict xr = x + kh * ls;
+        const float *restrict wk = w + kh * KWC * OC;
+        for (int64_t k = 0; k < KWC; k++) {
+            rt__v16 wv[4];
             for (int j = 0; j < NB; j++)
-                acc[i][j] += av * wv[j];
+                wv[j] = rt__ld16(wk + k * OC + 16 * j);
+            for (int i = 0; i < RT__MK_RB; i++) {
+                if (i >= rb)
+                    break;
+                const float av = xr[i * rs + k];
+                for (int j = 0; j < NB; j++)
+                    acc[i][j] += av * wv[j];
+            }
         }
     }
     for (int i = 0; i < RT__MK_RB && i < rb; i++)
         for (int j = 0; j < NB; j++) {
             rt__v16 v = acc[i][j];
-            /* max(v, 0) as a mask: the comparison yields all-ones lanes */
             if (relu)
                 v = (rt__v16)((rt__i16)v & (v > (rt__v16){0}));
             memcpy(y + i * OC + 16 * j, &v, sizeof v);
@@ -187,10 +194,10 @@ static void rt__mk_gemm(int64_t rows, int64_t K, int64_t OC, const float *A, con
         const float *a = A + r * K;
         float *o = y + r * OC;
         switch (NB) {
-        case 1: rt__mk_rows(1, rb, K, OC, a, w, bias, relu, o); break;
-        case 2: rt__mk_rows(2, rb, K, OC, a, w, bias, relu, o); break;
-        case 3: rt__mk_rows(3, rb, K, OC, a, w, bias, relu, o); break;
-        default: rt__mk_rows(4, rb, K, OC, a, w, bias, relu, o); break;
+        case 1: rt__mk_rows_x(1, rb, 1, K, K, 0, OC, a, w, bias, relu, o); break;
+        case 2: rt__mk_rows_x(2, rb, 1, K, K, 0, OC, a, w, bias, relu, o); break;
+        case 3: rt__mk_rows_x(3, rb, 1, K, K, 0, OC, a, w, bias, relu, o); break;
+        default: rt__mk_rows_x(4, rb, 1, K, K, 0, OC, a, w, bias, relu, o); break;
         }
     }
 }
@@ -377,41 +384,6 @@ static const float *rt__x_view(const rt_kern_conv_plan *kp, const rt__conv_param
     g->PT = g->PL = 0;
     *sb = 0;
     return buf;
-}
-
-/* rt__mk_rows over x: row i's window row kh at x + kh*ls + i*rs, KWC floats */
-static inline __attribute__((always_inline)) void
-rt__mk_rows_x(int NB, int64_t rb, int64_t KH, int64_t KWC, int64_t rs, int64_t ls, int64_t OC,
-              const float *restrict x, const float *restrict w, const float *restrict bias,
-              int relu, float *restrict y)
-{
-    rt__v16 acc[RT__MK_RB][4];
-    for (int i = 0; i < RT__MK_RB; i++)
-        for (int j = 0; j < NB; j++)
-            acc[i][j] = bias ? rt__ld16(bias + 16 * j) : (rt__v16){0};
-    for (int64_t kh = 0; kh < KH; kh++) {
-        const float *restrict xr = x + kh * ls;
-        const float *restrict wk = w + kh * KWC * OC;
-        for (int64_t k = 0; k < KWC; k++) {
-            rt__v16 wv[4];
-            for (int j = 0; j < NB; j++)
-                wv[j] = rt__ld16(wk + k * OC + 16 * j);
-            for (int i = 0; i < RT__MK_RB; i++) {
-                if (i >= rb)
-                    break;
-                const float av = xr[i * rs + k];
-                for (int j = 0; j < NB; j++)
-                    acc[i][j] += av * wv[j];
-            }
-        }
-    }
-    for (int i = 0; i < RT__MK_RB && i < rb; i++)
-        for (int j = 0; j < NB; j++) {
-            rt__v16 v = acc[i][j];
-            if (relu)
-                v = (rt__v16)((rt__i16)v & (v > (rt__v16){0}));
-            memcpy(y + i * OC + 16 * j, &v, sizeof v);
-        }
 }
 
 /* y (rows of samples [s0, s0+nb), lines [oh0, oh1), OC) = act(conv + bias)
