@@ -51,6 +51,7 @@ static void bp_open(bp_run *b, rt_plan *p, int64_t n)
         b->k[c].y = BP_RES(cl->y);
         b->k[c].dy = BP_RES(cl->dy);
         b->k[c].scratch = BP_RES(cl->scratch);
+        b->k[c].ws = BP_RES(cl->ws);
         b->k[c].accum = cl->accum;
         for (int j = 0; j < cl->nd->n_in; j++) {
             b->k[c].x[j] = BP_RES(cl->x[j]);

@@ -274,8 +274,8 @@ static void conv_workload(const char *name, rt_graph *g, int batch, int sgd, int
         rt_graph_destroy(g);
         return;
     }
-    static const char *vn[3] = {"im2col+GEMM", "oneDNN conv", "chosen"};
-    static const int vi[3] = {RT_KERN_CONV_IM2COL, RT_KERN_CONV_DNNL, RT_KERN_CONV_AUTO_DNNL};
+    static const char *vn[3] = {"im2col+GEMM", "oneDNN conv", "default"};
+    static const int vi[3] = {RT_KERN_CONV_IM2COL, RT_KERN_CONV_DNNL, RT_KERN_CONV_AUTO};
     rt_train_config cfg;
     rt_train_config_init(&cfg);
     cfg.loss = RT_LOSS_SPARSE_CE;

@@ -116,6 +116,7 @@ static void op_breakdown(rt_plan *p, int64_t n)
         k.y = RES(cl->y);
         k.dy = RES(cl->dy);
         k.scratch = RES(cl->scratch);
+        k.ws = RES(cl->ws);
         for (int j = 0; j < cl->nd->n_in; j++) {
             k.x[j] = RES(cl->x[j]);
             k.dx[j] = RES(cl->dx[j]);

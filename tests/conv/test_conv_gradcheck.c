@@ -127,7 +127,8 @@ int main(void)
               1, "tanh");
 
     /* ---- Conv2D -> MaxPool2D, which the compiler fuses (the pool runs on
-     * each chunk of the convolution's output; backward recomputes it) */
+     * each chunk of the convolution's output; backward routes the gradient
+     * through the argmax the forward pass kept) */
     {
         start(7, 6, 2);
         param4("K", 3, 3, 2, 3);
@@ -149,7 +150,7 @@ int main(void)
         int64_t k[2] = {2, 2};
         rt_attr pk = ints("pool", k);
         node1("y", "MaxPool2D", "c", 1, &pk);
-        run_check("Conv2D(16) + MaxPool2D (fused)", "y");
+        run_check("Conv2D(16) + MaxPool2D (fused; microkernels read x in place)", "y");
     }
     {
         /* the conv's output has a second reader: no fusion */

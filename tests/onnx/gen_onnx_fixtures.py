@@ -54,12 +54,21 @@ Models (docs/workloads.md):
     r18, mv2  torchvision's resnet18 and mobilenet_v2 (10 classes; the
         classifier's Dropout at 0, since the two sides' masks differ) at
         32x32, exported in training mode (BatchNorm kept), batches of 8,
-        SGD lr 0.002 and Adam 1e-4: resnet18 3 steps, mobilenet_v2 1.
-        mobilenet_v2 freshly initialised is chaotic in training mode (its
-        BatchNorms over near-constant ReLU6 channels): PyTorch against
-        itself, float32 against float64, differs by 4e-4 in the loss at
-        step 2 and by 3-6% at step 3, so only its first step can be
-        compared. Their weights make ~45 MB: tests/onnx/torchvision.sh
+        SGD lr 0.002 and Adam 1e-4, one step each. mobilenet_v2 freshly
+        initialised is chaotic in training mode (its BatchNorms over
+        near-constant ReLU6 channels): PyTorch against itself, float32
+        against float64, differs by 4e-4 in the loss at step 2 and by 3-6%
+        at step 3. resnet18 is too, through its last stages, whose
+        BatchNorms see 8 (1x1) and 32 (2x2) values a channel: at seed 11 a
+        ReLU input of layer4.1 lies 4e-6 from its batch mean, and float32
+        rounding upstream (oneDNN's convolutions against im2col's, both
+        ~2e-7 from a double reference) flips it, changing that channel's
+        gradient by 40% and the loss at step 3 by 3%; at seeds 111 and 211
+        the im2col kernels alone miss PyTorch by 6e-4 and 7e-5 at step 3.
+        So only their first step is compared, and resnet18 starts from
+        seed 111: seed 11's knife edge is in the first step already (the
+        kernels' rounding moves SGD's weights by 1.7e-4), while at 111, 211
+        and 311 both convolution paths land within 3.3e-6 of PyTorch. Their weights make ~45 MB: tests/onnx/torchvision.sh
         writes them at test time into a scratch folder.
 
 Each is trained by PyTorch for 10 steps on 10 fixed batches, in order, once
@@ -325,7 +334,7 @@ def data(name, n):
 
 def model(name):
     torch.manual_seed({"wa": 1, "wc": 2, "wb": 3, "wd": 4, "rb": 5, "mx": 6, "kx": 7,
-                       "ln": 8, "up": 9, "em": 10, "o18": 7, "r18": 11, "mv2": 12,
+                       "ln": 8, "up": 9, "em": 10, "o18": 7, "r18": 111, "mv2": 12,
                        "rn": 13, **{o: 14 for o in OPSETS}}[name])
     if name in ("r18", "mv2"):
         return torchvision_model(name)
@@ -438,7 +447,7 @@ def main():
     for name in sys.argv[2:] or ["wa", "wc", "wb", "wd", "rb", "mx", "kx", "ln", "up", "em",
                                  "o18", "rn"] + list(OPSETS):
         B = batch[name]
-        steps = {"r18": 3, "mv2": 1}.get(name, STEPS)
+        steps = {"r18": 1, "mv2": 1}.get(name, STEPS)
         x, scale, y, shape = data(name, B * steps)
         xt, yt = to_torch(x, scale, name), torch.from_numpy(y.astype(np.int64))
         xb, yb = list(xt.split(B)), list(yt.split(B))

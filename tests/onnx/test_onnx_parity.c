@@ -7,7 +7,7 @@
  * Embedding, opset 18, a bidirectional LSTM and a two-layer GRU, a GRU
  * model at each of opsets 11, 12, 14, 15 and 16; torchvision's resnet18 and mobilenet_v2 from
  * torchvision.sh): each model imports, trains 10 steps (the torchvision
- * models 3) on the same batches in the same order with SGD (momentum 0.9)
+ * models 1) on the same batches in the same order with SGD (momentum 0.9)
  * and again with Adam; every step's loss
  * matches PyTorch's to 1e-5 relative, and the export's initializers (so the
  * ONNX layout the export writes back) match PyTorch's final state_dict to

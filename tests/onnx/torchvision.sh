@@ -2,7 +2,7 @@
 # torchvision's resnet18 and mobilenet_v2 (python3-torchvision), exported by
 # torch.onnx.export in training mode at 32x32, train in rtrain as in
 # PyTorch's own loop: gen_onnx_fixtures.py builds them from their seeds and
-# trains them (3 steps of 8, SGD and Adam) into a scratch folder (their
+# trains them (1 step of 8, SGD and Adam) into a scratch folder (their
 # weights make ~45 MB, too much to commit), test_onnx_parity compares.
 #     torchvision.sh <test_onnx_parity> <source dir>
 set -u

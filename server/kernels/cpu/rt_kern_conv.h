@@ -30,6 +30,7 @@ typedef struct rt_kern_conv_plan {
     int64_t lines;           /* output lines per chunk (< OH: chunks are bands of one sample) */
     int64_t crows;           /* column-matrix rows a chunk holds at most */
     int direct;              /* 1x1, stride 1, no pad: x is the column matrix */
+    int in_place;            /* the small-K microkernels read x, no im2col */
     int nt;                  /* threads the scratch is sized for */
     int64_t tstride;         /* scratch floats per thread */
     int64_t pool, poolw;     /* fused max pool window (0: none) */
@@ -39,10 +40,11 @@ typedef struct rt_kern_conv_plan {
 /* Conv2D + MaxPool2D (the compiler's fuse pass asks when the convolution's
  * only reader is the pool): non-overlapping windows (stride = window,
  * 'valid'). The pooled result becomes conv's output; the pre-pool tensor
- * only ever exists one chunk at a time in scratch, and the backward pass
- * recomputes it per chunk instead of reading a stored copy (a 3x3x3x64
- * conv at batch 256 computes 0.4 GFLOP again to avoid writing and reading
- * 4 x 59 MB). */
+ * only ever exists one chunk at a time in scratch (a 3x3x3x64 conv at
+ * batch 256 would write and read 4 x 59 MB). The forward pass keeps each
+ * pooled value's argmax in the node's workspace (one byte per pooled
+ * value: 3.7 MB there), from which the backward pass forms each chunk's
+ * gradient without recomputing the convolution. */
 int rt_kern_conv2d_can_fuse_maxpool(const rt__node *conv, const rt__node *pool);
 /* chunking, threads and scratch of a Conv2D (fused or not) */
 int rt_kern_conv2d_prepare(rt__node *nd, int64_t B, rt__arena *A);
@@ -50,12 +52,12 @@ int rt_kern_conv2d_prepare(rt__node *nd, int64_t B, rt__arena *A);
 int rt_kern_pool_prepare(rt__node *nd, int64_t B, rt__arena *A);
 int rt_kern_batchnorm_prepare(rt__node *nd, int64_t B, rt__arena *A);
 
-/* Which implementation Conv2D's prepare picks: AUTO (im2col for now; see
- * rt__conv_dnnl_dirs), AUTO_DNNL the primitives by shape (the rule in
- * rt_kern_conv.c, from bench/conv's measurements), or one forced
- * (bench/conv compiles the same model both ways to compare them).
- * Read at compile. */
-enum { RT_KERN_CONV_AUTO = 0, RT_KERN_CONV_IM2COL, RT_KERN_CONV_DNNL, RT_KERN_CONV_AUTO_DNNL };
+/* Which implementation Conv2D's prepare picks: AUTO by shape (the rule in
+ * rt_kern_conv.c, rt__conv_dnnl_dirs, from bench/conv's measurements:
+ * oneDNN's primitives for some directions of some layers, im2col + GEMM
+ * for the rest), or one forced (bench/conv compiles the same model each
+ * way to compare them). Read at compile. */
+enum { RT_KERN_CONV_AUTO = 0, RT_KERN_CONV_IM2COL, RT_KERN_CONV_DNNL };
 /* directions of a Conv2D: forward, backward-data, backward-weights (and
  * bias). RT_KERN_CONV_DIRS | a mask forces exactly those directions onto
  * the primitives (the tests check the mixed backward passes). */
