@@ -453,7 +453,7 @@ int main(int argc, char **argv)
                     FAIL("%s: the error does not name the unsupported layer %s: %.300s", file,
                          other, err);
                 unsupported++;
-                printf("  not supported %-44s %s: %.160s\n", file, other, err);
+                printf("  not supported %-44s %s: %.1000s\n", file, other, err);
             } else {
                 FAIL("%s: every layer is one the docs list, yet the import fails: %s: %.600s",
                      file, rt_err_name(rc), err);
