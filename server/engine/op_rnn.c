@@ -55,8 +55,7 @@ static int rt__rnn_act(rt__cc *cc, const rt__node *nd, const char *key, const ch
             return 0;
         }
     return rt__cerr(cc, nd, RT_EINVAL,
-                    "%s '%s' is not one of linear, tanh, sigmoid, relu, hard_sigmoid, elu", key,
-                    s);
+                    "%s '%s' is not one of linear, tanh, sigmoid, relu, hard_sigmoid, elu", key, s);
 }
 
 static int rt__rnn_infer_cell(rt__cc *cc, rt__node *nd, int cell, int64_t G)

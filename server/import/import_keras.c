@@ -621,7 +621,7 @@ typedef struct imp {
     int n_outs;
     rt_keras_tensor outs[RT_MAX_HEADS];
     char out_layer[RT_MAX_HEADS][RT_KERAS_NAME]; /* the output layers' names */
-    char shared[72]; /* a layer called more than once (not supported) */
+    char shared[72];                             /* a layer called more than once (not supported) */
 } imp;
 
 /* the message in m->err, returns code (rt_errf, the one formatter) */
@@ -2235,8 +2235,7 @@ static int shared_problems(imp *m, json_object *layers)
     }
     char msg[160];
     snprintf(msg, sizeof msg,
-             "layer '%.64s' is called more than once (shared layers are not supported)",
-             m->shared);
+             "layer '%.64s' is called more than once (shared layers are not supported)", m->shared);
     add_problem(m, RT_EINVAL, msg);
     return report_problems(m);
 }
@@ -2532,8 +2531,7 @@ out:
     if (inner) {
         free(mp);
         /* its text starts with '{': a string again fails to parse as one */
-        rc = rt_keras_import_bind(inner, inner_len, dims, n_dims, values, out, err, errlen, cb,
-                                  ud);
+        rc = rt_keras_import_bind(inner, inner_len, dims, n_dims, values, out, err, errlen, cb, ud);
         free(inner);
         return rc;
     }

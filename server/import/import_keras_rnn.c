@@ -207,8 +207,7 @@ static int k_rnn_act(rt_keras_ctx *c, const char *key, const char *def, const ch
     return rt_keras_fail(
         c, RT_EUNIMPLEMENTED,
         "%s %s '%.40s' is not supported (tanh, sigmoid, relu, linear, hard_sigmoid, elu)",
-        c->class_name,
-        key, s);
+        c->class_name, key, s);
 }
 
 static int k_name(rt_keras_ctx *c, char *dst, const char *base, const char *sfx)
