@@ -711,6 +711,20 @@ static const char MO_JSON[] =
     "\"config\":{\"name\":\"reg\",\"units\":1,\"activation\":\"linear\",\"use_bias\":true}}],"
     "\"input_layers\":[[\"x\",0,0]],\"output_layers\":[[\"cls\",0,0],[\"reg\",0,0]]}}";
 
+/* A RAW part of the given role and dtype, shape and length */
+static Rtrain__V1__DataPart raw_part(Rtrain__V1__DataRole role, Rtrain__V1__DType dt,
+                                     int64_t *shape, size_t ndim, size_t len)
+{
+    Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
+    p.role = role;
+    p.format = RTRAIN__V1__DATA_FORMAT__FORMAT_RAW;
+    p.dtype = dt;
+    p.shape = shape;
+    p.n_shape = ndim;
+    p.length = len;
+    return p;
+}
+
 /* 150 rows of 4 features; labels f32, per row the class index then the
  * regression target (each output's labels in turn, rt_engine.h) */
 static int upload_mo(dmn *m, char *id)
@@ -733,17 +747,10 @@ static int upload_mo(dmn *m, char *id)
     memcpy(buf, x, sizeof x);
     memcpy(buf + sizeof x, y, sizeof y);
     int64_t sx[2] = {N, 4}, sy[2] = {N, 2};
-    Rtrain__V1__DataPart px = RTRAIN__V1__DATA_PART__INIT, py = px;
-    px.role = RTRAIN__V1__DATA_ROLE__ROLE_FEATURES;
-    px.format = RTRAIN__V1__DATA_FORMAT__FORMAT_RAW;
-    px.dtype = RTRAIN__V1__DTYPE__F32;
-    px.shape = sx;
-    px.n_shape = 2;
-    px.length = sizeof x;
-    py = px;
-    py.role = RTRAIN__V1__DATA_ROLE__ROLE_LABELS;
-    py.shape = sy;
-    py.length = sizeof y;
+    Rtrain__V1__DataPart px = raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
+                                       RTRAIN__V1__DTYPE__F32, sx, 2, sizeof x),
+                         py = raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS,
+                                       RTRAIN__V1__DTYPE__F32, sy, 2, sizeof y);
     Rtrain__V1__DataPart *pp[2] = {&px, &py};
     itest_res r;
     int st = itest_upload(m->c, m->sid, pp, 2, buf, sizeof buf, 1 << 16, id, &r);
@@ -1370,24 +1377,13 @@ static int upload_weighted(dmn *m, int storage, char *id)
     memcpy(buf + sizeof x, y, sizeof y);
     memcpy(buf + sizeof x + sizeof y, w, sizeof w);
     int64_t sx[2] = {N, 4}, sn[1] = {N};
-    Rtrain__V1__DataPart px = RTRAIN__V1__DATA_PART__INIT, py = px, pw = px;
-    px.role = RTRAIN__V1__DATA_ROLE__ROLE_FEATURES;
-    px.format = RTRAIN__V1__DATA_FORMAT__FORMAT_RAW;
-    px.dtype = RTRAIN__V1__DTYPE__F32;
-    px.shape = sx;
-    px.n_shape = 2;
-    px.length = sizeof x;
+    Rtrain__V1__DataPart px = raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
+                                       RTRAIN__V1__DTYPE__F32, sx, 2, sizeof x),
+                         py = raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS,
+                                       RTRAIN__V1__DTYPE__I32, sn, 1, sizeof y),
+                         pw = raw_part(RTRAIN__V1__DATA_ROLE__ROLE_SAMPLE_WEIGHTS,
+                                       RTRAIN__V1__DTYPE__F32, sn, 1, sizeof w);
     px.storage = (Rtrain__V1__Storage)storage;
-    py.role = RTRAIN__V1__DATA_ROLE__ROLE_LABELS;
-    py.format = RTRAIN__V1__DATA_FORMAT__FORMAT_RAW;
-    py.dtype = RTRAIN__V1__DTYPE__I32;
-    py.shape = sn;
-    py.n_shape = 1;
-    py.length = sizeof y;
-    pw = py;
-    pw.role = RTRAIN__V1__DATA_ROLE__ROLE_SAMPLE_WEIGHTS;
-    pw.dtype = RTRAIN__V1__DTYPE__F32;
-    pw.length = sizeof w;
     Rtrain__V1__DataPart *pp[3] = {&px, &py, &pw};
     itest_res r;
     int st = itest_upload(m->c, m->sid, pp, 3, buf, sizeof buf, 1 << 16, id, &r);
