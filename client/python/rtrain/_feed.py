@@ -173,8 +173,10 @@ class ArrayRows:
     packed = True
 
     def __init__(self, x, y, sw, batch_size, shuffle=False, seed=0):
-        self.x, self.y, self.sw = x, y, sw
-        self.n, self.bs = _rows(x), int(batch_size)
+        # lists index by rows only as arrays
+        self.x, self.y, self.sw = (a if a is None or hasattr(a, "shape") else _np.asarray(a)
+                                   for a in (x, y, sw))
+        self.n, self.bs = _rows(self.x), int(batch_size)
         self._rng = _np.random.default_rng(seed) if shuffle else None
         self.order = None
         self.on_epoch_end()
