@@ -304,7 +304,9 @@ static int steps(dmn *m, const char *pid, uint64_t n, float *losses, itest_res *
     return steps_on(m, pid, m->iris, n, losses, r);
 }
 
-static double accuracy_on(dmn *m, const char *pid, const char *ds)
+/* Evaluate pid on ds: the response (with its metrics), or NULL after a
+ * failed check */
+static Rtrain__V1__EvaluateResponse *evaluate_ds(dmn *m, const char *pid, const char *ds)
 {
     Rtrain__V1__EvaluateRequest q = RTRAIN__V1__EVALUATE_REQUEST__INIT;
     q.session_id = m->sid;
@@ -315,9 +317,16 @@ static double accuracy_on(dmn *m, const char *pid, const char *ds)
     itest_unary(m->c, "Evaluate", &q.base, &rtrain__v1__evaluate_response__descriptor,
                 (ProtobufCMessage **)&p, &r);
     CHECK(p && p->metrics, "evaluate: %d %s", r.status, r.details);
-    double a = p && p->metrics ? p->metrics->accuracy : NAN;
-    FREE(p);
     itest_res_free(&r);
+    if (p && !p->metrics) FREE(p);
+    return p;
+}
+
+static double accuracy_on(dmn *m, const char *pid, const char *ds)
+{
+    Rtrain__V1__EvaluateResponse *p = evaluate_ds(m, pid, ds);
+    double a = p ? p->metrics->accuracy : NAN;
+    FREE(p);
     return a;
 }
 
@@ -711,20 +720,6 @@ static const char MO_JSON[] =
     "\"config\":{\"name\":\"reg\",\"units\":1,\"activation\":\"linear\",\"use_bias\":true}}],"
     "\"input_layers\":[[\"x\",0,0]],\"output_layers\":[[\"cls\",0,0],[\"reg\",0,0]]}}";
 
-/* A RAW part of the given role and dtype, shape and length */
-static Rtrain__V1__DataPart raw_part(Rtrain__V1__DataRole role, Rtrain__V1__DType dt,
-                                     int64_t *shape, size_t ndim, size_t len)
-{
-    Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
-    p.role = role;
-    p.format = RTRAIN__V1__DATA_FORMAT__FORMAT_RAW;
-    p.dtype = dt;
-    p.shape = shape;
-    p.n_shape = ndim;
-    p.length = len;
-    return p;
-}
-
 /* 150 rows of 4 features; labels f32, per row the class index then the
  * regression target (each output's labels in turn, rt_engine.h) */
 static int upload_mo(dmn *m, char *id)
@@ -747,9 +742,9 @@ static int upload_mo(dmn *m, char *id)
     memcpy(buf, x, sizeof x);
     memcpy(buf + sizeof x, y, sizeof y);
     int64_t sx[2] = {N, 4}, sy[2] = {N, 2};
-    Rtrain__V1__DataPart px = raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
+    Rtrain__V1__DataPart px = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
                                        RTRAIN__V1__DTYPE__F32, sx, 2, sizeof x),
-                         py = raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS,
+                         py = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS,
                                        RTRAIN__V1__DTYPE__F32, sy, 2, sizeof y);
     Rtrain__V1__DataPart *pp[2] = {&px, &py};
     itest_res r;
@@ -804,19 +799,10 @@ static void mo_values(const Rtrain__V1__Metrics *t, double v[1 + MO_VALUES])
 
 static int mo_evaluate(dmn *m, const char *pid, const char *ds, double v[1 + MO_VALUES])
 {
-    Rtrain__V1__EvaluateRequest q = RTRAIN__V1__EVALUATE_REQUEST__INIT;
-    q.session_id = m->sid;
-    q.program_id = (char *)pid;
-    q.dataset_id = (char *)ds;
-    Rtrain__V1__EvaluateResponse *p = NULL;
-    itest_res r;
-    itest_unary(m->c, "Evaluate", &q.base, &rtrain__v1__evaluate_response__descriptor,
-                (ProtobufCMessage **)&p, &r);
-    CHECK(p && p->metrics, "two-output evaluate: %d %s", r.status, r.details);
+    Rtrain__V1__EvaluateResponse *p = evaluate_ds(m, pid, ds);
     mo_values(p ? p->metrics : NULL, v);
-    int ok = p && p->metrics;
+    int ok = p != NULL;
     FREE(p);
-    itest_res_free(&r);
     return ok ? 0 : -1;
 }
 
@@ -1377,11 +1363,11 @@ static int upload_weighted(dmn *m, int storage, char *id)
     memcpy(buf + sizeof x, y, sizeof y);
     memcpy(buf + sizeof x + sizeof y, w, sizeof w);
     int64_t sx[2] = {N, 4}, sn[1] = {N};
-    Rtrain__V1__DataPart px = raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
+    Rtrain__V1__DataPart px = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
                                        RTRAIN__V1__DTYPE__F32, sx, 2, sizeof x),
-                         py = raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS,
+                         py = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS,
                                        RTRAIN__V1__DTYPE__I32, sn, 1, sizeof y),
-                         pw = raw_part(RTRAIN__V1__DATA_ROLE__ROLE_SAMPLE_WEIGHTS,
+                         pw = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_SAMPLE_WEIGHTS,
                                        RTRAIN__V1__DTYPE__F32, sn, 1, sizeof w);
     px.storage = (Rtrain__V1__Storage)storage;
     Rtrain__V1__DataPart *pp[3] = {&px, &py, &pw};
