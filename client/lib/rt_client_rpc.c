@@ -81,6 +81,7 @@ int rt_client_info_get(rt_client *c, rt_client_info *out)
         if (r->limits) {
             out->max_message_bytes = r->limits->max_message_bytes;
             out->max_dataset_bytes = r->limits->max_dataset_bytes;
+            out->max_upload_bytes = r->limits->max_upload_bytes;
             out->max_sessions = r->limits->max_sessions;
             out->max_dim = r->limits->max_dim;
             out->max_params = r->limits->max_params;

@@ -304,6 +304,7 @@ typedef struct rt_client_info {
     char **replica_hosts; size_t n_replica_hosts;
     uint32_t deterministic_reduce; /* micro-shards per batch, 0 = off */
     char state[16];    /* "memory", or "disk" (durable: --state-dir); "" if older */
+    uint64_t max_upload_bytes; /* the most one upload holds; 0 from an older daemon */
 } rt_client_info;
 
 int rt_client_info_get(rt_client *c, rt_client_info *out);

@@ -47,6 +47,7 @@ static int rt__rnn_act(rt__cc *cc, const rt__node *nd, const char *key, const ch
         {"relu", RT__RA_RELU},
         {"hard_sigmoid", RT__RA_HARD_SIGMOID},
         {"hard_sigmoid_v3", RT__RA_HARD_SIGMOID_V3},
+        {"elu", RT__RA_ELU},
     };
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
         if (!strcmp(s, acts[i].n)) {
@@ -54,7 +55,7 @@ static int rt__rnn_act(rt__cc *cc, const rt__node *nd, const char *key, const ch
             return 0;
         }
     return rt__cerr(cc, nd, RT_EINVAL,
-                    "%s '%s' is not one of linear, tanh, sigmoid, relu, hard_sigmoid", key, s);
+                    "%s '%s' is not one of linear, tanh, sigmoid, relu, hard_sigmoid, elu", key, s);
 }
 
 static int rt__rnn_infer_cell(rt__cc *cc, rt__node *nd, int cell, int64_t G)

@@ -187,7 +187,9 @@ typedef struct rt__upsample_params {
 } rt__upsample_params;
 /* Activations inside a recurrent cell; each derivative is a function of
  * the activation's output (rt_kern_rnn.c). HARD_SIGMOID is Keras 1/2's
- * clip(0.2 x + 0.5, 0, 1); HARD_SIGMOID_V3 is Keras 3's relu6(x + 3) / 6. */
+ * clip(0.2 x + 0.5, 0, 1); HARD_SIGMOID_V3 is Keras 3's relu6(x + 3) / 6;
+ * ELU is Keras' elu (alpha 1): x > 0 ? x : exp(x) - 1, whose derivative
+ * is 1 or y + 1. */
 enum {
     RT__RA_LINEAR = 0,
     RT__RA_TANH,
@@ -195,6 +197,7 @@ enum {
     RT__RA_RELU,
     RT__RA_HARD_SIGMOID,
     RT__RA_HARD_SIGMOID_V3,
+    RT__RA_ELU,
 };
 enum { RT__RNN_SIMPLE = 1, RT__RNN_LSTM, RT__RNN_GRU };
 

@@ -622,6 +622,7 @@ typedef struct imp {
     rt_keras_tensor outs[RT_MAX_HEADS];
     char out_layer[RT_MAX_HEADS][RT_KERAS_NAME]; /* the output layers' names */
     int any_mixed;                               /* a layer's dtype policy is mixed_bfloat16 */
+    char shared[72];                             /* a layer called more than once (not supported) */
 } imp;
 
 /* the message in m->err, returns code (rt_errf, the one formatter) */
@@ -1848,9 +1849,11 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins, int
                 add_problem(m, rc, lerr[0] ? lerr : rt_strerror(rc));
             return 0;
         }
+        /* trainable=false is inert on a layer whose weights are all frozen
+         * anyway (Rescaling's constants, Normalization's statistics) */
         int has_params = 0;
         for (int k = first; k < m->g->n; k++)
-            has_params |= m->g->e[k].kind == RT__T_PARAM;
+            has_params |= m->g->e[k].kind == RT__T_PARAM && m->g->e[k].trainable;
         check_fields(m, &c, has_params);
         if (!c.mask_set && pass_mask(m, &c) < 0)
             return 0;
@@ -2036,10 +2039,12 @@ static int inbound_names(imp *m, const char *lname, json_object *layer, const ch
     json_object *nodes = jget(layer, "inbound_nodes", json_type_array);
     if (!nodes || json_object_array_length(nodes) == 0)
         return 0;
-    if (json_object_array_length(nodes) > 1)
+    if (json_object_array_length(nodes) > 1) {
+        snprintf(m->shared, sizeof m->shared, "%.64s", lname);
         return ifail(m, RT_EINVAL,
                      "layer '%.64s' is called more than once (shared layers are not supported)",
                      lname);
+    }
     json_object *node = json_object_array_get_idx(nodes, 0);
     int n = 0;
     if (json_object_is_type(node, json_type_array)) {
@@ -2261,6 +2266,27 @@ static int place_from(imp *m, flayer *L, const lmap *lm, int i, int *stack, cons
 }
 
 /* A Functional model; nested (given != NULL) it reads given[0..n_given). */
+/* A model with a shared layer is not walked: its Lambda layers and
+ * recorded TensorFlow operations are named with the shared layer, so the
+ * error says everything that stands in the way. */
+static int shared_problems(imp *m, json_object *layers)
+{
+    for (size_t i = 0; i < json_object_array_length(layers); i++) {
+        json_object *l = json_object_array_get_idx(layers, i), *cfg = NULL;
+        const char *cls = jstr(l, "class_name");
+        json_object_object_get_ex(l, "config", &cfg);
+        const char *nm = jstr(l, "name") ? jstr(l, "name") : jstr(cfg, "name");
+        if (cls && (!strcmp(cls, "Lambda") || !strcmp(cls, "TFOpLambda") ||
+                    !strcmp(cls, "SlicingOpLambda")))
+            why_unknown(m, l, cls, nm ? nm : "?", cfg);
+    }
+    char msg[160];
+    snprintf(msg, sizeof msg,
+             "layer '%.64s' is called more than once (shared layers are not supported)", m->shared);
+    add_problem(m, RT_EINVAL, msg);
+    return report_problems(m);
+}
+
 static int walk_functional(imp *m, json_object *cfg, const rt_keras_tensor *given, int n_given,
                            rt_keras_tensor *out)
 {
@@ -2297,6 +2323,8 @@ static int walk_functional(imp *m, json_object *cfg, const rt_keras_tensor *give
     int *stack = calloc((size_t)n + 1, sizeof *stack);
     lm.slot = calloc(lm.mask + 1, sizeof *lm.slot);
     int rc = !L || !stack || !lm.slot ? RT_ENOMEM : read_flayers(m, layers, L, n, &lm);
+    if (rc < 0 && m->shared[0])
+        rc = shared_problems(m, layers);
     for (int i = 0; i < n && rc == 0; i++)
         if (L[i].state == 0)
             rc = place_from(m, L, &lm, i, stack, &io);
@@ -2431,6 +2459,8 @@ int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int 
     m->bind_values = m->n_bind ? 0 : values;
     int rc = 0;
     json_object *doc = NULL;
+    char *inner = NULL;
+    size_t inner_len = 0;
     if (n_dims < 0 || n_dims > RT_MAX_DIMS - 1) {
         rc = ifail(m, RT_EINVAL, "%d input dims given; at most %d", n_dims, RT_MAX_DIMS - 1);
         goto out;
@@ -2469,6 +2499,19 @@ int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int 
             rc = ifail(m, RT_EJSON, "trailing data after the Keras JSON at byte %zu", i);
             goto out;
         }
+    /* json.dump(model.to_json()) writes the model JSON as one JSON
+     * string: its text is the model (unwrapped once, an object inside) */
+    if (json_object_is_type(doc, json_type_string)) {
+        const char *s = json_object_get_string(doc);
+        size_t sl = (size_t)json_object_get_string_len(doc), i = 0;
+        while (i < sl && isspace((unsigned char)s[i]))
+            i++;
+        if (i < sl && s[i] == '{' && (inner = malloc(sl + 1))) {
+            memcpy(inner, s, sl + 1);
+            inner_len = sl;
+            goto out;
+        }
+    }
     json_object *root = model_root(doc);
     const char *cls = jstr(root, "class_name");
     json_object *cfg = NULL;
@@ -2534,6 +2577,13 @@ int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int 
 out:
     json_object_put(doc);
     json_object_put(m->owned);
+    if (inner) {
+        free(mp);
+        /* its text starts with '{': a string again fails to parse as one */
+        rc = rt_keras_import_bind(inner, inner_len, dims, n_dims, values, out, err, errlen, cb, ud);
+        free(inner);
+        return rc;
+    }
     if (rc < 0) {
         rt_graph_destroy(m->g);
         free(mp);

@@ -153,8 +153,9 @@ static json_object *k_keras1(rt_keras_ctx *c, int embedding, int gru, int *rc)
     return t;
 }
 
-/* every key of c->cfg is in known[], more[] or k_inert[], else an error
- * naming it */
+/* every key of c->cfg is in known[], more[] or k_inert[] or null (as the
+ * importer's generic check: Keras 3.6's "quantization_config": null), else
+ * an error naming it */
 static int k_known_fields2(rt_keras_ctx *c, const char *const *known, int n,
                            const char *const *more, int n_more)
 {
@@ -163,8 +164,7 @@ static int k_known_fields2(rt_keras_ctx *c, const char *const *known, int n,
         return 0;
     json_object_object_foreach(c->cfg, key, val)
     {
-        (void)val;
-        int ok = 0;
+        int ok = val == NULL;
         for (int i = 0; i < n && !ok; i++)
             ok = !strcmp(key, known[i]);
         for (int i = 0; i < n_more && !ok; i++)
@@ -198,7 +198,7 @@ static int k_rnn_act(rt_keras_ctx *c, const char *key, const char *def, const ch
     int rc = rt_keras_cfg_str(c, key, def, &s);
     if (rc < 0)
         return rc;
-    static const char *ok[] = {"tanh", "sigmoid", "relu", "linear", "hard_sigmoid"};
+    static const char *ok[] = {"tanh", "sigmoid", "relu", "linear", "hard_sigmoid", "elu"};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
         if (!strcmp(s, ok[i])) {
             *out = !strcmp(s, "hard_sigmoid") && k_is_keras3(c) ? "hard_sigmoid_v3" : s;
@@ -206,8 +206,8 @@ static int k_rnn_act(rt_keras_ctx *c, const char *key, const char *def, const ch
         }
     return rt_keras_fail(
         c, RT_EUNIMPLEMENTED,
-        "%s %s '%.40s' is not supported (tanh, sigmoid, relu, linear, hard_sigmoid)", c->class_name,
-        key, s);
+        "%s %s '%.40s' is not supported (tanh, sigmoid, relu, linear, hard_sigmoid, elu)",
+        c->class_name, key, s);
 }
 
 static int k_name(rt_keras_ctx *c, char *dst, const char *base, const char *sfx)

@@ -43,6 +43,7 @@ int rt_h_get_info(rt_call *c)
     r->devices = dv;
     l->max_message_bytes = s->cfg.max_message_bytes;
     l->max_dataset_bytes = s->cfg.max_dataset_bytes;
+    l->max_upload_bytes = rt_h_upload_limit(c);
     l->max_sessions = (uint32_t)s->cfg.max_sessions;
     l->max_dim = RT_MAX_DIM_LIMIT;
     l->max_params = RT_MAX_PARAMS_LIMIT;

@@ -350,6 +350,23 @@ static uint64_t up_window(const rt_srv *s)
     return w < (1u << 20) ? (1u << 20) : w;
 }
 
+/* The least of --max-dataset-bytes, the upload cap, the principal's
+ * upload-bytes quota and half the memory budget (an upload and the dataset
+ * it becomes are both charged while it is parsed). */
+uint64_t rt_h_upload_limit(const rt_call *c)
+{
+    const rt_srv *s = c->srv;
+    uint64_t cap = s->cfg.max_upload_bytes ? s->cfg.max_upload_bytes : 2 * s->cfg.max_dataset_bytes;
+    uint64_t lim = s->cfg.max_dataset_bytes < cap ? s->cfg.max_dataset_bytes : cap;
+    uint64_t q = rt_principal_limit(c->who, RT_Q_UPLOAD_BYTES);
+    uint64_t b = rt_principal_set_budget(s->principals);
+    if (q < lim)
+        lim = q;
+    if (b != RT_QUOTA_UNLIMITED && b / 2 < lim)
+        lim = b / 2;
+    return lim;
+}
+
 /* Cover arrived bytes of the stream: grown by a window once they pass
  * the reservation (at the header, first: at once). */
 static int up_reserve(rt_call *c, upload_st *u, uint64_t arrived, int first)

@@ -75,6 +75,9 @@ int rt_h_need_program(rt_call *c, const char *sid, const char *pid);
 int rt_h_need_dataset(rt_call *c, const char *id, rt_dataset **out, const char *what);
 int rt_h_need_train_data(rt_call *c, const char *did, const char *val_did);
 int rt_h_daemon_stopping(const rt_call *c);
+/* rt_h_upload.c: the most bytes one upload of c's principal can hold
+ * (GetInfo's Limits.max_upload_bytes) */
+uint64_t rt_h_upload_limit(const rt_call *c);
 int rt_h_refuse_if_stopping(rt_call *c);
 int rt_h_check_fit(rt_call *c, rt_dataset *ds, int need_labels);
 int rt_h_data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels);

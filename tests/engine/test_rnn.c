@@ -18,7 +18,9 @@
  * Then the Keras importer (import_keras_rnn.c): a Keras 3 LSTM with
  * hard_sigmoid (relu6(x + 3) / 6 there) and Bidirectional(LSTM) with every
  * merge mode against torch, weights set by their Keras names; and the
- * settings it refuses, each named in the error.
+ * settings it refuses, each named in the error. An LSTM with elu (no
+ * torch fixture: torch's LSTM has no such activation) against Keras' cell
+ * formulas and finite differences.
  */
 #include <stdint.h>
 
@@ -635,6 +637,100 @@ static void bad_graphs(void)
     printf("%-22s ok\n", "bad graphs");
 }
 
+/* LSTM(activation="elu"), the activation of a real corpus model (keras-
+ * corpus memetic_predictor_lstm.json): the sequence output against Keras'
+ * LSTMCell formulas (keras/src/layers/rnn/lstm.py: z = x W + h U + b split
+ * into i, f, c, o; c = f c + i act(z_c); h = o act(c); recurrent
+ * activation sigmoid) in double, and every weight gradient by finite
+ * differences. elu is x > 0 ? x : exp(x) - 1 (keras/src/activations). */
+static double elu_d(double z) { return z > 0 ? z : expm1(z); }
+static double sig_d(double z) { return 1 / (1 + exp(-z)); }
+
+static void elu_lstm(void)
+{
+    enum { G = 4 * U };
+    float k[F * G], r[U * G], b[G], x[B * T * F], y[B * T * U];
+    uint32_t s = 99;
+#define NEXT() (s = s * 1664525u + 1013904223u, (float)(s >> 8) / 16777216.0f - 0.5f)
+    for (int i = 0; i < F * G; i++) k[i] = 1.2f * NEXT();
+    for (int i = 0; i < U * G; i++) r[i] = 1.2f * NEXT();
+    for (int i = 0; i < G; i++) b[i] = 0.5f * NEXT();
+    for (int i = 0; i < B * T * F; i++) x[i] = 3.0f * NEXT();
+    for (int i = 0; i < B * T * U; i++) y[i] = NEXT();
+#undef NEXT
+    rt_graph *g = rt_graph_create();
+    int64_t xd[3] = {RT_BATCH, T, F}, kd[2] = {F, G}, rd[2] = {U, G}, bd[1] = {G};
+    REQUIRE(rt_graph_add_input(g, "x", RT_F32, 3, xd) == 0);
+    REQUIRE(rt_graph_add_param(g, "kernel", 2, kd, RT_INIT_ZEROS, 1, NULL) == 0);
+    REQUIRE(rt_graph_add_param(g, "recurrent_kernel", 2, rd, RT_INIT_ZEROS, 1, NULL) == 0);
+    REQUIRE(rt_graph_add_param(g, "bias", 1, bd, RT_INIT_ZEROS, 1, NULL) == 0);
+    const rt_attr at[3] = {
+        {.name = "activation", .kind = RT_ATTR_STR, .s = "elu"},
+        {.name = "recurrent_activation", .kind = RT_ATTR_STR, .s = "sigmoid"},
+        {.name = "return_sequences", .kind = RT_ATTR_INT, .i = 1},
+    };
+    const char *in[4] = {"x", "kernel", "recurrent_kernel", "bias"};
+    REQUIRE(rt_graph_add_node(g, "rnn", "LSTM", 4, in, 3, at) == 0);
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_MSE;
+    cfg.batch_size = B;
+    cfg.label_dtype = RT_F32;
+    cfg.label_ndim = 2;
+    cfg.label_dims[0] = T;
+    cfg.label_dims[1] = U;
+    rt_plan *p;
+    char err[256];
+    if (rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) < 0) {
+        fprintf(stderr, "elu lstm: compile: %s\n", err);
+        exit(1);
+    }
+    rt_exec *e;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    const float *vals[3] = {k, r, b};
+    for (int i = 0; i < rt_plan_n_params(p); i++) {
+        const char *pn;
+        int64_t d[RT_MAX_DIMS];
+        REQUIRE(rt_plan_param_info(p, i, &pn, d, NULL) >= 0);
+        const int w = !strcmp(pn, "kernel") ? 0 : !strcmp(pn, "recurrent_kernel") ? 1 : 2;
+        CHECK_RC(rt_exec_set_param(e, i, vals[w]));
+    }
+    float got[B * T * U];
+    CHECK_RC(rt_exec_predict(e, x, B, got));
+    double worst = 0;
+    int neg = 0;
+    for (int n = 0; n < B; n++) {
+        double h[U] = {0}, c[U] = {0};
+        for (int t = 0; t < T; t++) {
+            double z[G];
+            for (int j = 0; j < G; j++) {
+                z[j] = b[j];
+                for (int q = 0; q < F; q++) z[j] += (double)x[(n * T + t) * F + q] * k[q * G + j];
+                for (int q = 0; q < U; q++) z[j] += h[q] * r[q * G + j];
+            }
+            for (int u = 0; u < U; u++) {
+                const double ig = sig_d(z[u]), fg = sig_d(z[U + u]), og = sig_d(z[3 * U + u]);
+                neg += z[2 * U + u] < 0;
+                c[u] = fg * c[u] + ig * elu_d(z[2 * U + u]);
+                h[u] = og * elu_d(c[u]);
+                const double d = fabs(h[u] - got[(n * T + t) * U + u]);
+                worst = d > worst ? d : worst;
+            }
+        }
+    }
+    CHECK(worst < 1e-5);
+    CHECK(neg > 0); /* both branches of elu are exercised */
+    rt_data dd = {.x = x, .y = y, .y_dtype = RT_F32, .n = B};
+    int checked = 0;
+    for (int i = 0; i < rt_plan_n_params(p); i++)
+        checked += rt_test_fd_param(e, &dd, B, i, 0, 1e-3, "elu lstm");
+    printf("%-22s Keras formulas: worst |difference| %.2g, %3d finite differences\n",
+           "lstm_elu", worst, checked);
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+}
+
 int main(int argc, char **argv)
 {
     REQUIRE(argc == 2);
@@ -660,6 +756,7 @@ int main(int argc, char **argv)
         {"emb_lstm_mask_drop", "LSTM", 0, 0, 0, 0, "sigmoid", 7, 0.2, 0.3, 1, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+    elu_lstm();
     embedding_checks();
     bad_graphs();
     keras_import_checks();

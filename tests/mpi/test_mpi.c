@@ -5,6 +5,7 @@
  *   test_mpi RTRAIND MPIRUN DIGITS_CSV_GZ WA_ONNX [stream|host_loss]
  *
  * stream: only the streamed data sets' cases (ctest mpi_stream);
+ * multi_out: only the two-output Keras model's (ctest mpi_multi_out);
  * host_loss: only the cases that lose a replica or the job; shard: only
  * the sharded optimizer's.
  *
@@ -303,7 +304,9 @@ static int steps(dmn *m, const char *pid, uint64_t n, float *losses, itest_res *
     return steps_on(m, pid, m->iris, n, losses, r);
 }
 
-static double accuracy_on(dmn *m, const char *pid, const char *ds)
+/* Evaluate pid on ds: the response (with its metrics), or NULL after a
+ * failed check */
+static Rtrain__V1__EvaluateResponse *evaluate_ds(dmn *m, const char *pid, const char *ds)
 {
     Rtrain__V1__EvaluateRequest q = RTRAIN__V1__EVALUATE_REQUEST__INIT;
     q.session_id = m->sid;
@@ -314,9 +317,16 @@ static double accuracy_on(dmn *m, const char *pid, const char *ds)
     itest_unary(m->c, "Evaluate", &q.base, &rtrain__v1__evaluate_response__descriptor,
                 (ProtobufCMessage **)&p, &r);
     CHECK(p && p->metrics, "evaluate: %d %s", r.status, r.details);
-    double a = p && p->metrics ? p->metrics->accuracy : NAN;
-    FREE(p);
     itest_res_free(&r);
+    if (p && !p->metrics) FREE(p);
+    return p;
+}
+
+static double accuracy_on(dmn *m, const char *pid, const char *ds)
+{
+    Rtrain__V1__EvaluateResponse *p = evaluate_ds(m, pid, ds);
+    double a = p ? p->metrics->accuracy : NAN;
+    FREE(p);
     return a;
 }
 
@@ -688,6 +698,245 @@ static void test_fit(dmn *m, int n)
     CHECK(steps(m, pid, 10, NULL, &r) == 0, "n=%d: steps after a cancelled Fit: %d %s", n,
           r.status, r.details);
     itest_res_free(&r);
+}
+
+static double worst_rel(const float *a, const float *b, int n);
+
+/* ------------------------------------------------- two outputs (Keras) */
+
+/* A Keras Functional model with two outputs over one hidden layer: "cls"
+ * (3 classes, sparse categorical cross-entropy, accuracy) and "reg" (one
+ * value, mse at weight 0.5, mae). */
+static const char MO_JSON[] =
+    "{\"class_name\":\"Functional\",\"keras_version\":\"2.12.0\",\"backend\":\"tensorflow\","
+    "\"config\":{\"name\":\"mo\",\"layers\":["
+    "{\"class_name\":\"InputLayer\",\"name\":\"x\",\"inbound_nodes\":[],"
+    "\"config\":{\"batch_input_shape\":[null,4],\"dtype\":\"float32\",\"name\":\"x\"}},"
+    "{\"class_name\":\"Dense\",\"name\":\"h\",\"inbound_nodes\":[[[\"x\",0,0,{}]]],"
+    "\"config\":{\"name\":\"h\",\"units\":8,\"activation\":\"tanh\",\"use_bias\":true}},"
+    "{\"class_name\":\"Dense\",\"name\":\"cls\",\"inbound_nodes\":[[[\"h\",0,0,{}]]],"
+    "\"config\":{\"name\":\"cls\",\"units\":3,\"activation\":\"softmax\",\"use_bias\":true}},"
+    "{\"class_name\":\"Dense\",\"name\":\"reg\",\"inbound_nodes\":[[[\"h\",0,0,{}]]],"
+    "\"config\":{\"name\":\"reg\",\"units\":1,\"activation\":\"linear\",\"use_bias\":true}}],"
+    "\"input_layers\":[[\"x\",0,0]],\"output_layers\":[[\"cls\",0,0],[\"reg\",0,0]]}}";
+
+/* 150 rows of 4 features; labels f32, per row the class index then the
+ * regression target (each output's labels in turn, rt_engine.h) */
+static int upload_mo(dmn *m, char *id)
+{
+    enum { N = 150 };
+    static float x[N * 4], y[N * 2];
+    uint32_t s = 777;
+    for (int i = 0; i < N; i++) {
+        const int c = (i * 7) % 3;
+        float t = 0.1f * (float)c;
+        for (int j = 0; j < 4; j++) {
+            s = s * 1664525u + 1013904223u;
+            x[i * 4 + j] = (float)(c == j % 3) * 1.5f + (float)(s >> 8) / 16777216.0f - 0.5f;
+            t += 0.25f * (float)(j + 1) * x[i * 4 + j];
+        }
+        y[2 * i] = (float)c;
+        y[2 * i + 1] = t;
+    }
+    uint8_t buf[sizeof x + sizeof y];
+    memcpy(buf, x, sizeof x);
+    memcpy(buf + sizeof x, y, sizeof y);
+    int64_t sx[2] = {N, 4}, sy[2] = {N, 2};
+    Rtrain__V1__DataPart px = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
+                                       RTRAIN__V1__DTYPE__F32, sx, 2, sizeof x),
+                         py = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS,
+                                       RTRAIN__V1__DTYPE__F32, sy, 2, sizeof y);
+    Rtrain__V1__DataPart *pp[2] = {&px, &py};
+    itest_res r;
+    int st = itest_upload(m->c, m->sid, pp, 2, buf, sizeof buf, 1 << 16, id, &r);
+    CHECK(st == 0, "two-output set upload: %d %s", st, r.details);
+    itest_res_free(&r);
+    return st ? -1 : 0;
+}
+
+static int compile_mo(dmn *m, uint32_t batch, char *pid)
+{
+    static char *m_cls[1] = {"accuracy"}, *m_reg[1] = {"mae"};
+    Rtrain__V1__OutputLoss o1 = RTRAIN__V1__OUTPUT_LOSS__INIT, o2 = o1;
+    o1.loss = "sparse_categorical_crossentropy";
+    o1.metrics = m_cls;
+    o1.n_metrics = 1;
+    o2.loss = "mse";
+    o2.has_weight = 1;
+    o2.weight = 0.5f;
+    o2.metrics = m_reg;
+    o2.n_metrics = 1;
+    Rtrain__V1__OutputLoss *outs[2] = {&o1, &o2};
+    Rtrain__V1__TrainConfig cfg;
+    itest_iris_config(&cfg);
+    cfg.batch_size = batch;
+    cfg.n_metrics = 0;
+    cfg.metrics = NULL;
+    cfg.outputs = outs;
+    cfg.n_outputs = 2;
+    Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
+    q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON;
+    q.keras_json = (char *)MO_JSON;
+    q.config = &cfg;
+    return compile_q(m, &q, " (two outputs)", pid);
+}
+
+/* Keras' names of what a two-output model reports beside its loss */
+#define MO_VALUES 4
+static const char *const mo_names[MO_VALUES] = {"cls_loss", "reg_loss", "cls_accuracy",
+                                                 "reg_mae"};
+
+/* a Metrics message's loss and values, in mo_names' order (NaN: missing) */
+static void mo_values(const Rtrain__V1__Metrics *t, double v[1 + MO_VALUES])
+{
+    v[0] = t ? t->loss : NAN;
+    for (int k = 0; k < MO_VALUES; k++) {
+        v[1 + k] = NAN;
+        for (size_t i = 0; t && i < t->n_values; i++)
+            if (!strcmp(t->values[i]->name, mo_names[k])) v[1 + k] = t->values[i]->value;
+    }
+}
+
+static int mo_evaluate(dmn *m, const char *pid, const char *ds, double v[1 + MO_VALUES])
+{
+    Rtrain__V1__EvaluateResponse *p = evaluate_ds(m, pid, ds);
+    mo_values(p ? p->metrics : NULL, v);
+    int ok = p != NULL;
+    FREE(p);
+    return ok ? 0 : -1;
+}
+
+/* The tolerance the summation order allows. Each value is a sum over the
+ * rows of per-row terms (the row's loss, |error|, a 0/1 hit), all >= 0,
+ * added into doubles (rt__hacc; rt_dist's metric all-reduce is MPI_SUM of
+ * doubles), then divided by the rows. One process adds the terms in row
+ * order; N replicas each add their rows and the all-reduce adds the N
+ * partial sums in an order of its own. Whatever the order, a sum of m
+ * terms >= 0 computed in doubles is within gamma(m-1) = (m-1)u/(1-(m-1)u)
+ * of the exact sum, relative, u = 2^-53 (Higham, Accuracy and Stability of
+ * Numerical Algorithms, 2nd ed., (4.4)); two orders are within twice that
+ * of each other, and the division rounds once more each: 2 gamma(m-1) + 2u.
+ * The per-row terms themselves must not change: the replicas run the same
+ * kernels on the same weights, and a row's forward pass does not depend on
+ * the other rows of its batch. The total loss is a weighted sum of the two
+ * outputs' (two more roundings each). */
+static double mo_tol(int64_t m)
+{
+    const double u = 0x1p-53, g = (double)(m - 1) * u / (1 - (double)(m - 1) * u);
+    return 2 * g + 2 * u + 4 * u;
+}
+
+static int mo_close(const char *what, int n, const double a[1 + MO_VALUES],
+                    const double b[1 + MO_VALUES], double tol)
+{
+    int ok = 1;
+    double worst = 0;
+    for (int k = 0; k <= MO_VALUES; k++) {
+        const double rel = a[k] == b[k] ? 0 : fabs(a[k] - b[k]) / fabs(a[k]);
+        CHECK(rel <= tol, "%s n=%d: %s %.17g, one process %.17g (relative %.3g > %.3g)", what,
+              n, k ? mo_names[k - 1] : "loss", b[k], a[k], rel, tol);
+        ok &= rel <= tol;
+        if (rel > worst) worst = rel;
+    }
+    printf("%s n=%d: loss %.6f cls_loss %.6f reg_loss %.6f cls_accuracy %.4f reg_mae %.6f; "
+           "worst relative difference %.3g (bound %.3g)\n",
+           what, n, b[0], b[1], b[2], b[3], b[4], worst, tol);
+    return ok;
+}
+
+/* A two-output Keras model on N replicas against one process: trained 20
+ * steps on one process, its weights set into both programs, Evaluate's
+ * total and per-output losses and metrics within mo_tol(150); then 20
+ * steps on both from those weights: the losses within 1e-5 relative, as
+ * test_equivalence (the gradients' float all-reduce adds in another order). */
+static void test_multi_out(dmn *ref, dmn *m, int n)
+{
+    char dr[64], dm[64], pr[64], pm[64], pt[64];
+    if (upload_mo(ref, dr) < 0 || upload_mo(m, dm) < 0) return;
+    if (compile_mo(ref, 16, pt) < 0 || compile_mo(ref, 16, pr) < 0 || compile_mo(m, 16, pm) < 0)
+        return;
+    itest_res r;
+    CHECK(steps_on(ref, pt, dr, 20, NULL, &r) == 0, "two-output steps: %s", r.details);
+    itest_res_free(&r);
+    Rtrain__V1__GetWeightsResponse *w = NULL;
+    size_t len;
+    free(weights(ref, pt, &len, &w));
+    if (!w) return;
+    set_weights(ref, pr, w);
+    set_weights(m, pm, w);
+    FREE(w);
+    double a[1 + MO_VALUES], b[1 + MO_VALUES];
+    if (mo_evaluate(ref, pr, dr, a) < 0 || mo_evaluate(m, pm, dm, b) < 0) return;
+    CHECK(a[3] > 0.5, "the reference did not learn the classes (cls_accuracy %g)", a[3]);
+    mo_close("two outputs, Evaluate", n, a, b, mo_tol(150));
+    float la[20], lb[20];
+    CHECK(steps_on(ref, pr, dr, 20, la, &r) == 0, "ref steps: %s", r.details);
+    itest_res_free(&r);
+    CHECK(steps_on(m, pm, dm, 20, lb, &r) == 0, "n=%d steps: %s", n, r.details);
+    itest_res_free(&r);
+    const double worst = worst_rel(la, lb, 20);
+    printf("two outputs n=%d: worst relative loss difference over 20 steps %.3g\n", n, worst);
+    CHECK(worst <= 1e-5, "n=%d: two-output losses differ by %.3g relative", n, worst);
+}
+
+typedef struct mo_fit {
+    int epochs;
+    double v[1 + MO_VALUES]; /* the last epoch's training metrics */
+} mo_fit;
+
+static int on_mo_fit(void *ud, const uint8_t *data, size_t len)
+{
+    mo_fit *f = ud;
+    Rtrain__V1__FitEvent *ev = rtrain__v1__fit_event__unpack(NULL, len, data);
+    if (!ev) return 1;
+    if (ev->event_case == RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END) {
+        f->epochs++;
+        mo_values(ev->epoch_end->train, f->v);
+    }
+    FREE(ev);
+    return 0;
+}
+
+/* --deterministic-reduce 4, N = 1, 2, 4: a 3-epoch Fit of the two-output
+ * model ends on the same weights, bit for bit, and its last epoch's
+ * per-output losses and metrics are within mo_tol(150) of N = 1's. */
+static void test_multi_out_deterministic(void)
+{
+    const char *const extra[] = {"--deterministic-reduce", "4", NULL};
+    const int ns[3] = {1, 2, 4};
+    uint8_t *w[3] = {0};
+    size_t len[3] = {0};
+    mo_fit f[3];
+    memset(f, 0, sizeof f);
+    for (int i = 0; i < 3; i++) {
+        dmn m;
+        if (start(&m, ns[i], extra) < 0) {
+            CHECK(0, "mpirun -n %d --deterministic-reduce 4 did not start", ns[i]);
+            return;
+        }
+        char ds[64], pid[64];
+        /* batch 15: every batch whole, 3 or 4 rows a shard */
+        if (upload_mo(&m, ds) == 0 && compile_mo(&m, 15, pid) == 0) {
+            Rtrain__V1__FitRequest q = RTRAIN__V1__FIT_REQUEST__INIT;
+            q.session_id = m.sid;
+            q.program_id = pid;
+            q.dataset_id = ds;
+            q.epochs = 3;
+            itest_res r;
+            itest_server_stream(m.c, "Fit", &q.base, on_mo_fit, &f[i], &r);
+            CHECK(r.status == 0 && f[i].epochs == 3, "n=%d two-output Fit: %d %s, %d epochs",
+                  ns[i], r.status, r.details, f[i].epochs);
+            itest_res_free(&r);
+            w[i] = weights(&m, pid, &len[i], NULL);
+        }
+        stop(&m, ns[i]);
+    }
+    for (int i = 1; i < 3; i++) {
+        CHECK(w[0] && w[i] && len[0] == len[i] && !memcmp(w[0], w[i], len[0]),
+              "two outputs, deterministic: weights at n=%d differ from n=1", ns[i]);
+        mo_close("two outputs, deterministic Fit", ns[i], f[0].v, f[i].v, mo_tol(150));
+    }
+    for (int i = 0; i < 3; i++) free(w[i]);
 }
 
 /* Runs with the same N are bit-identical: two programs, same config. */
@@ -1114,24 +1363,13 @@ static int upload_weighted(dmn *m, int storage, char *id)
     memcpy(buf + sizeof x, y, sizeof y);
     memcpy(buf + sizeof x + sizeof y, w, sizeof w);
     int64_t sx[2] = {N, 4}, sn[1] = {N};
-    Rtrain__V1__DataPart px = RTRAIN__V1__DATA_PART__INIT, py = px, pw = px;
-    px.role = RTRAIN__V1__DATA_ROLE__ROLE_FEATURES;
-    px.format = RTRAIN__V1__DATA_FORMAT__FORMAT_RAW;
-    px.dtype = RTRAIN__V1__DTYPE__F32;
-    px.shape = sx;
-    px.n_shape = 2;
-    px.length = sizeof x;
+    Rtrain__V1__DataPart px = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_FEATURES,
+                                       RTRAIN__V1__DTYPE__F32, sx, 2, sizeof x),
+                         py = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_LABELS,
+                                       RTRAIN__V1__DTYPE__I32, sn, 1, sizeof y),
+                         pw = itest_raw_part(RTRAIN__V1__DATA_ROLE__ROLE_SAMPLE_WEIGHTS,
+                                       RTRAIN__V1__DTYPE__F32, sn, 1, sizeof w);
     px.storage = (Rtrain__V1__Storage)storage;
-    py.role = RTRAIN__V1__DATA_ROLE__ROLE_LABELS;
-    py.format = RTRAIN__V1__DATA_FORMAT__FORMAT_RAW;
-    py.dtype = RTRAIN__V1__DTYPE__I32;
-    py.shape = sn;
-    py.n_shape = 1;
-    py.length = sizeof y;
-    pw = py;
-    pw.role = RTRAIN__V1__DATA_ROLE__ROLE_SAMPLE_WEIGHTS;
-    pw.dtype = RTRAIN__V1__DTYPE__F32;
-    pw.length = sizeof w;
     Rtrain__V1__DataPart *pp[3] = {&px, &py, &pw};
     itest_res r;
     int st = itest_upload(m->c, m->sid, pp, 3, buf, sizeof buf, 1 << 16, id, &r);
@@ -1783,11 +2021,29 @@ static int main_stream(void)
     return itest_summary();
 }
 
+/* ctest mpi_multi_out: the two-output Keras model at N = 2 and 4 */
+static int main_multi_out(void)
+{
+    dmn ref, m;
+    if (start(&ref, 0, NULL) < 0) return 1;
+    for (int n = 2; n <= 4; n += 2) {
+        if (start(&m, n, NULL) == 0) {
+            RUN(test_multi_out, &ref, &m, n);
+            stop(&m, n);
+        } else {
+            CHECK(0, "mpirun -n %d did not start", n);
+        }
+    }
+    stop(&ref, 0);
+    RUN(test_multi_out_deterministic);
+    return itest_summary();
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 5) {
         fprintf(stderr, "usage: test_mpi RTRAIND MPIRUN DIGITS_CSV_GZ WA_ONNX "
-                "[stream|shard|host_loss|resume]\n");
+                "[stream|shard|host_loss|resume|multi_out]\n");
         return 2;
     }
     rtraind = argv[1];
@@ -1796,6 +2052,7 @@ int main(int argc, char **argv)
     onnx_path = argv[4];
     itest_deadline_ms = 60000;
     if (argc > 5 && !strcmp(argv[5], "stream")) return main_stream();
+    if (argc > 5 && !strcmp(argv[5], "multi_out")) return main_multi_out();
     if (argc > 5 && !strcmp(argv[5], "shard")) {
         RUN(test_shard);
         RUN(test_shard_data);

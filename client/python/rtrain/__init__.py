@@ -905,6 +905,18 @@ class CompiledModel:
                                  "y" if name == "train" else "%s y" % name)
         return self._client._upload(xs, ys, name, sw), label
 
+    def _over_upload(self, x, y, sw):
+        """Whether x, y and sw (arrays, as fit packed them) hold more
+        bytes than the daemon takes in one upload: then they go in chunks."""
+        if x is None or isinstance(x, Dataset):
+            return False
+        f = getattr(self._client, "_upload_limit", None)
+        lim = f() if f is not None else 0
+        if not lim:
+            return False
+        n = 4 * sum(int(_np.size(a)) for a in (x, y, sw) if a is not None)
+        return n > lim
+
     def _sample_weights(self, y, n, sample_weight, class_weight, what="y"):
         """Keras' per-sample loss weights: sample_weight, times
         class_weight[class of the sample] (the class index for sparse
@@ -1092,6 +1104,16 @@ class CompiledModel:
             elif sample_weight is not None or class_weight is not None:
                 raise ValueError("sample_weight and class_weight need x and "
                                  "y as arrays, not an uploaded Dataset")
+            if self._over_upload(x, y, sw):
+                # too large for one upload: sent in chunks, the rows
+                # shuffled here (sw holds the class weights already)
+                rows = _feed.ArrayRows(x, y, sw, batch_size, shuffle,
+                                       self._opts.get("seed", 0))
+                hist.status = self._fit_source(
+                    _feed, rows, validation_data, val_src, validation_steps, epochs,
+                    initial_epoch, steps_per_epoch, False, None, callbacks,
+                    owner, hist, due, verbose)
+                return hist
             ds, label = self._upload(x, y, "train", sw)
             hist.timings.append(self._client.last_timings)
             val_id = None
@@ -1199,9 +1221,14 @@ class CompiledModel:
             vsw = None
             if len(validation_data) == 3 and validation_data[2] is not None:
                 vsw = self._sample_weights(vy, len(vx), validation_data[2], None)
-            vds, _ = self._upload(vx, vy, "validation", vsw)
-            hist.timings.append(self._client.last_timings)
-            val = vds["id"]
+            if self._over_upload(vx, vy, vsw):
+                val = _feed.Source(_feed.ArrayRows(vx, vy, vsw, self._key[0] if self._key
+                                                   else _DEFAULT_BATCH),
+                                   None, False, "validation_data")
+            else:
+                vds, _ = self._upload(vx, vy, "validation", vsw)
+                hist.timings.append(self._client.last_timings)
+                val = vds["id"]
         hist.params = {"epochs": epochs, "steps": steps_per_epoch or train.n,
                        "verbose": verbose, "initial_epoch": initial_epoch,
                        "steps_per_execution": None}
@@ -1321,9 +1348,14 @@ class CompiledModel:
                     raise ValueError("sample_weight needs x and y as arrays, not an "
                                      "uploaded Dataset")
                 sw = self._sample_weights(y, len(x), sample_weight, None)
-            ds, label = self._upload(x, y, "evaluate", sw)
-            self._ensure(None, None, label)
-            d = _feed.evaluate_dataset(self, ds["id"])[1]
+            if self._over_upload(x, y, sw):
+                rows = _feed.ArrayRows(x, y, sw, self._key[0] if self._key
+                                       else _DEFAULT_BATCH)
+                d = _feed.evaluate_source(self, _feed.Source(rows, None, False, "x"))
+            else:
+                ds, label = self._upload(x, y, "evaluate", sw)
+                self._ensure(None, None, label)
+                d = _feed.evaluate_dataset(self, ds["id"])[1]
         if return_dict:
             return d
         out = [d.get(k) for k in _feed._eval_keys(self)]
@@ -1651,6 +1683,17 @@ class Client(_rtrain.Client):
         the images on the daemon's disk, read per batch."""
         return Dataset(self._upload_idx(str(images), str(labels), bool(normalize), name,
                                         **_storage_kw(storage, shuffle_buffer)))
+
+    def _upload_limit(self):
+        """The most bytes one upload may hold on this daemon (GetInfo's
+        max_upload_bytes, from an older daemon its max_dataset_bytes);
+        fit and evaluate send larger arrays in chunks."""
+        lim = getattr(self, "_up_limit", None)
+        if lim is None:
+            lim = self.info()["limits"]
+            lim = lim.get("max_upload_bytes") or lim["max_dataset_bytes"]
+            self._up_limit = lim
+        return lim
 
     def upload(self, x, y=None, sample_weight=None, name="data", storage="auto",
                shuffle_buffer=0):

@@ -9,6 +9,13 @@ in order, one pass, unshuffled (the daemon starts a new pass at the first
 batch of each new data set, rt_engine.h rt_exec_train). Nothing is held
 beyond one chunk; a chunk's data set is the daemon's to evict once used.
 
+Arrays larger than one upload can hold (Client._upload_limit: the
+daemon's --max-dataset-bytes, its upload cap, the caller's upload quota and
+half its memory budget, whichever is least) take the same path: ArrayRows
+serves their rows as batches of the program's batch size, in order, or
+with shuffle in a new permutation of all rows each epoch, as Keras
+shuffles arrays, and the chunks are at most half that limit.
+
 Epochs follow Keras 3's EpochIterator (keras/src/trainers/
 epoch_iterator.py) and its PyDataset adapter (data_adapters/
 py_dataset_adapter.py):
@@ -148,12 +155,55 @@ def _rows(a):
     return int(a.shape[0])
 
 
+def chunk_bytes(cm):
+    """The most bytes one upload of batches holds: CHUNK_BYTES, or half
+    of what the daemon takes in one upload when that is less."""
+    f = getattr(cm._client, "_upload_limit", None)
+    lim = f() if f is not None else 0
+    return max(1, min(CHUNK_BYTES, lim // 2)) if lim else CHUNK_BYTES
+
+
+class ArrayRows:
+    """Arrays (x and y packed as fit packs them, sample weights as fit
+    computed them) as a Sequence of batches of batch_size rows: in order,
+    or with shuffle a permutation of all rows drawn anew for each epoch
+    (numpy's default_rng(seed), the compile's seed). Too large for one
+    upload, they are sent a chunk at a time (_Chunker)."""
+
+    packed = True
+
+    def __init__(self, x, y, sw, batch_size, shuffle=False, seed=0):
+        # lists index by rows only as arrays
+        self.x, self.y, self.sw = (a if a is None or hasattr(a, "shape") else _np.asarray(a)
+                                   for a in (x, y, sw))
+        self.n, self.bs = _rows(self.x), int(batch_size)
+        self._rng = _np.random.default_rng(seed) if shuffle else None
+        self.order = None
+        self.on_epoch_end()
+
+    def __len__(self):
+        return -(-self.n // self.bs)
+
+    def __getitem__(self, i):
+        lo, hi = i * self.bs, min(self.n, (i + 1) * self.bs)
+        rows = slice(lo, hi) if self.order is None else self.order[lo:hi]
+        b = (self.x[rows],) if self.y is None else (self.x[rows], self.y[rows])
+        return b if self.sw is None else b + (self.sw[rows],)
+
+    def on_epoch_end(self):
+        if self._rng is not None:
+            self.order = self._rng.permutation(self.n)
+
+
 class _Chunker:
     """Batches into uploads: (dataset info, label layout, batch sizes)."""
 
-    def __init__(self, cm, what, name, class_weight=None, need_y=True, same_size=True):
+    def __init__(self, cm, what, name, class_weight=None, need_y=True, same_size=True,
+                 packed=False):
         self.cm, self.what, self.name = cm, what, name
         self.class_weight, self.need_y, self.same_size = class_weight, need_y, same_size
+        self.packed = packed  # ArrayRows: x and y packed, weights final
+        self.limit = chunk_bytes(cm)
         self.bs = None
 
     def _prep(self, b):
@@ -162,6 +212,14 @@ class _Chunker:
         if self.need_y and y is None:
             raise ValueError("%s gave a batch without targets; fit and evaluate need "
                              "(x, y) batches" % self.what)
+        if self.packed:
+            cm._bind(x)
+            from . import _features
+            xs = _features(x, cm.input_shape, "%s x" % self.what)
+            if y is None or not self.need_y:
+                return xs, None, None, None
+            ys, label = cm._labels(y, xs.shape[0], "%s y" % self.what)
+            return xs, ys, sw, label
         x = cm._pack_x(x, "%s x" % self.what)
         cm._bind(x)
         from . import _features
@@ -206,7 +264,7 @@ class _Chunker:
                 # one pass at the program's batch size: a smaller batch is
                 # its last; a larger one needs another program
                 cut = self.same_size and (last != self.bs or nb > self.bs)
-                if cut or size + nbytes > CHUNK_BYTES:
+                if cut or size + nbytes > self.limit:
                     yield flush()
                     group, size = [], 0
             if not group and self.same_size and (self.bs is None or nb > self.bs):
@@ -216,6 +274,10 @@ class _Chunker:
             size += nbytes
         if group:
             yield flush()
+
+
+def _packed(src):
+    return bool(getattr(src.seq, "packed", False))
 
 
 def _merge(parts, keys):
@@ -236,9 +298,9 @@ def check_metrics(cm):
            if m in _UNMERGEABLE or m.endswith(tuple("_" + u for u in _UNMERGEABLE))]
     if bad:
         raise ValueError("metric %s is not computed when fit or evaluate takes a generator, "
-                         "a Sequence or a learning rate computed in Python (its pieces' values "
-                         "cannot be combined); upload the data (Client.upload) or leave it out"
-                         % bad[0])
+                         "a Sequence, arrays larger than one upload or a learning rate "
+                         "computed in Python (its pieces' values cannot be combined); upload "
+                         "the data (Client.upload) or leave it out" % bad[0])
 
 
 def _eval_keys(cm):
@@ -259,7 +321,7 @@ def evaluate_source(cm, src, timings=None):
     Sequence; a generator until it ends or for src.steps batches)."""
     check_metrics(cm)
     parts = []
-    ch = _Chunker(cm, src.what, "evaluate", same_size=False)
+    ch = _Chunker(cm, src.what, "evaluate", same_size=False, packed=_packed(src))
     for xs, ys, sw, label, _ in ch.chunks(src.epoch()):
         ds = cm._client._upload(xs, ys, "validation", sw)
         if timings is not None:
@@ -275,7 +337,8 @@ def evaluate_source(cm, src, timings=None):
 
 def predict_source(cm, src):
     outs = []
-    ch = _Chunker(cm, src.what, "predict", need_y=False, same_size=False)
+    ch = _Chunker(cm, src.what, "predict", need_y=False, same_size=False,
+                  packed=_packed(src))
     for xs, _, _, _, _ in ch.chunks(src.epoch()):
         outs.append(cm._predict_rows(xs))
     if not outs:
@@ -355,7 +418,8 @@ def fit_driven(cm, train, val, epochs, initial_epoch, cbl, hist, due, verbose,
     status = "done"
     chunker = None
     if isinstance(train, Source):
-        chunker = _Chunker(cm, train.what, "train", class_weight=class_weight)
+        chunker = _Chunker(cm, train.what, "train", class_weight=class_weight,
+                           packed=_packed(train))
     for ep in range(initial_epoch, epochs):
         if cm._stop:
             status = "stopped"

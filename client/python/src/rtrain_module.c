@@ -399,7 +399,7 @@ static PyObject *Client_info(ClientObject *self, PyObject *unused)
         goto out;
     }
     res = Py_BuildValue(
-        "{s:s,s:I,s:{s:s,s:s,s:s,s:K,s:I},s:{s:K,s:K,s:I,s:K,s:K,s:K},"
+        "{s:s,s:I,s:{s:s,s:s,s:s,s:K,s:I},s:{s:K,s:K,s:I,s:K,s:K,s:K,s:K},"
         "s:N,s:N,s:N,s:N,s:s}",
         "version", info.version ? info.version : "", "engine_version",
         (unsigned)info.engine_version, "device", "name", info.device_name ? info.device_name : "",
@@ -410,7 +410,8 @@ static PyObject *Client_info(ClientObject *self, PyObject *unused)
         "max_dataset_bytes", (unsigned long long)info.max_dataset_bytes, "max_sessions",
         (unsigned)info.max_sessions, "max_dim", (unsigned long long)info.max_dim, "max_params",
         (unsigned long long)info.max_params, "max_steps_per_call",
-        (unsigned long long)info.max_steps_per_call, "ops", rt_py__strlist(info.ops, info.n_ops),
+        (unsigned long long)info.max_steps_per_call, "max_upload_bytes",
+        (unsigned long long)info.max_upload_bytes, "ops", rt_py__strlist(info.ops, info.n_ops),
         "formats", rt_py__strlist(info.formats, info.n_formats), "losses",
         rt_py__strlist(info.losses, info.n_losses), "optimizers",
         rt_py__strlist(info.optimizers, info.n_optimizers), "target", rt_client_target(self->c));

@@ -79,6 +79,10 @@ static void rt__ra_fwd(int a, float *restrict v, int64_t n)
             v[i] = y < 0.0f ? 0.0f : y > 1.0f ? 1.0f : y;
         }
         break;
+    case RT__RA_ELU:
+        for (int64_t i = 0; i < n; i++)
+            v[i] = v[i] > 0.0f ? v[i] : expm1f(v[i]);
+        break;
     default: break;
     }
 }
@@ -92,6 +96,7 @@ static inline float rt__ra_d(int a, float y)
     case RT__RA_RELU: return y > 0.0f ? 1.0f : 0.0f;
     case RT__RA_HARD_SIGMOID: return y > 0.0f && y < 1.0f ? 0.2f : 0.0f;
     case RT__RA_HARD_SIGMOID_V3: return y > 0.0f && y < 1.0f ? 1.0f / 6.0f : 0.0f;
+    case RT__RA_ELU: return y > 0.0f ? 1.0f : y + 1.0f;
     default: return 1.0f;
     }
 }

@@ -32,6 +32,7 @@ static double rt_ref_ra(int a, double z)
     case RT__RA_RELU: return z > 0 ? z : 0;
     case RT__RA_HARD_SIGMOID: return fmin(1, fmax(0, 0.2 * z + 0.5));
     case RT__RA_HARD_SIGMOID_V3: return fmin(1, fmax(0, (z + 3) / 6));
+    case RT__RA_ELU: return z > 0 ? z : expm1(z);
     default: return z;
     }
 }
@@ -45,6 +46,7 @@ static double rt_ref_ra_d(int a, double y)
     case RT__RA_RELU: return y > 0;
     case RT__RA_HARD_SIGMOID: return y > 0 && y < 1 ? 0.2 : 0;
     case RT__RA_HARD_SIGMOID_V3: return y > 0 && y < 1 ? 1.0 / 6 : 0;
+    case RT__RA_ELU: return y > 0 ? 1 : y + 1;
     default: return 1;
     }
 }
