@@ -73,10 +73,10 @@ typedef struct rt_inflater {
     z_stream z;
     rt_zfmt fmt;
     rt_zlimits lim;
-    const char *what;      /* names the input in errors */
-    uint64_t in_len;       /* the whole input's compressed size */
-    uint64_t cap;          /* the bound on the output */
-    uint64_t out;          /* bytes written so far */
+    const char *what;       /* names the input in errors */
+    uint64_t in_len;        /* the whole input's compressed size */
+    uint64_t cap;           /* the bound on the output */
+    uint64_t out;           /* bytes written so far */
     const uint8_t *in_next; /* input not yet handed to zlib */
     size_t in_left;
     int by_ratio; /* the cap is the ratio's, not max_bytes' */

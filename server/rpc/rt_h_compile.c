@@ -473,7 +473,7 @@ static int compile_work(rt_call *c)
     size_t model = q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_KERAS_JSON && q->keras_json
                        ? strlen(q->keras_json)
                    : q->model_case == RTRAIN__V1__COMPILE_REQUEST__MODEL_ONNX ? q->onnx.len
-                                                                               : 0;
+                                                                              : 0;
     if (model >= RT_COMPILE_TRIM_BYTES)
         malloc_trim(0);
 #endif

@@ -538,8 +538,8 @@ static int charge_grow(void *ud, size_t more, char *err, size_t errlen)
     inflate_charge *ic = ud;
     char why[200];
     if (rt_principal_reserve(ic->c->who, RT_Q_CALL_BYTES, more, why, sizeof why) < 0)
-        return rt_errf(err, errlen, RT_ETOOBIG, "inflating a compressed %s: %s",
-                       ic->c->m->req_name, why);
+        return rt_errf(err, errlen, RT_ETOOBIG, "inflating a compressed %s: %s", ic->c->m->req_name,
+                       why);
     ic->charged += more;
     return 0;
 }
@@ -565,15 +565,15 @@ static uint8_t *inflate_payload(rt_call *c, grpc_byte_buffer *bb, size_t *len, s
     }
     for (size_t i = 0; i < sb->count; i++)
         in[i] = (rt_zspan){GRPC_SLICE_START_PTR(sb->slices[i]), GRPC_SLICE_LENGTH(sb->slices[i])};
-    const rt_zlimits lim = {c->srv->cfg.max_message_bytes, "message limit",
-                            "--max-message-bytes", c->srv->cfg.max_inflate_ratio};
+    const rt_zlimits lim = {c->srv->cfg.max_message_bytes, "message limit", "--max-message-bytes",
+                            c->srv->cfg.max_inflate_ratio};
     char what[80], err[300];
     snprintf(what, sizeof what, "compressed %s", c->m->req_name);
     inflate_charge ic = {c, 0};
     uint8_t *out = NULL;
     /* gRPC's "deflate" is a zlib stream */
-    int rc = rt_inflate_all(alg == GRPC_COMPRESS_GZIP ? RT_Z_GZIP : RT_Z_ZLIB, in, sb->count,
-                            &lim, what, charge_grow, &ic, &out, len, err, sizeof err);
+    int rc = rt_inflate_all(alg == GRPC_COMPRESS_GZIP ? RT_Z_GZIP : RT_Z_ZLIB, in, sb->count, &lim,
+                            what, charge_grow, &ic, &out, len, err, sizeof err);
     if (in != &one)
         free(in);
     *charged = ic.charged;
