@@ -1,6 +1,6 @@
 /* fuzz_inflate.c - the daemon's one bounded inflater (server/data/rt_inflate.c).
  * Byte 0 picks the format (bits 0-1: deflate, zlib, gzip, gzip), the output
- * bound (bits 2-3: 4 KiB, 64 KiB, 1 MiB, 8 MiB) and --max-inflate-ratio
+ * bound (bits 2-3: 4 KiB, 64 KiB, 256 KiB, 1 MiB) and --max-inflate-ratio
  * (bits 4-5: none, 1, 100, 1000); byte 1 the size of the pieces the input
  * is cut into (1..256 bytes, as a gRPC message's slices); the rest is the
  * compressed input. Checks: a success never exceeds the bound; the whole
@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 2)
         return 0;
     const rt_zfmt fmts[4] = {RT_Z_DEFLATE, RT_Z_ZLIB, RT_Z_GZIP, RT_Z_GZIP};
-    const uint64_t maxes[4] = {4096, 65536, 1u << 20, 8u << 20};
+    const uint64_t maxes[4] = {4096, 65536, 256u << 10, 1u << 20};
     const uint32_t ratios[4] = {0, 1, 100, 1000};
     const rt_zfmt fmt = fmts[data[0] & 3];
     const rt_zlimits lim = {maxes[(data[0] >> 2) & 3], "message limit", "--max-message-bytes",
