@@ -667,32 +667,23 @@ int main(int argc, char **argv)
                      up.seconds, up.status, up.details);
         }
 
-        if (want("parsed")) {
+        for (int gzip = 0; gzip < 2; gzip++) {
+            if (!want(gzip ? "gzip" : "parsed"))
+                continue;
             parsed_up pu;
             memset(&pu, 0, sizeof pu);
+            pu.gzip = gzip;
             start_load(&pu.l.th, parsed_upload_main, &pu, &pu.l.active);
             l = measure(c, O.samples, &pu.l.done);
             __atomic_store_n(&pu.l.stop, 1, __ATOMIC_RELEASE);
             pthread_join(pu.l.th, NULL);
-            row *pr = &rows[PARSED];
+            row *pr = &rows[gzip ? GZIP : PARSED];
             record(pr, &l, solo.p99, pu.failed > 0);
-            snprintf(pr->note, sizeof pr->note, "%d x %d MiB parsed in %.1f s%s%.80s", pu.completed,
-                     O.parse_mib, pu.l.seconds, pu.failed ? "; failed: " : "", pu.l.details);
-        }
-
-        if (want("gzip")) {
-            parsed_up pu;
-            memset(&pu, 0, sizeof pu);
-            pu.gzip = 1;
-            start_load(&pu.l.th, parsed_upload_main, &pu, &pu.l.active);
-            l = measure(c, O.samples, &pu.l.done);
-            __atomic_store_n(&pu.l.stop, 1, __ATOMIC_RELEASE);
-            pthread_join(pu.l.th, NULL);
-            row *gz = &rows[GZIP];
-            record(gz, &l, solo.p99, pu.failed > 0);
-            snprintf(gz->note, sizeof gz->note,
-                     "%d x %d MiB gzip'ed in %d MiB chunks, parsed in %.1f s; max %.0f us%s%.80s",
-                     pu.completed, O.gzip_mib, O.gzip_chunk_mib, pu.l.seconds, l.max,
+            char how[64] = "";
+            if (gzip)
+                snprintf(how, sizeof how, " gzip'ed in %d MiB chunks,", O.gzip_chunk_mib);
+            snprintf(pr->note, sizeof pr->note, "%d x %d MiB%s parsed in %.1f s; max %.0f us%s%.80s",
+                     pu.completed, gzip ? O.gzip_mib : O.parse_mib, how, pu.l.seconds, l.max,
                      pu.failed ? "; failed: " : "", pu.l.details);
         }
 

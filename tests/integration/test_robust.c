@@ -583,6 +583,22 @@ static void t_idx_bomb(void)
     bystander_intact("an IDX bomb");
 }
 
+/* A whole upload in one chunk (the last) of session sid's parts pp[0]. */
+static void one_chunk(Rtrain__V1__UploadChunk *ch, Rtrain__V1__DatasetHeader *h, const char *sid,
+                      const char *name, Rtrain__V1__DataPart **pp)
+{
+    Rtrain__V1__DatasetHeader hi = RTRAIN__V1__DATASET_HEADER__INIT;
+    Rtrain__V1__UploadChunk ci = RTRAIN__V1__UPLOAD_CHUNK__INIT;
+    *h = hi;
+    *ch = ci;
+    h->session_id = (char *)sid;
+    h->name = (char *)name;
+    h->parts = pp;
+    h->n_parts = 1;
+    ch->header = h;
+    ch->last = 1;
+}
+
 /* Upload chunks a client compressed (grpc-encoding: gzip, as grpcio's
  * compression=gzip sends them) are inflated off the cq thread and placed
  * in order: iris in 40 compressed chunks is the same dataset, byte for
@@ -605,28 +621,20 @@ static void t_gzip_upload(void)
     CHECK(st == 0 && strcmp(id, T.iris) == 0, "gzip'ed iris upload: %d %s (%s vs %s)", st,
           r.details, id, T.iris);
     itest_res_free(&r);
-    /* in small chunks: many messages through the inflate threads, in order */
-    Rtrain__V1__DataPart p = RTRAIN__V1__DATA_PART__INIT;
-    p.role = RTRAIN__V1__DATA_ROLE__ROLE_BOTH;
-    p.format = RTRAIN__V1__DATA_FORMAT__FORMAT_CSV;
-    p.length = len;
-    p.label_column = -1;
-    p.csv_header = 1;
+    /* in small chunks: many messages (those gRPC compressed) through the
+     * inflate threads, in order */
+    Rtrain__V1__DataPart p;
+    itest_csv_part(&p, len);
     Rtrain__V1__DataPart *pp[1] = {&p};
     st = itest_upload(gz, T.sa, pp, 1, csv, len, len / 40 + 1, id, &r);
     CHECK(st == 0 && strcmp(id, T.iris) == 0, "iris in 40 gzip'ed chunks: %d %s", st, r.details);
     itest_res_free(&r);
     /* a wrong checksum is still caught */
-    Rtrain__V1__DatasetHeader h = RTRAIN__V1__DATASET_HEADER__INIT;
-    h.session_id = T.sa;
-    h.name = "bad-sum";
-    h.parts = pp;
-    h.n_parts = 1;
-    Rtrain__V1__UploadChunk ch = RTRAIN__V1__UPLOAD_CHUNK__INIT;
-    ch.header = &h;
+    Rtrain__V1__DatasetHeader h;
+    Rtrain__V1__UploadChunk ch;
+    one_chunk(&ch, &h, T.sa, "bad-sum", pp);
     ch.data.data = csv;
     ch.data.len = len;
-    ch.last = 1;
     ch.checksum = 12345;
     ProtobufCMessage *m[1] = {&ch.base};
     st = itest_client_stream(gz, "UploadDataset", m, 1, -1, &r);
@@ -657,14 +665,9 @@ static uint8_t *chunk_bomb(size_t n, size_t *gl)
     p.shape = shape;
     p.n_shape = 2;
     Rtrain__V1__DataPart *pp[1] = {&p};
-    Rtrain__V1__DatasetHeader h = RTRAIN__V1__DATASET_HEADER__INIT;
-    h.session_id = T.sb;
-    h.name = "bomb";
-    h.parts = pp;
-    h.n_parts = 1;
-    Rtrain__V1__UploadChunk ch = RTRAIN__V1__UPLOAD_CHUNK__INIT;
-    ch.header = &h;
-    ch.last = 1;
+    Rtrain__V1__DatasetHeader h;
+    Rtrain__V1__UploadChunk ch;
+    one_chunk(&ch, &h, T.sb, "bomb", pp);
     size_t pl = protobuf_c_message_get_packed_size(&ch.base);
     uint8_t *pre = malloc(pl);
     protobuf_c_message_pack(&ch.base, pre);
@@ -738,17 +741,12 @@ static void t_tfrecord_bomb(void)
     p.compression = RTRAIN__V1__COMPRESSION__COMPRESSION_GZIP;
     p.length = gl;
     Rtrain__V1__DataPart *pp[1] = {&p};
-    Rtrain__V1__DatasetHeader h = RTRAIN__V1__DATASET_HEADER__INIT;
-    h.session_id = T.sb;
-    h.name = "tfr-bomb";
-    h.parts = pp;
-    h.n_parts = 1;
+    Rtrain__V1__DatasetHeader h;
+    Rtrain__V1__UploadChunk ch;
+    one_chunk(&ch, &h, T.sb, "tfr-bomb", pp);
     h.example_spec = &spec;
-    Rtrain__V1__UploadChunk ch = RTRAIN__V1__UPLOAD_CHUNK__INIT;
-    ch.header = &h;
     ch.data.data = gz;
     ch.data.len = gl;
-    ch.last = 1;
     ch.checksum = XXH64(gz, gl, 0);
     ProtobufCMessage *m[1] = {&ch.base};
     itest_res r;
