@@ -104,7 +104,7 @@ extern "C" {
       "a pipelined RunSteps waits at most N ms for the call before it "                            \
       "(after_seq)")                                                                               \
     X(MAX_INFLATE_RATIO, "max-inflate-ratio", MAIN, NUM("N", 1, 100000), srv.max_inflate_ratio,    \
-      V("100"), "gzip data may inflate to N x its size")                                           \
+      V("100"), "compressed data (gzip files, gRPC messages) may inflate to N x its size")         \
     X(KEEPALIVE_S, "keepalive-s", MAIN, SCALED("N", 0, 86400, 1000), srv.keepalive_ms, V("60"),    \
       "ping idle connections every N s, close them if unanswered; 0 = off")                        \
     X(KEEPALIVE_TIMEOUT_S, "keepalive-timeout-s", MAIN, SCALED("N", 1, 86400, 1000),               \

@@ -4,7 +4,8 @@
  *
  *     bench_fairness path/to/rtraind [--samples N] [--reps R] [--slice-ms S]
  *                    [--upload-gib G] [--layers L] [--conns C] [--parse-mib M]
- *                    [--fit-rows N] [--only fit,first-fit,upload,parsed,conns,compile]
+ *                    [--fit-rows N] [--gzip-mib Z] [--gzip-chunk-mib C]
+ *                    [--only fit,first-fit,upload,parsed,gzip,conns,compile]
  *
  * One rtraind on 127.0.0.1. The well-behaved client (its own session, an
  * iris MLP) times N sequential K=1 RunSteps: alone, then while another
@@ -21,6 +22,10 @@
  *   - M MiB RAW uploads that the daemon parses (valid checksum, new
  *     content each time), one after another, until N samples and two
  *     uploads are done;
+ *   - the same, Z MiB each (--gzip-mib) in C MiB chunks (--gzip-chunk-mib,
+ *     16), sent by a client that compresses every message (grpc-encoding:
+ *     gzip, as grpcio's compression=gzip): the daemon inflates each chunk
+ *     (on its inflate threads);
  *   - C half-open TCP connections (connect, never send a byte);
  *   - an L-layer Keras Sequential compile (last: the engine cannot be
  *     interrupted, so the daemon is killed after it).
@@ -48,12 +53,12 @@
 #include "itest.h"
 
 static struct {
-    int samples, reps, slice_ms, conns, layers, parse_mib, fit_rows;
+    int samples, reps, slice_ms, conns, layers, parse_mib, fit_rows, gzip_mib, gzip_chunk_mib;
     double upload_gib;
     const char *only; /* comma-separated rows to run (--only), NULL: all */
-} O = {1000, 3, 20, 1000, 20000, 256, 2000000, 4.0, NULL};
+} O = {1000, 3, 20, 1000, 20000, 256, 2000000, 256, 16, 4.0, NULL};
 
-/* Whether row key (fit, first-fit, upload, parsed, conns, compile) runs. */
+/* Whether row key (fit, first-fit, upload, parsed, gzip, conns, compile) runs. */
 static int want(const char *key)
 {
     if (!O.only)
@@ -76,7 +81,7 @@ static int pct_cmp(const void *a, const void *b)
 }
 
 typedef struct lat {
-    double p50, p99;
+    double p50, p99, max;
     int n, errors;
 } lat;
 
@@ -108,7 +113,7 @@ static lat measure(itest_conn *c, int min, const int *until_done)
         v[n++] = us;
     }
     qsort(v, (size_t)n, sizeof *v, pct_cmp);
-    lat l = {v[n / 2], v[(int)((n - 1) * 0.99)], n, errors};
+    lat l = {v[n / 2], v[(int)((n - 1) * 0.99)], v[n - 1], n, errors};
     free(v);
     return l;
 }
@@ -314,8 +319,11 @@ static void *first_fit_main(void *arg)
     return NULL;
 }
 
-/* An iris-shaped RAW set of n rows in one buffer: x [n,4] f32 (iris-like
- * values, or zeros), then y [n] i32 (i % 3); its two parts in pp. */
+/* An iris-shaped RAW set of n rows in one buffer: x [n,4] f32 (values 1:
+ * iris-like values, y = i % 3; 0: zeros; 2: 256 levels drawn at random,
+ * y random in 0..2, which gzip shrinks 3-4 x, as real data, where the
+ * others shrink far past --max-inflate-ratio), then y [n] i32; its two
+ * parts in pp. */
 typedef struct raw_set {
     uint8_t *b;
     size_t len;
@@ -330,10 +338,14 @@ static void raw_set_make(raw_set *r, int64_t n, int values)
     r->b = calloc(1, r->len);
     float *x = (float *)r->b;
     int32_t *y = (int32_t *)(r->b + (size_t)n * 16);
+    uint64_t z = 88172645463325252ull;
     for (int64_t i = 0; i < n; i++) {
-        for (int k = 0; values && k < 4; k++)
-            x[i * 4 + k] = (float)((i * 7 + k * 3) % 50) / 10.0f;
-        y[i] = (int32_t)(i % 3);
+        for (int k = 0; values && k < 4; k++) {
+            z ^= z << 13, z ^= z >> 7, z ^= z << 17; /* xorshift64 */
+            x[i * 4 + k] = values == 2 ? (float)(z >> 56) / 32.0f
+                                       : (float)((i * 7 + k * 3) % 50) / 10.0f;
+        }
+        y[i] = (int32_t)(values == 2 ? (z >> 8) % 3 : (uint64_t)(i % 3));
     }
     r->xs[0] = n;
     r->xs[1] = 4;
@@ -352,15 +364,18 @@ static void raw_set_make(raw_set *r, int64_t n, int values)
 typedef struct parsed_up {
     load l;
     int completed, failed;
+    int gzip; /* the client compresses every message */
 } parsed_up;
 
 static void *parsed_upload_main(void *arg)
 {
     parsed_up *pu = arg;
     load *l = &pu->l;
-    itest_conn *c = itest_connect(D.addr);
+    itest_conn_opts o = {.gzip = pu->gzip};
+    itest_conn *c = itest_connect_opts(D.addr, &o);
     raw_set rs;
-    raw_set_make(&rs, ((int64_t)O.parse_mib << 20) / 20, 0);
+    raw_set_make(&rs, ((int64_t)(pu->gzip ? O.gzip_mib : O.parse_mib) << 20) / 20,
+                 pu->gzip ? 2 : 0);
     uint8_t *b = rs.b;
     __atomic_store_n(&l->active, 1, __ATOMIC_RELEASE);
     double t0 = now_s();
@@ -368,7 +383,8 @@ static void *parsed_upload_main(void *arg)
         ((float *)b)[0] = (float)k;
         char id[64];
         itest_res r;
-        int st = itest_upload(c, A_sid, rs.pp, 2, b, rs.len, 1 << 20, id, &r);
+        int st = itest_upload(c, A_sid, rs.pp, 2, b, rs.len,
+                              pu->gzip ? (size_t)O.gzip_chunk_mib << 20 : 1 << 20, id, &r);
         if (st) {
             pu->failed++;
             snprintf(l->details, sizeof l->details, "%d %.200s", st, r.details);
@@ -523,7 +539,8 @@ int main(int argc, char **argv)
     if (argc < 2) {
         fprintf(stderr, "usage: bench_fairness path/to/rtraind [--samples N] [--reps R] "
                         "[--slice-ms S] [--upload-gib G] [--layers L] [--conns C] [--parse-mib M]\n"
-                        "       [--fit-rows N] [--only fit,first-fit,upload,parsed,conns,compile]\n");
+                        "       [--fit-rows N] [--gzip-mib Z] [--gzip-chunk-mib C]\n"
+                        "       [--only fit,first-fit,upload,parsed,gzip,conns,compile]\n");
         return 2;
     }
     for (int i = 2; i + 1 < argc; i += 2) {
@@ -536,6 +553,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--parse-mib")) O.parse_mib = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--only")) O.only = argv[i + 1];
         else if (!strcmp(argv[i], "--fit-rows")) O.fit_rows = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--gzip-mib")) O.gzip_mib = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--gzip-chunk-mib")) O.gzip_chunk_mib = atoi(argv[i + 1]);
         else die("usage", argv[i]);
     }
     if (O.reps > 16)
@@ -580,7 +599,7 @@ int main(int argc, char **argv)
     }
     measure(c, 200, NULL); /* warm */
 
-    enum { SOLO, FIT, FIRST_FIT, UPLOAD, PARSED, CONNS, COMPILE, NROWS };
+    enum { SOLO, FIT, FIRST_FIT, UPLOAD, PARSED, GZIP, CONNS, COMPILE, NROWS };
     row rows[NROWS];
     memset(rows, 0, sizeof rows);
     rows[SOLO].name = "solo";
@@ -588,6 +607,7 @@ int main(int argc, char **argv)
     rows[FIRST_FIT].name = "first Fit, no progress";
     rows[UPLOAD].name = "upload";
     rows[PARSED].name = "parsed uploads";
+    rows[GZIP].name = "gzip-compressed uploads";
     rows[CONNS].name = "half-open conns";
     rows[COMPILE].name = "deep compile";
     for (int rep = 0; rep < O.reps; rep++) {
@@ -647,17 +667,24 @@ int main(int argc, char **argv)
                      up.seconds, up.status, up.details);
         }
 
-        if (want("parsed")) {
+        for (int gzip = 0; gzip < 2; gzip++) {
+            if (!want(gzip ? "gzip" : "parsed"))
+                continue;
             parsed_up pu;
             memset(&pu, 0, sizeof pu);
+            pu.gzip = gzip;
             start_load(&pu.l.th, parsed_upload_main, &pu, &pu.l.active);
             l = measure(c, O.samples, &pu.l.done);
             __atomic_store_n(&pu.l.stop, 1, __ATOMIC_RELEASE);
             pthread_join(pu.l.th, NULL);
-            row *pr = &rows[PARSED];
+            row *pr = &rows[gzip ? GZIP : PARSED];
             record(pr, &l, solo.p99, pu.failed > 0);
-            snprintf(pr->note, sizeof pr->note, "%d x %d MiB parsed in %.1f s%s%.80s", pu.completed,
-                     O.parse_mib, pu.l.seconds, pu.failed ? "; failed: " : "", pu.l.details);
+            char how[64] = "";
+            if (gzip)
+                snprintf(how, sizeof how, " gzip'ed in %d MiB chunks,", O.gzip_chunk_mib);
+            snprintf(pr->note, sizeof pr->note, "%d x %d MiB%s parsed in %.1f s; max %.0f us%s%.80s",
+                     pu.completed, gzip ? O.gzip_mib : O.parse_mib, how, pu.l.seconds, l.max,
+                     pu.failed ? "; failed: " : "", pu.l.details);
         }
 
         if (want("conns")) {

@@ -17,9 +17,9 @@
 #include <sys/random.h>
 
 #include <xxhash.h>
-#include <zlib.h>
 
 #include "rt_example.h"
+#include "rt_inflate.h"
 #include "rt_stream.h"
 
 /* Element types a source can hold. Parsers describe their bytes with one of
@@ -343,27 +343,36 @@ static int parse_npy(const uint8_t *b, size_t len, src_arr *s, char *err, size_t
 static const size_t idx_elem[16] = {
     [0x08] = 1, [0x09] = 1, [0x0B] = 2, [0x0C] = 4, [0x0D] = 4, [0x0E] = 8};
 
-/* Inflates an IDX header (magic and dims) from the gzip stream z into
- * hdr (room for 4 + 4 * RT_MAX_DIMS bytes): *hl its length, *zr the last
- * inflate's result. */
-static int idx_gz_header(z_stream *z, uint8_t *hdr, size_t *hl, int *zr, char *err, size_t errlen)
+/* Inflates an IDX header (magic and dims) from the gzip stream f into
+ * hdr (room for 4 + 4 * RT_MAX_DIMS bytes): *hl its length. */
+static int idx_gz_header(rt_inflater *f, uint8_t *hdr, size_t *hl, char *err, size_t errlen)
 {
-    size_t want = 4, got = 0;
-    while (got < want) {
-        z->next_out = hdr + got;
-        z->avail_out = (uInt)(want - got);
-        *zr = inflate(z, Z_NO_FLUSH);
-        got = want - z->avail_out;
-        if (got >= 4 && want == 4) {
-            if (hdr[0] != 0 || hdr[1] != 0 || hdr[3] < 1 || hdr[3] > RT_MAX_DIMS)
-                return rt_errf(err, errlen, RT_EDATA, "IDX header (inside the gzip) is invalid");
-            want = 4 + 4 * (size_t)hdr[3];
-        }
-        if (got < want && *zr != Z_OK)
-            return rt_errf(err, errlen, RT_EDATA, "gzip data ends inside the IDX header");
-    }
+    size_t got;
+    int rc = rt_inflate_read(f, hdr, 4, &got, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (got < 4)
+        return rt_errf(err, errlen, RT_EDATA, "gzip data ends inside the IDX header");
+    if (hdr[0] != 0 || hdr[1] != 0 || hdr[3] < 1 || hdr[3] > RT_MAX_DIMS)
+        return rt_errf(err, errlen, RT_EDATA, "IDX header (inside the gzip) is invalid");
+    size_t want = 4 + 4 * (size_t)hdr[3];
+    if ((rc = rt_inflate_read(f, hdr + 4, want - 4, &got, err, errlen)) < 0)
+        return rc;
+    if (got < want - 4)
+        return rt_errf(err, errlen, RT_EDATA, "gzip data ends inside the IDX header");
     *hl = want;
     return 0;
+}
+
+/* An IDX part's inflater: the dataset limit (0: none) and the ratio. */
+static int idx_gz_begin(rt_inflater *f, const uint8_t *in, size_t len, uint64_t max_bytes,
+                        uint32_t ratio, char *err, size_t errlen)
+{
+    const rt_zlimits lim = {max_bytes, "dataset limit", "--max-dataset-bytes", ratio};
+    int rc = rt_inflate_begin(f, RT_Z_GZIP, len, &lim, "IDX", err, errlen);
+    if (rc == 0)
+        rt_inflate_input(f, in, len);
+    return rc;
 }
 
 /* Gzip'ed IDX: inflate the header first, check the size it declares
@@ -372,18 +381,15 @@ static int idx_gz_header(z_stream *z, uint8_t *hdr, size_t *hl, int *zr, char *e
 static int gunzip_idx(const uint8_t *in, size_t len, uint64_t max_bytes, uint32_t ratio,
                       uint8_t **out, size_t *out_len, char *err, size_t errlen)
 {
-    z_stream z;
-    memset(&z, 0, sizeof z);
-    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
-        return rt_errf(err, errlen, RT_ENOMEM, "zlib init failed");
+    rt_inflater f;
+    int rc = idx_gz_begin(&f, in, len, max_bytes, ratio, err, errlen);
+    if (rc < 0)
+        return rc;
     uint8_t hdr[4 + 4 * RT_MAX_DIMS];
-    size_t hl = 0;
-    int rc = 0, zr = Z_OK;
-    z.next_in = (Bytef *)in;
-    z.avail_in = (uInt)(len > UINT32_MAX ? UINT32_MAX : len);
+    size_t hl = 0, got = 0;
     uint8_t *buf = NULL;
     uint64_t need = 0;
-    if ((rc = idx_gz_header(&z, hdr, &hl, &zr, err, errlen)) < 0)
+    if ((rc = idx_gz_header(&f, hdr, &hl, err, errlen)) < 0)
         goto out;
     size_t esz = idx_elem[hdr[2] & 15];
     if (!esz || hdr[2] > 0x0E) {
@@ -400,59 +406,37 @@ static int gunzip_idx(const uint8_t *in, size_t len, uint64_t max_bytes, uint32_
         }
     }
     need = (uint64_t)n * esz + hl;
-    if (need > max_bytes) {
-        rc = rt_errf(err, errlen, RT_ETOOBIG,
-                     "IDX declares %llu bytes inflated, over the dataset limit of %llu",
-                     (unsigned long long)need, (unsigned long long)max_bytes);
+    if ((rc = rt_inflate_admit(&f, need, err, errlen)) < 0)
         goto out;
-    }
-    if (need > rt_inflate_cap(len, ratio)) {
-        rc =
-            rt_errf(err, errlen, RT_ETOOBIG,
-                    "IDX declares %llu bytes inflated from %zu: over the inflate ratio limit of %u",
-                    (unsigned long long)need, len, ratio);
-        goto out;
-    }
     buf = malloc((size_t)need);
     if (!buf) {
         rc = rt_errf(err, errlen, RT_ENOMEM, "out of memory inflating gzip");
         goto out;
     }
     memcpy(buf, hdr, hl);
-    z.next_out = buf + hl;
-    z.avail_out = (uInt)(need - hl > UINT32_MAX ? UINT32_MAX : need - hl);
-    size_t done = hl;
-    while (zr == Z_OK) {
-        zr = inflate(&z, Z_NO_FLUSH);
-        done = (size_t)(z.next_out - buf);
-        if (zr == Z_OK && z.avail_out == 0) {
-            if (done == need) {
-                /* Full: more output means more than declared. */
-                uint8_t extra;
-                z.next_out = &extra;
-                z.avail_out = 1;
-                zr = inflate(&z, Z_NO_FLUSH);
-                if (z.avail_out == 0) {
-                    rc = rt_errf(err, errlen, RT_EDATA,
-                                 "gzip data inflates past the %llu bytes its IDX header declares",
-                                 (unsigned long long)need);
-                    goto out;
-                }
-                break;
-            }
-            z.avail_out = (uInt)(need - done > UINT32_MAX ? UINT32_MAX : need - done);
+    if ((rc = rt_inflate_read(&f, buf + hl, (size_t)need - hl, &got, err, errlen)) < 0)
+        goto out;
+    if (hl + got == need) {
+        /* Full: more output means more than declared. */
+        uint8_t extra;
+        size_t more;
+        if ((rc = rt_inflate_read(&f, &extra, 1, &more, err, errlen)) < 0)
+            goto out;
+        if (more) {
+            rc = rt_errf(err, errlen, RT_EDATA,
+                         "gzip data inflates past the %llu bytes its IDX header declares",
+                         (unsigned long long)need);
+            goto out;
         }
     }
-    if (zr != Z_STREAM_END) {
-        rc = rt_errf(err, errlen, RT_EDATA, "corrupt gzip data (%s)", z.msg ? z.msg : "truncated");
+    if ((rc = rt_inflate_finish(&f, err, errlen)) < 0)
         goto out;
-    }
     *out = buf;
-    *out_len = done;
+    *out_len = hl + got; /* short of need: parse_idx says so */
     buf = NULL;
 out:
     free(buf);
-    inflateEnd(&z);
+    rt_inflate_end(&f);
     return rc;
 }
 
@@ -1008,19 +992,18 @@ static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len, u
                          const rt_stream_config *sc, rt_dataset *ds, int *done, char *err,
                          size_t errlen)
 {
-    z_stream z;
-    memset(&z, 0, sizeof z);
-    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
-        return rt_errf(err, errlen, RT_ENOMEM, "zlib init failed");
+    /* Streamed sets are not bounded by the dataset limit (they live in the
+     * spool), only by the ratio. */
+    rt_inflater f;
+    int rc = idx_gz_begin(&f, in, len, 0, ratio, err, errlen);
+    if (rc < 0)
+        return rc;
     uint8_t hdr[4 + 4 * RT_MAX_DIMS];
     size_t hl = 0;
-    int rc = 0, zr = Z_OK;
     row_sink k;
     memset(&k, 0, sizeof k);
     uint8_t *buf = NULL;
-    z.next_in = (Bytef *)in;
-    z.avail_in = (uInt)(len > UINT32_MAX ? UINT32_MAX : len);
-    if ((rc = idx_gz_header(&z, hdr, &hl, &zr, err, errlen)) < 0)
+    if ((rc = idx_gz_header(&f, hdr, &hl, err, errlen)) < 0)
         goto out;
     src_type t;
     switch (hdr[2]) {
@@ -1047,13 +1030,8 @@ static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len, u
     if (!stream_wanted(p, (uint64_t)cnt * 4, sc))
         goto out; /* in memory: parse_idx reads it again */
     *done = 1;
-    if (need > rt_inflate_cap(len, ratio)) {
-        rc =
-            rt_errf(err, errlen, RT_ETOOBIG,
-                    "IDX declares %llu bytes inflated from %zu: over the inflate ratio limit of %u",
-                    (unsigned long long)need, len, ratio);
+    if ((rc = rt_inflate_admit(&f, need + hl, err, errlen)) < 0)
         goto out;
-    }
     if ((rc = sink_open(&k, p, t, 1, dims[0], per, sc, ds, err, errlen)) < 0)
         goto out;
     enum { ZCH = 1 << 20 };
@@ -1064,12 +1042,15 @@ static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len, u
     const size_t es = src_size[t];
     uint64_t out_total = 0;
     size_t carry = 0;
-    while (zr == Z_OK) {
-        z.next_out = buf + carry;
-        z.avail_out = (uInt)(ZCH - carry);
-        zr = inflate(&z, Z_NO_FLUSH);
-        size_t have = (size_t)(z.next_out - buf);
-        out_total += have - carry;
+    for (;;) {
+        size_t got, room = ZCH - carry;
+        int zr = rt_inflate_read(&f, buf + carry, room, &got, err, errlen);
+        if (zr < 0) {
+            rc = zr;
+            goto out;
+        }
+        size_t have = carry + got;
+        out_total += got;
         if (out_total > need) {
             rc = rt_errf(err, errlen, RT_EDATA,
                          "gzip data inflates past the %llu bytes its IDX header declares",
@@ -1081,15 +1062,11 @@ static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len, u
             goto out;
         carry = have - whole;
         memmove(buf, buf + whole, carry);
-        if (zr == Z_BUF_ERROR && z.avail_in == 0)
-            break;
-        if (zr == Z_BUF_ERROR)
-            zr = Z_OK;
+        if (zr == 1 || got < room)
+            break; /* ended, or the input ran out */
     }
-    if (zr != Z_STREAM_END) {
-        rc = rt_errf(err, errlen, RT_EDATA, "corrupt gzip data (%s)", z.msg ? z.msg : "truncated");
+    if ((rc = rt_inflate_finish(&f, err, errlen)) < 0)
         goto out;
-    }
     if (out_total != need) {
         rc = rt_errf(err, errlen, RT_EDATA, "IDX data is %llu bytes but its header needs %llu",
                      (unsigned long long)out_total, (unsigned long long)need);
@@ -1099,7 +1076,7 @@ static int stream_idx_gz(const rt_data_part *p, const uint8_t *in, size_t len, u
 out:
     rc = sink_close(&k, rc, err, errlen);
     free(buf);
-    inflateEnd(&z);
+    rt_inflate_end(&f);
     return rc;
 }
 

@@ -155,21 +155,11 @@ int rt_data_hold(rt_dataset *ds, char *err, size_t errlen);
  * may allocate (gzip bombs). With take_free (not NULL) the dataset may
  * adopt *bufp for its f32 features instead of copying them, and gives it
  * back with take_free when it is freed; then *bufp is set to NULL and the
- * caller must not free it. A gzip'ed part may
- * inflate to at most max_inflate_ratio times its size (0 = no ratio cap);
- * IDX declares its size in its header, which is checked against both
- * limits before anything is inflated or allocated. */
-/* What len compressed bytes may inflate to under max_inflate_ratio (0 = no
- * cap: UINT64_MAX): ratio x len, and at least 1 MiB (small files may
- * always inflate that far: the ratio is for bombs). Every gzip/zlib part
- * (IDX, TFRecord shards) is bounded by it and by max_bytes. */
-static inline uint64_t rt_inflate_cap(size_t len, uint32_t ratio)
-{
-    if (!ratio)
-        return UINT64_MAX;
-    uint64_t cap = (uint64_t)len > UINT64_MAX / ratio ? UINT64_MAX : (uint64_t)len * ratio;
-    return cap > (1u << 20) ? cap : (1u << 20);
-}
+ * caller must not free it. A gzip'ed part (IDX, TFRecord shards) inflates
+ * through rt_inflate.h's inflater, to at most max_bytes and
+ * rt_inflate_cap(its size, max_inflate_ratio) (0 = no ratio cap); IDX
+ * declares its size in its header, which is checked against both before
+ * anything is inflated or allocated. */
 int rt_data_parse_take(const rt_data_part *parts, int n_parts, uint8_t **bufp, size_t len,
                        uint64_t max_bytes, uint32_t max_inflate_ratio, void (*take_free)(void *),
                        rt_dataset **out, char *err, size_t errlen);

@@ -10,6 +10,7 @@
 
 #include <xxhash.h>
 
+#include "rt_inflate.h"
 #include "rt_stream.h"
 #include "tf_example.pb-c.h"
 
@@ -538,21 +539,19 @@ int rt_example_build_ex(const rt_example_spec *s, const rt_tfr_shard *shards, in
             size_t n;
             /* the dataset limit left, and the ratio: a bomb stops at
              * ratio x its size instead of at the dataset limit */
-            const uint64_t left = max_bytes > held ? max_bytes - held : 1,
-                           rcap = rt_inflate_cap(len, shards[sh].ratio);
-            rc = rt_tfr_inflate(p, len, shards[sh].compression, left < rcap ? left : rcap,
-                                &inflated[sh], &n, sub, sizeof sub);
-            if (rc == RT_ETOOBIG && rcap < left) {
-                rt_errf(err, errlen, rc,
-                        "shard %d inflates past %llu bytes from %zu: over the "
-                        "inflate ratio limit of %u",
-                        sh, (unsigned long long)rcap, len, shards[sh].ratio);
+            const rt_zlimits lim = {max_bytes > held ? max_bytes - held : 1,
+                                    held ? "dataset limit left" : "dataset limit",
+                                    "--max-dataset-bytes", shards[sh].ratio};
+            const rt_zspan in = {p, len};
+            char what[32];
+            snprintf(what, sizeof what, "shard %d", sh);
+            const rt_tfr_compression c = shards[sh].compression;
+            rc = rt_inflate_all(c == RT_TFR_GZIP   ? RT_Z_GZIP
+                                : c == RT_TFR_ZLIB ? RT_Z_ZLIB
+                                                   : (rt_zfmt)(100 + (int)c), /* unknown: refused */
+                                &in, 1, &lim, what, NULL, NULL, &inflated[sh], &n, err, errlen);
+            if (rc < 0)
                 break;
-            }
-            if (rc < 0) {
-                rt_errf(err, errlen, rc, "shard %d: %s", sh, sub);
-                break;
-            }
             held += n;
             p = inflated[sh];
             len = n;

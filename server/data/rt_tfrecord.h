@@ -11,10 +11,8 @@
  *
  * and a file is records back to back. A compressed file is the same bytes
  * through zlib (ZLIB: a zlib stream; GZIP: gzip members), so it is inflated
- * first and then framed.
+ * first (rt_inflate.h: RT_Z_ZLIB, RT_Z_GZIP) and then framed.
  *
- *     uint8_t *raw; size_t n;
- *     if (rt_tfr_inflate(file, len, RT_TFR_GZIP, cap, &raw, &n, err, sizeof err) < 0) ...
  *     rt_tfr_reader r;
  *     rt_tfr_reader_init(&r, raw, n);
  *     const uint8_t *rec; size_t rl; int rc;
@@ -42,13 +40,6 @@ typedef enum rt_tfr_compression {
     RT_TFR_GZIP = 1,
     RT_TFR_ZLIB = 2
 } rt_tfr_compression;
-
-/* Inflate a whole GZIP or ZLIB file (RT_TFR_NONE: RT_EINVAL). *out is
- * malloc'ed and owned by the caller. Inflating past max_bytes fails with
- * RT_ETOOBIG before more is allocated; corrupt or truncated streams fail
- * with RT_EDATA. */
-int rt_tfr_inflate(const uint8_t *in, size_t len, rt_tfr_compression c, uint64_t max_bytes,
-                   uint8_t **out, size_t *out_len, char *err, size_t errlen);
 
 typedef struct rt_tfr_reader {
     const uint8_t *buf;

@@ -18,15 +18,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <zlib.h>
-
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
 
 #include "rt_bufpool.h"
+#include "rt_errf.h"
 #include "rt_health.h"
+#include "rt_inflate.h"
 #include "rt_stream.h"
 #include "rt_state.h"
 #include "rt_transport.h"
@@ -526,81 +526,62 @@ static void run_handler(rt_call *c, rt_handler_fn fn)
         c->tm.execute_ns += dur;
 }
 
+/* The inflated message's buffer is charged to the caller's call-bytes
+ * quota (and so the server's memory budget) before it grows. */
+typedef struct inflate_charge {
+    rt_call *c;
+    size_t charged; /* given back once the buffer is freed */
+} inflate_charge;
+
+static int charge_grow(void *ud, size_t more, char *err, size_t errlen)
+{
+    inflate_charge *ic = ud;
+    char why[200];
+    if (rt_principal_reserve(ic->c->who, RT_Q_CALL_BYTES, more, why, sizeof why) < 0)
+        return rt_errf(err, errlen, RT_ETOOBIG, "inflating a compressed %s: %s", ic->c->m->req_name,
+                       why);
+    ic->charged += more;
+    return 0;
+}
+
 /* A message the client compressed: per-message decompression is off, so
- * gRPC hands it over as it came. Inflate it here, with the receive limit
- * as the cap on what it may become. Returns a malloc'ed buffer, or NULL
- * after rt_call_fail. */
+ * gRPC hands it over as it came. Inflate it here (rt_inflate.h), bounded
+ * by the receive limit and --max-inflate-ratio. Returns a malloc'ed
+ * buffer, or NULL after rt_call_fail; *charged is what to give back to
+ * the call-bytes quota once the buffer is freed. */
 static uint8_t *inflate_payload(rt_call *c, grpc_byte_buffer *bb, size_t *len, size_t *charged)
 {
-    /* The buffer is charged to the caller's call-bytes quota (and so the
-     * server's memory budget) before it grows; *charged is what the caller
-     * gives back once the buffer is freed. */
     *charged = 0;
     grpc_compression_algorithm alg = bb->data.raw.compression;
     if (alg != GRPC_COMPRESS_GZIP && alg != GRPC_COMPRESS_DEFLATE) {
         rt_call_fail(c, RT_EPROTO, "message compression %d is not supported (use gzip)", (int)alg);
         return NULL;
     }
-    z_stream z;
-    memset(&z, 0, sizeof z);
-    if (inflateInit2(&z, alg == GRPC_COMPRESS_GZIP ? 16 + MAX_WBITS : MAX_WBITS) != Z_OK) {
+    grpc_slice_buffer *sb = &bb->data.raw.slice_buffer;
+    rt_zspan one, *in = sb->count > 1 ? malloc(sizeof *in * sb->count) : &one;
+    if (!in) {
         rt_call_fail(c, RT_ENOMEM, "out of memory inflating a message");
         return NULL;
     }
-    uint64_t max = c->srv->cfg.max_message_bytes;
-    size_t cap = 0, n = 0;
+    for (size_t i = 0; i < sb->count; i++)
+        in[i] = (rt_zspan){GRPC_SLICE_START_PTR(sb->slices[i]), GRPC_SLICE_LENGTH(sb->slices[i])};
+    const rt_zlimits lim = {c->srv->cfg.max_message_bytes, "message limit", "--max-message-bytes",
+                            c->srv->cfg.max_inflate_ratio};
+    char what[80], err[300];
+    snprintf(what, sizeof what, "compressed %s", c->m->req_name);
+    inflate_charge ic = {c, 0};
     uint8_t *out = NULL;
-    int zr = Z_OK;
-    grpc_slice_buffer *sb = &bb->data.raw.slice_buffer;
-    for (size_t i = 0; i < sb->count && zr != Z_STREAM_END; i++) {
-        z.next_in = GRPC_SLICE_START_PTR(sb->slices[i]);
-        z.avail_in = (uInt)GRPC_SLICE_LENGTH(sb->slices[i]);
-        while (z.avail_in && zr != Z_STREAM_END) {
-            if (n == cap) {
-                if (cap >= max) {
-                    rt_call_fail(c, RT_ETOOBIG,
-                                 "compressed %s inflates past the message limit of %llu bytes",
-                                 c->m->req_name, (unsigned long long)max);
-                    goto fail;
-                }
-                size_t nc = cap ? cap * 2 : 65536;
-                nc = nc > max ? (size_t)max : nc;
-                if (rt_principal_reserve(c->who, RT_Q_CALL_BYTES, nc - cap, c->alloc_err,
-                                         sizeof c->alloc_err) < 0) {
-                    rt_call_fail(c, RT_ETOOBIG, "inflating a compressed %s: %s", c->m->req_name,
-                                 c->alloc_err);
-                    goto fail;
-                }
-                *charged += nc - cap;
-                uint8_t *nb = realloc(out, nc);
-                if (!nb) {
-                    rt_call_fail(c, RT_ENOMEM, "out of memory inflating a message");
-                    goto fail;
-                }
-                out = nb;
-                cap = nc;
-            }
-            z.next_out = out + n;
-            z.avail_out = (uInt)(cap - n);
-            zr = inflate(&z, Z_NO_FLUSH);
-            n = cap - z.avail_out;
-            if (zr != Z_OK && zr != Z_STREAM_END && !(zr == Z_BUF_ERROR && !z.avail_out)) {
-                rt_call_fail(c, RT_EPROTO, "corrupt compressed %s", c->m->req_name);
-                goto fail;
-            }
-        }
+    /* gRPC's "deflate" is a zlib stream */
+    int rc = rt_inflate_all(alg == GRPC_COMPRESS_GZIP ? RT_Z_GZIP : RT_Z_ZLIB, in, sb->count, &lim,
+                            what, charge_grow, &ic, &out, len, err, sizeof err);
+    if (in != &one)
+        free(in);
+    *charged = ic.charged;
+    if (rc < 0) {
+        rt_call_fail(c, rc == RT_EDATA ? RT_EPROTO : rc, "%s", err);
+        return NULL;
     }
-    if (zr != Z_STREAM_END) {
-        rt_call_fail(c, RT_EPROTO, "truncated compressed %s", c->m->req_name);
-        goto fail;
-    }
-    inflateEnd(&z);
-    *len = n;
-    return out ? out : malloc(1);
-fail:
-    inflateEnd(&z);
-    free(out);
-    return NULL;
+    return out;
 }
 
 static ProtobufCMessage *decode(rt_call *c, ProtobufCAllocator *alloc)
@@ -614,6 +595,7 @@ static ProtobufCMessage *decode(rt_call *c, ProtobufCAllocator *alloc)
         uint8_t *raw = inflate_payload(c, c->payload, &len, &charged);
         grpc_byte_buffer_destroy(c->payload);
         c->payload = NULL;
+        c->req_bytes = len; /* what it decodes from (Compile's inline rule) */
         ProtobufCMessage *m =
             raw ? protobuf_c_message_unpack(c->m->req_desc, alloc, len, raw) : NULL;
         free(raw);
@@ -719,6 +701,8 @@ static int authenticate(rt_call *c)
     return rt_call_fail(c, RT_EAUTH, "%s", why);
 }
 
+static int inflate_later(rt_call *c);
+
 static void on_arrival(rt__tag *t, int ok)
 {
     rt_call *c = RT_CONTAINER(t, rt_call, tag);
@@ -738,6 +722,9 @@ static void on_arrival(rt__tag *t, int ok)
     rt_obs_timing_begin(&c->tm, rt_now_ns());
     int authed = authenticate(c) == 0;
     if (c->m->kind == RT_UNARY) {
+        if (authed && c->payload && c->payload->type == GRPC_BB_RAW &&
+            c->payload->data.raw.compression != GRPC_COMPRESS_NONE && inflate_later(c))
+            return; /* decoded, handled and dispatched there */
         if (authed)
             c->req = decode(c, &c->alloc);
         if (c->req)
@@ -756,6 +743,80 @@ static void on_arrival(rt__tag *t, int ok)
         post_recv(c);
     else
         rt__finish(c); /* nothing of the stream is read */
+}
+
+static void stream_msg_handle(rt_call *c);
+
+/* The inflate threads: a compressed message costs its inflation (up to
+ * the message limit: 64 MiB by default, ~100 ms or more), which a cq
+ * thread must not pay while other principals' calls wait behind it. The
+ * cq thread queues the call instead and one of these threads decodes it
+ * and runs the handler: a unary call's then dispatched as on_arrival does;
+ * a client stream's next receive is posted as the cq thread would have
+ * (it was not posted before, so nothing more of that stream arrives
+ * meanwhile and its messages stay in order). No cq thread ever waits for
+ * them; HTTP/2 flow control slows the uploader. */
+static void *inflate_main(void *arg)
+{
+    rt_srv *s = arg;
+    pthread_mutex_lock(&s->q_mu);
+    for (;;) {
+        rt_call *c = s->z_head;
+        if (!c) {
+            if (s->q_stop)
+                break;
+            s->idle_z++;
+            pthread_cond_wait(&s->z_cv, &s->q_mu);
+            s->idle_z--;
+            continue;
+        }
+        s->z_head = c->next_z;
+        if (!s->z_head)
+            s->z_tail = NULL;
+        c->next_z = NULL;
+        pthread_mutex_unlock(&s->q_mu);
+        if (c->m->kind == RT_UNARY) { /* as on_arrival would */
+            c->req = decode(c, &c->alloc);
+            if (c->req)
+                run_handler(c, c->m->handle);
+            rt__dispatch(c);
+        } else {
+            c->req = decode(c, NULL);
+            stream_msg_handle(c);
+        }
+        pthread_mutex_lock(&s->q_mu);
+    }
+    pthread_mutex_unlock(&s->q_mu);
+    return NULL;
+}
+
+/* Queue c's compressed message for an inflate thread (started on demand,
+ * up to RT__Z_THREADS); 0 when none could run it (the cq thread decodes
+ * it then). */
+static int inflate_later(rt_call *c)
+{
+    rt_srv *s = c->srv;
+    pthread_mutex_lock(&s->q_mu);
+    if (s->q_stop) {
+        pthread_mutex_unlock(&s->q_mu);
+        return 0;
+    }
+    if (s->idle_z == 0 && s->n_z < RT__Z_THREADS &&
+        pthread_create(&s->z_threads[s->n_z], NULL, inflate_main, s) == 0)
+        s->n_z++;
+    if (s->n_z == 0) {
+        pthread_mutex_unlock(&s->q_mu);
+        return 0;
+    }
+    c->next_z = NULL;
+    if (s->z_tail)
+        s->z_tail->next_z = c;
+    else
+        s->z_head = c;
+    s->z_tail = c;
+    pthread_cond_signal(&s->z_cv);
+    pthread_mutex_unlock(&s->q_mu);
+    return 1;
 }
 
 void rt__on_stream_recv(rt__tag *t, int ok)
@@ -797,8 +858,9 @@ void rt__on_stream_recv(rt__tag *t, int ok)
         rt__call_unref(c);
         return;
     }
-    /* Client stream (upload): one message at a time, the data path stays on
-     * this thread; the end-of-stream work is the handler's choice. */
+    /* Client stream (upload): one message at a time, handled on this
+     * thread, or on an inflate thread when it came compressed; the
+     * end-of-stream work is the handler's choice. */
     if (!c->payload) {
         run_handler(c, c->m->end);
         rt__dispatch(c);
@@ -820,9 +882,20 @@ void rt__on_stream_recv(rt__tag *t, int ok)
         c->tm.decode_ns += rt_now_ns() - t0;
         if (!c->req)
             rt_call_fail(c, RT_EPROTO, "malformed %s", c->m->req_name);
+    } else if (c->payload->type == GRPC_BB_RAW &&
+               c->payload->data.raw.compression != GRPC_COMPRESS_NONE && inflate_later(c)) {
+        return; /* the batch's reference goes with it */
     } else {
         c->req = decode(c, NULL);
     }
+    stream_msg_handle(c);
+}
+
+/* A client stream's message, decoded (c->req, or c->err): the handler,
+ * then the stream's next receive or its end. Drops the receive batch's
+ * reference. */
+static void stream_msg_handle(rt_call *c)
+{
     if (c->req) {
         run_handler(c, c->m->handle);
         protobuf_c_message_free_unpacked(c->req, NULL);

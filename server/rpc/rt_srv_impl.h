@@ -231,6 +231,7 @@ struct rt_call {
      * when the message came compressed (then it is in c->req). */
     rt_wire_span *bulk;
     size_t n_bulk;
+    rt_call *next_z; /* on the inflate queue (a compressed message) */
 
     /* References a handler took for its work; released at the end. */
     rt_session *sess;
@@ -301,6 +302,17 @@ struct rt_srv {
     rt_call *c_head, *c_tail, *c_running;
     pthread_t *compile_threads;
     int n_compile;
+
+    /* Compressed stream messages (upload chunks a client gzip'ed): the cq
+     * thread queues them and goes back to serving; these threads inflate,
+     * decode and handle them and post the stream's next receive, so one
+     * message per stream is queued at most, in order (rt_srv.c). Under
+     * q_mu, stopped with q_stop. */
+#define RT__Z_THREADS 2
+    pthread_cond_t z_cv;
+    rt_call *z_head, *z_tail;
+    pthread_t z_threads[RT__Z_THREADS];
+    int n_z, idle_z;
 
     /* Uploads in flight (rt_srv_upload_reserve). */
     pthread_mutex_t up_mu;

@@ -210,6 +210,7 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err, size_t errl
     pthread_mutex_init(&s->q_mu, NULL);
     pthread_cond_init(&s->q_cv, NULL);
     pthread_cond_init(&s->cq_cv, NULL);
+    pthread_cond_init(&s->z_cv, NULL);
     pthread_mutex_init(&s->up_mu, NULL);
     rt_upload_store_init(&s->upstore, s->cfg.upload_keep_ms);
     pthread_mutex_init(&s->pipe_mu, NULL);
@@ -465,9 +466,13 @@ void rt_srv_destroy(rt_srv *s)
     s->q_stop = 1;
     pthread_cond_broadcast(&s->q_cv);
     pthread_cond_broadcast(&s->cq_cv);
-    int n_exec = s->n_exec;
+    pthread_cond_broadcast(&s->z_cv);
+    int n_exec = s->n_exec, n_z = s->n_z;
     pthread_mutex_unlock(&s->q_mu);
-    /* No thread is added once q_stop is set (rt__enqueue checks it). */
+    /* No thread is added once q_stop is set (rt__enqueue and inflate_later
+     * check it); the inflate threads finish what is queued first. */
+    for (int i = 0; i < n_z; i++)
+        pthread_join(s->z_threads[i], NULL);
     for (int i = 0; i < n_exec; i++)
         pthread_join(s->exec_threads[i], NULL);
     for (int i = 0; i < s->n_compile; i++)
@@ -522,6 +527,7 @@ void rt_srv_destroy(rt_srv *s)
     pthread_mutex_destroy(&s->q_mu);
     pthread_cond_destroy(&s->q_cv);
     pthread_cond_destroy(&s->cq_cv);
+    pthread_cond_destroy(&s->z_cv);
     pthread_mutex_destroy(&s->up_mu);
     pthread_mutex_destroy(&s->pipe_mu);
     free(s);

@@ -11,6 +11,7 @@
 
 #include "rt_example.h"
 #include "rt_image.h"
+#include "rt_inflate.h"
 #include "rt_tfrecord.h"
 #include "rtrain/rt_error.h"
 
@@ -125,7 +126,10 @@ int main(int argc, char **argv)
             b = mutate(gz, n_gz, &n);
             uint8_t *out;
             size_t on;
-            rc = rt_tfr_inflate(b, n, RT_TFR_GZIP, 1 << 20, &out, &on, err, sizeof err);
+            const rt_zlimits lim = {1 << 20, "dataset limit", "--max-dataset-bytes", 100};
+            const rt_zspan sp = {b, n};
+            rc = rt_inflate_all(RT_Z_GZIP, &sp, 1, &lim, "shard 0", NULL, NULL, &out, &on, err,
+                                sizeof err);
             if (rc == 0)
                 free(out);
             break;

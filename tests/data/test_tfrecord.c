@@ -13,6 +13,7 @@
 #include "rt_crc32c.h"
 #include "rt_example.h"
 #include "rt_image.h"
+#include "rt_inflate.h"
 #include "rt_tfrecord.h"
 #include "rtrain/rt_error.h"
 #include "tf_example.pb-c.h"
@@ -106,6 +107,15 @@ static int count_records(const uint8_t *b, size_t n, char *err, size_t errlen, i
     return rc < 0 ? rc : cnt;
 }
 
+/* A whole shard through the daemon's inflater, as rt_example_build takes it. */
+static int tfr_inflate(const uint8_t *in, size_t len, rt_zfmt fmt, uint64_t max, uint8_t **out,
+                       size_t *out_len, char *err, size_t errlen)
+{
+    const rt_zlimits lim = {max, "dataset limit", "--max-dataset-bytes", 0};
+    const rt_zspan sp = {in, len};
+    return rt_inflate_all(fmt, &sp, 1, &lim, "shard 0", NULL, NULL, out, out_len, err, errlen);
+}
+
 static void test_framing(void)
 {
     char err[256];
@@ -118,26 +128,26 @@ static void test_framing(void)
     uint8_t *zl = slurp(gen_dir, "num.tfrecord.zlib", &zn);
     uint8_t *out;
     size_t on;
-    CHECK(rt_tfr_inflate(gz, gn, RT_TFR_GZIP, 1 << 20, &out, &on, err, sizeof err) == 0);
+    CHECK(tfr_inflate(gz, gn, RT_Z_GZIP, 1 << 20, &out, &on, err, sizeof err) == 0);
     CHECK(on == n && memcmp(out, raw, n) == 0);
     free(out);
-    CHECK(rt_tfr_inflate(zl, zn, RT_TFR_ZLIB, 1 << 20, &out, &on, err, sizeof err) == 0);
+    CHECK(tfr_inflate(zl, zn, RT_Z_ZLIB, 1 << 20, &out, &on, err, sizeof err) == 0);
     CHECK(on == n && memcmp(out, raw, n) == 0);
     free(out);
     /* inflating past the cap stops before allocating more */
-    CHECK(rt_tfr_inflate(gz, gn, RT_TFR_GZIP, 1000, &out, &on, err, sizeof err) == RT_ETOOBIG);
-    CHECK(strstr(err, "past 1000 bytes") != NULL);
+    CHECK(tfr_inflate(gz, gn, RT_Z_GZIP, 1000, &out, &on, err, sizeof err) == RT_ETOOBIG);
+    CHECK(strstr(err, "dataset limit of 1000 bytes (--max-dataset-bytes)") != NULL);
     /* the wrong container, truncation, corruption */
-    CHECK(rt_tfr_inflate(gz, gn, RT_TFR_ZLIB, 1 << 20, &out, &on, err, sizeof err) == RT_EDATA);
-    CHECK(rt_tfr_inflate(gz, gn / 2, RT_TFR_GZIP, 1 << 20, &out, &on, err, sizeof err) == RT_EDATA);
+    CHECK(tfr_inflate(gz, gn, RT_Z_ZLIB, 1 << 20, &out, &on, err, sizeof err) == RT_EDATA);
+    CHECK(tfr_inflate(gz, gn / 2, RT_Z_GZIP, 1 << 20, &out, &on, err, sizeof err) == RT_EDATA);
     CHECK(strstr(err, "truncated") != NULL);
     zl[zn / 2] ^= 0x55;
-    CHECK(rt_tfr_inflate(zl, zn, RT_TFR_ZLIB, 1 << 20, &out, &on, err, sizeof err) == RT_EDATA);
+    CHECK(tfr_inflate(zl, zn, RT_Z_ZLIB, 1 << 20, &out, &on, err, sizeof err) == RT_EDATA);
     /* two gzip members back to back are one file */
     uint8_t *two = malloc(2 * gn);
     memcpy(two, gz, gn);
     memcpy(two + gn, gz, gn);
-    CHECK(rt_tfr_inflate(two, 2 * gn, RT_TFR_GZIP, 1 << 20, &out, &on, err, sizeof err) == 0);
+    CHECK(tfr_inflate(two, 2 * gn, RT_Z_GZIP, 1 << 20, &out, &on, err, sizeof err) == 0);
     CHECK(on == 2 * n && count_records(out, on, err, sizeof err, &fatal) == 200);
     free(out);
     free(two);
@@ -645,15 +655,16 @@ static void test_inflate_ratio(void)
     int rc = rt_data_parse_take(&part, 1, &b, gn, (uint64_t)1 << 30, 100, NULL, &ds, err,
                                 sizeof err);
     CHECK(rc == RT_ETOOBIG && !ds);
-    if (!strstr(err, "over the inflate ratio limit of 100"))
+    if (!strstr(err, "over the inflate ratio limit of 100 (--max-inflate-ratio)"))
         fprintf(stderr, "ratio: %s\n", err);
-    CHECK(strstr(err, "over the inflate ratio limit of 100") != NULL);
+    CHECK(strstr(err, "over the inflate ratio limit of 100 (--max-inflate-ratio)") != NULL);
     /* without the ratio the same shard stops only at the dataset limit */
     rc = rt_data_parse_take(&part, 1, &b, gn, (uint64_t)32 << 20, 0, NULL, &ds, err,
                             sizeof err);
-    if (!strstr(err, "inflates past 33554432 bytes"))
+    if (!strstr(err, "inflates past the dataset limit of 33554432 bytes (--max-dataset-bytes)"))
         fprintf(stderr, "no ratio: %s\n", err);
-    CHECK(rc == RT_ETOOBIG && strstr(err, "inflates past 33554432 bytes") != NULL);
+    CHECK(rc == RT_ETOOBIG &&
+          strstr(err, "inflates past the dataset limit of 33554432 bytes (--max-dataset-bytes)"));
     /* a real gzip shard is well inside the ratio */
     size_t ln;
     uint8_t *lg = slurp(gen_dir, "num.tfrecord.gz", &ln);

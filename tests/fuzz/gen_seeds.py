@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Write the seed corpora of the CSV, NPY and IDX harnesses (tests/fuzz/csv,
-npy, idx): small real files of each format and dtype, and near misses.
+"""Write the seed corpora of the CSV, NPY, IDX and inflate harnesses
+(tests/fuzz/csv, npy, idx, inflate): small real files of each format and
+dtype, and near misses.
 
     /usr/bin/python3 tests/fuzz/gen_seeds.py
 
@@ -10,6 +11,7 @@ import gzip
 import io
 import os
 import struct
+import zlib
 
 import numpy as np
 
@@ -75,6 +77,27 @@ def main():
     put("idx", "f64_2x3.idx", idx(x[:2, :3].astype(np.float64), 0x0E))
     put("idx", "header_only.idx", idx(imgs, 0x08)[:16])
     put("idx", "bad_type.idx", b"\x00\x00\x07\x01\x00\x00\x00\x01\x00")
+
+    # inflate: byte 0 = format | bound << 2 | ratio << 4, byte 1 = piece - 1
+    # (fuzz_inflate.c), then the compressed bytes.
+    text = b"".join(lines)
+
+    def raw_deflate(b):
+        c = zlib.compressobj(9, zlib.DEFLATED, -15)
+        return c.compress(b) + c.flush()
+
+    g = gzip.compress(text, mtime=0)
+    put("inflate", "deflate_iris", bytes([0 | 2 << 2, 255]) + raw_deflate(text))
+    put("inflate", "zlib_iris", bytes([1 | 2 << 2 | 2 << 4, 6]) + zlib.compress(text, 9))
+    put("inflate", "gzip_iris", bytes([2 | 3 << 2 | 2 << 4, 0]) + g)
+    put("inflate", "gzip_two_members", bytes([3 | 2 << 2, 99]) + g + g)
+    put("inflate", "gzip_truncated", bytes([2 | 2 << 2, 15]) + g[:-5])
+    put("inflate", "zlib_trailing", bytes([1 | 2 << 2, 31]) + zlib.compress(text) + b"junk")
+    # bombs: 1 MiB and 8 MiB of zeros, past the smaller bounds and ratios
+    put("inflate", "gzip_bomb_1m", bytes([2 | 1 << 2 | 2 << 4, 255]) +
+        gzip.compress(bytes(1 << 20), 9, mtime=0))
+    put("inflate", "zlib_bomb_8m", bytes([1 | 3 << 2 | 3 << 4, 127]) +
+        zlib.compress(bytes(8 << 20), 9))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@
 
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
+#include <grpc/compression.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
@@ -312,12 +313,17 @@ itest_conn *itest_connect_opts(const char *addr, const itest_conn_opts *o)
         grpc_inited = 1;
     }
     itest_conn *c = calloc(1, sizeof *c);
-    grpc_arg args[2];
+    grpc_arg args[3];
     memset(args, 0, sizeof args);
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
     args[0].value.integer = -1;
     grpc_channel_args ca = {1, args};
+    if (o && o->gzip) {
+        args[ca.num_args].type = GRPC_ARG_INTEGER;
+        args[ca.num_args].key = (char *)GRPC_COMPRESSION_CHANNEL_DEFAULT_ALGORITHM;
+        args[ca.num_args++].value.integer = GRPC_COMPRESS_GZIP;
+    }
     grpc_channel_credentials *cr;
     if (o && (o->ca || o->cert)) {
         char *ca_pem = pem(o->ca), *cert = pem(o->cert), *key = pem(o->key);
@@ -327,10 +333,9 @@ itest_conn *itest_connect_opts(const char *addr, const itest_conn_opts *o)
         free(cert);
         free(key);
         if (o->server_name) {
-            args[1].type = GRPC_ARG_STRING;
-            args[1].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
-            args[1].value.string = (char *)o->server_name;
-            ca.num_args = 2;
+            args[ca.num_args].type = GRPC_ARG_STRING;
+            args[ca.num_args].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+            args[ca.num_args++].value.string = (char *)o->server_name;
         }
     } else {
         cr = grpc_insecure_credentials_create();

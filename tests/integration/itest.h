@@ -80,6 +80,7 @@ itest_conn *itest_connect(const char *addr);
  * overrides the name checked against the daemon's certificate. */
 typedef struct itest_conn_opts {
     const char *ca, *cert, *key, *token, *server_name;
+    int gzip; /* compress every message sent (grpc-encoding: gzip) */
 } itest_conn_opts;
 itest_conn *itest_connect_opts(const char *addr, const itest_conn_opts *o);
 void itest_disconnect(itest_conn *c);
