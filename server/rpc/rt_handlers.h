@@ -120,5 +120,8 @@ int rt_h_export_onnx(rt_call *c);
 int rt_h_set_weights(rt_call *c);
 int rt_h_checkpoint(rt_call *c);
 int rt_h_restore_checkpoint(rt_call *c);
+/* rt_service_life's (rt_srv_impl.h): --state-dir at start and exit */
+int rt_h_state_open(rt_srv *s, char *err, size_t errlen);
+void rt_h_state_flush(rt_srv *s);
 
 #endif
