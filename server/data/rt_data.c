@@ -1763,6 +1763,16 @@ rt_dataset *rt_data_store_find_id(rt_data_store *s, const rt_principal *who, con
     return d;
 }
 
+int rt_data_store_lookup(rt_data_store *s, const rt_principal *who, const char *id,
+                         const char *what, rt_dataset **out, char *err, size_t errlen)
+{
+    if (!id || !*id)
+        return rt_errf(err, errlen, RT_EINVAL, "%s is empty", what);
+    if (!(*out = rt_data_store_find_id(s, who, id)))
+        return rt_errf(err, errlen, RT_ENOTFOUND, "unknown dataset '%.64s'", id);
+    return 0;
+}
+
 uint64_t rt_dataset_bytes(const rt_dataset *ds)
 {
     return __atomic_load_n(&ds->bytes, __ATOMIC_RELAXED);

@@ -246,6 +246,10 @@ int rt_data_store_put(rt_data_store *s, rt_dataset *ds, rt_dataset **kept, int *
 rt_dataset *rt_data_store_find_key(rt_data_store *s, const rt_principal *who,
                                    const uint8_t key[16]);
 rt_dataset *rt_data_store_find_id(rt_data_store *s, const rt_principal *who, const char *id);
+/* A call's dataset id (its field named what, e.g. "dataset_id"): *out
+ * retained, or RT_EINVAL (empty) / RT_ENOTFOUND with err naming it. */
+int rt_data_store_lookup(rt_data_store *s, const rt_principal *who, const char *id,
+                         const char *what, rt_dataset **out, char *err, size_t errlen);
 /* Drop who's least recently used dataset that no call is using. Returns 1
  * if one was dropped, 0 if none could be. */
 int rt_data_store_evict_one(rt_data_store *s, const rt_principal *who);

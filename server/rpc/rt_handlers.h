@@ -73,12 +73,16 @@ static inline uint64_t rt_h_clamp_est(double ns)
 int rt_h_need_session(rt_call *c, const char *id);
 int rt_h_need_program(rt_call *c, const char *sid, const char *pid);
 int rt_h_need_dataset(rt_call *c, const char *id, rt_dataset **out, const char *what);
-int rt_h_need_train_data(rt_call *c, const char *did, const char *val_did);
+/* RunSteps/Fit: rt_train_find's references, held by the call */
+int rt_h_need_train(rt_call *c, const char *sid, const char *pid, const char *did,
+                    const char *val_did);
 int rt_h_daemon_stopping(const rt_call *c);
 int rt_h_refuse_if_stopping(rt_call *c);
 int rt_h_check_fit(rt_call *c, rt_dataset *ds, int need_labels);
 int rt_h_data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels);
-int rt_h_check_train_data(rt_call *c);
+/* RunSteps/Fit: rt_train_check (the data sets fit the plan; the step
+ * estimate in *step_ns, which may be NULL) */
+int rt_h_check_train(rt_call *c, double *step_ns);
 int rt_h_check_lr(rt_call *c, float lr);
 int rt_h_apply_lr(rt_call *c, float lr);
 int rt_h_engine_fail(rt_call *c, int rc);
