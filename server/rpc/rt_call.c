@@ -12,6 +12,20 @@
 #include <string.h>
 
 /* ------------------------------------------------------------------ arena */
+static void *arena_alloc(void *ud, size_t n) { return rt_call_alloc((rt_call *)ud, n); }
+static void arena_free(void *ud, void *p)
+{
+    (void)ud;
+    (void)p;
+}
+
+void rt__call_arena_init(rt_call *c)
+{
+    c->alloc.alloc = arena_alloc;
+    c->alloc.free = arena_free;
+    c->alloc.allocator_data = c;
+}
+
 void *rt_call_alloc(rt_call *c, size_t n)
 {
     n = (n + 15) & ~(size_t)15;

@@ -448,12 +448,21 @@ void *rt__compile_main(void *arg)
  * thread waits) and is dispatched when that one finishes: steps run in the
  * client's order, none after a failed call, and nothing is replayed. */
 
+/* A call's program's marks, looked up once (the program lives while the
+ * call holds its session). */
+static rt_program_pipe *pipe_of(rt_call *c)
+{
+    if (!c->pipe)
+        c->pipe = rt_program_pipe_marks(c->prog);
+    return c->pipe;
+}
+
 /* The held call's verdict once its predecessor completed: 0 run, or the
  * failure recorded (a call between after_seq and this one failed). pipe_mu
  * held. */
 static int pipe_verdict_locked(rt_call *c)
 {
-    const rt_program_pipe *p = rt_program_pipe_marks(c->prog);
+    const rt_program_pipe *p = c->pipe;
     if (p->failed >= c->after_seq && p->failed < c->seq)
         return rt_call_fail(c, RT_ESTATE, "RunSteps seq %llu not run: seq %llu before it failed",
                             (unsigned long long)c->seq, (unsigned long long)p->failed);
@@ -507,7 +516,7 @@ void rt__pipe_release_list(rt_call *l)
 rt_call *rt__pipe_complete(rt_call *c)
 {
     rt_srv *s = c->srv;
-    rt_program_pipe *p = rt_program_pipe_marks(c->prog);
+    rt_program_pipe *p = pipe_of(c);
     rt_call *out = NULL, **tail = &out;
     pthread_mutex_lock(&s->pipe_mu);
     if (c->seq > p->done)
@@ -538,7 +547,7 @@ rt_call *rt__pipe_complete(rt_call *c)
 static int pipe_hold(rt_call *c)
 {
     rt_srv *s = c->srv;
-    rt_program_pipe *p = rt_program_pipe_marks(c->prog);
+    rt_program_pipe *p = pipe_of(c);
     int posted = c->close_posted || c->m->kind != RT_UNARY;
     for (;;) {
         pthread_mutex_lock(&s->pipe_mu);
@@ -609,7 +618,7 @@ int rt__pipe_held_count(rt_srv *s)
  * that never comes. pipe_mu held. */
 static int pipe_came_locked(const rt_srv *s, const rt_call *h)
 {
-    if (rt_program_pipe_marks(h->prog)->seen >= h->after_seq)
+    if (h->pipe->seen >= h->after_seq)
         return 1;
     for (const rt_call *o = s->held; o; o = o->held_next)
         if (o->prog == h->prog && o->seq == h->after_seq)

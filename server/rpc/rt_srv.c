@@ -31,14 +31,6 @@
 #include "rt_state.h"
 #include "rt_transport.h"
 
-/* ------------------------------------------------------------------ arena */
-static void *arena_alloc(void *ud, size_t n) { return rt_call_alloc((rt_call *)ud, n); }
-static void arena_free(void *ud, void *p)
-{
-    (void)ud;
-    (void)p;
-}
-
 /* ---------------------------------------------------------------- packing */
 /* Pack msg and, if asked, the Timings tail (field 15) after it. The tail is
  * packed after the body so encode_ns is the body's measured packing cost and
@@ -85,9 +77,7 @@ static rt_call *call_new(rt_srv *s, const rt_method *m)
     c->close_tag.fn = rt__on_close;
     c->send_tag.fn = on_send_done;
     c->final_tag.fn = on_final_done;
-    c->alloc.alloc = arena_alloc;
-    c->alloc.free = arena_free;
-    c->alloc.allocator_data = c;
+    rt__call_arena_init(c);
     grpc_metadata_array_init(&c->md);
     pthread_mutex_init(&c->out_mu, NULL);
     pthread_cond_init(&c->out_cv, NULL);
@@ -685,8 +675,10 @@ static int authenticate(rt_call *c)
         c->tm.auth_ns += d;
         c->tm.decode_ns += d;
     }
-    if (c->who)
+    if (c->who) {
+        c->who_name = rt_principal_name(c->who);
         return 0;
+    }
     return rt_call_fail(c, RT_EAUTH, "%s", why);
 }
 

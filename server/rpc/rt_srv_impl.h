@@ -162,7 +162,8 @@ struct rt_call {
     rt_call_state state; /* atomic (relaxed): rt__call_to */
     rt_srv *srv;
     const rt_method *m;
-    rt_principal *who; /* the caller, set before the handler runs */
+    rt_principal *who;    /* the caller, set before the handler runs */
+    const char *who_name; /* its name (the metrics, the log, the dashboard) */
     grpc_call *call;
     gpr_timespec deadline;
     grpc_metadata_array md;
@@ -223,6 +224,7 @@ struct rt_call {
      * call whose predecessor has not completed waits on the server's held
      * list (under pipe_mu) until it has (rt_srv.c, pipe_admit). */
     uint64_t seq, after_seq;
+    rt_program_pipe *pipe; /* its program's marks (rt_sched.c, pipe_of) */
     rt_call *held_next;
     uint64_t held_ns;
     int held; /* under pipe_mu: on the held list */
