@@ -375,7 +375,8 @@ static void *executor_main(void *arg)
         } else {
             rt_exec *pe = pause_on(c);
             run_work(c);
-            rt_exec_set_pause(pe, NULL, NULL);
+            if (pe)
+                rt_exec_set_pause(pe, NULL, NULL);
         }
         if (c->holds_device) {
             c->holds_device = 0;
