@@ -402,6 +402,17 @@ void rt__finish(rt_call *c)
     rt__pipe_release_list(next);
 }
 
+/* A status on its own (a compile past its budget, an unknown method):
+ * initial metadata and the status with details, into ops[0..1]. */
+static void status_ops(grpc_op ops[2], grpc_status_code code, grpc_slice *details)
+{
+    memset(ops, 0, 2 * sizeof *ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[1].data.send_status_from_server.status = code;
+    ops[1].data.send_status_from_server.status_details = details;
+}
+
 /* rt_srv_tick's answers (rt_sched.c, through rt__transport), each at
  * most once per call (final_claimed). An upload waiting for its next chunk
  * (up_mu held): a busy out_mu means a chunk is being handled right now.
@@ -451,11 +462,7 @@ static int answer_budget(rt_call *c)
     c->budget_details = grpc_slice_from_copied_string(msg);
     c->budget_tag.fn = on_budget_done;
     grpc_op ops[2];
-    memset(ops, 0, sizeof ops);
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-    ops[1].data.send_status_from_server.status = GRPC_STATUS_DEADLINE_EXCEEDED;
-    ops[1].data.send_status_from_server.status_details = &c->budget_details;
+    status_ops(ops, GRPC_STATUS_DEADLINE_EXCEEDED, &c->budget_details);
     RT_LOG(RT_LOG_WARN, "%s", msg);
     rt__start_batch(c, ops, 2, &c->budget_tag);
     return 1;
@@ -864,10 +871,7 @@ static void on_generic(rt__tag *t, int ok)
         g->status = grpc_slice_from_copied_string(msg);
         grpc_op ops[3];
         memset(ops, 0, sizeof ops);
-        ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-        ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-        ops[1].data.send_status_from_server.status = GRPC_STATUS_UNIMPLEMENTED;
-        ops[1].data.send_status_from_server.status_details = &g->status;
+        status_ops(ops, GRPC_STATUS_UNIMPLEMENTED, &g->status);
         ops[2].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
         ops[2].data.recv_close_on_server.cancelled = &g->cancelled;
         grpc_call *call = g->call; /* g may be gone once the tag is posted */
