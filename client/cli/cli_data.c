@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "rtrain/rtrain_data.h"
@@ -16,6 +17,38 @@ int cli_is_dir(const char *p)
 {
     struct stat st;
     return p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int ends_with(const char *s, const char *suf)
+{
+    size_t n = strlen(s), m = strlen(suf);
+    return n >= m && strcasecmp(s + n - m, suf) == 0;
+}
+
+cli_data_kind cli_data_kind_of(const char *path)
+{
+    if (!path || !*path)
+        return CLI_DATA_UNKNOWN;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    if (cli_is_dir(path))
+        return CLI_DATA_IMAGES;
+    if (ends_with(tmp, ".zlib"))
+        tmp[strlen(tmp) - 5] = 0;
+    if (ends_with(tmp, ".tfrecord") || ends_with(tmp, ".tfrec") || cli_is_glob(tmp))
+        return CLI_DATA_TFRECORD;
+    if (ends_with(tmp, ".gz"))
+        tmp[strlen(tmp) - 3] = 0;
+    if (ends_with(tmp, ".tfrecord") || ends_with(tmp, ".tfrec"))
+        return CLI_DATA_TFRECORD;
+    if (ends_with(tmp, ".csv"))
+        return CLI_DATA_CSV;
+    if (ends_with(tmp, ".npy"))
+        return CLI_DATA_NPY;
+    if (ends_with(tmp, ".idx") || ends_with(tmp, "-ubyte") || ends_with(tmp, ".idx1") ||
+        ends_with(tmp, ".idx3") || strstr(tmp, "-idx1-") || strstr(tmp, "-idx3-"))
+        return CLI_DATA_IDX;
+    return CLI_DATA_UNKNOWN;
 }
 
 /* "a,b,c" into up to 3 floats; returns the count or -1. */

@@ -55,6 +55,33 @@ int rt__pluck(rt_client *c, grpc_call *call, void *tag)
     }
 }
 
+/* Wait for the channel: its connectivity watch is plucked like a call's
+ * batch. */
+int rt_client_wait_ready(rt_client *c, int64_t timeout_ms)
+{
+    if (!c)
+        return RT_EINVAL;
+    uint64_t t0 = rt_now_ns();
+    gpr_timespec dl =
+        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
+    grpc_connectivity_state st = grpc_channel_check_connectivity_state(c->ch, 1);
+    int tag;
+    /* TRANSIENT_FAILURE is an answer: the daemon is not there (the channel
+     * retries in the background, as a call would find). */
+    while (st != GRPC_CHANNEL_READY && st != GRPC_CHANNEL_TRANSIENT_FAILURE &&
+           st != GRPC_CHANNEL_SHUTDOWN) {
+        grpc_channel_watch_connectivity_state(c->ch, st, dl, c->cq, &tag);
+        if (!rt__pluck(c, NULL, &tag))
+            break; /* the deadline */
+        st = grpc_channel_check_connectivity_state(c->ch, 0);
+    }
+    c->conn.ready_ns = rt_now_ns() - t0;
+    if (st == GRPC_CHANNEL_READY)
+        return 0;
+    return rt__err(c, RT_EUNAVAILABLE, "cannot connect to %s (is rtraind running there?)",
+                   c->target);
+}
+
 static const char *status_name(grpc_status_code st)
 {
     static const char *const names[] = {"OK",

@@ -87,9 +87,20 @@ int rt__err(rt_client *c, int rc, const char *fmt, ...) __attribute__((format(pr
 void rt__call_begin(rt_client *c, int method);
 /* Closes the account of the current call; returns rc. */
 int rt__call_end(rt_client *c, int rc);
-/* The wire form of a TFRecord feature spec (rt_client_shards.c); owned by
- * s, NULL for NULL. */
-struct rt_client_example_spec;
+/* A TFRecord feature spec (rtrain_data.h), built in rt_client_shards.c
+ * and sent in rt_client_upload.c's header. */
+#define RT__SPEC_MAX_FEATURES 16
+struct rt_client_example_spec {
+    Rtrain__V1__ExampleSpec pb;
+    Rtrain__V1__FeatureSpec f[RT__SPEC_MAX_FEATURES];
+    Rtrain__V1__FeatureSpec *fp[RT__SPEC_MAX_FEATURES];
+    int64_t shape[RT__SPEC_MAX_FEATURES][2];
+    char key[RT__SPEC_MAX_FEATURES][64];
+    Rtrain__V1__ImageSpec img;
+    float mean[3], std[3];
+};
+
+/* The wire form of a spec (rt_client_upload.c); owned by s, NULL for NULL. */
 Rtrain__V1__ExampleSpec *rt__example_spec_pb(const struct rt_client_example_spec *s);
 
 /* The deadline for the call starting now (consumes next_timeout_ms). */

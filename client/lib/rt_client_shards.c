@@ -18,23 +18,8 @@
 #include "rt_errf.h"
 #include "rtrain/rtrain_data.h"
 
-#define MAX_FEATURES 16
+#define MAX_FEATURES RT__SPEC_MAX_FEATURES
 #define MAX_SHARDS 256
-
-struct rt_client_example_spec {
-    Rtrain__V1__ExampleSpec pb;
-    Rtrain__V1__FeatureSpec f[MAX_FEATURES];
-    Rtrain__V1__FeatureSpec *fp[MAX_FEATURES];
-    int64_t shape[MAX_FEATURES][2];
-    char key[MAX_FEATURES][64];
-    Rtrain__V1__ImageSpec img;
-    float mean[3], std[3];
-};
-
-Rtrain__V1__ExampleSpec *rt__example_spec_pb(const struct rt_client_example_spec *s)
-{
-    return s ? (Rtrain__V1__ExampleSpec *)&s->pb : NULL;
-}
 
 /* a bad spec: the message in err, RT_EINVAL (rt_errf, the one formatter) */
 #define perr(err, errlen, ...) rt_errf((err), (errlen), RT_EINVAL, __VA_ARGS__)

@@ -527,6 +527,11 @@ int rt_client_next_upload_storage(rt_client *c, int storage, uint64_t shuffle_bu
 static int upload_parts(rt_client *c, const char *session, const char *name,
                         const rt_client_upload_part *parts, size_t n_parts, rt_client_dataset *out);
 
+Rtrain__V1__ExampleSpec *rt__example_spec_pb(const struct rt_client_example_spec *s)
+{
+    return s ? (Rtrain__V1__ExampleSpec *)&s->pb : NULL;
+}
+
 int rt_client_upload_parts(rt_client *c, const char *session, const char *name,
                            const rt_client_upload_part *parts, size_t n_parts,
                            rt_client_dataset *out)

@@ -40,15 +40,6 @@ typedef struct src_arr {
 
 static const size_t src_size[] = {1, 1, 2, 4, 8, 4, 8};
 
-int64_t rt_data_numel(int ndim, const int64_t *dims)
-{
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++)
-        if (dims[i] < 0 || __builtin_mul_overflow(n, dims[i], &n))
-            return -1; /* e.g. IDX (0, 2^31, 2^31, 2^31): no data, huge samples */
-    return n;
-}
-
 const char *rt_data_shape_str(int ndim, const int64_t *dims, char *buf, size_t len)
 {
     size_t o = 0;
@@ -1747,6 +1738,16 @@ rt_dataset *rt_data_store_find_id(rt_data_store *s, const rt_principal *who, con
         }
     pthread_mutex_unlock(&s->mu);
     return d;
+}
+
+int rt_data_store_lookup(rt_data_store *s, const rt_principal *who, const char *id,
+                         const char *what, rt_dataset **out, char *err, size_t errlen)
+{
+    if (!id || !*id)
+        return rt_errf(err, errlen, RT_EINVAL, "%s is empty", what);
+    if (!(*out = rt_data_store_find_id(s, who, id)))
+        return rt_errf(err, errlen, RT_ENOTFOUND, "unknown dataset '%.64s'", id);
+    return 0;
 }
 
 uint64_t rt_dataset_bytes(const rt_dataset *ds)

@@ -203,8 +203,17 @@ int rt_dataset_labels_as(rt_dataset *ds, rt_dtype dtype, const void **out, char 
                          size_t errlen);
 
 /* Product of a shape (1 for ndim 0); -1 if a dim is negative or the
- * product overflows int64. */
-int64_t rt_data_numel(int ndim, const int64_t *dims);
+ * product overflows int64 (e.g. IDX (0, 2^31, 2^31, 2^31): no data, huge
+ * samples). Inline: the store and the record parsers (rt_example.c) both
+ * size with it. */
+static inline int64_t rt_data_numel(int ndim, const int64_t *dims)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        if (dims[i] < 0 || __builtin_mul_overflow(n, dims[i], &n))
+            return -1;
+    return n;
+}
 /* "(150, 4)"-style text of a shape into buf. */
 const char *rt_data_shape_str(int ndim, const int64_t *dims, char *buf, size_t len);
 
@@ -227,6 +236,10 @@ int rt_data_store_put(rt_data_store *s, rt_dataset *ds, rt_dataset **kept, int *
 rt_dataset *rt_data_store_find_key(rt_data_store *s, const rt_principal *who,
                                    const uint8_t key[16]);
 rt_dataset *rt_data_store_find_id(rt_data_store *s, const rt_principal *who, const char *id);
+/* A call's dataset id (its field named what, e.g. "dataset_id"): *out
+ * retained, or RT_EINVAL (empty) / RT_ENOTFOUND with err naming it. */
+int rt_data_store_lookup(rt_data_store *s, const rt_principal *who, const char *id,
+                         const char *what, rt_dataset **out, char *err, size_t errlen);
 /* Drop who's least recently used dataset that no call is using. Returns 1
  * if one was dropped, 0 if none could be. */
 int rt_data_store_evict_one(rt_data_store *s, const rt_principal *who);

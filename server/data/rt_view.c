@@ -50,8 +50,10 @@ const char *rt_view_layout_hint(int an, const int64_t *a, int bn, const int64_t 
 int rt_view_check(const rt_dataset *ds, const rt_plan *p, const char *prog_id, int need_labels,
                   char *err, size_t errlen)
 {
+    /* the plan's two shapes first: one visit to the engine */
     int64_t in[RT_MAX_DIMS], lab[RT_MAX_DIMS];
     int in_n = rt_plan_input_shape(p, in);
+    int lab_n = need_labels ? rt_plan_label_shape(p, lab) : -1;
     char a[96], b[96];
     if (in_n >= 0 && !rt_view_shapes_fit(ds->x_ndim, ds->x_dims, in_n, in))
         return rt_errf(err, errlen, RT_ESHAPE,
@@ -63,7 +65,6 @@ int rt_view_check(const rt_dataset *ds, const rt_plan *p, const char *prog_id, i
         return 0;
     if (!ds->y)
         return rt_errf(err, errlen, RT_EDATA, "dataset %s has no labels", ds->id);
-    int lab_n = rt_plan_label_shape(p, lab);
     if (lab_n >= 0 && rt_data_numel(ds->y_ndim, ds->y_dims) != rt_data_numel(lab_n, lab))
         return rt_errf(err, errlen, RT_ESHAPE,
                        "dataset %s has labels of shape %s but program %s expects %s", ds->id,

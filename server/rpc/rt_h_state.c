@@ -372,7 +372,7 @@ int rt_h_restore_checkpoint(rt_call *c)
     return 0;
 }
 
-int rt_methods_state_open(rt_srv *s, char *err, size_t errlen)
+int rt_h_state_open(rt_srv *s, char *err, size_t errlen)
 {
     rt_state_config sc = {.dir = s->cfg.state_dir,
                           .every_steps = s->cfg.ckpt_every_steps,
@@ -425,7 +425,7 @@ static int flush_one(void *ud, rt_session *s, rt_program *p)
     return 1;
 }
 
-void rt_methods_state_flush(rt_srv *s)
+void rt_h_state_flush(rt_srv *s)
 {
     if (!s->state)
         return;

@@ -131,14 +131,13 @@ static int run_steps_work(rt_call *c)
 int rt_h_run_steps(rt_call *c)
 {
     Rtrain__V1__RunStepsRequest *q = REQ(c, Rtrain__V1__RunStepsRequest);
-    int rc;
-    if ((rc = rt_h_need_program(c, q->session_id, q->program_id)) < 0)
-        return rc;
-    /* From here on the call counts for the program's pipeline: a failure
-     * stops the calls sent after it (rt_srv.c, pipe_complete). */
-    c->seq = q->seq;
-    if ((rc = rt_h_need_train_data(c, q->dataset_id, q->val_dataset_id)) < 0 ||
-        (rc = rt_h_refuse_if_stopping(c)) < 0)
+    int rc = rt_h_need_train(c, q->session_id, q->program_id, q->dataset_id, q->val_dataset_id);
+    /* Once its program is found the call counts for the program's
+     * pipeline: a failure stops the calls sent after it (rt_sched.c,
+     * rt__pipe_complete). */
+    if (c->prog)
+        c->seq = q->seq;
+    if (rc < 0 || (rc = rt_h_refuse_if_stopping(c)) < 0)
         return rc;
     if (q->boot_id && q->boot_id != c->srv->boot_id)
         return rt_call_fail(c, RT_ERESTARTED,
@@ -156,16 +155,17 @@ int rt_h_run_steps(rt_call *c)
     if (q->return_losses && q->steps > RT_MAX_RETURN_LOSSES)
         return rt_call_fail(c, RT_ETOOBIG, "return_losses allows at most %llu steps",
                             RT_MAX_RETURN_LOSSES);
-    if ((rc = rt_h_check_train_data(c)) < 0)
+    double step_ns;
+    if ((rc = rt_h_check_train(c, &step_ns)) < 0)
         return rc;
     c->work = run_steps_work;
     c->needs_device = 1;
-    c->est_ns = rt_h_clamp_est((double)q->steps * rt_program_step_ns(c->prog));
+    c->est_ns = rt_h_clamp_est((double)q->steps * step_ns);
     if (q->after_seq) {
         if (!q->seq || q->after_seq >= q->seq)
             return rt_call_fail(c, RT_EINVAL, "after_seq %llu must be below seq %llu",
                                 (unsigned long long)q->after_seq, (unsigned long long)q->seq);
-        /* Pipelined (rt_srv.c, pipe_hold): runs after its predecessor. */
+        /* Pipelined (rt_sched.c, pipe_hold): runs after its predecessor. */
         c->after_seq = q->after_seq;
     }
     return 0;
@@ -278,9 +278,8 @@ static int fit_work(rt_call *c)
 int rt_h_fit(rt_call *c)
 {
     Rtrain__V1__FitRequest *q = REQ(c, Rtrain__V1__FitRequest);
-    int rc;
-    if ((rc = rt_h_need_program(c, q->session_id, q->program_id)) < 0 ||
-        (rc = rt_h_need_train_data(c, q->dataset_id, q->val_dataset_id)) < 0)
+    int rc = rt_h_need_train(c, q->session_id, q->program_id, q->dataset_id, q->val_dataset_id);
+    if (rc < 0)
         return rc;
     if (q->epochs == 0)
         return rt_call_fail(c, RT_EINVAL, "epochs must be at least 1");
@@ -300,7 +299,7 @@ int rt_h_fit(rt_call *c)
         return rt_call_fail(
             c, RT_ETOOBIG, "Fit of %u epochs x %llu steps is over the limit of %llu steps per call",
             q->epochs, (unsigned long long)spe, RT_MAX_STEPS_PER_CALL);
-    if ((rc = rt_h_check_train_data(c)) < 0)
+    if ((rc = rt_h_check_train(c, NULL)) < 0)
         return rc;
     c->work = fit_work;
     c->needs_device = 1;
@@ -338,9 +337,8 @@ int rt_h_evaluate(rt_call *c)
 {
     Rtrain__V1__EvaluateRequest *q = REQ(c, Rtrain__V1__EvaluateRequest);
     int rc;
-    if ((rc = rt_h_need_program(c, q->session_id, q->program_id)) < 0 ||
-        (rc = rt_h_need_dataset(c, q->dataset_id, &c->ds, "dataset_id")) < 0 ||
-        (rc = rt_h_check_fit(c, c->ds, 1)) < 0)
+    if ((rc = rt_h_need_train(c, q->session_id, q->program_id, q->dataset_id, NULL)) < 0 ||
+        (rc = rt_h_check_train(c, NULL)) < 0)
         return rc;
     c->work = evaluate_work;
     c->needs_device = 1;

@@ -131,8 +131,10 @@ static void upload_st_done(void *p)
         u->busy = 0;
         rt_bufpool_busy(-1);
     }
-    rt_principal_unreserve(u->who, RT_Q_UPLOAD_BYTES, u->reserved);
-    rt_principal_unreserve(u->who, RT_Q_UPLOADS, 1);
+    if (u->who) { /* once: upload_st_free comes here again */
+        rt_principal_unreserve(u->who, RT_Q_UPLOAD_BYTES, u->reserved);
+        rt_principal_unreserve(u->who, RT_Q_UPLOADS, 1);
+    }
     u->who = NULL;
     u->reserved = 0;
 }

@@ -5,48 +5,44 @@
 
 /* ---------------------------------------------------------------- helpers */
 
+/* The lookups are one call down each (rt_session_lookup,
+ * rt_data_store_lookup, rt_train_find), which word the failures. */
 int rt_h_need_session(rt_call *c, const char *id)
 {
-    if (!id || !*id)
-        return rt_call_fail(c, RT_EINVAL, "session_id is empty");
-    /* Another principal's session answers exactly like a missing one. */
-    c->sess = rt_session_find(c->srv->sessions, id, c->who);
-    if (!c->sess)
-        return rt_call_fail(c, RT_ENOTFOUND, "unknown session '%.64s'", id);
-    return 0;
+    char err[200];
+    int rc = rt_session_lookup(c->srv->sessions, c->who, id, NULL, &c->sess, NULL, err, sizeof err);
+    return rc < 0 ? rt_call_fail(c, rc, "%s", err) : 0;
 }
 
 int rt_h_need_program(rt_call *c, const char *sid, const char *pid)
 {
-    int rc = rt_h_need_session(c, sid);
-    if (rc < 0)
-        return rc;
-    if (!pid || !*pid)
-        return rt_call_fail(c, RT_EINVAL, "program_id is empty");
-    c->prog = rt_session_find_program(c->sess, pid);
-    if (!c->prog)
-        return rt_call_fail(c, RT_ENOTFOUND, "unknown program '%.64s' in session %s", pid,
-                            c->sess->id);
-    return 0;
+    char err[200];
+    int rc =
+        rt_session_lookup(c->srv->sessions, c->who, sid, pid, &c->sess, &c->prog, err, sizeof err);
+    return rc < 0 ? rt_call_fail(c, rc, "%s", err) : 0;
 }
 
 int rt_h_need_dataset(rt_call *c, const char *id, rt_dataset **out, const char *what)
 {
-    if (!id || !*id)
-        return rt_call_fail(c, RT_EINVAL, "%s is empty", what);
-    *out = rt_data_store_find_id(c->srv->data, c->who, id);
-    if (!*out)
-        return rt_call_fail(c, RT_ENOTFOUND, "unknown dataset '%.64s'", id);
-    return 0;
+    char err[200];
+    int rc = rt_data_store_lookup(c->srv->data, c->who, id, what, out, err, sizeof err);
+    return rc < 0 ? rt_call_fail(c, rc, "%s", err) : 0;
 }
 
-/* RunSteps/Fit: the training set and the optional validation set. */
-int rt_h_need_train_data(rt_call *c, const char *did, const char *val_did)
+/* RunSteps/Fit: the session, the program, the training set and the
+ * optional validation set, held by the call. */
+int rt_h_need_train(rt_call *c, const char *sid, const char *pid, const char *did,
+                    const char *val_did)
 {
-    int rc = rt_h_need_dataset(c, did, &c->ds, "dataset_id");
-    if (rc == 0 && val_did && *val_did)
-        rc = rt_h_need_dataset(c, val_did, &c->val_ds, "val_dataset_id");
-    return rc;
+    char err[200];
+    rt_train_refs r = {0};
+    int rc = rt_train_find(c->srv->sessions, c->srv->data, c->who, sid, pid, did, val_did, &r, err,
+                           sizeof err);
+    c->sess = r.sess;
+    c->prog = r.prog;
+    c->ds = r.ds;
+    c->val_ds = r.val_ds;
+    return rc < 0 ? rt_call_fail(c, rc, "%s", err) : 0;
 }
 
 /* A durable daemon that is stopping takes no new training or checkpoint
@@ -86,12 +82,12 @@ int rt_h_data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels)
     return rc < 0 ? rt_call_fail(c, rc, "dataset %s: %s", ds->id, err) : 0;
 }
 
-int rt_h_check_train_data(rt_call *c)
+int rt_h_check_train(rt_call *c, double *step_ns)
 {
-    int rc = rt_h_check_fit(c, c->ds, 1);
-    if (rc == 0 && c->val_ds)
-        rc = rt_h_check_fit(c, c->val_ds, 1);
-    return rc;
+    char err[512];
+    const rt_train_refs r = {c->sess, c->prog, c->ds, c->val_ds};
+    int rc = rt_train_check(&r, step_ns, err, sizeof err);
+    return rc < 0 ? rt_call_fail(c, rc, "%s", err) : 0;
 }
 
 int rt_h_engine_fail(rt_call *c, int rc);

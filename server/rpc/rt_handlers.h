@@ -73,7 +73,9 @@ static inline uint64_t rt_h_clamp_est(double ns)
 int rt_h_need_session(rt_call *c, const char *id);
 int rt_h_need_program(rt_call *c, const char *sid, const char *pid);
 int rt_h_need_dataset(rt_call *c, const char *id, rt_dataset **out, const char *what);
-int rt_h_need_train_data(rt_call *c, const char *did, const char *val_did);
+/* RunSteps/Fit: rt_train_find's references, held by the call */
+int rt_h_need_train(rt_call *c, const char *sid, const char *pid, const char *did,
+                    const char *val_did);
 int rt_h_daemon_stopping(const rt_call *c);
 /* rt_h_upload.c: the most bytes one upload of c's principal can hold
  * (GetInfo's Limits.max_upload_bytes) */
@@ -81,7 +83,9 @@ uint64_t rt_h_upload_limit(const rt_call *c);
 int rt_h_refuse_if_stopping(rt_call *c);
 int rt_h_check_fit(rt_call *c, rt_dataset *ds, int need_labels);
 int rt_h_data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels);
-int rt_h_check_train_data(rt_call *c);
+/* RunSteps/Fit: rt_train_check (the data sets fit the plan; the step
+ * estimate in *step_ns, which may be NULL) */
+int rt_h_check_train(rt_call *c, double *step_ns);
 int rt_h_check_lr(rt_call *c, float lr);
 int rt_h_apply_lr(rt_call *c, float lr);
 int rt_h_engine_fail(rt_call *c, int rc);
@@ -123,5 +127,8 @@ int rt_h_export_onnx(rt_call *c);
 int rt_h_set_weights(rt_call *c);
 int rt_h_checkpoint(rt_call *c);
 int rt_h_restore_checkpoint(rt_call *c);
+/* rt_service_life's (rt_srv_impl.h): --state-dir at start and exit */
+int rt_h_state_open(rt_srv *s, char *err, size_t errlen);
+void rt_h_state_flush(rt_srv *s);
 
 #endif

@@ -98,3 +98,5 @@ const rt_method_handler rt_handlers[RT_N_METHODS] = {
     H(restore_checkpoint, RT_UNARY, rt_h_restore_checkpoint, NULL),
 };
 #undef H
+
+const rt_service_hooks rt_service_life = {rt_h_state_open, rt_h_state_flush};

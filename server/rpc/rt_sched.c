@@ -31,6 +31,12 @@
 #include "rt_state.h"
 #include "rt_transport.h"
 
+/* What this file asks of the transport goes through s->tp (rt_srv_core.h):
+ * a call's work done, its status goes out; watch for the client going
+ * away. */
+static void finish(rt_call *c) { c->srv->tp->finish(c); }
+static void watch_close(rt_call *c) { c->srv->tp->watch_close(c); }
+
 /* ------------------------------------------------------------- the device */
 /* A quantum: what a holder always gets before a short job may cut in, and
  * what counts as short. A twentieth of the slice, at least 100 us. */
@@ -278,7 +284,7 @@ void rt__enqueue(rt_call *c)
      * calls skip this batch; it would cost the fast path a round of cq
      * work. */
     if (c->m->kind == RT_UNARY && !c->close_posted)
-        rt__post_close(c);
+        watch_close(c);
     rt_call_sched_key(c);
     exec_key(c);
     rt__call_to(c, RT_CS_QUEUED);
@@ -369,7 +375,8 @@ static void *executor_main(void *arg)
         } else {
             rt_exec *pe = pause_on(c);
             run_work(c);
-            rt_exec_set_pause(pe, NULL, NULL);
+            if (pe)
+                rt_exec_set_pause(pe, NULL, NULL);
         }
         if (c->holds_device) {
             c->holds_device = 0;
@@ -385,7 +392,7 @@ static void *executor_main(void *arg)
             pthread_cond_broadcast(&s->q_cv);
         pthread_mutex_unlock(&s->q_mu);
         __atomic_sub_fetch(&s->q_pending, 1, __ATOMIC_ACQ_REL);
-        rt__finish(c);
+        finish(c);
     }
     return NULL;
 }
@@ -430,7 +437,7 @@ void *rt__compile_main(void *arg)
             }
         c->compile_running = 0;
         pthread_mutex_unlock(&s->q_mu);
-        rt__finish(c);
+        finish(c);
     }
     return NULL;
 }
@@ -442,12 +449,21 @@ void *rt__compile_main(void *arg)
  * thread waits) and is dispatched when that one finishes: steps run in the
  * client's order, none after a failed call, and nothing is replayed. */
 
+/* A call's program's marks, looked up once (the program lives while the
+ * call holds its session). */
+static rt_program_pipe *pipe_of(rt_call *c)
+{
+    if (!c->pipe)
+        c->pipe = rt_program_pipe_marks(c->prog);
+    return c->pipe;
+}
+
 /* The held call's verdict once its predecessor completed: 0 run, or the
  * failure recorded (a call between after_seq and this one failed). pipe_mu
  * held. */
 static int pipe_verdict_locked(rt_call *c)
 {
-    const rt_program_pipe *p = rt_program_pipe_marks(c->prog);
+    const rt_program_pipe *p = c->pipe;
     if (p->failed >= c->after_seq && p->failed < c->seq)
         return rt_call_fail(c, RT_ESTATE, "RunSteps seq %llu not run: seq %llu before it failed",
                             (unsigned long long)c->seq, (unsigned long long)p->failed);
@@ -489,7 +505,7 @@ void rt__pipe_release_list(rt_call *l)
         c->held_next = NULL;
         c->tm.queue_ns += rt_now_ns() - c->held_ns;
         if (c->err)
-            rt__finish(c);
+            finish(c);
         else
             dispatch_now(c);
     }
@@ -501,7 +517,7 @@ void rt__pipe_release_list(rt_call *l)
 rt_call *rt__pipe_complete(rt_call *c)
 {
     rt_srv *s = c->srv;
-    rt_program_pipe *p = rt_program_pipe_marks(c->prog);
+    rt_program_pipe *p = pipe_of(c);
     rt_call *out = NULL, **tail = &out;
     pthread_mutex_lock(&s->pipe_mu);
     if (c->seq > p->done)
@@ -532,7 +548,7 @@ rt_call *rt__pipe_complete(rt_call *c)
 static int pipe_hold(rt_call *c)
 {
     rt_srv *s = c->srv;
-    rt_program_pipe *p = rt_program_pipe_marks(c->prog);
+    rt_program_pipe *p = pipe_of(c);
     int posted = c->close_posted || c->m->kind != RT_UNARY;
     for (;;) {
         pthread_mutex_lock(&s->pipe_mu);
@@ -542,7 +558,7 @@ static int pipe_hold(rt_call *c)
                 p->seen = c->seq; /* it runs now */
             pthread_mutex_unlock(&s->pipe_mu);
             if (rc < 0) {
-                rt__finish(c);
+                finish(c);
                 return 1;
             }
             return 0;
@@ -559,7 +575,7 @@ static int pipe_hold(rt_call *c)
         pthread_mutex_unlock(&s->pipe_mu);
         /* Watch for the client going away while held (rt__on_close), before
          * anyone can release the call and queue it (which would post it). */
-        rt__post_close(c);
+        watch_close(c);
         posted = 1;
     }
 }
@@ -603,7 +619,7 @@ int rt__pipe_held_count(rt_srv *s)
  * that never comes. pipe_mu held. */
 static int pipe_came_locked(const rt_srv *s, const rt_call *h)
 {
-    if (rt_program_pipe_marks(h->prog)->seen >= h->after_seq)
+    if (h->pipe->seen >= h->after_seq)
         return 1;
     for (const rt_call *o = s->held; o; o = o->held_next)
         if (o->prog == h->prog && o->seq == h->after_seq)
@@ -651,7 +667,7 @@ static int pipe_expire(rt_srv *s, uint64_t now)
 void rt__dispatch(rt_call *c)
 {
     if (c->err || !c->work) {
-        rt__finish(c);
+        finish(c);
         return;
     }
     if (c->after_seq && c->prog && pipe_hold(c))
@@ -677,7 +693,7 @@ static void dispatch_now(rt_call *c)
             run_work(c);
             if (c->needs_device)
                 rt__dev_unlock(s);
-            rt__finish(c);
+            finish(c);
             return;
         }
     }
@@ -741,14 +757,6 @@ void rt_srv_upload_release(rt_call *c)
     pthread_mutex_unlock(&s->up_mu);
 }
 
-static void on_budget_done(rt__tag *t, int ok)
-{
-    (void)ok;
-    rt_call *c = RT_CONTAINER(t, rt_call, budget_tag);
-    grpc_slice_unref(c->budget_details);
-    rt__call_unref(c);
-}
-
 int rt_srv_tick(rt_srv *s)
 {
     uint64_t now = rt_now_ns();
@@ -759,27 +767,11 @@ int rt_srv_tick(rt_srv *s)
         pthread_mutex_lock(&s->up_mu);
         for (rt_call *c = s->uploads; c; c = c->up_next) {
             uint64_t last = __atomic_load_n(&c->up_last_ns, __ATOMIC_RELAXED);
-            /* Only while it waits for a chunk; a busy out_mu means a
-             * chunk is being handled right now. The status goes out while
-             * the RECV_MESSAGE is pending; that batch then completes and
-             * rt__on_stream_recv drops the call (rt__call_free, which needs
-             * up_mu, releases the reservation; the owner reference is
-             * held until then, so nothing is freed here). */
-            if (now > last && now - last > lim && pthread_mutex_trylock(&c->out_mu) == 0) {
-                if (c->up_waiting && !c->up_stalled && !c->final_started &&
-                    !__atomic_exchange_n(&c->final_claimed, 1, __ATOMIC_ACQ_REL)) {
-                    c->up_stalled = 1;
-                    rt__call_to(c, RT_CS_FINISHED);
-                    c->err = RT_ETIMEDOUT;
-                    snprintf(c->errmsg, sizeof c->errmsg,
-                             "upload stalled: nothing received for %llu s (--upload-stall-s)",
-                             (unsigned long long)(s->cfg.upload_stall_ms / 1000));
-                    RT_LOG(RT_LOG_INFO, "%s", c->errmsg);
-                    rt__start_final(c);
-                    n++;
-                }
-                pthread_mutex_unlock(&c->out_mu);
-            }
+            /* The transport answers it only while it waits for a chunk
+             * (up_mu stays held: the reservation goes with the call,
+             * rt__call_free, after the pending RECV_MESSAGE completes). */
+            if (now > last && now - last > lim && s->tp->answer_stalled(c))
+                n++;
         }
         pthread_mutex_unlock(&s->up_mu);
     }
@@ -788,29 +780,8 @@ int rt_srv_tick(rt_srv *s)
         pthread_mutex_lock(&s->q_mu);
         for (rt_call *c = s->c_running; c; c = c->next_run) {
             uint64_t t0 = __atomic_load_n(&c->started_ns, __ATOMIC_ACQUIRE);
-            if (t0 && now - t0 > lim &&
-                !__atomic_exchange_n(&c->final_claimed, 1, __ATOMIC_ACQ_REL)) {
-                /* The status goes out now, from here; the worker drops
-                 * what it builds (cancelled) and rt__finish() sends nothing.
-                 * grpc_call_cancel_with_status would not tell the client
-                 * why. */
-                char msg[128];
-                snprintf(msg, sizeof msg,
-                         "compile ran past its budget of %llu s (--compile-timeout)",
-                         (unsigned long long)(s->cfg.compile_timeout_ms / 1000));
-                __atomic_store_n(&c->cancelled, 1, __ATOMIC_RELEASE);
-                c->budget_details = grpc_slice_from_copied_string(msg);
-                c->budget_tag.fn = on_budget_done;
-                grpc_op ops[2];
-                memset(ops, 0, sizeof ops);
-                ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-                ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-                ops[1].data.send_status_from_server.status = GRPC_STATUS_DEADLINE_EXCEEDED;
-                ops[1].data.send_status_from_server.status_details = &c->budget_details;
-                RT_LOG(RT_LOG_WARN, "%s", msg);
-                rt__start_batch(c, ops, 2, &c->budget_tag);
+            if (t0 && now - t0 > lim && s->tp->answer_budget(c))
                 n++;
-            }
         }
         pthread_mutex_unlock(&s->q_mu);
     }

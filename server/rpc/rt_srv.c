@@ -31,72 +31,6 @@
 #include "rt_state.h"
 #include "rt_transport.h"
 
-/* ------------------------------------------------------------------ arena */
-static void *arena_alloc(void *ud, size_t n) { return rt_call_alloc((rt_call *)ud, n); }
-static void arena_free(void *ud, void *p)
-{
-    (void)ud;
-    (void)p;
-}
-
-void *rt_call_alloc(rt_call *c, size_t n)
-{
-    n = (n + 15) & ~(size_t)15;
-    rt__arena_blk *b = c->arena;
-    if (!b || b->cap - b->used < n) {
-        size_t cap = n > 8192 ? n : 8192;
-        /* Small blocks are not worth a lock; a large one is charged before
-         * it exists. */
-        if (cap >= RT__CALL_CHARGE_MIN &&
-            rt_principal_reserve(c->who, RT_Q_CALL_BYTES, cap, c->alloc_err, sizeof c->alloc_err) <
-                0)
-            return NULL;
-        rt__arena_blk *nb = malloc(sizeof *nb + cap);
-        if (!nb) {
-            if (cap >= RT__CALL_CHARGE_MIN)
-                rt_principal_unreserve(c->who, RT_Q_CALL_BYTES, cap);
-            return NULL;
-        }
-        if (cap >= RT__CALL_CHARGE_MIN)
-            c->charged += cap;
-        nb->cap = cap;
-        nb->used = 0;
-        /* A big one-off block goes behind the current one so the current
-         * block's free space stays usable. */
-        if (b && n > 8192) {
-            nb->next = b->next;
-            b->next = nb;
-        } else {
-            nb->next = b;
-            c->arena = nb;
-        }
-        b = nb;
-    }
-    void *p = b->mem + b->used;
-    b->used += n;
-    memset(p, 0, n);
-    return p;
-}
-
-char *rt_call_strdup(rt_call *c, const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = rt_call_alloc(c, n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
-
-int rt_call_fail(rt_call *c, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
-    va_end(ap);
-    c->err = code < 0 ? code : RT_EINTERNAL;
-    return c->err;
-}
-
 /* ---------------------------------------------------------------- packing */
 /* Pack msg and, if asked, the Timings tail (field 15) after it. The tail is
  * packed after the body so encode_ns is the body's measured packing cost and
@@ -124,32 +58,6 @@ static void on_arrival(rt__tag *t, int ok);
 static void on_send_done(rt__tag *t, int ok);
 static void on_final_done(rt__tag *t, int ok);
 
-/* ------------------------------------------------------------ call state */
-#define M(st) (1u << RT_CS_##st)
-static const unsigned call_moves[RT_CS__COUNT] = {
-    [RT_CS_POSTED] = M(HANDLING),
-    [RT_CS_HANDLING] = M(RECEIVING) | M(HELD) | M(QUEUED) | M(RUNNING) | M(FINISHED),
-    [RT_CS_RECEIVING] = M(HANDLING) | M(FINISHED),
-    [RT_CS_HELD] = M(QUEUED) | M(RUNNING) | M(FINISHED),
-    [RT_CS_QUEUED] = M(RUNNING) | M(FINISHED),
-    [RT_CS_RUNNING] = M(FINISHED),
-    [RT_CS_FINISHED] = 0,
-};
-#undef M
-
-void rt__call_to(rt_call *c, rt_call_state to)
-{
-    rt_call_state from = __atomic_load_n(&c->state, __ATOMIC_RELAXED);
-    if (!(call_moves[from] & (1u << to))) {
-        static const char *const names[RT_CS__COUNT] = {"POSTED", "HANDLING", "RECEIVING", "HELD",
-                                                        "QUEUED", "RUNNING",  "FINISHED"};
-        RT_LOG(RT_LOG_ERROR, "%s: call state %s -> %s is not in the table", c->m->path, names[from],
-               names[to]);
-        assert(!"rt_call: a state move outside the table");
-    }
-    __atomic_store_n(&c->state, to, __ATOMIC_RELAXED);
-}
-
 static void check_drained(rt_srv *s)
 {
     if (__atomic_load_n(&s->shutdown_acked, __ATOMIC_ACQUIRE) &&
@@ -169,9 +77,7 @@ static rt_call *call_new(rt_srv *s, const rt_method *m)
     c->close_tag.fn = rt__on_close;
     c->send_tag.fn = on_send_done;
     c->final_tag.fn = on_final_done;
-    c->alloc.alloc = arena_alloc;
-    c->alloc.free = arena_free;
-    c->alloc.allocator_data = c;
+    rt__call_arena_init(c);
     grpc_metadata_array_init(&c->md);
     pthread_mutex_init(&c->out_mu, NULL);
     pthread_cond_init(&c->out_cv, NULL);
@@ -372,12 +278,6 @@ static void on_send_done(rt__tag *t, int ok)
     rt__call_unref(c);
 }
 
-int rt_call_is_cancelled(rt_call *c)
-{
-    return __atomic_load_n(&c->cancelled, __ATOMIC_ACQUIRE) ||
-           __atomic_load_n(&c->srv->hard_cancel, __ATOMIC_ACQUIRE);
-}
-
 /* The outgoing queue is bounded (cfg.stream_queue_max). Progress events
  * coalesce: a newer one replaces the one still queued, so a slow reader
  * gets the latest. Messages that must arrive (epoch ends) wait for room:
@@ -501,6 +401,74 @@ void rt__finish(rt_call *c)
     rt__call_unref(c);
     rt__pipe_release_list(next);
 }
+
+/* A status on its own (a compile past its budget, an unknown method):
+ * initial metadata and the status with details, into ops[0..1]. */
+static void status_ops(grpc_op ops[2], grpc_status_code code, grpc_slice *details)
+{
+    memset(ops, 0, 2 * sizeof *ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[1].data.send_status_from_server.status = code;
+    ops[1].data.send_status_from_server.status_details = details;
+}
+
+/* rt_srv_tick's answers (rt_sched.c, through rt__transport), each at
+ * most once per call (final_claimed). An upload waiting for its next chunk
+ * (up_mu held): a busy out_mu means a chunk is being handled right now.
+ * The status goes out while the RECV_MESSAGE is pending; that batch then
+ * completes and rt__on_stream_recv drops the call (the owner reference is
+ * held until then, so nothing is freed here). */
+static int answer_stalled(rt_call *c)
+{
+    if (pthread_mutex_trylock(&c->out_mu) != 0)
+        return 0;
+    int n = 0;
+    if (c->up_waiting && !c->up_stalled && !c->final_started &&
+        !__atomic_exchange_n(&c->final_claimed, 1, __ATOMIC_ACQ_REL)) {
+        c->up_stalled = 1;
+        rt__call_to(c, RT_CS_FINISHED);
+        c->err = RT_ETIMEDOUT;
+        snprintf(c->errmsg, sizeof c->errmsg,
+                 "upload stalled: nothing received for %llu s (--upload-stall-s)",
+                 (unsigned long long)(c->srv->cfg.upload_stall_ms / 1000));
+        RT_LOG(RT_LOG_INFO, "%s", c->errmsg);
+        rt__start_final(c);
+        n = 1;
+    }
+    pthread_mutex_unlock(&c->out_mu);
+    return n;
+}
+
+static void on_budget_done(rt__tag *t, int ok)
+{
+    (void)ok;
+    rt_call *c = RT_CONTAINER(t, rt_call, budget_tag);
+    grpc_slice_unref(c->budget_details);
+    rt__call_unref(c);
+}
+
+/* A compile past its budget (q_mu held): the status goes out now, from
+ * here; the worker drops what it builds (cancelled) and rt__finish() sends
+ * nothing. grpc_call_cancel_with_status would not tell the client why. */
+static int answer_budget(rt_call *c)
+{
+    if (__atomic_exchange_n(&c->final_claimed, 1, __ATOMIC_ACQ_REL))
+        return 0;
+    char msg[128];
+    snprintf(msg, sizeof msg, "compile ran past its budget of %llu s (--compile-timeout)",
+             (unsigned long long)(c->srv->cfg.compile_timeout_ms / 1000));
+    __atomic_store_n(&c->cancelled, 1, __ATOMIC_RELEASE);
+    c->budget_details = grpc_slice_from_copied_string(msg);
+    c->budget_tag.fn = on_budget_done;
+    grpc_op ops[2];
+    status_ops(ops, GRPC_STATUS_DEADLINE_EXCEEDED, &c->budget_details);
+    RT_LOG(RT_LOG_WARN, "%s", msg);
+    rt__start_batch(c, ops, 2, &c->budget_tag);
+    return 1;
+}
+
+const rt__transport rt__transport_ops = {rt__finish, rt__post_close, answer_stalled, answer_budget};
 
 /* Drop a stream whose client went away: nothing to answer. */
 static void abandon(rt_call *c)
@@ -696,8 +664,10 @@ static int authenticate(rt_call *c)
         c->tm.auth_ns += d;
         c->tm.decode_ns += d;
     }
-    if (c->who)
+    if (c->who) {
+        c->who_name = rt_principal_name(c->who);
         return 0;
+    }
     return rt_call_fail(c, RT_EAUTH, "%s", why);
 }
 
@@ -974,10 +944,7 @@ static void on_generic(rt__tag *t, int ok)
         g->status = grpc_slice_from_copied_string(msg);
         grpc_op ops[3];
         memset(ops, 0, sizeof ops);
-        ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-        ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-        ops[1].data.send_status_from_server.status = GRPC_STATUS_UNIMPLEMENTED;
-        ops[1].data.send_status_from_server.status_details = &g->status;
+        status_ops(ops, GRPC_STATUS_UNIMPLEMENTED, &g->status);
         ops[2].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
         ops[2].data.recv_close_on_server.cancelled = &g->cancelled;
         grpc_call *call = g->call; /* g may be gone once the tag is posted */

@@ -1,12 +1,16 @@
-/* rt_srv_core.h - what the three files of the gRPC core share (server/rpc
- * only; the handlers see rt_srv_impl.h):
- *   rt_srv.c        the transport: arena, packing, the call's life and its
- *                   state machine, streams, decode, arrival, cq threads
+/* rt_srv_core.h - what the files of the gRPC core share (server/rpc
+ * only; the handlers see rt_srv_impl.h). Who calls whom, top down:
+ *   rt_srv_setup.c  configuration defaults, TLS and bind, create, start,
+ *                   stop and destroy; it wires the others together
+ *   rt_srv.c        the transport: packing, the call's life, streams,
+ *                   decode, arrival, cq threads
  *   rt_sched.c      where work waits and runs: the device's lanes, the
  *                   executor, the compile pool, pipelined RunSteps,
- *                   uploads in flight and the tick that answers stalls
- *   rt_srv_setup.c  configuration defaults, TLS and bind, create, start,
- *                   stop and destroy */
+ *                   uploads in flight and the tick that answers stalls;
+ *                   it reaches the transport only through rt__transport
+ *   rt_call.c       the call object: arena, error, state moves, cancelled
+ * None of them names a handler: the handlers are reached through
+ * rt_methods[] and rt_service_life (rt_method_table.c). */
 #ifndef RTRAIN_SRV_CORE_H
 #define RTRAIN_SRV_CORE_H
 
@@ -25,9 +29,31 @@ typedef struct rt__lane {
     rt__dev_wait *head, *tail;
 } rt__lane;
 
-/* rt_srv.c */
+/* rt_call.c */
 /* Move c to state to (the table at rt_call_state). */
 void rt__call_to(rt_call *c, rt_call_state to);
+/* c->alloc: protobuf-c's allocator over the call's arena (rt_call_alloc). */
+void rt__call_arena_init(rt_call *c);
+
+/* What the scheduler asks of the transport (rt_srv_create sets s->tp):
+ *   finish          the call's logic is done: send the response or the
+ *                   error; drops the owner reference (rt__finish)
+ *   watch_close     post RECV_CLOSE_ON_SERVER, so a client going away
+ *                   cancels the call (rt__post_close)
+ *   answer_stalled  rt_srv_tick: an upload past --upload-stall-s, answered
+ *                   DEADLINE_EXCEEDED if it waits for a chunk (up_mu held)
+ *   answer_budget   rt_srv_tick: a compile past --compile-timeout, answered
+ *                   while its work still runs (q_mu held)
+ * The two answers return 1 when they sent a status. */
+struct rt__transport {
+    void (*finish)(rt_call *c);
+    void (*watch_close)(rt_call *c);
+    int (*answer_stalled)(rt_call *c);
+    int (*answer_budget)(rt_call *c);
+};
+extern const rt__transport rt__transport_ops;
+
+/* rt_srv.c */
 void rt__call_free(rt_call *c, int matched);
 void rt__call_unref(rt_call *c);
 void *rt__cq_main(void *arg);

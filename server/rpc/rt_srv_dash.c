@@ -38,8 +38,7 @@ void rt_srv_dash_call(rt_call *c, int code, const char *session_id)
     uint64_t steps = c->m->req_desc == &rtrain__v1__run_steps_request__descriptor && c->req
                          ? ((const Rtrain__V1__RunStepsRequest *)c->req)->steps
                          : 0;
-    const char *who = c->who ? rt_principal_name(c->who) : NULL;
-    rt_dash_call(c->m->path, who, sess, code, steps, c->has_sent_tm ? &c->sent_tm : NULL);
+    rt_dash_call(c->m->path, c->who_name, sess, code, steps, c->has_sent_tm ? &c->sent_tm : NULL);
     if (c->dash_fit)
         rt_dash_fit_end(c->dash_fit, code);
 }
@@ -50,8 +49,7 @@ void rt_srv_dash_fit_begin(rt_call *c)
     short_id(sess, c->sess ? c->sess->id : NULL);
     short_id(prog, c->prog ? rt_program_id(c->prog) : NULL);
     const Rtrain__V1__FitRequest *q = (const Rtrain__V1__FitRequest *)c->req;
-    c->dash_fit =
-        rt_dash_fit_begin(c->who ? rt_principal_name(c->who) : NULL, sess, prog, q ? q->epochs : 0);
+    c->dash_fit = rt_dash_fit_begin(c->who_name, sess, prog, q ? q->epochs : 0);
 }
 
 void rt_srv_dash_epoch(rt_call *c, const Rtrain__V1__EpochEnd *e)

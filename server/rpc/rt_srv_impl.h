@@ -56,6 +56,7 @@ void __tsan_release(void *addr);
 typedef enum rt_call_kind { RT_UNARY, RT_CLIENT_STREAM, RT_SERVER_STREAM } rt_call_kind;
 
 typedef struct rt_call rt_call;
+typedef struct rt__transport rt__transport;
 
 /* One handler signature for every method (docs/style.md, 8). For unary and
  * server-streaming methods handle() runs once with c->req decoded; for the
@@ -161,7 +162,8 @@ struct rt_call {
     rt_call_state state; /* atomic (relaxed): rt__call_to */
     rt_srv *srv;
     const rt_method *m;
-    rt_principal *who; /* the caller, set before the handler runs */
+    rt_principal *who;    /* the caller, set before the handler runs */
+    const char *who_name; /* its name (the metrics, the log, the dashboard) */
     grpc_call *call;
     gpr_timespec deadline;
     grpc_metadata_array md;
@@ -222,6 +224,7 @@ struct rt_call {
      * call whose predecessor has not completed waits on the server's held
      * list (under pipe_mu) until it has (rt_srv.c, pipe_admit). */
     uint64_t seq, after_seq;
+    rt_program_pipe *pipe; /* its program's marks (rt_sched.c, pipe_of) */
     rt_call *held_next;
     uint64_t held_ns;
     int held; /* under pipe_mu: on the held list */
@@ -340,13 +343,20 @@ struct rt_srv {
     uint64_t start_ns;
     struct rt_health *health; /* grpc.health.v1 (rt_health.c) */
     struct rt_state *state;   /* --state-dir, or NULL (rt_state.h) */
+    const rt__transport *tp;  /* the transport, for rt_sched.c (rt_srv_core.h) */
     uint64_t boot_id;         /* random per start: RunSteps' restart check */
 };
 
-/* Durable mode (rt_h_state.c): open --state-dir and restore what it holds
- * (before the daemon listens); the exit checkpoints (after the last call). */
-int rt_methods_state_open(rt_srv *s, char *err, size_t errlen);
-void rt_methods_state_flush(rt_srv *s);
+/* What the daemon's life asks of the handlers besides the methods, filled
+ * in rt_method_table.c beside rt_handlers[]: durable mode's open of
+ * --state-dir, restoring what it holds (before the daemon listens), and
+ * the exit checkpoints (after the last call). The transport reaches the
+ * handlers through these two tables only. */
+typedef struct rt_service_hooks {
+    int (*state_open)(rt_srv *s, char *err, size_t errlen);
+    void (*state_flush)(rt_srv *s);
+} rt_service_hooks;
+extern const rt_service_hooks rt_service_life;
 
 /* Observability at a call's end (rt_srv_obs.c): the metrics and the
  * access log line. code is the gRPC status sent. */

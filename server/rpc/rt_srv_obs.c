@@ -64,7 +64,7 @@ void rt_srv_observe_call(rt_call *c, int code)
     rt_log_call_info ci = {
         /* NULL (logged "anonymous") when the call was refused before its
          * token was checked. */
-        .principal = c->who ? rt_principal_name(c->who) : NULL,
+        .principal = c->who_name,
         .session = sess,
         .method = c->m->path,
         .code = code,

@@ -204,6 +204,7 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err, size_t errl
     if (!s)
         return RT_ENOMEM;
     s->cfg = *cfg;
+    s->tp = &rt__transport_ops; /* the scheduler's way back to the transport */
     if (s->cfg.threads < 1)
         s->cfg.threads = rt_srv_default_threads();
     pthread_mutex_init(&s->dev_mu, NULL);
@@ -303,7 +304,7 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err, size_t errl
         if (cfg->quota[k])
             s->quota[k] = cfg->quota[k];
     int rc = rt_auth_create(cfg->tokens_path, s->quota, s->principals, &s->auth, err, errlen);
-    if (rc < 0 || (cfg->state_dir && (rc = rt_methods_state_open(s, err, errlen)) < 0)) {
+    if (rc < 0 || (cfg->state_dir && (rc = rt_service_life.state_open(s, err, errlen)) < 0)) {
         rt_srv_destroy(s);
         return rc;
     }
@@ -456,8 +457,6 @@ void rt_srv_cancel_all(rt_srv *s)
     grpc_server_cancel_all_calls(s->server);
 }
 
-int rt_srv_live_calls(rt_srv *s) { return __atomic_load_n(&s->live, __ATOMIC_ACQUIRE); }
-
 void rt_srv_destroy(rt_srv *s)
 {
     if (!s)
@@ -514,7 +513,7 @@ void rt_srv_destroy(rt_srv *s)
     rt_health_destroy(s->health);
     free(s->threads);
     if (s->n_threads)
-        rt_methods_state_flush(s); /* no call runs any more */
+        rt_service_life.state_flush(s); /* no call runs any more */
     rt_state_close(s->state);
     rt_session_table_destroy(s->sessions);
     rt_plan_cache_destroy(s->plans);

@@ -1,6 +1,7 @@
 /* rt_session.c - session table, programs, plan cache. */
 #include "rt_session.h"
 #include "rt_clock.h"
+#include "rt_errf.h"
 #include "rt_random.h"
 #include "rt_program_impl.h"
 
@@ -295,6 +296,24 @@ rt_program *rt_session_find_program(rt_session *s, const char *id)
         }
     pthread_mutex_unlock(&s->mu);
     return p;
+}
+
+int rt_session_lookup(rt_session_table *t, const rt_principal *who, const char *sid,
+                      const char *pid, rt_session **sess, rt_program **prog, char *err,
+                      size_t errlen)
+{
+    if (!sid || !*sid)
+        return rt_errf(err, errlen, RT_EINVAL, "session_id is empty");
+    if (!(*sess = rt_session_find(t, sid, who)))
+        return rt_errf(err, errlen, RT_ENOTFOUND, "unknown session '%.64s'", sid);
+    if (!prog)
+        return 0;
+    if (!pid || !*pid)
+        return rt_errf(err, errlen, RT_EINVAL, "program_id is empty");
+    if (!(*prog = rt_session_find_program(*sess, pid)))
+        return rt_errf(err, errlen, RT_ENOTFOUND, "unknown program '%.64s' in session %s", pid,
+                       (*sess)->id);
+    return 0;
 }
 
 /* ------------------------------------------------------------ plan cache */

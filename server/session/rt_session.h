@@ -102,6 +102,14 @@ int rt_session_remove_program(rt_session *s, rt_program *p);
  * RT_EIO if getrandom fails: ids are never made from guessable values. */
 int rt_random_id(char *dst, size_t len, const char *prefix);
 rt_program *rt_session_find_program(rt_session *s, const char *id);
+/* A call's session sid (who's) and, with prog, its program pid: *sess is
+ * retained (the caller releases it) also when the program is missing;
+ * *prog is valid while *sess is held. RT_EINVAL for an empty id,
+ * RT_ENOTFOUND for an unknown one (another principal's session answers as
+ * a missing one), err naming it. */
+int rt_session_lookup(rt_session_table *t, const rt_principal *who, const char *sid,
+                      const char *pid, rt_session **sess, rt_program **prog, char *err,
+                      size_t errlen);
 /* fn(ud, session, program) for every program of every session, under the
  * table's lock (for the exit checkpoint, when no call runs); returns the
  * sum of what fn returned. */

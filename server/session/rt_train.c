@@ -109,6 +109,30 @@ static int views(rt_program *p, rt_train_ctx *ctx, rt_data *d, rt_data *vd, char
     return rc;
 }
 
+int rt_train_find(rt_session_table *t, rt_data_store *store, const rt_principal *who,
+                  const char *sid, const char *pid, const char *did, const char *val_did,
+                  rt_train_refs *out, char *err, size_t errlen)
+{
+    int rc = rt_session_lookup(t, who, sid, pid, &out->sess, &out->prog, err, errlen);
+    if (rc == 0)
+        rc = rt_data_store_lookup(store, who, did, "dataset_id", &out->ds, err, errlen);
+    if (rc == 0 && val_did && *val_did)
+        rc = rt_data_store_lookup(store, who, val_did, "val_dataset_id", &out->val_ds, err, errlen);
+    return rc;
+}
+
+int rt_train_check(const rt_train_refs *r, double *step_ns, char *err, size_t errlen)
+{
+    const rt_plan *plan = rt_program_plan(r->prog);
+    const char *pid = rt_program_id(r->prog);
+    int rc = rt_view_check(r->ds, plan, pid, 1, err, errlen);
+    if (rc == 0 && r->val_ds)
+        rc = rt_view_check(r->val_ds, plan, pid, 1, err, errlen);
+    if (rc == 0 && step_ns)
+        *step_ns = rt_program_step_ns(r->prog);
+    return rc;
+}
+
 void rt_train_note_steps(rt_program *p, uint64_t ns, int64_t steps)
 {
     if (steps <= 0)

@@ -88,6 +88,25 @@ typedef struct rt_train_ctx {
     rt_stream_use use, val_use; /* a streamed data set's cursor */
 } rt_train_ctx;
 
+/* What a training call (RunSteps, Fit) names, found before it waits for
+ * the device, in one call and in this order: the session (who's), its
+ * program, the data set and the optional validation set (val_did NULL or
+ * ""). Each reference found is retained in *out, also when a later one is
+ * missing (the caller releases what is set); the failures are
+ * rt_session_lookup's and rt_data_store_lookup's. */
+typedef struct rt_train_refs {
+    rt_session *sess;
+    rt_program *prog; /* valid while sess is held */
+    rt_dataset *ds, *val_ds;
+} rt_train_refs;
+int rt_train_find(rt_session_table *t, rt_data_store *store, const rt_principal *who,
+                  const char *sid, const char *pid, const char *did, const char *val_did,
+                  rt_train_refs *out, char *err, size_t errlen);
+/* The data sets found, each against the program's plan (rt_view_check,
+ * labels needed), and the program's step estimate in *step_ns (may be
+ * NULL). 0, or rt_view_check's failure with err set. */
+int rt_train_check(const rt_train_refs *r, double *step_ns, char *err, size_t errlen);
+
 typedef struct rt_run_steps_in {
     uint64_t seq; /* replay protection (0: none) */
     uint64_t steps;

@@ -109,12 +109,6 @@ static void rt__col2im_add(const rt__conv_params *cv, const float *restrict col,
  * scheduler slice when a team member is not running. */
 #define RT__PAR_MACS (INT64_C(1) << 24)
 
-int rt_kern_conv_threads(void)
-{
-    int nt = omp_get_max_threads();
-    return nt < 1 ? 1 : nt > 64 ? 64 : nt;
-}
-
 /* Row-major SGEMM, single-threaded when called from a parallel region
  * (oneDNN does not nest), and reentrant, unlike rt_kern_gemm's small-
  * matrix path that transposes into the exec's one shared buffer. */

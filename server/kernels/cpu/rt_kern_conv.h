@@ -15,6 +15,8 @@
 #ifndef RTRAIN_KERN_CONV_H
 #define RTRAIN_KERN_CONV_H
 
+#include <omp.h>
+
 #include "rt_engine_impl.h"
 
 /* oneDNN's convolution primitives for one shape and batch
@@ -79,8 +81,13 @@ int rt_kern_dconv_fwd(const rt__kargs *a, const rt_kern_dconv *d, int64_t B);
 int rt_kern_dconv_bwd(const rt__kargs *a, const rt_kern_dconv *d, int64_t B);
 
 /* Threads a kernel may use (OpenMP's team size, at most 64); scratch is
- * sized for this many at compile time. */
-int rt_kern_conv_threads(void);
+ * sized for this many at compile time. Inline: the im2col, grouped and
+ * oneDNN paths and pooling all size by it. */
+static inline int rt_kern_conv_threads(void)
+{
+    int nt = omp_get_max_threads();
+    return nt < 1 ? 1 : nt > 64 ? 64 : nt;
+}
 
 /* Conv2D(x (B,H,W,C), W (KH,KW,C,OC), b (OC)?), its activation applied in
  * the output loop. Chunks are shared out among threads (each calls a

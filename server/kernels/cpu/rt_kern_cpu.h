@@ -130,8 +130,6 @@ void rt_kern_dnnl_sgemm(int serial, int ta, int tb, int64_t M, int64_t N, int64_
  * sample weights); scratch: 2 * n * out_numel floats */
 void rt__loss_run(const rt__lossinfo *L, const float *y, const void *lab, int64_t n, float *dy,
                   double *loss_sum, double *acc_sum, float *scratch);
-/* accuracy of one row of C values: 0 or 1 */
-int rt__loss_row_acc(const rt__lossinfo *L, const float *z, const void *lab, int64_t lab_i);
 /* rt_kern_loss_torch.c: PyTorch's losses, as rt__loss_run (which calls it);
  * the batch's loss (PyTorch's, mean or sum) times n is added to *loss_sum */
 void rt__loss_torch_run(const rt__lossinfo *L, const float *y, const void *lab, int64_t n,

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "cpu/rt_kern_cpu.h"
+#include "cpu/rt_kern_loss_row.h"
 
 /* cross_entropy and nll_loss over n samples; *loss gets the batch loss */
 static void rt__class_loss(const rt__lossinfo *L, const float *y, const void *lab, int64_t n,
