@@ -365,7 +365,9 @@ static int list_dir(rt_client *c, const char *dir, int want_dirs, char ***out, s
         if (e->d_name[0] == '.')
             continue;
         char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        const int pn = snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (pn < 0 || (size_t)pn >= sizeof path)
+            continue; /* a path past PATH_MAX cannot be opened either */
         struct stat st;
         if (stat(path, &st) < 0)
             continue;
