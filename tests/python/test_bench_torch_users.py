@@ -22,7 +22,7 @@ def test_tiny_run(daemon, tmp_path):
     r = subprocess.run([sys.executable, BENCH, "--server", daemon.addr, "--layout", layout,
                         "--seeds", "2", "--digits-epochs", "2", "--fmnist-epochs", "1",
                         "--fmnist-train", "640", "--fmnist-test", "256", "--size", "32",
-                        "--step-batch", "2", "--reps", "1", "--layout-steps", "1",
+                        "--step-batch", "2", "--reps", "1", "--layout-steps", "1", "--lr", "0.01",
                         "--json", str(js)], capture_output=True, text=True, timeout=400)
     print(r.stdout + r.stderr)
     assert r.returncode == 0
