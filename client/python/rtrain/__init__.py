@@ -383,6 +383,23 @@ def _as_array(a, what):
     return arr
 
 
+def _n_values(a):
+    """How many values a holds: a NumPy array, a torch tensor (whose .size
+    is a method), a list or dict of arrays (several inputs), or a nested
+    list."""
+    if isinstance(a, dict):
+        return sum(_n_values(v) for v in a.values())
+    if isinstance(a, (list, tuple)) and a and hasattr(a[0], "shape"):
+        return sum(_n_values(v) for v in a)
+    numel = getattr(a, "numel", None)
+    if callable(numel):
+        return int(numel())
+    size = getattr(a, "size", None)
+    if isinstance(size, (int, _np.integer)):
+        return int(size)
+    return int(_np.asarray(a).size)
+
+
 def _features(x, input_shape, what="x"):
     """float32, C-contiguous, shape (n,) + input_shape. No copy when x is
     already that."""
@@ -914,7 +931,7 @@ class CompiledModel:
         lim = f() if f is not None else 0
         if not lim:
             return False
-        n = 4 * sum(int(_np.size(a)) for a in (x, y, sw) if a is not None)
+        n = 4 * sum(_n_values(a) for a in (x, y, sw) if a is not None)
         return n > lim
 
     def _sample_weights(self, y, n, sample_weight, class_weight, what="y"):
