@@ -22,7 +22,7 @@ int rt_kern_bf16_supported(char *err, size_t errlen);
  * its op has none, or a Conv2D is grouped or has fewer input channels
  * than rt_kern_bf16_conv_min_c */
 const rt__kernel *rt_kern_bf16_kernel(const rt__node *nd, const rt__op_def *fused);
-/* the float32 entry of the CPU table (rt_backend_cpu.c): a bf16 prepare
+/* the float32 entry of the CPU table (rt_kern_table.c): a bf16 prepare
  * hands a node it has no primitive for back to it */
 const rt__kernel *rt_kern_cpu_f32_kernel(const rt__op_def *op, const rt__op_def *fused);
 
