@@ -78,6 +78,9 @@ extern "C" {
       "compile workers")                                                                           \
     X(COMPILE_TIMEOUT, "compile-timeout", MAIN, SCALED("S", 0, 86400, 1000),                       \
       srv.compile_timeout_ms, V("60"), "a compile's time budget in seconds; 0 = none")             \
+    X(COMPILE_HOLD, "compile-hold", MAIN, NUM("N", 0, INT32_MAX), srv.compile_hold, V("0"),        \
+      "tests only: the daemon's Nth compile on the pool waits until --compile-timeout "            \
+      "answers it or its call ends, so a test sees the budget's answer at any speed; 0 = off")     \
     X(MAX_EXEC_THREADS, "max-exec-threads", MAIN, NUM("N", 1, 4096), srv.max_exec_threads,         \
       V("64"), "device jobs of different clients in flight")                                       \
     X(MAX_UPLOADS, "max-uploads", MAIN, NUM("N", 1, 1000000), srv.max_uploads, V("16"),            \

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -423,6 +424,12 @@ void *rt__compile_main(void *arg)
         __atomic_store_n(&c->started_ns, now, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&s->q_mu);
         c->tm.queue_ns += now - c->enq_ns;
+        if (s->cfg.compile_hold && __atomic_add_fetch(&s->compiles_taken, 1, __ATOMIC_RELAXED) ==
+                                       (unsigned)s->cfg.compile_hold) {
+            RT_LOG(RT_LOG_WARN, "compile held until its budget's answer (--compile-hold)");
+            while (!rt_call_is_cancelled(c) && !__atomic_load_n(&s->q_stop, __ATOMIC_ACQUIRE))
+                nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+        }
         if (rt_call_is_cancelled(c))
             rt_call_fail(c, RT_ECANCELLED, "cancelled before it ran");
         else

@@ -102,6 +102,10 @@ typedef struct rt_srv_config {
      * test can kill it at a step it chose instead of racing a timer against
      * training. 0 = off. */
     int64_t pause_at_step;
+    /* Tests only (--compile-hold N): the Nth compile taken by the pool
+     * waits, before it compiles, until the call is cancelled (the budget's
+     * answer, or the client gone) or the daemon stops. 0 = off. */
+    int compile_hold;
 } rt_srv_config;
 
 /* the default number of completion-queue threads for this host */

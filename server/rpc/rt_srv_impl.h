@@ -295,6 +295,7 @@ struct rt_srv {
     rt_call *q_head, *q_tail;
     int q_len;
     rt_call *running;
+    unsigned compiles_taken; /* --compile-hold's count (atomic) */
     int q_stop;
     int q_pending; /* atomic: queued or running on the executor */
     pthread_t *exec_threads;
