@@ -26,6 +26,17 @@ void rt__call_arena_init(rt_call *c)
     c->alloc.allocator_data = c;
 }
 
+void rt__call_arena_free(rt_call *c)
+{
+    for (rt__arena_blk *b = c->arena, *n; b; b = n) {
+        n = b->next;
+        free(b);
+    }
+    c->arena = NULL;
+    rt_principal_unreserve(c->who, RT_Q_CALL_BYTES, c->charged);
+    c->charged = 0;
+}
+
 void *rt_call_alloc(rt_call *c, size_t n)
 {
     n = (n + 15) & ~(size_t)15;

@@ -792,11 +792,7 @@ out:
     rt_plan_release(st.plan);
     if (q)
         rtrain__v1__compile_request__free_unpacked(q, NULL);
-    for (rt__arena_blk *b = c->arena, *nb; b; b = nb) {
-        nb = b->next;
-        free(b);
-    }
-    rt_principal_unreserve(c->who, RT_Q_CALL_BYTES, c->charged);
+    rt__call_arena_free(c);
     free(c);
     return rc;
 }

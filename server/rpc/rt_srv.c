@@ -108,11 +108,7 @@ void rt__call_free(rt_call *c, int matched)
     grpc_metadata_array_destroy(&c->md);
     if (c->call)
         grpc_call_unref(c->call);
-    for (rt__arena_blk *b = c->arena, *n; b; b = n) {
-        n = b->next;
-        free(b);
-    }
-    rt_principal_unreserve(c->who, RT_Q_CALL_BYTES, c->charged);
+    rt__call_arena_free(c);
     pthread_mutex_destroy(&c->out_mu);
     pthread_cond_destroy(&c->out_cv);
     free(c);

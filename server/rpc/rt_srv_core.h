@@ -32,8 +32,6 @@ typedef struct rt__lane {
 /* rt_call.c */
 /* Move c to state to (the table at rt_call_state). */
 void rt__call_to(rt_call *c, rt_call_state to);
-/* c->alloc: protobuf-c's allocator over the call's arena (rt_call_alloc). */
-void rt__call_arena_init(rt_call *c);
 
 /* What the scheduler asks of the transport (rt_srv_create sets s->tp):
  *   finish          the call's logic is done: send the response or the

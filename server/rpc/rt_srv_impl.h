@@ -378,6 +378,11 @@ void rt_srv_dash_epoch(rt_call *c, const Rtrain__V1__EpochEnd *e);
  * c->alloc_err says which). Zeroed. */
 #define RT__CALL_CHARGE_MIN (64u << 10)
 void *rt_call_alloc(rt_call *c, size_t n);
+/* c->alloc: protobuf-c's allocator over the call's arena (rt_call_alloc). */
+void rt__call_arena_init(rt_call *c);
+/* Free the call's arena blocks and return what they were charged (the
+ * call's free, and calls made outside gRPC). */
+void rt__call_arena_free(rt_call *c);
 char *rt_call_strdup(rt_call *c, const char *s);
 
 /* Record an error for the call (code from rt_error.h, short message). */

@@ -156,9 +156,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 }
 
 /* ------------------------------------------------------- the fake call */
-static void *arena_alloc(void *ud, size_t n) { return rt_call_alloc(ud, n); }
-static void arena_free(void *ud, void *p) { (void)ud; (void)p; }
-
 static rt_call *call_new(const rt_method *m)
 {
     rt_call *c = calloc(1, sizeof *c);
@@ -167,9 +164,7 @@ static rt_call *call_new(const rt_method *m)
     c->srv = &g_srv;
     c->who = g_who;
     c->m = m;
-    c->alloc.alloc = arena_alloc;
-    c->alloc.free = arena_free;
-    c->alloc.allocator_data = c;
+    rt__call_arena_init(c);
     pthread_mutex_init(&c->out_mu, NULL);
     return c;
 }
@@ -182,11 +177,7 @@ static void call_free(rt_call *c)
     rt_session_release(c->sess);
     rt_dataset_release(c->ds);
     rt_dataset_release(c->val_ds);
-    for (rt__arena_blk *b = c->arena, *n; b; b = n) {
-        n = b->next;
-        free(b);
-    }
-    rt_principal_unreserve(c->who, RT_Q_CALL_BYTES, c->charged);
+    rt__call_arena_free(c);
     pthread_mutex_destroy(&c->out_mu);
     free(c);
 }
