@@ -875,11 +875,18 @@ int rt_client_train_steps(rt_client *c, const rt_client_train_params *p,
  * callback, on the client running the stream: the stream's time account
  * and cancellation are kept. running (may be NULL) gets whether a call was
  * running on the program. RT_ENOTFOUND for an unknown session or program,
- * RT_EINVAL for a negative or non-finite rate. */
+ * RT_EINVAL for a negative or non-finite rate.
+ *
+ * reset_states: Keras' model.reset_states(), zeroing the carried states of
+ * the program's stateful RNNs before its next step (or, with reset_layer,
+ * layer.reset_states() of that layer: RT_EINVAL when it names no stateful
+ * RNN). */
 typedef struct rt_client_control_params {
     const char *session, *program;
     float learning_rate;
     int stop;
+    int reset_states;
+    const char *reset_layer; /* NULL: every stateful layer */
 } rt_client_control_params;
 
 int rt_client_control(rt_client *c, const rt_client_control_params *p,

@@ -208,6 +208,29 @@ def _input_dims(spec_json):
     return found
 
 
+def _stateful_batch(spec_json):
+    """A model with a stateful RNN: its fixed batch size (the first
+    batch_input_shape / batch_shape with one, as the daemon reads it), else
+    None."""
+    if '"stateful": true' not in spec_json.replace('"stateful":true', '"stateful": true'):
+        return None
+    found = []
+
+    def walk(o):
+        if isinstance(o, dict):
+            for k in ("batch_input_shape", "batch_shape"):
+                v = o.get(k)
+                if isinstance(v, list) and v and isinstance(v[0], int) and v[0] > 0:
+                    found.append(v[0])
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+    walk(_json.loads(spec_json))
+    return found[0] if found else None
+
+
 def _spec_json(spec):
     if isinstance(spec, models.Model):
         return spec.to_json()
@@ -641,6 +664,15 @@ class CompiledModel:
 
     def count_params(self):
         return int(self._prog.report["param_count"])
+
+    def reset_states(self, layer=None):
+        """Keras' model.reset_states() (layer: a layer's name, as
+        layer.reset_states()): the stateful RNNs' carried states back to
+        zeros before the next step. The daemon keeps them with the program
+        between calls (fit, evaluate and predict carry them, as Keras) and
+        in its checkpoints."""
+        if self._p is not None:  # else not compiled yet: nothing carried
+            self._p.control(reset_states=True, reset_layer=layer)
 
     def to_onnx(self, filepath=None):
         """The ONNX model this was compiled from, with the current (trained)
@@ -1512,7 +1544,7 @@ class Client(_rtrain.Client):
     _last_model = None  # the last compile's CompiledModel: images take its input size
 
     def compile(self, spec, optimizer="rmsprop", loss=None, metrics=None,
-                batch_size=32, shuffle=True, seed=0, from_logits=False,
+                batch_size=None, shuffle=True, seed=0, from_logits=False,
                 label_shape=None, label_dtype=None, onnx_output=None,
                 input_shape=None, data_layout=None, loss_check=True,
                 reduction="mean", label_smoothing=0.0, ignore_index=-100,
@@ -1542,7 +1574,9 @@ class Client(_rtrain.Client):
 
         batch_size, shuffle and the label layout are part of a program;
         fit() recompiles (keeping the weights) when they change, so giving
-        them here saves that first recompile.
+        them here saves that first recompile. batch_size None is 32, or a
+        stateful RNN's fixed batch size (its model's batch_input_shape),
+        which Keras requires every call to use.
 
         precision: None (the layers' dtype policies, see
         rtrain.mixed_precision), "mixed_bfloat16" (or "bf16") or "float32"
@@ -1649,7 +1683,9 @@ class Client(_rtrain.Client):
             # One-hot labels have the output's shape (Keras' y for this
             # loss); the daemon's default is one value per sample.
             label = ("float32", tuple(spec.output_shape[1:]))
-        if batch_size is None or int(batch_size) <= 0:
+        if batch_size is None:
+            batch_size = (_stateful_batch(spec_json) if spec_json is not None else None) or 32
+        if int(batch_size) <= 0:
             raise ValueError("batch_size must be a positive int")
         if spec_json is not None and input_shape is None:
             dims = _input_dims(spec_json)
