@@ -404,7 +404,7 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
         return rt_keras_fail(c, RT_EINVAL,
                              "stateful %s needs a fixed batch size: give the first layer a "
                              "batch_input_shape (an Input a batch_shape) with one",
-                             c->class_name);
+                             ops[cell]);
     const rt_keras_tensor *x = &c->in[0];
     if (x->ndim != 2)
         return rt_keras_fail(c, RT_ESHAPE, "%s needs (time, features) inputs, got rank %d",

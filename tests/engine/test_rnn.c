@@ -567,7 +567,8 @@ static void keras_import_checks(void)
     /* refused settings: the error names the setting and the layer */
     static const struct { const char *from, *to, *needle; } bad[] = {
         {"\"recurrent_dropout\": 0.0", "\"recurrent_dropout\": 1.5", "recurrent_dropout"},
-        {"\"implementation\": 2", "\"stateful\": true", "stateful"},
+        /* stateful needs the model's fixed batch size, which this one has not */
+        {"\"implementation\": 2", "\"stateful\": true", "stateful LSTM needs a fixed batch size"},
         {"\"implementation\": 2", "\"return_state\": true", "return_state"},
         {"\"implementation\": 2", "\"kernel_regularizer\": {\"class_name\": \"L2\"}",
          "kernel_regularizer"},

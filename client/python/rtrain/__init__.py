@@ -1434,6 +1434,10 @@ class CompiledModel:
         rows = max(1, _PREDICT_CHUNK_BYTES // max(row_in, row_out, 1))
         if batch_size is not None:
             rows = max(1, min(rows, int(batch_size) * 64))
+        # whole batches of the program's in each call: a stateful RNN's
+        # daemon refuses a part batch (the same batches either way)
+        bs = self._key[0] if self._key else 1
+        rows = max(bs, rows // bs * bs)
         parts = [self._prog.predict(xs[i:i + rows]) for i in range(0, n, rows)]
         return parts[0] if len(parts) == 1 else _np.concatenate(parts)
 
