@@ -759,6 +759,10 @@ int rt_exec_reset_states(rt_exec *e, const char *layer);
 /* a stateful RNN's fixed batch size (every data set's size a multiple of
  * it), 0 when there is none */
 int64_t rt_exec_stateful_batch(const rt_exec *e);
+/* RT_EINVAL with Keras' message when e has a stateful RNN and its batch
+ * size does not divide n (train, evaluate and predict check it; a caller
+ * that predicts in pieces checks the whole first) */
+int rt_exec_check_stateful_n(rt_exec *e, int64_t n);
 
 /* The learning rate from the next step on: lr > 0 replaces the config's
  * rate and its schedule (Keras' LearningRateScheduler and

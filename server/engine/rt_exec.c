@@ -412,7 +412,7 @@ static void rt__apply_resets(rt_exec *e)
 
 /* Keras refuses a stateful model's data of a size the batch does not
  * divide: a last, smaller batch has no states to carry */
-static int rt__check_stateful_n(rt_exec *e, int64_t n)
+int rt_exec_check_stateful_n(rt_exec *e, int64_t n)
 {
     if (e->n_stn && n % e->st_batch)
         return rt__eerr(e, RT_EINVAL,
@@ -645,7 +645,7 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
         return rc;
     if (!d->y && !d->fill)
         return rt__eerr(e, RT_EDATA, "no labels");
-    if ((rc = rt__check_stateful_n(e, d->n)) < 0)
+    if ((rc = rt_exec_check_stateful_n(e, d->n)) < 0)
         return rc;
     if ((rc = rt__check_sw(e, d)) < 0)
         return rc;
@@ -1468,7 +1468,7 @@ static int rt__exec_predict(rt_exec *e, const float *x, int64_t n, float *out)
         return rc;
     if (!out)
         return rt__eerr(e, RT_EINVAL, "no output buffer");
-    if ((rc = rt__check_stateful_n(e, n)) < 0)
+    if ((rc = rt_exec_check_stateful_n(e, n)) < 0)
         return rc;
     const int64_t B = e->p->cfg.batch_size, on = e->p->loss.out_numel;
     for (int64_t start = 0; start < n; start += B) {

@@ -379,6 +379,10 @@ static int predict_work(rt_call *c)
     int64_t bs = rt_plan_config(rt_program_plan(c->prog))->batch_size;
     if (bs < 1)
         bs = 1;
+    /* a stateful RNN refuses a part batch: before any piece moves its states */
+    int src = rt_exec_check_stateful_n(rt_program_exec(c->prog), ps->n);
+    if (src < 0)
+        return rt_h_engine_fail(c, src);
     if (ps->su.st || ps->su.held) {
         /* a streamed dataset: batch by batch in file order from its
          * workers (a held one: from the replicas), yielding every 16

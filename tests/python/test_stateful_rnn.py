@@ -77,6 +77,9 @@ def _torch_rnn(kind, k, r, b, fin):
         mod = torch.nn.RNN(fin, U, batch_first=True)
         mod.weight_ih_l0.data, mod.weight_hh_l0.data = t(k.T), t(r.T)
         mod.bias_ih_l0.data, mod.bias_hh_l0.data = t(b), torch.zeros(U)
+    if kind != "gru":
+        # Keras has one bias: PyTorch's second stays 0, out of the training
+        mod.bias_hh_l0.requires_grad_(False)
     return mod
 
 
@@ -102,7 +105,8 @@ class TorchModel:
         self.dense = torch.nn.Linear(U, 1)
         self.dense.weight.data = torch.tensor(weights[-2].T.copy())
         self.dense.bias.data = torch.tensor(weights[-1].copy())
-        self.params = [p for m in self.rnns + [self.dense] for p in m.parameters()]
+        self.params = [p for m in self.rnns + [self.dense] for p in m.parameters()
+                       if p.requires_grad]
         self.reset()
 
     def reset(self, only=None):
