@@ -1099,8 +1099,8 @@ class CompiledModel:
             raise ValueError("verbose must be 0, 1, 2 or 'auto'")
         if verbose == 1 and not _interactive():
             verbose = 2  # no '\r' bar redraws into a pipe or a log file
-        if batch_size is None:
-            batch_size = _DEFAULT_BATCH
+        if batch_size is None:  # Keras: the model's fixed batch size, else 32
+            batch_size = getattr(self, "_fixed_batch", None) or _DEFAULT_BATCH
         for v, n in ((batch_size, "batch_size"),
                      (validation_batch_size, "validation_batch_size")):
             if v is not None and (isinstance(v, bool) or int(v) <= 0):
@@ -1687,13 +1687,15 @@ class Client(_rtrain.Client):
             # One-hot labels have the output's shape (Keras' y for this
             # loss); the daemon's default is one value per sample.
             label = ("float32", tuple(spec.output_shape[1:]))
+        fixed = _stateful_batch(spec_json) if spec_json is not None else None
         if batch_size is None:
-            batch_size = (_stateful_batch(spec_json) if spec_json is not None else None) or 32
+            batch_size = fixed or _DEFAULT_BATCH
         if int(batch_size) <= 0:
             raise ValueError("batch_size must be a positive int")
         if spec_json is not None and input_shape is None:
             dims = _input_dims(spec_json)
             model._unbound = len(dims) == 1 and any(d is None for d in dims[0])
+        model._fixed_batch = fixed  # fit's batch_size default
         model._compile((int(batch_size), bool(shuffle), label))
         self._last_model = model  # images uploaded next take its input size
         return model

@@ -459,7 +459,8 @@ class Sequential(Model):
             taken.add(layer.name)
         if inp is None:
             in_name = first.name + "_input"
-            inp_layer = _layers.InputLayer(first.input_shape)
+            inp_layer = _layers.InputLayer(first.input_shape,
+                                           batch_size=getattr(first, "batch_size", None))
         else:
             inp_layer = inp
             in_name = inp.name or _unique(first.name + "_input", taken)
