@@ -284,6 +284,79 @@ static int npy_shape(const char *path, int64_t *dims, int max)
     return nd;
 }
 
+/* A .npy file read whole as an array (little-endian f4, i4, i8 or u1, C
+ * order); *buf owns its bytes. RT_EDATA with a message otherwise. */
+static int npy_load(const char *path, rt_client_array *a, char **buf)
+{
+    static const struct {
+        const char *descr;
+        rt_client_dtype dt;
+    } kinds[] = {{"<f4", RT_DTYPE_F32}, {"<i4", RT_DTYPE_I32}, {"<i8", RT_DTYPE_I64},
+                 {"|u1", RT_DTYPE_U8}};
+    char h[1024], h2[1024];
+    const char *d = npy_header_key(path, h, sizeof h, "'descr':");
+    const char *fo = npy_header_key(path, h2, sizeof h2, "'fortran_order':");
+    memset(a, 0, sizeof *a);
+    for (size_t i = 0; d && i < sizeof kinds / sizeof kinds[0]; i++)
+        if (strstr(d, kinds[i].descr) == d + strspn(d, " '") && !a->dtype)
+            a->dtype = kinds[i].dt;
+    a->ndim = npy_shape(path, a->shape, RT_CLIENT_MAX_DIMS);
+    if (!a->dtype || !fo || strncmp(fo + strspn(fo, " "), "False", 5) || a->ndim < 1) {
+        fprintf(stderr, "rtrain: %s: not a C-order .npy of float32, int32, int64 or uint8\n",
+                path);
+        return RT_EDATA;
+    }
+    size_t len;
+    char *b = cli_read_file(path, &len);
+    if (!b)
+        return RT_ENOTFOUND;
+    const unsigned char *u = (const unsigned char *)b;
+    size_t off = u[6] == 1 ? 10 + (size_t)(u[8] | u[9] << 8)
+                           : 12 + (size_t)(u[8] | u[9] << 8 | u[10] << 16 | (size_t)u[11] << 24);
+    uint64_t want = rt_client_dtype_size(a->dtype);
+    for (int i = 0; i < a->ndim; i++)
+        want *= (uint64_t)a->shape[i];
+    if (off > len || len - off != want) {
+        fprintf(stderr, "rtrain: %s: %zu data bytes, its header says %llu\n", path,
+                off > len ? 0 : len - off, (unsigned long long)want);
+        free(b);
+        return RT_EDATA;
+    }
+    a->data = b + off;
+    *buf = b;
+    return 0;
+}
+
+/* --data X.npy --labels Y.npy larger together than one upload holds
+ * (GetInfo's max_upload_bytes): read here, for rt_client_fit_arrays to
+ * send in chunks (*chunked 1). Otherwise nothing is read (*chunked 0). */
+static int over_one_upload(rt_client *c, const cli_opts *o, rt_client_array *x,
+                           rt_client_array *y, char **xb, char **yb, int *chunked)
+{
+    *chunked = 0;
+    struct stat sx, sy;
+    if (cli_data_kind_of(o->data) != CLI_DATA_NPY || !o->labels || o->sample_weights ||
+        stat(o->data, &sx) < 0 || stat(o->labels, &sy) < 0)
+        return 0;
+    rt_client_info info;
+    int rc = rt_client_info_get(c, &info);
+    if (rc < 0)
+        return rc;
+    uint64_t lim = info.max_upload_bytes ? info.max_upload_bytes : info.max_dataset_bytes;
+    rt_client_info_free(&info);
+    if (!lim || (uint64_t)(sx.st_size + sy.st_size) <= lim)
+        return 0;
+    if ((rc = npy_load(o->data, x, xb)) < 0 || (rc = npy_load(o->labels, y, yb)) < 0)
+        return rc;
+    fprintf(stderr,
+            "rtrain: --data and --labels are %llu bytes, over the daemon's %llu for one "
+            "upload: sent in chunks of whole batches%s\n",
+            (unsigned long long)(sx.st_size + sy.st_size), (unsigned long long)lim,
+            o->no_shuffle ? "" : " (each shuffled on its own; --no-shuffle keeps the order)");
+    *chunked = 1;
+    return 0;
+}
+
 /* The values in the first data row of a CSV (skipping the header line
  * when header), or -1. */
 static long csv_row_values(const char *path, int header)
@@ -763,6 +836,7 @@ int cli_cmd_fit(const cli_opts *o)
     fit_view v;
     memset(&v, 0, sizeof v);
     int keep = 0;
+    char *cxb = NULL, *cyb = NULL; /* data read here (over one upload) */
     uint64_t t0 = rt_now_ns();
     ex = setup(c, o, "rtrain fit", sid, &prog);
     if (ex)
@@ -774,8 +848,16 @@ int cli_cmd_fit(const cli_opts *o)
     if (o->reattach_s >= 0)
         rt_client_set_reattach_ms(c, (int64_t)(o->reattach_s * 1000));
     fprintf(stderr, "session: %s (token %s)\n", sid, rt_client_session_token(c, sid));
-    int rc = o->sample_weights ? upload_weighted(c, sid, o, &tr)
-                               : cli_upload(c, sid, base_name(o->data), o->data, o->labels, o, &tr);
+    rt_client_array cx, cy;
+    int chunked = 0;
+    int rc = over_one_upload(c, o, &cx, &cy, &cxb, &cyb, &chunked);
+    memset(&tr, 0, sizeof tr);
+    if (rc == 0 && chunked)
+        tr.samples = (uint64_t)cx.shape[0];
+    else if (rc == 0)
+        rc = o->sample_weights
+                 ? upload_weighted(c, sid, o, &tr)
+                 : cli_upload(c, sid, base_name(o->data), o->data, o->labels, o, &tr);
     if (rc < 0) {
         ex = cli_fail(c, "upload of --data", rc);
         goto out;
@@ -822,6 +904,13 @@ int cli_cmd_fit(const cli_opts *o)
      * RunSteps call is checkpointed at its end: auto K would space them
      * by its calls, so without a K the fit is one Fit stream. */
     long spc = o->steps_per_call == CLI_SPC_AUTO && o->ckpt_every_steps > 0 ? 0 : o->steps_per_call;
+    if (chunked && spc != 0 && spc != CLI_SPC_AUTO) {
+        fprintf(stderr, "rtrain: --steps-per-call: data over one upload trains by Fit streams\n");
+        ex = CLI_EXIT_INVALID;
+        goto out;
+    }
+    if (chunked)
+        spc = 0; /* a Fit stream per chunk */
     if (spc == 0)
         snprintf(mode, sizeof mode, "one Fit stream%s",
                  o->steps_per_call ? " (--checkpoint-every-steps)" : "");
@@ -876,7 +965,16 @@ int cli_cmd_fit(const cli_opts *o)
                 .progress_every = bar ? 1 : 0,
                 .checkpoint_every_steps = (uint32_t)o->ckpt_every_steps,
                 .checkpoint_every_s = (uint32_t)o->ckpt_every_s};
-            rc = rt_client_fit(c, &fp, on_fit_event, &v);
+            if (chunked) {
+                rt_client_fit_arrays_params ap = {.fit = fp,
+                                                  .name = base_name(o->data),
+                                                  .x = &cx,
+                                                  .y = &cy,
+                                                  .batch_size = (uint32_t)batch};
+                rc = rt_client_fit_arrays(c, &ap, on_fit_event, &v);
+            } else {
+                rc = rt_client_fit(c, &fp, on_fit_event, &v);
+            }
             /* a Fit stream's events carry no call: its account is the
              * stream's, once it ended */
             rt_client_timings ft;
@@ -946,6 +1044,8 @@ int cli_cmd_fit(const cli_opts *o)
     if (!ex && o->tfjs_out)
         ex = export_tfjs(c, o, sid, prog.program_id);
 out:
+    free(cxb);
+    free(cyb);
     /* Also after Ctrl-C: the cancel flag is cleared when the next call
      * starts, and a session left open would hold the daemon's memory. */
     if (sid[0] && !keep) {

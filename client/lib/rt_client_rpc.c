@@ -778,6 +778,8 @@ int rt_client_control(rt_client *c, const rt_client_control_params *p, int *runn
         req.program_id = (char *)p->program;
         req.learning_rate = p->learning_rate;
         req.stop = p->stop != 0;
+        req.reset_states = p->reset_states != 0;
+        req.reset_layer = (char *)(p->reset_layer ? p->reset_layer : "");
         Rtrain__V1__ControlResponse *r;
         rc = rt__unary(c, RT__M_CONTROL, &req.base, &rtrain__v1__control_response__descriptor,
                        (ProtobufCMessage **)&r);

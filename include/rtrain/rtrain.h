@@ -775,6 +775,30 @@ typedef struct rt_client_fit_params {
 int rt_client_fit(rt_client *c, const rt_client_fit_params *p,
                   rt_client_fit_cb cb, void *user);
 
+/* rt_client_fit on arrays in memory (x and y, sample_weights optional:
+ * rows first), uploaded here. Up to the daemon's max_upload_bytes (x, y
+ * and the weights together; GetInfo's, or max_upload_bytes when not 0)
+ * they are one upload and one Fit. Larger, they go in chunks of whole
+ * batches (batch_size: the program's) of at most half of it: each epoch
+ * uploads its chunks in row order and runs one Fit of one pass over each,
+ * so an unshuffled program ends on the weights of the one-upload fit, bit
+ * for bit (a shuffling one shuffles inside each chunk). cb sees progress
+ * as one epoch's, one RT_FIT_EPOCH_END per epoch (the sample-weighted
+ * means of the chunks', then Evaluate on fit.val_dataset) and RT_FIT_DONE.
+ * Chunked, fit.steps_per_epoch must be 0 and the metrics auc, precision
+ * and recall are refused (their chunks' values do not combine); each
+ * chunk's Fit reattaches as rt_client_fit does. fit.dataset is not read. */
+typedef struct rt_client_fit_arrays_params {
+    rt_client_fit_params fit;
+    const char *name; /* the uploads' name; NULL: "data" */
+    const rt_client_array *x, *y, *sample_weights;
+    uint32_t batch_size;
+    uint64_t max_upload_bytes; /* 0: GetInfo's */
+} rt_client_fit_arrays_params;
+
+int rt_client_fit_arrays(rt_client *c, const rt_client_fit_arrays_params *p,
+                         rt_client_fit_cb cb, void *user);
+
 /* The steps-per-call training loop, the one every client uses (the CLI's
  * `fit --steps-per-call K`, Python's fit(steps_per_execution=K)): a run of
  * epochs x steps_per_epoch steps made of RunSteps calls of at most K steps,
@@ -875,11 +899,18 @@ int rt_client_train_steps(rt_client *c, const rt_client_train_params *p,
  * callback, on the client running the stream: the stream's time account
  * and cancellation are kept. running (may be NULL) gets whether a call was
  * running on the program. RT_ENOTFOUND for an unknown session or program,
- * RT_EINVAL for a negative or non-finite rate. */
+ * RT_EINVAL for a negative or non-finite rate.
+ *
+ * reset_states: Keras' model.reset_states(), zeroing the carried states of
+ * the program's stateful RNNs before its next step (or, with reset_layer,
+ * layer.reset_states() of that layer: RT_EINVAL when it names no stateful
+ * RNN). */
 typedef struct rt_client_control_params {
     const char *session, *program;
     float learning_rate;
     int stop;
+    int reset_states;
+    const char *reset_layer; /* NULL: every stateful layer */
 } rt_client_control_params;
 
 int rt_client_control(rt_client *c, const rt_client_control_params *p,

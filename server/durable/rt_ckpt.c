@@ -88,20 +88,20 @@ typedef struct ck_spans {
     uint64_t lens[3];
     rt_ckpt_meta meta;
     unsigned char ehdr[RT_EXEC_STATE_HDR];
-    rt_exec_span sp[11]; /* 10 spans and the checksum rt_state_checkpoint appends */
+    rt_exec_span sp[12]; /* 11 spans and the checksum rt_state_checkpoint appends */
     int n;
 } ck_spans;
 
 static int spans(const char *sid, const rt_program *p, ck_spans *k)
 {
-    rt_exec_span es[3];
+    rt_exec_span es[4];
     int rc = rt_exec_state_spans(p->exec, k->ehdr, es);
     if (rc < 0)
         return rc;
     fill_meta(sid, p, &k->meta);
     k->lens[0] = p->req_len;
     k->lens[1] = sizeof k->meta + sizeof *p->fit_ring * k->meta.n_fit_epochs;
-    k->lens[2] = es[0].n + es[1].n + es[2].n;
+    k->lens[2] = es[0].n + es[1].n + es[2].n + es[3].n;
     int n = 0;
     k->sp[n++] = (rt_exec_span){CK_MAGIC, CK_HEAD};
     k->sp[n++] = (rt_exec_span){&k->lens[0], 8};
@@ -110,7 +110,7 @@ static int spans(const char *sid, const rt_program *p, ck_spans *k)
     k->sp[n++] = (rt_exec_span){&k->meta, sizeof k->meta};
     k->sp[n++] = (rt_exec_span){p->fit_ring, sizeof *p->fit_ring * k->meta.n_fit_epochs};
     k->sp[n++] = (rt_exec_span){&k->lens[2], 8};
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         k->sp[n++] = es[i];
     k->n = n;
     return 0;

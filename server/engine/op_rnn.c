@@ -19,6 +19,11 @@
  *       masked (1: the last input is a (B,T) step mask, 1 keeps a step, 0
  *       skips it as Keras does: the states carry over unchanged, a sequence
  *       output repeats the carried output, or is 0 with zero_output_for_mask).
+ *       stateful (Keras' stateful = True: the batch size B, which must be
+ *       the plan's): sample i of a batch starts from the final states of
+ *       sample i of the batch before (training, evaluation and prediction
+ *       alike), not through the gradient (truncated backpropagation);
+ *       the exec keeps those states (rt_exec_reset_states zeroes them).
  *   SequenceMask(x (B,T,...)) attr mask_value -> (B,T): 1 where any value
  *       of the step differs from mask_value (Keras' Masking, and Embedding
  *       mask_zero on the indices), no gradient. Masking(x) -> x with the
@@ -122,8 +127,21 @@ static int rt__rnn_infer_cell(rt__cc *cc, rt__node *nd, int cell, int64_t G)
     p->mask = masked ? nd->n_in - 1 : 0;
     if (ok)
         p->zero_masked = (int)rt__attr_int(cc, nd, "zero_output_for_mask", 0, &ok);
+    if (ok)
+        p->stateful = rt__attr_int(cc, nd, "stateful", 0, &ok);
     if (!ok)
         return RT_EINVAL;
+    /* Keras: a stateful RNN's batch size is the model's (its states are
+     * (batch, units)); fit's batch_size must be that one */
+    if (p->stateful < 0)
+        return rt__cerr(cc, nd, RT_EINVAL, "stateful %lld is not a batch size",
+                        (long long)p->stateful);
+    if (p->stateful && p->stateful != rt__cc_batch(cc))
+        return rt__cerr(cc, nd, RT_EINVAL,
+                        "stateful: the model's batch size is %lld (batch_input_shape), "
+                        "compile with batch_size %lld, not %lld",
+                        (long long)p->stateful, (long long)p->stateful,
+                        (long long)rt__cc_batch(cc));
     if (masked) {
         const rt__shape *m = nd->in_shape[p->mask];
         if (!m->batched || m->ndim != 1 || m->d[0] != T)

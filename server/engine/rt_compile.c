@@ -92,6 +92,8 @@ struct rt__cc {
     uint64_t naive;
 };
 
+int64_t rt__cc_batch(const rt__cc *cc) { return cc->B; }
+
 int rt__cerr(rt__cc *cc, const rt__node *nd, int code, const char *fmt, ...)
 {
     char msg[RT__ERRLEN];

@@ -733,20 +733,36 @@ int rt_exec_save_state(const rt_exec *e, void *buf, size_t len);
  * or optimizer slot. */
 #define RT_EXEC_MAX_STEP (INT64_C(1) << 53) /* steps, samples in an epoch */
 int rt_exec_load_state(rt_exec *e, const void *buf, size_t len);
-/* The same blob as rt_exec_save_state, as three spans to write one after
+/* The same blob as rt_exec_save_state, as four spans to write one after
  * the other without a copy (a checkpoint of a large model must not double
  * the daemon's memory): the header, written into hdr (RT_EXEC_STATE_HDR
- * bytes), then the weights and the optimizer slots, which point into e and
- * stay valid until e trains, loads or is destroyed. */
+ * bytes), then the weights, the optimizer slots and the stateful RNNs'
+ * carried states (0 bytes without one), which point into e and stay valid
+ * until e trains, loads or is destroyed. */
 /* the header holds the epoch's metric sums (and each output's, several) */
 #define RT_EXEC_STATE_HDR 32768
 typedef struct rt_exec_span {
     const void *p;
     size_t n;
 } rt_exec_span;
-int rt_exec_state_spans(const rt_exec *e, unsigned char hdr[RT_EXEC_STATE_HDR], rt_exec_span sp[3]);
+int rt_exec_state_spans(const rt_exec *e, unsigned char hdr[RT_EXEC_STATE_HDR], rt_exec_span sp[4]);
 /* The cursor as the engine counts it: epoch (0-based) and the next batch. */
 void rt_exec_cursor(const rt_exec *e, int64_t *epoch, int64_t *pos);
+
+/* Keras' reset_states: the carried states of the stateful RNNs (every
+ * one, or layer's: the node of that name and the nodes named layer/...)
+ * are zeroed before the next forward. Like rt_exec_set_lr, another thread
+ * may call it while a training runs: it applies at the next step. Returns
+ * how many stateful nodes it reset (0: none matched). The state blob
+ * (rt_exec_save_state, checkpoints) keeps the states. */
+int rt_exec_reset_states(rt_exec *e, const char *layer);
+/* a stateful RNN's fixed batch size (every data set's size a multiple of
+ * it), 0 when there is none */
+int64_t rt_exec_stateful_batch(const rt_exec *e);
+/* RT_EINVAL with Keras' message when e has a stateful RNN and its batch
+ * size does not divide n (train, evaluate and predict check it; a caller
+ * that predicts in pieces checks the whole first) */
+int rt_exec_check_stateful_n(rt_exec *e, int64_t n);
 
 /* The learning rate from the next step on: lr > 0 replaces the config's
  * rate and its schedule (Keras' LearningRateScheduler and

@@ -149,6 +149,8 @@ typedef struct rt__run {
     int training;
     int update_stats;    /* a training forward moves BatchNorm's moving
                          * statistics; not in rt_exec_compute_grads */
+    int carry;           /* stateful RNNs keep their final states (every
+                          * forward but rt_exec_compute_grads's) */
     float *gemm_scratch; /* small-GEMM transposes */
     int64_t gemm_scratch_floats;
     double *act_pen; /* ActivityReg forwards add their loss term here */
@@ -178,6 +180,10 @@ typedef struct rt__kargs {
     float *dx[RT__MAX_IN];
     float *scratch;
     float *ws; /* the node's workspace (rt__node.ws_floats) */
+    /* a stateful RNN's forward: its carried states, h (B,U) then LSTM's c
+     * (B,U), read as the initial states and, when run.carry, overwritten
+     * by the final ones (the exec owns them); else NULL */
+    float *state;
     unsigned accum;
 } rt__kargs;
 
@@ -192,6 +198,8 @@ typedef struct rt__cc rt__cc;
 int rt__cerr(rt__cc *cc, const rt__node *nd, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 const rt_attr *rt__attr(const rt__node *nd, const char *name);
+/* the batch size the plan is compiled for */
+int64_t rt__cc_batch(const rt__cc *cc);
 /* Typed attribute getters: def when absent; RT_EINVAL via rt__cerr when the
  * kind is wrong (then *ok is set to 0). */
 int64_t rt__attr_int(rt__cc *cc, const rt__node *nd, const char *name, int64_t def, int *ok);

@@ -96,6 +96,17 @@ struct rt_exec {
                                 * fetched for a read, 2 loaded or copied (the
                                 * replicas get it at the next training call) */
     int torn;                /* rt_exec_set_torn: the state cannot be saved */
+    /* stateful RNNs: their carried states (rt__kargs.state), zeros at
+     * first; a reset asked (rt_exec_reset_states, atomic: another thread
+     * may ask while training runs) zeroes them before the next forward */
+    struct rt__stnode {
+        const rt__node *nd;
+        float *p;
+        int64_t n;
+        int reset;
+    } *stn;
+    int n_stn;
+    int64_t st_batch; /* their batch size: every batch must be whole */
     char bn_err[RT__ERRLEN]; /* a synchronised BatchNorm's failed sum */
     void (*pause)(void *ud); /* rt_exec_set_pause */
     void *pause_ud;
@@ -333,6 +344,84 @@ static float *rt__resolve(rt_exec *e, rt__ref r)
     }
 }
 
+/* The stateful RNNs' states (host memory: the kernels of every backend
+ * read them through rt__kargs.state) */
+static int rt__exec_states(rt_exec *e)
+{
+    const rt_plan *p = e->p;
+    int64_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        int k = 0;
+        for (int i = 0; i < p->n_fwd; i++) {
+            const rt__node *nd = p->calls[i].nd;
+            if (nd->op->params != RT__P_RNN || !rt__rnn_cp(nd)->stateful)
+                continue;
+            const rt__rnn_params *rp = rt__rnn_cp(nd);
+            const int64_t n = (rp->cell == RT__RNN_LSTM ? 2 : 1) * rp->stateful * rp->U;
+            if (pass) {
+                e->stn[k] = (struct rt__stnode){.nd = nd, .p = e->stn[0].p + total, .n = n};
+                e->k[i].state = e->stn[k].p;
+                e->st_batch = rp->stateful;
+            }
+            total += n;
+            k++;
+        }
+        if (!pass) {
+            if (!k)
+                return 0;
+            e->stn = calloc((size_t)k, sizeof *e->stn);
+            float *blk = calloc((size_t)total, sizeof(float));
+            if (!e->stn || !blk) {
+                free(blk);
+                return RT_ENOMEM;
+            }
+            e->stn[0].p = blk;
+            e->n_stn = k;
+            total = 0;
+        }
+    }
+    return 0;
+}
+
+int rt_exec_reset_states(rt_exec *e, const char *layer)
+{
+    if (!e)
+        return RT_EINVAL;
+    const size_t ln = layer ? strlen(layer) : 0;
+    int n = 0;
+    for (int i = 0; i < e->n_stn; i++) {
+        const char *nm = e->stn[i].nd->name;
+        /* the layer's node, or a node of it (a Bidirectional's halves) */
+        if (ln && (strncmp(nm, layer, ln) != 0 || (nm[ln] && nm[ln] != '/')))
+            continue;
+        __atomic_store_n(&e->stn[i].reset, 1, __ATOMIC_RELEASE);
+        n++;
+    }
+    return n;
+}
+
+int64_t rt_exec_stateful_batch(const rt_exec *e) { return e && e->n_stn ? e->st_batch : 0; }
+
+/* the resets asked since the last forward */
+static void rt__apply_resets(rt_exec *e)
+{
+    for (int i = 0; i < e->n_stn; i++)
+        if (__atomic_exchange_n(&e->stn[i].reset, 0, __ATOMIC_ACQ_REL))
+            memset(e->stn[i].p, 0, sizeof(float) * (size_t)e->stn[i].n);
+}
+
+/* Keras refuses a stateful model's data of a size the batch does not
+ * divide: a last, smaller batch has no states to carry */
+int rt_exec_check_stateful_n(rt_exec *e, int64_t n)
+{
+    if (e->n_stn && n % e->st_batch)
+        return rt__eerr(e, RT_EINVAL,
+                        "In a stateful network, you should only pass inputs with a number of "
+                        "samples that can be divided by the batch size %lld. Found: %lld samples",
+                        (long long)e->st_batch, (long long)n);
+    return 0;
+}
+
 int rt_exec_create(rt_plan *p, rt_exec **out)
 {
     if (!out)
@@ -404,6 +493,10 @@ int rt_exec_create(rt_plan *p, rt_exec **out)
         }
         a->accum = c->accum;
     }
+    if (rt__exec_states(e) < 0) {
+        rt_exec_destroy(e);
+        return RT_ENOMEM;
+    }
     e->xb = rt__resolve(e, p->x_buf);
     e->lb = rt__resolve(e, p->lab_buf);
     e->out = rt__resolve(e, p->out_val);
@@ -449,6 +542,9 @@ void rt_exec_destroy(rt_exec *e)
     free(e->swb);
     free(e->augd);
     free(e->perm);
+    if (e->stn)
+        free(e->stn[0].p);
+    free(e->stn);
     rt_plan_release(e->p);
     free(e);
 }
@@ -549,6 +645,8 @@ int rt_exec_check_data(rt_exec *e, const rt_data *d)
         return rc;
     if (!d->y && !d->fill)
         return rt__eerr(e, RT_EDATA, "no labels");
+    if ((rc = rt_exec_check_stateful_n(e, d->n)) < 0)
+        return rc;
     if ((rc = rt__check_sw(e, d)) < 0)
         return rc;
     if ((rc = rt__check_aug(e, d)) < 0)
@@ -758,9 +856,13 @@ static void rt__next_epoch(rt_exec *e, int mets)
  * (a training step does, rt_exec_compute_grads must not) */
 static void rt__forward(rt_exec *e, int64_t nb, int training, int update_stats)
 {
+    rt__apply_resets(e);
     e->run.n = nb;
     e->run.training = training;
     e->run.update_stats = training && update_stats;
+    /* rt_exec_compute_grads's forward (training, no statistics) leaves
+     * the carried states as they are */
+    e->run.carry = !training || update_stats;
     e->run.step = e->step;
     e->act_pen = 0;
     e->run.act_pen = &e->act_pen;
@@ -1048,6 +1150,11 @@ int rt_exec_set_replica(rt_exec *e, const rt_replica *r)
                         "backend %s has no host view of its memory; "
                         "MPI replicas need one",
                         e->be->name);
+    if (e->n_stn)
+        return rt__eerr(e, RT_EUNIMPLEMENTED,
+                        "stateful RNN '%.64s' on MPI replicas: each sample's states would "
+                        "have to follow it across replicas",
+                        e->stn[0].nd->name);
     if (r->size < 1 || r->rank < 0 || r->rank >= r->size || r->micro < 0 || !r->reduce || !r->sum ||
         (r->micro > 0 && r->micro % r->size))
         return rt__eerr(e, RT_EINVAL,
@@ -1361,6 +1468,8 @@ static int rt__exec_predict(rt_exec *e, const float *x, int64_t n, float *out)
         return rc;
     if (!out)
         return rt__eerr(e, RT_EINVAL, "no output buffer");
+    if ((rc = rt_exec_check_stateful_n(e, n)) < 0)
+        return rc;
     const int64_t B = e->p->cfg.batch_size, on = e->p->loss.out_numel;
     for (int64_t start = 0; start < n; start += B) {
         const int64_t nb = n - start < B ? n - start : B;
@@ -1549,12 +1658,22 @@ typedef struct rt__state_hdr {
  * (an rt__hacc), so a resume in mid-epoch reports the same out1_loss, ... */
 static size_t rt__state_ext(const rt_exec *e) { return e->ep_h ? sizeof(rt__hacc) : 0; }
 
+/* the stateful RNNs' states: one block, after the optimizer slots in the
+ * state blob */
+static int64_t rt__st_floats(const rt_exec *e)
+{
+    int64_t n = 0;
+    for (int i = 0; i < e->n_stn; i++)
+        n += e->stn[i].n;
+    return n;
+}
+
 size_t rt_exec_state_size(const rt_exec *e)
 {
     if (!e)
         return 0;
     return sizeof(rt__state_hdr) + rt__state_ext(e) +
-           sizeof(float) * (size_t)(e->p->param_floats + 2 * e->p->train_floats);
+           sizeof(float) * (size_t)(e->p->param_floats + 2 * e->p->train_floats + rt__st_floats(e));
 }
 
 _Static_assert(sizeof(rt__state_hdr) + sizeof(rt__hacc) <= RT_EXEC_STATE_HDR,
@@ -1564,7 +1683,7 @@ _Static_assert(sizeof(rt__state_hdr) + sizeof(rt__hacc) <= RT_EXEC_STATE_HDR,
  * failed step tore it, an error when its slots are not whole. */
 static int rt__state_header(const rt_exec *e, rt__state_hdr *hp);
 
-int rt_exec_state_spans(const rt_exec *e, unsigned char hdr[RT_EXEC_STATE_HDR], rt_exec_span sp[3])
+int rt_exec_state_spans(const rt_exec *e, unsigned char hdr[RT_EXEC_STATE_HDR], rt_exec_span sp[4])
 {
     if (!e || !hdr || !sp)
         return RT_EINVAL;
@@ -1584,6 +1703,8 @@ int rt_exec_state_spans(const rt_exec *e, unsigned char hdr[RT_EXEC_STATE_HDR], 
     if (!sp[1].p || !sp[2].p)
         return RT_EUNIMPLEMENTED;
     sp[2].n = sizeof(float) * (size_t)(2 * h.train_floats);
+    sp[3].p = e->n_stn ? e->stn[0].p : NULL;
+    sp[3].n = sizeof(float) * (size_t)rt__st_floats(e);
     return 0;
 }
 
@@ -1611,6 +1732,9 @@ int rt_exec_save_state(const rt_exec *e, void *buf, size_t len)
     rt__down(e, o, e->w, sizeof(float) * (size_t)h.param_floats);
     o += sizeof(float) * (size_t)h.param_floats;
     rt__down(e, o, e->s1, sizeof(float) * (size_t)(2 * h.train_floats));
+    o += sizeof(float) * (size_t)(2 * h.train_floats);
+    if (e->n_stn)
+        memcpy(o, e->stn[0].p, sizeof(float) * (size_t)rt__st_floats(e));
     return 0;
 }
 
@@ -1850,6 +1974,10 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
     if (e->ep_h)
         memcpy(&hx, (const unsigned char *)buf + sizeof h, sizeof hx);
     int rc = rt__check_state(e, &h, s, s + wb, s + wb + tb);
+    const unsigned char *st = s + wb + 2 * tb; /* the RNNs' states */
+    const int64_t stf = rt__st_floats(e);
+    if (rc == 0 && rt__nonfinite(st, stf) >= 0)
+        rc = rt__eerr(e, RT_ENAN, "state blob: a stateful RNN's state is not finite");
     for (int k = 0; rc == 0 && e->ep_h && k < e->p->loss.n_heads; k++)
         if (!isfinite(hx.loss[k]) || !(hx.acc[k] >= 0) || isinf(hx.acc[k]) ||
             !rt__macc_ok(&hx.m[k]))
@@ -1868,6 +1996,11 @@ int rt_exec_load_state(rt_exec *e, const void *buf, size_t len)
          * training call sends it them) */
         if (e->sh_hi)
             e->sh_whole = 2;
+    }
+    if (stf) {
+        memcpy(e->stn[0].p, st, sizeof(float) * (size_t)stf);
+        for (int i = 0; i < e->n_stn; i++) /* the loaded states, not a reset asked before */
+            __atomic_store_n(&e->stn[i].reset, 0, __ATOMIC_RELEASE);
     }
     e->torn = 0;
     e->step = h.step;
@@ -1997,6 +2130,10 @@ int rt_exec_copy_state(rt_exec *dst, const rt_exec *src)
                 return rc;
         }
     }
+    /* the stateful RNNs' states, where both carry the same ones (a program
+     * compiled again at its fixed batch size) */
+    if (dst->n_stn && dst->n_stn == src->n_stn && rt__st_floats(dst) == rt__st_floats(src))
+        memcpy(dst->stn[0].p, src->stn[0].p, sizeof(float) * (size_t)rt__st_floats(src));
     dst->step = src->step;
     float lr_src;
     __atomic_load(&src->lr_set, &lr_src, __ATOMIC_ACQUIRE);

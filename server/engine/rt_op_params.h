@@ -218,6 +218,9 @@ typedef struct rt__rnn_params {
     int mask;          /* input index of the (B,T) step mask, 0: none */
     int zero_masked;   /* sequence output 0 at masked steps (else the
                             * carried output) */
+    int64_t stateful;  /* Keras' stateful: the fixed batch size; the final
+                        * states of a batch start the next one (rt__kargs.
+                        * state). 0: every batch starts from zeros */
 } rt__rnn_params;
 
 /* SequenceMask / Masking: x (B,T,...) with R values per step; a step is

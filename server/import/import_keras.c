@@ -623,6 +623,7 @@ typedef struct imp {
     char out_layer[RT_MAX_HEADS][RT_KERAS_NAME]; /* the output layers' names */
     int any_mixed;                               /* a layer's dtype policy is mixed_bfloat16 */
     char shared[72];                             /* a layer called more than once (not supported) */
+    int64_t batch; /* the first fixed batch size of a batch_input_shape / batch_shape */
 } imp;
 
 /* the message in m->err, returns code (rt_errf, the one formatter) */
@@ -956,6 +957,10 @@ static int layer_input_shape(imp *m, const char *lname, json_object *cfg, rt_ker
     *found = s != NULL;
     if (!s)
         return 0;
+    /* a fixed batch size (stateful RNNs need it, Keras' rule) */
+    json_object *b0 = skip ? json_object_array_get_idx(s, 0) : NULL;
+    if (!m->batch && b0 && json_object_is_type(b0, json_type_int) && json_object_get_int64(b0) > 0)
+        m->batch = json_object_get_int64(b0);
     return shape_from_list(m, lname, s, skip, t);
 }
 
@@ -1736,6 +1741,7 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins, int
     c.errlen = sizeof lerr;
     lerr[0] = 0;
     c.keras3 = jstr(layer, "module") != NULL || jstr(layer, "registered_name") != NULL;
+    c.batch = m->batch;
     if (n_in > RT_KERAS_MAX_IN) {
         rt_keras_fail(&c, RT_EINVAL, "too many inputs (%d)", n_in);
         add_problem(m, RT_EINVAL, lerr);

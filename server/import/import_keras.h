@@ -165,6 +165,9 @@ typedef struct rt_keras_ctx {
     int n_used;
     int keras1; /* the config was translated from Keras 1 */
     int keras3; /* a Keras 3 layer (its JSON names a module) */
+    /* the model's fixed batch size (the first batch_input_shape /
+     * batch_shape with one), 0 when none: a stateful RNN's */
+    int64_t batch;
     /* set by a layer function that classified every config field itself
      * (and failed on the unsupported ones): the generic check is skipped */
     int fields_checked;

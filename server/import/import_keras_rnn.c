@@ -25,8 +25,11 @@
  * computes the same values), or an error naming it. dropout and
  * recurrent_dropout are the ops' (op_rnn.c: one input mask and one state
  * mask per sample and batch, shared by the gates, as Keras 3 and Keras 2's
- * default implementation 2 draw them). Errors: rates outside [0, 1),
- * return_state, stateful, time_major, Embedding mask_zero, sparse and
+ * default implementation 2 draw them). stateful: the node's "stateful"
+ * attribute is the model's fixed batch size (the first batch_input_shape
+ * or batch_shape that has one; without one Keras refuses it, and so does
+ * this). Errors: rates outside [0, 1),
+ * return_state, time_major, Embedding mask_zero, sparse and
  * lora_rank, regularizers and constraints inside Bidirectional, and any
  * field not known here.
  */
@@ -335,11 +338,11 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
      * the importer after the layer (import_keras.c, param_opts_of), and so
      * is the activity regularizer (an ActivityReg node on its output) */
     static const char *const unsupported[] = {
-        "return_state", "stateful", "time_major",
+        "return_state", "time_major",
         /* inside Bidirectional the importer does not see these settings */
         "activity_regularizer", "kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
         "kernel_constraint", "recurrent_constraint", "bias_constraint"};
-    const int n_unsupported = strcmp(name, c->layer) == 0 ? 3 : 10;
+    const int n_unsupported = strcmp(name, c->layer) == 0 ? 2 : 9;
     static const char *const known[] = {"units",
                                         "activation",
                                         "use_bias",
@@ -367,7 +370,7 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
     static const int gates[] = {1, 4, 3};
     int64_t units;
     double drop, rdrop;
-    int use_bias, seq, back, trainable, ufb = 0, reset_after = 0, zero_out, rc;
+    int use_bias, seq, back, trainable, ufb = 0, reset_after = 0, zero_out, stateful, rc;
     const char *act, *ract = "sigmoid";
     rt_init kinit, rinit, binit;
     if ((rc = k_known_fields2(c, known, sizeof known / sizeof known[0],
@@ -381,6 +384,7 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
         (rc = rt_keras_cfg_bool(c, "return_sequences", 0, &seq)) < 0 ||
         (rc = rt_keras_cfg_bool(c, "go_backwards", 0, &back)) < 0 ||
         (rc = rt_keras_cfg_bool(c, "zero_output_for_mask", 0, &zero_out)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "stateful", 0, &stateful)) < 0 ||
         (rc = rt_keras_cfg_bool(c, "trainable", 1, &trainable)) < 0 ||
         (rc = k_rnn_act(c, "activation", "tanh", &act)) < 0 ||
         (cell != K_SIMPLE && (rc = k_rnn_act(c, "recurrent_activation", "sigmoid", &ract)) < 0) ||
@@ -395,6 +399,12 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
     if (!(drop >= 0 && drop < 1) || !(rdrop >= 0 && rdrop < 1))
         return rt_keras_fail(c, RT_EINVAL, "%s dropout %g / recurrent_dropout %g outside [0, 1)",
                              c->class_name, drop, rdrop);
+    /* Keras: a stateful RNN needs to know its batch size */
+    if (stateful && c->batch <= 0)
+        return rt_keras_fail(c, RT_EINVAL,
+                             "stateful %s needs a fixed batch size: give the first layer a "
+                             "batch_input_shape (an Input a batch_shape) with one",
+                             ops[cell]);
     const rt_keras_tensor *x = &c->in[0];
     if (x->ndim != 2)
         return rt_keras_fail(c, RT_ESHAPE, "%s needs (time, features) inputs, got rank %d",
@@ -432,7 +442,8 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
     if (strcmp(name, c->layer) != 0)
         zero_out = seq;
     const int masked = x->mask[0] != 0;
-    rt_attr at[10] = {
+    rt_attr at[11] = {
+        {.name = "stateful", .kind = RT_ATTR_INT, .i = stateful ? c->batch : 0},
         {.name = "masked", .kind = RT_ATTR_INT, .i = masked},
         {.name = "zero_output_for_mask", .kind = RT_ATTR_INT, .i = zero_out},
         {.name = "dropout", .kind = RT_ATTR_FLOAT, .f = drop},
@@ -444,7 +455,7 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
         {.name = "recurrent_activation", .kind = RT_ATTR_STR, .s = ract},
         {.name = "reset_after", .kind = RT_ATTR_INT, .i = reset_after},
     };
-    const int nat = cell == K_GRU ? 10 : cell == K_LSTM ? 9 : 8;
+    const int nat = cell == K_GRU ? 11 : cell == K_LSTM ? 10 : 9;
     const char *in[5] = {x->name, kn, rn, use_bias ? bn : x->mask, x->mask};
     const int n_in = (use_bias ? 4 : 3) + masked;
     if ((rc = rt_graph_add_node(c->g, name, ops[cell], n_in, in, nat, at)) < 0)

@@ -379,6 +379,10 @@ static int predict_work(rt_call *c)
     int64_t bs = rt_plan_config(rt_program_plan(c->prog))->batch_size;
     if (bs < 1)
         bs = 1;
+    /* a stateful RNN refuses a part batch: before any piece moves its states */
+    int src = rt_exec_check_stateful_n(rt_program_exec(c->prog), ps->n);
+    if (src < 0)
+        return rt_h_engine_fail(c, src);
     if (ps->su.st || ps->su.held) {
         /* a streamed dataset: batch by batch in file order from its
          * workers (a held one: from the replicas), yielding every 16
@@ -505,8 +509,9 @@ int rt_h_predict(rt_call *c)
 
 /* ---------------------------------------------------------------- Control */
 /* Answered at once on the call's thread, without the device: the rate goes
- * into the exec atomically (rt_exec_set_lr) and the stop into the program's
- * stop_gen; the running training reads both at its next step boundary. */
+ * into the exec atomically (rt_exec_set_lr), a reset of the stateful RNNs'
+ * states too (rt_exec_reset_states), and the stop into the program's
+ * stop_gen; the running training reads them at its next step boundary. */
 int rt_h_control(rt_call *c)
 {
     Rtrain__V1__ControlRequest *q = REQ(c, Rtrain__V1__ControlRequest);
@@ -520,6 +525,19 @@ int rt_h_control(rt_call *c)
         return OOM(c);
     if ((rc = rt_h_apply_lr(c, q->learning_rate)) < 0)
         return rc;
+    if (q->reset_states) {
+        const char *layer = q->reset_layer && *q->reset_layer ? q->reset_layer : NULL;
+        int n = rt_exec_reset_states(rt_program_exec(c->prog), layer);
+        if (n < 0)
+            return rt_h_engine_fail(c, n);
+        if (n == 0 && layer) /* Keras: "Layer must be stateful." */
+            return rt_call_fail(c, RT_EINVAL,
+                                "reset_states: the program has no stateful RNN layer '%.64s'",
+                                layer);
+        if (n)
+            rt_program_mark_dirty(c->prog);
+        r->states_reset = (uint32_t)n;
+    }
     r->running = rt_program_control(c->prog, q->stop);
     c->resp = &r->base;
     return 0;

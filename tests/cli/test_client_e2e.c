@@ -1027,6 +1027,64 @@ int main(int argc, char **argv)
         rt_client_compile_result_free(&ph);
     }
 
+    step("fit on arrays over one upload");
+    /* rt_client_fit_arrays told the daemon takes 2000 bytes an upload: the
+     * 105 rows (20 bytes each) go in chunks of whole batches of at most
+     * 1000 bytes (40 rows), and the unshuffled fit ends on the weights of
+     * the same fit as one upload (GetInfo's limit), bit for bit; its epoch
+     * ends merge the chunks' 40 + 40 + 25 samples. Two sessions: the same
+     * compile in one would be the same program. */
+    {
+        csv_data td;
+        CHECK(read_iris(p_train, &td) == 105);
+        rt_client_array tx = {td.x, RT_DTYPE_F32, 2, {105, 4}};
+        rt_client_array ty = {td.y, RT_DTYPE_I32, 1, {105}};
+        rt_train_opts uo = o;
+        uo.no_shuffle = 1;
+        char sa[RT_ID_MAX], sb[RT_ID_MAX];
+        rt_client_compile_result pa, pb;
+        CHECK_RC(rt_client_session_create(c, "chunks", sa));
+        CHECK_RC(rt_client_session_create(c, "one", sb));
+        CHECK_RC(rt_client_compile_keras(c, sa, json, &uo, &pa));
+        CHECK_RC(rt_client_compile_keras(c, sb, json, &uo, &pb));
+        fit_log la = {0}, lb = {0};
+        rt_client_fit_arrays_params ap = {
+            .fit = {.session = sa, .program = pa.program_id, .val_dataset = NULL, .epochs = 3,
+                    .progress_every = 1},
+            .name = "iris",
+            .x = &tx,
+            .y = &ty,
+            .batch_size = 20,
+            .max_upload_bytes = 2000};
+        size_t t0 = trace_count(c, 0, "UploadDataset") + trace_count(c, 0, "FindDataset");
+        CHECK_RC(rt_client_fit_arrays(c, &ap, on_event, &la));
+        /* 3 chunks: uploaded in epoch 1, found again in epochs 2 and 3 */
+        CHECK(trace_count(c, 0, "UploadDataset") + trace_count(c, 0, "FindDataset") - t0 >= 9);
+        ap.fit.session = sb;
+        ap.fit.program = pb.program_id;
+        ap.max_upload_bytes = 0;
+        CHECK_RC(rt_client_fit_arrays(c, &ap, on_event, &lb));
+        CHECK(la.epochs == 3 && lb.epochs == 3 && la.done == 1 && lb.done == 1);
+        rt_client_weights wa, wb;
+        CHECK_RC(rt_client_get_weights(c, sa, pa.program_id, &wa));
+        CHECK_RC(rt_client_get_weights(c, sb, pb.program_id, &wb));
+        int same = wa.n == wb.n && wa.n > 0 && wa.global_step == 18 && wb.global_step == 18;
+        for (size_t i = 0; same && i < wa.n; i++)
+            same = wa.t[i].nbytes == wb.t[i].nbytes &&
+                   !memcmp(wa.t[i].data, wb.t[i].data, wa.t[i].nbytes);
+        CHECK(same);
+        rt_client_weights_free(&wa);
+        rt_client_weights_free(&wb);
+        /* a batch over half the limit cannot go in chunks: said so */
+        ap.max_upload_bytes = 600;
+        CHECK(rt_client_fit_arrays(c, &ap, NULL, NULL) == RT_ETOOBIG);
+        CHECK(strstr(rt_client_errmsg(c), "one batch of 20 rows is 400 bytes"));
+        rt_client_compile_result_free(&pa);
+        rt_client_compile_result_free(&pb);
+        CHECK_RC(rt_client_session_close(c, sa));
+        CHECK_RC(rt_client_session_close(c, sb));
+    }
+
     step("trace");
     /* trace */
     size_t ncalls;

@@ -1,5 +1,6 @@
 """Durable training from Python: save_checkpoint/load_checkpoint move a
-fit to another daemon bit-identically; a fit with steps_per_execution and
+fit to another daemon bit-identically (a stateful LSTM's carried states
+with it); a fit with steps_per_execution and
 one with callbacks (a Fit stream per epoch) reattach when their daemon is
 killed and restarted with --state-dir; fit(checkpoint_every_steps=N) sets
 the fit's checkpoint interval."""
@@ -318,3 +319,49 @@ def test_streamed_arrays_survive_a_restart(tmp_path):
         c.close()
     finally:
         stop(proc)
+
+
+def test_checkpoint_keeps_stateful_rnn_states(tmp_path):
+    """A stateful LSTM's carried states are part of the checkpoint: the fit
+    moved to another daemon after one epoch goes on from them, ending on
+    the weights of the fit that never moved (from zero states it would
+    not)."""
+    rng = np.random.RandomState(5)
+    x = rng.randn(24, 5, 3).astype(np.float32)
+    y = rng.randn(24, 1).astype(np.float32)
+
+    def stateful(client):
+        spec = rtrain.Sequential([
+            rtrain.layers.LSTM(6, stateful=True, batch_input_shape=(4, 5, 3)),
+            rtrain.layers.Dense(1)])
+        m = client.compile(spec, optimizer=rtrain.optimizers.SGD(0.1), loss="mse", seed=3,
+                           shuffle=False)
+        assert m.batch_size == 4
+        return m
+
+    def fit1(m):
+        m.fit(x, y, epochs=1, shuffle=False, verbose=0)
+
+    a, addr_a = start()
+    b, addr_b = start("--state-dir", str(tmp_path / "state"))
+    try:
+        with rtrain.connect(addr_a) as ca:
+            ref = stateful(ca)
+            fit1(ref)
+            fit1(ref)
+            w_ref = ref.get_weights()
+            m = stateful(ca)
+            fit1(m)
+            m.save_checkpoint(str(tmp_path / "s.rtck"))
+            m.reset_states()
+            fit1(m)  # from zero states: not the reference
+            assert not all(np.array_equal(w, r) for w, r in zip(m.get_weights(), w_ref))
+        with rtrain.connect(addr_b) as cb:
+            m2 = stateful(cb)
+            m2.load_checkpoint(str(tmp_path / "s.rtck"))
+            fit1(m2)
+            for w, r in zip(m2.get_weights(), w_ref):
+                assert np.array_equal(w, r)
+    finally:
+        stop(a)
+        stop(b)

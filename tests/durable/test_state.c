@@ -169,11 +169,11 @@ int main(int argc, char **argv)
 
     /* spans = save_state's blob, byte for byte */
     unsigned char hdr[RT_EXEC_STATE_HDR];
-    rt_exec_span sp[3];
+    rt_exec_span sp[4];
     train(e, 5);
     REQUIRE(rt_exec_state_spans(e, hdr, sp) == 0);
     size_t n = rt_exec_state_size(e);
-    CHECK(sp[0].n + sp[1].n + sp[2].n == n);
+    CHECK(sp[0].n + sp[1].n + sp[2].n + sp[3].n == n);
     unsigned char *blob = malloc(n), *cat = malloc(n);
     REQUIRE(rt_exec_save_state(e, blob, n) == 0);
     memcpy(cat, sp[0].p, sp[0].n);

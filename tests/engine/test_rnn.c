@@ -20,7 +20,8 @@
  * merge mode against torch, weights set by their Keras names; and the
  * settings it refuses, each named in the error. An LSTM with elu (no
  * torch fixture: torch's LSTM has no such activation) against Keras' cell
- * formulas and finite differences.
+ * formulas and finite differences. A stateful LSTM's carried states:
+ * kept, reset, refused part batches, and kept in the state blob.
  */
 #include <stdint.h>
 
@@ -567,7 +568,8 @@ static void keras_import_checks(void)
     /* refused settings: the error names the setting and the layer */
     static const struct { const char *from, *to, *needle; } bad[] = {
         {"\"recurrent_dropout\": 0.0", "\"recurrent_dropout\": 1.5", "recurrent_dropout"},
-        {"\"implementation\": 2", "\"stateful\": true", "stateful"},
+        /* stateful needs the model's fixed batch size, which this one has not */
+        {"\"implementation\": 2", "\"stateful\": true", "stateful LSTM needs a fixed batch size"},
         {"\"implementation\": 2", "\"return_state\": true", "return_state"},
         {"\"implementation\": 2", "\"kernel_regularizer\": {\"class_name\": \"L2\"}",
          "kernel_regularizer"},
@@ -731,6 +733,78 @@ static void elu_lstm(void)
     rt_graph_destroy(g);
 }
 
+/* A stateful LSTM (Keras' stateful: true, batch 2): the states carry from
+ * one predict to the next (the same input predicts something else), a
+ * reset brings back the first prediction bit for bit, a part batch and
+ * another batch size are refused with Keras' rules, reset_states matches
+ * layers by name, and the state blob (checkpoints) carries the states: a
+ * fresh exec loaded from it predicts what the saved one predicts. The
+ * values themselves are python_stateful_rnn's (against PyTorch). */
+static void stateful_checks(void)
+{
+    static const char js[] =
+        "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+        "{\"class_name\": \"LSTM\", \"config\": {\"name\": \"lstm\", \"units\": 3, "
+        "\"batch_input_shape\": [2, 4, 2], \"stateful\": true, \"return_sequences\": false}},"
+        "{\"class_name\": \"Dense\", \"config\": {\"name\": \"dense\", \"units\": 1}}]}}";
+    char err[300] = "";
+    rt_graph *g = NULL;
+    REQUIRE(rt_keras_import(js, strlen(js), &g, err, sizeof err) == 0);
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_MSE;
+    cfg.label_dtype = RT_F32;
+    cfg.opt = RT_OPT_SGD;
+    cfg.lr = 0.1f;
+    cfg.shuffle = 0;
+    cfg.batch_size = 4;
+    rt_plan *p = NULL;
+    int rc = rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err);
+    CHECKF(rc == RT_EINVAL && strstr(err, "compile with batch_size 2, not 4"), "batch 4: %d %s",
+           rc, err);
+    cfg.batch_size = 2;
+    REQUIRE(rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) == 0);
+    rt_exec *e = NULL, *e2 = NULL;
+    REQUIRE(rt_exec_create(p, &e) == 0 && rt_exec_create(p, &e2) == 0);
+    CHECK(rt_exec_stateful_batch(e) == 2);
+    float x[4 * 4 * 2], y[4], a[4], b[4], c[4];
+    for (int i = 0; i < 32; i++)
+        x[i] = (float)sin(0.7 * i);
+    for (int i = 0; i < 4; i++)
+        y[i] = 0.25f * (float)i;
+    CHECK_RC(rt_exec_predict(e, x, 4, a));
+    CHECK_RC(rt_exec_predict(e, x, 4, b));
+    CHECK(memcmp(a, b, sizeof a) != 0); /* carried states */
+    CHECK(rt_exec_reset_states(e, "dense") == 0 && rt_exec_reset_states(e, "lst") == 0);
+    CHECK(rt_exec_reset_states(e, "lstm") == 1);
+    CHECK_RC(rt_exec_predict(e, x, 4, c));
+    CHECK(memcmp(a, c, sizeof a) == 0);
+    rc = rt_exec_predict(e, x, 3, c);
+    CHECKF(rc == RT_EINVAL && strstr(rt_exec_errmsg(e), "divided by the batch size 2. Found: 3"),
+           "3 rows: %d %s", rc, rt_exec_errmsg(e));
+    rt_data d = {.x = x, .y = y, .y_dtype = RT_F32, .n = 3};
+    CHECK(rt_exec_train(e, &d, 1, NULL, NULL, NULL, NULL) == RT_EINVAL);
+    d.n = 4;
+    CHECK_RC(rt_exec_train(e, &d, 3, NULL, NULL, NULL, NULL));
+    const size_t n = rt_exec_state_size(e);
+    unsigned char *blob = malloc(n);
+    REQUIRE(blob && rt_exec_save_state(e, blob, n) == 0);
+    CHECK_RC(rt_exec_load_state(e2, blob, n));
+    CHECK_RC(rt_exec_predict(e, x, 4, a));
+    CHECK_RC(rt_exec_predict(e2, x, 4, b));
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    /* a non-finite state is refused */
+    float nan = NAN;
+    memcpy(blob + n - 4, &nan, 4);
+    CHECK(rt_exec_load_state(e2, blob, n) == RT_ENAN);
+    free(blob);
+    rt_exec_destroy(e);
+    rt_exec_destroy(e2);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+    printf("%-22s ok\n", "stateful");
+}
+
 int main(int argc, char **argv)
 {
     REQUIRE(argc == 2);
@@ -760,6 +834,7 @@ int main(int argc, char **argv)
     embedding_checks();
     bad_graphs();
     keras_import_checks();
+    stateful_checks();
     rt_fixture_free();
     return rt_test_done("test_rnn");
 }

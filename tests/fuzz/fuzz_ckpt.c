@@ -109,7 +109,7 @@ static void setup(void)
 static int moderate(rt_exec *e, const uint8_t *blob, size_t len)
 {
     unsigned char hdr[RT_EXEC_STATE_HDR];
-    rt_exec_span sp[3];
+    rt_exec_span sp[4];
     if (rt_exec_state_spans(e, hdr, sp) < 0 || !(rt_exec_lr_override(e) <= 1.0f))
         return 0;
     for (size_t o = sp[0].n; o + 4 <= len; o += 4) {

@@ -201,7 +201,9 @@ static float frand(void)
 }
 
 /* compile with MSE against labels of the output's shape and train one
- * epoch of 2 batches of 2; returns 0 or a negative code (err says why).
+ * epoch of 2 batches of 2 (of the model's fixed batch size for a stateful
+ * RNN, which the daemon's error names); returns 0 or a negative code (err
+ * says why).
  * indices: the model reads its input through an Embedding, so the inputs
  * are token indices (0 or 1) instead of values in [-1, 1). */
 static int train_one_epoch(rt_graph *g, char *err, size_t errlen, uint64_t *params,
@@ -219,6 +221,11 @@ static int train_one_epoch(rt_graph *g, char *err, size_t errlen, uint64_t *para
     /* the label shape is the output's: compile once to learn it */
     rt_compile_report rep;
     int rc = rt_plan_compile(g, &cfg, &p, &rep, err, errlen);
+    const char *fixed = rc == RT_EINVAL ? strstr(err, "compile with batch_size ") : NULL;
+    if (fixed) {
+        cfg.batch_size = atoi(fixed + strlen("compile with batch_size "));
+        rc = rt_plan_compile(g, &cfg, &p, &rep, err, errlen);
+    }
     if (rc == RT_ESHAPE) {
         /* an output of rows (a sequence of per-step values) does not take
          * one label per sample; a one-hot loss takes the output's shape */
@@ -243,7 +250,7 @@ static int train_one_epoch(rt_graph *g, char *err, size_t errlen, uint64_t *para
     int64_t xn = 1, yn = 1;
     for (int i = 0; i < in; i++) xn *= id[i];
     for (int i = 0; i < on; i++) yn *= od[i];
-    const int64_t n = 4;
+    const int64_t n = 2 * cfg.batch_size;
     float *x = malloc(sizeof(float) * (size_t)(xn * n));
     float *y = malloc(sizeof(float) * (size_t)(yn * n));
     for (int64_t i = 0; i < xn * n; i++) x[i] = indices ? (float)(frand() > 0.0f) : frand();

@@ -208,6 +208,29 @@ def _input_dims(spec_json):
     return found
 
 
+def _stateful_batch(spec_json):
+    """A model with a stateful RNN: its fixed batch size (the first
+    batch_input_shape / batch_shape with one, as the daemon reads it), else
+    None."""
+    if '"stateful": true' not in spec_json.replace('"stateful":true', '"stateful": true'):
+        return None
+    found = []
+
+    def walk(o):
+        if isinstance(o, dict):
+            for k in ("batch_input_shape", "batch_shape"):
+                v = o.get(k)
+                if isinstance(v, list) and v and isinstance(v[0], int) and v[0] > 0:
+                    found.append(v[0])
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+    walk(_json.loads(spec_json))
+    return found[0] if found else None
+
+
 def _spec_json(spec):
     if isinstance(spec, models.Model):
         return spec.to_json()
@@ -642,6 +665,15 @@ class CompiledModel:
     def count_params(self):
         return int(self._prog.report["param_count"])
 
+    def reset_states(self, layer=None):
+        """Keras' model.reset_states() (layer: a layer's name, as
+        layer.reset_states()): the stateful RNNs' carried states back to
+        zeros before the next step. The daemon keeps them with the program
+        between calls (fit, evaluate and predict carry them, as Keras) and
+        in its checkpoints."""
+        if self._p is not None:  # else not compiled yet: nothing carried
+            self._p.control(reset_states=True, reset_layer=layer)
+
     def to_onnx(self, filepath=None):
         """The ONNX model this was compiled from, with the current (trained)
         weights as its initializers, in ONNX's own layout: load them into
@@ -1067,8 +1099,8 @@ class CompiledModel:
             raise ValueError("verbose must be 0, 1, 2 or 'auto'")
         if verbose == 1 and not _interactive():
             verbose = 2  # no '\r' bar redraws into a pipe or a log file
-        if batch_size is None:
-            batch_size = _DEFAULT_BATCH
+        if batch_size is None:  # Keras: the model's fixed batch size, else 32
+            batch_size = getattr(self, "_fixed_batch", None) or _DEFAULT_BATCH
         for v, n in ((batch_size, "batch_size"),
                      (validation_batch_size, "validation_batch_size")):
             if v is not None and (isinstance(v, bool) or int(v) <= 0):
@@ -1402,6 +1434,10 @@ class CompiledModel:
         rows = max(1, _PREDICT_CHUNK_BYTES // max(row_in, row_out, 1))
         if batch_size is not None:
             rows = max(1, min(rows, int(batch_size) * 64))
+        # whole batches of the program's in each call: a stateful RNN's
+        # daemon refuses a part batch (the same batches either way)
+        bs = self._key[0] if self._key else 1
+        rows = max(bs, rows // bs * bs)
         parts = [self._prog.predict(xs[i:i + rows]) for i in range(0, n, rows)]
         return parts[0] if len(parts) == 1 else _np.concatenate(parts)
 
@@ -1512,7 +1548,7 @@ class Client(_rtrain.Client):
     _last_model = None  # the last compile's CompiledModel: images take its input size
 
     def compile(self, spec, optimizer="rmsprop", loss=None, metrics=None,
-                batch_size=32, shuffle=True, seed=0, from_logits=False,
+                batch_size=None, shuffle=True, seed=0, from_logits=False,
                 label_shape=None, label_dtype=None, onnx_output=None,
                 input_shape=None, data_layout=None, loss_check=True,
                 reduction="mean", label_smoothing=0.0, ignore_index=-100,
@@ -1542,7 +1578,9 @@ class Client(_rtrain.Client):
 
         batch_size, shuffle and the label layout are part of a program;
         fit() recompiles (keeping the weights) when they change, so giving
-        them here saves that first recompile.
+        them here saves that first recompile. batch_size None is 32, or a
+        stateful RNN's fixed batch size (its model's batch_input_shape),
+        which Keras requires every call to use.
 
         precision: None (the layers' dtype policies, see
         rtrain.mixed_precision), "mixed_bfloat16" (or "bf16") or "float32"
@@ -1649,11 +1687,15 @@ class Client(_rtrain.Client):
             # One-hot labels have the output's shape (Keras' y for this
             # loss); the daemon's default is one value per sample.
             label = ("float32", tuple(spec.output_shape[1:]))
-        if batch_size is None or int(batch_size) <= 0:
+        fixed = _stateful_batch(spec_json) if spec_json is not None else None
+        if batch_size is None:
+            batch_size = fixed or _DEFAULT_BATCH
+        if int(batch_size) <= 0:
             raise ValueError("batch_size must be a positive int")
         if spec_json is not None and input_shape is None:
             dims = _input_dims(spec_json)
             model._unbound = len(dims) == 1 and any(d is None for d in dims[0])
+        model._fixed_batch = fixed  # fit's batch_size default
         model._compile((int(batch_size), bool(shuffle), label))
         self._last_model = model  # images uploaded next take its input size
         return model

@@ -164,7 +164,7 @@ class Layer:
     _auto_name = None
 
     def __init__(self, name=None, input_shape=None, trainable=True,
-                 input_dim=None, batch_input_shape=None, dtype=None):
+                 input_dim=None, batch_input_shape=None, dtype=None, batch_size=None):
         if name is not None and (not isinstance(name, str) or not name):
             raise ValueError("layer name must be a non-empty string")
         # the layer's dtype policy: its own, else the global one now (as
@@ -185,6 +185,10 @@ class Layer:
             input_shape = (input_dim,)
         if batch_input_shape is not None:
             input_shape = tuple(batch_input_shape)[1:]
+            batch_size = tuple(batch_input_shape)[0] if batch_size is None else batch_size
+        # a fixed batch size (Keras' batch_size / batch_input_shape[0]): a
+        # stateful RNN's model needs one
+        self.batch_size = None if batch_size is None else int(batch_size)
         self.name = name
         self.input_shape = _shape(input_shape)
         self.trainable = bool(trainable)
@@ -229,7 +233,7 @@ class Layer:
                  if pol is not None and pol.name != "float32" else "float32")
         cfg = {"name": name, "trainable": self.trainable, "dtype": dtype}
         if self.input_shape is not None:
-            cfg["batch_input_shape"] = [None] + list(self.input_shape)
+            cfg["batch_input_shape"] = [getattr(self, "batch_size", None)] + list(self.input_shape)
         cfg.update(self._config())
         return {"class_name": self.keras_class, "config": cfg}
 
@@ -244,15 +248,15 @@ class InputLayer(Layer):
     keras_class = "InputLayer"
     _auto_name = "input"
 
-    def __init__(self, shape=None, name=None, input_shape=None):
+    def __init__(self, shape=None, name=None, input_shape=None, batch_size=None):
         shape = shape if shape is not None else input_shape
         if shape is None:
             raise ValueError("InputLayer needs a shape, e.g. Input((4,))")
-        super().__init__(name=name, input_shape=shape)
+        super().__init__(name=name, input_shape=shape, batch_size=batch_size)
 
     def get_config(self, name):
         return {"class_name": "InputLayer", "config": {
-            "batch_input_shape": [None] + list(self.input_shape),
+            "batch_input_shape": [self.batch_size] + list(self.input_shape),
             "dtype": "float32", "sparse": False, "ragged": False,
             "name": name}}
 
@@ -262,7 +266,7 @@ def Input(shape=None, name=None, batch_size=None, dtype=None):
     also accepted as the first entry of a Sequential."""
     if dtype not in (None, "float32"):
         raise ValueError("only float32 inputs are supported")
-    layer = InputLayer(shape, name=name)
+    layer = InputLayer(shape, name=name, batch_size=batch_size)
     return KerasTensor(layer.input_shape, layer, [])
 
 
@@ -748,6 +752,16 @@ class _RNN(Layer):
 
     def _cell_config(self):
         return {}
+
+    def reset_states(self):
+        """Keras' layer.reset_states(): this stateful layer's carried
+        states back to zeros before its model's next step."""
+        if not self.flags["stateful"]:
+            raise AttributeError("Layer must be stateful.")
+        ref = getattr(self, "_model_ref", None)
+        m = ref() if ref is not None else None
+        if m is not None and m.compiled is not None:
+            m.compiled.reset_states(self.name)
 
     def _config(self):
         cfg = dict(self.flags)

@@ -266,6 +266,9 @@ class Model:
                                         metrics=metrics, **kw)
         self._compiled._owner = self
         self._compiled.stop_training = self._stop
+        import weakref
+        for ly in self.layers:  # layer.reset_states() reaches the program
+            ly._model_ref = weakref.ref(self)
         if self._pending is not None:
             # by name: the daemon lists the trainable weights first
             self._compiled.set_weights(dict(zip(self._param_names(), self._pending)))
@@ -317,6 +320,12 @@ class Model:
 
     def predict(self, *a, **kw):
         return self._prog().predict(*a, **kw)
+
+    def reset_states(self):
+        """Keras' model.reset_states(): the stateful RNNs' carried states
+        back to zeros before the next step (nothing to do before compile)."""
+        if self._compiled is not None:
+            self._compiled.reset_states()
 
     def get_weights(self):
         """The weights (from the daemon once compiled), Keras' order."""
@@ -450,7 +459,8 @@ class Sequential(Model):
             taken.add(layer.name)
         if inp is None:
             in_name = first.name + "_input"
-            inp_layer = _layers.InputLayer(first.input_shape)
+            inp_layer = _layers.InputLayer(first.input_shape,
+                                           batch_size=getattr(first, "batch_size", None))
         else:
             inp_layer = inp
             in_name = inp.name or _unique(first.name + "_input", taken)
@@ -492,10 +502,10 @@ def _layer_from_config(cls_name, cfg):
     name = cfg.pop("name", None)
     if cls is _layers.InputLayer:
         bis = cfg.get("batch_input_shape") or cfg.get("batch_shape")
-        return _layers.InputLayer(tuple(bis)[1:], name=name)
+        return _layers.InputLayer(tuple(bis)[1:], name=name, batch_size=tuple(bis)[0])
     kw = {"name": name}
     if cfg.get("batch_input_shape"):
-        kw["input_shape"] = tuple(cfg["batch_input_shape"])[1:]
+        kw["batch_input_shape"] = tuple(cfg["batch_input_shape"])
     if "trainable" in cfg:
         kw["trainable"] = cfg["trainable"]
     import inspect
@@ -506,7 +516,7 @@ def _layer_from_config(cls_name, cfg):
             params.update(inspect.signature(c.__init__).parameters)
     for k, v in cfg.items():
         if k in params and k not in ("self", "kw", "name", "input_shape",
-                                     "batch_input_shape", "trainable"):
+                                     "batch_input_shape", "trainable", "batch_size"):
             kw[k] = v
     if cls is _layers.Bidirectional and isinstance(kw.get("layer"), dict):
         kw["layer"] = _layer_from_config(kw["layer"]["class_name"],

@@ -1546,15 +1546,17 @@ out:
     return res;
 }
 
-/* control(learning_rate=0.0, stop=False) -> running: librtrain's
- * rt_client_control outside a fit (inside one, fit's on_event returns
- * (learning_rate, stop) instead). */
+/* control(learning_rate=0.0, stop=False, reset_states=False,
+ * reset_layer=None) -> running: librtrain's rt_client_control outside a
+ * fit (inside one, fit's on_event returns (learning_rate, stop) instead). */
 static PyObject *Program_control(ProgramObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"learning_rate", "stop", NULL};
+    static char *kwlist[] = {"learning_rate", "stop", "reset_states", "reset_layer", NULL};
     double lr = 0;
-    int stop = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|dp:control", kwlist, &lr, &stop))
+    int stop = 0, reset = 0;
+    const char *layer = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|dppz:control", kwlist, &lr, &stop, &reset,
+                                     &layer))
         return NULL;
     if (!(lr >= 0) || lr > 3.4e38) {
         PyErr_SetString(PyExc_ValueError, "learning_rate must be a finite number > 0");
@@ -1566,7 +1568,9 @@ static PyObject *Program_control(ProgramObject *self, PyObject *args, PyObject *
     rt_client_control_params p = {.session = self->client->sid,
                                   .program = self->id,
                                   .learning_rate = (float)lr,
-                                  .stop = stop};
+                                  .stop = stop,
+                                  .reset_states = reset,
+                                  .reset_layer = layer};
     int rc, running = 0;
     Py_BEGIN_ALLOW_THREADS rc = rt_client_control(c, &p, &running);
     Py_END_ALLOW_THREADS PyObject *res = NULL;

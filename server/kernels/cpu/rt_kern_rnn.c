@@ -12,7 +12,9 @@
  *
  * Z first holds x W + b for all steps (one GEMM), then each step adds
  * h_{s-1} U (one GEMM per step) and replaces its block by the activated
- * gates. H and C keep every state (slot 0 is the zero initial state). GRU
+ * gates. H and C keep every state (slot 0 is the initial state: zeros, or
+ * a stateful layer's carried states, rt__kargs.state, which get the final
+ * ones after the forward; the backward never reaches them). GRU
  * keeps in E the recurrent candidate h_{s-1} U_h + b_h (reset_after) or
  * r * h_{s-1} (reset before). Backward walks the steps in reverse,
  * overwriting each Z block by the gates' pre-activation gradient (and E by
@@ -227,8 +229,14 @@ void rt_kern_rnn_fwd(const rt__kargs *a)
                 for (int64_t j = 0; j < GU; j++)
                     zr[j] += b[GU + j];
         }
-    memset(w.h, 0, sizeof(float) * (size_t)(n * U));
-    if (w.c)
+    /* the initial states: zeros, or a stateful layer's carried ones */
+    if (a->state)
+        memcpy(w.h, a->state, sizeof(float) * (size_t)(n * U));
+    else
+        memset(w.h, 0, sizeof(float) * (size_t)(n * U));
+    if (w.c && a->state)
+        memcpy(w.c, a->state + n * U, sizeof(float) * (size_t)(n * U));
+    else if (w.c)
         memset(w.c, 0, sizeof(float) * (size_t)(n * U));
     const int act = p->act, ract = p->ract;
     for (int64_t s = 0; s < T; s++) {
@@ -321,6 +329,11 @@ void rt_kern_rnn_fwd(const rt__kargs *a)
     }
     if (!p->seq)
         memcpy(a->y, w.h + T * n * U, sizeof(float) * (size_t)(n * U));
+    if (a->state && a->r->carry) {
+        memcpy(a->state, w.h + T * n * U, sizeof(float) * (size_t)(n * U));
+        if (w.c)
+            memcpy(a->state + n * U, w.c + T * n * U, sizeof(float) * (size_t)(n * U));
+    }
 }
 
 /* ------------------------------------------------------------ backward */

@@ -12,6 +12,8 @@
  *   GRU        z, r = ract(x W + hr U + b (+ the recurrent bias));
  *              reset_after: cand = act(x W_h + b_h + r (hr U_h + b'_h)),
  *              else cand = act(x W_h + b_h + (r hr) U_h);  h = z hp + (1-z) cand
+ * The initial states are zeros, or a stateful layer's carried ones
+ * (rt__kargs.state), which get the final states after the forward.
  * A masked step (the step mask is 0) keeps the previous state (and cell);
  * its sequence output is that state, or 0 with zero_masked. The dropout
  * masks are the engine's counter RNG keyed as the CPU kernels key them
@@ -145,8 +147,12 @@ void rt_ref_rnn_fwd(const rt__kargs *a)
                 q.X[(i * q.T + t) * q.F + f] =
                     (float)(q.x[(i * q.T + t) * q.F + f] * rt_ref_rnn_mask(a, &q, i, f, 0));
     for (int64_t i = 0; i < q.n; i++) {
-        for (int64_t u = 0; u < U; u++)
-            RT_REF_HS(&q, 0, i)[u] = RT_REF_CS(&q, 0, i)[u] = 0;
+        /* zeros, or a stateful layer's carried states (h, then LSTM's c) */
+        for (int64_t u = 0; u < U; u++) {
+            RT_REF_HS(&q, 0, i)[u] = a->state ? a->state[i * U + u] : 0;
+            RT_REF_CS(&q, 0, i)[u] =
+                a->state && p->cell == RT__RNN_LSTM ? a->state[(q.n + i) * U + u] : 0;
+        }
         for (int64_t s = 0; s < q.T; s++) {
             float *z = RT_REF_ZS(&q, s, i), *h = RT_REF_HS(&q, s + 1, i);
             const float *hp = RT_REF_HS(&q, s, i);
@@ -219,6 +225,13 @@ void rt_ref_rnn_fwd(const rt__kargs *a)
             for (int64_t u = 0; u < U; u++)
                 a->y[i * U + u] = RT_REF_HS(&q, q.T, i)[u];
     }
+    /* after every sample: the states were read above */
+    for (int64_t i = 0; a->state && a->r->carry && i < q.n; i++)
+        for (int64_t u = 0; u < U; u++) {
+            a->state[i * U + u] = RT_REF_HS(&q, q.T, i)[u];
+            if (p->cell == RT__RNN_LSTM)
+                a->state[(q.n + i) * U + u] = RT_REF_CS(&q, q.T, i)[u];
+        }
 }
 
 static void rt_ref_add(float *d, int64_t i, double v) { d[i] = (float)(d[i] + v); }
