@@ -20,8 +20,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-def wb():
-    torch.manual_seed(0)
+def wb(seed=0):
+    torch.manual_seed(seed)
     return nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
                          nn.Linear(15 * 15 * 64, 128), nn.ReLU(), nn.Linear(128, 10))
 
@@ -61,8 +61,8 @@ class ResNet18(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-def resnet18():
-    torch.manual_seed(0)
+def resnet18(seed=0):
+    torch.manual_seed(seed)
     return ResNet18()
 
 
