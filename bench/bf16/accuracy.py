@@ -184,7 +184,11 @@ class Daemon:
 
     def stop(self):
         self.proc.terminate()
-        self.proc.wait()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:  # a call still running
+            self.proc.kill()
+            self.proc.wait()
 
 
 def train_eval(client, spec, opt, loss_kw, prec, seed, batch, epochs, xtr, ytr, xte, yte):
@@ -226,12 +230,19 @@ def main():
     import rtrain
     from rtrain import optimizers as O
 
+    warnings.filterwarnings("ignore")  # torch.onnx's export notes
+    daemon = Daemon(os.path.join(build, "server", "rpc", "rtraind"), a.omp_threads)
+    try:
+        runs(a, daemon, rtrain, O)
+    finally:
+        daemon.stop()
+
+
+def runs(a, daemon, rtrain, O):
     seeds = [int(s) for s in a.seeds.split(",")]
     only = a.only.split(",")
     q = a.quick
-    warnings.filterwarnings("ignore")  # torch.onnx's export notes
-    daemon = Daemon(os.path.join(build, "server", "rpc", "rtraind"), a.omp_threads)
-    client = rtrain.connect(daemon.addr)
+    client = rtrain.connect(daemon.addr, timeout=0)  # no deadline: a loaded evaluate takes minutes
     print("rtraind on %s (OMP_NUM_THREADS %s), %d cores, load %s, seeds %s%s" % (
         daemon.addr, a.omp_threads or os.environ.get("OMP_NUM_THREADS", "unset"),
         os.cpu_count(), open("/proc/loadavg").read().split()[:3], seeds,
@@ -320,8 +331,6 @@ def main():
                 1 if q else a.resnet_epochs, [(xtr, ytr[pick], xte, yte)], resnet_onnx,
                 lambda: O.SGD(0.05, momentum=0.9), logits, 64)
     print("load at the end %s" % open("/proc/loadavg").read().split()[:3], flush=True)
-    client.close() if hasattr(client, "close") else None
-    daemon.stop()
 
 
 def fmt(v):
