@@ -127,16 +127,8 @@ def folds(y, k, seed):
 
 def onnx_bytes(module, shape, training):
     import io
-    import torch
-    kw = dict(opset_version=13, input_names=["x"], output_names=["y"],
-              dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
-    if training:
-        module.train()
-        kw.update(training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
-    else:
-        module.eval()
     buf = io.BytesIO()
-    torch.onnx.export(module, torch.zeros(2, *shape), buf, **kw)
+    models_py().export(module, buf, training, shape)
     return buf.getvalue()
 
 

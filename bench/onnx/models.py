@@ -66,8 +66,9 @@ def resnet18(seed=0):
     return ResNet18()
 
 
-def export(m, path, training):
-    x = torch.zeros(2, 3, 32, 32)
+def export(m, path, training, shape=(3, 32, 32)):
+    """path: a file name or a binary file object (io.BytesIO)"""
+    x = torch.zeros(2, *shape)
     kw = dict(opset_version=13, input_names=["x"], output_names=["y"],
               dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
     if training:
