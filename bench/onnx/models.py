@@ -20,8 +20,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-def wb():
-    torch.manual_seed(0)
+def wb(seed=0):
+    torch.manual_seed(seed)
     return nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
                          nn.Linear(15 * 15 * 64, 128), nn.ReLU(), nn.Linear(128, 10))
 
@@ -61,13 +61,14 @@ class ResNet18(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-def resnet18():
-    torch.manual_seed(0)
+def resnet18(seed=0):
+    torch.manual_seed(seed)
     return ResNet18()
 
 
-def export(m, path, training):
-    x = torch.zeros(2, 3, 32, 32)
+def export(m, path, training, shape=(3, 32, 32)):
+    """path: a file name or a binary file object (io.BytesIO)"""
+    x = torch.zeros(2, *shape)
     kw = dict(opset_version=13, input_names=["x"], output_names=["y"],
               dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
     if training:
