@@ -29,19 +29,8 @@
 
 static const double U = 1.0 / 16777216.0; /* float32's unit roundoff */
 
-static uint64_t s = 0x2545f4914f6cdd1dull;
-static double unif(void)
-{
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return (double)(s >> 11) / 9007199254740992.0;
-}
-static float normal(void)
-{
-    const double u1 = 1.0 - unif(), u2 = unif();
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
+#define RT_TESTRNG_SEED 0x2545f4914f6cdd1dull
+#include "../lib/rt_testrng.h"
 
 /* round to nearest even at 8 significant bits, written from the format's
  * definition (not the kernel's code): the float32 value rounded to a
