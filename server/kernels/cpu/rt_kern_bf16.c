@@ -9,7 +9,9 @@
  * rounds the output gradient. Everything written is float32: y, dx, dW,
  * db, so the arena, the optimizer, the loss and every other op see the
  * float32 values Keras' mixed_bfloat16 would cast back up. Bias and the
- * activation run on the float32 accumulator (a post-op).
+ * activation run on the float32 accumulator (a post-op). Conv2D with the
+ * MaxPool2D that reads it runs fused (no pre-pool tensor in the arena;
+ * the same numbers as the two apart), see "Conv2D + MaxPool2D" below.
  *
  * Primitives are built at compile for the plan's batch B and kept in a
  * process-wide table (per shape), as rt_kern_conv_dnnl.c does. A smaller
@@ -34,12 +36,14 @@
 #endif
 
 #include "cpu/rt_kern_bf16.h"
+#include "cpu/rt_kern_conv.h"
 #include "cpu/rt_kern_cpu.h"
 #include "cpu/rt_kern_dnnl.h"
 
 #define RT__BF_PAR 65536 /* conversions over fewer values run serial */
 
 int rt_kern_bf16_conv_min_c = 1;
+int rt_kern_bf16_layouts = 0;
 
 int rt_kern_bf16_supported(char *err, size_t errlen)
 {
@@ -334,7 +338,7 @@ static void *rt__bcv_build(const void *kp)
     static const dnnl_data_type_t dt[RT_KERN_DNNL_NDT] = {dnnl_bf16, dnnl_bf16, dnnl_f32,
                                                           dnnl_f32,  dnnl_bf16, dnnl_f32};
     dnnl_primitive_desc_t pd[3];
-    if (rt_kern_dnnl_conv_pds(k, dt, 1, pd) < 0)
+    if (rt_kern_dnnl_conv_pds(k, dt, 1, (unsigned)rt_kern_bf16_layouts, pd) < 0)
         return d;
     dnnl_primitive_desc_t fpd = pd[0], dpd = pd[1], wpd = pd[2];
     d->wf = *dnnl_primitive_desc_query_md(fpd, dnnl_query_weights_md, 0);
@@ -376,7 +380,8 @@ static int64_t rt__bcv_tmp(const rt__bcv_key *k)
     return rt__ff(in > k->OC ? in : k->OC);
 }
 
-static rt__bcv_parts rt__bcv_split(const rt__bcv *d, float *s)
+/* the parts from s on; dzf: with room for dz in f32 (an activation's) */
+static rt__bcv_parts rt__bcv_split(const rt__bcv *d, float *s, int dzf)
 {
     const rt__bcv_key *k = &d->key;
     const int64_t out = k->n * k->OH * k->OW * k->OC;
@@ -384,7 +389,7 @@ static rt__bcv_parts rt__bcv_split(const rt__bcv *d, float *s)
     p.dzb = (uint16_t *)s;
     s += rt__hf(out);
     p.dzf = s;
-    s += k->act ? rt__ff(out) : 0;
+    s += dzf ? rt__ff(out) : 0;
     p.wd = (uint16_t *)s;
     s += d->wd_floats;
     p.dw = s;
@@ -422,7 +427,7 @@ static void rt__bconv_fwd(const rt__kargs *a)
     const rt__bcv_key *k = &d->key;
     const int64_t per = k->H * k->W * k->C;
     uint16_t *xb = (uint16_t *)a->ws, *wf = (uint16_t *)(a->ws + rt__hf(k->n * per));
-    const rt__bcv_parts p = rt__bcv_split(d, a->scratch);
+    const rt__bcv_parts p = rt__bcv_split(d, a->scratch, k->act != RT__ACT_NONE);
     rt__to_bf16_pad(xb, a->x[0], a->r->n * per, k->n * per);
     rt_kern_dnnl_reord(d->w_f, &d->hwio, a->x[1], &d->wf, wf, &d->sp[3], p.sp, 0);
     rt_kern_dnnl_args g = {0};
@@ -434,53 +439,317 @@ static void rt__bconv_fwd(const rt__kargs *a)
     rt_kern_dnnl_exec(d->fwd, &g, &d->sp[0], p.sp, 0);
 }
 
+/* dW, db (with own_db: the caller's) and dx from the bf16 input xb and
+ * the bf16 output gradient in p->dzb, through the batch's backward
+ * primitives d; wb: a bf16 copy of W in layout wmd (the forward's), used
+ * when backward-data wants that one */
+static void rt__bconv_grads(const rt__kargs *a, const rt__bcv *d, const uint16_t *xb,
+                            const dnnl_memory_desc_t *wmd, const uint16_t *wb,
+                            const rt__bcv_parts *p, int own_db)
+{
+    const rt__bcv_key *k = &d->key;
+    const int64_t per = k->H * k->W * k->C, n = a->r->n;
+    float *dx = a->dx[0], *dw = a->dx[1], *db = k->bias && !own_db ? a->dx[2] : NULL;
+    if (dw || db) {
+        const int dbadd = db && (a->accum & 4u);
+        float *dwb = dw && !(a->accum & 2u) && !d->dw_set ? dw : p->dw;
+        rt_kern_dnnl_args g = {0};
+        rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &d->srcb, xb);
+        rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_DST, &d->dstb, p->dzb);
+        rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_WEIGHTS, &d->dwd, dwb);
+        if (k->bias)
+            rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_BIAS, &d->bias, db && !dbadd ? db : p->tmp);
+        rt_kern_dnnl_exec(d->bwd_w, &g, &d->sp[2], p->sp, 0);
+        if (dw && (a->accum & 2u))
+            rt_kern_dnnl_reord(d->dw_add, &d->dwd, dwb, &d->hwio, dw, &d->sp[6], p->sp, 0);
+        else if (dw && d->dw_set)
+            rt_kern_dnnl_reord(d->dw_set, &d->dwd, dwb, &d->hwio, dw, &d->sp[5], p->sp, 0);
+        if (dbadd)
+            rt__badd(db, p->tmp, k->OC);
+    }
+    if (dx) {
+        /* the forward's bf16 copy when both want the same layout */
+        const uint16_t *w = wb;
+        if (!dnnl_memory_desc_equal(wmd, &d->wd)) {
+            rt_kern_dnnl_reord(d->w_d, &d->hwio, a->x[1], &d->wd, p->wd, &d->sp[4], p->sp, 0);
+            w = p->wd;
+        }
+        const int add = (a->accum & 1u) != 0;
+        rt_kern_dnnl_args g = {0};
+        rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_DST, &d->dstb, p->dzb);
+        rt_kern_dnnl_arg(&g, DNNL_ARG_WEIGHTS, &d->wd, w);
+        rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_SRC, &d->srcf, add ? p->tmp : dx);
+        rt_kern_dnnl_exec(d->bwd_d, &g, &d->sp[1], p->sp, 0);
+        if (add)
+            rt__badd(dx, p->tmp, n * per);
+    }
+}
+
 static void rt__bconv_bwd(const rt__kargs *a)
 {
     const rt__bcv *d = a->nd->kdata;
     const rt__bcv_key *k = &d->key;
     const int64_t per = k->H * k->W * k->C, oper = k->OH * k->OW * k->OC, n = a->r->n;
-    uint16_t *xb = (uint16_t *)a->ws, *wf = (uint16_t *)(a->ws + rt__hf(k->n * per));
-    const rt__bcv_parts p = rt__bcv_split(d, a->scratch);
-    float *dx = a->dx[0], *dw = a->dx[1], *db = k->bias ? a->dx[2] : NULL;
+    const uint16_t *xb = (uint16_t *)a->ws, *wf = (uint16_t *)(a->ws + rt__hf(k->n * per));
+    const rt__bcv_parts p = rt__bcv_split(d, a->scratch, k->act != RT__ACT_NONE);
     const float *dz = a->dy;
     if (k->act) {
         rt__bact_bwd((int)k->act, p.dzf, a->dy, a->y, n * oper);
         dz = p.dzf;
     }
     rt__to_bf16_pad(p.dzb, dz, n * oper, k->n * oper);
-    if (dw || db) {
-        const int dbadd = db && (a->accum & 4u);
-        float *dwb = dw && !(a->accum & 2u) && !d->dw_set ? dw : p.dw;
+    rt__bconv_grads(a, d, xb, &d->wf, wf, &p, 0);
+}
+
+/* --------------------------------------------------- Conv2D + MaxPool2D */
+
+/* The pre-pool tensor never exists whole (W-B's would be 59 MB of float32,
+ * written and read four times unfused): each thread runs the forward
+ * primitive of a chunk of samples into its own scratch and pools it there,
+ * in cache, into y and the argmax (one byte per pooled value, in the
+ * workspace), as the float32 fused kernel does. The backward pass forms
+ * the batch's bf16 dz from the pooled gradient and the argmax, chunk by
+ * chunk, and runs the batch's backward primitives on it. The numbers are
+ * those of Conv2D then MaxPool2D: float32 pre-pool values, the first
+ * maximum in scan order, dz rounded once. */
+
+int rt_kern_bf16_pool_chunk = 1 << 18;
+
+typedef struct {
+    const rt__bcv *f; /* the plan's batch: the backward's primitives */
+    const rt__bcv *c; /* a chunk's, built serial: the forward's */
+    rt_kern_mpool g;
+    int64_t cs;      /* samples per chunk */
+    int64_t nt;      /* threads the scratch is sized for */
+    int64_t tstride; /* scratch floats a thread: a chunk, db, OC, scratchpad */
+    int64_t xfloats; /* workspace floats of x in bf16 (whole chunks) */
+} rt__bcp;
+
+/* chunk primitives run one per thread, so they are built with a
+ * one-thread default (oneDNN fixes a kernel's thread split when it is
+ * built), in a table of their own */
+static rt_kern_dnnl_cache rt__bcv_stab = RT_KERN_DNNL_CACHE_INIT;
+
+static void *rt__bcv_build_serial(const void *kp)
+{
+    const int outer = omp_in_parallel() ? 0 : omp_get_max_threads();
+    if (outer > 1)
+        omp_set_num_threads(1);
+    void *d = rt__bcv_build(kp);
+    if (outer > 1)
+        omp_set_num_threads(outer);
+    return d;
+}
+
+/* the backward's parts after the threads' */
+static rt__bcv_parts rt__bcp_split(const rt__bcp *d, float *s)
+{
+    return rt__bcv_split(d->f, s + d->nt * d->tstride, 0);
+}
+
+/* thread t's parts: a chunk's pre-pool values or dz (float32), its db,
+ * OC floats, the chunk's dz in bf16, dW of a chunk and of the thread's
+ * chunks (the chunk backward-weights' layout), the scratchpad */
+typedef struct {
+    float *z, *db, *tmp, *dwc, *dwp, *sp;
+    uint16_t *dzb;
+} rt__bcp_tparts;
+
+static rt__bcp_tparts rt__bcp_thread(const rt__bcp *d, float *s, int t)
+{
+    const rt__bcv_key *k = &d->c->key;
+    const int64_t cz = k->n * k->OH * k->OW * k->OC;
+    rt__bcp_tparts p;
+    s += t * d->tstride;
+    p.z = s;
+    s += rt__ff(cz);
+    p.db = s;
+    s += rt__ff(k->OC);
+    p.tmp = s;
+    s += rt__ff(k->OC);
+    p.dzb = (uint16_t *)s;
+    s += rt__hf(cz);
+    p.dwc = s;
+    s += d->c->dwd_floats;
+    p.dwp = s;
+    s += d->c->dwd_floats;
+    p.sp = s;
+    return p;
+}
+
+static int rt__bconv_pool_prepare(rt__node *nd, int64_t B, rt__arena *A)
+{
+    const rt__conv_params *cv = rt__conv_cp(nd), *pc = &nd->fused_p->conv;
+    RT_ASSERT(nd->fused == &rt__op_maxpool2d);
+    const rt__bcv_key k = rt_kern_dnnl_conv_key_of(cv, B);
+    if (k.act != RT__ACT_NONE && k.act != RT__ACT_RELU && k.act != RT__ACT_SIGMOID &&
+        k.act != RT__ACT_TANH)
+        return rt__bf32(nd, B, A);
+    const int64_t per = k.H * k.W * k.C, oper = k.OH * k.OW * k.OC, pp = pc->OH * pc->OW * k.OC;
+    int64_t cs = rt_kern_bf16_pool_chunk / oper;
+    cs = cs < 1 ? 1 : cs > B ? B : cs;
+    const rt__bcv_key kc = rt_kern_dnnl_conv_key_of(cv, cs);
+    const rt__bcv *f = rt_kern_dnnl_cache_get(&rt__bcv_tab, &k, sizeof k, rt__bcv_build);
+    const rt__bcv *c = rt_kern_dnnl_cache_get(&rt__bcv_stab, &kc, sizeof kc, rt__bcv_build_serial);
+    if (!f || !f->ok || !c || !c->ok)
+        return rt__bf32(nd, B, A);
+    rt__bcp *d = rt__arena_alloc(A, sizeof *d);
+    if (!d)
+        return RT_ENOMEM;
+    d->f = f, d->c = c, d->cs = cs;
+    d->nt = omp_get_max_threads() < 1 ? 1 : omp_get_max_threads();
+    d->g = (rt_kern_mpool){.OH = k.OH,
+                           .OW = k.OW,
+                           .OC = k.OC,
+                           .KH = pc->KH,
+                           .KW = pc->KW,
+                           .PH = pc->OH,
+                           .PW = pc->OW,
+                           .act = (int)k.act};
+    d->tstride =
+        rt__ff(cs * oper) + 2 * rt__ff(k.OC) + rt__hf(cs * oper) + 2 * c->dwd_floats + c->sp_floats;
+    d->xfloats = rt__hf((B + cs - 1) / cs * cs * per);
+    nd->kdata = d;
+    /* workspace: x in bf16, W in the chunk forward's bf16 layout, argmax */
+    nd->ws_floats = d->xfloats + c->wf_floats + rt__ff((B * pp + 3) / 4);
+    nd->scratch_floats = d->nt * d->tstride + rt__hf(B * oper) + f->wd_floats + f->dwd_floats +
+                         rt__bcv_tmp(&k) +
+                         (f->sp_floats > c->sp_floats ? f->sp_floats : c->sp_floats);
+    return 0;
+}
+
+static void rt__bcp_fwd(const rt__kargs *a)
+{
+    const rt__bcp *d = a->nd->kdata;
+    const rt__bcv *c = d->c;
+    const rt__bcv_key *k = &c->key;
+    const int64_t per = k->H * k->W * k->C;
+    const int64_t pp = d->g.PH * d->g.PW * k->OC, n = a->r->n, cs = d->cs;
+    const int64_t nch = (n + cs - 1) / cs;
+    uint16_t *xb = (uint16_t *)a->ws, *wf = (uint16_t *)(a->ws + d->xfloats);
+    uint8_t *idx = (uint8_t *)(a->ws + d->xfloats + c->wf_floats);
+    const rt__bcv_parts p = rt__bcp_split(d, a->scratch);
+    /* the rows past the batch are zeros: the backward's batch primitives
+     * read them against a zero dz */
+    rt__to_bf16_pad(xb, a->x[0], n * per, d->xfloats * 2);
+    rt_kern_dnnl_reord(c->w_f, &c->hwio, a->x[1], &c->wf, wf, &c->sp[3], p.sp, 0);
+    const int nt = nch < d->nt ? (int)nch : (int)d->nt;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t ch = 0; ch < nch; ch++) {
+        const rt__bcp_tparts q = rt__bcp_thread(d, a->scratch, omp_get_thread_num());
         rt_kern_dnnl_args g = {0};
-        rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &d->srcb, xb);
-        rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_DST, &d->dstb, p.dzb);
-        rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_WEIGHTS, &d->dwd, dwb);
+        rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &c->srcb, xb + ch * cs * per);
+        rt_kern_dnnl_arg(&g, DNNL_ARG_WEIGHTS, &c->wf, wf);
         if (k->bias)
-            rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_BIAS, &d->bias, db && !dbadd ? db : p.tmp);
-        rt_kern_dnnl_exec(d->bwd_w, &g, &d->sp[2], p.sp, 0);
-        if (dw && (a->accum & 2u))
-            rt_kern_dnnl_reord(d->dw_add, &d->dwd, dwb, &d->hwio, dw, &d->sp[6], p.sp, 0);
-        else if (dw && d->dw_set)
-            rt_kern_dnnl_reord(d->dw_set, &d->dwd, dwb, &d->hwio, dw, &d->sp[5], p.sp, 0);
-        if (dbadd)
-            rt__badd(db, p.tmp, k->OC);
+            rt_kern_dnnl_arg(&g, DNNL_ARG_BIAS, &c->bias, a->x[2]);
+        rt_kern_dnnl_arg(&g, DNNL_ARG_DST, &c->dstf, q.z);
+        rt_kern_dnnl_exec(c->fwd, &g, &c->sp[0], q.sp, 1);
+        const int64_t nb = n - ch * cs < cs ? n - ch * cs : cs;
+        rt_kern_mpool_fwd(&d->g, nb, q.z, a->y + ch * cs * pp, idx + ch * cs * pp);
     }
-    if (dx) {
-        /* the forward's bf16 copy when both want the same layout */
-        const uint16_t *w = wf;
-        if (!dnnl_memory_desc_equal(&d->wf, &d->wd)) {
-            rt_kern_dnnl_reord(d->w_d, &d->hwio, a->x[1], &d->wd, p.wd, &d->sp[4], p.sp, 0);
-            w = p.wd;
+}
+
+/* dW without dx (a first layer): each thread runs the chunk's
+ * backward-weights primitive on its chunks' dz in cache and sums their dW
+ * (in that primitive's layout); the threads' sums are added in thread
+ * order. No dz for the whole batch is formed. */
+static void rt__bcp_bwd_w(const rt__kargs *a, int nt, float *db)
+{
+    const rt__bcp *d = a->nd->kdata;
+    const rt__bcv *c = d->c;
+    const rt__bcv_key *k = &c->key;
+    const int64_t per = k->H * k->W * k->C, oper = k->OH * k->OW * k->OC;
+    const int64_t pp = d->g.PH * d->g.PW * k->OC, n = a->r->n, cs = d->cs;
+    const int64_t nch = (n + cs - 1) / cs, dwn = c->dwd_floats;
+    const uint16_t *xb = (uint16_t *)a->ws;
+    const uint8_t *idx = (const uint8_t *)(a->ws + d->xfloats + c->wf_floats);
+    float *dw = a->dx[1];
+    int team = 1;
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num();
+        if (t == 0)
+            team = omp_get_num_threads();
+        const rt__bcp_tparts q = rt__bcp_thread(d, a->scratch, t);
+        memset(q.db, 0, sizeof(float) * (size_t)k->OC);
+        memset(q.dwp, 0, sizeof(float) * (size_t)dwn);
+#pragma omp for schedule(static)
+        for (int64_t ch = 0; ch < nch; ch++) {
+            const int64_t nb = n - ch * cs < cs ? n - ch * cs : cs, o = ch * cs * pp;
+            rt_kern_mpool_bwd(&d->g, nb, a->dy + o, k->act ? a->y + o : NULL, idx + o, q.z, q.tmp,
+                              db ? q.db : NULL);
+            rt__to_bf16_pad(q.dzb, q.z, nb * oper, cs * oper);
+            rt_kern_dnnl_args g = {0};
+            rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &c->srcb, xb + ch * cs * per);
+            rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_DST, &c->dstb, q.dzb);
+            rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_WEIGHTS, &c->dwd, q.dwc);
+            if (k->bias)
+                rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_BIAS, &c->bias, q.tmp);
+            rt_kern_dnnl_exec(c->bwd_w, &g, &c->sp[2], q.sp, 1);
+            for (int64_t i = 0; i < dwn; i++)
+                q.dwp[i] += q.dwc[i];
         }
-        const int add = (a->accum & 1u) != 0;
-        rt_kern_dnnl_args g = {0};
-        rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_DST, &d->dstb, p.dzb);
-        rt_kern_dnnl_arg(&g, DNNL_ARG_WEIGHTS, &d->wd, w);
-        rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_SRC, &d->srcf, add ? p.tmp : dx);
-        rt_kern_dnnl_exec(d->bwd_d, &g, &d->sp[1], p.sp, 0);
-        if (add)
-            rt__badd(dx, p.tmp, n * per);
     }
+    float *dw0 = rt__bcp_thread(d, a->scratch, 0).dwp;
+    for (int t = 1; t < team; t++)
+        rt__badd(dw0, rt__bcp_thread(d, a->scratch, t).dwp, dwn);
+    const rt__bcv_parts p = rt__bcp_split(d, a->scratch);
+    if (dw && (a->accum & 2u))
+        rt_kern_dnnl_reord(c->dw_add, &c->dwd, dw0, &c->hwio, dw, &c->sp[6], p.sp, 0);
+    else if (dw)
+        rt_kern_dnnl_reord(c->dw_set, &c->dwd, dw0, &c->hwio, dw, &c->sp[5], p.sp, 0);
+    if (db) {
+        if (!(a->accum & 4u))
+            memset(db, 0, sizeof(float) * (size_t)k->OC);
+        for (int t = 0; t < team; t++)
+            rt__badd(db, rt__bcp_thread(d, a->scratch, t).db, k->OC);
+    }
+}
+
+static void rt__bcp_bwd(const rt__kargs *a)
+{
+    const rt__bcp *d = a->nd->kdata;
+    const rt__bcv_key *k = &d->f->key;
+    const int64_t oper = k->OH * k->OW * k->OC, pp = d->g.PH * d->g.PW * k->OC;
+    const int64_t n = a->r->n, cs = d->cs, nch = (n + cs - 1) / cs;
+    const uint16_t *xb = (uint16_t *)a->ws, *wf = (uint16_t *)(a->ws + d->xfloats);
+    const uint8_t *idx = (const uint8_t *)(a->ws + d->xfloats + d->c->wf_floats);
+    /* db sums the float32 dz, as the definition (rt_ref_bf16.c) does: per
+     * thread over its chunks (static: the same chunks every call), then
+     * in thread order */
+    float *db = k->bias ? a->dx[2] : NULL;
+    const int nt = nch < d->nt ? (int)nch : (int)d->nt;
+    if (!a->dx[0]) {
+        rt__bcp_bwd_w(a, nt, db);
+        return;
+    }
+    /* with dx: the batch's dz in bf16, then the batch's primitives */
+    const rt__bcv_parts p = rt__bcp_split(d, a->scratch);
+    int team = 1;
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num();
+        if (t == 0)
+            team = omp_get_num_threads();
+        const rt__bcp_tparts q = rt__bcp_thread(d, a->scratch, t);
+        memset(q.db, 0, sizeof(float) * (size_t)k->OC);
+#pragma omp for schedule(static)
+        for (int64_t ch = 0; ch < nch; ch++) {
+            const int64_t nb = n - ch * cs < cs ? n - ch * cs : cs, o = ch * cs * pp;
+            rt_kern_mpool_bwd(&d->g, nb, a->dy + o, k->act ? a->y + o : NULL, idx + o, q.z, q.tmp,
+                              db ? q.db : NULL);
+            rt__to_bf16_serial(p.dzb + ch * cs * oper, q.z, nb * oper);
+        }
+    }
+    if (db) {
+        if (!(a->accum & 4u))
+            memset(db, 0, sizeof(float) * (size_t)k->OC);
+        for (int t = 0; t < team; t++)
+            rt__badd(db, rt__bcp_thread(d, a->scratch, t).db, k->OC);
+    }
+    if (k->n > n)
+        memset(p.dzb + n * oper, 0, sizeof(uint16_t) * (size_t)((k->n - n) * oper));
+    rt__bconv_grads(a, d->f, xb, &d->c->wf, wf, &p, 1);
 }
 
 /* ---------------------------------------------------------------- table */
@@ -495,9 +764,9 @@ static const rt__kernel rt__bf16_table[] = {
     {&rt__op_dense, &rt__op_tanh, rt__bdense_fwd, rt__bdense_bwd, rt_kern_dense_can_fuse_act,
      rt__bdense_prepare},
     {&rt__op_matmul, NULL, rt__bdense_fwd, rt__bdense_bwd, NULL, rt__bdense_prepare},
-    /* Conv2D alone: the float32 Conv2D + MaxPool2D rule recomputes the
-     * pre-pool tensor in chunks, which these primitives do not */
     {&rt__op_conv2d, NULL, rt__bconv_fwd, rt__bconv_bwd, NULL, rt__bconv_prepare},
+    {&rt__op_conv2d, &rt__op_maxpool2d, rt__bcp_fwd, rt__bcp_bwd, rt_kern_conv2d_can_fuse_maxpool,
+     rt__bconv_pool_prepare},
 };
 
 const rt__kernel *rt_kern_bf16_kernel(const rt__node *nd, const rt__op_def *fused)
