@@ -380,8 +380,7 @@ static int64_t rt__bcv_tmp(const rt__bcv_key *k)
     return rt__ff(in > k->OC ? in : k->OC);
 }
 
-/* the parts from s on; dzf: with room for dz in f32 (an activation's) */
-static rt__bcv_parts rt__bcv_split(const rt__bcv *d, float *s, int dzf)
+static rt__bcv_parts rt__bcv_split(const rt__bcv *d, float *s)
 {
     const rt__bcv_key *k = &d->key;
     const int64_t out = k->n * k->OH * k->OW * k->OC;
@@ -389,7 +388,7 @@ static rt__bcv_parts rt__bcv_split(const rt__bcv *d, float *s, int dzf)
     p.dzb = (uint16_t *)s;
     s += rt__hf(out);
     p.dzf = s;
-    s += dzf ? rt__ff(out) : 0;
+    s += k->act ? rt__ff(out) : 0;
     p.wd = (uint16_t *)s;
     s += d->wd_floats;
     p.dw = s;
@@ -427,7 +426,7 @@ static void rt__bconv_fwd(const rt__kargs *a)
     const rt__bcv_key *k = &d->key;
     const int64_t per = k->H * k->W * k->C;
     uint16_t *xb = (uint16_t *)a->ws, *wf = (uint16_t *)(a->ws + rt__hf(k->n * per));
-    const rt__bcv_parts p = rt__bcv_split(d, a->scratch, k->act != RT__ACT_NONE);
+    const rt__bcv_parts p = rt__bcv_split(d, a->scratch);
     rt__to_bf16_pad(xb, a->x[0], a->r->n * per, k->n * per);
     rt_kern_dnnl_reord(d->w_f, &d->hwio, a->x[1], &d->wf, wf, &d->sp[3], p.sp, 0);
     rt_kern_dnnl_args g = {0};
@@ -439,17 +438,16 @@ static void rt__bconv_fwd(const rt__kargs *a)
     rt_kern_dnnl_exec(d->fwd, &g, &d->sp[0], p.sp, 0);
 }
 
-/* dW, db (with own_db: the caller's) and dx from the bf16 input xb and
- * the bf16 output gradient in p->dzb, through the batch's backward
- * primitives d; wb: a bf16 copy of W in layout wmd (the forward's), used
- * when backward-data wants that one */
+/* dW, db and dx from the bf16 input xb and the bf16 output gradient in
+ * p->dzb, through the batch's backward primitives d; wb: a bf16 copy of W
+ * in layout wmd (the forward's), used when backward-data wants that one */
 static void rt__bconv_grads(const rt__kargs *a, const rt__bcv *d, const uint16_t *xb,
                             const dnnl_memory_desc_t *wmd, const uint16_t *wb,
-                            const rt__bcv_parts *p, int own_db)
+                            const rt__bcv_parts *p)
 {
     const rt__bcv_key *k = &d->key;
     const int64_t per = k->H * k->W * k->C, n = a->r->n;
-    float *dx = a->dx[0], *dw = a->dx[1], *db = k->bias && !own_db ? a->dx[2] : NULL;
+    float *dx = a->dx[0], *dw = a->dx[1], *db = k->bias ? a->dx[2] : NULL;
     if (dw || db) {
         const int dbadd = db && (a->accum & 4u);
         float *dwb = dw && !(a->accum & 2u) && !d->dw_set ? dw : p->dw;
@@ -491,14 +489,14 @@ static void rt__bconv_bwd(const rt__kargs *a)
     const rt__bcv_key *k = &d->key;
     const int64_t per = k->H * k->W * k->C, oper = k->OH * k->OW * k->OC, n = a->r->n;
     const uint16_t *xb = (uint16_t *)a->ws, *wf = (uint16_t *)(a->ws + rt__hf(k->n * per));
-    const rt__bcv_parts p = rt__bcv_split(d, a->scratch, k->act != RT__ACT_NONE);
+    const rt__bcv_parts p = rt__bcv_split(d, a->scratch);
     const float *dz = a->dy;
     if (k->act) {
         rt__bact_bwd((int)k->act, p.dzf, a->dy, a->y, n * oper);
         dz = p.dzf;
     }
     rt__to_bf16_pad(p.dzb, dz, n * oper, k->n * oper);
-    rt__bconv_grads(a, d, xb, &d->wf, wf, &p, 0);
+    rt__bconv_grads(a, d, xb, &d->wf, wf, &p);
 }
 
 /* --------------------------------------------------- Conv2D + MaxPool2D */
@@ -507,21 +505,22 @@ static void rt__bconv_bwd(const rt__kargs *a)
  * written and read four times unfused): each thread runs the forward
  * primitive of a chunk of samples into its own scratch and pools it there,
  * in cache, into y and the argmax (one byte per pooled value, in the
- * workspace), as the float32 fused kernel does. The backward pass forms
- * the batch's bf16 dz from the pooled gradient and the argmax, chunk by
- * chunk, and runs the batch's backward primitives on it. The numbers are
- * those of Conv2D then MaxPool2D: float32 pre-pool values, the first
- * maximum in scan order, dz rounded once. */
+ * workspace), as the float32 fused kernel does. The backward pass works
+ * chunk by chunk too: dz from the pooled gradient and the argmax, rounded
+ * to bf16, then the chunk's backward-weights (each thread sums its chunks'
+ * dW; the threads' sums are added in thread order) and backward-data (the
+ * chunk's rows of dx). The numbers are those of Conv2D then MaxPool2D:
+ * float32 pre-pool values, the first maximum in scan order, dz rounded
+ * once; db sums the float32 dz, as the definition (rt_ref_bf16.c). */
 
 int rt_kern_bf16_pool_chunk = 1 << 18;
 
 typedef struct {
-    const rt__bcv *f; /* the plan's batch: the backward's primitives */
-    const rt__bcv *c; /* a chunk's, built serial: the forward's */
+    const rt__bcv *c; /* a chunk's primitives, built serial */
     rt_kern_mpool g;
     int64_t cs;      /* samples per chunk */
     int64_t nt;      /* threads the scratch is sized for */
-    int64_t tstride; /* scratch floats a thread: a chunk, db, OC, scratchpad */
+    int64_t tstride; /* scratch floats a thread (rt__bcp_thread) */
     int64_t xfloats; /* workspace floats of x in bf16 (whole chunks) */
 } rt__bcp;
 
@@ -541,17 +540,12 @@ static void *rt__bcv_build_serial(const void *kp)
     return d;
 }
 
-/* the backward's parts after the threads' */
-static rt__bcv_parts rt__bcp_split(const rt__bcp *d, float *s)
-{
-    return rt__bcv_split(d->f, s + d->nt * d->tstride, 0);
-}
-
 /* thread t's parts: a chunk's pre-pool values or dz (float32), its db,
- * OC floats, the chunk's dz in bf16, dW of a chunk and of the thread's
- * chunks (the chunk backward-weights' layout), the scratchpad */
+ * OC floats, the chunk's dz in bf16, the chunk's dW and the thread's sum
+ * (backward-weights' layout), the chunk's dx, the scratchpad; after the
+ * threads': W in backward-data's layout and a scratchpad for the reorders */
 typedef struct {
-    float *z, *db, *tmp, *dwc, *dwp, *sp;
+    float *z, *db, *tmp, *dwc, *dwp, *dx, *sp;
     uint16_t *dzb;
 } rt__bcp_tparts;
 
@@ -573,6 +567,8 @@ static rt__bcp_tparts rt__bcp_thread(const rt__bcp *d, float *s, int t)
     s += d->c->dwd_floats;
     p.dwp = s;
     s += d->c->dwd_floats;
+    p.dx = s;
+    s += rt__ff(k->n * k->H * k->W * k->C);
     p.sp = s;
     return p;
 }
@@ -581,40 +577,37 @@ static int rt__bconv_pool_prepare(rt__node *nd, int64_t B, rt__arena *A)
 {
     const rt__conv_params *cv = rt__conv_cp(nd), *pc = &nd->fused_p->conv;
     RT_ASSERT(nd->fused == &rt__op_maxpool2d);
-    const rt__bcv_key k = rt_kern_dnnl_conv_key_of(cv, B);
-    if (k.act != RT__ACT_NONE && k.act != RT__ACT_RELU && k.act != RT__ACT_SIGMOID &&
-        k.act != RT__ACT_TANH)
+    if (cv->act != RT__ACT_NONE && cv->act != RT__ACT_RELU && cv->act != RT__ACT_SIGMOID &&
+        cv->act != RT__ACT_TANH)
         return rt__bf32(nd, B, A);
-    const int64_t per = k.H * k.W * k.C, oper = k.OH * k.OW * k.OC, pp = pc->OH * pc->OW * k.OC;
+    const int64_t per = cv->H * cv->W * cv->C, oper = cv->OH * cv->OW * cv->OC;
+    const int64_t pp = pc->OH * pc->OW * cv->OC;
     int64_t cs = rt_kern_bf16_pool_chunk / oper;
     cs = cs < 1 ? 1 : cs > B ? B : cs;
     const rt__bcv_key kc = rt_kern_dnnl_conv_key_of(cv, cs);
-    const rt__bcv *f = rt_kern_dnnl_cache_get(&rt__bcv_tab, &k, sizeof k, rt__bcv_build);
     const rt__bcv *c = rt_kern_dnnl_cache_get(&rt__bcv_stab, &kc, sizeof kc, rt__bcv_build_serial);
-    if (!f || !f->ok || !c || !c->ok)
+    if (!c || !c->ok)
         return rt__bf32(nd, B, A);
     rt__bcp *d = rt__arena_alloc(A, sizeof *d);
     if (!d)
         return RT_ENOMEM;
-    d->f = f, d->c = c, d->cs = cs;
+    d->c = c, d->cs = cs;
     d->nt = omp_get_max_threads() < 1 ? 1 : omp_get_max_threads();
-    d->g = (rt_kern_mpool){.OH = k.OH,
-                           .OW = k.OW,
-                           .OC = k.OC,
+    d->g = (rt_kern_mpool){.OH = cv->OH,
+                           .OW = cv->OW,
+                           .OC = cv->OC,
                            .KH = pc->KH,
                            .KW = pc->KW,
                            .PH = pc->OH,
                            .PW = pc->OW,
-                           .act = (int)k.act};
-    d->tstride =
-        rt__ff(cs * oper) + 2 * rt__ff(k.OC) + rt__hf(cs * oper) + 2 * c->dwd_floats + c->sp_floats;
+                           .act = cv->act};
+    d->tstride = rt__ff(cs * oper) + 2 * rt__ff(cv->OC) + rt__hf(cs * oper) + 2 * c->dwd_floats +
+                 rt__ff(cs * per) + c->sp_floats;
     d->xfloats = rt__hf((B + cs - 1) / cs * cs * per);
     nd->kdata = d;
-    /* workspace: x in bf16, W in the chunk forward's bf16 layout, argmax */
+    /* workspace: x in bf16, W in the forward's bf16 layout, argmax */
     nd->ws_floats = d->xfloats + c->wf_floats + rt__ff((B * pp + 3) / 4);
-    nd->scratch_floats = d->nt * d->tstride + rt__hf(B * oper) + f->wd_floats + f->dwd_floats +
-                         rt__bcv_tmp(&k) +
-                         (f->sp_floats > c->sp_floats ? f->sp_floats : c->sp_floats);
+    nd->scratch_floats = d->nt * d->tstride + c->wd_floats + c->sp_floats;
     return 0;
 }
 
@@ -628,11 +621,10 @@ static void rt__bcp_fwd(const rt__kargs *a)
     const int64_t nch = (n + cs - 1) / cs;
     uint16_t *xb = (uint16_t *)a->ws, *wf = (uint16_t *)(a->ws + d->xfloats);
     uint8_t *idx = (uint8_t *)(a->ws + d->xfloats + c->wf_floats);
-    const rt__bcv_parts p = rt__bcp_split(d, a->scratch);
-    /* the rows past the batch are zeros: the backward's batch primitives
-     * read them against a zero dz */
-    rt__to_bf16_pad(xb, a->x[0], n * per, d->xfloats * 2);
-    rt_kern_dnnl_reord(c->w_f, &c->hwio, a->x[1], &c->wf, wf, &c->sp[3], p.sp, 0);
+    float *sp = a->scratch + d->nt * d->tstride + c->wd_floats;
+    /* the last chunk's rows past the batch are zeros */
+    rt__to_bf16_pad(xb, a->x[0], n * per, nch * cs * per);
+    rt_kern_dnnl_reord(c->w_f, &c->hwio, a->x[1], &c->wf, wf, &c->sp[3], sp, 0);
     const int nt = nch < d->nt ? (int)nch : (int)d->nt;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t ch = 0; ch < nch; ch++) {
@@ -649,11 +641,7 @@ static void rt__bcp_fwd(const rt__kargs *a)
     }
 }
 
-/* dW without dx (a first layer): each thread runs the chunk's
- * backward-weights primitive on its chunks' dz in cache and sums their dW
- * (in that primitive's layout); the threads' sums are added in thread
- * order. No dz for the whole batch is formed. */
-static void rt__bcp_bwd_w(const rt__kargs *a, int nt, float *db)
+static void rt__bcp_bwd(const rt__kargs *a)
 {
     const rt__bcp *d = a->nd->kdata;
     const rt__bcv *c = d->c;
@@ -661,9 +649,19 @@ static void rt__bcp_bwd_w(const rt__kargs *a, int nt, float *db)
     const int64_t per = k->H * k->W * k->C, oper = k->OH * k->OW * k->OC;
     const int64_t pp = d->g.PH * d->g.PW * k->OC, n = a->r->n, cs = d->cs;
     const int64_t nch = (n + cs - 1) / cs, dwn = c->dwd_floats;
-    const uint16_t *xb = (uint16_t *)a->ws;
+    const uint16_t *xb = (uint16_t *)a->ws, *wf = (uint16_t *)(a->ws + d->xfloats);
     const uint8_t *idx = (const uint8_t *)(a->ws + d->xfloats + c->wf_floats);
-    float *dw = a->dx[1];
+    float *dx = a->dx[0], *dw = a->dx[1], *db = k->bias ? a->dx[2] : NULL;
+    uint16_t *wd = (uint16_t *)(a->scratch + d->nt * d->tstride);
+    float *sp = a->scratch + d->nt * d->tstride + c->wd_floats;
+    /* backward-data's weights: the forward's copy when it wants that layout */
+    const uint16_t *w = wf;
+    if (dx && !dnnl_memory_desc_equal(&c->wf, &c->wd)) {
+        rt_kern_dnnl_reord(c->w_d, &c->hwio, a->x[1], &c->wd, wd, &c->sp[4], sp, 0);
+        w = wd;
+    }
+    const int addx = (a->accum & 1u) != 0;
+    const int nt = nch < d->nt ? (int)nch : (int)d->nt;
     int team = 1;
 #pragma omp parallel num_threads(nt)
     {
@@ -679,67 +677,43 @@ static void rt__bcp_bwd_w(const rt__kargs *a, int nt, float *db)
             rt_kern_mpool_bwd(&d->g, nb, a->dy + o, k->act ? a->y + o : NULL, idx + o, q.z, q.tmp,
                               db ? q.db : NULL);
             rt__to_bf16_pad(q.dzb, q.z, nb * oper, cs * oper);
-            rt_kern_dnnl_args g = {0};
-            rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &c->srcb, xb + ch * cs * per);
-            rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_DST, &c->dstb, q.dzb);
-            rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_WEIGHTS, &c->dwd, q.dwc);
-            if (k->bias)
-                rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_BIAS, &c->bias, q.tmp);
-            rt_kern_dnnl_exec(c->bwd_w, &g, &c->sp[2], q.sp, 1);
-            for (int64_t i = 0; i < dwn; i++)
-                q.dwp[i] += q.dwc[i];
+            if (dw || db) {
+                rt_kern_dnnl_args g = {0};
+                rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &c->srcb, xb + ch * cs * per);
+                rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_DST, &c->dstb, q.dzb);
+                rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_WEIGHTS, &c->dwd, q.dwc);
+                if (k->bias)
+                    rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_BIAS, &c->bias, q.tmp);
+                rt_kern_dnnl_exec(c->bwd_w, &g, &c->sp[2], q.sp, 1);
+                for (int64_t i = 0; i < dwn; i++)
+                    q.dwp[i] += q.dwc[i];
+            }
+            if (dx) {
+                /* straight into dx unless it adds or the chunk runs past
+                 * the batch's rows */
+                float *dxc = !addx && nb == cs ? dx + ch * cs * per : q.dx;
+                rt_kern_dnnl_args g = {0};
+                rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_DST, &c->dstb, q.dzb);
+                rt_kern_dnnl_arg(&g, DNNL_ARG_WEIGHTS, &c->wd, w);
+                rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_SRC, &c->srcf, dxc);
+                rt_kern_dnnl_exec(c->bwd_d, &g, &c->sp[1], q.sp, 1);
+                float *restrict o = dx + ch * cs * per;
+                if (addx)
+                    for (int64_t i = 0; i < nb * per; i++)
+                        o[i] += q.dx[i];
+                else if (dxc == q.dx)
+                    memcpy(o, q.dx, sizeof(float) * (size_t)(nb * per));
+            }
         }
     }
-    float *dw0 = rt__bcp_thread(d, a->scratch, 0).dwp;
-    for (int t = 1; t < team; t++)
-        rt__badd(dw0, rt__bcp_thread(d, a->scratch, t).dwp, dwn);
-    const rt__bcv_parts p = rt__bcp_split(d, a->scratch);
-    if (dw && (a->accum & 2u))
-        rt_kern_dnnl_reord(c->dw_add, &c->dwd, dw0, &c->hwio, dw, &c->sp[6], p.sp, 0);
-    else if (dw)
-        rt_kern_dnnl_reord(c->dw_set, &c->dwd, dw0, &c->hwio, dw, &c->sp[5], p.sp, 0);
-    if (db) {
-        if (!(a->accum & 4u))
-            memset(db, 0, sizeof(float) * (size_t)k->OC);
-        for (int t = 0; t < team; t++)
-            rt__badd(db, rt__bcp_thread(d, a->scratch, t).db, k->OC);
-    }
-}
-
-static void rt__bcp_bwd(const rt__kargs *a)
-{
-    const rt__bcp *d = a->nd->kdata;
-    const rt__bcv_key *k = &d->f->key;
-    const int64_t oper = k->OH * k->OW * k->OC, pp = d->g.PH * d->g.PW * k->OC;
-    const int64_t n = a->r->n, cs = d->cs, nch = (n + cs - 1) / cs;
-    const uint16_t *xb = (uint16_t *)a->ws, *wf = (uint16_t *)(a->ws + d->xfloats);
-    const uint8_t *idx = (const uint8_t *)(a->ws + d->xfloats + d->c->wf_floats);
-    /* db sums the float32 dz, as the definition (rt_ref_bf16.c) does: per
-     * thread over its chunks (static: the same chunks every call), then
-     * in thread order */
-    float *db = k->bias ? a->dx[2] : NULL;
-    const int nt = nch < d->nt ? (int)nch : (int)d->nt;
-    if (!a->dx[0]) {
-        rt__bcp_bwd_w(a, nt, db);
-        return;
-    }
-    /* with dx: the batch's dz in bf16, then the batch's primitives */
-    const rt__bcv_parts p = rt__bcp_split(d, a->scratch);
-    int team = 1;
-#pragma omp parallel num_threads(nt)
-    {
-        const int t = omp_get_thread_num();
-        if (t == 0)
-            team = omp_get_num_threads();
-        const rt__bcp_tparts q = rt__bcp_thread(d, a->scratch, t);
-        memset(q.db, 0, sizeof(float) * (size_t)k->OC);
-#pragma omp for schedule(static)
-        for (int64_t ch = 0; ch < nch; ch++) {
-            const int64_t nb = n - ch * cs < cs ? n - ch * cs : cs, o = ch * cs * pp;
-            rt_kern_mpool_bwd(&d->g, nb, a->dy + o, k->act ? a->y + o : NULL, idx + o, q.z, q.tmp,
-                              db ? q.db : NULL);
-            rt__to_bf16_serial(p.dzb + ch * cs * oper, q.z, nb * oper);
-        }
+    if (dw) {
+        float *dw0 = rt__bcp_thread(d, a->scratch, 0).dwp;
+        for (int t = 1; t < team; t++)
+            rt__badd(dw0, rt__bcp_thread(d, a->scratch, t).dwp, dwn);
+        if (a->accum & 2u)
+            rt_kern_dnnl_reord(c->dw_add, &c->dwd, dw0, &c->hwio, dw, &c->sp[6], sp, 0);
+        else
+            rt_kern_dnnl_reord(c->dw_set, &c->dwd, dw0, &c->hwio, dw, &c->sp[5], sp, 0);
     }
     if (db) {
         if (!(a->accum & 4u))
@@ -747,9 +721,6 @@ static void rt__bcp_bwd(const rt__kargs *a)
         for (int t = 0; t < team; t++)
             rt__badd(db, rt__bcp_thread(d, a->scratch, t).db, k->OC);
     }
-    if (k->n > n)
-        memset(p.dzb + n * oper, 0, sizeof(uint16_t) * (size_t)((k->n - n) * oper));
-    rt__bconv_grads(a, d->f, xb, &d->c->wf, wf, &p, 1);
 }
 
 /* ---------------------------------------------------------------- table */
