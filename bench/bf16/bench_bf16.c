@@ -19,6 +19,7 @@
  */
 #define RT_BENCH_NAME "bench_bf16"
 #include <stdint.h>
+#include <time.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -27,7 +28,7 @@
 #include "import_onnx.h"
 #include "rt_engine.h"
 
-extern int rt_kern_bf16_conv_min_c, rt_kern_bf16_layouts; /* rt_kern_bf16.c */
+extern int rt_kern_bf16_conv_min_c; /* rt_kern_bf16.c */
 
 static uint8_t *read_all(const char *path, size_t *len)
 {
@@ -56,12 +57,23 @@ static rt_plan *compile(const rt_graph *g, rt_train_config *cfg, int prec)
     return p;
 }
 
-static double step_ms(rt_exec *e, const rt_data *d, int steps)
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* wall ms a step; *cpu: the process's CPU ms a step (all threads: with
+ * OMP_NUM_THREADS=1 a measure of the work that a loaded machine disturbs
+ * less than the wall clock) */
+static double step_ms(rt_exec *e, const rt_data *d, int steps, double *cpu)
 {
     rt_train_result r;
-    const double t0 = now_s();
+    const double t0 = now_s(), c0 = cpu_s();
     if (rt_exec_train(e, d, steps, &r, NULL, NULL, NULL) < 0)
         die("train", rt_exec_errmsg(e));
+    *cpu = (cpu_s() - c0) * 1e3 / steps;
     return (now_s() - t0) * 1e3 / steps;
 }
 
@@ -86,19 +98,21 @@ static void row(const char *name, const rt_graph *g, rt_train_config *cfg, int r
     for (int k = 0; k < 2; k++) {
         if (rt_exec_create(p[k], &e[k]) < 0)
             die("exec", name);
-        step_ms(e[k], &d, 2); /* warm: first-touch of the arena, primitives */
+        double c;
+        step_ms(e[k], &d, 2, &c); /* warm: first-touch of the arena, primitives */
     }
-    double t[2][64];
+    double t[2][64], c[2][64];
     if (reps > 64)
         reps = 64;
     for (int r = 0; r < reps; r++)
         for (int k = 0; k < 2; k++)
-            t[k][r] = step_ms(e[k], &d, steps);
+            t[k][r] = step_ms(e[k], &d, steps, &c[k][r]);
     const double m32 = median(t[0], reps), m16 = median(t[1], reps);
+    const double c32 = median(c[0], reps), c16 = median(c[1], reps);
     const rt_compile_report *r32 = rt_plan_report(p[0]), *r16 = rt_plan_report(p[1]);
-    printf("| %s | %d | %.2f | %.2f | **%.3f** | %u of %d | %.1f | %.1f |\n", name, cfg->batch_size,
-           m32, m16, m16 / m32, r16->n_bf16, rt_plan_n_nodes(p[1]), r32->arena_bytes / 1048576.0,
-           r16->arena_bytes / 1048576.0);
+    printf("| %s | %d | %.2f | %.2f | **%.3f** | %.2f | %.2f | %.3f | %u of %d | %.1f | %.1f |\n",
+           name, cfg->batch_size, m32, m16, m16 / m32, c32, c16, c16 / c32, r16->n_bf16,
+           rt_plan_n_nodes(p[1]), r32->arena_bytes / 1048576.0, r16->arena_bytes / 1048576.0);
     fflush(stdout);
     for (int k = 0; k < 2; k++) {
         rt_exec_destroy(e[k]);
@@ -172,13 +186,10 @@ int main(int argc, char **argv)
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--conv-min-c") && i + 1 < argc)
             rt_kern_bf16_conv_min_c = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--layouts") && i + 1 < argc)
-            rt_kern_bf16_layouts = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
         else
-            die("usage",
-                "bench_bf16 [--reps N] [--conv-min-c C] [--layouts L] [--only wb|wc|mobilenet|resnet]");
+            die("usage", "bench_bf16 [--reps N] [--conv-min-c C] [--only wb|wc|mobilenet|resnet]");
     }
 #define RUN(key) (!only || !strcmp(only, key))
     if (reps < 1)
@@ -195,8 +206,9 @@ int main(int argc, char **argv)
     printf("bf16 (mixed_bfloat16) against float32, same graph, interleaved rounds, medians "
            "of %d\n\n",
            reps);
-    printf("| workload | batch | float32 ms/step | bf16 ms/step | bf16/f32 | bf16 ops | arena "
-           "MiB f32 | arena MiB bf16 |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    printf("| workload | batch | float32 ms/step | bf16 ms/step | bf16/f32 | f32 CPU ms | "
+           "bf16 CPU ms | CPU bf16/f32 | bf16 ops | arena MiB f32 | arena MiB bf16 |\n| --- "
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     rt_train_config cfg;
     rt_train_config_init(&cfg);
     cfg.from_logits = 1;

@@ -631,7 +631,11 @@ static void test_torch(const char *path)
  * 1e-3 relative and each weight's change to 2^-6 of the largest change
  * (SGD: a change is linear in the gradients; Adam's m / sqrt(v) would
  * turn a tiny gradient's rounding into a full step). cpu bf16 against cpu
- * float32 is printed beside it; its losses must be further apart. */
+ * float32 is printed beside it; its losses must be further apart. (Seen:
+ * about 1e-8 and 1e-6, far inside the bounds, since the cpu's Conv2D bias
+ * gradient sums the float32 dz as ref does; summing the bf16 dz, as it did,
+ * gave 1e-4 and 0.6%, and 0.4% and 2.6% with the pool after the first
+ * conv.) */
 static void ref_run(const char *be, int prec, int pool_first, const float *x, const int32_t *y,
                     int n, double loss[6], float *w, int64_t *nw)
 {
@@ -667,8 +671,7 @@ static void test_ref(int n, int chunk, int pool_first)
            pool_first ? "first" : "second");
     const int chunk0 = rt_kern_bf16_pool_chunk;
     rt_kern_bf16_pool_chunk = chunk;
-    /* the same 64 samples for every variant: the bound is not met by
-     * every data set alike, and the variants compare kernels, not data */
+    /* the same 64 samples for every variant: they compare kernels */
     static float x[64 * 128], w0[16000], w[3][16000];
     static int32_t y[64];
     static int made;
@@ -710,13 +713,7 @@ static void test_ref(int n, int chunk, int pool_first)
            lr, er / big, lf, ef / big);
     CHECK(lr <= 1e-3);
     CHECK(er <= big / 64);
-    /* the oracle is nearer than float32 is: by 4x on full batches; the
-     * variants with a last batch of 8 (whose steps move more) nearer in
-     * both the losses and the weights */
-    if (n == 64)
-        CHECK(lr < lf / 4);
-    else
-        CHECK(lr < lf && er < ef);
+    CHECK(lr < lf / 4); /* the oracle is nearer than float32 is */
 }
 
 /* ------------------------------------------------------------ refusals */

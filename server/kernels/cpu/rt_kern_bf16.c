@@ -43,7 +43,6 @@
 #define RT__BF_PAR 65536 /* conversions over fewer values run serial */
 
 int rt_kern_bf16_conv_min_c = 1;
-int rt_kern_bf16_layouts = 0;
 
 int rt_kern_bf16_supported(char *err, size_t errlen)
 {
@@ -123,20 +122,57 @@ static void rt__badd(float *restrict a, const float *restrict b, int64_t n)
         a[i] += b[i];
 }
 
-/* dz = dy * act'(y) over n floats */
-static void rt__bact_bwd(int act, float *dz, const float *dy, const float *y, int64_t n)
+/* threads the dz pass sums db over at most (its partials' scratch) */
+#define RT__BDZ_NT 16
+
+/* floats of the dz pass's partial sums for cols columns */
+static int64_t rt__bdz_part(int64_t cols) { return RT__BDZ_NT * rt__ff(cols); }
+
+/* One pass over the output gradient: dz = dy * act'(y) (y unread without
+ * an activation) rounded to bf16 into dzb, its rows from `rows` to `cap`
+ * zeroed; with db the float32 sums of dz's columns too, the bias gradient
+ * of the definition (rt_ref_bf16.c): per thread over a fixed split of the
+ * rows (in part), then added in thread order, over db (dbadd) or not. */
+static void rt__bdz(int act, uint16_t *dzb, float *db, int dbadd, const float *dy, const float *y,
+                    int64_t rows, int64_t cols, int64_t cap, float *part)
 {
-    if (n < RT__BF_PAR) {
-        rt_kern_act_bwd(act, dz, dy, y, n);
-        return;
+    int nt = omp_get_max_threads() < 1 ? 1 : omp_get_max_threads();
+    if (nt > RT__BDZ_NT)
+        nt = RT__BDZ_NT;
+    if (rows * cols < RT__BF_PAR)
+        nt = 1;
+    int team = 1;
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num(), T = omp_get_num_threads();
+        if (t == 0)
+            team = T;
+        const int64_t r0 = rows * t / T, r1 = rows * (t + 1) / T;
+        float *restrict pd = part + t * rt__ff(cols);
+        float g[256];
+        if (db)
+            memset(pd, 0, sizeof(float) * (size_t)cols);
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t c0 = 0; c0 < cols; c0 += 256) {
+                const int64_t m = cols - c0 < 256 ? cols - c0 : 256, o = r * cols + c0;
+                const float *v = dy + o;
+                if (act) {
+                    rt_kern_act_bwd(act, g, dy + o, y + o, m);
+                    v = g;
+                }
+                rt__to_bf16_serial(dzb + o, v, m);
+                if (db)
+                    for (int64_t j = 0; j < m; j++)
+                        pd[c0 + j] += v[j];
+            }
     }
-    const int nt = omp_get_max_threads() < 1 ? 1 : omp_get_max_threads();
-    const int64_t cs = (n + nt - 1) / nt;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int t = 0; t < nt; t++) {
-        const int64_t i0 = cs * t, m = n - i0 < cs ? n - i0 : cs;
-        if (m > 0)
-            rt_kern_act_bwd(act, dz + i0, dy + i0, y + i0, m);
+    if (cap > rows)
+        memset(dzb + rows * cols, 0, sizeof(uint16_t) * (size_t)((cap - rows) * cols));
+    if (db) {
+        if (!dbadd)
+            memset(db, 0, sizeof(float) * (size_t)cols);
+        for (int t = 0; t < team; t++)
+            rt__badd(db, part + t * rt__ff(cols), cols);
     }
 }
 
@@ -233,8 +269,8 @@ static int rt__bdense_prepare(rt__node *nd, int64_t B, rt__arena *A)
     nd->kdata = (void *)d;
     /* workspace: x and W in bf16, from the forward call to the backward */
     nd->ws_floats = rt__hf(k.M * k.K) + rt__hf(k.K * k.N);
-    /* scratch: dz in bf16, dz in f32 (an activation), the scratchpad */
-    nd->scratch_floats = rt__hf(k.M * k.N) + (k.act ? rt__ff(k.M * k.N) : 0) + d->sp_floats;
+    /* scratch: dz in bf16, db's partial sums, the scratchpad */
+    nd->scratch_floats = rt__hf(k.M * k.N) + rt__bdz_part(k.N) + d->sp_floats;
     return 0;
 }
 
@@ -263,27 +299,11 @@ static void rt__bdense_bwd(const rt__kargs *a)
     const rt__bmm *d = nd->kdata;
     const int64_t M = rt__rows(nd->in_shape[0], a->r->n), MB = d->key.M;
     const int64_t K = d->key.K, N = d->key.N;
-    const int act = (int)d->key.act;
     uint16_t *xb = (uint16_t *)a->ws, *wb = (uint16_t *)(a->ws + rt__hf(MB * K));
     uint16_t *dzb = (uint16_t *)a->scratch;
-    float *dzf = a->scratch + rt__hf(MB * N);
-    float *sp = dzf + (act ? rt__ff(MB * N) : 0);
-    const float *dz = a->dy;
-    if (act) {
-        rt__bact_bwd(act, dzf, a->dy, a->y, M * N);
-        dz = dzf;
-    }
-    rt__to_bf16_pad(dzb, dz, M * N, MB * N);
-    if (d->key.bias && a->dx[2]) { /* db: float32 sums over the rows in order */
-        float *restrict db = a->dx[2];
-        if (!(a->accum & 4u))
-            memset(db, 0, sizeof(float) * (size_t)N);
-        for (int64_t i = 0; i < M; i++) {
-            const float *restrict zr = dz + i * N;
-            for (int64_t j = 0; j < N; j++)
-                db[j] += zr[j];
-        }
-    }
+    float *part = a->scratch + rt__hf(MB * N), *sp = part + rt__bdz_part(N);
+    rt__bdz((int)d->key.act, dzb, d->key.bias ? a->dx[2] : NULL, (a->accum & 4u) != 0, a->dy, a->y,
+            M, N, MB, part);
     if (a->dx[1]) {
         const int add = (a->accum & 2u) != 0;
         rt_kern_dnnl_args g = {0};
@@ -338,7 +358,7 @@ static void *rt__bcv_build(const void *kp)
     static const dnnl_data_type_t dt[RT_KERN_DNNL_NDT] = {dnnl_bf16, dnnl_bf16, dnnl_f32,
                                                           dnnl_f32,  dnnl_bf16, dnnl_f32};
     dnnl_primitive_desc_t pd[3];
-    if (rt_kern_dnnl_conv_pds(k, dt, 1, (unsigned)rt_kern_bf16_layouts, pd) < 0)
+    if (rt_kern_dnnl_conv_pds(k, dt, 1, pd) < 0)
         return d;
     dnnl_primitive_desc_t fpd = pd[0], dpd = pd[1], wpd = pd[2];
     d->wf = *dnnl_primitive_desc_query_md(fpd, dnnl_query_weights_md, 0);
@@ -367,11 +387,11 @@ static void *rt__bcv_build(const void *kp)
 
 static rt_kern_dnnl_cache rt__bcv_tab = RT_KERN_DNNL_CACHE_INIT;
 
-/* the scratch's parts: dz in bf16, dz in f32 (activation), W in bwd_d's
- * bf16 layout, dW in bwd_w's layout, a dx or db to add from, scratchpad */
+/* the scratch's parts: dz in bf16, db's partial sums, W in bwd_d's bf16
+ * layout, dW in bwd_w's layout, a dx or db to add from, scratchpad */
 typedef struct {
     uint16_t *dzb, *wd;
-    float *dzf, *dw, *tmp, *sp;
+    float *part, *dw, *tmp, *sp;
 } rt__bcv_parts;
 
 static int64_t rt__bcv_tmp(const rt__bcv_key *k)
@@ -387,8 +407,8 @@ static rt__bcv_parts rt__bcv_split(const rt__bcv *d, float *s)
     rt__bcv_parts p;
     p.dzb = (uint16_t *)s;
     s += rt__hf(out);
-    p.dzf = s;
-    s += k->act ? rt__ff(out) : 0;
+    p.part = s;
+    s += rt__bdz_part(k->OC);
     p.wd = (uint16_t *)s;
     s += d->wd_floats;
     p.dw = s;
@@ -415,7 +435,7 @@ static int rt__bconv_prepare(rt__node *nd, int64_t B, rt__arena *A)
     /* workspace: x in bf16 NHWC and W in the forward's bf16 layout */
     nd->ws_floats = rt__hf(B * k.H * k.W * k.C) + d->wf_floats;
     const int64_t out = B * k.OH * k.OW * k.OC;
-    nd->scratch_floats = rt__hf(out) + (k.act ? rt__ff(out) : 0) + d->wd_floats + d->dwd_floats +
+    nd->scratch_floats = rt__hf(out) + rt__bdz_part(k.OC) + d->wd_floats + d->dwd_floats +
                          rt__bcv_tmp(&k) + d->sp_floats;
     return 0;
 }
@@ -447,23 +467,20 @@ static void rt__bconv_grads(const rt__kargs *a, const rt__bcv *d, const uint16_t
 {
     const rt__bcv_key *k = &d->key;
     const int64_t per = k->H * k->W * k->C, n = a->r->n;
-    float *dx = a->dx[0], *dw = a->dx[1], *db = k->bias ? a->dx[2] : NULL;
-    if (dw || db) {
-        const int dbadd = db && (a->accum & 4u);
+    float *dx = a->dx[0], *dw = a->dx[1];
+    if (dw) {
         float *dwb = dw && !(a->accum & 2u) && !d->dw_set ? dw : p->dw;
         rt_kern_dnnl_args g = {0};
         rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &d->srcb, xb);
         rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_DST, &d->dstb, p->dzb);
         rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_WEIGHTS, &d->dwd, dwb);
-        if (k->bias)
-            rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_BIAS, &d->bias, db && !dbadd ? db : p->tmp);
+        if (k->bias) /* the primitive's own, from the bf16 dz: unused */
+            rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_BIAS, &d->bias, p->tmp);
         rt_kern_dnnl_exec(d->bwd_w, &g, &d->sp[2], p->sp, 0);
         if (dw && (a->accum & 2u))
             rt_kern_dnnl_reord(d->dw_add, &d->dwd, dwb, &d->hwio, dw, &d->sp[6], p->sp, 0);
         else if (dw && d->dw_set)
             rt_kern_dnnl_reord(d->dw_set, &d->dwd, dwb, &d->hwio, dw, &d->sp[5], p->sp, 0);
-        if (dbadd)
-            rt__badd(db, p->tmp, k->OC);
     }
     if (dx) {
         /* the forward's bf16 copy when both want the same layout */
@@ -487,15 +504,12 @@ static void rt__bconv_bwd(const rt__kargs *a)
 {
     const rt__bcv *d = a->nd->kdata;
     const rt__bcv_key *k = &d->key;
-    const int64_t per = k->H * k->W * k->C, oper = k->OH * k->OW * k->OC, n = a->r->n;
+    const int64_t per = k->H * k->W * k->C, n = a->r->n;
     const uint16_t *xb = (uint16_t *)a->ws, *wf = (uint16_t *)(a->ws + rt__hf(k->n * per));
     const rt__bcv_parts p = rt__bcv_split(d, a->scratch);
-    const float *dz = a->dy;
-    if (k->act) {
-        rt__bact_bwd((int)k->act, p.dzf, a->dy, a->y, n * oper);
-        dz = p.dzf;
-    }
-    rt__to_bf16_pad(p.dzb, dz, n * oper, k->n * oper);
+    float *db = k->bias ? a->dx[2] : NULL;
+    rt__bdz((int)k->act, p.dzb, db, (a->accum & 4u) != 0, a->dy, a->y, n * k->OH * k->OW, k->OC,
+            k->n * k->OH * k->OW, p.part);
     rt__bconv_grads(a, d, xb, &d->wf, wf, &p);
 }
 

@@ -30,11 +30,6 @@ const rt__kernel *rt_kern_cpu_f32_kernel(const rt__op_def *op, const rt__op_def 
  * compile; bench/bf16 --conv-min-c varies it). 1: every Conv2D in bf16. */
 extern int rt_kern_bf16_conv_min_c;
 
-/* the weight layouts of the bf16 convolutions (rt_kern_dnnl.h's
- * RT_KERN_DNNL_WD_FWD, RT_KERN_DNNL_DW_HWIO; read at compile; bench/bf16
- * --layouts varies it) */
-extern int rt_kern_bf16_layouts;
-
 /* Conv2D + MaxPool2D in bf16 runs its forward in chunks of samples whose
  * pre-pool values (float32) number at most this (at least one sample):
  * 2^18, 1 MiB, one core's L2 with the primitive's scratchpad. Read at

@@ -89,7 +89,7 @@ static rt_kern_dconv *rt__dconv_build(const rt__dconv_key *k)
                                                            dnnl_f32, dnnl_f32, dnnl_f32};
     dnnl_primitive_desc_t pd[3];
     int rc = -1;
-    if (rt_kern_dnnl_conv_pds(k, f32, 0, 0, pd) < 0)
+    if (rt_kern_dnnl_conv_pds(k, f32, 0, pd) < 0)
         goto out;
     dnnl_primitive_desc_t fpd = pd[0], dpd = pd[1], wpd = pd[2];
     d->src = *dnnl_primitive_desc_query_md(fpd, dnnl_query_src_md, 0);

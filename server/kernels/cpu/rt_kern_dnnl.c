@@ -169,7 +169,7 @@ rt_kern_dnnl_conv_key rt_kern_dnnl_conv_key_of(const rt__conv_params *cv, int64_
 }
 
 int rt_kern_dnnl_conv_pds(const rt_kern_dnnl_conv_key *k,
-                          const dnnl_data_type_t dt[RT_KERN_DNNL_NDT], int no_ref, unsigned flags,
+                          const dnnl_data_type_t dt[RT_KERN_DNNL_NDT], int no_ref,
                           dnnl_primitive_desc_t pd[3])
 {
     pd[0] = pd[1] = pd[2] = NULL;
@@ -194,39 +194,19 @@ int rt_kern_dnnl_conv_pds(const rt_kern_dnnl_conv_key *k,
     dnnl_post_ops_t po = rt_kern_dnnl_act_po((int)k->act, 0);
     /* NHWC in and out as asked: a primitive that wanted its own activation
      * layout would be refused (the format tags are fixed) */
-    int ok = dnnl_dilated_convolution_forward_desc_init(&fdesc, dnnl_forward_training,
-                                                        dnnl_convolution_direct, &src, &wei, bp,
-                                                        &dst, str, dil, pl, pr) == dnnl_success &&
-             rt_kern_dnnl_pd(&fdesc, po, NULL, no_ref, &pd[0]) == 0;
-    /* the asked layouts first, where oneDNN has more than its reference
-     * kernel for them; else the ones it prefers */
-    if (ok && (flags & RT_KERN_DNNL_WD_FWD)) {
-        const dnnl_memory_desc_t wf =
-            *dnnl_primitive_desc_query_md(pd[0], dnnl_query_weights_md, 0);
-        if (dnnl_dilated_convolution_backward_data_desc_init(&ddesc, dnnl_convolution_direct, &dsrc,
-                                                             &wf, &ddst, str, dil, pl,
-                                                             pr) != dnnl_success ||
-            rt_kern_dnnl_pd(&ddesc, NULL, pd[0], 1, &pd[1]) < 0)
-            pd[1] = NULL;
-    }
-    if (ok && (flags & RT_KERN_DNNL_DW_HWIO)) {
-        dnnl_memory_desc_t hw;
-        dnnl_memory_desc_init_by_tag(&hw, 4, wd, dt[RT_KERN_DNNL_DWEI], dnnl_hwio);
-        if (dnnl_dilated_convolution_backward_weights_desc_init(&wdesc, dnnl_convolution_direct,
-                                                                &src, &hw, bp, &ddst, str, dil, pl,
-                                                                pr) != dnnl_success ||
-            rt_kern_dnnl_pd(&wdesc, NULL, pd[0], 1, &pd[2]) < 0)
-            pd[2] = NULL;
-    }
-    ok = ok &&
-         (pd[1] || (dnnl_dilated_convolution_backward_data_desc_init(
-                        &ddesc, dnnl_convolution_direct, &dsrc, &wei, &ddst, str, dil, pl, pr) ==
-                        dnnl_success &&
-                    rt_kern_dnnl_pd(&ddesc, NULL, pd[0], no_ref, &pd[1]) == 0)) &&
-         (pd[2] || (dnnl_dilated_convolution_backward_weights_desc_init(
-                        &wdesc, dnnl_convolution_direct, &src, &dwei, bp, &ddst, str, dil, pl,
-                        pr) == dnnl_success &&
-                    rt_kern_dnnl_pd(&wdesc, NULL, pd[0], no_ref, &pd[2]) == 0));
+    const int ok =
+        dnnl_dilated_convolution_forward_desc_init(&fdesc, dnnl_forward_training,
+                                                   dnnl_convolution_direct, &src, &wei, bp, &dst,
+                                                   str, dil, pl, pr) == dnnl_success &&
+        rt_kern_dnnl_pd(&fdesc, po, NULL, no_ref, &pd[0]) == 0 &&
+        dnnl_dilated_convolution_backward_data_desc_init(&ddesc, dnnl_convolution_direct, &dsrc,
+                                                         &wei, &ddst, str, dil, pl,
+                                                         pr) == dnnl_success &&
+        rt_kern_dnnl_pd(&ddesc, NULL, pd[0], no_ref, &pd[1]) == 0 &&
+        dnnl_dilated_convolution_backward_weights_desc_init(&wdesc, dnnl_convolution_direct, &src,
+                                                            &dwei, bp, &ddst, str, dil, pl,
+                                                            pr) == dnnl_success &&
+        rt_kern_dnnl_pd(&wdesc, NULL, pd[0], no_ref, &pd[2]) == 0;
     if (po)
         dnnl_post_ops_destroy(po);
     if (ok)

@@ -75,19 +75,13 @@ enum {
     RT_KERN_DNNL_DWEI, /* backward-weights' output */
     RT_KERN_DNNL_NDT
 };
-/* rt_kern_dnnl_conv_pds' flags: backward-data reads the weights in the
- * forward's layout (one copy of them for both); backward-weights writes
- * Keras' (KH, KW, C, OC). Each only where oneDNN has more than its
- * reference kernel for it; else the layout it prefers. */
-enum { RT_KERN_DNNL_WD_FWD = 1, RT_KERN_DNNL_DW_HWIO = 2 };
 /* The forward (with k's activation as a post-op), backward-data and
  * backward-weights primitive descriptors of convolution k into pd[0..2]:
  * activations NHWC as the engine stores them, weights in the layout each
- * prefers (format any) unless flags ask otherwise, bias float32. -1 (none
- * left to destroy) when oneDNN refuses one, or with no_ref offers only its
- * reference one. */
+ * prefers (format any), bias float32. -1 (none left to destroy) when
+ * oneDNN refuses one, or with no_ref offers only its reference one. */
 int rt_kern_dnnl_conv_pds(const rt_kern_dnnl_conv_key *k,
-                          const dnnl_data_type_t dt[RT_KERN_DNNL_NDT], int no_ref, unsigned flags,
+                          const dnnl_data_type_t dt[RT_KERN_DNNL_NDT], int no_ref,
                           dnnl_primitive_desc_t pd[3]);
 
 /* A table of built primitive sets for the process, each entry starting
