@@ -607,14 +607,7 @@ static int rt__bconv_pool_prepare(rt__node *nd, int64_t B, rt__arena *A)
         return RT_ENOMEM;
     d->c = c, d->cs = cs;
     d->nt = omp_get_max_threads() < 1 ? 1 : omp_get_max_threads();
-    d->g = (rt_kern_mpool){.OH = cv->OH,
-                           .OW = cv->OW,
-                           .OC = cv->OC,
-                           .KH = pc->KH,
-                           .KW = pc->KW,
-                           .PH = pc->OH,
-                           .PW = pc->OW,
-                           .act = cv->act};
+    d->g = rt_kern_mpool_of(cv, pc);
     d->tstride = rt__ff(cs * oper) + 2 * rt__ff(cv->OC) + rt__hf(cs * oper) + 2 * c->dwd_floats +
                  rt__ff(cs * per) + c->sp_floats;
     d->xfloats = rt__hf((B + cs - 1) / cs * cs * per);

@@ -521,17 +521,12 @@ static void rt__conv_rows(const rt__node *nd, int64_t rows, int64_t K, int64_t O
         rt_kern_act_fwd(act, z, rows * OC);
 }
 
-/* a fused pool's geometry, from the plan */
-static rt_kern_mpool rt__mpool_of(const rt__conv_params *cv, const rt_kern_conv_plan *kp)
+rt_kern_mpool rt_kern_mpool_of(const rt__conv_params *cv, const rt__conv_params *pool)
 {
-    return (rt_kern_mpool){.OH = cv->OH,
-                           .OW = cv->OW,
-                           .OC = cv->OC,
-                           .KH = kp->pool,
-                           .KW = kp->poolw,
-                           .PH = kp->ph,
-                           .PW = kp->pw,
-                           .act = cv->act};
+    rt_kern_mpool g;
+    g.OH = cv->OH, g.OW = cv->OW, g.OC = cv->OC, g.act = cv->act;
+    g.KH = pool->KH, g.KW = pool->KW, g.PH = pool->OH, g.PW = pool->OW;
+    return g;
 }
 
 void rt_kern_mpool_fwd(const rt_kern_mpool *g, int64_t nb, const float *z, float *y, uint8_t *idx)
@@ -829,7 +824,7 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
             rt__conv_rows(nd, c.rows, K, OC, A, w, bias, y);
         }
         if (kp->pool) {
-            const rt_kern_mpool mg = rt__mpool_of(cv, kp);
+            const rt_kern_mpool mg = rt_kern_mpool_of(cv, &nd->fused_p->conv);
             rt_kern_mpool_fwd(&mg, c.nb, y, a->y + c.s0 * kp->ph * kp->pw * OC,
                               (uint8_t *)a->ws + c.s0 * kp->ph * kp->pw * OC);
         }
@@ -911,7 +906,7 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
                 /* dz in dzbuf from the pooled gradient and the argmax the
                  * forward pass kept (the pooled y gives act') */
                 const int64_t po = s0 * kp->ph * kp->pw * OC;
-                const rt_kern_mpool mg = rt__mpool_of(cv, kp);
+                const rt_kern_mpool mg = rt_kern_mpool_of(cv, &nd->fused_p->conv);
                 rt_kern_mpool_bwd(&mg, nb, a->dy + po, cv->act ? a->y + po : NULL,
                                   (const uint8_t *)a->ws + po, dzbuf, pdb + OC, db ? pdb : NULL);
                 const float *A = x;

@@ -55,6 +55,8 @@ typedef struct rt_kern_mpool {
     int64_t OH, OW, OC, KH, KW, PH, PW;
     int act;
 } rt_kern_mpool;
+/* the pool of a Conv2D (cv) that absorbed the MaxPool2D pool */
+rt_kern_mpool rt_kern_mpool_of(const rt__conv_params *cv, const rt__conv_params *pool);
 /* forward: y = each window's maximum; idx gets each window's first maximum
  * (scan order, as MaxPool2D) as its cell number i*KW+j, which the backward
  * pass routes the gradient through */
