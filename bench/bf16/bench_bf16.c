@@ -1,12 +1,14 @@
 /*
  * bench_bf16.c - mixed bfloat16 against float32 on the CPU backend: the
  * bf16 / float32 step-time ratio of W-B (32x32x3, batch 256), W-C (the
- * 784-512-512-10 MLP, batch 128) and ResNet-18 for CIFAR (batch 64), each
+ * 784-512-512-10 MLP, batch 128), MobileNet v1 (224x224, batch 16) and
+ * ResNet-18 for CIFAR (batch 64), each
  * the same graph compiled both ways, timed in interleaved rounds (the
  * machine's noise hits both), medians; the arena bytes of both plans and
  * how many ops computed in bf16. Prints numbers, asserts nothing.
  *
  *     flock /work/wt/bench.lock build/bench/bf16/bench_bf16 [--reps N] [--conv-min-c C]
+ *         [--only wb|wc|mobilenet|resnet]
  *
  * --conv-min-c C: Conv2D layers with fewer than C input channels run
  * float32 (rt_kern_bf16_conv_min_c), to measure the first layer's share.
@@ -17,10 +19,12 @@
  */
 #define RT_BENCH_NAME "bench_bf16"
 #include <stdint.h>
+#include <time.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "import_keras.h"
 #include "import_onnx.h"
 #include "rt_engine.h"
 
@@ -53,12 +57,23 @@ static rt_plan *compile(const rt_graph *g, rt_train_config *cfg, int prec)
     return p;
 }
 
-static double step_ms(rt_exec *e, const rt_data *d, int steps)
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* wall ms a step; *cpu: the process's CPU ms a step (all threads: with
+ * OMP_NUM_THREADS=1 a measure of the work that a loaded machine disturbs
+ * less than the wall clock) */
+static double step_ms(rt_exec *e, const rt_data *d, int steps, double *cpu)
 {
     rt_train_result r;
-    const double t0 = now_s();
+    const double t0 = now_s(), c0 = cpu_s();
     if (rt_exec_train(e, d, steps, &r, NULL, NULL, NULL) < 0)
         die("train", rt_exec_errmsg(e));
+    *cpu = (cpu_s() - c0) * 1e3 / steps;
     return (now_s() - t0) * 1e3 / steps;
 }
 
@@ -83,19 +98,21 @@ static void row(const char *name, const rt_graph *g, rt_train_config *cfg, int r
     for (int k = 0; k < 2; k++) {
         if (rt_exec_create(p[k], &e[k]) < 0)
             die("exec", name);
-        step_ms(e[k], &d, 2); /* warm: first-touch of the arena, primitives */
+        double c;
+        step_ms(e[k], &d, 2, &c); /* warm: first-touch of the arena, primitives */
     }
-    double t[2][64];
+    double t[2][64], c[2][64];
     if (reps > 64)
         reps = 64;
     for (int r = 0; r < reps; r++)
         for (int k = 0; k < 2; k++)
-            t[k][r] = step_ms(e[k], &d, steps);
+            t[k][r] = step_ms(e[k], &d, steps, &c[k][r]);
     const double m32 = median(t[0], reps), m16 = median(t[1], reps);
+    const double c32 = median(c[0], reps), c16 = median(c[1], reps);
     const rt_compile_report *r32 = rt_plan_report(p[0]), *r16 = rt_plan_report(p[1]);
-    printf("| %s | %d | %.2f | %.2f | **%.3f** | %u of %d | %.1f | %.1f |\n", name,
-           cfg->batch_size, m32, m16, m16 / m32, r16->n_bf16, rt_plan_n_nodes(p[1]),
-           r32->arena_bytes / 1048576.0, r16->arena_bytes / 1048576.0);
+    printf("| %s | %d | %.2f | %.2f | **%.3f** | %.2f | %.2f | %.3f | %u of %d | %.1f | %.1f |\n",
+           name, cfg->batch_size, m32, m16, m16 / m32, c32, c16, c16 / c32, r16->n_bf16,
+           rt_plan_n_nodes(p[1]), r32->arena_bytes / 1048576.0, r16->arena_bytes / 1048576.0);
     fflush(stdout);
     for (int k = 0; k < 2; k++) {
         rt_exec_destroy(e[k]);
@@ -116,6 +133,21 @@ static rt_graph *onnx_graph(const char *dir, const char *file)
     if (rt_onnx_import_opts(onnx, len, &io, &g, err, sizeof err) < 0)
         die("import", err);
     free(onnx);
+    return g;
+}
+
+/* MobileNet v1 at 224x224 (the Keras corpus' JSON, as bench/mobilenet) */
+static rt_graph *mobilenet_graph(void)
+{
+    char path[1024], err[512];
+    snprintf(path, sizeof path, "%s/tests/fixtures/keras-corpus/keras_mobile_net.json",
+             RT_SOURCE_DIR);
+    size_t len;
+    uint8_t *js = read_all(path, &len);
+    rt_graph *g;
+    if (rt_keras_import((const char *)js, len, &g, err, sizeof err) < 0)
+        die("import", err);
+    free(js);
     return g;
 }
 
@@ -148,14 +180,18 @@ static rt_graph *wc_graph(void)
 int main(int argc, char **argv)
 {
     int reps = 7;
+    const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--conv-min-c") && i + 1 < argc)
             rt_kern_bf16_conv_min_c = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
         else
-            die("usage", "bench_bf16 [--reps N] [--conv-min-c C]");
+            die("usage", "bench_bf16 [--reps N] [--conv-min-c C] [--only wb|wc|mobilenet|resnet]");
     }
+#define RUN(key) (!only || !strcmp(only, key))
     if (reps < 1)
         reps = 1;
     if (rt_backend_select("cpu") < 0)
@@ -170,27 +206,43 @@ int main(int argc, char **argv)
     printf("bf16 (mixed_bfloat16) against float32, same graph, interleaved rounds, medians "
            "of %d\n\n",
            reps);
-    printf("| workload | batch | float32 ms/step | bf16 ms/step | bf16/f32 | bf16 ops | arena "
-           "MiB f32 | arena MiB bf16 |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    printf("| workload | batch | float32 ms/step | bf16 ms/step | bf16/f32 | f32 CPU ms | "
+           "bf16 CPU ms | CPU bf16/f32 | bf16 ops | arena MiB f32 | arena MiB bf16 |\n| --- "
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     rt_train_config cfg;
     rt_train_config_init(&cfg);
     cfg.from_logits = 1;
     cfg.metrics = 0;
     cfg.batch_size = 256;
-    rt_graph *g = onnx_graph(dir, "wb.onnx");
-    row("W-B (Adam)", g, &cfg, reps, 4);
-    rt_graph_destroy(g);
-    cfg.batch_size = 128;
-    g = wc_graph();
-    row("W-C (Adam)", g, &cfg, reps, 20);
-    rt_graph_destroy(g);
-    cfg.batch_size = 64;
-    cfg.opt = RT_OPT_SGD;
-    cfg.lr = 0.01f;
-    cfg.momentum = 0.9f;
-    g = onnx_graph(dir, "resnet18.onnx");
-    row("ResNet-18 CIFAR (SGD)", g, &cfg, reps, 1);
-    rt_graph_destroy(g);
+    rt_graph *g;
+    if (RUN("wb")) {
+        g = onnx_graph(dir, "wb.onnx");
+        row("W-B (Adam)", g, &cfg, reps, 4);
+        rt_graph_destroy(g);
+    }
+    if (RUN("wc")) {
+        cfg.batch_size = 128;
+        g = wc_graph();
+        row("W-C (Adam)", g, &cfg, reps, 20);
+        rt_graph_destroy(g);
+    }
+    if (RUN("mobilenet")) {
+        cfg.batch_size = 16;
+        cfg.from_logits = 0; /* its last layer is a Softmax */
+        g = mobilenet_graph();
+        row("MobileNet v1 224 (Adam)", g, &cfg, reps, 1);
+        rt_graph_destroy(g);
+        cfg.from_logits = 1;
+    }
+    if (RUN("resnet")) {
+        cfg.batch_size = 64;
+        cfg.opt = RT_OPT_SGD;
+        cfg.lr = 0.01f;
+        cfg.momentum = 0.9f;
+        g = onnx_graph(dir, "resnet18.onnx");
+        row("ResNet-18 CIFAR (SGD)", g, &cfg, reps, 1);
+        rt_graph_destroy(g);
+    }
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
         fprintf(stderr, "bench_bf16: could not remove %s\n", dir);

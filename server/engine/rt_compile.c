@@ -1293,6 +1293,19 @@ static int rt__pass_fuse(rt__cc *cc)
         if (E[src].node < 0 || E[src].consumers != 1 || src == cc->out)
             continue;
         rt__node *pn = &p->nodes[E[src].node];
+        /* a Relu reading a Conv2D without an activation becomes the
+         * convolution's activation, as Keras' Conv2D(activation="relu")
+         * (an ONNX export's Conv -> Relu): the same numbers, and the
+         * convolution can still absorb a MaxPool2D that reads the Relu */
+        if (nd->op == &rt__op_relu && pn->op == &rt__op_conv2d && !pn->fused &&
+            rt__conv_cp(pn)->act == RT__ACT_NONE) {
+            rt__conv_p(pn)->act = RT__ACT_RELU;
+            pn->bwd_needs_out = 1;
+            E[nd->id].alias = E[src].alias;
+            E[nd->id].node = E[src].node;
+            E[nd->id].needed = 0;
+            continue;
+        }
         if (pn->fused)
             continue;
         int bf16;
@@ -1304,8 +1317,8 @@ static int rt__pass_fuse(rt__cc *cc)
         pn->fused = nd->op;
         pn->out = nd->out;
         pn->bwd_needs_out |= nd->op->bwd_needs_out;
-        cc->shape[src] = pn->out;
-        E[nd->id].alias = src;
+        cc->shape[E[src].alias] = pn->out;
+        E[nd->id].alias = E[src].alias;
         E[nd->id].needed = 0;
     }
     cc->out_e = E[cc->out].alias;

@@ -40,19 +40,8 @@ static const rt_diff_tol tol = {
     .w_abs = 5e-5, .w_rel = 1e-3,
 };
 
-static uint64_t s = 0x9e3779b97f4a7c15ull;
-static double unif(void)
-{
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return (double)(s >> 11) / 9007199254740992.0;
-}
-static float normal(void)
-{
-    const double u1 = 1.0 - unif(), u2 = unif();
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
+#define RT_TESTRNG_SEED 0x9e3779b97f4a7c15ull
+#include "../lib/rt_testrng.h"
 
 static void param(rt_graph *g, const char *name, int nd, int64_t d0, int64_t d1, int64_t d2,
                   int64_t d3, rt_init init)

@@ -9,7 +9,9 @@
  * rounds the output gradient. Everything written is float32: y, dx, dW,
  * db, so the arena, the optimizer, the loss and every other op see the
  * float32 values Keras' mixed_bfloat16 would cast back up. Bias and the
- * activation run on the float32 accumulator (a post-op).
+ * activation run on the float32 accumulator (a post-op). Conv2D with the
+ * MaxPool2D that reads it runs fused (no pre-pool tensor in the arena;
+ * the same numbers as the two apart), see "Conv2D + MaxPool2D" below.
  *
  * Primitives are built at compile for the plan's batch B and kept in a
  * process-wide table (per shape), as rt_kern_conv_dnnl.c does. A smaller
@@ -34,20 +36,13 @@
 #endif
 
 #include "cpu/rt_kern_bf16.h"
+#include "cpu/rt_kern_conv.h"
 #include "cpu/rt_kern_cpu.h"
+#include "cpu/rt_kern_dnnl.h"
 
 #define RT__BF_PAR 65536 /* conversions over fewer values run serial */
-#define RT__BF_MAX 256   /* built primitive sets kept */
 
 int rt_kern_bf16_conv_min_c = 1;
-
-static dnnl_engine_t rt__beng;
-static pthread_once_t rt__beng_once = PTHREAD_ONCE_INIT;
-static void rt__beng_init(void)
-{
-    if (dnnl_engine_create(&rt__beng, dnnl_cpu, 0) != dnnl_success)
-        rt__beng = NULL;
-}
 
 int rt_kern_bf16_supported(char *err, size_t errlen)
 {
@@ -116,141 +111,8 @@ static void rt__to_bf16_pad(uint16_t *dst, const float *src, int64_t n, int64_t 
 /* bf16 values -> floats of storage, each part starting on 64 bytes */
 static int64_t rt__hf(int64_t bf16s) { return ((bf16s + 1) / 2 + 15) & ~(int64_t)15; }
 static int64_t rt__ff(int64_t floats) { return (floats + 15) & ~(int64_t)15; }
-static int64_t rt__mdf(const dnnl_memory_desc_t *md)
-{
-    return (int64_t)((dnnl_memory_desc_get_size(md) + 63) / 64 * 16);
-}
 
 /* ----------------------------------------------------------- primitives */
-
-/* pd for desc with a user scratchpad and post-ops; -1 when oneDNN has no
- * implementation, or only its reference one (slower than float32) */
-static int rt__bpd(const void *desc, const_dnnl_post_ops_t po, const_dnnl_primitive_desc_t hint,
-                   dnnl_primitive_desc_t *pd)
-{
-    dnnl_primitive_attr_t at;
-    if (dnnl_primitive_attr_create(&at) != dnnl_success)
-        return -1;
-    dnnl_primitive_attr_set_scratchpad_mode(at, dnnl_scratchpad_mode_user);
-    if (po)
-        dnnl_primitive_attr_set_post_ops(at, po);
-    const dnnl_status_t st = dnnl_primitive_desc_create(pd, desc, at, rt__beng, hint);
-    dnnl_primitive_attr_destroy(at);
-    if (st != dnnl_success)
-        return -1;
-    const char *impl = NULL;
-    if (dnnl_primitive_desc_query(*pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
-        impl && !strncmp(impl, "ref", 3)) {
-        dnnl_primitive_desc_destroy(*pd);
-        *pd = NULL;
-        return -1;
-    }
-    return 0;
-}
-
-/* the primitive of pd and its scratchpad; destroys pd */
-static int rt__bprim(dnnl_primitive_desc_t pd, dnnl_primitive_t *p, dnnl_memory_desc_t *sp)
-{
-    *sp = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-    const dnnl_status_t st = dnnl_primitive_create(p, pd);
-    dnnl_primitive_desc_destroy(pd);
-    return st == dnnl_success ? 0 : -1;
-}
-
-/* a reorder src -> dst (dst += src when sum); NULL when nothing changes */
-static int rt__breorder(const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *dst, int sum,
-                        dnnl_primitive_t *p, dnnl_memory_desc_t *sp)
-{
-    *p = NULL;
-    memset(sp, 0, sizeof *sp);
-    if (!sum && dnnl_memory_desc_equal(src, dst))
-        return 0;
-    dnnl_primitive_attr_t at;
-    if (dnnl_primitive_attr_create(&at) != dnnl_success)
-        return -1;
-    dnnl_primitive_attr_set_scratchpad_mode(at, dnnl_scratchpad_mode_user);
-    dnnl_post_ops_t po = NULL;
-    if (sum) {
-        dnnl_post_ops_create(&po);
-        dnnl_post_ops_append_sum(po, 1.0f);
-        dnnl_primitive_attr_set_post_ops(at, po);
-    }
-    dnnl_primitive_desc_t pd;
-    const dnnl_status_t st =
-        dnnl_reorder_primitive_desc_create(&pd, src, rt__beng, dst, rt__beng, at);
-    dnnl_primitive_attr_destroy(at);
-    if (po)
-        dnnl_post_ops_destroy(po);
-    if (st != dnnl_success)
-        return -1;
-    return rt__bprim(pd, p, sp);
-}
-
-static dnnl_post_ops_t rt__act_po(int act, int sum)
-{
-    if (act == RT__ACT_NONE && !sum)
-        return NULL;
-    dnnl_post_ops_t po;
-    if (dnnl_post_ops_create(&po) != dnnl_success)
-        return NULL;
-    if (sum)
-        dnnl_post_ops_append_sum(po, 1.0f);
-    if (act != RT__ACT_NONE)
-        dnnl_post_ops_append_eltwise(po, 1.0f,
-                                     act == RT__ACT_RELU      ? dnnl_eltwise_relu
-                                     : act == RT__ACT_SIGMOID ? dnnl_eltwise_logistic
-                                                              : dnnl_eltwise_tanh,
-                                     0.0f, 0.0f);
-    return po;
-}
-
-typedef struct {
-    int n;
-    dnnl_exec_arg_t a[7];
-    dnnl_memory_t m[7];
-} rt__bargs;
-
-static void rt__barg(rt__bargs *g, int arg, const dnnl_memory_desc_t *md, const void *ptr)
-{
-    dnnl_memory_t m;
-    const dnnl_status_t st = dnnl_memory_create(&m, md, rt__beng, (void *)ptr);
-    RT_ASSERT(st == dnnl_success);
-    g->m[g->n] = m;
-    g->a[g->n].arg = arg;
-    g->a[g->n].memory = m;
-    g->n++;
-}
-
-/* runs p with the arguments and the scratchpad, then releases them */
-static void rt__bexec(dnnl_primitive_t p, rt__bargs *g, const dnnl_memory_desc_t *sp, float *spb)
-{
-    if (dnnl_memory_desc_get_size(sp) > 0)
-        rt__barg(g, DNNL_ARG_SCRATCHPAD, sp, spb);
-    dnnl_stream_t st;
-    dnnl_status_t s = dnnl_stream_create(&st, rt__beng, dnnl_stream_default_flags);
-    RT_ASSERT(s == dnnl_success);
-    s = dnnl_primitive_execute(p, st, g->n, g->a);
-    RT_ASSERT(s == dnnl_success); /* shapes were fixed when it was built */
-    dnnl_stream_wait(st);
-    dnnl_stream_destroy(st);
-    for (int i = 0; i < g->n; i++)
-        dnnl_memory_destroy(g->m[i]);
-    g->n = 0;
-}
-
-static void rt__breord(dnnl_primitive_t r, const dnnl_memory_desc_t *smd, const void *src,
-                       const dnnl_memory_desc_t *dmd, void *dst, const dnnl_memory_desc_t *sp,
-                       float *spb)
-{
-    if (!r) {
-        memcpy(dst, src, dnnl_memory_desc_get_size(dmd));
-        return;
-    }
-    rt__bargs g = {0};
-    rt__barg(&g, DNNL_ARG_FROM, smd, src);
-    rt__barg(&g, DNNL_ARG_TO, dmd, dst);
-    rt__bexec(r, &g, sp, spb);
-}
 
 /* a += b over n floats */
 static void rt__badd(float *restrict a, const float *restrict b, int64_t n)
@@ -260,43 +122,58 @@ static void rt__badd(float *restrict a, const float *restrict b, int64_t n)
         a[i] += b[i];
 }
 
-/* dz = dy * act'(y) over n floats */
-static void rt__bact_bwd(int act, float *dz, const float *dy, const float *y, int64_t n)
-{
-    if (n < RT__BF_PAR) {
-        rt_kern_act_bwd(act, dz, dy, y, n);
-        return;
-    }
-    const int nt = omp_get_max_threads() < 1 ? 1 : omp_get_max_threads();
-    const int64_t cs = (n + nt - 1) / nt;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int t = 0; t < nt; t++) {
-        const int64_t i0 = cs * t, m = n - i0 < cs ? n - i0 : cs;
-        if (m > 0)
-            rt_kern_act_bwd(act, dz + i0, dy + i0, y + i0, m);
-    }
-}
+/* threads the dz pass sums db over at most (its partials' scratch) */
+#define RT__BDZ_NT 16
 
-/* a table of built primitive sets, compared by key (memcmp) */
-typedef struct {
-    pthread_mutex_t mu;
-    void *e[RT__BF_MAX];
-    int n;
-} rt__btab;
+/* floats of the dz pass's partial sums for cols columns */
+static int64_t rt__bdz_part(int64_t cols) { return RT__BDZ_NT * rt__ff(cols); }
 
-static void *rt__bget(rt__btab *t, const void *key, size_t klen, void *(*build)(const void *))
+/* One pass over the output gradient: dz = dy * act'(y) (y unread without
+ * an activation) rounded to bf16 into dzb, its rows from `rows` to `cap`
+ * zeroed; with db the float32 sums of dz's columns too, the bias gradient
+ * of the definition (rt_ref_bf16.c): per thread over a fixed split of the
+ * rows (in part), then added in thread order, over db (dbadd) or not. */
+static void rt__bdz(int act, uint16_t *dzb, float *db, int dbadd, const float *dy, const float *y,
+                    int64_t rows, int64_t cols, int64_t cap, float *part)
 {
-    void *d = NULL;
-    pthread_mutex_lock(&t->mu);
-    for (int i = 0; i < t->n; i++)
-        if (!memcmp(t->e[i], key, klen)) {
-            d = t->e[i];
-            break;
-        }
-    if (!d && t->n < RT__BF_MAX && (d = build(key)))
-        t->e[t->n++] = d;
-    pthread_mutex_unlock(&t->mu);
-    return d;
+    int nt = omp_get_max_threads() < 1 ? 1 : omp_get_max_threads();
+    if (nt > RT__BDZ_NT)
+        nt = RT__BDZ_NT;
+    if (rows * cols < RT__BF_PAR)
+        nt = 1;
+    int team = 1;
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num(), T = omp_get_num_threads();
+        if (t == 0)
+            team = T;
+        const int64_t r0 = rows * t / T, r1 = rows * (t + 1) / T;
+        float *restrict pd = part + t * rt__ff(cols);
+        float g[256];
+        if (db)
+            memset(pd, 0, sizeof(float) * (size_t)cols);
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t c0 = 0; c0 < cols; c0 += 256) {
+                const int64_t m = cols - c0 < 256 ? cols - c0 : 256, o = r * cols + c0;
+                const float *v = dy + o;
+                if (act) {
+                    rt_kern_act_bwd(act, g, dy + o, y + o, m);
+                    v = g;
+                }
+                rt__to_bf16_serial(dzb + o, v, m);
+                if (db)
+                    for (int64_t j = 0; j < m; j++)
+                        pd[c0 + j] += v[j];
+            }
+    }
+    if (cap > rows)
+        memset(dzb + rows * cols, 0, sizeof(uint16_t) * (size_t)((cap - rows) * cols));
+    if (db) {
+        if (!dbadd)
+            memset(db, 0, sizeof(float) * (size_t)cols);
+        for (int t = 0; t < team; t++)
+            rt__badd(db, part + t * rt__ff(cols), cols);
+    }
 }
 
 /* a node oneDNN cannot run in bf16 goes back to float32, and says so */
@@ -329,9 +206,10 @@ static int rt__bmm_one(const dnnl_memory_desc_t *s, const dnnl_memory_desc_t *w,
 {
     dnnl_matmul_desc_t md;
     dnnl_primitive_desc_t pd;
-    if (dnnl_matmul_desc_init(&md, s, w, b, d) != dnnl_success || rt__bpd(&md, po, NULL, &pd) < 0)
+    if (dnnl_matmul_desc_init(&md, s, w, b, d) != dnnl_success ||
+        rt_kern_dnnl_pd(&md, po, NULL, 1, &pd) < 0)
         return -1;
-    return rt__bprim(pd, p, sp);
+    return rt_kern_dnnl_prim(pd, p, sp);
 }
 
 static void *rt__bmm_build(const void *kp)
@@ -341,8 +219,7 @@ static void *rt__bmm_build(const void *kp)
     if (!d)
         return NULL;
     d->key = *k;
-    pthread_once(&rt__beng_once, rt__beng_init);
-    if (!rt__beng)
+    if (!rt_kern_dnnl_engine())
         return d; /* ok 0 */
     const int64_t M = k->M, K = k->K, N = k->N;
     dnnl_dims_t mk = {M, K}, kn = {K, N}, mn = {M, N}, b1 = {1, N}, km = {K, M}, nk = {N, K};
@@ -356,7 +233,8 @@ static void *rt__bmm_build(const void *kp)
     dnnl_memory_desc_init_by_tag(&d->dw, 2, kn, dnnl_f32, dnnl_ab);
     dnnl_memory_desc_init_by_strides(&d->wbT, 2, nk, dnnl_bf16, s_nk); /* W^T: (N,K) view */
     dnnl_memory_desc_init_by_tag(&d->dx, 2, mk, dnnl_f32, dnnl_ab);
-    dnnl_post_ops_t pa = rt__act_po((int)k->act, 0), ps = rt__act_po(RT__ACT_NONE, 1);
+    dnnl_post_ops_t pa = rt_kern_dnnl_act_po((int)k->act, 0),
+                    ps = rt_kern_dnnl_act_po(RT__ACT_NONE, 1);
     const int rc =
         rt__bmm_one(&d->xb, &d->wb, k->bias ? &d->bias : NULL, &d->y, pa, &d->fwd, &d->sp[0]) ||
         rt__bmm_one(&d->xbT, &d->dzb, NULL, &d->dw, NULL, &d->dw_set, &d->sp[1]) ||
@@ -370,13 +248,13 @@ static void *rt__bmm_build(const void *kp)
     if (rc)
         return d; /* ok 0: remembered as refused (its primitives leak once) */
     for (int i = 0; i < 5; i++)
-        if (rt__mdf(&d->sp[i]) > d->sp_floats)
-            d->sp_floats = rt__mdf(&d->sp[i]);
+        if (rt_kern_dnnl_floats(&d->sp[i]) > d->sp_floats)
+            d->sp_floats = rt_kern_dnnl_floats(&d->sp[i]);
     d->ok = 1;
     return d;
 }
 
-static rt__btab rt__bmm_tab = {.mu = PTHREAD_MUTEX_INITIALIZER};
+static rt_kern_dnnl_cache rt__bmm_tab = RT_KERN_DNNL_CACHE_INIT;
 
 static int rt__bdense_prepare(rt__node *nd, int64_t B, rt__arena *A)
 {
@@ -385,14 +263,14 @@ static int rt__bdense_prepare(rt__node *nd, int64_t B, rt__arena *A)
     memset(&k, 0, sizeof k);
     k.M = rt__rows(nd->in_shape[0], B), k.K = dp->K, k.N = dp->N;
     k.bias = nd->n_in > 2, k.act = rt_kern_dense_act(nd);
-    const rt__bmm *d = rt__bget(&rt__bmm_tab, &k, sizeof k, rt__bmm_build);
+    const rt__bmm *d = rt_kern_dnnl_cache_get(&rt__bmm_tab, &k, sizeof k, rt__bmm_build);
     if (!d || !d->ok)
         return rt__bf32(nd, B, A);
     nd->kdata = (void *)d;
     /* workspace: x and W in bf16, from the forward call to the backward */
     nd->ws_floats = rt__hf(k.M * k.K) + rt__hf(k.K * k.N);
-    /* scratch: dz in bf16, dz in f32 (an activation), the scratchpad */
-    nd->scratch_floats = rt__hf(k.M * k.N) + (k.act ? rt__ff(k.M * k.N) : 0) + d->sp_floats;
+    /* scratch: dz in bf16, db's partial sums, the scratchpad */
+    nd->scratch_floats = rt__hf(k.M * k.N) + rt__bdz_part(k.N) + d->sp_floats;
     return 0;
 }
 
@@ -406,13 +284,13 @@ static void rt__bdense_fwd(const rt__kargs *a)
     float *sp = a->scratch + rt__hf(MB * N) + (d->key.act ? rt__ff(MB * N) : 0);
     rt__to_bf16_pad(xb, a->x[0], M * K, MB * K);
     rt_kern_to_bf16(wb, a->x[1], K * N);
-    rt__bargs g = {0};
-    rt__barg(&g, DNNL_ARG_SRC, &d->xb, xb);
-    rt__barg(&g, DNNL_ARG_WEIGHTS, &d->wb, wb);
+    rt_kern_dnnl_args g = {0};
+    rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &d->xb, xb);
+    rt_kern_dnnl_arg(&g, DNNL_ARG_WEIGHTS, &d->wb, wb);
     if (d->key.bias)
-        rt__barg(&g, DNNL_ARG_BIAS, &d->bias, a->x[2]);
-    rt__barg(&g, DNNL_ARG_DST, &d->y, a->y);
-    rt__bexec(d->fwd, &g, &d->sp[0], sp);
+        rt_kern_dnnl_arg(&g, DNNL_ARG_BIAS, &d->bias, a->x[2]);
+    rt_kern_dnnl_arg(&g, DNNL_ARG_DST, &d->y, a->y);
+    rt_kern_dnnl_exec(d->fwd, &g, &d->sp[0], sp, 0);
 }
 
 static void rt__bdense_bwd(const rt__kargs *a)
@@ -421,50 +299,32 @@ static void rt__bdense_bwd(const rt__kargs *a)
     const rt__bmm *d = nd->kdata;
     const int64_t M = rt__rows(nd->in_shape[0], a->r->n), MB = d->key.M;
     const int64_t K = d->key.K, N = d->key.N;
-    const int act = (int)d->key.act;
     uint16_t *xb = (uint16_t *)a->ws, *wb = (uint16_t *)(a->ws + rt__hf(MB * K));
     uint16_t *dzb = (uint16_t *)a->scratch;
-    float *dzf = a->scratch + rt__hf(MB * N);
-    float *sp = dzf + (act ? rt__ff(MB * N) : 0);
-    const float *dz = a->dy;
-    if (act) {
-        rt__bact_bwd(act, dzf, a->dy, a->y, M * N);
-        dz = dzf;
-    }
-    rt__to_bf16_pad(dzb, dz, M * N, MB * N);
-    if (d->key.bias && a->dx[2]) { /* db: float32 sums over the rows in order */
-        float *restrict db = a->dx[2];
-        if (!(a->accum & 4u))
-            memset(db, 0, sizeof(float) * (size_t)N);
-        for (int64_t i = 0; i < M; i++) {
-            const float *restrict zr = dz + i * N;
-            for (int64_t j = 0; j < N; j++)
-                db[j] += zr[j];
-        }
-    }
+    float *part = a->scratch + rt__hf(MB * N), *sp = part + rt__bdz_part(N);
+    rt__bdz((int)d->key.act, dzb, d->key.bias ? a->dx[2] : NULL, (a->accum & 4u) != 0, a->dy, a->y,
+            M, N, MB, part);
     if (a->dx[1]) {
         const int add = (a->accum & 2u) != 0;
-        rt__bargs g = {0};
-        rt__barg(&g, DNNL_ARG_SRC, &d->xbT, xb);
-        rt__barg(&g, DNNL_ARG_WEIGHTS, &d->dzb, dzb);
-        rt__barg(&g, DNNL_ARG_DST, &d->dw, a->dx[1]);
-        rt__bexec(add ? d->dw_add : d->dw_set, &g, &d->sp[add ? 2 : 1], sp);
+        rt_kern_dnnl_args g = {0};
+        rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &d->xbT, xb);
+        rt_kern_dnnl_arg(&g, DNNL_ARG_WEIGHTS, &d->dzb, dzb);
+        rt_kern_dnnl_arg(&g, DNNL_ARG_DST, &d->dw, a->dx[1]);
+        rt_kern_dnnl_exec(add ? d->dw_add : d->dw_set, &g, &d->sp[add ? 2 : 1], sp, 0);
     }
     if (a->dx[0]) {
         const int add = (a->accum & 1u) != 0;
-        rt__bargs g = {0};
-        rt__barg(&g, DNNL_ARG_SRC, &d->dzb, dzb);
-        rt__barg(&g, DNNL_ARG_WEIGHTS, &d->wbT, wb);
-        rt__barg(&g, DNNL_ARG_DST, &d->dx, a->dx[0]);
-        rt__bexec(add ? d->dx_add : d->dx_set, &g, &d->sp[add ? 4 : 3], sp);
+        rt_kern_dnnl_args g = {0};
+        rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &d->dzb, dzb);
+        rt_kern_dnnl_arg(&g, DNNL_ARG_WEIGHTS, &d->wbT, wb);
+        rt_kern_dnnl_arg(&g, DNNL_ARG_DST, &d->dx, a->dx[0]);
+        rt_kern_dnnl_exec(add ? d->dx_add : d->dx_set, &g, &d->sp[add ? 4 : 3], sp, 0);
     }
 }
 
 /* --------------------------------------------------------------- Conv2D */
 
-typedef struct {
-    int64_t n, H, W, C, OH, OW, OC, KH, KW, SH, SW, DH, DW, PT, PL, bias, act;
-} rt__bcv_key;
+typedef rt_kern_dnnl_conv_key rt__bcv_key;
 
 typedef struct {
     rt__bcv_key key; /* first: the table compares it */
@@ -484,88 +344,54 @@ static void *rt__bcv_build(const void *kp)
     if (!d)
         return NULL;
     d->key = *k;
-    pthread_once(&rt__beng_once, rt__beng_init);
-    if (!rt__beng)
+    if (!rt_kern_dnnl_engine())
         return d;
-    const int64_t rb = (k->OH - 1) * k->SH + (k->KH - 1) * k->DH + 1 - k->H - k->PT;
-    const int64_t rr = (k->OW - 1) * k->SW + (k->KW - 1) * k->DW + 1 - k->W - k->PL;
     dnnl_dims_t sd = {k->n, k->C, k->H, k->W}, dd = {k->n, k->OC, k->OH, k->OW};
     dnnl_dims_t wdims = {k->OC, k->C, k->KH, k->KW}, bd = {k->OC};
-    dnnl_dims_t str = {k->SH, k->SW}, dil = {k->DH - 1, k->DW - 1};
-    dnnl_dims_t pl = {k->PT, k->PL}, pr = {rb > 0 ? rb : 0, rr > 0 ? rr : 0};
-    dnnl_memory_desc_t wany_b, wany_f;
     dnnl_memory_desc_init_by_tag(&d->srcb, 4, sd, dnnl_bf16, dnnl_nhwc);
     dnnl_memory_desc_init_by_tag(&d->srcf, 4, sd, dnnl_f32, dnnl_nhwc);
     dnnl_memory_desc_init_by_tag(&d->dstf, 4, dd, dnnl_f32, dnnl_nhwc);
     dnnl_memory_desc_init_by_tag(&d->dstb, 4, dd, dnnl_bf16, dnnl_nhwc);
     dnnl_memory_desc_init_by_tag(&d->hwio, 4, wdims, dnnl_f32, dnnl_hwio);
-    dnnl_memory_desc_init_by_tag(&wany_b, 4, wdims, dnnl_bf16, dnnl_format_tag_any);
-    dnnl_memory_desc_init_by_tag(&wany_f, 4, wdims, dnnl_f32, dnnl_format_tag_any);
     dnnl_memory_desc_init_by_tag(&d->bias, 1, bd, dnnl_f32, dnnl_x);
-    const dnnl_memory_desc_t *bp = k->bias ? &d->bias : NULL;
-    dnnl_convolution_desc_t fdesc, ddesc, wdesc;
-    dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
-    dnnl_post_ops_t po = rt__act_po((int)k->act, 0);
-    int rc = -1;
-    if (dnnl_dilated_convolution_forward_desc_init(&fdesc, dnnl_forward_training,
-                                                   dnnl_convolution_direct, &d->srcb, &wany_b, bp,
-                                                   &d->dstf, str, dil, pl, pr) != dnnl_success ||
-        rt__bpd(&fdesc, po, NULL, &fpd) < 0)
-        goto out;
-    if (dnnl_dilated_convolution_backward_data_desc_init(&ddesc, dnnl_convolution_direct, &d->srcf,
-                                                         &wany_b, &d->dstb, str, dil, pl,
-                                                         pr) != dnnl_success ||
-        rt__bpd(&ddesc, NULL, fpd, &dpd) < 0)
-        goto out;
-    if (dnnl_dilated_convolution_backward_weights_desc_init(&wdesc, dnnl_convolution_direct,
-                                                            &d->srcb, &wany_f, bp, &d->dstb, str,
-                                                            dil, pl, pr) != dnnl_success ||
-        rt__bpd(&wdesc, NULL, fpd, &wpd) < 0)
-        goto out;
+    /* bf16 products: x, W and dz in bf16; y, dx and dW float32 */
+    static const dnnl_data_type_t dt[RT_KERN_DNNL_NDT] = {dnnl_bf16, dnnl_bf16, dnnl_f32,
+                                                          dnnl_f32,  dnnl_bf16, dnnl_f32};
+    dnnl_primitive_desc_t pd[3];
+    if (rt_kern_dnnl_conv_pds(k, dt, 1, pd) < 0)
+        return d;
+    dnnl_primitive_desc_t fpd = pd[0], dpd = pd[1], wpd = pd[2];
     d->wf = *dnnl_primitive_desc_query_md(fpd, dnnl_query_weights_md, 0);
     d->wd = *dnnl_primitive_desc_query_md(dpd, dnnl_query_weights_md, 0);
     d->dwd = *dnnl_primitive_desc_query_md(wpd, dnnl_query_diff_weights_md, 0);
-    {
-        dnnl_primitive_desc_t f = fpd, dd_ = dpd, w = wpd;
-        fpd = dpd = wpd = NULL; /* rt__bprim destroys them */
-        if (rt__bprim(f, &d->fwd, &d->sp[0]) < 0 || rt__bprim(dd_, &d->bwd_d, &d->sp[1]) < 0 ||
-            rt__bprim(w, &d->bwd_w, &d->sp[2]) < 0)
-            goto out;
-    }
+    /* rt_kern_dnnl_prim destroys the descriptors */
+    if (rt_kern_dnnl_prim(fpd, &d->fwd, &d->sp[0]) < 0 ||
+        rt_kern_dnnl_prim(dpd, &d->bwd_d, &d->sp[1]) < 0 ||
+        rt_kern_dnnl_prim(wpd, &d->bwd_w, &d->sp[2]) < 0)
+        return d; /* ok 0: remembered as refused (its primitives leak once) */
     /* the weights' casts: f32 Keras layout -> bf16 in each primitive's */
-    if (rt__breorder(&d->hwio, &d->wf, 0, &d->w_f, &d->sp[3]) < 0 ||
-        rt__breorder(&d->hwio, &d->wd, 0, &d->w_d, &d->sp[4]) < 0 ||
-        rt__breorder(&d->dwd, &d->hwio, 0, &d->dw_set, &d->sp[5]) < 0 ||
-        rt__breorder(&d->dwd, &d->hwio, 1, &d->dw_add, &d->sp[6]) < 0)
-        goto out;
+    if (rt_kern_dnnl_reorder(&d->hwio, &d->wf, 0, &d->w_f, &d->sp[3]) < 0 ||
+        rt_kern_dnnl_reorder(&d->hwio, &d->wd, 0, &d->w_d, &d->sp[4]) < 0 ||
+        rt_kern_dnnl_reorder(&d->dwd, &d->hwio, 0, &d->dw_set, &d->sp[5]) < 0 ||
+        rt_kern_dnnl_reorder(&d->dwd, &d->hwio, 1, &d->dw_add, &d->sp[6]) < 0)
+        return d;
     for (int i = 0; i < 7; i++)
-        if (rt__mdf(&d->sp[i]) > d->sp_floats)
-            d->sp_floats = rt__mdf(&d->sp[i]);
-    d->wf_floats = rt__mdf(&d->wf);
-    d->wd_floats = rt__mdf(&d->wd);
-    d->dwd_floats = rt__mdf(&d->dwd);
+        if (rt_kern_dnnl_floats(&d->sp[i]) > d->sp_floats)
+            d->sp_floats = rt_kern_dnnl_floats(&d->sp[i]);
+    d->wf_floats = rt_kern_dnnl_floats(&d->wf);
+    d->wd_floats = rt_kern_dnnl_floats(&d->wd);
+    d->dwd_floats = rt_kern_dnnl_floats(&d->dwd);
     d->ok = 1;
-    rc = 0;
-out:
-    if (po)
-        dnnl_post_ops_destroy(po);
-    if (fpd)
-        dnnl_primitive_desc_destroy(fpd);
-    if (dpd)
-        dnnl_primitive_desc_destroy(dpd);
-    if (wpd)
-        dnnl_primitive_desc_destroy(wpd);
-    (void)rc;
     return d;
 }
 
-static rt__btab rt__bcv_tab = {.mu = PTHREAD_MUTEX_INITIALIZER};
+static rt_kern_dnnl_cache rt__bcv_tab = RT_KERN_DNNL_CACHE_INIT;
 
-/* the scratch's parts: dz in bf16, dz in f32 (activation), W in bwd_d's
- * bf16 layout, dW in bwd_w's layout, a dx or db to add from, scratchpad */
+/* the scratch's parts: dz in bf16, db's partial sums, W in bwd_d's bf16
+ * layout, dW in bwd_w's layout, a dx or db to add from, scratchpad */
 typedef struct {
     uint16_t *dzb, *wd;
-    float *dzf, *dw, *tmp, *sp;
+    float *part, *dw, *tmp, *sp;
 } rt__bcv_parts;
 
 static int64_t rt__bcv_tmp(const rt__bcv_key *k)
@@ -581,8 +407,8 @@ static rt__bcv_parts rt__bcv_split(const rt__bcv *d, float *s)
     rt__bcv_parts p;
     p.dzb = (uint16_t *)s;
     s += rt__hf(out);
-    p.dzf = s;
-    s += k->act ? rt__ff(out) : 0;
+    p.part = s;
+    s += rt__bdz_part(k->OC);
     p.wd = (uint16_t *)s;
     s += d->wd_floats;
     p.dw = s;
@@ -598,23 +424,18 @@ static int rt__bconv_prepare(rt__node *nd, int64_t B, rt__arena *A)
     const rt__conv_params *cv = rt__conv_cp(nd);
     if (nd->fused)
         return rt__bf32(nd, B, A);
-    rt__bcv_key k;
-    memset(&k, 0, sizeof k);
-    k.n = B;
-    k.H = cv->H, k.W = cv->W, k.C = cv->C, k.OH = cv->OH, k.OW = cv->OW, k.OC = cv->OC;
-    k.KH = cv->KH, k.KW = cv->KW, k.SH = cv->SH, k.SW = cv->SW, k.DH = cv->DH, k.DW = cv->DW;
-    k.PT = cv->PT, k.PL = cv->PL, k.bias = cv->bias, k.act = cv->act;
+    const rt__bcv_key k = rt_kern_dnnl_conv_key_of(cv, B);
     if (k.act != RT__ACT_NONE && k.act != RT__ACT_RELU && k.act != RT__ACT_SIGMOID &&
         k.act != RT__ACT_TANH)
         return rt__bf32(nd, B, A);
-    const rt__bcv *d = rt__bget(&rt__bcv_tab, &k, sizeof k, rt__bcv_build);
+    const rt__bcv *d = rt_kern_dnnl_cache_get(&rt__bcv_tab, &k, sizeof k, rt__bcv_build);
     if (!d || !d->ok)
         return rt__bf32(nd, B, A);
     nd->kdata = (void *)d;
     /* workspace: x in bf16 NHWC and W in the forward's bf16 layout */
     nd->ws_floats = rt__hf(B * k.H * k.W * k.C) + d->wf_floats;
     const int64_t out = B * k.OH * k.OW * k.OC;
-    nd->scratch_floats = rt__hf(out) + (k.act ? rt__ff(out) : 0) + d->wd_floats + d->dwd_floats +
+    nd->scratch_floats = rt__hf(out) + rt__bdz_part(k.OC) + d->wd_floats + d->dwd_floats +
                          rt__bcv_tmp(&k) + d->sp_floats;
     return 0;
 }
@@ -627,62 +448,285 @@ static void rt__bconv_fwd(const rt__kargs *a)
     uint16_t *xb = (uint16_t *)a->ws, *wf = (uint16_t *)(a->ws + rt__hf(k->n * per));
     const rt__bcv_parts p = rt__bcv_split(d, a->scratch);
     rt__to_bf16_pad(xb, a->x[0], a->r->n * per, k->n * per);
-    rt__breord(d->w_f, &d->hwio, a->x[1], &d->wf, wf, &d->sp[3], p.sp);
-    rt__bargs g = {0};
-    rt__barg(&g, DNNL_ARG_SRC, &d->srcb, xb);
-    rt__barg(&g, DNNL_ARG_WEIGHTS, &d->wf, wf);
+    rt_kern_dnnl_reord(d->w_f, &d->hwio, a->x[1], &d->wf, wf, &d->sp[3], p.sp, 0);
+    rt_kern_dnnl_args g = {0};
+    rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &d->srcb, xb);
+    rt_kern_dnnl_arg(&g, DNNL_ARG_WEIGHTS, &d->wf, wf);
     if (k->bias)
-        rt__barg(&g, DNNL_ARG_BIAS, &d->bias, a->x[2]);
-    rt__barg(&g, DNNL_ARG_DST, &d->dstf, a->y);
-    rt__bexec(d->fwd, &g, &d->sp[0], p.sp);
+        rt_kern_dnnl_arg(&g, DNNL_ARG_BIAS, &d->bias, a->x[2]);
+    rt_kern_dnnl_arg(&g, DNNL_ARG_DST, &d->dstf, a->y);
+    rt_kern_dnnl_exec(d->fwd, &g, &d->sp[0], p.sp, 0);
+}
+
+/* dW, db and dx from the bf16 input xb and the bf16 output gradient in
+ * p->dzb, through the batch's backward primitives d; wb: a bf16 copy of W
+ * in layout wmd (the forward's), used when backward-data wants that one */
+static void rt__bconv_grads(const rt__kargs *a, const rt__bcv *d, const uint16_t *xb,
+                            const dnnl_memory_desc_t *wmd, const uint16_t *wb,
+                            const rt__bcv_parts *p)
+{
+    const rt__bcv_key *k = &d->key;
+    const int64_t per = k->H * k->W * k->C, n = a->r->n;
+    float *dx = a->dx[0], *dw = a->dx[1];
+    if (dw) {
+        float *dwb = dw && !(a->accum & 2u) && !d->dw_set ? dw : p->dw;
+        rt_kern_dnnl_args g = {0};
+        rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &d->srcb, xb);
+        rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_DST, &d->dstb, p->dzb);
+        rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_WEIGHTS, &d->dwd, dwb);
+        if (k->bias) /* the primitive's own, from the bf16 dz: unused */
+            rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_BIAS, &d->bias, p->tmp);
+        rt_kern_dnnl_exec(d->bwd_w, &g, &d->sp[2], p->sp, 0);
+        if (dw && (a->accum & 2u))
+            rt_kern_dnnl_reord(d->dw_add, &d->dwd, dwb, &d->hwio, dw, &d->sp[6], p->sp, 0);
+        else if (dw && d->dw_set)
+            rt_kern_dnnl_reord(d->dw_set, &d->dwd, dwb, &d->hwio, dw, &d->sp[5], p->sp, 0);
+    }
+    if (dx) {
+        /* the forward's bf16 copy when both want the same layout */
+        const uint16_t *w = wb;
+        if (!dnnl_memory_desc_equal(wmd, &d->wd)) {
+            rt_kern_dnnl_reord(d->w_d, &d->hwio, a->x[1], &d->wd, p->wd, &d->sp[4], p->sp, 0);
+            w = p->wd;
+        }
+        const int add = (a->accum & 1u) != 0;
+        rt_kern_dnnl_args g = {0};
+        rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_DST, &d->dstb, p->dzb);
+        rt_kern_dnnl_arg(&g, DNNL_ARG_WEIGHTS, &d->wd, w);
+        rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_SRC, &d->srcf, add ? p->tmp : dx);
+        rt_kern_dnnl_exec(d->bwd_d, &g, &d->sp[1], p->sp, 0);
+        if (add)
+            rt__badd(dx, p->tmp, n * per);
+    }
 }
 
 static void rt__bconv_bwd(const rt__kargs *a)
 {
     const rt__bcv *d = a->nd->kdata;
     const rt__bcv_key *k = &d->key;
-    const int64_t per = k->H * k->W * k->C, oper = k->OH * k->OW * k->OC, n = a->r->n;
-    uint16_t *xb = (uint16_t *)a->ws, *wf = (uint16_t *)(a->ws + rt__hf(k->n * per));
+    const int64_t per = k->H * k->W * k->C, n = a->r->n;
+    const uint16_t *xb = (uint16_t *)a->ws, *wf = (uint16_t *)(a->ws + rt__hf(k->n * per));
     const rt__bcv_parts p = rt__bcv_split(d, a->scratch);
-    float *dx = a->dx[0], *dw = a->dx[1], *db = k->bias ? a->dx[2] : NULL;
-    const float *dz = a->dy;
-    if (k->act) {
-        rt__bact_bwd((int)k->act, p.dzf, a->dy, a->y, n * oper);
-        dz = p.dzf;
-    }
-    rt__to_bf16_pad(p.dzb, dz, n * oper, k->n * oper);
-    if (dw || db) {
-        const int dbadd = db && (a->accum & 4u);
-        float *dwb = dw && !(a->accum & 2u) && !d->dw_set ? dw : p.dw;
-        rt__bargs g = {0};
-        rt__barg(&g, DNNL_ARG_SRC, &d->srcb, xb);
-        rt__barg(&g, DNNL_ARG_DIFF_DST, &d->dstb, p.dzb);
-        rt__barg(&g, DNNL_ARG_DIFF_WEIGHTS, &d->dwd, dwb);
+    float *db = k->bias ? a->dx[2] : NULL;
+    rt__bdz((int)k->act, p.dzb, db, (a->accum & 4u) != 0, a->dy, a->y, n * k->OH * k->OW, k->OC,
+            k->n * k->OH * k->OW, p.part);
+    rt__bconv_grads(a, d, xb, &d->wf, wf, &p);
+}
+
+/* --------------------------------------------------- Conv2D + MaxPool2D */
+
+/* The pre-pool tensor never exists whole (W-B's would be 59 MB of float32,
+ * written and read four times unfused): each thread runs the forward
+ * primitive of a chunk of samples into its own scratch and pools it there,
+ * in cache, into y and the argmax (one byte per pooled value, in the
+ * workspace), as the float32 fused kernel does. The backward pass works
+ * chunk by chunk too: dz from the pooled gradient and the argmax, rounded
+ * to bf16, then the chunk's backward-weights (each thread sums its chunks'
+ * dW; the threads' sums are added in thread order) and backward-data (the
+ * chunk's rows of dx). The numbers are those of Conv2D then MaxPool2D:
+ * float32 pre-pool values, the first maximum in scan order, dz rounded
+ * once; db sums the float32 dz, as the definition (rt_ref_bf16.c). */
+
+int rt_kern_bf16_pool_chunk = 1 << 18;
+
+typedef struct {
+    const rt__bcv *c; /* a chunk's primitives, built serial */
+    rt_kern_mpool g;
+    int64_t cs;      /* samples per chunk */
+    int64_t nt;      /* threads the scratch is sized for */
+    int64_t tstride; /* scratch floats a thread (rt__bcp_thread) */
+    int64_t xfloats; /* workspace floats of x in bf16 (whole chunks) */
+} rt__bcp;
+
+/* chunk primitives run one per thread, so they are built with a
+ * one-thread default (oneDNN fixes a kernel's thread split when it is
+ * built), in a table of their own */
+static rt_kern_dnnl_cache rt__bcv_stab = RT_KERN_DNNL_CACHE_INIT;
+
+static void *rt__bcv_build_serial(const void *kp)
+{
+    const int outer = omp_in_parallel() ? 0 : omp_get_max_threads();
+    if (outer > 1)
+        omp_set_num_threads(1);
+    void *d = rt__bcv_build(kp);
+    if (outer > 1)
+        omp_set_num_threads(outer);
+    return d;
+}
+
+/* thread t's parts: a chunk's pre-pool values or dz (float32), its db,
+ * OC floats, the chunk's dz in bf16, the chunk's dW and the thread's sum
+ * (backward-weights' layout), the chunk's dx, the scratchpad; after the
+ * threads': W in backward-data's layout and a scratchpad for the reorders */
+typedef struct {
+    float *z, *db, *tmp, *dwc, *dwp, *dx, *sp;
+    uint16_t *dzb;
+} rt__bcp_tparts;
+
+static rt__bcp_tparts rt__bcp_thread(const rt__bcp *d, float *s, int t)
+{
+    const rt__bcv_key *k = &d->c->key;
+    const int64_t cz = k->n * k->OH * k->OW * k->OC;
+    rt__bcp_tparts p;
+    s += t * d->tstride;
+    p.z = s;
+    s += rt__ff(cz);
+    p.db = s;
+    s += rt__ff(k->OC);
+    p.tmp = s;
+    s += rt__ff(k->OC);
+    p.dzb = (uint16_t *)s;
+    s += rt__hf(cz);
+    p.dwc = s;
+    s += d->c->dwd_floats;
+    p.dwp = s;
+    s += d->c->dwd_floats;
+    p.dx = s;
+    s += rt__ff(k->n * k->H * k->W * k->C);
+    p.sp = s;
+    return p;
+}
+
+static int rt__bconv_pool_prepare(rt__node *nd, int64_t B, rt__arena *A)
+{
+    const rt__conv_params *cv = rt__conv_cp(nd), *pc = &nd->fused_p->conv;
+    RT_ASSERT(nd->fused == &rt__op_maxpool2d);
+    if (cv->act != RT__ACT_NONE && cv->act != RT__ACT_RELU && cv->act != RT__ACT_SIGMOID &&
+        cv->act != RT__ACT_TANH)
+        return rt__bf32(nd, B, A);
+    const int64_t per = cv->H * cv->W * cv->C, oper = cv->OH * cv->OW * cv->OC;
+    const int64_t pp = pc->OH * pc->OW * cv->OC;
+    int64_t cs = rt_kern_bf16_pool_chunk / oper;
+    cs = cs < 1 ? 1 : cs > B ? B : cs;
+    const rt__bcv_key kc = rt_kern_dnnl_conv_key_of(cv, cs);
+    const rt__bcv *c = rt_kern_dnnl_cache_get(&rt__bcv_stab, &kc, sizeof kc, rt__bcv_build_serial);
+    if (!c || !c->ok)
+        return rt__bf32(nd, B, A);
+    rt__bcp *d = rt__arena_alloc(A, sizeof *d);
+    if (!d)
+        return RT_ENOMEM;
+    d->c = c, d->cs = cs;
+    d->nt = omp_get_max_threads() < 1 ? 1 : omp_get_max_threads();
+    d->g = rt_kern_mpool_of(cv, pc);
+    d->tstride = rt__ff(cs * oper) + 2 * rt__ff(cv->OC) + rt__hf(cs * oper) + 2 * c->dwd_floats +
+                 rt__ff(cs * per) + c->sp_floats;
+    d->xfloats = rt__hf((B + cs - 1) / cs * cs * per);
+    nd->kdata = d;
+    /* workspace: x in bf16, W in the forward's bf16 layout, argmax */
+    nd->ws_floats = d->xfloats + c->wf_floats + rt__ff((B * pp + 3) / 4);
+    nd->scratch_floats = d->nt * d->tstride + c->wd_floats + c->sp_floats;
+    return 0;
+}
+
+static void rt__bcp_fwd(const rt__kargs *a)
+{
+    const rt__bcp *d = a->nd->kdata;
+    const rt__bcv *c = d->c;
+    const rt__bcv_key *k = &c->key;
+    const int64_t per = k->H * k->W * k->C;
+    const int64_t pp = d->g.PH * d->g.PW * k->OC, n = a->r->n, cs = d->cs;
+    const int64_t nch = (n + cs - 1) / cs;
+    uint16_t *xb = (uint16_t *)a->ws, *wf = (uint16_t *)(a->ws + d->xfloats);
+    uint8_t *idx = (uint8_t *)(a->ws + d->xfloats + c->wf_floats);
+    float *sp = a->scratch + d->nt * d->tstride + c->wd_floats;
+    /* the last chunk's rows past the batch are zeros */
+    rt__to_bf16_pad(xb, a->x[0], n * per, nch * cs * per);
+    rt_kern_dnnl_reord(c->w_f, &c->hwio, a->x[1], &c->wf, wf, &c->sp[3], sp, 0);
+    const int nt = nch < d->nt ? (int)nch : (int)d->nt;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t ch = 0; ch < nch; ch++) {
+        const rt__bcp_tparts q = rt__bcp_thread(d, a->scratch, omp_get_thread_num());
+        rt_kern_dnnl_args g = {0};
+        rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &c->srcb, xb + ch * cs * per);
+        rt_kern_dnnl_arg(&g, DNNL_ARG_WEIGHTS, &c->wf, wf);
         if (k->bias)
-            rt__barg(&g, DNNL_ARG_DIFF_BIAS, &d->bias, db && !dbadd ? db : p.tmp);
-        rt__bexec(d->bwd_w, &g, &d->sp[2], p.sp);
-        if (dw && (a->accum & 2u))
-            rt__breord(d->dw_add, &d->dwd, dwb, &d->hwio, dw, &d->sp[6], p.sp);
-        else if (dw && d->dw_set)
-            rt__breord(d->dw_set, &d->dwd, dwb, &d->hwio, dw, &d->sp[5], p.sp);
-        if (dbadd)
-            rt__badd(db, p.tmp, k->OC);
+            rt_kern_dnnl_arg(&g, DNNL_ARG_BIAS, &c->bias, a->x[2]);
+        rt_kern_dnnl_arg(&g, DNNL_ARG_DST, &c->dstf, q.z);
+        rt_kern_dnnl_exec(c->fwd, &g, &c->sp[0], q.sp, 1);
+        const int64_t nb = n - ch * cs < cs ? n - ch * cs : cs;
+        rt_kern_mpool_fwd(&d->g, nb, q.z, a->y + ch * cs * pp, idx + ch * cs * pp);
     }
-    if (dx) {
-        /* the forward's bf16 copy when both want the same layout */
-        const uint16_t *w = wf;
-        if (!dnnl_memory_desc_equal(&d->wf, &d->wd)) {
-            rt__breord(d->w_d, &d->hwio, a->x[1], &d->wd, p.wd, &d->sp[4], p.sp);
-            w = p.wd;
+}
+
+static void rt__bcp_bwd(const rt__kargs *a)
+{
+    const rt__bcp *d = a->nd->kdata;
+    const rt__bcv *c = d->c;
+    const rt__bcv_key *k = &c->key;
+    const int64_t per = k->H * k->W * k->C, oper = k->OH * k->OW * k->OC;
+    const int64_t pp = d->g.PH * d->g.PW * k->OC, n = a->r->n, cs = d->cs;
+    const int64_t nch = (n + cs - 1) / cs, dwn = c->dwd_floats;
+    const uint16_t *xb = (uint16_t *)a->ws, *wf = (uint16_t *)(a->ws + d->xfloats);
+    const uint8_t *idx = (const uint8_t *)(a->ws + d->xfloats + c->wf_floats);
+    float *dx = a->dx[0], *dw = a->dx[1], *db = k->bias ? a->dx[2] : NULL;
+    uint16_t *wd = (uint16_t *)(a->scratch + d->nt * d->tstride);
+    float *sp = a->scratch + d->nt * d->tstride + c->wd_floats;
+    /* backward-data's weights: the forward's copy when it wants that layout */
+    const uint16_t *w = wf;
+    if (dx && !dnnl_memory_desc_equal(&c->wf, &c->wd)) {
+        rt_kern_dnnl_reord(c->w_d, &c->hwio, a->x[1], &c->wd, wd, &c->sp[4], sp, 0);
+        w = wd;
+    }
+    const int addx = (a->accum & 1u) != 0;
+    const int nt = nch < d->nt ? (int)nch : (int)d->nt;
+    int team = 1;
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num();
+        if (t == 0)
+            team = omp_get_num_threads();
+        const rt__bcp_tparts q = rt__bcp_thread(d, a->scratch, t);
+        memset(q.db, 0, sizeof(float) * (size_t)k->OC);
+        memset(q.dwp, 0, sizeof(float) * (size_t)dwn);
+#pragma omp for schedule(static)
+        for (int64_t ch = 0; ch < nch; ch++) {
+            const int64_t nb = n - ch * cs < cs ? n - ch * cs : cs, o = ch * cs * pp;
+            rt_kern_mpool_bwd(&d->g, nb, a->dy + o, k->act ? a->y + o : NULL, idx + o, q.z, q.tmp,
+                              db ? q.db : NULL);
+            rt__to_bf16_pad(q.dzb, q.z, nb * oper, cs * oper);
+            if (dw || db) {
+                rt_kern_dnnl_args g = {0};
+                rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &c->srcb, xb + ch * cs * per);
+                rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_DST, &c->dstb, q.dzb);
+                rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_WEIGHTS, &c->dwd, q.dwc);
+                if (k->bias)
+                    rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_BIAS, &c->bias, q.tmp);
+                rt_kern_dnnl_exec(c->bwd_w, &g, &c->sp[2], q.sp, 1);
+                for (int64_t i = 0; i < dwn; i++)
+                    q.dwp[i] += q.dwc[i];
+            }
+            if (dx) {
+                /* straight into dx unless it adds or the chunk runs past
+                 * the batch's rows */
+                float *dxc = !addx && nb == cs ? dx + ch * cs * per : q.dx;
+                rt_kern_dnnl_args g = {0};
+                rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_DST, &c->dstb, q.dzb);
+                rt_kern_dnnl_arg(&g, DNNL_ARG_WEIGHTS, &c->wd, w);
+                rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_SRC, &c->srcf, dxc);
+                rt_kern_dnnl_exec(c->bwd_d, &g, &c->sp[1], q.sp, 1);
+                float *restrict o = dx + ch * cs * per;
+                if (addx)
+                    for (int64_t i = 0; i < nb * per; i++)
+                        o[i] += q.dx[i];
+                else if (dxc == q.dx)
+                    memcpy(o, q.dx, sizeof(float) * (size_t)(nb * per));
+            }
         }
-        const int add = (a->accum & 1u) != 0;
-        rt__bargs g = {0};
-        rt__barg(&g, DNNL_ARG_DIFF_DST, &d->dstb, p.dzb);
-        rt__barg(&g, DNNL_ARG_WEIGHTS, &d->wd, w);
-        rt__barg(&g, DNNL_ARG_DIFF_SRC, &d->srcf, add ? p.tmp : dx);
-        rt__bexec(d->bwd_d, &g, &d->sp[1], p.sp);
-        if (add)
-            rt__badd(dx, p.tmp, n * per);
+    }
+    if (dw) {
+        float *dw0 = rt__bcp_thread(d, a->scratch, 0).dwp;
+        for (int t = 1; t < team; t++)
+            rt__badd(dw0, rt__bcp_thread(d, a->scratch, t).dwp, dwn);
+        if (a->accum & 2u)
+            rt_kern_dnnl_reord(c->dw_add, &c->dwd, dw0, &c->hwio, dw, &c->sp[6], sp, 0);
+        else
+            rt_kern_dnnl_reord(c->dw_set, &c->dwd, dw0, &c->hwio, dw, &c->sp[5], sp, 0);
+    }
+    if (db) {
+        if (!(a->accum & 4u))
+            memset(db, 0, sizeof(float) * (size_t)k->OC);
+        for (int t = 0; t < team; t++)
+            rt__badd(db, rt__bcp_thread(d, a->scratch, t).db, k->OC);
     }
 }
 
@@ -698,9 +742,9 @@ static const rt__kernel rt__bf16_table[] = {
     {&rt__op_dense, &rt__op_tanh, rt__bdense_fwd, rt__bdense_bwd, rt_kern_dense_can_fuse_act,
      rt__bdense_prepare},
     {&rt__op_matmul, NULL, rt__bdense_fwd, rt__bdense_bwd, NULL, rt__bdense_prepare},
-    /* Conv2D alone: the float32 Conv2D + MaxPool2D rule recomputes the
-     * pre-pool tensor in chunks, which these primitives do not */
     {&rt__op_conv2d, NULL, rt__bconv_fwd, rt__bconv_bwd, NULL, rt__bconv_prepare},
+    {&rt__op_conv2d, &rt__op_maxpool2d, rt__bcp_fwd, rt__bcp_bwd, rt_kern_conv2d_can_fuse_maxpool,
+     rt__bconv_pool_prepare},
 };
 
 const rt__kernel *rt_kern_bf16_kernel(const rt__node *nd, const rt__op_def *fused)

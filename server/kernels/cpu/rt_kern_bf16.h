@@ -30,6 +30,12 @@ const rt__kernel *rt_kern_cpu_f32_kernel(const rt__op_def *op, const rt__op_def 
  * compile; bench/bf16 --conv-min-c varies it). 1: every Conv2D in bf16. */
 extern int rt_kern_bf16_conv_min_c;
 
+/* Conv2D + MaxPool2D in bf16 runs its forward in chunks of samples whose
+ * pre-pool values (float32) number at most this (at least one sample):
+ * 2^18, 1 MiB, one core's L2 with the primitive's scratchpad. Read at
+ * compile; the tests make it small to run many chunks and a partial one. */
+extern int rt_kern_bf16_pool_chunk;
+
 /* dst[i] = bf16(src[i]), round to nearest even (NaN stays NaN) */
 void rt_kern_to_bf16(uint16_t *dst, const float *src, int64_t n);
 

@@ -521,16 +521,19 @@ static void rt__conv_rows(const rt__node *nd, int64_t rows, int64_t K, int64_t O
         rt_kern_act_fwd(act, z, rows * OC);
 }
 
-/* fused max pool, forward: z (nb, OH, OW, OC) -> y (nb, PH, PW, OC) over
- * non-overlapping KH x KW windows; idx (nb, PH, PW, OC) gets each window's
- * first maximum (scan order, as MaxPool2D) as its cell number i*KW+j, which
- * the backward pass routes the gradient through */
-static void rt__pool_rows(const rt__conv_params *cv, const rt_kern_conv_plan *kp, int64_t nb,
-                          const float *z, float *y, uint8_t *idx)
+rt_kern_mpool rt_kern_mpool_of(const rt__conv_params *cv, const rt__conv_params *pool)
 {
-    const int64_t OW = cv->OW, OC = cv->OC, OH = cv->OH;
-    const int64_t KH = kp->pool, KW = kp->poolw;
-    const int64_t PH = kp->ph, PW = kp->pw;
+    rt_kern_mpool g;
+    g.OH = cv->OH, g.OW = cv->OW, g.OC = cv->OC, g.act = cv->act;
+    g.KH = pool->KH, g.KW = pool->KW, g.PH = pool->OH, g.PW = pool->OW;
+    return g;
+}
+
+void rt_kern_mpool_fwd(const rt_kern_mpool *g, int64_t nb, const float *z, float *y, uint8_t *idx)
+{
+    const int64_t OW = g->OW, OC = g->OC, OH = g->OH;
+    const int64_t KH = g->KH, KW = g->KW;
+    const int64_t PH = g->PH, PW = g->PW;
     for (int64_t b = 0; b < nb; b++) {
         const float *zb = z + b * OH * OW * OC;
         for (int64_t ph = 0; ph < PH; ph++)
@@ -555,19 +558,12 @@ static void rt__pool_rows(const rt__conv_params *cv, const rt_kern_conv_plan *kp
     }
 }
 
-/* fused max pool, backward: dz (nb, OH, OW, OC) of the convolution from the
- * pooled gradient dy and the argmax the forward pass kept (idx): each
- * window's first maximum gets dy * act'(y), y the pooled output (act(z) at
- * the argmax), every other cell 0. Nothing of the convolution is
- * recomputed. tmp: OC floats. */
-static void rt__pool_rows_bwd(const rt__node *nd, int64_t nb, const float *dy, const float *y,
-                              const uint8_t *idx, float *dz, float *tmp, float *restrict db)
+void rt_kern_mpool_bwd(const rt_kern_mpool *pg, int64_t nb, const float *dy, const float *y,
+                       const uint8_t *idx, float *dz, float *tmp, float *restrict db)
 {
-    const rt__conv_params *cv = rt__conv_cp(nd);
-    const rt_kern_conv_plan *kp = nd->kdata;
-    const int64_t OW = cv->OW, OC = cv->OC, OH = cv->OH;
-    const int64_t KH = kp->pool, KW = kp->poolw;
-    const int64_t PH = kp->ph, PW = kp->pw;
+    const int64_t OW = pg->OW, OC = pg->OC, OH = pg->OH;
+    const int64_t KH = pg->KH, KW = pg->KW;
+    const int64_t PH = pg->PH, PW = pg->PW;
     float *restrict g = tmp;
     for (int64_t b = 0; b < nb; b++) {
         float *zb = dz + b * OH * OW * OC;
@@ -579,7 +575,7 @@ static void rt__pool_rows_bwd(const rt__node *nd, int64_t nb, const float *dy, c
                 const uint8_t *restrict id = idx + o;
                 for (int64_t c = 0; c < OC; c++) {
                     float v = d[c];
-                    switch (cv->act) {
+                    switch (pg->act) {
                     case RT__ACT_RELU: v = m[c] > 0.0f ? v : 0.0f; break;
                     case RT__ACT_SIGMOID: v = v * m[c] * (1.0f - m[c]); break;
                     case RT__ACT_TANH: v = v * (1.0f - m[c] * m[c]); break;
@@ -827,9 +823,11 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
             }
             rt__conv_rows(nd, c.rows, K, OC, A, w, bias, y);
         }
-        if (kp->pool)
-            rt__pool_rows(cv, kp, c.nb, y, a->y + c.s0 * kp->ph * kp->pw * OC,
-                          (uint8_t *)a->ws + c.s0 * kp->ph * kp->pw * OC);
+        if (kp->pool) {
+            const rt_kern_mpool mg = rt_kern_mpool_of(cv, &nd->fused_p->conv);
+            rt_kern_mpool_fwd(&mg, c.nb, y, a->y + c.s0 * kp->ph * kp->pw * OC,
+                              (uint8_t *)a->ws + c.s0 * kp->ph * kp->pw * OC);
+        }
     }
 }
 
@@ -908,7 +906,8 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
                 /* dz in dzbuf from the pooled gradient and the argmax the
                  * forward pass kept (the pooled y gives act') */
                 const int64_t po = s0 * kp->ph * kp->pw * OC;
-                rt__pool_rows_bwd(nd, nb, a->dy + po, cv->act ? a->y + po : NULL,
+                const rt_kern_mpool mg = rt_kern_mpool_of(cv, &nd->fused_p->conv);
+                rt_kern_mpool_bwd(&mg, nb, a->dy + po, cv->act ? a->y + po : NULL,
                                   (const uint8_t *)a->ws + po, dzbuf, pdb + OC, db ? pdb : NULL);
                 const float *A = x;
                 if (dw && !direct && !kp->in_place) {

@@ -48,6 +48,26 @@ typedef struct rt_kern_conv_plan {
  * value: 3.7 MB there), from which the backward pass forms each chunk's
  * gradient without recomputing the convolution. */
 int rt_kern_conv2d_can_fuse_maxpool(const rt__node *conv, const rt__node *pool);
+/* A fused max pool over a convolution's output z (nb, OH, OW, OC):
+ * non-overlapping KH x KW windows, pooled output (nb, PH, PW, OC); act, the
+ * convolution's activation (act' is taken from the pooled output). */
+typedef struct rt_kern_mpool {
+    int64_t OH, OW, OC, KH, KW, PH, PW;
+    int act;
+} rt_kern_mpool;
+/* the pool of a Conv2D (cv) that absorbed the MaxPool2D pool */
+rt_kern_mpool rt_kern_mpool_of(const rt__conv_params *cv, const rt__conv_params *pool);
+/* forward: y = each window's maximum; idx gets each window's first maximum
+ * (scan order, as MaxPool2D) as its cell number i*KW+j, which the backward
+ * pass routes the gradient through */
+void rt_kern_mpool_fwd(const rt_kern_mpool *g, int64_t nb, const float *z, float *y, uint8_t *idx);
+/* backward: dz (nb, OH, OW, OC) of the convolution from the pooled
+ * gradient dy and idx: each window's first maximum gets dy * act'(y), y
+ * the pooled output (act(z) at the argmax; NULL without an activation),
+ * every other cell 0; db (or NULL) += the nonzeros. Nothing of the
+ * convolution is recomputed. tmp: OC floats. */
+void rt_kern_mpool_bwd(const rt_kern_mpool *g, int64_t nb, const float *dy, const float *y,
+                       const uint8_t *idx, float *dz, float *tmp, float *db);
 /* chunking, threads and scratch of a Conv2D (fused or not) */
 int rt_kern_conv2d_prepare(rt__node *nd, int64_t B, rt__arena *A);
 /* MaxPool2D/AvgPool2D and BatchNorm: the threads their scratch is for */
