@@ -440,7 +440,7 @@ static void story_phases(story_run *r, rt_client *c, const uint64_t *mk,
                                          : "library init (already running)", 1, mk[M_START],
                    ct.library_init_ns);
     p->client_ns = ct.library_init_ns;
-    p = cli_wf_add(w, "channel (args, 17 methods)", 1, mk[M_START] + ct.library_init_ns,
+    p = cli_wf_add(w, "channel (args)", 1, mk[M_START] + ct.library_init_ns,
                    ct.channel_ns);
     p->client_ns = ct.channel_ns;
     if (r->hold_ns) {

@@ -400,11 +400,8 @@ int rt_client_connect(const rt_client_opts *opts, rt_client **out, char *err, si
         rt_client_destroy(c);
         return RT_ENOMEM;
     }
-    for (int i = 0; i < RT__M_COUNT; i++) {
-        char path[RT_METHOD_PATH_MAX];
-        rt_service_path(rt_service(), i, path, sizeof path);
-        c->reg[i] = grpc_channel_register_call(c->ch, path, NULL, NULL);
-    }
+    /* Methods are registered on the channel at their first call
+     * (rt_client_call.c): a client uses a few of the 17. */
     c->conn.channel_ns = rt_now_ns() - t1;
     c->timeout_ms = RT_CLIENT_DEFAULT_TIMEOUT_MS;
     c->next_timeout_ms = INT64_MIN;
