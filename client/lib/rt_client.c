@@ -1,6 +1,7 @@
 /* rt_client.c - the client handle, errors and the per-call time account
  * (the calls themselves go through rt_client_call.c). */
 #include "rt_client_impl.h"
+#include "rt_absl.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -289,6 +290,7 @@ static grpc_channel *hold_anchor;
 
 void rt_client_library_hold(void)
 {
+    rt_absl_no_deadlock_graph(); /* rt_absl.cc */
     grpc_init();
     pthread_mutex_lock(&hold_mu);
     if (hold_n++ == 0)
@@ -340,6 +342,7 @@ int rt_client_connect(const rt_client_opts *opts, rt_client **out, char *err, si
     }
     uint64_t t0 = rt_now_ns();
     int started = !grpc_is_initialized();
+    rt_absl_no_deadlock_graph(); /* gRPC's locks without the debug graph */
     grpc_init();
     uint64_t t1 = rt_now_ns();
     c->conn.library_init_ns = started ? t1 - t0 : 0;
@@ -397,11 +400,8 @@ int rt_client_connect(const rt_client_opts *opts, rt_client **out, char *err, si
         rt_client_destroy(c);
         return RT_ENOMEM;
     }
-    for (int i = 0; i < RT__M_COUNT; i++) {
-        char path[RT_METHOD_PATH_MAX];
-        rt_service_path(rt_service(), i, path, sizeof path);
-        c->reg[i] = grpc_channel_register_call(c->ch, path, NULL, NULL);
-    }
+    /* Methods are registered on the channel at their first call
+     * (rt_client_call.c): a client uses a few of the 17. */
     c->conn.channel_ns = rt_now_ns() - t1;
     c->timeout_ms = RT_CLIENT_DEFAULT_TIMEOUT_MS;
     c->next_timeout_ms = INT64_MIN;

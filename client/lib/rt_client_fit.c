@@ -91,35 +91,52 @@ static int fit_stream(rt_client *c, Rtrain__V1__FitRequest *req, fit_run *f)
             c->daemon_boot = fe->boot_id;
             c->daemon_state = (int)fe->state;
         }
-        rt_client_fit_event ev;
-        event_from_pb(fe, &ev);
         if (fe->done)
             f->saw_done = 1;
         if (fe->cancelled)
             f->server_cancelled = 1;
-        protobuf_c_message_free_unpacked(&fe->base, NULL);
-        uint64_t d1 = rt_now_ns();
-        decoding += d1 - d0;
-        /* after a reattach the daemon resumes from its restored step: the
-         * steps up to the highest reported were seen */
-        int deliver = 1;
-        if (ev.kind == RT_FIT_PROGRESS) {
-            deliver = ev.step > f->max_step;
-            if (deliver)
-                f->max_step = ev.step;
-        } else if (ev.kind == RT_FIT_EPOCH_END) {
-            f->received++;
-            if (ev.step > f->max_step)
-                f->max_step = ev.step;
-        }
-        if (f->cb && deliver && !f->user_stop && rc == 0) {
-            int stop = f->cb(&ev, f->user);
-            in_callbacks += rt_now_ns() - d1;
-            if (stop) {
-                f->user_stop = 1;
-                rt__stream_cancel(&k);
+        decoding += rt_now_ns() - d0;
+        /* merge_events: the epoch ends it carries come first, in order,
+         * then its progress, epoch_end or done (event_from_pb); an event
+         * of only epoch ends has nothing more */
+        size_t n_ev = fe->n_epoch_ends;
+        if (fe->event_case != RTRAIN__V1__FIT_EVENT__EVENT__NOT_SET || fe->done || !n_ev)
+            n_ev++;
+        for (size_t i = 0; i < n_ev; i++) {
+            rt_client_fit_event ev;
+            if (i < fe->n_epoch_ends) {
+                Rtrain__V1__FitEvent one = RTRAIN__V1__FIT_EVENT__INIT;
+                one.event_case = RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END;
+                one.epoch_end = fe->epoch_ends[i];
+                event_from_pb(&one, &ev);
+            } else {
+                event_from_pb(fe, &ev);
+            }
+            /* after a reattach the daemon resumes from its restored step:
+             * the steps up to the highest reported were seen */
+            int deliver = 1;
+            if (ev.kind == RT_FIT_PROGRESS) {
+                deliver = ev.step > f->max_step;
+                if (deliver)
+                    f->max_step = ev.step;
+            } else if (ev.kind == RT_FIT_EPOCH_END) {
+                f->received++;
+                if (ev.step > f->max_step)
+                    f->max_step = ev.step;
+            }
+            if (f->cb && deliver && !f->user_stop && rc == 0) {
+                uint64_t c0 = rt_now_ns();
+                int stop = f->cb(&ev, f->user);
+                in_callbacks += rt_now_ns() - c0;
+                if (stop) {
+                    f->user_stop = 1;
+                    rt__stream_cancel(&k);
+                }
             }
         }
+        uint64_t d1 = rt_now_ns();
+        protobuf_c_message_free_unpacked(&fe->base, NULL);
+        decoding += rt_now_ns() - d1;
     }
     /* The whole stream is the round trip: the daemon keeps computing while
      * the client decodes events and runs callbacks, so that client work
@@ -176,6 +193,7 @@ int rt_client_fit(rt_client *c, const rt_client_fit_params *p, rt_client_fit_cb 
     req.checkpoint_every_steps = p->checkpoint_every_steps;
     req.checkpoint_every_s = p->checkpoint_every_s;
     req.fit_id = fit_id();
+    req.merge_events = 1; /* fit_stream takes FitEvent.epoch_ends */
     /* every stream of the fit gets the caller's deadline, and the cancel
      * flag holds across them (rt__call_begin keeps it in a loop) */
     int64_t timeout = c->next_timeout_ms;

@@ -219,8 +219,13 @@ static int fit_epoch_end(void *ud, const rt_fit_epoch *fe, int64_t nan_step, uin
         return a->failed = OOM(c);
     c->tm.execute_ns += val_ns; /* the epoch's validation and checkpoint */
     Rtrain__V1__FitEvent ev = RTRAIN__V1__FIT_EVENT__INIT;
-    ev.event_case = RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END;
-    ev.epoch_end = e;
+    if (c->merge_out) { /* the client takes epoch_ends: queued ones are joined */
+        ev.n_epoch_ends = 1;
+        ev.epoch_ends = &e;
+    } else {
+        ev.event_case = RTRAIN__V1__FIT_EVENT__EVENT_EPOCH_END;
+        ev.epoch_end = e;
+    }
     rt_srv_dash_epoch(c, e);
     fit_stamp(c, &ev, nan_step);
     uint64_t t1 = rt_now_ns();
@@ -301,6 +306,7 @@ int rt_h_fit(rt_call *c)
             q->epochs, (unsigned long long)spe, RT_MAX_STEPS_PER_CALL);
     if ((rc = rt_h_check_train(c, NULL)) < 0)
         return rc;
+    c->merge_out = q->merge_events;
     c->work = fit_work;
     c->needs_device = 1;
     c->est_ns = UINT64_MAX;

@@ -241,6 +241,41 @@ static void start_send(rt_call *c, grpc_byte_buffer *bb)
     rt__start_batch(c, ops, n, &c->send_tag);
 }
 
+/* merge_out: first (a message that must arrive) and the messages that must
+ * arrive queued right behind it, as one message. Protobuf's wire format
+ * merges concatenated messages: repeated fields (FitEvent.epoch_ends) append
+ * in order, a later scalar wins (done, global_step), so one FitEvent carries
+ * what they did. One SEND_MESSAGE instead of several: each is a write and a
+ * wake-up of the client, and the next waits for the last to complete. */
+static grpc_byte_buffer *join_queued(rt_call *c, grpc_byte_buffer *first)
+{
+    int n = 0;
+    for (rt__out *o = c->out_head; o && !o->coalesce; o = o->next)
+        n++;
+    if (!n || first->type != GRPC_BB_RAW)
+        return first;
+    grpc_slice_buffer all;
+    grpc_slice_buffer_init(&all);
+    for (size_t i = 0; i < first->data.raw.slice_buffer.count; i++)
+        grpc_slice_buffer_add(&all, grpc_slice_ref(first->data.raw.slice_buffer.slices[i]));
+    for (int k = 0; k < n; k++) {
+        rt__out *o = c->out_head;
+        c->out_head = o->next;
+        if (!c->out_head)
+            c->out_tail = NULL;
+        c->n_out--;
+        const grpc_slice_buffer *sb = &o->bb->data.raw.slice_buffer;
+        for (size_t i = 0; i < sb->count; i++)
+            grpc_slice_buffer_add(&all, grpc_slice_ref(sb->slices[i]));
+        grpc_byte_buffer_destroy(o->bb);
+        free(o);
+    }
+    grpc_byte_buffer *joined = grpc_raw_byte_buffer_create(all.slices, all.count);
+    grpc_slice_buffer_destroy(&all);
+    grpc_byte_buffer_destroy(first);
+    return joined;
+}
+
 static void on_send_done(rt__tag *t, int ok)
 {
     rt_call *c = RT_CONTAINER(t, rt_call, send_tag);
@@ -264,8 +299,12 @@ static void on_send_done(rt__tag *t, int ok)
         if (!c->out_head)
             c->out_tail = NULL;
         c->n_out--;
-        start_send(c, o->bb);
+        grpc_byte_buffer *bb = o->bb;
+        int progress = o->coalesce;
         free(o);
+        if (c->merge_out && !progress)
+            bb = join_queued(c, bb);
+        start_send(c, bb);
     } else if (c->final_pending && !c->final_started) {
         rt__start_final(c);
     }

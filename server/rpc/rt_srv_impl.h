@@ -251,6 +251,7 @@ struct rt_call {
     pthread_cond_t out_cv; /* the queue shrank, or the call ended */
     int n_out;             /* messages queued (not counting the one sending) */
     int send_in_flight;
+    int merge_out; /* queued messages that must arrive go out joined (Fit's merge_events) */
     int final_pending;
     int final_started;
     grpc_byte_buffer *sending;

@@ -2,6 +2,7 @@
  * (TLS, mTLS) and bind, create, start, stop and destroy. */
 #include "rt_srv_core.h"
 #include "rt_random.h"
+#include "rt_absl.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -308,6 +309,7 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err, size_t errl
         rt_srv_destroy(s);
         return rc;
     }
+    rt_absl_no_deadlock_graph(); /* gRPC's locks without the debug graph */
     grpc_init();
     /* gRPC inflates a compressed message before its size check (a 4 MB
      * gzip message became 4 GiB): per-message decompression is off, and

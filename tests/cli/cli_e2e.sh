@@ -136,7 +136,7 @@ expect_rc 0 "bench story" -- env -C "$src" "$rtrain" bench story "${S[@]}" --rep
 for cfg in "one call per step" "one call per epoch" "one call for the run" "auto steps per call"; do
   grep -q "$cfg" "$tmp/out" && ok "story row: $cfg" || bad "story row missing: $cfg"
 done
-[ "$(head -1 "$tmp/s.csv")" = "configuration,rtrain_p50_s,rep1_s,calls,val_accuracy,story_reported" ] \
+[ "$(head -1 "$tmp/s.csv")" = "configuration,rtrain_p50_s,rep1_s,calls,val_loss,val_accuracy,story_reported" ] \
   && [ "$(wc -l <"$tmp/s.csv")" -eq 5 ] && ok "story CSV" || bad "story CSV: $(cat "$tmp/s.csv")"
 # --explain: the cold run and a warm one as waterfalls; in the trace each
 # phase's client + wire + server + unattributed account for its wall time

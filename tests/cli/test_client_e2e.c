@@ -513,6 +513,29 @@ int main(int argc, char **argv)
     printf("fit: val_accuracy %.4f val_loss %.4f\n", fl.last_val_acc, fl.last_val_loss);
     CHECK(fl.last_val_acc >= 0.9);
 
+    /* 200 one-step epochs outrun the stream: the epoch ends queued behind
+     * the one being sent go out joined (FitRequest.merge_events, the
+     * daemon's merge_out) and still arrive each once, in order, each with
+     * its validation, before the done event */
+    {
+        rt_client_compile_result pm;
+        CHECK_RC(rt_client_compile_keras(c, sid, json, &o, &pm));
+        ev_log ml = {0};
+        rt_client_fit_params mp = {.session = sid, .program = pm.program_id,
+                                   .dataset = tr.id, .val_dataset = va.id, .epochs = 200,
+                                   .steps_per_epoch = 1};
+        CHECK_RC(rt_client_fit(c, &mp, log_event, &ml));
+        int ok = ml.n == 201 && ml.ev[200].kind == RT_FIT_DONE && ml.ev[200].done;
+        for (int i = 0; ok && i < 200; i++)
+            ok &= ml.ev[i].kind == RT_FIT_EPOCH_END && ml.ev[i].epoch == (uint64_t)i + 1 &&
+                  ml.ev[i].has_val && !ml.ev[i].done && isfinite(ml.ev[i].vloss);
+        if (!ok)
+            fprintf(stderr, "merged fit: %d events, the first epoch %llu, the last kind %d\n",
+                    ml.n, (unsigned long long)ml.ev[0].epoch, ml.ev[ml.n ? ml.n - 1 : 0].kind);
+        CHECK(ok);
+        rt_client_compile_result_free(&pm);
+    }
+
     rt_client_metrics m;
     CHECK_RC(rt_client_evaluate(c, sid, prog.program_id, va.id, &m));
     check_timings(c, "Evaluate");
