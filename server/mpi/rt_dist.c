@@ -5,6 +5,7 @@
 #include "rt_random.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -212,11 +213,27 @@ static int wait_req(MPI_Request *r, uint64_t lim_ns, const char *what, char *err
  * Every collective but a worker's idle wait is a blocking MPI call, as fast
  * as OpenMPI's own, run inside a guard: a watchdog thread that sees the same
  * collective in flight for --dist-timeout-ms takes it as a dead or hung
- * replica, marks the job broken and signals the waiting thread, whose
- * handler jumps out of the MPI call back to the guard; the call then fails
- * with RT_EUNAVAILABLE and the error reaches the client. After that no MPI
- * call is made but MPI_Abort. The hot path pays a sigsetjmp without the
- * signal mask and two atomics. */
+ * replica (a lost link does the same at once), marks the job broken, and
+ * the waiting thread jumps out of the MPI call back to the guard; the call
+ * then fails with RT_EUNAVAILABLE and the error reaches the client. After
+ * that no MPI call is made but MPI_Abort. The hot path pays a sigsetjmp
+ * without the signal mask and two atomics.
+ *
+ * Where the jump starts matters. A blocking OpenMPI call spins in
+ * opal_progress(), which runs the callbacks registered with
+ * opal_progress_register between its polls, holding no lock: the thread
+ * jumps from there (guard_progress), out of MPI's frames only. A signal
+ * handler instead runs wherever the thread is, and a blocking call with a
+ * dead peer is in MPI's error path, in malloc and stdio: a jump from there
+ * left the thread's malloc arena locked, and its next malloc (answering the
+ * failed call) waited forever (1 run in 4 of mpi_replicas_netns's sharded
+ * host loss on a quiet machine; its gdb dump). It happened only on a quiet
+ * machine: a signalled thread that is off its CPU (a loaded one's, in
+ * sched_yield) takes the signal at that syscall's return, a safe point. The
+ * signal stays only for an MPI library without the hook (looked up at run
+ * time: MPICH has none). Either jump leaves the collective's requests and
+ * OpenMPI's wait record (on the jumped-over stack, still listed as the
+ * progress owner) behind: that is why no MPI call but MPI_Abort follows. */
 #define GUARD_FIRED UINT64_MAX
 
 static struct {
@@ -226,6 +243,7 @@ static struct {
     char msg[200]; /* the watchdog's verdict, before it fires */
     pthread_t dog;
     int dog_on, stop;
+    int hook; /* guard_progress is OpenMPI's progress callback: no signal */
     pthread_mutex_t mu;
     pthread_cond_t cv;
 } W = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
@@ -258,11 +276,29 @@ static struct {
        .go = PTHREAD_COND_INITIALIZER,
        .done_cv = PTHREAD_COND_INITIALIZER};
 
+/* without the hook: the thread's signal (any point of the MPI call) */
 static void guard_signal(int sig)
 {
     (void)sig;
     if (tl_jb && __atomic_load_n(&W.seq, __ATOMIC_ACQUIRE) == GUARD_FIRED)
         siglongjmp(*tl_jb, 1);
+}
+
+/* OpenMPI's progress callback, run by the thread that waits in MPI between
+ * its polls: a thread inside a guarded collective leaves it once the guard
+ * has fired. Others (tl_jb NULL: a command's MPI_Test, MPI_Abort) pass. */
+static int guard_progress(void)
+{
+    if (tl_jb && __atomic_load_n(&W.seq, __ATOMIC_ACQUIRE) == GUARD_FIRED)
+        siglongjmp(*tl_jb, 1);
+    return 0;
+}
+
+/* the thread in a collective, when the guard fires */
+static void guard_kick(pthread_t th)
+{
+    if (!W.hook)
+        pthread_kill(th, SIGRTMIN + 3);
 }
 
 /* the caller holds the collectives (G.mu, or is a worker) */
@@ -319,7 +355,7 @@ static void *guard_dog(void *arg)
         if (__atomic_compare_exchange_n(&W.seq, &s, GUARD_FIRED, 0, __ATOMIC_ACQ_REL,
                                         __ATOMIC_ACQUIRE)) {
             RT_LOG(RT_LOG_ERROR, "replica %d: %s", G.rank, W.msg);
-            pthread_kill(th, SIGRTMIN + 3);
+            guard_kick(th);
             /* its work is done: the process may end by any path now
              * (MPI_Abort, the launcher) without joining it */
             W.dog_on = 0;
@@ -335,12 +371,17 @@ static void *guard_dog(void *arg)
 
 static int guard_start(void)
 {
+    /* libopen-pal's, loaded with libmpi when the library is OpenMPI */
+    int (*reg)(int (*)(void)) = NULL;
+    void *sym = dlsym(RTLD_DEFAULT, "opal_progress_register");
+    memcpy(&reg, &sym, sizeof reg);
+    W.hook = reg && reg(guard_progress) == 0;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = guard_signal;
     sa.sa_flags = SA_NODEFER | SA_RESTART; /* not blocked: the jump keeps no mask */
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGRTMIN + 3, &sa, NULL) < 0)
+    if (!W.hook && sigaction(SIGRTMIN + 3, &sa, NULL) < 0)
         return -1;
     pthread_mutex_lock(&W.mu);
     W.dog_on = pthread_create(&W.dog, NULL, guard_dog, NULL) == 0;
@@ -403,7 +444,7 @@ static void guard_fire(const char *msg)
         if (__atomic_compare_exchange_n(&W.seq, &s, GUARD_FIRED, 0, __ATOMIC_ACQ_REL,
                                         __ATOMIC_ACQUIRE)) {
             if (s & 1)
-                pthread_kill(th, SIGRTMIN + 3);
+                guard_kick(th);
             break;
         }
     }
@@ -458,9 +499,10 @@ static struct {
 } L = {.lfd = -1, .wake = {-1, -1}, .lost = -1};
 
 /* The stop's own deadline: a broken job must end even when its stop does
- * not (a call that never returns: seen 2 runs in ~40 of the netns tests on
- * a quiet machine, cause not yet found). rt_dist_finalize's MPI_Abort has
- * its deadline too; this one covers the time before it. */
+ * not (a call that never returns: a thread stuck in MPI outside its
+ * progress loop, or the signal's jump without OpenMPI's hook, the guard).
+ * rt_dist_finalize's MPI_Abort has its deadline too; this one covers the
+ * time before it. */
 static void *stop_deadline(void *arg)
 {
     (void)arg;
@@ -961,6 +1003,9 @@ int rt_dist_init(const rt_dist_opts *o, char *err, size_t errlen)
         snprintf(err, errlen, "cannot start the collectives' watchdog");
         return RT_EINTERNAL;
     }
+    if (G.size > 1 && G.rank == 0 && !W.hook)
+        RT_LOG(RT_LOG_WARN, "this MPI library has no opal_progress_register: a collective "
+                            "with a lost replica is left by a signal (docs/architecture.md)");
     if (G.size > 1)
         link_start();
     if (G.size > 1 && G.o.micro == 0 && G.o.overlap != RT_DIST_OVERLAP_OFF && comm_start() < 0) {

@@ -20,7 +20,8 @@
  * Threads: rank 0 calls these from any thread; one mutex orders the
  * collectives (MPI_THREAD_SERIALIZED). Collectives are blocking MPI calls
  * watched by a thread: one in flight for --dist-timeout-ms (a replica died
- * or hangs) is left by a signal and fails the call with RT_EUNAVAILABLE,
+ * or hangs) is left from MPI's progress loop (rt_dist.c, the guard) and
+ * fails the call with RT_EUNAVAILABLE,
  * and every later distributed call too. A replica whose process ends is
  * noticed at once by its TCP link to rank 0 (rt_dist.c, the links); a
  * broken job then stops rank 0 (SIGTERM to itself: rtraind's stop
