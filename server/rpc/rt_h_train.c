@@ -537,9 +537,8 @@ int rt_h_control(rt_call *c)
         if (n < 0)
             return rt_h_engine_fail(c, n);
         if (n == 0 && layer) /* Keras: "Layer must be stateful." */
-            return rt_call_fail(c, RT_EINVAL,
-                                "reset_states: the program has no stateful RNN layer '%.64s'",
-                                layer);
+            return rt_call_fail(
+                c, RT_EINVAL, "reset_states: the program has no stateful RNN layer '%.64s'", layer);
         if (n)
             rt_program_mark_dirty(c->prog);
         r->states_reset = (uint32_t)n;
