@@ -133,6 +133,18 @@ int rt_train_check(const rt_train_refs *r, double *step_ns, char *err, size_t er
     return rc;
 }
 
+int rt_train_open(rt_session_table *t, rt_data_store *store, const rt_principal *who,
+                  const char *sid, const char *pid, const char *did, const char *val_did, int check,
+                  rt_train_open_out *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    int rc = rt_train_find(t, store, who, sid, pid, did, val_did, &out->refs, err, errlen);
+    if (rc < 0)
+        return rc;
+    out->pipe = rt_program_pipe_marks(out->refs.prog);
+    return check ? rt_train_check(&out->refs, &out->step_ns, err, errlen) : 0;
+}
+
 void rt_train_note_steps(rt_program *p, uint64_t ns, int64_t steps)
 {
     if (steps <= 0)
