@@ -94,7 +94,7 @@ int rt_h_refuse_if_stopping(rt_call *c)
 int rt_h_check_fit(rt_call *c, rt_dataset *ds, int need_labels)
 {
     char err[512];
-    int rc = rt_view_check(ds, rt_program_plan(c->prog), rt_program_id(c->prog), need_labels, err,
+    int rc = rt_view_check(ds, rt_program_view(c->prog), rt_program_id(c->prog), need_labels, err,
                            sizeof err);
     return rc < 0 ? rt_call_fail(c, rc, "%s", err) : 0;
 }
@@ -105,7 +105,7 @@ int rt_h_data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels)
     if ((ds->stream || ds->held) && need_labels && !(use = rt_call_alloc(c, sizeof *use)))
         return OOM(c);
     char err[200];
-    int rc = rt_view_make(ds, rt_program_plan(c->prog), need_labels, use, d, err, sizeof err);
+    int rc = rt_view_make(ds, rt_program_view(c->prog), need_labels, use, d, err, sizeof err);
     return rc < 0 ? rt_call_fail(c, rc, "dataset %s: %s", ds->id, err) : 0;
 }
 
