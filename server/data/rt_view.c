@@ -47,13 +47,23 @@ const char *rt_view_layout_hint(int an, const int64_t *a, int bn, const int64_t 
     return "";
 }
 
-int rt_view_check(const rt_dataset *ds, const rt_plan *p, const char *prog_id, int need_labels,
+void rt_view_spec_of(const rt_plan *plan, rt_view_spec *out)
+{
+    memset(out, 0, sizeof *out);
+    out->in_n = rt_plan_input_shape(plan, out->in);
+    out->lab_n = rt_plan_label_shape(plan, out->lab);
+    const rt_train_config *cfg = rt_plan_config(plan);
+    out->label_dtype = cfg->label_dtype;
+    out->seed = cfg->seed;
+    out->batch_size = cfg->batch_size;
+    out->shuffle = cfg->shuffle;
+}
+
+int rt_view_check(const rt_dataset *ds, const rt_view_spec *v, const char *prog_id, int need_labels,
                   char *err, size_t errlen)
 {
-    /* the plan's two shapes first: one visit to the engine */
-    int64_t in[RT_MAX_DIMS], lab[RT_MAX_DIMS];
-    int in_n = rt_plan_input_shape(p, in);
-    int lab_n = need_labels ? rt_plan_label_shape(p, lab) : -1;
+    int in_n = v->in_n, lab_n = need_labels ? v->lab_n : -1;
+    const int64_t *in = v->in, *lab = v->lab;
     char a[96], b[96];
     if (in_n >= 0 && !rt_view_shapes_fit(ds->x_ndim, ds->x_dims, in_n, in))
         return rt_errf(err, errlen, RT_ESHAPE,
@@ -73,7 +83,7 @@ int rt_view_check(const rt_dataset *ds, const rt_plan *p, const char *prog_id, i
     return 0;
 }
 
-int rt_view_make(rt_dataset *ds, const rt_plan *plan, int need_labels, rt_stream_use *use,
+int rt_view_make(rt_dataset *ds, const rt_view_spec *v, int need_labels, rt_stream_use *use,
                  rt_data *d, char *err, size_t errlen)
 {
     memset(d, 0, sizeof *d);
@@ -81,8 +91,7 @@ int rt_view_make(rt_dataset *ds, const rt_plan *plan, int need_labels, rt_stream
     d->n = ds->n;
     if (!need_labels)
         return 0;
-    const rt_train_config *cfg = rt_plan_config(plan);
-    rt_dtype want = cfg->label_dtype;
+    rt_dtype want = v->label_dtype;
     int rc = rt_dataset_labels_as(ds, want, &d->y, err, errlen);
     if (rc < 0)
         return rc;
@@ -93,9 +102,9 @@ int rt_view_make(rt_dataset *ds, const rt_plan *plan, int need_labels, rt_stream
          * set's rows (server/mpi sees fill_id and trains it over the
          * replicas) */
         *use = (rt_stream_use){.st = ds->stream,
-                               .seed = cfg->seed,
-                               .batch = cfg->batch_size,
-                               .shuffle = cfg->shuffle,
+                               .seed = v->seed,
+                               .batch = v->batch_size,
+                               .shuffle = v->shuffle,
                                .augment = 1,
                                .y = d->y,
                                .lab_per = rt_data_numel(ds->y_ndim, ds->y_dims),
@@ -109,13 +118,12 @@ int rt_view_make(rt_dataset *ds, const rt_plan *plan, int need_labels, rt_stream
     return 0;
 }
 
-int rt_view_epoch(rt_dataset *ds, const rt_plan *plan, int64_t global_step, rt_data *d, char *err,
+int rt_view_epoch(rt_dataset *ds, const rt_view_spec *v, int64_t global_step, rt_data *d, char *err,
                   size_t errlen)
 {
     if (!ds->img)
         return 0;
-    const rt_train_config *cfg = rt_plan_config(plan);
-    int64_t spe = (d->n + cfg->batch_size - 1) / cfg->batch_size;
+    int64_t spe = (d->n + v->batch_size - 1) / v->batch_size;
     uint64_t epoch = (uint64_t)(global_step / (spe > 0 ? spe : 1));
     const rt_image_spec *m = &ds->img_spec;
     d->aug = (rt_augment){.img = ds->img,

@@ -672,10 +672,12 @@ int64_t rt_exec_global_step(const rt_exec *e);
 int rt_exec_check_data(rt_exec *e, const rt_data *d);
 /* A pass over a whole data set on the host (those checks, and each epoch's
  * order of an in-memory set: O(n), most of a second at 10^7 rows) calls
- * fn(ud) every 16384 rows; fn may let other work use the device meanwhile
- * (e is not touched then). rt_exec_train's first step of a data set or of
- * an epoch thus pauses like its steps do. NULL: no pauses. */
-void rt_exec_set_pause(rt_exec *e, void (*fn)(void *ud), void *ud);
+ * fn() every 16384 rows, on the thread that runs the pass; fn may let other
+ * work use the device meanwhile (the exec is not touched then).
+ * rt_exec_train's first step of a data set or of an epoch thus pauses like
+ * its steps do. Process-wide, set once before any exec runs; NULL: no
+ * pauses. */
+void rt_exec_set_pause_hook(void (*fn)(void));
 /* n rows of inputs x as the program takes them: an Embedding fed by the
  * input needs whole indices in range. Returns 0 or RT_EDATA with a message
  * in rt_exec_errmsg. For a batch that others will train on (rt_dist checks

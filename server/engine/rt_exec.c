@@ -90,12 +90,12 @@ struct rt_exec {
     int *rep_ready;   /* overlap: each bucket's last backward call */
     int *rep_order;   /* the buckets by that call, last bucket first */
     int rep_nb;
-    uint64_t edits;          /* rt_exec_state_edits (atomic: see lr_set) */
-    int64_t sh_lo, sh_hi;    /* rt_exec_shard_slots: the slots kept, hi 0 all */
-    int sh_whole;            /* sharded, the whole slots held for now: 1
+    uint64_t edits;       /* rt_exec_state_edits (atomic: see lr_set) */
+    int64_t sh_lo, sh_hi; /* rt_exec_shard_slots: the slots kept, hi 0 all */
+    int sh_whole;         /* sharded, the whole slots held for now: 1
                                 * fetched for a read, 2 loaded or copied (the
                                 * replicas get it at the next training call) */
-    int torn;                /* rt_exec_set_torn: the state cannot be saved */
+    int torn;             /* rt_exec_set_torn: the state cannot be saved */
     /* stateful RNNs: their carried states (rt__kargs.state), zeros at
      * first; a reset asked (rt_exec_reset_states, atomic: another thread
      * may ask while training runs) zeroes them before the next forward */
@@ -104,13 +104,15 @@ struct rt_exec {
         float *p;
         int64_t n;
         int reset;
-    } *stn;
+    } * stn;
     int n_stn;
-    int64_t st_batch; /* their batch size: every batch must be whole */
+    int64_t st_batch;        /* their batch size: every batch must be whole */
     char bn_err[RT__ERRLEN]; /* a synchronised BatchNorm's failed sum */
-    void (*pause)(void *ud); /* rt_exec_set_pause */
-    void *pause_ud;
 };
+
+/* The daemon's pause hook (rt_exec_set_pause_hook): set once before the
+ * first call is served and only read after, so no lock. */
+static void (*pause_hook)(void);
 
 /* A long host pass over a data set (the label and index checks, the
  * epoch's order) calls the pause hook every RT__PAUSE_EVERY elements: at
@@ -120,17 +122,12 @@ struct rt_exec {
 #define RT__PAUSE_EVERY 16384
 static inline void rt__pause_at(const rt_exec *e, int64_t i)
 {
-    if ((i & (RT__PAUSE_EVERY - 1)) == 0 && i && e->pause)
-        e->pause(e->pause_ud);
+    (void)e;
+    if ((i & (RT__PAUSE_EVERY - 1)) == 0 && i && pause_hook)
+        pause_hook();
 }
 
-void rt_exec_set_pause(rt_exec *e, void (*fn)(void *ud), void *ud)
-{
-    if (!e)
-        return;
-    e->pause = fn;
-    e->pause_ud = ud;
-}
+void rt_exec_set_pause_hook(void (*fn)(void)) { pause_hook = fn; }
 
 static int rt__check_sw(rt_exec *e, const rt_data *d);
 static void rt__release_slots(rt_exec *e);

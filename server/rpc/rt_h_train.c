@@ -128,35 +128,52 @@ static int run_steps_work(rt_call *c)
     return r->last && r->mean ? 0 : OOM(c);
 }
 
+/* RunSteps' own checks, in the order they are reported: 0, or the code
+ * with why set. They need nothing found, so they run before the lookups
+ * (rt_h_open_train reports a lookup's failure first); val_at_end's set is
+ * named by the request, as the lookup of a named one must succeed. */
+static int run_steps_request(const rt_call *c, const Rtrain__V1__RunStepsRequest *q, char *why,
+                             size_t n)
+{
+    int rc;
+    if ((rc = rt_h_stopping_why(c, why, n)) < 0)
+        return rc;
+    if (q->boot_id && q->boot_id != c->srv->boot_id)
+        return rt_errf(why, n, RT_ERESTARTED,
+                       "the daemon restarted since this client's last "
+                       "call: nothing was applied; reattach (Checkpoint) and resend");
+    if (q->steps == 0)
+        return rt_errf(why, n, RT_EINVAL, "steps must be at least 1");
+    if ((rc = rt_h_lr_why(q->learning_rate, why, n)) < 0)
+        return rc;
+    if (q->steps > RT_MAX_STEPS_PER_CALL)
+        return rt_errf(why, n, RT_ETOOBIG, "steps %llu is over the limit of %llu per call",
+                       (unsigned long long)q->steps, RT_MAX_STEPS_PER_CALL);
+    if (q->val_at_end && !(q->val_dataset_id && *q->val_dataset_id))
+        return rt_errf(why, n, RT_EINVAL, "val_at_end needs val_dataset_id");
+    if (q->return_losses && q->steps > RT_MAX_RETURN_LOSSES)
+        return rt_errf(why, n, RT_ETOOBIG, "return_losses allows at most %llu steps",
+                       RT_MAX_RETURN_LOSSES);
+    return 0;
+}
+
+/* The request's checks, then one call down (rt_h_open_train: lookups,
+ * data checks, step estimate, pipeline marks); nothing after it calls down
+ * again before the work. */
 int rt_h_run_steps(rt_call *c)
 {
     Rtrain__V1__RunStepsRequest *q = REQ(c, Rtrain__V1__RunStepsRequest);
-    int rc = rt_h_need_train(c, q->session_id, q->program_id, q->dataset_id, q->val_dataset_id);
+    char why[200];
+    int bad = run_steps_request(c, q, why, sizeof why);
+    double step_ns = 0;
+    int rc = rt_h_open_train(c, q->session_id, q->program_id, q->dataset_id, q->val_dataset_id, bad,
+                             why, &step_ns);
     /* Once its program is found the call counts for the program's
      * pipeline: a failure stops the calls sent after it (rt_sched.c,
      * rt__pipe_complete). */
     if (c->prog)
         c->seq = q->seq;
-    if (rc < 0 || (rc = rt_h_refuse_if_stopping(c)) < 0)
-        return rc;
-    if (q->boot_id && q->boot_id != c->srv->boot_id)
-        return rt_call_fail(c, RT_ERESTARTED,
-                            "the daemon restarted since this client's last "
-                            "call: nothing was applied; reattach (Checkpoint) and resend");
-    if (q->steps == 0)
-        return rt_call_fail(c, RT_EINVAL, "steps must be at least 1");
-    if ((rc = rt_h_check_lr(c, q->learning_rate)) < 0)
-        return rc;
-    if (q->steps > RT_MAX_STEPS_PER_CALL)
-        return rt_call_fail(c, RT_ETOOBIG, "steps %llu is over the limit of %llu per call",
-                            (unsigned long long)q->steps, RT_MAX_STEPS_PER_CALL);
-    if (q->val_at_end && !c->val_ds)
-        return rt_call_fail(c, RT_EINVAL, "val_at_end needs val_dataset_id");
-    if (q->return_losses && q->steps > RT_MAX_RETURN_LOSSES)
-        return rt_call_fail(c, RT_ETOOBIG, "return_losses allows at most %llu steps",
-                            RT_MAX_RETURN_LOSSES);
-    double step_ns;
-    if ((rc = rt_h_check_train(c, &step_ns)) < 0)
+    if (rc < 0)
         return rc;
     c->work = run_steps_work;
     c->needs_device = 1;
@@ -537,9 +554,8 @@ int rt_h_control(rt_call *c)
         if (n < 0)
             return rt_h_engine_fail(c, n);
         if (n == 0 && layer) /* Keras: "Layer must be stateful." */
-            return rt_call_fail(c, RT_EINVAL,
-                                "reset_states: the program has no stateful RNN layer '%.64s'",
-                                layer);
+            return rt_call_fail(
+                c, RT_EINVAL, "reset_states: the program has no stateful RNN layer '%.64s'", layer);
         if (n)
             rt_program_mark_dirty(c->prog);
         r->states_reset = (uint32_t)n;

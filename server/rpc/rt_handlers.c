@@ -45,6 +45,28 @@ int rt_h_need_train(rt_call *c, const char *sid, const char *pid, const char *di
     return rc < 0 ? rt_call_fail(c, rc, "%s", err) : 0;
 }
 
+/* A training call's admission (rt_train_open, one call down): its
+ * references held by the call; the failure reported is the lookup's, else
+ * the handler's own request check's (bad < 0, its text in why), else the
+ * data sets' check's. */
+int rt_h_open_train(rt_call *c, const char *sid, const char *pid, const char *did,
+                    const char *val_did, int bad, const char *why, double *step_ns)
+{
+    char err[512];
+    rt_train_open_out o;
+    int rc = rt_train_open(c->srv->sessions, c->srv->data, c->who, sid, pid, did, val_did, bad == 0,
+                           &o, err, sizeof err);
+    c->sess = o.refs.sess;
+    c->prog = o.refs.prog;
+    c->ds = o.refs.ds;
+    c->val_ds = o.refs.val_ds;
+    c->pipe = o.pipe;
+    *step_ns = o.step_ns;
+    if (rc < 0)
+        return rt_call_fail(c, rc, "%s", err);
+    return bad < 0 ? rt_call_fail(c, bad, "%s", why) : 0;
+}
+
 /* A durable daemon that is stopping takes no new training or checkpoint
  * calls: the calls running end at their boundary, the exit checkpoint
  * follows, and the client reattaches to the next start. */
@@ -53,13 +75,18 @@ int rt_h_daemon_stopping(const rt_call *c)
     return c->srv->state && __atomic_load_n(&c->srv->stopping, __ATOMIC_ACQUIRE);
 }
 
-int rt_h_refuse_if_stopping(rt_call *c)
+int rt_h_stopping_why(const rt_call *c, char *why, size_t n)
 {
     if (rt_h_daemon_stopping(c))
-        return rt_call_fail(c, RT_EUNAVAILABLE,
-                            "the daemon is stopping; retry after it "
-                            "restarts");
+        return rt_errf(why, n, RT_EUNAVAILABLE, "the daemon is stopping; retry after it restarts");
     return 0;
+}
+
+int rt_h_refuse_if_stopping(rt_call *c)
+{
+    char why[80];
+    int rc = rt_h_stopping_why(c, why, sizeof why);
+    return rc < 0 ? rt_call_fail(c, rc, "%s", why) : 0;
 }
 
 /* The dataset as the program sees it (rt_view.h): checked on the cq
@@ -67,7 +94,7 @@ int rt_h_refuse_if_stopping(rt_call *c)
 int rt_h_check_fit(rt_call *c, rt_dataset *ds, int need_labels)
 {
     char err[512];
-    int rc = rt_view_check(ds, rt_program_plan(c->prog), rt_program_id(c->prog), need_labels, err,
+    int rc = rt_view_check(ds, rt_program_view(c->prog), rt_program_id(c->prog), need_labels, err,
                            sizeof err);
     return rc < 0 ? rt_call_fail(c, rc, "%s", err) : 0;
 }
@@ -78,7 +105,7 @@ int rt_h_data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels)
     if ((ds->stream || ds->held) && need_labels && !(use = rt_call_alloc(c, sizeof *use)))
         return OOM(c);
     char err[200];
-    int rc = rt_view_make(ds, rt_program_plan(c->prog), need_labels, use, d, err, sizeof err);
+    int rc = rt_view_make(ds, rt_program_view(c->prog), need_labels, use, d, err, sizeof err);
     return rc < 0 ? rt_call_fail(c, rc, "dataset %s: %s", ds->id, err) : 0;
 }
 
@@ -94,12 +121,19 @@ int rt_h_engine_fail(rt_call *c, int rc);
 
 /* RunSteps/Fit learning_rate: > 0 sets the program's rate from the call's
  * first step on (rt_exec_set_lr), 0 leaves it. */
-int rt_h_check_lr(rt_call *c, float lr)
+int rt_h_lr_why(float lr, char *why, size_t n)
 {
     if (!(lr >= 0.0f) || isinf(lr))
-        return rt_call_fail(c, RT_EINVAL, "learning_rate %g must be finite and > 0 (0: unchanged)",
-                            (double)lr);
+        return rt_errf(why, n, RT_EINVAL, "learning_rate %g must be finite and > 0 (0: unchanged)",
+                       (double)lr);
     return 0;
+}
+
+int rt_h_check_lr(rt_call *c, float lr)
+{
+    char why[100];
+    int rc = rt_h_lr_why(lr, why, sizeof why);
+    return rc < 0 ? rt_call_fail(c, rc, "%s", why) : 0;
 }
 
 int rt_h_apply_lr(rt_call *c, float lr)

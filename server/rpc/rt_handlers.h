@@ -15,6 +15,7 @@
 #ifndef RTRAIN_HANDLERS_H
 #define RTRAIN_HANDLERS_H
 
+#include "rt_errf.h"
 #include "rt_srv_impl.h"
 
 #include <math.h>
@@ -77,6 +78,15 @@ int rt_h_need_dataset(rt_call *c, const char *id, rt_dataset **out, const char *
 int rt_h_need_train(rt_call *c, const char *sid, const char *pid, const char *did,
                     const char *val_did);
 int rt_h_daemon_stopping(const rt_call *c);
+/* RunSteps: rt_train_open's references held by the call (and the
+ * program's pipeline marks); the lookup's failure, else the handler's own
+ * (bad < 0, why), else the data sets' check's; *step_ns the estimate */
+int rt_h_open_train(rt_call *c, const char *sid, const char *pid, const char *did,
+                    const char *val_did, int bad, const char *why, double *step_ns);
+/* The failures of rt_h_refuse_if_stopping and rt_h_check_lr as a code and
+ * a text in why (0: none), for checks reported after the lookups */
+int rt_h_stopping_why(const rt_call *c, char *why, size_t n);
+int rt_h_lr_why(float lr, char *why, size_t n);
 /* rt_h_upload.c: the most bytes one upload of c's principal can hold
  * (GetInfo's Limits.max_upload_bytes) */
 uint64_t rt_h_upload_limit(const rt_call *c);

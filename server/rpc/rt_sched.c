@@ -239,20 +239,25 @@ const char *rt_call_sched_key(rt_call *c)
 }
 
 /* ------------------------------------------------------------- executor */
-static void pause_point(void *ud) { rt_call_yield(ud); }
+/* The call whose work this executor thread runs holding the device, for
+ * the engine's pause hook: the exec's long host passes (a data set's
+ * checks, an epoch's order: up to a second before a first step) pause at
+ * rt_call_yield while a call holds the device. */
+static __thread rt_call *holding;
 
-/* The program's exec, its long host passes (a data set's checks, an
- * epoch's order: up to a second before a first step) made to pause at
- * rt_call_yield for the time the call holds the device; NULL when there
- * is none. Not with MPI replicas: rt_dist runs those passes holding its
- * own lock, which a call waiting for the device may need. */
-static rt_exec *pause_on(rt_call *c)
+static void pause_point(void)
 {
-    if (!c->holds_device || !c->prog || rt_dist_size() != 1)
-        return NULL;
-    rt_exec *e = rt_program_exec(c->prog);
-    rt_exec_set_pause(e, pause_point, c);
-    return e;
+    if (holding)
+        rt_call_yield(holding);
+}
+
+/* Set once, before the first call is served. Not with MPI replicas:
+ * rt_dist runs those passes holding its own lock, which a call waiting for
+ * the device may need. */
+void rt__sched_pause_hook(void)
+{
+    if (rt_dist_size() == 1)
+        rt_exec_set_pause_hook(pause_point);
 }
 
 static void run_work(rt_call *c)
@@ -374,10 +379,9 @@ static void *executor_main(void *arg)
         if (rt_call_is_cancelled(c)) {
             rt_call_fail(c, RT_ECANCELLED, "cancelled before it ran");
         } else {
-            rt_exec *pe = pause_on(c);
+            holding = c->holds_device ? c : NULL;
             run_work(c);
-            if (pe)
-                rt_exec_set_pause(pe, NULL, NULL);
+            holding = NULL;
         }
         if (c->holds_device) {
             c->holds_device = 0;

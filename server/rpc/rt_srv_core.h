@@ -73,6 +73,8 @@ void rt__dev_lock(rt_srv *s, const char *key, uint64_t est_ns);
 void rt__dev_unlock(rt_srv *s);
 void rt__dispatch(rt_call *c);
 void rt__enqueue(rt_call *c);
+/* The engine's pause hook (rt_exec_set_pause_hook), set once by rt_srv_create. */
+void rt__sched_pause_hook(void);
 void rt__pipe_cancel(rt_call *c);
 /* How many calls wait for their predecessor now (the calls_held gauge). */
 int rt__pipe_held_count(rt_srv *s);

@@ -206,6 +206,7 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err, size_t errl
         return RT_ENOMEM;
     s->cfg = *cfg;
     s->tp = &rt__transport_ops; /* the scheduler's way back to the transport */
+    rt__sched_pause_hook();
     if (s->cfg.threads < 1)
         s->cfg.threads = rt_srv_default_threads();
     pthread_mutex_init(&s->dev_mu, NULL);

@@ -32,6 +32,8 @@ _Static_assert(HEAD_AT(id) && HEAD_AT(charged_bytes) && HEAD_AT(plan) && HEAD_AT
 #undef HEAD_AT
 rt_program_pipe *rt_program_pipe_marks(rt_program *p) { return &p->pipe; }
 
+const rt_view_spec *rt_program_view(const rt_program *p) { return &p->view; }
+
 int rt_program_set_lr(rt_program *p, float lr)
 {
     if (!(lr > 0.0f))

@@ -108,6 +108,11 @@ static inline rt_exec *rt_program_exec(const rt_program *p)
     return ((const rt_program_head *)(const void *)p)->exec;
 }
 rt_program_pipe *rt_program_pipe_marks(rt_program *p);
+/* [any] What the data view needs of the plan (rt_view.h), read when the
+ * program was added, so a training call's data checks and views do not go
+ * back to the engine. */
+struct rt_view_spec;
+const struct rt_view_spec *rt_program_view(const rt_program *p);
 
 /* The device holder's thread (see the locking rule). */
 #ifdef NDEBUG

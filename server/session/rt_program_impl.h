@@ -6,6 +6,7 @@
 
 #include "rt_program.h"
 #include "rt_session.h"
+#include "rt_view.h"
 
 struct rt_program {
     char id[RT_SESSION_ID_LEN];
@@ -14,6 +15,9 @@ struct rt_program {
     uint64_t charged_bytes;
     rt_plan *plan;
     rt_exec *exec;
+    /* What the data view needs of the plan (rt_view_spec_of), read once
+     * when the program is added: the plan never changes. */
+    rt_view_spec view;
     /* RunSteps replay protection: the highest applied seq and what its
      * call reported, returned again when a seq is replayed. */
     uint64_t last_seq;

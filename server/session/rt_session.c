@@ -241,6 +241,7 @@ int rt_session_add_program(rt_session *s, rt_plan *plan, rt_exec *exec, uint64_t
     p->charged_bytes = bytes;
     p->plan = plan;
     p->exec = exec;
+    rt_view_spec_of(plan, &p->view);
     pthread_mutex_lock(&s->mu);
     if (s->n_progs == s->cap_progs) {
         int nc = s->cap_progs ? s->cap_progs * 2 : 4;

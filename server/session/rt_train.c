@@ -93,7 +93,7 @@ static int view(rt_program *p, rt_dataset *ds, rt_stream_use *use, rt_data *d, c
                 size_t errlen)
 {
     char e[200];
-    int rc = rt_view_make(ds, rt_program_plan(p), 1, use, d, e, sizeof e);
+    int rc = rt_view_make(ds, rt_program_view(p), 1, use, d, e, sizeof e);
     if (rc < 0)
         snprintf(err, errlen, "dataset %s: %s", ds->id, e);
     return rc;
@@ -123,14 +123,26 @@ int rt_train_find(rt_session_table *t, rt_data_store *store, const rt_principal 
 
 int rt_train_check(const rt_train_refs *r, double *step_ns, char *err, size_t errlen)
 {
-    const rt_plan *plan = rt_program_plan(r->prog);
+    const rt_view_spec *v = rt_program_view(r->prog);
     const char *pid = rt_program_id(r->prog);
-    int rc = rt_view_check(r->ds, plan, pid, 1, err, errlen);
+    int rc = rt_view_check(r->ds, v, pid, 1, err, errlen);
     if (rc == 0 && r->val_ds)
-        rc = rt_view_check(r->val_ds, plan, pid, 1, err, errlen);
+        rc = rt_view_check(r->val_ds, v, pid, 1, err, errlen);
     if (rc == 0 && step_ns)
         *step_ns = rt_program_step_ns(r->prog);
     return rc;
+}
+
+int rt_train_open(rt_session_table *t, rt_data_store *store, const rt_principal *who,
+                  const char *sid, const char *pid, const char *did, const char *val_did, int check,
+                  rt_train_open_out *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    int rc = rt_train_find(t, store, who, sid, pid, did, val_did, &out->refs, err, errlen);
+    if (rc < 0)
+        return rc;
+    out->pipe = rt_program_pipe_marks(out->refs.prog);
+    return check ? rt_train_check(&out->refs, &out->step_ns, err, errlen) : 0;
 }
 
 void rt_train_note_steps(rt_program *p, uint64_t ns, int64_t steps)
@@ -138,8 +150,7 @@ void rt_train_note_steps(rt_program *p, uint64_t ns, int64_t steps)
     if (steps <= 0)
         return;
     rt_program_note_steps(p, ns, steps);
-    const rt_train_config *tc = rt_plan_config(rt_program_plan(p));
-    rt_metrics_steps((uint64_t)steps, (uint64_t)steps * (uint64_t)(tc ? tc->batch_size : 0));
+    rt_metrics_steps((uint64_t)steps, (uint64_t)steps * (uint64_t)rt_program_view(p)->batch_size);
 }
 
 int rt_train_checkpoint(rt_state *st, const char *sid, rt_program *p, int cont, char *err,
@@ -251,8 +262,10 @@ int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in
         rt_train_result part;
         cb.hit_epoch_end = 0;
         char verr[200];
-        if ((rc = rt_view_epoch(ctx->ds, rt_program_plan(p), rt_exec_global_step(e), &d, verr,
-                                sizeof verr)) < 0) {
+        /* the step only matters to a set with augmentation (its epoch's
+         * images), as stop_for_val knows */
+        int64_t gs = ctx->ds->img ? rt_exec_global_step(e) : 0;
+        if ((rc = rt_view_epoch(ctx->ds, rt_program_view(p), gs, &d, verr, sizeof verr)) < 0) {
             rt_program_run_end(p);
             snprintf(err, errlen, "dataset %s: %s", ctx->ds->id, verr);
             return rc;
@@ -563,7 +576,7 @@ static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint6
         f.samples = 0;
         f.loss_sum = f.acc_sum = 0;
         char verr[200];
-        if ((rc = rt_view_epoch(ctx->ds, rt_program_plan(p),
+        if ((rc = rt_view_epoch(ctx->ds, rt_program_view(p),
                                 rt_exec_global_step(rt_program_exec(p)), &d, verr, sizeof verr)) <
             0)
             return rt_errf(err, errlen, rc, "dataset %s: %s", ctx->ds->id, verr);

@@ -107,6 +107,21 @@ int rt_train_find(rt_session_table *t, rt_data_store *store, const rt_principal 
  * NULL). 0, or rt_view_check's failure with err set. */
 int rt_train_check(const rt_train_refs *r, double *step_ns, char *err, size_t errlen);
 
+/* A training call's admission in one descent, before it waits for the
+ * device: rt_train_find; then, when check is set, rt_train_check (the
+ * caller clears it when its own request checks failed: it reports those
+ * after a lookup's failure and before a data set's); and the program's
+ * pipeline marks, for the transport. 0, or the lookup's or the check's
+ * failure with err set; out->refs as rt_train_find's either way. */
+typedef struct rt_train_open_out {
+    rt_train_refs refs;
+    double step_ns;        /* the program's step estimate (when checked) */
+    rt_program_pipe *pipe; /* its pipeline marks (rt_program_pipe_marks) */
+} rt_train_open_out;
+int rt_train_open(rt_session_table *t, rt_data_store *store, const rt_principal *who,
+                  const char *sid, const char *pid, const char *did, const char *val_did, int check,
+                  rt_train_open_out *out, char *err, size_t errlen);
+
 typedef struct rt_run_steps_in {
     uint64_t seq; /* replay protection (0: none) */
     uint64_t steps;

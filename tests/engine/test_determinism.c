@@ -110,11 +110,7 @@ static void *thr_main(void *arg)
 }
 
 static int pauses;
-static void on_pause(void *ud)
-{
-    (void)ud;
-    pauses++;
-}
+static void on_pause(void) { pauses++; }
 
 /* 6 steps over 100,000 rows (iris repeated), in two calls, with or
  * without the pause hook: the weights into w, the pauses counted. */
@@ -131,7 +127,7 @@ static int run_big(int hook, float *w)
     rt_plan *p = compile_loss(9, 0, RT_LOSS_SPARSE_CE);
     rt_exec *e;
     REQUIRE(rt_exec_create(p, &e) == 0);
-    if (hook) rt_exec_set_pause(e, on_pause, NULL);
+    rt_exec_set_pause_hook(hook ? on_pause : NULL);
     rt_data d = {.x = x, .y = y, .y_dtype = RT_I32, .n = BIG};
     CHECK_RC(rt_exec_train(e, &d, 3, NULL, NULL, NULL, NULL));
     /* the label check (sparse CE) and the first epoch's order: each pass
@@ -141,6 +137,7 @@ static int run_big(int hook, float *w)
     CHECK_RC(rt_exec_train(e, &d, 3, NULL, NULL, NULL, NULL));
     CHECK(pauses == (hook ? 3 * 6 : 0));
     int n = weights(e, w);
+    rt_exec_set_pause_hook(NULL);
     rt_exec_destroy(e);
     rt_plan_release(p);
     free(x);
