@@ -291,8 +291,8 @@ static int npy_load(const char *path, rt_client_array *a, char **buf)
     static const struct {
         const char *descr;
         rt_client_dtype dt;
-    } kinds[] = {{"<f4", RT_DTYPE_F32}, {"<i4", RT_DTYPE_I32}, {"<i8", RT_DTYPE_I64},
-                 {"|u1", RT_DTYPE_U8}};
+    } kinds[] = {
+        {"<f4", RT_DTYPE_F32}, {"<i4", RT_DTYPE_I32}, {"<i8", RT_DTYPE_I64}, {"|u1", RT_DTYPE_U8}};
     char h[1024], h2[1024];
     const char *d = npy_header_key(path, h, sizeof h, "'descr':");
     const char *fo = npy_header_key(path, h2, sizeof h2, "'fortran_order':");
@@ -302,8 +302,7 @@ static int npy_load(const char *path, rt_client_array *a, char **buf)
             a->dtype = kinds[i].dt;
     a->ndim = npy_shape(path, a->shape, RT_CLIENT_MAX_DIMS);
     if (!a->dtype || !fo || strncmp(fo + strspn(fo, " "), "False", 5) || a->ndim < 1) {
-        fprintf(stderr, "rtrain: %s: not a C-order .npy of float32, int32, int64 or uint8\n",
-                path);
+        fprintf(stderr, "rtrain: %s: not a C-order .npy of float32, int32, int64 or uint8\n", path);
         return RT_EDATA;
     }
     size_t len;
@@ -330,8 +329,8 @@ static int npy_load(const char *path, rt_client_array *a, char **buf)
 /* --data X.npy --labels Y.npy larger together than one upload holds
  * (GetInfo's max_upload_bytes): read here, for rt_client_fit_arrays to
  * send in chunks (*chunked 1). Otherwise nothing is read (*chunked 0). */
-static int over_one_upload(rt_client *c, const cli_opts *o, rt_client_array *x,
-                           rt_client_array *y, char **xb, char **yb, int *chunked)
+static int over_one_upload(rt_client *c, const cli_opts *o, rt_client_array *x, rt_client_array *y,
+                           char **xb, char **yb, int *chunked)
 {
     *chunked = 0;
     struct stat sx, sy;
@@ -855,9 +854,8 @@ int cli_cmd_fit(const cli_opts *o)
     if (rc == 0 && chunked)
         tr.samples = (uint64_t)cx.shape[0];
     else if (rc == 0)
-        rc = o->sample_weights
-                 ? upload_weighted(c, sid, o, &tr)
-                 : cli_upload(c, sid, base_name(o->data), o->data, o->labels, o, &tr);
+        rc = o->sample_weights ? upload_weighted(c, sid, o, &tr)
+                               : cli_upload(c, sid, base_name(o->data), o->data, o->labels, o, &tr);
     if (rc < 0) {
         ex = cli_fail(c, "upload of --data", rc);
         goto out;

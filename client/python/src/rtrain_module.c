@@ -1555,8 +1555,7 @@ static PyObject *Program_control(ProgramObject *self, PyObject *args, PyObject *
     double lr = 0;
     int stop = 0, reset = 0;
     const char *layer = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|dppz:control", kwlist, &lr, &stop, &reset,
-                                     &layer))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|dppz:control", kwlist, &lr, &stop, &reset, &layer))
         return NULL;
     if (!(lr >= 0) || lr > 3.4e38) {
         PyErr_SetString(PyExc_ValueError, "learning_rate must be a finite number > 0");

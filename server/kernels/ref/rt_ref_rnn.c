@@ -150,8 +150,8 @@ void rt_ref_rnn_fwd(const rt__kargs *a)
         /* zeros, or a stateful layer's carried states (h, then LSTM's c) */
         for (int64_t u = 0; u < U; u++) {
             RT_REF_HS(&q, 0, i)[u] = a->state ? a->state[i * U + u] : 0;
-            RT_REF_CS(&q, 0, i)[u] =
-                a->state && p->cell == RT__RNN_LSTM ? a->state[(q.n + i) * U + u] : 0;
+            RT_REF_CS(&q, 0, i)
+            [u] = a->state && p->cell == RT__RNN_LSTM ? a->state[(q.n + i) * U + u] : 0;
         }
         for (int64_t s = 0; s < q.T; s++) {
             float *z = RT_REF_ZS(&q, s, i), *h = RT_REF_HS(&q, s + 1, i);
