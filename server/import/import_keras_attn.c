@@ -181,10 +181,27 @@ static int mha_split(rt_keras_ctx *c, char *dst, const char *which, const char *
  * triangle of (T, S)) and the sliding window's (a band), as a value
  * broadcasting against the scores (B, H, T, S); "" when there is none.
  * Keras: _compute_attention_mask. */
+/* cur (RT_KERAS_NAME) = cur * m, or m when cur is "" (the k-th product) */
+static int mask_and(rt_keras_ctx *c, char *cur, const char *m, int *k)
+{
+    char nm[RT_KERAS_NAME], sfx[32];
+    if (!cur[0]) {
+        snprintf(cur, RT_KERAS_NAME, "%s", m);
+        return 0;
+    }
+    snprintf(sfx, sizeof sfx, "mask/and%d", (*k)++);
+    int rc = a_name(c, nm, sfx);
+    const char *in[2] = {cur, m};
+    if (rc < 0 || (rc = a_node(c, nm, "Mul", 2, in, 0, NULL)) < 0)
+        return rc;
+    snprintf(cur, RT_KERAS_NAME, "%s", nm);
+    return 0;
+}
+
 static int mha_mask(rt_keras_ctx *c, char *dst, int64_t T, int64_t S, const char *att_mask,
                     const char *qm, const char *vm, const char *km, int causal, int64_t window)
 {
-    char cur[RT_KERAS_NAME] = "", nm[RT_KERAS_NAME], sfx[64];
+    char cur[RT_KERAS_NAME] = "", sfx[64];
     int rc, k = 0;
     const char *parts[4] = {att_mask, qm, vm, km};
     for (int i = 0; i < 4; i++) {
@@ -193,19 +210,8 @@ static int mha_mask(rt_keras_ctx *c, char *dst, int64_t T, int64_t S, const char
         char r[RT_KERAS_NAME];
         const int64_t d3[3] = {1, i == 0 ? T : i == 1 ? T : 1, i == 0 ? S : i == 1 ? 1 : S};
         snprintf(sfx, sizeof sfx, "mask/%d", i);
-        if ((rc = a_reshape(c, r, sfx, parts[i], 3, d3)) < 0)
+        if ((rc = a_reshape(c, r, sfx, parts[i], 3, d3)) < 0 || (rc = mask_and(c, cur, r, &k)) < 0)
             return rc;
-        if (!cur[0]) {
-            snprintf(cur, sizeof cur, "%s", r);
-            continue;
-        }
-        snprintf(sfx, sizeof sfx, "mask/and%d", k++);
-        if ((rc = a_name(c, nm, sfx)) < 0)
-            return rc;
-        const char *in[2] = {cur, r};
-        if ((rc = a_node(c, nm, "Mul", 2, in, 0, NULL)) < 0)
-            return rc;
-        snprintf(cur, sizeof cur, "%s", nm);
     }
     /* the causal mask (row index >= column index) and the sliding window
      * (|row - column| < window), constants of (1, T, S) */
@@ -229,17 +235,8 @@ static int mha_mask(rt_keras_ctx *c, char *dst, int64_t T, int64_t S, const char
         free(v);
         if (rc < 0)
             return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
-        if (!cur[0]) {
-            snprintf(cur, sizeof cur, "%s", cm);
-            continue;
-        }
-        snprintf(sfx, sizeof sfx, "mask/and%d", k++);
-        if ((rc = a_name(c, nm, sfx)) < 0)
+        if ((rc = mask_and(c, cur, cm, &k)) < 0)
             return rc;
-        const char *in[2] = {cur, cm};
-        if ((rc = a_node(c, nm, "Mul", 2, in, 0, NULL)) < 0)
-            return rc;
-        snprintf(cur, sizeof cur, "%s", nm);
     }
     snprintf(dst, RT_KERAS_NAME, "%s", cur);
     return 0;

@@ -164,6 +164,30 @@ static void run_with(rt_train_config x, const char *name, rt_loss_kind loss, int
 /* the usual tail: output (B, C) logits or values, MSE against f32 labels */
 static void mse(const char *name, int in) { run_check(name, RT_LOSS_MSE, 0, RT_F32, 0, in); }
 
+/* g compiled for MSE at batch b against labels of dims l0 x l1, and an
+ * exec; NULL (a failure counted) when compile refuses */
+static rt_exec *mse_exec(const char *what, int b, int64_t l0, int64_t l1, rt_plan **p)
+{
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_MSE;
+    cfg.batch_size = b;
+    cfg.label_dtype = RT_F32;
+    cfg.label_ndim = 2;
+    cfg.label_dims[0] = l0;
+    cfg.label_dims[1] = l1;
+    char err[256];
+    rt_exec *e = NULL;
+    if (rt_plan_compile(g, &cfg, p, NULL, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: compile: %s\n", what, err);
+        rt_test_failures++;
+        rt_graph_destroy(g);
+        return NULL;
+    }
+    REQUIRE(rt_exec_create(*p, &e) == 0);
+    return e;
+}
+
 /* BatchMatMul's forward against the product written out: a = x as
  * (3,4), b = x as (4,3), y = a b (and a^T-stored, b^T-stored variants) */
 static void bmm_forward(void)
@@ -181,23 +205,10 @@ static void bmm_forward(void)
         node("a", "Reshape", "x", NULL, NULL, 1, &ra);
         node("b", "Reshape", "x", NULL, NULL, 1, &rb);
         node("y", "BatchMatMul", "a", "b", NULL, 2, tr);
-        rt_train_config cfg;
-        rt_train_config_init(&cfg);
-        cfg.loss = RT_LOSS_MSE;
-        cfg.batch_size = B;
-        cfg.label_dtype = RT_F32;
-        cfg.label_ndim = 2;
-        cfg.label_dims[0] = cfg.label_dims[1] = 3;
         rt_plan *p;
-        char err[256];
-        if (rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) < 0) {
-            fprintf(stderr, "bmm forward: compile: %s\n", err);
-            rt_test_failures++;
-            rt_graph_destroy(g);
+        rt_exec *e = mse_exec("bmm forward", B, 3, 3, &p);
+        if (!e)
             continue;
-        }
-        rt_exec *e;
-        REQUIRE(rt_exec_create(p, &e) == 0);
         float x[B * 12], y[B * 9];
         for (int i = 0; i < B * 12; i++) x[i] = rnd();
         CHECK_RC(rt_exec_predict(e, x, B, y));
@@ -242,24 +253,10 @@ static void noise_shape_mask(int with)
     const rt_attr dr[2] = {{.name = "rate", .kind = RT_ATTR_FLOAT, .f = 0.5},
                            {.name = "noise_shape", .kind = RT_ATTR_INTS, .n = 3, .ints = ns}};
     node("y", "Dropout", "h", NULL, NULL, with ? 2 : 1, dr);
-    rt_train_config cfg;
-    rt_train_config_init(&cfg);
-    cfg.loss = RT_LOSS_MSE;
-    cfg.batch_size = 1;
-    cfg.label_dtype = RT_F32;
-    cfg.label_ndim = 2;
-    cfg.label_dims[0] = 4;
-    cfg.label_dims[1] = 16;
     rt_plan *p;
-    char err[256];
-    if (rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) < 0) {
-        fprintf(stderr, "noise_shape: compile: %s\n", err);
-        rt_test_failures++;
-        rt_graph_destroy(g);
+    rt_exec *e = mse_exec("noise_shape", 1, 4, 16, &p);
+    if (!e)
         return;
-    }
-    rt_exec *e;
-    REQUIRE(rt_exec_create(p, &e) == 0);
     float x[64], lab[64] = {0}, gr[64];
     for (int i = 0; i < 64; i++) x[i] = 1.0f;
     rt_data dd = {.x = x, .y = lab, .y_dtype = RT_F32, .n = 1};
