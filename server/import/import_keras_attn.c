@@ -630,8 +630,8 @@ int rt_keras_dot(rt_keras_ctx *c)
         return rt_keras_fail(c, RT_ESHAPE, "Dot axes hold %lld and %lld values", (long long)Kx,
                              (long long)Ky);
     char xn[RT_KERAS_NAME], yn[RT_KERAS_NAME];
-    snprintf(xn, sizeof xn, "%s", x->name);
-    snprintf(yn, sizeof yn, "%s", y->name);
+    memcpy(xn, x->name, sizeof xn); /* both RT_KERAS_NAME, NUL-terminated */
+    memcpy(yn, y->name, sizeof yn);
     if (normalize) {
         const double eps2 = c->keras3 ? 1e-14 : 1e-12; /* epsilon^2 / l2_normalize's */
         if ((rc = dot_normalize(c, xn, "x", x->name, (int)ax[0], eps2)) < 0 ||
