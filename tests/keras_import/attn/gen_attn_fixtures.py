@@ -185,6 +185,23 @@ def models():
         k2_layer("GlobalAveragePooling1D", "gap", {"data_format": "channels_last",
                                                    "keepdims": False}, [[["mha", 0, 0, {}]]]),
         k2_dense("out", 3, "gap", "softmax")], "x", "out")
+    # Keras 2: Embedding(mask_zero) gives the query's and the value's step
+    # masks, so the attention mask (B, T, S) is q_mask & v_mask (Keras'
+    # _compute_attention_mask); GlobalAveragePooling1D averages the kept
+    # steps (the output keeps the query's mask)
+    m["mha_mask_zero_k2.json"] = k2_model("mha_mask", [
+        k2_input("x", [6]),
+        k2_layer("Embedding", "emb", {
+            "input_dim": 10, "output_dim": 8,
+            "embeddings_initializer": {"class_name": "RandomUniform",
+                                       "config": {"minval": -0.5, "maxval": 0.5, "seed": None}},
+            "embeddings_regularizer": None, "activity_regularizer": None,
+            "embeddings_constraint": None, "mask_zero": True, "input_length": 6},
+            [[["x", 0, 0, {}]]]),
+        k2_mha("mha", 2, 4, 4, {"value": ["emb", 0, 0]}, "emb", [[None, 6, 8]] * 3),
+        k2_layer("GlobalAveragePooling1D", "gap", {"data_format": "channels_last",
+                                                   "keepdims": False}, [[["mha", 0, 0, {}]]]),
+        k2_dense("out", 3, "gap", "softmax")], "x", "out")
     # Keras 2 transformer block: causal mask, dropout (derived to 0),
     # residual, LayerNormalization, feed-forward
     m["mha_causal_block_k2.json"] = k2_model("mha_block", [
@@ -297,8 +314,9 @@ def einsum_dense(torch, x, kernel, bias, eq):
     return y + bias if bias is not None else y
 
 
-def keras_mha(torch, cfg, w, q, v, k, causal):
-    """MultiHeadAttention.call, training=False (dropout at rate 0)"""
+def keras_mha(torch, cfg, w, q, v, k, causal, qmask=None, vmask=None):
+    """MultiHeadAttention.call, training=False (dropout at rate 0); qmask,
+    vmask: the inputs' step masks (B, T), (B, S)"""
     H, kd = cfg["num_heads"], cfg["key_dim"]
     vd = cfg.get("value_dim") or kd
     if k is None:
@@ -320,10 +338,19 @@ def keras_mha(torch, cfg, w, q, v, k, causal):
     norm_axes = tuple(range(scores_rank - len(axes), scores_rank))
     Q = Q * (1.0 / math.sqrt(float(kd)))
     S = torch.einsum(dot_eq, K, Q)
+    # _compute_attention_mask: query mask [B, T, 1] & value mask [B, 1, S]
+    # & the causal [1, T, S]; _masked_softmax expands it over the heads
+    mask = None
+    if qmask is not None:
+        mask = qmask[:, :, None]
+    if vmask is not None:
+        mask = vmask[:, None, :] if mask is None else mask & vmask[:, None, :]
     if causal:
         T, Sk = q.shape[1], v.shape[1]
-        m = torch.tensor([[i >= j for j in range(Sk)] for i in range(T)])
-        S = torch.where(m, S, torch.tensor(-1e9, dtype=S.dtype))
+        m = torch.tensor([[i >= j for j in range(Sk)] for i in range(T)])[None]
+        mask = m if mask is None else mask & m
+    if mask is not None:
+        S = torch.where(mask[:, None], S, torch.tensor(-1e9, dtype=S.dtype))
     # softmax over the key attention axes: exp(x - logsumexp(x))
     P = torch.exp(S - torch.logsumexp(S, dim=norm_axes, keepdim=True))
     O = torch.einsum(comb_eq, P, V)
@@ -387,7 +414,7 @@ class Net:
 
     def forward(self, x, check=None):
         torch = self.torch
-        vals = {}
+        vals, masks = {}, {}
         for lay in self.layers:
             cls, name, cfg = lay["class_name"], lay["name"], lay["config"]
             if cls == "InputLayer":
@@ -407,19 +434,32 @@ class Net:
                     y = torch.sigmoid(y)
                 elif act == "softmax":
                     y = torch.softmax(y, -1)
+            elif cls == "Embedding":
+                y = w["embeddings"][ins[0].long()]
+                if cfg.get("mask_zero"):
+                    masks[name] = ins[0] != 0
             elif cls == "MultiHeadAttention":
                 q = ins[0]
-                v = ins[1] if len(ins) > 1 else vals[kw["value"]]
+                vname = args[1] if len(args) > 1 else kw["value"]
+                v = vals[vname]
                 k = vals[kw["key"]] if "key" in kw else None
                 causal = bool(kw.get("use_causal_mask", False))
-                y = keras_mha(torch, cfg, w, q, v, k, causal)
+                qm, vm = masks.get(args[0]), masks.get(vname)
+                y = keras_mha(torch, cfg, w, q, v, k, causal, qm, vm)
+                if qm is not None:
+                    masks[name] = qm
                 if check is not None and k is None and q is v and cfg["key_dim"] * \
                         cfg["num_heads"] == q.shape[-1] and not cfg.get("output_shape") and \
-                        q.dim() == 3:
+                        q.dim() == 3 and qm is None:
                     y2 = torch_mha(torch, cfg, w, q, causal)
                     check.append(float((y - y2).abs().max()))
             elif cls == "GlobalAveragePooling1D":
-                y = ins[0].mean(1)
+                m = masks.get(args[0])
+                if m is None:
+                    y = ins[0].mean(1)
+                else:  # the kept steps' mean (Keras' masked pooling)
+                    mf = m.to(ins[0].dtype)[:, :, None]
+                    y = (ins[0] * mf).sum(1) / mf.sum(1)
             elif cls == "Add":
                 y = ins[0] + ins[1]
             elif cls == "LayerNormalization":
@@ -510,8 +550,12 @@ def run_mha(root, tool, rel, spec):
         print("  note: rtrain derived %r" % info["derived"])
     in_shape, out_shape = info["input"], info["output"]
     per = int(np.prod(in_shape))
-    x = np.array([((mix(i ^ 0x5eed0001) >> 22) - 512) / 512.0 for i in range(N * per)],
-                 dtype=np.float32).reshape([N] + in_shape)
+    if spec.get("mod"):  # token indices (test_keras_tfjs.c's "index" inputs)
+        x = np.array([mix(i ^ 0x5eed0001) % spec["mod"] for i in range(N * per)],
+                     dtype=np.float32).reshape([N] + in_shape)
+    else:
+        x = np.array([((mix(i ^ 0x5eed0001) >> 22) - 512) / 512.0 for i in range(N * per)],
+                     dtype=np.float32).reshape([N] + in_shape)
     if spec["labels"] == "sparse":
         y = np.array([mix(j ^ 0x1abe1000) % spec["classes"] for j in range(N)], dtype=np.int64)
     else:
@@ -533,7 +577,8 @@ def run_mha(root, tool, rel, spec):
         if not c <= 1e-12:
             raise SystemExit("%s: Keras' transcription and torch.nn.MultiheadAttention "
                              "differ by %g" % (rel, c))
-    fx = {"model": rel, "n": N, "batch": BATCH, "x": {"kind": "uniform"},
+    fx = {"model": rel, "n": N, "batch": BATCH,
+          "x": {"kind": "index", "mod": spec["mod"]} if spec.get("mod") else {"kind": "uniform"},
           "loss": spec["loss"], "labels": spec["labels"], "derived": ",".join(derived),
           "reference": "PyTorch %s, float64: Keras' MultiHeadAttention transcribed "
                        "(multi_head_attention.py)%s" % (
@@ -580,6 +625,8 @@ def run_mha(root, tool, rel, spec):
 
 
 MHA_SPECS = {
+    "mha_mask_zero_k2.json": {"loss": "sparse_categorical_crossentropy", "labels": "sparse",
+                              "classes": 3, "lr": 0.1, "mod": 4},
     "mha_self_k2.json": {"loss": "sparse_categorical_crossentropy", "labels": "sparse",
                          "classes": 3, "lr": 0.1},
     "mha_causal_block_k2.json": {"loss": "mean_squared_error", "labels": "float", "lr": 0.05},
