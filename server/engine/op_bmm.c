@@ -1,8 +1,9 @@
 /*
  * op_bmm.c - BatchMatMul: the matrix product of two activations over
  * their leading dims (attention's query x key and scores x value, Keras'
- * Dot). Shape inference, typed parameters and FLOP counts; the kernels
- * are each backend's.
+ * Dot) and BandMask (attention's causal and sliding-window masks). Shape
+ * inference, typed parameters and FLOP counts; the kernels are each
+ * backend's.
  */
 #include "rt_engine_impl.h"
 
@@ -67,4 +68,43 @@ const rt__op_def rt__op_batchmatmul = {
     .params = RT__P_BMM,
     .infer = rt__bmm_infer,
     .flops = rt__bmm_flops,
+};
+
+/* BandMask(x (..., T, S)) attrs causal (int 0/1), window (int >= 0, 0:
+ * none): where(keep(i, j), x, -1e9) over the last two dims; the gradient
+ * passes where kept */
+static int rt__band_infer(rt__cc *cc, rt__node *nd)
+{
+    const rt__shape *x = nd->in_shape[0];
+    int ok = 1;
+    const int64_t causal = rt__attr_int(cc, nd, "causal", 0, &ok);
+    const int64_t window = ok ? rt__attr_int(cc, nd, "window", 0, &ok) : 0;
+    if (!ok)
+        return RT_EINVAL;
+    if ((causal != 0 && causal != 1) || window < 0)
+        return rt__cerr(cc, nd, RT_EINVAL, "causal must be 0 or 1 and window >= 0");
+    if (x->ndim < 2)
+        return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' needs (..., T, S)", nd->in_name[0]);
+    rt__band_params *p = rt__band_p(nd);
+    p->T = x->d[x->ndim - 2];
+    p->S = x->d[x->ndim - 1];
+    p->causal = (int)causal;
+    p->window = window;
+    nd->out = *x;
+    return 0;
+}
+
+static uint64_t rt__band_flops(const rt__node *nd, int64_t B, unsigned need_dx)
+{
+    const uint64_t n = (uint64_t)rt__numel_n(&nd->out, B);
+    return need_dx ? 2 * n : n;
+}
+
+const rt__op_def rt__op_bandmask = {
+    .name = "BandMask",
+    .min_in = 1,
+    .max_in = 1,
+    .params = RT__P_BAND,
+    .infer = rt__band_infer,
+    .flops = rt__band_flops,
 };

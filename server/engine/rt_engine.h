@@ -198,6 +198,9 @@ int rt_graph_name_outputs(rt_graph *g, const char *const *names, int n);
  *   BatchMatMul(a (..., M, K), b (..., K, N)) attrs transpose_a, transpose_b:
  *                                    a product per leading index of two
  *                                    activations (op_bmm.c)
+ *   BandMask(x (..., T, S)) attrs causal, window: -1e9 outside the band
+ *                                    (attention's causal / sliding-window
+ *                                    masks)
  *   Add, Sub, Mul(a, b)               numpy broadcasting
  *   Relu, Sigmoid, Tanh(x)
  *   Softmax, LogSoftmax(x)            over the last axis

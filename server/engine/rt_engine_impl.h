@@ -95,6 +95,13 @@ static inline int64_t rt__drop_key(const rt__dropout_params *p, int64_t i)
     return key;
 }
 
+/* BandMask's rule for element (i, j) of a (T, S) matrix */
+static inline int rt__band_keep(const rt__band_params *p, int64_t i, int64_t j)
+{
+    const int64_t d = i > j ? i - j : j - i;
+    return (!p->causal || i >= j) && (!p->window || d < p->window);
+}
+
 /* ------------------------------------------------------------------ graph */
 
 typedef enum rt__tkind { RT__T_INPUT, RT__T_PARAM, RT__T_NODE } rt__tkind;
@@ -327,7 +334,8 @@ struct rt__op_def {
     X(rt__op_actreg)          \
     X(rt__op_seqmask)         \
     X(rt__op_masking)         \
-    X(rt__op_batchmatmul)
+    X(rt__op_batchmatmul)     \
+    X(rt__op_bandmask)
 
 #define RT__OP_DECL(def) extern const rt__op_def def;
 RT__OP_LIST(RT__OP_DECL)
@@ -400,6 +408,7 @@ RT__PARAM_ACCESSORS(RT__P_RNN, rnn, rt__rnn_params)
 RT__PARAM_ACCESSORS(RT__P_EMBED, embed, rt__embed_params)
 RT__PARAM_ACCESSORS(RT__P_SEQMASK, seqmask, rt__seqmask_params)
 RT__PARAM_ACCESSORS(RT__P_BMM, bmm, rt__bmm_params)
+RT__PARAM_ACCESSORS(RT__P_BAND, band, rt__band_params)
 #undef RT__PARAM_ACCESSORS
 
 /* Rows of a batched-or-not shape at runtime batch n: product of all dims

@@ -45,6 +45,7 @@ typedef enum rt__pkind {
     RT__P_ACTREG,   /* ActivityReg */
     RT__P_SEQMASK,  /* SequenceMask, Masking */
     RT__P_BMM,      /* BatchMatMul */
+    RT__P_BAND,     /* BandMask */
 } rt__pkind;
 
 /* Dense/MatMul: x (R,K) times W (K,N); act: Dense's own activation */
@@ -261,6 +262,14 @@ typedef struct rt__bmm_params {
     int ta, tb;
 } rt__bmm_params;
 
+/* BandMask: over the last two dims (T, S), element (i, j) is kept when
+ * (not causal or i >= j) and (window 0 or |i - j| < window), else set to
+ * -1e9 (Keras' attention masks: the causal one, the sliding window) */
+typedef struct rt__band_params {
+    int64_t T, S, window;
+    int causal;
+} rt__band_params;
+
 typedef union rt__op_params {
     rt__dense_params dense;
     rt__bcast_params bcast;
@@ -279,6 +288,7 @@ typedef union rt__op_params {
     rt__actreg_params actreg;
     rt__seqmask_params seqmask;
     rt__bmm_params bmm;
+    rt__band_params band;
 } rt__op_params;
 
 #endif

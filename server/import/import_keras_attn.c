@@ -24,7 +24,6 @@
  */
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <json-c/json.h>
@@ -175,12 +174,12 @@ static int mha_split(rt_keras_ctx *c, char *dst, const char *which, const char *
     return a_reshape(c, dst, sfx, t1, 3, g3);
 }
 
-/* The attention mask of a rank-3 call (query (B, T, .), value (B, S, .)):
- * the product of the given (B, T, S) attention_mask, the query's step
- * mask (B, T, 1), the value's and key's (B, 1, S), the causal one (lower
- * triangle of (T, S)) and the sliding window's (a band), as a value
+/* The attention mask of a rank-3 call (query (B, T, .), value (B, S, .))
+ * from data: the product of the given (B, T, S) attention_mask, the
+ * query's step mask (B, T, 1), the value's and key's (B, 1, S), as a value
  * broadcasting against the scores (B, H, T, S); "" when there is none.
- * Keras: _compute_attention_mask. */
+ * The causal and sliding-window masks are constants: BandMask applies
+ * them. Keras: _compute_attention_mask. */
 /* cur (RT_KERAS_NAME) = cur * m, or m when cur is "" (the k-th product) */
 static int mask_and(rt_keras_ctx *c, char *cur, const char *m, int *k)
 {
@@ -199,7 +198,7 @@ static int mask_and(rt_keras_ctx *c, char *cur, const char *m, int *k)
 }
 
 static int mha_mask(rt_keras_ctx *c, char *dst, int64_t T, int64_t S, const char *att_mask,
-                    const char *qm, const char *vm, const char *km, int causal, int64_t window)
+                    const char *qm, const char *vm, const char *km)
 {
     char cur[RT_KERAS_NAME] = "", sfx[64];
     int rc, k = 0;
@@ -211,31 +210,6 @@ static int mha_mask(rt_keras_ctx *c, char *dst, int64_t T, int64_t S, const char
         const int64_t d3[3] = {1, i == 0 ? T : i == 1 ? T : 1, i == 0 ? S : i == 1 ? 1 : S};
         snprintf(sfx, sizeof sfx, "mask/%d", i);
         if ((rc = a_reshape(c, r, sfx, parts[i], 3, d3)) < 0 || (rc = mask_and(c, cur, r, &k)) < 0)
-            return rc;
-    }
-    /* the causal mask (row index >= column index) and the sliding window
-     * (|row - column| < window), constants of (1, T, S) */
-    for (int kind = 0; kind < 2; kind++) {
-        if (kind == 0 ? !causal : window <= 0)
-            continue;
-        char cm[RT_KERAS_NAME];
-        if ((rc = a_name(c, cm, kind == 0 ? "causal_mask" : "sliding_window_mask")) < 0)
-            return rc;
-        if ((uint64_t)T * (uint64_t)S > (1u << 26))
-            return rt_keras_fail(c, RT_ESHAPE, "attention mask of %lldx%lld is too large",
-                                 (long long)T, (long long)S);
-        float *v = malloc(sizeof(float) * (size_t)(T * S));
-        if (!v)
-            return rt_keras_fail(c, RT_ENOMEM, "out of memory");
-        for (int64_t i = 0; i < T; i++)
-            for (int64_t j = 0; j < S; j++)
-                v[i * S + j] = (kind == 0 ? i >= j : (i > j ? i - j : j - i) < window) ? 1.0f : 0.0f;
-        const int64_t d3[3] = {1, T, S};
-        rc = rt_graph_add_param(c->g, cm, 3, d3, RT_INIT_ZEROS, 0, v);
-        free(v);
-        if (rc < 0)
-            return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
-        if ((rc = mask_and(c, cur, cm, &k)) < 0)
             return rc;
     }
     snprintf(dst, RT_KERAS_NAME, "%s", cur);
@@ -426,8 +400,7 @@ int rt_keras_mha(rt_keras_ctx *c)
     if ((rc = a_node(c, Sn, "BatchMatMul", 2, sin, 1, &tb)) < 0)
         return rc;
     char mk[RT_KERAS_NAME];
-    if ((rc = mha_mask(c, mk, Tq, Tk, am ? am->name : NULL, qmask, vmask, kmask, causal,
-                       window)) < 0)
+    if ((rc = mha_mask(c, mk, Tq, Tk, am ? am->name : NULL, qmask, vmask, kmask)) < 0)
         return rc;
     const char *logits = Sn;
     char Mn[RT_KERAS_NAME], Bn[RT_KERAS_NAME], An[RT_KERAS_NAME];
@@ -449,6 +422,18 @@ int rt_keras_mha(rt_keras_ctx *c)
         if ((rc = a_node(c, An, "Add", 2, ain, 0, NULL)) < 0)
             return rc;
         logits = An;
+    }
+    char Wn[RT_KERAS_NAME];
+    if (causal || window) {
+        /* the causal mask (row >= column) and the sliding window (|row -
+         * column| < window): -1e9 outside, as the where above */
+        if ((rc = a_name(c, Wn, "band_mask")) < 0)
+            return rc;
+        rt_attr ba[2] = {{.name = "causal", .kind = RT_ATTR_INT, .i = causal},
+                         {.name = "window", .kind = RT_ATTR_INT, .i = window}};
+        if ((rc = a_node(c, Wn, "BandMask", 1, &logits, 2, ba)) < 0)
+            return rc;
+        logits = Wn;
     }
     if ((rc = a_name(c, Pn, "softmax")) < 0)
         return rc;

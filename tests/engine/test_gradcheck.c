@@ -442,6 +442,23 @@ int main(void)
         run_check("BatchMatMul (33x33x32)", RT_LOSS_MSE, 0, RT_F32, 2, 3);
     }
 
+    /* BandMask (causal, and a window of 2) on scores before a softmax */
+    {
+        static const int64_t s44[] = {4, 4};
+        const rt_attr r44 = {.name = "shape", .kind = RT_ATTR_INTS, .n = 2, .ints = s44};
+        for (int w = 0; w < 2; w++) {
+            const rt_attr ba[2] = {{.name = "causal", .kind = RT_ATTR_INT, .i = 1 - w},
+                                   {.name = "window", .kind = RT_ATTR_INT, .i = 2 * w}};
+            start(3, 16);
+            node("r", "Reshape", "h", NULL, NULL, 1, &r44);
+            node("m", "BandMask", "r", NULL, NULL, 2, ba);
+            node("s", "Softmax", "m", NULL, NULL, 0, NULL);
+            node("y", "Flatten", "s", NULL, NULL, 0, NULL);
+            run_check(w ? "BandMask (window 2)" : "BandMask (causal)", RT_LOSS_MSE, 0, RT_F32, 16,
+                      3);
+        }
+    }
+
     /* Dropout with a noise_shape: one draw per (sample, column) */
     {
         static const int64_t s34[] = {3, 4}, ns[] = {-1, 1, 4};

@@ -1,4 +1,4 @@
-/* rt_kern_bmm.c - BatchMatMul: one GEMM per leading index. */
+/* rt_kern_bmm.c - BatchMatMul: one GEMM per leading index; BandMask. */
 #include <omp.h>
 
 #include "cpu/rt_kern_cpu.h"
@@ -60,4 +60,37 @@ void rt_kern_bmm_bwd(const rt__kargs *a)
             rt__bmm_run(a->r, cnt, 1, p->ta, N, K, M, dC, N, M * N, A, lda, M * K, acc, a->dx[1],
                         K * N);
     }
+}
+
+/* BandMask: y = x where kept, -1e9 elsewhere; dx = dy where kept */
+void rt_kern_band_fwd(const rt__kargs *a)
+{
+    const rt__band_params *p = rt__band_cp(a->nd);
+    const int64_t mats = rt__numel_n(&a->nd->out, a->r->n) / (p->T * p->S);
+    const float *restrict x = a->x[0];
+    float *restrict y = a->y;
+    for (int64_t m = 0; m < mats; m++)
+        for (int64_t i = 0; i < p->T; i++)
+            for (int64_t j = 0; j < p->S; j++) {
+                const int64_t k = (m * p->T + i) * p->S + j;
+                y[k] = rt__band_keep(p, i, j) ? x[k] : -1e9f;
+            }
+}
+
+void rt_kern_band_bwd(const rt__kargs *a)
+{
+    if (!a->dx[0])
+        return;
+    const rt__band_params *p = rt__band_cp(a->nd);
+    const int64_t mats = rt__numel_n(&a->nd->out, a->r->n) / (p->T * p->S);
+    const float *restrict dy = a->dy;
+    float *restrict dx = a->dx[0];
+    const int accum = a->accum & 1u;
+    for (int64_t m = 0; m < mats; m++)
+        for (int64_t i = 0; i < p->T; i++)
+            for (int64_t j = 0; j < p->S; j++) {
+                const int64_t k = (m * p->T + i) * p->S + j;
+                const float g = rt__band_keep(p, i, j) ? dy[k] : 0.0f;
+                dx[k] = accum ? dx[k] + g : g;
+            }
 }

@@ -39,6 +39,8 @@ void rt_ref_dense_fwd(const rt__kargs *a);
 void rt_ref_dense_bwd(const rt__kargs *a);
 void rt_ref_bmm_fwd(const rt__kargs *a);
 void rt_ref_bmm_bwd(const rt__kargs *a);
+void rt_ref_band_fwd(const rt__kargs *a);
+void rt_ref_band_bwd(const rt__kargs *a);
 void rt_ref_add_fwd(const rt__kargs *a);
 void rt_ref_add_bwd(const rt__kargs *a);
 void rt_ref_sub_fwd(const rt__kargs *a);

@@ -163,6 +163,29 @@ void rt_ref_bmm_bwd(const rt__kargs *a)
     }
 }
 
+/* BandMask: element (i, j) of each (T, S) matrix kept, or -1e9 */
+void rt_ref_band_fwd(const rt__kargs *a)
+{
+    const rt__band_params *p = rt__band_cp(a->nd);
+    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
+    for (int64_t k = 0; k < n; k++) {
+        const int64_t i = k / p->S % p->T, j = k % p->S;
+        a->y[k] = rt__band_keep(p, i, j) ? a->x[0][k] : -1e9f;
+    }
+}
+
+void rt_ref_band_bwd(const rt__kargs *a)
+{
+    if (!a->dx[0])
+        return;
+    const rt__band_params *p = rt__band_cp(a->nd);
+    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
+    for (int64_t k = 0; k < n; k++) {
+        const int64_t i = k / p->S % p->T, j = k % p->S;
+        rt_ref_put(a, 0, k, rt__band_keep(p, i, j) ? (double)a->dy[k] : 0.0);
+    }
+}
+
 /* ------------------------------------------------------- broadcasting binaries */
 
 enum { RT_REF_ADD, RT_REF_SUB, RT_REF_MUL, RT_REF_DIV, RT_REF_MAX, RT_REF_MIN, RT_REF_PRELU };

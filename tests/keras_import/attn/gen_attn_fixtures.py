@@ -158,13 +158,14 @@ def k3_dense(name, units, src, shape, act="linear"):
 
 
 def k3_mha(name, heads, kd, vd, args, kwargs, shapes, axes=None, use_bias=True,
-           output_shape=None):
-    return k3_layer("MultiHeadAttention", name, {
+           output_shape=None, window=None):
+    extra = {"sliding_window": window} if window else {}
+    return k3_layer("MultiHeadAttention", name, dict(extra, **{
         "num_heads": heads, "key_dim": kd, "value_dim": vd, "dropout": 0.0,
         "use_bias": use_bias, "output_shape": output_shape, "attention_axes": axes,
         "kernel_initializer": k3_init("GlorotUniform"), "bias_initializer": k3_init(BIAS),
         "kernel_regularizer": None, "bias_regularizer": None, "activity_regularizer": None,
-        "kernel_constraint": None, "bias_constraint": None, "seed": None}, args, kwargs,
+        "kernel_constraint": None, "bias_constraint": None, "seed": None}), args, kwargs,
         {"shapes_dict": {"query_shape": shapes[0], "value_shape": shapes[2],
                          "key_shape": shapes[1]}})
 
@@ -231,6 +232,15 @@ def models():
         k3_layer("Flatten", "flat", {"data_format": "channels_last"},
                  [k3_tensor("mha", [None, 5, 4])]),
         k3_dense("out", 3, "flat", [None, 20], "linear")], "x", "out")
+    # Keras 3 (3.13+): sliding_window 3 with the causal mask (Mistral's
+    # band), query and value positional, use_causal_mask a keyword
+    m["mha_window_k3.json"] = k3_model("mha_window", [
+        k3_input("x", [7, 6]),
+        k3_mha("mha", 2, 3, 3, [k3_tensor("x", [None, 7, 6]), k3_tensor("x", [None, 7, 6])],
+               {"use_causal_mask": True}, [[None, 7, 6]] * 3, window=3),
+        k3_layer("Flatten", "flat", {"data_format": "channels_last"},
+                 [k3_tensor("mha", [None, 7, 6])]),
+        k3_dense("out", 2, "flat", [None, 42], "linear")], "x", "out")
     # Keras 3, a (B, 3, 4, 6) input: attention over axis 2 only (axis 1 a
     # batch dim of the attention), then over both axes (the default)
     for tag, axes in (("axis2", [2]), ("both", None)):
@@ -345,9 +355,13 @@ def keras_mha(torch, cfg, w, q, v, k, causal, qmask=None, vmask=None):
         mask = qmask[:, :, None]
     if vmask is not None:
         mask = vmask[:, None, :] if mask is None else mask & vmask[:, None, :]
+    T, Sk = q.shape[1], v.shape[1]
     if causal:
-        T, Sk = q.shape[1], v.shape[1]
         m = torch.tensor([[i >= j for j in range(Sk)] for i in range(T)])[None]
+        mask = m if mask is None else mask & m
+    if cfg.get("sliding_window"):  # _compute_sliding_window_mask
+        m = torch.tensor([[abs(i - j) < cfg["sliding_window"] for j in range(Sk)]
+                          for i in range(T)])[None]
         mask = m if mask is None else mask & m
     if mask is not None:
         S = torch.where(mask[:, None], S, torch.tensor(-1e9, dtype=S.dtype))
@@ -450,7 +464,7 @@ class Net:
                     masks[name] = qm
                 if check is not None and k is None and q is v and cfg["key_dim"] * \
                         cfg["num_heads"] == q.shape[-1] and not cfg.get("output_shape") and \
-                        q.dim() == 3 and qm is None:
+                        q.dim() == 3 and qm is None and not cfg.get("sliding_window"):
                     y2 = torch_mha(torch, cfg, w, q, causal)
                     check.append(float((y - y2).abs().max()))
             elif cls == "GlobalAveragePooling1D":
@@ -627,6 +641,7 @@ def run_mha(root, tool, rel, spec):
 MHA_SPECS = {
     "mha_mask_zero_k2.json": {"loss": "sparse_categorical_crossentropy", "labels": "sparse",
                               "classes": 3, "lr": 0.1, "mod": 4},
+    "mha_window_k3.json": {"loss": "mean_squared_error", "labels": "float", "lr": 0.05},
     "mha_self_k2.json": {"loss": "sparse_categorical_crossentropy", "labels": "sparse",
                          "classes": 3, "lr": 0.1},
     "mha_causal_block_k2.json": {"loss": "mean_squared_error", "labels": "float", "lr": 0.05},
