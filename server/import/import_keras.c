@@ -2206,7 +2206,7 @@ typedef struct flayer {
     const char *cls, *name;
     json_object *obj, *cfg;
     const char *src[RT_KERAS_MAX_IN];
-    int64_t src_node[RT_KERAS_MAX_IN]; /* the node of src each reads */
+    int64_t src_node[RT_KERAS_MAX_IN];   /* the node of src each reads */
     const char *src_kw[RT_KERAS_MAX_IN]; /* the keyword src is passed as, or NULL */
     json_object *kwargs;                 /* the call's keyword arguments (some layers) */
     int n_src;

@@ -343,8 +343,8 @@ int rt_keras_mha(rt_keras_ctx *c)
     }
     for (int i = 0; i < m; i++)
         if (!(att >> i & 1u) && q->dims[i] != v->dims[i])
-            return rt_keras_fail(c, RT_ESHAPE,
-                                 "query and value differ in non-attention dim %d", i + 1);
+            return rt_keras_fail(c, RT_ESHAPE, "query and value differ in non-attention dim %d",
+                                 i + 1);
     if ((am || qmask || vmask || kmask || causal || window) && m != 1)
         return rt_keras_fail(c, RT_EUNIMPLEMENTED,
                              "attention masks are supported for (B, T, dim) inputs only");
@@ -379,8 +379,8 @@ int rt_keras_mha(rt_keras_ctx *c)
     char qs[RT_KERAS_NAME];
     if ((rc = a_name(c, qs, "query/scaled")) < 0)
         return rc;
-    rt_attr sc = {.name = "alpha", .kind = RT_ATTR_FLOAT,
-                  .f = (double)(float)(1.0 / sqrt((double)a.kd))};
+    rt_attr sc = {
+        .name = "alpha", .kind = RT_ATTR_FLOAT, .f = (double)(float)(1.0 / sqrt((double)a.kd))};
     const char *qin = qp;
     if ((rc = a_node(c, qs, "Scale", 1, &qin, 1, &sc)) < 0)
         return rc;
@@ -496,8 +496,8 @@ int rt_keras_mha(rt_keras_ctx *c)
     if ((rc = a_weight(c, kname, "attention_output/kernel", on + 2, okd, a.H * a.vd, O, a.kinit,
                        a.trainable)) < 0)
         return rc;
-    if (a.bias && (rc = a_weight(c, bname, "attention_output/bias", on, od, -1, O, a.binit,
-                                 a.trainable)) < 0)
+    if (a.bias &&
+        (rc = a_weight(c, bname, "attention_output/bias", on, od, -1, O, a.binit, a.trainable)) < 0)
         return rc;
     char Yn[RT_KERAS_NAME];
     const int split_out = on > 1;

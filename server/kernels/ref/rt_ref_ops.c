@@ -110,13 +110,11 @@ void rt_ref_dense_bwd(const rt__kargs *a)
 
 /* BatchMatMul: element (i, j) of op(a) / op(b) in product g, from the
  * stored layout ((M,K) or, transposed, (K,M)) */
-static double rt_ref_bmm_a(const rt__bmm_params *p, const float *a, int64_t g, int64_t i,
-                           int64_t k)
+static double rt_ref_bmm_a(const rt__bmm_params *p, const float *a, int64_t g, int64_t i, int64_t k)
 {
     return a[g * p->M * p->K + (p->ta ? k * p->M + i : i * p->K + k)];
 }
-static double rt_ref_bmm_b(const rt__bmm_params *p, const float *b, int64_t g, int64_t k,
-                           int64_t j)
+static double rt_ref_bmm_b(const rt__bmm_params *p, const float *b, int64_t g, int64_t k, int64_t j)
 {
     return b[g * p->K * p->N + (p->tb ? j * p->K + k : k * p->N + j)];
 }
