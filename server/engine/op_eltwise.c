@@ -345,7 +345,41 @@ const rt__op_def rt__op_flatten = {
     .flops = rt__numel_flops,
 };
 
-/* Dropout(x) attr rate in [0, 1): inverted dropout, as Keras.
+/* Dropout's noise_shape: ints counting the batch, each -1 (Keras' None:
+ * the input's size), 1 (one draw shared along that dim) or the input's
+ * size; the batch's -1 or 1 */
+static int rt__noise_shape(rt__cc *cc, rt__node *nd, const rt__shape *x, rt__dropout_params *p)
+{
+    int ok = 1;
+    int64_t ns[RT_MAX_DIMS + 1];
+    const int r = x->ndim + 1;
+    const int n = rt__attr_ints(cc, nd, "noise_shape", ns, RT_MAX_DIMS + 1, &ok);
+    if (!ok)
+        return RT_EINVAL;
+    if (!x->batched || n != r)
+        return rt__cerr(cc, nd, RT_ESHAPE, "noise_shape has %d entries, the input's rank is %d", n,
+                        r);
+    if (ns[0] != -1 && ns[0] != 1)
+        return rt__cerr(cc, nd, RT_EINVAL, "noise_shape's batch entry must be null or 1");
+    int64_t st = 1;
+    for (int k = r - 1; k >= 1; k--) {
+        const int64_t dim = x->d[k - 1];
+        if (ns[k] != -1 && ns[k] != 1 && ns[k] != dim)
+            return rt__cerr(cc, nd, RT_ESHAPE,
+                            "noise_shape entry %d is %lld: it must be null, 1 or %lld", k,
+                            (long long)ns[k], (long long)dim);
+        p->d[k] = dim;
+        p->ms[k] = ns[k] == 1 && dim != 1 ? 0 : st;
+        st *= p->ms[k] ? dim : 1;
+    }
+    p->d[0] = -1;
+    p->ms[0] = ns[0] == 1 ? 0 : st;
+    p->R = r;
+    return 0;
+}
+
+/* Dropout(x) attr rate in [0, 1), noise_shape (ints, optional, Keras'):
+ * inverted dropout, as Keras.
  * SpatialDropout(x (B, ..., C)) rate: whole channels of a sample.
  * GaussianNoise(x) attr stddev >= 0; GaussianDropout(x) rate in [0, 1). */
 static int rt__drop_infer_mode(rt__cc *cc, rt__node *nd, int mode)
@@ -371,6 +405,8 @@ static int rt__drop_infer_mode(rt__cc *cc, rt__node *nd, int mode)
     p->C = x->ndim ? x->d[x->ndim - 1] : 1;
     p->per = rt__shape_numel(x);
     nd->out = *x;
+    if (mode == RT__DROP_PLAIN && rt__attr(nd, "noise_shape"))
+        return rt__noise_shape(cc, nd, x, p);
     return 0;
 }
 

@@ -195,12 +195,19 @@ int rt_graph_name_outputs(rt_graph *g, const char *const *names, int n);
  * Ops (names are case-sensitive; rt_engine_op_names lists them):
  *   Dense(x, W[in,out], b[out]?)      x (B,...,in) -> (B,...,out)
  *   MatMul(a, b)                      2-D matrix product
+ *   BatchMatMul(a (..., M, K), b (..., K, N)) attrs transpose_a, transpose_b:
+ *                                    a product per leading index of two
+ *                                    activations (op_bmm.c)
+ *   BandMask(x (..., T, S)) attrs causal, window: -1e9 outside the band
+ *                                    (attention's causal / sliding-window
+ *                                    masks)
  *   Add, Sub, Mul(a, b)               numpy broadcasting
  *   Relu, Sigmoid, Tanh(x)
  *   Softmax, LogSoftmax(x)            over the last axis
  *   Reshape(x) attr shape (ints, per sample; one -1 allowed)
  *   Flatten(x)                        (B, ...) -> (B, prod)
- *   Dropout(x) attr rate (float)      training only; identity in eval
+ *   Dropout(x) attr rate (float)      training only; identity in eval;
+ *                                    noise_shape (ints, Keras')
  *   Identity(x)
  * Issue 5 adds, NHWC:
  *   Conv2D(x, W[kh,kw,cin,cout], b?) attrs strides (ints 2), padding ("same"|"valid"),

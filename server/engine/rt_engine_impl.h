@@ -81,6 +81,27 @@ static inline float rt__rng_unit(uint64_t seed, uint64_t stream, uint64_t ctr)
 #define RT__STREAM_SHUFFLE 0x2000000ull
 #define RT__STREAM_DROPOUT 0x3000000ull /* + node index */
 
+/* The draw element i of a dropout's batch takes: itself, or with a
+ * noise_shape the index of its mask element (rt__dropout_params) */
+static inline int64_t rt__drop_key(const rt__dropout_params *p, int64_t i)
+{
+    if (!p->R)
+        return i;
+    int64_t j = i % p->per, key = (i / p->per) * p->ms[0];
+    for (int k = p->R - 1; k >= 1; k--) {
+        key += (j % p->d[k]) * p->ms[k];
+        j /= p->d[k];
+    }
+    return key;
+}
+
+/* BandMask's rule for element (i, j) of a (T, S) matrix */
+static inline int rt__band_keep(const rt__band_params *p, int64_t i, int64_t j)
+{
+    const int64_t d = i > j ? i - j : j - i;
+    return (!p->causal || i >= j) && (!p->window || d < p->window);
+}
+
 /* ------------------------------------------------------------------ graph */
 
 typedef enum rt__tkind { RT__T_INPUT, RT__T_PARAM, RT__T_NODE } rt__tkind;
@@ -312,7 +333,9 @@ struct rt__op_def {
     X(rt__op_embedding)       \
     X(rt__op_actreg)          \
     X(rt__op_seqmask)         \
-    X(rt__op_masking)
+    X(rt__op_masking)         \
+    X(rt__op_batchmatmul)     \
+    X(rt__op_bandmask)
 
 #define RT__OP_DECL(def) extern const rt__op_def def;
 RT__OP_LIST(RT__OP_DECL)
@@ -384,6 +407,8 @@ RT__PARAM_ACCESSORS(RT__P_UPSAMPLE, upsample, rt__upsample_params)
 RT__PARAM_ACCESSORS(RT__P_RNN, rnn, rt__rnn_params)
 RT__PARAM_ACCESSORS(RT__P_EMBED, embed, rt__embed_params)
 RT__PARAM_ACCESSORS(RT__P_SEQMASK, seqmask, rt__seqmask_params)
+RT__PARAM_ACCESSORS(RT__P_BMM, bmm, rt__bmm_params)
+RT__PARAM_ACCESSORS(RT__P_BAND, band, rt__band_params)
 #undef RT__PARAM_ACCESSORS
 
 /* Rows of a batched-or-not shape at runtime batch n: product of all dims

@@ -240,7 +240,9 @@ void rt__init_param(const rt__param *pr, int index, uint64_t seed, float *w)
         memcpy(w, pr->value, sizeof(float) * (size_t)n);
         return;
     }
-    const rt__shape *s = &pr->shape;
+    /* the fans of the shape the caller declared (a view's: Keras'
+     * MultiHeadAttention kernel (dim, heads, key_dim), held 2-D) */
+    const rt__shape *s = pr->view.n ? &pr->view.user : &pr->shape;
     double fan_in = 1, fan_out = 1;
     if (s->ndim == 1) {
         fan_in = fan_out = (double)s->d[0];
@@ -254,7 +256,7 @@ void rt__init_param(const rt__param *pr, int index, uint64_t seed, float *w)
     }
     rt_init init = pr->init;
     if (init == RT_INIT_DEFAULT)
-        init = s->ndim >= 2 ? RT_INIT_GLOROT_UNIFORM : RT_INIT_ZEROS;
+        init = pr->shape.ndim >= 2 ? RT_INIT_GLOROT_UNIFORM : RT_INIT_ZEROS;
     /* one stream per parameter, keyed by its position in the graph */
     const uint64_t st = RT__STREAM_INIT + (uint64_t)pr->entry;
     switch (init) {
@@ -311,8 +313,8 @@ void rt__init_param(const rt__param *pr, int index, uint64_t seed, float *w)
         break;
     case RT_INIT_IDENTITY:
         memset(w, 0, sizeof(float) * (size_t)n);
-        for (int64_t i = 0; i < s->d[0] && i < s->d[1]; i++)
-            w[i * s->d[1] + i] = (float)pr->opts.scale;
+        for (int64_t i = 0; i < pr->shape.d[0] && i < pr->shape.d[1]; i++)
+            w[i * pr->shape.d[1] + i] = (float)pr->opts.scale;
         break;
     case RT_INIT_ORTHOGONAL: rt__init_orthogonal(pr, seed, st, w); break;
     case RT_INIT_GLOROT_NORMAL:

@@ -44,6 +44,8 @@ typedef enum rt__pkind {
     RT__P_EMBED,    /* Embedding */
     RT__P_ACTREG,   /* ActivityReg */
     RT__P_SEQMASK,  /* SequenceMask, Masking */
+    RT__P_BMM,      /* BatchMatMul */
+    RT__P_BAND,     /* BandMask */
 } rt__pkind;
 
 /* Dense/MatMul: x (R,K) times W (K,N); act: Dense's own activation */
@@ -83,6 +85,14 @@ typedef struct rt__dropout_params {
     int mode;    /* RT__DROP_* */
     int64_t C;   /* channels (last dim): the spatial mask's width */
     int64_t per; /* values per sample */
+    /* Dropout's noise_shape (Keras): one mask value per element of the
+     * mask's shape, broadcast over the dims where it is 1. R dims counting
+     * the batch (0: no noise_shape, one draw per element); element i of
+     * the batch has index (i_0..i_R-1) over d (d[0] the runtime batch) and
+     * draws key sum over kept dims k of i_k * ms[k] */
+    int R;
+    int64_t d[9];  /* RT_MAX_DIMS + 1 */
+    int64_t ms[9]; /* 0 where broadcast */
 } rt__dropout_params;
 
 /* Conv2D (NHWC, kernel (KH,KW,C/G,OC)), ConvTranspose (kernel (KH,KW,OC,C),
@@ -244,6 +254,22 @@ typedef struct rt__actreg_params {
     int batch_mean;
 } rt__actreg_params;
 
+/* BatchMatMul: G products per sample (G * batch when batched) of
+ * op(a) (M,K) and op(b) (K,N), op a transpose when ta/tb; a is stored
+ * (M,K) or, ta, (K,M); b (K,N) or, tb, (N,K); y (M,N) */
+typedef struct rt__bmm_params {
+    int64_t G, M, N, K;
+    int ta, tb;
+} rt__bmm_params;
+
+/* BandMask: over the last two dims (T, S), element (i, j) is kept when
+ * (not causal or i >= j) and (window 0 or |i - j| < window), else set to
+ * -1e9 (Keras' attention masks: the causal one, the sliding window) */
+typedef struct rt__band_params {
+    int64_t T, S, window;
+    int causal;
+} rt__band_params;
+
 typedef union rt__op_params {
     rt__dense_params dense;
     rt__bcast_params bcast;
@@ -261,6 +287,8 @@ typedef union rt__op_params {
     rt__embed_params embed;
     rt__actreg_params actreg;
     rt__seqmask_params seqmask;
+    rt__bmm_params bmm;
+    rt__band_params band;
 } rt__op_params;
 
 #endif

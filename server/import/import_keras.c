@@ -149,8 +149,32 @@ static int k_dropout(rt_keras_ctx *c)
     if (!(rate >= 0 && rate < 1))
         return rt_keras_fail(c, RT_EINVAL, "Dropout rate %g is outside [0, 1)", rate);
     c->out = c->in[0];
-    rt_attr a = {.name = "rate", .kind = RT_ATTR_FLOAT, .f = rate};
-    return add_simple(c, "Dropout", 1, &a);
+    rt_attr a[2] = {{.name = "rate", .kind = RT_ATTR_FLOAT, .f = rate},
+                    {.name = "noise_shape", .kind = RT_ATTR_INTS}};
+    /* noise_shape (Keras' order, the batch first; null entries: the
+     * input's size): one draw per mask element, shared along its 1s */
+    int64_t ns[RT_MAX_DIMS + 1];
+    json_object *v = rt_keras_cfg_get(c, "noise_shape");
+    if (v) {
+        const int r = c->in[0].ndim + 1;
+        if (!json_object_is_type(v, json_type_array) || (int)json_object_array_length(v) != r)
+            return rt_keras_fail(c, RT_EINVAL, "noise_shape must be a list of %d entries", r);
+        for (int i = 0; i < r; i++) {
+            json_object *e = json_object_array_get_idx(v, (size_t)i);
+            if (e && !json_object_is_type(e, json_type_int))
+                return rt_keras_fail(c, RT_EINVAL, "noise_shape entry %d is not an int or null", i);
+            ns[i] = e ? json_object_get_int64(e) : -1;
+        }
+        if (c->in[0].layout == RT_KERAS_CF && r > 2) {
+            /* Keras (B, C, S1..Sk) held (B, S1..Sk, C) */
+            const int64_t ch = ns[1];
+            memmove(ns + 1, ns + 2, sizeof(int64_t) * (size_t)(r - 2));
+            ns[r - 1] = ch;
+        }
+        a[1].n = r;
+        a[1].ints = ns;
+    }
+    return add_simple(c, "Dropout", v ? 2 : 1, a);
 }
 
 /* values per sample of t; RT_EOVERFLOW past 2^32 (the engine's tensor limit) */
@@ -624,6 +648,9 @@ typedef struct imp {
     int any_mixed;                               /* a layer's dtype policy is mixed_bfloat16 */
     char shared[72];                             /* a layer called more than once (not supported) */
     int64_t batch; /* the first fixed batch size of a batch_input_shape / batch_shape */
+    /* the call arguments of the layer run_layer places (place_flayer) */
+    json_object *call_kwargs;
+    const char *const *in_kw;
 } imp;
 
 /* the message in m->err, returns code (rt_errf, the one formatter) */
@@ -1748,6 +1775,9 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins, int
         return 0;
     }
     if (is_model_class(cls)) {
+        /* its layers have call arguments of their own */
+        m->call_kwargs = NULL;
+        m->in_kw = NULL;
         /* a nested model reads its inputs in Keras' order */
         rt_keras_tensor nin[RT_KERAS_MAX_IN];
         for (int i = 0; i < n_in; i++) {
@@ -1811,8 +1841,11 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins, int
         c.keras1 = 1;
     }
     c.n_in = n_in;
-    for (int i = 0; i < n_in; i++)
+    for (int i = 0; i < n_in; i++) {
         c.in[i] = ins[i];
+        c.in_kw[i] = m->in_kw ? m->in_kw[i] : NULL;
+    }
+    c.call_kwargs = m->call_kwargs;
     /* this file's table, then import_keras_layers.c's */
     rt_keras_layer_fn lfn = NULL;
     int lwant = 0;
@@ -2036,12 +2069,57 @@ static int inbound_index(imp *m, const char *lname, const char *src, json_object
     return 0;
 }
 
+/* Layers whose call takes tensors as keyword arguments (Keras passes
+ * MultiHeadAttention's value, key and attention_mask so): those become
+ * inputs after the positional ones, named by kw[]. Any other layer's
+ * keyword arguments are not read. */
+static int takes_tensor_kwargs(json_object *layer)
+{
+    const char *cls = jstr(layer, "class_name");
+    return cls && strcmp(cls, "MultiHeadAttention") == 0;
+}
+
+/* The tensor kwargs of an inbound node (Keras 2: [name, node, tensor];
+ * Keras 3: {"class_name": "__keras_tensor__", "config": {keras_history}})
+ * appended to names from n on. */
+static int inbound_kwargs(imp *m, const char *lname, json_object *kwargs, const char **names,
+                          int64_t *node_of, const char **kw, int n, int max)
+{
+    if (!kwargs || !json_object_is_type(kwargs, json_type_object))
+        return n;
+    json_object_object_foreach(kwargs, k, v)
+    {
+        json_object *ref = NULL;
+        if (json_object_is_type(v, json_type_array) && json_object_array_length(v) >= 1 &&
+            json_object_is_type(json_object_array_get_idx(v, 0), json_type_string))
+            ref = v;
+        else if (json_object_is_type(v, json_type_object))
+            ref = jget(jget(v, "config", json_type_object), "keras_history", json_type_array);
+        if (!ref)
+            continue;
+        json_object *nm = json_object_array_get_idx(ref, 0);
+        if (!nm || !json_object_is_type(nm, json_type_string))
+            return ifail(m, RT_EJSON, "layer '%.64s' has a malformed '%.32s' argument", lname, k);
+        if (n >= max)
+            return ifail(m, RT_EINVAL, "layer '%.64s' reads more than %d tensors", lname, max);
+        int rc = inbound_index(m, lname, json_object_get_string(nm), ref, &node_of[n]);
+        if (rc < 0)
+            return rc;
+        kw[n] = k;
+        names[n++] = json_object_get_string(nm);
+    }
+    return n;
+}
+
 /* The source layer names of a Functional layer's single inbound node, for
  * both the Keras 2 ([[["name", 0, 0, {}], ...]]) and the Keras 3
- * ([{"args": [tensor or [tensors]], "kwargs": {}}]) encodings. */
+ * ([{"args": [tensor or [tensors]], "kwargs": {}}]) encodings;
+ * for MultiHeadAttention also its tensor keyword arguments (kw[], and the
+ * whole keyword object in *kwargs). */
 static int inbound_names(imp *m, const char *lname, json_object *layer, const char **names,
-                         int64_t *node_of, int max)
+                         int64_t *node_of, const char **kw, json_object **kwargs, int max)
 {
+    *kwargs = NULL;
     json_object *nodes = jget(layer, "inbound_nodes", json_type_array);
     if (!nodes || json_object_array_length(nodes) == 0)
         return 0;
@@ -2066,7 +2144,11 @@ static int inbound_names(imp *m, const char *lname, json_object *layer, const ch
             if (rc < 0)
                 return rc;
             names[n++] = json_object_get_string(nm);
+            if (i == 0 && takes_tensor_kwargs(layer))
+                *kwargs = json_object_array_get_idx(ref, 3);
         }
+        if (*kwargs)
+            n = inbound_kwargs(m, lname, *kwargs, names, node_of, kw, n, max);
         return n;
     }
     json_object *args = jget(node, "args", json_type_array);
@@ -2089,6 +2171,10 @@ static int inbound_names(imp *m, const char *lname, json_object *layer, const ch
         if (rc < 0)
             return rc;
         names[n++] = json_object_get_string(nm);
+    }
+    if (takes_tensor_kwargs(layer)) {
+        *kwargs = jget(node, "kwargs", json_type_object);
+        n = inbound_kwargs(m, lname, *kwargs, names, node_of, kw, n, max);
     }
     return n;
 }
@@ -2120,7 +2206,9 @@ typedef struct flayer {
     const char *cls, *name;
     json_object *obj, *cfg;
     const char *src[RT_KERAS_MAX_IN];
-    int64_t src_node[RT_KERAS_MAX_IN]; /* the node of src each reads */
+    int64_t src_node[RT_KERAS_MAX_IN];   /* the node of src each reads */
+    const char *src_kw[RT_KERAS_MAX_IN]; /* the keyword src is passed as, or NULL */
+    json_object *kwargs;                 /* the call's keyword arguments (some layers) */
     int n_src;
     int next;            /* DFS: the next input to visit */
     unsigned char state; /* 0 unseen, 1 on the DFS stack, 2 placed */
@@ -2175,7 +2263,8 @@ static int read_flayers(imp *m, json_object *layers, flayer *L, int n, lmap *lm)
         *slot = i + 1;
         if (strcmp(f->cls, "InputLayer") == 0)
             continue;
-        f->n_src = inbound_names(m, f->name, f->obj, f->src, f->src_node, RT_KERAS_MAX_IN);
+        f->n_src = inbound_names(m, f->name, f->obj, f->src, f->src_node, f->src_kw, &f->kwargs,
+                                 RT_KERAS_MAX_IN);
         if (f->n_src < 0)
             return f->n_src;
         if (f->n_src == 0)
@@ -2236,7 +2325,12 @@ static int place_flayer(imp *m, flayer *L, const lmap *lm, flayer *f, const fio 
     rt_keras_tensor ins[RT_KERAS_MAX_IN];
     for (int j = 0; j < f->n_src; j++)
         ins[j] = L[lmap_get(lm, L, f->src[j])].out;
-    return run_layer(m, f->obj, ins, f->n_src, &f->out);
+    m->call_kwargs = f->kwargs;
+    m->in_kw = f->src_kw;
+    int rc = run_layer(m, f->obj, ins, f->n_src, &f->out);
+    m->call_kwargs = NULL;
+    m->in_kw = NULL;
+    return rc;
 }
 
 /* Place layer i after everything it reads, depth first without recursion:

@@ -155,6 +155,11 @@ typedef struct rt_keras_ctx {
     const char *class_name;
     int n_in;
     rt_keras_tensor in[RT_KERAS_MAX_IN];
+    /* the keyword each input was passed as (MultiHeadAttention's "value",
+     * "key", "attention_mask"), NULL for a positional one; and the call's
+     * keyword arguments (NULL: none read) */
+    const char *in_kw[RT_KERAS_MAX_IN];
+    struct json_object *call_kwargs;
     rt_keras_tensor out; /* set by the layer function */
     char *err;
     size_t errlen;
@@ -257,6 +262,11 @@ int rt_keras_bidirectional(rt_keras_ctx *c);
  * c->out, named node_name or "<layer>/<activation>", and updates c->out;
  * returns 1 for a name it does not know. */
 int rt_keras_layers_find(const char *class_name, rt_keras_layer_fn *fn, int *n_in);
+/* import_keras_attn.c: MultiHeadAttention and Dot, as rt_keras_layers_find
+ * (which falls back to it) */
+int rt_keras_attn_find(const char *class_name, rt_keras_layer_fn *fn, int *n_in);
+int rt_keras_mha(rt_keras_ctx *c);
+int rt_keras_dot(rt_keras_ctx *c);
 int rt_keras_layers_activation(rt_keras_ctx *c, const char *act, const char *node_name);
 
 #ifdef __cplusplus

@@ -1146,7 +1146,7 @@ int rt_keras_layers_find(const char *class_name, rt_keras_layer_fn *fn, int *n_i
             return 1;
         }
     }
-    return 0;
+    return rt_keras_attn_find(class_name, fn, n_in);
 }
 
 /* The activation names of the core layers; the others are

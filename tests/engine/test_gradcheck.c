@@ -164,6 +164,128 @@ static void run_with(rt_train_config x, const char *name, rt_loss_kind loss, int
 /* the usual tail: output (B, C) logits or values, MSE against f32 labels */
 static void mse(const char *name, int in) { run_check(name, RT_LOSS_MSE, 0, RT_F32, 0, in); }
 
+/* g compiled for MSE at batch b against labels of dims l0 x l1, and an
+ * exec; NULL (a failure counted) when compile refuses */
+static rt_exec *mse_exec(const char *what, int b, int64_t l0, int64_t l1, rt_plan **p)
+{
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_MSE;
+    cfg.batch_size = b;
+    cfg.label_dtype = RT_F32;
+    cfg.label_ndim = 2;
+    cfg.label_dims[0] = l0;
+    cfg.label_dims[1] = l1;
+    char err[256];
+    rt_exec *e = NULL;
+    if (rt_plan_compile(g, &cfg, p, NULL, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: compile: %s\n", what, err);
+        rt_test_failures++;
+        rt_graph_destroy(g);
+        return NULL;
+    }
+    REQUIRE(rt_exec_create(*p, &e) == 0);
+    return e;
+}
+
+/* BatchMatMul's forward against the product written out: a = x as
+ * (3,4), b = x as (4,3), y = a b (and a^T-stored, b^T-stored variants) */
+static void bmm_forward(void)
+{
+    static const int64_t s34[] = {3, 4}, s43[] = {4, 3};
+    for (int t = 0; t < 4; t++) {
+        const int ta = t & 1, tb = t >> 1;
+        g = rt_graph_create();
+        int64_t d[] = {RT_BATCH, 12};
+        REQUIRE(rt_graph_add_input(g, "x", RT_F32, 2, d) == 0);
+        const rt_attr ra = {.name = "shape", .kind = RT_ATTR_INTS, .n = 2, .ints = ta ? s43 : s34};
+        const rt_attr rb = {.name = "shape", .kind = RT_ATTR_INTS, .n = 2, .ints = tb ? s34 : s43};
+        const rt_attr tr[2] = {{.name = "transpose_a", .kind = RT_ATTR_INT, .i = ta},
+                               {.name = "transpose_b", .kind = RT_ATTR_INT, .i = tb}};
+        node("a", "Reshape", "x", NULL, NULL, 1, &ra);
+        node("b", "Reshape", "x", NULL, NULL, 1, &rb);
+        node("y", "BatchMatMul", "a", "b", NULL, 2, tr);
+        rt_plan *p;
+        rt_exec *e = mse_exec("bmm forward", B, 3, 3, &p);
+        if (!e)
+            continue;
+        float x[B * 12], y[B * 9];
+        for (int i = 0; i < B * 12; i++) x[i] = rnd();
+        CHECK_RC(rt_exec_predict(e, x, B, y));
+        double worst = 0;
+        for (int n = 0; n < B; n++)
+            for (int i = 0; i < 3; i++)
+                for (int j = 0; j < 3; j++) {
+                    double s = 0;
+                    for (int k = 0; k < 4; k++) {
+                        /* op(a)(i,k), op(b)(k,j) from x's row-major layouts */
+                        const float av = ta ? x[n * 12 + k * 3 + i] : x[n * 12 + i * 4 + k];
+                        const float bv = tb ? x[n * 12 + j * 4 + k] : x[n * 12 + k * 3 + j];
+                        s += (double)av * bv;
+                    }
+                    const double e1 = fabs(s - y[n * 9 + i * 3 + j]);
+                    worst = e1 > worst ? e1 : worst;
+                }
+        printf("BatchMatMul forward (ta %d, tb %d): worst error %.2e %s\n", ta, tb, worst,
+               worst <= 1e-5 ? "ok" : "FAILED");
+        if (!(worst <= 1e-5))
+            rt_test_failures++;
+        rt_exec_destroy(e);
+        rt_plan_release(p);
+        rt_graph_destroy(g);
+    }
+}
+
+/* A noise_shape's mask is one draw per mask element: with one sample of
+ * ones (x = 1 + P, P = 0) and MSE against 0, dL/dP = 2 m^2 / 16 per
+ * element, zero exactly where the element was dropped. noise_shape
+ * (null, 1, 16) drops whole columns of the (4, 16) sample; without it the
+ * rows of a column differ (the check could fail). */
+static void noise_shape_mask(int with)
+{
+    static const int64_t shp[] = {4, 16}, ns[] = {-1, 1, 16};
+    g = rt_graph_create();
+    int64_t d[] = {RT_BATCH, 4, 16};
+    REQUIRE(rt_graph_add_input(g, "x", RT_F32, 3, d) == 0);
+    float zero[64] = {0};
+    REQUIRE(rt_graph_add_param(g, "P", 2, shp, RT_INIT_ZEROS, 1, zero) == 0);
+    node("h", "Add", "x", "P", NULL, 0, NULL);
+    const rt_attr dr[2] = {{.name = "rate", .kind = RT_ATTR_FLOAT, .f = 0.5},
+                           {.name = "noise_shape", .kind = RT_ATTR_INTS, .n = 3, .ints = ns}};
+    node("y", "Dropout", "h", NULL, NULL, with ? 2 : 1, dr);
+    rt_plan *p;
+    rt_exec *e = mse_exec("noise_shape", 1, 4, 16, &p);
+    if (!e)
+        return;
+    float x[64], lab[64] = {0}, gr[64];
+    for (int i = 0; i < 64; i++) x[i] = 1.0f;
+    rt_data dd = {.x = x, .y = lab, .y_dtype = RT_F32, .n = 1};
+    double l;
+    CHECK_RC(rt_exec_compute_grads(e, &dd, 1, &l));
+    CHECK_RC(rt_exec_get_grad(e, 0, gr));
+    int kept = 0, dropped = 0, mixed = 0, bad = 0;
+    for (int j = 0; j < 16; j++) {
+        int z = 0;
+        for (int i = 0; i < 4; i++) {
+            const float v = gr[i * 16 + j];
+            z += v == 0.0f;
+            /* kept: 2 * (1/(1-0.5))^2 / 64 elements */
+            bad += v != 0.0f && fabsf(v - 2.0f * 4.0f / 64.0f) > 1e-6f;
+        }
+        kept += z == 0;
+        dropped += z == 4;
+        mixed += z != 0 && z != 4;
+    }
+    const int ok = bad == 0 && (with ? mixed == 0 && kept > 0 && dropped > 0 : mixed > 0);
+    printf("Dropout %s noise_shape: %d columns kept, %d dropped, %d mixed %s\n",
+           with ? "with" : "without", kept, dropped, mixed, ok ? "ok" : "FAILED");
+    if (!ok)
+        rt_test_failures++;
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+}
+
 int main(void)
 {
     const rt_attr rate = {.name = "rate", .kind = RT_ATTR_FLOAT, .f = 0.3};
@@ -257,6 +379,100 @@ int main(void)
     node("y", "Add", "a", "c", NULL, 0, NULL);
     run_check("fan-out (accumulation)", RT_LOSS_MSE, 0, RT_F32, 4, 3);
 
+    /* BatchMatMul of two activations: h and h2 = Dense(x) reshaped into
+     * matrices (and groups), every transpose combination, and one input
+     * on both sides (its gradient accumulates, as attention's Q K^T of a
+     * self-attention reads one value twice) */
+    {
+        static const int64_t s34[] = {3, 4}, s43[] = {4, 3}, s42[] = {4, 2}, s24[] = {2, 4};
+        static const int64_t s234[] = {2, 3, 4}, s242[] = {2, 4, 2};
+        const rt_attr r34 = {.name = "shape", .kind = RT_ATTR_INTS, .n = 2, .ints = s34};
+        const rt_attr r43 = {.name = "shape", .kind = RT_ATTR_INTS, .n = 2, .ints = s43};
+        const rt_attr r42 = {.name = "shape", .kind = RT_ATTR_INTS, .n = 2, .ints = s42};
+        const rt_attr r24 = {.name = "shape", .kind = RT_ATTR_INTS, .n = 2, .ints = s24};
+        const rt_attr r234 = {.name = "shape", .kind = RT_ATTR_INTS, .n = 3, .ints = s234};
+        const rt_attr r242 = {.name = "shape", .kind = RT_ATTR_INTS, .n = 3, .ints = s242};
+        for (int t = 0; t < 4; t++) {
+            const int ta = t & 1, tb = t >> 1;
+            const rt_attr tr[2] = {{.name = "transpose_a", .kind = RT_ATTR_INT, .i = ta},
+                                   {.name = "transpose_b", .kind = RT_ATTR_INT, .i = tb}};
+            char nm[64];
+            start(3, 12); param("W1", 2, 3, 8);
+            node("h2", "Dense", "x", "W1", NULL, 0, NULL);
+            node("a", "Reshape", "h", NULL, NULL, 1, ta ? &r43 : &r34);
+            node("b", "Reshape", "h2", NULL, NULL, 1, tb ? &r24 : &r42);
+            node("p", "BatchMatMul", "a", "b", NULL, 2, tr); /* (3,4)(4,2) */
+            node("y", "Flatten", "p", NULL, NULL, 0, NULL);
+            snprintf(nm, sizeof nm, "BatchMatMul (ta %d, tb %d)", ta, tb);
+            run_check(nm, RT_LOSS_MSE, 0, RT_F32, 6, 3);
+        }
+        start(3, 24); param("W1", 2, 3, 16);
+        node("h2", "Dense", "x", "W1", NULL, 0, NULL);
+        node("a", "Reshape", "h", NULL, NULL, 1, &r234);
+        node("b", "Reshape", "h2", NULL, NULL, 1, &r242);
+        node("p", "BatchMatMul", "a", "b", NULL, 0, NULL); /* 2 x (3,4)(4,2) */
+        node("y", "Flatten", "p", NULL, NULL, 0, NULL);
+        run_check("BatchMatMul (groups)", RT_LOSS_MSE, 0, RT_F32, 12, 3);
+
+        const rt_attr tb1 = {.name = "transpose_b", .kind = RT_ATTR_INT, .i = 1};
+        start(3, 12);
+        node("a", "Reshape", "h", NULL, NULL, 1, &r34);
+        node("p", "BatchMatMul", "a", "a", NULL, 1, &tb1); /* a a^T (3,3) */
+        node("s", "Softmax", "p", NULL, NULL, 0, NULL);
+        node("y", "Flatten", "s", NULL, NULL, 0, NULL);
+        run_check("BatchMatMul (a a^T, softmax)", RT_LOSS_MSE, 0, RT_F32, 9, 3);
+
+        /* products of 33x33x32: the CPU backend's threaded path (each
+         * product a serial oneDNN GEMM) rather than its small kernel; the
+         * (33, 32) matrix is h2[i] + h[j], few parameters */
+        static const int64_t s132[] = {1, 32}, s331[] = {33, 1}, ax2[] = {2};
+        const rt_attr r132 = {.name = "shape", .kind = RT_ATTR_INTS, .n = 2, .ints = s132};
+        const rt_attr r331 = {.name = "shape", .kind = RT_ATTR_INTS, .n = 2, .ints = s331};
+        const rt_attr red[2] = {{.name = "axes", .kind = RT_ATTR_INTS, .n = 1, .ints = ax2},
+                                {.name = "keepdims", .kind = RT_ATTR_INT, .i = 0}};
+        start(3, 32); param("W1", 2, 3, 33); param("W2", 2, 33, 2);
+        node("h2", "Dense", "x", "W1", NULL, 0, NULL);
+        node("r", "Reshape", "h", NULL, NULL, 1, &r132);
+        node("c", "Reshape", "h2", NULL, NULL, 1, &r331);
+        node("a", "Add", "c", "r", NULL, 0, NULL);         /* (33, 32) */
+        node("p", "BatchMatMul", "a", "a", NULL, 1, &tb1); /* (33,32)(32,33) */
+        node("t", "Tanh", "p", NULL, NULL, 0, NULL);
+        node("m", "ReduceMean", "t", NULL, NULL, 2, red);   /* (33) */
+        node("y", "Dense", "m", "W2", NULL, 0, NULL);
+        run_check("BatchMatMul (33x33x32)", RT_LOSS_MSE, 0, RT_F32, 2, 3);
+    }
+
+    /* BandMask (causal, and a window of 2) on scores before a softmax */
+    {
+        static const int64_t s44[] = {4, 4};
+        const rt_attr r44 = {.name = "shape", .kind = RT_ATTR_INTS, .n = 2, .ints = s44};
+        for (int w = 0; w < 2; w++) {
+            const rt_attr ba[2] = {{.name = "causal", .kind = RT_ATTR_INT, .i = 1 - w},
+                                   {.name = "window", .kind = RT_ATTR_INT, .i = 2 * w}};
+            start(3, 16);
+            node("r", "Reshape", "h", NULL, NULL, 1, &r44);
+            node("m", "BandMask", "r", NULL, NULL, 2, ba);
+            node("s", "Softmax", "m", NULL, NULL, 0, NULL);
+            node("y", "Flatten", "s", NULL, NULL, 0, NULL);
+            run_check(w ? "BandMask (window 2)" : "BandMask (causal)", RT_LOSS_MSE, 0, RT_F32, 16,
+                      3);
+        }
+    }
+
+    /* Dropout with a noise_shape: one draw per (sample, column) */
+    {
+        static const int64_t s34[] = {3, 4}, ns[] = {-1, 1, 4};
+        const rt_attr dr[3] = {
+            {.name = "rate", .kind = RT_ATTR_FLOAT, .f = 0.4},
+            {.name = "noise_shape", .kind = RT_ATTR_INTS, .n = 3, .ints = ns},
+            {.name = "shape", .kind = RT_ATTR_INTS, .n = 2, .ints = s34}};
+        start(3, 12);
+        node("r", "Reshape", "h", NULL, NULL, 1, &dr[2]);
+        node("d", "Dropout", "r", NULL, NULL, 2, dr);
+        node("y", "Flatten", "d", NULL, NULL, 0, NULL);
+        run_check("Dropout (noise_shape)", RT_LOSS_MSE, 0, RT_F32, 12, 3);
+    }
+
     /* ---- losses */
     start(3, 4);
     run_check("loss sparse CE (logits)", RT_LOSS_SPARSE_CE, 1, RT_I32, 1, 3);
@@ -343,6 +559,9 @@ int main(void)
     start(3, 3);
     run_with((rt_train_config){.loss_beta = 0.8f, .reduction = RT_REDUCE_SUM},
              "huber_loss (delta 0.8, sum)", RT_LOSS_HUBER, 0, RT_F32, 3, 3);
+    bmm_forward();
+    noise_shape_mask(1);
+    noise_shape_mask(0);
     (void)mse;
     return rt_test_done("test_gradcheck");
 }

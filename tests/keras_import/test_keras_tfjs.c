@@ -28,7 +28,8 @@
  *   test_keras_tfjs dump <model json> <derive 0|1> <bind dim or 0> <out.bin>
  *
  * "derive": the model's Dropout/SpatialDropout/GaussianDropout/AlphaDropout
- * rates, GaussianNoise stddev and recurrent dropouts set to 0 (the RNGs
+ * rates, GaussianNoise stddev, recurrent and MultiHeadAttention dropouts
+ * set to 0 (the RNGs
  * differ, so training steps are compared without them; the fixture lists
  * the layers changed, and inference is unaffected).
  */
@@ -119,6 +120,8 @@ static void derive(json_object *o, char *names, size_t nl)
         else if (is_one_of(c, rnn))
             changed = zero_key(cfg, "dropout") | zero_key(cfg, "recurrent_dropout") |
                       zero_key(cfg, "dropout_W") | zero_key(cfg, "dropout_U");
+        else if (!strcmp(c, "MultiHeadAttention")) /* on the attention scores */
+            changed = zero_key(cfg, "dropout");
         json_object *nm;
         if (changed && json_object_object_get_ex(cfg, "name", &nm)) {
             size_t l = strlen(names);

@@ -391,6 +391,44 @@ static void errors(void)
     printf("errors: checked\n");
 }
 
+/* MultiHeadAttention, Dot and Dropout noise_shape: what is refused, and
+ * how (import_keras_attn.c, import_keras.c's k_dropout, op_eltwise.c) */
+#define MHA ", \"num_heads\": 2, \"key_dim\": 3"
+#define SELF(extra) "[\"in\", 0, 0, {\"value\": [\"in\", 0, 0]" extra "}]"
+static void attn_errors(void)
+{
+    expect_err(LAYER("MultiHeadAttention", "out", SELF(""), MHA ", \"use_gate\": true"), "5, 4",
+               RT_EUNIMPLEMENTED, "MultiHeadAttention use_gate is not supported (layer 'out')");
+    expect_err(LAYER("MultiHeadAttention", "out", SELF(", \"return_attention_scores\": true"),
+                     MHA),
+               "5, 4", RT_EUNIMPLEMENTED, "return_attention_scores=True (a second output)");
+    expect_err(LAYER("MultiHeadAttention", "out", SELF(", \"use_causal_mask\": true"), MHA),
+               "3, 5, 4", RT_EUNIMPLEMENTED,
+               "attention masks are supported for (B, T, dim) inputs only");
+    expect_err(LAYER("MultiHeadAttention", "out", IN("in"), MHA), "5, 4", RT_EINVAL,
+               "MultiHeadAttention needs a query and a value (layer 'out')");
+    expect_err(LAYER("MultiHeadAttention", "out",
+                     "[\"in\", 0, 0, {\"value\": [\"in\", 0, 0], \"bias\": [\"in\", 0, 0]}]",
+                     MHA),
+               "5, 4", RT_EINVAL, "MultiHeadAttention has no tensor argument 'bias'");
+    expect_err(LAYER("MultiHeadAttention", "out", SELF(""), MHA ", \"attention_axes\": [2]"),
+               "5, 4", RT_EINVAL, "attention axis 2 is not a dim of the query");
+    expect_err(LAYER("Dense", "a", IN("in"), ", \"units\": 3") ","
+               LAYER("Dense", "b", IN("in"), ", \"units\": 4") ","
+               LAYER("Dot", "out", IN("a") "," IN("b"), ", \"axes\": 1"), "5", RT_ESHAPE,
+               "Dot axes hold 3 and 4 values (layer 'out')");
+    expect_err(LAYER("Dot", "out", IN("in") "," IN("in"), ", \"axes\": [0, 1]"), "5, 4",
+               RT_EINVAL, "Dot axes (0, 1) must name non-batch dims");
+    expect_err(LAYER("Dropout", "out", IN("in"), ", \"rate\": 0.5, \"noise_shape\": [null, 1]"),
+               "5, 4", RT_EINVAL, "noise_shape must be a list of 3 entries (layer 'out')");
+    expect_err(LAYER("Dropout", "out", IN("in"),
+                     ", \"rate\": 0.5, \"noise_shape\": [null, 1, 3]"),
+               "5, 4", RT_ESHAPE, "noise_shape entry 2 is 3: it must be null, 1 or 4");
+    expect_err(LAYER("Dropout", "out", IN("in"),
+                     ", \"rate\": 0.5, \"noise_shape\": [8, 1, 4]"),
+               "5, 4", RT_EINVAL, "noise_shape's batch entry must be null or 1");
+}
+
 int main(int argc, char **argv)
 {
     REQUIRE(argc == 2);
@@ -403,6 +441,7 @@ int main(int argc, char **argv)
     normalization();
     activations();
     errors();
+    attn_errors();
     rt_fixture_free();
     return rt_test_done("test_layers_keras");
 }

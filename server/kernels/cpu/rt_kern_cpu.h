@@ -23,6 +23,13 @@ int rt_kern_dense_can_fuse_act(const rt__node *dense, const rt__node *act);
 /* scratch for dz when an activation is applied */
 int rt_kern_dense_prepare(rt__node *nd, int64_t B, rt__arena *A);
 
+/* BatchMatMul: one product per leading index (rt_kern_bmm.c) */
+void rt_kern_bmm_fwd(const rt__kargs *a);
+void rt_kern_bmm_bwd(const rt__kargs *a);
+/* BandMask (causal / sliding-window attention mask, rt__band_params) */
+void rt_kern_band_fwd(const rt__kargs *a);
+void rt_kern_band_bwd(const rt__kargs *a);
+
 /* Add/Sub/Mul with numpy broadcasting (rt__bcast_params) */
 void rt_kern_add_fwd(const rt__kargs *a);
 void rt_kern_add_bwd(const rt__kargs *a);

@@ -393,7 +393,7 @@ static inline float rt__drop_factor(const rt__kargs *a, const rt__dropout_params
     }
     case RT__DROP_NOISE: return rate * rt__drop_normal(a, i);
     case RT__DROP_GAUSS: return 1.0f + sqrtf(rate / (1.0f - rate)) * rt__drop_normal(a, i);
-    default: return rt__keep(a, i, rate) ? 1.0f / (1.0f - rate) : 0.0f;
+    default: return rt__keep(a, rt__drop_key(p, i), rate) ? 1.0f / (1.0f - rate) : 0.0f;
     }
 }
 

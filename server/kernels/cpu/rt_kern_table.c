@@ -25,6 +25,8 @@ static const rt__kernel rt__cpu_table[] = {
     {&rt__op_dense, &rt__op_tanh, rt_kern_dense_fwd, rt_kern_dense_bwd, rt_kern_dense_can_fuse_act,
      rt_kern_dense_prepare},
     {&rt__op_matmul, NULL, rt_kern_dense_fwd, rt_kern_dense_bwd, NULL, NULL},
+    {&rt__op_batchmatmul, NULL, rt_kern_bmm_fwd, rt_kern_bmm_bwd, NULL, NULL},
+    {&rt__op_bandmask, NULL, rt_kern_band_fwd, rt_kern_band_bwd, NULL, NULL},
     {&rt__op_add, NULL, rt_kern_add_fwd, rt_kern_add_bwd, NULL, NULL},
     {&rt__op_sub, NULL, rt_kern_sub_fwd, rt_kern_sub_bwd, NULL, NULL},
     {&rt__op_mul, NULL, rt_kern_mul_fwd, rt_kern_mul_bwd, NULL, NULL},

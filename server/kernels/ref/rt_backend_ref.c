@@ -18,6 +18,8 @@ static const rt__kernel rt_ref_table[] = {
     /* {op, fused reader or NULL, forward, backward, can_fuse, prepare} */
     {&rt__op_dense, NULL, rt_ref_dense_fwd, rt_ref_dense_bwd, NULL, NULL},
     {&rt__op_matmul, NULL, rt_ref_dense_fwd, rt_ref_dense_bwd, NULL, NULL},
+    {&rt__op_batchmatmul, NULL, rt_ref_bmm_fwd, rt_ref_bmm_bwd, NULL, NULL},
+    {&rt__op_bandmask, NULL, rt_ref_band_fwd, rt_ref_band_bwd, NULL, NULL},
     {&rt__op_add, NULL, rt_ref_add_fwd, rt_ref_add_bwd, NULL, NULL},
     {&rt__op_sub, NULL, rt_ref_sub_fwd, rt_ref_sub_bwd, NULL, NULL},
     {&rt__op_mul, NULL, rt_ref_mul_fwd, rt_ref_mul_bwd, NULL, NULL},

@@ -37,6 +37,10 @@ const rt__kernel *rt_ref_bf16_kernel(const rt__node *nd, const rt__op_def *fused
 /* rt_ref_ops.c */
 void rt_ref_dense_fwd(const rt__kargs *a);
 void rt_ref_dense_bwd(const rt__kargs *a);
+void rt_ref_bmm_fwd(const rt__kargs *a);
+void rt_ref_bmm_bwd(const rt__kargs *a);
+void rt_ref_band_fwd(const rt__kargs *a);
+void rt_ref_band_bwd(const rt__kargs *a);
 void rt_ref_add_fwd(const rt__kargs *a);
 void rt_ref_add_bwd(const rt__kargs *a);
 void rt_ref_sub_fwd(const rt__kargs *a);

@@ -106,6 +106,84 @@ void rt_ref_dense_bwd(const rt__kargs *a)
 #undef RT_REF_DZ
 }
 
+/* ----------------------------------------------------------- batch matmul */
+
+/* BatchMatMul: element (i, j) of op(a) / op(b) in product g, from the
+ * stored layout ((M,K) or, transposed, (K,M)) */
+static double rt_ref_bmm_a(const rt__bmm_params *p, const float *a, int64_t g, int64_t i, int64_t k)
+{
+    return a[g * p->M * p->K + (p->ta ? k * p->M + i : i * p->K + k)];
+}
+static double rt_ref_bmm_b(const rt__bmm_params *p, const float *b, int64_t g, int64_t k, int64_t j)
+{
+    return b[g * p->K * p->N + (p->tb ? j * p->K + k : k * p->N + j)];
+}
+
+void rt_ref_bmm_fwd(const rt__kargs *a)
+{
+    const rt__bmm_params *p = rt__bmm_cp(a->nd);
+    const int64_t cnt = p->G * (a->nd->in_shape[0]->batched ? a->r->n : 1);
+    for (int64_t g = 0; g < cnt; g++)
+        for (int64_t i = 0; i < p->M; i++)
+            for (int64_t j = 0; j < p->N; j++) {
+                double s = 0;
+                for (int64_t k = 0; k < p->K; k++)
+                    s += rt_ref_bmm_a(p, a->x[0], g, i, k) * rt_ref_bmm_b(p, a->x[1], g, k, j);
+                a->y[(g * p->M + i) * p->N + j] = (float)s;
+            }
+}
+
+/* d op(a)(i,k) = sum_j dy(i,j) op(b)(k,j); d op(b)(k,j) = sum_i op(a)(i,k)
+ * dy(i,j); each written at its stored place */
+void rt_ref_bmm_bwd(const rt__kargs *a)
+{
+    const rt__bmm_params *p = rt__bmm_cp(a->nd);
+    const int64_t cnt = p->G * (a->nd->in_shape[0]->batched ? a->r->n : 1);
+    const int64_t M = p->M, N = p->N, K = p->K;
+    const float *dy = a->dy;
+    for (int64_t g = 0; g < cnt; g++) {
+        if (a->dx[0])
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t k = 0; k < K; k++) {
+                    double s = 0;
+                    for (int64_t j = 0; j < N; j++)
+                        s += (double)dy[(g * M + i) * N + j] * rt_ref_bmm_b(p, a->x[1], g, k, j);
+                    rt_ref_put(a, 0, g * M * K + (p->ta ? k * M + i : i * K + k), s);
+                }
+        if (a->dx[1])
+            for (int64_t k = 0; k < K; k++)
+                for (int64_t j = 0; j < N; j++) {
+                    double s = 0;
+                    for (int64_t i = 0; i < M; i++)
+                        s += rt_ref_bmm_a(p, a->x[0], g, i, k) * dy[(g * M + i) * N + j];
+                    rt_ref_put(a, 1, g * K * N + (p->tb ? j * K + k : k * N + j), s);
+                }
+    }
+}
+
+/* BandMask: element (i, j) of each (T, S) matrix kept, or -1e9 */
+void rt_ref_band_fwd(const rt__kargs *a)
+{
+    const rt__band_params *p = rt__band_cp(a->nd);
+    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
+    for (int64_t k = 0; k < n; k++) {
+        const int64_t i = k / p->S % p->T, j = k % p->S;
+        a->y[k] = rt__band_keep(p, i, j) ? a->x[0][k] : -1e9f;
+    }
+}
+
+void rt_ref_band_bwd(const rt__kargs *a)
+{
+    if (!a->dx[0])
+        return;
+    const rt__band_params *p = rt__band_cp(a->nd);
+    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
+    for (int64_t k = 0; k < n; k++) {
+        const int64_t i = k / p->S % p->T, j = k % p->S;
+        rt_ref_put(a, 0, k, rt__band_keep(p, i, j) ? (double)a->dy[k] : 0.0);
+    }
+}
+
 /* ------------------------------------------------------- broadcasting binaries */
 
 enum { RT_REF_ADD, RT_REF_SUB, RT_REF_MUL, RT_REF_DIV, RT_REF_MAX, RT_REF_MIN, RT_REF_PRELU };
@@ -429,7 +507,8 @@ static double rt_ref_drop(const rt__kargs *a, const rt__dropout_params *p, int64
     case RT__DROP_NOISE: return (double)(rate * (float)rt_ref_drop_normal(a, i));
     case RT__DROP_GAUSS:
         return (double)(1.0f + sqrtf(rate / (1.0f - rate)) * (float)rt_ref_drop_normal(a, i));
-    default: return rt_ref_drop_u(a, i) >= rate ? 1.0f / (1.0f - rate) : 0.0;
+    default: /* with a noise_shape, elements of one mask element share its draw */
+        return rt_ref_drop_u(a, rt__drop_key(p, i)) >= rate ? 1.0f / (1.0f - rate) : 0.0;
     }
 }
 

@@ -19,7 +19,7 @@
  * Setup and run (the pure-JS CPU backend; tfjs-node is not used):
  *   npm install --prefix build/tfjs @tensorflow/tfjs@4
  *   NODE_PATH=build/tfjs/node_modules node tests/keras_import/tfjs/gen_tfjs_fixtures.js \
- *       . build/tests/keras_import/test_keras_tfjs [model.json ... | --callbacks]
+ *       . build/tests/keras_import/test_keras_tfjs [model.json ... | --callbacks | --attn]
  *
  * The data (inputs, labels) and the sampled weight positions follow the
  * rules in test_keras_tfjs.c's header comment.
@@ -995,6 +995,22 @@ async function main() {
     const x = new Float32Array(4 * per);
     for (let k = 0; k < x.length; k++) x[k] = ((mix((k ^ 0x5eed0001) >>> 0) >>> 22) - 512) / 512;
     console.log(JSON.stringify(Array.from(model.predict(tf.tensor(x, [4, ...shape])).dataSync())));
+    return;
+  }
+  if (only.length === 1 && only[0] === '--attn') {
+    /* Keras' Dot (tests/fixtures/keras-attn, written by
+     * tests/keras_import/attn/gen_attn_fixtures.py models); its
+     * MultiHeadAttention models have PyTorch's fixtures (tfjs' npm bundle
+     * does not register that class) */
+    const summary = {compared: [], refused: [], over: [], rtrain: []};
+    for (const f of fs.readdirSync(path.join(root, 'tests/fixtures/keras-attn')).sort()) {
+      if (!f.startsWith('dot_') || !f.endsWith('.json')) continue;
+      let index = 0;
+      for (const ch of f) index = (index * 31 + ch.charCodeAt(0)) % 1000003;
+      await oneModel(path.resolve(root), path.resolve(tool), `tests/fixtures/keras-attn/${f}`,
+                     index, summary);
+    }
+    console.log(JSON.stringify(summary, null, 1));
     return;
   }
   if (only.length === 1 && only[0] === '--multi') {
