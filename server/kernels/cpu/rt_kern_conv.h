@@ -33,6 +33,7 @@ typedef struct rt_kern_conv_plan {
     int64_t crows;           /* column-matrix rows a chunk holds at most */
     int direct;              /* 1x1, stride 1, no pad: x is the column matrix */
     int in_place;            /* the small-K microkernels read x, no im2col */
+    int dw_mk;               /* dW by the microkernel over im2col's columns, not sgemm */
     int nt;                  /* threads the scratch is sized for */
     int64_t tstride;         /* scratch floats per thread */
     int64_t pool, poolw;     /* fused max pool window (0: none) */
