@@ -18,6 +18,7 @@
  */
 #include "../engine/rt_test.h"
 #include "conv_models.h"
+#include "conv_grads.h"
 
 enum { B = 8 };
 
@@ -91,17 +92,6 @@ static rt_plan *compile_on(const char *be, rt_graph *(*mk)(void))
     return p;
 }
 
-/* |a - b| <= 1e-4 * (1 + max |b|) element by element */
-static void close_to(const char *what, const float *a, const float *b, int64_t n)
-{
-    float m = 0;
-    for (int64_t i = 0; i < n; i++) m = fabsf(b[i]) > m ? fabsf(b[i]) : m;
-    int64_t bad = 0;
-    for (int64_t i = 0; i < n; i++) bad += !(fabsf(a[i] - b[i]) <= 1e-4f * (1.0f + m));
-    if (bad) fprintf(stderr, "%s: %lld of %lld values differ\n", what, (long long)bad, (long long)n);
-    CHECK(bad == 0);
-}
-
 static void check(const char *name, rt_graph *(*mk)(void), const float *x, const int32_t *y)
 {
     const int before = rt_test_failures;
@@ -111,27 +101,9 @@ static void check(const char *name, rt_graph *(*mk)(void), const float *x, const
     REQUIRE(rt_exec_create(pc, &ec) == 0 && rt_exec_create(pr, &er) == 0);
     rt_data d = {.x = x, .y = y, .y_dtype = RT_I32, .n = B};
     static float gc[64 * 64 * 9 + 4096], gr[64 * 64 * 9 + 4096];
-    const int np = rt_plan_n_params(pc);
-    const int64_t ns[2] = {B, 3};
-    for (int k = 0; k < 2; k++) {
-        double lc, lr;
-        CHECK_RC(rt_exec_compute_grads(ec, &d, ns[k], &lc));
-        CHECK_RC(rt_exec_compute_grads(er, &d, ns[k], &lr));
-        CHECK(fabs(lc - lr) <= 1e-5 * (1 + fabs(lr)));
-        for (int i = 0; i < np; i++) {
-            int64_t dims[RT_MAX_DIMS], n = 1;
-            const char *pn;
-            int tr;
-            const int nd = rt_plan_param_info(pc, i, &pn, dims, &tr);
-            for (int j = 0; j < nd; j++) n *= dims[j];
-            REQUIRE(n <= (int64_t)(sizeof gc / sizeof gc[0]));
-            CHECK_RC(rt_exec_get_grad(ec, i, gc));
-            CHECK_RC(rt_exec_get_grad(er, i, gr));
-            char what[160];
-            snprintf(what, sizeof what, "%s, n=%lld: gradient of %s", name, (long long)ns[k], pn);
-            close_to(what, gc, gr, n);
-        }
-    }
+    const int64_t cap = (int64_t)(sizeof gc / sizeof gc[0]);
+    grads_match(name, ec, er, pc, &d, B, gc, gr, cap);
+    grads_match(name, ec, er, pc, &d, 3, gc, gr, cap);
     printf("%-40s %s\n", name, rt_test_failures == before ? "ok" : "FAILED");
     rt_exec_destroy(ec);
     rt_exec_destroy(er);
