@@ -46,8 +46,9 @@ typedef struct rt_kern_conv_plan {
  * only ever exists one chunk at a time in scratch (a 3x3x3x64 conv at
  * batch 256 would write and read 4 x 59 MB). The forward pass keeps each
  * pooled value's argmax in the node's workspace (one byte per pooled
- * value: 3.7 MB there), from which the backward pass forms each chunk's
- * gradient without recomputing the convolution. */
+ * value: 3.7 MB there; under ReLU 255 marks a window whose maximum is not
+ * above 0, so the backward pass needs no y), from which the backward pass
+ * forms each band's gradient without recomputing the convolution. */
 int rt_kern_conv2d_can_fuse_maxpool(const rt__node *conv, const rt__node *pool);
 /* A fused max pool over a convolution's output z (nb, OH, OW, OC):
  * non-overlapping KH x KW windows, pooled output (nb, PH, PW, OC); act, the
