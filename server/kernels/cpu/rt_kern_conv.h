@@ -61,7 +61,9 @@ typedef struct rt_kern_mpool {
 rt_kern_mpool rt_kern_mpool_of(const rt__conv_params *cv, const rt__conv_params *pool);
 /* forward: y = each window's maximum; idx gets each window's first maximum
  * (scan order, as MaxPool2D) as its cell number i*KW+j, which the backward
- * pass routes the gradient through */
+ * pass routes the gradient through; under ReLU 255 where the maximum is not
+ * above 0 (no gradient), so the backward pass then does not read y. A band
+ * of windows at a time, sixteen channels at once. */
 void rt_kern_mpool_fwd(const rt_kern_mpool *g, int64_t nb, const float *z, float *y, uint8_t *idx);
 /* backward: dz (nb, OH, OW, OC) of the convolution from the pooled
  * gradient dy and idx: each window's first maximum gets dy * act'(y), y
