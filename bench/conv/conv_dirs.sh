@@ -8,8 +8,9 @@
 # over the rounds: the old build's default row against the new build's.
 #   usage: bench/conv/conv_dirs.sh BEFORE_BUILD AFTER_BUILD [ROUNDS] [REPS]
 #   e.g.   flock /work/wt/bench.lock bench/conv/conv_dirs.sh ../main/build-rel build-rel 3
-# The old build's default is "im2col+GEMM" (its shape rule was off); the new
-# build's is "default" (the rule on). Needs python3-torch for ResNet-18.
+# Both builds' "default" rows (the engine's own choice) are compared; set
+# BEFORE_VARIANT=im2col+GEMM for a build from before the shape rule was on.
+# Needs python3-torch for ResNet-18.
 set -euo pipefail
 before=${1:?before build dir} after=${2:?after build dir} rounds=${3:-3} reps=${4:-9}
 for b in "$before" "$after"; do
@@ -38,13 +39,13 @@ summ() { # file variant -> "workload|direction|gflops|pct|limit" lines
     }' "$1"
 }
 for side in before after; do
-  v="im2col+GEMM"
+  v=${BEFORE_VARIANT:-default}
   [ "$side" = after ] && v="default"
   for r in $(seq 1 "$rounds"); do summ "$tmp/$side.$r" "$v"; done >"$tmp/$side.rows"
 done
 echo
 echo "medians over $rounds rounds: GFLOP/s and share of the f32 limit measured in the same run"
-printf '%-28s %-17s %22s %22s\n' workload direction "before (im2col)" "after (default)"
+printf '%-28s %-17s %22s %22s\n' workload direction "before (${BEFORE_VARIANT:-default})" "after (default)"
 awk -F'|' '
   FNR == 1 { side++ }
   { k = $1 "|" $2; if (!(k in seen)) { seen[k] = 1; order[++n] = k }

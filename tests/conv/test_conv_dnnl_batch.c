@@ -10,6 +10,7 @@
  */
 #include "../engine/rt_test.h"
 #include "conv_models.h"
+#include "conv_grads.h"
 #include "cpu/rt_kern_conv.h"
 
 enum { B = 8, NS = 11, H = 9, C = 4 };
@@ -50,17 +51,6 @@ static rt_plan *plan(int impl)
     return p;
 }
 
-/* |a - b| <= 1e-4 * (1 + max |b|) element by element */
-static void close_to(const char *what, const float *a, const float *b, int64_t n)
-{
-    float m = 0;
-    for (int64_t i = 0; i < n; i++) m = fabsf(b[i]) > m ? fabsf(b[i]) : m;
-    int64_t bad = 0;
-    for (int64_t i = 0; i < n; i++) bad += !(fabsf(a[i] - b[i]) <= 1e-4f * (1.0f + m));
-    if (bad) fprintf(stderr, "%s: %lld of %lld values differ\n", what, (long long)bad, (long long)n);
-    CHECK(bad == 0);
-}
-
 int main(void)
 {
     static float x[NS * H * H * C];
@@ -76,27 +66,10 @@ int main(void)
     REQUIRE(rt_exec_create(pd, &ed) == 0 && rt_exec_create(pi, &ei) == 0);
     rt_data d = {.x = x, .y = y, .y_dtype = RT_I32, .n = NS};
     static float gd[16 * 16 * 9 * 4], gi[16 * 16 * 9 * 4];
-    const int np = rt_plan_n_params(pd);
     const int64_t ns[3] = {B, 5, 1};
-    for (int k = 0; k < 3; k++) {
-        double ld, li;
-        CHECK_RC(rt_exec_compute_grads(ed, &d, ns[k], &ld));
-        CHECK_RC(rt_exec_compute_grads(ei, &d, ns[k], &li));
-        CHECK(fabs(ld - li) <= 1e-5 * (1 + fabs(li)));
-        for (int i = 0; i < np; i++) {
-            int64_t dims[RT_MAX_DIMS], n = 1;
-            const char *name;
-            int tr;
-            const int nd = rt_plan_param_info(pd, i, &name, dims, &tr);
-            for (int j = 0; j < nd; j++) n *= dims[j];
-            REQUIRE(n <= (int64_t)(sizeof gd / sizeof gd[0]));
-            CHECK_RC(rt_exec_get_grad(ed, i, gd));
-            CHECK_RC(rt_exec_get_grad(ei, i, gi));
-            char what[128];
-            snprintf(what, sizeof what, "n=%lld gradient of %s", (long long)ns[k], name);
-            close_to(what, gd, gi, n);
-        }
-    }
+    for (int k = 0; k < 3; k++)
+        grads_match("oneDNN against im2col", ed, ei, pd, &d, ns[k], gd, gi,
+                    (int64_t)(sizeof gd / sizeof gd[0]));
     static float od[NS * 10], oi[NS * 10];
     CHECK_RC(rt_exec_predict(ed, x, NS, od));
     CHECK_RC(rt_exec_predict(ei, x, NS, oi));

@@ -207,6 +207,11 @@ int main(void)
         node("y", "Concat", 2, c, 1, &ax);
         run_check("Concat axis 2 (width), same input twice", "y");
     }
+    /* K = 72 > 64 with OC = 16: the weight gradient on the microkernel over
+     * im2col's columns in place of sgemm (under the engine's own choice).
+     * Last, so the cases above keep their random draws. */
+    conv_case("Conv2D 3x3 K=72 OC=16 (dW microkernel)", 6, 5, 8, 3, 3, 16, 1, 1, 1, 1, "same", 1,
+              NULL);
 
     return rt_test_done("test_conv_gradcheck");
 }

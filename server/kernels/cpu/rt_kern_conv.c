@@ -16,6 +16,22 @@
 #include "cpu/rt_kern_conv.h"
 #include "cpu/rt_kern_cpu.h"
 
+/* o[0..n) = src[0..n): short runs (a 3-channel window row: 9 floats) as
+ * fixed-size moves the compiler inlines, not a library call each */
+static inline void rt__copy_run(float *restrict o, const float *restrict src, int64_t n)
+{
+    switch (n) {
+#define RT__CP(N)                                    \
+    case N: memcpy(o, src, sizeof(float) * N); return;
+        RT__CP(1) RT__CP(2) RT__CP(3) RT__CP(4) RT__CP(5) RT__CP(6) RT__CP(7) RT__CP(8)
+        RT__CP(9) RT__CP(10) RT__CP(11) RT__CP(12) RT__CP(13) RT__CP(14) RT__CP(15) RT__CP(16)
+#undef RT__CP
+    default:
+        for (int64_t c = 0; c < n; c++)
+            o[c] = src[c];
+    }
+}
+
 /* x (B,H,W,C) -> col (rows, KH*KW*C) for samples [s0, s0+nb), output
  * lines [oh0, oh1) of each */
 static void rt__im2col(const rt__conv_params *cv, const float *restrict x, int64_t s0, int64_t nb,
@@ -46,9 +62,7 @@ static void rt__im2col(const rt__conv_params *cv, const float *restrict x, int64
                         continue;
                     }
                     if (row_in) {
-                        const float *restrict src = xb + (ih * W + iw0) * C;
-                        for (int64_t c = 0; c < KW * C; c++)
-                            o[c] = src[c];
+                        rt__copy_run(o, xb + (ih * W + iw0) * C, KW * C);
                         o += KW * C;
                         continue;
                     }
@@ -160,10 +174,16 @@ rt__mk_rows_x(int NB, int64_t rb, int64_t KH, int64_t KWC, int64_t rs, int64_t l
             rt__v16 wv[4];
             for (int j = 0; j < NB; j++)
                 wv[j] = rt__ld16(wk + k * OC + 16 * j);
+            /* hidden from the optimizer: it would otherwise keep the x
+             * values a later k reuses (3 channels: pixel i's k+3 is pixel
+             * i+1's k) in registers it then spills, in place of one
+             * broadcast load each */
+            const float *xk = xr + k;
+            __asm__("" : "+r"(xk));
             for (int i = 0; i < RT__MK_RB; i++) {
                 if (i >= rb)
                     break;
-                const float av = xr[i * rs + k];
+                const float av = xk[i * rs];
                 for (int j = 0; j < NB; j++)
                     acc[i][j] += av * wv[j];
             }
@@ -199,118 +219,108 @@ static void rt__mk_gemm(int64_t rows, int64_t K, int64_t OC, const float *A, con
 /* the microkernel pays when K is short and OC fills whole vectors */
 static inline int rt__mk_fits(int64_t K, int64_t OC) { return K <= 64 && OC % 16 == 0 && OC <= 64; }
 
-/* dW (K, OC) += A^T (K x rows) dz (rows, OC), db (OC) += sum_rows dz, for
- * the same shapes: RB columns of A at a time against all of OC held in
- * registers, so dz is read from cache K/RB times and dW written once. */
+/* dW rows [k0, k0+kb), channels [c0, c0 + 16 NB) += A^T dz over rows of
+ * A (rows, K): RB columns of A at a time against 16 NB channels held in
+ * registers, so dz is read from cache once per block and dW written once.
+ * RB x NB accumulators: 6 x 4 or 14 x 2 (28 of the 32 vector registers;
+ * the rest hold dz and the broadcast). The columns are contiguous in A, so
+ * a row's broadcasts are constant displacements from one pointer. FULL: kb
+ * == RB. Each dW value sums the rows in order from zero whatever the
+ * blocking. */
+#define RT__DW_RBMAX 14
 static inline __attribute__((always_inline)) void
-rt__mk_dw_cols(int NB, int64_t k0, int64_t kb, int64_t rows, int64_t K, int64_t OC,
-               const float *restrict A, const float *restrict dz, float *restrict dw)
+rt__mk_dw_cols(int NB, int RB, int FULL, int64_t k0, int64_t kb, int64_t c0, int64_t rows,
+               int64_t K, int64_t OC, const float *restrict A, const float *restrict dz,
+               float *restrict dw)
 {
-    rt__v16 acc[RT__MK_RB][4];
-    for (int i = 0; i < RT__MK_RB; i++)
+    if (FULL)
+        kb = RB;
+    rt__v16 acc[RT__DW_RBMAX][4];
+#pragma GCC unroll 16
+    for (int i = 0; i < RB; i++)
+#pragma GCC unroll 4
         for (int j = 0; j < NB; j++)
             acc[i][j] = (rt__v16){0};
+    dz += c0;
+    const float *a = A + k0;
     for (int64_t r = 0; r < rows; r++) {
         rt__v16 d[4];
+#pragma GCC unroll 4
         for (int j = 0; j < NB; j++)
-            d[j] = rt__ld16(dz + r * OC + 16 * j);
-        const float *a = A + r * K + k0;
-        for (int i = 0; i < RT__MK_RB; i++) {
-            if (i >= kb)
+            d[j] = rt__ld16(dz + 16 * j);
+        dz += OC;
+#pragma GCC unroll 16
+        for (int i = 0; i < RB; i++) {
+            if (!FULL && i >= kb)
                 break;
             const float av = a[i];
+#pragma GCC unroll 4
             for (int j = 0; j < NB; j++)
                 acc[i][j] += av * d[j];
         }
+        a += K;
     }
-    for (int i = 0; i < RT__MK_RB && i < kb; i++)
+    float *dwc = dw + c0;
+    for (int i = 0; i < RB && i < kb; i++)
         for (int j = 0; j < NB; j++) {
-            rt__v16 v = rt__ld16(dw + (k0 + i) * OC + 16 * j) + acc[i][j];
-            memcpy(dw + (k0 + i) * OC + 16 * j, &v, sizeof v);
+            rt__v16 v = rt__ld16(dwc + (k0 + i) * OC + 16 * j) + acc[i][j];
+            memcpy(dwc + (k0 + i) * OC + 16 * j, &v, sizeof v);
         }
 }
 
-/* The first column block of rt__mk_dw fused with what comes before it:
- * dz = dy * relu'(y) (or dy) is formed here, stored for the other column
- * blocks and the dx GEMM, and summed into db, so dy and y are read once. */
-static inline __attribute__((always_inline)) void
-rt__mk_dw_first(int NB, int64_t kb, int64_t rows, int64_t K, int64_t OC, const float *restrict A,
-                const float *restrict dy, const float *restrict y, int relu, float *restrict dz,
-                float *restrict dw, float *restrict db)
-{
-    rt__v16 acc[RT__MK_RB][4], bacc[4];
-    for (int i = 0; i < RT__MK_RB; i++)
-        for (int j = 0; j < NB; j++)
-            acc[i][j] = (rt__v16){0};
-    for (int j = 0; j < NB; j++)
-        bacc[j] = (rt__v16){0};
-    for (int64_t r = 0; r < rows; r++) {
-        rt__v16 d[4];
-        for (int j = 0; j < NB; j++) {
-            d[j] = rt__ld16(dy + r * OC + 16 * j);
-            if (relu)
-                d[j] = (rt__v16)((rt__i16)d[j] & (rt__ld16(y + r * OC + 16 * j) > (rt__v16){0}));
-            memcpy(dz + r * OC + 16 * j, &d[j], sizeof d[j]);
-            bacc[j] += d[j];
-        }
-        const float *a = A + r * K;
-        for (int i = 0; i < RT__MK_RB; i++) {
-            if (i >= kb)
-                break;
-            const float av = a[i];
-            for (int j = 0; j < NB; j++)
-                acc[i][j] += av * d[j];
-        }
+/* one block of rt__mk_dwa: NB, RB and FULL as constants */
+#define RT__DW_FR(NB, RB, ...)                          \
+    if (kb == (RB)) {                                   \
+        rt__mk_dw_cols(NB, RB, 1, __VA_ARGS__);         \
+    } else {                                            \
+        rt__mk_dw_cols(NB, RB, 0, __VA_ARGS__);         \
     }
-    for (int i = 0; i < RT__MK_RB && i < kb; i++)
-        for (int j = 0; j < NB; j++) {
-            rt__v16 v = rt__ld16(dw + i * OC + 16 * j) + acc[i][j];
-            memcpy(dw + i * OC + 16 * j, &v, sizeof v);
+
+/* dW (K, OC) += A^T (K x rows) dz (rows, OC) for OC = 16 NB <= 64. 32
+ * channels, and 64 as two halves where K's blocks of 6 would leave more
+ * registers idle (K = 27: 27 of 28 used, against 27 of 30), go in blocks
+ * of 14 columns. */
+static void rt__mk_dwa(int64_t rows, int64_t K, int64_t OC, const float *A, const float *dz,
+                       float *dw)
+{
+    int NB = (int)(OC / 16), RB = 6;
+    if (NB == 2 || (NB == 4 && (K + 5) / 6 * 6 > (K + 13) / 14 * 14))
+        NB = 2, RB = 14;
+    for (int64_t c0 = 0; c0 < OC; c0 += 16 * NB)
+        for (int64_t k0 = 0; k0 < K; k0 += RB) {
+            const int64_t kb = K - k0 < RB ? K - k0 : RB;
+            switch (NB * 100 + RB) {
+            case 214: RT__DW_FR(2, 14, k0, kb, c0, rows, K, OC, A, dz, dw); break;
+            case 106: RT__DW_FR(1, 6, k0, kb, c0, rows, K, OC, A, dz, dw); break;
+            case 306: RT__DW_FR(3, 6, k0, kb, c0, rows, K, OC, A, dz, dw); break;
+            default: RT__DW_FR(4, 6, k0, kb, c0, rows, K, OC, A, dz, dw); break;
+            }
+        }
+}
+
+/* dz (rows, OC) = dy * relu'(y) (or dy), db (OC) += its column sums (rows
+ * in order), one contiguous pass over dy and y (they come from memory) */
+static void rt__dz_form(int64_t rows, int64_t OC, const float *restrict dy,
+                        const float *restrict y, int relu, float *restrict dz,
+                        float *restrict db)
+{
+    const int NB = (int)(OC / 16);
+    rt__v16 bacc[4] = {{0}, {0}, {0}, {0}};
+    for (int64_t r = 0; r < rows; r++)
+        for (int j = 0; j < 4; j++) {
+            if (j >= NB)
+                break;
+            rt__v16 d = rt__ld16(dy + r * OC + 16 * j);
+            if (relu)
+                d = (rt__v16)((rt__i16)d & (rt__ld16(y + r * OC + 16 * j) > (rt__v16){0}));
+            memcpy(dz + r * OC + 16 * j, &d, sizeof d);
+            bacc[j] += d;
         }
     if (db)
         for (int j = 0; j < NB; j++) {
-            rt__v16 v = rt__ld16(db + 16 * j) + bacc[j];
+            const rt__v16 v = rt__ld16(db + 16 * j) + bacc[j];
             memcpy(db + 16 * j, &v, sizeof v);
         }
-}
-
-/* dW, db and dz of one chunk: the fused first block, then rt__mk_dw's
- * remaining column blocks over the stored dz */
-static void rt__mk_dw_fused(int64_t rows, int64_t K, int64_t OC, const float *A, const float *dy,
-                            const float *y, int relu, float *dz, float *dw, float *db)
-{
-    const int NB = (int)(OC / 16);
-    const int64_t kb = K < RT__MK_RB ? K : RT__MK_RB;
-    switch (NB) {
-    case 1: rt__mk_dw_first(1, kb, rows, K, OC, A, dy, y, relu, dz, dw, db); break;
-    case 2: rt__mk_dw_first(2, kb, rows, K, OC, A, dy, y, relu, dz, dw, db); break;
-    case 3: rt__mk_dw_first(3, kb, rows, K, OC, A, dy, y, relu, dz, dw, db); break;
-    default: rt__mk_dw_first(4, kb, rows, K, OC, A, dy, y, relu, dz, dw, db); break;
-    }
-    for (int64_t k0 = RT__MK_RB; k0 < K; k0 += RT__MK_RB) {
-        const int64_t b = K - k0 < RT__MK_RB ? K - k0 : RT__MK_RB;
-        switch (NB) {
-        case 1: rt__mk_dw_cols(1, k0, b, rows, K, OC, A, dz, dw); break;
-        case 2: rt__mk_dw_cols(2, k0, b, rows, K, OC, A, dz, dw); break;
-        case 3: rt__mk_dw_cols(3, k0, b, rows, K, OC, A, dz, dw); break;
-        default: rt__mk_dw_cols(4, k0, b, rows, K, OC, A, dz, dw); break;
-        }
-    }
-}
-
-static void rt__mk_dw(int64_t rows, int64_t K, int64_t OC, const float *A, const float *dz,
-                      float *dw)
-{
-    const int NB = (int)(OC / 16);
-    for (int64_t k0 = 0; k0 < K; k0 += RT__MK_RB) {
-        const int64_t kb = K - k0 < RT__MK_RB ? K - k0 : RT__MK_RB;
-        switch (NB) {
-        case 1: rt__mk_dw_cols(1, k0, kb, rows, K, OC, A, dz, dw); break;
-        case 2: rt__mk_dw_cols(2, k0, kb, rows, K, OC, A, dz, dw); break;
-        case 3: rt__mk_dw_cols(3, k0, kb, rows, K, OC, A, dz, dw); break;
-        default: rt__mk_dw_cols(4, k0, kb, rows, K, OC, A, dz, dw); break;
-        }
-    }
 }
 
 /* ------------------------------------ the microkernels reading x in place
@@ -338,6 +348,19 @@ static int rt__mk_in_place(const rt__conv_params *cv, int64_t K, int64_t OC, int
         return RT__XP_X;
     /* the padded copy of a chunk's samples must fit where its columns would */
     return !banded && chunk * hp * wp * cv->C <= col_floats ? RT__XP_PADDED : RT__XP_NONE;
+}
+
+/* Layers with K > 64 take the dW microkernel too (rt__mk_dwa over im2col's
+ * columns, a line at a time) in place of sgemm: a 64 -> 64 3x3 layer's
+ * im2col GEMM sums over only a band's rows, and sgemm re-packs the band's
+ * columns and reads and writes all of dW for every band (the 3x3x64 net's
+ * second layer: 6-11% less time, bench/conv --layers). Under the engine's
+ * own choice only: RT_KERN_CONV_IM2COL keeps sgemm, the reference the
+ * tests and bench/conv compare with. rt_kern_conv_plan.dw_mk. */
+static int rt__mk_dw_big(const rt__conv_params *cv, int64_t K, int64_t OC)
+{
+    return K > 64 && OC % 16 == 0 && OC <= 64 && rt_kern_conv_impl == RT_KERN_CONV_AUTO &&
+           (cv->act == RT__ACT_NONE || cv->act == RT__ACT_RELU);
 }
 
 /* what the in-place kernels read for samples [s0, s0+nb): x itself, or the
@@ -380,6 +403,71 @@ static const float *rt__x_view(const rt_kern_conv_plan *kp, const rt__conv_param
     return buf;
 }
 
+/* The 3x3 window over 3 channels (RGB first layers: W-B's, the 3x3x64
+ * net's) has K = 27 = three window rows of 9 contiguous floats of x. Its
+ * weight gradient reads x in place: with the column blocks known at
+ * compile time (two halves of 64 channels x blocks of 14 and 13 columns,
+ * 27 of 28 accumulator rows used), every column is x at a constant
+ * displacement from the pixel's window row, so no im2col and no offset
+ * registers. Same sums in the same order as rt__mk_dwa over im2col's
+ * columns. */
+static inline int rt__x9_fits(const rt__conv_params *cv, const rt_kern_conv_plan *kp)
+{
+    return kp->in_place && cv->KH == 3 && cv->KW * cv->C == 9 && cv->OC == 64;
+}
+
+static inline __attribute__((always_inline)) void
+rt__mk_dw_x9_blk(int K0, int KB, const rt__conv_params *g, int64_t c0, const float *restrict x,
+                 int64_t s0, int64_t nb, int64_t oh0, int64_t oh1, const float *restrict dz,
+                 float *restrict dw)
+{
+    enum { NB = 2 };
+    const int64_t OC = g->OC, OW = g->OW, rs = g->SW * g->C, ls = g->W * g->C;
+    rt__v16 acc[14][NB];
+#pragma GCC unroll 16
+    for (int i = 0; i < KB; i++)
+#pragma GCC unroll 2
+        for (int j = 0; j < NB; j++)
+            acc[i][j] = (rt__v16){0};
+    dz += c0;
+    for (int64_t b = s0; b < s0 + nb; b++)
+        for (int64_t oh = oh0; oh < oh1; oh++) {
+            const float *xl = x + (b * g->H + oh * g->SH) * ls;
+            for (int64_t ow = 0; ow < OW; ow++) {
+                rt__v16 d[NB];
+#pragma GCC unroll 2
+                for (int j = 0; j < NB; j++)
+                    d[j] = rt__ld16(dz + 16 * j);
+                dz += OC;
+                const float *a = xl + ow * rs;
+#pragma GCC unroll 16
+                for (int i = 0; i < KB; i++) {
+                    const float av = a[(K0 + i) / 9 * ls + (K0 + i) % 9];
+#pragma GCC unroll 2
+                    for (int j = 0; j < NB; j++)
+                        acc[i][j] += av * d[j];
+                }
+            }
+        }
+    float *dwc = dw + c0;
+    for (int i = 0; i < KB; i++)
+        for (int j = 0; j < NB; j++) {
+            rt__v16 v = rt__ld16(dwc + (K0 + i) * OC + 16 * j) + acc[i][j];
+            memcpy(dwc + (K0 + i) * OC + 16 * j, &v, sizeof v);
+        }
+}
+
+/* dW (27, 64) += over lines [oh0, oh1) of samples [s0, s0+nb) of the
+ * in-place view x (g: its geometry), dz read in pixel order */
+static void rt__mk_dw_x9(const rt__conv_params *g, const float *x, int64_t s0, int64_t nb,
+                         int64_t oh0, int64_t oh1, const float *dz, float *dw)
+{
+    for (int64_t c0 = 0; c0 < 64; c0 += 32) {
+        rt__mk_dw_x9_blk(0, 14, g, c0, x, s0, nb, oh0, oh1, dz, dw);
+        rt__mk_dw_x9_blk(14, 13, g, c0, x, s0, nb, oh0, oh1, dz, dw);
+    }
+}
+
 /* y (rows of samples [s0, s0+nb), lines [oh0, oh1), OC) = act(conv + bias)
  * by rt__mk_rows_x, RB pixels of one output line at a time; g: x's
  * geometry (unpadded) */
@@ -390,12 +478,20 @@ static void rt__mk_conv_x(const rt__conv_params *g, const float *x, int64_t s0, 
     const int NB = (int)(g->OC / 16);
     const int64_t OC = g->OC, OW = g->OW, C = g->C;
     const int64_t KWC = g->KW * C, rs = g->SW * C, ls = g->W * C;
+    /* a 3x3 window over 3 channels, stride 1, 64 channels out (RGB first
+     * layers): every trip count and displacement a constant */
+    const int rgb = NB == 4 && g->KH == 3 && g->KW == 3 && C == 3 && g->SW == 1;
     for (int64_t b = s0; b < s0 + nb; b++)
         for (int64_t oh = oh0; oh < oh1; oh++) {
             const float *xl = x + (b * g->H + oh * g->SH) * ls;
             for (int64_t ow = 0; ow < OW; ow += RT__MK_RB) {
                 const int64_t rb = OW - ow < RT__MK_RB ? OW - ow : RT__MK_RB;
                 const float *xb = xl + ow * rs;
+                if (rgb && rb == RT__MK_RB) {
+                    rt__mk_rows_x(4, RT__MK_RB, 3, 9, 3, ls, 64, xb, w, bias, relu, y);
+                    y += rb * OC;
+                    continue;
+                }
                 switch (NB) {
                 case 1: rt__mk_rows_x(1, rb, g->KH, KWC, rs, ls, OC, xb, w, bias, relu, y); break;
                 case 2: rt__mk_rows_x(2, rb, g->KH, KWC, rs, ls, OC, xb, w, bias, relu, y); break;
@@ -403,98 +499,6 @@ static void rt__mk_conv_x(const rt__conv_params *g, const float *x, int64_t s0, 
                 default: rt__mk_rows_x(4, rb, g->KH, KWC, rs, ls, OC, xb, w, bias, relu, y); break;
                 }
                 y += rb * OC;
-            }
-        }
-}
-
-/* rt__mk_dw_cols over x: dW rows kh*KW*C + [kk0, kk0+kb) += over every
- * pixel of samples [s0, s0+nb), lines [oh0, oh1), in row order. first: dz
- * is formed here from dy (and relu'(y)), stored to dzo and summed into db
- * (rt__mk_dw_first's fusion); else dz is read. */
-static inline __attribute__((always_inline)) void
-rt__mk_dw_cols_x(int NB, int first, int relu, const rt__conv_params *g, int64_t kh, int64_t kk0,
-                 int64_t kb, const float *restrict x, int64_t s0, int64_t nb, int64_t oh0,
-                 int64_t oh1, const float *restrict dz, const float *restrict y,
-                 float *restrict dzo, float *restrict dw, float *restrict db)
-{
-    const int64_t OC = g->OC, OW = g->OW, rs = g->SW * g->C, ls = g->W * g->C;
-    rt__v16 acc[RT__MK_RB][4], bacc[4];
-    for (int i = 0; i < RT__MK_RB; i++)
-        for (int j = 0; j < NB; j++)
-            acc[i][j] = (rt__v16){0};
-    for (int j = 0; j < NB; j++)
-        bacc[j] = (rt__v16){0};
-    for (int64_t b = s0; b < s0 + nb; b++)
-        for (int64_t oh = oh0; oh < oh1; oh++) {
-            const float *xl = x + (b * g->H + oh * g->SH + kh) * ls + kk0;
-            for (int64_t ow = 0; ow < OW; ow++) {
-                rt__v16 d[4];
-                for (int j = 0; j < NB; j++) {
-                    d[j] = rt__ld16(dz + 16 * j);
-                    if (first) {
-                        if (relu)
-                            d[j] = (rt__v16)((rt__i16)d[j] & (rt__ld16(y + 16 * j) > (rt__v16){0}));
-                        memcpy(dzo + 16 * j, &d[j], sizeof d[j]);
-                        bacc[j] += d[j];
-                    }
-                }
-                dz += OC;
-                if (first) {
-                    y += OC;
-                    dzo += OC;
-                }
-                const float *a = xl + ow * rs;
-                for (int i = 0; i < RT__MK_RB; i++) {
-                    if (i >= kb)
-                        break;
-                    const float av = a[i];
-                    for (int j = 0; j < NB; j++)
-                        acc[i][j] += av * d[j];
-                }
-            }
-        }
-    const int64_t k0 = kh * g->KW * g->C + kk0;
-    for (int i = 0; i < RT__MK_RB && i < kb; i++)
-        for (int j = 0; j < NB; j++) {
-            rt__v16 v = rt__ld16(dw + (k0 + i) * OC + 16 * j) + acc[i][j];
-            memcpy(dw + (k0 + i) * OC + 16 * j, &v, sizeof v);
-        }
-    if (first && db)
-        for (int j = 0; j < NB; j++) {
-            rt__v16 v = rt__ld16(db + 16 * j) + bacc[j];
-            memcpy(db + 16 * j, &v, sizeof v);
-        }
-}
-
-#define RT__DW_X(F, R, ...)                                 \
-    switch (NB) {                                           \
-    case 1: rt__mk_dw_cols_x(1, F, R, __VA_ARGS__); break;  \
-    case 2: rt__mk_dw_cols_x(2, F, R, __VA_ARGS__); break;  \
-    case 3: rt__mk_dw_cols_x(3, F, R, __VA_ARGS__); break;  \
-    default: rt__mk_dw_cols_x(4, F, R, __VA_ARGS__); break; \
-    }
-
-/* dW (K, OC) += im2col(x)^T dz over a chunk, reading x in place (g: its
- * geometry, unpadded). With dy (not NULL): dz = dy * relu'(y) (or dy) is
- * formed in the first column block, stored to dzo and summed into db
- * (when not NULL); else dz is read from dzo. */
-static void rt__mk_dw_x(const rt__conv_params *g, const float *x, int64_t s0, int64_t nb,
-                        int64_t oh0, int64_t oh1, const float *dy, const float *y, int relu,
-                        float *dzo, float *dw, float *db)
-{
-    const int NB = (int)(g->OC / 16);
-    const int64_t KWC = g->KW * g->C;
-    for (int64_t kh = 0; kh < g->KH; kh++)
-        for (int64_t k0 = 0; k0 < KWC; k0 += RT__MK_RB) {
-            const int64_t kb = KWC - k0 < RT__MK_RB ? KWC - k0 : RT__MK_RB;
-            if (dy && kh == 0 && k0 == 0) {
-                if (relu) {
-                    RT__DW_X(1, 1, g, kh, k0, kb, x, s0, nb, oh0, oh1, dy, y, dzo, dw, db);
-                } else {
-                    RT__DW_X(1, 0, g, kh, k0, kb, x, s0, nb, oh0, oh1, dy, y, dzo, dw, db);
-                }
-            } else {
-                RT__DW_X(0, 0, g, kh, k0, kb, x, s0, nb, oh0, oh1, dzo, NULL, NULL, dw, NULL);
             }
         }
 }
@@ -529,76 +533,192 @@ rt_kern_mpool rt_kern_mpool_of(const rt__conv_params *cv, const rt__conv_params 
     return g;
 }
 
-void rt_kern_mpool_fwd(const rt_kern_mpool *g, int64_t nb, const float *z, float *y, uint8_t *idx)
+typedef uint8_t rt__u8x16 __attribute__((vector_size(16)));
+
+/* With ReLU, a window whose maximum is not above 0 passes no gradient
+ * (relu'(y) = 0): its argmax byte is RT__POOL_DEAD instead, so the
+ * backward pass routes by the argmax alone and never reads y (a 15 MB
+ * stream at W-B's batch 256). Windows have fewer cells than that value. */
+#define RT__POOL_DEAD 255
+static inline int rt__pool_dead(const rt_kern_mpool *g)
 {
-    const int64_t OW = g->OW, OC = g->OC, OH = g->OH;
-    const int64_t KH = g->KH, KW = g->KW;
-    const int64_t PH = g->PH, PW = g->PW;
-    for (int64_t b = 0; b < nb; b++) {
-        const float *zb = z + b * OH * OW * OC;
-        for (int64_t ph = 0; ph < PH; ph++)
-            for (int64_t pw = 0; pw < PW; pw++) {
-                const int64_t o = ((b * PH + ph) * PW + pw) * OC;
-                float *restrict m = y + o;
-                uint8_t *restrict id = idx + o;
-                const float *z0 = zb + (ph * KH * OW + pw * KW) * OC;
-                memcpy(m, z0, sizeof(float) * (size_t)OC);
-                memset(id, 0, (size_t)OC);
-                for (int64_t i = 0; i < KH; i++)
-                    for (int64_t j = 0; j < KW; j++) {
-                        const float *restrict v = zb + ((ph * KH + i) * OW + pw * KW + j) * OC;
-                        const uint8_t cell = (uint8_t)(i * KW + j);
-                        for (int64_t c = 0; c < OC; c++) {
-                            const int gt = v[c] > m[c];
-                            m[c] = gt ? v[c] : m[c];
-                            id[c] = gt ? cell : id[c];
-                        }
-                    }
+    return g->act == RT__ACT_RELU && g->KH * g->KW < RT__POOL_DEAD;
+}
+
+/* one window's 16 channels: the first maximum and its cell */
+static inline __attribute__((always_inline)) void
+rt__pool_win16(int64_t KH, int64_t KW, int64_t OW, int64_t OC, const float *z0, rt__v16 *mo,
+               rt__i16 *io)
+{
+    rt__v16 mv = rt__ld16(z0);
+    rt__i16 iv = {0};
+    for (int64_t i = 0; i < KH; i++)
+        for (int64_t j = 0; j < KW; j++) {
+            const rt__v16 v = rt__ld16(z0 + (i * OW + j) * OC);
+            const rt__i16 gt = v > mv;
+            mv = (rt__v16)(((rt__i16)v & gt) | ((rt__i16)mv & ~gt));
+            iv = (((rt__i16){0} + (int32_t)(i * KW + j)) & gt) | (iv & ~gt);
+        }
+    *mo = mv;
+    *io = iv;
+}
+
+/* fused max pool, forward, one band: z (KH lines, OW, OC) -> y (PW, OC)
+ * over non-overlapping KH x KW windows; idx (PW, OC) gets each window's
+ * first maximum (scan order, as MaxPool2D) as its cell number i*KW+j, which
+ * the backward pass routes the gradient through (RT__POOL_DEAD: none).
+ * Sixteen channels at a time where OC allows (the same compares, so the
+ * same results). */
+static void rt__pool_band(const rt_kern_mpool *g, const float *z, float *y, uint8_t *idx)
+{
+    const int64_t OW = g->OW, OC = g->OC, OCv = OC & ~(int64_t)15;
+    const int64_t KH = g->KH, KW = g->KW, PW = g->PW;
+    const int dead = rt__pool_dead(g);
+    for (int64_t pw = 0; pw < PW; pw++) {
+        float *restrict m = y + pw * OC;
+        uint8_t *restrict id = idx + pw * OC;
+        const float *z0 = z + pw * KW * OC;
+        for (int64_t c = 0; c < OCv; c += 16) {
+            rt__v16 mv;
+            rt__i16 iv;
+            if (KH == 2 && KW == 2) /* constants: the loops unroll */
+                rt__pool_win16(2, 2, OW, OC, z0 + c, &mv, &iv);
+            else
+                rt__pool_win16(KH, KW, OW, OC, z0 + c, &mv, &iv);
+            if (dead)
+                iv |= ~(mv > (rt__v16){0}) & RT__POOL_DEAD;
+            memcpy(m + c, &mv, sizeof mv);
+            const rt__u8x16 ib = __builtin_convertvector(iv, rt__u8x16);
+            memcpy(id + c, &ib, sizeof ib);
+        }
+        if (OCv == OC)
+            continue;
+        memcpy(m + OCv, z0 + OCv, sizeof(float) * (size_t)(OC - OCv));
+        memset(id + OCv, 0, (size_t)(OC - OCv));
+        for (int64_t i = 0; i < KH; i++)
+            for (int64_t j = 0; j < KW; j++) {
+                const float *restrict v = z0 + (i * OW + j) * OC;
+                const uint8_t cell = (uint8_t)(i * KW + j);
+                for (int64_t c = OCv; c < OC; c++) {
+                    const int gt = v[c] > m[c];
+                    m[c] = gt ? v[c] : m[c];
+                    id[c] = gt ? cell : id[c];
+                }
             }
+        if (dead)
+            for (int64_t c = OCv; c < OC; c++)
+                id[c] = m[c] > 0.0f ? id[c] : RT__POOL_DEAD;
     }
 }
 
-void rt_kern_mpool_bwd(const rt_kern_mpool *pg, int64_t nb, const float *dy, const float *y,
-                       const uint8_t *idx, float *dz, float *tmp, float *restrict db)
+/* band by band (rt__pool_band) */
+void rt_kern_mpool_fwd(const rt_kern_mpool *g, int64_t nb, const float *z, float *y, uint8_t *idx)
 {
-    const int64_t OW = pg->OW, OC = pg->OC, OH = pg->OH;
-    const int64_t KH = pg->KH, KW = pg->KW;
-    const int64_t PH = pg->PH, PW = pg->PW;
+    const int64_t OW = g->OW, OC = g->OC, OH = g->OH, PH = g->PH, PW = g->PW;
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t ph = 0; ph < PH; ph++) {
+            const int64_t o = ((b * PH + ph) * PW) * OC;
+            rt__pool_band(g, z + (b * OH + ph * g->KH) * OW * OC, y + o, idx + o);
+        }
+}
+
+/* one window's 16 channels of dz: g in the argmax's cell, 0 elsewhere */
+static inline __attribute__((always_inline)) void
+rt__pool_route16(int64_t KH, int64_t KW, int64_t OW, int64_t OC, rt__v16 g, rt__i16 iv, float *z0)
+{
+    for (int64_t i = 0; i < KH; i++)
+        for (int64_t j = 0; j < KW; j++) {
+            const rt__v16 o = (rt__v16)((rt__i16)g & (iv == (int32_t)(i * KW + j)));
+            memcpy(z0 + (i * OW + j) * OC, &o, sizeof o);
+        }
+}
+
+/* fused max pool, backward, one band: dz (KH lines, OW, OC) of the
+ * convolution from the pooled gradient dy (PW, OC) and the argmax the
+ * forward pass kept (idx): each window's first maximum gets dy * act'(y),
+ * y the pooled output (act(z) at the argmax), every other cell 0 (also
+ * the cells right of the last window). Nothing of the convolution is
+ * recomputed. tmp: OC floats. With no activation or ReLU, sixteen
+ * channels at a time (the same arithmetic: a mask and adds in the same
+ * order); with ReLU y is not read (RT__POOL_DEAD). The next band's dy and
+ * argmax are prefetched: they come from memory, and the microkernel's
+ * work on this band hides the wait. */
+static void rt__pool_band_bwd(const rt_kern_mpool *pg, const float *dy, const float *y,
+                              const uint8_t *idx, float *dz, float *tmp, float *restrict db)
+{
+    const int64_t OW = pg->OW, OC = pg->OC;
+    const int64_t KH = pg->KH, KW = pg->KW, PW = pg->PW;
+    const int dead = rt__pool_dead(pg);
+    const int vec = pg->act == RT__ACT_NONE || dead;
+    const int64_t OCv = vec ? OC & ~(int64_t)15 : 0;
+    for (int64_t i = 0; i < PW * OC; i += 16)
+        __builtin_prefetch(dy + PW * OC + i);
+    for (int64_t i = 0; i < PW * OC; i += 64)
+        __builtin_prefetch(idx + PW * OC + i);
     float *restrict g = tmp;
+    for (int64_t pw = 0; pw < PW; pw++) {
+        const float *restrict d = dy + pw * OC;
+        const float *restrict m = y ? y + pw * OC : NULL;
+        const uint8_t *restrict id = idx + pw * OC;
+        float *z0 = dz + pw * KW * OC;
+        for (int64_t c = 0; c < OCv; c += 16) {
+            rt__v16 v = rt__ld16(d + c);
+            rt__u8x16 ib;
+            memcpy(&ib, id + c, sizeof ib);
+            const rt__i16 iv = __builtin_convertvector(ib, rt__i16);
+            if (db) {
+                const rt__v16 gv = dead ? (rt__v16)((rt__i16)v & (iv != RT__POOL_DEAD)) : v;
+                const rt__v16 sv = rt__ld16(db + c) + gv;
+                memcpy(db + c, &sv, sizeof sv);
+            }
+            if (KH == 2 && KW == 2)
+                rt__pool_route16(2, 2, OW, OC, v, iv, z0 + c);
+            else
+                rt__pool_route16(KH, KW, OW, OC, v, iv, z0 + c);
+        }
+        if (OCv == OC)
+            continue;
+        for (int64_t c = OCv; c < OC; c++) {
+            float v = d[c];
+            switch (pg->act) {
+            case RT__ACT_RELU: v = m[c] > 0.0f ? v : 0.0f; break;
+            case RT__ACT_SIGMOID: v = v * m[c] * (1.0f - m[c]); break;
+            case RT__ACT_TANH: v = v * (1.0f - m[c] * m[c]); break;
+            default: break;
+            }
+            g[c] = v;
+        }
+        /* the only nonzero of each window and channel: db's sum */
+        if (db)
+            for (int64_t c = OCv; c < OC; c++)
+                db[c] += g[c];
+        for (int64_t i = 0; i < KH; i++)
+            for (int64_t j = 0; j < KW; j++) {
+                const uint8_t cell = (uint8_t)(i * KW + j);
+                float *restrict out = z0 + (i * OW + j) * OC;
+                for (int64_t c = OCv; c < OC; c++)
+                    out[c] = id[c] == cell ? g[c] : 0.0f;
+            }
+    }
+    /* cells right of the last window feed nothing */
+    for (int64_t i = 0; i < KH; i++)
+        memset(dz + (i * OW + PW * KW) * OC, 0, sizeof(float) * (size_t)((OW - PW * KW) * OC));
+}
+
+/* band by band (rt__pool_band_bwd), and zeros for the lines below the
+ * last windows */
+void rt_kern_mpool_bwd(const rt_kern_mpool *g, int64_t nb, const float *dy, const float *y,
+                       const uint8_t *idx, float *dz, float *tmp, float *db)
+{
+    const int64_t OW = g->OW, OC = g->OC, OH = g->OH, PH = g->PH, PW = g->PW;
     for (int64_t b = 0; b < nb; b++) {
         float *zb = dz + b * OH * OW * OC;
-        for (int64_t ph = 0; ph < PH; ph++)
-            for (int64_t pw = 0; pw < PW; pw++) {
-                const int64_t o = ((b * PH + ph) * PW + pw) * OC;
-                const float *restrict d = dy + o;
-                const float *restrict m = y ? y + o : NULL;
-                const uint8_t *restrict id = idx + o;
-                for (int64_t c = 0; c < OC; c++) {
-                    float v = d[c];
-                    switch (pg->act) {
-                    case RT__ACT_RELU: v = m[c] > 0.0f ? v : 0.0f; break;
-                    case RT__ACT_SIGMOID: v = v * m[c] * (1.0f - m[c]); break;
-                    case RT__ACT_TANH: v = v * (1.0f - m[c] * m[c]); break;
-                    default: break;
-                    }
-                    g[c] = v;
-                }
-                /* the only nonzero of each window and channel: db's sum */
-                if (db)
-                    for (int64_t c = 0; c < OC; c++)
-                        db[c] += g[c];
-                for (int64_t i = 0; i < KH; i++)
-                    for (int64_t j = 0; j < KW; j++) {
-                        const uint8_t cell = (uint8_t)(i * KW + j);
-                        float *restrict out = zb + ((ph * KH + i) * OW + pw * KW + j) * OC;
-                        for (int64_t c = 0; c < OC; c++)
-                            out[c] = id[c] == cell ? g[c] : 0.0f;
-                    }
-            }
-        /* cells right of and below the last windows feed nothing */
-        for (int64_t h = 0; h < OH; h++)
-            for (int64_t w = (h < PH * KH ? PW * KW : 0); w < OW; w++)
-                memset(zb + (h * OW + w) * OC, 0, sizeof(float) * (size_t)OC);
+        for (int64_t ph = 0; ph < PH; ph++) {
+            const int64_t o = ((b * PH + ph) * PW) * OC;
+            rt__pool_band_bwd(g, dy + o, y ? y + o : NULL, idx + o, zb + ph * g->KH * OW * OC,
+                              tmp, db);
+        }
+        memset(zb + PH * g->KH * OW * OC, 0, sizeof(float) * (size_t)((OH - PH * g->KH) * OW * OC));
     }
 }
 
@@ -722,6 +842,7 @@ int rt_kern_conv2d_prepare(rt__node *nd, int64_t B, rt__arena *A)
     kp->tstride = (kp->crows * (K + OC) + K * OC + OC + extra + 15) & ~(int64_t)15;
     kp->in_place = kp->direct ? RT__XP_NONE
                               : rt__mk_in_place(cv, K, OC, kp->crows * K, cs, kp->lines < cv->OH);
+    kp->dw_mk = rt__mk_fits(K, OC) || rt__mk_dw_big(cv, K, OC);
     nd->kdata = kp;
     nd->scratch_floats = kp->nt * kp->tstride;
     kp->B = B;
@@ -808,6 +929,24 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
         const rt__cchunk c = rt__chunk_of(kp, cv, n, ch);
         /* with a fused pool the convolution's rows go to scratch first */
         float *y = kp->pool ? col + kp->crows * K : a->y + c.r0 * OC;
+        if (kp->in_place && kp->pool) {
+            /* one band of pool windows at a time: its KH lines stay in L1
+             * between the microkernel and the pool (a whole sample's went
+             * to L2 and back); lines below the last windows feed nothing */
+            rt__conv_params g;
+            int64_t sb;
+            const float *xv = rt__x_view(kp, cv, a->x[0], c.s0, c.nb, col, &g, &sb);
+            const int64_t PP = kp->ph * kp->pw * OC;
+            const rt_kern_mpool mg = rt_kern_mpool_of(cv, &nd->fused_p->conv);
+            for (int64_t b = 0; b < c.nb; b++)
+                for (int64_t ph = 0; ph < kp->ph; ph++) {
+                    const int64_t o = (c.s0 + b) * PP + ph * kp->pw * OC;
+                    rt__mk_conv_x(&g, xv, sb + b, 1, ph * kp->pool, (ph + 1) * kp->pool, w, bias,
+                                  cv->act == RT__ACT_RELU, y);
+                    rt__pool_band(&mg, y, a->y + o, (uint8_t *)a->ws + o);
+                }
+            continue;
+        }
         if (kp->in_place) {
             rt__conv_params g;
             int64_t sb;
@@ -829,6 +968,48 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
                               (uint8_t *)a->ws + c.s0 * kp->ph * kp->pw * OC);
         }
     }
+}
+
+/* floats of columns (or of dz, for x read in place) per sub-band of
+ * rt__mk_dw_lines: 16 KiB, a third of L1 (at least one line; measured
+ * within noise of 2 and 6 lines on the 64 -> 64 layer) */
+#define RT__DW_SUB_FLOATS 4096
+
+/* dW += im2col(x)^T dz over chunk c, dz = dy * relu'(y) (or dy) formed on
+ * the way into dzo and summed into db: a few lines at a time, so dz (and
+ * the columns) stay in L1 while the microkernel's blocks pass over them.
+ * The RGB 3x3 layers read x in place (rt__mk_dw_x9), the rest im2col's
+ * columns (or x itself for a 1x1 stride-1 layer). */
+static void rt__mk_dw_lines(const rt__conv_params *cv, const rt_kern_conv_plan *kp,
+                            const float *x, const rt__cchunk *c, const float *dy, const float *y,
+                            int relu, float *dzo, float *col, float *dw, float *db)
+{
+    const int64_t K = cv->KH * cv->KW * cv->C, OC = cv->OC, OW = cv->OW;
+    if (kp->direct) {
+        rt__dz_form(c->rows, OC, dy, y, relu, dzo, db);
+        rt__mk_dwa(c->rows, K, OC, x + c->r0 * K, dzo, dw);
+        return;
+    }
+    const int x9 = rt__x9_fits(cv, kp);
+    rt__conv_params g;
+    int64_t sb = 0;
+    const float *xv = x9 ? rt__x_view(kp, cv, x, c->s0, c->nb, col, &g, &sb) : NULL;
+    int64_t L = RT__DW_SUB_FLOATS * (x9 ? 2 : 1) / (OW * (x9 ? OC : K));
+    if (L < 1)
+        L = 1;
+    int64_t r = 0;
+    for (int64_t b = c->s0; b < c->s0 + c->nb; b++)
+        for (int64_t l0 = c->oh0; l0 < c->oh1; l0 += L) {
+            const int64_t l1 = l0 + L < c->oh1 ? l0 + L : c->oh1, rows = (l1 - l0) * OW;
+            rt__dz_form(rows, OC, dy + r * OC, y + r * OC, relu, dzo + r * OC, db);
+            if (x9) {
+                rt__mk_dw_x9(&g, xv, sb + b - c->s0, 1, l0, l1, dzo + r * OC, dw);
+            } else {
+                rt__im2col(cv, x, b, 1, l0, l1, col);
+                rt__mk_dwa(rows, K, OC, col, dzo + r * OC, dw);
+            }
+            r += rows;
+        }
 }
 
 /* Per chunk: dz = dy * act'(y); partial dW += col^T dz and db += sum_rows
@@ -902,6 +1083,33 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
             const int64_t s0 = c.s0, nb = c.nb, rows = c.rows;
             const float *x = a->x[0] + c.r0 * K; /* direct only: the column matrix */
             const float *dz = a->dy + c.r0 * OC;
+            if (kp->pool && !dx && dw && rt__mk_fits(K, OC)) {
+                /* weights alone (a first layer): a band of pool windows at
+                 * a time, its dz and columns formed in L1 and read there
+                 * by the microkernel; the lines below the last windows
+                 * have dz 0 and add nothing */
+                const int64_t PP = kp->ph * kp->pw * OC, lb = kp->pool * cv->OW;
+                const rt_kern_mpool mg = rt_kern_mpool_of(cv, &nd->fused_p->conv);
+                const int x9 = rt__x9_fits(cv, kp);
+                rt__conv_params g;
+                int64_t sb = 0;
+                const float *xv = x9 ? rt__x_view(kp, cv, a->x[0], s0, nb, col, &g, &sb) : NULL;
+                for (int64_t b = s0; b < s0 + nb; b++)
+                    for (int64_t ph = 0; ph < kp->ph; ph++) {
+                        const int64_t po = b * PP + ph * kp->pw * OC;
+                        const int64_t l0 = ph * kp->pool, l1 = l0 + kp->pool;
+                        rt__pool_band_bwd(&mg, a->dy + po, cv->act ? a->y + po : NULL,
+                                          (const uint8_t *)a->ws + po, dzbuf, pdb + OC,
+                                          db ? pdb : NULL);
+                        if (x9) {
+                            rt__mk_dw_x9(&g, xv, sb + b - s0, 1, l0, l1, dzbuf, pdw);
+                        } else {
+                            rt__im2col(cv, a->x[0], b, 1, l0, l1, col);
+                            rt__mk_dwa(lb, K, OC, col, dzbuf, pdw);
+                        }
+                    }
+                continue;
+            }
             if (kp->pool) {
                 /* dz in dzbuf from the pooled gradient and the argmax the
                  * forward pass kept (the pooled y gives act') */
@@ -910,42 +1118,25 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
                 rt_kern_mpool_bwd(&mg, nb, a->dy + po, cv->act ? a->y + po : NULL,
                                   (const uint8_t *)a->ws + po, dzbuf, pdb + OC, db ? pdb : NULL);
                 const float *A = x;
-                if (dw && !direct && !kp->in_place) {
+                if (dw && !direct) {
                     rt__im2col(cv, a->x[0], s0, nb, c.oh0, c.oh1, col);
                     A = col;
                 }
                 dz = dzbuf;
                 if (dw) {
-                    if (kp->in_place) {
-                        rt__conv_params g;
-                        int64_t sb;
-                        const float *xv = rt__x_view(kp, cv, a->x[0], s0, nb, col, &g, &sb);
-                        rt__mk_dw_x(&g, xv, sb, nb, c.oh0, c.oh1, NULL, NULL, 0, dzbuf, pdw, NULL);
-                    } else if (rt__mk_fits(K, OC))
-                        rt__mk_dw(rows, K, OC, A, dz, pdw);
+                    if (rt__mk_fits(K, OC))
+                        rt__mk_dwa(rows, K, OC, A, dzbuf, pdw);
                     else
                         rt__gemm(1, 0, K, OC, rows, A, K, dz, OC, 1.0f, pdw, OC);
                 }
                 goto dx_part;
             }
-            if (dw && rt__mk_fits(K, OC) && (cv->act == RT__ACT_NONE || cv->act == RT__ACT_RELU)) {
-                /* one pass over dy and y for dz, db and dW's first columns */
-                if (kp->in_place) {
-                    rt__conv_params g;
-                    int64_t sb;
-                    const float *xv = rt__x_view(kp, cv, a->x[0], s0, nb, col, &g, &sb);
-                    rt__mk_dw_x(&g, xv, sb, nb, c.oh0, c.oh1, dz, a->y + c.r0 * OC,
-                                cv->act == RT__ACT_RELU, dzbuf, pdw, db ? pdb : NULL);
-                    dz = dzbuf;
-                    goto dx_part;
-                }
-                const float *A = x;
-                if (!direct) {
-                    rt__im2col(cv, a->x[0], s0, nb, c.oh0, c.oh1, col);
-                    A = col;
-                }
-                rt__mk_dw_fused(rows, K, OC, A, dz, a->y + c.r0 * OC, cv->act == RT__ACT_RELU,
-                                dzbuf, pdw, db ? pdb : NULL);
+            if (dw && kp->dw_mk && (cv->act == RT__ACT_NONE || cv->act == RT__ACT_RELU)) {
+                /* one pass over dy and y for dz, db and dW's first columns;
+                 * the columns a few lines at a time, so they stay in L1
+                 * while the microkernel's blocks pass over them */
+                rt__mk_dw_lines(cv, kp, a->x[0], &c, dz, a->y + c.r0 * OC,
+                                cv->act == RT__ACT_RELU, dzbuf, col, pdw, db ? pdb : NULL);
                 dz = dzbuf;
                 goto dx_part;
             }
@@ -960,7 +1151,7 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
                     A = col;
                 }
                 if (rt__mk_fits(K, OC))
-                    rt__mk_dw(rows, K, OC, A, dz, pdw);
+                    rt__mk_dwa(rows, K, OC, A, dz, pdw);
                 else
                     rt__gemm(1, 0, K, OC, rows, A, K, dz, OC, 1.0f, pdw, OC);
             }

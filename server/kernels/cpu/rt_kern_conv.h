@@ -33,6 +33,7 @@ typedef struct rt_kern_conv_plan {
     int64_t crows;           /* column-matrix rows a chunk holds at most */
     int direct;              /* 1x1, stride 1, no pad: x is the column matrix */
     int in_place;            /* the small-K microkernels read x, no im2col */
+    int dw_mk;               /* dW by the microkernel over im2col's columns, not sgemm */
     int nt;                  /* threads the scratch is sized for */
     int64_t tstride;         /* scratch floats per thread */
     int64_t pool, poolw;     /* fused max pool window (0: none) */
@@ -45,8 +46,9 @@ typedef struct rt_kern_conv_plan {
  * only ever exists one chunk at a time in scratch (a 3x3x3x64 conv at
  * batch 256 would write and read 4 x 59 MB). The forward pass keeps each
  * pooled value's argmax in the node's workspace (one byte per pooled
- * value: 3.7 MB there), from which the backward pass forms each chunk's
- * gradient without recomputing the convolution. */
+ * value: 3.7 MB there; under ReLU 255 marks a window whose maximum is not
+ * above 0, so the backward pass needs no y), from which the backward pass
+ * forms each band's gradient without recomputing the convolution. */
 int rt_kern_conv2d_can_fuse_maxpool(const rt__node *conv, const rt__node *pool);
 /* A fused max pool over a convolution's output z (nb, OH, OW, OC):
  * non-overlapping KH x KW windows, pooled output (nb, PH, PW, OC); act, the
@@ -59,7 +61,9 @@ typedef struct rt_kern_mpool {
 rt_kern_mpool rt_kern_mpool_of(const rt__conv_params *cv, const rt__conv_params *pool);
 /* forward: y = each window's maximum; idx gets each window's first maximum
  * (scan order, as MaxPool2D) as its cell number i*KW+j, which the backward
- * pass routes the gradient through */
+ * pass routes the gradient through; under ReLU 255 where the maximum is not
+ * above 0 (no gradient), so the backward pass then does not read y. A band
+ * of windows at a time, sixteen channels at once. */
 void rt_kern_mpool_fwd(const rt_kern_mpool *g, int64_t nb, const float *z, float *y, uint8_t *idx);
 /* backward: dz (nb, OH, OW, OC) of the convolution from the pooled
  * gradient dy and idx: each window's first maximum gets dy * act'(y), y

@@ -1,0 +1,133 @@
+/*
+ * test_conv_mk_ref.c - the native backend's register-blocked convolution
+ * paths against the ref backend (plain loops summed in double), gradients
+ * of every parameter at the plan's batch and at a smaller one:
+ *   - W-B's shape: 3 -> 64 3x3 'valid' ReLU with the fused 2x2 max pool, a
+ *     first layer (no input gradient): the forward pass a band of pool
+ *     windows at a time, the weight gradient band by band from the kept
+ *     argmax (no y read under ReLU), x read in place by the 27-column
+ *     kernel;
+ *   - the 3x3x64 net's shape: 3 -> 64 3x3 'same' ReLU (a padded copy read
+ *     in place, dz formed a few lines at a time), then 64 -> 32 'same' ReLU,
+ *     whose weight gradient (K = 576) runs on the microkernel over im2col's
+ *     columns in place of sgemm, its input gradient on sgemm;
+ *   - a pooled 16 -> 64 layer with an input gradient (the pool's backward
+ *     over whole samples).
+ * Each is compiled on "cpu" and on "ref" from the same seed (the
+ * initializers are backend-independent).
+ */
+#include "../engine/rt_test.h"
+#include "conv_models.h"
+#include "conv_grads.h"
+
+enum { B = 8 };
+
+static rt_graph *wb_graph(void)
+{
+    rt_graph *g = rt_graph_create();
+    int64_t in[] = {RT_BATCH, 12, 10, 3};
+    int rc = rt_graph_add_input(g, "x", RT_F32, 4, in);
+    rc |= rt_conv_add_conv(g, "c", "x", 3, 3, 3, 64, "valid", "relu", RT_INIT_GLOROT_UNIFORM,
+                           NULL, NULL);
+    rc |= rt_conv_add1(g, "p", "MaxPool2D", "c", 0, NULL); /* 10x8 -> 5x4 */
+    rc |= rt_conv_add1(g, "f", "Flatten", "p", 0, NULL);
+    rc |= rt_conv_add_dense(g, "d", "f", 5 * 4 * 64, 10, "linear", RT_INIT_GLOROT_UNIFORM, NULL,
+                            NULL);
+    rc |= rt_graph_set_output(g, "d");
+    REQUIRE(rc == 0);
+    return g;
+}
+
+static rt_graph *net64_graph(void)
+{
+    rt_graph *g = rt_graph_create();
+    int64_t in[] = {RT_BATCH, 9, 8, 3};
+    int rc = rt_graph_add_input(g, "x", RT_F32, 4, in);
+    rc |= rt_conv_add_conv(g, "c1", "x", 3, 3, 3, 64, "same", "relu", RT_INIT_HE_UNIFORM, NULL,
+                           NULL);
+    rc |= rt_conv_add_conv(g, "c2", "c1", 3, 3, 64, 32, "same", "relu", RT_INIT_HE_UNIFORM, NULL,
+                           NULL);
+    rc |= rt_conv_add1(g, "gap", "GlobalAvgPool", "c2", 0, NULL);
+    rc |= rt_conv_add_dense(g, "d", "gap", 32, 10, "linear", RT_INIT_GLOROT_UNIFORM, NULL, NULL);
+    rc |= rt_graph_set_output(g, "d");
+    REQUIRE(rc == 0);
+    return g;
+}
+
+static rt_graph *pooled_dx_graph(void)
+{
+    rt_graph *g = rt_graph_create();
+    int64_t in[] = {RT_BATCH, 8, 8, 4};
+    int rc = rt_graph_add_input(g, "x", RT_F32, 4, in);
+    rc |= rt_conv_add_conv(g, "c1", "x", 3, 3, 4, 16, "same", "relu", RT_INIT_HE_UNIFORM, NULL,
+                           NULL);
+    rc |= rt_conv_add_conv(g, "c2", "c1", 3, 3, 16, 64, "same", "relu", RT_INIT_HE_UNIFORM, NULL,
+                           NULL);
+    rc |= rt_conv_add1(g, "p", "MaxPool2D", "c2", 0, NULL);
+    rc |= rt_conv_add1(g, "f", "Flatten", "p", 0, NULL);
+    rc |= rt_conv_add_dense(g, "d", "f", 4 * 4 * 64, 10, "linear", RT_INIT_GLOROT_UNIFORM, NULL,
+                            NULL);
+    rc |= rt_graph_set_output(g, "d");
+    REQUIRE(rc == 0);
+    return g;
+}
+
+static rt_plan *compile_on(const char *be, rt_graph *(*mk)(void))
+{
+    REQUIRE(rt_backend_select(be) == 0);
+    rt_graph *g = mk();
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_SPARSE_CE;
+    cfg.from_logits = 1;
+    cfg.batch_size = B;
+    cfg.seed = 7;
+    rt_plan *p;
+    char err[256];
+    if (rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) < 0) {
+        fprintf(stderr, "compile on %s: %s\n", be, err);
+        exit(1);
+    }
+    rt_graph_destroy(g);
+    return p;
+}
+
+static void check(const char *name, rt_graph *(*mk)(void), const float *x, const int32_t *y)
+{
+    const int before = rt_test_failures;
+    rt_plan *pc = compile_on("cpu", mk), *pr = compile_on("ref", mk);
+    REQUIRE(rt_backend_select("cpu") == 0);
+    rt_exec *ec, *er;
+    REQUIRE(rt_exec_create(pc, &ec) == 0 && rt_exec_create(pr, &er) == 0);
+    rt_data d = {.x = x, .y = y, .y_dtype = RT_I32, .n = B};
+    static float gc[64 * 64 * 9 + 4096], gr[64 * 64 * 9 + 4096];
+    const int64_t cap = (int64_t)(sizeof gc / sizeof gc[0]);
+    grads_match(name, ec, er, pc, &d, B, gc, gr, cap);
+    grads_match(name, ec, er, pc, &d, 3, gc, gr, cap);
+    printf("%-40s %s\n", name, rt_test_failures == before ? "ok" : "FAILED");
+    rt_exec_destroy(ec);
+    rt_exec_destroy(er);
+    rt_plan_release(pc);
+    rt_plan_release(pr);
+}
+
+int main(void)
+{
+    static float x[B * 12 * 10 * 4];
+    static int32_t y[B];
+    uint64_t s = 11;
+    for (int i = 0; i < B * 12 * 10 * 4; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((s >> 40) & 0xffff) / 32768.0f - 1.0f;
+    }
+    for (int i = 0; i < B; i++) y[i] = i % 10;
+    check("W-B shape (fused pool, first layer)", wb_graph, x, y);
+    check("3x3x64 shape (K = 27 and K = 576)", net64_graph, x, y);
+    check("pooled 16 -> 64 with an input gradient", pooled_dx_graph, x, y);
+    if (rt_test_failures) {
+        fprintf(stderr, "test_conv_mk_ref: %d check(s) failed\n", rt_test_failures);
+        return 1;
+    }
+    printf("test_conv_mk_ref: ok\n");
+    return 0;
+}
