@@ -21,14 +21,13 @@
 static inline void rt__copy_run(float *restrict o, const float *restrict src, int64_t n)
 {
     switch (n) {
-#define RT__CP(N)                                    \
+#define RT__CP(N) \
     case N: memcpy(o, src, sizeof(float) * N); return;
-        RT__CP(1) RT__CP(2) RT__CP(3) RT__CP(4) RT__CP(5) RT__CP(6) RT__CP(7) RT__CP(8)
-        RT__CP(9) RT__CP(10) RT__CP(11) RT__CP(12) RT__CP(13) RT__CP(14) RT__CP(15) RT__CP(16)
+        RT__CP(1)
+        RT__CP(2) RT__CP(3) RT__CP(4) RT__CP(5) RT__CP(6) RT__CP(7) RT__CP(8) RT__CP(9) RT__CP(10)
+            RT__CP(11) RT__CP(12) RT__CP(13) RT__CP(14) RT__CP(15) RT__CP(16)
 #undef RT__CP
-    default:
-        for (int64_t c = 0; c < n; c++)
-            o[c] = src[c];
+                default : for (int64_t c = 0; c < n; c++) o[c] = src[c];
     }
 }
 
@@ -269,11 +268,11 @@ rt__mk_dw_cols(int NB, int RB, int FULL, int64_t k0, int64_t kb, int64_t c0, int
 }
 
 /* one block of rt__mk_dwa: NB, RB and FULL as constants */
-#define RT__DW_FR(NB, RB, ...)                          \
-    if (kb == (RB)) {                                   \
-        rt__mk_dw_cols(NB, RB, 1, __VA_ARGS__);         \
-    } else {                                            \
-        rt__mk_dw_cols(NB, RB, 0, __VA_ARGS__);         \
+#define RT__DW_FR(NB, RB, ...)                  \
+    if (kb == (RB)) {                           \
+        rt__mk_dw_cols(NB, RB, 1, __VA_ARGS__); \
+    } else {                                    \
+        rt__mk_dw_cols(NB, RB, 0, __VA_ARGS__); \
     }
 
 /* dW (K, OC) += A^T (K x rows) dz (rows, OC) for OC = 16 NB <= 64. 32
@@ -300,9 +299,8 @@ static void rt__mk_dwa(int64_t rows, int64_t K, int64_t OC, const float *A, cons
 
 /* dz (rows, OC) = dy * relu'(y) (or dy), db (OC) += its column sums (rows
  * in order), one contiguous pass over dy and y (they come from memory) */
-static void rt__dz_form(int64_t rows, int64_t OC, const float *restrict dy,
-                        const float *restrict y, int relu, float *restrict dz,
-                        float *restrict db)
+static void rt__dz_form(int64_t rows, int64_t OC, const float *restrict dy, const float *restrict y,
+                        int relu, float *restrict dz, float *restrict db)
 {
     const int NB = (int)(OC / 16);
     rt__v16 bacc[4] = {{0}, {0}, {0}, {0}};
@@ -546,9 +544,9 @@ static inline int rt__pool_dead(const rt_kern_mpool *g)
 }
 
 /* one window's 16 channels: the first maximum and its cell */
-static inline __attribute__((always_inline)) void
-rt__pool_win16(int64_t KH, int64_t KW, int64_t OW, int64_t OC, const float *z0, rt__v16 *mo,
-               rt__i16 *io)
+static inline __attribute__((always_inline)) void rt__pool_win16(int64_t KH, int64_t KW, int64_t OW,
+                                                                 int64_t OC, const float *z0,
+                                                                 rt__v16 *mo, rt__i16 *io)
 {
     rt__v16 mv = rt__ld16(z0);
     rt__i16 iv = {0};
@@ -715,8 +713,8 @@ void rt_kern_mpool_bwd(const rt_kern_mpool *g, int64_t nb, const float *dy, cons
         float *zb = dz + b * OH * OW * OC;
         for (int64_t ph = 0; ph < PH; ph++) {
             const int64_t o = ((b * PH + ph) * PW) * OC;
-            rt__pool_band_bwd(g, dy + o, y ? y + o : NULL, idx + o, zb + ph * g->KH * OW * OC,
-                              tmp, db);
+            rt__pool_band_bwd(g, dy + o, y ? y + o : NULL, idx + o, zb + ph * g->KH * OW * OC, tmp,
+                              db);
         }
         memset(zb + PH * g->KH * OW * OC, 0, sizeof(float) * (size_t)((OH - PH * g->KH) * OW * OC));
     }
@@ -980,9 +978,9 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
  * the columns) stay in L1 while the microkernel's blocks pass over them.
  * The RGB 3x3 layers read x in place (rt__mk_dw_x9), the rest im2col's
  * columns (or x itself for a 1x1 stride-1 layer). */
-static void rt__mk_dw_lines(const rt__conv_params *cv, const rt_kern_conv_plan *kp,
-                            const float *x, const rt__cchunk *c, const float *dy, const float *y,
-                            int relu, float *dzo, float *col, float *dw, float *db)
+static void rt__mk_dw_lines(const rt__conv_params *cv, const rt_kern_conv_plan *kp, const float *x,
+                            const rt__cchunk *c, const float *dy, const float *y, int relu,
+                            float *dzo, float *col, float *dw, float *db)
 {
     const int64_t K = cv->KH * cv->KW * cv->C, OC = cv->OC, OW = cv->OW;
     if (kp->direct) {
@@ -1135,8 +1133,8 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
                 /* one pass over dy and y for dz, db and dW's first columns;
                  * the columns a few lines at a time, so they stay in L1
                  * while the microkernel's blocks pass over them */
-                rt__mk_dw_lines(cv, kp, a->x[0], &c, dz, a->y + c.r0 * OC,
-                                cv->act == RT__ACT_RELU, dzbuf, col, pdw, db ? pdb : NULL);
+                rt__mk_dw_lines(cv, kp, a->x[0], &c, dz, a->y + c.r0 * OC, cv->act == RT__ACT_RELU,
+                                dzbuf, col, pdw, db ? pdb : NULL);
                 dz = dzbuf;
                 goto dx_part;
             }
