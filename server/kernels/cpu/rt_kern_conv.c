@@ -20,15 +20,17 @@
  * fixed-size moves the compiler inlines, not a library call each */
 static inline void rt__copy_run(float *restrict o, const float *restrict src, int64_t n)
 {
+    /* clang-format off */
     switch (n) {
-#define RT__CP(N) \
-    case N: memcpy(o, src, sizeof(float) * N); return;
-        RT__CP(1)
-        RT__CP(2) RT__CP(3) RT__CP(4) RT__CP(5) RT__CP(6) RT__CP(7) RT__CP(8) RT__CP(9) RT__CP(10)
-            RT__CP(11) RT__CP(12) RT__CP(13) RT__CP(14) RT__CP(15) RT__CP(16)
+#define RT__CP(N) case N: memcpy(o, src, sizeof(float) * N); return;
+        RT__CP(1) RT__CP(2) RT__CP(3) RT__CP(4) RT__CP(5) RT__CP(6) RT__CP(7) RT__CP(8)
+        RT__CP(9) RT__CP(10) RT__CP(11) RT__CP(12) RT__CP(13) RT__CP(14) RT__CP(15) RT__CP(16)
 #undef RT__CP
-                default : for (int64_t c = 0; c < n; c++) o[c] = src[c];
+    default:
+        for (int64_t c = 0; c < n; c++)
+            o[c] = src[c];
     }
+    /* clang-format on */
 }
 
 /* x (B,H,W,C) -> col (rows, KH*KW*C) for samples [s0, s0+nb), output
