@@ -1,6 +1,7 @@
 /* rt_srv.c - gRPC core front end, the transport: the call arena,
  * packing, each call's life (arrival, decode, handler, streams, status),
- * unknown methods and the cq threads (see docs/grpc-core.md). Where work
+ * and the cq threads (see docs/grpc-core.md); unknown methods are
+ * rt_srv_generic.c. Where work
  * waits and runs is rt_sched.c; setup and shutdown rt_srv_setup.c. */
 #include "rt_srv_core.h"
 
@@ -58,7 +59,7 @@ static void on_arrival(rt__tag *t, int ok);
 static void on_send_done(rt__tag *t, int ok);
 static void on_final_done(rt__tag *t, int ok);
 
-static void check_drained(rt_srv *s)
+void rt__check_drained(rt_srv *s)
 {
     if (__atomic_load_n(&s->shutdown_acked, __ATOMIC_ACQUIRE) &&
         __atomic_load_n(&s->live, __ATOMIC_ACQUIRE) == 0 &&
@@ -114,7 +115,7 @@ void rt__call_free(rt_call *c, int matched)
     free(c);
     if (matched) {
         __atomic_sub_fetch(&s->live, 1, __ATOMIC_ACQ_REL);
-        check_drained(s);
+        rt__check_drained(s);
     }
 }
 
@@ -439,7 +440,7 @@ void rt__finish(rt_call *c)
 
 /* A status on its own (a compile past its budget, an unknown method):
  * initial metadata and the status with details, into ops[0..1]. */
-static void status_ops(grpc_op ops[2], grpc_status_code code, grpc_slice *details)
+void rt__status_ops(grpc_op ops[2], grpc_status_code code, grpc_slice *details)
 {
     memset(ops, 0, 2 * sizeof *ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
@@ -497,7 +498,7 @@ static int answer_budget(rt_call *c)
     c->budget_details = grpc_slice_from_copied_string(msg);
     c->budget_tag.fn = on_budget_done;
     grpc_op ops[2];
-    status_ops(ops, GRPC_STATUS_DEADLINE_EXCEEDED, &c->budget_details);
+    rt__status_ops(ops, GRPC_STATUS_DEADLINE_EXCEEDED, &c->budget_details);
     RT_LOG(RT_LOG_WARN, "%s", msg);
     rt__start_batch(c, ops, 2, &c->budget_tag);
     return 1;
@@ -927,93 +928,6 @@ static void stream_msg_handle(rt_call *c)
     rt__call_unref(c);
 }
 
-/* ------------------------------------------------- unknown methods */
-typedef struct rt_gcall {
-    rt__tag tag;
-    rt_srv *srv;
-    grpc_call *call;
-    grpc_call_details details;
-    grpc_metadata_array md;
-    int cancelled;
-    int matched;
-    grpc_slice status;
-} rt_gcall;
-
-static void on_generic(rt__tag *t, int ok);
-
-void rt__request_generic(rt_srv *s)
-{
-    rt_gcall *g = calloc(1, sizeof *g);
-    if (!g)
-        return;
-    g->srv = s;
-    g->tag.fn = on_generic;
-    grpc_call_details_init(&g->details);
-    grpc_metadata_array_init(&g->md);
-    RT_TAG_POST(&g->tag);
-    if (grpc_server_request_call(s->server, &g->call, &g->details, &g->md, s->cq, s->cq, &g->tag) !=
-        GRPC_CALL_OK) {
-        grpc_call_details_destroy(&g->details);
-        grpc_metadata_array_destroy(&g->md);
-        free(g);
-    }
-}
-
-static void on_generic(rt__tag *t, int ok)
-{
-    rt_gcall *g = (rt_gcall *)t;
-    rt_srv *s = g->srv;
-    if (ok && !g->matched) {
-        g->matched = 1;
-        __atomic_add_fetch(&s->live, 1, __ATOMIC_ACQ_REL);
-        if (!__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
-            rt__request_generic(s);
-        char msg[200];
-        snprintf(msg, sizeof msg, "unknown method %.*s",
-                 (int)(GRPC_SLICE_LENGTH(g->details.method) > 150
-                           ? 150
-                           : GRPC_SLICE_LENGTH(g->details.method)),
-                 (const char *)GRPC_SLICE_START_PTR(g->details.method));
-        char esc[300];
-        RT_LOG(RT_LOG_DEBUG, "%s", rt_log_esc(msg, esc, sizeof esc));
-        g->status = grpc_slice_from_copied_string(msg);
-        grpc_op ops[3];
-        memset(ops, 0, sizeof ops);
-        status_ops(ops, GRPC_STATUS_UNIMPLEMENTED, &g->status);
-        ops[2].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-        ops[2].data.recv_close_on_server.cancelled = &g->cancelled;
-        grpc_call *call = g->call; /* g may be gone once the tag is posted */
-        RT_TAG_POST(&g->tag);
-        if (grpc_call_start_batch(call, ops, 3, &g->tag, NULL) == GRPC_CALL_OK)
-            return;
-    }
-    if (g->matched)
-        grpc_slice_unref(g->status);
-    if (g->call)
-        grpc_call_unref(g->call);
-    grpc_call_details_destroy(&g->details);
-    grpc_metadata_array_destroy(&g->md);
-    int matched = g->matched;
-    free(g);
-    if (matched) {
-        __atomic_sub_fetch(&s->live, 1, __ATOMIC_ACQ_REL);
-        check_drained(s);
-    }
-}
-
-/* Health calls count as live calls while the daemon drains. */
-void rt__health_call_begin(void *ud)
-{
-    __atomic_add_fetch(&((rt_srv *)ud)->live, 1, __ATOMIC_ACQ_REL);
-}
-
-void rt__health_call_end(void *ud)
-{
-    rt_srv *s = ud;
-    __atomic_sub_fetch(&s->live, 1, __ATOMIC_ACQ_REL);
-    check_drained(s);
-}
-
 /* ------------------------------------------------------------- threads */
 /* The completion-queue threads also run rt_srv_tick, a few times a
  * second: a status started from a thread that does not poll gRPC (the uv
@@ -1062,5 +976,5 @@ void rt__on_shutdown(rt__tag *t, int ok)
 {
     rt_srv *s = RT_CONTAINER(t, rt_srv, shutdown_tag);
     __atomic_store_n(&s->shutdown_acked, 1, __ATOMIC_RELEASE);
-    check_drained(s);
+    rt__check_drained(s);
 }

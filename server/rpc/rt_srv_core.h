@@ -4,6 +4,8 @@
  *                   stop and destroy; it wires the others together
  *   rt_srv.c        the transport: packing, the call's life, streams,
  *                   decode, arrival, cq threads
+ *   rt_srv_generic.c  the calls that reach no handler: unknown methods,
+ *                   health calls while draining (uses rt_srv.c's helpers)
  *   rt_sched.c      where work waits and runs: the device's lanes, the
  *                   executor, the compile pool, pipelined RunSteps,
  *                   uploads in flight and the tick that answers stalls;
@@ -64,6 +66,11 @@ void rt__on_stream_recv(rt__tag *t, int ok);
 void rt__post_close(rt_call *c);
 void rt__request_call(rt_srv *s, int mi);
 void rt__request_generic(rt_srv *s);
+/* rt_srv.c's helpers for rt_srv_generic.c: the drained check after a
+ * live call ends, and a status on its own (initial metadata and the status
+ * with details, into ops[0..1]). */
+void rt__check_drained(rt_srv *s);
+void rt__status_ops(grpc_op ops[2], grpc_status_code code, grpc_slice *details);
 void rt__start_batch(rt_call *c, const grpc_op *ops, size_t n, rt__tag *tag);
 void rt__start_final(rt_call *c);
 
