@@ -13,7 +13,7 @@ set -euo pipefail
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 pkgs=(build-essential cmake pkg-config
-      libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev
+      libgrpc-dev libabsl-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev
       libdnnl-dev libjson-c-dev libxxhash-dev zlib1g-dev libssl-dev openssl
       libonnx-dev
       libturbojpeg0-dev libpng-dev libhdf5-dev libmicrohttpd-dev
