@@ -242,6 +242,17 @@ static void start_send(rt_call *c, grpc_byte_buffer *bb)
     rt__start_batch(c, ops, n, &c->send_tag);
 }
 
+/* The queue's first message, taken off it (out_mu held). */
+static rt__out *out_pop(rt_call *c)
+{
+    rt__out *o = c->out_head;
+    c->out_head = o->next;
+    if (!c->out_head)
+        c->out_tail = NULL;
+    c->n_out--;
+    return o;
+}
+
 /* merge_out: first (a message that must arrive) and the messages that must
  * arrive queued right behind it, as one message. Protobuf's wire format
  * merges concatenated messages: repeated fields (FitEvent.epoch_ends) append
@@ -260,11 +271,7 @@ static grpc_byte_buffer *join_queued(rt_call *c, grpc_byte_buffer *first)
     for (size_t i = 0; i < first->data.raw.slice_buffer.count; i++)
         grpc_slice_buffer_add(&all, grpc_slice_ref(first->data.raw.slice_buffer.slices[i]));
     for (int k = 0; k < n; k++) {
-        rt__out *o = c->out_head;
-        c->out_head = o->next;
-        if (!c->out_head)
-            c->out_tail = NULL;
-        c->n_out--;
+        rt__out *o = out_pop(c);
         const grpc_slice_buffer *sb = &o->bb->data.raw.slice_buffer;
         for (size_t i = 0; i < sb->count; i++)
             grpc_slice_buffer_add(&all, grpc_slice_ref(sb->slices[i]));
@@ -295,11 +302,7 @@ static void on_send_done(rt__tag *t, int ok)
         c->n_out = 0;
     }
     if (c->out_head) {
-        rt__out *o = c->out_head;
-        c->out_head = o->next;
-        if (!c->out_head)
-            c->out_tail = NULL;
-        c->n_out--;
+        rt__out *o = out_pop(c);
         grpc_byte_buffer *bb = o->bb;
         int progress = o->coalesce;
         free(o);
