@@ -775,25 +775,75 @@ typedef struct rt_client_fit_params {
 int rt_client_fit(rt_client *c, const rt_client_fit_params *p,
                   rt_client_fit_cb cb, void *user);
 
-/* rt_client_fit on arrays in memory (x and y, sample_weights optional:
- * rows first), uploaded here. Up to the daemon's max_upload_bytes (x, y
- * and the weights together; GetInfo's, or max_upload_bytes when not 0)
- * they are one upload and one Fit. Larger, they go in chunks of whole
- * batches (batch_size: the program's) of at most half of it: each epoch
- * uploads its chunks in row order and runs one Fit of one pass over each,
- * so an unshuffled program ends on the weights of the one-upload fit, bit
- * for bit (a shuffling one shuffles inside each chunk). cb sees progress
- * as one epoch's, one RT_FIT_EPOCH_END per epoch (the sample-weighted
- * means of the chunks', then Evaluate on fit.val_dataset) and RT_FIT_DONE.
- * Chunked, fit.steps_per_epoch must be 0 and the metrics auc, precision
- * and recall are refused (their chunks' values do not combine); each
- * chunk's Fit reattaches as rt_client_fit does. fit.dataset is not read. */
+/* A fit on data larger than one upload (the daemon holds an upload whole
+ * while it arrives, so one is at most GetInfo's max_upload_bytes): the
+ * caller serves rows of its data in any order, as data sets of their own.
+ * upload sends rows[0..k) (indices < n, in that order) as one data set. */
+typedef int (*rt_client_rows_fn)(rt_client *c, const char *session, const char *name,
+                                 const uint64_t *rows, uint64_t k, rt_client_dataset *out,
+                                 void *user);
+
+typedef struct rt_client_rows {
+    uint64_t n;          /* rows */
+    uint64_t bytes;      /* the upload of all n rows */
+    uint64_t row_bytes;  /* the most one row adds to an upload */
+    uint64_t fixed_bytes; /* what every upload carries besides rows (headers) */
+    rt_client_rows_fn upload;
+    void *user;
+} rt_client_rows;
+
+/* rt_client_fit on rows (rt_client_rows). When the training rows and the
+ * validation rows each fit one upload (bytes <= the limit: GetInfo's
+ * max_upload_bytes, or max_upload_bytes when not 0), each is one upload
+ * and the fit one Fit stream. Otherwise:
+ *   - Training rows over the limit go in chunks of whole batches
+ *     (batch_size: the program's) of at most half of it. Each epoch takes
+ *     an order of all rows: with shuffle a permutation drawn from (seed,
+ *     epoch), the same for the same seed, else row order; its chunks are
+ *     the order's consecutive slices, each gathered by upload and trained
+ *     by one Fit of one pass. Unshuffled, a program trains on the batches
+ *     of the one-upload fit in the same order and ends on the same
+ *     weights, bit for bit; shuffled, an epoch's batches draw from all
+ *     rows, as Keras shuffles arrays. (A shuffling program also shuffles
+ *     inside each chunk: still a random order.)
+ *   - Validation rows over the limit are evaluated after each epoch in
+ *     chunks, their metrics combined.
+ * cb sees progress as one epoch's (its running loss and accuracy over the
+ * epoch so far), one RT_FIT_EPOCH_END per epoch and RT_FIT_DONE. An epoch
+ * end's metrics are the whole epoch's: the chunks' sample-weighted means,
+ * as Keras' trackers weigh each batch by its size (the loss: the mean of
+ * the epoch's batch losses weighted by batch size), and the validation's
+ * over all its rows (RMSE as the root of the mean square). Metrics that
+ * are no means over samples (auc, precision, recall) do not combine and
+ * are refused there. Chunked, fit.steps_per_epoch must be 0; each chunk's
+ * Fit reattaches as rt_client_fit does. fit.dataset is not read; with
+ * val.n 0, fit.val_dataset (an uploaded data set, or NULL) is evaluated
+ * after each epoch. */
+typedef struct rt_client_fit_rows_params {
+    rt_client_fit_params fit;
+    const char *name, *val_name; /* the uploads' names; NULL: "data", "val" */
+    rt_client_rows train, val;   /* val.n 0: none (see fit.val_dataset) */
+    uint32_t batch_size;
+    int shuffle;
+    uint64_t seed;
+    uint64_t max_upload_bytes; /* 0: GetInfo's */
+} rt_client_fit_rows_params;
+
+int rt_client_fit_rows(rt_client *c, const rt_client_fit_rows_params *p, rt_client_fit_cb cb,
+                       void *user);
+
+/* rt_client_fit_rows on arrays in memory (x and y, sample_weights
+ * optional: rows first; x, y and the weights together are a row's bytes),
+ * gathered here for each chunk. fit.val_dataset is evaluated after each
+ * epoch. */
 typedef struct rt_client_fit_arrays_params {
     rt_client_fit_params fit;
     const char *name; /* the uploads' name; NULL: "data" */
     const rt_client_array *x, *y, *sample_weights;
     uint32_t batch_size;
     uint64_t max_upload_bytes; /* 0: GetInfo's */
+    int shuffle;               /* over one upload: a permutation per epoch */
+    uint64_t seed;
 } rt_client_fit_arrays_params;
 
 int rt_client_fit_arrays(rt_client *c, const rt_client_fit_arrays_params *p,
