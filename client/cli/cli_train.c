@@ -284,58 +284,25 @@ static int npy_shape(const char *path, int64_t *dims, int max)
     return nd;
 }
 
-/* A .npy file read whole as an array (little-endian f4, i4, i8 or u1, C
- * order); *buf owns its bytes. RT_EDATA with a message otherwise. */
-static int npy_load(const char *path, rt_client_array *a, char **buf)
-{
-    static const struct {
-        const char *descr;
-        rt_client_dtype dt;
-    } kinds[] = {
-        {"<f4", RT_DTYPE_F32}, {"<i4", RT_DTYPE_I32}, {"<i8", RT_DTYPE_I64}, {"|u1", RT_DTYPE_U8}};
-    char h[1024], h2[1024];
-    const char *d = npy_header_key(path, h, sizeof h, "'descr':");
-    const char *fo = npy_header_key(path, h2, sizeof h2, "'fortran_order':");
-    memset(a, 0, sizeof *a);
-    for (size_t i = 0; d && i < sizeof kinds / sizeof kinds[0]; i++)
-        if (strstr(d, kinds[i].descr) == d + strspn(d, " '") && !a->dtype)
-            a->dtype = kinds[i].dt;
-    a->ndim = npy_shape(path, a->shape, RT_CLIENT_MAX_DIMS);
-    if (!a->dtype || !fo || strncmp(fo + strspn(fo, " "), "False", 5) || a->ndim < 1) {
-        fprintf(stderr, "rtrain: %s: not a C-order .npy of float32, int32, int64 or uint8\n", path);
-        return RT_EDATA;
-    }
-    size_t len;
-    char *b = cli_read_file(path, &len);
-    if (!b)
-        return RT_ENOTFOUND;
-    const unsigned char *u = (const unsigned char *)b;
-    size_t off = u[6] == 1 ? 10 + (size_t)(u[8] | u[9] << 8)
-                           : 12 + (size_t)(u[8] | u[9] << 8 | u[10] << 16 | (size_t)u[11] << 24);
-    uint64_t want = rt_client_dtype_size(a->dtype);
-    for (int i = 0; i < a->ndim; i++)
-        want *= (uint64_t)a->shape[i];
-    if (off > len || len - off != want) {
-        fprintf(stderr, "rtrain: %s: %zu data bytes, its header says %llu\n", path,
-                off > len ? 0 : len - off, (unsigned long long)want);
-        free(b);
-        return RT_EDATA;
-    }
-    a->data = b + off;
-    *buf = b;
-    return 0;
-}
-
-/* --data X.npy --labels Y.npy larger together than one upload holds
- * (GetInfo's max_upload_bytes): read here, for rt_client_fit_arrays to
- * send in chunks (*chunked 1). Otherwise nothing is read (*chunked 0). */
-static int over_one_upload(rt_client *c, const cli_opts *o, rt_client_array *x, rt_client_array *y,
-                           char **xb, char **yb, int *chunked)
+/* --data (and --val) larger than one upload holds (GetInfo's
+ * max_upload_bytes), in a kind cli_rows.c reads: read here, for
+ * rt_client_fit_rows to send in chunks (*chunked 1; tr, and va with
+ * --val in such a kind, set). Otherwise nothing is read (*chunked 0). */
+static int over_one_upload(rt_client *c, const cli_opts *o, cli_rows **tr, rt_client_rows *trr,
+                           cli_rows **va, rt_client_rows *var, int *chunked)
 {
     *chunked = 0;
-    struct stat sx, sy;
-    if (cli_data_kind_of(o->data) != CLI_DATA_NPY || !o->labels || o->sample_weights ||
-        stat(o->data, &sx) < 0 || stat(o->labels, &sy) < 0)
+    struct stat st;
+    uint64_t dbytes = 0, vbytes = 0;
+    const char *dl = cli_data_kind_of(o->data) == CLI_DATA_CSV ? NULL : o->labels;
+    const char *vl = o->val && cli_data_kind_of(o->val) == CLI_DATA_CSV ? NULL : o->val_labels;
+    const int dk = !o->sample_weights && cli_rows_chunkable(o, o->data, dl);
+    const int vk = o->val && cli_rows_chunkable(o, o->val, vl);
+    const char *files[4] = {o->data, dl, vk ? o->val : NULL, vk ? vl : NULL};
+    for (int i = 0; i < 4; i++)
+        if (files[i] && stat(files[i], &st) == 0)
+            *(i < 2 ? &dbytes : &vbytes) += (uint64_t)st.st_size;
+    if (!dk)
         return 0;
     rt_client_info info;
     int rc = rt_client_info_get(c, &info);
@@ -343,15 +310,22 @@ static int over_one_upload(rt_client *c, const cli_opts *o, rt_client_array *x, 
         return rc;
     uint64_t lim = info.max_upload_bytes ? info.max_upload_bytes : info.max_dataset_bytes;
     rt_client_info_free(&info);
-    if (!lim || (uint64_t)(sx.st_size + sy.st_size) <= lim)
+    if (!lim || (dbytes <= lim && vbytes <= lim))
         return 0;
-    if ((rc = npy_load(o->data, x, xb)) < 0 || (rc = npy_load(o->labels, y, yb)) < 0)
+    if ((rc = cli_rows_open(o, o->data, dl, tr, trr)) < 0 ||
+        (vk && (rc = cli_rows_open(o, o->val, vl, va, var)) < 0))
         return rc;
-    fprintf(stderr,
-            "rtrain: --data and --labels are %llu bytes, over the daemon's %llu for one "
-            "upload: sent in chunks of whole batches%s\n",
-            (unsigned long long)(sx.st_size + sy.st_size), (unsigned long long)lim,
-            o->no_shuffle ? "" : " (each shuffled on its own; --no-shuffle keeps the order)");
+    if (dbytes > lim)
+        fprintf(stderr,
+                "rtrain: --data is %llu bytes, over the daemon's %llu for one upload: sent in "
+                "chunks of whole batches%s\n",
+                (unsigned long long)dbytes, (unsigned long long)lim,
+                o->no_shuffle ? "" : ", shuffled over all rows each epoch");
+    if (vbytes > lim)
+        fprintf(stderr,
+                "rtrain: --val is %llu bytes, over the daemon's %llu for one upload: evaluated "
+                "in chunks, its metrics combined\n",
+                (unsigned long long)vbytes, (unsigned long long)lim);
     *chunked = 1;
     return 0;
 }
@@ -835,7 +809,9 @@ int cli_cmd_fit(const cli_opts *o)
     fit_view v;
     memset(&v, 0, sizeof v);
     int keep = 0;
-    char *cxb = NULL, *cyb = NULL; /* data read here (over one upload) */
+    cli_rows *crt = NULL, *crv = NULL; /* data read here (over one upload) */
+    rt_client_rows rtr, rva;
+    memset(&rva, 0, sizeof rva);
     uint64_t t0 = rt_now_ns();
     ex = setup(c, o, "rtrain fit", sid, &prog);
     if (ex)
@@ -847,12 +823,11 @@ int cli_cmd_fit(const cli_opts *o)
     if (o->reattach_s >= 0)
         rt_client_set_reattach_ms(c, (int64_t)(o->reattach_s * 1000));
     fprintf(stderr, "session: %s (token %s)\n", sid, rt_client_session_token(c, sid));
-    rt_client_array cx, cy;
     int chunked = 0;
-    int rc = over_one_upload(c, o, &cx, &cy, &cxb, &cyb, &chunked);
+    int rc = over_one_upload(c, o, &crt, &rtr, &crv, &rva, &chunked);
     memset(&tr, 0, sizeof tr);
     if (rc == 0 && chunked)
-        tr.samples = (uint64_t)cx.shape[0];
+        tr.samples = rtr.n;
     else if (rc == 0)
         rc = o->sample_weights ? upload_weighted(c, sid, o, &tr)
                                : cli_upload(c, sid, base_name(o->data), o->data, o->labels, o, &tr);
@@ -860,7 +835,9 @@ int cli_cmd_fit(const cli_opts *o)
         ex = cli_fail(c, "upload of --data", rc);
         goto out;
     }
-    if (o->val) {
+    if (crv) {
+        va.samples = rva.n;
+    } else if (o->val) {
         rc = cli_upload(c, sid, base_name(o->val), o->val, o->val_labels, o, &va);
         if (rc < 0) {
             ex = cli_fail(c, "upload of --val", rc);
@@ -964,12 +941,16 @@ int cli_cmd_fit(const cli_opts *o)
                 .checkpoint_every_steps = (uint32_t)o->ckpt_every_steps,
                 .checkpoint_every_s = (uint32_t)o->ckpt_every_s};
             if (chunked) {
-                rt_client_fit_arrays_params ap = {.fit = fp,
-                                                  .name = base_name(o->data),
-                                                  .x = &cx,
-                                                  .y = &cy,
-                                                  .batch_size = (uint32_t)batch};
-                rc = rt_client_fit_arrays(c, &ap, on_fit_event, &v);
+                rt_client_fit_rows_params rp = {.fit = fp,
+                                                .name = base_name(o->data),
+                                                .val_name = o->val ? base_name(o->val) : NULL,
+                                                .train = rtr,
+                                                .val = rva,
+                                                .batch_size = (uint32_t)batch,
+                                                .shuffle = !o->no_shuffle,
+                                                .seed = o->seed >= 0 ? (uint64_t)o->seed : 0,
+                                                .first_epoch = r};
+                rc = rt_client_fit_rows(c, &rp, on_fit_event, &v);
             } else {
                 rc = rt_client_fit(c, &fp, on_fit_event, &v);
             }
@@ -1042,8 +1023,8 @@ int cli_cmd_fit(const cli_opts *o)
     if (!ex && o->tfjs_out)
         ex = export_tfjs(c, o, sid, prog.program_id);
 out:
-    free(cxb);
-    free(cyb);
+    cli_rows_free(crt);
+    cli_rows_free(crv);
     /* Also after Ctrl-C: the cancel flag is cleared when the next call
      * starts, and a session left open would hold the daemon's memory. */
     if (sid[0] && !keep) {

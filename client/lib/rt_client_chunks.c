@@ -281,7 +281,7 @@ int rt_client_fit_rows(rt_client *c, const rt_client_fit_rows_params *p, rt_clie
         r.loss_sum = r.acc_sum = 0;
         r.samples = 0;
         if (!tr_one)
-            epoch_order(order, n, p->shuffle, p->seed, e);
+            epoch_order(order, n, p->shuffle, p->seed, (uint64_t)p->first_epoch + e);
         uint64_t lo = 0;
         for (; lo < n && rc == 0; lo += rows) {
             const uint64_t k = n - lo < rows ? n - lo : rows;

@@ -826,6 +826,8 @@ typedef struct rt_client_fit_rows_params {
     uint32_t batch_size;
     int shuffle;
     uint64_t seed;
+    uint32_t first_epoch; /* the orders continue at this epoch (0-based):
+                             a fit of one epoch per call passes its count */
     uint64_t max_upload_bytes; /* 0: GetInfo's */
 } rt_client_fit_rows_params;
 
