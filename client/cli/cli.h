@@ -213,14 +213,15 @@ int cli_upload(rt_client *c, const char *sid, const char *name, const char *data
 /* Read a whole text file (NUL-terminated); NULL with errno on failure. */
 char *cli_read_file(const char *path, size_t *len);
 void cli_train_opts(const cli_opts *o, rt_train_opts *t);
-/* cli_rows.c: --data/--val files as rows for rt_client_fit_rows (a fit
- * over one upload): whether data (with labels) is a kind it reads (.npy
- * or IDX pairs, a CSV with a label column; not compressed), and reading
- * it (RT_E* after saying why). */
+/* cli_rows.c: --data/--val as rows for rt_client_fit_rows (a fit over
+ * one upload): the bytes of data (with labels) when it is a kind it reads
+ * (.npy or IDX pairs, a CSV with a label column, TFRecord shards, an
+ * image folder; not compressed), else 0; and reading it (RT_E* after
+ * saying why). */
 typedef struct cli_rows cli_rows;
-int cli_rows_chunkable(const cli_opts *o, const char *data, const char *labels);
-int cli_rows_open(const cli_opts *o, const char *data, const char *labels, cli_rows **out,
-                  rt_client_rows *rows);
+uint64_t cli_rows_bytes(const cli_opts *o, const char *data, const char *labels);
+int cli_rows_open(rt_client *c, const cli_opts *o, const char *data, const char *labels,
+                  cli_rows **out, rt_client_rows *rows);
 void cli_rows_free(cli_rows *r);
 
 #endif

@@ -7,9 +7,14 @@
  * so the daemon decodes each row exactly as in one upload of the file. */
 #include "cli.h"
 
+#include <dirent.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include "rtrain/rtrain_data.h"
 
 typedef struct rows_file {
     char *buf; /* the file */
@@ -27,6 +32,8 @@ typedef struct rows_file {
 } rows_file;
 
 struct cli_rows {
+    rt_client_record_rows *rec; /* TFRecord shards, an image folder */
+    rt_client_example_spec *spec;
     rows_file f[2];
     int n_files;
     uint64_t n;
@@ -257,6 +264,8 @@ void cli_rows_free(cli_rows *r)
 {
     if (!r)
         return;
+    rt_client_record_rows_free(r->rec);
+    rt_client_example_spec_free(r->spec);
     for (int i = 0; i < 2; i++) {
         free(r->f[i].buf);
         free(r->f[i].off);
@@ -266,25 +275,104 @@ void cli_rows_free(cli_rows *r)
     free(r);
 }
 
-int cli_rows_chunkable(const cli_opts *o, const char *data, const char *labels)
+static uint64_t file_bytes(const char *path)
+{
+    struct stat st;
+    return path && stat(path, &st) == 0 && S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+}
+
+/* the files of an image folder's class folders (what they add framed is
+ * small beside them) */
+static uint64_t folder_bytes(const char *dir, int depth)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    uint64_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        n += depth ? folder_bytes(path, 0) : file_bytes(path);
+    }
+    closedir(d);
+    return n;
+}
+
+uint64_t cli_rows_bytes(const cli_opts *o, const char *data, const char *labels)
 {
     const cli_data_kind k = cli_data_kind_of(data);
     const size_t n = strlen(data);
-    if (n > 3 && (!strcmp(data + n - 3, ".gz") || (labels && strstr(labels, ".gz"))))
+    const int gz = (n > 3 && !strcmp(data + n - 3, ".gz")) || (n > 5 && !strcmp(data + n - 5, ".zlib")) ||
+                   (labels && strstr(labels, ".gz"));
+    if (gz || (k == CLI_DATA_CSV && (o->label_first >= 0 || o->csv_features)) ||
+        ((k == CLI_DATA_NPY || k == CLI_DATA_IDX) && !labels))
         return 0;
-    if (k == CLI_DATA_CSV)
-        return o->label_first < 0 && !o->csv_features;
-    return (k == CLI_DATA_NPY || k == CLI_DATA_IDX) && labels;
+    if (k == CLI_DATA_CSV || k == CLI_DATA_NPY || k == CLI_DATA_IDX)
+        return file_bytes(data) + file_bytes(labels);
+    if (k == CLI_DATA_IMAGES)
+        return folder_bytes(data, 1);
+    if (k != CLI_DATA_TFRECORD)
+        return 0;
+    glob_t g;
+    uint64_t b = 0;
+    if (glob(data, 0, NULL, &g) != 0)
+        return 0;
+    for (size_t i = 0; i < g.gl_pathc; i++)
+        b += file_bytes(g.gl_pathv[i]);
+    globfree(&g);
+    return b;
 }
 
-int cli_rows_open(const cli_opts *o, const char *data, const char *labels, cli_rows **out,
-                  rt_client_rows *rr)
+/* TFRecord shards or an image folder: librtrain's records */
+static int records_open(rt_client *c, const cli_opts *o, const char *data, cli_rows *r,
+                        rt_client_rows *rr)
+{
+    rt_client_image_opts im;
+    char err[256];
+    if (cli_image_opts(o, &im, err, sizeof err) < 0) {
+        fprintf(stderr, "rtrain: %s\n", err);
+        return RT_EINVAL;
+    }
+    if (data == o->val) { /* validation sees plain images (cli_upload_tf) */
+        im.crop_pad = im.flip = 0;
+        im.brightness = im.contrast = 0;
+    }
+    const int skip = o->on_bad_record && !strcmp(o->on_bad_record, "skip");
+    im.storage = !o->storage || !strcmp(o->storage, "auto") ? RT_STORAGE_AUTO
+                 : !strcmp(o->storage, "memory")            ? RT_STORAGE_MEMORY
+                                                            : RT_STORAGE_STREAM;
+    im.shuffle_buffer = (uint64_t)o->shuffle_buffer;
+    if (cli_data_kind_of(data) == CLI_DATA_IMAGES)
+        return rt_client_image_folder_rows(c, data, &im, skip, &r->rec, rr);
+    if (rt_client_example_spec_parse(o->features, o->label_key, &r->spec, err, sizeof err) < 0) {
+        fprintf(stderr, "rtrain: --features: %s\n", err);
+        return RT_EINVAL;
+    }
+    rt_client_example_spec_set_image(r->spec, &im);
+    rt_client_example_spec_set_skip_bad(r->spec, skip);
+    rt_client_example_spec_set_storage(r->spec, im.storage, im.shuffle_buffer);
+    return rt_client_tfrecord_rows(c, data, r->spec, &r->rec, rr);
+}
+
+int cli_rows_open(rt_client *c, const cli_opts *o, const char *data, const char *labels,
+                  cli_rows **out, rt_client_rows *rr)
 {
     *out = NULL;
     cli_rows *r = calloc(1, sizeof *r);
     if (!r)
         return RT_ENOMEM;
     const cli_data_kind kind = cli_data_kind_of(data);
+    if (kind == CLI_DATA_TFRECORD || kind == CLI_DATA_IMAGES) {
+        int rc = records_open(c, o, data, r, rr);
+        if (rc < 0)
+            cli_rows_free(r);
+        else
+            *out = r;
+        return rc;
+    }
     const char *paths[2] = {data, labels};
     r->n_files = kind == CLI_DATA_CSV ? 1 : 2;
     r->label_column = (int)o->label_column;

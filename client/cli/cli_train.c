@@ -292,16 +292,13 @@ static int over_one_upload(rt_client *c, const cli_opts *o, cli_rows **tr, rt_cl
                            cli_rows **va, rt_client_rows *var, int *chunked)
 {
     *chunked = 0;
-    struct stat st;
-    uint64_t dbytes = 0, vbytes = 0;
-    const char *dl = cli_data_kind_of(o->data) == CLI_DATA_CSV ? NULL : o->labels;
-    const char *vl = o->val && cli_data_kind_of(o->val) == CLI_DATA_CSV ? NULL : o->val_labels;
-    const int dk = !o->sample_weights && cli_rows_chunkable(o, o->data, dl);
-    const int vk = o->val && cli_rows_chunkable(o, o->val, vl);
-    const char *files[4] = {o->data, dl, vk ? o->val : NULL, vk ? vl : NULL};
-    for (int i = 0; i < 4; i++)
-        if (files[i] && stat(files[i], &st) == 0)
-            *(i < 2 ? &dbytes : &vbytes) += (uint64_t)st.st_size;
+    const cli_data_kind dkind = cli_data_kind_of(o->data);
+    const char *dl = dkind == CLI_DATA_NPY || dkind == CLI_DATA_IDX ? o->labels : NULL;
+    const cli_data_kind vkind = o->val ? cli_data_kind_of(o->val) : CLI_DATA_UNKNOWN;
+    const char *vl = vkind == CLI_DATA_NPY || vkind == CLI_DATA_IDX ? o->val_labels : NULL;
+    const uint64_t dbytes = o->sample_weights ? 0 : cli_rows_bytes(o, o->data, dl);
+    const uint64_t vbytes = o->val ? cli_rows_bytes(o, o->val, vl) : 0;
+    const int dk = dbytes > 0, vk = vbytes > 0;
     if (!dk)
         return 0;
     rt_client_info info;
@@ -312,8 +309,8 @@ static int over_one_upload(rt_client *c, const cli_opts *o, cli_rows **tr, rt_cl
     rt_client_info_free(&info);
     if (!lim || (dbytes <= lim && vbytes <= lim))
         return 0;
-    if ((rc = cli_rows_open(o, o->data, dl, tr, trr)) < 0 ||
-        (vk && (rc = cli_rows_open(o, o->val, vl, va, var)) < 0))
+    if ((rc = cli_rows_open(c, o, o->data, dl, tr, trr)) < 0 ||
+        (vk && (rc = cli_rows_open(c, o, o->val, vl, va, var)) < 0))
         return rc;
     if (dbytes > lim)
         fprintf(stderr,

@@ -430,16 +430,39 @@ static int read_file(rt_client *c, const char *path, buf *tmp)
     return bad ? rt__err(c, RT_EIO, "reading %s failed", path) : 0;
 }
 
-int rt_client_upload_image_folder(rt_client *c, const char *session, const char *name,
-                                  const char *dir, const rt_client_image_opts *img, int skip_bad,
-                                  rt_client_dataset *out)
+/* A chunked fit's rows (rt_client_fit_rows): TFRecord records, framed,
+ * one after another in all; a chunk is the asked-for records as one
+ * TFRecord part in memory, which the daemon reads as it reads the files. */
+struct rt_client_record_rows {
+    buf all, out;
+    uint64_t *off; /* each record's frame in all */
+    size_t n, cap;
+    rt_client_example_spec *own; /* an image folder's */
+    const rt_client_example_spec *spec;
+};
+
+static int note_record(rt_client_record_rows *r, uint64_t off)
 {
-    if (!c || !dir || !img || !out)
-        return RT_EINVAL;
+    if (r->n == r->cap) {
+        size_t nc = r->cap ? 2 * r->cap : 1024;
+        uint64_t *o = realloc(r->off, (nc + 1) * sizeof *o);
+        if (!o)
+            return -1;
+        r->off = o;
+        r->cap = nc;
+    }
+    r->off[r->n++] = off;
+    r->off[r->n] = r->all.n;
+    return 0;
+}
+
+/* dir's class folders framed as records into rec (and noted in idx, when
+ * not NULL) */
+static int frame_folder(rt_client *c, const char *dir, buf *rec, rt_client_record_rows *idx)
+{
     char **classes = NULL;
     size_t n_classes = 0;
-    buf rec = {0}, tmp = {0};
-    rt_client_example_spec *spec = NULL;
+    buf tmp = {0};
     int rc = list_dir(c, dir, 1, &classes, &n_classes);
     if (rc == 0 && n_classes == 0)
         rc = rt__err(c, RT_EDATA, "%s has no class subdirectories", dir);
@@ -454,8 +477,10 @@ int rt_client_upload_image_folder(rt_client *c, const char *session, const char 
         for (size_t i = 0; i < nf && rc == 0; i++) {
             char path[8192];
             snprintf(path, sizeof path, "%s/%s", sub, files[i]);
+            const uint64_t at = rec->n;
             if ((rc = read_file(c, path, &tmp)) == 0 &&
-                append_record(&rec, tmp.p, tmp.n, (int64_t)k) < 0)
+                (append_record(rec, tmp.p, tmp.n, (int64_t)k) < 0 ||
+                 (idx && note_record(idx, at) < 0)))
                 rc = rt__err(c, RT_ENOMEM, "out of memory framing %s", path);
             n_images++;
         }
@@ -463,17 +488,39 @@ int rt_client_upload_image_folder(rt_client *c, const char *session, const char 
     }
     if (rc == 0 && n_images == 0)
         rc = rt__err(c, RT_EDATA, "%s has no .jpg/.jpeg/.png files in its class folders", dir);
-    if (rc == 0 && !(spec = spec_new()))
-        rc = rt__err(c, RT_ENOMEM, "out of memory");
-    if (rc == 0) {
-        spec_add(spec, "image", RTRAIN__V1__FEATURE_KIND__FEATURE_IMAGE, 0, NULL, 0);
-        spec_add(spec, "label", RTRAIN__V1__FEATURE_KIND__FEATURE_INT64, 0, NULL, 0);
-        spec->f[1].label = 1;
-        rt_client_example_spec_set_image(spec, img);
-        rt_client_example_spec_set_skip_bad(spec, skip_bad);
-        if (rt_client_example_spec_set_storage(spec, img->storage, img->shuffle_buffer) < 0)
-            rc = rt__err(c, RT_EINVAL, "storage %d is not auto, memory or stream", img->storage);
-    }
+    free_list(classes, n_classes);
+    free(tmp.p);
+    return rc;
+}
+
+/* The spec of framed image records: image bytes and an int64 label. */
+static int folder_spec(rt_client *c, const rt_client_image_opts *img, int skip_bad,
+                       rt_client_example_spec **out)
+{
+    rt_client_example_spec *spec = *out = spec_new();
+    if (!spec)
+        return rt__err(c, RT_ENOMEM, "out of memory");
+    spec_add(spec, "image", RTRAIN__V1__FEATURE_KIND__FEATURE_IMAGE, 0, NULL, 0);
+    spec_add(spec, "label", RTRAIN__V1__FEATURE_KIND__FEATURE_INT64, 0, NULL, 0);
+    spec->f[1].label = 1;
+    rt_client_example_spec_set_image(spec, img);
+    rt_client_example_spec_set_skip_bad(spec, skip_bad);
+    if (rt_client_example_spec_set_storage(spec, img->storage, img->shuffle_buffer) < 0)
+        return rt__err(c, RT_EINVAL, "storage %d is not auto, memory or stream", img->storage);
+    return 0;
+}
+
+int rt_client_upload_image_folder(rt_client *c, const char *session, const char *name,
+                                  const char *dir, const rt_client_image_opts *img, int skip_bad,
+                                  rt_client_dataset *out)
+{
+    if (!c || !dir || !img || !out)
+        return RT_EINVAL;
+    buf rec = {0};
+    rt_client_example_spec *spec = NULL;
+    int rc = frame_folder(c, dir, &rec, NULL);
+    if (rc == 0)
+        rc = folder_spec(c, img, skip_bad, &spec);
     if (rc == 0) {
         rt_client_upload_part p;
         memset(&p, 0, sizeof p);
@@ -487,9 +534,136 @@ int rt_client_upload_image_folder(rt_client *c, const char *session, const char 
         rt__call_begin(c, RT__M_FIND_DATASET);
         rc = rt__call_end(c, rc);
     }
-    free_list(classes, n_classes);
     free(rec.p);
-    free(tmp.p);
     rt_client_example_spec_free(spec);
     return rc;
+}
+
+static int records_upload(rt_client *c, const char *session, const char *name,
+                          const uint64_t *rows, uint64_t k, rt_client_dataset *out, void *user)
+{
+    rt_client_record_rows *r = user;
+    r->out.n = 0;
+    for (uint64_t i = 0; i < k; i++) {
+        const uint64_t a = r->off[rows[i]], len = r->off[rows[i] + 1] - a;
+        if (buf_room(&r->out, len) < 0)
+            return rt__err(c, RT_ENOMEM, "out of memory gathering records");
+        memcpy(r->out.p + r->out.n, r->all.p + a, len);
+        r->out.n += len;
+    }
+    rt_client_upload_part p;
+    memset(&p, 0, sizeof p);
+    p.role = RT_ROLE_BOTH;
+    p.format = RT_FORMAT_TFRECORD;
+    p.data = r->out.p;
+    p.nbytes = r->out.n;
+    p.spec = r->spec;
+    return rt_client_upload_parts(c, session, name, &p, 1, out);
+}
+
+void rt_client_record_rows_free(rt_client_record_rows *r)
+{
+    if (!r)
+        return;
+    free(r->all.p);
+    free(r->out.p);
+    free(r->off);
+    rt_client_example_spec_free(r->own);
+    free(r);
+}
+
+static int records_done(rt_client *c, rt_client_record_rows *r, int rc,
+                        rt_client_record_rows **out, rt_client_rows *rows)
+{
+    if (rc == 0 && r->n == 0)
+        rc = rt__err(c, RT_EDATA, "no records");
+    if (rc < 0) {
+        rt_client_record_rows_free(r);
+        return rc;
+    }
+    memset(rows, 0, sizeof *rows);
+    rows->n = r->n;
+    rows->bytes = r->all.n;
+    for (size_t i = 0; i < r->n; i++)
+        if (r->off[i + 1] - r->off[i] > rows->row_bytes)
+            rows->row_bytes = r->off[i + 1] - r->off[i];
+    rows->upload = records_upload;
+    rows->user = r;
+    *out = r;
+    return 0;
+}
+
+int rt_client_tfrecord_rows(rt_client *c, const char *pattern, const rt_client_example_spec *spec,
+                            rt_client_record_rows **out, rt_client_rows *rows)
+{
+    if (!c || !pattern || !spec || !out || !rows)
+        return RT_EINVAL;
+    *out = NULL;
+    rt_client_record_rows *r = calloc(1, sizeof *r);
+    if (!r)
+        return rt__err(c, RT_ENOMEM, "out of memory");
+    r->spec = spec;
+    glob_t g;
+    int gr = glob(pattern, 0, NULL, &g), rc = 0; /* sorted by name, as one upload */
+    if (gr != 0) {
+        if (gr != GLOB_NOMATCH)
+            globfree(&g);
+        return records_done(c, r, rt__err(c, RT_EIO, "no file matches %s", pattern), out, rows);
+    }
+    for (size_t i = 0; i < g.gl_pathc && rc == 0; i++) {
+        const char *path = g.gl_pathv[i];
+        if (ends_with(path, ".gz") || ends_with(path, ".zlib")) {
+            rc = rt__err(c, RT_EINVAL,
+                         "%s is compressed: a fit over one upload reads its records here; "
+                         "decompress the shards",
+                         path);
+            break;
+        }
+        buf f = {0};
+        if ((rc = read_file(c, path, &f)) < 0) {
+            free(f.p);
+            break;
+        }
+        /* each frame: u64 length, its masked CRC, the data, its CRC */
+        for (size_t at = 0; at < f.n && rc == 0;) {
+            uint64_t len = 0;
+            for (int b = 0; b < 8 && at + 8 <= f.n; b++)
+                len |= (uint64_t)f.p[at + b] << (8 * b);
+            if (at + 8 > f.n || len > f.n - at - 8 || f.n - at - 8 - len < 8) {
+                rc = rt__err(c, RT_EDATA,
+                             "%s: a truncated record at byte %zu (a fit over one upload "
+                             "needs whole records)",
+                             path, at);
+                break;
+            }
+            const uint64_t whole = 16 + len;
+            if (buf_room(&r->all, whole) < 0 || note_record(r, r->all.n) < 0) {
+                rc = rt__err(c, RT_ENOMEM, "out of memory reading %s", path);
+                break;
+            }
+            memcpy(r->all.p + r->all.n, f.p + at, whole);
+            r->all.n += whole;
+            r->off[r->n] = r->all.n;
+            at += whole;
+        }
+        free(f.p);
+    }
+    globfree(&g);
+    return records_done(c, r, rc, out, rows);
+}
+
+int rt_client_image_folder_rows(rt_client *c, const char *dir, const rt_client_image_opts *img,
+                                int skip_bad, rt_client_record_rows **out, rt_client_rows *rows)
+{
+    if (!c || !dir || !img || !out || !rows)
+        return RT_EINVAL;
+    *out = NULL;
+    rt_client_record_rows *r = calloc(1, sizeof *r);
+    if (!r)
+        return rt__err(c, RT_ENOMEM, "out of memory");
+    int rc = frame_folder(c, dir, &r->all, r);
+    if (rc == 0)
+        rc = folder_spec(c, img, skip_bad, &r->own);
+    r->spec = r->own;
+    return records_done(c, r, rc, out, rows);
 }

@@ -88,6 +88,17 @@ int rt_client_upload_image_folder(rt_client *c, const char *session, const char 
                                   const char *dir, const rt_client_image_opts *img,
                                   int skip_bad, rt_client_dataset *out);
 
+/* The records of TFRecord shards (a glob, uncompressed) or of an image
+ * folder (framed as above) as rows for rt_client_fit_rows, read into
+ * memory here: each chunk is its records as one TFRecord part, read by
+ * the daemon as the files are. spec must outlive *out. */
+typedef struct rt_client_record_rows rt_client_record_rows;
+int rt_client_tfrecord_rows(rt_client *c, const char *pattern, const rt_client_example_spec *spec,
+                            rt_client_record_rows **out, rt_client_rows *rows);
+int rt_client_image_folder_rows(rt_client *c, const char *dir, const rt_client_image_opts *img,
+                                int skip_bad, rt_client_record_rows **out, rt_client_rows *rows);
+void rt_client_record_rows_free(rt_client_record_rows *r);
+
 #ifdef __cplusplus
 }
 #endif
