@@ -173,12 +173,17 @@ static int chunk_rows(rt_client *c, const rt_client_rows *r, uint64_t limit, uin
 {
     const uint64_t room = limit / 2 > r->fixed_bytes ? limit / 2 - r->fixed_bytes : 0;
     const uint64_t per = batch * (r->row_bytes ? r->row_bytes : 1);
+    if (room / per == 0 && batch > 1)
+        return rt__err(c, RT_ETOOBIG,
+                       "%s: one batch of %llu rows is up to %llu bytes, over half of the "
+                       "daemon's max_upload_bytes %llu: use a smaller batch",
+                       what, (unsigned long long)batch, (unsigned long long)per,
+                       (unsigned long long)limit);
     if (room / per == 0)
         return rt__err(c, RT_ETOOBIG,
-                       "%s: %llu rows are up to %llu bytes, over half of the daemon's "
-                       "max_upload_bytes %llu%s",
-                       what, (unsigned long long)batch, (unsigned long long)per,
-                       (unsigned long long)limit, batch > 1 ? ": use a smaller batch" : "");
+                       "%s: one row is up to %llu bytes, over half of the daemon's "
+                       "max_upload_bytes %llu",
+                       what, (unsigned long long)per, (unsigned long long)limit);
     *out = room / per * batch;
     return 0;
 }

@@ -159,6 +159,35 @@ static int on_event(const rt_client_fit_event *ev, void *u)
     return l->stop_after && l->progress + l->epochs >= l->stop_after;
 }
 
+/* Rows of x and y for rt_client_fit_rows that note which rows each
+ * upload held (at most 64 uploads of 256 rows). */
+typedef struct rec_rows {
+    const float *x;
+    const int32_t *y;
+    int64_t d; /* values per x row */
+    int n_up;
+    uint64_t k[64], rows[64][256];
+} rec_rows;
+
+static int rec_upload(rt_client *c, const char *session, const char *name, const uint64_t *rows,
+                      uint64_t k, rt_client_dataset *out, void *user)
+{
+    rec_rows *r = user;
+    if (r->n_up >= 64 || k > 256)
+        return RT_EINVAL;
+    static float xs[256 * 8];
+    static int32_t ys[256];
+    for (uint64_t i = 0; i < k; i++) {
+        memcpy(xs + i * (uint64_t)r->d, r->x + rows[i] * (uint64_t)r->d, (size_t)r->d * 4);
+        ys[i] = r->y[rows[i]];
+        r->rows[r->n_up][i] = rows[i];
+    }
+    r->k[r->n_up++] = k;
+    rt_client_array xa = {xs, RT_DTYPE_F32, 2, {(int64_t)k, r->d}};
+    rt_client_array ya = {ys, RT_DTYPE_I32, 1, {(int64_t)k}};
+    return rt_client_upload(c, session, name, &xa, &ya, out);
+}
+
 /* Every event of a fit or a training loop, in order. */
 typedef struct ev_log {
     int n, progress, stop_after_progress;
@@ -1101,7 +1130,108 @@ int main(int argc, char **argv)
         /* a batch over half the limit cannot go in chunks: said so */
         ap.max_upload_bytes = 600;
         CHECK(rt_client_fit_arrays(c, &ap, NULL, NULL) == RT_ETOOBIG);
-        CHECK(strstr(rt_client_errmsg(c), "one batch of 20 rows is 400 bytes"));
+        CHECK(strstr(rt_client_errmsg(c), "one batch of 20 rows is up to 400 bytes"));
+        rt_client_compile_result_free(&pa);
+        rt_client_compile_result_free(&pb);
+        CHECK_RC(rt_client_session_close(c, sa));
+        CHECK_RC(rt_client_session_close(c, sb));
+    }
+
+
+    step("a shuffled fit over one upload: a permutation of all rows per epoch");
+    /* rt_client_fit_rows told the daemon takes 2000 bytes an upload: the
+     * 105 training rows (20 bytes each) go in chunks of 40, 40 and 25. With
+     * shuffle each epoch's chunks are slices of one permutation of all 105
+     * rows, drawn from (seed, epoch): the first chunk holds rows of all
+     * three row-order chunks (a shuffle inside each chunk would hold rows
+     * 0..39 only), every row comes once an epoch, epochs differ, and the
+     * same seed gives the same orders and the same weights. The 45
+     * validation rows with a limit of 800 go in chunks of 20, 20 and 5: the epoch
+     * ends' val metrics are Evaluate's over all 45 rows, combined by rows,
+     * as one Evaluate of the whole set gives them. */
+    {
+        csv_data td, vd;
+        CHECK(read_iris(p_train, &td) == 105);
+        CHECK(read_iris(p_val, &vd) == 45);
+        static rec_rows ra, rb, rv;
+        ra = (rec_rows){.x = td.x, .y = td.y, .d = 4};
+        rb = ra;
+        rv = (rec_rows){.x = vd.x, .y = vd.y, .d = 4};
+        char sa[RT_ID_MAX], sb[RT_ID_MAX];
+        rt_client_compile_result pa, pb;
+        CHECK_RC(rt_client_session_create(c, "shuffled a", sa));
+        CHECK_RC(rt_client_session_create(c, "shuffled b", sb));
+        CHECK_RC(rt_client_compile_keras(c, sa, json, &o, &pa));
+        CHECK_RC(rt_client_compile_keras(c, sb, json, &o, &pb));
+        fit_log la = {0}, lb = {0};
+        rt_client_fit_rows_params rp = {
+            .fit = {.session = sa, .program = pa.program_id, .epochs = 3, .progress_every = 1},
+            .name = "iris",
+            .train = {.n = 105, .bytes = 2100, .row_bytes = 20, .upload = rec_upload, .user = &ra},
+            .batch_size = 20,
+            .shuffle = 1,
+            .seed = 5,
+            .max_upload_bytes = 2000};
+        CHECK_RC(rt_client_fit_rows(c, &rp, on_event, &la));
+        CHECK(la.epochs == 3 && la.done == 1 && ra.n_up == 9);
+        int whole = ra.n_up == 9, spread[3] = {0, 0, 0};
+        for (int e = 0; whole && e < 3; e++) {
+            int seen[105] = {0};
+            for (int u = 3 * e; u < 3 * e + 3; u++)
+                for (uint64_t i = 0; i < ra.k[u]; i++)
+                    seen[ra.rows[u][i] < 105 ? ra.rows[u][i] : 0]++;
+            whole &= ra.k[3 * e] == 40 && ra.k[3 * e + 1] == 40 && ra.k[3 * e + 2] == 25;
+            for (int i = 0; i < 105; i++)
+                whole &= seen[i] == 1;
+        }
+        CHECK(whole);
+        for (uint64_t i = 0; i < ra.k[0]; i++)
+            spread[ra.rows[0][i] / 40]++;
+        CHECK(spread[0] > 0 && spread[1] > 0 && spread[2] > 0);
+        CHECK(memcmp(ra.rows[0], ra.rows[3], 40 * sizeof ra.rows[0][0]) != 0);
+        /* the same seed: the same orders, the same weights */
+        rp.fit.session = sb;
+        rp.fit.program = pb.program_id;
+        rp.train.user = &rb;
+        rp.val = (rt_client_rows){.n = 45, .bytes = 900, .row_bytes = 20, .upload = rec_upload,
+                                  .user = &rv};
+        rp.max_upload_bytes = 2000;
+        CHECK_RC(rt_client_fit_rows(c, &rp, on_event, &lb));
+        CHECK(rb.n_up == 9 && !memcmp(ra.rows, rb.rows, sizeof ra.rows) &&
+              !memcmp(ra.k, rb.k, sizeof ra.k));
+        rt_client_weights wa, wb;
+        CHECK_RC(rt_client_get_weights(c, sa, pa.program_id, &wa));
+        CHECK_RC(rt_client_get_weights(c, sb, pb.program_id, &wb));
+        int same = wa.n == wb.n && wa.n > 0;
+        for (size_t i = 0; same && i < wa.n; i++)
+            same = wa.t[i].nbytes == wb.t[i].nbytes &&
+                   !memcmp(wa.t[i].data, wb.t[i].data, wa.t[i].nbytes);
+        CHECK(same);
+        rt_client_weights_free(&wa);
+        rt_client_weights_free(&wb);
+        /* val under 2000 bytes: one upload, evaluated whole each epoch */
+        CHECK(rv.n_up == 1 && rv.k[0] == 45 && lb.epochs == 3);
+        /* val in chunks of 20, 20 and 5 rows (limit 800): one more epoch
+         * on b, its val metrics against one Evaluate of all 45 rows (a
+         * mean of the chunks' means would weigh the last 5 rows as 20) */
+        rv.n_up = 0;
+        rb.n_up = 0;
+        rp.fit.epochs = 1;
+        rp.max_upload_bytes = 800;
+        rp.train.bytes = 400; /* one upload here */
+        rp.train.n = 20;
+        fit_log lc = {0};
+        CHECK_RC(rt_client_fit_rows(c, &rp, on_event, &lc));
+        CHECK(lc.epochs == 1 && rv.n_up == 3 && rv.k[0] == 20 && rv.k[2] == 5);
+        rt_client_array vx = {vd.x, RT_DTYPE_F32, 2, {45, 4}};
+        rt_client_array vy = {vd.y, RT_DTYPE_I32, 1, {45}};
+        rt_client_dataset vds;
+        rt_client_metrics vm;
+        CHECK_RC(rt_client_upload(c, sb, "val whole", &vx, &vy, &vds));
+        CHECK_RC(rt_client_evaluate(c, sb, pb.program_id, vds.id, &vm));
+        CHECK(vm.samples == 45);
+        CHECK(fabs(lc.last_val_loss - vm.loss) <= 1e-6 * fabs(vm.loss));
+        CHECK(fabs(lc.last_val_acc - vm.accuracy) <= 1e-9);
         rt_client_compile_result_free(&pa);
         rt_client_compile_result_free(&pb);
         CHECK_RC(rt_client_session_close(c, sa));
