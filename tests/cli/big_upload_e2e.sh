@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # big_upload_e2e.sh - `rtrain fit` on .npy arrays larger than one upload
-# (GetInfo's max_upload_bytes), through librtrain's rt_client_fit_arrays.
+# (GetInfo's max_upload_bytes), through cli_rows.c and rt_client_fit_rows.
 # A daemon run with --max-dataset-bytes 1 MiB refuses the 1.5 MB features
 # as one upload (a fit with sample weights, which sends them whole, fails),
 # so fit sends
