@@ -114,8 +114,8 @@ static int idx_parse(rows_file *f)
     f->row = (uint64_t)size;
     for (int i = 0; i < f->ndim; i++) {
         const unsigned char *p = u + 4 + 4 * i;
-        f->dims[i] = (int64_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
-                               p[3]);
+        f->dims[i] =
+            (int64_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
         if (i)
             f->row *= (uint64_t)f->dims[i];
     }
@@ -218,8 +218,9 @@ static int chunk_of(rows_file *f, const uint64_t *rows, uint64_t k, size_t *len)
             sl += snprintf(shape + sl, sizeof shape - (size_t)sl, ", %lld", (long long)f->dims[i]);
         snprintf(shape + sl, sizeof shape - (size_t)sl, "%s", f->ndim == 1 ? ",)" : ")");
         char dict[320];
-        int dl = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
-                          f->descr, shape);
+        int dl =
+            snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+                     f->descr, shape);
         size_t hl = (size_t)dl + 1;
         hl += (64 - (10 + hl) % 64) % 64;
         memcpy(f->out, "\x93NUMPY\x01\x00", 8);
@@ -244,8 +245,11 @@ static int rows_upload(rt_client *c, const char *session, const char *name, cons
     memset(p, 0, sizeof p);
     for (int i = 0; i < r->n_files; i++) {
         size_t len;
-        if (chunk_of(&r->f[i], rows, k, &len) < 0)
+        if (chunk_of(&r->f[i], rows, k, &len) < 0) {
+            fprintf(stderr, "rtrain: out of memory gathering a chunk of %llu rows\n",
+                    (unsigned long long)k);
             return RT_ENOMEM;
+        }
         p[i].format = r->f[i].fmt;
         p[i].data = r->f[i].out;
         p[i].nbytes = len;
@@ -305,8 +309,8 @@ uint64_t cli_rows_bytes(const cli_opts *o, const char *data, const char *labels)
 {
     const cli_data_kind k = cli_data_kind_of(data);
     const size_t n = strlen(data);
-    const int gz = (n > 3 && !strcmp(data + n - 3, ".gz")) || (n > 5 && !strcmp(data + n - 5, ".zlib")) ||
-                   (labels && strstr(labels, ".gz"));
+    const int gz = (n > 3 && !strcmp(data + n - 3, ".gz")) ||
+                   (n > 5 && !strcmp(data + n - 5, ".zlib")) || (labels && strstr(labels, ".gz"));
     if (gz || (k == CLI_DATA_CSV && (o->label_first >= 0 || o->csv_features)) ||
         ((k == CLI_DATA_NPY || k == CLI_DATA_IDX) && !labels))
         return 0;
@@ -400,8 +404,8 @@ int cli_rows_open(rt_client *c, const cli_opts *o, const char *data, const char 
             f->fmt = kind == CLI_DATA_NPY ? RT_FORMAT_NPY : RT_FORMAT_IDX;
             rc = kind == CLI_DATA_NPY ? npy_parse(f, paths[i]) : idx_parse(f);
             if (rc == -1 || (rc == 0 && f->len - f->hdr != (uint64_t)f->dims[0] * f->row)) {
-                fprintf(stderr, "rtrain: %s: not a %s file whose size its header gives\n",
-                        paths[i], kind == CLI_DATA_NPY ? ".npy" : "IDX");
+                fprintf(stderr, "rtrain: %s: not a %s file whose size its header gives\n", paths[i],
+                        kind == CLI_DATA_NPY ? ".npy" : "IDX");
                 rc = RT_EDATA;
             }
             row += f->row;
@@ -410,8 +414,8 @@ int cli_rows_open(rt_client *c, const cli_opts *o, const char *data, const char 
         rr->bytes += f->len;
     }
     if (rc == 0 && r->n_files == 2 && r->f[0].dims[0] != r->f[1].dims[0]) {
-        fprintf(stderr, "rtrain: %s has %lld rows but %s %lld\n", data,
-                (long long)r->f[0].dims[0], labels, (long long)r->f[1].dims[0]);
+        fprintf(stderr, "rtrain: %s has %lld rows but %s %lld\n", data, (long long)r->f[0].dims[0],
+                labels, (long long)r->f[1].dims[0]);
         rc = RT_ESHAPE;
     }
     if (rc < 0) {

@@ -27,9 +27,9 @@ typedef struct chunk_run {
     rt_client_fit_cb cb;
     void *user;
     uint64_t epoch, steps_before, steps_per_epoch;
-    uint64_t batch, chunk_rows;      /* this chunk's rows */
-    double loss_sum, acc_sum;        /* the epoch's chunks so far: sums */
-    uint64_t samples;                /* ... and their samples */
+    uint64_t batch, chunk_rows; /* this chunk's rows */
+    double loss_sum, acc_sum;   /* the epoch's chunks so far: sums */
+    uint64_t samples;           /* ... and their samples */
     int got_end, user_stop, stopped;
     rt_client_metrics end; /* the chunk's epoch means */
     uint64_t step;         /* the last global step reported */
@@ -133,7 +133,6 @@ static void merged(rt_client_metrics *m)
     for (int i = 0; i < m->n_values; i++)
         m->values[i] = is_rmse(m->value_name[i]) ? sqrt(m->values[i] / n) : m->values[i] / n;
 }
-
 
 /* The epoch's order of n rows: a permutation drawn from (seed, epoch)
  * (Fisher-Yates on splitmix64), or row order. */
@@ -305,7 +304,8 @@ int rt_client_fit_rows(rt_client *c, const rt_client_fit_rows_params *p, rt_clie
             if (rc < 0)
                 break;
             if (!r.got_end) {
-                rc = r.stopped ? 0 : rt__err(c, RT_EPROTO, "Fit over a chunk ended without its epoch");
+                rc = r.stopped ? 0
+                               : rt__err(c, RT_EPROTO, "Fit over a chunk ended without its epoch");
                 break;
             }
             if ((rc = merge(c, &acc, &r.end)) < 0)

@@ -539,8 +539,8 @@ int rt_client_upload_image_folder(rt_client *c, const char *session, const char 
     return rc;
 }
 
-static int records_upload(rt_client *c, const char *session, const char *name,
-                          const uint64_t *rows, uint64_t k, rt_client_dataset *out, void *user)
+static int records_upload(rt_client *c, const char *session, const char *name, const uint64_t *rows,
+                          uint64_t k, rt_client_dataset *out, void *user)
 {
     rt_client_record_rows *r = user;
     r->out.n = 0;
@@ -572,8 +572,8 @@ void rt_client_record_rows_free(rt_client_record_rows *r)
     free(r);
 }
 
-static int records_done(rt_client *c, rt_client_record_rows *r, int rc,
-                        rt_client_record_rows **out, rt_client_rows *rows)
+static int records_done(rt_client *c, rt_client_record_rows *r, int rc, rt_client_record_rows **out,
+                        rt_client_rows *rows)
 {
     if (rc == 0 && r->n == 0)
         rc = rt__err(c, RT_EDATA, "no records");
