@@ -188,6 +188,33 @@ static int rec_upload(rt_client *c, const char *session, const char *name, const
     return rt_client_upload(c, session, name, &xa, &ya, out);
 }
 
+/* The same compile in two sessions (in one it would be the same program). */
+static void two_programs(rt_client *c, const char *json, const rt_train_opts *o, char *sa,
+                         char *sb, rt_client_compile_result *pa, rt_client_compile_result *pb)
+{
+    CHECK_RC(rt_client_session_create(c, "a", sa));
+    CHECK_RC(rt_client_session_create(c, "b", sb));
+    CHECK_RC(rt_client_compile_keras(c, sa, json, o, pa));
+    CHECK_RC(rt_client_compile_keras(c, sb, json, o, pb));
+}
+
+/* Whether the two programs hold the same weights, bit for bit, after
+ * steps steps each. */
+static int same_weights(rt_client *c, const char *sa, const char *pa, const char *sb,
+                        const char *pb, uint64_t steps)
+{
+    rt_client_weights wa, wb;
+    CHECK_RC(rt_client_get_weights(c, sa, pa, &wa));
+    CHECK_RC(rt_client_get_weights(c, sb, pb, &wb));
+    int same = wa.n == wb.n && wa.n > 0 && wa.global_step == steps && wb.global_step == steps;
+    for (size_t i = 0; same && i < wa.n; i++)
+        same = wa.t[i].nbytes == wb.t[i].nbytes &&
+               !memcmp(wa.t[i].data, wb.t[i].data, wa.t[i].nbytes);
+    rt_client_weights_free(&wa);
+    rt_client_weights_free(&wb);
+    return same;
+}
+
 /* Every event of a fit or a training loop, in order. */
 typedef struct ev_log {
     int n, progress, stop_after_progress;
@@ -1095,10 +1122,7 @@ int main(int argc, char **argv)
         uo.no_shuffle = 1;
         char sa[RT_ID_MAX], sb[RT_ID_MAX];
         rt_client_compile_result pa, pb;
-        CHECK_RC(rt_client_session_create(c, "chunks", sa));
-        CHECK_RC(rt_client_session_create(c, "one", sb));
-        CHECK_RC(rt_client_compile_keras(c, sa, json, &uo, &pa));
-        CHECK_RC(rt_client_compile_keras(c, sb, json, &uo, &pb));
+        two_programs(c, json, &uo, sa, sb, &pa, &pb);
         fit_log la = {0}, lb = {0};
         rt_client_fit_arrays_params ap = {
             .fit = {.session = sa, .program = pa.program_id, .val_dataset = NULL, .epochs = 3,
@@ -1117,16 +1141,7 @@ int main(int argc, char **argv)
         ap.max_upload_bytes = 0;
         CHECK_RC(rt_client_fit_arrays(c, &ap, on_event, &lb));
         CHECK(la.epochs == 3 && lb.epochs == 3 && la.done == 1 && lb.done == 1);
-        rt_client_weights wa, wb;
-        CHECK_RC(rt_client_get_weights(c, sa, pa.program_id, &wa));
-        CHECK_RC(rt_client_get_weights(c, sb, pb.program_id, &wb));
-        int same = wa.n == wb.n && wa.n > 0 && wa.global_step == 18 && wb.global_step == 18;
-        for (size_t i = 0; same && i < wa.n; i++)
-            same = wa.t[i].nbytes == wb.t[i].nbytes &&
-                   !memcmp(wa.t[i].data, wb.t[i].data, wa.t[i].nbytes);
-        CHECK(same);
-        rt_client_weights_free(&wa);
-        rt_client_weights_free(&wb);
+        CHECK(same_weights(c, sa, pa.program_id, sb, pb.program_id, 18));
         /* a batch over half the limit cannot go in chunks: said so */
         ap.max_upload_bytes = 600;
         CHECK(rt_client_fit_arrays(c, &ap, NULL, NULL) == RT_ETOOBIG);
@@ -1159,10 +1174,7 @@ int main(int argc, char **argv)
         rv = (rec_rows){.x = vd.x, .y = vd.y, .d = 4};
         char sa[RT_ID_MAX], sb[RT_ID_MAX];
         rt_client_compile_result pa, pb;
-        CHECK_RC(rt_client_session_create(c, "shuffled a", sa));
-        CHECK_RC(rt_client_session_create(c, "shuffled b", sb));
-        CHECK_RC(rt_client_compile_keras(c, sa, json, &o, &pa));
-        CHECK_RC(rt_client_compile_keras(c, sb, json, &o, &pb));
+        two_programs(c, json, &o, sa, sb, &pa, &pb);
         fit_log la = {0}, lb = {0};
         rt_client_fit_rows_params rp = {
             .fit = {.session = sa, .program = pa.program_id, .epochs = 3, .progress_every = 1},
@@ -1199,16 +1211,7 @@ int main(int argc, char **argv)
         CHECK_RC(rt_client_fit_rows(c, &rp, on_event, &lb));
         CHECK(rb.n_up == 9 && !memcmp(ra.rows, rb.rows, sizeof ra.rows) &&
               !memcmp(ra.k, rb.k, sizeof ra.k));
-        rt_client_weights wa, wb;
-        CHECK_RC(rt_client_get_weights(c, sa, pa.program_id, &wa));
-        CHECK_RC(rt_client_get_weights(c, sb, pb.program_id, &wb));
-        int same = wa.n == wb.n && wa.n > 0;
-        for (size_t i = 0; same && i < wa.n; i++)
-            same = wa.t[i].nbytes == wb.t[i].nbytes &&
-                   !memcmp(wa.t[i].data, wb.t[i].data, wa.t[i].nbytes);
-        CHECK(same);
-        rt_client_weights_free(&wa);
-        rt_client_weights_free(&wb);
+        CHECK(same_weights(c, sa, pa.program_id, sb, pb.program_id, 18)); /* 3 x 6 steps */
         /* val under 2000 bytes: one upload, evaluated whole each epoch */
         CHECK(rv.n_up == 1 && rv.k[0] == 45 && lb.epochs == 3);
         /* val in chunks of 20, 20 and 5 rows (limit 800): one more epoch
