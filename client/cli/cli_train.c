@@ -883,7 +883,9 @@ int cli_cmd_fit(const cli_opts *o)
     }
     if (chunked)
         spc = 0; /* a Fit stream per chunk */
-    if (spc == 0)
+    if (chunked)
+        snprintf(mode, sizeof mode, "a Fit stream per chunk");
+    else if (spc == 0)
         snprintf(mode, sizeof mode, "one Fit stream%s",
                  o->steps_per_call ? " (--checkpoint-every-steps)" : "");
     else if (spc == CLI_SPC_AUTO)

@@ -73,6 +73,7 @@ same_fit() {
   expect_rc 0 "$name: in chunks" -- "$rtrain" fit "$@" "${COMMON[@]}" --no-shuffle \
     --server "$small" --save-weights "$tmp/chunked.bin"
   has "$tmp/err" "sent in chunks of whole batches" "$name: the fit says it sends chunks"
+  has "$tmp/err" "steps/epoch, a Fit stream per chunk" "$name: and trains each by a Fit stream"
   cmp -s "$tmp/chunked.bin" "$tmp/one.bin" && ok "$name: weights bit-identical" ||
     bad "$name: the weights differ"
 }
