@@ -1656,7 +1656,9 @@ class Client(_rtrain.Client):
         opts.update(_loss_opts(_LOSSES[loss], data_layout, loss_check, reduction,
                                label_smoothing, ignore_index, class_weight,
                                pos_weight, beta, delta))
-        if outputs is not None:
+        # several inputs, one output: its loss is TrainConfig.loss (the
+        # daemon takes outputs for several only); the data still go packed
+        if outputs is not None and len(outputs) > 1:
             opts["outputs"] = outputs
         if input_shape is not None:
             opts["input_shape"] = tuple(int(d or 0) for d in input_shape)

@@ -564,13 +564,11 @@ def _keras3_config(km, order):
             entry = {"module": "keras.layers", "class_name": cfg.get("class_name",
                                                                     n.layer.keras_class),
                      "config": c, "registered_name": None}
-            ins = [[None] + list(s) for s in n.in_shapes]
-            entry["build_config"] = {"input_shape": ins[0] if len(ins) == 1 else ins}
+            entry["build_config"] = n.layer._keras3_build(n.in_shapes)
         if not seq:
             entry["name"] = n.name
             srcs = [_keras3_tensor(n, by[s]) for s in n.inbound]
-            entry["inbound_nodes"] = [] if not srcs else [
-                {"args": [srcs[0]] if len(srcs) == 1 else [srcs], "kwargs": {}}]
+            entry["inbound_nodes"] = [] if not srcs else [n.layer._keras3_node(srcs)]
         out.append(entry)
     cfg = {"name": km.name, "trainable": True, "layers": out}
     ins, outs = km._io()
