@@ -216,6 +216,20 @@ def test_round_trips_and_refusals(client, tmp_path):
     mpath.write_text(json.dumps(doc))
     x = np.zeros((2, 5, 8), np.float32)
     np.save(tmp_path / "x.npy", x)
+    # the CLI writes Keras 2's nesting (fit at lr 1e-12 keeps the weights)
+    np.save(tmp_path / "y.npy", np.zeros(2, np.int32))
+    r = subprocess.run([CLI, "fit", "--server", client.addr, "--model", str(mpath),
+                        "--data", str(tmp_path / "x.npy"), "--labels", str(tmp_path / "y.npy"),
+                        "--loss", "sparse_categorical_crossentropy", "--optimizer", "sgd",
+                        "--lr", "1e-12", "--epochs", "1", "--load-weights",
+                        str(tmp_path / "a.weights.h5"), "--save-weights",
+                        str(tmp_path / "cli.h5")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    with h5py.File(tmp_path / "cli.h5", "r") as f:
+        names = [v.decode() if isinstance(v, bytes) else v for v in f["mha"].attrs["weight_names"]]
+        assert names == ["%s:0" % n for n, _, _ in model.weight_specs() if n.startswith("mha/")]
+        for n in names:
+            np.testing.assert_allclose(f["mha"][n][()], w[n[:-2]], rtol=1e-6, atol=1e-9)
     bad3 = str(tmp_path / "bad.weights.h5")
     write_keras3(bad3, doc, w)
     with h5py.File(bad3, "a") as f:
