@@ -252,26 +252,11 @@ static void test_mha_orthogonal(const char *out_shape, int64_t orows, int64_t oc
              out_shape);
     rt_graph *g = NULL;
     char err[1024];
-    int rc = rt_keras_import(js, strlen(js), &g, err, sizeof err);
-    if (rc < 0)
+    if (rt_keras_import(js, strlen(js), &g, err, sizeof err) < 0)
         fprintf(stderr, "import: %s\n", err);
-    REQUIRE(rc == 0);
-    rt_train_config cfg;
-    rt_train_config_init(&cfg);
-    cfg.loss = RT_LOSS_MSE;
-    cfg.label_dtype = RT_F32;
-    cfg.label_ndim = 1;
-    cfg.label_dims[0] = flat; /* Flatten of (5, O...) */
-    cfg.batch_size = 2;
-    cfg.seed = 17;
-    cfg.metrics = 0;
-    rt_plan *p = NULL;
-    rc = rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err);
-    if (rc < 0)
-        fprintf(stderr, "compile: %s\n", err);
-    REQUIRE(rc == 0);
-    rt_exec *e = NULL;
-    REQUIRE(rt_exec_create(p, &e) == 0);
+    REQUIRE(g != NULL);
+    rt_exec *e = make_exec(g, 17, flat); /* labels: the Flatten of (5, O...) */
+    const rt_plan *p = rt_exec_plan(e);
     int seen = 0;
     for (int i = 0; i < rt_plan_n_params(p); i++) {
         const char *name;
@@ -298,7 +283,6 @@ static void test_mha_orthogonal(const char *out_shape, int64_t orows, int64_t oc
     }
     CHECK(seen == 2);
     rt_exec_destroy(e);
-    rt_plan_release(p);
     rt_graph_destroy(g);
 }
 
