@@ -260,8 +260,9 @@ def test_attention_mask_is_keras_causal_mask(client):
     x = xs((6, 8))
     tri = np.broadcast_to(np.tril(np.ones((6, 6), np.float32)), (N, 6, 6)).copy()
     want = causal.predict(x, batch_size=BATCH, verbose=0)
-    close(masked.predict([x, tri], batch_size=BATCH, verbose=0), want, 1e-6, 1e-6,
-          "causal attention_mask")
+    got = masked.predict([x, tri], batch_size=BATCH, verbose=0)
+    assert isinstance(got, np.ndarray) and got.shape == (N, 2)  # one output: an array
+    close(got, want, 1e-6, 1e-6, "causal attention_mask")
     # ones: the PyTorch reference without a mask
     ones = np.ones((N, 6, 6), np.float32)
     plain = keras.Model(*_plain())

@@ -207,6 +207,19 @@ def test_round_trips_and_refusals(client, tmp_path):
         got = other.get_named_weights()
         for n, v in w.items():
             np.testing.assert_array_equal(got[n], v, err_msg=p + " " + n)
+    # Keras 3's .keras zip: config.json's MHA call and the nested vars
+    model.save(str(tmp_path / "m.keras"))
+    back = keras.models.load_model(str(tmp_path / "m.keras"))
+    got = back.get_named_weights()
+    for n, v in w.items():
+        np.testing.assert_array_equal(got[n], v, err_msg=".keras " + n)
+    import zipfile
+    with zipfile.ZipFile(tmp_path / "m.keras") as z:
+        cfg = json.loads(z.read("config.json"))
+        mha = [l for l in cfg["config"]["layers"] if l["class_name"] == "MultiHeadAttention"][0]
+        node = mha["inbound_nodes"][0]
+        assert [a["config"]["keras_history"][0] for a in node["args"]] == ["x", "x"]
+        assert sorted(mha["build_config"]["shapes_dict"]) == ["query_shape", "value_shape"]
     with h5py.File(tmp_path / "a.h5", "r") as f:  # Keras 2's names and nesting
         assert [v.decode() if isinstance(v, bytes) else v
                 for v in f["mha"].attrs["weight_names"]][:2] == \

@@ -935,7 +935,8 @@ class CompiledModel:
             k = int(_np.prod(shape))
             res.append(out[:, at:at + k].reshape((n,) + tuple(shape)))
             at += k
-        return res
+        # one output (several inputs): its array, as Keras' predict
+        return res if len(res) > 1 else res[0]
 
     def _upload(self, x, y, name, sw=None):
         self._bind(x)
