@@ -659,8 +659,9 @@ static int load_k3(hid_t f, const char *path, const rt_client_compile_result *pr
             }
             H5G_info_t info = {0};
             if (H5Gget_info(g, &info) < 0 || info.nlinks != nm) {
-                rc = rt_errf(err, errlen, RT_ESHAPE, "%s: '%s' holds %llu weights, the model's '%s' %zu",
-                             path, gp, (unsigned long long)info.nlinks, lname, nm);
+                rc = rt_errf(err, errlen, RT_ESHAPE,
+                             "%s: '%s' holds %llu weights, the model's '%s' %zu", path, gp,
+                             (unsigned long long)info.nlinks, lname, nm);
             }
             for (size_t k = 0; k < nm && rc == 0; k++) {
                 char ds[24];
