@@ -173,15 +173,18 @@ void cli_print_timings(FILE *f, const rt_client_timings *calls, size_t n);
 int cli_npy_write(const char *path, rt_client_dtype dt, int ndim, const int64_t *shape,
                   const void *data);
 
-/* Keras 2's HDF5 weights layout (cli_h5.c): a path ending in .h5/.hdf5 is
- * one. Save writes w's parameters grouped by layer ("dense/kernel" in layer
- * "dense"); load matches the file's layers with weights to prog's by order,
- * as Keras' load_weights, and fills *out with prog's names (free with
- * rt_client_weights_free). errbuf receives a message. */
+/* Keras' HDF5 weights layouts (cli_h5.c): a path ending in .h5/.hdf5 is
+ * one. Save writes Keras 2's layout, w's parameters grouped by layer (the
+ * text before the first '/': "mha/query/kernel" in layer "mha"); load reads
+ * Keras 2's (the file's layers with weights matched to prog's by order, as
+ * Keras' load_weights) or Keras 3's .weights.h5 (layers/<class>/vars/0..,
+ * placed by the layers of the model JSON at model_path; NULL: not read),
+ * and fills *out with prog's names (free with rt_client_weights_free).
+ * errbuf receives a message. */
 int cli_is_h5(const char *path);
 int cli_h5_save(const rt_client_weights *w, const char *path, char *err, size_t errlen);
-int cli_h5_load(const char *path, const rt_client_compile_result *prog, rt_client_weights *out,
-                char *err, size_t errlen);
+int cli_h5_load(const char *path, const rt_client_compile_result *prog, const char *model_path,
+                rt_client_weights *out, char *err, size_t errlen);
 
 /* CSV of a 2-D f32 (or 1-D) tensor, %.9g; path "-" is stdout. */
 int cli_csv_write_tensor(const char *path, const rt_client_tensor *t);

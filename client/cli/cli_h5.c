@@ -8,14 +8,28 @@
  *   /<layer>    attr weight_names: fixed-length strings "dense/kernel:0", ...
  *               one float32 dataset per name, at /<layer>/<weight name>
  *
- * A parameter "dense/kernel" of the daemon belongs to layer "dense"; layers
- * are listed in the order of their first parameter. Loading follows Keras'
- * load_weights: the file's layers that have weights (a full model file's
- * /model_weights group too) are matched to the model's by order, and every
- * count and shape is checked. Layers without weights may be listed in a file
- * Keras wrote; they carry nothing and are skipped. */
+ * A parameter "dense/kernel" of the daemon belongs to layer "dense" (the
+ * text before the first '/': "mha/query/kernel" to "mha", whose weights
+ * Keras 2 writes as "mha/query/kernel:0" in group /mha); layers are listed
+ * in the order of their first parameter. Loading follows Keras 2's
+ * load_weights_from_hdf5_group: the file's layers that have weights (a full
+ * model file's /model_weights group too) are matched to the model's by
+ * order, each layer's weights in its weight_names order, and every count
+ * and shape is checked. Layers without weights may be listed in a file
+ * Keras wrote; they carry nothing and are skipped.
+ *
+ * Keras 3's .weights.h5 (keras/src/saving/saving_lib.py): no layer_names;
+ * /layers/<snake case of the class>[_k]/vars/0..n per layer in
+ * model.layers' order (_k counts earlier layers of that class), each
+ * layer's variables in creation order (trainable first); layers nest:
+ * an RNN's in cell/vars, Bidirectional's in forward_layer/cell/vars and
+ * backward_layer/cell/vars, MultiHeadAttention's in query_dense/vars,
+ * key_dense, value_dense, output_dense (_query_dense, ... before Keras
+ * 3.1). The classes come from the model JSON. */
 #include "cli.h"
 #include "rt_errf.h"
+
+#include <json-c/json.h>
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,11 +45,19 @@ int cli_is_h5(const char *path)
            (n > 5 && strcasecmp(path + n - 5, ".hdf5") == 0);
 }
 
-/* The layer of a parameter name: the text before its last '/'. */
+/* The layer of a parameter name: the text before its first '/' (a layer's
+ * weights may nest: MultiHeadAttention's "mha/query/kernel", Bidirectional's
+ * "bi/forward_lstm/kernel"; Keras names hold no '/'). */
 static size_t layer_len(const char *name)
 {
-    const char *s = strrchr(name, '/');
+    const char *s = strchr(name[0] == '/' ? name + 1 : name, '/');
     return s ? (size_t)(s - name) : strlen(name);
+}
+
+static int same_layer(const char *a, const char *b)
+{
+    size_t k = layer_len(a);
+    return layer_len(b) == k && strncmp(a, b, k) == 0;
 }
 
 #ifdef RT_HAVE_HDF5
@@ -281,25 +303,102 @@ typedef struct file_layer {
     size_t n;
 } file_layer;
 
-int cli_h5_load(const char *path, const rt_client_compile_result *prog, rt_client_weights *out,
-                char *err, size_t errlen)
+/* prog's layers with weights in the order of their first parameter: layer
+ * l's parameter indices are idx[start[l] .. start[l + 1]), in prog's order
+ * (the trainable ones first, as Keras lists a layer's weights) */
+typedef struct model_layers {
+    size_t n;
+    size_t *start, *idx;
+} model_layers;
+
+static void model_layers_free(model_layers *ml)
 {
-    memset(out, 0, sizeof *out);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    if (H5Fis_hdf5(path) <= 0)
-        return rt_errf(err, errlen, RT_EDATA, "%s is not an HDF5 file", path);
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0)
-        return rt_errf(err, errlen, RT_EIO, "cannot open %s", path);
-    hid_t root = f;
+    free(ml->start);
+    free(ml->idx);
+}
+
+static int group_layers(const rt_client_compile_result *prog, model_layers *ml)
+{
+    const size_t np = prog->n_params;
+    memset(ml, 0, sizeof *ml);
+    ml->start = calloc(np + 1, sizeof *ml->start);
+    ml->idx = calloc(np ? np : 1, sizeof *ml->idx);
+    char *done = calloc(np ? np : 1, 1);
+    if (!ml->start || !ml->idx || !done) {
+        free(done);
+        model_layers_free(ml);
+        return RT_ENOMEM;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < np; i++) {
+        if (done[i])
+            continue;
+        ml->start[ml->n++] = k;
+        for (size_t j = i; j < np; j++)
+            if (!done[j] && same_layer(prog->params[i].name, prog->params[j].name)) {
+                done[j] = 1;
+                ml->idx[k++] = j;
+            }
+    }
+    ml->start[ml->n] = k;
+    free(done);
+    return 0;
+}
+
+/* Dataset name in group loc (where: its path, for messages) into out's next
+ * tensor as prog's parameter pi, its shape checked. */
+static int read_param(hid_t loc, const char *name, const char *where, const char *path,
+                      const rt_client_param_info *pi, rt_client_weights *out, char *err,
+                      size_t errlen)
+{
+    rt_client_tensor *t = &out->t[out->n];
+    hid_t ds = H5Lexists(loc, name, H5P_DEFAULT) > 0 ? H5Dopen2(loc, name, H5P_DEFAULT) : -1;
+    if (ds < 0)
+        return rt_errf(err, errlen, RT_EDATA, "%s: no dataset '%s' in '%s'", path, name, where);
+    hid_t sp = H5Dget_space(ds);
+    hsize_t dims[RT_CLIENT_MAX_DIMS];
+    int nd = H5Sget_simple_extent_ndims(sp);
+    int same = nd == pi->ndim && nd <= RT_CLIENT_MAX_DIMS;
+    if (same)
+        H5Sget_simple_extent_dims(sp, dims, NULL);
+    size_t numel = 1;
+    for (int d = 0; same && d < nd; d++) {
+        same = dims[d] == (hsize_t)pi->shape[d];
+        numel *= (size_t)pi->shape[d];
+    }
     int rc = 0;
-    if (H5Aexists(f, "layer_names") <= 0 && H5Lexists(f, "model_weights", H5P_DEFAULT) > 0)
-        root = H5Gopen2(f, "model_weights", H5P_DEFAULT);
+    if (!same) {
+        rc = rt_errf(err, errlen, RT_ESHAPE,
+                     "%s: weight '%s' of '%s' does not have the shape of the model's %s", path,
+                     name, where, pi->name);
+    } else {
+        t->name = strdup(pi->name);
+        t->data = malloc(numel * sizeof(float));
+        t->dtype = RT_DTYPE_F32;
+        t->ndim = pi->ndim;
+        memcpy(t->shape, pi->shape, sizeof t->shape);
+        t->nbytes = numel * sizeof(float);
+        out->n++;
+        if (!t->name || !t->data)
+            rc = RT_ENOMEM;
+        else if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t->data) < 0)
+            rc = rt_errf(err, errlen, RT_EIO, "%s: cannot read '%s' in '%s'", path, name, where);
+    }
+    H5Sclose(sp);
+    H5Dclose(ds);
+    return rc;
+}
+
+/* Keras 2's layout under root */
+static int load_k2(hid_t root, const char *path, const rt_client_compile_result *prog,
+                   const model_layers *ml, rt_client_weights *out, char *err, size_t errlen)
+{
     char **names = NULL;
     size_t nn = 0, nf = 0;
     file_layer *fl = NULL;
-    if (root < 0 || (rc = get_strings(root, "layer_names", &names, &nn)) < 0) {
-        rc = rt_errf(err, errlen, rc < 0 ? rc : RT_EIO, "cannot read %s", path);
+    int rc = get_strings(root, "layer_names", &names, &nn);
+    if (rc < 0) {
+        rc = rt_errf(err, errlen, rc, "cannot read %s", path);
         goto out;
     }
     if (!names) {
@@ -327,81 +426,26 @@ int cli_h5_load(const char *path, const rt_client_compile_result *prog, rt_clien
         rc = RT_ENOMEM;
     if (rc < 0)
         goto out;
-    /* The model's layers with weights, in the order of their parameters. */
-    size_t nl = 0;
-    for (size_t i = 0; i < prog->n_params; i++)
-        if (i == 0 || layer_len(prog->params[i].name) != layer_len(prog->params[i - 1].name) ||
-            strncmp(prog->params[i].name, prog->params[i - 1].name,
-                    layer_len(prog->params[i].name)) != 0)
-            nl++;
-    if (nl != nf) {
+    if (ml->n != nf) {
         rc = rt_errf(err, errlen, RT_ESHAPE,
                      "%s holds weights for %zu layers but the model has %zu layers with "
                      "weights",
-                     path, nf, nl);
+                     path, nf, ml->n);
         goto out;
     }
-    out->t = calloc(prog->n_params ? prog->n_params : 1, sizeof *out->t);
-    if (!out->t) {
-        rc = RT_ENOMEM;
-        goto out;
-    }
-    size_t p = 0;
     for (size_t l = 0; l < nf && rc == 0; l++) {
-        size_t first = p, k = layer_len(prog->params[p].name);
-        while (p < prog->n_params && layer_len(prog->params[p].name) == k &&
-               !strncmp(prog->params[p].name, prog->params[first].name, k))
-            p++;
-        if (p - first != fl[l].n) {
+        const size_t first = ml->start[l], cnt = ml->start[l + 1] - first;
+        const char *pn = prog->params[ml->idx[first]].name;
+        if (cnt != fl[l].n) {
             rc = rt_errf(err, errlen, RT_ESHAPE,
-                         "layer '%s' of %s has %zu weights, the "
-                         "model's '%.*s' %zu",
-                         fl[l].name, path, fl[l].n, (int)k, prog->params[first].name, p - first);
+                         "layer '%s' of %s has %zu weights, the model's '%.*s' %zu", fl[l].name,
+                         path, fl[l].n, (int)layer_len(pn), pn, cnt);
             break;
         }
         hid_t g = H5Gopen2(root, fl[l].name, H5P_DEFAULT);
-        for (size_t j = 0; j < fl[l].n && rc == 0; j++) {
-            const rt_client_param_info *pi = &prog->params[first + j];
-            rt_client_tensor *t = &out->t[out->n];
-            hid_t ds = H5Dopen2(g, fl[l].weights[j], H5P_DEFAULT);
-            if (ds < 0) {
-                rc = rt_errf(err, errlen, RT_EDATA, "%s: no dataset '%s' in layer '%s'", path,
-                             fl[l].weights[j], fl[l].name);
-                break;
-            }
-            hid_t sp = H5Dget_space(ds);
-            hsize_t dims[RT_CLIENT_MAX_DIMS];
-            int nd = H5Sget_simple_extent_ndims(sp);
-            int same = nd == pi->ndim && nd <= RT_CLIENT_MAX_DIMS;
-            if (same)
-                H5Sget_simple_extent_dims(sp, dims, NULL);
-            size_t numel = 1;
-            for (int d = 0; same && d < nd; d++) {
-                same = dims[d] == (hsize_t)pi->shape[d];
-                numel *= (size_t)pi->shape[d];
-            }
-            if (!same) {
-                rc = rt_errf(err, errlen, RT_ESHAPE,
-                             "%s: weight '%s' does not have the "
-                             "shape of the model's %s",
-                             path, fl[l].weights[j], pi->name);
-            } else {
-                t->name = strdup(pi->name);
-                t->data = malloc(numel * sizeof(float));
-                t->dtype = RT_DTYPE_F32;
-                t->ndim = pi->ndim;
-                memcpy(t->shape, pi->shape, sizeof t->shape);
-                t->nbytes = numel * sizeof(float);
-                out->n++;
-                if (!t->name || !t->data)
-                    rc = RT_ENOMEM;
-                else if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t->data) < 0)
-                    rc = rt_errf(err, errlen, RT_EIO, "%s: cannot read '%s'", path,
-                                 fl[l].weights[j]);
-            }
-            H5Sclose(sp);
-            H5Dclose(ds);
-        }
+        for (size_t j = 0; j < cnt && rc == 0; j++)
+            rc = read_param(g, fl[l].weights[j], fl[l].name, path,
+                            &prog->params[ml->idx[first + j]], out, err, errlen);
         H5Gclose(g);
     }
 out:
@@ -409,6 +453,268 @@ out:
         free_strings(fl[i].weights, fl[i].n);
     free(fl);
     free_strings(names, nn);
+    return rc;
+}
+
+/* keras/src/utils/naming.py to_snake_case: drop non-word characters,
+ * (.)([A-Z][a-z]+) -> \1_\2 (matches taken from the left, not
+ * overlapping), ([a-z])([A-Z]) -> \1_\2, lower case */
+static void snake_case(const char *cls, char *dst, size_t cap)
+{
+    char a[128], b[256];
+    size_t k = 0, m = 0, from = 0;
+    for (const char *p = cls; *p && k + 1 < sizeof a; p++)
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            *p == '_')
+            a[k++] = *p;
+    a[k] = 0;
+#define UP(ch) ((ch) >= 'A' && (ch) <= 'Z')
+#define LO(ch) ((ch) >= 'a' && (ch) <= 'z')
+    for (size_t i = 0; i < k; i++) {
+        if (i >= 1 && i - 1 >= from && UP(a[i]) && LO(a[i + 1])) {
+            b[m++] = '_';
+            size_t j = i;
+            b[m++] = a[j++];
+            while (j < k && LO(a[j]))
+                b[m++] = a[j++];
+            from = j;
+            i = j - 1;
+            continue;
+        }
+        b[m++] = a[i];
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < m && o + 2 < cap; i++) {
+        if (i > 0 && LO(b[i - 1]) && UP(b[i]))
+            dst[o++] = '_';
+        dst[o++] = UP(b[i]) ? (char)(b[i] - 'A' + 'a') : b[i];
+    }
+    dst[o] = 0;
+#undef UP
+#undef LO
+}
+
+static const char *jstr(json_object *o, const char *key)
+{
+    json_object *v;
+    return o && json_object_object_get_ex(o, key, &v) && json_object_is_type(v, json_type_string)
+               ? json_object_get_string(v)
+               : NULL;
+}
+
+/* The model JSON's layer list (Keras, or a TF.js model.json's topology)
+ * and whether it is a Sequential's */
+static json_object *json_layers(json_object *doc, int *seq)
+{
+    json_object *t, *v;
+    if (json_object_object_get_ex(doc, "modelTopology", &t))
+        doc = json_object_object_get_ex(t, "model_config", &v) ? v : t;
+    const char *cls = jstr(doc, "class_name");
+    *seq = cls && strcmp(cls, "Sequential") == 0;
+    if (!json_object_object_get_ex(doc, "config", &v))
+        return NULL;
+    if (json_object_is_type(v, json_type_array))
+        return v;
+    return json_object_object_get_ex(v, "layers", &t) && json_object_is_type(t, json_type_array)
+               ? t
+               : NULL;
+}
+
+/* The h5 path of the layer named lname: layers/<snake case>[_k], k
+ * counting the listed layers of the same class before it (Sequential
+ * lists no InputLayer). cls receives its class. */
+static int k3_layer_path(json_object *lays, int seq, const char *lname, char *dst, size_t cap,
+                         char *cls, size_t ccap)
+{
+    size_t n = json_object_array_length(lays);
+    for (size_t i = 0; i < n; i++) {
+        json_object *e = json_object_array_get_idx(lays, i), *cfg = NULL;
+        const char *c = jstr(e, "class_name");
+        json_object_object_get_ex(e, "config", &cfg);
+        const char *nm = jstr(e, "name") ? jstr(e, "name") : jstr(cfg, "name");
+        if (!c || !nm || strcmp(nm, lname) != 0)
+            continue;
+        char base[160], other[160];
+        snake_case(c, base, sizeof base);
+        int k = 0;
+        for (size_t j = 0; j < i; j++) {
+            const char *oc = jstr(json_object_array_get_idx(lays, j), "class_name");
+            if (!oc || (seq && strcmp(oc, "InputLayer") == 0))
+                continue;
+            snake_case(oc, other, sizeof other);
+            k += strcmp(other, base) == 0;
+        }
+        if (k)
+            snprintf(dst, cap, "layers/%s_%d", base, k);
+        else
+            snprintf(dst, cap, "layers/%s", base);
+        snprintf(cls, ccap, "%s", c);
+        return 0;
+    }
+    return RT_EINVAL;
+}
+
+/* The vars groups of a layer of class cls at p: (group, the weights' suffix
+ * prefix after "<layer>/", or "" for all) */
+typedef struct k3_group {
+    char path[360], alt[360];
+    const char *prefix;
+} k3_group;
+
+static int k3_groups(const char *cls, const char *p, k3_group *g)
+{
+    static const char *const rnn[] = {"LSTM", "GRU", "SimpleRNN", NULL};
+    int n = 0;
+    if (strcmp(cls, "Bidirectional") == 0) {
+        snprintf(g[0].path, sizeof g[0].path, "%s/forward_layer/cell/vars", p);
+        snprintf(g[1].path, sizeof g[1].path, "%s/backward_layer/cell/vars", p);
+        g[0].prefix = "forward_";
+        g[1].prefix = "backward_";
+        g[0].alt[0] = g[1].alt[0] = 0;
+        return 2;
+    }
+    if (strcmp(cls, "MultiHeadAttention") == 0) {
+        static const char *const sub[4][2] = {{"query_dense", "query/"},
+                                              {"key_dense", "key/"},
+                                              {"value_dense", "value/"},
+                                              {"output_dense", "attention_output/"}};
+        for (n = 0; n < 4; n++) {
+            snprintf(g[n].path, sizeof g[n].path, "%s/%s/vars", p, sub[n][0]);
+            snprintf(g[n].alt, sizeof g[n].alt, "%s/_%s/vars", p, sub[n][0]);
+            g[n].prefix = sub[n][1];
+        }
+        return 4;
+    }
+    for (int i = 0; rnn[i]; i++)
+        if (strcmp(cls, rnn[i]) == 0) {
+            snprintf(g[0].path, sizeof g[0].path, "%s/cell/vars", p);
+            g[0].alt[0] = 0;
+            g[0].prefix = "";
+            return 1;
+        }
+    snprintf(g[0].path, sizeof g[0].path, "%s/vars", p);
+    g[0].alt[0] = 0;
+    g[0].prefix = "";
+    return 1;
+}
+
+/* Keras 3's .weights.h5 */
+static int load_k3(hid_t f, const char *path, const rt_client_compile_result *prog,
+                   const model_layers *ml, const char *model_path, rt_client_weights *out,
+                   char *err, size_t errlen)
+{
+    if (!model_path)
+        return rt_errf(err, errlen, RT_EINVAL,
+                       "%s is Keras 3's .weights.h5, placed by the model JSON's layer classes: "
+                       "give --model as a file",
+                       path);
+    size_t len;
+    char *text = cli_read_file(model_path, &len);
+    if (!text)
+        return rt_errf(err, errlen, RT_EIO, "cannot read %s", model_path);
+    json_object *doc = json_tokener_parse(text);
+    free(text);
+    int seq = 0, rc = 0;
+    json_object *lays = doc ? json_layers(doc, &seq) : NULL;
+    if (!lays) {
+        json_object_put(doc);
+        return rt_errf(err, errlen, RT_EINVAL,
+                       "%s is Keras 3's .weights.h5, which needs a Keras model JSON (%s is not "
+                       "one)",
+                       path, model_path);
+    }
+    for (size_t l = 0; l < ml->n && rc == 0; l++) {
+        const size_t first = ml->start[l], cnt = ml->start[l + 1] - first;
+        const char *pn = prog->params[ml->idx[first]].name;
+        const size_t ll = layer_len(pn);
+        char lname[200], lp[300], cls[128];
+        snprintf(lname, sizeof lname, "%.*s", (int)ll, pn);
+        if (k3_layer_path(lays, seq, lname, lp, sizeof lp, cls, sizeof cls) < 0) {
+            rc = rt_errf(err, errlen, RT_EINVAL, "layer '%s' is not in %s", lname, model_path);
+            break;
+        }
+        k3_group gs[4];
+        const int ng = k3_groups(cls, lp, gs);
+        size_t placed = 0;
+        for (int gi = 0; gi < ng && rc == 0; gi++) {
+            /* the layer's weights in this group: trainable, then the others */
+            size_t mine[64], nm = 0;
+            for (int pass = 0; pass < 2; pass++)
+                for (size_t j = 0; j < cnt && nm < 64; j++) {
+                    const rt_client_param_info *pi = &prog->params[ml->idx[first + j]];
+                    const char *sfx = pi->name + ll + (pi->name[ll] == '/');
+                    if (!!pi->trainable == !pass &&
+                        strncmp(sfx, gs[gi].prefix, strlen(gs[gi].prefix)) == 0)
+                        mine[nm++] = ml->idx[first + j];
+                }
+            const char *gp = gs[gi].path;
+            if (H5Lexists(f, gp, H5P_DEFAULT) <= 0 && gs[gi].alt[0] &&
+                H5Lexists(f, gs[gi].alt, H5P_DEFAULT) > 0)
+                gp = gs[gi].alt;
+            hid_t g = H5Lexists(f, gp, H5P_DEFAULT) > 0 ? H5Gopen2(f, gp, H5P_DEFAULT) : -1;
+            if (g < 0) {
+                rc = rt_errf(err, errlen, RT_EDATA, "%s has no '%s' (layer '%s', a %s)", path, gp,
+                             lname, cls);
+                break;
+            }
+            H5G_info_t info = {0};
+            if (H5Gget_info(g, &info) < 0 || info.nlinks != nm) {
+                rc = rt_errf(err, errlen, RT_ESHAPE,
+                             "%s: '%s' holds %llu weights, the model's '%s' %zu", path, gp,
+                             (unsigned long long)info.nlinks, lname, nm);
+            }
+            for (size_t k = 0; k < nm && rc == 0; k++) {
+                char ds[24];
+                snprintf(ds, sizeof ds, "%zu", k);
+                rc = read_param(g, ds, gp, path, &prog->params[mine[k]], out, err, errlen);
+            }
+            H5Gclose(g);
+            placed += nm;
+        }
+        if (rc == 0 && placed != cnt)
+            rc = rt_errf(err, errlen, RT_EUNIMPLEMENTED,
+                         "%s: %zu weights of layer '%s' (a %s) have no place in Keras 3's layout "
+                         "here",
+                         path, cnt - placed, lname, cls);
+    }
+    json_object_put(doc);
+    return rc;
+}
+
+int cli_h5_load(const char *path, const rt_client_compile_result *prog, const char *model_path,
+                rt_client_weights *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    if (H5Fis_hdf5(path) <= 0)
+        return rt_errf(err, errlen, RT_EDATA, "%s is not an HDF5 file", path);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0)
+        return rt_errf(err, errlen, RT_EIO, "cannot open %s", path);
+    hid_t root = f;
+    int rc = 0;
+    model_layers ml;
+    memset(&ml, 0, sizeof ml);
+    const int k3 = H5Aexists(f, "layer_names") <= 0 &&
+                   H5Lexists(f, "model_weights", H5P_DEFAULT) <= 0 &&
+                   H5Lexists(f, "layers", H5P_DEFAULT) > 0;
+    if (!k3 && H5Aexists(f, "layer_names") <= 0 && H5Lexists(f, "model_weights", H5P_DEFAULT) > 0)
+        root = H5Gopen2(f, "model_weights", H5P_DEFAULT);
+    if (root < 0) {
+        rc = rt_errf(err, errlen, RT_EIO, "cannot read %s", path);
+        goto out;
+    }
+    if ((rc = group_layers(prog, &ml)) < 0)
+        goto out;
+    out->t = calloc(prog->n_params ? prog->n_params : 1, sizeof *out->t);
+    if (!out->t) {
+        rc = RT_ENOMEM;
+        goto out;
+    }
+    rc = k3 ? load_k3(f, path, prog, &ml, model_path, out, err, errlen)
+            : load_k2(root, path, prog, &ml, out, err, errlen);
+out:
+    model_layers_free(&ml);
     if (root >= 0 && root != f)
         H5Gclose(root);
     H5Fclose(f);
@@ -428,10 +734,11 @@ int cli_h5_save(const rt_client_weights *w, const char *path, char *err, size_t 
                    path);
 }
 
-int cli_h5_load(const char *path, const rt_client_compile_result *prog, rt_client_weights *out,
-                char *err, size_t errlen)
+int cli_h5_load(const char *path, const rt_client_compile_result *prog, const char *model_path,
+                rt_client_weights *out, char *err, size_t errlen)
 {
     (void)prog;
+    (void)model_path;
     memset(out, 0, sizeof *out);
     return rt_errf(err, errlen, RT_EUNIMPLEMENTED,
                    "%s: this rtrain was built without "

@@ -664,14 +664,21 @@ static int on_fit_event(const rt_client_fit_event *ev, void *user)
     return cli_interrupted || v->tb_err ? 1 : 0;
 }
 
+/* --model for Keras 3's .weights.h5 layout, which names layers by class:
+ * a file read a second time (stdin cannot be) */
+static const char *h5_model(const cli_opts *o)
+{
+    return o->model && strcmp(o->model, "-") != 0 ? o->model : NULL;
+}
+
 /* --load-weights: an RTWTS file (matched by name) or Keras' HDF5 layout
  * (matched by layer order) into the program. */
 static int load_weights(rt_client *c, const char *sid, const rt_client_compile_result *prog,
-                        const char *path)
+                        const char *path, const char *model)
 {
     rt_client_weights w;
     char err[256];
-    int rc = cli_is_h5(path) ? cli_h5_load(path, prog, &w, err, sizeof err)
+    int rc = cli_is_h5(path) ? cli_h5_load(path, prog, model, &w, err, sizeof err)
                              : rt_client_weights_load(&w, path, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, "rtrain: --load-weights: %s\n", err);
@@ -813,7 +820,7 @@ int cli_cmd_fit(const cli_opts *o)
     ex = setup(c, o, "rtrain fit", sid, &prog);
     if (ex)
         goto out;
-    if (o->load_weights && (ex = load_weights(c, sid, &prog, o->load_weights)))
+    if (o->load_weights && (ex = load_weights(c, sid, &prog, o->load_weights, h5_model(o))))
         goto out;
     if (o->load_state && (ex = cli_state_push(c, sid, o->load_state, prog.program_id)))
         goto out;
@@ -1069,7 +1076,7 @@ static int weights_set(rt_client *c, const cli_opts *o, int h5, const char *sid,
 {
     char err[256];
     int rc;
-    if (h5 && (rc = cli_h5_load(o->weights, prog, w, err, sizeof err)) < 0) {
+    if (h5 && (rc = cli_h5_load(o->weights, prog, h5_model(o), w, err, sizeof err)) < 0) {
         fprintf(stderr, "rtrain: --weights: %s\n", err);
         return cli_exit_code(rc);
     }

@@ -191,18 +191,32 @@ static float rt__trunc_normal(uint64_t seed, uint64_t stream, uint64_t i)
     return 0.0f; /* 64 misses in a row: p < 1e-80 */
 }
 
+static void rt__view_perm(const rt__param *pr, float *usr, float *eng, int to_user);
+
 /* Keras' Orthogonal: the (rows = prod(dims[:-1]), cols = dims[-1]) matrix
  * is Q of the QR of a normal matrix with R's diagonal made positive, which
  * is what Gram-Schmidt on the columns of the taller orientation gives;
- * transposed when rows < cols, times gain. */
+ * transposed when rows < cols, times gain. dims are the declared ones (a
+ * view's: MultiHeadAttention's (dim, heads, key_dim) kernel is orthogonal
+ * as (dim * heads, key_dim), not as the engine's (dim, heads * key_dim)),
+ * drawn in the caller's order and then put in the engine's. */
 static void rt__init_orthogonal(const rt__param *pr, uint64_t seed, uint64_t st, float *w)
 {
-    const int64_t cols = pr->shape.d[pr->shape.ndim - 1], rows = pr->numel / cols;
+    const int viewed = pr->view.n && pr->view.user.ndim > 0;
+    const rt__shape *s = viewed ? &pr->view.user : &pr->shape;
+    float *u = w;
+    if (viewed && !(u = malloc(sizeof(float) * (size_t)pr->numel))) {
+        memset(w, 0, sizeof(float) * (size_t)pr->numel);
+        return;
+    }
+    const int64_t cols = s->d[s->ndim - 1], rows = pr->numel / cols;
     const int64_t R = rows > cols ? rows : cols, C = rows > cols ? cols : rows;
     /* A is (R, C) column-major in double: a[j * R + i] */
     double *a = malloc(sizeof(double) * (size_t)(R * C));
     if (!a) {
         memset(w, 0, sizeof(float) * (size_t)pr->numel);
+        if (u != w)
+            free(u);
         return;
     }
     for (int64_t i = 0; i < R * C; i++)
@@ -228,8 +242,12 @@ static void rt__init_orthogonal(const rt__param *pr, uint64_t seed, uint64_t st,
     const double gain = pr->opts.scale;
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++)
-            w[r * cols + c] = (float)(gain * (rows >= cols ? a[c * R + r] : a[r * R + c]));
+            u[r * cols + c] = (float)(gain * (rows >= cols ? a[c * R + r] : a[r * R + c]));
     free(a);
+    if (u != w) {
+        rt__view_perm(pr, u, w, 0);
+        free(u);
+    }
 }
 
 void rt__init_param(const rt__param *pr, int index, uint64_t seed, float *w)

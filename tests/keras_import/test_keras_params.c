@@ -215,6 +215,77 @@ static void test_initializers(void)
     free(id);
 }
 
+/* MultiHeadAttention's kernels with Keras' Orthogonal: Keras draws each on
+ * its declared shape (keras/src/initializers/random_initializers.py
+ * OrthogonalInitializer: rows prod(shape[:-1]), cols shape[-1]). The query
+ * kernel (8, 2, 4) is the (16, 4) matrix with Q^T Q = I; the engine holds
+ * it as (8, 8), whose own orthogonal draw gives 2 I on that view. The
+ * output kernel (2, 4, 8) is (8, 8) either way; with output_shape [2, 3]
+ * it is (2, 4, 2, 3), the (16, 3) matrix (the engine's (8, 6)). */
+static double mha_orth_worst(const float *w, int64_t rows, int64_t cols)
+{
+    double worst = 0;
+    for (int64_t i = 0; i < cols; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            double dot = 0;
+            for (int64_t r = 0; r < rows; r++)
+                dot += (double)w[r * cols + i] * w[r * cols + j];
+            worst = fmax(worst, fabs(dot - (i == j)));
+        }
+    return worst;
+}
+
+static void test_mha_orthogonal(const char *out_shape, int64_t orows, int64_t ocols, int flat)
+{
+    char js[4096];
+    snprintf(js, sizeof js,
+             "{\"class_name\": \"Functional\", \"config\": {\"name\": \"m\", \"layers\": ["
+             "{\"class_name\": \"InputLayer\", \"name\": \"x\", \"inbound_nodes\": [], \"config\": "
+             "{\"batch_input_shape\": [null, 5, 8], \"name\": \"x\"}},"
+             "{\"class_name\": \"MultiHeadAttention\", \"name\": \"mha\", \"config\": {\"name\": "
+             "\"mha\", \"num_heads\": 2, \"key_dim\": 4, \"output_shape\": %s, "
+             "\"kernel_initializer\": {\"class_name\": \"Orthogonal\", \"config\": {\"gain\": 1.0}}},"
+             " \"inbound_nodes\": [[[\"x\", 0, 0, {\"value\": [\"x\", 0, 0]}]]]},"
+             "{\"class_name\": \"Flatten\", \"name\": \"f\", \"config\": {\"name\": \"f\"}, "
+             "\"inbound_nodes\": [[[\"mha\", 0, 0, {}]]]}],"
+             " \"input_layers\": [[\"x\", 0, 0]], \"output_layers\": [[\"f\", 0, 0]]}}",
+             out_shape);
+    rt_graph *g = NULL;
+    char err[1024];
+    if (rt_keras_import(js, strlen(js), &g, err, sizeof err) < 0)
+        fprintf(stderr, "import: %s\n", err);
+    REQUIRE(g != NULL);
+    rt_exec *e = make_exec(g, 17, flat); /* labels: the Flatten of (5, O...) */
+    const rt_plan *p = rt_exec_plan(e);
+    int seen = 0;
+    for (int i = 0; i < rt_plan_n_params(p); i++) {
+        const char *name;
+        int64_t d[RT_MAX_DIMS];
+        int nd = rt_plan_param_info(p, i, &name, d, NULL);
+        int64_t rows = 1, cols = d[nd - 1];
+        for (int k = 0; k + 1 < nd; k++)
+            rows *= d[k];
+        const int q = !strcmp(name, "mha/query/kernel"), o = !strcmp(name, "mha/attention_output/kernel");
+        if (!q && !o)
+            continue;
+        seen++;
+        /* the declared Keras shapes */
+        CHECK(q ? nd == 3 && d[0] == 8 && d[1] == 2 && d[2] == 4 : rows == orows && cols == ocols);
+        float *w = malloc(sizeof(float) * (size_t)(rows * cols));
+        CHECK_RC(rt_exec_get_param(e, i, w));
+        double worst = mha_orth_worst(w, rows, cols);
+        if (!(worst < 1e-5)) {
+            fprintf(stderr, "MHA %s (output_shape %s): |Q^T Q - I| = %g on (%lld, %lld)\n", name,
+                    out_shape, worst, (long long)rows, (long long)cols);
+            rt_test_failures++;
+        }
+        free(w);
+    }
+    CHECK(seen == 2);
+    rt_exec_destroy(e);
+    rt_graph_destroy(g);
+}
+
 /* data for the regularizer/constraint checks: 8 samples */
 static float X[8 * 6], Y[8 * 5];
 static void make_data(void)
@@ -446,6 +517,8 @@ int main(void)
 {
     make_data();
     test_initializers();
+    test_mha_orthogonal("null", 8, 8, 5 * 8);
+    test_mha_orthogonal("[2, 3]", 16, 3, 5 * 6);
     test_regularizers();
     test_constraints();
     test_conv_constraint();

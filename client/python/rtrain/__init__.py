@@ -935,7 +935,8 @@ class CompiledModel:
             k = int(_np.prod(shape))
             res.append(out[:, at:at + k].reshape((n,) + tuple(shape)))
             at += k
-        return res
+        # one output (several inputs): its array, as Keras' predict
+        return res if len(res) > 1 else res[0]
 
     def _upload(self, x, y, name, sw=None):
         self._bind(x)
@@ -1656,7 +1657,9 @@ class Client(_rtrain.Client):
         opts.update(_loss_opts(_LOSSES[loss], data_layout, loss_check, reduction,
                                label_smoothing, ignore_index, class_weight,
                                pos_weight, beta, delta))
-        if outputs is not None:
+        # several inputs, one output: its loss is TrainConfig.loss (the
+        # daemon takes outputs for several only); the data still go packed
+        if outputs is not None and len(outputs) > 1:
             opts["outputs"] = outputs
         if input_shape is not None:
             opts["input_shape"] = tuple(int(d or 0) for d in input_shape)

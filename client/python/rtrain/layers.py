@@ -32,7 +32,10 @@ _INITIALIZERS = {
     "zeros": "Zeros", "ones": "Ones", "zero": "Zeros", "one": "Ones",
     "xavier_uniform": "GlorotUniform", "xavier_normal": "GlorotNormal",
     "orthogonal": "Orthogonal", "uniform": "RandomUniform",
-    "random_uniform": "RandomUniform",
+    "random_uniform": "RandomUniform", "random_normal": "RandomNormal",
+    "normal": "RandomNormal", "truncated_normal": "TruncatedNormal",
+    "lecun_normal": "LecunNormal", "lecun_uniform": "LecunUniform",
+    "identity": "Identity",
 }
 # Configs Keras' initializers.get(name) serialises with (get_config's
 # defaults); the VarianceScaling family writes {"seed": None}.
@@ -40,9 +43,16 @@ _INIT_CONFIGS = {
     "Zeros": {}, "Ones": {},
     "Orthogonal": {"gain": 1.0, "seed": None},
     "RandomUniform": {"minval": -0.05, "maxval": 0.05, "seed": None},
+    "RandomNormal": {"mean": 0.0, "stddev": 0.05, "seed": None},
+    "TruncatedNormal": {"mean": 0.0, "stddev": 0.05, "seed": None},
+    "Identity": {"gain": 1.0},
 }
 for _v in list(_INITIALIZERS.values()):
     _INITIALIZERS[_v] = _v
+# classes only given as objects (a config is needed), and Keras 3's names
+_INITIALIZERS.update({"Constant": "Constant", "VarianceScaling": "VarianceScaling",
+                      "OrthogonalInitializer": "Orthogonal",
+                      "IdentityInitializer": "Identity"})
 
 # Keras' regularizer names -> (class name, config): Keras 3's defaults
 # (keras/src/regularizers/regularizers.py, 0.01); the daemon adds the
@@ -226,7 +236,37 @@ class Layer:
                              % (self.keras_class, len(shapes)))
         return self.compute_output_shape(shapes[0])
 
-    def get_config(self, name):
+    def _keras2_node(self, srcs):
+        """The layer's inbound node as Keras 2 writes it, from its source
+        layers' names: [[name, 0, 0, kwargs], ...]."""
+        return [[src, 0, 0, {}] for src in srcs]
+
+    def _keras3_node(self, tensors):
+        """Keras 3's {"args", "kwargs"}, from the serialized tensors."""
+        return {"args": [tensors[0]] if len(tensors) == 1 else [tensors], "kwargs": {}}
+
+    def _keras3_build(self, in_shapes):
+        """Keras 3's build_config from the per-sample input shapes."""
+        ins = [[None] + list(s) for s in in_shapes]
+        return {"input_shape": ins[0] if len(ins) == 1 else ins}
+
+    @classmethod
+    def from_config(cls, config):
+        """The layer of a config: get_config()'s {"class_name", "config"}
+        or the inner config dict (Keras' layer.from_config)."""
+        from . import models
+        if "class_name" in config and isinstance(config.get("config"), dict):
+            if config["class_name"] != cls.keras_class:
+                raise ValueError("%s.from_config got a %s config"
+                                 % (cls.__name__, config["class_name"]))
+            config = config["config"]
+        return models._layer_from_config(cls.keras_class, config)
+
+    def get_config(self, name=None):
+        """{"class_name", "config"} as Keras serializes the layer (the
+        name: the one given, else the layer's own)."""
+        if name is None:
+            name = self.name or self._auto_name
         pol = getattr(self, "dtype_policy", None)
         # Keras 2's Policy object for a mixed one, the plain name otherwise
         dtype = ({"class_name": "Policy", "config": {"name": pol.name}}
@@ -254,7 +294,8 @@ class InputLayer(Layer):
             raise ValueError("InputLayer needs a shape, e.g. Input((4,))")
         super().__init__(name=name, input_shape=shape, batch_size=batch_size)
 
-    def get_config(self, name):
+    def get_config(self, name=None):
+        name = name if name is not None else (self.name or "input_1")
         return {"class_name": "InputLayer", "config": {
             "batch_input_shape": [self.batch_size] + list(self.input_shape),
             "dtype": "float32", "sparse": False, "ragged": False,
@@ -1365,9 +1406,13 @@ class LayerNormalization(Layer):
     def __init__(self, axis=-1, epsilon=1e-3, center=True, scale=True,
                  beta_initializer="zeros", gamma_initializer="ones", **kw):
         super().__init__(**kw)
-        if axis not in (-1, [-1], (-1,)):
+        # Keras 2 saves -1 as the positive index ([2] for (B, T, C)): the
+        # input's rank checks it
+        ax = list(axis) if isinstance(axis, (list, tuple)) else [axis]
+        if len(ax) != 1 or isinstance(ax[0], bool) or not isinstance(ax[0], int):
             raise ValueError("LayerNormalization over the last axis only "
                              "(axis=-1), got %r" % (axis,))
+        self.axis = ax[0]
         self.epsilon = float(epsilon)
         if self.epsilon <= 0:
             raise ValueError("LayerNormalization epsilon must be > 0")
@@ -1376,8 +1421,15 @@ class LayerNormalization(Layer):
         self.gamma_initializer = _initializer(gamma_initializer,
                                               "gamma_initializer")
 
+    def compute_output_shape(self, in_shape):
+        if self.axis not in (-1, len(in_shape)):
+            raise ValueError("LayerNormalization over the last axis only "
+                             "(axis=-1), got %d for an input of rank %d"
+                             % (self.axis, len(in_shape) + 1))
+        return list(in_shape)
+
     def _config(self):
-        return {"axis": [-1], "epsilon": self.epsilon, "center": self.center,
+        return {"axis": [self.axis], "epsilon": self.epsilon, "center": self.center,
                 "scale": self.scale, "beta_initializer": self.beta_initializer,
                 "gamma_initializer": self.gamma_initializer,
                 "beta_regularizer": None, "gamma_regularizer": None,
@@ -1494,3 +1546,282 @@ __all__ += [
     "MaxPool1D", "AvgPool1D", "GlobalAvgPool1D", "GlobalAvgPool2D",
     "GlobalMaxPool1D", "GlobalMaxPool2D",
 ]
+
+
+# -------------------------------------------------------------- attention
+# keras/src/layers/attention/multi_head_attention.py and
+# keras/src/layers/merging/dot.py: the constructors' arguments, the call
+# conventions and the weights (names, shapes, order) are Keras'; the daemon
+# computes them (server/import/import_keras_attn.c, docs/keras-import.md).
+
+def _opt_pos_int(v, what):
+    return None if v is None else _pos_int(v, what)
+
+
+class MultiHeadAttention(Layer):
+    """Keras' MultiHeadAttention, called as Keras calls it:
+
+        mha = MultiHeadAttention(num_heads=2, key_dim=16)
+        y = mha(query, value)                       # self-attention: (x, x)
+        y = mha(query, value, key=k, attention_mask=m, use_causal_mask=True)
+
+    query (B, T, dim) (or any rank: attention_axes), value and key (B, S,
+    .); attention_mask (B, T, S) of 0/1 for rank-3 inputs. The output is
+    (B, T, output_shape or dim). Weights, Keras' order: query/kernel
+    (dim, heads, key_dim), query/bias (heads, key_dim), key/..., value/...
+    (value_dim), attention_output/kernel (heads, value_dim, out...),
+    attention_output/bias (out...)."""
+
+    keras_class = "MultiHeadAttention"
+    _auto_name = "multi_head_attention"
+    _TENSORS = ("query", "value", "key", "query_mask", "value_mask", "key_mask",
+                "attention_mask")
+
+    def __init__(self, num_heads, key_dim, value_dim=None, dropout=0.0,
+                 use_bias=True, output_shape=None, attention_axes=None,
+                 sliding_window=None, flash_attention=None,
+                 kernel_initializer="glorot_uniform", bias_initializer="zeros",
+                 kernel_regularizer=None, bias_regularizer=None,
+                 activity_regularizer=None, kernel_constraint=None,
+                 bias_constraint=None, use_gate=False, seed=None, **kw):
+        super().__init__(**kw)
+        self.num_heads = _pos_int(num_heads, "MultiHeadAttention num_heads")
+        self.key_dim = _pos_int(key_dim, "MultiHeadAttention key_dim")
+        # Keras: value_dim None (or 0) is key_dim
+        self.value_dim = _opt_pos_int(value_dim or None, "MultiHeadAttention value_dim") \
+            or self.key_dim
+        self.dropout = float(dropout)
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError("MultiHeadAttention dropout must be in [0, 1), got %r"
+                             % (dropout,))
+        self.use_bias = bool(use_bias)
+        if output_shape:
+            if isinstance(output_shape, int) and not isinstance(output_shape, bool):
+                output_shape = (output_shape,)
+            output_shape = [_pos_int(int(d), "MultiHeadAttention output_shape")
+                            for d in output_shape]
+        self.output_shape_ = output_shape or None
+        if isinstance(attention_axes, int) and not isinstance(attention_axes, bool):
+            attention_axes = (attention_axes,)
+        elif attention_axes is not None and not isinstance(attention_axes, (list, tuple)):
+            raise ValueError("attention_axes must be an int, list, or tuple, got %r"
+                             % (attention_axes,))
+        self.attention_axes = None if attention_axes is None else \
+            [int(a) for a in attention_axes]
+        self.sliding_window = _opt_pos_int(sliding_window,
+                                           "MultiHeadAttention sliding_window")
+        if use_gate:
+            raise ValueError("MultiHeadAttention use_gate=True is not supported")
+        if activity_regularizer is not None:
+            raise ValueError("MultiHeadAttention activity_regularizer is not supported")
+        if kernel_constraint is not None or bias_constraint is not None:
+            raise ValueError("MultiHeadAttention constraints are not supported here")
+        self.flash_attention = flash_attention
+        self.seed = seed
+        self.kernel_initializer = _initializer(kernel_initializer, "kernel_initializer")
+        self.bias_initializer = _initializer(bias_initializer, "bias_initializer")
+        self.regularizers = {
+            "kernel_regularizer": _regularizer(kernel_regularizer, "kernel_regularizer"),
+            "bias_regularizer": _regularizer(bias_regularizer, "bias_regularizer")}
+        self._roles = None    # the call's tensor arguments, in _inbound's order
+        self._call_kw = {}    # its other arguments (use_causal_mask)
+        self._shapes = None   # {role: per-sample shape}
+
+    def _config(self):
+        sh = self._shapes or {}
+
+        def full(role):
+            s = sh.get(role) or (sh.get("value") if role == "key" else None)
+            return None if s is None else [None] + list(s)
+        cfg = {"num_heads": self.num_heads, "key_dim": self.key_dim,
+               "value_dim": self.value_dim, "dropout": self.dropout,
+               "use_bias": self.use_bias, "output_shape": self.output_shape_,
+               "attention_axes": self.attention_axes,
+               "kernel_initializer": self.kernel_initializer,
+               "bias_initializer": self.bias_initializer}
+        cfg.update(self.regularizers)
+        cfg.update(activity_regularizer=None, kernel_constraint=None, bias_constraint=None)
+        # Keras 3's settings only where they are set (Keras 2 has none)
+        if self.sliding_window is not None:
+            cfg["sliding_window"] = self.sliding_window
+        if self.seed is not None:
+            cfg["seed"] = self.seed
+        # Keras 2.11+ keeps the built shapes (its from_config pops them)
+        cfg.update(query_shape=full("query"), key_shape=full("key"),
+                   value_shape=full("value"))
+        return cfg
+
+    def __call__(self, query, value=None, key=None, query_mask=None,
+                 value_mask=None, key_mask=None, attention_mask=None,
+                 return_attention_scores=False, training=None,
+                 use_causal_mask=False):
+        if self._inbound is not None:
+            raise ValueError("layer %s is already called (shared layers are not "
+                             "supported)" % (self.name or self._auto_name))
+        if value is None:
+            raise TypeError("MultiHeadAttention is called as mha(query, value) "
+                            "(self-attention: mha(x, x))")
+        if return_attention_scores:
+            raise ValueError("return_attention_scores=True (a second output) is "
+                             "not supported")
+        if training is not None:
+            raise ValueError("MultiHeadAttention training=: the daemon applies "
+                             "dropout in fit and not in predict, as Keras")
+        given = dict(query=query, value=value, key=key, query_mask=query_mask,
+                     value_mask=value_mask, key_mask=key_mask,
+                     attention_mask=attention_mask)
+        roles, ins = [], []
+        for r in self._TENSORS:
+            t = given[r]
+            if t is None:
+                continue
+            if not isinstance(t, KerasTensor):
+                raise TypeError("MultiHeadAttention %s must be a tensor of the "
+                                "Functional API, got %r" % (r, t))
+            roles.append(r)
+            ins.append(t)
+        shapes = {r: list(t.shape[1:]) for r, t in zip(roles, ins)}
+        out = self._shape_of(shapes, bool(use_causal_mask))
+        self._roles, self._shapes = roles, shapes
+        self._call_kw = {"use_causal_mask": True} if use_causal_mask else {}
+        self._inbound = ins
+        return KerasTensor(out, self, ins)
+
+    def _out_shape(self, shapes):
+        raise ValueError("MultiHeadAttention takes a query and a value: call it "
+                         "in the Functional API, mha(query, value)")
+
+    def _shape_of(self, sh, causal):
+        """The output shape; Keras' build and call checks"""
+        q, v = sh["query"], sh["value"]
+        k = sh.get("key", v)
+        if len(q) < 2 or len(v) != len(q) or len(k) != len(q):
+            raise ValueError("MultiHeadAttention query, value and key need the "
+                             "same rank, at least (B, T, dim): got %s, %s, %s"
+                             % (tuple(q), tuple(v), tuple(k)))
+        if any(d is None for d in q + v + k):
+            raise ValueError("MultiHeadAttention needs fixed input dims, got %s, %s"
+                             % (tuple(q), tuple(v)))
+        if v[:-1] != k[:-1]:
+            raise ValueError("All dimensions of value and key, except the last one, "
+                             "must be equal: %s and %s" % (tuple(v), tuple(k)))
+        m = len(q) - 1
+        axes = list(range(1, m + 1)) if self.attention_axes is None else \
+            [a if a >= 0 else a + m + 2 for a in self.attention_axes]
+        for a, given in zip(axes, self.attention_axes or axes):
+            if not 1 <= a <= m:
+                raise ValueError("attention axis %d is not a dim of the query %s"
+                                 % (given, tuple(q)))
+        for i in range(m):
+            if i + 1 not in axes and q[i] != v[i]:
+                raise ValueError("query and value differ in non-attention dim %d"
+                                 % (i + 1))
+        masks = [r for r in sh if r.endswith("mask")]
+        if (masks or causal or self.sliding_window) and m != 1:
+            raise ValueError("attention masks are supported for (B, T, dim) inputs only")
+        if "attention_mask" in sh and list(sh["attention_mask"]) != [q[0], v[0]]:
+            raise ValueError("attention_mask must be (B, %d, %d), got (B, %s)"
+                             % (q[0], v[0], ", ".join(map(str, sh["attention_mask"]))))
+        for r, want in (("query_mask", [q[0]]), ("value_mask", [v[0]]), ("key_mask", [v[0]])):
+            if r in sh and list(sh[r]) != want:
+                raise ValueError("%s must be (B, %d), got (B, %s)"
+                                 % (r, want[0], ", ".join(map(str, sh[r]))))
+        return list(q[:-1]) + list(self.output_shape_ or [q[-1]])
+
+    def compute_output_shape(self, in_shape):
+        return self._shape_of({"query": list(in_shape), "value": list(in_shape)}, False)
+
+    def weight_specs(self, in_shape):
+        sh = self._shapes or {"query": list(in_shape), "value": list(in_shape)}
+        q, v = sh["query"], sh["value"]
+        k = sh.get("key", v)
+        H, kd, vd = self.num_heads, self.key_dim, self.value_dim
+        out = list(self.output_shape_ or [q[-1]])
+        w = []
+        for part, dim, width in (("query", q[-1], kd), ("key", k[-1], kd),
+                                 ("value", v[-1], vd)):
+            w.append((part + "/kernel", [dim, H, width], True))
+            if self.use_bias:
+                w.append((part + "/bias", [H, width], True))
+        w.append(("attention_output/kernel", [H, vd] + out, True))
+        if self.use_bias:
+            w.append(("attention_output/bias", out, True))
+        return w
+
+    def _keras2_node(self, srcs):
+        # Keras 2 (Node.serialize): the first argument is the entry, every
+        # other one (tensors as [name, 0, 0]) a keyword
+        kw = {r: [src, 0, 0] for r, src in zip(self._roles[1:], srcs[1:])}
+        kw.update(self._call_kw)
+        return [[srcs[0], 0, 0, kw]]
+
+    def _keras3_build(self, in_shapes):
+        # build(query_shape, value_shape, key_shape=None): the tensor
+        # arguments' shapes but the masks
+        return {"shapes_dict": {"%s_shape" % r: [None] + list(self._shapes[r])
+                                for r in self._roles if r in ("query", "value", "key")}}
+
+    def _keras3_node(self, tensors):
+        # Keras 3: query and value positional, the rest keywords
+        kw = dict(zip(self._roles[2:], tensors[2:]))
+        kw.update(self._call_kw)
+        return {"args": list(tensors[:2]), "kwargs": kw}
+
+
+class Dot(Layer):
+    """Keras' Dot(axes, normalize=False) of two inputs, called on a list:
+    Dot(axes=2)([a, b]) is the batch dot product of a's axis with b's
+    (axes count the batch; an int for both, or a pair; negative from the
+    end); normalize: l2-normalize both along their axes first (cosine)."""
+
+    keras_class = "Dot"
+    _auto_name = "dot"
+
+    def __init__(self, axes, normalize=False, **kw):
+        super().__init__(**kw)
+        if isinstance(axes, bool) or not isinstance(axes, (int, list, tuple)):
+            raise TypeError("Invalid type for argument axes: it should be a list "
+                            "or an int, got %r" % (axes,))
+        if not isinstance(axes, int):
+            if len(axes) != 2 or not all(isinstance(a, int) and not isinstance(a, bool)
+                                         for a in axes):
+                raise ValueError("Dot axes must be an int or a pair of ints, got %r"
+                                 % (axes,))
+            axes = [int(a) for a in axes]
+        self.axes = axes
+        self.normalize = bool(normalize)
+
+    def _config(self):
+        return {"axes": self.axes, "normalize": self.normalize}
+
+    def _out_shape(self, shapes):
+        if len(shapes) != 2:
+            raise ValueError("A Dot layer should be called on a list of 2 inputs, "
+                             "got %d" % len(shapes))
+        s1, s2 = [None] + list(shapes[0]), [None] + list(shapes[1])
+        if len(s1) < 2 or len(s2) < 2:
+            raise ValueError("Dot needs inputs of rank >= 2")
+        if isinstance(self.axes, int):
+            ax = [self.axes % len(s1), self.axes % len(s2)] if self.axes < 0 \
+                else [self.axes] * 2
+        else:
+            ax = [a % len(s) for a, s in zip(self.axes, (s1, s2))]
+        if not (1 <= ax[0] < len(s1) and 1 <= ax[1] < len(s2)):
+            raise ValueError("Dot axes %r must name non-batch dims of %s and %s"
+                             % (self.axes, tuple(s1), tuple(s2)))
+        if s1[ax[0]] != s2[ax[1]]:
+            raise ValueError("Dimension incompatibility: %s != %s (Dot axes %r of %s "
+                             "and %s)" % (s1[ax[0]], s2[ax[1]], self.axes,
+                                          tuple(s1), tuple(s2)))
+        s1.pop(ax[0])
+        s2.pop(ax[1])
+        out = s1[1:] + s2[1:]
+        return out or [1]
+
+
+def dot(inputs, axes=-1, **kwargs):
+    """Keras' functional form: Dot(axes, **kwargs)(inputs)."""
+    return Dot(axes=axes, **kwargs)(inputs)
+
+
+__all__ += ["MultiHeadAttention", "Dot", "dot"]

@@ -187,7 +187,7 @@ class Model:
             d = n.layer.get_config(n.name)
             d["name"] = n.name
             d["inbound_nodes"] = ([] if not n.inbound else
-                                  [[[src, 0, 0, {}] for src in n.inbound]])
+                                  [n.layer._keras2_node(n.inbound)])
             out.append(d)
         ins, outs = self._io()
         return {"name": self.name, "layers": out,
@@ -524,18 +524,42 @@ def _layer_from_config(cls_name, cfg):
     return cls(**kw)
 
 
-def _inbound_names(nodes):
-    """The source layers of a layer's first inbound node: Keras 2's
-    [[["name", 0, 0, {}], ...]] or Keras 3's [{"args": [tensor(s)]}]."""
+class _Ref(str):
+    """A keyword argument of a call that is a tensor: its source layer."""
+
+
+def _tensor_ref(v):
+    """The source layer of a serialized tensor (Keras 2's [name, 0, 0],
+    Keras 3's __keras_tensor__), else None."""
+    if isinstance(v, list) and 3 <= len(v) <= 4 and isinstance(v[0], str) and \
+            all(isinstance(i, int) for i in v[1:3]):
+        return v[0]
+    if isinstance(v, dict) and v.get("class_name") == "__keras_tensor__":
+        return v["config"]["keras_history"][0]
+    return None
+
+
+def _inbound_call(nodes):
+    """The source layers of a layer's first inbound node, and its keyword
+    arguments (tensors as _Ref): Keras 2's [[["name", 0, 0, {kwargs}],
+    ...]] or Keras 3's [{"args": [tensor(s)], "kwargs": {...}}]."""
     if not nodes:
-        return []
+        return [], {}
     node = nodes[0]
     if isinstance(node, list):
-        return [ref[0] for ref in node]
-    args = node.get("args") or []
-    if len(args) == 1 and isinstance(args[0], list):
-        args = args[0]
-    return [t["config"]["keras_history"][0] for t in args]
+        kw = node[0][3] if node and len(node[0]) > 3 and isinstance(node[0][3], dict) else {}
+        names, kwargs = [ref[0] for ref in node], kw
+    else:
+        args = node.get("args") or []
+        if len(args) == 1 and isinstance(args[0], list):
+            args = args[0]
+        names = [t["config"]["keras_history"][0] for t in args]
+        kwargs = node.get("kwargs") or {}
+    out = {}
+    for k, v in kwargs.items():
+        r = _tensor_ref(v)
+        out[k] = _Ref(r) if r is not None else v
+    return names, out
 
 
 def model_from_json(json_string):
@@ -560,12 +584,21 @@ def model_from_json(json_string):
             if isinstance(layer, _layers.InputLayer):
                 made[name] = _layers.KerasTensor(layer.input_shape, layer, [])
                 continue
-            srcs = _inbound_names(ld.get("inbound_nodes") or [])
-            if not srcs or any(s not in made for s in srcs):
+            srcs, kwargs = _inbound_call(ld.get("inbound_nodes") or [])
+            if isinstance(layer, _layers.MultiHeadAttention):
+                refs = [v for v in kwargs.values() if isinstance(v, _Ref)]
+            else:  # other layers' keyword arguments are not tensors they read
+                refs, kwargs = [], {}
+            if not srcs or any(s not in made for s in srcs + refs):
                 raise ValueError("layer %r: inbound layers %s are not "
-                                 "defined before it" % (name, srcs))
+                                 "defined before it" % (name, srcs + refs))
             ins = [made[s] for s in srcs]
-            made[name] = layer(ins if len(ins) > 1 else ins[0])
+            if isinstance(layer, _layers.MultiHeadAttention):
+                kw = {k: made[v] if isinstance(v, _Ref) else v
+                      for k, v in kwargs.items()}
+                made[name] = layer(*ins, **kw)
+            else:
+                made[name] = layer(ins if len(ins) > 1 else ins[0])
         def names(v):
             # Keras 2: [["name", 0, 0], ...]; Keras 3 may write one ["name", 0, 0]
             return [v[0]] if v and isinstance(v[0], str) else [e[0] for e in v]

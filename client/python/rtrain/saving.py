@@ -189,22 +189,39 @@ def _check_overwrite(path, overwrite):
 
 
 def save_weights(model, filepath, overwrite=True):
+    """Keras 2's layout; a path ending in .weights.h5 gets Keras 3's (as
+    Keras 3's save_weights writes it)."""
     h5py = _h5py()
     path = _os.fspath(filepath)
     _check_overwrite(path, overwrite)
     tmp = path + ".tmp"
     with h5py.File(tmp, "w") as f:
-        _write_weights_group(f, model)
+        if path.endswith(".weights.h5"):
+            km = _keras_model(model)
+            _write_keras3_weights(f, model, km, _keras_order(km))
+        else:
+            _write_weights_group(f, model)
     _os.replace(tmp, path)
 
 
 def load_weights(model, filepath, by_name=False):
+    """Keras 2's layout (a weights or model file), or Keras 3's
+    .weights.h5 (layers/<class>/vars, nested for RNN cells, Bidirectional
+    and MultiHeadAttention)."""
     h5py = _h5py()
     with h5py.File(_os.fspath(filepath), "r") as f:
         g = f
-        if "layer_names" not in f.attrs and "layer_names0" not in f.attrs \
-                and "model_weights" in f:
-            g = f["model_weights"]
+        if "layer_names" not in f.attrs and "layer_names0" not in f.attrs:
+            if "model_weights" in f:
+                g = f["model_weights"]
+            elif "layers" in f:
+                if by_name:
+                    raise ValueError("by_name applies to Keras 2's layout; Keras 3's "
+                                     ".weights.h5 is matched by layer class and order")
+                km = _keras_model(model)
+                _set_named(model, _read_keras3_weights(f, km, _keras3_model_paths(km),
+                                                       _os.fspath(filepath)))
+                return
         _read_weights_group(g, model, by_name=by_name)
 
 
@@ -499,15 +516,34 @@ def _keras_paths(classes):
     return out
 
 
+# MultiHeadAttention's sublayers: Keras 3 visits its public properties
+# (query_dense, ...; saving_lib._walk_saveable) before the attributes
+# (_query_dense, ...), which Keras 3.0 wrote
+_MHA_PARTS = (("query_dense", "query/"), ("key_dense", "key/"),
+              ("value_dense", "value/"), ("output_dense", "attention_output/"))
+
+
 def _var_groups(layer, path):
-    """[(h5 group of vars, [indices of the layer's weight specs])]."""
+    """[(h5 group of vars, the weight suffixes it holds (a prefix), or
+    None for all)]."""
     from . import layers as L
     if isinstance(layer, L.Bidirectional):
-        return [(path + "/forward_layer/cell/vars", "forward"),
-                (path + "/backward_layer/cell/vars", "backward")]
+        return [(path + "/forward_layer/cell/vars", "forward_"),
+                (path + "/backward_layer/cell/vars", "backward_")]
     if isinstance(layer, L._RNN):
         return [(path + "/cell/vars", None)]
+    if isinstance(layer, L.MultiHeadAttention):
+        return [("%s/%s/vars" % (path, sub), part) for sub, part in _MHA_PARTS]
     return [(path + "/vars", None)]
+
+
+def _old_group(group):
+    """Keras 3.0's name of a MultiHeadAttention sublayer group"""
+    for sub, _ in _MHA_PARTS:
+        tail = "/%s/vars" % sub
+        if group.endswith(tail):
+            return group[:-len(tail)] + "/_%s/vars" % sub
+    return None
 
 
 def _keras_order(km):
@@ -564,13 +600,11 @@ def _keras3_config(km, order):
             entry = {"module": "keras.layers", "class_name": cfg.get("class_name",
                                                                     n.layer.keras_class),
                      "config": c, "registered_name": None}
-            ins = [[None] + list(s) for s in n.in_shapes]
-            entry["build_config"] = {"input_shape": ins[0] if len(ins) == 1 else ins}
+            entry["build_config"] = n.layer._keras3_build(n.in_shapes)
         if not seq:
             entry["name"] = n.name
             srcs = [_keras3_tensor(n, by[s]) for s in n.inbound]
-            entry["inbound_nodes"] = [] if not srcs else [
-                {"args": [srcs[0]] if len(srcs) == 1 else [srcs], "kwargs": {}}]
+            entry["inbound_nodes"] = [] if not srcs else [n.layer._keras3_node(srcs)]
         out.append(entry)
     cfg = {"name": km.name, "trainable": True, "layers": out}
     ins, outs = km._io()
@@ -599,8 +633,66 @@ def _split_specs(specs, part):
     then the others (as created: a frozen layer's kernel stays first)."""
     idx = list(range(len(specs)))
     if part is not None:
-        idx = [i for i in idx if specs[i][0].split("/", 1)[1].startswith(part + "_")]
+        idx = [i for i in idx if specs[i][0].split("/", 1)[1].startswith(part)]
     return [i for i in idx if specs[i][2]] + [i for i in idx if not specs[i][2]]
+
+
+def _write_keras3_weights(f, model, km, order):
+    """model.weights.h5 (Keras 3's layout) into the open h5py file f."""
+    values = _named_weights(model)
+    listed = [n for n in order if not (isinstance(km, _models.Sequential) and
+                                       isinstance(n.layer, _layers_mod().InputLayer))]
+    paths = _keras_paths([n.layer.keras_class or type(n.layer).__name__ for n in listed])
+    for n, p in zip(listed, paths):
+        specs = n.weight_specs()
+        groups = _var_groups(n.layer, p)
+        if groups[0][0] != p + "/vars":  # the layer's own (empty) group, as Keras'
+            f.create_group(p + "/vars").attrs["name"] = n.name
+        for group, part in groups:
+            g = f.create_group(group)
+            g.attrs["name"] = n.name
+            for k, i in enumerate(_split_specs(specs, part)):
+                g.create_dataset(str(k), data=_np.asarray(values[specs[i][0]], _np.float32))
+    f.create_group("vars")
+
+
+def _read_keras3_weights(f, km, paths, what):
+    """{weight name: array} from Keras 3's layout in the open h5py file f;
+    paths: the layers' h5 paths by layer name."""
+    values = {}
+    for n in km._nodes:
+        specs = n.weight_specs()
+        if not specs:
+            continue
+        p = paths.get(n.name)
+        if p is None:
+            raise ValueError("layer %s is not among %s's layers" % (n.name, what))
+        for group, part in _var_groups(n.layer, p):
+            idx = _split_specs(specs, part)
+            if group not in f and _old_group(group) in f:
+                group = _old_group(group)
+            g = f.get(group)
+            have = 0 if g is None else len(g)
+            if have != len(idx):
+                raise ValueError("layer %s: %s has %d variables at %s, the "
+                                 "layer has %d" % (n.name, what, have, group, len(idx)))
+            for k, i in enumerate(idx):
+                v = _np.asarray(g[str(k)])
+                if tuple(v.shape) != tuple(specs[i][1]):
+                    raise ValueError("weight %s: %s has shape %s at %s/%d, "
+                                     "the layer %s" % (specs[i][0], what, tuple(v.shape), group,
+                                                       k, tuple(specs[i][1])))
+                values[specs[i][0]] = v
+    return values
+
+
+def _keras3_model_paths(km):
+    """The h5 paths of a model's layers (by name) in Keras 3's order."""
+    listed = [n for n in _keras_order(km) if not (isinstance(km, _models.Sequential) and
+                                                  isinstance(n.layer, _layers_mod().InputLayer))]
+    return dict(zip([n.name for n in listed],
+                    _keras_paths([n.layer.keras_class or type(n.layer).__name__
+                                  for n in listed])))
 
 
 def save_keras(model, filepath, overwrite=True):
@@ -617,23 +709,9 @@ def save_keras(model, filepath, overwrite=True):
     cc = _compile_config(model) if _compiled_of(model) is not None else None
     if cc is not None:
         doc["compile_config"] = cc
-    values = _named_weights(model)
-    listed = [n for n in order if not (isinstance(km, _models.Sequential) and
-                                       isinstance(n.layer, _layers_mod().InputLayer))]
-    paths = _keras_paths([n.layer.keras_class or type(n.layer).__name__ for n in listed])
     buf = io.BytesIO()
     with h5py.File(buf, "w") as f:
-        for n, p in zip(listed, paths):
-            specs = n.weight_specs()
-            groups = _var_groups(n.layer, p)
-            if groups[0][0] != p + "/vars":  # the layer's own (empty) group, as Keras'
-                f.create_group(p + "/vars").attrs["name"] = n.name
-            for group, part in groups:
-                g = f.create_group(group)
-                g.attrs["name"] = n.name
-                for k, i in enumerate(_split_specs(specs, part)):
-                    g.create_dataset(str(k), data=_np.asarray(values[specs[i][0]], _np.float32))
-        f.create_group("vars")
+        _write_keras3_weights(f, model, km, order)
     meta = {"keras_version": KERAS3_VERSION,
             "date_saved": datetime.datetime.now().strftime("%Y-%m-%d@%H:%M:%S")}
     tmp = path + ".tmp"
@@ -674,30 +752,8 @@ def load_keras(filepath, compile=True, client=None):
     listed = [ld for ld in cfg_layers if not (seq and ld["class_name"] == "InputLayer")]
     paths = dict(zip([(ld.get("name") or ld["config"]["name"]) for ld in listed],
                      _keras_paths([ld["class_name"] for ld in listed])))
-    km = model
-    values = {}
     with h5py.File(io.BytesIO(weights), "r") as f:
-        for n in km._nodes:
-            specs = n.weight_specs()
-            if not specs:
-                continue
-            p = paths.get(n.name)
-            if p is None:
-                raise ValueError("layer %s is not among config.json's layers" % n.name)
-            for group, part in _var_groups(n.layer, p):
-                idx = _split_specs(specs, part)
-                g = f.get(group)
-                have = 0 if g is None else len(g)
-                if have != len(idx):
-                    raise ValueError("layer %s: model.weights.h5 has %d variables at %s, the "
-                                     "layer has %d" % (n.name, have, group, len(idx)))
-                for k, i in enumerate(idx):
-                    v = _np.asarray(g[str(k)])
-                    if tuple(v.shape) != tuple(specs[i][1]):
-                        raise ValueError("weight %s: model.weights.h5 has shape %s at %s/%d, "
-                                         "the layer %s" % (specs[i][0], tuple(v.shape), group,
-                                                           k, tuple(specs[i][1])))
-                    values[specs[i][0]] = v
+        values = _read_keras3_weights(f, model, paths, "model.weights.h5")
     cc = doc.get("compile_config")
     if compile and cc:
         compile_from_config(model, cc, client)
