@@ -991,6 +991,20 @@ static int layer_input_shape(imp *m, const char *lname, json_object *cfg, rt_ker
     return shape_from_list(m, lname, s, skip, t);
 }
 
+/* A nested model's InputLayer of shape decl reads the value v: same rank,
+ * and every declared dim equal to v's, a null (-1) one taking any size (a
+ * fully convolutional block, pix2pix's nested Sequentials of
+ * [null, null, null, C]) as Keras' input spec does. */
+static int input_takes(const rt_keras_tensor *decl, const rt_keras_tensor *v)
+{
+    if (decl->ndim != v->ndim)
+        return 0;
+    for (int i = 0; i < decl->ndim; i++)
+        if (decl->dims[i] != -1 && decl->dims[i] != v->dims[i])
+            return 0;
+    return 1;
+}
+
 /* A shape list ([null, 4] with skip = 1 for the batch entry) -> t. */
 static int shape_from_list(imp *m, const char *lname, json_object *s, int skip, rt_keras_tensor *t)
 {
@@ -1988,9 +2002,7 @@ static int walk_sequential(imp *m, json_object *layers, json_object *model_cfg,
             if (!found)
                 return ifail(m, RT_ESHAPE, "InputLayer '%.64s' has no shape", lname);
             if (given) {
-                if (!given->poisoned &&
-                    (t.ndim != given->ndim ||
-                     memcmp(t.dims, given->dims, sizeof(int64_t) * (size_t)t.ndim)))
+                if (!given->poisoned && !input_takes(&t, given))
                     return ifail(m, RT_ESHAPE,
                                  "nested model input '%.64s' has another shape "
                                  "than the value it reads",
@@ -2313,8 +2325,7 @@ static int place_flayer(imp *m, flayer *L, const lmap *lm, flayer *f, const fio 
             return m->n_packed ? add_packed_input(m, k, f->name, &f->out)
                                : add_input(m, f->name, &f->out);
         const rt_keras_tensor *g = &io->given[k];
-        if (!g->poisoned && (g->ndim != f->out.ndim ||
-                             memcmp(g->dims, f->out.dims, sizeof(int64_t) * (size_t)g->ndim)))
+        if (!g->poisoned && !input_takes(&f->out, g))
             return ifail(m, RT_ESHAPE,
                          "nested model input '%.64s' has another shape than "
                          "the value it reads",

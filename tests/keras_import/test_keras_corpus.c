@@ -226,20 +226,41 @@ static int train_one_epoch(rt_graph *g, char *err, size_t errlen, uint64_t *para
         cfg.batch_size = atoi(fixed + strlen("compile with batch_size "));
         rc = rt_plan_compile(g, &cfg, &p, &rep, err, errlen);
     }
+    /* several outputs (a Functional model's output_layers): MSE on each,
+     * the labels of each head in turn */
+    const char *heads = rc == RT_EINVAL ? strstr(err, " losses for a model with ") : NULL;
+    if (heads) {
+        cfg.n_heads = atoi(heads + strlen(" losses for a model with "));
+        for (int k = 0; k < cfg.n_heads && k < RT_MAX_HEADS; k++)
+            cfg.heads[k].loss = RT_LOSS_MSE, cfg.heads[k].weight = 1.0f;
+        rc = rt_plan_compile(g, &cfg, &p, &rep, err, errlen);
+    }
     if (rc == RT_ESHAPE) {
-        /* an output of rows (a sequence of per-step values) does not take
-         * one label per sample; a one-hot loss takes the output's shape */
+        /* an output of rows (a sequence of per-step values, an image) does
+         * not take one label per sample; a one-hot loss takes the output's
+         * shape. Only its shape is read here, whatever the output ends in
+         * (a tanh image), so the loss check is off for this probe */
         cfg.loss = RT_LOSS_CE;
+        cfg.loss_check = 0;
         rc = rt_plan_compile(g, &cfg, &p, &rep, err, errlen);
         cfg.loss = RT_LOSS_MSE;
+        cfg.loss_check = 1;
     }
     if (rc < 0)
         return rc;
     int64_t od[RT_MAX_DIMS], id[RT_MAX_DIMS];
     int on = rt_plan_output_shape(p, od), in = rt_plan_input_shape(p, id);
+    int64_t head_numel = 0;
+    for (int k = 0; k < rt_plan_n_heads(p); k++) {
+        int64_t hd[RT_MAX_DIMS], lab = 0;
+        rt_plan_head_shape(p, k, hd, &lab);
+        head_numel += lab;
+    }
     rt_plan_release(p);
     cfg.label_ndim = on;
     memcpy(cfg.label_dims, od, sizeof od);
+    if (cfg.n_heads)
+        cfg.label_ndim = 1, cfg.label_dims[0] = head_numel;
     if ((rc = rt_plan_compile(g, &cfg, &p, &rep, err, errlen)) < 0)
         return rc;
     *params = rep.param_count;
@@ -250,6 +271,8 @@ static int train_one_epoch(rt_graph *g, char *err, size_t errlen, uint64_t *para
     int64_t xn = 1, yn = 1;
     for (int i = 0; i < in; i++) xn *= id[i];
     for (int i = 0; i < on; i++) yn *= od[i];
+    if (cfg.n_heads)
+        yn = head_numel;
     const int64_t n = 2 * cfg.batch_size;
     float *x = malloc(sizeof(float) * (size_t)(xn * n));
     float *y = malloc(sizeof(float) * (size_t)(yn * n));
@@ -449,9 +472,17 @@ int main(int argc, char **argv)
     size_t big_len = 0;
     char big[256] = "", line[1024];
     while (fgets(line, sizeof line, src)) {
-        char file[256], repo[256], fpath[512], commit[64];
-        if (line[0] == '#' || sscanf(line, "%255s %255s %511s %63s", file, repo, fpath, commit) != 4)
+        char file[256], repo[256], fpath[512], commit[64], opt[128] = "";
+        if (line[0] == '#' || sscanf(line, "%255s %255s %511s %63s %127s", file, repo, fpath,
+                                     commit, opt) < 4)
             continue;
+        /* "bind=256,256,3": the input dims a user gives a fully convolutional
+         * model whose image size is free (its skips need a multiple of 2^k) */
+        int64_t ubind[RT_MAX_DIMS] = {0};
+        int n_ubind = 0;
+        for (const char *b = strncmp(opt, "bind=", 5) ? NULL : opt + 5; b && n_ubind < RT_MAX_DIMS;
+             b = strchr(b, ',') ? strchr(b, ',') + 1 : NULL)
+            ubind[n_ubind++] = strtoll(b, NULL, 10);
         total++;
         snprintf(path, sizeof path, "%s/%s", argv[1], file);
         size_t len = 0;
@@ -476,7 +507,12 @@ int main(int argc, char **argv)
         rt_graph *g = NULL;
         double t0 = now_ms();
         int rc = rt_keras_import_ex(js, len, &g, err, sizeof err, on_field, NULL);
-        if (rc == RT_EINVAL && strstr(err, "has a variable dimension")) {
+        if (rc == RT_EINVAL && strstr(err, "has a variable dimension") && n_ubind) {
+            varlen++;
+            rc = rt_keras_import_dims(js, len, ubind, n_ubind, &g, err, sizeof err, NULL, NULL);
+            if (rc == 0)
+                printf("  variable dims %-44s input dims bound to %s\n", file, opt + 5);
+        } else if (rc == RT_EINVAL && strstr(err, "has a variable dimension")) {
             /* bind the first (sequence) dim; the input's rank is found by
              * trying each, as a wrong rank is refused by name */
             varlen++;

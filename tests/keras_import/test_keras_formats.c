@@ -413,6 +413,40 @@ static void test_varlen(void)
     rt_graph_destroy(g);
 }
 
+/* A nested model whose InputLayer has null dims reads a bound value of any
+ * size there (Keras' InputSpec leaves a None axis unchecked; pix2pix's
+ * nested Sequentials are [null, null, null, C]); a fixed dim must match. */
+static void test_varlen_nested(void)
+{
+#define NEST(inner_shape)                                                                     \
+    SEQ("{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": "               \
+        "[null, null, 3], \"name\": \"seq\"}}, "                                                \
+        "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"inner\", \"layers\": ["        \
+        "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": " inner_shape      \
+        ", \"name\": \"ii\"}}, "                                                                 \
+        "{\"class_name\": \"SimpleRNN\", \"config\": {\"name\": \"r\", \"units\": 4}}]}}, "        \
+        DENSE("d", 2))
+    const int64_t dims[2] = {6, 3};
+    static const char *const take[] = {NEST("[null, null, 3]"), NEST("[null, 6, 3]")};
+    for (int i = 0; i < 2; i++) {
+        rt_graph *g = NULL;
+        int rc = rt_keras_import_dims(take[i], strlen(take[i]), dims, 2, &g, err, sizeof err,
+                                      NULL, NULL);
+        if (rc < 0) fprintf(stderr, "nested varlen %d: %s\n", i, err);
+        CHECK(rc == 0 && g != NULL);
+        rt_graph_destroy(g);
+    }
+    static const char *const refuse[] = {NEST("[null, 5, 3]"), NEST("[null, null, 4]"),
+                                         NEST("[null, 3]")};
+    for (int i = 0; i < 3; i++) {
+        rt_graph *g = NULL;
+        CHECK(rt_keras_import_dims(refuse[i], strlen(refuse[i]), dims, 2, &g, err, sizeof err,
+                                   NULL, NULL) == RT_ESHAPE &&
+              g == NULL && strstr(err, "'ii'"));
+    }
+#undef NEST
+}
+
 int main(void)
 {
     test_varlen();
@@ -420,6 +454,7 @@ int main(void)
     test_keras1();
     test_wrappers();
     test_nested();
+    test_varlen_nested();
     test_rescaling();
     test_errors();
     return rt_test_done("keras_formats");
