@@ -38,6 +38,48 @@ static rt_graph *wb_graph(void)
     return g;
 }
 
+/* odd sizes through the pooled first layer: 'same' padding (a padded copy
+ * read in place), 11x9 -> pooled 5x4 (a line and a column left over), no
+ * activation (no dead windows), 32 channels (one half of the permute
+ * kernel's 64) */
+static rt_graph *wb_odd_graph(void)
+{
+    rt_graph *g = rt_graph_create();
+    int64_t in[] = {RT_BATCH, 11, 9, 3};
+    int rc = rt_graph_add_input(g, "x", RT_F32, 4, in);
+    rc |= rt_conv_add_conv(g, "c", "x", 3, 3, 3, 32, "same", "linear", RT_INIT_GLOROT_UNIFORM,
+                           NULL, NULL);
+    rc |= rt_conv_add1(g, "p", "MaxPool2D", "c", 0, NULL);
+    rc |= rt_conv_add1(g, "f", "Flatten", "p", 0, NULL);
+    rc |= rt_conv_add_dense(g, "d", "f", 5 * 4 * 32, 10, "linear", RT_INIT_GLOROT_UNIFORM, NULL,
+                            NULL);
+    rc |= rt_graph_set_output(g, "d");
+    REQUIRE(rc == 0);
+    return g;
+}
+
+/* W-B's layer under a 3x3 pool: the dense banded weight gradient (dz routed
+ * out of the pool, rt__mk_dw_x9), which the permute kernel (2x2 pools
+ * only) does not take */
+static rt_graph *wb_pool3_graph(void)
+{
+    rt_graph *g = rt_graph_create();
+    int64_t in[] = {RT_BATCH, 12, 10, 3};
+    int64_t k3[2] = {3, 3};
+    rt_attr pa[2] = {{.name = "pool", .kind = RT_ATTR_INTS, .n = 2, .ints = k3},
+                     {.name = "strides", .kind = RT_ATTR_INTS, .n = 2, .ints = k3}};
+    int rc = rt_graph_add_input(g, "x", RT_F32, 4, in);
+    rc |= rt_conv_add_conv(g, "c", "x", 3, 3, 3, 64, "valid", "relu", RT_INIT_GLOROT_UNIFORM,
+                           NULL, NULL);
+    rc |= rt_conv_add1(g, "p", "MaxPool2D", "c", 2, pa); /* 10x8 -> 3x2 */
+    rc |= rt_conv_add1(g, "f", "Flatten", "p", 0, NULL);
+    rc |= rt_conv_add_dense(g, "d", "f", 3 * 2 * 64, 10, "linear", RT_INIT_GLOROT_UNIFORM, NULL,
+                            NULL);
+    rc |= rt_graph_set_output(g, "d");
+    REQUIRE(rc == 0);
+    return g;
+}
+
 static rt_graph *net64_graph(void)
 {
     rt_graph *g = rt_graph_create();
@@ -122,6 +164,8 @@ int main(void)
     }
     for (int i = 0; i < B; i++) y[i] = i % 10;
     check("W-B shape (fused pool, first layer)", wb_graph, x, y);
+    check("pooled first layer, odd sizes, 'same'", wb_odd_graph, x, y);
+    check("W-B's layer under a 3x3 pool", wb_pool3_graph, x, y);
     check("3x3x64 shape (K = 27 and K = 576)", net64_graph, x, y);
     check("pooled 16 -> 64 with an input gradient", pooled_dx_graph, x, y);
     if (rt_test_failures) {

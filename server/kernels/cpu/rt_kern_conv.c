@@ -12,6 +12,9 @@
 
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 #include "cpu/rt_kern_conv.h"
 #include "cpu/rt_kern_cpu.h"
@@ -722,6 +725,114 @@ void rt_kern_mpool_bwd(const rt_kern_mpool *g, int64_t nb, const float *dy, cons
     }
 }
 
+/* The weight gradient of an RGB 3x3 stride-1 layer under a fused 2x2 max
+ * pool (W-B's first layer) from the pooled gradient alone: a window passes
+ * its gradient to one cell (the argmax the forward pass kept; none when
+ * dead), so of the dense dz only a quarter is nonzero, and routing it out
+ * to a dz the size of the convolution's output cost a third of the time.
+ * Here each window's x values at its 4 cells for one column k are 4 floats
+ * from two input lines (cell (i, j) at line i, lane 3j of a 4-float load at
+ * the window's column + k'), and one two-table permute with the channel's
+ * cell (16 i + 3 j) picks each channel's x: one permute and one FMA per
+ * column and 16 channels, where the dense kernel ran four FMAs. */
+static inline int rt__pool2_dw_fits(const rt__conv_params *cv, const rt_kern_conv_plan *kp)
+{
+    return kp->in_place && kp->pool == 2 && kp->poolw == 2 && cv->KH == 3 && cv->KW == 3 &&
+           cv->C == 3 && cv->SH == 1 && cv->SW == 1 && cv->OC % 32 == 0 &&
+           (cv->act == RT__ACT_NONE || cv->act == RT__ACT_RELU);
+}
+
+/* gm (nw, OC) = the windows' gradients (0 where dead), cb (nw, OC) their
+ * argmax as a permute index (16 i + 3 j); db += the gradients, windows in
+ * order (as rt__pool_band_bwd sums them). One contiguous pass. */
+static void rt__pool2_prep(int64_t nw, int64_t OC, int dead, const float *restrict dy,
+                           const uint8_t *restrict idx, float *restrict gm, int32_t *restrict cb,
+                           float *restrict db)
+{
+    for (int64_t i = 0; i < nw * OC; i += 16) {
+        rt__v16 v = rt__ld16(dy + i);
+#ifdef __AVX512F__
+        const rt__i16 iv = (rt__i16)_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(idx + i)));
+#else
+        rt__u8x16 ib;
+        memcpy(&ib, idx + i, sizeof ib);
+        const rt__i16 iv = __builtin_convertvector(ib, rt__i16);
+#endif
+        if (dead)
+            v = (rt__v16)((rt__i16)v & (iv != RT__POOL_DEAD));
+        const rt__i16 pv = (iv >> 1) * 16 + (iv & 1) * 3;
+        memcpy(gm + i, &v, sizeof v);
+        memcpy(cb + i, &pv, sizeof pv);
+        if (db) {
+            float *d = db + i % OC;
+            const rt__v16 s = rt__ld16(d) + v;
+            memcpy(d, &s, sizeof s);
+        }
+    }
+}
+
+/* x at cell (i, j) of each channel's window: lane 3j of a (line i) or b
+ * (line i + 1); the other lanes are never picked */
+static inline rt__v16 rt__pick(const float *a, const float *b, rt__i16 cell)
+{
+#ifdef __AVX512F__
+    return (rt__v16)_mm512_permutex2var_ps(_mm512_castps128_ps512(_mm_loadu_ps(a)), (__m512i)cell,
+                                           _mm512_castps128_ps512(_mm_loadu_ps(b)));
+#else
+    rt__v16 v;
+    for (int i = 0; i < 16; i++)
+        v[i] = (cell[i] & 16 ? b : a)[cell[i] & 15];
+    return v;
+#endif
+}
+
+/* dW (27, OC) += over one sample's PH x PW windows: x the sample's view
+ * (lines of ls floats), gm and cb from rt__pool2_prep. One pass per window
+ * line kh and 32 channels: 9 x 2 accumulators. */
+static void rt__mk_dw_pool2(int64_t PH, int64_t PW, int64_t OC, int64_t ls, const float *x,
+                            const float *gm, const int32_t *cb, float *dw, const float *pf_dy,
+                            const uint8_t *pf_idx)
+{
+    for (int64_t kh = 0; kh < 3; kh++)
+        for (int64_t c0 = 0; c0 < OC; c0 += 32) {
+            rt__v16 acc[9][2];
+#pragma GCC unroll 9
+            for (int t = 0; t < 9; t++)
+                acc[t][0] = acc[t][1] = (rt__v16){0};
+            for (int64_t ph = 0; ph < PH; ph++) {
+                const float *xa = x + (2 * ph + kh) * ls;
+                const float *gl = gm + ph * PW * OC + c0;
+                const int32_t *cl = cb + ph * PW * OC + c0;
+                for (int64_t pw = 0; pw < PW; pw++) {
+                    if (pf_dy && kh == 0 && c0 == 0) {
+                        /* the next sample's pooled gradient and argmax come
+                         * from memory: on their way while this one runs */
+                        const int64_t o = (ph * PW + pw) * OC;
+                        for (int64_t i = 0; i < OC; i += 16)
+                            __builtin_prefetch(pf_dy + o + i);
+                        __builtin_prefetch(pf_idx + o);
+                    }
+                    const rt__v16 g0 = rt__ld16(gl + pw * OC), g1 = rt__ld16(gl + pw * OC + 16);
+                    rt__i16 i0, i1;
+                    memcpy(&i0, cl + pw * OC, sizeof i0);
+                    memcpy(&i1, cl + pw * OC + 16, sizeof i1);
+                    const float *ra = xa + pw * 6, *rb = ra + ls;
+#pragma GCC unroll 9
+                    for (int t = 0; t < 9; t++) {
+                        acc[t][0] += rt__pick(ra + t, rb + t, i0) * g0;
+                        acc[t][1] += rt__pick(ra + t, rb + t, i1) * g1;
+                    }
+                }
+            }
+            for (int t = 0; t < 9; t++)
+                for (int j = 0; j < 2; j++) {
+                    float *o = dw + (kh * 9 + t) * OC + c0 + 16 * j;
+                    const rt__v16 v = rt__ld16(o) + acc[t][j];
+                    memcpy(o, &v, sizeof v);
+                }
+        }
+}
+
 /* A chunk's column matrix and its output (or dz) hold about this many
  * floats together (512 KiB), so they stay in one core's L2 between im2col,
  * the GEMM and the bias/activation, and dz between the dW column blocks */
@@ -1090,10 +1201,28 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
                  * have dz 0 and add nothing */
                 const int64_t PP = kp->ph * kp->pw * OC, lb = kp->pool * cv->OW;
                 const rt_kern_mpool mg = rt_kern_mpool_of(cv, &nd->fused_p->conv);
-                const int x9 = rt__x9_fits(cv, kp);
+                const int x9 = rt__x9_fits(cv, kp), p2 = rt__pool2_dw_fits(cv, kp);
                 rt__conv_params g;
                 int64_t sb = 0;
-                const float *xv = x9 ? rt__x_view(kp, cv, a->x[0], s0, nb, col, &g, &sb) : NULL;
+                const float *xv =
+                    x9 || p2 ? rt__x_view(kp, cv, a->x[0], s0, nb, col, &g, &sb) : NULL;
+                if (p2) {
+                    /* the permute kernel, from the pooled gradient; its
+                     * gradients and indices in dzbuf (prepare sizes dz for
+                     * a whole sample: 2 PP floats fit) */
+                    float *gm = dzbuf;
+                    int32_t *cb = (int32_t *)(dzbuf + PP);
+                    const int64_t vs = g.H * g.W * g.C;
+                    for (int64_t b = s0; b < s0 + nb; b++) {
+                        rt__pool2_prep(kp->ph * kp->pw, OC, rt__pool_dead(&mg), a->dy + b * PP,
+                                       (const uint8_t *)a->ws + b * PP, gm, cb, db ? pdb : NULL);
+                        const int more = b + 1 < n;
+                        rt__mk_dw_pool2(kp->ph, kp->pw, OC, g.W * g.C, xv + (sb + b - s0) * vs, gm,
+                                        cb, pdw, more ? a->dy + (b + 1) * PP : NULL,
+                                        more ? (const uint8_t *)a->ws + (b + 1) * PP : NULL);
+                    }
+                    continue;
+                }
                 for (int64_t b = s0; b < s0 + nb; b++)
                     for (int64_t ph = 0; ph < kp->ph; ph++) {
                         const int64_t po = b * PP + ph * kp->pw * OC;
