@@ -3,10 +3,12 @@
  * paths against the ref backend (plain loops summed in double), gradients
  * of every parameter at the plan's batch and at a smaller one:
  *   - W-B's shape: 3 -> 64 3x3 'valid' ReLU with the fused 2x2 max pool, a
- *     first layer (no input gradient): the forward pass a band of pool
- *     windows at a time, the weight gradient band by band from the kept
- *     argmax (no y read under ReLU), x read in place by the 27-column
- *     kernel;
+ *     first layer (no input gradient): the forward pass pooling its
+ *     registers (rt__mk_pool2_blk), the weight gradient from the pooled
+ *     gradient and the kept argmax by the permute kernel (rt__mk_dw_pool2);
+ *     the same at odd sizes, and under a 3x3 pool (the banded kernels:
+ *     dz routed out of the argmax, x read in place by the 27-column
+ *     kernel);
  *   - the 3x3x64 net's shape: 3 -> 64 3x3 'same' ReLU (a padded copy read
  *     in place, dz formed a few lines at a time), then 64 -> 32 'same' ReLU,
  *     whose weight gradient (K = 576) runs on the microkernel over im2col's
@@ -39,19 +41,20 @@ static rt_graph *wb_graph(void)
 }
 
 /* odd sizes through the pooled first layer: 'same' padding (a padded copy
- * read in place), 11x9 -> pooled 5x4 (a line and a column left over), no
- * activation (no dead windows), 32 channels (one half of the permute
- * kernel's 64) */
+ * read in place), 11x11 -> pooled 5x5 (a line and a column left over; the
+ * forward pass's blocks of 3 and 2 windows; W-B's shape above has 3 and 1),
+ * no activation (no dead windows), 32 channels (one half of the 64 the
+ * permute and pooled forward kernels take at a time) */
 static rt_graph *wb_odd_graph(void)
 {
     rt_graph *g = rt_graph_create();
-    int64_t in[] = {RT_BATCH, 11, 9, 3};
+    int64_t in[] = {RT_BATCH, 11, 11, 3};
     int rc = rt_graph_add_input(g, "x", RT_F32, 4, in);
     rc |= rt_conv_add_conv(g, "c", "x", 3, 3, 3, 32, "same", "linear", RT_INIT_GLOROT_UNIFORM,
                            NULL, NULL);
     rc |= rt_conv_add1(g, "p", "MaxPool2D", "c", 0, NULL);
     rc |= rt_conv_add1(g, "f", "Flatten", "p", 0, NULL);
-    rc |= rt_conv_add_dense(g, "d", "f", 5 * 4 * 32, 10, "linear", RT_INIT_GLOROT_UNIFORM, NULL,
+    rc |= rt_conv_add_dense(g, "d", "f", 5 * 5 * 32, 10, "linear", RT_INIT_GLOROT_UNIFORM, NULL,
                             NULL);
     rc |= rt_graph_set_output(g, "d");
     REQUIRE(rc == 0);

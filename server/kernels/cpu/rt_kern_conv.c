@@ -735,7 +735,7 @@ void rt_kern_mpool_bwd(const rt_kern_mpool *g, int64_t nb, const float *dy, cons
  * the window's column + k'), and one two-table permute with the channel's
  * cell (16 i + 3 j) picks each channel's x: one permute and one FMA per
  * column and 16 channels, where the dense kernel ran four FMAs. */
-static inline int rt__pool2_dw_fits(const rt__conv_params *cv, const rt_kern_conv_plan *kp)
+static inline int rt__pool2_fits(const rt__conv_params *cv, const rt_kern_conv_plan *kp)
 {
     return kp->in_place && kp->pool == 2 && kp->poolw == 2 && cv->KH == 3 && cv->KW == 3 &&
            cv->C == 3 && cv->SH == 1 && cv->SW == 1 && cv->OC % 32 == 0 &&
@@ -831,6 +831,88 @@ static void rt__mk_dw_pool2(int64_t PH, int64_t PW, int64_t OC, int64_t ls, cons
                     memcpy(o, &v, sizeof v);
                 }
         }
+}
+
+/* The forward pass of the same layers (rt__pool2_fits): WB windows of one
+ * band (2 lines x 2 WB pixels) x 32 channels in 24 registers, bias, ReLU
+ * and the pool applied to the registers, and only the pooled value and its
+ * argmax stored: no pre-pool band written and read back. The sums, the
+ * ReLU and the compares are rt__mk_rows_x's and rt__pool_band's, in the
+ * same order, so the results are the same bits. x: the band's first line
+ * at the first window's column; w, bias, y, idx: at channel c0. */
+static inline __attribute__((always_inline)) void
+rt__mk_pool2_blk(int WB, int64_t ls, int64_t OC, int relu, int dead, const float *restrict x,
+                 const float *restrict w, const float *restrict bias, float *restrict y,
+                 uint8_t *restrict idx)
+{
+    rt__v16 acc[12][2];
+#pragma GCC unroll 12
+    for (int p = 0; p < 4 * WB; p++)
+#pragma GCC unroll 2
+        for (int j = 0; j < 2; j++)
+            acc[p][j] = bias ? rt__ld16(bias + 16 * j) : (rt__v16){0};
+    for (int64_t kh = 0; kh < 3; kh++) {
+        const float *restrict wk = w + kh * 9 * OC;
+        for (int64_t k = 0; k < 9; k++) {
+            const rt__v16 w0 = rt__ld16(wk + k * OC), w1 = rt__ld16(wk + k * OC + 16);
+            /* hidden from the optimizer, as in rt__mk_rows_x */
+            const float *x0 = x + kh * ls + k;
+            __asm__("" : "+r"(x0));
+            const float *x1 = x0 + ls;
+#pragma GCC unroll 12
+            for (int p = 0; p < 4 * WB; p++) {
+                const float av = (p < 2 * WB ? x0 : x1)[(p % (2 * WB)) * 3];
+                acc[p][0] += av * w0;
+                acc[p][1] += av * w1;
+            }
+        }
+    }
+#pragma GCC unroll 3
+    for (int q = 0; q < WB; q++)
+#pragma GCC unroll 2
+        for (int j = 0; j < 2; j++) {
+            rt__v16 v[4];
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) {
+                v[c] = acc[(c >> 1) * 2 * WB + 2 * q + (c & 1)][j];
+                if (relu)
+                    v[c] = (rt__v16)((rt__i16)v[c] & (v[c] > (rt__v16){0}));
+            }
+            rt__v16 mv = v[0];
+            rt__i16 iv = {0};
+#pragma GCC unroll 3
+            for (int c = 1; c < 4; c++) {
+                const rt__i16 gt = v[c] > mv;
+                mv = (rt__v16)(((rt__i16)v[c] & gt) | ((rt__i16)mv & ~gt));
+                iv = (((rt__i16){0} + c) & gt) | (iv & ~gt);
+            }
+            if (dead)
+                iv |= ~(mv > (rt__v16){0}) & RT__POOL_DEAD;
+            memcpy(y + q * OC + 16 * j, &mv, sizeof mv);
+            const rt__u8x16 ib = __builtin_convertvector(iv, rt__u8x16);
+            memcpy(idx + q * OC + 16 * j, &ib, sizeof ib);
+        }
+}
+
+/* the pooled band ph of one sample: x the sample's view (lines of ls
+ * floats), y and idx the band's PW pooled values */
+static void rt__mk_pool2_band(int64_t PW, int64_t OC, int64_t ls, int relu, int dead,
+                              const float *x, const float *w, const float *bias, float *y,
+                              uint8_t *idx)
+{
+    for (int64_t c0 = 0; c0 < OC; c0 += 32) {
+        const float *bc = bias ? bias + c0 : NULL;
+        int64_t pw = 0;
+        for (; pw + 3 <= PW; pw += 3)
+            rt__mk_pool2_blk(3, ls, OC, relu, dead, x + pw * 6, w + c0, bc, y + pw * OC + c0,
+                             idx + pw * OC + c0);
+        if (PW - pw == 2)
+            rt__mk_pool2_blk(2, ls, OC, relu, dead, x + pw * 6, w + c0, bc, y + pw * OC + c0,
+                             idx + pw * OC + c0);
+        else if (PW - pw == 1)
+            rt__mk_pool2_blk(1, ls, OC, relu, dead, x + pw * 6, w + c0, bc, y + pw * OC + c0,
+                             idx + pw * OC + c0);
+    }
 }
 
 /* A chunk's column matrix and its output (or dz) hold about this many
@@ -1049,6 +1131,17 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
             const float *xv = rt__x_view(kp, cv, a->x[0], c.s0, c.nb, col, &g, &sb);
             const int64_t PP = kp->ph * kp->pw * OC;
             const rt_kern_mpool mg = rt_kern_mpool_of(cv, &nd->fused_p->conv);
+            if (rt__pool2_fits(cv, kp)) {
+                const int64_t ls = g.W * g.C, vs = g.H * ls;
+                for (int64_t b = 0; b < c.nb; b++)
+                    for (int64_t ph = 0; ph < kp->ph; ph++) {
+                        const int64_t o = (c.s0 + b) * PP + ph * kp->pw * OC;
+                        rt__mk_pool2_band(kp->pw, OC, ls, cv->act == RT__ACT_RELU,
+                                          rt__pool_dead(&mg), xv + (sb + b) * vs + 2 * ph * ls, w,
+                                          bias, a->y + o, (uint8_t *)a->ws + o);
+                    }
+                continue;
+            }
             for (int64_t b = 0; b < c.nb; b++)
                 for (int64_t ph = 0; ph < kp->ph; ph++) {
                     const int64_t o = (c.s0 + b) * PP + ph * kp->pw * OC;
@@ -1201,7 +1294,7 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
                  * have dz 0 and add nothing */
                 const int64_t PP = kp->ph * kp->pw * OC, lb = kp->pool * cv->OW;
                 const rt_kern_mpool mg = rt_kern_mpool_of(cv, &nd->fused_p->conv);
-                const int x9 = rt__x9_fits(cv, kp), p2 = rt__pool2_dw_fits(cv, kp);
+                const int x9 = rt__x9_fits(cv, kp), p2 = rt__pool2_fits(cv, kp);
                 rt__conv_params g;
                 int64_t sb = 0;
                 const float *xv =
