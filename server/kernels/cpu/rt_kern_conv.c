@@ -159,13 +159,38 @@ static inline rt__v16 rt__ld16(const float *p)
     return v;
 }
 
+/* bit i: v[i] > 0 (relu'(y) of a ReLU output y, rt_kern_conv_plan.rmask) */
+static inline uint16_t rt__mbits(rt__v16 v)
+{
+#ifdef __AVX512F__
+    return (uint16_t)_mm512_cmp_ps_mask((__m512)v, _mm512_setzero_ps(), _CMP_GT_OQ);
+#else
+    uint16_t m = 0;
+    for (int i = 0; i < 16; i++)
+        m |= (uint16_t)((v[i] > 0.0f) << i);
+    return m;
+#endif
+}
+
+/* dy where bit i of m is set, 0 elsewhere */
+static inline rt__v16 rt__mkeep(rt__v16 d, uint16_t m)
+{
+#ifdef __AVX512F__
+    return (rt__v16)_mm512_maskz_mov_ps((__mmask16)m, (__m512)d);
+#else
+    for (int i = 0; i < 16; i++)
+        d[i] = m >> i & 1 ? d[i] : 0.0f;
+    return d;
+#endif
+}
+
 /* rb <= RB rows of act(A w + bias) in registers: row i's k-th value is
  * x[kh*ls + i*rs + k'] for k = kh*KWC + k' (a column matrix: KH = 1, KWC =
  * rs = K; x read in place: rt__mk_conv_x) */
 static inline __attribute__((always_inline)) void
 rt__mk_rows_x(int NB, int64_t rb, int64_t KH, int64_t KWC, int64_t rs, int64_t ls, int64_t OC,
               const float *restrict x, const float *restrict w, const float *restrict bias,
-              int relu, float *restrict y)
+              int relu, float *restrict y, uint16_t *restrict msk)
 {
     rt__v16 acc[RT__MK_RB][4];
     for (int i = 0; i < RT__MK_RB; i++)
@@ -199,6 +224,8 @@ rt__mk_rows_x(int NB, int64_t rb, int64_t KH, int64_t KWC, int64_t rs, int64_t l
             if (relu)
                 v = (rt__v16)((rt__i16)v & (v > (rt__v16){0}));
             memcpy(y + i * OC + 16 * j, &v, sizeof v);
+            if (msk)
+                msk[i * NB + j] = rt__mbits(v);
         }
 }
 
@@ -212,10 +239,10 @@ static void rt__mk_gemm(int64_t rows, int64_t K, int64_t OC, const float *A, con
         const float *a = A + r * K;
         float *o = y + r * OC;
         switch (NB) {
-        case 1: rt__mk_rows_x(1, rb, 1, K, K, 0, OC, a, w, bias, relu, o); break;
-        case 2: rt__mk_rows_x(2, rb, 1, K, K, 0, OC, a, w, bias, relu, o); break;
-        case 3: rt__mk_rows_x(3, rb, 1, K, K, 0, OC, a, w, bias, relu, o); break;
-        default: rt__mk_rows_x(4, rb, 1, K, K, 0, OC, a, w, bias, relu, o); break;
+        case 1: rt__mk_rows_x(1, rb, 1, K, K, 0, OC, a, w, bias, relu, o, NULL); break;
+        case 2: rt__mk_rows_x(2, rb, 1, K, K, 0, OC, a, w, bias, relu, o, NULL); break;
+        case 3: rt__mk_rows_x(3, rb, 1, K, K, 0, OC, a, w, bias, relu, o, NULL); break;
+        default: rt__mk_rows_x(4, rb, 1, K, K, 0, OC, a, w, bias, relu, o, NULL); break;
         }
     }
 }
@@ -303,9 +330,11 @@ static void rt__mk_dwa(int64_t rows, int64_t K, int64_t OC, const float *A, cons
 }
 
 /* dz (rows, OC) = dy * relu'(y) (or dy), db (OC) += its column sums (rows
- * in order), one contiguous pass over dy and y (they come from memory) */
+ * in order), one contiguous pass over dy and y (they come from memory), or
+ * over dy and msk's bits of relu'(y) (rt_kern_conv_plan.rmask) */
 static void rt__dz_form(int64_t rows, int64_t OC, const float *restrict dy, const float *restrict y,
-                        int relu, float *restrict dz, float *restrict db)
+                        const uint16_t *restrict msk, int relu, float *restrict dz,
+                        float *restrict db)
 {
     const int NB = (int)(OC / 16);
     rt__v16 bacc[4] = {{0}, {0}, {0}, {0}};
@@ -313,8 +342,15 @@ static void rt__dz_form(int64_t rows, int64_t OC, const float *restrict dy, cons
         for (int j = 0; j < 4; j++) {
             if (j >= NB)
                 break;
+            /* the next call's rows (the next few lines) come from memory:
+             * on their way while the microkernel works on these */
+            __builtin_prefetch(dy + (r + rows) * OC + 16 * j);
+            if (relu && !msk)
+                __builtin_prefetch(y + (r + rows) * OC + 16 * j);
             rt__v16 d = rt__ld16(dy + r * OC + 16 * j);
-            if (relu)
+            if (relu && msk)
+                d = rt__mkeep(d, msk[r * NB + j]);
+            else if (relu)
                 d = (rt__v16)((rt__i16)d & (rt__ld16(y + r * OC + 16 * j) > (rt__v16){0}));
             memcpy(dz + r * OC + 16 * j, &d, sizeof d);
             bacc[j] += d;
@@ -473,10 +509,10 @@ static void rt__mk_dw_x9(const rt__conv_params *g, const float *x, int64_t s0, i
 
 /* y (rows of samples [s0, s0+nb), lines [oh0, oh1), OC) = act(conv + bias)
  * by rt__mk_rows_x, RB pixels of one output line at a time; g: x's
- * geometry (unpadded) */
+ * geometry (unpadded); msk (rows, OC / 16), unless NULL: ReLU's y > 0 bits */
 static void rt__mk_conv_x(const rt__conv_params *g, const float *x, int64_t s0, int64_t nb,
                           int64_t oh0, int64_t oh1, const float *w, const float *bias, int relu,
-                          float *y)
+                          float *y, uint16_t *msk)
 {
     const int NB = (int)(g->OC / 16);
     const int64_t OC = g->OC, OW = g->OW, C = g->C;
@@ -491,17 +527,23 @@ static void rt__mk_conv_x(const rt__conv_params *g, const float *x, int64_t s0, 
                 const int64_t rb = OW - ow < RT__MK_RB ? OW - ow : RT__MK_RB;
                 const float *xb = xl + ow * rs;
                 if (rgb && rb == RT__MK_RB) {
-                    rt__mk_rows_x(4, RT__MK_RB, 3, 9, 3, ls, 64, xb, w, bias, relu, y);
+                    rt__mk_rows_x(4, RT__MK_RB, 3, 9, 3, ls, 64, xb, w, bias, relu, y, msk);
                     y += rb * OC;
+                    msk = msk ? msk + rb * NB : NULL;
                     continue;
                 }
                 switch (NB) {
-                case 1: rt__mk_rows_x(1, rb, g->KH, KWC, rs, ls, OC, xb, w, bias, relu, y); break;
-                case 2: rt__mk_rows_x(2, rb, g->KH, KWC, rs, ls, OC, xb, w, bias, relu, y); break;
-                case 3: rt__mk_rows_x(3, rb, g->KH, KWC, rs, ls, OC, xb, w, bias, relu, y); break;
-                default: rt__mk_rows_x(4, rb, g->KH, KWC, rs, ls, OC, xb, w, bias, relu, y); break;
+                case 1: rt__mk_rows_x(1, rb, g->KH, KWC, rs, ls, OC, xb, w, bias, relu, y, msk);
+                    break;
+                case 2: rt__mk_rows_x(2, rb, g->KH, KWC, rs, ls, OC, xb, w, bias, relu, y, msk);
+                    break;
+                case 3: rt__mk_rows_x(3, rb, g->KH, KWC, rs, ls, OC, xb, w, bias, relu, y, msk);
+                    break;
+                default: rt__mk_rows_x(4, rb, g->KH, KWC, rs, ls, OC, xb, w, bias, relu, y, msk);
+                    break;
                 }
                 y += rb * OC;
+                msk = msk ? msk + rb * NB : NULL;
             }
         }
 }
@@ -1041,6 +1083,14 @@ int rt_kern_conv2d_prepare(rt__node *nd, int64_t B, rt__arena *A)
     kp->B = B;
     kp->dn = NULL;
     kp->dn_dirs = rt__conv_dnnl_dirs(cv, kp, B);
+    /* a ReLU layer whose forward pass is the in-place microkernel keeps
+     * relu'(y) as bits (1 MiB for the 3x3x64 net's first layer at batch
+     * 128, against its 32 MiB y), so the weight gradient reads dy alone
+     * from memory (rt__dz_form) */
+    kp->rmask = !kp->pool && cv->act == RT__ACT_RELU && kp->in_place && kp->dw_mk &&
+                !(kp->dn_dirs & RT_KERN_DN_F);
+    if (kp->rmask)
+        nd->ws_floats = (B * P * (OC / 16) + 1) / 2;
     if (kp->dn_dirs) {
         kp->dn = rt_kern_dconv_prepare(cv, B);
         /* the scratch also holds im2col's, for a smaller last batch whose
@@ -1146,7 +1196,7 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
                 for (int64_t ph = 0; ph < kp->ph; ph++) {
                     const int64_t o = (c.s0 + b) * PP + ph * kp->pw * OC;
                     rt__mk_conv_x(&g, xv, sb + b, 1, ph * kp->pool, (ph + 1) * kp->pool, w, bias,
-                                  cv->act == RT__ACT_RELU, y);
+                                  cv->act == RT__ACT_RELU, y, NULL);
                     rt__pool_band(&mg, y, a->y + o, (uint8_t *)a->ws + o);
                 }
             continue;
@@ -1155,7 +1205,8 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
             rt__conv_params g;
             int64_t sb;
             const float *xv = rt__x_view(kp, cv, a->x[0], c.s0, c.nb, col, &g, &sb);
-            rt__mk_conv_x(&g, xv, sb, c.nb, c.oh0, c.oh1, w, bias, cv->act == RT__ACT_RELU, y);
+            rt__mk_conv_x(&g, xv, sb, c.nb, c.oh0, c.oh1, w, bias, cv->act == RT__ACT_RELU, y,
+                          kp->rmask ? (uint16_t *)a->ws + c.r0 * (OC / 16) : NULL);
         } else {
             const float *A;
             if (kp->direct) {
@@ -1185,12 +1236,13 @@ void rt_kern_conv2d_fwd(const rt__kargs *a)
  * The RGB 3x3 layers read x in place (rt__mk_dw_x9), the rest im2col's
  * columns (or x itself for a 1x1 stride-1 layer). */
 static void rt__mk_dw_lines(const rt__conv_params *cv, const rt_kern_conv_plan *kp, const float *x,
-                            const rt__cchunk *c, const float *dy, const float *y, int relu,
-                            float *dzo, float *col, float *dw, float *db)
+                            const rt__cchunk *c, const float *dy, const float *y,
+                            const uint16_t *msk, int relu, float *dzo, float *col, float *dw,
+                            float *db)
 {
     const int64_t K = cv->KH * cv->KW * cv->C, OC = cv->OC, OW = cv->OW;
     if (kp->direct) {
-        rt__dz_form(c->rows, OC, dy, y, relu, dzo, db);
+        rt__dz_form(c->rows, OC, dy, y, msk, relu, dzo, db);
         rt__mk_dwa(c->rows, K, OC, x + c->r0 * K, dzo, dw);
         return;
     }
@@ -1205,7 +1257,8 @@ static void rt__mk_dw_lines(const rt__conv_params *cv, const rt_kern_conv_plan *
     for (int64_t b = c->s0; b < c->s0 + c->nb; b++)
         for (int64_t l0 = c->oh0; l0 < c->oh1; l0 += L) {
             const int64_t l1 = l0 + L < c->oh1 ? l0 + L : c->oh1, rows = (l1 - l0) * OW;
-            rt__dz_form(rows, OC, dy + r * OC, y + r * OC, relu, dzo + r * OC, db);
+            rt__dz_form(rows, OC, dy + r * OC, y + r * OC, msk ? msk + r * (OC / 16) : NULL, relu,
+                        dzo + r * OC, db);
             if (x9) {
                 rt__mk_dw_x9(&g, xv, sb + b - c->s0, 1, l0, l1, dzo + r * OC, dw);
             } else {
@@ -1357,8 +1410,9 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
                 /* one pass over dy and y for dz, db and dW's first columns;
                  * the columns a few lines at a time, so they stay in L1
                  * while the microkernel's blocks pass over them */
-                rt__mk_dw_lines(cv, kp, a->x[0], &c, dz, a->y + c.r0 * OC, cv->act == RT__ACT_RELU,
-                                dzbuf, col, pdw, db ? pdb : NULL);
+                rt__mk_dw_lines(cv, kp, a->x[0], &c, dz, a->y + c.r0 * OC,
+                                kp->rmask ? (const uint16_t *)a->ws + c.r0 * (OC / 16) : NULL,
+                                cv->act == RT__ACT_RELU, dzbuf, col, pdw, db ? pdb : NULL);
                 dz = dzbuf;
                 goto dx_part;
             }

@@ -34,6 +34,7 @@ typedef struct rt_kern_conv_plan {
     int direct;              /* 1x1, stride 1, no pad: x is the column matrix */
     int in_place;            /* the small-K microkernels read x, no im2col */
     int dw_mk;               /* dW by the microkernel over im2col's columns, not sgemm */
+    int rmask;               /* the forward pass keeps ReLU's y > 0 as bits in the workspace */
     int nt;                  /* threads the scratch is sized for */
     int64_t tstride;         /* scratch floats per thread */
     int64_t pool, poolw;     /* fused max pool window (0: none) */
