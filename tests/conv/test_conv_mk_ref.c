@@ -24,64 +24,41 @@
 
 enum { B = 8 };
 
-static rt_graph *wb_graph(void)
+/* a first layer (3 channels, 3x3) fused with a pk x pk max pool, then
+ * Dense(10) */
+static rt_graph *pooled_first(int64_t H, int64_t W, int64_t OC, const char *pad, const char *act,
+                              int64_t pk)
 {
     rt_graph *g = rt_graph_create();
-    int64_t in[] = {RT_BATCH, 12, 10, 3};
+    int64_t in[] = {RT_BATCH, H, W, 3}, k[2] = {pk, pk};
+    rt_attr pa[2] = {{.name = "pool", .kind = RT_ATTR_INTS, .n = 2, .ints = k},
+                     {.name = "strides", .kind = RT_ATTR_INTS, .n = 2, .ints = k}};
+    const int64_t v = strcmp(pad, "valid") == 0 ? 2 : 0;
+    const int64_t flat = (H - v) / pk * ((W - v) / pk) * OC;
     int rc = rt_graph_add_input(g, "x", RT_F32, 4, in);
-    rc |= rt_conv_add_conv(g, "c", "x", 3, 3, 3, 64, "valid", "relu", RT_INIT_GLOROT_UNIFORM,
-                           NULL, NULL);
-    rc |= rt_conv_add1(g, "p", "MaxPool2D", "c", 0, NULL); /* 10x8 -> 5x4 */
+    rc |= rt_conv_add_conv(g, "c", "x", 3, 3, 3, OC, pad, act, RT_INIT_GLOROT_UNIFORM, NULL, NULL);
+    rc |= rt_conv_add1(g, "p", "MaxPool2D", "c", 2, pa);
     rc |= rt_conv_add1(g, "f", "Flatten", "p", 0, NULL);
-    rc |= rt_conv_add_dense(g, "d", "f", 5 * 4 * 64, 10, "linear", RT_INIT_GLOROT_UNIFORM, NULL,
-                            NULL);
+    rc |= rt_conv_add_dense(g, "d", "f", flat, 10, "linear", RT_INIT_GLOROT_UNIFORM, NULL, NULL);
     rc |= rt_graph_set_output(g, "d");
     REQUIRE(rc == 0);
     return g;
 }
+
+/* W-B's layer: 12x10 -> 10x8 -> pooled 5x4 */
+static rt_graph *wb_graph(void) { return pooled_first(12, 10, 64, "valid", "relu", 2); }
 
 /* odd sizes through the pooled first layer: 'same' padding (a padded copy
  * read in place), 11x11 -> pooled 5x5 (a line and a column left over; the
  * forward pass's blocks of 3 and 2 windows; W-B's shape above has 3 and 1),
  * no activation (no dead windows), 32 channels (one half of the 64 the
  * permute and pooled forward kernels take at a time) */
-static rt_graph *wb_odd_graph(void)
-{
-    rt_graph *g = rt_graph_create();
-    int64_t in[] = {RT_BATCH, 11, 11, 3};
-    int rc = rt_graph_add_input(g, "x", RT_F32, 4, in);
-    rc |= rt_conv_add_conv(g, "c", "x", 3, 3, 3, 32, "same", "linear", RT_INIT_GLOROT_UNIFORM,
-                           NULL, NULL);
-    rc |= rt_conv_add1(g, "p", "MaxPool2D", "c", 0, NULL);
-    rc |= rt_conv_add1(g, "f", "Flatten", "p", 0, NULL);
-    rc |= rt_conv_add_dense(g, "d", "f", 5 * 5 * 32, 10, "linear", RT_INIT_GLOROT_UNIFORM, NULL,
-                            NULL);
-    rc |= rt_graph_set_output(g, "d");
-    REQUIRE(rc == 0);
-    return g;
-}
+static rt_graph *wb_odd_graph(void) { return pooled_first(11, 11, 32, "same", "linear", 2); }
 
-/* W-B's layer under a 3x3 pool: the dense banded weight gradient (dz routed
- * out of the pool, rt__mk_dw_x9), which the permute kernel (2x2 pools
- * only) does not take */
-static rt_graph *wb_pool3_graph(void)
-{
-    rt_graph *g = rt_graph_create();
-    int64_t in[] = {RT_BATCH, 12, 10, 3};
-    int64_t k3[2] = {3, 3};
-    rt_attr pa[2] = {{.name = "pool", .kind = RT_ATTR_INTS, .n = 2, .ints = k3},
-                     {.name = "strides", .kind = RT_ATTR_INTS, .n = 2, .ints = k3}};
-    int rc = rt_graph_add_input(g, "x", RT_F32, 4, in);
-    rc |= rt_conv_add_conv(g, "c", "x", 3, 3, 3, 64, "valid", "relu", RT_INIT_GLOROT_UNIFORM,
-                           NULL, NULL);
-    rc |= rt_conv_add1(g, "p", "MaxPool2D", "c", 2, pa); /* 10x8 -> 3x2 */
-    rc |= rt_conv_add1(g, "f", "Flatten", "p", 0, NULL);
-    rc |= rt_conv_add_dense(g, "d", "f", 3 * 2 * 64, 10, "linear", RT_INIT_GLOROT_UNIFORM, NULL,
-                            NULL);
-    rc |= rt_graph_set_output(g, "d");
-    REQUIRE(rc == 0);
-    return g;
-}
+/* W-B's layer under a 3x3 pool (10x8 -> 3x2): the dense banded weight
+ * gradient (dz routed out of the argmax, rt__mk_dw_x9), which the permute
+ * kernel (2x2 pools only) does not take */
+static rt_graph *wb_pool3_graph(void) { return pooled_first(12, 10, 64, "valid", "relu", 3); }
 
 static rt_graph *net64_graph(void)
 {

@@ -533,13 +533,17 @@ static void rt__mk_conv_x(const rt__conv_params *g, const float *x, int64_t s0, 
                     continue;
                 }
                 switch (NB) {
-                case 1: rt__mk_rows_x(1, rb, g->KH, KWC, rs, ls, OC, xb, w, bias, relu, y, msk);
+                case 1:
+                    rt__mk_rows_x(1, rb, g->KH, KWC, rs, ls, OC, xb, w, bias, relu, y, msk);
                     break;
-                case 2: rt__mk_rows_x(2, rb, g->KH, KWC, rs, ls, OC, xb, w, bias, relu, y, msk);
+                case 2:
+                    rt__mk_rows_x(2, rb, g->KH, KWC, rs, ls, OC, xb, w, bias, relu, y, msk);
                     break;
-                case 3: rt__mk_rows_x(3, rb, g->KH, KWC, rs, ls, OC, xb, w, bias, relu, y, msk);
+                case 3:
+                    rt__mk_rows_x(3, rb, g->KH, KWC, rs, ls, OC, xb, w, bias, relu, y, msk);
                     break;
-                default: rt__mk_rows_x(4, rb, g->KH, KWC, rs, ls, OC, xb, w, bias, relu, y, msk);
+                default:
+                    rt__mk_rows_x(4, rb, g->KH, KWC, rs, ls, OC, xb, w, bias, relu, y, msk);
                     break;
                 }
                 y += rb * OC;
@@ -794,7 +798,8 @@ static void rt__pool2_prep(int64_t nw, int64_t OC, int dead, const float *restri
     for (int64_t i = 0; i < nw * OC; i += 16) {
         rt__v16 v = rt__ld16(dy + i);
 #ifdef __AVX512F__
-        const rt__i16 iv = (rt__i16)_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(idx + i)));
+        const rt__i16 iv =
+            (rt__i16)_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(idx + i)));
 #else
         rt__u8x16 ib;
         memcpy(&ib, idx + i, sizeof ib);
