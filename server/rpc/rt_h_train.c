@@ -71,7 +71,7 @@ static int run_epoch_val(void *ud, const rt_metrics *val)
 }
 
 /* Decode, run the use case (rt_program_run_steps), encode. */
-static int run_steps_work(rt_call *c)
+static int run_steps(rt_call *c)
 {
     Rtrain__V1__RunStepsRequest *q = REQ(c, Rtrain__V1__RunStepsRequest);
     rt_run_steps_in in = {.seq = q->seq,
@@ -128,6 +128,17 @@ static int run_steps_work(rt_call *c)
     return r->last && r->mean ? 0 : OOM(c);
 }
 
+/* The data sets go back once the steps are done and the answer encoded:
+ * nothing after the work reads them, so the transport has none left to
+ * give back before the status. */
+static int run_steps_work(rt_call *c)
+{
+    int rc = run_steps(c);
+    rt_dataset_release(c->ds);
+    rt_dataset_release(c->val_ds);
+    c->ds = c->val_ds = NULL;
+    return rc;
+}
 
 /* RunSteps' own checks, in the order they are reported: 0, or the code
  * with why set. They need nothing found, so they run before the lookups
