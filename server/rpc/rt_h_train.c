@@ -13,6 +13,13 @@ static rt_train_flags train_flags(rt_call *c)
                             .pause_at = c->srv->cfg.pause_at_step};
 }
 
+/* The ids a RunSteps or Fit request names, for rt_train_open. */
+#define TRAIN_IDS(q)                                                            \
+    {                                                                           \
+        .sid = (q)->session_id, .pid = (q)->program_id, .did = (q)->dataset_id, \
+        .val_did = (q)->val_dataset_id                                          \
+    }
+
 /* --------------------------------------------------------------- RunSteps */
 static Rtrain__V1__StateKind state_kind(const rt_srv *s)
 {
@@ -177,10 +184,7 @@ int rt_h_run_steps(rt_call *c)
     Rtrain__V1__RunStepsRequest *q = REQ(c, Rtrain__V1__RunStepsRequest);
     char why[200];
     int bad = run_steps_request(c, q, why, sizeof why);
-    rt_train_open_in in = {.sid = q->session_id,
-                           .pid = q->program_id,
-                           .did = q->dataset_id,
-                           .val_did = q->val_dataset_id};
+    rt_train_open_in in = TRAIN_IDS(q);
     rt_train_open_out o;
     int rc = rt_h_open_train(c, &in, bad, why, &o);
     /* Once its program is found the call counts for the program's
@@ -333,13 +337,10 @@ int rt_h_fit(rt_call *c)
     Rtrain__V1__FitRequest *q = REQ(c, Rtrain__V1__FitRequest);
     char why[200];
     int bad = fit_request(c, q, why, sizeof why);
-    rt_train_open_in in = {.sid = q->session_id,
-                           .pid = q->program_id,
-                           .did = q->dataset_id,
-                           .val_did = q->val_dataset_id,
-                           .epochs = q->epochs,
-                           .steps_per_epoch = q->steps_per_epoch,
-                           .max_steps = RT_MAX_STEPS_PER_CALL};
+    rt_train_open_in in = TRAIN_IDS(q);
+    in.epochs = q->epochs;
+    in.steps_per_epoch = q->steps_per_epoch;
+    in.max_steps = RT_MAX_STEPS_PER_CALL;
     rt_train_open_out o;
     int rc = rt_h_open_train(c, &in, bad, why, &o);
     if (rc < 0)
