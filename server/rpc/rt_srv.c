@@ -103,9 +103,9 @@ void rt__call_free(rt_call *c, int matched)
         rt_srv_upload_release(c);
     if (c->st_free && c->st)
         c->st_free(c->st);
+    drop_datasets(c);
     /* The lease runs from the end of the last call that used the session,
      * so a Fit longer than the lease does not leave it expired. */
-    drop_datasets(c);
     if (c->sess) {
         __atomic_store_n(&c->sess->last_used_ns, rt_now_ns(), __ATOMIC_RELAXED);
         rt_session_release(c->sess);
