@@ -33,7 +33,8 @@ void rt__call_arena_free(rt_call *c)
         free(b);
     }
     c->arena = NULL;
-    rt_principal_unreserve(c->who, RT_Q_CALL_BYTES, c->charged);
+    if (c->charged) /* only large blocks are charged (rt_call_alloc) */
+        rt_principal_unreserve(c->who, RT_Q_CALL_BYTES, c->charged);
     c->charged = 0;
 }
 

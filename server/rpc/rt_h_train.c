@@ -13,6 +13,13 @@ static rt_train_flags train_flags(rt_call *c)
                             .pause_at = c->srv->cfg.pause_at_step};
 }
 
+/* The ids a RunSteps or Fit request names, for rt_train_open. */
+#define TRAIN_IDS(q)                                                            \
+    {                                                                           \
+        .sid = (q)->session_id, .pid = (q)->program_id, .did = (q)->dataset_id, \
+        .val_did = (q)->val_dataset_id                                          \
+    }
+
 /* --------------------------------------------------------------- RunSteps */
 static Rtrain__V1__StateKind state_kind(const rt_srv *s)
 {
@@ -71,7 +78,7 @@ static int run_epoch_val(void *ud, const rt_metrics *val)
 }
 
 /* Decode, run the use case (rt_program_run_steps), encode. */
-static int run_steps_work(rt_call *c)
+static int run_steps(rt_call *c)
 {
     Rtrain__V1__RunStepsRequest *q = REQ(c, Rtrain__V1__RunStepsRequest);
     rt_run_steps_in in = {.seq = q->seq,
@@ -128,6 +135,18 @@ static int run_steps_work(rt_call *c)
     return r->last && r->mean ? 0 : OOM(c);
 }
 
+/* The data sets go back once the steps are done and the answer encoded:
+ * nothing after the work reads them, so the transport has none left to
+ * give back before the status. */
+static int run_steps_work(rt_call *c)
+{
+    int rc = run_steps(c);
+    rt_dataset_release(c->ds);
+    rt_dataset_release(c->val_ds);
+    c->ds = c->val_ds = NULL;
+    return rc;
+}
+
 /* RunSteps' own checks, in the order they are reported: 0, or the code
  * with why set. They need nothing found, so they run before the lookups
  * (rt_h_open_train reports a lookup's failure first); val_at_end's set is
@@ -165,9 +184,9 @@ int rt_h_run_steps(rt_call *c)
     Rtrain__V1__RunStepsRequest *q = REQ(c, Rtrain__V1__RunStepsRequest);
     char why[200];
     int bad = run_steps_request(c, q, why, sizeof why);
-    double step_ns = 0;
-    int rc = rt_h_open_train(c, q->session_id, q->program_id, q->dataset_id, q->val_dataset_id, bad,
-                             why, &step_ns);
+    rt_train_open_in in = TRAIN_IDS(q);
+    rt_train_open_out o;
+    int rc = rt_h_open_train(c, &in, bad, why, &o);
     /* Once its program is found the call counts for the program's
      * pipeline: a failure stops the calls sent after it (rt_sched.c,
      * rt__pipe_complete). */
@@ -177,7 +196,7 @@ int rt_h_run_steps(rt_call *c)
         return rc;
     c->work = run_steps_work;
     c->needs_device = 1;
-    c->est_ns = rt_h_clamp_est((double)q->steps * step_ns);
+    c->est_ns = rt_h_clamp_est((double)q->steps * o.step_ns);
     if (q->after_seq) {
         if (!q->seq || q->after_seq >= q->seq)
             return rt_call_fail(c, RT_EINVAL, "after_seq %llu must be below seq %llu",
@@ -297,31 +316,34 @@ static int fit_work(rt_call *c)
     return 0;
 }
 
-int rt_h_fit(rt_call *c)
+/* Fit's own checks, in the order they are reported (after a lookup's
+ * failure, before the cap on its steps and the data sets' checks). */
+static int fit_request(const rt_call *c, const Rtrain__V1__FitRequest *q, char *why, size_t n)
 {
-    Rtrain__V1__FitRequest *q = REQ(c, Rtrain__V1__FitRequest);
-    int rc = rt_h_need_train(c, q->session_id, q->program_id, q->dataset_id, q->val_dataset_id);
-    if (rc < 0)
-        return rc;
+    int rc;
     if (q->epochs == 0)
-        return rt_call_fail(c, RT_EINVAL, "epochs must be at least 1");
-    if ((rc = rt_h_check_lr(c, q->learning_rate)) < 0)
+        return rt_errf(why, n, RT_EINVAL, "epochs must be at least 1");
+    if ((rc = rt_h_lr_why(q->learning_rate, why, n)) < 0)
         return rc;
     /* as RunSteps: the running fits stop for the exit checkpoint, and a
      * client reattaches to the next start */
-    if ((rc = rt_h_refuse_if_stopping(c)) < 0)
-        return rc;
-    /* The same per-call cap as RunSteps, on the steps the Fit will really
-     * run: without steps_per_epoch an epoch is one pass over the dataset. */
-    int64_t bs = rt_plan_config(rt_program_plan(c->prog))->batch_size;
-    uint64_t spe = q->steps_per_epoch
-                       ? q->steps_per_epoch
-                       : (uint64_t)((c->ds->n + (bs > 0 ? bs : 1) - 1) / (bs > 0 ? bs : 1));
-    if (spe && (uint64_t)q->epochs > RT_MAX_STEPS_PER_CALL / spe)
-        return rt_call_fail(
-            c, RT_ETOOBIG, "Fit of %u epochs x %llu steps is over the limit of %llu steps per call",
-            q->epochs, (unsigned long long)spe, RT_MAX_STEPS_PER_CALL);
-    if ((rc = rt_h_check_train(c, NULL)) < 0)
+    return rt_h_stopping_why(c, why, n);
+}
+
+/* As RunSteps: the request's checks, then one call down (rt_train_open:
+ * lookups, the cap on the steps the Fit will run, the data sets' checks). */
+int rt_h_fit(rt_call *c)
+{
+    Rtrain__V1__FitRequest *q = REQ(c, Rtrain__V1__FitRequest);
+    char why[200];
+    int bad = fit_request(c, q, why, sizeof why);
+    rt_train_open_in in = TRAIN_IDS(q);
+    in.epochs = q->epochs;
+    in.steps_per_epoch = q->steps_per_epoch;
+    in.max_steps = RT_MAX_STEPS_PER_CALL;
+    rt_train_open_out o;
+    int rc = rt_h_open_train(c, &in, bad, why, &o);
+    if (rc < 0)
         return rc;
     c->merge_out = q->merge_events;
     c->work = fit_work;
@@ -348,24 +370,26 @@ static int evaluate_work(rt_call *c)
     return 0;
 }
 
-static uint64_t forward_estimate(rt_call *c, int64_t n)
+/* n samples forward, in batches of bs, at half a training step each */
+static uint64_t forward_estimate(int64_t n, int64_t bs, double step_ns)
 {
-    int64_t bs = rt_plan_config(rt_program_plan(c->prog))->batch_size;
     if (bs < 1)
         bs = 1;
-    return rt_h_clamp_est((double)((n + bs - 1) / bs) * rt_program_step_ns(c->prog) / 2);
+    return rt_h_clamp_est((double)((n + bs - 1) / bs) * step_ns / 2);
 }
 
+/* One call down, as RunSteps (Evaluate has no checks of its own). */
 int rt_h_evaluate(rt_call *c)
 {
     Rtrain__V1__EvaluateRequest *q = REQ(c, Rtrain__V1__EvaluateRequest);
-    int rc;
-    if ((rc = rt_h_need_train(c, q->session_id, q->program_id, q->dataset_id, NULL)) < 0 ||
-        (rc = rt_h_check_train(c, NULL)) < 0)
+    rt_train_open_in in = {.sid = q->session_id, .pid = q->program_id, .did = q->dataset_id};
+    rt_train_open_out o;
+    int rc = rt_h_open_train(c, &in, 0, NULL, &o);
+    if (rc < 0)
         return rc;
     c->work = evaluate_work;
     c->needs_device = 1;
-    c->est_ns = forward_estimate(c, c->ds->n);
+    c->est_ns = forward_estimate(c->ds->n, o.batch_size, o.step_ns);
     return 0;
 }
 
@@ -526,7 +550,8 @@ int rt_h_predict(rt_call *c)
     }
     c->work = predict_work;
     c->needs_device = 1;
-    c->est_ns = forward_estimate(c, ps->n);
+    c->est_ns = forward_estimate(ps->n, rt_plan_config(rt_program_plan(c->prog))->batch_size,
+                                 rt_program_step_ns(c->prog));
     return 0;
 }
 

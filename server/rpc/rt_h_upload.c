@@ -503,7 +503,7 @@ static int upload_begin(rt_call *c, upload_st *u, const Rtrain__V1__DatasetHeade
     return 0;
 }
 
-static Rtrain__V1__DatasetInfo *dataset_info(rt_call *c, const rt_dataset *ds, int dedup);
+static Rtrain__V1__DatasetInfo *found_info(rt_call *c, const rt_dataset *ds);
 
 static int check_sum(rt_call *c, up_data *d, uint64_t given)
 {
@@ -557,7 +557,7 @@ static int upload_chunk(rt_call *c, upload_st *u)
             u->done = 1; /* nothing to keep */
             Rtrain__V1__UploadResponse *r =
                 NEW(c, Rtrain__V1__UploadResponse, RTRAIN__V1__UPLOAD_RESPONSE__INIT);
-            if (!r || !(r->dataset = dataset_info(c, ds, 1)))
+            if (!r || !(r->dataset = found_info(c, ds)))
                 return OOM(c);
             r->bytes_received = d->received;
             c->resp = &r->base;
@@ -642,30 +642,47 @@ int rt_h_upload_chunk(rt_call *c)
     return rc;
 }
 
-static Rtrain__V1__DatasetInfo *dataset_info(rt_call *c, const rt_dataset *ds, int dedup)
+/* The answer's DatasetInfo from f (in the call's arena: the message points
+ * into it). */
+static Rtrain__V1__DatasetInfo *dataset_info(rt_call *c, const rt_data_info *f)
 {
     Rtrain__V1__DatasetInfo *i = NEW(c, Rtrain__V1__DatasetInfo, RTRAIN__V1__DATASET_INFO__INIT);
     if (!i)
         return NULL;
-    i->dataset_id = rt_call_strdup(c, ds->id);
-    i->samples = (uint64_t)ds->n;
-    i->x_shape = rt_h_dims_pb(c, ds->x_ndim, ds->x_dims);
-    i->n_x_shape = (size_t)ds->x_ndim;
-    i->y_dtype = ds->y ? (Rtrain__V1__DType)ds->y_dtype : RTRAIN__V1__DTYPE__DTYPE_UNSPECIFIED;
-    i->y_shape = rt_h_dims_pb(c, ds->y_ndim, ds->y_dims);
-    i->n_y_shape = (size_t)ds->y_ndim;
-    i->bytes = rt_dataset_bytes(ds);
-    if (ds->stream) {
-        i->streamed = 1;
-        i->spool_bytes = rt_stream_file_bytes(ds->stream);
-    }
-    i->deduplicated = dedup;
-    i->records_skipped = (uint64_t)ds->skipped;
-    if (ds->skipped && !(i->first_skipped = rt_call_strdup(c, ds->skip_msg)))
-        return NULL;
-    return i->dataset_id && i->x_shape && i->y_shape ? i : NULL;
+    i->dataset_id = (char *)f->id;
+    i->samples = (uint64_t)f->n;
+    i->x_shape = (int64_t *)f->x_dims;
+    i->n_x_shape = (size_t)f->x_ndim;
+    i->y_dtype =
+        f->has_labels ? (Rtrain__V1__DType)f->y_dtype : RTRAIN__V1__DTYPE__DTYPE_UNSPECIFIED;
+    i->y_shape = (int64_t *)f->y_dims;
+    i->n_y_shape = (size_t)f->y_ndim;
+    i->bytes = f->bytes;
+    i->streamed = f->streamed;
+    i->spool_bytes = f->spool_bytes;
+    i->deduplicated = f->dedup;
+    i->records_skipped = (uint64_t)f->skipped;
+    if (f->skipped)
+        i->first_skipped = (char *)f->skip_msg;
+    return i;
 }
 
+/* A dataset found by its content (deduplicated), held by the call. */
+static Rtrain__V1__DatasetInfo *found_info(rt_call *c, const rt_dataset *ds)
+{
+    rt_data_info *f = rt_call_alloc(c, sizeof *f);
+    if (!f)
+        return NULL;
+    rt_dataset_info(ds, f);
+    f->dedup = 1;
+    return dataset_info(c, f);
+}
+
+/* The end of an upload: the lane's last bytes and the sum, then one call
+ * down, rt_ingest_upload, which takes the bytes and the upload's charges
+ * either way and returns the stored dataset's facts; the answer is encoded
+ * from them. Nothing of the upload is left for the transport to call back
+ * (st_done, st_free); its in-flight slot goes back in rt__finish. */
 static int upload_work(rt_call *c)
 {
     upload_st *u = c->st;
@@ -676,6 +693,15 @@ static int upload_work(rt_call *c)
         if (rc < 0)
             return rc;
     }
+    Rtrain__V1__UploadResponse *r =
+        NEW(c, Rtrain__V1__UploadResponse, RTRAIN__V1__UPLOAD_RESPONSE__INIT);
+    rt_data_info *f = rt_call_alloc(c, sizeof *f);
+    if (!r || !f)
+        return OOM(c);
+    r->bytes_received = d->received;
+    r->bytes_resumed = u->resumed;
+    uint8_t *buf = d->buf;
+    rt_data_cursor cur = d->cur;
     rt_ingest in = {.data = c->srv->data,
                     .state = c->srv->state,
                     .uploads = &c->srv->upstore,
@@ -684,16 +710,18 @@ static int upload_work(rt_call *c)
                     .parts = u->parts,
                     .n_parts = u->n_parts,
                     .any_held = u->any_held,
-                    .buf = &d->buf,
+                    .buf = &buf,
                     .total = u->total,
-                    .cur = &d->cur,
+                    .cur = &cur,
                     .buf_free = rt_bufpool_put,
                     .content_given = u->has_content_hash ? u->content_hash_given : NULL,
                     .sample_given = u->has_sample ? u->sample_given : NULL,
                     .max_dataset_bytes = c->srv->cfg.max_dataset_bytes,
                     .max_inflate_ratio = c->srv->cfg.max_inflate_ratio,
                     .max_store_bytes = c->srv->cfg.max_store_bytes,
-                    .durable_ns = &c->tm.durable_ns};
+                    .durable_ns = &c->tm.durable_ns,
+                    .upload_who = u->who,
+                    .upload_bytes = u->reserved};
     if (!u->any_held) {
         XXH128_canonical_t h;
         XXH128_canonicalFromHash(&h, XXH3_128bits_digest(d->x3));
@@ -701,26 +729,25 @@ static int upload_work(rt_call *c)
         XXH128_canonicalFromHash(&h, XXH3_128bits_digest(d->xs));
         memcpy(in.sample_hash, h.digest, 16);
     }
-    rt_dataset *kept;
-    int dedup;
+    /* The bytes and the charges are the ingestion's now; the hashes are
+     * read. */
+    d->buf = NULL;
+    u->d = NULL;
+    up_data_free(d);
+    u->who = NULL;
+    u->reserved = 0;
     char err[512];
-    int rc = rt_ingest_upload(&in, &kept, &dedup, err, sizeof err);
+    int rc = rt_ingest_upload(&in, f, err, sizeof err);
+    if (u->busy) /* the buffers' work is done: here it is timed (execute), not after */
+        rt_bufpool_busy(-1);
+    c->st = NULL;
+    c->st_done = NULL;
+    c->st_free = NULL;
+    free(u); /* its lane stopped, its data freed, its charges given back */
     if (rc < 0)
         return rt_call_fail(c, rc, "%s", err);
-    c->ds = kept;
-    rt_bufpool_put(d->buf); /* parsed (or adopted: then NULL); the raw bytes are not kept */
-    d->buf = NULL;
-    if (u->busy) { /* the buffers' work is done: here it is timed (execute), not after */
-        u->busy = 0;
-        rt_bufpool_busy(-1);
-    }
-    rt_srv_upload_release(c);
-    Rtrain__V1__UploadResponse *r =
-        NEW(c, Rtrain__V1__UploadResponse, RTRAIN__V1__UPLOAD_RESPONSE__INIT);
-    if (!r || !(r->dataset = dataset_info(c, kept, dedup)))
+    if (!(r->dataset = dataset_info(c, f)))
         return OOM(c);
-    r->bytes_received = d->received;
-    r->bytes_resumed = u->resumed;
     c->resp = &r->base;
     return 0;
 }
@@ -809,7 +836,7 @@ int rt_h_find_dataset(rt_call *c)
     }
     if (c->ds) {
         r->found = 1;
-        if (!(r->dataset = dataset_info(c, c->ds, 1)))
+        if (!(r->dataset = found_info(c, c->ds)))
             return OOM(c);
     } else {
         r->resume_offset = rt_upload_store_offset(&c->srv->upstore, c->who, key);

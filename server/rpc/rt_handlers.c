@@ -6,7 +6,7 @@
 /* ---------------------------------------------------------------- helpers */
 
 /* The lookups are one call down each (rt_session_lookup,
- * rt_data_store_lookup, rt_train_find), which word the failures. */
+ * rt_data_store_lookup, rt_train_open), which word the failures. */
 int rt_h_need_session(rt_call *c, const char *id)
 {
     char err[200];
@@ -29,39 +29,21 @@ int rt_h_need_dataset(rt_call *c, const char *id, rt_dataset **out, const char *
     return rc < 0 ? rt_call_fail(c, rc, "%s", err) : 0;
 }
 
-/* RunSteps/Fit: the session, the program, the training set and the
- * optional validation set, held by the call. */
-int rt_h_need_train(rt_call *c, const char *sid, const char *pid, const char *did,
-                    const char *val_did)
-{
-    char err[200];
-    rt_train_refs r = {0};
-    int rc = rt_train_find(c->srv->sessions, c->srv->data, c->who, sid, pid, did, val_did, &r, err,
-                           sizeof err);
-    c->sess = r.sess;
-    c->prog = r.prog;
-    c->ds = r.ds;
-    c->val_ds = r.val_ds;
-    return rc < 0 ? rt_call_fail(c, rc, "%s", err) : 0;
-}
-
 /* A training call's admission (rt_train_open, one call down): its
  * references held by the call; the failure reported is the lookup's, else
- * the handler's own request check's (bad < 0, its text in why), else the
- * data sets' check's. */
-int rt_h_open_train(rt_call *c, const char *sid, const char *pid, const char *did,
-                    const char *val_did, int bad, const char *why, double *step_ns)
+ * the handler's own request check's (bad < 0, its text in why), else
+ * rt_train_open's checks'. */
+int rt_h_open_train(rt_call *c, rt_train_open_in *in, int bad, const char *why,
+                    rt_train_open_out *o)
 {
     char err[512];
-    rt_train_open_out o;
-    int rc = rt_train_open(c->srv->sessions, c->srv->data, c->who, sid, pid, did, val_did, bad == 0,
-                           &o, err, sizeof err);
-    c->sess = o.refs.sess;
-    c->prog = o.refs.prog;
-    c->ds = o.refs.ds;
-    c->val_ds = o.refs.val_ds;
-    c->pipe = o.pipe;
-    *step_ns = o.step_ns;
+    in->check = bad == 0;
+    int rc = rt_train_open(c->srv->sessions, c->srv->data, c->who, in, o, err, sizeof err);
+    c->sess = o->refs.sess;
+    c->prog = o->refs.prog;
+    c->ds = o->refs.ds;
+    c->val_ds = o->refs.val_ds;
+    c->pipe = o->pipe;
     if (rc < 0)
         return rt_call_fail(c, rc, "%s", err);
     return bad < 0 ? rt_call_fail(c, bad, "%s", why) : 0;
@@ -107,14 +89,6 @@ int rt_h_data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels)
     char err[200];
     int rc = rt_view_make(ds, rt_program_view(c->prog), need_labels, use, d, err, sizeof err);
     return rc < 0 ? rt_call_fail(c, rc, "dataset %s: %s", ds->id, err) : 0;
-}
-
-int rt_h_check_train(rt_call *c, double *step_ns)
-{
-    char err[512];
-    const rt_train_refs r = {c->sess, c->prog, c->ds, c->val_ds};
-    int rc = rt_train_check(&r, step_ns, err, sizeof err);
-    return rc < 0 ? rt_call_fail(c, rc, "%s", err) : 0;
 }
 
 int rt_h_engine_fail(rt_call *c, int rc);

@@ -74,15 +74,13 @@ static inline uint64_t rt_h_clamp_est(double ns)
 int rt_h_need_session(rt_call *c, const char *id);
 int rt_h_need_program(rt_call *c, const char *sid, const char *pid);
 int rt_h_need_dataset(rt_call *c, const char *id, rt_dataset **out, const char *what);
-/* RunSteps/Fit: rt_train_find's references, held by the call */
-int rt_h_need_train(rt_call *c, const char *sid, const char *pid, const char *did,
-                    const char *val_did);
 int rt_h_daemon_stopping(const rt_call *c);
-/* RunSteps: rt_train_open's references held by the call (and the
- * program's pipeline marks); the lookup's failure, else the handler's own
- * (bad < 0, why), else the data sets' check's; *step_ns the estimate */
-int rt_h_open_train(rt_call *c, const char *sid, const char *pid, const char *did,
-                    const char *val_did, int bad, const char *why, double *step_ns);
+/* RunSteps, Fit, Evaluate: rt_train_open (in->check set here from bad),
+ * its references held by the call (and the program's pipeline marks); the
+ * lookup's failure, else the handler's own (bad < 0, why), else
+ * rt_train_open's checks'; o has the step estimate and batch size */
+int rt_h_open_train(rt_call *c, rt_train_open_in *in, int bad, const char *why,
+                    rt_train_open_out *o);
 /* The failures of rt_h_refuse_if_stopping and rt_h_check_lr as a code and
  * a text in why (0: none), for checks reported after the lookups */
 int rt_h_stopping_why(const rt_call *c, char *why, size_t n);
@@ -93,9 +91,6 @@ uint64_t rt_h_upload_limit(const rt_call *c);
 int rt_h_refuse_if_stopping(rt_call *c);
 int rt_h_check_fit(rt_call *c, rt_dataset *ds, int need_labels);
 int rt_h_data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels);
-/* RunSteps/Fit: rt_train_check (the data sets fit the plan; the step
- * estimate in *step_ns, which may be NULL) */
-int rt_h_check_train(rt_call *c, double *step_ns);
 int rt_h_check_lr(rt_call *c, float lr);
 int rt_h_apply_lr(rt_call *c, float lr);
 int rt_h_engine_fail(rt_call *c, int rc);

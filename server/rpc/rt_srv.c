@@ -85,6 +85,17 @@ static rt_call *call_new(rt_srv *s, const rt_method *m)
     return c;
 }
 
+/* The call's data sets go back (a call's work may have given them back
+ * already: then nothing is called). */
+static void drop_datasets(rt_call *c)
+{
+    if (c->ds)
+        rt_dataset_release(c->ds);
+    if (c->val_ds)
+        rt_dataset_release(c->val_ds);
+    c->ds = c->val_ds = NULL;
+}
+
 void rt__call_free(rt_call *c, int matched)
 {
     rt_srv *s = c->srv;
@@ -92,13 +103,13 @@ void rt__call_free(rt_call *c, int matched)
         rt_srv_upload_release(c);
     if (c->st_free && c->st)
         c->st_free(c->st);
+    drop_datasets(c);
     /* The lease runs from the end of the last call that used the session,
      * so a Fit longer than the lease does not leave it expired. */
-    if (c->sess)
+    if (c->sess) {
         __atomic_store_n(&c->sess->last_used_ns, rt_now_ns(), __ATOMIC_RELAXED);
-    rt_session_release(c->sess);
-    rt_dataset_release(c->ds);
-    rt_dataset_release(c->val_ds);
+        rt_session_release(c->sess);
+    }
     if (c->payload)
         grpc_byte_buffer_destroy(c->payload);
     for (rt__out *o = c->out_head, *n; o; o = n) {
@@ -203,9 +214,7 @@ void rt__start_final(rt_call *c)
      * there when the client, already holding its answer, sent the next
      * upload, and whether that one evicted the first depended on thread
      * timing. */
-    rt_dataset_release(c->ds);
-    rt_dataset_release(c->val_ds);
-    c->ds = c->val_ds = NULL;
+    drop_datasets(c);
     rt_srv_observe_call(c, c->err ? rt_err_to_grpc(c->err) : GRPC_STATUS_OK);
     rt__start_batch(c, ops, n, &c->final_tag);
 }
@@ -419,9 +428,7 @@ void rt__finish(rt_call *c)
     if (c->m->kind != RT_SERVER_STREAM &&
         __atomic_exchange_n(&c->final_claimed, 1, __ATOMIC_ACQ_REL)) {
         /* rt_srv_tick answered already (a compile past its budget). */
-        rt_dataset_release(c->ds);
-        rt_dataset_release(c->val_ds);
-        c->ds = c->val_ds = NULL;
+        drop_datasets(c);
         rt__call_unref(c);
         rt__pipe_release_list(next);
         return;

@@ -87,5 +87,8 @@ void rt__pipe_cancel(rt_call *c);
 int rt__pipe_held_count(rt_srv *s);
 rt_call *rt__pipe_complete(rt_call *c);
 void rt__pipe_release_list(rt_call *l);
+/* An upload's in-flight slot and bytes go back (rt__finish, before the
+ * status, or rt__call_free); once. */
+void rt_srv_upload_release(rt_call *c);
 
 #endif

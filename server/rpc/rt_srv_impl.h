@@ -430,11 +430,10 @@ void rt_call_device_unlock(rt_call *c);
 
 /* Uploads in flight: the first reserve (at arrival, 0 bytes) takes one of
  * --max-uploads; the header adds its declared size. Fails with RT_ETOOBIG
- * naming the limit. touch() on each chunk (the stall clock); release()
- * once the bytes are parsed or the call ends. */
+ * naming the limit. touch() on each chunk (the stall clock). The transport
+ * gives the slot back (rt_srv_core.h), before the status. */
 int rt_srv_upload_reserve(rt_call *c, uint64_t bytes);
 void rt_srv_upload_touch(rt_call *c);
-void rt_srv_upload_release(rt_call *c);
 
 /* The client cancelled (or its deadline passed) or the daemon is cancelling
  * calls. Work checks this at step boundaries. For unary calls it is only

@@ -109,40 +109,56 @@ static int views(rt_program *p, rt_train_ctx *ctx, rt_data *d, rt_data *vd, char
     return rc;
 }
 
-int rt_train_find(rt_session_table *t, rt_data_store *store, const rt_principal *who,
-                  const char *sid, const char *pid, const char *did, const char *val_did,
-                  rt_train_refs *out, char *err, size_t errlen)
+static int train_find(rt_session_table *t, rt_data_store *store, const rt_principal *who,
+                      const rt_train_open_in *in, rt_train_refs *out, char *err, size_t errlen)
 {
-    int rc = rt_session_lookup(t, who, sid, pid, &out->sess, &out->prog, err, errlen);
+    int rc = rt_session_lookup(t, who, in->sid, in->pid, &out->sess, &out->prog, err, errlen);
     if (rc == 0)
-        rc = rt_data_store_lookup(store, who, did, "dataset_id", &out->ds, err, errlen);
-    if (rc == 0 && val_did && *val_did)
-        rc = rt_data_store_lookup(store, who, val_did, "val_dataset_id", &out->val_ds, err, errlen);
+        rc = rt_data_store_lookup(store, who, in->did, "dataset_id", &out->ds, err, errlen);
+    if (rc == 0 && in->val_did && *in->val_did)
+        rc = rt_data_store_lookup(store, who, in->val_did, "val_dataset_id", &out->val_ds, err,
+                                  errlen);
     return rc;
 }
 
-int rt_train_check(const rt_train_refs *r, double *step_ns, char *err, size_t errlen)
+/* Fit: the same per-call cap as RunSteps, on the steps the Fit will
+ * really run: without steps_per_epoch an epoch is one pass over the data
+ * set. */
+static int fit_cap(const rt_train_open_in *in, const rt_dataset *ds, int64_t bs, char *err,
+                   size_t errlen)
 {
-    const rt_view_spec *v = rt_program_view(r->prog);
-    const char *pid = rt_program_id(r->prog);
-    int rc = rt_view_check(r->ds, v, pid, 1, err, errlen);
-    if (rc == 0 && r->val_ds)
-        rc = rt_view_check(r->val_ds, v, pid, 1, err, errlen);
-    if (rc == 0 && step_ns)
-        *step_ns = rt_program_step_ns(r->prog);
-    return rc;
+    if (bs < 1)
+        bs = 1;
+    uint64_t spe = in->steps_per_epoch ? in->steps_per_epoch : (uint64_t)((ds->n + bs - 1) / bs);
+    if (spe && (uint64_t)in->epochs > in->max_steps / spe)
+        return rt_errf(err, errlen, RT_ETOOBIG,
+                       "Fit of %u epochs x %llu steps is over the limit of %llu steps per call",
+                       in->epochs, (unsigned long long)spe, (unsigned long long)in->max_steps);
+    return 0;
 }
 
 int rt_train_open(rt_session_table *t, rt_data_store *store, const rt_principal *who,
-                  const char *sid, const char *pid, const char *did, const char *val_did, int check,
-                  rt_train_open_out *out, char *err, size_t errlen)
+                  const rt_train_open_in *in, rt_train_open_out *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    int rc = rt_train_find(t, store, who, sid, pid, did, val_did, &out->refs, err, errlen);
+    int rc = train_find(t, store, who, in, &out->refs, err, errlen);
     if (rc < 0)
         return rc;
-    out->pipe = rt_program_pipe_marks(out->refs.prog);
-    return check ? rt_train_check(&out->refs, &out->step_ns, err, errlen) : 0;
+    const rt_train_refs *r = &out->refs;
+    const rt_view_spec *v = rt_program_view(r->prog);
+    out->pipe = rt_program_pipe_marks(r->prog);
+    out->batch_size = v->batch_size;
+    if (!in->check)
+        return 0;
+    if (in->epochs && (rc = fit_cap(in, r->ds, v->batch_size, err, errlen)) < 0)
+        return rc;
+    const char *pid = rt_program_id(r->prog);
+    rc = rt_view_check(r->ds, v, pid, 1, err, errlen);
+    if (rc == 0 && r->val_ds)
+        rc = rt_view_check(r->val_ds, v, pid, 1, err, errlen);
+    if (rc == 0)
+        out->step_ns = rt_program_step_ns(r->prog);
+    return rc;
 }
 
 void rt_train_note_steps(rt_program *p, uint64_t ns, int64_t steps)

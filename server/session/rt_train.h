@@ -99,28 +99,34 @@ typedef struct rt_train_refs {
     rt_program *prog; /* valid while sess is held */
     rt_dataset *ds, *val_ds;
 } rt_train_refs;
-int rt_train_find(rt_session_table *t, rt_data_store *store, const rt_principal *who,
-                  const char *sid, const char *pid, const char *did, const char *val_did,
-                  rt_train_refs *out, char *err, size_t errlen);
-/* The data sets found, each against the program's plan (rt_view_check,
- * labels needed), and the program's step estimate in *step_ns (may be
- * NULL). 0, or rt_view_check's failure with err set. */
-int rt_train_check(const rt_train_refs *r, double *step_ns, char *err, size_t errlen);
 
 /* A training call's admission in one descent, before it waits for the
- * device: rt_train_find; then, when check is set, rt_train_check (the
- * caller clears it when its own request checks failed: it reports those
- * after a lookup's failure and before a data set's); and the program's
- * pipeline marks, for the transport. 0, or the lookup's or the check's
- * failure with err set; out->refs as rt_train_find's either way. */
+ * device (RunSteps, Fit, Evaluate): the session, the program, the data set
+ * and the optional validation set found (rt_session_lookup,
+ * rt_data_store_lookup) and held in out->refs (the caller releases what is
+ * set, failed or not), the program's pipeline marks and batch size; then,
+ * when check is set, Fit's cap on its steps and each data set against the
+ * program's plan (rt_view_check, labels needed), and the step estimate.
+ * The caller clears check when its own request checks failed: it reports
+ * those after a lookup's failure and before the checks here. 0, or the
+ * lookup's or a check's failure with err set. */
+typedef struct rt_train_open_in {
+    const char *sid, *pid, *did;
+    const char *val_did; /* NULL or "": none */
+    int check;
+    /* Fit: epochs x steps_per_epoch (0: one pass over the data set) must
+     * not pass max_steps; epochs 0: no such cap */
+    uint32_t epochs;
+    uint64_t steps_per_epoch, max_steps;
+} rt_train_open_in;
 typedef struct rt_train_open_out {
     rt_train_refs refs;
     double step_ns;        /* the program's step estimate (when checked) */
+    int batch_size;        /* the plan's (when found) */
     rt_program_pipe *pipe; /* its pipeline marks (rt_program_pipe_marks) */
 } rt_train_open_out;
 int rt_train_open(rt_session_table *t, rt_data_store *store, const rt_principal *who,
-                  const char *sid, const char *pid, const char *did, const char *val_did, int check,
-                  rt_train_open_out *out, char *err, size_t errlen);
+                  const rt_train_open_in *in, rt_train_open_out *out, char *err, size_t errlen);
 
 typedef struct rt_run_steps_in {
     uint64_t seq; /* replay protection (0: none) */

@@ -10,6 +10,7 @@
 #include "rt_clock.h"
 #include "rt_log.h"
 #include "rt_obs.h"
+#include "rt_stream.h"
 
 /* Charge a parsed dataset to its uploader's stored-bytes quota. Over the
  * quota, the uploader's own least recently used datasets that no call is
@@ -31,7 +32,30 @@ static int charge_store(const rt_ingest *in, rt_dataset *ds, char *err, size_t e
     }
 }
 
-int rt_ingest_upload(const rt_ingest *in, rt_dataset **out, int *dedup, char *err, size_t errlen)
+void rt_dataset_info(const rt_dataset *ds, rt_data_info *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->id, sizeof out->id, "%s", ds->id);
+    out->n = ds->n;
+    out->x_ndim = ds->x_ndim;
+    memcpy(out->x_dims, ds->x_dims, sizeof out->x_dims);
+    out->has_labels = ds->y != NULL;
+    out->y_dtype = ds->y_dtype;
+    out->y_ndim = ds->y_ndim;
+    memcpy(out->y_dims, ds->y_dims, sizeof out->y_dims);
+    out->bytes = rt_dataset_bytes(ds);
+    if (ds->stream) {
+        out->streamed = 1;
+        out->spool_bytes = rt_stream_file_bytes(ds->stream);
+    }
+    out->skipped = ds->skipped;
+    if (ds->skipped)
+        snprintf(out->skip_msg, sizeof out->skip_msg, "%s", ds->skip_msg);
+}
+
+/* The dataset stored (retained) in *out; *dedup when it was there
+ * already. */
+static int ingest(const rt_ingest *in, rt_dataset **out, int *dedup, char *err, size_t errlen)
 {
     uint8_t hash[16];
     if (in->any_held) {
@@ -120,5 +144,26 @@ int rt_ingest_upload(const rt_ingest *in, rt_dataset **out, int *dedup, char *er
                (unsigned long long)rt_dataset_bytes(kept), rt_log_esc(in->name, name, sizeof name));
     }
     *out = kept;
+    return 0;
+}
+
+int rt_ingest_upload(const rt_ingest *in, rt_data_info *out, char *err, size_t errlen)
+{
+    rt_dataset *kept = NULL;
+    int dedup = 0;
+    int rc = ingest(in, &kept, &dedup, err, errlen);
+    /* parsed (or adopted: then NULL); the raw bytes are not kept */
+    if (*in->buf) {
+        in->buf_free(*in->buf);
+        *in->buf = NULL;
+    }
+    /* the upload's charges: a stored dataset has its own (charge_store) */
+    rt_principal_unreserve(in->upload_who, RT_Q_UPLOAD_BYTES, in->upload_bytes);
+    rt_principal_unreserve(in->upload_who, RT_Q_UPLOADS, 1);
+    if (rc < 0)
+        return rc;
+    rt_dataset_info(kept, out);
+    out->dedup = dedup;
+    rt_dataset_release(kept);
     return 0;
 }
