@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_limit.h"
 #include "bench_util.h"
 #include "import_keras.h"
 #include "import_onnx.h"
@@ -77,6 +78,9 @@ static double step_ms(rt_exec *e, const rt_data *d, int steps, double *cpu)
     return (now_s() - t0) * 1e3 / steps;
 }
 
+static int only_prec = -1; /* --prec: run one precision alone (profiling) */
+static rt_bench_limit limit;    /* measured once, before the rows */
+
 static void row(const char *name, const rt_graph *g, rt_train_config *cfg, int reps, int steps)
 {
     rt_plan *p[2] = {compile(g, cfg, RT_PREC_F32), compile(g, cfg, RT_PREC_BF16)};
@@ -99,20 +103,30 @@ static void row(const char *name, const rt_graph *g, rt_train_config *cfg, int r
         if (rt_exec_create(p[k], &e[k]) < 0)
             die("exec", name);
         double c;
-        step_ms(e[k], &d, 2, &c); /* warm: first-touch of the arena, primitives */
+        if (only_prec < 0 || only_prec == k)
+            step_ms(e[k], &d, 2, &c); /* warm: first-touch of the arena, primitives */
     }
-    double t[2][64], c[2][64];
+    double t[2][64] = {{0}}, c[2][64] = {{0}};
     if (reps > 64)
         reps = 64;
     for (int r = 0; r < reps; r++)
         for (int k = 0; k < 2; k++)
-            t[k][r] = step_ms(e[k], &d, steps, &c[k][r]);
+            if (only_prec < 0 || only_prec == k)
+                t[k][r] = step_ms(e[k], &d, steps, &c[k][r]);
     const double m32 = median(t[0], reps), m16 = median(t[1], reps);
     const double c32 = median(c[0], reps), c16 = median(c[1], reps);
     const rt_compile_report *r32 = rt_plan_report(p[0]), *r16 = rt_plan_report(p[1]);
-    printf("| %s | %d | %.2f | %.2f | **%.3f** | %.2f | %.2f | %.3f | %u of %d | %.1f | %.1f |\n",
-           name, cfg->batch_size, m32, m16, m16 / m32, c32, c16, c16 / c32, r16->n_bf16,
-           rt_plan_n_nodes(p[1]), r32->arena_bytes / 1048576.0, r16->arena_bytes / 1048576.0);
+    /* achieved rates: the plan's FLOPs a step over the median step, each
+     * against its own precision's limit (the bf16 plan's against the bf16
+     * matmul rate) */
+    const double gf = (double)r32->flops_per_step * 1e-9;
+    const double g32 = m32 > 0 ? gf / m32 * 1e3 : 0, g16 = m16 > 0 ? gf / m16 * 1e3 : 0;
+    printf("| %s | %d | %.2f | %.2f | **%.3f** | %.2f | %.2f | %.3f | %.0f (%.0f%%) | %.0f "
+           "(**%.0f%%**) | %u of %d | %.1f | %.1f |\n",
+           name, cfg->batch_size, m32, m16, m16 / m32, c32, c16, c16 / c32, g32,
+           limit.f32 > 0 ? 100 * g32 / limit.f32 : 0, g16,
+           limit.bf16 > 0 ? 100 * g16 / limit.bf16 : 0, r16->n_bf16, rt_plan_n_nodes(p[1]),
+           r32->arena_bytes / 1048576.0, r16->arena_bytes / 1048576.0);
     fflush(stdout);
     for (int k = 0; k < 2; k++) {
         rt_exec_destroy(e[k]);
@@ -133,6 +147,25 @@ static rt_graph *onnx_graph(const char *dir, const char *file)
     if (rt_onnx_import_opts(onnx, len, &io, &g, err, sizeof err) < 0)
         die("import", err);
     free(onnx);
+    return g;
+}
+
+/* Keras' InceptionV3 at size x size, 10 classes, from
+ * examples/inception/gen_keras_inception_v3.py (as bench/inception) */
+static rt_graph *inception_graph(const char *dir, int size)
+{
+    char path[600], cmd[1400], err[512];
+    snprintf(path, sizeof path, "%s/inception.json", dir);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/examples/inception/gen_keras_inception_v3.py %s %d 10",
+             RT_SOURCE_DIR, path, size);
+    if (system(cmd) != 0)
+        die("gen_keras_inception_v3.py", cmd);
+    size_t len;
+    uint8_t *js = read_all(path, &len);
+    rt_graph *g;
+    if (rt_keras_import((const char *)js, len, &g, err, sizeof err) < 0)
+        die("import", err);
+    free(js);
     return g;
 }
 
@@ -179,7 +212,7 @@ static rt_graph *wc_graph(void)
 
 int main(int argc, char **argv)
 {
-    int reps = 7;
+    int reps = 7, inc_size = 75;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
@@ -188,8 +221,14 @@ int main(int argc, char **argv)
             rt_kern_bf16_conv_min_c = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
+        else if (!strcmp(argv[i], "--prec") && i + 1 < argc)
+            only_prec = !strcmp(argv[++i], "bf16");
+        else if (!strcmp(argv[i], "--inception-size") && i + 1 < argc)
+            inc_size = atoi(argv[++i]);
         else
-            die("usage", "bench_bf16 [--reps N] [--conv-min-c C] [--only wb|wc|mobilenet|resnet]");
+            die("usage", "bench_bf16 [--reps N] [--conv-min-c C] "
+                           "[--only wb|wc|mobilenet|resnet|inception] [--prec f32|bf16] "
+                           "[--inception-size S]");
     }
 #define RUN(key) (!only || !strcmp(only, key))
     if (reps < 1)
@@ -204,11 +243,14 @@ int main(int argc, char **argv)
     if (system(cmd) != 0)
         die("models.py (needs python3-torch)", cmd);
     printf("bf16 (mixed_bfloat16) against float32, same graph, interleaved rounds, medians "
-           "of %d\n\n",
+           "of %d\n",
            reps);
-    printf("| workload | batch | float32 ms/step | bf16 ms/step | bf16/f32 | f32 CPU ms | "
-           "bf16 CPU ms | CPU bf16/f32 | bf16 ops | arena MiB f32 | arena MiB bf16 |\n| --- "
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    rt_bench_limit_measure(&limit, 0);
+    rt_bench_limit_print(&limit);
+    printf("\n| workload | batch | float32 ms/step | bf16 ms/step | bf16/f32 | f32 CPU ms | "
+           "bf16 CPU ms | CPU bf16/f32 | f32 GFLOP/s (of f32 limit) | bf16 GFLOP/s (of bf16 "
+           "limit) | bf16 ops | arena MiB f32 | arena MiB bf16 |\n| --- | --- | --- | --- | --- "
+           "| --- | --- | --- | --- | --- | --- | --- | --- |\n");
     rt_train_config cfg;
     rt_train_config_init(&cfg);
     cfg.from_logits = 1;
@@ -241,6 +283,19 @@ int main(int argc, char **argv)
         cfg.momentum = 0.9f;
         g = onnx_graph(dir, "resnet18.onnx");
         row("ResNet-18 CIFAR (SGD)", g, &cfg, reps, 1);
+        rt_graph_destroy(g);
+    }
+    if (RUN("inception")) {
+        /* as bench/inception: batch 32, Adam 1e-3, softmax output */
+        char name[64];
+        cfg.batch_size = 32;
+        cfg.opt = RT_OPT_ADAM;
+        cfg.lr = 1e-3f;
+        cfg.momentum = 0.0f;
+        cfg.from_logits = 0;
+        g = inception_graph(dir, inc_size);
+        snprintf(name, sizeof name, "Inception v3 %d (Adam)", inc_size);
+        row(name, g, &cfg, reps, 1);
         rt_graph_destroy(g);
     }
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
