@@ -330,7 +330,10 @@ typedef struct {
     rt__bcv_key key; /* first: the table compares it */
     int ok;
     dnnl_primitive_t fwd, bwd_d, bwd_w;
-    dnnl_primitive_t w_f, w_d;       /* hwio f32 -> the bf16 layouts fwd, bwd_d want */
+    /* w_f: hwio f32 -> the forward's bf16 layout (once a step, into the
+     * workspace); w_d: that bf16 copy -> backward-data's layout (bf16 to
+     * bf16: half the bytes of a second f32 read, and the same values) */
+    dnnl_primitive_t w_f, w_d;
     dnnl_primitive_t dw_set, dw_add; /* diff weights -> hwio f32, = and += */
     dnnl_memory_desc_t srcb, dstf, dstb, srcf, hwio, wf, wd, dwd, bias;
     dnnl_memory_desc_t sp[7]; /* fwd, bwd_d, bwd_w, w_f, w_d, dw_set, dw_add */
@@ -371,7 +374,7 @@ static void *rt__bcv_build(const void *kp)
         return d; /* ok 0: remembered as refused (its primitives leak once) */
     /* the weights' casts: f32 Keras layout -> bf16 in each primitive's */
     if (rt_kern_dnnl_reorder(&d->hwio, &d->wf, 0, &d->w_f, &d->sp[3]) < 0 ||
-        rt_kern_dnnl_reorder(&d->hwio, &d->wd, 0, &d->w_d, &d->sp[4]) < 0 ||
+        rt_kern_dnnl_reorder(&d->wf, &d->wd, 0, &d->w_d, &d->sp[4]) < 0 ||
         rt_kern_dnnl_reorder(&d->dwd, &d->hwio, 0, &d->dw_set, &d->sp[5]) < 0 ||
         rt_kern_dnnl_reorder(&d->dwd, &d->hwio, 1, &d->dw_add, &d->sp[6]) < 0)
         return d;
@@ -486,7 +489,7 @@ static void rt__bconv_grads(const rt__kargs *a, const rt__bcv *d, const uint16_t
         /* the forward's bf16 copy when both want the same layout */
         const uint16_t *w = wb;
         if (!dnnl_memory_desc_equal(wmd, &d->wd)) {
-            rt_kern_dnnl_reord(d->w_d, &d->hwio, a->x[1], &d->wd, p->wd, &d->sp[4], p->sp, 0);
+            rt_kern_dnnl_reord(d->w_d, wmd, wb, &d->wd, p->wd, &d->sp[4], p->sp, 0);
             w = p->wd;
         }
         const int add = (a->accum & 1u) != 0;
@@ -664,7 +667,7 @@ static void rt__bcp_bwd(const rt__kargs *a)
     /* backward-data's weights: the forward's copy when it wants that layout */
     const uint16_t *w = wf;
     if (dx && !dnnl_memory_desc_equal(&c->wf, &c->wd)) {
-        rt_kern_dnnl_reord(c->w_d, &c->hwio, a->x[1], &c->wd, wd, &c->sp[4], sp, 0);
+        rt_kern_dnnl_reord(c->w_d, &c->wf, wf, &c->wd, wd, &c->sp[4], sp, 0);
         w = wd;
     }
     const int addx = (a->accum & 1u) != 0;
