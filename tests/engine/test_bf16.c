@@ -239,10 +239,12 @@ static void test_dense(void)
 
 enum { CB = 4, CH = 8, CW = 8, CC = 16, CO = 8 };
 
-static void test_conv(void)
+/* ks: the kernel's size, 3 or 1 (a 1x1 convolution runs on the bf16
+ * matmul) */
+static void test_conv(int ks)
 {
     rt_graph *g = rt_graph_create();
-    const int64_t in[4] = {RT_BATCH, CH, CW, CC}, k[4] = {3, 3, CC, CO}, bd[1] = {CO};
+    const int64_t in[4] = {RT_BATCH, CH, CW, CC}, k[4] = {ks, ks, CC, CO}, bd[1] = {CO};
     REQUIRE(rt_graph_add_input(g, "x", RT_F32, 4, in) == 0);
     param(g, "c/k", 4, k);
     REQUIRE(rt_graph_add_param(g, "c/b", 1, bd, RT_INIT_ZEROS, 1, NULL) == 0);
@@ -261,6 +263,7 @@ static void test_conv(void)
     rt_exec *e;
     REQUIRE(rt_exec_create(p, &e) == 0);
     static float x[CB * CH * CW * CC], w[9 * CC * CO], b[CO], y[CB * CH * CW * CO];
+    const int kp = (ks - 1) / 2;
     for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
         x[i] = normal();
     for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
@@ -277,20 +280,20 @@ static void test_conv(void)
                 for (int ow = 0; ow < CW; ow++)
                     for (int o = 0; o < CO; o++) {
                         double ref = b[o], f32 = b[o], mag = fabs(b[o]);
-                        for (int kh = 0; kh < 3; kh++)
-                            for (int kw = 0; kw < 3; kw++) {
-                                const int ih = oh + kh - 1, iw = ow + kw - 1;
+                        for (int kh = 0; kh < ks; kh++)
+                            for (int kw = 0; kw < ks; kw++) {
+                                const int ih = oh + kh - kp, iw = ow + kw - kp;
                                 if (ih < 0 || ih >= CH || iw < 0 || iw >= CW)
                                     continue;
                                 for (int c = 0; c < CC; c++) {
                                     const float xv = x[((s_ * CH + ih) * CW + iw) * CC + c];
-                                    const float wv = w[((kh * 3 + kw) * CC + c) * CO + o];
+                                    const float wv = w[((kh * ks + kw) * CC + c) * CO + o];
                                     ref += bf(xv) * bf(wv);
                                     f32 += (double)xv * wv;
                                     mag += fabs(bf(xv) * bf(wv));
                                 }
                             }
-                        const double tol = (9 * CC + 2) * U * mag;
+                        const double tol = (ks * ks * CC + 2) * U * mag;
                         const double got = y[((s_ * CH + oh) * CW + ow) * CO + o];
                         if (fabs(got - ref) / tol > worst)
                             worst = fabs(got - ref) / tol;
@@ -299,8 +302,9 @@ static void test_conv(void)
                         if (tol > tolmax)
                             tolmax = tol;
                     }
-        printf("conv n=%d: worst |y - bf16 ref| / bound %.3f; max |y - f32| %.3g = %.0f bounds\n",
-               n, worst, away, away / tolmax);
+        printf("conv %dx%d n=%d: worst |y - bf16 ref| / bound %.3f; max |y - f32| %.3g = %.0f "
+               "bounds\n",
+               ks, ks, n, worst, away, away / tolmax);
         CHECK(worst <= 1.0);
         CHECK(away > 10 * tolmax);
     }
@@ -313,7 +317,11 @@ static void test_conv(void)
 
 /* conv 3x3x2x16 relu, conv 3x3x16x16 relu, 2x2 max pool, Dense(4),
  * Softmax; pool_first: the pool after the first conv instead (a fused
- * Conv2D + MaxPool2D whose input needs no gradient) */
+ * Conv2D + MaxPool2D whose input needs no gradient); cnn_pw (without
+ * pool_first): a 1x1 conv 16x16 relu with bias between the two 3x3 ones
+ * (run on the bf16 matmul, with an input gradient) */
+static int cnn_pw;
+
 static rt_graph *cnn(int pool_first)
 {
     rt_graph *g = rt_graph_create();
@@ -331,6 +339,14 @@ static rt_graph *cnn(int pool_first)
     const char *mp[1] = {pool_first ? "c1" : "c2"}, *fl[1] = {pool_first ? "c2" : "mp"};
     const char *fc[3] = {"fl", "fc/w", "fc/b"}, *sm[1] = {"fc"};
     REQUIRE(rt_graph_add_node(g, "c1", "Conv2D", 3, c1, 2, relu) == 0);
+    if (cnn_pw && !pool_first) {
+        const int64_t kp[4] = {1, 1, 16, 16}, bp[1] = {16};
+        param(g, "pw/k", 4, kp);
+        REQUIRE(rt_graph_add_param(g, "pw/b", 1, bp, RT_INIT_ZEROS, 1, NULL) == 0);
+        const char *pw[3] = {"c1", "pw/k", "pw/b"};
+        REQUIRE(rt_graph_add_node(g, "pw", "Conv2D", 3, pw, 2, relu) == 0);
+        c2[0] = "pw";
+    }
     if (pool_first)
         REQUIRE(rt_graph_add_node(g, "mp", "MaxPool2D", 1, mp, 0, NULL) == 0); /* 2x2 */
     REQUIRE(rt_graph_add_node(g, "c2", "Conv2D", 2, c2, 2, relu) == 0);
@@ -646,7 +662,7 @@ static void ref_run(const char *be, int prec, int pool_first, const float *x, co
     cfg.shuffle = 0;
     rt_plan *p = compile(g, &cfg, 0, NULL);
     REQUIRE(p);
-    CHECK(rt_plan_report(p)->n_bf16 == (prec == RT_PREC_BF16 ? 3u : 0u));
+    CHECK(rt_plan_report(p)->n_bf16 == (prec == RT_PREC_BF16 ? 3u + (cnn_pw != 0) : 0u));
     rt_exec *e;
     REQUIRE(rt_exec_create(p, &e) == 0);
     rt_data d = {.x = x, .y = y, .y_dtype = RT_I32, .n = n};
@@ -758,7 +774,8 @@ int main(int argc, char **argv)
         return 77;
     }
     test_dense();
-    test_conv();
+    test_conv(3);
+    test_conv(1);
     if (argc > 1)
         test_torch(argv[1]);
     test_keras();
@@ -766,6 +783,9 @@ int main(int argc, char **argv)
     test_ref(64, 1 << 18, 0);  /* one chunk a batch */
     test_ref(40, 3 * 1024, 0); /* 11 chunks a batch, the last of 2; then 3 */
     test_ref(40, 3 * 1024, 1); /* the same, the fused pair first: no dx */
+    cnn_pw = 1;                /* a 1x1 conv between the 3x3 ones */
+    test_ref(40, 3 * 1024, 0);
+    cnn_pw = 0;
     if (rt_test_failures)
         fprintf(stderr, "%d check(s) failed\n", rt_test_failures);
     return rt_test_failures ? 1 : 0;

@@ -256,13 +256,14 @@ static void *rt__bmm_build(const void *kp)
 
 static rt_kern_dnnl_cache rt__bmm_tab = RT_KERN_DNNL_CACHE_INIT;
 
-static int rt__bdense_prepare(rt__node *nd, int64_t B, rt__arena *A)
+/* a bf16 product x (rows of K) * W (K x N, row-major) + bias, activation
+ * act: Dense, MatMul and the 1x1 Conv2D that is one (rt__bconv_mm) */
+static int rt__bmm_prepare(rt__node *nd, int64_t B, rt__arena *A, int64_t K, int64_t N, int act)
 {
-    const rt__dense_params *dp = rt__dense_cp(nd);
     rt__bmm_key k;
     memset(&k, 0, sizeof k);
-    k.M = rt__rows(nd->in_shape[0], B), k.K = dp->K, k.N = dp->N;
-    k.bias = nd->n_in > 2, k.act = rt_kern_dense_act(nd);
+    k.M = rt__rows(nd->in_shape[0], B), k.K = K, k.N = N;
+    k.bias = nd->n_in > 2, k.act = act;
     const rt__bmm *d = rt_kern_dnnl_cache_get(&rt__bmm_tab, &k, sizeof k, rt__bmm_build);
     if (!d || !d->ok)
         return rt__bf32(nd, B, A);
@@ -274,6 +275,12 @@ static int rt__bdense_prepare(rt__node *nd, int64_t B, rt__arena *A)
     return 0;
 }
 
+static int rt__bdense_prepare(rt__node *nd, int64_t B, rt__arena *A)
+{
+    const rt__dense_params *dp = rt__dense_cp(nd);
+    return rt__bmm_prepare(nd, B, A, dp->K, dp->N, rt_kern_dense_act(nd));
+}
+
 static void rt__bdense_fwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
@@ -281,7 +288,7 @@ static void rt__bdense_fwd(const rt__kargs *a)
     const int64_t M = rt__rows(nd->in_shape[0], a->r->n), MB = d->key.M;
     const int64_t K = d->key.K, N = d->key.N;
     uint16_t *xb = (uint16_t *)a->ws, *wb = (uint16_t *)(a->ws + rt__hf(MB * K));
-    float *sp = a->scratch + rt__hf(MB * N) + (d->key.act ? rt__ff(MB * N) : 0);
+    float *sp = a->scratch + rt__hf(MB * N) + rt__bdz_part(N); /* as the backward's */
     rt__to_bf16_pad(xb, a->x[0], M * K, MB * K);
     rt_kern_to_bf16(wb, a->x[1], K * N);
     rt_kern_dnnl_args g = {0};
@@ -422,6 +429,22 @@ static rt__bcv_parts rt__bcv_split(const rt__bcv *d, float *s)
     return p;
 }
 
+/* A 1x1 Conv2D with stride 1 and no padding is a product of the NHWC
+ * input's rows (B*H*W of C) with the (1,1,C,OC) kernel, which is C x OC
+ * row-major: the Dense kernels run it (oneDNN's bf16 matmul). Its
+ * backward-weights is one x^T dz product written (or added) straight into
+ * dW in Keras' layout, where oneDNN's bf16 1x1 convolution runs about the
+ * float32 rate on small images (Inception's 17x17 to 1x1 blocks) and
+ * needs a weights reorder each way. */
+static const rt__kernel rt__bconv_mm = {&rt__op_conv2d, NULL, rt__bdense_fwd,
+                                        rt__bdense_bwd, NULL, NULL};
+
+static int rt__bconv_is_mm(const rt__conv_params *cv)
+{
+    return cv->KH == 1 && cv->KW == 1 && cv->SH == 1 && cv->SW == 1 && cv->PT == 0 && cv->PL == 0 &&
+           cv->OH == cv->H && cv->OW == cv->W && cv->G <= 1;
+}
+
 static int rt__bconv_prepare(rt__node *nd, int64_t B, rt__arena *A)
 {
     const rt__conv_params *cv = rt__conv_cp(nd);
@@ -431,6 +454,10 @@ static int rt__bconv_prepare(rt__node *nd, int64_t B, rt__arena *A)
     if (k.act != RT__ACT_NONE && k.act != RT__ACT_RELU && k.act != RT__ACT_SIGMOID &&
         k.act != RT__ACT_TANH)
         return rt__bf32(nd, B, A);
+    if (rt__bconv_is_mm(cv)) {
+        nd->kern = &rt__bconv_mm;
+        return rt__bmm_prepare(nd, B, A, cv->C, cv->OC, cv->act);
+    }
     const rt__bcv *d = rt_kern_dnnl_cache_get(&rt__bcv_tab, &k, sizeof k, rt__bcv_build);
     if (!d || !d->ok)
         return rt__bf32(nd, B, A);
