@@ -168,19 +168,57 @@ rt_kern_dnnl_conv_key rt_kern_dnnl_conv_key_of(const rt__conv_params *cv, int64_
     return k;
 }
 
+/* the geometry of convolution k in oneDNN's terms */
+typedef struct {
+    dnnl_dims_t sd, dd, wd, bd, str, dil, pl, pr;
+} rt__cgeo;
+
+static rt__cgeo rt__cgeo_of(const rt_kern_dnnl_conv_key *k)
+{
+    /* oneDNN's right padding makes its output size formula land on ours;
+     * a 'valid' window that leaves input columns unread needs none */
+    const int64_t rb = (k->OH - 1) * k->SH + (k->KH - 1) * k->DH + 1 - k->H - k->PT;
+    const int64_t rr = (k->OW - 1) * k->SW + (k->KW - 1) * k->DW + 1 - k->W - k->PL;
+    rt__cgeo g = {.sd = {k->n, k->C, k->H, k->W},
+                  .dd = {k->n, k->OC, k->OH, k->OW},
+                  .wd = {k->OC, k->C, k->KH, k->KW},
+                  .bd = {k->OC},
+                  .str = {k->SH, k->SW},
+                  .dil = {k->DH - 1, k->DW - 1},
+                  .pl = {k->PT, k->PL},
+                  .pr = {rb > 0 ? rb : 0, rr > 0 ? rr : 0}};
+    return g;
+}
+
+int rt_kern_dnnl_conv_fwd_any(const rt_kern_dnnl_conv_key *k, dnnl_data_type_t sdt,
+                              dnnl_data_type_t wdt, dnnl_data_type_t ddt, dnnl_primitive_desc_t *pd)
+{
+    *pd = NULL;
+    const rt__cgeo c = rt__cgeo_of(k);
+    dnnl_memory_desc_t src, wei, dst, bias;
+    dnnl_memory_desc_init_by_tag(&src, 4, c.sd, sdt, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&wei, 4, c.wd, wdt, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&dst, 4, c.dd, ddt, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&bias, 1, c.bd, dnnl_f32, dnnl_x);
+    dnnl_convolution_desc_t fdesc;
+    dnnl_post_ops_t po = rt_kern_dnnl_act_po((int)k->act, 0);
+    const int ok = dnnl_dilated_convolution_forward_desc_init(
+                       &fdesc, dnnl_forward_training, dnnl_convolution_direct, &src, &wei,
+                       k->bias ? &bias : NULL, &dst, c.str, c.dil, c.pl, c.pr) == dnnl_success &&
+                   rt_kern_dnnl_pd(&fdesc, po, NULL, 1, pd) == 0;
+    if (po)
+        dnnl_post_ops_destroy(po);
+    return ok ? 0 : -1;
+}
+
 int rt_kern_dnnl_conv_pds(const rt_kern_dnnl_conv_key *k,
                           const dnnl_data_type_t dt[RT_KERN_DNNL_NDT], int no_ref,
                           dnnl_primitive_desc_t pd[3])
 {
     pd[0] = pd[1] = pd[2] = NULL;
-    /* oneDNN's right padding makes its output size formula land on ours;
-     * a 'valid' window that leaves input columns unread needs none */
-    const int64_t rb = (k->OH - 1) * k->SH + (k->KH - 1) * k->DH + 1 - k->H - k->PT;
-    const int64_t rr = (k->OW - 1) * k->SW + (k->KW - 1) * k->DW + 1 - k->W - k->PL;
-    dnnl_dims_t sd = {k->n, k->C, k->H, k->W}, dd = {k->n, k->OC, k->OH, k->OW};
-    dnnl_dims_t wd = {k->OC, k->C, k->KH, k->KW}, bd = {k->OC};
-    dnnl_dims_t str = {k->SH, k->SW}, dil = {k->DH - 1, k->DW - 1};
-    dnnl_dims_t pl = {k->PT, k->PL}, pr = {rb > 0 ? rb : 0, rr > 0 ? rr : 0};
+    const rt__cgeo c = rt__cgeo_of(k);
+    const int64_t *sd = c.sd, *dd = c.dd, *wd = c.wd, *bd = c.bd;
+    const int64_t *str = c.str, *dil = c.dil, *pl = c.pl, *pr = c.pr;
     dnnl_memory_desc_t src, wei, dst, dsrc, ddst, dwei, bias;
     dnnl_memory_desc_init_by_tag(&src, 4, sd, dt[RT_KERN_DNNL_SRC], dnnl_nhwc);
     dnnl_memory_desc_init_by_tag(&wei, 4, wd, dt[RT_KERN_DNNL_WEI], dnnl_format_tag_any);

@@ -84,6 +84,14 @@ int rt_kern_dnnl_conv_pds(const rt_kern_dnnl_conv_key *k,
                           const dnnl_data_type_t dt[RT_KERN_DNNL_NDT], int no_ref,
                           dnnl_primitive_desc_t pd[3]);
 
+/* The forward of convolution k (activation as a post-op) with every
+ * tensor's layout left to oneDNN (format any): the blocked layouts its
+ * kernels prefer on small images. -1 when it offers none or only its
+ * reference one. */
+int rt_kern_dnnl_conv_fwd_any(const rt_kern_dnnl_conv_key *k, dnnl_data_type_t sdt,
+                              dnnl_data_type_t wdt, dnnl_data_type_t ddt,
+                              dnnl_primitive_desc_t *pd);
+
 /* A table of built primitive sets for the process, each entry starting
  * with its key (compared with memcmp: keys are memset before filling).
  * Entries live as long as the process; primitives are only read at
