@@ -1,17 +1,22 @@
 /*
  * bench_bf16.c - mixed bfloat16 against float32 on the CPU backend: the
  * bf16 / float32 step-time ratio of W-B (32x32x3, batch 256), W-C (the
- * 784-512-512-10 MLP, batch 128), MobileNet v1 (224x224, batch 16) and
- * ResNet-18 for CIFAR (batch 64), each
- * the same graph compiled both ways, timed in interleaved rounds (the
- * machine's noise hits both), medians; the arena bytes of both plans and
- * how many ops computed in bf16. Prints numbers, asserts nothing.
+ * 784-512-512-10 MLP, batch 128), MobileNet v1 (224x224, batch 16),
+ * ResNet-18 for CIFAR (batch 64) and Keras' Inception v3 (75x75 unless
+ * --inception-size, batch 32), each the same graph compiled both ways,
+ * timed in interleaved rounds (the machine's noise hits both), medians;
+ * each plan's GFLOP/s against its precision's limit measured at the start
+ * of the same run (bench_limit.h: warm sgemm, bf16 matmul), the arena
+ * bytes of both plans and how many ops computed in bf16. Prints numbers,
+ * asserts nothing.
  *
  *     flock /work/wt/bench.lock build/bench/bf16/bench_bf16 [--reps N] [--conv-min-c C]
- *         [--only wb|wc|mobilenet|resnet]
+ *         [--only wb|wc|mobilenet|resnet|inception] [--prec f32|bf16]
  *
  * --conv-min-c C: Conv2D layers with fewer than C input channels run
  * float32 (rt_kern_bf16_conv_min_c), to measure the first layer's share.
+ * --prec P: time only that precision's plan (its columns of the other
+ * read 0), for a profiler or ONEDNN_VERBOSE=1 to see one plan alone.
  *
  * W-B and ResNet-18 are bench/onnx/models.py's ONNX exports (python3-torch
  * writes them to a temporary folder), read with NHWC data as the Keras
@@ -78,8 +83,8 @@ static double step_ms(rt_exec *e, const rt_data *d, int steps, double *cpu)
     return (now_s() - t0) * 1e3 / steps;
 }
 
-static int only_prec = -1; /* --prec: run one precision alone (profiling) */
-static rt_bench_limit limit;    /* measured once, before the rows */
+static int only_prec = -1;   /* --prec: run one precision alone (profiling) */
+static rt_bench_limit limit; /* measured once, before the rows */
 
 static void row(const char *name, const rt_graph *g, rt_train_config *cfg, int reps, int steps)
 {
@@ -150,16 +155,10 @@ static rt_graph *onnx_graph(const char *dir, const char *file)
     return g;
 }
 
-/* Keras' InceptionV3 at size x size, 10 classes, from
- * examples/inception/gen_keras_inception_v3.py (as bench/inception) */
-static rt_graph *inception_graph(const char *dir, int size)
+/* a Keras JSON model at path */
+static rt_graph *keras_graph(const char *path)
 {
-    char path[600], cmd[1400], err[512];
-    snprintf(path, sizeof path, "%s/inception.json", dir);
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/examples/inception/gen_keras_inception_v3.py %s %d 10",
-             RT_SOURCE_DIR, path, size);
-    if (system(cmd) != 0)
-        die("gen_keras_inception_v3.py", cmd);
+    char err[512];
     size_t len;
     uint8_t *js = read_all(path, &len);
     rt_graph *g;
@@ -169,19 +168,27 @@ static rt_graph *inception_graph(const char *dir, int size)
     return g;
 }
 
+/* Keras' InceptionV3 at size x size, 10 classes, from
+ * examples/inception/gen_keras_inception_v3.py (as bench/inception) */
+static rt_graph *inception_graph(const char *dir, int size)
+{
+    char path[600], cmd[1400];
+    snprintf(path, sizeof path, "%s/inception.json", dir);
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 %s/examples/inception/gen_keras_inception_v3.py %s %d 10",
+             RT_SOURCE_DIR, path, size);
+    if (system(cmd) != 0)
+        die("gen_keras_inception_v3.py", cmd);
+    return keras_graph(path);
+}
+
 /* MobileNet v1 at 224x224 (the Keras corpus' JSON, as bench/mobilenet) */
 static rt_graph *mobilenet_graph(void)
 {
-    char path[1024], err[512];
+    char path[1024];
     snprintf(path, sizeof path, "%s/tests/fixtures/keras-corpus/keras_mobile_net.json",
              RT_SOURCE_DIR);
-    size_t len;
-    uint8_t *js = read_all(path, &len);
-    rt_graph *g;
-    if (rt_keras_import((const char *)js, len, &g, err, sizeof err) < 0)
-        die("import", err);
-    free(js);
-    return g;
+    return keras_graph(path);
 }
 
 /* W-C: 784-512-512-10, relu, logits */
@@ -227,8 +234,8 @@ int main(int argc, char **argv)
             inc_size = atoi(argv[++i]);
         else
             die("usage", "bench_bf16 [--reps N] [--conv-min-c C] "
-                           "[--only wb|wc|mobilenet|resnet|inception] [--prec f32|bf16] "
-                           "[--inception-size S]");
+                         "[--only wb|wc|mobilenet|resnet|inception] [--prec f32|bf16] "
+                         "[--inception-size S]");
     }
 #define RUN(key) (!only || !strcmp(only, key))
     if (reps < 1)
