@@ -646,7 +646,11 @@ typedef struct imp {
     rt_keras_tensor outs[RT_MAX_HEADS];
     char out_layer[RT_MAX_HEADS][RT_KERAS_NAME]; /* the output layers' names */
     int any_mixed;                               /* a layer's dtype policy is mixed_bfloat16 */
-    char shared[72];                             /* a layer called more than once (not supported) */
+    /* placing a shared layer's second or later call: appended to the names
+     * of everything it adds (its weights then merged into the first call's,
+     * dedupe_call) */
+    char call_tag[64];
+    int n_tags;
     int64_t batch; /* the first fixed batch size of a batch_input_shape / batch_shape */
     /* the call arguments of the layer run_layer places (place_flayer) */
     json_object *call_kwargs;
@@ -1766,6 +1770,13 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins, int
         lname = "sequential";
     if (!cls || !lname)
         return ifail(m, RT_EJSON, "a layer lacks class_name or config.name");
+    char tagged[RT_KERAS_NAME];
+    if (m->call_tag[0]) {
+        int tn = snprintf(tagged, sizeof tagged, "%s%s", lname, m->call_tag);
+        if (tn < 0 || tn >= (int)sizeof tagged)
+            return ifail(m, RT_EINVAL, "layer name '%.64s' is too long", lname);
+        lname = tagged;
+    }
     int poisoned = 0;
     for (int i = 0; i < n_in; i++)
         poisoned |= ins[i].poisoned;
@@ -2123,25 +2134,21 @@ static int inbound_kwargs(imp *m, const char *lname, json_object *kwargs, const 
     return n;
 }
 
-/* The source layer names of a Functional layer's single inbound node, for
+/* The source layer names of a Functional layer's inbound node `which`
+ * (a shared layer has one per call), for
  * both the Keras 2 ([[["name", 0, 0, {}], ...]]) and the Keras 3
  * ([{"args": [tensor or [tensors]], "kwargs": {}}]) encodings;
  * for MultiHeadAttention also its tensor keyword arguments (kw[], and the
  * whole keyword object in *kwargs). */
-static int inbound_names(imp *m, const char *lname, json_object *layer, const char **names,
-                         int64_t *node_of, const char **kw, json_object **kwargs, int max)
+static int inbound_names(imp *m, const char *lname, json_object *layer, int which,
+                         const char **names, int64_t *node_of, const char **kw,
+                         json_object **kwargs, int max)
 {
     *kwargs = NULL;
     json_object *nodes = jget(layer, "inbound_nodes", json_type_array);
-    if (!nodes || json_object_array_length(nodes) == 0)
+    if (!nodes || json_object_array_length(nodes) <= (size_t)which)
         return 0;
-    if (json_object_array_length(nodes) > 1) {
-        snprintf(m->shared, sizeof m->shared, "%.64s", lname);
-        return ifail(m, RT_EINVAL,
-                     "layer '%.64s' is called more than once (shared layers are not supported)",
-                     lname);
-    }
-    json_object *node = json_object_array_get_idx(nodes, 0);
+    json_object *node = json_object_array_get_idx(nodes, (size_t)which);
     int n = 0;
     if (json_object_is_type(node, json_type_array)) {
         int k = (int)json_object_array_length(node);
@@ -2191,14 +2198,24 @@ static int inbound_names(imp *m, const char *lname, json_object *layer, const ch
     return n;
 }
 
-/* ["name", 0, 0] or [["name", 0, 0], ...] -> names. */
-static int io_names(json_object *v, const char **names, int max)
+/* the node index of ["name", node, tensor] (0 when absent or malformed) */
+static int64_t io_node(json_object *ref)
+{
+    json_object *v = json_object_array_get_idx(ref, 1);
+    return v && json_object_is_type(v, json_type_int) ? json_object_get_int64(v) : 0;
+}
+
+/* ["name", 0, 0] or [["name", 0, 0], ...] -> names and, if nodes is not
+ * NULL, their node indices (an output may be a shared layer's later call). */
+static int io_refs(json_object *v, const char **names, int64_t *nodes, int max)
 {
     if (!v || !json_object_is_type(v, json_type_array) || json_object_array_length(v) == 0)
         return 0;
     json_object *first = json_object_array_get_idx(v, 0);
     if (json_object_is_type(first, json_type_string)) {
         names[0] = json_object_get_string(first);
+        if (nodes)
+            nodes[0] = io_node(v);
         return 1;
     }
     int n = 0;
@@ -2208,17 +2225,29 @@ static int io_names(json_object *v, const char **names, int max)
             json_object_is_type(e, json_type_array) ? json_object_array_get_idx(e, 0) : NULL;
         if (!nm || !json_object_is_type(nm, json_type_string))
             return -1;
+        if (nodes)
+            nodes[n] = io_node(e);
         names[n++] = json_object_get_string(nm);
     }
     return n;
 }
 
-/* A Functional model's layer, with the layers it reads */
+static int io_names(json_object *v, const char **names, int max)
+{
+    return io_refs(v, names, NULL, max);
+}
+
+/* One call of a Functional model's layer (a shared layer has one per
+ * inbound node, next to each other), with the calls it reads */
 typedef struct flayer {
     const char *cls, *name;
     json_object *obj, *cfg;
+    int call, n_calls;   /* this call's index among the layer's n_calls */
+    int node_off;        /* Keras' node index of call 0 (1: a nested model's) */
+    int prev_done;       /* DFS: call-1 placed first (weights come from call 0) */
     const char *src[RT_KERAS_MAX_IN];
     int64_t src_node[RT_KERAS_MAX_IN];   /* the node of src each reads */
+    int src_i[RT_KERAS_MAX_IN];          /* the flayer of that node, -1 none */
     const char *src_kw[RT_KERAS_MAX_IN]; /* the keyword src is passed as, or NULL */
     json_object *kwargs;                 /* the call's keyword arguments (some layers) */
     int n_src;
@@ -2256,11 +2285,38 @@ static int lmap_get(const lmap *lm, const flayer *L, const char *name)
     return *lmap_slot(lm, L, name) - 1;
 }
 
-/* Read every layer's class, name and inbound layer names; map the names. */
-static int read_flayers(imp *m, json_object *layers, flayer *L, int n, lmap *lm)
+/* Calls (flayers) of a layers list: one per inbound node, at least one. */
+static int count_calls(json_object *layers)
 {
+    int n = 0;
+    for (size_t i = 0; i < json_object_array_length(layers); i++) {
+        json_object *nodes = jget(json_object_array_get_idx(layers, i), "inbound_nodes",
+                                  json_type_array);
+        size_t k = nodes ? json_object_array_length(nodes) : 0;
+        n += k > 1 ? (int)k : 1;
+    }
+    return n;
+}
+
+/* The call of layer call 0 at L[k] that Keras' node index node names, or
+ * -1: a model called once is node 0 or 1 (Keras 2 numbers the calls of a
+ * nested model from 1 and Keras 3 from 0) */
+static int64_t call_of(const flayer *L, int k, int64_t node)
+{
+    int64_t c = node - L[k].node_off;
+    if (L[k].n_calls == 1 && is_model_class(L[k].cls) && (node == 0 || node == 1))
+        c = 0;
+    return c >= 0 && c < L[k].n_calls ? c : -1;
+}
+
+/* Read every layer's class, name and the inbound layers of each of its
+ * calls; map the names to their first call. */
+static int read_flayers(imp *m, json_object *layers, flayer *L, int n, lmap *lm,
+                        const char *const *out_names, const int64_t *out_nodes, int n_out)
+{
+    int nl = 0;
     for (int i = 0; i < n; i++) {
-        flayer *f = &L[i];
+        flayer *f = &L[nl];
         f->obj = json_object_array_get_idx(layers, (size_t)i);
         f->cls = jstr(f->obj, "class_name");
         f->cfg = jget(f->obj, "config", json_type_object);
@@ -2272,29 +2328,150 @@ static int read_flayers(imp *m, json_object *layers, flayer *L, int n, lmap *lm)
         int *slot = lmap_slot(lm, L, f->name);
         if (*slot)
             return ifail(m, RT_EINVAL, "two layers are named '%.64s'", f->name);
-        *slot = i + 1;
+        *slot = nl + 1;
+        json_object *nodes = jget(f->obj, "inbound_nodes", json_type_array);
+        int calls = nodes && json_object_array_length(nodes) > 1
+                        ? (int)json_object_array_length(nodes)
+                        : 1;
         if (strcmp(f->cls, "InputLayer") == 0)
-            continue;
-        f->n_src = inbound_names(m, f->name, f->obj, f->src, f->src_node, f->src_kw, &f->kwargs,
-                                 RT_KERAS_MAX_IN);
-        if (f->n_src < 0)
-            return f->n_src;
-        if (f->n_src == 0)
-            return ifail(m, RT_EINVAL, "layer '%.64s' has no inbound node", f->name);
+            calls = 1;
+        for (int c = 0; c < calls; c++) {
+            flayer *g = &L[nl++];
+            if (c > 0) {
+                g->obj = f->obj;
+                g->cls = f->cls;
+                g->cfg = f->cfg;
+                g->name = f->name;
+            }
+            g->call = c;
+            g->n_calls = calls;
+            if (strcmp(g->cls, "InputLayer") == 0)
+                continue;
+            g->n_src = inbound_names(m, g->name, g->obj, c, g->src, g->src_node, g->src_kw,
+                                     &g->kwargs, RT_KERAS_MAX_IN);
+            if (g->n_src < 0)
+                return g->n_src;
+            if (g->n_src == 0)
+                return ifail(m, RT_EINVAL, "layer '%.64s' has no inbound node", g->name);
+        }
     }
-    /* Each layer is called once, so it has node 0; a nested model also has
-     * its own first node (Keras 2 names the call in the outer model 1). */
-    for (int i = 0; i < n; i++)
+    /* A nested model's calls may count from 1: Keras 2 gives node 0 to the
+     * model's own graph and the calls in the outer model 1, 2, ... */
+    for (int i = 0; i < nl; i++)
         for (int j = 0; j < L[i].n_src; j++) {
             int k = lmap_get(lm, L, L[i].src[j]);
-            int64_t last = k >= 0 && is_model_class(L[k].cls) ? 1 : 0;
-            if (k >= 0 && (L[i].src_node[j] < 0 || L[i].src_node[j] > last))
+            if (k >= 0 && is_model_class(L[k].cls) && L[i].src_node[j] == L[k].n_calls)
+                for (int c = 0; c < L[k].n_calls; c++)
+                    L[k + c].node_off = 1;
+        }
+    for (int j = 0; j < n_out; j++) {
+        int k = lmap_get(lm, L, out_names[j]);
+        if (k >= 0 && is_model_class(L[k].cls) && out_nodes[j] == L[k].n_calls)
+            for (int c = 0; c < L[k].n_calls; c++)
+                L[k + c].node_off = 1;
+    }
+    for (int i = 0; i < nl; i++)
+        for (int j = 0; j < L[i].n_src; j++) {
+            int k = lmap_get(lm, L, L[i].src[j]);
+            L[i].src_i[j] = -1;
+            if (k < 0)
+                continue;
+            int64_t c = call_of(L, k, L[i].src_node[j]);
+            if (c < 0)
                 return ifail(m, RT_EINVAL,
                              "layer '%.64s' reads node %lld of layer '%.64s', "
-                             "which has %s",
-                             L[i].name, (long long)L[i].src_node[j], L[k].name,
-                             last ? "nodes 0 and 1 only" : "node 0 only");
+                             "which is called %d time%s",
+                             L[i].name, (long long)L[i].src_node[j], L[k].name, L[k].n_calls,
+                             L[k].n_calls == 1 ? "" : "s");
+            L[i].src_i[j] = k + (int)c;
         }
+    return nl;
+}
+
+/* the param named name, or NULL */
+static rt__entry *find_param(rt_graph *g, const char *name, int below)
+{
+    for (int i = 0; i < below; i++)
+        if (g->e[i].kind == RT__T_PARAM && strcmp(g->e[i].name, name) == 0)
+            return &g->e[i];
+    return NULL;
+}
+
+/* After a later call of a shared layer (entries first..): every weight it
+ * added ("<layer>@k/kernel") is dropped and its readers read the first
+ * call's ("<layer>/kernel"), so one set of weights serves every call and
+ * the engine sums their gradients into it (a value with several readers);
+ * weight files keep one entry per layer, as Keras does. Constants that
+ * differ between calls (built from the input's shape) stay the call's own. */
+static int dedupe_call(imp *m, const char *lname, int first)
+{
+    rt_graph *g = m->g;
+    const size_t tl = strlen(m->call_tag);
+    int w = first;
+    for (int i = first; i < g->n; i++) {
+        rt__entry *e = &g->e[i];
+        if (e->kind == RT__T_NODE && strcmp(e->op, "BatchNorm") == 0) {
+            int frozen = 0;
+            for (int a = 0; a < e->n_attr; a++)
+                if (strcmp(e->attrs[a].name, "frozen") == 0)
+                    frozen = (int)e->attrs[a].i;
+            if (!frozen) {
+                char msg[320];
+                snprintf(msg, sizeof msg,
+                         "layer '%.64s' is called more than once and holds a trainable "
+                         "BatchNormalization (shared moving statistics are not supported; "
+                         "freeze it or call it once)",
+                         lname);
+                add_problem(m, RT_EINVAL, msg);
+                return 0;
+            }
+        }
+        if (e->kind != RT__T_PARAM) {
+            g->e[w++] = *e;
+            continue;
+        }
+        /* the name without this call's tag */
+        char orig[2 * RT_KERAS_NAME];
+        const char *t = strstr(e->name, m->call_tag);
+        while (t && t[tl] != '/' && t[tl] != 0)
+            t = strstr(t + 1, m->call_tag);
+        rt__entry *o = NULL;
+        if (t) {
+            snprintf(orig, sizeof orig, "%.*s%s", (int)(t - e->name), e->name, t + tl);
+            o = find_param(g, orig, first);
+        }
+        int same = o && o->shape.ndim == e->shape.ndim &&
+                   !memcmp(o->shape.d, e->shape.d, sizeof(int64_t) * (size_t)e->shape.ndim);
+        if (same && (o->value || e->value)) {
+            int64_t nv = rt__shape_numel(&e->shape);
+            same = o->value && e->value &&
+                   !memcmp(o->value, e->value, sizeof(float) * (size_t)nv);
+            if (!same) { /* a constant of this call's own */
+                g->e[w++] = *e;
+                continue;
+            }
+        }
+        if (same && (o->view.n != e->view.n ||
+                     (e->view.n && memcmp(o->view.perm, e->view.perm, sizeof o->view.perm))))
+            return ifail(m, RT_EINVAL,
+                         "shared layer '%.64s' reads its input in another layout in one "
+                         "of its calls (a Flatten of channels_first data); not supported",
+                         lname);
+        if (!same) {
+            if (m->n_prob)
+                return 0; /* the first call failed; its problem is reported */
+            return ifail(m, RT_ESHAPE,
+                         "shared layer '%.64s' needs weight '%.64s' of another shape in one of "
+                         "its calls (its inputs differ in size)",
+                         lname, e->name);
+        }
+        /* readers of e (all added by this call) read o */
+        for (int j = i + 1; j < g->n; j++)
+            for (int k = 0; g->e[j].kind == RT__T_NODE && k < g->e[j].n_in; k++)
+                if (strcmp(g->e[j].in[k], e->name) == 0)
+                    g->e[j].in[k] = o->name;
+    }
+    g->n = w;
     return 0;
 }
 
@@ -2333,12 +2510,29 @@ static int place_flayer(imp *m, flayer *L, const lmap *lm, flayer *f, const fio 
         f->out = *g;
         return 0;
     }
+    (void)lm;
     rt_keras_tensor ins[RT_KERAS_MAX_IN];
     for (int j = 0; j < f->n_src; j++)
-        ins[j] = L[lmap_get(lm, L, f->src[j])].out;
+        ins[j] = L[f->src_i[j]].out;
     m->call_kwargs = f->kwargs;
     m->in_kw = f->src_kw;
-    int rc = run_layer(m, f->obj, ins, f->n_src, &f->out);
+    /* a later call of a shared layer: its names tagged "@k", then its
+     * weights replaced by the first call's */
+    char saved[sizeof m->call_tag];
+    memcpy(saved, m->call_tag, sizeof saved);
+    const int first = m->g->n;
+    int rc = 0;
+    if (f->call > 0) {
+        size_t l = strlen(m->call_tag);
+        int k = snprintf(m->call_tag + l, sizeof m->call_tag - l, "@%d", ++m->n_tags);
+        if (k < 0 || (size_t)k >= sizeof m->call_tag - l)
+            rc = ifail(m, RT_EINVAL, "shared layers nested too deep at '%.64s'", f->name);
+    }
+    if (rc == 0)
+        rc = run_layer(m, f->obj, ins, f->n_src, &f->out);
+    if (rc == 0 && f->call > 0)
+        rc = dedupe_call(m, f->name, first);
+    memcpy(m->call_tag, saved, sizeof saved);
     m->call_kwargs = NULL;
     m->in_kw = NULL;
     return rc;
@@ -2354,9 +2548,19 @@ static int place_from(imp *m, flayer *L, const lmap *lm, int i, int *stack, cons
     L[i].state = 1;
     while (sp) {
         flayer *f = &L[stack[sp - 1]];
+        /* a shared layer's calls in order: call 0 adds the weights */
+        if (f->call > 0 && !f->prev_done) {
+            f->prev_done = 1;
+            flayer *p = f - 1;
+            if (p->state == 0) {
+                p->state = 1;
+                stack[sp++] = (int)(p - L);
+            }
+            continue;
+        }
         if (f->next < f->n_src) {
-            const char *src = f->src[f->next++];
-            int j = lmap_get(lm, L, src);
+            const char *src = f->src[f->next];
+            int j = f->src_i[f->next++];
             if (j < 0)
                 return ifail(m, RT_EINVAL, "layer '%.64s' reads '%.64s', which no layer produces",
                              f->name, src);
@@ -2377,27 +2581,6 @@ static int place_from(imp *m, flayer *L, const lmap *lm, int i, int *stack, cons
 }
 
 /* A Functional model; nested (given != NULL) it reads given[0..n_given). */
-/* A model with a shared layer is not walked: its Lambda layers and
- * recorded TensorFlow operations are named with the shared layer, so the
- * error says everything that stands in the way. */
-static int shared_problems(imp *m, json_object *layers)
-{
-    for (size_t i = 0; i < json_object_array_length(layers); i++) {
-        json_object *l = json_object_array_get_idx(layers, i), *cfg = NULL;
-        const char *cls = jstr(l, "class_name");
-        json_object_object_get_ex(l, "config", &cfg);
-        const char *nm = jstr(l, "name") ? jstr(l, "name") : jstr(cfg, "name");
-        if (cls && (!strcmp(cls, "Lambda") || !strcmp(cls, "TFOpLambda") ||
-                    !strcmp(cls, "SlicingOpLambda")))
-            why_unknown(m, l, cls, nm ? nm : "?", cfg);
-    }
-    char msg[160];
-    snprintf(msg, sizeof msg,
-             "layer '%.64s' is called more than once (shared layers are not supported)", m->shared);
-    add_problem(m, RT_EINVAL, msg);
-    return report_problems(m);
-}
-
 static int walk_functional(imp *m, json_object *cfg, const rt_keras_tensor *given, int n_given,
                            rt_keras_tensor *out)
 {
@@ -2405,12 +2588,13 @@ static int walk_functional(imp *m, json_object *cfg, const rt_keras_tensor *give
     if (!layers)
         return ifail(m, RT_EJSON, "Functional model has no layers list");
     const char *out_names[RT_MAX_HEADS + 1];
+    int64_t out_nodes[RT_MAX_HEADS + 1];
     fio io = {.given = given};
     json_object *il = NULL, *ol = NULL;
     json_object_object_get_ex(cfg, "input_layers", &il);
     json_object_object_get_ex(cfg, "output_layers", &ol);
     io.n = io_names(il, io.names, RT_KERAS_MAX_IN);
-    int n_out = io_names(ol, out_names, RT_MAX_HEADS + 1);
+    int n_out = io_refs(ol, out_names, out_nodes, RT_MAX_HEADS + 1);
     if (!given && (io.n < 1 || io.n > RT_KERAS_MAX_IN))
         return ifail(m, RT_EINVAL, "Functional model needs 1 to %d inputs (got %d)",
                      RT_KERAS_MAX_IN, io.n);
@@ -2427,23 +2611,33 @@ static int walk_functional(imp *m, json_object *cfg, const rt_keras_tensor *give
     if (!given && io.n > 1 && (rc0 = add_packed_inputs(m, layers, io.names, io.n)) < 0)
         return rc0;
     const int n = (int)json_object_array_length(layers);
+    const int nc = count_calls(layers);
     lmap lm = {.mask = 15};
     while (lm.mask + 1 < (size_t)n * 2)
         lm.mask = lm.mask * 2 + 1;
-    flayer *L = calloc((size_t)n + 1, sizeof *L);
-    int *stack = calloc((size_t)n + 1, sizeof *stack);
+    flayer *L = calloc((size_t)nc + 1, sizeof *L);
+    int *stack = calloc((size_t)nc + 1, sizeof *stack);
     lm.slot = calloc(lm.mask + 1, sizeof *lm.slot);
-    int rc = !L || !stack || !lm.slot ? RT_ENOMEM : read_flayers(m, layers, L, n, &lm);
-    if (rc < 0 && m->shared[0])
-        rc = shared_problems(m, layers);
-    for (int i = 0; i < n && rc == 0; i++)
+    int rc = !L || !stack || !lm.slot ? RT_ENOMEM : read_flayers(m, layers, L, n, &lm, out_names, out_nodes, n_out);
+    const int nl = rc;
+    if (rc > 0)
+        rc = 0;
+    for (int i = 0; i < nl && rc == 0; i++)
         if (L[i].state == 0)
             rc = place_from(m, L, &lm, i, stack, &io);
     for (int k = 0; k < n_out && rc == 0; k++) {
         int o = lmap_get(&lm, L, out_names[k]);
+        int64_t c = o < 0 ? 0 : call_of(L, o, out_nodes[k]);
         if (o < 0)
             rc = ifail(m, RT_EINVAL, "output layer '%.64s' is not in the model", out_names[k]);
-        else if (k == 0)
+        else if (c < 0)
+            rc = ifail(m, RT_EINVAL, "output '%.64s' is node %lld of a layer called %d time%s",
+                       out_names[k], (long long)out_nodes[k], L[o].n_calls,
+                       L[o].n_calls == 1 ? "" : "s");
+        if (rc < 0)
+            break;
+        o += (int)c;
+        if (k == 0)
             *out = L[o].out;
         if (rc == 0 && n_out > 1) {
             m->outs[k] = L[o].out;

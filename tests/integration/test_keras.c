@@ -140,8 +140,19 @@ static void test_errors(void)
     expect_err("{\"class_name\": \"Functional\", \"config\": {\"layers\": ["
                "{\"name\": \"in\", \"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 4], \"name\": \"in\"}, \"inbound_nodes\": []},"
                "{\"name\": \"d\", \"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 4}, \"inbound_nodes\": [[[\"in\", 0, 0, {}]], [[\"d\", 0, 0, {}]]]}],"
-               "\"input_layers\": [[\"in\", 0, 0]], \"output_layers\": [[\"d\", 0, 0]]}}",
-               RT_EINVAL, "shared layers");
+               "\"input_layers\": [[\"in\", 0, 0]], \"output_layers\": [[\"d\", 2, 0]]}}",
+               RT_EINVAL, "output 'd' is node 2 of a layer called 2 times");
+    expect_err("{\"class_name\": \"Functional\", \"config\": {\"layers\": ["
+               "{\"name\": \"in\", \"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 4], \"name\": \"in\"}, \"inbound_nodes\": []},"
+               "{\"name\": \"d\", \"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 4}, \"inbound_nodes\": [[[\"in\", 0, 0, {}]]]},"
+               "{\"name\": \"e\", \"class_name\": \"Dense\", \"config\": {\"name\": \"e\", \"units\": 4}, \"inbound_nodes\": [[[\"d\", 1, 0, {}]]]}],"
+               "\"input_layers\": [[\"in\", 0, 0]], \"output_layers\": [[\"e\", 0, 0]]}}",
+               RT_EINVAL, "reads node 1 of layer 'd', which is called 1 time");
+    expect_err("{\"class_name\": \"Functional\", \"config\": {\"layers\": ["
+               "{\"name\": \"in\", \"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 4], \"name\": \"in\"}, \"inbound_nodes\": []},"
+               "{\"name\": \"d\", \"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 3}, \"inbound_nodes\": [[[\"in\", 0, 0, {}]], [[\"d\", 0, 0, {}]]]}],"
+               "\"input_layers\": [[\"in\", 0, 0]], \"output_layers\": [[\"d\", 1, 0]]}}",
+               RT_ESHAPE, "shared layer 'd' needs weight 'd@1/kernel' of another shape");
     expect_err("{\"class_name\": \"Model\", \"config\": {\"layers\": [],"
                "\"input_layers\": [[\"in\", 0, 0]], \"output_layers\": [[\"a\", 0, 0], [\"b\", 0, 0],"
                " [\"c\", 0, 0], [\"d\", 0, 0], [\"e\", 0, 0], [\"f\", 0, 0], [\"g\", 0, 0],"
@@ -158,6 +169,12 @@ static void test_variants(void)
     int64_t in, out;
     char err[256] = "";
     CHECK(import_compile(old, &in, &out, err) == 4 * 3 + 3, "Keras 2.0 list config: %s", err);
+    /* a Dense applied to its own output: one kernel and bias, two calls */
+    const char *twice = "{\"class_name\": \"Functional\", \"config\": {\"layers\": ["
+        "{\"name\": \"in\", \"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 4], \"name\": \"in\"}, \"inbound_nodes\": []},"
+        "{\"name\": \"d\", \"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 4}, \"inbound_nodes\": [[[\"in\", 0, 0, {}]], [[\"d\", 0, 0, {}]]]}],"
+        "\"input_layers\": [[\"in\", 0, 0]], \"output_layers\": [[\"d\", 1, 0]]}}";
+    CHECK(import_compile(twice, &in, &out, err) == 4 * 4 + 4, "Dense called twice: %s", err);
     const char *flat = "{\"class_name\": \"Functional\", \"config\": {\"layers\": ["
                        "{\"name\": \"x\", \"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 4], \"name\": \"x\"}, \"inbound_nodes\": []},"
                        "{\"name\": \"d\", \"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 2, \"use_bias\": false},"
