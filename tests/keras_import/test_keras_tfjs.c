@@ -767,11 +767,16 @@ static int check_multi(json_object *fx, const char *m, const char *mpath, int *a
         goto out;
     }
     x = malloc(sizeof(float) * (size_t)(n * in_tot));
-    for (int k = 0, off = 0; k < nin; off += (int)in_n[k], k++)
+    json_object *index = get(fx, "index"); /* per input: indices below mod, or 0 */
+    for (int k = 0, off = 0; k < nin; off += (int)in_n[k], k++) {
+        json_object *mo = index ? json_object_array_get_idx(index, (size_t)k) : NULL;
+        const uint32_t mod = mo ? (uint32_t)json_object_get_int64(mo) : 0;
         for (int64_t i = 0; i < n * in_n[k]; i++) {
             uint32_t h = mix((uint32_t)i ^ (0x5eed0001u + (uint32_t)k));
-            x[(i / in_n[k]) * in_tot + off + i % in_n[k]] = (float)((int)(h >> 22) - 512) / 512.0f;
+            x[(i / in_n[k]) * in_tot + off + i % in_n[k]] =
+                mod ? (float)(h % mod) : (float)((int)(h >> 22) - 512) / 512.0f;
         }
+    }
     int64_t on[RT_MAX_HEADS], ln[RT_MAX_HEADS];
     for (int k = 0; k < nh; k++) {
         int64_t d[RT_MAX_DIMS];

@@ -858,8 +858,17 @@ async function multiModel(root, tool, rel) {
                       `Keras' rules give ${JSON.stringify(h)}`);
     return h;
   });
+  /* an input an Embedding reads takes indices below its input_dim */
+  const index = model.inputNames.map(nm => {
+    for (const l of j.config.layers)
+      if (l.class_name === 'Embedding' &&
+          JSON.stringify(l.inbound_nodes).includes(JSON.stringify(nm)))
+        return l.config.input_dim;
+    return 0;
+  });
   const spec = {model: rel, n: 12, batch: 4,
                 inputs: model.inputs.map(t => t.shape.slice(1)), heads};
+  if (index.some(v => v)) spec.index = index;
   spec.init = params.map(p => {
     let s = 0, q = 0;
     for (let i = 0; i < p.v.length; i++) s += p.v[i], q += p.v[i] * p.v[i];
@@ -868,8 +877,10 @@ async function multiModel(root, tool, rel) {
   const n = spec.n;
   const xs = spec.inputs.map((d, k) => {
     const per = d.reduce((a, c) => a * c, 1), x = new Float32Array(per * n);
-    for (let i = 0; i < x.length; i++)
-      x[i] = ((mix((i ^ (0x5eed0001 + k)) >>> 0) >>> 22) - 512) / 512;
+    for (let i = 0; i < x.length; i++) {
+      const h = mix((i ^ (0x5eed0001 + k)) >>> 0);
+      x[i] = index[k] ? h % index[k] : ((h >>> 22) - 512) / 512;
+    }
     return {x, per, shape: d};
   });
   const ys = heads.map((h, k) => {
