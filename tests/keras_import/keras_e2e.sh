@@ -265,5 +265,32 @@ expect_rc 4 "a class index out of range in the first output refused" -- "$rtrain
   --label-columns 12:14 --epochs 1
 has "$tmp/err" "output 1: label" "names the output"
 
+# shared layers: the Siamese model's tower (called on both inputs) is one
+# entry of the HDF5 weights file, as Keras writes it, and loads back
+$py - "$tmp" <<'EOF2'
+import sys, numpy as np
+r = np.random.RandomState(3)
+x = r.uniform(-1, 1, (16, 10))
+y = np.concatenate([(r.rand(16, 1) > 0.5), r.uniform(-1, 1, (16, 6))], 1)
+np.savetxt(sys.argv[1] + "/siam.csv", np.concatenate([x, y], 1), delimiter=",", fmt="%.9g")
+EOF2
+expect_rc 0 "shared layers: fit, weights saved as HDF5" -- "$rtrain" fit "${S[@]}" \
+  --model "$src/tests/fixtures/keras-multi/shared_siamese.json" --data "$tmp/siam.csv" \
+  --label-columns 10:16 --optimizer sgd --lr 0.05 --batch-size 4 --epochs 2 \
+  --save-weights "$tmp/siam.h5"
+if $py - "$tmp/siam.h5" <<'EOF2'
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+names = [n.decode() if isinstance(n, bytes) else n for n in f.attrs["layer_names"]]
+assert names == ["tower", "square", "score"], names
+w = [n.decode() if isinstance(n, bytes) else n for n in f["tower"].attrs["weight_names"]]
+assert w == ["tower/kernel:0", "tower/bias:0"], w
+assert f["tower"]["tower/kernel:0"].shape == (5, 6)
+EOF2
+then ok "one HDF5 entry per shared layer"; else bad "shared layer's HDF5 entries"; fi
+expect_rc 0 "shared layers: the HDF5 weights load for predict" -- "$rtrain" predict "${S[@]}" \
+  --model "$src/tests/fixtures/keras-multi/shared_siamese.json" --weights "$tmp/siam.h5" \
+  --data "$tmp/siam.csv" --label-columns 10:16 --out "$tmp/psiam.npy"
+
 echo "$((checks - fails))/$checks checks passed"
 [ "$fails" -eq 0 ]
