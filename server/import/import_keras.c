@@ -2242,9 +2242,9 @@ static int io_names(json_object *v, const char **names, int max)
 typedef struct flayer {
     const char *cls, *name;
     json_object *obj, *cfg;
-    int call, n_calls;   /* this call's index among the layer's n_calls */
-    int node_off;        /* Keras' node index of call 0 (1: a nested model's) */
-    int prev_done;       /* DFS: call-1 placed first (weights come from call 0) */
+    int call, n_calls; /* this call's index among the layer's n_calls */
+    int node_off;      /* Keras' node index of call 0 (1: a nested model's) */
+    int prev_done;     /* DFS: call-1 placed first (weights come from call 0) */
     const char *src[RT_KERAS_MAX_IN];
     int64_t src_node[RT_KERAS_MAX_IN];   /* the node of src each reads */
     int src_i[RT_KERAS_MAX_IN];          /* the flayer of that node, -1 none */
@@ -2290,8 +2290,8 @@ static int count_calls(json_object *layers)
 {
     int n = 0;
     for (size_t i = 0; i < json_object_array_length(layers); i++) {
-        json_object *nodes = jget(json_object_array_get_idx(layers, i), "inbound_nodes",
-                                  json_type_array);
+        json_object *nodes =
+            jget(json_object_array_get_idx(layers, i), "inbound_nodes", json_type_array);
         size_t k = nodes ? json_object_array_length(nodes) : 0;
         n += k > 1 ? (int)k : 1;
     }
@@ -2330,9 +2330,8 @@ static int read_flayers(imp *m, json_object *layers, flayer *L, int n, lmap *lm,
             return ifail(m, RT_EINVAL, "two layers are named '%.64s'", f->name);
         *slot = nl + 1;
         json_object *nodes = jget(f->obj, "inbound_nodes", json_type_array);
-        int calls = nodes && json_object_array_length(nodes) > 1
-                        ? (int)json_object_array_length(nodes)
-                        : 1;
+        int calls =
+            nodes && json_object_array_length(nodes) > 1 ? (int)json_object_array_length(nodes) : 1;
         if (strcmp(f->cls, "InputLayer") == 0)
             calls = 1;
         for (int c = 0; c < calls; c++) {
@@ -2444,8 +2443,7 @@ static int dedupe_call(imp *m, const char *lname, int first)
                    !memcmp(o->shape.d, e->shape.d, sizeof(int64_t) * (size_t)e->shape.ndim);
         if (same && (o->value || e->value)) {
             int64_t nv = rt__shape_numel(&e->shape);
-            same = o->value && e->value &&
-                   !memcmp(o->value, e->value, sizeof(float) * (size_t)nv);
+            same = o->value && e->value && !memcmp(o->value, e->value, sizeof(float) * (size_t)nv);
             if (!same) { /* a constant of this call's own */
                 g->e[w++] = *e;
                 continue;
@@ -2618,7 +2616,9 @@ static int walk_functional(imp *m, json_object *cfg, const rt_keras_tensor *give
     flayer *L = calloc((size_t)nc + 1, sizeof *L);
     int *stack = calloc((size_t)nc + 1, sizeof *stack);
     lm.slot = calloc(lm.mask + 1, sizeof *lm.slot);
-    int rc = !L || !stack || !lm.slot ? RT_ENOMEM : read_flayers(m, layers, L, n, &lm, out_names, out_nodes, n_out);
+    int rc = !L || !stack || !lm.slot
+                 ? RT_ENOMEM
+                 : read_flayers(m, layers, L, n, &lm, out_names, out_nodes, n_out);
     const int nl = rc;
     if (rc > 0)
         rc = 0;
