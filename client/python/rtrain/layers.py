@@ -9,7 +9,9 @@ Each layer also knows its output shape and its weights' names and shapes
 the daemon's import computes.
 
 Functional API: ``x = rtrain.Input((4,)); y = Dense(3)(x)`` records the
-graph; ``rtrain.Model(x, y)`` serialises it as Keras' Functional JSON.
+graph; ``rtrain.Model(x, y)`` serialises it as Keras' Functional JSON. A
+layer called again (a shared layer) adds an inbound node and keeps its one
+set of weights, as in Keras.
 """
 import math as _math
 
