@@ -9,7 +9,9 @@ Each layer also knows its output shape and its weights' names and shapes
 the daemon's import computes.
 
 Functional API: ``x = rtrain.Input((4,)); y = Dense(3)(x)`` records the
-graph; ``rtrain.Model(x, y)`` serialises it as Keras' Functional JSON.
+graph; ``rtrain.Model(x, y)`` serialises it as Keras' Functional JSON. A
+layer called again (a shared layer) adds an inbound node and keeps its one
+set of weights, as in Keras.
 """
 import math as _math
 
@@ -144,6 +146,12 @@ def _shape(shape, what="input_shape"):
     return [None if d is None else _pos_int(d, what) for d in shape]
 
 
+def _shapes_str(tensors):
+    """(None, 5) or [(None, 5), (None, 3)], as Keras prints input shapes"""
+    sh = [str(tuple(t.shape)) for t in tensors]
+    return sh[0] if len(sh) == 1 else "[%s]" % ", ".join(sh)
+
+
 def _fixed(in_shape, what):
     """in_shape, when no dim of it is variable (None)"""
     if any(d is None for d in in_shape):
@@ -154,20 +162,139 @@ def _fixed(in_shape, what):
 
 
 class KerasTensor:
-    """A symbolic tensor of the Functional API: the output of a layer
-    (shape without the batch dimension)."""
+    """A symbolic tensor of the Functional API: the output of one call of a
+    layer (shape without the batch dimension). node_index: which call of
+    the layer made it (Keras' _keras_history node index); inputs: the
+    tensors that call read."""
 
-    def __init__(self, shape, layer, inputs):
+    def __init__(self, shape, layer, inputs, node_index=0):
         self.shape = (None,) + tuple(shape)
         self.layer = layer
         self.inputs = list(inputs)
+        self.node_index = node_index
+
+    @property
+    def _keras_history(self):
+        """(layer, node_index, tensor_index), as Keras names a tensor"""
+        return (self.layer, self.node_index, 0)
 
     def __repr__(self):
         return "<KerasTensor shape=%s from %s>" % (self.shape,
                                                    type(self.layer).__name__)
 
 
-class Layer:
+class _Called:
+    """What Layer and Model share as callables of the Functional API:
+    Keras' inbound nodes (self._inbound_nodes: one output tensor per call,
+    in call order), the node accessors and the call's serialization."""
+
+    def _add_node(self, t):
+        """Record the call that made t. A later call (a shared layer) must
+        fit the weights the first call built, as Keras' input_spec check."""
+        if self._inbound_nodes:
+            first = self._inbound_nodes[0]
+            want, got = self._call_weights(first), self._call_weights(t)
+            if [w[:2] for w in want] != [w[:2] for w in got]:
+                bad = next(((a, b) for a, b in zip(want, got) if a[:2] != b[:2]),
+                           (want[0] if want else None, got[0] if got else None))
+                raise ValueError(
+                    "Input of layer \"%s\" is incompatible with the layer: it was "
+                    "first called on %s and a shared layer keeps one set of "
+                    "weights (%s %s), but this call's input %s needs %s"
+                    % (self.name or self._auto_name, _shapes_str(first.inputs),
+                       bad[0][0] if bad[0] else "no weights",
+                       tuple(bad[0][1]) if bad[0] else "",
+                       _shapes_str(t.inputs),
+                       "%s %s" % (bad[1][0], tuple(bad[1][1])) if bad[1] else "none"))
+        self._inbound_nodes.append(t)
+        return t
+
+    def _call_weights(self, t):
+        """[(suffix, shape, trainable)] the call that made t needs"""
+        return self.weight_specs(list(t.inputs[0].shape[1:]))
+
+    # -- Keras' node accessors (keras/engine/base_layer.py): input and
+    # output are the first call's; a shape is ill-defined when the calls
+    # differ in it
+
+    def _node_at(self, node_index, what):
+        if not self._inbound_nodes:
+            raise RuntimeError("The layer has never been called and thus has no "
+                               "defined %s." % what)
+        if not isinstance(node_index, int) or not 0 <= node_index < len(self._inbound_nodes):
+            raise ValueError("Asked to get %s at node %s, but the layer has only %d "
+                             "inbound nodes." % (what, node_index, len(self._inbound_nodes)))
+        return self._inbound_nodes[node_index]
+
+    def get_output_at(self, node_index):
+        """The output tensor of the layer's call node_index (0: the first)."""
+        return self._node_at(node_index, "output")
+
+    def get_input_at(self, node_index):
+        """The input tensor (a list for several) of call node_index."""
+        ins = self._node_at(node_index, "input").inputs
+        if not ins:  # an InputLayer's node reads its own tensor
+            return self._inbound_nodes[node_index]
+        return ins[0] if len(ins) == 1 else list(ins)
+
+    def get_output_shape_at(self, node_index):
+        return self._node_at(node_index, "output shape").shape
+
+    def get_input_shape_at(self, node_index):
+        t = self.get_input_at(node_index)
+        return [i.shape for i in t] if isinstance(t, list) else t.shape
+
+    @property
+    def output(self):
+        """The output of the layer's first call (tf.keras 2 and Keras 3;
+        get_output_at(i) for a later call of a shared layer)."""
+        if not self._inbound_nodes:
+            raise AttributeError("Layer %s has no inbound nodes."
+                                 % (self.name or self._auto_name))
+        return self.get_output_at(0)
+
+    @property
+    def input(self):
+        """The input of the layer's first call (get_input_at(i) for later
+        calls)."""
+        if not self._inbound_nodes:
+            raise AttributeError("Layer %s is not connected, no input to return."
+                                 % (self.name or self._auto_name))
+        return self.get_input_at(0)
+
+    @property
+    def output_shape(self):
+        """The output shape of every call; AttributeError where the calls of
+        a shared layer differ in it, as Keras."""
+        if not self._inbound_nodes:
+            raise AttributeError("The layer \"%s\" has never been called and thus has "
+                                 "no defined output shape." % (self.name or self._auto_name))
+        shapes = {t.shape for t in self._inbound_nodes}
+        if len(shapes) > 1:
+            raise AttributeError(
+                "The layer \"%s\" has multiple inbound nodes, with different output "
+                "shapes. Hence the notion of \"output shape\" is ill-defined for the "
+                "layer. Use `get_output_shape_at(node_index)` instead."
+                % (self.name or self._auto_name))
+        return self._inbound_nodes[0].shape
+
+    def _keras2_node(self, srcs, t=None):
+        """One inbound node (the call that made t) as Keras 2 writes it,
+        from its sources [(layer name, node index)]: [[name, node, 0,
+        kwargs], ...] (keras/engine/node.py Node.serialize)."""
+        return [[src, k, 0, {}] for src, k in srcs]
+
+    def _keras3_node(self, tensors, t=None):
+        """Keras 3's {"args", "kwargs"}, from the serialized tensors."""
+        return {"args": [tensors[0]] if len(tensors) == 1 else [tensors], "kwargs": {}}
+
+    def _keras3_build(self, in_shapes):
+        """Keras 3's build_config from the per-sample input shapes."""
+        ins = [[None] + list(s) for s in in_shapes]
+        return {"input_shape": ins[0] if len(ins) == 1 else ins}
+
+
+class Layer(_Called):
     """Base class: a Keras class name plus its config."""
 
     keras_class = None
@@ -202,7 +329,10 @@ class Layer:
         self.name = name
         self.input_shape = _shape(input_shape)
         self.trainable = bool(trainable)
-        self._inbound = None  # the KerasTensors it was called on
+        # Keras' inbound nodes: one output tensor per call, in call order
+        # (a shared layer has several; every call uses the one set of
+        # weights)
+        self._inbound_nodes = []
 
     def _config(self):
         return {}
@@ -217,38 +347,19 @@ class Layer:
         return []
 
     def __call__(self, inputs):
-        if self._inbound is not None:
-            raise ValueError("layer %s is already called (shared layers "
-                             "are not supported)" % (self.name or
-                                                     self._auto_name))
         ins = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
         if not ins or not all(isinstance(t, KerasTensor) for t in ins):
             raise TypeError("a layer is called on rtrain.Input tensors or "
                             "other layers' outputs")
         shapes = [list(t.shape[1:]) for t in ins]
         out = self._out_shape(shapes)
-        self._inbound = ins
-        return KerasTensor(out, self, ins)
+        return self._add_node(KerasTensor(out, self, ins, len(self._inbound_nodes)))
 
     def _out_shape(self, shapes):
         if len(shapes) != 1:
             raise ValueError("%s takes one input, got %d"
                              % (self.keras_class, len(shapes)))
         return self.compute_output_shape(shapes[0])
-
-    def _keras2_node(self, srcs):
-        """The layer's inbound node as Keras 2 writes it, from its source
-        layers' names: [[name, 0, 0, kwargs], ...]."""
-        return [[src, 0, 0, {}] for src in srcs]
-
-    def _keras3_node(self, tensors):
-        """Keras 3's {"args", "kwargs"}, from the serialized tensors."""
-        return {"args": [tensors[0]] if len(tensors) == 1 else [tensors], "kwargs": {}}
-
-    def _keras3_build(self, in_shapes):
-        """Keras 3's build_config from the per-sample input shapes."""
-        ins = [[None] + list(s) for s in in_shapes]
-        return {"input_shape": ins[0] if len(ins) == 1 else ins}
 
     @classmethod
     def from_config(cls, config):
@@ -294,6 +405,15 @@ class InputLayer(Layer):
             raise ValueError("InputLayer needs a shape, e.g. Input((4,))")
         super().__init__(name=name, input_shape=shape, batch_size=batch_size)
 
+    def _tensor(self):
+        """Its one node's tensor (an InputLayer is never called)."""
+        if not self._inbound_nodes:
+            self._inbound_nodes.append(KerasTensor(self.input_shape, self, []))
+        return self._inbound_nodes[0]
+
+    def __call__(self, inputs):
+        raise TypeError("an InputLayer is not called: use rtrain.Input(shape)")
+
     def get_config(self, name=None):
         name = name if name is not None else (self.name or "input_1")
         return {"class_name": "InputLayer", "config": {
@@ -308,7 +428,7 @@ def Input(shape=None, name=None, batch_size=None, dtype=None):
     if dtype not in (None, "float32"):
         raise ValueError("only float32 inputs are supported")
     layer = InputLayer(shape, name=name, batch_size=batch_size)
-    return KerasTensor(layer.input_shape, layer, [])
+    return layer._tensor()
 
 
 class Dense(Layer):
@@ -1623,9 +1743,8 @@ class MultiHeadAttention(Layer):
         self.regularizers = {
             "kernel_regularizer": _regularizer(kernel_regularizer, "kernel_regularizer"),
             "bias_regularizer": _regularizer(bias_regularizer, "bias_regularizer")}
-        self._roles = None    # the call's tensor arguments, in _inbound's order
-        self._call_kw = {}    # its other arguments (use_causal_mask)
-        self._shapes = None   # {role: per-sample shape}
+        self._roles = None    # the first call's tensor arguments, in its inputs' order
+        self._shapes = None   # {role: per-sample shape} of the first call (the build)
 
     def _config(self):
         sh = self._shapes or {}
@@ -1655,9 +1774,6 @@ class MultiHeadAttention(Layer):
                  value_mask=None, key_mask=None, attention_mask=None,
                  return_attention_scores=False, training=None,
                  use_causal_mask=False):
-        if self._inbound is not None:
-            raise ValueError("layer %s is already called (shared layers are not "
-                             "supported)" % (self.name or self._auto_name))
         if value is None:
             raise TypeError("MultiHeadAttention is called as mha(query, value) "
                             "(self-attention: mha(x, x))")
@@ -1682,10 +1798,17 @@ class MultiHeadAttention(Layer):
             ins.append(t)
         shapes = {r: list(t.shape[1:]) for r, t in zip(roles, ins)}
         out = self._shape_of(shapes, bool(use_causal_mask))
-        self._roles, self._shapes = roles, shapes
-        self._call_kw = {"use_causal_mask": True} if use_causal_mask else {}
-        self._inbound = ins
-        return KerasTensor(out, self, ins)
+        t = KerasTensor(out, self, ins, len(self._inbound_nodes))
+        # each call's own arguments (a shared layer's calls may differ)
+        t._roles, t._shapes = roles, shapes
+        t._call_kw = {"use_causal_mask": True} if use_causal_mask else {}
+        self._add_node(t)
+        if len(self._inbound_nodes) == 1:
+            self._roles, self._shapes = roles, shapes
+        return t
+
+    def _call_weights(self, t):
+        return self._weights_of(t._shapes)
 
     def _out_shape(self, shapes):
         raise ValueError("MultiHeadAttention takes a query and a value: call it "
@@ -1732,7 +1855,10 @@ class MultiHeadAttention(Layer):
         return self._shape_of({"query": list(in_shape), "value": list(in_shape)}, False)
 
     def weight_specs(self, in_shape):
-        sh = self._shapes or {"query": list(in_shape), "value": list(in_shape)}
+        return self._weights_of(self._shapes or {"query": list(in_shape),
+                                                 "value": list(in_shape)})
+
+    def _weights_of(self, sh):
         q, v = sh["query"], sh["value"]
         k = sh.get("key", v)
         H, kd, vd = self.num_heads, self.key_dim, self.value_dim
@@ -1748,12 +1874,12 @@ class MultiHeadAttention(Layer):
             w.append(("attention_output/bias", out, True))
         return w
 
-    def _keras2_node(self, srcs):
+    def _keras2_node(self, srcs, t=None):
         # Keras 2 (Node.serialize): the first argument is the entry, every
-        # other one (tensors as [name, 0, 0]) a keyword
-        kw = {r: [src, 0, 0] for r, src in zip(self._roles[1:], srcs[1:])}
-        kw.update(self._call_kw)
-        return [[srcs[0], 0, 0, kw]]
+        # other one (tensors as [name, node, 0]) a keyword
+        kw = {r: [src, k, 0] for r, (src, k) in zip(t._roles[1:], srcs[1:])}
+        kw.update(t._call_kw)
+        return [[srcs[0][0], srcs[0][1], 0, kw]]
 
     def _keras3_build(self, in_shapes):
         # build(query_shape, value_shape, key_shape=None): the tensor
@@ -1761,10 +1887,10 @@ class MultiHeadAttention(Layer):
         return {"shapes_dict": {"%s_shape" % r: [None] + list(self._shapes[r])
                                 for r in self._roles if r in ("query", "value", "key")}}
 
-    def _keras3_node(self, tensors):
+    def _keras3_node(self, tensors, t=None):
         # Keras 3: query and value positional, the rest keywords
-        kw = dict(zip(self._roles[2:], tensors[2:]))
-        kw.update(self._call_kw)
+        kw = dict(zip(t._roles[2:], tensors[2:]))
+        kw.update(t._call_kw)
         return {"args": list(tensors[:2]), "kwargs": kw}
 
 

@@ -30,18 +30,50 @@ def _unique(base, taken):
     return name
 
 
-class _Node:
-    """A layer placed in a model: its name, inputs and shapes."""
+class _Call:
+    """One call of a layer in a model (Keras' inbound node): its sources
+    [(layer name, node index in this model)], per-sample shapes, and the
+    tensor it made (None in a Sequential)."""
 
-    def __init__(self, layer, name, inbound, in_shapes, out_shape):
+    __slots__ = ("srcs", "in_shapes", "out_shape", "tensor")
+
+    def __init__(self, srcs, in_shapes, out_shape, tensor=None):
+        self.srcs, self.in_shapes, self.out_shape = srcs, in_shapes, out_shape
+        self.tensor = tensor
+
+
+class _Node:
+    """A layer placed in a model: its name and its calls (a shared layer
+    has several, one set of weights); inbound, in_shapes and out_shape are
+    the first call's."""
+
+    def __init__(self, layer, name, inbound, in_shapes, out_shape, calls=None):
         self.layer, self.name = layer, name
-        self.inbound = inbound          # names of the layers it reads
-        self.in_shapes = in_shapes      # per-sample shapes
-        self.out_shape = out_shape
+        self.calls = calls if calls is not None else \
+            [_Call([(src, 0) for src in inbound], in_shapes, out_shape)]
+
+    @property
+    def inbound(self):
+        """names of the layers its first call reads"""
+        return [src for src, _ in self.calls[0].srcs]
+
+    @property
+    def in_shapes(self):
+        return self.calls[0].in_shapes
+
+    @property
+    def out_shape(self):
+        return self.calls[0].out_shape
 
     def weight_specs(self):
         if isinstance(self.layer, _layers.InputLayer):
             return []
+        if isinstance(self.layer, Model):
+            # a nested model's weights are named by its own layers (the
+            # daemon's importer and Keras' weight names do the same); a
+            # frozen one (model.trainable = False) freezes them all
+            return [(n, shape, tr and self.layer.trainable)
+                    for n, shape, tr in self.layer.weight_specs()]
         out = [("%s/%s" % (self.name, sfx), shape, tr)
                for sfx, shape, tr in self.layer.weight_specs(
                    self.in_shapes[0])]
@@ -52,7 +84,32 @@ class _Node:
         return out
 
 
-class Model:
+def _node_offset(layer, where="keras2"):
+    """Where a config numbers a layer's calls from: a nested model's own
+    graph is its node 0 in Keras 2 (get_network_config's
+    _should_skip_first_node), so its calls in the outer model count from
+    1 ("keras2"); Keras 3 writes inbound tensors' keras_history from 0
+    ("keras3_in", serialize_node drops the nodes outside the model) and a
+    nested Functional's output_layers from 1 ("keras3_out", get_config's
+    node_reindexing_map); keras/src/models/functional.py."""
+    if not isinstance(layer, Model) or where == "keras3_in":
+        return 0
+    if where == "keras3_out" and isinstance(layer, Sequential):
+        return 0
+    return 1
+
+
+def _layer_entry(layer, name):
+    """{"class_name", "config"} of a layer of a model; a nested model's
+    config is its own get_config() (Keras 2's layout)."""
+    if isinstance(layer, Model):
+        cfg = layer.get_config()
+        cfg["name"] = name
+        return {"class_name": layer._class_name(), "config": cfg}
+    return layer.get_config(name)
+
+
+class Model(_layers._Called):
     """Keras' Functional model: Model(inputs, outputs) over rtrain.Input and
     layer calls; inputs and outputs may be lists (up to 8 outputs): fit
     then takes lists or dicts (by layer name) of arrays, compile a loss
@@ -62,6 +119,8 @@ class Model:
 
     def __init__(self, inputs=None, outputs=None, name=None):
         self.name = name or self._default_name
+        self.trainable = True
+        self._inbound_nodes = []  # its calls as a layer of another model
         self._compiled = None
         self._stop = False
         self._pending = None  # weights set before compile
@@ -75,6 +134,9 @@ class Model:
     def _init_functional(self, inputs, outputs):
         ins = inputs if isinstance(inputs, (list, tuple)) else [inputs]
         outs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        # Keras 3 writes input_layers/output_layers in the structure given
+        # (a tensor: one [name, node, 0]; a list: a list of them)
+        self._io_lists = (isinstance(inputs, (list, tuple)), isinstance(outputs, (list, tuple)))
         if not ins or not outs or len(outs) > 8:
             raise ValueError("rtrain models have 1 or more inputs and 1 to 8 "
                              "outputs")
@@ -84,25 +146,29 @@ class Model:
                                 "rtrain.Input and layer calls")
         if not all(isinstance(t.layer, _layers.InputLayer) for t in ins):
             raise ValueError("the model inputs must come from rtrain.Input")
-        # Topological order by a depth-first walk from the outputs.
+        # The calls (tensors) the outputs need, inputs first: a depth-first
+        # walk from the outputs; a layer is listed where its first call
+        # in the walk is placed.
         order, seen = [], set()
 
         def visit(t):
-            if id(t.layer) in seen:
+            if id(t) in seen:
                 return
+            seen.add(id(t))
             for i in t.inputs:
                 visit(i)
-            seen.add(id(t.layer))
             order.append(t)
         for o in outs:
             visit(o)
         in_ids = [id(t.layer) for t in ins]
+        if len(set(in_ids)) != len(in_ids):
+            raise ValueError("an input is given twice in Model(inputs, ...)")
         if sorted(id(t.layer) for t in order
                   if isinstance(t.layer, _layers.InputLayer)) != sorted(in_ids):
             raise ValueError("the outputs must depend on the model inputs "
                              "and on nothing else")
         self._in_layers = [t.layer for t in ins]
-        self._out_layers = [t.layer for t in outs]
+        self._outputs = list(outs)
         # the inputs first, in the model's order, as Keras lists them
         self._tensors = list(ins) + [t for t in order
                                      if not isinstance(t.layer, _layers.InputLayer)]
@@ -110,9 +176,14 @@ class Model:
         self._build_nodes()
 
     def _build_nodes(self):
-        taken, names, nodes = set(), {}, []
+        taken, names, nodes, placed = set(), {}, [], {}
+        layers = []
         for t in self._tensors:
-            layer = t.layer
+            if id(t.layer) not in placed:
+                placed[id(t.layer)] = []
+                layers.append(t.layer)
+            placed[id(t.layer)].append(t)
+        for layer in layers:
             if layer.name is None:
                 base = "input" if isinstance(layer, _layers.InputLayer) \
                     else layer._auto_name
@@ -125,10 +196,19 @@ class Model:
                 raise ValueError("duplicate layer name %r" % layer.name)
             taken.add(layer.name)
             names[id(layer)] = layer.name
-            inb = [names[id(i.layer)] for i in t.inputs]
-            nodes.append(_Node(layer, layer.name, inb,
-                               [list(i.shape[1:]) for i in t.inputs],
-                               list(t.shape[1:])))
+        # Keras' node_conversion_map (keras/engine/functional.py
+        # get_network_config): a layer's calls in this model, numbered in
+        # call order from 0 (calls outside the model are left out)
+        conv = {}
+        for layer in layers:
+            for k, t in enumerate(sorted(placed[id(layer)], key=lambda t: t.node_index)):
+                conv[id(t)] = k
+        self._conv = conv
+        for layer in layers:
+            calls = [_Call([(names[id(i.layer)], conv[id(i)]) for i in t.inputs],
+                           [list(i.shape[1:]) for i in t.inputs], list(t.shape[1:]), t)
+                     for t in sorted(placed[id(layer)], key=lambda t: t.node_index)]
+            nodes.append(_Node(layer, layer.name, None, None, None, calls=calls))
         self._nodes = nodes
 
     @property
@@ -149,9 +229,20 @@ class Model:
     def _io(self):
         """([(name, shape)] of the inputs, [(name, shape)] of the outputs)"""
         ins = getattr(self, "_in_layers", None) or [self._nodes[0].layer]
-        outs = getattr(self, "_out_layers", None) or [self._nodes[-1].layer]
+        outs = getattr(self, "_outputs", None)
+        if not outs:
+            last = self._nodes[-1]
+            return ([(self._node_of(l).name, tuple(self._node_of(l).out_shape)) for l in ins],
+                    [(last.name, tuple(last.out_shape))])
         return ([(self._node_of(l).name, tuple(self._node_of(l).out_shape)) for l in ins],
-                [(self._node_of(l).name, tuple(self._node_of(l).out_shape)) for l in outs])
+                [(self._node_of(t.layer).name, tuple(t.shape[1:])) for t in outs])
+
+    def _out_refs(self):
+        """[(layer name, node index)] of the outputs (Keras' output_layers)"""
+        outs = getattr(self, "_outputs", None)
+        if not outs:
+            return [(self._nodes[-1].name, 0)]
+        return [(self._node_of(t.layer).name, self._conv[id(t)]) for t in outs]
 
     @property
     def input_shape(self):
@@ -170,7 +261,17 @@ class Model:
     def weight_specs(self):
         """[(name, shape, trainable)] of every weight, in Keras' order (the
         daemon's parameter names are the same)."""
-        return [w for n in self._nodes for w in n.weight_specs()]
+        out = [w for n in self._nodes for w in n.weight_specs()]
+        seen = set()
+        for w in out:
+            if w[0] in seen:
+                raise ValueError(
+                    "two weights are named %s: a layer of a nested model is also "
+                    "a layer of the model around it, or two nested models hold "
+                    "layers of one name (weights are named by their layers: "
+                    "rename one)" % w[0])
+            seen.add(w[0])
+        return out
 
     def count_params(self):
         total = 0
@@ -183,19 +284,84 @@ class Model:
 
     def get_config(self):
         out = []
+        by = {n.name: n.layer for n in self._nodes}
         for n in self._nodes:
-            d = n.layer.get_config(n.name)
+            d = _layer_entry(n.layer, n.name)
             d["name"] = n.name
-            d["inbound_nodes"] = ([] if not n.inbound else
-                                  [n.layer._keras2_node(n.inbound)])
+            d["inbound_nodes"] = [
+                n.layer._keras2_node([(src, k + _node_offset(by[src])) for src, k in c.srcs],
+                                     c.tensor)
+                for c in n.calls if c.srcs]
             out.append(d)
-        ins, outs = self._io()
-        return {"name": self.name, "layers": out,
-                "input_layers": [[nm, 0, 0] for nm, _ in ins],
-                "output_layers": [[nm, 0, 0] for nm, _ in outs]}
+        ins = self._io()[0]
+        cfg = {"name": self.name, "layers": out,
+               "input_layers": [[nm, 0, 0] for nm, _ in ins],
+               "output_layers": [[nm, k + _node_offset(by[nm]), 0]
+                                 for nm, k in self._out_refs()]}
+        if not self.trainable:
+            cfg["trainable"] = False
+        return cfg
 
     def _class_name(self):
         return "Functional"
+
+    @property
+    def keras_class(self):
+        return self._class_name()
+
+    # -- a model called as a layer of another model ------------------------
+
+    def __call__(self, inputs):
+        """The model applied to new tensors, as one layer of another model
+        (a Siamese tower as a Model called on two inputs): every call uses
+        its one set of weights. It takes tensors of its inputs' shapes and
+        has one output (the daemon nests models with one)."""
+        ins = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        if not ins or not all(isinstance(t, _layers.KerasTensor) for t in ins):
+            raise TypeError("a model is called on rtrain.Input tensors or "
+                            "other layers' outputs")
+        own_in, own_out = self._io()
+        if len(own_out) != 1:
+            raise ValueError("model %s has %d outputs; a model called as a layer "
+                             "has one here" % (self.name, len(own_out)))
+        if len(ins) != len(own_in):
+            raise ValueError("model %s has %d inputs, called on %d tensors"
+                             % (self.name, len(own_in), len(ins)))
+        for k, (t, (nm, shape)) in enumerate(zip(ins, own_in)):
+            got = tuple(t.shape[1:])
+            if len(got) != len(shape) or any(
+                    a is not None and b is not None and a != b for a, b in zip(got, shape)):
+                raise ValueError("Input %d of model \"%s\" is incompatible with the "
+                                 "model: expected shape %s, found shape %s"
+                                 % (k, self.name, (None,) + tuple(shape), tuple(t.shape)))
+        if any(n.layer is self for n in self._nodes):
+            raise ValueError("model %s cannot be called inside itself" % self.name)
+        return self._add_node(_layers.KerasTensor(own_out[0][1], self, ins,
+                                                  len(self._inbound_nodes)))
+
+    def _call_weights(self, t):
+        return self.weight_specs()
+
+    def _out_shape(self, shapes):
+        raise ValueError("a model is a layer of a Functional model (model(x)), "
+                         "not of a Sequential")
+
+    @property
+    def input(self):
+        """The model's input tensor(s), as Keras' model.input"""
+        ins = getattr(self, "_tensors", None)
+        if ins is None:
+            raise AttributeError("a Sequential has no input tensors here")
+        ins = [t for t in self._tensors if t.layer in self._in_layers]
+        return ins[0] if len(ins) == 1 else ins
+
+    @property
+    def output(self):
+        """The model's output tensor(s), as Keras' model.output"""
+        outs = getattr(self, "_outputs", None)
+        if outs is None:
+            raise AttributeError("a Sequential has no output tensors here")
+        return outs[0] if len(outs) == 1 else list(outs)
 
     def to_json(self, **kw):
         """The JSON Keras' model.to_json() writes (Keras 2 layout)."""
@@ -233,7 +399,9 @@ class Model:
             row = ["%s (%s)" % (n.name, n.layer.keras_class), shape,
                    str(params)]
             if functional:
-                row.append(", ".join("%s[0][0]" % s for s in n.inbound))
+                by = {m.name: m.layer for m in self._nodes}
+                row.append(", ".join("%s[%d][0]" % (src, k + _node_offset(by[src]))
+                                     for c in n.calls for src, k in c.srcs))
             rows.append(row)
         print_fn('Model: "%s"' % self.name)
         print_fn("_" * width)
@@ -494,6 +662,12 @@ class Sequential(Model):
 # ---------------------------------------------------------------- loading
 
 def _layer_from_config(cls_name, cfg):
+    if cls_name in ("Functional", "Model", "Sequential"):
+        # a nested model
+        m = model_from_json({"class_name": cls_name, "config": cfg})
+        if isinstance(cfg, dict) and cfg.get("trainable") is False:
+            m.trainable = False
+        return m
     cls = getattr(_layers, cls_name, None)
     if cls is None or not isinstance(cls, type) or \
             not issubclass(cls, _layers.Layer) or cls is _layers.Layer:
@@ -524,42 +698,146 @@ def _layer_from_config(cls_name, cfg):
     return cls(**kw)
 
 
-class _Ref(str):
-    """A keyword argument of a call that is a tensor: its source layer."""
+class _Ref(tuple):
+    """A keyword argument of a call that is a tensor: (source layer, node
+    index)."""
 
 
 def _tensor_ref(v):
-    """The source layer of a serialized tensor (Keras 2's [name, 0, 0],
-    Keras 3's __keras_tensor__), else None."""
+    """(source layer, node index) of a serialized tensor (Keras 2's
+    [name, node, 0], Keras 3's __keras_tensor__), else None."""
     if isinstance(v, list) and 3 <= len(v) <= 4 and isinstance(v[0], str) and \
             all(isinstance(i, int) for i in v[1:3]):
-        return v[0]
+        return (v[0], v[1])
     if isinstance(v, dict) and v.get("class_name") == "__keras_tensor__":
-        return v["config"]["keras_history"][0]
+        h = v["config"]["keras_history"]
+        return (h[0], h[1])
     return None
 
 
-def _inbound_call(nodes):
-    """The source layers of a layer's first inbound node, and its keyword
-    arguments (tensors as _Ref): Keras 2's [[["name", 0, 0, {kwargs}],
-    ...]] or Keras 3's [{"args": [tensor(s)], "kwargs": {...}}]."""
-    if not nodes:
-        return [], {}
-    node = nodes[0]
+def _node_call(node):
+    """One inbound node: its sources [(layer name, node index)] and its
+    keyword arguments (tensors as _Ref): Keras 2's [["name", node, 0,
+    {kwargs}], ...] or Keras 3's {"args": [tensor(s)], "kwargs": {...}}."""
     if isinstance(node, list):
         kw = node[0][3] if node and len(node[0]) > 3 and isinstance(node[0][3], dict) else {}
-        names, kwargs = [ref[0] for ref in node], kw
+        srcs, kwargs = [(ref[0], ref[1] if len(ref) > 1 else 0) for ref in node], kw
     else:
         args = node.get("args") or []
         if len(args) == 1 and isinstance(args[0], list):
             args = args[0]
-        names = [t["config"]["keras_history"][0] for t in args]
+        srcs = [_tensor_ref(t) for t in args]
+        if not srcs or None in srcs:
+            raise ValueError("an inbound node's arguments are not tensors: %r" % (args,))
         kwargs = node.get("kwargs") or {}
     out = {}
     for k, v in kwargs.items():
         r = _tensor_ref(v)
         out[k] = _Ref(r) if r is not None else v
-    return names, out
+    return srcs, out
+
+
+def _io_refs(v):
+    """[(name, node index)] of input_layers/output_layers: Keras 2's
+    [["name", 0, 0], ...]; Keras 3 may write one ["name", 0, 0]"""
+    if v and isinstance(v[0], str):
+        v = [v]
+    return [(e[0], e[1] if len(e) > 1 else 0) for e in v]
+
+
+def _functional_from_config(cfg, lays):
+    """Keras' reconstruct_from_config (keras/engine/functional.py): make
+    every layer, then call each on its inbound nodes in the config's order;
+    a call whose inputs are not made yet (a layer shared at several depths)
+    waits for the next pass. A layer's calls are made in their order, so
+    node k of the config is the layer's call k."""
+    made, layers, queue = {}, {}, []
+    off_in, off_out = {}, {}  # config node index - call index (nested models)
+    for ld in lays:
+        layer = _layer_from_config(ld["class_name"], ld["config"])
+        name = ld.get("name") or (ld["config"].get("name")
+                                  if isinstance(ld["config"], dict) else None)
+        if name in layers:
+            raise ValueError("two layers are named %r" % (name,))
+        layer.name = name
+        layers[name] = layer
+        if "module" in ld:  # Keras 3
+            off_in[name] = _node_offset(layer, "keras3_in")
+            off_out[name] = _node_offset(layer, "keras3_out")
+        else:
+            first = (ld["config"].get("layers") if isinstance(ld["config"], dict)
+                     else ld["config"]) if isinstance(layer, Model) else None
+            starts = bool(first) and isinstance(first[0], dict) and \
+                first[0].get("class_name") == "InputLayer"
+            off_in[name] = off_out[name] = _node_offset(layer) if starts or \
+                not isinstance(layer, Sequential) else 0
+        if isinstance(layer, _layers.InputLayer):
+            made[(name, 0)] = layer._tensor()
+            continue
+        nodes = ld.get("inbound_nodes") or []
+        if not nodes:
+            raise ValueError("layer %r has no inbound node" % (name,))
+        queue.append((layer, name, [_node_call(nd) for nd in nodes]))
+    for i, (layer, name, calls) in enumerate(queue):
+        for srcs, kwargs in calls:
+            refs = srcs + [v for v in kwargs.values() if isinstance(v, _Ref)]
+            bad = [s for s, _ in refs if s not in layers]
+            if bad:
+                raise ValueError("layer %r: inbound layers %s are not defined"
+                                 % (name, bad))
+        # the sources as (layer, call index)
+        queue[i] = (layer, name, [
+            ([(s, k - off_in[s]) for s, k in srcs],
+             {a: _Ref((v[0], v[1] - off_in[v[0]])) if isinstance(v, _Ref) else v
+              for a, v in kwargs.items()})
+            for srcs, kwargs in calls])
+    while queue:
+        left, progressed = [], False
+        for layer, name, calls in queue:
+            while calls:
+                srcs, kwargs = calls[0]
+                mha = isinstance(layer, _layers.MultiHeadAttention)
+                # other layers' keyword arguments are not tensors they read
+                refs = srcs + ([v for v in kwargs.values() if isinstance(v, _Ref)]
+                               if mha else [])
+                if any(r not in made for r in refs):
+                    break
+                ins = [made[r] for r in srcs]
+                if mha:
+                    kw = {k: made[v] if isinstance(v, _Ref) else v
+                          for k, v in kwargs.items()}
+                    t = layer(*ins, **kw)
+                else:
+                    t = layer(ins if len(ins) > 1 else ins[0])
+                made[(name, t.node_index)] = t
+                calls.pop(0)
+                progressed = True
+            if calls:
+                left.append((layer, name, calls))
+        if left and not progressed:
+            layer, name, calls = left[0]
+            missing = [r for r in calls[0][0] if r not in made]
+            raise ValueError("layer %r reads %s, which no layer call makes (a "
+                             "node index past the layer's calls, or a cycle)"
+                             % (name, ", ".join("%s[%d]" % r for r in missing)))
+        queue = left
+
+    def tensors(v, what):
+        out = []
+        for r in _io_refs(v):
+            c = (r[0], r[1] - off_out.get(r[0], 0))
+            if c not in made:
+                raise ValueError("%s names %s[%d], which no layer call makes"
+                                 % (what, r[0], r[1]))
+            out.append(made[c])
+        return out
+    ins = tensors(cfg["input_layers"], "input_layers")
+    outs = tensors(cfg["output_layers"], "output_layers")
+
+    def listed(v):  # Keras 3 keeps a single tensor unlisted
+        return not (v and isinstance(v[0], str))
+    return Model(ins if listed(cfg["input_layers"]) else ins[0],
+                 outs if listed(cfg["output_layers"]) else outs[0], name=cfg.get("name"))
 
 
 def model_from_json(json_string):
@@ -576,36 +854,7 @@ def model_from_json(json_string):
             m.add(_layer_from_config(ld["class_name"], ld["config"]))
         return m
     if cls in ("Functional", "Model"):
-        made = {}
-        for ld in lays:
-            layer = _layer_from_config(ld["class_name"], ld["config"])
-            name = ld.get("name") or ld["config"].get("name")
-            layer.name = name
-            if isinstance(layer, _layers.InputLayer):
-                made[name] = _layers.KerasTensor(layer.input_shape, layer, [])
-                continue
-            srcs, kwargs = _inbound_call(ld.get("inbound_nodes") or [])
-            if isinstance(layer, _layers.MultiHeadAttention):
-                refs = [v for v in kwargs.values() if isinstance(v, _Ref)]
-            else:  # other layers' keyword arguments are not tensors they read
-                refs, kwargs = [], {}
-            if not srcs or any(s not in made for s in srcs + refs):
-                raise ValueError("layer %r: inbound layers %s are not "
-                                 "defined before it" % (name, srcs + refs))
-            ins = [made[s] for s in srcs]
-            if isinstance(layer, _layers.MultiHeadAttention):
-                kw = {k: made[v] if isinstance(v, _Ref) else v
-                      for k, v in kwargs.items()}
-                made[name] = layer(*ins, **kw)
-            else:
-                made[name] = layer(ins if len(ins) > 1 else ins[0])
-        def names(v):
-            # Keras 2: [["name", 0, 0], ...]; Keras 3 may write one ["name", 0, 0]
-            return [v[0]] if v and isinstance(v[0], str) else [e[0] for e in v]
-        ins = [made[nm] for nm in names(cfg["input_layers"])]
-        outs = [made[nm] for nm in names(cfg["output_layers"])]
-        return Model(ins if len(ins) > 1 else ins[0],
-                     outs if len(outs) > 1 else outs[0], name=cfg.get("name"))
+        return _functional_from_config(cfg, lays)
     raise ValueError("not a Keras model JSON (class_name %r)" % (cls,))
 
 

@@ -547,38 +547,46 @@ def _old_group(group):
 
 
 def _keras_order(km):
-    """The model's nodes in Keras 3's model.layers order: by depth (the
-    longest path to an output) from the inputs down, ties in the order a
-    walk from the outputs first meets them (keras/src/ops/function.py
-    _build_map, _map_graph). A Sequential keeps its order."""
+    """The model's nodes in Keras 3's model.layers order (keras/src/ops/
+    function.py _build_map, _map_graph; Keras 2's _map_graph_network is
+    the same): the calls are walked depth first from the outputs; going
+    back from the outputs, a call's depth is one more than the deepest call
+    that reads it, raised to the deepest call of its layer seen so far; a
+    layer takes its calls' largest depth. Layers go by depth from the
+    inputs down, ties in the order the walk first met them. A Sequential
+    keeps its order."""
     nodes = km._nodes
     if isinstance(km, _models.Sequential):
         return list(nodes)
     by = {n.name: n for n in nodes}
-    outs = [nm for nm, _ in km._io()[1]]
-    index, depth = {}, {}
+    index, done, topo = {}, set(), []
 
-    def walk(nm):
-        if nm in index:
+    def walk(key):
+        if key in done:
             return
-        index[nm] = len(index)
-        for src in by[nm].inbound:
-            walk(src)
-    for nm in outs:
-        walk(nm)
+        if key[0] not in index:
+            index[key[0]] = len(index)
+        for src in by[key[0]].calls[key[1]].srcs:
+            walk(tuple(src))
+        done.add(key)
+        topo.append(key)
+    for key in km._out_refs():
+        walk(tuple(key))
+    node_depth, layer_depth = {}, {}
+    for key in reversed(topo):
+        d = max(node_depth.setdefault(key, 0), layer_depth.get(key[0], 0))
+        layer_depth[key[0]] = node_depth[key] = d
+        for src in by[key[0]].calls[key[1]].srcs:
+            node_depth[tuple(src)] = max(d + 1, node_depth.get(tuple(src), 0))
+    # an input no output reads: depth 0, first among its depth
+    return sorted(nodes, key=lambda n: (-layer_depth.get(n.name, 0), index.get(n.name, -1)))
 
-    def dep(nm, seen=()):
-        if nm not in depth:
-            users = [n.name for n in nodes if nm in n.inbound]
-            depth[nm] = max([dep(u) + 1 for u in users] or [0])
-        return depth[nm]
-    return sorted(nodes, key=lambda n: (-dep(n.name), index.get(n.name, 1 << 30)))
 
-
-def _keras3_tensor(n, src_node):
+def _keras3_tensor(src_node, k):
+    """Keras 3's serialized KerasTensor: call k of src_node's output"""
     return {"class_name": "__keras_tensor__",
-            "config": {"shape": [None] + list(src_node.out_shape), "dtype": "float32",
-                       "keras_history": [src_node.name, 0, 0]}}
+            "config": {"shape": [None] + list(src_node.calls[k].out_shape), "dtype": "float32",
+                       "keras_history": [src_node.name, k, 0]}}
 
 
 def _keras3_config(km, order):
@@ -587,13 +595,20 @@ def _keras3_config(km, order):
     by = {n.name: n for n in km._nodes}
     out = []
     for n in order:
-        cfg = n.layer.get_config(n.name)
-        if isinstance(n.layer, _layers_mod().InputLayer):
+        if isinstance(n.layer, _models.Model):
+            inner = _keras3_config(n.layer, _keras_order(n.layer))
+            inner["config"]["name"] = n.name
+            entry = {"module": "keras.src.models." + n.layer._class_name().lower(),
+                     "class_name": n.layer._class_name(), "config": inner["config"],
+                     "registered_name": n.layer._class_name(),
+                     "build_config": inner["build_config"]}
+        elif isinstance(n.layer, _layers_mod().InputLayer):
             entry = {"module": "keras.layers", "class_name": "InputLayer",
                      "config": {"batch_shape": [None] + list(n.out_shape), "dtype": "float32",
                                 "sparse": False, "name": n.name},
                      "registered_name": None}
         else:
+            cfg = n.layer.get_config(n.name)
             c = dict(cfg.get("config", cfg))
             c.pop("batch_input_shape", None)
             c["name"] = n.name
@@ -602,19 +617,27 @@ def _keras3_config(km, order):
                      "config": c, "registered_name": None}
             entry["build_config"] = n.layer._keras3_build(n.in_shapes)
         if not seq:
+            # one node per call (keras/src/models/functional.py
+            # serialize_node), each tensor's keras_history by node index
             entry["name"] = n.name
-            srcs = [_keras3_tensor(n, by[s]) for s in n.inbound]
-            entry["inbound_nodes"] = [] if not srcs else [n.layer._keras3_node(srcs)]
+            entry["inbound_nodes"] = [
+                n.layer._keras3_node([_keras3_tensor(by[src], k) for src, k in c.srcs],
+                                     c.tensor)
+                for c in n.calls if c.srcs]
         out.append(entry)
-    cfg = {"name": km.name, "trainable": True, "layers": out}
+    cfg = {"name": km.name, "trainable": km.trainable, "layers": out}
     ins, outs = km._io()
     if seq:
         cfg["build_input_shape"] = [None] + list(ins[0][1])
     else:
-        def refs(v):
-            return [v[0][0], 0, 0] if len(v) == 1 else [[nm, 0, 0] for nm, _ in v]
-        cfg["input_layers"] = refs(ins)
-        cfg["output_layers"] = refs(outs)
+        lists = getattr(km, "_io_lists", (False, False))
+
+        def refs(v, listed):
+            return [[nm, k, 0] for nm, k in v] if listed or len(v) > 1 else [v[0][0], v[0][1], 0]
+        cfg["input_layers"] = refs([(nm, 0) for nm, _ in ins], lists[0])
+        cfg["output_layers"] = refs([
+            (nm, k + _models._node_offset(by[nm].layer, "keras3_out"))
+            for nm, k in km._out_refs()], lists[1])
     doc = {"module": "keras", "class_name": km._class_name(), "config": cfg,
            "registered_name": None,
            "build_config": {"input_shape": [None] + list(ins[0][1]) if len(ins) == 1
@@ -637,13 +660,21 @@ def _split_specs(specs, part):
     return [i for i in idx if specs[i][2]] + [i for i in idx if not specs[i][2]]
 
 
-def _write_keras3_weights(f, model, km, order):
-    """model.weights.h5 (Keras 3's layout) into the open h5py file f."""
-    values = _named_weights(model)
+def _write_keras3_weights(f, model, km, order, values=None, prefix=""):
+    """model.weights.h5 (Keras 3's layout) into the open h5py file f; a
+    nested model's layers sit in its own layers/ (saving_lib walks a
+    model's layers list: <model path>/layers/<snake case>)."""
+    if values is None:
+        values = _named_weights(model)
     listed = [n for n in order if not (isinstance(km, _models.Sequential) and
                                        isinstance(n.layer, _layers_mod().InputLayer))]
     paths = _keras_paths([n.layer.keras_class or type(n.layer).__name__ for n in listed])
     for n, p in zip(listed, paths):
+        p = prefix + p
+        if isinstance(n.layer, _models.Model):
+            f.create_group(p + "/vars").attrs["name"] = n.name
+            _write_keras3_weights(f, model, n.layer, _keras_order(n.layer), values, p + "/")
+            continue
         specs = n.weight_specs()
         groups = _var_groups(n.layer, p)
         if groups[0][0] != p + "/vars":  # the layer's own (empty) group, as Keras'
@@ -653,7 +684,8 @@ def _write_keras3_weights(f, model, km, order):
             g.attrs["name"] = n.name
             for k, i in enumerate(_split_specs(specs, part)):
                 g.create_dataset(str(k), data=_np.asarray(values[specs[i][0]], _np.float32))
-    f.create_group("vars")
+    if not prefix:
+        f.create_group("vars")
 
 
 def _read_keras3_weights(f, km, paths, what):
@@ -667,6 +699,10 @@ def _read_keras3_weights(f, km, paths, what):
         p = paths.get(n.name)
         if p is None:
             raise ValueError("layer %s is not among %s's layers" % (n.name, what))
+        if isinstance(n.layer, _models.Model):
+            inner = {k: p + "/" + v for k, v in _keras3_model_paths(n.layer).items()}
+            values.update(_read_keras3_weights(f, n.layer, inner, what))
+            continue
         for group, part in _var_groups(n.layer, p):
             idx = _split_specs(specs, part)
             if group not in f and _old_group(group) in f:
