@@ -55,7 +55,7 @@ t_ref=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { print a - b }')
 t0=$(date +%s.%N)
 # (a port below the kernel's ephemeral range: no connection's local port
 # takes it while the daemon is down)
-start "$tmp/d-0.log" "127.0.0.1:$((20000 + RANDOM % 12000))" --state-dir "$tmp/st" \
+start "$tmp/d-0.log" "127.0.0.1:$((20000 + SRANDOM % 12000))" --state-dir "$tmp/st" \
   --checkpoint-every-steps 4
 port=$bound
 "$rtrain" "${FIT[@]}" --server "$port" --epochs $epochs --save-weights "$tmp/w-k.bin" \

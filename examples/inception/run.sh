@@ -88,8 +88,11 @@ kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=""
 # seeded step past the last, is let go, and is SIGKILLed up to --jitter-ms
 # later. Checkpoints every step, so a restart resumes at most one step back.
 # (The port is below the kernel's ephemeral range: no connection's local
-# port takes it while the daemon is down.)
-port=127.0.0.1:$((20000 + RANDOM % 12000))
+# port takes it while the daemon is down. It comes from SRANDOM, not the
+# seeded RANDOM: two runs with the same seed at once, such as two
+# checkouts' suites, would share it, and one's client reach the other's
+# daemon.)
+port=127.0.0.1:$((20000 + SRANDOM % 12000))
 gap=$(( total / (kills + 1) )); [ "$gap" -ge 1 ] || gap=1
 at=0
 next_pause() { at=$((at + 1 + RANDOM % gap)); [ "$at" -lt "$total" ]; }

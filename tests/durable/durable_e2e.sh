@@ -34,9 +34,10 @@ has "$tmp/out" "state       memory" "info says the state is in memory"
 
 # Restarts reuse the port, so it comes from below the kernel's ephemeral
 # range (32768-60999): a client connection's local port cannot take it
-# while the daemon is down. restart LOG [flags]: on $port, retried while
-# the port is briefly held.
-low_port() { echo $((20000 + RANDOM % 12000)); }
+# while the daemon is down; and from SRANDOM, not the seeded RANDOM, so
+# that two runs at once (two checkouts' suites) do not share it.
+# restart LOG [flags]: on $port, retried while the port is briefly held.
+low_port() { echo $((20000 + SRANDOM % 12000)); }
 WRAP=()  # a command prefix for the daemon (the full-disk test's ulimit)
 restart() {
   local log=$1; shift
@@ -82,8 +83,8 @@ stop_paused() {
 }
 
 # plan_next N: plan_r = a number in 0..N-1 from the stop plan's own
-# seeded generator, so that other uses of RANDOM (a port taken by
-# low_port, tried again) do not move where the stops land
+# seeded generator, so that other uses of RANDOM do not move where the
+# stops land
 plan_state=$seed
 plan_next() {
   plan_state=$(( (plan_state * 1103515245 + 12345) % 2147483648 ))

@@ -58,7 +58,7 @@ static rt_graph *build(const model *m)
     const int64_t dims[3][2] = {{8, 16}, {16, 16}, {16, 5}};
     const char *acts[] = {"Relu", "Tanh", NULL};
     const char *prev = "x";
-    char nb[3][16], na[3][16];
+    char nb[3][24], na[3][24];
     for (int l = 0; l < 3; l++) {
         const ref_tensor *w = ref("%s/init/%s", m->prefix, m->names[2 * l]);
         const ref_tensor *b = ref("%s/init/%s", m->prefix, m->names[2 * l + 1]);
