@@ -28,10 +28,13 @@
  * default implementation 2 draw them). stateful: the node's "stateful"
  * attribute is the model's fixed batch size (the first batch_input_shape
  * or batch_shape that has one; without one Keras refuses it, and so does
- * this). Errors: rates outside [0, 1),
- * return_state, time_major, Embedding mask_zero, sparse and
- * lora_rank, regularizers and constraints inside Bidirectional, and any
- * field not known here.
+ * this). return_state: the node outputs its rows and the final states as
+ * one value, sliced into the layer's outputs (k_rows); initial_state: the
+ * layer's inputs after the sequence (Keras 2's inbound node, Keras 3's
+ * argument; import_keras.c reads both) are the node's state inputs.
+ * Errors: rates outside [0, 1), time_major, Embedding sparse
+ * and lora_rank, regularizers and constraints inside Bidirectional,
+ * initial_state on a stateful layer, and any field not known here.
  */
 #include <json-c/json.h>
 #include <stdio.h>

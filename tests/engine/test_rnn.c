@@ -648,6 +648,27 @@ static void bad_graphs(void)
 static double elu_d(double z) { return z > 0 ? z : expm1(z); }
 static double sig_d(double z) { return 1 / (1 + exp(-z)); }
 
+/* A plan and exec of g with an MSE loss on (rows, U) labels at batch B */
+static rt_exec *mse_exec(rt_graph *g, int64_t rows, rt_plan **p, const char *what)
+{
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_MSE;
+    cfg.batch_size = B;
+    cfg.label_dtype = RT_F32;
+    cfg.label_ndim = 2;
+    cfg.label_dims[0] = rows;
+    cfg.label_dims[1] = U;
+    char err[256];
+    if (rt_plan_compile(g, &cfg, p, NULL, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: compile: %s\n", what, err);
+        exit(1);
+    }
+    rt_exec *e;
+    REQUIRE(rt_exec_create(*p, &e) == 0);
+    return e;
+}
+
 static void elu_lstm(void)
 {
     enum { G = 4 * U };
@@ -673,22 +694,8 @@ static void elu_lstm(void)
     };
     const char *in[4] = {"x", "kernel", "recurrent_kernel", "bias"};
     REQUIRE(rt_graph_add_node(g, "rnn", "LSTM", 4, in, 3, at) == 0);
-    rt_train_config cfg;
-    rt_train_config_init(&cfg);
-    cfg.loss = RT_LOSS_MSE;
-    cfg.batch_size = B;
-    cfg.label_dtype = RT_F32;
-    cfg.label_ndim = 2;
-    cfg.label_dims[0] = T;
-    cfg.label_dims[1] = U;
     rt_plan *p;
-    char err[256];
-    if (rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) < 0) {
-        fprintf(stderr, "elu lstm: compile: %s\n", err);
-        exit(1);
-    }
-    rt_exec *e;
-    REQUIRE(rt_exec_create(p, &e) == 0);
+    rt_exec *e = mse_exec(g, T, &p, "elu lstm");
     const float *vals[3] = {k, r, b};
     for (int i = 0; i < rt_plan_n_params(p); i++) {
         const char *pn;
@@ -810,26 +817,6 @@ static void add_cell(rt_graph *g, const scase *c, const char *name, const char *
     }
 }
 
-static rt_exec *state_exec(rt_graph *g, int64_t rows, rt_plan **p)
-{
-    rt_train_config cfg;
-    rt_train_config_init(&cfg);
-    cfg.loss = RT_LOSS_MSE;
-    cfg.batch_size = B;
-    cfg.label_dtype = RT_F32;
-    cfg.label_ndim = 2;
-    cfg.label_dims[0] = rows;
-    cfg.label_dims[1] = U;
-    char err[256];
-    if (rt_plan_compile(g, &cfg, p, NULL, err, sizeof err) < 0) {
-        fprintf(stderr, "state path: compile: %s\n", err);
-        exit(1);
-    }
-    rt_exec *e;
-    REQUIRE(rt_exec_create(*p, &e) == 0);
-    return e;
-}
-
 /* parameter values by name: a fixed draw per weight kind (k, r, b) */
 static void set_by_kind(rt_exec *e, const rt_plan *p)
 {
@@ -895,7 +882,7 @@ static void state_case(const scase *c)
     double worst = 0;
     if (!c->enc_back && c->rdrop == 0) {
         rt_plan *pp, *pf;
-        rt_exec *e = state_exec(g, T + S, &pp), *f = state_exec(g1, 2 * T + S, &pf);
+        rt_exec *e = mse_exec(g, T + S, &pp, c->name), *f = mse_exec(g1, 2 * T + S, &pf, c->name);
         set_by_kind(e, pp);
         set_by_kind(f, pf);
         float got[B * (T + 2) * U], full[B * (2 * T + 2) * U];
@@ -926,7 +913,7 @@ static void state_case(const scase *c)
     for (int k = 0; k < S; k++) add_rows(g, st[k], "enc", 1 + k, 1, 1 + S, U, 1);
     add_cell(g, c, "dec", "xb", "d", 1, st, S, 1, 0, 1, c->rdrop);
     rt_plan *p;
-    rt_exec *e = state_exec(g, T + S, &p);
+    rt_exec *e = mse_exec(g, T + S, &p, c->name);
     set_by_kind(e, p);
     rt_data d = {.x = x, .y = y, .y_dtype = RT_F32, .n = B};
     int checked = 0, enc_nonzero = 0;
@@ -1007,19 +994,8 @@ static int state_predict(const char *js, float *out, char *err, size_t errlen)
     rt_graph *g;
     if (rt_keras_import(js, strlen(js), &g, err, errlen) < 0) return -1;
     rt_plan *p;
-    rt_exec *e = NULL;
-    rt_train_config cfg;
-    rt_train_config_init(&cfg);
-    cfg.loss = RT_LOSS_MSE;
-    cfg.batch_size = B;
-    cfg.label_dtype = RT_F32;
-    cfg.label_ndim = 2;
-    cfg.label_dims[0] = 5;
-    cfg.label_dims[1] = 3;
-    int rc = rt_plan_compile(g, &cfg, &p, NULL, err, errlen);
+    rt_exec *e = mse_exec(g, 5, &p, "keras states"); /* (5, units 3) */
     rt_graph_destroy(g);
-    if (rc < 0) return rc;
-    REQUIRE(rt_exec_create(p, &e) == 0);
     set_by_kind(e, p);
     float x[B * 5 * 4];
     for (int i = 0; i < B * 5 * 4; i++) x[i] = (float)((i * 37) % 19) / 9.5f - 1.0f;
@@ -1076,6 +1052,23 @@ static void state_imports(void)
         int rc = rt_keras_import(bad[i].js, strlen(bad[i].js), &g, err, sizeof err);
         if (rc >= 0 || !strstr(err, bad[i].needle)) {
             fprintf(stderr, "refused state %zu: rc %d, '%s'\n", i, rc, err);
+            CHECK(0);
+        }
+        rt_graph_destroy(g);
+    }
+    {
+        /* Keras' stateful layer given an initial state uses its carried
+         * states unless they are all zero: refused */
+        char js[4096], err2[400] = "";
+        static const char dec[] = "\"config\": {\"name\": \"dec\", ";
+        const char *a = strstr(k2, "[null, 5, 4]"), *b = strstr(k2, dec);
+        REQUIRE(a && b && a < b);
+        snprintf(js, sizeof js, "%.*s[3, 5, 4]%.*s%s\"stateful\": true, %s", (int)(a - k2), k2,
+                 (int)(b - a - 12), a + 12, dec, b + strlen(dec));
+        rt_graph *g = NULL;
+        int rc = rt_keras_import(js, strlen(js), &g, err2, sizeof err2);
+        if (rc >= 0 || !strstr(err2, "initial_state on a stateful layer is not supported")) {
+            fprintf(stderr, "stateful initial_state: rc %d, '%s'\n", rc, err2);
             CHECK(0);
         }
         rt_graph_destroy(g);
