@@ -449,8 +449,11 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
                              c->class_name, S, S > 1 ? "s" : "", S > 1 ? "h, c" : "h", nst);
     for (int k = 0; k < nst; k++)
         if (st[k].ndim != 1 || st[k].dims[0] != units)
-            return rt_keras_fail(c, RT_ESHAPE, "%s initial state %d must be (%lld,), got rank %d",
-                                 c->class_name, k, (long long)units, st[k].ndim);
+            return rt_keras_fail(
+                c, RT_ESHAPE, "%s initial state %d must be (units,) = (%lld,), got %s%lld%s",
+                c->class_name, k, (long long)units, st[k].ndim == 1 ? "(" : "rank ",
+                st[k].ndim == 1 ? (long long)st[k].dims[0] : (long long)st[k].ndim,
+                st[k].ndim == 1 ? ",)" : "");
     if (nst && stateful)
         return rt_keras_fail(c, RT_EUNIMPLEMENTED,
                              "%s initial_state on a stateful layer is not supported; drop "
@@ -684,7 +687,8 @@ int rt_keras_bidirectional(rt_keras_ctx *c)
     if (rc < 0)
         return rc;
     if (nfs != nbs)
-        return rt_keras_fail(c, RT_EINVAL, "Bidirectional halves differ in return_state");
+        return rt_keras_fail(c, RT_EINVAL,
+                             "Bidirectional halves differ in return_state; give both the same");
     /* return_state: the merged output, then the forward half's states and
      * the backward half's, as Keras' Bidirectional returns them */
     c->n_more = nfs + nbs;
