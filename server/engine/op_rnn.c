@@ -16,6 +16,12 @@
  *       input, shared by every step and gate, and one for the previous
  *       state where it enters the recurrent kernel; the state carried by
  *       GRU's update gate and LSTM's cell are not masked).
+ *       initial_state (1: the inputs after the bias are the initial states,
+ *       h (B,U), and LSTM's c (B,U); their gradients are the backward's last
+ *       dh, dc; else the states start from zeros). return_state (1: Keras'
+ *       return_state: the output is (B, R + S, U), R the rows of the output
+ *       above (T, or 1 without return_sequences), then the final h and
+ *       LSTM's final c; the importer slices them apart with Pad).
  *       masked (1: the last input is a (B,T) step mask, 1 keeps a step, 0
  *       skips it as Keras does: the states carry over unchanged, a sequence
  *       output repeats the carried output, or is 0 with zero_output_for_mask).
@@ -68,10 +74,15 @@ static int rt__rnn_infer_cell(rt__cc *cc, rt__node *nd, int cell, int64_t G)
     const rt__shape *x = nd->in_shape[0], *w = nd->in_shape[1], *u = nd->in_shape[2];
     int okm = 1;
     const int masked = rt__attr_int(cc, nd, "masked", 0, &okm) != 0;
+    /* initial states: h (and LSTM's c) after the weights, before the mask */
+    const int S = cell == RT__RNN_LSTM ? 2 : 1;
+    const int nst = rt__attr_int(cc, nd, "initial_state", 0, &okm) ? S : 0;
     if (!okm)
         return RT_EINVAL;
-    if (masked && nd->n_in < 4)
-        return rt__cerr(cc, nd, RT_EGRAPH, "masked needs a mask input after the weights");
+    if (nd->n_in < 3 + nst + masked)
+        return rt__cerr(cc, nd, RT_EGRAPH,
+                        "needs x, kernel, recurrent kernel, [bias], %d initial state(s) and %s",
+                        nst, masked ? "the mask" : "no mask");
     if (!x->batched || x->ndim != 2)
         return rt__cerr(cc, nd, RT_ESHAPE, "input '%s' must be (batch, time, features)",
                         nd->in_name[0]);
@@ -123,8 +134,13 @@ static int rt__rnn_infer_cell(rt__cc *cc, rt__node *nd, int cell, int64_t G)
     if (cell != RT__RNN_SIMPLE &&
         (rc = rt__rnn_act(cc, nd, "recurrent_activation", "sigmoid", &p->ract)) < 0)
         return rc;
-    p->bias = nd->n_in - masked > 3;
+    p->bias = nd->n_in - masked - nst > 3;
     p->mask = masked ? nd->n_in - 1 : 0;
+    p->h0 = nst ? 3 + (p->bias != 0) : 0;
+    if (nd->n_in != 3 + (p->bias != 0) + nst + masked)
+        return rt__cerr(cc, nd, RT_EGRAPH, "has %d inputs, more than the settings take", nd->n_in);
+    if (ok)
+        p->ret_state = rt__attr_int(cc, nd, "return_state", 0, &ok) != 0;
     if (ok)
         p->zero_masked = (int)rt__attr_int(cc, nd, "zero_output_for_mask", 0, &ok);
     if (ok)
@@ -142,6 +158,18 @@ static int rt__rnn_infer_cell(rt__cc *cc, rt__node *nd, int cell, int64_t G)
                         "compile with batch_size %lld, not %lld",
                         (long long)p->stateful, (long long)p->stateful,
                         (long long)rt__cc_batch(cc));
+    /* Keras' stateful layer given an initial state uses its carried
+     * states unless they are all zero; not supported */
+    if (p->stateful && nst)
+        return rt__cerr(cc, nd, RT_EUNIMPLEMENTED,
+                        "initial_state on a stateful layer is not supported; "
+                        "drop stateful or the initial state");
+    for (int k = 0; k < nst; k++) {
+        const rt__shape *h = nd->in_shape[p->h0 + k];
+        if (!h->batched || h->ndim != 1 || h->d[0] != U)
+            return rt__cerr(cc, nd, RT_ESHAPE, "initial state '%s' must be (batch, %lld)",
+                            nd->in_name[p->h0 + k], (long long)U);
+    }
     if (masked) {
         const rt__shape *m = nd->in_shape[p->mask];
         if (!m->batched || m->ndim != 1 || m->d[0] != T)
@@ -160,9 +188,11 @@ static int rt__rnn_infer_cell(rt__cc *cc, rt__node *nd, int cell, int64_t G)
             return rt__cerr(cc, nd, RT_ESHAPE, "bias '%s' must be (%s%lld)", nd->in_name[3],
                             two ? "2, " : "", (long long)(G * U));
     }
+    p->orows = p->seq ? T : 1;
+    p->yrows = p->orows + (p->ret_state ? S : 0);
     nd->out.batched = 1;
-    nd->out.ndim = p->seq ? 2 : 1;
-    nd->out.d[0] = p->seq ? T : U;
+    nd->out.ndim = p->seq || p->ret_state ? 2 : 1;
+    nd->out.d[0] = nd->out.ndim == 2 ? p->yrows : U;
     nd->out.d[1] = U;
     return 0;
 }
@@ -196,17 +226,18 @@ static uint64_t rt__rnn_flops(const rt__node *nd, int64_t B, unsigned need_dx)
     return f;
 }
 
-#define RT__RNN_OP(sym, nm, inf)                                                                   \
-    const rt__op_def sym = {                                                                       \
-        .name = nm,                                                                                \
-        .min_in = 3,                                                                               \
-        .max_in =                                                                                  \
-            5, /* kernels for dx and the recurrence, the mask (input 3 or 4); states:            \
-         * workspace */ \
-        .bwd_needs_in = 6u | 8u | 16u,                                                             \
-        .params = RT__P_RNN,                                                                       \
-        .infer = inf,                                                                              \
-        .flops = rt__rnn_flops,                                                                    \
+/* inputs x, kernel, recurrent kernel, [bias], [h0, c0], [mask]; backward
+ * reads the kernels for dx and the recurrence and the mask (input 3 to 6);
+ * the states are in the workspace */
+#define RT__RNN_OP(sym, nm, inf)                        \
+    const rt__op_def sym = {                            \
+        .name = nm,                                     \
+        .min_in = 3,                                    \
+        .max_in = 7,                                    \
+        .bwd_needs_in = 2u | 4u | 8u | 16u | 32u | 64u, \
+        .params = RT__P_RNN,                            \
+        .infer = inf,                                   \
+        .flops = rt__rnn_flops,                         \
     }
 RT__RNN_OP(rt__op_simplernn, "SimpleRNN", rt__simplernn_infer);
 RT__RNN_OP(rt__op_lstm, "LSTM", rt__lstm_infer);

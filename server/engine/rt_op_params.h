@@ -214,7 +214,9 @@ enum { RT__RNN_SIMPLE = 1, RT__RNN_LSTM, RT__RNN_GRU };
 /* SimpleRNN/LSTM/GRU over x (B,T,F) with Keras' weights: kernel (F,G*U),
  * recurrent kernel (U,G*U), bias (G*U), or (2,G*U) for GRU reset_after
  * (input bias row, recurrent bias row). Gates: LSTM i,f,c,o (G 4), GRU
- * z,r,h (G 3), SimpleRNN one (G 1). Output (B,U), or (B,T,U) with seq.
+ * z,r,h (G 3), SimpleRNN one (G 1). Output (B,U), or (B,T,U) with seq;
+ * with ret_state (B,orows+S,U): that output's rows, then the final h (and
+ * LSTM's final c), S states. Initial states (h0): inputs (B,U) each.
  * backwards: steps run from t = T-1 down to 0 (Keras go_backwards). A
  * sequence output holds step s at position s, or at T-1-s with rev_out
  * (Bidirectional reverses its backward half's sequence so that position t
@@ -231,6 +233,14 @@ typedef struct rt__rnn_params {
     int64_t stateful;  /* Keras' stateful: the fixed batch size; the final
                         * states of a batch start the next one (rt__kargs.
                         * state). 0: every batch starts from zeros */
+    int h0;            /* input index of the initial state h (LSTM's c is
+                        * h0 + 1), 0: the states start from zeros */
+    int ret_state;     /* Keras' return_state: the final states are rows of
+                        * the output after the layer's own (below) */
+    int64_t orows;     /* rows of U in a sample's output that are the
+                        * layer's own: T with seq, else 1 */
+    int64_t yrows;     /* rows of U in a sample's output: orows, then h
+                        * and LSTM's c with ret_state */
 } rt__rnn_params;
 
 /* SequenceMask / Masking: x (B,T,...) with R values per step; a step is

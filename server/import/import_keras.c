@@ -609,10 +609,11 @@ static const struct {
     {"Concatenate", k_concatenate, 0},
     /* import_keras_rnn.c */
     {"Embedding", rt_keras_embedding, 1},
-    {"SimpleRNN", rt_keras_simplernn, 1},
-    {"LSTM", rt_keras_lstm, 1},
-    {"GRU", rt_keras_gru, 1},
-    {"Bidirectional", rt_keras_bidirectional, 1},
+    /* the sequence, then initial states (they check the count) */
+    {"SimpleRNN", rt_keras_simplernn, 0},
+    {"LSTM", rt_keras_lstm, 0},
+    {"GRU", rt_keras_gru, 0},
+    {"Bidirectional", rt_keras_bidirectional, 0},
     {"Masking", rt_keras_masking, 1},
     {"Rescaling", k_rescaling, 1},
 };
@@ -655,6 +656,10 @@ typedef struct imp {
     /* the call arguments of the layer run_layer places (place_flayer) */
     json_object *call_kwargs;
     const char *const *in_kw;
+    /* the outputs after the first of the layers that have several (a
+     * recurrent layer's return_state states), flayer.more_at on */
+    rt_keras_tensor *more;
+    int n_more, more_cap;
 } imp;
 
 /* the message in m->err, returns code (rt_errf, the one formatter) */
@@ -1759,8 +1764,10 @@ static int is_model_class(const char *cls)
  * a poisoned value reports no shape problems (they follow from the first).
  * Only malformed JSON stops the walk (negative return). */
 static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins, int n_in,
-                     rt_keras_tensor *out)
+                     rt_keras_tensor *out, rt_keras_tensor *more, int *n_more)
 {
+    if (n_more)
+        *n_more = 0;
     const char *cls = jstr(layer, "class_name");
     json_object *cfg = jget(layer, "config", json_type_object);
     const char *lname = jstr(cfg, "name");
@@ -1923,6 +1930,20 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins, int
             return 0;
         *out = c.out;
         out->poisoned = poisoned;
+        if (c.n_more && !n_more) {
+            rt_keras_fail(&c, RT_EINVAL,
+                          "%s has %d outputs (return_state); a Sequential model takes layers "
+                          "of one output, as Keras does: use a Functional model",
+                          cls, c.n_more + 1);
+            add_problem(m, RT_EINVAL, lerr);
+            return 0;
+        }
+        for (int k = 0; k < c.n_more && n_more; k++) {
+            more[k] = c.more[k];
+            more[k].poisoned = poisoned;
+        }
+        if (n_more)
+            *n_more = c.n_more;
         return 0;
     }
     why_unknown(m, layer, cls, lname, cfg);
@@ -2058,7 +2079,7 @@ static int walk_sequential(imp *m, json_object *layers, json_object *model_cfg,
             have = 1;
         }
         rt_keras_tensor o;
-        int rc = run_layer(m, layer, &cur, 1, &o);
+        int rc = run_layer(m, layer, &cur, 1, &o, NULL, NULL);
         if (rc < 0)
             return rc;
         cur = o;
@@ -2068,12 +2089,14 @@ static int walk_sequential(imp *m, json_object *layers, json_object *model_cfg,
 }
 
 /* An inbound reference [name, node, tensor, ...]: its node index into
- * *node (checked against the source layer once all are read), its tensor
- * index must be 0 (every layer here has one output). Absent: 0. */
+ * *node and its tensor index (which output of a layer with several) into
+ * *tix, both checked against the source layer when it is placed. Absent:
+ * 0. */
 static int inbound_index(imp *m, const char *lname, const char *src, json_object *ref,
-                         int64_t *node)
+                         int64_t *node, int *tix)
 {
     *node = 0;
+    *tix = 0;
     for (int k = 0; k < 2; k++) {
         json_object *v = json_object_array_get_idx(ref, (size_t)k + 1);
         if (!v)
@@ -2083,12 +2106,26 @@ static int inbound_index(imp *m, const char *lname, const char *src, json_object
         int64_t i = json_object_get_int64(v);
         if (k == 0)
             *node = i;
-        else if (i != 0)
-            return ifail(m, RT_EINVAL,
-                         "layer '%.64s' reads output %lld of layer '%.64s', which "
-                         "has one output",
-                         lname, (long long)i, src);
+        else if (i < 0 || i >= RT_KERAS_MAX_OUT)
+            return ifail(m, RT_EINVAL, "layer '%.64s' reads output %lld of layer '%.64s'", lname,
+                         (long long)i, src);
+        else
+            *tix = (int)i;
     }
+    return 0;
+}
+
+/* The recurrent layers: Keras 2 lists a call's initial_state tensors after
+ * the sequence in its inbound node (RNN.__call__ passes [inputs] +
+ * initial_state); Keras 3 keeps them as the call's second argument
+ * (RNN.call(sequences, initial_state, ...)), positional or keyword. */
+static int takes_initial_state(json_object *layer)
+{
+    static const char *const rnn[] = {"SimpleRNN", "LSTM", "GRU", "Bidirectional"};
+    const char *cls = jstr(layer, "class_name");
+    for (size_t i = 0; cls && i < sizeof rnn / sizeof rnn[0]; i++)
+        if (strcmp(cls, rnn[i]) == 0)
+            return 1;
     return 0;
 }
 
@@ -2105,31 +2142,55 @@ static int takes_tensor_kwargs(json_object *layer)
 /* The tensor kwargs of an inbound node (Keras 2: [name, node, tensor];
  * Keras 3: {"class_name": "__keras_tensor__", "config": {keras_history}})
  * appended to names from n on. */
+/* the [name, node, tensor] reference of one tensor argument (Keras 2's
+ * list, Keras 3's __keras_tensor__ object), or NULL */
+static json_object *tensor_ref(json_object *v)
+{
+    if (json_object_is_type(v, json_type_array) && json_object_array_length(v) >= 1 &&
+        json_object_is_type(json_object_array_get_idx(v, 0), json_type_string))
+        return v;
+    if (json_object_is_type(v, json_type_object))
+        return jget(jget(v, "config", json_type_object), "keras_history", json_type_array);
+    return NULL;
+}
+
+/* The tensor kwargs of an inbound node, appended to names from n on; a
+ * list of tensors (a recurrent layer's initial_state) gives each. only:
+ * the one keyword read (the others must not hold tensors), or NULL for
+ * every keyword. */
 static int inbound_kwargs(imp *m, const char *lname, json_object *kwargs, const char **names,
-                          int64_t *node_of, const char **kw, int n, int max)
+                          int64_t *node_of, int *tix, const char **kw, int n, int max,
+                          const char *only)
 {
     if (!kwargs || !json_object_is_type(kwargs, json_type_object))
         return n;
     json_object_object_foreach(kwargs, k, v)
     {
-        json_object *ref = NULL;
-        if (json_object_is_type(v, json_type_array) && json_object_array_length(v) >= 1 &&
-            json_object_is_type(json_object_array_get_idx(v, 0), json_type_string))
-            ref = v;
-        else if (json_object_is_type(v, json_type_object))
-            ref = jget(jget(v, "config", json_type_object), "keras_history", json_type_array);
-        if (!ref)
-            continue;
-        json_object *nm = json_object_array_get_idx(ref, 0);
-        if (!nm || !json_object_is_type(nm, json_type_string))
-            return ifail(m, RT_EJSON, "layer '%.64s' has a malformed '%.32s' argument", lname, k);
-        if (n >= max)
-            return ifail(m, RT_EINVAL, "layer '%.64s' reads more than %d tensors", lname, max);
-        int rc = inbound_index(m, lname, json_object_get_string(nm), ref, &node_of[n]);
-        if (rc < 0)
-            return rc;
-        kw[n] = k;
-        names[n++] = json_object_get_string(nm);
+        json_object *one = tensor_ref(v);
+        const int list = !one && json_object_is_type(v, json_type_array);
+        const int cnt = list ? (int)json_object_array_length(v) : one ? 1 : 0;
+        for (int j = 0; j < cnt; j++) {
+            json_object *ref = list ? tensor_ref(json_object_array_get_idx(v, (size_t)j)) : one;
+            if (!ref)
+                break; /* a list of numbers, not tensors */
+            if (only && strcmp(k, only) != 0)
+                return ifail(m, RT_EUNIMPLEMENTED,
+                             "layer '%.64s' is called with a tensor '%.32s' argument, which is "
+                             "not supported: pass only %s (a mask comes from a Masking layer "
+                             "or Embedding mask_zero)",
+                             lname, k, only);
+            json_object *nm = json_object_array_get_idx(ref, 0);
+            if (!nm || !json_object_is_type(nm, json_type_string))
+                return ifail(m, RT_EJSON, "layer '%.64s' has a malformed '%.32s' argument", lname,
+                             k);
+            if (n >= max)
+                return ifail(m, RT_EINVAL, "layer '%.64s' reads more than %d tensors", lname, max);
+            int rc = inbound_index(m, lname, json_object_get_string(nm), ref, &node_of[n], &tix[n]);
+            if (rc < 0)
+                return rc;
+            kw[n] = k;
+            names[n++] = json_object_get_string(nm);
+        }
     }
     return n;
 }
@@ -2141,7 +2202,7 @@ static int inbound_kwargs(imp *m, const char *lname, json_object *kwargs, const 
  * for MultiHeadAttention also its tensor keyword arguments (kw[], and the
  * whole keyword object in *kwargs). */
 static int inbound_names(imp *m, const char *lname, json_object *layer, int which,
-                         const char **names, int64_t *node_of, const char **kw,
+                         const char **names, int64_t *node_of, int *tix, const char **kw,
                          json_object **kwargs, int max)
 {
     *kwargs = NULL;
@@ -2159,7 +2220,7 @@ static int inbound_names(imp *m, const char *lname, json_object *layer, int whic
                                   : NULL;
             if (!nm || !json_object_is_type(nm, json_type_string))
                 return ifail(m, RT_EJSON, "layer '%.64s' has a malformed inbound node", lname);
-            int rc = inbound_index(m, lname, json_object_get_string(nm), ref, &node_of[n]);
+            int rc = inbound_index(m, lname, json_object_get_string(nm), ref, &node_of[n], &tix[n]);
             if (rc < 0)
                 return rc;
             names[n++] = json_object_get_string(nm);
@@ -2167,13 +2228,15 @@ static int inbound_names(imp *m, const char *lname, json_object *layer, int whic
                 *kwargs = json_object_array_get_idx(ref, 3);
         }
         if (*kwargs)
-            n = inbound_kwargs(m, lname, *kwargs, names, node_of, kw, n, max);
+            n = inbound_kwargs(m, lname, *kwargs, names, node_of, tix, kw, n, max, NULL);
         return n;
     }
     json_object *args = jget(node, "args", json_type_array);
     if (!args)
         return ifail(m, RT_EJSON, "layer '%.64s' has a malformed inbound node", lname);
-    /* args is [tensor] or [[tensor, tensor, ...]]. */
+    /* args is [tensor] or [[tensor, tensor, ...]]; a recurrent layer's
+     * [sequence, initial_state (a tensor or a list of them)] */
+    const int rnn = takes_initial_state(layer);
     json_object *list = args;
     if (json_object_array_length(args) == 1 &&
         json_object_is_type(json_object_array_get_idx(args, 0), json_type_array))
@@ -2181,33 +2244,48 @@ static int inbound_names(imp *m, const char *lname, json_object *layer, int whic
     int k = (int)json_object_array_length(list);
     for (int i = 0; i < k && n < max; i++) {
         json_object *t = json_object_array_get_idx(list, (size_t)i);
-        json_object *tc = jget(t, "config", json_type_object);
-        json_object *h = jget(tc, "keras_history", json_type_array);
-        json_object *nm = h ? json_object_array_get_idx(h, 0) : NULL;
-        if (!nm || !json_object_is_type(nm, json_type_string))
-            return ifail(m, RT_EJSON, "layer '%.64s' has a malformed inbound tensor", lname);
-        int rc = inbound_index(m, lname, json_object_get_string(nm), h, &node_of[n]);
-        if (rc < 0)
-            return rc;
-        names[n++] = json_object_get_string(nm);
+        const int many = rnn && i == 1 && json_object_is_type(t, json_type_array);
+        if (rnn && i >= 2 && tensor_ref(t))
+            return ifail(m, RT_EUNIMPLEMENTED,
+                         "layer '%.64s' is called with a tensor mask argument, which is not "
+                         "supported; mask with a Masking layer or Embedding mask_zero",
+                         lname);
+        if (rnn && i >= 1 && !t)
+            continue; /* initial_state=None */
+        const int cnt = many ? (int)json_object_array_length(t) : rnn && i >= 2 ? 0 : 1;
+        for (int j = 0; j < cnt && n < max; j++) {
+            json_object *h = tensor_ref(many ? json_object_array_get_idx(t, (size_t)j) : t);
+            json_object *nm = h ? json_object_array_get_idx(h, 0) : NULL;
+            if (!nm || !json_object_is_type(nm, json_type_string))
+                return ifail(m, RT_EJSON, "layer '%.64s' has a malformed inbound tensor", lname);
+            int rc = inbound_index(m, lname, json_object_get_string(nm), h, &node_of[n], &tix[n]);
+            if (rc < 0)
+                return rc;
+            names[n++] = json_object_get_string(nm);
+        }
     }
-    if (takes_tensor_kwargs(layer)) {
+    if (takes_tensor_kwargs(layer) || rnn) {
         *kwargs = jget(node, "kwargs", json_type_object);
-        n = inbound_kwargs(m, lname, *kwargs, names, node_of, kw, n, max);
+        n = inbound_kwargs(m, lname, *kwargs, names, node_of, tix, kw, n, max,
+                           rnn ? "initial_state" : NULL);
+        if (rnn)
+            *kwargs = NULL; /* read here; the layer takes the states as inputs */
     }
     return n;
 }
 
-/* the node index of ["name", node, tensor] (0 when absent or malformed) */
-static int64_t io_node(json_object *ref)
+/* the node (k 1) or tensor (k 2) index of ["name", node, tensor] (0 when
+ * absent or malformed) */
+static int64_t io_node(json_object *ref, int k)
 {
-    json_object *v = json_object_array_get_idx(ref, 1);
+    json_object *v = json_object_array_get_idx(ref, (size_t)k);
     return v && json_object_is_type(v, json_type_int) ? json_object_get_int64(v) : 0;
 }
 
 /* ["name", 0, 0] or [["name", 0, 0], ...] -> names and, if nodes is not
- * NULL, their node indices (an output may be a shared layer's later call). */
-static int io_refs(json_object *v, const char **names, int64_t *nodes, int max)
+ * NULL, their node indices (an output may be a shared layer's later call)
+ * and tensor indices (a recurrent layer's state) */
+static int io_refs(json_object *v, const char **names, int64_t *nodes, int64_t *tensors, int max)
 {
     if (!v || !json_object_is_type(v, json_type_array) || json_object_array_length(v) == 0)
         return 0;
@@ -2215,7 +2293,7 @@ static int io_refs(json_object *v, const char **names, int64_t *nodes, int max)
     if (json_object_is_type(first, json_type_string)) {
         names[0] = json_object_get_string(first);
         if (nodes)
-            nodes[0] = io_node(v);
+            nodes[0] = io_node(v, 1), tensors[0] = io_node(v, 2);
         return 1;
     }
     int n = 0;
@@ -2226,7 +2304,7 @@ static int io_refs(json_object *v, const char **names, int64_t *nodes, int max)
         if (!nm || !json_object_is_type(nm, json_type_string))
             return -1;
         if (nodes)
-            nodes[n] = io_node(e);
+            nodes[n] = io_node(e, 1), tensors[n] = io_node(e, 2);
         names[n++] = json_object_get_string(nm);
     }
     return n;
@@ -2234,7 +2312,7 @@ static int io_refs(json_object *v, const char **names, int64_t *nodes, int max)
 
 static int io_names(json_object *v, const char **names, int max)
 {
-    return io_refs(v, names, NULL, max);
+    return io_refs(v, names, NULL, NULL, max);
 }
 
 /* One call of a Functional model's layer (a shared layer has one per
@@ -2247,6 +2325,7 @@ typedef struct flayer {
     int prev_done;     /* DFS: call-1 placed first (weights come from call 0) */
     const char *src[RT_KERAS_MAX_IN];
     int64_t src_node[RT_KERAS_MAX_IN];   /* the node of src each reads */
+    int src_t[RT_KERAS_MAX_IN];          /* and which of its outputs */
     int src_i[RT_KERAS_MAX_IN];          /* the flayer of that node, -1 none */
     const char *src_kw[RT_KERAS_MAX_IN]; /* the keyword src is passed as, or NULL */
     json_object *kwargs;                 /* the call's keyword arguments (some layers) */
@@ -2254,6 +2333,7 @@ typedef struct flayer {
     int next;            /* DFS: the next input to visit */
     unsigned char state; /* 0 unseen, 1 on the DFS stack, 2 placed */
     rt_keras_tensor out;
+    int more_at, n_more; /* its outputs after out: imp.more[more_at..] */
 } flayer;
 
 /* Layer names -> index, open addressing (FNV-1a); a linear scan per lookup
@@ -2346,8 +2426,8 @@ static int read_flayers(imp *m, json_object *layers, flayer *L, int n, lmap *lm,
             g->n_calls = calls;
             if (strcmp(g->cls, "InputLayer") == 0)
                 continue;
-            g->n_src = inbound_names(m, g->name, g->obj, c, g->src, g->src_node, g->src_kw,
-                                     &g->kwargs, RT_KERAS_MAX_IN);
+            g->n_src = inbound_names(m, g->name, g->obj, c, g->src, g->src_node, g->src_t,
+                                     g->src_kw, &g->kwargs, RT_KERAS_MAX_IN);
             if (g->n_src < 0)
                 return g->n_src;
             if (g->n_src == 0)
@@ -2481,6 +2561,23 @@ typedef struct fio {
     const rt_keras_tensor *given;
 } fio;
 
+/* Output tix of the placed layer call f (read by who) into *t: its
+ * first, or one of those after (a recurrent layer's states); a layer that
+ * failed gives its poisoned first output, its problem already reported */
+static int flayer_output(imp *m, const char *who, const flayer *f, int64_t tix, rt_keras_tensor *t)
+{
+    if (tix == 0 || (f->out.poisoned && tix > f->n_more)) {
+        *t = f->out;
+        return 0;
+    }
+    if (tix < 0 || tix > f->n_more)
+        return ifail(m, RT_EINVAL,
+                     "%.80s reads output %lld of layer '%.64s', which has %d output%s", who,
+                     (long long)tix, f->name, f->n_more + 1, f->n_more ? "s" : "");
+    *t = m->more[f->more_at + tix - 1];
+    return 0;
+}
+
 /* Add one layer whose inputs are all placed. */
 static int place_flayer(imp *m, flayer *L, const lmap *lm, flayer *f, const fio *io)
 {
@@ -2510,8 +2607,13 @@ static int place_flayer(imp *m, flayer *L, const lmap *lm, flayer *f, const fio 
     }
     (void)lm;
     rt_keras_tensor ins[RT_KERAS_MAX_IN];
-    for (int j = 0; j < f->n_src; j++)
-        ins[j] = L[f->src_i[j]].out;
+    char who[RT_KERAS_NAME + 16];
+    snprintf(who, sizeof who, "layer '%.64s'", f->name);
+    for (int j = 0; j < f->n_src; j++) {
+        int rc = flayer_output(m, who, &L[f->src_i[j]], f->src_t[j], &ins[j]);
+        if (rc < 0)
+            return rc;
+    }
     m->call_kwargs = f->kwargs;
     m->in_kw = f->src_kw;
     /* a later call of a shared layer: its names tagged "@k", then its
@@ -2526,8 +2628,24 @@ static int place_flayer(imp *m, flayer *L, const lmap *lm, flayer *f, const fio 
         if (k < 0 || (size_t)k >= sizeof m->call_tag - l)
             rc = ifail(m, RT_EINVAL, "shared layers nested too deep at '%.64s'", f->name);
     }
+    rt_keras_tensor more[RT_KERAS_MAX_OUT - 1];
     if (rc == 0)
-        rc = run_layer(m, f->obj, ins, f->n_src, &f->out);
+        rc = run_layer(m, f->obj, ins, f->n_src, &f->out, more, &f->n_more);
+    if (rc == 0 && f->n_more) {
+        if (m->n_more + f->n_more > m->more_cap) {
+            int cap = m->more_cap ? 2 * m->more_cap : 16;
+            while (cap < m->n_more + f->n_more)
+                cap *= 2;
+            rt_keras_tensor *nm = realloc(m->more, sizeof *nm * (size_t)cap);
+            if (!nm)
+                return ifail(m, RT_ENOMEM, "out of memory");
+            m->more = nm;
+            m->more_cap = cap;
+        }
+        f->more_at = m->n_more;
+        memcpy(m->more + m->n_more, more, sizeof *more * (size_t)f->n_more);
+        m->n_more += f->n_more;
+    }
     if (rc == 0 && f->call > 0)
         rc = dedupe_call(m, f->name, first);
     memcpy(m->call_tag, saved, sizeof saved);
@@ -2586,13 +2704,13 @@ static int walk_functional(imp *m, json_object *cfg, const rt_keras_tensor *give
     if (!layers)
         return ifail(m, RT_EJSON, "Functional model has no layers list");
     const char *out_names[RT_MAX_HEADS + 1];
-    int64_t out_nodes[RT_MAX_HEADS + 1];
+    int64_t out_nodes[RT_MAX_HEADS + 1], out_t[RT_MAX_HEADS + 1];
     fio io = {.given = given};
     json_object *il = NULL, *ol = NULL;
     json_object_object_get_ex(cfg, "input_layers", &il);
     json_object_object_get_ex(cfg, "output_layers", &ol);
     io.n = io_names(il, io.names, RT_KERAS_MAX_IN);
-    int n_out = io_refs(ol, out_names, out_nodes, RT_MAX_HEADS + 1);
+    int n_out = io_refs(ol, out_names, out_nodes, out_t, RT_MAX_HEADS + 1);
     if (!given && (io.n < 1 || io.n > RT_KERAS_MAX_IN))
         return ifail(m, RT_EINVAL, "Functional model needs 1 to %d inputs (got %d)",
                      RT_KERAS_MAX_IN, io.n);
@@ -2637,10 +2755,13 @@ static int walk_functional(imp *m, json_object *cfg, const rt_keras_tensor *give
         if (rc < 0)
             break;
         o += (int)c;
+        rt_keras_tensor ot;
+        if ((rc = flayer_output(m, "the model's output", &L[o], out_t[k], &ot)) < 0)
+            break;
         if (k == 0)
-            *out = L[o].out;
+            *out = ot;
         if (rc == 0 && n_out > 1) {
-            m->outs[k] = L[o].out;
+            m->outs[k] = ot;
             /* the output's name in History ("cls_loss"), not its node's */
             snprintf(m->out_layer[k], sizeof m->out_layer[k], "%s", out_names[k]);
         }
@@ -2882,6 +3003,7 @@ int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int 
 out:
     json_object_put(doc);
     json_object_put(m->owned);
+    free(m->more);
     if (inner) {
         free(mp);
         /* its text starts with '{': a string again fails to parse as one */

@@ -124,6 +124,7 @@ struct json_object;
 #define RT_KERAS_NAME 128
 #define RT_KERAS_MAX_IN 8
 #define RT_KERAS_MAX_USED 64
+#define RT_KERAS_MAX_OUT 5 /* Bidirectional(LSTM, return_state): output, 4 states */
 
 typedef struct rt_keras_tensor {
     char name[RT_KERAS_NAME]; /* graph value name */
@@ -161,6 +162,10 @@ typedef struct rt_keras_ctx {
     const char *in_kw[RT_KERAS_MAX_IN];
     struct json_object *call_kwargs;
     rt_keras_tensor out; /* set by the layer function */
+    /* a layer with several outputs (a recurrent layer's return_state):
+     * outputs 1..n_more are more[0..n_more) (Keras' tensor index) */
+    int n_more;
+    rt_keras_tensor more[RT_KERAS_MAX_OUT - 1];
     char *err;
     size_t errlen;
     /* config keys the layer read through rt_keras_cfg_*: after the layer

@@ -28,10 +28,13 @@
  * default implementation 2 draw them). stateful: the node's "stateful"
  * attribute is the model's fixed batch size (the first batch_input_shape
  * or batch_shape that has one; without one Keras refuses it, and so does
- * this). Errors: rates outside [0, 1),
- * return_state, time_major, Embedding mask_zero, sparse and
- * lora_rank, regularizers and constraints inside Bidirectional, and any
- * field not known here.
+ * this). return_state: the node outputs its rows and the final states as
+ * one value, sliced into the layer's outputs (k_rows); initial_state: the
+ * layer's inputs after the sequence (Keras 2's inbound node, Keras 3's
+ * argument; import_keras.c reads both) are the node's state inputs.
+ * Errors: rates outside [0, 1), time_major, Embedding sparse
+ * and lora_rank, regularizers and constraints inside Bidirectional,
+ * initial_state on a stateful layer, and any field not known here.
  */
 #include <json-c/json.h>
 #include <stdio.h>
@@ -328,21 +331,50 @@ int rt_keras_embedding(rt_keras_ctx *c)
 
 enum { K_SIMPLE, K_LSTM, K_GRU };
 
-/* One recurrent layer from c->cfg as node name, reading c->in[0].
- * flip: run in the other direction than go_backwards says; rev_out: a
- * sequence output in reverse step order (Bidirectional's backward half). */
+/* rows [r0, r0 + nr) of the (R, U) value packed as the graph value name
+ * (squeeze: one row, as (U)) */
+static int k_rows(rt_keras_ctx *c, const char *packed, const char *name, int64_t r0, int64_t nr,
+                  int64_t R, int64_t U, int squeeze, rt_keras_tensor *t)
+{
+    char row[RT_KERAS_NAME];
+    int rc, n = snprintf(row, sizeof row, "%s:rows", name);
+    if (n < 0 || n >= (int)sizeof row)
+        return rt_keras_fail(c, RT_EINVAL, "layer name is too long");
+    const int64_t pads[6] = {0, -r0, 0, 0, -(R - r0 - nr), 0};
+    const rt_attr a = {.name = "pads", .kind = RT_ATTR_INTS, .n = 6, .ints = pads};
+    const int64_t shape[1] = {U};
+    const rt_attr sh = {.name = "shape", .kind = RT_ATTR_INTS, .n = 1, .ints = shape};
+    const char *in = row;
+    if ((rc = rt_graph_add_node(c->g, squeeze ? row : name, "Pad", 1, &packed, 1, &a)) < 0 ||
+        (squeeze && (rc = rt_graph_add_node(c->g, name, "Reshape", 1, &in, 1, &sh)) < 0))
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = squeeze ? 1 : 2;
+    t->dims[0] = squeeze ? U : nr;
+    t->dims[1] = U;
+    return 0;
+}
+
+/* One recurrent layer from c->cfg as node name, reading c->in[0] and
+ * starting from the nst states st (Keras' initial_state: h, and LSTM's c;
+ * nst 0: zeros). flip: run in the other direction than go_backwards says;
+ * rev_out: a sequence output in reverse step order (Bidirectional's
+ * backward half). Its output in *out; with return_state also its final
+ * states (h, and LSTM's c) in states[], their count in *n_states. */
 static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip, int rev_out,
-                           rt_keras_tensor *out)
+                           const rt_keras_tensor *st, int nst, rt_keras_tensor *out,
+                           rt_keras_tensor *states, int *n_states)
 {
     /* kernel/recurrent/bias regularizers and constraints are attached by
      * the importer after the layer (import_keras.c, param_opts_of), and so
      * is the activity regularizer (an ActivityReg node on its output) */
     static const char *const unsupported[] = {
-        "return_state", "time_major",
+        "time_major",
         /* inside Bidirectional the importer does not see these settings */
         "activity_regularizer", "kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
         "kernel_constraint", "recurrent_constraint", "bias_constraint"};
-    const int n_unsupported = strcmp(name, c->layer) == 0 ? 2 : 9;
+    const int n_unsupported = strcmp(name, c->layer) == 0 ? 1 : 8;
     static const char *const known[] = {"units",
                                         "activation",
                                         "use_bias",
@@ -370,7 +402,7 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
     static const int gates[] = {1, 4, 3};
     int64_t units;
     double drop, rdrop;
-    int use_bias, seq, back, trainable, ufb = 0, reset_after = 0, zero_out, stateful, rc;
+    int use_bias, seq, back, trainable, ufb = 0, reset_after = 0, zero_out, stateful, ret_state, rc;
     const char *act, *ract = "sigmoid";
     rt_init kinit, rinit, binit;
     if ((rc = k_known_fields2(c, known, sizeof known / sizeof known[0],
@@ -385,6 +417,7 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
         (rc = rt_keras_cfg_bool(c, "go_backwards", 0, &back)) < 0 ||
         (rc = rt_keras_cfg_bool(c, "zero_output_for_mask", 0, &zero_out)) < 0 ||
         (rc = rt_keras_cfg_bool(c, "stateful", 0, &stateful)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "return_state", 0, &ret_state)) < 0 ||
         (rc = rt_keras_cfg_bool(c, "trainable", 1, &trainable)) < 0 ||
         (rc = k_rnn_act(c, "activation", "tanh", &act)) < 0 ||
         (cell != K_SIMPLE && (rc = k_rnn_act(c, "recurrent_activation", "sigmoid", &ract)) < 0) ||
@@ -409,6 +442,23 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
     if (x->ndim != 2)
         return rt_keras_fail(c, RT_ESHAPE, "%s needs (time, features) inputs, got rank %d",
                              c->class_name, x->ndim);
+    /* Keras' initial_state: one state, LSTM's two (h, c), each (units,) */
+    const int S = cell == K_LSTM ? 2 : 1;
+    if (nst && nst != S)
+        return rt_keras_fail(c, RT_EINVAL, "%s takes %d initial state%s (%s), got %d",
+                             c->class_name, S, S > 1 ? "s" : "", S > 1 ? "h, c" : "h", nst);
+    for (int k = 0; k < nst; k++)
+        if (st[k].ndim != 1 || st[k].dims[0] != units)
+            return rt_keras_fail(
+                c, RT_ESHAPE, "%s initial state %d must be (units,) = (%lld,), got %s%lld%s",
+                c->class_name, k, (long long)units, st[k].ndim == 1 ? "(" : "rank ",
+                st[k].ndim == 1 ? (long long)st[k].dims[0] : (long long)st[k].ndim,
+                st[k].ndim == 1 ? ",)" : "");
+    if (nst && stateful)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "%s initial_state on a stateful layer is not supported; drop "
+                             "stateful or the initial state",
+                             c->class_name);
     const int64_t GU = gates[cell] * units;
     char kn[RT_KERAS_NAME], rn[RT_KERAS_NAME], bn[RT_KERAS_NAME];
     if ((rc = k_name(c, kn, name, "kernel")) < 0 ||
@@ -442,7 +492,9 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
     if (strcmp(name, c->layer) != 0)
         zero_out = seq;
     const int masked = x->mask[0] != 0;
-    rt_attr at[11] = {
+    rt_attr at[13] = {
+        {.name = "initial_state", .kind = RT_ATTR_INT, .i = nst > 0},
+        {.name = "return_state", .kind = RT_ATTR_INT, .i = ret_state},
         {.name = "stateful", .kind = RT_ATTR_INT, .i = stateful ? c->batch : 0},
         {.name = "masked", .kind = RT_ATTR_INT, .i = masked},
         {.name = "zero_output_for_mask", .kind = RT_ATTR_INT, .i = zero_out},
@@ -455,13 +507,39 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
         {.name = "recurrent_activation", .kind = RT_ATTR_STR, .s = ract},
         {.name = "reset_after", .kind = RT_ATTR_INT, .i = reset_after},
     };
-    const int nat = cell == K_GRU ? 11 : cell == K_LSTM ? 10 : 9;
-    const char *in[5] = {x->name, kn, rn, use_bias ? bn : x->mask, x->mask};
-    const int n_in = (use_bias ? 4 : 3) + masked;
-    if ((rc = rt_graph_add_node(c->g, name, ops[cell], n_in, in, nat, at)) < 0)
+    const int nat = cell == K_GRU ? 13 : cell == K_LSTM ? 12 : 11;
+    /* x, kernel, recurrent kernel, [bias], [initial states], [mask] */
+    const char *in[7] = {x->name, kn, rn};
+    int n_in = 3;
+    if (use_bias)
+        in[n_in++] = bn;
+    for (int k = 0; k < nst; k++)
+        in[n_in++] = st[k].name;
+    if (masked)
+        in[n_in++] = x->mask;
+    /* return_state: one (R + S, units) value, R the output's rows, sliced
+     * apart into the output and the states */
+    char packed[RT_KERAS_NAME];
+    if (ret_state && (rc = k_name(c, packed, name, "all")) < 0)
+        return rc;
+    if ((rc = rt_graph_add_node(c->g, ret_state ? packed : name, ops[cell], n_in, in, nat, at)) < 0)
         return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    *n_states = 0;
+    const int64_t R = seq ? x->dims[0] : 1;
+    if (ret_state) {
+        static const char *const sn[2] = {"state_h", "state_c"};
+        char hn[RT_KERAS_NAME];
+        if ((rc = k_rows(c, packed, name, 0, R, R + S, units, !seq, out)) < 0)
+            return rc;
+        for (int k = 0; k < S; k++)
+            if ((rc = k_name(c, hn, name, sn[k])) < 0 ||
+                (rc = k_rows(c, packed, hn, R + k, 1, R + S, units, 1, &states[k])) < 0)
+                return rc;
+        *n_states = S;
+    }
     snprintf(out->name, sizeof out->name, "%s", name);
-    /* a sequence output keeps the step mask (Keras' compute_mask) */
+    /* a sequence output keeps the step mask (Keras' compute_mask); the
+     * states have none */
     if (seq)
         snprintf(out->mask, sizeof out->mask, "%s", x->mask);
     else
@@ -474,35 +552,36 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
 
 /* k_rnn_build_cfg on c->cfg, or on its Keras 2 names when it is Keras 1 */
 static int k_rnn_build(rt_keras_ctx *c, int cell, const char *name, int flip, int rev_out,
-                       rt_keras_tensor *out)
+                       const rt_keras_tensor *st, int nst, rt_keras_tensor *out,
+                       rt_keras_tensor *states, int *n_states)
 {
     int rc;
     json_object *k1 = k_keras1(c, 0, cell == K_GRU, &rc);
     if (rc < 0 || !k1)
-        return rc < 0 ? rc : k_rnn_build_cfg(c, cell, name, flip, rev_out, out);
+        return rc < 0
+                   ? rc
+                   : k_rnn_build_cfg(c, cell, name, flip, rev_out, st, nst, out, states, n_states);
     json_object *orig = c->cfg;
     c->cfg = k1;
-    rc = k_rnn_build_cfg(c, cell, name, flip, rev_out, out);
+    rc = k_rnn_build_cfg(c, cell, name, flip, rev_out, st, nst, out, states, n_states);
     c->cfg = orig;
     json_object_put(k1);
     return rc;
 }
 
-int rt_keras_simplernn(rt_keras_ctx *c)
+/* A recurrent layer: the sequence, then the initial states (Keras 2 lists
+ * them after it, Keras 3's initial_state argument); with return_state its
+ * final states are the outputs after the first */
+static int k_rnn_layer(rt_keras_ctx *c, int cell)
 {
     c->mask_set = 1;
-    return k_rnn_build(c, K_SIMPLE, c->layer, 0, 0, &c->out);
+    return k_rnn_build(c, cell, c->layer, 0, 0, c->in + 1, c->n_in - 1, &c->out, c->more,
+                       &c->n_more);
 }
-int rt_keras_lstm(rt_keras_ctx *c)
-{
-    c->mask_set = 1;
-    return k_rnn_build(c, K_LSTM, c->layer, 0, 0, &c->out);
-}
-int rt_keras_gru(rt_keras_ctx *c)
-{
-    c->mask_set = 1;
-    return k_rnn_build(c, K_GRU, c->layer, 0, 0, &c->out);
-}
+
+int rt_keras_simplernn(rt_keras_ctx *c) { return k_rnn_layer(c, K_SIMPLE); }
+int rt_keras_lstm(rt_keras_ctx *c) { return k_rnn_layer(c, K_LSTM); }
+int rt_keras_gru(rt_keras_ctx *c) { return k_rnn_layer(c, K_GRU); }
 
 /* A wrapped recurrent layer ({"class_name", "config"}): its cell kind
  * (K_*), config and name; -1 with the error set otherwise. */
@@ -586,18 +665,37 @@ int rt_keras_bidirectional(rt_keras_ctx *c)
     rt_keras_ctx ic = *c;
     ic.cfg = icfg;
     ic.class_name = cls;
-    rt_keras_tensor fo, bo;
-    if ((rc = k_rnn_build(&ic, cell, fw, 0, 0, &fo)) < 0)
+    rt_keras_tensor fo, bo, fs[2], bs[2];
+    /* initial_state: the forward half's states, then the backward half's
+     * (Keras' Bidirectional splits the list in two) */
+    const int nst = c->n_in - 1;
+    if (nst % 2)
+        return rt_keras_fail(c, RT_EINVAL,
+                             "Bidirectional takes the initial states of both halves (an even "
+                             "count), got %d",
+                             nst);
+    int nfs = 0, nbs = 0;
+    if ((rc = k_rnn_build(&ic, cell, fw, 0, 0, c->in + 1, nst / 2, &fo, fs, &nfs)) < 0)
         return rc;
     if (bcfg) {
         /* Keras runs the given backward layer as configured */
         ic.cfg = bcfg;
-        rc = k_rnn_build(&ic, bcell, bw, 0, 1, &bo);
+        rc = k_rnn_build(&ic, bcell, bw, 0, 1, c->in + 1 + nst / 2, nst / 2, &bo, bs, &nbs);
     } else {
-        rc = k_rnn_build(&ic, cell, bw, 1, 1, &bo);
+        rc = k_rnn_build(&ic, cell, bw, 1, 1, c->in + 1 + nst / 2, nst / 2, &bo, bs, &nbs);
     }
     if (rc < 0)
         return rc;
+    if (nfs != nbs)
+        return rt_keras_fail(c, RT_EINVAL,
+                             "Bidirectional halves differ in return_state; give both the same");
+    /* return_state: the merged output, then the forward half's states and
+     * the backward half's, as Keras' Bidirectional returns them */
+    c->n_more = nfs + nbs;
+    for (int k = 0; k < nfs; k++) {
+        c->more[k] = fs[k];
+        c->more[nfs + k] = bs[k];
+    }
     if (fo.ndim != bo.ndim || memcmp(fo.dims, bo.dims, sizeof(int64_t) * (size_t)fo.ndim))
         return rt_keras_fail(c, RT_ESHAPE, "Bidirectional halves have different output shapes");
     c->out = fo;

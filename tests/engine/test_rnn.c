@@ -648,6 +648,27 @@ static void bad_graphs(void)
 static double elu_d(double z) { return z > 0 ? z : expm1(z); }
 static double sig_d(double z) { return 1 / (1 + exp(-z)); }
 
+/* A plan and exec of g with an MSE loss on (rows, U) labels at batch B */
+static rt_exec *mse_exec(rt_graph *g, int64_t rows, rt_plan **p, const char *what)
+{
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_MSE;
+    cfg.batch_size = B;
+    cfg.label_dtype = RT_F32;
+    cfg.label_ndim = 2;
+    cfg.label_dims[0] = rows;
+    cfg.label_dims[1] = U;
+    char err[256];
+    if (rt_plan_compile(g, &cfg, p, NULL, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: compile: %s\n", what, err);
+        exit(1);
+    }
+    rt_exec *e;
+    REQUIRE(rt_exec_create(*p, &e) == 0);
+    return e;
+}
+
 static void elu_lstm(void)
 {
     enum { G = 4 * U };
@@ -673,22 +694,8 @@ static void elu_lstm(void)
     };
     const char *in[4] = {"x", "kernel", "recurrent_kernel", "bias"};
     REQUIRE(rt_graph_add_node(g, "rnn", "LSTM", 4, in, 3, at) == 0);
-    rt_train_config cfg;
-    rt_train_config_init(&cfg);
-    cfg.loss = RT_LOSS_MSE;
-    cfg.batch_size = B;
-    cfg.label_dtype = RT_F32;
-    cfg.label_ndim = 2;
-    cfg.label_dims[0] = T;
-    cfg.label_dims[1] = U;
     rt_plan *p;
-    char err[256];
-    if (rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) < 0) {
-        fprintf(stderr, "elu lstm: compile: %s\n", err);
-        exit(1);
-    }
-    rt_exec *e;
-    REQUIRE(rt_exec_create(p, &e) == 0);
+    rt_exec *e = mse_exec(g, T, &p, "elu lstm");
     const float *vals[3] = {k, r, b};
     for (int i = 0; i < rt_plan_n_params(p); i++) {
         const char *pn;
@@ -731,6 +738,342 @@ static void elu_lstm(void)
     rt_exec_destroy(e);
     rt_plan_release(p);
     rt_graph_destroy(g);
+}
+
+/* Keras' return_state and initial_state on the engine's ops, the states
+ * sliced apart with Pad and Reshape as the importer does: an encoder over
+ * the first T steps of a (2T, F) input returns its final states, a
+ * decoder over the last T steps starts from them (return_sequences and
+ * return_state). With the same weights the decoder's output and final
+ * states must be those of one layer run over all 2T steps (the initial
+ * state is the carried state); then, with weights of their own, every
+ * weight gradient (the encoder's reach the loss only through the states)
+ * by finite differences, the loss over the decoder's whole output (its
+ * sequence and its final states). Masked steps (x2's all-zero steps,
+ * first steps among them) and recurrent dropout on the decoder cover the
+ * state gradient's other paths. */
+typedef struct scase {
+    const char *name, *op;
+    int reset_after, enc_back, masked;
+    double rdrop;
+} scase;
+
+static void add_rows(rt_graph *g, const char *name, const char *src, int64_t r0, int64_t nr,
+                     int64_t R, int64_t W, int squeeze)
+{
+    char row[64];
+    snprintf(row, sizeof row, "%s:rows", name);
+    const int64_t pads[6] = {0, -r0, 0, 0, -(R - r0 - nr), 0}, shape[1] = {W};
+    const rt_attr a = {.name = "pads", .kind = RT_ATTR_INTS, .n = 6, .ints = pads};
+    const rt_attr sh = {.name = "shape", .kind = RT_ATTR_INTS, .n = 1, .ints = shape};
+    REQUIRE(rt_graph_add_node(g, squeeze ? row : name, "Pad", 1, &src, 1, &a) == 0);
+    const char *in = row;
+    if (squeeze) REQUIRE(rt_graph_add_node(g, name, "Reshape", 1, &in, 1, &sh) == 0);
+}
+
+/* one recurrent node: prefix's weights (added with new_w), nst initial
+ * states */
+static void add_cell(rt_graph *g, const scase *c, const char *name, const char *x,
+                     const char *prefix, int new_w, const char *const *st, int nst, int seq,
+                     int back, int ret_state, double rdrop)
+{
+    const int G = !strcmp(c->op, "LSTM") ? 4 : !strcmp(c->op, "GRU") ? 3 : 1;
+    char kn[32], rn[32], bn[32], mn[32];
+    snprintf(kn, sizeof kn, "%s/kernel", prefix);
+    snprintf(rn, sizeof rn, "%s/recurrent_kernel", prefix);
+    snprintf(bn, sizeof bn, "%s/bias", prefix);
+    int64_t kd[2] = {F, G * U}, rd[2] = {U, G * U}, bd[2] = {2, G * U};
+    if (new_w) {
+        REQUIRE(rt_graph_add_param(g, kn, 2, kd, RT_INIT_GLOROT_UNIFORM, 1, NULL) == 0);
+        REQUIRE(rt_graph_add_param(g, rn, 2, rd, RT_INIT_GLOROT_UNIFORM, 1, NULL) == 0);
+        if (c->reset_after)
+            REQUIRE(rt_graph_add_param(g, bn, 2, bd, RT_INIT_GLOROT_UNIFORM, 1, NULL) == 0);
+        else
+            REQUIRE(rt_graph_add_param(g, bn, 1, bd + 1, RT_INIT_GLOROT_UNIFORM, 1, NULL) == 0);
+    }
+    const char *in[7] = {x, kn, rn, bn};
+    int n = 4;
+    for (int k = 0; k < nst; k++) in[n++] = st[k];
+    if (c->masked) {
+        snprintf(mn, sizeof mn, "%s/mask", name);
+        const rt_attr mv = {.name = "mask_value", .kind = RT_ATTR_FLOAT, .f = 0.0};
+        REQUIRE(rt_graph_add_node(g, mn, "SequenceMask", 1, &x, 1, &mv) == 0);
+        in[n++] = mn;
+    }
+    const rt_attr at[8] = {
+        {.name = "initial_state", .kind = RT_ATTR_INT, .i = nst > 0},
+        {.name = "return_state", .kind = RT_ATTR_INT, .i = ret_state},
+        {.name = "return_sequences", .kind = RT_ATTR_INT, .i = seq},
+        {.name = "go_backwards", .kind = RT_ATTR_INT, .i = back},
+        {.name = "masked", .kind = RT_ATTR_INT, .i = c->masked},
+        {.name = "recurrent_dropout", .kind = RT_ATTR_FLOAT, .f = rdrop},
+        {.name = "recurrent_activation", .kind = RT_ATTR_STR, .s = "sigmoid"},
+        {.name = "reset_after", .kind = RT_ATTR_INT, .i = c->reset_after},
+    };
+    const int nat = G == 3 ? 8 : G == 4 ? 7 : 6;
+    if (rt_graph_add_node(g, name, c->op, n, in, nat, at) != 0) {
+        fprintf(stderr, "%s: %s\n", c->name, rt_graph_errmsg(g));
+        exit(1);
+    }
+}
+
+/* parameter values by name: a fixed draw per weight kind (k, r, b) */
+static void set_by_kind(rt_exec *e, const rt_plan *p)
+{
+    for (int i = 0; i < rt_plan_n_params(p); i++) {
+        const char *pn;
+        int64_t d[RT_MAX_DIMS], n = 1;
+        int nd = rt_plan_param_info(p, i, &pn, d, NULL);
+        for (int k = 0; k < nd; k++) n *= d[k];
+        const char *w = strchr(pn, '/') + 1;
+        uint32_t s = (uint32_t)(w[0] * 131 + strlen(w));
+        float *v = malloc(sizeof(float) * (size_t)n);
+        REQUIRE(v);
+        for (int64_t k = 0; k < n; k++) {
+            s = s * 1664525u + 1013904223u;
+            v[k] = ((float)(s >> 8) / 16777216.0f - 0.5f) * (w[0] == 'b' ? 0.6f : 1.4f);
+        }
+        CHECK_RC(rt_exec_set_param(e, i, v));
+        free(v);
+    }
+}
+
+static void state_case(const scase *c)
+{
+    const int S = !strcmp(c->op, "LSTM") ? 2 : 1;
+    float x[B * 2 * T * F], y[B * (T + 2) * U];
+    uint32_t s = 7;
+    for (int i = 0; i < B * 2 * T * F; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = 2.0f * ((float)(s >> 8) / 16777216.0f - 0.5f);
+    }
+    if (c->masked) /* all-zero steps: the decoder's first in sample 0 */
+        for (int n = 0; n < B; n++)
+            for (int t = 0; t < 2 * T; t++)
+                if ((n + t) % 3 == 2 || (n == 0 && t == T))
+                    memset(x + (n * 2 * T + t) * F, 0, sizeof(float) * F);
+    for (int i = 0; i < B * (T + S) * U; i++) {
+        s = s * 1664525u + 1013904223u;
+        y[i] = (float)(s >> 8) / 16777216.0f - 0.5f;
+    }
+    /* the encoder and decoder with one set of weights, and one layer over
+     * all 2T steps */
+    rt_graph *g = rt_graph_create(), *g1 = rt_graph_create();
+    int64_t xd[3] = {RT_BATCH, 2 * T, F};
+    REQUIRE(rt_graph_add_input(g, "x2", RT_F32, 3, xd) == 0);
+    REQUIRE(rt_graph_add_input(g1, "x2", RT_F32, 3, xd) == 0);
+    const int64_t p1[6] = {0, 0, 0, 0, -T, 0}, p2[6] = {0, -T, 0, 0, 0, 0};
+    const rt_attr a1 = {.name = "pads", .kind = RT_ATTR_INTS, .n = 6, .ints = p1};
+    const rt_attr a2 = {.name = "pads", .kind = RT_ATTR_INTS, .n = 6, .ints = p2};
+    const char *x2 = "x2";
+    REQUIRE(rt_graph_add_node(g, "xa", "Pad", 1, &x2, 1, &a1) == 0);
+    REQUIRE(rt_graph_add_node(g, "xb", "Pad", 1, &x2, 1, &a2) == 0);
+    const char *st[2] = {"enc/h", "enc/c"};
+    for (int pass = 0; pass < 2; pass++) {
+        rt_graph *gg = pass ? g1 : g;
+        if (pass) {
+            add_cell(g1, c, "full", "x2", "w", 1, NULL, 0, 1, 0, 1, 0.0);
+            break;
+        }
+        add_cell(gg, c, "enc", "xa", "w", 1, NULL, 0, 0, c->enc_back, 1, 0.0);
+        for (int k = 0; k < S; k++) add_rows(gg, st[k], "enc", 1 + k, 1, 1 + S, U, 1);
+        add_cell(gg, c, "dec", "xb", "w", 0, st, S, 1, 0, 1, c->rdrop);
+    }
+    double worst = 0;
+    if (!c->enc_back && c->rdrop == 0) {
+        rt_plan *pp, *pf;
+        rt_exec *e = mse_exec(g, T + S, &pp, c->name), *f = mse_exec(g1, 2 * T + S, &pf, c->name);
+        set_by_kind(e, pp);
+        set_by_kind(f, pf);
+        float got[B * (T + 2) * U], full[B * (2 * T + 2) * U];
+        CHECK_RC(rt_exec_predict(e, x, B, got));
+        CHECK_RC(rt_exec_predict(f, x, B, full));
+        for (int n = 0; n < B; n++)
+            for (int r = 0; r < T + S; r++)
+                for (int u = 0; u < U; u++) {
+                    const double d = fabs(got[(n * (T + S) + r) * U + u] -
+                                          full[(n * (2 * T + S) + T + r) * U + u]);
+                    worst = d > worst ? d : worst;
+                }
+        CHECK(worst < 1e-5);
+        rt_exec_destroy(e);
+        rt_exec_destroy(f);
+        rt_plan_release(pp);
+        rt_plan_release(pf);
+    }
+    rt_graph_destroy(g);
+    rt_graph_destroy(g1);
+    /* weights of their own: the encoder's gradients come through the
+     * states alone */
+    g = rt_graph_create();
+    REQUIRE(rt_graph_add_input(g, "x2", RT_F32, 3, xd) == 0);
+    REQUIRE(rt_graph_add_node(g, "xa", "Pad", 1, &x2, 1, &a1) == 0);
+    REQUIRE(rt_graph_add_node(g, "xb", "Pad", 1, &x2, 1, &a2) == 0);
+    add_cell(g, c, "enc", "xa", "e", 1, NULL, 0, 0, c->enc_back, 1, 0.0);
+    for (int k = 0; k < S; k++) add_rows(g, st[k], "enc", 1 + k, 1, 1 + S, U, 1);
+    add_cell(g, c, "dec", "xb", "d", 1, st, S, 1, 0, 1, c->rdrop);
+    rt_plan *p;
+    rt_exec *e = mse_exec(g, T + S, &p, c->name);
+    set_by_kind(e, p);
+    rt_data d = {.x = x, .y = y, .y_dtype = RT_F32, .n = B};
+    int checked = 0, enc_nonzero = 0;
+    for (int i = 0; i < rt_plan_n_params(p); i++) {
+        const char *pn;
+        int64_t dd[RT_MAX_DIMS], n = 1;
+        int nd = rt_plan_param_info(p, i, &pn, dd, NULL);
+        for (int k = 0; k < nd; k++) n *= dd[k];
+        checked += rt_test_fd_param(e, &d, B, i, 0, 1e-3, c->name);
+        if (pn[0] == 'e') { /* the state path carries a gradient at all */
+            float *gr = malloc(sizeof(float) * (size_t)n);
+            REQUIRE(gr);
+            CHECK_RC(rt_exec_get_grad(e, i, gr));
+            for (int64_t k = 0; k < n; k++) enc_nonzero += fabsf(gr[k]) > 1e-4f;
+            free(gr);
+        }
+    }
+    CHECK(enc_nonzero > 0);
+    if (!c->enc_back && c->rdrop == 0)
+        printf("%-22s one layer over 2T: %.2g, %3d finite differences\n", c->name, worst,
+               checked);
+    else
+        printf("%-22s %3d finite differences\n", c->name, checked);
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+}
+
+static void state_checks(void)
+{
+    static const scase cases[] = {
+        {"state_lstm", "LSTM", 0, 0, 0, 0},
+        {"state_gru_ra", "GRU", 1, 0, 0, 0},
+        {"state_gru_rb", "GRU", 0, 0, 0, 0},
+        {"state_rnn", "SimpleRNN", 0, 0, 0, 0},
+        {"state_lstm_mask", "LSTM", 0, 0, 1, 0},
+        {"state_gru_mask", "GRU", 1, 0, 1, 0},
+        {"state_lstm_back_drop", "LSTM", 0, 1, 0, 0.4},
+        {"state_gru_rb_drop", "GRU", 0, 0, 1, 0.3},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) state_case(&cases[i]);
+}
+
+/* The importer's reading of states: a Keras 2 Functional model (the
+ * decoder's inbound node lists [x, enc:1, enc:2]), the same in Keras 3's
+ * form with initial_state as a keyword and as the second positional
+ * argument, all predict the same; the states matter (a decoder from zero
+ * states predicts otherwise); the settings refused name the fix. */
+#define K_IN(fmt3) \
+    "{\"class_name\": \"InputLayer\", \"name\": \"in\", \"config\": {\"" fmt3 "\": " \
+    "[null, 5, 4], \"name\": \"in\"}, \"inbound_nodes\": []}"
+#define K_LSTM_CFG(nm, seq, extra)                                                           \
+    "\"config\": {\"name\": \"" nm "\", \"units\": 3, \"activation\": \"tanh\", "               \
+    "\"recurrent_activation\": \"sigmoid\", \"use_bias\": true, \"unit_forget_bias\": true, "    \
+    "\"return_sequences\": " seq ", \"return_state\": true, \"dropout\": 0.0, "                  \
+    "\"recurrent_dropout\": 0.0" extra "}"
+#define K2_MODEL(dec_in, outs)                                                                  \
+    "{\"class_name\": \"Functional\", \"config\": {\"name\": \"m\", \"layers\": [" K_IN(        \
+        "batch_input_shape") ", {\"class_name\": \"LSTM\", \"name\": \"enc\", " K_LSTM_CFG(      \
+        "enc", "false", "") ", \"inbound_nodes\": [[[\"in\", 0, 0, {}]]]}, {\"class_name\": "    \
+        "\"LSTM\", \"name\": \"dec\", " K_LSTM_CFG("dec", "true", "") ", \"inbound_nodes\": "   \
+        "[[" dec_in "]]}], \"input_layers\": [[\"in\", 0, 0]], \"output_layers\": [" outs "]}}"
+#define K3_T(nm, t) \
+    "{\"class_name\": \"__keras_tensor__\", \"config\": {\"shape\": [null, 3], \"dtype\": " \
+    "\"float32\", \"keras_history\": [\"" nm "\", 0, " #t "]}}"
+#define K3_MODEL(args, kwargs)                                                                  \
+    "{\"module\": \"keras\", \"class_name\": \"Functional\", \"config\": {\"name\": \"m\", "    \
+    "\"layers\": [" K_IN("batch_shape") ", {\"module\": \"keras.layers\", \"class_name\": "    \
+    "\"LSTM\", \"name\": \"enc\", " K_LSTM_CFG("enc", "false", ", \"seed\": null") ", "         \
+    "\"inbound_nodes\": [{\"args\": [" K3_T("in", 0) "], \"kwargs\": {\"training\": false}}]},"  \
+    " {\"module\": \"keras.layers\", \"class_name\": \"LSTM\", \"name\": \"dec\", " K_LSTM_CFG( \
+        "dec", "true", ", \"seed\": null") ", \"inbound_nodes\": [{\"args\": [" args "], "      \
+    "\"kwargs\": {" kwargs "}}]}], \"input_layers\": [[\"in\", 0, 0]], \"output_layers\": "    \
+    "[[\"dec\", 0, 0]]}}"
+
+static int state_predict(const char *js, float *out, char *err, size_t errlen)
+{
+    rt_graph *g;
+    if (rt_keras_import(js, strlen(js), &g, err, errlen) < 0) return -1;
+    rt_plan *p;
+    rt_exec *e = mse_exec(g, 5, &p, "keras states"); /* (5, units 3) */
+    rt_graph_destroy(g);
+    set_by_kind(e, p);
+    float x[B * 5 * 4];
+    for (int i = 0; i < B * 5 * 4; i++) x[i] = (float)((i * 37) % 19) / 9.5f - 1.0f;
+    CHECK_RC(rt_exec_predict(e, x, B, out));
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    return 0;
+}
+
+static void state_imports(void)
+{
+    static const char *k2 = K2_MODEL(
+        "[\"in\", 0, 0, {}], [\"enc\", 0, 1, {}], [\"enc\", 0, 2, {}]", "[\"dec\", 0, 0]");
+    static const char *forms[] = {
+        K3_MODEL(K3_T("in", 0), "\"initial_state\": [" K3_T("enc", 1) ", " K3_T("enc", 2)
+                 "], \"training\": false"),
+        K3_MODEL(K3_T("in", 0) ", [" K3_T("enc", 1) ", " K3_T("enc", 2) "]", ""),
+    };
+    float want[B * 5 * 3], got[B * 5 * 3], zero[B * 5 * 3];
+    char err[400];
+    if (state_predict(k2, want, err, sizeof err) < 0) {
+        fprintf(stderr, "Keras 2 initial_state: %s\n", err);
+        CHECK(0);
+        return;
+    }
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        if (state_predict(forms[i], got, err, sizeof err) < 0) {
+            fprintf(stderr, "Keras 3 initial_state form %zu: %s\n", i, err);
+            CHECK(0);
+            continue;
+        }
+        CHECK(!rt_fixture_compare("Keras 3 initial_state", got, want, B * 5 * 3, 0, 0));
+    }
+    /* the decoder alone (no initial state): another prediction */
+    static const char *k2_zero = K2_MODEL("[\"in\", 0, 0, {}]", "[\"dec\", 0, 0]");
+    REQUIRE(state_predict(k2_zero, zero, err, sizeof err) == 0);
+    double diff = 0;
+    for (int i = 0; i < B * 5 * 3; i++) diff += fabs(zero[i] - want[i]);
+    CHECK(diff > 1e-2);
+    static const struct { const char *js, *needle; } bad[] = {
+        {K2_MODEL("[\"in\", 0, 0, {}], [\"enc\", 0, 1, {}]", "[\"dec\", 0, 0]"),
+         "LSTM takes 2 initial states (h, c), got 1"},
+        {K2_MODEL("[\"in\", 0, 0, {}], [\"enc\", 0, 1, {}], [\"enc\", 0, 3, {}]",
+                  "[\"dec\", 0, 0]"),
+         "reads output 3 of layer 'enc', which has 3 outputs"},
+        {K2_MODEL("[\"in\", 0, 0, {}], [\"enc\", 0, 1, {}], [\"enc\", 0, 0, {}]",
+                  "[\"dec\", 0, 7]"),
+         "reads output 7 of layer 'dec'"},
+        {K3_MODEL(K3_T("in", 0), "\"mask\": " K3_T("enc", 1)), "mask"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rt_graph *g = NULL;
+        err[0] = 0;
+        int rc = rt_keras_import(bad[i].js, strlen(bad[i].js), &g, err, sizeof err);
+        if (rc >= 0 || !strstr(err, bad[i].needle)) {
+            fprintf(stderr, "refused state %zu: rc %d, '%s'\n", i, rc, err);
+            CHECK(0);
+        }
+        rt_graph_destroy(g);
+    }
+    {
+        /* Keras' stateful layer given an initial state uses its carried
+         * states unless they are all zero: refused */
+        char js[4096], err2[400] = "";
+        static const char dec[] = "\"config\": {\"name\": \"dec\", ";
+        const char *a = strstr(k2, "[null, 5, 4]"), *b = strstr(k2, dec);
+        REQUIRE(a && b && a < b);
+        snprintf(js, sizeof js, "%.*s[3, 5, 4]%.*s%s\"stateful\": true, %s", (int)(a - k2), k2,
+                 (int)(b - a - 12), a + 12, dec, b + strlen(dec));
+        rt_graph *g = NULL;
+        int rc = rt_keras_import(js, strlen(js), &g, err2, sizeof err2);
+        if (rc >= 0 || !strstr(err2, "initial_state on a stateful layer is not supported")) {
+            fprintf(stderr, "stateful initial_state: rc %d, '%s'\n", rc, err2);
+            CHECK(0);
+        }
+        rt_graph_destroy(g);
+    }
+    printf("%-22s ok\n", "keras states");
 }
 
 /* A stateful LSTM (Keras' stateful: true, batch 2): the states carry from
@@ -834,6 +1177,8 @@ int main(int argc, char **argv)
     embedding_checks();
     bad_graphs();
     keras_import_checks();
+    state_checks();
+    state_imports();
     stateful_checks();
     rt_fixture_free();
     return rt_test_done("test_rnn");

@@ -12,9 +12,13 @@
  *
  * Z first holds x W + b for all steps (one GEMM), then each step adds
  * h_{s-1} U (one GEMM per step) and replaces its block by the activated
- * gates. H and C keep every state (slot 0 is the initial state: zeros, or
- * a stateful layer's carried states, rt__kargs.state, which get the final
- * ones after the forward; the backward never reaches them). GRU
+ * gates. H and C keep every state (slot 0 is the initial state: the
+ * initial-state inputs, zeros, or a stateful layer's carried states,
+ * rt__kargs.state, which get the final ones after the forward; the
+ * backward never reaches them). With return_state the output's rows per
+ * sample are the layer's output, then the final h and c, whose gradients
+ * start the backward's dh and dc; the dh, dc left after step 0 are the
+ * initial-state inputs' gradients. GRU
  * keeps in E the recurrent candidate h_{s-1} U_h + b_h (reset_after) or
  * r * h_{s-1} (reset before). Backward walks the steps in reverse,
  * overwriting each Z block by the gates' pre-activation gradient (and E by
@@ -229,15 +233,19 @@ void rt_kern_rnn_fwd(const rt__kargs *a)
                 for (int64_t j = 0; j < GU; j++)
                     zr[j] += b[GU + j];
         }
-    /* the initial states: zeros, or a stateful layer's carried ones */
-    if (a->state)
-        memcpy(w.h, a->state, sizeof(float) * (size_t)(n * U));
+    /* the initial states: the inputs, a stateful layer's carried ones, or
+     * zeros */
+    const float *h0 = p->h0 ? a->x[p->h0] : a->state;
+    const float *c0 = p->h0 ? a->x[p->h0 + 1] : a->state ? a->state + n * U : NULL;
+    if (h0)
+        memcpy(w.h, h0, sizeof(float) * (size_t)(n * U));
     else
         memset(w.h, 0, sizeof(float) * (size_t)(n * U));
-    if (w.c && a->state)
-        memcpy(w.c, a->state + n * U, sizeof(float) * (size_t)(n * U));
+    if (w.c && c0)
+        memcpy(w.c, c0, sizeof(float) * (size_t)(n * U));
     else if (w.c)
         memset(w.c, 0, sizeof(float) * (size_t)(n * U));
+    const int64_t ys = p->yrows * U; /* a sample's output */
     const int act = p->act, ract = p->ract;
     for (int64_t s = 0; s < T; s++) {
         float *zs = w.z + s * n * GU;
@@ -319,7 +327,7 @@ void rt_kern_rnn_fwd(const rt__kargs *a)
         if (p->seq) {
             const int64_t pos = rt__rnn_pos(p, s);
             for (int64_t i = 0; i < n; i++) {
-                float *yo = a->y + (i * T + pos) * U;
+                float *yo = a->y + i * ys + pos * U;
                 if (mk && p->zero_masked && mk[i * T + tau] == 0.0f)
                     memset(yo, 0, sizeof(float) * (size_t)U);
                 else
@@ -327,8 +335,18 @@ void rt_kern_rnn_fwd(const rt__kargs *a)
             }
         }
     }
-    if (!p->seq)
+    if (!p->seq && !p->ret_state)
         memcpy(a->y, w.h + T * n * U, sizeof(float) * (size_t)(n * U));
+    for (int64_t i = 0; p->ret_state && i < n; i++) {
+        /* the output's rows, then the final h and c (return_state) */
+        float *yi = a->y + i * ys;
+        const float *hT = w.h + (T * n + i) * U;
+        if (!p->seq)
+            memcpy(yi, hT, sizeof(float) * (size_t)U);
+        memcpy(yi + p->orows * U, hT, sizeof(float) * (size_t)U);
+        if (w.c)
+            memcpy(yi + (p->orows + 1) * U, w.c + (T * n + i) * U, sizeof(float) * (size_t)U);
+    }
     if (a->state && a->r->carry) {
         memcpy(a->state, w.h + T * n * U, sizeof(float) * (size_t)(n * U));
         if (w.c)
@@ -362,6 +380,14 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
     float *dh = a->scratch, *dc = dh + n * U, *tmp = dc + n * U;
     float *sdh = tmp + n * U, *sdc = sdh + n * U;
     memset(dh, 0, sizeof(float) * (size_t)(2 * n * U));
+    const int64_t ys = p->yrows * U; /* a sample's output */
+    for (int64_t i = 0; p->ret_state && i < n; i++) {
+        /* the final states' own gradients (return_state) */
+        const float *g = a->dy + i * ys + p->orows * U;
+        memcpy(dh + i * U, g, sizeof(float) * (size_t)U);
+        if (p->cell == RT__RNN_LSTM)
+            memcpy(dc + i * U, g + U, sizeof(float) * (size_t)U);
+    }
     const float *mk = p->mask ? a->x[p->mask] : NULL;
     const int act = p->act, ract = p->ract;
     /* the forward's masks (training with a rate above 0) and the states
@@ -379,13 +405,17 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
                 if (mk && p->zero_masked && mk[i * T + tau] == 0.0f)
                     continue;
                 float *restrict di = dh + i * U;
-                const float *restrict g = a->dy + (i * T + pos) * U;
+                const float *restrict g = a->dy + i * ys + pos * U;
                 for (int64_t j = 0; j < U; j++)
                     di[j] += g[j];
             }
         } else if (s == T - 1) {
-            for (int64_t i = 0; i < n * U; i++)
-                dh[i] += a->dy[i];
+            for (int64_t i = 0; i < n; i++) {
+                float *restrict di = dh + i * U;
+                const float *restrict g = a->dy + i * ys;
+                for (int64_t j = 0; j < U; j++)
+                    di[j] += g[j];
+            }
         }
         if (mk) /* a masked step passes these through */
             for (int64_t i = 0; i < n; i++)
@@ -481,6 +511,18 @@ void rt_kern_rnn_bwd(const rt__kargs *a)
     }
     if (p->mask && a->dx[p->mask] && !((a->accum >> p->mask) & 1u))
         memset(a->dx[p->mask], 0, sizeof(float) * (size_t)(n * T));
+    /* the initial states' gradients: what reached step 0's states */
+    for (int k = 0; p->h0 && k < (p->cell == RT__RNN_LSTM ? 2 : 1); k++) {
+        float *d = a->dx[p->h0 + k];
+        const float *g = k ? dc : dh;
+        if (!d)
+            continue;
+        if ((a->accum >> (p->h0 + k)) & 1u)
+            for (int64_t i = 0; i < n * U; i++)
+                d[i] += g[i];
+        else
+            memcpy(d, g, sizeof(float) * (size_t)(n * U));
+    }
     const int64_t TN = T * n;
     const float *dZ = w.z;
     if (a->dx[2]) {

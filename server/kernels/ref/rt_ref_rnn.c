@@ -12,8 +12,10 @@
  *   GRU        z, r = ract(x W + hr U + b (+ the recurrent bias));
  *              reset_after: cand = act(x W_h + b_h + r (hr U_h + b'_h)),
  *              else cand = act(x W_h + b_h + (r hr) U_h);  h = z hp + (1-z) cand
- * The initial states are zeros, or a stateful layer's carried ones
- * (rt__kargs.state), which get the final states after the forward.
+ * The initial states are the initial-state inputs, a stateful layer's
+ * carried ones (rt__kargs.state), which get the final states after the
+ * forward, or zeros; with return_state the final h (and c) follow the
+ * output's rows of each sample, and their gradients start dh (and dc).
  * A masked step (the step mask is 0) keeps the previous state (and cell);
  * its sequence output is that state, or 0 with zero_masked. The dropout
  * masks are the engine's counter RNG keyed as the CPU kernels key them
@@ -146,12 +148,18 @@ void rt_ref_rnn_fwd(const rt__kargs *a)
             for (int64_t f = 0; f < q.F; f++)
                 q.X[(i * q.T + t) * q.F + f] =
                     (float)(q.x[(i * q.T + t) * q.F + f] * rt_ref_rnn_mask(a, &q, i, f, 0));
+    /* the initial states: the inputs (h, then LSTM's c), a stateful
+     * layer's carried states (the same order), or zeros */
+    const float *h0 = p->h0 ? a->x[p->h0] : a->state;
+    const float *c0 = p->cell != RT__RNN_LSTM ? NULL
+                      : p->h0                 ? a->x[p->h0 + 1]
+                      : a->state              ? a->state + q.n * U
+                                              : NULL;
+    const int64_t ys = p->yrows * U; /* a sample's output */
     for (int64_t i = 0; i < q.n; i++) {
-        /* zeros, or a stateful layer's carried states (h, then LSTM's c) */
         for (int64_t u = 0; u < U; u++) {
-            RT_REF_HS(&q, 0, i)[u] = a->state ? a->state[i * U + u] : 0;
-            RT_REF_CS(&q, 0, i)
-            [u] = a->state && p->cell == RT__RNN_LSTM ? a->state[(q.n + i) * U + u] : 0;
+            RT_REF_HS(&q, 0, i)[u] = h0 ? h0[i * U + u] : 0;
+            RT_REF_CS(&q, 0, i)[u] = c0 ? c0[i * U + u] : 0;
         }
         for (int64_t s = 0; s < q.T; s++) {
             float *z = RT_REF_ZS(&q, s, i), *h = RT_REF_HS(&q, s + 1, i);
@@ -218,12 +226,17 @@ void rt_ref_rnn_fwd(const rt__kargs *a)
             if (p->seq) {
                 const int64_t pos = p->rev_out ? q.T - 1 - s : s;
                 for (int64_t u = 0; u < U; u++)
-                    a->y[(i * q.T + pos) * U + u] = !kept && p->zero_masked ? 0.0f : h[u];
+                    a->y[i * ys + pos * U + u] = !kept && p->zero_masked ? 0.0f : h[u];
             }
         }
-        if (!p->seq)
-            for (int64_t u = 0; u < U; u++)
-                a->y[i * U + u] = RT_REF_HS(&q, q.T, i)[u];
+        for (int64_t u = 0; u < U; u++) {
+            if (!p->seq)
+                a->y[i * ys + u] = RT_REF_HS(&q, q.T, i)[u];
+            if (p->ret_state) /* then the final h, and c (return_state) */
+                a->y[i * ys + p->orows * U + u] = RT_REF_HS(&q, q.T, i)[u];
+            if (p->ret_state && p->cell == RT__RNN_LSTM)
+                a->y[i * ys + (p->orows + 1) * U + u] = RT_REF_CS(&q, q.T, i)[u];
+        }
     }
     /* after every sample: the states were read above */
     for (int64_t i = 0; a->state && a->r->carry && i < q.n; i++)
@@ -252,17 +265,22 @@ void rt_ref_rnn_bwd(const rt__kargs *a)
         rt_ref_clear(a, 2, U * GU);
     if (db)
         rt_ref_clear(a, 3, q.bh || q.b2 ? 2 * GU : GU);
+    const int64_t ys = p->yrows * U; /* a sample's output */
+    const int lstm = p->cell == RT__RNN_LSTM;
+    float *dh0 = p->h0 ? a->dx[p->h0] : NULL, *dc0 = p->h0 && lstm ? a->dx[p->h0 + 1] : NULL;
     for (int64_t i = 0; i < q.n; i++) {
+        /* the last output's gradient, and the final states' (return_state) */
         for (int64_t u = 0; u < U; u++) {
-            dh[u] = p->seq ? 0.0f : a->dy[i * U + u];
-            dc[u] = 0.0f;
+            const float *g = a->dy + i * ys + p->orows * U + u;
+            dh[u] = (float)((p->seq ? 0.0 : a->dy[i * ys + u]) + (p->ret_state ? g[0] : 0.0));
+            dc[u] = p->ret_state && lstm ? g[U] : 0.0f;
         }
         for (int64_t s = T - 1; s >= 0; s--) {
             const int kept = !q.mk || q.mk[i * T + rt_ref_tau(p, s)] != 0.0f;
             if (p->seq && (kept || !p->zero_masked)) {
                 const int64_t pos = p->rev_out ? T - 1 - s : s;
                 for (int64_t u = 0; u < U; u++)
-                    dh[u] += a->dy[(i * T + pos) * U + u];
+                    dh[u] += a->dy[i * ys + pos * U + u];
             }
             if (!kept)
                 continue; /* the state passed through: dh, dc unchanged */
@@ -354,6 +372,13 @@ void rt_ref_rnn_bwd(const rt__kargs *a)
             }
             for (int64_t u = 0; u < U; u++)
                 dh[u] = (float)(tmp[u] + (double)dhr[u] * rt_ref_rnn_mask(a, &q, i, u, 1));
+        }
+        /* what reached the initial states */
+        for (int64_t u = 0; u < U; u++) {
+            if (dh0)
+                rt_ref_put(a, p->h0, i * U + u, dh[u]);
+            if (dc0)
+                rt_ref_put(a, p->h0 + 1, i * U + u, dc[u]);
         }
     }
 }

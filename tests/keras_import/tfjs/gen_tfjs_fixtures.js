@@ -19,7 +19,8 @@
  * Setup and run (the pure-JS CPU backend; tfjs-node is not used):
  *   npm install --prefix build/tfjs @tensorflow/tfjs@4
  *   NODE_PATH=build/tfjs/node_modules node tests/keras_import/tfjs/gen_tfjs_fixtures.js \
- *       . build/tests/keras_import/test_keras_tfjs [model.json ... | --callbacks | --attn]
+ *       . build/tests/keras_import/test_keras_tfjs [model.json ... | --callbacks | --attn |
+ *       --multi [model.json ...]]
  *
  * The data (inputs, labels) and the sampled weight positions follow the
  * rules in test_keras_tfjs.c's header comment.
@@ -834,6 +835,29 @@ function totalLoss(heads, ys, ps) {
       tf.add(t, tf.mul(h.weight, headLoss(h, ys[k], ps[k]))), tf.scalar(0)));
 }
 
+/* tfjs' RNN.apply writes the initial states it takes from its inputs
+ * (Keras 2's [x, h, c]) into the keyword arguments it was given; model.apply
+ * shares one such object between its calls, so the next call of a layer
+ * that reads states (each output's pass) finds them twice and throws "When
+ * inputs is an array, neither initialState or constants should be
+ * provided". Each call gets its own copy, without the states written there
+ * by an earlier call: the inputs hold them, as Keras' RNN.__call__ passes
+ * them. */
+function isolateRnnKwargs(model) {
+  for (const layer of model.layers) {
+    const inner = layer.layer || layer; /* Bidirectional's */
+    if (!('returnState' in inner)) continue;
+    const orig = layer.apply.bind(layer);
+    layer.apply = (inputs, kwargs) => {
+      if (kwargs && Array.isArray(inputs)) {
+        kwargs = {...kwargs};
+        delete kwargs.initialState;
+      }
+      return orig(inputs, kwargs);
+    };
+  }
+}
+
 async function multiModel(root, tool, rel) {
   const file = path.join(root, rel), j = JSON.parse(fs.readFileSync(file, 'utf8'));
   const dumpFile = path.join(require('os').tmpdir(), `rt_multi_${process.pid}.bin`);
@@ -841,6 +865,7 @@ async function multiModel(root, tool, rel) {
   const params = readDump(dumpFile);
   fs.unlinkSync(dumpFile);
   const model = await tf.models.modelFromJSON({class_name: j.class_name, config: j.config});
+  isolateRnnKwargs(model);
   setInit(model, params);
   const cc = j.compile_config || {};
   const heads = model.outputNames.map((name, k) => {
@@ -1024,9 +1049,10 @@ async function main() {
     console.log(JSON.stringify(summary, null, 1));
     return;
   }
-  if (only.length === 1 && only[0] === '--multi') {
+  if (only.length >= 1 && only[0] === '--multi') {
+    /* every model of keras-multi, or those named after --multi */
     for (const f of fs.readdirSync(path.join(root, 'tests/fixtures/keras-multi')).sort())
-      if (f.endsWith('.json'))
+      if (f.endsWith('.json') && (only.length === 1 || only.includes(f)))
         await multiModel(path.resolve(root), path.resolve(tool), `tests/fixtures/keras-multi/${f}`);
     return;
   }
