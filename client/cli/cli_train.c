@@ -233,18 +233,6 @@ static int npy_shape(const char *path, int64_t *dims, int max)
     return nd;
 }
 
-/* The most one upload holds on the daemon (GetInfo; 0: no limit). */
-static int upload_limit(rt_client *c, uint64_t *lim)
-{
-    rt_client_info info;
-    int rc = rt_client_info_get(c, &info);
-    if (rc < 0)
-        return rc;
-    *lim = info.max_upload_bytes ? info.max_upload_bytes : info.max_dataset_bytes;
-    rt_client_info_free(&info);
-    return 0;
-}
-
 /* --data (and --val) larger than one upload holds (GetInfo's
  * max_upload_bytes), in a kind cli_rows.c reads: read here, for
  * rt_client_fit_rows to send in chunks (*chunked 1; tr, and va with
@@ -260,7 +248,7 @@ static int over_one_upload(rt_client *c, const cli_opts *o, cli_rows **tr, rt_cl
     if (!dbytes)
         return 0;
     uint64_t lim = 0;
-    int rc = upload_limit(c, &lim);
+    int rc = rt_client_upload_limit(c, &lim);
     if (rc < 0)
         return rc;
     if (!lim || (dbytes <= lim && vbytes <= lim))
@@ -1098,7 +1086,7 @@ int cli_cmd_eval(const cli_opts *o, int predict)
     const char *dl = own_labels(o->data, o->labels);
     const uint64_t bytes = cli_rows_bytes(&po, o->data, dl, NULL);
     uint64_t lim = 0;
-    if (bytes && (rc = upload_limit(c, &lim)) < 0) {
+    if (bytes && (rc = rt_client_upload_limit(c, &lim)) < 0) {
         ex = cli_fail(c, "GetInfo", rc);
         goto out;
     }

@@ -224,12 +224,10 @@ static int upload_all(rt_client *c, const char *session, const char *name, const
     return r->upload(c, session, name, order, r->n, ds, r->user);
 }
 
-/* The most one upload holds: given, or GetInfo's (0: no limit) */
-static int upload_limit(rt_client *c, uint64_t given, uint64_t *limit)
+int rt_client_upload_limit(rt_client *c, uint64_t *limit)
 {
-    *limit = given;
-    if (given)
-        return 0;
+    if (!c || !limit)
+        return RT_EINVAL;
     rt_client_info info;
     int rc = rt_client_info_get(c, &info);
     if (rc < 0)
@@ -237,6 +235,13 @@ static int upload_limit(rt_client *c, uint64_t given, uint64_t *limit)
     *limit = info.max_upload_bytes ? info.max_upload_bytes : info.max_dataset_bytes;
     rt_client_info_free(&info);
     return 0;
+}
+
+/* The most one upload holds: given, or the daemon's */
+static int upload_limit(rt_client *c, uint64_t given, uint64_t *limit)
+{
+    *limit = given;
+    return given ? 0 : rt_client_upload_limit(c, limit);
 }
 
 int rt_client_fit_rows(rt_client *c, const rt_client_fit_rows_params *p, rt_client_fit_cb cb,

@@ -775,6 +775,11 @@ typedef struct rt_client_fit_params {
 int rt_client_fit(rt_client *c, const rt_client_fit_params *p,
                   rt_client_fit_cb cb, void *user);
 
+/* The most bytes one upload may hold on this daemon: GetInfo's
+ * max_upload_bytes (from an older daemon its max_dataset_bytes); 0: no
+ * limit. */
+int rt_client_upload_limit(rt_client *c, uint64_t *limit);
+
 /* A fit on data larger than one upload (the daemon holds an upload whole
  * while it arrives, so one is at most GetInfo's max_upload_bytes): the
  * caller serves rows of its data in any order, as data sets of their own.
