@@ -18,6 +18,7 @@
 set -uo pipefail
 rtraind=$1 rtrain=$2 src=$3
 . "$src/tests/lib/e2e.sh"
+. "$src/tests/cli/chunked_lib.sh"
 /usr/bin/python3 - "$tmp" "$src/tests/data" <<'PY' || exit 1
 import struct, sys
 sys.path.insert(0, sys.argv[2])
@@ -43,22 +44,9 @@ for s in range(3):
     write("%s/num-%05d-of-00003.tfrecord" % (out, s), recs[s * 1000:(s + 1) * 1000])
 PY
 /usr/bin/python3 "$src/tests/data/gen_images.py" "$tmp/imgs" 150 5 32 >/dev/null || exit 1
-dense() { # dense IN UNITS [flatten HxW]
-  local inp="\"batch_input_shape\": [null, $1]" fl=""
-  if [ -n "${3:-}" ]; then
-    fl="{\"class_name\": \"Flatten\", \"config\": {\"name\": \"f\", \"batch_input_shape\": [null, $3]}},"
-    inp=""
-  fi
-  echo "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": [$fl
- {\"class_name\": \"Dense\", \"config\": {\"name\": \"d1\", \"units\": 8, \"activation\": \"relu\"${inp:+, $inp}}},
- {\"class_name\": \"Dense\", \"config\": {\"name\": \"d2\", \"units\": $2, \"activation\": \"softmax\"}}]}}"
-}
-dense 16 4 >"$tmp/m.json"
-dense 0 4 "12, 12" >"$tmp/mi.json"
-start_daemon "$tmp/small.log" --log-level warn --max-upload-bytes 262144 || exit 1
-small=$addr small_pid=$dpid
-start_daemon "$tmp/daemon.log" --log-level warn || { kill "$small_pid"; exit 1; }
-trap 'kill "$small_pid" 2>/dev/null; wait "$small_pid" 2>/dev/null; cleanup' EXIT
+dense 16 4 softmax >"$tmp/m.json"
+dense 0 4 softmax "12, 12" >"$tmp/mi.json"
+two_daemons 262144
 
 COMMON=(--loss sparse_categorical_crossentropy --optimizer sgd --lr 0.05 --batch-size 32
         --epochs 2 --seed 7 --no-progress)

@@ -21,6 +21,7 @@
 set -uo pipefail
 rtraind=$1 rtrain=$2 src=$3
 . "$src/tests/lib/e2e.sh"
+. "$src/tests/cli/chunked_lib.sh"
 /usr/bin/python3 - "$tmp" "$src/tests/data" <<'PY' || exit 1
 import gzip, shutil, struct, sys
 sys.path.insert(0, sys.argv[2])
@@ -68,24 +69,11 @@ for name in ["d.csv", "im-images-idx3-ubyte", "im-labels-idx1-ubyte"] + \
 PY
 /usr/bin/python3 "$src/tests/data/gen_images.py" "$tmp/imgs" 150 5 32 >/dev/null || exit 1
 gz_size() { local b=0; for f in "$@"; do b=$((b + $(stat -c %s "$f"))); done; echo "$b"; }
-dense() { # dense IN UNITS ACTIVATION [flatten HxW]
-  local inp="\"batch_input_shape\": [null, $1]" fl=""
-  if [ -n "${4:-}" ]; then
-    fl="{\"class_name\": \"Flatten\", \"config\": {\"name\": \"f\", \"batch_input_shape\": [null, $4]}},"
-    inp=""
-  fi
-  echo "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": [$fl
- {\"class_name\": \"Dense\", \"config\": {\"name\": \"d1\", \"units\": 8, \"activation\": \"relu\"${inp:+, $inp}}},
- {\"class_name\": \"Dense\", \"config\": {\"name\": \"d2\", \"units\": $2, \"activation\": \"$3\"}}]}}"
-}
 dense 16 4 softmax >"$tmp/m.json"
 dense 16 3 linear >"$tmp/mr.json"
 dense 32 4 softmax >"$tmp/mb.json"
 dense 0 4 softmax "12, 12" >"$tmp/mi.json"
-start_daemon "$tmp/small.log" --log-level warn --max-upload-bytes 262144 || exit 1
-small=$addr small_pid=$dpid
-start_daemon "$tmp/daemon.log" --log-level warn || { kill "$small_pid"; exit 1; }
-trap 'kill "$small_pid" 2>/dev/null; wait "$small_pid" 2>/dev/null; cleanup' EXIT
+two_daemons 262144
 
 # the premise: each compressed set is over the limit as it is sent (a
 # compressed CSV is sent inflated: the daemon reads no compressed CSV)
