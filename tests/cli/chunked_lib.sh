@@ -18,6 +18,7 @@ dense() {
 
 # two_daemons LIMIT: rtraind with --max-upload-bytes LIMIT (small,
 # small_pid) and a plain one (addr, dpid), both stopped at exit
+# shellcheck disable=SC2154,SC2034 # tmp, addr, dpid: e2e.sh's; small: the test's
 two_daemons() {
   start_daemon "$tmp/small.log" --log-level warn --max-upload-bytes "$1" || exit 1
   small=$addr small_pid=$dpid
