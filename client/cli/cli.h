@@ -215,16 +215,41 @@ int cli_upload(rt_client *c, const char *sid, const char *name, const char *data
                const char *labels, const cli_opts *o, rt_client_dataset *out);
 /* Read a whole text file (NUL-terminated); NULL with errno on failure. */
 char *cli_read_file(const char *path, size_t *len);
+/* A data file's bytes, inflated when compressed (.gz, .zlib), NUL-
+ * terminated (cli_rows.c); NULL after saying why. */
+char *cli_read_data(const char *path, size_t *len);
 void cli_train_opts(const cli_opts *o, rt_train_opts *t);
-/* cli_rows.c: --data/--val as rows for rt_client_fit_rows (a fit over
- * one upload): the bytes of data (with labels) when it is a kind it reads
- * (.npy or IDX pairs, a CSV with a label column, TFRecord shards, an
- * image folder; not compressed), else 0; and reading it (RT_E* after
- * saying why). */
+/* cli_rows.c: --data/--val as rows for the calls over more than one
+ * upload (rt_client_fit_rows, rt_client_evaluate_rows,
+ * rt_client_predict_rows). cli_rows_bytes: the bytes of the one upload
+ * that cli_upload (or fit's --sample-weights upload) sends for data (with
+ * labels, weights: NULL for none) when it is a kind cli_rows reads (.npy
+ * or IDX, a CSV with a label column or --label-columns, predict's
+ * features-only CSV, TFRecord shards, an image folder; compressed or not),
+ * else 0. cli_rows_needed: 1 when only cli_rows reads them (a compressed
+ * CSV or .npy, a zlib'ed IDX: the daemon inflates only gzip'ed IDX and
+ * TFRecord). cli_rows_open: reading
+ * it (RT_E* after saying why). */
 typedef struct cli_rows cli_rows;
-uint64_t cli_rows_bytes(const cli_opts *o, const char *data, const char *labels);
+uint64_t cli_rows_bytes(const cli_opts *o, const char *data, const char *labels,
+                        const char *weights);
+int cli_rows_needed(const char *data, const char *labels, const char *weights);
 int cli_rows_open(rt_client *c, const cli_opts *o, const char *data, const char *labels,
-                  cli_rows **out, rt_client_rows *rows);
+                  const char *weights, cli_rows **out, rt_client_rows *rows);
+/* A numeric CSV (inflated when compressed) as f32 arrays: columns
+ * first..last are the labels y (rows, ny), the others the features x
+ * (rows, nx); first < 0: every column is a feature (ny 0). RT_E* after
+ * saying why. */
+typedef struct cli_csv {
+    float *x, *y;
+    int64_t rows, nx, ny;
+} cli_csv;
+int cli_csv_read(const char *path, int header, long first, long last, cli_csv *out);
+void cli_csv_free(cli_csv *a);
 void cli_rows_free(cli_rows *r);
+/* data (labels, weights) read by cli_rows as one upload, its rows in order */
+int cli_rows_upload(rt_client *c, const char *sid, const char *name, const cli_opts *o,
+                    const char *data, const char *labels, const char *weights,
+                    rt_client_dataset *out);
 
 #endif

@@ -80,75 +80,22 @@ static const char *base_name(const char *p)
 static int csv_upload_split(rt_client *c, const char *sid, const char *name, const char *path,
                             int header, long first, long last, rt_client_dataset *out)
 {
-    size_t len;
-    char *text = cli_read_file(path, &len);
-    if (!text)
-        return RT_ENOTFOUND;
-    size_t cx = 1024, cy = 1024, nx = 0, ny = 0;
-    float *x = malloc(cx * sizeof *x), *y = malloc(cy * sizeof *y);
-    long cols = -1, rows = 0;
-    int rc = x && y ? 0 : RT_ENOMEM;
-    char *save = NULL;
-    int line_no = 0;
-    for (char *line = strtok_r(text, "\n", &save); line && rc == 0;
-         line = strtok_r(NULL, "\n", &save)) {
-        if (line_no++ == 0 && header)
-            continue;
-        if (strspn(line, " \t\r") == strlen(line))
-            continue;
-        long col = 0;
-        for (char *f = line;; col++) {
-            char *end;
-            float v = strtof(f, &end);
-            if (end == f) {
-                rc = RT_EINVAL;
-                break;
-            }
-            int is_label = first >= 0 && col >= first && col <= last;
-            float **dst = is_label ? &y : &x;
-            size_t *n = is_label ? &ny : &nx, *cap = is_label ? &cy : &cx;
-            if (*n == *cap) {
-                float *grown = realloc(*dst, 2 * *cap * sizeof **dst);
-                if (!grown) {
-                    rc = RT_ENOMEM;
-                    break;
-                }
-                *dst = grown;
-                *cap *= 2;
-            }
-            (*dst)[(*n)++] = v;
-            while (*end == ' ' || *end == '\t' || *end == '\r')
-                end++;
-            if (*end != ',')
-                break;
-            f = end + 1;
-        }
-        if (rc)
-            break;
-        if (cols < 0)
-            cols = col + 1;
-        if (col + 1 != cols || (first >= 0 && last >= cols)) {
-            rc = RT_EINVAL;
-            break;
-        }
-        rows++;
-    }
-    if (rc == 0 && (rows == 0 || (first >= 0 && last - first + 1 >= cols)))
-        rc = RT_EINVAL;
-    if (rc == 0) {
-        const long k = first >= 0 ? last - first + 1 : 0;
-        rt_client_array xa = {
-            .data = x, .dtype = RT_DTYPE_F32, .ndim = 2, .shape = {rows, cols - k}};
-        rt_client_array ya = {.data = y, .dtype = RT_DTYPE_F32, .ndim = 2, .shape = {rows, k}};
-        rc = rt_client_upload(c, sid, name, &xa, k ? &ya : NULL, out);
-    } else if (rc == RT_EINVAL) {
-        fprintf(stderr, "rtrain: %s: not a numeric CSV with %s\n", path,
-                first >= 0 ? "those label columns" : "rows of equal length");
-    }
-    free(x);
-    free(y);
-    free(text);
+    cli_csv a;
+    int rc = cli_csv_read(path, header, first, last, &a);
+    if (rc < 0)
+        return rc;
+    rt_client_array xa = {.data = a.x, .dtype = RT_DTYPE_F32, .ndim = 2, .shape = {a.rows, a.nx}};
+    rt_client_array ya = {.data = a.y, .dtype = RT_DTYPE_F32, .ndim = 2, .shape = {a.rows, a.ny}};
+    rc = rt_client_upload(c, sid, name, &xa, a.ny ? &ya : NULL, out);
+    cli_csv_free(&a);
     return rc;
+}
+
+/* labels that go with data as a file of their own (.npy and IDX) */
+static const char *own_labels(const char *data, const char *labels)
+{
+    const cli_data_kind k = cli_data_kind_of(data);
+    return k == CLI_DATA_NPY || k == CLI_DATA_IDX ? labels : NULL;
 }
 
 static int upload_kind(rt_client *c, const char *sid, const char *name, const char *data,
@@ -174,6 +121,8 @@ int cli_upload(rt_client *c, const char *sid, const char *name, const char *data
 static int upload_kind(rt_client *c, const char *sid, const char *name, const char *data,
                        const char *labels, const cli_opts *o, rt_client_dataset *out)
 {
+    if (cli_rows_needed(data, own_labels(data, labels), NULL))
+        return cli_rows_upload(c, sid, name, o, data, own_labels(data, labels), NULL, out);
     switch (cli_data_kind_of(data)) {
     case CLI_DATA_CSV:
         if (o->label_first >= 0)
@@ -292,25 +241,20 @@ static int over_one_upload(rt_client *c, const cli_opts *o, cli_rows **tr, rt_cl
                            cli_rows **va, rt_client_rows *var, int *chunked)
 {
     *chunked = 0;
-    const cli_data_kind dkind = cli_data_kind_of(o->data);
-    const char *dl = dkind == CLI_DATA_NPY || dkind == CLI_DATA_IDX ? o->labels : NULL;
-    const cli_data_kind vkind = o->val ? cli_data_kind_of(o->val) : CLI_DATA_UNKNOWN;
-    const char *vl = vkind == CLI_DATA_NPY || vkind == CLI_DATA_IDX ? o->val_labels : NULL;
-    const uint64_t dbytes = o->sample_weights ? 0 : cli_rows_bytes(o, o->data, dl);
-    const uint64_t vbytes = o->val ? cli_rows_bytes(o, o->val, vl) : 0;
-    const int dk = dbytes > 0, vk = vbytes > 0;
-    if (!dk)
+    const char *dl = own_labels(o->data, o->labels), *sw = o->sample_weights;
+    const char *vl = o->val ? own_labels(o->val, o->val_labels) : NULL;
+    const uint64_t dbytes = cli_rows_bytes(o, o->data, dl, sw);
+    const uint64_t vbytes = o->val ? cli_rows_bytes(o, o->val, vl, NULL) : 0;
+    if (!dbytes)
         return 0;
-    rt_client_info info;
-    int rc = rt_client_info_get(c, &info);
+    uint64_t lim = 0;
+    int rc = rt_client_upload_limit(c, &lim);
     if (rc < 0)
         return rc;
-    uint64_t lim = info.max_upload_bytes ? info.max_upload_bytes : info.max_dataset_bytes;
-    rt_client_info_free(&info);
     if (!lim || (dbytes <= lim && vbytes <= lim))
         return 0;
-    if ((rc = cli_rows_open(c, o, o->data, dl, tr, trr)) < 0 ||
-        (vk && (rc = cli_rows_open(c, o, o->val, vl, va, var)) < 0))
+    if ((rc = cli_rows_open(c, o, o->data, dl, sw, tr, trr)) < 0 ||
+        (vbytes && (rc = cli_rows_open(c, o, o->val, vl, NULL, va, var)) < 0))
         return rc;
     if (dbytes > lim)
         fprintf(stderr,
@@ -332,7 +276,7 @@ static int over_one_upload(rt_client *c, const cli_opts *o, cli_rows **tr, rt_cl
 static long csv_row_values(const char *path, int header)
 {
     size_t len;
-    char *text = cli_read_file(path, &len);
+    char *text = cli_read_data(path, &len);
     if (!text)
         return -1;
     long cols = -1;
@@ -694,6 +638,11 @@ static int load_weights(rt_client *c, const char *sid, const rt_client_compile_r
  * each is finite and >= 0). TFRecord data was refused by cli_parse. */
 static int upload_weighted(rt_client *c, const char *sid, const cli_opts *o, rt_client_dataset *out)
 {
+    /* a compressed CSV or .npy, a CSV's --label-columns: the rows read here */
+    const char *dl = own_labels(o->data, o->labels);
+    if (cli_rows_needed(o->data, dl, o->sample_weights) ||
+        (o->label_first >= 0 && cli_data_kind_of(o->data) == CLI_DATA_CSV))
+        return cli_rows_upload(c, sid, base_name(o->data), o, o->data, dl, o->sample_weights, out);
     rt_client_upload_part p[3];
     memset(p, 0, sizeof p);
     int n = 0;
@@ -1106,6 +1055,7 @@ int cli_cmd_eval(const cli_opts *o, int predict)
     char sid[RT_ID_MAX] = "";
     rt_client_compile_result prog;
     memset(&prog, 0, sizeof prog);
+    cli_rows *cr = NULL; /* --data over one upload, read here */
     ex = setup(c, o, predict ? "rtrain predict" : "rtrain eval", sid, &prog);
     if (ex)
         goto out;
@@ -1120,7 +1070,7 @@ int cli_cmd_eval(const cli_opts *o, int predict)
         for (int i = 0; i < prog.input_ndim; i++)
             in *= prog.input_shape[i];
         size_t len;
-        char *text = cli_read_file(o->data, &len);
+        char *text = cli_read_data(o->data, &len);
         if (text) {
             char *line = text;
             if (o->csv_header && strchr(line, '\n'))
@@ -1132,14 +1082,37 @@ int cli_cmd_eval(const cli_opts *o, int predict)
             free(text);
         }
     }
-    rc = cli_upload(c, sid, base_name(o->data), o->data, o->labels, &po, &ds);
+    /* --data over one upload: evaluated or predicted in chunks */
+    const char *dl = own_labels(o->data, o->labels);
+    const uint64_t bytes = cli_rows_bytes(&po, o->data, dl, NULL);
+    uint64_t lim = 0;
+    if (bytes && (rc = rt_client_upload_limit(c, &lim)) < 0) {
+        ex = cli_fail(c, "GetInfo", rc);
+        goto out;
+    }
+    const int chunked = lim && bytes > lim;
+    rt_client_rows rows;
+    if (chunked) {
+        fprintf(stderr,
+                "rtrain: --data is %llu bytes, over the daemon's %llu for one upload: %s in "
+                "chunks%s\n",
+                (unsigned long long)bytes, (unsigned long long)lim,
+                predict ? "predicted" : "evaluated",
+                predict ? ", the outputs in row order" : ", the metrics combined by rows");
+        rc = cli_rows_open(c, &po, o->data, dl, NULL, &cr, &rows);
+    } else {
+        rc = cli_upload(c, sid, base_name(o->data), o->data, o->labels, &po, &ds);
+    }
     if (rc < 0) {
         ex = cli_fail(c, "upload of --data", rc);
         goto out;
     }
+    const uint32_t batch = o->batch_size > 0 ? (uint32_t)o->batch_size : 32;
     if (!predict) {
         rt_client_metrics m;
-        rc = rt_client_evaluate(c, sid, prog.program_id, ds.id, &m);
+        rc = chunked ? rt_client_evaluate_rows(c, sid, prog.program_id, base_name(o->data), &rows,
+                                               batch, lim, &m)
+                     : rt_client_evaluate(c, sid, prog.program_id, ds.id, &m);
         if (rc < 0) {
             ex = cli_fail(c, "Evaluate", rc);
             goto out;
@@ -1152,7 +1125,9 @@ int cli_cmd_eval(const cli_opts *o, int predict)
         printf(" - samples: %llu\n", (unsigned long long)m.samples);
     } else {
         rt_client_tensor y;
-        rc = rt_client_predict_dataset(c, sid, prog.program_id, ds.id, &y);
+        rc = chunked ? rt_client_predict_rows(c, sid, prog.program_id, base_name(o->data), &rows,
+                                              batch, lim, &y)
+                     : rt_client_predict_dataset(c, sid, prog.program_id, ds.id, &y);
         if (rc < 0) {
             ex = cli_fail(c, "Predict", rc);
             goto out;
@@ -1172,6 +1147,7 @@ int cli_cmd_eval(const cli_opts *o, int predict)
         rt_client_tensor_free(&y);
     }
 out:
+    cli_rows_free(cr);
     if (sid[0]) {
         rt_client_next_timeout_ms(c, 5000);
         rt_client_session_close(c, sid);

@@ -36,10 +36,11 @@ int cli_cmd_info(const cli_opts *o)
         printf("device      %s (%s, %s), %u cores, %.1f GiB\n", in.device_name, in.device_kind,
                in.backend, in.device_cores, (double)in.device_memory_bytes / (1u << 30));
         printf("backend     %s\n", in.backend);
-        printf("limits      message %llu B, dataset %llu B, sessions %u, dim %llu, "
-               "params %llu, steps/call %llu\n",
+        printf("limits      message %llu B, dataset %llu B, upload %llu B, sessions %u, "
+               "dim %llu, params %llu, steps/call %llu\n",
                (unsigned long long)in.max_message_bytes, (unsigned long long)in.max_dataset_bytes,
-               in.max_sessions, (unsigned long long)in.max_dim, (unsigned long long)in.max_params,
+               (unsigned long long)in.max_upload_bytes, in.max_sessions,
+               (unsigned long long)in.max_dim, (unsigned long long)in.max_params,
                (unsigned long long)in.max_steps_per_call);
         if (in.state[0])
             printf("state       %s%s\n", in.state,

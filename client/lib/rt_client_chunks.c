@@ -1,4 +1,5 @@
-/* rt_client_chunks.c - a fit on data larger than one upload.
+/* rt_client_chunks.c - a fit, Evaluate and Predict on data larger than
+ * one upload.
  *
  * The daemon holds an upload whole while it arrives, so one upload is at
  * most GetInfo's max_upload_bytes. rt_client_fit_rows sends rows up to
@@ -15,7 +16,9 @@
  * chunks and combined the same way. auc, precision and recall cannot be
  * combined that way and are refused. A chunk uploaded again (unshuffled,
  * or the validation's) costs a FindDataset while the daemon still holds
- * it. */
+ * it. rt_client_evaluate_rows and rt_client_predict_rows send rows in row
+ * order in the same chunks, combining the metrics the same way and
+ * concatenating the outputs. */
 #include "rt_client_impl.h"
 
 #include <math.h>
@@ -187,19 +190,19 @@ static int chunk_rows(rt_client *c, const rt_client_rows *r, uint64_t limit, uin
     return 0;
 }
 
-/* The metrics of Evaluate over all val rows in chunks of vrows: the
- * chunks' combined. */
-static int eval_rows(rt_client *c, const rt_client_fit_rows_params *p, const uint64_t *order,
-                     uint64_t vrows, rt_client_metrics *out)
+/* The metrics of Evaluate over rows (in order) in chunks of per rows:
+ * the chunks' combined. */
+static int eval_chunks(rt_client *c, const char *session, const char *program, const char *name,
+                       const rt_client_rows *r, const uint64_t *order, uint64_t per,
+                       rt_client_metrics *out)
 {
-    const char *name = p->val_name ? p->val_name : "val";
     rt_client_metrics acc, m;
     memset(&acc, 0, sizeof acc);
-    for (uint64_t lo = 0; lo < p->val.n; lo += vrows) {
-        const uint64_t k = p->val.n - lo < vrows ? p->val.n - lo : vrows;
+    for (uint64_t lo = 0; lo < r->n; lo += per) {
+        const uint64_t k = r->n - lo < per ? r->n - lo : per;
         rt_client_dataset ds;
-        int rc = p->val.upload(c, p->fit.session, name, order + lo, k, &ds, p->val.user);
-        if (rc < 0 || (rc = rt_client_evaluate(c, p->fit.session, p->fit.program, ds.id, &m)) < 0 ||
+        int rc = r->upload(c, session, name, order + lo, k, &ds, r->user);
+        if (rc < 0 || (rc = rt_client_evaluate(c, session, program, ds.id, &m)) < 0 ||
             (rc = merge(c, &acc, &m)) < 0)
             return rc;
     }
@@ -208,10 +211,37 @@ static int eval_rows(rt_client *c, const rt_client_fit_rows_params *p, const uin
     return 0;
 }
 
+static int eval_rows(rt_client *c, const rt_client_fit_rows_params *p, const uint64_t *order,
+                     uint64_t vrows, rt_client_metrics *out)
+{
+    return eval_chunks(c, p->fit.session, p->fit.program, p->val_name ? p->val_name : "val",
+                       &p->val, order, vrows, out);
+}
+
 static int upload_all(rt_client *c, const char *session, const char *name, const rt_client_rows *r,
                       const uint64_t *order, rt_client_dataset *ds)
 {
     return r->upload(c, session, name, order, r->n, ds, r->user);
+}
+
+int rt_client_upload_limit(rt_client *c, uint64_t *limit)
+{
+    if (!c || !limit)
+        return RT_EINVAL;
+    rt_client_info info;
+    int rc = rt_client_info_get(c, &info);
+    if (rc < 0)
+        return rc;
+    *limit = info.max_upload_bytes ? info.max_upload_bytes : info.max_dataset_bytes;
+    rt_client_info_free(&info);
+    return 0;
+}
+
+/* The most one upload holds: given, or the daemon's */
+static int upload_limit(rt_client *c, uint64_t given, uint64_t *limit)
+{
+    *limit = given;
+    return given ? 0 : rt_client_upload_limit(c, limit);
 }
 
 int rt_client_fit_rows(rt_client *c, const rt_client_fit_rows_params *p, rt_client_fit_cb cb,
@@ -220,15 +250,10 @@ int rt_client_fit_rows(rt_client *c, const rt_client_fit_rows_params *p, rt_clie
     if (!c || !p || !p->train.n || !p->train.upload || (p->val.n && !p->val.upload))
         return RT_EINVAL;
     const char *name = p->name ? p->name : "data";
-    uint64_t limit = p->max_upload_bytes;
-    if (!limit) {
-        rt_client_info info;
-        int rc = rt_client_info_get(c, &info);
-        if (rc < 0)
-            return rc;
-        limit = info.max_upload_bytes ? info.max_upload_bytes : info.max_dataset_bytes;
-        rt_client_info_free(&info);
-    }
+    uint64_t limit;
+    int lrc = upload_limit(c, p->max_upload_bytes, &limit);
+    if (lrc < 0)
+        return lrc;
     const uint64_t n = p->train.n, vn = p->val.n;
     const int tr_one = !limit || p->train.bytes <= limit;
     const int va_one = !vn || p->val.bytes <= limit;
@@ -358,6 +383,98 @@ int rt_client_fit_rows(rt_client *c, const rt_client_fit_rows_params *p, rt_clie
     }
 out:
     free(order);
+    return rc;
+}
+
+/* ------------------------------------------------ evaluate, predict */
+
+/* rows' order (row order) and the rows per upload: all of them when they
+ * fit one upload, else whole batches of at most half of it */
+static int plain_chunks(rt_client *c, const rt_client_rows *r, uint32_t batch, uint64_t given,
+                        const char *what, uint64_t **order, uint64_t *per)
+{
+    uint64_t limit;
+    int rc = upload_limit(c, given, &limit);
+    if (rc < 0)
+        return rc;
+    *per = r->n;
+    if (limit && r->bytes > limit &&
+        (rc = chunk_rows(c, r, limit, batch ? batch : 1, what, per)) < 0)
+        return rc;
+    if (!(*order = malloc((r->n ? r->n : 1) * sizeof **order)))
+        return rt__err(c, RT_ENOMEM, "%s: out of memory for the row order", what);
+    epoch_order(*order, r->n, 0, 0, 0);
+    return 0;
+}
+
+int rt_client_evaluate_rows(rt_client *c, const char *session, const char *program,
+                            const char *name, const rt_client_rows *rows, uint32_t batch_size,
+                            uint64_t max_upload_bytes, rt_client_metrics *out)
+{
+    if (!c || !session || !program || !rows || !rows->n || !rows->upload || !out)
+        return RT_EINVAL;
+    uint64_t *order, per;
+    int rc = plain_chunks(c, rows, batch_size, max_upload_bytes, "evaluate", &order, &per);
+    if (rc < 0)
+        return rc;
+    rc = eval_chunks(c, session, program, name ? name : "data", rows, order, per, out);
+    free(order);
+    return rc;
+}
+
+/* t's rows appended to out (the first chunk's tensor becomes out) */
+static int append_rows(rt_client *c, rt_client_tensor *out, rt_client_tensor *t)
+{
+    if (!out->data) {
+        *out = *t;
+        memset(t, 0, sizeof *t);
+        return 0;
+    }
+    int same = t->dtype == out->dtype && t->ndim == out->ndim && t->ndim >= 1;
+    for (int d = 1; same && d < t->ndim; d++)
+        same = t->shape[d] == out->shape[d];
+    if (!same)
+        return rt__err(c, RT_EPROTO, "predict over chunks: a chunk's outputs have another shape");
+    char *b = realloc(out->data, out->nbytes + t->nbytes);
+    if (!b)
+        return rt__err(c, RT_ENOMEM, "predict: out of memory for the outputs");
+    memcpy(b + out->nbytes, t->data, t->nbytes);
+    out->data = b;
+    out->nbytes += t->nbytes;
+    out->shape[0] += t->shape[0];
+    return 0;
+}
+
+int rt_client_predict_rows(rt_client *c, const char *session, const char *program, const char *name,
+                           const rt_client_rows *rows, uint32_t batch_size,
+                           uint64_t max_upload_bytes, rt_client_tensor *out)
+{
+    if (!c || !session || !program || !rows || !rows->n || !rows->upload || !out)
+        return RT_EINVAL;
+    memset(out, 0, sizeof *out);
+    uint64_t *order, per;
+    int rc = plain_chunks(c, rows, batch_size, max_upload_bytes, "predict", &order, &per);
+    if (rc < 0)
+        return rc;
+    for (uint64_t lo = 0; lo < rows->n && rc == 0; lo += per) {
+        const uint64_t k = rows->n - lo < per ? rows->n - lo : per;
+        rt_client_dataset ds;
+        rt_client_tensor t;
+        memset(&t, 0, sizeof t);
+        if ((rc = rows->upload(c, session, name ? name : "data", order + lo, k, &ds, rows->user)) <
+                0 ||
+            (rc = rt_client_predict_dataset(c, session, program, ds.id, &t)) < 0)
+            break;
+        if (t.ndim < 1 || t.shape[0] != (int64_t)k)
+            rc = rt__err(c, RT_EPROTO, "predict over chunks: %lld outputs for a chunk of %llu rows",
+                         t.ndim ? (long long)t.shape[0] : 0LL, (unsigned long long)k);
+        else
+            rc = append_rows(c, out, &t);
+        rt_client_tensor_free(&t);
+    }
+    free(order);
+    if (rc < 0)
+        rt_client_tensor_free(out);
     return rc;
 }
 

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 #include "rt_crc32c.h"
 #include "rt_errf.h"
@@ -430,6 +431,92 @@ static int read_file(rt_client *c, const char *path, buf *tmp)
     return bad ? rt__err(c, RT_EIO, "reading %s failed", path) : 0;
 }
 
+/* b inflated: a gzip stream of any number of members (as gzip and
+ * TensorFlow write them) or a zlib stream; 0 or an RT_ code, the message
+ * in err */
+static int inflate_buf(buf *b, const char *path, char *err, size_t errlen)
+{
+    buf out = {0};
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 15 + 32) != Z_OK) /* +32: a gzip or zlib header */
+        return rt_errf(err, errlen, RT_ENOMEM, "out of memory inflating %s", path);
+    z.next_in = b->p;
+    z.avail_in = (uInt)b->n;
+    int rc = 0;
+    for (;;) {
+        if (buf_room(&out, 1 << 20) < 0) {
+            rc = rt_errf(err, errlen, RT_ENOMEM, "out of memory inflating %s", path);
+            break;
+        }
+        z.next_out = out.p + out.n;
+        z.avail_out = (uInt)(out.cap - out.n);
+        const int zr = inflate(&z, Z_NO_FLUSH);
+        out.n = (size_t)(z.next_out - out.p);
+        if (zr == Z_STREAM_END) {
+            if (z.avail_in == 0)
+                break;
+            inflateReset(&z); /* the next member */
+        } else if (zr == Z_BUF_ERROR && z.avail_in == 0) {
+            rc = rt_errf(err, errlen, RT_EDATA, "%s: the compressed data is truncated", path);
+            break;
+        } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
+            rc = rt_errf(err, errlen, RT_EDATA, "%s: not gzip or zlib data (%s)", path,
+                         z.msg ? z.msg : "inflate failed");
+            break;
+        }
+    }
+    inflateEnd(&z);
+    if (rc < 0) {
+        free(out.p);
+        return rc;
+    }
+    free(b->p);
+    *b = out;
+    return 0;
+}
+
+static int compressed_name(const char *path)
+{
+    return ends_with(path, ".gz") || ends_with(path, ".zlib");
+}
+
+int rt_client_read_data_file(const char *path, void **data, size_t *len, char *err, size_t errlen)
+{
+    if (!path || !data || !len)
+        return RT_EINVAL;
+    *data = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return rt_errf(err, errlen, RT_EIO, "cannot open %s: %s", path, strerror(errno));
+    buf b = {0};
+    int rc = 0;
+    for (;;) {
+        if (buf_room(&b, 1 << 16) < 0) {
+            rc = rt_errf(err, errlen, RT_ENOMEM, "out of memory reading %s", path);
+            break;
+        }
+        size_t r = fread(b.p + b.n, 1, b.cap - b.n, f);
+        b.n += r;
+        if (r == 0)
+            break;
+    }
+    if (rc == 0 && ferror(f))
+        rc = rt_errf(err, errlen, RT_EIO, "reading %s failed", path);
+    fclose(f);
+    const int gzip = b.n >= 2 && b.p[0] == 0x1f && b.p[1] == 0x8b;
+    if (rc == 0 && (gzip || compressed_name(path)))
+        rc = inflate_buf(&b, path, err, errlen);
+    if (rc < 0) {
+        free(b.p);
+        return rc;
+    }
+    *data = b.p;
+    *len = b.n;
+    return 0;
+}
+
 /* A chunked fit's rows (rt_client_fit_rows): TFRecord records, framed,
  * one after another in all; a chunk is the asked-for records as one
  * TFRecord part in memory, which the daemon reads as it reads the files. */
@@ -612,15 +699,18 @@ int rt_client_tfrecord_rows(rt_client *c, const char *pattern, const rt_client_e
     }
     for (size_t i = 0; i < g.gl_pathc && rc == 0; i++) {
         const char *path = g.gl_pathv[i];
-        if (ends_with(path, ".gz") || ends_with(path, ".zlib")) {
-            rc = rt__err(c, RT_EINVAL,
-                         "%s is compressed: a fit over one upload reads its records here; "
-                         "decompress the shards",
-                         path);
-            break;
-        }
         buf f = {0};
-        if ((rc = read_file(c, path, &f)) < 0) {
+        if (compressed_name(path)) { /* .gz, .zlib: inflated here */
+            char err[512];
+            void *d;
+            size_t dn;
+            if ((rc = rt_client_read_data_file(path, &d, &dn, err, sizeof err)) < 0) {
+                rc = rt__err(c, rc, "%s", err);
+                break;
+            }
+            f.p = d;
+            f.n = f.cap = dn;
+        } else if ((rc = read_file(c, path, &f)) < 0) {
             free(f.p);
             break;
         }

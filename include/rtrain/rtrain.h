@@ -775,6 +775,11 @@ typedef struct rt_client_fit_params {
 int rt_client_fit(rt_client *c, const rt_client_fit_params *p,
                   rt_client_fit_cb cb, void *user);
 
+/* The most bytes one upload may hold on this daemon: GetInfo's
+ * max_upload_bytes (from an older daemon its max_dataset_bytes); 0: no
+ * limit. */
+int rt_client_upload_limit(rt_client *c, uint64_t *limit);
+
 /* A fit on data larger than one upload (the daemon holds an upload whole
  * while it arrives, so one is at most GetInfo's max_upload_bytes): the
  * caller serves rows of its data in any order, as data sets of their own.
@@ -805,7 +810,9 @@ typedef struct rt_client_rows {
  *     of the one-upload fit in the same order and ends on the same
  *     weights, bit for bit; shuffled, an epoch's batches draw from all
  *     rows, as Keras shuffles arrays. (A shuffling program also shuffles
- *     inside each chunk: still a random order.)
+ *     inside each chunk: still a random order.) Image augmentation is
+ *     drawn per chunk's data set (its rows' indices, its passes): it
+ *     repeats by seed but is not the one-upload fit's draws.
  *   - Validation rows over the limit are evaluated after each epoch in
  *     chunks, their metrics combined.
  * cb sees progress as one epoch's (its running loss and accuracy over the
@@ -833,6 +840,22 @@ typedef struct rt_client_fit_rows_params {
 
 int rt_client_fit_rows(rt_client *c, const rt_client_fit_rows_params *p, rt_client_fit_cb cb,
                        void *user);
+
+/* Evaluate and Predict on rows (rt_client_rows) for a program: rows that
+ * fit one upload (bytes <= max_upload_bytes, 0: GetInfo's) are one upload;
+ * larger ones go in row order in chunks of whole batches (batch_size; 0:
+ * single rows) of at most half the limit, each its own data set named
+ * name (NULL: "data"). Evaluate's metrics are then the chunks' combined by
+ * their samples, as rt_client_fit_rows combines validation chunks (RMSE
+ * as the root of the mean square; auc, precision and recall refused);
+ * Predict's outputs are the chunks' in row order, one tensor (free with
+ * rt_client_tensor_free). */
+int rt_client_evaluate_rows(rt_client *c, const char *session, const char *program,
+                            const char *name, const rt_client_rows *rows, uint32_t batch_size,
+                            uint64_t max_upload_bytes, rt_client_metrics *out);
+int rt_client_predict_rows(rt_client *c, const char *session, const char *program,
+                           const char *name, const rt_client_rows *rows, uint32_t batch_size,
+                           uint64_t max_upload_bytes, rt_client_tensor *out);
 
 /* rt_client_fit_rows on arrays in memory (x and y, sample_weights
  * optional: rows first; x, y and the weights together are a row's bytes),

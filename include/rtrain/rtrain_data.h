@@ -88,10 +88,18 @@ int rt_client_upload_image_folder(rt_client *c, const char *session, const char 
                                   const char *dir, const rt_client_image_opts *img,
                                   int skip_bad, rt_client_dataset *out);
 
-/* The records of TFRecord shards (a glob, uncompressed) or of an image
- * folder (framed as above) as rows for rt_client_fit_rows, read into
- * memory here: each chunk is its records as one TFRecord part, read by
- * the daemon as the files are. spec must outlive *out. */
+/* The records of TFRecord shards (a glob; .gz and .zlib shards inflated
+ * here) or of an image folder (framed as above) as rows for
+ * rt_client_fit_rows, read into memory here: each chunk is its records as
+ * one uncompressed TFRecord part, read by the daemon as the files are.
+ * spec must outlive *out. */
+/* A data file's bytes, inflated when it is compressed (gzip, any number
+ * of members, by its magic or a .gz name; zlib by a .zlib name), as the
+ * daemon inflates a gzip'ed IDX or a compressed TFRecord shard: *data
+ * malloc'ed (free()), *len its bytes. 0, or an RT_ code with the reason in
+ * err. */
+int rt_client_read_data_file(const char *path, void **data, size_t *len, char *err,
+                             size_t errlen);
 typedef struct rt_client_record_rows rt_client_record_rows;
 int rt_client_tfrecord_rows(rt_client *c, const char *pattern, const rt_client_example_spec *spec,
                             rt_client_record_rows **out, rt_client_rows *rows);

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # big_upload_e2e.sh - `rtrain fit` on .npy arrays larger than one upload
 # (GetInfo's max_upload_bytes), through cli_rows.c and rt_client_fit_rows.
-# A daemon run with --max-dataset-bytes 1 MiB refuses the 1.5 MB features
-# as one upload (a fit with sample weights, which sends them whole, fails),
-# so fit sends
-# them in chunks of whole batches of at most 512 KiB; the reference is the
+# A daemon run with --max-dataset-bytes 1 MiB takes at most 1 MiB in one
+# upload (`rtrain info`), less than the 1.5 MB features, so fit sends
+# them (and the sample weights with their rows) in chunks of whole
+# batches of at most 512 KiB; the reference is the
 # same fit on a plain daemon, one upload. Unshuffled, both train on the
 # same batches in the same order from the same initial weights (same
 # seed), so the weights files must be identical, byte for byte: a row left
@@ -37,10 +37,15 @@ trap 'kill "$small_pid" 2>/dev/null; wait "$small_pid" 2>/dev/null; cleanup' EXI
 FIT=(fit --model "$tmp/m.json" --data "$tmp/x.npy" --labels "$tmp/y.npy"
      --loss sparse_categorical_crossentropy --optimizer sgd --lr 0.05 --batch-size 32
      --epochs 2 --seed 7 --no-shuffle --no-progress)
-# with sample weights the CLI sends x, y and the weights as one upload
-expect_rc 4 "the premise: one upload of x is refused by the small daemon" -- \
-  "$rtrain" "${FIT[@]}" --server "$small" --sample-weights "$tmp/sw.npy"
-has "$tmp/err" "over the limit" "the refusal says the upload is over the limit"
+expect_rc 0 "the small daemon's limits" -- "$rtrain" info --server "$small"
+has "$tmp/out" "upload 1048576 B" "the premise: it takes at most 1 MiB in one upload"
+# sample weights go with their rows, chunk by chunk
+expect_rc 0 "fit with sample weights in chunks" -- "$rtrain" "${FIT[@]}" --server "$small" \
+  --sample-weights "$tmp/sw.npy" --save-weights "$tmp/sw_chunked.bin"
+expect_rc 0 "fit with sample weights in one upload" -- "$rtrain" "${FIT[@]}" --server "$addr" \
+  --sample-weights "$tmp/sw.npy" --save-weights "$tmp/sw_one.bin"
+cmp -s "$tmp/sw_chunked.bin" "$tmp/sw_one.bin" && ok "with sample weights: weights bit-identical" ||
+  bad "with sample weights: the weights differ"
 expect_rc 0 "fit in chunks" -- "$rtrain" "${FIT[@]}" --server "$small" --save-weights "$tmp/chunked.bin"
 has "$tmp/err" "sent in chunks of whole batches" "the fit says it sends chunks"
 grep "^final:" "$tmp/out" | sed 's/ - wall.*//' >"$tmp/final_chunked"

@@ -1153,7 +1153,8 @@ int main(int argc, char **argv)
     }
 
 
-    step("a shuffled fit over one upload: a permutation of all rows per epoch");
+    step("a shuffled fit over one upload: a permutation of all rows per epoch; evaluate and "
+         "predict rows in chunks");
     /* rt_client_fit_rows told the daemon takes 2000 bytes an upload: the
      * 105 training rows (20 bytes each) go in chunks of 40, 40 and 25. With
      * shuffle each epoch's chunks are slices of one permutation of all 105
@@ -1235,6 +1236,25 @@ int main(int argc, char **argv)
         CHECK(vm.samples == 45);
         CHECK(fabs(lc.last_val_loss - vm.loss) <= 1e-6 * fabs(vm.loss));
         CHECK(fabs(lc.last_val_acc - vm.accuracy) <= 1e-9);
+        /* rt_client_evaluate_rows and rt_client_predict_rows on the 45 rows
+         * with the limit 800: chunks of whole batches of 5 (20, 20, 5 rows),
+         * the metrics of one Evaluate of all rows, the outputs of one
+         * Predict in row order */
+        rv.n_up = 0;
+        rt_client_metrics em;
+        CHECK_RC(rt_client_evaluate_rows(c, sb, pb.program_id, "val rows", &rp.val, 5, 800, &em));
+        CHECK(rv.n_up == 3 && rv.k[0] == 20 && rv.k[1] == 20 && rv.k[2] == 5 &&
+              rv.rows[1][0] == 20);
+        CHECK(em.samples == 45 && fabs(em.loss - vm.loss) <= 1e-6 * fabs(vm.loss) &&
+              fabs(em.accuracy - vm.accuracy) <= 1e-9);
+        rt_client_tensor pw, pc;
+        CHECK_RC(rt_client_predict_dataset(c, sb, pb.program_id, vds.id, &pw));
+        rv.n_up = 0;
+        CHECK_RC(rt_client_predict_rows(c, sb, pb.program_id, "val rows", &rp.val, 5, 800, &pc));
+        CHECK(rv.n_up == 3 && pc.ndim == pw.ndim && pc.shape[0] == 45 && pw.shape[0] == 45 &&
+              pc.nbytes == pw.nbytes && !memcmp(pc.data, pw.data, pw.nbytes));
+        rt_client_tensor_free(&pw);
+        rt_client_tensor_free(&pc);
         rt_client_compile_result_free(&pa);
         rt_client_compile_result_free(&pb);
         CHECK_RC(rt_client_session_close(c, sa));

@@ -1,5 +1,7 @@
 """Arrays larger than one upload can hold (GetInfo's max_upload_bytes)
-reach the daemon in chunks from fit and evaluate (rtrain._feed.ArrayRows).
+reach the daemon in chunks from fit and evaluate (rtrain._feed.ArrayRows),
+also when Client.upload was given them (HeldArrays, with storage="stream":
+each chunk is streamed from the daemon's disk).
 
 A daemon run with --max-dataset-bytes 1 MiB refuses the whole training
 array as one upload, so there fit must send it in chunks; the reference
@@ -62,7 +64,7 @@ def test_one_upload_is_refused(sclient):
     x, y = _data()
     assert x.nbytes > LIMIT
     with pytest.raises(rtrain.Error, match="over the limit"):
-        sclient.upload(x, y)
+        sclient._upload(x, y.astype(np.int32), "data")
 
 
 def _count_uploads(client, monkeypatch):
@@ -146,3 +148,61 @@ def test_shuffled_fit_in_chunks_learns(sclient):
     assert all(np.isfinite(h.history["loss"]))
     assert h.history["loss"][-1] < h.history["loss"][0]
     assert h.history["accuracy"][-1] > 0.5  # 4 classes: chance is 0.25
+
+
+def test_upload_over_the_limit_streams_in_chunks(sclient, client, monkeypatch):
+    """Client.upload(storage="stream") of arrays over the limit keeps them
+    here (HeldArrays); fit, evaluate and predict on it send the rows in
+    chunks, each uploaded streamed, and give what the same calls on the
+    arrays as one upload give: the same weights, bit for bit (unshuffled),
+    the same History, evaluate and predictions."""
+    x, y = _data()
+    sw = np.random.RandomState(4).uniform(0.5, 2.0, N).astype(np.float32)
+    held = sclient.upload(x, y, sample_weight=sw, storage="stream")
+    assert isinstance(held, rtrain.HeldArrays) and held.id is None
+    assert held.samples == N and held.x_shape == (D,) and held.streamed
+    sent = []
+    up = sclient._upload
+
+    def counted(x, y=None, name="data", sw=None, **kw):
+        info = up(x, y, name, sw, **kw)
+        sent.append((kw.get("storage"), info.get("streamed"), x.shape[0]))
+        return info
+    monkeypatch.setattr(sclient, "_upload", counted)
+    ref, big = _build(client), _build(sclient)
+    big.set_weights(ref.get_weights())
+    kw = dict(epochs=2, batch_size=32, shuffle=False, verbose=0)
+    hr = ref.fit(x, y, sample_weight=sw, **kw)
+    hb = big.fit(held, **kw)
+    assert len(sent) == 2 * 4 and sum(n for _, _, n in sent) == 2 * N, sent
+    assert all(st == 2 and streamed for st, streamed, _ in sent), sent
+    for a, b in zip(ref.get_weights(), big.get_weights()):
+        assert np.array_equal(a, b)
+    for k in ("loss", "accuracy"):
+        assert hb.history[k] == pytest.approx(hr.history[k], rel=1e-6), k
+    er = ref.evaluate(x, y, sample_weight=sw, return_dict=True)
+    assert big.evaluate(held, return_dict=True) == pytest.approx(er, rel=1e-6)
+    assert np.array_equal(ref.predict(x), big.predict(held))
+    with pytest.raises(ValueError, match="y must be None"):
+        big.fit(held, y, **kw)
+
+
+def test_held_validation_data_with_small_training_data(sclient, client):
+    """Training data that fits one upload with validation data that does
+    not (held, or arrays): the validation goes in chunks, its metrics
+    combined by rows, and the fit is the one-upload fit."""
+    x, y = _data()
+    xt, yt = x[:1000], y[:1000]
+    ref, big, big2 = _build(client), _build(sclient), _build(sclient)
+    big.set_weights(ref.get_weights())
+    big2.set_weights(ref.get_weights())
+    kw = dict(epochs=2, batch_size=32, shuffle=False, verbose=0)
+    hr = ref.fit(xt, yt, validation_data=(x, y), **kw)
+    hb = big.fit(xt, yt, validation_data=sclient.upload(x, y), **kw)
+    hb2 = big2.fit(xt, yt, validation_data=(x, y), **kw)
+    for h in (hb, hb2):
+        for k in ("loss", "val_loss", "val_accuracy"):
+            assert h.history[k] == pytest.approx(hr.history[k], rel=1e-6), k
+    for m in (big, big2):
+        for a, b in zip(ref.get_weights(), m.get_weights()):
+            assert np.array_equal(a, b)

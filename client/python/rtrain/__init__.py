@@ -66,7 +66,7 @@ from ._rtrain import (Error, ConnectionError, InvalidArgument, NotFound,
 
 __all__ = [
     "connect", "get_default_client", "Client", "Model", "Sequential", "Input",
-    "CompiledModel", "History", "Dataset", "layers", "optimizers", "callbacks",
+    "CompiledModel", "History", "Dataset", "HeldArrays", "layers", "optimizers", "callbacks",
     "models", "mixed_precision",
     "summarize_timings", "Error", "ConnectionError",
     "InvalidArgument", "NotFound", "DeadlineExceeded", "Cancelled",
@@ -276,6 +276,42 @@ class Dataset:
     def __repr__(self):
         return "<rtrain.Dataset %s: %d samples of %s>" % (self.id, self.samples,
                                                           self.x_shape)
+
+
+class HeldArrays:
+    """What Client.upload returns for arrays larger than one upload (the
+    daemon holds an upload whole while it arrives, so the rows cannot
+    become one data set there, streamed or not): the arrays stay here, and
+    fit, evaluate and predict given it (as x, or as validation_data) send
+    their rows in chunks of at most half the limit, each uploaded with
+    the storage and shuffle_buffer given to upload, as they do for arrays
+    given directly. id is None: it names no data set on the daemon."""
+
+    id = None
+    held_here = True
+
+    def __init__(self, x, y, sw, upload_kw):
+        self.x, self.y, self.sw, self.upload_kw = x, y, sw, upload_kw
+        self.samples = int(x.shape[0])
+        self.x_shape = tuple(x.shape[1:])
+        self.y_shape = tuple(y.shape[1:]) if y is not None else ()
+        self.streamed = upload_kw.get("storage") == _STORAGE.index("stream")
+        self.records_skipped, self.first_skipped = 0, ""
+
+    def __repr__(self):
+        return "<rtrain.HeldArrays: %d samples of %s, sent in chunks>" % (self.samples,
+                                                                          self.x_shape)
+
+
+def _unheld(x, y, sw, what="x"):
+    """(x, y, sample weights, upload kw) of HeldArrays x; else as given
+    (kw None)."""
+    if not isinstance(x, HeldArrays):
+        return x, y, sw, None
+    if y is not None:
+        raise ValueError("%s is arrays held by Client.upload (they carry y); y must be None"
+                         % what)
+    return x.x, x.y, (x.sw if sw is None else sw), x.upload_kw
 
 
 _KINDS = ("int64", "float", "jpeg", "png", "image")
@@ -1063,6 +1099,11 @@ class CompiledModel:
         --state-dir, a checkpoint every N steps / T seconds of this fit in
         place of the daemon's default (each epoch end has one anyway)."""
         from . import _feed
+        x, y, sample_weight, upkw = _unheld(x, y, sample_weight)
+        vkw = None
+        if isinstance(validation_data, HeldArrays):
+            vx, vy, vsw, vkw = _unheld(validation_data, None, None, "validation_data")
+            validation_data = (vx, vy) if vsw is None else (vx, vy, vsw)
         src = _feed.is_batch_source(x)
         if src:
             if y is not None:
@@ -1154,15 +1195,20 @@ class CompiledModel:
             elif sample_weight is not None or class_weight is not None:
                 raise ValueError("sample_weight and class_weight need x and "
                                  "y as arrays, not an uploaded Dataset")
-            if self._over_upload(x, y, sw):
-                # too large for one upload: sent in chunks, the rows
-                # shuffled here (sw holds the class weights already)
+            vd = validation_data
+            val_over = vkw is not None or (
+                isinstance(vd, (tuple, list)) and len(vd) >= 2 and
+                not isinstance(vd[0], Dataset) and self._over_upload(vd[0], vd[1], None))
+            if upkw is not None or val_over or self._over_upload(x, y, sw):
+                # too large for one upload (or its validation data is): sent
+                # in chunks, the rows shuffled here (sw holds the class
+                # weights already)
                 rows = _feed.ArrayRows(x, y, sw, batch_size, shuffle,
-                                       self._opts.get("seed", 0))
+                                       self._opts.get("seed", 0), upload_kw=upkw)
                 hist.status = self._fit_source(
                     _feed, rows, validation_data, val_src, validation_steps, epochs,
                     initial_epoch, steps_per_epoch, False, None, callbacks,
-                    owner, hist, due, verbose)
+                    owner, hist, due, verbose, val_kw=vkw)
                 return hist
             ds, label = self._upload(x, y, "train", sw)
             hist.timings.append(self._client.last_timings)
@@ -1254,7 +1300,7 @@ class CompiledModel:
 
     def _fit_source(self, _feed, x, validation_data, val_src, validation_steps, epochs,
                     initial_epoch, steps_per_epoch, shuffle, class_weight, callbacks,
-                    owner, hist, due, verbose):
+                    owner, hist, due, verbose, val_kw=None):
         """fit on a generator or Sequence (rtrain._feed)."""
         train = _feed.Source(x, steps_per_epoch, shuffle, "x")
         val = None
@@ -1271,9 +1317,9 @@ class CompiledModel:
             vsw = None
             if len(validation_data) == 3 and validation_data[2] is not None:
                 vsw = self._sample_weights(vy, len(vx), validation_data[2], None)
-            if self._over_upload(vx, vy, vsw):
+            if val_kw is not None or self._over_upload(vx, vy, vsw):
                 val = _feed.Source(_feed.ArrayRows(vx, vy, vsw, self._key[0] if self._key
-                                                   else _DEFAULT_BATCH),
+                                                   else _DEFAULT_BATCH, upload_kw=val_kw),
                                    None, False, "validation_data")
             else:
                 vds, _ = self._upload(vx, vy, "validation", vsw)
@@ -1392,15 +1438,16 @@ class CompiledModel:
             d = _feed.evaluate_source(self, _feed.Source(x, steps, False, "x"))
         else:
             sw = None
+            x, y, sample_weight, upkw = _unheld(x, y, sample_weight)
             x, y = self._pack_x(x), self._pack_y(y)
             if sample_weight is not None:
                 if isinstance(x, Dataset):
                     raise ValueError("sample_weight needs x and y as arrays, not an "
                                      "uploaded Dataset")
                 sw = self._sample_weights(y, len(x), sample_weight, None)
-            if self._over_upload(x, y, sw):
+            if upkw is not None or self._over_upload(x, y, sw):
                 rows = _feed.ArrayRows(x, y, sw, self._key[0] if self._key
-                                       else _DEFAULT_BATCH)
+                                       else _DEFAULT_BATCH, upload_kw=upkw)
                 d = _feed.evaluate_source(self, _feed.Source(rows, None, False, "x"))
             else:
                 ds, label = self._upload(x, y, "evaluate", sw)
@@ -1419,6 +1466,8 @@ class CompiledModel:
         from . import _feed
         if _feed.is_batch_source(x):
             return _feed.predict_source(self, _feed.Source(x, steps, False, "x"))
+        if isinstance(x, HeldArrays):  # rows in Predict calls, as arrays
+            x = x.x
         x = self._pack_x(x)
         self._bind(x)
         if isinstance(x, Dataset):
@@ -1761,7 +1810,10 @@ class Client(_rtrain.Client):
                shuffle_buffer=0):
         """Arrays (numpy or anything with the buffer protocol) as a
         Dataset, for fit/evaluate/predict by reference. storage and
-        shuffle_buffer as in upload_tfrecord."""
+        shuffle_buffer as in upload_tfrecord. Arrays larger than one
+        upload holds (GetInfo's max_upload_bytes) come back as HeldArrays:
+        kept here, sent in chunks (each with this storage) by the calls
+        that take them."""
         kw = _storage_kw(storage, shuffle_buffer)
         xs = _np.ascontiguousarray(x, dtype=_np.float32)
         ys = None
@@ -1771,6 +1823,13 @@ class Client(_rtrain.Client):
                                        else _np.float32)
         sw = None if sample_weight is None else _np.ascontiguousarray(sample_weight,
                                                                       dtype=_np.float32)
+        lim = self._upload_limit()
+        if lim and sum(a.nbytes for a in (xs, ys, sw) if a is not None) > lim:
+            for a, n in ((ys, "y"), (sw, "sample_weight")):
+                if a is not None and (a.ndim < 1 or a.shape[0] != xs.shape[0]):
+                    raise ValueError("%s has %s rows; x has %d" % (
+                        n, a.shape[0] if a.ndim else "no", xs.shape[0]))
+            return HeldArrays(xs, ys, sw, kw)
         return Dataset(self._upload(xs, ys, name, sw, **kw))
 
     def upload_image_folder(self, directory, image_size=None, channels=None,

@@ -172,12 +172,13 @@ class ArrayRows:
 
     packed = True
 
-    def __init__(self, x, y, sw, batch_size, shuffle=False, seed=0):
+    def __init__(self, x, y, sw, batch_size, shuffle=False, seed=0, upload_kw=None):
         # lists index by rows only as arrays
         self.x, self.y, self.sw = (a if a is None or hasattr(a, "shape") else _np.asarray(a)
                                    for a in (x, y, sw))
         self.n, self.bs = _rows(self.x), int(batch_size)
         self._rng = _np.random.default_rng(seed) if shuffle else None
+        self.upload_kw = upload_kw or {}  # each chunk's storage (HeldArrays)
         self.order = None
         self.on_epoch_end()
 
@@ -280,6 +281,11 @@ def _packed(src):
     return bool(getattr(src.seq, "packed", False))
 
 
+def _upload_kw(src):
+    """The storage each chunk of src is uploaded with (ArrayRows')."""
+    return getattr(src.seq, "upload_kw", None) or {}
+
+
 def _merge(parts, keys):
     """Sample-weighted means of [(samples, {key: value})]."""
     tot = sum(s for s, _ in parts)
@@ -323,7 +329,7 @@ def evaluate_source(cm, src, timings=None):
     parts = []
     ch = _Chunker(cm, src.what, "evaluate", same_size=False, packed=_packed(src))
     for xs, ys, sw, label, _ in ch.chunks(src.epoch()):
-        ds = cm._client._upload(xs, ys, "validation", sw)
+        ds = cm._client._upload(xs, ys, "validation", sw, **_upload_kw(src))
         if timings is not None:
             timings.append(cm._client.last_timings)
         if cm._key[2] != label:
@@ -431,7 +437,7 @@ def fit_driven(cm, train, val, epochs, initial_epoch, cbl, hist, due, verbose,
             ok = d.run(train[0], train[2], parts, 0)
         else:
             for xs, ys, sw, label, sizes in chunker.chunks(train.epoch()):
-                ds = cm._client._upload(xs, ys, "train", sw)
+                ds = cm._client._upload(xs, ys, "train", sw, **_upload_kw(train))
                 hist.timings.append(cm._client.last_timings)
                 cm._ensure(chunker.bs, False, label)
                 ok = d.run(ds["id"], len(sizes), parts, batch)
