@@ -13,6 +13,8 @@ static rt_train_flags train_flags(rt_call *c)
                             .pause_at = c->srv->cfg.pause_at_step};
 }
 
+static int call_yield(void *ud) { return rt_call_yield(ud); }
+
 /* The ids a RunSteps or Fit request names, for rt_train_open. */
 #define TRAIN_IDS(q)                                                            \
     {                                                                           \
@@ -135,17 +137,7 @@ static int run_steps(rt_call *c)
     return r->last && r->mean ? 0 : OOM(c);
 }
 
-/* The data sets go back once the steps are done and the answer encoded:
- * nothing after the work reads them, so the transport has none left to
- * give back before the status. */
-static int run_steps_work(rt_call *c)
-{
-    int rc = run_steps(c);
-    rt_dataset_release(c->ds);
-    rt_dataset_release(c->val_ds);
-    c->ds = c->val_ds = NULL;
-    return rc;
-}
+static int run_steps_work(rt_call *c) { return rt_h_data_done(c, run_steps(c)); }
 
 /* RunSteps' own checks, in the order they are reported: 0, or the code
  * with why set. They need nothing found, so they run before the lookups
@@ -177,14 +169,15 @@ static int run_steps_request(const rt_call *c, const Rtrain__V1__RunStepsRequest
 }
 
 /* The request's checks, then one call down (rt_h_open_train: lookups,
- * data checks, step estimate, pipeline marks); nothing after it calls down
- * again before the work. */
+ * data checks, the call's estimate, pipeline marks); nothing after it calls
+ * down again before the work. */
 int rt_h_run_steps(rt_call *c)
 {
     Rtrain__V1__RunStepsRequest *q = REQ(c, Rtrain__V1__RunStepsRequest);
     char why[200];
     int bad = run_steps_request(c, q, why, sizeof why);
     rt_train_open_in in = TRAIN_IDS(q);
+    in.steps = q->steps;
     rt_train_open_out o;
     int rc = rt_h_open_train(c, &in, bad, why, &o);
     /* Once its program is found the call counts for the program's
@@ -196,7 +189,7 @@ int rt_h_run_steps(rt_call *c)
         return rc;
     c->work = run_steps_work;
     c->needs_device = 1;
-    c->est_ns = rt_h_clamp_est((double)q->steps * o.step_ns);
+    c->est_ns = o.est_ns;
     if (q->after_seq) {
         if (!q->seq || q->after_seq >= q->seq)
             return rt_call_fail(c, RT_EINVAL, "after_seq %llu must be below seq %llu",
@@ -273,7 +266,7 @@ static int fit_epoch_end(void *ud, const rt_fit_epoch *fe, int64_t nan_step, uin
 static int call_stopping(void *ud) { return rt_h_daemon_stopping(ud); }
 
 /* Decode, run the use case (rt_program_fit_run), encode the last event. */
-static int fit_work(rt_call *c)
+static int fit_run(rt_call *c)
 {
     Rtrain__V1__FitRequest *q = REQ(c, Rtrain__V1__FitRequest);
     rt_fit_in in = {.fit_id = q->fit_id,
@@ -316,6 +309,8 @@ static int fit_work(rt_call *c)
     return 0;
 }
 
+static int fit_work(rt_call *c) { return rt_h_data_done(c, fit_run(c)); }
+
 /* Fit's own checks, in the order they are reported (after a lookup's
  * failure, before the cap on its steps and the data sets' checks). */
 static int fit_request(const rt_call *c, const Rtrain__V1__FitRequest *q, char *why, size_t n)
@@ -353,15 +348,15 @@ int rt_h_fit(rt_call *c)
 }
 
 /* --------------------------------------------------------------- Evaluate */
-static int evaluate_work(rt_call *c)
+/* The use case (rt_program_evaluate), then the answer. */
+static int evaluate_run(rt_call *c)
 {
-    rt_data d;
-    int rc = rt_h_data_for(c, c->ds, &d, 1);
-    if (rc < 0)
-        return rc;
+    rt_train_ctx ctx = {.ds = c->ds};
     rt_metrics m;
-    if ((rc = rt_exec_evaluate(rt_program_exec(c->prog), &d, &m)) < 0)
-        return rt_h_engine_fail(c, rc);
+    char err[300];
+    int rc = rt_program_evaluate(c->prog, &ctx, &m, err, sizeof err);
+    if (rc < 0)
+        return rt_call_fail(c, rc, "%s", err);
     Rtrain__V1__EvaluateResponse *r =
         NEW(c, Rtrain__V1__EvaluateResponse, RTRAIN__V1__EVALUATE_RESPONSE__INIT);
     if (!r || !(r->metrics = rt_h_metrics_pb(c, &m)))
@@ -370,112 +365,67 @@ static int evaluate_work(rt_call *c)
     return 0;
 }
 
-/* n samples forward, in batches of bs, at half a training step each */
-static uint64_t forward_estimate(int64_t n, int64_t bs, double step_ns)
-{
-    if (bs < 1)
-        bs = 1;
-    return rt_h_clamp_est((double)((n + bs - 1) / bs) * step_ns / 2);
-}
+static int evaluate_work(rt_call *c) { return rt_h_data_done(c, evaluate_run(c)); }
 
 /* One call down, as RunSteps (Evaluate has no checks of its own). */
 int rt_h_evaluate(rt_call *c)
 {
     Rtrain__V1__EvaluateRequest *q = REQ(c, Rtrain__V1__EvaluateRequest);
-    rt_train_open_in in = {.sid = q->session_id, .pid = q->program_id, .did = q->dataset_id};
+    rt_train_open_in in = {
+        .sid = q->session_id, .pid = q->program_id, .did = q->dataset_id, .forward = 1};
     rt_train_open_out o;
     int rc = rt_h_open_train(c, &in, 0, NULL, &o);
     if (rc < 0)
         return rc;
     c->work = evaluate_work;
     c->needs_device = 1;
-    c->est_ns = forward_estimate(c->ds->n, o.batch_size, o.step_ns);
+    c->est_ns = o.est_ns;
     return 0;
 }
 
 /* ---------------------------------------------------------------- Predict */
+/* What the admission found that the work needs: the samples (x, or the
+ * call's data set when NULL) and the plan's per-sample sizes. */
 typedef struct predict_st {
     const float *x;
     int64_t n;
-    rt_stream_use su; /* a streamed dataset: su.st set, x NULL */
+    int out_n, in_n; /* < 0: the plan has no such shape (its code) */
+    int64_t out[RT_MAX_DIMS];
+    int64_t in_per, out_per, batch;
 } predict_st;
 
-static int predict_work(rt_call *c)
+/* The outputs' room, the use case (rt_program_predict), the answer. */
+static int predict_run(rt_call *c)
 {
     predict_st *ps = c->st;
-    int64_t od[RT_MAX_DIMS];
-    int on = rt_plan_output_shape(rt_program_plan(c->prog), od);
-    if (on < 0)
-        return rt_call_fail(c, on, "the program has no output shape");
-    int64_t per = rt_data_numel(on, od);
+    if (ps->out_n < 0)
+        return rt_call_fail(c, ps->out_n, "the program has no output shape");
+    int64_t per = ps->out_per;
     float *y = rt_call_alloc(c, sizeof(float) * (size_t)(ps->n * per));
-    int64_t *shape = rt_call_alloc(c, sizeof(int64_t) * (size_t)(on + 1));
+    int64_t *shape = rt_call_alloc(c, sizeof(int64_t) * (size_t)(ps->out_n + 1));
     Rtrain__V1__PredictResponse *r =
         NEW(c, Rtrain__V1__PredictResponse, RTRAIN__V1__PREDICT_RESPONSE__INIT);
     Rtrain__V1__Tensor *t = NEW(c, Rtrain__V1__Tensor, RTRAIN__V1__TENSOR__INIT);
     if (!y || !shape || !r || !t)
         return OOM(c);
-    /* In chunks of whole batches, so a large Predict shares the device at
-     * chunk boundaries like Fit does at steps; inference is per sample, so
-     * the outputs are those of one call. */
-    int64_t id[RT_MAX_DIMS];
-    int in = rt_plan_input_shape(rt_program_plan(c->prog), id);
-    if (in < 0)
-        return rt_call_fail(c, in, "the program has no input shape");
-    int64_t in_per = rt_data_numel(in, id);
-    int64_t bs = rt_plan_config(rt_program_plan(c->prog))->batch_size;
-    if (bs < 1)
-        bs = 1;
-    /* a stateful RNN refuses a part batch: before any piece moves its states */
-    int src = rt_exec_check_stateful_n(rt_program_exec(c->prog), ps->n);
-    if (src < 0)
-        return rt_h_engine_fail(c, src);
-    if (ps->su.st || ps->su.held) {
-        /* a streamed dataset: batch by batch in file order from its
-         * workers (a held one: from the replicas), yielding every 16
-         * batches */
-        ps->su.batch = bs;
-        float *xb = rt_call_alloc(c, sizeof(float) * (size_t)(bs * in_per));
-        if (!xb)
-            return OOM(c);
-        for (int64_t pos = 0; pos * bs < ps->n; pos++) {
-            int64_t off = pos * bs, cnt = ps->n - off < bs ? ps->n - off : bs;
-            char err[240];
-            int rc =
-                rt_stream_fill(&ps->su, RT_EPOCH_EVAL, pos, cnt, xb, NULL, NULL, err, sizeof err);
-            if (rc < 0)
-                return rt_call_fail(c, rc, "dataset %s: %s", c->ds->id, err);
-            /* every batch lands in the same buffer, which rt_exec_predict's
-             * once-per-data-set index check would take as checked */
-            if ((rc = rt_exec_check_rows(rt_program_exec(c->prog), xb, cnt)) < 0 ||
-                (rc = rt_exec_predict(rt_program_exec(c->prog), xb, cnt, y + off * per)) < 0)
-                return rt_h_engine_fail(c, rc);
-            if (pos % 16 == 15 && off + cnt < ps->n) {
-                if (rt_call_is_cancelled(c))
-                    return rt_call_fail(c, RT_ECANCELLED, "Predict cancelled");
-                rt_call_yield(c);
-            }
-        }
-    }
-    int64_t chunk = bs * 16;
-    for (int64_t off = 0; !ps->su.st && !ps->su.held && off < ps->n; off += chunk) {
-        int64_t cnt = ps->n - off < chunk ? ps->n - off : chunk;
-        int rc =
-            rt_exec_predict(rt_program_exec(c->prog), ps->x + off * in_per, cnt, y + off * per);
-        if (rc < 0)
-            return rt_h_engine_fail(c, rc);
-        if (off + cnt < ps->n) {
-            if (rt_call_is_cancelled(c))
-                return rt_call_fail(c, RT_ECANCELLED, "Predict cancelled");
-            rt_call_yield(c);
-        }
-    }
+    if (ps->in_n < 0)
+        return rt_call_fail(c, ps->in_n, "the program has no input shape");
+    rt_predict_in in = {.x = ps->x, .n = ps->n, .in_per = ps->in_per, .out_per = per, .y = y};
+    if (!ps->x && (c->ds->stream || c->ds->held) &&
+        !(in.xb = rt_call_alloc(c, sizeof(float) * (size_t)(ps->batch * ps->in_per))))
+        return OOM(c);
+    const rt_train_host h = {.ud = c, .flags = train_flags(c), .yield = call_yield};
+    rt_train_ctx ctx = {.ds = c->ds, .host = &h};
+    char err[300];
+    int rc = rt_program_predict(c->prog, &ctx, &in, err, sizeof err);
+    if (rc < 0)
+        return rt_call_fail(c, rc, "%s", err);
     shape[0] = ps->n;
-    memcpy(shape + 1, od, sizeof(int64_t) * (size_t)on);
+    memcpy(shape + 1, ps->out, sizeof(int64_t) * (size_t)ps->out_n);
     t->name = "y";
     t->dtype = RTRAIN__V1__DTYPE__F32;
     t->shape = shape;
-    t->n_shape = (size_t)on + 1;
+    t->n_shape = (size_t)ps->out_n + 1;
     t->data.data = (uint8_t *)y;
     t->data.len = sizeof(float) * (size_t)(ps->n * per);
     r->y = t;
@@ -483,10 +433,63 @@ static int predict_work(rt_call *c)
     return 0;
 }
 
+static int predict_work(rt_call *c) { return rt_h_data_done(c, predict_run(c)); }
+
+/* Predict x's own checks against the program's input (v), in the order
+ * they are reported; x is copied into the call's arena. */
+static int predict_x(rt_call *c, const Rtrain__V1__Tensor *x, const rt_view_spec *v, predict_st *ps)
+{
+    char a[96], b[96];
+    if (x->dtype != RTRAIN__V1__DTYPE__F32)
+        return rt_call_fail(c, RT_EDTYPE, "Predict x must be F32");
+    if (x->n_shape < 1 || x->n_shape > RT_MAX_DIMS)
+        return rt_call_fail(c, RT_ESHAPE, "Predict x needs a shape (samples first)");
+    for (size_t i = 0; i < x->n_shape; i++)
+        if (x->shape[i] < 0 || x->shape[i] > RT_MAX_DIM_LIMIT)
+            return rt_call_fail(c, RT_ESHAPE, "Predict x dim %zu is %lld", i,
+                                (long long)x->shape[i]);
+    if (v->in_n >= 0 && !rt_view_shapes_fit((int)x->n_shape - 1, x->shape + 1, v->in_n, v->in))
+        return rt_call_fail(c, RT_ESHAPE, "x has samples of shape %s but program %s expects %s%s",
+                            rt_data_shape_str((int)x->n_shape - 1, x->shape + 1, a, sizeof a),
+                            rt_program_id(c->prog), rt_data_shape_str(v->in_n, v->in, b, sizeof b),
+                            rt_view_layout_hint((int)x->n_shape - 1, x->shape + 1, v->in_n, v->in));
+    int64_t n = x->shape[0], numel = rt_data_numel((int)x->n_shape, x->shape);
+    if (numel < 0 || numel > (int64_t)(x->data.len / 4) + 1)
+        return rt_call_fail(c, RT_ESHAPE, "Predict x shape %s is larger than its %zu bytes",
+                            rt_data_shape_str((int)x->n_shape, x->shape, a, sizeof a), x->data.len);
+    if ((uint64_t)numel * 4 != x->data.len)
+        return rt_call_fail(c, RT_EDATA, "x holds %zu bytes but its shape needs %lld", x->data.len,
+                            (long long)numel * 4);
+    float *f = rt_call_alloc(c, x->data.len ? x->data.len : 4);
+    if (!f)
+        return OOM(c);
+    if (x->data.len)
+        memcpy(f, x->data.data, x->data.len);
+    for (int64_t i = 0; i < numel; i++)
+        if (!isfinite(f[i]))
+            return rt_call_fail(c, RT_ENAN, "x contains %s at sample %lld, column %lld",
+                                isnan(f[i]) ? "NaN" : "Inf", (long long)(i / (numel / (n ? n : 1))),
+                                (long long)(i % (numel / (n ? n : 1))));
+    ps->x = f;
+    ps->n = n;
+    return 0;
+}
+
+/* One call down, as Evaluate (a data set without labels, or none for x:
+ * the sample count sent), then x's own checks. */
 int rt_h_predict(rt_call *c)
 {
     Rtrain__V1__PredictRequest *q = REQ(c, Rtrain__V1__PredictRequest);
-    int rc = rt_h_need_program(c, q->session_id, q->program_id);
+    int by_ds = q->input_case == RTRAIN__V1__PREDICT_REQUEST__INPUT_DATASET_ID;
+    int by_x = q->input_case == RTRAIN__V1__PREDICT_REQUEST__INPUT_X;
+    rt_train_open_in in = {.sid = q->session_id,
+                           .pid = q->program_id,
+                           .did = by_ds ? q->dataset_id : NULL,
+                           .unlabelled = 1,
+                           .forward = 1,
+                           .forward_n = by_x && q->x && q->x->n_shape ? q->x->shape[0] : 0};
+    rt_train_open_out o;
+    int rc = rt_h_open_train(c, &in, 0, NULL, &o);
     if (rc < 0)
         return rc;
     predict_st *ps = calloc(1, sizeof *ps);
@@ -494,64 +497,23 @@ int rt_h_predict(rt_call *c)
         return OOM(c);
     c->st = ps;
     c->st_free = free;
-    if (q->input_case == RTRAIN__V1__PREDICT_REQUEST__INPUT_DATASET_ID) {
-        if ((rc = rt_h_need_dataset(c, q->dataset_id, &c->ds, "dataset_id")) < 0 ||
-            (rc = rt_h_check_fit(c, c->ds, 0)) < 0)
-            return rc;
-        if (c->ds->stream || c->ds->held)
-            ps->su = (rt_stream_use){.st = c->ds->stream,
-                                     .seed = rt_plan_config(rt_program_plan(c->prog))->seed,
-                                     .held = c->ds->held,
-                                     .n = c->ds->n};
-        ps->x = c->ds->x;
+    ps->out_n = o.out_n;
+    memcpy(ps->out, o.out, sizeof ps->out);
+    ps->in_n = o.view->in_n;
+    ps->in_per = o.in_per;
+    ps->out_per = o.out_per;
+    ps->batch = o.batch_size < 1 ? 1 : o.batch_size;
+    if (by_ds) {
         ps->n = c->ds->n;
-    } else if (q->input_case == RTRAIN__V1__PREDICT_REQUEST__INPUT_X) {
-        const Rtrain__V1__Tensor *x = q->x;
-        int64_t in[RT_MAX_DIMS];
-        int in_n = rt_plan_input_shape(rt_program_plan(c->prog), in);
-        char a[96], b[96];
-        if (x->dtype != RTRAIN__V1__DTYPE__F32)
-            return rt_call_fail(c, RT_EDTYPE, "Predict x must be F32");
-        if (x->n_shape < 1 || x->n_shape > RT_MAX_DIMS)
-            return rt_call_fail(c, RT_ESHAPE, "Predict x needs a shape (samples first)");
-        for (size_t i = 0; i < x->n_shape; i++)
-            if (x->shape[i] < 0 || x->shape[i] > RT_MAX_DIM_LIMIT)
-                return rt_call_fail(c, RT_ESHAPE, "Predict x dim %zu is %lld", i,
-                                    (long long)x->shape[i]);
-        if (in_n >= 0 && !rt_view_shapes_fit((int)x->n_shape - 1, x->shape + 1, in_n, in))
-            return rt_call_fail(c, RT_ESHAPE,
-                                "x has samples of shape %s but program %s expects %s%s",
-                                rt_data_shape_str((int)x->n_shape - 1, x->shape + 1, a, sizeof a),
-                                rt_program_id(c->prog), rt_data_shape_str(in_n, in, b, sizeof b),
-                                rt_view_layout_hint((int)x->n_shape - 1, x->shape + 1, in_n, in));
-        int64_t n = x->shape[0], numel = rt_data_numel((int)x->n_shape, x->shape);
-        if (numel < 0 || numel > (int64_t)(x->data.len / 4) + 1)
-            return rt_call_fail(c, RT_ESHAPE, "Predict x shape %s is larger than its %zu bytes",
-                                rt_data_shape_str((int)x->n_shape, x->shape, a, sizeof a),
-                                x->data.len);
-        if ((uint64_t)numel * 4 != x->data.len)
-            return rt_call_fail(c, RT_EDATA, "x holds %zu bytes but its shape needs %lld",
-                                x->data.len, (long long)numel * 4);
-        float *f = rt_call_alloc(c, x->data.len ? x->data.len : 4);
-        if (!f)
-            return OOM(c);
-        if (x->data.len)
-            memcpy(f, x->data.data, x->data.len);
-        for (int64_t i = 0; i < numel; i++)
-            if (!isfinite(f[i]))
-                return rt_call_fail(c, RT_ENAN, "x contains %s at sample %lld, column %lld",
-                                    isnan(f[i]) ? "NaN" : "Inf",
-                                    (long long)(i / (numel / (n ? n : 1))),
-                                    (long long)(i % (numel / (n ? n : 1))));
-        ps->x = f;
-        ps->n = n;
+    } else if (by_x) {
+        if ((rc = predict_x(c, q->x, o.view, ps)) < 0)
+            return rc;
     } else {
         return rt_call_fail(c, RT_EINVAL, "PredictRequest needs dataset_id or x");
     }
     c->work = predict_work;
     c->needs_device = 1;
-    c->est_ns = forward_estimate(ps->n, rt_plan_config(rt_program_plan(c->prog))->batch_size,
-                                 rt_program_step_ns(c->prog));
+    c->est_ns = o.est_ns;
     return 0;
 }
 

@@ -5,8 +5,8 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-/* The lookups are one call down each (rt_session_lookup,
- * rt_data_store_lookup, rt_train_open), which word the failures. */
+/* The lookups are one call down each (rt_session_lookup, rt_train_open),
+ * which word the failures. */
 int rt_h_need_session(rt_call *c, const char *id)
 {
     char err[200];
@@ -19,13 +19,6 @@ int rt_h_need_program(rt_call *c, const char *sid, const char *pid)
     char err[200];
     int rc =
         rt_session_lookup(c->srv->sessions, c->who, sid, pid, &c->sess, &c->prog, err, sizeof err);
-    return rc < 0 ? rt_call_fail(c, rc, "%s", err) : 0;
-}
-
-int rt_h_need_dataset(rt_call *c, const char *id, rt_dataset **out, const char *what)
-{
-    char err[200];
-    int rc = rt_data_store_lookup(c->srv->data, c->who, id, what, out, err, sizeof err);
     return rc < 0 ? rt_call_fail(c, rc, "%s", err) : 0;
 }
 
@@ -71,27 +64,18 @@ int rt_h_refuse_if_stopping(rt_call *c)
     return rc < 0 ? rt_call_fail(c, rc, "%s", why) : 0;
 }
 
-/* The dataset as the program sees it (rt_view.h): checked on the cq
- * thread, viewed by the work. */
-int rt_h_check_fit(rt_call *c, rt_dataset *ds, int need_labels)
+/* A training call's work is done (rc its result): its data sets go back
+ * now, the answer encoded, so the transport has none left to give back
+ * before the status. */
+int rt_h_data_done(rt_call *c, int rc)
 {
-    char err[512];
-    int rc = rt_view_check(ds, rt_program_view(c->prog), rt_program_id(c->prog), need_labels, err,
-                           sizeof err);
-    return rc < 0 ? rt_call_fail(c, rc, "%s", err) : 0;
+    if (c->ds)
+        rt_dataset_release(c->ds);
+    if (c->val_ds)
+        rt_dataset_release(c->val_ds);
+    c->ds = c->val_ds = NULL;
+    return rc;
 }
-
-int rt_h_data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels)
-{
-    rt_stream_use *use = NULL;
-    if ((ds->stream || ds->held) && need_labels && !(use = rt_call_alloc(c, sizeof *use)))
-        return OOM(c);
-    char err[200];
-    int rc = rt_view_make(ds, rt_program_view(c->prog), need_labels, use, d, err, sizeof err);
-    return rc < 0 ? rt_call_fail(c, rc, "dataset %s: %s", ds->id, err) : 0;
-}
-
-int rt_h_engine_fail(rt_call *c, int rc);
 
 /* RunSteps/Fit learning_rate: > 0 sets the program's rate from the call's
  * first step on (rt_exec_set_lr), 0 leaves it. */

@@ -64,21 +64,15 @@
     ((c)->alloc_err[0] ? rt_call_fail((c), RT_ETOOBIG, "%s", (c)->alloc_err) \
                        : rt_call_fail((c), RT_ENOMEM, "out of memory"))
 
-/* An estimate in ns for c->est_ns, capped. */
-static inline uint64_t rt_h_clamp_est(double ns)
-{
-    return ns > 1e18 ? (uint64_t)1e18 : (uint64_t)ns;
-}
-
 /* rt_handlers.c: shared handler helpers */
 int rt_h_need_session(rt_call *c, const char *id);
 int rt_h_need_program(rt_call *c, const char *sid, const char *pid);
-int rt_h_need_dataset(rt_call *c, const char *id, rt_dataset **out, const char *what);
 int rt_h_daemon_stopping(const rt_call *c);
-/* RunSteps, Fit, Evaluate: rt_train_open (in->check set here from bad),
- * its references held by the call (and the program's pipeline marks); the
- * lookup's failure, else the handler's own (bad < 0, why), else
- * rt_train_open's checks'; o has the step estimate and batch size */
+/* RunSteps, Fit, Evaluate, Predict: rt_train_open (in->check set here
+ * from bad), its references held by the call (and the program's pipeline
+ * marks); the lookup's failure, else the handler's own (bad < 0, why),
+ * else rt_train_open's checks'; o has the call's estimate, the plan's
+ * facts and batch size */
 int rt_h_open_train(rt_call *c, rt_train_open_in *in, int bad, const char *why,
                     rt_train_open_out *o);
 /* The failures of rt_h_refuse_if_stopping and rt_h_check_lr as a code and
@@ -89,8 +83,8 @@ int rt_h_lr_why(float lr, char *why, size_t n);
  * (GetInfo's Limits.max_upload_bytes) */
 uint64_t rt_h_upload_limit(const rt_call *c);
 int rt_h_refuse_if_stopping(rt_call *c);
-int rt_h_check_fit(rt_call *c, rt_dataset *ds, int need_labels);
-int rt_h_data_for(rt_call *c, rt_dataset *ds, rt_data *d, int need_labels);
+/* The end of a training call's work: its data sets go back; returns rc */
+int rt_h_data_done(rt_call *c, int rc);
 int rt_h_check_lr(rt_call *c, float lr);
 int rt_h_apply_lr(rt_call *c, float lr);
 int rt_h_engine_fail(rt_call *c, int rc);

@@ -34,6 +34,13 @@ rt_program_pipe *rt_program_pipe_marks(rt_program *p) { return &p->pipe; }
 
 const rt_view_spec *rt_program_view(const rt_program *p) { return &p->view; }
 
+int rt_program_output_shape(const rt_program *p, int64_t *dims)
+{
+    if (p->out_n > 0)
+        memcpy(dims, p->out, sizeof(int64_t) * (size_t)p->out_n);
+    return p->out_n;
+}
+
 int rt_program_set_lr(rt_program *p, float lr)
 {
     if (!(lr > 0.0f))

@@ -113,6 +113,10 @@ rt_program_pipe *rt_program_pipe_marks(rt_program *p);
  * back to the engine. */
 struct rt_view_spec;
 const struct rt_view_spec *rt_program_view(const rt_program *p);
+/* [any] The plan's per-sample output dims into dims (RT_MAX_DIMS of
+ * them): their count, or the plan's failure (< 0); read when the program
+ * was added, as rt_program_view. */
+int rt_program_output_shape(const rt_program *p, int64_t *dims);
 
 /* The device holder's thread (see the locking rule). */
 #ifdef NDEBUG

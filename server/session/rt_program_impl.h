@@ -18,6 +18,10 @@ struct rt_program {
     /* What the data view needs of the plan (rt_view_spec_of), read once
      * when the program is added: the plan never changes. */
     rt_view_spec view;
+    /* The plan's per-sample output dims (rt_plan_output_shape: their
+     * count, < 0 for none), read once likewise (Predict). */
+    int out_n;
+    int64_t out[RT_MAX_DIMS];
     /* RunSteps replay protection: the highest applied seq and what its
      * call reported, returned again when a seq is replayed. */
     uint64_t last_seq;

@@ -242,6 +242,7 @@ int rt_session_add_program(rt_session *s, rt_plan *plan, rt_exec *exec, uint64_t
     p->plan = plan;
     p->exec = exec;
     rt_view_spec_of(plan, &p->view);
+    p->out_n = rt_plan_output_shape(plan, p->out);
     pthread_mutex_lock(&s->mu);
     if (s->n_progs == s->cap_progs) {
         int nc = s->cap_progs ? s->cap_progs * 2 : 4;

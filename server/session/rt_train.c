@@ -113,7 +113,7 @@ static int train_find(rt_session_table *t, rt_data_store *store, const rt_princi
                       const rt_train_open_in *in, rt_train_refs *out, char *err, size_t errlen)
 {
     int rc = rt_session_lookup(t, who, in->sid, in->pid, &out->sess, &out->prog, err, errlen);
-    if (rc == 0)
+    if (rc == 0 && in->did)
         rc = rt_data_store_lookup(store, who, in->did, "dataset_id", &out->ds, err, errlen);
     if (rc == 0 && in->val_did && *in->val_did)
         rc = rt_data_store_lookup(store, who, in->val_did, "val_dataset_id", &out->val_ds, err,
@@ -137,6 +137,36 @@ static int fit_cap(const rt_train_open_in *in, const rt_dataset *ds, int64_t bs,
     return 0;
 }
 
+/* An estimate in ns for the scheduler, capped. */
+static uint64_t clamp_est(double ns)
+{
+    return ns > 1e18 ? (uint64_t)1e18 : ns > 0 ? (uint64_t)ns : 0;
+}
+
+/* The call's time on the device: its steps, or n samples forward in
+ * batches of bs at half a training step each. */
+static uint64_t estimate(const rt_train_open_in *in, const rt_train_refs *r, int64_t bs,
+                         double step_ns)
+{
+    if (!in->forward)
+        return clamp_est((double)in->steps * step_ns);
+    int64_t n = in->forward_n ? in->forward_n : r->ds ? r->ds->n : 0;
+    if (bs < 1)
+        bs = 1;
+    return clamp_est((double)((n + bs - 1) / bs) * step_ns / 2);
+}
+
+/* Floats per sample of n dims d, -1 when n < 0 (none). */
+static int64_t per_sample(int n, const int64_t *d)
+{
+    if (n < 0)
+        return -1;
+    int64_t k = 1;
+    for (int i = 0; i < n; i++)
+        k *= d[i];
+    return k;
+}
+
 int rt_train_open(rt_session_table *t, rt_data_store *store, const rt_principal *who,
                   const rt_train_open_in *in, rt_train_open_out *out, char *err, size_t errlen)
 {
@@ -146,18 +176,27 @@ int rt_train_open(rt_session_table *t, rt_data_store *store, const rt_principal 
         return rc;
     const rt_train_refs *r = &out->refs;
     const rt_view_spec *v = rt_program_view(r->prog);
+    out->view = v;
     out->pipe = rt_program_pipe_marks(r->prog);
     out->batch_size = v->batch_size;
+    if (in->forward) {
+        out->out_n = rt_program_output_shape(r->prog, out->out);
+        out->out_per = per_sample(out->out_n, out->out);
+        out->in_per = per_sample(v->in_n, v->in);
+    }
     if (!in->check)
         return 0;
     if (in->epochs && (rc = fit_cap(in, r->ds, v->batch_size, err, errlen)) < 0)
         return rc;
     const char *pid = rt_program_id(r->prog);
-    rc = rt_view_check(r->ds, v, pid, 1, err, errlen);
+    if (r->ds)
+        rc = rt_view_check(r->ds, v, pid, !in->unlabelled, err, errlen);
     if (rc == 0 && r->val_ds)
         rc = rt_view_check(r->val_ds, v, pid, 1, err, errlen);
-    if (rc == 0)
+    if (rc == 0) {
         out->step_ns = rt_program_step_ns(r->prog);
+        out->est_ns = estimate(in, r, v->batch_size, out->step_ns);
+    }
     return rc;
 }
 
@@ -362,6 +401,85 @@ int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in
     return 0;
 }
 
+/* ---------------------------------------------------- Evaluate, Predict */
+int rt_program_evaluate(rt_program *p, rt_train_ctx *ctx, rt_metrics *m, char *err, size_t errlen)
+{
+    rt_data d;
+    int rc = view(p, ctx->ds, &ctx->use, &d, err, errlen);
+    if (rc < 0)
+        return rc;
+    if ((rc = rt_exec_evaluate(rt_program_exec(p), &d, m)) < 0)
+        return engine_fail(p, rc, err, errlen);
+    return 0;
+}
+
+/* Between two chunks of a Predict: 1 when the call was cancelled (the
+ * caller's message), else the device goes to a waiting call for a while. */
+static int predict_point(const rt_train_host *h)
+{
+    if (host_cancelled(h))
+        return 1;
+    if (flag(h->flags.waiting))
+        h->yield(h->ud);
+    return 0;
+}
+
+static int predict_cancelled(char *err, size_t errlen)
+{
+    snprintf(err, errlen, "Predict cancelled");
+    return RT_ECANCELLED;
+}
+
+int rt_program_predict(rt_program *p, rt_train_ctx *ctx, const rt_predict_in *in, char *err,
+                       size_t errlen)
+{
+    rt_exec *e = rt_program_exec(p);
+    const rt_view_spec *v = rt_program_view(p);
+    const rt_train_host *h = ctx->host;
+    int64_t bs = v->batch_size < 1 ? 1 : v->batch_size, n = in->n, per = in->out_per;
+    /* a stateful RNN refuses a part batch: before any piece moves its states */
+    int rc = rt_exec_check_stateful_n(e, n);
+    if (rc < 0)
+        return engine_fail(p, rc, err, errlen);
+    const rt_dataset *ds = in->x ? NULL : ctx->ds;
+    if (ds && (ds->stream || ds->held)) {
+        /* a streamed dataset: batch by batch in file order from its
+         * workers (a held one: from the replicas), yielding every 16
+         * batches */
+        rt_stream_use su = {
+            .st = ds->stream, .seed = v->seed, .batch = bs, .held = ds->held, .n = ds->n};
+        for (int64_t pos = 0; pos * bs < n; pos++) {
+            int64_t off = pos * bs, cnt = n - off < bs ? n - off : bs;
+            char serr[240];
+            rc =
+                rt_stream_fill(&su, RT_EPOCH_EVAL, pos, cnt, in->xb, NULL, NULL, serr, sizeof serr);
+            if (rc < 0)
+                return rt_errf(err, errlen, rc, "dataset %s: %s", ds->id, serr);
+            /* every batch lands in the same buffer, which rt_exec_predict's
+             * once-per-data-set index check would take as checked */
+            if ((rc = rt_exec_check_rows(e, in->xb, cnt)) < 0 ||
+                (rc = rt_exec_predict(e, in->xb, cnt, in->y + off * per)) < 0)
+                return engine_fail(p, rc, err, errlen);
+            if (pos % 16 == 15 && off + cnt < n && predict_point(h))
+                return predict_cancelled(err, errlen);
+        }
+        return 0;
+    }
+    /* In chunks of whole batches, so a large Predict shares the device at
+     * chunk boundaries like Fit does at steps; inference is per sample, so
+     * the outputs are those of one call. */
+    const float *x = in->x ? in->x : ds->x;
+    int64_t chunk = bs * 16;
+    for (int64_t off = 0; off < n; off += chunk) {
+        int64_t cnt = n - off < chunk ? n - off : chunk;
+        if ((rc = rt_exec_predict(e, x + off * in->in_per, cnt, in->y + off * per)) < 0)
+            return engine_fail(p, rc, err, errlen);
+        if (off + cnt < n && predict_point(h))
+            return predict_cancelled(err, errlen);
+    }
+    return 0;
+}
+
 /* -------------------------------------------------------------------- Fit */
 /* A Fit with a fit_id is resumable (rt_fit_rec): its start, steps and the
  * results of its last epochs go with every checkpoint, and a Fit sent again
@@ -533,7 +651,7 @@ static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint6
     int rc = views(p, ctx, &d, &vd, err, errlen);
     if (rc < 0)
         return rc;
-    int64_t bs = rt_plan_config(rt_program_plan(p))->batch_size;
+    int64_t bs = rt_program_view(p)->batch_size;
     int64_t spe = in->steps_per_epoch ? (int64_t)in->steps_per_epoch : (d.n + bs - 1) / bs;
     const rt_fit_rec *fr = rt_program_fit(p);
     int resume = in->fit_id && fr->id == in->fit_id;

@@ -57,7 +57,9 @@ typedef struct rt_train_flags {
 /* The caller's side of a training call. step (ud): at a step boundary
  * where *flags.waiting is set or the step is at or past flags.pause_at,
  * the --pause-at-step hook and the device's time slice; 1 when the call
- * was cancelled. With answer_ud: epoch: an engine epoch ended; epoch_val:
+ * was cancelled. yield (ud): Predict's chunk boundary where *flags.waiting
+ * is set, the device's time slice alone. With answer_ud: epoch: an engine
+ * epoch ended; epoch_val:
  * the last epoch's validation (< 0: out of memory, the call stops).
  * Fit's (rt_program_fit_run), the others unused there: stopping (ud): a
  * durable daemon is stopping; progress: send a StepProgress (coalesce 0:
@@ -68,6 +70,7 @@ typedef struct rt_train_host {
     void *ud;
     rt_train_flags flags;
     int (*step)(void *ud, int64_t global_step);
+    int (*yield)(void *ud);
     int (*stopping)(void *ud);
     void *answer_ud;
     int (*epoch)(void *answer_ud, int64_t epoch, const rt_metrics *train, int64_t step,
@@ -100,30 +103,45 @@ typedef struct rt_train_refs {
     rt_dataset *ds, *val_ds;
 } rt_train_refs;
 
-/* A training call's admission in one descent, before it waits for the
- * device (RunSteps, Fit, Evaluate): the session, the program, the data set
- * and the optional validation set found (rt_session_lookup,
- * rt_data_store_lookup) and held in out->refs (the caller releases what is
- * set, failed or not), the program's pipeline marks and batch size; then,
- * when check is set, Fit's cap on its steps and each data set against the
- * program's plan (rt_view_check, labels needed), and the step estimate.
- * The caller clears check when its own request checks failed: it reports
- * those after a lookup's failure and before the checks here. 0, or the
- * lookup's or a check's failure with err set. */
+/* A call's admission in one descent, before it waits for the device
+ * (RunSteps, Fit, Evaluate, Predict): the session, the program, the data
+ * set (did NULL: none, Predict's x) and the optional validation set
+ * found (rt_session_lookup, rt_data_store_lookup) and held in out->refs
+ * (the caller releases what is set, failed or not), the program's
+ * pipeline marks, its plan facts and batch size; then, when check is set,
+ * Fit's cap on its steps, each data set against the program's plan
+ * (rt_view_check; labels needed unless unlabelled) and the call's time
+ * estimate. The caller clears check when its own request checks failed: it
+ * reports those after a lookup's failure and before the checks here. 0, or
+ * the lookup's or a check's failure with err set. */
 typedef struct rt_train_open_in {
     const char *sid, *pid, *did;
     const char *val_did; /* NULL or "": none */
     int check;
+    int unlabelled; /* Predict: the data set needs no labels */
     /* Fit: epochs x steps_per_epoch (0: one pass over the data set) must
      * not pass max_steps; epochs 0: no such cap */
     uint32_t epochs;
     uint64_t steps_per_epoch, max_steps;
+    /* the estimate: steps training steps (RunSteps), or with forward set
+     * forward passes over forward_n samples (0: the data set's), in
+     * batches, at half a step each (Evaluate, Predict) */
+    uint64_t steps;
+    int forward;
+    int64_t forward_n;
 } rt_train_open_in;
 typedef struct rt_train_open_out {
     rt_train_refs refs;
-    double step_ns;        /* the program's step estimate (when checked) */
-    int batch_size;        /* the plan's (when found) */
-    rt_program_pipe *pipe; /* its pipeline marks (rt_program_pipe_marks) */
+    double step_ns;           /* the program's step estimate (when checked) */
+    uint64_t est_ns;          /* the call's time on the device (when checked) */
+    int batch_size;           /* the plan's (when found) */
+    const rt_view_spec *view; /* the plan's facts (when found; while prog is) */
+    rt_program_pipe *pipe;    /* its pipeline marks (rt_program_pipe_marks) */
+    /* forward calls (when found): the output's per-sample dims (out_n < 0:
+     * the plan has none) and the floats per sample in and out (-1: none) */
+    int out_n;
+    int64_t out[RT_MAX_DIMS];
+    int64_t in_per, out_per;
 } rt_train_open_out;
 int rt_train_open(rt_session_table *t, rt_data_store *store, const rt_principal *who,
                   const rt_train_open_in *in, rt_train_open_out *out, char *err, size_t errlen);
@@ -160,6 +178,24 @@ typedef struct rt_run_steps_out {
  * err set (the call's failure message). */
 int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in *in,
                          rt_run_steps_out *out, char *err, size_t errlen);
+
+/* Evaluate: the metrics of the program on ctx->ds (labels needed), one
+ * forward pass over it. 0, or a negative RT_E* with err set. [device] */
+int rt_program_evaluate(rt_program *p, rt_train_ctx *ctx, rt_metrics *m, char *err, size_t errlen);
+
+/* Predict: the outputs of n samples, x (n x in_per floats) or, x NULL, of
+ * ctx->ds, into y (n x out_per floats), in chunks of whole batches; a
+ * streamed or held data set batch by batch through xb (batch x in_per
+ * floats), in file order. Between chunks of 16 batches a cancelled call
+ * stops and a waiting one yields the device (ctx->host). 0, or a negative
+ * RT_E* with err set. [device] */
+typedef struct rt_predict_in {
+    const float *x;
+    int64_t n, in_per, out_per;
+    float *y, *xb;
+} rt_predict_in;
+int rt_program_predict(rt_program *p, rt_train_ctx *ctx, const rt_predict_in *in, char *err,
+                       size_t errlen);
 
 typedef struct rt_fit_in {
     uint64_t fit_id; /* resumable (rt_fit_rec), 0: not */
