@@ -1886,13 +1886,17 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins, int
         c.in_kw[i] = m->in_kw ? m->in_kw[i] : NULL;
     }
     c.call_kwargs = m->call_kwargs;
-    /* this file's table, then import_keras_layers.c's */
+    /* this file's table, then import_keras_layers.c's; a custom class (a
+     * registered_name with a package, a module outside Keras) is not the
+     * built-in layer of the same name */
     rt_keras_layer_fn lfn = NULL;
     int lwant = 0;
-    for (size_t i = 0; i < sizeof layer_table / sizeof layer_table[0] && !lfn; i++)
+    const char *lmod = jstr(layer, "module"), *lreg = jstr(layer, "registered_name");
+    const int custom = (lreg && strchr(lreg, '>')) || (lmod && strncmp(lmod, "keras", 5) != 0);
+    for (size_t i = 0; i < sizeof layer_table / sizeof layer_table[0] && !lfn && !custom; i++)
         if (strcmp(layer_table[i].class_name, cls) == 0)
             lfn = layer_table[i].fn, lwant = layer_table[i].n_in;
-    if (lfn || rt_keras_layers_find(cls, &lfn, &lwant)) {
+    if (lfn || (!custom && rt_keras_layers_find(cls, &lfn, &lwant))) {
         int rc = 0;
         if (lwant && n_in != lwant)
             rc = rt_keras_fail(&c, RT_EINVAL, "%s takes %d input(s), got %d", cls, lwant, n_in);

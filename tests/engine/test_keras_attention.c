@@ -7,7 +7,8 @@
  * with use_scale, the gradient of the scale weight, which must also match
  * the central difference of the engine's loss. The causal case passes
  * use_causal_mask as the call's keyword (Keras 2.10's inbound node).
- * Then the settings refused, each named.
+ * Then the settings refused, each named, and a Keras 2.10 model whose
+ * outputs are a dict (their order, Keras' sorted keys).
  */
 #include <stdint.h>
 
@@ -113,6 +114,49 @@ static void refused(void)
     printf("%-16s ok\n", "refused");
 }
 
+/* Keras 2.10+ writes the outputs a model was built with as a dict
+ * ({"key": ["layer", 0, 0]}): Keras flattens it (tf.nest.flatten) in the
+ * order of the sorted keys, and the heads follow it, whatever the JSON's
+ * order; a loss dict by output name picks each head's */
+static void dict_outputs(void)
+{
+    static const char json[] =
+        "{\"class_name\": \"Functional\", \"keras_version\": \"2.10.0\", \"config\": {\"name\": "
+        "\"m\", \"layers\": [{\"class_name\": \"InputLayer\", \"name\": \"x\", \"config\": "
+        "{\"batch_input_shape\": [null, 4], \"name\": \"x\"}, \"inbound_nodes\": []}, "
+        "{\"class_name\": \"Dense\", \"name\": \"pitch\", \"config\": {\"name\": \"pitch\", "
+        "\"units\": 3, \"activation\": \"softmax\"}, \"inbound_nodes\": [[[\"x\", 0, 0, {}]]]}, "
+        "{\"class_name\": \"Dense\", \"name\": \"duration\", \"config\": {\"name\": "
+        "\"duration\", \"units\": 1}, \"inbound_nodes\": [[[\"x\", 0, 0, {}]]]}], "
+        "\"input_layers\": [[\"x\", 0, 0]], \"output_layers\": {\"pitch\": [\"pitch\", 0, 0], "
+        "\"duration\": [\"duration\", 0, 0]}}, \"training_config\": {\"loss\": {\"pitch\": "
+        "\"sparse_categorical_crossentropy\", \"duration\": \"mse\"}}}";
+    char err[512];
+    rt_graph *g;
+    if (rt_keras_import(json, strlen(json), &g, err, sizeof err) < 0) {
+        fprintf(stderr, "dict outputs: %s\n", err);
+        exit(1);
+    }
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.batch_size = 2;
+    REQUIRE(rt_keras_heads(json, strlen(json), &cfg, err, sizeof err) == 2);
+    CHECK(cfg.heads[0].loss == RT_LOSS_MSE && cfg.heads[1].loss == RT_LOSS_SPARSE_CE);
+    rt_plan *p;
+    if (rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) < 0) {
+        fprintf(stderr, "dict outputs: compile: %s\n", err);
+        exit(1);
+    }
+    int64_t d0[RT_MAX_DIMS], d1[RT_MAX_DIMS];
+    CHECK(rt_plan_n_heads(p) == 2);
+    CHECK(rt_plan_head_shape(p, 0, d0, NULL) == 1 && d0[0] == 1);
+    CHECK(rt_plan_head_shape(p, 1, d1, NULL) == 1 && d1[0] == 3);
+    CHECK(!strcmp(rt_plan_head_name(p, 0), "duration") && !strcmp(rt_plan_head_name(p, 1), "pitch"));
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+    printf("%-16s ok (duration, pitch)\n", "dict outputs");
+}
+
 int main(int argc, char **argv)
 {
     REQUIRE(argc == 2);
@@ -122,6 +166,7 @@ int main(int argc, char **argv)
     run_case("scaled", 1, 0);
     run_case("scaled_causal", 1, 1);
     refused();
+    dict_outputs();
     rt_fixture_free();
     return rt_test_done("test_keras_attention");
 }
