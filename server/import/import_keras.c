@@ -1892,7 +1892,9 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins, int
     rt_keras_layer_fn lfn = NULL;
     int lwant = 0;
     const char *lmod = jstr(layer, "module"), *lreg = jstr(layer, "registered_name");
-    const int custom = (lreg && strchr(lreg, '>')) || (lmod && strncmp(lmod, "keras", 5) != 0);
+    const int custom = (lreg && strchr(lreg, '>')) ||
+                       (lmod && strncmp(lmod, "keras", 5) != 0 &&
+                        strncmp(lmod, "tf_keras", 8) != 0 && strncmp(lmod, "tensorflow", 10) != 0);
     for (size_t i = 0; i < sizeof layer_table / sizeof layer_table[0] && !lfn && !custom; i++)
         if (strcmp(layer_table[i].class_name, cls) == 0)
             lfn = layer_table[i].fn, lwant = layer_table[i].n_in;
