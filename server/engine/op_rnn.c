@@ -37,6 +37,11 @@
  *   Embedding(x (B,...) holding integral indices as floats, W (V,D))
  *       -> (B,...,D). The exec checks the indices before a step
  *       (rt_exec_check_data); the kernel clamps as a last resort.
+ *       Attribute dropout (rate in [0, 1), default 0; Keras 1's
+ *       Embedding(dropout)): in training, whole rows of W are dropped, one
+ *       draw per vocabulary row and step shared by the batch, and the kept
+ *       rows scale by 1 / (1 - rate) (rt__embed_row_scale); a dropped row
+ *       gets no gradient. Inference reads W as it is.
  */
 #include <string.h>
 
@@ -254,7 +259,14 @@ static int rt__embedding_infer(rt__cc *cc, rt__node *nd)
                         nd->in_name[1]);
     if (nd->in_dt[0] != RT_F32)
         return rt__cerr(cc, nd, RT_EDTYPE, "indices '%s' must be f32 values", nd->in_name[0]);
+    int ok = 1;
+    const double drop = rt__attr_float(cc, nd, "dropout", 0.0, &ok);
+    if (!ok)
+        return RT_EINVAL;
+    if (!(drop >= 0.0 && drop < 1.0))
+        return rt__cerr(cc, nd, RT_EINVAL, "dropout %g outside [0, 1)", drop);
     rt__embed_params *p = rt__embed_p(nd);
+    p->drop = (float)drop;
     p->V = w->d[0];
     p->D = w->d[1];
     p->R = rt__shape_numel(x);

@@ -95,6 +95,19 @@ static inline int64_t rt__drop_key(const rt__dropout_params *p, int64_t i)
     return key;
 }
 
+/* Keras 1's Embedding(dropout=rate) in training: row v of W is kept with
+ * probability 1 - rate, one draw per row and step shared by the batch
+ * (Keras 1 draws K.random_binomial((input_dim,)) once per call), and the
+ * kept rows scale by 1 / (1 - rate): the factor W's row v is multiplied
+ * by. Both backends draw it here, so they drop the same rows. */
+static inline float rt__embed_row_scale(uint64_t seed, int64_t step, uint64_t node_id, float rate,
+                                        int64_t v)
+{
+    const uint64_t ctr = ((uint64_t)step << 36) | (uint64_t)v;
+    return rt__rng_unit(seed, RT__STREAM_DROPOUT + node_id, ctr) >= rate ? 1.0f / (1.0f - rate)
+                                                                         : 0.0f;
+}
+
 /* BandMask's rule for element (i, j) of a (T, S) matrix */
 static inline int rt__band_keep(const rt__band_params *p, int64_t i, int64_t j)
 {

@@ -251,9 +251,11 @@ typedef struct rt__seqmask_params {
 } rt__seqmask_params;
 
 /* Embedding: R indices per sample (float values, integral, in [0, V))
- * -> R rows of D */
+ * -> R rows of D; drop: Keras 1's Embedding(dropout), the rate at which
+ * whole rows of W are dropped in training (0: none) */
 typedef struct rt__embed_params {
     int64_t V, D, R;
+    float drop;
 } rt__embed_params;
 
 /* ActivityReg: Keras' activity regularizer on its input, passed through:

@@ -826,6 +826,7 @@ static const struct {
     {"b_constraint", "bias_constraint"},
     {"bias", "use_bias"},
     {"p", "rate"},
+    {"sigma", "stddev"}, /* GaussianNoise */
     {"atrous_rate", "dilation_rate"},
     {"subsample_length", "strides"},
     {"filter_length", "kernel_size"},
@@ -855,7 +856,8 @@ static int k1_layer(const char *cls, json_object *cfg)
 {
     static const char *const only1[] = {"nb_filter",     "border_mode",   "subsample",   "init",
                                         "W_regularizer", "dim_ordering",  "nb_row",      "p",
-                                        "output_dim",    "filter_length", "pool_length", "mode"};
+                                        "output_dim",    "filter_length", "pool_length", "mode",
+                                        "sigma"};
     /* the recurrent layers (import_keras_rnn.c) translate their own */
     static const char *const own[] = {"Embedding", "SimpleRNN", "GRU", "LSTM", "Bidirectional"};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
@@ -1167,6 +1169,14 @@ static int add_input(imp *m, const char *name, rt_keras_tensor *t)
     return 0;
 }
 
+/* a Keras 3 operation (keras.ops: NotEqual, Cast, ...) that Keras records
+ * in a Functional model where Python code called it on a tensor */
+static int is_keras_op(json_object *layer)
+{
+    const char *mod = jstr(layer, "module");
+    return mod && (strncmp(mod, "keras.src.ops", 13) == 0 || strncmp(mod, "keras.ops", 9) == 0);
+}
+
 /* Why a class that is not in the table cannot be imported. */
 static void why_unknown(imp *m, json_object *layer, const char *cls, const char *lname,
                         json_object *cfg)
@@ -1181,6 +1191,11 @@ static void why_unknown(imp *m, json_object *layer, const char *cls, const char 
                  "layer '%.64s' is the TensorFlow operation '%.40s' recorded by Keras, "
                  "not a Keras layer",
                  lname, jstr(cfg, "function") ? jstr(cfg, "function") : "?");
+    else if (is_keras_op(layer))
+        snprintf(msg, sizeof msg,
+                 "layer '%.64s' is the Keras operation '%.40s' (%.40s) recorded in the model, "
+                 "not a Keras layer: recorded operations are not supported",
+                 lname, cls, mod);
     else if ((reg && strchr(reg, '>')) || (mod && strncmp(mod, "keras", 5) != 0))
         snprintf(msg, sizeof msg,
                  "layer '%.64s' is the custom class '%.48s' (%.48s): its Python code is "
@@ -1878,13 +1893,19 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins, int
         c.in_kw[i] = m->in_kw ? m->in_kw[i] : NULL;
     }
     c.call_kwargs = m->call_kwargs;
-    /* this file's table, then import_keras_layers.c's */
+    /* this file's table, then import_keras_layers.c's; a custom class (a
+     * registered_name with a package, a module outside Keras) is not the
+     * built-in layer of the same name */
     rt_keras_layer_fn lfn = NULL;
     int lwant = 0;
-    for (size_t i = 0; i < sizeof layer_table / sizeof layer_table[0] && !lfn; i++)
+    const char *lmod = jstr(layer, "module"), *lreg = jstr(layer, "registered_name");
+    const int custom = (lreg && strchr(lreg, '>')) ||
+                       (lmod && strncmp(lmod, "keras", 5) != 0 &&
+                        strncmp(lmod, "tf_keras", 8) != 0 && strncmp(lmod, "tensorflow", 10) != 0);
+    for (size_t i = 0; i < sizeof layer_table / sizeof layer_table[0] && !lfn && !custom; i++)
         if (strcmp(layer_table[i].class_name, cls) == 0)
             lfn = layer_table[i].fn, lwant = layer_table[i].n_in;
-    if (lfn || rt_keras_layers_find(cls, &lfn, &lwant)) {
+    if (lfn || (!custom && rt_keras_layers_find(cls, &lfn, &lwant))) {
         int rc = 0;
         if (lwant && n_in != lwant)
             rc = rt_keras_fail(&c, RT_EINVAL, "%s takes %d input(s), got %d", cls, lwant, n_in);
@@ -2136,7 +2157,7 @@ static int takes_initial_state(json_object *layer)
 static int takes_tensor_kwargs(json_object *layer)
 {
     const char *cls = jstr(layer, "class_name");
-    return cls && strcmp(cls, "MultiHeadAttention") == 0;
+    return cls && (strcmp(cls, "MultiHeadAttention") == 0 || strcmp(cls, "Attention") == 0);
 }
 
 /* The tensor kwargs of an inbound node (Keras 2: [name, node, tensor];
@@ -2256,6 +2277,12 @@ static int inbound_names(imp *m, const char *lname, json_object *layer, int whic
         for (int j = 0; j < cnt && n < max; j++) {
             json_object *h = tensor_ref(many ? json_object_array_get_idx(t, (size_t)j) : t);
             json_object *nm = h ? json_object_array_get_idx(h, 0) : NULL;
+            if ((!nm || !json_object_is_type(nm, json_type_string)) && is_keras_op(layer))
+                return ifail(m, RT_EUNKNOWN_LAYER,
+                             "layer '%.64s' is the Keras operation '%.40s' (%.40s) recorded in "
+                             "the model, not a Keras layer: recorded operations are not supported",
+                             lname, jstr(layer, "class_name") ? jstr(layer, "class_name") : "?",
+                             jstr(layer, "module"));
             if (!nm || !json_object_is_type(nm, json_type_string))
                 return ifail(m, RT_EJSON, "layer '%.64s' has a malformed inbound tensor", lname);
             int rc = inbound_index(m, lname, json_object_get_string(nm), h, &node_of[n], &tix[n]);
@@ -2284,9 +2311,42 @@ static int64_t io_node(json_object *ref, int k)
 
 /* ["name", 0, 0] or [["name", 0, 0], ...] -> names and, if nodes is not
  * NULL, their node indices (an output may be a shared layer's later call)
- * and tensor indices (a recurrent layer's state) */
+ * and tensor indices (a recurrent layer's state). Keras 2.10+ writes the
+ * outputs (or inputs) a model was built with as a dict, {"key": ["name",
+ * 0, 0], ...}: Keras flattens it (tf.nest.flatten) in the order of its
+ * keys, sorted, and so does this. */
 static int io_refs(json_object *v, const char **names, int64_t *nodes, int64_t *tensors, int max)
 {
+    if (v && json_object_is_type(v, json_type_object)) {
+        const char *keys[RT_MAX_HEADS + RT_KERAS_MAX_IN + 2];
+        json_object *refs[RT_MAX_HEADS + RT_KERAS_MAX_IN + 2];
+        int n = 0;
+        const int cap =
+            max < (int)(sizeof keys / sizeof keys[0]) ? max : (int)(sizeof keys / sizeof keys[0]);
+        json_object_object_foreach(v, key, ref)
+        {
+            if (n == cap)
+                break;
+            int at = n++;
+            for (; at > 0 && strcmp(keys[at - 1], key) > 0; at--) {
+                keys[at] = keys[at - 1];
+                refs[at] = refs[at - 1];
+            }
+            keys[at] = key;
+            refs[at] = ref;
+        }
+        for (int i = 0; i < n; i++) {
+            json_object *nm = json_object_is_type(refs[i], json_type_array)
+                                  ? json_object_array_get_idx(refs[i], 0)
+                                  : NULL;
+            if (!nm || !json_object_is_type(nm, json_type_string))
+                return -1;
+            if (nodes)
+                nodes[i] = io_node(refs[i], 1), tensors[i] = io_node(refs[i], 2);
+            names[i] = json_object_get_string(nm);
+        }
+        return n;
+    }
     if (!v || !json_object_is_type(v, json_type_array) || json_object_array_length(v) == 0)
         return 0;
     json_object *first = json_object_array_get_idx(v, 0);

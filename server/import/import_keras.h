@@ -272,6 +272,7 @@ int rt_keras_layers_find(const char *class_name, rt_keras_layer_fn *fn, int *n_i
 int rt_keras_attn_find(const char *class_name, rt_keras_layer_fn *fn, int *n_in);
 int rt_keras_mha(rt_keras_ctx *c);
 int rt_keras_dot(rt_keras_ctx *c);
+int rt_keras_attention(rt_keras_ctx *c);
 int rt_keras_layers_activation(rt_keras_ctx *c, const char *act, const char *node_name);
 
 #ifdef __cplusplus

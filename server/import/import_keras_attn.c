@@ -1,5 +1,5 @@
 /*
- * import_keras_attn.c - Keras' MultiHeadAttention and Dot, built from
+ * import_keras_attn.c - Keras' MultiHeadAttention, Attention and Dot, built from
  * engine ops (Dense projections, Reshape/Transpose, BatchMatMul, Softmax,
  * Dropout), following keras/src/layers/attention/multi_head_attention.py
  * and keras/src/layers/merging/dot.py.
@@ -678,8 +678,112 @@ int rt_keras_dot(rt_keras_ctx *c)
     return 0;
 }
 
+/* -------------------------------------------------------------- Attention */
+
+/* Keras' Attention (Luong-style; keras/layers/attention/attention.py and
+ * base_dense_attention.py of Keras 2.10, keras/src/layers/attention/
+ * attention.py of Keras 3) on [query (B, Tq, d), value (B, Tv, dv)] or
+ * [query, value, key (B, Tv, d)]: scores = query key^T (times the scalar
+ * weight "scale", initialized to 1, with use_scale), the causal mask
+ * (use_causal_mask, or Keras 2's causal) as -1e9 above the diagonal,
+ * softmax over the value steps, dropout on those weights in training,
+ * output weights x value (B, Tq, dv). score_mode "concat", inputs carrying
+ * step masks and return_attention_scores are refused. */
+int rt_keras_attention(rt_keras_ctx *c)
+{
+    int use_scale, causal = 0, trainable, rc;
+    double dropout;
+    const char *mode;
+    if ((rc = rt_keras_cfg_bool(c, "use_scale", 0, &use_scale)) < 0 ||
+        (rc = rt_keras_cfg_str(c, "score_mode", "dot", &mode)) < 0 ||
+        (rc = rt_keras_cfg_float(c, "dropout", 0.0, &dropout)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "causal", 0, &causal)) < 0 ||
+        (rc = rt_keras_cfg_bool(c, "trainable", 1, &trainable)) < 0)
+        return rc;
+    if (strcmp(mode, "dot") != 0)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "Attention score_mode '%.20s' is not supported (dot only)", mode);
+    if (!(dropout >= 0 && dropout < 1))
+        return rt_keras_fail(c, RT_EINVAL, "dropout %g is outside [0, 1)", dropout);
+    json_object *kw = c->call_kwargs, *x;
+    if (kw && json_object_object_get_ex(kw, "use_causal_mask", &x) && x)
+        causal |= json_object_get_boolean(x);
+    if (kw && json_object_object_get_ex(kw, "return_attention_scores", &x) && x &&
+        json_object_get_boolean(x))
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "return_attention_scores=True (a second output) is not supported");
+    for (int i = 0; i < c->n_in; i++)
+        if (c->in_kw[i])
+            return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                                 "Attention's '%.32s' argument is not supported (the inputs only)",
+                                 c->in_kw[i]);
+    if (c->n_in < 2 || c->n_in > 3)
+        return rt_keras_fail(c, RT_EINVAL, "Attention takes [query, value] or [query, value, key]");
+    const rt_keras_tensor *q = &c->in[0], *v = &c->in[1], *k = c->n_in > 2 ? &c->in[2] : v;
+    if (q->ndim != 2 || v->ndim != 2 || k->ndim != 2 || k->dims[0] != v->dims[0] ||
+        k->dims[1] != q->dims[1])
+        return rt_keras_fail(c, RT_ESHAPE,
+                             "Attention needs query (Tq, d), value (Tv, dv) and key (Tv, d)");
+    char Sn[RT_KERAS_NAME], Pn[RT_KERAS_NAME];
+    if ((rc = a_name(c, Sn, "scores")) < 0)
+        return rc;
+    rt_attr tb = {.name = "transpose_b", .kind = RT_ATTR_INT, .i = 1};
+    const char *sin[2] = {q->name, k->name};
+    if ((rc = a_node(c, Sn, "BatchMatMul", 2, sin, 1, &tb)) < 0)
+        return rc;
+    const char *logits = Sn;
+    char Wn[RT_KERAS_NAME], Xn[RT_KERAS_NAME], Cn[RT_KERAS_NAME];
+    if (use_scale) {
+        /* Keras' scalar weight, held as one value */
+        const int64_t one = 1;
+        if ((rc = a_name(c, Wn, "scale")) < 0 || (rc = a_name(c, Xn, "scores/scaled")) < 0)
+            return rc;
+        if ((rc = rt_graph_add_param(c->g, Wn, 1, &one, RT_INIT_ONES, trainable, NULL)) < 0)
+            return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+        const char *min[2] = {Sn, Wn};
+        if ((rc = a_node(c, Xn, "Mul", 2, min, 0, NULL)) < 0)
+            return rc;
+        logits = Xn;
+    }
+    if (causal) {
+        if ((rc = a_name(c, Cn, "causal_mask")) < 0)
+            return rc;
+        rt_attr ba[2] = {{.name = "causal", .kind = RT_ATTR_INT, .i = 1},
+                         {.name = "window", .kind = RT_ATTR_INT, .i = 0}};
+        if ((rc = a_node(c, Cn, "BandMask", 1, &logits, 2, ba)) < 0)
+            return rc;
+        logits = Cn;
+    }
+    if ((rc = a_name(c, Pn, "softmax")) < 0 ||
+        (rc = a_node(c, Pn, "Softmax", 1, &logits, 0, NULL)) < 0)
+        return rc;
+    const char *probs = Pn;
+    char Dn[RT_KERAS_NAME];
+    if (dropout > 0) {
+        rt_attr dr = {.name = "rate", .kind = RT_ATTR_FLOAT, .f = dropout};
+        if ((rc = a_name(c, Dn, "dropout")) < 0 ||
+            (rc = a_node(c, Dn, "Dropout", 1, &probs, 1, &dr)) < 0)
+            return rc;
+        probs = Dn;
+    }
+    if ((rc = a_name(c, c->out.name, NULL)) < 0)
+        return rc;
+    const char *oin[2] = {probs, v->name};
+    if ((rc = a_node(c, c->out.name, "BatchMatMul", 2, oin, 0, NULL)) < 0)
+        return rc;
+    c->out.ndim = 2;
+    c->out.dims[0] = q->dims[0];
+    c->out.dims[1] = v->dims[1];
+    return 0;
+}
+
 int rt_keras_attn_find(const char *class_name, rt_keras_layer_fn *fn, int *n_in)
 {
+    if (strcmp(class_name, "Attention") == 0) {
+        *fn = rt_keras_attention;
+        *n_in = 0;
+        return 1;
+    }
     if (strcmp(class_name, "MultiHeadAttention") == 0) {
         *fn = rt_keras_mha;
         *n_in = 0;

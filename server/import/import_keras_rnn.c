@@ -25,7 +25,8 @@
  * computes the same values), or an error naming it. dropout and
  * recurrent_dropout are the ops' (op_rnn.c: one input mask and one state
  * mask per sample and batch, shared by the gates, as Keras 3 and Keras 2's
- * default implementation 2 draw them). stateful: the node's "stateful"
+ * default implementation 2 draw them); Keras 1's Embedding dropout is the
+ * Embedding op's (whole rows of the matrix per step). stateful: the node's "stateful"
  * attribute is the model's fixed batch size (the first batch_input_shape
  * or batch_shape that has one; without one Keras refuses it, and so does
  * this). return_state: the node outputs its rows and the final states as
@@ -229,7 +230,7 @@ static int k_embedding(rt_keras_ctx *c)
     /* embeddings_regularizer/_constraint are attached by the importer
      * after the layer (import_keras.c, param_opts_of) */
     /* activity_regularizer: after the layer too (import_keras.c) */
-    static const char *const unsupported[] = {"sparse", "lora_rank", "dropout"};
+    static const char *const unsupported[] = {"sparse", "lora_rank"};
     int mask_zero;
     static const char *const known[] = {"input_dim",
                                         "output_dim",
@@ -245,9 +246,11 @@ static int k_embedding(rt_keras_ctx *c)
     int64_t V, D;
     int trainable, rc;
     rt_init init;
+    double drop;
     if ((rc = k_known_fields(c, known, sizeof known / sizeof known[0])) < 0 ||
         (rc = rt_keras_cfg_bool(c, "mask_zero", 0, &mask_zero)) < 0 ||
-        (rc = k_reject_all(c, unsupported, 3)) < 0 ||
+        (rc = k_reject_all(c, unsupported, 2)) < 0 ||
+        (rc = rt_keras_cfg_float(c, "dropout", 0.0, &drop)) < 0 ||
         (rc = rt_keras_cfg_int(c, "input_dim", 0, &V)) < 0 ||
         (rc = rt_keras_cfg_int(c, "output_dim", 0, &D)) < 0 ||
         (rc = rt_keras_cfg_bool(c, "trainable", 1, &trainable)) < 0 ||
@@ -255,6 +258,11 @@ static int k_embedding(rt_keras_ctx *c)
         return rc;
     if (V <= 0 || D <= 0 || V > RT__MAX_NUMEL || D > RT__MAX_NUMEL)
         return rt_keras_fail(c, RT_EINVAL, "Embedding needs input_dim > 0 and output_dim > 0");
+    /* Keras 1's Embedding(dropout): whole rows of the matrix, the op's
+     * "dropout" (op_rnn.c); a rate outside [0, 1) is refused, as the
+     * recurrent layers' rates are */
+    if (!(drop >= 0 && drop < 1))
+        return rt_keras_fail(c, RT_EINVAL, "Embedding dropout %g is outside [0, 1)", drop);
     const rt_keras_tensor *x = &c->in[0];
     if (x->ndim + 1 >= RT_MAX_DIMS)
         return rt_keras_fail(c, RT_ESHAPE, "Embedding input has rank %d", x->ndim);
@@ -265,7 +273,8 @@ static int k_embedding(rt_keras_ctx *c)
     if ((rc = rt_graph_add_param(c->g, w, 2, wd, init, trainable, NULL)) < 0)
         return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
     const char *in[2] = {x->name, w};
-    if ((rc = rt_graph_add_node(c->g, c->layer, "Embedding", 2, in, 0, NULL)) < 0)
+    const rt_attr da = {.name = "dropout", .kind = RT_ATTR_FLOAT, .f = drop};
+    if ((rc = rt_graph_add_node(c->g, c->layer, "Embedding", 2, in, drop > 0, &da)) < 0)
         return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
     snprintf(c->out.name, sizeof c->out.name, "%s", c->layer);
     c->out.ndim = x->ndim + 1;

@@ -588,13 +588,32 @@ static inline int64_t rt__emb_row(float v, int64_t V)
     return (int64_t)v;
 }
 
+/* the factor row v takes this step: 1, or with Keras 1's dropout in
+ * training 0 or 1 / (1 - rate) (rt__embed_row_scale) */
+static inline float rt__emb_scale(const rt__kargs *a, const rt__embed_params *p, int64_t v)
+{
+    if (!(a->r->training && p->drop > 0.0f))
+        return 1.0f;
+    return rt__embed_row_scale(a->r->seed, a->r->step, (uint64_t)a->nd->id, p->drop, v);
+}
+
 void rt_kern_embedding_fwd(const rt__kargs *a)
 {
     const rt__embed_params *p = rt__embed_cp(a->nd);
     const int64_t m = a->r->n * p->R, D = p->D;
     const float *x = a->x[0], *W = a->x[1];
-    for (int64_t i = 0; i < m; i++)
-        memcpy(a->y + i * D, W + rt__emb_row(x[i], p->V) * D, sizeof(float) * (size_t)D);
+    for (int64_t i = 0; i < m; i++) {
+        const int64_t v = rt__emb_row(x[i], p->V);
+        const float s = rt__emb_scale(a, p, v);
+        if (s == 1.0f) {
+            memcpy(a->y + i * D, W + v * D, sizeof(float) * (size_t)D);
+        } else {
+            float *restrict y = a->y + i * D;
+            const float *restrict w = W + v * D;
+            for (int64_t j = 0; j < D; j++)
+                y[j] = w[j] * s;
+        }
+    }
 }
 
 void rt_kern_embedding_bwd(const rt__kargs *a)
@@ -608,10 +627,19 @@ void rt_kern_embedding_bwd(const rt__kargs *a)
         memset(dW, 0, sizeof(float) * (size_t)(p->V * D));
     const float *x = a->x[0];
     for (int64_t i = 0; i < m; i++) {
-        float *restrict d = dW + rt__emb_row(x[i], p->V) * D;
+        const int64_t v = rt__emb_row(x[i], p->V);
+        const float s = rt__emb_scale(a, p, v);
+        if (s == 0.0f)
+            continue; /* a dropped row: no gradient */
+        float *restrict d = dW + v * D;
         const float *restrict g = a->dy + i * D;
-        for (int64_t j = 0; j < D; j++)
-            d[j] += g[j];
+        if (s == 1.0f) {
+            for (int64_t j = 0; j < D; j++)
+                d[j] += g[j];
+        } else {
+            for (int64_t j = 0; j < D; j++)
+                d[j] += g[j] * s;
+        }
     }
 }
 

@@ -656,14 +656,23 @@ void rt_ref_map_bwd(const rt__kargs *a)
 
 /* -------------------------------------------------------------- Embedding */
 
+/* row v's factor: Keras 1's Embedding(dropout) in training, else 1 */
+static double rt_ref_emb_scale(const rt__kargs *a, const rt__embed_params *p, int64_t v)
+{
+    if (!a->r->training || p->drop == 0.0f)
+        return 1.0;
+    return rt__embed_row_scale(a->r->seed, a->r->step, (uint64_t)a->nd->id, p->drop, v);
+}
+
 void rt_ref_embedding_fwd(const rt__kargs *a)
 {
     const rt__embed_params *p = rt__embed_cp(a->nd);
     const int64_t rows = a->r->n * p->R;
     for (int64_t r = 0; r < rows; r++) {
         const int64_t v = (int64_t)a->x[0][r];
+        const double s = rt_ref_emb_scale(a, p, v);
         for (int64_t j = 0; j < p->D; j++)
-            a->y[r * p->D + j] = a->x[1][v * p->D + j];
+            a->y[r * p->D + j] = (float)(a->x[1][v * p->D + j] * s);
     }
 }
 
@@ -676,7 +685,8 @@ void rt_ref_embedding_bwd(const rt__kargs *a)
     rt_ref_clear(a, 1, p->V * p->D);
     for (int64_t r = 0; r < rows; r++) {
         const int64_t v = (int64_t)a->x[0][r];
+        const double s = rt_ref_emb_scale(a, p, v);
         for (int64_t j = 0; j < p->D; j++)
-            a->dx[1][v * p->D + j] += a->dy[r * p->D + j];
+            a->dx[1][v * p->D + j] += (float)(a->dy[r * p->D + j] * s);
     }
 }
