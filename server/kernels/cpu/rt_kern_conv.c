@@ -837,7 +837,7 @@ static void rt__tap_bwd(const rt__kargs *a, const rt_kern_conv_plan *kp)
         for (int64_t s = n * t / T; s < n * (t + 1) / T; s++) {
             for (int64_t oh = 0; oh < OH; oh++) {
                 const int64_t r = (s * OH + oh) * OW * OC;
-                rt__dz_form(OW, OC, a->dy + r, a->y + r, NULL, relu,
+                rt__dz_form(OW, OC, a->dy + r, relu ? a->y + r : NULL, NULL, relu,
                             pz + ((oh + tg.tp) * tg.Wq + tg.lp) * OC, db ? pdb : NULL);
             }
             if (dw) {
