@@ -6,7 +6,7 @@
 # limit itself (bench_limit.h: warm sgemm loop at the step's threads) and
 # prints every variant's GFLOP/s and share of it. Then one table of medians
 # over the rounds: the old build's default row against the new build's.
-#   usage: bench/conv/conv_dirs.sh BEFORE_BUILD AFTER_BUILD [ROUNDS] [REPS]
+#   usage: [ONLY=W-B|3x3x64|ResNet] bench/conv/conv_dirs.sh BEFORE_BUILD AFTER_BUILD [ROUNDS] [REPS]
 #   e.g.   flock /work/wt/bench.lock bench/conv/conv_dirs.sh ../main/build-rel build-rel 3
 # Both builds' "default" rows (the engine's own choice) are compared; set
 # BEFORE_VARIANT=im2col+GEMM for a build from before the shape rule was on.
@@ -23,7 +23,8 @@ for r in $(seq 1 "$rounds"); do
     b=$before
     [ "$side" = after ] && b=$after
     echo "=== round $r, $side ($b)"
-    "$b/bench/conv/bench_conv" --convs --reps "$reps" | tee "$tmp/$side.$r"
+    uptime
+    "$b/bench/conv/bench_conv" --convs --reps "$reps" ${ONLY:+--only "$ONLY"} | tee "$tmp/$side.$r"
   done
 done
 # rows: "<workload>, batch N, ...:" heads; "  <variant> <direction> X ms Y GFLOP/s  Z% of

@@ -10,11 +10,15 @@
  *     dz routed out of the argmax, x read in place by the 27-column
  *     kernel);
  *   - the 3x3x64 net's shape: 3 -> 64 3x3 'same' ReLU (a padded copy read
- *     in place, dz formed a few lines at a time), then 64 -> 32 'same' ReLU,
- *     whose weight gradient (K = 576) runs on the microkernel over im2col's
+ *     in place, dz formed a few lines at a time), then 64 -> 32 'same' ReLU
+ *     (72 output pixels: both backward directions on the per-sample tap
+ *     path, dz formed once per sample, dx from the flipped weights);
+ *   - 16 -> 80 -> 32 (80 channels: no tap path), whose second layer's
+ *     weight gradient (K = 720) runs on the microkernel over im2col's
  *     columns in place of sgemm, its input gradient on sgemm;
  *   - a pooled 16 -> 64 layer with an input gradient (the pool's backward
- *     over whole samples).
+ *     over whole samples);
+ *   - more of the tap path's shapes (tap_graph).
  * Each is compiled on "cpu" and on "ref" from the same seed (the
  * initializers are backend-independent).
  */
@@ -60,21 +64,26 @@ static rt_graph *wb_odd_graph(void) { return pooled_first(11, 11, 32, "same", "l
  * kernel (2x2 pools only) does not take */
 static rt_graph *wb_pool3_graph(void) { return pooled_first(12, 10, 64, "valid", "relu", 3); }
 
-static rt_graph *net64_graph(void)
+/* 9x8xc0 -> Conv2D(c1, 3x3, same, relu) -> Conv2D(c2, 3x3, same, relu) ->
+ * GlobalAvgPool -> Dense(10) */
+static rt_graph *two_convs(int64_t c0, int64_t c1, int64_t c2)
 {
     rt_graph *g = rt_graph_create();
-    int64_t in[] = {RT_BATCH, 9, 8, 3};
+    int64_t in[] = {RT_BATCH, 9, 8, c0};
     int rc = rt_graph_add_input(g, "x", RT_F32, 4, in);
-    rc |= rt_conv_add_conv(g, "c1", "x", 3, 3, 3, 64, "same", "relu", RT_INIT_HE_UNIFORM, NULL,
+    rc |= rt_conv_add_conv(g, "c1", "x", 3, 3, c0, c1, "same", "relu", RT_INIT_HE_UNIFORM, NULL,
                            NULL);
-    rc |= rt_conv_add_conv(g, "c2", "c1", 3, 3, 64, 32, "same", "relu", RT_INIT_HE_UNIFORM, NULL,
+    rc |= rt_conv_add_conv(g, "c2", "c1", 3, 3, c1, c2, "same", "relu", RT_INIT_HE_UNIFORM, NULL,
                            NULL);
     rc |= rt_conv_add1(g, "gap", "GlobalAvgPool", "c2", 0, NULL);
-    rc |= rt_conv_add_dense(g, "d", "gap", 32, 10, "linear", RT_INIT_GLOROT_UNIFORM, NULL, NULL);
+    rc |= rt_conv_add_dense(g, "d", "gap", c2, 10, "linear", RT_INIT_GLOROT_UNIFORM, NULL, NULL);
     rc |= rt_graph_set_output(g, "d");
     REQUIRE(rc == 0);
     return g;
 }
+
+static rt_graph *net64_graph(void) { return two_convs(3, 64, 32); }
+static rt_graph *wide_graph(void) { return two_convs(16, 80, 32); }
 
 static rt_graph *pooled_dx_graph(void)
 {
@@ -88,6 +97,35 @@ static rt_graph *pooled_dx_graph(void)
     rc |= rt_conv_add1(g, "p", "MaxPool2D", "c2", 0, NULL);
     rc |= rt_conv_add1(g, "f", "Flatten", "p", 0, NULL);
     rc |= rt_conv_add_dense(g, "d", "f", 4 * 4 * 64, 10, "linear", RT_INIT_GLOROT_UNIFORM, NULL,
+                            NULL);
+    rc |= rt_graph_set_output(g, "d");
+    REQUIRE(rc == 0);
+    return g;
+}
+
+/* The per-sample tap path (stride 1, K > 64, <= 64 channels each side,
+ * > 64 output pixels): c1 16 -> 64 'same' ReLU (weights only: a first
+ * layer), then two branches off c1 whose input gradients add into c1's
+ * output gradient (the second one's backward-data accumulates): c2 64 ->
+ * 48 'valid' linear (x read in place, 3 vectors of channels) and c3 64 ->
+ * 64 5x5 'same' ReLU (a padded copy, 4-column weight blocks: a window row
+ * of 320 floats). c2 and c3 are big enough to run on several threads. */
+static rt_graph *tap_graph(void)
+{
+    rt_graph *g = rt_graph_create();
+    int64_t in[] = {RT_BATCH, 12, 12, 16};
+    int rc = rt_graph_add_input(g, "x", RT_F32, 4, in);
+    rc |= rt_conv_add_conv(g, "c1", "x", 3, 3, 16, 64, "same", "relu", RT_INIT_HE_UNIFORM, NULL,
+                           NULL);
+    rc |= rt_conv_add_conv(g, "c2", "c1", 3, 3, 64, 48, "valid", "linear", RT_INIT_HE_UNIFORM,
+                           NULL, NULL);
+    rc |= rt_conv_add_conv(g, "c3", "c1", 5, 5, 64, 64, "same", "relu", RT_INIT_HE_UNIFORM, NULL,
+                           NULL);
+    rc |= rt_conv_add1(g, "g2", "GlobalAvgPool", "c2", 0, NULL);
+    rc |= rt_conv_add1(g, "g3", "GlobalAvgPool", "c3", 0, NULL);
+    const char *cat[2] = {"g2", "g3"};
+    rc |= rt_graph_add_node(g, "cat", "Concat", 2, cat, 0, NULL);
+    rc |= rt_conv_add_dense(g, "d", "cat", 48 + 64, 10, "linear", RT_INIT_GLOROT_UNIFORM, NULL,
                             NULL);
     rc |= rt_graph_set_output(g, "d");
     REQUIRE(rc == 0);
@@ -122,7 +160,7 @@ static void check(const char *name, rt_graph *(*mk)(void), const float *x, const
     rt_exec *ec, *er;
     REQUIRE(rt_exec_create(pc, &ec) == 0 && rt_exec_create(pr, &er) == 0);
     rt_data d = {.x = x, .y = y, .y_dtype = RT_I32, .n = B};
-    static float gc[64 * 64 * 9 + 4096], gr[64 * 64 * 9 + 4096];
+    static float gc[64 * 64 * 25 + 4096], gr[64 * 64 * 25 + 4096];
     const int64_t cap = (int64_t)(sizeof gc / sizeof gc[0]);
     grads_match(name, ec, er, pc, &d, B, gc, gr, cap);
     grads_match(name, ec, er, pc, &d, 3, gc, gr, cap);
@@ -135,10 +173,10 @@ static void check(const char *name, rt_graph *(*mk)(void), const float *x, const
 
 int main(void)
 {
-    static float x[B * 12 * 10 * 4];
+    static float x[B * 12 * 12 * 16];
     static int32_t y[B];
     uint64_t s = 11;
-    for (int i = 0; i < B * 12 * 10 * 4; i++) {
+    for (int i = 0; i < B * 12 * 12 * 16; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         x[i] = (float)((s >> 40) & 0xffff) / 32768.0f - 1.0f;
     }
@@ -147,7 +185,9 @@ int main(void)
     check("pooled first layer, odd sizes, 'same'", wb_odd_graph, x, y);
     check("W-B's layer under a 3x3 pool", wb_pool3_graph, x, y);
     check("3x3x64 shape (K = 27 and K = 576)", net64_graph, x, y);
+    check("80 channels (dW microkernel, K = 720)", wide_graph, x, y);
     check("pooled 16 -> 64 with an input gradient", pooled_dx_graph, x, y);
+    check("tap path (in place, padded, accumulating)", tap_graph, x, y);
     if (rt_test_failures) {
         fprintf(stderr, "test_conv_mk_ref: %d check(s) failed\n", rt_test_failures);
         return 1;

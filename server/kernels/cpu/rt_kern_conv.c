@@ -402,19 +402,12 @@ static int rt__mk_dw_big(const rt__conv_params *cv, int64_t K, int64_t OC)
            (cv->act == RT__ACT_NONE || cv->act == RT__ACT_RELU);
 }
 
-/* what the in-place kernels read for samples [s0, s0+nb): x itself, or the
- * zero-padded copy made in buf; *g gets the geometry read (unpadded) and
- * *sb the first sample's index in what is returned */
-static const float *rt__x_view(const rt_kern_conv_plan *kp, const rt__conv_params *cv,
-                               const float *x, int64_t s0, int64_t nb, float *buf,
-                               rt__conv_params *g, int64_t *sb)
+/* the zero-padded copy of samples [s0, s0+nb) of x into buf: hp lines of
+ * wp pixels each, the image at line PT, pixel PL */
+static void rt__x_pad(const rt__conv_params *cv, const float *x, int64_t s0, int64_t nb, int64_t hp,
+                      int64_t wp, float *buf)
 {
-    *g = *cv;
-    *sb = s0;
-    if (kp->in_place != RT__XP_PADDED)
-        return x;
     const int64_t H = cv->H, W = cv->W, C = cv->C;
-    const int64_t hp = (cv->OH - 1) * cv->SH + cv->KH, wp = (cv->OW - 1) * cv->SW + cv->KW;
     float *o = buf;
     for (int64_t b = s0; b < s0 + nb; b++)
         for (int64_t h = 0; h < hp; h++) {
@@ -435,6 +428,21 @@ static const float *rt__x_view(const rt_kern_conv_plan *kp, const rt__conv_param
                    sizeof(float) * (size_t)((wp - (w1 > w0 ? w1 : w0)) * C));
             o += wp * C;
         }
+}
+
+/* what the in-place kernels read for samples [s0, s0+nb): x itself, or the
+ * zero-padded copy made in buf; *g gets the geometry read (unpadded) and
+ * *sb the first sample's index in what is returned */
+static const float *rt__x_view(const rt_kern_conv_plan *kp, const rt__conv_params *cv,
+                               const float *x, int64_t s0, int64_t nb, float *buf,
+                               rt__conv_params *g, int64_t *sb)
+{
+    *g = *cv;
+    *sb = s0;
+    if (kp->in_place != RT__XP_PADDED)
+        return x;
+    const int64_t hp = (cv->OH - 1) * cv->SH + cv->KH, wp = (cv->OW - 1) * cv->SW + cv->KW;
+    rt__x_pad(cv, x, s0, nb, hp, wp, buf);
     g->H = hp;
     g->W = wp;
     g->PT = g->PL = 0;
@@ -550,6 +558,301 @@ static void rt__mk_conv_x(const rt__conv_params *g, const float *x, int64_t s0, 
                 msk = msk ? msk + rb * NB : NULL;
             }
         }
+}
+
+/* ------------------------------------------------ the per-sample tap path
+ *
+ * Stride-1 layers with K > 64, at most 64 channels on either side and more
+ * than 64 output pixels (the 3x3x64 net's second layer, ResNet-18's first
+ * stage) take both backward directions a sample at a time, with no
+ * im2col and no oneDNN primitive:
+ *   - dz = dy * relu'(y) (or dy) is formed once per sample, a line at a
+ *     time (the next line's dy and y prefetched), into a zero-bordered
+ *     copy: KH-1-PT lines above the sample's dz, KW-1-PL pixels left of
+ *     it. Both gradients read that copy from L2;
+ *   - backward-data: dx is a stride-1 convolution of that copy with the
+ *     flipped, transposed weights W'[kh][kw][oc][c] = W[KH-1-kh][KW-1-kw]
+ *     [c][oc] (rt__mk_dx_blk: 6 pixels x 64 channels in registers over the
+ *     KH KW OC sums, W' streamed from L2). im2col's way wrote dz W^T as K
+ *     columns per pixel (a GEMM with an inner dimension of OC) and added
+ *     them back into dx (col2im); oneDNN's backward-data primitive
+ *     (jit:avx512_core) ran 15-20% slower than this on the 32x32x64 layer;
+ *   - backward-weights reads x in place (a zero-padded copy of the sample
+ *     for a padded layer): RB columns x 16 NB channels of dW in registers
+ *     over a band of lines (rt__mk_dw_band), the band's dz in L1.
+ * rt_kern_conv_plan.tap; under the engine's own choice only
+ * (RT_KERN_CONV_IM2COL, the tests' and bench/conv's reference, keeps
+ * im2col). Sums run in another order than im2col's: not the same bits. */
+typedef struct {
+    int64_t tp, lp, Hq, Wq; /* dz's zero-bordered copy: lines above, pixels left, size */
+    int64_t pf;             /* its floats (a multiple of 16) */
+    int xpad;               /* dW reads a zero-padded copy of x (else x itself) */
+    int64_t xw, xf;         /* pixels per line of what dW reads; floats of the copy */
+    int64_t L;              /* lines per dW band */
+    int rb;                 /* dW columns per register block */
+} rt__tapgeo;
+
+/* floats of the two copies a thread holds at most (L2-sized: 32x32x64
+ * layers need 148K) */
+#define RT__TAP_MAX_FLOATS (192 * 1024)
+
+static int rt__tap_fits(const rt__conv_params *cv, int64_t K)
+{
+    if (rt_kern_conv_impl != RT_KERN_CONV_AUTO || cv->G > 1 || K <= 64 || cv->SH != 1 ||
+        cv->SW != 1 || cv->DH != 1 || cv->DW != 1 || (cv->KH == 1 && cv->KW == 1) ||
+        (cv->act != RT__ACT_NONE && cv->act != RT__ACT_RELU))
+        return 0;
+    if (cv->OC % 16 || cv->OC > 64 || cv->C % 16 || cv->C > 64)
+        return 0;
+    /* every dz line and pixel lands inside the copy */
+    const int64_t tp = cv->KH - 1 - cv->PT, lp = cv->KW - 1 - cv->PL;
+    return tp >= 0 && lp >= 0 && cv->OH + tp <= cv->H + cv->KH - 1 &&
+           cv->OW + lp <= cv->W + cv->KW - 1;
+}
+
+static rt__tapgeo rt__tap_geo(const rt__conv_params *cv)
+{
+    rt__tapgeo t;
+    t.tp = cv->KH - 1 - cv->PT;
+    t.lp = cv->KW - 1 - cv->PL;
+    t.Hq = cv->H + cv->KH - 1;
+    t.Wq = cv->W + cv->KW - 1;
+    t.pf = (t.Hq * t.Wq * cv->OC + 15) & ~(int64_t)15;
+    const int64_t hp = cv->OH - 1 + cv->KH, wp = cv->OW - 1 + cv->KW;
+    t.xpad = cv->PT || cv->PL || hp > cv->H || wp > cv->W;
+    t.xw = t.xpad ? wp : cv->W;
+    t.xf = t.xpad ? (hp * wp * cv->C + 15) & ~(int64_t)15 : 0;
+    /* a band's dz: 32 KiB */
+    t.L = 8192 / (cv->OW * cv->OC);
+    t.L = t.L < 1 ? 1 : t.L > cv->OH ? cv->OH : t.L;
+    /* RB columns must not straddle window rows (KW C floats each) */
+    const int64_t NB = cv->OC / 16, kwc = cv->KW * cv->C;
+    t.rb = NB == 4 ? (kwc % 6 ? 4 : 6) : NB == 3 ? 8 : NB == 2 ? (kwc % 12 ? 8 : 12) : 8;
+    return t;
+}
+
+/* W'[kh][kw][oc][c] = W[KH-1-kh][KW-1-kw][c][oc] */
+static void rt__tap_wflip(const rt__conv_params *cv, const float *restrict w, float *restrict wf)
+{
+    const int64_t KH = cv->KH, KW = cv->KW, C = cv->C, OC = cv->OC;
+    for (int64_t kh = 0; kh < KH; kh++)
+        for (int64_t kw = 0; kw < KW; kw++) {
+            const float *restrict s = w + ((KH - 1 - kh) * KW + (KW - 1 - kw)) * C * OC;
+            float *restrict d = wf + (kh * KW + kw) * OC * C;
+            for (int64_t oc = 0; oc < OC; oc++)
+                for (int64_t c = 0; c < C; c++)
+                    d[oc * C + c] = s[c * OC + oc];
+        }
+}
+
+/* dW's RB columns (x at a, the next pixel as floats on, the next line al
+ * on) x 16 NB channels (dz at dz, OC per pixel, the next line dl on) +=
+ * their products over nl lines of OW pixels, in registers; dw at the
+ * block's first column and channel */
+static inline __attribute__((always_inline)) void
+rt__mk_dw_band(int NB, int RB, int64_t nl, int64_t OW, const float *restrict a, int64_t as,
+               int64_t al, const float *restrict dz, int64_t dl, int64_t OC, float *restrict dw)
+{
+    rt__v16 acc[12][4];
+#pragma GCC unroll 12
+    for (int i = 0; i < RB; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NB; j++)
+            acc[i][j] = (rt__v16){0};
+    for (int64_t l = 0; l < nl; l++) {
+        const float *ap = a + l * al, *dp = dz + l * dl;
+        for (int64_t ow = 0; ow < OW; ow++) {
+            rt__v16 d[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < NB; j++)
+                d[j] = rt__ld16(dp + 16 * j);
+            dp += OC;
+#pragma GCC unroll 12
+            for (int i = 0; i < RB; i++) {
+                const float av = ap[i];
+#pragma GCC unroll 4
+                for (int j = 0; j < NB; j++)
+                    acc[i][j] += av * d[j];
+            }
+            ap += as;
+        }
+    }
+    for (int i = 0; i < RB; i++)
+        for (int j = 0; j < NB; j++) {
+            const rt__v16 v = rt__ld16(dw + i * OC + 16 * j) + acc[i][j];
+            memcpy(dw + i * OC + 16 * j, &v, sizeof v);
+        }
+}
+
+/* dW (K, OC) += one sample's: xv what dW reads of it (x itself or its
+ * padded copy, t->xw pixels per line), pz its dz copy */
+static void rt__tap_dw(const rt__conv_params *cv, const rt__tapgeo *t, const float *xv,
+                       const float *pz, float *dw)
+{
+    const int64_t C = cv->C, OC = cv->OC, OH = cv->OH, OW = cv->OW;
+    const int64_t kwc = cv->KW * C, K = cv->KH * kwc, ls = t->xw * C, dl = t->Wq * OC;
+    const int NB = (int)(OC / 16), RB = t->rb;
+    for (int64_t l0 = 0; l0 < OH; l0 += t->L) {
+        const int64_t nl = OH - l0 < t->L ? OH - l0 : t->L;
+        const float *dz = pz + ((l0 + t->tp) * t->Wq + t->lp) * OC;
+        for (int64_t k0 = 0; k0 < K; k0 += RB) {
+            const float *ap = xv + (l0 + k0 / kwc) * ls + k0 % kwc;
+            float *d = dw + k0 * OC;
+            switch (NB * 100 + RB) {
+            case 406: rt__mk_dw_band(4, 6, nl, OW, ap, C, ls, dz, dl, OC, d); break;
+            case 404: rt__mk_dw_band(4, 4, nl, OW, ap, C, ls, dz, dl, OC, d); break;
+            case 308: rt__mk_dw_band(3, 8, nl, OW, ap, C, ls, dz, dl, OC, d); break;
+            case 212: rt__mk_dw_band(2, 12, nl, OW, ap, C, ls, dz, dl, OC, d); break;
+            case 208: rt__mk_dw_band(2, 8, nl, OW, ap, C, ls, dz, dl, OC, d); break;
+            default: rt__mk_dw_band(1, 8, nl, OW, ap, C, ls, dz, dl, OC, d); break;
+            }
+        }
+    }
+}
+
+/* dx rows (rb <= RB pixels, C = 16 NB channels, Co floats apart) (+)= their
+ * window's products: pixel i's window row kh is pr[i] + kh ls, KWC floats
+ * of dz's copy, against W' (KH KWC x Co) streamed once per block; add: the
+ * rows start from dx, else from zero */
+static inline __attribute__((always_inline)) void
+rt__mk_dx_blk(int NB, int64_t rb, const float *const *pr, int64_t KH, int64_t KWC, int64_t ls,
+              const float *restrict wf, int64_t Co, int add, float *restrict dx)
+{
+    rt__v16 acc[RT__MK_RB][4];
+    for (int i = 0; i < RT__MK_RB; i++)
+        for (int j = 0; j < NB; j++)
+            acc[i][j] = add && i < rb ? rt__ld16(dx + i * Co + 16 * j) : (rt__v16){0};
+    const float *p[RT__MK_RB];
+    for (int i = 0; i < RT__MK_RB; i++)
+        p[i] = pr[i < rb ? i : 0];
+    for (int64_t kh = 0; kh < KH; kh++) {
+        const float *restrict wk = wf + kh * KWC * Co;
+        for (int64_t k = 0; k < KWC; k++) {
+            rt__v16 wv[4];
+            for (int j = 0; j < NB; j++)
+                wv[j] = rt__ld16(wk + k * Co + 16 * j);
+            for (int i = 0; i < RT__MK_RB; i++) {
+                if (i >= rb)
+                    break;
+                const float av = p[i][kh * ls + k];
+                for (int j = 0; j < NB; j++)
+                    acc[i][j] += av * wv[j];
+            }
+        }
+    }
+    for (int i = 0; i < RT__MK_RB && i < rb; i++)
+        for (int j = 0; j < NB; j++)
+            memcpy(dx + i * Co + 16 * j, &acc[i][j], sizeof(rt__v16));
+}
+
+/* dx of one sample (H, W, C) (+)= the stride-1 convolution of its dz copy
+ * pz with W' (wf), RB pixels at a time in registers over all KH KW OC
+ * sums; blocks run on across line ends (a 32-pixel line would leave a
+ * block of 2) */
+static void rt__tap_dx(const rt__conv_params *cv, const rt__tapgeo *t, const float *pz,
+                       const float *wf, int add, float *dx)
+{
+    const int64_t H = cv->H, W = cv->W, C = cv->C, OC = cv->OC;
+    const int64_t KWC = cv->KW * OC, ls = t->Wq * OC, npx = H * W;
+    const int NB = (int)(C / 16);
+    for (int64_t p0 = 0; p0 < npx; p0 += RT__MK_RB) {
+        const int64_t rb = npx - p0 < RT__MK_RB ? npx - p0 : RT__MK_RB;
+        const float *pr[RT__MK_RB];
+        for (int64_t i = 0; i < rb; i++)
+            pr[i] = pz + ((p0 + i) / W * t->Wq + (p0 + i) % W) * OC;
+        float *o = dx + p0 * C;
+        switch (NB) {
+        case 1: rt__mk_dx_blk(1, rb, pr, cv->KH, KWC, ls, wf, C, add, o); break;
+        case 2: rt__mk_dx_blk(2, rb, pr, cv->KH, KWC, ls, wf, C, add, o); break;
+        case 3: rt__mk_dx_blk(3, rb, pr, cv->KH, KWC, ls, wf, C, add, o); break;
+        default: rt__mk_dx_blk(4, rb, pr, cv->KH, KWC, ls, wf, C, add, o); break;
+        }
+    }
+}
+
+/* the per-thread partial dW and db (at kp->dw_off in each thread's
+ * scratch) into dW and db, in thread order, so a given thread count always
+ * gives the same bits; dW and db accumulate or are overwritten as a asks */
+static void rt__sum_partials(const rt__kargs *a, const rt_kern_conv_plan *kp, int team, int64_t m,
+                             int64_t OC, float *dw, float *db)
+{
+    if (dw) {
+        const float *p0 = a->scratch + kp->dw_off;
+        if (!(a->accum & 2u))
+            memcpy(dw, p0, sizeof(float) * (size_t)m);
+        else
+            for (int64_t i = 0; i < m; i++)
+                dw[i] += p0[i];
+        for (int t = 1; t < team; t++) {
+            const float *restrict p = a->scratch + (int64_t)t * kp->tstride + kp->dw_off;
+            for (int64_t i = 0; i < m; i++)
+                dw[i] += p[i];
+        }
+    }
+    if (db) {
+        for (int t = 0; t < team; t++) {
+            const float *restrict p = a->scratch + (int64_t)t * kp->tstride + kp->dw_off + m;
+            if (t == 0 && !(a->accum & 4u))
+                memcpy(db, p, sizeof(float) * (size_t)OC);
+            else
+                for (int64_t c = 0; c < OC; c++)
+                    db[c] += p[c];
+        }
+    }
+}
+
+/* the backward pass of a tap layer (the gradients a asks for), threads
+ * over whole samples */
+static void rt__tap_bwd(const rt__kargs *a, const rt_kern_conv_plan *kp)
+{
+    const rt__conv_params *cv = rt__conv_cp(a->nd);
+    const int64_t n = a->r->n, H = cv->H, W = cv->W, C = cv->C;
+    const int64_t OH = cv->OH, OW = cv->OW, OC = cv->OC, K = cv->KH * cv->KW * C;
+    const rt__tapgeo tg = rt__tap_geo(cv);
+    float *dx = a->dx[0], *dw = a->dx[1];
+    float *db = cv->bias ? a->dx[2] : NULL;
+    const int relu = cv->act == RT__ACT_RELU, add = (a->accum & 1u) != 0;
+    float *wf = a->scratch + (int64_t)kp->nt * kp->tstride;
+    if (dx)
+        rt__tap_wflip(cv, a->x[1], wf);
+    int nt = kp->nt;
+    if (n * OH * OW * K * OC < RT__PAR_MACS)
+        nt = 1;
+    else if (nt > n)
+        nt = (int)n;
+    int team = 1;
+#pragma omp parallel num_threads(nt)
+    {
+        const int T = omp_get_num_threads(), t = omp_get_thread_num();
+        if (t == 0)
+            team = T;
+        float *pz = a->scratch + (int64_t)t * kp->tstride, *px = pz + tg.pf;
+        float *pdw = a->scratch + (int64_t)t * kp->tstride + kp->dw_off, *pdb = pdw + K * OC;
+        /* the copy's borders stay zero: only its inside is written */
+        memset(pz, 0, sizeof(float) * (size_t)tg.pf);
+        if (dw)
+            memset(pdw, 0, sizeof(float) * (size_t)(K * OC));
+        if (db)
+            memset(pdb, 0, sizeof(float) * (size_t)OC);
+        for (int64_t s = n * t / T; s < n * (t + 1) / T; s++) {
+            for (int64_t oh = 0; oh < OH; oh++) {
+                const int64_t r = (s * OH + oh) * OW * OC;
+                rt__dz_form(OW, OC, a->dy + r, relu ? a->y + r : NULL, NULL, relu,
+                            pz + ((oh + tg.tp) * tg.Wq + tg.lp) * OC, db ? pdb : NULL);
+            }
+            if (dw) {
+                const float *xv = a->x[0] + s * H * W * C;
+                if (tg.xpad) {
+                    rt__x_pad(cv, a->x[0], s, 1, OH - 1 + cv->KH, OW - 1 + cv->KW, px);
+                    xv = px;
+                }
+                rt__tap_dw(cv, &tg, xv, pz, pdw);
+            }
+            if (dx)
+                rt__tap_dx(cv, &tg, pz, wf, add, dx + s * H * W * C);
+        }
+    }
+    rt__sum_partials(a, kp, team, K * OC, OC, dw, db);
 }
 
 /* z (rows, OC) = act(A (rows, K) w (K, OC) + bias) */
@@ -985,7 +1288,12 @@ int rt_kern_conv_chunk_floats = 128 * 1024;
  *     an activation and loses with one (dz is then a whole-tensor pass,
  *     where im2col forms it per chunk in cache); strided: im2col.
  * Never with a fused pool (the primitive would write the whole pre-pool
- * tensor that the fusion avoids), nor K <= 64 (the microkernel's shapes). */
+ * tensor that the fusion avoids), nor K <= 64 (the microkernel's shapes).
+ * Prepare then takes both backward directions off the primitives for the
+ * layers the tap path fits (stride 1, at most 64 channels each side, more
+ * than 64 output pixels): on the 32x32x64 layer it ran backward-data at
+ * 1.2x the primitive and 1.25x im2col, backward-weights at 1.1x im2col
+ * (one thread, CPU time, loaded; bench/conv --convs --layers). */
 static int rt__conv_dnnl_dirs(const rt__conv_params *cv, const rt_kern_conv_plan *kp, int64_t B)
 {
     if (kp->pool || cv->G > 1 || rt_kern_conv_impl == RT_KERN_CONV_IM2COL)
@@ -1079,7 +1387,8 @@ int rt_kern_conv2d_prepare(rt__node *nd, int64_t B, rt__arena *A)
          * forward pass to the backward */
         nd->ws_floats = (B * kp->ph * kp->pw * OC + 3) / 4;
     }
-    kp->tstride = (kp->crows * (K + OC) + K * OC + OC + extra + 15) & ~(int64_t)15;
+    kp->dw_off = kp->crows * (K + OC);
+    kp->tstride = (kp->dw_off + K * OC + OC + extra + 15) & ~(int64_t)15;
     kp->in_place = kp->direct ? RT__XP_NONE
                               : rt__mk_in_place(cv, K, OC, kp->crows * K, cs, kp->lines < cv->OH);
     kp->dw_mk = rt__mk_fits(K, OC) || rt__mk_dw_big(cv, K, OC);
@@ -1088,6 +1397,21 @@ int rt_kern_conv2d_prepare(rt__node *nd, int64_t B, rt__arena *A)
     kp->B = B;
     kp->dn = NULL;
     kp->dn_dirs = rt__conv_dnnl_dirs(cv, kp, B);
+    /* the per-sample tap path takes the backward directions the primitives
+     * do not; a thread's two copies go where its columns would, its
+     * partial dW after them, and W' after every thread's scratch */
+    kp->tap = 0;
+    if (!kp->pool && rt__tap_fits(cv, K) && cv->OH * cv->OW > 64) {
+        const rt__tapgeo tg = rt__tap_geo(cv);
+        if (tg.pf + tg.xf <= RT__TAP_MAX_FLOATS) {
+            kp->tap = RT_KERN_DN_D | RT_KERN_DN_W;
+            kp->dn_dirs &= ~(RT_KERN_DN_D | RT_KERN_DN_W);
+            if (tg.pf + tg.xf > kp->dw_off)
+                kp->dw_off = tg.pf + tg.xf;
+            kp->tstride = (kp->dw_off + K * OC + OC + extra + 15) & ~(int64_t)15;
+            nd->scratch_floats = kp->nt * kp->tstride + K * cv->C;
+        }
+    }
     /* a ReLU layer whose forward pass is the in-place microkernel keeps
      * relu'(y) as bits (1 MiB for the 3x3x64 net's first layer at batch
      * 128, against its 32 MiB y), so the weight gradient reads dy alone
@@ -1274,6 +1598,22 @@ static void rt__mk_dw_lines(const rt__conv_params *cv, const rt_kern_conv_plan *
         }
 }
 
+/* a's gradients split by direction (RT_KERN_DN_D: dx; _W: dW and db): those
+ * in dirs into *in, the others into *out; 0 when *in asks for none */
+static int rt__split(const rt__kargs *a, int dirs, rt__kargs *in, rt__kargs *out)
+{
+    *in = *out = *a;
+    if (dirs & RT_KERN_DN_D)
+        out->dx[0] = NULL;
+    else
+        in->dx[0] = NULL;
+    if (dirs & RT_KERN_DN_W)
+        out->dx[1] = out->dx[2] = NULL;
+    else
+        in->dx[1] = in->dx[2] = NULL;
+    return in->dx[0] || in->dx[1] || in->dx[2];
+}
+
 /* Per chunk: dz = dy * act'(y); partial dW += col^T dz and db += sum_rows
  * dz per thread; dcol = dz W^T, scattered back into dx (col2im). The
  * partials are then summed in thread order, so a given thread count always
@@ -1287,24 +1627,21 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
         return;
     }
     const rt_kern_conv_plan *kp = nd->kdata;
-    rt__kargs rest;
-    if (kp->dn && (kp->dn_dirs & (RT_KERN_DN_D | RT_KERN_DN_W))) {
-        /* the primitives take their directions, im2col below the rest */
-        rt__kargs k = *a;
-        rest = *a;
-        if (kp->dn_dirs & RT_KERN_DN_D)
-            rest.dx[0] = NULL;
-        else
-            k.dx[0] = NULL;
-        if (kp->dn_dirs & RT_KERN_DN_W)
-            rest.dx[1] = rest.dx[2] = NULL;
-        else
-            k.dx[1] = k.dx[2] = NULL;
-        if ((k.dx[0] || k.dx[1] || k.dx[2]) && rt_kern_dconv_bwd(&k, kp->dn, kp->B) == 0) {
-            if (!rest.dx[0] && !rest.dx[1] && !rest.dx[2])
-                return;
-            a = &rest;
-        }
+    rt__kargs rest, rest2, k;
+    /* the primitives take their directions, then the tap path its own,
+     * im2col below the rest */
+    if (kp->dn && rt__split(a, kp->dn_dirs, &k, &rest) &&
+        rt_kern_dconv_bwd(&k, kp->dn, kp->B) == 0) {
+        if (!rest.dx[0] && !rest.dx[1] && !rest.dx[2])
+            return;
+        a = &rest;
+    }
+    if (kp->tap) {
+        if (rt__split(a, kp->tap, &k, &rest2))
+            rt__tap_bwd(&k, kp);
+        if (!rest2.dx[0] && !rest2.dx[1] && !rest2.dx[2])
+            return;
+        a = &rest2;
     }
     const int64_t n = a->r->n;
     const int64_t in_s = cv->H * cv->W * cv->C;
@@ -1333,7 +1670,7 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
             team = T;
         float *col = a->scratch + (int64_t)t * TS;
         float *dzbuf = col + CR * K;
-        float *pdw = dzbuf + CR * OC, *pdb = pdw + K * OC;
+        float *pdw = a->scratch + (int64_t)t * TS + kp->dw_off, *pdb = pdw + K * OC;
         const int64_t c0 = cps > 1 ? n * t / T * cps : nch * t / T;
         const int64_t c1 = cps > 1 ? n * (t + 1) / T * cps : nch * (t + 1) / T;
         if (dw)
@@ -1460,28 +1797,5 @@ void rt_kern_conv2d_bwd(const rt__kargs *a)
         }
     }
     /* sum the per-thread partials in thread order */
-    if (dw) {
-        const int64_t m = K * OC;
-        if (!(a->accum & 2u))
-            memcpy(dw, a->scratch + CR * (K + OC), sizeof(float) * (size_t)m);
-        else
-            for (int64_t i = 0; i < m; i++)
-                dw[i] += a->scratch[CR * (K + OC) + i];
-        for (int t = 1; t < team; t++) {
-            const float *restrict p = a->scratch + (int64_t)t * TS + CR * (K + OC);
-            for (int64_t i = 0; i < m; i++)
-                dw[i] += p[i];
-        }
-    }
-    if (db) {
-        const int64_t off = CR * (K + OC) + K * OC;
-        for (int t = 0; t < team; t++) {
-            const float *restrict p = a->scratch + (int64_t)t * TS + off;
-            if (t == 0 && !(a->accum & 4u))
-                memcpy(db, p, sizeof(float) * (size_t)OC);
-            else
-                for (int64_t c = 0; c < OC; c++)
-                    db[c] += p[c];
-        }
-    }
+    rt__sum_partials(a, kp, team, K * OC, OC, dw, db);
 }

@@ -10,7 +10,10 @@
  * buffer stays in cache (a 1x1 stride-1 unpadded convolution skips im2col:
  * NHWC already is its column matrix), or oneDNN's convolution primitives
  * on the same NHWC tensors (rt_kern_conv_dnnl.c) where bench/conv measured
- * them faster; prepare chooses by shape.
+ * them faster; prepare chooses by shape. Stride-1 layers with at most 64
+ * channels each side and K > 64 take their backward pass a sample at a
+ * time (the tap path: dz formed once, dx as a convolution of it with the
+ * flipped weights, dW from x in place).
  */
 #ifndef RTRAIN_KERN_CONV_H
 #define RTRAIN_KERN_CONV_H
@@ -35,6 +38,9 @@ typedef struct rt_kern_conv_plan {
     int in_place;            /* the small-K microkernels read x, no im2col */
     int dw_mk;               /* dW by the microkernel over im2col's columns, not sgemm */
     int rmask;               /* the forward pass keeps ReLU's y > 0 as bits in the workspace */
+    int tap;                 /* RT_KERN_DN_D / _W: backward directions by the per-sample
+                              * tap kernels (dz formed once per sample, read in place) */
+    int64_t dw_off;          /* a thread's partial dW (then db) in its scratch */
     int nt;                  /* threads the scratch is sized for */
     int64_t tstride;         /* scratch floats per thread */
     int64_t pool, poolw;     /* fused max pool window (0: none) */
