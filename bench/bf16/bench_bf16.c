@@ -14,7 +14,8 @@
  *         [--only wb|wc|mobilenet|resnet|inception] [--prec f32|bf16]
  *
  * --conv-min-c C: Conv2D layers with fewer than C input channels run
- * float32 (rt_kern_bf16_conv_min_c), to measure the first layer's share.
+ * float32 (rt_kern_bf16_conv_min_c, default 1: every Conv2D in bf16; 4
+ * runs the 3-channel stems float32), to measure the first layer's share.
  * --prec P: time only that precision's plan (its columns of the other
  * read 0), for a profiler or ONEDNN_VERBOSE=1 to see one plan alone.
  *

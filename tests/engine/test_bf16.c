@@ -28,6 +28,7 @@
 #include "rt_test.h"
 
 extern int rt_kern_bf16_pool_chunk; /* the cpu backend's (rt_kern_bf16.h) */
+extern int rt_kern_bf16_conv_min_c; /* the same */
 
 static const double U = 1.0 / 16777216.0; /* float32's unit roundoff */
 
@@ -319,8 +320,10 @@ static void test_conv(int ks)
  * Softmax; pool_first: the pool after the first conv instead (a fused
  * Conv2D + MaxPool2D whose input needs no gradient); cnn_pw (without
  * pool_first): a 1x1 conv 16x16 relu with bias between the two 3x3 ones
- * (run on the bf16 matmul, with an input gradient) */
-static int cnn_pw;
+ * (run on the bf16 matmul, with an input gradient); cnn_dw (without
+ * pool_first): a depthwise 3x3 conv (group 16) relu with bias there
+ * (oneDNN's bf16 depthwise primitives, weights (3,3,1,16)) */
+static int cnn_pw, cnn_dw;
 
 static rt_graph *cnn(int pool_first)
 {
@@ -346,6 +349,15 @@ static rt_graph *cnn(int pool_first)
         const char *pw[3] = {"c1", "pw/k", "pw/b"};
         REQUIRE(rt_graph_add_node(g, "pw", "Conv2D", 3, pw, 2, relu) == 0);
         c2[0] = "pw";
+    }
+    if (cnn_dw && !pool_first) {
+        const int64_t kd[4] = {3, 3, 1, 16}, bdw[1] = {16};
+        param(g, "dw/k", 4, kd);
+        REQUIRE(rt_graph_add_param(g, "dw/b", 1, bdw, RT_INIT_ZEROS, 1, NULL) == 0);
+        const char *dw[3] = {"c1", "dw/k", "dw/b"};
+        const rt_attr dwa[3] = {relu[0], relu[1], {.name = "group", .kind = RT_ATTR_INT, .i = 16}};
+        REQUIRE(rt_graph_add_node(g, "dw", "Conv2D", 3, dw, 3, dwa) == 0);
+        c2[0] = "dw";
     }
     if (pool_first)
         REQUIRE(rt_graph_add_node(g, "mp", "MaxPool2D", 1, mp, 0, NULL) == 0); /* 2x2 */
@@ -662,7 +674,8 @@ static void ref_run(const char *be, int prec, int pool_first, const float *x, co
     cfg.shuffle = 0;
     rt_plan *p = compile(g, &cfg, 0, NULL);
     REQUIRE(p);
-    CHECK(rt_plan_report(p)->n_bf16 == (prec == RT_PREC_BF16 ? 3u + (cnn_pw != 0) : 0u));
+    CHECK(rt_plan_report(p)->n_bf16 ==
+          (prec == RT_PREC_BF16 ? 3u + (cnn_pw != 0) + (cnn_dw != 0) : 0u));
     rt_exec *e;
     REQUIRE(rt_exec_create(p, &e) == 0);
     rt_data d = {.x = x, .y = y, .y_dtype = RT_I32, .n = n};
@@ -732,6 +745,28 @@ static void test_ref(int n, int chunk, int pool_first)
     CHECK(lr < lf / 4); /* the oracle is nearer than float32 is */
 }
 
+/* With rt_kern_bf16_conv_min_c 4 a Conv2D with fewer input channels (an
+ * image's first layer) runs float32, and the report says so; the rest
+ * stay bf16. */
+static void test_stem(void)
+{
+    const int min_c0 = rt_kern_bf16_conv_min_c;
+    rt_kern_bf16_conv_min_c = 4;
+    rt_graph *g = cnn(0);
+    rt_train_config cfg;
+    cnn_config(&cfg, RT_OPT_SGD, 0.05f, 5, RT_PREC_BF16);
+    rt_plan *p = compile(g, &cfg, 0, NULL);
+    REQUIRE(p);
+    char op[48];
+    CHECK(prec_of(p, "c1", op, sizeof op) == RT_PREC_F32);
+    CHECK(prec_of(p, "c2", op, sizeof op) == RT_PREC_BF16);
+    CHECK(prec_of(p, "fc", op, sizeof op) == RT_PREC_BF16);
+    CHECK(rt_plan_report(p)->n_bf16 == 2u);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+    rt_kern_bf16_conv_min_c = min_c0;
+}
+
 /* ------------------------------------------------------------ refusals */
 
 static int refused_isa(void)
@@ -773,6 +808,7 @@ int main(int argc, char **argv)
         printf("SKIP: this CPU has no bf16 instructions\n");
         return 77;
     }
+    CHECK(rt_kern_bf16_conv_min_c == 1); /* by default every Conv2D in bf16, as Keras */
     test_dense();
     test_conv(3);
     test_conv(1);
@@ -786,6 +822,10 @@ int main(int argc, char **argv)
     cnn_pw = 1;                /* a 1x1 conv between the 3x3 ones */
     test_ref(40, 3 * 1024, 0);
     cnn_pw = 0;
+    cnn_dw = 1; /* a depthwise conv between them */
+    test_ref(40, 3 * 1024, 0);
+    cnn_dw = 0;
+    test_stem();
     if (rt_test_failures)
         fprintf(stderr, "%d check(s) failed\n", rt_test_failures);
     return rt_test_failures ? 1 : 0;

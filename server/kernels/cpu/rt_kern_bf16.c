@@ -362,7 +362,7 @@ typedef struct {
  * gain measured). */
 static int rt__bcv_small(const rt__bcv_key *k)
 {
-    return k->OH >= 2 && k->OW >= 2 && k->OH * k->OW <= 49;
+    return k->G == 1 && k->OH >= 2 && k->OW >= 2 && k->OH * k->OW <= 49;
 }
 
 /* the blocked forward of k into d (d->wf its weights' layout); -1 (d
@@ -408,12 +408,12 @@ static void *rt__bcv_make(const void *kp, int blocked)
     if (!rt_kern_dnnl_engine())
         return d;
     dnnl_dims_t sd = {k->n, k->C, k->H, k->W}, dd = {k->n, k->OC, k->OH, k->OW};
-    dnnl_dims_t wdims = {k->OC, k->C, k->KH, k->KW}, bd = {k->OC};
+    dnnl_dims_t bd = {k->OC};
     dnnl_memory_desc_init_by_tag(&d->srcb, 4, sd, dnnl_bf16, dnnl_nhwc);
     dnnl_memory_desc_init_by_tag(&d->srcf, 4, sd, dnnl_f32, dnnl_nhwc);
     dnnl_memory_desc_init_by_tag(&d->dstf, 4, dd, dnnl_f32, dnnl_nhwc);
     dnnl_memory_desc_init_by_tag(&d->dstb, 4, dd, dnnl_bf16, dnnl_nhwc);
-    dnnl_memory_desc_init_by_tag(&d->hwio, 4, wdims, dnnl_f32, dnnl_hwio);
+    rt_kern_dnnl_conv_wmd(k, dnnl_f32, &d->hwio);
     dnnl_memory_desc_init_by_tag(&d->bias, 1, bd, dnnl_f32, dnnl_x);
     /* bf16 products: x, W and dz in bf16; y, dx and dW float32 */
     static const dnnl_data_type_t dt[RT_KERN_DNNL_NDT] = {dnnl_bf16, dnnl_bf16, dnnl_f32,
@@ -698,8 +698,8 @@ static int rt__bconv_pool_prepare(rt__node *nd, int64_t B, rt__arena *A)
 {
     const rt__conv_params *cv = rt__conv_cp(nd), *pc = &nd->fused_p->conv;
     RT_ASSERT(nd->fused == &rt__op_maxpool2d);
-    if (cv->act != RT__ACT_NONE && cv->act != RT__ACT_RELU && cv->act != RT__ACT_SIGMOID &&
-        cv->act != RT__ACT_TANH)
+    if (cv->G > 1 || (cv->act != RT__ACT_NONE && cv->act != RT__ACT_RELU &&
+                      cv->act != RT__ACT_SIGMOID && cv->act != RT__ACT_TANH))
         return rt__bf32(nd, B, A);
     const int64_t per = cv->H * cv->W * cv->C, oper = cv->OH * cv->OW * cv->OC;
     const int64_t pp = pc->OH * pc->OW * cv->OC;
@@ -857,8 +857,7 @@ static const rt__kernel rt__bf16_table[] = {
 const rt__kernel *rt_kern_bf16_kernel(const rt__node *nd, const rt__op_def *fused)
 {
     const rt__op_def *op = nd->op;
-    if (op == &rt__op_conv2d &&
-        (rt__conv_cp(nd)->G > 1 || rt__conv_cp(nd)->C < rt_kern_bf16_conv_min_c))
+    if (op == &rt__op_conv2d && rt__conv_cp(nd)->C < rt_kern_bf16_conv_min_c)
         return NULL;
     for (size_t i = 0; i < sizeof rt__bf16_table / sizeof rt__bf16_table[0]; i++)
         if (rt__bf16_table[i].op == op && rt__bf16_table[i].fused == fused)

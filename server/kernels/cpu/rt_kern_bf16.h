@@ -19,15 +19,21 @@
  * RT_ESTATE with a message saying so */
 int rt_kern_bf16_supported(char *err, size_t errlen);
 /* the bf16 entry for node nd (absorbing a reader of op fused), or NULL:
- * its op has none, or a Conv2D is grouped or has fewer input channels
- * than rt_kern_bf16_conv_min_c */
+ * its op has none, or a Conv2D has fewer input channels than
+ * rt_kern_bf16_conv_min_c. Grouped and depthwise Conv2D run oneDNN's bf16
+ * grouped primitives (unfused). */
 const rt__kernel *rt_kern_bf16_kernel(const rt__node *nd, const rt__op_def *fused);
 /* the float32 entry of the CPU table (rt_kern_table.c): a bf16 prepare
  * hands a node it has no primitive for back to it */
 const rt__kernel *rt_kern_cpu_f32_kernel(const rt__op_def *op, const rt__op_def *fused);
 
-/* Conv2D with fewer input channels than this runs float32 (read at
- * compile; bench/bf16 --conv-min-c varies it). 1: every Conv2D in bf16. */
+/* Conv2D with fewer input channels than this runs float32, and the
+ * compile report says so (read at compile; bench/bf16 --conv-min-c varies
+ * it). Default 1: every Conv2D in bf16, as Keras' mixed_bfloat16 runs it.
+ * 4 would run an RGB or grey first layer (27 or 9 products a sum) float32:
+ * oneDNN's bf16 kernels for 3 channels ran W-B's fused Conv2D + MaxPool2D
+ * stem at half the float32 kernel's speed (its backward 2.2x, one thread),
+ * but ResNet-18's unfused stem gave no clear gain (bench/bf16/README.md). */
 extern int rt_kern_bf16_conv_min_c;
 
 /* Conv2D + MaxPool2D in bf16 runs its forward in chunks of samples whose

@@ -165,12 +165,29 @@ rt_kern_dnnl_conv_key rt_kern_dnnl_conv_key_of(const rt__conv_params *cv, int64_
     k.H = cv->H, k.W = cv->W, k.C = cv->C, k.OH = cv->OH, k.OW = cv->OW, k.OC = cv->OC;
     k.KH = cv->KH, k.KW = cv->KW, k.SH = cv->SH, k.SW = cv->SW, k.DH = cv->DH, k.DW = cv->DW;
     k.PT = cv->PT, k.PL = cv->PL, k.bias = cv->bias, k.act = cv->act;
+    k.G = cv->G > 1 ? cv->G : 1;
     return k;
+}
+
+void rt_kern_dnnl_conv_wmd(const rt_kern_dnnl_conv_key *k, dnnl_data_type_t dt,
+                           dnnl_memory_desc_t *md)
+{
+    if (k->G <= 1) {
+        dnnl_dims_t wd = {k->OC, k->C, k->KH, k->KW};
+        dnnl_memory_desc_init_by_tag(md, 4, wd, dt, dnnl_hwio);
+        return;
+    }
+    /* (kh, kw, i, g * OC/G + o): o fastest, then g, i, kw, kh */
+    const int64_t og = k->OC / k->G, ig = k->C / k->G;
+    dnnl_dims_t wd = {k->G, og, ig, k->KH, k->KW};
+    dnnl_dims_t st = {og, 1, k->OC, k->KW * ig * k->OC, ig * k->OC};
+    dnnl_memory_desc_init_by_strides(md, 5, wd, dt, st);
 }
 
 /* the geometry of convolution k in oneDNN's terms */
 typedef struct {
     dnnl_dims_t sd, dd, wd, bd, str, dil, pl, pr;
+    int wnd; /* wd's dimensions: 4, or 5 with groups */
 } rt__cgeo;
 
 static rt__cgeo rt__cgeo_of(const rt_kern_dnnl_conv_key *k)
@@ -186,7 +203,13 @@ static rt__cgeo rt__cgeo_of(const rt_kern_dnnl_conv_key *k)
                   .str = {k->SH, k->SW},
                   .dil = {k->DH - 1, k->DW - 1},
                   .pl = {k->PT, k->PL},
-                  .pr = {rb > 0 ? rb : 0, rr > 0 ? rr : 0}};
+                  .pr = {rb > 0 ? rb : 0, rr > 0 ? rr : 0},
+                  .wnd = 4};
+    if (k->G > 1) {
+        const int64_t w5[5] = {k->G, k->OC / k->G, k->C / k->G, k->KH, k->KW};
+        memcpy(g.wd, w5, sizeof w5);
+        g.wnd = 5;
+    }
     return g;
 }
 
@@ -197,7 +220,7 @@ int rt_kern_dnnl_conv_fwd_any(const rt_kern_dnnl_conv_key *k, dnnl_data_type_t s
     const rt__cgeo c = rt__cgeo_of(k);
     dnnl_memory_desc_t src, wei, dst, bias;
     dnnl_memory_desc_init_by_tag(&src, 4, c.sd, sdt, dnnl_format_tag_any);
-    dnnl_memory_desc_init_by_tag(&wei, 4, c.wd, wdt, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&wei, c.wnd, c.wd, wdt, dnnl_format_tag_any);
     dnnl_memory_desc_init_by_tag(&dst, 4, c.dd, ddt, dnnl_format_tag_any);
     dnnl_memory_desc_init_by_tag(&bias, 1, c.bd, dnnl_f32, dnnl_x);
     dnnl_convolution_desc_t fdesc;
@@ -221,11 +244,11 @@ int rt_kern_dnnl_conv_pds(const rt_kern_dnnl_conv_key *k,
     const int64_t *str = c.str, *dil = c.dil, *pl = c.pl, *pr = c.pr;
     dnnl_memory_desc_t src, wei, dst, dsrc, ddst, dwei, bias;
     dnnl_memory_desc_init_by_tag(&src, 4, sd, dt[RT_KERN_DNNL_SRC], dnnl_nhwc);
-    dnnl_memory_desc_init_by_tag(&wei, 4, wd, dt[RT_KERN_DNNL_WEI], dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&wei, c.wnd, wd, dt[RT_KERN_DNNL_WEI], dnnl_format_tag_any);
     dnnl_memory_desc_init_by_tag(&dst, 4, dd, dt[RT_KERN_DNNL_DST], dnnl_nhwc);
     dnnl_memory_desc_init_by_tag(&dsrc, 4, sd, dt[RT_KERN_DNNL_DSRC], dnnl_nhwc);
     dnnl_memory_desc_init_by_tag(&ddst, 4, dd, dt[RT_KERN_DNNL_DDST], dnnl_nhwc);
-    dnnl_memory_desc_init_by_tag(&dwei, 4, wd, dt[RT_KERN_DNNL_DWEI], dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&dwei, c.wnd, wd, dt[RT_KERN_DNNL_DWEI], dnnl_format_tag_any);
     dnnl_memory_desc_init_by_tag(&bias, 1, bd, dnnl_f32, dnnl_x);
     const dnnl_memory_desc_t *bp = k->bias ? &bias : NULL;
     dnnl_convolution_desc_t fdesc, ddesc, wdesc;

@@ -58,12 +58,17 @@ void rt_kern_dnnl_reord(dnnl_primitive_t r, const dnnl_memory_desc_t *smd, const
                         const dnnl_memory_desc_t *dmd, void *dst, const dnnl_memory_desc_t *sp,
                         float *spb, int serial);
 
-/* a Conv2D at batch n, as the primitive tables key it (memset: memcmp) */
+/* a Conv2D at batch n, as the primitive tables key it (memset: memcmp);
+ * G: groups, 1 for a dense convolution */
 typedef struct rt_kern_dnnl_conv_key {
     int64_t n, H, W, C, OH, OW, OC, KH, KW, SH, SW, DH, DW, PT, PL;
-    int64_t bias, act;
+    int64_t bias, act, G;
 } rt_kern_dnnl_conv_key;
 rt_kern_dnnl_conv_key rt_kern_dnnl_conv_key_of(const rt__conv_params *cv, int64_t n);
+/* the engine's weights of k, (KH,KW,C/G,OC), as a oneDNN descriptor of
+ * data type dt: hwio, or with groups (G, OC/G, C/G, KH, KW) on strides */
+void rt_kern_dnnl_conv_wmd(const rt_kern_dnnl_conv_key *k, dnnl_data_type_t dt,
+                           dnnl_memory_desc_t *md);
 
 /* the data types of a convolution's tensors, indices of rt_kern_dnnl_conv_pds' dt */
 enum {
