@@ -5,9 +5,14 @@
 #          the Python tests included (the sanitizer runtimes are preloaded
 #          into /usr/bin/python3, tests/python/CMakeLists.txt), less the
 #          netns label: the MPI tests across network namespaces run the
-#          cases that mpi_replicas and mpi_stream run under ASan on one host,
-#          over OpenMPI's TCP transport instead (not rtrain's code), for
-#          minutes under ASan; and less the backend_ref label, the suite's
+#          cases that the mpi_ tests run under ASan on one host, over
+#          OpenMPI's TCP transport instead (not rtrain's code); less the
+#          source label (ops_format, ops_shellcheck: they read the tree and
+#          run none of the built code), the packages label (cpack and pip
+#          over the same binaries the plain run packages) and the bench
+#          label (the benchmarks' smoke runs: python_bench_torch_users is
+#          minutes of PyTorch's loop under the preloaded runtimes); and less
+#          the backend_ref label, the suite's
 #          second run on the ref backend (half of this configuration's time:
 #          ref is plain C99 loops that ASan slows most). ref's code still
 #          runs under ASan in engine_backend_diff (7 models x 20 steps on
@@ -15,7 +20,7 @@
 #   tsan   the tests that run threads against each other under
 #          ThreadSanitizer: ctest labels integration (a real rtraind, its cq
 #          threads and executor, concurrent clients), unit and fuzz (the
-#          seed replay), less the data and python labels, with
+#          seed replay), less the data, python and source labels, with
 #          OMP_NUM_THREADS=1 (build-tsan/). Every process writes its reports
 #          under build-tsan/tsan-logs/; any report fails the configuration,
 #          whatever the test's exit code (a daemon killed by its test would
@@ -109,7 +114,7 @@ for cfg in $configs; do
   cmake --build "$dir" -j"$jobs"
   t1=$SECONDS
   select=()
-  [ "$cfg" != asan ] || select=(-LE 'netns|backend_ref')
+  [ "$cfg" != asan ] || select=(-LE 'netns|backend_ref|source|packages|bench')
   if [ "$cfg" = tsan ]; then
     # The data label (TFRecord/image decoding and training, e2e) is left
     # out: single-threaded decoding under TSan for minutes. The python
@@ -120,7 +125,7 @@ for cfg in $configs; do
     # reads its signals from a signalfd on the main loop, see server/main.c,
     # and the test passes under TSan.) It runs in the plain and ASan
     # configurations.
-    select=(-L 'integration|unit|fuzz' -LE 'data|python' -E '^durable_e2e$')
+    select=(-L 'integration|unit|fuzz' -LE 'data|python|source' -E '^durable_e2e$')
     export OMP_NUM_THREADS=1 # libgomp's barriers are invisible to TSan
     rm -rf "$dir/tsan-logs" && mkdir -p "$dir/tsan-logs"
     # history_size=7 (the most): TSan keeps enough history to restore both

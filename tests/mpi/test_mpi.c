@@ -2043,7 +2043,7 @@ int main(int argc, char **argv)
 {
     if (argc < 5) {
         fprintf(stderr, "usage: test_mpi RTRAIND MPIRUN DIGITS_CSV_GZ WA_ONNX "
-                "[stream|shard|host_loss|resume|multi_out]\n");
+                "[stream|shard|faults|resume|multi_out]\n");
         return 2;
     }
     rtraind = argv[1];
@@ -2053,6 +2053,7 @@ int main(int argc, char **argv)
     itest_deadline_ms = 60000;
     if (argc > 5 && !strcmp(argv[5], "stream")) return main_stream();
     if (argc > 5 && !strcmp(argv[5], "multi_out")) return main_multi_out();
+    /* ctest mpi_shard: the optimizer state and the data sharded */
     if (argc > 5 && !strcmp(argv[5], "shard")) {
         RUN(test_shard);
         RUN(test_shard_data);
@@ -2064,7 +2065,9 @@ int main(int argc, char **argv)
         RUN(test_host_loss);
         return itest_summary();
     }
-    if (argc > 5 && !strcmp(argv[5], "host_loss")) {
+    /* ctest mpi_faults: checkpoints, a rank or the job killed, resumes */
+    if (argc > 5 && !strcmp(argv[5], "faults")) {
+        RUN(test_durable);
         RUN(test_kill_worker);
         RUN(test_host_loss);
         RUN(test_job_loss);
@@ -2105,13 +2108,5 @@ int main(int argc, char **argv)
     RUN(test_overlap, 4);
 #endif
     RUN(test_deterministic);
-    RUN(test_shard);
-    RUN(test_shard_data);
-    RUN(test_durable);
-    RUN(test_durable_sharded);
-    RUN(test_kill_worker);
-    RUN(test_host_loss);
-    RUN(test_job_loss);
-    RUN(test_host_loss_sharded);
     return itest_summary();
 }
