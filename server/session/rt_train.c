@@ -167,6 +167,36 @@ static int64_t per_sample(int n, const int64_t *d)
     return k;
 }
 
+int rt_train_open_x(const rt_train_x *x, const rt_view_spec *v, const char *pid, char *err,
+                    size_t errlen)
+{
+    char a[96], b[96];
+    const int sn = x->n_shape - 1;
+    if (v->in_n >= 0 && !rt_view_shapes_fit(sn, x->shape + 1, v->in_n, v->in))
+        return rt_errf(err, errlen, RT_ESHAPE,
+                       "x has samples of shape %s but program %s expects %s%s",
+                       rt_data_shape_str(sn, x->shape + 1, a, sizeof a), pid,
+                       rt_data_shape_str(v->in_n, v->in, b, sizeof b),
+                       rt_view_layout_hint(sn, x->shape + 1, v->in_n, v->in));
+    int64_t n = x->shape[0], numel = rt_data_numel(x->n_shape, x->shape);
+    if (numel < 0 || numel > (int64_t)(x->len / 4) + 1)
+        return rt_errf(err, errlen, RT_ESHAPE, "Predict x shape %s is larger than its %zu bytes",
+                       rt_data_shape_str(x->n_shape, x->shape, a, sizeof a), x->len);
+    if ((uint64_t)numel * 4 != x->len)
+        return rt_errf(err, errlen, RT_EDATA, "x holds %zu bytes but its shape needs %lld", x->len,
+                       (long long)numel * 4);
+    const unsigned char *d = x->data;
+    for (int64_t i = 0; i < numel; i++) {
+        float f;
+        memcpy(&f, d + 4 * i, 4);
+        if (!isfinite(f))
+            return rt_errf(err, errlen, RT_ENAN, "x contains %s at sample %lld, column %lld",
+                           isnan(f) ? "NaN" : "Inf", (long long)(i / (numel / (n ? n : 1))),
+                           (long long)(i % (numel / (n ? n : 1))));
+    }
+    return 0;
+}
+
 int rt_train_open(rt_session_table *t, rt_data_store *store, const rt_principal *who,
                   const rt_train_open_in *in, rt_train_open_out *out, char *err, size_t errlen)
 {
@@ -189,6 +219,8 @@ int rt_train_open(rt_session_table *t, rt_data_store *store, const rt_principal 
     if (in->epochs && (rc = fit_cap(in, r->ds, v->batch_size, err, errlen)) < 0)
         return rc;
     const char *pid = rt_program_id(r->prog);
+    if (in->x && (rc = rt_train_open_x(in->x, v, pid, err, errlen)) < 0)
+        return rc;
     if (r->ds)
         rc = rt_view_check(r->ds, v, pid, !in->unlabelled, err, errlen);
     if (rc == 0 && r->val_ds)
