@@ -675,8 +675,10 @@ static int fit_resume(rt_program *p, const rt_train_host *h, const rt_fit_in *in
     return 0;
 }
 
+/* The fit's epochs; *ended: a resent fit that had ended (its stop is the
+ * record's). */
 static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint64_t gen,
-                    rt_fit_out *out, char *err, size_t errlen)
+                    rt_fit_out *out, int *ended_out, char *err, size_t errlen)
 {
     const rt_train_host *h = ctx->host;
     rt_data d, vd;
@@ -690,8 +692,8 @@ static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint6
     int64_t pos = 0;
     uint32_t ep0 = 0;
     int ended = 0;
-    char pid[16];
     if (resume) {
+        char pid[16];
         if ((rc = fit_resume(p, h, in, spe, &pos, err, errlen)) < 0)
             return rc;
         ended = rc;
@@ -742,9 +744,10 @@ static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint6
         f.samples = 0;
         f.loss_sum = f.acc_sum = 0;
         char verr[200];
-        if ((rc = rt_view_epoch(ctx->ds, rt_program_view(p),
-                                rt_exec_global_step(rt_program_exec(p)), &d, verr, sizeof verr)) <
-            0)
+        /* the step only matters to a set with augmentation (its epoch's
+         * images), as in RunSteps */
+        int64_t gs = ctx->ds->img ? rt_exec_global_step(rt_program_exec(p)) : 0;
+        if ((rc = rt_view_epoch(ctx->ds, rt_program_view(p), gs, &d, verr, sizeof verr)) < 0)
             return rt_errf(err, errlen, rc, "dataset %s: %s", ctx->ds->id, verr);
         f.mark = rt_now_ns();
         rt_train_result res;
@@ -819,14 +822,8 @@ static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint6
     rt_train_note_steps(p, exec_ns, steps);
     out->cancelled = cancelled;
     out->stopped = ended ? fr->stopped : f.stopped && !cancelled;
-    out->global_step = rt_exec_global_step(rt_program_exec(p));
     out->nan_step = f.nan_step;
-    if (cancelled)
-        RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld: the client cancelled",
-               rt_log_id(rt_program_id(p), pid), (long long)out->global_step);
-    else if (out->stopped && !ended)
-        RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld by a Control call",
-               rt_log_id(rt_program_id(p), pid), (long long)out->global_step);
+    *ended_out = ended;
     return 0;
 }
 
@@ -835,7 +832,19 @@ int rt_program_fit_run(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, rt
 {
     memset(out, 0, sizeof *out);
     uint64_t gen = rt_program_run_begin(p);
-    int rc = fit_loop(p, ctx, in, gen, out, err, errlen);
+    int ended = 0;
+    int rc = fit_loop(p, ctx, in, gen, out, &ended, err, errlen);
     rt_program_run_end(p);
-    return rc;
+    if (rc < 0)
+        return rc;
+    /* the program's records first, then the exec's step for the answer */
+    out->global_step = rt_exec_global_step(rt_program_exec(p));
+    char pid[16];
+    if (out->cancelled)
+        RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld: the client cancelled",
+               rt_log_id(rt_program_id(p), pid), (long long)out->global_step);
+    else if (out->stopped && !ended)
+        RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld by a Control call",
+               rt_log_id(rt_program_id(p), pid), (long long)out->global_step);
+    return 0;
 }
