@@ -109,7 +109,8 @@ typedef struct rt_train_refs {
  * found (rt_session_lookup, rt_data_store_lookup) and held in out->refs
  * (the caller releases what is set, failed or not), the program's
  * pipeline marks, its plan facts and batch size; then, when check is set,
- * Fit's cap on its steps, each data set against the program's plan
+ * Fit's cap on its steps, Predict's x against the program's input
+ * (rt_train_open_x), each data set against the program's plan
  * (rt_view_check; labels needed unless unlabelled) and the call's time
  * estimate. The caller clears check when its own request checks failed: it
  * reports those after a lookup's failure and before the checks here. 0, or
