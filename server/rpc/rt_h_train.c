@@ -435,61 +435,46 @@ static int predict_run(rt_call *c)
 
 static int predict_work(rt_call *c) { return rt_h_data_done(c, predict_run(c)); }
 
-/* Predict x's own checks against the program's input (v), in the order
- * they are reported; x is copied into the call's arena. */
-static int predict_x(rt_call *c, const Rtrain__V1__Tensor *x, const rt_view_spec *v, predict_st *ps)
+/* Predict x's own checks, in the order they are reported: 0, or the code
+ * with why set. They need nothing found, so they run before the lookups;
+ * x against the program's input follows them (rt_train_open_x). */
+static int predict_x_request(const Rtrain__V1__Tensor *x, char *why, size_t n)
 {
-    char a[96], b[96];
     if (x->dtype != RTRAIN__V1__DTYPE__F32)
-        return rt_call_fail(c, RT_EDTYPE, "Predict x must be F32");
+        return rt_errf(why, n, RT_EDTYPE, "Predict x must be F32");
     if (x->n_shape < 1 || x->n_shape > RT_MAX_DIMS)
-        return rt_call_fail(c, RT_ESHAPE, "Predict x needs a shape (samples first)");
+        return rt_errf(why, n, RT_ESHAPE, "Predict x needs a shape (samples first)");
     for (size_t i = 0; i < x->n_shape; i++)
         if (x->shape[i] < 0 || x->shape[i] > RT_MAX_DIM_LIMIT)
-            return rt_call_fail(c, RT_ESHAPE, "Predict x dim %zu is %lld", i,
-                                (long long)x->shape[i]);
-    if (v->in_n >= 0 && !rt_view_shapes_fit((int)x->n_shape - 1, x->shape + 1, v->in_n, v->in))
-        return rt_call_fail(c, RT_ESHAPE, "x has samples of shape %s but program %s expects %s%s",
-                            rt_data_shape_str((int)x->n_shape - 1, x->shape + 1, a, sizeof a),
-                            rt_program_id(c->prog), rt_data_shape_str(v->in_n, v->in, b, sizeof b),
-                            rt_view_layout_hint((int)x->n_shape - 1, x->shape + 1, v->in_n, v->in));
-    int64_t n = x->shape[0], numel = rt_data_numel((int)x->n_shape, x->shape);
-    if (numel < 0 || numel > (int64_t)(x->data.len / 4) + 1)
-        return rt_call_fail(c, RT_ESHAPE, "Predict x shape %s is larger than its %zu bytes",
-                            rt_data_shape_str((int)x->n_shape, x->shape, a, sizeof a), x->data.len);
-    if ((uint64_t)numel * 4 != x->data.len)
-        return rt_call_fail(c, RT_EDATA, "x holds %zu bytes but its shape needs %lld", x->data.len,
-                            (long long)numel * 4);
-    float *f = rt_call_alloc(c, x->data.len ? x->data.len : 4);
-    if (!f)
-        return OOM(c);
-    if (x->data.len)
-        memcpy(f, x->data.data, x->data.len);
-    for (int64_t i = 0; i < numel; i++)
-        if (!isfinite(f[i]))
-            return rt_call_fail(c, RT_ENAN, "x contains %s at sample %lld, column %lld",
-                                isnan(f[i]) ? "NaN" : "Inf", (long long)(i / (numel / (n ? n : 1))),
-                                (long long)(i % (numel / (n ? n : 1))));
-    ps->x = f;
-    ps->n = n;
+            return rt_errf(why, n, RT_ESHAPE, "Predict x dim %zu is %lld", i,
+                           (long long)x->shape[i]);
     return 0;
 }
 
-/* One call down, as Evaluate (a data set without labels, or none for x:
- * the sample count sent), then x's own checks. */
+/* x's own checks, then one call down, as Evaluate (a data set without
+ * labels, or x: checked against the program's input there). */
 int rt_h_predict(rt_call *c)
 {
     Rtrain__V1__PredictRequest *q = REQ(c, Rtrain__V1__PredictRequest);
     int by_ds = q->input_case == RTRAIN__V1__PREDICT_REQUEST__INPUT_DATASET_ID;
-    int by_x = q->input_case == RTRAIN__V1__PREDICT_REQUEST__INPUT_X;
+    int by_x = q->input_case == RTRAIN__V1__PREDICT_REQUEST__INPUT_X && q->x;
+    char why[200];
+    int bad = by_x ? predict_x_request(q->x, why, sizeof why) : 0;
+    rt_train_x x = {0};
+    if (by_x)
+        x = (rt_train_x){.n_shape = (int)q->x->n_shape,
+                         .shape = q->x->shape,
+                         .data = q->x->data.data,
+                         .len = q->x->data.len};
     rt_train_open_in in = {.sid = q->session_id,
                            .pid = q->program_id,
                            .did = by_ds ? q->dataset_id : NULL,
                            .unlabelled = 1,
                            .forward = 1,
-                           .forward_n = by_x && q->x && q->x->n_shape ? q->x->shape[0] : 0};
+                           .forward_n = by_x && q->x->n_shape ? q->x->shape[0] : 0,
+                           .x = by_x ? &x : NULL};
     rt_train_open_out o;
-    int rc = rt_h_open_train(c, &in, 0, NULL, &o);
+    int rc = rt_h_open_train(c, &in, bad, why, &o);
     if (rc < 0)
         return rc;
     predict_st *ps = calloc(1, sizeof *ps);
@@ -505,9 +490,14 @@ int rt_h_predict(rt_call *c)
     ps->batch = o.batch_size < 1 ? 1 : o.batch_size;
     if (by_ds) {
         ps->n = c->ds->n;
-    } else if (by_x) {
-        if ((rc = predict_x(c, q->x, o.view, ps)) < 0)
-            return rc;
+    } else if (by_x) { /* checked: into the call's arena, aligned */
+        float *f = rt_call_alloc(c, q->x->data.len ? q->x->data.len : 4);
+        if (!f)
+            return OOM(c);
+        if (q->x->data.len)
+            memcpy(f, q->x->data.data, q->x->data.len);
+        ps->x = f;
+        ps->n = q->x->shape[0];
     } else {
         return rt_call_fail(c, RT_EINVAL, "PredictRequest needs dataset_id or x");
     }

@@ -28,6 +28,7 @@
 #include "rt_bufpool.h"
 #include "rt_dist.h"
 #include "rt_health.h"
+#include "rt_hold.h"
 #include "rt_stream.h"
 #include "rt_state.h"
 #include "rt_transport.h"
@@ -124,7 +125,7 @@ void rt__dev_lock(rt_srv *s, const char *key, uint64_t est_ns)
         wait_turn_locked(s, key, est_ns);
     }
     pthread_mutex_unlock(&s->dev_mu);
-    rt_program_device_enter(); /* debug builds: rt_program.h's rule */
+    rt_device_hold_enter(); /* debug builds: rt_program.h's rule */
 }
 
 /* Inline jobs never wait: the device must be free with nobody queued. */
@@ -138,13 +139,13 @@ static int dev_trylock(rt_srv *s)
     }
     pthread_mutex_unlock(&s->dev_mu);
     if (ok)
-        rt_program_device_enter();
+        rt_device_hold_enter();
     return ok;
 }
 
 void rt__dev_unlock(rt_srv *s)
 {
-    rt_program_device_leave();
+    rt_device_hold_leave();
     pthread_mutex_lock(&s->dev_mu);
     grant_next_locked(s, 0);
     pthread_mutex_unlock(&s->dev_mu);

@@ -10,17 +10,11 @@
 #include <string.h>
 
 #include "rt_clock.h"
+#include "rt_hold.h"
 
 #ifndef NDEBUG
-/* How many device holds this thread has (the transport's enter/leave). */
-static __thread int device_holds;
-void rt_program_device_enter(void) { device_holds++; }
-void rt_program_device_leave(void)
-{
-    assert(device_holds > 0);
-    device_holds--;
-}
-#define DEVICE_HELD() assert(device_holds > 0 && "rt_program: [device] call without the device")
+/* the transport marks the thread that holds the device (rt_hold.h) */
+#define DEVICE_HELD() assert(rt_device_held() && "rt_program: [device] call without the device")
 #else
 #define DEVICE_HELD() ((void)0)
 #endif

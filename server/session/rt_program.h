@@ -10,8 +10,8 @@
  *   - The training state belongs to the caller that holds the device
  *     (server/rpc's device lock): every function marked [device] is called
  *     by that holder only, one call at a time, and never concurrently with
- *     another [device] function on the same program. The transport reports
- *     holding it with rt_program_device_enter/leave; debug builds assert it
+ *     another [device] function on the same program. The transport marks
+ *     the holding thread (common/rt_hold.h); debug builds assert the mark
  *     in each [device] mutator (release builds compile the check away, so
  *     the step path takes no lock).
  *   - [any] functions may run on any thread: the id, plan and exec
@@ -117,15 +117,6 @@ const struct rt_view_spec *rt_program_view(const rt_program *p);
  * them): their count, or the plan's failure (< 0); read when the program
  * was added, as rt_program_view. */
 int rt_program_output_shape(const rt_program *p, int64_t *dims);
-
-/* The device holder's thread (see the locking rule). */
-#ifdef NDEBUG
-static inline void rt_program_device_enter(void) {}
-static inline void rt_program_device_leave(void) {}
-#else
-void rt_program_device_enter(void);
-void rt_program_device_leave(void);
-#endif
 
 /* A learning rate > 0 for the program from its next step on (0 leaves it);
  * a changed one marks the newest checkpoint stale. The exec's rate is

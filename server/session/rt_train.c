@@ -167,6 +167,36 @@ static int64_t per_sample(int n, const int64_t *d)
     return k;
 }
 
+int rt_train_open_x(const rt_train_x *x, const rt_view_spec *v, const char *pid, char *err,
+                    size_t errlen)
+{
+    char a[96], b[96];
+    const int sn = x->n_shape - 1;
+    if (v->in_n >= 0 && !rt_view_shapes_fit(sn, x->shape + 1, v->in_n, v->in))
+        return rt_errf(err, errlen, RT_ESHAPE,
+                       "x has samples of shape %s but program %s expects %s%s",
+                       rt_data_shape_str(sn, x->shape + 1, a, sizeof a), pid,
+                       rt_data_shape_str(v->in_n, v->in, b, sizeof b),
+                       rt_view_layout_hint(sn, x->shape + 1, v->in_n, v->in));
+    int64_t n = x->shape[0], numel = rt_data_numel(x->n_shape, x->shape);
+    if (numel < 0 || numel > (int64_t)(x->len / 4) + 1)
+        return rt_errf(err, errlen, RT_ESHAPE, "Predict x shape %s is larger than its %zu bytes",
+                       rt_data_shape_str(x->n_shape, x->shape, a, sizeof a), x->len);
+    if ((uint64_t)numel * 4 != x->len)
+        return rt_errf(err, errlen, RT_EDATA, "x holds %zu bytes but its shape needs %lld", x->len,
+                       (long long)numel * 4);
+    const unsigned char *d = x->data;
+    for (int64_t i = 0; i < numel; i++) {
+        float f;
+        memcpy(&f, d + 4 * i, 4);
+        if (!isfinite(f))
+            return rt_errf(err, errlen, RT_ENAN, "x contains %s at sample %lld, column %lld",
+                           isnan(f) ? "NaN" : "Inf", (long long)(i / (numel / (n ? n : 1))),
+                           (long long)(i % (numel / (n ? n : 1))));
+    }
+    return 0;
+}
+
 int rt_train_open(rt_session_table *t, rt_data_store *store, const rt_principal *who,
                   const rt_train_open_in *in, rt_train_open_out *out, char *err, size_t errlen)
 {
@@ -189,6 +219,8 @@ int rt_train_open(rt_session_table *t, rt_data_store *store, const rt_principal 
     if (in->epochs && (rc = fit_cap(in, r->ds, v->batch_size, err, errlen)) < 0)
         return rc;
     const char *pid = rt_program_id(r->prog);
+    if (in->x && (rc = rt_train_open_x(in->x, v, pid, err, errlen)) < 0)
+        return rc;
     if (r->ds)
         rc = rt_view_check(r->ds, v, pid, !in->unlabelled, err, errlen);
     if (rc == 0 && r->val_ds)
@@ -643,8 +675,10 @@ static int fit_resume(rt_program *p, const rt_train_host *h, const rt_fit_in *in
     return 0;
 }
 
+/* The fit's epochs; *ended: a resent fit that had ended (its stop is the
+ * record's). */
 static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint64_t gen,
-                    rt_fit_out *out, char *err, size_t errlen)
+                    rt_fit_out *out, int *ended_out, char *err, size_t errlen)
 {
     const rt_train_host *h = ctx->host;
     rt_data d, vd;
@@ -658,8 +692,8 @@ static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint6
     int64_t pos = 0;
     uint32_t ep0 = 0;
     int ended = 0;
-    char pid[16];
     if (resume) {
+        char pid[16];
         if ((rc = fit_resume(p, h, in, spe, &pos, err, errlen)) < 0)
             return rc;
         ended = rc;
@@ -710,9 +744,10 @@ static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint6
         f.samples = 0;
         f.loss_sum = f.acc_sum = 0;
         char verr[200];
-        if ((rc = rt_view_epoch(ctx->ds, rt_program_view(p),
-                                rt_exec_global_step(rt_program_exec(p)), &d, verr, sizeof verr)) <
-            0)
+        /* the step only matters to a set with augmentation (its epoch's
+         * images), as in RunSteps */
+        int64_t gs = ctx->ds->img ? rt_exec_global_step(rt_program_exec(p)) : 0;
+        if ((rc = rt_view_epoch(ctx->ds, rt_program_view(p), gs, &d, verr, sizeof verr)) < 0)
             return rt_errf(err, errlen, rc, "dataset %s: %s", ctx->ds->id, verr);
         f.mark = rt_now_ns();
         rt_train_result res;
@@ -787,14 +822,8 @@ static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint6
     rt_train_note_steps(p, exec_ns, steps);
     out->cancelled = cancelled;
     out->stopped = ended ? fr->stopped : f.stopped && !cancelled;
-    out->global_step = rt_exec_global_step(rt_program_exec(p));
     out->nan_step = f.nan_step;
-    if (cancelled)
-        RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld: the client cancelled",
-               rt_log_id(rt_program_id(p), pid), (long long)out->global_step);
-    else if (out->stopped && !ended)
-        RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld by a Control call",
-               rt_log_id(rt_program_id(p), pid), (long long)out->global_step);
+    *ended_out = ended;
     return 0;
 }
 
@@ -803,7 +832,19 @@ int rt_program_fit_run(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, rt
 {
     memset(out, 0, sizeof *out);
     uint64_t gen = rt_program_run_begin(p);
-    int rc = fit_loop(p, ctx, in, gen, out, err, errlen);
+    int ended = 0;
+    int rc = fit_loop(p, ctx, in, gen, out, &ended, err, errlen);
     rt_program_run_end(p);
-    return rc;
+    if (rc < 0)
+        return rc;
+    /* the program's records first, then the exec's step for the answer */
+    out->global_step = rt_exec_global_step(rt_program_exec(p));
+    char pid[16];
+    if (out->cancelled)
+        RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld: the client cancelled",
+               rt_log_id(rt_program_id(p), pid), (long long)out->global_step);
+    else if (out->stopped && !ended)
+        RT_LOG(RT_LOG_INFO, "fit on %s stopped at step %lld by a Control call",
+               rt_log_id(rt_program_id(p), pid), (long long)out->global_step);
+    return 0;
 }

@@ -109,7 +109,8 @@ typedef struct rt_train_refs {
  * found (rt_session_lookup, rt_data_store_lookup) and held in out->refs
  * (the caller releases what is set, failed or not), the program's
  * pipeline marks, its plan facts and batch size; then, when check is set,
- * Fit's cap on its steps, each data set against the program's plan
+ * Fit's cap on its steps, Predict's x against the program's input
+ * (rt_train_open_x), each data set against the program's plan
  * (rt_view_check; labels needed unless unlabelled) and the call's time
  * estimate. The caller clears check when its own request checks failed: it
  * reports those after a lookup's failure and before the checks here. 0, or
@@ -129,7 +130,19 @@ typedef struct rt_train_open_in {
     uint64_t steps;
     int forward;
     int64_t forward_n;
+    /* Predict's x (NULL: none), F32 with dims within bounds (the
+     * request's checks): checked against the plan's input after the
+     * lookups (rt_train_open_x) */
+    const struct rt_train_x *x;
 } rt_train_open_in;
+/* Predict's x as the request brings it: n_shape dims (samples first),
+ * len bytes of F32 at data (any alignment). */
+typedef struct rt_train_x {
+    int n_shape;
+    const int64_t *shape;
+    const void *data;
+    size_t len;
+} rt_train_x;
 typedef struct rt_train_open_out {
     rt_train_refs refs;
     double step_ns;           /* the program's step estimate (when checked) */
@@ -143,6 +156,11 @@ typedef struct rt_train_open_out {
     int64_t out[RT_MAX_DIMS];
     int64_t in_per, out_per;
 } rt_train_open_out;
+/* x against the program's input (v; pid names it): its samples' shape,
+ * its bytes against its shape, every value finite. 0, or RT_ESHAPE,
+ * RT_EDATA or RT_ENAN with err set. rt_train_open calls it for in->x. */
+int rt_train_open_x(const rt_train_x *x, const rt_view_spec *v, const char *pid, char *err,
+                    size_t errlen);
 int rt_train_open(rt_session_table *t, rt_data_store *store, const rt_principal *who,
                   const rt_train_open_in *in, rt_train_open_out *out, char *err, size_t errlen);
 

@@ -715,6 +715,23 @@ static void test_predict_and_weights(void)
           "x shape mismatch: %d '%s'", r.status, r.details);
     FREE(p);
     itest_res_free(&r);
+    /* The order of the failures: the lookups first, then x's own checks,
+     * then x against the program (the width above stays wrong). */
+    t.dtype = RTRAIN__V1__DTYPE__I32;
+    q.program_id = "p-0000000000000000";
+    itest_unary(T.c, "Predict", &q.base, &rtrain__v1__predict_response__descriptor,
+                (ProtobufCMessage **)&p, &r);
+    CHECK(!p && r.status == 5, "unknown program before x's dtype: %d '%s'", r.status, r.details);
+    FREE(p);
+    itest_res_free(&r);
+    q.program_id = T.pa;
+    itest_unary(T.c, "Predict", &q.base, &rtrain__v1__predict_response__descriptor,
+                (ProtobufCMessage **)&p, &r);
+    CHECK(!p && r.status == 3 && strstr(r.details, "must be F32"),
+          "x's dtype before its width: %d '%s'", r.status, r.details);
+    FREE(p);
+    itest_res_free(&r);
+    t.dtype = RTRAIN__V1__DTYPE__F32;
 
     /* Weights: A -> fresh program C, bit-exact, and the same predictions. */
     Rtrain__V1__GetWeightsResponse *wa = NULL;
