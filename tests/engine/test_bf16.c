@@ -406,8 +406,8 @@ static void cnn_config(rt_train_config *cfg, rt_opt_kind opt, float lr, uint64_t
     cfg->precision = prec;
 }
 
-/* every parameter of p into w, in order; their count */
-static int64_t read_params(const rt_plan *p, const rt_exec *e, float *w, int64_t cap)
+/* every parameter of p (grad: its gradient) into w, in order; their count */
+static int64_t read_vals(const rt_plan *p, const rt_exec *e, float *w, int64_t cap, int grad)
 {
     int64_t off = 0;
     for (int i = 0; i < rt_plan_n_params(p); i++) {
@@ -415,10 +415,15 @@ static int64_t read_params(const rt_plan *p, const rt_exec *e, float *w, int64_t
         const int nd = rt_plan_param_info(p, i, NULL, dims, NULL);
         for (int k = 0; k < nd; k++)
             n *= dims[k];
-        REQUIRE(off + n <= cap && rt_exec_get_param(e, i, w + off) == 0);
+        REQUIRE(off + n <= cap &&
+                (grad ? rt_exec_get_grad(e, i, w + off) : rt_exec_get_param(e, i, w + off)) == 0);
         off += n;
     }
     return off;
+}
+static int64_t read_params(const rt_plan *p, const rt_exec *e, float *w, int64_t cap)
+{
+    return read_vals(p, e, w, cap, 0);
 }
 
 static double train_acc(int prec, const float *x, const int32_t *y, const float *vx,
@@ -867,15 +872,7 @@ static int64_t bn_grads(const char *be, int prec, int store, const float *x, con
     double loss;
     REQUIRE(rt_exec_compute_grads(e, &(rt_data){.x = x, .y = y, .y_dtype = RT_I32, .n = 32}, 32,
                                   &loss) == 0);
-    int64_t off = 0;
-    for (int i = 0; i < rt_plan_n_params(p); i++) {
-        int64_t dims[RT_MAX_DIMS], n = 1;
-        const int nd = rt_plan_param_info(p, i, NULL, dims, NULL);
-        for (int k = 0; k < nd; k++)
-            n *= dims[k];
-        REQUIRE(off + n <= cap && rt_exec_get_grad(e, i, gr + off) == 0);
-        off += n;
-    }
+    const int64_t off = read_vals(p, e, gr, cap, 1);
     rt_exec_destroy(e);
     rt_plan_release(p);
     return off;

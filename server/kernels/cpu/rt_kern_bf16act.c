@@ -48,16 +48,16 @@ unsigned rt_kern_bf16_io(const rt__node *nd)
 /* The chunks of n values, each thread its own: x (float32 or bf16 by bit 0
  * of nd->bf16_in) widened into tx, the result into ty and stored (bf16 by
  * nd->bf16_out); CHUNK_BODY computes on them. */
-#define RT__CHUNKS(n, CHUNK_BODY)                                                    \
-    do {                                                                             \
-        const int64_t nc_ = ((n) + RT__CH - 1) / RT__CH;                             \
-        _Pragma("omp parallel for schedule(static) if ((n) > RT__CH_PAR)") for (     \
-            int64_t c_ = 0; c_ < nc_; c_++)                                          \
-        {                                                                            \
-            float tx[RT__CH], ty[RT__CH];                                            \
-            const int64_t i0 = c_ * RT__CH, m = (n) - i0 < RT__CH ? (n) - i0 : RT__CH; \
-            CHUNK_BODY;                                                              \
-        }                                                                            \
+#define RT__CHUNKS(n, CHUNK_BODY)                                                               \
+    do {                                                                                        \
+        const int64_t nc_ = ((n) + RT__CH - 1) / RT__CH;                                        \
+        _Pragma("omp parallel for schedule(static) if ((n) > RT__CH_PAR)") for (int64_t c_ = 0; \
+                                                                                c_ < nc_; c_++) \
+        {                                                                                       \
+            float tx[RT__CH], ty[RT__CH];                                                       \
+            const int64_t i0 = c_ * RT__CH, m = (n)-i0 < RT__CH ? (n)-i0 : RT__CH;              \
+            CHUNK_BODY;                                                                         \
+        }                                                                                       \
     } while (0)
 
 /* y's chunk: where the body writes it (ty when stored bf16) and its store */
