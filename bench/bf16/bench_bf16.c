@@ -18,6 +18,10 @@
  * runs the 3-channel stems float32), to measure the first layer's share.
  * --prec P: time only that precision's plan (its columns of the other
  * read 0), for a profiler or ONEDNN_VERBOSE=1 to see one plan alone.
+ * A third plan, timed in the same rounds, is the bf16 one with every
+ * activation stored float32 (rt_kern_bf16_act_store 0: the products round
+ * copies of their inputs, as before bf16 storage): the "bf16 f32-stored"
+ * columns.
  *
  * W-B and ResNet-18 are bench/onnx/models.py's ONNX exports (python3-torch
  * writes them to a temporary folder), read with NHWC data as the Keras
@@ -36,6 +40,7 @@
 #include "rt_engine.h"
 
 extern int rt_kern_bf16_conv_min_c; /* rt_kern_bf16.c */
+extern int rt_kern_bf16_act_store;  /* rt_kern_bf16act.c */
 
 static uint8_t *read_all(const char *path, size_t *len)
 {
@@ -89,7 +94,10 @@ static rt_bench_limit limit; /* measured once, before the rows */
 
 static void row(const char *name, const rt_graph *g, rt_train_config *cfg, int reps, int steps)
 {
-    rt_plan *p[2] = {compile(g, cfg, RT_PREC_F32), compile(g, cfg, RT_PREC_BF16)};
+    rt_plan *p[3] = {compile(g, cfg, RT_PREC_F32), compile(g, cfg, RT_PREC_BF16), NULL};
+    rt_kern_bf16_act_store = 0;
+    p[2] = compile(g, cfg, RT_PREC_BF16);
+    rt_kern_bf16_act_store = 1;
     int64_t dims[RT_MAX_DIMS], per = 1;
     const int nd = rt_plan_input_shape(p[0], dims);
     for (int k = 0; k < nd; k++)
@@ -104,37 +112,40 @@ static void row(const char *name, const rt_graph *g, rt_train_config *cfg, int r
     for (int64_t i = 0; i < n; i++)
         y[i] = (int32_t)(i % 10);
     const rt_data d = {.x = x, .y = y, .y_dtype = RT_I32, .n = n};
-    rt_exec *e[2];
-    for (int k = 0; k < 2; k++) {
+    rt_exec *e[3];
+    for (int k = 0; k < 3; k++) {
         if (rt_exec_create(p[k], &e[k]) < 0)
             die("exec", name);
         double c;
         if (only_prec < 0 || only_prec == k)
             step_ms(e[k], &d, 2, &c); /* warm: first-touch of the arena, primitives */
     }
-    double t[2][64] = {{0}}, c[2][64] = {{0}};
+    double t[3][64] = {{0}}, c[3][64] = {{0}};
     if (reps > 64)
         reps = 64;
     for (int r = 0; r < reps; r++)
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < 3; k++)
             if (only_prec < 0 || only_prec == k)
                 t[k][r] = step_ms(e[k], &d, steps, &c[k][r]);
     const double m32 = median(t[0], reps), m16 = median(t[1], reps);
     const double c32 = median(c[0], reps), c16 = median(c[1], reps);
+    const double m16f = median(t[2], reps), c16f = median(c[2], reps);
     const rt_compile_report *r32 = rt_plan_report(p[0]), *r16 = rt_plan_report(p[1]);
+    const rt_compile_report *r16f = rt_plan_report(p[2]);
     /* achieved rates: the plan's FLOPs a step over the median step, each
      * against its own precision's limit (the bf16 plan's against the bf16
      * matmul rate) */
     const double gf = (double)r32->flops_per_step * 1e-9;
     const double g32 = m32 > 0 ? gf / m32 * 1e3 : 0, g16 = m16 > 0 ? gf / m16 * 1e3 : 0;
     printf("| %s | %d | %.2f | %.2f | **%.3f** | %.2f | %.2f | %.3f | %.0f (%.0f%%) | %.0f "
-           "(**%.0f%%**) | %u of %d | %.1f | %.1f |\n",
+           "(**%.0f%%**) | %u of %d | %.1f | %.1f | %.2f | %.3f | %.3f | %.1f |\n",
            name, cfg->batch_size, m32, m16, m16 / m32, c32, c16, c16 / c32, g32,
            limit.f32 > 0 ? 100 * g32 / limit.f32 : 0, g16,
            limit.bf16 > 0 ? 100 * g16 / limit.bf16 : 0, r16->n_bf16, rt_plan_n_nodes(p[1]),
-           r32->arena_bytes / 1048576.0, r16->arena_bytes / 1048576.0);
+           r32->arena_bytes / 1048576.0, r16->arena_bytes / 1048576.0, m16f, m16f / m32,
+           c16f / c32, r16f->arena_bytes / 1048576.0);
     fflush(stdout);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         rt_exec_destroy(e[k]);
         rt_plan_release(p[k]);
     }
@@ -257,8 +268,10 @@ int main(int argc, char **argv)
     rt_bench_limit_print(&limit);
     printf("\n| workload | batch | float32 ms/step | bf16 ms/step | bf16/f32 | f32 CPU ms | "
            "bf16 CPU ms | CPU bf16/f32 | f32 GFLOP/s (of f32 limit) | bf16 GFLOP/s (of bf16 "
-           "limit) | bf16 ops | arena MiB f32 | arena MiB bf16 |\n| --- | --- | --- | --- | --- "
-           "| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+           "limit) | bf16 ops | arena MiB f32 | arena MiB bf16 | bf16 f32-stored ms/step | "
+           "bf16 f32-stored/f32 | CPU bf16 f32-stored/f32 | arena MiB bf16 f32-stored |\n| --- "
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
+           "| --- | --- |\n");
     rt_train_config cfg;
     rt_train_config_init(&cfg);
     cfg.from_logits = 1;

@@ -1405,6 +1405,65 @@ static int rt__pass_backward(rt__cc *cc)
     return 0;
 }
 
+/* bf16 activation storage (after the kernels' prepares): a node's output
+ * is stored bf16 where the backend's bf16_io lets its producer write it
+ * so and every reader read it so, and neither the output nor the loss
+ * reads it; those nodes' prepares run again with bf16_in/bf16_out set (a
+ * kernel reading a bf16 input needs no bf16 copy of it). A node bf16 only
+ * by its storage that stores and reads nothing bf16 goes back to float32. */
+static int rt__bf16_storage(rt__cc *cc)
+{
+    rt_plan *p = cc->p;
+    const rt__backend *be = p->backend;
+    const rt__ent *E = cc->E;
+    const int m = p->n_nodes;
+    if (!be->bf16_io)
+        return 0;
+    unsigned *io = rt__arena_alloc(cc->A, sizeof(unsigned) * (size_t)(m + 1));
+    const rt__kernel **k0 = rt__arena_alloc(cc->A, sizeof *k0 * (size_t)(m + 1));
+    if (!io || !k0)
+        return RT_ENOMEM;
+    for (int i = 0; i < m; i++) {
+        rt__node *nd = &p->nodes[i];
+        io[i] = nd->prec == RT_PREC_BF16 ? be->bf16_io(be->context, nd) : 0;
+        nd->bf16_out = (io[i] & RT__BF16_OUT) && nd->id != cc->out_e && nd->id != cc->loss_e;
+        nd->bf16_in = 0;
+    }
+    for (int i = 0; i < m; i++) {
+        const rt__node *nd = &p->nodes[i];
+        for (int j = 0; j < nd->n_in; j++)
+            if (E[nd->in[j]].node >= 0 && !(io[i] & RT__BF16_IN(j)))
+                p->nodes[E[nd->in[j]].node].bf16_out = 0;
+    }
+    for (int i = 0; i < m; i++) {
+        rt__node *nd = &p->nodes[i];
+        for (int j = 0; j < nd->n_in; j++)
+            if (E[nd->in[j]].node >= 0 && p->nodes[E[nd->in[j]].node].bf16_out)
+                nd->bf16_in |= RT__BF16_IN(j);
+    }
+    for (int i = 0; i < m; i++) {
+        rt__node *nd = &p->nodes[i];
+        const rt__kernel *k = NULL;
+        if ((io[i] & RT__BF16_STORE_ONLY) && !nd->bf16_in && !nd->bf16_out) {
+            nd->prec = RT_PREC_F32;
+            k = be->kernel(be->context, nd->op, nd->fused);
+        } else if (nd->bf16_in || nd->bf16_out) {
+            k = be->kernel_bf16(be->context, nd, nd->fused);
+        }
+        if (!k)
+            continue;
+        nd->kern = k;
+        nd->kdata = NULL;
+        nd->scratch_floats = nd->ws_floats = 0;
+        int rc;
+        if (k->prepare && (rc = k->prepare(nd, cc->B, cc->A)) < 0)
+            return rc;
+        /* the same shapes as the first prepare: bf16 stays bf16 */
+        RT_ASSERT(!(nd->bf16_in || nd->bf16_out) || nd->prec == RT_PREC_BF16);
+    }
+    return 0;
+}
+
 /* choose_kernels: each node gets the backend's kernel for its op (and the
  * reader it absorbed), whose prepare computes the node's derived sizes
  * (scratch_floats, kdata) once; each call gets the forward or backward
@@ -1425,8 +1484,12 @@ static int rt__pass_choose_kernels(rt__cc *cc)
          * shape the backend has no bf16 primitive for): kern and prec */
         if (nd->kern->prepare && (rc = nd->kern->prepare(nd, cc->B, cc->A)) < 0)
             return rc;
-        p->rep.n_bf16 += nd->prec == RT_PREC_BF16;
     }
+    int rc = rt__bf16_storage(cc);
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < p->n_nodes; i++)
+        p->rep.n_bf16 += p->nodes[i].prec == RT_PREC_BF16;
     for (int i = 0; i < p->n_fwd + p->n_bwd; i++) {
         rt__call *c = &p->calls[i];
         c->fn = c->bwd ? c->nd->kern->bwd : c->nd->kern->fwd;
@@ -1467,7 +1530,8 @@ static void rt__make_buffers(rt__cc *cc, int *x_buf, int *lab_buf)
     for (int i = 0; i < m; i++) {
         const rt__node *nd = &p->nodes[i];
         const int t = 1 + i;
-        E[nd->id].val_buf = rt__newbuf(cc, (uint64_t)rt__numel_n(&nd->out, B) * 4, t);
+        E[nd->id].val_buf =
+            rt__newbuf(cc, (uint64_t)rt__numel_n(&nd->out, B) * (nd->bf16_out ? 2 : 4), t);
         for (int j = 0; j < nd->n_in; j++)
             rt__extend(cc, E[nd->in[j]].val_buf, t);
         cc->scr_buf[i] =

@@ -389,6 +389,12 @@ struct rt__node {
      * then what the chosen kernel computes in: RT_PREC_BF16 only where the
      * backend's kernel_bf16 gave one */
     int prec;
+    /* bf16 activation storage (choose_kernels, from the backend's bf16_io):
+     * bit i of bf16_in: input i is a value stored bf16 (uint16_t, round
+     * to nearest even); bf16_out: this node stores its output bf16. Only
+     * on RT_PREC_BF16 nodes; gradients are always float32. */
+    unsigned bf16_in;
+    int bf16_out;
 };
 
 /* Typed parameter accessors: rt__dense_p(nd) (mutable, for infer) and
@@ -526,6 +532,16 @@ typedef struct rt__backend {
      * float32 rules). */
     int (*precision)(void *ctx, int prec, char *err, size_t errlen);
     const rt__kernel *(*kernel_bf16)(void *ctx, const rt__node *nd, const rt__op_def *fused);
+    /* bf16 activation storage, for a bf16 node nd after its kernel's
+     * prepare: bit i (RT__BF16_IN(i)) when its kernel reads input i stored
+     * bf16, RT__BF16_OUT when it can store its output bf16 (its backward
+     * then reads it so too), RT__BF16_STORE_ONLY when the node computes in
+     * float32 and is bf16 only by what it stores (it reverts to float32
+     * and its float32 kernel where it reads and writes float32). Compile
+     * stores a value bf16 where its producer and every reader agree and
+     * neither the loss nor the output reads it, sets nd->bf16_in/bf16_out
+     * and runs the prepare again. NULL: every value float32. */
+    unsigned (*bf16_io)(void *ctx, const rt__node *nd);
     /* run calls[0..n) with their resolved arguments args[0..n) */
     void (*run)(void *ctx, const rt__call *calls, const rt__kargs *args, int n);
 
@@ -587,6 +603,10 @@ typedef struct rt__backend {
  * the environment, else the highest rank) compiles every plan. */
 void rt__backend_register(const rt__backend *b);
 const rt__backend *rt__backend_current(void);
+
+#define RT__BF16_IN(i) (1u << (i))
+#define RT__BF16_OUT (1u << 16)
+#define RT__BF16_STORE_ONLY (1u << 17)
 
 /* ------------------------------------------------------------------- plan */
 

@@ -37,6 +37,12 @@ static const rt__kernel *rt__cpu_kernel_bf16(void *ctx, const rt__node *nd, cons
     return rt_kern_bf16_kernel(nd, fused);
 }
 
+static unsigned rt__cpu_bf16_io(void *ctx, const rt__node *nd)
+{
+    (void)ctx;
+    return rt_kern_bf16_io(nd);
+}
+
 static int rt__cpu_supports(void *ctx, const rt__node *nd)
 {
     /* every CPU kernel handles every shape its op's infer accepts */
@@ -299,6 +305,7 @@ const rt__backend rt__backend_cpu = {
     .supports_op = rt__cpu_supports,
     .precision = rt__cpu_precision,
     .kernel_bf16 = rt__cpu_kernel_bf16,
+    .bf16_io = rt__cpu_bf16_io,
     .run = rt__cpu_run,
     .alloc = rt__cpu_alloc,
     .release = rt__cpu_release,

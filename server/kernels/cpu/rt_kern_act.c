@@ -186,3 +186,31 @@ void rt_kern_unary_bwd(const rt__kargs *a)
 #undef RT__BWD
     }
 }
+
+void rt_kern_unary_map(const rt__unary_params *p, float *restrict y, const float *restrict x,
+                       int64_t n)
+{
+#define RT__MAP(K)                  \
+    for (int64_t i = 0; i < n; i++) \
+    y[i] = rt__fk(K, p, x[i])
+    RT__UNARY_CASES(RT__MAP)
+#undef RT__MAP
+}
+
+void rt_kern_unary_dmap(const rt__unary_params *p, float *restrict dx, const float *restrict dy,
+                        const float *restrict x, int64_t n, int add)
+{
+    if (add) {
+#define RT__DMAPA(K)                \
+    for (int64_t i = 0; i < n; i++) \
+    dx[i] += dy[i] * rt__dfk(K, p, x[i])
+        RT__UNARY_CASES(RT__DMAPA)
+#undef RT__DMAPA
+    } else {
+#define RT__DMAP(K)                 \
+    for (int64_t i = 0; i < n; i++) \
+    dx[i] = dy[i] * rt__dfk(K, p, x[i])
+        RT__UNARY_CASES(RT__DMAP)
+#undef RT__DMAP
+    }
+}

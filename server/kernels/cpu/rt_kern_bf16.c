@@ -3,11 +3,12 @@
  * bf16 primitives (AVX512_BF16, AMX where oneDNN finds it), float32
  * accumulation and float32 results.
  *
- * What is bf16: the inputs of the products. The forward call rounds x and
+ * What is bf16: the inputs of the products. The forward call rounds x
+ * (unless compile stored it bf16: node->bf16_in, rt_kern_bf16act.c) and
  * the weights to bf16 into the node's workspace (the weights once per
  * step: the backward call multiplies by the same copy), the backward call
  * rounds the output gradient. Everything written is float32: y, dx, dW,
- * db, so the arena, the optimizer, the loss and every other op see the
+ * db, so the optimizer, the loss and the ops that read float32 see the
  * float32 values Keras' mixed_bfloat16 would cast back up. Bias and the
  * activation run on the float32 accumulator (a post-op). Conv2D with the
  * MaxPool2D that reads it runs fused (no pre-pool tensor in the arena;
@@ -31,7 +32,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 
-#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -69,7 +70,22 @@ static inline uint16_t rt__bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
-static void rt__to_bf16_serial(uint16_t *restrict d, const float *restrict s, int64_t n)
+void rt_kern_from_bf16_serial(float *restrict d, const uint16_t *restrict s, int64_t n)
+{
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16) {
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + i)));
+        _mm512_storeu_ps(d + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+#endif
+    for (; i < n; i++) {
+        const uint32_t u = (uint32_t)s[i] << 16;
+        memcpy(d + i, &u, sizeof u);
+    }
+}
+
+void rt_kern_to_bf16_serial(uint16_t *restrict d, const float *restrict s, int64_t n)
 {
     int64_t i = 0;
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
@@ -86,7 +102,7 @@ static void rt__to_bf16_serial(uint16_t *restrict d, const float *restrict s, in
 void rt_kern_to_bf16(uint16_t *dst, const float *src, int64_t n)
 {
     if (n < RT__BF_PAR) {
-        rt__to_bf16_serial(dst, src, n);
+        rt_kern_to_bf16_serial(dst, src, n);
         return;
     }
     const int nt = omp_get_max_threads() < 1 ? 1 : omp_get_max_threads();
@@ -95,7 +111,7 @@ void rt_kern_to_bf16(uint16_t *dst, const float *src, int64_t n)
     for (int t = 0; t < nt; t++) {
         const int64_t i0 = cs * t, m = n - i0 < cs ? n - i0 : cs;
         if (m > 0)
-            rt__to_bf16_serial(dst + i0, src + i0, m);
+            rt_kern_to_bf16_serial(dst + i0, src + i0, m);
     }
 }
 
@@ -111,6 +127,29 @@ static void rt__to_bf16_pad(uint16_t *dst, const float *src, int64_t n, int64_t 
 /* bf16 values -> floats of storage, each part starting on 64 bytes */
 static int64_t rt__hf(int64_t bf16s) { return ((bf16s + 1) / 2 + 15) & ~(int64_t)15; }
 static int64_t rt__ff(int64_t floats) { return (floats + 15) & ~(int64_t)15; }
+
+/* A product's x in bf16, n of cap values (the plan's batch) used: the
+ * value itself where it is stored bf16 (the forward zeroes its rows past
+ * the batch: stale arena bytes there could read as NaN), else its copy at
+ * the workspace's start, which the forward makes; rt__bx_floats: the
+ * floats of workspace that copy takes */
+static uint16_t *rt__bx(const rt__kargs *a, int fwd, int64_t n, int64_t cap)
+{
+    if (a->nd->bf16_in & 1u) {
+        uint16_t *x = (uint16_t *)a->x[0];
+        if (fwd && cap > n)
+            memset(x + n, 0, sizeof(uint16_t) * (size_t)(cap - n));
+        return x;
+    }
+    uint16_t *xb = (uint16_t *)a->ws;
+    if (fwd)
+        rt__to_bf16_pad(xb, a->x[0], n, cap);
+    return xb;
+}
+static int64_t rt__bx_floats(const rt__node *nd, int64_t cap)
+{
+    return nd->bf16_in & 1u ? 0 : rt__hf(cap);
+}
 
 /* ----------------------------------------------------------- primitives */
 
@@ -160,7 +199,7 @@ static void rt__bdz(int act, uint16_t *dzb, float *db, int dbadd, const float *d
                     rt_kern_act_bwd(act, g, dy + o, y + o, m);
                     v = g;
                 }
-                rt__to_bf16_serial(dzb + o, v, m);
+                rt_kern_to_bf16_serial(dzb + o, v, m);
                 if (db)
                     for (int64_t j = 0; j < m; j++)
                         pd[c0 + j] += v[j];
@@ -269,7 +308,7 @@ static int rt__bmm_prepare(rt__node *nd, int64_t B, rt__arena *A, int64_t K, int
         return rt__bf32(nd, B, A);
     nd->kdata = (void *)d;
     /* workspace: x and W in bf16, from the forward call to the backward */
-    nd->ws_floats = rt__hf(k.M * k.K) + rt__hf(k.K * k.N);
+    nd->ws_floats = rt__bx_floats(nd, k.M * k.K) + rt__hf(k.K * k.N);
     /* scratch: dz in bf16, db's partial sums, the scratchpad */
     nd->scratch_floats = rt__hf(k.M * k.N) + rt__bdz_part(k.N) + d->sp_floats;
     return 0;
@@ -287,9 +326,9 @@ static void rt__bdense_fwd(const rt__kargs *a)
     const rt__bmm *d = nd->kdata;
     const int64_t M = rt__rows(nd->in_shape[0], a->r->n), MB = d->key.M;
     const int64_t K = d->key.K, N = d->key.N;
-    uint16_t *xb = (uint16_t *)a->ws, *wb = (uint16_t *)(a->ws + rt__hf(MB * K));
+    uint16_t *xb = rt__bx(a, 1, M * K, MB * K);
+    uint16_t *wb = (uint16_t *)(a->ws + rt__bx_floats(nd, MB * K));
     float *sp = a->scratch + rt__hf(MB * N) + rt__bdz_part(N); /* as the backward's */
-    rt__to_bf16_pad(xb, a->x[0], M * K, MB * K);
     rt_kern_to_bf16(wb, a->x[1], K * N);
     rt_kern_dnnl_args g = {0};
     rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &d->xb, xb);
@@ -306,7 +345,8 @@ static void rt__bdense_bwd(const rt__kargs *a)
     const rt__bmm *d = nd->kdata;
     const int64_t M = rt__rows(nd->in_shape[0], a->r->n), MB = d->key.M;
     const int64_t K = d->key.K, N = d->key.N;
-    uint16_t *xb = (uint16_t *)a->ws, *wb = (uint16_t *)(a->ws + rt__hf(MB * K));
+    const uint16_t *xb = rt__bx(a, 0, M * K, MB * K);
+    const uint16_t *wb = (uint16_t *)(a->ws + rt__bx_floats(nd, MB * K));
     uint16_t *dzb = (uint16_t *)a->scratch;
     float *part = a->scratch + rt__hf(MB * N), *sp = part + rt__bdz_part(N);
     rt__bdz((int)d->key.act, dzb, d->key.bias ? a->dx[2] : NULL, (a->accum & 4u) != 0, a->dy, a->y,
@@ -522,7 +562,7 @@ static int rt__bconv_prepare(rt__node *nd, int64_t B, rt__arena *A)
         return rt__bf32(nd, B, A);
     nd->kdata = (void *)d;
     /* workspace: x in bf16 NHWC and W in the forward's bf16 layout */
-    nd->ws_floats = rt__hf(B * k.H * k.W * k.C) + d->wf_floats;
+    nd->ws_floats = rt__bx_floats(nd, B * k.H * k.W * k.C) + d->wf_floats;
     const int64_t out = B * k.OH * k.OW * k.OC;
     nd->scratch_floats = rt__hf(out) + rt__bdz_part(k.OC) + d->wd_floats + d->dwd_floats +
                          rt__bcv_tmp(&k) + d->sp_floats;
@@ -537,9 +577,9 @@ static void rt__bconv_fwd(const rt__kargs *a)
     const rt__bcv *d = a->nd->kdata;
     const rt__bcv_key *k = &d->key;
     const int64_t per = k->H * k->W * k->C;
-    uint16_t *xb = (uint16_t *)a->ws, *wf = (uint16_t *)(a->ws + rt__hf(k->n * per));
+    uint16_t *xb = rt__bx(a, 1, a->r->n * per, k->n * per);
+    uint16_t *wf = (uint16_t *)(a->ws + rt__bx_floats(a->nd, k->n * per));
     const rt__bcv_parts p = rt__bcv_split(d, a->scratch);
-    rt__to_bf16_pad(xb, a->x[0], a->r->n * per, k->n * per);
     if (d->fwd_b) {
         uint16_t *xbb = (uint16_t *)a->scratch;
         float *yb = a->scratch + d->xbb_floats, *sp = yb + d->yb_floats;
@@ -612,7 +652,8 @@ static void rt__bconv_bwd(const rt__kargs *a)
     const rt__bcv *d = a->nd->kdata;
     const rt__bcv_key *k = &d->key;
     const int64_t per = k->H * k->W * k->C, n = a->r->n;
-    const uint16_t *xb = (uint16_t *)a->ws, *wf = (uint16_t *)(a->ws + rt__hf(k->n * per));
+    const uint16_t *xb = rt__bx(a, 0, n * per, k->n * per);
+    const uint16_t *wf = (uint16_t *)(a->ws + rt__bx_floats(a->nd, k->n * per));
     const rt__bcv_parts p = rt__bcv_split(d, a->scratch);
     float *db = k->bias ? a->dx[2] : NULL;
     rt__bdz((int)k->act, p.dzb, db, (a->accum & 4u) != 0, a->dy, a->y, n * k->OH * k->OW, k->OC,
@@ -852,6 +893,13 @@ static const rt__kernel rt__bf16_table[] = {
     {&rt__op_conv2d, NULL, rt__bconv_fwd, rt__bconv_bwd, NULL, rt__bconv_prepare},
     {&rt__op_conv2d, &rt__op_maxpool2d, rt__bcp_fwd, rt__bcp_bwd, rt_kern_conv2d_can_fuse_maxpool,
      rt__bconv_pool_prepare},
+    /* float32 arithmetic on values stored bf16 (rt_kern_bf16act.c): bf16
+     * only where compile stores their input or output bf16 */
+    {&rt__op_batchnorm, NULL, rt_kern_batchnorm_fwd, rt_kern_batchnorm_bwd, NULL,
+     rt_kern_batchnorm_prepare},
+    {&rt__op_relu, NULL, rt_kern_bf16_relu_fwd, rt_kern_bf16_relu_bwd, NULL, NULL},
+    {&rt__op_clip, NULL, rt_kern_bf16_unary_fwd, rt_kern_bf16_unary_bwd, NULL, NULL},
+    {&rt__op_kerasrelu, NULL, rt_kern_bf16_unary_fwd, rt_kern_bf16_unary_bwd, NULL, NULL},
 };
 
 const rt__kernel *rt_kern_bf16_kernel(const rt__node *nd, const rt__op_def *fused)

@@ -2,10 +2,11 @@
  * rt_kern_bf16.h - the CPU backend's mixed-bfloat16 kernels (Keras'
  * mixed_bfloat16): Dense, MatMul and Conv2D through oneDNN's bf16 matmul
  * and convolution primitives with float32 accumulation (rt_kern_bf16.c).
- * Activations and weights stay float32 in the arena and the parameter
- * block; each call rounds its inputs to bf16 (round to nearest even) into
- * the node's workspace, the weights once per step in the forward call,
- * which the backward call reuses.
+ * Weights stay float32 in the parameter block; each call rounds them to
+ * bf16 (round to nearest even) into the node's workspace once per step in
+ * the forward call, which the backward call reuses. An input stored bf16
+ * in the arena (rt_kern_bf16act.c) is read as it is; a float32 one is
+ * rounded into the workspace too.
  */
 #ifndef RTRAIN_KERN_BF16_H
 #define RTRAIN_KERN_BF16_H
@@ -44,5 +45,35 @@ extern int rt_kern_bf16_pool_chunk;
 
 /* dst[i] = bf16(src[i]), round to nearest even (NaN stays NaN) */
 void rt_kern_to_bf16(uint16_t *dst, const float *src, int64_t n);
+/* the same on the calling thread (a chunk of a parallel loop) */
+void rt_kern_to_bf16_serial(uint16_t *dst, const float *src, int64_t n);
+/* dst[i] = src[i] widened to float32 (exact), on the calling thread */
+void rt_kern_from_bf16_serial(float *dst, const uint16_t *src, int64_t n);
+
+/* Values i0 .. i0+m of an activation as float32: base itself (float32)
+ * or, stored bf16 (bf), widened into tmp */
+static inline const float *rt_kern_bf16_ld(const void *base, int bf, int64_t i0, int64_t m,
+                                           float *tmp)
+{
+    if (!bf)
+        return (const float *)base + i0;
+    rt_kern_from_bf16_serial(tmp, (const uint16_t *)base + i0, m);
+    return tmp;
+}
+
+/* Kernels of the ops stored bf16 in the arena (node->bf16_in/bf16_out;
+ * rt_kern_bf16act.c): they compute in float32 on chunks widened from and
+ * rounded back to bf16, and read or write float32 where that side is
+ * float32. Gradients are float32. */
+void rt_kern_bf16_relu_fwd(const rt__kargs *a);
+void rt_kern_bf16_relu_bwd(const rt__kargs *a);
+void rt_kern_bf16_unary_fwd(const rt__kargs *a);
+void rt_kern_bf16_unary_bwd(const rt__kargs *a);
+/* what rt__backend.bf16_io answers for a bf16 node of the CPU backend */
+unsigned rt_kern_bf16_io(const rt__node *nd);
+/* 0: every activation stored float32 (each bf16 product rounds a copy of
+ * its input, as before bf16 storage); read at compile. Default 1; the
+ * tests and bench/bf16 --no-store compare. */
+extern int rt_kern_bf16_act_store;
 
 #endif

@@ -50,6 +50,11 @@ void rt_kern_prelu_bwd(const rt__kargs *a);
 /* the activations of op_act.c (rt__unary_params); backward reads x */
 void rt_kern_unary_fwd(const rt__kargs *a);
 void rt_kern_unary_bwd(const rt__kargs *a);
+/* the same over n values in a row on the calling thread: y = f(x), and dx
+ * = dy * f'(x) (add: dx +=) */
+void rt_kern_unary_map(const rt__unary_params *p, float *y, const float *x, int64_t n);
+void rt_kern_unary_dmap(const rt__unary_params *p, float *dx, const float *dy, const float *x,
+                        int64_t n, int add);
 
 /* Pad, Transpose, ReduceMean, ReduceSum: one index map (rt__map_params) */
 void rt_kern_map_fwd(const rt__kargs *a);

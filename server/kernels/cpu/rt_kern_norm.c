@@ -27,6 +27,7 @@
 
 #include <omp.h>
 
+#include "cpu/rt_kern_bf16.h"
 #include "cpu/rt_kern_conv.h"
 
 /* Smaller tensors run on one thread (a parallel region's cost dominates) */
@@ -55,8 +56,8 @@ static inline int rt__bn_synced(const rt__kargs *a)
  * blocks are added in thread order (same thread count, same bits).
  * sync: over every replica's rows (var must follow mean: mean[C] holds
  * the row count while it is summed). Returns the row count. */
-static double rt__bn_stats(const float *x, int64_t R, int64_t C, int nt, double *part, double *mean,
-                           double *var, const rt__run *sync)
+static double rt__bn_stats(const float *x, int bx, float *rows, int64_t R, int64_t C, int nt,
+                           double *part, double *mean, double *var, const rt__run *sync)
 {
     int team = 1;
 #pragma omp parallel num_threads(nt) if (R * C >= RT__PAR_ELEMS)
@@ -69,7 +70,7 @@ static double rt__bn_stats(const float *x, int64_t R, int64_t C, int nt, double 
         for (int64_t c = 0; c < C; c++)
             s[c] = 0.0;
         for (int64_t r = r0; r < r1; r++) {
-            const float *restrict v = x + r * C;
+            const float *restrict v = rt_kern_bf16_ld(x, bx, r * C, C, rows + 2 * t * C);
             for (int64_t c = 0; c < C; c++)
                 s[c] += v[c];
         }
@@ -96,7 +97,7 @@ static double rt__bn_stats(const float *x, int64_t R, int64_t C, int nt, double 
         for (int64_t c = 0; c < C; c++)
             s[c] = 0.0;
         for (int64_t r = r0; r < r1; r++) {
-            const float *restrict v = x + r * C;
+            const float *restrict v = rt_kern_bf16_ld(x, bx, r * C, C, rows + 2 * t * C);
             for (int64_t c = 0; c < C; c++) {
                 const double d = (double)v[c] - mean[c];
                 s[c] += d * d;
@@ -132,17 +133,23 @@ int rt_kern_batchnorm_prepare(rt__node *nd, int64_t B, rt__arena *A)
     const int64_t C = rt__bn_cp(nd)->C;
     nd->kdata = nt;
     nd->scratch_floats = 4 * C * *nt + 8 * C + 3 * C + 16;
+    /* bf16 storage (rt_kern_bf16act.c): a row of x and of y a thread */
+    if (nd->bf16_in || nd->bf16_out)
+        nd->scratch_floats += 2 * C * *nt;
     return 0;
 }
 
 /* scratch: part (2 nt C doubles), mean, var, sdy, sdyx (C doubles each),
- * then 3 C floats */
+ * then 3 C floats, then with bf16 storage two rows of C floats a thread
+ * (at f + 3 C) */
 #define RT__BN_SCRATCH(a, C, nt, part, mean, var, sdy, sdyx, f)                              \
     double *part = (double *)(a)->scratch, *mean = part + 2 * (nt) * (C), *var = mean + (C), \
            *sdy = var + (C), *sdyx = sdy + (C);                                              \
     float *f = (float *)(sdyx + (C))
 
-/* y = gamma (x - mean) / sqrt(var + eps) + beta, x and y (R, C) */
+/* y = gamma (x - mean) / sqrt(var + eps) + beta, x and y (R, C), each
+ * float32 or stored bf16 (nd->bf16_in, bf16_out): the statistics and y
+ * are computed in float32 / double either way */
 void rt_kern_batchnorm_fwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
@@ -155,10 +162,11 @@ void rt_kern_batchnorm_fwd(const rt__kargs *a)
     RT__BN_SCRATCH(a, C, nt, part, mean, var, sdy, sdyx, f);
     (void)sdy;
     (void)sdyx;
-    float *scale = f, *shift = f + C;
+    float *scale = f, *shift = f + C, *rows = f + 3 * C;
+    const int bx = (nd->bf16_in & 1u) != 0, by = nd->bf16_out;
     if (rt__bn_batch_mode(a)) {
-        const double Rg =
-            rt__bn_stats(a->x[0], R, C, nt, part, mean, var, rt__bn_synced(a) ? a->r : NULL);
+        const double Rg = rt__bn_stats(a->x[0], bx, rows, R, C, nt, part, mean, var,
+                                       rt__bn_synced(a) ? a->r : NULL);
         /* PyTorch moves the variance towards the unbiased estimate */
         const double vs = rt__bn_cp(nd)->unbiased && Rg > 1 ? Rg / (Rg - 1) : 1.0;
         for (int64_t c = 0; c < C && a->r->update_stats; c++) {
@@ -180,10 +188,13 @@ void rt_kern_batchnorm_fwd(const rt__kargs *a)
     float *y = a->y;
 #pragma omp parallel for num_threads(nt) schedule(static) if (R * C >= RT__PAR_ELEMS)
     for (int64_t r = 0; r < R; r++) {
-        const float *restrict v = x + r * C;
-        float *restrict o = y + r * C;
+        float *tx = rows + 2 * omp_get_thread_num() * C, *ty = tx + C;
+        const float *restrict v = rt_kern_bf16_ld(x, bx, r * C, C, tx);
+        float *restrict o = by ? ty : y + r * C;
         for (int64_t c = 0; c < C; c++)
             o[c] = v[c] * scale[c] + shift[c];
+        if (by)
+            rt_kern_to_bf16_serial((uint16_t *)y + r * C, ty, C);
     }
 }
 
@@ -201,10 +212,12 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
     const int batch = rt__bn_batch_mode(a);
     const float *x = a->x[0], *dy = a->dy, *gamma = a->x[1];
     RT__BN_SCRATCH(a, C, nt, part, mean, var, sdy, sdyx, k);
+    float *rows = k + 3 * C;
+    const int bx = (nd->bf16_in & 1u) != 0;
     const int sync = batch && rt__bn_synced(a);
     double Rg = (double)R;
     if (batch) {
-        Rg = rt__bn_stats(x, R, C, nt, part, mean, var, sync ? a->r : NULL);
+        Rg = rt__bn_stats(x, bx, rows, R, C, nt, part, mean, var, sync ? a->r : NULL);
     } else {
         for (int64_t c = 0; c < C; c++) {
             mean[c] = a->x[3][c];
@@ -226,7 +239,8 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
         for (int64_t c = 0; c < C; c++)
             s1[c] = s2[c] = 0.0;
         for (int64_t r = r0; r < r1; r++) {
-            const float *restrict v = x + r * C, *restrict d = dy + r * C;
+            const float *restrict v = rt_kern_bf16_ld(x, bx, r * C, C, rows + 2 * t * C),
+                                  *restrict d = dy + r * C;
             for (int64_t c = 0; c < C; c++) {
                 s1[c] += d[c];
                 s2[c] += (double)d[c] * ((double)v[c] - mean[c]);
@@ -290,7 +304,9 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
     const int add = (a->accum & 1u) != 0;
 #pragma omp parallel for num_threads(nt) schedule(static) if (R * C >= RT__PAR_ELEMS)
     for (int64_t r = 0; r < R; r++) {
-        const float *restrict v = x + r * C, *restrict d = dy + r * C;
+        const float *restrict v =
+            rt_kern_bf16_ld(x, bx, r * C, C, rows + 2 * omp_get_thread_num() * C),
+                              *restrict d = dy + r * C;
         float *restrict o = dx + r * C;
         if (add)
             for (int64_t c = 0; c < C; c++)

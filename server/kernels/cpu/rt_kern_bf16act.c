@@ -1,0 +1,136 @@
+/*
+ * rt_kern_bf16act.c - bf16 activation storage (Keras' mixed_bfloat16: a
+ * layer's outputs are bf16, its arithmetic float32): which bf16 nodes read
+ * and write values stored bf16 in the arena (rt_kern_bf16_io, the CPU
+ * backend's bf16_io), and the elementwise kernels that do.
+ *
+ * Relu and the activations of op_act.c (Clip, Keras' ReLU(max_value), ...)
+ * run on chunks of RT__CH values: widened from bf16 (or read float32)
+ * into a buffer on the stack, computed in float32 as the float32 kernels
+ * compute them, rounded to bf16 (or written float32). Their gradients are
+ * float32. BatchNorm reads and writes bf16 in its own kernels
+ * (rt_kern_norm.c; statistics in double, as in float32); Dense, MatMul
+ * and Conv2D read a bf16 input directly instead of rounding a copy of it
+ * (rt_kern_bf16.c).
+ */
+#include <string.h>
+
+#include <omp.h>
+
+#include "cpu/rt_kern_bf16.h"
+#include "cpu/rt_kern_conv.h"
+#include "cpu/rt_kern_cpu.h"
+
+#define RT__CH 1024                   /* values a chunk */
+#define RT__CH_PAR (INT64_C(1) << 16) /* fewer values run on one thread */
+
+int rt_kern_bf16_act_store = 1;
+
+unsigned rt_kern_bf16_io(const rt__node *nd)
+{
+    const rt__op_def *op = nd->op;
+    if (!rt_kern_bf16_act_store)
+        return op == &rt__op_batchnorm || op == &rt__op_relu || op == &rt__op_clip ||
+                       op == &rt__op_kerasrelu
+                   ? RT__BF16_STORE_ONLY
+                   : 0u;
+    if (op == &rt__op_dense || op == &rt__op_matmul)
+        return RT__BF16_IN(0);
+    /* a Conv2D + MaxPool2D reads float32 (its chunks convert x) */
+    if (op == &rt__op_conv2d)
+        return nd->fused ? 0u : RT__BF16_IN(0);
+    if (op == &rt__op_batchnorm || op == &rt__op_relu || op == &rt__op_clip ||
+        op == &rt__op_kerasrelu)
+        return RT__BF16_IN(0) | RT__BF16_OUT | RT__BF16_STORE_ONLY;
+    return 0;
+}
+
+/* The chunks of n values, each thread its own: x (float32 or bf16 by bit 0
+ * of nd->bf16_in) widened into tx, the result into ty and stored (bf16 by
+ * nd->bf16_out); CHUNK_BODY computes on them. */
+#define RT__CHUNKS(n, CHUNK_BODY)                                                               \
+    do {                                                                                        \
+        const int64_t nc_ = ((n) + RT__CH - 1) / RT__CH;                                        \
+        _Pragma("omp parallel for schedule(static) if ((n) > RT__CH_PAR)") for (int64_t c_ = 0; \
+                                                                                c_ < nc_; c_++) \
+        {                                                                                       \
+            float tx[RT__CH], ty[RT__CH];                                                       \
+            const int64_t i0 = c_ * RT__CH, m = (n)-i0 < RT__CH ? (n)-i0 : RT__CH;              \
+            CHUNK_BODY;                                                                         \
+        }                                                                                       \
+    } while (0)
+
+/* y's chunk: where the body writes it (ty when stored bf16) and its store */
+static inline float *rt__yc(const rt__kargs *a, int64_t i0, float *ty)
+{
+    return a->nd->bf16_out ? ty : a->y + i0;
+}
+static inline void rt__yput(const rt__kargs *a, int64_t i0, int64_t m, const float *ty)
+{
+    if (a->nd->bf16_out)
+        rt_kern_to_bf16_serial((uint16_t *)a->y + i0, ty, m);
+}
+
+void rt_kern_bf16_relu_fwd(const rt__kargs *a)
+{
+    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
+    const int bx = (a->nd->bf16_in & 1u) != 0;
+    RT__CHUNKS(n, {
+        const float *x = rt_kern_bf16_ld(a->x[0], bx, i0, m, tx);
+        float *y = rt__yc(a, i0, ty);
+        memcpy(y, x, sizeof(float) * (size_t)m);
+        rt_kern_act_fwd(RT__ACT_RELU, y, m);
+        rt__yput(a, i0, m, ty);
+    });
+}
+
+/* dx (+)= dy where y > 0 */
+void rt_kern_bf16_relu_bwd(const rt__kargs *a)
+{
+    if (!a->dx[0])
+        return;
+    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
+    const int by = a->nd->bf16_out, add = (a->accum & 1u) != 0;
+    float *dx = a->dx[0];
+    const float *dy = a->dy;
+    RT__CHUNKS(n, {
+        const float *y = rt_kern_bf16_ld(a->y, by, i0, m, ty);
+        if (add) {
+            rt_kern_act_bwd(RT__ACT_RELU, tx, dy + i0, y, m);
+            for (int64_t i = 0; i < m; i++)
+                dx[i0 + i] += tx[i];
+        } else {
+            rt_kern_act_bwd(RT__ACT_RELU, dx + i0, dy + i0, y, m);
+        }
+    });
+}
+
+void rt_kern_bf16_unary_fwd(const rt__kargs *a)
+{
+    const rt__unary_params *p = rt__unary_cp(a->nd);
+    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
+    const int bx = (a->nd->bf16_in & 1u) != 0;
+    RT__CHUNKS(n, {
+        const float *x = rt_kern_bf16_ld(a->x[0], bx, i0, m, tx);
+        float *y = rt__yc(a, i0, ty);
+        rt_kern_unary_map(p, y, x, m);
+        rt__yput(a, i0, m, ty);
+    });
+}
+
+/* dx (+)= dy * f'(x) */
+void rt_kern_bf16_unary_bwd(const rt__kargs *a)
+{
+    if (!a->dx[0])
+        return;
+    const rt__unary_params *p = rt__unary_cp(a->nd);
+    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
+    const int bx = (a->nd->bf16_in & 1u) != 0, add = (a->accum & 1u) != 0;
+    float *dx = a->dx[0];
+    const float *dy = a->dy;
+    RT__CHUNKS(n, {
+        (void)ty;
+        const float *x = rt_kern_bf16_ld(a->x[0], bx, i0, m, tx);
+        rt_kern_unary_dmap(p, dx + i0, dy + i0, x, m, add);
+    });
+}
