@@ -157,6 +157,8 @@ static json_object *k_keras1(rt_keras_ctx *c, int embedding, int gru, int *rc)
     }
     if (gru && !json_object_object_get_ex(t, "reset_after", &v))
         json_object_object_add(t, "reset_after", json_object_new_boolean(0));
+    /* Keras 1's initializers then (orthogonal's scale 1.1) */
+    c->keras1 = 1;
     return t;
 }
 
@@ -254,7 +256,7 @@ static int k_embedding(rt_keras_ctx *c)
         (rc = rt_keras_cfg_int(c, "input_dim", 0, &V)) < 0 ||
         (rc = rt_keras_cfg_int(c, "output_dim", 0, &D)) < 0 ||
         (rc = rt_keras_cfg_bool(c, "trainable", 1, &trainable)) < 0 ||
-        (rc = rt_keras_cfg_init(c, "embeddings_initializer", RT_INIT_GLOROT_UNIFORM, &init)) < 0)
+        (rc = rt_keras_cfg_init(c, "embeddings_initializer", RT_INIT_UNIFORM, &init)) < 0)
         return rc;
     if (V <= 0 || D <= 0 || V > RT__MAX_NUMEL || D > RT__MAX_NUMEL)
         return rt_keras_fail(c, RT_EINVAL, "Embedding needs input_dim > 0 and output_dim > 0");
@@ -433,7 +435,7 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
         (cell == K_LSTM && (rc = rt_keras_cfg_bool(c, "unit_forget_bias", 1, &ufb)) < 0) ||
         (cell == K_GRU && (rc = rt_keras_cfg_bool(c, "reset_after", 1, &reset_after)) < 0) ||
         (rc = rt_keras_cfg_init(c, "kernel_initializer", RT_INIT_GLOROT_UNIFORM, &kinit)) < 0 ||
-        (rc = rt_keras_cfg_init(c, "recurrent_initializer", RT_INIT_GLOROT_UNIFORM, &rinit)) < 0 ||
+        (rc = rt_keras_cfg_init(c, "recurrent_initializer", RT_INIT_ORTHOGONAL, &rinit)) < 0 ||
         (rc = rt_keras_cfg_init(c, "bias_initializer", RT_INIT_ZEROS, &binit)) < 0)
         return rc;
     if (units <= 0 || units > (1 << 20))
