@@ -257,6 +257,7 @@ int rt_keras_embedding(rt_keras_ctx *c);
 int rt_keras_simplernn(rt_keras_ctx *c);
 int rt_keras_lstm(rt_keras_ctx *c);
 int rt_keras_masking(rt_keras_ctx *c);
+int rt_keras_not_equal(rt_keras_ctx *c);
 int rt_keras_gru(rt_keras_ctx *c);
 int rt_keras_bidirectional(rt_keras_ctx *c);
 

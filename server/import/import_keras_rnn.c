@@ -340,6 +340,51 @@ int rt_keras_embedding(rt_keras_ctx *c)
     return rc;
 }
 
+/* Keras 3's recorded keras.ops NotEqual (keras/src/ops/numpy.py NotEqual:
+ * not_equal(x1, x2), element-wise, a bool tensor), as Keras 3 records
+ * Embedding(mask_zero=True)'s mask (`inputs != 0`) where a Functional model
+ * passes it to a recurrent layer's `mask`: one (time,) value against a
+ * number, the recorded call's constant argument. Its (batch, time) result,
+ * 1 where x differs from the number, is the SequenceMask op's. NotEqual of
+ * two tensors, or on values of another rank, is refused. */
+int rt_keras_not_equal(rt_keras_ctx *c)
+{
+    int rc;
+    if ((rc = k_known_fields(c, NULL, 0)) < 0)
+        return rc;
+    json_object *args = NULL, *num = NULL;
+    if (c->call_kwargs && json_object_object_get_ex(c->call_kwargs, "args", &args) &&
+        json_object_is_type(args, json_type_array))
+        for (size_t i = 0; i < json_object_array_length(args); i++) {
+            json_object *a = json_object_array_get_idx(args, i);
+            if (json_object_is_type(a, json_type_int) || json_object_is_type(a, json_type_double))
+                num = a;
+        }
+    if (c->n_in != 1 || !num)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "the recorded operation NotEqual is supported between one tensor "
+                             "and a number (a mask_zero Embedding's `inputs != 0`), not %d "
+                             "tensors",
+                             c->n_in);
+    const rt_keras_tensor *x = &c->in[0];
+    if (x->ndim != 1)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "the recorded operation NotEqual is supported on (time,) values (a "
+                             "step mask), got rank %d",
+                             x->ndim);
+    const rt_attr mv = {
+        .name = "mask_value", .kind = RT_ATTR_FLOAT, .f = json_object_get_double(num)};
+    const char *in = x->name;
+    if ((rc = rt_graph_add_node(c->g, c->layer, "SequenceMask", 1, &in, 1, &mv)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    snprintf(c->out.name, sizeof c->out.name, "%s", c->layer);
+    c->out.ndim = 1;
+    c->out.dims[0] = x->dims[0];
+    c->mask_set = 1;
+    c->out.mask[0] = 0;
+    return 0;
+}
+
 enum { K_SIMPLE, K_LSTM, K_GRU };
 
 /* rows [r0, r0 + nr) of the (R, U) value packed as the graph value name
