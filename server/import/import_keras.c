@@ -1216,20 +1216,12 @@ static void why_unknown(imp *m, json_object *layer, const char *cls, const char 
  * Returns -1 after adding the problem. */
 static int pass_mask(imp *m, rt_keras_ctx *c)
 {
-    static const char *const through[] = {"Dropout",
-                                          "SpatialDropout1D",
-                                          "GaussianNoise",
-                                          "GaussianDropout",
-                                          "AlphaDropout",
-                                          "ActivityRegularization",
-                                          "Activation",
-                                          "Dense",
-                                          "LeakyReLU",
-                                          "ReLU",
-                                          "ELU",
-                                          "PReLU",
-                                          "ThresholdedReLU",
-                                          "LayerNormalization"};
+    static const char *const through[] = {
+        "Dropout", "SpatialDropout1D", "GaussianNoise", "GaussianDropout", "AlphaDropout",
+        "ActivityRegularization", "Activation", "Dense", "LeakyReLU", "ReLU", "ELU", "PReLU",
+        "ThresholdedReLU", "LayerNormalization",
+        /* Dense only (k_timedistributed) */
+        "TimeDistributed"};
     const char *mask = NULL;
     for (int i = 0; i < c->n_in && !mask; i++)
         if (c->in[i].mask[0])
@@ -3085,12 +3077,14 @@ int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int 
     if (rc == 0 && !m->n_outs)
         m->outs[0] = res;
     const int n_outs = m->n_outs ? m->n_outs : 1;
-    for (int k = 0; k < n_outs && rc == 0; k++) {
+    /* a step mask reaching the output: Keras masks the loss per step
+     * (rt_graph_set_loss_mask; one output) */
+    for (int k = 0; k < n_outs && rc == 0 && n_outs > 1; k++) {
         if (m->outs[k].mask[0] && !m->outs[k].poisoned) {
-            char msg[240];
+            char msg[360];
             snprintf(msg, sizeof msg,
                      "the model output '%.64s' carries the step mask '%.64s': Keras would "
-                     "mask the loss with it, which is not supported",
+                     "mask its loss with it, which is supported for a model of one output",
                      m->outs[k].name, m->outs[k].mask);
             add_problem(m, RT_EUNIMPLEMENTED, msg);
         }
@@ -3110,7 +3104,9 @@ int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int 
         labels[k] = m->out_layer[k];
     if (rc == 0 && (n_outs > 1 ? rt_graph_set_outputs(m->g, heads, n_outs) < 0 ||
                                      rt_graph_name_outputs(m->g, labels, n_outs) < 0
-                               : rt_graph_set_output(m->g, m->outs[0].name) < 0))
+                               : rt_graph_set_output(m->g, m->outs[0].name) < 0 ||
+                                     (m->outs[0].mask[0] &&
+                                      rt_graph_set_loss_mask(m->g, m->outs[0].mask) < 0)))
         rc = ifail(m, RT_EGRAPH, "%s", rt_graph_errmsg(m->g));
 out:
     json_object_put(doc);
