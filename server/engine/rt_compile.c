@@ -82,6 +82,7 @@ struct rt__cc {
     int n_graph_nodes;
     int out;           /* the output entry, as named */
     int out_e, loss_e; /* what the output and the loss read after fusion */
+    int mask_e;        /* the loss mask's entry (rt_graph_set_loss_mask), or -1 */
     unsigned *need_dx; /* per plan node: inputs that get a gradient */
     uint64_t flops;
     /* plan_memory */
@@ -919,9 +920,16 @@ static int rt__pass_infer_shapes(rt__cc *cc)
     }
     if ((rc = rt__check_prec(cc)) < 0 || (rc = rt__find_output(cc)) < 0)
         return rc;
+    cc->mask_e = -1;
+    if (cc->g->loss_mask) {
+        const int me = rt__names_get(&cc->names, cc->g->loss_mask);
+        if (me < 0 || cc->E[me].node < 0)
+            return rt__cerr(cc, NULL, RT_EGRAPH, "loss mask '%s' is not a node", cc->g->loss_mask);
+        cc->mask_e = me;
+    }
     for (int i = p->n_nodes - 1; i >= 0; i--) {
         const rt__node *nd = &p->nodes[i];
-        if (nd->id == cc->out)
+        if (nd->id == cc->out || nd->id == cc->mask_e)
             cc->E[nd->id].needed = 1;
         if (!cc->E[nd->id].needed)
             continue;
@@ -1342,7 +1350,26 @@ static int rt__pass_fuse(rt__cc *cc)
                    !cc->cfg->from_logits;
     const int sm = ce && !on->fused && be->kernel(be->context, on->op, &rt__op_crossentropy);
     cc->loss_e = sm ? on->in[0] : cc->out_e;
-    return rt__setup_loss(cc, sm);
+    int rc = rt__setup_loss(cc, sm);
+    if (rc < 0 || cc->mask_e < 0)
+        return rc;
+    /* the per-step loss mask: one (B, rows) value for one Keras loss */
+    cc->mask_e = E[cc->mask_e].alias;
+    const rt__shape *ms = &cc->shape[cc->mask_e];
+    const rt__lossinfo *L = &p->loss;
+    if (L->n_heads || RT_LOSS_IS_TORCH(L->kind))
+        return rt__cerr(cc, NULL, RT_EUNIMPLEMENTED,
+                        "a per-step loss mask ('%s') is supported for one output with a Keras "
+                        "loss",
+                        cc->g->loss_mask);
+    if (!ms->batched || rt__shape_numel(ms) != L->rows || L->lab_numel % L->rows != 0)
+        return rt__cerr(cc, NULL, RT_ESHAPE,
+                        "loss mask '%s' has %lld values per sample; the output has %lld rows "
+                        "(and the labels %lld values)",
+                        cc->g->loss_mask, (long long)rt__shape_numel(ms), (long long)L->rows,
+                        (long long)L->lab_numel);
+    p->has_loss_mask = 1;
+    return 0;
 }
 
 /* backward: marks which values require a gradient (trainable parameters
@@ -1540,6 +1567,8 @@ static void rt__make_buffers(rt__cc *cc, int *x_buf, int *lab_buf)
     }
     rt__extend(cc, E[cc->out_e].val_buf, t_loss);
     rt__extend(cc, E[cc->loss_e].val_buf, t_loss);
+    if (cc->mask_e >= 0)
+        rt__extend(cc, E[cc->mask_e].val_buf, t_loss);
     if (E[cc->loss_e].rg)
         E[cc->loss_e].grad_buf = rt__newbuf(cc, cc->bufs[E[cc->loss_e].val_buf].size, t_loss);
     for (int ci = m; ci < m + p->n_bwd; ci++) {
@@ -1636,6 +1665,8 @@ static int rt__pass_plan_memory(rt__cc *cc)
     p->out_val = RT__AREF(cc, E[cc->out_e].val_buf);
     p->out_grad = E[cc->out_e].grad_buf >= 0 ? RT__AREF(cc, E[cc->out_e].grad_buf) : (rt__ref){0};
     p->loss_in = RT__AREF(cc, E[cc->loss_e].val_buf);
+    if (p->has_loss_mask)
+        p->loss_mask = RT__AREF(cc, E[cc->mask_e].val_buf);
     p->loss_grad = E[cc->loss_e].grad_written && E[cc->loss_e].grad_buf >= 0
                        ? RT__AREF(cc, E[cc->loss_e].grad_buf)
                        : (rt__ref){0};

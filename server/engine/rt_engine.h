@@ -179,6 +179,15 @@ int rt_graph_add_node(rt_graph *g, const char *name, const char *op, int n_in,
 
 int rt_graph_set_output(rt_graph *g, const char *name);
 
+/* A per-step loss mask (Keras' mask reaching the model's output: a
+ * TimeDistributed or sequence output of a masked recurrent layer): name is
+ * a node's (B, rows) value, 1 keeping a row of the output (its last axis)
+ * and 0 dropping it. The loss and its gradient then count only the kept
+ * rows, as Keras masks a loss: sum(w l m) / sum(m) over the batch, w the
+ * sample weight (keras/src/losses/loss.py apply_mask); the metrics are
+ * taken over the kept rows too. One output, Keras losses only. */
+int rt_graph_set_loss_mask(rt_graph *g, const char *name);
+
 /* Several outputs (Keras multi-output models): the graph's output becomes
  * the named nodes flattened and concatenated, in this order, per sample
  * ("outputs"); each is a head with its own loss (rt_train_config.heads).

@@ -163,8 +163,9 @@ struct rt_graph {
     rt__arena arena;
     rt__entry *e;
     int n, cap;
-    const char *output; /* NULL: the last node */
-    int n_heads;        /* rt_graph_set_outputs: the heads' nodes */
+    const char *output;    /* NULL: the last node */
+    const char *loss_mask; /* rt_graph_set_loss_mask, or NULL */
+    int n_heads;           /* rt_graph_set_outputs: the heads' nodes */
     const char *heads[RT_MAX_HEADS];
     const char *head_label[RT_MAX_HEADS]; /* rt_graph_name_outputs, or NULL */
     char err[RT__ERRLEN];
@@ -698,6 +699,8 @@ struct rt_plan {
     rt__ref x_buf, lab_buf, out_val, out_grad;
     rt__ref loss_in, loss_grad; /* what the loss reads and writes: the
                                     output, or the logits under a fused Softmax */
+    int has_loss_mask;          /* rt_graph_set_loss_mask: (B, rows) at loss_mask */
+    rt__ref loss_mask;
     uint64_t arena_bytes;
     int64_t gemm_scratch_floats;
     rt__lossinfo loss;

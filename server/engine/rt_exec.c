@@ -72,7 +72,16 @@ struct rt_exec {
      * from another thread while a training runs, and each step reads it
      * once at its start, so a change applies at the next step boundary. */
     float lr_set;
-    float *swb;              /* the batch's sample weights (batch_size floats) */
+    float *swb; /* the batch's sample weights (batch_size floats) */
+    /* a per-step loss mask (rt_plan.has_loss_mask): the batch's kept rows
+     * of the loss input and labels, packed (backend memory, host-visible),
+     * their gradient and sample weights, and how many (mk_n); mk_L is the
+     * loss over such rows (one row a sample) */
+    const float *mk;
+    float *mk_y, *mk_dy, *mk_sw;
+    void *mk_lab;
+    int64_t mk_n;
+    rt__lossinfo mk_L;
     rt_aug_draw *augd;       /* the batch's augmentation draws (batch_size) */
     const float *checked_sw; /* sample weights already checked, as checked_y */
     int64_t checked_sw_n;
@@ -471,8 +480,20 @@ int rt_exec_create(rt_plan *p, rt_exec **out)
     e->k = calloc((size_t)(nc ? nc : 1), sizeof *e->k);
     e->swb = malloc(sizeof(float) * (size_t)p->cfg.batch_size);
     e->augd = malloc(sizeof *e->augd * (size_t)p->cfg.batch_size);
+    if (p->has_loss_mask) {
+        const int64_t B = p->cfg.batch_size;
+        e->mk_y = be->alloc(bc, sizeof(float) * (size_t)(B * p->loss.out_numel));
+        e->mk_dy = be->alloc(bc, sizeof(float) * (size_t)(B * p->loss.out_numel));
+        e->mk_lab = be->alloc(bc, 4 * (size_t)(B * p->loss.lab_numel));
+        e->mk_sw = malloc(sizeof(float) * (size_t)(B * p->loss.rows));
+        e->mk_L = p->loss;
+        e->mk_L.rows = 1;
+        e->mk_L.out_numel = p->loss.classes;
+        e->mk_L.lab_numel = p->loss.lab_numel / p->loss.rows;
+    }
     if (!e->block || !e->arena || !e->gemm_scratch || !e->loss_scratch || !e->k || !e->swb ||
-        !e->augd || (p->loss.n_heads && !e->step_h)) {
+        !e->augd || (p->loss.n_heads && !e->step_h) ||
+        (p->has_loss_mask && (!e->mk_y || !e->mk_dy || !e->mk_lab || !e->mk_sw))) {
         rt_exec_destroy(e);
         return RT_ENOMEM;
     }
@@ -519,6 +540,16 @@ int rt_exec_create(rt_plan *p, rt_exec **out)
     e->out = rt__resolve(e, p->out_val);
     e->lin = rt__resolve(e, p->loss_in);
     e->lgrad = rt__resolve(e, p->loss_grad);
+    if (p->has_loss_mask) {
+        e->mk = rt__resolve(e, p->loss_mask);
+        /* the packing reads and writes in place */
+        if (!rt__hv(e, e->mk) || !rt__hv(e, e->lin) || !rt__hv(e, e->lb) ||
+            (e->lgrad && !rt__hv(e, e->lgrad)) || !rt__hv(e, e->mk_y) || !rt__hv(e, e->mk_dy) ||
+            !rt__hv(e, e->mk_lab)) {
+            rt_exec_destroy(e);
+            return RT_EUNIMPLEMENTED;
+        }
+    }
     e->xb_h = rt__hv(e, e->xb);
     e->lb_h = rt__hv(e, e->lb);
     if (!e->xb_h || !e->lb_h) {
@@ -553,6 +584,13 @@ void rt_exec_destroy(rt_exec *e)
     e->be->release(bc, e->arena);
     e->be->release(bc, e->gemm_scratch);
     e->be->release(bc, e->loss_scratch);
+    if (e->mk_y)
+        e->be->release(bc, e->mk_y);
+    if (e->mk_dy)
+        e->be->release(bc, e->mk_dy);
+    if (e->mk_lab)
+        e->be->release(bc, e->mk_lab);
+    free(e->mk_sw);
     free(e->stage);
     free(e->k);
     free(e->step_h);
@@ -816,10 +854,71 @@ static int rt__fill(rt_exec *e, const rt_data *d, int64_t epoch, int64_t pos, in
     return rt__scan_indices(e, e->xb_h, nb, 1);
 }
 
+/* A per-step loss mask: Keras' masked loss (keras/src/losses/loss.py,
+ * apply_mask with reduction "sum_over_batch_size": the mask scaled by
+ * total / valid, so the batch loss is sum(w l m) / sum(m), w the sample
+ * weight; Keras 2's weighted_masked_objective divides by mean(m) + eps
+ * likewise). The kept rows are packed and the loss runs over them as
+ * samples of one row: its mean over the kept rows is the batch loss, and
+ * its gradient d/dy (w dl / valid) is scattered back, 0 on the masked rows.
+ * A batch with no kept row has loss 0 and no gradient, as Keras' 0 / eps.
+ * The sums are per sample of the batch (nb times the batch's value), as
+ * the unmasked loss adds them. */
+static void rt__masked_loss(rt_exec *e, int64_t nb, int weighted, double *loss_sum, double *acc_sum,
+                            int grad)
+{
+    const rt__lossinfo *L = &e->p->loss;
+    const int64_t R = L->rows, C = L->classes, lr = e->mk_L.lab_numel;
+    const float *m = rt__hv(e, e->mk), *y = rt__hv(e, e->lin);
+    const char *lab = rt__hv(e, e->lb);
+    float *cy = rt__hv(e, e->mk_y);
+    char *cl = rt__hv(e, e->mk_lab);
+    int64_t v = 0;
+    for (int64_t r = 0; r < nb * R; r++) {
+        if (m[r] == 0.0f)
+            continue;
+        memcpy(cy + v * C, y + r * C, sizeof(float) * (size_t)C);
+        memcpy(cl + 4 * v * lr, lab + 4 * r * lr, 4 * (size_t)lr);
+        e->mk_sw[v++] = weighted ? e->swb[r / R] : 1.0f;
+    }
+    e->mk_n = v;
+    float *g = grad && e->lgrad ? rt__hv(e, e->lgrad) : NULL;
+    if (g)
+        memset(g, 0, sizeof(float) * (size_t)(nb * R * C));
+    if (v == 0)
+        return;
+    double ls = 0, as = 0;
+    e->be->loss(e->be->context, &e->mk_L, e->mk_y, e->mk_lab, v, weighted ? e->mk_sw : NULL,
+                g ? e->mk_dy : NULL, &ls, &as, e->loss_scratch);
+    *loss_sum += (double)nb * ls / (double)v;
+    *acc_sum += (double)nb * as / (double)v;
+    if (!g)
+        return;
+    const float *cd = rt__hv(e, e->mk_dy);
+    for (int64_t r = 0, k = 0; r < nb * R; r++)
+        if (m[r] != 0.0f)
+            memcpy(g + r * C, cd + (k++) * C, sizeof(float) * (size_t)C);
+}
+
+/* the batch's metrics beyond loss and accuracy into a (under a loss mask:
+ * over the kept rows rt__masked_loss packed, as Keras weighs a metric by
+ * the mask) */
+static void rt__metrics(rt_exec *e, uint32_t mets, int64_t nb, rt__macc *a)
+{
+    if (!e->p->has_loss_mask)
+        e->be->metrics(e->be->context, &e->p->loss, mets, e->lin, e->lb, nb, a);
+    else if (e->mk_n > 0)
+        e->be->metrics(e->be->context, &e->mk_L, mets, e->mk_y, e->mk_lab, e->mk_n, a);
+}
+
 /* the batch's loss: plain, or weighted by the batch's sample weights (swb) */
 static void rt__loss(rt_exec *e, int64_t nb, int weighted, double *loss_sum, double *acc_sum,
                      int grad)
 {
+    if (e->p->has_loss_mask) {
+        rt__masked_loss(e, nb, weighted, loss_sum, acc_sum, grad);
+        return;
+    }
     e->be->loss(e->be->context, &e->p->loss, e->lin, e->lb, nb, weighted ? e->swb : NULL,
                 grad ? e->lgrad : NULL, loss_sum, acc_sum, e->loss_scratch);
 }
@@ -1067,8 +1166,7 @@ static int rt__replica_step(rt_exec *e, const rt_data *d, int64_t start, int64_t
             rt__forward(e, nl, 1, j == 0);
             rt__loss(e, nl, sw, &l, &a, 1);
             if (mets)
-                p->backend->metrics(p->backend->context, &p->loss, p->cfg.metrics, e->lin, e->lb,
-                                    nl, &sm);
+                rt__metrics(e, p->cfg.metrics, nl, &sm);
             if (e->step_h)
                 rt__heads(e, nl, sw, e->step_h);
             /* the shard's mean gradient, as its share of the batch mean */
@@ -1327,8 +1425,8 @@ static int rt__exec_train(rt_exec *e, const rt_data *d, int64_t steps, rt_train_
             rt__forward(e, nb, 1, 1);
             rt__loss(e, nb, rt__has_sw(d), &bl, &ba, 1);
             if (mets) {
-                be->metrics(bc, &p->loss, cfg->metrics, e->lin, e->lb, nb, &e->ep_macc);
-                be->metrics(bc, &p->loss, cfg->metrics, e->lin, e->lb, nb, &call_macc);
+                rt__metrics(e, cfg->metrics, nb, &e->ep_macc);
+                rt__metrics(e, cfg->metrics, nb, &call_macc);
             }
             if (nh) {
                 rt__hacc_zero(e->step_h);
@@ -1455,7 +1553,7 @@ static int rt__exec_evaluate(rt_exec *e, const rt_data *d, rt_metrics *out)
         rt__forward(e, nb, 0, 0);
         rt__loss(e, nb, d->sw != NULL, &ls, &as, 0);
         if (mets & ~RT_METRIC_ACCURACY)
-            e->be->metrics(e->be->context, &e->p->loss, mets, e->lin, e->lb, nb, &macc);
+            rt__metrics(e, mets, nb, &macc);
         if (e->eval_h)
             rt__heads(e, nb, d->sw != NULL, e->eval_h);
         ls += (double)nb * e->act_pen;

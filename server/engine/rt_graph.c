@@ -381,13 +381,24 @@ oom:
     return rt__gerr(g, RT_ENOMEM, "out of memory");
 }
 
-int rt_graph_set_output(rt_graph *g, const char *name)
+/* *slot = a copy of the checked name (what says which, for the error) */
+static int rt__set_name(rt_graph *g, const char **slot, const char *name, const char *what)
 {
-    int rc = rt__check_name(g, name, "output");
+    int rc = rt__check_name(g, name, what);
     if (rc < 0)
         return rc;
-    g->output = rt__arena_strdup(&g->arena, name);
-    return g->output ? 0 : rt__gerr(g, RT_ENOMEM, "out of memory");
+    *slot = rt__arena_strdup(&g->arena, name);
+    return *slot ? 0 : rt__gerr(g, RT_ENOMEM, "out of memory");
+}
+
+int rt_graph_set_output(rt_graph *g, const char *name)
+{
+    return g ? rt__set_name(g, &g->output, name, "output") : RT_EINVAL;
+}
+
+int rt_graph_set_loss_mask(rt_graph *g, const char *name)
+{
+    return g ? rt__set_name(g, &g->loss_mask, name, "loss mask") : RT_EINVAL;
 }
 
 int rt_graph_set_outputs(rt_graph *g, const char *const *names, int n)

@@ -615,6 +615,8 @@ static const struct {
     {"GRU", rt_keras_gru, 0},
     {"Bidirectional", rt_keras_bidirectional, 0},
     {"Masking", rt_keras_masking, 1},
+    /* Keras 3's recorded keras.ops NotEqual (a mask_zero step mask) */
+    {"NotEqual", rt_keras_not_equal, 0},
     {"Rescaling", k_rescaling, 1},
 };
 
@@ -1214,20 +1216,12 @@ static void why_unknown(imp *m, json_object *layer, const char *cls, const char 
  * Returns -1 after adding the problem. */
 static int pass_mask(imp *m, rt_keras_ctx *c)
 {
-    static const char *const through[] = {"Dropout",
-                                          "SpatialDropout1D",
-                                          "GaussianNoise",
-                                          "GaussianDropout",
-                                          "AlphaDropout",
-                                          "ActivityRegularization",
-                                          "Activation",
-                                          "Dense",
-                                          "LeakyReLU",
-                                          "ReLU",
-                                          "ELU",
-                                          "PReLU",
-                                          "ThresholdedReLU",
-                                          "LayerNormalization"};
+    static const char *const through[] = {
+        "Dropout", "SpatialDropout1D", "GaussianNoise", "GaussianDropout", "AlphaDropout",
+        "ActivityRegularization", "Activation", "Dense", "LeakyReLU", "ReLU", "ELU", "PReLU",
+        "ThresholdedReLU", "LayerNormalization",
+        /* Dense only (k_timedistributed) */
+        "TimeDistributed"};
     const char *mask = NULL;
     for (int i = 0; i < c->n_in && !mask; i++)
         if (c->in[i].mask[0])
@@ -2181,7 +2175,7 @@ static json_object *tensor_ref(json_object *v)
  * every keyword. */
 static int inbound_kwargs(imp *m, const char *lname, json_object *kwargs, const char **names,
                           int64_t *node_of, int *tix, const char **kw, int n, int max,
-                          const char *only)
+                          const char *only, const char *also)
 {
     if (!kwargs || !json_object_is_type(kwargs, json_type_object))
         return n;
@@ -2194,7 +2188,7 @@ static int inbound_kwargs(imp *m, const char *lname, json_object *kwargs, const 
             json_object *ref = list ? tensor_ref(json_object_array_get_idx(v, (size_t)j)) : one;
             if (!ref)
                 break; /* a list of numbers, not tensors */
-            if (only && strcmp(k, only) != 0)
+            if (only && strcmp(k, only) != 0 && !(also && strcmp(k, also) == 0))
                 return ifail(m, RT_EUNIMPLEMENTED,
                              "layer '%.64s' is called with a tensor '%.32s' argument, which is "
                              "not supported: pass only %s (a mask comes from a Masking layer "
@@ -2249,7 +2243,7 @@ static int inbound_names(imp *m, const char *lname, json_object *layer, int whic
                 *kwargs = json_object_array_get_idx(ref, 3);
         }
         if (*kwargs)
-            n = inbound_kwargs(m, lname, *kwargs, names, node_of, tix, kw, n, max, NULL);
+            n = inbound_kwargs(m, lname, *kwargs, names, node_of, tix, kw, n, max, NULL, NULL);
         return n;
     }
     json_object *args = jget(node, "args", json_type_array);
@@ -2277,6 +2271,11 @@ static int inbound_names(imp *m, const char *lname, json_object *layer, int whic
         for (int j = 0; j < cnt && n < max; j++) {
             json_object *h = tensor_ref(many ? json_object_array_get_idx(t, (size_t)j) : t);
             json_object *nm = h ? json_object_array_get_idx(h, 0) : NULL;
+            /* a recorded operation's constant argument (NotEqual(x, 0)):
+             * its function reads it from the node (c->call_kwargs) */
+            if (!h && is_keras_op(layer) && t &&
+                (json_object_is_type(t, json_type_int) || json_object_is_type(t, json_type_double)))
+                continue;
             if ((!nm || !json_object_is_type(nm, json_type_string)) && is_keras_op(layer))
                 return ifail(m, RT_EUNKNOWN_LAYER,
                              "layer '%.64s' is the Keras operation '%.40s' (%.40s) recorded in "
@@ -2294,10 +2293,12 @@ static int inbound_names(imp *m, const char *lname, json_object *layer, int whic
     if (takes_tensor_kwargs(layer) || rnn) {
         *kwargs = jget(node, "kwargs", json_type_object);
         n = inbound_kwargs(m, lname, *kwargs, names, node_of, tix, kw, n, max,
-                           rnn ? "initial_state" : NULL);
+                           rnn ? "initial_state" : NULL, rnn ? "mask" : NULL);
         if (rnn)
             *kwargs = NULL; /* read here; the layer takes the states as inputs */
     }
+    if (is_keras_op(layer))
+        *kwargs = node; /* the operation's whole call: its constant arguments */
     return n;
 }
 
@@ -2638,6 +2639,44 @@ static int flayer_output(imp *m, const char *who, const flayer *f, int64_t tix, 
     return 0;
 }
 
+/* A recurrent layer called with a tensor `mask` (Keras 3 records
+ * Embedding(mask_zero)'s mask as a NotEqual operation passed so): the
+ * tensor becomes the sequence's step mask, as Keras' RNN.call takes it over
+ * the one its input carries, and leaves the inputs. Keras casts it to bool:
+ * a SequenceMask node (1 where the value is not 0) named
+ * "<layer>[@k]/call_mask" makes that the engine's 0/1 step mask. */
+static int rnn_mask_arg(imp *m, const char *lname, rt_keras_tensor *ins, const char **kw, int *n_in)
+{
+    int j = -1;
+    for (int i = 1; i < *n_in; i++)
+        if (kw[i] && strcmp(kw[i], "mask") == 0)
+            j = i;
+    if (j < 0)
+        return 0;
+    const rt_keras_tensor *mt = &ins[j];
+    if (!ins[0].poisoned && !mt->poisoned &&
+        (ins[0].ndim != 2 || mt->ndim != 1 || mt->dims[0] != ins[0].dims[0]))
+        return ifail(m, RT_ESHAPE,
+                     "layer '%.64s' is called with a mask of %d dims for a sequence of %d: the "
+                     "mask must be (batch, time) with the sequence's %lld steps",
+                     lname, mt->ndim + 1, ins[0].ndim + 1,
+                     ins[0].ndim >= 1 ? (long long)ins[0].dims[0] : 0LL);
+    char name[RT_KERAS_NAME];
+    int k = snprintf(name, sizeof name, "%s%s/call_mask", lname, m->call_tag);
+    if (k < 0 || k >= (int)sizeof name)
+        return ifail(m, RT_EINVAL, "layer name '%.64s' is too long", lname);
+    const rt_attr mv = {.name = "mask_value", .kind = RT_ATTR_FLOAT, .f = 0.0};
+    const char *in = mt->name;
+    int rc = rt_graph_add_node(m->g, name, "SequenceMask", 1, &in, 1, &mv);
+    if (rc < 0)
+        return ifail(m, rc, "layer '%.64s': %s", lname, rt_graph_errmsg(m->g));
+    snprintf(ins[0].mask, sizeof ins[0].mask, "%s", name);
+    for (int i = j; i + 1 < *n_in; i++)
+        ins[i] = ins[i + 1], kw[i] = kw[i + 1];
+    (*n_in)--;
+    return 0;
+}
+
 /* Add one layer whose inputs are all placed. */
 static int place_flayer(imp *m, flayer *L, const lmap *lm, flayer *f, const fio *io)
 {
@@ -2674,13 +2713,15 @@ static int place_flayer(imp *m, flayer *L, const lmap *lm, flayer *f, const fio 
         if (rc < 0)
             return rc;
     }
+    const char *kw[RT_KERAS_MAX_IN];
+    int n_src = f->n_src;
+    memcpy(kw, f->src_kw, sizeof kw);
     m->call_kwargs = f->kwargs;
-    m->in_kw = f->src_kw;
+    m->in_kw = kw;
     /* a later call of a shared layer: its names tagged "@k", then its
      * weights replaced by the first call's */
     char saved[sizeof m->call_tag];
     memcpy(saved, m->call_tag, sizeof saved);
-    const int first = m->g->n;
     int rc = 0;
     if (f->call > 0) {
         size_t l = strlen(m->call_tag);
@@ -2688,9 +2729,12 @@ static int place_flayer(imp *m, flayer *L, const lmap *lm, flayer *f, const fio 
         if (k < 0 || (size_t)k >= sizeof m->call_tag - l)
             rc = ifail(m, RT_EINVAL, "shared layers nested too deep at '%.64s'", f->name);
     }
+    if (rc == 0 && takes_initial_state(f->obj))
+        rc = rnn_mask_arg(m, f->name, ins, kw, &n_src);
+    const int first = m->g->n;
     rt_keras_tensor more[RT_KERAS_MAX_OUT - 1];
     if (rc == 0)
-        rc = run_layer(m, f->obj, ins, f->n_src, &f->out, more, &f->n_more);
+        rc = run_layer(m, f->obj, ins, n_src, &f->out, more, &f->n_more);
     if (rc == 0 && f->n_more) {
         if (m->n_more + f->n_more > m->more_cap) {
             int cap = m->more_cap ? 2 * m->more_cap : 16;
@@ -3033,12 +3077,14 @@ int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int 
     if (rc == 0 && !m->n_outs)
         m->outs[0] = res;
     const int n_outs = m->n_outs ? m->n_outs : 1;
-    for (int k = 0; k < n_outs && rc == 0; k++) {
+    /* a step mask reaching the output: Keras masks the loss per step
+     * (rt_graph_set_loss_mask; one output) */
+    for (int k = 0; k < n_outs && rc == 0 && n_outs > 1; k++) {
         if (m->outs[k].mask[0] && !m->outs[k].poisoned) {
-            char msg[240];
+            char msg[360];
             snprintf(msg, sizeof msg,
                      "the model output '%.64s' carries the step mask '%.64s': Keras would "
-                     "mask the loss with it, which is not supported",
+                     "mask its loss with it, which is supported for a model of one output",
                      m->outs[k].name, m->outs[k].mask);
             add_problem(m, RT_EUNIMPLEMENTED, msg);
         }
@@ -3058,7 +3104,9 @@ int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int 
         labels[k] = m->out_layer[k];
     if (rc == 0 && (n_outs > 1 ? rt_graph_set_outputs(m->g, heads, n_outs) < 0 ||
                                      rt_graph_name_outputs(m->g, labels, n_outs) < 0
-                               : rt_graph_set_output(m->g, m->outs[0].name) < 0))
+                               : rt_graph_set_output(m->g, m->outs[0].name) < 0 ||
+                                     (m->outs[0].mask[0] &&
+                                      rt_graph_set_loss_mask(m->g, m->outs[0].mask) < 0)))
         rc = ifail(m, RT_EGRAPH, "%s", rt_graph_errmsg(m->g));
 out:
     json_object_put(doc);

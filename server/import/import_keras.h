@@ -220,7 +220,9 @@ int rt_keras_cfg_ints(rt_keras_ctx *c, const char *key, int64_t *out, int max);
  * function by its name: a parameter "<layer>/<w>" takes "<w>_initializer",
  * "<w>_regularizer" and "<w>_constraint" ("depthwise_kernel" also
  * "depthwise_initializer", and so on), so layer functions need not read
- * them. */
+ * them. def is what an absent setting means: RT_INIT_ORTHOGONAL and
+ * RT_INIT_UNIFORM stand for Keras' "orthogonal" (gain 1, Keras 1's 1.1) and
+ * "uniform" ([-0.05, 0.05]) and are attached the same way. */
 int rt_keras_cfg_init(rt_keras_ctx *c, const char *key, rt_init def, rt_init *out);
 /* The settings object of an initializer, regularizer, loss, ... (a name,
  * or {"class_name": ..., "config": ...}): its name, and its config in
@@ -255,6 +257,7 @@ int rt_keras_embedding(rt_keras_ctx *c);
 int rt_keras_simplernn(rt_keras_ctx *c);
 int rt_keras_lstm(rt_keras_ctx *c);
 int rt_keras_masking(rt_keras_ctx *c);
+int rt_keras_not_equal(rt_keras_ctx *c);
 int rt_keras_gru(rt_keras_ctx *c);
 int rt_keras_bidirectional(rt_keras_ctx *c);
 

@@ -373,10 +373,22 @@ int rt_keras_cfg_init(rt_keras_ctx *c, const char *key, rt_init def, rt_init *ou
 {
     json_object *v = cfg_get(c, key);
     *out = def;
-    if (!v)
+    if (!v && def != RT_INIT_ORTHOGONAL && def != RT_INIT_UNIFORM)
         return 0;
     rt_param_opts o;
-    int rc = parse_init(c, key, v, &o);
+    int rc = 0;
+    if (v) {
+        rc = parse_init(c, key, v, &o);
+    } else {
+        /* a parameterised default with Keras' numbers: Orthogonal (the
+         * recurrent layers' recurrent_initializer) gain 1, Keras 1's scale
+         * 1.1; "uniform" (Embedding's embeddings_initializer) [-0.05, 0.05],
+         * Keras 1's uniform(scale=0.05) too */
+        memset(&o, 0, sizeof o);
+        o.init = def;
+        o.scale = def == RT_INIT_ORTHOGONAL && c->keras1 ? 1.1 : 1.0;
+        o.a = -0.05, o.b = 0.05;
+    }
     if (rc < 0)
         return rc;
     int have = 0;

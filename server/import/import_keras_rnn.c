@@ -157,6 +157,8 @@ static json_object *k_keras1(rt_keras_ctx *c, int embedding, int gru, int *rc)
     }
     if (gru && !json_object_object_get_ex(t, "reset_after", &v))
         json_object_object_add(t, "reset_after", json_object_new_boolean(0));
+    /* Keras 1's initializers then (orthogonal's scale 1.1) */
+    c->keras1 = 1;
     return t;
 }
 
@@ -254,7 +256,7 @@ static int k_embedding(rt_keras_ctx *c)
         (rc = rt_keras_cfg_int(c, "input_dim", 0, &V)) < 0 ||
         (rc = rt_keras_cfg_int(c, "output_dim", 0, &D)) < 0 ||
         (rc = rt_keras_cfg_bool(c, "trainable", 1, &trainable)) < 0 ||
-        (rc = rt_keras_cfg_init(c, "embeddings_initializer", RT_INIT_GLOROT_UNIFORM, &init)) < 0)
+        (rc = rt_keras_cfg_init(c, "embeddings_initializer", RT_INIT_UNIFORM, &init)) < 0)
         return rc;
     if (V <= 0 || D <= 0 || V > RT__MAX_NUMEL || D > RT__MAX_NUMEL)
         return rt_keras_fail(c, RT_EINVAL, "Embedding needs input_dim > 0 and output_dim > 0");
@@ -336,6 +338,51 @@ int rt_keras_embedding(rt_keras_ctx *c)
     c->cfg = orig;
     json_object_put(k1);
     return rc;
+}
+
+/* Keras 3's recorded keras.ops NotEqual (keras/src/ops/numpy.py NotEqual:
+ * not_equal(x1, x2), element-wise, a bool tensor), as Keras 3 records
+ * Embedding(mask_zero=True)'s mask (`inputs != 0`) where a Functional model
+ * passes it to a recurrent layer's `mask`: one (time,) value against a
+ * number, the recorded call's constant argument. Its (batch, time) result,
+ * 1 where x differs from the number, is the SequenceMask op's. NotEqual of
+ * two tensors, or on values of another rank, is refused. */
+int rt_keras_not_equal(rt_keras_ctx *c)
+{
+    int rc;
+    if ((rc = k_known_fields(c, NULL, 0)) < 0)
+        return rc;
+    json_object *args = NULL, *num = NULL;
+    if (c->call_kwargs && json_object_object_get_ex(c->call_kwargs, "args", &args) &&
+        json_object_is_type(args, json_type_array))
+        for (size_t i = 0; i < json_object_array_length(args); i++) {
+            json_object *a = json_object_array_get_idx(args, i);
+            if (json_object_is_type(a, json_type_int) || json_object_is_type(a, json_type_double))
+                num = a;
+        }
+    if (c->n_in != 1 || !num)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "the recorded operation NotEqual is supported between one tensor "
+                             "and a number (a mask_zero Embedding's `inputs != 0`), not %d "
+                             "tensors",
+                             c->n_in);
+    const rt_keras_tensor *x = &c->in[0];
+    if (x->ndim != 1)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "the recorded operation NotEqual is supported on (time,) values (a "
+                             "step mask), got rank %d",
+                             x->ndim);
+    const rt_attr mv = {
+        .name = "mask_value", .kind = RT_ATTR_FLOAT, .f = json_object_get_double(num)};
+    const char *in = x->name;
+    if ((rc = rt_graph_add_node(c->g, c->layer, "SequenceMask", 1, &in, 1, &mv)) < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    snprintf(c->out.name, sizeof c->out.name, "%s", c->layer);
+    c->out.ndim = 1;
+    c->out.dims[0] = x->dims[0];
+    c->mask_set = 1;
+    c->out.mask[0] = 0;
+    return 0;
 }
 
 enum { K_SIMPLE, K_LSTM, K_GRU };
@@ -433,7 +480,7 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
         (cell == K_LSTM && (rc = rt_keras_cfg_bool(c, "unit_forget_bias", 1, &ufb)) < 0) ||
         (cell == K_GRU && (rc = rt_keras_cfg_bool(c, "reset_after", 1, &reset_after)) < 0) ||
         (rc = rt_keras_cfg_init(c, "kernel_initializer", RT_INIT_GLOROT_UNIFORM, &kinit)) < 0 ||
-        (rc = rt_keras_cfg_init(c, "recurrent_initializer", RT_INIT_GLOROT_UNIFORM, &rinit)) < 0 ||
+        (rc = rt_keras_cfg_init(c, "recurrent_initializer", RT_INIT_ORTHOGONAL, &rinit)) < 0 ||
         (rc = rt_keras_cfg_init(c, "bias_initializer", RT_INIT_ZEROS, &binit)) < 0)
         return rc;
     if (units <= 0 || units > (1 << 20))

@@ -342,6 +342,109 @@ static void saved_losses(const char *root)
     printf("saved losses: class names, objects and function objects read\n");
 }
 
+/* Keras 3 records Embedding(mask_zero=True)'s mask as the keras.ops
+ * NotEqual(inputs, 0) passed to a recurrent layer's `mask` (the corpus'
+ * caption_keras3_2in.json). mask_zero, ne, mask: the Embedding's setting,
+ * NotEqual's number (-1: no NotEqual layer), whether the LSTM gets it. */
+static char *ne_model(const char *mask_zero, int ne, int mask)
+{
+    static char js[4096];
+#define KT(NAME, SHAPE, DT)                                                                    \
+    "{\"class_name\": \"__keras_tensor__\", \"config\": {\"shape\": " SHAPE ", \"dtype\": \"" DT \
+    "\", \"keras_history\": [\"" NAME "\", 0, 0]}}"
+    char nel[1024] = "";
+    if (ne >= 0)
+        snprintf(nel, sizeof nel,
+                 "{\"module\": \"keras.src.ops.numpy\", \"class_name\": \"NotEqual\","
+                 " \"registered_name\": \"NotEqual\", \"name\": \"ne\", \"config\": {\"name\": \"ne\"},"
+                 " \"inbound_nodes\": [{\"args\": [" KT("x", "[null, 5]", "float32") ", %d],"
+                 " \"kwargs\": {}}]}, ", ne);
+    snprintf(js, sizeof js,
+             "{\"module\": \"keras\", \"class_name\": \"Functional\", \"config\": {\"name\": \"m\","
+             " \"layers\": [{\"module\": \"keras.layers\", \"class_name\": \"InputLayer\", \"config\":"
+             " {\"batch_shape\": [null, 5], \"dtype\": \"float32\", \"name\": \"x\"}, \"name\": \"x\","
+             " \"inbound_nodes\": []}, {\"module\": \"keras.layers\", \"class_name\": \"Embedding\","
+             " \"config\": {\"name\": \"e\", \"input_dim\": 10, \"output_dim\": 3, \"mask_zero\": %s},"
+             " \"name\": \"e\", \"inbound_nodes\": [{\"args\": [" KT("x", "[null, 5]", "float32") "],"
+             " \"kwargs\": {}}]}, %s{\"module\": \"keras.layers\", \"class_name\": \"LSTM\","
+             " \"config\": {\"name\": \"l\", \"units\": 2}, \"name\": \"l\", \"inbound_nodes\":"
+             " [{\"args\": [" KT("e", "[null, 5, 3]", "float32") "], \"kwargs\": {\"training\": false%s}}]}],"
+             " \"input_layers\": [[\"x\", 0, 0]], \"output_layers\": [[\"l\", 0, 0]]}}",
+             mask_zero, nel, mask ? ", \"mask\": " KT("ne", "[null, 5]", "bool") : "");
+#undef KT
+    return js;
+}
+
+static void recorded_not_equal(void)
+{
+    /* the same weights everywhere: e's seed-3 draw */
+    rt_exec *implicit = make(ne_model("true", -1, 0), RT_LOSS_MSE, 2);
+    rt_exec *recorded = make(ne_model("true", 0, 1), RT_LOSS_MSE, 2);
+    rt_exec *plain = make(ne_model("false", -1, 0), RT_LOSS_MSE, 2);
+    rt_exec *ne5 = make(ne_model("false", 5, 1), RT_LOSS_MSE, 2);
+    if (!implicit || !recorded || !plain || !ne5)
+        return;
+    static const char *const names[] = {"e/embeddings", "l/kernel", "l/recurrent_kernel", "l/bias"};
+    rt_exec *all[4] = {implicit, recorded, plain, ne5};
+    for (int k = 0; k < 4; k++) {
+        int64_t n;
+        float w[64];
+        int i = find(implicit, names[k], &n);
+        REQUIRE(n <= 64);
+        CHECK_RC(rt_exec_get_param(implicit, i, w));
+        for (int j = 1; j < 4; j++) CHECK_RC(rt_exec_set_param(all[j], find(all[j], names[k], &n), w));
+    }
+    /* Embedding mask_zero's own mask and the recorded NotEqual(x, 0) one:
+     * the same predictions and gradients (Keras' RNN.call takes either) */
+    float x[4 * 5] = {1, 2, 0, 3, 4, 0, 0, 5, 6, 7, 8, 9, 1, 2, 3, 4, 0, 0, 0, 0};
+    float y[4 * 2] = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f, 0.7f, -0.8f};
+    float pi[8], pr[8], pp[8];
+    CHECK_RC(rt_exec_predict(implicit, x, 4, pi));
+    CHECK_RC(rt_exec_predict(recorded, x, 4, pr));
+    CHECK_RC(rt_exec_predict(plain, x, 4, pp));
+    double diff = 0, masked_moves = 0;
+    for (int i = 0; i < 8; i++) diff = fmax(diff, fabs(pi[i] - pr[i]));
+    for (int i = 0; i < 2; i++) masked_moves = fmax(masked_moves, fabs(pi[i] - pp[i]));
+    CHECK(diff == 0 && masked_moves > 1e-4);
+    rt_data d = {.x = x, .y = y, .y_dtype = RT_F32, .n = 4};
+    double li, lr;
+    CHECK_RC(rt_exec_compute_grads(implicit, &d, 4, &li));
+    CHECK_RC(rt_exec_compute_grads(recorded, &d, 4, &lr));
+    CHECK(li == lr);
+    for (int k = 0; k < 4; k++) {
+        int64_t n;
+        float gi[64], gr[64];
+        CHECK_RC(rt_exec_get_grad(implicit, find(implicit, names[k], &n), gi));
+        CHECK_RC(rt_exec_get_grad(recorded, find(recorded, names[k], &n), gr));
+        for (int64_t i = 0; i < n; i++) CHECK(gi[i] == gr[i]);
+    }
+    /* NotEqual(x, 5) on an Embedding without mask_zero: the steps holding 5
+     * are skipped (the state carries over), wherever they are; without the
+     * mask the 5 counts */
+    float x5[4 * 5] = {1, 2, 5, 3, 4, 5, 1, 2, 3, 4, 1, 2, 3, 4, 5, 1, 5, 2, 5, 3};
+    float p5[8], pplain[2];
+    CHECK_RC(rt_exec_predict(ne5, x5, 4, p5));
+    CHECK_RC(rt_exec_predict(plain, x5, 1, pplain));
+    double spread = 0;
+    for (int s = 1; s < 3; s++)
+        for (int u = 0; u < 2; u++) spread = fmax(spread, fabs(p5[s * 2 + u] - p5[u]));
+    CHECK(spread < 1e-6 && fabs(pplain[0] - p5[0]) > 1e-4);
+    /* [1, 5, 2, 5, 3] is [1, 2, 3] too, not [1, 2, 3, 4] */
+    CHECK(fabs(p5[6] - p5[0]) > 1e-4);
+    printf("recorded NotEqual mask: = Embedding mask_zero's (|dp| = %g), masked steps skipped"
+           " (spread %.1e)\n", diff, spread);
+    for (int k = 0; k < 4; k++) rt_exec_destroy(all[k]);
+    /* NotEqual of two tensors is refused by name */
+    char *two = ne_model("false", 5, 1);
+    char *at = strstr(two, "\"x\", 0, 0]}}, 5]");
+    REQUIRE(at);
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%.*s\"x\", 0, 0]}}, {\"class_name\": \"__keras_tensor__\","
+             " \"config\": {\"shape\": [null, 5], \"dtype\": \"float32\", \"keras_history\":"
+             " [\"x\", 0, 0]}}]%s", (int)(at - two), two, at + strlen("\"x\", 0, 0]}}, 5]"));
+    expect_refused(buf, "NotEqual is supported between one tensor and a number");
+}
+
 int main(int argc, char **argv)
 {
     const char *root = argc > 1 ? argv[1] : ".";
@@ -350,5 +453,6 @@ int main(int argc, char **argv)
     regularizers_constraints();
     dtype_policies(root);
     saved_losses(root);
+    recorded_not_equal();
     return rt_test_done("test_keras3");
 }

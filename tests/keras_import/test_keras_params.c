@@ -513,9 +513,110 @@ static void test_lstm_regularizer(void)
     rt_graph_destroy(g1);
 }
 
+/* the param named name of e (its index; *n: its size) */
+static int param_named(rt_exec *e, const char *name, int64_t *n)
+{
+    const rt_plan *p = rt_exec_plan(e);
+    for (int i = 0; i < rt_plan_n_params(p); i++) {
+        const char *nm;
+        int64_t d[RT_MAX_DIMS];
+        int nd = rt_plan_param_info(p, i, &nm, d, NULL);
+        if (strcmp(nm, name) == 0) {
+            *n = 1;
+            for (int k = 0; k < nd; k++) *n *= d[k];
+            return i;
+        }
+    }
+    REQUIRE(0 && "param not found");
+    return -1;
+}
+
+/* A file that names no initializer gets Keras' defaults (Keras 2/3
+ * keras/src/layers/rnn/{simple_rnn,lstm,gru}.py: recurrent_initializer=
+ * "orthogonal", keras/src/initializers/random_initializers.py Orthogonal
+ * gain 1.0, whose (units, G units) matrix has orthonormal rows; Keras
+ * 1.2.2 keras/layers/recurrent.py inner_init='orthogonal' with
+ * keras/initializations.py orthogonal(shape, scale=1.1); Embedding's
+ * embeddings_initializer="uniform", RandomUniform(-0.05, 0.05)). */
+static void test_default_initializers(void)
+{
+    static const char *const cls[] = {"SimpleRNN", "LSTM", "GRU", "LSTM"};
+    static const int gates[] = {1, 4, 3, 4};
+    for (int k = 0; k < 4; k++) {
+        const int k1 = k == 3, U = 6, G = gates[k];
+        char js[1024];
+        if (k1) /* Keras 1: output_dim, no inner_init */
+            snprintf(js, sizeof js,
+                     "{\"class_name\": \"Sequential\", \"config\": [{\"class_name\": \"LSTM\","
+                     " \"config\": {\"name\": \"r\", \"output_dim\": %d, \"batch_input_shape\":"
+                     " [null, 4, 3], \"return_sequences\": false}}]}", U);
+        else
+            snprintf(js, sizeof js,
+                     "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+                     "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 4, 3],"
+                     " \"name\": \"x\"}}, {\"class_name\": \"%s\", \"config\": {\"name\": \"r\","
+                     " \"units\": %d}}]}}", cls[k], U);
+        rt_graph *g = NULL;
+        char err[1024];
+        int rc = rt_keras_import(js, strlen(js), &g, err, sizeof err);
+        if (rc < 0) fprintf(stderr, "%s import: %s\n", cls[k], err);
+        REQUIRE(rc == 0);
+        rt_exec *e = make_exec(g, 11 + (uint64_t)k, U);
+        int64_t n;
+        int i = param_named(e, "r/recurrent_kernel", &n);
+        REQUIRE(n == (int64_t)U * G * U);
+        float *r = malloc(sizeof(float) * (size_t)n);
+        CHECK_RC(rt_exec_get_param(e, i, r));
+        const double gain2 = k1 ? 1.1 * 1.1 : 1.0;
+        double worst = 0;
+        for (int a = 0; a < U; a++)
+            for (int b = 0; b < U; b++) {
+                double dot = 0;
+                for (int c = 0; c < G * U; c++) dot += (double)r[a * G * U + c] * r[b * G * U + c];
+                worst = fmax(worst, fabs(dot - (a == b ? gain2 : 0)));
+            }
+        if (worst >= 1e-5) fprintf(stderr, "%s%s: |W W^T - g^2 I| = %g\n", k1 ? "Keras 1 " : "", cls[k], worst);
+        CHECK(worst < 1e-5);
+        /* the kernel stays glorot_uniform: within sqrt(6 / (3 + G U)) */
+        i = param_named(e, "r/kernel", &n);
+        float *w = malloc(sizeof(float) * (size_t)n);
+        CHECK_RC(rt_exec_get_param(e, i, w));
+        stats s = moments(w, n);
+        const double lim = sqrt(6.0 / (3 + G * U));
+        CHECK(s.max <= lim && s.min >= -lim && s.max > 0.5 * lim);
+        free(w);
+        free(r);
+        rt_exec_destroy(e);
+        rt_graph_destroy(g);
+    }
+    /* Embedding(1000, 50): uniform in [-0.05, 0.05), sd 0.1 / sqrt(12) */
+    const char *emb =
+        "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+        "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 4], \"name\": \"x\"}},"
+        "{\"class_name\": \"Embedding\", \"config\": {\"name\": \"m\", \"input_dim\": 1000,"
+        " \"output_dim\": 50}}, {\"class_name\": \"Flatten\", \"config\": {\"name\": \"f\"}}]}}";
+    rt_graph *g = NULL;
+    char err[1024];
+    int rc = rt_keras_import(emb, strlen(emb), &g, err, sizeof err);
+    if (rc < 0) fprintf(stderr, "embedding import: %s\n", err);
+    REQUIRE(rc == 0);
+    rt_exec *e = make_exec(g, 5, 200);
+    float *w = malloc(sizeof(float) * 50000);
+    CHECK_RC(rt_exec_get_param(e, 0, w));
+    stats s = moments(w, 50000);
+    CHECK(s.min >= -0.05 && s.max <= 0.05 && s.max > 0.0495 && s.min < -0.0495);
+    CHECK(fabs(s.mean) < 0.001 && near(s.sd, 0.1 / sqrt(12.0), 0.02));
+    printf("defaults: recurrent kernels orthogonal (Keras 1: x1.1), embeddings uniform(+-0.05),"
+           " sd %.5f\n", s.sd);
+    free(w);
+    rt_exec_destroy(e);
+    rt_graph_destroy(g);
+}
+
 int main(void)
 {
     make_data();
+    test_default_initializers();
     test_initializers();
     test_mha_orthogonal("null", 8, 8, 5 * 8);
     test_mha_orthogonal("[2, 3]", 16, 3, 5 * 6);

@@ -635,7 +635,11 @@ def test_fit_binds_null_dims(client):
     h = m.fit(x, y, epochs=3, verbose=0)
     assert tuple(m.input_shape) == (7, 3)
     assert len(h.history["loss"]) == 3 and np.isfinite(h.history["loss"]).all()
-    assert h.history["loss"][-1] < h.history["loss"][0]
+    # it learns: the loss without dropout falls over more epochs (the epoch
+    # losses above carry dropout's noise, larger than 3 epochs' progress)
+    l0 = float(np.atleast_1d(m.evaluate(x, y))[0])
+    m.fit(x, y, epochs=10, verbose=0)
+    assert float(np.atleast_1d(m.evaluate(x, y))[0]) < l0
     with pytest.raises(ValueError, match="7, 3"):
         m.predict(x[:, :5])
     # weights set before the first predict bind with it
