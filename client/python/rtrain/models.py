@@ -604,6 +604,12 @@ class Sequential(Model):
                 raise ValueError("an InputLayer can only be the first layer")
             self._input = layer
             return
+        if getattr(layer, "_returns_state", lambda: False)():
+            # Keras refuses it too: "All layers in a Sequential model
+            # should have a single output tensor"
+            raise ValueError("%s with return_state has several outputs; use a "
+                             "Functional model (rtrain.Model) for its states"
+                             % layer.keras_class)
         self._list.append(layer)
         self._nodes = None
 
