@@ -246,6 +246,7 @@ def test_state_call_errors():
     out = L.GRU(4, return_state=True)(x)
     assert isinstance(out, list) and [t.shape for t in out] == [(None, 4), (None, 4)]
     assert out[1]._keras_history[2] == 1
+    assert out[0].layer.output == out  # Keras: a list for several outputs
     # a state as an output is written by its tensor index
     m = rtrain.Model(x, [out[0], out[1]])
     assert json.loads(m.to_json())["config"]["output_layers"][1][2] == 1

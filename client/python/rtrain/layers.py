@@ -232,8 +232,11 @@ class _Called:
         return self._inbound_nodes[node_index]
 
     def get_output_at(self, node_index):
-        """The output tensor of the layer's call node_index (0: the first)."""
-        return self._node_at(node_index, "output")
+        """The output tensor of the layer's call node_index (0: the first);
+        a list where the call has several (return_state)."""
+        t = self._node_at(node_index, "output")
+        outs = getattr(t, "_outputs", None)
+        return list(outs) if outs else t
 
     def get_input_at(self, node_index):
         """The input tensor (a list for several) of call node_index."""
@@ -851,6 +854,8 @@ def _call_recurrent(layer, inputs, initial_state):
                   for k, s in enumerate(layer._state_shapes())] \
         if layer._returns_state() else [t]
     layer._add_node(t)
+    if len(outs) > 1:
+        t._outputs = outs
     return outs if len(outs) > 1 else t
 
 
