@@ -162,3 +162,165 @@ def test_functional_api_and_errors(client):
         m.predict({"a": x[0]})
     h = m.fit(x, [np.zeros(5), np.zeros((5, 1))], epochs=2, verbose=0)
     assert len(h.history["loss"]) == 2 and np.isfinite(h.history["loss"]).all()
+
+
+# -- return_state and initial_state built in Python ---------------------
+
+def _seq2seq_in_python(name, fx):
+    """The encoder-decoder of tests/fixtures/keras-multi/seq2seq_<name>
+    built with the Functional API (return_state outputs, initial_state
+    calls), its layers named as the fixture's; [outputs] in its order."""
+    n_in, n_out = fx["inputs"][0][0], fx["inputs"][1][0]
+    vocab = fx["index"][0]
+    ei, di = L.Input((n_in,), name="encoder_in"), L.Input((n_out,), name="decoder_in")
+    dims = {"lstm": 4, "gru": 5, "bilstm": 4}[name]
+
+    def emb(nm):
+        return L.Embedding(vocab, dims, name=nm)
+    ee, de = emb("enc_embed")(ei), emb("dec_embed")(di)
+    if name == "lstm":
+        _, h, c = L.LSTM(6, return_state=True, name="encoder")(ee)
+        seq, dh, _ = L.LSTM(6, return_sequences=True, return_state=True,
+                            name="decoder")(de, initial_state=[h, c])
+        words = L.Dense(vocab, activation="softmax", name="words")(seq)
+        return rtrain.Model([ei, di], [words, dh])
+    if name == "gru":
+        _, h = L.GRU(4, return_state=True, reset_after=False, name="encoder")(ee)
+        seq = L.GRU(4, return_sequences=True, reset_after=False, name="decoder")(
+            de, initial_state=h)
+        words = L.Dense(vocab, activation="softmax", name="words")(seq)
+        return rtrain.Model([ei, di], [words, h])
+    merged, fh, fc, bh, bc = L.Bidirectional(L.LSTM(3, return_state=True, name="lstm"),
+                                             name="bi_encoder")(ee)
+    sh = L.Concatenate(name="state_h")([fh, bh])
+    sc = L.Concatenate(name="state_c")([fc, bc])
+    seq, dh, _ = L.LSTM(6, return_sequences=True, return_state=True, name="decoder")(
+        [de, sh, sc])  # Keras 2's folded form: the states after the input
+    post = L.SimpleRNN(6, return_sequences=True, name="post")(seq, initial_state=[dh])
+    words = L.Dense(vocab, activation="softmax", name="words")(post)
+    return rtrain.Model([ei, di], [words, merged])
+
+
+@pytest.mark.parametrize("name", ["lstm", "gru", "bilstm"])
+def test_seq2seq_state_built_in_python(client, name):
+    """An encoder-decoder built in Python writes the Keras JSON the fixture
+    holds (states as the call's extra inbound tensors, outputs by tensor
+    index) and trains as TensorFlow.js does from the same weights."""
+    fx, text = _fixture("seq2seq_%s_state" % name)
+    model = _seq2seq_in_python(name, fx)
+    ref = json.loads(text)["config"]
+    mine = json.loads(model.to_json())["config"]
+    assert mine["output_layers"] == ref["output_layers"]
+    want = {ly["name"]: ly["inbound_nodes"] for ly in ref["layers"]}
+    assert {ly["name"]: ly["inbound_nodes"] for ly in mine["layers"]} == want
+    for ly in mine["layers"]:
+        if ly["class_name"] in ("LSTM", "GRU", "SimpleRNN"):
+            cfg = next(r for r in ref["layers"] if r["name"] == ly["name"])["config"]
+            assert ly["config"]["return_state"] == cfg["return_state"]
+    # the weights tfjs started from: those the daemon draws with seed 1 for
+    # the fixture's JSON (the daemon's own layer order)
+    cc = json.loads(text)["compile_config"]
+    outs = [nm for nm, _ in model._io()[1]]
+    loss = [cc["loss"][o] for o in outs] if isinstance(cc["loss"], dict) else cc["loss"]
+    lw = [cc["loss_weights"][o] for o in outs] if isinstance(cc["loss_weights"], dict) \
+        else cc["loss_weights"]
+    kw = dict(optimizer=rtrain.optimizers.SGD(fx["sgd"]["lr"]), loss=loss, loss_weights=lw,
+              batch_size=fx["batch"], shuffle=False, seed=1, client=client)
+    raw = client.compile(text, **{k: v for k, v in kw.items() if k != "client"})
+    init = dict(zip([p[0] for p in raw.report["params"]], raw.get_weights()))
+    model.set_weights([init[n] for n, _, _ in model.weight_specs()])
+    model.compile(**kw)
+    xs, ys = _data(fx)
+    _check_sgd(model, fx, xs, ys)
+
+
+def test_state_call_errors():
+    x = L.Input((5, 3))
+    _, h, c = L.LSTM(4, return_state=True)(x)
+    with pytest.raises(ValueError, match="takes 2 initial state tensors, got 1"):
+        L.LSTM(4)(x, initial_state=[h])
+    with pytest.raises(ValueError, match="initial state 0 has shape"):
+        L.LSTM(2)(x, initial_state=[h, c])
+    with pytest.raises(ValueError, match="not both"):
+        L.GRU(4)([x, h], initial_state=h)
+    out = L.GRU(4, return_state=True)(x)
+    assert isinstance(out, list) and [t.shape for t in out] == [(None, 4), (None, 4)]
+    assert out[1]._keras_history[2] == 1
+    assert out[0].layer.output == out  # Keras: a list for several outputs
+    # a state as an output is written by its tensor index
+    m = rtrain.Model(x, [out[0], out[1]])
+    assert json.loads(m.to_json())["config"]["output_layers"][1][2] == 1
+
+
+def test_keras3_bidirectional_constraints(client):
+    """A Keras 3 Bidirectional with backward_layer and an LSTM with MaxNorm
+    kernel and recurrent constraints (tests/fixtures/keras-derived/
+    bilstm_keras3_constraints.json, from a real Keras 3 file) load in
+    Python and train as the daemon's importer reads the same JSON; the
+    constraint holds as Keras' MaxNorm (keras/src/constraints/
+    constraints.py: each column's norm over axis 0 at most max_value)."""
+    path = os.path.join(ROOT, "tests", "fixtures", "keras-derived",
+                        "bilstm_keras3_constraints.json")
+    with open(path) as f:
+        text = f.read()
+    model = models.model_from_json(text)
+    back = model.get_layer("bidirectional").backward_layer
+    assert back.name == "backward_lstm" and back.flags["go_backwards"]
+    cfg = {ly["name"]: ly["config"] for ly in json.loads(model.to_json())["config"]["layers"]}
+    assert cfg["bidirectional"]["backward_layer"]["config"]["go_backwards"] is True
+    assert cfg["lstm"]["kernel_constraint"]["class_name"] == "MaxNorm"
+    assert cfg["lstm"]["recurrent_constraint"]["config"]["max_value"] == 0.3
+    kw = dict(optimizer=rtrain.optimizers.SGD(0.1), loss="binary_crossentropy",
+              batch_size=8, shuffle=False, seed=3)
+    model.compile(client=client, **kw)
+    raw = client.compile(text, **kw)
+    names = [p[0] for p in model.compiled.report["params"]]
+    assert names == [p[0] for p in raw.report["params"]]
+    assert "bidirectional/backward_lstm/recurrent_kernel" in names
+    w0 = raw.get_weights()
+    model.set_weights(w0)
+    x = (_mix(np.arange(16 * 6, dtype=np.uint64)) % 20).astype(np.float32).reshape(16, 6)
+    y = (_mix(np.arange(16, dtype=np.uint64) ^ 77) >> 31).astype(np.float32).reshape(16, 1)
+    np.testing.assert_allclose(model.predict(x), raw.predict(x), rtol=1e-6, atol=1e-7)
+    model.fit(x, y, epochs=1, verbose=0)
+    raw.fit(x, y, epochs=1, verbose=0)
+    w1 = model.get_weights()
+    for n, a, b, a0 in zip(names, w1, raw.get_weights(), w0):
+        # the two programs may sum in other orders: 1e-4 of the weight's RMS
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * np.sqrt(np.mean(b * b)),
+                                   err_msg=n)
+        if n in ("lstm/kernel", "lstm/recurrent_kernel"):
+            # bound before the step, held after it
+            assert np.linalg.norm(a0, axis=0).max() > 0.3, n
+            assert np.linalg.norm(a, axis=0).max() <= 0.3 * (1 + 1e-5), n
+
+
+@pytest.mark.parametrize("positional", [False, True])
+def test_keras3_initial_state_nodes(positional):
+    """Keras 3 writes initial_state as the call's keyword (or second
+    argument), each tensor by keras_history (keras/src/models/
+    functional.py serialize_node); the loader reads the same graph as
+    from Keras 2's folded form."""
+    _, text = _fixture("seq2seq_lstm_state")
+    doc = json.loads(text)
+
+    def tensor(ref):
+        return {"class_name": "__keras_tensor__",
+                "config": {"shape": None, "dtype": "float32", "keras_history": ref[:3]}}
+    for ly in doc["config"]["layers"]:
+        nodes = []
+        for nd in ly["inbound_nodes"]:
+            x, states = tensor(nd[0]), [tensor(r) for r in nd[1:]]
+            if not states:
+                nodes.append({"args": [x], "kwargs": {}})
+            elif positional:
+                nodes.append({"args": [x, states], "kwargs": {}})
+            else:
+                nodes.append({"args": [x], "kwargs": {"initial_state": states}})
+        ly["inbound_nodes"] = nodes
+        ly["module"] = "keras.layers"
+    k2 = json.loads(models.model_from_json(text).to_json())["config"]
+    k3 = json.loads(models.model_from_json(doc).to_json())["config"]
+    assert {ly["name"]: ly["inbound_nodes"] for ly in k3["layers"]} == \
+        {ly["name"]: ly["inbound_nodes"] for ly in k2["layers"]}
+    assert k3["output_layers"] == k2["output_layers"] == [["words", 0, 0], ["decoder", 0, 1]]

@@ -88,8 +88,14 @@ def test_bad_recurrent_settings_are_refused():
         L.LSTM(0)
     with pytest.raises(ValueError, match="recurrent_activation"):
         L.GRU(3, recurrent_activation="softmax")
-    with pytest.raises(ValueError, match="return_state"):
-        L.LSTM(3, return_state=True)
+    with pytest.raises(ValueError, match="return_state has several outputs"):
+        rtrain.Sequential([L.LSTM(3, return_state=True, input_shape=(4, 2))])
+    with pytest.raises(ValueError, match="return_state has several outputs"):
+        rtrain.Sequential([L.Bidirectional(L.GRU(3, return_state=True), input_shape=(4, 2))])
+    with pytest.raises(ValueError, match="go the other way"):
+        L.Bidirectional(L.LSTM(3), backward_layer=L.LSTM(3))
+    with pytest.raises(ValueError, match="kernel_constraint"):
+        L.LSTM(3, kernel_constraint="clip")
     with pytest.raises(ValueError, match="merge_mode"):
         L.Bidirectional(L.LSTM(3), merge_mode="max")
     with pytest.raises(TypeError):

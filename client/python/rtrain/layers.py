@@ -167,16 +167,21 @@ class KerasTensor:
     the layer made it (Keras' _keras_history node index); inputs: the
     tensors that call read."""
 
-    def __init__(self, shape, layer, inputs, node_index=0):
+    def __init__(self, shape, layer, inputs, node_index=0, tensor_index=0, primary=None):
         self.shape = (None,) + tuple(shape)
         self.layer = layer
         self.inputs = list(inputs)
         self.node_index = node_index
+        # which output of the call it is (an RNN's return_state: 0 the
+        # output, then the states); _primary: the call's output 0, which
+        # stands for the call in a model
+        self.tensor_index = tensor_index
+        self._primary = self if primary is None else primary
 
     @property
     def _keras_history(self):
         """(layer, node_index, tensor_index), as Keras names a tensor"""
-        return (self.layer, self.node_index, 0)
+        return (self.layer, self.node_index, self.tensor_index)
 
     def __repr__(self):
         return "<KerasTensor shape=%s from %s>" % (self.shape,
@@ -227,8 +232,11 @@ class _Called:
         return self._inbound_nodes[node_index]
 
     def get_output_at(self, node_index):
-        """The output tensor of the layer's call node_index (0: the first)."""
-        return self._node_at(node_index, "output")
+        """The output tensor of the layer's call node_index (0: the first);
+        a list where the call has several (return_state)."""
+        t = self._node_at(node_index, "output")
+        outs = getattr(t, "_outputs", None)
+        return list(outs) if outs else t
 
     def get_input_at(self, node_index):
         """The input tensor (a list for several) of call node_index."""
@@ -282,7 +290,7 @@ class _Called:
         """One inbound node (the call that made t) as Keras 2 writes it,
         from its sources [(layer name, node index)]: [[name, node, 0,
         kwargs], ...] (keras/engine/node.py Node.serialize)."""
-        return [[src, k, 0, {}] for src, k in srcs]
+        return [[s[0], s[1], s[2] if len(s) > 2 else 0, {}] for s in srcs]
 
     def _keras3_node(self, tensors, t=None):
         """Keras 3's {"args", "kwargs"}, from the serialized tensors."""
@@ -806,6 +814,68 @@ def _rnn_activation(a, what):
     return a
 
 
+# the constraints the daemon's importer reads (server/import/
+# import_keras_cfg.c parse_constraint), by the names Keras 2 and 3 write
+_CONSTRAINTS = ("MaxNorm", "max_norm", "NonNeg", "non_neg", "NonNegativity",
+                "UnitNorm", "unit_norm", "MinMaxNorm", "min_max_norm")
+
+
+def _constraint(v, what):
+    """a weight constraint: None, a name ("max_norm") or a config dict
+    (Keras 2's {"class_name", "config"}, Keras 3's with module and
+    registered_name), kept as given for the daemon's importer"""
+    if v is None:
+        return None
+    name = v.get("class_name") if isinstance(v, dict) else v
+    if not isinstance(name, str) or name not in _CONSTRAINTS:
+        raise ValueError("unknown %s %r (known: MaxNorm, NonNeg, UnitNorm, MinMaxNorm)"
+                         % (what, name if isinstance(v, dict) else v))
+    return dict(v) if isinstance(v, dict) else v
+
+
+def _call_recurrent(layer, inputs, initial_state):
+    """An RNN or Bidirectional call: inputs x or [x, *states] (Keras 2's
+    folded form), initial_state a list of tensors; returns the output, or
+    [output, *states] with return_state."""
+    ins = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    if initial_state is not None:
+        if len(ins) != 1:
+            raise ValueError("%s: give the initial states once, in initial_state or "
+                             "after the input, not both" % layer.keras_class)
+        ins += list(initial_state) if isinstance(initial_state, (list, tuple)) \
+            else [initial_state]
+    if not ins or not all(isinstance(t, KerasTensor) for t in ins):
+        raise TypeError("a layer is called on rtrain.Input tensors or "
+                        "other layers' outputs")
+    out = layer._out_shape([list(t.shape[1:]) for t in ins])
+    n = len(layer._inbound_nodes)
+    t = KerasTensor(out, layer, ins, n)
+    outs = [t] + [KerasTensor(s, layer, ins, n, tensor_index=k + 1, primary=t)
+                  for k, s in enumerate(layer._state_shapes())] \
+        if layer._returns_state() else [t]
+    layer._add_node(t)
+    if len(outs) > 1:
+        t._outputs = outs
+    return outs if len(outs) > 1 else t
+
+
+def _recurrent_out_shape(layer, shapes):
+    """the output shape of a call on [x, *initial states], the states
+    checked against the layer's"""
+    want = layer._state_shapes()
+    states = shapes[1:]
+    if states:
+        if len(states) != len(want):
+            raise ValueError("%s takes %d initial state tensors, got %d"
+                             % (layer.keras_class, len(want), len(states)))
+        for k, (got, w) in enumerate(zip(states, want)):
+            if list(got) != list(w):
+                raise ValueError("%s initial state %d has shape %s; the layer's states "
+                                 "have %s" % (layer.keras_class, k, (None,) + tuple(got),
+                                              (None,) + tuple(w)))
+    return layer.compute_output_shape(shapes[0])
+
+
 def _rate(v, what):
     v = float(v)
     if not 0.0 <= v <= 1.0:
@@ -896,10 +966,11 @@ class _RNN(Layer):
                 ("recurrent_regularizer", recurrent_regularizer),
                 ("bias_regularizer", bias_regularizer),
                 ("activity_regularizer", activity_regularizer))}
-        if any(c is not None for c in (kernel_constraint, recurrent_constraint,
-                                       bias_constraint)):
-            raise ValueError("%s constraints are not supported"
-                             % self.keras_class)
+        self.constraints = {
+            k: _constraint(v, k) for k, v in (
+                ("kernel_constraint", kernel_constraint),
+                ("recurrent_constraint", recurrent_constraint),
+                ("bias_constraint", bias_constraint))}
         self.dropout = _rate(dropout, "dropout")
         self.recurrent_dropout = _rate(recurrent_dropout, "recurrent_dropout")
         self.flags = {"return_sequences": bool(return_sequences),
@@ -907,9 +978,26 @@ class _RNN(Layer):
                       "go_backwards": bool(go_backwards),
                       "stateful": bool(stateful), "unroll": bool(unroll),
                       "time_major": bool(time_major)}
-        if return_state:
-            raise ValueError("return_state is not supported (one output per "
-                             "layer)")
+
+    # -- return_state and initial_state (Keras' RNN.__call__): Keras 2
+    # folds initial_state into the call's inputs, [x, *states], and a
+    # return_state call has the outputs [output, *states]
+
+    def _n_states(self):
+        """the states one call carries: h (and c for an LSTM)"""
+        return 2 if self.keras_class == "LSTM" else 1
+
+    def _state_shapes(self):
+        return [[self.units]] * self._n_states()
+
+    def _returns_state(self):
+        return self.flags["return_state"]
+
+    def __call__(self, inputs, initial_state=None):
+        return _call_recurrent(self, inputs, initial_state)
+
+    def _out_shape(self, shapes):
+        return _recurrent_out_shape(self, shapes)
 
     def _cell_config(self):
         return {}
@@ -937,8 +1025,10 @@ class _RNN(Layer):
                    bias_regularizer=self.regularizers["bias_regularizer"],
                    activity_regularizer=self.regularizers[
                        "activity_regularizer"],
-                   kernel_constraint=None, recurrent_constraint=None,
-                   bias_constraint=None, dropout=self.dropout,
+                   kernel_constraint=self.constraints["kernel_constraint"],
+                   recurrent_constraint=self.constraints["recurrent_constraint"],
+                   bias_constraint=self.constraints["bias_constraint"],
+                   dropout=self.dropout,
                    recurrent_dropout=self.recurrent_dropout)
         cfg.update(self._tail_config())
         return cfg
@@ -1040,12 +1130,25 @@ class Bidirectional(Layer):
         if not isinstance(layer, _RNN):
             raise TypeError("Bidirectional wraps a SimpleRNN, LSTM or GRU")
         if backward_layer is not None:
-            raise ValueError("Bidirectional backward_layer is not supported "
-                             "here (the backward half is a copy of layer)")
+            # Keras 3 writes both halves; the backward one goes backwards
+            # and is of the forward one's kind (keras/src/layers/rnn/
+            # bidirectional.py checks the same)
+            if not isinstance(backward_layer, _RNN) or \
+                    backward_layer.keras_class != layer.keras_class:
+                raise ValueError("Bidirectional backward_layer must be a %s like layer, "
+                                 "got %r" % (layer.keras_class, backward_layer))
+            for f in ("return_sequences", "return_state"):
+                if backward_layer.flags[f] != layer.flags[f]:
+                    raise ValueError("Bidirectional backward_layer must have the same %s "
+                                     "as layer" % f)
+            if backward_layer.flags["go_backwards"] == layer.flags["go_backwards"]:
+                raise ValueError("Bidirectional backward_layer must go the other way "
+                                 "(go_backwards=%s)" % (not layer.flags["go_backwards"]))
         if merge_mode not in _MERGE_MODES:
             raise ValueError("merge_mode must be one of %s, got %r"
                              % (", ".join(_MERGE_MODES), merge_mode))
         self.layer = layer
+        self.backward_layer = backward_layer
         self.merge_mode = merge_mode
 
     def _inner_name(self):
@@ -1053,7 +1156,24 @@ class Bidirectional(Layer):
 
     def _config(self):
         inner = self.layer.get_config(self._inner_name())
-        return {"layer": inner, "merge_mode": self.merge_mode}
+        cfg = {"layer": inner, "merge_mode": self.merge_mode}
+        if self.backward_layer is not None:
+            b = self.backward_layer
+            cfg["backward_layer"] = b.get_config(b.name or "backward_" + self._inner_name())
+        return cfg
+
+    # the states: the forward half's, then the backward half's
+    def _state_shapes(self):
+        return self.layer._state_shapes() * 2
+
+    def _returns_state(self):
+        return self.layer.flags["return_state"]
+
+    def __call__(self, inputs, initial_state=None):
+        return _call_recurrent(self, inputs, initial_state)
+
+    def _out_shape(self, shapes):
+        return _recurrent_out_shape(self, shapes)
 
     def compute_output_shape(self, in_shape):
         out = self.layer.compute_output_shape(in_shape)
@@ -1062,11 +1182,19 @@ class Bidirectional(Layer):
         return out
 
     def weight_specs(self, in_shape):
+        # the halves' names as the daemon's importer gives them
+        # (import_keras_rnn.c rt_keras_bidirectional): forward_<x> with x
+        # the layer's name less a "forward_", and the backward layer's own
+        # name where it starts with "backward_", else backward_<x>
         inner = self._inner_name()
-        ws = self.layer.weight_specs(in_shape)
-        return ([("forward_%s/%s" % (inner, n), sh, tr) for n, sh, tr in ws] +
-                [("backward_%s/%s" % (inner, n), sh, tr)
-                 for n, sh, tr in ws])
+        base = inner[8:] if inner.startswith("forward_") else inner
+        back = self.backward_layer
+        bname = back.name if back is not None and back.name and \
+            back.name.startswith("backward_") else "backward_" + base
+        bws = (back or self.layer).weight_specs(in_shape)
+        return ([("forward_%s/%s" % (base, n), sh, tr)
+                 for n, sh, tr in self.layer.weight_specs(in_shape)] +
+                [("%s/%s" % (bname, n), sh, tr) for n, sh, tr in bws])
 
 
 # ------------------------------------------------- the importer's other layers
@@ -1877,9 +2005,9 @@ class MultiHeadAttention(Layer):
     def _keras2_node(self, srcs, t=None):
         # Keras 2 (Node.serialize): the first argument is the entry, every
         # other one (tensors as [name, node, 0]) a keyword
-        kw = {r: [src, k, 0] for r, (src, k) in zip(t._roles[1:], srcs[1:])}
+        kw = {r: [s[0], s[1], s[2] if len(s) > 2 else 0] for r, s in zip(t._roles[1:], srcs[1:])}
         kw.update(t._call_kw)
-        return [[srcs[0][0], srcs[0][1], 0, kw]]
+        return [[srcs[0][0], srcs[0][1], srcs[0][2] if len(srcs[0]) > 2 else 0, kw]]
 
     def _keras3_build(self, in_shapes):
         # build(query_shape, value_shape, key_shape=None): the tensor

@@ -55,7 +55,7 @@ class _Node:
     @property
     def inbound(self):
         """names of the layers its first call reads"""
-        return [src for src, _ in self.calls[0].srcs]
+        return [s[0] for s in self.calls[0].srcs]
 
     @property
     def in_shapes(self):
@@ -152,6 +152,7 @@ class Model(_layers._Called):
         order, seen = [], set()
 
         def visit(t):
+            t = t._primary  # a call's other outputs stand for the call
             if id(t) in seen:
                 return
             seen.add(id(t))
@@ -205,7 +206,8 @@ class Model(_layers._Called):
                 conv[id(t)] = k
         self._conv = conv
         for layer in layers:
-            calls = [_Call([(names[id(i.layer)], conv[id(i)]) for i in t.inputs],
+            calls = [_Call([(names[id(i.layer)], conv[id(i._primary)], i.tensor_index)
+                            for i in t.inputs],
                            [list(i.shape[1:]) for i in t.inputs], list(t.shape[1:]), t)
                      for t in sorted(placed[id(layer)], key=lambda t: t.node_index)]
             nodes.append(_Node(layer, layer.name, None, None, None, calls=calls))
@@ -239,10 +241,15 @@ class Model(_layers._Called):
 
     def _out_refs(self):
         """[(layer name, node index)] of the outputs (Keras' output_layers)"""
+        return [r[:2] for r in self._out_refs3()]
+
+    def _out_refs3(self):
+        """[(layer name, node index, tensor index)] of the outputs"""
         outs = getattr(self, "_outputs", None)
         if not outs:
-            return [(self._nodes[-1].name, 0)]
-        return [(self._node_of(t.layer).name, self._conv[id(t)]) for t in outs]
+            return [(self._nodes[-1].name, 0, 0)]
+        return [(self._node_of(t.layer).name, self._conv[id(t._primary)], t.tensor_index)
+                for t in outs]
 
     @property
     def input_shape(self):
@@ -289,15 +296,16 @@ class Model(_layers._Called):
             d = _layer_entry(n.layer, n.name)
             d["name"] = n.name
             d["inbound_nodes"] = [
-                n.layer._keras2_node([(src, k + _node_offset(by[src])) for src, k in c.srcs],
+                n.layer._keras2_node([(s[0], s[1] + _node_offset(by[s[0]])) + tuple(s[2:])
+                                      for s in c.srcs],
                                      c.tensor)
                 for c in n.calls if c.srcs]
             out.append(d)
         ins = self._io()[0]
         cfg = {"name": self.name, "layers": out,
                "input_layers": [[nm, 0, 0] for nm, _ in ins],
-               "output_layers": [[nm, k + _node_offset(by[nm]), 0]
-                                 for nm, k in self._out_refs()]}
+               "output_layers": [[nm, k + _node_offset(by[nm]), ti]
+                                 for nm, k, ti in self._out_refs3()]}
         if not self.trainable:
             cfg["trainable"] = False
         return cfg
@@ -400,8 +408,8 @@ class Model(_layers._Called):
                    str(params)]
             if functional:
                 by = {m.name: m.layer for m in self._nodes}
-                row.append(", ".join("%s[%d][0]" % (src, k + _node_offset(by[src]))
-                                     for c in n.calls for src, k in c.srcs))
+                row.append(", ".join("%s[%d][%d]" % (s[0], s[1] + _node_offset(by[s[0]]), s[2])
+                                     for c in n.calls for s in c.srcs))
             rows.append(row)
         print_fn('Model: "%s"' % self.name)
         print_fn("_" * width)
@@ -596,6 +604,12 @@ class Sequential(Model):
                 raise ValueError("an InputLayer can only be the first layer")
             self._input = layer
             return
+        if getattr(layer, "_returns_state", lambda: False)():
+            # Keras refuses it too: "All layers in a Sequential model
+            # should have a single output tensor"
+            raise ValueError("%s with return_state has several outputs; use a "
+                             "Functional model (rtrain.Model) for its states"
+                             % layer.keras_class)
         self._list.append(layer)
         self._nodes = None
 
@@ -692,26 +706,29 @@ def _layer_from_config(cls_name, cfg):
         if k in params and k not in ("self", "kw", "name", "input_shape",
                                      "batch_input_shape", "trainable", "batch_size"):
             kw[k] = v
-    if cls is _layers.Bidirectional and isinstance(kw.get("layer"), dict):
-        kw["layer"] = _layer_from_config(kw["layer"]["class_name"],
-                                         kw["layer"]["config"])
+    if cls is _layers.Bidirectional:
+        # the wrapped layer and Keras 3's backward_layer, each a layer config
+        for k in ("layer", "backward_layer"):
+            if isinstance(kw.get(k), dict):
+                kw[k] = _layer_from_config(kw[k]["class_name"], kw[k]["config"])
     return cls(**kw)
 
 
 class _Ref(tuple):
     """A keyword argument of a call that is a tensor: (source layer, node
-    index)."""
+    index, tensor index)."""
 
 
 def _tensor_ref(v):
-    """(source layer, node index) of a serialized tensor (Keras 2's
-    [name, node, 0], Keras 3's __keras_tensor__), else None."""
+    """(source layer, node index, tensor index) of a serialized tensor
+    (Keras 2's [name, node, tensor], Keras 3's __keras_tensor__), else
+    None."""
     if isinstance(v, list) and 3 <= len(v) <= 4 and isinstance(v[0], str) and \
             all(isinstance(i, int) for i in v[1:3]):
-        return (v[0], v[1])
+        return (v[0], v[1], v[2])
     if isinstance(v, dict) and v.get("class_name") == "__keras_tensor__":
         h = v["config"]["keras_history"]
-        return (h[0], h[1])
+        return (h[0], h[1], h[2] if len(h) > 2 else 0)
     return None
 
 
@@ -721,17 +738,28 @@ def _node_call(node):
     {kwargs}], ...] or Keras 3's {"args": [tensor(s)], "kwargs": {...}}."""
     if isinstance(node, list):
         kw = node[0][3] if node and len(node[0]) > 3 and isinstance(node[0][3], dict) else {}
-        srcs, kwargs = [(ref[0], ref[1] if len(ref) > 1 else 0) for ref in node], kw
+        srcs, kwargs = [(ref[0], ref[1] if len(ref) > 1 else 0, ref[2] if len(ref) > 2 else 0)
+                        for ref in node], kw
     else:
         args = node.get("args") or []
         if len(args) == 1 and isinstance(args[0], list):
             args = args[0]
+        else:  # an RNN's initial states: Keras 3's second argument, maybe a list
+            args = [e for a in args for e in (a if isinstance(a, list) and a and all(
+                isinstance(t, dict) for t in a) else [a])]
         srcs = [_tensor_ref(t) for t in args]
         if not srcs or None in srcs:
             raise ValueError("an inbound node's arguments are not tensors: %r" % (args,))
         kwargs = node.get("kwargs") or {}
     out = {}
     for k, v in kwargs.items():
+        st = v if isinstance(v, list) else [v]
+        if k == "initial_state" and st and all(_tensor_ref(e) is not None for e in st):
+            # Keras 3 may keep an RNN's initial states a keyword (a tensor
+            # or a list); the call reads them after its input, as Keras 2
+            # writes them
+            srcs = srcs + [_tensor_ref(e) for e in st]
+            continue
         r = _tensor_ref(v)
         out[k] = _Ref(r) if r is not None else v
     return srcs, out
@@ -742,7 +770,14 @@ def _io_refs(v):
     [["name", 0, 0], ...]; Keras 3 may write one ["name", 0, 0]"""
     if v and isinstance(v[0], str):
         v = [v]
-    return [(e[0], e[1] if len(e) > 1 else 0) for e in v]
+    return [(e[0], e[1] if len(e) > 1 else 0, e[2] if len(e) > 2 else 0) for e in v]
+
+
+def _made(made, ref):
+    """the tensor (layer, call, tensor index) of the calls made so far,
+    else None"""
+    outs = made.get((ref[0], ref[1]))
+    return outs[ref[2]] if outs is not None and 0 <= ref[2] < len(outs) else None
 
 
 def _functional_from_config(cfg, lays):
@@ -772,7 +807,7 @@ def _functional_from_config(cfg, lays):
             off_in[name] = off_out[name] = _node_offset(layer) if starts or \
                 not isinstance(layer, Sequential) else 0
         if isinstance(layer, _layers.InputLayer):
-            made[(name, 0)] = layer._tensor()
+            made[(name, 0)] = [layer._tensor()]
             continue
         nodes = ld.get("inbound_nodes") or []
         if not nodes:
@@ -781,14 +816,14 @@ def _functional_from_config(cfg, lays):
     for i, (layer, name, calls) in enumerate(queue):
         for srcs, kwargs in calls:
             refs = srcs + [v for v in kwargs.values() if isinstance(v, _Ref)]
-            bad = [s for s, _ in refs if s not in layers]
+            bad = [r[0] for r in refs if r[0] not in layers]
             if bad:
                 raise ValueError("layer %r: inbound layers %s are not defined"
                                  % (name, bad))
         # the sources as (layer, call index)
         queue[i] = (layer, name, [
-            ([(s, k - off_in[s]) for s, k in srcs],
-             {a: _Ref((v[0], v[1] - off_in[v[0]])) if isinstance(v, _Ref) else v
+            ([(s, k - off_in[s], ti) for s, k, ti in srcs],
+             {a: _Ref((v[0], v[1] - off_in[v[0]], v[2])) if isinstance(v, _Ref) else v
               for a, v in kwargs.items()})
             for srcs, kwargs in calls])
     while queue:
@@ -800,36 +835,38 @@ def _functional_from_config(cfg, lays):
                 # other layers' keyword arguments are not tensors they read
                 refs = srcs + ([v for v in kwargs.values() if isinstance(v, _Ref)]
                                if mha else [])
-                if any(r not in made for r in refs):
+                if any(not _made(made, r) for r in refs):
                     break
-                ins = [made[r] for r in srcs]
+                ins = [_made(made, r) for r in srcs]
                 if mha:
-                    kw = {k: made[v] if isinstance(v, _Ref) else v
+                    kw = {k: _made(made, v) if isinstance(v, _Ref) else v
                           for k, v in kwargs.items()}
                     t = layer(*ins, **kw)
                 else:
                     t = layer(ins if len(ins) > 1 else ins[0])
-                made[(name, t.node_index)] = t
+                # a call's outputs: [output, *states] with return_state
+                outs = t if isinstance(t, list) else [t]
+                made[(name, outs[0].node_index)] = outs
                 calls.pop(0)
                 progressed = True
             if calls:
                 left.append((layer, name, calls))
         if left and not progressed:
             layer, name, calls = left[0]
-            missing = [r for r in calls[0][0] if r not in made]
+            missing = [r for r in calls[0][0] if not _made(made, r)]
             raise ValueError("layer %r reads %s, which no layer call makes (a "
                              "node index past the layer's calls, or a cycle)"
-                             % (name, ", ".join("%s[%d]" % r for r in missing)))
+                             % (name, ", ".join("%s[%d][%d]" % r for r in missing)))
         queue = left
 
     def tensors(v, what):
         out = []
         for r in _io_refs(v):
-            c = (r[0], r[1] - off_out.get(r[0], 0))
-            if c not in made:
-                raise ValueError("%s names %s[%d], which no layer call makes"
-                                 % (what, r[0], r[1]))
-            out.append(made[c])
+            c = (r[0], r[1] - off_out.get(r[0], 0), r[2])
+            if not _made(made, c):
+                raise ValueError("%s names %s[%d][%d], which no layer call makes"
+                                 % (what, r[0], r[1], r[2]))
+            out.append(_made(made, c))
         return out
     ins = tensors(cfg["input_layers"], "input_layers")
     outs = tensors(cfg["output_layers"], "output_layers")

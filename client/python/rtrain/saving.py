@@ -567,7 +567,7 @@ def _keras_order(km):
         if key[0] not in index:
             index[key[0]] = len(index)
         for src in by[key[0]].calls[key[1]].srcs:
-            walk(tuple(src))
+            walk(tuple(src[:2]))
         done.add(key)
         topo.append(key)
     for key in km._out_refs():
@@ -577,13 +577,17 @@ def _keras_order(km):
         d = max(node_depth.setdefault(key, 0), layer_depth.get(key[0], 0))
         layer_depth[key[0]] = node_depth[key] = d
         for src in by[key[0]].calls[key[1]].srcs:
-            node_depth[tuple(src)] = max(d + 1, node_depth.get(tuple(src), 0))
+            node_depth[tuple(src[:2])] = max(d + 1, node_depth.get(tuple(src[:2]), 0))
     # an input no output reads: depth 0, first among its depth
     return sorted(nodes, key=lambda n: (-layer_depth.get(n.name, 0), index.get(n.name, -1)))
 
 
-def _keras3_tensor(src_node, k):
-    """Keras 3's serialized KerasTensor: call k of src_node's output"""
+def _keras3_tensor(src_node, k, ti=0):
+    """Keras 3's serialized KerasTensor: call k of src_node's output ti"""
+    if ti:
+        raise ValueError("the states of layer %s (return_state) feed another layer; the "
+                         "Keras 3 .keras format is not written for such models here: save "
+                         "to .h5" % src_node.name)
     return {"class_name": "__keras_tensor__",
             "config": {"shape": [None] + list(src_node.calls[k].out_shape), "dtype": "float32",
                        "keras_history": [src_node.name, k, 0]}}
@@ -621,7 +625,7 @@ def _keras3_config(km, order):
             # serialize_node), each tensor's keras_history by node index
             entry["name"] = n.name
             entry["inbound_nodes"] = [
-                n.layer._keras3_node([_keras3_tensor(by[src], k) for src, k in c.srcs],
+                n.layer._keras3_node([_keras3_tensor(by[s[0]], s[1], s[2]) for s in c.srcs],
                                      c.tensor)
                 for c in n.calls if c.srcs]
         out.append(entry)
@@ -635,6 +639,11 @@ def _keras3_config(km, order):
         def refs(v, listed):
             return [[nm, k, 0] for nm, k in v] if listed or len(v) > 1 else [v[0][0], v[0][1], 0]
         cfg["input_layers"] = refs([(nm, 0) for nm, _ in ins], lists[0])
+        for nm, _, ti in km._out_refs3():
+            if ti:
+                raise ValueError("output %s is a state of layer %s (return_state); the Keras "
+                                 "3 .keras format is not written for such models here: save "
+                                 "to .h5" % (ti, nm))
         cfg["output_layers"] = refs([
             (nm, k + _models._node_offset(by[nm].layer, "keras3_out"))
             for nm, k in km._out_refs()], lists[1])
