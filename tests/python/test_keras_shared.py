@@ -59,11 +59,10 @@ def shared_embedding():
     enc, dec = L.Input((5,), name="encoder_in"), L.Input((4,), name="decoder_in")
     embed = L.Embedding(20, 6, name="embed", embeddings_initializer={
         "class_name": "RandomUniform", "config": {"minval": -1.0, "maxval": 1.0, "seed": None}})
-    # the fixture's LSTMs have no recurrent_initializer, which the daemon
-    # reads as GlorotUniform (Keras' default is Orthogonal): given here so
-    # that the daemon draws the fixture's initial weights
-    e = L.LSTM(8, name="encoder", recurrent_initializer="glorot_uniform")(embed(enc))
-    d = L.LSTM(8, name="decoder", recurrent_initializer="glorot_uniform")(embed(dec))
+    # the fixture's LSTMs have no recurrent_initializer: Keras' default,
+    # Orthogonal, which is the builder's too
+    e = L.LSTM(8, name="encoder")(embed(enc))
+    d = L.LSTM(8, name="decoder")(embed(dec))
     out = L.Dense(20, activation="softmax", name="next_word")(
         L.Concatenate(name="join")([e, d]))
     return rtrain.Model([enc, dec], [out, d], name="shared_embedding")
