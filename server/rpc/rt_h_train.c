@@ -41,11 +41,10 @@ static Rtrain__V1__EpochEnd *epoch_pb(rt_call *c, int64_t epoch, const rt_metric
     return e->train ? e : NULL;
 }
 
-/* A RunSteps answer's EpochEnds, from the use case's (rt_run_epoch). */
+/* A RunSteps answer's EpochEnds (n_epochs > 0), from the use case's
+ * (rt_run_epoch). */
 static int epochs_pb(rt_call *c, const rt_run_steps_out *out, Rtrain__V1__RunStepsResponse *r)
 {
-    if (!out->n_epochs)
-        return 0;
     if (!(r->epochs = rt_call_alloc(c, sizeof *r->epochs * out->n_epochs)))
         return -1;
     for (size_t i = 0; i < out->n_epochs; i++) {
@@ -105,7 +104,7 @@ static int run_steps(rt_call *c)
         r->losses = in.losses;
         r->n_losses = (size_t)out.done;
     }
-    if (epochs_pb(c, &out, r) < 0)
+    if (out.n_epochs && epochs_pb(c, &out, r) < 0)
         return OOM(c);
     if (out.has_val && !(r->val = rt_h_metrics_pb(c, &out.val)))
         return OOM(c);
