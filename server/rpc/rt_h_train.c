@@ -41,41 +41,19 @@ static Rtrain__V1__EpochEnd *epoch_pb(rt_call *c, int64_t epoch, const rt_metric
     return e->train ? e : NULL;
 }
 
-/* The EpochEnds of a RunSteps answer, built as the use case reports them
- * (rt_train_host.epoch and epoch_val). */
-typedef struct run_epochs {
-    rt_call *c;
-    Rtrain__V1__EpochEnd **v;
-    size_t n, cap;
-    int failed; /* the call's failure (OOM), already set */
-} run_epochs;
-
-static int run_epoch(void *ud, int64_t epoch, const rt_metrics *train, int64_t step,
-                     uint64_t exec_ns)
+/* A RunSteps answer's EpochEnds (n_epochs > 0), from the use case's
+ * (rt_run_epoch). */
+static int epochs_pb(rt_call *c, const rt_run_steps_out *out, Rtrain__V1__RunStepsResponse *r)
 {
-    run_epochs *r = ud;
-    if (r->n == r->cap) {
-        size_t nc = r->cap ? r->cap * 2 : 8;
-        Rtrain__V1__EpochEnd **nv = rt_call_alloc(r->c, sizeof *nv * nc);
-        if (!nv)
-            return r->failed = OOM(r->c);
-        if (r->n)
-            memcpy(nv, r->v, sizeof *nv * r->n);
-        r->v = nv;
-        r->cap = nc;
+    if (!(r->epochs = rt_call_alloc(c, sizeof *r->epochs * out->n_epochs)))
+        return -1;
+    for (size_t i = 0; i < out->n_epochs; i++) {
+        const rt_run_epoch *x = out->epochs[i];
+        Rtrain__V1__EpochEnd *e = epoch_pb(c, x->epoch, &x->train, x->step, x->exec_ns);
+        if (!e || (x->has_val && !(e->val = rt_h_metrics_pb(c, &x->val))))
+            return -1;
+        r->epochs[r->n_epochs++] = e;
     }
-    Rtrain__V1__EpochEnd *e = epoch_pb(r->c, epoch, train, step, exec_ns);
-    if (!e)
-        return r->failed = OOM(r->c);
-    r->v[r->n++] = e;
-    return 0;
-}
-
-static int run_epoch_val(void *ud, const rt_metrics *val)
-{
-    run_epochs *r = ud;
-    if (!(r->v[r->n - 1]->val = rt_h_metrics_pb(r->c, val)))
-        return r->failed = OOM(r->c);
     return 0;
 }
 
@@ -95,13 +73,9 @@ static int run_steps(rt_call *c)
         return OOM(c);
     if (c->srv->state)
         in.ckpt_continue = rt_h_ckpt_continue(c, q->checkpoint_policy);
-    run_epochs ep = {.c = c};
-    const rt_train_host h = {.ud = c,
-                             .flags = train_flags(c),
-                             .step = rt_call_step_point,
-                             .answer_ud = &ep,
-                             .epoch = run_epoch,
-                             .epoch_val = run_epoch_val};
+    in.alloc = c->alloc.alloc; /* the call's arena (rt_call.c) */
+    in.alloc_ud = c->alloc.allocator_data;
+    const rt_train_host h = {.ud = c, .flags = train_flags(c), .step = rt_call_step_point};
     rt_train_ctx ctx = {
         .ds = c->ds, .val_ds = c->val_ds, .state = c->srv->state, .sid = c->sess->id, .host = &h};
     rt_run_steps_out out;
@@ -109,7 +83,7 @@ static int run_steps(rt_call *c)
     int rc = rt_program_run_steps(c->prog, &ctx, &in, &out, err, sizeof err);
     c->tm.durable_ns += out.durable_ns;
     if (rc < 0)
-        return ep.failed ? ep.failed : rt_call_fail(c, rc, "%s", err);
+        return out.alloc_failed ? OOM(c) : rt_call_fail(c, rc, "%s", err);
     Rtrain__V1__RunStepsResponse *r =
         NEW(c, Rtrain__V1__RunStepsResponse, RTRAIN__V1__RUN_STEPS_RESPONSE__INIT);
     if (!r)
@@ -130,8 +104,8 @@ static int run_steps(rt_call *c)
         r->losses = in.losses;
         r->n_losses = (size_t)out.done;
     }
-    r->epochs = ep.v;
-    r->n_epochs = ep.n;
+    if (out.n_epochs && epochs_pb(c, &out, r) < 0)
+        return OOM(c);
     if (out.has_val && !(r->val = rt_h_metrics_pb(c, &out.val)))
         return OOM(c);
     return r->last && r->mean ? 0 : OOM(c);

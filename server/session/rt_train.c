@@ -267,9 +267,11 @@ int rt_train_checkpoint(rt_state *st, const char *sid, rt_program *p, int cont, 
 typedef struct run_cb {
     rt_program *p;
     const rt_train_host *host;
+    const rt_run_steps_in *in;
+    rt_run_steps_out *out;
+    size_t cap; /* out->epochs' room */
     int stop_for_val;
     int hit_epoch_end;
-    int n_epochs;
     int cancelled;
     int oom;
     int stopped;      /* Control's stop */
@@ -296,12 +298,30 @@ static int run_step_cb(void *ud, const rt_step_info *info)
         r->stopped = 1;
     if (!info->epoch_end)
         return r->stopped;
-    if (r->host->epoch(r->host->answer_ud, info->epoch, &info->epoch_metrics, info->step,
-                       rt_program_epoch_clock_end(r->p, &r->mark)) < 0) {
-        r->oom = 1;
+    rt_run_steps_out *o = r->out;
+    if (o->n_epochs == r->cap) {
+        size_t nc = r->cap ? r->cap * 2 : 8;
+        rt_run_epoch **nv = r->in->alloc(r->in->alloc_ud, sizeof *nv * nc);
+        if (!nv) {
+            r->oom = o->alloc_failed = 1;
+            return 1;
+        }
+        if (o->n_epochs)
+            memcpy(nv, o->epochs, sizeof *nv * o->n_epochs);
+        o->epochs = nv;
+        r->cap = nc;
+    }
+    rt_run_epoch *ee = r->in->alloc(r->in->alloc_ud, sizeof *ee);
+    if (!ee) {
+        r->oom = o->alloc_failed = 1;
         return 1;
     }
-    r->n_epochs++;
+    o->epochs[o->n_epochs++] = ee;
+    ee->epoch = info->epoch;
+    ee->step = info->step;
+    ee->exec_ns = rt_program_epoch_clock_end(r->p, &r->mark);
+    ee->has_val = 0;
+    ee->train = info->epoch_metrics;
     r->hit_epoch_end = 1;
     /* Stop here so the caller can validate between epochs. */
     return r->stop_for_val || r->stopped;
@@ -336,6 +356,8 @@ int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in
     int val_in = ctx->val_ds && !in->val_at_end;
     run_cb cb = {.p = p,
                  .host = ctx->host,
+                 .in = in,
+                 .out = out,
                  .stop_for_val = val_in || ctx->ds->img != NULL,
                  .gen = rt_program_run_begin(p),
                  .stop_on_nan = in->stop_on_nan};
@@ -389,16 +411,13 @@ int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in
         acc_sum += part.mean.acc * (double)part.mean.samples;
         samples += part.mean.samples;
         res = part;
-        if (cb.hit_epoch_end && val_in && cb.n_epochs) {
-            rt_metrics vm;
-            if ((rc = rt_exec_evaluate(e, &vd, &vm)) < 0) {
+        if (cb.hit_epoch_end && val_in && out->n_epochs) {
+            rt_run_epoch *ee = out->epochs[out->n_epochs - 1];
+            if ((rc = rt_exec_evaluate(e, &vd, &ee->val)) < 0) {
                 rt_program_run_end(p);
                 return engine_fail(p, rc, err, errlen);
             }
-            if (ctx->host->epoch_val(ctx->host->answer_ud, &vm) < 0) {
-                rt_program_run_end(p);
-                return oom(err, errlen);
-            }
+            ee->has_val = 1;
         }
         if (cb.stopped)
             break;

@@ -5,7 +5,8 @@
  * answer (Fit's events go out through the caller's hooks); the use case calls down
  * into the data view (rt_view.h), the engine (or the trainer plugged in
  * at startup) and the state directory, never back into server/rpc except
- * through the hooks the caller hands it.
+ * through the hooks the caller hands it (and the allocator that gives
+ * RunSteps' epoch ends their room, which are returned as data).
  *
  *     rt_run_steps_in in = {.steps = 1, ...};
  *     rt_run_steps_out out;
@@ -58,14 +59,13 @@ typedef struct rt_train_flags {
  * where *flags.waiting is set or the step is at or past flags.pause_at,
  * the --pause-at-step hook and the device's time slice; 1 when the call
  * was cancelled. yield (ud): Predict's chunk boundary where *flags.waiting
- * is set, the device's time slice alone. With answer_ud: epoch: an engine
- * epoch ended; epoch_val:
- * the last epoch's validation (< 0: out of memory, the call stops).
- * Fit's (rt_program_fit_run), the others unused there: stopping (ud): a
- * durable daemon is stopping; progress: send a StepProgress (coalesce 0:
- * at once, a new rate); epoch_end: send an EpochEnd (nan_step as
- * progress; val_ns: time spent validating and checkpointing it).
- * epoch_end < 0: the call failed (its caller set the failure). */
+ * is set, the device's time slice alone. Fit's (rt_program_fit_run), the
+ * others unused there: stopping (ud): a durable daemon is stopping; with
+ * answer_ud: progress: send a StepProgress (coalesce 0: at once, a new
+ * rate); epoch_end: send an EpochEnd (nan_step as progress; val_ns: time
+ * spent validating and checkpointing it). epoch_end < 0: the call failed
+ * (its caller set the failure). RunSteps' epoch ends come back as data
+ * (rt_run_steps_out.epochs). */
 typedef struct rt_train_host {
     void *ud;
     rt_train_flags flags;
@@ -73,9 +73,6 @@ typedef struct rt_train_host {
     int (*yield)(void *ud);
     int (*stopping)(void *ud);
     void *answer_ud;
-    int (*epoch)(void *answer_ud, int64_t epoch, const rt_metrics *train, int64_t step,
-                 uint64_t exec_ns);
-    int (*epoch_val)(void *answer_ud, const rt_metrics *val);
     void (*progress)(void *answer_ud, const rt_fit_progress *pr, int coalesce);
     int (*epoch_end)(void *answer_ud, const rt_fit_epoch *e, int64_t nan_step, uint64_t val_ns);
 } rt_train_host;
@@ -174,7 +171,24 @@ typedef struct rt_run_steps_in {
     uint32_t every_steps, every_s;
     int ckpt_continue; /* a failed checkpoint is logged, not the call's failure */
     float *losses;     /* room for steps losses, or NULL: none returned */
+    /* room for the epoch ends (rt_run_steps_out.epochs), asked for as
+     * they come, none in a call that ends no epoch: the caller's
+     * allocator, which charges it to the call's principal (its arena);
+     * NULL: out of memory, the call stops */
+    void *(*alloc)(void *alloc_ud, size_t n);
+    void *alloc_ud;
 } rt_run_steps_in;
+
+/* An engine epoch that ended inside a RunSteps call, for its answer's
+ * EpochEnd: its number, its training metrics, the global step at its end,
+ * the time its steps took in this call and, validated at its end (a
+ * validation set without val_at_end), its validation metrics. */
+typedef struct rt_run_epoch {
+    int64_t epoch, step;
+    uint64_t exec_ns;
+    int has_val;
+    rt_metrics train, val;
+} rt_run_epoch;
 
 typedef struct rt_run_steps_out {
     int replayed, recorded; /* a seq applied already; its answer was kept */
@@ -185,8 +199,11 @@ typedef struct rt_run_steps_out {
     int64_t nan_step; /* the first non-finite loss's step, 0 = none */
     int64_t done;     /* steps run (in->losses: written) */
     int has_val;
-    rt_metrics val;      /* val_at_end */
-    uint64_t durable_ns; /* the checkpoint's time, with a state dir */
+    rt_metrics val;        /* val_at_end */
+    uint64_t durable_ns;   /* the checkpoint's time, with a state dir */
+    rt_run_epoch **epochs; /* the epoch ends in order (in->alloc's room) */
+    size_t n_epochs;
+    int alloc_failed; /* in->alloc returned NULL: the call's failure */
 } rt_run_steps_out;
 
 /* A RunSteps call, start to end: replay, the view, the rate, the steps
