@@ -224,6 +224,11 @@ typedef struct rt__kargs {
 
 typedef void (*rt__kfn)(const rt__kargs *a);
 
+/* The random image ops' kernels (rt_imgaug.c): the ops' definition, which
+ * both backends' tables name */
+void rt__imgaug_fwd(const rt__kargs *a);
+void rt__imgaug_bwd(const rt__kargs *a);
+
 /* ------------------------------------------------------------------- ops */
 
 /* Compile context given to infer(): for errors and attributes. */
@@ -349,7 +354,13 @@ struct rt__op_def {
     X(rt__op_seqmask)         \
     X(rt__op_masking)         \
     X(rt__op_batchmatmul)     \
-    X(rt__op_bandmask)
+    X(rt__op_bandmask)        \
+    X(rt__op_rndflip)         \
+    X(rt__op_rndrotate)       \
+    X(rt__op_rndtranslate)    \
+    X(rt__op_rndzoom)         \
+    X(rt__op_rndcontrast)     \
+    X(rt__op_rndbright)
 
 #define RT__OP_DECL(def) extern const rt__op_def def;
 RT__OP_LIST(RT__OP_DECL)
@@ -429,6 +440,7 @@ RT__PARAM_ACCESSORS(RT__P_EMBED, embed, rt__embed_params)
 RT__PARAM_ACCESSORS(RT__P_SEQMASK, seqmask, rt__seqmask_params)
 RT__PARAM_ACCESSORS(RT__P_BMM, bmm, rt__bmm_params)
 RT__PARAM_ACCESSORS(RT__P_BAND, band, rt__band_params)
+RT__PARAM_ACCESSORS(RT__P_IMAGE, image, rt__image_params)
 #undef RT__PARAM_ACCESSORS
 
 /* Rows of a batched-or-not shape at runtime batch n: product of all dims

@@ -46,6 +46,7 @@ typedef enum rt__pkind {
     RT__P_SEQMASK,  /* SequenceMask, Masking */
     RT__P_BMM,      /* BatchMatMul */
     RT__P_BAND,     /* BandMask */
+    RT__P_IMAGE,    /* RandomFlip, RandomRotation, ... (op_image.c) */
 } rt__pkind;
 
 /* Dense/MatMul: x (R,K) times W (K,N); act: Dense's own activation */
@@ -282,6 +283,35 @@ typedef struct rt__band_params {
     int causal;
 } rt__band_params;
 
+/* Keras' random image layers on (B, H, W, C): the input unchanged unless
+ * training; in training each sample's draws come from the counter RNG
+ * (seed, node, step, 4 * sample + k), as dropout's masks (op_image.c,
+ * rt_imgaug.c). The geometric ones sample the input as TensorFlow's
+ * ImageProjectiveTransformV3 at the point the output pixel (y, x) maps
+ * to: x' = m0 x + m1 y + m2, y' = m3 x + m4 y + m5 (no half-pixel
+ * offset). */
+enum {
+    RT__IMG_FLIP = 0,  /* flip_h, flip_v: each drawn with probability 1/2
+                        * (joint: one draw flips both, as Keras 3.6+) */
+    RT__IMG_ROTATE,    /* angle in [lo[0], hi[0]] turns */
+    RT__IMG_TRANSLATE, /* [0] height, [1] width: fractions of H, W */
+    RT__IMG_ZOOM,      /* [0] height, [1] width: zoom 1 + draw */
+    RT__IMG_CONTRAST,  /* factor in [1 - lo[0], 1 + hi[0]], clipped to v */
+    RT__IMG_BRIGHT,    /* + draw in [lo[0], hi[0]] * (v1 - v0), clipped */
+};
+enum { RT__FILL_REFLECT = 0, RT__FILL_WRAP, RT__FILL_CONSTANT, RT__FILL_NEAREST };
+typedef struct rt__image_params {
+    int kind; /* RT__IMG_* */
+    int64_t H, W, C;
+    int flip_h, flip_v, joint;
+    double lo[2], hi[2];
+    int same;     /* zoom without width_factor: the height draw for both */
+    int fill;     /* RT__FILL_* */
+    int bilinear; /* else nearest */
+    double fill_value;
+    double v0, v1; /* contrast, brightness: the value range */
+} rt__image_params;
+
 typedef union rt__op_params {
     rt__dense_params dense;
     rt__bcast_params bcast;
@@ -301,6 +331,7 @@ typedef union rt__op_params {
     rt__seqmask_params seqmask;
     rt__bmm_params bmm;
     rt__band_params band;
+    rt__image_params image;
 } rt__op_params;
 
 #endif

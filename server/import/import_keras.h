@@ -277,6 +277,10 @@ int rt_keras_mha(rt_keras_ctx *c);
 int rt_keras_dot(rt_keras_ctx *c);
 int rt_keras_attention(rt_keras_ctx *c);
 int rt_keras_layers_activation(rt_keras_ctx *c, const char *act, const char *node_name);
+/* import_keras_image.c: the random image layers (RandomFlip, RandomRotation,
+ * RandomTranslation, RandomZoom, RandomContrast, RandomBrightness), as
+ * rt_keras_layers_find (which asks it first) */
+int rt_keras_image_find(const char *class_name, rt_keras_layer_fn *fn, int *n_in);
 
 #ifdef __cplusplus
 }

@@ -1146,6 +1146,8 @@ int rt_keras_layers_find(const char *class_name, rt_keras_layer_fn *fn, int *n_i
             return 1;
         }
     }
+    if (rt_keras_image_find(class_name, fn, n_in))
+        return 1;
     return rt_keras_attn_find(class_name, fn, n_in);
 }
 

@@ -73,7 +73,10 @@ static const char *const SUPPORTED[] = {
     "LayerNormalization", "LeakyReLU", "PReLU", "ELU", "ReLU", "Softmax", "ThresholdedReLU",
     "SpatialDropout1D", "SpatialDropout2D", "GaussianNoise", "GaussianDropout",
     "ActivityRegularization", "Identity", "Normalization", "Convolution2D", "Merge",
-    "AtrousConvolution2D", "MultiHeadAttention", "Dot", "Attention", "NotEqual", NULL,
+    "AtrousConvolution2D", "MultiHeadAttention", "Dot", "Attention", "NotEqual",
+    /* the random image preprocessing layers */
+    "RandomFlip", "RandomRotation", "RandomTranslation", "RandomZoom", "RandomContrast",
+    "RandomBrightness", NULL,
 };
 
 /* Keras' other spellings of those classes, and the model classes. */

@@ -3,7 +3,7 @@
  * behind the wider Keras/ONNX layer set: the activations of op_act.c,
  * Div/Max/Min/PRelu, Pad, Transpose, ReduceMean/ReduceSum, Upsample,
  * GlobalMaxPool, LayerNormalization, grouped/depthwise and dilated Conv2D,
- * ConvTranspose and the train-time noise layers.
+ * ConvTranspose, the train-time noise layers and the random image ops.
  *
  * Each case is rt_gradcase.h's x (B, dims) -> Add(P) -> op -> Flatten ->
  * MSE, every parameter trainable.
@@ -319,6 +319,54 @@ int main(void)
         node1("d", "GaussianNoise", "h", 1, &s);
         node1("y", "Tanh", "d", 0, NULL);
         run_check("GaussianNoise (training)", "y");
+    }
+
+    /* ---- the random image ops in training: the adjoint of the sampling
+     * (the draws are fixed for a step); values are clipped nowhere but in
+     * the last contrast case */
+    {
+        static const char *const fills[] = {"reflect", "wrap", "constant", "nearest"};
+        for (int f = 0; f < 4; f++)
+            for (int nearest = 0; nearest < 2; nearest++) {
+                char nm[96];
+                rt_attr a[5] = {flt("lower", -0.3), flt("upper", 0.3), str("fill_mode", fills[f]),
+                                flt("fill_value", 0.5),
+                                str("interpolation", nearest ? "nearest" : "bilinear")};
+                start(3, 5, 6, 2, 0);
+                node1("y", "RandomRotation", "h", 5, a);
+                snprintf(nm, sizeof nm, "RandomRotation %s %s", fills[f], a[4].s);
+                run_check(nm, "y");
+            }
+        rt_attr t[5] = {flt("height_lower", -0.4), flt("height_upper", 0.4),
+                        flt("width_lower", -0.3), flt("width_upper", 0.5),
+                        str("fill_mode", "reflect")};
+        start(3, 5, 6, 2, 0);
+        node1("y", "RandomTranslation", "h", 5, t);
+        run_check("RandomTranslation reflect", "y");
+        rt_attr z[4] = {flt("height_lower", -0.4), flt("height_upper", 0.5),
+                        flt("width_lower", -0.2), flt("width_upper", 0.3)};
+        start(3, 5, 6, 2, 0);
+        node1("y", "RandomZoom", "h", 4, z);
+        run_check("RandomZoom reflect", "y");
+        rt_attr fl = str("mode", "horizontal_and_vertical");
+        start(3, 5, 6, 2, 0);
+        node1("y", "RandomFlip", "h", 1, &fl);
+        run_check("RandomFlip", "y");
+        rt_attr c[4] = {flt("lower", 0.5), flt("upper", 0.5), flt("value_min", -100),
+                        flt("value_max", 100)};
+        start(3, 5, 6, 2, 0);
+        node1("y", "RandomContrast", "h", 4, c);
+        run_check("RandomContrast", "y");
+        c[2] = flt("value_min", -0.45);
+        c[3] = flt("value_max", 0.45);
+        start(3, 5, 6, 2, 0);
+        node1("y", "RandomContrast", "h", 4, c);
+        run_check("RandomContrast (clipped)", "y");
+        rt_attr b[4] = {flt("lower", -0.3), flt("upper", 0.3), flt("value_min", -100),
+                        flt("value_max", 100)};
+        start(3, 5, 6, 2, 0);
+        node1("y", "RandomBrightness", "h", 4, b);
+        run_check("RandomBrightness", "y");
     }
     return rt_test_done("test_layers_gradcheck");
 }

@@ -1796,6 +1796,175 @@ __all__ += [
 ]
 
 
+# ------------------------------------------------ random image preprocessing
+# Keras 2.15's RandomFlip, RandomRotation, RandomTranslation, RandomZoom,
+# RandomContrast and RandomBrightness (keras/layers/preprocessing/
+# image_preprocessing.py; get_config's keys): (height, width, channels)
+# images, unchanged outside training; in training each image gets its own
+# random transform from the session's seed (docs/layers.md).
+
+_FILL_MODES = ("reflect", "wrap", "constant", "nearest")
+
+
+def _factor(name, f):
+    """a number or a pair of numbers, kept as given (a list for a pair)"""
+    if isinstance(f, (list, tuple)):
+        if len(f) != 2:
+            raise ValueError("%s must be a number or two numbers, got %r" % (name, f))
+        return [float(f[0]), float(f[1])]
+    return float(f)
+
+
+def _bounds(f, sym=True):
+    return tuple(f) if isinstance(f, list) else ((-f, f) if sym else (f, f))
+
+
+class _Image(Layer):
+    def __init__(self, seed=None, **kw):
+        super().__init__(**kw)
+        self.seed = seed
+
+    def compute_output_shape(self, in_shape):
+        if len(in_shape) != 3:
+            raise ValueError("%s wants images (height, width, channels), got %r"
+                             % (self.keras_class, in_shape))
+        return list(in_shape)
+
+
+class _Warp(_Image):
+    """the layers that resample: fill_mode, interpolation, fill_value"""
+
+    def __init__(self, fill_mode="reflect", interpolation="bilinear", seed=None,
+                 fill_value=0.0, **kw):
+        super().__init__(seed=seed, **kw)
+        if fill_mode not in _FILL_MODES:
+            raise ValueError("%s fill_mode %r is not one of %s"
+                             % (self.keras_class, fill_mode, ", ".join(_FILL_MODES)))
+        if interpolation not in ("bilinear", "nearest"):
+            raise ValueError("%s interpolation %r is not bilinear or nearest"
+                             % (self.keras_class, interpolation))
+        self.fill_mode, self.interpolation = fill_mode, interpolation
+        self.fill_value = float(fill_value)
+
+    def _config(self):
+        return {"fill_mode": self.fill_mode, "fill_value": self.fill_value,
+                "interpolation": self.interpolation, "seed": self.seed}
+
+
+class RandomFlip(_Image):
+    keras_class = "RandomFlip"
+    _auto_name = "random_flip"
+
+    def __init__(self, mode="horizontal_and_vertical", seed=None, **kw):
+        super().__init__(seed=seed, **kw)
+        if mode not in ("horizontal", "vertical", "horizontal_and_vertical"):
+            raise ValueError("RandomFlip mode %r is not horizontal, vertical or "
+                             "horizontal_and_vertical" % (mode,))
+        self.mode = mode
+
+    def _config(self):
+        return {"mode": self.mode, "seed": self.seed}
+
+
+class RandomRotation(_Warp):
+    keras_class = "RandomRotation"
+    _auto_name = "random_rotation"
+
+    def __init__(self, factor, fill_mode="reflect", interpolation="bilinear",
+                 seed=None, fill_value=0.0, **kw):
+        super().__init__(fill_mode, interpolation, seed, fill_value, **kw)
+        self.factor = _factor("factor", factor)
+        lo, hi = _bounds(self.factor)
+        if hi < lo:
+            raise ValueError("RandomRotation factor: upper %r below lower %r" % (hi, lo))
+
+    def _config(self):
+        return dict({"factor": self.factor}, **super()._config())
+
+
+class RandomTranslation(_Warp):
+    keras_class = "RandomTranslation"
+    _auto_name = "random_translation"
+
+    def __init__(self, height_factor, width_factor, fill_mode="reflect",
+                 interpolation="bilinear", seed=None, fill_value=0.0, **kw):
+        super().__init__(fill_mode, interpolation, seed, fill_value, **kw)
+        self.height_factor = _factor("height_factor", height_factor)
+        self.width_factor = _factor("width_factor", width_factor)
+        for n in ("height_factor", "width_factor"):
+            lo, hi = _bounds(getattr(self, n))
+            if hi < lo or abs(lo) > 1 or abs(hi) > 1:
+                raise ValueError("RandomTranslation %s %r: bounds in [-1, 1], lower first"
+                                 % (n, getattr(self, n)))
+
+    def _config(self):
+        return dict({"height_factor": self.height_factor,
+                     "width_factor": self.width_factor}, **super()._config())
+
+
+class RandomZoom(_Warp):
+    keras_class = "RandomZoom"
+    _auto_name = "random_zoom"
+
+    def __init__(self, height_factor, width_factor=None, fill_mode="reflect",
+                 interpolation="bilinear", seed=None, fill_value=0.0, **kw):
+        super().__init__(fill_mode, interpolation, seed, fill_value, **kw)
+        self.height_factor = _factor("height_factor", height_factor)
+        self.width_factor = (None if width_factor is None
+                             else _factor("width_factor", width_factor))
+        lo, hi = _bounds(self.height_factor)
+        if abs(lo) > 1 or abs(hi) > 1:
+            raise ValueError("RandomZoom height_factor %r: values in [-1, 1]"
+                             % (self.height_factor,))
+        if self.width_factor is not None and min(_bounds(self.width_factor)) < -1:
+            raise ValueError("RandomZoom width_factor %r: values >= -1"
+                             % (self.width_factor,))
+
+    def _config(self):
+        return dict({"height_factor": self.height_factor,
+                     "width_factor": self.width_factor}, **super()._config())
+
+
+class RandomContrast(_Image):
+    keras_class = "RandomContrast"
+    _auto_name = "random_contrast"
+
+    def __init__(self, factor, seed=None, **kw):
+        super().__init__(seed=seed, **kw)
+        self.factor = _factor("factor", factor)
+        lo, hi = _bounds(self.factor, sym=False)
+        if lo < 0 or hi < 0 or lo > 1:
+            raise ValueError("RandomContrast factor %r: lower in [0, 1], upper >= 0"
+                             % (self.factor,))
+
+    def _config(self):
+        return {"factor": self.factor, "seed": self.seed}
+
+
+class RandomBrightness(_Image):
+    keras_class = "RandomBrightness"
+    _auto_name = "random_brightness"
+
+    def __init__(self, factor, value_range=(0, 255), seed=None, **kw):
+        super().__init__(seed=seed, **kw)
+        f = _factor("factor", factor)
+        lo, hi = sorted(f) if isinstance(f, list) else (-abs(f), abs(f))
+        if lo < -1 or hi > 1:
+            raise ValueError("RandomBrightness factor %r: values in [-1, 1]" % (factor,))
+        if not isinstance(value_range, (list, tuple)) or len(value_range) != 2:
+            raise ValueError("RandomBrightness value_range must be two numbers")
+        self.factor = [lo, hi]
+        self.value_range = sorted(float(v) for v in value_range)
+
+    def _config(self):
+        return {"factor": self.factor, "value_range": self.value_range,
+                "seed": self.seed}
+
+
+__all__ += ["RandomFlip", "RandomRotation", "RandomTranslation", "RandomZoom",
+            "RandomContrast", "RandomBrightness"]
+
+
 # -------------------------------------------------------------- attention
 # keras/src/layers/attention/multi_head_attention.py and
 # keras/src/layers/merging/dot.py: the constructors' arguments, the call
