@@ -69,6 +69,12 @@ void rt_kern_bf16_relu_fwd(const rt__kargs *a);
 void rt_kern_bf16_relu_bwd(const rt__kargs *a);
 void rt_kern_bf16_unary_fwd(const rt__kargs *a);
 void rt_kern_bf16_unary_bwd(const rt__kargs *a);
+/* Pad, MaxPool2D, AvgPool2D, GlobalAvgPool, Concat and Add on values
+ * stored bf16: their float32 kernels a sample at a time on widened copies
+ * (rt_kern_bf16act.c) */
+int rt_kern_bf16_smp_prepare(rt__node *nd, int64_t B, rt__arena *A);
+void rt_kern_bf16_smp_fwd(const rt__kargs *a);
+void rt_kern_bf16_smp_bwd(const rt__kargs *a);
 /* what rt__backend.bf16_io answers for a bf16 node of the CPU backend */
 unsigned rt_kern_bf16_io(const rt__node *nd);
 /* 0: every activation stored float32 (each bf16 product rounds a copy of
