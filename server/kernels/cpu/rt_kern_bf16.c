@@ -931,9 +931,8 @@ static const rt__kernel rt__bf16_table[] = {
      rt_kern_bf16_smp_prepare},
     {&rt__op_globalavgpool, NULL, rt_kern_bf16_smp_fwd, rt_kern_bf16_smp_bwd, NULL,
      rt_kern_bf16_smp_prepare},
-    {&rt__op_concat, NULL, rt_kern_bf16_smp_fwd, rt_kern_bf16_smp_bwd, NULL,
-     rt_kern_bf16_smp_prepare},
-    {&rt__op_add, NULL, rt_kern_bf16_smp_fwd, rt_kern_bf16_smp_bwd, NULL, rt_kern_bf16_smp_prepare},
+    {&rt__op_concat, NULL, rt_kern_bf16_concat_fwd, rt_kern_concat_bwd, NULL, NULL},
+    {&rt__op_add, NULL, rt_kern_bf16_add_fwd, rt_kern_add_bwd, NULL, NULL},
 };
 
 const rt__kernel *rt_kern_bf16_kernel(const rt__node *nd, const rt__op_def *fused)

@@ -75,6 +75,9 @@ void rt_kern_bf16_unary_bwd(const rt__kargs *a);
 int rt_kern_bf16_smp_prepare(rt__node *nd, int64_t B, rt__arena *A);
 void rt_kern_bf16_smp_fwd(const rt__kargs *a);
 void rt_kern_bf16_smp_bwd(const rt__kargs *a);
+/* Concat and Add on bf16 values, directly */
+void rt_kern_bf16_concat_fwd(const rt__kargs *a);
+void rt_kern_bf16_add_fwd(const rt__kargs *a);
 /* what rt__backend.bf16_io answers for a bf16 node of the CPU backend */
 unsigned rt_kern_bf16_io(const rt__node *nd);
 /* 0: every activation stored float32 (each bf16 product rounds a copy of

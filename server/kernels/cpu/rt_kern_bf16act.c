@@ -13,12 +13,13 @@
  * and Conv2D read a bf16 input directly and write a bf16 output from
  * their primitives (rt_kern_bf16.c).
  *
- * Pad, MaxPool2D, AvgPool2D, GlobalAvgPool, Concat and Add (of two
- * tensors of the output's shape) run their float32 kernels a sample at a
- * time (rt_kern_bf16_smp_*): each thread widens its sample's bf16 inputs
- * into its scratch, runs the float32 kernel on that one sample, and rounds
- * the sample's output into y, all in cache. Their backward passes read dy
- * only (MaxPool2D's reads x too, widened the same way).
+ * Concat copies rows (2-byte values where both sides are bf16) and Add
+ * (of two tensors of the output's shape) adds chunks widened on the stack.
+ * Pad, MaxPool2D, AvgPool2D and GlobalAvgPool run their float32 kernels a
+ * sample at a time (rt_kern_bf16_smp_*): each thread widens its sample's
+ * bf16 input into its scratch, runs the float32 kernel on that one sample,
+ * and rounds the sample's output into y, in cache. All their backward
+ * passes read dy only (MaxPool2D's reads x too, widened the same way).
  */
 #include <string.h>
 
@@ -235,4 +236,50 @@ void rt_kern_bf16_smp_bwd(const rt__kargs *a)
     rt__kargs c = *a;
     c.nd = &nd;
     rt_kern_cpu_f32_kernel(nd.op, NULL)->bwd(&c);
+}
+
+/* --------------------------------------------------- Concat and Add */
+
+/* Concat copies: each input's rows into y's, bf16 to bf16 as 2-byte
+ * values, widened or rounded where the sides differ */
+void rt_kern_bf16_concat_fwd(const rt__kargs *a)
+{
+    const rt__concat_params *p = rt__concat_cp(a->nd);
+    const int64_t k = p->k, rows = a->r->n * p->outer, inner = p->inner;
+    const int by = a->nd->bf16_out;
+    int64_t off = 0;
+    for (int64_t i = 0; i < k; i++) {
+        const int64_t w = p->in_inner[i];
+        const int bx = (a->nd->bf16_in & RT__BF16_IN((int)i)) != 0;
+        const void *x = a->x[i];
+#pragma omp parallel for schedule(static) if (rows * w >= RT__CH_PAR)
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t yo = r * inner + off, xo = r * w;
+            if (bx && by)
+                memcpy((uint16_t *)a->y + yo, (const uint16_t *)x + xo,
+                       sizeof(uint16_t) * (size_t)w);
+            else if (by)
+                rt_kern_to_bf16_serial((uint16_t *)a->y + yo, (const float *)x + xo, w);
+            else if (bx)
+                rt_kern_from_bf16_serial(a->y + yo, (const uint16_t *)x + xo, w);
+            else
+                memcpy(a->y + yo, (const float *)x + xo, sizeof(float) * (size_t)w);
+        }
+        off += w;
+    }
+}
+
+/* y = x0 + x1 (the same shape), in float32 on chunks */
+void rt_kern_bf16_add_fwd(const rt__kargs *a)
+{
+    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
+    const int b0 = (a->nd->bf16_in & 1u) != 0, b1 = (a->nd->bf16_in & 2u) != 0;
+    RT__CHUNKS(n, {
+        const float *x0 = rt_kern_bf16_ld(a->x[0], b0, i0, m, tx);
+        const float *x1 = rt_kern_bf16_ld(a->x[1], b1, i0, m, ty);
+        float *y = a->nd->bf16_out ? tx : a->y + i0;
+        for (int64_t i = 0; i < m; i++)
+            y[i] = x0[i] + x1[i];
+        rt__yput(a, i0, m, tx);
+    });
 }
