@@ -208,7 +208,8 @@ static void rt__smp_run(const rt__kargs *a, int fwd)
             }
             c.dx[j] = a->dx[j] ? a->dx[j] + b * pin : NULL;
         }
-        c.y = by ? q : a->y ? a->y + b * pout : NULL;
+        /* MaxPool2D's backward reads no y */
+        c.y = by ? q : a->y && !nd.bf16_out ? a->y + b * pout : NULL;
         c.dy = a->dy ? a->dy + b * pout : NULL;
         if (fwd) {
             k->fwd(&c);
