@@ -856,8 +856,8 @@ static rt_graph *bncnn(void)
  * add = bn2 + mp; cat = Concat(add, mp) -> gap (GlobalAvgPool) -> d1
  * (Dense 32 -> 16) -> r2 Relu (fused: Dense + Relu) -> fc -> Softmax.
  * With bf16 storage every value up to fc's input is stored bf16: c1, c2
- * and d1 write theirs from their primitives, mp, add, cat and gap run a
- * sample at a time. */
+ * and d1 write theirs from their primitives, mp and gap run a sample at
+ * a time, add and cat directly. */
 static rt_graph *joincnn(void)
 {
     rt_graph *g = rt_graph_create();
