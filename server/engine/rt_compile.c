@@ -1432,6 +1432,21 @@ static int rt__pass_backward(rt__cc *cc)
     return 0;
 }
 
+int rt__bf16_sample_op(const rt__node *nd)
+{
+    const rt__op_def *op = nd->op;
+    if (op != &rt__op_pad && op != &rt__op_maxpool2d && op != &rt__op_avgpool2d &&
+        op != &rt__op_globalavgpool && op != &rt__op_concat &&
+        !(op == &rt__op_add && rt__bcast_cp(nd)->flat))
+        return 0;
+    if (nd->fused || nd->n_in > 16 || !nd->out.batched)
+        return 0;
+    for (int j = 0; j < nd->n_in; j++)
+        if (!nd->in_shape[j]->batched)
+            return 0;
+    return 1;
+}
+
 /* bf16 activation storage (after the kernels' prepares): a node's output
  * is stored bf16 where the backend's bf16_io lets its producer write it
  * so and every reader read it so, and neither the output nor the loss
@@ -1458,9 +1473,19 @@ static int rt__bf16_storage(rt__cc *cc)
     }
     for (int i = 0; i < m; i++) {
         const rt__node *nd = &p->nodes[i];
-        for (int j = 0; j < nd->n_in; j++)
-            if (E[nd->in[j]].node >= 0 && !(io[i] & RT__BF16_IN(j)))
-                p->nodes[E[nd->in[j]].node].bf16_out = 0;
+        for (int j = 0; j < nd->n_in; j++) {
+            if (E[nd->in[j]].node < 0)
+                continue;
+            rt__node *pr = &p->nodes[E[nd->in[j]].node];
+            /* a Conv2D's output read by a MaxPool2D stays float32: the
+             * pair the CPU backend fuses keeps its pre-pool values
+             * float32, and a backend that runs them apart (ref) agrees
+             * (bf16 rounding there would make ties the pool routes
+             * gradients through differently) */
+            if (!(io[i] & RT__BF16_IN(j)) ||
+                (nd->op == &rt__op_maxpool2d && pr->op == &rt__op_conv2d))
+                pr->bf16_out = 0;
+        }
     }
     for (int i = 0; i < m; i++) {
         rt__node *nd = &p->nodes[i];
@@ -1489,6 +1514,13 @@ static int rt__bf16_storage(rt__cc *cc)
         RT_ASSERT(!(nd->bf16_in || nd->bf16_out) || nd->prec == RT_PREC_BF16);
     }
     return 0;
+}
+
+/* whether nd's output takes 2 bytes a value: stored bf16, not emulated */
+static int rt__bf16_bytes(const rt__cc *cc, const rt__node *nd)
+{
+    const rt__backend *be = cc->p->backend;
+    return nd->bf16_out && !(be->bf16_io(be->context, nd) & RT__BF16_EMULATED);
 }
 
 /* choose_kernels: each node gets the backend's kernel for its op (and the
@@ -1557,8 +1589,8 @@ static void rt__make_buffers(rt__cc *cc, int *x_buf, int *lab_buf)
     for (int i = 0; i < m; i++) {
         const rt__node *nd = &p->nodes[i];
         const int t = 1 + i;
-        E[nd->id].val_buf =
-            rt__newbuf(cc, (uint64_t)rt__numel_n(&nd->out, B) * (nd->bf16_out ? 2 : 4), t);
+        E[nd->id].val_buf = rt__newbuf(
+            cc, (uint64_t)rt__numel_n(&nd->out, B) * (rt__bf16_bytes(cc, nd) ? 2 : 4), t);
         for (int j = 0; j < nd->n_in; j++)
             rt__extend(cc, E[nd->in[j]].val_buf, t);
         cc->scr_buf[i] =

@@ -553,7 +553,8 @@ typedef struct rt__backend {
      * and its float32 kernel where it reads and writes float32). Compile
      * stores a value bf16 where its producer and every reader agree and
      * neither the loss nor the output reads it, sets nd->bf16_in/bf16_out
-     * and runs the prepare again. NULL: every value float32. */
+     * and runs the prepare again (RT__BF16_EMULATED: see there). NULL:
+     * every value float32. */
     unsigned (*bf16_io)(void *ctx, const rt__node *nd);
     /* run calls[0..n) with their resolved arguments args[0..n) */
     void (*run)(void *ctx, const rt__call *calls, const rt__kargs *args, int n);
@@ -620,6 +621,15 @@ const rt__backend *rt__backend_current(void);
 #define RT__BF16_IN(i) (1u << (i))
 #define RT__BF16_OUT (1u << 16)
 #define RT__BF16_STORE_ONLY (1u << 17)
+/* with RT__BF16_OUT: the backend emulates the storage (an oracle): the
+ * value is stored float32, holding the bf16 values the producer rounded
+ * its output to, and compile sizes it at 4 bytes */
+#define RT__BF16_EMULATED (1u << 18)
+/* whether nd moves, picks or adds values sample by sample (Pad,
+ * MaxPool2D, AvgPool2D, GlobalAvgPool, Concat, an Add of two tensors of
+ * its output's shape; unfused, every input batched): the ops a backend may
+ * run on bf16-stored values a sample at a time (rt_compile.c) */
+int rt__bf16_sample_op(const rt__node *nd);
 
 /* ------------------------------------------------------------------- plan */
 

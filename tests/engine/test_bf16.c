@@ -30,6 +30,7 @@
 extern int rt_kern_bf16_pool_chunk; /* the cpu backend's (rt_kern_bf16.h) */
 extern int rt_kern_bf16_conv_min_c; /* the same */
 extern int rt_kern_bf16_act_store;  /* the same */
+extern int rt_ref_bf16_act_store;   /* the ref backend's emulation of it */
 
 static const double U = 1.0 / 16777216.0; /* float32's unit roundoff */
 
@@ -685,8 +686,12 @@ static void ref_run(const char *be, int prec, int pool_first, const float *x, co
     rt_plan *p = compile(g, &cfg, 0, NULL);
     REQUIRE(p);
     unsigned want = 3u + (cnn_pw != 0) + (cnn_dw != 0);
-    if (cnn_bn) /* BatchNorm and the activations where they store bf16: cpu */
-        want = !strcmp(be, "cpu") && rt_kern_bf16_act_store ? 13u : 5u;
+    /* ref's MaxPool2D after c1 stores bf16 for c2 (the values c2 rounds
+     * its input to), where cpu runs the pair fused */
+    if (pool_first && !strcmp(be, "ref") && rt_kern_bf16_act_store)
+        want++;
+    if (cnn_bn) /* BatchNorm, the activations, Pad, AvgPool2D: stored bf16 */
+        want = rt_kern_bf16_act_store ? 15u : 5u;
     CHECK(rt_plan_report(p)->n_bf16 == (prec == RT_PREC_BF16 ? want : 0u));
     rt_exec *e;
     REQUIRE(rt_exec_create(p, &e) == 0);
@@ -798,9 +803,10 @@ static void bn_layer(rt_graph *g, const char *name, const char *in)
  * r1 Clip [0, 6] -> pw (1x1: the bf16 matmul) -> bn2 -> r2 ReLU
  * (max_value 6) -> dw (depthwise 3x3) -> bn3 -> r3 Relu -> c2 (3x3) -> bn4
  * -> r4 Relu -> pad (1 each side) -> mp (2x2) -> Flatten -> fc ->
- * Softmax. With bf16 storage bn1..bn4 and r1..r3 store their outputs
- * bf16 (every reader reads bf16); r4 reads bf16 and writes float32 (Pad
- * reads float32). */
+ * Softmax. With bf16 storage the convolutions, bn1..bn4, r1..r4 and pad
+ * store their outputs bf16 (every reader reads bf16; the convolutions'
+ * primitives write them so); mp (AvgPool2D) reads bf16 and writes float32
+ * (Flatten reads float32). */
 static rt_graph *bncnn(void)
 {
     rt_graph *g = rt_graph_create();
@@ -845,19 +851,63 @@ static rt_graph *bncnn(void)
     return g;
 }
 
-/* bncnn's plan on backend be in precision prec (store: bf16 storage on) */
+/* ResNet's and Inception's joins on the 8x8x2 images: c1 (3x3, 2 -> 16)
+ * -> bn1 -> r1 Relu -> mp (MaxPool2D 2x2) -> c2 (3x3, 16 -> 16) -> bn2;
+ * add = bn2 + mp; cat = Concat(add, mp) -> gap (GlobalAvgPool) -> d1
+ * (Dense 32 -> 16) -> r2 Relu (fused: Dense + Relu) -> fc -> Softmax.
+ * With bf16 storage every value up to fc's input is stored bf16: c1, c2
+ * and d1 write theirs from their primitives, mp and gap run a sample at
+ * a time, add and cat directly. */
+static rt_graph *joincnn(void)
+{
+    rt_graph *g = rt_graph_create();
+    const int64_t in[4] = {RT_BATCH, 8, 8, 2}, k1[4] = {3, 3, 2, 16}, k2[4] = {3, 3, 16, 16};
+    const int64_t w1[2] = {32, 16}, b1[1] = {16}, wf[2] = {16, 4}, bf[1] = {4};
+    REQUIRE(rt_graph_add_input(g, "x", RT_F32, 4, in) == 0);
+    param(g, "c1/k", 4, k1);
+    param(g, "c2/k", 4, k2);
+    param(g, "d1/w", 2, w1);
+    REQUIRE(rt_graph_add_param(g, "d1/b", 1, b1, RT_INIT_ZEROS, 1, NULL) == 0);
+    param(g, "fc/w", 2, wf);
+    REQUIRE(rt_graph_add_param(g, "fc/b", 1, bf, RT_INIT_ZEROS, 1, NULL) == 0);
+    const rt_attr same = {.name = "padding", .kind = RT_ATTR_STR, .s = "same"};
+    const rt_attr axis = {.name = "axis", .kind = RT_ATTR_INT, .i = -1};
+    const char *c1[2] = {"x", "c1/k"}, *r1[1] = {"bn1"}, *mp[1] = {"r1"}, *c2[2] = {"mp", "c2/k"};
+    const char *ad[2] = {"bn2", "mp"}, *cat[2] = {"add", "mp"}, *gap[1] = {"cat"};
+    const char *d1[3] = {"gap", "d1/w", "d1/b"}, *r2[1] = {"d1"}, *fc[3] = {"r2", "fc/w", "fc/b"};
+    const char *sm[1] = {"fc"};
+    REQUIRE(rt_graph_add_node(g, "c1", "Conv2D", 2, c1, 1, &same) == 0);
+    bn_layer(g, "bn1", "c1");
+    REQUIRE(rt_graph_add_node(g, "r1", "Relu", 1, r1, 0, NULL) == 0);
+    REQUIRE(rt_graph_add_node(g, "mp", "MaxPool2D", 1, mp, 0, NULL) == 0);
+    REQUIRE(rt_graph_add_node(g, "c2", "Conv2D", 2, c2, 1, &same) == 0);
+    bn_layer(g, "bn2", "c2");
+    REQUIRE(rt_graph_add_node(g, "add", "Add", 2, ad, 0, NULL) == 0);
+    REQUIRE(rt_graph_add_node(g, "cat", "Concat", 2, cat, 1, &axis) == 0);
+    REQUIRE(rt_graph_add_node(g, "gap", "GlobalAvgPool", 1, gap, 0, NULL) == 0);
+    REQUIRE(rt_graph_add_node(g, "d1", "Dense", 3, d1, 0, NULL) == 0);
+    REQUIRE(rt_graph_add_node(g, "r2", "Relu", 1, r2, 0, NULL) == 0);
+    REQUIRE(rt_graph_add_node(g, "fc", "Dense", 3, fc, 0, NULL) == 0);
+    REQUIRE(rt_graph_add_node(g, "sm", "Softmax", 1, sm, 0, NULL) == 0);
+    return g;
+}
+
+static int store_join; /* bn_plan builds joincnn, not bncnn */
+
+/* bncnn's (or joincnn's) plan on backend be in precision prec (store:
+ * bf16 storage on) */
 static rt_plan *bn_plan(const char *be, int prec, int store)
 {
     REQUIRE(rt_backend_select(be) == 0);
-    rt_kern_bf16_act_store = store;
-    rt_graph *g = bncnn();
+    rt_kern_bf16_act_store = rt_ref_bf16_act_store = store;
+    rt_graph *g = store_join ? joincnn() : bncnn();
     rt_train_config cfg;
     cnn_config(&cfg, RT_OPT_SGD, 0.05f, 5, prec);
     cfg.shuffle = 0;
     rt_plan *p = compile(g, &cfg, 0, NULL);
     REQUIRE(p);
     rt_graph_destroy(g);
-    rt_kern_bf16_act_store = 1;
+    rt_kern_bf16_act_store = rt_ref_bf16_act_store = 1;
     REQUIRE(rt_backend_select("cpu") == 0);
     return p;
 }
@@ -880,35 +930,15 @@ static int64_t bn_grads(const char *be, int prec, int store, const float *x, con
 
 /* The arena under bf16 storage against float32 storage of the same bf16
  * plan and against float32; which ops are bf16; and the gradients of the
- * bf16-stored kernels (BatchNorm, Clip, ReLU(max_value), Relu, the
- * convolutions reading bf16) against ref's bf16 (which stores float32 and
- * rounds only the products' inputs: the bf16 values the stored ones are
- * rounded to, up to where a Clip or Relu meets its bound) and float32. */
-static void test_store(void)
+ * bf16-stored kernels (the convolutions reading and writing bf16,
+ * BatchNorm, Clip, ReLU(max_value), Relu, Pad, AvgPool2D) against ref's
+ * bf16 (which emulates the storage: it stores float32 values rounded to
+ * bf16 where cpu stores bf16, so both see the same values up to the order
+ * of sums) and float32. */
+/* every parameter's gradient, one batch of 32, cpu bf16 with storage
+ * against ref's bf16 (its emulation) and cpu float32 */
+static void store_grads(void)
 {
-    rt_plan *on = bn_plan("cpu", RT_PREC_BF16, 1), *off = bn_plan("cpu", RT_PREC_BF16, 0);
-    rt_plan *f32 = bn_plan("cpu", RT_PREC_F32, 1);
-    const uint64_t a_on = rt_plan_report(on)->arena_bytes, a_off = rt_plan_report(off)->arena_bytes;
-    const uint64_t a32 = rt_plan_report(f32)->arena_bytes;
-    printf("bf16 storage: arena %llu bytes, float32 storage of the bf16 plan %llu, float32 %llu\n",
-           (unsigned long long)a_on, (unsigned long long)a_off, (unsigned long long)a32);
-    CHECK(a_on < a_off);
-    CHECK(a_on < a32);
-    char op[48];
-    static const char *const bf16_nodes[] = {"c1", "bn1", "r1", "pw", "bn2", "r2", "dw",
-                                             "bn3", "r3", "c2", "bn4", "r4", "fc"};
-    for (size_t i = 0; i < sizeof bf16_nodes / sizeof bf16_nodes[0]; i++)
-        CHECKF(prec_of(on, bf16_nodes[i], op, sizeof op) == RT_PREC_BF16, "%s", bf16_nodes[i]);
-    CHECK(prec_of(on, "pad", op, sizeof op) == RT_PREC_F32);
-    CHECK(prec_of(on, "mp", op, sizeof op) == RT_PREC_F32);
-    CHECK(prec_of(on, "sm", op, sizeof op) == RT_PREC_F32);
-    CHECK(prec_of(off, "bn1", op, sizeof op) == RT_PREC_F32); /* nothing stored bf16 */
-    CHECK(prec_of(off, "r1", op, sizeof op) == RT_PREC_F32);
-    CHECK(rt_plan_report(off)->n_bf16 == 5);
-    rt_plan_release(on);
-    rt_plan_release(off);
-    rt_plan_release(f32);
-
     static float x[32 * 128], g[3][8000];
     static int32_t y[32];
     make_set(x, y, 32);
@@ -938,22 +968,44 @@ static void test_store(void)
         CHECKF(er <= 0.04 * big && er < ef, "%s", nm);
     }
     rt_plan_release(p);
+}
+
+static void test_store(void)
+{
+    rt_plan *on = bn_plan("cpu", RT_PREC_BF16, 1), *off = bn_plan("cpu", RT_PREC_BF16, 0);
+    rt_plan *f32 = bn_plan("cpu", RT_PREC_F32, 1);
+    const uint64_t a_on = rt_plan_report(on)->arena_bytes, a_off = rt_plan_report(off)->arena_bytes;
+    const uint64_t a32 = rt_plan_report(f32)->arena_bytes;
+    printf("bf16 storage: arena %llu bytes, float32 storage of the bf16 plan %llu, float32 %llu\n",
+           (unsigned long long)a_on, (unsigned long long)a_off, (unsigned long long)a32);
+    CHECK(a_on < a_off);
+    CHECK(a_on < a32);
+    char op[48];
+    static const char *const bf16_nodes[] = {"c1", "bn1", "r1", "pw", "bn2", "r2", "dw",
+                                             "bn3", "r3", "c2", "bn4", "r4", "fc"};
+    for (size_t i = 0; i < sizeof bf16_nodes / sizeof bf16_nodes[0]; i++)
+        CHECKF(prec_of(on, bf16_nodes[i], op, sizeof op) == RT_PREC_BF16, "%s", bf16_nodes[i]);
+    CHECK(prec_of(on, "pad", op, sizeof op) == RT_PREC_BF16);
+    CHECK(prec_of(on, "mp", op, sizeof op) == RT_PREC_BF16);
+    CHECK(prec_of(on, "sm", op, sizeof op) == RT_PREC_F32);
+    CHECK(prec_of(off, "bn1", op, sizeof op) == RT_PREC_F32); /* nothing stored bf16 */
+    CHECK(prec_of(off, "r1", op, sizeof op) == RT_PREC_F32);
+    CHECK(rt_plan_report(off)->n_bf16 == 5);
+    rt_plan_release(on);
+    rt_plan_release(off);
+    rt_plan_release(f32);
+
+    store_grads();
 
     /* six SGD steps over 40 samples (a last batch of 8: the convolutions
      * zero the stored input's rows past it), with and without storage,
-     * against ref's bf16 and float32. Stored values are rounded where ref
-     * rounds nothing (bn4's output, averaged by the pool before the Dense
-     * rounds it), so storage is not nearer ref than bf16 itself allows:
-     * seen 0.5% loss and 9% of the largest weight change from ref, 0.8%
-     * and 15% from float32 (without storage 0.1% and 5%, 1.4% and 15%).
-     * A MaxPool2D there would route gradients differently where bf16
-     * rounding makes ties (seen: 7% loss from ref), as a bf16 max pool
-     * does in Keras. */
+     * each against ref's bf16 with the same storage (ref emulates it:
+     * the values stored bf16 here hold bf16 values there) and float32. */
     cnn_bn = 1;
-    static float xs[64 * 128], w[4][16000], w0[16000];
+    static float xs[64 * 128], w[5][16000], w0[16000];
     static int32_t ys[64];
     make_set(xs, ys, 64);
-    double l[4][6];
+    double l[5][6];
     int64_t nw;
     {
         rt_plan *p0 = bn_plan("cpu", RT_PREC_F32, 1);
@@ -966,19 +1018,21 @@ static void test_store(void)
     ref_run("ref", RT_PREC_BF16, 0, xs, ys, 40, l[0], w[0], &nw);
     ref_run("cpu", RT_PREC_F32, 0, xs, ys, 40, l[1], w[1], &nw);
     ref_run("cpu", RT_PREC_BF16, 0, xs, ys, 40, l[2], w[2], &nw);
-    rt_kern_bf16_act_store = 0;
+    rt_kern_bf16_act_store = rt_ref_bf16_act_store = 0;
     ref_run("cpu", RT_PREC_BF16, 0, xs, ys, 40, l[3], w[3], &nw);
-    rt_kern_bf16_act_store = 1;
+    ref_run("ref", RT_PREC_BF16, 0, xs, ys, 40, l[4], w[4], &nw);
+    rt_kern_bf16_act_store = rt_ref_bf16_act_store = 1;
     cnn_bn = 0;
     for (int v = 2; v < 4; v++) {
+        const int r = v == 2 ? 0 : 4; /* ref with the same storage */
         double lr = 0, lf = 0, big = 0, er = 0, ef = 0;
         for (int st = 0; st < 6; st++) {
-            lr = fmax(lr, fabs(l[v][st] - l[0][st]) / fabs(l[0][st]));
+            lr = fmax(lr, fabs(l[v][st] - l[r][st]) / fabs(l[r][st]));
             lf = fmax(lf, fabs(l[v][st] - l[1][st]) / fabs(l[1][st]));
         }
         for (int64_t i = 0; i < nw; i++) {
-            big = fmax(big, fabs((double)w[0][i] - w0[i]));
-            er = fmax(er, fabs((double)w[v][i] - w[0][i]));
+            big = fmax(big, fabs((double)w[r][i] - w0[i]));
+            er = fmax(er, fabs((double)w[v][i] - w[r][i]));
             ef = fmax(ef, fabs((double)w[v][i] - w[1][i]));
         }
         printf("bn cnn, cpu bf16 %s storage vs ref bf16: loss rel %.3g, weights %.3g of the "
@@ -988,6 +1042,32 @@ static void test_store(void)
         CHECK(lr <= 0.01 && lf <= 0.03);
         CHECK(er <= big / 8 && er < ef);
     }
+}
+
+/* The new writers and readers: Conv2D and Dense writing bf16 from their
+ * primitives, MaxPool2D, Add, Concat and GlobalAvgPool on bf16 values;
+ * which nodes store bf16, the arena, and the gradients against ref's
+ * emulation and float32. */
+static void test_store_join(void)
+{
+    store_join = 1;
+    rt_plan *on = bn_plan("cpu", RT_PREC_BF16, 1), *off = bn_plan("cpu", RT_PREC_BF16, 0);
+    const uint64_t a_on = rt_plan_report(on)->arena_bytes, a_off = rt_plan_report(off)->arena_bytes;
+    printf("joins: arena %llu bytes with bf16 storage, %llu without\n", (unsigned long long)a_on,
+           (unsigned long long)a_off);
+    CHECK(a_on < a_off);
+    char op[48];
+    static const char *const bf16_nodes[] = {"c1",  "bn1", "r1",  "mp", "c2",
+                                             "bn2", "add", "cat", "gap", "d1", "fc"};
+    for (size_t i = 0; i < sizeof bf16_nodes / sizeof bf16_nodes[0]; i++)
+        CHECKF(prec_of(on, bf16_nodes[i], op, sizeof op) == RT_PREC_BF16, "%s", bf16_nodes[i]);
+    CHECK(prec_of(on, "sm", op, sizeof op) == RT_PREC_F32);
+    CHECK(prec_of(off, "add", op, sizeof op) == RT_PREC_F32);
+    CHECK(prec_of(off, "mp", op, sizeof op) == RT_PREC_F32);
+    rt_plan_release(on);
+    rt_plan_release(off);
+    store_grads();
+    store_join = 0;
 }
 
 /* ------------------------------------------------------------ refusals */
@@ -1049,6 +1129,7 @@ int main(int argc, char **argv)
     test_ref(40, 3 * 1024, 0);
     cnn_dw = 0;
     test_store();
+    test_store_join();
     test_stem();
     if (rt_test_failures)
         fprintf(stderr, "%d check(s) failed\n", rt_test_failures);

@@ -7,9 +7,12 @@
  * (unless compile stored it bf16: node->bf16_in, rt_kern_bf16act.c) and
  * the weights to bf16 into the node's workspace (the weights once per
  * step: the backward call multiplies by the same copy), the backward call
- * rounds the output gradient. Everything written is float32: y, dx, dW,
- * db, so the optimizer, the loss and the ops that read float32 see the
- * float32 values Keras' mixed_bfloat16 would cast back up. Bias and the
+ * rounds the output gradient. dx, dW and db are float32, so the optimizer
+ * sees the float32 values Keras' mixed_bfloat16 would cast back up; y is
+ * float32, or bf16 where compile stores it so (node->bf16_out: every
+ * reader reads bf16, as BatchNorm and Relu do), then the primitive itself
+ * rounds its float32 accumulator as it writes y (dst bf16, no separate
+ * pass). Bias and the
  * activation run on the float32 accumulator (a post-op). Conv2D with the
  * MaxPool2D that reads it runs fused (no pre-pool tensor in the arena;
  * the same numbers as the two apart), see "Conv2D + MaxPool2D" below.
@@ -168,12 +171,12 @@ static void rt__badd(float *restrict a, const float *restrict b, int64_t n)
 static int64_t rt__bdz_part(int64_t cols) { return RT__BDZ_NT * rt__ff(cols); }
 
 /* One pass over the output gradient: dz = dy * act'(y) (y unread without
- * an activation) rounded to bf16 into dzb, its rows from `rows` to `cap`
+ * an activation; stored bf16 when yb) rounded to bf16 into dzb, its rows from `rows` to `cap`
  * zeroed; with db the float32 sums of dz's columns too, the bias gradient
  * of the definition (rt_ref_bf16.c): per thread over a fixed split of the
  * rows (in part), then added in thread order, over db (dbadd) or not. */
-static void rt__bdz(int act, uint16_t *dzb, float *db, int dbadd, const float *dy, const float *y,
-                    int64_t rows, int64_t cols, int64_t cap, float *part)
+static void rt__bdz(int act, uint16_t *dzb, float *db, int dbadd, const float *dy, const void *y,
+                    int yb, int64_t rows, int64_t cols, int64_t cap, float *part)
 {
     int nt = omp_get_max_threads() < 1 ? 1 : omp_get_max_threads();
     if (nt > RT__BDZ_NT)
@@ -188,7 +191,7 @@ static void rt__bdz(int act, uint16_t *dzb, float *db, int dbadd, const float *d
             team = T;
         const int64_t r0 = rows * t / T, r1 = rows * (t + 1) / T;
         float *restrict pd = part + t * rt__ff(cols);
-        float g[256];
+        float g[256], yt[256];
         if (db)
             memset(pd, 0, sizeof(float) * (size_t)cols);
         for (int64_t r = r0; r < r1; r++)
@@ -196,7 +199,7 @@ static void rt__bdz(int act, uint16_t *dzb, float *db, int dbadd, const float *d
                 const int64_t m = cols - c0 < 256 ? cols - c0 : 256, o = r * cols + c0;
                 const float *v = dy + o;
                 if (act) {
-                    rt_kern_act_bwd(act, g, dy + o, y + o, m);
+                    rt_kern_act_bwd(act, g, dy + o, rt_kern_bf16_ld(y, yb, o, m, yt), m);
                     v = g;
                 }
                 rt_kern_to_bf16_serial(dzb + o, v, m);
@@ -228,6 +231,7 @@ static int rt__bf32(rt__node *nd, int64_t B, rt__arena *A)
 
 typedef struct {
     int64_t M, K, N, bias, act; /* M: rows at the plan's batch */
+    int64_t yb;                 /* y stored bf16 (node->bf16_out) */
 } rt__bmm_key;
 
 typedef struct {
@@ -265,7 +269,9 @@ static void *rt__bmm_build(const void *kp)
     dnnl_dims_t s_km = {1, K}, s_nk = {1, N};
     dnnl_memory_desc_init_by_tag(&d->xb, 2, mk, dnnl_bf16, dnnl_ab);
     dnnl_memory_desc_init_by_tag(&d->wb, 2, kn, dnnl_bf16, dnnl_ab);
-    dnnl_memory_desc_init_by_tag(&d->y, 2, mn, dnnl_f32, dnnl_ab);
+    /* y bf16: oneDNN rounds the float32 accumulator (after bias and
+     * activation) as it writes it */
+    dnnl_memory_desc_init_by_tag(&d->y, 2, mn, k->yb ? dnnl_bf16 : dnnl_f32, dnnl_ab);
     dnnl_memory_desc_init_by_tag(&d->bias, 2, b1, dnnl_f32, dnnl_ab);
     dnnl_memory_desc_init_by_strides(&d->xbT, 2, km, dnnl_bf16, s_km); /* x^T: (K,M) view */
     dnnl_memory_desc_init_by_tag(&d->dzb, 2, mn, dnnl_bf16, dnnl_ab);
@@ -302,7 +308,7 @@ static int rt__bmm_prepare(rt__node *nd, int64_t B, rt__arena *A, int64_t K, int
     rt__bmm_key k;
     memset(&k, 0, sizeof k);
     k.M = rt__rows(nd->in_shape[0], B), k.K = K, k.N = N;
-    k.bias = nd->n_in > 2, k.act = act;
+    k.bias = nd->n_in > 2, k.act = act, k.yb = nd->bf16_out != 0;
     const rt__bmm *d = rt_kern_dnnl_cache_get(&rt__bmm_tab, &k, sizeof k, rt__bmm_build);
     if (!d || !d->ok)
         return rt__bf32(nd, B, A);
@@ -350,7 +356,7 @@ static void rt__bdense_bwd(const rt__kargs *a)
     uint16_t *dzb = (uint16_t *)a->scratch;
     float *part = a->scratch + rt__hf(MB * N), *sp = part + rt__bdz_part(N);
     rt__bdz((int)d->key.act, dzb, d->key.bias ? a->dx[2] : NULL, (a->accum & 4u) != 0, a->dy, a->y,
-            M, N, MB, part);
+            (int)d->key.yb, M, N, MB, part);
     if (a->dx[1]) {
         const int add = (a->accum & 2u) != 0;
         rt_kern_dnnl_args g = {0};
@@ -373,8 +379,15 @@ static void rt__bdense_bwd(const rt__kargs *a)
 
 typedef rt_kern_dnnl_conv_key rt__bcv_key;
 
+/* a table's key: the convolution and whether y is stored bf16 */
 typedef struct {
-    rt__bcv_key key; /* first: the table compares it */
+    rt__bcv_key key;
+    int64_t yb;
+} rt__bcv_tkey;
+
+typedef struct {
+    rt__bcv_key key; /* first, then yb: the table compares them */
+    int64_t yb;      /* the forward writes y bf16 (dsty is dstb) */
     int ok;
     dnnl_primitive_t fwd, bwd_d, bwd_w;
     /* w_f: hwio f32 -> the forward's bf16 layout (once a step, into the
@@ -382,12 +395,12 @@ typedef struct {
      * bf16: half the bytes of a second f32 read, and the same values) */
     dnnl_primitive_t w_f, w_d;
     dnnl_primitive_t dw_set, dw_add; /* diff weights -> hwio f32, = and += */
-    dnnl_memory_desc_t srcb, dstf, dstb, srcf, hwio, wf, wd, dwd, bias;
+    dnnl_memory_desc_t srcb, dstf, dstb, srcf, hwio, wf, wd, dwd, bias, dsty;
     dnnl_memory_desc_t sp[7]; /* fwd, bwd_d, bwd_w, w_f, w_d, dw_set, dw_add */
     int64_t sp_floats, wf_floats, wd_floats, dwd_floats;
     /* small images (rt__bcv_small): fwd NULL, the forward runs in the
      * layouts oneDNN picks (fwd_b), x_b takes x's bf16 NHWC copy to its
-     * input's, y_b its output to y (NHWC f32); wf is fwd_b's weights */
+     * input's, y_b its output to y (NHWC, dsty); wf is fwd_b's weights */
     dnnl_primitive_t fwd_b, x_b, y_b;
     dnnl_memory_desc_t srcbb, dstfb, spb[3];
     int64_t xbb_floats, yb_floats;
@@ -410,12 +423,12 @@ static int rt__bcv_small(const rt__bcv_key *k)
 static int rt__bcv_blocked(rt__bcv *d, const rt__bcv_key *k)
 {
     dnnl_primitive_desc_t bpd;
-    if (rt_kern_dnnl_conv_fwd_any(k, dnnl_bf16, dnnl_bf16, dnnl_f32, &bpd) < 0)
+    if (rt_kern_dnnl_conv_fwd_any(k, dnnl_bf16, dnnl_bf16, d->yb ? dnnl_bf16 : dnnl_f32, &bpd) < 0)
         return -1;
     const dnnl_memory_desc_t src = *dnnl_primitive_desc_query_md(bpd, dnnl_query_src_md, 0);
     const dnnl_memory_desc_t dst = *dnnl_primitive_desc_query_md(bpd, dnnl_query_dst_md, 0);
     const dnnl_memory_desc_t wei = *dnnl_primitive_desc_query_md(bpd, dnnl_query_weights_md, 0);
-    if (dnnl_memory_desc_equal(&src, &d->srcb) && dnnl_memory_desc_equal(&dst, &d->dstf)) {
+    if (dnnl_memory_desc_equal(&src, &d->srcb) && dnnl_memory_desc_equal(&dst, &d->dsty)) {
         dnnl_primitive_desc_destroy(bpd);
         return -1;
     }
@@ -424,7 +437,7 @@ static int rt__bcv_blocked(rt__bcv *d, const rt__bcv_key *k)
     if (rt_kern_dnnl_prim(bpd, &f, &sp[0]) < 0)
         return -1;
     if (rt_kern_dnnl_reorder(&d->srcb, &src, 0, &x, &sp[1]) < 0 ||
-        rt_kern_dnnl_reorder(&dst, &d->dstf, 0, &y, &sp[2]) < 0) {
+        rt_kern_dnnl_reorder(&dst, &d->dsty, 0, &y, &sp[2]) < 0) {
         dnnl_primitive_destroy(f);
         return -1; /* a reorder built before the other leaks once */
     }
@@ -440,11 +453,13 @@ static int rt__bcv_blocked(rt__bcv *d, const rt__bcv_key *k)
  * Conv2D's table; a Conv2D + MaxPool2D chunk pools NHWC) */
 static void *rt__bcv_make(const void *kp, int blocked)
 {
-    const rt__bcv_key *k = kp;
+    const rt__bcv_tkey *tk = kp;
+    const rt__bcv_key *k = &tk->key;
     rt__bcv *d = calloc(1, sizeof *d);
     if (!d)
         return NULL;
     d->key = *k;
+    d->yb = tk->yb;
     if (!rt_kern_dnnl_engine())
         return d;
     dnnl_dims_t sd = {k->n, k->C, k->H, k->W}, dd = {k->n, k->OC, k->OH, k->OW};
@@ -453,11 +468,14 @@ static void *rt__bcv_make(const void *kp, int blocked)
     dnnl_memory_desc_init_by_tag(&d->srcf, 4, sd, dnnl_f32, dnnl_nhwc);
     dnnl_memory_desc_init_by_tag(&d->dstf, 4, dd, dnnl_f32, dnnl_nhwc);
     dnnl_memory_desc_init_by_tag(&d->dstb, 4, dd, dnnl_bf16, dnnl_nhwc);
+    d->dsty = d->yb ? d->dstb : d->dstf;
     rt_kern_dnnl_conv_wmd(k, dnnl_f32, &d->hwio);
     dnnl_memory_desc_init_by_tag(&d->bias, 1, bd, dnnl_f32, dnnl_x);
-    /* bf16 products: x, W and dz in bf16; y, dx and dW float32 */
-    static const dnnl_data_type_t dt[RT_KERN_DNNL_NDT] = {dnnl_bf16, dnnl_bf16, dnnl_f32,
-                                                          dnnl_f32,  dnnl_bf16, dnnl_f32};
+    /* bf16 products: x, W and dz in bf16; dx and dW float32; y float32,
+     * or bf16 where it is stored so (rounded from the float32 accumulator
+     * after bias and activation, in the primitive) */
+    const dnnl_data_type_t dt[RT_KERN_DNNL_NDT] = {
+        dnnl_bf16, dnnl_bf16, d->yb ? dnnl_bf16 : dnnl_f32, dnnl_f32, dnnl_bf16, dnnl_f32};
     dnnl_primitive_desc_t pd[3];
     if (rt_kern_dnnl_conv_pds(k, dt, 1, pd) < 0)
         return d;
@@ -549,7 +567,11 @@ static int rt__bconv_prepare(rt__node *nd, int64_t B, rt__arena *A)
     const rt__conv_params *cv = rt__conv_cp(nd);
     if (nd->fused)
         return rt__bf32(nd, B, A);
-    const rt__bcv_key k = rt_kern_dnnl_conv_key_of(cv, B);
+    rt__bcv_tkey tk;
+    memset(&tk, 0, sizeof tk);
+    tk.key = rt_kern_dnnl_conv_key_of(cv, B);
+    tk.yb = nd->bf16_out != 0;
+    const rt__bcv_key k = tk.key;
     if (k.act != RT__ACT_NONE && k.act != RT__ACT_RELU && k.act != RT__ACT_SIGMOID &&
         k.act != RT__ACT_TANH)
         return rt__bf32(nd, B, A);
@@ -557,7 +579,7 @@ static int rt__bconv_prepare(rt__node *nd, int64_t B, rt__arena *A)
         nd->kern = &rt__bconv_mm;
         return rt__bmm_prepare(nd, B, A, cv->C, cv->OC, cv->act);
     }
-    const rt__bcv *d = rt_kern_dnnl_cache_get(&rt__bcv_tab, &k, sizeof k, rt__bcv_build);
+    const rt__bcv *d = rt_kern_dnnl_cache_get(&rt__bcv_tab, &tk, sizeof tk, rt__bcv_build);
     if (!d || !d->ok)
         return rt__bf32(nd, B, A);
     nd->kdata = (void *)d;
@@ -592,7 +614,7 @@ static void rt__bconv_fwd(const rt__kargs *a)
             rt_kern_dnnl_arg(&g, DNNL_ARG_BIAS, &d->bias, a->x[2]);
         rt_kern_dnnl_arg(&g, DNNL_ARG_DST, &d->dstfb, yb);
         rt_kern_dnnl_exec(d->fwd_b, &g, &d->spb[0], sp, 0);
-        rt_kern_dnnl_reord(d->y_b, &d->dstfb, yb, &d->dstf, a->y, &d->spb[2], sp, 0);
+        rt_kern_dnnl_reord(d->y_b, &d->dstfb, yb, &d->dsty, a->y, &d->spb[2], sp, 0);
         return;
     }
     rt_kern_dnnl_reord(d->w_f, &d->hwio, a->x[1], &d->wf, wf, &d->sp[3], p.sp, 0);
@@ -601,7 +623,7 @@ static void rt__bconv_fwd(const rt__kargs *a)
     rt_kern_dnnl_arg(&g, DNNL_ARG_WEIGHTS, &d->wf, wf);
     if (k->bias)
         rt_kern_dnnl_arg(&g, DNNL_ARG_BIAS, &d->bias, a->x[2]);
-    rt_kern_dnnl_arg(&g, DNNL_ARG_DST, &d->dstf, a->y);
+    rt_kern_dnnl_arg(&g, DNNL_ARG_DST, &d->dsty, a->y);
     rt_kern_dnnl_exec(d->fwd, &g, &d->sp[0], p.sp, 0);
 }
 
@@ -656,8 +678,8 @@ static void rt__bconv_bwd(const rt__kargs *a)
     const uint16_t *wf = (uint16_t *)(a->ws + rt__bx_floats(a->nd, k->n * per));
     const rt__bcv_parts p = rt__bcv_split(d, a->scratch);
     float *db = k->bias ? a->dx[2] : NULL;
-    rt__bdz((int)k->act, p.dzb, db, (a->accum & 4u) != 0, a->dy, a->y, n * k->OH * k->OW, k->OC,
-            k->n * k->OH * k->OW, p.part);
+    rt__bdz((int)k->act, p.dzb, db, (a->accum & 4u) != 0, a->dy, a->y, (int)d->yb,
+            n * k->OH * k->OW, k->OC, k->n * k->OH * k->OW, p.part);
     rt__bconv_grads(a, d, xb, &d->wf, wf, &p);
 }
 
@@ -746,7 +768,9 @@ static int rt__bconv_pool_prepare(rt__node *nd, int64_t B, rt__arena *A)
     const int64_t pp = pc->OH * pc->OW * cv->OC;
     int64_t cs = rt_kern_bf16_pool_chunk / oper;
     cs = cs < 1 ? 1 : cs > B ? B : cs;
-    const rt__bcv_key kc = rt_kern_dnnl_conv_key_of(cv, cs);
+    rt__bcv_tkey kc;
+    memset(&kc, 0, sizeof kc);
+    kc.key = rt_kern_dnnl_conv_key_of(cv, cs); /* pooled y: float32 */
     const rt__bcv *c = rt_kern_dnnl_cache_get(&rt__bcv_stab, &kc, sizeof kc, rt__bcv_build_serial);
     if (!c || !c->ok)
         return rt__bf32(nd, B, A);
@@ -900,12 +924,27 @@ static const rt__kernel rt__bf16_table[] = {
     {&rt__op_relu, NULL, rt_kern_bf16_relu_fwd, rt_kern_bf16_relu_bwd, NULL, NULL},
     {&rt__op_clip, NULL, rt_kern_bf16_unary_fwd, rt_kern_bf16_unary_bwd, NULL, NULL},
     {&rt__op_kerasrelu, NULL, rt_kern_bf16_unary_fwd, rt_kern_bf16_unary_bwd, NULL, NULL},
+    {&rt__op_pad, NULL, rt_kern_bf16_smp_fwd, rt_kern_bf16_smp_bwd, NULL, rt_kern_bf16_smp_prepare},
+    {&rt__op_maxpool2d, NULL, rt_kern_bf16_smp_fwd, rt_kern_bf16_smp_bwd, NULL,
+     rt_kern_bf16_smp_prepare},
+    {&rt__op_avgpool2d, NULL, rt_kern_bf16_smp_fwd, rt_kern_bf16_smp_bwd, NULL,
+     rt_kern_bf16_smp_prepare},
+    {&rt__op_globalavgpool, NULL, rt_kern_bf16_smp_fwd, rt_kern_bf16_smp_bwd, NULL,
+     rt_kern_bf16_smp_prepare},
+    {&rt__op_concat, NULL, rt_kern_bf16_concat_fwd, rt_kern_concat_bwd, NULL, NULL},
+    {&rt__op_add, NULL, rt_kern_bf16_add_fwd, rt_kern_add_bwd, NULL, NULL},
 };
 
 const rt__kernel *rt_kern_bf16_kernel(const rt__node *nd, const rt__op_def *fused)
 {
     const rt__op_def *op = nd->op;
     if (op == &rt__op_conv2d && rt__conv_cp(nd)->C < rt_kern_bf16_conv_min_c)
+        return NULL;
+    /* an Add that broadcasts (or any of them with an unbatched input)
+     * stays float32 */
+    if ((op == &rt__op_add || op == &rt__op_pad || op == &rt__op_maxpool2d ||
+         op == &rt__op_avgpool2d || op == &rt__op_globalavgpool || op == &rt__op_concat) &&
+        !rt__bf16_sample_op(nd))
         return NULL;
     for (size_t i = 0; i < sizeof rt__bf16_table / sizeof rt__bf16_table[0]; i++)
         if (rt__bf16_table[i].op == op && rt__bf16_table[i].fused == fused)

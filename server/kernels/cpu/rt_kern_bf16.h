@@ -6,7 +6,8 @@
  * bf16 (round to nearest even) into the node's workspace once per step in
  * the forward call, which the backward call reuses. An input stored bf16
  * in the arena (rt_kern_bf16act.c) is read as it is; a float32 one is
- * rounded into the workspace too.
+ * rounded into the workspace too. An output stored bf16 is written so by
+ * the primitive itself (dst bf16, from the float32 accumulator).
  */
 #ifndef RTRAIN_KERN_BF16_H
 #define RTRAIN_KERN_BF16_H
@@ -69,6 +70,15 @@ void rt_kern_bf16_relu_fwd(const rt__kargs *a);
 void rt_kern_bf16_relu_bwd(const rt__kargs *a);
 void rt_kern_bf16_unary_fwd(const rt__kargs *a);
 void rt_kern_bf16_unary_bwd(const rt__kargs *a);
+/* Pad, MaxPool2D, AvgPool2D, GlobalAvgPool, Concat and Add on values
+ * stored bf16: their float32 kernels a sample at a time on widened copies
+ * (rt_kern_bf16act.c) */
+int rt_kern_bf16_smp_prepare(rt__node *nd, int64_t B, rt__arena *A);
+void rt_kern_bf16_smp_fwd(const rt__kargs *a);
+void rt_kern_bf16_smp_bwd(const rt__kargs *a);
+/* Concat and Add on bf16 values, directly */
+void rt_kern_bf16_concat_fwd(const rt__kargs *a);
+void rt_kern_bf16_add_fwd(const rt__kargs *a);
 /* what rt__backend.bf16_io answers for a bf16 node of the CPU backend */
 unsigned rt_kern_bf16_io(const rt__node *nd);
 /* 0: every activation stored float32 (each bf16 product rounds a copy of

@@ -10,8 +10,16 @@
  * compute them, rounded to bf16 (or written float32). Their gradients are
  * float32. BatchNorm reads and writes bf16 in its own kernels
  * (rt_kern_norm.c; statistics in double, as in float32); Dense, MatMul
- * and Conv2D read a bf16 input directly instead of rounding a copy of it
- * (rt_kern_bf16.c).
+ * and Conv2D read a bf16 input directly and write a bf16 output from
+ * their primitives (rt_kern_bf16.c).
+ *
+ * Concat copies rows (2-byte values where both sides are bf16) and Add
+ * (of two tensors of the output's shape) adds chunks widened on the stack.
+ * Pad, MaxPool2D, AvgPool2D and GlobalAvgPool run their float32 kernels a
+ * sample at a time (rt_kern_bf16_smp_*): each thread widens its sample's
+ * bf16 input into its scratch, runs the float32 kernel on that one sample,
+ * and rounds the sample's output into y, in cache. All their backward
+ * passes read dy only (MaxPool2D's reads x too, widened the same way).
  */
 #include <string.h>
 
@@ -29,16 +37,20 @@ int rt_kern_bf16_act_store = 1;
 unsigned rt_kern_bf16_io(const rt__node *nd)
 {
     const rt__op_def *op = nd->op;
+    const int smp = rt__bf16_sample_op(nd);
     if (!rt_kern_bf16_act_store)
         return op == &rt__op_batchnorm || op == &rt__op_relu || op == &rt__op_clip ||
-                       op == &rt__op_kerasrelu
+                       op == &rt__op_kerasrelu || smp
                    ? RT__BF16_STORE_ONLY
                    : 0u;
+    if (smp)
+        return ((1u << nd->n_in) - 1u) | RT__BF16_OUT | RT__BF16_STORE_ONLY;
+    /* the products write y bf16 from their primitive (dst bf16) */
     if (op == &rt__op_dense || op == &rt__op_matmul)
-        return RT__BF16_IN(0);
-    /* a Conv2D + MaxPool2D reads float32 (its chunks convert x) */
+        return RT__BF16_IN(0) | RT__BF16_OUT;
+    /* a Conv2D + MaxPool2D reads and writes float32 (its chunks convert x) */
     if (op == &rt__op_conv2d)
-        return nd->fused ? 0u : RT__BF16_IN(0);
+        return nd->fused ? 0u : RT__BF16_IN(0) | RT__BF16_OUT;
     if (op == &rt__op_batchnorm || op == &rt__op_relu || op == &rt__op_clip ||
         op == &rt__op_kerasrelu)
         return RT__BF16_IN(0) | RT__BF16_OUT | RT__BF16_STORE_ONLY;
@@ -132,5 +144,143 @@ void rt_kern_bf16_unary_bwd(const rt__kargs *a)
         (void)ty;
         const float *x = rt_kern_bf16_ld(a->x[0], bx, i0, m, tx);
         rt_kern_unary_dmap(p, dx + i0, dy + i0, x, m, add);
+    });
+}
+
+/* ------------------------------------------------- a sample at a time */
+
+/* the float32 kernel's node data and scratch, the scratch a thread */
+typedef struct {
+    void *kd;
+    int64_t f32s, stride;
+    int nt;
+} rt__smp;
+
+int rt_kern_bf16_smp_prepare(rt__node *nd, int64_t B, rt__arena *A)
+{
+    const rt__kernel *k = rt_kern_cpu_f32_kernel(nd->op, NULL);
+    RT_ASSERT(k && rt__bf16_sample_op(nd));
+    int rc;
+    if (k->prepare && (rc = k->prepare(nd, B, A)) < 0)
+        return rc;
+    rt__smp *s = rt__arena_alloc(A, sizeof *s);
+    if (!s)
+        return RT_ENOMEM;
+    s->kd = nd->kdata;
+    s->f32s = (nd->scratch_floats + 15) & ~(int64_t)15;
+    s->nt = omp_get_max_threads() < 1 ? 1 : omp_get_max_threads();
+    s->stride = s->f32s;
+    for (int j = 0; j < nd->n_in; j++)
+        if (nd->bf16_in & RT__BF16_IN(j))
+            s->stride += (rt__numel_n(nd->in_shape[j], 1) + 15) & ~(int64_t)15;
+    if (nd->bf16_out)
+        s->stride += (rt__numel_n(&nd->out, 1) + 15) & ~(int64_t)15;
+    nd->kdata = s;
+    nd->scratch_floats = s->nt * s->stride;
+    return 0;
+}
+
+/* the float32 kernel over the batch, sample by sample: fwd, or MaxPool2D's
+ * backward (x widened; dx and dy are float32) */
+static void rt__smp_run(const rt__kargs *a, int fwd)
+{
+    const rt__smp *s = a->nd->kdata;
+    const rt__kernel *k = rt_kern_cpu_f32_kernel(a->nd->op, NULL);
+    rt__node nd = *a->nd;
+    nd.kdata = s->kd;
+    rt__run r1 = *a->r;
+    r1.n = 1;
+    const int64_t n = a->r->n, pout = rt__numel_n(&nd.out, 1);
+    const int by = fwd && nd.bf16_out;
+#pragma omp parallel for num_threads(s->nt) schedule(static) if (n * pout > RT__CH_PAR)
+    for (int64_t b = 0; b < n; b++) {
+        float *t = a->scratch + omp_get_thread_num() * s->stride, *q = t + s->f32s;
+        rt__kargs c = *a;
+        c.nd = &nd, c.r = &r1, c.scratch = t;
+        for (int j = 0; j < nd.n_in; j++) {
+            const int64_t pin = rt__numel_n(nd.in_shape[j], 1);
+            if (nd.bf16_in & RT__BF16_IN(j)) {
+                rt_kern_from_bf16_serial(q, (const uint16_t *)a->x[j] + b * pin, pin);
+                c.x[j] = q;
+                q += (pin + 15) & ~(int64_t)15;
+            } else {
+                c.x[j] = a->x[j] + b * pin;
+            }
+            c.dx[j] = a->dx[j] ? a->dx[j] + b * pin : NULL;
+        }
+        /* MaxPool2D's backward reads no y */
+        c.y = by ? q : a->y && !nd.bf16_out ? a->y + b * pout : NULL;
+        c.dy = a->dy ? a->dy + b * pout : NULL;
+        if (fwd) {
+            k->fwd(&c);
+            if (by)
+                rt_kern_to_bf16_serial((uint16_t *)a->y + b * pout, q, pout);
+        } else {
+            k->bwd(&c);
+        }
+    }
+}
+
+void rt_kern_bf16_smp_fwd(const rt__kargs *a) { rt__smp_run(a, 1); }
+
+/* dx (+)= from dy: the float32 kernel over the batch (y unread), or
+ * MaxPool2D's on a bf16 x sample by sample */
+void rt_kern_bf16_smp_bwd(const rt__kargs *a)
+{
+    if (a->nd->op == &rt__op_maxpool2d && (a->nd->bf16_in & 1u)) {
+        rt__smp_run(a, 0);
+        return;
+    }
+    const rt__smp *s = a->nd->kdata;
+    rt__node nd = *a->nd;
+    nd.kdata = s->kd;
+    rt__kargs c = *a;
+    c.nd = &nd;
+    rt_kern_cpu_f32_kernel(nd.op, NULL)->bwd(&c);
+}
+
+/* --------------------------------------------------- Concat and Add */
+
+/* Concat copies: each input's rows into y's, bf16 to bf16 as 2-byte
+ * values, widened or rounded where the sides differ */
+void rt_kern_bf16_concat_fwd(const rt__kargs *a)
+{
+    const rt__concat_params *p = rt__concat_cp(a->nd);
+    const int64_t k = p->k, rows = a->r->n * p->outer, inner = p->inner;
+    const int by = a->nd->bf16_out;
+    int64_t off = 0;
+    for (int64_t i = 0; i < k; i++) {
+        const int64_t w = p->in_inner[i];
+        const int bx = (a->nd->bf16_in & RT__BF16_IN((int)i)) != 0;
+        const void *x = a->x[i];
+#pragma omp parallel for schedule(static) if (rows * w >= RT__CH_PAR)
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t yo = r * inner + off, xo = r * w;
+            if (bx && by)
+                memcpy((uint16_t *)a->y + yo, (const uint16_t *)x + xo,
+                       sizeof(uint16_t) * (size_t)w);
+            else if (by)
+                rt_kern_to_bf16_serial((uint16_t *)a->y + yo, (const float *)x + xo, w);
+            else if (bx)
+                rt_kern_from_bf16_serial(a->y + yo, (const uint16_t *)x + xo, w);
+            else
+                memcpy(a->y + yo, (const float *)x + xo, sizeof(float) * (size_t)w);
+        }
+        off += w;
+    }
+}
+
+/* y = x0 + x1 (the same shape), in float32 on chunks */
+void rt_kern_bf16_add_fwd(const rt__kargs *a)
+{
+    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
+    const int b0 = (a->nd->bf16_in & 1u) != 0, b1 = (a->nd->bf16_in & 2u) != 0;
+    RT__CHUNKS(n, {
+        const float *x0 = rt_kern_bf16_ld(a->x[0], b0, i0, m, tx);
+        const float *x1 = rt_kern_bf16_ld(a->x[1], b1, i0, m, ty);
+        float *y = a->nd->bf16_out ? tx : a->y + i0;
+        for (int64_t i = 0; i < m; i++)
+            y[i] = x0[i] + x1[i];
+        rt__yput(a, i0, m, tx);
     });
 }

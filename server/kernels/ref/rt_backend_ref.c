@@ -102,6 +102,12 @@ static const rt__kernel *rt_ref_kernel_bf16(void *ctx, const rt__node *nd, const
     return rt_ref_bf16_kernel(nd, fused);
 }
 
+static unsigned rt_ref_bf16_io_hook(void *ctx, const rt__node *nd)
+{
+    (void)ctx;
+    return rt_ref_bf16_io(nd);
+}
+
 static int rt_ref_supports(void *ctx, const rt__node *nd)
 {
     return rt_ref_kernel(ctx, nd->op, NULL) != NULL;
@@ -147,6 +153,7 @@ const rt__backend rt__backend_ref = {
     .check = NULL,
     .precision = rt_ref_precision,
     .kernel_bf16 = rt_ref_kernel_bf16,
+    .bf16_io = rt_ref_bf16_io_hook,
     .run = rt_ref_run,
     .alloc = rt_ref_alloc,
     .release = rt_ref_release,

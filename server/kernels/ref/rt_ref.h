@@ -33,6 +33,13 @@ void rt_ref_clear(const rt__kargs *a, int k, int64_t n);
 /* rt_ref_bf16.c: mixed bfloat16 (Dense, MatMul, Conv2D but grouped ones)
  * as the definition; NULL for the other nodes */
 const rt__kernel *rt_ref_bf16_kernel(const rt__node *nd, const rt__op_def *fused);
+/* the backend's bf16_io: the CPU backend's bf16 storage emulated
+ * (RT__BF16_EMULATED): the same values stored bf16 there hold bf16 values
+ * here, rounded by their producer */
+unsigned rt_ref_bf16_io(const rt__node *nd);
+/* 0: nothing stored bf16 (as the CPU backend's rt_kern_bf16_act_store);
+ * read at compile, default 1 */
+extern int rt_ref_bf16_act_store;
 
 /* rt_ref_ops.c */
 void rt_ref_dense_fwd(const rt__kargs *a);

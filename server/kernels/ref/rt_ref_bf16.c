@@ -9,6 +9,12 @@
  * ones too (the CPU backend keeps one with fewer than 4 input channels
  * float32 by default; tests compare the two with that set to 1). Copies
  * are allocated per call: this backend is an oracle, not a fast path.
+ *
+ * bf16 activation storage is emulated (rt_ref_bf16_io): the values the
+ * CPU backend stores bf16 (the products', BatchNorm's, Relu's, Clip's and
+ * ReLU(max_value)'s outputs where every reader reads bf16) are stored
+ * float32 here, rounded to bf16 by their producer after its float32
+ * kernel, so every reader sees the values the CPU backend's widen to.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -73,6 +79,35 @@ static rt_ref_bf_shape rt_ref_bf_dims(const rt__kargs *a)
     return s;
 }
 
+int rt_ref_bf16_act_store = 1;
+
+unsigned rt_ref_bf16_io(const rt__node *nd)
+{
+    const rt__op_def *op = nd->op;
+    const int elt = op == &rt__op_batchnorm || op == &rt__op_relu || op == &rt__op_clip ||
+                    op == &rt__op_kerasrelu;
+    const int smp = rt__bf16_sample_op(nd);
+    if (!rt_ref_bf16_act_store)
+        return elt || smp ? RT__BF16_STORE_ONLY : 0u;
+    if (smp)
+        return ((1u << nd->n_in) - 1u) | RT__BF16_OUT | RT__BF16_STORE_ONLY | RT__BF16_EMULATED;
+    if (op == &rt__op_dense || op == &rt__op_matmul || op == &rt__op_conv2d)
+        return RT__BF16_IN(0) | RT__BF16_OUT | RT__BF16_EMULATED;
+    if (elt)
+        return RT__BF16_IN(0) | RT__BF16_OUT | RT__BF16_STORE_ONLY | RT__BF16_EMULATED;
+    return 0;
+}
+
+/* y rounded to bf16 in place where it is stored so (emulated) */
+static void rt_ref_bf_store(const rt__kargs *a)
+{
+    if (!a->nd->bf16_out)
+        return;
+    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
+    for (int64_t i = 0; i < n; i++)
+        a->y[i] = rt_ref_bf(a->y[i]);
+}
+
 static void rt_ref_bf_fwd(const rt__kargs *a, void (*f32)(const rt__kargs *))
 {
     const rt_ref_bf_shape s = rt_ref_bf_dims(a);
@@ -82,6 +117,7 @@ static void rt_ref_bf_fwd(const rt__kargs *a, void (*f32)(const rt__kargs *))
     f32(&b);
     free(b.x[0]);
     free(b.x[1]);
+    rt_ref_bf_store(a);
 }
 
 static void rt_ref_bf_bwd(const rt__kargs *a, void (*f32)(const rt__kargs *))
@@ -125,15 +161,59 @@ static void rt_ref_bf_dense_bwd(const rt__kargs *a) { rt_ref_bf_bwd(a, rt_ref_de
 static void rt_ref_bf_conv_fwd(const rt__kargs *a) { rt_ref_bf_fwd(a, rt_ref_conv2d_fwd); }
 static void rt_ref_bf_conv_bwd(const rt__kargs *a) { rt_ref_bf_bwd(a, rt_ref_conv2d_bwd); }
 
+/* float32 arithmetic; the output rounded where it is stored bf16 */
+static void rt_ref_bf_bn_fwd(const rt__kargs *a)
+{
+    rt_ref_batchnorm_fwd(a);
+    rt_ref_bf_store(a);
+}
+static void rt_ref_bf_relu_fwd(const rt__kargs *a)
+{
+    rt_ref_relu_fwd(a);
+    rt_ref_bf_store(a);
+}
+static void rt_ref_bf_unary_fwd(const rt__kargs *a)
+{
+    rt_ref_unary_fwd(a);
+    rt_ref_bf_store(a);
+}
+#define RT_REF_BF_STORED(nm)                             \
+    static void rt_ref_bf_##nm##_fwd(const rt__kargs *a) \
+    {                                                    \
+        rt_ref_##nm##_fwd(a);                            \
+        rt_ref_bf_store(a);                              \
+    }
+RT_REF_BF_STORED(map)
+RT_REF_BF_STORED(maxpool2d)
+RT_REF_BF_STORED(avgpool2d)
+RT_REF_BF_STORED(gap)
+RT_REF_BF_STORED(concat)
+RT_REF_BF_STORED(add)
+
 static const rt__kernel rt_ref_bf16_table[] = {
     {&rt__op_dense, NULL, rt_ref_bf_dense_fwd, rt_ref_bf_dense_bwd, NULL, NULL},
     {&rt__op_matmul, NULL, rt_ref_bf_dense_fwd, rt_ref_bf_dense_bwd, NULL, NULL},
     {&rt__op_conv2d, NULL, rt_ref_bf_conv_fwd, rt_ref_bf_conv_bwd, NULL, NULL},
+    /* bf16 only by their (emulated) storage */
+    {&rt__op_batchnorm, NULL, rt_ref_bf_bn_fwd, rt_ref_batchnorm_bwd, NULL, NULL},
+    {&rt__op_relu, NULL, rt_ref_bf_relu_fwd, rt_ref_relu_bwd, NULL, NULL},
+    {&rt__op_clip, NULL, rt_ref_bf_unary_fwd, rt_ref_unary_bwd, NULL, NULL},
+    {&rt__op_kerasrelu, NULL, rt_ref_bf_unary_fwd, rt_ref_unary_bwd, NULL, NULL},
+    {&rt__op_pad, NULL, rt_ref_bf_map_fwd, rt_ref_map_bwd, NULL, NULL},
+    {&rt__op_maxpool2d, NULL, rt_ref_bf_maxpool2d_fwd, rt_ref_maxpool2d_bwd, NULL, NULL},
+    {&rt__op_avgpool2d, NULL, rt_ref_bf_avgpool2d_fwd, rt_ref_avgpool2d_bwd, NULL, NULL},
+    {&rt__op_globalavgpool, NULL, rt_ref_bf_gap_fwd, rt_ref_gap_bwd, NULL, NULL},
+    {&rt__op_concat, NULL, rt_ref_bf_concat_fwd, rt_ref_concat_bwd, NULL, NULL},
+    {&rt__op_add, NULL, rt_ref_bf_add_fwd, rt_ref_add_bwd, NULL, NULL},
 };
 
 const rt__kernel *rt_ref_bf16_kernel(const rt__node *nd, const rt__op_def *fused)
 {
     const rt__op_def *op = nd->op;
+    if ((op == &rt__op_pad || op == &rt__op_maxpool2d || op == &rt__op_avgpool2d ||
+         op == &rt__op_globalavgpool || op == &rt__op_concat || op == &rt__op_add) &&
+        !rt__bf16_sample_op(nd))
+        return NULL;
     for (size_t i = 0; i < sizeof rt_ref_bf16_table / sizeof rt_ref_bf16_table[0]; i++)
         if (rt_ref_bf16_table[i].op == op && rt_ref_bf16_table[i].fused == fused)
             return &rt_ref_bf16_table[i];
