@@ -386,6 +386,39 @@ static char *ne_model(const char *mask_zero, int ne, int mask)
     return js;
 }
 
+/* implicit (Embedding mask_zero) and recorded (a recorded not-equal
+ * passed as the LSTM's mask) give the same predictions, loss and gradients
+ * of names[0..4) on a batch with zeros; plain (no mask) differs in the
+ * first row (*moves). Returns the largest prediction difference. */
+static double same_as_mask_zero(rt_exec *implicit, rt_exec *recorded, rt_exec *plain,
+                                const char *const *names, double *moves)
+{
+    float x[4 * 5] = {1, 2, 0, 3, 4, 0, 0, 5, 6, 7, 8, 9, 1, 2, 3, 4, 0, 0, 0, 0};
+    float y[4 * 2] = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f, 0.7f, -0.8f};
+    float pi[8], pr[8], pp[8];
+    CHECK_RC(rt_exec_predict(implicit, x, 4, pi));
+    CHECK_RC(rt_exec_predict(recorded, x, 4, pr));
+    CHECK_RC(rt_exec_predict(plain, x, 4, pp));
+    double diff = 0;
+    *moves = 0;
+    for (int i = 0; i < 8; i++) diff = fmax(diff, fabs(pi[i] - pr[i]));
+    for (int i = 0; i < 2; i++) *moves = fmax(*moves, fabs(pi[i] - pp[i]));
+    CHECK(diff == 0 && *moves > 1e-4);
+    rt_data d = {.x = x, .y = y, .y_dtype = RT_F32, .n = 4};
+    double li, lr;
+    CHECK_RC(rt_exec_compute_grads(implicit, &d, 4, &li));
+    CHECK_RC(rt_exec_compute_grads(recorded, &d, 4, &lr));
+    CHECK(li == lr);
+    for (int k = 0; k < 4; k++) {
+        int64_t n;
+        float gi[64], gr[64];
+        CHECK_RC(rt_exec_get_grad(implicit, find(implicit, names[k], &n), gi));
+        CHECK_RC(rt_exec_get_grad(recorded, find(recorded, names[k], &n), gr));
+        for (int64_t i = 0; i < n; i++) CHECK(gi[i] == gr[i]);
+    }
+    return diff;
+}
+
 static void recorded_not_equal(void)
 {
     /* the same weights everywhere: e's seed-3 draw */
@@ -407,28 +440,8 @@ static void recorded_not_equal(void)
     }
     /* Embedding mask_zero's own mask and the recorded NotEqual(x, 0) one:
      * the same predictions and gradients (Keras' RNN.call takes either) */
-    float x[4 * 5] = {1, 2, 0, 3, 4, 0, 0, 5, 6, 7, 8, 9, 1, 2, 3, 4, 0, 0, 0, 0};
-    float y[4 * 2] = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f, 0.7f, -0.8f};
-    float pi[8], pr[8], pp[8];
-    CHECK_RC(rt_exec_predict(implicit, x, 4, pi));
-    CHECK_RC(rt_exec_predict(recorded, x, 4, pr));
-    CHECK_RC(rt_exec_predict(plain, x, 4, pp));
-    double diff = 0, masked_moves = 0;
-    for (int i = 0; i < 8; i++) diff = fmax(diff, fabs(pi[i] - pr[i]));
-    for (int i = 0; i < 2; i++) masked_moves = fmax(masked_moves, fabs(pi[i] - pp[i]));
-    CHECK(diff == 0 && masked_moves > 1e-4);
-    rt_data d = {.x = x, .y = y, .y_dtype = RT_F32, .n = 4};
-    double li, lr;
-    CHECK_RC(rt_exec_compute_grads(implicit, &d, 4, &li));
-    CHECK_RC(rt_exec_compute_grads(recorded, &d, 4, &lr));
-    CHECK(li == lr);
-    for (int k = 0; k < 4; k++) {
-        int64_t n;
-        float gi[64], gr[64];
-        CHECK_RC(rt_exec_get_grad(implicit, find(implicit, names[k], &n), gi));
-        CHECK_RC(rt_exec_get_grad(recorded, find(recorded, names[k], &n), gr));
-        for (int64_t i = 0; i < n; i++) CHECK(gi[i] == gr[i]);
-    }
+    double masked_moves;
+    const double diff = same_as_mask_zero(implicit, recorded, plain, names, &masked_moves);
     /* NotEqual(x, 5) on an Embedding without mask_zero: the steps holding 5
      * are skipped (the state carries over), wherever they are; without the
      * mask the 5 counts */
@@ -509,29 +522,9 @@ static void not_equal_mask(void)
         CHECK_RC(rt_exec_set_param(recorded, find(recorded, names[k], &n), w));
         CHECK_RC(rt_exec_set_param(plain, find(plain, names[k], &n), w));
     }
-    float x[4 * 5] = {1, 2, 0, 3, 4, 0, 0, 5, 6, 7, 8, 9, 1, 2, 3, 4, 0, 0, 0, 0};
-    float y[4 * 2] = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f, 0.7f, -0.8f};
-    float pi[8], pr[8], pp[8];
-    CHECK_RC(rt_exec_predict(implicit, x, 4, pi));
-    CHECK_RC(rt_exec_predict(recorded, x, 4, pr));
-    CHECK_RC(rt_exec_predict(plain, x, 4, pp));
-    double diff = 0, moves = 0;
-    for (int i = 0; i < 8; i++) diff = fmax(diff, fabs(pi[i] - pr[i]));
-    for (int i = 0; i < 2; i++) moves = fmax(moves, fabs(pi[i] - pp[i]));
-    CHECK(diff == 0 && moves > 1e-4);
-    rt_data d = {.x = x, .y = y, .y_dtype = RT_F32, .n = 4};
-    double li, lr;
-    CHECK_RC(rt_exec_compute_grads(implicit, &d, 4, &li));
-    CHECK_RC(rt_exec_compute_grads(recorded, &d, 4, &lr));
-    CHECK(li == lr);
-    for (int k = 0; k < 4; k++) {
-        int64_t n;
-        float gi[64], gr[64];
-        CHECK_RC(rt_exec_get_grad(implicit, find(implicit, names[k], &n), gi));
-        CHECK_RC(rt_exec_get_grad(recorded, find(recorded, names[k], &n), gr));
-        for (int64_t i = 0; i < n; i++) CHECK(gi[i] == gr[i]);
-    }
-    printf("TFOpLambda math.not_equal mask = Embedding mask_zero's (|dp| = %g, unmasked moves %.3g)\n",
+    double moves;
+    const double diff = same_as_mask_zero(implicit, recorded, plain, names, &moves);
+    printf("TFOpLambda math.not_equal mask = Embedding mask_zero's (|dp| = %g, the mask moves row 0 by %.3g)\n",
            diff, moves);
     rt_exec_destroy(implicit);
     rt_exec_destroy(recorded);
