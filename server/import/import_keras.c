@@ -617,6 +617,8 @@ static const struct {
     {"Masking", rt_keras_masking, 1},
     /* Keras 3's recorded keras.ops NotEqual (a mask_zero step mask) */
     {"NotEqual", rt_keras_not_equal, 0},
+    /* tf.keras' recorded TensorFlow functions (import_keras_tfop.c) */
+    {"TFOpLambda", rt_keras_tfop_lambda, 0},
     {"Rescaling", k_rescaling, 1},
 };
 
@@ -1177,6 +1179,14 @@ static int is_keras_op(json_object *layer)
 {
     const char *mod = jstr(layer, "module");
     return mod && (strncmp(mod, "keras.src.ops", 13) == 0 || strncmp(mod, "keras.ops", 9) == 0);
+}
+
+/* tf.keras' record of a TensorFlow function called on a Keras tensor in a
+ * Functional model (keras/layers/core/tf_op_layer.py TFOpLambda) */
+static int is_tf_op(json_object *layer)
+{
+    const char *cls = jstr(layer, "class_name");
+    return cls && strcmp(cls, "TFOpLambda") == 0;
 }
 
 /* Why a class that is not in the table cannot be imported. */
@@ -2145,13 +2155,15 @@ static int takes_initial_state(json_object *layer)
 }
 
 /* Layers whose call takes tensors as keyword arguments (Keras passes
- * MultiHeadAttention's value, key and attention_mask so): those become
+ * MultiHeadAttention's value, key and attention_mask so, and Softmax's
+ * mask): those become
  * inputs after the positional ones, named by kw[]. Any other layer's
  * keyword arguments are not read. */
 static int takes_tensor_kwargs(json_object *layer)
 {
     const char *cls = jstr(layer, "class_name");
-    return cls && (strcmp(cls, "MultiHeadAttention") == 0 || strcmp(cls, "Attention") == 0);
+    return cls && (strcmp(cls, "MultiHeadAttention") == 0 || strcmp(cls, "Attention") == 0 ||
+                   strcmp(cls, "Softmax") == 0);
 }
 
 /* The tensor kwargs of an inbound node (Keras 2: [name, node, tensor];
@@ -2228,8 +2240,17 @@ static int inbound_names(imp *m, const char *lname, json_object *layer, int whic
     int n = 0;
     if (json_object_is_type(node, json_type_array)) {
         int k = (int)json_object_array_length(node);
+        /* tf.keras' TFOpLambda keeps its first argument's structure: one
+         * tensor is the entry itself ([name, node, tensor, kwargs]) */
+        const int tfop = is_tf_op(layer);
+        const int single =
+            tfop && k >= 1 &&
+            json_object_is_type(json_object_array_get_idx(node, 0), json_type_string);
+        if (single)
+            k = 1;
+        json_object *kw0 = NULL;
         for (int i = 0; i < k && n < max; i++) {
-            json_object *ref = json_object_array_get_idx(node, (size_t)i);
+            json_object *ref = single ? node : json_object_array_get_idx(node, (size_t)i);
             json_object *nm = json_object_is_type(ref, json_type_array)
                                   ? json_object_array_get_idx(ref, 0)
                                   : NULL;
@@ -2239,11 +2260,19 @@ static int inbound_names(imp *m, const char *lname, json_object *layer, int whic
             if (rc < 0)
                 return rc;
             names[n++] = json_object_get_string(nm);
-            if (i == 0 && takes_tensor_kwargs(layer))
-                *kwargs = json_object_array_get_idx(ref, 3);
+            if (i == 0)
+                kw0 = json_object_array_get_idx(ref, 3);
         }
-        if (*kwargs)
-            n = inbound_kwargs(m, lname, *kwargs, names, node_of, tix, kw, n, max, NULL, NULL);
+        if (kw0 && (takes_tensor_kwargs(layer) || tfop)) {
+            /* a TFOpLambda's function reads its constant arguments there */
+            *kwargs = kw0;
+            n = inbound_kwargs(m, lname, kw0, names, node_of, tix, kw, n, max, NULL, NULL);
+        } else if (kw0 && takes_initial_state(layer)) {
+            /* a recurrent layer called with mask= (tf.keras records
+             * Embedding(mask_zero)'s mask as a TFOpLambda math.not_equal) */
+            n = inbound_kwargs(m, lname, kw0, names, node_of, tix, kw, n, max, "initial_state",
+                               "mask");
+        }
         return n;
     }
     json_object *args = jget(node, "args", json_type_array);

@@ -258,6 +258,11 @@ int rt_keras_simplernn(rt_keras_ctx *c);
 int rt_keras_lstm(rt_keras_ctx *c);
 int rt_keras_masking(rt_keras_ctx *c);
 int rt_keras_not_equal(rt_keras_ctx *c);
+/* NotEqual's step mask: c->in[0] (time,) against the number num */
+int rt_keras_step_mask_op(rt_keras_ctx *c, struct json_object *num, const char *what);
+/* import_keras_tfop.c: tf.keras' TFOpLambda (math.not_equal as a step
+ * mask, element-wise arithmetic) */
+int rt_keras_tfop_lambda(rt_keras_ctx *c);
 int rt_keras_gru(rt_keras_ctx *c);
 int rt_keras_bidirectional(rt_keras_ctx *c);
 

@@ -916,8 +916,55 @@ static int k_prelu(rt_keras_ctx *c)
     return 0;
 }
 
+/* Softmax with a mask, as Keras' Softmax.call (keras/src/layers/
+ * activations/softmax.py: where(mask, x, -1e9), the masked positions'
+ * probability 0; Keras 2's keras/layers/activation/softmax.py adds
+ * (1 - mask) * -1e9, the same probabilities for Keras' boolean masks):
+ * x * mask + (mask - 1) * 1e9, exact at both mask values, then the
+ * softmax. The mask is the call's `mask` argument (the inputs' shape, as
+ * Keras documents it), else the inputs' step mask, which Keras broadcasts
+ * against the inputs as NumPy does: a (batch, time) mask fits (time,)
+ * values only. The output's mask is the inputs' own, as Keras 3 sets it
+ * (Layer.__call__ from the first argument); Keras 2 would carry a mask
+ * argument on, onto a value whose loss it then cannot weight with it. */
+static int k_softmax_masked(rt_keras_ctx *c)
+{
+    const rt_keras_tensor *x = &c->in[0];
+    const char *mask = x->mask;
+    if (c->n_in == 2) {
+        const rt_keras_tensor *m = &c->in[1];
+        if (!c->in_kw[1] || strcmp(c->in_kw[1], "mask") != 0)
+            return rt_keras_fail(c, RT_EINVAL, "Softmax takes one input and a 'mask' argument");
+        if (m->ndim != x->ndim || memcmp(m->dims, x->dims, sizeof(int64_t) * (size_t)x->ndim))
+            return rt_keras_fail(c, RT_ESHAPE, "Softmax's mask must have the inputs' shape");
+        mask = m->name;
+    } else if (x->ndim != 1) {
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "Softmax receives the step mask '%.64s' on a value of rank %d: "
+                             "Keras broadcasts the (batch, time) mask against the inputs, "
+                             "which must then be (batch, time)",
+                             x->mask, x->ndim + 1);
+    }
+    char kept[RT_KERAS_NAME], neg[RT_KERAS_NAME], where[RT_KERAS_NAME];
+    int rc;
+    if ((rc = rt_keras_name(c, kept, "kept")) < 0 || (rc = rt_keras_name(c, neg, "masked")) < 0 ||
+        (rc = rt_keras_name(c, where, "where")) < 0)
+        return rc;
+    const rt_attr sc[2] = {{.name = "alpha", .kind = RT_ATTR_FLOAT, .f = 1e9},
+                           {.name = "beta", .kind = RT_ATTR_FLOAT, .f = -1e9}};
+    const char *km[2] = {x->name, mask}, *kn[2] = {kept, neg};
+    if ((rc = kl_node(c, kept, "Mul", 2, km, 0, NULL)) < 0 ||
+        (rc = kl_node(c, neg, "Scale", 1, &mask, 2, sc)) < 0 ||
+        (rc = kl_node(c, where, "Add", 2, kn, 0, NULL)) < 0)
+        return rc;
+    c->mask_set = 1;
+    snprintf(c->out.mask, sizeof c->out.mask, "%s", x->mask);
+    return 0;
+}
+
 /* Softmax(axis): the last axis directly; another one between two
- * Transposes that swap it with the last */
+ * Transposes that swap it with the last; on a masked value
+ * k_softmax_masked */
 static int k_softmax(rt_keras_ctx *c)
 {
     int64_t axis[2];
@@ -929,25 +976,33 @@ static int k_softmax(rt_keras_ctx *c)
         axis[0] = -1, na = 1;
     if (na != 1)
         return rt_keras_fail(c, RT_EUNIMPLEMENTED, "Softmax over several axes is not supported");
+    if (c->n_in > 2)
+        return rt_keras_fail(c, RT_EINVAL, "Softmax takes one input and a 'mask' argument");
     const int r = x->ndim + 1;
     int64_t a = axis[0] < 0 ? axis[0] + r : axis[0];
     if (a < 1 || a >= r)
         return rt_keras_fail(c, RT_EINVAL, "Softmax axis %lld is outside 1..%d", (long long)axis[0],
                              r - 1);
+    /* a mask: Softmax on the masked logits */
+    const int masked = x->mask[0] || c->n_in > 1;
+    char where[RT_KERAS_NAME];
+    int rc;
+    if (masked && ((rc = k_softmax_masked(c)) < 0 || (rc = rt_keras_name(c, where, "where")) < 0))
+        return rc;
+    const char *src = masked ? where : x->name;
     if (a == r - 1)
-        return kl_act1(c, "Softmax", NULL, 0);
+        return kl_unary(c, c->layer, "Softmax", src, 0, NULL, x->ndim, x->dims);
     int64_t perm[RT_MAX_DIMS + 1];
     for (int i = 0; i < r; i++)
         perm[i] = i;
     perm[a] = r - 1;
     perm[r - 1] = a;
     char t1[RT_KERAS_NAME], sm[RT_KERAS_NAME];
-    int rc;
     if ((rc = rt_keras_name(c, t1, "to_last")) < 0 || (rc = rt_keras_name(c, sm, "softmax")) < 0)
         return rc;
     rt_attr p = {.name = "perm", .kind = RT_ATTR_INTS, .n = r, .ints = perm};
     const char *in = t1;
-    if ((rc = kl_node(c, t1, "Transpose", 1, (const char *[]){x->name}, 1, &p)) < 0 ||
+    if ((rc = kl_node(c, t1, "Transpose", 1, (const char *[]){src}, 1, &p)) < 0 ||
         (rc = kl_node(c, sm, "Softmax", 1, &in, 0, NULL)) < 0)
         return rc;
     return kl_unary(c, c->layer, "Transpose", sm, 1, &p, x->ndim, x->dims);
@@ -1127,7 +1182,8 @@ static const struct {
     {"PReLU", k_prelu, 1},
     {"ELU", k_elu, 1},
     {"ReLU", k_relu, 1},
-    {"Softmax", k_softmax, 1},
+    /* the inputs, and the call's mask argument (k_softmax_masked) */
+    {"Softmax", k_softmax, 0},
     {"ThresholdedReLU", k_thresholdedrelu, 1},
     {"SpatialDropout1D", k_sdropout1d, 1},
     {"SpatialDropout2D", k_sdropout2d, 1},

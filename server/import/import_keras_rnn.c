@@ -33,8 +33,10 @@
  * one value, sliced into the layer's outputs (k_rows); initial_state: the
  * layer's inputs after the sequence (Keras 2's inbound node, Keras 3's
  * argument; import_keras.c reads both) are the node's state inputs.
+ * Bidirectional's halves take their initializers, regularizers and
+ * constraints from their own configs (k_rnn_build_cfg).
  * Errors: rates outside [0, 1), time_major, Embedding sparse
- * and lora_rank, regularizers and constraints inside Bidirectional,
+ * and lora_rank, an activity regularizer inside Bidirectional,
  * initial_state on a stateful layer, and any field not known here.
  */
 #include <json-c/json.h>
@@ -360,18 +362,26 @@ int rt_keras_not_equal(rt_keras_ctx *c)
             if (json_object_is_type(a, json_type_int) || json_object_is_type(a, json_type_double))
                 num = a;
         }
+    return rt_keras_step_mask_op(c, num, "NotEqual");
+}
+
+/* A recorded not-equal of c->in[0] and the number num (NULL: not a
+ * number) named what in errors: the step mask of rt_keras_not_equal. */
+int rt_keras_step_mask_op(rt_keras_ctx *c, json_object *num, const char *what)
+{
+    int rc;
     if (c->n_in != 1 || !num)
         return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                             "the recorded operation NotEqual is supported between one tensor "
+                             "the recorded operation %s is supported between one tensor "
                              "and a number (a mask_zero Embedding's `inputs != 0`), not %d "
                              "tensors",
-                             c->n_in);
+                             what, c->n_in);
     const rt_keras_tensor *x = &c->in[0];
     if (x->ndim != 1)
         return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                             "the recorded operation NotEqual is supported on (time,) values (a "
+                             "the recorded operation %s is supported on (time,) values (a "
                              "step mask), got rank %d",
-                             x->ndim);
+                             what, x->ndim);
     const rt_attr mv = {
         .name = "mask_value", .kind = RT_ATTR_FLOAT, .f = json_object_get_double(num)};
     const char *in = x->name;
@@ -422,15 +432,16 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
                            const rt_keras_tensor *st, int nst, rt_keras_tensor *out,
                            rt_keras_tensor *states, int *n_states)
 {
-    /* kernel/recurrent/bias regularizers and constraints are attached by
-     * the importer after the layer (import_keras.c, param_opts_of), and so
-     * is the activity regularizer (an ActivityReg node on its output) */
-    static const char *const unsupported[] = {
-        "time_major",
-        /* inside Bidirectional the importer does not see these settings */
-        "activity_regularizer", "kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
-        "kernel_constraint", "recurrent_constraint", "bias_constraint"};
-    const int n_unsupported = strcmp(name, c->layer) == 0 ? 1 : 8;
+    /* kernel/recurrent/bias initializers, regularizers and constraints are
+     * attached after the layer (import_keras_cfg.c rt_keras_param_opts):
+     * by the importer for a layer of its own, here for a Bidirectional
+     * half (below, from the half's config); the activity regularizer
+     * is an ActivityReg node on the layer's output, not implemented on a
+     * half's */
+    static const char *const unsupported[] = {"time_major", "activity_regularizer"};
+    const int half = strcmp(name, c->layer) != 0;
+    const int n_unsupported = half ? 2 : 1;
+    const int first = c->g->n;
     static const char *const known[] = {"units",
                                         "activation",
                                         "use_bias",
@@ -544,8 +555,11 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
         if (rc < 0)
             return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
     }
+    /* a half's weight settings are in its own config, not the wrapper's */
+    if (half && (rc = rt_keras_param_opts(c, first)) < 0)
+        return rc;
     /* Bidirectional forces zero_output_for_mask to return_sequences */
-    if (strcmp(name, c->layer) != 0)
+    if (half)
         zero_out = seq;
     const int masked = x->mask[0] != 0;
     rt_attr at[13] = {
@@ -734,8 +748,10 @@ int rt_keras_bidirectional(rt_keras_ctx *c)
     if ((rc = k_rnn_build(&ic, cell, fw, 0, 0, c->in + 1, nst / 2, &fo, fs, &nfs)) < 0)
         return rc;
     if (bcfg) {
-        /* Keras runs the given backward layer as configured */
+        /* Keras runs the given backward layer as configured: its own
+         * settings, not the forward half's defaults */
         ic.cfg = bcfg;
+        ic.n_inits = c->n_inits;
         rc = k_rnn_build(&ic, bcell, bw, 0, 1, c->in + 1 + nst / 2, nst / 2, &bo, bs, &nbs);
     } else {
         rc = k_rnn_build(&ic, cell, bw, 1, 1, c->in + 1 + nst / 2, nst / 2, &bo, bs, &nbs);

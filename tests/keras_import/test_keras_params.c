@@ -613,6 +613,116 @@ static void test_default_initializers(void)
     rt_graph_destroy(g);
 }
 
+/* the largest norm over axis 0 of a (R, C) weight stored row-major */
+static double max_col_norm(const float *w, int64_t R, int64_t C)
+{
+    double worst = 0;
+    for (int64_t j = 0; j < C; j++) {
+        double ss = 0;
+        for (int64_t i = 0; i < R; i++) ss += (double)w[i * C + j] * w[i * C + j];
+        worst = fmax(worst, sqrt(ss));
+    }
+    return worst;
+}
+
+/* Bidirectional(LSTM(4)) over (5, 3): the halves' constraints and
+ * regularizers come from their own configs, as Keras builds each half from
+ * its config (keras/src/layers/rnn/bidirectional.py; Keras 2's backward
+ * half a copy of "layer", Keras 3's "backward_layer" as written). MaxNorm
+ * (keras/src/constraints/constraints.py: each column's norm over axis 0 at
+ * most max_value) binds after a step; the L2 penalty covers both halves;
+ * the halves' recurrent kernels keep Keras' default Orthogonal. */
+static void test_bidirectional_opts(void)
+{
+    const char *fmt =
+        "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+        "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 5, 3], \"name\": \"x\"}},"
+        "{\"class_name\": \"Bidirectional\", \"config\": {\"name\": \"b\", \"layer\":"
+        " {\"class_name\": \"LSTM\", \"config\": {\"name\": \"forward_l\", \"units\": 4%s}}%s}}]}}";
+    const char *con = ", \"kernel_constraint\": {\"class_name\": \"MaxNorm\", \"config\": {\"max_value\": 0.3}},"
+                      " \"recurrent_constraint\": {\"class_name\": \"MaxNorm\", \"config\": {\"max_value\": 0.3, \"axis\": 0}}";
+    const char *reg = ", \"kernel_regularizer\": {\"class_name\": \"L2\", \"config\": {\"l2\": 0.03}}";
+    /* Keras 3: the backward half bounds its kernel to 0.2, the forward's
+     * recurrent kernel only */
+    const char *k3 = ", \"backward_layer\": {\"class_name\": \"LSTM\", \"config\": {\"name\": \"backward_l\","
+                     " \"units\": 4, \"go_backwards\": true, \"kernel_constraint\": {\"class_name\": \"MaxNorm\","
+                     " \"config\": {\"max_value\": 0.2, \"axis\": 0}}}}";
+    const char *k3f = ", \"recurrent_constraint\": {\"class_name\": \"MaxNorm\", \"config\": {\"max_value\": 0.3}}";
+    static const char *const names[4] = {"b/forward_l/kernel", "b/forward_l/recurrent_kernel",
+                                         "b/backward_l/kernel", "b/backward_l/recurrent_kernel"};
+    static const int64_t rows[4] = {3, 4, 3, 4};
+    char js[4][4096];
+    snprintf(js[0], sizeof js[0], fmt, "", "");
+    snprintf(js[1], sizeof js[1], fmt, con, "");
+    snprintf(js[2], sizeof js[2], fmt, reg, "");
+    snprintf(js[3], sizeof js[3], fmt, k3f, k3);
+    rt_graph *g[4] = {0};
+    rt_exec *e[4];
+    for (int m = 0; m < 4; m++) {
+        char err[1024];
+        int rc = rt_keras_import(js[m], strlen(js[m]), &g[m], err, sizeof err);
+        if (rc < 0) fprintf(stderr, "bidirectional %d import: %s\n", m, err);
+        REQUIRE(rc == 0);
+        e[m] = make_exec(g[m], 21, 8);
+    }
+    float x[8 * 15], y[8 * 8];
+    for (int i = 0; i < 8 * 15; i++) x[i] = (float)((i * 37) % 23) / 23.0f - 0.4f;
+    for (int i = 0; i < 8 * 8; i++) y[i] = (float)((i * 11) % 7) / 7.0f;
+    rt_data d = {.x = x, .y = y, .y_dtype = RT_F32, .n = 8};
+    float w[4][4 * 16];
+    int64_t n;
+    /* the same seed draws the same weights with or without the settings;
+     * the recurrent kernels (4, 16) have orthonormal rows */
+    for (int k = 0; k < 4; k++) {
+        float v[4 * 16];
+        CHECK_RC(rt_exec_get_param(e[0], param_named(e[0], names[k], &n), w[k]));
+        REQUIRE(n == rows[k] * 16);
+        for (int m = 1; m < 4; m++) {
+            CHECK_RC(rt_exec_get_param(e[m], param_named(e[m], names[k], &n), v));
+            CHECK(memcmp(v, w[k], sizeof(float) * (size_t)n) == 0);
+        }
+        if (rows[k] == 4) {
+            double worst = 0;
+            for (int a = 0; a < 4; a++)
+                for (int b = 0; b < 4; b++) {
+                    double dot = 0;
+                    for (int c = 0; c < 16; c++) dot += (double)w[k][a * 16 + c] * w[k][b * 16 + c];
+                    worst = fmax(worst, fabs(dot - (a == b)));
+                }
+            CHECK(worst < 1e-5);
+        }
+    }
+    /* the L2 penalty: both halves' kernels */
+    double l0, l2;
+    CHECK_RC(rt_exec_compute_grads(e[0], &d, 8, &l0));
+    CHECK_RC(rt_exec_compute_grads(e[2], &d, 8, &l2));
+    double pen = 0;
+    for (int k = 0; k < 4; k += 2)
+        for (int i = 0; i < 48; i++) pen += 0.03 * (double)w[k][i] * w[k][i];
+    CHECK(pen > 0.01 && fabs((l2 - l0) - pen) < 1e-6);
+    /* the bounds: above before the step, held after it */
+    const double bound[2][4] = {{0.3, 0.3, 0.3, 0.3}, {0, 0.3, 0.2, 0}};
+    for (int k = 0; k < 4; k++) CHECK(max_col_norm(w[k], rows[k], 16) > 0.3);
+    for (int m = 0; m < 2; m++) {
+        rt_exec *ex = e[m == 0 ? 1 : 3];
+        rt_train_result r;
+        CHECK_RC(rt_exec_train(ex, &d, 1, &r, NULL, NULL, NULL));
+        for (int k = 0; k < 4; k++) {
+            float v[4 * 16];
+            CHECK_RC(rt_exec_get_param(ex, param_named(ex, names[k], &n), v));
+            const double nm = max_col_norm(v, rows[k], 16);
+            if (bound[m][k] > 0)
+                CHECK(nm <= bound[m][k] * (1 + 1e-6) && nm > 0.9 * bound[m][k]);
+            else
+                CHECK(nm > 0.3); /* unconstrained */
+        }
+    }
+    for (int m = 0; m < 4; m++) {
+        rt_exec_destroy(e[m]);
+        rt_graph_destroy(g[m]);
+    }
+}
+
 int main(void)
 {
     make_data();
@@ -624,5 +734,6 @@ int main(void)
     test_constraints();
     test_conv_constraint();
     test_lstm_regularizer();
+    test_bidirectional_opts();
     return rt_test_done("keras_params");
 }

@@ -324,3 +324,63 @@ def test_keras3_initial_state_nodes(positional):
     assert {ly["name"]: ly["inbound_nodes"] for ly in k3["layers"]} == \
         {ly["name"]: ly["inbound_nodes"] for ly in k2["layers"]}
     assert k3["output_layers"] == k2["output_layers"] == [["words", 0, 0], ["decoder", 0, 1]]
+
+
+def test_from_json_draws_as_compile(client):
+    """model_from_json keeps the file's layer order, the order the daemon's
+    importer places them (server/import/import_keras.c place_from), so its
+    compile draws the same initial weights as compiling the text: here the
+    file lists dense_a before dense_b, while the walk from the output
+    (Concatenate([b, a])) meets dense_b first."""
+    def dense(name, units, src):
+        return {"class_name": "Dense", "name": name,
+                "config": {"name": name, "units": units, "activation": "tanh"},
+                "inbound_nodes": [[[src, 0, 0, {}]]]}
+    cat = {"class_name": "Concatenate", "name": "cat", "config": {"name": "cat", "axis": -1},
+           "inbound_nodes": [[["dense_b", 0, 0, {}], ["dense_a", 0, 0, {}]]]}
+    doc = {"class_name": "Functional", "config": {
+        "name": "m", "layers": [
+            {"class_name": "InputLayer", "name": "x", "inbound_nodes": [],
+             "config": {"name": "x", "batch_input_shape": [None, 4]}},
+            dense("dense_a", 3, "x"), dense("dense_b", 5, "x"), cat, dense("out", 1, "cat")],
+        "input_layers": [["x", 0, 0]], "output_layers": [["out", 0, 0]]}}
+    text = json.dumps(doc)
+    model = models.model_from_json(text)
+    assert [ly.name for ly in model.layers][1:3] == ["dense_a", "dense_b"]
+    kw = dict(optimizer=rtrain.optimizers.SGD(0.1), loss="mse", seed=11)
+    model.compile(client=client, **kw)
+    raw = client.compile(text, **kw)
+    assert [p[0] for p in model.compiled.report["params"]] == \
+        [p[0] for p in raw.report["params"]]
+    for a, b in zip(model.get_weights(), raw.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    # and its to_json lists them so again
+    assert [ly["name"] for ly in json.loads(model.to_json())["config"]["layers"]] == \
+        ["x", "dense_a", "dense_b", "cat", "out"]
+
+
+def test_embedding_constraint(client):
+    """Embedding(embeddings_constraint=MaxNorm(0.1)) reaches the daemon
+    (to_json keeps it) and binds: each column's norm over axis 0 (Keras'
+    MaxNorm default, keras/src/constraints/constraints.py) is above the
+    bound in the initial draw and at most the bound after a step."""
+    model = rtrain.Sequential([
+        L.Embedding(20, 5, input_length=6,
+                    embeddings_constraint={"class_name": "MaxNorm",
+                                           "config": {"max_value": 0.1, "axis": 0}}),
+        L.Flatten(), L.Dense(1)])
+    cfg = json.loads(model.to_json())["config"]["layers"]
+    emb = [ly for ly in cfg if ly["class_name"] == "Embedding"][0]["config"]
+    assert emb["embeddings_constraint"]["config"]["max_value"] == 0.1
+    model.compile(client=client, optimizer=rtrain.optimizers.SGD(0.5), loss="mse",
+                  batch_size=8, shuffle=False, seed=2)
+    w0 = model.get_weights()[0]
+    assert np.linalg.norm(w0, axis=0).max() > 0.1
+    x = (_mix(np.arange(8 * 6, dtype=np.uint64)) % 20).astype(np.float32).reshape(8, 6)
+    y = np.linspace(-1, 1, 8, dtype=np.float32).reshape(8, 1)
+    model.fit(x, y, epochs=1, verbose=0)
+    w1 = model.get_weights()[0]
+    assert not np.array_equal(w0, w1)
+    assert np.linalg.norm(w1, axis=0).max() <= 0.1 * (1 + 1e-6)
+    with pytest.raises(ValueError, match="embeddings_constraint"):
+        L.Embedding(20, 5, embeddings_constraint="no_such_constraint")

@@ -459,8 +459,15 @@ def test_keras3_layout_against_keras():
     assert layout(mine) == layout(ref)
     assert mine["config"]["input_layers"] == ref["config"]["input_layers"]
     assert mine["config"]["output_layers"] == ref["config"]["output_layers"]
-    # and it reads back as the same model
-    assert models.model_from_json(mine).get_config() == m.get_config()
+    # and it reads back as the same model, its layers in the file's order
+    # (model_from_json keeps it, as the daemon's importer places them)
+    back, want = models.model_from_json(mine).get_config(), m.get_config()
+    assert [ly["name"] for ly in back["layers"]] == \
+        [ly["name"] for ly in mine["config"]["layers"]]
+    by_name = {ly["name"]: ly for ly in want["layers"]}
+    assert [by_name[ly["name"]] for ly in back["layers"]] == back["layers"]
+    assert {k: v for k, v in back.items() if k != "layers"} == \
+        {k: v for k, v in want.items() if k != "layers"}
 
 
 def test_nested_sequential_and_frozen_tower(client):

@@ -908,9 +908,9 @@ class Embedding(Layer):
                                                    "embeddings_regularizer")
         self.activity_regularizer = _regularizer(activity_regularizer,
                                                  "activity_regularizer")
-        if embeddings_constraint is not None:
-            raise ValueError("Embedding embeddings_constraint is not "
-                             "supported")
+        # applied after each update by the daemon (import_keras_cfg.c)
+        self.embeddings_constraint = _constraint(embeddings_constraint,
+                                                 "embeddings_constraint")
         self.mask_zero = bool(mask_zero)
         self.input_length = (None if input_length is None else
                              _pos_int(input_length, "input_length"))
@@ -920,7 +920,8 @@ class Embedding(Layer):
                 "embeddings_initializer": self.embeddings_initializer,
                 "embeddings_regularizer": self.embeddings_regularizer,
                 "activity_regularizer": self.activity_regularizer,
-                "embeddings_constraint": None, "mask_zero": self.mask_zero,
+                "embeddings_constraint": self.embeddings_constraint,
+                "mask_zero": self.mask_zero,
                 "input_length": self.input_length}
 
     def compute_output_shape(self, in_shape):

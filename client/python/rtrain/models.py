@@ -176,6 +176,37 @@ class Model(_layers._Called):
         self._nodes = None
         self._build_nodes()
 
+    def _order_as_listed(self, names):
+        """Order the layers as a config lists them (names), as the daemon's
+        importer places a Keras file's layers (server/import/import_keras.c
+        place_from: the listed order, a call after the calls it reads, a
+        shared layer's calls in their order). Initial weights are drawn by
+        their position, so model_from_json(text) then compile draws what
+        client.compile(text) draws (docs/python.md)."""
+        rank = {n: i for i, n in enumerate(names)}
+        ins = [t for t in self._tensors if isinstance(t.layer, _layers.InputLayer)]
+        calls = sorted((t for t in self._tensors if not isinstance(t.layer, _layers.InputLayer)),
+                       key=lambda t: (rank.get(t.layer.name, len(rank)), t.node_index))
+        member = {id(t) for t in calls}
+        order, seen = [], set()
+        for top in calls:
+            stack = [top]
+            while stack:  # depth first, without recursion
+                t = stack[-1]
+                if id(t) in seen:
+                    stack.pop()
+                    continue
+                need = [i._primary for i in t.inputs
+                        if id(i._primary) in member and id(i._primary) not in seen]
+                if need:
+                    stack.append(need[0])
+                    continue
+                seen.add(id(t))
+                order.append(t)
+                stack.pop()
+        self._tensors = ins + order
+        self._build_nodes()
+
     def _build_nodes(self):
         taken, names, nodes, placed = set(), {}, [], {}
         layers = []
@@ -873,8 +904,11 @@ def _functional_from_config(cfg, lays):
 
     def listed(v):  # Keras 3 keeps a single tensor unlisted
         return not (v and isinstance(v[0], str))
-    return Model(ins if listed(cfg["input_layers"]) else ins[0],
-                 outs if listed(cfg["output_layers"]) else outs[0], name=cfg.get("name"))
+    m = Model(ins if listed(cfg["input_layers"]) else ins[0],
+              outs if listed(cfg["output_layers"]) else outs[0], name=cfg.get("name"))
+    m._order_as_listed([ld.get("name") or (ld["config"].get("name") if isinstance(
+        ld["config"], dict) else None) for ld in lays])
+    return m
 
 
 def model_from_json(json_string):
