@@ -228,6 +228,18 @@ typedef void (*rt__kfn)(const rt__kargs *a);
  * both backends' tables name */
 void rt__imgaug_fwd(const rt__kargs *a);
 void rt__imgaug_bwd(const rt__kargs *a);
+/* Their rows, the same in every backend's table ({op, fused reader,
+ * forward, backward, can_fuse, prepare}); the op objects are declared
+ * further down */
+/* clang-format off */
+#define RT__IMGAUG_ROWS                                                           \
+    {&rt__op_rndflip, NULL, rt__imgaug_fwd, rt__imgaug_bwd, NULL, NULL},          \
+    {&rt__op_rndrotate, NULL, rt__imgaug_fwd, rt__imgaug_bwd, NULL, NULL},        \
+    {&rt__op_rndtranslate, NULL, rt__imgaug_fwd, rt__imgaug_bwd, NULL, NULL},     \
+    {&rt__op_rndzoom, NULL, rt__imgaug_fwd, rt__imgaug_bwd, NULL, NULL},          \
+    {&rt__op_rndcontrast, NULL, rt__imgaug_fwd, rt__imgaug_bwd, NULL, NULL},      \
+    {&rt__op_rndbright, NULL, rt__imgaug_fwd, rt__imgaug_bwd, NULL, NULL}
+/* clang-format on */
 
 /* ------------------------------------------------------------------- ops */
 
