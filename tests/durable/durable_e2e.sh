@@ -8,7 +8,7 @@
 # (--checkpoint-every-steps) writes that many; a full disk stops the fit
 # with a clear error and leaves the previous checkpoints intact; a pulled
 # state resumes bit-identically on a daemon with an empty disk.
-# Stops per run: 20 (scripts/test.sh asks for fewer under TSan, where each
+# Stops per run: 20 (scripts/test.sh asks for 8 under ASan, where each
 # stop and restart costs seconds).
 KILLS=${RT_DURABLE_KILLS:-20}
 rtraind=$1 rtrain=$2 src=$3 seed=${4:-14}
