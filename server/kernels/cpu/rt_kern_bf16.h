@@ -49,9 +49,9 @@ extern int rt_kern_bf16_pool_chunk;
  * runs its backward-weights as bf16 matmuls of the input's im2col with dz,
  * on chunks of at least rt_kern_bf16_col_rows output pixels (256 and
  * 1024: where it ran faster than oneDNN's bf16 backward-weights). Read at
- * compile (the primitives are cached by shape: set these before the first
- * compile of a shape); the tests lower them to run small layers and a
- * partial last chunk this way. */
+ * compile (the primitive table's key holds the chunk, 0 for none); the
+ * tests lower them to run small layers and a partial last chunk this way,
+ * bench/bf16 --col-oc raises the first to compare. */
 extern int rt_kern_bf16_col_oc;
 extern int rt_kern_bf16_col_rows;
 
