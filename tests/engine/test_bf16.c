@@ -29,6 +29,8 @@
 
 extern int rt_kern_bf16_pool_chunk; /* the cpu backend's (rt_kern_bf16.h) */
 extern int rt_kern_bf16_conv_min_c; /* the same */
+extern int rt_kern_bf16_col_oc;     /* the same */
+extern int rt_kern_bf16_col_rows;   /* the same */
 extern int rt_kern_bf16_act_store;  /* the same */
 extern int rt_ref_bf16_act_store;   /* the ref backend's emulation of it */
 
@@ -1128,6 +1130,16 @@ int main(int argc, char **argv)
     cnn_dw = 1; /* a depthwise conv between them */
     test_ref(40, 3 * 1024, 0);
     cnn_dw = 0;
+    /* c2 (3x3x16x16 on 4x4 images, after the pool) with its
+     * backward-weights as im2col matmuls: chunks of 3 samples (48 rows),
+     * the batch of 32 ending in one of 2, the last batch of 8 in a chunk
+     * reaching past it */
+    const int col_oc0 = rt_kern_bf16_col_oc, col_rows0 = rt_kern_bf16_col_rows;
+    rt_kern_bf16_col_oc = 4;
+    rt_kern_bf16_col_rows = 48;
+    test_ref(40, 3 * 1024, 1);
+    rt_kern_bf16_col_oc = col_oc0;
+    rt_kern_bf16_col_rows = col_rows0;
     test_store();
     test_store_join();
     test_stem();

@@ -379,15 +379,17 @@ static void rt__bdense_bwd(const rt__kargs *a)
 
 typedef rt_kern_dnnl_conv_key rt__bcv_key;
 
-/* a table's key: the convolution and whether y is stored bf16 */
+/* a table's key: the convolution, whether y is stored bf16 and the
+ * samples of an im2col chunk (rt__bcv_cols; 0: none) */
 typedef struct {
     rt__bcv_key key;
-    int64_t yb;
+    int64_t yb, cs;
 } rt__bcv_tkey;
 
 typedef struct {
-    rt__bcv_key key; /* first, then yb: the table compares them */
+    rt__bcv_key key; /* first, then yb and cs: the table compares them */
     int64_t yb;      /* the forward writes y bf16 (dsty is dstb) */
+    int64_t cs;      /* the key's cs */
     int ok;
     dnnl_primitive_t fwd, bwd_d, bwd_w;
     /* w_f: hwio f32 -> the forward's bf16 layout (once a step, into the
@@ -404,6 +406,11 @@ typedef struct {
     dnnl_primitive_t fwd_b, x_b, y_b;
     dnnl_memory_desc_t srcbb, dstfb, spb[3];
     int64_t xbb_floats, yb_floats;
+    /* small outputs (rt__bcv_cols): backward-weights as products of the
+     * bf16 im2col of cm_cs samples (cm) and the last, shorter chunk
+     * (cm_rem, or NULL) with dz, straight into dW's Keras layout */
+    const rt__bmm *cm, *cm_rem;
+    int64_t cm_cs, col_floats;
 } rt__bcv;
 
 /* Output images of 2x2 to 7x7: oneDNN 2.6's bf16 forward on NHWC
@@ -416,6 +423,80 @@ typedef struct {
 static int rt__bcv_small(const rt__bcv_key *k)
 {
     return k->G == 1 && k->OH >= 2 && k->OW >= 2 && k->OH * k->OW <= 49;
+}
+
+/* Backward-weights of a convolution with a small output image (at most
+ * 8x8) and wide layers: oneDNN 2.6's bf16 kernel (jit_bf16, NHWC or
+ * blocked alike) runs 230-250 GFLOP/s there, one thread, where the
+ * bf16 matmul of the im2col'd input with dz runs 320-420 (ResNet-18's
+ * 4x4x512 layers 19 -> 14 ms, the stride-2 8x8x256 -> 4x4x512 one
+ * 14.7 -> 7.1 ms, 16x16x128 -> 8x8x256 10.4 -> 7.8 ms; 8x8x256 even),
+ * and dW comes out in Keras' layout, without the f32 reorder. Larger
+ * images (16x16x128, 32x32x64) and narrow layers stay on jit_bf16,
+ * which is as fast or faster there (bench/bf16/README.md, stop 10). */
+int rt_kern_bf16_col_oc = 256;
+int rt_kern_bf16_col_rows = 1024;
+
+static int rt__bcv_cols(const rt__bcv_key *k)
+{
+    const int64_t oc = rt_kern_bf16_col_oc;
+    return k->G == 1 && k->OH * k->OW <= 64 && k->OC >= oc && k->KH * k->KW * k->C >= 4 * oc;
+}
+
+/* the samples of k's im2col chunks (0: jit_bf16's backward-weights):
+ * at least rt_kern_bf16_col_rows rows (the matmul's reduction; fewer ran
+ * slower) */
+static int64_t rt__bcv_cols_cs(const rt__bcv_key *k)
+{
+    if (!rt__bcv_cols(k))
+        return 0;
+    const int64_t rows = k->OH * k->OW;
+    const int64_t cs = (rt_kern_bf16_col_rows + rows - 1) / rows;
+    return cs > k->n ? k->n : cs < 1 ? 1 : cs;
+}
+
+/* the im2col products of k, chunks of cs samples, into d */
+static void rt__bcv_colmm(rt__bcv *d, const rt__bcv_key *k, int64_t cs)
+{
+    const int64_t rows = k->OH * k->OW, K = k->KH * k->KW * k->C;
+    rt__bmm_key mk = {cs * rows, K, k->OC, 0, RT__ACT_NONE, 0};
+    const rt__bmm *m = rt_kern_dnnl_cache_get(&rt__bmm_tab, &mk, sizeof mk, rt__bmm_build);
+    const rt__bmm *r = NULL;
+    if (k->n % cs) {
+        mk.M = (k->n % cs) * rows;
+        r = rt_kern_dnnl_cache_get(&rt__bmm_tab, &mk, sizeof mk, rt__bmm_build);
+        if (!r || !r->ok)
+            return;
+    }
+    if (!m || !m->ok)
+        return;
+    d->cm = m, d->cm_rem = r, d->cm_cs = cs;
+    d->col_floats = rt__hf(cs * rows * K);
+}
+
+/* rows of samples s0 .. s0+ns of x (bf16 NHWC) as k's im2col: a row per
+ * output pixel, (kh, kw, c) its columns (Keras' kernel order), zeros
+ * where the window is in the padding */
+static void rt__bim2col(uint16_t *col, const uint16_t *x, const rt__bcv_key *k, int64_t s0,
+                        int64_t ns)
+{
+    const int64_t rows = k->OH * k->OW, K = k->KH * k->KW * k->C, C = k->C;
+#pragma omp parallel for schedule(static) if (ns * rows * K >= RT__BF_PAR)
+    for (int64_t r = 0; r < ns * rows; r++) {
+        const int64_t b = s0 + r / rows, oh = r % rows / k->OW, ow = r % k->OW;
+        uint16_t *dst = col + r * K;
+        for (int64_t kh = 0; kh < k->KH; kh++) {
+            const int64_t ih = oh * k->SH - k->PT + kh * k->DH;
+            for (int64_t kw = 0; kw < k->KW; kw++, dst += C) {
+                const int64_t iw = ow * k->SW - k->PL + kw * k->DW;
+                if (ih < 0 || ih >= k->H || iw < 0 || iw >= k->W)
+                    memset(dst, 0, sizeof(uint16_t) * (size_t)C);
+                else
+                    memcpy(dst, x + ((b * k->H + ih) * k->W + iw) * C,
+                           sizeof(uint16_t) * (size_t)C);
+            }
+        }
+    }
 }
 
 /* the blocked forward of k into d (d->wf its weights' layout); -1 (d
@@ -460,6 +541,7 @@ static void *rt__bcv_make(const void *kp, int blocked)
         return NULL;
     d->key = *k;
     d->yb = tk->yb;
+    d->cs = tk->cs;
     if (!rt_kern_dnnl_engine())
         return d;
     dnnl_dims_t sd = {k->n, k->C, k->H, k->W}, dd = {k->n, k->OC, k->OH, k->OW};
@@ -485,6 +567,8 @@ static void *rt__bcv_make(const void *kp, int blocked)
     d->dwd = *dnnl_primitive_desc_query_md(wpd, dnnl_query_diff_weights_md, 0);
     if (blocked && rt__bcv_small(k))
         (void)rt__bcv_blocked(d, k); /* else the NHWC forward */
+    if (blocked && tk->cs)
+        rt__bcv_colmm(d, k, tk->cs); /* else jit_bf16's backward-weights */
     if (d->fwd_b)
         dnnl_primitive_desc_destroy(fpd);
     /* rt_kern_dnnl_prim destroys the descriptors */
@@ -503,6 +587,11 @@ static void *rt__bcv_make(const void *kp, int blocked)
         if (rt_kern_dnnl_floats(m) > d->sp_floats)
             d->sp_floats = rt_kern_dnnl_floats(m);
     }
+    for (int i = 0; i < 2; i++) {
+        const rt__bmm *m = i ? d->cm_rem : d->cm;
+        if (m && m->sp_floats > d->sp_floats)
+            d->sp_floats = m->sp_floats;
+    }
     d->wf_floats = rt_kern_dnnl_floats(&d->wf);
     d->wd_floats = rt_kern_dnnl_floats(&d->wd);
     d->dwd_floats = rt_kern_dnnl_floats(&d->dwd);
@@ -517,7 +606,7 @@ static rt_kern_dnnl_cache rt__bcv_tab = RT_KERN_DNNL_CACHE_INIT;
 /* the scratch's parts: dz in bf16, db's partial sums, W in bwd_d's bf16
  * layout, dW in bwd_w's layout, a dx or db to add from, scratchpad */
 typedef struct {
-    uint16_t *dzb, *wd;
+    uint16_t *dzb, *wd, *col;
     float *part, *dw, *tmp, *sp;
 } rt__bcv_parts;
 
@@ -542,6 +631,8 @@ static rt__bcv_parts rt__bcv_split(const rt__bcv *d, float *s)
     s += d->dwd_floats;
     p.tmp = s;
     s += rt__bcv_tmp(k);
+    p.col = (uint16_t *)s; /* the im2col chunk (rt__bcv_colmm) */
+    s += d->col_floats;
     p.sp = s;
     return p;
 }
@@ -571,6 +662,7 @@ static int rt__bconv_prepare(rt__node *nd, int64_t B, rt__arena *A)
     memset(&tk, 0, sizeof tk);
     tk.key = rt_kern_dnnl_conv_key_of(cv, B);
     tk.yb = nd->bf16_out != 0;
+    tk.cs = rt__bcv_cols_cs(&tk.key);
     const rt__bcv_key k = tk.key;
     if (k.act != RT__ACT_NONE && k.act != RT__ACT_RELU && k.act != RT__ACT_SIGMOID &&
         k.act != RT__ACT_TANH)
@@ -587,7 +679,7 @@ static int rt__bconv_prepare(rt__node *nd, int64_t B, rt__arena *A)
     nd->ws_floats = rt__bx_floats(nd, B * k.H * k.W * k.C) + d->wf_floats;
     const int64_t out = B * k.OH * k.OW * k.OC;
     nd->scratch_floats = rt__hf(out) + rt__bdz_part(k.OC) + d->wd_floats + d->dwd_floats +
-                         rt__bcv_tmp(&k) + d->sp_floats;
+                         rt__bcv_tmp(&k) + d->col_floats + d->sp_floats;
     /* the blocked forward's: x and y in its layouts, the scratchpad */
     if (d->fwd_b && d->xbb_floats + d->yb_floats + d->sp_floats > nd->scratch_floats)
         nd->scratch_floats = d->xbb_floats + d->yb_floats + d->sp_floats;
@@ -637,7 +729,21 @@ static void rt__bconv_grads(const rt__kargs *a, const rt__bcv *d, const uint16_t
     const rt__bcv_key *k = &d->key;
     const int64_t per = k->H * k->W * k->C, n = a->r->n;
     float *dx = a->dx[0], *dw = a->dx[1];
-    if (dw) {
+    if (dw && d->cm) {
+        /* chunks up to the batch's last sample: dz's rows past it are zero */
+        const int64_t rows = k->OH * k->OW, cs = d->cm_cs;
+        for (int64_t s0 = 0; s0 < n; s0 += cs) {
+            const int64_t ns = k->n - s0 < cs ? k->n - s0 : cs;
+            const rt__bmm *m = ns == cs ? d->cm : d->cm_rem;
+            const int add = s0 > 0 || (a->accum & 2u);
+            rt__bim2col(p->col, xb, k, s0, ns);
+            rt_kern_dnnl_args g = {0};
+            rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &m->xbT, p->col);
+            rt_kern_dnnl_arg(&g, DNNL_ARG_WEIGHTS, &m->dzb, p->dzb + s0 * rows * k->OC);
+            rt_kern_dnnl_arg(&g, DNNL_ARG_DST, &m->dw, dw);
+            rt_kern_dnnl_exec(add ? m->dw_add : m->dw_set, &g, &m->sp[add ? 2 : 1], p->sp, 0);
+        }
+    } else if (dw) {
         float *dwb = dw && !(a->accum & 2u) && !d->dw_set ? dw : p->dw;
         rt_kern_dnnl_args g = {0};
         rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &d->srcb, xb);

@@ -44,6 +44,17 @@ extern int rt_kern_bf16_conv_min_c;
  * compile; the tests make it small to run many chunks and a partial one. */
 extern int rt_kern_bf16_pool_chunk;
 
+/* Conv2D (ungrouped) with an output image of at most 64 pixels, at least
+ * rt_kern_bf16_col_oc output channels and 4x that many products a sum
+ * runs its backward-weights as bf16 matmuls of the input's im2col with dz,
+ * on chunks of at least rt_kern_bf16_col_rows output pixels (256 and
+ * 1024: where it ran faster than oneDNN's bf16 backward-weights). Read at
+ * compile (the primitive table's key holds the chunk, 0 for none); the
+ * tests lower them to run small layers and a partial last chunk this way,
+ * bench/bf16 --col-oc raises the first to compare. */
+extern int rt_kern_bf16_col_oc;
+extern int rt_kern_bf16_col_rows;
+
 /* dst[i] = bf16(src[i]), round to nearest even (NaN stays NaN) */
 void rt_kern_to_bf16(uint16_t *dst, const float *src, int64_t n);
 /* the same on the calling thread (a chunk of a parallel loop) */
