@@ -1432,12 +1432,16 @@ static int rt__pass_backward(rt__cc *cc)
     return 0;
 }
 
+int rt__bf16_sample_kind(const rt__op_def *op)
+{
+    return op == &rt__op_pad || op == &rt__op_maxpool2d || op == &rt__op_avgpool2d ||
+           op == &rt__op_globalavgpool || op == &rt__op_concat || op == &rt__op_add;
+}
+
 int rt__bf16_sample_op(const rt__node *nd)
 {
     const rt__op_def *op = nd->op;
-    if (op != &rt__op_pad && op != &rt__op_maxpool2d && op != &rt__op_avgpool2d &&
-        op != &rt__op_globalavgpool && op != &rt__op_concat &&
-        !(op == &rt__op_add && rt__bcast_cp(nd)->flat))
+    if (!rt__bf16_sample_kind(op) || (op == &rt__op_add && !rt__bcast_cp(nd)->flat))
         return 0;
     if (nd->fused || nd->n_in > 16 || !nd->out.batched)
         return 0;

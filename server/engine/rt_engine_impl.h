@@ -508,6 +508,17 @@ struct rt__kernel {
     int (*prepare)(rt__node *nd, int64_t B, rt__arena *A);
 };
 
+/* A backend table's entry for (op, fused), or NULL: the one lookup of
+ * every backend's kernel tables. */
+static inline const rt__kernel *rt__kernel_find(const rt__kernel *t, size_t n, const rt__op_def *op,
+                                                const rt__op_def *fused)
+{
+    for (size_t i = 0; i < n; i++)
+        if (t[i].op == op && t[i].fused == fused)
+            return &t[i];
+    return NULL;
+}
+
 /* The batch gather: rows idx[0..nb) of the host arrays x (in floats a row)
  * and y (ln 4-byte values a row; NULL: no labels), or rows start..start+nb
  * when idx is NULL, into the backend buffers xb and yb. With aug (not
@@ -642,6 +653,9 @@ const rt__backend *rt__backend_current(void);
  * its output's shape; unfused, every input batched): the ops a backend may
  * run on bf16-stored values a sample at a time (rt_compile.c) */
 int rt__bf16_sample_op(const rt__node *nd);
+/* whether op is one of those kinds (whatever its node): a backend's bf16
+ * kernel for one runs only where rt__bf16_sample_op holds */
+int rt__bf16_sample_kind(const rt__op_def *op);
 
 /* ------------------------------------------------------------------- plan */
 

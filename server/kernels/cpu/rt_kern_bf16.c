@@ -1048,12 +1048,8 @@ const rt__kernel *rt_kern_bf16_kernel(const rt__node *nd, const rt__op_def *fuse
         return NULL;
     /* an Add that broadcasts (or any of them with an unbatched input)
      * stays float32 */
-    if ((op == &rt__op_add || op == &rt__op_pad || op == &rt__op_maxpool2d ||
-         op == &rt__op_avgpool2d || op == &rt__op_globalavgpool || op == &rt__op_concat) &&
-        !rt__bf16_sample_op(nd))
+    if (rt__bf16_sample_kind(op) && !rt__bf16_sample_op(nd))
         return NULL;
-    for (size_t i = 0; i < sizeof rt__bf16_table / sizeof rt__bf16_table[0]; i++)
-        if (rt__bf16_table[i].op == op && rt__bf16_table[i].fused == fused)
-            return &rt__bf16_table[i];
-    return NULL;
+    return rt__kernel_find(rt__bf16_table, sizeof rt__bf16_table / sizeof rt__bf16_table[0], op,
+                           fused);
 }

@@ -99,8 +99,6 @@ static const rt__kernel rt__cpu_table[] = {
 
 const rt__kernel *rt_kern_cpu_f32_kernel(const rt__op_def *op, const rt__op_def *fused)
 {
-    for (size_t i = 0; i < sizeof rt__cpu_table / sizeof rt__cpu_table[0]; i++)
-        if (rt__cpu_table[i].op == op && rt__cpu_table[i].fused == fused)
-            return &rt__cpu_table[i];
-    return NULL;
+    return rt__kernel_find(rt__cpu_table, sizeof rt__cpu_table / sizeof rt__cpu_table[0], op,
+                           fused);
 }

@@ -79,10 +79,7 @@ static const rt__kernel rt_ref_table[] = {
 static const rt__kernel *rt_ref_kernel(void *ctx, const rt__op_def *op, const rt__op_def *fused)
 {
     (void)ctx;
-    for (size_t i = 0; i < sizeof rt_ref_table / sizeof rt_ref_table[0]; i++)
-        if (rt_ref_table[i].op == op && rt_ref_table[i].fused == fused)
-            return &rt_ref_table[i];
-    return NULL;
+    return rt__kernel_find(rt_ref_table, sizeof rt_ref_table / sizeof rt_ref_table[0], op, fused);
 }
 
 /* mixed bfloat16 emulated by rounding (rt_ref_bf16.c): any CPU */

@@ -108,15 +108,23 @@ static void rt_ref_bf_store(const rt__kargs *a)
         a->y[i] = rt_ref_bf(a->y[i]);
 }
 
+/* f32 over b with its input and weights rounded to bf16 (copies of a's) */
+static void rt_ref_bf_rounded(rt__kargs *b, const rt_ref_bf_shape *s,
+                              void (*f32)(const rt__kargs *))
+{
+    float *x = rt_ref_bf_copy(b->x[0], s->in_n), *w = rt_ref_bf_copy(b->x[1], s->w_n);
+    b->x[0] = x;
+    b->x[1] = w;
+    f32(b);
+    free(x);
+    free(w);
+}
+
 static void rt_ref_bf_fwd(const rt__kargs *a, void (*f32)(const rt__kargs *))
 {
     const rt_ref_bf_shape s = rt_ref_bf_dims(a);
     rt__kargs b = *a;
-    b.x[0] = rt_ref_bf_copy(a->x[0], s.in_n);
-    b.x[1] = rt_ref_bf_copy(a->x[1], s.w_n);
-    f32(&b);
-    free(b.x[0]);
-    free(b.x[1]);
+    rt_ref_bf_rounded(&b, &s, f32);
     rt_ref_bf_store(a);
 }
 
@@ -148,11 +156,7 @@ static void rt_ref_bf_bwd(const rt__kargs *a, void (*f32)(const rt__kargs *))
     b.nd = &nd;
     b.dy = dz;
     b.dx[2] = NULL;
-    b.x[0] = rt_ref_bf_copy(a->x[0], s.in_n);
-    b.x[1] = rt_ref_bf_copy(a->x[1], s.w_n);
-    f32(&b);
-    free(b.x[0]);
-    free(b.x[1]);
+    rt_ref_bf_rounded(&b, &s, f32);
     free(dz);
 }
 
@@ -210,12 +214,8 @@ static const rt__kernel rt_ref_bf16_table[] = {
 const rt__kernel *rt_ref_bf16_kernel(const rt__node *nd, const rt__op_def *fused)
 {
     const rt__op_def *op = nd->op;
-    if ((op == &rt__op_pad || op == &rt__op_maxpool2d || op == &rt__op_avgpool2d ||
-         op == &rt__op_globalavgpool || op == &rt__op_concat || op == &rt__op_add) &&
-        !rt__bf16_sample_op(nd))
+    if (rt__bf16_sample_kind(op) && !rt__bf16_sample_op(nd))
         return NULL;
-    for (size_t i = 0; i < sizeof rt_ref_bf16_table / sizeof rt_ref_bf16_table[0]; i++)
-        if (rt_ref_bf16_table[i].op == op && rt_ref_bf16_table[i].fused == fused)
-            return &rt_ref_bf16_table[i];
-    return NULL;
+    return rt__kernel_find(rt_ref_bf16_table,
+                           sizeof rt_ref_bf16_table / sizeof rt_ref_bf16_table[0], op, fused);
 }
