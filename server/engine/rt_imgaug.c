@@ -213,6 +213,37 @@ static int rt__crop_taps(const rt__kargs *a, const rt__image_params *p, int64_t 
     return n;
 }
 
+/* RandomCrop's forward (bwd 0: y from x) or backward (bwd 1: dy added
+ * into dx at the same taps, dx zeroed or accumulating before) */
+static void rt__crop_run(const rt__kargs *a, const rt__image_params *p, int bwd)
+{
+    const int64_t C = p->C, per = p->H * p->W * C, oper = p->oH * p->oW * C;
+    for (int64_t s = 0; s < a->r->n; s++) {
+        const float *x = bwd ? NULL : a->x[0] + s * per;
+        float *g = bwd ? a->dx[0] + s * per : NULL;
+        for (int64_t i = 0; i < p->oH; i++) {
+            const rt__crop_tap r = rt__crop_axis(a, p, s, 0, i);
+            for (int64_t j = 0; j < p->oW; j++) {
+                int64_t idx[4];
+                float w[4];
+                const int nt = rt__crop_taps(a, p, s, &r, j, idx, w);
+                const int64_t o = s * oper + (i * p->oW + j) * C;
+                for (int64_t c = 0; c < C; c++) {
+                    if (bwd) {
+                        for (int k = 0; k < nt; k++)
+                            g[idx[k] * C + c] += w[k] * a->dy[o + c];
+                        continue;
+                    }
+                    double v = 0;
+                    for (int k = 0; k < nt; k++)
+                        v += (double)w[k] * x[idx[k] * C + c];
+                    a->y[o + c] = (float)v;
+                }
+            }
+        }
+    }
+}
+
 /* contrast: channel c's mean over the sample's pixels */
 static double rt__img_mean(const rt__image_params *p, const float *x, int64_t c)
 {
@@ -228,25 +259,7 @@ void rt__imgaug_fwd(const rt__kargs *a)
     const rt__image_params *p = rt__image_cp(a->nd);
     const int64_t per = p->H * p->W * p->C, n = a->r->n;
     if (p->kind == RT__IMG_CROP) {
-        const int64_t C = p->C, oper = p->oH * p->oW * C;
-        for (int64_t s = 0; s < n; s++) {
-            const float *x = a->x[0] + s * per;
-            for (int64_t i = 0; i < p->oH; i++) {
-                const rt__crop_tap r = rt__crop_axis(a, p, s, 0, i);
-                for (int64_t j = 0; j < p->oW; j++) {
-                    int64_t idx[4];
-                    float w[4];
-                    const int nt = rt__crop_taps(a, p, s, &r, j, idx, w);
-                    float *o = a->y + s * oper + (i * p->oW + j) * C;
-                    for (int64_t c = 0; c < C; c++) {
-                        double v = 0;
-                        for (int k = 0; k < nt; k++)
-                            v += (double)w[k] * x[idx[k] * C + c];
-                        o[c] = (float)v;
-                    }
-                }
-            }
-        }
+        rt__crop_run(a, p, 0);
         return;
     }
     if (!a->r->training) {
@@ -304,24 +317,9 @@ void rt__imgaug_bwd(const rt__kargs *a)
     const int64_t per = p->H * p->W * p->C, n = a->r->n;
     const int acc = a->accum & 1u;
     if (p->kind == RT__IMG_CROP) {
-        const int64_t C = p->C, oper = p->oH * p->oW * C;
         if (!acc)
             memset(dx, 0, sizeof(float) * (size_t)(n * per));
-        for (int64_t s = 0; s < n; s++) {
-            float *g = dx + s * per;
-            for (int64_t i = 0; i < p->oH; i++) {
-                const rt__crop_tap r = rt__crop_axis(a, p, s, 0, i);
-                for (int64_t j = 0; j < p->oW; j++) {
-                    int64_t idx[4];
-                    float w[4];
-                    const int nt = rt__crop_taps(a, p, s, &r, j, idx, w);
-                    const float *o = a->dy + s * oper + (i * p->oW + j) * C;
-                    for (int k = 0; k < nt; k++)
-                        for (int64_t c = 0; c < C; c++)
-                            g[idx[k] * C + c] += w[k] * o[c];
-                }
-            }
-        }
+        rt__crop_run(a, p, 1);
         return;
     }
     if (!a->r->training) {
