@@ -1,7 +1,7 @@
 /*
  * op_image.c - Keras' random image layers as ops: RandomFlip,
  * RandomRotation, RandomTranslation, RandomZoom, RandomContrast,
- * RandomBrightness on (B, H, W, C). Shape inference, typed parameters
+ * RandomBrightness, RandomCrop on (B, H, W, C). Shape inference, typed parameters
  * (rt__image_params) and FLOP counts; the kernels, which both backends
  * run, are rt_imgaug.c.
  *
@@ -24,6 +24,15 @@
  *                     (0, 255): the clip
  *   RandomBrightness  lower <= upper in [-1, 1]; value_min < value_max
  *                     (0, 255)
+ *   RandomCrop        height, width (ints >= 1): the output (B, height,
+ *                     width, C). As Keras 2.6+'s RandomCrop: in training,
+ *                     when the input is at least that large, a window at
+ *                     a random offset (drawn per sample; Keras draws one
+ *                     per batch); otherwise (inference, or a smaller
+ *                     input) Keras' smart_resize (keras/utils/
+ *                     image_utils.py): the centred box of the output's
+ *                     aspect ratio, resized as tf.image.resize bilinear
+ *                     (half-pixel centres, no antialias)
  */
 #include <math.h>
 #include <string.h>
@@ -140,6 +149,29 @@ static int rt__img_infer(rt__cc *cc, rt__node *nd, int kind)
             return rt__cerr(cc, nd, RT_EINVAL, "width factors %g, %g must be >= -1", p->lo[1],
                             p->hi[1]);
         return rt__img_fill(cc, nd, p, &ok);
+    case RT__IMG_CROP: {
+        p->oH = rt__attr_int(cc, nd, "height", 0, &ok);
+        p->oW = rt__attr_int(cc, nd, "width", 0, &ok);
+        if (!ok)
+            return RT_EINVAL;
+        if (p->oH < 1 || p->oW < 1 || p->oH > (1 << 20) || p->oW > (1 << 20))
+            return rt__cerr(cc, nd, RT_EINVAL,
+                            "height %lld and width %lld must be given, >= 1 and <= 2^20",
+                            (long long)p->oH, (long long)p->oW);
+        nd->out.d[0] = p->oH;
+        nd->out.d[1] = p->oW;
+        p->rnd = p->H >= p->oH && p->W >= p->oW;
+        /* smart_resize's box: float32 arithmetic truncated to int32 as
+         * its tf.cast calls (keras/utils/image_utils.py) */
+        const int64_t ch = (int64_t)((float)(p->W * p->oH) / (float)p->oW);
+        const int64_t cw = (int64_t)((float)(p->H * p->oW) / (float)p->oH);
+        /* at least 1 (Keras 3's max(..., 1); Keras 2 fails there) */
+        p->ch = ch < 1 ? 1 : ch < p->H ? ch : p->H;
+        p->cw = cw < 1 ? 1 : cw < p->W ? cw : p->W;
+        p->h0 = (int64_t)((float)(p->H - p->ch) / 2.0f);
+        p->w0 = (int64_t)((float)(p->W - p->cw) / 2.0f);
+        return 0;
+    }
     case RT__IMG_CONTRAST:
         p->lo[0] = rt__attr_float(cc, nd, "lower", 0, &ok);
         p->hi[0] = rt__attr_float(cc, nd, "upper", 0, &ok);
@@ -172,6 +204,7 @@ static int rt__bright_infer(rt__cc *cc, rt__node *nd)
 {
     return rt__img_infer(cc, nd, RT__IMG_BRIGHT);
 }
+static int rt__crop_infer(rt__cc *cc, rt__node *nd) { return rt__img_infer(cc, nd, RT__IMG_CROP); }
 
 /* a sample point's four taps and their weights, per value each way */
 static uint64_t rt__img_flops(const rt__node *nd, int64_t B, unsigned need_dx)
@@ -196,4 +229,5 @@ RT__IMAGE_OP(rt__op_rndzoom, "RandomZoom", rt__zoom_infer, 0)
 /* the clip (and contrast's channel means) read the input again */
 RT__IMAGE_OP(rt__op_rndcontrast, "RandomContrast", rt__contrast_infer, 1)
 RT__IMAGE_OP(rt__op_rndbright, "RandomBrightness", rt__bright_infer, 1)
+RT__IMAGE_OP(rt__op_rndcrop, "RandomCrop", rt__crop_infer, 0)
 #undef RT__IMAGE_OP

@@ -238,7 +238,8 @@ void rt__imgaug_bwd(const rt__kargs *a);
     {&rt__op_rndtranslate, NULL, rt__imgaug_fwd, rt__imgaug_bwd, NULL, NULL},     \
     {&rt__op_rndzoom, NULL, rt__imgaug_fwd, rt__imgaug_bwd, NULL, NULL},          \
     {&rt__op_rndcontrast, NULL, rt__imgaug_fwd, rt__imgaug_bwd, NULL, NULL},      \
-    {&rt__op_rndbright, NULL, rt__imgaug_fwd, rt__imgaug_bwd, NULL, NULL}
+    {&rt__op_rndbright, NULL, rt__imgaug_fwd, rt__imgaug_bwd, NULL, NULL},        \
+    {&rt__op_rndcrop, NULL, rt__imgaug_fwd, rt__imgaug_bwd, NULL, NULL}
 /* clang-format on */
 
 /* ------------------------------------------------------------------- ops */
@@ -372,7 +373,8 @@ struct rt__op_def {
     X(rt__op_rndtranslate)    \
     X(rt__op_rndzoom)         \
     X(rt__op_rndcontrast)     \
-    X(rt__op_rndbright)
+    X(rt__op_rndbright)       \
+    X(rt__op_rndcrop)
 
 #define RT__OP_DECL(def) extern const rt__op_def def;
 RT__OP_LIST(RT__OP_DECL)

@@ -21,6 +21,17 @@
  * four pixels around the point, nearest takes round() (half away from
  * zero). The backward is the exact adjoint: dy scattered to the taps
  * with the same weights.
+ *
+ * RandomCrop changes the shape (H, W) -> (oH, oW) in every mode: in
+ * training, with H >= oH and W >= oW, sample s's window starts at row
+ * floor(u_0 (H - oH + 1)), column floor(u_1 (W - oW + 1)) (Keras 2:
+ * rand % (h_diff + 1)); otherwise the smart_resize box (op_image.c) is
+ * resized as TensorFlow's ResizeBilinear with half_pixel_centers: output
+ * row i reads box row v = (i + 0.5) ch / oH - 0.5 as rows max(floor(v), 0)
+ * and min(ceil(v), ch - 1) weighed 1 - (v - floor(v)) and v - floor(v)
+ * (tensorflow/core/kernels/image/resize_bilinear_op.cc,
+ * compute_interpolation_weights), columns alike. The backward scatters dy
+ * to the same taps.
  */
 #include <math.h>
 #include <string.h>
@@ -154,6 +165,85 @@ static int rt__img_taps(const rt__image_params *p, const float *m, int64_t y, in
     return n;
 }
 
+/* RandomCrop: output row (or column) i's two input rows (columns) and
+ * the second's weight, for sample s; len, olen, box, start: the axis' input,
+ * output and box lengths and the box's start */
+typedef struct rt__crop_tap {
+    int64_t lo, hi;
+    float w;
+} rt__crop_tap;
+
+static rt__crop_tap rt__crop_axis(const rt__kargs *a, const rt__image_params *p, int64_t s,
+                                  int axis, int64_t i)
+{
+    const int64_t len = axis ? p->W : p->H, olen = axis ? p->oW : p->oH;
+    rt__crop_tap t;
+    if (a->r->training && p->rnd) {
+        const int64_t room = len - olen;
+        int64_t o = (int64_t)(rt__img_u(a, s, axis) * (float)(room + 1));
+        o = o > room ? room : o;
+        t.lo = t.hi = o + i;
+        t.w = 0.0f;
+        return t;
+    }
+    const int64_t box = axis ? p->cw : p->ch, start = axis ? p->w0 : p->h0;
+    const float v = ((float)i + 0.5f) * ((float)box / (float)olen) - 0.5f, f = floorf(v);
+    const int64_t lo = (int64_t)f, hi = (int64_t)ceilf(v);
+    t.lo = start + (lo < 0 ? 0 : lo);
+    t.hi = start + (hi > box - 1 ? box - 1 : hi);
+    t.w = v - f;
+    return t;
+}
+
+/* RandomCrop's output pixel (i, j) of sample s: its taps (input pixel
+ * indices) and weights, weight-0 taps left out; the count */
+static int rt__crop_taps(const rt__kargs *a, const rt__image_params *p, int64_t s,
+                         const rt__crop_tap *r, int64_t j, int64_t idx[4], float w[4])
+{
+    const rt__crop_tap c = rt__crop_axis(a, p, s, 1, j);
+    const int64_t rows[2] = {r->lo, r->hi}, cols[2] = {c.lo, c.hi};
+    const float wr[2] = {1.0f - r->w, r->w}, wc[2] = {1.0f - c.w, c.w};
+    int n = 0;
+    for (int u = 0; u < 2; u++)
+        for (int v = 0; v < 2; v++)
+            if (wr[u] * wc[v] != 0.0f) {
+                idx[n] = rows[u] * p->W + cols[v];
+                w[n++] = wr[u] * wc[v];
+            }
+    return n;
+}
+
+/* RandomCrop's forward (bwd 0: y from x) or backward (bwd 1: dy added
+ * into dx at the same taps, dx zeroed or accumulating before) */
+static void rt__crop_run(const rt__kargs *a, const rt__image_params *p, int bwd)
+{
+    const int64_t C = p->C, per = p->H * p->W * C, oper = p->oH * p->oW * C;
+    for (int64_t s = 0; s < a->r->n; s++) {
+        const float *x = bwd ? NULL : a->x[0] + s * per;
+        float *g = bwd ? a->dx[0] + s * per : NULL;
+        for (int64_t i = 0; i < p->oH; i++) {
+            const rt__crop_tap r = rt__crop_axis(a, p, s, 0, i);
+            for (int64_t j = 0; j < p->oW; j++) {
+                int64_t idx[4];
+                float w[4];
+                const int nt = rt__crop_taps(a, p, s, &r, j, idx, w);
+                const int64_t o = s * oper + (i * p->oW + j) * C;
+                for (int64_t c = 0; c < C; c++) {
+                    if (bwd) {
+                        for (int k = 0; k < nt; k++)
+                            g[idx[k] * C + c] += w[k] * a->dy[o + c];
+                        continue;
+                    }
+                    double v = 0;
+                    for (int k = 0; k < nt; k++)
+                        v += (double)w[k] * x[idx[k] * C + c];
+                    a->y[o + c] = (float)v;
+                }
+            }
+        }
+    }
+}
+
 /* contrast: channel c's mean over the sample's pixels */
 static double rt__img_mean(const rt__image_params *p, const float *x, int64_t c)
 {
@@ -168,6 +258,10 @@ void rt__imgaug_fwd(const rt__kargs *a)
 {
     const rt__image_params *p = rt__image_cp(a->nd);
     const int64_t per = p->H * p->W * p->C, n = a->r->n;
+    if (p->kind == RT__IMG_CROP) {
+        rt__crop_run(a, p, 0);
+        return;
+    }
     if (!a->r->training) {
         if (a->y != a->x[0])
             memcpy(a->y, a->x[0], sizeof(float) * (size_t)(n * per));
@@ -222,6 +316,12 @@ void rt__imgaug_bwd(const rt__kargs *a)
     const rt__image_params *p = rt__image_cp(a->nd);
     const int64_t per = p->H * p->W * p->C, n = a->r->n;
     const int acc = a->accum & 1u;
+    if (p->kind == RT__IMG_CROP) {
+        if (!acc)
+            memset(dx, 0, sizeof(float) * (size_t)(n * per));
+        rt__crop_run(a, p, 1);
+        return;
+    }
     if (!a->r->training) {
         for (int64_t i = 0; i < n * per; i++)
             dx[i] = acc ? dx[i] + a->dy[i] : a->dy[i];

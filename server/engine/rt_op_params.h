@@ -298,6 +298,10 @@ enum {
     RT__IMG_ZOOM,      /* [0] height, [1] width: zoom 1 + draw */
     RT__IMG_CONTRAST,  /* factor in [1 - lo[0], 1 + hi[0]], clipped to v */
     RT__IMG_BRIGHT,    /* + draw in [lo[0], hi[0]] * (v1 - v0), clipped */
+    RT__IMG_CROP,      /* (oH, oW) out: a window at a drawn offset when
+                        * training and H >= oH, W >= oW (rnd), else
+                        * Keras' smart_resize: the box (ch, cw) at (h0,
+                        * w0) resized bilinearly with half-pixel centres */
 };
 enum { RT__FILL_REFLECT = 0, RT__FILL_WRAP, RT__FILL_CONSTANT, RT__FILL_NEAREST };
 typedef struct rt__image_params {
@@ -310,6 +314,8 @@ typedef struct rt__image_params {
     int bilinear; /* else nearest */
     double fill_value;
     double v0, v1; /* contrast, brightness: the value range */
+    int64_t oH, oW, ch, cw, h0, w0;
+    int rnd;
 } rt__image_params;
 
 typedef union rt__op_params {

@@ -1,9 +1,10 @@
 /*
  * import_keras_image.c - Keras' random image preprocessing layers:
  * RandomFlip, RandomRotation, RandomTranslation, RandomZoom,
- * RandomContrast, RandomBrightness, each one node of the engine op of the
- * same name (server/engine/op_image.c): the input unchanged outside
- * training, a random transform per sample in training.
+ * RandomContrast, RandomBrightness, RandomCrop, each one node of the
+ * engine op of the same name (server/engine/op_image.c): the input
+ * unchanged outside training (RandomCrop: Keras' smart_resize to its
+ * height and width), a random transform per sample in training.
  *
  * The settings as Keras reads them (Keras 2.15,
  * keras/layers/preprocessing/image_preprocessing.py; Keras 3,
@@ -184,6 +185,27 @@ static int ki_value(rt_keras_ctx *c, const char *op, int sym)
 static int k_randomcontrast(rt_keras_ctx *c) { return ki_value(c, "RandomContrast", 0); }
 static int k_randombrightness(rt_keras_ctx *c) { return ki_value(c, "RandomBrightness", 1); }
 
+/* RandomCrop: height and width, the output's (in every mode: the op
+ * resizes outside training, as Keras 2.6+ and Keras 3) */
+static int k_randomcrop(rt_keras_ctx *c)
+{
+    int64_t h, w;
+    int rc = ki_image(c);
+    if (rc < 0 || (rc = rt_keras_cfg_int(c, "height", 0, &h)) < 0 ||
+        (rc = rt_keras_cfg_int(c, "width", 0, &w)) < 0)
+        return rc;
+    if (h < 1 || w < 1)
+        return rt_keras_fail(c, RT_EINVAL, "RandomCrop needs height and width >= 1, got %lld, %lld",
+                             (long long)h, (long long)w);
+    const rt_attr at[2] = {{.name = "height", .kind = RT_ATTR_INT, .i = h},
+                           {.name = "width", .kind = RT_ATTR_INT, .i = w}};
+    if ((rc = ki_node(c, "RandomCrop", 2, at)) < 0)
+        return rc;
+    c->out.dims[0] = h;
+    c->out.dims[1] = w;
+    return 0;
+}
+
 static const struct {
     const char *class_name;
     rt_keras_layer_fn fn;
@@ -194,6 +216,7 @@ static const struct {
     {"RandomZoom", k_randomzoom},
     {"RandomContrast", k_randomcontrast},
     {"RandomBrightness", k_randombrightness},
+    {"RandomCrop", k_randomcrop},
 };
 
 int rt_keras_image_find(const char *class_name, rt_keras_layer_fn *fn, int *n_in)

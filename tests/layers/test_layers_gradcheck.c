@@ -367,6 +367,19 @@ int main(void)
         start(3, 5, 6, 2, 0);
         node1("y", "RandomBrightness", "h", 4, b);
         run_check("RandomBrightness", "y");
+        /* RandomCrop: a window at the drawn offset (5x6 -> 3x4, 5x2),
+         * and the smart_resize of a smaller input (5x6 -> 7x4) */
+        static const int64_t crops[3][2] = {{3, 4}, {5, 2}, {7, 4}};
+        for (int k = 0; k < 3; k++) {
+            char nm[64];
+            const rt_attr hw[2] = {{.name = "height", .kind = RT_ATTR_INT, .i = crops[k][0]},
+                                   {.name = "width", .kind = RT_ATTR_INT, .i = crops[k][1]}};
+            start(3, 5, 6, 2, 0);
+            node1("y", "RandomCrop", "h", 2, hw);
+            snprintf(nm, sizeof nm, "RandomCrop 5x6 -> %lldx%lld", (long long)crops[k][0],
+                     (long long)crops[k][1]);
+            run_check(nm, "y");
+        }
     }
     return rt_test_done("test_layers_gradcheck");
 }

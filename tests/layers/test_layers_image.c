@@ -18,7 +18,15 @@
  * image_preprocessing/random_contrast.py: (x - mean) * f + mean per
  * channel, clipped to value_range; random_brightness.py: x + delta,
  * clipped). Outside training every op is the identity.
+ *
+ * RandomCrop: outside training (and in training when the input is
+ * smaller) Keras' smart_resize, against tfjs' resizeBilinear on Keras'
+ * box (tfjs/gen_crop_fixture.js wrote argv[1]); in training every output
+ * is a window of its input at a legal offset, found by search, and the
+ * offsets vary over samples and steps and repeat with the seed.
  */
+#include <json-c/json.h>
+
 #include "../engine/rt_test.h"
 #include "import_keras.h"
 
@@ -477,6 +485,7 @@ static void refused(void)
         {"RandomContrast", {.name = "lower", .kind = RT_ATTR_FLOAT, .f = 1.5}, 0, "lower 1.5"},
         {"RandomFlip", {.name = "mode", .kind = RT_ATTR_STR, .s = "vertical"}, 1,
          "must be images (B, H, W, C)"},
+        {"RandomCrop", {.name = "height", .kind = RT_ATTR_INT, .i = 0}, 0, "height 0"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         rt_graph *g = rt_graph_create();
@@ -624,8 +633,153 @@ static void keras_import(void)
     printf("Keras import: settings reach the ops; bad ones refused by name\n");
 }
 
-int main(void)
+static rt_attr inti(const char *name, int64_t v)
 {
+    return (rt_attr){.name = name, .kind = RT_ATTR_INT, .i = v};
+}
+
+/* the generator's input: ((k * 37) % 101) / 10 - 5 at flat index k */
+static void crop_input(float *x, int64_t n)
+{
+    for (int64_t k = 0; k < n; k++)
+        x[k] = (float)((double)((k * 37) % 101) / 10.0 - 5.0); /* as JavaScript */
+}
+
+/* g's predictions (per values a sample) for the n samples x; destroys g */
+static void predict_graph(rt_graph *g, int64_t per, int n, const float *x, float *out)
+{
+    rt_train_config cfg;
+    config(&cfg, n, per);
+    rt_plan *p;
+    rt_exec *e;
+    char err[256];
+    if (rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) < 0) {
+        fprintf(stderr, "predict: compile: %s\n", err);
+        exit(1);
+    }
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    CHECK_RC(rt_exec_predict(e, x, n, out));
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+}
+
+/* sample s's window offset: the (r, c) where out is x's window, -1 when
+ * none is (or more than one is) */
+static int crop_offset(const float *x, const float *y, int H, int W, int C, int oH, int oW,
+                       int *r, int *c)
+{
+    int found = 0;
+    for (int a = 0; a + oH <= H; a++)
+        for (int b = 0; b + oW <= W; b++) {
+            int same = 1;
+            for (int i = 0; i < oH && same; i++)
+                same = !memcmp(y + (int64_t)i * oW * C, x + ((int64_t)(a + i) * W + b) * C,
+                               sizeof(float) * (size_t)(oW * C));
+            if (same)
+                *r = a, *c = b, found++;
+        }
+    return found == 1 ? 0 : -1;
+}
+
+/* outside training, and in training when the input is smaller than the
+ * crop: smart_resize, against the tfjs fixture; the same through Keras 2
+ * and Keras 3 JSON */
+static void crop_resize(const char *path)
+{
+    /* values in [-5, 5]: TensorFlow (and rtrain) place the sample point in
+     * float32, tfjs in double, a few ulps of the lerp apart */
+    const float TOL = 5e-6f;
+    json_object *doc = json_object_from_file(path);
+    REQUIRE(doc);
+    json_object *cases = json_object_object_get(doc, "cases");
+    REQUIRE(cases && json_object_array_length(cases) >= 6);
+    for (size_t k = 0; k < json_object_array_length(cases); k++) {
+        json_object *c = json_object_array_get_idx(cases, k), *jy;
+#define GETI(key) ((int)json_object_get_int(json_object_object_get(c, key)))
+        const int N = GETI("N"), H = GETI("H"), W = GETI("W"), C = GETI("C");
+        const int oH = GETI("height"), oW = GETI("width");
+#undef GETI
+        const int64_t per = (int64_t)oH * oW * C;
+        jy = json_object_object_get(c, "y");
+        REQUIRE(jy && (int64_t)json_object_array_length(jy) == N * per);
+        float *x = malloc(sizeof(float) * (size_t)(N * H * W * C));
+        float *want = malloc(sizeof(float) * (size_t)(N * per));
+        float *got = malloc(sizeof(float) * (size_t)(N * per));
+        REQUIRE(x && want && got);
+        crop_input(x, (int64_t)N * H * W * C);
+        for (int64_t i = 0; i < N * per; i++)
+            want[i] = (float)json_object_get_double(json_object_array_get_idx(jy, (size_t)i));
+        const rt_attr at[2] = {inti("height", oH), inti("width", oW)};
+        char what[96];
+        predict_graph(graph("RandomCrop", 2, at, H, W, C, 1), per, N, x, got);
+        snprintf(what, sizeof what, "RandomCrop %dx%d -> %dx%d predict = tfjs", H, W, oH, oW);
+        max_err_ok(what, got, want, N * per, TOL);
+        if (H < oH || W < oW) {
+            fwd_graph(graph("RandomCrop", 2, at, H, W, C, 0), "y", per, N, x, got, 0);
+            snprintf(what, sizeof what, "RandomCrop %dx%d -> %dx%d training = tfjs", H, W, oH,
+                     oW);
+            max_err_ok(what, got, want, N * per, TOL);
+        }
+        for (int k3 = 0; k3 < 2; k3++) {
+            char l[320];
+            snprintf(l, sizeof l,
+                     "{%s\"class_name\": \"RandomCrop\", \"config\": {\"name\": \"rc\", "
+                     "\"height\": %d, \"width\": %d, \"seed\": 7%s}}",
+                     k3 ? "\"module\": \"keras.layers\", \"registered_name\": null, " : "", oH,
+                     oW, k3 ? ", \"data_format\": \"channels_last\"" : "");
+            predict_graph(keras(l, H, W, C), per, N, x, got);
+            snprintf(what, sizeof what, "Keras %s RandomCrop %dx%d -> %dx%d predict", k3 ? "3" : "2",
+                     H, W, oH, oW);
+            max_err_ok(what, got, want, N * per, TOL);
+        }
+        free(x);
+        free(want);
+        free(got);
+    }
+    json_object_put(doc);
+}
+
+/* training with the input at least the crop's size: windows at legal
+ * offsets, drawn per sample, reproducible at a step, new at the next */
+static void crop_windows(void)
+{
+    enum { H = 6, W = 7, C = 2, oH = 3, oW = 4, N = 48, PER = H * W * C, OPER = oH * oW * C };
+    static float x[N * PER], a[N * OPER], b[N * OPER], c[N * OPER];
+    for (int i = 0; i < N * PER; i++)
+        x[i] = (float)i; /* distinct: a window matches at one offset */
+    const rt_attr at[2] = {inti("height", oH), inti("width", oW)};
+    fwd_graph(graph("RandomCrop", 2, at, H, W, C, 0), "y", OPER, N, x, a, 0);
+    fwd_graph(graph("RandomCrop", 2, at, H, W, C, 0), "y", OPER, N, x, b, 0);
+    fwd_graph(graph("RandomCrop", 2, at, H, W, C, 0), "y", OPER, N, x, c, 1);
+    CHECK(!memcmp(a, b, sizeof a));
+    int seen[H - oH + 1][W - oW + 1], distinct = 0, moved = 0, bad = 0;
+    memset(seen, 0, sizeof seen);
+    for (int s = 0; s < N; s++) {
+        int r, q, r2, q2;
+        if (crop_offset(x + s * PER, a + s * OPER, H, W, C, oH, oW, &r, &q) < 0 ||
+            crop_offset(x + s * PER, c + s * OPER, H, W, C, oH, oW, &r2, &q2) < 0) {
+            bad++;
+            continue;
+        }
+        distinct += !seen[r][q]++;
+        moved += r != r2 || q != q2;
+    }
+    CHECKF(!bad, "%d of %d samples are no window of their input", bad, N);
+    const int offsets = (H - oH + 1) * (W - oW + 1);
+    /* 48 draws of 16 offsets: the chance of fewer than 12 distinct is
+     * below 1e-4; the test's draws are fixed by the seed */
+    CHECKF(distinct >= 12, "only %d of %d offsets drawn over %d samples", distinct, offsets, N);
+    CHECKF(seen[0][0] + seen[H - oH][W - oW] + seen[0][W - oW] + seen[H - oH][0] > 0,
+           "no corner offset drawn");
+    CHECKF(moved >= N / 2, "after a step only %d of %d samples moved their window", moved, N);
+    printf("RandomCrop training: %d windows at %d of %d offsets, %d moved after a step\n", N,
+           distinct, offsets, moved);
+}
+
+int main(int argc, char **argv)
+{
+    REQUIRE(argc == 2);
     rotations();
     translations();
     zooms();
@@ -635,5 +789,7 @@ int main(void)
     reproducible();
     refused();
     keras_import();
+    crop_resize(argv[1]);
+    crop_windows();
     return rt_test_done("test_layers_image");
 }

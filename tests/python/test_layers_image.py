@@ -1,6 +1,6 @@
 """rtrain.layers' random image preprocessing layers (RandomFlip,
 RandomRotation, RandomTranslation, RandomZoom, RandomContrast,
-RandomBrightness): their configs carry Keras 2.15's get_config keys
+RandomBrightness, RandomCrop): their configs carry Keras 2.15's get_config keys
 (keras/layers/preprocessing/image_preprocessing.py), a Sequential of them
 compiles on a real rtraind and trains, and outside training they leave
 the images as they are: the model predicts what the same model without
@@ -22,6 +22,7 @@ KEYS = {
     "RandomZoom": WARP | {"height_factor", "width_factor"},
     "RandomContrast": BASE | {"factor"},
     "RandomBrightness": BASE | {"factor", "value_range"},
+    "RandomCrop": BASE | {"height", "width"},
 }
 
 
@@ -33,6 +34,7 @@ def augment():
         L.RandomZoom(0.2, fill_mode="wrap"),
         L.RandomContrast(0.3),
         L.RandomBrightness(0.1, value_range=(0, 1)),
+        L.RandomCrop(10, 9),
     ]
 
 
@@ -79,5 +81,21 @@ def test_bad_settings_are_refused():
         L.RandomTranslation(1.5, 0.1)
     with pytest.raises(ValueError, match="RandomContrast factor"):
         L.RandomContrast(-0.1)
+    with pytest.raises(ValueError, match="RandomCrop height"):
+        L.RandomCrop(0, 3)
     with pytest.raises(ValueError, match="images"):
         rtrain.Sequential([L.RandomFlip(input_shape=(6, 2)), L.Dense(1)]).count_params()
+
+
+def test_random_crop_shape(client):
+    """(height, width) out in training and in predict (Keras 2.6+): a
+    (7, 5) crop of (10, 9, 2) images feeds a head built for (7, 5, 2)"""
+    m = rtrain.Sequential([L.RandomCrop(7, 5, input_shape=(10, 9, 2))] + head())
+    assert m.layers[0].compute_output_shape([10, 9, 2]) == [7, 5, 2]
+    m.compile("sgd", "mse", client=client, batch_size=8)
+    rng = np.random.default_rng(6)
+    x = rng.uniform(size=(16, 10, 9, 2)).astype(np.float32)
+    y = rng.normal(size=(16, 1)).astype(np.float32)
+    h = m.fit(x, y, epochs=1, verbose=0)
+    assert np.isfinite(h.history["loss"]).all()
+    assert m.predict(x).shape == (16, 1)

@@ -1799,7 +1799,7 @@ __all__ += [
 
 # ------------------------------------------------ random image preprocessing
 # Keras 2.15's RandomFlip, RandomRotation, RandomTranslation, RandomZoom,
-# RandomContrast and RandomBrightness (keras/layers/preprocessing/
+# RandomContrast, RandomBrightness and RandomCrop (keras/layers/preprocessing/
 # image_preprocessing.py; get_config's keys): (height, width, channels)
 # images, unchanged outside training; in training each image gets its own
 # random transform from the session's seed (docs/layers.md).
@@ -1962,8 +1962,29 @@ class RandomBrightness(_Image):
                 "seed": self.seed}
 
 
+class RandomCrop(_Image):
+    """Keras 2.6+'s RandomCrop: (height, width, channels) out in every
+    mode; in training a random window when the image is at least that
+    large, otherwise (and outside training) Keras' smart_resize (the
+    centred box of the output's aspect ratio, resized bilinearly)."""
+    keras_class = "RandomCrop"
+    _auto_name = "random_crop"
+
+    def __init__(self, height, width, seed=None, **kw):
+        super().__init__(seed=seed, **kw)
+        self.height = _pos_int(height, "RandomCrop height")
+        self.width = _pos_int(width, "RandomCrop width")
+
+    def compute_output_shape(self, in_shape):
+        shape = super().compute_output_shape(in_shape)
+        return [self.height, self.width, shape[2]]
+
+    def _config(self):
+        return {"height": self.height, "width": self.width, "seed": self.seed}
+
+
 __all__ += ["RandomFlip", "RandomRotation", "RandomTranslation", "RandomZoom",
-            "RandomContrast", "RandomBrightness"]
+            "RandomContrast", "RandomBrightness", "RandomCrop"]
 
 
 # -------------------------------------------------------------- attention
