@@ -613,6 +613,8 @@ static const struct {
     {"SimpleRNN", rt_keras_simplernn, 0},
     {"LSTM", rt_keras_lstm, 0},
     {"GRU", rt_keras_gru, 0},
+    {"CuDNNLSTM", rt_keras_cudnn_lstm, 0},
+    {"CuDNNGRU", rt_keras_cudnn_gru, 0},
     {"Bidirectional", rt_keras_bidirectional, 0},
     {"Masking", rt_keras_masking, 1},
     /* Keras 3's recorded keras.ops NotEqual (a mask_zero step mask) */
@@ -2146,7 +2148,8 @@ static int inbound_index(imp *m, const char *lname, const char *src, json_object
  * (RNN.call(sequences, initial_state, ...)), positional or keyword. */
 static int takes_initial_state(json_object *layer)
 {
-    static const char *const rnn[] = {"SimpleRNN", "LSTM", "GRU", "Bidirectional"};
+    static const char *const rnn[] = {"SimpleRNN", "LSTM",     "GRU",
+                                      "CuDNNLSTM", "CuDNNGRU", "Bidirectional"};
     const char *cls = jstr(layer, "class_name");
     for (size_t i = 0; cls && i < sizeof rnn / sizeof rnn[0]; i++)
         if (strcmp(cls, rnn[i]) == 0)

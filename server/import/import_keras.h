@@ -264,6 +264,8 @@ int rt_keras_step_mask_op(rt_keras_ctx *c, struct json_object *num, const char *
  * mask, element-wise arithmetic) */
 int rt_keras_tfop_lambda(rt_keras_ctx *c);
 int rt_keras_gru(rt_keras_ctx *c);
+int rt_keras_cudnn_lstm(rt_keras_ctx *c);
+int rt_keras_cudnn_gru(rt_keras_ctx *c);
 int rt_keras_bidirectional(rt_keras_ctx *c);
 
 /* import_keras_layers.c: the wider layer set. rt_keras_layers_find gives
