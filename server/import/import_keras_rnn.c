@@ -36,8 +36,10 @@
  * argument; import_keras.c reads both) are the node's state inputs.
  * Bidirectional's halves take their initializers, regularizers and
  * constraints from their own configs (k_rnn_build_cfg).
+ * A half's activity_regularizer is an ActivityReg node on its output.
  * Errors: rates outside [0, 1), time_major, Embedding sparse
- * and lora_rank, an activity regularizer inside Bidirectional,
+ * and lora_rank, an activity regularizer of a Bidirectional half with
+ * return_state,
  * initial_state on a stateful layer, and any field not known here.
  */
 #include <json-c/json.h>
@@ -438,13 +440,13 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
      * attached after the layer (import_keras_cfg.c rt_keras_param_opts):
      * by the importer for a layer of its own, here for a Bidirectional
      * half (below, from the half's config); the activity regularizer
-     * is an ActivityReg node on the layer's output, not implemented on a
-     * half's */
-    static const char *const unsupported[] = {"time_major", "activity_regularizer"};
+     * is an ActivityReg node on the layer's output (import_keras.c), and
+     * on a half's output (below, as Keras' nested call adds it) */
+    static const char *const unsupported[] = {"time_major"};
     const int cudnn = cell & K_CUDNN;
     cell &= K_CELL;
     const int half = strcmp(name, c->layer) != 0;
-    const int n_unsupported = half ? 2 : 1;
+    const int n_unsupported = 1;
     const int first = c->g->n;
     static const char *const known[] = {"units",
                                         "activation",
@@ -647,6 +649,23 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
     out->ndim = seq ? 2 : 1;
     out->dims[0] = seq ? x->dims[0] : units;
     out->dims[1] = units;
+    /* a half's activity_regularizer: Keras' nested call adds it on the
+     * half's output (the backward half's in reverse step order, the same
+     * sum); with return_state Keras' covers the states too: refused */
+    json_object *ar = NULL;
+    if (half && json_object_object_get_ex(c->cfg, "activity_regularizer", &ar) && ar) {
+        if (ret_state)
+            return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                                 "%s activity_regularizer with return_state inside Bidirectional "
+                                 "is not supported",
+                                 c->class_name);
+        rt_keras_ctx hc = *c;
+        hc.layer = name;
+        hc.out = *out;
+        if ((rc = rt_keras_activity_reg(&hc)) < 0)
+            return rc;
+        snprintf(out->name, sizeof out->name, "%s", hc.out.name);
+    }
     return 0;
 }
 
