@@ -1,7 +1,8 @@
 /*
  * import_keras_rnn.c - Keras' Embedding, SimpleRNN, LSTM, GRU, Keras 2's
- * CuDNNLSTM and CuDNNGRU (k_cudnn_build), Bidirectional and Masking layers -> the engine's Embedding / SimpleRNN /
- * LSTM / GRU / SequenceMask / Masking ops (server/engine/op_rnn.c).
+ * CuDNNLSTM and CuDNNGRU (k_cudnn_cfg), Bidirectional and Masking layers
+ * -> the engine's Embedding / SimpleRNN / LSTM / GRU / SequenceMask /
+ * Masking ops (server/engine/op_rnn.c).
  * import_keras.c lists these functions in its layer table.
  *
  * Step masks: Masking(mask_value) and Embedding(mask_zero) make one (a
@@ -674,39 +675,43 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
  * no mask ("Masking is not supported for CuDNN RNNs"), and two biases: the
  * GRU's reset gate applied after the recurrent matmul and its bias
  * (Keras' reset_after = True, which Keras made to load CuDNNGRU weights).
- * Their configs hold only the fields below; k_rnn_build_cfg reads a copy
- * with those activations set. */
-static int k_cudnn_build(rt_keras_ctx *c, int cell, const char *name, int flip, int rev_out,
-                         const rt_keras_tensor *st, int nst, rt_keras_tensor *out,
-                         rt_keras_tensor *states, int *n_states)
+ * k_cudnn_cfg refuses the LSTM/GRU fields they do not have, and gives a
+ * copy of the config with those activations set (NULL: *rc). */
+static json_object *k_cudnn_cfg(rt_keras_ctx *c, int cell, int *rc)
 {
-    static const char *const known[] = {"units",
-                                        "kernel_initializer",
-                                        "recurrent_initializer",
-                                        "bias_initializer",
-                                        "kernel_regularizer",
-                                        "recurrent_regularizer",
-                                        "bias_regularizer",
-                                        "activity_regularizer",
-                                        "kernel_constraint",
-                                        "recurrent_constraint",
-                                        "bias_constraint",
-                                        "return_sequences",
-                                        "return_state",
-                                        "go_backwards",
-                                        "stateful",
-                                        "unit_forget_bias"};
-    int rc;
-    if ((rc = k_known_fields(c, known, (cell & K_CELL) == K_LSTM ? 16 : 15)) < 0)
-        return rc;
-    if (c->in[0].mask[0])
-        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                             "%s takes no mask (Keras: masking is not supported for CuDNN "
-                             "RNNs); use LSTM or GRU",
-                             c->class_name);
+    /* the fields of Keras' LSTM/GRU that cuDNN's layers do not have (its
+     * from_config would refuse them as unknown keywords); other unknown
+     * fields are refused by k_rnn_build_cfg */
+    static const char *const not_cudnn[] = {"activation", "recurrent_activation", "use_bias",
+                                            "dropout",    "recurrent_dropout",    "reset_after",
+                                            "time_major", "zero_output_for_mask"};
+    json_object *v;
+    *rc = 0;
+    for (size_t i = 0; i < sizeof not_cudnn / sizeof not_cudnn[0]; i++)
+        if (json_object_object_get_ex(c->cfg, not_cudnn[i], &v)) {
+            *rc = rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                                "%s has no setting '%s' (cuDNN's layer: tanh, sigmoid, two "
+                                "biases, no dropout)",
+                                c->class_name, not_cudnn[i]);
+            return NULL;
+        }
+    if ((cell & K_CELL) == K_GRU && json_object_object_get_ex(c->cfg, "unit_forget_bias", &v)) {
+        *rc = rt_keras_fail(c, RT_EUNIMPLEMENTED, "%s has no setting 'unit_forget_bias'",
+                            c->class_name);
+        return NULL;
+    }
+    if (c->in[0].mask[0]) {
+        *rc = rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                            "%s takes no mask (Keras: masking is not supported for CuDNN "
+                            "RNNs); use LSTM or GRU",
+                            c->class_name);
+        return NULL;
+    }
     json_object *t = json_object_new_object();
-    if (!t)
-        return rt_keras_fail(c, RT_ENOMEM, "out of memory");
+    if (!t) {
+        *rc = rt_keras_fail(c, RT_ENOMEM, "out of memory");
+        return NULL;
+    }
     json_object_object_foreach(c->cfg, key, val)
     {
         json_object_object_add(t, key, json_object_get(val));
@@ -715,23 +720,18 @@ static int k_cudnn_build(rt_keras_ctx *c, int cell, const char *name, int flip, 
     json_object_object_add(t, "recurrent_activation", json_object_new_string("sigmoid"));
     if ((cell & K_CELL) == K_GRU)
         json_object_object_add(t, "reset_after", json_object_new_boolean(1));
-    json_object *orig = c->cfg;
-    c->cfg = t;
-    rc = k_rnn_build_cfg(c, cell, name, flip, rev_out, st, nst, out, states, n_states);
-    c->cfg = orig;
-    json_object_put(t);
-    return rc;
+    return t;
 }
 
-/* k_rnn_build_cfg on c->cfg, or on its Keras 2 names when it is Keras 1 */
+/* k_rnn_build_cfg on c->cfg, or on its Keras 2 names when it is Keras 1,
+ * or on a CuDNN layer's as the LSTM/GRU it is */
 static int k_rnn_build(rt_keras_ctx *c, int cell, const char *name, int flip, int rev_out,
                        const rt_keras_tensor *st, int nst, rt_keras_tensor *out,
                        rt_keras_tensor *states, int *n_states)
 {
     int rc;
-    if (cell & K_CUDNN)
-        return k_cudnn_build(c, cell, name, flip, rev_out, st, nst, out, states, n_states);
-    json_object *k1 = k_keras1(c, 0, cell == K_GRU, &rc);
+    json_object *k1 =
+        cell & K_CUDNN ? k_cudnn_cfg(c, cell, &rc) : k_keras1(c, 0, cell == K_GRU, &rc);
     if (rc < 0 || !k1)
         return rc < 0
                    ? rc
