@@ -48,8 +48,9 @@ static int add_actreg(rt_keras_ctx *c, double l1, double l2)
     return 0;
 }
 
-/* A layer's activity_regularizer (after its function set c->out). */
-static int activity_reg(rt_keras_ctx *c)
+/* A layer's activity_regularizer (after its function set c->out; also a
+ * Bidirectional half's, import_keras_rnn.c). */
+int rt_keras_activity_reg(rt_keras_ctx *c)
 {
     json_object *v = NULL;
     if (!c->cfg || !json_object_object_get_ex(c->cfg, "activity_regularizer", &v))
@@ -613,12 +614,16 @@ static const struct {
     {"SimpleRNN", rt_keras_simplernn, 0},
     {"LSTM", rt_keras_lstm, 0},
     {"GRU", rt_keras_gru, 0},
+    {"CuDNNLSTM", rt_keras_cudnn_lstm, 0},
+    {"CuDNNGRU", rt_keras_cudnn_gru, 0},
     {"Bidirectional", rt_keras_bidirectional, 0},
     {"Masking", rt_keras_masking, 1},
     /* Keras 3's recorded keras.ops NotEqual (a mask_zero step mask) */
     {"NotEqual", rt_keras_not_equal, 0},
     /* tf.keras' recorded TensorFlow functions (import_keras_tfop.c) */
     {"TFOpLambda", rt_keras_tfop_lambda, 0},
+    /* TF 2.2-2.3's recorded TensorFlow op (import_keras_tfop.c) */
+    {"TensorFlowOpLayer", rt_keras_tf_op_layer, 0},
     {"Rescaling", k_rescaling, 1},
 };
 
@@ -1936,7 +1941,7 @@ static int run_layer(imp *m, json_object *layer, const rt_keras_tensor *ins, int
         if (rc == 0)
             rc = layout_finish(m, &c, lmode, first);
         if (rc == 0 && strcmp(cls, "ActivityRegularization") != 0)
-            rc = activity_reg(&c);
+            rc = rt_keras_activity_reg(&c);
         if (rc == 0 && lprec)
             rc = mark_precision(m, first, lprec);
         if (rc < 0) {
@@ -2146,7 +2151,8 @@ static int inbound_index(imp *m, const char *lname, const char *src, json_object
  * (RNN.call(sequences, initial_state, ...)), positional or keyword. */
 static int takes_initial_state(json_object *layer)
 {
-    static const char *const rnn[] = {"SimpleRNN", "LSTM", "GRU", "Bidirectional"};
+    static const char *const rnn[] = {"SimpleRNN", "LSTM",     "GRU",
+                                      "CuDNNLSTM", "CuDNNGRU", "Bidirectional"};
     const char *cls = jstr(layer, "class_name");
     for (size_t i = 0; cls && i < sizeof rnn / sizeof rnn[0]; i++)
         if (strcmp(cls, rnn[i]) == 0)
@@ -2248,6 +2254,25 @@ static int inbound_names(imp *m, const char *lname, json_object *layer, int whic
             json_object_is_type(json_object_array_get_idx(node, 0), json_type_string);
         if (single)
             k = 1;
+        /* a constant first argument (1 - x): tf.keras' node.py saves it as
+         * ["_CONSTANT_VALUE", -1, value, kwargs]; the function reads it as
+         * its keyword "x", beside the call's other arguments */
+        if (single && !strcmp(json_object_get_string(json_object_array_get_idx(node, 0)),
+                              "_CONSTANT_VALUE")) {
+            json_object *kwc = json_object_array_get_idx(node, 3), *all = json_object_new_object();
+            if (!all)
+                return ifail(m, RT_ENOMEM, "out of memory");
+            json_object_array_add(m->owned, all);
+            if (kwc && json_object_is_type(kwc, json_type_object)) {
+                json_object_object_foreach(kwc, ck, cv)
+                {
+                    json_object_object_add(all, ck, json_object_get(cv));
+                }
+            }
+            json_object_object_add(all, "x", json_object_get(json_object_array_get_idx(node, 2)));
+            *kwargs = all;
+            return inbound_kwargs(m, lname, all, names, node_of, tix, kw, 0, max, NULL, NULL);
+        }
         json_object *kw0 = NULL;
         for (int i = 0; i < k && n < max; i++) {
             json_object *ref = single ? node : json_object_array_get_idx(node, (size_t)i);

@@ -250,6 +250,9 @@ int rt_keras_name(rt_keras_ctx *c, char *dst, const char *suffix);
 /* import_keras_layers.c: append the node for a Keras activation name
  * ("linear" adds nothing) after c->out and update c->out. */
 int rt_keras_add_activation(rt_keras_ctx *c, const char *activation);
+/* c->cfg's activity_regularizer as an ActivityReg node "<c->layer>/activity_reg"
+ * after c->out (none: nothing added) */
+int rt_keras_activity_reg(rt_keras_ctx *c);
 
 /* Layer functions of import_keras_rnn.c: Embedding, SimpleRNN, LSTM, GRU,
  * Bidirectional */
@@ -263,7 +266,11 @@ int rt_keras_step_mask_op(rt_keras_ctx *c, struct json_object *num, const char *
 /* import_keras_tfop.c: tf.keras' TFOpLambda (math.not_equal as a step
  * mask, element-wise arithmetic) */
 int rt_keras_tfop_lambda(rt_keras_ctx *c);
+/* TF 2.2-2.3's TensorFlowOpLayer: element-wise ops of node_def */
+int rt_keras_tf_op_layer(rt_keras_ctx *c);
 int rt_keras_gru(rt_keras_ctx *c);
+int rt_keras_cudnn_lstm(rt_keras_ctx *c);
+int rt_keras_cudnn_gru(rt_keras_ctx *c);
 int rt_keras_bidirectional(rt_keras_ctx *c);
 
 /* import_keras_layers.c: the wider layer set. rt_keras_layers_find gives

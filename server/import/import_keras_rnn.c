@@ -1,7 +1,8 @@
 /*
- * import_keras_rnn.c - Keras' Embedding, SimpleRNN, LSTM, GRU,
- * Bidirectional and Masking layers -> the engine's Embedding / SimpleRNN /
- * LSTM / GRU / SequenceMask / Masking ops (server/engine/op_rnn.c).
+ * import_keras_rnn.c - Keras' Embedding, SimpleRNN, LSTM, GRU, Keras 2's
+ * CuDNNLSTM and CuDNNGRU (k_cudnn_cfg), Bidirectional and Masking layers
+ * -> the engine's Embedding / SimpleRNN / LSTM / GRU / SequenceMask /
+ * Masking ops (server/engine/op_rnn.c).
  * import_keras.c lists these functions in its layer table.
  *
  * Step masks: Masking(mask_value) and Embedding(mask_zero) make one (a
@@ -15,7 +16,8 @@
  * Weights keep Keras' names and layout, so get/set weights interoperate
  * with a Keras model's: "<layer>/embeddings"; "<layer>/kernel" (in, G*units),
  * "<layer>/recurrent_kernel" (units, G*units), "<layer>/bias" (G*units,
- * or (2, 3*units) for GRU reset_after); gates LSTM i,f,c,o and GRU z,r,h.
+ * or (2, 3*units) for GRU reset_after, (2*G*units) for CuDNN's); gates
+ * LSTM i,f,c,o and GRU z,r,h.
  * Bidirectional's halves are "<layer>/forward_<inner>/..." and
  * "<layer>/backward_<inner>/...", as in Keras' weight paths.
  *
@@ -35,8 +37,10 @@
  * argument; import_keras.c reads both) are the node's state inputs.
  * Bidirectional's halves take their initializers, regularizers and
  * constraints from their own configs (k_rnn_build_cfg).
+ * A half's activity_regularizer is an ActivityReg node on its output.
  * Errors: rates outside [0, 1), time_major, Embedding sparse
- * and lora_rank, an activity regularizer inside Bidirectional,
+ * and lora_rank, an activity regularizer of a Bidirectional half with
+ * return_state,
  * initial_state on a stateful layer, and any field not known here.
  */
 #include <json-c/json.h>
@@ -395,7 +399,8 @@ int rt_keras_step_mask_op(rt_keras_ctx *c, json_object *num, const char *what)
     return 0;
 }
 
-enum { K_SIMPLE, K_LSTM, K_GRU };
+/* K_CUDNN: Keras 2's CuDNNLSTM/CuDNNGRU (an or-ed flag on K_LSTM/K_GRU) */
+enum { K_SIMPLE, K_LSTM, K_GRU, K_CELL = 3, K_CUDNN = 4 };
 
 /* rows [r0, r0 + nr) of the (R, U) value packed as the graph value name
  * (squeeze: one row, as (U)) */
@@ -436,11 +441,13 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
      * attached after the layer (import_keras_cfg.c rt_keras_param_opts):
      * by the importer for a layer of its own, here for a Bidirectional
      * half (below, from the half's config); the activity regularizer
-     * is an ActivityReg node on the layer's output, not implemented on a
-     * half's */
-    static const char *const unsupported[] = {"time_major", "activity_regularizer"};
+     * is an ActivityReg node on the layer's output (import_keras.c), and
+     * on a half's output (below, as Keras' nested call adds it) */
+    static const char *const unsupported[] = {"time_major"};
+    const int cudnn = cell & K_CUDNN;
+    cell &= K_CELL;
     const int half = strcmp(name, c->layer) != 0;
-    const int n_unsupported = half ? 2 : 1;
+    const int n_unsupported = 1;
     const int first = c->g->n;
     static const char *const known[] = {"units",
                                         "activation",
@@ -549,8 +556,24 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
             for (int64_t j = units; j < 2 * units; j++)
                 ones[j] = 1.0f;
         }
-        rc = reset_after ? rt_graph_add_param(c->g, bn, 2, bd, binit, trainable, NULL)
-                         : rt_graph_add_param(c->g, bn, 1, &GU, binit, trainable, ones);
+        /* CuDNN's (2*G*units,) bias, as Keras keeps it: the input biases,
+         * then the recurrent ones (its forget gate's 1 in the second), fed
+         * to the op as (2, G*units): LSTM's two rows added, GRU's
+         * reset_after rows (cudnn_recurrent.py) */
+        const int64_t GU2 = 2 * GU;
+        if (cudnn && ones) {
+            float *two = calloc((size_t)GU2, sizeof(float));
+            if (!two) {
+                free(ones);
+                return RT_ENOMEM;
+            }
+            memcpy(two + GU, ones, sizeof(float) * (size_t)GU);
+            free(ones);
+            ones = two;
+        }
+        rc = cudnn         ? rt_graph_add_param(c->g, bn, 1, &GU2, binit, trainable, ones)
+             : reset_after ? rt_graph_add_param(c->g, bn, 2, bd, binit, trainable, NULL)
+                           : rt_graph_add_param(c->g, bn, 1, &GU, binit, trainable, ones);
         free(ones);
         if (rc < 0)
             return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
@@ -581,8 +604,18 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
     /* x, kernel, recurrent kernel, [bias], [initial states], [mask] */
     const char *in[7] = {x->name, kn, rn};
     int n_in = 3;
-    if (use_bias)
+    char b2[RT_KERAS_NAME];
+    if (use_bias && cudnn) {
+        const char *bin = bn;
+        const rt_attr sh = {.name = "shape", .kind = RT_ATTR_INTS, .n = 2, .ints = bd};
+        if ((rc = k_name(c, b2, name, "bias:2")) < 0)
+            return rc;
+        if ((rc = rt_graph_add_node(c->g, b2, "Reshape", 1, &bin, 1, &sh)) < 0)
+            return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+        in[n_in++] = b2;
+    } else if (use_bias) {
         in[n_in++] = bn;
+    }
     for (int k = 0; k < nst; k++)
         in[n_in++] = st[k].name;
     if (masked)
@@ -617,16 +650,88 @@ static int k_rnn_build_cfg(rt_keras_ctx *c, int cell, const char *name, int flip
     out->ndim = seq ? 2 : 1;
     out->dims[0] = seq ? x->dims[0] : units;
     out->dims[1] = units;
+    /* a half's activity_regularizer: Keras' nested call adds it on the
+     * half's output (the backward half's in reverse step order, the same
+     * sum); with return_state Keras' covers the states too: refused */
+    json_object *ar = NULL;
+    if (half && json_object_object_get_ex(c->cfg, "activity_regularizer", &ar) && ar) {
+        if (ret_state)
+            return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                                 "%s activity_regularizer with return_state inside Bidirectional "
+                                 "is not supported",
+                                 c->class_name);
+        rt_keras_ctx hc = *c;
+        hc.layer = name;
+        hc.out = *out;
+        if ((rc = rt_keras_activity_reg(&hc)) < 0)
+            return rc;
+        snprintf(out->name, sizeof out->name, "%s", hc.out.name);
+    }
     return 0;
 }
 
-/* k_rnn_build_cfg on c->cfg, or on its Keras 2 names when it is Keras 1 */
+/* Keras 2's CuDNNLSTM and CuDNNGRU (keras/layers/cudnn_recurrent.py):
+ * cuDNN's LSTM and GRU, which are Keras' with tanh and sigmoid, no dropout,
+ * no mask ("Masking is not supported for CuDNN RNNs"), and two biases: the
+ * GRU's reset gate applied after the recurrent matmul and its bias
+ * (Keras' reset_after = True, which Keras made to load CuDNNGRU weights).
+ * k_cudnn_cfg refuses the LSTM/GRU fields they do not have, and gives a
+ * copy of the config with those activations set (NULL: *rc). */
+static json_object *k_cudnn_cfg(rt_keras_ctx *c, int cell, int *rc)
+{
+    /* the fields of Keras' LSTM/GRU that cuDNN's layers do not have (its
+     * from_config would refuse them as unknown keywords); other unknown
+     * fields are refused by k_rnn_build_cfg */
+    static const char *const not_cudnn[] = {"activation", "recurrent_activation", "use_bias",
+                                            "dropout",    "recurrent_dropout",    "reset_after",
+                                            "time_major", "zero_output_for_mask"};
+    json_object *v;
+    *rc = 0;
+    for (size_t i = 0; i < sizeof not_cudnn / sizeof not_cudnn[0]; i++)
+        if (json_object_object_get_ex(c->cfg, not_cudnn[i], &v)) {
+            *rc = rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                                "%s has no setting '%s' (cuDNN's layer: tanh, sigmoid, two "
+                                "biases, no dropout)",
+                                c->class_name, not_cudnn[i]);
+            return NULL;
+        }
+    if ((cell & K_CELL) == K_GRU && json_object_object_get_ex(c->cfg, "unit_forget_bias", &v)) {
+        *rc = rt_keras_fail(c, RT_EUNIMPLEMENTED, "%s has no setting 'unit_forget_bias'",
+                            c->class_name);
+        return NULL;
+    }
+    if (c->in[0].mask[0]) {
+        *rc = rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                            "%s takes no mask (Keras: masking is not supported for CuDNN "
+                            "RNNs); use LSTM or GRU",
+                            c->class_name);
+        return NULL;
+    }
+    json_object *t = json_object_new_object();
+    if (!t) {
+        *rc = rt_keras_fail(c, RT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    json_object_object_foreach(c->cfg, key, val)
+    {
+        json_object_object_add(t, key, json_object_get(val));
+    }
+    json_object_object_add(t, "activation", json_object_new_string("tanh"));
+    json_object_object_add(t, "recurrent_activation", json_object_new_string("sigmoid"));
+    if ((cell & K_CELL) == K_GRU)
+        json_object_object_add(t, "reset_after", json_object_new_boolean(1));
+    return t;
+}
+
+/* k_rnn_build_cfg on c->cfg, or on its Keras 2 names when it is Keras 1,
+ * or on a CuDNN layer's as the LSTM/GRU it is */
 static int k_rnn_build(rt_keras_ctx *c, int cell, const char *name, int flip, int rev_out,
                        const rt_keras_tensor *st, int nst, rt_keras_tensor *out,
                        rt_keras_tensor *states, int *n_states)
 {
     int rc;
-    json_object *k1 = k_keras1(c, 0, cell == K_GRU, &rc);
+    json_object *k1 =
+        cell & K_CUDNN ? k_cudnn_cfg(c, cell, &rc) : k_keras1(c, 0, cell == K_GRU, &rc);
     if (rc < 0 || !k1)
         return rc < 0
                    ? rc
@@ -652,6 +757,8 @@ static int k_rnn_layer(rt_keras_ctx *c, int cell)
 int rt_keras_simplernn(rt_keras_ctx *c) { return k_rnn_layer(c, K_SIMPLE); }
 int rt_keras_lstm(rt_keras_ctx *c) { return k_rnn_layer(c, K_LSTM); }
 int rt_keras_gru(rt_keras_ctx *c) { return k_rnn_layer(c, K_GRU); }
+int rt_keras_cudnn_lstm(rt_keras_ctx *c) { return k_rnn_layer(c, K_LSTM | K_CUDNN); }
+int rt_keras_cudnn_gru(rt_keras_ctx *c) { return k_rnn_layer(c, K_GRU | K_CUDNN); }
 
 /* A wrapped recurrent layer ({"class_name", "config"}): its cell kind
  * (K_*), config and name; -1 with the error set otherwise. */
@@ -669,13 +776,17 @@ static int k_inner(rt_keras_ctx *c, json_object *o, const char *what, json_objec
                     json_object_is_type(iname, json_type_string)
                 ? json_object_get_string(iname)
                 : *cls;
-    int cell = !strcmp(*cls, "SimpleRNN") ? K_SIMPLE
-               : !strcmp(*cls, "LSTM")    ? K_LSTM
-               : !strcmp(*cls, "GRU")     ? K_GRU
-                                          : -1;
+    int cell = !strcmp(*cls, "SimpleRNN")   ? K_SIMPLE
+               : !strcmp(*cls, "LSTM")      ? K_LSTM
+               : !strcmp(*cls, "GRU")       ? K_GRU
+               : !strcmp(*cls, "CuDNNLSTM") ? K_LSTM | K_CUDNN
+               : !strcmp(*cls, "CuDNNGRU")  ? K_GRU | K_CUDNN
+                                            : -1;
     if (cell < 0)
         return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                             "Bidirectional over '%.40s' (SimpleRNN, LSTM or GRU only)", *cls);
+                             "Bidirectional over '%.40s' (SimpleRNN, LSTM, GRU, CuDNNLSTM or "
+                             "CuDNNGRU only)",
+                             *cls);
     return cell;
 }
 

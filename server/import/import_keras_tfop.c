@@ -18,9 +18,12 @@
  *     math.maximum, math.minimum and the __operators__ spellings x + y
  *     records) of two tensors or a tensor and a constant (a number or a
  *     nested list), with TensorFlow's broadcasting: the Add/Sub/Mul/Div/
- *     Max/Min ops, the constant a frozen parameter "<layer>/y".
- * Any other function, argument or form (a constant first argument) is
- * refused naming the function.
+ *     Max/Min ops, the constant a frozen parameter "<layer>/y" (or "/x").
+ *   - a constant first argument (1 - x), which keras/engine/node.py saves
+ *     as ["_CONSTANT_VALUE", -1, value, kwargs] (import_keras.c passes the
+ *     value as the keyword "x").
+ * Any other function or argument is refused naming the function.
+ * Also TF 2.2-2.3's TensorFlowOpLayer (rt_keras_tf_op_layer, below).
  */
 #include <json-c/json.h>
 #include <stdio.h>
@@ -93,62 +96,80 @@ static int k_bcast(rt_keras_ctx *c, const char *fn, const rt_keras_tensor *a, co
     return 0;
 }
 
-/* fn(x, y): y the tensor c->in[1] or the constant in the call's "y" */
-static int k_binary_op(rt_keras_ctx *c, const char *fn, const char *op, json_object *y)
+/* a constant operand (a number or a nested list) as the frozen parameter
+ * "<layer>/<sfx>", its per-sample dims in pd/pn (TensorFlow's leading 1s
+ * beyond the tensor's rank r are the batch dim) */
+static int k_const_param(rt_keras_ctx *c, const char *fn, json_object *v, int r, const char *sfx,
+                         char *cname, int64_t *pd, int *pn)
 {
-    const rt_keras_tensor *x = &c->in[0];
-    const char *in[2] = {x->name, NULL};
+    int64_t d[RT_MAX_DIMS] = {0};
+    int rv = k_const_shape(v, d, 0), rc, lead = 0;
+    if (rv < 0)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "%.40s: a constant operand must be a number or a nested list", fn);
+    while (rv - lead > r && d[lead] == 1)
+        lead++;
+    int64_t numel = 1;
+    for (int i = 0; i < rv; i++)
+        numel *= d[i];
+    if (rv - lead > r || numel > (1 << 24))
+        return rt_keras_fail(c, RT_ESHAPE,
+                             "%.40s: a constant of rank %d does not broadcast over a value of "
+                             "rank %d",
+                             fn, rv, r + 1);
+    *pn = rv - lead;
+    memcpy(pd, d + lead, sizeof(int64_t) * (size_t)*pn);
+    if (*pn == 0)
+        pd[(*pn)++] = 1;
+    if ((rc = rt_keras_name(c, cname, sfx)) < 0)
+        return rc;
+    float *vals = malloc(sizeof(float) * (size_t)numel);
+    if (!vals)
+        return rt_keras_fail(c, RT_ENOMEM, "out of memory");
+    size_t k = 0;
+    k_const_fill(v, vals, &k);
+    rc = rt_graph_add_param(c->g, cname, *pn, pd, RT_INIT_ZEROS, 0, vals);
+    free(vals);
+    if (rc < 0)
+        return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+    return 0;
+}
+
+/* op(a, b), operand i the constant cst[i] (a number or a nested list) or,
+ * where that is NULL, the next tensor of c->in: two tensors, or a tensor
+ * and a constant on either side (1 - x), with TensorFlow's broadcasting */
+static int k_binop(rt_keras_ctx *c, const char *fn, const char *op, json_object *const cst[2])
+{
+    const int want = !cst[0] + !cst[1];
+    if (want == 0 || c->n_in != want)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "%.40s needs two tensors, or a tensor and a constant (a number or "
+                             "a nested list); got %d tensor%s and %d constant%s",
+                             fn, c->n_in, c->n_in == 1 ? "" : "s", 2 - want,
+                             2 - want == 1 ? "" : "s");
+    const char *in[2];
     char cname[RT_KERAS_NAME];
     int rc;
-    if (c->n_in == 2) {
-        if (y || !c->in_kw[1] || strcmp(c->in_kw[1], "y") != 0)
-            return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                                 "TFOpLambda %.40s takes its second tensor as 'y'", fn);
+    const rt_keras_tensor *x = &c->in[0];
+    if (want == 2) {
+        in[0] = c->in[0].name;
         in[1] = c->in[1].name;
         if ((rc = k_bcast(c, fn, x, c->in[1].dims, c->in[1].ndim, &c->out)) < 0)
             return rc;
     } else {
-        int64_t d[RT_MAX_DIMS];
-        int r = y ? k_const_shape(y, d, 0) : -1;
-        if (c->n_in != 1 || r < 0)
-            return rt_keras_fail(c, RT_EUNIMPLEMENTED,
-                                 "TFOpLambda %.40s needs a tensor and a second tensor or a "
-                                 "constant (a number or a nested list) as 'y'",
-                                 fn);
-        /* a leading 1 beyond the tensor's rank is TensorFlow's batch dim */
-        int lead = 0;
-        while (r - lead > x->ndim && d[lead] == 1)
-            lead++;
-        int64_t numel = 1;
-        for (int i = 0; i < r; i++)
-            numel *= d[i];
-        if (r - lead > x->ndim || numel > (1 << 24))
-            return rt_keras_fail(c, RT_ESHAPE,
-                                 "TFOpLambda %.40s: the constant 'y' (rank %d) does not broadcast "
-                                 "over a value of rank %d",
-                                 fn, r, x->ndim + 1);
-        int64_t pd[RT_MAX_DIMS];
-        int pn = r - lead;
-        memcpy(pd, d + lead, sizeof(int64_t) * (size_t)pn);
-        if (pn == 0)
-            pd[pn++] = 1;
-        if ((rc = k_bcast(c, fn, x, pd, pn, &c->out)) < 0 ||
-            (rc = rt_keras_name(c, cname, "y")) < 0)
+        const int ci = cst[0] ? 0 : 1;
+        int64_t pd[RT_MAX_DIMS] = {0};
+        int pn = 0;
+        if ((rc = k_const_param(c, fn, cst[ci], x->ndim, ci ? "y" : "x", cname, pd, &pn)) < 0 ||
+            (rc = k_bcast(c, fn, x, pd, pn, &c->out)) < 0)
             return rc;
-        float *v = malloc(sizeof(float) * (size_t)numel);
-        if (!v)
-            return rt_keras_fail(c, RT_ENOMEM, "out of memory");
-        size_t k = 0;
-        k_const_fill(y, v, &k);
-        rc = rt_graph_add_param(c->g, cname, pn, pd, RT_INIT_ZEROS, 0, v);
-        free(v);
-        if (rc < 0)
-            return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
-        in[1] = cname;
+        in[ci] = cname;
+        in[1 - ci] = x->name;
     }
     if ((rc = rt_graph_add_node(c->g, c->layer, op, 2, in, 0, NULL)) < 0)
         return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
     snprintf(c->out.name, sizeof c->out.name, "%s", c->layer);
+    c->out.mask[0] = 0;
     return 0;
 }
 
@@ -172,23 +193,42 @@ int rt_keras_tfop_lambda(rt_keras_ctx *c)
                              "divide, maximum and minimum are",
                              fn);
     /* the call's arguments after the first: y (a number, a list or a
-     * tensor), and name (TensorFlow's op name, which changes nothing) */
-    json_object *y = NULL;
+     * tensor), and name (TensorFlow's op name, which changes nothing); x:
+     * a constant first argument (import_keras.c reads tf.keras'
+     * "_CONSTANT_VALUE" entry into it) */
+    json_object *y = NULL, *x = NULL;
+    int y_tensor = 0;
     if (c->call_kwargs && json_object_is_type(c->call_kwargs, json_type_object)) {
         json_object_object_foreach(c->call_kwargs, k, v)
         {
             if (strcmp(k, "name") == 0 || !v)
                 continue;
-            if (strcmp(k, "y") != 0)
+            if (strcmp(k, "y") != 0 && strcmp(k, "x") != 0)
                 return rt_keras_fail(c, RT_EUNIMPLEMENTED,
                                      "TFOpLambda %.40s argument '%.32s' is not supported", fn, k);
-            y = v;
+            /* a tensor is one of the layer's inputs, not a constant */
+            const int tensor =
+                json_object_is_type(v, json_type_array) && json_object_array_length(v) >= 1 &&
+                json_object_is_type(json_object_array_get_idx(v, 0), json_type_string);
+            if (k[0] == 'y' && tensor)
+                y_tensor = 1;
+            else if (k[0] == 'y')
+                y = v;
+            else if (tensor)
+                return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                                     "TFOpLambda %.40s: a tensor 'x' keyword is not supported", fn);
+            else
+                x = v;
         }
     }
-    /* a tensor y is one of the layer's inputs, not a constant */
-    if (y && json_object_is_type(y, json_type_array) && json_object_array_length(y) >= 1 &&
-        json_object_is_type(json_object_array_get_idx(y, 0), json_type_string))
-        y = NULL;
+    /* two tensors: the second is the keyword y */
+    if (!x && c->n_in == 2 && (!y_tensor || !c->in_kw[1] || strcmp(c->in_kw[1], "y") != 0))
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "TFOpLambda %.40s takes its second tensor as 'y'", fn);
+    if (ne && x)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "TFOpLambda %.40s with a constant first argument is not supported",
+                             fn);
     if (ne) {
         json_object *num =
             y && (json_object_is_type(y, json_type_int) || json_object_is_type(y, json_type_double))
@@ -196,5 +236,132 @@ int rt_keras_tfop_lambda(rt_keras_ctx *c)
                 : NULL;
         return rt_keras_step_mask_op(c, num, fn);
     }
-    return k_binary_op(c, fn, op, y);
+    json_object *const cst[2] = {x, y};
+    return k_binop(c, fn, op, cst);
+}
+
+/* TF 2.2-2.3's TensorFlowOpLayer (tensorflow/python/keras/engine/
+ * base_layer.py): a TensorFlow op that Python code applied to a Keras
+ * tensor, saved as config.node_def (the op's NodeDef as JSON: "op", its
+ * "input" names, "attr") and config.constants ({"<input index>": value}:
+ * the op's inputs that were constants; the layer's tensors fill the other
+ * positions in order, as its _make_op inserts them). Imported: the
+ * element-wise binary ops (Add, AddV2, Sub, Mul, RealDiv, Div, Maximum,
+ * Minimum) of two tensors or a tensor and a constant on either side, and
+ * the unary ops Softmax (last axis, as TensorFlow's), Sigmoid, Relu, Relu6,
+ * Tanh, Elu, Selu, Softplus, Softsign, Exp and Identity. Any other op, an
+ * attr other than the dtype T, or another dtype is refused naming it. */
+int rt_keras_tf_op_layer(rt_keras_ctx *c)
+{
+    static const struct {
+        const char *tf, *op;
+    } bin[] = {
+        {"Add", "Add"},     {"AddV2", "Add"}, {"Sub", "Sub"},     {"Mul", "Mul"},
+        {"RealDiv", "Div"}, {"Div", "Div"},   {"Maximum", "Max"}, {"Minimum", "Min"},
+    };
+    /* unary ops as the Keras activation of the same function */
+    static const struct {
+        const char *tf, *act;
+    } un[] = {
+        {"Softmax", "softmax"}, {"Sigmoid", "sigmoid"},   {"Relu", "relu"},
+        {"Relu6", "relu6"},     {"Tanh", "tanh"},         {"Elu", "elu"},
+        {"Selu", "selu"},       {"Softplus", "softplus"}, {"Softsign", "softsign"},
+        {"Exp", "exponential"}, {"Identity", "linear"},
+    };
+    c->fields_checked = 1;
+    json_object *nd = NULL, *consts = NULL, *v = NULL;
+    json_object_object_foreach(c->cfg, key, val)
+    {
+        if (!strcmp(key, "node_def"))
+            nd = val;
+        else if (!strcmp(key, "constants"))
+            consts = val;
+        else if (strcmp(key, "name") != 0 && strcmp(key, "trainable") != 0 &&
+                 strcmp(key, "dtype") != 0 && val)
+            return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                                 "TensorFlowOpLayer setting '%.40s' is not supported", key);
+    }
+    const char *op =
+        nd && json_object_object_get_ex(nd, "op", &v) && json_object_is_type(v, json_type_string)
+            ? json_object_get_string(v)
+            : NULL;
+    if (!op)
+        return rt_keras_fail(c, RT_EJSON, "TensorFlowOpLayer needs node_def.op");
+    const char *eop = NULL, *act = NULL;
+    for (size_t i = 0; i < sizeof bin / sizeof bin[0]; i++)
+        if (!strcmp(op, bin[i].tf))
+            eop = bin[i].op;
+    for (size_t i = 0; i < sizeof un / sizeof un[0]; i++)
+        if (!strcmp(op, un[i].tf))
+            act = un[i].act;
+    if (!eop && !act)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "TensorFlowOpLayer op '%.48s' (a TensorFlow operation recorded by "
+                             "tf.keras 2.2-2.3) is not supported: element-wise Add, AddV2, Sub, "
+                             "Mul, RealDiv, Div, Maximum, Minimum and Softmax, Sigmoid, Relu, "
+                             "Relu6, Tanh, Elu, Selu, Softplus, Softsign, Exp, Identity are",
+                             op);
+    /* attr: only the dtype T, float32 */
+    json_object *attr = NULL;
+    if (json_object_object_get_ex(nd, "attr", &attr) && attr &&
+        json_object_is_type(attr, json_type_object)) {
+        json_object_object_foreach(attr, ak, av)
+        {
+            json_object *ty = NULL;
+            if (strcmp(ak, "T") != 0)
+                return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                                     "TensorFlowOpLayer %.40s attr '%.32s' is not supported", op,
+                                     ak);
+            if (!av || !json_object_object_get_ex(av, "type", &ty) ||
+                strcmp(json_object_get_string(ty), "DT_FLOAT") != 0)
+                return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                                     "TensorFlowOpLayer %.40s: only DT_FLOAT values are supported",
+                                     op);
+        }
+    }
+    /* the op's inputs: constants at their indices, the tensors elsewhere */
+    json_object *ins = NULL;
+    const int n_op_in = json_object_object_get_ex(nd, "input", &ins) && ins &&
+                                json_object_is_type(ins, json_type_array)
+                            ? (int)json_object_array_length(ins)
+                            : c->n_in;
+    json_object *cst[2] = {NULL, NULL};
+    int n_const = 0;
+    if (consts && json_object_is_type(consts, json_type_object)) {
+        json_object_object_foreach(consts, ck, cv)
+        {
+            char *end;
+            long i = strtol(ck, &end, 10);
+            if (*end || i < 0 || i >= n_op_in || i > 1)
+                return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                                     "TensorFlowOpLayer %.40s: constant input '%.16s' is not "
+                                     "supported",
+                                     op, ck);
+            cst[i] = cv;
+            n_const++;
+        }
+    }
+    if (act) {
+        if (n_op_in != 1 || n_const || c->n_in != 1)
+            return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                                 "TensorFlowOpLayer %.40s takes one tensor, got %d inputs", op,
+                                 n_op_in);
+        c->out = c->in[0];
+        c->out.mask[0] = 0;
+        if (!strcmp(act, "linear")) {
+            const char *in = c->in[0].name;
+            int rc = rt_graph_add_node(c->g, c->layer, "Identity", 1, &in, 0, NULL);
+            if (rc < 0)
+                return rt_keras_fail(c, rc, "%s", rt_graph_errmsg(c->g));
+            snprintf(c->out.name, sizeof c->out.name, "%s", c->layer);
+            return 0;
+        }
+        return rt_keras_add_activation(c, act);
+    }
+    if (n_op_in != 2 || c->n_in + n_const != 2)
+        return rt_keras_fail(c, RT_EUNIMPLEMENTED,
+                             "TensorFlowOpLayer %.40s takes two inputs, got %d tensors and %d "
+                             "constants",
+                             op, c->n_in, n_const);
+    return k_binop(c, op, eop, cst);
 }

@@ -586,9 +586,12 @@ static void keras_import_checks(void)
         /* stateful needs the model's fixed batch size, which this one has not */
         {"\"implementation\": 2", "\"stateful\": true", "stateful LSTM needs a fixed batch size"},
         {"\"implementation\": 2", "\"return_state\": true", "return_state"},
-        /* (the kernel's regularizer is read per half: keras_params) */
-        {"\"implementation\": 2", "\"activity_regularizer\": {\"class_name\": \"L2\"}",
-         "activity_regularizer"},
+        /* (the kernel's regularizer is read per half: keras_params; a
+         * half's activity_regularizer: keras_actreg) Keras' would cover
+         * the returned states too */
+        {"\"implementation\": 2",
+         "\"return_state\": true, \"activity_regularizer\": {\"class_name\": \"L2\"}",
+         "activity_regularizer with return_state"},
         {"\"implementation\": 2", "\"new_field\": 1", "new_field"},
         {"\"merge_mode\": \"concat\"", "\"merge_mode\": null", "merge_mode"},
         {"\"class_name\": \"LSTM\"", "\"class_name\": \"Dense\"", "Dense"},

@@ -8,6 +8,8 @@
  *     penalty is computed here in double from the model's own predictions;
  *   - the gradient of the total loss, through the regularized output into
  *     the weights before it, passes central finite differences;
+ *   - a Bidirectional's wrapped layer's regularizer applies to each half's
+ *     output (LSTM and CuDNNGRU halves);
  *   - evaluate reports the same total; bad settings are refused naming
  *     the layer.
  */
@@ -66,14 +68,17 @@ static rt_graph *import_ok(const char *h_extra, const char *mid, const char *o_e
     return g;
 }
 
-static rt_exec *make_exec(rt_graph *g)
+static rt_exec *make_exec_w(rt_graph *g, int width);
+static rt_exec *make_exec(rt_graph *g) { return make_exec_w(g, 5); }
+
+static rt_exec *make_exec_w(rt_graph *g, int width)
 {
     rt_train_config cfg;
     rt_train_config_init(&cfg);
     cfg.loss = RT_LOSS_MSE;
     cfg.label_dtype = RT_F32;
     cfg.label_ndim = 1;
-    cfg.label_dims[0] = 5;
+    cfg.label_dims[0] = width;
     cfg.batch_size = NB;
     cfg.seed = 7;
     cfg.opt = RT_OPT_SGD;
@@ -162,26 +167,22 @@ static void check_case(const char *name, const char *h_extra, const char *mid,
     rt_graph_destroy(g1);
 }
 
-/* input (2, 3) -> LSTM(5) with an L1L2 activity regularizer: the model's
- * output is the regularized value */
-static void test_lstm(void)
+/* js[0] without, js[1] with an L1L2(l1, l2) activity regularizer whose
+ * penalty is that of the model's output (width values per sample), given
+ * the same weights: the loss gains the penalty over the batch, and the
+ * gradients pass finite differences */
+static void check_pair(const char *name, const char *js0, const char *js1, int width, double l1,
+                       double l2)
 {
-    const char *fmt =
-        "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
-        "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 2, 3], \"name\": \"x\"}},"
-        "{\"class_name\": \"LSTM\", \"config\": {\"name\": \"l\", \"units\": 5%s}}]}}";
-    char js[2][1024];
-    snprintf(js[0], sizeof js[0], fmt, "");
-    snprintf(js[1], sizeof js[1], fmt,
-             ", \"activity_regularizer\": {\"class_name\": \"L1L2\", \"config\": {\"l1\": 0.03, \"l2\": 0.08}}");
+    const char *js[2] = {js0, js1};
     rt_graph *g[2];
     rt_exec *e[2];
     for (int k = 0; k < 2; k++) {
         char err[1024];
         int rc = rt_keras_import(js[k], strlen(js[k]), &g[k], err, sizeof err);
-        if (rc < 0) fprintf(stderr, "LSTM import: %s\n", err);
+        if (rc < 0) fprintf(stderr, "%s import: %s\n", name, err);
         REQUIRE(rc == 0);
-        e[k] = make_exec(g[k]);
+        e[k] = make_exec_w(g[k], width);
     }
     const int np = rt_plan_n_params(rt_exec_plan(e[1]));
     REQUIRE(np == rt_plan_n_params(rt_exec_plan(e[0])));
@@ -196,15 +197,51 @@ static void test_lstm(void)
     CHECK_RC(rt_exec_compute_grads(e[1], &d, NB, &b));
     float v[NB * 5];
     CHECK_RC(rt_exec_predict(e[1], X, NB, v));
-    const double want = penalty(v, NB, 5, 0.03, 0.08) / NB;
-    if (!(fabs((b - a) - want) < 1e-6)) {
-        fprintf(stderr, "LSTM: loss gain %.9g, want %.9g\n", b - a, want);
+    const double want = penalty(v, NB, width, l1, l2) / NB;
+    if (!(want > 0 && fabs((b - a) - want) < 1e-6)) {
+        fprintf(stderr, "%s: loss gain %.9g, want %.9g\n", name, b - a, want);
         rt_test_failures++;
     }
-    for (int pi = 0; pi < np; pi++) rt_test_fd_param(e[1], &d, NB, pi, 0, 2e-4, "LSTM");
+    for (int pi = 0; pi < np; pi++) rt_test_fd_param(e[1], &d, NB, pi, 0, 2e-4, name);
     for (int k = 0; k < 2; k++) {
         rt_exec_destroy(e[k]);
         rt_graph_destroy(g[k]);
+    }
+}
+
+/* input (2, 3) -> LSTM(5) with an L1L2 activity regularizer: the model's
+ * output is the regularized value */
+static void test_lstm(void)
+{
+    const char *fmt =
+        "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+        "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 2, 3], \"name\": \"x\"}},"
+        "{\"class_name\": \"LSTM\", \"config\": {\"name\": \"l\", \"units\": 5%s}}]}}";
+    char js[2][1024];
+    snprintf(js[0], sizeof js[0], fmt, "");
+    snprintf(js[1], sizeof js[1], fmt,
+             ", \"activity_regularizer\": {\"class_name\": \"L1L2\", \"config\": {\"l1\": 0.03, \"l2\": 0.08}}");
+    check_pair("LSTM", js[0], js[1], 5, 0.03, 0.08);
+}
+
+/* input (2, 3) -> Bidirectional(LSTM(2), concat) whose wrapped LSTM has an
+ * activity regularizer: Keras' nested call adds it on each half's output
+ * (keras/layers/wrappers.py Bidirectional.call calls forward_layer and
+ * backward_layer; base_layer's __call__ adds each one's activity loss),
+ * so the penalty is the one of the concatenated output, over the batch */
+static void test_bidirectional(void)
+{
+    const char *fmt =
+        "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+        "{\"class_name\": \"Bidirectional\", \"config\": {\"name\": \"bi\", \"batch_input_shape\": [null, 2, 3], "
+        "\"merge_mode\": \"concat\", \"layer\": {\"class_name\": \"%s\", \"config\": {\"name\": \"l\", \"units\": 2%s}}}}]}}";
+    static const char *const cls[2] = {"LSTM", "CuDNNGRU"};
+    for (int ci = 0; ci < 2; ci++) {
+        char js[2][1024];
+        snprintf(js[0], sizeof js[0], fmt, cls[ci], "");
+        snprintf(js[1], sizeof js[1], fmt, cls[ci],
+                 ", \"activity_regularizer\": {\"class_name\": \"L1L2\", \"config\": {\"l1\": 0.04, \"l2\": 0.06}}");
+        check_pair(cls[ci], js[0], js[1], 4, 0.04, 0.06);
     }
 }
 
@@ -251,6 +288,7 @@ int main(void)
                "{\"module\": \"keras.layers\", \"registered_name\": null, \"class_name\": \"ActivityRegularization\", \"config\": {\"name\": \"ar\", \"l1\": 0.02, \"l2\": 0.05, \"activity_regularizer\": {\"module\": \"keras.regularizers\", \"class_name\": \"L1L2\", \"config\": {\"l1\": 0.02, \"l2\": 0.05}, \"registered_name\": null}}}",
                "", 1, 0, 0.02, 0.05);
     test_lstm();
+    test_bidirectional();
     test_bad();
     return rt_test_done("keras_actreg");
 }

@@ -65,7 +65,7 @@ static const char *const SUPPORTED[] = {
     "InputLayer", "Dense", "Activation", "Dropout", "Flatten", "Reshape", "Conv2D",
     "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling2D", "BatchNormalization",
     "SyncBatchNormalization", "Concatenate", "Rescaling", "Embedding", "SimpleRNN", "LSTM",
-    "GRU", "Bidirectional", "Masking", "TimeDistributed", "Add", "Subtract", "Multiply",
+    "GRU", "CuDNNLSTM", "CuDNNGRU", "Bidirectional", "Masking", "TimeDistributed", "Add", "Subtract", "Multiply",
     "Average", "Maximum", "Minimum", "ZeroPadding1D", "ZeroPadding2D", "Cropping1D",
     "Cropping2D", "UpSampling1D", "UpSampling2D", "Permute", "RepeatVector", "Conv1D",
     "DepthwiseConv2D", "SeparableConv2D", "Conv2DTranspose", "MaxPooling1D",

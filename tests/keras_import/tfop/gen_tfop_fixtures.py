@@ -1,0 +1,124 @@
+#!/usr/bin/python3
+"""Writes tfop_ref.json: recorded TensorFlow ops through the Keras importer
+(tests/keras_import/test_keras_cudnn.c runs it as keras_tfop).
+
+    /usr/bin/python3 tests/keras_import/tfop/gen_tfop_fixtures.py
+
+Two Functional models of weightless layers, in the forms tf.keras writes:
+- TF 2.2-2.3's TensorFlowOpLayer (tensorflow/python/keras/engine/
+  base_layer.py: config.node_def {op, input, attr {T}} and config.constants
+  {"<input index>": value}, the layer's tensors filling the other inputs);
+- TF 2.4+'s TFOpLambda (keras/layers/core/tf_op_layer.py) called with a
+  constant first argument, which keras/engine/node.py serializes as
+  ["_CONSTANT_VALUE", -1, value, kwargs].
+The expected outputs are NumPy transcriptions of the TensorFlow ops
+(Mul/Sub/AddV2/RealDiv/Maximum/Minimum with broadcasting; Sigmoid, Relu,
+Tanh, Softmax over the last axis as tf.nn.softmax).
+"""
+import json
+import os
+
+import numpy as np
+
+rng = np.random.default_rng(9)
+B, T, F = 3, 2, 3
+
+
+def inp(name):
+    return {"class_name": "InputLayer", "name": name, "inbound_nodes": [],
+            "config": {"batch_input_shape": [None, T, F], "dtype": "float32",
+                       "sparse": False, "ragged": False, "name": name}}
+
+
+def tfop(name, op, ins, consts=None):
+    return {"class_name": "TensorFlowOpLayer", "name": "tf_op_layer_" + name,
+            "config": {"name": name, "trainable": True, "dtype": "float32",
+                       "node_def": {"name": name, "op": op,
+                                    "input": ["%s/Identity" % i for i in ins] +
+                                    ["%s/c" % name] * len(consts or {}),
+                                    "attr": {"T": {"type": "DT_FLOAT"}}},
+                       "constants": consts or {}},
+            "inbound_nodes": [[[i, 0, 0, {}] for i in ins]]}
+
+
+def lam(name, fn, first, kwargs):
+    return {"class_name": "TFOpLambda", "name": name,
+            "config": {"name": name, "trainable": True, "dtype": "float32",
+                       "function": fn},
+            "inbound_nodes": [first + [kwargs]]}
+
+
+def model(layers, out):
+    return {"class_name": "Functional", "config": {
+        "name": "m", "layers": layers, "input_layers": [["x", 0, 0]],
+        "output_layers": [[out, 0, 0]]}, "keras_version": "2.3.0-tf",
+        "backend": "tensorflow"}
+
+
+def sigmoid(v):
+    return 1 / (1 + np.exp(-v))
+
+
+def softmax(v):
+    e = np.exp(v - v.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+x = rng.uniform(-1, 1, (B, T, F)).astype(np.float64)
+row = [0.5, 1.5, 2.5]
+
+# TensorFlowOpLayer: the forms of skull_inpaint_tfoplayer_2_3.json (Mul by a
+# constant at input 1, Softmax, Sigmoid) and the other ops
+m1 = model([
+    inp("x"),
+    tfop("Mul_1", "Mul", ["x"], {"1": 3.0}),
+    tfop("Sigmoid_1", "Sigmoid", ["tf_op_layer_Mul_1"]),
+    tfop("Sub_1", "Sub", ["tf_op_layer_Sigmoid_1"], {"0": 1.0}),
+    tfop("AddV2_1", "AddV2", ["tf_op_layer_Sub_1", "x"]),
+    tfop("Softmax_1", "Softmax", ["tf_op_layer_AddV2_1"]),
+    tfop("RealDiv_1", "RealDiv", ["tf_op_layer_Softmax_1"], {"1": [row]}),
+    tfop("Maximum_1", "Maximum", ["tf_op_layer_RealDiv_1", "tf_op_layer_Sub_1"]),
+    tfop("Tanh_1", "Tanh", ["tf_op_layer_Maximum_1"]),
+    tfop("Relu_1", "Relu", ["x"]),
+    tfop("Minimum_1", "Minimum", ["tf_op_layer_Tanh_1", "tf_op_layer_Relu_1"]),
+], "tf_op_layer_Minimum_1")
+s1 = 1.0 - sigmoid(3.0 * x)
+y1 = np.minimum(np.tanh(np.maximum(softmax(s1 + x) / np.array(row), s1)),
+                np.maximum(x, 0))
+
+# TFOpLambda with a constant first argument: 1 - x, 2 * a, 3 / (b + 5),
+# maximum([0.3, 0.35, 0.4], c)
+C = "_CONSTANT_VALUE"
+m2 = model([
+    inp("x"),
+    lam("tf.math.subtract", "math.subtract", [C, -1, 1.0], {"y": ["x", 0, 0], "name": None}),
+    lam("tf.math.multiply", "math.multiply", [C, -1, 2.0],
+        {"y": ["tf.math.subtract", 0, 0], "name": None}),
+    lam("tf.__operators__.add", "__operators__.add", ["tf.math.multiply", 0, 0],
+        {"y": 5.0, "name": None}),
+    lam("tf.math.truediv", "math.truediv", [C, -1, 3.0],
+        {"y": ["tf.__operators__.add", 0, 0], "name": None}),
+    lam("tf.math.maximum", "math.maximum", [C, -1, [0.3, 0.35, 0.4]],
+        {"y": ["tf.math.truediv", 0, 0], "name": None}),
+], "tf.math.maximum")
+y2 = np.maximum(np.array([0.3, 0.35, 0.4]), 3.0 / (2.0 * (1.0 - x) + 5.0))
+
+
+def case(name, m, y):
+    lab = rng.uniform(-1, 1, y.shape)
+    fl = lambda a: [float(v) for v in np.asarray(a, np.float32).ravel()]
+    y32 = np.asarray(y, np.float32)
+    return {"name": name, "model": json.dumps(m), "batch": B,
+            "out_dims": list(y.shape[1:]), "x": fl(x), "labels": fl(lab),
+            "output": fl(y), "loss": float(((y32 - lab.astype(np.float32)) ** 2).mean()),
+            "weights": {}, "grads": {}}
+
+
+out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tfop_ref.json")
+with open(out, "w") as f:
+    json.dump({"generator": "gen_tfop_fixtures.py (NumPy %s)" % np.__version__,
+               "cases": [case("TensorFlowOpLayer ops", m1, y1),
+                         case("TFOpLambda constant first", m2, y2)]},
+              f, separators=(",", ":"))
+    f.write("\n")
+print(out, os.path.getsize(out), "bytes")
