@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "rt_clock.h"
+
 #define RT__BP_LARGE (8u << 20)
 #define RT__BP_HDR 64 /* keeps the data 64-byte aligned */
 #define RT__BP_MAX 16 /* idle mappings kept */
@@ -54,13 +56,16 @@ void rt_bufpool_set_cap(uint64_t cap)
     pthread_mutex_unlock(&P.mu);
 }
 
-uint64_t rt_bufpool_idle_bytes(void)
+/* one of the pool's counters, read under its lock */
+static uint64_t read_locked(const uint64_t *field)
 {
     pthread_mutex_lock(&P.mu);
-    uint64_t v = P.idle;
+    uint64_t v = *field;
     pthread_mutex_unlock(&P.mu);
     return v;
 }
+
+uint64_t rt_bufpool_idle_bytes(void) { return read_locked(&P.idle); }
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -119,11 +124,9 @@ static void *map_aligned(size_t len)
  * call stalled for 4 s). */
 #define RT__BP_PIECE (2u << 20)
 
-static void pause_after(const struct timespec *t0)
+static void pause_after(uint64_t t0)
 {
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    int64_t ns = (int64_t)(t1.tv_sec - t0->tv_sec) * 1000000000 + (t1.tv_nsec - t0->tv_nsec);
+    int64_t ns = (int64_t)(rt_now_ns() - t0);
     ns = 3 * (ns < 100000 ? 100000 : ns);
     struct timespec d = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
     nanosleep(&d, NULL);
@@ -183,10 +186,9 @@ static void *arena_main(void *arg)
                     pthread_cond_wait(&P.cv, &P.mu);
             }
             pthread_mutex_unlock(&P.mu);
-            struct timespec t0;
-            clock_gettime(CLOCK_MONOTONIC, &t0);
+            const uint64_t t0 = rt_now_ns();
             populate((char *)m + o, RT__BP_PIECE);
-            pause_after(&t0);
+            pause_after(t0);
         }
         void *drop[RT__BP_MAX + 1];
         size_t dlen[RT__BP_MAX + 1];
@@ -243,13 +245,7 @@ void rt_bufpool_busy(int delta)
         pthread_cond_broadcast(&P.cv);
 }
 
-uint64_t rt_bufpool_unmapped_bytes(void)
-{
-    pthread_mutex_lock(&P.mu);
-    uint64_t v = P.unmapped;
-    pthread_mutex_unlock(&P.mu);
-    return v;
-}
+uint64_t rt_bufpool_unmapped_bytes(void) { return read_locked(&P.unmapped); }
 
 /* Unmap what idle_add dropped (P.mu not held): large mappings by the
  * arena thread when it runs. */
@@ -273,13 +269,7 @@ static void unmap_dropped(void **drop, const size_t *dlen, int nd)
     }
 }
 
-uint64_t rt_bufpool_prefaulted_bytes(void)
-{
-    pthread_mutex_lock(&P.mu);
-    uint64_t v = P.prefaulted;
-    pthread_mutex_unlock(&P.mu);
-    return v;
-}
+uint64_t rt_bufpool_prefaulted_bytes(void) { return read_locked(&P.prefaulted); }
 
 void *rt_bufpool_get(size_t n)
 {

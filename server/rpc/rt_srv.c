@@ -25,6 +25,7 @@
 #include <grpc/support/alloc.h>
 
 #include "rt_bufpool.h"
+#include "rt_clock.h"
 #include "rt_errf.h"
 #include "rt_health.h"
 #include "rt_inflate.h"
@@ -366,9 +367,7 @@ static int stream_send(rt_call *c, const ProtobufCMessage *msg, int coalesce, in
         while (c->n_out >= c->srv->cfg.stream_queue_max && !rt_call_is_cancelled(c)) {
             /* Wake now and then for the daemon's hard cancel, which
              * does not come through this call's completions. */
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 1;
+            struct timespec ts = rt_deadline(CLOCK_REALTIME, 1000000000ull);
             pthread_cond_timedwait(&c->out_cv, &c->out_mu, &ts);
         }
         if (had) {

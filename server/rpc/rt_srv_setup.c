@@ -385,6 +385,21 @@ int rt_srv_create(const rt_srv_config *cfg, rt_srv **out, char *err, size_t errl
 
 const char *rt_srv_bound(const rt_srv *s) { return s->bound; }
 
+/* A pool of n threads running fn(s); *started counts those that run, for
+ * rt_srv_destroy to join. */
+static int start_pool(rt_srv *s, pthread_t **v, int *started, int n, void *(*fn)(void *))
+{
+    *v = calloc((size_t)n, sizeof **v);
+    if (!*v)
+        return RT_ENOMEM;
+    for (int i = 0; i < n; i++) {
+        if (pthread_create(&(*v)[i], NULL, fn, s) != 0)
+            return RT_ENOMEM;
+        (*started)++;
+    }
+    return 0;
+}
+
 int rt_srv_start(rt_srv *s, void (*on_drained)(void *ud), void *ud)
 {
     s->on_drained = on_drained;
@@ -399,23 +414,9 @@ int rt_srv_start(rt_srv *s, void (*on_drained)(void *ud), void *ud)
     rt__request_generic(s);
     rt__request_generic(s);
     rt_health_start(s->health, 2);
-    s->compile_threads = calloc((size_t)s->cfg.compile_threads, sizeof *s->compile_threads);
-    if (!s->compile_threads)
-        return RT_ENOMEM;
-    for (int i = 0; i < s->cfg.compile_threads; i++) {
-        if (pthread_create(&s->compile_threads[i], NULL, rt__compile_main, s) != 0)
-            return RT_ENOMEM;
-        s->n_compile++;
-    }
-    s->threads = calloc((size_t)s->cfg.threads, sizeof *s->threads);
-    if (!s->threads)
-        return RT_ENOMEM;
-    for (int i = 0; i < s->cfg.threads; i++) {
-        if (pthread_create(&s->threads[i], NULL, rt__cq_main, s) != 0)
-            return RT_ENOMEM;
-        s->n_threads++;
-    }
-    return 0;
+    int rc =
+        start_pool(s, &s->compile_threads, &s->n_compile, s->cfg.compile_threads, rt__compile_main);
+    return rc < 0 ? rc : start_pool(s, &s->threads, &s->n_threads, s->cfg.threads, rt__cq_main);
 }
 
 void rt_srv_set_serving(rt_srv *s, int serving) { rt_health_set_serving(s->health, serving); }
