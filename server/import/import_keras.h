@@ -124,6 +124,7 @@ struct json_object;
 #define RT_KERAS_NAME 128
 #define RT_KERAS_MAX_IN 8
 #define RT_KERAS_MAX_USED 64
+#define RT_KERAS_KEY_MAX 64
 #define RT_KERAS_MAX_OUT 5 /* Bidirectional(LSTM, return_state): output, 4 states */
 
 typedef struct rt_keras_tensor {
@@ -170,8 +171,11 @@ typedef struct rt_keras_ctx {
     size_t errlen;
     /* config keys the layer read through rt_keras_cfg_*: after the layer
      * function, any other key must be on the list of fields that do not
-     * change training (docs/keras-fields.md), or the import fails */
-    const char *used[RT_KERAS_MAX_USED];
+     * change training (docs/keras-fields.md), or the import fails. The
+     * names are copies: a layer may read a config it built and freed (a
+     * Keras 1 or CuDNN layer's translation), and no Keras field name is
+     * RT_KERAS_KEY_MAX long (a longer key is never marked: refused). */
+    char used[RT_KERAS_MAX_USED][RT_KERAS_KEY_MAX];
     int n_used;
     int keras1; /* the config was translated from Keras 1 */
     int keras3; /* a Keras 3 layer (its JSON names a module) */

@@ -67,11 +67,14 @@ int rt_keras_window_out(rt_keras_ctx *c, int64_t in, int64_t k, int64_t s, int64
 
 static void cfg_mark(rt_keras_ctx *c, const char *key)
 {
+    const size_t n = strlen(key);
+    if (n >= RT_KERAS_KEY_MAX)
+        return;
     for (int i = 0; i < c->n_used; i++)
         if (strcmp(c->used[i], key) == 0)
             return;
     if (c->n_used < RT_KERAS_MAX_USED)
-        c->used[c->n_used++] = key;
+        memcpy(c->used[c->n_used++], key, n + 1);
 }
 
 void rt_keras_cfg_unused(rt_keras_ctx *c, const char *key) { cfg_mark(c, key); }
@@ -537,7 +540,8 @@ int rt_keras_param_opts(rt_keras_ctx *c, int first)
                         }
                     continue;
                 }
-                /* the key string must outlive this call: use the object's */
+                /* marked only where this config holds the key
+                 * (a null value included) */
                 json_object_object_foreach(c->cfg, ck, cv)
                 {
                     (void)cv;
