@@ -2,6 +2,7 @@
  * and rtrain-bench's): connecting, error reporting, SIGINT. */
 #include "cli.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,6 +13,7 @@ rt_client *volatile cli_active_client;
 static void on_sigint(int sig)
 {
     (void)sig;
+    const int saved = errno; /* the interrupted code's, kept (signal() may set it) */
     cli_interrupted = 1;
     /* rt_client_cancel only stores an atomic flag: async-signal-safe. */
     rt_client *c = cli_active_client;
@@ -19,6 +21,7 @@ static void on_sigint(int sig)
         rt_client_cancel(c);
     /* A second Ctrl-C ends the process the default way. */
     signal(SIGINT, SIG_DFL);
+    errno = saved;
 }
 
 void cli_install_sigint(void)
