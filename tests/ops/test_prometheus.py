@@ -280,19 +280,36 @@ def main():
             print('SKIP: prometheus is not installed (scripts/deps.sh --test installs it)')
             return 1 if fails else 77
 
-        # Prometheus, scraping every second.
-        web = free_port()
+        # Prometheus, scraping every second. It cannot listen on port 0 and
+        # report the port, so the test picks a free one; another process may
+        # take it before Prometheus binds, so a bind failure picks again.
         cfg = os.path.join(tmp, 'prometheus.yml')
         with open(cfg, 'w') as f:
             f.write('global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n'
                     'scrape_configs:\n  - job_name: rtraind\n'
                     f'    static_configs:\n      - targets: ["{metrics}"]\n')
-        log = open(os.path.join(tmp, 'prometheus.log'), 'w')
-        p = subprocess.Popen([prom, f'--config.file={cfg}',
-                              f'--storage.tsdb.path={os.path.join(tmp, "data")}',
-                              f'--web.listen-address=127.0.0.1:{web}'],
-                             stdout=log, stderr=subprocess.STDOUT, cwd=tmp)
-        procs.append(p)
+        plog = os.path.join(tmp, 'prometheus.log')
+        for _ in range(5):
+            web = free_port()
+            with open(plog, 'w') as log:
+                p = subprocess.Popen([prom, f'--config.file={cfg}',
+                                      f'--storage.tsdb.path={os.path.join(tmp, "data")}',
+                                      f'--web.listen-address=127.0.0.1:{web}'],
+                                     stdout=log, stderr=subprocess.STDOUT, cwd=tmp)
+            procs.append(p)
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < GIVE_UP_S and p.poll() is None:
+                try:
+                    get(f'http://127.0.0.1:{web}/-/ready', timeout=2)
+                    break
+                except OSError:
+                    time.sleep(0.2)
+            if p.poll() is None:
+                break
+            with open(plog) as f:
+                if 'address already in use' not in f.read():
+                    break
+            print(f'note: port {web} was taken before Prometheus bound it; trying another')
         query = urllib.parse.quote(f'rtrain_calls_total{{method="{PING}",code="OK"}}')
         got = None
         up = None
@@ -310,8 +327,7 @@ def main():
                 pass
             time.sleep(0.5)
         if got is None:
-            log.flush()
-            with open(os.path.join(tmp, 'prometheus.log')) as f:
+            with open(plog) as f:
                 print(f.read()[-3000:])
         check(got == count + 1, f'Prometheus query API returns {count + 1} Pings (got {got})')
         check(up == '1', f'Prometheus sees the target up (up={up})')
