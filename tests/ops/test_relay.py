@@ -141,10 +141,11 @@ def main():
     check(dt >= (2 << 20) / rate, f'the cap holds: {dt:.3f} s >= {(2 << 20) / rate:.3f} s')
     stop_relay(p)
 
+    # Bound but not listening: connections are refused, and no other process
+    # can take the port while the test uses it.
     dead = socket.socket()
     dead.bind(('127.0.0.1', 0))
     dead_port = dead.getsockname()[1]
-    dead.close()
     p, addr = start_relay(binary, '127.0.0.1:%d' % dead_port, '--delay', '1ms')
     s = socket.create_connection(addr)
     s.settimeout(30)
@@ -156,6 +157,7 @@ def main():
     check(closed, 'a refused target closes the client connection')
     s.close()
     stop_relay(p)
+    dead.close()
 
     bad = subprocess.run([binary, '--target', 'nohostport'], capture_output=True, text=True)
     check(bad.returncode == 1 and 'HOST:PORT' in bad.stderr, f'bad target: {bad.stderr.strip()}')
