@@ -12,7 +12,7 @@
 set -euo pipefail
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-pkgs=(build-essential cmake pkg-config
+pkgs=(build-essential cmake ninja-build pkg-config
       libgrpc-dev libabsl-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev
       libdnnl-dev libjson-c-dev libxxhash-dev zlib1g-dev libssl-dev openssl
       libonnx-dev

@@ -24,7 +24,8 @@
 #          OMP_NUM_THREADS=1 (build-tsan/). Every process writes its reports
 #          under build-tsan/tsan-logs/; any report fails the configuration,
 #          whatever the test's exit code (a daemon killed by its test would
-#          otherwise hide one).
+#          otherwise hide one). Only the programs those tests run are
+#          built.
 #   ref    the whole suite on a build with the portable reference backend
 #          alone, -DRT_NATIVE=OFF (build-ref/): no oneDNN, no OpenMP in the
 #          kernels, every test on ref (docs/backends.md); not in the default
@@ -127,6 +128,11 @@ cfg_flags() {
     *) echo "unknown configuration $1" >&2; exit 2 ;;
   esac
   flags+=("${common[@]}")
+  # A new build folder gets Ninja: a fifth less CPU than CMake's Makefiles
+  # over the same compiles (its dependency scan and no recursive make: 181
+  # against 144 CPU-s for the plain tree). A folder configured before keeps
+  # its generator (CMake refuses to switch one).
+  [ -f "$dir/CMakeCache.txt" ] || flags+=(-G Ninja)
 }
 
 total_pass=0 total_skip=0 total_fail=0 status=0 times=()
@@ -136,11 +142,7 @@ for cfg in $configs; do
   echo "=== configuration: $cfg ($dir)"
   t0=$SECONDS
   cmake -S . -B "$dir" "${flags[@]}" >/dev/null
-  cmake --build "$dir" -j"$jobs"
-  t1=$SECONDS
-  # Each test's TIMEOUT is about 3x its plain time, times the sanitizer's
-  # slowdown (RT_TEST_TIMEOUT_SCALE, tests/CMakeLists.txt).
-  select=() env_run=()
+  select=() env_run=() targets=()
   if [ "$cfg" = asan ]; then
     select=(-LE 'netns|backend_ref|source|packages|bench')
     # durable_e2e stops the daemon 8 times in each of its four ways, not 20
@@ -161,11 +163,25 @@ for cfg in $configs; do
     select=(-L 'integration|unit|fuzz' -LE 'data|python|source' -E '^durable_e2e$')
     export OMP_NUM_THREADS=1 # libgomp's barriers are invisible to TSan
     rm -rf "$dir/tsan-logs" && mkdir -p "$dir/tsan-logs"
+    # Only what the selected tests run is built: the programs their
+    # command lines name (rtraind, rtrain, the test binaries), about half
+    # the tree; the engine's, layers' and conv tests' binaries are not.
+    mapfile -t targets < <(ctest --test-dir "$dir" -N -V "${select[@]}" |
+      sed -n 's/^[0-9]*: Test command: //p' | grep -o "$PWD/$dir/[^ \"]*" |
+      xargs -n1 basename | sort -u)
+    [ "${#targets[@]}" -gt 0 ] || { echo "=== tsan: no test programs found" >&2; exit 1; }
+    targets=(--target "${targets[@]}")
+  fi
+  cmake --build "$dir" -j"$jobs" "${targets[@]}"
+  t1=$SECONDS
+  if [ "$cfg" = tsan ]; then
     # history_size=7 (the most): TSan keeps enough history to restore both
     # stacks of a report, so the gRPC suppressions can match the side that
     # is inside libgrpc instead of it showing "failed to restore the stack".
     export TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp:second_deadlock_stack=1:history_size=7:log_path=$PWD/$dir/tsan-logs/tsan"
   fi
+  # Each test's TIMEOUT is about 3x its plain time, times the sanitizer's
+  # slowdown (RT_TEST_TIMEOUT_SCALE, tests/CMakeLists.txt).
   junit=$PWD/$dir/ctest-junit.xml
   rm -f "$junit"
   set +e
