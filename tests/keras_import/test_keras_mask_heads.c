@@ -4,7 +4,9 @@
  * other unmasked, then sums them times the loss weights
  * (keras/src/trainers/compile_utils.py CompileLoss; keras/src/losses/
  * loss.py apply_mask). Embedding(mask_zero) -> LSTM(return_sequences) ->
- * [TimeDistributed(Dense) softmax, masked; SimpleRNN -> Dense, not].
+ * [TimeDistributed(Dense) softmax, masked; SimpleRNN -> Dense, not]; and
+ * a model of two inputs whose two outputs carry different masks, each
+ * divided by its own kept steps.
  *
  * Against tests/fixtures/keras_mask_heads_ref.bin (gen_keras_mask_heads_
  * fixtures.py: PyTorch, in double, from Keras' formulas): the loss and
@@ -49,6 +51,38 @@ static const char *model =
     "{\"name\": \"val\", \"class_name\": \"Dense\", \"config\": {\"name\": \"val\", \"units\": 1},"
     " \"inbound_nodes\": [[[\"r\", 0, 0, {}]]]}],"
     " \"input_layers\": [[\"x\", 0, 0]], \"output_layers\": [[\"tag\", 0, 0], [\"val\", 0, 0]]}}";
+
+/* two outputs with different masks (two inputs): "a" masked by x1's
+ * zeros, "b" by x2's, each divided by its own kept steps */
+static const char *model2 =
+    "{\"class_name\": \"Model\", \"config\": {\"name\": \"m2\", \"layers\": ["
+    "{\"name\": \"x1\", \"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null,"
+    " 5], \"name\": \"x1\"}, \"inbound_nodes\": []},"
+    "{\"name\": \"x2\", \"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null,"
+    " 5], \"name\": \"x2\"}, \"inbound_nodes\": []},"
+    "{\"name\": \"e1\", \"class_name\": \"Embedding\", \"config\": {\"name\": \"e1\", \"input_dim\":"
+    " 7, \"output_dim\": 3, \"mask_zero\": true}, \"inbound_nodes\": [[[\"x1\", 0, 0, {}]]]},"
+    "{\"name\": \"e2\", \"class_name\": \"Embedding\", \"config\": {\"name\": \"e2\", \"input_dim\":"
+    " 6, \"output_dim\": 2, \"mask_zero\": true}, \"inbound_nodes\": [[[\"x2\", 0, 0, {}]]]},"
+    "{\"name\": \"r1\", \"class_name\": \"SimpleRNN\", \"config\": {\"name\": \"r1\", \"units\": 3,"
+    " \"return_sequences\": true}, \"inbound_nodes\": [[[\"e1\", 0, 0, {}]]]},"
+    "{\"name\": \"r2\", \"class_name\": \"SimpleRNN\", \"config\": {\"name\": \"r2\", \"units\": 3,"
+    " \"return_sequences\": true}, \"inbound_nodes\": [[[\"e2\", 0, 0, {}]]]},"
+    "{\"name\": \"t1\", \"class_name\": \"TimeDistributed\", \"config\": {\"name\": \"t1\", \"layer\":"
+    " {\"class_name\": \"Dense\", \"config\": {\"name\": \"d1\", \"units\": 2}}}, \"inbound_nodes\":"
+    " [[[\"r1\", 0, 0, {}]]]},"
+    "{\"name\": \"t2\", \"class_name\": \"TimeDistributed\", \"config\": {\"name\": \"t2\", \"layer\":"
+    " {\"class_name\": \"Dense\", \"config\": {\"name\": \"d2\", \"units\": 1}}}, \"inbound_nodes\":"
+    " [[[\"r2\", 0, 0, {}]]]},"
+    "{\"name\": \"a\", \"class_name\": \"Activation\", \"config\": {\"name\": \"a\","
+    " \"activation\": \"softmax\"}, \"inbound_nodes\": [[[\"t1\", 0, 0, {}]]]}],"
+    " \"input_layers\": [[\"x1\", 0, 0], [\"x2\", 0, 0]],"
+    " \"output_layers\": [[\"a\", 0, 0], [\"t2\", 0, 0]]}}";
+
+static const char *pnames2[] = {
+    "e1/embeddings", "e2/embeddings",       "r1/kernel",    "r1/recurrent_kernel",
+    "r1/bias",       "r2/kernel",           "r2/recurrent_kernel", "r2/bias",
+    "t1/d1/kernel",  "t1/d1/bias",          "t2/d2/kernel", "t2/d2/bias"};
 
 static const char *pnames[] = {"e/embeddings", "l/kernel",     "l/recurrent_kernel", "l/bias",
                                "td/d/kernel",  "td/d/bias",    "r/kernel",           "r/recurrent_kernel",
@@ -112,6 +146,71 @@ static int close_to(const char *what, double got, double want, double rtol)
     if (fabs(got - want) <= rtol * fabs(want) + 1e-7) return 0;
     fprintf(stderr, "%s: %.8g, Keras (PyTorch) %.8g\n", what, got, want);
     return 1;
+}
+
+/* the second model: loss, gradients, finite differences and 3 SGD steps */
+static void two_masks(void)
+{
+    rt_graph *g = NULL;
+    char err[1024];
+    int rc = rt_keras_import(model2, strlen(model2), &g, err, sizeof err);
+    if (rc < 0) fprintf(stderr, "import model2: %s\n", err);
+    REQUIRE(rc == 0);
+    rt_train_config cfg;
+    config(&cfg, RT_LOSS_SPARSE_CE);
+    cfg.heads[0].metrics = 0;
+    cfg.heads[1].weight = 2.0f;
+    rt_plan *p = NULL;
+    rc = rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err);
+    if (rc < 0) fprintf(stderr, "compile model2: %s\n", err);
+    REQUIRE(rc == 0);
+    rt_exec *e = NULL;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    rt_plan_release(p);
+    const int np = (int)(sizeof pnames2 / sizeof pnames2[0]);
+    REQUIRE(rt_plan_n_params(rt_exec_plan(e)) == np);
+    char nm[80];
+    for (int i = 0; i < np; i++) {
+        snprintf(nm, sizeof nm, "2/init/%s", pnames2[i]);
+        const rt_ref_tensor *t = rt_fixture_find(nm);
+        int64_t dims[RT_MAX_DIMS], n = 1;
+        const int nd = rt_plan_param_info(rt_exec_plan(e), i, NULL, dims, NULL);
+        for (int k = 0; k < nd; k++) n *= dims[k];
+        REQUIRE(n == (int64_t)t->count);
+        CHECK_RC(rt_exec_set_param(e, i, t->data));
+    }
+    rt_data d = {.x = rt_fixture_find("2/x")->data, .y = rt_fixture_find("2/y")->data,
+                 .y_dtype = RT_F32, .n = B, .sw = rt_fixture_find("2/sw")->data};
+    double loss;
+    CHECK_RC(rt_exec_compute_grads(e, &d, B, &loss));
+    rt_test_failures += close_to("2: loss", loss, *(float *)rt_fixture_find("2/loss0")->data, 1e-5);
+    for (int i = 0; i < np; i++) {
+        snprintf(nm, sizeof nm, "2/grad0/%s", pnames2[i]);
+        const rt_ref_tensor *t = rt_fixture_find(nm);
+        float gv[64];
+        REQUIRE(t->count <= 64);
+        CHECK_RC(rt_exec_get_grad(e, i, gv));
+        rt_test_failures += rt_fixture_compare(nm, gv, t->data, t->count, 1e-6, 1e-4);
+    }
+    for (int i = 0; i < np; i++) rt_test_fd_param(e, &d, B, i, 0, 1e-4, "two masks");
+    float steps[3];
+    rt_train_result res;
+    CHECK_RC(rt_exec_train(e, &d, 3, &res, NULL, NULL, steps));
+    for (int s = 0; s < 3; s++) {
+        snprintf(nm, sizeof nm, "2/loss%d", s);
+        rt_test_failures += close_to(nm, steps[s], *(float *)rt_fixture_find(nm)->data, 1e-5);
+    }
+    for (int i = 0; i < np; i++) {
+        snprintf(nm, sizeof nm, "2/final/%s", pnames2[i]);
+        const rt_ref_tensor *t = rt_fixture_find(nm);
+        float w[64];
+        CHECK_RC(rt_exec_get_param(e, i, w));
+        rt_test_failures += rt_fixture_compare(nm, w, t->data, t->count, 1e-5, 0);
+    }
+    printf("two masks: loss %.6f (PyTorch %.6f)\n", loss,
+           (double)*(float *)rt_fixture_find("2/loss0")->data);
+    rt_exec_destroy(e);
+    rt_graph_destroy(g);
 }
 
 int main(int argc, char **argv)
@@ -252,6 +351,7 @@ int main(int argc, char **argv)
         rt_graph_destroy(gb);
     }
     rt_graph_destroy(g);
+    two_masks();
     rt_fixture_free();
     return rt_test_done("keras_mask_heads");
 }
