@@ -32,7 +32,7 @@
 #define T 5
 #define LAB (T + 1) /* per sample: 5 tag labels, then the val target */
 
-static const char *model =
+static const char model[] =
     "{\"class_name\": \"Model\", \"config\": {\"name\": \"m\", \"layers\": ["
     "{\"name\": \"x\", \"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 5],"
     " \"name\": \"x\"}, \"inbound_nodes\": []},"
@@ -54,7 +54,7 @@ static const char *model =
 
 /* two outputs with different masks (two inputs): "a" masked by x1's
  * zeros, "b" by x2's, each divided by its own kept steps */
-static const char *model2 =
+static const char model2[] =
     "{\"class_name\": \"Model\", \"config\": {\"name\": \"m2\", \"layers\": ["
     "{\"name\": \"x1\", \"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null,"
     " 5], \"name\": \"x1\"}, \"inbound_nodes\": []},"
@@ -89,17 +89,35 @@ static const char *pnames[] = {"e/embeddings", "l/kernel",     "l/recurrent_kern
                                "r/bias",       "v/kernel",     "v/bias"};
 #define NP ((int)(sizeof pnames / sizeof pnames[0]))
 
-static rt_graph *import(void)
+/* a fixture model: its Keras JSON, the parameters in the plan's order,
+ * the fixture's prefix ("" or "2/") and the second head's loss weight */
+typedef struct fx {
+    const char *json, *const *pnames, *prefix;
+    int np;
+    float w1;
+} fx;
+
+static const fx fx1 = {model, pnames, "", NP, 0.5f};
+static const fx fx2 = {model2, pnames2, "2/", (int)(sizeof pnames2 / sizeof pnames2[0]), 2.0f};
+
+static const rt_ref_tensor *ref(const fx *f, const char *what, int i)
+{
+    char nm[96];
+    snprintf(nm, sizeof nm, "%s%s%s", f->prefix, what, i < 0 ? "" : f->pnames[i]);
+    return rt_fixture_find(nm);
+}
+
+static rt_graph *import(const fx *f)
 {
     rt_graph *g = NULL;
     char err[1024];
-    int rc = rt_keras_import(model, strlen(model), &g, err, sizeof err);
+    int rc = rt_keras_import(f->json, strlen(f->json), &g, err, sizeof err);
     if (rc < 0) fprintf(stderr, "import: %s\n", err);
     REQUIRE(rc == 0);
     return g;
 }
 
-static void config(rt_train_config *cfg, rt_loss_kind tag_loss)
+static void config(rt_train_config *cfg, float w1)
 {
     rt_train_config_init(cfg);
     cfg->batch_size = B;
@@ -108,17 +126,31 @@ static void config(rt_train_config *cfg, rt_loss_kind tag_loss)
     cfg->lr = 0.1f;
     cfg->seed = 3;
     cfg->n_heads = 2;
-    cfg->heads[0].loss = tag_loss;
+    cfg->heads[0].loss = RT_LOSS_SPARSE_CE;
     cfg->heads[0].weight = 1.0f;
     cfg->heads[0].metrics = RT_METRIC_ACCURACY;
     cfg->heads[1].loss = RT_LOSS_MSE;
-    cfg->heads[1].weight = 0.5f;
+    cfg->heads[1].weight = w1;
 }
 
-static rt_exec *build(rt_graph *g)
+/* the fixture's initial weights */
+static void set_init(rt_exec *e, const fx *f)
+{
+    REQUIRE(rt_plan_n_params(rt_exec_plan(e)) == f->np);
+    for (int i = 0; i < f->np; i++) {
+        const rt_ref_tensor *t = ref(f, "init/", i);
+        int64_t dims[RT_MAX_DIMS], n = 1;
+        const int nd = rt_plan_param_info(rt_exec_plan(e), i, NULL, dims, NULL);
+        for (int k = 0; k < nd; k++) n *= dims[k];
+        REQUIRE(n == (int64_t)t->count);
+        CHECK_RC(rt_exec_set_param(e, i, t->data));
+    }
+}
+
+static rt_exec *build(rt_graph *g, const fx *f)
 {
     rt_train_config cfg;
-    config(&cfg, RT_LOSS_SPARSE_CE);
+    config(&cfg, f->w1);
     rt_plan *p = NULL;
     char err[1024];
     int rc = rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err);
@@ -127,17 +159,7 @@ static rt_exec *build(rt_graph *g)
     rt_exec *e = NULL;
     REQUIRE(rt_exec_create(p, &e) == 0);
     rt_plan_release(p);
-    REQUIRE(rt_plan_n_params(rt_exec_plan(e)) == NP);
-    for (int i = 0; i < NP; i++) {
-        char nm[80];
-        snprintf(nm, sizeof nm, "init/%s", pnames[i]);
-        const rt_ref_tensor *t = rt_fixture_find(nm);
-        int64_t dims[RT_MAX_DIMS], n = 1;
-        const int nd = rt_plan_param_info(rt_exec_plan(e), i, NULL, dims, NULL);
-        for (int k = 0; k < nd; k++) n *= dims[k];
-        REQUIRE(n == (int64_t)t->count);
-        CHECK_RC(rt_exec_set_param(e, i, t->data));
-    }
+    set_init(e, f);
     return e;
 }
 
@@ -148,67 +170,55 @@ static int close_to(const char *what, double got, double want, double rtol)
     return 1;
 }
 
-/* the second model: loss, gradients, finite differences and 3 SGD steps */
-static void two_masks(void)
+/* the loss and every gradient at the fixture's weights; the loss */
+static double check_grads(rt_exec *e, const fx *f, const rt_data *d)
 {
-    rt_graph *g = NULL;
-    char err[1024];
-    int rc = rt_keras_import(model2, strlen(model2), &g, err, sizeof err);
-    if (rc < 0) fprintf(stderr, "import model2: %s\n", err);
-    REQUIRE(rc == 0);
-    rt_train_config cfg;
-    config(&cfg, RT_LOSS_SPARSE_CE);
-    cfg.heads[0].metrics = 0;
-    cfg.heads[1].weight = 2.0f;
-    rt_plan *p = NULL;
-    rc = rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err);
-    if (rc < 0) fprintf(stderr, "compile model2: %s\n", err);
-    REQUIRE(rc == 0);
-    rt_exec *e = NULL;
-    REQUIRE(rt_exec_create(p, &e) == 0);
-    rt_plan_release(p);
-    const int np = (int)(sizeof pnames2 / sizeof pnames2[0]);
-    REQUIRE(rt_plan_n_params(rt_exec_plan(e)) == np);
-    char nm[80];
-    for (int i = 0; i < np; i++) {
-        snprintf(nm, sizeof nm, "2/init/%s", pnames2[i]);
-        const rt_ref_tensor *t = rt_fixture_find(nm);
-        int64_t dims[RT_MAX_DIMS], n = 1;
-        const int nd = rt_plan_param_info(rt_exec_plan(e), i, NULL, dims, NULL);
-        for (int k = 0; k < nd; k++) n *= dims[k];
-        REQUIRE(n == (int64_t)t->count);
-        CHECK_RC(rt_exec_set_param(e, i, t->data));
-    }
-    rt_data d = {.x = rt_fixture_find("2/x")->data, .y = rt_fixture_find("2/y")->data,
-                 .y_dtype = RT_F32, .n = B, .sw = rt_fixture_find("2/sw")->data};
     double loss;
-    CHECK_RC(rt_exec_compute_grads(e, &d, B, &loss));
-    rt_test_failures += close_to("2: loss", loss, *(float *)rt_fixture_find("2/loss0")->data, 1e-5);
-    for (int i = 0; i < np; i++) {
-        snprintf(nm, sizeof nm, "2/grad0/%s", pnames2[i]);
-        const rt_ref_tensor *t = rt_fixture_find(nm);
+    CHECK_RC(rt_exec_compute_grads(e, d, B, &loss));
+    rt_test_failures += close_to("loss", loss, *(float *)ref(f, "loss0", -1)->data, 1e-5);
+    for (int i = 0; i < f->np; i++) {
+        const rt_ref_tensor *t = ref(f, "grad0/", i);
         float gv[64];
         REQUIRE(t->count <= 64);
         CHECK_RC(rt_exec_get_grad(e, i, gv));
-        rt_test_failures += rt_fixture_compare(nm, gv, t->data, t->count, 1e-6, 1e-4);
+        rt_test_failures += rt_fixture_compare(t->name, gv, t->data, t->count, 1e-6, 1e-4);
     }
-    for (int i = 0; i < np; i++) rt_test_fd_param(e, &d, B, i, 0, 1e-4, "two masks");
+    return loss;
+}
+
+/* 3 SGD steps over the full batch from the fixture's weights: the losses
+ * and weights PyTorch reaches */
+static void check_train(rt_exec *e, const fx *f, const rt_data *d)
+{
+    set_init(e, f);
     float steps[3];
     rt_train_result res;
-    CHECK_RC(rt_exec_train(e, &d, 3, &res, NULL, NULL, steps));
+    CHECK_RC(rt_exec_train(e, d, 3, &res, NULL, NULL, steps));
     for (int s = 0; s < 3; s++) {
-        snprintf(nm, sizeof nm, "2/loss%d", s);
-        rt_test_failures += close_to(nm, steps[s], *(float *)rt_fixture_find(nm)->data, 1e-5);
+        char nm[16];
+        snprintf(nm, sizeof nm, "loss%d", s);
+        rt_test_failures += close_to(nm, steps[s], *(float *)ref(f, nm, -1)->data, 1e-5);
     }
-    for (int i = 0; i < np; i++) {
-        snprintf(nm, sizeof nm, "2/final/%s", pnames2[i]);
-        const rt_ref_tensor *t = rt_fixture_find(nm);
+    for (int i = 0; i < f->np; i++) {
+        const rt_ref_tensor *t = ref(f, "final/", i);
         float w[64];
         CHECK_RC(rt_exec_get_param(e, i, w));
-        rt_test_failures += rt_fixture_compare(nm, w, t->data, t->count, 1e-5, 0);
+        rt_test_failures += rt_fixture_compare(t->name, w, t->data, t->count, 1e-5, 0);
     }
+}
+
+/* the second model: loss, gradients, finite differences and 3 SGD steps */
+static void two_masks(void)
+{
+    rt_graph *g = import(&fx2);
+    rt_exec *e = build(g, &fx2);
+    rt_data d = {.x = ref(&fx2, "x", -1)->data, .y = ref(&fx2, "y", -1)->data,
+                 .y_dtype = RT_F32, .n = B, .sw = ref(&fx2, "sw", -1)->data};
+    const double loss = check_grads(e, &fx2, &d);
+    for (int i = 0; i < fx2.np; i++) rt_test_fd_param(e, &d, B, i, 0, 1e-4, "two masks");
+    check_train(e, &fx2, &d);
     printf("two masks: loss %.6f (PyTorch %.6f)\n", loss,
-           (double)*(float *)rt_fixture_find("2/loss0")->data);
+           (double)*(float *)ref(&fx2, "loss0", -1)->data);
     rt_exec_destroy(e);
     rt_graph_destroy(g);
 }
@@ -218,23 +228,12 @@ int main(int argc, char **argv)
     rt_fixture_load(argc > 1 ? argv[1] : "tests/fixtures/keras_mask_heads_ref.bin");
     const float *x = rt_fixture_find("x")->data, *y = rt_fixture_find("y")->data,
                 *sw = rt_fixture_find("sw")->data;
-    rt_graph *g = import();
-    rt_exec *e = build(g);
+    rt_graph *g = import(&fx1);
+    rt_exec *e = build(g, &fx1);
     rt_data d = {.x = x, .y = y, .y_dtype = RT_F32, .n = B, .sw = sw};
 
     /* the loss and gradients at the fixture's weights */
-    double loss;
-    CHECK_RC(rt_exec_compute_grads(e, &d, B, &loss));
-    rt_test_failures += close_to("loss", loss, *(float *)rt_fixture_find("loss0")->data, 1e-5);
-    for (int i = 0; i < NP; i++) {
-        char nm[80];
-        snprintf(nm, sizeof nm, "grad0/%s", pnames[i]);
-        const rt_ref_tensor *t = rt_fixture_find(nm);
-        float gv[64];
-        REQUIRE(t->count <= 64);
-        CHECK_RC(rt_exec_get_grad(e, i, gv));
-        rt_test_failures += rt_fixture_compare(nm, gv, t->data, t->count, 1e-6, 1e-4);
-    }
+    double loss = check_grads(e, &fx1, &d);
 
     /* each head's loss, as Keras reports it (unweighted; the masked one
      * over the kept steps), and the tag head's accuracy over them */
@@ -300,34 +299,14 @@ int main(int argc, char **argv)
     rt_test_failures += close_to("masked-only batch", loss, 0.5 * dz0 * dz0, 1e-5);
 
     /* 3 SGD steps over the full batch: the weights PyTorch reaches */
-    for (int i = 0; i < NP; i++) {
-        char nm[80];
-        snprintf(nm, sizeof nm, "init/%s", pnames[i]);
-        CHECK_RC(rt_exec_set_param(e, i, rt_fixture_find(nm)->data));
-    }
-    float steps[3];
-    rt_train_result res;
-    CHECK_RC(rt_exec_train(e, &d, 3, &res, NULL, NULL, steps));
-    for (int s = 0; s < 3; s++) {
-        char nm[16];
-        snprintf(nm, sizeof nm, "loss%d", s);
-        rt_test_failures += close_to(nm, steps[s], *(float *)rt_fixture_find(nm)->data, 1e-5);
-    }
-    for (int i = 0; i < NP; i++) {
-        char nm[80];
-        snprintf(nm, sizeof nm, "final/%s", pnames[i]);
-        const rt_ref_tensor *t = rt_fixture_find(nm);
-        float w[64];
-        CHECK_RC(rt_exec_get_param(e, i, w));
-        rt_test_failures += rt_fixture_compare(nm, w, t->data, t->count, 1e-5, 0);
-    }
+    check_train(e, &fx1, &d);
     rt_exec_destroy(e);
 
     /* refused: one mask for two outputs, a mask of the wrong shape, three
      * masks */
     char err[1024];
     rt_train_config cfg;
-    config(&cfg, RT_LOSS_SPARSE_CE);
+    config(&cfg, fx1.w1);
     struct {
         int n;
         const char *m0, *m1, *want;
@@ -337,7 +316,7 @@ int main(int argc, char **argv)
         {3, NULL, NULL, "3 loss masks for a model of 2 outputs"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        rt_graph *gb = import();
+        rt_graph *gb = import(&fx1);
         const char *mk[3] = {bad[i].m0, bad[i].m1, NULL};
         CHECK_RC(rt_graph_set_loss_masks(gb, mk, bad[i].n));
         rt_plan *pb = NULL;
